@@ -1,0 +1,402 @@
+"""The CUDA kernels against the float64 reference, and their graph-safety and determinism.
+
+Run on a machine with CUDA (skipped elsewhere): `pytest -m gpu tests/gpu -q`. The first test
+builds the extension (minutes on a fresh node; cached afterwards).
+
+What is checked, per op and for several (P, B, K, A, D, atoms) incl. B=1, B=37, B=256, P=1,
+P=64, P=4096, K=3/4, atoms=1024 and masked nd:
+- values and gradients equal the plain-torch reference computed in float64 on CPU
+  (float64 kernels to 1e-10, float32 kernels to 1e-4, relative to each tensor's magnitude);
+- every output element is written: the caching allocator is filled with NaN first;
+- two runs are bitwise identical; a CUDA-graph capture replayed twice gives the eager bits;
+- no host sync (torch.cuda.set_sync_debug_mode("error"));
+- opcheck passes on CUDA; members never mix;
+- capture and replay also work from a Python worker thread (how Ray Tune runs trainables).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from tune_gems.gems import reference
+from tune_gems.ops import resolve_backend
+from tune_gems.ops.build import loaded_extension
+from tune_gems.ops.reference_grads import (
+    c51_loss_grad,
+    g10_temporal_grads,
+    g12_predictive_grad,
+)
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+OPS = torch.ops.tune_gems
+V_MIN, V_MAX = -10.0, 10.0
+GAMMA_N = 0.97
+DONE_FRACTION = 0.3
+# (P, B, K, A, D, atoms)
+SHAPES = [
+    (1, 1, 2, 3, 4, 51),
+    (1, 37, 2, 3, 64, 51),
+    (64, 256, 2, 3, 64, 51),
+    (3, 37, 3, 2, 33, 11),
+    (2, 256, 4, 3, 5, 101),
+    (1, 4, 2, 3, 8, 1024),
+    (4096, 8, 2, 3, 4, 5),
+]
+DTYPES = [torch.float32, torch.float64]
+TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-10}
+OP_NAMES = ["g6", "g10", "g12", "c51_project", "c51_loss"]
+WARMUP_RUNS = 2
+# Blocks that poison_allocator fills with NaN: whole 2 MiB small-pool segments (two 1 MiB
+# blocks each) and large-pool blocks that later large outputs are split from.
+SMALL_POISON_BYTES = 1 << 20
+SMALL_POISON_BLOCKS = 16
+LARGE_POISON_BYTES = (32 << 20, 32 << 20, 512 << 20)
+
+
+def shape_id(shape):
+    return "P{}_B{}_K{}_A{}_D{}_atoms{}".format(*shape)
+
+
+@pytest.fixture(scope="module")
+def device():
+    dev = torch.device("cuda", torch.cuda.current_device())
+    ops = resolve_backend("cuda", dev)  # builds the extension; a failure fails the tests
+    assert ops.name == "cuda"
+    assert loaded_extension(dev) is not None
+    return dev
+
+
+def poison_allocator(device):
+    """Fill the caching allocator's free memory with NaN, so an unwritten output shows."""
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    float_bytes = torch.tensor([], dtype=torch.float32).element_size()
+    held = [
+        torch.full((SMALL_POISON_BYTES // float_bytes,), float("nan"), device=device)
+        for _ in range(SMALL_POISON_BLOCKS)
+    ]
+    held += [torch.full((n // float_bytes,), float("nan"), device=device) for n in LARGE_POISON_BYTES]
+    torch.cuda.synchronize(device)
+    del held
+
+
+def make_inputs(shape, seed):
+    """Inputs of every op and upstream gradients, float64 on CPU (the reference's precision)."""
+    P, B, K, A, D, atoms = shape
+    gen = torch.Generator().manual_seed(seed)
+    N = P * B * K
+
+    def randn(*size, scale=1.0):
+        return torch.randn(*size, generator=gen, dtype=torch.float64) * scale
+
+    return {
+        "f": randn(P, K, B, D) * 2 + 0.5,
+        "q_t": randn(P, B, K, A),
+        "q_tp1": randn(P, B, K, A),
+        "pred": randn(P, B, D),
+        "target": randn(P, B, D),
+        "nd": (torch.rand(P, B, generator=gen, dtype=torch.float64) > DONE_FRACTION).double(),
+        "p": torch.softmax(randn(N, atoms, scale=2.0), dim=-1),
+        "r": randn(N, scale=4.0),
+        "g": GAMMA_N * (torch.rand(N, generator=gen, dtype=torch.float64) > DONE_FRACTION).double(),
+        "logits": randn(P, B, K, atoms, scale=2.0),
+        "m": torch.softmax(randn(P, B, K, atoms, scale=2.0), dim=-1),
+        "grad_per_sample": randn(P, B),
+        "grad_value": randn(P),
+    }
+
+
+def to_device(inputs, dtype, device):
+    return {k: v.to(device=device, dtype=dtype) for k, v in inputs.items()}
+
+
+# Each op: (differentiable input names, other input names, has per_sample, fn(x) -> outputs).
+def run_op(name, x, fn_set):
+    """Forward of op `name` on inputs x with fn_set (the custom ops or the reference).
+
+    Returns (outputs list, differentiable inputs list, upstream gradients list).
+    """
+    if name == "g6":
+        value = fn_set["g6"](x["f"])
+        return [value], [x["f"]], [x["grad_value"]]
+    if name == "g10":
+        ps, value = fn_set["g10"](x["q_t"], x["q_tp1"], x["nd"])
+        return [ps, value], [x["q_t"], x["q_tp1"]], [x["grad_per_sample"], x["grad_value"]]
+    if name == "g12":
+        ps, value = fn_set["g12"](x["pred"], x["target"], x["nd"])
+        return [ps, value], [x["pred"]], [x["grad_per_sample"], x["grad_value"]]
+    if name == "c51_project":
+        m = fn_set["c51_project"](x["p"], x["r"], x["g"], V_MIN, V_MAX)
+        return [m], [], []
+    if name == "c51_loss":
+        ps, value = fn_set["c51_loss"](x["logits"], x["m"])
+        return [ps, value], [x["logits"]], [x["grad_per_sample"], x["grad_value"]]
+    raise ValueError(name)
+
+
+CUSTOM = {
+    "g6": OPS.g6_branch_indep,
+    "g10": OPS.g10_temporal,
+    "g12": OPS.g12_predictive,
+    "c51_project": OPS.c51_project,
+    "c51_loss": OPS.c51_loss,
+}
+REFERENCE = {
+    "g6": lambda f: reference.g6_branch_indep(f)[1],
+    "g10": reference.g10_temporal,
+    "g12": reference.g12_predictive,
+    "c51_project": reference.c51_project,
+    "c51_loss": reference.c51_loss,
+}
+DIFFERENTIABLE = {"g6": ["f"], "g10": ["q_t", "q_tp1"], "g12": ["pred"], "c51_project": [], "c51_loss": ["logits"]}
+
+
+def forward_backward(name, x, fn_set):
+    """Outputs followed by the gradients of sum_o <upstream_o, output_o> wrt the op's inputs."""
+    for key in DIFFERENTIABLE[name]:
+        x[key].requires_grad_(True)
+    outputs, wrt, upstream = run_op(name, x, fn_set)
+    grads = list(torch.autograd.grad(outputs, wrt, upstream)) if wrt else []
+    return [o.detach() for o in outputs] + grads
+
+
+def fresh_leaves(x):
+    return {k: v.detach().clone() for k, v in x.items()}
+
+
+def assert_close_to_reference(got, want, dtype, what):
+    tol = TOLERANCE[dtype]
+    got = got.detach().to("cpu", torch.float64)
+    want = want.detach().to("cpu", torch.float64)
+    assert got.shape == want.shape, what
+    assert torch.isfinite(got).all(), f"{what}: non-finite element (unwritten output?)"
+    scale = max(want.abs().max().item(), 1e-30) if want.numel() else 1.0
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol * scale, msg=lambda m: f"{what}: {m}")
+
+
+def assert_bitwise_equal(a, b, what):
+    assert a.shape == b.shape and a.dtype == b.dtype, what
+    as_int = {torch.float32: torch.int32, torch.float64: torch.int64}[a.dtype]
+    assert torch.equal(a.contiguous().view(as_int), b.contiguous().view(as_int)), f"{what}: bits differ"
+
+
+# ------------------------------------------------------------------ correctness
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+@pytest.mark.parametrize("name", OP_NAMES)
+def test_kernel_matches_float64_reference(device, name, shape, dtype):
+    base = make_inputs(shape, seed=100 * OP_NAMES.index(name) + SHAPES.index(shape))
+    want = forward_backward(name, fresh_leaves(base), REFERENCE)
+    poison_allocator(device)
+    got = forward_backward(name, to_device(base, dtype, device), CUSTOM)
+    assert len(got) == len(want)
+    for index, (g, w) in enumerate(zip(got, want)):
+        assert g.device.type == device.type and g.dtype == dtype
+        assert_close_to_reference(g, w, dtype, f"{name} output {index}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES[:4], ids=shape_id)
+def test_backward_ops_without_per_sample_gradient(device, shape, dtype):
+    x64 = make_inputs(shape, seed=11)
+    x = to_device(x64, dtype, device)
+    gv, gv64 = x["grad_value"], x64["grad_value"]
+    poison_allocator(device)
+    cases = [
+        (OPS.g10_temporal_backward(None, gv, x["q_t"], x["q_tp1"], x["nd"]),
+         g10_temporal_grads(None, gv64, x64["q_t"], x64["q_tp1"], x64["nd"])),
+        ([OPS.g12_predictive_backward(None, gv, x["pred"], x["target"], x["nd"])],
+         [g12_predictive_grad(None, gv64, x64["pred"], x64["target"], x64["nd"])]),
+        ([OPS.c51_loss_backward(None, gv, x["logits"], x["m"])],
+         [c51_loss_grad(None, gv64, x64["logits"], x64["m"])]),
+    ]
+    for got, want in cases:
+        for g, w in zip(got, want):
+            assert_close_to_reference(g, w, dtype, "backward without grad_per_sample")
+
+
+@pytest.mark.parametrize("name", OP_NAMES)
+def test_members_never_mix(device, name):
+    shape = (5, 37, 2, 3, 16, 51)
+    base = make_inputs(shape, seed=3)
+    changed = {k: v.clone() for k, v in base.items()}
+    for key in ("f", "q_t", "q_tp1", "pred", "target", "logits", "m", "grad_per_sample", "grad_value"):
+        changed[key][-1] = changed[key][-1] * 3 + 1
+    a = forward_backward(name, to_device(base, torch.float32, device), CUSTOM)
+    b = forward_backward(name, to_device(changed, torch.float32, device), CUSTOM)
+    for index, (x, y) in enumerate(zip(a, b)):
+        if name == "c51_project":
+            continue  # rows of a flattening, not members; the row test below covers it
+        assert_bitwise_equal(x[:-1], y[:-1], f"{name} output {index}, members 0..P-2")
+    if name == "c51_project":
+        rows = shape[0] * shape[1] * shape[2]
+        x = to_device(base, torch.float32, device)
+        y = to_device(base, torch.float32, device)
+        y["r"][-1] += 1.0
+        y["p"][-1] = y["p"][-1].flip(0)
+        mx = OPS.c51_project(x["p"], x["r"], x["g"], V_MIN, V_MAX)
+        my = OPS.c51_project(y["p"], y["r"], y["g"], V_MIN, V_MAX)
+        assert mx.shape[0] == rows
+        assert_bitwise_equal(mx[:-1], my[:-1], "c51_project rows 0..N-2")
+
+
+# ------------------------------------------------------------------ determinism and graphs
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", OP_NAMES)
+def test_two_runs_are_bitwise_identical(device, name, dtype):
+    base = make_inputs((64, 256, 2, 3, 64, 51), seed=5)
+    poison_allocator(device)
+    first = forward_backward(name, to_device(base, dtype, device), CUSTOM)
+    first = [t.clone() for t in first]
+    poison_allocator(device)
+    second = forward_backward(name, to_device(base, dtype, device), CUSTOM)
+    for index, (a, b) in enumerate(zip(first, second)):
+        assert torch.isfinite(a).all()
+        assert_bitwise_equal(a, b, f"{name} output {index}")
+
+
+def capture_and_replay(name, x):
+    """Eager outputs, then two replays of a captured forward+backward; returns three lists."""
+    for key in DIFFERENTIABLE[name]:
+        x[key].requires_grad_(True)
+
+    def step():
+        outputs, wrt, upstream = run_op(name, x, CUSTOM)
+        grads = list(torch.autograd.grad(outputs, wrt, upstream)) if wrt else []
+        return [o.detach() for o in outputs] + grads
+
+    eager = [t.clone() for t in step()]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(WARMUP_RUNS):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_outputs = step()
+    graph.replay()
+    first = [t.clone() for t in static_outputs]
+    graph.replay()
+    second = [t.clone() for t in static_outputs]
+    torch.cuda.synchronize()
+    return eager, first, second
+
+
+def check_replays(name, eager, first, second):
+    assert len(eager) == len(first) == len(second)
+    for index, (e, a, b) in enumerate(zip(eager, first, second)):
+        assert torch.isfinite(a).all()
+        assert_bitwise_equal(a, b, f"{name} replay 1 vs 2, output {index}")
+        assert_bitwise_equal(a, e, f"{name} replay vs eager, output {index}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", OP_NAMES)
+def test_cuda_graph_replay_is_bitwise_eager(device, name, dtype):
+    base = make_inputs((8, 37, 2, 3, 64, 51), seed=6)
+    check_replays(name, *capture_and_replay(name, to_device(base, dtype, device)))
+
+
+def test_capture_and_replay_in_worker_thread(device):
+    """Ray Tune runs a trainable in a worker thread: capture and replay must work there."""
+    results, errors = {}, []
+
+    def work():
+        try:
+            torch.cuda.set_device(device)
+            base = make_inputs((4, 37, 2, 3, 16, 51), seed=7)
+            for name in OP_NAMES:
+                results[name] = capture_and_replay(name, to_device(base, torch.float32, device))
+        except BaseException as error:  # noqa: BLE001 - reported in the main thread
+            errors.append(error)
+
+    worker = threading.Thread(target=work, name="tune-gems-trainable")
+    worker.start()
+    worker.join()
+    if errors:
+        raise errors[0]
+    assert set(results) == set(OP_NAMES)
+    for name, runs in results.items():
+        check_replays(name, *runs)
+
+
+@pytest.mark.parametrize("name", OP_NAMES)
+def test_no_host_sync(device, name):
+    base = make_inputs((8, 37, 2, 3, 64, 51), seed=8)
+    warm = to_device(base, torch.float32, device)
+    forward_backward(name, warm, CUSTOM)  # first-call initialisation happens outside the check
+    x = to_device(base, torch.float32, device)
+    for key in DIFFERENTIABLE[name]:
+        x[key].requires_grad_(True)
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        outputs, wrt, upstream = run_op(name, x, CUSTOM)
+        if wrt:
+            torch.autograd.grad(outputs, wrt, upstream)
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    torch.cuda.synchronize()
+
+
+# ------------------------------------------------------------------ registration on CUDA
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_opcheck_on_cuda(device, dtype):
+    x = to_device(make_inputs((3, 37, 2, 3, 6, 11), seed=9), dtype, device)
+    for key in ("f", "q_t", "q_tp1", "pred", "logits"):
+        x[key].requires_grad_(True)
+    gps, gv = x["grad_per_sample"], x["grad_value"]
+    cases = [
+        (OPS.g6_branch_indep, (x["f"],)),
+        (OPS.g10_temporal, (x["q_t"], x["q_tp1"], x["nd"])),
+        (OPS.g12_predictive, (x["pred"], x["target"], x["nd"])),
+        (OPS.c51_project, (x["p"], x["r"], x["g"], V_MIN, V_MAX)),
+        (OPS.c51_loss, (x["logits"], x["m"])),
+        (OPS.g6_branch_indep_backward, (gv, x["f"].detach())),
+        (OPS.g10_temporal_backward, (gps, gv, x["q_t"].detach(), x["q_tp1"].detach(), x["nd"])),
+        (OPS.g10_temporal_backward, (None, gv, x["q_t"].detach(), x["q_tp1"].detach(), x["nd"])),
+        (OPS.g12_predictive_backward, (gps, gv, x["pred"].detach(), x["target"], x["nd"])),
+        (OPS.c51_loss_backward, (gps, gv, x["logits"].detach(), x["m"])),
+        (OPS.c51_loss_backward, (None, gv, x["logits"].detach(), x["m"])),
+    ]
+    for op, args in cases:
+        torch.library.opcheck(op, args)
+
+
+def test_gem_ops_cuda_backend_matches_reference_backend(device):
+    cuda_ops = resolve_backend("cuda", device)
+    ref_ops = resolve_backend("reference", device)
+    assert (cuda_ops.name, ref_ops.name) == ("cuda", "reference")
+    x = to_device(make_inputs((2, 37, 2, 3, 8, 51), seed=10), torch.float64, device)
+    none, value = cuda_ops.g6_branch_indep(x["f"])
+    assert none is None
+    assert_close_to_reference(value, ref_ops.g6_branch_indep(x["f"])[1], torch.float64, "g6")
+    pairs = [
+        (cuda_ops.g10_temporal(x["q_t"], x["q_tp1"], x["nd"]), ref_ops.g10_temporal(x["q_t"], x["q_tp1"], x["nd"])),
+        (cuda_ops.g12_predictive(x["pred"], x["target"], x["nd"]), ref_ops.g12_predictive(x["pred"], x["target"], x["nd"])),
+        (cuda_ops.c51_loss(x["logits"], x["m"]), ref_ops.c51_loss(x["logits"], x["m"])),
+    ]
+    for got, want in pairs:
+        for g, w in zip(got, want):
+            assert_close_to_reference(g, w, torch.float64, "GemOps")
+    assert_close_to_reference(
+        cuda_ops.c51_project(x["p"], x["r"], x["g"], V_MIN, V_MAX),
+        ref_ops.c51_project(x["p"], x["r"], x["g"], V_MIN, V_MAX),
+        torch.float64,
+        "c51_project",
+    )

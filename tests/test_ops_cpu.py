@@ -1,0 +1,281 @@
+"""CPU checks of the tune_gems:: custom ops and of the backend selector.
+
+On CPU the ops run the plain-torch reference (forward) and closed-form gradients (backward),
+so these tests pin the registration (opcheck: schema, fake, autograd, AOT dispatch), the
+closed-form gradients (gradcheck in float64 and agreement with torch.autograd on the
+reference) and resolve_backend's semantics. The CUDA kernels are checked in tests/gpu.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tune_gems.errors import ConfigError, KernelBuildError
+from tune_gems.gems import reference
+from tune_gems.ops import (
+    KERNEL_CHOICES,
+    CustomOpGemOps,
+    GemOps,
+    ReferenceGemOps,
+    resolve_backend,
+)
+from tune_gems.ops.custom_ops import C51_PROJECT_NO_GRAD
+
+OPS = torch.ops.tune_gems
+
+# (P, B, K, A, D, atoms): a tiny case, B not a multiple of 32, more branches than the default.
+SHAPES = [
+    (1, 5, 2, 3, 4, 7),
+    (3, 37, 2, 3, 6, 11),
+    (2, 9, 3, 2, 5, 5),
+]
+DTYPES = [torch.float32, torch.float64]
+V_MIN, V_MAX = -10.0, 10.0
+
+
+def make_inputs(shape, dtype, seed=0, requires_grad=False):
+    """Fresh random inputs for every op at one shape; nd masks out about a third of samples."""
+    P, B, K, A, D, atoms = shape
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn(*size, scale=1.0):
+        t = (torch.randn(*size, generator=gen, dtype=torch.float64) * scale).to(dtype)
+        return t.requires_grad_(requires_grad)
+
+    nd = (torch.rand(P, B, generator=gen) > 0.33).to(dtype)
+    N = P * B * K
+    probs = torch.softmax(torch.randn(N, atoms, generator=gen, dtype=torch.float64), -1).to(dtype)
+    m = torch.softmax(torch.randn(P, B, K, atoms, generator=gen, dtype=torch.float64), -1).to(dtype)
+    return {
+        "f": randn(P, K, B, D),
+        "q_t": randn(P, B, K, A),
+        "q_tp1": randn(P, B, K, A),
+        "pred": randn(P, B, D),
+        "target": randn(P, B, D).detach(),
+        "nd": nd,
+        "p": probs,
+        "r": (torch.randn(N, generator=gen, dtype=torch.float64) * 3).to(dtype),
+        "g": (0.97 * (torch.rand(N, generator=gen) > 0.2)).to(dtype),
+        "logits": randn(P, B, K, atoms, scale=2.0),
+        "m": m,
+        "grad_per_sample": torch.randn(P, B, generator=gen, dtype=torch.float64).to(dtype),
+        "grad_value": torch.randn(P, generator=gen, dtype=torch.float64).to(dtype),
+    }
+
+
+def forward_cases(x):
+    """(op, args) of every forward op on inputs x."""
+    return [
+        (OPS.g6_branch_indep, (x["f"],)),
+        (OPS.g10_temporal, (x["q_t"], x["q_tp1"], x["nd"])),
+        (OPS.g12_predictive, (x["pred"], x["target"], x["nd"])),
+        (OPS.c51_project, (x["p"], x["r"], x["g"], V_MIN, V_MAX)),
+        (OPS.c51_loss, (x["logits"], x["m"])),
+    ]
+
+
+def backward_cases(x):
+    """(op, args) of every backward op, with and without the optional per-sample gradient."""
+    gps, gv = x["grad_per_sample"], x["grad_value"]
+    cases = [(OPS.g6_branch_indep_backward, (gv, x["f"]))]
+    for upstream in (gps, None):
+        cases += [
+            (OPS.g10_temporal_backward, (upstream, gv, x["q_t"], x["q_tp1"], x["nd"])),
+            (OPS.g12_predictive_backward, (upstream, gv, x["pred"], x["target"], x["nd"])),
+            (OPS.c51_loss_backward, (upstream, gv, x["logits"], x["m"])),
+        ]
+    return cases
+
+
+def case_id(shape):
+    return "P{}_B{}_K{}_A{}_D{}_atoms{}".format(*shape)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=case_id)
+def test_opcheck_forward_ops(shape, dtype):
+    x = make_inputs(shape, dtype, requires_grad=True)
+    for op, args in forward_cases(x):
+        if op is OPS.c51_project:
+            args = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
+        torch.library.opcheck(op, args)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=case_id)
+def test_opcheck_backward_ops(shape, dtype):
+    x = make_inputs(shape, dtype)
+    for op, args in backward_cases(x):
+        torch.library.opcheck(op, args)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=case_id)
+def test_forward_equals_reference(shape, dtype):
+    x = make_inputs(shape, dtype)
+    assert torch.equal(OPS.g6_branch_indep(x["f"]), reference.g6_branch_indep(x["f"])[1])
+    for got, want in [
+        (OPS.g10_temporal(x["q_t"], x["q_tp1"], x["nd"]), reference.g10_temporal(x["q_t"], x["q_tp1"], x["nd"])),
+        (OPS.g12_predictive(x["pred"], x["target"], x["nd"]), reference.g12_predictive(x["pred"], x["target"], x["nd"])),
+        (OPS.c51_loss(x["logits"], x["m"]), reference.c51_loss(x["logits"], x["m"])),
+    ]:
+        assert len(got) == 2
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    m = OPS.c51_project(x["p"], x["r"], x["g"], V_MIN, V_MAX)
+    assert torch.equal(m, reference.c51_project(x["p"], x["r"], x["g"], V_MIN, V_MAX))
+
+
+def _reference_grads(fn, inputs, outputs_weights):
+    """torch.autograd gradients of sum_o <weight_o, output_o> of the reference fn."""
+    outputs = [o for o in fn(*inputs) if o is not None]
+    loss = sum((o * w).sum() for o, w in zip(outputs, outputs_weights))
+    wrt = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+    return torch.autograd.grad(loss, wrt)
+
+
+def _op_grads(fn, inputs, outputs_weights):
+    outputs = fn(*inputs)
+    outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
+    loss = sum((o * w).sum() for o, w in zip(outputs, outputs_weights))
+    wrt = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+    return torch.autograd.grad(loss, wrt)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=case_id)
+def test_closed_form_grads_equal_autograd_of_reference(shape):
+    x = make_inputs(shape, torch.float64, seed=1, requires_grad=True)
+    gps, gv = x["grad_per_sample"], x["grad_value"]
+    cases = [
+        (OPS.g6_branch_indep, lambda f: reference.g6_branch_indep(f), (x["f"],), [gv], [gv]),
+        (OPS.g10_temporal, reference.g10_temporal, (x["q_t"], x["q_tp1"], x["nd"]), [gps, gv], [gps, gv]),
+        (OPS.g12_predictive, reference.g12_predictive, (x["pred"], x["target"], x["nd"]), [gps, gv], [gps, gv]),
+        (OPS.c51_loss, reference.c51_loss, (x["logits"], x["m"]), [gps, gv], [gps, gv]),
+    ]
+    for op, ref_fn, inputs, op_weights, ref_weights in cases:
+        got = _op_grads(op, inputs, op_weights)
+        want = _reference_grads(ref_fn, inputs, ref_weights)
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=case_id)
+def test_gradcheck_custom_ops_float64(shape):
+    x = make_inputs(shape, torch.float64, seed=2, requires_grad=True)
+    # Full Jacobians on the smallest shape; random projections (fast mode) on larger ones.
+    fast = shape != SHAPES[0]
+    for op, args in forward_cases(x):
+        if op is OPS.c51_project:
+            continue  # not differentiable by design
+        assert torch.autograd.gradcheck(op, args, fast_mode=fast)
+
+
+def test_g6_single_branch_is_zero_with_zero_gradient():
+    f = torch.randn(2, 1, 6, 3, dtype=torch.float64, requires_grad=True)
+    value = OPS.g6_branch_indep(f)
+    assert torch.equal(value, torch.zeros(2, dtype=torch.float64))
+    (grad,) = torch.autograd.grad(value.sum(), f)
+    assert torch.equal(grad, torch.zeros_like(f))
+
+
+def test_unused_per_sample_output_gives_value_only_gradient():
+    x = make_inputs(SHAPES[1], torch.float64, seed=3, requires_grad=True)
+    _, value = OPS.g10_temporal(x["q_t"], x["q_tp1"], x["nd"])
+    got = torch.autograd.grad(value.sum(), [x["q_t"], x["q_tp1"]])
+    _, ref_value = reference.g10_temporal(x["q_t"], x["q_tp1"], x["nd"])
+    want = torch.autograd.grad(ref_value.sum(), [x["q_t"], x["q_tp1"]])
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_targets_get_no_gradient():
+    x = make_inputs(SHAPES[0], torch.float64)
+    target = x["target"].clone().requires_grad_(True)
+    m = x["m"].clone().requires_grad_(True)
+    pred = x["pred"].clone().requires_grad_(True)
+    logits = x["logits"].clone().requires_grad_(True)
+    _, v12 = OPS.g12_predictive(pred, target, x["nd"])
+    _, vc = OPS.c51_loss(logits, m)
+    grads = torch.autograd.grad((v12 + vc).sum(), [pred, target, logits, m], allow_unused=True)
+    assert grads[0] is not None and grads[2] is not None
+    assert grads[1] is None and grads[3] is None
+
+
+def test_c51_project_backward_raises_clearly():
+    x = make_inputs(SHAPES[0], torch.float64)
+    p = x["p"].clone().requires_grad_(True)
+    m = OPS.c51_project(p, x["r"], x["g"], V_MIN, V_MAX)
+    with pytest.raises(RuntimeError, match="has no gradient"):
+        m.sum().backward()
+    assert "no_grad" in C51_PROJECT_NO_GRAD
+
+
+def test_member_outputs_do_not_depend_on_other_members():
+    shape = SHAPES[1]
+    x = make_inputs(shape, torch.float64, seed=4)
+    y = make_inputs(shape, torch.float64, seed=4)
+    for key in ("f", "q_t", "pred", "logits"):
+        y[key][-1] += 1.0
+    for (op, args_x), (_, args_y) in zip(forward_cases(x), forward_cases(y)):
+        if op is OPS.c51_project:
+            continue  # rows, not members
+        out_x, out_y = op(*args_x), op(*args_y)
+        out_x = [out_x] if isinstance(out_x, torch.Tensor) else out_x
+        out_y = [out_y] if isinstance(out_y, torch.Tensor) else out_y
+        for a, b in zip(out_x, out_y):
+            assert torch.equal(a[:-1], b[:-1])
+
+
+# ------------------------------------------------------------------ resolve_backend
+
+
+def test_reference_backend_is_the_reference():
+    ops = resolve_backend("reference", torch.device("cpu"))
+    assert isinstance(ops, ReferenceGemOps) and isinstance(ops, GemOps)
+    assert ops.name == "reference"
+    x = make_inputs(SHAPES[0], torch.float64)
+    assert ops.g6_branch_indep(x["f"])[0] is None
+    assert torch.equal(ops.g10_temporal(x["q_t"], x["q_tp1"], x["nd"])[1],
+                       reference.g10_temporal(x["q_t"], x["q_tp1"], x["nd"])[1])
+
+
+def test_cuda_backend_on_cpu_raises_one_line():
+    with pytest.raises(KernelBuildError) as error:
+        resolve_backend("cuda", torch.device("cpu"))
+    message = str(error.value)
+    assert message and "\n" not in message and "cuda" in message.lower()
+
+
+def test_unknown_backend_is_a_config_error():
+    with pytest.raises(ConfigError, match="kernels"):
+        resolve_backend("triton", "cpu")
+    assert KERNEL_CHOICES == ("auto", "cuda", "reference")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_auto_backend_on_cpu_uses_custom_ops_with_reference_math(dtype):
+    ops = resolve_backend("auto", "cpu")
+    assert isinstance(ops, CustomOpGemOps) and ops.name == "reference"
+    x = make_inputs(SHAPES[1], dtype, seed=5)
+    ref = ReferenceGemOps()
+    none, value = ops.g6_branch_indep(x["f"])
+    assert none is None and torch.equal(value, ref.g6_branch_indep(x["f"])[1])
+    pairs = [
+        (ops.g10_temporal(x["q_t"], x["q_tp1"], x["nd"]), ref.g10_temporal(x["q_t"], x["q_tp1"], x["nd"])),
+        (ops.g12_predictive(x["pred"], x["target"], x["nd"]), ref.g12_predictive(x["pred"], x["target"], x["nd"])),
+        (ops.c51_loss(x["logits"], x["m"]), ref.c51_loss(x["logits"], x["m"])),
+    ]
+    for got, want in pairs:
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert torch.equal(
+        ops.c51_project(x["p"], x["r"], x["g"], V_MIN, V_MAX),
+        ref.c51_project(x["p"], x["r"], x["g"], V_MIN, V_MAX),
+    )
+
+
+def test_auto_backend_casts_mask_to_input_dtype():
+    ops = resolve_backend("auto", "cpu")
+    x = make_inputs(SHAPES[0], torch.float64)
+    per_sample, value = ops.g10_temporal(x["q_t"], x["q_tp1"], x["nd"].float())
+    assert per_sample.dtype == torch.float64 and value.dtype == torch.float64

@@ -1,0 +1,7 @@
+"""`python -m tune_gems` is the `tune-gems` command."""
+
+import sys
+
+from tune_gems.cli import main
+
+sys.exit(main())

@@ -1,0 +1,82 @@
+"""Analysis of finished sweeps: Sharpe variance, gem magnitudes, verdicts, importances.
+
+Reads result files only (docs/results.md); never imports the trainer, sweep or model. Every
+function takes DataFrames and returns DataFrames, so a notebook can use any step alone:
+
+    from tune_gems.analysis import load_experiment, sharpe_variance, gem_verdicts
+    exp = load_experiment(["runs/sweep_a", "runs/sweep_b"])
+    sharpe_variance(exp.members, exp.trials)
+    gem_verdicts(exp.trials, exp.history, exp.members, rel_threshold=1e-3)
+
+`run_analysis(paths, out_dir)` runs everything and writes the CSVs, PNGs and report.md.
+See docs/analysis.md for the statistics and the verdict rules.
+"""
+
+import importlib
+
+_EXPORTS = {
+    "param_importances": "importance",
+    "context_label": "labels",
+    "trial_gem_modes": "labels",
+    "Experiment": "load",
+    "load_experiment": "load",
+    "gem_history": "magnitudes",
+    "gem_magnitudes": "magnitudes",
+    "gem_trajectories": "magnitudes",
+    "format_verdict_table": "report",
+    "markdown_table": "report",
+    "AnalysisResult": "run",
+    "analyze": "run",
+    "default_out_dir": "run",
+    "run_analysis": "run",
+    "write_result": "run",
+    "final_members": "variance",
+    "sharpe_variance": "variance",
+    "trial_outcomes": "variance",
+    "bootstrap_diff_ci": "stats",
+    "iqm": "stats",
+    "paired_bootstrap_ci": "stats",
+    "stratified_bootstrap_ci": "stats",
+    "wilcoxon_p": "stats",
+    "VERDICTS": "verdicts",
+    "compare_wired": "verdicts",
+    "gem_verdicts": "verdicts",
+}
+
+
+def __getattr__(name: str):
+    """Import on first use: the CLI builds its parser from this package without paying for
+    pandas, scipy, matplotlib and Optuna until an analysis actually runs."""
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"tune_gems.analysis.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'tune_gems.analysis' has no attribute {name!r}")
+
+
+__all__ = [
+    "AnalysisResult",
+    "Experiment",
+    "VERDICTS",
+    "analyze",
+    "bootstrap_diff_ci",
+    "compare_wired",
+    "context_label",
+    "default_out_dir",
+    "final_members",
+    "format_verdict_table",
+    "gem_history",
+    "gem_magnitudes",
+    "gem_trajectories",
+    "gem_verdicts",
+    "iqm",
+    "load_experiment",
+    "markdown_table",
+    "paired_bootstrap_ci",
+    "param_importances",
+    "run_analysis",
+    "sharpe_variance",
+    "stratified_bootstrap_ci",
+    "trial_gem_modes",
+    "trial_outcomes",
+    "wilcoxon_p",
+    "write_result",
+]

@@ -1,0 +1,70 @@
+"""Optuna parameter importances from the persisted study.
+
+Which searched choices (per-gem mode, weight, ...) moved the objective? We ask Optuna itself,
+with its default evaluator (PED-ANOVA in Optuna 5), on the study the sweep persisted in
+`<experiment>/optuna_journal.log`. Cases where importances mean nothing are skipped with a note
+in the table instead of an error: no study, fewer than 2 complete trials, or a search space
+where every parameter took a single value.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Mapping
+
+import pandas as pd
+
+IMPORTANCE_COLUMNS = ["study", "param", "importance", "n_complete", "note"]
+MIN_COMPLETE = 2
+
+
+def _note_row(study: str | None, n: int, note: str) -> dict:
+    return {"study": study, "param": None, "importance": math.nan, "n_complete": n, "note": note}
+
+
+def study_importances(name: str, study: Any, *, min_complete: int = MIN_COMPLETE) -> list[dict]:
+    """Rows of `param_importances` for one study (a note row when skipped)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    n = len(complete)
+    if n < min_complete:
+        return [_note_row(name, n, f"skipped: {n} complete trial(s), need {min_complete}")]
+    values: dict[str, set] = {}
+    for t in complete:
+        for k, v in t.params.items():
+            values.setdefault(k, set()).add(repr(v))
+    if not values:
+        return [_note_row(name, n, "skipped: the study has no parameters")]
+    if all(len(v) < 2 for v in values.values()):
+        return [_note_row(name, n, "skipped: single-valued search space (every parameter took one value)")]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            imp = optuna.importance.get_param_importances(study)
+        except Exception as err:  # an evaluator that cannot work on this study
+            msg = " ".join(str(err).split())
+            return [_note_row(name, n, f"skipped: {type(err).__name__}: {msg}")]
+    notes = sorted({" ".join(str(w.message).split()) for w in caught})
+    note = "; ".join(notes)
+    return [
+        {"study": name, "param": k, "importance": float(v), "n_complete": n, "note": note}
+        for k, v in imp.items()
+    ]
+
+
+def param_importances(studies: Mapping[str, Any], *, min_complete: int = MIN_COMPLETE) -> pd.DataFrame:
+    """Importances of every study: study, param, importance (sum 1 per study), n_complete, note.
+
+    Uses `optuna.importance.get_param_importances(study)` with Optuna's default evaluator;
+    warnings it raises (e.g. few trials per regime) are kept in `note`. A skipped study gives
+    one row with param empty and the reason in `note`; no study at all gives one such row too.
+    """
+    rows: list[dict] = []
+    if not studies:
+        rows.append(_note_row(None, 0, "skipped: no Optuna study found (no optuna_journal.log, or it holds no study)"))
+    for name, study in studies.items():
+        rows.extend(study_importances(name, study, min_complete=min_complete))
+    return pd.DataFrame(rows, columns=IMPORTANCE_COLUMNS)

@@ -1,0 +1,54 @@
+"""Gem modes and configuration labels of trials.
+
+`config_label` (docs/results.md) names a configuration: per-gem mode and the model switches,
+e.g. `g6=measure g10=wire g12=off sn=on noisy=on`. Two configurations that differ only in one
+gem's mode share the same *context* for that gem: the label with that gem's token removed.
+Members of such configurations with the same seed started from the same init, noise and replay
+stream, so they can be compared pairwise.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from tune_gems.config import GEM_NAMES
+from tune_gems.metrics import GEM_KEYS
+
+MODES = ("off", "measure", "wire")
+
+
+def gem_mode_from_label(label: str, gem: str) -> str | None:
+    """The mode of `gem` written in a config label (`g6=measure ...`), or None if absent."""
+    m = re.search(rf"(?:^|\s){re.escape(gem)}=(\S+)", str(label))
+    return m.group(1) if m else None
+
+
+def context_label(label: str, gem: str) -> str:
+    """The config label without `gem`'s token: equal contexts differ only in that gem's mode."""
+    tokens = [t for t in str(label).split() if not t.startswith(f"{gem}=")]
+    return " ".join(tokens)
+
+
+def trial_gem_modes(trials: pd.DataFrame) -> pd.DataFrame:
+    """One row per trial: experiment, trial_id, and one column per gem (g6, g10, g12) = its mode.
+
+    The mode comes from the `gems.<gem>.mode` column; where that is missing, from the config
+    label; where neither says, it is `unknown` (such trials are left out of gem statistics).
+    """
+    out = trials[["experiment", "trial_id", "config_label"]].copy()
+    for gem in GEM_NAMES:
+        col = f"gems.{gem}.mode"
+        from_label = out["config_label"].map(lambda s, g=gem: gem_mode_from_label(s, g))
+        if col in trials.columns:
+            mode = trials[col].astype(object).where(trials[col].notna(), from_label)
+        else:
+            mode = from_label
+        out[gem] = mode.map(lambda m: str(m).strip().lower() if m is not None and m == m else "unknown")
+    return out.drop(columns="config_label")
+
+
+def gem_metric(gem: str) -> str:
+    """The reported metric name of a gem (`g6` -> `g6_branch_indep`)."""
+    return GEM_KEYS[gem]

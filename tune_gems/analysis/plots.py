@@ -1,0 +1,121 @@
+"""PNG plots of the analysis (matplotlib, Agg canvas).
+
+Figures are built with `matplotlib.figure.Figure` and an Agg canvas directly, never through
+pyplot, so importing the analysis does not switch a notebook's backend and works headless.
+Each function returns the Figure (or None when there is nothing to draw).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from tune_gems.analysis import defaults
+from tune_gems.config import GEM_NAMES
+
+SHARPE_PNG = "sharpe_distributions.png"
+MAGNITUDES_PNG = "gem_magnitudes.png"
+IMPORTANCES_PNG = "importances.png"
+_MODE_STYLE = {"measure": ("tab:blue", "-"), "wire": ("tab:red", "--")}
+
+
+def _figure(w: float, h: float) -> Figure:
+    fig = Figure(figsize=(w, h), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _hbox(ax, data, positions) -> None:
+    kw = dict(positions=positions, widths=0.6, showfliers=False)
+    try:  # matplotlib >= 3.10
+        ax.boxplot(data, orientation="horizontal", **kw)
+    except TypeError:
+        ax.boxplot(data, vert=False, **kw)
+
+
+def sharpe_distributions(final: pd.DataFrame) -> Figure | None:
+    """Per configuration: box + jittered points of member Sharpe, validation and test panels.
+
+    `final` = included final-epoch members (see `final_members`): excluded trials are not drawn.
+    """
+    if final is None or not len(final):
+        return None
+    labels = sorted(final["config_label"].astype(str).unique())
+    fig = _figure(12, 1.0 + 0.45 * len(labels) + 1.0)
+    rng = np.random.default_rng(0)  # jitter only
+    for ax, col, title in zip(fig.subplots(1, 2, sharey=True), ("val_sharpe", "test_sharpe"), ("validation", "test")):
+        data = []
+        for lab in labels:
+            v = final.loc[final["config_label"] == lab, col].astype(float) if col in final else pd.Series(dtype=float)
+            data.append(v[np.isfinite(v)].to_numpy())
+        pos = np.arange(1, len(labels) + 1)
+        drawn = [i for i, d in enumerate(data) if d.size]
+        if drawn:
+            _hbox(ax, [data[i] for i in drawn], pos[drawn])
+        for i, d in enumerate(data):
+            ax.scatter(d, pos[i] + rng.uniform(-0.15, 0.15, d.size), s=10, alpha=0.6, color="tab:blue")
+        ax.set_yticks(pos, labels, fontsize=8)
+        ax.axvline(0.0, color="grey", lw=0.8)
+        ax.set_xlabel(f"{title} Sharpe (final epoch, per member)")
+        ax.set_title(title)
+    return fig
+
+
+def gem_magnitude_curves(traj: pd.DataFrame, rel_threshold: float = defaults.REL_THRESHOLD) -> Figure | None:
+    """Per gem: mean value (top) and value / C51 loss (bottom) over epochs, one line per mode."""
+    if traj is None or not len(traj):
+        return None
+    fig = _figure(4.0 * len(GEM_NAMES), 6.5)
+    axes = fig.subplots(2, len(GEM_NAMES), squeeze=False)
+    for j, gem in enumerate(GEM_NAMES):
+        g = traj[traj["gem"] == gem]
+        for i, (col, ylabel) in enumerate((("mean", "gem value"), ("rel_mean", "gem / C51 loss"))):
+            ax = axes[i, j]
+            for mode, gm in g.groupby("mode"):
+                color, ls = _MODE_STYLE.get(mode, ("tab:grey", ":"))
+                ax.plot(gm["epoch"], gm[col].astype(float), color=color, ls=ls, marker="o", ms=3, label=mode)
+            if col == "rel_mean":
+                ax.axhline(rel_threshold, color="black", lw=0.8, ls=":", label=f"threshold {rel_threshold:g}")
+            vals = g[col].astype(float)
+            if len(vals) and (vals > 0).all():
+                ax.set_yscale("log")
+            ax.set_xlabel("epoch")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylabel(ylabel)
+            if i == 0:
+                ax.set_title(g["metric"].iloc[0] if len(g) else f"{gem} (no data)")
+            if len(g) or col == "rel_mean":
+                ax.legend(fontsize=8)
+    return fig
+
+
+def importance_bars(imp: pd.DataFrame) -> Figure | None:
+    """Horizontal bars of parameter importance, one panel per study."""
+    if imp is None or not len(imp):
+        return None
+    imp = imp[imp["param"].notna()]
+    if not len(imp):
+        return None
+    studies = list(dict.fromkeys(imp["study"]))
+    n_rows = max(len(imp[imp["study"] == s]) for s in studies)
+    fig = _figure(6.0 * len(studies), 1.2 + 0.4 * n_rows)
+    axes = np.atleast_1d(fig.subplots(1, len(studies)))
+    for ax, s in zip(axes, studies):
+        d = imp[imp["study"] == s].sort_values("importance")
+        ax.barh(d["param"].astype(str), d["importance"].astype(float), color="tab:green")
+        ax.set_xlabel("importance (Optuna default evaluator, sums to 1)")
+        ax.set_title(str(s))
+    return fig
+
+
+def save(fig: Figure | None, path: Path) -> bool:
+    """Write `fig` as PNG; False (nothing written) when there was nothing to draw."""
+    if fig is None:
+        return False
+    fig.savefig(path, format="png")
+    return True

@@ -1,0 +1,197 @@
+"""Robust aggregates and bootstrap intervals for few-seed RL results.
+
+RL results come from few runs with heavy tails, so point estimates need intervals. Following
+Agarwal et al. 2021 ("Deep RL at the edge of the statistical precipice") the location statistic
+is the interquartile mean (IQM) and intervals come from a percentile bootstrap. Our runs are
+nested (members inside trials inside a configuration): members of one trial share the trial's
+hyperparameters and process, so the bootstrap is *stratified / hierarchical*: each resample
+draws trials with replacement, then members with replacement within each drawn trial. Every
+interval takes a `seed`; the same inputs and seed give the same interval.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+from tune_gems.analysis import defaults
+
+_CHUNK = 256  # resamples per vectorised block (bounds memory; fixed so results are seeded)
+
+
+def iqm(values) -> float:
+    """Interquartile mean: the mean after trimming int(0.25 n) values from each end.
+
+    Same convention as `scipy.stats.trim_mean(x, 0.25)` (and rliable); NaNs are ignored; NaN
+    for no values. With fewer than 4 values nothing is trimmed (plain mean).
+    """
+    arr = np.asarray(values, dtype=float).ravel()
+    arr = arr[~np.isnan(arr)]
+    if arr.size == 0:
+        return math.nan
+    return float(_iqm_rows(arr[None, :])[0])
+
+
+def _iqm_rows(mat: np.ndarray) -> np.ndarray:
+    """IQM of each row of a NaN-padded matrix (rows may hold different numbers of values)."""
+    srt = np.sort(mat, axis=1)  # NaN sort last
+    n = np.sum(~np.isnan(srt), axis=1)
+    k = (0.25 * n).astype(int)
+    csum = np.concatenate([np.zeros((srt.shape[0], 1)), np.cumsum(np.nan_to_num(srt), axis=1)], axis=1)
+    rows = np.arange(srt.shape[0])
+    total = csum[rows, n - k] - csum[rows, k]
+    cnt = n - 2 * k
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(cnt > 0, total / np.maximum(cnt, 1), np.nan)
+
+
+def _stat_rows(mat: np.ndarray, statistic: str) -> np.ndarray:
+    if statistic == "iqm":
+        return _iqm_rows(mat)
+    if statistic == "mean":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.nanmean(mat, axis=1)
+    raise ValueError(f"statistic must be 'iqm' or 'mean', got {statistic!r}")
+
+
+def location(values, statistic: str = defaults.STATISTIC) -> float:
+    """`iqm` or `mean` of the finite values."""
+    arr = np.asarray(values, dtype=float).ravel()
+    arr = arr[np.isfinite(arr)]
+    if arr.size == 0:
+        return math.nan
+    return float(_stat_rows(arr[None, :], statistic)[0])
+
+
+def _clean_groups(groups: Sequence) -> list[np.ndarray]:
+    out = []
+    for g in groups:
+        a = np.asarray(g, dtype=float).ravel()
+        a = a[np.isfinite(a)]
+        if a.size:
+            out.append(a)
+    return out
+
+
+def _hierarchical_resamples(groups: list[np.ndarray], n_boot: int, statistic: str, rng) -> np.ndarray:
+    """`n_boot` values of the statistic over two-level resamples (groups, then values within)."""
+    t = len(groups)
+    sizes = np.array([g.size for g in groups])
+    nmax = int(sizes.max())
+    padded = np.full((t, nmax), np.nan)
+    for i, g in enumerate(groups):
+        padded[i, : g.size] = g
+    out = np.empty(n_boot)
+    for start in range(0, n_boot, _CHUNK):
+        c = min(_CHUNK, n_boot - start)
+        ti = rng.integers(0, t, size=(c, t))
+        n_sel = sizes[ti]  # [c, t]
+        mi = np.floor(rng.random((c, t, nmax)) * n_sel[..., None]).astype(int)
+        vals = padded[ti[..., None], mi]
+        vals[np.arange(nmax)[None, None, :] >= n_sel[..., None]] = np.nan
+        out[start : start + c] = _stat_rows(vals.reshape(c, t * nmax), statistic)
+    return out
+
+
+def _interval(boot: np.ndarray, confidence: float) -> tuple[float, float]:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.nanquantile(boot, [alpha, 1.0 - alpha])
+    return float(lo), float(hi)
+
+
+def stratified_bootstrap_ci(
+    groups: Sequence,
+    *,
+    statistic: str = defaults.STATISTIC,
+    n_boot: int = defaults.N_BOOT,
+    confidence: float = defaults.CONFIDENCE,
+    seed: int = defaults.SEED,
+) -> tuple[float, float, float]:
+    """(estimate, low, high) of `statistic` over the pooled values of `groups` (one per trial).
+
+    Each resample draws len(groups) groups with replacement and, within each drawn group, as
+    many values as it has with replacement (non-finite values are dropped first). The estimate
+    is the statistic of the pooled original values; the interval is the percentile interval.
+    NaNs when fewer than 2 values.
+    """
+    groups = _clean_groups(groups)
+    pooled = np.concatenate(groups) if groups else np.empty(0)
+    if pooled.size < 2:
+        est = location(pooled, statistic) if pooled.size else math.nan
+        return est, math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    boot = _hierarchical_resamples(groups, n_boot, statistic, rng)
+    return (location(pooled, statistic), *_interval(boot, confidence))
+
+
+def bootstrap_diff_ci(
+    groups_a: Sequence,
+    groups_b: Sequence,
+    *,
+    statistic: str = defaults.STATISTIC,
+    n_boot: int = defaults.N_BOOT,
+    confidence: float = defaults.CONFIDENCE,
+    seed: int = defaults.SEED,
+) -> tuple[float, float, float]:
+    """(estimate, low, high) of stat(A) - stat(B), A and B resampled independently as above."""
+    a, b = _clean_groups(groups_a), _clean_groups(groups_b)
+    if not a or not b or sum(g.size for g in a) < 2 or sum(g.size for g in b) < 2:
+        return math.nan, math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    boot = _hierarchical_resamples(a, n_boot, statistic, rng) - _hierarchical_resamples(
+        b, n_boot, statistic, rng
+    )
+    est = location(np.concatenate(a), statistic) - location(np.concatenate(b), statistic)
+    return (est, *_interval(boot, confidence))
+
+
+def paired_bootstrap_ci(
+    diffs,
+    *,
+    n_boot: int = defaults.N_BOOT,
+    confidence: float = defaults.CONFIDENCE,
+    seed: int = defaults.SEED,
+) -> tuple[float, float, float]:
+    """(mean, low, high) of paired differences; pairs are resampled with replacement."""
+    d = np.asarray(diffs, dtype=float).ravel()
+    d = d[np.isfinite(d)]
+    if d.size < 2:
+        return (float(d.mean()) if d.size else math.nan), math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    boot = np.empty(n_boot)
+    for start in range(0, n_boot, _CHUNK):
+        c = min(_CHUNK, n_boot - start)
+        boot[start : start + c] = d[rng.integers(0, d.size, size=(c, d.size))].mean(axis=1)
+    return (float(d.mean()), *_interval(boot, confidence))
+
+
+def wilcoxon_p(diffs) -> float:
+    """Two-sided Wilcoxon signed-rank p of paired differences (1.0 if all are 0; NaN if n<2)."""
+    d = np.asarray(diffs, dtype=float).ravel()
+    d = d[np.isfinite(d)]
+    if d.size < 2:
+        return math.nan
+    if np.all(d == 0):
+        return 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(sps.wilcoxon(d, alternative="two-sided").pvalue)
+
+
+def mannwhitney_p(a, b) -> float:
+    """Two-sided Mann-Whitney U p of two independent samples (NaN if either is empty)."""
+    a = np.asarray(a, dtype=float).ravel()
+    b = np.asarray(b, dtype=float).ravel()
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    if a.size == 0 or b.size == 0:
+        return math.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(sps.mannwhitneyu(a, b, alternative="two-sided").pvalue)

@@ -1,0 +1,278 @@
+"""The validated configuration of one training run (pydantic models, YAML, dotted overrides).
+
+Every default here is the embedded run: `tune-gems train` with no arguments trains on the
+synthetic series. Unknown keys are rejected everywhere, so a typo never silently becomes a
+default.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tune_gems.errors import ConfigError
+
+GEM_NAMES = ("g6", "g10", "g12")
+GemMode = Literal["off", "measure", "wire"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class SyntheticConfig(_Strict):
+    """The seeded regime-switching series used when `data.source` is synthetic."""
+
+    n: int = Field(6000, ge=200, description="number of prices")
+    seed: int = Field(7, description="seed of the series (the same for every member)")
+    edge: float = Field(0.35, ge=0.0, le=1.0, description="strength of the learnable momentum edge")
+
+
+class DataConfig(_Strict):
+    source: Literal["synthetic", "file"] = "synthetic"
+    path: str | None = None
+    price_column: str = "close"
+    time_column: str | None = None
+    splits: list[Union[float, str, _dt.date]] = Field(
+        default_factory=lambda: [0.7, 0.15, 0.15],
+        description="train/val/test fractions summing to 1, or two dates: [val_start, test_start]",
+    )
+    synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+
+    @field_validator("splits", mode="before")
+    @classmethod
+    def _check_splits(cls, v: list) -> list:
+        if not isinstance(v, (list, tuple)):
+            raise ValueError("give three fractions [train, val, test] or two ISO dates [val_start, test_start]")
+        if len(v) == 3 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+            if any(x <= 0 for x in v):
+                raise ValueError("fractions must all be > 0")
+            if abs(sum(v) - 1.0) > 1e-6:
+                raise ValueError(f"fractions must sum to 1 (got {sum(v):g})")
+            return [float(x) for x in v]
+        if len(v) == 2 and all(isinstance(x, (str, _dt.date)) for x in v):
+            try:
+                a, b = (_dt.date.fromisoformat(str(x)[:10]) for x in v)
+            except ValueError as e:
+                raise ValueError(f"dates must be ISO dates YYYY-MM-DD ({e})") from None
+            if not a < b:
+                raise ValueError("validation start must be before test start")
+            return [str(x)[:10] for x in v]
+        raise ValueError("give three fractions [train, val, test] or two ISO dates [val_start, test_start]")
+
+    @model_validator(mode="after")
+    def _path_for_file(self) -> "DataConfig":
+        if self.source == "file" and not self.path:
+            raise ValueError("data.path is required when data.source is file")
+        return self
+
+
+class EnvConfig(_Strict):
+    window: int = Field(32, ge=2, le=1024, description="past log returns in an observation")
+    episode_length: int = Field(256, ge=8, description="steps before an environment restarts")
+    cost: float = Field(5e-4, ge=0.0, lt=0.1, description="transaction cost, fraction of |position change|")
+    reward_scale: float = Field(100.0, gt=0.0, description="reward multiplier for learning (returns are tiny)")
+    directions: list[float] = Field(default_factory=lambda: [-1.0, 0.0, 1.0])
+    sizes: list[float] = Field(default_factory=lambda: [1 / 3, 2 / 3, 1.0])
+    periods_per_year: float = Field(252.0, gt=0.0)
+
+    @model_validator(mode="after")
+    def _same_width(self) -> "EnvConfig":
+        if len(self.directions) != len(self.sizes) or len(self.directions) < 2:
+            raise ValueError("env.directions and env.sizes must have the same length (>= 2): one sub-action each")
+        if any(abs(d) > 1 for d in self.directions) or any(not 0 < s <= 1 for s in self.sizes):
+            raise ValueError("env.directions must lie in [-1, 1] and env.sizes in (0, 1]")
+        return self
+
+
+class ModelConfig(_Strict):
+    hidden: int = Field(128, ge=4, description="trunk width (latent h)")
+    trunk_layers: int = Field(2, ge=1, le=8)
+    stream_hidden: int = Field(64, ge=4, description="width of value/advantage stream features (G6's D)")
+    atoms: int = Field(51, ge=3, le=1024)
+    v_min: float = -5.0
+    v_max: float = 5.0
+    spectral_norm: bool = True
+    noisy: bool = True
+    noisy_sigma0: float = Field(0.5, gt=0.0)
+    predictor_hidden: int = Field(128, ge=4, description="hidden width of the G12 predictor head")
+
+    @model_validator(mode="after")
+    def _support(self) -> "ModelConfig":
+        if not self.v_min < self.v_max:
+            raise ValueError("model.v_min must be below model.v_max")
+        return self
+
+
+class GemConfig(_Strict):
+    mode: GemMode = "measure"
+    weight: float = Field(0.1, ge=0.0, le=1e3)
+
+
+class GemsConfig(_Strict):
+    g6: GemConfig = Field(default_factory=GemConfig)
+    g10: GemConfig = Field(default_factory=GemConfig)
+    g12: GemConfig = Field(default_factory=GemConfig)
+
+
+class TrainerConfig(_Strict):
+    population: int = Field(4, ge=1, le=4096, description="members (seeds) trained in lockstep")
+    epochs: int = Field(6, ge=1)
+    iterations_per_epoch: int = Field(150, ge=1)
+    batch_size: int = Field(64, ge=2)
+    n_envs: int = Field(8, ge=1, description="environments per member")
+    replay_capacity: int = Field(20000, ge=64, description="transitions per member")
+    learning_starts: int = Field(512, ge=0, description="transitions per member collected before learning")
+    n_step: int = Field(3, ge=1, le=64)
+    gamma: float = Field(0.97, gt=0.0, le=1.0)
+    lr: float = Field(5e-4, gt=0.0)
+    adam_eps: float = Field(1.5e-4, gt=0.0)
+    grad_clip: float = Field(10.0, gt=0.0, description="max gradient norm, per member")
+    target_update: int = Field(200, ge=1, description="hard target update period in iterations (used when tau is 0)")
+    tau: float = Field(0.0, ge=0.0, le=1.0, description="Polyak rate per iteration; 0 = hard updates")
+    epsilon_start: float = Field(1.0, ge=0.0, le=1.0, description="epsilon-greedy start (NoisyNets off only)")
+    epsilon_end: float = Field(0.05, ge=0.0, le=1.0)
+    epsilon_decay_iterations: int = Field(2000, ge=1)
+    precision: Literal["fp32", "tf32", "bf16"] = Field(
+        "fp32", description="matmul precision on CUDA; gem, loss and optimizer math stay fp32"
+    )
+    graph: Literal["auto", "on", "off"] = Field("auto", description="CUDA graph capture of the iteration")
+    checkpoint_every: int = Field(1, ge=0, description="epochs between checkpoints (0: only at the end)")
+    divergence_threshold: float = Field(1e6, gt=0.0, description="|loss| above this counts as diverged")
+
+    @model_validator(mode="after")
+    def _fits(self) -> "TrainerConfig":
+        if self.replay_capacity < self.n_envs * (self.n_step + 1):
+            raise ValueError("trainer.replay_capacity must hold at least n_envs * (n_step + 1) transitions")
+        if self.learning_starts > self.replay_capacity:
+            raise ValueError("trainer.learning_starts cannot exceed trainer.replay_capacity")
+        return self
+
+
+class Config(_Strict):
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    kernels: Literal["auto", "cuda", "reference"] = "auto"
+    data: DataConfig = Field(default_factory=DataConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    gems: GemsConfig = Field(default_factory=GemsConfig)
+
+    def gem(self, name: str) -> GemConfig:
+        return getattr(self.gems, name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def label(self) -> str:
+        """The configuration a run belongs to for analysis: per-gem mode and model switches
+        (weights are continuous under search, so they are columns, not part of the label)."""
+        gems = " ".join(f"{n}={self.gem(n).mode}" for n in GEM_NAMES)
+        onoff = {True: "on", False: "off"}
+        return f"{gems} sn={onoff[self.model.spectral_norm]} noisy={onoff[self.model.noisy]}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading: YAML files and dotted `key=value` overrides, with one-line errors.
+
+
+def format_validation_error(err: ValidationError, prefix: str = "") -> str:
+    """The first problem of a pydantic error as one line: `field.path: message`."""
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    loc = f"{prefix}{loc}" if loc else prefix.rstrip(".") or "config"
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key"
+    extra = f" (and {len(err.errors()) - 1} more problems)" if len(err.errors()) > 1 else ""
+    return f"{loc}: {msg}{extra}"
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML mapping from a file, through the safe loader; ConfigError naming the file otherwise."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: no such file")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{p}:{where} malformed YAML ({getattr(e, 'problem', None) or e})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p}: cannot read ({e})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: top level must be a mapping of keys to values")
+    return data
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """`a.b.c=value` -> ("a.b.c", value parsed as YAML: numbers, booleans, lists, null)."""
+    if "=" not in item:
+        raise ConfigError(f"{item}: overrides take the form key=value")
+    key, _, raw = item.partition("=")
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"{item}: empty key in override")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    """Write `value` at dotted `key`, creating intermediate mappings."""
+    parts = key.split(".")
+    node = tree
+    for part in parts[:-1]:
+        nxt = node.get(part)
+        if nxt is None:
+            nxt = node[part] = {}
+        elif not isinstance(nxt, dict):
+            raise ConfigError(f"{key}: {part} is a value, not a section")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for item in overrides:
+        key, value = parse_override(item)
+        set_dotted(tree, key, value)
+    return tree
+
+
+def build_config(tree: dict[str, Any], source: str = "config") -> Config:
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as e:
+        raise ConfigError(f"{source}: {format_validation_error(e)}") from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """The config of a run: defaults, then the YAML file (if any), then the overrides."""
+    tree = read_yaml(path) if path is not None else {}
+    apply_overrides(tree, list(overrides or []))
+    return build_config(tree, str(path) if path is not None else "config")
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mapping -> {dotted.key: leaf}."""
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def dump_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))

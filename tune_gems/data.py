@@ -1,0 +1,305 @@
+"""Price series: read from CSV/Parquet with one-line errors, or generated; split into segments.
+
+A bad price file should fail here, before any GPU time is spent, with one line that says which
+file and what is wrong with it (`tune_gems.errors.DataError`: "<path>: <problem>"). Everything
+downstream (env, trainer) may then assume a float64 series of strictly positive prices in
+strictly increasing time order.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from tune_gems.errors import ConfigError, DataError
+
+CSV_SUFFIXES = (".csv", ".csv.gz", ".txt")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+TIME_NAMES = ("date", "datetime", "time", "timestamp")
+"""Column names (any case) taken as the time column when none is given."""
+
+DEFAULT_REGIMES = ((0.006, 0.0005), (0.010, 0.0), (0.020, -0.0005))
+"""(daily volatility, daily drift at edge=1) of the synthetic regimes: calm-up, choppy, stressed."""
+
+_SNIFF_BYTES = 8192  # how much of a CSV to look at for NUL bytes (a binary file)
+_MAX_SHOWN = 40  # longest value quoted in a message, so the message stays one short line
+_MAX_DETAIL = 160  # longest reader error text repeated in a message
+
+
+def _fail(path: Any, problem: str) -> DataError:
+    """The DataError for `path`, forced onto one line whatever the problem text holds."""
+    return DataError(" ".join(f"{path}: {problem}".split()))
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
+def _read_frame(path: Path) -> pd.DataFrame:
+    """The file's table, raw; the reader is chosen by extension so a typo never guesses a format."""
+    name = path.name.lower()
+    if not name.endswith(CSV_SUFFIXES + PARQUET_SUFFIXES):
+        allowed = ", ".join(CSV_SUFFIXES + PARQUET_SUFFIXES)
+        ext = f"extension '{path.suffix}'" if path.suffix else "no extension"
+        raise _fail(path, f"unknown file type ({ext}); expected one of {allowed}")
+    if path.stat().st_size == 0:
+        raise _fail(path, "empty file")
+    try:
+        if name.endswith(PARQUET_SUFFIXES):
+            frame = pd.read_parquet(path)
+            # A pandas-written Parquet keeps a DatetimeIndex as the index: make it a column again.
+            if not isinstance(frame.index, pd.RangeIndex):
+                frame = frame.reset_index(names=frame.index.name or "timestamp")
+            return frame
+        if not name.endswith(".gz"):
+            with open(path, "rb") as fh:
+                if b"\x00" in fh.read(_SNIFF_BYTES):
+                    raise _fail(path, "not a text file (binary content); expected CSV text")
+        return pd.read_csv(path, skipinitialspace=True, low_memory=False)
+    except DataError:
+        raise
+    except pd.errors.EmptyDataError:
+        raise _fail(path, "empty file") from None
+    except Exception as e:  # noqa: BLE001 - every reader failure means the same thing to a user
+        kind = "Parquet" if name.endswith(PARQUET_SUFFIXES) else "CSV"
+        detail = str(e).splitlines()[0][:_MAX_DETAIL] if str(e) else "no details"
+        raise _fail(path, f"cannot read as {kind} ({type(e).__name__}: {detail})") from None
+
+
+def _find_column(frame: pd.DataFrame, wanted: str, what: str, path: Path) -> Any:
+    """The frame's column matching `wanted` ignoring case and surrounding spaces."""
+    key = wanted.strip().lower()
+    hits = [c for c in frame.columns if str(c).strip().lower() == key]
+    if len(hits) > 1:
+        raise _fail(path, f"{what} column '{wanted}' is ambiguous: {', '.join(map(str, hits))}")
+    if not hits:
+        columns = ", ".join(str(c).strip() for c in frame.columns)
+        raise _fail(path, f"no {what} column '{wanted}' (columns: {columns})")
+    return hits[0]
+
+
+def _when(ts: pd.Timestamp) -> str:
+    """A timestamp as short as it can be said: the date alone for naive midnight times."""
+    return str(ts.date()) if ts.tz is None and ts == ts.normalize() else str(ts)
+
+
+def _where(i: int, times: pd.DatetimeIndex | None) -> str:
+    """Row i (0-based) as a user finds it: data rows count from 1 after the header, plus its time."""
+    return f"row {i + 1}" + (f" ({_when(times[i])})" if times is not None else "")
+
+
+def _parse_times(raw: pd.Series, path: Path) -> pd.DatetimeIndex:
+    """Timestamps of the time column; naive or timezone-aware, mixed UTC offsets become UTC."""
+    if pd.api.types.is_datetime64_any_dtype(raw):
+        parsed = pd.Series(raw)
+    else:
+        text = raw.astype("string") if pd.api.types.is_numeric_dtype(raw) else raw
+        parsed = None
+        for kwargs in ({}, {"format": "mixed"}, {"format": "mixed", "utc": True}):
+            try:
+                with warnings.catch_warnings():  # "could not infer format": we retry and report ourselves
+                    warnings.simplefilter("ignore", UserWarning)
+                    parsed = pd.to_datetime(text, errors="coerce", **kwargs)
+            except (ValueError, TypeError):
+                continue
+            if pd.api.types.is_datetime64_any_dtype(parsed) and not (parsed.isna() & raw.notna()).any():
+                break
+    if parsed is None or not pd.api.types.is_datetime64_any_dtype(parsed):
+        raise _fail(path, "unparseable timestamps (mixed or unknown formats)")
+    bad = np.flatnonzero(parsed.isna().to_numpy())
+    if len(bad):
+        i = int(bad[0])
+        value = raw.iloc[i]
+        problem = "missing timestamp" if pd.isna(value) else f"unparseable timestamp {_show(value)}"
+        raise _fail(path, f"{problem} in row {i + 1}")
+    times = pd.DatetimeIndex(parsed)
+    step = np.diff(times.asi8)
+    bad = np.flatnonzero(step <= 0)
+    if len(bad):
+        i = int(bad[0]) + 1
+        if step[i - 1] == 0:
+            raise _fail(path, f"duplicate timestamp {_when(times[i])} in rows {i} and {i + 1}")
+        this, prev = _when(times[i]), _when(times[i - 1])
+        raise _fail(path, f"timestamps not sorted: row {i + 1} ({this}) is earlier than row {i} ({prev})")
+    return times
+
+
+def _parse_prices(raw: pd.Series, times: pd.DatetimeIndex | None, path: Path) -> np.ndarray:
+    """Float64 prices; the first non-numeric, missing, non-finite or non-positive one is an error."""
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    missing = raw.isna().to_numpy()
+    bad = np.flatnonzero(np.isnan(values) & ~missing)
+    if len(bad):
+        i = int(bad[0])
+        raise _fail(path, f"non-numeric price {_show(raw.iloc[i])} in {_where(i, times)}")
+    bad = np.flatnonzero(~np.isfinite(values))
+    if len(bad):
+        i = int(bad[0])
+        problem = "missing price" if missing[i] else f"non-finite price {values[i]}"
+        raise _fail(path, f"{problem} in {_where(i, times)}")
+    bad = np.flatnonzero(values <= 0)
+    if len(bad):
+        i = int(bad[0])
+        raise _fail(path, f"non-positive price {values[i]:g} in {_where(i, times)}")
+    return values
+
+
+def load_prices(
+    path: str | Path, price_column: str = "close", time_column: str | None = None, *, min_rows: int = 0
+) -> pd.Series:
+    """A validated float64 price series from a CSV (.csv, .csv.gz, .txt) or Parquet (.parquet, .pq).
+
+    Works on OHLCV tables and close-only files alike: only `price_column` is read. Column names
+    match ignoring case and surrounding spaces. Without `time_column`, a column named date,
+    datetime, time or timestamp (any case) is used when present; otherwise the index is 0..n-1.
+    `min_rows` > 0 rejects series too short to train on. Raises DataError "<path>: <problem>".
+    """
+    p = Path(path)
+    if not p.exists():
+        raise _fail(path, "no such file")
+    if not p.is_file():
+        raise _fail(path, "not a file")
+    frame = _read_frame(p)
+    frame.columns = [str(c).strip() for c in frame.columns]
+    if len(frame) == 0:
+        raise _fail(path, "no data rows")
+    price_col = _find_column(frame, price_column, "price", path)
+    if time_column is not None:
+        time_col = _find_column(frame, time_column, "time", path)
+    else:
+        time_col = next((c for c in frame.columns if c.lower() in TIME_NAMES), None)
+    times = _parse_times(frame[time_col], path) if time_col is not None else None
+    values = _parse_prices(frame[price_col], times, path)
+    if len(values) < min_rows:
+        raise _fail(path, f"{len(values)} rows, need at least {min_rows}")
+    index = times.rename(time_col) if times is not None else pd.RangeIndex(len(values))
+    return pd.Series(values, index=index, name=price_column, dtype=np.float64)
+
+
+def synthetic_prices(
+    n: int,
+    seed: int,
+    edge: float = 0.35,
+    *,
+    regimes: Sequence[tuple[float, float]] = DEFAULT_REGIMES,
+    regime_persistence: float = 0.98,
+    trend_persistence: float = 0.95,
+    max_trend_share: float = 0.2,
+    start: str = "2000-01-03",
+    start_price: float = 100.0,
+) -> pd.Series:
+    """A seeded regime-switching price series with a weak momentum edge a learner can find.
+
+    Why this shape: the embedded run must have something to learn (so a policy reading past
+    returns can beat flat after ~5 bps costs) without being trivial, and `edge=0` must be a
+    control with nothing to learn.
+    - Regimes: a Markov chain over `regimes` (daily volatility, drift) that stays put with
+      probability `regime_persistence` (else jumps to another regime uniformly); the drift is
+      scaled by `edge`, so edge=0 has none.
+    - Momentum: a hidden unit-variance AR(1) trend (`trend_persistence`) carries a share
+      `edge * max_trend_share` of each return's variance; the rest is i.i.d. noise. Lag-1
+      autocorrelation of returns is about edge * max_trend_share * trend_persistence
+      (~0.067 at the default edge); at edge=0 the direction of returns is unpredictable
+      (only volatility clusters).
+    Prices compound simple returns with multiplications only (no exp), so the same (n, seed,
+    edge) gives the same bits on every machine. Indexed by business days from `start`.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if not 0.0 <= edge * max_trend_share <= 1.0:
+        raise ValueError(f"edge * max_trend_share must lie in [0, 1], got {edge * max_trend_share}")
+    rng = np.random.default_rng(seed)
+    vol, drift = (np.asarray(col, dtype=np.float64) for col in zip(*regimes))
+    k = len(vol)
+    leave = (1.0 - regime_persistence) / max(k - 1, 1)
+    transition = np.where(np.eye(k, dtype=bool), regime_persistence if k > 1 else 1.0, leave)
+    cumulative = np.cumsum(transition, axis=1)
+    jumps, trend_shocks, noise = rng.random(n), rng.standard_normal(n), rng.standard_normal(n)
+
+    state = np.empty(n, dtype=np.int64)
+    trend = np.empty(n)
+    s, m = int(rng.integers(k)), 0.0
+    shock_scale = np.sqrt(1.0 - trend_persistence**2)
+    for t in range(n):
+        s = min(int(np.searchsorted(cumulative[s], jumps[t], side="right")), k - 1)
+        m = trend_persistence * m + shock_scale * trend_shocks[t]
+        state[t], trend[t] = s, m
+
+    share = edge * max_trend_share
+    returns = drift[state] * edge + vol[state] * (np.sqrt(share) * trend + np.sqrt(1.0 - share) * noise)
+    returns[0] = 0.0  # the first price is start_price itself
+    # Strictly positive prices: no regime here comes near a -100% day, the floor only makes it certain.
+    prices = start_price * np.cumprod(1.0 + np.maximum(returns, -0.5))
+    index = pd.bdate_range(start=start, periods=n)
+    return pd.Series(prices, index=index, name="close", dtype=np.float64)
+
+
+def load_series(cfg: Any, min_rows: int = 0) -> pd.Series:
+    """The series a `DataConfig` names: the synthetic one, or a validated price file."""
+    if cfg.source == "synthetic":
+        syn = cfg.synthetic
+        if syn.n < min_rows:
+            raise DataError(f"data.synthetic.n: {syn.n} rows, need at least {min_rows}")
+        return synthetic_prices(syn.n, syn.seed, syn.edge)
+    return load_prices(cfg.path, cfg.price_column, cfg.time_column, min_rows=min_rows)
+
+
+@dataclass(frozen=True)
+class SegmentBounds:
+    """Half-open [start, end) index ranges of the train, validation and test segments."""
+
+    train: tuple[int, int]
+    val: tuple[int, int]
+    test: tuple[int, int]
+
+
+_SEGMENT_NAMES = {"train": "train", "val": "validation", "test": "test"}
+
+
+def _date_cut(index: pd.DatetimeIndex, when: Any) -> int:
+    """Position of the first time >= `when`, comparing in the index's timezone."""
+    ts = pd.Timestamp(when)
+    if index.tz is not None and ts.tz is None:
+        ts = ts.tz_localize(index.tz)
+    elif index.tz is None and ts.tz is not None:
+        ts = ts.tz_convert(None)
+    return int(index.searchsorted(ts, side="left"))
+
+
+def split_bounds(prices: pd.Series, splits: list, min_len: int, source: str = "data.splits") -> SegmentBounds:
+    """Chronological, contiguous, non-overlapping train/val/test bounds covering `prices`.
+
+    `splits` is three fractions (cut by cumulative rounding, so the segments always add up to
+    n) or two dates [val_start, test_start] (each segment starts at the first time >= its date).
+    Every segment needs `min_len` prices: the env needs a full observation window and more.
+    """
+    n = len(prices)
+    if len(splits) == 3 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in splits):
+        f0, f1, f2 = (float(x) for x in splits)
+        if min(f0, f1, f2) <= 0 or abs(f0 + f1 + f2 - 1.0) > 1e-6:
+            raise ConfigError(f"{source}: fractions must be > 0 and sum to 1, got {list(splits)}")
+        a, b = round(n * f0), round(n * (f0 + f1))
+    elif len(splits) == 2 and all(isinstance(x, (str, _dt.date)) for x in splits):
+        if not isinstance(prices.index, pd.DatetimeIndex):
+            raise ConfigError(f"{source}: date splits need a time column in the data (or give three fractions)")
+        try:
+            a, b = (_date_cut(prices.index, x) for x in splits)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"{source}: cannot read {list(splits)} as dates ({e})") from None
+        if a > b:
+            raise ConfigError(f"{source}: validation start must come before test start, got {list(splits)}")
+    else:
+        raise ConfigError(f"{source}: give three fractions [train, val, test] or two dates [val_start, test_start]")
+    bounds = SegmentBounds(train=(0, a), val=(a, b), test=(b, n))
+    for key, label in _SEGMENT_NAMES.items():
+        lo, hi = getattr(bounds, key)
+        if hi - lo < min_len:
+            raise DataError(f"{source}: {label} segment has {hi - lo} prices, need at least min_len={min_len}")
+    return bounds

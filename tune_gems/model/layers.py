@@ -1,0 +1,125 @@
+"""Population-batched linear layers: parameters carry a leading group axis G (a member, or a
+member x branch), and every product is a batched matmul (`torch.baddbmm`), so G independent
+layers run as one kernel and never mix.
+
+A layer's forward takes its *effective* weights, computed once per iteration by `weights()`:
+that is where spectral norm runs its power iteration and NoisyNets apply their noise. Computing
+them once and reusing them for every batch of the iteration keeps the power-iteration state
+update out of the backward graph (the failure mode of torch's spectral-norm parametrization
+when one module runs twice) and lets s_t and s_{t+1} share one noise sample.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from tune_gems.rng import CounterRNG
+
+WeightMode = Literal["train", "target", "eval"]
+"""train: noise on, spectral-norm power iteration advances; target: noise on, power iteration
+frozen; eval: noise off (mean weights), power iteration frozen."""
+
+_NORM_EPS = 1e-12
+SN_INIT_ITERATIONS = 15
+"""Power iterations run at construction (as torch.nn.utils.spectral_norm does), so sigma is
+accurate from the first forward, also for a target net that does not iterate."""
+
+
+def _uniform(gens: list[torch.Generator], reps: int, shape: tuple[int, ...], bound: float) -> Tensor:
+    """[len(gens)*reps, *shape] uniform(-bound, bound), member by member from its own generator."""
+    out = [torch.rand((reps, *shape), generator=g, dtype=torch.float64) for g in gens]
+    return ((torch.cat(out) * 2 - 1) * bound).float()
+
+
+def _normal(gens: list[torch.Generator], reps: int, shape: tuple[int, ...]) -> Tensor:
+    return torch.cat([torch.randn((reps, *shape), generator=g, dtype=torch.float64) for g in gens]).float()
+
+
+def _normalize(x: Tensor) -> Tensor:
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(_NORM_EPS)
+
+
+class PopLinear(nn.Module):
+    """y = x @ W + b per group, optionally spectral-normed by per-group power iteration."""
+
+    def __init__(self, gens: list[torch.Generator], reps: int, in_f: int, out_f: int, spectral_norm: bool = False):
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_f)
+        self.weight = nn.Parameter(_uniform(gens, reps, (in_f, out_f), bound))
+        self.bias = nn.Parameter(_uniform(gens, reps, (1, out_f), bound))
+        self.spectral_norm = spectral_norm
+        if spectral_norm:
+            self.register_buffer("sn_u", _normalize(_normal(gens, reps, (out_f,))))
+            self.register_buffer("sn_v", _normalize(_normal(gens, reps, (in_f,))))
+            for _ in range(SN_INIT_ITERATIONS):
+                self._power_iteration()
+
+    @torch.no_grad()
+    def _power_iteration(self) -> None:
+        w = self.weight
+        v = _normalize(torch.bmm(w, self.sn_u.unsqueeze(-1)).squeeze(-1))
+        u = _normalize(torch.bmm(v.unsqueeze(1), w).squeeze(1))
+        self.sn_v.copy_(v)
+        self.sn_u.copy_(u)
+
+    def weights(self, mode: WeightMode) -> tuple[Tensor, Tensor]:
+        if not self.spectral_norm:
+            return self.weight, self.bias
+        w = self.weight
+        if mode == "train":
+            self._power_iteration()
+        sigma = (self.sn_v * torch.bmm(w, self.sn_u.unsqueeze(-1)).squeeze(-1)).sum(-1)
+        return w / sigma.view(-1, 1, 1), self.bias
+
+    @staticmethod
+    def apply(x: Tensor, wb: tuple[Tensor, Tensor]) -> Tensor:
+        w, b = wb
+        return torch.baddbmm(b, x, w)
+
+
+class NoisyPopLinear(nn.Module):
+    """Factorised-Gaussian NoisyNet layer (Fortunato et al. 2018) per group.
+
+    W = mu_w + sigma_w * f(eps_in) f(eps_out)^T, b = mu_b + sigma_b * f(eps_out), with
+    f(x) = sign(x) sqrt(|x|). The noise buffers are refilled in place from each member's
+    counter RNG by `resample`, inside the captured iteration.
+    """
+
+    def __init__(self, gens: list[torch.Generator], reps: int, in_f: int, out_f: int, sigma0: float):
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_f)
+        self.reps, self.in_f, self.out_f = reps, in_f, out_f
+        self.mu_w = nn.Parameter(_uniform(gens, reps, (in_f, out_f), bound))
+        self.mu_b = nn.Parameter(_uniform(gens, reps, (1, out_f), bound))
+        g = len(gens) * reps
+        self.sigma_w = nn.Parameter(torch.full((g, in_f, out_f), sigma0 / math.sqrt(in_f)))
+        self.sigma_b = nn.Parameter(torch.full((g, 1, out_f), sigma0 / math.sqrt(in_f)))
+        self.register_buffer("eps_in", torch.zeros(g, in_f))
+        self.register_buffer("eps_out", torch.zeros(g, out_f))
+
+    @staticmethod
+    def _f(x: Tensor) -> Tensor:
+        return x.sign() * x.abs().sqrt()
+
+    def resample(self, rng: CounterRNG, stream: int) -> None:
+        eps = rng.normal(stream, (self.reps, self.in_f + self.out_f)).view(-1, self.in_f + self.out_f)
+        self.eps_in.copy_(eps[:, : self.in_f])
+        self.eps_out.copy_(eps[:, self.in_f :])
+
+    def weights(self, mode: WeightMode) -> tuple[Tensor, Tensor]:
+        if mode == "eval":
+            return self.mu_w, self.mu_b
+        f_in, f_out = self._f(self.eps_in), self._f(self.eps_out)
+        w = self.mu_w + self.sigma_w * (f_in.unsqueeze(-1) * f_out.unsqueeze(1))
+        b = self.mu_b + self.sigma_b * f_out.unsqueeze(1)
+        return w, b
+
+    apply = staticmethod(PopLinear.apply)
+
+    def mean_abs_sigma(self) -> Tensor:
+        """Per-group mean |sigma_w| (the `noisy_sigma` health metric)."""
+        return self.sigma_w.detach().abs().mean(dim=(1, 2))

@@ -1,0 +1,205 @@
+"""JIT build and process-level cache of the tune-gems CUDA extension.
+
+The extension (kernels/binding.cpp + kernels/*.cu) is compiled with
+`torch.utils.cpp_extension.load` for the current device's architecture, once per node: the
+build folder is keyed by a hash of the sources, the torch / CUDA / Python versions, the arch
+and the flags, so a node reuses a finished build and a changed source gets a fresh folder.
+torch's file lock in that folder makes concurrent Ray workers on one node wait for one build
+instead of each building.
+
+The only mutable state of tune_gems.ops lives here: `_CACHE`, the loaded extension (or the
+build failure) per architecture for this process, so a failing build is tried once and
+warned about once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import threading
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from tune_gems.errors import KernelBuildError
+
+KERNELS_DIR_ENV = "TUNE_GEMS_KERNELS_DIR"
+EXTENSIONS_DIR_ENV = "TUNE_GEMS_EXTENSIONS_DIR"
+DEFAULT_EXTENSIONS_DIR = Path("~/.cache/tune_gems/torch_extensions")
+EXTENSION_NAME_PREFIX = "tune_gems_kernels"
+BINDING_SOURCE = "binding.cpp"
+# Flags beyond torch's defaults; the arch flag is added per device (see _cuda_flags).
+EXTRA_CUDA_FLAGS = ("-O3",)
+EXTRA_CXX_FLAGS = ("-O3",)
+# Hex digits of the source/toolchain hash used in folder and module names.
+BUILD_KEY_LENGTH = 16
+BUILD_LOG_NAME = "build_error.log"
+
+
+def kernels_dir() -> Path:
+    """The folder holding binding.cpp and the .cu sources (TUNE_GEMS_KERNELS_DIR overrides)."""
+    override = os.environ.get(KERNELS_DIR_ENV)
+    if override:
+        return Path(override).expanduser().resolve()
+    # tune_gems/ops/build.py -> repository root (the package is installed editable).
+    return Path(__file__).resolve().parents[2] / "kernels"
+
+
+def extensions_root() -> Path:
+    """Parent folder of the per-key build folders (TUNE_GEMS_EXTENSIONS_DIR overrides)."""
+    override = os.environ.get(EXTENSIONS_DIR_ENV)
+    return Path(override).expanduser() if override else DEFAULT_EXTENSIONS_DIR.expanduser()
+
+
+def device_arch(device: torch.device) -> str:
+    """Compute capability as nvcc spells it, e.g. "90" for an H200."""
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"{major}{minor}"
+
+
+def _cuda_flags(arch: str) -> list[str]:
+    # An explicit -gencode makes torch skip its own arch detection (TORCH_CUDA_ARCH_LIST).
+    return [*EXTRA_CUDA_FLAGS, f"-gencode=arch=compute_{arch},code=sm_{arch}"]
+
+
+def _source_files(folder: Path) -> tuple[list[Path], list[Path]]:
+    """(compiled sources, headers) of the extension; raises KernelBuildError if missing."""
+    binding = folder / BINDING_SOURCE
+    cuda_sources = sorted(folder.glob("*.cu"))
+    if not binding.is_file() or not cuda_sources:
+        raise KernelBuildError(
+            f"CUDA kernel sources not found in {folder} (need {BINDING_SOURCE} and *.cu; "
+            f"set {KERNELS_DIR_ENV} to the repository's kernels/ folder)"
+        )
+    headers = sorted([*folder.glob("*.h"), *folder.glob("*.cuh")])
+    return [binding, *cuda_sources], headers
+
+
+def build_key(arch: str, folder: Path | None = None) -> str:
+    """Hash of everything the built library depends on: sources, toolchain versions, flags."""
+    folder = folder or kernels_dir()
+    sources, headers = _source_files(folder)
+    digest = hashlib.sha256()
+    for path in [*sources, *headers]:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    for part in (
+        torch.__version__,
+        str(torch.version.cuda),
+        arch,
+        sys.implementation.cache_tag,
+        *_cuda_flags(arch),
+        *EXTRA_CXX_FLAGS,
+    ):
+        digest.update(b"\0" + part.encode())
+    return digest.hexdigest()[:BUILD_KEY_LENGTH]
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text[:300] if text else type(error).__name__
+
+
+def _compile(arch: str) -> types.ModuleType:
+    """Build (or reuse) and import the extension for `arch`; KernelBuildError on any failure."""
+    from torch.utils import cpp_extension  # deferred: only a CUDA run needs it
+
+    folder = kernels_dir()
+    sources, _ = _source_files(folder)
+    key = build_key(arch, folder)
+    build_dir = extensions_root() / key
+    try:
+        build_dir.mkdir(parents=True, exist_ok=True)
+        return cpp_extension.load(
+            name=f"{EXTENSION_NAME_PREFIX}_{key}",
+            sources=[str(path) for path in sources],
+            extra_cflags=list(EXTRA_CXX_FLAGS),
+            extra_cuda_cflags=_cuda_flags(arch),
+            extra_include_paths=[str(folder)],
+            build_directory=str(build_dir),
+            with_cuda=True,
+            verbose=False,
+        )
+    except Exception as error:  # noqa: BLE001 - any failure (no nvcc, no ninja, compile error)
+        log = build_dir / BUILD_LOG_NAME
+        try:
+            log.write_text(f"{type(error).__name__}: {error}\n")
+            where = f"; full output in {log}"
+        except OSError:
+            where = ""
+        raise KernelBuildError(
+            f"building the CUDA kernels for sm_{arch} failed: {_one_line(error)}{where}"
+        ) from error
+
+
+@dataclass
+class _ExtensionCache:
+    """Per-process record of the extension per arch: the module, or the build failure."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    modules: dict[str, types.ModuleType] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    # device index -> module, memoised so an op call does not query the device each time
+    by_device_index: dict[int, types.ModuleType] = field(default_factory=dict)
+    warned_fallback: set[str] = field(default_factory=set)
+
+
+_CACHE = _ExtensionCache()
+
+
+def _cuda_device(device: torch.device | str | int) -> torch.device:
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise KernelBuildError(f"kernels=cuda needs a CUDA device, got device '{device}'")
+    if not torch.cuda.is_available():
+        raise KernelBuildError("kernels=cuda needs CUDA, but torch.cuda.is_available() is False")
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def load_extension(device: torch.device | str | int = "cuda") -> types.ModuleType:
+    """The compiled extension for `device`, built on first use; raises KernelBuildError.
+
+    Thread-safe; a failed build is remembered and not retried in this process.
+    """
+    device = _cuda_device(device)
+    arch = device_arch(device)
+    with _CACHE.lock:
+        module = _CACHE.modules.get(arch)
+        if module is None:
+            if arch in _CACHE.failures:
+                raise KernelBuildError(_CACHE.failures[arch])
+            try:
+                module = _compile(arch)
+            except KernelBuildError as error:
+                _CACHE.failures[arch] = str(error)
+                raise
+            _CACHE.modules[arch] = module
+        _CACHE.by_device_index[device.index] = module
+        return module
+
+
+def loaded_extension(device: torch.device) -> types.ModuleType | None:
+    """The extension already loaded for `device`, or None; never builds (safe in capture)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    module = _CACHE.by_device_index.get(index)
+    if module is not None or not _CACHE.modules:
+        return module
+    module = _CACHE.modules.get(device_arch(torch.device("cuda", index)))
+    if module is not None:
+        with _CACHE.lock:
+            _CACHE.by_device_index[index] = module
+    return module
+
+
+def first_fallback_warning(arch_or_reason: str) -> bool:
+    """True the first time in this process a fallback for this reason is reported."""
+    with _CACHE.lock:
+        if arch_or_reason in _CACHE.warned_fallback:
+            return False
+        _CACHE.warned_fallback.add(arch_or_reason)
+        return True

@@ -1,0 +1,1 @@
+"""Sweeps on Ray Tune + Optuna (the only package that knows Ray)."""

@@ -1,0 +1,88 @@
+"""Optuna, through Ray Tune's OptunaSearch: a define-by-run space and a persisted study.
+
+Per gem, Optuna picks a mode among the spec's choices and, only when the mode is `wire`, a
+log-scale weight: the conditional parameter exists only where it means something, which is
+what define-by-run is for. The trial's seed is not searched: it is returned as a constant
+(base seed + Optuna's trial number, or the base seed for common seeds), so it is reproducible
+and visible in the study without polluting parameter importances.
+
+The study lives in Optuna's journal storage inside the experiment folder, readable with
+`optuna.load_study(study_name=<experiment>, storage=JournalStorage(JournalFileBackend(path)))`
+and optuna-dashboard.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from ray.tune.search.optuna import OptunaSearch
+
+from tune_gems.sweep.spec import SweepSpec
+
+JOURNAL_FILE = "optuna_journal.log"
+
+
+def journal_storage(path: str | Path) -> JournalStorage:
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+class DefineByRun:
+    """The search space as Optuna's define-by-run callable (a class, so that Tune can pickle
+    the searcher into its experiment state for resume)."""
+
+    def __init__(self, spec: SweepSpec):
+        self.base_seed = int(spec.config.get("seed", 0))
+        self.gems = dict(spec.search.gems)
+        self.params = dict(spec.search.params)
+        self.per_trial = spec.seeds == "per_trial"
+
+    def __call__(self, trial: optuna.Trial) -> dict[str, Any]:
+        for gem, gs in self.gems.items():
+            mode = trial.suggest_categorical(f"gems.{gem}.mode", list(gs.modes))
+            if mode == "wire":
+                trial.suggest_float(f"gems.{gem}.weight", gs.weight_low, gs.weight_high, log=True)
+        for key, p in self.params.items():
+            if p.type == "categorical":
+                trial.suggest_categorical(key, list(p.choices or []))
+            elif p.type == "int":
+                trial.suggest_int(key, int(p.low), int(p.high), log=p.log)
+            else:
+                trial.suggest_float(key, float(p.low), float(p.high), log=p.log)
+        return {"seed": self.base_seed + trial.number if self.per_trial else self.base_seed}
+
+
+class DivergenceAwareOptunaSearch(OptunaSearch):
+    """OptunaSearch that records a diverged trial (NaN objective) as FAIL in the study instead
+    of leaving it RUNNING (Optuna refuses NaN values; the base class only logs that)."""
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        value = result.get(self.metric)
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            return
+        super().on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        value = (result or {}).get(self.metric)
+        if result and (value is None or (isinstance(value, float) and not math.isfinite(value))):
+            if trial_id in self._completed_trials:
+                return
+            self._ot_study.tell(self._ot_trials[trial_id], None, state=optuna.trial.TrialState.FAIL)
+            self._completed_trials.add(trial_id)
+            return
+        super().on_trial_complete(trial_id, result=result, error=error)
+
+
+def make_searcher(spec: SweepSpec, study_name: str, journal_path: Path) -> OptunaSearch:
+    return DivergenceAwareOptunaSearch(
+        space=DefineByRun(spec),
+        metric="objective",
+        mode=spec.objective.mode,
+        sampler=optuna.samplers.TPESampler(seed=spec.sampler_seed),
+        study_name=study_name,
+        storage=journal_storage(journal_path),
+    )

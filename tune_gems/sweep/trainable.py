@@ -1,0 +1,55 @@
+"""The Ray Tune function trainable: one trial = one Trainer for P seeds on its own device.
+
+Tune runs this function in a worker thread of the trial's actor; the Trainer captures and
+replays its CUDA graph in that same thread. Each epoch is reported with `ray.tune.report` and
+(on checkpoint epochs) an exact checkpoint, so a retried trial resumes from
+`tune.get_checkpoint()` and ends bit-identical to an uninterrupted one.
+
+Per-member rows travel in the result as one JSON string (`members_json`), so they survive
+Tune's flattening of results and land in members.parquet.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from ray import tune
+
+from tune_gems.sweep.spec import trial_config
+from tune_gems.trainer.trainer import Trainer
+
+CHECKPOINT_FILE = "checkpoint.pt"
+MEMBERS_KEY = "members_json"
+
+
+def _finite_or_nan(x: Any) -> float:
+    return float(x) if x is not None and math.isfinite(float(x)) else math.nan
+
+
+def train_trial(params: dict[str, Any], *, base: dict[str, Any], prices: pd.Series, objective: str) -> None:
+    cfg = trial_config(base, params)
+    trainer = Trainer(cfg, prices=prices, log=lambda line: print(line, flush=True))
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            trainer.load_checkpoint(Path(d) / CHECKPOINT_FILE)
+    label = cfg.label()
+    every = cfg.trainer.checkpoint_every
+    while not trainer.done:
+        result = trainer.run_epoch()
+        metrics = dict(result.metrics)
+        metrics["objective"] = math.nan if trainer.diverged else _finite_or_nan(metrics[objective])
+        metrics["config_label"] = label
+        metrics["seed"] = cfg.seed
+        metrics[MEMBERS_KEY] = json.dumps(result.members)
+        if trainer.done or (every and trainer.epoch % every == 0):
+            with tempfile.TemporaryDirectory() as d:
+                trainer.save_checkpoint(Path(d) / CHECKPOINT_FILE)
+                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+        else:
+            tune.report(metrics)
