@@ -279,3 +279,40 @@ def test_auto_backend_casts_mask_to_input_dtype():
     x = make_inputs(SHAPES[0], torch.float64)
     per_sample, value = ops.g10_temporal(x["q_t"], x["q_tp1"], x["nd"].float())
     assert per_sample.dtype == torch.float64 and value.dtype == torch.float64
+
+
+def test_auto_backend_falls_back_with_one_warning(monkeypatch):
+    """kernels=auto on a CUDA device whose build fails: reference ops, one warning per process."""
+    import warnings
+
+    from tune_gems.ops import backend
+
+    message = f"simulated build failure {id(monkeypatch)}"
+
+    def failing_build(device):
+        raise KernelBuildError(message)
+
+    monkeypatch.setattr(backend, "load_extension", failing_build)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = resolve_backend("auto", torch.device("cuda", 0))
+        second = resolve_backend("auto", torch.device("cuda", 0))
+    assert isinstance(first, ReferenceGemOps) and isinstance(second, ReferenceGemOps)
+    assert first.name == second.name == "reference"
+    relevant = [w for w in caught if message in str(w.message)]
+    assert len(relevant) == 1 and "\n" not in str(relevant[0].message)
+
+
+def test_build_key_and_folders(monkeypatch, tmp_path):
+    from tune_gems.ops import build
+
+    key_90 = build.build_key("90")
+    assert key_90 == build.build_key("90") and key_90 != build.build_key("80")
+    assert len(key_90) == build.BUILD_KEY_LENGTH
+    assert (build.kernels_dir() / build.BINDING_SOURCE).is_file()
+    monkeypatch.setenv(build.EXTENSIONS_DIR_ENV, str(tmp_path / "ext"))
+    assert build.extensions_root() == tmp_path / "ext"
+    monkeypatch.setenv(build.KERNELS_DIR_ENV, str(tmp_path))
+    assert build.kernels_dir() == tmp_path.resolve()
+    with pytest.raises(KernelBuildError, match="not found"):
+        build.build_key("90")

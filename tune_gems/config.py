@@ -9,15 +9,22 @@ from __future__ import annotations
 
 import datetime as _dt
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tune_gems.errors import ConfigError
 
 GEM_NAMES = ("g6", "g10", "g12")
-GemMode = Literal["off", "measure", "wire"]
+
+
+def _yaml_off(v: Any) -> Any:
+    """YAML 1.1 reads a bare `off` as the boolean False; for a gem mode it means "off"."""
+    return "off" if v is False else v
+
+
+GemMode = Annotated[Literal["off", "measure", "wire"], BeforeValidator(_yaml_off)]
 
 
 class _Strict(BaseModel):

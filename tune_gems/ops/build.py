@@ -37,6 +37,8 @@ EXTRA_CXX_FLAGS = ("-O3",)
 # Hex digits of the source/toolchain hash used in folder and module names.
 BUILD_KEY_LENGTH = 16
 BUILD_LOG_NAME = "build_error.log"
+# Longest excerpt of a build failure quoted in the one-line KernelBuildError.
+MESSAGE_CHARS = 300
 
 
 def kernels_dir() -> Path:
@@ -99,8 +101,11 @@ def build_key(arch: str, folder: Path | None = None) -> str:
 
 
 def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return text[:300] if text else type(error).__name__
+    """The most telling line of a build failure: the first compiler "error" line if any."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    telling = next((line for line in lines if "error" in line.lower() and "Error building" not in line), None)
+    text = " ".join((telling or " ".join(lines)).split())
+    return text[:MESSAGE_CHARS] if text else type(error).__name__
 
 
 def _compile(arch: str) -> types.ModuleType:

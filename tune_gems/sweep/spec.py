@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from tune_gems.config import (
     GEM_NAMES,
     Config,
+    GemMode,
     _Strict,
     apply_overrides,
     build_config,
@@ -31,7 +32,7 @@ from tune_gems.metrics import EPOCH_METRICS
 
 
 class GemSearch(_Strict):
-    modes: list[Literal["off", "measure", "wire"]] = Field(default_factory=lambda: ["measure", "wire"])
+    modes: list[GemMode] = Field(default_factory=lambda: ["measure", "wire"])
     weight_low: float = Field(1e-3, gt=0.0)
     weight_high: float = Field(1.0, gt=0.0, le=1e3)
 

@@ -31,11 +31,14 @@ ACC_ROWS = ("loss", "q_mean", "grad_norm", "g6", "g10", "g12", "nonfinite")
 
 
 class Learner:
-    def __init__(self, cfg: Config, market: Market, device: torch.device, ops):
+    def __init__(self, cfg: Config, market: Market, device: torch.device, ops, seeds: list[int] | None = None):
+        """`seeds` overrides the member seeds derived from cfg.seed (one per member)."""
         tc, mc = cfg.trainer, cfg.model
         self.cfg, self.device, self.ops = cfg, device, ops
         self.P = P = tc.population
-        self.seeds = member_seeds(cfg.seed, P)
+        self.seeds = list(seeds) if seeds is not None else member_seeds(cfg.seed, P)
+        if len(self.seeds) != P:
+            raise ValueError(f"{len(self.seeds)} seeds for a population of {P}")
         self.rng = CounterRNG(self.seeds, device)
         self.env = VecTradingEnv(market, cfg.env, self.rng, tc.n_envs, stream=STREAM_ENV)
         K, A = self.env.actions.branches, self.env.actions.sub_actions

@@ -1,0 +1,47 @@
+"""Small configs and helpers shared by the learner tests (CPU, seconds each)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from tune_gems.config import Config, load_config
+
+TINY = [
+    "trainer.population=3",
+    "trainer.epochs=3",
+    "trainer.iterations_per_epoch=6",
+    "trainer.batch_size=16",
+    "trainer.n_envs=2",
+    "trainer.replay_capacity=512",
+    "trainer.learning_starts=32",
+    "trainer.target_update=4",
+    "env.window=8",
+    "env.episode_length=32",
+    "model.hidden=16",
+    "model.stream_hidden=8",
+    "model.atoms=11",
+    "model.predictor_hidden=16",
+    "data.synthetic.n=900",
+    "device=cpu",
+]
+
+
+def tiny_config(*overrides: str) -> Config:
+    return load_config(None, [*TINY, *overrides])
+
+
+def all_wired() -> list[str]:
+    return [f"gems.{g}.mode=wire" for g in ("g6", "g10", "g12")]
+
+
+def member_slice(t: torch.Tensor, population: int, p: int) -> torch.Tensor:
+    """Member p's part of a tensor with a leading member (or member-major group) axis."""
+    return t.reshape(population, -1)[p]
+
+
+def canon(rows: list[dict]) -> str:
+    """Rows as canonical JSON without the wall-clock `sps`: NaN compares equal to NaN, and any
+    other difference, down to the last bit of a float, shows."""
+    return json.dumps([{k: v for k, v in r.items() if k != "sps"} for r in rows], sort_keys=True)
