@@ -76,7 +76,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # key=value overrides may come after options (`sweep SPEC --name x a.b=1`): argparse stops
+    # collecting positionals at the first option, so gather the stragglers here
+    args, extra = parser.parse_known_args(argv)
+    stray = [x for x in extra if x.startswith("-") or "=" not in x or args.command == "analyze"]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if args.command == "train":
+        args.items += extra
+    elif args.command == "sweep":
+        args.overrides += extra
     try:
         return args.fn(args)
     except TuneGemsError as e:

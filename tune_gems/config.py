@@ -36,7 +36,7 @@ class SyntheticConfig(_Strict):
 
     n: int = Field(6000, ge=200, description="number of prices")
     seed: int = Field(7, description="seed of the series (the same for every member)")
-    edge: float = Field(0.35, ge=0.0, le=1.0, description="strength of the learnable momentum edge")
+    edge: float = Field(0.8, ge=0.0, le=1.0, description="strength of the learnable momentum edge (0: none)")
 
 
 class DataConfig(_Strict):

@@ -67,11 +67,10 @@ def _gpus_per_trial(spec: SweepSpec) -> float:
 
 def _print_summary(trials: pd.DataFrame, experiment: str) -> None:
     cols = [c for c in ("trial_id", "status", "config_label", "epochs_done", "val_sharpe_mean", "test_sharpe_mean", "diverged") if c in trials]
-    print()
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 48):
-        print(trials[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    print(f"\nresults: {experiment}/{{trials,history,members}}.parquet")
-    print(f"analyze: tune-gems analyze {experiment}")
+        table = trials[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}")
+    # flushed at once: a driver attached to a running cluster can exit without flushing stdout
+    print(f"\n{table}\n\nresults: {experiment}/{{trials,history,members}}.parquet\nanalyze: tune-gems analyze {experiment}", flush=True)
 
 
 def run_sweep(
