@@ -90,7 +90,8 @@ class Learner:
         if self.device.type != "cuda" or prec == "fp32":
             return contextlib.nullcontext()
         if prec == "bf16":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
+            # no weight-cast cache: cached casts would outlive a CUDA graph capture
+            return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False)
         return _Float32MatmulPrecision("high")
 
     # -- acting ------------------------------------------------------------------------------

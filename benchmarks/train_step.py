@@ -1,0 +1,190 @@
+"""Training-iteration time: eager vs CUDA graph, and how it scales with the population P.
+
+One run, side by side on one GPU, with the real Trainer (env step, replay insert, sampling,
+forward, gems, backward, Adam, target update: one iteration = one graph replay):
+- eager vs graphed iteration at P=1 (fp32);
+- graphed iteration for P in {1, 4, 16, 64, 256} at each matmul precision (fp32, tf32, bf16);
+- gems all `off` vs all `measure` (CUDA kernels, and the reference ops) at P=1 and P=64:
+  the cost of measuring;
+- seed-steps per second (P members x n_envs environment steps per iteration / time) and peak
+  GPU memory per member.
+
+Timing: CUDA events around `reps` iterations after warm-up (the capture happens in the
+warm-up), repeated `rounds` times; the median is reported.
+
+    python benchmarks/train_step.py [--out benchmarks/results/train_step.json] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import shlex
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from tune_gems.config import load_config
+from tune_gems.trainer import Trainer
+
+POPULATIONS = (1, 4, 16, 64, 256)
+PRECISIONS = ("fp32", "tf32", "bf16")
+BASE = [
+    "device=cuda",
+    "trainer.batch_size=256",
+    "trainer.n_envs=16",
+    "trainer.replay_capacity=8192",
+    "trainer.learning_starts=512",
+    "model.hidden=256",
+    "model.stream_hidden=64",
+    "data.synthetic.n=4000",
+]
+GEMS = {g: [f"gems.{x}.mode={g}" for x in ("g6", "g10", "g12")] for g in ("off", "measure", "wire")}
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "train_step.json"
+
+
+def time_iterations(trainer: Trainer, warmup: int, reps: int, rounds: int) -> float:
+    """Median microseconds per iteration (graph replay or eager step)."""
+    for _ in range(warmup):
+        trainer.runner()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            trainer.runner()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / reps)
+    return statistics.median(times)
+
+
+def run_case(P: int, precision: str, graph: bool, gems: str, kernels: str, warmup: int, reps: int, rounds: int) -> dict:
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base_mem = torch.cuda.memory_allocated()
+    cfg = load_config(
+        None,
+        [*BASE, *GEMS[gems], f"trainer.population={P}", f"trainer.precision={precision}",
+         f"trainer.graph={'on' if graph else 'off'}", f"kernels={kernels}"],
+    )
+    t = Trainer(cfg, log=None)
+    t._prefill()
+    us = time_iterations(t, warmup, reps if graph else max(reps // 4, 10), rounds)
+    peak = torch.cuda.max_memory_allocated() - base_mem
+    row = {
+        "P": P,
+        "precision": precision,
+        "mode": "graph" if graph else "eager",
+        "gems": gems,
+        "kernels": t.ops.name,
+        "iter_us": round(us, 1),
+        "seed_steps_per_s": round(P * cfg.trainer.n_envs / (us * 1e-6)),
+        "member_updates_per_s": round(P / (us * 1e-6)),
+        "mem_per_member_mb": round(peak / P / 2**20, 2),
+    }
+    del t
+    return row
+
+
+def profile_iteration(P: int, precision: str, top: int = 15) -> dict:
+    """Kernel-level profile of one eager iteration (the same kernels a replay runs): the number
+    of kernel launches and where the GPU time goes, for explaining the graph timings."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cfg = load_config(None, [*BASE, *GEMS["measure"], f"trainer.population={P}", f"trainer.precision={precision}", "trainer.graph=off"])
+    t = Trainer(cfg, log=None)
+    t._prefill()
+    for _ in range(3):
+        t.learner.iteration()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            t.learner.iteration()
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.device_type.name == "CUDA" or getattr(e, "device_time_total", 0) > 0]
+    def dev_time(e):
+        return getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+    kernels = sorted(events, key=dev_time, reverse=True)
+    total = sum(dev_time(e) for e in kernels) / 5
+    launches = sum(e.count for e in kernels) / 5
+    rows = [{"kernel": e.key[:90], "us_per_iter": round(dev_time(e) / 5, 1), "calls_per_iter": e.count / 5} for e in kernels[:top]]
+    print(f"\nprofile P={P} {precision}: {launches:.0f} kernel launches, {total:.0f} us of kernel time per iteration")
+    for r in rows:
+        print(f"  {r['us_per_iter']:>8.1f} us  x{r['calls_per_iter']:<5.1f} {r['kernel']}")
+    del t
+    return {"P": P, "precision": precision, "launches_per_iter": launches, "kernel_us_per_iter": round(total, 1), "top": rows}
+
+
+def cases(quick: bool):
+    pops = (1, 64) if quick else POPULATIONS
+    yield dict(P=1, precision="fp32", graph=False, gems="measure", kernels="cuda")
+    for prec in PRECISIONS:
+        for P in pops:
+            yield dict(P=P, precision=prec, graph=True, gems="measure", kernels="cuda")
+    for P in (1, 64):
+        for gems in ("off", "wire"):
+            yield dict(P=P, precision="fp32", graph=True, gems=gems, kernels="cuda")
+        yield dict(P=P, precision="fp32", graph=True, gems="measure", kernels="reference")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="P in {1, 64} only")
+    ap.add_argument("--profile", action="store_true", help="also profile one eager iteration at P=1 and P=64")
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("train_step benchmark needs CUDA", file=sys.stderr)
+        return 2
+    rows = []
+    print(f"{'mode':6} {'P':>4} {'prec':5} {'gems':8} {'kernels':9} {'iter_us':>9} {'seed-steps/s':>13} {'MB/member':>9}")
+    for c in cases(a.quick):
+        r = run_case(**c, warmup=a.warmup, reps=a.reps, rounds=a.rounds)
+        rows.append(r)
+        print(f"{r['mode']:6} {r['P']:>4} {r['precision']:5} {r['gems']:8} {r['kernels']:9} {r['iter_us']:>9.1f} "
+              f"{r['seed_steps_per_s']:>13,} {r['mem_per_member_mb']:>9.2f}", flush=True)
+
+    def find(**kw):
+        return next((r for r in rows if all(r[k] == v for k, v in kw.items())), None)
+
+    summary = {}
+    eager, g1 = find(mode="eager", P=1), find(mode="graph", P=1, precision="fp32", gems="measure", kernels="cuda")
+    if eager and g1:
+        summary["graph_speedup_P1"] = round(eager["iter_us"] / g1["iter_us"], 2)
+    for prec in PRECISIONS:
+        p1, p64 = find(mode="graph", P=1, precision=prec, gems="measure"), find(mode="graph", P=64, precision=prec, gems="measure")
+        if p1 and p64:
+            summary[f"P64_over_P1_{prec}"] = round(p64["iter_us"] / p1["iter_us"], 2)
+    for P in (1, 64):
+        off, meas = find(P=P, gems="off", mode="graph"), find(P=P, gems="measure", precision="fp32", mode="graph", kernels="cuda")
+        if off and meas:
+            summary[f"measure_over_off_P{P}"] = round(meas["iter_us"] / off["iter_us"], 3)
+    print("\nsummary:", json.dumps(summary))
+    profiles = [profile_iteration(P, "fp32") for P in (1, 64)] if a.profile else []
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps({
+        "benchmark": "train_step",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "command": "python " + " ".join(shlex.quote(x) for x in sys.argv),
+        "config": BASE,
+        "rows": rows,
+        "summary": summary,
+        "profiles": profiles,
+    }, indent=2))
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
