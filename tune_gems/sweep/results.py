@@ -74,6 +74,7 @@ def collect_frames(result_grid, base: dict[str, Any], experiment: str) -> tuple[
         trial.update(flat_cfg)
         trial.update({m: last.get(m, math.nan) for m in EPOCH_METRICS})
         trial["objective"] = last.get("objective", math.nan)
+        trial["node_id"], trial["gpu_ids"] = last.get("node_id"), last.get("gpu_ids")
         trials.append(trial)
     th = pd.DataFrame(trials)
     hist = pd.DataFrame(history, columns=[*ID_COLUMNS, *EPOCH_METRICS])

@@ -31,8 +31,17 @@ def _finite_or_nan(x: Any) -> float:
     return float(x) if x is not None and math.isfinite(float(x)) else math.nan
 
 
+def placement() -> dict[str, Any]:
+    """Where this trial runs: Ray node id and the GPU ids Ray assigned it (empty on CPU)."""
+    import ray
+
+    ctx = ray.get_runtime_context()
+    return {"node_id": ctx.get_node_id(), "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids())}
+
+
 def train_trial(params: dict[str, Any], *, base: dict[str, Any], prices: pd.Series, objective: str) -> None:
     cfg = trial_config(base, params)
+    where = placement()
     trainer = Trainer(cfg, prices=prices, log=lambda line: print(line, flush=True))
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
@@ -46,6 +55,7 @@ def train_trial(params: dict[str, Any], *, base: dict[str, Any], prices: pd.Seri
         metrics["objective"] = math.nan if trainer.diverged else _finite_or_nan(metrics[objective])
         metrics["config_label"] = label
         metrics["seed"] = cfg.seed
+        metrics.update(where)
         metrics[MEMBERS_KEY] = json.dumps(result.members)
         if trainer.done or (every and trainer.epoch % every == 0):
             with tempfile.TemporaryDirectory() as d:
