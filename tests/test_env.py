@@ -73,13 +73,14 @@ def test_reward_at_t_is_position_times_return_from_t_to_t_plus_1_minus_cost(pric
     cfg = EnvConfig(window=W, episode_length=20, cost=1e-3, reward_scale=1.0)
     m = _market(prices)
     rng = CounterRNG([5], "cpu")
-    env = VecTradingEnv(m, cfg, rng, n_envs=1)
-    env.reset()
+    env = VecTradingEnv(m, cfg, 1, n_envs=1)
+    env.reset(rng.uniform(1, (1,)))
     t0 = int(env.t[0, 0])
     p = prices.to_numpy()
-    tr = env.step(torch.tensor([[[2, 2]]]))  # long, size 1
+    u = rng.uniform(2, (1,))
+    tr = env.step(torch.tensor([[[2, 2]]]), u)  # long, size 1
     assert tr.net_return.item() == pytest.approx(1.0 * (p[t0 + 1] / p[t0] - 1) - 1e-3 * 1.0, rel=1e-5)
-    tr = env.step(torch.tensor([[[0, 0]]]))  # short 1/3: change of 4/3
+    tr = env.step(torch.tensor([[[0, 0]]]), u)  # short 1/3: change of 4/3
     expect = -(1 / 3) * (p[t0 + 2] / p[t0 + 1] - 1) - 1e-3 * (4 / 3)
     assert tr.net_return.item() == pytest.approx(expect, rel=1e-5)
     assert tr.obs[0, 0, W].item() == 1.0 and tr.next_obs[0, 0, W].item() == pytest.approx(-1 / 3)
@@ -89,15 +90,15 @@ def test_episodes_restart_at_member_specific_offsets(prices):
     cfg = EnvConfig(window=W, episode_length=8)
     m = _market(prices)
     rng = CounterRNG(member_seeds(0, 3), "cpu")
-    env = VecTradingEnv(m, cfg, rng, n_envs=4)
-    env.reset()
+    env = VecTradingEnv(m, cfg, 3, n_envs=4)
+    env.reset(rng.uniform(1, (4,)))
     starts = env.t.clone()
     assert len(set(starts.flatten().tolist())) > 4
     lo, hi = m.ranges["train"].lo, m.ranges["train"].hi
     ends = 0
     for _ in range(8):
         rng.advance()
-        tr = env.step(torch.ones(3, 4, 2, dtype=torch.int64))
+        tr = env.step(torch.ones(3, 4, 2, dtype=torch.int64), rng.uniform(1, (4,)))
         ends += int(tr.end.sum())
         assert ((env.t >= lo) & (env.t < hi)).all()
     assert ends == 12 and torch.equal(env.steps, torch.zeros_like(env.steps))
@@ -148,12 +149,12 @@ def _transition(P, E, step, end_every=None, obs_dim=3):
 def test_replay_n_step_returns_stop_at_episode_ends():
     P, E, n, gamma = 2, 3, 3, 0.5
     rng = CounterRNG([1, 2], "cpu")
-    buf = ReplayBuffer(P, 30, 3, 2, E, n, gamma, rng, stream=9, device="cpu")
+    buf = ReplayBuffer(P, 30, 3, 2, E, n, gamma, device="cpu")
     for step in range(12):  # rewards 1..12, episodes end after steps 3, 7, 11 (every 4th)
         buf.add(_transition(P, E, step, end_every=4))
     for _ in range(5):
         rng.advance()
-        b = buf.sample(64)
+        b = buf.sample(rng.uniform(9, (64,)))
         s = b.obs[..., 0]  # the step index of the first transition
         for p in range(P):
             for i in range(64):
@@ -173,14 +174,14 @@ def test_replay_n_step_returns_stop_at_episode_ends():
 def test_replay_wraps_and_keeps_the_newest_transitions():
     P, E = 1, 4
     rng = CounterRNG([1], "cpu")
-    buf = ReplayBuffer(P, 10, 3, 2, E, 1, 0.9, rng, stream=9, device="cpu")
+    buf = ReplayBuffer(P, 10, 3, 2, E, 1, 0.9, device="cpu")
     for step in range(7):
         buf.add(_transition(P, E, step))
     assert int(buf.size) == 10
     seen = set()
     for _ in range(50):
         rng.advance()
-        seen |= set(buf.sample(32).obs[0, :, 0].tolist())
+        seen |= set(buf.sample(rng.uniform(9, (32,))).obs[0, :, 0].tolist())
     assert seen == {4.0, 5.0, 6.0}  # 28 inserted, capacity 10: steps 4..6 (and part of 4)
 
 
@@ -200,6 +201,20 @@ def test_counter_rng_is_per_member_and_advances():
     assert abs(z.mean().item()) < 0.03 and abs(z.std().item() - 1) < 0.03
     i = a.integers(8, (5000,), torch.tensor(7))
     assert i.min() == 0 and i.max() == 6
+
+
+def test_iteration_draws_are_per_member_slices_of_one_block():
+    from tune_gems.rng import DrawPlan
+
+    plan = DrawPlan({"a": 6, "b": 4000, "c": 0}, "cpu")
+    r1, r2 = CounterRNG([1, 2], "cpu"), CounterRNG([1, 3], "cpu")
+    d1, d2 = r1.draw(plan), r2.draw(plan)
+    assert d1.uniform("a").shape == (2, 6) and d1.uniform("c").shape == (2, 0)
+    assert torch.equal(d1.block[0], d2.block[0]) and not torch.equal(d1.block[1], d2.block[1])
+    z = d1.normal("b")
+    assert z.shape == (2, 2000) and abs(z.mean().item()) < 0.1 and abs(z.std().item() - 1) < 0.1
+    r1.advance()
+    assert not torch.equal(r1.draw(plan).block, d1.block)
 
 
 def test_member_seeds_are_distinct_and_stable():

@@ -22,7 +22,7 @@ from tune_gems.trainer.learner import Learner
 def _learner(cfg, seeds=None) -> Learner:
     dev = torch.device("cpu")
     learner = Learner(cfg, prepare_market(cfg, dev), dev, resolve_backend("reference", dev), seeds=seeds)
-    learner.env.reset()
+    learner.reset_envs()
     for _ in range(20):
         learner.collect()
     return learner
@@ -197,3 +197,18 @@ def test_divergence_ends_the_run_cleanly():
     flags = [m["diverged"] for m in r.members]
     assert flags == [False, True, False]
     assert np.isnan(r.members[1]["val_sharpe"]) and not np.isnan(r.members[0]["val_sharpe"])
+
+
+@pytest.mark.parametrize("switches", [["model.noisy=false"], ["model.spectral_norm=false"], ["model.noisy=false", "model.spectral_norm=false"]])
+def test_model_switches_train(switches):
+    """The redundancy hypotheses need runs without NoisyNets (epsilon-greedy) or spectral norm."""
+    t = Trainer(tiny_config(*switches, *all_wired()), log=None)
+    r = t.run_epoch()
+    assert not r.metrics["diverged"] and math.isfinite(r.metrics["loss"])
+    assert (r.metrics["noisy_sigma"] == 0.0) == ("model.noisy=false" in switches)
+    if "model.noisy=false" in switches:
+        eps = t.learner._epsilon().item()
+        assert t.cfg.trainer.epsilon_end <= eps < t.cfg.trainer.epsilon_start
+    assert t.cfg.label().endswith(
+        f"sn={'off' if 'model.spectral_norm=false' in switches else 'on'} noisy={'off' if 'model.noisy=false' in switches else 'on'}"
+    )

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from tune_gems.config import EnvConfig
 from tune_gems.errors import DataError
-from tune_gems.rng import CounterRNG
+from tune_gems.rng import to_integers
 
 SEGMENTS = ("train", "val", "test")
 _STD_FLOOR = 1e-12
@@ -119,14 +119,14 @@ class VecTradingEnv:
     """P members x E environments stepping in lockstep on the training segment.
 
     State lives in preallocated tensors updated in place; `step` never reads a value back to
-    the host, so it can be captured in a CUDA graph. Episode starts are drawn from each
-    member's own RNG stream.
+    the host, so it can be captured in a CUDA graph. Episode starts come from uniforms [P,E]
+    the caller draws from each member's own RNG (one per environment, every step).
     """
 
-    def __init__(self, market: Market, cfg: EnvConfig, rng: CounterRNG, n_envs: int, stream: int = 1):
-        self.market, self.cfg, self.rng, self.stream = market, cfg, rng, stream
+    def __init__(self, market: Market, cfg: EnvConfig, population: int, n_envs: int):
+        self.market, self.cfg = market, cfg
         self.actions = ActionMap(cfg, market.logret_norm.device)
-        P, E = rng.population, n_envs
+        P, E = population, n_envs
         dev = market.logret_norm.device
         self.t = torch.zeros(P, E, dtype=torch.int64, device=dev)
         self.pos = torch.zeros(P, E, dtype=torch.float32, device=dev)
@@ -135,18 +135,19 @@ class VecTradingEnv:
         self._start_lo = rng_range.lo
         self._start_span = rng_range.length - cfg.episode_length + 1
 
-    def reset(self) -> None:
-        self.t.copy_(self._draw_starts())
+    def reset(self, start_u: Tensor) -> None:
+        self.t.copy_(self._starts(start_u))
         self.pos.zero_()
         self.steps.zero_()
 
-    def _draw_starts(self) -> Tensor:
-        return self._start_lo + self.rng.integers(self.stream, tuple(self.t.shape[1:]), self._start_span)
+    def _starts(self, start_u: Tensor) -> Tensor:
+        return self._start_lo + to_integers(start_u, self._start_span)
 
     def observe(self) -> Tensor:
         return self.market.observe(self.t, self.pos)
 
-    def step(self, action: Tensor) -> Transition:
+    def step(self, action: Tensor, start_u: Tensor) -> Transition:
+        """Act, earn, advance; environments whose episode ends restart at `_starts(start_u)`."""
         obs = self.observe()
         new_pos = self.actions.position(action)
         net = new_pos * self.market.ret_next[self.t] - self.cfg.cost * (new_pos - self.pos).abs()
@@ -156,7 +157,7 @@ class VecTradingEnv:
         end = steps >= self.cfg.episode_length
         terminal = torch.zeros_like(end)
         # advance, restarting finished episodes at fresh offsets (flat position)
-        self.t.copy_(torch.where(end, self._draw_starts(), t_next))
+        self.t.copy_(torch.where(end, self._starts(start_u), t_next))
         self.pos.copy_(torch.where(end, torch.zeros_like(new_pos), new_pos))
         self.steps.copy_(torch.where(end, torch.zeros_like(steps), steps))
         return Transition(obs, action, net * self.cfg.reward_scale, next_obs, end, terminal, net)

@@ -3,7 +3,7 @@
 Every iteration inserts one transition per environment (E per member) at the same ring slots
 for all members, so the insertion index is shared and lives on the device; the global insert
 index g of a transition maps to slot g mod C, and env e's next step is always E slots later.
-Sampling draws B logical positions per member from that member's RNG stream, walks n steps
+Sampling maps B uniforms per member (from that member's RNG) to logical positions, walks n steps
 forward, stops at the first episode end (bootstrapping from that step's true next
 observation), and never reads past what has been written. Fixed shapes, no host sync.
 """
@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from tune_gems.env import Transition
-from tune_gems.rng import CounterRNG
+from tune_gems.rng import to_integers
 
 
 @dataclass
@@ -39,12 +39,10 @@ class ReplayBuffer:
         n_envs: int,
         n_step: int,
         gamma: float,
-        rng: CounterRNG,
-        stream: int,
         device: torch.device | str,
     ):
         P, C = population, capacity
-        self.capacity, self.n_envs, self.n_step, self.rng, self.stream = C, n_envs, n_step, rng, stream
+        self.capacity, self.n_envs, self.n_step = C, n_envs, n_step
         self.obs = torch.zeros(P, C, obs_dim, device=device)
         self.next_obs = torch.zeros(P, C, obs_dim, device=device)
         self.action = torch.zeros(P, C, branches, dtype=torch.int64, device=device)
@@ -72,10 +70,12 @@ class ReplayBuffer:
         """Transitions per member needed before sampling is defined."""
         return (self.n_step - 1) * self.n_envs + 1
 
-    def sample(self, batch_size: int) -> Batch:
+    def sample(self, u: Tensor) -> Batch:
+        """A batch per member from uniforms u [P,B] drawn from each member's own RNG."""
         P, C, n = self.obs.shape[0], self.capacity, self.n_step
+        batch_size = u.shape[1]
         starts = self.size - self._steps[-1]  # logical positions with n steps written after them
-        j = self.rng.integers(self.stream, (batch_size,), starts)  # [P,B]
+        j = to_integers(u, starts)  # [P,B]
         oldest = (self.ptr - self.size) % C
         slots = (oldest + j).unsqueeze(-1) + self._steps  # [P,B,n]
         slots = slots % C

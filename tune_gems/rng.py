@@ -52,7 +52,8 @@ class CounterRNG:
 
     `uniform(stream, shape)` returns [P, *shape] floats in (0, 1) with 24 random bits;
     `normal` uses Box-Muller on two uniforms. Distinct `stream` ids give independent numbers
-    within one iteration; `advance()` moves every stream to fresh numbers.
+    within one iteration; `advance()` moves every stream to fresh numbers. The learner draws a
+    whole iteration's numbers at once with `draw(plan)` (stream 0, one slice per consumer).
     """
 
     def __init__(self, seeds: list[int], device: torch.device | str):
@@ -67,36 +68,79 @@ class CounterRNG:
     def advance(self) -> None:
         self.counter.add_(1)
 
-    def _bits(self, stream: int, n: int) -> Tensor:
-        dev = self.keys.device
+    def _bits(self, stream: int, index_hash: Tensor) -> Tensor:
         ctr = self.counter & _MASK32
-        k = _mix32((self.keys + stream * _GOLDEN) & _MASK32)  # [P]
+        k = _mix32((self.keys + stream * _GOLDEN) & _MASK32) if stream else self.keys  # [P]
         k = _mix32(k ^ _mix32((ctr + _GOLDEN) & _MASK32))  # [P]
-        idx = torch.arange(n, dtype=torch.int64, device=dev)
-        return _mix32((k.unsqueeze(1) ^ _mix32(idx)) & _MASK32)  # [P, n]
+        return _mix32((k.unsqueeze(1) ^ index_hash) & _MASK32)  # [P, n]
+
+    @staticmethod
+    def _to_unit(bits: Tensor) -> Tensor:
+        return (bits >> 8).to(torch.float32) * _U24 + 0.5 * _U24
 
     def uniform(self, stream: int, shape: tuple[int, ...]) -> Tensor:
-        n = math.prod(shape)
-        bits = self._bits(stream, n) >> 8
-        u = bits.to(torch.float32) * _U24 + 0.5 * _U24
-        return u.view(self.population, *shape)
+        idx = torch.arange(math.prod(shape), dtype=torch.int64, device=self.keys.device)
+        return self._to_unit(self._bits(stream, _mix32(idx))).view(self.population, *shape)
+
+    def draw(self, plan: "DrawPlan") -> "Draws":
+        """All of one iteration's random numbers in one block [P, plan.total] (stream 0): a few
+        dozen small kernels per iteration instead of a few dozen per consumer."""
+        return Draws(plan, self._to_unit(self._bits(0, plan.index_hash)))
 
     def normal(self, stream: int, shape: tuple[int, ...]) -> Tensor:
-        n = math.prod(shape)
-        u = self.uniform(stream, (2, n))
-        r = torch.sqrt(-2.0 * torch.log(u[:, 0]))
-        return (r * torch.cos((2.0 * math.pi) * u[:, 1])).view(self.population, *shape)
+        return box_muller(self.uniform(stream, (2 * math.prod(shape),))).view(self.population, *shape)
 
     def integers(self, stream: int, shape: tuple[int, ...], high: Tensor | int) -> Tensor:
         """Uniform integers in [0, high) per member; `high` may be a device tensor ([P] or scalar)."""
-        u = self.uniform(stream, shape)
-        if isinstance(high, Tensor):
-            h = high.to(u.dtype).view(-1, *([1] * len(shape)))
-            hi_long = high.view(-1, *([1] * len(shape)))
-        else:
-            h, hi_long = float(high), high
-        i = (u * h).to(torch.int64)
-        return torch.minimum(i, hi_long - 1) if isinstance(high, Tensor) else i.clamp_max(high - 1)
+        return to_integers(self.uniform(stream, shape), high)
 
     def state_dict(self) -> dict[str, Tensor]:
         return {"keys": self.keys, "counter": self.counter}
+
+
+def to_integers(u: Tensor, high: Tensor | int) -> Tensor:
+    """Uniforms [P, ...] in (0,1) -> integers in [0, high); `high` an int or a device tensor
+    (0-dim, or [P]) so that the bound can change inside a captured graph."""
+    if isinstance(high, Tensor):
+        shape = (-1, *([1] * (u.dim() - 1)))
+        i = (u * high.to(u.dtype).view(shape)).to(torch.int64)
+        return torch.minimum(i, high.view(shape) - 1)
+    return (u * float(high)).to(torch.int64).clamp_max(high - 1)
+
+
+def box_muller(u: Tensor) -> Tensor:
+    """Uniforms [P, 2n] -> standard normals [P, n]."""
+    n = u.shape[-1] // 2
+    r = torch.sqrt(-2.0 * torch.log(u[..., :n]))
+    return r * torch.cos((2.0 * math.pi) * u[..., n:])
+
+
+class DrawPlan:
+    """The layout of one iteration's random numbers per member: named slices of one block of
+    uniforms. Every consumer owns its own slice, so consumers stay independent."""
+
+    def __init__(self, sizes: dict[str, int], device: torch.device | str):
+        self.slices: dict[str, slice] = {}
+        offset = 0
+        for name, n in sizes.items():
+            self.slices[name] = slice(offset, offset + n)
+            offset += n
+        self.total = offset
+        self.index_hash = _mix32(torch.arange(max(offset, 1), dtype=torch.int64, device=device))
+
+
+class Draws:
+    """One iteration's block of uniforms [P, total], read by name."""
+
+    def __init__(self, plan: DrawPlan, block: Tensor):
+        self.plan, self.block = plan, block
+
+    def uniform(self, name: str) -> Tensor:
+        return self.block[:, self.plan.slices[name]]
+
+    def normal(self, name: str) -> Tensor:
+        """Standard normals [P, n/2] from the slice's n uniforms."""
+        return box_muller(self.uniform(name))
+
+    def integers(self, name: str, high: Tensor | int) -> Tensor:
+        return to_integers(self.uniform(name), high)

@@ -17,7 +17,6 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from tune_gems.rng import CounterRNG
 
 WeightMode = Literal["train", "target", "eval"]
 """train: noise on, spectral-norm power iteration advances; target: noise on, power iteration
@@ -85,8 +84,8 @@ class NoisyPopLinear(nn.Module):
     """Factorised-Gaussian NoisyNet layer (Fortunato et al. 2018) per group.
 
     W = mu_w + sigma_w * f(eps_in) f(eps_out)^T, b = mu_b + sigma_b * f(eps_out), with
-    f(x) = sign(x) sqrt(|x|). The noise buffers are refilled in place from each member's
-    counter RNG by `resample`, inside the captured iteration.
+    f(x) = sign(x) sqrt(|x|). The buffers `f_in`, `f_out` hold f(eps), refilled in place by
+    `resample` from each member's counter RNG inside the captured iteration.
     """
 
     def __init__(self, gens: list[torch.Generator], reps: int, in_f: int, out_f: int, sigma0: float):
@@ -98,22 +97,29 @@ class NoisyPopLinear(nn.Module):
         g = len(gens) * reps
         self.sigma_w = nn.Parameter(torch.full((g, in_f, out_f), sigma0 / math.sqrt(in_f)))
         self.sigma_b = nn.Parameter(torch.full((g, 1, out_f), sigma0 / math.sqrt(in_f)))
-        self.register_buffer("eps_in", torch.zeros(g, in_f))
-        self.register_buffer("eps_out", torch.zeros(g, out_f))
+        self.register_buffer("f_in", torch.zeros(g, in_f))
+        self.register_buffer("f_out", torch.zeros(g, out_f))
+
+    @property
+    def noise_size(self) -> int:
+        """Noise values per member: reps x (in + out)."""
+        return self.reps * (self.in_f + self.out_f)
 
     @staticmethod
-    def _f(x: Tensor) -> Tensor:
-        return x.sign() * x.abs().sqrt()
+    def scale_noise(eps: Tensor) -> Tensor:
+        """f(x) = sign(x) sqrt(|x|), the factorised-noise transform."""
+        return eps.sign() * eps.abs().sqrt()
 
-    def resample(self, rng: CounterRNG, stream: int) -> None:
-        eps = rng.normal(stream, (self.reps, self.in_f + self.out_f)).view(-1, self.in_f + self.out_f)
-        self.eps_in.copy_(eps[:, : self.in_f])
-        self.eps_out.copy_(eps[:, self.in_f :])
+    def resample(self, f_noise: Tensor) -> None:
+        """Install f(eps) for this layer from [P, noise_size] values."""
+        f = f_noise.reshape(-1, self.in_f + self.out_f)
+        self.f_in.copy_(f[:, : self.in_f])
+        self.f_out.copy_(f[:, self.in_f :])
 
     def weights(self, mode: WeightMode) -> tuple[Tensor, Tensor]:
         if mode == "eval":
             return self.mu_w, self.mu_b
-        f_in, f_out = self._f(self.eps_in), self._f(self.eps_out)
+        f_in, f_out = self.f_in, self.f_out
         w = self.mu_w + self.sigma_w * (f_in.unsqueeze(-1) * f_out.unsqueeze(1))
         b = self.mu_b + self.sigma_b * f_out.unsqueeze(1)
         return w, b

@@ -18,7 +18,6 @@ from torch import Tensor, nn
 
 from tune_gems.config import ModelConfig
 from tune_gems.model.layers import NoisyPopLinear, PopLinear, WeightMode
-from tune_gems.rng import CounterRNG
 
 
 @dataclass
@@ -61,9 +60,18 @@ class BranchingC51(nn.Module):
         """Effective weights of every layer for one iteration (see layers.py)."""
         return {name: m.weights(mode) for name, m in self.weight_layers().items()}
 
-    def resample_noise(self, rng: CounterRNG, first_stream: int) -> None:
-        for i, layer in enumerate(self.noisy_layers()):
-            layer.resample(rng, first_stream + i)
+    @property
+    def noise_size(self) -> int:
+        """Standard normals per member that one noise resample consumes."""
+        return sum(layer.noise_size for layer in self.noisy_layers())
+
+    def resample_noise(self, eps: Tensor) -> None:
+        """Install fresh factorised noise from standard normals eps [P, noise_size]."""
+        f = NoisyPopLinear.scale_noise(eps)
+        offset = 0
+        for layer in self.noisy_layers():
+            layer.resample(f[:, offset : offset + layer.noise_size])
+            offset += layer.noise_size
 
     # -- forward -----------------------------------------------------------------------------
     def forward(self, obs: Tensor, w: dict[str, tuple[Tensor, Tensor]]) -> NetOutput:

@@ -20,11 +20,8 @@ from tune_gems.gems import GemSet
 from tune_gems.model.network import BranchingC51
 from tune_gems.optim import PopulationAdam
 from tune_gems.replay import ReplayBuffer
-from tune_gems.rng import CounterRNG, member_seeds
+from tune_gems.rng import CounterRNG, DrawPlan, Draws, member_seeds
 
-# RNG stream ids: every consumer of randomness draws from its own stream.
-STREAM_ENV, STREAM_REPLAY, STREAM_EPS_COIN, STREAM_EPS_ACTION = 1, 2, 3, 4
-STREAM_NOISE_ONLINE, STREAM_NOISE_TARGET = 100, 200
 
 # Rows of the per-member metric accumulator, summed every iteration, read once per epoch.
 ACC_ROWS = ("loss", "q_mean", "grad_norm", "g6", "g10", "g12", "nonfinite")
@@ -40,15 +37,26 @@ class Learner:
         if len(self.seeds) != P:
             raise ValueError(f"{len(self.seeds)} seeds for a population of {P}")
         self.rng = CounterRNG(self.seeds, device)
-        self.env = VecTradingEnv(market, cfg.env, self.rng, tc.n_envs, stream=STREAM_ENV)
+        self.env = VecTradingEnv(market, cfg.env, P, tc.n_envs)
         K, A = self.env.actions.branches, self.env.actions.sub_actions
         self.K, self.A = K, A
         self.online = BranchingC51(mc, market.obs_dim, K, A, self.seeds).to(device)
         self.target = BranchingC51(mc, market.obs_dim, K, A, self.seeds).to(device)
         self.target.load_state_dict(self.online.state_dict())
         self.target.requires_grad_(False)
-        self.replay = ReplayBuffer(
-            P, tc.replay_capacity, market.obs_dim, K, tc.n_envs, tc.n_step, tc.gamma, self.rng, STREAM_REPLAY, device
+        self.replay = ReplayBuffer(P, tc.replay_capacity, market.obs_dim, K, tc.n_envs, tc.n_step, tc.gamma, device)
+        E, noise = tc.n_envs, self.online.noise_size
+        # one block of uniforms per iteration and member; each consumer reads its own slice
+        self.plan = DrawPlan(
+            {
+                "noise_online": 2 * noise,  # Box-Muller: two uniforms per normal
+                "noise_target": 2 * noise,
+                "env_starts": E,
+                "replay": tc.batch_size,
+                "eps_coin": 0 if mc.noisy else E,
+                "eps_action": 0 if mc.noisy else E * K,
+            },
+            device,
         )
         self.optim = PopulationAdam(list(self.online.parameters()), P, tc.lr, tc.adam_eps, tc.grad_clip)
         self.gems = GemSet(cfg.gems)
@@ -78,7 +86,7 @@ class Learner:
         online = dict(self.online.state_dict(keep_vars=True))
         pairs = []
         for name, t in self.target.state_dict(keep_vars=True).items():
-            if name.endswith(("eps_in", "eps_out")) or name == "support":
+            if name.endswith(("f_in", "f_out")) or name == "support":
                 continue
             pairs.append((t, online[name], not name.endswith(("sn_u", "sn_v"))))
         return pairs
@@ -100,46 +108,55 @@ class Learner:
         frac = (self.collect_steps.float() / tc.epsilon_decay_iterations).clamp(max=1.0)
         return tc.epsilon_start + (tc.epsilon_end - tc.epsilon_start) * frac
 
-    def act(self, obs: Tensor, weights) -> Tensor:
+    def act(self, obs: Tensor, weights, draws: Draws) -> Tensor:
         """Actions [P,E,K]: greedy on the noisy online net, or epsilon-greedy without NoisyNets."""
         with torch.no_grad(), self.matmul_precision():
             q = self.online.expected_q(self.online(obs, weights).logits)
         greedy = q.argmax(dim=-1)
         if self.cfg.model.noisy:
             return greedy
-        E = obs.shape[1]
-        coin = self.rng.uniform(STREAM_EPS_COIN, (E, 1))
-        rand = self.rng.integers(STREAM_EPS_ACTION, (E, self.K), self.A)
+        coin = draws.uniform("eps_coin").unsqueeze(-1)  # [P,E,1]
+        rand = draws.integers("eps_action", self.A).view(greedy.shape)
         return torch.where(coin < self._epsilon(), rand, greedy)
 
-    def _fresh_weights(self):
+    def _fresh_draws(self) -> Draws:
+        """Advance the RNG, draw the iteration's numbers, install fresh NoisyNet noise."""
         self.rng.advance()
-        self.online.resample_noise(self.rng, STREAM_NOISE_ONLINE)
-        self.target.resample_noise(self.rng, STREAM_NOISE_TARGET)
-        return self.online.weights("train")
+        draws = self.rng.draw(self.plan)
+        if self.cfg.model.noisy:
+            self.online.resample_noise(draws.normal("noise_online"))
+            self.target.resample_noise(draws.normal("noise_target"))
+        return draws
+
+    def reset_envs(self) -> None:
+        """Start every environment at a fresh offset (before the first collection)."""
+        self.rng.advance()
+        self.env.reset(self.rng.draw(self.plan).uniform("env_starts"))
+
+    def _step_envs(self, weights, draws: Draws) -> None:
+        with torch.no_grad():
+            action = self.act(self.env.observe(), weights, draws)
+            self.replay.add(self.env.step(action, draws.uniform("env_starts")))
+            self.collect_steps.add_(1)
 
     def collect(self) -> None:
         """One environment step for every env of every member, into replay (no learning)."""
         with torch.no_grad():
-            weights = self._fresh_weights()
-            tr = self.env.step(self.act(self.env.observe(), weights))
-            self.replay.add(tr)
-            self.collect_steps.add_(1)
+            draws = self._fresh_draws()
+            self._step_envs(self.online.weights("train"), draws)
 
     # -- one iteration -----------------------------------------------------------------------
     def iteration(self) -> None:
         self.optim.zero_grad()
-        weights = self._fresh_weights()
-        with torch.no_grad():
-            tr = self.env.step(self.act(self.env.observe(), weights))
-            self.replay.add(tr)
-            self.collect_steps.add_(1)
-        self._learn(weights)
+        draws = self._fresh_draws()
+        weights = self.online.weights("train")
+        self._step_envs(weights, draws)
+        self._learn(weights, draws)
 
-    def _learn(self, weights) -> None:
+    def _learn(self, weights, draws: Draws) -> None:
         tc, mc, ops, gems = self.cfg.trainer, self.cfg.model, self.ops, self.gems
         P, B, K, A = self.P, tc.batch_size, self.K, self.A
-        b = self.replay.sample(B)
+        b = self.replay.sample(draws.uniform("replay"))
         with self.matmul_precision():
             if gems.wired("g10"):
                 both = self.online(torch.cat([b.obs, b.next_obs], dim=1), weights)

@@ -103,7 +103,7 @@ class Trainer:
         """Fill replay before learning: at least learning_starts transitions per member."""
         tc = self.cfg.trainer
         need = max(tc.learning_starts, self.learner.replay.min_fill())
-        self.learner.env.reset()
+        self.learner.reset_envs()
         n = math.ceil(need / tc.n_envs)
         for _ in range(n):
             self.learner.collect()
