@@ -19,12 +19,12 @@ from tune_gems.errors import ConfigError
 GEM_NAMES = ("g6", "g10", "g12")
 
 
-def _yaml_off(v: Any) -> Any:
-    """YAML 1.1 reads a bare `off` as the boolean False; for a gem mode it means "off"."""
-    return "off" if v is False else v
+def _yaml_switch(v: Any) -> Any:
+    """YAML 1.1 reads bare `off` / `on` as booleans; where a choice is spelled off/on, map back."""
+    return {False: "off", True: "on"}.get(v, v) if isinstance(v, bool) else v
 
 
-GemMode = Annotated[Literal["off", "measure", "wire"], BeforeValidator(_yaml_off)]
+GemMode = Annotated[Literal["off", "measure", "wire"], BeforeValidator(_yaml_switch)]
 
 
 class _Strict(BaseModel):
@@ -147,7 +147,7 @@ class TrainerConfig(_Strict):
     precision: Literal["fp32", "tf32", "bf16"] = Field(
         "fp32", description="matmul precision on CUDA; gem, loss and optimizer math stay fp32"
     )
-    graph: Literal["auto", "on", "off"] = Field("auto", description="CUDA graph capture of the iteration")
+    graph: Annotated[Literal["auto", "on", "off"], BeforeValidator(_yaml_switch)] = Field("auto", description="CUDA graph capture of the iteration")
     checkpoint_every: int = Field(1, ge=0, description="epochs between checkpoints (0: only at the end)")
     divergence_threshold: float = Field(1e6, gt=0.0, description="|loss| above this counts as diverged")
 
