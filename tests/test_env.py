@@ -16,6 +16,7 @@ from tune_gems.data import split_bounds, synthetic_prices
 from tune_gems.env import Market, Transition, VecTradingEnv, evaluate_segment
 from tune_gems.gems.reference import c51_project
 from tune_gems.gym_env import TradingEnv
+from tune_gems.model.flat import FlatParameters
 from tune_gems.optim import PopulationAdam
 from tune_gems.replay import ReplayBuffer
 from tune_gems.rng import CounterRNG, member_seeds
@@ -250,33 +251,48 @@ def test_c51_projection_conserves_mass_and_is_exact_on_support():
 # -- optimizer ----------------------------------------------------------------------------------
 
 
+class _TwoParams(torch.nn.Module):
+    def __init__(self, a: torch.Tensor, b: torch.Tensor):
+        super().__init__()
+        self.a, self.b = torch.nn.Parameter(a.clone()), torch.nn.Parameter(b.clone())
+
+
 def test_population_adam_matches_torch_adam_per_member():
     torch.manual_seed(1)
-    params = [torch.randn(3, 4, 5, requires_grad=True), torch.randn(6, 1, 5, requires_grad=True)]
-    ref = [p.detach().clone().requires_grad_(True) for p in params]
-    ours = PopulationAdam(params, 3, lr=1e-2, eps=1e-8, max_grad_norm=1e9)
+    a, b = torch.randn(3, 4, 5), torch.randn(3, 2, 1, 5)
+    module = _TwoParams(a, b)
+    flat = FlatParameters(module, 3)
+    assert module.a.data_ptr() == flat.data.data_ptr()  # parameters are views of the matrix
+    ref = [a.clone().requires_grad_(True), b.clone().requires_grad_(True)]
+    ours = PopulationAdam(flat, lr=1e-2, eps=1e-8, max_grad_norm=1e9)
     theirs = torch.optim.Adam(ref, lr=1e-2, eps=1e-8)
     for step in range(5):
-        grads = [torch.randn_like(p) for p in params]
+        grads = [torch.randn_like(p) for p in ref]
         ours.zero_grad()
-        for p, g in zip(params, grads):
-            p.grad.add_(g)
+        (module.a * grads[0]).sum().backward()  # autograd accumulates into the flat grad views
+        (module.b * grads[1]).sum().backward()
         ours.step()
         theirs.zero_grad()
         for p, g in zip(ref, grads):
             p.grad = g.clone()
         theirs.step()
-    for a, b in zip(params, ref):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(module.a.detach(), ref[0].detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(module.b.detach(), ref[1].detach(), rtol=1e-5, atol=1e-6)
+    ours._fused = False  # the plain-torch fallback follows the same rule
+    ours.zero_grad()
+    (module.a * grads[0]).sum().backward()
+    before = module.a.detach().clone()
+    ours.step()
+    assert not torch.equal(before, module.a.detach())
 
 
 def test_population_adam_clips_each_member_alone():
-    params = [torch.zeros(2, 3, requires_grad=True)]
-    opt = PopulationAdam(params, 2, lr=1.0, eps=1e-8, max_grad_norm=1.0)
-    params[0].grad.copy_(torch.tensor([[30.0, 40.0, 0.0], [0.3, 0.4, 0.0]]))
+    module = _TwoParams(torch.zeros(2, 3), torch.zeros(2, 1))
+    flat = FlatParameters(module, 2)
+    opt = PopulationAdam(flat, lr=1.0, eps=1e-8, max_grad_norm=1.0)
+    flat.grad.copy_(torch.tensor([[30.0, 40.0, 0.0, 0.0], [0.3, 0.4, 0.0, 0.0]]))
     norm = opt.step()
     torch.testing.assert_close(norm, torch.tensor([50.0, 0.5]))
     # after clipping member 0's gradient is [0.6, 0.8, 0]; member 1's is untouched
-    g0 = opt.exp_avg[0] / 0.1
-    torch.testing.assert_close(g0, torch.tensor([0.6, 0.8, 0.0]))
-    torch.testing.assert_close(opt.exp_avg[1] / 0.1, torch.tensor([0.3, 0.4, 0.0]))
+    torch.testing.assert_close(opt.exp_avg[0, :3] / 0.1, torch.tensor([0.6, 0.8, 0.0]))
+    torch.testing.assert_close(opt.exp_avg[1, :3] / 0.1, torch.tensor([0.3, 0.4, 0.0]))

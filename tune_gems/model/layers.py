@@ -29,13 +29,13 @@ accurate from the first forward, also for a target net that does not iterate."""
 
 
 def _uniform(gens: list[torch.Generator], reps: int, shape: tuple[int, ...], bound: float) -> Tensor:
-    """[len(gens)*reps, *shape] uniform(-bound, bound), member by member from its own generator."""
+    """[P, reps, *shape] uniform(-bound, bound), member by member from its own generator."""
     out = [torch.rand((reps, *shape), generator=g, dtype=torch.float64) for g in gens]
-    return ((torch.cat(out) * 2 - 1) * bound).float()
+    return ((torch.stack(out) * 2 - 1) * bound).float()
 
 
 def _normal(gens: list[torch.Generator], reps: int, shape: tuple[int, ...]) -> Tensor:
-    return torch.cat([torch.randn((reps, *shape), generator=g, dtype=torch.float64) for g in gens]).float()
+    return torch.stack([torch.randn((reps, *shape), generator=g, dtype=torch.float64) for g in gens]).float()
 
 
 def _normalize(x: Tensor) -> Tensor:
@@ -43,36 +43,44 @@ def _normalize(x: Tensor) -> Tensor:
 
 
 class PopLinear(nn.Module):
-    """y = x @ W + b per group, optionally spectral-normed by per-group power iteration."""
+    """y = x @ W + b per group, optionally spectral-normed by per-group power iteration.
+
+    Parameters are stored [P, reps, in, out] (member first, so they can be views of one
+    member-major matrix, see flat.py) and used as G = P*reps independent [in, out] matrices.
+    """
 
     def __init__(self, gens: list[torch.Generator], reps: int, in_f: int, out_f: int, spectral_norm: bool = False):
         super().__init__()
         bound = 1.0 / math.sqrt(in_f)
+        self.groups, self.in_f, self.out_f = len(gens) * reps, in_f, out_f
         self.weight = nn.Parameter(_uniform(gens, reps, (in_f, out_f), bound))
         self.bias = nn.Parameter(_uniform(gens, reps, (1, out_f), bound))
         self.spectral_norm = spectral_norm
         if spectral_norm:
-            self.register_buffer("sn_u", _normalize(_normal(gens, reps, (out_f,))))
-            self.register_buffer("sn_v", _normalize(_normal(gens, reps, (in_f,))))
+            self.register_buffer("sn_u", _normalize(_normal(gens, reps, (out_f,))).view(self.groups, out_f))
+            self.register_buffer("sn_v", _normalize(_normal(gens, reps, (in_f,))).view(self.groups, in_f))
             for _ in range(SN_INIT_ITERATIONS):
                 self._power_iteration()
 
+    def _grouped(self, t: Tensor, rows: int) -> Tensor:
+        return t.reshape(self.groups, rows, self.out_f)
+
     @torch.no_grad()
     def _power_iteration(self) -> None:
-        w = self.weight
+        w = self._grouped(self.weight, self.in_f)
         v = _normalize(torch.bmm(w, self.sn_u.unsqueeze(-1)).squeeze(-1))
         u = _normalize(torch.bmm(v.unsqueeze(1), w).squeeze(1))
         self.sn_v.copy_(v)
         self.sn_u.copy_(u)
 
     def weights(self, mode: WeightMode) -> tuple[Tensor, Tensor]:
+        w, b = self._grouped(self.weight, self.in_f), self._grouped(self.bias, 1)
         if not self.spectral_norm:
-            return self.weight, self.bias
-        w = self.weight
+            return w, b
         if mode == "train":
             self._power_iteration()
         sigma = (self.sn_v * torch.bmm(w, self.sn_u.unsqueeze(-1)).squeeze(-1)).sum(-1)
-        return w / sigma.view(-1, 1, 1), self.bias
+        return w / sigma.view(-1, 1, 1), b
 
     @staticmethod
     def apply(x: Tensor, wb: tuple[Tensor, Tensor]) -> Tensor:
@@ -91,14 +99,14 @@ class NoisyPopLinear(nn.Module):
     def __init__(self, gens: list[torch.Generator], reps: int, in_f: int, out_f: int, sigma0: float):
         super().__init__()
         bound = 1.0 / math.sqrt(in_f)
-        self.reps, self.in_f, self.out_f = reps, in_f, out_f
+        P = len(gens)
+        self.P, self.reps, self.in_f, self.out_f = P, reps, in_f, out_f
         self.mu_w = nn.Parameter(_uniform(gens, reps, (in_f, out_f), bound))
         self.mu_b = nn.Parameter(_uniform(gens, reps, (1, out_f), bound))
-        g = len(gens) * reps
-        self.sigma_w = nn.Parameter(torch.full((g, in_f, out_f), sigma0 / math.sqrt(in_f)))
-        self.sigma_b = nn.Parameter(torch.full((g, 1, out_f), sigma0 / math.sqrt(in_f)))
-        self.register_buffer("f_in", torch.zeros(g, in_f))
-        self.register_buffer("f_out", torch.zeros(g, out_f))
+        self.sigma_w = nn.Parameter(torch.full((P, reps, in_f, out_f), sigma0 / math.sqrt(in_f)))
+        self.sigma_b = nn.Parameter(torch.full((P, reps, 1, out_f), sigma0 / math.sqrt(in_f)))
+        self.register_buffer("f_in", torch.zeros(P, reps, in_f, 1))
+        self.register_buffer("f_out", torch.zeros(P, reps, 1, out_f))
 
     @property
     def noise_size(self) -> int:
@@ -112,20 +120,20 @@ class NoisyPopLinear(nn.Module):
 
     def resample(self, f_noise: Tensor) -> None:
         """Install f(eps) for this layer from [P, noise_size] values."""
-        f = f_noise.reshape(-1, self.in_f + self.out_f)
-        self.f_in.copy_(f[:, : self.in_f])
-        self.f_out.copy_(f[:, self.in_f :])
+        f = f_noise.reshape(self.P, self.reps, self.in_f + self.out_f)
+        self.f_in.copy_(f[..., : self.in_f].unsqueeze(-1))
+        self.f_out.copy_(f[..., self.in_f :].unsqueeze(-2))
 
     def weights(self, mode: WeightMode) -> tuple[Tensor, Tensor]:
+        G = self.P * self.reps
         if mode == "eval":
-            return self.mu_w, self.mu_b
-        f_in, f_out = self.f_in, self.f_out
-        w = self.mu_w + self.sigma_w * (f_in.unsqueeze(-1) * f_out.unsqueeze(1))
-        b = self.mu_b + self.sigma_b * f_out.unsqueeze(1)
-        return w, b
+            return self.mu_w.reshape(G, self.in_f, self.out_f), self.mu_b.reshape(G, 1, self.out_f)
+        w = torch.addcmul(self.mu_w, self.sigma_w, self.f_in * self.f_out)  # fresh, contiguous
+        b = torch.addcmul(self.mu_b, self.sigma_b, self.f_out)
+        return w.view(G, self.in_f, self.out_f), b.view(G, 1, self.out_f)
 
     apply = staticmethod(PopLinear.apply)
 
     def mean_abs_sigma(self) -> Tensor:
-        """Per-group mean |sigma_w| (the `noisy_sigma` health metric)."""
-        return self.sigma_w.detach().abs().mean(dim=(1, 2))
+        """Per-member mean |sigma_w| (the `noisy_sigma` health metric)."""
+        return self.sigma_w.detach().abs().mean(dim=(1, 2, 3))

@@ -107,5 +107,5 @@ class BranchingC51(nn.Module):
         layers = self.noisy_layers()
         if not layers:
             return torch.zeros(self.P, device=self.support.device)
-        per = [layer.mean_abs_sigma().view(self.P, -1).mean(1) for layer in layers]
+        per = [layer.mean_abs_sigma() for layer in layers]
         return torch.stack(per).mean(0)

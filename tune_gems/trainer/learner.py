@@ -17,6 +17,7 @@ from torch import Tensor
 from tune_gems.config import Config
 from tune_gems.env import Market, VecTradingEnv
 from tune_gems.gems import GemSet
+from tune_gems.model.flat import FlatParameters
 from tune_gems.model.network import BranchingC51
 from tune_gems.optim import PopulationAdam
 from tune_gems.replay import ReplayBuffer
@@ -43,7 +44,8 @@ class Learner:
         self.online = BranchingC51(mc, market.obs_dim, K, A, self.seeds).to(device)
         self.target = BranchingC51(mc, market.obs_dim, K, A, self.seeds).to(device)
         self.target.load_state_dict(self.online.state_dict())
-        self.target.requires_grad_(False)
+        self.online_flat = FlatParameters(self.online, P)
+        self.target_flat = FlatParameters(self.target, P, with_grad=False)
         self.replay = ReplayBuffer(P, tc.replay_capacity, market.obs_dim, K, tc.n_envs, tc.n_step, tc.gamma, device)
         E, noise = tc.n_envs, self.online.noise_size
         # one block of uniforms per iteration and member; each consumer reads its own slice
@@ -58,7 +60,7 @@ class Learner:
             },
             device,
         )
-        self.optim = PopulationAdam(list(self.online.parameters()), P, tc.lr, tc.adam_eps, tc.grad_clip)
+        self.optim = PopulationAdam(self.online_flat, tc.lr, tc.adam_eps, tc.grad_clip)
         self.gems = GemSet(cfg.gems)
         self.acc = torch.zeros(len(ACC_ROWS), P, device=device)
         self.updates = torch.zeros((), dtype=torch.int64, device=device)
@@ -69,11 +71,11 @@ class Learner:
     def state_tensors(self) -> dict[str, Tensor]:
         """Every tensor that evolves during training: what a checkpoint holds and what the graph
         capture snapshots around its warm-up."""
-        state: dict[str, Tensor] = {}
-        state.update({f"online.{k}": v for k, v in self.online.state_dict(keep_vars=True).items()})
-        state.update({f"target.{k}": v for k, v in self.target.state_dict(keep_vars=True).items()})
+        state: dict[str, Tensor] = {"online.params": self.online_flat.data, "online.grads": self.online_flat.grad}
+        state.update({f"online.{k}": v for k, v in self.online.named_buffers()})
+        state["target.params"] = self.target_flat.data
+        state.update({f"target.{k}": v for k, v in self.target.named_buffers()})
         state.update({f"optim.{k}": v for k, v in self.optim.state_tensors().items()})
-        state.update({f"optim.grad.{i}": p.grad for i, p in enumerate(self.optim.params)})
         state.update({f"replay.{k}": v for k, v in self.replay.state_tensors().items()})
         state.update({f"env.{k}": v for k, v in self.env.state_tensors().items()})
         state.update({"rng.counter": self.rng.counter, "counters.updates": self.updates})
@@ -81,14 +83,13 @@ class Learner:
         return state
 
     def _pair_target_tensors(self) -> list[tuple[Tensor, Tensor, bool]]:
-        """(target, online, follows_tau) for every parameter and spectral-norm buffer; noise
-        buffers are not copied (each net draws its own noise)."""
-        online = dict(self.online.state_dict(keep_vars=True))
-        pairs = []
-        for name, t in self.target.state_dict(keep_vars=True).items():
-            if name.endswith(("f_in", "f_out")) or name == "support":
-                continue
-            pairs.append((t, online[name], not name.endswith(("sn_u", "sn_v"))))
+        """(target, online, follows_tau): all parameters as one flat pair, and the
+        spectral-norm buffers; noise buffers are not copied (each net draws its own noise)."""
+        pairs = [(self.target_flat.data, self.online_flat.data, True)]
+        online = dict(self.online.named_buffers())
+        for name, t in self.target.named_buffers():
+            if name.endswith(("sn_u", "sn_v")):
+                pairs.append((t, online[name], False))
         return pairs
 
     # -- precision ---------------------------------------------------------------------------

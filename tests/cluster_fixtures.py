@@ -1,0 +1,179 @@
+"""Shared pieces of the cluster, fault-injection and job tests: polling with a deadline, the
+sweep CLI as a background process, Tune's per-trial result.json rows, and an uninterrupted
+in-process reference run of one trial to compare a faulted trial against, bit for bit."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from sweep_fixtures import REPO
+from tune_gems.config import Config, build_config, flatten, set_dotted
+from tune_gems.metrics import EPOCH_METRICS, MEMBER_METRICS
+
+POLL_S = 0.05
+CONFIG_KEYS = tuple(flatten(Config().to_dict()))
+"""The dotted config leaves: the config columns of trials.parquet."""
+
+
+def wait_for(fn: Callable[[], Any], timeout: float, what: str, interval: float = POLL_S) -> Any:
+    """Poll `fn` until it returns something truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- the sweep CLI as a background process -----------------------------------------------------
+
+
+def start_cli(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`python -m tune_gems ARGS` in its own session (so it can be frozen or killed as a group),
+    stdout and stderr into `log`."""
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tune_gems", *args],
+            cwd=REPO,
+            env={**os.environ, **(env or {})},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def kill_group(p: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    """Signal the process group of a process this test started (no-op once it is gone)."""
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+    if sig == signal.SIGKILL:
+        p.wait(timeout=60)
+
+
+def finish(p: subprocess.Popen, log: Path, timeout: float) -> int:
+    """Wait for the CLI to exit; on a time-out kill it and fail with its log's tail."""
+    try:
+        return p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(p)
+        raise AssertionError(f"sweep still running after {timeout:.0f}s:\n{tail(log)}") from None
+
+
+def tail(log: Path, n: int = 4000) -> str:
+    return log.read_text(errors="replace")[-n:] if log.is_file() else "(no log)"
+
+
+# -- what Tune wrote ---------------------------------------------------------------------------
+
+
+def result_rows(exp: Path) -> list[dict[str, Any]]:
+    """Every result every trial reported so far, from `<exp>/<trial dir>/result.json` (JSON
+    lines, appended by the driver); a line still being written is skipped."""
+    rows = []
+    for f in sorted(exp.glob("*/result.json")):
+        try:
+            text = f.read_text()
+        except FileNotFoundError:
+            continue
+        for line in text.splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return rows
+
+
+# -- an uninterrupted reference run ------------------------------------------------------------
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, np.ndarray):
+        return [_plain(x) for x in v.tolist()]
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def config_from_trial_row(row: pd.Series) -> Config:
+    """Rebuild a trial's full config from the dotted config columns of trials.parquet."""
+    defaults = flatten(Config().to_dict())
+    tree: dict[str, Any] = {}
+    for key in CONFIG_KEYS:
+        value = _plain(row[key])
+        if defaults[key] is None and isinstance(value, float) and math.isnan(value):
+            value = None  # an all-null column may come back as NaN
+        set_dotted(tree, key, value)
+    return build_config(tree, "trials.parquet row")
+
+
+def reference_run(cfg: Config) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Train `cfg` start to end in this process, uninterrupted: (history, member history).
+
+    One intra-op thread, like a Ray worker of a 1-CPU trial (Ray sets OMP_NUM_THREADS to the
+    trial's CPUs), so that no reduction runs in a different order than in the trial."""
+    import torch
+
+    from tune_gems.trainer import Trainer
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        trainer = Trainer(cfg, log=None)
+        trainer.fit()
+        return trainer.history, trainer.member_history
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        a, b = float(a), float(b)
+        return (math.isnan(a) and math.isnan(b)) or a == b
+    return a == b
+
+
+def assert_bit_identical(got: pd.DataFrame, want: list[dict[str, Any]], columns: tuple[str, ...], what: str) -> None:
+    """Rows of `got` (ordered) equal `want` exactly in every column (NaN equals NaN)."""
+    assert len(got) == len(want), f"{what}: {len(got)} rows, the uninterrupted run has {len(want)}"
+    for i, (g, w) in enumerate(zip(got.to_dict("records"), want)):
+        diff = {c: (g[c], w[c]) for c in columns if not _same(g[c], w[c])}
+        assert not diff, f"{what}: row {i} differs from the uninterrupted run: {diff}"
+
+
+HISTORY_COMPARED = tuple(m for m in EPOCH_METRICS if m != "sps")  # sps is wall-clock speed
+MEMBERS_COMPARED = ("epoch", "member", "seed", *MEMBER_METRICS)
+
+
+def assert_trial_matches_uninterrupted(exp: Path, trial_id: str) -> None:
+    """The trial's history and members rows equal an uninterrupted run of its config."""
+    trials = pd.read_parquet(exp / "trials.parquet").set_index("trial_id")
+    history = pd.read_parquet(exp / "history.parquet")
+    members = pd.read_parquet(exp / "members.parquet")
+    want_h, want_m = reference_run(config_from_trial_row(trials.loc[trial_id]))
+    got_h = history[history["trial_id"] == trial_id].sort_values("epoch")
+    got_m = members[members["trial_id"] == trial_id].sort_values(["epoch", "member"])
+    assert_bit_identical(got_h, want_h, HISTORY_COMPARED, f"history of {trial_id}")
+    assert_bit_identical(got_m, want_m, MEMBERS_COMPARED, f"members of {trial_id}")
