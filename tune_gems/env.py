@@ -166,6 +166,46 @@ class VecTradingEnv:
         return {"t": self.t, "pos": self.pos, "steps": self.steps}
 
 
+class SegmentEvaluator:
+    """Runs a greedy policy over a whole segment for every member, from a flat position.
+
+    The loop is sequential in time (the position feeds the next observation), so each step is
+    a fixed-shape update of preallocated state: `step()` can be captured once as a CUDA graph
+    and replayed T times (see tune_gems.trainer.graph.StepRunner), or run eagerly on CPU.
+    `policy` maps observations [P,1,obs_dim] to actions [P,1,K] and must read the live
+    parameters inside the call (so a captured graph sees later updates).
+    """
+
+    def __init__(self, market: Market, actions: ActionMap, cost: float, policy: Callable[[Tensor], Tensor], population: int, segment: str):
+        r = market.ranges[segment]
+        dev = market.logret_norm.device
+        self.market, self.actions, self.cost, self.policy = market, actions, cost, policy
+        self.lo, self.T = r.lo, r.length
+        self.t = torch.full((population, 1), r.lo, dtype=torch.int64, device=dev)
+        self.pos = torch.zeros(population, 1, device=dev)
+        self.i = torch.zeros(1, dtype=torch.int64, device=dev)
+        self.returns = torch.zeros(population, self.T, device=dev)
+        self.positions = torch.zeros(population, self.T, device=dev)
+
+    def state_tensors(self) -> dict[str, Tensor]:
+        return {"t": self.t, "pos": self.pos, "i": self.i, "returns": self.returns, "positions": self.positions}
+
+    def reset(self) -> None:
+        self.t.fill_(self.lo)
+        self.pos.zero_()
+        self.i.zero_()
+
+    def step(self) -> None:
+        act = self.policy(self.market.observe(self.t, self.pos))
+        new_pos = self.actions.position(act)
+        ret = new_pos * self.market.ret_next[self.t] - self.cost * (new_pos - self.pos).abs()
+        self.returns.index_copy_(1, self.i, ret)
+        self.positions.index_copy_(1, self.i, new_pos)
+        self.pos.copy_(new_pos)
+        self.t.add_(1)
+        self.i.add_(1)
+
+
 def evaluate_segment(
     market: Market,
     actions: ActionMap,
@@ -174,20 +214,8 @@ def evaluate_segment(
     population: int,
     segment: str,
 ) -> tuple[Tensor, Tensor]:
-    """Run a greedy policy over a whole segment for every member, from a flat position.
-
-    `policy` maps observations [P,1,obs_dim] to actions [P,1,K]. Returns per-step net returns
-    and positions, both [P,T] (T = the segment's decision steps).
-    """
-    r = market.ranges[segment]
-    dev = market.logret_norm.device
-    pos = torch.zeros(population, 1, device=dev)
-    rets, positions = [], []
-    for t in range(r.lo, r.hi):
-        tt = torch.full((population, 1), t, dtype=torch.int64, device=dev)
-        act = policy(market.observe(tt, pos))
-        new_pos = actions.position(act)
-        rets.append(new_pos * market.ret_next[t] - cost * (new_pos - pos).abs())
-        positions.append(new_pos)
-        pos = new_pos
-    return torch.cat(rets, dim=1), torch.cat(positions, dim=1)
+    """Eager one-off evaluation: per-step net returns and positions, both [P,T]."""
+    ev = SegmentEvaluator(market, actions, cost, policy, population, segment)
+    for _ in range(ev.T):
+        ev.step()
+    return ev.returns.clone(), ev.positions.clone()

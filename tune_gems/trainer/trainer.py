@@ -21,7 +21,7 @@ import torch
 
 from tune_gems import data as data_mod
 from tune_gems.config import Config, flatten
-from tune_gems.env import Market, evaluate_segment
+from tune_gems.env import Market, SegmentEvaluator
 from tune_gems.errors import CheckpointError, ConfigError
 from tune_gems.metrics import EPOCH_METRICS, GEM_KEYS, sharpe
 from tune_gems.ops import resolve_backend
@@ -89,6 +89,7 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.member_history: list[dict[str, Any]] = []
         self._prefilled = False
+        self._evaluators: dict[str, tuple[SegmentEvaluator, StepRunner]] = {}
 
     # -- progress ----------------------------------------------------------------------------
     @property
@@ -111,19 +112,30 @@ class Trainer:
         self._prefilled = True
 
     # -- evaluation --------------------------------------------------------------------------
+    def _greedy_policy(self, obs: torch.Tensor) -> torch.Tensor:
+        """Noise-free greedy actions; reads the live parameters on every call."""
+        net = self.learner.online
+        with self.learner.matmul_precision():
+            return net.expected_q(net(obs, net.weights("eval")).logits).argmax(-1)
+
+    def _evaluator(self, segment: str) -> tuple[SegmentEvaluator, StepRunner]:
+        if segment not in self._evaluators:
+            ev = SegmentEvaluator(
+                self.market, self.learner.env.actions, self.cfg.env.cost, self._greedy_policy,
+                self.cfg.trainer.population, segment,
+            )  # fmt: skip
+            self._evaluators[segment] = (ev, StepRunner(ev.step, ev.state_tensors, self.runner.use_graph))
+        return self._evaluators[segment]
+
     @torch.no_grad()
     def evaluate(self, segment: str) -> tuple[np.ndarray, torch.Tensor]:
-        """Greedy, noise-free policy over a whole segment: (Sharpe per member, returns [P,T])."""
-        net = self.learner.online
-        weights = net.weights("eval")
-
-        def policy(obs: torch.Tensor) -> torch.Tensor:
-            with self.learner.matmul_precision():
-                return net.expected_q(net(obs, weights).logits).argmax(-1)
-
-        rets, _ = evaluate_segment(
-            self.market, self.learner.env.actions, self.cfg.env.cost, policy, self.cfg.trainer.population, segment
-        )
+        """Greedy, noise-free policy over a whole segment: (Sharpe per member, returns [P,T]).
+        On CUDA one step is captured once and replayed T times."""
+        ev, runner = self._evaluator(segment)
+        ev.reset()
+        for _ in range(ev.T):
+            runner()
+        rets = ev.returns.clone()
         return np.asarray(sharpe(rets, self.cfg.env.periods_per_year)), rets
 
     # -- one epoch ---------------------------------------------------------------------------
