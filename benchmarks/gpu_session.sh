@@ -47,6 +47,14 @@ for s in "$@"; do
       python3 -m tune_gems analyze /tmp/gpu-exp/measure-gpu --n-boot 500 2>&1 | tee -a "$OUT/sweep.log" | tail -12
       cp /tmp/gpu-exp/measure-gpu/*.parquet "$OUT/" 2>/dev/null
       ;;
+    sweep2)
+      stage "sweep on every GPU of the machine, one GPU per trial"
+      rm -rf /tmp/gpu-exp2
+      timeout 300 python3 -m tune_gems sweep sweeps/measure_gems.yaml --storage /tmp/gpu-exp2 --name measure-2gpu \
+        num_samples=4 config.trainer.epochs=4 config.trainer.iterations_per_epoch=300 2>&1 | tee "$OUT/sweep2.log" | grep -v "^\s*$" | tail -14
+      python3 benchmarks/concurrency_report.py /tmp/gpu-exp2/measure-2gpu 2>&1 | tee "$OUT/concurrency.log"
+      cp /tmp/gpu-exp2/measure-2gpu/trials.parquet "$OUT/trials_2gpu.parquet" 2>/dev/null
+      ;;
     *) echo "unknown stage $s"; exit 2;;
   esac
 done

@@ -1,10 +1,12 @@
 // CUDA kernels of the gems G6 (branch independence), G10 (temporal consistency) and G12
 // (predictive coding), forward and backward, with their host launchers.
 //
-// Graph-safe and deterministic (DESIGN.md "Kernels"): one thread per sample (or per output
-// element) computes its value with a sequential loop and writes it once; scalars per member
-// come from row_mean_kernel (one block per member, fixed tree). No atomics, no memset, no host
-// sync, no allocation: scratch buffers are passed in by the torch binding.
+// Graph-safe and deterministic (DESIGN.md "Kernels"): every output element has exactly one
+// writer, computed with a summation order fixed by the shapes alone (a group of lanes may
+// cooperate on one sample, with a fixed xor butterfly; a tile of a G6 product is a running
+// sum in increasing index order); scalars per member come from one block per member with a
+// fixed reduction order. No atomics, no memset, no host sync, no allocation: scratch buffers
+// are passed in by the torch binding.
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -46,7 +48,7 @@ __device__ __forceinline__ void g6_pair_branches(int64_t pair, int64_t K, int64_
 // b = y, y + kRowGroups, ... in order, and the kRowGroups partials are combined in a fixed
 // order. The summation order depends only on B, so results are bitwise reproducible.
 constexpr int kColumnTile = 32;
-constexpr int kRowGroups = 8;
+constexpr int kRowGroups = 16;
 
 // Fixed-order total of one column's kRowGroups partials; every thread of the column gets it.
 template <typename T>
@@ -66,7 +68,7 @@ inline unsigned int g6_column_blocks(int64_t PK, int64_t D) {
 // Per column (p,k,d): mean and variance (1/B) over the batch, then
 // z = (f - mean) / sd with sd = sqrt(var + eps), two passes as in the reference.
 template <typename T>
-__global__ void __launch_bounds__(kColumnTile * kRowGroups)
+__global__ void __launch_bounds__(kColumnTile * kRowGroups, 1)
     g6_standardise_kernel(const T* __restrict__ f, int64_t B, int64_t D, T* __restrict__ z,
                           T* __restrict__ sd) {
   __shared__ T partial[kRowGroups][kColumnTile];
@@ -91,65 +93,207 @@ __global__ void __launch_bounds__(kColumnTile * kRowGroups)
   for (int64_t b = threadIdx.y; b < B; b += kRowGroups) z[base + b * D] = (f[base + b * D] - mean) / s;
 }
 
-// One thread per (p, pair, i, j): R_kl[i,j] = sum_b z_k[b,i] z_l[b,j] / B.
+// ------------------------------------------------------------ G6 tiled products
+// The pair correlations R_kl = z_k^T z_l / B (forward) and dL/dz_k = sum_{l!=k} z_l R_kl^T
+// (backward) are small batched matrix products. A block of kG6Threads threads computes one
+// kG6Tile x kG6Tile output tile, each thread a kG6Micro x kG6Micro register tile; the
+// reduction index t runs in chunks of kG6Tile staged in shared memory, padded to kG6Pad
+// columns so that both row- and column-wise staging stores are free of bank conflicts.
+// Each output is one running sum over t = 0, 1, 2, ... in increasing order (zero padding of
+// the last chunk adds exact zeros), so the bits depend only on the shapes.
+constexpr int kG6Tile = 32;
+constexpr int kG6Micro = 4;
+constexpr int kG6Side = kG6Tile / kG6Micro;         // threads per tile side
+constexpr int kG6Threads = kG6Side * kG6Side;       // 64
+constexpr int kG6Pad = kG6Tile + 1;
+constexpr int kG6Loads = kG6Tile * kG6Tile / kG6Threads;  // staged elements per thread
+
+static_assert(kG6Tile % kG6Micro == 0, "tile must split into micro tiles");
+static_assert(kG6Tile == kWarpSize, "staging maps one warp onto one tile row or column");
+static_assert((kG6Tile * kG6Tile) % kG6Threads == 0, "staging must cover the tile evenly");
+
 template <typename T>
-__global__ void g6_correlation_kernel(const T* __restrict__ z, int64_t P, int64_t K, int64_t B,
-                                      int64_t D, int64_t npairs, T* __restrict__ r) {
-  const int64_t DD = D * D;
-  const int64_t items = P * npairs * DD;
-  for (int64_t e = first_item(); e < items; e += item_stride()) {
-    const int64_t j = e % D;
-    const int64_t i = (e / D) % D;
-    const int64_t pair = (e / DD) % npairs;
-    const int64_t p = e / (DD * npairs);
-    int64_t k, l;
-    g6_pair_branches(pair, K, &k, &l);
-    const T* zk = z + (p * K + k) * B * D + i;
-    const T* zl = z + (p * K + l) * B * D + j;
-    T acc = T(0);
-    for (int64_t b = 0; b < B; ++b) acc += zk[b * D] * zl[b * D];
-    r[e] = acc / static_cast<T>(B);
+struct G6Stage {
+  T a[kG6Tile][kG6Pad];  // a[t][row]: operand of the tile's rows
+  T b[kG6Tile][kG6Pad];  // b[t][col]: operand of the tile's columns
+};
+
+// dst[t][c] = src[t * t_stride + c * c_stride] for t < t_limit and c < c_limit, else 0
+// (t, c < kG6Tile). When t_contiguous (t_stride == 1 in memory), consecutive lanes take
+// consecutive t, else consecutive c: either way a warp reads one contiguous run of global
+// memory, and the padded rows make its shared-memory stores hit distinct banks.
+// Thread x stages fast index x % 32 and slow indices x / 32 + u * kG6SlowStep, u < kG6Loads.
+constexpr int kG6SlowStep = kG6Threads / kWarpSize;
+static_assert(kG6Threads % kWarpSize == 0 && kG6SlowStep * kG6Loads == kG6Tile,
+              "staging must cover the tile exactly");
+
+template <typename T>
+__device__ __forceinline__ void g6_stage(T (*dst)[kG6Pad], const T* __restrict__ src,
+                                         int64_t t_stride, int64_t c_stride, int64_t t_limit,
+                                         int64_t c_limit, bool t_contiguous) {
+  const int fast = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int slow0 = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int64_t fast_stride = t_contiguous ? t_stride : c_stride;
+  const int64_t slow_stride = t_contiguous ? c_stride : t_stride;
+  const int64_t fast_limit = t_contiguous ? t_limit : c_limit;
+  const int64_t slow_limit = t_contiguous ? c_limit : t_limit;
+  const bool fast_ok = fast < fast_limit;
+  const T* at = src + fast * fast_stride + slow0 * slow_stride;
+  const int64_t step = kG6SlowStep * slow_stride;
+  T v[kG6Loads];
+#pragma unroll
+  for (int u = 0; u < kG6Loads; ++u) {
+    const int slow = slow0 + u * kG6SlowStep;
+    v[u] = (fast_ok && slow < slow_limit) ? at[u * step] : T(0);
+  }
+#pragma unroll
+  for (int u = 0; u < kG6Loads; ++u) {
+    const int slow = slow0 + u * kG6SlowStep;
+    if (t_contiguous)
+      dst[fast][slow] = v[u];
+    else
+      dst[slow][fast] = v[u];
   }
 }
 
-// One thread per (p,k,b,i): dvalue/dz_k[b,i] times grad_value[p],
-//   = grad_value[p] * 2 / (npairs*D*D*B) * sum_{l != k} sum_j R_kl[i,j] z_l[b,j],
-// where R_kl = r[pair(k,l)][i][j] for k<l and R_kl = R_lk^T = r[pair(l,k)][j][i] for k>l.
+// acc[r][q] += sum_{t < kG6Tile} a[t][ty*kG6Micro + r] * b[t][tx*kG6Micro + q], t ascending.
 template <typename T>
-__global__ void g6_grad_z_kernel(const T* __restrict__ grad_value, const T* __restrict__ z,
-                                 const T* __restrict__ r, int64_t P, int64_t K, int64_t B,
-                                 int64_t D, int64_t npairs, T* __restrict__ grad_z) {
-  const int64_t items = P * K * B * D;
-  const int64_t DD = D * D;
-  for (int64_t e = first_item(); e < items; e += item_stride()) {
-    const int64_t i = e % D;
-    const int64_t b = (e / D) % B;
-    const int64_t k = (e / (D * B)) % K;
-    const int64_t p = e / (D * B * K);
-    T acc = T(0);
-    for (int64_t l = 0; l < K; ++l) {
-      if (l == k) continue;
-      const T* zl = z + ((p * K + l) * B + b) * D;
-      if (k < l) {
-        const T* rkl = r + (p * npairs + g6_pair_index(k, l, K)) * DD + i * D;  // row i
-        for (int64_t j = 0; j < D; ++j) acc += rkl[j] * zl[j];
-      } else {
-        const T* rlk = r + (p * npairs + g6_pair_index(l, k, K)) * DD + i;  // column i
-        for (int64_t j = 0; j < D; ++j) acc += rlk[j * D] * zl[j];
+__device__ __forceinline__ void g6_tile_accumulate(const G6Stage<T>& stage, int tx, int ty,
+                                                   T (&acc)[kG6Micro][kG6Micro]) {
+#pragma unroll 8
+  for (int t = 0; t < kG6Tile; ++t) {
+    T av[kG6Micro];
+    T bv[kG6Micro];
+#pragma unroll
+    for (int r = 0; r < kG6Micro; ++r) av[r] = stage.a[t][ty * kG6Micro + r];
+#pragma unroll
+    for (int q = 0; q < kG6Micro; ++q) bv[q] = stage.b[t][tx * kG6Micro + q];
+#pragma unroll
+    for (int r = 0; r < kG6Micro; ++r)
+#pragma unroll
+      for (int q = 0; q < kG6Micro; ++q) acc[r][q] += av[r] * bv[q];
+  }
+}
+
+__host__ __device__ __forceinline__ int64_t g6_tiles(int64_t n) { return (n + kG6Tile - 1) / kG6Tile; }
+
+// R_kl[i,j] = sum_b z_k[b,i] z_l[b,j] / B for every (p, pair, i, j): one block per 32 x 32
+// tile (i, j) of one (p, pair), tiles in the order (p, pair, i-tile, j-tile).
+template <typename T>
+__global__ void __launch_bounds__(kG6Threads, 1)
+    g6_correlation_kernel(const T* __restrict__ z, int64_t P, int64_t K, int64_t B, int64_t D,
+                          int64_t npairs, T* __restrict__ r) {
+  __shared__ G6Stage<T> stage;
+  const int tx = static_cast<int>(threadIdx.x) % kG6Side;
+  const int ty = static_cast<int>(threadIdx.x) / kG6Side;
+  const int64_t tiles_d = g6_tiles(D);
+  const int64_t tiles = P * npairs * tiles_d * tiles_d;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t tile_j = tile % tiles_d;
+    const int64_t tile_i = (tile / tiles_d) % tiles_d;
+    const int64_t pair = (tile / (tiles_d * tiles_d)) % npairs;
+    const int64_t p = tile / (tiles_d * tiles_d * npairs);
+    int64_t k, l;
+    g6_pair_branches(pair, K, &k, &l);
+    const T* zk = z + (p * K + k) * B * D;
+    const T* zl = z + (p * K + l) * B * D;
+    const int64_t i0 = tile_i * kG6Tile;
+    const int64_t j0 = tile_j * kG6Tile;
+    T acc[kG6Micro][kG6Micro];
+#pragma unroll
+    for (int rr = 0; rr < kG6Micro; ++rr)
+#pragma unroll
+      for (int q = 0; q < kG6Micro; ++q) acc[rr][q] = T(0);
+    for (int64_t b0 = 0; b0 < B; b0 += kG6Tile) {
+      // a[t][c] = z_k[b0+t, i0+c], b[t][c] = z_l[b0+t, j0+c]: contiguous along c.
+      g6_stage(stage.a, zk + b0 * D + i0, D, 1, B - b0, D - i0, false);
+      g6_stage(stage.b, zl + b0 * D + j0, D, 1, B - b0, D - j0, false);
+      __syncthreads();
+      g6_tile_accumulate(stage, tx, ty, acc);
+      __syncthreads();
+    }
+    T* out = r + (p * npairs + pair) * D * D;
+#pragma unroll
+    for (int rr = 0; rr < kG6Micro; ++rr) {
+      const int64_t i = i0 + ty * kG6Micro + rr;
+#pragma unroll
+      for (int q = 0; q < kG6Micro; ++q) {
+        const int64_t j = j0 + tx * kG6Micro + q;
+        if (i < D && j < D) out[i * D + j] = acc[rr][q] / static_cast<T>(B);
       }
     }
-    // No pair (K < 2): value is the constant 0 and so is its gradient.
-    const T scale = npairs > 0 ? static_cast<T>(2) / (static_cast<T>(npairs) * static_cast<T>(DD) *
-                                                      static_cast<T>(B))
-                               : T(0);
-    grad_z[e] = grad_value[p] * scale * acc;
+  }
+}
+
+// dL/dz_k[b,i] = grad_value[p] * 2 / (npairs*D*D*B) * sum_{l != k} sum_j z_l[b,j] R_kl[i,j],
+// where R_kl = r[pair(k,l)][i][j] for k<l and R_kl = R_lk^T = r[pair(l,k)][j][i] for k>l.
+// One block per 32 x 32 tile (b, i) of one (p, k), tiles in the order (p, k, b-tile, i-tile);
+// the sum runs over l ascending, then j ascending.
+template <typename T>
+__global__ void __launch_bounds__(kG6Threads, 1)
+    g6_grad_z_kernel(const T* __restrict__ grad_value, const T* __restrict__ z,
+                     const T* __restrict__ r, int64_t P, int64_t K, int64_t B, int64_t D,
+                     int64_t npairs, T* __restrict__ grad_z) {
+  __shared__ G6Stage<T> stage;
+  const int tx = static_cast<int>(threadIdx.x) % kG6Side;
+  const int ty = static_cast<int>(threadIdx.x) / kG6Side;
+  const int64_t tiles_d = g6_tiles(D);
+  const int64_t tiles_b = g6_tiles(B);
+  const int64_t tiles = P * K * tiles_b * tiles_d;
+  const int64_t DD = D * D;
+  // No pair (K < 2): value is the constant 0 and so is its gradient.
+  const T scale = npairs > 0 ? static_cast<T>(2) / (static_cast<T>(npairs) * static_cast<T>(DD) *
+                                                    static_cast<T>(B))
+                             : T(0);
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t tile_i = tile % tiles_d;
+    const int64_t tile_b = (tile / tiles_d) % tiles_b;
+    const int64_t k = (tile / (tiles_d * tiles_b)) % K;
+    const int64_t p = tile / (tiles_d * tiles_b * K);
+    const int64_t b0 = tile_b * kG6Tile;
+    const int64_t i0 = tile_i * kG6Tile;
+    T acc[kG6Micro][kG6Micro];
+#pragma unroll
+    for (int rr = 0; rr < kG6Micro; ++rr)
+#pragma unroll
+      for (int q = 0; q < kG6Micro; ++q) acc[rr][q] = T(0);
+    for (int64_t l = 0; l < K; ++l) {
+      if (l == k) continue;
+      const T* zl = z + (p * K + l) * B * D;
+      const bool k_first = k < l;
+      const T* rkl = r + (p * npairs + (k_first ? g6_pair_index(k, l, K) : g6_pair_index(l, k, K))) * DD;
+      for (int64_t j0 = 0; j0 < D; j0 += kG6Tile) {
+        // a[t][c] = z_l[b0+c, j0+t]: contiguous along t.
+        g6_stage(stage.a, zl + b0 * D + j0, 1, D, D - j0, B - b0, true);
+        // b[t][c] = R_kl[i0+c, j0+t]: for k<l that is r[pair(k,l)][i0+c][j0+t], contiguous
+        // along t; for k>l it is r[pair(l,k)][j0+t][i0+c], contiguous along c.
+        if (k_first)
+          g6_stage(stage.b, rkl + i0 * D + j0, 1, D, D - j0, D - i0, true);
+        else
+          g6_stage(stage.b, rkl + j0 * D + i0, D, 1, D - j0, D - i0, false);
+        __syncthreads();
+        g6_tile_accumulate(stage, tx, ty, acc);
+        __syncthreads();
+      }
+    }
+    const T factor = grad_value[p] * scale;
+    T* out = grad_z + (p * K + k) * B * D;
+#pragma unroll
+    for (int rr = 0; rr < kG6Micro; ++rr) {
+      const int64_t b = b0 + ty * kG6Micro + rr;
+#pragma unroll
+      for (int q = 0; q < kG6Micro; ++q) {
+        const int64_t i = i0 + tx * kG6Micro + q;
+        if (b < B && i < D) out[b * D + i] = factor * acc[rr][q];
+      }
+    }
   }
 }
 
 // Per column (p,k,d), in place on grad (which holds dL/dz on entry), tiled like
 // g6_standardise_kernel:  dL/df_b = (g_b - mean_B g - z_b * mean_B(g z)) / sd.
 template <typename T>
-__global__ void __launch_bounds__(kColumnTile * kRowGroups)
+__global__ void __launch_bounds__(kColumnTile * kRowGroups, 1)
     g6_standardise_backward_kernel(const T* __restrict__ z, const T* __restrict__ sd, int64_t B,
                                    int64_t D, T* __restrict__ grad) {
   __shared__ T partial[kRowGroups][kColumnTile];
@@ -185,69 +329,86 @@ cudaError_t g6_standardise_and_correlate(const T* f, int64_t P, int64_t K, int64
   g6_standardise_kernel<T><<<g6_column_blocks(P * K, D), tile, 0, stream>>>(f, B, D, z, sd);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || npairs == 0) return err;
-  const int64_t correlations = P * npairs * D * D;
-  g6_correlation_kernel<T><<<blocks_for(correlations), kThreadsPerBlock, 0, stream>>>(z, P, K, B, D, npairs, r);
+  const int64_t tiles_d = g6_tiles(D);
+  g6_correlation_kernel<T><<<clamp_blocks(P * npairs * tiles_d * tiles_d), kG6Threads, 0, stream>>>(
+      z, P, K, B, D, npairs, r);
   return cudaGetLastError();
 }
 
 // ============================================================== G10 / G12 (same shape of math)
-// per_sample[s] = nd[s] * mean_{e<width} (a[s,e] - b[s,e])^2, one thread per sample s.
+// per_sample[s] = nd[s] * mean_{e<width} (a[s,e] - b[s,e])^2. A group of lanes_for(width)
+// lanes cooperates on one sample: lane g sums e = g, g + lanes, ... in order (coalesced
+// across the group), then a fixed xor butterfly; lane 0 of the group writes the sample.
 template <typename T>
-__global__ void masked_mse_per_sample_kernel(const T* __restrict__ a, const T* __restrict__ b,
-                                             const T* __restrict__ nd, int64_t samples,
-                                             int64_t width, T* __restrict__ per_sample) {
-  for (int64_t s = first_item(); s < samples; s += item_stride()) {
-    const T* as = a + s * width;
-    const T* bs = b + s * width;
-    T acc = T(0);
-    for (int64_t e = 0; e < width; ++e) {
-      const T d = as[e] - bs[e];
-      acc += d * d;
-    }
-    per_sample[s] = nd[s] * (acc / static_cast<T>(width));
-  }
-}
+struct MaskedMseSample {
+  const T* __restrict__ a;
+  const T* __restrict__ b;
+  const T* __restrict__ nd;
+  int64_t width;
 
-// One thread per element (s, e): grad_a = w_s * nd[s] * 2 (a - b) / width, with w_s the
-// sample weight; grad_b (when not null) = -grad_a.
+  __device__ __forceinline__ T operator()(int64_t s, int group_lane, int lanes, bool valid) const {
+    T acc = T(0);
+    if (valid) {
+      const T* as = a + s * width;
+      const T* bs = b + s * width;
+      for (int64_t e = group_lane; e < width; e += lanes) {
+        const T d = as[e] - bs[e];
+        acc += d * d;
+      }
+    }
+    acc = group_sum(acc, lanes);
+    return valid ? nd[s] * (acc / static_cast<T>(width)) : T(0);
+  }
+};
+
+// grad_a = w_s * nd[s] * 2 (a - b) / width, with w_s the sample weight; grad_b (when not
+// null) = -grad_a. A group of `lanes` lanes per sample s (weight computed once per sample),
+// lane g writes the elements e = g, g + lanes, ... (coalesced across the group).
 template <typename T>
-__global__ void masked_mse_backward_kernel(const T* __restrict__ grad_per_sample,
-                                           const T* __restrict__ grad_value,
-                                           const T* __restrict__ a, const T* __restrict__ b,
-                                           const T* __restrict__ nd, int64_t P, int64_t B,
-                                           int64_t width, T* __restrict__ grad_a,
-                                           T* __restrict__ grad_b) {
-  const int64_t items = P * B * width;
-  for (int64_t e = first_item(); e < items; e += item_stride()) {
-    const int64_t s = e / width;
+__global__ void __launch_bounds__(kThreadsPerBlock, 1)
+    masked_mse_backward_kernel(const T* __restrict__ grad_per_sample,
+                               const T* __restrict__ grad_value, const T* __restrict__ a,
+                               const T* __restrict__ b, const T* __restrict__ nd, int64_t P,
+                               int64_t B, int64_t width, int lanes, T* __restrict__ grad_a,
+                               T* __restrict__ grad_b) {
+  const int64_t samples = P * B;
+  const int lane = static_cast<int>(threadIdx.x) & (kWarpSize - 1);
+  const int groups_per_warp = kWarpSize / lanes;
+  const int group = lane / lanes;
+  const int group_lane = lane & (lanes - 1);
+  const int64_t warp = first_item() / kWarpSize;
+  const int64_t warps = item_stride() / kWarpSize;
+  for (int64_t base = warp * groups_per_warp; base < samples; base += warps * groups_per_warp) {
+    const int64_t s = base + group;
+    if (s >= samples) continue;
     const int64_t p = s / B;
-    const T w = sample_weight(grad_per_sample, grad_value, s, p, B);
-    const T g = w * nd[s] * (static_cast<T>(2) * (a[e] - b[e]) / static_cast<T>(width));
-    grad_a[e] = g;
-    if (grad_b != nullptr) grad_b[e] = -g;
+    const T coef = sample_weight(grad_per_sample, grad_value, s, p, B) * nd[s];
+    const int64_t row = s * width;
+    for (int64_t e = group_lane; e < width; e += lanes) {
+      const T g = coef * (static_cast<T>(2) * (a[row + e] - b[row + e]) / static_cast<T>(width));
+      grad_a[row + e] = g;
+      if (grad_b != nullptr) grad_b[row + e] = -g;
+    }
   }
 }
 
 template <typename T>
 cudaError_t masked_mse_forward(const T* a, const T* b, const T* nd, int64_t P, int64_t B,
                                int64_t width, T* per_sample, T* value, cudaStream_t stream) {
-  const int64_t samples = P * B;
-  if (samples <= 0) return cudaSuccess;
-  masked_mse_per_sample_kernel<T><<<blocks_for(samples), kThreadsPerBlock, 0, stream>>>(
-      a, b, nd, samples, width, per_sample);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return err;
-  return launch_row_mean<T, false>(per_sample, P, B, value, stream);
+  if (P * B <= 0 || width <= 0) return cudaSuccess;
+  return launch_per_sample_and_mean<T>(MaskedMseSample<T>{a, b, nd, width}, P, B, width,
+                                       lanes_for(width), per_sample, value, stream);
 }
 
 template <typename T>
 cudaError_t masked_mse_backward(const T* grad_per_sample, const T* grad_value, const T* a,
                                 const T* b, const T* nd, int64_t P, int64_t B, int64_t width,
                                 T* grad_a, T* grad_b, cudaStream_t stream) {
-  const int64_t items = P * B * width;
-  if (items <= 0) return cudaSuccess;
-  masked_mse_backward_kernel<T><<<blocks_for(items), kThreadsPerBlock, 0, stream>>>(
-      grad_per_sample, grad_value, a, b, nd, P, B, width, grad_a, grad_b);
+  const int64_t samples = P * B;
+  if (samples <= 0 || width <= 0) return cudaSuccess;
+  const int lanes = lanes_for(width);
+  masked_mse_backward_kernel<T><<<grouped_blocks_for(samples, lanes), kThreadsPerBlock, 0, stream>>>(
+      grad_per_sample, grad_value, a, b, nd, P, B, width, lanes, grad_a, grad_b);
   return cudaGetLastError();
 }
 
@@ -277,7 +438,7 @@ cudaError_t g6_backward(const T* grad_value, const T* f, int64_t P, int64_t K, i
   cudaError_t err = g6_standardise_and_correlate(f, P, K, B, D, z, sd, r, stream);
   if (err != cudaSuccess) return err;
   // dL/dz into grad_f (all zeros when there is no pair), then through the standardisation.
-  g6_grad_z_kernel<T><<<blocks_for(items), kThreadsPerBlock, 0, stream>>>(
+  g6_grad_z_kernel<T><<<clamp_blocks(P * K * g6_tiles(B) * g6_tiles(D)), kG6Threads, 0, stream>>>(
       grad_value, z, r, P, K, B, D, npairs, grad_f);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;

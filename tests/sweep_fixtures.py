@@ -14,6 +14,9 @@ REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "sweeps" / "smoke.yaml"
 
 TINY_SWEEP = [
+    "num_samples=4",
+    "seeds=per_trial",
+    "config.trainer.population=2",
     "config.trainer.epochs=2",
     "config.trainer.iterations_per_epoch=6",
     "config.trainer.batch_size=16",
@@ -35,7 +38,7 @@ TINY_SWEEP = [
 def ray_address():
     """One local Ray instance for the whole module (starting Ray costs seconds)."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield ray.get_runtime_context().gcs_address
     finally:

@@ -28,7 +28,7 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
     assert res.returncode == 0, res.stderr[-3000:]
     exp = tmp_path / "smoke"
     t = _tables(exp)
-    n = 4  # num_samples of smoke.yaml
+    n = 4  # num_samples of TINY_SWEEP
     assert len(t["trials"]) == n and set(t["trials"]["status"]) == {"TERMINATED"}
     assert len(t["history"]) == n * 2 and len(t["members"]) == n * 2 * 2
     assert list(t["history"].columns) == ["experiment", "trial_id", "config_label", *EPOCH_METRICS]
