@@ -145,7 +145,9 @@ class TrainerConfig(_Strict):
     epsilon_end: float = Field(0.05, ge=0.0, le=1.0)
     epsilon_decay_iterations: int = Field(2000, ge=1)
     precision: Literal["fp32", "tf32", "bf16"] = Field(
-        "fp32", description="matmul precision on CUDA; gem, loss and optimizer math stay fp32"
+        "tf32",
+        description="matmul precision on CUDA (tensor cores; fp32 for exact comparisons); "
+        "gem, loss and optimizer math stay fp32; CPU always runs fp32",
     )
     graph: Annotated[Literal["auto", "on", "off"], BeforeValidator(_yaml_switch)] = Field("auto", description="CUDA graph capture of the iteration")
     checkpoint_every: int = Field(1, ge=0, description="epochs between checkpoints (0: only at the end)")

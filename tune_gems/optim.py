@@ -35,9 +35,6 @@ class PopulationAdam:
         self.step_count = torch.zeros((), device=flat.data.device)
         self._fused = hasattr(torch, "_fused_adam_")
 
-    def zero_grad(self) -> None:
-        self.flat.zero_grad()
-
     @torch.no_grad()
     def step(self) -> Tensor:
         """Clip each member's gradient to max_grad_norm, take an Adam step; returns the

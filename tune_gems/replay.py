@@ -82,8 +82,12 @@ class ReplayBuffer:
         flat = slots.view(P, -1)
         r = self.reward.gather(1, flat).view(P, batch_size, n)
         end = self.end.gather(1, flat).view(P, batch_size, n).float()
-        # alive_k = 1 while no earlier step of the window ended its episode
-        alive = torch.cat([torch.ones_like(end[..., :1]), torch.cumprod(1.0 - end[..., :-1], dim=-1)], dim=-1)
+        # alive_k = 1 while no earlier step of the window ended its episode (a short loop over
+        # the n steps: torch's scan kernel is slow for an innermost dimension this small)
+        cols = [torch.ones_like(end[..., 0])]
+        for k in range(1, n):
+            cols.append(cols[-1] * (1.0 - end[..., k - 1]))
+        alive = torch.stack(cols, dim=-1)
         ret = (alive * self._gamma_pow[:n] * r).sum(-1)
         m = alive.sum(-1).to(torch.int64)  # steps used, in 1..n
         last = slots.gather(2, (m - 1).unsqueeze(-1)).squeeze(-1)  # [P,B]

@@ -71,7 +71,7 @@ class Learner:
     def state_tensors(self) -> dict[str, Tensor]:
         """Every tensor that evolves during training: what a checkpoint holds and what the graph
         capture snapshots around its warm-up."""
-        state: dict[str, Tensor] = {"online.params": self.online_flat.data, "online.grads": self.online_flat.grad}
+        state: dict[str, Tensor] = {"online.params": self.online_flat.data}
         state.update({f"online.{k}": v for k, v in self.online.named_buffers()})
         state["target.params"] = self.target_flat.data
         state.update({f"target.{k}": v for k, v in self.target.named_buffers()})
@@ -148,7 +148,6 @@ class Learner:
 
     # -- one iteration -----------------------------------------------------------------------
     def iteration(self) -> None:
-        self.optim.zero_grad()
         draws = self._fresh_draws()
         weights = self.online.weights("train")
         self._step_envs(weights, draws)
@@ -194,7 +193,8 @@ class Learner:
         extra = gems.loss_term(values)
         if extra is not None:
             per_member = per_member + extra
-        per_member.sum().backward()
+        grads = torch.autograd.grad(per_member.sum(), self.online_flat.params, allow_unused=True)
+        self.online_flat.gather_grads(grads)
         grad_norm = self.optim.step()
         with torch.no_grad():
             self.updates.add_(1)
