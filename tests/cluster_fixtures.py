@@ -177,3 +177,30 @@ def assert_trial_matches_uninterrupted(exp: Path, trial_id: str) -> None:
     got_m = members[members["trial_id"] == trial_id].sort_values(["epoch", "member"])
     assert_bit_identical(got_h, want_h, HISTORY_COMPARED, f"history of {trial_id}")
     assert_bit_identical(got_m, want_m, MEMBERS_COMPARED, f"members of {trial_id}")
+
+
+# -- the CLI in a forked child -----------------------------------------------------------------
+
+
+def cli_in_child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> int:
+    """`tune-gems ARGS` as the console script runs it (tune_gems.cli.main), in the calling
+    process: meant for a fresh child of a multiprocessing forkserver that has the heavy modules
+    imported already. Working directory, environment and the stdout/stderr file descriptors
+    are the child's own; returns the exit status."""
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for path, fd in ((out, 1), (err, 2)):
+        f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(f, fd)
+        os.close(f)
+    from tune_gems.cli import main
+
+    try:
+        code = main(args)
+    except SystemExit as e:  # argparse errors
+        code = e.code if isinstance(e.code, int) else 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code

@@ -66,6 +66,15 @@ def test_sweep_refuses_an_existing_experiment_and_writes_nothing(tmp_path, ray_a
     assert [p.name for p in (tmp_path / "taken").iterdir()] == ["keep.txt"]
 
 
+def test_relative_storage_is_refused_inside_a_ray_job(tmp_path, monkeypatch):
+    """Inside `ray job submit` the working directory is Ray's temporary copy of the upload."""
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="storage: 'experiments' is relative"):
+        run_sweep(SMOKE, TINY_SWEEP)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_common_seeds_give_members_identical_seeds_across_trials(tmp_path, ray_address):
     out = run_sweep(SMOKE, [*TINY_SWEEP, "num_samples=2", "seeds=common", "config.trainer.epochs=1"], storage=str(tmp_path), name="c")
     seeds = out.members.groupby("trial_id")["seed"].apply(tuple)

@@ -26,13 +26,15 @@ def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from tune_gems.config import load_config
-    from tune_gems.trainer.run import run_training
 
     path, overrides = _split_config_and_overrides(args.items)
     for item in overrides:
         if "=" not in item:
             raise TuneGemsError(f"{item}: expected key=value (only the first argument may be a config file)")
-    cfg = load_config(path, overrides)
+    cfg = load_config(path, overrides)  # validated before torch is even imported
+
+    from tune_gems.trainer.run import run_training
+
     run_training(cfg, Path(args.out) if args.out else None, resume=args.resume)
     return 0
 

@@ -14,7 +14,6 @@ import math
 from typing import Any
 
 import numpy as np
-import torch
 
 GEM_METRICS = ("g6_branch_indep", "g10_temporal", "g12_predictive")
 GEM_KEYS = {"g6": "g6_branch_indep", "g10": "g10_temporal", "g12": "g12_predictive"}
@@ -54,9 +53,14 @@ MEMBER_METRICS = (
 """Per-member values of one epoch (members.parquet has trial_id, epoch, member, seed + these)."""
 
 
+def _is_tensor(x: Any) -> bool:
+    """A torch tensor, without importing torch (the analysis reads metrics without it)."""
+    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+
+
 def _as_2d(returns: Any) -> tuple[np.ndarray, bool]:
-    if isinstance(returns, torch.Tensor):
-        arr = returns.detach().to("cpu", torch.float64).numpy()
+    if _is_tensor(returns):
+        arr = returns.detach().double().cpu().numpy()
     else:
         arr = np.asarray(returns, dtype=np.float64)
     if arr.ndim == 1:
@@ -69,7 +73,9 @@ def _as_2d(returns: Any) -> tuple[np.ndarray, bool]:
 def _out(values: np.ndarray, one: bool, like: Any):
     if one:
         return float(values[0])
-    if isinstance(like, torch.Tensor):
+    if _is_tensor(like):
+        import torch
+
         return torch.as_tensor(values, dtype=torch.float64)
     return values
 

@@ -19,12 +19,14 @@ import yaml
 
 from tune_gems.errors import ConfigError, OutputExistsError
 from tune_gems.sweep.results import collect_frames, write_frames
-from tune_gems.sweep.search import JOURNAL_FILE, make_searcher
+from tune_gems.sweep.search import JOURNAL_FILE, close_orphaned_trials, make_searcher
 from tune_gems.sweep.spec import SweepSpec, load_spec
-from tune_gems.sweep.storage import ExperimentStore
+from tune_gems.sweep.storage import ExperimentStore, is_uri
 from tune_gems.trainer.trainer import load_prices, prepare_market
 
 SPEC_FILE = "spec.yaml"
+RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+"""Set by Ray for the entrypoint of `ray job submit`."""
 TABLES = ("trials.parquet", "history.parquet", "members.parquet")
 
 
@@ -90,7 +92,13 @@ def run_sweep(
     if resume and not (name or spec.name):
         raise ConfigError("--resume needs --name: the experiment to finish")
     name = name or spec.name or f"{spec_path.stem}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    store = ExperimentStore(storage or spec.storage, name)
+    storage = storage or spec.storage
+    if os.environ.get(RAY_JOB_ENV) and not is_uri(storage) and not Path(storage).is_absolute():
+        raise ConfigError(
+            f"storage: {storage!r} is relative; inside a Ray job it would land in the job's temporary working "
+            "directory: pass --storage with an absolute path on shared storage or a URI"
+        )
+    store = ExperimentStore(storage, name)
     if resume:
         if not store.has(SPEC_FILE):
             raise ConfigError(f"{store.uri}: no sweep to resume there")
@@ -132,6 +140,11 @@ def run_sweep(
             ),
         )
     grid = tuner.fit()
+    journal = store.journal_path(JOURNAL_FILE)
+    if journal.is_file():
+        closed = close_orphaned_trials(name, journal)
+        if closed:
+            print(f"tune-gems sweep: marked {closed} orphaned Optuna trial(s) FAIL (asked before a driver restart)", flush=True)
     trials, history, members = collect_frames(grid, spec.config, name)
     write_frames(store, dict(zip(TABLES, (trials, history, members))))
     store.push_journal(JOURNAL_FILE)

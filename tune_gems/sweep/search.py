@@ -57,16 +57,34 @@ class DefineByRun:
 
 
 class DivergenceAwareOptunaSearch(OptunaSearch):
-    """OptunaSearch that records a diverged trial (NaN objective) as FAIL in the study instead
-    of leaving it RUNNING (Optuna refuses NaN values; the base class only logs that)."""
+    """OptunaSearch made safe for divergence and for driver restarts.
+
+    - A diverged trial (NaN objective) is recorded as FAIL instead of staying RUNNING (Optuna
+      refuses NaN values; the base class only logs that).
+    - The journal is written at once, while Tune's saved state (with this searcher pickled in
+      it) lags by seconds. After a driver crash and `Tuner.restore`, Tune may re-run a trial
+      that the journal already finished; reports for it are skipped instead of aborting the
+      sweep with UpdateFinishedTrialError (the resumed run reproduces the same values).
+    """
+
+    def _finished_in_journal(self, trial_id: str) -> bool:
+        ot_trial = self._ot_trials.get(trial_id)
+        if ot_trial is None:
+            return False
+        return self._ot_study._storage.get_trial(ot_trial._trial_id).state.is_finished()
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         value = result.get(self.metric)
         if value is None or (isinstance(value, float) and not math.isfinite(value)):
             return
+        if self._finished_in_journal(trial_id):
+            return
         super().on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if trial_id not in self._completed_trials and self._finished_in_journal(trial_id):
+            self._completed_trials.add(trial_id)
+            return
         value = (result or {}).get(self.metric)
         if result and (value is None or (isinstance(value, float) and not math.isfinite(value))):
             if trial_id in self._completed_trials:
@@ -75,6 +93,21 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
             self._completed_trials.add(trial_id)
             return
         super().on_trial_complete(trial_id, result=result, error=error)
+
+
+ORPHAN_NOTE = "asked by a driver that stopped before Tune saved its state; no Tune trial ran it"
+
+
+def close_orphaned_trials(study_name: str, journal_path: Path) -> int:
+    """After a sweep: Optuna trials still RUNNING were asked by a driver that was killed before
+    Tune saved its state, so no Tune trial will ever report them. Mark them FAIL (with a note)
+    so the study holds no phantom running trials; returns how many."""
+    study = optuna.load_study(study_name=study_name, storage=journal_storage(journal_path))
+    orphans = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING]
+    for t in orphans:
+        study._storage.set_trial_user_attr(t._trial_id, "orphaned", ORPHAN_NOTE)
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+    return len(orphans)
 
 
 def make_searcher(spec: SweepSpec, study_name: str, journal_path: Path) -> OptunaSearch:
