@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -19,7 +20,7 @@ from tune_gems.errors import ConfigError
 from tune_gems.metrics import EPOCH_METRICS, MEMBER_METRICS
 from tune_gems.sweep.spec import trial_config
 from tune_gems.sweep.storage import ExperimentStore
-from tune_gems.sweep.trainable import MEMBERS_KEY
+from tune_gems.sweep.trainable import HISTORY_FILE, MEMBERS_KEY
 
 ID_COLUMNS = ("experiment", "trial_id", "config_label")
 
@@ -30,6 +31,34 @@ def _one_line(error: BaseException | None) -> str | None:
     text = str(error).strip().splitlines()
     last = [line for line in text if line.strip()]
     return (last[-1] if last else type(error).__name__)[:500]
+
+
+def _checkpoint_history(result) -> dict[str, Any] | None:
+    checkpoint = getattr(result, "checkpoint", None)
+    if checkpoint is None:
+        return None
+    try:
+        with checkpoint.as_directory() as d:
+            path = Path(d) / HISTORY_FILE
+            return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _fill_from_checkpoint(rows: list[dict[str, Any]], result) -> list[dict[str, Any]]:
+    """Add the epochs that the latest checkpoint's history holds but Tune's results lack."""
+    saved = _checkpoint_history(result)
+    if not saved:
+        return rows
+    have = {int(r["epoch"]) for r in rows}
+    members_by_epoch: dict[int, list] = {}
+    for m in saved.get("members", []):
+        members_by_epoch.setdefault(int(m["epoch"]), []).append(m)
+    for h in saved.get("history", []):
+        epoch = int(h["epoch"])
+        if epoch not in have:
+            rows.append({**h, MEMBERS_KEY: json.dumps(members_by_epoch.get(epoch, []))})
+    return sorted(rows, key=lambda r: int(r["epoch"]))
 
 
 def collect_frames(result_grid, base: dict[str, Any], experiment: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -47,6 +76,7 @@ def collect_frames(result_grid, base: dict[str, Any], experiment: str) -> tuple[
         if df is not None and len(df) and "epoch" in df.columns:
             df = df.dropna(subset=["epoch"]).drop_duplicates(subset=["epoch"], keep="last").sort_values("epoch")
             rows = df.to_dict("records")
+        rows = _fill_from_checkpoint(rows, result)
         for r in rows:
             history.append({"experiment": experiment, "trial_id": trial_id, "config_label": label, **{m: r.get(m) for m in EPOCH_METRICS}})
             for mrow in json.loads(r.get(MEMBERS_KEY) or "[]"):

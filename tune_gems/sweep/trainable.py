@@ -6,7 +6,9 @@ replays its CUDA graph in that same thread. Each epoch is reported with `ray.tun
 `tune.get_checkpoint()` and ends bit-identical to an uninterrupted one.
 
 Per-member rows travel in the result as one JSON string (`members_json`), so they survive
-Tune's flattening of results and land in members.parquet.
+Tune's flattening of results and land in members.parquet; each checkpoint also carries the
+whole history so far (`history.json`), from which the result tables fill any epoch whose
+report was lost with a dying node.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tune_gems.sweep.spec import trial_config
 from tune_gems.trainer.trainer import Trainer
 
 CHECKPOINT_FILE = "checkpoint.pt"
+HISTORY_FILE = "history.json"
 MEMBERS_KEY = "members_json"
 
 
@@ -37,6 +40,12 @@ def placement() -> dict[str, Any]:
 
     ctx = ray.get_runtime_context()
     return {"node_id": ctx.get_node_id(), "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids())}
+
+
+def write_history(path: Path, trainer: Trainer) -> None:
+    """Every epoch so far, beside the checkpoint: a result that Tune lost (a node dying between
+    a report and its processing) is still recovered from the checkpoint that followed it."""
+    path.write_text(json.dumps({"history": trainer.history, "members": trainer.member_history}))
 
 
 def train_trial(params: dict[str, Any], *, base: dict[str, Any], prices: pd.Series, objective: str) -> None:
@@ -60,6 +69,7 @@ def train_trial(params: dict[str, Any], *, base: dict[str, Any], prices: pd.Seri
         if trainer.done or (every and trainer.epoch % every == 0):
             with tempfile.TemporaryDirectory() as d:
                 trainer.save_checkpoint(Path(d) / CHECKPOINT_FILE)
+                write_history(Path(d) / HISTORY_FILE, trainer)
                 tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
         else:
             tune.report(metrics)
