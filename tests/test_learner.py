@@ -212,3 +212,21 @@ def test_model_switches_train(switches):
     assert t.cfg.label().endswith(
         f"sn={'off' if 'model.spectral_norm=false' in switches else 'on'} noisy={'off' if 'model.noisy=false' in switches else 'on'}"
     )
+
+
+@pytest.mark.parametrize("mode", ["hard", "polyak"])
+def test_target_network_follows_the_online_network(mode):
+    extra = ["trainer.tau=0.1"] if mode == "polyak" else ["trainer.target_update=4"]
+    learner = _learner(tiny_config(*extra))
+    start = learner.target_flat.data.clone()
+    for _ in range(4):
+        learner.iteration()
+    online, target = learner.online_flat.data, learner.target_flat.data
+    if mode == "hard":  # the 4th update copied the online weights exactly
+        assert torch.equal(target, online)
+    else:  # Polyak: moved towards online, never all the way
+        assert not torch.equal(target, start) and not torch.equal(target, online)
+        assert (target - online).abs().sum() < (start - online).abs().sum()
+    for name, t in learner.target.named_buffers():  # spectral-norm state is copied, not blended
+        if name.endswith(("sn_u", "sn_v")):
+            assert torch.equal(t, dict(learner.online.named_buffers())[name])

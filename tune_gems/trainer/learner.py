@@ -212,10 +212,9 @@ class Learner:
     def _update_target(self) -> None:
         tc = self.cfg.trainer
         if tc.tau > 0:
-            w_param = torch.full((), tc.tau, device=self.device)
-            w_copy = torch.ones((), device=self.device)
+            w_param, w_copy = tc.tau, 1.0
         else:
-            w_param = (self.updates % tc.target_update == 0).float()
+            w_param = (self.updates % tc.target_update == 0).float()  # 1.0 exactly when due
             w_copy = w_param
         for t, o, follows_tau in self._target_pairs:
             t.lerp_(o, w_param if follows_tau else w_copy)
