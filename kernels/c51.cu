@@ -87,10 +87,7 @@ struct C51LossSample {
     for (int64_t k = 0; k < K; ++k) {
       const T* l = valid ? logits + (s * K + k) * atoms : logits;
       const T* mk = valid ? m + (s * K + k) * atoms : m;
-      T max = lowest_value<T>();
-      if (valid)
-        for (int64_t j = group_lane; j < atoms; j += lanes) max = l[j] > max ? l[j] : max;
-      max = group_max(max, lanes);
+      const T max = group_row_max(l, atoms, group_lane, lanes, valid);
       T sum_exp = T(0);
       T sum_m = T(0);
       T sum_m_gap = T(0);
@@ -121,22 +118,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1)
                              const T* __restrict__ m, int64_t P, int64_t B, int64_t K,
                              int64_t atoms, int lanes, T* __restrict__ grad_logits) {
   const int64_t rows = P * B * K;
-  const int lane = static_cast<int>(threadIdx.x) & (kWarpSize - 1);
-  const int groups_per_warp = kWarpSize / lanes;
-  const int group = lane / lanes;
-  const int group_lane = lane & (lanes - 1);
-  const int64_t warp = first_item() / kWarpSize;
-  const int64_t warps = item_stride() / kWarpSize;
-  for (int64_t base = warp * groups_per_warp; base < rows; base += warps * groups_per_warp) {
-    const int64_t row_index = base + group;
+  const LaneGroups g(lanes);
+  const int group_lane = g.group_lane;
+  for (int64_t base = g.first; base < rows; base += g.stride) {
+    const int64_t row_index = base + g.group;
     const bool valid = row_index < rows;
     const int64_t row_start = valid ? row_index * atoms : 0;
     const T* l = logits + row_start;
     const T* mk = m + row_start;
-    T max = lowest_value<T>();
-    if (valid)
-      for (int64_t j = group_lane; j < atoms; j += lanes) max = l[j] > max ? l[j] : max;
-    max = group_max(max, lanes);
+    const T max = group_row_max(l, atoms, group_lane, lanes, valid);
     T sum_exp = T(0);
     T sum_m = T(0);
     if (valid)

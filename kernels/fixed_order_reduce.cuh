@@ -153,6 +153,36 @@ cudaError_t launch_row_mean(const T* x, int64_t rows, int64_t n, T* out, cudaStr
   return cudaGetLastError();
 }
 
+// This thread's place among the aligned groups of `lanes` lanes (a power of two <= 32) that
+// tile the grid: item `base + group` for base = first, first + stride, ... is this group's.
+// The loop bound built from these is uniform across each warp, so group_sum / group_max may
+// be called inside the loop.
+struct LaneGroups {
+  int group;       // group index within the warp
+  int group_lane;  // lane index within the group
+  int64_t first;   // first item of this warp's groups
+  int64_t stride;  // items covered by all warps of the grid per step
+  __device__ explicit LaneGroups(int lanes) {
+    const int lane = static_cast<int>(threadIdx.x) & (kWarpSize - 1);
+    const int groups_per_warp = kWarpSize / lanes;
+    group = lane / lanes;
+    group_lane = lane & (lanes - 1);
+    first = (first_item() / kWarpSize) * groups_per_warp;
+    stride = (item_stride() / kWarpSize) * groups_per_warp;
+  }
+};
+
+// max_j row[j] over a row of n elements, combined across an aligned group of `lanes` lanes
+// (lane g reads j = g, g + lanes, ...); every lane of the group gets the result. Lanes of an
+// invalid item read nothing and contribute the lowest value.
+template <typename T>
+__device__ __forceinline__ T group_row_max(const T* row, int64_t n, int group_lane, int lanes, bool valid) {
+  T max = lowest_value<T>();
+  if (valid)
+    for (int64_t j = group_lane; j < n; j += lanes) max = row[j] > max ? row[j] : max;
+  return group_max(max, lanes);
+}
+
 // Weight of sample s of member p in a backward pass: the upstream gradient of per_sample[s]
 // plus the share of grad_value[p] that reaches it through value = sum_b per_sample / B.
 template <typename T>
@@ -174,17 +204,12 @@ __device__ __forceinline__ T sample_weight(const T* grad_per_sample, const T* gr
 template <typename T, class SampleFn>
 __global__ void __launch_bounds__(kThreadsPerBlock, 1)
     grouped_per_sample_kernel(SampleFn fn, int64_t samples, int lanes, T* __restrict__ per_sample) {
-  const int lane = static_cast<int>(threadIdx.x) & (kWarpSize - 1);
-  const int groups_per_warp = kWarpSize / lanes;
-  const int group = lane / lanes;
-  const int group_lane = lane & (lanes - 1);
-  const int64_t warp = first_item() / kWarpSize;
-  const int64_t warps = item_stride() / kWarpSize;
-  for (int64_t base = warp * groups_per_warp; base < samples; base += warps * groups_per_warp) {
-    const int64_t s = base + group;
+  const LaneGroups g(lanes);
+  for (int64_t base = g.first; base < samples; base += g.stride) {
+    const int64_t s = base + g.group;
     const bool valid = s < samples;
-    const T v = fn(s, group_lane, lanes, valid);
-    if (valid && group_lane == 0) per_sample[s] = v;
+    const T v = fn(s, g.group_lane, lanes, valid);
+    if (valid && g.group_lane == 0) per_sample[s] = v;
   }
 }
 

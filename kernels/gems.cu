@@ -156,6 +156,14 @@ __device__ __forceinline__ void g6_stage(T (*dst)[kG6Pad], const T* __restrict__
   }
 }
 
+template <typename T>
+__device__ __forceinline__ void g6_zero_tile(T (&acc)[kG6Micro][kG6Micro]) {
+#pragma unroll
+  for (int rr = 0; rr < kG6Micro; ++rr)
+#pragma unroll
+    for (int q = 0; q < kG6Micro; ++q) acc[rr][q] = T(0);
+}
+
 // acc[r][q] += sum_{t < kG6Tile} a[t][ty*kG6Micro + r] * b[t][tx*kG6Micro + q], t ascending.
 template <typename T>
 __device__ __forceinline__ void g6_tile_accumulate(const G6Stage<T>& stage, int tx, int ty,
@@ -200,10 +208,7 @@ __global__ void __launch_bounds__(kG6Threads, 1)
     const int64_t i0 = tile_i * kG6Tile;
     const int64_t j0 = tile_j * kG6Tile;
     T acc[kG6Micro][kG6Micro];
-#pragma unroll
-    for (int rr = 0; rr < kG6Micro; ++rr)
-#pragma unroll
-      for (int q = 0; q < kG6Micro; ++q) acc[rr][q] = T(0);
+    g6_zero_tile(acc);
     for (int64_t b0 = 0; b0 < B; b0 += kG6Tile) {
       // a[t][c] = z_k[b0+t, i0+c], b[t][c] = z_l[b0+t, j0+c]: contiguous along c.
       g6_stage(stage.a, zk + b0 * D + i0, D, 1, B - b0, D - i0, false);
@@ -253,10 +258,7 @@ __global__ void __launch_bounds__(kG6Threads, 1)
     const int64_t b0 = tile_b * kG6Tile;
     const int64_t i0 = tile_i * kG6Tile;
     T acc[kG6Micro][kG6Micro];
-#pragma unroll
-    for (int rr = 0; rr < kG6Micro; ++rr)
-#pragma unroll
-      for (int q = 0; q < kG6Micro; ++q) acc[rr][q] = T(0);
+    g6_zero_tile(acc);
     for (int64_t l = 0; l < K; ++l) {
       if (l == k) continue;
       const T* zl = z + (p * K + l) * B * D;
@@ -372,14 +374,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1)
                                int64_t B, int64_t width, int lanes, T* __restrict__ grad_a,
                                T* __restrict__ grad_b) {
   const int64_t samples = P * B;
-  const int lane = static_cast<int>(threadIdx.x) & (kWarpSize - 1);
-  const int groups_per_warp = kWarpSize / lanes;
-  const int group = lane / lanes;
-  const int group_lane = lane & (lanes - 1);
-  const int64_t warp = first_item() / kWarpSize;
-  const int64_t warps = item_stride() / kWarpSize;
-  for (int64_t base = warp * groups_per_warp; base < samples; base += warps * groups_per_warp) {
-    const int64_t s = base + group;
+  const LaneGroups g(lanes);
+  const int group_lane = g.group_lane;
+  for (int64_t base = g.first; base < samples; base += g.stride) {
+    const int64_t s = base + g.group;
     if (s >= samples) continue;
     const int64_t p = s / B;
     const T coef = sample_weight(grad_per_sample, grad_value, s, p, B) * nd[s];

@@ -143,9 +143,8 @@ class Trainer:
         if self.done:
             raise RuntimeError("training is finished")
         tc = self.cfg.trainer
-        if not self._prefilled and self.epoch == 0:
+        if not self._prefilled:
             self._prefill()
-        self._prefilled = True
         self.learner.acc.zero_()
         if self.device.type == "cuda":
             torch.cuda.synchronize()
