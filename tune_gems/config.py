@@ -8,6 +8,7 @@ default.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -17,6 +18,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from tune_gems.errors import ConfigError
 
 GEM_NAMES = ("g6", "g10", "g12")
+
+SUPPORT_LIMIT = 1e6
+"""Largest |v_min|, |v_max| of the C51 support: beyond it the atom spacing overflows float32 math."""
 
 
 def _yaml_switch(v: Any) -> Any:
@@ -28,14 +32,17 @@ GemMode = Annotated[Literal["off", "measure", "wire"], BeforeValidator(_yaml_swi
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    """Base of every config model: unknown keys refused, no NaN or infinity in any float, and no
+    silent coercion (a boolean is not an integer, a string is not a number)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
 
 
 class SyntheticConfig(_Strict):
     """The seeded regime-switching series used when `data.source` is synthetic."""
 
     n: int = Field(6000, ge=200, description="number of prices")
-    seed: int = Field(7, description="seed of the series (the same for every member)")
+    seed: int = Field(7, ge=0, description="seed of the series (the same for every member)")
     edge: float = Field(0.8, ge=0.0, le=1.0, description="strength of the learnable momentum edge (0: none)")
 
 
@@ -82,10 +89,10 @@ class EnvConfig(_Strict):
     window: int = Field(32, ge=2, le=1024, description="past log returns in an observation")
     episode_length: int = Field(256, ge=8, description="steps before an environment restarts")
     cost: float = Field(5e-4, ge=0.0, lt=0.1, description="transaction cost, fraction of |position change|")
-    reward_scale: float = Field(100.0, gt=0.0, description="reward multiplier for learning (returns are tiny)")
+    reward_scale: float = Field(100.0, gt=0.0, le=1e6, description="reward multiplier for learning (returns are tiny)")
     directions: list[float] = Field(default_factory=lambda: [-1.0, 0.0, 1.0])
     sizes: list[float] = Field(default_factory=lambda: [1 / 3, 2 / 3, 1.0])
-    periods_per_year: float = Field(252.0, gt=0.0)
+    periods_per_year: float = Field(252.0, gt=0.0, le=1e8)
 
     @model_validator(mode="after")
     def _same_width(self) -> "EnvConfig":
@@ -101,11 +108,11 @@ class ModelConfig(_Strict):
     trunk_layers: int = Field(2, ge=1, le=8)
     stream_hidden: int = Field(64, ge=4, description="width of value/advantage stream features (G6's D)")
     atoms: int = Field(51, ge=3, le=1024)
-    v_min: float = -5.0
-    v_max: float = 5.0
+    v_min: float = Field(-5.0, ge=-SUPPORT_LIMIT, le=SUPPORT_LIMIT)
+    v_max: float = Field(5.0, ge=-SUPPORT_LIMIT, le=SUPPORT_LIMIT)
     spectral_norm: bool = True
     noisy: bool = True
-    noisy_sigma0: float = Field(0.5, gt=0.0)
+    noisy_sigma0: float = Field(0.5, gt=0.0, le=100.0)
     predictor_hidden: int = Field(128, ge=4, description="hidden width of the G12 predictor head")
 
     @model_validator(mode="after")
@@ -136,7 +143,7 @@ class TrainerConfig(_Strict):
     learning_starts: int = Field(512, ge=0, description="transitions per member collected before learning")
     n_step: int = Field(3, ge=1, le=64)
     gamma: float = Field(0.97, gt=0.0, le=1.0)
-    lr: float = Field(5e-4, gt=0.0)
+    lr: float = Field(5e-4, gt=0.0, le=10.0)
     adam_eps: float = Field(1.5e-4, gt=0.0)
     grad_clip: float = Field(10.0, gt=0.0, description="max gradient norm, per member")
     target_update: int = Field(200, ge=1, description="hard target update period in iterations (used when tau is 0)")
@@ -163,7 +170,7 @@ class TrainerConfig(_Strict):
 
 
 class Config(_Strict):
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     kernels: Literal["auto", "cuda", "reference"] = "auto"
     data: DataConfig = Field(default_factory=DataConfig)
@@ -202,13 +209,57 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
     return f"{loc}: {msg}{extra}"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """The safe loader, refusing a mapping that repeats a key (plain YAML keeps the last one
+    silently, so a typo'd duplicate would change a run unseen)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: let the base class report it
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.1 reads `1e-3` (an exponent without a dot) as a string; every user means a number
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def safe_load_yaml(text: str) -> Any:
+    """yaml.safe_load that refuses duplicate keys."""
+    loader = _UniqueKeyLoader(text)  # a SafeLoader subclass: no Python tags
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """A YAML mapping from a file, through the safe loader; ConfigError naming the file otherwise."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: no such file")
     try:
-        data = yaml.safe_load(p.read_text())
+        data = safe_load_yaml(p.read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -231,7 +282,7 @@ def parse_override(item: str) -> tuple[str, Any]:
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"{item}: empty key in override")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = safe_load_yaml(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
     return key, value
