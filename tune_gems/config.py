@@ -44,6 +44,11 @@ class SyntheticConfig(_Strict):
     n: int = Field(6000, ge=200, description="number of prices")
     seed: int = Field(7, ge=0, description="seed of the series (the same for every member)")
     edge: float = Field(0.8, ge=0.0, le=1.0, description="strength of the learnable momentum edge (0: none)")
+    paths: Literal["per_seed", "shared"] = Field(
+        "shared",
+        description="per_seed: seed index s trains and evaluates on its own path (the same in every arm); "
+        "shared: one path (seed `data.synthetic.seed`) for every member",
+    )
 
 
 class DataConfig(_Strict):
