@@ -1,5 +1,6 @@
-"""Features without look-ahead, rewards from t to t+1, the vectorised env, replay n-step
-returns, the per-member RNG, the C51 projection, and the population Adam."""
+"""Features without look-ahead, rewards from t to t+1, the vectorised env, price paths per
+member, greedy evaluation, and the C51 projection. (Replay: test_replay.py; RNG: test_rng.py;
+optimizer: test_optim.py.)"""
 
 from __future__ import annotations
 
@@ -13,19 +14,18 @@ from gymnasium.utils.env_checker import check_env
 
 from tune_gems.config import EnvConfig
 from tune_gems.data import split_bounds, synthetic_prices
-from tune_gems.env import Market, Transition, VecTradingEnv, evaluate_segment
+from tune_gems.env import ActionMap, Market, VecTradingEnv, evaluate_segment
+from tune_gems.errors import DataError
 from tune_gems.gems.reference import c51_project
 from tune_gems.gym_env import TradingEnv
-from tune_gems.model.flat import FlatParameters
-from tune_gems.optim import PopulationAdam
-from tune_gems.replay import ReplayBuffer
 from tune_gems.rng import CounterRNG, member_seeds
 
 W = 6
 
 
-def _market(prices: pd.Series) -> Market:
-    return Market(prices, split_bounds(prices, [0.6, 0.2, 0.2], min_len=W + 2), W)
+def _market(prices: pd.Series | list[pd.Series]) -> Market:
+    first = prices if isinstance(prices, pd.Series) else prices[0]
+    return Market(prices, split_bounds(first, [0.6, 0.2, 0.2], min_len=W + 2), W)
 
 
 @pytest.fixture
@@ -135,95 +135,6 @@ def test_gymnasium_wrapper_passes_the_env_checker(prices):
     assert total == 10 and truncated and obs.shape == (W + 1,)
 
 
-# -- replay -------------------------------------------------------------------------------------
-
-
-def _transition(P, E, step, end_every=None, obs_dim=3):
-    obs = torch.full((P, E, obs_dim), float(step))
-    end = torch.zeros(P, E, dtype=torch.bool)
-    if end_every and (step + 1) % end_every == 0:
-        end[:] = True
-    rew = torch.arange(E).float().expand(P, E) * 0 + float(step + 1)
-    return Transition(obs, torch.zeros(P, E, 2, dtype=torch.int64), rew, obs + 0.5, end, torch.zeros_like(end), rew)
-
-
-def test_replay_n_step_returns_stop_at_episode_ends():
-    P, E, n, gamma = 2, 3, 3, 0.5
-    rng = CounterRNG([1, 2], "cpu")
-    buf = ReplayBuffer(P, 30, 3, 2, E, n, gamma, device="cpu")
-    for step in range(12):  # rewards 1..12, episodes end after steps 3, 7, 11 (every 4th)
-        buf.add(_transition(P, E, step, end_every=4))
-    for _ in range(5):
-        rng.advance()
-        b = buf.sample(rng.uniform(9, (64,)))
-        s = b.obs[..., 0]  # the step index of the first transition
-        for p in range(P):
-            for i in range(64):
-                t0 = int(s[p, i])
-                exp, k = 0.0, 0
-                while k < n:
-                    exp += gamma**k * (t0 + k + 1)
-                    k += 1
-                    if (t0 + k) % 4 == 0:
-                        break
-                assert b.reward[p, i].item() == pytest.approx(exp)
-                assert b.discount[p, i].item() == pytest.approx(gamma**k)
-                assert b.next_obs[p, i, 0].item() == t0 + k - 1 + 0.5
-        assert int(s.max()) <= 12 - n  # never reads past what was written
-
-
-def test_replay_wraps_and_keeps_the_newest_transitions():
-    P, E = 1, 4
-    rng = CounterRNG([1], "cpu")
-    buf = ReplayBuffer(P, 10, 3, 2, E, 1, 0.9, device="cpu")
-    for step in range(7):
-        buf.add(_transition(P, E, step))
-    assert int(buf.size) == 10
-    seen = set()
-    for _ in range(50):
-        rng.advance()
-        seen |= set(buf.sample(rng.uniform(9, (32,))).obs[0, :, 0].tolist())
-    assert seen == {4.0, 5.0, 6.0}  # 28 inserted, capacity 10: steps 4..6 (and part of 4)
-
-
-# -- RNG ----------------------------------------------------------------------------------------
-
-
-def test_counter_rng_is_per_member_and_advances():
-    a = CounterRNG([1, 2, 3], "cpu")
-    b = CounterRNG([1, 99, 3], "cpu")
-    ua, ub = a.uniform(4, (1000,)), b.uniform(4, (1000,))
-    assert torch.equal(ua[[0, 2]], ub[[0, 2]]) and not torch.equal(ua[1], ub[1])
-    assert 0 < ua.min() and ua.max() < 1 and abs(ua.mean().item() - 0.5) < 0.02
-    assert not torch.equal(a.uniform(5, (1000,)), ua)
-    a.advance()
-    assert not torch.equal(a.uniform(4, (1000,)), ua)
-    z = a.normal(7, (20000,))
-    assert abs(z.mean().item()) < 0.03 and abs(z.std().item() - 1) < 0.03
-    i = a.integers(8, (5000,), torch.tensor(7))
-    assert i.min() == 0 and i.max() == 6
-
-
-def test_iteration_draws_are_per_member_slices_of_one_block():
-    from tune_gems.rng import DrawPlan
-
-    plan = DrawPlan({"a": 6, "b": 4000, "c": 0}, "cpu")
-    r1, r2 = CounterRNG([1, 2], "cpu"), CounterRNG([1, 3], "cpu")
-    d1, d2 = r1.draw(plan), r2.draw(plan)
-    assert d1.uniform("a").shape == (2, 6) and d1.uniform("c").shape == (2, 0)
-    assert torch.equal(d1.block[0], d2.block[0]) and not torch.equal(d1.block[1], d2.block[1])
-    z = d1.normal("b")
-    assert z.shape == (2, 2000) and abs(z.mean().item()) < 0.1 and abs(z.std().item() - 1) < 0.1
-    r1.advance()
-    assert not torch.equal(r1.draw(plan).block, d1.block)
-
-
-def test_member_seeds_are_distinct_and_stable():
-    s = member_seeds(0, 64)
-    assert len(set(s)) == 64 and s == member_seeds(0, 64) and s[:3] == member_seeds(0, 3)
-    assert set(s).isdisjoint(member_seeds(1, 64))
-
-
 # -- C51 projection -----------------------------------------------------------------------------
 
 
@@ -248,49 +159,107 @@ def test_c51_projection_conserves_mass_and_is_exact_on_support():
     torch.testing.assert_close(done[:, lo + 1], torch.full((N,), j - lo, dtype=torch.float64))
 
 
-# -- optimizer ----------------------------------------------------------------------------------
+# -- price paths per member ---------------------------------------------------------------------
 
 
-class _TwoParams(torch.nn.Module):
-    def __init__(self, a: torch.Tensor, b: torch.Tensor):
-        super().__init__()
-        self.a, self.b = torch.nn.Parameter(a.clone()), torch.nn.Parameter(b.clone())
+def _paths(k: int, n: int = 400) -> list[pd.Series]:
+    return [synthetic_prices(n, seed=3 + i) for i in range(k)]
 
 
-def test_population_adam_matches_torch_adam_per_member():
-    torch.manual_seed(1)
-    a, b = torch.randn(3, 4, 5), torch.randn(3, 2, 1, 5)
-    module = _TwoParams(a, b)
-    flat = FlatParameters(module, 3)
-    assert module.a.data_ptr() == flat.data.data_ptr()  # parameters are views of the matrix
-    ref = [a.clone().requires_grad_(True), b.clone().requires_grad_(True)]
-    ours = PopulationAdam(flat, lr=1e-2, eps=1e-8, max_grad_norm=1e9)
-    theirs = torch.optim.Adam(ref, lr=1e-2, eps=1e-8)
-    for step in range(5):
-        grads = [torch.randn_like(p) for p in ref]
-        loss = (module.a * grads[0]).sum() + (module.b * grads[1]).sum()
-        flat.gather_grads(torch.autograd.grad(loss, flat.params))
-        ours.step()
-        theirs.zero_grad()
-        for p, g in zip(ref, grads):
-            p.grad = g.clone()
-        theirs.step()
-    torch.testing.assert_close(module.a.detach(), ref[0].detach(), rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(module.b.detach(), ref[1].detach(), rtol=1e-5, atol=1e-6)
-    ours._fused = False  # the plain-torch fallback follows the same rule
-    flat.gather_grads((grads[0], None))
-    before = module.a.detach().clone()
-    ours.step()
-    assert not torch.equal(before, module.a.detach())
+def _roll(env: VecTradingEnv, steps: int = 30, seed: int = 0) -> list[tuple[torch.Tensor, ...]]:
+    """(obs, reward, next_obs, end) of every step under random actions and starts."""
+    P, E = env.t.shape
+    rng = CounterRNG(member_seeds(seed, P), "cpu")
+    env.reset(rng.uniform(1, (E,)))
+    out = []
+    for _ in range(steps):
+        rng.advance()
+        action = rng.integers(2, (E, 2), torch.tensor(3)).view(P, E, 2)
+        obs = env.observe()
+        tr = env.step(action, rng.uniform(1, (E,)))
+        out.append((obs, tr.reward, tr.next_obs, tr.end))
+    return out
 
 
-def test_population_adam_clips_each_member_alone():
-    module = _TwoParams(torch.zeros(2, 3), torch.zeros(2, 1))
-    flat = FlatParameters(module, 2)
-    opt = PopulationAdam(flat, lr=1.0, eps=1e-8, max_grad_norm=1.0)
-    flat.grad.copy_(torch.tensor([[30.0, 40.0, 0.0, 0.0], [0.3, 0.4, 0.0, 0.0]]))
-    norm = opt.step()
-    torch.testing.assert_close(norm, torch.tensor([50.0, 0.5]))
-    # after clipping member 0's gradient is [0.6, 0.8, 0]; member 1's is untouched
-    torch.testing.assert_close(opt.exp_avg[0, :3] / 0.1, torch.tensor([0.6, 0.8, 0.0]))
-    torch.testing.assert_close(opt.exp_avg[1, :3] / 0.1, torch.tensor([0.3, 0.4, 0.0]))
+def test_one_path_market_equals_the_series_market_bit_for_bit():
+    prices = _paths(1)[0]
+    a, b = _market(prices), _market([prices])
+    assert b.n_paths == 1 and torch.equal(a.features, b.features) and torch.equal(a.returns_next, b.returns_next)
+    assert a.norm_mean == b.norm_mean and a.norm_std == b.norm_std
+
+
+def test_path_zero_of_many_behaves_like_the_one_path_market():
+    # shared paths (everyone on path 0) give exactly today's env, whatever else the market holds
+    cfg = EnvConfig(window=W, episode_length=8, cost=1e-3)
+    paths = _paths(3)
+    one = _roll(VecTradingEnv(_market(paths[0]), cfg, 3, 4))
+    many = _roll(VecTradingEnv(_market(paths), cfg, 3, 4, path_of_member=[0, 0, 0]))
+    for x, y in zip(one, many):
+        for u, v in zip(x, y):
+            assert torch.equal(u, v)
+
+
+def test_members_see_their_own_path_and_members_on_one_path_the_same():
+    cfg = EnvConfig(window=W, episode_length=8, cost=1e-3)
+    paths = _paths(2)
+    m = _market(paths)
+    env = VecTradingEnv(m, cfg, 3, 2, path_of_member=[1, 0, 1])
+    t = torch.full((3, 2), 100)
+    pos = torch.zeros(3, 2)
+    obs = env.observe_at(t, pos)
+    assert torch.equal(obs[0], obs[2]) and not torch.equal(obs[0], obs[1])
+    # each member's observation is its own path's, as a one-path market builds it
+    for p, k in enumerate([1, 0, 1]):
+        assert torch.equal(obs[p], _market(paths[k]).observe(t[p], pos[p]))
+    # and its rewards come from its own path's returns
+    env.t.fill_(100)
+    tr = env.step(torch.full((3, 2, 2), 2, dtype=torch.int64), torch.full((3, 2), 0.5))
+    for p, k in enumerate([1, 0, 1]):
+        expect = _market(paths[k]).ret_next[100] - cfg.cost
+        assert torch.equal(tr.net_return[p], expect.expand(2))
+
+
+def test_members_on_different_paths_diverge_and_on_one_path_agree_over_rollouts():
+    # members 0 and 1 share seeds and actions' randomness only through their own RNG, so give
+    # them the same seed: then the path alone decides whether their experience differs
+    cfg = EnvConfig(window=W, episode_length=8, cost=1e-3)
+    paths = _paths(2)
+    seeds = [5, 5, 5]
+    env = VecTradingEnv(_market(paths), cfg, 3, 2, path_of_member=[0, 0, 1])
+    rng = CounterRNG(seeds, "cpu")
+    env.reset(rng.uniform(1, (2,)))
+    for _ in range(10):
+        rng.advance()
+        obs = env.observe()
+        tr = env.step(rng.integers(2, (2, 2), torch.tensor(3)).view(3, 2, 2), rng.uniform(1, (2,)))
+        assert torch.equal(obs[0], obs[1]) and torch.equal(tr.reward[0], tr.reward[1])
+        assert not torch.equal(obs[0], obs[2])
+
+
+def test_evaluation_runs_each_member_on_its_path():
+    paths = _paths(2)
+    m = _market(paths)
+    cfg = EnvConfig(window=W)
+    acts = ActionMap(cfg, "cpu")
+    always_long = lambda obs: torch.full((*obs.shape[:2], 2), 2, dtype=torch.int64)  # noqa: E731
+    rets, _ = evaluate_segment(m, acts, cfg.cost, always_long, 3, "val", path_of_member=[1, 0, 1])
+    for p, k in enumerate([1, 0, 1]):
+        alone, _ = evaluate_segment(_market(paths[k]), acts, cfg.cost, always_long, 1, "val")
+        assert torch.equal(rets[p], alone[0])
+    shared, _ = evaluate_segment(_market(paths[0]), acts, cfg.cost, always_long, 3, "val")
+    default, _ = evaluate_segment(m, acts, cfg.cost, always_long, 3, "val")  # default: path 0
+    assert torch.equal(shared, default)
+
+
+def test_bad_path_mappings_and_paths_are_refused():
+    cfg = EnvConfig(window=W, episode_length=8)
+    m = _market(_paths(2))
+    with pytest.raises(ValueError, match="2 entries for a population of 3"):
+        VecTradingEnv(m, cfg, 3, 2, path_of_member=[0, 1])
+    with pytest.raises(ValueError, match=r"\[0, 2\)"):
+        VecTradingEnv(m, cfg, 2, 2, path_of_member=[0, 2])
+    with pytest.raises(DataError, match="differ in length"):
+        _market([synthetic_prices(400, 1), synthetic_prices(401, 2)])
+    short = synthetic_prices(5, 1)
+    with pytest.raises(DataError, match="5 prices, fewer than the 6-step observation window"):
+        Market(short, split_bounds(short, [0.6, 0.2, 0.2], min_len=1), W)

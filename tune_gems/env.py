@@ -8,12 +8,17 @@ t+1: reward = pos_t * (p_{t+1}/p_t - 1) - cost * |pos_t - pos_{t-1}|.
 
 Log returns are normalised with the mean and std of the training segment only; validation and
 test data never influence the features.
+
+Paths: a Market may hold several price paths of the same length (per-seed synthetic paths, see
+`tune_gems.data.load_paths`); every consumer (env, evaluator, replay) reads member p's features
+from path `path_of_member[p]`, an explicit argument that defaults to path 0 for every member.
+A real price file is one path.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -41,27 +46,60 @@ class DecisionRange:
 
 
 class Market:
-    """A price series prepared as device tensors: normalised log returns and next-step returns."""
+    """Price paths prepared as device tensors: normalised log returns and next-step returns.
 
-    def __init__(self, prices: pd.Series, bounds, window: int, device: torch.device | str = "cpu"):
-        p = np.asarray(prices, dtype=np.float64)
+    `prices` is one series or a sequence of series of equal length (one per path); `bounds`
+    (the train/val/test split) applies to every path, and each path is normalised with the
+    mean and std of its own training segment. `features` and `returns_next` are [paths, n];
+    `logret_norm` and `ret_next` are path 0's rows (what a one-path caller reads).
+    """
+
+    def __init__(self, prices: pd.Series | Sequence[pd.Series], bounds, window: int, device: torch.device | str = "cpu"):
+        paths = [prices] if isinstance(prices, pd.Series) else list(prices)
+        if not paths:
+            raise DataError("data: no price path to build a market from")
+        n = len(paths[0])
+        if any(len(p) != n for p in paths):
+            raise DataError(f"data: price paths differ in length ({sorted({len(p) for p in paths})}); every path needs the same length")
+        if n < window:
+            raise DataError(f"data: {n} prices, fewer than the {window}-step observation window (env.window)")
         self.window = window
-        self.n = len(p)
-        logret = np.zeros_like(p)
-        logret[1:] = np.log(p[1:] / p[:-1])
-        ret_next = np.zeros_like(p)
-        ret_next[:-1] = p[1:] / p[:-1] - 1.0
+        self.n = n
         s, e = bounds.train
-        train_lr = logret[max(s, 1) : e]
-        self.norm_mean = float(train_lr.mean())
-        self.norm_std = float(max(train_lr.std(), _STD_FLOOR))
-        self.logret_norm = torch.tensor((logret - self.norm_mean) / self.norm_std, dtype=torch.float32, device=device)
-        self.ret_next = torch.tensor(ret_next, dtype=torch.float32, device=device)
+        logrets, nexts, means, stds = [], [], [], []
+        for path in paths:
+            p = np.asarray(path, dtype=np.float64)
+            logret = np.zeros_like(p)
+            logret[1:] = np.log(p[1:] / p[:-1])
+            ret_next = np.zeros_like(p)
+            ret_next[:-1] = p[1:] / p[:-1] - 1.0
+            train_lr = logret[max(s, 1) : e]
+            mean, std = float(train_lr.mean()), float(max(train_lr.std(), _STD_FLOOR))
+            logrets.append((logret - mean) / std)
+            nexts.append(ret_next)
+            means.append(mean)
+            stds.append(std)
+        self.norm_means, self.norm_stds = tuple(means), tuple(stds)
+        self.norm_mean, self.norm_std = means[0], stds[0]
+        self.features = torch.tensor(np.stack(logrets), dtype=torch.float32, device=device)  # [paths, n]
+        self.returns_next = torch.tensor(np.stack(nexts), dtype=torch.float32, device=device)  # [paths, n]
+        self.logret_norm = self.features[0]
+        self.ret_next = self.returns_next[0]
         self.ranges = {
             name: DecisionRange(max(seg[0], window), seg[1] - 1)
             for name, seg in zip(SEGMENTS, (bounds.train, bounds.val, bounds.test))
         }
-        self._offsets = torch.arange(-window + 1, 1, device=device)
+        # windows[k, s] = path k's features s..s+W-1 (a view, no copy): the observation at t is
+        # row t-W+1, one row gather instead of a gather of W indices per observation
+        self._windows = self.features.unfold(1, window, 1)
+
+    @property
+    def n_paths(self) -> int:
+        return self.features.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.features.device
 
     def check_lengths(self, episode_length: int) -> None:
         """Each segment must have decision times; training must fit one episode."""
@@ -74,28 +112,68 @@ class Market:
                 f"data: train segment has {train.length} decision steps, fewer than env.episode_length={episode_length}"
             )
 
-    def observe(self, t: Tensor, pos: Tensor) -> Tensor:
-        """Observations [..., W+1] at decision times t [...] with current positions pos [...]."""
-        window = self.logret_norm[t.unsqueeze(-1) + self._offsets]
+    def observe(self, t: Tensor, pos: Tensor, path: Tensor | None = None) -> Tensor:
+        """Observations [..., W+1] at decision times t [...] with current positions pos [...];
+        `path` (broadcastable to t) picks each one's path, None means path 0."""
+        row = t - (self.window - 1)
+        window = self._windows[0, row] if path is None else self._windows[path, row]
         return torch.cat([window, pos.unsqueeze(-1)], dim=-1)
+
+    def returns_at(self, t: Tensor, path: Tensor | None = None) -> Tensor:
+        """Simple returns from t to t+1 at decision times t [...], on `path` (None: path 0)."""
+        return self.ret_next[t] if path is None else self.returns_next[path, t]
 
     @property
     def obs_dim(self) -> int:
         return self.window + 1
 
 
-@dataclass
+def member_paths(path_of_member: Sequence[int] | Tensor | None, population: int, market: Market) -> Tensor:
+    """The path index of each member as an int64 tensor [P] on the market's device; None gives
+    path 0 to everyone. Checked here, once, on the host: a wrong mapping is a caller's bug."""
+    if path_of_member is None:
+        return torch.zeros(population, dtype=torch.int64, device=market.device)
+    paths = torch.as_tensor(path_of_member, dtype=torch.int64).flatten().cpu()
+    if paths.numel() != population:
+        raise ValueError(f"path_of_member has {paths.numel()} entries for a population of {population}")
+    if paths.numel() and (int(paths.min()) < 0 or int(paths.max()) >= market.n_paths):
+        raise ValueError(f"path_of_member must lie in [0, {market.n_paths}) (the market's paths), got {paths.tolist()}")
+    return paths.to(market.device)
+
+
+def _per_member(path: Tensor | None, like: Tensor) -> Tensor | None:
+    """Member paths [P] shaped to broadcast against a [P, ...] tensor (None stays None)."""
+    return None if path is None else path.view(-1, *([1] * (like.dim() - 1)))
+
+
+def _path_index(market: Market, path_of_member: Tensor) -> Tensor | None:
+    """What to index the market with: None on a one-path market (the cheaper 1-D lookup, the
+    same values), else the member paths."""
+    return None if market.n_paths == 1 else path_of_member
+
+
 class Transition:
     """One vectorised step, [P,E,...] each. `end` marks the last step of an episode (a time
-    limit: bootstrap from `next_obs`); `terminal` marks a true end (no bootstrap)."""
+    limit: bootstrap from `next_obs`); `terminal` marks a true end (no bootstrap).
 
-    obs: Tensor
-    action: Tensor
-    reward: Tensor
-    next_obs: Tensor
-    end: Tensor
-    terminal: Tensor
-    net_return: Tensor
+    The step is stored compactly: the decision time `t` and the position `pos` held before
+    acting determine the observation, and the position the action chose (`new_pos`) with t+1
+    determines the next one. `obs` and `next_obs` are rebuilt on demand by `source` (the env
+    that made the step), exactly as the env would have built them; replay stores only t, pos,
+    action and the bookkeeping and rebuilds through the same source.
+    """
+
+    def __init__(self, action, reward, end, terminal, net_return, t, pos, new_pos, source: "VecTradingEnv"):
+        self.action, self.reward, self.end, self.terminal, self.net_return = action, reward, end, terminal, net_return
+        self.t, self.pos, self.new_pos, self.source = t, pos, new_pos, source
+
+    @property
+    def obs(self) -> Tensor:
+        return self.source.observe_at(self.t, self.pos)
+
+    @property
+    def next_obs(self) -> Tensor:
+        return self.source.observe_at(self.t + 1, self.new_pos)
 
 
 class ActionMap:
@@ -123,11 +201,15 @@ class VecTradingEnv:
     the caller draws from each member's own RNG (one per environment, every step).
     """
 
-    def __init__(self, market: Market, cfg: EnvConfig, population: int, n_envs: int):
+    def __init__(self, market: Market, cfg: EnvConfig, population: int, n_envs: int, path_of_member: Sequence[int] | Tensor | None = None):
+        """`path_of_member` [P]: the market path each member trains on (default: path 0 for all)."""
         self.market, self.cfg = market, cfg
-        self.actions = ActionMap(cfg, market.logret_norm.device)
+        self.actions = ActionMap(cfg, market.device)
         P, E = population, n_envs
-        dev = market.logret_norm.device
+        dev = market.device
+        self.path_of_member = member_paths(path_of_member, P, market)
+        self._paths = _path_index(market, self.path_of_member)
+        self._path = None if self._paths is None else self._paths.view(P, 1)  # against [P,E]
         self.t = torch.zeros(P, E, dtype=torch.int64, device=dev)
         self.pos = torch.zeros(P, E, dtype=torch.float32, device=dev)
         self.steps = torch.zeros(P, E, dtype=torch.int64, device=dev)
@@ -143,16 +225,24 @@ class VecTradingEnv:
     def _starts(self, start_u: Tensor) -> Tensor:
         return self._start_lo + to_integers(start_u, self._start_span)
 
+    @property
+    def obs_dim(self) -> int:
+        return self.market.obs_dim
+
     def observe(self) -> Tensor:
-        return self.market.observe(self.t, self.pos)
+        return self.market.observe(self.t, self.pos, self._path)
+
+    def observe_at(self, t: Tensor, pos: Tensor) -> Tensor:
+        """Observations [P, ..., obs_dim] of member p at times t[p, ...] holding positions pos[p, ...],
+        on member p's path: how replay rebuilds the observations it stored as (t, pos)."""
+        return self.market.observe(t, pos, _per_member(self._paths, t))
 
     def step(self, action: Tensor, start_u: Tensor) -> Transition:
         """Act, earn, advance; environments whose episode ends restart at `_starts(start_u)`."""
-        obs = self.observe()
+        t_now, pos_now = self.t.clone(), self.pos.clone()
         new_pos = self.actions.position(action)
-        net = new_pos * self.market.ret_next[self.t] - self.cfg.cost * (new_pos - self.pos).abs()
+        net = new_pos * self.market.returns_at(self.t, self._path) - self.cfg.cost * (new_pos - self.pos).abs()
         t_next = self.t + 1
-        next_obs = self.market.observe(t_next, new_pos)
         steps = self.steps + 1
         end = steps >= self.cfg.episode_length
         terminal = torch.zeros_like(end)
@@ -160,7 +250,7 @@ class VecTradingEnv:
         self.t.copy_(torch.where(end, self._starts(start_u), t_next))
         self.pos.copy_(torch.where(end, torch.zeros_like(new_pos), new_pos))
         self.steps.copy_(torch.where(end, torch.zeros_like(steps), steps))
-        return Transition(obs, action, net * self.cfg.reward_scale, next_obs, end, terminal, net)
+        return Transition(action, net * self.cfg.reward_scale, end, terminal, net, t_now, pos_now, new_pos, self)
 
     def state_tensors(self) -> dict[str, Tensor]:
         return {"t": self.t, "pos": self.pos, "steps": self.steps}
@@ -176,10 +266,22 @@ class SegmentEvaluator:
     parameters inside the call (so a captured graph sees later updates).
     """
 
-    def __init__(self, market: Market, actions: ActionMap, cost: float, policy: Callable[[Tensor], Tensor], population: int, segment: str):
+    def __init__(
+        self,
+        market: Market,
+        actions: ActionMap,
+        cost: float,
+        policy: Callable[[Tensor], Tensor],
+        population: int,
+        segment: str,
+        path_of_member: Sequence[int] | Tensor | None = None,
+    ):
         r = market.ranges[segment]
-        dev = market.logret_norm.device
+        dev = market.device
         self.market, self.actions, self.cost, self.policy = market, actions, cost, policy
+        self.path_of_member = member_paths(path_of_member, population, market)
+        paths = _path_index(market, self.path_of_member)
+        self._path = None if paths is None else paths.view(population, 1)  # against [P,1]
         self.lo, self.T = r.lo, r.length
         self.t = torch.full((population, 1), r.lo, dtype=torch.int64, device=dev)
         self.pos = torch.zeros(population, 1, device=dev)
@@ -196,9 +298,9 @@ class SegmentEvaluator:
         self.i.zero_()
 
     def step(self) -> None:
-        act = self.policy(self.market.observe(self.t, self.pos))
+        act = self.policy(self.market.observe(self.t, self.pos, self._path))
         new_pos = self.actions.position(act)
-        ret = new_pos * self.market.ret_next[self.t] - self.cost * (new_pos - self.pos).abs()
+        ret = new_pos * self.market.returns_at(self.t, self._path) - self.cost * (new_pos - self.pos).abs()
         self.returns.index_copy_(1, self.i, ret)
         self.positions.index_copy_(1, self.i, new_pos)
         self.pos.copy_(new_pos)
@@ -213,9 +315,10 @@ def evaluate_segment(
     policy: Callable[[Tensor], Tensor],
     population: int,
     segment: str,
+    path_of_member: Sequence[int] | Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Eager one-off evaluation: per-step net returns and positions, both [P,T]."""
-    ev = SegmentEvaluator(market, actions, cost, policy, population, segment)
+    ev = SegmentEvaluator(market, actions, cost, policy, population, segment, path_of_member)
     for _ in range(ev.T):
         ev.step()
     return ev.returns.clone(), ev.positions.clone()
