@@ -1,4 +1,4 @@
-"""Print the verdict per gem (delete / wire candidate / keep wired / off) with its evidence.
+"""Print the verdict per gem (keep wired / harmful / equivalent / inconclusive / delete) with its evidence.
 
 Usage: python analysis/verdicts.py EXPERIMENT_DIR [EXPERIMENT_DIR ...] [options]  (--help for options)
 """

@@ -197,10 +197,11 @@ def paired_scenario(
     bad = {"g6": g6, "g10": "measure", "g12": "measure"}
     if failed:
         trials.append(FakeTrial("f1", bad, [999.0] * P, seeds=[900 + i for i in range(P)], status="ERROR",
-                                error="RuntimeError: CUDA error: out of memory", epochs=1))
+                                error="RuntimeError: CUDA error: out of memory", epochs=1,
+                                gem_rel={"g6": g6_rel, "g10": g10_rel, "g12": g12_rel}))
     if diverged:
         trials.append(FakeTrial("d1", bad, [999.0] * P, seeds=[950 + i for i in range(P)], diverged=True,
-                                epochs=2))
+                                epochs=2, gem_rel={"g6": g6_rel, "g10": g10_rel, "g12": g12_rel}))
     return write_experiment(folder, trials, journal=journal)
 
 
@@ -218,3 +219,188 @@ def unpaired_scenario(folder: str | Path, *, shift: float = 3.0, n_wired_trials:
                                 list(rng.normal(1.0 + shift, 0.3, wired_members)),
                                 seeds=[1000 + 10 * j + i for i in range(wired_members)], gem_rel={"g12": 0.02}))
     return write_experiment(folder, trials)
+
+
+# ---- arms (issue 12): one trial = several configurations on the same seeds --------------------
+
+NULLS = {"g6": 0.03, "g10": float("nan"), "g12": 0.02}
+"""The gems' nulls in the fakes (G10 has none)."""
+
+
+def base_config(**over) -> dict:
+    """Every per-member key and the data keys a trial's config carries, dotted, with defaults."""
+    cfg = {f"gems.{g}.mode": "measure" for g in GEMS}
+    cfg.update({f"gems.{g}.weight": 0.1 for g in GEMS})
+    cfg.update({"model.spectral_norm": True, "model.noisy": True, "trainer.lr": 1e-4,
+                "trainer.population": 0, "data.source": "synthetic", "data.synthetic.seed": 7,
+                "data.synthetic.paths": "per_seed", "env.window": 32})
+    cfg.update(over)
+    return cfg
+
+
+@dataclass
+class ArmTrial:
+    """One trial with arms. `values[arm]`: per-seed verdict metric (its mean over the last 3
+    epochs); `diverged[arm]`: seed indices that diverge at the final epoch; `excess[arm][gem]`:
+    per-seed (or scalar) excess over the null / C51 loss of a measured or wired gem."""
+
+    trial_id: str
+    arms: dict[str, dict]
+    values: dict[str, list[float]]
+    seed: int = 0
+    config: dict = field(default_factory=dict)
+    diverged: dict[str, list[int]] = field(default_factory=dict)
+    excess: dict[str, dict[str, object]] = field(default_factory=dict)
+    epochs: int = 4
+    status: str = "TERMINATED"
+
+
+ALPHA_COLS = ("val_alpha_sharpe", "test_alpha_sharpe")
+WINDOW_JITTER = (-0.01, 0.0, 0.01)
+"""Offsets of the last three epochs around a member's value (they average to the value);
+earlier epochs read 100, so a statistic that reads outside the window is caught."""
+
+
+def _arm_tables(name: str, trials: list[ArmTrial], alpha: bool):
+    t_rows, h_rows, m_rows, a_rows = [], [], [], []
+    for t in trials:
+        cfg = base_config(**t.config)
+        arm_names = list(t.arms)
+        S = len(next(iter(t.values.values())))
+        cfg["trainer.population"] = S
+        label = " ".join(f"{g}={cfg[f'gems.{g}.mode']}" for g in GEMS) + " sn=on noisy=on"
+        for a in arm_names:
+            a_rows.append({"trial_id": t.trial_id, "arm": a, **{k: v for k, v in {**cfg, **t.arms[a]}.items()
+                                                                if k.startswith(("gems.", "model.", "trainer.lr"))}})
+        final_epoch = t.epochs
+        any_div = False
+        for e in range(1, t.epochs + 1):
+            rows_e = []
+            for ai, a in enumerate(arm_names):
+                acfg = {**cfg, **t.arms[a]}
+                vals = np.asarray(t.values[a], float)
+                for s in range(S):
+                    back = t.epochs - e  # 0 = final epoch
+                    v = vals[s] + WINDOW_JITTER[::-1][back] if back < len(WINDOW_JITTER) else 100.0
+                    div = e == final_epoch and s in t.diverged.get(a, [])
+                    any_div |= div
+                    row = {"experiment": name, "trial_id": t.trial_id, "config_label": label, "epoch": e,
+                           "member": ai * S + s, "seed": t.seed * 1000 + s, "arm": a, "seed_index": s,
+                           "val_sharpe": (np.nan if div else v - 0.3), "test_sharpe": np.nan,
+                           "loss": np.nan if div else LOSS, "q_mean": 0.1, "grad_norm": 1.0, "diverged": div}
+                    if alpha:
+                        row["val_alpha_sharpe"] = np.nan if div else v
+                        row["test_alpha_sharpe"] = (v - 0.5) if (e == final_epoch and not div) else np.nan
+                    if e == final_epoch and not div:
+                        row["test_sharpe"] = v - 0.8
+                    for g in GEMS:
+                        metric = GEM_KEYS[g]
+                        mode = acfg[f"gems.{g}.mode"]
+                        if mode == "off":
+                            vals_g = dict.fromkeys([metric, f"{metric}_null", f"{metric}_excess", f"{metric}_rel"], np.nan)
+                        else:
+                            ex = t.excess.get(a, {}).get(g, 0.05)
+                            ex = float(np.asarray(ex, float).ravel()[s] if np.ndim(ex) else ex)
+                            null = NULLS[g]
+                            raw = (null if np.isfinite(null) else 0.0) + ex * LOSS
+                            vals_g = {metric: raw, f"{metric}_null": null,
+                                      f"{metric}_excess": ex * LOSS if np.isfinite(null) else np.nan,
+                                      f"{metric}_rel": raw / LOSS}
+                        row.update(vals_g)
+                    rows_e.append(row)
+            m_rows.extend(rows_e)
+            df = pd.DataFrame(rows_e)
+            h_rows.append({"experiment": name, "trial_id": t.trial_id, "config_label": label, "epoch": e,
+                           "loss": LOSS, "val_sharpe_mean": df["val_sharpe"].mean(),
+                           "diverged": bool(df["diverged"].any()),
+                           **{GEM_KEYS[g]: df[GEM_KEYS[g]].mean() for g in GEMS},
+                           **{f"{GEM_KEYS[g]}_rel": df[f"{GEM_KEYS[g]}_rel"].mean() for g in GEMS}})
+        t_rows.append({"experiment": name, "trial_id": t.trial_id, "status": t.status, "error": None,
+                       "epochs_done": t.epochs, "config_label": label, "seed": t.seed, **cfg,
+                       "diverged": any_div, "objective": h_rows[-1]["val_sharpe_mean"]})
+    return pd.DataFrame(t_rows), pd.DataFrame(h_rows), pd.DataFrame(m_rows), pd.DataFrame(a_rows)
+
+
+def write_arms_experiment(folder: str | Path, trials: list[ArmTrial], *, arms_table: bool = True,
+                          alpha: bool = True, gems_json: bool = True) -> Path:
+    """Write trials/history/members parquet, arms.parquet and gems.json into `folder`."""
+    import json
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tr, hi, me, ar = _arm_tables(folder.name, trials, alpha)
+    tr.to_parquet(folder / "trials.parquet", index=False)
+    hi.to_parquet(folder / "history.parquet", index=False)
+    me.to_parquet(folder / "members.parquet", index=False)
+    if arms_table:
+        ar.to_parquet(folder / "arms.parquet", index=False)
+    if gems_json:
+        (folder / "gems.json").write_text(json.dumps(
+            [{"name": g, "metric": GEM_KEYS[g], "description": g, "has_null": bool(np.isfinite(NULLS[g]))}
+             for g in GEMS]))
+    return folder
+
+
+def seed_values(n: int, seed: int = 0, sd: float = 1.0) -> np.ndarray:
+    """A spread-out per-seed baseline (the seed effect every arm at that seed shares)."""
+    return np.random.default_rng(seed).normal(1.0, sd, n)
+
+
+def paired_noise(n: int, seed: int = 1, sd: float = 0.05) -> np.ndarray:
+    """Exactly mean-zero, symmetric per-seed noise of the arm difference (+-sd pattern, shuffled)."""
+    base = np.resize([sd, -sd], n)
+    return np.random.default_rng(seed).permutation(base)
+
+
+def wire_scenario(folder: str | Path, *, gem: str = "g12", effect: float = 0.5, n: int = 16,
+                  noise: float = 0.05, weight: float = 0.1, trials: int = 1, seeds: list[int] | None = None,
+                  diverged_wired: list[int] = (), placebo: bool = False, alpha: bool = True,
+                  arms_table: bool = True, excess: dict | None = None, path_seeds: list[int] | None = None,
+                  wired_extra: dict | None = None) -> Path:
+    """Trials of two (or three) arms on the same seeds: `control` (every gem measured) and
+    `wired` (`gem` wired at `weight`), wired = control + effect + noise; optionally a `placebo`
+    arm (`gem` wired at 1e-9) = control + noise'."""
+    out = []
+    for j in range(trials):
+        s = seeds[j] if seeds is not None else j
+        base = seed_values(n, seed=100 + s)
+        arms = {"control": {}, "wired": {f"gems.{gem}.mode": "wire", f"gems.{gem}.weight": weight,
+                                         **(wired_extra or {})}}
+        vals = {"control": list(base), "wired": list(base + effect + paired_noise(n, seed=s, sd=noise))}
+        if placebo:
+            arms["placebo"] = {f"gems.{gem}.mode": "wire", f"gems.{gem}.weight": 1e-9}
+            vals["placebo"] = list(base + paired_noise(n, seed=50 + s, sd=noise))
+        cfg = {"data.synthetic.seed": path_seeds[j]} if path_seeds is not None else {}
+        out.append(ArmTrial(f"t{j}", arms, vals, seed=s, diverged={"wired": list(diverged_wired)},
+                            excess=excess or {}, config=cfg))
+    return write_arms_experiment(folder, out, alpha=alpha, arms_table=arms_table)
+
+
+def factorial_arms(levels: dict[str, list]) -> dict[str, dict]:
+    """Arms of a full factorial, named as issue 12's factors are (`key=level,key=level`)."""
+    import itertools
+
+    keys = list(levels)
+    out = {}
+    for combo in itertools.product(*(levels[k] for k in keys)):
+        name = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in zip(keys, combo))
+        out[name] = dict(zip(keys, combo))
+    return out
+
+
+def redundancy_scenario(folder: str | Path, *, n: int = 16, g10_on: float = 0.0, g10_off: float = 0.05,
+                        g6_on: float = 0.02, g6_off: float = 0.04, arms_table: bool = True) -> Path:
+    """The measure_gems factorial: every gem measured, arms over spectral norm x NoisyNets.
+    G10's excess is `g10_on` with spectral norm on and `g10_off` with it off; G6's depends on
+    NoisyNets the same way; per-seed jitter (+-10% of the off level, symmetric) keeps it honest."""
+    arms = factorial_arms({"model.spectral_norm": [True, False], "model.noisy": [True, False]})
+    base = seed_values(n, seed=5)
+    jit = paired_noise(n, seed=9, sd=1.0)
+    excess, values = {}, {}
+    for name, a in arms.items():
+        g10 = (g10_on if a["model.spectral_norm"] else g10_off) + 0.1 * g10_off * jit * (not a["model.spectral_norm"])
+        g6 = (g6_on if a["model.noisy"] else g6_off) + 0.1 * g6_off * jit
+        excess[name] = {"g10": g10 + 0 * base, "g6": g6 + 0 * base, "g12": 0.03 + 0 * base}
+        values[name] = list(base)
+    t = ArmTrial("t0", arms, values, seed=3, excess=excess)
+    return write_arms_experiment(folder, [t], arms_table=arms_table)

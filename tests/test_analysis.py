@@ -16,7 +16,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fake_results as fr  # noqa: E402
 
 from tune_gems.analysis import (  # noqa: E402
-    bootstrap_diff_ci,
     final_members,
     format_verdict_table,
     gem_magnitudes,
@@ -24,7 +23,6 @@ from tune_gems.analysis import (  # noqa: E402
     gem_verdicts,
     iqm,
     load_experiment,
-    paired_bootstrap_ci,
     param_importances,
     run_analysis,
     sharpe_variance,
@@ -59,8 +57,10 @@ def verdict_of(df: pd.DataFrame, gem: str) -> pd.Series:
 
 
 def verdicts(folder, **kw):
+    """Verdicts of an older-format fake; its earlier epochs are scaled down on purpose, so the
+    verdict metric reads the final epoch only (last_k=1) unless a test says otherwise."""
     e = load_experiment(folder)
-    return gem_verdicts(e.trials, e.history, e.members, **{**FAST, **kw})
+    return gem_verdicts(e.trials, e.history, e.members, **{"last_k": 1, **kw})
 
 
 # ---- statistics -------------------------------------------------------------------------------
@@ -89,16 +89,6 @@ def test_stratified_bootstrap_ci_contains_true_mean_and_is_seeded():
     wide = stratified_bootstrap_ci(groups, n_boot=1000, seed=0, confidence=0.99)
     assert wide[1] <= lo and wide[2] >= hi
     assert all(math.isnan(v) for v in stratified_bootstrap_ci([[1.0]])[1:])
-
-
-def test_paired_and_diff_intervals():
-    d = np.array([1.9, 2.1] * 6)
-    mean, lo, hi = paired_bootstrap_ci(d, n_boot=500, seed=0)
-    assert mean == pytest.approx(2.0) and 1.9 <= lo < 2.0 < hi <= 2.1
-    a = [np.full(4, 3.0) + k * 0.01 for k in range(3)]
-    b = [np.full(4, 1.0) + k * 0.01 for k in range(3)]
-    est, lo, hi = bootstrap_diff_ci(a, b, n_boot=500, seed=0)
-    assert est == pytest.approx(2.0) and 1.9 < lo <= hi < 2.1
 
 
 # ---- loading ----------------------------------------------------------------------------------
@@ -219,40 +209,51 @@ def test_gem_magnitudes_and_trajectories(helps):
     assert g10["epoch"].tolist() == [1, 2, 3] and (g10["n_trials"] == 6).all()
 
 
-# ---- verdicts ---------------------------------------------------------------------------------
+# ---- verdicts (older results: one arm per trial, pairs across trials) --------------------------
+# Rewritten for issue 13: the old rules gave "keep wired" from an unpaired, confounded comparison
+# (different seeds), called a gem "off" without saying whether wiring hurt, and had no
+# equivalence or power. The new verdicts come from designed comparisons only (tests/test_verdicts.py
+# covers the arms designs); here: the same rules on results written before arms existed.
 
 
-def test_verdicts_delete_wire_candidate_keep_wired(helps):
+def test_old_results_pair_across_identical_trials(helps):
     v = verdicts(helps)
     g6, g10, g12 = (verdict_of(v, g) for g in ("g6", "g10", "g12"))
-    assert g6["verdict"] == "delete" and "redundant" in g6["reason"]
-    assert g6["measured_rel_mean"] == 0.0 and g6["measured_n"] == 6
-    assert g10["verdict"] == "wire candidate" and g10["measured_rel_mean"] == pytest.approx(0.05)
     assert g12["verdict"] == "keep wired"
-    assert g12["test"].startswith("paired") and g12["n_pairs"] == 12
-    assert g12["sharpe_diff"] == pytest.approx(2.0)
+    assert g12["design"].startswith("across trials") and g12["n_seeds"] == 12 and g12["n_pairs"] == 12
+    assert g12["effect"] == pytest.approx(2.0)
     assert 1.5 < g12["ci_low"] < 2.0 < g12["ci_high"] < 2.5
-    assert g12["p_value"] < 0.01
-    assert g12["test_sharpe_diff"] == pytest.approx(2.0)
-    assert g12["n_excluded"] == 2 and g12["wired_n"] == 3
+    assert g12["p_adjusted"] < 0.01
+    assert g12["outcome"] == "val_sharpe"  # older results: no alpha Sharpe, said so in the reason
+    assert "val_alpha_sharpe absent" in g12["reason"]
+    assert g12["test_effect"] == pytest.approx(2.0)
+    # g6 measured at raw rel 0 (no null in older results: null taken as 0) -> delete
+    assert g6["verdict"] == "delete" and "excess over its null ~0" in g6["reason"]
+    # g10 measured (rel 0.05), never wired: no effect can be estimated
+    assert g10["verdict"] == "insufficient data" and "measured only" in g10["reason"]
+    assert g10["excess_median"] == pytest.approx(0.05)
 
 
-def test_verdicts_off_and_no_data(no_help):
+def test_no_effect_with_wide_noise_is_inconclusive_with_mde(no_help):
     v = verdicts(no_help)
     g12 = verdict_of(v, "g12")
-    assert g12["verdict"] == "off"
-    assert g12["sharpe_diff"] == pytest.approx(0.0)
+    assert g12["verdict"] == "inconclusive"
+    assert g12["effect"] == pytest.approx(0.0)
     assert g12["ci_low"] < 0 < g12["ci_high"]
+    assert np.isfinite(g12["mde"]) and g12["mde"] > 0.1 and g12["seeds_needed"] > 12
+    assert "detectable at 80% power" in g12["reason"]
     assert verdict_of(v, "g6")["verdict"] == "no data"
 
 
-def test_verdict_threshold_is_a_parameter(helps):
-    v = verdicts(helps, rel_threshold=0.1)
-    assert verdict_of(v, "g10")["verdict"] == "delete"  # 0.05 < 0.1
-    assert verdict_of(v, "g12")["verdict"] == "keep wired"  # Sharpe evidence decides
-    v = verdicts(helps, min_members=13)  # 12 pairs < 13 -> unpaired on 12 vs 12 members: too few
-    g12 = verdict_of(v, "g12")
-    assert g12["verdict"] == "wire candidate" and "insufficient data" in g12["reason"]
+def test_verdict_thresholds_are_parameters(helps):
+    v = verdicts(helps, rel_threshold=0.1)  # g10's excess 0.05 is then within the null band
+    assert verdict_of(v, "g10")["verdict"] == "delete"
+    assert verdict_of(v, "g12")["verdict"] == "keep wired"  # a significant gain outranks delete
+    v = verdicts(helps, alpha=1e-6)  # 12 seeds cannot reach p <= 1e-6
+    assert verdict_of(v, "g12")["verdict"] == "inconclusive"
+    assert "cannot reach" in verdict_of(v, "g12")["reason"]
+    v = verdicts(helps, last_k=3)  # the fake's earlier epochs are scaled: a 3-epoch mean is 2/3 of 2
+    assert verdict_of(v, "g12")["effect"] == pytest.approx(2.0 * (1 + 2 + 3) / 9)
 
 
 def test_wired_but_magnitude_zero_and_not_better_is_delete(root):
@@ -260,21 +261,14 @@ def test_wired_but_magnitude_zero_and_not_better_is_delete(root):
     assert verdict_of(verdicts(f), "g12")["verdict"] == "delete"
 
 
-def test_unpaired_keep_wired(root):
+def test_different_seeds_are_confounded_not_a_verdict(root):
+    """The audit's case: wired trials on seeds the measured trials never used. The old code said
+    "keep wired" from an unpaired comparison; now there is no verdict, and the fix is named."""
     f = fr.unpaired_scenario(root / "unpaired", shift=3.0)
     g12 = verdict_of(verdicts(f), "g12")
-    assert g12["verdict"] == "keep wired"
-    assert g12["test"].startswith("unpaired") and g12["n_pairs"] == 0
-    assert g12["wired_members"] == 12 and g12["measured_members"] == 12
-    assert 2.0 < g12["sharpe_diff"] < 4.0 and g12["ci_low"] > 0
-
-
-def test_insufficient_wired_members(root):
-    f = fr.unpaired_scenario(root / "few_wired", shift=3.0, n_wired_trials=1, wired_members=2)
-    g12 = verdict_of(verdicts(f), "g12")
-    assert g12["verdict"] == "wire candidate"
-    assert "insufficient data: n_wired=2" in g12["reason"]
-    assert math.isnan(g12["ci_low"])
+    assert g12["verdict"] == "insufficient: confounded"
+    assert g12["n_seeds"] == 0 and math.isnan(g12["effect"]) and math.isnan(g12["ci_low"])
+    assert "no member seed" in g12["reason"] and "same `seed`" in g12["fix"]
 
 
 def test_wired_only_is_insufficient_data(root):
@@ -283,13 +277,15 @@ def test_wired_only_is_insufficient_data(root):
     f = fr.write_experiment(root / "wired_only", trials, journal=False)
     v = verdicts(f)
     assert verdict_of(v, "g12")["verdict"] == "insufficient data"
+    assert "wired only" in verdict_of(v, "g12")["reason"]
     assert verdict_of(v, "g6")["verdict"] == "no data"
 
 
 def test_format_verdict_table(helps):
     text = format_verdict_table(verdicts(helps))
-    assert "keep wired" in text and "wire candidate" in text and "delete" in text
-    assert "g12: keep wired - wired val Sharpe better" in text
+    assert "keep wired" in text and "delete" in text and "insufficient data" in text
+    assert "g12: keep wired - design: across trials" in text
+    assert "seeds 12; effect +2 [" in text and "Holm p" in text and "MDE" in text
 
 
 # ---- importances ------------------------------------------------------------------------------
@@ -318,8 +314,10 @@ def test_importances_skipped_with_note(root):
 # ---- the whole pipeline -----------------------------------------------------------------------
 
 
-EXPECTED_FILES = {"sharpe_variance.csv", "gem_magnitudes.csv", "verdicts.csv", "importances.csv",
-                  "report.md", "sharpe_distributions.png", "gem_magnitudes.png", "importances.png"}
+EXPECTED_FILES = {"sharpe_variance.csv", "gem_magnitudes.csv", "verdicts.csv", "placebo.csv", "redundancy.csv",
+                  "importances.csv", "report.md", "gem_effects.png", "sharpe_distributions.png",
+                  "gem_magnitudes.png", "importances.png"}
+MARKER = ".tune-gems-output.json"
 
 
 def test_run_analysis_writes_everything_and_refuses_overwrite(root, helps, no_help):
@@ -327,16 +325,17 @@ def test_run_analysis_writes_everything_and_refuses_overwrite(root, helps, no_he
     res = run_analysis([helps, no_help], out, **FAST)
     names = {p.name for p in out.iterdir()}
     assert EXPECTED_FILES <= names
-    assert set(res.files) == names
+    assert set(res.files) | {MARKER} == names  # the marker lets a later --overwrite replace it
     v = pd.read_csv(out / "verdicts.csv")
     assert list(v["gem"]) == ["g6", "g10", "g12"]
-    assert {"verdict", "measured_rel_mean", "measured_n", "wired_n", "sharpe_diff", "ci_low", "ci_high",
-            "test", "p_value", "reason"} <= set(v.columns)
+    assert {"verdict", "reason", "design", "n_seeds", "effect", "ci_low", "ci_high", "p_adjusted", "tost_p_adjusted",
+            "mde", "seeds_needed", "excess_median"} <= set(v.columns)
     sv = pd.read_csv(out / "sharpe_variance.csv")
     assert {"n_trials", "n_failed", "n_diverged", "val_sharpe_iqm", "test_sharpe_iqm"} <= set(sv.columns)
     report = (out / "report.md").read_text()
-    for needle in ("## Verdicts", "sharpe_distributions.png", "gem_magnitudes.png", "importances.png",
-                   str(helps), str(no_help), "2 failed, 2 diverged of 16 trials", "out of memory"):
+    for needle in ("## Verdicts", "gem_effects.png", "sharpe_distributions.png", "gem_magnitudes.png",
+                   "importances.png", "## Placebo arms", "## Redundancy", str(helps), str(no_help),
+                   "2 failed, 2 diverged of 16 trials", "out of memory", "g12: keep wired - design: across trials"):
         assert needle in report
     for png in (out / n for n in names if n.endswith(".png")):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -346,7 +345,7 @@ def test_run_analysis_writes_everything_and_refuses_overwrite(root, helps, no_he
         run_analysis([helps], out, **FAST)
     assert "\n" not in str(info.value)
     assert (out / "report.md").stat().st_mtime_ns == before
-    run_analysis([helps], out, overwrite=True, **FAST)
+    run_analysis([helps], out, overwrite=True, **FAST)  # an analysis wrote it: may be replaced
     assert "no_help" not in (out / "report.md").read_text()
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".report_out.")]
 
@@ -364,13 +363,13 @@ def test_run_analysis_default_out_and_no_half_written_results(root, monkeypatch)
     assert sorted(p.name for p in f.iterdir()) == ["history.parquet", "members.parquet", "trials.parquet"]
     monkeypatch.undo()
     res = run_analysis(f, **FAST)
-    assert res.out_dir == f / "analysis" and (f / "analysis" / "report.md").is_file()
+    assert res.out_dir == (f / "analysis").resolve() and (f / "analysis" / "report.md").is_file()
     assert "skipped: no Optuna study" in res.importances["note"].iloc[0]
     assert not (f / "analysis" / "importances.png").exists()
 
 
 def test_scripts(root, helps, capsys):
-    assert verdicts_main([str(helps), "--n-boot", "200"]) == 0
+    assert verdicts_main([str(helps), "--last-k", "1"]) == 0
     assert "keep wired" in capsys.readouterr().out
     assert report_main([str(root / "missing")]) == 2
     err = capsys.readouterr().err.strip()
@@ -380,3 +379,92 @@ def test_scripts(root, helps, capsys):
     assert (out / "report.md").is_file() and not (out / "sharpe_distributions.png").exists()
     assert report_main([str(helps), "--out", str(out)]) == 2
     assert "not empty" in capsys.readouterr().err
+
+
+# ---- data safety through the real CLI (issue 16 deliver 1) ------------------------------------
+
+
+def snapshot(top: Path) -> dict[str, tuple[int, int]]:
+    """Every file under `top` with its size and modification time (ns)."""
+    return {str(p.relative_to(top)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(top.rglob("*")) if p.is_file()}
+
+
+def cli(*args: str, capsys=None):
+    """`tune-gems analyze ARGS`: in a subprocess (exit status and stderr as a user sees them), or
+    in-process through `tune_gems.cli.main` when `capsys` is given (the same code, faster)."""
+    import subprocess
+    from types import SimpleNamespace
+
+    if capsys is not None:
+        from tune_gems.cli import main
+
+        code = main(["analyze", *args])
+        cap = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=cap.out, stderr=cap.err)
+    return subprocess.run([sys.executable, "-m", "tune_gems", "analyze", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def two_experiments(tmp_path_factory):
+    top = tmp_path_factory.mktemp("safety")
+    fr.paired_scenario(top / "runs" / "exp_a", journal=False)
+    fr.wire_scenario(top / "runs" / "exp_b", n=8)
+    (top / "mine").mkdir()
+    (top / "mine" / "notes.txt").write_text("the user's own file")
+    return top
+
+
+@pytest.mark.parametrize("case", ["out_is_input", "out_is_parent_of_experiments", "out_inside_input",
+                                  "out_is_users_folder"])
+def test_cli_refuses_outputs_that_hold_user_data(two_experiments, capsys, case):
+    """The data-loss cases of issue 16; the first one in a real subprocess, the rest in-process."""
+    top = two_experiments
+    exp_a, exp_b = top / "runs" / "exp_a", top / "runs" / "exp_b"
+    out = {"out_is_input": exp_a, "out_is_parent_of_experiments": top / "runs",
+           "out_inside_input": exp_a / "sub" / "x", "out_is_users_folder": top / "mine"}[case]
+    before = snapshot(top)
+    r = cli(str(exp_a), str(exp_b), "--out", str(out), "--overwrite", "--no-plots",
+            capsys=None if case == "out_is_input" else capsys)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--out" in lines[0] and "Traceback" not in r.stderr
+    assert snapshot(top) == before  # nothing deleted, nothing written
+    assert not list(top.rglob(".*.tmp-*"))
+
+
+def test_cli_overwrite_replaces_only_its_own_output(two_experiments, capsys):
+    top = two_experiments
+    exp_b = top / "runs" / "exp_b"
+    out = top / "reports" / "b"
+    r = cli(str(exp_b), "--out", str(out), "--no-plots", "--n-boot", "100", capsys=capsys)
+    assert r.returncode == 0, r.stderr
+    assert (out / MARKER).is_file() and "keep wired" in r.stdout
+    before = snapshot(top / "runs")
+    r = cli(str(exp_b), "--out", str(out), "--no-plots", "--n-boot", "100", "--overwrite")
+    assert r.returncode == 0, r.stderr
+    assert snapshot(top / "runs") == before
+    r = cli(str(exp_b), "--out", str(out), "--no-plots", capsys=capsys)
+    assert r.returncode == 2 and "not empty" in r.stderr
+
+
+@pytest.mark.parametrize("flag,value,needle", [("--alpha", "nan", "finite"), ("--alpha", "-0.1", "(0, 0.5)"),
+                                               ("--rope", "-1", "--rope"), ("--rel-threshold", "nan", "finite"),
+                                               ("--rel-threshold", "-1e-3", "--rel-threshold"),
+                                               ("--last-k", "0", "--last-k"), ("--power", "1.5", "--power"),
+                                               ("--placebo-weight", "inf", "finite"), ("--n-sim", "10", "--n-sim")])
+def test_cli_refuses_bad_thresholds(two_experiments, capsys, flag, value, needle):
+    """In-process through `tune_gems.cli.main` (the CLI's own entry point) to keep the suite fast."""
+    from tune_gems.cli import main
+
+    top = two_experiments
+    before = snapshot(top)
+    extra = ["--calibrate"] if flag == "--n-sim" else []
+    code = main(["analyze", str(top / "runs" / "exp_b"), f"{flag}={value}", "--out", str(top / "reports" / "bad"),
+                 *extra])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0] and needle in lines[0], err
+    assert snapshot(top) == before

@@ -6,7 +6,8 @@ function takes DataFrames and returns DataFrames, so a notebook can use any step
     from tune_gems.analysis import load_experiment, sharpe_variance, gem_verdicts
     exp = load_experiment(["runs/sweep_a", "runs/sweep_b"])
     sharpe_variance(exp.members, exp.trials)
-    gem_verdicts(exp.trials, exp.history, exp.members, rel_threshold=1e-3)
+    res = analyze(exp)                       # every table: res.verdicts, res.placebo, res.redundancy
+    calibration_table([Shape("g12", n=16)])  # the verdict rule's false-positive rate and power
 
 `run_analysis(paths, out_dir)` runs everything and writes the CSVs, PNGs and report.md.
 See docs/analysis.md for the statistics and the verdict rules.
@@ -33,14 +34,20 @@ _EXPORTS = {
     "final_members": "variance",
     "sharpe_variance": "variance",
     "trial_outcomes": "variance",
-    "bootstrap_diff_ci": "stats",
     "iqm": "stats",
-    "paired_bootstrap_ci": "stats",
     "stratified_bootstrap_ci": "stats",
-    "wilcoxon_p": "stats",
     "VERDICTS": "verdicts",
-    "compare_wired": "verdicts",
     "gem_verdicts": "verdicts",
+    "placebo_verdicts": "verdicts",
+    "build_cells": "designs",
+    "paired": "designs",
+    "rank_test": "inference",
+    "holm": "inference",
+    "redundancy_table": "redundancy",
+    "Shape": "calibration",
+    "calibration_table": "calibration",
+    "null_rate": "calibration",
+    "power": "calibration",
 }
 
 
@@ -53,12 +60,20 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "Shape",
+    "build_cells",
+    "calibration_table",
+    "holm",
+    "null_rate",
+    "paired",
+    "placebo_verdicts",
+    "power",
+    "rank_test",
+    "redundancy_table",
     "AnalysisResult",
     "Experiment",
     "VERDICTS",
     "analyze",
-    "bootstrap_diff_ci",
-    "compare_wired",
     "context_label",
     "default_out_dir",
     "final_members",
@@ -70,13 +85,11 @@ __all__ = [
     "iqm",
     "load_experiment",
     "markdown_table",
-    "paired_bootstrap_ci",
     "param_importances",
     "run_analysis",
     "sharpe_variance",
     "stratified_bootstrap_ci",
     "trial_gem_modes",
     "trial_outcomes",
-    "wilcoxon_p",
     "write_result",
 ]

@@ -1,23 +1,50 @@
-"""Default thresholds of the analysis, in one place.
+"""Default settings of the analysis, in one place.
 
 Every function that uses one of these takes it as a keyword parameter with this default, so a
-notebook user can change it per call; `docs/analysis.md` explains each value.
+notebook user can change it per call; `docs/analysis.md` explains each value and why.
 """
 
+ALPHA = 0.05
+"""Family-wise error rate of the verdicts: Holm over the gems (two-sided tests)."""
+
+ROPE = 0.1
+"""Region of practical equivalence of a gem's effect, in Sharpe units (annualised, the verdict
+metric's units): |effect| < ROPE is "no practical difference" (the `equivalent` verdict)."""
+
 REL_THRESHOLD = 1e-3
-"""A measured gem whose mean |gem / C51 loss| is below this is called redundant (`delete`)."""
+"""Region of practical equivalence of a gem's magnitude: |excess over its null| / C51 loss below
+this is "at its null" (the `delete` verdict; also the redundancy table's null band)."""
+
+LAST_K = 3
+"""The verdict metric is averaged over each member's last k validation epochs (at a common
+epoch for paired trials): a single epoch's Sharpe is noisier and can be a lucky spike."""
+
+POWER = 0.8
+"""Power at which the minimum detectable effect and the seeds needed are stated."""
+
+PLACEBO_WEIGHT = 1e-6
+"""A gem wired at a weight at or below this is a placebo arm (the learner's null), not a wiring."""
+
+METRIC = "val_alpha_sharpe"
+"""The verdict metric (issue 14): validation alpha Sharpe, market exposure removed."""
+
+FALLBACK_METRIC = "val_sharpe"
+"""Used, with a note, when results have no finite `METRIC` (older runs)."""
+
+N_SIM = 2000
+"""Simulated datasets per calibration setting (Monte-Carlo SE of a 5% rate: 0.5%)."""
+
+CALIBRATION_SEEDS = (8, 16, 32)
+"""Seed counts the calibration reports besides the experiment's own."""
 
 CONFIDENCE = 0.95
-"""Two-sided confidence level of every bootstrap interval (percentile method)."""
+"""Two-sided confidence level of the Sharpe-variance bootstrap intervals (percentile method)."""
 
 N_BOOT = 2000
-"""Bootstrap resamples per interval."""
-
-MIN_MEMBERS = 4
-"""Fewest members (or seed pairs) per side before a wired-vs-measured comparison is made."""
+"""Bootstrap resamples per Sharpe-variance interval."""
 
 SEED = 0
-"""Seed of the bootstrap generator: the same inputs and seed give the same intervals."""
+"""Seed of the bootstrap and of the calibration simulation: same inputs, same numbers."""
 
 STATISTIC = "iqm"
-"""Location statistic of the unpaired comparison: `iqm` (interquartile mean) or `mean`."""
+"""Location statistic of the Sharpe-variance tables' bootstrap (`iqm` or `mean`)."""

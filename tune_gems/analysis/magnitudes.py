@@ -19,14 +19,44 @@ from tune_gems.analysis.variance import KEY, trial_outcomes
 from tune_gems.config import GEM_NAMES
 
 
-def gem_history(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
+def _arm_history(cells, gems=GEM_NAMES) -> pd.DataFrame:
+    """gem_history's long table from member rows of runs with arms: one row per (ok trial, arm,
+    epoch, gem), the arm's mean over its members, `trial_id` written `<trial>/<arm>` (an arm is
+    the unit here: the trial-level history mixes arms of different modes)."""
+    t = cells.table[cells.table["outcome"] == "ok"]
+    long = cells.long[cells.long["cell"].isin(t["cell"])]
+    parts = []
+    for gem in gems:
+        metric = gem_metric(gem)
+        mode_col = f"gems.{gem}.mode"
+        if metric not in long.columns or mode_col not in t.columns:
+            continue
+        rel_col = f"{metric}_rel"
+        d = long[["experiment", "trial_id", "arm", "config_label", "epoch", "cell", metric]
+                 + ([rel_col] if rel_col in long.columns else []) + (["loss"] if "loss" in long.columns else [])].copy()
+        d["mode"] = d["cell"].map(t.set_index("cell")[mode_col])
+        d["value"] = d[metric].astype(float)
+        d["rel"] = d[rel_col].astype(float) if rel_col in d.columns else d["value"] / d["loss"].astype(float)
+        g = d.groupby(["experiment", "trial_id", "arm", "config_label", "epoch", "mode"], sort=True)[["value", "rel"]].mean().reset_index()
+        g["trial_id"] = g["trial_id"].astype(str) + "/" + g["arm"].astype(str)
+        g["gem"], g["metric"] = gem, metric
+        parts.append(g[(g["mode"] != "off") & np.isfinite(g["value"])])
+    cols = ["experiment", "trial_id", "config_label", "epoch", "gem", "metric", "mode", "value", "rel"]
+    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
+
+
+def gem_history(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFrame, cells=None) -> pd.DataFrame:
     """Long table: one row per (ok trial, epoch, gem) with mode, value and rel (`off` omitted).
 
     Columns: experiment, trial_id, config_label, epoch, gem, metric, mode, value, rel. Values
     that are not finite are dropped here (they can only come from excluded trials or `off`).
     `rel` is the `<metric>_rel` column, or value / loss where that column is missing.
-    `members` decides the trial outcomes (failed / diverged), as in `trial_outcomes`.
+    `members` decides the trial outcomes (failed / diverged), as in `trial_outcomes`. With
+    `cells` (`designs.build_cells`) of results whose trials have several arms, the rows come
+    from the members, one per (trial, arm) (see `_arm_history`).
     """
+    if cells is not None and len(cells.table) and (cells.table.groupby(["experiment", "trial_id"])["arm"].nunique() > 1).any():
+        return _arm_history(cells)
     outcomes = trial_outcomes(trials, members)
     ok = outcomes.loc[outcomes["outcome"] == "ok", KEY]
     modes = trial_gem_modes(trials)
@@ -58,15 +88,16 @@ def gem_history(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFra
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
 
 
-def gem_magnitudes(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
+def gem_magnitudes(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFrame, cells=None) -> pd.DataFrame:
     """Per gem and mode: n_trials, n_epochs, mean, max, rel_mean, rel_max, final_rel_mean.
 
     `mean` / `rel_mean` weigh every trial equally: the mean over trials of each trial's mean
     over its epochs. `max` / `rel_max` are over all (trial, epoch) rows. `final_rel_mean` is the
     mean over trials of rel at each trial's last epoch. `n_trials_excluded` counts failed or
-    diverged trials of the sweep (not used anywhere).
+    diverged trials of the sweep (not used anywhere). With arms (`cells`), a "trial" here is one
+    (trial, arm).
     """
-    long = gem_history(history, trials, members)
+    long = gem_history(history, trials, members, cells)
     outcomes = trial_outcomes(trials, members)
     n_excl = int((outcomes["outcome"] != "ok").sum())
     rows = []
@@ -95,9 +126,9 @@ def gem_magnitudes(history: pd.DataFrame, trials: pd.DataFrame, members: pd.Data
     return out.sort_values(["_order", "mode"]).drop(columns="_order").reset_index(drop=True)
 
 
-def gem_trajectories(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
+def gem_trajectories(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFrame, cells=None) -> pd.DataFrame:
     """Per gem, mode and epoch: n_trials, mean and rel_mean across trials (what the plots draw)."""
-    long = gem_history(history, trials, members)
+    long = gem_history(history, trials, members, cells)
     cols = ["gem", "metric", "mode", "epoch", "n_trials", "mean", "rel_mean"]
     if not len(long):
         return pd.DataFrame(columns=cols)

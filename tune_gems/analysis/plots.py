@@ -18,6 +18,7 @@ from matplotlib.ticker import MaxNLocator
 from tune_gems.analysis import defaults
 from tune_gems.config import GEM_NAMES
 
+FOREST_PNG = "gem_effects.png"
 SHARPE_PNG = "sharpe_distributions.png"
 MAGNITUDES_PNG = "gem_magnitudes.png"
 IMPORTANCES_PNG = "importances.png"
@@ -82,7 +83,7 @@ def gem_magnitude_curves(traj: pd.DataFrame, rel_threshold: float = defaults.REL
             if col == "rel_mean":
                 ax.axhline(rel_threshold, color="black", lw=0.8, ls=":", label=f"threshold {rel_threshold:g}")
             vals = g[col].astype(float)
-            if len(vals) and (vals > 0).all():
+            if len(vals) and (vals > 0).all() and vals.max() > vals.min():
                 ax.set_yscale("log")
             ax.set_xlabel("epoch")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -110,6 +111,45 @@ def importance_bars(imp: pd.DataFrame) -> Figure | None:
         ax.barh(d["param"].astype(str), d["importance"].astype(float), color="tab:green")
         ax.set_xlabel("importance (Optuna default evaluator, sums to 1)")
         ax.set_title(str(s))
+    return fig
+
+
+def forest(verdicts: pd.DataFrame, placebo: pd.DataFrame | None = None) -> Figure | None:
+    """Forest plot: per gem (and placebo arm) the effect of wiring with its interval.
+
+    The interval is the verdict's family-wise one (`ci_level`); the shaded band is +-ROPE; a
+    point at +-inf (most seeds diverged on one side) is drawn at the axis edge with an arrow."""
+    rows = []
+    for _, r in verdicts.iterrows():
+        if np.isfinite(r.get("n_seeds", np.nan)) and r["n_seeds"] > 0 and not pd.isna(r.get("effect")):
+            rows.append((f"{r['gem']}: {r['verdict']}", r["effect"], r["ci_low"], r["ci_high"], "tab:blue"))
+    if placebo is not None:
+        for _, r in placebo.iterrows():
+            rows.append((f"{r['gem']} placebo: {r['verdict']}", r["effect"], r["ci_low"], r["ci_high"], "tab:grey"))
+    if not rows:
+        return None
+    vals = np.array([[e, lo, hi] for _, e, lo, hi, _ in rows], float)
+    fin = vals[np.isfinite(vals)]
+    rope = float(verdicts["rope"].iloc[0]) if "rope" in verdicts and len(verdicts) else 0.0
+    span = max(float(np.abs(fin).max()) if fin.size else 1.0, rope) * 1.25 or 1.0
+    fig = _figure(8, 1.4 + 0.5 * len(rows))
+    ax = fig.subplots()
+    ax.axvspan(-rope, rope, color="tab:green", alpha=0.12, label=f"ROPE +-{rope:g}")
+    ax.axvline(0.0, color="black", lw=0.8)
+    for i, (label, e, lo, hi, color) in enumerate(rows):
+        y = len(rows) - 1 - i
+        lo_c, hi_c, e_c = (float(np.clip(v, -span, span)) for v in (lo, hi, e))
+        ax.plot([lo_c, hi_c], [y, y], color=color, lw=2)
+        ax.plot([e_c], [y], "o", color=color)
+        for v, vc in ((lo, lo_c), (hi, hi_c)):
+            if not np.isfinite(v):
+                ax.annotate("", xy=(vc, y), xytext=(vc * 0.9, y), arrowprops=dict(arrowstyle="->", color=color))
+    ax.set_yticks(range(len(rows)), [r[0] for r in reversed(rows)], fontsize=8)
+    ax.set_xlim(-span, span)
+    metric = str(verdicts["outcome"].iloc[0]) if "outcome" in verdicts and len(verdicts) else "metric"
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_xlabel(f"wired - measured {metric} (Hodges-Lehmann, family-wise CI)")
+    ax.legend(fontsize=8, loc="lower right")
     return fig
 
 

@@ -48,36 +48,58 @@ def _num(v: Any, fmt: str = ".3g") -> str:
         f = float(v)
     except (TypeError, ValueError):
         return "-"
-    return "-" if not np.isfinite(f) else format(f, fmt)
+    if np.isinf(f):
+        return "+inf" if f > 0 else "-inf"
+    return "-" if np.isnan(f) else format(f, fmt)
 
 
 def _interval(lo: Any, hi: Any) -> str:
     return "-" if _num(lo) == "-" and _num(hi) == "-" else f"[{_num(lo)}, {_num(hi)}]"
 
 
-def format_verdict_table(df: pd.DataFrame) -> str:
-    """The verdict table for a terminal: one aligned row per gem, then each gem's reason."""
-    header = ["gem", "verdict", "measured rel", "n meas", "n wired", "val diff", "CI", "p", "test diff"]
+def evidence_line(r: Any) -> str:
+    """One gem's evidence in one line: design, seeds, effect with CI, adjusted p, verdict, MDE."""
+    if _num(r.get("n_seeds"), "g") in ("-", "0"):
+        return f"{r['gem']}: {r['verdict']} - design: none"
+    return (f"{r['gem']}: {r['verdict']} - design: {r['design']}; seeds {int(r['n_seeds'])}; "
+            f"effect {_num(r.get('effect'), '+.3g')} {_interval(r.get('ci_low'), r.get('ci_high'))} "
+            f"({_num(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise); "
+            f"Holm p {_num(r.get('p_adjusted'), '.2g')}; MDE {_num(r.get('mde'))}; "
+            f"seeds for +-{_num(r.get('rope'), 'g')}: {_num(r.get('seeds_needed'), '.0f')}")
+
+
+def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
+                         redundancy: pd.DataFrame | None = None) -> str:
+    """The verdicts for a terminal: an aligned table, each gem's evidence line and reason, the
+    placebo arms and the redundancy findings."""
+    header = ["gem", "verdict", "seeds", "effect", "CI", "Holm p", "TOST p", "MDE", "excess/loss"]
     rows = [header]
     for _, r in df.iterrows():
-        rows.append(
-            [
-                str(r["gem"]),
-                str(r["verdict"]),
-                _num(r.get("measured_rel_mean")),
-                _num(r.get("measured_n"), "g"),
-                _num(r.get("wired_n"), "g"),
-                _num(r.get("sharpe_diff"), "+.3g"),
-                _interval(r.get("ci_low"), r.get("ci_high")),
-                _num(r.get("p_value"), ".2g"),
-                _num(r.get("test_sharpe_diff"), "+.3g"),
-            ]
-        )
+        rows.append([str(r["gem"]), str(r["verdict"]), _num(r.get("n_seeds"), "g"), _num(r.get("effect"), "+.3g"),
+                     _interval(r.get("ci_low"), r.get("ci_high")), _num(r.get("p_adjusted"), ".2g"),
+                     _num(r.get("tost_p_adjusted"), ".2g"), _num(r.get("mde")), _num(r.get("excess_median"))])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append("")
-    lines.extend(f"{r['gem']}: {r['verdict']} - {r['reason']}" for _, r in df.iterrows())
+    for _, r in df.iterrows():
+        lines.append(evidence_line(r))
+        lines.append(f"    why: {r['reason']}")
+    if placebo is not None and len(placebo):
+        lines.append("")
+        for _, r in placebo.iterrows():
+            ok = r["verdict"] in ("equivalent", "inconclusive")
+            lines.append(f"placebo {r['gem']} (wired at ~0 weight): {r['verdict']}{'' if ok else ' ** the rule is not calibrated for this learner **'}"
+                         f" - effect {_num(r['effect'], '+.3g')} {_interval(r['ci_low'], r['ci_high'])}, p {_num(r['p_value'], '.2g')}, "
+                         f"spread sd {_num(r['sd_diff'])}, IQR {_num(r['iqr_diff'])} over {int(r['n_seeds'])} seeds")
+    if redundancy is not None and len(redundancy):
+        lines.append("")
+        for _, r in redundancy.iterrows():
+            lines.append(f"redundancy {r['gem']} vs {r['feature']}: {r['finding']}"
+                         + ("" if r["finding"] == "no design" else
+                            f" - excess off {_num(r['excess_off'])}, on {_num(r['excess_on'])}, change "
+                            f"{_num(r['change'], '+.3g')} {_interval(r['ci_low'], r['ci_high'])}, Holm p {_num(r['p_adjusted'], '.2g')}"
+                            f" ({int(r['n_seeds'])} seeds)"))
     return "\n".join(lines)
 
 
@@ -122,21 +144,39 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
     v = result.verdicts
     lines += ["", "## Verdicts", ""]
     lines.append(
-        "Validation Sharpe decides; test Sharpe is shown beside and never used (the search never "
-        "saw it). `sharpe_diff` = wired minus measured."
+        "Effects come only from designed comparisons: members that differ in one gem's mode alone, "
+        "paired by seed (docs/analysis.md). Metric: the validation alpha Sharpe averaged over the last "
+        f"{settings.get('last_k', '')} epochs, wired minus measured, a diverged member counted as the worst "
+        "outcome; Wilcoxon signed-rank with its Hodges-Lehmann interval, Holm over the gems. Test metrics "
+        "are shown (`test_effect`), never used."
     )
-    lines += ["", markdown_table(v, ["gem", "verdict", "measured_rel_mean", "measured_n", "wired_n",
-                                     "test", "n_pairs", "wired_members", "measured_members",
-                                     "sharpe_diff", "ci_low", "ci_high", "p_value",
-                                     "test_sharpe_diff", "n_excluded"]), ""]
-    lines.extend(f"- **{r['gem']}** ({r['metric']}): **{r['verdict']}**: {r['reason']}" for _, r in v.iterrows())
+    for note in getattr(result, "notes", []):
+        lines += ["", f"Note: {note}."]
+    lines += ["", markdown_table(v, ["gem", "verdict", "design", "n_seeds", "effect", "ci_low", "ci_high", "ci_level",
+                                     "p_adjusted", "tost_p_adjusted", "mde", "seeds_needed", "test_effect",
+                                     "excess_median", "redundancy"]), ""]
+    lines.extend(f"- {evidence_line(r)}\n  - why: {r['reason']}" for _, r in v.iterrows())
+    if "Gem effects" in images:
+        lines += ["", f"![Gem effects]({images['Gem effects']})"]
+    placebo = getattr(result, "placebo", None)
+    lines += ["", "## Placebo arms", ""]
+    lines.append("A gem wired at a negligible weight: the learner's own null (chaotic sensitivity to a tiny "
+                 "perturbation). Its verdict must be `equivalent` or `inconclusive`; the spread is the per-seed "
+                 "difference placebo minus measured.")
+    lines += ["", markdown_table(placebo) if placebo is not None and len(placebo) else "_No placebo arm in these results._"]
+    red = getattr(result, "redundancy", None)
+    lines += ["", "## Redundancy (measure_gems factorial)", ""]
+    lines.append("Does switching the model feature on remove the gem's measured excess over its null "
+                 "(relative to the C51 loss)? `change` = on minus off, per seed; `removes` makes the gem's verdict `delete`.")
+    lines += ["", markdown_table(red) if red is not None and len(red) else "_None._", ""]
 
     excl = out[out["outcome"] != "ok"]
     lines += ["", "## Failed and diverged trials", ""]
     lines.append(
         f"{int((out['outcome'] == 'failed').sum())} failed, {int((out['outcome'] == 'diverged').sum())} "
-        f"diverged of {len(out)} trials. Their Sharpe is excluded from every statistic (never "
-        "averaged in); they are counted per configuration in the table below."
+        f"diverged of {len(out)} trials. Failed trials are excluded everywhere; diverged members "
+        "count as the worst outcome in the verdicts and are left out of the Sharpe-variance tables (never "
+        "averaged in); both are counted per configuration."
     )
     if len(excl):
         lines += ["", markdown_table(excl, ["experiment", "trial_id", "config_label", "status", "outcome",

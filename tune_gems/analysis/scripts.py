@@ -1,7 +1,7 @@
-"""Command-line entry points behind the thin scripts in `analysis/`.
+"""Command-line entry points behind `tune-gems analyze` and the thin scripts in `analysis/`.
 
 Each returns an exit status: 0 on success, 2 on bad input (one line on stderr naming the
-folder or file, as everywhere in tune-gems).
+option, folder or file, as everywhere in tune-gems).
 """
 
 from __future__ import annotations
@@ -22,25 +22,37 @@ def add_arguments(p: argparse.ArgumentParser, out: bool = True) -> argparse.Argu
     p.add_argument("experiments", nargs="+", metavar="EXPERIMENT_DIR", help="experiment folder(s) of a sweep")
     if out:
         p.add_argument("--out", default=None, help="output folder (default: <first experiment>/analysis)")
-        p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+        p.add_argument("--overwrite", action="store_true",
+                       help="replace an output folder that an earlier analysis wrote (never anything else)")
         p.add_argument("--no-plots", action="store_true", help="write no PNG files")
+        p.add_argument("--calibrate", action="store_true",
+                       help="instead of the report: simulate null and planted-effect datasets shaped like "
+                            "EXPERIMENT_DIR and print the false keep/harmful rate and the power (writes nothing)")
+        p.add_argument("--n-sim", type=int, default=defaults.N_SIM,
+                       help=f"simulated datasets per calibration setting (default {defaults.N_SIM}, at least 100)")
+    p.add_argument("--alpha", type=float, default=defaults.ALPHA,
+                   help=f"family-wise error rate of the verdicts, Holm over gems (default {defaults.ALPHA})")
+    p.add_argument("--rope", type=float, default=defaults.ROPE,
+                   help=f"equivalence margin of a gem's effect, in Sharpe units (default {defaults.ROPE})")
     p.add_argument("--rel-threshold", type=float, default=defaults.REL_THRESHOLD,
-                   help=f"measured |gem / C51 loss| below this -> delete (default {defaults.REL_THRESHOLD:g})")
+                   help=f"equivalence margin of a gem's excess over its null / C51 loss (default {defaults.REL_THRESHOLD:g})")
+    p.add_argument("--last-k", type=int, default=defaults.LAST_K,
+                   help=f"average the verdict metric over the last k epochs (default {defaults.LAST_K})")
+    p.add_argument("--power", type=float, default=defaults.POWER,
+                   help=f"power of the stated minimum detectable effect (default {defaults.POWER})")
+    p.add_argument("--placebo-weight", type=float, default=defaults.PLACEBO_WEIGHT,
+                   help=f"a gem wired at or below this weight is a placebo arm (default {defaults.PLACEBO_WEIGHT:g})")
     p.add_argument("--confidence", type=float, default=defaults.CONFIDENCE,
-                   help=f"two-sided confidence of intervals (default {defaults.CONFIDENCE})")
+                   help=f"two-sided confidence of the Sharpe-variance bootstrap intervals (default {defaults.CONFIDENCE})")
     p.add_argument("--n-boot", type=int, default=defaults.N_BOOT,
-                   help=f"bootstrap resamples (default {defaults.N_BOOT})")
-    p.add_argument("--min-members", type=int, default=defaults.MIN_MEMBERS,
-                   help=f"fewest members / seed pairs per side to compare (default {defaults.MIN_MEMBERS})")
-    p.add_argument("--statistic", choices=("iqm", "mean"), default=defaults.STATISTIC,
-                   help="location statistic of unpaired comparisons (default iqm)")
-    p.add_argument("--seed", type=int, default=defaults.SEED, help="bootstrap seed (default 0)")
+                   help=f"bootstrap resamples of the Sharpe-variance intervals (default {defaults.N_BOOT})")
+    p.add_argument("--seed", type=int, default=defaults.SEED, help="bootstrap / simulation seed (default 0)")
     return p
 
 
-def _thresholds(a: argparse.Namespace) -> dict:
-    return dict(rel_threshold=a.rel_threshold, confidence=a.confidence, n_boot=a.n_boot,
-                min_members=a.min_members, statistic=a.statistic, seed=a.seed)
+def _settings(a: argparse.Namespace) -> dict:
+    return dict(alpha=a.alpha, rope=a.rope, rel_threshold=a.rel_threshold, last_k=a.last_k, power=a.power,
+                placebo_weight=a.placebo_weight, confidence=a.confidence, n_boot=a.n_boot, seed=a.seed)
 
 
 def _run(fn) -> int:
@@ -52,33 +64,48 @@ def _run(fn) -> int:
     return 0
 
 
+def run_calibration(a: argparse.Namespace) -> None:
+    """Print the calibration of the verdict rule for the shape of the experiment(s) in `a`."""
+    from tune_gems.analysis.calibration import calibration_table, experiment_shapes, format_calibration
+    from tune_gems.analysis.run import analyze, check_settings
+
+    check_settings(**_settings(a), n_sim=a.n_sim)
+    res = analyze(a.experiments, **_settings(a))
+    shapes, note = experiment_shapes(res.verdicts, res.experiment.members)
+    table = calibration_table(shapes, n_sim=a.n_sim, rope=a.rope, alpha=a.alpha, power_target=a.power, seed=a.seed)
+    print(format_calibration(table, shapes, note, alpha=a.alpha))
+
+
 def run_report(a: argparse.Namespace) -> None:
-    """Write the full analysis for parsed arguments and print the verdict table."""
+    """`tune-gems analyze`: the full analysis (or, with --calibrate, the calibration) for parsed
+    arguments; prints the verdicts."""
+    if getattr(a, "calibrate", False):
+        run_calibration(a)
+        return
     from tune_gems.analysis.report import format_verdict_table
     from tune_gems.analysis.run import run_analysis
 
-    res = run_analysis(a.experiments, a.out, overwrite=a.overwrite, plot=not a.no_plots, **_thresholds(a))
-    print(format_verdict_table(res.verdicts))
+    res = run_analysis(a.experiments, a.out, overwrite=a.overwrite, plot=not a.no_plots, **_settings(a))
+    print(format_verdict_table(res.verdicts, res.placebo, res.redundancy))
     print(f"\nwrote {res.out_dir}/report.md")
 
 
 def report_main(argv: list[str] | None = None) -> int:
-    """Write the full analysis (CSVs, PNGs, report.md) and print the verdict table."""
+    """Write the full analysis (CSVs, PNGs, report.md) and print the verdicts."""
     a = _parser("Analyse finished sweep(s): tables, plots, report.md and verdicts.", out=True).parse_args(argv)
     return _run(lambda: run_report(a))
 
 
 def verdicts_main(argv: list[str] | None = None) -> int:
     """Print the verdict per gem with its evidence (writes nothing)."""
-    from tune_gems.analysis.load import load_experiment
     from tune_gems.analysis.report import format_verdict_table
-    from tune_gems.analysis.verdicts import gem_verdicts
+    from tune_gems.analysis.run import analyze
 
     a = _parser("Print the verdict per gem of finished sweep(s).", out=False).parse_args(argv)
 
     def go() -> None:
-        e = load_experiment(a.experiments)
-        print(format_verdict_table(gem_verdicts(e.trials, e.history, e.members, **_thresholds(a))))
+        res = analyze(a.experiments, **_settings(a))
+        print(format_verdict_table(res.verdicts, res.placebo, res.redundancy))
 
     return _run(go)
 
@@ -87,13 +114,23 @@ def sharpe_variance_main(argv: list[str] | None = None) -> int:
     """Print the Sharpe variance table per configuration (writes nothing)."""
     from tune_gems.analysis.load import load_experiment
     from tune_gems.analysis.report import markdown_table
+    from tune_gems.analysis.run import check_settings
     from tune_gems.analysis.variance import sharpe_variance
 
     a = _parser("Print Sharpe variance per configuration of finished sweep(s).", out=False).parse_args(argv)
 
     def go() -> None:
+        check_settings(**_settings(a))
         e = load_experiment(a.experiments)
         sv = sharpe_variance(e.members, e.trials, n_boot=a.n_boot, confidence=a.confidence, seed=a.seed)
         print(markdown_table(sv))
 
     return _run(go)
+
+
+def calibrate_main(argv: list[str] | None = None) -> int:
+    """`python analysis/calibrate.py EXPERIMENT_DIR`: the same as `tune-gems analyze --calibrate`."""
+    p = _parser("Calibrate the verdict rule on datasets shaped like finished sweep(s).", out=False)
+    p.add_argument("--n-sim", type=int, default=defaults.N_SIM, help="simulated datasets per setting")
+    a = p.parse_args(argv)
+    return _run(lambda: run_calibration(a))

@@ -1,4 +1,7 @@
-"""Robust aggregates and bootstrap intervals for few-seed RL results.
+"""Robust aggregates and bootstrap intervals for the descriptive Sharpe tables.
+
+(The verdicts do not use these: they use one exact rule on per-seed paired differences,
+`inference.py`. A percentile bootstrap over a handful of seeds under-covers.)
 
 RL results come from few runs with heavy tails, so point estimates need intervals. Following
 Agarwal et al. 2021 ("Deep RL at the edge of the statistical precipice") the location statistic
@@ -16,7 +19,6 @@ import warnings
 from typing import Sequence
 
 import numpy as np
-from scipy import stats as sps
 
 from tune_gems.analysis import defaults
 
@@ -129,69 +131,3 @@ def stratified_bootstrap_ci(
     rng = np.random.default_rng(seed)
     boot = _hierarchical_resamples(groups, n_boot, statistic, rng)
     return (location(pooled, statistic), *_interval(boot, confidence))
-
-
-def bootstrap_diff_ci(
-    groups_a: Sequence,
-    groups_b: Sequence,
-    *,
-    statistic: str = defaults.STATISTIC,
-    n_boot: int = defaults.N_BOOT,
-    confidence: float = defaults.CONFIDENCE,
-    seed: int = defaults.SEED,
-) -> tuple[float, float, float]:
-    """(estimate, low, high) of stat(A) - stat(B), A and B resampled independently as above."""
-    a, b = _clean_groups(groups_a), _clean_groups(groups_b)
-    if not a or not b or sum(g.size for g in a) < 2 or sum(g.size for g in b) < 2:
-        return math.nan, math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    boot = _hierarchical_resamples(a, n_boot, statistic, rng) - _hierarchical_resamples(
-        b, n_boot, statistic, rng
-    )
-    est = location(np.concatenate(a), statistic) - location(np.concatenate(b), statistic)
-    return (est, *_interval(boot, confidence))
-
-
-def paired_bootstrap_ci(
-    diffs,
-    *,
-    n_boot: int = defaults.N_BOOT,
-    confidence: float = defaults.CONFIDENCE,
-    seed: int = defaults.SEED,
-) -> tuple[float, float, float]:
-    """(mean, low, high) of paired differences; pairs are resampled with replacement."""
-    d = np.asarray(diffs, dtype=float).ravel()
-    d = d[np.isfinite(d)]
-    if d.size < 2:
-        return (float(d.mean()) if d.size else math.nan), math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    boot = np.empty(n_boot)
-    for start in range(0, n_boot, _CHUNK):
-        c = min(_CHUNK, n_boot - start)
-        boot[start : start + c] = d[rng.integers(0, d.size, size=(c, d.size))].mean(axis=1)
-    return (float(d.mean()), *_interval(boot, confidence))
-
-
-def wilcoxon_p(diffs) -> float:
-    """Two-sided Wilcoxon signed-rank p of paired differences (1.0 if all are 0; NaN if n<2)."""
-    d = np.asarray(diffs, dtype=float).ravel()
-    d = d[np.isfinite(d)]
-    if d.size < 2:
-        return math.nan
-    if np.all(d == 0):
-        return 1.0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return float(sps.wilcoxon(d, alternative="two-sided").pvalue)
-
-
-def mannwhitney_p(a, b) -> float:
-    """Two-sided Mann-Whitney U p of two independent samples (NaN if either is empty)."""
-    a = np.asarray(a, dtype=float).ravel()
-    b = np.asarray(b, dtype=float).ravel()
-    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
-    if a.size == 0 or b.size == 0:
-        return math.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return float(sps.mannwhitneyu(a, b, alternative="two-sided").pvalue)

@@ -161,3 +161,29 @@ def sharpe_variance(
         row["experiments"] = ",".join(sorted(tr["experiment"].astype(str).unique()))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def split_arms(trials: pd.DataFrame, members: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Trials and members with every arm of a multi-arm trial as its own pseudo-trial.
+
+    The Sharpe tables describe one configuration each; an arm is one. `trial_id` becomes
+    `<trial>/<arm>` and `config_label` `<label> | arm <arm>` for trials with several arms;
+    single-arm trials (and results without arms) are returned unchanged."""
+    if "arm" not in members.columns or not len(members):
+        return trials, members
+    n_arms = members.groupby(KEY)["arm"].nunique()
+    multi = n_arms[n_arms > 1].index
+    if not len(multi):
+        return trials, members
+    mkey = pd.MultiIndex.from_frame(members[KEY])
+    is_multi = mkey.isin(multi)
+    m = members.copy()
+    m.loc[is_multi, "config_label"] = m.loc[is_multi, "config_label"].astype(str) + " | arm " + m.loc[is_multi, "arm"].astype(str)
+    m.loc[is_multi, "trial_id"] = m.loc[is_multi, "trial_id"].astype(str) + "/" + m.loc[is_multi, "arm"].astype(str)
+    arms = members.loc[is_multi, KEY + ["arm"]].drop_duplicates()
+    t_multi = trials.merge(arms, on=KEY, how="inner")
+    t_multi["config_label"] = t_multi["config_label"].astype(str) + " | arm " + t_multi["arm"].astype(str)
+    t_multi["trial_id"] = t_multi["trial_id"].astype(str) + "/" + t_multi["arm"].astype(str)
+    tkey = pd.MultiIndex.from_frame(trials[KEY])
+    t = pd.concat([trials[~tkey.isin(multi)], t_multi.drop(columns="arm")], ignore_index=True)
+    return t, m

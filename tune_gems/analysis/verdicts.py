@@ -1,245 +1,346 @@
-"""The verdict per gem: delete / wire candidate / keep wired / off, with its evidence.
+"""The verdict per gem, from designed comparisons only, with its evidence.
 
-The team's method, "measure, then commit", as rules (docs/analysis.md has the full text):
+Per gem (docs/analysis.md "Verdicts" has the full text):
 
-1. No completed trial measured or wired the gem -> `no data`.
-2. Trials wired the gem and enough members compare with measured ones (>= `min_members` seed
-   pairs, or >= `min_members` members on each side) -> compare validation Sharpe, wired minus
-   measured, with a bootstrap interval at `confidence`:
-   lower bound > 0 -> `keep wired`; otherwise -> `delete` when the measured magnitude is ~0,
-   else `off`.
-3. Otherwise the measured magnitude decides: mean |gem / C51 loss| < `rel_threshold` ->
-   `delete` (redundant); else -> `wire candidate`. If wired trials exist but are too few, the
-   evidence says "insufficient data".
-4. Only wired trials and too few to compare, or no finite measured magnitude ->
-   `insufficient data`.
+1. **The wiring effect.** Members that differ only in this gem's mode (wire vs measure; the
+   weight belongs to the wired side), paired by member seed (`designs.paired`): per-seed
+   differences of the verdict metric (validation alpha Sharpe averaged over the last k epochs;
+   validation Sharpe, said so, for older results), a diverged member counted as the worst
+   outcome. The signed-rank rule (`inference.rank_test`) gives the Hodges-Lehmann effect, p and
+   the TOST p for +-ROPE; Holm over the gems that have a design.
+   - `keep wired`: Holm-adjusted p <= alpha and effect > 0;
+   - `harmful`: Holm-adjusted p <= alpha and effect < 0;
+   - `equivalent`: Holm-adjusted TOST p <= alpha (the effect lies within +-ROPE);
+   - `inconclusive`: none of these; the evidence gives the minimum detectable effect at the
+     stated power for the seeds used, and the seeds that would detect an effect of one ROPE.
+2. **delete** replaces `equivalent` / `inconclusive` / no test when the gem's measured
+   magnitude is at its null (TOST of the per-seed excess over the null, relative to the C51
+   loss, within +-`rel_threshold`, Holm over gems), or when the redundancy factorial shows a
+   model feature removes it (`redundancy.py`).
+3. No design: `insufficient: confounded` (wired and measured members exist but never differ
+   in this gem alone; the evidence says what to add), `insufficient data` (only one side), or
+   `no data` (never measured nor wired in a trial that finished).
 
-The verdict uses validation Sharpe only: test Sharpe is never searched on and is shown beside
-as extra evidence (same comparison, same pairs).
+A placebo arm (the gem wired at weight <= `placebo_weight`) is not a wiring: its comparison
+with the measured arm is reported separately (`placebo_verdicts`) as the learner's own null;
+its verdict must come out `equivalent` or `inconclusive`.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.labels import context_label, gem_metric, trial_gem_modes
-from tune_gems.analysis.magnitudes import gem_history
-from tune_gems.analysis.variance import KEY, final_members, trial_outcomes
-from tune_gems.analysis.stats import (
-    bootstrap_diff_ci,
-    mannwhitney_p,
-    paired_bootstrap_ci,
-    wilcoxon_p,
+from tune_gems.analysis.designs import Cells, Paired, build_cells, paired
+from tune_gems.analysis.inference import (
+    holm,
+    holm_levels,
+    min_detectable_effect,
+    rank_test,
+    seeds_needed,
+    smallest_p,
 )
 from tune_gems.config import GEM_NAMES
+from tune_gems.metrics import GEM_KEYS
 
-VERDICTS = ("delete", "wire candidate", "keep wired", "off", "no data", "insufficient data")
-PAIRED = "paired bootstrap (seed)"
-UNPAIRED = "unpaired stratified bootstrap"
+VERDICTS = ("keep wired", "harmful", "equivalent", "inconclusive", "delete",
+            "insufficient: confounded", "insufficient data", "no data")
+WIRE, MEASURE = "wire", "measure"
 
 VERDICT_COLUMNS = [
-    "gem", "metric", "verdict", "reason",
-    "measured_n", "measured_rel_mean", "measured_rel_max", "rel_threshold",
-    "wired_n", "wired_rel_mean", "n_excluded",
-    "test", "n_pairs", "wired_members", "measured_members",
-    "sharpe_diff", "ci_low", "ci_high", "confidence", "p_value",
-    "test_sharpe_diff", "test_sharpe_ci_low", "test_sharpe_ci_high",
+    "gem", "metric", "verdict", "reason", "design", "outcome", "n_seeds", "n_pairs",
+    "effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p", "tost_p_adjusted",
+    "rope", "alpha", "sd_diff", "mde", "seeds_needed", "wired_diverged", "measured_diverged",
+    "wired_members", "measured_members", "test_effect", "fix",
+    "excess_n", "excess_median", "excess_ci_low", "excess_ci_high", "excess_tost_p_adjusted",
+    "rel_threshold", "redundancy", "market_path",
 ]
+PLACEBO_COLUMNS = ["gem", "verdict", "n_seeds", "effect", "ci_low", "ci_high", "p_value", "tost_p",
+                   "sd_diff", "iqr_diff", "min_diff", "max_diff", "outcome"]
 
 
-def compare_wired(
-    final: pd.DataFrame,
-    gem: str,
-    *,
-    column: str = "val_sharpe",
-    method: str | None = None,
-    min_members: int = defaults.MIN_MEMBERS,
-    statistic: str = defaults.STATISTIC,
-    n_boot: int = defaults.N_BOOT,
-    confidence: float = defaults.CONFIDENCE,
-    seed: int = defaults.SEED,
-) -> dict:
-    """Wired minus measured `column` for `gem` over final-epoch members.
+@dataclass(frozen=True)
+class Gem:
+    """A gem the results know: its name, metric column and whether it has a null."""
 
-    `final` holds the included final-epoch member rows with a `mode` column (this gem's mode).
-    Paired when >= `min_members` (context, seed) units have both a wired and a measured member
-    (context = experiment + config label without this gem): the mean of per-unit differences (each side
-    averaged over its members at that unit), a bootstrap over units, Wilcoxon signed-rank p.
-    Otherwise unpaired, on configurations that have both modes (all of them if none has):
-    difference of `statistic`, each side resampled by trial then member, Mann-Whitney U p;
-    needs >= `min_members` members per side. `method` forces `paired` / `unpaired`.
-    Returns a dict: test, n_pairs, wired_members, measured_members, diff, ci_low, ci_high,
-    p_value, note.
-    """
-    d = final[np.isfinite(final[column].astype(float))].copy()
-    # Pairs never cross experiments: other sweeps may differ in data or trainer settings.
-    d["context"] = d["experiment"].astype(str) + " :: " + d["config_label"].map(lambda s: context_label(s, gem))
-    w, m = d[d["mode"] == "wire"], d[d["mode"] == "measure"]
-    res = {
-        "test": "none", "n_pairs": 0, "wired_members": int(len(w)), "measured_members": int(len(m)),
-        "diff": math.nan, "ci_low": math.nan, "ci_high": math.nan, "p_value": math.nan, "note": "",
-    }
-    units = ["context", "seed"]
-    pairs = (
-        w.groupby(units)[column].mean().rename("w").to_frame()
-        .join(m.groupby(units)[column].mean().rename("m"), how="inner")
-    )
-    res["n_pairs"] = int(len(pairs))
-    ci = dict(n_boot=n_boot, confidence=confidence, seed=seed)
-
-    if method == "paired" or (method is None and len(pairs) >= min_members):
-        diffs = (pairs["w"] - pairs["m"]).to_numpy()
-        res["diff"], res["ci_low"], res["ci_high"] = paired_bootstrap_ci(diffs, **ci)
-        res["p_value"] = wilcoxon_p(diffs)
-        res["test"] = PAIRED
-        return res
-
-    shared = set(w["context"]) & set(m["context"])
-    if shared:
-        w, m = w[w["context"].isin(shared)], m[m["context"].isin(shared)]
-    else:
-        res["note"] = "no configuration differs only in this gem: other settings confound it"
-    res["wired_members"], res["measured_members"] = int(len(w)), int(len(m))
-    if method is None and (len(w) < min_members or len(m) < min_members):
-        res["note"] = (
-            f"insufficient data: n_wired={len(w)}, n_measured={len(m)}, n_pairs={len(pairs)} "
-            f"(need {min_members})"
-        )
-        return res
-    groups = lambda df: [g[column].to_numpy(float) for _, g in df.groupby(KEY, sort=True)]  # noqa: E731
-    res["diff"], res["ci_low"], res["ci_high"] = bootstrap_diff_ci(
-        groups(w), groups(m), statistic=statistic, **ci
-    )
-    res["p_value"] = mannwhitney_p(w[column], m[column])
-    res["test"] = f"{UNPAIRED} ({statistic})"
-    return res
+    name: str
+    metric: str
+    has_null: bool = True
 
 
-def _fmt(x: float) -> str:
-    return "nan" if x is None or not np.isfinite(x) else f"{x:.3g}"
+def gem_registry(paths=()) -> list[Gem]:
+    """The gems of `gems.json` beside the tables (first folder that has one); the built-ins else."""
+    for p in paths or ():
+        f = Path(p) / "gems.json"
+        if f.is_file():
+            try:
+                items = json.loads(f.read_text())
+                return [Gem(str(i["name"]), str(i["metric"]), bool(i.get("has_null", True))) for i in items]
+            except (ValueError, KeyError, TypeError):
+                break
+    return [Gem(g, GEM_KEYS[g], g != "g10") for g in GEM_NAMES]
+
+
+def verdict_metric(members: pd.DataFrame, metric: str = defaults.METRIC,
+                   fallback: str = defaults.FALLBACK_METRIC) -> tuple[str, str]:
+    """(column, note): `metric` when the members have finite values of it, else `fallback`."""
+    if metric in members.columns and np.isfinite(members[metric].astype(float)).any():
+        return metric, ""
+    return fallback, f"{metric} absent (older results): {fallback} used instead"
+
+
+def add_excess_columns(long: pd.DataFrame, gems: list[Gem]) -> dict[str, tuple[str, str]]:
+    """Add per member-epoch `<metric>__excess_rel` = excess over the gem's null / C51 loss.
+
+    Where the gem has no null (or the results predate `_excess`), the raw `<metric>_rel` is used
+    with a null of 0, and the note says so. Returns gem -> (column, note)."""
+    out = {}
+    loss = long["loss"].astype(float) if "loss" in long.columns else None
+    for g in gems:
+        col = f"{g.metric}__excess_rel"
+        exc = f"{g.metric}_excess"
+        if exc in long.columns and loss is not None and np.isfinite(long[exc].astype(float)).any():
+            long[col] = long[exc].astype(float) / loss
+            out[g.name] = (col, "")
+        elif f"{g.metric}_rel" in long.columns:
+            long[col] = long[f"{g.metric}_rel"].astype(float)
+            out[g.name] = (col, "no null for this gem in the results: raw value / C51 loss, null taken as 0")
+        else:
+            long[col] = np.nan
+            out[g.name] = (col, "no magnitude column")
+    return out
+
+
+def _weight(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _selectors(g: Gem, placebo_weight: float):
+    """(real, is_placebo): cell filters that leave out the placebo arms / keep only them."""
+    mode, weight = f"gems.{g.name}.mode", f"gems.{g.name}.weight"
+
+    def is_placebo(t: pd.DataFrame) -> pd.Series:
+        w = t[weight].map(_weight) if weight in t.columns else pd.Series(np.nan, index=t.index)
+        return (t[mode] == WIRE) & (w <= placebo_weight) if mode in t.columns else pd.Series(False, index=t.index)
+
+    return (lambda t: ~is_placebo(t)), is_placebo
+
+
+def _fmt(x, f: str = ".3g") -> str:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return "nan"
+    if math.isinf(x):
+        return "+inf" if x > 0 else "-inf"
+    return "nan" if math.isnan(x) else format(x, f)
+
+
+def _spread(d: np.ndarray) -> float:
+    fin = d[np.isfinite(d)]
+    return float(np.std(fin, ddof=1)) if fin.size > 1 else math.nan
 
 
 def gem_verdicts(
     trials: pd.DataFrame,
-    history: pd.DataFrame,
+    history: pd.DataFrame | None,
     members: pd.DataFrame,
     *,
+    arms: pd.DataFrame | None = None,
+    gems: list[Gem] | None = None,
+    alpha: float = defaults.ALPHA,
+    rope: float = defaults.ROPE,
     rel_threshold: float = defaults.REL_THRESHOLD,
-    confidence: float = defaults.CONFIDENCE,
-    n_boot: int = defaults.N_BOOT,
-    min_members: int = defaults.MIN_MEMBERS,
-    statistic: str = defaults.STATISTIC,
-    seed: int = defaults.SEED,
+    last_k: int = defaults.LAST_K,
+    power: float = defaults.POWER,
+    placebo_weight: float = defaults.PLACEBO_WEIGHT,
+    metric: str = defaults.METRIC,
+    redundancy: pd.DataFrame | None = None,
+    cells: Cells | None = None,
 ) -> pd.DataFrame:
-    """One row per gem (g6, g10, g12): the verdict, a one-line reason and the evidence columns.
+    """One row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS).
 
-    Evidence: measured_n (ok trials with the gem measured and a finite magnitude),
-    measured_rel_mean / _max (|gem / C51 loss|: mean over trials of the mean over epochs / max),
-    wired_n (ok trials with it wired), wired_rel_mean, n_excluded (failed or diverged trials
-    that measured or wired it; never used), test (the comparison made, or `none`), n_pairs,
-    wired_members, measured_members, sharpe_diff with ci_low / ci_high at `confidence` and
-    p_value (validation Sharpe: decides), test_sharpe_diff with its interval (shown only).
-    """
-    outcomes = trial_outcomes(trials, members)
-    modes = trial_gem_modes(trials)
-    fin = final_members(members, trials)
-    fin = fin[fin["included"]].merge(modes, on=KEY, how="left")
-    long = gem_history(history, trials, members)
-    ok = outcomes.merge(modes, on=KEY, how="left")
-    ok_mask = ok["outcome"] == "ok"
-    rows = []
-    for gem in GEM_NAMES:
-        metric = gem_metric(gem)
+    `history` is not needed (kept for the old call signature). `redundancy` is the table of
+    `redundancy.redundancy_table` (computed here when None)."""
+    from tune_gems.analysis.redundancy import redundancy_table
+
+    gems = gems or gem_registry()
+    cells = cells or build_cells(trials, members, arms)
+    column, metric_note = verdict_metric(members, metric)
+    test_column = column.replace("val_", "test_", 1)
+    excess = add_excess_columns(cells.long, gems)
+    if redundancy is None:
+        redundancy = redundancy_table(cells, gems, alpha=alpha, rel_threshold=rel_threshold, last_k=last_k,
+                                      excess=excess)
+    rows, tests = [], {}
+    for g in gems:
+        mode = f"gems.{g.name}.mode"
+        real, _ = _selectors(g, placebo_weight)
         row = {c: math.nan for c in VERDICT_COLUMNS}
-        row.update(gem=gem, metric=metric, rel_threshold=rel_threshold, confidence=confidence)
-        used = ok[gem].isin(["measure", "wire"])
-        row["n_excluded"] = int((used & ~ok_mask).sum())
-        row["wired_n"] = int(((ok[gem] == "wire") & ok_mask).sum())
-        n_measured_trials = int(((ok[gem] == "measure") & ok_mask).sum())
-
-        g = long[long["gem"] == gem]
-        rel = g.assign(rel=g["rel"].abs()).groupby(["mode"] + KEY)["rel"].agg(["mean", "max"])
-        if "measure" in rel.index.get_level_values(0):
-            r = rel.loc["measure"].dropna(subset=["mean"])
-            row["measured_n"] = int(len(r))
-            row["measured_rel_mean"] = float(r["mean"].mean()) if len(r) else math.nan
-            row["measured_rel_max"] = float(r["max"].max()) if len(r) else math.nan
-        else:
-            row["measured_n"] = 0
-        if "wire" in rel.index.get_level_values(0):
-            row["wired_rel_mean"] = float(rel.loc["wire"]["mean"].mean())
-
-        gf = fin.assign(mode=fin[gem])
-        cmp = dict(min_members=min_members, statistic=statistic, n_boot=n_boot, confidence=confidence, seed=seed)
-        tested = False
-        if row["wired_n"] and n_measured_trials:
-            c = compare_wired(gf, gem, column="val_sharpe", **cmp)
-            row.update(
-                test=c["test"], n_pairs=c["n_pairs"], wired_members=c["wired_members"],
-                measured_members=c["measured_members"], sharpe_diff=c["diff"],
-                ci_low=c["ci_low"], ci_high=c["ci_high"], p_value=c["p_value"],
-            )
-            tested = c["test"] != "none"
-            note = c["note"]
-            if tested and "test_sharpe" in gf.columns:
-                method = "paired" if c["test"] == PAIRED else "unpaired"
-                t = compare_wired(gf, gem, column="test_sharpe", method=method, **cmp)
-                row.update(test_sharpe_diff=t["diff"], test_sharpe_ci_low=t["ci_low"], test_sharpe_ci_high=t["ci_high"])
-        else:
-            row["test"] = "none"
-            row["n_pairs"] = 0
-            row["wired_members"] = int((gf["mode"] == "wire").sum())
-            row["measured_members"] = int((gf["mode"] == "measure").sum())
-            note = ""
-        row["verdict"], row["reason"] = _decide(row, tested, note, n_measured_trials, rel_threshold, confidence)
+        row.update(gem=g.name, metric=g.metric, outcome=column, rope=rope, alpha=alpha,
+                   rel_threshold=rel_threshold, fix="", redundancy="", design="none", reason="",
+                   market_path="conditional on one shared path" if cells.shared_path else "per-seed paths")
+        pr = paired(cells, mode, WIRE, MEASURE, column=column, k=last_k,
+                    ignore=(f"gems.{g.name}.weight",), select=real)
+        row.update(wired_members=pr.hi_cells, measured_members=pr.lo_cells, n_seeds=pr.n, n_pairs=pr.n_pairs,
+                   design=pr.design(), fix=pr.fix, wired_diverged=pr.hi_diverged, measured_diverged=pr.lo_diverged)
+        if pr.n:
+            tests[g.name] = pr
+            if test_column in cells.long.columns:
+                tp = paired(cells, mode, WIRE, MEASURE, column=test_column, k=1,
+                            ignore=(f"gems.{g.name}.weight",), select=real)
+                if tp.n:
+                    row["test_effect"] = float(rank_test(tp.diffs[None, :])["estimate"][0])
+        # magnitude: per-seed excess over the null in measured members
+        ecol, enote = excess[g.name]
+        mag = _unit_magnitudes(cells, g, ecol, last_k)
+        if mag.size:
+            r = rank_test(mag[None, :], rope=rel_threshold, tail=alpha)
+            row.update(excess_n=int(mag.size), excess_median=float(r["estimate"][0]),
+                       excess_ci_low=float(r["low"][0]), excess_ci_high=float(r["high"][0]),
+                       _excess_tost=float(r["p_tost"][0]), _excess_note=enote)
         rows.append(row)
+
+    # Holm over the gems with a design: the effect test, the equivalence test, the magnitude TOST
+    names = [r["gem"] for r in rows]
+    stats = {n: rank_test(tests[n].diffs[None, :], rope=rope, tail=alpha / 2) for n in tests}
+    p = np.array([stats[n]["p"][0] if n in stats else np.nan for n in names])
+    pt = np.array([stats[n]["p_tost"][0] if n in stats else np.nan for n in names])
+    pe = np.array([r.get("_excess_tost", np.nan) for r in rows])
+    p_adj, pt_adj, pe_adj = holm(p), holm(pt), holm(pe)
+    levels = holm_levels(p, alpha)
+    m = int(np.isfinite(p).sum())
+    for i, row in enumerate(rows):
+        row["excess_tost_p_adjusted"] = pe_adj[i]
+        n = row["gem"]
+        red = redundancy[(redundancy["gem"] == n) & (redundancy["finding"] == "removes")] if len(redundancy) else redundancy
+        if len(red):
+            row["redundancy"] = "; ".join(f"{f} removes it" for f in red["feature"])
+        if n in stats:
+            pr = tests[n]
+            lvl = float(levels[i])
+            lo_hi = rank_test(pr.diffs[None, :], tail=lvl / 2)
+            sd = _spread(pr.diffs)
+            row.update(effect=float(stats[n]["estimate"][0]), p_value=p[i], p_adjusted=p_adj[i], tost_p=pt[i],
+                       tost_p_adjusted=pt_adj[i], ci_low=float(lo_hi["low"][0]), ci_high=float(lo_hi["high"][0]),
+                       ci_level=1 - lvl, sd_diff=sd,
+                       mde=min_detectable_effect(sd, pr.n, alpha / max(m, 1), power),
+                       seeds_needed=seeds_needed(sd, rope, alpha / max(m, 1), power))
+        row["verdict"], row["reason"] = _decide(row, metric_note, power, m)
+        row.pop("_excess_tost", None)
+        row.pop("_excess_note", None)
     return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
 
 
-def _decide(row: dict, tested: bool, note: str, n_measured_trials: int, thr: float, conf: float) -> tuple[str, str]:
-    """Apply the rules of the module docstring to one gem's evidence."""
-    rel = row["measured_rel_mean"]
-    has_rel = row["measured_n"] > 0 and np.isfinite(rel)
-    small = has_rel and abs(rel) < thr
-    pct = f"{conf:.0%}"
-    if row["wired_n"] == 0 and n_measured_trials == 0:
-        excl = f" ({row['n_excluded']} failed/diverged trial(s) excluded)" if row["n_excluded"] else ""
-        return "no data", f"never measured nor wired in a completed trial (all off){excl}"
-    if tested:
-        ci = f"diff {row['sharpe_diff']:+.3g}, {pct} CI [{_fmt(row['ci_low'])}, {_fmt(row['ci_high'])}]"
-        how = f"{row['test']}, n_pairs={row['n_pairs']}" if row["test"] == PAIRED else (
-            f"{row['test']}, n_wired={row['wired_members']}, n_measured={row['measured_members']}"
-        )
-        extra = f"; {note}" if note else ""
-        if np.isfinite(row["ci_low"]) and row["ci_low"] > 0:
-            return "keep wired", f"wired val Sharpe better than measured: {ci} > 0 ({how}){extra}"
-        if small:
-            return "delete", (
-                f"redundant: measured magnitude ~0 (rel {_fmt(rel)} < {thr:g}) and wiring did not "
-                f"improve val Sharpe: {ci} ({how}){extra}"
-            )
-        return "off", f"wired not better than measured: {ci} does not exclude 0 from below ({how}){extra}"
-    wired_note = ""
-    if row["wired_n"]:
-        wired_note = f"; wiring test: {note}" if note else (
-            f"; wiring test: insufficient data (n_wired={row['wired_members']}, no measured members)"
-        )
-    if not has_rel:
-        if row["wired_n"] and n_measured_trials == 0:
-            return "insufficient data", (
-                f"wired only ({row['wired_n']} trial(s), {row['wired_members']} members): no measured "
-                f"trials to compare with"
-            )
-        return "insufficient data", f"no finite measured magnitude in {n_measured_trials} measured trial(s){wired_note}"
-    if small:
-        return "delete", (
-            f"redundant: measured magnitude ~0 (rel {_fmt(rel)} < {thr:g}, n={row['measured_n']}){wired_note}"
-        )
-    return "wire candidate", (
-        f"measured magnitude rel {_fmt(rel)} >= {thr:g} (n={row['measured_n']})"
-        + (wired_note if wired_note else "; not wired in any trial yet")
-    )
+def _unit_magnitudes(cells: Cells, g: Gem, column: str, k: int) -> np.ndarray:
+    """Per unit: the mean over measured, non-diverged members of the last-k-epoch `column`."""
+    t = cells.table
+    mode = f"gems.{g.name}.mode"
+    if mode not in t.columns or column not in cells.long.columns:
+        return np.zeros(0)
+    t = t[t[mode] == MEASURE]
+    if not len(t):
+        return np.zeros(0)
+    from tune_gems.analysis.designs import window_values
+
+    vals = window_values(cells.long[cells.long["cell"].isin(t["cell"])], column,
+                         pd.Series(t["final_epoch"].to_numpy(), index=t["cell"].to_numpy()), k)
+    t = t.join(vals, on="cell")
+    t = t[~t["diverged"]]
+    return t.groupby("unit")["value"].mean().to_numpy(float)
+
+
+def _decide(row: dict, metric_note: str, power: float, m: int) -> tuple[str, str]:
+    """The verdict and its one-line reason from one gem's evidence (rules of the docstring)."""
+    a = row["alpha"]
+    extra = f"; {metric_note}" if metric_note else ""
+    delete_mag = np.isfinite(row["excess_tost_p_adjusted"]) and row["excess_tost_p_adjusted"] <= a
+    mag_text = (f"measured excess over its null ~0: median {_fmt(row['excess_median'])} x loss, CI "
+                f"[{_fmt(row['excess_ci_low'])}, {_fmt(row['excess_ci_high'])}] within +-{row['rel_threshold']:g} "
+                f"(TOST, Holm p {_fmt(row['excess_tost_p_adjusted'], '.2g')}, {_fmt(row['excess_n'], '.0f')} seeds)")
+    delete_red = bool(row["redundancy"])
+    if row["n_seeds"] and np.isfinite(row["p_adjusted"]):
+        ev = (f"{row['outcome']} effect {_fmt(row['effect'], '+.3g')}, {row['ci_level']:.1%} CI "
+              f"[{_fmt(row['ci_low'])}, {_fmt(row['ci_high'])}], Holm p {_fmt(row['p_adjusted'], '.2g')} "
+              f"({row['n_seeds']} seeds; {row['design']})")
+        if row["wired_diverged"] or row["measured_diverged"]:
+            ev += f"; diverged (counted as worst): wired {int(row['wired_diverged'])}, measured {int(row['measured_diverged'])}"
+        if row["p_adjusted"] <= a and row["effect"] > 0:
+            return "keep wired", f"wiring helps: {ev}{extra}"
+        if row["p_adjusted"] <= a and row["effect"] < 0:
+            return "harmful", f"wiring hurts: {ev}{extra}"
+        if delete_mag:
+            return "delete", f"{mag_text}; wiring shows no gain: {ev}{extra}"
+        if delete_red:
+            return "delete", f"{row['redundancy']} (redundancy factorial); wiring shows no gain: {ev}{extra}"
+        if np.isfinite(row["tost_p_adjusted"]) and row["tost_p_adjusted"] <= a:
+            return "equivalent", (f"no practical difference: effect within +-{row['rope']:g} (TOST Holm p "
+                                  f"{_fmt(row['tost_p_adjusted'], '.2g')}); {ev}{extra}")
+        small = smallest_p(int(row["n_seeds"]))
+        hint = (f"; {int(row['n_seeds'])} seeds cannot reach p <= {a / max(m, 1):.2g} at all"
+                if small > a / max(m, 1) else "")
+        return "inconclusive", (f"{ev}; detectable at {power:.0%} power: |effect| >= {_fmt(row['mde'])} "
+                                f"(about {_fmt(row['seeds_needed'], '.0f')} seeds would detect +-{row['rope']:g}){hint}{extra}")
+    if delete_mag:
+        return "delete", mag_text
+    if delete_red:
+        return "delete", f"{row['redundancy']} (redundancy factorial)"
+    if row["wired_members"] and row["measured_members"]:
+        return "insufficient: confounded", (
+            "wired and measured members never differ in this gem alone at a common seed"
+            + (f": {row['fix']}" if row["fix"] else ""))
+    if row["wired_members"]:
+        return "insufficient data", "wired only: add an arm with this gem measured (same seeds)"
+    if row["measured_members"]:
+        mag = "" if not np.isfinite(row["excess_median"]) else (
+            f"; measured excess median {_fmt(row['excess_median'])} x loss, CI "
+            f"[{_fmt(row['excess_ci_low'])}, {_fmt(row['excess_ci_high'])}]")
+        return "insufficient data", f"measured only: add an arm with this gem wired (same seeds){mag}"
+    return "no data", "never measured nor wired in a finished trial"
+
+
+def placebo_verdicts(
+    cells: Cells,
+    gems: list[Gem],
+    members: pd.DataFrame,
+    *,
+    alpha: float = defaults.ALPHA,
+    rope: float = defaults.ROPE,
+    last_k: int = defaults.LAST_K,
+    placebo_weight: float = defaults.PLACEBO_WEIGHT,
+    metric: str = defaults.METRIC,
+) -> pd.DataFrame:
+    """Per gem with a placebo arm: placebo minus measured, by the same rule, without Holm (the
+    stricter check). Its verdict must be `equivalent` or `inconclusive`; `keep wired` or
+    `harmful` means the learner reacts to a 1e-9 perturbation more than the rule allows for."""
+    column, _ = verdict_metric(members, metric)
+    rows = []
+    for g in gems:
+        _, is_placebo = _selectors(g, placebo_weight)
+        mode = f"gems.{g.name}.mode"
+        if mode not in cells.table.columns:
+            continue
+        pr: Paired = paired(cells, mode, WIRE, MEASURE, column=column, k=last_k,
+                            ignore=(f"gems.{g.name}.weight",), select=lambda t, f=is_placebo, md=mode: f(t) | (t[md] == MEASURE))
+        if not pr.n:
+            continue
+        r = rank_test(pr.diffs[None, :], rope=rope, tail=alpha / 2)
+        p, pt, est = float(r["p"][0]), float(r["p_tost"][0]), float(r["estimate"][0])
+        verdict = ("keep wired" if p <= alpha and est > 0 else "harmful" if p <= alpha and est < 0
+                   else "equivalent" if pt <= alpha else "inconclusive")
+        fin = pr.diffs[np.isfinite(pr.diffs)]
+        q = np.percentile(fin, [25, 75]) if fin.size else [math.nan, math.nan]
+        rows.append(dict(gem=g.name, verdict=verdict, n_seeds=pr.n, effect=est, ci_low=float(r["low"][0]),
+                         ci_high=float(r["high"][0]), p_value=p, tost_p=pt, sd_diff=_spread(pr.diffs),
+                         iqr_diff=float(q[1] - q[0]), min_diff=float(fin.min()) if fin.size else math.nan,
+                         max_diff=float(fin.max()) if fin.size else math.nan, outcome=column))
+    return pd.DataFrame(rows, columns=PLACEBO_COLUMNS)

@@ -1,0 +1,222 @@
+"""Verdicts from designed comparisons (issue 13): synthetic experiments with known answers.
+
+Each scenario is written by tests/fake_results.py as real result files (arms table, members with
+`arm` / `seed_index`, gem nulls) and analysed through `tune_gems.analysis.analyze`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fake_results as fr  # noqa: E402
+
+from tune_gems.analysis.run import analyze  # noqa: E402
+
+FAST = dict(n_boot=50)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("verdicts")
+
+
+def run(folder, **kw):
+    return analyze(folder, **{**FAST, **kw})
+
+
+def row(res, gem="g12"):
+    return res.verdicts.set_index("gem").loc[gem]
+
+
+def test_planted_gain_keeps_wired_with_evidence(root):
+    res = run(fr.wire_scenario(root / "gain", effect=0.5, n=16))
+    g = row(res)
+    assert g["verdict"] == "keep wired"
+    assert g["design"].startswith("arms within trials") and g["n_seeds"] == 16 and g["n_pairs"] == 16
+    assert g["effect"] == pytest.approx(0.5) and g["ci_low"] > 0.4 and g["ci_high"] < 0.6
+    assert g["outcome"] == "val_alpha_sharpe" and g["p_adjusted"] < 1e-3
+    assert g["test_effect"] == pytest.approx(0.5)
+    # g6 / g10 are only measured: no effect can be estimated, and the report says what to add
+    assert row(res, "g6")["verdict"] == "insufficient data"
+    assert "add an arm with this gem wired" in row(res, "g6")["reason"]
+
+
+def test_significantly_harmful_wiring_reads_harmful(root):
+    g = row(run(fr.wire_scenario(root / "harm", effect=-0.5, n=16)))
+    assert g["verdict"] == "harmful" and g["effect"] == pytest.approx(-0.5) and g["ci_high"] < 0
+    assert "wiring hurts" in g["reason"]
+
+
+def test_null_within_rope_is_equivalent(root):
+    g = row(run(fr.wire_scenario(root / "null", effect=0.0, n=16, noise=0.05)))
+    assert g["verdict"] == "equivalent"
+    assert abs(g["effect"]) < 1e-9 and g["tost_p_adjusted"] <= 0.05 and g["p_adjusted"] > 0.05
+
+
+def test_noisy_null_is_inconclusive_with_mde_and_seeds_needed(root):
+    g = row(run(fr.wire_scenario(root / "noisy_null", effect=0.0, n=8, noise=0.5)))
+    assert g["verdict"] == "inconclusive"
+    # sd of +-0.5 differences is ~0.53; MDE = (z(0.975) + z(0.8)) sd sqrt(pi/3) / sqrt(8) ~ 0.54
+    assert 0.4 < g["mde"] < 0.7
+    assert g["seeds_needed"] > 100 and "detectable at 80% power" in g["reason"]
+
+
+def test_divergence_counts_as_the_worst_outcome(root):
+    """The wired arm diverges in 12 of 16 seeds; where it survives it is slightly better. Dropping
+    the diverged members (the old rule) would call it a gain; as the worst outcome it is harmful."""
+    res = run(fr.wire_scenario(root / "diverge", effect=0.2, n=16, diverged_wired=list(range(12))))
+    g = row(res)
+    assert g["verdict"] == "harmful"
+    assert g["wired_diverged"] == 12 and g["measured_diverged"] == 0 and g["n_seeds"] == 16
+    assert g["effect"] == -math.inf and "diverged (counted as worst): wired 12" in g["reason"]
+    assert res.trial_outcomes.set_index("trial_id").loc["t0", "outcome"] == "diverged"
+
+
+def test_confounded_arms_give_no_verdict_and_a_fix(root):
+    """Wired arm also changes the learning rate: no arm differs in g12 alone."""
+    res = run(fr.wire_scenario(root / "confounded", effect=0.5, wired_extra={"trainer.lr": 3e-4}))
+    g = row(res)
+    assert g["verdict"] == "insufficient: confounded"
+    assert g["n_seeds"] == 0 and math.isnan(g["effect"]) and math.isnan(g["p_adjusted"])
+    assert "trainer.lr" in g["fix"] and "add an arm to trial t0 equal to 'wired' with gems.g12.mode=measure" in g["fix"]
+    assert g["fix"] in g["reason"]
+
+
+def test_factorial_main_effect_pairs_within_each_level(root):
+    """g12 mode x spectral norm in one trial: the g12 effect pairs wire/measure at each sn level
+    and averages them per seed (main effect); sn itself differs between the pairs' contexts."""
+    arms = fr.factorial_arms({"gems.g12.mode": ["measure", "wire"], "model.spectral_norm": [True, False]})
+    base = fr.seed_values(16, seed=2)
+    noise = fr.paired_noise(16, seed=3, sd=0.05)
+    values = {}
+    for name, a in arms.items():
+        gain = {("wire", True): 0.4, ("wire", False): 0.2}.get((a["gems.g12.mode"], a["model.spectral_norm"]), 0.0)
+        values[name] = list(base + gain + (noise if a["gems.g12.mode"] == "wire" else 0))
+    f = fr.write_arms_experiment(root / "factorial", [fr.ArmTrial("t0", arms, values, seed=4)])
+    g = row(run(f))
+    assert g["verdict"] == "keep wired" and g["n_seeds"] == 16 and g["n_pairs"] == 32
+    assert "2 context(s)" in g["design"] and g["effect"] == pytest.approx(0.3, abs=0.03)
+    # the same without an arms table: settings come from the factorial arm names
+    (f / "arms.parquet").unlink()
+    g2 = row(run(f))
+    assert g2["verdict"] == "keep wired" and g2["n_pairs"] == 32
+
+
+def test_cross_trial_pairs_need_identical_configs_and_common_seeds(root):
+    """Old-style: one arm per trial. Same seed: pairs; different seed: confounded (no verdict)."""
+    def trials(seed_w):
+        base = fr.seed_values(12, seed=8)
+        w = base + 0.5 + fr.paired_noise(12, seed=1)
+        return [fr.ArmTrial("m", {"default": {}}, {"default": list(base)}, seed=1),
+                fr.ArmTrial("w", {"default": {}}, {"default": list(w)}, seed=seed_w,
+                            config={"gems.g12.mode": "wire"})]
+
+    g = row(run(fr.write_arms_experiment(root / "cross_same", trials(1))))
+    assert g["verdict"] == "keep wired" and g["design"].startswith("across trials") and g["n_seeds"] == 12
+    g = row(run(fr.write_arms_experiment(root / "cross_diff", trials(2))))
+    assert g["verdict"] == "insufficient: confounded" and "same `seed`" in g["fix"]
+
+
+def test_a_seed_shared_by_two_trials_is_one_unit(root):
+    """Two trials with the same seed repeat the same members: 16 units, not 32. Different seeds
+    with their own market paths are independent: 32 units. Different seeds on the same per-seed
+    market paths share the path at each seed index: merged into 16 units."""
+    same = row(run(fr.wire_scenario(root / "seed_same", trials=2, seeds=[0, 0], n=16)))
+    assert same["n_seeds"] == 16 and "in 2 trial(s)" in same["design"]
+    indep = row(run(fr.wire_scenario(root / "seed_indep", trials=2, seeds=[0, 1], n=16, path_seeds=[7, 1007])))
+    assert indep["n_seeds"] == 32
+    shared_path = row(run(fr.wire_scenario(root / "seed_path", trials=2, seeds=[0, 1], n=16)))
+    assert shared_path["n_seeds"] == 16 and shared_path["n_pairs"] == 32
+    assert shared_path["market_path"] == "per-seed paths"
+
+
+def test_placebo_arm_is_reported_and_not_a_wiring(root):
+    res = run(fr.wire_scenario(root / "placebo", effect=0.5, placebo=True, noise=0.05))
+    g = row(res)
+    assert g["verdict"] == "keep wired" and g["n_pairs"] == 16  # placebo members not pooled in
+    p = res.placebo.set_index("gem").loc["g12"]
+    assert p["verdict"] in ("equivalent", "inconclusive") and p["n_seeds"] == 16
+    assert abs(p["effect"]) < 0.05 and p["sd_diff"] == pytest.approx(0.0516, abs=0.01)
+    assert p["iqr_diff"] >= 0 and p["min_diff"] <= 0 <= p["max_diff"]
+
+
+def test_delete_when_measured_excess_is_at_its_null(root):
+    zero = {a: {"g6": 0.0, "g12": 0.0} for a in ("control", "wired")}
+    res = run(fr.wire_scenario(root / "at_null", effect=0.0, noise=0.05, excess=zero))
+    g6, g12, g10 = row(res, "g6"), row(res, "g12"), row(res, "g10")
+    assert g6["verdict"] == "delete" and "excess over its null ~0" in g6["reason"]
+    assert g12["verdict"] == "delete" and "wiring shows no gain" in g12["reason"]
+    assert g10["verdict"] == "insufficient data"  # excess 0.05 (default): not at its null
+    assert g10["excess_median"] == pytest.approx(0.05)
+
+
+def test_redundancy_factorial(root):
+    res = run(fr.redundancy_scenario(root / "redundancy"))
+    red = res.redundancy.set_index("gem")
+    assert red.loc["g10", "feature"] == "model.spectral_norm" and red.loc["g10", "finding"] == "removes"
+    assert red.loc["g10", "change"] == pytest.approx(-0.05, abs=0.01) and red.loc["g10", "n_seeds"] == 16
+    assert red.loc["g6", "feature"] == "model.noisy" and red.loc["g6", "finding"] == "reduces"
+    g10 = row(res, "g10")
+    assert g10["verdict"] == "delete" and "model.spectral_norm removes it" in g10["reason"]
+    assert row(res, "g6")["verdict"] == "insufficient data"
+    # without spectral norm doing anything, nothing is removed
+    res = run(fr.redundancy_scenario(root / "not_redundant", g10_on=0.05, g10_off=0.05))
+    assert res.redundancy.set_index("gem").loc["g10", "finding"] == "does not remove"
+
+
+def test_older_results_fall_back_to_val_sharpe_and_last_k(root):
+    f = fr.wire_scenario(root / "no_alpha", effect=0.5, alpha=False)
+    res = run(f)
+    g = row(res)
+    assert g["outcome"] == "val_sharpe" and "val_alpha_sharpe absent" in g["reason"]
+    assert g["effect"] == pytest.approx(0.5)
+    assert any("val_sharpe used instead" in n for n in res.notes)
+    # the fakes' earlier epochs read 100 in every arm: a 4-epoch window shrinks the effect to 3/4
+    assert row(run(f, last_k=4))["effect"] == pytest.approx(0.375)
+
+
+def test_holm_across_gems(root):
+    """Three gems each wired in its own arm with the same moderate effect: the Holm-adjusted p
+    of the smallest raw p is 3x it, and every interval is at its Holm step's level."""
+    n = 10
+    base = fr.seed_values(n, seed=11)
+    arms = {"control": {}}
+    values = {"control": list(base)}
+    rng = np.random.default_rng(0)
+    for g in fr.GEMS:
+        arms[f"{g}-wired"] = {f"gems.{g}.mode": "wire"}
+        values[f"{g}-wired"] = list(base + 0.3 + rng.normal(0, 0.3, n))
+    res = run(fr.write_arms_experiment(root / "holm", [fr.ArmTrial("t0", arms, values, seed=6)]))
+    v = res.verdicts.set_index("gem")
+    p = v["p_value"].to_numpy()
+    order = np.argsort(p)
+    assert v["p_adjusted"].iloc[order[0]] == pytest.approx(min(1, 3 * p[order[0]]))
+    assert (v["p_adjusted"] >= v["p_value"]).all()
+    for _, r in v.iterrows():  # the interval agrees with the Holm decision
+        excludes_zero = r["ci_low"] > 0 or r["ci_high"] < 0
+        assert excludes_zero == (r["p_adjusted"] <= 0.05)
+
+
+def test_nothing_finished_is_no_data(root):
+    trials = [fr.FakeTrial("a", {"g12": "measure"}, [1.0, 2.0], status="ERROR"),
+              fr.FakeTrial("b", {"g12": "wire"}, [1.0, 2.0], status="ERROR")]
+    res = run(fr.write_experiment(root / "all_failed", trials, journal=False))
+    assert set(res.verdicts["verdict"]) == {"no data"} and res.placebo.empty
+
+
+def test_corrupt_arms_table_is_one_line(root, capsys):
+    from tune_gems.cli import main
+
+    f = fr.wire_scenario(root / "bad_arms", n=4)
+    (f / "arms.parquet").write_bytes(b"garbage")
+    assert main(["analyze", str(f), "--out", str(root / "bad_arms_out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "arms.parquet: not a readable table" in err[0]
+    assert not (root / "bad_arms_out").exists()

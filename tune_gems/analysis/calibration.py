@@ -1,0 +1,185 @@
+"""Calibration of the verdict rule: simulated nulls (false keep / harmful) and planted effects (power).
+
+A statistic ships with its calibration. This module simulates datasets shaped like an experiment
+(per gem: the seeds it compares, the spread of its per-seed differences, its divergence rate)
+and runs on them the very functions the verdicts use (`inference.rank_test`, Holm over the
+gems, the keep / harmful decision), vectorised over datasets with numpy.
+
+- **Null:** every gem has no effect. The family-wise false rate is the share of datasets in
+  which any gem reads `keep wired` or `harmful`; the rule promises <= alpha.
+- **Planted:** the first gem has a shift delta (in Sharpe units), the others none; power is the
+  share of datasets where it reads `keep wired`.
+
+Per-seed differences are drawn as sd x Z with Z normal or Student-t with 3 degrees of freedom
+(scaled to unit sd: heavy tails like RL returns); each side of a pair diverges with the measured
+rate (then the difference is -inf / +inf / a tie, as in the analysis).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tune_gems.analysis import defaults
+from tune_gems.analysis.inference import holm_batch, min_detectable_effect, rank_test
+
+DISTRIBUTIONS = ("normal", "t3")
+EFFECT_MULTIPLES = (0.25, 0.5, 0.75, 1.0)
+"""Planted effects, in units of the per-seed difference's sd."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One gem's comparison as the experiment has it."""
+
+    gem: str
+    n: int
+    sd: float = 1.0
+    p_div: float = 0.0
+
+
+def _draws(rng: np.random.Generator, size: tuple[int, ...], dist: str) -> np.ndarray:
+    if dist == "normal":
+        return rng.standard_normal(size)
+    if dist == "t3":
+        return rng.standard_t(3, size) / math.sqrt(3.0)  # var of t3 is 3
+    raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, got {dist!r}")
+
+
+def simulate_differences(rng, shape: Shape, n_sim: int, effect: float = 0.0, dist: str = "normal") -> np.ndarray:
+    """[n_sim, n] per-seed differences wired - measured for one gem (divergence as +-inf / 0)."""
+    d = effect + shape.sd * _draws(rng, (n_sim, shape.n), dist)
+    if shape.p_div > 0:
+        hi = rng.random((n_sim, shape.n)) < shape.p_div
+        lo = rng.random((n_sim, shape.n)) < shape.p_div
+        d = np.where(hi & lo, 0.0, np.where(hi, -np.inf, np.where(lo, np.inf, d)))
+    return d
+
+
+def family_verdicts(diffs: list[np.ndarray], alpha: float = defaults.ALPHA) -> np.ndarray:
+    """[n_sim, m] codes per dataset and gem: +1 keep wired, -1 harmful, 0 otherwise (Holm)."""
+    est, p = [], []
+    for d in diffs:
+        r = rank_test(d, tail=alpha / 2)
+        est.append(r["estimate"])
+        p.append(r["p"])
+    est, p = np.stack(est, 1), np.stack(p, 1)
+    adj = holm_batch(p)
+    return np.where(adj <= alpha, np.sign(est), 0).astype(int)
+
+
+def null_rate(shapes: list[Shape], n_sim: int = defaults.N_SIM, *, dist: str = "normal",
+              alpha: float = defaults.ALPHA, seed: int = defaults.SEED) -> dict[str, float]:
+    """Family-wise rates under the null: any false keep, any false harmful, either."""
+    rng = np.random.default_rng(seed)
+    codes = family_verdicts([simulate_differences(rng, s, n_sim, 0.0, dist) for s in shapes], alpha)
+    keep, harm = (codes == 1).any(1), (codes == -1).any(1)
+    return dict(false_keep=float(keep.mean()), false_harmful=float(harm.mean()), fwer=float((keep | harm).mean()))
+
+
+def power(shapes: list[Shape], effect: float, n_sim: int = defaults.N_SIM, *, dist: str = "normal",
+          alpha: float = defaults.ALPHA, seed: int = defaults.SEED) -> dict[str, float]:
+    """Planted `effect` on the first gem only: P(keep wired) for it, and the others' false rate."""
+    rng = np.random.default_rng(seed + 1)
+    diffs = [simulate_differences(rng, s, n_sim, effect if i == 0 else 0.0, dist) for i, s in enumerate(shapes)]
+    codes = family_verdicts(diffs, alpha)
+    others = (codes[:, 1:] != 0).any(1) if codes.shape[1] > 1 else np.zeros(n_sim, bool)
+    return dict(power=float((codes[:, 0] == 1).mean()), others_false=float(others.mean()))
+
+
+def mc_tolerance(rate: float, n_sim: int, z: float = 2.326) -> float:
+    """One-sided 99% Monte-Carlo allowance above `rate` for a rate estimated from n_sim datasets."""
+    return z * math.sqrt(rate * (1 - rate) / n_sim)
+
+
+def calibration_table(shapes: list[Shape], *, n_sim: int = defaults.N_SIM, seeds=defaults.CALIBRATION_SEEDS,
+                      effects=EFFECT_MULTIPLES, rope: float = defaults.ROPE, alpha: float = defaults.ALPHA,
+                      power_target: float = defaults.POWER, seed: int = defaults.SEED) -> pd.DataFrame:
+    """One row per (seeds, distribution): null rates and power per planted effect.
+
+    `seeds`: seed counts to report besides the experiment's own (`shapes` as they are, labelled
+    `experiment`); each keeps the measured sd and divergence rate. Effects are multiples of the
+    first gem's sd, plus the ROPE."""
+    own = {s.n for s in shapes}
+    settings = [("experiment", shapes)] + [(str(n), [Shape(s.gem, n, s.sd, s.p_div) for s in shapes])
+                                           for n in seeds if own != {n}]  # the experiment's own n is row 1
+    sd = shapes[0].sd
+    eff_values = [(f"{k:g} sd", k * sd) for k in effects] + [(f"ROPE {rope:g}", rope)]
+    rows = []
+    for label, sh in settings:
+        for dist in DISTRIBUTIONS:
+            row = dict(seeds=label, n_seeds=",".join(str(s.n) for s in sh), distribution=dist, n_sim=n_sim,
+                       gems=len(sh), sd=sd, p_div=sh[0].p_div)
+            row.update(null_rate(sh, n_sim, dist=dist, alpha=alpha, seed=seed))
+            row["mc_tolerance"] = mc_tolerance(alpha, n_sim)
+            row["mde"] = min_detectable_effect(sd, sh[0].n, alpha / len(sh), power_target)
+            for name, value in eff_values:
+                row[f"power@{name} ({value:.3g})"] = power(sh, value, n_sim, dist=dist, alpha=alpha, seed=seed)["power"]
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def experiment_shapes(verdicts: pd.DataFrame, members: pd.DataFrame | None = None,
+                      default_seeds: int = 16) -> tuple[list[Shape], str]:
+    """The shape of each gem's comparison from a verdict table (n seeds, sd of the per-seed
+    differences, divergence rate); (shapes, note). Gems without a design get the experiment's
+    typical shape: the largest n seen (else `default_seeds`) and the median sd (else the
+    spread of the verdict metric across members), so a 3-gem family is always simulated."""
+    v = verdicts
+    has = v[v["n_seeds"].fillna(0).astype(int) > 1]
+    note = ""
+    if len(has):
+        sd_typ = float(np.nanmedian(has["sd_diff"].astype(float)))
+        n_typ = int(has["n_seeds"].max())
+    else:
+        n_typ, sd_typ = default_seeds, math.nan
+        note = "no gem has a paired design: "
+        if members is not None and len(members):
+            col = "val_alpha_sharpe" if "val_alpha_sharpe" in members and np.isfinite(members["val_alpha_sharpe"]).any() else "val_sharpe"
+            last = members[members["epoch"] == members.groupby("trial_id")["epoch"].transform("max")]
+            x = last[col].astype(float)
+            sd_typ = float(np.nanstd(x[np.isfinite(x)], ddof=1)) * math.sqrt(2)
+            note += f"sd taken as sqrt(2) x the spread of {col} across members ({sd_typ:.3g}), {n_typ} seeds"
+        else:
+            sd_typ = 1.0
+            note += f"sd 1, {n_typ} seeds"
+    if not np.isfinite(sd_typ) or sd_typ <= 0:
+        sd_typ = 1.0
+    shapes = []
+    for _, r in v.iterrows():
+        n = int(r["n_seeds"]) if np.isfinite(r["n_seeds"]) and r["n_seeds"] > 1 else n_typ
+        sd = float(r["sd_diff"]) if np.isfinite(r.get("sd_diff", np.nan)) and r["sd_diff"] > 0 else sd_typ
+        pairs = max(float(r.get("n_pairs", 0) or 0), 1.0)
+        p_div = 0.0
+        if np.isfinite(r.get("wired_diverged", np.nan)):
+            p_div = float((r["wired_diverged"] + r["measured_diverged"]) / (2 * pairs))
+        shapes.append((not (np.isfinite(r["n_seeds"]) and r["n_seeds"] > 1), -n, Shape(str(r["gem"]), n, sd, min(p_div, 0.5))))
+    # the planted effect goes to the first: a gem with a design, the most seeds first
+    shapes = [s for *_, s in sorted(shapes, key=lambda x: x[:2])]
+    return shapes, note
+
+
+def format_calibration(table: pd.DataFrame, shapes: list[Shape], note: str = "", alpha: float = defaults.ALPHA) -> str:
+    """The calibration as text for a terminal (what `tune-gems analyze --calibrate` prints)."""
+    lines = [f"Calibration of the verdict rule (signed-rank, Holm over {len(shapes)} gems, alpha {alpha:g}); "
+             f"{int(table['n_sim'].iloc[0])} simulated datasets per row",
+             "shape: " + ", ".join(f"{s.gem}: {s.n} seeds, sd {s.sd:.3g}, divergence {s.p_div:.2g}" for s in shapes)]
+    if note:
+        lines.append(note)
+    pcols = [c for c in table.columns if c.startswith("power@")]
+    head = ["seeds", "dist", "false keep", "false harmful", "FWER", "MDE (80%)"] + [c.replace("power@", "power ") for c in pcols]
+    rows = [head]
+    for _, r in table.iterrows():
+        rows.append([str(r["seeds"]) + ("" if r["seeds"] != "experiment" else f" ({r['n_seeds']})"),
+                     r["distribution"], f"{r['false_keep']:.3f}", f"{r['false_harmful']:.3f}", f"{r['fwer']:.3f}",
+                     f"{r['mde']:.3g}"] + [f"{r[c]:.2f}" for c in pcols])
+    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
+    tol = table["mc_tolerance"].iloc[0]
+    worst = table["fwer"].max()
+    lines.append(f"family-wise false rate: worst {worst:.3f} (promise <= {alpha:g}; Monte-Carlo allowance +{tol:.3f})"
+                 + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **"))
+    return "\n".join(lines)

@@ -1,0 +1,222 @@
+"""The one statistical rule of the verdicts: Wilcoxon signed-rank on per-seed paired differences.
+
+Why this rule. A verdict compares two arms seed by seed: d_s = outcome(wired, s) - outcome(measured,
+s). Under "the gem has no effect" the two arms at one seed are exchangeable, so d_s is symmetric
+about 0 and every sign flip of the d_s is equally likely: the signed-rank test is then *exact*
+for any n (no bootstrap, no normality). It uses ranks, so a diverged member can enter as the
+worst outcome (d = -inf when only the wired side diverged, +inf when only the measured side did,
+a tie when both did) instead of being dropped. Its estimate is the Hodges-Lehmann median of the
+Walsh averages (d_i + d_j) / 2, i <= j, and its interval is the set of shifts theta the same test
+does not reject: interval and test are one rule, so "0 lies outside the interval" and "p <= alpha"
+are the same statement (exactly, unless a Walsh average equals the tested value).
+
+Everything here is vectorised over a leading axis of datasets, so the calibration
+(`calibration.py`) runs the very code the verdicts use on thousands of simulated datasets.
+
+Ties: the statistic is W(theta) = #{Walsh averages > theta} + 0.5 #{== theta}; a Walsh average of
++inf and -inf (two seeds where opposite sides diverged) is a tie at every theta. With ties the
+exact null distribution is an approximation (slightly conservative for ties at 0).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+from scipy import stats as sps
+
+EXACT_MAX_N = 400
+"""Exact null distribution up to this many seeds (O(n^3) once per n); a normal approximation
+with continuity correction beyond."""
+
+
+@lru_cache(maxsize=64)
+def signed_rank_cdf(n: int) -> np.ndarray:
+    """P(W <= w) for w = 0..n(n+1)/2, W the Wilcoxon signed-rank statistic of n untied values."""
+    total = n * (n + 1) // 2
+    if n > EXACT_MAX_N:
+        w = np.arange(total + 1)
+        mu, sd = total / 2.0, math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0)
+        return sps.norm.cdf((w + 0.5 - mu) / sd)
+    counts = np.zeros(total + 1)
+    counts[0] = 1.0
+    top = 0
+    for k in range(1, n + 1):  # subsets of {1..k}: add k to every subset of {1..k-1}
+        counts[k : top + k + 1] += counts[: top + 1].copy()
+        top += k
+    cdf = np.cumsum(counts) / 2.0**n
+    return np.minimum(cdf, 1.0)
+
+
+def _cdf_at(cdf: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """P(W <= w) for possibly half-integer w (P(W <= floor(w)))."""
+    idx = np.floor(w + 1e-9).astype(int)
+    out = np.where(idx < 0, 0.0, cdf[np.clip(idx, 0, cdf.size - 1)])
+    return out
+
+
+def _sf_at(cdf: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """P(W >= w) for possibly half-integer w (1 - P(W <= ceil(w) - 1))."""
+    idx = np.ceil(w - 1e-9).astype(int) - 1
+    below = np.where(idx < 0, 0.0, cdf[np.clip(idx, 0, cdf.size - 1)])
+    return 1.0 - below
+
+
+def walsh_averages(d: np.ndarray) -> np.ndarray:
+    """[S, n(n+1)/2] Walsh averages (d_i + d_j) / 2, i <= j, of each row of d [S, n].
+
+    NaN where +inf meets -inf (a tie at every threshold)."""
+    n = d.shape[1]
+    i, j = np.triu_indices(n)
+    with np.errstate(invalid="ignore"):
+        return (d[:, i] + d[:, j]) / 2.0
+
+
+def _count_above(w: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """W(theta) per row: #{w > theta} + 0.5 #{w == theta} + 0.5 #{NaN}."""
+    th = theta[:, None]
+    return (w > th).sum(1) + 0.5 * ((w == th).sum(1) + np.isnan(w).sum(1))
+
+
+def critical_count(n: int, tail: float) -> int:
+    """Largest c with P(W <= c) <= tail (-1 when even W = 0 is more likely than `tail`)."""
+    cdf = signed_rank_cdf(n)
+    ok = np.nonzero(cdf <= tail + 1e-12)[0]
+    return int(ok[-1]) if ok.size else -1
+
+
+def walsh_interval(sorted_w: np.ndarray, n: int, tail: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+    """Interval of shifts not rejected by the two-sided test with `tail` in each tail.
+
+    `sorted_w` [S, N]: Walsh averages sorted per row (NaN last). Returns (low, high) [S]; -inf /
+    +inf where no Walsh average can be excluded (too few seeds for that level)."""
+    s, total = sorted_w.shape
+    tails = np.broadcast_to(np.asarray(tail, float), (s,))
+    if np.ndim(tail) == 0:
+        c = np.full(s, critical_count(n, float(tail)))
+    else:
+        c = np.array([critical_count(n, t) for t in tails]) if s else np.zeros(0, int)
+    k_nan = np.isnan(sorted_w).sum(1)
+    n_fin = total - k_nan
+    lo_i = np.floor(c - 0.5 * k_nan).astype(int) + 1  # 1-based order statistic
+    hi_i = n_fin + 1 - lo_i
+    rows = np.arange(s)
+    valid = (lo_i >= 1) & (lo_i <= hi_i) & (hi_i <= n_fin)
+    lo = np.where(valid, sorted_w[rows, np.clip(lo_i - 1, 0, max(total - 1, 0))], -np.inf)
+    hi = np.where(valid, sorted_w[rows, np.clip(hi_i - 1, 0, max(total - 1, 0))], np.inf)
+    return lo, hi
+
+
+def rank_test(d: np.ndarray, *, rope: float = 0.0, tail: np.ndarray | float = 0.025) -> dict[str, np.ndarray]:
+    """The signed-rank rule on each row of d [S, n] (n >= 1; every row the same n, no NaN).
+
+    Returns arrays of length S:
+    - `estimate`: Hodges-Lehmann shift (median of the Walsh averages);
+    - `p`: two-sided exact p of H0 "shift = 0";
+    - `p_greater` / `p_less`: one-sided p of H0 "shift <= -rope" / "shift >= +rope" (the two
+      one-sided tests of TOST); `p_tost` = their max (equivalence within +-rope when small);
+    - `low`, `high`: the interval at `tail` per side (inversion of the same test).
+    """
+    d = np.atleast_2d(np.asarray(d, float))
+    s, n = d.shape
+    if n == 0:
+        nan = np.full(s, np.nan)
+        return dict(estimate=nan, p=nan, p_greater=nan, p_less=nan, p_tost=nan, low=nan, high=nan)
+    cdf = signed_rank_cdf(n)
+    w = walsh_averages(d)
+    sw = np.sort(w, axis=1)
+    with np.errstate(invalid="ignore"):
+        est = np.nanmedian(np.where(np.isnan(sw), np.nan, sw), axis=1) if sw.size else np.full(s, np.nan)
+    zero = np.zeros(s)
+    w0 = _count_above(w, zero)
+    p = np.minimum(1.0, 2.0 * np.minimum(_cdf_at(cdf, w0), _sf_at(cdf, w0)))
+    p_greater = _sf_at(cdf, _count_above(w, zero - rope))  # large count above -rope: shift > -rope
+    p_less = _cdf_at(cdf, _count_above(w, zero + rope))  # small count above +rope: shift < +rope
+    lo, hi = walsh_interval(sw, n, tail)
+    return dict(estimate=est, p=p, p_greater=p_greater, p_less=p_less,
+                p_tost=np.maximum(p_greater, p_less), low=lo, high=hi)
+
+
+def holm(p: np.ndarray) -> np.ndarray:
+    """Holm-adjusted p-values along the last axis (NaN entries are left out of the family)."""
+    p = np.asarray(p, float)
+    flat = p.reshape(-1, p.shape[-1]) if p.ndim else p.reshape(1, 1)
+    out = np.full_like(flat, np.nan)
+    for r in range(flat.shape[0]):
+        ok = np.nonzero(~np.isnan(flat[r]))[0]
+        m = ok.size
+        if not m:
+            continue
+        order = ok[np.argsort(flat[r, ok], kind="stable")]
+        adj = np.maximum.accumulate((m - np.arange(m)) * flat[r, order])
+        out[r, order] = np.minimum(adj, 1.0)
+    return out.reshape(p.shape)
+
+
+def holm_batch(p: np.ndarray) -> np.ndarray:
+    """Holm-adjusted p along the last axis of p [S, m] with no NaN (vectorised for calibration)."""
+    s, m = p.shape
+    order = np.argsort(p, axis=1, kind="stable")
+    ps = np.take_along_axis(p, order, 1)
+    adj = np.minimum(np.maximum.accumulate(ps * (m - np.arange(m))[None, :], axis=1), 1.0)
+    out = np.empty_like(adj)
+    np.put_along_axis(out, order, adj, 1)
+    return out
+
+
+def holm_levels(p: np.ndarray, alpha: float) -> np.ndarray:
+    """Per-test two-sided level whose interval agrees with Holm's decision at family level alpha.
+
+    Sorted by p, step j (0-based) of m tests uses alpha / (m - j) while every earlier step
+    rejected (the first step that fails too: its p exceeds its level); after a failed step the
+    rest use alpha / m (their p exceed it, so their intervals, like their Holm decisions,
+    cannot exclude 0). NaN entries stay NaN."""
+    p = np.asarray(p, float)
+    out = np.full(p.shape, np.nan)
+    ok = np.nonzero(~np.isnan(p))[0]
+    m = ok.size
+    order = ok[np.argsort(p[ok], kind="stable")]
+    rejecting = True
+    for j, i in enumerate(order):
+        level = alpha / (m - j)
+        if rejecting:
+            out[i] = level
+            rejecting = p[i] <= level
+        else:
+            out[i] = alpha / m
+    return out
+
+
+ARE_WILCOXON = math.sqrt(math.pi / 3.0)
+"""sd inflation of the signed-rank test against the t-test under normal data (ARE = 3/pi)."""
+
+
+def min_detectable_effect(sd: float, n: int, alpha: float, power: float) -> float:
+    """Shift the signed-rank test detects with probability `power` at two-sided level `alpha`
+    with n seeds whose paired differences have standard deviation `sd`: the t-test's
+    (t quantiles with n - 1 degrees of freedom) times sqrt(pi/3) for the rank test's
+    efficiency under normal data; +inf when n seeds cannot reach `alpha` at all. Checked
+    against simulation by tests/test_calibration.py."""
+    if n < 2 or not np.isfinite(sd):
+        return math.nan
+    if smallest_p(n) > alpha:  # even a unanimous sign cannot reject: nothing is detectable
+        return math.inf
+    z = sps.t.ppf(1 - alpha / 2, n - 1) + sps.t.ppf(power, n - 1)
+    return float(z * sd * ARE_WILCOXON / math.sqrt(n))
+
+
+def seeds_needed(sd: float, effect: float, alpha: float, power: float, n_max: int = 100_000) -> float:
+    """Fewest seeds whose `min_detectable_effect` is at most `effect` (NaN when no spread)."""
+    if not (np.isfinite(sd) and sd > 0 and effect > 0):
+        return math.nan
+    z = sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)
+    n = max(2, int((z * sd * ARE_WILCOXON / effect) ** 2))  # the normal answer is a lower bound
+    while n < n_max and min_detectable_effect(sd, n, alpha, power) > effect:
+        n = n + 1 if n < 1000 else int(n * 1.01) + 1
+    return float(n)
+
+
+def smallest_p(n: int) -> float:
+    """The smallest two-sided p the exact test can give with n seeds (all signs equal)."""
+    return float(min(1.0, 2.0 * signed_rank_cdf(n)[0])) if n >= 1 else math.nan
