@@ -1,7 +1,7 @@
 // CUDA kernels of the C51 distributional head: the categorical projection (gather form) and
 // the cross-entropy loss (forward and backward), with their host launchers.
 //
-// Graph-safe and deterministic (DESIGN.md "Kernels"): the projection computes each output
+// Graph-safe and deterministic (docs/design.md, "Ops and kernels"): the projection computes each output
 // atom m_j by gathering over the input atoms i in increasing order (no scatter, no atomics);
 // the loss gives each sample (forward) or row (backward) to a group of lanes that reduces
 // with a fixed xor butterfly, one lane writes each per-sample value, and the per-member value

@@ -1,7 +1,7 @@
 // CUDA kernels of the gems G6 (branch independence), G10 (temporal consistency) and G12
 // (predictive coding), forward and backward, with their host launchers.
 //
-// Graph-safe and deterministic (DESIGN.md "Kernels"): every output element has exactly one
+// Graph-safe and deterministic (docs/design.md, "Ops and kernels"): every output element has exactly one
 // writer, computed with a summation order fixed by the shapes alone (a group of lanes may
 // cooperate on one sample, with a fixed xor butterfly; a tile of a G6 product is a running
 // sum in increasing index order); scalars per member come from one block per member with a

@@ -4,7 +4,7 @@
 // `nvcc -std=c++17 -c -arch=sm_90` on a machine without CUDA-enabled torch. The torch binding
 // (binding.cpp) allocates every output and scratch buffer and passes raw pointers here.
 //
-// Contract shared by every launcher (DESIGN.md "Kernels"):
+// Contract shared by every launcher (docs/design.md, "Ops and kernels"):
 // - all pointers are device pointers to contiguous row-major buffers of the documented shape;
 // - kernels are launched on `stream` only; no host sync, no allocation, no memset, no atomics;
 // - every element of every output is written (overwrite, never accumulate), so outputs may be

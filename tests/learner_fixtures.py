@@ -41,7 +41,16 @@ def member_slice(t: torch.Tensor, population: int, p: int) -> torch.Tensor:
     return t.reshape(population, -1)[p]
 
 
+WALL_CLOCK = ("sps", "train_s", "eval_s")
+"""History columns that measure time, not training."""
+
+
 def canon(rows: list[dict]) -> str:
-    """Rows as canonical JSON without the wall-clock `sps`: NaN compares equal to NaN, and any
+    """Rows as canonical JSON without the wall-clock columns: NaN compares equal to NaN, and any
     other difference, down to the last bit of a float, shows."""
-    return json.dumps([{k: v for k, v in r.items() if k != "sps"} for r in rows], sort_keys=True)
+    return json.dumps([{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in rows], sort_keys=True)
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """torch.equal where NaN equals NaN (the accumulator holds NaN for gems without a null)."""
+    return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())

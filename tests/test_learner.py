@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from learner_fixtures import all_wired, canon, member_slice, tiny_config
+from learner_fixtures import all_wired, bits_equal, canon, member_slice, tiny_config
 from tune_gems.errors import CheckpointError
 from tune_gems.gems.reference import g6_branch_indep
 from tune_gems.metrics import EPOCH_METRICS, MEMBER_METRICS
@@ -50,8 +50,8 @@ def test_changing_one_members_seed_leaves_the_others_bit_identical(wired):
             assert torch.equal(member_slice(pa, P, p), member_slice(pb, P, p))
         assert not torch.equal(member_slice(pa, P, 1), member_slice(pb, P, 1)) or pa[0].numel() == 1
     acc_a, acc_b = a.acc, b.acc
-    assert torch.equal(acc_a[:, [0, 2]], acc_b[:, [0, 2]])
-    assert not torch.equal(acc_a[:, 1], acc_b[:, 1])
+    assert bits_equal(acc_a[:, [0, 2]], acc_b[:, [0, 2]])
+    assert not bits_equal(acc_a[:, 1], acc_b[:, 1])
 
 
 def test_changing_one_members_data_leaves_the_others_bit_identical():
@@ -59,15 +59,15 @@ def test_changing_one_members_data_leaves_the_others_bit_identical():
     a, b = _learner(cfg), _learner(cfg)
     with torch.no_grad():  # member 1 sees different rewards and observations
         b.replay.reward[1].mul_(-3.0).add_(0.5)
-        b.replay.obs[1].add_(1.0)
+        b.replay.pos[1].add_(0.5)  # the position held is part of the rebuilt observation
     for _ in range(8):
         a.iteration()
         b.iteration()
     for pa, pb in zip(_params(a), _params(b)):
         for p in (0, 2):
             assert torch.equal(member_slice(pa, 3, p), member_slice(pb, 3, p))
-    assert torch.equal(a.acc[:, [0, 2]], b.acc[:, [0, 2]])
-    assert not torch.equal(a.acc[:, 1], b.acc[:, 1])
+    assert bits_equal(a.acc[:, [0, 2]], b.acc[:, [0, 2]])
+    assert not bits_equal(a.acc[:, 1], b.acc[:, 1])
 
 
 # -- reproducibility and exact resume ------------------------------------------------------------
@@ -101,7 +101,7 @@ def test_resume_from_checkpoint_ends_bit_identical(tmp_path):
     assert canon(resumed.history) == canon(full.history)
     assert canon(resumed.member_history) == canon(full.member_history)
     for k, v in full.learner.state_tensors().items():
-        assert torch.equal(v, resumed.learner.state_tensors()[k]), k
+        assert bits_equal(v, resumed.learner.state_tensors()[k]), k
 
 
 def test_checkpoint_from_another_config_is_refused(tmp_path):
@@ -119,18 +119,77 @@ def test_checkpoint_from_another_config_is_refused(tmp_path):
 # -- gem modes ----------------------------------------------------------------------------------
 
 
-def test_measure_mode_never_changes_training():
-    """A measured gem is computed and logged, and training is bit-identical to it being off."""
+def _shared(learner: Learner) -> torch.Tensor:
+    """The shared network's columns of the flat parameters (everything but the gem heads)."""
+    return learner.online_flat.data[:, learner.optim.clip_groups[0]]
+
+
+def _head(learner: Learner, gem: str) -> torch.Tensor:
+    return learner.online_flat.data[:, learner.online_flat.columns(learner.online.heads[gem])]
+
+
+def test_measure_mode_never_changes_the_shared_network():
+    """A measured gem is computed and logged, and the shared network trains bit-identically to
+    the gem being off; G12's predictor (a head the gem owns) trains in measure mode."""
     off = _learner(tiny_config(*(f"gems.{g}.mode=off" for g in ("g6", "g10", "g12"))))
     measured = _learner(tiny_config(*(f"gems.{g}.mode=measure" for g in ("g6", "g10", "g12"))))
+    head_before = _head(measured, "g12").clone()
     for _ in range(6):
         off.iteration()
         measured.iteration()
-    for x, y in zip(_params(off), _params(measured)):
-        assert torch.equal(x, y)
-    gem_rows = measured.acc[3:6]
-    assert torch.isfinite(gem_rows).all() and (gem_rows > 0).all()
-    assert torch.isnan(off.acc[3:6]).all()
+    assert torch.equal(_shared(off), _shared(measured))
+    assert torch.equal(_head(off, "g12"), head_before)  # off: the predictor gets no gradient
+    assert not torch.equal(_head(measured, "g12"), head_before)  # measure: it trains
+    rows = dict(zip(measured.acc_rows, measured.acc))
+    for g in ("g6", "g10", "g12"):
+        assert torch.isfinite(rows[g]).all() and (rows[g] > 0).all()
+    assert torch.isfinite(rows["g6_null"]).all() and torch.isfinite(rows["g12_null"]).all()
+    assert torch.isnan(rows["g10_null"]).all()  # G10 has no null
+    off_rows = dict(zip(off.acc_rows, off.acc))
+    assert all(torch.isnan(off_rows[g]).all() and torch.isnan(off_rows[f"{g}_null"]).all() for g in ("g6", "g10", "g12"))
+
+
+def test_g12_predictor_learns_in_measure_mode():
+    """The measured G12 is the error of a trained predictor: it falls as the predictor learns."""
+    learner = _learner(tiny_config("gems.g12.mode=measure", "trainer.lr=3e-3"))
+    row = learner.acc_rows.index("g12")
+    values = []
+    for _ in range(60):
+        before = learner.acc[row].clone()
+        learner.iteration()
+        values.append(learner.acc[row] - before)  # this iteration's G12 per member
+    v = torch.stack(values)  # [iterations, P]
+    assert (v[-10:].mean(0) < 0.5 * v[:10].mean(0)).all(), (v[:10].mean(0), v[-10:].mean(0))
+
+
+def test_gems_see_the_one_step_successor():
+    """q_tp1, h_tp1 and not_done come from s_{t+1} (succ_obs, succ_not_done); the n-step
+    bootstrap state (next_obs) feeds the C51 target only."""
+    from dataclasses import replace
+
+    def with_third(b, k: int, obs: torch.Tensor):
+        """The batch with its k-th stacked observation block (0 s_t, 1 s_{t+1}, 2 s_{t+n}) replaced."""
+        stacked, B = b.stacked_obs.clone(), b.reward.shape[1]
+        stacked[:, k * B : (k + 1) * B] = obs
+        return replace(b, stacked_obs=stacked)
+
+    learner = _learner(tiny_config("trainer.n_step=3"))
+    b = learner.replay.sample(learner.rng.draw(learner.plan).uniform("replay"))
+    assert not torch.equal(b.succ_obs, b.next_obs)
+    w = learner.online.weights("eval")
+    with torch.no_grad():
+        x, _, logits_n, _ = learner.gem_inputs(b, w)
+        x_other_n, _, logits_other_n, _ = learner.gem_inputs(with_third(b, 2, b.obs), w)
+        x_other_s, _, _, _ = learner.gem_inputs(with_third(b, 1, b.obs), w)
+        q_succ = learner.online.expected_q(learner.online(b.succ_obs, w).logits)
+        h_succ = learner.target(b.succ_obs, learner.target.weights("target")).h
+    torch.testing.assert_close(x.q_tp1, q_succ, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(x.h_tp1, h_succ, rtol=1e-5, atol=1e-6)
+    assert torch.equal(x.not_done, b.succ_not_done)
+    # the gems' successor ignores next_obs, and follows succ_obs
+    assert torch.equal(x.q_tp1, x_other_n.q_tp1) and torch.equal(x.h_tp1, x_other_n.h_tp1)
+    assert not torch.equal(logits_n, logits_other_n)
+    assert not torch.equal(x.q_tp1, x_other_s.q_tp1) and not torch.equal(x.h_tp1, x_other_s.h_tp1)
 
 
 @pytest.mark.parametrize("gem", ["g6", "g10", "g12"])
@@ -145,17 +204,19 @@ def test_wire_mode_changes_training(gem):
 
 def test_wired_gradient_is_the_gem_gradient_times_its_weight():
     from tune_gems.config import GemsConfig
-    from tune_gems.gems import GemSet
+    from tune_gems.gems import GemInputs, GemSet
 
     f = torch.randn(2, 2, 9, 4, dtype=torch.float64, requires_grad=True)
+    zeros = torch.zeros(2, 9)
+    x = GemInputs(q_t=zeros, q_tp1=zeros, h_t=zeros, h_tp1=zeros, adv_features=f, action=zeros, reward=zeros, not_done=zeros)
     measured = GemSet(GemsConfig.model_validate({"g6": {"mode": "measure"}}))
-    value = measured.evaluate("g6", g6_branch_indep, f)
+    value = measured.evaluate("g6", x)
     assert not value.requires_grad and value.grad_fn is None
     assert measured.loss_term({"g6": value}) is None
 
     w = 0.37
     wired = GemSet(GemsConfig.model_validate({"g6": {"mode": "wire", "weight": w}}))
-    term = wired.loss_term({"g6": wired.evaluate("g6", g6_branch_indep, f)})
+    term = wired.loss_term({"g6": wired.evaluate("g6", x)})
     (g_wired,) = torch.autograd.grad(term.sum(), f)
     (g_plain,) = torch.autograd.grad(g6_branch_indep(f)[1].sum(), f)
     torch.testing.assert_close(g_wired, w * g_plain, rtol=1e-12, atol=0)
@@ -170,10 +231,38 @@ def test_epoch_reports_every_metric_and_member():
     assert tuple(r.metrics) == EPOCH_METRICS
     assert len(r.members) == 3 and all(set(MEMBER_METRICS) <= set(m) for m in r.members)
     assert math.isnan(r.metrics["g6_branch_indep"]) and math.isnan(r.metrics["test_sharpe_mean"])
+    assert math.isnan(r.metrics["g6_branch_indep_null"]) and math.isnan(r.metrics["g10_temporal_null"])
+    for m in r.members:  # excess = value - null, per member
+        assert math.isclose(m["g12_predictive_excess"], m["g12_predictive"] - m["g12_predictive_null"], rel_tol=1e-9, abs_tol=1e-12)
+        assert 0 < m["g12_predictive_null"] and math.isnan(m["g10_temporal_excess"])
     assert r.metrics["g10_temporal"] > 0 and not r.metrics["diverged"]
     assert [m["seed"] for m in r.members] == member_seeds(0, 3)
+    assert [(m["arm"], m["seed_index"]) for m in r.members] == [("default", p) for p in range(3)]
+    assert r.metrics["train_s"] > 0 and r.metrics["eval_s"] > 0
+    assert r.metrics["val_sharpe_mean_lastk"] == r.metrics["val_sharpe_mean"]  # one epoch so far
+    for m in r.members:  # evaluation columns: val now, test only at the end
+        assert all(math.isfinite(m[f"val_{k}"]) for k in ("sharpe", "beta", "alpha_sharpe", "turnover", "max_drawdown", "sharpe_cost0"))
+        assert math.isnan(m["test_alpha_sharpe"]) and m["val_sharpe_cost0"] >= m["val_sharpe"] >= m["val_sharpe_cost2"]
     t.fit()
-    assert not math.isnan(t.history[-1]["test_sharpe_mean"])
+    assert not math.isnan(t.history[-1]["test_sharpe_mean"]) and not math.isnan(t.history[-1]["test_alpha_sharpe_mean"])
+    k = t.cfg.trainer.objective_last_k
+    assert t.history[-1]["val_sharpe_mean_lastk"] == pytest.approx(np.mean([h["val_sharpe_mean"] for h in t.history[-k:]]))
+
+
+def test_evaluation_columns_agree_with_the_returns_and_the_baselines_exist():
+    """The evaluation statistics come from the policy's own returns and positions: val_sharpe is
+    the Sharpe of the net returns; a buy-and-hold baseline is +1 throughout."""
+    from tune_gems.metrics import sharpe
+
+    t = Trainer(tiny_config("trainer.epochs=1"), log=None)
+    t.run_epoch()
+    stats, returns, positions = t.evaluate("val")
+    np.testing.assert_allclose(stats["sharpe"], sharpe(returns, t.cfg.env.periods_per_year), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(stats["turnover"], np.abs(np.diff(positions.numpy(), prepend=0.0, axis=1)).mean(1), rtol=1e-5)
+    table = t.baselines()
+    assert set(table["baseline"]) == {"flat", "buy_and_hold", "momentum"} and set(table["segment"]) == {"val", "test"}
+    bh = table[(table.baseline == "buy_and_hold") & (table.segment == "val")].iloc[0]  # beta ~1: the entry cost aside
+    assert bh["beta"] == pytest.approx(1.0, abs=0.01) and bh["turnover"] == pytest.approx(1.0 / t.market.ranges["val"].length)
 
 
 def test_health_line_has_the_design_shape(capsys):
@@ -182,7 +271,7 @@ def test_health_line_has_the_design_shape(capsys):
     t.run_epoch()
     (line,) = lines
     assert line.startswith("HEALTH_DIAG epoch=1 loss=")
-    for key in ("q_mean=", "grad_norm=", "noisy_sigma=", "val_sharpe=", "±", "sps=", "gems [g6_branch_indep="):
+    for key in ("q_mean=", "grad_norm=", "noisy_sigma=", "val_sharpe=", "±", "val_alpha_sharpe=", "sps=", "gems [g6_branch_indep="):
         assert key in line
     assert "g12_predictive=off" in line and line.endswith("]")
 
@@ -230,3 +319,58 @@ def test_target_network_follows_the_online_network(mode):
     for name, t in learner.target.named_buffers():  # spectral-norm state is copied, not blended
         if name.endswith(("sn_u", "sn_v")):
             assert torch.equal(t, dict(learner.online.named_buffers())[name])
+
+
+@pytest.mark.parametrize("paths", ["shared", "per_seed"])
+def test_synthetic_paths_per_seed_index(paths):
+    """data.synthetic.paths: per_seed gives member (seed index) s its own path, in training and
+    evaluation; shared gives every member path 0."""
+    t = Trainer(tiny_config(f"data.synthetic.paths={paths}", "trainer.epochs=1"), log=None)
+    per_seed = paths == "per_seed"
+    assert t.market.n_paths == (3 if per_seed else 1)
+    assert t.learner.path_of_member == ([0, 1, 2] if per_seed else [0, 0, 0])
+    assert t._evaluator("val")[0].path_of_member.tolist() == t.learner.path_of_member
+    r = t.run_epoch()
+    assert not r.metrics["diverged"]
+
+
+def test_config_momentum_span_default_is_the_evaluation_default():
+    """config keeps a copy (it must not import torch); the two must agree."""
+    from tune_gems.config import DEFAULT_MOMENTUM_SPAN, EnvConfig
+    from tune_gems.evaluation import DEFAULT_MOMENTUM_SPAN as EVALUATION_DEFAULT
+
+    assert DEFAULT_MOMENTUM_SPAN == EVALUATION_DEFAULT == EnvConfig().momentum_span
+
+
+def test_config_arms_round_trip_and_stay_out_of_the_label():
+    from tune_gems.config import build_config
+
+    cfg = tiny_config("arms.factors.gems.g10.mode=[measure,wire]")
+    assert cfg.arms.factors == {"gems.g10.mode": ["measure", "wire"]}
+    assert build_config(cfg.to_dict()) == cfg and "arms" not in cfg.label()
+    listed = tiny_config("arms={list: [{name: a, gems.g6.mode: wire}, {name: b}]}")
+    assert build_config(listed.to_dict()) == listed
+
+
+def test_trainer_reports_per_arm_columns_and_health_part():
+    """A run of 2 arms x 2 seeds: member rows carry their arm and seed index, history gets
+    `<metric>@<arm>` means and HEALTH_DIAG a per-arm part (`off` where an arm has a gem off)."""
+    from tune_gems.metrics import epoch_metrics
+
+    lines: list[str] = []
+    cfg = tiny_config("trainer.population=2", "trainer.epochs=1", "arms.factors.gems.g12.mode=[off,measure]")
+    t = Trainer(cfg, log=lines.append)
+    arms = t.arm_names
+    assert len(arms) == 2 and t.learner.P == 4
+    r = t.run_epoch()
+    assert [(m["arm"], m["seed_index"]) for m in r.members] == [(arms[0], 0), (arms[0], 1), (arms[1], 0), (arms[1], 1)]
+    assert r.members[0]["seed"] == r.members[2]["seed"]  # seed index s: the same seed in every arm
+    assert tuple(r.metrics) == epoch_metrics((), arms)
+    vs = [m["val_sharpe"] for m in r.members]
+    assert r.metrics[f"val_sharpe_mean@{arms[0]}"] == pytest.approx(np.mean(vs[:2]))
+    assert r.metrics[f"g6_branch_indep@{arms[1]}"] == pytest.approx(np.mean([m["g6_branch_indep"] for m in r.members[2:]]))
+    (line,) = lines
+    part = line.split(" arms [")[1]
+    assert line.endswith("]") and f"{arms[0]}: vs=" in part and f" | {arms[1]}: vs=" in part
+    first, second = part.split(" | ")
+    assert "g12_predictive=off" in first and "g12_predictive=off" not in second

@@ -13,11 +13,19 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
+from tune_gems.arms import ArmsConfig
+from tune_gems.data import DEFAULT_EDGE
 from tune_gems.errors import ConfigError
+from tune_gems.gems import registry
 
-GEM_NAMES = ("g6", "g10", "g12")
+DEFAULT_MOMENTUM_SPAN = 20.0
+"""The momentum baseline's default EWMA span (tune_gems.evaluation.DEFAULT_MOMENTUM_SPAN: the
+same value; config stays free of torch, so it is not imported from there)."""
+
+GEM_NAMES = tuple(g.name for g in registry.builtin_gems())
+"""The built-in gems (a run's gems: `Config.gem_names()`, the registry's `run_gems`)."""
 
 SUPPORT_LIMIT = 1e6
 """Largest |v_min|, |v_max| of the C51 support: beyond it the atom spacing overflows float32 math."""
@@ -43,7 +51,7 @@ class SyntheticConfig(_Strict):
 
     n: int = Field(6000, ge=200, description="number of prices")
     seed: int = Field(7, ge=0, description="seed of the series (the same for every member)")
-    edge: float = Field(0.8, ge=0.0, le=1.0, description="strength of the learnable momentum edge (0: none)")
+    edge: float = Field(DEFAULT_EDGE, ge=0.0, le=1.0, description="strength of the learnable momentum edge (0: none)")
     paths: Literal["per_seed", "shared"] = Field(
         "shared",
         description="per_seed: seed index s trains and evaluates on its own path (the same in every arm); "
@@ -98,6 +106,9 @@ class EnvConfig(_Strict):
     directions: list[float] = Field(default_factory=lambda: [-1.0, 0.0, 1.0])
     sizes: list[float] = Field(default_factory=lambda: [1 / 3, 2 / 3, 1.0])
     periods_per_year: float = Field(252.0, gt=0.0, le=1e8)
+    momentum_span: float = Field(
+        DEFAULT_MOMENTUM_SPAN, ge=1.0, le=1e6, description="EWMA span (steps) of the momentum baseline"
+    )
 
     @model_validator(mode="after")
     def _same_width(self) -> "EnvConfig":
@@ -132,10 +143,23 @@ class GemConfig(_Strict):
     weight: float = Field(0.1, ge=0.0, le=1e3)
 
 
-class GemsConfig(_Strict):
-    g6: GemConfig = Field(default_factory=GemConfig)
-    g10: GemConfig = Field(default_factory=GemConfig)
-    g12: GemConfig = Field(default_factory=GemConfig)
+def gems_model(plugins: tuple[str, ...] = ()) -> type[_Strict]:
+    """The `gems` section for a run with these plug-ins: one GemConfig field per gem it knows
+    (tune_gems.gems.registry.run_gems), in registry order."""
+    names = tuple(g.name for g in registry.run_gems(plugins))
+    key = (tuple(plugins), names)
+    if key not in _GEMS_MODELS:
+        fields: dict[str, Any] = {
+            g.name: (GemConfig, Field(default_factory=GemConfig, description=g.description))
+            for g in registry.run_gems(plugins)
+        }
+        _GEMS_MODELS[key] = create_model("GemsConfig", __base__=_Strict, __doc__="Per-gem mode and weight.", **fields)
+    return _GEMS_MODELS[key]
+
+
+_GEMS_MODELS: dict[tuple, type[_Strict]] = {}
+GemsConfig = gems_model()
+"""The `gems` section of a run without plug-ins (the three built-ins)."""
 
 
 class TrainerConfig(_Strict):
@@ -164,6 +188,9 @@ class TrainerConfig(_Strict):
     graph: Annotated[Literal["auto", "on", "off"], BeforeValidator(_yaml_switch)] = Field("auto", description="CUDA graph capture of the iteration")
     checkpoint_every: int = Field(1, ge=0, description="epochs between checkpoints (0: only at the end)")
     divergence_threshold: float = Field(1e6, gt=0.0, description="|loss| above this counts as diverged")
+    objective_last_k: int = Field(
+        3, ge=1, description="epochs averaged by the *_lastk search objectives (the last min(k, epochs so far))"
+    )
 
     @model_validator(mode="after")
     def _fits(self) -> "TrainerConfig":
@@ -183,17 +210,33 @@ class Config(_Strict):
     model: ModelConfig = Field(default_factory=ModelConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     gems: GemsConfig = Field(default_factory=GemsConfig)
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="modules imported before validation; each registers gems (docs/gems.md)",
+    )
+    arms: ArmsConfig | None = Field(
+        None, description="several configurations on the population axis (tune_gems.arms); none: one arm"
+    )
 
     def gem(self, name: str) -> GemConfig:
         return getattr(self.gems, name)
 
+    def gem_names(self) -> tuple[str, ...]:
+        """The gems this run knows (built-ins, then its plug-ins'), in registry order."""
+        return tuple(type(self.gems).model_fields)
+
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """Plain data (aliases as written in YAML, e.g. `arms.list`; no `arms` key for a run without
+        arms): build_config(to_dict()) == self."""
+        d = self.model_dump(mode="json", by_alias=True)
+        if d.get("arms") is None:
+            d.pop("arms", None)
+        return d
 
     def label(self) -> str:
         """The configuration a run belongs to for analysis: per-gem mode and model switches
         (weights are continuous under search, so they are columns, not part of the label)."""
-        gems = " ".join(f"{n}={self.gem(n).mode}" for n in GEM_NAMES)
+        gems = " ".join(f"{n}={self.gem(n).mode}" for n in self.gem_names())
         onoff = {True: "on", False: "off"}
         return f"{gems} sn={onoff[self.model.spectral_norm]} noisy={onoff[self.model.noisy]}"
 
@@ -269,6 +312,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{p}:{where} malformed YAML ({getattr(e, 'problem', None) or e})") from None
+    except ValueError as e:  # YAML's timestamp constructor on an impossible date (2020-13-01)
+        raise ConfigError(f"{p}: malformed YAML ({' '.join(str(e).split())})") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{p}: cannot read ({e})") from None
     if data is None:
@@ -288,7 +333,7 @@ def parse_override(item: str) -> tuple[str, Any]:
         raise ConfigError(f"{item}: empty key in override")
     try:
         value = safe_load_yaml(raw) if raw.strip() else None
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):  # ValueError: YAML's timestamp of an impossible date
         value = raw
     return key, value
 
@@ -314,9 +359,33 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return tree
 
 
+def config_model(plugins: tuple[str, ...] = ()) -> type[Config]:
+    """The Config model of a run with these plug-ins (imported already): Config itself, or a
+    subclass whose `gems` section also has the plug-ins' gems."""
+    if not plugins:
+        return Config
+    if plugins not in _CONFIG_MODELS:
+        gems = gems_model(plugins)
+        _CONFIG_MODELS[plugins] = create_model(
+            "Config", __base__=Config, gems=(gems, Field(default_factory=gems)), __doc__=Config.__doc__
+        )
+    return _CONFIG_MODELS[plugins]
+
+
+_CONFIG_MODELS: dict[tuple[str, ...], type[Config]] = {}
+
+
 def build_config(tree: dict[str, Any], source: str = "config") -> Config:
+    """Validate a config tree: first import its `plugins` (their gems become `gems.<name>`
+    keys), then validate against the model that knows them. Every failure: one ConfigError."""
+    plugins = tree.get("plugins") if isinstance(tree, dict) else None
     try:
-        return Config.model_validate(tree)
+        registry.import_plugins(plugins or [])
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    model = config_model(tuple(plugins)) if plugins else Config
+    try:
+        return model.model_validate(tree)
     except ValidationError as e:
         raise ConfigError(f"{source}: {format_validation_error(e)}") from None
 

@@ -1,8 +1,9 @@
 """Trading metrics and the names of everything a run reports.
 
-The metric names are a contract (DESIGN.md "Reported metric names"): Tune results,
+The metric names are a contract (docs/design.md, "Reported metric names"): Tune results,
 history.parquet, members.parquet and the HEALTH_DIAG line all use them, and the analysis reads
-them back without importing the trainer.
+them back without importing the trainer. The gem columns come from the gem registry
+(tune_gems.gems.registry), which imports neither torch nor the trainer.
 
 Every metric takes per-step net returns. A 1-D input gives a float; a 2-D [P,T] tensor or array
 gives one value per row (per member), never mixing rows.
@@ -15,42 +16,108 @@ from typing import Any
 
 import numpy as np
 
-GEM_METRICS = ("g6_branch_indep", "g10_temporal", "g12_predictive")
-GEM_KEYS = {"g6": "g6_branch_indep", "g10": "g10_temporal", "g12": "g12_predictive"}
-GEM_REL_METRICS = tuple(f"{g}_rel" for g in GEM_METRICS)
+from tune_gems.gems import registry
 
-EPOCH_METRICS = (
-    "epoch",
-    "env_steps",
-    "updates",
-    "loss",
-    "q_mean",
-    "grad_norm",
-    "noisy_sigma",
-    "val_sharpe_mean",
-    "val_sharpe_std",
-    "val_sharpe_min",
-    "val_sharpe_max",
-    "test_sharpe_mean",
-    "test_sharpe_std",
-    *GEM_METRICS,
-    *GEM_REL_METRICS,
-    "diverged",
-    "sps",
+_RUN_HEAD = ("epoch", "env_steps", "updates", "loss", "q_mean", "grad_norm", "noisy_sigma")
+_SHARPE = ("val_sharpe_mean", "val_sharpe_std", "val_sharpe_min", "val_sharpe_max", "test_sharpe_mean", "test_sharpe_std")
+SEGMENTS = ("val", "test")
+
+EVAL_STATS = (
+    "sharpe",
+    "beta",
+    "alpha_sharpe",
+    "turnover",
+    "max_drawdown",
+    "sharpe_cost0",
+    "sharpe_cost1",
+    "sharpe_cost2",
+    "breakeven_cost_bps",
 )
-"""One row of history.parquet / one Tune result, in this order."""
+"""Per-member statistics of every evaluation (tune_gems.evaluation.EVAL_STATS, which docs/
+evaluation.md defines), as `<segment>_<stat>` member columns (val each epoch, test at the end)."""
 
-MEMBER_METRICS = (
+EVAL_HISTORY = tuple(
+    f"{seg}_{stat}_mean" for seg in SEGMENTS for stat in EVAL_STATS if stat != "sharpe"
+) + tuple(f"{seg}_alpha_sharpe_std" for seg in SEGMENTS) + tuple(f"{seg}_breakeven_cost_bps_median" for seg in SEGMENTS)
+"""History aggregates of the evaluation statistics over non-diverged members: means (the
+breakeven cost over finite values only: it is +inf for a member that never trades at a profit),
+the alpha Sharpe's spread, and the breakeven cost's median (heavy-tailed)."""
+
+OBJECTIVES = ("val_sharpe_mean_lastk", "val_alpha_sharpe_mean_lastk")
+"""Search objectives: the mean over the last min(k, epochs so far) epochs of the history's
+val_sharpe_mean / val_alpha_sharpe_mean, k = `trainer.objective_last_k`."""
+
+TIMING = ("train_s", "eval_s")
+"""Seconds of the epoch's training iterations (what sps is computed from) and of its evaluation."""
+
+_MEMBER_HEAD = (
     "val_sharpe",
     "test_sharpe",
+    *(f"{seg}_{stat}" for seg in SEGMENTS for stat in EVAL_STATS if stat != "sharpe"),
     "loss",
     "q_mean",
     "grad_norm",
-    *GEM_METRICS,
-    *GEM_REL_METRICS,
-    "diverged",
 )
-"""Per-member values of one epoch (members.parquet has trial_id, epoch, member, seed + these)."""
+MEMBER_IDS = ("epoch", "member", "seed", "arm", "seed_index")
+"""Identity columns of a member row (before MEMBER_METRICS); `arm` is "default" in a run
+without arms, `seed_index` the member's seed index (the same initial weights, noise and data in
+every arm)."""
+
+
+def gem_metrics(plugins: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
+    """The gem value columns of a run with these plug-ins, in registry order."""
+    return tuple(g.metric for g in registry.run_gems(plugins))
+
+
+def gem_keys(plugins: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
+    """Gem name -> its metric column."""
+    return {g.name: g.metric for g in registry.run_gems(plugins)}
+
+
+def gem_columns(plugins: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
+    """Per gem metric M of the run: M (raw value), then every M_rel (M / C51 loss), M_null (the
+    gem's null: its value with no structure to find, NaN without one) and M_excess (M - M_null)."""
+    gems = gem_metrics(plugins)
+    return (*gems, *(f"{g}_rel" for g in gems), *(f"{g}_null" for g in gems), *(f"{g}_excess" for g in gems))
+
+
+ARM_SEPARATOR = "@"
+ARM_METRICS = ("val_sharpe_mean", "val_alpha_sharpe_mean")
+"""History columns repeated per arm (`<metric>@<arm>`, with each gem metric) in a run of >= 2 arms."""
+
+
+def arm_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
+    """Per-arm history columns `<metric>@<arm>` (means over that arm's non-diverged members):
+    none for a run of one arm."""
+    if len(arms) < 2:
+        return ()
+    names = (*ARM_METRICS, *gem_metrics(plugins))
+    return tuple(f"{m}{ARM_SEPARATOR}{a}" for a in arms for m in names)
+
+
+def epoch_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
+    """One row of history / one Tune result, in this order (gem columns: means over members)."""
+    return (
+        *_RUN_HEAD, *_SHARPE, *EVAL_HISTORY, *OBJECTIVES, *gem_columns(plugins), "diverged", "sps", *TIMING,
+        *arm_metrics(plugins, arms),
+    )  # fmt: skip
+
+
+def member_metrics(plugins: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
+    """Per-member values of one epoch (members tables have trial_id, epoch, member, seed + these)."""
+    return (*_MEMBER_HEAD, *gem_columns(plugins), "diverged")
+
+
+# The columns of a run without plug-ins (the built-in gems); a run with plug-ins: the functions.
+GEM_METRICS = gem_metrics()
+GEM_KEYS = gem_keys()
+GEM_REL_METRICS = tuple(f"{g}_rel" for g in GEM_METRICS)
+GEM_NULL_METRICS = tuple(f"{g}_null" for g in GEM_METRICS)
+GEM_EXCESS_METRICS = tuple(f"{g}_excess" for g in GEM_METRICS)
+EPOCH_METRICS = epoch_metrics()
+"""One row of history.parquet / one Tune result, in this order (no plug-ins)."""
+MEMBER_METRICS = member_metrics()
+"""Per-member values of one epoch (no plug-ins)."""
 
 
 def _is_tensor(x: Any) -> bool:

@@ -1,6 +1,6 @@
 """Plain-torch references of the gems, the C51 projection and the C51 loss.
 
-These are the exact math of DESIGN.md ("The gems") and the oracle every CUDA kernel is tested
+These are the exact math of docs/design.md ("The gems") and the oracle every CUDA kernel is tested
 against, in float64 on fresh random inputs. They are also what the custom ops run on CPU.
 Shapes: P members, B samples, K branches, A sub-actions, D feature width, `nd` the not-done
 mask [P,B] (1.0 / 0.0). Nothing here reduces across the population axis P.

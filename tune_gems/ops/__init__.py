@@ -2,23 +2,23 @@
 
 Importing this package registers the `tune_gems::*` torch.library custom ops (see
 tune_gems.ops.custom_ops). A learner calls `resolve_backend(config.kernels, device)` once at
-setup and uses the returned `GemOps`, whose methods mirror tune_gems.gems.reference.
+setup and uses the returned `GemOps`, whose functions mirror tune_gems.gems.reference.
 """
 
 from tune_gems.ops.backend import (
     KERNEL_CHOICES,
-    CustomOpGemOps,
     GemOps,
-    ReferenceGemOps,
+    custom_op_ops,
+    reference_ops,
     resolve_backend,
 )
 from tune_gems.ops.build import kernels_dir, load_extension
 
 __all__ = [
     "KERNEL_CHOICES",
-    "CustomOpGemOps",
     "GemOps",
-    "ReferenceGemOps",
+    "custom_op_ops",
+    "reference_ops",
     "kernels_dir",
     "load_extension",
     "resolve_backend",

@@ -1,7 +1,7 @@
 """Choosing the implementation of the gems and C51 ops for one learner: `resolve_backend`.
 
-The learner asks once, at setup (before any CUDA-graph capture), for a `GemOps` and then calls
-its methods, which have the signatures and returns of tune_gems.gems.reference:
+The learner asks once, at setup (before any CUDA-graph capture), for a `GemOps` (plain
+functions with the signatures and returns of tune_gems.gems.reference) and calls them:
 
   kernels="reference": the plain-torch reference functions, on any device;
   kernels="cuda":      the tune_gems:: custom ops on the built CUDA extension; needs a CUDA
@@ -14,13 +14,15 @@ its methods, which have the signatures and returns of tune_gems.gems.reference:
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import Tensor
 
 from tune_gems.errors import ConfigError, KernelBuildError
 from tune_gems.gems import reference
-from tune_gems.ops import custom_ops  # noqa: F401 - registers the tune_gems:: ops
+from tune_gems.ops import custom_ops  # registers the tune_gems:: ops
 from tune_gems.ops.build import first_fallback_warning, load_extension
 
 KERNEL_CHOICES = ("auto", "cuda", "reference")
@@ -28,85 +30,37 @@ CUDA_BACKEND = "cuda"
 REFERENCE_BACKEND = "reference"
 
 
+@dataclass(frozen=True)
 class GemOps:
-    """The gem and C51 functions of one backend, with the reference module's signatures.
+    """The gem and C51 functions of one backend, with the signatures and returns of
+    tune_gems.gems.reference (plain functions: one call path for every backend).
 
-    `name` is "cuda" when the CUDA kernels run, "reference" when the reference math does.
+    `name` is "cuda" when the CUDA kernels run, "reference" when the reference math does;
+    `fused` is True when the calls go through the tune_gems:: custom ops (CUDA kernels on CUDA,
+    the reference with closed-form gradients on CPU), False for the plain reference functions.
+    A gem's `fused` implementation (tune_gems.gems.Gem) is used exactly when `fused` is True.
     """
 
-    name: str = REFERENCE_BACKEND
-
-    def g6_branch_indep(self, f: Tensor) -> tuple[None, Tensor]:
-        """f [P,K,B,D] -> (None, value [P])."""
-        raise NotImplementedError
-
-    def g10_temporal(self, q_t: Tensor, q_tp1: Tensor, nd: Tensor) -> tuple[Tensor, Tensor]:
-        """q_t, q_tp1 [P,B,K,A], nd [P,B] -> (per_sample [P,B], value [P])."""
-        raise NotImplementedError
-
-    def g12_predictive(self, pred: Tensor, target: Tensor, nd: Tensor) -> tuple[Tensor, Tensor]:
-        """pred, target [P,B,D], nd [P,B] -> (per_sample [P,B], value [P])."""
-        raise NotImplementedError
-
-    def c51_project(self, p: Tensor, r: Tensor, g: Tensor, v_min: float, v_max: float) -> Tensor:
-        """p [N,atoms], r [N], g [N] -> m [N,atoms]."""
-        raise NotImplementedError
-
-    def c51_loss(self, logits: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
-        """logits, m [P,B,K,atoms] -> (per_sample [P,B], value [P])."""
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r})"
+    name: str
+    fused: bool
+    g6_branch_indep: Callable[..., tuple]  # f [P,K,B,D] -> (None, value [P])
+    g10_temporal: Callable[..., tuple]  # q_t, q_tp1 [P,B,K,A], nd [P,B] -> (per_sample [P,B], value [P])
+    g12_predictive: Callable[..., tuple]  # pred, target [P,B,D], nd [P,B] -> (per_sample, value)
+    c51_project: Callable[..., Tensor]  # p [N,atoms], r [N], g [N], v_min, v_max -> m [N,atoms]
+    c51_loss: Callable[..., tuple]  # logits, m [P,B,K,atoms] -> (per_sample [P,B], value [P])
 
 
-class ReferenceGemOps(GemOps):
+_FUNCTIONS = ("g6_branch_indep", "g10_temporal", "g12_predictive", "c51_project", "c51_loss")
+
+
+def reference_ops() -> GemOps:
     """The plain-torch reference, called directly (any device, plain torch autograd)."""
-
-    name = REFERENCE_BACKEND
-
-    def g6_branch_indep(self, f: Tensor) -> tuple[None, Tensor]:
-        return reference.g6_branch_indep(f)
-
-    def g10_temporal(self, q_t: Tensor, q_tp1: Tensor, nd: Tensor) -> tuple[Tensor, Tensor]:
-        return reference.g10_temporal(q_t, q_tp1, nd)
-
-    def g12_predictive(self, pred: Tensor, target: Tensor, nd: Tensor) -> tuple[Tensor, Tensor]:
-        return reference.g12_predictive(pred, target, nd)
-
-    def c51_project(self, p: Tensor, r: Tensor, g: Tensor, v_min: float, v_max: float) -> Tensor:
-        return reference.c51_project(p, r, g, v_min, v_max)
-
-    def c51_loss(self, logits: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
-        return reference.c51_loss(logits, m)
+    return GemOps(REFERENCE_BACKEND, False, **{f: getattr(reference, f) for f in _FUNCTIONS})
 
 
-class CustomOpGemOps(GemOps):
-    """The tune_gems:: custom ops (CUDA kernels on CUDA, the reference on CPU).
-
-    Masks, rewards and discounts are cast to the dtype of the main input (a no-op when they
-    already match), because the ops require one dtype per call.
-    """
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def g6_branch_indep(self, f: Tensor) -> tuple[None, Tensor]:
-        return None, torch.ops.tune_gems.g6_branch_indep(f)
-
-    def g10_temporal(self, q_t: Tensor, q_tp1: Tensor, nd: Tensor) -> tuple[Tensor, Tensor]:
-        return torch.ops.tune_gems.g10_temporal(q_t, q_tp1, nd.to(q_t.dtype))
-
-    def g12_predictive(self, pred: Tensor, target: Tensor, nd: Tensor) -> tuple[Tensor, Tensor]:
-        return torch.ops.tune_gems.g12_predictive(pred, target, nd.to(pred.dtype))
-
-    def c51_project(self, p: Tensor, r: Tensor, g: Tensor, v_min: float, v_max: float) -> Tensor:
-        return torch.ops.tune_gems.c51_project(
-            p, r.to(p.dtype), g.to(p.dtype), float(v_min), float(v_max)
-        )
-
-    def c51_loss(self, logits: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
-        return torch.ops.tune_gems.c51_loss(logits, m)
+def custom_op_ops(name: str) -> GemOps:
+    """The tune_gems:: custom ops; `name` says which math runs under them."""
+    return GemOps(name, True, **{f: getattr(custom_ops.FUSED, f) for f in _FUNCTIONS})
 
 
 def resolve_backend(kernels: str, device: torch.device | str) -> GemOps:
@@ -120,12 +74,12 @@ def resolve_backend(kernels: str, device: torch.device | str) -> GemOps:
         raise ConfigError(f"kernels: expected one of {'|'.join(KERNEL_CHOICES)}, got {kernels!r}")
     device = torch.device(device)
     if kernels == "reference":
-        return ReferenceGemOps()
+        return reference_ops()
     if kernels == "cuda":
         load_extension(device)  # KernelBuildError (one line) if not a CUDA device or no build
-        return CustomOpGemOps(CUDA_BACKEND)
+        return custom_op_ops(CUDA_BACKEND)
     if device.type != "cuda":
-        return CustomOpGemOps(REFERENCE_BACKEND)
+        return custom_op_ops(REFERENCE_BACKEND)
     try:
         load_extension(device)
     except KernelBuildError as error:
@@ -135,5 +89,5 @@ def resolve_backend(kernels: str, device: torch.device | str) -> GemOps:
                 RuntimeWarning,
                 stacklevel=2,
             )
-        return ReferenceGemOps()
-    return CustomOpGemOps(CUDA_BACKEND)
+        return reference_ops()
+    return custom_op_ops(CUDA_BACKEND)

@@ -20,6 +20,11 @@ Gradients flow into f, q_t and q_tp1, pred, and logits only: nd is a mask, the G
 the C51 target m come from the target network and get no gradient (None), and c51_project
 has none at all (its backward raises). All inputs of one op share one float dtype.
 
+Every op is defined by one factory (`_define`): the reference implementation (CPU, and CUDA
+while the extension is not loaded), the extension function it calls on CUDA, its fake, and for
+a differentiable op the backward op and how the backward op's outputs map to the inputs. The
+CUDA-or-reference choice is one function (`_cuda_or_reference`).
+
 Graph-safe: no host sync, no .item(), no CPU tensors, no branching on tensor values; the
 Python branch on "extension loaded" is fixed for a process once the backend is resolved.
 
@@ -27,7 +32,8 @@ This module has no annotations future-import on purpose: torch.library infers ea
 schema from real type annotations.
 """
 
-from typing import Optional
+from types import SimpleNamespace
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -43,19 +49,64 @@ C51_PROJECT_NO_GRAD = (
 )
 
 
-def _op_name(name: str) -> str:
-    return f"{NAMESPACE}::{name}"
+def _contiguous(args: tuple) -> list:
+    return [a.contiguous() if isinstance(a, Tensor) else a for a in args]
 
 
-def _contiguous(*tensors: Optional[Tensor]) -> list[Optional[Tensor]]:
-    return [None if t is None else t.contiguous() for t in tensors]
+def _cuda_or_reference(reference_impl: Callable, extension_function: str) -> Callable:
+    """The CUDA implementation of an op: the extension's function when the extension is
+    loaded for the device of the first tensor argument, else the reference."""
+
+    def cuda_impl(*args):
+        device = next(a.device for a in args if isinstance(a, Tensor))
+        extension = loaded_extension(device)  # looked up per call: tests patch it
+        if extension is None:
+            return reference_impl(*args)
+        return getattr(extension, extension_function)(*_contiguous(args))
+
+    return cuda_impl
 
 
-def _save_tensor_inputs(ctx, inputs, output) -> None:
-    ctx.save_for_backward(*(x for x in inputs if isinstance(x, Tensor)))
+def _define(name: str, reference_impl: Callable, extension_function: str, fake: Callable):
+    """One custom op `tune_gems::<name>` (schema from reference_impl's annotations)."""
+    op = torch.library.custom_op(f"{NAMESPACE}::{name}", reference_impl, mutates_args=())
+    op.register_kernel("cuda")(_cuda_or_reference(reference_impl, extension_function))
+    op.register_fake(fake)
+    return op
 
 
-# ============================================================== G6 branch independence
+def _define_differentiable(forward_op, backward_op, n_inputs: int) -> None:
+    """Autograd of forward_op through backward_op(*grad_outputs, *inputs), whose outputs are
+    the gradients of the leading inputs (the rest, masks and targets, get None)."""
+
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(*(x for x in inputs if isinstance(x, Tensor)))
+
+    def backward(ctx, *grad_outputs):
+        grads = backward_op(*grad_outputs, *ctx.saved_tensors)
+        grads = (grads,) if isinstance(grads, Tensor) else tuple(grads)
+        return (*grads, *([None] * (n_inputs - len(grads))))
+
+    forward_op.register_autograd(backward, setup_context=setup_context)
+
+
+def _per_sample_and_value(x: Tensor, *_: object) -> tuple[Tensor, Tensor]:
+    """Fake of a (per_sample [P,B], value [P]) op whose first input is [P,B,...]."""
+    return x.new_empty((x.shape[0], x.shape[1])), x.new_empty((x.shape[0],))
+
+
+def _like(*shapes_of: int) -> Callable:
+    """Fake of a backward op: empty tensors shaped like the tensor arguments at these indices."""
+
+    def fake(*args):
+        out = tuple(args[i].new_empty(args[i].shape) for i in shapes_of)
+        return out[0] if len(out) == 1 else out
+
+    return fake
+
+
+# ---------------------------------------------------------------- reference implementations
+# (real annotations: torch.library infers each op's schema from them)
 
 
 def _g6_reference(f: Tensor) -> Tensor:
@@ -66,49 +117,6 @@ def _g6_reference(f: Tensor) -> Tensor:
 def _g6_backward_reference(grad_value: Tensor, f: Tensor) -> Tensor:
     """grad_f [P,K,B,D] of G6 given grad_value [P]."""
     return reference_grads.g6_branch_indep_grad(grad_value, f)
-
-
-g6_branch_indep = torch.library.custom_op(_op_name("g6_branch_indep"), _g6_reference, mutates_args=())
-g6_branch_indep_backward = torch.library.custom_op(
-    _op_name("g6_branch_indep_backward"), _g6_backward_reference, mutates_args=()
-)
-
-
-@g6_branch_indep.register_kernel("cuda")
-def _g6_cuda(f: Tensor) -> Tensor:
-    extension = loaded_extension(f.device)
-    if extension is None:
-        return _g6_reference(f)
-    return extension.g6_forward(f.contiguous())
-
-
-@g6_branch_indep_backward.register_kernel("cuda")
-def _g6_backward_cuda(grad_value: Tensor, f: Tensor) -> Tensor:
-    extension = loaded_extension(f.device)
-    if extension is None:
-        return _g6_backward_reference(grad_value, f)
-    return extension.g6_backward(*_contiguous(grad_value, f))
-
-
-@g6_branch_indep.register_fake
-def _g6_fake(f: Tensor) -> Tensor:
-    return f.new_empty((f.shape[0],))
-
-
-@g6_branch_indep_backward.register_fake
-def _g6_backward_fake(grad_value: Tensor, f: Tensor) -> Tensor:
-    return f.new_empty(f.shape)
-
-
-def _g6_autograd_backward(ctx, grad_value: Tensor):
-    (f,) = ctx.saved_tensors
-    return torch.ops.tune_gems.g6_branch_indep_backward(grad_value, f)
-
-
-g6_branch_indep.register_autograd(_g6_autograd_backward, setup_context=_save_tensor_inputs)
-
-
-# ============================================================== G10 temporal consistency
 
 
 def _g10_reference(q_t: Tensor, q_tp1: Tensor, nd: Tensor) -> tuple[Tensor, Tensor]:
@@ -124,57 +132,6 @@ def _g10_backward_reference(
     return reference_grads.g10_temporal_grads(grad_per_sample, grad_value, q_t, q_tp1, nd)
 
 
-g10_temporal = torch.library.custom_op(_op_name("g10_temporal"), _g10_reference, mutates_args=())
-g10_temporal_backward = torch.library.custom_op(
-    _op_name("g10_temporal_backward"), _g10_backward_reference, mutates_args=()
-)
-
-
-@g10_temporal.register_kernel("cuda")
-def _g10_cuda(q_t: Tensor, q_tp1: Tensor, nd: Tensor) -> tuple[Tensor, Tensor]:
-    extension = loaded_extension(q_t.device)
-    if extension is None:
-        return _g10_reference(q_t, q_tp1, nd)
-    return extension.g10_forward(*_contiguous(q_t, q_tp1, nd))
-
-
-@g10_temporal_backward.register_kernel("cuda")
-def _g10_backward_cuda(
-    grad_per_sample: Optional[Tensor], grad_value: Tensor, q_t: Tensor, q_tp1: Tensor, nd: Tensor
-) -> tuple[Tensor, Tensor]:
-    extension = loaded_extension(q_t.device)
-    if extension is None:
-        return _g10_backward_reference(grad_per_sample, grad_value, q_t, q_tp1, nd)
-    return extension.g10_backward(*_contiguous(grad_per_sample, grad_value, q_t, q_tp1, nd))
-
-
-@g10_temporal.register_fake
-def _g10_fake(q_t: Tensor, q_tp1: Tensor, nd: Tensor) -> tuple[Tensor, Tensor]:
-    P, B = q_t.shape[0], q_t.shape[1]
-    return q_t.new_empty((P, B)), q_t.new_empty((P,))
-
-
-@g10_temporal_backward.register_fake
-def _g10_backward_fake(
-    grad_per_sample: Optional[Tensor], grad_value: Tensor, q_t: Tensor, q_tp1: Tensor, nd: Tensor
-) -> tuple[Tensor, Tensor]:
-    return q_t.new_empty(q_t.shape), q_t.new_empty(q_t.shape)
-
-
-def _g10_autograd_backward(ctx, grad_per_sample: Tensor, grad_value: Tensor):
-    q_t, q_tp1, nd = ctx.saved_tensors
-    grad_q_t, grad_q_tp1 = torch.ops.tune_gems.g10_temporal_backward(
-        grad_per_sample, grad_value, q_t, q_tp1, nd
-    )
-    return grad_q_t, grad_q_tp1, None
-
-
-g10_temporal.register_autograd(_g10_autograd_backward, setup_context=_save_tensor_inputs)
-
-
-# ============================================================== G12 predictive coding
-
-
 def _g12_reference(pred: Tensor, target: Tensor, nd: Tensor) -> tuple[Tensor, Tensor]:
     """G12 (per_sample [P,B], value [P]) of pred, target [P,B,D] and nd [P,B]."""
     per_sample, value = reference.g12_predictive(pred, target, nd)
@@ -188,89 +145,9 @@ def _g12_backward_reference(
     return reference_grads.g12_predictive_grad(grad_per_sample, grad_value, pred, target, nd)
 
 
-g12_predictive = torch.library.custom_op(_op_name("g12_predictive"), _g12_reference, mutates_args=())
-g12_predictive_backward = torch.library.custom_op(
-    _op_name("g12_predictive_backward"), _g12_backward_reference, mutates_args=()
-)
-
-
-@g12_predictive.register_kernel("cuda")
-def _g12_cuda(pred: Tensor, target: Tensor, nd: Tensor) -> tuple[Tensor, Tensor]:
-    extension = loaded_extension(pred.device)
-    if extension is None:
-        return _g12_reference(pred, target, nd)
-    return extension.g12_forward(*_contiguous(pred, target, nd))
-
-
-@g12_predictive_backward.register_kernel("cuda")
-def _g12_backward_cuda(
-    grad_per_sample: Optional[Tensor], grad_value: Tensor, pred: Tensor, target: Tensor, nd: Tensor
-) -> Tensor:
-    extension = loaded_extension(pred.device)
-    if extension is None:
-        return _g12_backward_reference(grad_per_sample, grad_value, pred, target, nd)
-    return extension.g12_backward(*_contiguous(grad_per_sample, grad_value, pred, target, nd))
-
-
-@g12_predictive.register_fake
-def _g12_fake(pred: Tensor, target: Tensor, nd: Tensor) -> tuple[Tensor, Tensor]:
-    P, B = pred.shape[0], pred.shape[1]
-    return pred.new_empty((P, B)), pred.new_empty((P,))
-
-
-@g12_predictive_backward.register_fake
-def _g12_backward_fake(
-    grad_per_sample: Optional[Tensor], grad_value: Tensor, pred: Tensor, target: Tensor, nd: Tensor
-) -> Tensor:
-    return pred.new_empty(pred.shape)
-
-
-def _g12_autograd_backward(ctx, grad_per_sample: Tensor, grad_value: Tensor):
-    pred, target, nd = ctx.saved_tensors
-    grad_pred = torch.ops.tune_gems.g12_predictive_backward(
-        grad_per_sample, grad_value, pred, target, nd
-    )
-    return grad_pred, None, None
-
-
-g12_predictive.register_autograd(_g12_autograd_backward, setup_context=_save_tensor_inputs)
-
-
-# ============================================================== C51 projection
-
-
 def _c51_project_reference(p: Tensor, r: Tensor, g: Tensor, v_min: float, v_max: float) -> Tensor:
     """Projected target distribution m [N,atoms] (gather form)."""
     return reference.c51_project(p, r, g, v_min, v_max).contiguous()
-
-
-c51_project = torch.library.custom_op(
-    _op_name("c51_project"), _c51_project_reference, mutates_args=()
-)
-
-
-@c51_project.register_kernel("cuda")
-def _c51_project_cuda(p: Tensor, r: Tensor, g: Tensor, v_min: float, v_max: float) -> Tensor:
-    extension = loaded_extension(p.device)
-    if extension is None:
-        return _c51_project_reference(p, r, g, v_min, v_max)
-    p, r, g = _contiguous(p, r, g)
-    return extension.c51_project(p, r, g, v_min, v_max)
-
-
-@c51_project.register_fake
-def _c51_project_fake(p: Tensor, r: Tensor, g: Tensor, v_min: float, v_max: float) -> Tensor:
-    return p.new_empty(p.shape)
-
-
-def _c51_project_autograd_backward(ctx, grad_m: Tensor):
-    raise RuntimeError(C51_PROJECT_NO_GRAD)
-
-
-c51_project.register_autograd(_c51_project_autograd_backward)
-
-
-# ============================================================== C51 loss
 
 
 def _c51_loss_reference(logits: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
@@ -286,47 +163,44 @@ def _c51_loss_backward_reference(
     return reference_grads.c51_loss_grad(grad_per_sample, grad_value, logits, m)
 
 
-c51_loss = torch.library.custom_op(_op_name("c51_loss"), _c51_loss_reference, mutates_args=())
-c51_loss_backward = torch.library.custom_op(
-    _op_name("c51_loss_backward"), _c51_loss_backward_reference, mutates_args=()
+# ---------------------------------------------------------------- the ops
+
+g6_branch_indep = _define("g6_branch_indep", _g6_reference, "g6_forward", lambda f: f.new_empty((f.shape[0],)))
+g6_branch_indep_backward = _define("g6_branch_indep_backward", _g6_backward_reference, "g6_backward", _like(1))
+_define_differentiable(g6_branch_indep, g6_branch_indep_backward, n_inputs=1)
+
+g10_temporal = _define("g10_temporal", _g10_reference, "g10_forward", _per_sample_and_value)
+g10_temporal_backward = _define("g10_temporal_backward", _g10_backward_reference, "g10_backward", _like(2, 3))
+_define_differentiable(g10_temporal, g10_temporal_backward, n_inputs=3)
+
+g12_predictive = _define("g12_predictive", _g12_reference, "g12_forward", _per_sample_and_value)
+g12_predictive_backward = _define("g12_predictive_backward", _g12_backward_reference, "g12_backward", _like(2))
+_define_differentiable(g12_predictive, g12_predictive_backward, n_inputs=3)
+
+c51_project = _define("c51_project", _c51_project_reference, "c51_project", lambda p, *_: p.new_empty(p.shape))
+
+
+def _c51_project_autograd_backward(ctx, grad_m: Tensor):
+    raise RuntimeError(C51_PROJECT_NO_GRAD)
+
+
+c51_project.register_autograd(_c51_project_autograd_backward)
+
+c51_loss = _define("c51_loss", _c51_loss_reference, "c51_loss_forward", _per_sample_and_value)
+c51_loss_backward = _define("c51_loss_backward", _c51_loss_backward_reference, "c51_loss_backward", _like(2))
+_define_differentiable(c51_loss, c51_loss_backward, n_inputs=2)
+
+
+# ---------------------------------------------------------------- reference-signature calls
+
+FUSED = SimpleNamespace(
+    g6_branch_indep=lambda f: (None, torch.ops.tune_gems.g6_branch_indep(f)),
+    g10_temporal=lambda q_t, q_tp1, nd: torch.ops.tune_gems.g10_temporal(q_t, q_tp1, nd.to(q_t.dtype)),
+    g12_predictive=lambda pred, target, nd: torch.ops.tune_gems.g12_predictive(pred, target, nd.to(pred.dtype)),
+    c51_project=lambda p, r, g, v_min, v_max: torch.ops.tune_gems.c51_project(
+        p, r.to(p.dtype), g.to(p.dtype), float(v_min), float(v_max)
+    ),
+    c51_loss=lambda logits, m: torch.ops.tune_gems.c51_loss(logits, m),
 )
-
-
-@c51_loss.register_kernel("cuda")
-def _c51_loss_cuda(logits: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
-    extension = loaded_extension(logits.device)
-    if extension is None:
-        return _c51_loss_reference(logits, m)
-    return extension.c51_loss_forward(*_contiguous(logits, m))
-
-
-@c51_loss_backward.register_kernel("cuda")
-def _c51_loss_backward_cuda(
-    grad_per_sample: Optional[Tensor], grad_value: Tensor, logits: Tensor, m: Tensor
-) -> Tensor:
-    extension = loaded_extension(logits.device)
-    if extension is None:
-        return _c51_loss_backward_reference(grad_per_sample, grad_value, logits, m)
-    return extension.c51_loss_backward(*_contiguous(grad_per_sample, grad_value, logits, m))
-
-
-@c51_loss.register_fake
-def _c51_loss_fake(logits: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
-    P, B = logits.shape[0], logits.shape[1]
-    return logits.new_empty((P, B)), logits.new_empty((P,))
-
-
-@c51_loss_backward.register_fake
-def _c51_loss_backward_fake(
-    grad_per_sample: Optional[Tensor], grad_value: Tensor, logits: Tensor, m: Tensor
-) -> Tensor:
-    return logits.new_empty(logits.shape)
-
-
-def _c51_loss_autograd_backward(ctx, grad_per_sample: Tensor, grad_value: Tensor):
-    logits, m = ctx.saved_tensors
-    grad_logits = torch.ops.tune_gems.c51_loss_backward(grad_per_sample, grad_value, logits, m)
-    return grad_logits, None
-
-
-c51_loss.register_autograd(_c51_loss_autograd_backward, setup_context=_save_tensor_inputs)
+"""The ops with the signatures and returns of tune_gems.gems.reference. Masks, rewards and
+discounts are cast to the main input's dtype (a no-op when they match): an op takes one dtype."""

@@ -1,18 +1,22 @@
-"""The per-epoch HEALTH_DIAG line (DESIGN.md "The trainer"): one grep-able line of numbers."""
+"""The per-epoch HEALTH_DIAG line (docs/design.md, "One iteration and the graph"): one grep-able line of numbers.
+The gems appear in registry order (built-ins, then the run's plug-ins)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from tune_gems.gems import GemSet
+from tune_gems.gems.modes import GemSet
 
 
 def _num(x: float, fmt: str = ".4f") -> str:
     return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
-def health_line(m: dict[str, Any], gems: GemSet) -> str:
+def health_line(m: dict[str, Any], gems: GemSet, arms: tuple[str, ...] = (), arm_off: dict[str, set[str]] | None = None) -> str:
+    """The line; with >= 2 arms it ends with one compact part per arm:
+    ` arms [<arm>: vs=<val sharpe mean> <metric>=<v> ... | <arm>: ...]` (`off` for the gems in
+    `arm_off[arm]`)."""
     parts = [
         f"HEALTH_DIAG epoch={m['epoch']}",
         f"loss={_num(m['loss'])}",
@@ -20,6 +24,7 @@ def health_line(m: dict[str, Any], gems: GemSet) -> str:
         f"grad_norm={_num(m['grad_norm'], '.2f')}",
         f"noisy_sigma={_num(m['noisy_sigma'], '.2f')}",
         f"val_sharpe={_num(m['val_sharpe_mean'], '.2f')}±{_num(m['val_sharpe_std'], '.2f')}",
+        f"val_alpha_sharpe={_num(m['val_alpha_sharpe_mean'], '.2f')}±{_num(m['val_alpha_sharpe_std'], '.2f')}",
     ]
     if not math.isnan(m["test_sharpe_mean"]):
         parts.append(f"test_sharpe={_num(m['test_sharpe_mean'], '.2f')}±{_num(m['test_sharpe_std'], '.2f')}")
@@ -31,4 +36,13 @@ def health_line(m: dict[str, Any], gems: GemSet) -> str:
     parts.append(f"gems [{' '.join(gem_parts)}]")
     if m["diverged"]:
         parts.append("DIVERGED")
+    if len(arms) > 1:
+        per_arm = []
+        for arm in arms:
+            off = (arm_off or {}).get(arm, set())
+            values = " ".join(
+                f"{s.metric}={'off' if s.name in off else _num(m[f'{s.metric}@{arm}'])}" for s in gems.settings.values()
+            )
+            per_arm.append(f"{arm}: vs={_num(m[f'val_sharpe_mean@{arm}'], '.2f')} {values}")
+        parts.append(f"arms [{' | '.join(per_arm)}]")
     return " ".join(parts)

@@ -20,20 +20,38 @@ import pandas as pd
 import torch
 
 from tune_gems import data as data_mod
+from tune_gems.arms import DEFAULT_ARM
 from tune_gems.config import Config, flatten
 from tune_gems.env import Market, SegmentEvaluator
 from tune_gems.errors import CheckpointError, ConfigError
-from tune_gems.metrics import EPOCH_METRICS, GEM_KEYS, sharpe
+from tune_gems.evaluation import baseline_stats, evaluation_stats, read_back, segment_asset_returns
+from tune_gems.metrics import EVAL_STATS, SEGMENTS, epoch_metrics
 from tune_gems.ops import resolve_backend
 from tune_gems.trainer import checkpoint as ckpt
 from tune_gems.trainer.graph import StepRunner
 from tune_gems.trainer.health import health_line
-from tune_gems.trainer.learner import ACC_ROWS, Learner
+from tune_gems.trainer.learner import Learner
 
 RESUMABLE_CHANGES = ("trainer.epochs", "trainer.checkpoint_every", "trainer.graph", "device", "kernels")
 """Config keys that may differ between a checkpoint and the run resuming from it."""
 
 CUBLAS_DETERMINISTIC = ":4096:8"
+
+
+def _finite_or_nan(v: np.ndarray, reduce: Callable[[np.ndarray], Any]) -> float:
+    """`reduce` over the finite values (diverged members are NaN; a breakeven cost may be inf)."""
+    ok = v[np.isfinite(v)]
+    return float(reduce(ok)) if ok.size else math.nan
+
+
+def _mean(v: np.ndarray) -> float:
+    return _finite_or_nan(v, np.mean)
+
+
+def _std(v: np.ndarray) -> float:
+    """Sample std over finite values; 0.0 for one value, NaN for none."""
+    ok = v[np.isfinite(v)]
+    return float(ok.std(ddof=1)) if ok.size > 1 else 0.0 if ok.size else math.nan
 
 
 @dataclass
@@ -54,16 +72,23 @@ def resolve_device(name: str) -> torch.device:
 
 def load_prices(cfg: Config) -> pd.Series:
     """The configured price series, with enough rows for a window, an episode and three segments."""
+    return data_mod.load_series(cfg.data, min_rows=_min_rows(cfg))
+
+
+def _min_rows(cfg: Config) -> int:
     min_len = cfg.env.window + 2
-    return data_mod.load_series(cfg.data, min_rows=cfg.env.window + cfg.env.episode_length + 3 * min_len)
+    return cfg.env.window + cfg.env.episode_length + 3 * min_len
 
 
-def prepare_market(cfg: Config, device: torch.device, prices: pd.Series | None = None) -> Market:
-    """Load (or take) the price series, split it and build the device-side features."""
-    if prices is None:
-        prices = load_prices(cfg)
-    bounds = data_mod.split_bounds(prices, cfg.data.splits, min_len=cfg.env.window + 2)
-    market = Market(prices, bounds, cfg.env.window, device)
+def prepare_market(cfg: Config, device: torch.device, prices: pd.Series | None = None, n_seed_indices: int = 1) -> Market:
+    """Load (or take) the price paths, split them and build the device-side features.
+
+    `n_seed_indices`: the distinct seed indices of the run (its population); with synthetic
+    `per_seed` paths each gets its own path (tune_gems.data.load_paths), else one is shared.
+    """
+    paths = [prices] if prices is not None else data_mod.load_paths(cfg.data, n_seed_indices, min_rows=_min_rows(cfg))
+    bounds = data_mod.split_bounds(paths[0], cfg.data.splits, min_len=cfg.env.window + 2)
+    market = Market(paths, bounds, cfg.env.window, device)
     market.check_lengths(cfg.env.episode_length)
     return market
 
@@ -77,7 +102,7 @@ class Trainer:
         if self.device.type == "cuda":
             # cuBLAS picks reduction orders that vary run to run unless given a fixed workspace
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC)
-        self.market = prepare_market(cfg, self.device, prices)
+        self.market = prepare_market(cfg, self.device, prices, n_seed_indices=cfg.trainer.population)
         self.ops = resolve_backend(cfg.kernels, self.device)
         self.learner = Learner(cfg, self.market, self.device, self.ops)
         use_graph = self.device.type == "cuda" and cfg.trainer.graph != "off"
@@ -98,7 +123,7 @@ class Trainer:
 
     @property
     def steps_per_iteration(self) -> int:
-        return self.cfg.trainer.population * self.cfg.trainer.n_envs
+        return self.learner.P * self.cfg.trainer.n_envs
 
     def _prefill(self) -> None:
         """Fill replay before learning: at least learning_starts transitions per member."""
@@ -122,21 +147,34 @@ class Trainer:
         if segment not in self._evaluators:
             ev = SegmentEvaluator(
                 self.market, self.learner.env.actions, self.cfg.env.cost, self._greedy_policy,
-                self.cfg.trainer.population, segment,
+                self.learner.P, segment, path_of_member=self.learner.path_of_member,
             )  # fmt: skip
             self._evaluators[segment] = (ev, StepRunner(ev.step, ev.state_tensors, self.runner.use_graph))
         return self._evaluators[segment]
 
     @torch.no_grad()
-    def evaluate(self, segment: str) -> tuple[np.ndarray, torch.Tensor]:
-        """Greedy, noise-free policy over a whole segment: (Sharpe per member, returns [P,T]).
-        On CUDA one step is captured once and replayed T times."""
+    def evaluate(self, segment: str) -> tuple[dict[str, np.ndarray], torch.Tensor, torch.Tensor]:
+        """Greedy, noise-free policy over a whole segment: ({stat: [P]} for every name in
+        metrics.EVAL_STATS, net returns [P,T], positions [P,T]). On CUDA one step is captured
+        once and replayed T times; the statistics come back in one transfer."""
         ev, runner = self._evaluator(segment)
         ev.reset()
         for _ in range(ev.T):
             runner()
-        rets = ev.returns.clone()
-        return np.asarray(sharpe(rets, self.cfg.env.periods_per_year)), rets
+        asset = segment_asset_returns(self.market, segment)  # [T], or [paths, T]
+        if asset.dim() == 2:  # per-seed paths: each member's own
+            asset = asset[torch.as_tensor(self.learner.path_of_member, device=asset.device)]
+        env = self.cfg.env
+        stats = read_back(evaluation_stats(ev.positions, asset, env.cost, env.periods_per_year))
+        return stats, ev.returns.clone(), ev.positions.clone()
+
+    def baselines(self) -> pd.DataFrame:
+        """The flat, buy-and-hold and momentum baselines on the validation and test segments
+        (tune_gems.evaluation.baseline_stats; one row per segment, baseline and path), the
+        yardstick for the members' evaluation columns. Written beside the tables by the writers."""
+        env = self.cfg.env
+        segments = {s: self.market.ranges[s] for s in SEGMENTS}
+        return baseline_stats(self.market.returns_next, segments, env.cost, env.periods_per_year, momentum_span=env.momentum_span)
 
     # -- one epoch ---------------------------------------------------------------------------
     def run_epoch(self) -> EpochResult:
@@ -152,32 +190,65 @@ class Trainer:
         for _ in range(tc.iterations_per_epoch):
             self.runner()
         acc = self.learner.acc.double().cpu().numpy() / tc.iterations_per_epoch  # the epoch's one readback
-        elapsed = time.perf_counter() - t0
+        train_s = time.perf_counter() - t0
         self.epoch += 1
         self.env_steps += tc.iterations_per_epoch * self.steps_per_iteration
         self.updates += tc.iterations_per_epoch
-        rows = dict(zip(ACC_ROWS, acc))
+        rows = dict(zip(self.learner.acc_rows, acc))
         member_diverged = (rows["nonfinite"] > 0) | ~(np.abs(rows["loss"]) <= tc.divergence_threshold)
         self.diverged = bool(member_diverged.any())
-        val, _ = self.evaluate("val")
-        val = np.where(member_diverged, np.nan, val)
-        test = np.full(tc.population, np.nan)
+        t1 = time.perf_counter()
+        evals = {"val": self._masked(self.evaluate("val")[0], member_diverged)}
+        evals["test"] = {k: np.full(self.learner.P, np.nan) for k in EVAL_STATS}
         if self.epoch >= tc.epochs and not self.diverged:
-            test, _ = self.evaluate("test")
-        result = self._result(rows, val, test, member_diverged, elapsed)
+            evals["test"] = self.evaluate("test")[0]
+        eval_s = time.perf_counter() - t1
+        result = self._result(rows, evals, member_diverged, train_s, eval_s)
         self.history.append(result.metrics)
         self.member_history.extend(result.members)
-        self.log(health_line(result.metrics, self.learner.gems))
+        self.log(health_line(result.metrics, self.learner.gems, self.arm_names, self._arm_off()))
         return result
 
-    def _result(self, rows, val, test, member_diverged, elapsed) -> EpochResult:
-        P = self.cfg.trainer.population
+    # -- arms (tune_gems.arms; the learner's member layout, one arm without `arms`) ------------
+    @property
+    def arm_names(self) -> tuple[str, ...]:
+        layout = getattr(self.learner, "layout", None)
+        return tuple(layout.arms) if layout is not None else (DEFAULT_ARM,)
+
+    def arm_of(self, member: int) -> str:
+        layout = getattr(self.learner, "layout", None)
+        return layout.arm_of(member) if layout is not None else DEFAULT_ARM
+
+    def seed_index(self, member: int) -> int:
+        layout = getattr(self.learner, "layout", None)
+        return layout.seed_index(member) if layout is not None else member
+
+    def _arm_off(self) -> dict[str, set[str]]:
+        """Per arm, the gems it has off in every member (HEALTH_DIAG prints `off` for them)."""
+        member_gems = getattr(self.learner, "member_gems", None)
+        out: dict[str, set[str]] = {}
+        for arm in self.arm_names:
+            members = [p for p in range(self.learner.P) if self.arm_of(p) == arm]
+            out[arm] = {
+                s.name for s in self.learner.gems.settings.values()
+                if (all(member_gems.modes[s.name][p] == "off" for p in members) if member_gems is not None else s.mode == "off")
+            }  # fmt: skip
+        return out
+
+    @staticmethod
+    def _masked(stats: dict[str, np.ndarray], member_diverged: np.ndarray) -> dict[str, np.ndarray]:
+        return {k: np.where(member_diverged, np.nan, v) for k, v in stats.items()}
+
+    def _result(self, rows, evals, member_diverged, train_s, eval_s) -> EpochResult:
+        P = self.learner.P
         loss = rows["loss"]
-        gem_values = {GEM_KEYS[n]: rows[n] for n in ("g6", "g10", "g12")}
+        settings = self.learner.gems.settings.values()
+        gem_values = {s.metric: rows[s.name] for s in settings}
         with np.errstate(divide="ignore", invalid="ignore"):
-            gem_rel = {f"{k}_rel": v / loss for k, v in gem_values.items()}
-        ok = val[~np.isnan(val)]
-        tok = test[~np.isnan(test)]
+            gem_values.update({f"{s.metric}_rel": rows[s.name] / loss for s in settings})
+        gem_values.update({f"{s.metric}_null": rows[f"{s.name}_null"] for s in settings})
+        gem_values.update({f"{s.metric}_excess": rows[s.name] - rows[f"{s.name}_null"] for s in settings})
+        val, test = evals["val"]["sharpe"], evals["test"]["sharpe"]
         m: dict[str, Any] = {
             "epoch": self.epoch,
             "env_steps": self.env_steps,
@@ -186,25 +257,41 @@ class Trainer:
             "q_mean": float(np.mean(rows["q_mean"])),
             "grad_norm": float(np.mean(rows["grad_norm"])),
             "noisy_sigma": float(self.learner.online.noisy_sigma().mean()),
-            "val_sharpe_mean": float(ok.mean()) if ok.size else math.nan,
-            "val_sharpe_std": float(ok.std(ddof=1)) if ok.size > 1 else 0.0 if ok.size else math.nan,
-            "val_sharpe_min": float(ok.min()) if ok.size else math.nan,
-            "val_sharpe_max": float(ok.max()) if ok.size else math.nan,
-            "test_sharpe_mean": float(tok.mean()) if tok.size else math.nan,
-            "test_sharpe_std": float(tok.std(ddof=1)) if tok.size > 1 else 0.0 if tok.size else math.nan,
+            "val_sharpe_mean": _mean(val),
+            "val_sharpe_std": _std(val),
+            "val_sharpe_min": _finite_or_nan(val, np.min),
+            "val_sharpe_max": _finite_or_nan(val, np.max),
+            "test_sharpe_mean": _mean(test),
+            "test_sharpe_std": _std(test),
         }
+        for seg in SEGMENTS:
+            m.update({f"{seg}_{k}_mean": _mean(evals[seg][k]) for k in EVAL_STATS if k != "sharpe"})
+        m.update({f"{seg}_alpha_sharpe_std": _std(evals[seg]["alpha_sharpe"]) for seg in SEGMENTS})
+        m.update({f"{seg}_breakeven_cost_bps_median": _finite_or_nan(evals[seg]["breakeven_cost_bps"], np.median) for seg in SEGMENTS})
+        k = self.cfg.trainer.objective_last_k
+        for objective, column in (("val_sharpe_mean_lastk", "val_sharpe_mean"), ("val_alpha_sharpe_mean_lastk", "val_alpha_sharpe_mean")):
+            recent = [h[column] for h in self.history[-(k - 1):]] if k > 1 else []
+            m[objective] = float(np.mean([*recent, m[column]]))
         m.update({k: float(np.mean(v)) for k, v in gem_values.items()})
-        m.update({k: float(np.mean(v)) for k, v in gem_rel.items()})
         m["diverged"] = self.diverged
-        m["sps"] = float(self.cfg.trainer.iterations_per_epoch * self.steps_per_iteration / max(elapsed, 1e-9))
-        assert tuple(m) == EPOCH_METRICS
+        m["sps"] = float(self.cfg.trainer.iterations_per_epoch * self.steps_per_iteration / max(train_s, 1e-9))
+        m.update(train_s=float(train_s), eval_s=float(eval_s))
+        arm_of = [self.arm_of(p) for p in range(P)]  # plain str: checkpoints load weights-only
+        arms = self.arm_names
+        for arm in arms if len(arms) > 1 else ():
+            mine = (np.array(arm_of) == arm) & ~member_diverged
+            m[f"val_sharpe_mean@{arm}"] = _mean(val[mine])
+            m[f"val_alpha_sharpe_mean@{arm}"] = _mean(evals["val"]["alpha_sharpe"][mine])
+            m.update({f"{s.metric}@{arm}": _mean(rows[s.name][mine]) for s in settings})
+        assert tuple(m) == epoch_metrics(self.cfg.plugins, arms)
         members = []
         for p in range(P):
-            row = {"epoch": self.epoch, "member": p, "seed": self.learner.seeds[p]}
-            row.update(val_sharpe=float(val[p]), test_sharpe=float(test[p]), loss=float(loss[p]))
-            row.update(q_mean=float(rows["q_mean"][p]), grad_norm=float(rows["grad_norm"][p]))
+            row = {"epoch": self.epoch, "member": p, "seed": self.learner.seeds[p], "arm": str(arm_of[p]), "seed_index": int(self.seed_index(p))}
+            row.update(val_sharpe=float(val[p]), test_sharpe=float(test[p]))
+            for seg in SEGMENTS:
+                row.update({f"{seg}_{k}": float(evals[seg][k][p]) for k in EVAL_STATS if k != "sharpe"})
+            row.update(loss=float(loss[p]), q_mean=float(rows["q_mean"][p]), grad_norm=float(rows["grad_norm"][p]))
             row.update({k: float(v[p]) for k, v in gem_values.items()})
-            row.update({k: float(v[p]) for k, v in gem_rel.items()})
             row["diverged"] = bool(member_diverged[p])
             members.append(row)
         return EpochResult(metrics=m, members=members)

@@ -1,0 +1,137 @@
+"""The three built-in gems, registered through the same registry as any plug-in.
+
+Each value is a function of GemInputs (tune_gems.gems.inputs) returning [P]. The reference math
+lives in tune_gems.gems.reference (docs/design.md, "The gems"); `fused` runs the same math through the
+`tune_gems::` custom ops (CUDA kernels on CUDA). Torch is imported on first evaluation only, so
+that validating a config does not import it.
+
+Nulls (docs/gems.md, "Nulls"):
+- G6: its expectation when the branches' features are independent, given each feature's own
+  batch values: for a standardised column pair, E[r^2] over the batch orderings of one branch is
+  exactly 1/(B-1) (the permutation variance of a Pearson correlation), shrunk by the epsilon of
+  the standardisation: null = mean over pairs k<l of mean_i s_ki * mean_j s_lj / (B-1), with
+  s = var / (var + eps) (0 for a constant feature, which contributes nothing to G6 either).
+- G10: none (NaN): its scale is that of squared changes of expected Q between successive states,
+  which depends on the reward scale and the policy; no value stands for "no structure".
+- G12: the better of two trivial predictors of h_{t+1} on the same batch and mask: predicting
+  h_t (persistence) and predicting zero. Excess < 0 means the predictor beats both.
+"""
+
+from __future__ import annotations
+
+from tune_gems.gems.inputs import GemInputs
+from tune_gems.gems.registry import BUILTIN_ORIGIN, Gem, register
+
+
+def _ref():
+    from tune_gems.gems import reference
+
+    return reference
+
+
+def _ops():
+    from tune_gems.ops.custom_ops import FUSED
+
+    return FUSED
+
+
+# -- G6 branch independence -------------------------------------------------------------------
+
+
+def g6_reference(x: GemInputs):
+    return _ref().g6_branch_indep(x.adv_features)[1]
+
+
+def g6_fused(x: GemInputs):
+    return _ops().g6_branch_indep(x.adv_features)[1]
+
+
+def g6_null(x: GemInputs):
+    import torch
+
+    f = x.adv_features
+    P, K, B, _ = f.shape
+    if K < 2:
+        return f.new_zeros(P)
+    var = f.var(dim=2, unbiased=False)  # [P,K,D]
+    shrink = (var / (var + _ref().G6_EPS)).mean(dim=2)  # [P,K]
+    iu, ju = torch.triu_indices(K, K, offset=1, device=f.device)
+    return (shrink[:, iu] * shrink[:, ju]).mean(dim=1) / (B - 1)
+
+
+# -- G10 temporal consistency -----------------------------------------------------------------
+
+
+def g10_reference(x: GemInputs):
+    return _ref().g10_temporal(x.q_t, x.q_tp1, x.not_done)[1]
+
+
+def g10_fused(x: GemInputs):
+    return _ops().g10_temporal(x.q_t, x.q_tp1, x.not_done)[1]
+
+
+# -- G12 predictive coding --------------------------------------------------------------------
+
+
+def _g12(x: GemInputs, fns):
+    pred = x.head(x.h_t, x.action)
+    return fns.g12_predictive(pred.float(), x.h_tp1.float().detach(), x.not_done)[1]
+
+
+def g12_reference(x: GemInputs):
+    return _g12(x, _ref())
+
+
+def g12_fused(x: GemInputs):
+    return _g12(x, _ops())
+
+
+def g12_null(x: GemInputs):
+    import torch
+
+    ref = _ref()
+    target = x.h_tp1.float().detach()
+    persistence = ref.g12_predictive(x.h_t.float().detach(), target, x.not_done)[1]
+    zero = ref.g12_predictive(torch.zeros_like(target), target, x.not_done)[1]
+    return torch.minimum(persistence, zero)
+
+
+def g12_predictor(ctx):
+    from tune_gems.model.heads import LatentPredictor
+
+    return LatentPredictor(ctx)
+
+
+G6 = register(
+    Gem(
+        name="g6",
+        metric="g6_branch_indep",
+        description="branch independence: mean squared cross-correlation of the action branches' advantage features",
+        reference=g6_reference,
+        fused=g6_fused,
+        null=g6_null,
+        origin=BUILTIN_ORIGIN,
+    )
+)
+G10 = register(
+    Gem(
+        name="g10",
+        metric="g10_temporal",
+        description="temporal consistency: mean squared change of expected Q from s_t to s_{t+1}",
+        reference=g10_reference,
+        fused=g10_fused,
+        origin=BUILTIN_ORIGIN,
+    )
+)
+G12 = register(
+    Gem(
+        name="g12",
+        metric="g12_predictive",
+        description="predictive coding: error of a predictor of the target latent h_{t+1} from h_t and the action",
+        reference=g12_reference,
+        fused=g12_fused,
+        null=g12_null,
+        head=g12_predictor,
+        origin=BUILTIN_ORIGIN,
+    )
+)

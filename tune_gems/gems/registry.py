@@ -1,0 +1,189 @@
+"""The gem registry: one definition per gem, from which everything else derives.
+
+A gem is registered once (`register(Gem(...))`) and from then on the config model
+(`gems.<name>.mode/weight`), the learner's accumulator rows, the metric columns of every
+result table, the HEALTH_DIAG order, the config label and the `gems.json` manifest all come
+from this registry (docs/design.md, "The gem registry"). The three built-in gems register in
+tune_gems.gems.builtin; a plug-in module registers its own when the config's `plugins` list
+imports it (`import_plugins`).
+
+Which gems a *run* knows is the built-ins plus the gems registered by the modules in its own
+`plugins` list (`run_gems(plugins)`), so a plug-in imported by one run never adds columns to
+another run in the same process.
+
+This module imports neither torch nor the rest of the package: the config validates (and the
+CLI refuses bad input) before torch is imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from tune_gems.errors import ConfigError
+
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+"""A gem name and its metric name: lowercase identifiers (they become config keys and columns)."""
+
+BUILTIN_ORIGIN = "tune_gems.gems.builtin"
+RESERVED_METRICS = frozenset(
+    {"epoch", "env_steps", "updates", "loss", "q_mean", "grad_norm", "noisy_sigma", "diverged", "sps", "nonfinite"}
+)
+"""Names a gem metric may not take: the trainer's own columns and accumulator rows."""
+
+
+@dataclass(frozen=True)
+class Gem:
+    """One gem's definition.
+
+    - `name` (config key `gems.<name>`, e.g. "g6") and `metric` (its column, e.g.
+      "g6_branch_indep"); `description`: one line, shown in gems.json and docs.
+    - `reference(x: GemInputs) -> Tensor [P]`: the gem's value per member, in plain torch with the
+      population axis first; members never mix. Differentiable: `wire` mode backpropagates it.
+    - `fused(x) -> Tensor [P]` (optional): the same value through a `tune_gems::` custom op
+      (a CUDA kernel on CUDA, the reference math with closed-form gradients on CPU), used unless
+      `kernels=reference`; the reference is its oracle in the tests.
+    - `null(x) -> Tensor [P]` (optional): the gem's value when there is no structure to find
+      (e.g. G6 of independent features at this batch size); the analysis uses it as the gem's
+      zero (`<metric>_null`, `<metric>_excess`). None: no principled null (columns are NaN).
+    - `head(ctx) -> nn.Module` (optional): parameters the gem owns (G12's predictor), built with
+      the network from the member generators (tune_gems.model.heads.HeadContext). The gem
+      calls it as `x.head(*args)`; it trains in `measure` mode (on stop-gradient inputs, the
+      value as its loss) and in `wire` mode (weight x value, with the network).
+    - `origin`: the module that registered it (a `plugins` entry, or the built-ins).
+    """
+
+    name: str
+    metric: str
+    description: str
+    reference: Callable[..., Any]
+    fused: Optional[Callable[..., Any]] = None
+    null: Optional[Callable[..., Any]] = None
+    head: Optional[Callable[..., Any]] = None
+    origin: str = field(default="", compare=False)
+
+    @property
+    def builtin(self) -> bool:
+        return self.origin == BUILTIN_ORIGIN
+
+
+_GEMS: dict[str, Gem] = {}
+_LOCK = threading.RLock()
+_IMPORTING = threading.local()  # the plugins entry being imported (origin of what it registers)
+
+
+def register(gem: Gem) -> Gem:
+    """Add a gem to the registry (called at import time by a plug-in module).
+
+    Raises ConfigError (one line) for a malformed definition or a name / metric that clashes
+    with a gem already registered by another module. Registering the same name again from the
+    same module replaces the definition (a reloaded module).
+    """
+    origin = gem.origin if gem.origin == BUILTIN_ORIGIN else None
+    origin = origin or getattr(_IMPORTING, "module", None) or gem.origin or getattr(gem.reference, "__module__", "") or ""
+    gem = Gem(**{**gem.__dict__, "origin": origin})
+    for what, value in (("name", gem.name), ("metric", gem.metric)):
+        if not isinstance(value, str) or not NAME_PATTERN.match(value):
+            raise ConfigError(f"gem {what} {value!r}: must be a lowercase identifier ([a-z][a-z0-9_]*, at most 32)")
+    if gem.metric in RESERVED_METRICS or gem.metric.endswith(("_rel", "_null", "_excess")):
+        raise ConfigError(f"gem {gem.name}: metric name {gem.metric!r} is reserved")
+    if not callable(gem.reference):
+        raise ConfigError(f"gem {gem.name}: reference must be a function of GemInputs")
+    for what in ("fused", "null", "head"):
+        if getattr(gem, what) is not None and not callable(getattr(gem, what)):
+            raise ConfigError(f"gem {gem.name}: {what} must be a function or None")
+    if not isinstance(gem.description, str) or "\n" in gem.description:
+        raise ConfigError(f"gem {gem.name}: description must be one line of text")
+    with _LOCK:
+        for other in _GEMS.values():
+            if other.origin == origin and other.name == gem.name:
+                continue
+            if gem.name in (other.name, other.metric) or gem.metric in (other.name, other.metric):
+                kind = "the built-in gem" if other.builtin else f"gem {other.name!r} of {other.origin}"
+                raise ConfigError(f"gem {gem.name} ({gem.metric}) of {origin}: clashes with {kind} {other.name} ({other.metric})")
+        _GEMS[gem.name] = gem
+    return gem
+
+
+def registered() -> list[Gem]:
+    """Every registered gem: the built-ins first, then plug-ins in registration order."""
+    _ensure_builtins()
+    with _LOCK:
+        return list(_GEMS.values())
+
+
+def get(name: str) -> Gem:
+    _ensure_builtins()
+    return _GEMS[name]
+
+
+def builtin_gems() -> list[Gem]:
+    return [g for g in registered() if g.builtin]
+
+
+def run_gems(plugins: Iterable[str] = ()) -> list[Gem]:
+    """The gems a run knows: the built-ins, then those registered by its `plugins` modules
+    (in the order of the list). The modules must have been imported (`import_plugins`)."""
+    plugins = list(plugins)
+    gems = registered()
+    out = [g for g in gems if g.builtin]
+    for module in plugins:
+        out += [g for g in gems if g.origin == module]
+    return out
+
+
+def import_plugins(plugins: Sequence[Any]) -> list[Gem]:
+    """Import the `plugins` modules (each registers its gems); the plug-in gems, in order.
+
+    Refused in one line (ConfigError naming `plugins`): an entry that is not a dotted module
+    name, a module that does not import, one that registers nothing, a gem that clashes with a
+    built-in or another plug-in.
+    """
+    _ensure_builtins()
+    if plugins is None:
+        return []
+    if not isinstance(plugins, (list, tuple)):
+        raise ConfigError(f"plugins: expected a list of module names, got {plugins!r}")
+    found: list[Gem] = []
+    for module in plugins:
+        if not isinstance(module, str) or not re.match(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$", module):
+            raise ConfigError(f"plugins: {module!r} is not a dotted module name")
+        with _LOCK:
+            _IMPORTING.module = module
+            try:
+                importlib.import_module(module)
+            except ConfigError as e:
+                raise ConfigError(f"plugins: {module}: {e}") from None
+            except BaseException as e:  # a plug-in's own failure, whatever it is, is bad input
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                msg = " ".join(str(e).split()) or type(e).__name__
+                raise ConfigError(f"plugins: {module}: cannot import ({type(e).__name__}: {msg})") from None
+            finally:
+                _IMPORTING.module = None
+        mine = [g for g in registered() if g.origin == module]
+        if not mine:
+            raise ConfigError(f"plugins: {module}: registers no gem (call tune_gems.gems.register(Gem(...)) at import)")
+        found += mine
+    return found
+
+
+def manifest(plugins: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """The content of `gems.json` for a run with these plugins: one entry per gem it knows."""
+    return [
+        {"name": g.name, "metric": g.metric, "description": g.description, "has_null": g.null is not None}
+        for g in run_gems(plugins)
+    ]
+
+
+MANIFEST_FILE = "gems.json"
+"""The manifest's file name beside a run's or a sweep's tables (CONTRACTS: readers fall back to
+the three built-ins when it is absent)."""
+
+
+def _ensure_builtins() -> None:
+    if BUILTIN_ORIGIN not in {g.origin for g in _GEMS.values()}:
+        importlib.import_module(BUILTIN_ORIGIN)

@@ -1,0 +1,48 @@
+"""Parameters a gem owns (`Gem.head`), built with the network from the member generators.
+
+A head is a module whose direct children are population layers (PopLinear / NoisyPopLinear);
+the network computes their effective weights with its own each iteration (so a head lives in
+the same flat parameter matrix, optimizer step and CUDA graph) and hands the gem the head bound
+to them (`GemInputs.head`). `forward(*args, weights)` receives {child name: (W, b)}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tune_gems.config import ModelConfig
+from tune_gems.model.layers import PopLinear
+
+
+@dataclass(frozen=True)
+class HeadContext:
+    """What a head factory gets: the member generators (consume them for the initial weights,
+    in a fixed order), the model config, the trunk width H, the branches K and sub-actions A."""
+
+    generators: list[torch.Generator]
+    model: ModelConfig
+    hidden: int
+    branches: int
+    sub_actions: int
+
+
+class LatentPredictor(nn.Module):
+    """G12's predictor: (h_t [P,B,H], action [P,B,K]) -> predicted h_{t+1} [P,B,H]."""
+
+    def __init__(self, ctx: HeadContext):
+        super().__init__()
+        gens, H, K, A = ctx.generators, ctx.hidden, ctx.branches, ctx.sub_actions
+        self.A = A
+        self.pred_in = PopLinear(gens, 1, H + K * A, ctx.model.predictor_hidden)
+        self.pred_out = PopLinear(gens, 1, ctx.model.predictor_hidden, H)
+
+    def forward(self, h: Tensor, action: Tensor, weights: dict[str, tuple[Tensor, Tensor]]) -> Tensor:
+        # one-hot by comparison: F.one_hot validates its input with a host sync on CUDA
+        ids = torch.arange(self.A, device=action.device)
+        onehot = (action.unsqueeze(-1) == ids).to(h.dtype).flatten(-2)  # [P,B,K*A]
+        x = F.relu(PopLinear.apply(torch.cat([h, onehot], dim=-1), weights["pred_in"]))
+        return PopLinear.apply(x, weights["pred_out"])
