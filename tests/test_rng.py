@@ -43,3 +43,18 @@ def test_member_seeds_are_distinct_and_stable():
     s = member_seeds(0, 64)
     assert len(set(s)) == 64 and s == member_seeds(0, 64) and s[:3] == member_seeds(0, 3)
     assert set(s).isdisjoint(member_seeds(1, 64))
+
+
+def test_appending_slices_to_a_plan_leaves_the_earlier_slices_bit_identical():
+    """The learner reserves the epsilon-greedy slices for every member, noisy or not, after the
+    noise, env-start and replay slices: a slice's numbers depend only on its offset, so adding
+    slices at the end keeps the earlier draws (and today's noisy runs) bit-identical."""
+    from tune_gems.rng import DrawPlan
+
+    short = DrawPlan({"noise": 10, "env": 3, "replay": 5}, "cpu")
+    long = DrawPlan({"noise": 10, "env": 3, "replay": 5, "eps_coin": 3, "eps_action": 6}, "cpu")
+    d_short, d_long = CounterRNG([7, 8], "cpu").draw(short), CounterRNG([7, 8], "cpu").draw(long)
+    for name in ("noise", "env", "replay"):
+        assert torch.equal(d_short.uniform(name), d_long.uniform(name))
+    moved = DrawPlan({"eps_coin": 3, "noise": 10, "env": 3, "replay": 5}, "cpu")  # a slice in front shifts the rest
+    assert not torch.equal(CounterRNG([7, 8], "cpu").draw(moved).uniform("noise"), d_short.uniform("noise"))

@@ -94,9 +94,6 @@ class CounterRNG:
         """Uniform integers in [0, high) per member; `high` may be a device tensor ([P] or scalar)."""
         return to_integers(self.uniform(stream, shape), high)
 
-    def state_dict(self) -> dict[str, Tensor]:
-        return {"keys": self.keys, "counter": self.counter}
-
 
 def to_integers(u: Tensor, high: Tensor | int) -> Tensor:
     """Uniforms [P, ...] in (0,1) -> integers in [0, high); `high` an int or a device tensor

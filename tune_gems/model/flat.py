@@ -19,33 +19,39 @@ class FlatParameters:
         P = population
         slots: list[tuple[nn.Module, str, Tensor]] = []
         for mod in module.modules():
-            for name, p in mod._parameters.items():
-                if p is not None:
-                    if p.shape[0] != P:
-                        raise ValueError(f"parameter {name} has leading size {p.shape[0]}, not the population {P}")
-                    slots.append((mod, name, p))
+            for name, p in mod.named_parameters(recurse=False):
+                if p.shape[0] != P:
+                    raise ValueError(f"parameter {name} has leading size {p.shape[0]}, not the population {P}")
+                slots.append((mod, name, p))
         self.population = P
         self.sizes = [p.numel() // P for _, _, p in slots]
-        self.names = [name for _, name, _ in slots]
         with torch.no_grad():
             self.data = torch.cat([p.detach().reshape(P, -1) for _, _, p in slots], dim=1).contiguous()
         self.grad = torch.zeros_like(self.data) if with_grad else None
         self.params: list[nn.Parameter] = []
+        self._columns: dict[int, slice] = {}  # id(parameter) -> its columns of `data`
         offset = 0
         for (mod, name, p), n in zip(slots, self.sizes):
             param = nn.Parameter(self.data[:, offset : offset + n].view(p.shape), requires_grad=with_grad)
-            mod._parameters[name] = param
+            setattr(mod, name, param)  # nn.Module registers a Parameter in place of the old one
             self.params.append(param)
+            self._columns[id(param)] = slice(offset, offset + n)
             offset += n
         self._zeros = [torch.zeros(P, n, device=self.data.device) for n in self.sizes]
+
+    def columns(self, module: nn.Module) -> slice:
+        """The columns of `data` holding a submodule's parameters (one contiguous range: a
+        module's parameters are laid out together, in `module.modules()` order)."""
+        spans = sorted((self._columns[id(p)].start, self._columns[id(p)].stop) for p in module.parameters())
+        if not spans:
+            return slice(0, 0)
+        if any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
+            raise ValueError("the module's parameters are not contiguous in the flat matrix")
+        return slice(spans[0][0], spans[-1][1])
 
     def gather_grads(self, grads: tuple[Tensor | None, ...]) -> None:
         """Write per-parameter gradients (None: no gradient reached it) into `grad`."""
         P = self.population
         parts = [g.reshape(P, -1) if g is not None else z for g, z in zip(grads, self._zeros)]
         torch.cat(parts, dim=1, out=self.grad)
-
-    @property
-    def total(self) -> int:
-        return self.data.shape[1]
 

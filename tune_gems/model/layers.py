@@ -7,12 +7,25 @@ that is where spectral norm runs its power iteration and NoisyNets apply their n
 them once and reusing them for every batch of the iteration keeps the power-iteration state
 update out of the backward graph (the failure mode of torch's spectral-norm parametrization
 when one module runs twice) and lets s_t and s_{t+1} share one noise sample.
+
+Spectral norm and NoisyNets are switched per member (arms put different configurations on the
+population axis, docs/design.md "Arms"): the machinery is always built and always runs, and a
+per-member mask (a constant buffer) selects its effect with `torch.where`, never a Python branch.
+So a member's computation, its initial weights (the generator consumes the same draws whatever
+the switches) and its random numbers do not depend on its own or any other member's switches,
+and a member equals, bit for bit, the same member in a run where every member has its setting.
+
+Member blocks: with several arms, `set_member_block(n)` makes every batched matmul of a layer
+(forward, backward, power iteration) run once per block of n consecutive members (an arm)
+instead of once over all P. The members' numbers are then computed by matmuls of exactly the
+shapes of a single-arm run: a GPU BLAS may pick its algorithm (e.g. split-K) from the batch
+count, and would otherwise round an arm's members differently from a run of that arm alone.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -42,21 +55,71 @@ def _normalize(x: Tensor) -> Tensor:
     return x / x.norm(dim=-1, keepdim=True).clamp_min(_NORM_EPS)
 
 
+def member_flags(flags: bool | Sequence[bool], population: int, what: str) -> list[bool]:
+    """One switch per member: a bool for every member, or a sequence of P bools."""
+    if isinstance(flags, bool):
+        return [flags] * population
+    out = [bool(f) for f in flags]
+    if len(out) != population:
+        raise ValueError(f"{len(out)} {what} switches for a population of {population}")
+    return out
+
+
+class Affine(tuple):
+    """A layer's effective weights for one iteration, (W [G,in,out], b [G,1,out]), unpacking like
+    a pair, and `chunk`: the groups per member block that matmuls keep apart (None: one block)."""
+
+    chunk: int | None
+
+    def __new__(cls, w: Tensor, b: Tensor, chunk: int | None = None) -> "Affine":
+        obj = super().__new__(cls, (w, b))
+        obj.chunk = chunk
+        return obj
+
+
+def _blockwise(op, chunk: int | None, *tensors: Tensor) -> Tensor:
+    """op over the leading group axis, once per block of `chunk` groups (once when None)."""
+    if chunk is None or chunk >= tensors[0].shape[0]:
+        return op(*tensors)
+    return torch.cat([op(*parts) for parts in zip(*(t.split(chunk) for t in tensors))])
+
+
+def _group_mask(flags: list[bool], reps: int, rank: int) -> Tensor:
+    """Member switches -> a bool mask over the G = P*reps groups, shaped [G, 1, ...] (`rank` dims)."""
+    return torch.tensor(flags).repeat_interleave(reps).view(-1, *([1] * (rank - 1)))
+
+
 class PopLinear(nn.Module):
     """y = x @ W + b per group, optionally spectral-normed by per-group power iteration.
 
     Parameters are stored [P, reps, in, out] (member first, so they can be views of one
     member-major matrix, see flat.py) and used as G = P*reps independent [in, out] matrices.
+
+    `spectral_norm`: None (a plain layer: no spectral-norm state, e.g. a gem head), or the
+    per-member switch (a bool for all, or P bools). With a switch the power-iteration state is
+    built and advanced for every member, and a member whose switch is off uses its raw weights
+    (W / 1); its initial weights are the same either way.
     """
 
-    def __init__(self, gens: list[torch.Generator], reps: int, in_f: int, out_f: int, spectral_norm: bool = False):
+    def __init__(
+        self,
+        gens: list[torch.Generator],
+        reps: int,
+        in_f: int,
+        out_f: int,
+        spectral_norm: bool | Sequence[bool] | None = None,
+    ):
         super().__init__()
         bound = 1.0 / math.sqrt(in_f)
-        self.groups, self.in_f, self.out_f = len(gens) * reps, in_f, out_f
+        self.groups, self.reps, self.in_f, self.out_f = len(gens) * reps, reps, in_f, out_f
+        self.chunk: int | None = None  # groups per member block (set_member_block)
         self.weight = nn.Parameter(_uniform(gens, reps, (in_f, out_f), bound))
         self.bias = nn.Parameter(_uniform(gens, reps, (1, out_f), bound))
-        self.spectral_norm = spectral_norm
-        if spectral_norm:
+        self.has_spectral_norm = spectral_norm is not None
+        if self.has_spectral_norm:
+            flags = member_flags(spectral_norm, len(gens), "spectral_norm")
+            # a constant, not training state: not persistent (checkpoints hold state only)
+            self.register_buffer("sn_on", _group_mask(flags, reps, 3), persistent=False)
             self.register_buffer("sn_u", _normalize(_normal(gens, reps, (out_f,))).view(self.groups, out_f))
             self.register_buffer("sn_v", _normalize(_normal(gens, reps, (in_f,))).view(self.groups, in_f))
             for _ in range(SN_INIT_ITERATIONS):
@@ -65,27 +128,33 @@ class PopLinear(nn.Module):
     def _grouped(self, t: Tensor, rows: int) -> Tensor:
         return t.reshape(self.groups, rows, self.out_f)
 
+    def set_member_block(self, members: int | None) -> None:
+        """Keep blocks of `members` consecutive members apart in every matmul (None: one block)."""
+        self.chunk = None if members is None else members * self.reps
+
     @torch.no_grad()
     def _power_iteration(self) -> None:
         w = self._grouped(self.weight, self.in_f)
-        v = _normalize(torch.bmm(w, self.sn_u.unsqueeze(-1)).squeeze(-1))
-        u = _normalize(torch.bmm(v.unsqueeze(1), w).squeeze(1))
+        v = _normalize(_blockwise(torch.bmm, self.chunk, w, self.sn_u.unsqueeze(-1)).squeeze(-1))
+        u = _normalize(_blockwise(torch.bmm, self.chunk, v.unsqueeze(1), w).squeeze(1))
         self.sn_v.copy_(v)
         self.sn_u.copy_(u)
 
-    def weights(self, mode: WeightMode) -> tuple[Tensor, Tensor]:
+    def weights(self, mode: WeightMode) -> Affine:
         w, b = self._grouped(self.weight, self.in_f), self._grouped(self.bias, 1)
-        if not self.spectral_norm:
-            return w, b
+        if not self.has_spectral_norm:
+            return Affine(w, b, self.chunk)
         if mode == "train":
             self._power_iteration()
-        sigma = (self.sn_v * torch.bmm(w, self.sn_u.unsqueeze(-1)).squeeze(-1)).sum(-1)
-        return w / sigma.view(-1, 1, 1), b
+        sigma = (self.sn_v * _blockwise(torch.bmm, self.chunk, w, self.sn_u.unsqueeze(-1)).squeeze(-1)).sum(-1)
+        # W / 1 is W exactly; the where also keeps an off member's sigma out of its gradient
+        return Affine(w / torch.where(self.sn_on, sigma.view(-1, 1, 1), 1.0), b, self.chunk)
 
     @staticmethod
     def apply(x: Tensor, wb: tuple[Tensor, Tensor]) -> Tensor:
+        """x [G,N,in] -> x @ W + b [G,N,out], per member block when `wb` is an Affine with a chunk."""
         w, b = wb
-        return torch.baddbmm(b, x, w)
+        return _blockwise(lambda b_, x_, w_: torch.baddbmm(b_, x_, w_), getattr(wb, "chunk", None), b, x, w)
 
 
 class NoisyPopLinear(nn.Module):
@@ -94,19 +163,35 @@ class NoisyPopLinear(nn.Module):
     W = mu_w + sigma_w * f(eps_in) f(eps_out)^T, b = mu_b + sigma_b * f(eps_out), with
     f(x) = sign(x) sqrt(|x|). The buffers `f_in`, `f_out` hold f(eps), refilled in place by
     `resample` from each member's counter RNG inside the captured iteration.
+
+    `noisy`: the per-member switch (a bool for all, or P bools). A member whose switch is off
+    gets zero noise, so its weights are mu + sigma * 0 = mu (the mean weights) and its sigma
+    gets exactly zero gradient (Adam then leaves it unchanged). The initial mu draws the same
+    numbers as a PopLinear of the same shape would.
     """
 
-    def __init__(self, gens: list[torch.Generator], reps: int, in_f: int, out_f: int, sigma0: float):
+    def __init__(
+        self,
+        gens: list[torch.Generator],
+        reps: int,
+        in_f: int,
+        out_f: int,
+        sigma0: float,
+        noisy: bool | Sequence[bool] = True,
+    ):
         super().__init__()
         bound = 1.0 / math.sqrt(in_f)
         P = len(gens)
         self.P, self.reps, self.in_f, self.out_f = P, reps, in_f, out_f
+        self.chunk: int | None = None  # groups per member block (set_member_block)
         self.mu_w = nn.Parameter(_uniform(gens, reps, (in_f, out_f), bound))
         self.mu_b = nn.Parameter(_uniform(gens, reps, (1, out_f), bound))
         self.sigma_w = nn.Parameter(torch.full((P, reps, in_f, out_f), sigma0 / math.sqrt(in_f)))
         self.sigma_b = nn.Parameter(torch.full((P, reps, 1, out_f), sigma0 / math.sqrt(in_f)))
         self.register_buffer("f_in", torch.zeros(P, reps, in_f, 1))
         self.register_buffer("f_out", torch.zeros(P, reps, 1, out_f))
+        flags = member_flags(noisy, P, "noisy")
+        self.register_buffer("noise_on", torch.tensor(flags).view(P, 1, 1), persistent=False)
 
     @property
     def noise_size(self) -> int:
@@ -119,21 +204,25 @@ class NoisyPopLinear(nn.Module):
         return eps.sign() * eps.abs().sqrt()
 
     def resample(self, f_noise: Tensor) -> None:
-        """Install f(eps) for this layer from [P, noise_size] values."""
-        f = f_noise.reshape(self.P, self.reps, self.in_f + self.out_f)
+        """Install f(eps) for this layer from [P, noise_size] values (zero for members without
+        NoisyNets)."""
+        f = torch.where(self.noise_on, f_noise.reshape(self.P, self.reps, self.in_f + self.out_f), 0.0)
         self.f_in.copy_(f[..., : self.in_f].unsqueeze(-1))
         self.f_out.copy_(f[..., self.in_f :].unsqueeze(-2))
 
-    def weights(self, mode: WeightMode) -> tuple[Tensor, Tensor]:
+    set_member_block = PopLinear.set_member_block
+
+    def weights(self, mode: WeightMode) -> Affine:
         G = self.P * self.reps
         if mode == "eval":
-            return self.mu_w.reshape(G, self.in_f, self.out_f), self.mu_b.reshape(G, 1, self.out_f)
+            return Affine(self.mu_w.reshape(G, self.in_f, self.out_f), self.mu_b.reshape(G, 1, self.out_f), self.chunk)
         w = torch.addcmul(self.mu_w, self.sigma_w, self.f_in * self.f_out)  # fresh, contiguous
         b = torch.addcmul(self.mu_b, self.sigma_b, self.f_out)
-        return w.view(G, self.in_f, self.out_f), b.view(G, 1, self.out_f)
+        return Affine(w.view(G, self.in_f, self.out_f), b.view(G, 1, self.out_f), self.chunk)
 
     apply = staticmethod(PopLinear.apply)
 
     def mean_abs_sigma(self) -> Tensor:
-        """Per-member mean |sigma_w| (the `noisy_sigma` health metric)."""
-        return self.sigma_w.detach().abs().mean(dim=(1, 2, 3))
+        """Per-member mean |sigma_w| (the `noisy_sigma` health metric); 0 for members without
+        NoisyNets (their sigma is never used)."""
+        return torch.where(self.noise_on.view(-1), self.sigma_w.detach().abs().mean(dim=(1, 2, 3)), 0.0)

@@ -4,20 +4,30 @@ obs [P,N,obs_dim] -> trunk of (spectral-normed) linear layers -> latent h [P,N,H
   -> one fused first stream layer (value + K advantage streams, NoisyNet when enabled)
   -> value logits [P,N,atoms] and per-branch advantage logits [P,K,N,A,atoms]
   -> dueling per branch: logits = V + A - mean_a A  ->  [P,N,K,A,atoms]
-The advantage-stream features of each branch, [P,K,N,Hs], are G6's input; the predictor head
-maps (h_t, taken action) to a prediction of h_{t+1} for G12.
+The advantage-stream features of each branch, [P,K,N,Hs], are G6's input. Gems that own
+parameters (G12's predictor) add *heads* (tune_gems.model.heads), built after the network's own
+layers from the same member generators and living in the same flat parameter matrix.
+
+Spectral norm and NoisyNets are per-member switches (arms): the trunk always carries the
+spectral-norm state and the streams are always NoisyNet layers; a member with a switch off uses
+its raw / mean weights (tune_gems.model.layers). The architecture, the initial weights of a seed
+and the noise it consumes are therefore the same whatever the switches.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tune_gems.config import ModelConfig
+from tune_gems.model.heads import HeadContext
 from tune_gems.model.layers import NoisyPopLinear, PopLinear, WeightMode
+
+HeadFactory = Callable[[HeadContext], nn.Module]
 
 
 @dataclass
@@ -28,29 +38,52 @@ class NetOutput:
 
 
 class BranchingC51(nn.Module):
-    def __init__(self, cfg: ModelConfig, obs_dim: int, branches: int, sub_actions: int, seeds: list[int]):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        obs_dim: int,
+        branches: int,
+        sub_actions: int,
+        seeds: list[int],
+        heads: dict[str, HeadFactory] | None = None,
+        spectral_norm: Sequence[bool] | None = None,
+        noisy: Sequence[bool] | None = None,
+        member_block: int | None = None,
+    ):
+        """`heads`: gem name -> factory of the parameters that gem owns (`Gem.head`).
+        `spectral_norm`, `noisy`: the per-member switches (P bools each; default: the config's
+        `model.spectral_norm` / `model.noisy` for every member). `member_block`: members per
+        arm, kept apart in every matmul (tune_gems.model.layers; None: one block)."""
         super().__init__()
         self.cfg, self.K, self.A, self.P = cfg, branches, sub_actions, len(seeds)
         gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
         H, Hs, atoms = cfg.hidden, cfg.stream_hidden, cfg.atoms
+        sn = cfg.spectral_norm if spectral_norm is None else spectral_norm
+        noise = cfg.noisy if noisy is None else noisy
         dims = [obs_dim] + [H] * cfg.trunk_layers
-        self.trunk = nn.ModuleList(PopLinear(gens, 1, a, b, cfg.spectral_norm) for a, b in zip(dims[:-1], dims[1:]))
+        self.trunk = nn.ModuleList(PopLinear(gens, 1, a, b, sn) for a, b in zip(dims[:-1], dims[1:]))
 
         def stream(reps: int, a: int, b: int) -> nn.Module:
-            return NoisyPopLinear(gens, reps, a, b, cfg.noisy_sigma0) if cfg.noisy else PopLinear(gens, reps, a, b)
+            return NoisyPopLinear(gens, reps, a, b, cfg.noisy_sigma0, noise)
 
         self.stream_in = stream(1, H, (1 + branches) * Hs)
         self.value_out = stream(1, Hs, atoms)
         self.adv_out = stream(branches, Hs, sub_actions * atoms)
-        self.pred_in = PopLinear(gens, 1, H + branches * sub_actions, cfg.predictor_hidden)
-        self.pred_out = PopLinear(gens, 1, cfg.predictor_hidden, H)
+        ctx = HeadContext(gens, cfg, H, branches, sub_actions)
+        self.heads = nn.ModuleDict({name: make(ctx) for name, make in (heads or {}).items()})
         self.register_buffer("support", torch.linspace(cfg.v_min, cfg.v_max, atoms))
+        if member_block is not None and (member_block < 1 or self.P % member_block):
+            raise ValueError(f"member blocks of {member_block} do not divide the population {self.P}")
+        for layer in self.weight_layers().values():
+            if hasattr(layer, "set_member_block"):  # a plug-in head's own layer type may lack it
+                layer.set_member_block(member_block)
 
     # -- effective weights -------------------------------------------------------------------
     def weight_layers(self) -> dict[str, nn.Module]:
         layers = {f"trunk{i}": m for i, m in enumerate(self.trunk)}
         layers.update(stream_in=self.stream_in, value_out=self.value_out, adv_out=self.adv_out)
-        layers.update(pred_in=self.pred_in, pred_out=self.pred_out)
+        for gem, head in self.heads.items():
+            layers.update({f"{gem}.{name}": m for name, m in head.named_children()})
         return layers
 
     def noisy_layers(self) -> list[NoisyPopLinear]:
@@ -90,22 +123,21 @@ class BranchingC51(nn.Module):
         logits = value.unsqueeze(2).unsqueeze(3) + adv - adv.mean(dim=3, keepdim=True)
         return NetOutput(logits=logits, h=h, adv_features=adv_feat)
 
-    def predict_next_latent(self, h: Tensor, action: Tensor, w: dict[str, tuple[Tensor, Tensor]]) -> Tensor:
-        """G12's predictor: (h_t [P,B,H], action [P,B,K]) -> predicted h_{t+1} [P,B,H]."""
-        # one-hot by comparison: F.one_hot validates its input with a host sync on CUDA
-        ids = torch.arange(self.A, device=action.device)
-        onehot = (action.unsqueeze(-1) == ids).to(h.dtype).flatten(-2)  # [P,B,K*A]
-        x = F.relu(PopLinear.apply(torch.cat([h, onehot], dim=-1), w["pred_in"]))
-        return PopLinear.apply(x, w["pred_out"])
+    def bound_heads(self, w: dict[str, tuple[Tensor, Tensor]]) -> dict[str, Callable[..., Tensor]]:
+        """Each gem's head as a callable of its own inputs, bound to the effective weights `w`."""
+
+        def bind(gem: str, head: nn.Module) -> Callable[..., Tensor]:
+            mine = {name: w[f"{gem}.{name}"] for name, _ in head.named_children()}
+            return lambda *args: head(*args, weights=mine)
+
+        return {gem: bind(gem, head) for gem, head in self.heads.items()}
 
     def expected_q(self, logits: Tensor) -> Tensor:
         """[..., atoms] logits -> expected values [...] over the support (float32)."""
         return (torch.softmax(logits.float(), dim=-1) * self.support).sum(-1)
 
     def noisy_sigma(self) -> Tensor:
-        """Mean |sigma| of the NoisyNet weights per member, [P] (zeros when NoisyNets are off)."""
-        layers = self.noisy_layers()
-        if not layers:
-            return torch.zeros(self.P, device=self.support.device)
-        per = [layer.mean_abs_sigma() for layer in layers]
+        """Mean |sigma| of the NoisyNet weights per member, [P] (zeros for members whose
+        NoisyNets are off)."""
+        per = [layer.mean_abs_sigma() for layer in self.noisy_layers()]
         return torch.stack(per).mean(0)

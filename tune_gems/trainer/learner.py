@@ -4,77 +4,161 @@
 graph on GPU: advance the RNG counter, resample NoisyNet noise, step every environment, insert
 into replay, sample, forward, gems, backward, per-member clipped Adam step, target update,
 metric accumulation. Nothing in it reads a value back to the host or branches on one.
+
+Arms (docs/design.md "Arms"): the population axis carries P = arms x seeds members, arm-major
+(tune_gems.arms.MemberLayout). What differs between arms (spectral norm, NoisyNets, learning
+rate, each gem's mode and weight) enters as per-member constants: masks inside the network
+(tune_gems.model.layers), learning-rate blocks in the optimizer, [P] gem masks and weights
+(tune_gems.trainer.member_gems), an exploration mask for members without NoisyNets. The graph's
+structure, the random numbers a member draws and its initial weights never depend on them, so
+each arm's members equal a run of that arm alone, bit for bit (tests/test_arms_learner.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 
 import torch
 from torch import Tensor
 
+from tune_gems import data as data_mod
+from tune_gems.arms import Arm, MemberLayout, expand_arms
 from tune_gems.config import Config
 from tune_gems.env import Market, VecTradingEnv
-from tune_gems.gems import GemSet
+from tune_gems.gems import GemInputs
+from tune_gems.gems.modes import GemSet
+from tune_gems.gems.registry import run_gems
 from tune_gems.model.flat import FlatParameters
 from tune_gems.model.network import BranchingC51
 from tune_gems.optim import PopulationAdam
 from tune_gems.replay import ReplayBuffer
-from tune_gems.rng import CounterRNG, DrawPlan, Draws, member_seeds
+from tune_gems.rng import CounterRNG, DrawPlan, Draws
+from tune_gems.trainer.member_gems import MemberGems
 
 
-# Rows of the per-member metric accumulator, summed every iteration, read once per epoch.
-ACC_ROWS = ("loss", "q_mean", "grad_norm", "g6", "g10", "g12", "nonfinite")
+ACC_HEAD = ("loss", "q_mean", "grad_norm")
+ACC_TAIL = ("nonfinite",)
+"""Rows of the per-member metric accumulator around the gems' (one row per gem of the run, in
+registry order, then one per gem for its null): summed every iteration, read once per epoch
+(`Learner.acc_rows`). `grad_norm` is the shared network's (gem heads are clipped apart)."""
 
 
 class Learner:
-    def __init__(self, cfg: Config, market: Market, device: torch.device, ops, seeds: list[int] | None = None):
-        """`seeds` overrides the member seeds derived from cfg.seed (one per member)."""
+    def __init__(
+        self,
+        cfg: Config,
+        market: Market,
+        device: torch.device,
+        ops,
+        seeds: list[int] | None = None,
+        arms: list[Arm] | None = None,
+    ):
+        """`seeds` overrides the member seeds derived from cfg.seed (one per member);
+        `arms` the arms expanded from cfg (`tune_gems.arms.expand_arms`)."""
         tc, mc = cfg.trainer, cfg.model
         self.cfg, self.device, self.ops = cfg, device, ops
-        self.P = P = tc.population
-        self.seeds = list(seeds) if seeds is not None else member_seeds(cfg.seed, P)
+        self.arms = list(arms) if arms is not None else expand_arms(cfg)
+        self.layout = MemberLayout(tuple(a.name for a in self.arms), tc.population)
+        self.P = P = self.layout.members
+        self.seeds = list(seeds) if seeds is not None else self.layout.member_seeds(cfg.seed)
         if len(self.seeds) != P:
             raise ValueError(f"{len(self.seeds)} seeds for a population of {P}")
+        per_member = self.layout.per_member
+        self.spectral_norm = per_member([a.config.model.spectral_norm for a in self.arms])
+        self.noisy = per_member([a.config.model.noisy for a in self.arms])
+        self.lr = per_member([a.config.trainer.lr for a in self.arms])
+        self.noisy_on = torch.tensor(self.noisy, device=device)  # [P]; off: epsilon-greedy
         self.rng = CounterRNG(self.seeds, device)
-        self.env = VecTradingEnv(market, cfg.env, P, tc.n_envs)
+        # the market path each member trains and evaluates on (data.synthetic.paths): by seed index
+        self.path_of_member = data_mod.path_of_member(cfg.data, [self.layout.seed_index(m) for m in range(P)])
+        self.env = VecTradingEnv(market, cfg.env, P, tc.n_envs, self.path_of_member)
         K, A = self.env.actions.branches, self.env.actions.sub_actions
         self.K, self.A = K, A
-        self.online = BranchingC51(mc, market.obs_dim, K, A, self.seeds).to(device)
-        self.target = BranchingC51(mc, market.obs_dim, K, A, self.seeds).to(device)
+        heads = {g.name: g.head for g in run_gems(cfg.plugins) if g.head is not None}
+        # several arms: every matmul runs per arm, with a single-arm run's shapes (layers.py)
+        member_block = tc.population if len(self.arms) > 1 else None
+        switches = {"spectral_norm": self.spectral_norm, "noisy": self.noisy, "member_block": member_block}
+        self.online = BranchingC51(mc, market.obs_dim, K, A, self.seeds, heads, **switches).to(device)
+        self.target = BranchingC51(mc, market.obs_dim, K, A, self.seeds, heads, **switches).to(device)
         self.target.load_state_dict(self.online.state_dict())
         self.online_flat = FlatParameters(self.online, P)
         self.target_flat = FlatParameters(self.target, P, with_grad=False)
-        self.replay = ReplayBuffer(P, tc.replay_capacity, market.obs_dim, K, tc.n_envs, tc.n_step, tc.gamma, device)
+        self.replay = ReplayBuffer(P, tc.replay_capacity, market.obs_dim, K, tc.n_envs, tc.n_step, tc.gamma, device, source=self.env)
         E, noise = tc.n_envs, self.online.noise_size
-        # one block of uniforms per iteration and member; each consumer reads its own slice
+        # one block of uniforms per iteration and member; each consumer reads its own slice.
+        # Every slice is reserved whatever the member's switches (noise for members without
+        # NoisyNets, exploration for members with them), so a member's draws never depend on
+        # them; the exploration slices come last, so runs with NoisyNets draw as before.
         self.plan = DrawPlan(
             {
                 "noise_online": 2 * noise,  # Box-Muller: two uniforms per normal
                 "noise_target": 2 * noise,
                 "env_starts": E,
                 "replay": tc.batch_size,
-                "eps_coin": 0 if mc.noisy else E,
-                "eps_action": 0 if mc.noisy else E * K,
+                "eps_coin": E,
+                "eps_action": E * K,
             },
             device,
         )
-        self.optim = PopulationAdam(self.online_flat, tc.lr, tc.adam_eps, tc.grad_clip)
-        self.gems = GemSet(cfg.gems)
-        self.acc = torch.zeros(len(ACC_ROWS), P, device=device)
+        # gem heads are clipped on their own: a measured head never changes the shared clip
+        heads = [self.online_flat.columns(h) for h in self.online.heads.values()]
+        shared = slice(0, min((h.start for h in heads), default=self.online_flat.data.shape[1]))
+        ends = [shared, *heads]
+        if any(a.stop != b.start for a, b in zip(ends, heads)) or ends[-1].stop != self.online_flat.data.shape[1]:
+            raise ValueError("gem heads must follow the shared network in the flat parameter matrix")
+        S = tc.population
+        arm_rows = [slice(a * S, (a + 1) * S) for a in range(len(self.arms))]
+        self.optim = PopulationAdam(
+            self.online_flat, self.lr, tc.adam_eps, tc.grad_clip, clip_groups=[shared, *heads], blocks=arm_rows
+        )
+        arm_gems = [GemSet(a.config.gems, cfg.plugins, fused=ops.fused) for a in self.arms]
+        self.member_gems = MemberGems(arm_gems, self.layout, device)
+        self.gems = self._reported_gems(arm_gems)
+        self.acc_rows = (*ACC_HEAD, *self.gems.names, *(f"{n}_null" for n in self.gems.names), *ACC_TAIL)
+        self.acc = torch.zeros(len(self.acc_rows), P, device=device)
         self.updates = torch.zeros((), dtype=torch.int64, device=device)
         self.collect_steps = torch.zeros((), dtype=torch.int64, device=device)
         self._target_pairs = self._pair_target_tensors()
+        self.member_gems.check(self._sample_gem_inputs(), self.online.bound_heads(self.online.weights("eval")))
+
+    def _reported_gems(self, arm_gems: list[GemSet]) -> GemSet:
+        """The run's gems for reports that show one mode per gem (the HEALTH_DIAG line): the
+        run's own with one arm; with several, a gem is off only when every member has it off
+        (MemberGems.summary_mode)."""
+        if len(arm_gems) == 1:
+            return arm_gems[0]
+        section = self.cfg.gems
+        update = {
+            n: getattr(section, n).model_copy(update={"mode": self.member_gems.summary_mode(n)})
+            for n in self.member_gems.names
+        }  # fmt: skip
+        return GemSet(section.model_copy(update=update), self.cfg.plugins, fused=self.ops.fused)
+
+    def _sample_gem_inputs(self) -> GemInputs:
+        """Random inputs of the iteration's shapes for the gems' dry evaluation (a private
+        generator: the run's random numbers and state are untouched)."""
+        tc, mc = self.cfg.trainer, self.cfg.model
+        P, B, K, A, H, D = self.P, tc.batch_size, self.K, self.A, mc.hidden, mc.stream_hidden
+        gen = torch.Generator().manual_seed(0)
+
+        def randn(*shape: int) -> Tensor:
+            return torch.randn(*shape, generator=gen).to(self.device)
+
+        return GemInputs(
+            q_t=randn(P, B, K, A), q_tp1=randn(P, B, K, A),
+            h_t=randn(P, B, H).relu(), h_tp1=randn(P, B, H).relu(), adv_features=randn(P, K, B, D).relu(),
+            action=torch.randint(A, (P, B, K), generator=gen).to(self.device),
+            reward=randn(P, B), not_done=torch.ones(P, B, device=self.device),
+        )  # fmt: skip
 
     # -- state -------------------------------------------------------------------------------
     def state_tensors(self) -> dict[str, Tensor]:
         """Every tensor that evolves during training: what a checkpoint holds and what the graph
         capture snapshots around its warm-up."""
         state: dict[str, Tensor] = {"online.params": self.online_flat.data}
-        state.update({f"online.{k}": v for k, v in self.online.named_buffers()})
+        state.update({f"online.{k}": v for k, v in _state_buffers(self.online)})
         state["target.params"] = self.target_flat.data
-        state.update({f"target.{k}": v for k, v in self.target.named_buffers()})
+        state.update({f"target.{k}": v for k, v in _state_buffers(self.target)})
         state.update({f"optim.{k}": v for k, v in self.optim.state_tensors().items()})
         state.update({f"replay.{k}": v for k, v in self.replay.state_tensors().items()})
         state.update({f"env.{k}": v for k, v in self.env.state_tensors().items()})
@@ -110,23 +194,23 @@ class Learner:
         return tc.epsilon_start + (tc.epsilon_end - tc.epsilon_start) * frac
 
     def act(self, obs: Tensor, weights, draws: Draws) -> Tensor:
-        """Actions [P,E,K]: greedy on the noisy online net, or epsilon-greedy without NoisyNets."""
+        """Actions [P,E,K]: greedy on the noisy online net for members with NoisyNets,
+        epsilon-greedy for members without."""
         with torch.no_grad(), self.matmul_precision():
             q = self.online.expected_q(self.online(obs, weights).logits)
         greedy = q.argmax(dim=-1)
-        if self.cfg.model.noisy:
-            return greedy
         coin = draws.uniform("eps_coin").unsqueeze(-1)  # [P,E,1]
         rand = draws.integers("eps_action", self.A).view(greedy.shape)
-        return torch.where(coin < self._epsilon(), rand, greedy)
+        explore = (coin < self._epsilon()) & ~self.noisy_on.view(-1, 1, 1)
+        return torch.where(explore, rand, greedy)
 
     def _fresh_draws(self) -> Draws:
-        """Advance the RNG, draw the iteration's numbers, install fresh NoisyNet noise."""
+        """Advance the RNG, draw the iteration's numbers, install fresh NoisyNet noise (zero
+        noise for members without NoisyNets, tune_gems.model.layers)."""
         self.rng.advance()
         draws = self.rng.draw(self.plan)
-        if self.cfg.model.noisy:
-            self.online.resample_noise(draws.normal("noise_online"))
-            self.target.resample_noise(draws.normal("noise_target"))
+        self.online.resample_noise(draws.normal("noise_online"))
+        self.target.resample_noise(draws.normal("noise_target"))
         return draws
 
     def reset_envs(self) -> None:
@@ -153,28 +237,44 @@ class Learner:
         self._step_envs(weights, draws)
         self._learn(weights, draws)
 
-    def _learn(self, weights, draws: Draws) -> None:
-        tc, mc, ops, gems = self.cfg.trainer, self.cfg.model, self.ops, self.gems
-        P, B, K, A = self.P, tc.batch_size, self.K, self.A
-        b = self.replay.sample(draws.uniform("replay"))
-        with self.matmul_precision():
-            if gems.wired("g10"):
-                both = self.online(torch.cat([b.obs, b.next_obs], dim=1), weights)
-                logits_t, logits_tp1 = both.logits[:, :B], both.logits[:, B:]
-                h_t, adv_t = both.h[:, :B], both.adv_features[:, :, :B]
-            else:
-                out_t = self.online(b.obs, weights)
-                logits_t, h_t, adv_t = out_t.logits, out_t.h, out_t.adv_features
-                with torch.no_grad():
-                    logits_tp1 = self.online(b.next_obs, weights).logits
-            with torch.no_grad():
-                tgt = self.target(b.next_obs, self.target.weights("target"))
-        logits_t, logits_tp1 = logits_t.float(), logits_tp1.float()
+    def gem_inputs(self, b, weights) -> tuple[GemInputs, Tensor, Tensor, Tensor]:
+        """One forward of the batch: (the gems' inputs, online logits at s_t, online logits at
+        the n-step bootstrap state, target logits there).
 
-        q_tp1 = self.online.expected_q(logits_tp1)  # carries grad only when G10 is wired
+        One structure whatever the gem modes: the online network runs once over
+        [s_t, s_{t+1}, s_{t+n}] (spectral norm needs one module run per backward graph; G10
+        wired needs gradient through s_{t+1}; double DQN selects at s_{t+n}), the target
+        network once over [s_{t+1}, s_{t+n}] (the replay hands them stacked: `Batch.stacked_obs`). The gems see the one-step successor s_{t+1}
+        (`succ_obs`, `succ_not_done`); the C51 target keeps the n-step state.
+        """
+        B = self.cfg.trainer.batch_size
+        stacked = b.stacked_obs  # [P,3B,obs_dim] = cat[s_t, s_{t+1}, s_{t+n}]
+        with self.matmul_precision():
+            out = self.online(stacked, weights)
+            with torch.no_grad():
+                tgt = self.target(stacked[:, B:], self.target.weights("target"))  # [s_{t+1}, s_{t+n}]
+        logits = out.logits.float()
+        inputs = GemInputs(
+            q_t=self.online.expected_q(logits[:, :B]),
+            q_tp1=self.online.expected_q(logits[:, B : 2 * B]),
+            h_t=out.h[:, :B],
+            h_tp1=tgt.h[:, :B],
+            adv_features=out.adv_features[:, :, :B].float(),
+            action=b.action,
+            reward=b.reward,
+            not_done=b.succ_not_done,
+        )
+        return inputs, logits[:, :B], logits[:, 2 * B :], tgt.logits[:, B:]
+
+    def _learn(self, weights, draws: Draws) -> None:
+        tc, mc, ops, gems = self.cfg.trainer, self.cfg.model, self.ops, self.member_gems
+        P, B, K = self.P, tc.batch_size, self.K
+        b = self.replay.sample(draws.uniform("replay"))
+        x, logits_t, logits_n, target_logits_n = self.gem_inputs(b, weights)
+
         with torch.no_grad():
-            a_star = q_tp1.argmax(dim=-1)  # double DQN: online selects, target evaluates
-            p_next = torch.softmax(tgt.logits.float(), dim=-1)
+            a_star = self.online.expected_q(logits_n).argmax(dim=-1)  # double DQN: online selects
+            p_next = torch.softmax(target_logits_n.float(), dim=-1)  # target evaluates
             p_next = p_next.gather(3, a_star[..., None, None].expand(P, B, K, 1, mc.atoms)).squeeze(3)
             r = b.reward.unsqueeze(-1).expand(P, B, K).reshape(-1)
             g = b.discount.unsqueeze(-1).expand(P, B, K).reshape(-1)
@@ -183,31 +283,39 @@ class Learner:
         taken = logits_t.gather(3, b.action[..., None, None].expand(P, B, K, 1, mc.atoms)).squeeze(3)
         _, c51 = ops.c51_loss(taken, m)
 
-        q_t = self.online.expected_q(logits_t)
-        values = {
-            "g6": gems.evaluate("g6", ops.g6_branch_indep, adv_t.float()),
-            "g10": gems.evaluate("g10", ops.g10_temporal, q_t, q_tp1, b.not_done),
-            "g12": self._g12(weights, h_t, b, tgt.h),
-        }
+        values = gems.evaluate_all(x, self._heads(weights))
+        nulls = gems.nulls(x)
         per_member = c51
         extra = gems.loss_term(values)
         if extra is not None:
             per_member = per_member + extra
-        grads = torch.autograd.grad(per_member.sum(), self.online_flat.params, allow_unused=True)
+        total = per_member.sum()
+        head_loss = gems.head_loss(values)  # measured gems' heads: their own objective
+        if head_loss is not None:
+            total = total + head_loss.sum()
+        grads = torch.autograd.grad(total, self.online_flat.params, allow_unused=True)
         self.online_flat.gather_grads(grads)
-        grad_norm = self.optim.step()
+        norms = self.optim.step_groups()  # [groups, P]: the shared network first, then each head
         with torch.no_grad():
             self.updates.add_(1)
             self._update_target()
-            self._accumulate(c51, per_member, q_t, grad_norm, values)
+            finite = torch.isfinite(per_member) & torch.isfinite(norms).all(dim=0)
+            if head_loss is not None:
+                finite = finite & torch.isfinite(head_loss)
+            self._accumulate(c51, finite, x.q_t, norms[0], values, nulls)
 
-    def _g12(self, weights, h_t: Tensor, b, target_h: Tensor) -> Tensor | None:
-        if not self.gems.active("g12"):
-            return None
-        grad = self.gems.wired("g12")
-        with torch.set_grad_enabled(grad and torch.is_grad_enabled()), self.matmul_precision():
-            pred = self.online.predict_next_latent(h_t if grad else h_t.detach(), b.action, weights)
-        return self.gems.evaluate("g12", self.ops.g12_predictive, pred.float(), target_h.float().detach(), b.not_done)
+    def _heads(self, weights) -> dict:
+        """The gems' own parameters bound to this iteration's weights, run at the network's
+        matmul precision."""
+
+        def at_precision(fn):
+            def call(*args):
+                with self.matmul_precision():
+                    return fn(*args)
+
+            return call
+
+        return {name: at_precision(fn) for name, fn in self.online.bound_heads(weights).items()}
 
     def _update_target(self) -> None:
         tc = self.cfg.trainer
@@ -219,12 +327,22 @@ class Learner:
         for t, o, follows_tau in self._target_pairs:
             t.lerp_(o, w_param if follows_tau else w_copy)
 
-    def _accumulate(self, c51: Tensor, total: Tensor, q_t: Tensor, grad_norm: Tensor, values: dict) -> None:
-        rows = [c51.detach(), q_t.detach().mean(dim=(1, 2, 3)), grad_norm]
-        nan = torch.full_like(c51, math.nan)
-        rows += [values[n].detach() if values[n] is not None else nan for n in ("g6", "g10", "g12")]
-        rows.append((~(torch.isfinite(total) & torch.isfinite(grad_norm))).float())
+    def _accumulate(self, c51: Tensor, finite: Tensor, q_t: Tensor, grad_norm: Tensor, values: dict, nulls: dict) -> None:
+        mg = self.member_gems
+        q_mean = torch.cat([q_t[rows].detach().mean(dim=(1, 2, 3)) for rows in mg.blocks])  # per arm (see nulls)
+        rows = [c51.detach(), q_mean, grad_norm]
+        # gem values and nulls: NaN for members with the gem off
+        rows += [mg.reported(n, values[n], c51) for n in mg.names]
+        rows += [mg.reported(n, nulls[n], c51) for n in mg.names]
+        rows.append((~finite).float())
         self.acc.add_(torch.stack(rows))
+
+
+def _state_buffers(net: torch.nn.Module) -> list[tuple[str, Tensor]]:
+    """A network's buffers that are training state (not the constant per-member switch masks,
+    which are non-persistent buffers)."""
+    keep = set(net.state_dict())
+    return [(k, v) for k, v in net.named_buffers() if k in keep]
 
 
 class _Float32MatmulPrecision:
