@@ -20,7 +20,7 @@ import pandas as pd
 
 from sweep_fixtures import REPO
 from tune_gems.config import Config, build_config, flatten, set_dotted
-from tune_gems.metrics import EPOCH_METRICS, MEMBER_METRICS
+from tune_gems.metrics import MEMBER_IDS, MEMBER_METRICS, TIMING
 
 POLL_S = 0.05
 CONFIG_KEYS = tuple(flatten(Config().to_dict()))
@@ -163,19 +163,32 @@ def assert_bit_identical(got: pd.DataFrame, want: list[dict[str, Any]], columns:
         assert not diff, f"{what}: row {i} differs from the uninterrupted run: {diff}"
 
 
-HISTORY_COMPARED = tuple(m for m in EPOCH_METRICS if m != "sps")  # sps is wall-clock speed
-MEMBERS_COMPARED = ("epoch", "member", "seed", *MEMBER_METRICS)
+WALL_CLOCK = ("sps", *TIMING)
+"""Speed and timing columns: wall-clock, never compared."""
+MEMBERS_COMPARED = (*MEMBER_IDS, *MEMBER_METRICS)
+
+
+def _history_compared(got: pd.DataFrame) -> tuple[str, ...]:
+    """Every metric column the trial reported (its arms' and gains' too), except wall-clock."""
+    ids = ("experiment", "trial_id", "config_label")
+    return tuple(c for c in got.columns if c not in ids and c not in WALL_CLOCK and got[c].notna().any())
 
 
 def assert_trial_matches_uninterrupted(exp: Path, trial_id: str) -> None:
     """The trial's history and members rows equal an uninterrupted run of its config."""
+    import yaml
+
+    from tune_gems.sweep.spec import apply_spec_design
+
     trials = pd.read_parquet(exp / "trials.parquet").set_index("trial_id")
     history = pd.read_parquet(exp / "history.parquet")
     members = pd.read_parquet(exp / "members.parquet")
-    want_h, want_m = reference_run(config_from_trial_row(trials.loc[trial_id]))
+    design = (yaml.safe_load((exp / "spec.yaml").read_text()) or {}).get("design", "none")
+    cfg = apply_spec_design(config_from_trial_row(trials.loc[trial_id]), design)  # the trial's arms
+    want_h, want_m = reference_run(cfg)
     got_h = history[history["trial_id"] == trial_id].sort_values("epoch")
     got_m = members[members["trial_id"] == trial_id].sort_values(["epoch", "member"])
-    assert_bit_identical(got_h, want_h, HISTORY_COMPARED, f"history of {trial_id}")
+    assert_bit_identical(got_h, want_h, _history_compared(got_h), f"history of {trial_id}")
     assert_bit_identical(got_m, want_m, MEMBERS_COMPARED, f"members of {trial_id}")
 
 

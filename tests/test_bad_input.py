@@ -97,13 +97,22 @@ def _drop_column(name: str, column: str) -> Callable[[Path], None]:
     return go
 
 
-def checkpoint_case(kind: str) -> Callable[[Path], None]:
-    """out/checkpoint.pt for `train --resume`: truncated, a pickle that runs code, or a real
-    checkpoint written by another config."""
+def stored_config(d: Path, *overrides: str) -> None:
+    """out/config.yaml of a train run of the tiny config (what `train --resume` continues)."""
+    from tune_gems.config import dump_config, load_config
+
+    (d / "out").mkdir(exist_ok=True)
+    dump_config(load_config(None, [*TRAIN_TINY, *overrides]), d / "out" / "config.yaml")
+
+
+def checkpoint_case(kind: str, *config_overrides: str) -> Callable[[Path], None]:
+    """out/config.yaml and out/checkpoint.pt for `train --resume`: a checkpoint truncated, a
+    pickle that runs code, or a real one (written by the tiny config; `config_overrides` make
+    the stored config.yaml another one)."""
 
     def go(d: Path) -> None:
         good = Path(os.environ["TG_GOOD_CHECKPOINT"]).read_bytes()
-        (d / "out").mkdir()
+        stored_config(d, *config_overrides)
         path = d / "out" / "checkpoint.pt"
         if kind == "truncated":
             path.write_bytes(good[: len(good) // 2])
@@ -162,14 +171,16 @@ CASES = [
          write("p.csv", PRICES_OK)),
     Case("train-data-too-short", ["train", "data.source=file", "data.path=p.csv"], ["p.csv", "rows, need at least"], write("p.csv", PRICES_OK)),
     Case("train-existing-out", ["train", *TRAIN_TINY, "--out", "out"], ["out", "already holds results"], write("out/history.csv", "epoch\n1\n")),
-    Case("train-resume-no-checkpoint", ["train", *TRAIN_TINY, "--out", "out", "--resume"], ["checkpoint.pt", "no checkpoint"],
+    Case("train-resume-not-a-run", ["train", *TRAIN_TINY, "--out", "out", "--resume"], ["--out", "out", "not written by tune-gems train"],
          write("out/history.csv", "epoch\n1\n")),
     Case("train-corrupt-checkpoint", ["train", *TRAIN_TINY, "--out", "out", "--resume"], ["checkpoint.pt", "corrupt"], checkpoint_case("truncated")),
     Case("train-garbage-checkpoint", ["train", *TRAIN_TINY, "--out", "out", "--resume"], ["checkpoint.pt", "corrupt"], checkpoint_case("garbage")),
     Case("train-malicious-checkpoint", ["train", *TRAIN_TINY, "--out", "out", "--resume"], ["checkpoint.pt", "corrupt"], checkpoint_case("malicious"),
          ["PWNED"]),
-    Case("train-checkpoint-of-another-config", ["train", *TRAIN_TINY, "model.hidden=24", "--out", "out", "--resume"],
-         ["checkpoint.pt", "model.hidden=16", "model.hidden=24"], checkpoint_case("good")),
+    Case("train-resume-with-a-differing-override", ["train", *TRAIN_TINY, "model.hidden=24", "--out", "out", "--resume"],
+         ["model.hidden", "model.hidden=16", "24", "--resume"], checkpoint_case("good")),
+    Case("train-checkpoint-of-another-config", ["train", "--out", "out", "--resume"],
+         ["checkpoint.pt", "model.hidden=16", "model.hidden=24"], checkpoint_case("good", "model.hidden=24")),
     # ---- sweep ----
     Case("sweep-missing-spec", ["sweep", "nope.yaml"], ["nope.yaml", "no such file"]),
     Case("sweep-malformed-yaml", ["sweep", "s.yaml"], ["s.yaml", "malformed YAML"], write("s.yaml", "num_samples: [1\n")),
@@ -201,7 +212,7 @@ CASES = [
          experiment(_drop_column("members.parquet", "val_sharpe"))),
     Case("analyze-corrupt-journal", ["analyze", "exp"], ["optuna_journal.log", "not a readable Optuna journal"],
          experiment(lambda e: (e / "optuna_journal.log").write_text("{not json\n{nor this\n"))),
-    Case("analyze-existing-output", ["analyze", "exp"], ["analysis", "refusing to overwrite"],
+    Case("analyze-existing-output", ["analyze", "exp"], ["analysis", "not empty"],
          experiment(lambda e: write("analysis/keep.txt", "my notes")(e))),
     Case("analyze-output-is-a-file", ["analyze", "exp", "--out", "report.txt"], ["report.txt", "not a folder"],
          both(experiment(), write("report.txt", "not a folder"))),

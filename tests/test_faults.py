@@ -195,7 +195,8 @@ def test_killed_driver_resumes_with_every_trial_once_in_results_and_study(tmp_pa
     assert len(trials) == n and trials["trial_id"].is_unique, trials[["trial_id", "status"]]
     assert set(trials["status"]) == {"TERMINATED"} and set(trials["epochs_done"]) == {epochs}
     assert history.groupby("trial_id")["epoch"].apply(list).map(lambda e: e == list(range(1, epochs + 1))).all()
-    assert not members.duplicated(["trial_id", "epoch", "member"]).any() and len(members) == n * epochs * 2
+    arms_per_trial = pd.read_parquet(exp / "arms.parquet").groupby("trial_id").size()  # the spec's design
+    assert not members.duplicated(["trial_id", "epoch", "member"]).any() and len(members) == epochs * 2 * int(arms_per_trial.sum())
 
     study = optuna.load_study(study_name="drv", storage=journal_storage(exp / JOURNAL_FILE))
     states = [t.state for t in study.trials]
@@ -220,16 +221,18 @@ def test_killed_driver_resumes_with_every_trial_once_in_results_and_study(tmp_pa
 
 
 def test_a_diverging_trial_is_reported_diverged_and_the_sweep_goes_on(tmp_path, ray_address):
-    """trainer.lr=1e30 drives the loss to a real NaN in the first epoch. Optuna (sampler_seed 0)
-    gives trial 0 that learning rate and trial 1 a sane one; with one trial at a time, trial 1
-    only starts after trial 0 diverged: the sweep exits 0, trial 0 is `diverged` (status
-    TERMINATED, NaN loss, FAIL in the study) and trial 1 trains to the end."""
+    """trainer.divergence_threshold=1e-6 makes the first epoch's loss count as divergence (a
+    learning rate large enough for a real NaN is refused by the config's bounds now). Optuna
+    (sampler_seed 0) gives trial 0 that threshold and trial 1 the default; with one trial at a
+    time, trial 1 only starts after trial 0 diverged: the sweep exits 0, trial 0 is `diverged`
+    (status TERMINATED, NaN objective, FAIL in the study) and trial 1 trains to the end."""
     exp, log = tmp_path / "div", tmp_path / "div.log"
     epochs = 3
     p = start_cli(
         _sweep(
             tmp_path, "div", "num_samples=2", "max_concurrent_trials=1", "sampler_seed=0", f"config.trainer.epochs={epochs}",
-            "search.gems={}", "search.params={trainer.lr: {type: categorical, choices: [0.0005, 1.0e+30]}}",
+            "search.gems={}", "search.params={trainer.divergence_threshold: {type: categorical, choices: [1000000.0, 1.0e-06]}}",
+            "design=none", "objective.metric=val_sharpe_mean",  # one arm per trial: the trial is the config
         ),
         log, env={"RAY_ADDRESS": ray_address},
     )
@@ -241,10 +244,11 @@ def test_a_diverging_trial_is_reported_diverged_and_the_sweep_goes_on(tmp_path, 
     trials = pd.read_parquet(exp / "trials.parquet").set_index("seed")  # seed = trial number
     history = pd.read_parquet(exp / "history.parquet")
     members = pd.read_parquet(exp / "members.parquet")
-    assert trials.loc[0, "trainer.lr"] == 1e30 and trials.loc[1, "trainer.lr"] == 0.0005, trials["trainer.lr"]
+    thresholds = trials["trainer.divergence_threshold"]
+    assert thresholds.loc[0] == 1e-6 and thresholds.loc[1] == 1e6, thresholds
     bad, good = trials.loc[0], trials.loc[1]
     assert bad["status"] == "TERMINATED" and bad["error"] is None  # diverged is an outcome, not a crash
-    assert bool(bad["diverged"]) and bad["epochs_done"] == 1 and pd.isna(bad["loss"]) and pd.isna(bad["objective"])
+    assert bool(bad["diverged"]) and bad["epochs_done"] == 1 and bad["loss"] > 1e-6 and pd.isna(bad["objective"])
     bad_hist = history[history["trial_id"] == bad["trial_id"]]
     assert bad_hist["diverged"].tolist() == [True] and bad_hist["test_sharpe_mean"].isna().all()
     assert members[members["trial_id"] == bad["trial_id"]]["diverged"].all()

@@ -9,7 +9,7 @@ import pytest
 
 from sweep_fixtures import SMOKE, TINY_SWEEP, cli, ray_address  # noqa: F401 (fixture)
 from tune_gems.errors import ConfigError, OutputExistsError
-from tune_gems.metrics import EPOCH_METRICS, MEMBER_METRICS
+from tune_gems.metrics import EPOCH_METRICS, MEMBER_IDS, MEMBER_METRICS
 from tune_gems.sweep.run import run_sweep
 from tune_gems.sweep.search import JOURNAL_FILE, journal_storage
 from tune_gems.sweep.spec import load_spec
@@ -30,9 +30,17 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
     t = _tables(exp)
     n = 4  # num_samples of TINY_SWEEP
     assert len(t["trials"]) == n and set(t["trials"]["status"]) == {"TERMINATED"}
-    assert len(t["history"]) == n * 2 and len(t["members"]) == n * 2 * 2
-    assert list(t["history"].columns) == ["experiment", "trial_id", "config_label", *EPOCH_METRICS]
-    assert list(t["members"].columns) == ["experiment", "trial_id", "config_label", "epoch", "member", "seed", *MEMBER_METRICS]
+    arms = pd.read_parquet(exp / "arms.parquet")
+    n_arms = arms.groupby("trial_id").size()  # the design's arms per trial, 2 seeds each
+    assert len(t["history"]) == n * 2 and len(t["members"]) == 2 * 2 * int(n_arms.sum())
+    head = ["experiment", "trial_id", "config_label", *EPOCH_METRICS]
+    cols = list(t["history"].columns)
+    assert cols[: len(head)] == head  # then the design's per-arm and gain columns (union over trials)
+    assert all("@" in c or "gain" in c for c in cols[len(head):]) and "val_sharpe_gain" in cols
+    assert list(t["members"].columns) == ["experiment", "trial_id", "config_label", *MEMBER_IDS, *MEMBER_METRICS]
+    assert {"control", "proposal"} <= set(t["members"]["arm"])  # smoke.yaml's wire_search design
+    assert set(arms["trial_id"]) == set(t["trials"]["trial_id"]) and (exp / "gems.json").is_file()
+    assert (exp / "baselines.parquet").is_file()
     for col in ("gems.g6.mode", "gems.g6.weight", "gems.g10.mode", "gems.g12.mode", "model.spectral_norm", "objective"):
         assert col in t["trials"].columns
     assert t["history"].groupby("trial_id")["epoch"].apply(list).map(lambda e: e == [1, 2]).all()
@@ -77,7 +85,10 @@ def test_relative_storage_is_refused_inside_a_ray_job(tmp_path, monkeypatch):
 
 def test_common_seeds_give_members_identical_seeds_across_trials(tmp_path, ray_address):
     out = run_sweep(SMOKE, [*TINY_SWEEP, "num_samples=2", "seeds=common", "config.trainer.epochs=1"], storage=str(tmp_path), name="c")
-    seeds = out.members.groupby("trial_id")["seed"].apply(tuple)
+    # per trial, seed index -> seed (every arm of a trial shares it; the design's arm count varies)
+    per_index = out.members.groupby(["trial_id", "seed_index"])["seed"].agg(set)
+    assert per_index.map(len).eq(1).all()
+    seeds = per_index.map(min).groupby(level="trial_id").apply(tuple)
     assert seeds.nunique() == 1 and len(seeds) == 2
 
 

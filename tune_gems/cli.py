@@ -1,20 +1,29 @@
 """The `tune-gems` command line: train, sweep, analyze.
 
 Bad input (a TuneGemsError) prints one line on stderr naming the field or file and exits 2,
-before anything is written. Subcommands import their engines lazily, so `train` never imports
-Ray.
+before anything is written. Any other exception is a bug: the last line of defence prints one
+line naming it and the file holding its full traceback, and exits 1 (`--debug`, or
+TUNE_GEMS_DEBUG=1, shows the traceback inline instead). Ctrl-C exits 130. Subcommands import
+their engines lazily, so `train` never imports Ray.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
+import traceback
+import typing
 from pathlib import Path
 
 from tune_gems.analysis.scripts import add_arguments as add_analysis_arguments
 from tune_gems.errors import TuneGemsError
 
 EXIT_BAD_INPUT = 2
+EXIT_BUG = 1
+EXIT_INTERRUPTED = 130
+DEBUG_ENV = "TUNE_GEMS_DEBUG"
 
 
 def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]]:
@@ -31,7 +40,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     for item in overrides:
         if "=" not in item:
             raise TuneGemsError(f"{item}: expected key=value (only the first argument may be a config file)")
-    cfg = load_config(path, overrides)  # validated before torch is even imported
+    if args.resume:
+        if not args.out:
+            raise TuneGemsError("--resume needs --out: the run folder to continue")
+        from tune_gems.trainer.run import resume_config
+
+        cfg = resume_config(Path(args.out), path, overrides)  # the stored config; differing keys refused
+    else:
+        cfg = load_config(path, overrides)  # validated before torch is even imported
 
     from tune_gems.trainer.run import run_training
 
@@ -40,9 +56,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    from tune_gems.sweep.local_ray import prepare_loopback
+
+    prepare_loopback()  # before Ray is imported: a Ray started here listens on loopback only
     from tune_gems.sweep.run import run_sweep
 
-    run_sweep(args.spec, overrides=args.overrides, storage=args.storage, name=args.name, resume=args.resume)
+    outcome = run_sweep(args.spec, overrides=args.overrides, storage=args.storage, name=args.name, resume=args.resume)
+    if outcome.interrupted:
+        print(f"tune-gems: interrupted; continue with: {outcome.resume_command}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0
 
 
@@ -53,8 +75,19 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (naming the argument) and exit status 2, like
+    every other bad input; `--help` still prints the full usage."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        print(f"tune-gems: error: {' '.join(message.split())} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tune-gems", description=__doc__.splitlines()[0])
+    p = _OneLineParser(prog="tune-gems", description=__doc__.splitlines()[0])
+    debug_help = "show the full traceback of an internal error inline (default: written to a file)"
+    p.add_argument("--debug", action="store_true", help=debug_help)
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train P seeds of the DQN on one device")
@@ -74,7 +107,29 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("analyze", help="Sharpe variance, gem magnitudes and a verdict per gem")
     add_analysis_arguments(a, out=True)
     a.set_defaults(fn=_cmd_analyze)
+    for cmd in (t, s, a):  # `tune-gems train --debug ...` as well as `tune-gems --debug train ...`
+        cmd.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     return p
+
+
+def _report_bug(err: BaseException, debug: bool) -> int:
+    """The last line of defence: one line naming the error and where its traceback went."""
+    text = "".join(traceback.format_exception(err))
+    first = (str(err).strip().splitlines() or [""])[0][:300]
+    what = f"{type(err).__name__}: {first}" if first else type(err).__name__
+    if debug:
+        sys.stderr.write(text)
+        print(f"tune-gems: internal error (a bug, please report it): {what}", file=sys.stderr)
+        return EXIT_BUG
+    try:
+        fd, log = tempfile.mkstemp(prefix="tune-gems-crash-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            f.write(f"tune-gems {' '.join(sys.argv[1:])}\n\n{text}")
+        where = f"full traceback in {log}"
+    except OSError:
+        where = "the traceback could not be written; rerun with --debug"
+    print(f"tune-gems: internal error (a bug, please report it): {what}; {where}", file=sys.stderr)
+    return EXIT_BUG
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,14 +144,22 @@ def main(argv: list[str] | None = None) -> int:
         args.items += extra
     elif args.command == "sweep":
         args.overrides += extra
+    debug = bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
         return args.fn(args)
     except TuneGemsError as e:
-        print(f"tune-gems: error: {e}", file=sys.stderr)
+        print(f"tune-gems: error: {_one_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("tune-gems: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception as e:  # noqa: BLE001 - the last line of defence
+        return _report_bug(e, debug)
+
+
+def _one_line(err: BaseException) -> str:
+    """A TuneGemsError's message, kept to one line even when a wrapped message was not."""
+    return " ".join(str(err).split("\n")).strip() or type(err).__name__
 
 
 if __name__ == "__main__":

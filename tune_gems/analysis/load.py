@@ -4,7 +4,10 @@ The analysis reads result files only (docs/results.md), never the trainer: a fin
 be analysed on a laptop without CUDA, Ray or the model code. Several folders are concatenated;
 the `experiment` column keeps them apart (and is made unique if two folders share a name).
 Anything that is not an experiment folder, or a file that cannot be read, raises
-`DataError` with one line naming the file.
+`DataError` with one line naming the file. Every table is checked against the column schema of
+docs/results.md ("Column types"): a required column missing, a number column holding text, an
+id column holding fractions or negative values, a flag that is not a flag, or a missing id is
+refused naming the file and the column, before any statistic is computed.
 """
 
 from __future__ import annotations
@@ -19,11 +22,23 @@ import pandas as pd
 from tune_gems.errors import DataError
 
 TRIALS_FILE = "trials.parquet"
+ARMS_FILES = ("arms.parquet", "arms.csv")
 HISTORY_FILE = "history.parquet"
 MEMBERS_FILE = "members.parquet"
 JOURNAL_FILE = "optuna_journal.log"
 
 TRIALS_REQUIRED = ("trial_id", "status", "config_label")
+INT_COLUMNS = {"epoch": 1, "member": 0, "seed": 0, "seed_index": 0, "epochs_done": 0}
+"""Whole-number columns and their smallest allowed value."""
+NULLABLE_INT = {("trials", "seed")}
+"""(table, column) pairs where a missing value is allowed (a trial whose config was invalid)."""
+FLOAT_COLUMNS = frozenset({"loss", "q_mean", "grad_norm", "noisy_sigma", "env_steps", "updates", "sps", "objective"})
+FLOAT_PREFIXES = ("val_", "test_")
+FLOAT_SUFFIXES = ("_rel", "_null", "_excess")
+FLAG_COLUMNS = frozenset({"diverged"})
+TEXT_COLUMNS = {"trial_id": True, "config_label": True, "status": True, "arm": False}
+"""Text columns; True where a missing value is refused."""
+_FLAG_WORDS = {"true", "false", "1", "0", "yes", "no", "1.0", "0.0"}
 HISTORY_REQUIRED = ("trial_id", "epoch")
 MEMBERS_REQUIRED = ("trial_id", "epoch", "member", "seed", "val_sharpe")
 
@@ -43,6 +58,12 @@ class Experiment:
     studies: dict[str, Any] = field(default_factory=dict)
     paths: list[Path] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)
+    arms: pd.DataFrame | None = None
+    """The arms tables (arms.parquet / arms.csv; docs/results.md), `experiment` set; None when no
+    folder has one."""
+    gems: list[dict] | None = None
+    """The union of the folders' gems.json entries (by name, first seen wins); None when no
+    folder has one (readers fall back to the three built-ins)."""
 
     def __repr__(self) -> str:
         return (
@@ -57,7 +78,55 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
-def _read_parquet(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
+GEMS_FILE = "gems.json"
+BUILTIN_GEM_METRICS = ("g6_branch_indep", "g10_temporal", "g12_predictive")
+
+
+def gem_columns(folder: Path) -> tuple[str, ...]:
+    """The gem value columns of an experiment: from gems.json beside the tables, else the three
+    built-ins (docs/results.md). An unreadable gems.json is a DataError."""
+    entries = read_gems(folder)
+    return BUILTIN_GEM_METRICS if entries is None else tuple(str(e["metric"]) for e in entries)
+
+
+def read_gems(folder: Path) -> list[dict] | None:
+    """gems.json of a folder as a list of entries, None when absent (DataError when unreadable)."""
+    path = folder / GEMS_FILE
+    if not path.is_file():
+        return None
+    import json
+
+    try:
+        entries = json.loads(path.read_text())
+        if not isinstance(entries, list) or not all(isinstance(e, dict) and "name" in e and "metric" in e for e in entries):
+            raise ValueError("expected a list of objects with name and metric")
+        return entries
+    except (OSError, ValueError, TypeError) as err:
+        raise DataError(f"{path}: not a readable gem list ({_one_line(err)})") from None
+
+
+def read_arms(folder: Path, label: str) -> pd.DataFrame | None:
+    """The arms table of a folder (arms.parquet of a sweep, arms.csv of a train run), or None."""
+    for name in ARMS_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            df = pd.read_parquet(path) if name.endswith(".parquet") else pd.read_csv(path)
+        except Exception as err:  # noqa: BLE001 - pyarrow / pandas raise many types
+            raise DataError(f"{path}: not a readable table ({_one_line(err)})") from None
+        if "arm" not in df.columns:
+            raise DataError(f"{path}: missing column(s) arm")
+        validate_table(path, df, "arms")
+        df = df.copy()
+        df.insert(0, "experiment", label)
+        if "trial_id" in df.columns:
+            df["trial_id"] = df["trial_id"].astype(str)
+        return df
+    return None
+
+
+def _read_parquet(path: Path, required: tuple[str, ...], table: str = "", gems: Iterable[str] = ()) -> pd.DataFrame:
     try:
         df = pd.read_parquet(path)
     except Exception as err:  # pyarrow raises several types for a corrupt file
@@ -65,7 +134,75 @@ def _read_parquet(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise DataError(f"{path}: missing column(s) {', '.join(missing)}")
+    if table:
+        validate_table(path, df, table, gems)
     return df
+
+
+def _is_float_column(name: str, gem_columns: frozenset[str]) -> bool:
+    return (
+        name in FLOAT_COLUMNS
+        or name in gem_columns
+        or (name.startswith(FLOAT_PREFIXES) and "." not in name)
+        or (name.endswith(FLOAT_SUFFIXES) and "." not in name)
+    )
+
+
+def _shown(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _numeric(path: Path, df: pd.DataFrame, col: str) -> pd.Series:
+    values = df[col]
+    if pd.api.types.is_bool_dtype(values):
+        raise DataError(f"{path}: column {col} holds booleans, expected numbers")
+    if pd.api.types.is_numeric_dtype(values):
+        return values
+    converted = pd.to_numeric(values, errors="coerce")
+    bad = values[converted.isna() & values.notna()]
+    bad = bad[~bad.map(lambda v: isinstance(v, float))]  # NaN given as a float object is fine
+    if len(bad) or any(isinstance(v, bool) for v in values.dropna()):
+        first = bad.iloc[0] if len(bad) else next(v for v in values.dropna() if isinstance(v, bool))
+        raise DataError(f"{path}: column {col} holds {_shown(first)} (row {bad.index[0] if len(bad) else '?'}), expected numbers")
+    return converted.astype(float)
+
+
+def validate_table(path: Path, df: pd.DataFrame, table: str, gem_columns: Iterable[str] = ()) -> None:
+    """Refuse (DataError naming file and column) a table that breaks the column schema of
+    docs/results.md; converts text-held numbers in place. Columns the schema does not name
+    (e.g. config columns of trials) are left alone."""
+    gems = frozenset(gem_columns)
+    for col in list(df.columns):
+        name = str(col)
+        if name in INT_COLUMNS:
+            values = _numeric(path, df, name)
+            present = values.dropna()
+            if len(present) < len(values) and (table, name) not in NULLABLE_INT:
+                raise DataError(f"{path}: column {name} has missing values (row {values[values.isna()].index[0]})")
+            if len(present):
+                finite = present.map(lambda v: float(v) == float(v) and abs(float(v)) != float("inf"))
+                whole = present[finite].map(lambda v: float(v).is_integer())
+                if not finite.all() or not whole.all():
+                    raise DataError(f"{path}: column {name} holds {_shown(present[~finite].iloc[0] if not finite.all() else present[finite][~whole].iloc[0])}, expected whole numbers")
+                low = INT_COLUMNS[name]
+                if (present < low).any():
+                    raise DataError(f"{path}: column {name} holds {_shown(present[present < low].iloc[0])}, expected >= {low}")
+            df[name] = values
+        elif name in FLAG_COLUMNS:
+            values = df[name]
+            if not pd.api.types.is_bool_dtype(values) and not pd.api.types.is_numeric_dtype(values):
+                odd = values.dropna()[~values.dropna().map(lambda v: isinstance(v, (bool, int, float)) or str(v).strip().lower() in _FLAG_WORDS)]
+                if len(odd):
+                    raise DataError(f"{path}: column {name} holds {_shown(odd.iloc[0])}, expected true/false")
+        elif name in TEXT_COLUMNS:
+            values = df[name]
+            if TEXT_COLUMNS[name] and values.isna().any():
+                raise DataError(f"{path}: column {name} has missing values (row {values[values.isna()].index[0]})")
+            if pd.api.types.is_float_dtype(values) or pd.api.types.is_bool_dtype(values):
+                raise DataError(f"{path}: column {name} holds {values.dtype} values, expected text")
+        elif _is_float_column(name, gems):
+            df[name] = _numeric(path, df, name)
 
 
 def as_bool(values: pd.Series) -> pd.Series:
@@ -139,16 +276,18 @@ def _load_studies(journal: Path, names: list[str], label: str) -> dict[str, Any]
 
 
 def load_one(folder: str | Path, label: str | None = None, taken: set[str] | None = None):
-    """Read one experiment folder: (label, trials, history, members, studies)."""
+    """Read one experiment folder: (label, trials, history, members, studies); its arms table
+    and gems come from `read_arms` / `read_gems`."""
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(f"{folder}: not an experiment folder (no such directory)")
     for name in (TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE):
         if not (folder / name).is_file():
             raise DataError(f"{folder}: not an experiment folder (missing {name})")
-    trials = _read_parquet(folder / TRIALS_FILE, TRIALS_REQUIRED)
-    history = _read_parquet(folder / HISTORY_FILE, HISTORY_REQUIRED)
-    members = _read_parquet(folder / MEMBERS_FILE, MEMBERS_REQUIRED)
+    gems = gem_columns(folder)
+    trials = _read_parquet(folder / TRIALS_FILE, TRIALS_REQUIRED, "trials", gems)
+    history = _read_parquet(folder / HISTORY_FILE, HISTORY_REQUIRED, "history", gems)
+    members = _read_parquet(folder / MEMBERS_FILE, MEMBERS_REQUIRED, "members", gems)
 
     name = _experiment_name(trials, folder)
     if label is None:
@@ -200,15 +339,25 @@ def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
     if not folders:
         raise DataError("no experiment folder given")
 
-    parts: dict[str, list[pd.DataFrame]] = {"trials": [], "history": [], "members": []}
+    parts: dict[str, list[pd.DataFrame]] = {"trials": [], "history": [], "members": [], "arms": []}
     studies: dict[str, Any] = {}
     labels: list[str] = []
+    gems: dict[str, dict] = {}
+    any_gems = False
     for folder in folders:
         label, trials, history, members, found = load_one(folder, taken=set(labels))
         labels.append(label)
         parts["trials"].append(trials)
         parts["history"].append(history)
         parts["members"].append(members)
+        arms = read_arms(folder, label)
+        if arms is not None:
+            parts["arms"].append(arms)
+        entries = read_gems(folder)
+        if entries is not None:
+            any_gems = True
+            for e in entries:
+                gems.setdefault(str(e["name"]), e)
         studies.update(found)
 
     def cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -222,4 +371,6 @@ def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
         studies=studies,
         paths=folders,
         labels=labels,
+        arms=cat(parts["arms"]) if parts["arms"] else None,
+        gems=list(gems.values()) if any_gems else None,
     )

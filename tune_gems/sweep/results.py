@@ -10,19 +10,37 @@ from __future__ import annotations
 import io
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from tune_gems.arms import expand_arms, resolved_settings
 from tune_gems.config import flatten
 from tune_gems.errors import ConfigError
-from tune_gems.metrics import EPOCH_METRICS, MEMBER_METRICS
-from tune_gems.sweep.spec import trial_config
+from tune_gems.gems import MANIFEST_FILE, manifest
+from tune_gems.metrics import MEMBER_IDS, epoch_metrics, member_metrics
+from tune_gems.sweep.spec import apply_spec_design, trial_config
 from tune_gems.sweep.storage import ExperimentStore
-from tune_gems.sweep.trainable import HISTORY_FILE, MEMBERS_KEY
+from tune_gems.sweep.trainable import BASELINES_KEY, MEMBERS_KEY
+from tune_gems.sweep.trainable import HISTORY_FILE as CHECKPOINT_HISTORY_FILE
 
 ID_COLUMNS = ("experiment", "trial_id", "config_label")
+TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE = "trials.parquet", "history.parquet", "members.parquet"
+ARMS_FILE, BASELINES_FILE = "arms.parquet", "baselines.parquet"
+TERMINATED, ERROR, UNFINISHED = "TERMINATED", "ERROR", "UNFINISHED"
+"""Values of trials.parquet's `status`: ran to its end (or was stopped early by the scheduler);
+failed after its retries; not finished when the sweep stopped (Ctrl-C, a lost driver):
+`--resume` continues it, and the analysis must not score its partial epochs as a result."""
+
+
+def trial_status(tune_status: str | None, error: BaseException | None) -> str:
+    if error is not None or tune_status == "ERROR":
+        return ERROR
+    if tune_status in (None, "TERMINATED"):
+        return TERMINATED
+    return UNFINISHED  # RUNNING, PENDING, PAUSED: Tune still owns it
 
 
 def _one_line(error: BaseException | None) -> str | None:
@@ -39,7 +57,7 @@ def _checkpoint_history(result) -> dict[str, Any] | None:
         return None
     try:
         with checkpoint.as_directory() as d:
-            path = Path(d) / HISTORY_FILE
+            path = Path(d) / CHECKPOINT_HISTORY_FILE
             return json.loads(path.read_text()) if path.is_file() else None
     except (OSError, ValueError):
         return None
@@ -61,62 +79,107 @@ def _fill_from_checkpoint(rows: list[dict[str, Any]], result) -> list[dict[str, 
     return sorted(rows, key=lambda r: int(r["epoch"]))
 
 
-def collect_frames(result_grid, base: dict[str, Any], experiment: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    trials, history, members = [], [], []
+@dataclass
+class SweepTables:
+    """Every table a sweep writes beside Tune's folders (docs/results.md)."""
+
+    trials: pd.DataFrame
+    history: pd.DataFrame
+    members: pd.DataFrame
+    arms: pd.DataFrame
+    baselines: pd.DataFrame
+    gems: list[dict[str, Any]]
+
+
+def _ordered_union(seqs: list[tuple[str, ...]]) -> list[str]:
+    out: dict[str, None] = {}
+    for seq in seqs:
+        out.update(dict.fromkeys(seq))
+    return list(out)
+
+
+def collect_tables(
+    result_grid, base: dict[str, Any], experiment: str, statuses: dict[str, str] | None = None, design: str = "none"
+) -> SweepTables:
+    """The tables of a sweep from Tune's results; `statuses` maps trial ids to Tune's persisted
+    trial status (a trial missing there reads as finished); `design` is the spec's, applied to
+    every trial's config (its arms)."""
+    trials, history, members, arms, baselines = [], [], [], [], []
+    history_cols: list[tuple[str, ...]] = []
+    plugins: list[str] = list(base.get("plugins") or [])
+    statuses = statuses or {}
     for result in result_grid:
         params = {k: v for k, v in (result.config or {}).items()}
+        df = result.metrics_dataframe
+        trial_id = str((result.metrics or {}).get("trial_id") or result.path.rstrip("/").rsplit("/", 1)[-1])
+        arm_names: tuple[str, ...] = ()
         try:
-            cfg = trial_config(base, params)
+            cfg = apply_spec_design(trial_config(base, params), design)
             flat_cfg, label, seed = flatten(cfg.to_dict()), cfg.label(), cfg.seed
+            plugins = list(cfg.plugins)
+            arm_list = expand_arms(cfg)
+            arm_names = tuple(a.name for a in arm_list) if getattr(cfg, "arms", None) is not None else ()
+            arms.extend({"trial_id": trial_id, "arm": a.name, **resolved_settings(a.config)} for a in arm_list)
         except ConfigError:
             flat_cfg, label, seed = {}, "invalid config", params.get("seed")
-        df = result.metrics_dataframe
-        trial_id = (result.metrics or {}).get("trial_id") or result.path.rstrip("/").rsplit("/", 1)[-1]
+        history_cols.append(epoch_metrics(plugins, arm_names))
         rows: list[dict[str, Any]] = []
         if df is not None and len(df) and "epoch" in df.columns:
             df = df.dropna(subset=["epoch"]).drop_duplicates(subset=["epoch"], keep="last").sort_values("epoch")
             rows = df.to_dict("records")
+            if BASELINES_KEY in df.columns:
+                sent = [b for b in result.metrics_dataframe[BASELINES_KEY].dropna() if isinstance(b, str)]
+                baselines.extend({"experiment": experiment, "trial_id": trial_id, **b} for b in (json.loads(sent[-1]) if sent else []))
         rows = _fill_from_checkpoint(rows, result)
         for r in rows:
-            history.append({"experiment": experiment, "trial_id": trial_id, "config_label": label, **{m: r.get(m) for m in EPOCH_METRICS}})
+            history.append({"experiment": experiment, "trial_id": trial_id, "config_label": label,
+                            **{m: r.get(m) for m in history_cols[-1]}})
             for mrow in json.loads(r.get(MEMBERS_KEY) or "[]"):
-                members.append(
-                    {
-                        "experiment": experiment,
-                        "trial_id": trial_id,
-                        "config_label": label,
-                        "epoch": mrow["epoch"],
-                        "member": mrow["member"],
-                        "seed": mrow["seed"],
-                        **{m: mrow.get(m) for m in MEMBER_METRICS},
-                    }
-                )
+                members.append({"experiment": experiment, "trial_id": trial_id, "config_label": label,
+                                **{k: mrow.get(k) for k in MEMBER_IDS}, **{m: mrow.get(m) for m in member_metrics(plugins)}})
         last = rows[-1] if rows else {}
         trial = {
             "experiment": experiment,
             "trial_id": trial_id,
-            "status": "ERROR" if result.error is not None else "TERMINATED",
+            "status": trial_status(statuses.get(trial_id), result.error),
             "error": _one_line(result.error),
             "epochs_done": len(rows),
             "config_label": label,
             "seed": seed,
         }
         trial.update(flat_cfg)
-        trial.update({m: last.get(m, math.nan) for m in EPOCH_METRICS})
+        trial.update({m: last.get(m, math.nan) for m in history_cols[-1]})
         trial["objective"] = last.get("objective", math.nan)
         trial["node_id"], trial["gpu_ids"] = last.get("node_id"), last.get("gpu_ids")
         trials.append(trial)
+    epoch_cols = _ordered_union(history_cols) or list(epoch_metrics(plugins))
     th = pd.DataFrame(trials)
-    hist = pd.DataFrame(history, columns=[*ID_COLUMNS, *EPOCH_METRICS])
-    mem = pd.DataFrame(members, columns=[*ID_COLUMNS, "epoch", "member", "seed", *MEMBER_METRICS])
+    hist = pd.DataFrame(history, columns=[*ID_COLUMNS, *epoch_cols])
+    mem = pd.DataFrame(members, columns=[*ID_COLUMNS, *MEMBER_IDS, *member_metrics(plugins)])
     for frame in (hist, mem):
         if len(frame):
             frame["diverged"] = frame["diverged"].astype(bool)
     if len(th):
         th = th.sort_values("trial_id").reset_index(drop=True)
-    return th, hist.sort_values(["trial_id", "epoch"]).reset_index(drop=True), mem.sort_values(
-        ["trial_id", "epoch", "member"]
-    ).reset_index(drop=True)
+    arms_df = pd.DataFrame(arms)
+    if len(arms_df):
+        arms_df = arms_df.sort_values(["trial_id", "arm"], kind="stable").reset_index(drop=True)
+    return SweepTables(
+        trials=th,
+        history=hist.sort_values(["trial_id", "epoch"]).reset_index(drop=True),
+        members=mem.sort_values(["trial_id", "epoch", "member"]).reset_index(drop=True),
+        arms=arms_df,
+        baselines=pd.DataFrame(baselines),
+        gems=manifest(plugins),
+    )
+
+
+def collect_frames(
+    result_grid, base: dict[str, Any], experiment: str, statuses: dict[str, str] | None = None, design: str = "none"
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """trials, history and members (collect_tables for all of them)."""
+    t = collect_tables(result_grid, base, experiment, statuses, design)
+    return t.trials, t.history, t.members
 
 
 def write_frames(store: ExperimentStore, frames: dict[str, pd.DataFrame]) -> None:
@@ -124,3 +187,15 @@ def write_frames(store: ExperimentStore, frames: dict[str, pd.DataFrame]) -> Non
         buf = io.BytesIO()
         frame.to_parquet(buf, index=False)
         store.write_bytes(name, buf.getvalue())
+
+
+def write_tables(store: ExperimentStore, tables: SweepTables) -> None:
+    """trials/history/members/arms/baselines parquet and gems.json, each written atomically
+    (arms and baselines only when there are rows)."""
+    frames = {TRIALS_FILE: tables.trials, HISTORY_FILE: tables.history, MEMBERS_FILE: tables.members}
+    if len(tables.arms):
+        frames[ARMS_FILE] = tables.arms
+    if len(tables.baselines):
+        frames[BASELINES_FILE] = tables.baselines
+    write_frames(store, frames)
+    store.write_bytes(MANIFEST_FILE, (json.dumps(tables.gems, indent=2) + "\n").encode())

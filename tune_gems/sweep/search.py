@@ -65,7 +65,15 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
       it) lags by seconds. After a driver crash and `Tuner.restore`, Tune may re-run a trial
       that the journal already finished; reports for it are skipped instead of aborting the
       sweep with UpdateFinishedTrialError (the resumed run reproduces the same values).
+    - With `journal_mirror` = (storage URI, experiment name), the journal (kept in a local
+      mirror for URI storage) is copied to the experiment folder after every finished trial,
+      and after every trial it asks for, so a sweep whose driver machine is lost resumes with its
+      study (intermediate per-epoch values reported since the last copy may be missing from
+      it; final values are not). It is a plain attribute,
+      pickled with the searcher into Tune's state, so a resumed sweep keeps copying.
     """
+
+    journal_mirror: tuple[str, str] | None = None
 
     def _finished_in_journal(self, trial_id: str) -> bool:
         ot_trial = self._ot_trials.get(trial_id)
@@ -82,6 +90,46 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         super().on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        self._complete(trial_id, result, error)
+        self._push_journal()
+
+    def suggest(self, trial_id: str):
+        """Also copied after a trial is asked: Tune's state, saved after this, then never names
+        an Optuna trial the copied journal lacks (a resume could not `tell` it otherwise)."""
+        config = super().suggest(trial_id)
+        if isinstance(config, dict):
+            self._push_journal()
+        return config
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Tune's saved searcher points at the journal mirror of the driver that saved it; a
+        driver on another machine (or with another cache) points it at its own mirror, pulled
+        from the experiment folder before the restore."""
+        super().restore(checkpoint_path)
+        self._rebind_journal()
+
+    def _rebind_journal(self) -> None:
+        if self.journal_mirror is None or self._ot_study is None:
+            return
+        from tune_gems.sweep.storage import ExperimentStore
+
+        storage, name = self.journal_mirror
+        self._storage = journal_storage(ExperimentStore(storage, name).journal_path(JOURNAL_FILE))
+        self._ot_study = optuna.load_study(study_name=self._study_name, sampler=self._sampler, storage=self._storage)
+        self._ot_trials = {tid: optuna.trial.Trial(self._ot_study, t._trial_id) for tid, t in self._ot_trials.items()}
+
+    def _push_journal(self) -> None:
+        if self.journal_mirror is None:
+            return
+        from tune_gems.sweep.storage import ExperimentStore
+
+        storage, name = self.journal_mirror
+        try:
+            ExperimentStore(storage, name).push_journal(JOURNAL_FILE)
+        except OSError as e:  # storage briefly unreachable: the next trial (or the end) copies it again
+            print(f"tune-gems sweep: could not copy the Optuna journal to {storage}/{name} yet ({e})", flush=True)
+
+    def _complete(self, trial_id: str, result: dict | None, error: bool) -> None:
         if trial_id not in self._completed_trials and self._finished_in_journal(trial_id):
             self._completed_trials.add(trial_id)
             return
@@ -99,9 +147,11 @@ ORPHAN_NOTE = "asked by a driver that stopped before Tune saved its state; no Tu
 
 
 def close_orphaned_trials(study_name: str, journal_path: Path) -> int:
-    """After a sweep: Optuna trials still RUNNING were asked by a driver that was killed before
-    Tune saved its state, so no Tune trial will ever report them. Mark them FAIL (with a note)
-    so the study holds no phantom running trials; returns how many."""
+    """After a sweep that FINISHED every Tune trial: Optuna trials still RUNNING were asked by a
+    driver that was killed before Tune saved its state, so no Tune trial will ever report them.
+    Mark them FAIL (with a note) so the study holds no phantom running trials; returns how many.
+    Never call it after an interrupted sweep: its unfinished trials are still Tune's, and
+    `--resume` finishes them."""
     study = optuna.load_study(study_name=study_name, storage=journal_storage(journal_path))
     orphans = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING]
     for t in orphans:
@@ -110,8 +160,9 @@ def close_orphaned_trials(study_name: str, journal_path: Path) -> int:
     return len(orphans)
 
 
-def make_searcher(spec: SweepSpec, study_name: str, journal_path: Path) -> OptunaSearch:
-    return DivergenceAwareOptunaSearch(
+def make_searcher(spec: SweepSpec, study_name: str, journal_path: Path, mirror: tuple[str, str] | None = None) -> OptunaSearch:
+    """The searcher; `mirror` = (storage URI, name) when the journal must be copied to a URI."""
+    searcher = DivergenceAwareOptunaSearch(
         space=DefineByRun(spec),
         metric="objective",
         mode=spec.objective.mode,
@@ -119,3 +170,5 @@ def make_searcher(spec: SweepSpec, study_name: str, journal_path: Path) -> Optun
         study_name=study_name,
         storage=journal_storage(journal_path),
     )
+    searcher.journal_mirror = mirror
+    return searcher

@@ -11,13 +11,13 @@ here, not in a trial an hour later.
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tune_gems.config import (
-    GEM_NAMES,
     Config,
     GemMode,
     _Strict,
@@ -28,7 +28,11 @@ from tune_gems.config import (
     set_dotted,
 )
 from tune_gems.errors import ConfigError
-from tune_gems.metrics import EPOCH_METRICS
+from tune_gems.metrics import SEARCHABLE_GAINS, epoch_metrics
+
+DESIGN_NONE = "none"
+DEFAULT_OBJECTIVE = "val_alpha_sharpe_mean_lastk"
+"""The verdict metric: alpha Sharpe (market exposure removed), mean of the last k epochs."""
 
 
 class GemSearch(_Strict):
@@ -45,6 +49,14 @@ class GemSearch(_Strict):
         return self
 
 
+INT_BOUND = 2**53
+"""Largest |bound| of an int parameter (beyond it a float cannot hold every integer)."""
+SEARCH_REFUSED_PREFIXES = {
+    "data.": "the price series is loaded once by the driver and shared by every trial, so a searched "
+    "data key would be recorded per trial but never used; run one sweep per data setting",
+}
+
+
 class ParamSpace(_Strict):
     type: Literal["float", "int", "categorical"]
     low: float | None = None
@@ -57,11 +69,22 @@ class ParamSpace(_Strict):
         if self.type == "categorical":
             if not self.choices:
                 raise ValueError("a categorical parameter needs choices")
+            for c in self.choices:
+                if c is not None and not isinstance(c, (bool, int, float, str)):
+                    raise ValueError(f"choice {c!r}: choices must be numbers, strings, booleans or null")
+                if isinstance(c, float) and not math.isfinite(c):
+                    raise ValueError(f"choice {c!r}: choices must be finite")
+            if len({repr(c) for c in self.choices}) != len(self.choices):
+                raise ValueError("choices must not repeat")
             return self
         if self.low is None or self.high is None or not self.low < self.high:
             raise ValueError(f"a {self.type} parameter needs low < high")
         if self.log and self.low <= 0:
             raise ValueError("a log-scale parameter needs low > 0")
+        if self.type == "int":
+            for end in (self.low, self.high):
+                if end != int(end) or abs(end) > INT_BOUND:
+                    raise ValueError(f"an int parameter needs whole-number bounds within +-2**53 (got {end!r})")
         return self
 
     def ends(self) -> list[Any]:
@@ -75,25 +98,20 @@ class SearchSpec(_Strict):
     gems: dict[str, GemSearch] = Field(default_factory=dict)
     params: dict[str, ParamSpace] = Field(default_factory=dict)
 
-    @field_validator("gems")
-    @classmethod
-    def _known_gems(cls, v: dict) -> dict:
-        unknown = sorted(set(v) - set(GEM_NAMES))
-        if unknown:
-            raise ValueError(f"unknown gem {unknown[0]!r} (known: {', '.join(GEM_NAMES)})")
-        return v
-
     @field_validator("params")
     @classmethod
     def _not_gems(cls, v: dict) -> dict:
         for key in v:
             if key.startswith("gems.") or key == "seed":
                 raise ValueError(f"{key}: gem modes/weights go under search.gems, and seeds under `seeds`")
+            for prefix, why in SEARCH_REFUSED_PREFIXES.items():
+                if key.startswith(prefix):
+                    raise ValueError(f"{key} cannot be searched: {why}")
         return v
 
 
 class ObjectiveSpec(_Strict):
-    metric: str = "val_sharpe_mean"
+    metric: str = DEFAULT_OBJECTIVE
     mode: Literal["max", "min"] = "max"
 
     @field_validator("metric")
@@ -101,14 +119,21 @@ class ObjectiveSpec(_Strict):
     def _searchable(cls, v: str) -> str:
         if v.startswith("test_"):
             raise ValueError("the test segment is never searched on: choose a validation or training metric")
-        if v not in EPOCH_METRICS or v in ("epoch", "diverged"):
-            raise ValueError(f"unknown metric {v!r}")
-        return v
+        if v in ("epoch", "diverged"):
+            raise ValueError(f"{v!r} is not an objective")
+        return v  # known metrics depend on the run's plug-ins and design: checked by SweepSpec
 
 
 class ResourcesSpec(_Strict):
-    cpu: float = Field(1.0, gt=0.0)
-    gpu: float | None = Field(None, ge=0.0, description="GPUs per trial; null = 1 when the cluster has GPUs, else 0")
+    cpu: float = Field(1.0, gt=0.0, le=1e4)
+    gpu: float | None = Field(None, ge=0.0, le=1e3, description="GPUs per trial; null = 1 when the cluster has GPUs, else 0")
+    wait_for_nodes_s: float = Field(
+        0.0,
+        ge=0.0,
+        le=86400.0,
+        description="when no node of the cluster can hold one trial: seconds to wait for an autoscaler to add "
+        "one (with a warning) before refusing; 0 refuses at once",
+    )
 
     @field_validator("gpu")
     @classmethod
@@ -146,6 +171,30 @@ class SweepSpec(_Strict):
     failure: FailureSpec = Field(default_factory=FailureSpec)
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
     checkpoints_to_keep: int = Field(2, ge=1)
+    design: Literal["none", "wire_search"] = Field(
+        DESIGN_NONE,
+        description="none: each trial is its config (and config.arms, if any); wire_search: each trial trains "
+        "Optuna's proposal, a control and one without-<gem> arm per wired gem, paired by seed (tune_gems.arm_designs)",
+    )
+
+    @model_validator(mode="after")
+    def _known_names(self) -> "SweepSpec":
+        """Gems and the objective are checked against the run's own registry (plug-ins
+        included) and design."""
+        from tune_gems.gems import run_gems
+
+        plugins = list((self.config or {}).get("plugins") or [])
+        known = [g.name for g in run_gems(plugins)]
+        unknown = sorted(set(self.search.gems) - set(known))
+        if unknown:
+            raise ValueError(f"search.gems: unknown gem {unknown[0]!r} (known: {', '.join(known)})")
+        metric = self.objective.metric
+        if metric in SEARCHABLE_GAINS:
+            if self.design == DESIGN_NONE:
+                raise ValueError(f"objective.metric: {metric} exists only with design: wire_search (use {DEFAULT_OBJECTIVE})")
+        elif metric not in epoch_metrics(plugins):
+            raise ValueError(f"objective.metric: unknown metric {metric!r}")
+        return self
 
     def base_config(self) -> Config:
         return build_config(copy.deepcopy(self.config), "config")
@@ -185,6 +234,7 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
     """Read, override (`key=value` on the spec tree, e.g. config.trainer.epochs=2) and validate."""
     tree = read_yaml(path)
     apply_overrides(tree, list(overrides or []))
+    import_spec_plugins(tree, str(path))
     try:
         spec = SweepSpec.model_validate(tree)
     except ValidationError as e:
@@ -194,4 +244,73 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
     except ConfigError as e:
         raise ConfigError(f"{path}: {str(e).replace('config: ', 'config.', 1)}") from None
     _check_search_against_config(spec, str(path))
+    _check_design(spec, str(path))
+    _check_scheduler(spec, str(path))
     return spec
+
+
+def import_spec_plugins(tree: dict[str, Any], source: str) -> None:
+    """Import the gem plug-ins the spec's config names, before its gems are validated."""
+    from tune_gems.gems import import_plugins
+
+    config = tree.get("config") if isinstance(tree, dict) else None
+    plugins = config.get("plugins") if isinstance(config, dict) else None
+    if not plugins:
+        return
+    try:
+        import_plugins(plugins)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: config.{e}") from None
+
+
+def designed_config(spec: SweepSpec, params: dict[str, Any]) -> Config:
+    """A trial's full config with the spec's design applied (its arms set)."""
+    cfg = trial_config(spec.config, params)
+    return apply_spec_design(cfg, spec.design)
+
+
+def apply_spec_design(cfg: Config, design: str) -> Config:
+    if design == DESIGN_NONE:
+        return cfg
+    from tune_gems.arm_designs import apply_design
+
+    return apply_design(cfg, design)
+
+
+def widest_trial(spec: SweepSpec) -> dict[str, Any]:
+    """The trial parameters with the most arms under the design: every searched gem wired at
+    its highest weight (what the memory check and the design check try)."""
+    params: dict[str, Any] = {}
+    for gem, gs in spec.search.gems.items():
+        if "wire" in gs.modes:
+            params[f"gems.{gem}.mode"] = "wire"
+            params[f"gems.{gem}.weight"] = gs.weight_high
+    return params
+
+
+def _check_design(spec: SweepSpec, source: str) -> None:
+    if spec.design == DESIGN_NONE:
+        return
+    if spec.config.get("arms") is not None:
+        raise ConfigError(f"{source}: design: {spec.design} sets the arms itself; remove config.arms")
+    if not spec.search.gems:
+        raise ConfigError(f"{source}: design: {spec.design} needs search.gems (Optuna's proposals to test)")
+    try:
+        designed_config(spec, widest_trial(spec))
+    except ConfigError as e:
+        raise ConfigError(f"{source}: design: {e}") from None
+
+
+def _check_scheduler(spec: SweepSpec, source: str) -> None:
+    """ASHA stops trials at rungs grace_period, grace_period*rf, ... up to the run's epochs: a
+    grace period past the end never stops anything, and searched epochs would move the end."""
+    if spec.scheduler.type != "asha":
+        return
+    if "trainer.epochs" in spec.search.params:
+        raise ConfigError(f"{source}: search.params.trainer.epochs cannot be searched with scheduler.type asha (its rungs need one run length)")
+    epochs = spec.base_config().trainer.epochs
+    if spec.scheduler.grace_period >= epochs:
+        raise ConfigError(
+            f"{source}: scheduler.grace_period: {spec.scheduler.grace_period} epochs is not shorter than the run "
+            f"(config.trainer.epochs={epochs}), so ASHA would stop nothing; lower it or use scheduler.type none"
+        )

@@ -1,38 +1,106 @@
 """Where an experiment lives: a local folder or a URI that Ray's storage understands
-(s3://, gs://, or any pyarrow filesystem). Ray writes its trial folders there itself; this
-class writes our own files (spec, parquet tables, the Optuna journal) beside them.
+(file://, s3://, gs://, or any pyarrow filesystem). Ray writes its trial folders there itself;
+this class writes our own files (spec, parquet tables, the Optuna journal) beside them.
 
-Optuna's journal needs a real file with locking, so for a remote URI it lives in a local
-mirror next to the driver and is copied to the experiment folder after the sweep (and back
-before a resume).
+Optuna's journal needs a real file with locking, so for a URI it lives in a local mirror next
+to the driver and is copied to the experiment folder after every finished trial and at the end
+(and back before a resume), so a sweep whose driver machine is lost resumes with its study.
+
+`check_storage` refuses, in one line, a URI whose scheme is unknown, whose filesystem needs a
+runtime that is missing, or that cannot be reached or written, before Ray starts.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import uuid
 from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from tune_gems.errors import StorageError
+
+KNOWN_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+"""URI schemes pyarrow (and so Ray) can open; anything else is refused up front."""
+CACHE_ENV = "TUNE_GEMS_CACHE"
+PROBE_PREFIX = ".tune-gems-probe-"
+
 
 def is_uri(storage: str) -> bool:
-    return "://" in storage and not storage.startswith("file://")
+    return "://" in storage
+
+
+def scheme_of(storage: str) -> str:
+    return storage.split("://", 1)[0].lower()
+
+
+def open_uri(storage: str, field: str = "--storage") -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path) of a storage URI; StorageError naming the field otherwise."""
+    scheme = scheme_of(storage)
+    if scheme not in KNOWN_SCHEMES:
+        raise StorageError(f"{field}: {storage!r}: unknown scheme {scheme!r}:// (known: {', '.join(KNOWN_SCHEMES)}, or a local path)")
+    try:
+        return pafs.FileSystem.from_uri(storage)
+    except ImportError as e:
+        raise StorageError(f"{field}: {storage!r}: the {scheme}:// filesystem needs a missing runtime ({e})") from None
+    except Exception as e:  # noqa: BLE001 - pyarrow raises ArrowInvalid, ArrowNotImplementedError, OSError, ...
+        msg = " ".join(str(e).split())[:200]
+        raise StorageError(f"{field}: {storage!r}: cannot open this filesystem ({type(e).__name__}: {msg})") from None
+
+
+def check_storage(storage: str, field: str = "--storage") -> None:
+    """A URI's filesystem is known, reachable and writable: a probe file is written at the
+    storage root and removed at once. Local paths are checked by tune_gems.outputs instead."""
+    if not is_uri(storage):
+        return
+    fs, root = open_uri(storage, field)
+    root = root.rstrip("/") or "/"
+    if scheme_of(storage) == "file":  # a local folder: the local rules (nothing is created)
+        from tune_gems.errors import OutputError
+        from tune_gems.outputs import check_writable
+
+        if Path(root).is_file():
+            raise StorageError(f"{field}: {storage!r} is a file, not a folder")
+        try:
+            check_writable(root, field)
+        except OutputError as e:
+            raise StorageError(f"{e} ({storage!r} cannot be reached or written)") from None
+        return
+    probe = f"{root}/{PROBE_PREFIX}{uuid.uuid4().hex}"
+    try:
+        info = fs.get_file_info(root)
+        if info.type == pafs.FileType.File:
+            raise StorageError(f"{field}: {storage!r} is a file, not a folder")
+        with fs.open_output_stream(probe) as out:
+            out.write(b"")
+        fs.delete_file(probe)
+    except StorageError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every filesystem fails in its own way
+        msg = " ".join(str(e).split())[:200]
+        raise StorageError(f"{field}: {storage!r} cannot be reached or written ({type(e).__name__}: {msg})") from None
 
 
 class ExperimentStore:
+    """`local_dir`: the experiment folder when storage is a plain local path (the journal lives
+    in it); `disk_dir`: the folder on this machine's disk for a local path or a file:// URI
+    (checked and locked like any output folder), None for remote storage."""
+
     def __init__(self, storage: str, name: str):
         self.name = name
         if is_uri(storage):
             self.storage = storage.rstrip("/")
-            self.fs, root = pafs.FileSystem.from_uri(self.storage)
+            self.fs, root = open_uri(self.storage)
             self.root = f"{root.rstrip('/')}/{name}"
             self.local_dir = None
+            self.disk_dir = Path(self.root) if scheme_of(storage) == "file" else None
         else:
-            local = Path(storage.removeprefix("file://")).expanduser().resolve()
+            local = Path(storage).expanduser().resolve()
             self.storage = str(local)
             self.fs, self.root = pafs.LocalFileSystem(), str(local / name)
             self.local_dir = local / name
+            self.disk_dir = self.local_dir
 
     @property
     def uri(self) -> str:
@@ -49,6 +117,10 @@ class ExperimentStore:
     def make(self) -> None:
         self.fs.create_dir(self.root, recursive=True)
 
+    def read_bytes(self, relative: str) -> bytes:
+        with self.fs.open_input_stream(f"{self.root}/{relative}") as f:
+            return f.read()
+
     def write_bytes(self, relative: str, data: bytes) -> None:
         """Write through a temporary name and rename, so readers never see a partial file."""
         final = f"{self.root}/{relative}"
@@ -61,7 +133,7 @@ class ExperimentStore:
         if self.local_dir is not None:
             return self.local_dir / filename
         key = hashlib.sha256(self.uri.encode()).hexdigest()[:16]
-        mirror = Path(os.environ.get("TUNE_GEMS_CACHE", Path.home() / ".cache" / "tune_gems")) / "studies" / key
+        mirror = Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "tune_gems")) / "studies" / key
         mirror.mkdir(parents=True, exist_ok=True)
         return mirror / filename
 
@@ -71,5 +143,7 @@ class ExperimentStore:
             pafs.copy_files(f"{self.root}/{filename}", str(self.journal_path(filename)), source_filesystem=self.fs)
 
     def push_journal(self, filename: str) -> None:
+        """Copy the local journal to the experiment folder (through a temporary name, so a
+        driver lost mid-copy leaves the previous copy whole)."""
         if self.local_dir is None and self.journal_path(filename).is_file():
-            pafs.copy_files(str(self.journal_path(filename)), f"{self.root}/{filename}", destination_filesystem=self.fs)
+            self.write_bytes(filename, self.journal_path(filename).read_bytes())

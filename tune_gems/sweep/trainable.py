@@ -22,12 +22,16 @@ from typing import Any
 import pandas as pd
 from ray import tune
 
-from tune_gems.sweep.spec import trial_config
-from tune_gems.trainer.trainer import Trainer
+from tune_gems.resources import check_training_fits
+from tune_gems.sweep.spec import apply_spec_design, trial_config
+from tune_gems.trainer.run import train_epochs
+from tune_gems.trainer.trainer import EpochResult, Trainer
 
 CHECKPOINT_FILE = "checkpoint.pt"
 HISTORY_FILE = "history.json"
 MEMBERS_KEY = "members_json"
+BASELINES_KEY = "baselines_json"
+"""The trial's baselines table (Trainer.baselines()) as JSON records, in its first report."""
 
 
 def _finite_or_nan(x: Any) -> float:
@@ -48,28 +52,35 @@ def write_history(path: Path, trainer: Trainer) -> None:
     path.write_text(json.dumps({"history": trainer.history, "members": trainer.member_history}))
 
 
-def train_trial(params: dict[str, Any], *, base: dict[str, Any], prices: pd.Series, objective: str) -> None:
-    cfg = trial_config(base, params)
+def train_trial(
+    params: dict[str, Any], *, base: dict[str, Any], prices: pd.Series, objective: str, design: str = "none"
+) -> None:
+    cfg = apply_spec_design(trial_config(base, params), design)  # the design's arms, per trial
     where = placement()
+    check_training_fits(cfg, where="this trial's node: ")  # on the node it landed on, before allocating
     trainer = Trainer(cfg, prices=prices, log=lambda line: print(line, flush=True))
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as d:
             trainer.load_checkpoint(Path(d) / CHECKPOINT_FILE)
     label = cfg.label()
-    every = cfg.trainer.checkpoint_every
-    while not trainer.done:
-        result = trainer.run_epoch()
+    baselines = [json.dumps(trainer.baselines().to_dict("records"))]  # sent once, with the first report
+
+    def report(result: EpochResult, checkpoint_due: bool) -> None:
         metrics = dict(result.metrics)
+        if baselines:
+            metrics[BASELINES_KEY] = baselines.pop()
         metrics["objective"] = math.nan if trainer.diverged else _finite_or_nan(metrics[objective])
         metrics["config_label"] = label
         metrics["seed"] = cfg.seed
         metrics.update(where)
         metrics[MEMBERS_KEY] = json.dumps(result.members)
-        if trainer.done or (every and trainer.epoch % every == 0):
+        if checkpoint_due:
             with tempfile.TemporaryDirectory() as d:
                 trainer.save_checkpoint(Path(d) / CHECKPOINT_FILE)
                 write_history(Path(d) / HISTORY_FILE, trainer)
                 tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
         else:
             tune.report(metrics)
+
+    train_epochs(trainer, report)

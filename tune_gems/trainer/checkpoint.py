@@ -3,6 +3,16 @@
 The file holds only tensors, numbers, strings, lists and dicts, so it loads with
 `torch.load(weights_only=True)` (no pickle code runs). It is written to a temporary file and
 renamed, so a crash never leaves a truncated checkpoint in place.
+
+Schema (`validate_payload` checks it on load, so a damaged or foreign file is one clear
+CheckpointError naming the field, never a KeyError deep in the trainer):
+
+    {"format": FORMAT, "version": VERSION,
+     "meta": {"epoch": int>=0, "env_steps": int>=0, "updates": int>=0, "diverged": bool,
+              "prefilled": bool, "history": [dict], "member_history": [dict], "config": dict, ...},
+     "state": {str: Tensor}}
+
+Files written before the version field existed are read as version 1.
 """
 
 from __future__ import annotations
@@ -17,11 +27,25 @@ from torch import Tensor
 from tune_gems.errors import CheckpointError
 
 FORMAT = "tune-gems-checkpoint-v1"
+VERSION = 1
+"""Schema version written in every checkpoint; a reader refuses versions it does not know."""
+SUPPORTED_VERSIONS = (1,)
+META_SCHEMA: dict[str, tuple[type, ...]] = {
+    "epoch": (int,),
+    "env_steps": (int,),
+    "updates": (int,),
+    "diverged": (bool,),
+    "prefilled": (bool,),
+    "history": (list,),
+    "member_history": (list,),
+    "config": (dict,),
+}
+"""Meta fields a resume reads, with their types (counters must also be >= 0)."""
 
 
 def save(path: str | Path, state: dict[str, Tensor], meta: dict[str, Any]) -> None:
     path = Path(path)
-    payload = {"format": FORMAT, "meta": meta, "state": {k: v.detach().cpu() for k, v in state.items()}}
+    payload = {"format": FORMAT, "version": VERSION, "meta": meta, "state": {k: v.detach().cpu() for k, v in state.items()}}
     tmp = path.with_name(path.name + ".tmp")
     torch.save(payload, tmp)
     os.replace(tmp, path)
@@ -35,9 +59,41 @@ def load(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for truncated / foreign files
         raise CheckpointError(f"{path}: corrupt or not a tune-gems checkpoint ({type(e).__name__})") from None
+    validate_payload(path, payload)
+    return payload["state"], payload["meta"]
+
+
+def _kind(x: Any) -> str:
+    return type(x).__name__
+
+
+def validate_payload(path: str | Path, payload: Any) -> None:
+    """CheckpointError naming the first field that does not follow the schema (module doc)."""
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a tune-gems checkpoint (format {payload.get('format') if isinstance(payload, dict) else '?'})")
-    return payload["state"], payload["meta"]
+    version = payload.get("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version not in SUPPORTED_VERSIONS:
+        raise CheckpointError(f"{path}: checkpoint schema version {version!r} is not supported (this tune-gems reads {SUPPORTED_VERSIONS})")
+    meta, state = payload.get("meta"), payload.get("state")
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}: field meta is {_kind(meta)}, expected a mapping")
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: field state is {_kind(state)}, expected a mapping of tensors")
+    for key, types in META_SCHEMA.items():
+        if key not in meta:
+            raise CheckpointError(f"{path}: field meta.{key} is missing")
+        value = meta[key]
+        ok = isinstance(value, types) and not (bool not in types and isinstance(value, bool))
+        if not ok:
+            raise CheckpointError(f"{path}: field meta.{key} is {_kind(value)}, expected {types[0].__name__}")
+        if types == (int,) and value < 0:
+            raise CheckpointError(f"{path}: field meta.{key} is {value}, expected >= 0")
+    for key in ("history", "member_history"):
+        if not all(isinstance(row, dict) for row in meta[key]):
+            raise CheckpointError(f"{path}: field meta.{key} must be a list of mappings")
+    for name, tensor in state.items():
+        if not isinstance(name, str) or not isinstance(tensor, Tensor):
+            raise CheckpointError(f"{path}: field state.{name} is {_kind(tensor)}, expected a tensor")
 
 
 def restore_into(path: str | Path, target: dict[str, Tensor], saved: dict[str, Tensor]) -> None:

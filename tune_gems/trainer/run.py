@@ -1,7 +1,10 @@
 """`tune-gems train`: one training run written to a result folder.
 
-All input is validated (config, data, an existing folder) before anything is written; an
-existing folder is continued only with --resume, from its checkpoint, and never overwritten.
+All input is validated (config, data, memory, the output folder) before anything is written.
+The folder is marked as a train run's (tune_gems.outputs) and held by one writer at a time (a
+lock). An existing folder is never overwritten: it is continued with `--resume`, which reads
+the run's stored config.yaml (overrides that differ from it are refused, except the resumable
+keys) and starts from the checkpoint, or from epoch 0 when the run stopped before its first.
 """
 
 from __future__ import annotations
@@ -9,18 +12,28 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
+import yaml
 from tqdm import tqdm
 
-from tune_gems.config import Config, dump_config
-from tune_gems.errors import CheckpointError, OutputExistsError
-from tune_gems.trainer.trainer import Trainer
+from tune_gems.config import Config, apply_overrides, build_config, flatten, load_config, read_yaml
+from tune_gems.errors import ConfigError, OutputError, OutputExistsError
+from tune_gems.outputs import LOCK_FILE, MARKER_FILE, OutputLock, check_output_folder, make_output_folder, marker_kind
+from tune_gems.resources import check_training_fits
+from tune_gems.trainer.trainer import RESUMABLE_CHANGES, EpochResult, Trainer
 
 CHECKPOINT = "checkpoint.pt"
+CONFIG_FILE = "config.yaml"
+TABLE_FILES = ("history.csv", "members.csv")
+SUMMARY_FILE = "summary.json"
+ARMS_FILE = "arms.csv"
+BASELINES_FILE = "baselines.csv"
+OUT_FIELD = "--out"
 
 
 def default_out_dir(root: str | Path = "runs") -> Path:
@@ -31,23 +44,117 @@ def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def write_tables(trainer: Trainer, out: Path) -> None:
     """history.csv and members.csv from the trainer's full history (rewritten whole, atomically)."""
-    for name, rows in (("history.csv", trainer.history), ("members.csv", trainer.member_history)):
+    for name, rows in zip(TABLE_FILES, (trainer.history, trainer.member_history)):
         tmp = out / f".{name}.tmp"
         pd.DataFrame(rows).to_csv(tmp, index=False)
         tmp.replace(out / name)
 
 
+def train_epochs(trainer: Trainer, on_epoch: Callable[[EpochResult, bool], None]) -> None:
+    """The epoch loop of `tune-gems train` and of a sweep's trial: run epochs until the trainer
+    is done (its epochs reached, or diverged), calling `on_epoch(result, checkpoint_due)` after
+    each; a checkpoint is due every `trainer.checkpoint_every` epochs and at the end. The caller
+    decides where results and checkpoints go (files, or Tune reports)."""
+    every = trainer.cfg.trainer.checkpoint_every
+    while not trainer.done:
+        result = trainer.run_epoch()
+        on_epoch(result, bool(trainer.done or (every and trainer.epoch % every == 0)))
+
+
+def write_run_files(trainer: Trainer, out: Path) -> None:
+    """The files beside a run's tables that do not change per epoch (docs/results.md):
+    gems.json (the run's gems), arms.csv (one row per arm: every per-member key's value) and
+    baselines.csv (flat / buy-and-hold / momentum on the evaluation segments)."""
+    from tune_gems.arms import expand_arms, resolved_settings
+    from tune_gems.gems import MANIFEST_FILE, manifest
+
+    cfg = trainer.cfg
+    _write_atomic(out / MANIFEST_FILE, json.dumps(manifest(cfg.plugins), indent=2) + "\n")
+    arms = pd.DataFrame([{"arm": a.name, **resolved_settings(a.config)} for a in expand_arms(cfg)])
+    for name, frame in ((ARMS_FILE, arms), (BASELINES_FILE, trainer.baselines())):
+        tmp = out / f".{name}.tmp"
+        frame.to_csv(tmp, index=False)
+        tmp.replace(out / name)
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _deep_merge(base[k], v)
+        else:
+            base[k] = v
+    return base
+
+
+def resume_config(out: str | Path, path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """The config a `--resume` continues with: the run's stored config.yaml, plus what the
+    command line gives (a config file and/or overrides). Anything given that differs from the
+    stored run is refused, naming the key, unless it is one of the resumable keys
+    (`RESUMABLE_CHANGES`: epochs, checkpoint period, graph, device, kernels); so a stopped run
+    continues with `--out DIR --resume` alone."""
+    out = Path(out)
+    _check_out(out, resume=True)  # a folder that is not a train run's is refused first
+    stored_path = out / CONFIG_FILE
+    if not stored_path.is_file():
+        hint = "; start it again without --resume" if marker_kind(out) == "train" else ""
+        raise OutputError(f"{OUT_FIELD}: {out} holds no {CONFIG_FILE}: nothing to resume there{hint}")
+    stored = load_config(stored_path)
+    asked = read_yaml(path) if path is not None else {}
+    apply_overrides(asked, list(overrides or []))
+    cfg = build_config(_deep_merge(stored.to_dict(), asked), str(path) if path is not None else "config")
+    old, new = flatten(stored.to_dict()), flatten(cfg.to_dict())
+    for key in sorted(old):
+        if key not in RESUMABLE_CHANGES and old[key] != new.get(key):
+            raise ConfigError(
+                f"{key}: the run in {out} was started with {key}={old[key]!r}, this command asks {new.get(key)!r}; "
+                f"--resume continues the stored run (only {', '.join(RESUMABLE_CHANGES)} may change)"
+            )
+    return cfg
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _load_if_any(trainer: Trainer, ckpt_path: Path) -> tuple[int, int] | None:
+    """Load the checkpoint when there is one; returns its identity (mtime, size), or None."""
+    ident = _file_id(ckpt_path)
+    if ident is not None:
+        trainer.load_checkpoint(ckpt_path)
+    return ident
+
+
+def _own_entries(out: Path) -> list[str]:
+    return [n for n in os.listdir(out) if n not in (LOCK_FILE, MARKER_FILE)]
+
+
+def _check_out(out: Path, resume: bool) -> Path:
+    """The output folder's up-front checks, with train's own advice in the messages."""
+    try:
+        return check_output_folder(out, kind="train", field=OUT_FIELD, resume=resume)
+    except OutputExistsError:
+        if marker_kind(out) == "train":
+            raise OutputExistsError(f"{OUT_FIELD}: {out} already holds a train run; continue it with --resume or choose another --out") from None
+        raise OutputExistsError(f"{OUT_FIELD}: {out} already holds results (files not written by tune-gems train); choose another --out") from None
+
+
 def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
     """Train to the configured number of epochs; returns the final metrics."""
-    out = Path(out) if out is not None else default_out_dir()
+    out = _check_out(Path(out) if out is not None else default_out_dir(), resume)
+    check_training_fits(cfg)  # memory from the shapes, before anything is allocated
     ckpt_path = out / CHECKPOINT
-    if resume:
-        if not ckpt_path.is_file():
-            raise CheckpointError(f"{ckpt_path}: no checkpoint to resume from")
-    elif out.exists() and any(out.iterdir()):
-        raise OutputExistsError(f"{out}: already holds results; choose another --out or pass --resume")
 
     log_lines: list[str] = []
     bar = None
@@ -57,37 +164,54 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
         (bar.write(line, file=sys.stdout) if bar is not None else print(line, flush=True))
 
     trainer = Trainer(cfg, log=log)  # validates data and device before anything is written
-    if resume:
-        trainer.load_checkpoint(ckpt_path)
-    out.mkdir(parents=True, exist_ok=True)
-    dump_config(cfg, out / "config.yaml")
-    print(
-        f"tune-gems train: device={trainer.device} kernels={trainer.ops.name} population={cfg.trainer.population} "
-        f"graph={'on' if trainer.runner.use_graph else 'off'} out={out}",
-        flush=True,
-    )
-    every = cfg.trainer.checkpoint_every
-    bar = tqdm(
-        total=cfg.trainer.epochs,
-        initial=trainer.epoch,
-        desc="epochs",
-        unit="epoch",
-        disable=None if progress is None else not progress, file=sys.stderr)
-    try:
-        while not trainer.done:
-            trainer.run_epoch()
+    loaded = _load_if_any(trainer, ckpt_path) if resume else None  # a bad checkpoint is refused before any write
+    make_output_folder(out, kind="train")
+    with OutputLock(out, field=OUT_FIELD):
+        if not resume and _own_entries(out):  # another run got here first (checked under the lock)
+            raise OutputExistsError(f"{OUT_FIELD}: {out} already holds a train run; continue it with --resume or choose another --out")
+        if resume and _file_id(ckpt_path) != loaded:  # another writer moved it on meanwhile
+            loaded = _load_if_any(trainer, ckpt_path)
+        if loaded is not None:
+            write_tables(trainer, out)  # tables past the checkpoint's epoch are re-done
+        elif resume:
+            print(f"tune-gems train: {out} has no checkpoint yet; starting it again from epoch 0", flush=True)
+            for name in (*TABLE_FILES, SUMMARY_FILE):
+                (out / name).unlink(missing_ok=True)
+        _write_atomic(out / CONFIG_FILE, _dump(cfg))
+        write_run_files(trainer, out)
+        print(
+            f"tune-gems train: device={trainer.device} kernels={trainer.ops.name} population={cfg.trainer.population} "
+            f"graph={'on' if trainer.runner.use_graph else 'off'} out={out}",
+            flush=True,
+        )
+        bar = tqdm(
+            total=cfg.trainer.epochs,
+            initial=trainer.epoch,
+            desc="epochs",
+            unit="epoch",
+            disable=None if progress is None else not progress, file=sys.stderr)
+
+        def on_epoch(_result: EpochResult, checkpoint_due: bool) -> None:
             bar.update(1)
             write_tables(trainer, out)
-            if trainer.done or (every and trainer.epoch % every == 0):
+            if checkpoint_due:
                 trainer.save_checkpoint(ckpt_path)
-    finally:
-        bar.close()
-        bar = None
-    final = trainer.history[-1]
-    summary = {"out": str(out), "device": str(trainer.device), "kernels": trainer.ops.name, **_jsonable(final)}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+
+        try:
+            train_epochs(trainer, on_epoch)
+        finally:
+            bar.close()
+            bar = None
+        final = trainer.history[-1]
+        summary = {"out": str(out), "device": str(trainer.device), "kernels": trainer.ops.name, **_jsonable(final)}
+        _write_atomic(out / SUMMARY_FILE, json.dumps(summary, indent=2))
     if trainer.diverged:
         print(f"tune-gems train: diverged at epoch {trainer.epoch}; results in {out}", flush=True)
     else:
         print(f"tune-gems train: done, results in {out}", flush=True)
     return final
+
+
+def _dump(cfg: Config) -> str:
+    """config.yaml's text (the same as `dump_config` writes)."""
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

@@ -1,0 +1,174 @@
+"""tune_gems.outputs: the output-folder rules every writing command relies on (in-process,
+fast): markers, inputs and results never replaced, writability, the one-writer lock, names."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tune_gems import outputs
+from tune_gems.errors import BadNameError, OutputError, OutputExistsError, OutputInUseError
+
+ROOT = os.geteuid() == 0
+
+
+def _sweep_results(d: Path) -> Path:
+    d.mkdir(parents=True)
+    (d / "spec.yaml").write_text("num_samples: 1\n")
+    (d / "trials.parquet").write_bytes(b"PAR1")
+    return d
+
+
+def _train_results(d: Path) -> Path:
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text("seed: 0\n")
+    (d / "members.csv").write_text("epoch\n1\n")
+    return d
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../escaped", "a/b", "a\\b", "/abs", ".hidden", "-rf", "a..b", "x" * 101,
+                                  "sp ace", "t\tab", "nul\x00", "é", "CON", "nul.txt", "a:b", "*", "~"])
+def test_bad_names_are_refused(name, tmp_path):
+    with pytest.raises(BadNameError) as e:
+        outputs.check_name(name, "--name", tmp_path)
+    assert str(e.value).startswith("--name: ") and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["exp", "smoke-2026.11.30_a", "A1", "x" * 100])
+def test_good_names_pass(name, tmp_path):
+    assert outputs.check_name(name, "--name", tmp_path) == name
+
+
+def test_a_symlinked_name_leaving_its_root_is_refused(tmp_path):
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "link").symlink_to(tmp_path)
+    with pytest.raises(BadNameError, match="outside"):
+        outputs.check_name("link", "--name", tmp_path / "root")
+
+
+def test_marker_round_trip_and_foreign_marker(tmp_path):
+    outputs.write_marker(tmp_path, "analyze")
+    assert outputs.marker_kind(tmp_path) == "analyze"
+    (tmp_path / outputs.MARKER_FILE).write_text(json.dumps({"tool": "other", "kind": "analyze"}))
+    assert outputs.marker_kind(tmp_path) is None
+
+
+def test_out_equal_to_inside_or_containing_an_input_is_refused(tmp_path):
+    exp = _sweep_results(tmp_path / "exps" / "e1")
+    for out, word in ((exp, "is"), (tmp_path / "exps", "contains"), (tmp_path, "contains")):
+        with pytest.raises(OutputError, match=word):
+            outputs.check_output_folder(out, kind="analyze", inputs=[exp], overwrite=True)
+    with pytest.raises(OutputError, match="lies inside"):
+        outputs.check_output_folder(exp / "sub", kind="analyze", inputs=[exp], overwrite=True)
+    ok = outputs.check_output_folder(exp / "analysis", kind="analyze", inputs=[exp], allow_inside=[exp])
+    assert ok == (exp / "analysis").resolve()
+
+
+def test_out_holding_or_above_other_results_is_refused_even_with_overwrite(tmp_path):
+    _sweep_results(tmp_path / "many" / "e1")
+    _train_results(tmp_path / "many" / "run")
+    outputs.write_marker(tmp_path / "many", "analyze")  # a forged marker does not make results replaceable
+    with pytest.raises(OutputError, match="results"):
+        outputs.check_output_folder(tmp_path / "many", kind="analyze", overwrite=True)
+    with pytest.raises(OutputError, match="holds sweep results"):
+        outputs.check_output_folder(tmp_path / "many" / "e1" / "x", kind="train")
+
+
+def test_overwrite_needs_the_marker_of_the_same_kind(tmp_path):
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "thesis.tex").write_text("precious")
+    with pytest.raises(OutputExistsError):
+        outputs.check_output_folder(user, kind="analyze")
+    with pytest.raises(OutputError, match="not written by tune-gems analyze"):
+        outputs.check_output_folder(user, kind="analyze", overwrite=True)
+    outputs.write_marker(user, "train")
+    with pytest.raises(OutputError, match="holds train results"):
+        outputs.check_output_folder(user, kind="analyze", overwrite=True)
+    outputs.write_marker(user, "analyze")
+    assert outputs.check_output_folder(user, kind="analyze", overwrite=True) == user.resolve()
+    assert (user / "thesis.tex").read_text() == "precious"
+
+
+def test_publish_replaces_only_a_marked_folder(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep").write_text("x")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    outputs.write_marker(tmp, "analyze")
+    with pytest.raises(OutputError):
+        outputs.publish_folder(tmp, out, kind="analyze", overwrite=True)
+    assert (out / "keep").read_text() == "x"
+    outputs.write_marker(out, "analyze")
+    outputs.publish_folder(tmp, out, kind="analyze", overwrite=True)
+    assert not (out / "keep").exists() and outputs.marker_kind(out) == "analyze" and not tmp.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+@pytest.mark.parametrize("case", ["file", "under_file", "proc", "sys"])
+def test_unwritable_places_are_refused(case, tmp_path):
+    (tmp_path / "f").write_text("x")
+    target = {"file": tmp_path / "f", "under_file": tmp_path / "f" / "sub", "proc": Path("/proc/tune-gems-out"),
+              "sys": Path("/sys/kernel/tg"), "dangling": tmp_path / "dangling" / "x"}[case]
+    with pytest.raises(OutputError) as e:
+        outputs.check_output_folder(target, kind="train", field="--out")
+    assert str(e.value).startswith("--out: ")
+
+
+@pytest.mark.skipif(ROOT, reason="root ignores permission bits")
+@pytest.mark.parametrize("mode,word", [(0o555, "read-only"), (0o333, "cannot be listed")])
+def test_read_only_and_unlistable_folders_are_refused(mode, word, tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    d.chmod(mode)
+    try:
+        with pytest.raises(OutputError, match=word):
+            outputs.check_output_folder(d / "out", kind="train")
+    finally:
+        d.chmod(0o755)
+
+
+def test_check_writes_nothing(tmp_path):
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    outputs.check_output_folder(tmp_path / "a" / "b", kind="train")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_lock_refuses_a_second_writer_and_survives_a_dead_one(tmp_path):
+    with outputs.OutputLock(tmp_path):
+        with pytest.raises(OutputInUseError, match=f"pid {os.getpid()}"):
+            outputs.OutputLock(tmp_path).acquire()
+    # a holder killed without releasing: the kernel drops its flock, the file stays
+    code = ("import sys, os; from tune_gems.outputs import OutputLock; OutputLock(sys.argv[1]).acquire(); "
+            "print('held', flush=True); os.kill(os.getpid(), 9)")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
+    assert proc.stdout.strip() == "held" and proc.returncode == -9
+    assert (tmp_path / outputs.LOCK_FILE).is_file()
+    with outputs.OutputLock(tmp_path):
+        pass
+
+
+def test_lock_held_by_another_live_process_is_refused(tmp_path):
+    code = ("import sys; from tune_gems.outputs import OutputLock; OutputLock(sys.argv[1]).acquire(); "
+            "print('held', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        with pytest.raises(OutputInUseError, match=f"pid {proc.pid}"):
+            outputs.OutputLock(tmp_path, field="--out").acquire()
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+def test_a_folder_holding_only_a_users_spec_is_not_an_experiment(tmp_path):
+    (tmp_path / "spec.yaml").write_text("num_samples: 1\n")
+    (tmp_path / "config.yaml").write_text("seed: 0\n")
+    assert outputs.results_kind(tmp_path) is None
+    assert outputs.check_output_folder(tmp_path / "experiments" / "x", kind="sweep") == (tmp_path / "experiments" / "x").resolve()
