@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
-# stages: env build tests kbench tbench sweep sweep2
+# stages: env build tests arms kbench tbench sweep sweep2 moonshot
 # Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +54,20 @@ for s in "$@"; do
         num_samples=4 config.trainer.epochs=4 config.trainer.iterations_per_epoch=300 2>&1 | tee "$OUT/sweep2.log" | grep -v "^\s*$" | tail -14
       python3 benchmarks/concurrency_report.py /tmp/gpu-exp2/measure-2gpu 2>&1 | tee "$OUT/concurrency.log"
       cp /tmp/gpu-exp2/measure-2gpu/trials.parquet "$OUT/trials_2gpu.parquet" 2>/dev/null
+      ;;
+    arms)
+      stage "arms invariant on the GPU"
+      timeout 240 python3 -m pytest tests/gpu/test_arms_gpu.py -m gpu -q -rfE -p no:cacheprovider 2>&1 | tee "$OUT/arms_gpu.log" | tail -15
+      ;;
+    moonshot)
+      stage "moonshot: 3 configurations x 64 seeds x 50 epochs x 500 iterations as arms of one trial"
+      rm -rf /tmp/gpu-moon
+      start=$(date +%s.%N)
+      timeout 560 python3 -m tune_gems sweep benchmarks/moonshot.yaml --storage /tmp/gpu-moon --name moonshot 2>&1 | tee "$OUT/moonshot.log" | grep -v "^\s*$" | tail -12
+      end=$(date +%s.%N)
+      wall=$(python3 -c "print(f'{$end - $start:.1f}')")
+      echo "moonshot sweep wall: ${wall} s" | tee -a "$OUT/moonshot.log"
+      python3 benchmarks/sweep_efficiency.py /tmp/gpu-moon/moonshot --sweep-wall "$wall" --out "$OUT/moonshot_efficiency.json" 2>&1 | tee -a "$OUT/moonshot.log"
       ;;
     *) echo "unknown stage $s"; exit 2;;
   esac

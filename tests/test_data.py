@@ -363,8 +363,8 @@ def test_per_seed_paths_are_one_synthetic_path_per_seed_index():
 
 
 def test_shared_paths_and_files_have_one_path(tmp_path):
-    shared = DataConfig(synthetic={"n": 300, "seed": 9})
-    assert shared.synthetic.paths == "shared"
+    assert DataConfig().synthetic.paths == "per_seed"  # the default: market noise in the seed spread
+    shared = DataConfig(synthetic={"n": 300, "seed": 9, "paths": "shared"})
     (only,) = load_paths(shared, 5)
     pd.testing.assert_series_equal(only, load_series(shared), check_exact=True)
     assert path_of_member(shared, [0, 1, 2]) == [0, 0, 0]

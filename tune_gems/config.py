@@ -50,12 +50,13 @@ class SyntheticConfig(_Strict):
     """The seeded regime-switching series used when `data.source` is synthetic."""
 
     n: int = Field(6000, ge=200, description="number of prices")
-    seed: int = Field(7, ge=0, description="seed of the series (the same for every member)")
+    seed: int = Field(7, ge=0, description="seed of the series (per_seed paths: of seed index 0, then +1 per index)")
     edge: float = Field(DEFAULT_EDGE, ge=0.0, le=1.0, description="strength of the learnable momentum edge (0: none)")
     paths: Literal["per_seed", "shared"] = Field(
-        "shared",
-        description="per_seed: seed index s trains and evaluates on its own path (the same in every arm); "
-        "shared: one path (seed `data.synthetic.seed`) for every member",
+        "per_seed",
+        description="per_seed (default): seed index s trains and evaluates on its own path, seed "
+        "`data.synthetic.seed + s`, the same in every arm, so the spread over seeds includes market noise "
+        "(docs/data.md); shared: one path (seed `data.synthetic.seed`) for every member",
     )
 
 

@@ -95,11 +95,40 @@ def arm_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...]
     return tuple(f"{m}{ARM_SEPARATOR}{a}" for a in arms for m in names)
 
 
+GAIN_METRICS = ("val_sharpe_gain", "val_alpha_sharpe_gain")
+"""Paired gains of a designed run (tune_gems.arm_designs): the mean over seed indices of the
+`proposal` arm's minus the `control` arm's validation Sharpe / alpha Sharpe at the same seed index
+(NaN when a member of a pair diverged)."""
+GAIN_OBJECTIVES = tuple(f"{g}_lastk" for g in GAIN_METRICS)
+"""Their means over the last min(k, epochs so far) epochs, k = `trainer.objective_last_k` (as
+OBJECTIVES); `val_sharpe_gain_lastk` or `val_alpha_sharpe_gain_lastk` for a less noisy objective."""
+GEM_GAIN_PREFIX = "gain_"
+SEARCHABLE_GAINS = (*GAIN_METRICS, *GAIN_OBJECTIVES)
+"""The gain columns a wire_search sweep may use as its objective (present in every trial of it)."""
+
+
+def has_gain_arms(arms: tuple[str, ...] | list[str]) -> bool:
+    """Whether a run with these arms reports gains (tune_gems.arm_designs.has_gains, restated
+    here so the names need no import of the designs): `proposal` and `control`, or `control` alone."""
+    arms = tuple(arms)
+    return ("proposal" in arms and "control" in arms) or arms == ("control",)
+
+
+def gain_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
+    """The gain columns of a run with these arms: none without a `proposal`/`control` design;
+    else GAIN_METRICS, GAIN_OBJECTIVES and `gain_<gem>` for every gem of the run (registry order:
+    the proposal minus `without-<gem>` on val_alpha_sharpe, NaN for a gem the proposal does not
+    wire), so the column set is fixed per run by the registry, whatever Optuna proposes."""
+    if not has_gain_arms(arms):
+        return ()
+    return (*GAIN_METRICS, *GAIN_OBJECTIVES, *(f"{GEM_GAIN_PREFIX}{g.name}" for g in registry.run_gems(plugins)))
+
+
 def epoch_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
     """One row of history / one Tune result, in this order (gem columns: means over members)."""
     return (
         *_RUN_HEAD, *_SHARPE, *EVAL_HISTORY, *OBJECTIVES, *gem_columns(plugins), "diverged", "sps", *TIMING,
-        *arm_metrics(plugins, arms),
+        *arm_metrics(plugins, arms), *gain_metrics(plugins, arms),
     )  # fmt: skip
 
 

@@ -20,12 +20,13 @@ import pandas as pd
 import torch
 
 from tune_gems import data as data_mod
+from tune_gems.arm_designs import has_gains, paired_gains
 from tune_gems.arms import DEFAULT_ARM
 from tune_gems.config import Config, flatten
 from tune_gems.env import Market, SegmentEvaluator
 from tune_gems.errors import CheckpointError, ConfigError
 from tune_gems.evaluation import baseline_stats, evaluation_stats, read_back, segment_asset_returns
-from tune_gems.metrics import EVAL_STATS, SEGMENTS, epoch_metrics
+from tune_gems.metrics import EVAL_STATS, GAIN_METRICS, GAIN_OBJECTIVES, GEM_GAIN_PREFIX, SEGMENTS, epoch_metrics
 from tune_gems.ops import resolve_backend
 from tune_gems.trainer import checkpoint as ckpt
 from tune_gems.trainer.graph import StepRunner
@@ -80,13 +81,24 @@ def _min_rows(cfg: Config) -> int:
     return cfg.env.window + cfg.env.episode_length + 3 * min_len
 
 
-def prepare_market(cfg: Config, device: torch.device, prices: pd.Series | None = None, n_seed_indices: int = 1) -> Market:
+def prepare_market(cfg: Config, device: torch.device, prices: pd.Series | None = None, n_seed_indices: int | None = None) -> Market:
     """Load (or take) the price paths, split them and build the device-side features.
 
-    `n_seed_indices`: the distinct seed indices of the run (its population); with synthetic
-    `per_seed` paths each gets its own path (tune_gems.data.load_paths), else one is shared.
+    `n_seed_indices`: the distinct seed indices of the run (default: its population, the seeds
+    per arm); with synthetic `per_seed` paths each gets its own path (tune_gems.data.load_paths),
+    else one is shared. `prices` (a sweep's driver loads the series once for every trial) is that
+    one shared path; with synthetic `per_seed` paths the paths are generated here instead (they
+    are a function of the config alone; one path could not serve every seed index), and `prices`
+    must be their path 0.
     """
-    paths = [prices] if prices is not None else data_mod.load_paths(cfg.data, n_seed_indices, min_rows=_min_rows(cfg))
+    n_seed_indices = cfg.trainer.population if n_seed_indices is None else n_seed_indices
+    per_seed = cfg.data.source == "synthetic" and cfg.data.synthetic.paths == "per_seed"
+    if prices is not None and not per_seed:
+        paths = [prices]
+    else:
+        paths = data_mod.load_paths(cfg.data, n_seed_indices, min_rows=_min_rows(cfg))
+        if prices is not None and not np.array_equal(np.asarray(prices, dtype=np.float64), np.asarray(paths[0], dtype=np.float64)):
+            raise ValueError("prepare_market: the given prices are not path 0 of the config's per_seed synthetic paths")
     bounds = data_mod.split_bounds(paths[0], cfg.data.splits, min_len=cfg.env.window + 2)
     market = Market(paths, bounds, cfg.env.window, device)
     market.check_lengths(cfg.env.episode_length)
@@ -161,9 +173,11 @@ class Trainer:
         ev.reset()
         for _ in range(ev.T):
             runner()
-        asset = segment_asset_returns(self.market, segment)  # [T], or [paths, T]
-        if asset.dim() == 2:  # per-seed paths: each member's own
-            asset = asset[torch.as_tensor(self.learner.path_of_member, device=asset.device)]
+        if self.market.n_paths > 1:  # per-seed paths: each member's own asset returns [P, T]
+            r = self.market.ranges[segment]
+            asset = self.market.returns_next[:, r.lo : r.hi][torch.as_tensor(self.learner.path_of_member, device=self.device)]
+        else:
+            asset = segment_asset_returns(self.market, segment)  # [T] (path 0, Market.ret_next)
         env = self.cfg.env
         stats = read_back(evaluation_stats(ev.positions, asset, env.cost, env.periods_per_year))
         return stats, ev.returns.clone(), ev.positions.clone()
@@ -283,6 +297,8 @@ class Trainer:
             m[f"val_sharpe_mean@{arm}"] = _mean(val[mine])
             m[f"val_alpha_sharpe_mean@{arm}"] = _mean(evals["val"]["alpha_sharpe"][mine])
             m.update({f"{s.metric}@{arm}": _mean(rows[s.name][mine]) for s in settings})
+        if has_gains(arms):
+            m.update(self._gains(arm_of, evals["val"]))
         assert tuple(m) == epoch_metrics(self.cfg.plugins, arms)
         members = []
         for p in range(P):
@@ -295,6 +311,22 @@ class Trainer:
             row["diverged"] = bool(member_diverged[p])
             members.append(row)
         return EpochResult(metrics=m, members=members)
+
+    def _gains(self, arm_of: list[str], val: dict[str, np.ndarray]) -> dict[str, float]:
+        """The paired gains of a designed run (tune_gems.arm_designs.paired_gains: proposal minus
+        control, and minus without-<gem>, at each seed index; NaN where a member of a pair
+        diverged), and the gains' last-k means (the same k and window as the other objectives;
+        NaN if any epoch in the window is NaN)."""
+        gems = self.cfg.gem_names()
+        seed_index = [self.seed_index(p) for p in range(self.learner.P)]
+        g = paired_gains(gems, arm_of, seed_index, val["sharpe"], val["alpha_sharpe"])
+        k = self.cfg.trainer.objective_last_k
+        out = {name: g[name] for name in GAIN_METRICS}
+        for objective, column in zip(GAIN_OBJECTIVES, GAIN_METRICS):
+            recent = [h[column] for h in self.history[-(k - 1):]] if k > 1 else []
+            out[objective] = float(np.mean([*recent, g[column]]))
+        out.update({f"{GEM_GAIN_PREFIX}{name}": g[f"gain_{name}"] for name in gems})
+        return out
 
     def fit(self, on_epoch: Callable[[EpochResult], None] | None = None) -> list[EpochResult]:
         results = []

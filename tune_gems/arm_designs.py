@@ -1,0 +1,138 @@
+"""Designed arms sets, and the paired gains they support (issue 12, "wire_search").
+
+Optuna proposes per gem a mode (off / measure / wire) and a weight. Comparing that proposal with
+other trials confounds the gem with everything else that differs between trials. The
+`wire_search` design instead trains, inside the one trial and on the same seed indices:
+
+- `proposal`: the configuration as Optuna chose it;
+- `control`: the proposal with every wired gem measured (wire -> measure; off stays off, weights
+  are kept, they do nothing in measure mode);
+- `without-<g>`, for each gem g the proposal wires: the proposal with only g measured.
+
+Seed index s of every arm starts from the same weights and draws the same random numbers
+(tune_gems.arms), so `proposal - control` at seed s is caused by the wiring alone, and
+`proposal - without-<g>` by g's wiring given the others. The trial reports these paired gains
+every epoch (`paired_gains`; names in tune_gems.metrics.gain_metrics), and the objective of a
+wire_search sweep is `val_sharpe_gain`: the seed noise cancels in what Optuna optimises.
+
+A proposal that wires no gem *is* its control: the design is then one arm, `control`, and every
+gain is exactly 0 (there is nothing to gain), so such trials are comparable with the others.
+
+Divergence: a diverged member has NaN evaluation columns, and a gain over pairs with a diverged
+member is NaN (never a mean over the surviving pairs, which would drop the destabilised side
+and change what is estimated). The trainer stops a run when any member diverges and reports
+`diverged`, so the objective of such a trial is NaN (the trainable reports it so) and the
+per-member rows keep the evidence for the analysis (which counts divergence as the worst
+outcome).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from tune_gems.arms import ArmsConfig
+from tune_gems.errors import ConfigError
+from tune_gems.metrics import has_gain_arms
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tune_gems.config import Config
+
+WIRE_SEARCH = "wire_search"
+DESIGNS = (WIRE_SEARCH,)
+"""Known designs (a sweep spec's `design`; "none" there means the config's own arms, if any)."""
+
+PROPOSAL = "proposal"
+CONTROL = "control"
+WITHOUT_PREFIX = "without-"
+
+
+def without_arm(gem: str) -> str:
+    """The arm name of the proposal with only `gem` measured."""
+    return f"{WITHOUT_PREFIX}{gem}"
+
+
+def wired_gems(cfg: "Config") -> tuple[str, ...]:
+    """The gems `cfg` wires, in registry order."""
+    return tuple(g for g in cfg.gem_names() if cfg.gem(g).mode == "wire")
+
+
+def wire_search_arms(cfg: "Config") -> ArmsConfig:
+    """The wire_search arms of a proposal config (see the module docstring):
+    [proposal, control, without-<g> for each wired g], or [control] when nothing is wired."""
+    wired = wired_gems(cfg)
+    if not wired:
+        return ArmsConfig.model_validate({"list": [{"name": CONTROL}]})
+    arms: list[dict[str, Any]] = [
+        {"name": PROPOSAL},
+        {"name": CONTROL, **{f"gems.{g}.mode": "measure" for g in wired}},
+        *({"name": without_arm(g), f"gems.{g}.mode": "measure"} for g in wired),
+    ]
+    return ArmsConfig.model_validate({"list": arms})
+
+
+def apply_design(cfg: "Config", design: str) -> "Config":
+    """`cfg` (one trial's validated config, e.g. Optuna's proposal) with the design's arms set.
+
+    The Tune trainable calls this on each trial's config before building the Trainer. A config
+    that already has arms cannot take a design (the two would fight over the population axis).
+    """
+    from tune_gems.config import build_config
+
+    if design not in DESIGNS:
+        raise ConfigError(f"design: unknown design {design!r} (known: {', '.join(DESIGNS)})")
+    if cfg.arms is not None:
+        raise ConfigError(f"design: {design} sets the arms itself; remove config.arms")
+    tree = cfg.to_dict()
+    tree["arms"] = wire_search_arms(cfg).model_dump(mode="json", by_alias=True, exclude_none=True)
+    return build_config(tree, f"design {design}")
+
+
+has_gains = has_gain_arms
+"""Whether a run with these arms reports paired gains: it has `proposal` and `control` arms, or
+is the one-arm design of a proposal that wires nothing (`control` alone, gains 0)."""
+
+
+def _pair_mean(values: np.ndarray, arm_of: np.ndarray, seed_index: np.ndarray, a: str, b: str) -> float:
+    """Mean over seed indices of values[arm a, s] - values[arm b, s]; NaN when any pair has a NaN
+    (a diverged member) or the arms do not cover the same seed indices."""
+    in_a, in_b = arm_of == a, arm_of == b
+    sa, sb = seed_index[in_a], seed_index[in_b]
+    if not in_a.any() or sorted(sa.tolist()) != sorted(sb.tolist()):
+        return math.nan
+    va = values[in_a][np.argsort(sa, kind="stable")]
+    vb = values[in_b][np.argsort(sb, kind="stable")]
+    diff = va - vb
+    return float(diff.mean()) if np.isfinite(diff).all() else math.nan
+
+
+def paired_gains(
+    gems: Sequence[str],
+    arm_of: Sequence[str],
+    seed_index: Sequence[int],
+    val_sharpe: Sequence[float],
+    val_alpha_sharpe: Sequence[float],
+) -> dict[str, float]:
+    """The epoch's paired gains from per-member validation columns (diverged members NaN):
+    `val_sharpe_gain` and `val_alpha_sharpe_gain` (proposal - control), and `gain_<g>` for every
+    gem in `gems` (proposal - without-<g> on val_alpha_sharpe; NaN where the run has no
+    without-<g> arm, i.e. the proposal does not wire g). The one-arm design (`control` alone):
+    0.0 for the two overall gains, NaN per gem (no gem is wired)."""
+    arm_arr = np.asarray(arm_of, dtype=object)
+    seeds = np.asarray(seed_index, dtype=np.int64)
+    vs, va = np.asarray(val_sharpe, dtype=np.float64), np.asarray(val_alpha_sharpe, dtype=np.float64)
+    arms = set(arm_arr.tolist())
+    out: dict[str, float] = {}
+    if arms == {CONTROL}:
+        # proposal == control: the difference is 0 at every seed, and NaN where a member diverged
+        out["val_sharpe_gain"] = 0.0 if np.isfinite(vs).all() else math.nan
+        out["val_alpha_sharpe_gain"] = 0.0 if np.isfinite(va).all() else math.nan
+    else:
+        out["val_sharpe_gain"] = _pair_mean(vs, arm_arr, seeds, PROPOSAL, CONTROL)
+        out["val_alpha_sharpe_gain"] = _pair_mean(va, arm_arr, seeds, PROPOSAL, CONTROL)
+    for g in gems:
+        arm = without_arm(g)
+        out[f"gain_{g}"] = _pair_mean(va, arm_arr, seeds, PROPOSAL, arm) if arm in arms else math.nan
+    return out
