@@ -27,6 +27,9 @@ same value; config stays free of torch, so it is not imported from there)."""
 GEM_NAMES = tuple(g.name for g in registry.builtin_gems())
 """The built-in gems (a run's gems: `Config.gem_names()`, the registry's `run_gems`)."""
 
+MAX_COUNT = 10**9
+"""Upper bound of epoch / iteration / period counts: beyond it a run is a typo, not a plan."""
+
 SUPPORT_LIMIT = 1e6
 """Largest |v_min|, |v_max| of the C51 support: beyond it the atom spacing overflows float32 math."""
 
@@ -165,8 +168,8 @@ GemsConfig = gems_model()
 
 class TrainerConfig(_Strict):
     population: int = Field(4, ge=1, le=4096, description="members (seeds) trained in lockstep")
-    epochs: int = Field(6, ge=1)
-    iterations_per_epoch: int = Field(150, ge=1)
+    epochs: int = Field(6, ge=1, le=MAX_COUNT)
+    iterations_per_epoch: int = Field(150, ge=1, le=MAX_COUNT)
     batch_size: int = Field(64, ge=2)
     n_envs: int = Field(8, ge=1, description="environments per member")
     replay_capacity: int = Field(20000, ge=64, description="transitions per member")
@@ -174,21 +177,21 @@ class TrainerConfig(_Strict):
     n_step: int = Field(3, ge=1, le=64)
     gamma: float = Field(0.97, gt=0.0, le=1.0)
     lr: float = Field(5e-4, gt=0.0, le=10.0)
-    adam_eps: float = Field(1.5e-4, gt=0.0)
-    grad_clip: float = Field(10.0, gt=0.0, description="max gradient norm, per member")
-    target_update: int = Field(200, ge=1, description="hard target update period in iterations (used when tau is 0)")
+    adam_eps: float = Field(1.5e-4, gt=0.0, le=1.0)
+    grad_clip: float = Field(10.0, gt=0.0, le=1e6, description="max gradient norm, per member")
+    target_update: int = Field(200, ge=1, le=MAX_COUNT, description="hard target update period in iterations (used when tau is 0)")
     tau: float = Field(0.0, ge=0.0, le=1.0, description="Polyak rate per iteration; 0 = hard updates")
     epsilon_start: float = Field(1.0, ge=0.0, le=1.0, description="epsilon-greedy start (NoisyNets off only)")
     epsilon_end: float = Field(0.05, ge=0.0, le=1.0)
-    epsilon_decay_iterations: int = Field(2000, ge=1)
+    epsilon_decay_iterations: int = Field(2000, ge=1, le=MAX_COUNT)
     precision: Literal["fp32", "tf32", "bf16"] = Field(
         "tf32",
         description="matmul precision on CUDA (tensor cores; fp32 for exact comparisons); "
         "gem, loss and optimizer math stay fp32; CPU always runs fp32",
     )
     graph: Annotated[Literal["auto", "on", "off"], BeforeValidator(_yaml_switch)] = Field("auto", description="CUDA graph capture of the iteration")
-    checkpoint_every: int = Field(1, ge=0, description="epochs between checkpoints (0: only at the end)")
-    divergence_threshold: float = Field(1e6, gt=0.0, description="|loss| above this counts as diverged")
+    checkpoint_every: int = Field(1, ge=0, le=MAX_COUNT, description="epochs between checkpoints (0: only at the end)")
+    divergence_threshold: float = Field(1e6, gt=0.0, le=1e30, description="|loss| above this counts as diverged")
     objective_last_k: int = Field(
         3, ge=1, description="epochs averaged by the *_lastk search objectives (the last min(k, epochs so far))"
     )

@@ -11,6 +11,8 @@ gives one value per row (per member), never mixing rows.
 
 from __future__ import annotations
 
+from tune_gems.result_files import MEMBER_ID_COLUMNS
+
 import math
 from typing import Any
 
@@ -58,7 +60,7 @@ _MEMBER_HEAD = (
     "q_mean",
     "grad_norm",
 )
-MEMBER_IDS = ("epoch", "member", "seed", "arm", "seed_index")
+MEMBER_IDS = MEMBER_ID_COLUMNS
 """Identity columns of a member row (before MEMBER_METRICS); `arm` is "default" in a run
 without arms, `seed_index` the member's seed index (the same initial weights, noise and data in
 every arm)."""

@@ -36,6 +36,10 @@ and for a command that builds its result in a temporary folder and publishes it 
 
 from __future__ import annotations
 
+from tune_gems.result_files import (
+    CHECKPOINT_FILE, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE, SUMMARY_FILE, TRIALS_FILE,
+)
+
 import datetime as _dt
 import errno
 import json
@@ -71,9 +75,9 @@ PSEUDO_FILESYSTEMS = frozenset(
 PSEUDO_ROOTS = (Path("/proc"), Path("/sys"))
 """Refused by path even where the mount table is unreadable."""
 
-SWEEP_SIGNS = ("trials.parquet", "history.parquet", "members.parquet", "tuner.pkl", "optuna_journal.log")
+SWEEP_SIGNS = (TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE, "tuner.pkl", JOURNAL_FILE)
 """Files only a sweep's experiment folder holds (a spec.yaml alone may be a user's spec)."""
-TRAIN_SIGNS = ("checkpoint.pt", "history.csv", "members.csv", "summary.json")
+TRAIN_SIGNS = (CHECKPOINT_FILE, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE)
 SCAN_DEPTH = 2
 """How deep below an output folder `check_output_folder` looks for results it must not replace."""
 SCAN_LIMIT = 2000

@@ -21,11 +21,11 @@ import pandas as pd
 
 from tune_gems.errors import DataError
 
-TRIALS_FILE = "trials.parquet"
-ARMS_FILES = ("arms.parquet", "arms.csv")
-HISTORY_FILE = "history.parquet"
-MEMBERS_FILE = "members.parquet"
-JOURNAL_FILE = "optuna_journal.log"
+from tune_gems.result_files import (  # noqa: E402 - the names the writers use
+    ARMS_FILES, BASELINES_FILES, GEMS_FILE, HISTORY_FILE, JOURNAL_FILE, MEMBERS_FILE, TRIALS_FILE,
+)
+
+BASELINE_COLUMNS = ("segment", "baseline", "sharpe", "alpha_sharpe")
 
 TRIALS_REQUIRED = ("trial_id", "status", "config_label")
 INT_COLUMNS = {"epoch": 1, "member": 0, "seed": 0, "seed_index": 0, "epochs_done": 0}
@@ -61,6 +61,9 @@ class Experiment:
     arms: pd.DataFrame | None = None
     """The arms tables (arms.parquet / arms.csv; docs/results.md), `experiment` set; None when no
     folder has one."""
+    baselines: pd.DataFrame | None = None
+    """Flat, buy-and-hold and momentum on each segment (baselines.parquet / baselines.csv, written
+    once per run; docs/evaluation.md), `experiment` set; None when no folder has one."""
     gems: list[dict] | None = None
     """The union of the folders' gems.json entries (by name, first seen wins); None when no
     folder has one (readers fall back to the three built-ins)."""
@@ -78,7 +81,6 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
-GEMS_FILE = "gems.json"
 BUILTIN_GEM_METRICS = ("g6_branch_indep", "g10_temporal", "g12_predictive")
 
 
@@ -122,6 +124,29 @@ def read_arms(folder: Path, label: str) -> pd.DataFrame | None:
         df.insert(0, "experiment", label)
         if "trial_id" in df.columns:
             df["trial_id"] = df["trial_id"].astype(str)
+        return df
+    return None
+
+
+def read_baselines(folder: Path, label: str) -> pd.DataFrame | None:
+    """The baselines table of a folder (baselines.parquet of a sweep, baselines.csv of a train
+    run), or None."""
+    for name in BASELINES_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            df = pd.read_parquet(path) if name.endswith(".parquet") else pd.read_csv(path)
+        except Exception as err:  # noqa: BLE001 - pyarrow / pandas raise many types
+            raise DataError(f"{path}: not a readable table ({_one_line(err)})") from None
+        missing = [c for c in BASELINE_COLUMNS if c not in df.columns]
+        if missing:
+            raise DataError(f"{path}: missing column(s) {', '.join(missing)}")
+        for col in BASELINE_COLUMNS[2:]:
+            if not pd.api.types.is_numeric_dtype(df[col]):
+                raise DataError(f"{path}: column {col} must be numeric")
+        df = df.drop(columns=["experiment"], errors="ignore")
+        df.insert(0, "experiment", label)
         return df
     return None
 
@@ -339,7 +364,7 @@ def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
     if not folders:
         raise DataError("no experiment folder given")
 
-    parts: dict[str, list[pd.DataFrame]] = {"trials": [], "history": [], "members": [], "arms": []}
+    parts: dict[str, list[pd.DataFrame]] = {"trials": [], "history": [], "members": [], "arms": [], "baselines": []}
     studies: dict[str, Any] = {}
     labels: list[str] = []
     gems: dict[str, dict] = {}
@@ -353,6 +378,9 @@ def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
         arms = read_arms(folder, label)
         if arms is not None:
             parts["arms"].append(arms)
+        baselines = read_baselines(folder, label)
+        if baselines is not None:
+            parts["baselines"].append(baselines)
         entries = read_gems(folder)
         if entries is not None:
             any_gems = True
@@ -372,5 +400,6 @@ def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
         paths=folders,
         labels=labels,
         arms=cat(parts["arms"]) if parts["arms"] else None,
+        baselines=cat(parts["baselines"]) if parts["baselines"] else None,
         gems=list(gems.values()) if any_gems else None,
     )

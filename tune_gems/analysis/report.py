@@ -118,6 +118,58 @@ def _sharpe_view(sv: pd.DataFrame, prefix: str) -> pd.DataFrame:
     return out
 
 
+def baseline_comparison(exp: Any) -> pd.DataFrame:
+    """Each configuration (experiment, trial's config label, arm) at its final epoch beside the
+    baselines of the same segments: mean validation and test Sharpe and alpha Sharpe over its
+    non-diverged members, then the baseline rows (flat, buy-and-hold, momentum; one row per path
+    averaged when paths differ). Skill shows as alpha Sharpe above the baselines', not as raw
+    Sharpe that market exposure can buy (docs/evaluation.md)."""
+    cols = ("val_sharpe", "val_alpha_sharpe", "test_sharpe", "test_alpha_sharpe")
+    rows: list[dict[str, Any]] = []
+    m = exp.members
+    if len(m) and "epoch" in m.columns:
+        m = m.copy()
+        if "arm" not in m.columns:
+            m["arm"] = "default"
+        keys = [k for k in ("experiment", "trial_id") if k in m.columns]
+        last = m.groupby(keys)["epoch"].transform("max") if keys else m["epoch"].max()
+        m = m[m["epoch"] == last]
+        if "diverged" in m.columns:
+            m = m[~m["diverged"].astype(bool)]
+        label = exp.trials.set_index(["experiment", "trial_id"])["config_label"] if {"experiment", "trial_id", "config_label"} <= set(exp.trials.columns) else None
+        for key, g in m.groupby([k for k in ("experiment", "trial_id", "arm") if k in m.columns], sort=True):
+            key = key if isinstance(key, tuple) else (key,)
+            name = " ".join(str(k) for k in key)
+            if label is not None and len(key) >= 2 and (key[0], key[1]) in label.index:
+                name = f"{key[0]} {key[1]} {label.loc[(key[0], key[1])]} arm={key[-1]}"
+            row = {"configuration": name, "members": len(g)}
+            row.update({c: float(g[c].mean()) if c in g.columns else float("nan") for c in cols})
+            rows.append(row)
+    b = getattr(exp, "baselines", None)
+    if b is not None and len(b):
+        agg = b.groupby(["segment", "baseline"], sort=False)[["sharpe", "alpha_sharpe"]].mean().reset_index()
+        for name in agg["baseline"].unique():
+            r = agg[agg["baseline"] == name].set_index("segment")
+            row = {"configuration": f"baseline: {name}", "members": 0}
+            for seg in ("val", "test"):
+                row[f"{seg}_sharpe"] = float(r.loc[seg, "sharpe"]) if seg in r.index else float("nan")
+                row[f"{seg}_alpha_sharpe"] = float(r.loc[seg, "alpha_sharpe"]) if seg in r.index else float("nan")
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["configuration", "members", *cols])
+
+
+def baseline_comparison_md(exp: Any) -> str:
+    table = baseline_comparison(exp)
+    if table.empty:
+        return "No members and no baselines in these folders."
+    note = "" if getattr(exp, "baselines", None) is not None else "\n\n(No baselines table in these folders: runs older than the evaluation columns.)"
+    intro = (
+        "Final epoch, mean over non-diverged members; baselines under the same cost model, averaged over "
+        "paths when every seed index has its own synthetic path.\n\n"
+    )
+    return intro + markdown_table(table.round(3)) + note
+
+
 def render_report(result: Any, images: dict[str, str], settings: dict[str, Any]) -> str:
     """`report.md` of an analysis result (see run.AnalysisResult); `images`: title -> file."""
     exp = result.experiment
@@ -183,6 +235,8 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
                                            "final_epoch", "reason"])]
 
     sv = result.sharpe_variance
+    lines += ["", "## Against the baselines", ""]
+    lines.append(baseline_comparison_md(exp))
     lines += ["", "## Sharpe variance per configuration", ""]
     lines.append(
         "Final epoch of each trial, all members of all ok trials pooled; std/var with ddof=1; "

@@ -17,6 +17,8 @@ CLI refuses bad input) before torch is imported.
 
 from __future__ import annotations
 
+from tune_gems.result_files import GEMS_FILE
+
 import importlib
 import re
 import threading
@@ -179,7 +181,7 @@ def manifest(plugins: Iterable[str] = ()) -> list[dict[str, Any]]:
     ]
 
 
-MANIFEST_FILE = "gems.json"
+MANIFEST_FILE = GEMS_FILE
 """The manifest's file name beside a run's or a sweep's tables (CONTRACTS: readers fall back to
 the three built-ins when it is absent)."""
 

@@ -22,13 +22,14 @@ from tune_gems.errors import ConfigError
 from tune_gems.gems import MANIFEST_FILE, manifest
 from tune_gems.metrics import MEMBER_IDS, epoch_metrics, member_metrics
 from tune_gems.sweep.spec import apply_spec_design, trial_config
+from tune_gems.result_files import (
+    ARMS_PARQUET, BASELINES_PARQUET, HISTORY_FILE, ID_COLUMNS, MEMBERS_FILE, TRIALS_FILE,
+)
 from tune_gems.sweep.storage import ExperimentStore
 from tune_gems.sweep.trainable import BASELINES_KEY, MEMBERS_KEY
 from tune_gems.sweep.trainable import HISTORY_FILE as CHECKPOINT_HISTORY_FILE
 
-ID_COLUMNS = ("experiment", "trial_id", "config_label")
-TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE = "trials.parquet", "history.parquet", "members.parquet"
-ARMS_FILE, BASELINES_FILE = "arms.parquet", "baselines.parquet"
+ARMS_FILE, BASELINES_FILE = ARMS_PARQUET, BASELINES_PARQUET
 TERMINATED, ERROR, UNFINISHED = "TERMINATED", "ERROR", "UNFINISHED"
 """Values of trials.parquet's `status`: ran to its end (or was stopped early by the scheduler);
 failed after its retries; not finished when the sweep stopped (Ctrl-C, a lost driver):

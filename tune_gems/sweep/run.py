@@ -40,7 +40,7 @@ from tune_gems.sweep.spec import SweepSpec, designed_config, import_spec_plugins
 from tune_gems.sweep.storage import ExperimentStore, check_storage, is_uri
 from tune_gems.trainer.trainer import load_prices, prepare_market
 
-SPEC_FILE = "spec.yaml"
+from tune_gems.result_files import SPEC_FILE  # noqa: E402
 RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 """Set by Ray for the entrypoint of `ray job submit`."""
 RESUME_MAY_DIFFER = ("name", "storage", "description")

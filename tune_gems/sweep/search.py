@@ -24,7 +24,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from tune_gems.sweep.spec import SweepSpec
 
-JOURNAL_FILE = "optuna_journal.log"
+from tune_gems.result_files import JOURNAL_FILE  # noqa: E402 - re-exported for sweep.run
 
 
 def journal_storage(path: str | Path) -> JournalStorage:

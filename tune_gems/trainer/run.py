@@ -23,16 +23,16 @@ from tqdm import tqdm
 
 from tune_gems.config import Config, apply_overrides, build_config, flatten, load_config, read_yaml
 from tune_gems.errors import ConfigError, OutputError, OutputExistsError
+from tune_gems.result_files import (
+    ARMS_CSV, BASELINES_CSV, CHECKPOINT_FILE, CONFIG_FILE, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE,
+)
 from tune_gems.outputs import LOCK_FILE, MARKER_FILE, OutputLock, check_output_folder, make_output_folder, marker_kind
 from tune_gems.resources import check_training_fits
 from tune_gems.trainer.trainer import RESUMABLE_CHANGES, EpochResult, Trainer
 
-CHECKPOINT = "checkpoint.pt"
-CONFIG_FILE = "config.yaml"
-TABLE_FILES = ("history.csv", "members.csv")
-SUMMARY_FILE = "summary.json"
-ARMS_FILE = "arms.csv"
-BASELINES_FILE = "baselines.csv"
+CHECKPOINT = CHECKPOINT_FILE
+TABLE_FILES = (HISTORY_CSV, MEMBERS_CSV)
+ARMS_FILE, BASELINES_FILE = ARMS_CSV, BASELINES_CSV
 OUT_FIELD = "--out"
 
 
@@ -181,7 +181,7 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
         write_run_files(trainer, out)
         print(
             f"tune-gems train: device={trainer.device} kernels={trainer.ops.name} population={cfg.trainer.population} "
-            f"graph={'on' if trainer.runner.use_graph else 'off'} out={out}",
+            f"arms={len(trainer.learner.arms)} members={trainer.learner.P} graph={'on' if trainer.runner.use_graph else 'off'} out={out}",
             flush=True,
         )
         bar = tqdm(

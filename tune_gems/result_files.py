@@ -1,0 +1,39 @@
+"""The names of the files a run writes and of the id columns of its tables, in one place.
+
+A leaf module (it imports nothing of tune_gems), shared by the writers (`tune_gems.sweep`,
+`tune_gems.trainer.run`) and the reader (`tune_gems.analysis.load`), so a renamed file cannot
+leave the analysis looking for the old name. docs/results.md describes every file.
+"""
+
+from __future__ import annotations
+
+# -- a sweep's experiment folder ---------------------------------------------------------------
+SPEC_FILE = "spec.yaml"
+TRIALS_FILE = "trials.parquet"
+HISTORY_FILE = "history.parquet"
+MEMBERS_FILE = "members.parquet"
+ARMS_PARQUET = "arms.parquet"
+BASELINES_PARQUET = "baselines.parquet"
+JOURNAL_FILE = "optuna_journal.log"
+
+# -- a train run's folder ------------------------------------------------------------------------
+CONFIG_FILE = "config.yaml"
+HISTORY_CSV = "history.csv"
+MEMBERS_CSV = "members.csv"
+ARMS_CSV = "arms.csv"
+BASELINES_CSV = "baselines.csv"
+SUMMARY_FILE = "summary.json"
+CHECKPOINT_FILE = "checkpoint.pt"
+
+# -- both ------------------------------------------------------------------------------------------
+GEMS_FILE = "gems.json"
+"""The gems the run knew (built-ins and plug-ins): tune_gems.gems.manifest()."""
+
+ID_COLUMNS = ("experiment", "trial_id", "config_label")
+"""The leading columns of every sweep table row."""
+MEMBER_ID_COLUMNS = ("epoch", "member", "seed", "arm", "seed_index")
+"""Which member a members row is: its epoch, index on the population axis, own seed, arm and the
+seed index it shares with every other arm."""
+
+ARMS_FILES = (ARMS_PARQUET, ARMS_CSV)
+BASELINES_FILES = (BASELINES_PARQUET, BASELINES_CSV)
