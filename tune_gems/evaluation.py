@@ -40,18 +40,9 @@ import torch
 from scipy.signal import lfilter
 from torch import Tensor
 
-EVAL_STATS = (
-    "sharpe",
-    "beta",
-    "alpha_sharpe",
-    "turnover",
-    "max_drawdown",
-    "sharpe_cost0",
-    "sharpe_cost1",
-    "sharpe_cost2",
-    "breakeven_cost_bps",
-)
-"""Names of the per-member statistics, in column order. The trainer prefixes `val_` / `test_`."""
+from tune_gems.metrics import EVAL_STATS  # noqa: E402 - the column names have one home
+
+__all__ = ["EVAL_STATS"]  # re-exported: names of the per-member statistics, in column order
 
 COST_MULTIPLES = {"sharpe_cost0": 0.0, "sharpe_cost1": 1.0, "sharpe_cost2": 2.0}
 """The cost-sensitivity columns: Sharpe at these multiples of the configured cost."""

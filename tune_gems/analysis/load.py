@@ -107,48 +107,51 @@ def read_gems(folder: Path) -> list[dict] | None:
         raise DataError(f"{path}: not a readable gem list ({_one_line(err)})") from None
 
 
-def read_arms(folder: Path, label: str) -> pd.DataFrame | None:
-    """The arms table of a folder (arms.parquet of a sweep, arms.csv of a train run), or None."""
-    for name in ARMS_FILES:
+def _read_side_table(folder: Path, names: tuple[str, ...]) -> tuple[Path, pd.DataFrame] | None:
+    """The first of `names` present in `folder`, read as parquet or CSV, or None."""
+    for name in names:
         path = folder / name
         if not path.is_file():
             continue
         try:
-            df = pd.read_parquet(path) if name.endswith(".parquet") else pd.read_csv(path)
+            return path, (pd.read_parquet(path) if name.endswith(".parquet") else pd.read_csv(path))
         except Exception as err:  # noqa: BLE001 - pyarrow / pandas raise many types
             raise DataError(f"{path}: not a readable table ({_one_line(err)})") from None
-        if "arm" not in df.columns:
-            raise DataError(f"{path}: missing column(s) arm")
-        validate_table(path, df, "arms")
-        df = df.copy()
-        df.insert(0, "experiment", label)
-        if "trial_id" in df.columns:
-            df["trial_id"] = df["trial_id"].astype(str)
-        return df
     return None
+
+
+def read_arms(folder: Path, label: str) -> pd.DataFrame | None:
+    """The arms table of a folder (arms.parquet of a sweep, arms.csv of a train run), or None."""
+    found = _read_side_table(folder, ARMS_FILES)
+    if found is None:
+        return None
+    path, df = found
+    if "arm" not in df.columns:
+        raise DataError(f"{path}: missing column(s) arm")
+    validate_table(path, df, "arms")
+    df = df.copy()
+    df.insert(0, "experiment", label)
+    if "trial_id" in df.columns:
+        df["trial_id"] = df["trial_id"].astype(str)
+    return df
 
 
 def read_baselines(folder: Path, label: str) -> pd.DataFrame | None:
     """The baselines table of a folder (baselines.parquet of a sweep, baselines.csv of a train
     run), or None."""
-    for name in BASELINES_FILES:
-        path = folder / name
-        if not path.is_file():
-            continue
-        try:
-            df = pd.read_parquet(path) if name.endswith(".parquet") else pd.read_csv(path)
-        except Exception as err:  # noqa: BLE001 - pyarrow / pandas raise many types
-            raise DataError(f"{path}: not a readable table ({_one_line(err)})") from None
-        missing = [c for c in BASELINE_COLUMNS if c not in df.columns]
-        if missing:
-            raise DataError(f"{path}: missing column(s) {', '.join(missing)}")
-        for col in BASELINE_COLUMNS[2:]:
-            if not pd.api.types.is_numeric_dtype(df[col]):
-                raise DataError(f"{path}: column {col} must be numeric")
-        df = df.drop(columns=["experiment"], errors="ignore")
-        df.insert(0, "experiment", label)
-        return df
-    return None
+    found = _read_side_table(folder, BASELINES_FILES)
+    if found is None:
+        return None
+    path, df = found
+    missing = [c for c in BASELINE_COLUMNS if c not in df.columns]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(missing)}")
+    for col in BASELINE_COLUMNS[2:]:
+        if not pd.api.types.is_numeric_dtype(df[col]):
+            raise DataError(f"{path}: column {col} must be numeric")
+    df = df.drop(columns=["experiment"], errors="ignore")
+    df.insert(0, "experiment", label)
+    return df
 
 
 def _read_parquet(path: Path, required: tuple[str, ...], table: str = "", gems: Iterable[str] = ()) -> pd.DataFrame:
