@@ -431,3 +431,21 @@ def test_stats_capture_in_a_cuda_graph_and_match_eager():
 def test_stat_names_agree_with_tune_gems_metrics():
     """One contract: if tune_gems.metrics lists the evaluation names, they are these, in order."""
     assert tuple(getattr(metrics, "EVAL_STATS", EVAL_STATS)) == EVAL_STATS
+
+
+def test_segment_asset_returns_gives_each_member_its_own_path():
+    """With per-seed paths every member is scored against the market it traded, not path 0's."""
+    from tune_gems.data import split_bounds, synthetic_prices
+    from tune_gems.env import Market
+
+    W = 6
+    paths = [synthetic_prices(400, seed=s) for s in (3, 4)]
+    market = Market(paths, split_bounds(paths[0], [0.6, 0.2, 0.2], min_len=W + 2), W)
+    r = market.ranges["val"]
+    per_member = segment_asset_returns(market, "val", [1, 0, 1])
+    assert per_member.shape == (3, r.hi - r.lo)
+    assert torch.equal(per_member[0], market.returns_next[1, r.lo : r.hi])
+    assert torch.equal(per_member[1], market.returns_next[0, r.lo : r.hi])
+    assert not torch.equal(per_member[0], per_member[1])
+    one = Market(paths[0], split_bounds(paths[0], [0.6, 0.2, 0.2], min_len=W + 2), W)
+    assert segment_asset_returns(one, "val", [0, 0]).shape == (r.hi - r.lo,)  # one path: [T], broadcast

@@ -222,11 +222,15 @@ def prefixed(values: Mapping[str, Any], segment: str) -> dict[str, Any]:
     return {f"{segment}_{k}": v for k, v in values.items()}
 
 
-def segment_asset_returns(market: Any, segment: str) -> Tensor:
-    """The asset's simple returns [T] earned at the decisions of a segment, as the
-    SegmentEvaluator walks it: `market.ret_next[lo:hi]` (a view on the market's device)."""
+def segment_asset_returns(market: Any, segment: str, path_of_member: Any = None) -> Tensor:
+    """The asset's simple returns earned at the decisions of a segment, as the SegmentEvaluator
+    walks it: [T] (`market.ret_next[lo:hi]`, a view) when the market has one path or no
+    `path_of_member` is given; [P, T] (each member's own path) when it has several paths."""
     r = market.ranges[segment]
-    return market.ret_next[..., r.lo : r.hi]
+    if path_of_member is None or getattr(market, "n_paths", 1) == 1:
+        return market.ret_next[..., r.lo : r.hi]
+    index = torch.as_tensor(path_of_member, device=market.returns_next.device)
+    return market.returns_next[:, r.lo : r.hi][index]
 
 
 # --- baselines -------------------------------------------------------------------------------

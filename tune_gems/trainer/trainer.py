@@ -173,11 +173,7 @@ class Trainer:
         ev.reset()
         for _ in range(ev.T):
             runner()
-        if self.market.n_paths > 1:  # per-seed paths: each member's own asset returns [P, T]
-            r = self.market.ranges[segment]
-            asset = self.market.returns_next[:, r.lo : r.hi][torch.as_tensor(self.learner.path_of_member, device=self.device)]
-        else:
-            asset = segment_asset_returns(self.market, segment)  # [T] (path 0, Market.ret_next)
+        asset = segment_asset_returns(self.market, segment, self.learner.path_of_member)  # each member's own path
         env = self.cfg.env
         stats = read_back(evaluation_stats(ev.positions, asset, env.cost, env.periods_per_year))
         return stats, ev.returns.clone(), ev.positions.clone()
