@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
-# stages: env build tests arms kbench tbench sweep sweep2 moonshot
+# stages: env build tests arms probe kbench tbench sweep sweep2 moonshot
 # Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,6 +68,10 @@ for s in "$@"; do
       wall=$(python3 -c "print(f'{$end - $start:.1f}')")
       echo "moonshot sweep wall: ${wall} s" | tee -a "$OUT/moonshot.log"
       python3 benchmarks/sweep_efficiency.py /tmp/gpu-moon/moonshot --sweep-wall "$wall" --out "$OUT/moonshot_efficiency.json" 2>&1 | tee -a "$OUT/moonshot.log"
+      ;;
+    probe)
+      stage "which ops depend on the population size (issue 12)"
+      timeout 200 python3 benchmarks/p_invariance_probe.py --out "$OUT/probe.json" 2>&1 | tee "$OUT/probe.log"
       ;;
     *) echo "unknown stage $s"; exit 2;;
   esac

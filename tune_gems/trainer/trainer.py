@@ -346,8 +346,14 @@ class Trainer:
             "config": self.cfg.to_dict(),
         }
 
+    def checkpoint_payload(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """(state tensors, metadata): everything a checkpoint holds. The tensors are the live
+        device state (a writer that works in the background must snapshot them before the next
+        iteration); the metadata is host data, built fresh on each call."""
+        return self.learner.state_tensors(), self._meta()
+
     def save_checkpoint(self, path: str | Path) -> None:
-        ckpt.save(path, self.learner.state_tensors(), self._meta())
+        ckpt.save(path, *self.checkpoint_payload())
 
     def load_checkpoint(self, path: str | Path) -> None:
         state, meta = ckpt.load(path)
