@@ -147,8 +147,11 @@ class PopLinear(nn.Module):
         if mode == "train":
             self._power_iteration()
         sigma = (self.sn_v * _blockwise(torch.bmm, self.chunk, w, self.sn_u.unsqueeze(-1)).squeeze(-1)).sum(-1)
-        # W / 1 is W exactly; the where also keeps an off member's sigma out of its gradient
-        return Affine(w / torch.where(self.sn_on, sigma.view(-1, 1, 1), 1.0), b, self.chunk)
+        # W / 1 is W exactly; the where also keeps an off member's sigma out of its gradient.
+        # Per member block: sigma's gradient is a sum over [in, out] per group, a reduction whose
+        # blocks-per-output torch picks from the number of groups (p_invariance_probe.py).
+        scale = torch.where(self.sn_on, sigma.view(-1, 1, 1), 1.0)
+        return Affine(_blockwise(torch.div, self.chunk, w, scale), b, self.chunk)
 
     @staticmethod
     def apply(x: Tensor, wb: tuple[Tensor, Tensor]) -> Tensor:
