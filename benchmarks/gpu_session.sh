@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
-# stages: env build tests arms probe kbench tbench sweep sweep2 moonshot
+# stages: env build tests arms probe kbench tbench armsbench noisy compile efficiency sweep sweep2 moonshot
 # Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -72,6 +72,31 @@ for s in "$@"; do
     probe)
       stage "which ops depend on the population size (issue 12)"
       timeout 200 python3 benchmarks/p_invariance_probe.py --out "$OUT/probe.json" 2>&1 | tee "$OUT/probe.log"
+      ;;
+    armsbench)
+      stage "3 arms x 64 seeds in one trainer against three trainers of 64 (issue 12)"
+      timeout 300 python3 benchmarks/arms_vs_trials.py --epochs 2 --out "$OUT/arms_vs_trials.json" 2>&1 | tee "$OUT/arms_vs_trials.log"
+      ;;
+    noisy)
+      stage "NoisyNet layers: materialised weights against factorised matmuls (issue 15)"
+      timeout 120 python3 benchmarks/noisy_product.py --out "$OUT/noisy_product.json" 2>&1 | tee "$OUT/noisy_product.log"
+      ;;
+    compile)
+      stage "torch.compile on the glue inside the captured graph (issue 15)"
+      timeout 300 python3 benchmarks/compile_trial.py --out "$OUT/compile_trial.json" 2>&1 | tee "$OUT/compile_trial.log" | tail -30
+      ;;
+    efficiency)
+      stage "sweep efficiency: measure_gems-shaped trials one per GPU, then packed 3 per GPU (issue 15)"
+      for how in "1" "0.34"; do
+        rm -rf /tmp/gpu-eff
+        start=$(date +%s.%N)
+        timeout 280 python3 -m tune_gems sweep sweeps/measure_gems.yaml --storage /tmp/gpu-eff --name eff \
+          num_samples=3 resources.gpu=$how config.trainer.epochs=5 2>&1 | tee "$OUT/efficiency_gpu$how.log" | grep -v "^\s*$" | tail -6
+        end=$(date +%s.%N)
+        wall=$(python3 -c "print(f'{$end - $start:.1f}')")
+        echo "sweep wall (resources.gpu=$how): ${wall} s" | tee -a "$OUT/efficiency_gpu$how.log"
+        python3 benchmarks/sweep_efficiency.py /tmp/gpu-eff/eff --sweep-wall "$wall" --out "$OUT/efficiency_gpu$how.json" 2>&1 | tee -a "$OUT/efficiency_gpu$how.log"
+      done
       ;;
     *) echo "unknown stage $s"; exit 2;;
   esac

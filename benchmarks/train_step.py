@@ -102,13 +102,21 @@ def profile_iteration(P: int, precision: str, top: int = 15) -> dict:
     for _ in range(3):
         t.learner.iteration()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(5):
             t.learner.iteration()
         torch.cuda.synchronize()
-    events = [e for e in prof.key_averages() if e.device_type.name == "CUDA" or getattr(e, "device_time_total", 0) > 0]
+    averages = prof.key_averages()
+    events = [e for e in averages if e.device_type.name == "CUDA"]
     def dev_time(e):
         return getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+
+    def self_dev_time(e):
+        return getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+
+    # which torch ops launched the kernel time (their own kernels, not their children's)
+    ops = sorted((e for e in averages if e.device_type.name == "CPU" and self_dev_time(e) > 0), key=self_dev_time, reverse=True)
+    op_rows = [{"op": e.key[:70], "us_per_iter": round(self_dev_time(e) / 5, 1), "calls_per_iter": e.count / 5} for e in ops[:top]]
     kernels = sorted(events, key=dev_time, reverse=True)
     total = sum(dev_time(e) for e in kernels) / 5
     launches = sum(e.count for e in kernels) / 5
@@ -116,8 +124,11 @@ def profile_iteration(P: int, precision: str, top: int = 15) -> dict:
     print(f"\nprofile P={P} {precision}: {launches:.0f} kernel launches, {total:.0f} us of kernel time per iteration")
     for r in rows:
         print(f"  {r['us_per_iter']:>8.1f} us  x{r['calls_per_iter']:<5.1f} {r['kernel']}")
+    print(f"  by the torch op that launched them (P={P}):")
+    for r in op_rows:
+        print(f"  {r['us_per_iter']:>8.1f} us  x{r['calls_per_iter']:<5.1f} {r['op']}")
     del t
-    return {"P": P, "precision": precision, "launches_per_iter": launches, "kernel_us_per_iter": round(total, 1), "top": rows}
+    return {"P": P, "precision": precision, "launches_per_iter": launches, "kernel_us_per_iter": round(total, 1), "top": rows, "top_ops": op_rows}
 
 
 def cases(quick: bool):

@@ -126,3 +126,15 @@ def test_bad_learning_rate_blocks_are_refused():
         PopulationAdam(flat, lr=1e-2, eps=1e-8, max_grad_norm=1.0, blocks=[slice(0, 2), slice(3, 4)])
     with pytest.raises(ValueError, match="3 learning rates"):
         PopulationAdam(flat, lr=[1e-2] * 3, eps=1e-8, max_grad_norm=1.0)
+
+
+
+def test_freezing_columns_is_a_no_op_on_the_cpu():
+    """On the CPU the fused kernel's vectorised body and scalar tail round differently, so a
+    frozen column would move others between them: every row stays whole there (the CUDA
+    check that freezing keeps the bits is tests/gpu/test_optim_gpu.py)."""
+    module = _TwoParams(torch.randn(4, 3), torch.randn(4, 57))
+    opt = PopulationAdam(FlatParameters(module, 4), lr=1e-2, eps=1e-8, max_grad_norm=1.0)
+    calls = opt._calls
+    opt.freeze_columns([slice(50, 60)])
+    assert opt.frozen == () and opt._calls is calls

@@ -91,14 +91,50 @@ class PopulationAdam:
         self.exp_avg_sq = torch.zeros_like(flat.data)
         self.step_count = torch.zeros((), device=flat.data.device)
         self._fused = hasattr(torch, "_fused_adam_")
-        # per distinct lr: the row blocks of the matrices it applies to (views, made once)
+        self.frozen: tuple[slice, ...] = ()
+        self._calls = self._fused_calls(())
+
+    def _fused_calls(self, frozen: Sequence[slice]) -> list:
+        """Per distinct lr: (rate, params, grads, avgs, avg_sqs) as lists of views, made once.
+        Without frozen columns a view is a whole row block (one contiguous tensor); with them,
+        each row's runs of updated columns (contiguous too, as the fused kernel needs)."""
+        width = self.flat.data.shape[1]
+        keep, start = [], 0
+        for cols in sorted(frozen, key=lambda c: c.start):
+            if cols.start > start:
+                keep.append(slice(start, cols.start))
+            start = max(start, cols.stop)
+        if start < width:
+            keep.append(slice(start, width))
         by_lr: dict[float, list[slice]] = {}
         for rows, rate in self.blocks:
             by_lr.setdefault(rate, []).append(rows)
-        self._calls = [
-            (rate, *([m[rows] for rows in rows_list] for m in (flat.data, flat.grad, self.exp_avg, self.exp_avg_sq)))
-            for rate, rows_list in by_lr.items()
-        ]  # fmt: skip
+        mats = (self.flat.data, self.flat.grad, self.exp_avg, self.exp_avg_sq)
+        calls = []
+        for rate, rows_list in by_lr.items():
+            if not frozen:
+                views = [[m[rows] for rows in rows_list] for m in mats]
+            else:
+                members = [r for rows in rows_list for r in range(rows.start, rows.stop)]
+                views = [[m[r, cols] for r in members for cols in keep] for m in mats]
+            calls.append((rate, *views))
+        return calls
+
+    def freeze_columns(self, frozen: Sequence[slice]) -> None:
+        """Leave these columns out of every Adam update: parameters that no gradient reaches
+        in this run (a gem head whose gem is off in every arm). Their gradient is zero, so Adam
+        would leave them unchanged anyway (moments stay 0, the step is 0 / (0 + eps)); skipping
+        them saves the memory traffic and the bits are the same (tests/gpu/test_optim_gpu.py).
+
+        CUDA only: the CPU fused kernel runs a vectorised body and a scalar tail whose roundings
+        differ, so splitting a row into shorter views would move elements between the two and
+        change bits (and the arms invariant); on the CPU every row stays whole."""
+        if not self.flat.data.is_cuda:
+            return
+        frozen = tuple(c for c in frozen if c.stop > c.start)
+        if frozen != self.frozen:
+            self.frozen = frozen
+            self._calls = self._fused_calls(frozen)
 
     def step(self) -> Tensor:
         """Clip each member's gradient to max_grad_norm (per clip group), take an Adam step;

@@ -11,8 +11,11 @@ Two claims, tested apart because they can fail for different reasons:
    same way whatever the batch count P: elementwise ops and the project's kernels (one block per
    member, fixed-order reductions) do; cuBLAS batched matmuls and torch's reductions choose
    algorithms (split-K, blocks per output) from the shapes, P included, and may round
-   differently. The test asserts bit-identity and, if it fails, names the first iteration and
-   tensors that differ, so the cause can be told apart from mixing (which claim 1 covers).
+   differently. So with several arms every matmul, and every reduction whose output count is
+   the number of groups, runs per arm block (tune_gems.model.layers; found with
+   benchmarks/p_invariance_probe.py). The test asserts bit-identity and, if it fails, names the
+   first iteration and tensors that differ, so the cause can be told apart from mixing (which
+   claim 1 covers).
 """
 
 from __future__ import annotations
@@ -122,12 +125,6 @@ def test_members_do_not_depend_on_the_other_arms_at_the_same_population():
     _lockstep(mixed, [(only_a, list(range(S)), list(range(S))), (only_b, list(range(S, 2 * S)), list(range(S, 2 * S)))])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="measured on the H200 (benchmarks/results/gpu_tests.log): at P = 16 against P = 4 one member's "
-    "parameters differ by ~4e-9 after the first iteration; some op's reduction order still depends on the "
-    "population size (issue 12 stays open). The same-P test above, which catches any mixing, passes.",
-)
 def test_factorial_arms_equal_single_arm_runs_on_gpu():
     """gems.g10.mode {measure, wire} x model.spectral_norm {on, off}: 4 arms x 4 seeds (P = 16)
     in one graph; arm a's members equal, bit for bit, a graph run of that arm alone (P = 4)."""

@@ -39,6 +39,10 @@ class FlatParameters:
             offset += n
         self._zeros = [torch.zeros(P, n, device=self.data.device) for n in self.sizes]
 
+    def columns_of(self, param: Tensor) -> slice:
+        """The columns of `data` holding one parameter."""
+        return self._columns[id(param)]
+
     def columns(self, module: nn.Module) -> slice:
         """The columns of `data` holding a submodule's parameters (one contiguous range: a
         module's parameters are laid out together, in `module.modules()` order)."""

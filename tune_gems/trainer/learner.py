@@ -295,6 +295,9 @@ class Learner:
             total = total + head_loss.sum()
         grads = torch.autograd.grad(total, self.online_flat.params, allow_unused=True)
         self.online_flat.gather_grads(grads)
+        # parameters no gradient reaches (fixed by the run's structure, known from the first,
+        # eager iteration, before any capture): no Adam update for them
+        self.optim.freeze_columns([self.online_flat.columns_of(p) for p, g in zip(self.online_flat.params, grads) if g is None])
         norms = self.optim.step_groups()  # [groups, P]: the shared network first, then each head
         with torch.no_grad():
             self.updates.add_(1)
