@@ -6,8 +6,9 @@ the same inputs, timed with CUDA events (warm-up, then many repetitions, median)
   (what an uncaptured learner pays);
 - graph: the step captured once in a CUDA graph and replayed (pure GPU time, what the
   graph-captured trainer pays).
-The ratio is reference / cuda (above 1: the kernels are faster). c51_project has no backward
-(targets carry no gradient) and is timed forward only. The "all" row runs every op in one step.
+The ratio is reference / cuda (above 1: the kernels are faster). c51_target and c51_project have
+no backward (targets carry no gradient) and are timed forward only. The "all" row runs every op
+in one step, the C51 ones chained as in the learner (target -> projection -> loss).
 
     python benchmarks/kernels.py [--out benchmarks/results/kernels.json] [--reps 200]
 
@@ -43,7 +44,8 @@ REPS = 200
 SEED = 0
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "kernels.json"
-OP_NAMES = ("g6_branch_indep", "g10_temporal", "g12_predictive", "c51_project", "c51_loss", "all")
+OP_NAMES = ("g6_branch_indep", "g10_temporal", "g12_predictive", "c51_target", "c51_project", "c51_loss", "all")
+FORWARD_ONLY = ("c51_target", "c51_project")
 
 Step = Callable[[], list[torch.Tensor]]
 
@@ -72,6 +74,9 @@ def make_inputs(P: int, device: torch.device, dtype: torch.dtype) -> dict[str, t
         "g": GAMMA_N * (rand(N) > DONE_FRACTION).to(dtype),
         "logits": randn(P, B, K, atoms),
         "m": torch.softmax(randn(P, B, K, atoms), dim=-1),
+        "online_n": randn(P, B, K, A, atoms),  # the learner's [P,B,K,A,atoms] logits at s_{t+n}
+        "target_n": randn(P, B, K, A, atoms),
+        "support": torch.linspace(V_MIN, V_MAX, atoms, device=device, dtype=dtype),
         "ones": torch.ones(P, device=device, dtype=dtype),
     }
     for key in ("f", "q_t", "q_tp1", "pred", "logits"):
@@ -80,7 +85,7 @@ def make_inputs(P: int, device: torch.device, dtype: torch.dtype) -> dict[str, t
 
 
 def make_step(op: str, ops: GemOps, x: dict[str, torch.Tensor]) -> Step:
-    """One forward+backward of `op` (forward only for c51_project) with backend `ops`."""
+    """One forward+backward of `op` (forward only for FORWARD_ONLY ops) with backend `ops`."""
 
     def values() -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
         outs, wrt = [], []
@@ -94,15 +99,21 @@ def make_step(op: str, ops: GemOps, x: dict[str, torch.Tensor]) -> Step:
             outs.append(ops.g12_predictive(x["pred"], x["target"], x["nd"])[1])
             wrt.append(x["pred"])
         m = None
-        if op in ("c51_project", "all"):
+        p_next = None
+        if op in ("c51_target", "all"):
             with torch.no_grad():
-                m = ops.c51_project(x["p"], x["r"], x["g"], V_MIN, V_MAX)
+                p_next = ops.c51_target(x["online_n"], x["target_n"], x["support"])
+        if op in ("c51_project", "all"):
+            # "all" projects the double-DQN target, as a learner does.
+            p = x["p"] if p_next is None else p_next.reshape(-1, ATOMS)
+            with torch.no_grad():
+                m = ops.c51_project(p, x["r"], x["g"], V_MIN, V_MAX)
         if op in ("c51_loss", "all"):
             # "all" feeds the projection into the loss, as a learner does.
             target = x["m"] if m is None else m.view_as(x["m"])
             outs.append(ops.c51_loss(x["logits"], target)[1])
             wrt.append(x["logits"])
-        return outs, wrt, ([] if m is None else [m])
+        return outs, wrt, [t for t in (p_next, m) if t is not None]
 
     def step() -> list[torch.Tensor]:
         outs, wrt, extra = values()
@@ -162,7 +173,7 @@ def measure(op: str, P: int, cuda_ops: GemOps, ref_ops: GemOps, device, dtype, w
     rows = []
     for mode, timer in (("eager", time_eager), ("graph", time_graph)):
         row = {"op": op, "P": P, "B": BATCH, "mode": mode, "max_abs_diff": diff,
-               "backward": op != "c51_project"}
+               "backward": op not in FORWARD_ONLY}
         for name, step in steps.items():
             try:
                 row[f"{name}_us"] = timer(step, warmup, reps)

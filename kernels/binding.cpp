@@ -6,6 +6,7 @@
 // stream of the tensors' device. Nothing here syncs with the host, so each call can be
 // captured in a CUDA graph. The Python side (tune_gems/ops/custom_ops.py) makes inputs
 // contiguous and wraps these functions as torch.library custom ops.
+#include <cstdint>
 #include <optional>
 #include <tuple>
 
@@ -257,38 +258,70 @@ void check_c51_loss_inputs(const Tensor& logits, const Tensor& m) {
   check_shape(m, "m", logits.sizes());
 }
 
-std::tuple<Tensor, Tensor> c51_loss_forward(const Tensor& logits, const Tensor& m) {
+std::tuple<Tensor, Tensor, Tensor> c51_loss_forward(const Tensor& logits, const Tensor& m) {
   check_c51_loss_inputs(logits, m);
   const int64_t P = logits.size(0), B = logits.size(1), K = logits.size(2), atoms = logits.size(3);
+  TORCH_CHECK(atoms <= INT32_MAX, "tune_gems: c51_loss needs atoms < 2^31, got ", atoms);
   const c10::cuda::CUDAGuard guard(logits.device());
   Tensor per_sample = at::empty({P, B}, logits.options());
   Tensor value = at::empty({P}, logits.options());
+  Tensor residual = at::empty(logits.sizes(), logits.options());
   AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "c51_loss_forward", [&] {
     check_launch(tune_gems::c51_loss_forward<scalar_t>(
                      logits.data_ptr<scalar_t>(), m.data_ptr<scalar_t>(), P, B, K, atoms,
-                     per_sample.data_ptr<scalar_t>(), value.data_ptr<scalar_t>(), current_stream()),
+                     per_sample.data_ptr<scalar_t>(), value.data_ptr<scalar_t>(),
+                     residual.data_ptr<scalar_t>(), current_stream()),
                  "c51_loss");
   });
-  return {per_sample, value};
+  return {per_sample, value, residual};
 }
 
 Tensor c51_loss_backward(const std::optional<Tensor>& grad_per_sample, const Tensor& grad_value,
-                         const Tensor& logits, const Tensor& m) {
-  check_c51_loss_inputs(logits, m);
-  const int64_t P = logits.size(0), B = logits.size(1), K = logits.size(2), atoms = logits.size(3);
-  check_input(grad_value, "grad_value", logits);
+                         const Tensor& residual) {
+  check_input(residual, "residual", residual);
+  TORCH_CHECK(residual.dim() == 4, "tune_gems: c51_loss residual must be [P,B,K,atoms], got ",
+              residual.sizes());
+  for (int64_t dim = 0; dim < 4; ++dim) check_positive(residual.size(dim), "every c51_loss dim");
+  const int64_t P = residual.size(0), B = residual.size(1), K = residual.size(2),
+                atoms = residual.size(3);
+  check_input(grad_value, "grad_value", residual);
   check_shape(grad_value, "grad_value", {P});
-  check_optional_grad(grad_per_sample, "grad_per_sample", logits, {P, B});
-  const c10::cuda::CUDAGuard guard(logits.device());
-  Tensor grad_logits = at::empty(logits.sizes(), logits.options());
-  AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "c51_loss_backward", [&] {
+  check_optional_grad(grad_per_sample, "grad_per_sample", residual, {P, B});
+  const c10::cuda::CUDAGuard guard(residual.device());
+  Tensor grad_logits = at::empty(residual.sizes(), residual.options());
+  AT_DISPATCH_FLOATING_TYPES(residual.scalar_type(), "c51_loss_backward", [&] {
     check_launch(tune_gems::c51_loss_backward<scalar_t>(
                      optional_data<scalar_t>(grad_per_sample), grad_value.data_ptr<scalar_t>(),
-                     logits.data_ptr<scalar_t>(), m.data_ptr<scalar_t>(), P, B, K, atoms,
+                     residual.data_ptr<scalar_t>(), P, B, K, atoms,
                      grad_logits.data_ptr<scalar_t>(), current_stream()),
                  "c51_loss_backward");
   });
   return grad_logits;
+}
+
+Tensor c51_target(const Tensor& online_logits, const Tensor& target_logits, const Tensor& support) {
+  check_input(online_logits, "online_logits", online_logits);
+  TORCH_CHECK(online_logits.dim() == 4, "tune_gems: c51_target online_logits must be [N,K,A,atoms], got ",
+              online_logits.sizes());
+  for (int64_t dim = 0; dim < 4; ++dim) check_positive(online_logits.size(dim), "every c51_target dim");
+  const int64_t N = online_logits.size(0), K = online_logits.size(1), A = online_logits.size(2),
+                atoms = online_logits.size(3);
+  TORCH_CHECK(A <= INT32_MAX && atoms <= INT32_MAX,
+              "tune_gems: c51_target needs A and atoms < 2^31, got ", A, ", ", atoms);
+  check_input(target_logits, "target_logits", online_logits);
+  check_shape(target_logits, "target_logits", online_logits.sizes());
+  check_input(support, "support", online_logits);
+  check_shape(support, "support", {atoms});
+  const c10::cuda::CUDAGuard guard(online_logits.device());
+  Tensor p_next = at::empty({N, K, atoms}, online_logits.options());
+  AT_DISPATCH_FLOATING_TYPES(online_logits.scalar_type(), "c51_target", [&] {
+    check_launch(tune_gems::c51_target<scalar_t>(
+                     online_logits.data_ptr<scalar_t>(), target_logits.data_ptr<scalar_t>(),
+                     support.data_ptr<scalar_t>(), N, K, A, atoms, p_next.data_ptr<scalar_t>(),
+                     current_stream()),
+                 "c51_target");
+  });
+  return p_next;
 }
 
 }  // namespace
@@ -310,9 +343,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
              pybind11::arg("nd"));
   module.def("c51_project", &c51_project, "C51 projection m [N,atoms]", pybind11::arg("p"),
              pybind11::arg("r"), pybind11::arg("g"), pybind11::arg("v_min"), pybind11::arg("v_max"));
-  module.def("c51_loss_forward", &c51_loss_forward, "C51 loss (per_sample [P,B], value [P])",
+  module.def("c51_target", &c51_target, "C51 double-DQN target p_next [N,K,atoms]",
+             pybind11::arg("online_logits"), pybind11::arg("target_logits"), pybind11::arg("support"));
+  module.def("c51_loss_forward", &c51_loss_forward,
+             "C51 loss (per_sample [P,B], value [P], residual [P,B,K,atoms])",
              pybind11::arg("logits"), pybind11::arg("m"));
-  module.def("c51_loss_backward", &c51_loss_backward, "C51 loss grad_logits",
-             pybind11::arg("grad_per_sample"), pybind11::arg("grad_value"), pybind11::arg("logits"),
-             pybind11::arg("m"));
+  module.def("c51_loss_backward", &c51_loss_backward, "C51 loss grad_logits from the residual",
+             pybind11::arg("grad_per_sample"), pybind11::arg("grad_value"), pybind11::arg("residual"));
 }

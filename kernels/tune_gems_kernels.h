@@ -1,4 +1,5 @@
-// Host launchers of the tune-gems CUDA kernels (gems G6/G10/G12, C51 projection and loss).
+// Host launchers of the tune-gems CUDA kernels (gems G6/G10/G12, C51 target, projection and
+// loss).
 //
 // Plain C++ on purpose: no torch headers, so every .cu compiles alone with
 // `nvcc -std=c++17 -c -arch=sm_90` on a machine without CUDA-enabled torch. The torch binding
@@ -66,15 +67,27 @@ template <typename T>
 cudaError_t c51_project(const T* p, const T* r, const T* g, int64_t N, int64_t atoms,
                         double v_min, double v_max, T* m, cudaStream_t stream);
 
-// logits, m [P,B,K,atoms] -> per_sample [P,B], value [P].
+// Double-DQN target. online_logits, target_logits [N,K,A,atoms], support [atoms]
+//   -> p_next [N,K,atoms] = softmax(target_logits[n,k,a*]) with
+//   a* = argmax_a sum_j softmax(online_logits[n,k,a])_j support_j (first maximum).
+template <typename T>
+cudaError_t c51_target(const T* online_logits, const T* target_logits, const T* support,
+                       int64_t N, int64_t K, int64_t A, int64_t atoms, T* p_next,
+                       cudaStream_t stream);
+
+// logits, m [P,B,K,atoms] -> per_sample [P,B], value [P], and residual [P,B,K,atoms]
+// = softmax(logits) * sum_j m_j - m (each row's gradient before the upstream weight; the
+// backward reads only it).
 template <typename T>
 cudaError_t c51_loss_forward(const T* logits, const T* m, int64_t P, int64_t B, int64_t K,
-                             int64_t atoms, T* per_sample, T* value, cudaStream_t stream);
+                             int64_t atoms, T* per_sample, T* value, T* residual,
+                             cudaStream_t stream);
 
-// grad_per_sample [P,B] (nullptr = zeros), grad_value [P] -> grad_logits [P,B,K,atoms].
+// grad_per_sample [P,B] (nullptr = zeros), grad_value [P], residual [P,B,K,atoms]
+//   -> grad_logits [P,B,K,atoms] = residual * (grad_per_sample + grad_value / B) / K.
 template <typename T>
-cudaError_t c51_loss_backward(const T* grad_per_sample, const T* grad_value, const T* logits,
-                              const T* m, int64_t P, int64_t B, int64_t K, int64_t atoms,
-                              T* grad_logits, cudaStream_t stream);
+cudaError_t c51_loss_backward(const T* grad_per_sample, const T* grad_value, const T* residual,
+                              int64_t P, int64_t B, int64_t K, int64_t atoms, T* grad_logits,
+                              cudaStream_t stream);
 
 }  // namespace tune_gems

@@ -14,7 +14,8 @@ import torch
 from tune_gems.errors import ConfigError, KernelBuildError
 from tune_gems.gems import reference
 from tune_gems.ops import KERNEL_CHOICES, GemOps, reference_ops, resolve_backend
-from tune_gems.ops.custom_ops import C51_PROJECT_NO_GRAD
+from tune_gems.ops.custom_ops import C51_PROJECT_NO_GRAD, C51_TARGET_NO_GRAD
+from tune_gems.ops.reference_grads import c51_loss_grad, c51_loss_residual
 
 OPS = torch.ops.tune_gems
 
@@ -53,6 +54,9 @@ def make_inputs(shape, dtype, seed=0, requires_grad=False):
         "g": (0.97 * (torch.rand(N, generator=gen) > 0.2)).to(dtype),
         "logits": randn(P, B, K, atoms, scale=2.0),
         "m": m,
+        "online_n": randn(P * B, K, A, atoms, scale=2.0).detach(),
+        "target_n": randn(P * B, K, A, atoms, scale=2.0).detach(),
+        "support": torch.linspace(V_MIN, V_MAX, atoms, dtype=dtype),
         "grad_per_sample": torch.randn(P, B, generator=gen, dtype=torch.float64).to(dtype),
         "grad_value": torch.randn(P, generator=gen, dtype=torch.float64).to(dtype),
     }
@@ -66,7 +70,11 @@ def forward_cases(x):
         (OPS.g12_predictive, (x["pred"], x["target"], x["nd"])),
         (OPS.c51_project, (x["p"], x["r"], x["g"], V_MIN, V_MAX)),
         (OPS.c51_loss, (x["logits"], x["m"])),
+        (OPS.c51_target, (x["online_n"], x["target_n"], x["support"])),
     ]
+
+
+NO_GRAD_OPS = (OPS.c51_project, OPS.c51_target)
 
 
 def backward_cases(x):
@@ -77,7 +85,7 @@ def backward_cases(x):
         cases += [
             (OPS.g10_temporal_backward, (upstream, gv, x["q_t"], x["q_tp1"], x["nd"])),
             (OPS.g12_predictive_backward, (upstream, gv, x["pred"], x["target"], x["nd"])),
-            (OPS.c51_loss_backward, (upstream, gv, x["logits"], x["m"])),
+            (OPS.c51_loss_backward, (upstream, gv, c51_loss_residual(x["logits"].detach(), x["m"]))),
         ]
     return cases
 
@@ -91,7 +99,7 @@ def case_id(shape):
 def test_opcheck_forward_ops(shape, dtype):
     x = make_inputs(shape, dtype, requires_grad=True)
     for op, args in forward_cases(x):
-        if op is OPS.c51_project:
+        if op in NO_GRAD_OPS:
             args = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
         torch.library.opcheck(op, args)
 
@@ -112,10 +120,11 @@ def test_forward_equals_reference(shape, dtype):
     for got, want in [
         (OPS.g10_temporal(x["q_t"], x["q_tp1"], x["nd"]), reference.g10_temporal(x["q_t"], x["q_tp1"], x["nd"])),
         (OPS.g12_predictive(x["pred"], x["target"], x["nd"]), reference.g12_predictive(x["pred"], x["target"], x["nd"])),
-        (OPS.c51_loss(x["logits"], x["m"]), reference.c51_loss(x["logits"], x["m"])),
+        (OPS.c51_loss(x["logits"], x["m"])[:2], reference.c51_loss(x["logits"], x["m"])),
     ]:
         assert len(got) == 2
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert torch.equal(OPS.c51_loss(x["logits"], x["m"])[2], c51_loss_residual(x["logits"], x["m"]))
     m = OPS.c51_project(x["p"], x["r"], x["g"], V_MIN, V_MAX)
     assert torch.equal(m, reference.c51_project(x["p"], x["r"], x["g"], V_MIN, V_MAX))
 
@@ -160,7 +169,7 @@ def test_gradcheck_custom_ops_float64(shape):
     # Full Jacobians on the smallest shape; random projections (fast mode) on larger ones.
     fast = shape != SHAPES[0]
     for op, args in forward_cases(x):
-        if op is OPS.c51_project:
+        if op in NO_GRAD_OPS:
             continue  # not differentiable by design
         assert torch.autograd.gradcheck(op, args, fast_mode=fast)
 
@@ -190,7 +199,7 @@ def test_targets_get_no_gradient():
     pred = x["pred"].clone().requires_grad_(True)
     logits = x["logits"].clone().requires_grad_(True)
     _, v12 = OPS.g12_predictive(pred, target, x["nd"])
-    _, vc = OPS.c51_loss(logits, m)
+    _, vc, _ = OPS.c51_loss(logits, m)
     grads = torch.autograd.grad((v12 + vc).sum(), [pred, target, logits, m], allow_unused=True)
     assert grads[0] is not None and grads[2] is not None
     assert grads[1] is None and grads[3] is None
@@ -212,8 +221,8 @@ def test_member_outputs_do_not_depend_on_other_members():
     for key in ("f", "q_t", "pred", "logits"):
         y[key][-1] += 1.0
     for (op, args_x), (_, args_y) in zip(forward_cases(x), forward_cases(y)):
-        if op is OPS.c51_project:
-            continue  # rows, not members
+        if op in NO_GRAD_OPS:
+            continue  # rows, not members (test_c51_target_rows_are_independent)
         out_x, out_y = op(*args_x), op(*args_y)
         out_x = [out_x] if isinstance(out_x, torch.Tensor) else out_x
         out_y = [out_y] if isinstance(out_y, torch.Tensor) else out_y
@@ -310,3 +319,111 @@ def test_build_key_and_folders(monkeypatch, tmp_path):
     assert build.kernels_dir() == tmp_path.resolve()
     with pytest.raises(KernelBuildError, match="not found"):
         build.build_key("90")
+
+
+# ------------------------------------------------------------------ C51 loss: saved residual
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=case_id)
+def test_c51_loss_gradient_from_residual_equals_former_closed_form(shape):
+    """The backward scales the saved residual: the same bits as recomputing the softmax."""
+    x = make_inputs(shape, torch.float32, seed=13, requires_grad=True)
+    gps, gv = x["grad_per_sample"], x["grad_value"]
+    per_sample, value, residual = OPS.c51_loss(x["logits"], x["m"])
+    assert not residual.requires_grad
+    got = torch.autograd.grad([per_sample, value], x["logits"], [gps, gv])[0]
+    assert torch.equal(got, c51_loss_grad(gps, gv, x["logits"].detach(), x["m"]))
+
+
+def test_c51_loss_per_sample_only_gradient_gets_zero_value_gradient():
+    x = make_inputs(SHAPES[1], torch.float64, seed=14, requires_grad=True)
+    gps = x["grad_per_sample"]
+    per_sample, _, _ = OPS.c51_loss(x["logits"], x["m"])
+    got = torch.autograd.grad(per_sample, x["logits"], gps)[0]
+    want = torch.autograd.grad(reference.c51_loss(x["logits"], x["m"])[0], x["logits"], gps)[0]
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_c51_loss_residual_output_carries_no_gradient():
+    x = make_inputs(SHAPES[0], torch.float64, requires_grad=True)
+    _, value, residual = OPS.c51_loss(x["logits"], x["m"])
+    assert not residual.requires_grad and value.requires_grad
+
+
+# ------------------------------------------------------------------ C51 double-DQN target
+
+
+def learner_double_dqn(logits_n, target_logits_n, support):
+    """The learner's former inline double-DQN target (tune_gems/trainer/learner.py `_learn`),
+    with expected_q = (softmax(logits.float()) * support).sum(-1) as in the network."""
+    P, B, K, _, atoms = logits_n.shape
+    expected_q = (torch.softmax(logits_n.float(), dim=-1) * support).sum(-1)
+    a_star = expected_q.argmax(dim=-1)
+    p_next = torch.softmax(target_logits_n.float(), dim=-1)
+    return p_next.gather(3, a_star[..., None, None].expand(P, B, K, 1, atoms)).squeeze(3)
+
+
+def learner_like_logits(P, B, K, A, atoms, seed):
+    """Online logits at s_{t+n} and target logits there, sliced as the learner slices them
+    (non-contiguous views of [P,3B,...] and [P,2B,...] network outputs)."""
+    gen = torch.Generator().manual_seed(seed)
+    online = torch.randn(P, 3 * B, K, A, atoms, generator=gen) * 2
+    target = torch.randn(P, 2 * B, K, A, atoms, generator=gen) * 2
+    return online[:, 2 * B :], target[:, B:]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=case_id)
+@pytest.mark.parametrize("backend", ["auto", "reference"])
+def test_c51_target_equals_learner_expressions_bitwise(shape, backend):
+    P, B, K, A, _, atoms = shape
+    logits_n, target_logits_n = learner_like_logits(P, B, K, A, atoms, seed=15)
+    support = torch.linspace(V_MIN, V_MAX, atoms)
+    ops = resolve_backend(backend, "cpu")
+    got = ops.c51_target(logits_n, target_logits_n, support)
+    want = learner_double_dqn(logits_n, target_logits_n, support)
+    assert got.shape == (P, B, K, atoms) and got.dtype == torch.float32
+    assert torch.equal(got, want)
+
+
+def test_c51_target_casts_target_logits_to_the_online_dtype():
+    """The learner's target network may return bf16 logits: they are cast, as .float() did."""
+    P, B, K, A, atoms = 2, 5, 2, 3, 11
+    logits_n, target_logits_n = learner_like_logits(P, B, K, A, atoms, seed=16)
+    target_bf16 = target_logits_n.to(torch.bfloat16)
+    support = torch.linspace(V_MIN, V_MAX, atoms)
+    want = learner_double_dqn(logits_n, target_bf16, support)
+    for backend in ("auto", "reference"):
+        assert torch.equal(resolve_backend(backend, "cpu").c51_target(logits_n, target_bf16, support), want)
+
+
+def test_c51_target_ties_pick_the_first_action():
+    N, K, A, atoms = 3, 2, 4, 7
+    support = torch.linspace(V_MIN, V_MAX, atoms, dtype=torch.float64)
+    low = -torch.arange(atoms, dtype=torch.float64)  # mass on low atoms: small Q
+    high = torch.arange(atoms, dtype=torch.float64)  # mass on high atoms: large Q
+    online = low.repeat(N, K, A, 1)
+    online[:, 0, 1] = high  # branch 0: actions 1 and 3 tie at the maximum
+    online[:, 0, 3] = high
+    # branch 1: all actions equal -> action 0
+    target = torch.randn(N, K, A, atoms, dtype=torch.float64, generator=torch.Generator().manual_seed(17))
+    got = OPS.c51_target(online, target, support)
+    softmax = torch.softmax(target, dim=-1)
+    assert torch.equal(got[:, 0], softmax[:, 0, 1])
+    assert torch.equal(got[:, 1], softmax[:, 1, 0])
+
+
+def test_c51_target_rows_are_independent():
+    """Row n's output depends on row n only (the arms invariant: more rows, same first rows)."""
+    x = make_inputs(SHAPES[1], torch.float64, seed=18)
+    full = OPS.c51_target(x["online_n"], x["target_n"], x["support"])
+    head = OPS.c51_target(x["online_n"][:-3].contiguous(), x["target_n"][:-3].contiguous(), x["support"])
+    assert torch.equal(full[:-3], head)
+
+
+def test_c51_target_backward_raises_clearly():
+    x = make_inputs(SHAPES[0], torch.float64)
+    online = x["online_n"].clone().requires_grad_(True)
+    p_next = OPS.c51_target(online, x["target_n"], x["support"])
+    with pytest.raises(RuntimeError, match="has no gradient"):
+        p_next.sum().backward()
+    assert "no_grad" in C51_TARGET_NO_GRAD

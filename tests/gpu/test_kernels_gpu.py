@@ -4,13 +4,14 @@ Run on a machine with CUDA (skipped elsewhere): `pytest -m gpu tests/gpu -q`. Th
 builds the extension (minutes on a fresh node; cached afterwards).
 
 What is checked, per op and for several (P, B, K, A, D, atoms) incl. B=1, B=37, B=256, P=1,
-P=64, P=4096, K=3/4, atoms=1024 and masked nd:
+P=64, P=4096, K=3/4, atoms=1024/2048 (rows too wide for shared memory in float64) and masked nd:
 - values and gradients equal the plain-torch reference computed in float64 on CPU
   (float64 kernels to 1e-10, float32 kernels to 1e-4, relative to each tensor's magnitude);
 - every output element is written: the caching allocator is filled with NaN first;
 - two runs are bitwise identical; a CUDA-graph capture replayed twice gives the eager bits;
 - no host sync (torch.cuda.set_sync_debug_mode("error"));
-- opcheck passes on CUDA; members never mix;
+- opcheck passes on CUDA; members never mix; the first members' (rows') outputs do not depend
+  on how many follow (the arms invariant);
 - capture and replay also work from a Python worker thread (how Ray Tune runs trainables).
 """
 
@@ -22,10 +23,11 @@ import pytest
 import torch
 
 from tune_gems.gems import reference
-from tune_gems.ops import resolve_backend
+from tune_gems.ops import double_dqn, resolve_backend
 from tune_gems.ops.build import loaded_extension
 from tune_gems.ops.reference_grads import (
     c51_loss_grad,
+    c51_loss_residual,
     g10_temporal_grads,
     g12_predictive_grad,
 )
@@ -48,10 +50,15 @@ SHAPES = [
     (2, 256, 4, 3, 5, 101),
     (1, 4, 2, 3, 8, 1024),
     (4096, 8, 2, 3, 4, 5),
+    (2, 3, 4, 3, 4, 1024),  # float64: a C51 loss sample too wide to stage (in-place path)
+    (1, 3, 2, 3, 4, 2048),  # float64: C51 target rows too wide to stage (in-place path)
 ]
 DTYPES = [torch.float32, torch.float64]
 TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-10}
-OP_NAMES = ["g6", "g10", "g12", "c51_project", "c51_loss"]
+OP_NAMES = ["g6", "g10", "g12", "c51_project", "c51_loss", "c51_target"]
+# Relative gap between the best and second-best expected Q below which a float kernel and the
+# float64 reference may pick different actions (such (n,k) pairs are not compared).
+ARGMAX_MARGIN = {torch.float32: 1e-4, torch.float64: 1e-9}
 WARMUP_RUNS = 2
 # Blocks that poison_allocator fills with NaN: whole 2 MiB small-pool segments (two 1 MiB
 # blocks each) and large-pool blocks that later large outputs are split from.
@@ -108,6 +115,9 @@ def make_inputs(shape, seed):
         "g": GAMMA_N * (torch.rand(N, generator=gen, dtype=torch.float64) > DONE_FRACTION).double(),
         "logits": randn(P, B, K, atoms, scale=2.0),
         "m": torch.softmax(randn(P, B, K, atoms, scale=2.0), dim=-1),
+        "online_n": randn(P * B, K, A, atoms, scale=2.0),
+        "target_n": randn(P * B, K, A, atoms, scale=2.0),
+        "support": torch.linspace(V_MIN, V_MAX, atoms, dtype=torch.float64),
         "grad_per_sample": randn(P, B),
         "grad_value": randn(P),
     }
@@ -125,24 +135,33 @@ def rounded_to(inputs, dtype):
 def run_op(name, x, fn_set):
     """Forward of op `name` on inputs x with fn_set (the custom ops or the reference).
 
-    Returns (outputs list, differentiable inputs list, upstream gradients list).
+    Returns (outputs list, differentiable inputs list, upstream gradients list, extra
+    non-differentiable outputs list).
     """
     if name == "g6":
         value = fn_set["g6"](x["f"])
-        return [value], [x["f"]], [x["grad_value"]]
+        return [value], [x["f"]], [x["grad_value"]], []
     if name == "g10":
         ps, value = fn_set["g10"](x["q_t"], x["q_tp1"], x["nd"])
-        return [ps, value], [x["q_t"], x["q_tp1"]], [x["grad_per_sample"], x["grad_value"]]
+        return [ps, value], [x["q_t"], x["q_tp1"]], [x["grad_per_sample"], x["grad_value"]], []
     if name == "g12":
         ps, value = fn_set["g12"](x["pred"], x["target"], x["nd"])
-        return [ps, value], [x["pred"]], [x["grad_per_sample"], x["grad_value"]]
+        return [ps, value], [x["pred"]], [x["grad_per_sample"], x["grad_value"]], []
     if name == "c51_project":
         m = fn_set["c51_project"](x["p"], x["r"], x["g"], V_MIN, V_MAX)
-        return [m], [], []
+        return [], [], [], [m]
     if name == "c51_loss":
-        ps, value = fn_set["c51_loss"](x["logits"], x["m"])
-        return [ps, value], [x["logits"]], [x["grad_per_sample"], x["grad_value"]]
+        ps, value, residual = fn_set["c51_loss"](x["logits"], x["m"])
+        return [ps, value], [x["logits"]], [x["grad_per_sample"], x["grad_value"]], [residual]
+    if name == "c51_target":
+        p_next = fn_set["c51_target"](x["online_n"], x["target_n"], x["support"])
+        return [], [], [], [p_next]
     raise ValueError(name)
+
+
+def _reference_c51_loss(logits, m):
+    """The reference loss with the residual the op saves for its backward."""
+    return (*reference.c51_loss(logits, m), c51_loss_residual(logits.detach(), m))
 
 
 CUSTOM = {
@@ -151,24 +170,40 @@ CUSTOM = {
     "g12": OPS.g12_predictive,
     "c51_project": OPS.c51_project,
     "c51_loss": OPS.c51_loss,
+    "c51_target": OPS.c51_target,
 }
 REFERENCE = {
     "g6": lambda f: reference.g6_branch_indep(f)[1],
     "g10": reference.g10_temporal,
     "g12": reference.g12_predictive,
     "c51_project": reference.c51_project,
-    "c51_loss": reference.c51_loss,
+    "c51_loss": _reference_c51_loss,
+    "c51_target": double_dqn.c51_target,
 }
-DIFFERENTIABLE = {"g6": ["f"], "g10": ["q_t", "q_tp1"], "g12": ["pred"], "c51_project": [], "c51_loss": ["logits"]}
+DIFFERENTIABLE = {
+    "g6": ["f"], "g10": ["q_t", "q_tp1"], "g12": ["pred"], "c51_project": [], "c51_loss": ["logits"],
+    "c51_target": [],
+}
 
 
 def forward_backward(name, x, fn_set):
     """Outputs followed by the gradients of sum_o <upstream_o, output_o> wrt the op's inputs."""
     for key in DIFFERENTIABLE[name]:
         x[key].requires_grad_(True)
-    outputs, wrt, upstream = run_op(name, x, fn_set)
+    outputs, wrt, upstream, extras = run_op(name, x, fn_set)
     grads = list(torch.autograd.grad(outputs, wrt, upstream)) if wrt else []
-    return [o.detach() for o in outputs] + grads
+    return [o.detach() for o in outputs + extras] + grads
+
+
+def decisive_pairs(x64, dtype):
+    """[N,K] mask of the (n,k) pairs whose best action is clear in `dtype`: the relative gap
+    between the best and second-best expected Q of the online logits exceeds ARGMAX_MARGIN."""
+    q = (torch.softmax(x64["online_n"], dim=-1) * x64["support"]).sum(-1)  # [N,K,A]
+    if q.shape[-1] < 2:
+        return torch.ones(q.shape[:-1], dtype=torch.bool)
+    top = q.topk(2, dim=-1).values
+    scale = q.abs().amax().clamp_min(1e-30)
+    return (top[..., 0] - top[..., 1]) > ARGMAX_MARGIN[dtype] * scale
 
 
 def assert_close_to_reference(got, want, dtype, what):
@@ -195,12 +230,18 @@ def assert_bitwise_equal(a, b, what):
 @pytest.mark.parametrize("name", OP_NAMES)
 def test_kernel_matches_float64_reference(device, name, shape, dtype):
     base = make_inputs(shape, seed=100 * OP_NAMES.index(name) + SHAPES.index(shape))
-    want = forward_backward(name, rounded_to(base, dtype), REFERENCE)
+    x64 = rounded_to(base, dtype)
+    want = forward_backward(name, x64, REFERENCE)
     poison_allocator(device)
     got = forward_backward(name, to_device(base, dtype, device), CUSTOM)
     assert len(got) == len(want)
     for index, (g, w) in enumerate(zip(got, want)):
         assert g.device.type == device.type and g.dtype == dtype
+        assert torch.isfinite(g).all(), f"{name} output {index}: non-finite (unwritten output?)"
+        if name == "c51_target":  # a near-tie may pick another action in float32
+            keep = decisive_pairs(x64, dtype)
+            assert keep.float().mean() > 0.9
+            g, w = g.cpu()[keep], w[keep]
         assert_close_to_reference(g, w, dtype, f"{name} output {index}")
 
 
@@ -216,7 +257,7 @@ def test_backward_ops_without_per_sample_gradient(device, shape, dtype):
          g10_temporal_grads(None, gv64, x64["q_t"], x64["q_tp1"], x64["nd"])),
         ([OPS.g12_predictive_backward(None, gv, x["pred"], x["target"], x["nd"])],
          [g12_predictive_grad(None, gv64, x64["pred"], x64["target"], x64["nd"])]),
-        ([OPS.c51_loss_backward(None, gv, x["logits"], x["m"])],
+        ([OPS.c51_loss_backward(None, gv, OPS.c51_loss(x["logits"], x["m"])[2])],
          [c51_loss_grad(None, gv64, x64["logits"], x64["m"])]),
     ]
     for got, want in cases:
@@ -229,14 +270,17 @@ def test_members_never_mix(device, name):
     shape = (5, 37, 2, 3, 16, 51)
     base = make_inputs(shape, seed=3)
     changed = {k: v.clone() for k, v in base.items()}
-    for key in ("f", "q_t", "q_tp1", "pred", "target", "logits", "m", "grad_per_sample", "grad_value"):
+    keys = ("f", "q_t", "q_tp1", "pred", "target", "logits", "m", "grad_per_sample", "grad_value",
+            "online_n", "target_n")
+    for key in keys:
         changed[key][-1] = changed[key][-1] * 3 + 1
     a = forward_backward(name, to_device(base, torch.float32, device), CUSTOM)
     b = forward_backward(name, to_device(changed, torch.float32, device), CUSTOM)
     for index, (x, y) in enumerate(zip(a, b)):
         if name == "c51_project":
             continue  # rows of a flattening, not members; the row test below covers it
-        assert_bitwise_equal(x[:-1], y[:-1], f"{name} output {index}, members 0..P-2")
+        # c51_target: rows n = (p,b) of a flattening; only the last row changed
+        assert_bitwise_equal(x[:-1], y[:-1], f"{name} output {index}, members (rows) 0..P-2")
     if name == "c51_project":
         rows = shape[0] * shape[1] * shape[2]
         x = to_device(base, torch.float32, device)
@@ -247,6 +291,40 @@ def test_members_never_mix(device, name):
         my = OPS.c51_project(y["p"], y["r"], y["g"], V_MIN, V_MAX)
         assert mx.shape[0] == rows
         assert_bitwise_equal(mx[:-1], my[:-1], "c51_project rows 0..N-2")
+
+
+# Inputs whose leading dim is rows of a flattening rather than members: rows per member.
+ROWS_PER_MEMBER = {"p": lambda B, K: B * K, "r": lambda B, K: B * K, "g": lambda B, K: B * K,
+                   "online_n": lambda B, K: B, "target_n": lambda B, K: B}
+
+
+def first_members(inputs, members, B, K):
+    """The inputs of the first `members` members (rows of flattened inputs alike)."""
+    out = {}
+    for key, value in inputs.items():
+        if key == "support":
+            out[key] = value
+        elif key in ROWS_PER_MEMBER:
+            out[key] = value[: members * ROWS_PER_MEMBER[key](B, K)]
+        else:
+            out[key] = value[:members]
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("B", [37, 256])
+@pytest.mark.parametrize("name", ["c51_project", "c51_loss", "c51_target"])
+def test_first_members_do_not_depend_on_population(device, name, B, dtype):
+    """The arms invariant: a member's (row's) outputs and gradients are the same bits whether
+    more members follow or not (B=37 runs the loss in one kernel, B=256 in two)."""
+    K, few, many = 2, 3, 11
+    base = make_inputs((many, B, K, 3, 8, 51), seed=19)
+    big = forward_backward(name, to_device(base, dtype, device), CUSTOM)
+    small = forward_backward(name, to_device(first_members(base, few, B, K), dtype, device), CUSTOM)
+    assert len(big) == len(small)
+    for index, (a, b) in enumerate(zip(big, small)):
+        assert a.shape[0] > b.shape[0]
+        assert_bitwise_equal(a[: b.shape[0]], b, f"{name} output {index}, first {few} members")
 
 
 # ------------------------------------------------------------------ determinism and graphs
@@ -272,9 +350,9 @@ def capture_and_replay(name, x):
         x[key].requires_grad_(True)
 
     def step():
-        outputs, wrt, upstream = run_op(name, x, CUSTOM)
+        outputs, wrt, upstream, extras = run_op(name, x, CUSTOM)
         grads = list(torch.autograd.grad(outputs, wrt, upstream)) if wrt else []
-        return [o.detach() for o in outputs] + grads
+        return [o.detach() for o in outputs + extras] + grads
 
     eager = [t.clone() for t in step()]
     side = torch.cuda.Stream()
@@ -344,7 +422,7 @@ def test_no_host_sync(device, name):
     previous = torch.cuda.get_sync_debug_mode()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        outputs, wrt, upstream = run_op(name, x, CUSTOM)
+        outputs, wrt, upstream, _ = run_op(name, x, CUSTOM)
         if wrt:
             torch.autograd.grad(outputs, wrt, upstream)
     finally:
@@ -361,6 +439,7 @@ def test_opcheck_on_cuda(device, dtype):
     for key in ("f", "q_t", "q_tp1", "pred", "logits"):
         x[key].requires_grad_(True)
     gps, gv = x["grad_per_sample"], x["grad_value"]
+    residual = OPS.c51_loss(x["logits"], x["m"])[2]
     cases = [
         (OPS.g6_branch_indep, (x["f"],)),
         (OPS.g10_temporal, (x["q_t"], x["q_tp1"], x["nd"])),
@@ -371,8 +450,9 @@ def test_opcheck_on_cuda(device, dtype):
         (OPS.g10_temporal_backward, (gps, gv, x["q_t"].detach(), x["q_tp1"].detach(), x["nd"])),
         (OPS.g10_temporal_backward, (None, gv, x["q_t"].detach(), x["q_tp1"].detach(), x["nd"])),
         (OPS.g12_predictive_backward, (gps, gv, x["pred"].detach(), x["target"], x["nd"])),
-        (OPS.c51_loss_backward, (gps, gv, x["logits"].detach(), x["m"])),
-        (OPS.c51_loss_backward, (None, gv, x["logits"].detach(), x["m"])),
+        (OPS.c51_loss_backward, (gps, gv, residual)),
+        (OPS.c51_loss_backward, (None, gv, residual)),
+        (OPS.c51_target, (x["online_n"], x["target_n"], x["support"])),
     ]
     for op, args in cases:
         torch.library.opcheck(op, args)
@@ -400,6 +480,15 @@ def test_gem_ops_cuda_backend_matches_reference_backend(device):
         torch.float64,
         "c51_project",
     )
+    # GemOps.c51_target takes the learner's [P,B,K,A,atoms] logits
+    P, B = 2, 37
+    online = x["online_n"].view(P, B, *x["online_n"].shape[1:])
+    target = x["target_n"].view(P, B, *x["target_n"].shape[1:])
+    keep = decisive_pairs({k: v.cpu() for k, v in x.items()}, torch.float64).view(P, B, -1)
+    got = cuda_ops.c51_target(online, target, x["support"])
+    want = ref_ops.c51_target(online, target, x["support"])
+    assert got.shape == want.shape == (P, B, online.shape[2], online.shape[-1])
+    assert_close_to_reference(got.cpu()[keep], want.cpu()[keep], torch.float64, "c51_target")
 
 
 def test_cuda_op_without_extension_runs_reference_math(device, monkeypatch):

@@ -23,6 +23,7 @@ from torch import Tensor
 from tune_gems.errors import ConfigError, KernelBuildError
 from tune_gems.gems import reference
 from tune_gems.ops import custom_ops  # registers the tune_gems:: ops
+from tune_gems.ops import double_dqn
 from tune_gems.ops.build import first_fallback_warning, load_extension
 
 KERNEL_CHOICES = ("auto", "cuda", "reference")
@@ -48,14 +49,24 @@ class GemOps:
     g12_predictive: Callable[..., tuple]  # pred, target [P,B,D], nd [P,B] -> (per_sample, value)
     c51_project: Callable[..., Tensor]  # p [N,atoms], r [N], g [N], v_min, v_max -> m [N,atoms]
     c51_loss: Callable[..., tuple]  # logits, m [P,B,K,atoms] -> (per_sample [P,B], value [P])
+    # online, target logits [...,K,A,atoms], support [atoms] -> p_next [...,K,atoms] (no grad)
+    c51_target: Callable[..., Tensor]
 
 
-_FUNCTIONS = ("g6_branch_indep", "g10_temporal", "g12_predictive", "c51_project", "c51_loss")
+_FUNCTIONS = ("g6_branch_indep", "g10_temporal", "g12_predictive", "c51_project", "c51_loss", "c51_target")
+
+
+def _reference_function(name: str) -> Callable:
+    """The plain reference of one GemOps function (tune_gems.gems.reference, or the double-DQN
+    target of tune_gems.ops.double_dqn)."""
+    if name == "c51_target":
+        return double_dqn.c51_target_in_online_dtype
+    return getattr(reference, name)
 
 
 def reference_ops() -> GemOps:
     """The plain-torch reference, called directly (any device, plain torch autograd)."""
-    return GemOps(REFERENCE_BACKEND, False, **{f: getattr(reference, f) for f in _FUNCTIONS})
+    return GemOps(REFERENCE_BACKEND, False, **{f: _reference_function(f) for f in _FUNCTIONS})
 
 
 def custom_op_ops(name: str) -> GemOps:

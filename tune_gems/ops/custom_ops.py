@@ -1,4 +1,4 @@
-"""The `tune_gems::*` torch.library custom ops: gems, C51 projection and C51 loss.
+"""The `tune_gems::*` torch.library custom ops: gems, C51 target, projection and loss.
 
 Each differentiable op has a forward op and a backward op (both custom ops), a fake (meta)
 implementation for tracing, and an autograd registration that calls the backward op. The
@@ -12,13 +12,20 @@ Ops (P members, B samples, K branches, A sub-actions, D features, N rows):
   g10_temporal_backward(grad_per_sample?, grad_value, q_t, q_tp1, nd) -> (grad_q_t, grad_q_tp1)
   g12_predictive(pred, target [P,B,D], nd) -> (per_sample, value)
   g12_predictive_backward(grad_per_sample?, grad_value, pred, target, nd) -> grad_pred
+  c51_target(online_logits, target_logits [N,K,A,atoms], support [atoms]) -> p_next [N,K,atoms]
   c51_project(p [N,atoms], r [N], g [N], v_min, v_max) -> m [N,atoms]
-  c51_loss(logits, m [P,B,K,atoms]) -> (per_sample, value)
-  c51_loss_backward(grad_per_sample?, grad_value, logits, m) -> grad_logits
+  c51_loss(logits, m [P,B,K,atoms]) -> (per_sample, value, residual [P,B,K,atoms])
+  c51_loss_backward(grad_per_sample?, grad_value, residual) -> grad_logits
 
 Gradients flow into f, q_t and q_tp1, pred, and logits only: nd is a mask, the G12 target and
-the C51 target m come from the target network and get no gradient (None), and c51_project
-has none at all (its backward raises). All inputs of one op share one float dtype.
+the C51 target m come from the target network and get no gradient (None), and c51_target
+and c51_project have none at all (their backward raises). All inputs of one op share one float
+dtype.
+
+c51_loss saves its residual (softmax * sum_j m_j - m, each row's gradient before the upstream
+weight) as a third, non-differentiable output, so its backward is one multiply per element
+instead of a second softmax. Unused outputs get no materialised zero gradient: a backward op
+sees None for an unused per-sample output (no fill kernel), zeros only for an unused value.
 
 Every op is defined by one factory (`_define`): the reference implementation (CPU, and CUDA
 while the extension is not loaded), the extension function it calls on CUDA, its fake, and for
@@ -39,13 +46,17 @@ import torch
 from torch import Tensor
 
 from tune_gems.gems import reference
-from tune_gems.ops import reference_grads
+from tune_gems.ops import double_dqn, reference_grads
 from tune_gems.ops.build import loaded_extension
 
 NAMESPACE = "tune_gems"
 C51_PROJECT_NO_GRAD = (
     "tune_gems::c51_project has no gradient: projected C51 targets carry none "
     "(compute p under torch.no_grad() or pass p.detach())"
+)
+C51_TARGET_NO_GRAD = (
+    "tune_gems::c51_target has no gradient: the double-DQN target carries none "
+    "(call it under torch.no_grad() or pass detached logits)"
 )
 
 
@@ -75,14 +86,45 @@ def _define(name: str, reference_impl: Callable, extension_function: str, fake: 
     return op
 
 
-def _define_differentiable(forward_op, backward_op, n_inputs: int) -> None:
-    """Autograd of forward_op through backward_op(*grad_outputs, *inputs), whose outputs are
-    the gradients of the leading inputs (the rest, masks and targets, get None)."""
+def _saved_inputs(inputs: tuple, output) -> tuple:
+    """What most backward ops read: the forward's tensor inputs."""
+    return tuple(x for x in inputs if isinstance(x, Tensor))
+
+
+def _value_grad(grad_per_sample: Optional[Tensor], grad_value: Optional[Tensor], shape_of: Tensor):
+    """(grad_per_sample or None, grad_value or zeros [P]) of a (per_sample, value) op: grads
+    are not materialised, and only the per-sample one may be absent in a backward op."""
+    if grad_value is None:
+        grad_value = grad_per_sample.new_zeros(shape_of.shape[0])
+    return grad_per_sample, grad_value
+
+
+def _define_differentiable(
+    forward_op,
+    backward_op,
+    n_inputs: int,
+    saved: Callable = _saved_inputs,
+    differentiable_outputs: int = 0,
+) -> None:
+    """Autograd of forward_op through backward_op(*grad_outputs, *saved(inputs, output)),
+    whose outputs are the gradients of the leading inputs (the rest, masks and targets, get
+    None). With differentiable_outputs = n, only the first n outputs carry a gradient: the
+    rest are saved-for-backward byproducts, marked non-differentiable. A (per_sample, value)
+    op with an unused value gets zeros for it; an unused per_sample stays None."""
 
     def setup_context(ctx, inputs, output) -> None:
-        ctx.save_for_backward(*(x for x in inputs if isinstance(x, Tensor)))
+        ctx.set_materialize_grads(False)
+        if differentiable_outputs:
+            ctx.mark_non_differentiable(*output[differentiable_outputs:])
+        ctx.save_for_backward(*saved(inputs, output))
 
     def backward(ctx, *grad_outputs):
+        if differentiable_outputs:
+            grad_outputs = grad_outputs[:differentiable_outputs]
+        if all(g is None for g in grad_outputs):
+            return (None,) * n_inputs
+        if len(grad_outputs) == 2:  # (per_sample, value)
+            grad_outputs = _value_grad(*grad_outputs, shape_of=ctx.saved_tensors[0])
         grads = backward_op(*grad_outputs, *ctx.saved_tensors)
         grads = (grads,) if isinstance(grads, Tensor) else tuple(grads)
         return (*grads, *([None] * (n_inputs - len(grads))))
@@ -150,17 +192,29 @@ def _c51_project_reference(p: Tensor, r: Tensor, g: Tensor, v_min: float, v_max:
     return reference.c51_project(p, r, g, v_min, v_max).contiguous()
 
 
-def _c51_loss_reference(logits: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
-    """C51 cross-entropy (per_sample [P,B], value [P]) of logits, m [P,B,K,atoms]."""
+def _c51_target_reference(online_logits: Tensor, target_logits: Tensor, support: Tensor) -> Tensor:
+    """Double-DQN next-state distribution p_next [N,K,atoms] of logits [N,K,A,atoms]."""
+    return double_dqn.c51_target(online_logits, target_logits, support).contiguous()
+
+
+def _c51_loss_reference(logits: Tensor, m: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """C51 cross-entropy (per_sample [P,B], value [P], residual [P,B,K,atoms] saved for the
+    backward) of logits, m [P,B,K,atoms]."""
     per_sample, value = reference.c51_loss(logits, m)
-    return per_sample.contiguous(), value.contiguous()
+    residual = reference_grads.c51_loss_residual(logits, m)
+    return per_sample.contiguous(), value.contiguous(), residual
 
 
 def _c51_loss_backward_reference(
-    grad_per_sample: Optional[Tensor], grad_value: Tensor, logits: Tensor, m: Tensor
+    grad_per_sample: Optional[Tensor], grad_value: Tensor, residual: Tensor
 ) -> Tensor:
-    """grad_logits of the C51 loss (m gets none)."""
-    return reference_grads.c51_loss_grad(grad_per_sample, grad_value, logits, m)
+    """grad_logits of the C51 loss from its saved residual (m gets none)."""
+    return reference_grads.c51_loss_grad_from_residual(grad_per_sample, grad_value, residual)
+
+
+def _c51_loss_fake(logits: Tensor, m: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    per_sample, value = _per_sample_and_value(logits)
+    return per_sample, value, logits.new_empty(logits.shape)
 
 
 # ---------------------------------------------------------------- the ops
@@ -186,9 +240,38 @@ def _c51_project_autograd_backward(ctx, grad_m: Tensor):
 
 c51_project.register_autograd(_c51_project_autograd_backward)
 
-c51_loss = _define("c51_loss", _c51_loss_reference, "c51_loss_forward", _per_sample_and_value)
+c51_target = _define(
+    "c51_target", _c51_target_reference, "c51_target",
+    lambda online, *_: online.new_empty((online.shape[0], online.shape[1], online.shape[3])),
+)
+
+
+def _c51_target_autograd_backward(ctx, grad_p: Tensor):
+    raise RuntimeError(C51_TARGET_NO_GRAD)
+
+
+c51_target.register_autograd(_c51_target_autograd_backward)
+
+c51_loss = _define("c51_loss", _c51_loss_reference, "c51_loss_forward", _c51_loss_fake)
 c51_loss_backward = _define("c51_loss_backward", _c51_loss_backward_reference, "c51_loss_backward", _like(2))
-_define_differentiable(c51_loss, c51_loss_backward, n_inputs=2)
+_define_differentiable(
+    c51_loss, c51_loss_backward, n_inputs=2,
+    saved=lambda inputs, output: (output[2],),  # the residual: no second softmax in backward
+    differentiable_outputs=2,
+)
+
+
+def _fused_c51_target(online_logits: Tensor, target_logits: Tensor, support: Tensor) -> Tensor:
+    """tune_gems::c51_target on logits [..., K, A, atoms] (leading dims flattened into N), in
+    online_logits' dtype (the target logits and support are cast to it)."""
+    *lead, K, A, atoms = online_logits.shape
+    dtype = online_logits.dtype
+    p_next = torch.ops.tune_gems.c51_target(
+        online_logits.reshape(-1, K, A, atoms),
+        target_logits.to(dtype).reshape(-1, K, A, atoms),
+        support.to(dtype),
+    )
+    return p_next.view(*lead, K, atoms)
 
 
 # ---------------------------------------------------------------- reference-signature calls
@@ -200,7 +283,8 @@ FUSED = SimpleNamespace(
     c51_project=lambda p, r, g, v_min, v_max: torch.ops.tune_gems.c51_project(
         p, r.to(p.dtype), g.to(p.dtype), float(v_min), float(v_max)
     ),
-    c51_loss=lambda logits, m: torch.ops.tune_gems.c51_loss(logits, m),
+    c51_target=_fused_c51_target,
+    c51_loss=lambda logits, m: tuple(torch.ops.tune_gems.c51_loss(logits, m)[:2]),
 )
 """The ops with the signatures and returns of tune_gems.gems.reference. Masks, rewards and
 discounts are cast to the main input's dtype (a no-op when they match): an op takes one dtype."""

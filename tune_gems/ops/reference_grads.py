@@ -82,11 +82,26 @@ def g12_predictive_grad(
     return masked_mse_grad(grad_per_sample, grad_value, pred, target, nd)
 
 
+def c51_loss_residual(logits: Tensor, m: Tensor) -> Tensor:
+    """d/dlogits of each row's cross-entropy -sum_j m_j log softmax(logits)_j:
+    softmax * sum_j m_j - m, [P,B,K,atoms].
+
+    The C51 loss saves it in its forward, so the backward is one multiply per element."""
+    softmax = torch.softmax(logits, dim=-1)
+    return (softmax * m.sum(dim=-1, keepdim=True) - m).contiguous()
+
+
+def c51_loss_grad_from_residual(
+    grad_per_sample: Tensor | None, grad_value: Tensor, residual: Tensor
+) -> Tensor:
+    """d/dlogits of the C51 loss from its saved residual [P,B,K,atoms]: residual * weight / K."""
+    B, K = residual.shape[1], residual.shape[2]
+    weight = sample_weight(grad_per_sample, grad_value, B)[..., None, None] / K
+    return (weight * residual).contiguous()
+
+
 def c51_loss_grad(
     grad_per_sample: Tensor | None, grad_value: Tensor, logits: Tensor, m: Tensor
 ) -> Tensor:
     """d/dlogits of the C51 loss: (softmax * sum_j m_j - m) * weight / K."""
-    B, K = logits.shape[1], logits.shape[2]
-    weight = sample_weight(grad_per_sample, grad_value, B)[..., None, None] / K
-    softmax = torch.softmax(logits, dim=-1)
-    return (weight * (softmax * m.sum(dim=-1, keepdim=True) - m)).contiguous()
+    return c51_loss_grad_from_residual(grad_per_sample, grad_value, c51_loss_residual(logits, m))

@@ -273,9 +273,8 @@ class Learner:
         x, logits_t, logits_n, target_logits_n = self.gem_inputs(b, weights)
 
         with torch.no_grad():
-            a_star = self.online.expected_q(logits_n).argmax(dim=-1)  # double DQN: online selects
-            p_next = torch.softmax(target_logits_n.float(), dim=-1)  # target evaluates
-            p_next = p_next.gather(3, a_star[..., None, None].expand(P, B, K, 1, mc.atoms)).squeeze(3)
+            # double DQN: the online net selects a*, the target net evaluates it -> [P,B,K,atoms]
+            p_next = ops.c51_target(logits_n, target_logits_n, self.online.support)
             r = b.reward.unsqueeze(-1).expand(P, B, K).reshape(-1)
             g = b.discount.unsqueeze(-1).expand(P, B, K).reshape(-1)
             m = ops.c51_project(p_next.reshape(-1, mc.atoms), r, g, mc.v_min, mc.v_max).view(P, B, K, mc.atoms)
