@@ -220,3 +220,17 @@ def test_corrupt_arms_table_is_one_line(root, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "arms.parquet: not a readable table" in err[0]
     assert not (root / "bad_arms_out").exists()
+
+
+def test_market_noise_is_not_needed_on_per_seed_paths_and_unavailable_without_saved_returns(root):
+    """Per-seed paths: the seed interval already holds the market's variance, so no market-noise
+    interval. One shared history without eval_returns (older results): said unavailable, the
+    verdict stands and says it is conditional on that history (tests/test_market_noise_verdict.py
+    has the interval itself)."""
+    g = row(run(fr.wire_scenario(root / "mn_per_seed", effect=0.5, n=16)))
+    assert g["market_noise"].startswith("not needed") and g["seed_verdict"] == g["verdict"] == "keep wired"
+    assert np.isnan(g["market_ci_low"]) and "market noise: in the seed interval" in g["reason"]
+    old = row(run(fr.paired_scenario(root / "mn_shared", journal=False)))
+    assert old["market_path"] == "conditional on one shared path"
+    assert old["market_noise"].startswith("unavailable:") and old["verdict"] == old["seed_verdict"]
+    assert "conditional on this one price history" in old["reason"]

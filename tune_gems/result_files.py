@@ -15,6 +15,8 @@ MEMBERS_FILE = "members.parquet"
 ARMS_PARQUET = "arms.parquet"
 BASELINES_PARQUET = "baselines.parquet"
 JOURNAL_FILE = "optuna_journal.log"
+EVAL_RETURNS_DIR = "eval_returns"
+"""Per trial, `<EVAL_RETURNS_DIR>/<trial_id>.npz`: the EVAL_RETURNS_FILE of its last checkpoint."""
 
 # -- a train run's folder ------------------------------------------------------------------------
 CONFIG_FILE = "config.yaml"
@@ -26,6 +28,17 @@ SUMMARY_FILE = "summary.json"
 CHECKPOINT_FILE = "checkpoint.pt"
 
 # -- both ------------------------------------------------------------------------------------------
+EVAL_RETURNS_FILE = "eval_returns.npz"
+"""The per-step validation returns and positions of the last `trainer.objective_last_k`
+evaluations (Trainer.write_eval_returns): what the market-noise interval resamples. Beside a
+train run's tables, and in every sweep checkpoint (collected into EVAL_RETURNS_DIR)."""
+EVAL_RETURNS_FORMAT = 1
+"""Version of the file's layout (its `format` array); a reader refuses versions it does not know."""
+EVAL_RETURNS_ARRAYS = (
+    "format", "epochs", "returns", "positions", "diverged", "asset", "member", "arm", "seed_index",
+    "seed", "path", "cost", "periods_per_year", "segment",
+)
+"""The arrays of EVAL_RETURNS_FILE (docs/results.md "eval_returns.npz" gives shapes and meanings)."""
 GEMS_FILE = "gems.json"
 """The gems the run knew (built-ins and plug-ins): tune_gems.gems.manifest()."""
 

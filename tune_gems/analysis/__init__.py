@@ -48,6 +48,11 @@ _EXPORTS = {
     "calibration_table": "calibration",
     "null_rate": "calibration",
     "power": "calibration",
+    "market_noise_interval": "market_noise",
+    "MarketNoiseInterval": "market_noise",
+    "market_evidence": "market_evidence",
+    "read_eval_returns": "market_evidence",
+    "EvalReturnsLookup": "market_evidence",
 }
 
 
@@ -92,4 +97,9 @@ __all__ = [
     "trial_gem_modes",
     "trial_outcomes",
     "write_result",
+    "market_noise_interval",
+    "MarketNoiseInterval",
+    "market_evidence",
+    "read_eval_returns",
+    "EvalReturnsLookup",
 ]

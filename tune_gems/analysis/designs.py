@@ -288,6 +288,10 @@ class Paired:
     fix: str = ""
     hi_values: np.ndarray | None = None  # per unit, the hi side's mean value (finite cells)
     lo_values: np.ndarray | None = None
+    pairs: pd.DataFrame | None = None
+    """The member pairs behind the differences, one row per (hi cell, lo cell) at a common seed
+    in one context: context, seed, end_epoch (the window's last epoch), cell_hi, cell_lo. The
+    market-noise interval (`market_evidence`) resamples their per-step returns."""
 
     @property
     def n(self) -> int:
@@ -355,6 +359,9 @@ def paired(
         return empty
     t = t.merge(good, on=["context", "seed"], how="inner")
     end = t.groupby("context")["final_epoch"].transform("min")  # a common epoch per context
+    at = t.assign(end_epoch=end.to_numpy())[["context", "seed", "end_epoch", "cell", factor]]
+    cell_pairs = at[at[factor] == hi].drop(columns=factor).merge(
+        at[at[factor] == lo].drop(columns=factor), on=["context", "seed", "end_epoch"], suffixes=("_hi", "_lo"))
     vals = window_values(cells.long[cells.long["cell"].isin(t["cell"])], column,
                          pd.Series(end.to_numpy(), index=t["cell"].to_numpy()), k)
     t = t.join(vals, on="cell")
@@ -388,6 +395,7 @@ def paired(
         lo_cells=lo_cells,
         hi_values=hv,
         lo_values=lv,
+        pairs=cell_pairs.reset_index(drop=True),
     )
 
 

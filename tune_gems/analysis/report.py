@@ -57,13 +57,31 @@ def _interval(lo: Any, hi: Any) -> str:
     return "-" if _num(lo) == "-" and _num(hi) == "-" else f"[{_num(lo)}, {_num(hi)}]"
 
 
+def market_interval(r: Any) -> str:
+    """The market-noise interval of a verdict row, `-` where there is none."""
+    status = r.get("market_noise")
+    return _interval(r.get("market_ci_low"), r.get("market_ci_high")) if status == "ok" else "-"
+
+
+def _market_part(r: Any) -> str:
+    status = r.get("market_noise")
+    if status == "ok":
+        return f"; market-noise interval {market_interval(r)} (same level)"
+    if isinstance(status, str) and status:
+        return f"; market noise: {status.split(':', 1)[0]}"
+    return ""
+
+
 def evidence_line(r: Any) -> str:
-    """One gem's evidence in one line: design, seeds, effect with CI, adjusted p, verdict, MDE."""
+    """One gem's evidence in one line: design, seeds, effect with its seed interval, the
+    market-noise interval (one price history), adjusted p, verdict, MDE."""
     if _num(r.get("n_seeds"), "g") in ("-", "0"):
         return f"{r['gem']}: {r['verdict']} - design: none"
-    return (f"{r['gem']}: {r['verdict']} - design: {r['design']}; seeds {int(r['n_seeds'])}; "
+    seed_word = r.get("seed_verdict")
+    changed = f" (seeds alone: {seed_word})" if isinstance(seed_word, str) and seed_word and seed_word != r["verdict"] else ""
+    return (f"{r['gem']}: {r['verdict']}{changed} - design: {r['design']}; seeds {int(r['n_seeds'])}; "
             f"effect {_num(r.get('effect'), '+.3g')} {_interval(r.get('ci_low'), r.get('ci_high'))} "
-            f"({_num(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise); "
+            f"({_num(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise, over seeds){_market_part(r)}; "
             f"Holm p {_num(r.get('p_adjusted'), '.2g')}; MDE {_num(r.get('mde'))}; "
             f"seeds for +-{_num(r.get('rope'), 'g')}: {_num(r.get('seeds_needed'), '.0f')}")
 
@@ -72,11 +90,11 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
                          redundancy: pd.DataFrame | None = None) -> str:
     """The verdicts for a terminal: an aligned table, each gem's evidence line and reason, the
     placebo arms and the redundancy findings."""
-    header = ["gem", "verdict", "seeds", "effect", "CI", "Holm p", "TOST p", "MDE", "excess/loss"]
+    header = ["gem", "verdict", "seeds", "effect", "CI", "market CI", "Holm p", "TOST p", "MDE", "excess/loss"]
     rows = [header]
     for _, r in df.iterrows():
         rows.append([str(r["gem"]), str(r["verdict"]), _num(r.get("n_seeds"), "g"), _num(r.get("effect"), "+.3g"),
-                     _interval(r.get("ci_low"), r.get("ci_high")), _num(r.get("p_adjusted"), ".2g"),
+                     _interval(r.get("ci_low"), r.get("ci_high")), market_interval(r), _num(r.get("p_adjusted"), ".2g"),
                      _num(r.get("tost_p_adjusted"), ".2g"), _num(r.get("mde")), _num(r.get("excess_median"))])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
@@ -199,12 +217,17 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
         "Effects come only from designed comparisons: members that differ in one gem's mode alone, "
         "paired by seed (docs/analysis.md). Metric: the validation alpha Sharpe averaged over the last "
         f"{settings.get('last_k', '')} epochs, wired minus measured, a diverged member counted as the worst "
-        "outcome; Wilcoxon signed-rank with its Hodges-Lehmann interval, Holm over the gems. Test metrics "
+        "outcome; Wilcoxon signed-rank with its Hodges-Lehmann interval (the seed interval), Holm over the gems. "
+        "On one price history (a real series, or synthetic `paths: shared`) each difference also gets a "
+        "market-noise interval at the same level (`market_ci_low`, `market_ci_high`: a stationary block bootstrap "
+        "of the validation period over the saved per-step returns); a `keep wired` or `harmful` that it does "
+        "not confirm reads `inconclusive` (`seed_verdict` keeps the seeds' word). Test metrics "
         "are shown (`test_effect`), never used."
     )
     for note in getattr(result, "notes", []):
         lines += ["", f"Note: {note}."]
-    lines += ["", markdown_table(v, ["gem", "verdict", "design", "n_seeds", "effect", "ci_low", "ci_high", "ci_level",
+    lines += ["", markdown_table(v, ["gem", "verdict", "seed_verdict", "design", "n_seeds", "effect", "ci_low", "ci_high",
+                                     "ci_level", "market_ci_low", "market_ci_high", "market_noise",
                                      "p_adjusted", "tost_p_adjusted", "mde", "seeds_needed", "test_effect",
                                      "excess_median", "redundancy"]), ""]
     lines.extend(f"- {evidence_line(r)}\n  - why: {r['reason']}" for _, r in v.iterrows())

@@ -23,6 +23,7 @@ from tune_gems.analysis import defaults, plots
 from tune_gems.analysis.designs import build_cells, read_arms_tables
 from tune_gems.analysis.importance import param_importances
 from tune_gems.analysis.load import Experiment, load_experiment
+from tune_gems.analysis.market_evidence import EvalReturnsLookup
 from tune_gems.analysis.magnitudes import gem_magnitudes, gem_trajectories
 from tune_gems.analysis.redundancy import redundancy_table
 from tune_gems.analysis.report import render_report
@@ -129,7 +130,8 @@ def analyze(
     common = dict(alpha=alpha, rel_threshold=rel_threshold, last_k=last_k)
     red = redundancy_table(cells, gems, excess=excess, **common)
     verdicts = gem_verdicts(t, h, m, arms=arms, gems=gems, rope=rope, power=power, placebo_weight=placebo_weight,
-                            redundancy=red, cells=cells, **common)
+                            redundancy=red, cells=cells, eval_returns=EvalReturnsLookup(exp.paths, exp.labels, t),
+                            n_boot=n_boot, seed=seed, **common)
     placebo = placebo_verdicts(cells, gems, m, alpha=alpha, rope=rope, last_k=last_k, placebo_weight=placebo_weight)
     _, metric_note = verdict_metric(m)
     notes = list(cells.notes) + ([metric_note] if metric_note else [])

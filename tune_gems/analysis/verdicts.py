@@ -17,7 +17,16 @@ Per gem (docs/analysis.md "Verdicts" has the full text):
    magnitude is at its null (TOST of the per-seed excess over the null, relative to the C51
    loss, within +-`rel_threshold`, Holm over gems), or when the redundancy factorial shows a
    model feature removes it (`redundancy.py`).
-3. No design: `insufficient: confounded` (wired and measured members exist but never differ
+3. **Market noise** (one price history: a real series or synthetic `paths: shared`): beside the
+   seed interval, the market-noise interval of the same difference (`market_evidence`: a
+   stationary block bootstrap of the validation period over the saved per-step returns, at the
+   seed interval's level). A `keep wired` / `harmful` by the seeds whose market-noise interval
+   includes 0 (or lies on the other side) becomes `inconclusive`: the seeds agree, but on this
+   one history the difference may be the market's luck (`seed_verdict` keeps the seed rule's
+   word). A comparison with diverged members keeps its seed verdict (divergence is not market
+   noise); the interval then covers the surviving pairs. With per-seed paths the seed interval
+   already holds the market's variance and no market-noise interval is computed.
+4. No design: `insufficient: confounded` (wired and measured members exist but never differ
    in this gem alone; the evidence says what to add), `insufficient data` (only one side), or
    `no data` (never measured nor wired in a trial that finished).
 
@@ -46,6 +55,14 @@ from tune_gems.analysis.inference import (
     seeds_needed,
     smallest_p,
 )
+from tune_gems.analysis.market_evidence import (
+    MARKET_COLUMNS,
+    NOT_NEEDED,
+    OK as MARKET_OK,
+    EvalReturnsLookup,
+    contradicts,
+    market_evidence,
+)
 from tune_gems.config import GEM_NAMES
 from tune_gems.metrics import GEM_KEYS
 
@@ -59,7 +76,7 @@ VERDICT_COLUMNS = [
     "rope", "alpha", "sd_diff", "mde", "seeds_needed", "wired_diverged", "measured_diverged",
     "wired_members", "measured_members", "test_effect", "fix",
     "excess_n", "excess_median", "excess_ci_low", "excess_ci_high", "excess_tost_p_adjusted",
-    "rel_threshold", "redundancy", "market_path",
+    "rel_threshold", "redundancy", "market_path", "seed_verdict", *MARKET_COLUMNS,
 ]
 PLACEBO_COLUMNS = ["gem", "verdict", "n_seeds", "effect", "ci_low", "ci_high", "p_value", "tost_p",
                    "sd_diff", "iqr_diff", "min_diff", "max_diff", "outcome"]
@@ -166,11 +183,16 @@ def gem_verdicts(
     metric: str = defaults.METRIC,
     redundancy: pd.DataFrame | None = None,
     cells: Cells | None = None,
+    eval_returns: EvalReturnsLookup | None = None,
+    n_boot: int = defaults.N_BOOT,
+    seed: int = defaults.SEED,
 ) -> pd.DataFrame:
     """One row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS).
 
     `history` is not needed (kept for the old call signature). `redundancy` is the table of
-    `redundancy.redundancy_table` (computed here when None)."""
+    `redundancy.redundancy_table` (computed here when None). `eval_returns` finds each trial's
+    saved validation returns (the market-noise interval; none: said unavailable); `n_boot` and
+    `seed` are its bootstrap's."""
     from tune_gems.analysis.redundancy import redundancy_table
 
     gems = gems or gem_registry()
@@ -235,6 +257,8 @@ def gem_verdicts(
                        ci_level=1 - lvl, sd_diff=sd,
                        mde=min_detectable_effect(sd, pr.n, alpha / max(m, 1), power),
                        seeds_needed=seeds_needed(sd, rope, alpha / max(m, 1), power))
+            row.update(market_evidence(pr, cells, eval_returns, column=column, k=last_k, confidence=1 - lvl,
+                                       n_boot=n_boot, seed=seed).columns())
         row["verdict"], row["reason"] = _decide(row, metric_note, power, m)
         row.pop("_excess_tost", None)
         row.pop("_excess_note", None)
@@ -259,8 +283,42 @@ def _unit_magnitudes(cells: Cells, g: Gem, column: str, k: int) -> np.ndarray:
     return t.groupby("unit")["value"].mean().to_numpy(float)
 
 
+def _market_text(row: dict) -> str:
+    """The market-noise part of a verdict's evidence."""
+    status = row.get("market_noise")
+    if not isinstance(status, str) or not status:
+        return ""
+    if status == MARKET_OK:
+        dropped = row.get("market_dropped")
+        left = f", {int(dropped)} pair(s) with a diverged member left out" if dropped and np.isfinite(dropped) and dropped > 0 else ""
+        return (f"; market-noise interval (stationary block bootstrap of the validation period, same level) "
+                f"[{_fmt(row['market_ci_low'])}, {_fmt(row['market_ci_high'])}] around {_fmt(row['market_effect'], '+.3g')}, "
+                f"mean block {_fmt(row['market_mean_block'], '.3g')} of {_fmt(row['market_n_steps'], '.0f')} steps, "
+                f"{_fmt(row['market_n_series'], '.0f')} paired series{left}")
+    if status == NOT_NEEDED:
+        return "; market noise: in the seed interval (per-seed paths)"
+    return f"; market-noise interval {status}: the effect is conditional on this one price history"
+
+
 def _decide(row: dict, metric_note: str, power: float, m: int) -> tuple[str, str]:
-    """The verdict and its one-line reason from one gem's evidence (rules of the docstring)."""
+    """The verdict and its one-line reason (rules of the module docstring): the seed rule's
+    verdict (`seed_verdict`), then the market-noise check of a keep wired / harmful."""
+    verdict, reason = _seed_decide(row, metric_note, power, m)
+    row["seed_verdict"] = verdict
+    if (verdict in ("keep wired", "harmful") and row.get("market_noise") == MARKET_OK
+            and not (row["wired_diverged"] or row["measured_diverged"])
+            and contradicts(row["effect"], row["market_ci_low"], row["market_ci_high"])):
+        word = "helps" if verdict == "keep wired" else "hurts"
+        return "inconclusive", (
+            f"not confirmed against market noise: the seeds say wiring {word}, but the market-noise interval "
+            f"[{_fmt(row['market_ci_low'])}, {_fmt(row['market_ci_high'])}] at the same level "
+            f"{'includes 0' if row['market_ci_low'] <= 0 <= row['market_ci_high'] else 'lies on the other side of 0'}: "
+            f"on this one price history the difference may be the market's luck; {reason}")
+    return verdict, reason
+
+
+def _seed_decide(row: dict, metric_note: str, power: float, m: int) -> tuple[str, str]:
+    """The seed rule's verdict and its one-line reason from one gem's evidence."""
     a = row["alpha"]
     extra = f"; {metric_note}" if metric_note else ""
     delete_mag = np.isfinite(row["excess_tost_p_adjusted"]) and row["excess_tost_p_adjusted"] <= a
@@ -274,6 +332,7 @@ def _decide(row: dict, metric_note: str, power: float, m: int) -> tuple[str, str
               f"({row['n_seeds']} seeds; {row['design']})")
         if row["wired_diverged"] or row["measured_diverged"]:
             ev += f"; diverged (counted as worst): wired {int(row['wired_diverged'])}, measured {int(row['measured_diverged'])}"
+        ev += _market_text(row)
         if row["p_adjusted"] <= a and row["effect"] > 0:
             return "keep wired", f"wiring helps: {ev}{extra}"
         if row["p_adjusted"] <= a and row["effect"] < 0:

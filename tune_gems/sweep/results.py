@@ -3,6 +3,11 @@
 Rows come from every result each trial reported (Tune keeps them across retries and
 restores); a trial that re-ran an epoch after resuming from an older checkpoint reported it
 twice, and the last report wins, so every (trial, epoch) appears exactly once.
+
+Each trial's saved validation returns (`eval_returns.npz` in its latest checkpoint, written by
+`Trainer.write_eval_returns`) are copied to `eval_returns/<trial_id>.npz` in the experiment
+folder, where the analysis's market-noise interval reads them; a trial without one (results of
+an older version, a trial that never checkpointed) has none, and the analysis says so.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import io
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +28,8 @@ from tune_gems.gems import MANIFEST_FILE, manifest
 from tune_gems.metrics import MEMBER_IDS, epoch_metrics, member_metrics
 from tune_gems.sweep.spec import apply_spec_design, trial_config
 from tune_gems.result_files import (
-    ARMS_PARQUET, BASELINES_PARQUET, HISTORY_FILE, ID_COLUMNS, MEMBERS_FILE, TRIALS_FILE,
+    ARMS_PARQUET, BASELINES_PARQUET, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE, HISTORY_FILE, ID_COLUMNS, MEMBERS_FILE,
+    TRIALS_FILE,
 )
 from tune_gems.sweep.storage import ExperimentStore
 from tune_gems.sweep.trainable import BASELINES_KEY, MEMBERS_KEY
@@ -52,21 +58,36 @@ def _one_line(error: BaseException | None) -> str | None:
     return (last[-1] if last else type(error).__name__)[:500]
 
 
-def _checkpoint_history(result) -> dict[str, Any] | None:
+def _checkpoint_files(result) -> tuple[dict[str, Any] | None, bytes | None]:
+    """(the history beside the trial's latest checkpoint, its eval_returns.npz bytes), each None
+    when absent or unreadable; the checkpoint folder is opened once (a remote one is downloaded)."""
     checkpoint = getattr(result, "checkpoint", None)
     if checkpoint is None:
-        return None
+        return None, None
+    history = returns = None
     try:
         with checkpoint.as_directory() as d:
             path = Path(d) / CHECKPOINT_HISTORY_FILE
-            return json.loads(path.read_text()) if path.is_file() else None
-    except (OSError, ValueError):
-        return None
+            try:
+                history = json.loads(path.read_text()) if path.is_file() else None
+            except (OSError, ValueError):
+                history = None
+            npz = Path(d) / EVAL_RETURNS_FILE
+            returns = npz.read_bytes() if npz.is_file() else None
+    except OSError:
+        pass
+    return history, returns
 
 
-def _fill_from_checkpoint(rows: list[dict[str, Any]], result) -> list[dict[str, Any]]:
-    """Add the epochs that the latest checkpoint's history holds but Tune's results lack."""
-    saved = _checkpoint_history(result)
+def _checkpoint_history(result) -> dict[str, Any] | None:
+    return _checkpoint_files(result)[0]
+
+
+def _fill_from_checkpoint(rows: list[dict[str, Any]], result, saved: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Add the epochs that the latest checkpoint's history (`saved`, read from `result` when not
+    given) holds but Tune's results lack."""
+    if saved is None:
+        saved = _checkpoint_history(result)
     if not saved:
         return rows
     have = {int(r["epoch"]) for r in rows}
@@ -90,6 +111,8 @@ class SweepTables:
     arms: pd.DataFrame
     baselines: pd.DataFrame
     gems: list[dict[str, Any]]
+    eval_returns: dict[str, bytes] = field(default_factory=dict)
+    """trial_id -> the eval_returns.npz of its latest checkpoint (trials that have one)."""
 
 
 def _ordered_union(seqs: list[tuple[str, ...]]) -> list[str]:
@@ -106,6 +129,7 @@ def collect_tables(
     trial status (a trial missing there reads as finished); `design` is the spec's, applied to
     every trial's config (its arms)."""
     trials, history, members, arms, baselines = [], [], [], [], []
+    eval_returns: dict[str, bytes] = {}
     history_cols: list[tuple[str, ...]] = []
     plugins: list[str] = list(base.get("plugins") or [])
     statuses = statuses or {}
@@ -131,7 +155,10 @@ def collect_tables(
             if BASELINES_KEY in df.columns:
                 sent = [b for b in result.metrics_dataframe[BASELINES_KEY].dropna() if isinstance(b, str)]
                 baselines.extend({"experiment": experiment, "trial_id": trial_id, **b} for b in (json.loads(sent[-1]) if sent else []))
-        rows = _fill_from_checkpoint(rows, result)
+        saved, returns = _checkpoint_files(result)
+        rows = _fill_from_checkpoint(rows, result, saved) if saved else rows
+        if returns is not None and _safe_name(trial_id):
+            eval_returns[trial_id] = returns
         for r in rows:
             history.append({"experiment": experiment, "trial_id": trial_id, "config_label": label,
                             **{m: r.get(m) for m in history_cols[-1]}})
@@ -172,7 +199,13 @@ def collect_tables(
         arms=arms_df,
         baselines=pd.DataFrame(baselines),
         gems=manifest(plugins),
+        eval_returns=eval_returns,
     )
+
+
+def _safe_name(trial_id: str) -> bool:
+    """A trial id usable as a file name (Tune's are; anything else is not written)."""
+    return bool(trial_id) and "/" not in trial_id and "\\" not in trial_id and not trial_id.startswith(".")
 
 
 def collect_frames(
@@ -190,9 +223,23 @@ def write_frames(store: ExperimentStore, frames: dict[str, pd.DataFrame]) -> Non
         store.write_bytes(name, buf.getvalue())
 
 
+def write_eval_returns(store: ExperimentStore, eval_returns: dict[str, bytes]) -> None:
+    """`eval_returns/<trial_id>.npz` per trial, each through a temporary name in that folder and
+    renamed, so a reader never sees a partial file."""
+    if not eval_returns:
+        return
+    folder = f"{store.root}/{EVAL_RETURNS_DIR}"
+    store.fs.create_dir(folder, recursive=True)
+    for trial_id, data in sorted(eval_returns.items()):
+        final, tmp = f"{folder}/{trial_id}.npz", f"{folder}/.{trial_id}.npz.tmp"
+        with store.fs.open_output_stream(tmp) as out:
+            out.write(data)
+        store.fs.move(tmp, final)
+
+
 def write_tables(store: ExperimentStore, tables: SweepTables) -> None:
-    """trials/history/members/arms/baselines parquet and gems.json, each written atomically
-    (arms and baselines only when there are rows)."""
+    """trials/history/members/arms/baselines parquet, gems.json and each trial's eval returns,
+    each written atomically (arms and baselines only when there are rows)."""
     frames = {TRIALS_FILE: tables.trials, HISTORY_FILE: tables.history, MEMBERS_FILE: tables.members}
     if len(tables.arms):
         frames[ARMS_FILE] = tables.arms
@@ -200,3 +247,4 @@ def write_tables(store: ExperimentStore, tables: SweepTables) -> None:
         frames[BASELINES_FILE] = tables.baselines
     write_frames(store, frames)
     store.write_bytes(MANIFEST_FILE, (json.dumps(tables.gems, indent=2) + "\n").encode())
+    write_eval_returns(store, tables.eval_returns)

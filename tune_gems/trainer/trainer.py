@@ -28,6 +28,7 @@ from tune_gems.errors import CheckpointError, ConfigError
 from tune_gems.evaluation import baseline_stats, evaluation_stats, read_back, segment_asset_returns
 from tune_gems.metrics import EVAL_STATS, GAIN_METRICS, GAIN_OBJECTIVES, GEM_GAIN_PREFIX, SEGMENTS, epoch_metrics
 from tune_gems.ops import resolve_backend
+from tune_gems.result_files import EVAL_RETURNS_FILE, EVAL_RETURNS_FORMAT
 from tune_gems.trainer import checkpoint as ckpt
 from tune_gems.trainer.graph import StepRunner
 from tune_gems.trainer.health import health_line
@@ -37,6 +38,11 @@ RESUMABLE_CHANGES = ("trainer.epochs", "trainer.checkpoint_every", "trainer.grap
 """Config keys that may differ between a checkpoint and the run resuming from it."""
 
 CUBLAS_DETERMINISTIC = ":4096:8"
+
+EVAL_WINDOW_KEY = "eval_window"
+"""Checkpoint meta key of the kept validation evaluations (Trainer.checkpoint_payload)."""
+EVAL_SEGMENT = "val"
+"""The segment whose per-step returns are kept for the market-noise interval."""
 
 
 def _finite_or_nan(v: np.ndarray, reduce: Callable[[np.ndarray], Any]) -> float:
@@ -59,6 +65,18 @@ def _std(v: np.ndarray) -> float:
 class EpochResult:
     metrics: dict[str, Any]
     members: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class KeptEvaluation:
+    """One validation evaluation kept on the host for the market-noise interval: the epoch, the
+    evaluator's per-step net returns and positions ([P,T] float32, as the device computed them)
+    and which members had diverged ([P] bool; their series are not a result)."""
+
+    epoch: int
+    returns: torch.Tensor
+    positions: torch.Tensor
+    diverged: torch.Tensor
 
 
 def resolve_device(name: str) -> torch.device:
@@ -127,6 +145,11 @@ class Trainer:
         self.member_history: list[dict[str, Any]] = []
         self._prefilled = False
         self._evaluators: dict[str, tuple[SegmentEvaluator, StepRunner]] = {}
+        self.eval_window: list[KeptEvaluation] = []
+        """The last `trainer.objective_last_k` validation evaluations (the `_lastk` window), oldest
+        first: what `write_eval_returns` writes; part of every checkpoint."""
+        self._eval_asset_host: np.ndarray | None = None
+        self._eval_asset()  # read once here, on the thread that trains
 
     # -- progress ----------------------------------------------------------------------------
     @property
@@ -208,7 +231,9 @@ class Trainer:
         member_diverged = (rows["nonfinite"] > 0) | ~(np.abs(rows["loss"]) <= tc.divergence_threshold)
         self.diverged = bool(member_diverged.any())
         t1 = time.perf_counter()
-        evals = {"val": self._masked(self.evaluate("val")[0], member_diverged)}
+        val_stats, val_returns, val_positions = self.evaluate(EVAL_SEGMENT)
+        evals = {"val": self._masked(val_stats, member_diverged)}
+        self._keep_evaluation(val_returns, val_positions, member_diverged)
         evals["test"] = {k: np.full(self.learner.P, np.nan) for k in EVAL_STATS}
         if self.epoch >= tc.epochs and not self.diverged:
             evals["test"] = self.evaluate("test")[0]
@@ -218,6 +243,110 @@ class Trainer:
         self.member_history.extend(result.members)
         self.log(health_line(result.metrics, self.learner.gems, self.arm_names, self._arm_off()))
         return result
+
+    # -- the kept validation returns (market-noise interval, docs/results.md) -------------------
+    def _keep_evaluation(self, returns: torch.Tensor, positions: torch.Tensor, member_diverged: np.ndarray) -> None:
+        """Append this epoch's validation series (moved to the host at the epoch boundary, where
+        the statistics are read back anyway) and keep the last `trainer.objective_last_k`."""
+        kept = KeptEvaluation(
+            self.epoch,
+            returns.detach().to("cpu", torch.float32).clone(),
+            positions.detach().to("cpu", torch.float32).clone(),
+            torch.as_tensor(np.asarray(member_diverged, dtype=bool)).clone(),
+        )
+        self.eval_window = [*self.eval_window, kept][-self.cfg.trainer.objective_last_k :]
+
+    def _eval_asset(self) -> np.ndarray:
+        """float32 [P,T]: the asset return each member's validation position earns (its own
+        path, `evaluation.segment_asset_returns`). Read from the device once, on the thread that
+        trains (at construction: a background checkpoint writer must not touch the device)."""
+        if self._eval_asset_host is None:
+            P, T = self.learner.P, self.market.ranges[EVAL_SEGMENT].length
+            asset = segment_asset_returns(self.market, EVAL_SEGMENT, self.learner.path_of_member)
+            asset = asset.expand(P, T) if asset.ndim == 1 else asset
+            self._eval_asset_host = asset.detach().to("cpu", torch.float32).numpy().copy()
+        return self._eval_asset_host
+
+    def eval_returns(self, meta: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
+        """The arrays of EVAL_RETURNS_FILE (docs/results.md "eval_returns.npz"): k = the kept
+        evaluations (at most `trainer.objective_last_k`), P members, T validation steps.
+
+        returns, positions float32 [k,P,T]; diverged bool [k,P]; epochs int64 [k]; asset float32
+        [P,T]; member, seed_index, seed, path int64 [P]; arm str [P]; cost, periods_per_year
+        float64; segment str; format int64 (EVAL_RETURNS_FORMAT). `meta`: a checkpoint payload's
+        metadata (`checkpoint_payload()[1]`, or a background writer's snapshot of it) to take the
+        window from instead of the live one; only host data is read then."""
+        window = self._window_meta() if meta is None else meta.get(EVAL_WINDOW_KEY)
+        if window is None:
+            raise ValueError(f"eval_returns: the metadata has no {EVAL_WINDOW_KEY!r}")
+        P, env = self.learner.P, self.cfg.env
+        return {
+            "format": np.asarray(EVAL_RETURNS_FORMAT, dtype=np.int64),
+            "epochs": np.asarray(window["epochs"], dtype=np.int64),
+            "returns": window["returns"].numpy().astype(np.float32, copy=False),
+            "positions": window["positions"].numpy().astype(np.float32, copy=False),
+            "diverged": window["diverged"].numpy().astype(bool, copy=False),
+            "asset": self._eval_asset(),
+            "member": np.arange(P, dtype=np.int64),
+            "arm": np.asarray([str(self.arm_of(p)) for p in range(P)], dtype=str),
+            "seed_index": np.asarray([self.seed_index(p) for p in range(P)], dtype=np.int64),
+            "seed": np.asarray(self.learner.seeds, dtype=np.int64),
+            "path": np.asarray(self.learner.path_of_member, dtype=np.int64),
+            "cost": np.asarray(env.cost, dtype=np.float64),
+            "periods_per_year": np.asarray(env.periods_per_year, dtype=np.float64),
+            "segment": np.asarray(EVAL_SEGMENT),
+        }
+
+    def write_eval_returns(self, directory: str | Path, meta: dict[str, Any] | None = None) -> None:
+        """Write `<directory>/eval_returns.npz` (EVAL_RETURNS_FILE; the arrays of `eval_returns`)
+        through a temporary name, so a reader never sees a partial file. `tune-gems train` calls
+        it after each epoch's tables; a sweep trial into each checkpoint directory, with the
+        checkpoint's own metadata (`meta`) when the checkpoint is written in the background."""
+        directory = Path(directory)
+        arrays = self.eval_returns(meta)
+        tmp = directory / f".{EVAL_RETURNS_FILE}.tmp"
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, **arrays)
+        os.replace(tmp, directory / EVAL_RETURNS_FILE)
+
+    def _window_meta(self) -> dict[str, Any]:
+        """The kept evaluations as checkpoint metadata (host tensors, built fresh on each call)."""
+        w = self.eval_window
+        P, T = self.learner.P, self.market.ranges[EVAL_SEGMENT].length
+        if not w:
+            return {"epochs": [], "returns": torch.zeros(0, P, T), "positions": torch.zeros(0, P, T),
+                    "diverged": torch.zeros(0, P, dtype=torch.bool)}
+        return {
+            "epochs": [e.epoch for e in w],
+            "returns": torch.stack([e.returns for e in w]),
+            "positions": torch.stack([e.positions for e in w]),
+            "diverged": torch.stack([e.diverged for e in w]),
+        }
+
+    def _saved_window(self, path, saved: Any) -> list[KeptEvaluation]:
+        """The kept evaluations of a checkpoint's metadata, checked against this run's shapes;
+        none in a checkpoint written before they existed (the window refills over the next
+        epochs)."""
+        if saved is None:
+            return []
+        P, T = self.learner.P, self.market.ranges[EVAL_SEGMENT].length
+        field_name = f"meta.{EVAL_WINDOW_KEY}"
+        if not isinstance(saved, dict) or not {"epochs", "returns", "positions", "diverged"} <= set(saved):
+            raise CheckpointError(f"{path}: field {field_name} must be a mapping with epochs, returns, positions, diverged")
+        epochs = saved["epochs"]
+        if not isinstance(epochs, list) or not all(isinstance(e, int) and not isinstance(e, bool) for e in epochs):
+            raise CheckpointError(f"{path}: field {field_name}.epochs must be a list of epoch numbers")
+        k = len(epochs)
+        for name, shape, dtype in (("returns", (k, P, T), torch.float32), ("positions", (k, P, T), torch.float32),
+                                   ("diverged", (k, P), torch.bool)):
+            t = saved[name]
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype != dtype:
+                got = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise CheckpointError(f"{path}: field {field_name}.{name} is {got}, this run needs {shape} {dtype}")
+        return [
+            KeptEvaluation(int(e), saved["returns"][i].clone(), saved["positions"][i].clone(), saved["diverged"][i].clone())
+            for i, e in enumerate(epochs)
+        ]
 
     # -- arms (tune_gems.arms; the learner's member layout, one arm without `arms`) ------------
     @property
@@ -344,12 +473,14 @@ class Trainer:
             "history": self.history,
             "member_history": self.member_history,
             "config": self.cfg.to_dict(),
+            EVAL_WINDOW_KEY: self._window_meta(),
         }
 
     def checkpoint_payload(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """(state tensors, metadata): everything a checkpoint holds. The tensors are the live
         device state (a writer that works in the background must snapshot them before the next
-        iteration); the metadata is host data, built fresh on each call."""
+        iteration); the metadata is host data, built fresh on each call (it includes the kept
+        validation evaluations, `eval_window`, as host tensors under EVAL_WINDOW_KEY)."""
         return self.learner.state_tensors(), self._meta()
 
     def save_checkpoint(self, path: str | Path) -> None:
@@ -358,11 +489,13 @@ class Trainer:
     def load_checkpoint(self, path: str | Path) -> None:
         state, meta = ckpt.load(path)
         _check_compatible(path, meta.get("config", {}), self.cfg.to_dict())
+        window = self._saved_window(path, meta.get(EVAL_WINDOW_KEY))
         ckpt.restore_into(path, self.learner.state_tensors(), state)
         self.runner.invalidate()
         self.epoch, self.env_steps, self.updates = int(meta["epoch"]), int(meta["env_steps"]), int(meta["updates"])
         self.diverged, self._prefilled = bool(meta["diverged"]), bool(meta["prefilled"])
         self.history, self.member_history = list(meta["history"]), list(meta["member_history"])
+        self.eval_window = window
 
 
 def _check_compatible(path, saved: dict[str, Any], current: dict[str, Any]) -> None:
