@@ -449,3 +449,30 @@ def test_segment_asset_returns_gives_each_member_its_own_path():
     assert not torch.equal(per_member[0], per_member[1])
     one = Market(paths[0], split_bounds(paths[0], [0.6, 0.2, 0.2], min_len=W + 2), W)
     assert segment_asset_returns(one, "val", [0, 0]).shape == (r.hi - r.lo,)  # one path: [T], broadcast
+
+
+def test_evaluation_with_weights_computed_once_per_pass_equals_weights_recomputed_every_step():
+    """The trainer computes the noise-free weights once per evaluation pass (issue 15's cheap
+    evaluation): the returns and positions equal, bit for bit, a pass that recomputes them in
+    every step; the second pass after more training sees the new weights."""
+    from tune_gems.config import load_config
+    from tune_gems.env import evaluate_segment
+    from tune_gems.trainer import Trainer
+
+    cfg = load_config(None, ["trainer.population=3", "trainer.batch_size=16", "trainer.n_envs=4", "trainer.replay_capacity=512",
+                             "trainer.learning_starts=64", "data.synthetic.n=1500", "trainer.iterations_per_epoch=5", "trainer.epochs=2"])  # fmt: skip
+    t = Trainer(cfg, log=None)
+    net = t.learner.online
+
+    def per_step_weights(obs):
+        with t.learner.matmul_precision():
+            return net.expected_q(net(obs, net.weights("eval")).logits).argmax(-1)
+
+    seen = []
+    for _ in range(2):
+        t.run_epoch()
+        _, returns, positions = t.evaluate("val")
+        r2, p2 = evaluate_segment(t.market, t.learner.env.actions, cfg.env.cost, per_step_weights, t.learner.P, "val", t.learner.path_of_member)
+        assert torch.equal(returns, r2) and torch.equal(positions, p2)
+        seen.append(returns)
+    assert not torch.equal(seen[0], seen[1])

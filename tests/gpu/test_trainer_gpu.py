@@ -159,3 +159,26 @@ def test_a_plugin_gem_runs_inside_the_captured_graph(monkeypatch):
             a.runner()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_chunked_evaluation_graphs_equal_an_eager_pass_with_weights_recomputed_every_step():
+    """Evaluation runs EVAL_STEPS_PER_GRAPH steps per captured graph (plus one graph for the
+    rest) from weights computed once per pass: the returns and positions equal, bit for bit,
+    an eager pass that recomputes the noise-free weights in every step (issue 15)."""
+    from tune_gems.env import evaluate_segment
+    from tune_gems.trainer.trainer import EVAL_STEPS_PER_GRAPH
+
+    t = Trainer(_cfg("trainer.epochs=1"), log=None)
+    t.fit()
+    ev, runners = t._evaluator("val")
+    assert ev.T % EVAL_STEPS_PER_GRAPH and len(runners) == 2 and all(r.captured for r, _ in runners)
+    net = t.learner.online
+
+    def per_step_weights(obs):
+        with t.learner.matmul_precision():
+            return net.expected_q(net(obs, net.weights("eval")).logits).argmax(-1)
+
+    for _ in range(2):  # the second pass replays the captured graphs
+        _, returns, positions = t.evaluate("val")
+        r2, p2 = evaluate_segment(t.market, t.learner.env.actions, t.cfg.env.cost, per_step_weights, t.learner.P, "val", t.learner.path_of_member)
+        assert torch.equal(returns, r2) and torch.equal(positions, p2)

@@ -19,8 +19,15 @@ from torch import Tensor
 
 
 class StepRunner:
-    def __init__(self, step: Callable[[], None], state: Callable[[], dict[str, Tensor]], use_graph: bool, warmup: int = 3):
-        self._step, self._state, self.use_graph, self.warmup = step, state, use_graph, warmup
+    def __init__(
+        self, step: Callable[[], None], state: Callable[[], dict[str, Tensor]], use_graph: bool, warmup: int = 3, steps: int = 1
+    ):
+        """`steps`: how many calls of `step` one call (one replay) runs, captured together in
+        one graph: fewer replays for a loop of many small steps (evaluation)."""
+        if steps < 1:
+            raise ValueError(f"steps must be >= 1, got {steps}")
+        self._state, self.use_graph, self.warmup, self.steps = state, use_graph, warmup, steps
+        self._step = step if steps == 1 else (lambda: [step() for _ in range(steps)] and None)
         self._graph: torch.cuda.CUDAGraph | None = None
 
     @property

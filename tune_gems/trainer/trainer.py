@@ -26,6 +26,7 @@ from tune_gems.config import Config, flatten
 from tune_gems.env import Market, SegmentEvaluator
 from tune_gems.errors import CheckpointError, ConfigError
 from tune_gems.evaluation import baseline_stats, evaluation_stats, read_back, segment_asset_returns
+from tune_gems.model.layers import Affine
 from tune_gems.metrics import EVAL_STATS, GAIN_METRICS, GAIN_OBJECTIVES, GEM_GAIN_PREFIX, SEGMENTS, epoch_metrics
 from tune_gems.ops import resolve_backend
 from tune_gems.result_files import EVAL_RETURNS_FILE, EVAL_RETURNS_FORMAT
@@ -38,6 +39,9 @@ RESUMABLE_CHANGES = ("trainer.epochs", "trainer.checkpoint_every", "trainer.grap
 """Config keys that may differ between a checkpoint and the run resuming from it."""
 
 CUBLAS_DETERMINISTIC = ":4096:8"
+EVAL_STEPS_PER_GRAPH = 32
+"""Evaluation steps captured in one CUDA graph: a segment of T steps runs as T // 32 replays
+plus one of the rest, instead of T replays (each replay has a fixed launch cost)."""
 
 EVAL_WINDOW_KEY = "eval_window"
 """Checkpoint meta key of the kept validation evaluations (Trainer.checkpoint_payload)."""
@@ -144,7 +148,8 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.member_history: list[dict[str, Any]] = []
         self._prefilled = False
-        self._evaluators: dict[str, tuple[SegmentEvaluator, StepRunner]] = {}
+        self._evaluators: dict[str, tuple[SegmentEvaluator, list[tuple[StepRunner, int]]]] = {}
+        self._eval_w: dict | None = None  # the evaluation weights' buffers (_refresh_eval_weights)
         self.eval_window: list[KeptEvaluation] = []
         """The last `trainer.objective_last_k` validation evaluations (the `_lastk` window), oldest
         first: what `write_eval_returns` writes; part of every checkpoint."""
@@ -173,18 +178,44 @@ class Trainer:
 
     # -- evaluation --------------------------------------------------------------------------
     def _greedy_policy(self, obs: torch.Tensor) -> torch.Tensor:
-        """Noise-free greedy actions; reads the live parameters on every call."""
+        """Noise-free greedy actions from the evaluation weights (`_refresh_eval_weights`)."""
         net = self.learner.online
         with self.learner.matmul_precision():
-            return net.expected_q(net(obs, net.weights("eval")).logits).argmax(-1)
+            return net.expected_q(net(obs, self._eval_weights()).logits).argmax(-1)
 
-    def _evaluator(self, segment: str) -> tuple[SegmentEvaluator, StepRunner]:
+    def _eval_weights(self) -> dict:
+        if self._eval_w is None:
+            self._refresh_eval_weights()
+        return self._eval_w
+
+    def _refresh_eval_weights(self) -> None:
+        """The online net's noise-free weights, computed once per evaluation pass into fixed
+        buffers that the captured evaluation steps read: they do not change within a segment,
+        so the steps need not redo spectral norm's sigma and division every step. The same
+        ops on the same inputs as computing them in every step: the same bits."""
+        net = self.learner.online
+        with self.learner.matmul_precision():
+            fresh = net.weights("eval")
+        if self._eval_w is None:
+            self._eval_w = {k: Affine(w.clone(), b.clone(), getattr(a, "chunk", None)) for k, a in fresh.items() for w, b in [a]}
+        else:
+            for k, (w, b) in fresh.items():
+                self._eval_w[k][0].copy_(w)
+                self._eval_w[k][1].copy_(b)
+
+    def _evaluator(self, segment: str) -> tuple[SegmentEvaluator, list[tuple[StepRunner, int]]]:
+        """A segment's evaluator and its runners: (runner, calls) pairs that together run the
+        segment's T steps, EVAL_STEPS_PER_GRAPH steps per call and one call for the rest."""
         if segment not in self._evaluators:
             ev = SegmentEvaluator(
                 self.market, self.learner.env.actions, self.cfg.env.cost, self._greedy_policy,
                 self.learner.P, segment, path_of_member=self.learner.path_of_member,
             )  # fmt: skip
-            self._evaluators[segment] = (ev, StepRunner(ev.step, ev.state_tensors, self.runner.use_graph))
+            use_graph, chunk = self.runner.use_graph, EVAL_STEPS_PER_GRAPH
+            runners = [(StepRunner(ev.step, ev.state_tensors, use_graph, steps=chunk), ev.T // chunk)]
+            if ev.T % chunk:
+                runners.append((StepRunner(ev.step, ev.state_tensors, use_graph, steps=ev.T % chunk), 1))
+            self._evaluators[segment] = (ev, [(r, n) for r, n in runners if n])
         return self._evaluators[segment]
 
     @torch.no_grad()
@@ -192,10 +223,12 @@ class Trainer:
         """Greedy, noise-free policy over a whole segment: ({stat: [P]} for every name in
         metrics.EVAL_STATS, net returns [P,T], positions [P,T]). On CUDA one step is captured
         once and replayed T times; the statistics come back in one transfer."""
-        ev, runner = self._evaluator(segment)
+        ev, runners = self._evaluator(segment)
+        self._refresh_eval_weights()
         ev.reset()
-        for _ in range(ev.T):
-            runner()
+        for runner, calls in runners:
+            for _ in range(calls):
+                runner()
         asset = segment_asset_returns(self.market, segment, self.learner.path_of_member)  # each member's own path
         env = self.cfg.env
         stats = read_back(evaluation_stats(ev.positions, asset, env.cost, env.periods_per_year))
