@@ -192,6 +192,27 @@ def test_gems_see_the_one_step_successor():
     assert not torch.equal(x.q_tp1, x_other_s.q_tp1) and not torch.equal(x.h_tp1, x_other_s.h_tp1)
 
 
+@pytest.mark.parametrize("wired", [False, True])
+def test_only_rows_that_can_carry_gradient_enter_autograd(wired):
+    """The online net runs with autograd over s_t (and s_{t+1} when a gem is wired) and without
+    it over the rest: the values equal one forward over all three blocks (to rounding: the
+    matmuls see fewer rows), q_tp1 carries gradient exactly when a gem is wired, and the n-step
+    logits never do."""
+    learner = _learner(tiny_config(*(all_wired() if wired else [])))
+    assert learner._succ_carries_gradient is wired
+    b = learner.replay.sample(learner.rng.draw(learner.plan).uniform("replay"))
+    w = learner.online.weights("eval")
+    x, logits_t, logits_n, _ = learner.gem_inputs(b, w)
+    B = b.reward.shape[1]
+    with torch.no_grad():
+        full = learner.online(b.stacked_obs, w).logits.float()
+    torch.testing.assert_close(logits_t.detach(), full[:, :B], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(logits_n, full[:, 2 * B :], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(x.q_tp1.detach(), learner.online.expected_q(full[:, B : 2 * B]), rtol=1e-5, atol=1e-6)
+    assert logits_t.requires_grad and not logits_n.requires_grad
+    assert x.q_tp1.requires_grad is wired
+
+
 @pytest.mark.parametrize("gem", ["g6", "g10", "g12"])
 def test_wire_mode_changes_training(gem):
     measured = _learner(tiny_config(f"gems.{gem}.mode=measure"))

@@ -113,6 +113,8 @@ class Learner:
         )
         arm_gems = [GemSet(a.config.gems, cfg.plugins, fused=ops.fused) for a in self.arms]
         self.member_gems = MemberGems(arm_gems, self.layout, device)
+        # the online forward at s_{t+1} needs autograd only for a wired gem (gem_inputs)
+        self._succ_carries_gradient = any(self.member_gems.any_wired(n) for n in self.member_gems.names)
         self.gems = self._reported_gems(arm_gems)
         self.acc_rows = (*ACC_HEAD, *self.gems.names, *(f"{n}_null" for n in self.gems.names), *ACC_TAIL)
         self.acc = torch.zeros(len(self.acc_rows), P, device=device)
@@ -241,22 +243,29 @@ class Learner:
         """One forward of the batch: (the gems' inputs, online logits at s_t, online logits at
         the n-step bootstrap state, target logits there).
 
-        One structure whatever the gem modes: the online network runs once over
-        [s_t, s_{t+1}, s_{t+n}] (spectral norm needs one module run per backward graph; G10
-        wired needs gradient through s_{t+1}; double DQN selects at s_{t+n}), the target
-        network once over [s_{t+1}, s_{t+n}] (the replay hands them stacked: `Batch.stacked_obs`). The gems see the one-step successor s_{t+1}
-        (`succ_obs`, `succ_not_done`); the C51 target keeps the n-step state.
+        The replay hands the states stacked: `Batch.stacked_obs` = [s_t, s_{t+1}, s_{t+n}]. The
+        online network runs over the rows that can carry gradient with autograd, and over the
+        others without: s_t always carries it; s_{t+1} only when some member wires a gem (a
+        wired gem's gradient may flow through q_tp1, as G10's does); s_{t+n} never (double DQN
+        selects there under no_grad). Both passes use the iteration's one set of effective
+        weights (one noise sample, one spectral-norm step), so splitting the rows changes no
+        value, only which rows the backward pays for. The target network runs once over
+        [s_{t+1}, s_{t+n}]. The gems see the one-step successor s_{t+1} (`succ_obs`,
+        `succ_not_done`); the C51 target keeps the n-step state.
         """
         B = self.cfg.trainer.batch_size
         stacked = b.stacked_obs  # [P,3B,obs_dim] = cat[s_t, s_{t+1}, s_{t+n}]
+        grad_rows = 2 * B if self._succ_carries_gradient else B
         with self.matmul_precision():
-            out = self.online(stacked, weights)
+            out = self.online(stacked[:, :grad_rows], weights)
             with torch.no_grad():
+                rest = self.online(stacked[:, grad_rows:], weights)  # [s_{t+1}?, s_{t+n}]
                 tgt = self.target(stacked[:, B:], self.target.weights("target"))  # [s_{t+1}, s_{t+n}]
-        logits = out.logits.float()
+        logits, rest_logits = out.logits.float(), rest.logits.float()
+        logits_tp1 = logits[:, B:] if grad_rows == 2 * B else rest_logits[:, :B]
         inputs = GemInputs(
             q_t=self.online.expected_q(logits[:, :B]),
-            q_tp1=self.online.expected_q(logits[:, B : 2 * B]),
+            q_tp1=self.online.expected_q(logits_tp1),
             h_t=out.h[:, :B],
             h_tp1=tgt.h[:, :B],
             adv_features=out.adv_features[:, :, :B].float(),
@@ -264,7 +273,7 @@ class Learner:
             reward=b.reward,
             not_done=b.succ_not_done,
         )
-        return inputs, logits[:, :B], logits[:, 2 * B :], tgt.logits[:, B:]
+        return inputs, logits[:, :B], rest_logits[:, -B:], tgt.logits[:, B:]
 
     def _learn(self, weights, draws: Draws) -> None:
         tc, mc, ops, gems = self.cfg.trainer, self.cfg.model, self.ops, self.member_gems
