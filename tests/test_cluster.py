@@ -167,7 +167,8 @@ def test_removed_worker_node_has_its_trial_rescheduled_from_its_checkpoint(clust
     epochs = 5
     p = start_cli(
         ["sweep", str(SMOKE), "--storage", str(tmp_path), "--name", "rm", *TINY_SWEEP, "num_samples=1",
-         f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=150", "failure.max_failures=2"],
+         f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=150", "config.trainer.checkpoint_every=1",
+         "failure.max_failures=2"],
         log, env={"RAY_ADDRESS": cluster.address},
     )
     try:

@@ -3,7 +3,8 @@
 Bad input (a TuneGemsError) prints one line on stderr naming the field or file and exits 2,
 before anything is written. Any other exception is a bug: the last line of defence prints one
 line naming it and the file holding its full traceback, and exits 1 (`--debug`, or
-TUNE_GEMS_DEBUG=1, shows the traceback inline instead). Ctrl-C exits 130. Subcommands import
+TUNE_GEMS_DEBUG=1, shows the traceback inline instead). Ctrl-C exits 130; `train` stopped by
+SIGTERM/SIGINT checkpoints at the epoch boundary and exits 128 + the signal. Subcommands import
 their engines lazily, so `train` never imports Ray.
 """
 
@@ -50,8 +51,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
         cfg = load_config(path, overrides)  # validated before torch is even imported
 
     from tune_gems.trainer.run import run_training
+    from tune_gems.trainer.stop_signals import TrainingStopped
 
-    run_training(cfg, Path(args.out) if args.out else None, resume=args.resume)
+    try:
+        run_training(cfg, Path(args.out) if args.out else None, resume=args.resume)
+    except TrainingStopped as stopped:  # SIGTERM/SIGINT: stopped at an epoch boundary, checkpoint written
+        print(str(stopped), file=sys.stderr, flush=True)
+        return stopped.exit_code
     return 0
 
 
@@ -61,7 +67,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     prepare_loopback()  # before Ray is imported: a Ray started here listens on loopback only
     from tune_gems.sweep.run import run_sweep
 
-    outcome = run_sweep(args.spec, overrides=args.overrides, storage=args.storage, name=args.name, resume=args.resume)
+    outcome = run_sweep(
+        args.spec, overrides=args.overrides, storage=args.storage, name=args.name, resume=args.resume, verbose=args.verbose
+    )
     if outcome.interrupted:
         print(f"tune-gems: interrupted; continue with: {outcome.resume_command}", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -102,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--storage", help="where experiments live: a local path or a URI Ray understands")
     s.add_argument("--name", help="experiment name (folder under storage)")
     s.add_argument("--resume", action="store_true", help="finish an interrupted sweep (Tuner.restore)")
+    s.add_argument(
+        "--verbose", action="store_true",
+        help="also show Ray's per-checkpoint lines and experiment-snapshot warnings (default: only tune-gems' lines, "
+        "HEALTH_DIAG and Tune's status table)",
+    )
     s.set_defaults(fn=_cmd_sweep)
 
     a = sub.add_parser("analyze", help="Sharpe variance, gem magnitudes and a verdict per gem")

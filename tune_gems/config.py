@@ -30,6 +30,9 @@ GEM_NAMES = tuple(g.name for g in registry.builtin_gems())
 MAX_COUNT = 10**9
 """Upper bound of epoch / iteration / period counts: beyond it a run is a typo, not a plan."""
 
+MAX_CHECKPOINT_INTERVAL_S = 1e9
+"""Upper bound of `trainer.checkpoint_interval_s` (about 30 years: a larger value is a typo)."""
+
 SUPPORT_LIMIT = 1e6
 """Largest |v_min|, |v_max| of the C51 support: beyond it the atom spacing overflows float32 math."""
 
@@ -190,7 +193,17 @@ class TrainerConfig(_Strict):
         "gem, loss and optimizer math stay fp32; CPU always runs fp32",
     )
     graph: Annotated[Literal["auto", "on", "off"], BeforeValidator(_yaml_switch)] = Field("auto", description="CUDA graph capture of the iteration")
-    checkpoint_every: int = Field(1, ge=0, le=MAX_COUNT, description="epochs between checkpoints (0: only at the end)")
+    checkpoint_interval_s: float = Field(
+        300.0,
+        ge=0.0,
+        le=MAX_CHECKPOINT_INTERVAL_S,
+        description="seconds of training between checkpoints: one is written at the first epoch boundary this long "
+        "after the last (0: no time trigger); one is always written at the end and on SIGTERM/SIGINT "
+        "(docs/checkpoints.md)",
+    )
+    checkpoint_every: int = Field(
+        0, ge=0, le=MAX_COUNT, description="also checkpoint every this many epochs (0: no epoch trigger; 1: every epoch)"
+    )
     divergence_threshold: float = Field(1e6, gt=0.0, le=1e30, description="|loss| above this counts as diverged")
     objective_last_k: int = Field(
         3, ge=1, description="epochs averaged by the *_lastk search objectives (the last min(k, epochs so far))"

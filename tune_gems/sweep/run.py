@@ -33,6 +33,7 @@ from tune_gems.config import apply_overrides, flatten, format_validation_error, 
 from tune_gems.errors import ConfigError, OutputExistsError, ResourceError
 from tune_gems.outputs import MARKER_FILE, OutputLock, check_name, check_output_folder, write_marker
 from tune_gems.resources import check_training_fits
+from tune_gems.sweep.console import quiet_driver
 from tune_gems.sweep.local_ray import start_or_join
 from tune_gems.sweep.results import UNFINISHED, collect_tables, write_tables
 from tune_gems.sweep.search import JOURNAL_FILE, close_orphaned_trials, make_searcher
@@ -213,7 +214,10 @@ def run_sweep(
     storage: str | None = None,
     name: str | None = None,
     resume: bool = False,
+    verbose: bool = False,
 ) -> SweepOutcome:
+    """Run (or, with `resume`, finish) the sweep; `verbose` shows Ray's per-checkpoint lines and
+    experiment-snapshot warnings (tune_gems.sweep.console), hidden by default."""
     spec_path = Path(spec_path)
     overrides = list(overrides or [])
     spec = load_spec(spec_path, overrides)
@@ -256,20 +260,23 @@ def run_sweep(
             store.write_bytes(SPEC_FILE, yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode())
         else:
             store.pull_journal(JOURNAL_FILE)
-        return _fit(spec, store, name, prices, resources, resume, spec_path)
+        with quiet_driver(verbose):
+            return _fit(spec, store, name, prices, resources, resume, spec_path, verbose)
     finally:
         if lock is not None:
             lock.release()
         session.stop()
 
 
-def _fit(spec: SweepSpec, store: ExperimentStore, name: str, prices, resources: dict, resume: bool, spec_path: Path) -> SweepOutcome:
+def _fit(
+    spec: SweepSpec, store: ExperimentStore, name: str, prices, resources: dict, resume: bool, spec_path: Path, verbose: bool = False
+) -> SweepOutcome:
     from ray import tune
 
     from tune_gems.sweep.trainable import train_trial
 
     trainable = tune.with_parameters(
-        train_trial, base=spec.config, prices=prices, objective=spec.objective.metric, design=spec.design
+        train_trial, base=spec.config, prices=prices, objective=spec.objective.metric, design=spec.design, verbose=verbose
     )
     trainable = tune.with_resources(trainable, resources)
     mirror = (store.storage, name) if store.local_dir is None else None

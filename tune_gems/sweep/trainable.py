@@ -2,7 +2,8 @@
 
 Tune runs this function in a worker thread of the trial's actor; the Trainer captures and
 replays its CUDA graph in that same thread. Each epoch is reported with `ray.tune.report` and
-(on checkpoint epochs) an exact checkpoint, so a retried trial resumes from
+(when one is due: `trainer.checkpoint_interval_s`, `trainer.checkpoint_every`, the end) an
+exact checkpoint written in the background (CheckpointReports), so a retried trial resumes from
 `tune.get_checkpoint()` and ends bit-identical to an uninterrupted one.
 
 Per-member rows travel in the result as one JSON string (`members_json`), so they survive
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,9 @@ import pandas as pd
 from ray import tune
 
 from tune_gems.resources import check_training_fits
+from tune_gems.sweep.console import quiet_trial
 from tune_gems.sweep.spec import apply_spec_design, trial_config
+from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
 from tune_gems.trainer.run import train_epochs
 from tune_gems.trainer.trainer import EpochResult, Trainer
 
@@ -46,15 +50,73 @@ def placement() -> dict[str, Any]:
     return {"node_id": ctx.get_node_id(), "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids())}
 
 
-def write_history(path: Path, trainer: Trainer) -> None:
-    """Every epoch so far, beside the checkpoint: a result that Tune lost (a node dying between
+def write_history(path: Path, history: list[dict[str, Any]], members: list[dict[str, Any]]) -> None:
+    """Every epoch up to the checkpoint, beside it: a result that Tune lost (a node dying between
     a report and its processing) is still recovered from the checkpoint that followed it."""
-    path.write_text(json.dumps({"history": trainer.history, "members": trainer.member_history}))
+    path.write_text(json.dumps({"history": history, "members": members}))
+
+
+class CheckpointReports:
+    """Reports to Tune, with checkpoints written in the background (docs/checkpoints.md).
+
+    Tune copies a checkpoint's directory into the trial's storage when it is reported, so the
+    report must wait for the file. A due checkpoint is therefore snapshotted at its epoch's
+    boundary and written into a temporary directory while the next epoch trains; that epoch's
+    report is held back and sent, with the checkpoint, before the next report (or at once at
+    the end of training, or when an epoch fails). Reports stay in epoch order, each checkpoint
+    belongs to the report of the epoch it holds, so Tune's `training_iteration` restored with a
+    checkpoint equals the trainer's epoch and ASHA sees the same iterations as without the
+    delay (one epoch later, for checkpoint epochs only)."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.writer = AsyncCheckpointWriter()
+        self._held: tuple[dict[str, Any], Path] | None = None
+
+    def __call__(self, metrics: dict[str, Any], checkpoint_due: bool) -> None:
+        self.flush()
+        if not checkpoint_due:
+            tune.report(metrics)
+            return
+        d = Path(tempfile.mkdtemp(prefix="tune-gems-checkpoint-"))
+        self.writer.save(d / CHECKPOINT_FILE, *self.trainer.checkpoint_payload(), after=lambda meta: self._beside(d, meta))
+        self._held = (metrics, d)
+        if self.trainer.done:
+            self.flush()
+
+    def _beside(self, d: Path, meta: dict[str, Any]) -> None:
+        """The files beside the checkpoint, from its snapshot's metadata (in the writer thread):
+        the history so far, and the kept validation returns (Trainer.write_eval_returns)."""
+        write_history(d / HISTORY_FILE, meta["history"], meta["member_history"])
+        self.trainer.write_eval_returns(d, meta)
+
+    def flush(self) -> None:
+        """Send the held report with its checkpoint, once the checkpoint is written."""
+        if self._held is None:
+            return
+        metrics, d = self._held
+        self._held = None
+        try:
+            self.writer.wait()
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(d)))
+        finally:
+            shutil.rmtree(d, ignore_errors=True)  # Tune copied it into the trial's storage
+
+    def close(self) -> None:
+        """Wait for the write in flight; a report still held (the trial was stopped) is dropped."""
+        try:
+            self.writer.close()
+        finally:
+            if self._held is not None:
+                shutil.rmtree(self._held[1], ignore_errors=True)
+                self._held = None
 
 
 def train_trial(
-    params: dict[str, Any], *, base: dict[str, Any], prices: pd.Series, objective: str, design: str = "none"
+    params: dict[str, Any], *, base: dict[str, Any], prices: pd.Series, objective: str, design: str = "none",
+    verbose: bool = False,
 ) -> None:
+    quiet_trial(verbose)
     cfg = apply_spec_design(trial_config(base, params), design)  # the design's arms, per trial
     where = placement()
     check_training_fits(cfg, where="this trial's node: ")  # on the node it landed on, before allocating
@@ -65,6 +127,7 @@ def train_trial(
             trainer.load_checkpoint(Path(d) / CHECKPOINT_FILE)
     label = cfg.label()
     baselines = [json.dumps(trainer.baselines().to_dict("records"))]  # sent once, with the first report
+    reports = CheckpointReports(trainer)
 
     def report(result: EpochResult, checkpoint_due: bool) -> None:
         metrics = dict(result.metrics)
@@ -75,12 +138,15 @@ def train_trial(
         metrics["seed"] = cfg.seed
         metrics.update(where)
         metrics[MEMBERS_KEY] = json.dumps(result.members)
-        if checkpoint_due:
-            with tempfile.TemporaryDirectory() as d:
-                trainer.save_checkpoint(Path(d) / CHECKPOINT_FILE)
-                write_history(Path(d) / HISTORY_FILE, trainer)
-                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
-        else:
-            tune.report(metrics)
+        reports(metrics, checkpoint_due)
 
-    train_epochs(trainer, report)
+    try:
+        train_epochs(trainer, report)
+    except Exception:
+        try:
+            reports.flush()  # the last good checkpoint reaches Tune before the error: the retry starts there
+        except Exception:  # noqa: BLE001 - the epoch's error is the one to raise
+            pass
+        raise
+    finally:
+        reports.close()

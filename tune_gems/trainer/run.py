@@ -14,6 +14,7 @@ import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,9 +29,14 @@ from tune_gems.result_files import (
 )
 from tune_gems.outputs import LOCK_FILE, MARKER_FILE, OutputLock, check_output_folder, make_output_folder, marker_kind
 from tune_gems.resources import check_training_fits
+from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
+from tune_gems.trainer.stop_signals import StopSignals, TrainingStopped
 from tune_gems.trainer.trainer import RESUMABLE_CHANGES, EpochResult, Trainer
 
 CHECKPOINT = CHECKPOINT_FILE
+RESUMABLE = tuple(dict.fromkeys((*RESUMABLE_CHANGES, "trainer.checkpoint_interval_s")))
+"""Config keys `--resume` may change: the trainer's, plus the checkpoint interval (when to save
+does not change what is trained)."""
 TABLE_FILES = (HISTORY_CSV, MEMBERS_CSV)
 ARMS_FILE, BASELINES_FILE = ARMS_CSV, BASELINES_CSV
 OUT_FIELD = "--out"
@@ -58,15 +64,46 @@ def write_tables(trainer: Trainer, out: Path) -> None:
         tmp.replace(out / name)
 
 
-def train_epochs(trainer: Trainer, on_epoch: Callable[[EpochResult, bool], None]) -> None:
+class CheckpointSchedule:
+    """When a checkpoint is due at an epoch boundary (docs/checkpoints.md): at the first boundary
+    `trainer.checkpoint_interval_s` seconds or more after the last checkpoint (or the start of
+    training), every `trainer.checkpoint_every` epochs, and always at the end or when stopping.
+    A zero interval or period turns that trigger off."""
+
+    def __init__(self, interval_s: float, every: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s, self.every, self._clock = interval_s, every, clock
+        self._last = clock()
+
+    def due(self, epoch: int, final: bool) -> bool:
+        now = self._clock()
+        timed = self.interval_s > 0 and now - self._last >= self.interval_s
+        periodic = self.every > 0 and epoch % self.every == 0
+        if final or timed or periodic:
+            self._last = now
+            return True
+        return False
+
+
+def train_epochs(
+    trainer: Trainer,
+    on_epoch: Callable[[EpochResult, bool], None],
+    stop: Callable[[], bool] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> bool:
     """The epoch loop of `tune-gems train` and of a sweep's trial: run epochs until the trainer
     is done (its epochs reached, or diverged), calling `on_epoch(result, checkpoint_due)` after
-    each; a checkpoint is due every `trainer.checkpoint_every` epochs and at the end. The caller
-    decides where results and checkpoints go (files, or Tune reports)."""
-    every = trainer.cfg.trainer.checkpoint_every
+    each (CheckpointSchedule says when one is due). `stop()` is asked at each epoch boundary: when
+    true, that epoch's checkpoint is due and the loop ends. Returns whether it stopped early. The
+    caller decides where results and checkpoints go (files, or Tune reports)."""
+    tc = trainer.cfg.trainer
+    schedule = CheckpointSchedule(tc.checkpoint_interval_s, tc.checkpoint_every, clock)
     while not trainer.done:
         result = trainer.run_epoch()
-        on_epoch(result, bool(trainer.done or (every and trainer.epoch % every == 0)))
+        stopping = stop is not None and stop() and not trainer.done
+        on_epoch(result, schedule.due(trainer.epoch, final=trainer.done or stopping))
+        if stopping:
+            return True
+    return False
 
 
 def write_run_files(trainer: Trainer, out: Path) -> None:
@@ -98,7 +135,7 @@ def resume_config(out: str | Path, path: str | Path | None = None, overrides: li
     """The config a `--resume` continues with: the run's stored config.yaml, plus what the
     command line gives (a config file and/or overrides). Anything given that differs from the
     stored run is refused, naming the key, unless it is one of the resumable keys
-    (`RESUMABLE_CHANGES`: epochs, checkpoint period, graph, device, kernels); so a stopped run
+    (`RESUMABLE`: epochs, checkpoint schedule, graph, device, kernels); so a stopped run
     continues with `--out DIR --resume` alone."""
     out = Path(out)
     _check_out(out, resume=True)  # a folder that is not a train run's is refused first
@@ -112,10 +149,10 @@ def resume_config(out: str | Path, path: str | Path | None = None, overrides: li
     cfg = build_config(_deep_merge(stored.to_dict(), asked), str(path) if path is not None else "config")
     old, new = flatten(stored.to_dict()), flatten(cfg.to_dict())
     for key in sorted(old):
-        if key not in RESUMABLE_CHANGES and old[key] != new.get(key):
+        if key not in RESUMABLE and old[key] != new.get(key):
             raise ConfigError(
                 f"{key}: the run in {out} was started with {key}={old[key]!r}, this command asks {new.get(key)!r}; "
-                f"--resume continues the stored run (only {', '.join(RESUMABLE_CHANGES)} may change)"
+                f"--resume continues the stored run (only {', '.join(RESUMABLE)} may change)"
             )
     return cfg
 
@@ -151,7 +188,9 @@ def _check_out(out: Path, resume: bool) -> Path:
 
 
 def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
-    """Train to the configured number of epochs; returns the final metrics."""
+    """Train to the configured number of epochs; returns the final metrics. Checkpoints are
+    written in the background (AsyncCheckpointWriter) when CheckpointSchedule says; a SIGTERM or
+    SIGINT stops at the next epoch boundary with a checkpoint and raises TrainingStopped."""
     out = _check_out(Path(out) if out is not None else default_out_dir(), resume)
     check_training_fits(cfg)  # memory from the shapes, before anything is allocated
     ckpt_path = out / CHECKPOINT
@@ -166,13 +205,15 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
     trainer = Trainer(cfg, log=log)  # validates data and device before anything is written
     loaded = _load_if_any(trainer, ckpt_path) if resume else None  # a bad checkpoint is refused before any write
     make_output_folder(out, kind="train")
-    with OutputLock(out, field=OUT_FIELD):
+    signals = StopSignals()
+    with OutputLock(out, field=OUT_FIELD), signals.installed():  # before config.yaml: a signal from then on stops cleanly
         if not resume and _own_entries(out):  # another run got here first (checked under the lock)
             raise OutputExistsError(f"{OUT_FIELD}: {out} already holds a train run; continue it with --resume or choose another --out")
         if resume and _file_id(ckpt_path) != loaded:  # another writer moved it on meanwhile
             loaded = _load_if_any(trainer, ckpt_path)
         if loaded is not None:
             write_tables(trainer, out)  # tables past the checkpoint's epoch are re-done
+            trainer.write_eval_returns(out)
         elif resume:
             print(f"tune-gems train: {out} has no checkpoint yet; starting it again from epoch 0", flush=True)
             for name in (*TABLE_FILES, SUMMARY_FILE):
@@ -191,17 +232,27 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
             unit="epoch",
             disable=None if progress is None else not progress, file=sys.stderr)
 
+        writer = AsyncCheckpointWriter()
+
         def on_epoch(_result: EpochResult, checkpoint_due: bool) -> None:
             bar.update(1)
             write_tables(trainer, out)
+            trainer.write_eval_returns(out)
             if checkpoint_due:
-                trainer.save_checkpoint(ckpt_path)
+                writer.save(ckpt_path, *trainer.checkpoint_payload())
 
         try:
-            train_epochs(trainer, on_epoch)
+            stopped = train_epochs(trainer, on_epoch, stop=signals.requested)
         finally:
             bar.close()
             bar = None
+            writer.close()  # the last checkpoint is on disk before the run says it is done (or stopped)
+        if stopped:
+            raise TrainingStopped(
+                signals.signum or 0, trainer.epoch,
+                f"tune-gems train: stopped by {signals.name()} after epoch {trainer.epoch} of {cfg.trainer.epochs}; "
+                f"checkpoint written; continue with: tune-gems train --out {out} --resume",
+            )
         final = trainer.history[-1]
         summary = {"out": str(out), "device": str(trainer.device), "kernels": trainer.ops.name, **_jsonable(final)}
         _write_atomic(out / SUMMARY_FILE, json.dumps(summary, indent=2))

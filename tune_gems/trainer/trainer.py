@@ -35,7 +35,7 @@ from tune_gems.trainer.graph import StepRunner
 from tune_gems.trainer.health import health_line
 from tune_gems.trainer.learner import Learner
 
-RESUMABLE_CHANGES = ("trainer.epochs", "trainer.checkpoint_every", "trainer.graph", "device", "kernels")
+RESUMABLE_CHANGES = ("trainer.epochs", "trainer.checkpoint_every", "trainer.checkpoint_interval_s", "trainer.graph", "device", "kernels")
 """Config keys that may differ between a checkpoint and the run resuming from it."""
 
 CUBLAS_DETERMINISTIC = ":4096:8"

@@ -1,0 +1,175 @@
+"""Checkpoints written in the background while training goes on (docs/checkpoints.md).
+
+A checkpoint has two costs: reading the device state back, and serialising it to a file. Only
+the first must happen at the epoch boundary, because training changes the state from the next
+iteration on. So `AsyncCheckpointWriter.save` takes a snapshot and returns; one background
+thread writes it:
+
+- Snapshot, CUDA: every state tensor is copied into a pinned host buffer with a non-blocking
+  copy on a side stream that first waits for the work already queued on the training stream.
+  An event marks the copies' end; the training stream waits on that event before its next
+  kernel (training must not change a tensor still being read), and the writer thread waits on
+  it before serialising. The host never blocks on the copy; the device stream pauses only for
+  the device-to-host transfer, never for serialisation or the file system.
+- Snapshot, CPU: a plain copy into reused host buffers (what `clone` does, without allocating).
+- The metadata's history lists are copied row by row at snapshot time, so epochs trained while
+  the file is written never leak into it.
+- The buffers are allocated once (pinning memory is slow) and reused: a snapshot first waits
+  for the previous write to finish, so a buffer being serialised is never overwritten. At most
+  one write is in flight, and writes happen in the order of the `save` calls.
+- The file itself is written by `tune_gems.trainer.checkpoint.save` (same format, temporary
+  file + rename), so a crash mid-write leaves the previous checkpoint in place.
+- A write that fails raises its error at the next `save`, `wait` or `close`.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from tune_gems.trainer import checkpoint as ckpt
+
+SaveFn = Callable[[Path, dict[str, Tensor], dict[str, Any]], None]
+AfterFn = Callable[[dict[str, Any]], None]
+
+
+def snapshot_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a checkpoint's metadata that later training cannot change: lists (the
+    history rows) are copied row by row, mappings deeply (tensors in them cloned to the host),
+    scalars are kept."""
+    out: dict[str, Any] = {}
+    for key, value in meta.items():
+        if isinstance(value, list):
+            out[key] = [dict(row) if isinstance(row, dict) else row for row in value]
+        elif isinstance(value, dict):
+            out[key] = _deep_copy(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(v) for v in value]
+    if isinstance(value, Tensor):  # small host tensors in the metadata (e.g. kept evaluations)
+        return value.detach().to("cpu", copy=True)
+    return value
+
+
+@dataclass
+class HostBuffers:
+    """Host tensors shaped like the state, allocated once and refilled by each snapshot (pinned
+    for CUDA state, so the copy can be asynchronous). A tensor whose shape or dtype changed
+    gets a new buffer."""
+
+    buffers: dict[str, Tensor] = field(default_factory=dict)
+    _streams: dict[torch.device, Any] = field(default_factory=dict)
+
+    def _buffer(self, name: str, src: Tensor) -> Tensor:
+        buf = self.buffers.get(name)
+        if buf is None or buf.shape != src.shape or buf.dtype != src.dtype:
+            buf = torch.empty(src.shape, dtype=src.dtype, device="cpu", pin_memory=src.is_cuda)
+            self.buffers[name] = buf
+        return buf
+
+    def _side_stream(self, device: torch.device):
+        if device not in self._streams:
+            self._streams[device] = torch.cuda.Stream(device=device)
+        return self._streams[device]
+
+    def fill(self, state: dict[str, Tensor]) -> Callable[[], None]:
+        """Copy `state` into the buffers; returns what the writer calls before reading them
+        (waits for the asynchronous CUDA copies; nothing for CPU state)."""
+        for name in set(self.buffers) - set(state):
+            del self.buffers[name]
+        events = []
+        by_device: dict[torch.device, list[tuple[str, Tensor]]] = {}
+        with torch.no_grad():
+            for name, src in state.items():
+                src = src.detach()
+                if src.is_cuda:
+                    by_device.setdefault(src.device, []).append((name, src))
+                else:
+                    self._buffer(name, src).copy_(src)
+            for device, items in by_device.items():
+                training = torch.cuda.current_stream(device)
+                side = self._side_stream(device)
+                side.wait_stream(training)  # copy what the queued training work leaves behind
+                with torch.cuda.stream(side):
+                    for name, src in items:
+                        self._buffer(name, src).copy_(src, non_blocking=True)
+                        src.record_stream(side)  # a temporary freed meanwhile is not reused early
+                copied = torch.cuda.Event()
+                copied.record(side)
+                training.wait_event(copied)  # the next iteration may change these tensors
+                events.append(copied)
+
+        def ready() -> None:
+            for event in events:
+                event.synchronize()
+
+        return ready
+
+    def view(self) -> dict[str, Tensor]:
+        return dict(self.buffers)
+
+
+class AsyncCheckpointWriter:
+    """One background thread writing checkpoints from snapshots (module doc). Use as a context
+    manager, or call `close()`: both wait for the write in flight."""
+
+    def __init__(self, save: SaveFn = ckpt.save) -> None:
+        self._save = save
+        self._buffers = HostBuffers()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
+        self._pending: Future | None = None
+        self._lock = threading.Lock()  # save() from two threads: one snapshot at a time
+
+    def save(self, path: str | Path, state: dict[str, Tensor], meta: dict[str, Any], after: AfterFn | None = None) -> Future:
+        """Snapshot `state` and `meta` now and write them to `path` in the background; `after`
+        runs in the writer thread once the file is in place, with the snapshot's metadata
+        (e.g. to write a history file beside it). Waits first for the previous write."""
+        with self._lock:
+            self.wait()
+            ready = self._buffers.fill(state)
+            meta_copy = snapshot_meta(meta)
+            tensors = self._buffers.view()
+            self._pending = self._pool.submit(self._write, Path(path), tensors, meta_copy, ready, after)
+            return self._pending
+
+    def _write(self, path: Path, tensors: dict[str, Tensor], meta: dict[str, Any], ready: Callable[[], None], after: AfterFn | None) -> None:
+        ready()
+        self._save(path, tensors, meta)
+        if after is not None:
+            after(meta)
+
+    @property
+    def busy(self) -> bool:
+        """A write is in flight."""
+        return self._pending is not None and not self._pending.done()
+
+    def wait(self) -> None:
+        """Until the write in flight (if any) is done; raises its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> "AsyncCheckpointWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
