@@ -113,8 +113,6 @@ class Learner:
         )
         arm_gems = [GemSet(a.config.gems, cfg.plugins, fused=ops.fused) for a in self.arms]
         self.member_gems = MemberGems(arm_gems, self.layout, device)
-        # the online forward at s_{t+1} needs autograd only for a wired gem (gem_inputs)
-        self._succ_carries_gradient = any(self.member_gems.any_wired(n) for n in self.member_gems.names)
         self.gems = self._reported_gems(arm_gems)
         self.acc_rows = (*ACC_HEAD, *self.gems.names, *(f"{n}_null" for n in self.gems.names), *ACC_TAIL)
         self.acc = torch.zeros(len(self.acc_rows), P, device=device)
@@ -244,28 +242,27 @@ class Learner:
         the n-step bootstrap state, target logits there).
 
         The replay hands the states stacked: `Batch.stacked_obs` = [s_t, s_{t+1}, s_{t+n}]. The
-        online network runs over the rows that can carry gradient with autograd, and over the
-        others without: s_t always carries it; s_{t+1} only when some member wires a gem (a
-        wired gem's gradient may flow through q_tp1, as G10's does); s_{t+n} never (double DQN
-        selects there under no_grad). Both passes use the iteration's one set of effective
-        weights (one noise sample, one spectral-norm step), so splitting the rows changes no
-        value, only which rows the backward pays for. The target network runs once over
-        [s_{t+1}, s_{t+n}]. The gems see the one-step successor s_{t+1} (`succ_obs`,
+        online network runs with autograd over [s_t, s_{t+1}] (a wired gem's gradient may flow
+        through q_tp1, as G10's does) and without it over s_{t+n} (double DQN selects there
+        under no_grad), so the backward does not pay for the n-step rows. The split is the same
+        for every run: one that depended on whether some member wires a gem would give an
+        arm's members other matmul shapes, hence other bits, beside other arms (the arms
+        invariant, tests/gpu/test_arms_gpu.py). Both passes use the iteration's one set of
+        effective weights (one noise sample, one spectral-norm step). The target network runs
+        once over [s_{t+1}, s_{t+n}]. The gems see the one-step successor s_{t+1} (`succ_obs`,
         `succ_not_done`); the C51 target keeps the n-step state.
         """
         B = self.cfg.trainer.batch_size
         stacked = b.stacked_obs  # [P,3B,obs_dim] = cat[s_t, s_{t+1}, s_{t+n}]
-        grad_rows = 2 * B if self._succ_carries_gradient else B
         with self.matmul_precision():
-            out = self.online(stacked[:, :grad_rows], weights)
+            out = self.online(stacked[:, : 2 * B], weights)  # [s_t, s_{t+1}]
             with torch.no_grad():
-                rest = self.online(stacked[:, grad_rows:], weights)  # [s_{t+1}?, s_{t+n}]
+                nstep = self.online(stacked[:, 2 * B :], weights)  # s_{t+n}
                 tgt = self.target(stacked[:, B:], self.target.weights("target"))  # [s_{t+1}, s_{t+n}]
-        logits, rest_logits = out.logits.float(), rest.logits.float()
-        logits_tp1 = logits[:, B:] if grad_rows == 2 * B else rest_logits[:, :B]
+        logits = out.logits.float()
         inputs = GemInputs(
             q_t=self.online.expected_q(logits[:, :B]),
-            q_tp1=self.online.expected_q(logits_tp1),
+            q_tp1=self.online.expected_q(logits[:, B:]),
             h_t=out.h[:, :B],
             h_tp1=tgt.h[:, :B],
             adv_features=out.adv_features[:, :, :B].float(),
@@ -273,7 +270,7 @@ class Learner:
             reward=b.reward,
             not_done=b.succ_not_done,
         )
-        return inputs, logits[:, :B], rest_logits[:, -B:], tgt.logits[:, B:]
+        return inputs, logits[:, :B], nstep.logits.float(), tgt.logits[:, B:]
 
     def _learn(self, weights, draws: Draws) -> None:
         tc, mc, ops, gems = self.cfg.trainer, self.cfg.model, self.ops, self.member_gems

@@ -212,9 +212,11 @@ class Trainer:
                 self.learner.P, segment, path_of_member=self.learner.path_of_member,
             )  # fmt: skip
             use_graph, chunk = self.runner.use_graph, EVAL_STEPS_PER_GRAPH
-            runners = [(StepRunner(ev.step, ev.state_tensors, use_graph, steps=chunk), ev.T // chunk)]
+            # one warm-up call before capture: the runner for the rest is first called T % chunk
+            # steps before the segment's end, and its warm-up must not step past it
+            runners = [(StepRunner(ev.step, ev.state_tensors, use_graph, warmup=1, steps=chunk), ev.T // chunk)]
             if ev.T % chunk:
-                runners.append((StepRunner(ev.step, ev.state_tensors, use_graph, steps=ev.T % chunk), 1))
+                runners.append((StepRunner(ev.step, ev.state_tensors, use_graph, warmup=1, steps=ev.T % chunk), 1))
             self._evaluators[segment] = (ev, [(r, n) for r, n in runners if n])
         return self._evaluators[segment]
 
