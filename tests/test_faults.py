@@ -173,7 +173,10 @@ def test_killed_driver_resumes_with_every_trial_once_in_results_and_study(tmp_pa
     (the snapshot is throttled to >= 10 s or every num_to_keep checkpoints)."""
     n, epochs = 4, 3
     exp = tmp_path / "drv"
-    args = _sweep(tmp_path, "drv", f"num_samples={n}", f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=60")
+    # a checkpoint every epoch: Tune snapshots its experiment state on checkpoints, and the kill
+    # points need snapshots while trials still run
+    args = _sweep(tmp_path, "drv", f"num_samples={n}", f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=60",
+                  "config.trainer.checkpoint_every=1")
     env = {"RAY_ADDRESS": ray_address}
     log1, log2 = tmp_path / "run.log", tmp_path / "resume.log"
     p = start_cli(args, log1, env)
