@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
-# stages: env build tests arms probe kbench tbench armsbench noisy compile efficiency sweep sweep2 moonshot
+# stages: env build tests tests-nokernels arms probe kbench tbench armsbench noisy compile efficiency sweep sweep2 moonshot
 # Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +30,10 @@ for s in "$@"; do
     tests)
       stage tests
       timeout 300 python3 -m pytest tests/gpu -m gpu -q -rfE --timeout 240 -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+      ;;
+    tests-nokernels)
+      stage "tests (all but the kernel file)"
+      timeout 300 python3 -m pytest tests/gpu -m gpu -q -rfE --timeout 240 -p no:cacheprovider --ignore=tests/gpu/test_kernels_gpu.py 2>&1 | tee "$OUT/gpu_tests_nokernels.log" | tail -15
       ;;
     kbench)
       stage kbench
