@@ -66,16 +66,11 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "compile_trial.json"
-BASE = [  # benchmarks/train_step.py's shape (gems measured)
-    "trainer.batch_size=256",
-    "trainer.n_envs=16",
-    "trainer.replay_capacity=8192",
-    "trainer.learning_starts=512",
-    "model.hidden=256",
-    "model.stream_hidden=64",
-    "data.synthetic.n=4000",
-    *[f"gems.{g}.mode=measure" for g in ("g6", "g10", "g12")],
-]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import train_step  # noqa: E402 (a sibling script: its shape is this trial's shape)
+
+BASE = [o for o in train_step.BASE if not o.startswith("device=")] + train_step.GEMS["measure"]
+"""benchmarks/train_step.py's shape, gems measured (the device is chosen per run here)."""
 CUBLAS_DETERMINISTIC = ":4096:8"  # as tune_gems.trainer.trainer sets it for CUDA runs
 INDUCTOR_OPTIONS = {"triton.cudagraphs": False}  # the manual capture is the only CUDA graph
 ROLES = ("baseline", "compiled_1", "compiled_2")

@@ -54,3 +54,13 @@ def canon(rows: list[dict]) -> str:
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """torch.equal where NaN equals NaN (the accumulator holds NaN for gems without a null)."""
     return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def assert_same_run(a, b) -> None:
+    """Two trainers ended the same run: every epoch's metrics and member rows (sps and the
+    timings aside) and every state tensor, bit for bit."""
+    assert canon(a.history) == canon(b.history)
+    assert canon(a.member_history) == canon(b.member_history)
+    theirs = b.learner.state_tensors()
+    for k, v in a.learner.state_tensors().items():
+        assert bits_equal(v, theirs[k]), k

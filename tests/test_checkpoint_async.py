@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 import torch
 
-from learner_fixtures import bits_equal, canon, tiny_config
+from learner_fixtures import assert_same_run, tiny_config
 from sweep_fixtures import REPO, SMOKE, TINY_SWEEP, cli as sweep_cli, ray_address  # noqa: F401 (fixture)
 from tune_gems import cli
 from tune_gems.config import build_config, load_config
@@ -219,10 +219,7 @@ def test_resume_from_a_background_checkpoint_equals_the_uninterrupted_run(tmp_pa
     resumed.load_checkpoint(tmp_path / "ck.pt")
     assert resumed.epoch == 1
     resumed.fit()
-    assert canon(resumed.history) == canon(full.history)
-    assert canon(resumed.member_history) == canon(full.member_history)
-    for k, v in full.learner.state_tensors().items():
-        assert bits_equal(v, resumed.learner.state_tensors()[k]), k
+    assert_same_run(resumed, full)
 
 
 # -- tune-gems train: SIGTERM / SIGINT, config ------------------------------------------------

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from learner_fixtures import all_wired, bits_equal, canon, member_slice, tiny_config
+from learner_fixtures import all_wired, assert_same_run, bits_equal, canon, member_slice, tiny_config
 from tune_gems.errors import CheckpointError
 from tune_gems.gems.reference import g6_branch_indep
 from tune_gems.metrics import EPOCH_METRICS, MEMBER_METRICS
@@ -98,10 +98,7 @@ def test_resume_from_checkpoint_ends_bit_identical(tmp_path):
     assert resumed.epoch == 1
     resumed.fit()
 
-    assert canon(resumed.history) == canon(full.history)
-    assert canon(resumed.member_history) == canon(full.member_history)
-    for k, v in full.learner.state_tensors().items():
-        assert bits_equal(v, resumed.learner.state_tensors()[k]), k
+    assert_same_run(resumed, full)
 
 
 def test_checkpoint_from_another_config_is_refused(tmp_path):
