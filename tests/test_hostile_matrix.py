@@ -35,7 +35,7 @@ from pydantic import BaseModel
 
 from fake_results import paired_scenario
 from sweep_fixtures import REPO, SMOKE, TINY_SWEEP
-from test_bad_input import TRAIN_TINY, snapshot
+from test_bad_input import TRAIN_TINY, both as _both, snapshot, write as _write
 from tune_gems.config import Config
 
 PARALLEL = 2
@@ -51,23 +51,6 @@ class Case:
     fragments: list[str]  # at least one of each inner alternative must appear ("a|b" = either)
     setup: Callable[[Path], None] = lambda d: None
     family: str = "config"
-
-
-def _write(rel: str, text: str | bytes) -> Callable[[Path], None]:
-    def go(d: Path) -> None:
-        p = d / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        (p.write_bytes if isinstance(text, bytes) else p.write_text)(text)
-
-    return go
-
-
-def _both(*fns: Callable[[Path], None]) -> Callable[[Path], None]:
-    def go(d: Path) -> None:
-        for fn in fns:
-            fn(d)
-
-    return go
 
 
 def leaves(model: type[BaseModel] = Config, prefix: str = ""):

@@ -43,14 +43,19 @@ def markdown_table(df: pd.DataFrame, columns: Iterable[str] | None = None, digit
     return "\n".join(lines)
 
 
-def _num(v: Any, fmt: str = ".3g") -> str:
+def format_number(v: Any, fmt: str = ".3g", missing: str = "-") -> str:
+    """A number for a table or a verdict's text: +inf / -inf spelled out, `missing` for NaN or
+    for something that is not a number."""
     try:
         f = float(v)
     except (TypeError, ValueError):
-        return "-"
+        return missing
     if np.isinf(f):
         return "+inf" if f > 0 else "-inf"
-    return "-" if np.isnan(f) else format(f, fmt)
+    return missing if np.isnan(f) else format(f, fmt)
+
+
+_num = format_number
 
 
 def _interval(lo: Any, hi: Any) -> str:

@@ -55,6 +55,7 @@ from tune_gems.analysis.inference import (
     seeds_needed,
     smallest_p,
 )
+from tune_gems.analysis.report import format_number
 from tune_gems.analysis.market_evidence import (
     MARKET_COLUMNS,
     NOT_NEEDED,
@@ -153,13 +154,7 @@ def _selectors(g: Gem, placebo_weight: float):
 
 
 def _fmt(x, f: str = ".3g") -> str:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return "nan"
-    if math.isinf(x):
-        return "+inf" if x > 0 else "-inf"
-    return "nan" if math.isnan(x) else format(x, f)
+    return format_number(x, f, missing="nan")
 
 
 def _spread(d: np.ndarray) -> float:

@@ -34,9 +34,6 @@ from tune_gems.trainer.stop_signals import StopSignals, TrainingStopped
 from tune_gems.trainer.trainer import RESUMABLE_CHANGES, EpochResult, Trainer
 
 CHECKPOINT = CHECKPOINT_FILE
-RESUMABLE = tuple(dict.fromkeys((*RESUMABLE_CHANGES, "trainer.checkpoint_interval_s")))
-"""Config keys `--resume` may change: the trainer's, plus the checkpoint interval (when to save
-does not change what is trained)."""
 TABLE_FILES = (HISTORY_CSV, MEMBERS_CSV)
 ARMS_FILE, BASELINES_FILE = ARMS_CSV, BASELINES_CSV
 OUT_FIELD = "--out"
@@ -135,7 +132,7 @@ def resume_config(out: str | Path, path: str | Path | None = None, overrides: li
     """The config a `--resume` continues with: the run's stored config.yaml, plus what the
     command line gives (a config file and/or overrides). Anything given that differs from the
     stored run is refused, naming the key, unless it is one of the resumable keys
-    (`RESUMABLE`: epochs, checkpoint schedule, graph, device, kernels); so a stopped run
+    (`RESUMABLE_CHANGES`: epochs, checkpoint schedule, graph, device, kernels); so a stopped run
     continues with `--out DIR --resume` alone."""
     out = Path(out)
     _check_out(out, resume=True)  # a folder that is not a train run's is refused first
@@ -149,10 +146,10 @@ def resume_config(out: str | Path, path: str | Path | None = None, overrides: li
     cfg = build_config(_deep_merge(stored.to_dict(), asked), str(path) if path is not None else "config")
     old, new = flatten(stored.to_dict()), flatten(cfg.to_dict())
     for key in sorted(old):
-        if key not in RESUMABLE and old[key] != new.get(key):
+        if key not in RESUMABLE_CHANGES and old[key] != new.get(key):
             raise ConfigError(
                 f"{key}: the run in {out} was started with {key}={old[key]!r}, this command asks {new.get(key)!r}; "
-                f"--resume continues the stored run (only {', '.join(RESUMABLE)} may change)"
+                f"--resume continues the stored run (only {', '.join(RESUMABLE_CHANGES)} may change)"
             )
     return cfg
 
@@ -237,9 +234,8 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
         def on_epoch(_result: EpochResult, checkpoint_due: bool) -> None:
             bar.update(1)
             write_tables(trainer, out)
-            trainer.write_eval_returns(out)
-            if checkpoint_due:
-                writer.save(ckpt_path, *trainer.checkpoint_payload())
+            if checkpoint_due:  # the kept validation returns go with the checkpoint that holds them
+                writer.save(ckpt_path, *trainer.checkpoint_payload(), after=lambda meta: trainer.write_eval_returns(out, meta))
 
         try:
             stopped = train_epochs(trainer, on_epoch, stop=signals.requested)
