@@ -27,7 +27,7 @@ class StepRunner:
         if steps < 1:
             raise ValueError(f"steps must be >= 1, got {steps}")
         self._state, self.use_graph, self.warmup, self.steps = state, use_graph, warmup, steps
-        self._step = step if steps == 1 else lambda: _repeat(step, steps)
+        self._step = step if steps == 1 else (lambda: [step() for _ in range(steps)] and None)
         self._graph: torch.cuda.CUDAGraph | None = None
 
     @property
@@ -63,8 +63,3 @@ class StepRunner:
         with torch.cuda.graph(graph):
             self._step()
         self._graph = graph
-
-
-def _repeat(step: Callable[[], None], times: int) -> None:
-    for _ in range(times):
-        step()

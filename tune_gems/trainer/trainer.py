@@ -153,7 +153,8 @@ class Trainer:
         self.eval_window: list[KeptEvaluation] = []
         """The last `trainer.objective_last_k` validation evaluations (the `_lastk` window), oldest
         first: what `write_eval_returns` writes; part of every checkpoint."""
-        self._eval_asset = self._read_eval_asset()  # here, on the thread that trains
+        self._eval_asset_host: np.ndarray | None = None
+        self._eval_asset()  # read once here, on the thread that trains
 
     # -- progress ----------------------------------------------------------------------------
     @property
@@ -180,7 +181,12 @@ class Trainer:
         """Noise-free greedy actions from the evaluation weights (`_refresh_eval_weights`)."""
         net = self.learner.online
         with self.learner.matmul_precision():
-            return net.expected_q(net(obs, self._eval_w).logits).argmax(-1)
+            return net.expected_q(net(obs, self._eval_weights()).logits).argmax(-1)
+
+    def _eval_weights(self) -> dict:
+        if self._eval_w is None:
+            self._refresh_eval_weights()
+        return self._eval_w
 
     def _refresh_eval_weights(self) -> None:
         """The online net's noise-free weights, computed once per evaluation pass into fixed
@@ -285,14 +291,16 @@ class Trainer:
         )
         self.eval_window = [*self.eval_window, kept][-self.cfg.trainer.objective_last_k :]
 
-    def _read_eval_asset(self) -> np.ndarray:
+    def _eval_asset(self) -> np.ndarray:
         """float32 [P,T]: the asset return each member's validation position earns (its own
         path, `evaluation.segment_asset_returns`). Read from the device once, on the thread that
         trains (at construction: a background checkpoint writer must not touch the device)."""
-        P, T = self.learner.P, self.market.ranges[EVAL_SEGMENT].length
-        asset = segment_asset_returns(self.market, EVAL_SEGMENT, self.learner.path_of_member)
-        asset = asset.expand(P, T) if asset.ndim == 1 else asset
-        return asset.detach().to("cpu", torch.float32).numpy().copy()
+        if self._eval_asset_host is None:
+            P, T = self.learner.P, self.market.ranges[EVAL_SEGMENT].length
+            asset = segment_asset_returns(self.market, EVAL_SEGMENT, self.learner.path_of_member)
+            asset = asset.expand(P, T) if asset.ndim == 1 else asset
+            self._eval_asset_host = asset.detach().to("cpu", torch.float32).numpy().copy()
+        return self._eval_asset_host
 
     def eval_returns(self, meta: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
         """The arrays of EVAL_RETURNS_FILE (docs/results.md "eval_returns.npz"): k = the kept
@@ -313,7 +321,7 @@ class Trainer:
             "returns": window["returns"].numpy().astype(np.float32, copy=False),
             "positions": window["positions"].numpy().astype(np.float32, copy=False),
             "diverged": window["diverged"].numpy().astype(bool, copy=False),
-            "asset": self._eval_asset,
+            "asset": self._eval_asset(),
             "member": np.arange(P, dtype=np.int64),
             "arm": np.asarray([str(self.arm_of(p)) for p in range(P)], dtype=str),
             "seed_index": np.asarray([self.seed_index(p) for p in range(P)], dtype=np.int64),
