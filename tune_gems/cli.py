@@ -19,6 +19,7 @@ import typing
 from pathlib import Path
 
 from tune_gems.analysis.scripts import add_arguments as add_analysis_arguments
+from tune_gems.blas_path import pin_cpu_blas_path
 from tune_gems.errors import TuneGemsError
 
 EXIT_BAD_INPUT = 2
@@ -146,6 +147,7 @@ def _report_bug(err: BaseException, debug: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    pin_cpu_blas_path()  # before any matmul: the same CPU bits on AVX2 and AVX-512 machines
     parser = build_parser()
     # key=value overrides may come after options (`sweep SPEC --name x a.b=1`): argparse stops
     # collecting positionals at the first option, so gather the stragglers here
