@@ -20,8 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import train_step  # noqa: E402 (a sibling script: its graph capture)
 
 LAYERS = {"stream_in": (1, 128, 192), "value_out": (1, 64, 51), "adv_out": (2, 64, 153)}
 
@@ -51,15 +55,7 @@ def _time(fn, args, backward: bool, reps: int = 50) -> float:
         if backward:
             torch.autograd.grad(y.square().sum(), [a for a in args if a.requires_grad])
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = train_step.capture_graph(step)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     graph.replay()
     start.record()

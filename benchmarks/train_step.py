@@ -7,12 +7,18 @@ forward, gems, backward, Adam, target update: one iteration = one graph replay):
 - gems all `off` vs all `measure` (CUDA kernels, and the reference ops) at P=1 and P=64:
   the cost of measuring;
 - seed-steps per second (P members x n_envs environment steps per iteration / time) and peak
-  GPU memory per member.
+  GPU memory per member;
+- with `--blocks`, P = 768 as 12 arms of 64 seeds at batch 128 (the folds x arms shape of
+  issue 22: every matmul runs once per block of 64 members), at tf32 and bf16.
+
+`--profile` profiles one eager iteration at P=1 and P=64 for each of `--profile-precisions`
+and counts the launches whose kernel is a SIMT GEMM (no tensor cores).
 
 Timing: CUDA events around `reps` iterations after warm-up (the capture happens in the
 warm-up), repeated `rounds` times; the median is reported.
 
     python benchmarks/train_step.py [--out benchmarks/results/train_step.json] [--quick]
+        [--populations 1,64,256] [--blocks] [--profile [--profile-precisions fp32,tf32,bf16]]
 """
 
 from __future__ import annotations
@@ -42,35 +48,70 @@ BASE = [
     "model.stream_hidden=64",
     "data.synthetic.n=4000",
 ]
+BLOCKS = (12, 64, 128)
+"""--blocks: (arms, seeds per arm, batch) of the blocked case."""
 GEMS = {g: [f"gems.{x}.mode={g}" for x in ("g6", "g10", "g12")] for g in ("off", "measure", "wire")}
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "train_step.json"
 
 
-def time_iterations(trainer: Trainer, warmup: int, reps: int, rounds: int) -> float:
-    """Median microseconds per iteration (graph replay or eager step)."""
+def median_us(call, warmup: int, reps: int, rounds: int) -> float:
+    """Median over `rounds` of the microseconds per call of `reps` calls (CUDA events)."""
     for _ in range(warmup):
-        trainer.runner()
+        call()
     torch.cuda.synchronize()
     times = []
     for _ in range(rounds):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(reps):
-            trainer.runner()
+            call()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1000.0 / reps)
     return statistics.median(times)
 
 
-def run_case(P: int, precision: str, graph: bool, gems: str, kernels: str, warmup: int, reps: int, rounds: int) -> dict:
+def capture_graph(step, warmup: int = 3) -> torch.cuda.CUDAGraph:
+    """`step` captured in a CUDA graph, after `warmup` eager runs on a side stream."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph
+
+
+def time_iterations(trainer: Trainer, warmup: int, reps: int, rounds: int) -> float:
+    """Median microseconds per iteration (graph replay or eager step)."""
+    return median_us(trainer.runner, warmup, reps, rounds)
+
+
+def arms_overrides(arms: int) -> list[str]:
+    """`arms` arms that differ in the learning rate only (what differs between arms never
+    changes a matmul's shape; one arm: none)."""
+    if arms == 1:
+        return []
+    lrs = ",".join(f"{5e-4 * (1 + i / 1000):.7g}" for i in range(arms))
+    return [f"arms.factors.trainer.lr=[{lrs}]"]
+
+
+def run_case(
+    P: int, precision: str, graph: bool, gems: str, kernels: str, warmup: int, reps: int, rounds: int,
+    batch: int = 256, blocks: int = 1,
+) -> dict:
+    """One configuration; P is the number of members (blocks x seeds per block)."""
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     base_mem = torch.cuda.memory_allocated()
     cfg = load_config(
         None,
-        [*BASE, *GEMS[gems], f"trainer.population={P}", f"trainer.precision={precision}",
-         f"trainer.graph={'on' if graph else 'off'}", f"kernels={kernels}"],
+        [*BASE, *GEMS[gems], f"trainer.population={P // blocks}", f"trainer.precision={precision}",
+         f"trainer.graph={'on' if graph else 'off'}", f"kernels={kernels}", f"trainer.batch_size={batch}",
+         *arms_overrides(blocks)],
     )
     t = Trainer(cfg, log=None)
     t._prefill()
@@ -78,6 +119,8 @@ def run_case(P: int, precision: str, graph: bool, gems: str, kernels: str, warmu
     peak = torch.cuda.max_memory_allocated() - base_mem
     row = {
         "P": P,
+        "batch": batch,
+        "blocks": blocks,
         "precision": precision,
         "mode": "graph" if graph else "eager",
         "gems": gems,
@@ -121,22 +164,37 @@ def profile_iteration(P: int, precision: str, top: int = 15) -> dict:
     total = sum(dev_time(e) for e in kernels) / 5
     launches = sum(e.count for e in kernels) / 5
     rows = [{"kernel": e.key[:90], "us_per_iter": round(dev_time(e) / 5, 1), "calls_per_iter": e.count / 5} for e in kernels[:top]]
-    print(f"\nprofile P={P} {precision}: {launches:.0f} kernel launches, {total:.0f} us of kernel time per iteration")
+    simt = [e for e in kernels if is_simt_gemm(e.key)]
+    simt_launches = sum(e.count for e in simt) / 5
+    simt_us = sum(dev_time(e) for e in simt) / 5
+    print(f"\nprofile P={P} {precision}: {launches:.0f} kernel launches, {total:.0f} us of kernel time per iteration; "
+          f"SIMT GEMM launches {simt_launches:.0f} ({simt_us:.0f} us)")
     for r in rows:
         print(f"  {r['us_per_iter']:>8.1f} us  x{r['calls_per_iter']:<5.1f} {r['kernel']}")
     print(f"  by the torch op that launched them (P={P}):")
     for r in op_rows:
         print(f"  {r['us_per_iter']:>8.1f} us  x{r['calls_per_iter']:<5.1f} {r['op']}")
     del t
-    return {"P": P, "precision": precision, "launches_per_iter": launches, "kernel_us_per_iter": round(total, 1), "top": rows, "top_ops": op_rows}
+    return {"P": P, "precision": precision, "launches_per_iter": launches, "kernel_us_per_iter": round(total, 1),
+            "simt_gemm_launches_per_iter": simt_launches, "simt_gemm_us_per_iter": round(simt_us, 1),
+            "simt_gemm_kernels": sorted({e.key for e in simt}), "top": rows, "top_ops": op_rows}
 
 
-def cases(quick: bool):
-    pops = (1, 64) if quick else POPULATIONS
+def is_simt_gemm(kernel: str) -> bool:
+    """A GEMM kernel on the SIMT (CUDA core) path: cutlass / cuBLAS name it `simt`."""
+    return "simt" in kernel.lower()
+
+
+def cases(quick: bool, populations: tuple[int, ...] = POPULATIONS, blocks: bool = False):
+    pops = (1, 64) if quick else populations
     yield dict(P=1, precision="fp32", graph=False, gems="measure", kernels="cuda")
     for prec in PRECISIONS:
         for P in pops:
             yield dict(P=P, precision=prec, graph=True, gems="measure", kernels="cuda")
+    if blocks:
+        arms, seeds, batch = BLOCKS
+        for prec in ("tf32", "bf16"):
+            yield dict(P=arms * seeds, precision=prec, graph=True, gems="measure", kernels="cuda", batch=batch, blocks=arms)
     for P in (1, 64):
         for gems in ("off", "wire"):
             yield dict(P=P, precision="fp32", graph=True, gems=gems, kernels="cuda")
@@ -150,17 +208,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="P in {1, 64} only")
+    ap.add_argument("--populations", default=",".join(map(str, POPULATIONS)), help="comma-separated P of the graphed cases")
+    ap.add_argument("--blocks", action="store_true", help="also P=768 as 12 arms of 64 seeds, batch 128 (tf32, bf16)")
     ap.add_argument("--profile", action="store_true", help="also profile one eager iteration at P=1 and P=64")
+    ap.add_argument("--profile-precisions", default="fp32", help="comma-separated precisions to profile")
     a = ap.parse_args(argv)
+    populations = tuple(int(x) for x in a.populations.split(","))
+    profile_precisions = tuple(a.profile_precisions.split(","))
     if not torch.cuda.is_available():
         print("train_step benchmark needs CUDA", file=sys.stderr)
         return 2
     rows = []
-    print(f"{'mode':6} {'P':>4} {'prec':5} {'gems':8} {'kernels':9} {'iter_us':>9} {'seed-steps/s':>13} {'MB/member':>9}")
-    for c in cases(a.quick):
+    print(f"{'mode':6} {'P':>4} {'batch':>5} {'blk':>3} {'prec':5} {'gems':8} {'kernels':9} {'iter_us':>9} {'seed-steps/s':>13} {'MB/member':>9}")
+    for c in cases(a.quick, populations, a.blocks):
         r = run_case(**c, warmup=a.warmup, reps=a.reps, rounds=a.rounds)
         rows.append(r)
-        print(f"{r['mode']:6} {r['P']:>4} {r['precision']:5} {r['gems']:8} {r['kernels']:9} {r['iter_us']:>9.1f} "
+        print(f"{r['mode']:6} {r['P']:>4} {r['batch']:>5} {r['blocks']:>3} {r['precision']:5} {r['gems']:8} {r['kernels']:9} {r['iter_us']:>9.1f} "
               f"{r['seed_steps_per_s']:>13,} {r['mem_per_member_mb']:>9.2f}", flush=True)
 
     def find(**kw):
@@ -179,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         if off and meas:
             summary[f"measure_over_off_P{P}"] = round(meas["iter_us"] / off["iter_us"], 3)
     print("\nsummary:", json.dumps(summary))
-    profiles = [profile_iteration(P, "fp32") for P in (1, 64)] if a.profile else []
+    profiles = [profile_iteration(P, prec) for prec in profile_precisions for P in (1, 64)] if a.profile else []
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({
         "benchmark": "train_step",

@@ -187,6 +187,18 @@ class Learner:
             return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False)
         return _Float32MatmulPrecision("high")
 
+    def backward_matmul_precision(self):
+        """Context for the backward pass: tf32 on CUDA when configured, else none.
+
+        The float32 matmul precision is read when a product is launched, so a backward run
+        outside `matmul_precision` computed tf32's backward products (two thirds of the matmul
+        work) in full fp32 on SIMT kernels. bf16 needs nothing here: autocast's casts are in the
+        autograd graph, so the backward products already see bf16 operands (and entering
+        autocast here would cast the backward of float32 ops too)."""
+        if self.device.type == "cuda" and self.cfg.trainer.precision == "tf32":
+            return _Float32MatmulPrecision("high")
+        return contextlib.nullcontext()
+
     # -- acting ------------------------------------------------------------------------------
     def _epsilon(self) -> Tensor:
         tc = self.cfg.trainer
@@ -298,7 +310,8 @@ class Learner:
         head_loss = gems.head_loss(values)  # measured gems' heads: their own objective
         if head_loss is not None:
             total = total + head_loss.sum()
-        grads = torch.autograd.grad(total, self.online_flat.params, allow_unused=True)
+        with self.backward_matmul_precision():
+            grads = torch.autograd.grad(total, self.online_flat.params, allow_unused=True)
         self.online_flat.gather_grads(grads)
         # parameters no gradient reaches (fixed by the run's structure, known from the first,
         # eager iteration, before any capture): no Adam update for them
