@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from tune_gems.config import ModelConfig
 from tune_gems.model.heads import HeadContext
 from tune_gems.model.layers import NoisyPopLinear, PopLinear, WeightMode
+from tune_gems.ops.dueling_head import combined_logits
 
 HeadFactory = Callable[[HeadContext], nn.Module]
 
@@ -35,6 +36,8 @@ class NetOutput:
     logits: Tensor  # [P,N,K,A,atoms]
     h: Tensor  # [P,N,H]
     adv_features: Tensor  # [P,K,N,Hs]
+    value: Tensor  # [P,N,atoms]: the value stream's logits
+    adv: Tensor  # [P,K,N,A,atoms]: the advantage streams' logits, as their matmul writes them
 
 
 class BranchingC51(nn.Module):
@@ -118,10 +121,10 @@ class BranchingC51(nn.Module):
         v_feat = s[..., :Hs]
         adv_feat = s[..., Hs:].reshape(P, N, K, Hs).permute(0, 2, 1, 3).contiguous()  # [P,K,N,Hs]
         value = PopLinear.apply(v_feat, w["value_out"])  # [P,N,atoms]
-        adv = PopLinear.apply(adv_feat.view(P * K, N, Hs), w["adv_out"])  # [P*K,N,A*atoms]
-        adv = adv.view(P, K, N, A, -1).permute(0, 2, 1, 3, 4)  # [P,N,K,A,atoms]
-        logits = value.unsqueeze(2).unsqueeze(3) + adv - adv.mean(dim=3, keepdim=True)
-        return NetOutput(logits=logits, h=h, adv_features=adv_feat)
+        adv = PopLinear.apply(adv_feat.view(P * K, N, Hs), w["adv_out"]).view(P, K, N, A, -1)
+        # the fused head's reference expression (tune_gems.ops.dueling_head), so the two agree
+        logits = combined_logits(value, adv)
+        return NetOutput(logits=logits, h=h, adv_features=adv_feat, value=value, adv=adv)
 
     def bound_heads(self, w: dict[str, tuple[Tensor, Tensor]]) -> dict[str, Callable[..., Tensor]]:
         """Each gem's head as a callable of its own inputs, bound to the effective weights `w`."""

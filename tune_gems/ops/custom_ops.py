@@ -16,6 +16,9 @@ Ops (P members, B samples, K branches, A sub-actions, D features, N rows):
   c51_project(p [N,atoms], r [N], g [N], v_min, v_max) -> m [N,atoms]
   c51_loss(logits, m [P,B,K,atoms]) -> (per_sample, value, residual [P,B,K,atoms])
   c51_loss_backward(grad_per_sample?, grad_value, residual) -> grad_logits
+  dueling_c51(value [P,N,atoms], adv [P,K,N,A,atoms], support [atoms], action [P,R,K] int64)
+      -> (q [P,N,K,A], taken log-probabilities [P,R,K,atoms])   (tune_gems.ops.dueling_head)
+  dueling_c51_backward(grad_q?, grad_log_probs?, value, adv, support, action) -> (grad_value, grad_adv)
 
 Gradients flow into f, q_t and q_tp1, pred, and logits only: nd is a mask, the G12 target and
 the C51 target m come from the target network and get no gradient (None), and c51_target
@@ -46,7 +49,7 @@ import torch
 from torch import Tensor
 
 from tune_gems.gems import reference
-from tune_gems.ops import double_dqn, reference_grads
+from tune_gems.ops import double_dqn, dueling_head, reference_grads
 from tune_gems.ops.build import loaded_extension
 
 NAMESPACE = "tune_gems"
@@ -105,12 +108,14 @@ def _define_differentiable(
     n_inputs: int,
     saved: Callable = _saved_inputs,
     differentiable_outputs: int = 0,
+    per_sample_value: bool = True,
 ) -> None:
     """Autograd of forward_op through backward_op(*grad_outputs, *saved(inputs, output)),
     whose outputs are the gradients of the leading inputs (the rest, masks and targets, get
     None). With differentiable_outputs = n, only the first n outputs carry a gradient: the
     rest are saved-for-backward byproducts, marked non-differentiable. A (per_sample, value)
-    op with an unused value gets zeros for it; an unused per_sample stays None."""
+    op with an unused value gets zeros for it; an unused per_sample stays None. With
+    per_sample_value=False the gradients reach the backward op as they are (None when unused)."""
 
     def setup_context(ctx, inputs, output) -> None:
         ctx.set_materialize_grads(False)
@@ -123,7 +128,7 @@ def _define_differentiable(
             grad_outputs = grad_outputs[:differentiable_outputs]
         if all(g is None for g in grad_outputs):
             return (None,) * n_inputs
-        if len(grad_outputs) == 2:  # (per_sample, value)
+        if per_sample_value and len(grad_outputs) == 2:  # (per_sample, value)
             grad_outputs = _value_grad(*grad_outputs, shape_of=ctx.saved_tensors[0])
         grads = backward_op(*grad_outputs, *ctx.saved_tensors)
         grads = (grads,) if isinstance(grads, Tensor) else tuple(grads)
@@ -212,6 +217,24 @@ def _c51_loss_backward_reference(
     return reference_grads.c51_loss_grad_from_residual(grad_per_sample, grad_value, residual)
 
 
+def _dueling_c51_reference(value: Tensor, adv: Tensor, support: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+    """(q [P,N,K,A], taken log-probabilities [P,R,K,atoms]) of the fused dueling-C51 head."""
+    return dueling_head.dueling_c51(value, adv, support, action)
+
+
+def _dueling_c51_backward_reference(
+    grad_q: Optional[Tensor], grad_log_probs: Optional[Tensor], value: Tensor, adv: Tensor, support: Tensor,
+    action: Tensor,
+) -> tuple[Tensor, Tensor]:
+    """(grad_value, grad_adv) of the dueling-C51 head (support and action get none)."""
+    return dueling_head.dueling_c51_grads(grad_q, grad_log_probs, value, adv, support, action)
+
+
+def _dueling_c51_fake(value: Tensor, adv: Tensor, support: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+    P, K, N, A, atoms = adv.shape
+    return value.new_empty((P, N, K, A)), value.new_empty((P, action.shape[1], K, atoms))
+
+
 def _c51_loss_fake(logits: Tensor, m: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     per_sample, value = _per_sample_and_value(logits)
     return per_sample, value, logits.new_empty(logits.shape)
@@ -259,6 +282,13 @@ _define_differentiable(
     saved=lambda inputs, output: (output[2],),  # the residual: no second softmax in backward
     differentiable_outputs=2,
 )
+
+
+dueling_c51 = _define("dueling_c51", _dueling_c51_reference, "dueling_c51_forward", _dueling_c51_fake)
+dueling_c51_backward = _define(
+    "dueling_c51_backward", _dueling_c51_backward_reference, "dueling_c51_backward", _like(2, 3)
+)
+_define_differentiable(dueling_c51, dueling_c51_backward, n_inputs=4, per_sample_value=False)
 
 
 def _fused_c51_target(online_logits: Tensor, target_logits: Tensor, support: Tensor) -> Tensor:
