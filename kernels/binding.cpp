@@ -324,6 +324,69 @@ Tensor c51_target(const Tensor& online_logits, const Tensor& target_logits, cons
   return p_next;
 }
 
+// ------------------------------------------------------------------------ dueling-C51 head
+
+struct HeadDims {
+  int64_t P, N, K, A, atoms, R;
+};
+
+HeadDims check_dueling_c51_inputs(const Tensor& value, const Tensor& adv, const Tensor& support,
+                                  const Tensor& action) {
+  check_input(value, "value", value);
+  TORCH_CHECK(value.dim() == 3, "tune_gems: dueling_c51 value must be [P,N,atoms], got ", value.sizes());
+  check_input(adv, "adv", value);
+  TORCH_CHECK(adv.dim() == 5, "tune_gems: dueling_c51 adv must be [P,K,N,A,atoms], got ", adv.sizes());
+  const HeadDims d{adv.size(0), adv.size(2), adv.size(1), adv.size(3), adv.size(4), action.size(1)};
+  for (int64_t dim = 0; dim < 5; ++dim) check_positive(adv.size(dim), "every dueling_c51 adv dim");
+  check_shape(value, "value", {d.P, d.N, d.atoms});
+  check_input(support, "support", value);
+  check_shape(support, "support", {d.atoms});
+  TORCH_CHECK(action.is_cuda() && action.device() == value.device(), "tune_gems: action must be on ",
+              value.device());
+  TORCH_CHECK(action.scalar_type() == at::kLong && action.is_contiguous(),
+              "tune_gems: dueling_c51 action must be contiguous int64");
+  TORCH_CHECK(action.dim() == 3 && action.size(0) == d.P && action.size(2) == d.K && d.R <= d.N,
+              "tune_gems: dueling_c51 action must be [P,R,K] with R <= N, got ", action.sizes());
+  return d;
+}
+
+std::tuple<Tensor, Tensor> dueling_c51_forward(const Tensor& value, const Tensor& adv,
+                                               const Tensor& support, const Tensor& action) {
+  const HeadDims d = check_dueling_c51_inputs(value, adv, support, action);
+  const c10::cuda::CUDAGuard guard(value.device());
+  Tensor q = at::empty({d.P, d.N, d.K, d.A}, value.options());
+  Tensor log_probs = at::empty({d.P, d.R, d.K, d.atoms}, value.options());
+  AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "dueling_c51_forward", [&] {
+    check_launch(tune_gems::dueling_c51_forward<scalar_t>(
+                     value.data_ptr<scalar_t>(), adv.data_ptr<scalar_t>(), support.data_ptr<scalar_t>(),
+                     action.data_ptr<int64_t>(), d.P, d.N, d.K, d.A, d.atoms, d.R,
+                     q.data_ptr<scalar_t>(), log_probs.data_ptr<scalar_t>(), current_stream()),
+                 "dueling_c51");
+  });
+  return {q, log_probs};
+}
+
+std::tuple<Tensor, Tensor> dueling_c51_backward(const std::optional<Tensor>& grad_q,
+                                                const std::optional<Tensor>& grad_log_probs,
+                                                const Tensor& value, const Tensor& adv,
+                                                const Tensor& support, const Tensor& action) {
+  const HeadDims d = check_dueling_c51_inputs(value, adv, support, action);
+  check_optional_grad(grad_q, "grad_q", value, {d.P, d.N, d.K, d.A});
+  check_optional_grad(grad_log_probs, "grad_log_probs", value, {d.P, d.R, d.K, d.atoms});
+  const c10::cuda::CUDAGuard guard(value.device());
+  Tensor grad_value = at::empty({d.P, d.N, d.atoms}, value.options());
+  Tensor grad_adv = at::empty({d.P, d.K, d.N, d.A, d.atoms}, value.options());
+  AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "dueling_c51_backward", [&] {
+    check_launch(tune_gems::dueling_c51_backward<scalar_t>(
+                     optional_data<scalar_t>(grad_q), optional_data<scalar_t>(grad_log_probs),
+                     value.data_ptr<scalar_t>(), adv.data_ptr<scalar_t>(), support.data_ptr<scalar_t>(),
+                     action.data_ptr<int64_t>(), d.P, d.N, d.K, d.A, d.atoms, d.R,
+                     grad_value.data_ptr<scalar_t>(), grad_adv.data_ptr<scalar_t>(), current_stream()),
+                 "dueling_c51_backward");
+  });
+  return {grad_value, grad_adv};
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
@@ -350,4 +413,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
              pybind11::arg("logits"), pybind11::arg("m"));
   module.def("c51_loss_backward", &c51_loss_backward, "C51 loss grad_logits from the residual",
              pybind11::arg("grad_per_sample"), pybind11::arg("grad_value"), pybind11::arg("residual"));
+  module.def("dueling_c51_forward", &dueling_c51_forward,
+             "fused dueling-C51 head (q [P,N,K,A], taken log-probs [P,R,K,atoms])", pybind11::arg("value"),
+             pybind11::arg("adv"), pybind11::arg("support"), pybind11::arg("action"));
+  module.def("dueling_c51_backward", &dueling_c51_backward, "dueling-C51 head (grad_value, grad_adv)",
+             pybind11::arg("grad_q"), pybind11::arg("grad_log_probs"), pybind11::arg("value"),
+             pybind11::arg("adv"), pybind11::arg("support"), pybind11::arg("action"));
 }

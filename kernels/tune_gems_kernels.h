@@ -90,4 +90,21 @@ cudaError_t c51_loss_backward(const T* grad_per_sample, const T* grad_value, con
                               int64_t P, int64_t B, int64_t K, int64_t atoms, T* grad_logits,
                               cudaStream_t stream);
 
+// ---------------------------------------------------------------- fused dueling-C51 head
+// value [P,N,atoms], adv [P,K,N,A,atoms], support [atoms], action [P,R,K] (int64, R <= N)
+//   -> q [P,N,K,A] (expected Q of every sub-action), log_probs [P,R,K,atoms] (the taken
+//   sub-action's log-softmax of l = v + adv - mean_a adv). kernels/dueling_head.cu.
+template <typename T>
+cudaError_t dueling_c51_forward(const T* value, const T* adv, const T* support, const int64_t* action,
+                                int64_t P, int64_t N, int64_t K, int64_t A, int64_t atoms, int64_t R,
+                                T* q, T* log_probs, cudaStream_t stream);
+
+// grad_q [P,N,K,A] and grad_log_probs [P,R,K,atoms] (each nullptr = zeros) -> grad_value
+// [P,N,atoms], grad_adv [P,K,N,A,atoms], every element written.
+template <typename T>
+cudaError_t dueling_c51_backward(const T* grad_q, const T* grad_log_probs, const T* value, const T* adv,
+                                 const T* support, const int64_t* action, int64_t P, int64_t N,
+                                 int64_t K, int64_t A, int64_t atoms, int64_t R, T* grad_value,
+                                 T* grad_adv, cudaStream_t stream);
+
 }  // namespace tune_gems
