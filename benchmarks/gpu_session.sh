@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
-# stages: env build tests tests-nokernels arms probe kbench tbench armsbench noisy compile efficiency sweep sweep2 moonshot
+# stages: env build tests tests-nokernels arms probe kbench tbench armsbench noisy compile efficiency sweep sweep2 moonshot perf
+# perf (issue 22, about 8 minutes): build, the fused-head and tensor-core GPU tests, kernels.py
+# (dueling_c51, c51_loss, all at P=1,8,64,256), train_step.py (P=1,64,256 x fp32/tf32/bf16, P=768
+# as 12x64 blocks, profiles per precision) and matmul_floor.py; one log (perf.log) and three JSON
+# files in $OUT, a short table printed last.
 # Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -101,6 +105,29 @@ for s in "$@"; do
         echo "sweep wall (resources.gpu=$how): ${wall} s" | tee -a "$OUT/efficiency_gpu$how.log"
         python3 benchmarks/sweep_efficiency.py /tmp/gpu-eff/eff --sweep-wall "$wall" --out "$OUT/efficiency_gpu$how.json" 2>&1 | tee -a "$OUT/efficiency_gpu$how.log"
       done
+      ;;
+    perf)
+      stage "perf: fused dueling-C51 head, tensor cores, matmul floor (issue 22)"
+      log="$OUT/perf.log"
+      : > "$log"
+      step() { echo "=== $1 ($(date +%T))" >> "$log"; }
+      step build
+      timeout 110 python3 -c "import torch; from tune_gems.ops import load_extension; print('loaded', load_extension(torch.device('cuda')))" >> "$log" 2>&1
+      step "gpu tests (fused head, tensor cores)"
+      timeout 90 python3 -m pytest tests/gpu/test_dueling_head_gpu.py tests/gpu/test_tensor_cores_gpu.py -m gpu -q -rfE -p no:cacheprovider >> "$log" 2>&1
+      step kernels.py
+      timeout 40 python3 benchmarks/kernels.py --ops dueling_c51 c51_loss all --populations 1 8 64 256 --reps 100 --out "$OUT/kernels.json" >> "$log" 2>&1
+      step train_step.py
+      timeout 180 python3 benchmarks/train_step.py --populations 1,64,256 --blocks --reps 50 --rounds 3 --profile \
+        --profile-precisions fp32,tf32,bf16 --out "$OUT/train_step.json" >> "$log" 2>&1
+      step matmul_floor.py
+      timeout 60 python3 benchmarks/matmul_floor.py --train-step "$OUT/train_step.json" --reps 30 --rounds 3 --out "$OUT/matmul_floor.json" >> "$log" 2>&1
+      step done
+      echo "--- stage times"; grep "^=== " "$log"
+      echo "--- tests"; grep -E "passed|failed|error|FAILED|ERROR" "$log" | grep -v "^E " | tail -8
+      echo "--- fused head (kernels.py, graph rows)"; grep -E "^dueling_c51 .* graph" "$log"
+      echo "--- SIMT GEMMs per profile"; grep -E "^profile P=" "$log" | sed 's/ kernel launches, / launches, /'
+      echo "--- iteration vs matmul floor"; sed -n '/^case /,/^wrote/p' "$log" | grep -v "^wrote"
       ;;
     *) echo "unknown stage $s"; exit 2;;
   esac

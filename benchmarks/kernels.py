@@ -9,6 +9,10 @@ the same inputs, timed with CUDA events (warm-up, then many repetitions, median)
 The ratio is reference / cuda (above 1: the kernels are faster). c51_target and c51_project have
 no backward (targets carry no gradient) and are timed forward only. The "all" row runs every op
 in one step, the C51 ones chained as in the learner (target -> projection -> loss).
+dueling_c51 (the fused dueling-C51 head, issue 22) is timed at the learner's online pass: value
+and advantage logits of N = 2B rows, the taken action's log-probabilities for B of them, against
+its plain-torch reference under autograd (the unfused path: combine, softmax, expected Q,
+gather, log-softmax); it is not part of "all".
 
     python benchmarks/kernels.py [--out benchmarks/results/kernels.json] [--reps 200]
 
@@ -29,8 +33,9 @@ from typing import Callable
 import torch
 
 from tune_gems.ops import GemOps, resolve_backend
+from tune_gems.ops import dueling_head
 
-POPULATIONS = (1, 8, 64)
+POPULATIONS = (1, 8, 64, 256)
 BATCH = 256
 BRANCHES = 2
 SUB_ACTIONS = 3
@@ -44,7 +49,7 @@ REPS = 200
 SEED = 0
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "kernels.json"
-OP_NAMES = ("g6_branch_indep", "g10_temporal", "g12_predictive", "c51_target", "c51_project", "c51_loss", "all")
+OP_NAMES = ("g6_branch_indep", "g10_temporal", "g12_predictive", "c51_target", "c51_project", "c51_loss", "dueling_c51", "all")
 FORWARD_ONLY = ("c51_target", "c51_project")
 
 Step = Callable[[], list[torch.Tensor]]
@@ -78,8 +83,11 @@ def make_inputs(P: int, device: torch.device, dtype: torch.dtype) -> dict[str, t
         "target_n": randn(P, B, K, A, atoms),
         "support": torch.linspace(V_MIN, V_MAX, atoms, device=device, dtype=dtype),
         "ones": torch.ones(P, device=device, dtype=dtype),
+        "value": randn(P, 2 * B, atoms),  # the online pass over [s_t, s_{t+1}]
+        "adv": randn(P, K, 2 * B, A, atoms),
+        "action": torch.randint(A, (P, B, K), generator=gen, device=device),
     }
-    for key in ("f", "q_t", "q_tp1", "pred", "logits"):
+    for key in ("f", "q_t", "q_tp1", "pred", "logits", "value", "adv"):
         x[key].requires_grad_(True)
     return x
 
@@ -113,6 +121,11 @@ def make_step(op: str, ops: GemOps, x: dict[str, torch.Tensor]) -> Step:
             target = x["m"] if m is None else m.view_as(x["m"])
             outs.append(ops.c51_loss(x["logits"], target)[1])
             wrt.append(x["logits"])
+        if op == "dueling_c51":
+            head = torch.ops.tune_gems.dueling_c51 if ops.fused else dueling_head.dueling_c51
+            q, log_probs = head(x["value"], x["adv"], x["support"], x["action"])
+            outs += [q.sum(dim=(1, 2, 3)), log_probs.sum(dim=(1, 2, 3))]
+            wrt += [x["value"], x["adv"]]
         return outs, wrt, [t for t in (p_next, m) if t is not None]
 
     def step() -> list[torch.Tensor]:
@@ -198,7 +211,7 @@ def machine_info(device: torch.device) -> dict:
 
 
 def format_table(rows: list[dict]) -> str:
-    header = f"{'op':<18} {'P':>3} {'mode':<6} {'cuda us':>10} {'ref us':>10} {'ref/cuda':>9} {'max|diff|':>10}"
+    header = f"{'op':<20} {'P':>3} {'mode':<6} {'cuda us':>10} {'ref us':>10} {'ref/cuda':>9} {'max|diff|':>10}"
     lines = [header, "-" * len(header)]
     for row in rows:
         cuda = f"{row['cuda_us']:.1f}" if row.get("cuda_us") else "error"
@@ -206,7 +219,7 @@ def format_table(rows: list[dict]) -> str:
         ratio = f"{row['speedup']:.2f}x" if row.get("speedup") else "-"
         op = row["op"] + ("" if row["backward"] else " (fwd)")
         lines.append(
-            f"{op:<18} {row['P']:>3} {row['mode']:<6} {cuda:>10} {ref:>10} {ratio:>9} {row['max_abs_diff']:>10.2e}"
+            f"{op:<20} {row['P']:>3} {row['mode']:<6} {cuda:>10} {ref:>10} {ratio:>9} {row['max_abs_diff']:>10.2e}"
         )
     return "\n".join(lines)
 
@@ -218,6 +231,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=WARMUP, help="untimed repetitions first")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument("--populations", type=int, nargs="+", default=list(POPULATIONS))
+    parser.add_argument("--ops", nargs="+", choices=OP_NAMES, default=list(OP_NAMES))
     return parser.parse_args(argv)
 
 
@@ -232,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     ref_ops = resolve_backend("reference", device)
     rows = []
     for P in args.populations:
-        for op in OP_NAMES:
+        for op in args.ops:
             rows.extend(measure(op, P, cuda_ops, ref_ops, device, dtype, args.warmup, args.reps))
     table = format_table(rows)
     print(table)

@@ -201,6 +201,23 @@ def cases(quick: bool, populations: tuple[int, ...] = POPULATIONS, blocks: bool 
         yield dict(P=P, precision="fp32", graph=True, gems="measure", kernels="reference")
 
 
+def write_result(out: Path, rows: list[dict], summary: dict, profiles: list[dict]) -> None:
+    """The JSON result so far (rewritten after every case, so a run cut short keeps its rows)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "benchmark": "train_step",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "command": "python " + " ".join(shlex.quote(x) for x in sys.argv),
+        "config": BASE,
+        "rows": rows,
+        "summary": summary,
+        "profiles": profiles,
+    }, indent=2))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -223,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     for c in cases(a.quick, populations, a.blocks):
         r = run_case(**c, warmup=a.warmup, reps=a.reps, rounds=a.rounds)
         rows.append(r)
+        write_result(a.out, rows, {}, [])
         print(f"{r['mode']:6} {r['P']:>4} {r['batch']:>5} {r['blocks']:>3} {r['precision']:5} {r['gems']:8} {r['kernels']:9} {r['iter_us']:>9.1f} "
               f"{r['seed_steps_per_s']:>13,} {r['mem_per_member_mb']:>9.2f}", flush=True)
 
@@ -242,20 +260,12 @@ def main(argv: list[str] | None = None) -> int:
         if off and meas:
             summary[f"measure_over_off_P{P}"] = round(meas["iter_us"] / off["iter_us"], 3)
     print("\nsummary:", json.dumps(summary))
-    profiles = [profile_iteration(P, prec) for prec in profile_precisions for P in (1, 64)] if a.profile else []
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({
-        "benchmark": "train_step",
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "command": "python " + " ".join(shlex.quote(x) for x in sys.argv),
-        "config": BASE,
-        "rows": rows,
-        "summary": summary,
-        "profiles": profiles,
-    }, indent=2))
+    profiles = []
+    for prec in profile_precisions if a.profile else ():
+        for P in (1, 64):
+            profiles.append(profile_iteration(P, prec))
+            write_result(a.out, rows, summary, profiles)
+    write_result(a.out, rows, summary, profiles)
     print(f"wrote {a.out}")
     return 0
 
