@@ -6,7 +6,8 @@ train_step benchmark's configuration) runs under a TorchDispatchMode that record
 product it dispatches (mm, bmm, baddbmm, addmm; the backward's too: autograd's device threads
 inherit the mode), with each operand's shape and strides. Matrix-vector products (the spectral
 norm's power iteration, m or n = 1) are counted apart and left out of the floor: they are
-memory-bound and no matmul precision changes them. The floor is then those products on fresh
+memory-bound and no matmul precision changes them; so are the outer products (k = 1) of the
+spectral norm's sigma in the backward. The floor is then those products on fresh
 random operands laid out with the recorded strides (a transposed operand stays transposed),
 captured once in a CUDA graph and replayed:
 
@@ -82,8 +83,9 @@ class Product:
 
     @property
     def is_matrix_vector(self) -> bool:
-        _, m, n, _ = self.mnk
-        return m == 1 or n == 1
+        """A matrix-vector or outer product (m, n or k = 1): memory-bound, no GEMM."""
+        _, m, n, k = self.mnk
+        return 1 in (m, n, k)
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -1,8 +1,8 @@
 """tf32 and bf16 put the network's matrix products on tensor cores; fp32 stays off them (issue 22).
 
 One eager iteration of the train_step benchmark's shape at P=64 is profiled with shapes; every
-matrix product (mm, bmm, baddbmm, addmm, forward and backward) that is not matrix-vector (the
-spectral norm's power iteration is, and stays fp32 by design) must launch no SIMT GEMM kernel
+matrix product (mm, bmm, baddbmm, addmm, forward and backward) that is not matrix-vector or an
+outer product (the spectral norm's power iteration and sigma; memory-bound, fp32 by design) must launch no SIMT GEMM kernel
 under tf32 / bf16, and no TF32 kernel under fp32 (fp32 must stay exact for comparisons).
 
 Run on the GPU machine: `pytest -m gpu tests/gpu/test_tensor_cores_gpu.py -q`.
@@ -35,8 +35,9 @@ def _kernels(event) -> list[str]:
 
 
 def _is_matrix_vector(shapes: list) -> bool:
+    """A matrix-vector or outer product (m, n or k = 1): memory-bound, not a GEMM for tensor cores."""
     mats = [s for s in shapes if isinstance(s, (list, tuple)) and len(s) >= 2][-2:]
-    return len(mats) < 2 or mats[0][-2] == 1 or mats[1][-1] == 1
+    return len(mats) < 2 or 1 in (mats[0][-2], mats[0][-1], mats[1][-1])
 
 
 def product_kernels(precision: str) -> list[tuple[str, list, str]]:
