@@ -336,6 +336,7 @@ HeadDims check_dueling_c51_inputs(const Tensor& value, const Tensor& adv, const 
   TORCH_CHECK(value.dim() == 3, "tune_gems: dueling_c51 value must be [P,N,atoms], got ", value.sizes());
   check_input(adv, "adv", value);
   TORCH_CHECK(adv.dim() == 5, "tune_gems: dueling_c51 adv must be [P,K,N,A,atoms], got ", adv.sizes());
+  TORCH_CHECK(action.dim() == 3, "tune_gems: dueling_c51 action must be [P,R,K], got ", action.sizes());
   const HeadDims d{adv.size(0), adv.size(2), adv.size(1), adv.size(3), adv.size(4), action.size(1)};
   for (int64_t dim = 0; dim < 5; ++dim) check_positive(adv.size(dim), "every dueling_c51 adv dim");
   check_shape(value, "value", {d.P, d.N, d.atoms});
@@ -345,7 +346,7 @@ HeadDims check_dueling_c51_inputs(const Tensor& value, const Tensor& adv, const 
               value.device());
   TORCH_CHECK(action.scalar_type() == at::kLong && action.is_contiguous(),
               "tune_gems: dueling_c51 action must be contiguous int64");
-  TORCH_CHECK(action.dim() == 3 && action.size(0) == d.P && action.size(2) == d.K && d.R <= d.N,
+  TORCH_CHECK(action.size(0) == d.P && action.size(2) == d.K && d.R <= d.N,
               "tune_gems: dueling_c51 action must be [P,R,K] with R <= N, got ", action.sizes());
   return d;
 }
