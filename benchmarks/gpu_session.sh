@@ -114,11 +114,11 @@ for s in "$@"; do
       step build
       timeout 110 python3 -c "import torch; from tune_gems.ops import load_extension; print('loaded', load_extension(torch.device('cuda')))" >> "$log" 2>&1
       step "gpu tests (fused head, tensor cores)"
-      timeout 90 python3 -m pytest tests/gpu/test_dueling_head_gpu.py tests/gpu/test_tensor_cores_gpu.py -m gpu -q -rfE -p no:cacheprovider >> "$log" 2>&1
+      timeout 100 python3 -m pytest tests/gpu/test_tensor_cores_gpu.py tests/gpu/test_dueling_head_gpu.py -m gpu -q -rfE -p no:cacheprovider >> "$log" 2>&1
       step kernels.py
       timeout 40 python3 benchmarks/kernels.py --ops dueling_c51 c51_loss all --populations 1 8 64 256 --reps 100 --out "$OUT/kernels.json" >> "$log" 2>&1
       step train_step.py
-      timeout 180 python3 benchmarks/train_step.py --populations 1,64,256 --blocks --reps 50 --rounds 3 --profile \
+      timeout 170 python3 benchmarks/train_step.py --populations 1,64,256 --blocks --reps 50 --rounds 3 --profile \
         --profile-precisions fp32,tf32,bf16 --out "$OUT/train_step.json" >> "$log" 2>&1
       step matmul_floor.py
       timeout 60 python3 benchmarks/matmul_floor.py --train-step "$OUT/train_step.json" --reps 30 --rounds 3 --out "$OUT/matmul_floor.json" >> "$log" 2>&1
