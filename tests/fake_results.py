@@ -253,6 +253,8 @@ class ArmTrial:
     excess: dict[str, dict[str, object]] = field(default_factory=dict)
     epochs: int = 4
     status: str = "TERMINATED"
+    first_seed_index: int = 0
+    """The trial's seed block: its seed s is the design's seed index first_seed_index + s."""
 
 
 ALPHA_COLS = ("val_alpha_sharpe", "test_alpha_sharpe")
@@ -285,7 +287,8 @@ def _arm_tables(name: str, trials: list[ArmTrial], alpha: bool):
                     div = e == final_epoch and s in t.diverged.get(a, [])
                     any_div |= div
                     row = {"experiment": name, "trial_id": t.trial_id, "config_label": label, "epoch": e,
-                           "member": ai * S + s, "seed": t.seed * 1000 + s, "arm": a, "seed_index": s,
+                           "member": ai * S + s, "seed": t.seed * 1000 + t.first_seed_index + s, "arm": a,
+                           "seed_index": t.first_seed_index + s,
                            "val_sharpe": (np.nan if div else v - 0.3), "test_sharpe": np.nan,
                            "loss": np.nan if div else LOSS, "q_mean": 0.1, "grad_norm": 1.0, "diverged": div}
                     if alpha:

@@ -163,10 +163,15 @@ def expand_arms(cfg: "Config", arms: ArmsConfig | None = None, source: str = "co
 
 @dataclass(frozen=True)
 class MemberLayout:
-    """Which arm and seed index each of the P = arms x seeds members has (arm-major)."""
+    """Which arm and seed index each of the P = arms x seeds members has (arm-major).
+
+    `first_seed_index` (config `first_seed_index`): a seed block's first seed index in the
+    design; member m is at position `seed_slot(m)` of its arm and has the design's seed index
+    `first_seed_index + seed_slot(m)`."""
 
     arms: tuple[str, ...]
     seeds_per_arm: int
+    first_seed_index: int = 0
 
     @property
     def members(self) -> int:
@@ -175,18 +180,24 @@ class MemberLayout:
     def arm_index(self, member: int) -> int:
         return member // self.seeds_per_arm
 
-    def seed_index(self, member: int) -> int:
+    def seed_slot(self, member: int) -> int:
+        """The member's position among this run's seeds (0 .. seeds_per_arm - 1)."""
         return member % self.seeds_per_arm
+
+    def seed_index(self, member: int) -> int:
+        """The member's seed index in the design (the unit the analysis pairs and pools by)."""
+        return self.first_seed_index + self.seed_slot(member)
 
     def arm_of(self, member: int) -> str:
         return self.arms[self.arm_index(member)]
 
     def member_seeds(self, seed: int) -> list[int]:
-        """Member seeds: seed index s gets member s's seed of a single-arm run, in every arm."""
+        """Member seeds: seed index s gets member s's seed of a single-arm run of every seed
+        index, in every arm."""
         from tune_gems.rng import member_seeds
 
-        per_seed = member_seeds(seed, self.seeds_per_arm)
-        return [per_seed[self.seed_index(m)] for m in range(self.members)]
+        per_seed = member_seeds(seed, self.seeds_per_arm, self.first_seed_index)
+        return [per_seed[self.seed_slot(m)] for m in range(self.members)]
 
     def per_member(self, values_per_arm: list[Any]) -> list[Any]:
         """Broadcast one value per arm to one value per member."""

@@ -218,8 +218,20 @@ class TrainerConfig(_Strict):
         return self
 
 
+MAX_SEED_INDEX = 2**31
+"""Largest first seed index of a run (its seed indices must stay far below int64)."""
+
+
 class Config(_Strict):
     seed: int = Field(0, ge=0)
+    first_seed_index: int = Field(
+        0,
+        ge=0,
+        le=MAX_SEED_INDEX,
+        description="the design's seed index of this run's first seed: the run trains seed indices "
+        "[first_seed_index, first_seed_index + trainer.population), and seed index s gets the member seed, "
+        "synthetic path and `seed_index` of seed index s of a run with every seed (a seed block, docs/cluster.md)",
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     kernels: Literal["auto", "cuda", "reference"] = "auto"
     data: DataConfig = Field(default_factory=DataConfig)

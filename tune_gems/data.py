@@ -260,18 +260,21 @@ def load_series(cfg: Any, min_rows: int = 0) -> pd.Series:
     return load_prices(cfg.path, cfg.price_column, cfg.time_column, min_rows=min_rows)
 
 
-def path_seeds(syn: Any, n_seed_indices: int) -> list[int]:
-    """The synthetic seed of each path: `seed + s` per seed index s (per_seed), or `seed` (shared)."""
+def path_seeds(syn: Any, n_seed_indices: int, first_seed_index: int = 0) -> list[int]:
+    """The synthetic seed of each path: `seed + s` per seed index s of the run (first_seed_index
+    .. first_seed_index + n_seed_indices - 1; per_seed), or `seed` (shared)."""
     if syn.paths == "per_seed":
-        return [syn.seed + s for s in range(n_seed_indices)]
+        return [syn.seed + first_seed_index + s for s in range(n_seed_indices)]
     return [syn.seed]
 
 
-def load_paths(cfg: Any, n_seed_indices: int = 1, min_rows: int = 0) -> list[pd.Series]:
-    """The price paths a `DataConfig` names, for a run with `n_seed_indices` seed indices.
+def load_paths(cfg: Any, n_seed_indices: int = 1, min_rows: int = 0, first_seed_index: int = 0) -> list[pd.Series]:
+    """The price paths a `DataConfig` names, for a run of `n_seed_indices` seed indices from
+    `first_seed_index` on (a seed block of a larger design starts past 0).
 
     Synthetic data with `paths: per_seed` gives one path per seed index s (seed
-    `data.synthetic.seed + s`), so seed indices differ in market as well as in initial weights;
+    `data.synthetic.seed + s`), so seed indices differ in market as well as in initial weights,
+    and a seed block's paths are those of the same seed indices in a run of every index;
     otherwise (`shared`, or a price file: one history) there is one path. Index the result with
     `path_of_member`.
     """
@@ -282,15 +285,15 @@ def load_paths(cfg: Any, n_seed_indices: int = 1, min_rows: int = 0) -> list[pd.
     syn = cfg.synthetic
     if syn.n < min_rows:
         raise DataError(f"data.synthetic.n: {syn.n} rows, need at least {min_rows}")
-    return [synthetic_prices(syn.n, s, syn.edge) for s in path_seeds(syn, n_seed_indices)]
+    return [synthetic_prices(syn.n, s, syn.edge) for s in path_seeds(syn, n_seed_indices, first_seed_index)]
 
 
-def path_of_member(cfg: Any, seed_index_of_member: Sequence[int]) -> list[int]:
-    """The path (an index into `load_paths`) each member trains and evaluates on: its seed index
-    under synthetic `per_seed`, else 0 for everyone."""
+def path_of_member(cfg: Any, seed_slot_of_member: Sequence[int]) -> list[int]:
+    """The path (an index into `load_paths`) each member trains and evaluates on: its seed's
+    position in the run (`MemberLayout.seed_slot`) under synthetic `per_seed`, else 0 for everyone."""
     if cfg.source == "synthetic" and cfg.synthetic.paths == "per_seed":
-        return [int(s) for s in seed_index_of_member]
-    return [0] * len(seed_index_of_member)
+        return [int(s) for s in seed_slot_of_member]
+    return [0] * len(seed_slot_of_member)
 
 
 @dataclass(frozen=True)

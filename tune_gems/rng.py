@@ -34,15 +34,19 @@ def _mix32(x: Tensor) -> Tensor:
     return x ^ (x >> 15)
 
 
-def member_seeds(seed: int, population: int) -> list[int]:
-    """The seed of each member of a run: distinct, 31-bit, a pure function of (seed, member).
+def member_seeds(seed: int, population: int, first: int = 0) -> list[int]:
+    """The seeds of seed indices first .. first + population - 1: distinct, 31-bit, each a pure
+    function of (seed, seed index).
 
     Two runs with the same `seed` give their members the same seeds, so members can be paired
-    across configurations; two different seeds give unrelated member seeds.
+    across configurations; two different seeds give unrelated member seeds. Because a seed
+    index's seed ignores the others, a run of seed indices [first, first + n) (a seed block)
+    gets exactly the seeds that a run of every index gives them:
+    `member_seeds(seed, n, first) == member_seeds(seed, first + n)[first:]`.
     """
     base = torch.tensor([seed & _MASK32], dtype=torch.int64)
     hi = torch.tensor([(seed >> 32) & _MASK32], dtype=torch.int64)
-    idx = torch.arange(population, dtype=torch.int64)
+    idx = torch.arange(first, first + population, dtype=torch.int64)
     h = _mix32((_mix32(base ^ _mix32(hi + _GOLDEN)) + idx * _GOLDEN) & _MASK32)
     return [int(v) & 0x7FFFFFFF for v in h.tolist()]
 

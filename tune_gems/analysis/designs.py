@@ -10,8 +10,12 @@ Two ways a result set provides such pairs:
   factors' levels: the factorial's main effect.
 - **across trials**: trials whose configurations (every dotted config column, with the arm's
   per-member keys on top) are identical except that gem, and whose member seeds coincide
-  (same trial `seed`), pair member by member. Pairs never cross experiment folders (another
-  sweep may have run other code).
+  (same trial `seed` and seed indices), pair member by member. Pairs never cross experiment
+  folders (another sweep may have run other code).
+- **seed blocks** (spec `blocks`, or per_trial seeds): trials of one configuration that train
+  disjoint seed indices of one design (config `first_seed_index`); their arms pair within each
+  trial and the blocks pool as one seed-paired design, the seed index the unit across blocks:
+  the same pairs as one trial with every seed.
 
 Anything else is confounded: no verdict, and the evidence says what would fix it.
 
@@ -19,7 +23,8 @@ The unit of inference is the member seed (`members.seed`: the same value is the 
 weights, noise, replay draws and environment starts). Differences that share a member seed (one
 seed paired in two trials with the same trial seed, or in several contexts of a factorial) are
 averaged into one unit: they are not independent. With `data.synthetic.paths: per_seed` the
-market path of seed index s is `data.synthetic.seed + s`, and units that share a path are merged
+market path of seed index s (the design's index, `members.seed_index`, which counts on across
+seed blocks) is `data.synthetic.seed + s`, and units that share a path are merged
 too (union-find). With one shared path (or a real price file) every unit sees the same market:
 the inference is then conditional on that path, which the evidence says.
 """
@@ -131,8 +136,9 @@ def with_arm_columns(members: pd.DataFrame) -> pd.DataFrame:
 class Cells:
     """The members that enter comparisons, one row per (experiment, trial_id, arm, seed_index).
 
-    `table` columns: experiment, trial_id, arm, seed_index, seed, final_epoch, unit, outcome,
-    cell (an integer id) and one column per config key (canonical text). `long` holds the
+    `table` columns: experiment, trial_id, arm, seed_index, seed, final_epoch, unit, own_path
+    (its seed index has its own synthetic path), outcome, cell (an integer id) and one column per
+    config key (canonical text). `long` holds the
     member-epoch rows with `cell`. `shared_path` is True when some unit's market path is shared
     by every seed (inference conditional on that path)."""
 
@@ -243,6 +249,7 @@ def build_cells(trials: pd.DataFrame, members: pd.DataFrame, arms: pd.DataFrame 
                 continue
             uf.union(u, ("path", path))
     cells["unit"] = [str(uf.find(("seed", str(s)))) for s in cells["seed"]]
+    cells["own_path"] = (per_seed & synth).to_numpy()  # the cell's seed index has its own market path
     shared_path = bool(len(cells)) and not bool((per_seed & synth).all())
     long = m.merge(cells[CELL + ["cell"]], on=CELL, how="inner")
     return Cells(table=cells, long=long, keys=keys, shared_path=shared_path, notes=notes)
@@ -292,16 +299,30 @@ class Paired:
     """The member pairs behind the differences, one row per (hi cell, lo cell) at a common seed
     in one context: context, seed, end_epoch (the window's last epoch), cell_hi, cell_lo. The
     market-noise interval (`market_evidence`) resamples their per-step returns."""
+    n_seeds: int = 0
+    """Distinct member seeds behind the pairs (more than the units when seeds share a path)."""
+    per_seed_paths: bool = False
+    """Every paired member trained on its seed index's own synthetic path."""
 
     @property
     def n(self) -> int:
         return int(self.diffs.size)
 
+    def units_text(self) -> str:
+        """What the units are, in words: seeds with their own market paths, seeds merged because
+        they share a path, or seeds on one shared market."""
+        if self.per_seed_paths and self.n_seeds == self.n:
+            return f"{self.n} seed(s), each on its own market path"
+        if self.per_seed_paths:
+            return f"{self.n} market path(s) ({self.n_seeds} member seeds; seeds on one path count once)"
+        return f"{self.n} member seed(s) on one market history (inference conditional on it)"
+
     def design(self) -> str:
         if not self.n:
             return "none"
-        where = "across trials (identical configs, common seeds)" if self.cross_trial else "arms within trials"
-        return f"{where}: {self.n_contexts} context(s) in {self.n_trials} trial(s), {self.n_pairs} seed pair(s)"
+        where = "across trials (identical configs, the same member seeds)" if self.cross_trial else "arms within trials"
+        return (f"{where}: {self.n_contexts} context(s) in {self.n_trials} trial(s), {self.n_pairs} seed pair(s); "
+                f"units: {self.units_text()}")
 
 
 def _diff(hi: np.ndarray, lo: np.ndarray, hi_div: np.ndarray, lo_div: np.ndarray, worst: bool) -> np.ndarray:
@@ -381,14 +402,19 @@ def paired(
                    for _, g in units])
     lv = np.array([np.nanmean(np.where(g["diverged_lo"], np.nan, g["value_lo"])) if (~g["diverged_lo"]).any() else np.nan
                    for _, g in units])
-    ctx_trials = t.groupby("context")["trial_id"].nunique()
+    trial_of = t.set_index("cell")[["experiment", "trial_id"]].astype(str).agg("|".join, axis=1)
+    # across trials only where a pair's two members are in different trials (a context may hold
+    # several trials, e.g. every trial's control arm, whose pairs are each within its trial)
+    cross = bool((cell_pairs["cell_hi"].map(trial_of) != cell_pairs["cell_lo"].map(trial_of)).any())
+    own = cells.table.get("own_path")
+    per_seed_paths = bool(own is not None and own[cells.table["cell"].isin(t["cell"])].all())
     return Paired(
         diffs=diffs,
         units=[str(u) for u, _ in units],
         n_pairs=int(len(j)),
         n_contexts=int(j.index.get_level_values("context").nunique()),
         n_trials=int(t[["experiment", "trial_id"]].drop_duplicates().shape[0]),
-        cross_trial=bool((ctx_trials > 1).any()),
+        cross_trial=cross,
         hi_diverged=int(j["diverged_hi"].sum()),
         lo_diverged=int(j["diverged_lo"].sum()),
         hi_cells=hi_cells,
@@ -396,6 +422,8 @@ def paired(
         hi_values=hv,
         lo_values=lv,
         pairs=cell_pairs.reset_index(drop=True),
+        n_seeds=int(j.index.get_level_values("seed").nunique()),
+        per_seed_paths=per_seed_paths,
     )
 
 

@@ -37,7 +37,7 @@ from tune_gems.sweep.console import quiet_driver
 from tune_gems.sweep.local_ray import start_or_join
 from tune_gems.sweep.results import UNFINISHED, collect_tables, write_tables
 from tune_gems.sweep.search import JOURNAL_FILE, close_orphaned_trials, make_searcher
-from tune_gems.sweep.spec import SweepSpec, designed_config, import_spec_plugins, load_spec, widest_trial
+from tune_gems.sweep.spec import SweepSpec, block_grid, designed_config, import_spec_plugins, load_spec, widest_trial
 from tune_gems.sweep.storage import ExperimentStore, check_storage, is_uri
 from tune_gems.trainer.trainer import load_prices, prepare_market
 
@@ -283,12 +283,16 @@ def _fit(
     if resume:
         tuner = tune.Tuner.restore(store.uri, trainable=trainable, resume_unfinished=True, resume_errored=True)
     else:
+        blocks = block_grid(spec)
         tuner = tune.Tuner(
             trainable,
+            # blocks: Tune's grid, one trial per block, each run exactly once (it is part of Tune's
+            # saved state, so a resumed driver neither repeats nor skips a block); nothing to search
+            param_space={key: tune.grid_search(values) for key, values in blocks.items()},
             tune_config=tune.TuneConfig(
-                search_alg=make_searcher(spec, name, store.journal_path(JOURNAL_FILE), mirror),
+                search_alg=None if blocks else make_searcher(spec, name, store.journal_path(JOURNAL_FILE), mirror),
                 scheduler=_scheduler(spec),
-                num_samples=spec.num_samples,
+                num_samples=1 if blocks else spec.num_samples,
                 max_concurrent_trials=spec.max_concurrent_trials,
             ),
             run_config=tune.RunConfig(
@@ -298,7 +302,7 @@ def _fit(
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoints_to_keep),
             ),
         )
-    grid = tuner.fit()
+    results = tuner.fit()
     statuses = stored_trial_statuses(store)
     interrupted = any(s not in ("TERMINATED", "ERROR") for s in statuses.values())
     journal = store.journal_path(JOURNAL_FILE)
@@ -306,7 +310,7 @@ def _fit(
         closed = close_orphaned_trials(name, journal)
         if closed:
             print(f"tune-gems sweep: marked {closed} orphaned Optuna trial(s) FAIL (asked before a driver restart)", flush=True)
-    tables = collect_tables(grid, spec.config, name, statuses, spec.design)
+    tables = collect_tables(results, spec.config, name, statuses, spec.design)
     write_tables(store, tables)
     trials, history, members = tables.trials, tables.history, tables.members
     store.push_journal(JOURNAL_FILE)

@@ -2,9 +2,11 @@
 
 Per gem, Optuna picks a mode among the spec's choices and, only when the mode is `wire`, a
 log-scale weight: the conditional parameter exists only where it means something, which is
-what define-by-run is for. The trial's seed is not searched: it is returned as a constant
-(base seed + Optuna's trial number, or the base seed for common seeds), so it is reproducible
-and visible in the study without polluting parameter importances.
+what define-by-run is for. The trial's seeds are not searched: they are returned as constants
+(per_trial: seed = base seed + Optuna's trial number n and first seed index = base + n x the
+spec's seed stride, so every trial has its own seed indices and synthetic paths and adds units
+to the analysis; common: the base seed and first seed index), so they are reproducible and
+visible in the study without polluting parameter importances.
 
 The study lives in Optuna's journal storage inside the experiment folder, readable with
 `optuna.load_study(study_name=<experiment>, storage=JournalStorage(JournalFileBackend(path)))`
@@ -22,7 +24,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from ray.tune.search.optuna import OptunaSearch
 
-from tune_gems.sweep.spec import SweepSpec
+from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec, seed_stride
 
 from tune_gems.result_files import JOURNAL_FILE  # noqa: E402 - re-exported for sweep.run
 
@@ -37,6 +39,8 @@ class DefineByRun:
 
     def __init__(self, spec: SweepSpec):
         self.base_seed = int(spec.config.get("seed", 0))
+        self.first_seed_index = spec.base_config().first_seed_index
+        self.stride = seed_stride(spec)
         self.gems = dict(spec.search.gems)
         self.params = dict(spec.search.params)
         self.per_trial = spec.seeds == "per_trial"
@@ -53,7 +57,8 @@ class DefineByRun:
                 trial.suggest_int(key, int(p.low), int(p.high), log=p.log)
             else:
                 trial.suggest_float(key, float(p.low), float(p.high), log=p.log)
-        return {"seed": self.base_seed + trial.number if self.per_trial else self.base_seed}
+        n = trial.number if self.per_trial else 0
+        return {"seed": self.base_seed + n, FIRST_SEED_INDEX: self.first_seed_index + n * self.stride}
 
 
 class DivergenceAwareOptunaSearch(OptunaSearch):

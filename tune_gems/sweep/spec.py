@@ -154,6 +154,27 @@ class SchedulerSpec(_Strict):
     reduction_factor: float = Field(3.0, gt=1.0)
 
 
+MAX_BLOCKS = 4096
+"""More blocks than this is almost surely a mistyped count (each block is a Ray trial)."""
+FIRST_SEED_INDEX = "first_seed_index"
+"""The config key a trial's seed block sets (tune_gems.config.Config.first_seed_index)."""
+
+
+class BlocksSpec(_Strict):
+    """`blocks:` one design split into trials, one Ray Tune trial per block, each on its own
+    GPU. The block key is the set of config keys a trial's block sets: today the seed block
+    (`first_seed_index`); walk-forward folds join it as a second key, and Tune's grid then runs
+    every (seed block, fold) pair once."""
+
+    seed_blocks: int = Field(
+        ...,
+        ge=1,
+        le=MAX_BLOCKS,
+        description="trial b trains seed indices [f + b*S, f + (b+1)*S), S = config.trainer.population, "
+        "f = config.first_seed_index (default 0); every block keeps the same arms",
+    )
+
+
 class SweepSpec(_Strict):
     name: str | None = None
     description: str = ""
@@ -163,7 +184,13 @@ class SweepSpec(_Strict):
     num_samples: int = Field(4, ge=1)
     max_concurrent_trials: int | None = Field(None, ge=1)
     seeds: Literal["per_trial", "common"] = Field(
-        "per_trial", description="per_trial: trial n uses seed+n; common: every trial uses the same member seeds"
+        "per_trial",
+        description="per_trial: trial n uses seed+n and its own seed indices (and so its own synthetic paths), "
+        "[f + n*S, f + (n+1)*S) with S the largest trainer.population of the spec; common: every trial "
+        "uses the same member seeds and seed indices",
+    )
+    blocks: BlocksSpec | None = Field(
+        None, description="one design split into seed blocks, one trial (and GPU) per block; nothing searched"
     )
     sampler_seed: int = 0
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
@@ -196,12 +223,50 @@ class SweepSpec(_Strict):
             raise ValueError(f"objective.metric: unknown metric {metric!r}")
         return self
 
+    @model_validator(mode="after")
+    def _blocks(self) -> "SweepSpec":
+        """A block sweep runs one design: nothing searched, nothing stopped early, one trial per
+        block (num_samples is the number of blocks)."""
+        if self.blocks is None:
+            return self
+        n = self.blocks.seed_blocks
+        if self.searches:
+            raise ValueError("blocks: a block sweep trains one design split into blocks; remove search "
+                             "(search in one sweep, then run the chosen design in blocks)")
+        if self.scheduler.type != "none":
+            raise ValueError("blocks: the blocks are one design, none may be stopped early; use scheduler.type none")
+        if "seeds" in self.model_fields_set and self.seeds == "common":
+            raise ValueError("seeds: common contradicts blocks (every block has its own seed indices)")
+        if "num_samples" in self.model_fields_set and self.num_samples != n:
+            raise ValueError(f"num_samples: a block sweep runs one trial per block ({n}); leave num_samples out")
+        self.__dict__["num_samples"] = n  # not through validate_assignment: it would re-run this check
+        return self
+
     def base_config(self) -> Config:
         return build_config(copy.deepcopy(self.config), "config")
 
     @property
     def searches(self) -> bool:
         return bool(self.search.gems or self.search.params)
+
+
+def seed_stride(spec: SweepSpec) -> int:
+    """Seed indices between the first seed index of one trial and the next (per_trial seeds,
+    blocks): the most seeds per arm a trial of the spec can have, so trials never share one."""
+    stride = spec.base_config().trainer.population
+    space = spec.search.params.get("trainer.population")
+    if space is not None:
+        stride = max([stride, *(int(v) for v in space.ends())])
+    return stride
+
+
+def block_grid(spec: SweepSpec) -> dict[str, list[Any]]:
+    """Per block key, its values: one trial per combination (Tune's grid). Today the seed block's
+    first seed index; a fold key joins here."""
+    if spec.blocks is None:
+        return {}
+    first, stride = spec.base_config().first_seed_index, seed_stride(spec)
+    return {FIRST_SEED_INDEX: [first + b * stride for b in range(spec.blocks.seed_blocks)]}
 
 
 def trial_config(base: dict[str, Any], params: dict[str, Any]) -> Config:

@@ -58,7 +58,7 @@ class Learner:
         tc, mc = cfg.trainer, cfg.model
         self.cfg, self.device, self.ops = cfg, device, ops
         self.arms = list(arms) if arms is not None else expand_arms(cfg)
-        self.layout = MemberLayout(tuple(a.name for a in self.arms), tc.population)
+        self.layout = MemberLayout(tuple(a.name for a in self.arms), tc.population, cfg.first_seed_index)
         self.P = P = self.layout.members
         self.seeds = list(seeds) if seeds is not None else self.layout.member_seeds(cfg.seed)
         if len(self.seeds) != P:
@@ -70,7 +70,7 @@ class Learner:
         self.noisy_on = torch.tensor(self.noisy, device=device)  # [P]; off: epsilon-greedy
         self.rng = CounterRNG(self.seeds, device)
         # the market path each member trains and evaluates on (data.synthetic.paths): by seed index
-        self.path_of_member = data_mod.path_of_member(cfg.data, [self.layout.seed_index(m) for m in range(P)])
+        self.path_of_member = data_mod.path_of_member(cfg.data, [self.layout.seed_slot(m) for m in range(P)])
         self.env = VecTradingEnv(market, cfg.env, P, tc.n_envs, self.path_of_member)
         K, A = self.env.actions.branches, self.env.actions.sub_actions
         self.K, self.A = K, A

@@ -107,20 +107,22 @@ def prepare_market(cfg: Config, device: torch.device, prices: pd.Series | None =
     """Load (or take) the price paths, split them and build the device-side features.
 
     `n_seed_indices`: the distinct seed indices of the run (default: its population, the seeds
-    per arm); with synthetic `per_seed` paths each gets its own path (tune_gems.data.load_paths),
-    else one is shared. `prices` (a sweep's driver loads the series once for every trial) is that
-    one shared path; with synthetic `per_seed` paths the paths are generated here instead (they
-    are a function of the config alone; one path could not serve every seed index), and `prices`
-    must be their path 0.
+    per arm), from `cfg.first_seed_index` on; with synthetic `per_seed` paths each gets its own
+    path (tune_gems.data.load_paths), else one is shared. `prices` (a sweep's driver loads the
+    series once for every trial) is that one shared path; with synthetic `per_seed` paths the
+    paths are generated here instead (they are a function of the config alone; one path could
+    not serve every seed index), and `prices` must be the path of seed index 0.
     """
     n_seed_indices = cfg.trainer.population if n_seed_indices is None else n_seed_indices
     per_seed = cfg.data.source == "synthetic" and cfg.data.synthetic.paths == "per_seed"
     if prices is not None and not per_seed:
         paths = [prices]
     else:
-        paths = data_mod.load_paths(cfg.data, n_seed_indices, min_rows=_min_rows(cfg))
-        if prices is not None and not np.array_equal(np.asarray(prices, dtype=np.float64), np.asarray(paths[0], dtype=np.float64)):
-            raise ValueError("prepare_market: the given prices are not path 0 of the config's per_seed synthetic paths")
+        first = cfg.first_seed_index
+        paths = data_mod.load_paths(cfg.data, n_seed_indices, min_rows=_min_rows(cfg), first_seed_index=first)
+        path0 = paths[0] if first == 0 else data_mod.load_series(cfg.data) if prices is not None else None
+        if prices is not None and not np.array_equal(np.asarray(prices, dtype=np.float64), np.asarray(path0, dtype=np.float64)):
+            raise ValueError("prepare_market: the given prices are not the path of seed index 0 of the config's per_seed synthetic paths")
     bounds = data_mod.split_bounds(paths[0], cfg.data.splits, min_len=cfg.env.window + 2)
     market = Market(paths, bounds, cfg.env.window, device)
     market.check_lengths(cfg.env.episode_length)
@@ -534,9 +536,14 @@ class Trainer:
 
 
 def _check_compatible(path, saved: dict[str, Any], current: dict[str, Any]) -> None:
+    """Every config key equal, except RESUMABLE_CHANGES; a key the checkpoint lacks (written
+    before the key existed, e.g. `first_seed_index`) is compatible at its default value."""
     a, b = flatten(saved), flatten(current)
+    defaults = flatten(Config().to_dict())
     for key in sorted(set(a) | set(b)):
         if key in RESUMABLE_CHANGES:
+            continue
+        if key not in a and key in defaults and b.get(key) == defaults[key]:
             continue
         if a.get(key) != b.get(key):
             raise CheckpointError(f"{path}: written with {key}={a.get(key)!r}, this run has {key}={b.get(key)!r}")
