@@ -2,6 +2,8 @@
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
 # stages: env build tests tests-nokernels arms probe kbench tbench armsbench noisy compile efficiency sweep sweep2 moonshot perf
+#         blocks1 blocks (issue 25: the moonshot shape as seed blocks, one GPU, then every visible GPU;
+#         BLOCKS_EPOCHS=50 by default; run blocks1 first, in its own call: each takes about 5 minutes)
 # perf (issue 22, about 8 minutes): build, the fused-head and tensor-core GPU tests, kernels.py
 # (dueling_c51, c51_loss, all at P=1,8,64,256), train_step.py (P=1,64,256 x fp32/tf32/bf16, P=768
 # as 12x64 blocks, profiles per precision) and matmul_floor.py; one log (perf.log) and three JSON
@@ -128,6 +130,26 @@ for s in "$@"; do
       echo "--- fused head (kernels.py, graph rows)"; grep -E "^dueling_c51 .* graph" "$log"
       echo "--- SIMT GEMMs per profile"; grep -E "^profile P=" "$log" | sed 's/ kernel launches, / launches, /'
       echo "--- iteration vs matmul floor"; sed -n '/^case /,/^wrote/p' "$log" | grep -v "^wrote"
+      ;;
+    blocks1|blocks)
+      # One block per GPU (sweeps/seed_blocks.yaml: 3 arms x 64 seeds per block, the moonshot's
+      # shape); blocks1 = one block on GPU 0 (the reference), blocks = one block on every visible GPU.
+      (  # a subshell: blocks1's CUDA_VISIBLE_DEVICES stays inside it
+      if [ "$s" = blocks1 ]; then g=1; first=${CUDA_VISIBLE_DEVICES:-0}; export CUDA_VISIBLE_DEVICES=${first%%,*}
+      else g=$(python3 -c "import torch; print(torch.cuda.device_count())"); fi
+      stage "seed blocks: $g block(s) of 3 arms x 64 seeds on $g GPU(s)"
+      rm -rf /tmp/gpu-blocks$g
+      start=$(date +%s.%N)
+      timeout 560 python3 -m tune_gems sweep sweeps/seed_blocks.yaml --storage /tmp/gpu-blocks$g --name blocks$g \
+        blocks.seed_blocks=$g config.trainer.epochs=${BLOCKS_EPOCHS:-50} \
+        config.trainer.checkpoint_every=0 config.trainer.checkpoint_interval_s=0 2>&1 | tee "$OUT/blocks$g.log" | grep -v "^\s*$" | tail -12
+      end=$(date +%s.%N)
+      wall=$(python3 -c "print(f'{$end - $start:.1f}')")
+      echo "blocks sweep wall ($g GPU): ${wall} s" | tee -a "$OUT/blocks$g.log"
+      ref=""; [ "$g" != 1 ] && [ -f "$OUT/blocks1.json" ] && ref="--reference $OUT/blocks1.json"
+      python3 benchmarks/seed_blocks.py /tmp/gpu-blocks$g/blocks$g --sweep-wall "$wall" $ref --out "$OUT/blocks$g.json" 2>&1 | tee -a "$OUT/blocks$g.log"
+      python3 -m tune_gems analyze /tmp/gpu-blocks$g/blocks$g --n-boot 500 2>&1 | tee -a "$OUT/blocks$g.log" | tail -8
+      )
       ;;
     *) echo "unknown stage $s"; exit 2;;
   esac

@@ -4,6 +4,7 @@ in-process reference run of one trial to compare a faulted trial against, bit fo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -43,6 +44,52 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# -- a cluster of fake GPU nodes on this machine ----------------------------------------------
+
+FAST_NODE_DEATH = {"health_check_period_ms": 500, "health_check_failure_threshold": 3, "health_check_initial_delay_ms": 0}
+"""A removed node is declared dead after health_check_failure_threshold missed checks; Ray's
+defaults take tens of seconds, which only slows the node-removal tests down."""
+
+
+@contextlib.contextmanager
+def fake_gpu_cluster(workers: int, gpus_per_worker: int, cpus_per_worker: int):
+    """`ray.cluster_utils.Cluster`: a head without GPUs and `workers` nodes with fake GPUs
+    (Ray's logical `num_gpus`; CUDA stays unavailable, so trainers run on CPU), this process
+    its driver."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0, "_system_config": FAST_NODE_DEATH})
+    try:
+        for _ in range(workers):
+            c.add_node(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker)
+        c.wait_for_nodes()
+        ray.init(address=c.address, log_to_driver=False)
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def module_cluster(workers: int, gpus_per_worker: int, cpus_per_worker: int):
+    """A module-scoped pytest fixture (assign it to `cluster` in the test module) holding one
+    `fake_gpu_cluster` for every test of the module (starting Ray costs seconds)."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def cluster():
+        pytest.importorskip("ray")
+        with fake_gpu_cluster(workers, gpus_per_worker, cpus_per_worker) as c:
+            yield c
+
+    return cluster
+
+
+def worker_ids(c) -> set[str]:
+    """The node ids of a cluster's worker nodes (those with the fake GPUs)."""
+    return {n.node_id for n in c.worker_nodes}
 
 
 # -- the sweep CLI as a background process -----------------------------------------------------
@@ -183,13 +230,55 @@ def assert_trial_matches_uninterrupted(exp: Path, trial_id: str) -> None:
     trials = pd.read_parquet(exp / "trials.parquet").set_index("trial_id")
     history = pd.read_parquet(exp / "history.parquet")
     members = pd.read_parquet(exp / "members.parquet")
-    design = (yaml.safe_load((exp / "spec.yaml").read_text()) or {}).get("design", "none")
-    cfg = apply_spec_design(config_from_trial_row(trials.loc[trial_id]), design)  # the trial's arms
+    spec = yaml.safe_load((exp / "spec.yaml").read_text()) or {}
+    cfg = config_from_trial_row(trials.loc[trial_id])
+    arms = (spec.get("config") or {}).get("arms")
+    if arms is not None:  # the spec's own arms (not config columns of trials.parquet)
+        cfg = build_config({**cfg.to_dict(), "arms": arms}, "spec.yaml arms")
+    cfg = apply_spec_design(cfg, spec.get("design", "none"))  # the design's arms
     want_h, want_m = reference_run(cfg)
     got_h = history[history["trial_id"] == trial_id].sort_values("epoch")
     got_m = members[members["trial_id"] == trial_id].sort_values(["epoch", "member"])
     assert_bit_identical(got_h, want_h, _history_compared(got_h), f"history of {trial_id}")
     assert_bit_identical(got_m, want_m, MEMBERS_COMPARED, f"members of {trial_id}")
+
+
+# -- where and when trials ran -----------------------------------------------------------------
+
+
+def make_probe(probe_dir: str, rendezvous: int, patience_s: float = 120.0):
+    """The product's trainable, wrapped to log where and when each trial held its GPU.
+
+    Each trial writes `<id>.start` when it begins, then waits (polling) until `rendezvous`
+    trials have begun or `patience_s` passed, so that the first `rendezvous` trials provably run
+    at the same time; then it runs the real `train_trial` and writes `<id>.json` with its
+    interval, node, Ray's GPU ids and CUDA_VISIBLE_DEVICES. Defined in a factory so that
+    cloudpickle ships it to the workers by value (the tests folder is not importable there)."""
+
+    def train_trial(params, **kwargs):
+        import json
+        import os
+        import time
+        import uuid
+
+        from tune_gems.sweep import trainable as product  # the worker's own, unwrapped module
+
+        where = product.placement()
+        token = uuid.uuid4().hex
+        start = time.time()
+        open(os.path.join(probe_dir, f"{token}.start"), "w").close()
+        deadline = time.monotonic() + patience_s
+        while sum(n.endswith(".start") for n in os.listdir(probe_dir)) < rendezvous and time.monotonic() < deadline:
+            time.sleep(0.05)
+        try:
+            product.train_trial(params, **kwargs)
+        finally:
+            record = {**where, "seed": params.get("seed"), "first_seed_index": params.get("first_seed_index"), "start": start,
+                      "end": time.time(), "pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+            with open(os.path.join(probe_dir, f"{token}.json"), "w") as f:
+                json.dump(record, f)
+
+    return train_trial
 
 
 # -- the CLI in a forked child -----------------------------------------------------------------

@@ -18,75 +18,22 @@ import json
 import pandas as pd
 import pytest
 
-from cluster_fixtures import assert_trial_matches_uninterrupted, finish, kill_group, result_rows, start_cli, tail, wait_for
+from cluster_fixtures import (
+    assert_trial_matches_uninterrupted, finish, kill_group, make_probe, module_cluster, result_rows, start_cli, tail, wait_for,
+    worker_ids,
+)
 from sweep_fixtures import SMOKE, TINY_SWEEP
 
 pytestmark = pytest.mark.slow
 
 WORKERS, GPUS_PER_WORKER, CPUS_PER_WORKER = 2, 2, 4
 TOTAL_GPUS = WORKERS * GPUS_PER_WORKER
-# A removed node is declared dead after health_check_failure_threshold missed checks; Ray's
-# defaults take tens of seconds, which only slows the node-removal test down.
-FAST_NODE_DEATH = {"health_check_period_ms": 500, "health_check_failure_threshold": 3, "health_check_initial_delay_ms": 0}
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0, "_system_config": FAST_NODE_DEATH})
-    try:
-        for _ in range(WORKERS):
-            c.add_node(num_cpus=CPUS_PER_WORKER, num_gpus=GPUS_PER_WORKER)
-        c.wait_for_nodes()
-        ray.init(address=c.address, log_to_driver=False)
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
-
-
-def _worker_ids(c) -> set[str]:
-    return {n.node_id for n in c.worker_nodes}
+cluster = module_cluster(WORKERS, GPUS_PER_WORKER, CPUS_PER_WORKER)
 
 
 # -- scheduling --------------------------------------------------------------------------------
-
-
-def make_probe(probe_dir: str, rendezvous: int, patience_s: float = 120.0):
-    """The product's trainable, wrapped to log where and when each trial held its GPU.
-
-    Each trial writes `<id>.start` when it begins, then waits (polling) until `rendezvous`
-    trials have begun or `patience_s` passed, so that the first `rendezvous` trials provably run
-    at the same time; then it runs the real `train_trial` and writes `<id>.json` with its
-    interval, node, Ray's GPU ids and CUDA_VISIBLE_DEVICES. Defined in a factory so that
-    cloudpickle ships it to the workers by value (the tests folder is not importable there)."""
-
-    def train_trial(params, **kwargs):
-        import json
-        import os
-        import time
-        import uuid
-
-        from tune_gems.sweep import trainable as product  # the worker's own, unwrapped module
-
-        where = product.placement()
-        token = uuid.uuid4().hex
-        start = time.time()
-        open(os.path.join(probe_dir, f"{token}.start"), "w").close()
-        deadline = time.monotonic() + patience_s
-        while sum(n.endswith(".start") for n in os.listdir(probe_dir)) < rendezvous and time.monotonic() < deadline:
-            time.sleep(0.05)
-        try:
-            product.train_trial(params, **kwargs)
-        finally:
-            record = {**where, "seed": params.get("seed"), "start": start, "end": time.time(), "pid": os.getpid(),
-                      "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
-            with open(os.path.join(probe_dir, f"{token}.json"), "w") as f:
-                json.dump(record, f)
-
-    return train_trial
 
 
 def _probed_sweep(cluster, tmp_path, monkeypatch, name: str, n: int, rendezvous: int, *overrides: str):
@@ -102,7 +49,7 @@ def _probed_sweep(cluster, tmp_path, monkeypatch, name: str, n: int, rendezvous:
     out = run_sweep(SMOKE, [*TINY_SWEEP, f"num_samples={n}", f"max_concurrent_trials={n}", *overrides], storage=str(tmp_path), name=name)
     trials = out.trials
     assert len(trials) == n and set(trials["status"]) == {"TERMINATED"}, trials[["trial_id", "status", "error"]]
-    workers = _worker_ids(cluster)
+    workers = worker_ids(cluster)
     gpu_names = {str(g) for g in range(GPUS_PER_WORKER)}
     assert set(trials["node_id"]) <= workers  # never on the GPU-less head
     assert set(trials["gpu_ids"]) <= gpu_names, trials["gpu_ids"]  # one id each: no "0,1", no ""
@@ -142,7 +89,7 @@ def test_more_trials_than_gpus_one_gpu_each_never_shared_spread_over_nodes(clust
     # as many trials at once as GPUs (the rendezvous), never more although the CPUs allow 2x
     assert _peak(probes) == TOTAL_GPUS
     # spread: every GPU of every worker node was used
-    workers = _worker_ids(cluster)
+    workers = worker_ids(cluster)
     assert set(_per_gpu(probes)) == {(w, str(g)) for w in workers for g in range(GPUS_PER_WORKER)}
 
 
@@ -183,7 +130,7 @@ def test_removed_worker_node_has_its_trial_rescheduled_from_its_checkpoint(clust
     rows = result_rows(exp)
     nodes = list(dict.fromkeys(r["node_id"] for r in rows))
     assert len(nodes) == 2 and nodes[0] == victim.node_id, f"expected a move to another node, got {nodes}"
-    assert nodes[1] in _worker_ids(cluster)
+    assert nodes[1] in worker_ids(cluster)
     after = [r["epoch"] for r in rows if r["node_id"] == nodes[1]]
     assert after[0] > 1 and after[-1] == epochs, f"epochs after the move: {after} (1 = restarted from scratch)"
 

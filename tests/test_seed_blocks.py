@@ -186,3 +186,35 @@ def test_a_bad_block_spec_is_one_line_naming_the_key(override, fragment):
     with pytest.raises(ConfigError) as e:
         load_spec(BLOCKS, [override])
     assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+# -- benchmarks/seed_blocks.py: the multi-GPU figures from Tune's result.json ---------------------
+
+
+def _result_json(exp: Path, tid: str, first: int, gpu: str, start: float, epochs: int, train_s: float) -> None:
+    import json
+
+    d = exp / f"train_trial_{tid}"
+    d.mkdir(parents=True)
+    lines = [{"trial_id": tid, "epoch": e, "timestamp": start + 10.0 * e, "time_this_iter_s": 10.0, "train_s": train_s,
+              "eval_s": 1.0, "node_id": "n1", "gpu_ids": gpu, "cuda_visible_devices": gpu,
+              "config": {"first_seed_index": first}} for e in range(1, epochs + 1)]
+    (d / "result.json").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+
+def test_the_block_benchmark_reports_placement_training_share_and_scaling(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import seed_blocks as bench
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    _result_json(one, "a", 0, "0", 1000.0, 3, 8.0)
+    _result_json(two, "a", 0, "0", 1000.0, 3, 8.0)
+    _result_json(two, "b", 64, "1", 1001.0, 3, 8.0)
+    ref = bench.measure(one, sweep_wall=40.0)
+    run = bench.measure(two, sweep_wall=50.0)
+    assert [(b["first_seed_index"], b["gpu_ids"], b["cuda_visible_devices"]) for b in run["blocks"]] == [(0, "0", "0"), (64, "1", "1")]
+    assert run["summary"]["distinct_gpus"] == 2 and run["summary"]["train_share_of_device_time"] == pytest.approx(48 / 100)
+    sc = bench.scaling(run, ref)
+    assert sc["efficiency"] == pytest.approx(0.8) and sc["speedup_seeds_per_s"] == pytest.approx(1.6) and not sc["meets_goal"]

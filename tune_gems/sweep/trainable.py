@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -43,11 +44,14 @@ def _finite_or_nan(x: Any) -> float:
 
 
 def placement() -> dict[str, Any]:
-    """Where this trial runs: Ray node id and the GPU ids Ray assigned it (empty on CPU)."""
+    """Where this trial runs: Ray node id, the GPU ids Ray assigned it (empty on CPU) and the
+    CUDA_VISIBLE_DEVICES Ray set for it (the devices its `cuda:0` can be; in Tune's result.json,
+    read by benchmarks/seed_blocks.py)."""
     import ray
 
     ctx = ray.get_runtime_context()
-    return {"node_id": ctx.get_node_id(), "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids())}
+    return {"node_id": ctx.get_node_id(), "gpu_ids": ",".join(str(g) for g in ray.get_gpu_ids()),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
 
 
 def write_history(path: Path, history: list[dict[str, Any]], members: list[dict[str, Any]]) -> None:
