@@ -407,3 +407,38 @@ def redundancy_scenario(folder: str | Path, *, n: int = 16, g10_on: float = 0.0,
         values[name] = list(base)
     t = ArmTrial("t0", arms, values, seed=3, excess=excess)
     return write_arms_experiment(folder, [t], arms_table=arms_table)
+
+
+# ---- walk-forward folds (issue 20): members = folds x arms x seeds in one trial ---------------
+
+
+def fold_scenario(folder: str | Path, fold_effects: list[float], *, n: int = 16, noise: float = 0.05,
+                  test_effect: float | None = None, gem: str = "g12", baselines: pd.DataFrame | None = None) -> Path:
+    """One trial whose members span len(fold_effects) folds x arms control / wired (`gem` wired)
+    x n seeds, members carrying `fold`: in fold k, wired = control + fold_effects[k] + exactly
+    symmetric noise; each fold's control has its own level (another period). On the test
+    segment (the same for every fold) wired - control is `test_effect` (default: the mean of the
+    fold effects) + noise. `baselines`: written as baselines.parquet when given."""
+    folder = Path(folder)
+    frames = []
+    for k, eff in enumerate(fold_effects):
+        base = seed_values(n, seed=100) + 0.3 * k
+        arms = {"control": {}, "wired": {f"gems.{gem}.mode": "wire", f"gems.{gem}.weight": 0.1}}
+        vals = {"control": list(base), "wired": list(base + eff + paired_noise(n, seed=10 + k, sd=noise))}
+        tables = _arm_tables(folder.name, [ArmTrial("t0", arms, vals, seed=3)], True)
+        m = tables[2].assign(fold=k)
+        m["member"] = m["member"] + k * 2 * n
+        shift = (np.mean(fold_effects) if test_effect is None else test_effect) - eff
+        wired = m["arm"] == "wired"
+        m.loc[wired, "test_alpha_sharpe"] = m.loc[wired, "test_alpha_sharpe"] + shift
+        frames.append(m)
+        if k == 0:
+            tr, hi, ar = tables[0], tables[1], tables[3]
+    write_arms_experiment(folder, [ArmTrial("t0", {"control": {}}, {"control": [0.0] * n}, seed=3)])
+    tr.to_parquet(folder / "trials.parquet", index=False)
+    hi.to_parquet(folder / "history.parquet", index=False)
+    ar.to_parquet(folder / "arms.parquet", index=False)
+    pd.concat(frames, ignore_index=True).to_parquet(folder / "members.parquet", index=False)
+    if baselines is not None:
+        baselines.to_parquet(folder / "baselines.parquet", index=False)
+    return folder

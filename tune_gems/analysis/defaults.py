@@ -37,6 +37,23 @@ N_SIM = 2000
 CALIBRATION_SEEDS = (8, 16, 32)
 """Seed counts the calibration reports besides the experiment's own."""
 
+CALIBRATION_FOLDS = (1, 3, 4, 6)
+"""Walk-forward fold counts the period calibration reports (issue 20)."""
+
+CALIBRATION_TAUS = (0.0, 1.0, 3.0)
+"""Period-to-period spread of the difference (mean zero) the period calibration simulates, in
+units of one fold's seed standard error (sd / sqrt(n)); at one fold: the history's luck."""
+
+CALIBRATION_RHOS = (0.0, 0.5)
+"""Share of a seed's difference variance shared by that seed in every fold (same weights)."""
+
+CALIBRATION_PERIOD_EFFECTS = (0.5, 1.0)
+"""Planted consistent effects of the period calibration, in sd of the per-seed difference."""
+
+CALIBRATION_FLIP = 4.0
+"""Planted regime flip: the first gem's fold effects run from +FLIP to -FLIP seed standard
+errors, first fold to last (mean zero); it must not read keep wired / harmful."""
+
 CONFIDENCE = 0.95
 """Two-sided confidence level of the Sharpe-variance bootstrap intervals (percentile method)."""
 

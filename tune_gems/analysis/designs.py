@@ -44,7 +44,9 @@ from tune_gems.analysis.variance import KEY, trial_outcomes
 from tune_gems.errors import DataError
 
 DEFAULT_ARM = "default"
-CELL = ["experiment", "trial_id", "arm", "seed_index"]
+CELL = ["experiment", "trial_id", "arm", "fold", "seed_index"]
+"""A member of a comparison: `fold` is its walk-forward fold (0 without folds, issue 20): a fold
+is its own context, so differences pair only within a fold and a unit's are averaged over folds."""
 ARM_KEY = ["experiment", "trial_id", "arm"]
 ARMS_FILES = ("arms.parquet", "arms.csv")
 USED_OUTCOMES = ("ok", "diverged")
@@ -117,9 +119,14 @@ def read_arms_tables(paths: list[Path], labels: list[str]) -> pd.DataFrame | Non
 
 
 def with_arm_columns(members: pd.DataFrame) -> pd.DataFrame:
-    """Members with `arm` ("default" where absent) and `seed_index` (the member index where
-    absent: older results are one arm whose seed index is the member)."""
+    """Members with `arm` ("default" where absent), `seed_index` (the member index where
+    absent: older results are one arm whose seed index is the member) and `fold` (0 where
+    absent: one validation period)."""
     m = members.copy()
+    fold = pd.to_numeric(m["fold"], errors="coerce") if "fold" in m.columns else pd.Series(0, index=m.index)
+    if fold.isna().any() or not np.all(np.mod(fold.astype(float), 1) == 0) or (fold < 0).any():
+        raise DataError("members: column fold must hold integers >= 0 (the member's walk-forward fold)")
+    m["fold"] = fold.astype(int)
     if "arm" not in m.columns:
         m["arm"] = DEFAULT_ARM
     m["arm"] = m["arm"].astype(object).where(m["arm"].notna(), DEFAULT_ARM).astype(str)
@@ -370,7 +377,8 @@ def paired(
         return empty
     ctx_keys = [c for c in cells.keys if c != factor and c not in ignore]
     t = t.copy()
-    t["context"] = t["experiment"].astype(str) + "||" + t[ctx_keys].astype(str).agg("|".join, axis=1)
+    t["context"] = (t["experiment"].astype(str) + "||" + t["fold"].astype(str) + "||"
+                    + t[ctx_keys].astype(str).agg("|".join, axis=1))
     # a context pairs only where both levels are present at a common seed
     both = t.groupby(["context", "seed"])[factor].nunique()
     good = both[both == 2].reset_index()[["context", "seed"]]

@@ -88,7 +88,30 @@ def evidence_line(r: Any) -> str:
             f"effect {_num(r.get('effect'), '+.3g')} {_interval(r.get('ci_low'), r.get('ci_high'))} "
             f"({_num(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise, over seeds){_market_part(r)}; "
             f"Holm p {_num(r.get('p_adjusted'), '.2g')}; MDE {_num(r.get('mde'))}; "
-            f"seeds for +-{_num(r.get('rope'), 'g')}: {_num(r.get('seeds_needed'), '.0f')}")
+            f"seeds for +-{_num(r.get('rope'), 'g')}: {_num(r.get('seeds_needed'), '.0f')}"
+            f"{_period_part(r)}{_held_out_part(r)}{_skill_part(r)}")
+
+
+def _period_part(r: Any) -> str:
+    """Walk-forward folds: the pooled effect over periods and its heterogeneity (issue 20)."""
+    if _num(r.get("pooled_effect")) == "-":
+        return f"; {r['period']}" if isinstance(r.get("period"), str) and r.get("period") else ""
+    return (f"; over {_num(r.get('folds'), '.0f')} periods {_num(r.get('pooled_effect'), '+.3g')} "
+            f"{_interval(r.get('pooled_ci_low'), r.get('pooled_ci_high'))} (HKSJ), tau^2 {_num(r.get('tau2'))}, "
+            f"I^2 {_num(100 * float(r.get('i2')), '.0f')}%")
+
+
+def _held_out_part(r: Any) -> str:
+    """The held-out test segment's re-estimate of a keep wired / harmful (issue 20)."""
+    held = r.get("held_out")
+    if not isinstance(held, str) or not held:
+        return ""
+    return f"; test segment {_num(r.get('test_effect'), '+.3g')} {_interval(r.get('test_ci_low'), r.get('test_ci_high'))}: {held}"
+
+
+def _skill_part(r: Any) -> str:
+    skill = r.get("skill")
+    return f"; {skill}" if isinstance(skill, str) and skill else ""
 
 
 def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
@@ -193,6 +216,33 @@ def baseline_comparison_md(exp: Any) -> str:
     return intro + markdown_table(table.round(3)) + note
 
 
+def _periods_section(v: pd.DataFrame) -> list[str]:
+    """Report lines: the verdicts over periods (walk-forward folds), the held-out test check and
+    the learner's skill in context (issue 20; docs/analysis.md "Verdicts over periods")."""
+    if not len(v) or "folds" not in v.columns:
+        return []
+    k = int(v["folds"].max()) if v["folds"].notna().any() else 1
+    lines = ["", "### Over periods and out of sample", ""]
+    if k > 1:
+        lines.append(f"{k} walk-forward validation periods. Per fold: the seed-paired effect inside the fold; pooled: "
+                     "random effects with the Hartung-Knapp-Sidik-Jonkman interval at the Holm level (plus the seeds' "
+                     "share common to every fold), tau^2 and I^2 its heterogeneity. `keep wired` / `harmful` need the "
+                     "seeds and the pooled interval to agree; effects of both signs with significant heterogeneity "
+                     "read `inconclusive: inconsistent across periods`.")
+    else:
+        lines.append("One validation period: every verdict is conditional on it (run walk-forward folds, `data.folds`, "
+                     "to see whether an effect holds in another period).")
+    lines.append("Each `keep wired` / `harmful` is re-estimated once on the untouched test segment with the same pairs "
+                 "(`held_out`); nothing is decided on it.")
+    cols = ["gem", "verdict", "folds", "fold_effects", "pooled_effect", "pooled_ci_low", "pooled_ci_high", "tau2", "i2",
+            "test_effect", "test_ci_low", "test_ci_high", "held_out"]
+    lines += ["", markdown_table(v, cols if k > 1 else [c for c in cols if not c.startswith(("fold_", "pooled", "tau", "i2"))])]
+    skill = v["skill"].dropna().astype(str) if "skill" in v.columns else pd.Series(dtype=str)
+    if len(skill) and skill.iloc[0]:
+        lines += ["", f"**Skill in context:** {skill.iloc[0]}."]
+    return lines
+
+
 def render_report(result: Any, images: dict[str, str], settings: dict[str, Any]) -> str:
     """`report.md` of an analysis result (see run.AnalysisResult); `images`: title -> file."""
     exp = result.experiment
@@ -236,6 +286,7 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
                                      "p_adjusted", "tost_p_adjusted", "mde", "seeds_needed", "test_effect",
                                      "excess_median", "redundancy"]), ""]
     lines.extend(f"- {evidence_line(r)}\n  - why: {r['reason']}" for _, r in v.iterrows())
+    lines += _periods_section(v)
     if "Gem effects" in images:
         lines += ["", f"![Gem effects]({images['Gem effects']})"]
     placebo = getattr(result, "placebo", None)

@@ -21,6 +21,7 @@ import pandas as pd
 
 from tune_gems.analysis import defaults, plots
 from tune_gems.analysis.designs import build_cells, read_arms_tables
+from tune_gems.analysis.held_out import skill_context
 from tune_gems.analysis.importance import param_importances
 from tune_gems.analysis.load import Experiment, load_experiment
 from tune_gems.analysis.market_evidence import EvalReturnsLookup
@@ -132,6 +133,7 @@ def analyze(
     verdicts = gem_verdicts(t, h, m, arms=arms, gems=gems, rope=rope, power=power, placebo_weight=placebo_weight,
                             redundancy=red, cells=cells, eval_returns=EvalReturnsLookup(exp.paths, exp.labels, t),
                             n_boot=n_boot, seed=seed, **common)
+    verdicts["skill"] = skill_context(exp)
     placebo = placebo_verdicts(cells, gems, m, alpha=alpha, rope=rope, last_k=last_k, placebo_weight=placebo_weight)
     _, metric_note = verdict_metric(m)
     notes = list(cells.notes) + ([metric_note] if metric_note else [])

@@ -68,12 +68,25 @@ def run_calibration(a: argparse.Namespace) -> None:
     """Print the calibration of the verdict rule for the shape of the experiment(s) in `a`."""
     from tune_gems.analysis.calibration import calibration_table, experiment_shapes, format_calibration
     from tune_gems.analysis.run import analyze, check_settings
+    from tune_gems.analysis.walk_forward_calibration import format_period_calibration
 
     check_settings(**_settings(a), n_sim=a.n_sim)
     res = analyze(a.experiments, **_settings(a))
     shapes, note = experiment_shapes(res.verdicts, res.experiment.members)
     table = calibration_table(shapes, n_sim=a.n_sim, rope=a.rope, alpha=a.alpha, power_target=a.power, seed=a.seed)
     print(format_calibration(table, shapes, note, alpha=a.alpha))
+    print()
+    print(format_period_calibration(period_table(res.verdicts, shapes, a), alpha=a.alpha))
+
+
+def period_table(verdicts, shapes, a: argparse.Namespace):
+    """The calibration over periods (walk_forward_calibration) at the standard fold counts and
+    the experiment's own."""
+    from tune_gems.analysis.walk_forward_calibration import period_calibration_table
+
+    own = int(verdicts["folds"].max()) if "folds" in verdicts.columns and verdicts["folds"].notna().any() else 1
+    folds = tuple(sorted(set(defaults.CALIBRATION_FOLDS) | {own}))
+    return period_calibration_table(shapes, n_sim=a.n_sim, folds=folds, rope=a.rope, alpha=a.alpha, seed=a.seed)
 
 
 def run_report(a: argparse.Namespace) -> None:
@@ -124,6 +137,41 @@ def sharpe_variance_main(argv: list[str] | None = None) -> int:
         e = load_experiment(a.experiments)
         sv = sharpe_variance(e.members, e.trials, n_boot=a.n_boot, confidence=a.confidence, seed=a.seed)
         print(markdown_table(sv))
+
+    return _run(go)
+
+
+def period_calibration_main(argv: list[str] | None = None) -> int:
+    """`python -m tune_gems.analysis.walk_forward_calibration`: the calibration over periods for
+    a stated shape (no experiment needed): the figures of docs/analysis.md."""
+    from tune_gems.analysis.calibration import Shape
+    from tune_gems.analysis.run import check_settings
+    from tune_gems.analysis.walk_forward_calibration import format_period_calibration, period_calibration_table
+
+    p = argparse.ArgumentParser(description="Calibrate the verdict rule over walk-forward periods for a stated shape.")
+    p.add_argument("--seeds", type=int, default=16, help="seeds per arm (default 16)")
+    p.add_argument("--gems", type=int, default=3, help="gems in the Holm family (default 3)")
+    p.add_argument("--sd", type=float, default=1.0, help="sd of a per-seed difference, Sharpe units (default 1)")
+    p.add_argument("--divergence", type=float, default=0.0, help="per-side divergence rate (default 0)")
+    p.add_argument("--dist", choices=("normal", "t3"), default="normal", help="seed-noise distribution")
+    p.add_argument("--n-sim", type=int, default=defaults.N_SIM, help=f"datasets per row (default {defaults.N_SIM})")
+    p.add_argument("--alpha", type=float, default=defaults.ALPHA, help=f"family-wise level (default {defaults.ALPHA})")
+    p.add_argument("--rope", type=float, default=defaults.ROPE, help=f"equivalence margin (default {defaults.ROPE})")
+    p.add_argument("--seed", type=int, default=defaults.SEED, help="simulation seed (default 0)")
+    a = p.parse_args(argv)
+
+    def go() -> None:
+        from tune_gems.errors import ConfigError
+
+        check_settings(alpha=a.alpha, rope=a.rope, n_sim=a.n_sim, seed=a.seed)
+        for flag, v, lo in (("--seeds", a.seeds, 2), ("--gems", a.gems, 1)):
+            if v < lo:
+                raise ConfigError(f"{flag}: must be at least {lo}, got {v}")
+        if not (a.sd > 0 and a.sd < float("inf")) or not (0 <= a.divergence < 0.5):
+            raise ConfigError("--sd must be a positive number and --divergence in [0, 0.5)")
+        shapes = [Shape(f"gem{i}", a.seeds, a.sd, a.divergence) for i in range(a.gems)]
+        table = period_calibration_table(shapes, n_sim=a.n_sim, rope=a.rope, alpha=a.alpha, seed=a.seed, dist=a.dist)
+        print(format_period_calibration(table, alpha=a.alpha))
 
     return _run(go)
 

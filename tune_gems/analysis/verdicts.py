@@ -56,6 +56,8 @@ from tune_gems.analysis.inference import (
     smallest_p,
 )
 from tune_gems.analysis.report import format_number
+from tune_gems.analysis.held_out import held_out_check
+from tune_gems.analysis.walk_forward import fold_count, period_verdicts
 from tune_gems.analysis.market_evidence import (
     MARKET_COLUMNS,
     NOT_NEEDED,
@@ -67,8 +69,8 @@ from tune_gems.analysis.market_evidence import (
 from tune_gems.config import GEM_NAMES
 from tune_gems.metrics import GEM_KEYS
 
-VERDICTS = ("keep wired", "harmful", "equivalent", "inconclusive", "delete",
-            "insufficient: confounded", "insufficient data", "no data")
+VERDICTS = ("keep wired", "harmful", "equivalent", "inconclusive", "inconclusive: inconsistent across periods",
+            "delete", "insufficient: confounded", "insufficient data", "no data")
 WIRE, MEASURE = "wire", "measure"
 
 VERDICT_COLUMNS = [
@@ -195,6 +197,8 @@ def gem_verdicts(
     column, metric_note = verdict_metric(members, metric)
     test_column = column.replace("val_", "test_", 1)
     excess = add_excess_columns(cells.long, gems)
+    if fold_count(cells) > 1:
+        eval_returns = None  # several periods: their spread carries the market's variance (walk_forward.py)
     if redundancy is None:
         redundancy = redundancy_table(cells, gems, alpha=alpha, rel_threshold=rel_threshold, last_k=last_k,
                                       excess=excess)
@@ -257,7 +261,9 @@ def gem_verdicts(
         row["verdict"], row["reason"] = _decide(row, metric_note, power, m)
         row.pop("_excess_tost", None)
         row.pop("_excess_note", None)
-    return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
+    table = period_verdicts(pd.DataFrame(rows, columns=VERDICT_COLUMNS), cells, gems, alpha=alpha, rope=rope,
+                            last_k=last_k, placebo_weight=placebo_weight)
+    return held_out_check(table, cells, gems, alpha=alpha, last_k=last_k, placebo_weight=placebo_weight)
 
 
 def _unit_magnitudes(cells: Cells, g: Gem, column: str, k: int) -> np.ndarray:
