@@ -145,6 +145,7 @@ def test_calibrate_command_prints_rates_and_power(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "false keep" in out and "FWER" in out and "power 0.25 sd" in out and "MDE (80%)" in out
     assert "g12: 8 seeds" in out and "family-wise false rate: worst" in out and "ABOVE" not in out
+    assert "Calibration of the rule over periods" in out and "flip keep/harm" in out  # issue 20
     assert sorted(p.name for p in f.iterdir()) == before  # writes nothing
 
 

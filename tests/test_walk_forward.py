@@ -175,3 +175,14 @@ def test_each_interval_alone_is_liberal_on_one_history(monkeypatch):
     monkeypatch.setattr(wc, "combined_bounds", lambda effect, lo, hi, mlo, mhi: (lo, hi))
     alone = (np.abs(period_codes(SHAPES, N_SIM, 1, tau=1.0)) == 1).any(1).mean()
     assert fixed <= ALPHA + TOL < 2 * ALPHA < alone
+
+
+def test_period_calibration_command_prints_the_table_and_refuses_bad_input(capsys):
+    from tune_gems.analysis.scripts import period_calibration_main
+
+    assert period_calibration_main(["--seeds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "error: --seeds: must be at least 2, got 1"
+    assert period_calibration_main(["--seeds", "6", "--n-sim", "100", "--gems", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "Calibration of the rule over periods" in out and "worst false rate" in out
