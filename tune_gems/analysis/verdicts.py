@@ -57,12 +57,13 @@ from tune_gems.analysis.inference import (
 )
 from tune_gems.analysis.report import format_number
 from tune_gems.analysis.held_out import held_out_check
-from tune_gems.analysis.walk_forward import fold_count, period_verdicts
+from tune_gems.analysis.walk_forward import ACROSS_PERIODS, fold_count, period_verdicts
 from tune_gems.analysis.market_evidence import (
     MARKET_COLUMNS,
     NOT_NEEDED,
     OK as MARKET_OK,
     EvalReturnsLookup,
+    MarketEvidence,
     contradicts,
     market_evidence,
 )
@@ -197,8 +198,7 @@ def gem_verdicts(
     column, metric_note = verdict_metric(members, metric)
     test_column = column.replace("val_", "test_", 1)
     excess = add_excess_columns(cells.long, gems)
-    if fold_count(cells) > 1:
-        eval_returns = None  # several periods: their spread carries the market's variance (walk_forward.py)
+    periods = fold_count(cells) > 1  # several periods: their spread carries the market's variance (walk_forward.py)
     if redundancy is None:
         redundancy = redundancy_table(cells, gems, alpha=alpha, rel_threshold=rel_threshold, last_k=last_k,
                                       excess=excess)
@@ -256,7 +256,8 @@ def gem_verdicts(
                        ci_level=1 - lvl, sd_diff=sd,
                        mde=min_detectable_effect(sd, pr.n, alpha / max(m, 1), power),
                        seeds_needed=seeds_needed(sd, rope, alpha / max(m, 1), power))
-            row.update(market_evidence(pr, cells, eval_returns, column=column, k=last_k, confidence=1 - lvl,
+            row.update(MarketEvidence(ACROSS_PERIODS).columns() if periods else
+                       market_evidence(pr, cells, eval_returns, column=column, k=last_k, confidence=1 - lvl,
                                        n_boot=n_boot, seed=seed).columns())
         row["verdict"], row["reason"] = _decide(row, metric_note, power, m)
         row.pop("_excess_tost", None)
@@ -296,6 +297,8 @@ def _market_text(row: dict) -> str:
                 f"[{_fmt(row['market_ci_low'])}, {_fmt(row['market_ci_high'])}] around {_fmt(row['market_effect'], '+.3g')}, "
                 f"mean block {_fmt(row['market_mean_block'], '.3g')} of {_fmt(row['market_n_steps'], '.0f')} steps, "
                 f"{_fmt(row['market_n_series'], '.0f')} paired series{left}")
+    if status == ACROSS_PERIODS:
+        return "; market noise: in the spread over validation periods (walk-forward folds)"
     if status == NOT_NEEDED:
         return "; market noise: in the seed interval (per-seed paths)"
     return f"; market-noise interval {status}: the effect is conditional on this one price history"

@@ -206,7 +206,6 @@ def period_verdicts(verdicts: pd.DataFrame, cells: Cells, gems, *, alpha: float 
     v["folds"] = k_folds
     if k_folds == 1:
         return _one_period(v)
-    v["market_noise"] = v["market_noise"].astype(object).where(v["n_seeds"].fillna(0) == 0, ACROSS_PERIODS)
     by_gem = {g.name: g for g in gems}
     pooled: dict[int, dict] = {}
     for i, row in v.iterrows():
