@@ -113,7 +113,8 @@ def test_a_consistent_effect_over_four_folds_keeps_wired_with_per_fold_effects(t
     assert v["pooled_ci_low"] > 0 and v["pooled_effect"] == pytest.approx(0.5, abs=0.02)
     assert v["fold_effects"].count("fold ") == 4 and "holds across periods" in v["reason"]
     assert v["held_out"] == "agrees" and v["test_effect"] == pytest.approx(0.5, abs=0.02)
-    assert "several validation periods" in v["market_noise"]
+    assert "several validation periods" in v["market_noise"] and "spread over validation periods" in v["reason"]
+    assert v["fold_sd_diff"] == pytest.approx(0.05 * np.sqrt(16 / 15))  # one fold's +-0.05 noise
 
 
 def test_a_regime_flip_reads_inconsistent_across_periods_with_the_fold_effects(tmp_path):

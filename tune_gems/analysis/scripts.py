@@ -81,11 +81,17 @@ def run_calibration(a: argparse.Namespace) -> None:
 
 def period_table(verdicts, shapes, a: argparse.Namespace):
     """The calibration over periods (walk_forward_calibration) at the standard fold counts and
-    the experiment's own."""
+    the experiment's own; with folds, each gem's spread is that of one fold's comparison
+    (`fold_sd_diff`), not that of the fold-averaged differences."""
+    from dataclasses import replace
+
     from tune_gems.analysis.walk_forward_calibration import period_calibration_table
 
     own = int(verdicts["folds"].max()) if "folds" in verdicts.columns and verdicts["folds"].notna().any() else 1
     folds = tuple(sorted(set(defaults.CALIBRATION_FOLDS) | {own}))
+    per_fold = verdicts.set_index("gem")["fold_sd_diff"] if "fold_sd_diff" in verdicts.columns else {}
+    shapes = [replace(s, sd=float(per_fold[s.gem])) if s.gem in per_fold and per_fold[s.gem] > 0 else s
+              for s in shapes]
     return period_calibration_table(shapes, n_sim=a.n_sim, folds=folds, rope=a.rope, alpha=a.alpha, seed=a.seed)
 
 

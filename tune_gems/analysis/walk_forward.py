@@ -62,7 +62,7 @@ the fold effect's standard error (the weights of the random-effects combination)
 ACROSS_PERIODS = "not needed: several validation periods (the pooled interval carries their market noise)"
 PERIOD_COLUMNS = ["folds", "period", "fold_effects", "pooled_effect", "pooled_ci_low", "pooled_ci_high",
                   "pooled_ci_level", "pooled_p", "pooled_p_adjusted", "pooled_tost_p_adjusted", "tau2", "i2",
-                  "q_p", "combined_ci_low", "combined_ci_high"]
+                  "q_p", "fold_sd_diff", "combined_ci_low", "combined_ci_high"]
 """Columns this layer adds to verdicts.csv (docs/analysis.md "Verdicts over periods")."""
 
 
@@ -241,6 +241,7 @@ def period_verdicts(verdicts: pd.DataFrame, cells: Cells, gems, *, alpha: float 
             r["mu"][0], r["low"][0], r["high"][0], 1 - float(levels[j]), info["r"]["p"][0], p_adj[j], pt_adj[j],
             r["tau2"][0], r["i2"][0], r["q_p"][0]]
         v.at[i, "fold_effects"] = "; ".join(parts)
+        v.at[i, "fold_sd_diff"] = _median_fold_spread(info["folds"])
         v.at[i, "period"] = f"pooled over {len(info['folds'])} validation periods (random effects, HKSJ)"
         verdict, reason = _across_periods(v.loc[i], inconsistent(info["theta"], info["r"]["q_p"], alpha)[0], alpha)
         v.at[i, "verdict"], v.at[i, "reason"] = verdict, reason
@@ -249,6 +250,13 @@ def period_verdicts(verdicts: pd.DataFrame, cells: Cells, gems, *, alpha: float 
             v.at[i, "reason"] = f"{v.at[i, 'verdict']} by the seeds; {v.at[i, 'period']}: " + str(v.at[i, "reason"])
             v.at[i, "verdict"] = "inconclusive"
     return v
+
+
+def _median_fold_spread(folds: list[tuple[int, Paired]]) -> float:
+    """The median over folds of the sd of a fold's finite per-seed differences (the shape of one
+    fold's comparison, for the period calibration)."""
+    sds = [float(np.std(d[np.isfinite(d)], ddof=1)) for d in (pr.diffs for _, pr in folds) if np.isfinite(d).sum() > 1]
+    return float(np.median(sds)) if sds else math.nan
 
 
 def _pooled_text(r) -> str:

@@ -172,7 +172,7 @@ def period_calibration_table(shapes: list[Shape], *, n_sim: int = defaults.N_SIM
                 common = dict(tau=tau, rho=rho, rope=rope, alpha=alpha, dist=dist)
                 null = period_codes(shapes, n_sim, k, seed=seed, **common)
                 dec = np.abs(null) == 1
-                row = dict(folds=k, tau_se=tau, rho=rho, n_seeds=shapes[0].n, gems=len(shapes), n_sim=n_sim, dist=dist,
+                row = dict(folds=k, tau_se=tau, rho=rho, n_seeds=shapes[0].n, sd=sd, gems=len(shapes), n_sim=n_sim, dist=dist,
                            false_keep=float((null == KEEP).any(1).mean()), false_harmful=float((null == HARMFUL).any(1).mean()),
                            fwer=float(dec.any(1).mean()), mc_tolerance=mc_tolerance(alpha, n_sim))
                 eq = period_codes(shapes, n_sim, k, effect=rope, seed=seed + 1, **common)
@@ -193,7 +193,8 @@ def format_period_calibration(table: pd.DataFrame, alpha: float = defaults.ALPHA
     pcols = [c for c in table.columns if c.startswith("power@")]
     lines = [f"Calibration of the rule over periods (walk-forward folds; seed rule AND pooled HKSJ; one fold: seed rule "
              f"with the market-noise gates); {int(table['n_sim'].iloc[0])} datasets per row, "
-             f"{int(table['n_seeds'].iloc[0])} seeds, {int(table['gems'].iloc[0])} gems, {table['dist'].iloc[0]} seed noise. tau: period-to-period spread "
+             f"{int(table['n_seeds'].iloc[0])} seeds, {int(table['gems'].iloc[0])} gems, {table['dist'].iloc[0]} seed noise, "
+             f"sd of a fold's per-seed difference {table['sd'].iloc[0]:.3g}. tau: period-to-period spread "
              f"in seed standard errors; rho: seed share across folds; flip: +-{flip:g} SE from first to last fold"]
     head = ["folds", "tau", "rho", "false keep", "false harmful", "FWER", "false equiv@ROPE"] + \
            [c.replace("power@", "power ") for c in pcols] + ["flip keep/harm", "flip inconsistent"]
