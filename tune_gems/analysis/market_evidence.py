@@ -42,6 +42,9 @@ from tune_gems.result_files import EVAL_RETURNS_ARRAYS, EVAL_RETURNS_DIR, EVAL_R
 OK = "ok"
 NOT_NEEDED = "not needed: per-seed paths (the seed interval includes the market's variance)"
 UNAVAILABLE = "unavailable"
+ACROSS_PERIODS = "not needed: several validation periods (the pooled interval carries their market noise)"
+"""Pairs in several walk-forward folds (issue 20): each fold's period luck is in the spread of the
+fold effects that the pooled interval carries (walk_forward.py), so no bootstrap is run."""
 
 CHECK_RTOL, CHECK_ATOL = 1e-4, 1e-6
 """A metric recomputed from eval_returns.npz must equal members.parquet's value to this
@@ -202,6 +205,8 @@ def market_evidence(
         return _unavailable("no member pairs")
     table = cells.table.set_index("cell")
     both = np.concatenate([pairs["cell_hi"].to_numpy(), pairs["cell_lo"].to_numpy()])
+    if "fold" in table.columns and table.loc[both, "fold"].nunique() > 1:
+        return MarketEvidence(ACROSS_PERIODS)
     if _per_seed_paths(table.loc[both]).all():
         return MarketEvidence(NOT_NEEDED)
     if _per_seed_paths(table.loc[both]).any():

@@ -57,13 +57,13 @@ from tune_gems.analysis.inference import (
 )
 from tune_gems.analysis.report import format_number
 from tune_gems.analysis.held_out import held_out_check
-from tune_gems.analysis.walk_forward import ACROSS_PERIODS, fold_count, period_verdicts
+from tune_gems.analysis.walk_forward import period_verdicts
 from tune_gems.analysis.market_evidence import (
     MARKET_COLUMNS,
     NOT_NEEDED,
     OK as MARKET_OK,
+    ACROSS_PERIODS,
     EvalReturnsLookup,
-    MarketEvidence,
     contradicts,
     market_evidence,
 )
@@ -198,7 +198,6 @@ def gem_verdicts(
     column, metric_note = verdict_metric(members, metric)
     test_column = column.replace("val_", "test_", 1)
     excess = add_excess_columns(cells.long, gems)
-    periods = fold_count(cells) > 1  # several periods: their spread carries the market's variance (walk_forward.py)
     if redundancy is None:
         redundancy = redundancy_table(cells, gems, alpha=alpha, rel_threshold=rel_threshold, last_k=last_k,
                                       excess=excess)
@@ -256,8 +255,7 @@ def gem_verdicts(
                        ci_level=1 - lvl, sd_diff=sd,
                        mde=min_detectable_effect(sd, pr.n, alpha / max(m, 1), power),
                        seeds_needed=seeds_needed(sd, rope, alpha / max(m, 1), power))
-            row.update(MarketEvidence(ACROSS_PERIODS).columns() if periods else
-                       market_evidence(pr, cells, eval_returns, column=column, k=last_k, confidence=1 - lvl,
+            row.update(market_evidence(pr, cells, eval_returns, column=column, k=last_k, confidence=1 - lvl,
                                        n_boot=n_boot, seed=seed).columns())
         row["verdict"], row["reason"] = _decide(row, metric_note, power, m)
         row.pop("_excess_tost", None)

@@ -59,7 +59,6 @@ FOLD_SE_TAIL = 0.025
 """Per-side tail of the per-fold rank interval whose half-width, over the normal quantile, is
 the fold effect's standard error (the weights of the random-effects combination)."""
 
-ACROSS_PERIODS = "not needed: several validation periods (the pooled interval carries their market noise)"
 PERIOD_COLUMNS = ["folds", "period", "fold_effects", "pooled_effect", "pooled_ci_low", "pooled_ci_high",
                   "pooled_ci_level", "pooled_p", "pooled_p_adjusted", "pooled_tost_p_adjusted", "tau2", "i2",
                   "q_p", "fold_sd_diff", "combined_ci_low", "combined_ci_high"]
