@@ -21,13 +21,13 @@ import pandas as pd
 
 from tune_gems.analysis import defaults, plots
 from tune_gems.analysis.designs import build_cells, read_arms_tables
-from tune_gems.analysis.held_out import skill_context
 from tune_gems.analysis.importance import param_importances
 from tune_gems.analysis.load import Experiment, load_experiment
 from tune_gems.analysis.market_evidence import EvalReturnsLookup
 from tune_gems.analysis.magnitudes import gem_magnitudes, gem_trajectories
 from tune_gems.analysis.redundancy import redundancy_table
 from tune_gems.analysis.report import render_report
+from tune_gems.analysis.held_out import skill_context
 from tune_gems.analysis.variance import final_members, sharpe_variance, split_arms, trial_outcomes
 from tune_gems.analysis.verdicts import add_excess_columns, gem_registry, gem_verdicts, placebo_verdicts, verdict_metric
 from tune_gems.errors import ConfigError
