@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from tune_gems.arms import ArmsConfig
-from tune_gems.data import DEFAULT_EDGE
+from tune_gems.data import DEFAULT_EDGE, MAX_FOLDS
 from tune_gems.errors import ConfigError
 from tune_gems.gems import registry
 
@@ -52,6 +52,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
 
 
+def _edge_periods(v: Any) -> Any:
+    """`[[start, edge], ...]`: starts strictly increasing fractions of the path, the first 0."""
+    if v is None:
+        return v
+    if not isinstance(v, (list, tuple)) or not v or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in v):
+        raise ValueError("give a list of [start_fraction, edge] pairs, e.g. [[0, 0.8], [0.5, 0]]")
+    starts = [p[0] for p in v]
+    if any(isinstance(x, bool) or not isinstance(x, (int, float)) for p in v for x in p):
+        raise ValueError("every start and edge must be a number")
+    if starts[0] != 0 or any(not a < b for a, b in zip(starts, starts[1:])) or starts[-1] >= 1:
+        raise ValueError(f"period starts must begin at 0, increase strictly and stay below 1, got {starts}")
+    return [[float(x) for x in p] for p in v]
+
+
 class SyntheticConfig(_Strict):
     """The seeded regime-switching series used when `data.source` is synthetic."""
 
@@ -64,6 +78,45 @@ class SyntheticConfig(_Strict):
         "`data.synthetic.seed + s`, the same in every arm, so the spread over seeds includes market noise "
         "(docs/data.md); shared: one path (seed `data.synthetic.seed`) for every member",
     )
+    edge_periods: Annotated[list[list[float]] | None, BeforeValidator(_edge_periods)] = Field(
+        None,
+        description="regimes in time: [[start_fraction, edge], ...] (first start 0); from each start on the edge "
+        "is that period's instead of `edge` (e.g. [[0, 0.8], [0.5, 0]]: an edge that vanishes half-way); none: `edge` throughout",
+    )
+
+    @model_validator(mode="after")
+    def _period_edges(self) -> "SyntheticConfig":
+        if self.edge_periods is not None and any(not 0.0 <= e <= 1.0 for _, e in self.edge_periods):
+            raise ValueError("data.synthetic.edge_periods: every edge must lie in [0, 1]")
+        return self
+
+
+class FoldsConfig(_Strict):
+    """Walk-forward folds on the population axis (docs/data.md "Walk-forward folds"): the history
+    before the test segment ends in `k` successive validation windows of `val_length` rows; fold
+    k trains on the rows before its own window (less `gap`), is normalised there and validated on
+    its window; the test segment is the same for every fold. k = 1 with the defaults is the plain
+    train / validation / test split."""
+
+    k: int = Field(1, ge=1, le=MAX_FOLDS, description="number of folds (successive validation windows)")
+    layout: Literal["expanding", "rolling"] = Field(
+        "expanding",
+        description="expanding: fold k trains on every row before its validation window (less the gap); "
+        "rolling: on the `train_length` rows before it",
+    )
+    val_length: int | None = Field(
+        None, ge=2, description="rows per validation window (default: the validation segment of data.splits)"
+    )
+    gap: int = Field(0, ge=0, description="rows left out between a fold's training window and its validation window")
+    train_length: int | None = Field(
+        None, ge=2, description="rolling only: rows of every training window (default: fold 0's, the longest all folds have)"
+    )
+
+    @model_validator(mode="after")
+    def _rolling_length(self) -> "FoldsConfig":
+        if self.train_length is not None and self.layout != "rolling":
+            raise ValueError("data.folds.train_length is for layout rolling only (an expanding window starts at row 0)")
+        return self
 
 
 class DataConfig(_Strict):
@@ -76,6 +129,7 @@ class DataConfig(_Strict):
         description="train/val/test fractions summing to 1, or two dates: [val_start, test_start]",
     )
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+    folds: FoldsConfig = Field(default_factory=FoldsConfig)
 
     @field_validator("splits", mode="before")
     @classmethod

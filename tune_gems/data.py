@@ -33,6 +33,17 @@ DEFAULT_EDGE = 0.8
 autocorrelation of daily returns 0.15 (real daily series: about 0) and no drift in expectation
 (mean simple return 0; mean log return about -1.2e-4 a day, the volatility drag)."""
 
+MAX_FOLDS = 64
+"""Most walk-forward folds a run may have (`data.folds.k`): more is a typo, not a design."""
+
+FOLD_TABLE_COLUMNS = (
+    "fold", "layout", "train_start", "train_end", "val_start", "val_end", "test_start", "test_end",
+    "train_first", "train_last", "val_first", "val_last", "test_first", "test_last",
+)
+"""The fold table (`fold_table`, folds.csv / folds.parquet): per fold its half-open row ranges
+[start, end) into the series and the times of each window's first and last row (None without
+a time index)."""
+
 _SNIFF_BYTES = 8192  # how much of a CSV to look at for NUL bytes (a binary file)
 _MAX_SHOWN = 40  # longest value quoted in a message, so the message stays one short line
 _MAX_DETAIL = 160  # longest reader error text repeated in a message
@@ -195,6 +206,7 @@ def synthetic_prices(
     edge: float = DEFAULT_EDGE,
     *,
     regimes: Sequence[tuple[float, float]] = DEFAULT_REGIMES,
+    edge_periods: Sequence[Sequence[float]] | None = None,
     regime_persistence: float = 0.98,
     trend_persistence: float = 0.95,
     max_trend_share: float = 0.2,
@@ -217,13 +229,20 @@ def synthetic_prices(
       unpredictable (only volatility clusters).
     - Drift: the regimes' drifts cancel over the chain's uniform stationary distribution, so
       the expected simple return is 0 at every edge; any one path drifts up or down by luck.
+    - Regimes in time (`edge_periods`, [[start_fraction, edge], ...], first start 0): from row
+      round(start * n) on, the edge is that period's instead of `edge`, so a time-varying edge
+      can be planted (an edge that vanishes half-way reads differently in early and late
+      walk-forward folds). The random draws do not depend on it: the same seed gives the same
+      regimes, trend and noise whatever the edges.
     Prices compound simple returns with multiplications only (no exp), so the same (n, seed,
     edge) gives the same bits on every machine. Indexed by business days from `start`.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    if not 0.0 <= edge * max_trend_share <= 1.0:
-        raise ValueError(f"edge * max_trend_share must lie in [0, 1], got {edge * max_trend_share}")
+    edge_of_row = edge if edge_periods is None else _edge_of_row(n, edge_periods)
+    for share_value in np.unique(np.atleast_1d(np.asarray(edge_of_row, dtype=np.float64) * max_trend_share)):
+        if not 0.0 <= share_value <= 1.0:
+            raise ValueError(f"edge * max_trend_share must lie in [0, 1], got {float(share_value)}")
     rng = np.random.default_rng(seed)
     vol, drift = (np.asarray(col, dtype=np.float64) for col in zip(*regimes))
     k = len(vol)
@@ -241,13 +260,27 @@ def synthetic_prices(
         m = trend_persistence * m + shock_scale * trend_shocks[t]
         state[t], trend[t] = s, m
 
-    share = edge * max_trend_share
-    returns = drift[state] * edge + vol[state] * (np.sqrt(share) * trend + np.sqrt(1.0 - share) * noise)
+    share = edge_of_row * max_trend_share
+    returns = drift[state] * edge_of_row + vol[state] * (np.sqrt(share) * trend + np.sqrt(1.0 - share) * noise)
     returns[0] = 0.0  # the first price is start_price itself
     # Strictly positive prices: no regime here comes near a -100% day, the floor only makes it certain.
     prices = start_price * np.cumprod(1.0 + np.maximum(returns, -0.5))
     index = pd.bdate_range(start=start, periods=n)
     return pd.Series(prices, index=index, name="close", dtype=np.float64)
+
+
+def _edge_of_row(n: int, periods: Sequence[Sequence[float]]) -> np.ndarray:
+    """The edge of each of n rows under `edge_periods` (each period from row round(start * n))."""
+    starts = np.asarray([round(float(p[0]) * n) for p in periods], dtype=np.int64)
+    edges = np.asarray([float(p[1]) for p in periods], dtype=np.float64)
+    if len(starts) == 0 or starts[0] != 0 or np.any(np.diff(starts) < 0):
+        raise ValueError(f"edge_periods must start at 0 and increase, got {[list(p) for p in periods]}")
+    return edges[np.searchsorted(starts, np.arange(n), side="right") - 1]
+
+
+def _synthetic(syn: Any, seed: int) -> pd.Series:
+    """One path of a `SyntheticConfig` (its edge, or its regimes in time) at `seed`."""
+    return synthetic_prices(syn.n, seed, syn.edge, edge_periods=syn.edge_periods)
 
 
 def load_series(cfg: Any, min_rows: int = 0) -> pd.Series:
@@ -256,7 +289,7 @@ def load_series(cfg: Any, min_rows: int = 0) -> pd.Series:
         syn = cfg.synthetic
         if syn.n < min_rows:
             raise DataError(f"data.synthetic.n: {syn.n} rows, need at least {min_rows}")
-        return synthetic_prices(syn.n, syn.seed, syn.edge)
+        return _synthetic(syn, syn.seed)
     return load_prices(cfg.path, cfg.price_column, cfg.time_column, min_rows=min_rows)
 
 
@@ -285,7 +318,7 @@ def load_paths(cfg: Any, n_seed_indices: int = 1, min_rows: int = 0, first_seed_
     syn = cfg.synthetic
     if syn.n < min_rows:
         raise DataError(f"data.synthetic.n: {syn.n} rows, need at least {min_rows}")
-    return [synthetic_prices(syn.n, s, syn.edge) for s in path_seeds(syn, n_seed_indices, first_seed_index)]
+    return [_synthetic(syn, s) for s in path_seeds(syn, n_seed_indices, first_seed_index)]
 
 
 def path_of_member(cfg: Any, seed_slot_of_member: Sequence[int]) -> list[int]:
@@ -348,3 +381,66 @@ def split_bounds(prices: pd.Series, splits: list, min_len: int, source: str = "d
         if hi - lo < min_len:
             raise DataError(f"{source}: {label} segment has {hi - lo} prices, need at least min_len={min_len}")
     return bounds
+
+
+def fold_bounds(prices: pd.Series, splits: list, folds: Any, min_len: int) -> list[SegmentBounds]:
+    """Walk-forward folds (`data.folds`): one SegmentBounds per fold, the test segment common.
+
+    The split (`split_bounds`) fixes where the test segment starts (row b). The K validation
+    windows are the last K x L rows before it, end to end (L = `folds.val_length`, default the
+    split's validation length): fold k validates on [b - (K - k) L, b - (K - k - 1) L). Its
+    training window ends `folds.gap` rows before its validation window and starts at row 0
+    (`expanding`) or `train_length` rows earlier (`rolling`; default fold 0's length, so every
+    fold trains on as many rows). K = 1 with the defaults gives `[split_bounds(...)]` exactly.
+    Every window needs `min_len` rows; a layout that does not fit is a one-line ConfigError.
+    """
+    base = split_bounds(prices, splits, min_len)
+    k, gap = int(folds.k), int(folds.gap)
+    length = base.val[1] - base.val[0] if folds.val_length is None else int(folds.val_length)
+    if length < min_len:
+        raise ConfigError(f"data.folds.val_length: {length} rows per validation window, need at least min_len={min_len}")
+    test_lo = base.test[0]
+    first_val = test_lo - k * length
+    first_train_end = first_val - gap
+    if first_train_end < min_len:
+        raise ConfigError(
+            f"data.folds: {k} validation window(s) of {length} rows and a gap of {gap} before the test segment "
+            f"(which starts at row {test_lo}) leave fold 0 {max(first_train_end, 0)} training rows; need at least min_len={min_len}"
+        )
+    train_length = None
+    if folds.layout == "rolling":
+        train_length = first_train_end if folds.train_length is None else int(folds.train_length)
+        if train_length > first_train_end:
+            raise ConfigError(
+                f"data.folds.train_length: {train_length} rows do not fit before fold 0's validation window "
+                f"(row {first_val}, gap {gap}): at most {first_train_end}"
+            )
+        if train_length < min_len:
+            raise ConfigError(f"data.folds.train_length: {train_length} rows, need at least min_len={min_len}")
+    out = []
+    for f in range(k):
+        val_lo = first_val + f * length
+        train_end = val_lo - gap
+        train_lo = 0 if train_length is None else train_end - train_length
+        out.append(SegmentBounds(train=(train_lo, train_end), val=(val_lo, val_lo + length), test=base.test))
+    return out
+
+
+def fold_table(index: pd.Index, folds: Sequence[SegmentBounds], layout: str, fold_ids: Sequence[int] | None = None) -> pd.DataFrame:
+    """One row per fold (FOLD_TABLE_COLUMNS): its row ranges and the times of each window's
+    first and last row (`index`: the series' index), for the result files beside members (which
+    carry the `fold` index)."""
+    timed = isinstance(index, pd.DatetimeIndex)
+    ids = list(range(len(folds))) if fold_ids is None else list(fold_ids)
+    rows = []
+    for fold, b in zip(ids, folds):
+        row: dict[str, Any] = {"fold": int(fold), "layout": layout}
+        for seg in ("train", "val", "test"):
+            lo, hi = getattr(b, seg)
+            row[f"{seg}_start"], row[f"{seg}_end"] = int(lo), int(hi)
+        for seg in ("train", "val", "test"):
+            lo, hi = getattr(b, seg)
+            row[f"{seg}_first"] = _when(index[lo]) if timed else None
+            row[f"{seg}_last"] = _when(index[hi - 1]) if timed else None
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(FOLD_TABLE_COLUMNS))

@@ -222,12 +222,19 @@ def prefixed(values: Mapping[str, Any], segment: str) -> dict[str, Any]:
     return {f"{segment}_{k}": v for k, v in values.items()}
 
 
-def segment_asset_returns(market: Any, segment: str, path_of_member: Any = None) -> Tensor:
+def segment_asset_returns(market: Any, segment: str, path_of_member: Any = None, fold_of_member: Any = None) -> Tensor:
     """The asset's simple returns earned at the decisions of a segment, as the SegmentEvaluator
-    walks it: [T] (`market.ret_next[lo:hi]`, a view) when the market has one path or no
-    `path_of_member` is given; [P, T] (each member's own path) when it has several paths."""
+    walks it: [T] (`market.ret_next[lo:hi]`, a view) when the market has one path and one fold
+    or no member mapping is given; [P, T] (each member's own path, over its own fold's window of
+    the segment) otherwise."""
     r = market.ranges[segment]
-    if path_of_member is None or getattr(market, "n_paths", 1) == 1:
+    if getattr(market, "n_folds", 1) > 1 and (path_of_member is not None or fold_of_member is not None):
+        population = len(path_of_member if path_of_member is not None else fold_of_member)
+        rows = market.member_rows(population, path_of_member, fold_of_member)
+        lo, T = market.member_windows(segment, population, fold_of_member)
+        steps = torch.arange(T, dtype=torch.int64, device=lo.device)
+        return market.returns_next[rows.unsqueeze(1), lo.unsqueeze(1) + steps]
+    if path_of_member is None or getattr(market, "n_rows", 1) == 1:
         return market.ret_next[..., r.lo : r.hi]
     index = torch.as_tensor(path_of_member, device=market.returns_next.device)
     return market.returns_next[:, r.lo : r.hi][index]
