@@ -31,7 +31,7 @@ from tune_gems.analysis.market_evidence import (  # noqa: E402
 from tune_gems.analysis.market_noise import alpha_sharpe_rows  # noqa: E402
 from tune_gems.analysis.run import analyze  # noqa: E402
 from tune_gems.errors import CheckpointError, DataError  # noqa: E402
-from tune_gems.result_files import EVAL_RETURNS_ARRAYS, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE  # noqa: E402
+from tune_gems.result_files import EVAL_RETURNS_ARRAYS, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE, EVAL_RETURNS_FOLD_ARRAYS  # noqa: E402
 from tune_gems.trainer import checkpoint as ckpt  # noqa: E402
 from tune_gems.trainer.trainer import EVAL_WINDOW_KEY, Trainer  # noqa: E402
 
@@ -69,7 +69,7 @@ def test_eval_returns_round_trip_and_reproduce_the_members_alpha_sharpe(runs):
     d.mkdir()
     t.write_eval_returns(d)
     with np.load(d / EVAL_RETURNS_FILE, allow_pickle=False) as z:
-        assert set(z.files) == set(EVAL_RETURNS_ARRAYS)
+        assert set(z.files) == set(EVAL_RETURNS_ARRAYS) | set(EVAL_RETURNS_FOLD_ARRAYS)
         arrays = {k: z[k] for k in z.files}
     live = t.eval_returns()
     for k, v in live.items():

@@ -163,22 +163,28 @@ def expand_arms(cfg: "Config", arms: ArmsConfig | None = None, source: str = "co
 
 @dataclass(frozen=True)
 class MemberLayout:
-    """Which arm and seed index each of the P = arms x seeds members has (arm-major).
+    """Which fold, arm and seed index each of the P = folds x arms x seeds members has:
+    fold-major, then arm, then seed (member m: fold m // (A S), arm (m // S) % A, seed slot
+    m % S). Without walk-forward folds (`data.folds.k` = 1) that is the arm-major layout.
 
     `first_seed_index` (config `first_seed_index`): a seed block's first seed index in the
     design; member m is at position `seed_slot(m)` of its arm and has the design's seed index
-    `first_seed_index + seed_slot(m)`."""
+    `first_seed_index + seed_slot(m)`, in every fold."""
 
     arms: tuple[str, ...]
     seeds_per_arm: int
     first_seed_index: int = 0
+    folds: int = 1
 
     @property
     def members(self) -> int:
-        return len(self.arms) * self.seeds_per_arm
+        return self.folds * len(self.arms) * self.seeds_per_arm
+
+    def fold_index(self, member: int) -> int:
+        return member // (len(self.arms) * self.seeds_per_arm)
 
     def arm_index(self, member: int) -> int:
-        return member // self.seeds_per_arm
+        return (member // self.seeds_per_arm) % len(self.arms)
 
     def seed_slot(self, member: int) -> int:
         """The member's position among this run's seeds (0 .. seeds_per_arm - 1)."""
@@ -191,16 +197,23 @@ class MemberLayout:
     def arm_of(self, member: int) -> str:
         return self.arms[self.arm_index(member)]
 
+    @property
+    def blocks(self) -> list[slice]:
+        """The rows of each (fold, arm) block of S consecutive members, in member order: what
+        runs with a single-arm run's shapes (matmuls, per-group reductions, Adam calls)."""
+        S = self.seeds_per_arm
+        return [slice(b * S, (b + 1) * S) for b in range(self.folds * len(self.arms))]
+
     def member_seeds(self, seed: int) -> list[int]:
         """Member seeds: seed index s gets member s's seed of a single-arm run of every seed
-        index, in every arm."""
+        index, in every arm and every fold."""
         from tune_gems.rng import member_seeds
 
         per_seed = member_seeds(seed, self.seeds_per_arm, self.first_seed_index)
         return [per_seed[self.seed_slot(m)] for m in range(self.members)]
 
     def per_member(self, values_per_arm: list[Any]) -> list[Any]:
-        """Broadcast one value per arm to one value per member."""
+        """Broadcast one value per arm to one value per member (the same in every fold)."""
         if len(values_per_arm) != len(self.arms):
             raise ValueError(f"{len(values_per_arm)} values for {len(self.arms)} arms")
         return [values_per_arm[self.arm_index(m)] for m in range(self.members)]

@@ -63,7 +63,7 @@ _MEMBER_HEAD = (
 MEMBER_IDS = MEMBER_ID_COLUMNS
 """Identity columns of a member row (before MEMBER_METRICS); `arm` is "default" in a run
 without arms, `seed_index` the member's seed index (the same initial weights, noise and data in
-every arm)."""
+every arm and fold), `fold` its walk-forward fold (0 without `data.folds`)."""
 
 
 def gem_metrics(plugins: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
@@ -97,6 +97,19 @@ def arm_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...]
     return tuple(f"{m}{ARM_SEPARATOR}{a}" for a in arms for m in names)
 
 
+FOLD_PREFIX = "fold"
+FOLD_METRICS = ("val_sharpe_mean", "val_alpha_sharpe_mean", "test_sharpe_mean", "test_alpha_sharpe_mean")
+"""History columns repeated per walk-forward fold (`<metric>@fold<k>`, means over that fold's
+non-diverged members; test ones NaN until the last epoch) in a run of >= 2 folds."""
+
+
+def fold_metrics(folds: tuple[int, ...] | list[int] = ()) -> tuple[str, ...]:
+    """Per-fold history columns `<metric>@fold<k>` for the run's fold indices: none for one fold."""
+    if len(folds) < 2:
+        return ()
+    return tuple(f"{m}{ARM_SEPARATOR}{FOLD_PREFIX}{k}" for k in folds for m in FOLD_METRICS)
+
+
 GAIN_METRICS = ("val_sharpe_gain", "val_alpha_sharpe_gain")
 """Paired gains of a designed run (tune_gems.arm_designs): the mean over seed indices of the
 `proposal` arm's minus the `control` arm's validation Sharpe / alpha Sharpe at the same seed index
@@ -126,11 +139,14 @@ def gain_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...
     return (*GAIN_METRICS, *GAIN_OBJECTIVES, *(f"{GEM_GAIN_PREFIX}{g.name}" for g in registry.run_gems(plugins)))
 
 
-def epoch_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
-    """One row of history / one Tune result, in this order (gem columns: means over members)."""
+def epoch_metrics(
+    plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...] | list[str] = (), folds: tuple[int, ...] | list[int] = ()
+) -> tuple[str, ...]:
+    """One row of history / one Tune result, in this order (gem columns: means over members);
+    `folds`: the run's walk-forward fold indices (per-fold columns with two or more)."""
     return (
         *_RUN_HEAD, *_SHARPE, *EVAL_HISTORY, *OBJECTIVES, *gem_columns(plugins), "diverged", "sps", *TIMING,
-        *arm_metrics(plugins, arms), *gain_metrics(plugins, arms),
+        *arm_metrics(plugins, arms), *gain_metrics(plugins, arms), *fold_metrics(folds),
     )  # fmt: skip
 
 

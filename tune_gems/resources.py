@@ -4,7 +4,8 @@ allocated.
 Why: an impossible size (population, replay capacity, batch, widths, series length) otherwise
 fails minutes later inside the allocator, or the kernel's OOM killer ends the process without
 a word. The estimate counts what the learner allocates for `members` members (default
-`cfg.trainer.population`; a run with arms trains arms x population, `default_members`):
+`cfg.trainer.population`; a run with arms and folds trains folds x arms x population,
+`default_members`):
 
 - replay: per member `capacity x REPLAY_TRANSITION_BYTES(K)` (a transition stores its time index,
   position, K actions, reward and two flags; observations are rebuilt from the series);
@@ -96,12 +97,14 @@ def param_count(cfg: Config) -> int:
 
 
 def default_members(cfg: Config) -> int:
-    """Members a run of `cfg` trains: population x arms (one arm without `arms`)."""
+    """Members a run of `cfg` trains: folds x arms x population (one arm without `arms`, one
+    fold without `data.folds`)."""
+    folds = cfg.data.folds.k
     if getattr(cfg, "arms", None) is None:
-        return cfg.trainer.population
+        return folds * cfg.trainer.population
     from tune_gems.arms import expand_arms
 
-    return cfg.trainer.population * len(expand_arms(cfg))
+    return folds * cfg.trainer.population * len(expand_arms(cfg))
 
 
 def estimate_memory(cfg: Config, members: int | None = None, on_cuda: bool = False) -> MemoryEstimate:

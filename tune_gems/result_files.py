@@ -13,6 +13,7 @@ TRIALS_FILE = "trials.parquet"
 HISTORY_FILE = "history.parquet"
 MEMBERS_FILE = "members.parquet"
 ARMS_PARQUET = "arms.parquet"
+FOLDS_PARQUET = "folds.parquet"
 BASELINES_PARQUET = "baselines.parquet"
 JOURNAL_FILE = "optuna_journal.log"
 EVAL_RETURNS_DIR = "eval_returns"
@@ -23,6 +24,7 @@ CONFIG_FILE = "config.yaml"
 HISTORY_CSV = "history.csv"
 MEMBERS_CSV = "members.csv"
 ARMS_CSV = "arms.csv"
+FOLDS_CSV = "folds.csv"
 BASELINES_CSV = "baselines.csv"
 SUMMARY_FILE = "summary.json"
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -39,14 +41,22 @@ EVAL_RETURNS_ARRAYS = (
     "seed", "path", "cost", "periods_per_year", "segment",
 )
 """The arrays of EVAL_RETURNS_FILE (docs/results.md "eval_returns.npz" gives shapes and meanings)."""
+EVAL_RETURNS_FOLD_ARRAYS = ("fold", "window_start")
+"""Arrays a file written with walk-forward folds also holds (every file written now has them):
+`fold` [P] int64, each member's fold, and `window_start` [P] int64, the series row of its
+validation window's first decision (every fold's window has the same length T). A file without
+them is a one-fold file (fold 0 for every member)."""
 GEMS_FILE = "gems.json"
 """The gems the run knew (built-ins and plug-ins): tune_gems.gems.manifest()."""
 
 ID_COLUMNS = ("experiment", "trial_id", "config_label")
 """The leading columns of every sweep table row."""
-MEMBER_ID_COLUMNS = ("epoch", "member", "seed", "arm", "seed_index")
-"""Which member a members row is: its epoch, index on the population axis, own seed, arm and the
-seed index it shares with every other arm."""
+MEMBER_ID_COLUMNS = ("epoch", "member", "seed", "arm", "seed_index", "fold")
+"""Which member a members row is: its epoch, index on the population axis, own seed, arm, the
+seed index it shares with every other arm and fold, and its walk-forward fold (0 without
+`data.folds`; the fold's windows are in FOLDS_CSV / FOLDS_PARQUET)."""
 
 ARMS_FILES = (ARMS_PARQUET, ARMS_CSV)
+FOLDS_FILES = (FOLDS_PARQUET, FOLDS_CSV)
+"""One row per walk-forward fold (tune_gems.data.FOLD_TABLE_COLUMNS; a sweep's adds trial_id)."""
 BASELINES_FILES = (BASELINES_PARQUET, BASELINES_CSV)

@@ -28,11 +28,11 @@ from tune_gems.gems import MANIFEST_FILE, manifest
 from tune_gems.metrics import MEMBER_IDS, epoch_metrics, member_metrics
 from tune_gems.sweep.spec import apply_spec_design, trial_config
 from tune_gems.result_files import (
-    ARMS_PARQUET, BASELINES_PARQUET, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE, HISTORY_FILE, ID_COLUMNS, MEMBERS_FILE,
+    ARMS_PARQUET, BASELINES_PARQUET, EVAL_RETURNS_DIR, FOLDS_PARQUET, EVAL_RETURNS_FILE, HISTORY_FILE, ID_COLUMNS, MEMBERS_FILE,
     TRIALS_FILE,
 )
 from tune_gems.sweep.storage import ExperimentStore
-from tune_gems.sweep.trainable import BASELINES_KEY, MEMBERS_KEY
+from tune_gems.sweep.trainable import BASELINES_KEY, FOLDS_KEY, MEMBERS_KEY
 from tune_gems.sweep.trainable import HISTORY_FILE as CHECKPOINT_HISTORY_FILE
 
 ARMS_FILE, BASELINES_FILE = ARMS_PARQUET, BASELINES_PARQUET
@@ -113,6 +113,8 @@ class SweepTables:
     gems: list[dict[str, Any]]
     eval_returns: dict[str, bytes] = field(default_factory=dict)
     """trial_id -> the eval_returns.npz of its latest checkpoint (trials that have one)."""
+    folds: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """One row per trial and walk-forward fold (tune_gems.data.FOLD_TABLE_COLUMNS)."""
 
 
 def _ordered_union(seqs: list[tuple[str, ...]]) -> list[str]:
@@ -128,7 +130,7 @@ def collect_tables(
     """The tables of a sweep from Tune's results; `statuses` maps trial ids to Tune's persisted
     trial status (a trial missing there reads as finished); `design` is the spec's, applied to
     every trial's config (its arms)."""
-    trials, history, members, arms, baselines = [], [], [], [], []
+    trials, history, members, arms, baselines, folds = [], [], [], [], [], []
     eval_returns: dict[str, bytes] = {}
     history_cols: list[tuple[str, ...]] = []
     plugins: list[str] = list(base.get("plugins") or [])
@@ -138,16 +140,18 @@ def collect_tables(
         df = result.metrics_dataframe
         trial_id = str((result.metrics or {}).get("trial_id") or result.path.rstrip("/").rsplit("/", 1)[-1])
         arm_names: tuple[str, ...] = ()
+        fold_ids: tuple[int, ...] = ()
         try:
             cfg = apply_spec_design(trial_config(base, params), design)
             flat_cfg, label, seed = flatten(cfg.to_dict()), cfg.label(), cfg.seed
             plugins = list(cfg.plugins)
             arm_list = expand_arms(cfg)
             arm_names = tuple(a.name for a in arm_list) if getattr(cfg, "arms", None) is not None else ()
+            fold_ids = tuple(range(cfg.data.folds.k))
             arms.extend({"trial_id": trial_id, "arm": a.name, **resolved_settings(a.config)} for a in arm_list)
         except ConfigError:
             flat_cfg, label, seed = {}, "invalid config", params.get("seed")
-        history_cols.append(epoch_metrics(plugins, arm_names))
+        history_cols.append(epoch_metrics(plugins, arm_names, fold_ids))
         rows: list[dict[str, Any]] = []
         if df is not None and len(df) and "epoch" in df.columns:
             df = df.dropna(subset=["epoch"]).drop_duplicates(subset=["epoch"], keep="last").sort_values("epoch")
@@ -155,6 +159,9 @@ def collect_tables(
             if BASELINES_KEY in df.columns:
                 sent = [b for b in result.metrics_dataframe[BASELINES_KEY].dropna() if isinstance(b, str)]
                 baselines.extend({"experiment": experiment, "trial_id": trial_id, **b} for b in (json.loads(sent[-1]) if sent else []))
+            if FOLDS_KEY in df.columns:
+                sent = [b for b in result.metrics_dataframe[FOLDS_KEY].dropna() if isinstance(b, str)]
+                folds.extend({"experiment": experiment, "trial_id": trial_id, **b} for b in (json.loads(sent[-1]) if sent else []))
         saved, returns = _checkpoint_files(result)
         rows = _fill_from_checkpoint(rows, result, saved) if saved else rows
         if returns is not None and _safe_name(trial_id):
@@ -200,6 +207,7 @@ def collect_tables(
         baselines=pd.DataFrame(baselines),
         gems=manifest(plugins),
         eval_returns=eval_returns,
+        folds=pd.DataFrame(folds),
     )
 
 
@@ -238,13 +246,15 @@ def write_eval_returns(store: ExperimentStore, eval_returns: dict[str, bytes]) -
 
 
 def write_tables(store: ExperimentStore, tables: SweepTables) -> None:
-    """trials/history/members/arms/baselines parquet, gems.json and each trial's eval returns,
+    """trials/history/members/arms/baselines/folds parquet, gems.json and each trial's eval returns,
     each written atomically (arms and baselines only when there are rows)."""
     frames = {TRIALS_FILE: tables.trials, HISTORY_FILE: tables.history, MEMBERS_FILE: tables.members}
     if len(tables.arms):
         frames[ARMS_FILE] = tables.arms
     if len(tables.baselines):
         frames[BASELINES_FILE] = tables.baselines
+    if len(tables.folds):
+        frames[FOLDS_PARQUET] = tables.folds
     write_frames(store, frames)
     store.write_bytes(MANIFEST_FILE, (json.dumps(tables.gems, indent=2) + "\n").encode())
     write_eval_returns(store, tables.eval_returns)

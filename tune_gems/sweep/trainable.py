@@ -37,6 +37,8 @@ HISTORY_FILE = "history.json"
 MEMBERS_KEY = "members_json"
 BASELINES_KEY = "baselines_json"
 """The trial's baselines table (Trainer.baselines()) as JSON records, in its first report."""
+FOLDS_KEY = "folds_json"
+"""The trial's walk-forward fold table (Trainer.fold_table()) as JSON records, in its first report."""
 
 
 def _finite_or_nan(x: Any) -> float:
@@ -131,12 +133,14 @@ def train_trial(
             trainer.load_checkpoint(Path(d) / CHECKPOINT_FILE)
     label = cfg.label()
     baselines = [json.dumps(trainer.baselines().to_dict("records"))]  # sent once, with the first report
+    folds = [json.dumps(trainer.fold_table().to_dict("records"))]  # likewise
     reports = CheckpointReports(trainer)
 
     def report(result: EpochResult, checkpoint_due: bool) -> None:
         metrics = dict(result.metrics)
         if baselines:
             metrics[BASELINES_KEY] = baselines.pop()
+            metrics[FOLDS_KEY] = folds.pop()
         metrics["objective"] = math.nan if trainer.diverged else _finite_or_nan(metrics[objective])
         metrics["config_label"] = label
         metrics["seed"] = cfg.seed

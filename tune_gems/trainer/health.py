@@ -13,8 +13,16 @@ def _num(x: float, fmt: str = ".4f") -> str:
     return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
-def health_line(m: dict[str, Any], gems: GemSet, arms: tuple[str, ...] = (), arm_off: dict[str, set[str]] | None = None) -> str:
-    """The line; with >= 2 arms it ends with one compact part per arm:
+def health_line(
+    m: dict[str, Any],
+    gems: GemSet,
+    arms: tuple[str, ...] = (),
+    arm_off: dict[str, set[str]] | None = None,
+    folds: tuple[int, ...] = (),
+) -> str:
+    """The line; with >= 2 walk-forward folds it then has one compact part per fold,
+    ` folds [<k>: vs=<val sharpe mean> va=<val alpha sharpe mean> | ...]` (and `ts=<test sharpe
+    mean>` once the test segment is evaluated); with >= 2 arms it ends with one compact part per arm:
     ` arms [<arm>: vs=<val sharpe mean> <metric>=<v> ... | <arm>: ...]` (`off` for the gems in
     `arm_off[arm]`). A designed run (proposal/control arms) adds, before the arms part,
     ` gain [sharpe=<val_sharpe_gain> alpha=<val_alpha_sharpe_gain> <gem>=<gain_<gem>> ...]` for
@@ -42,6 +50,14 @@ def health_line(m: dict[str, Any], gems: GemSet, arms: tuple[str, ...] = (), arm
         gains = [f"sharpe={_num(m['val_sharpe_gain'], '+.3f')}", f"alpha={_num(m['val_alpha_sharpe_gain'], '+.3f')}"]
         gains += [f"{s.name}={_num(m[f'gain_{s.name}'], '+.3f')}" for s in gems.settings.values() if f"without-{s.name}" in arms]
         parts.append(f"gain [{' '.join(gains)}]")
+    if len(folds) > 1:
+        per_fold = []
+        for k in folds:
+            part = f"{k}: vs={_num(m[f'val_sharpe_mean@fold{k}'], '.2f')} va={_num(m[f'val_alpha_sharpe_mean@fold{k}'], '.2f')}"
+            if not math.isnan(m[f"test_sharpe_mean@fold{k}"]):
+                part += f" ts={_num(m[f'test_sharpe_mean@fold{k}'], '.2f')}"
+            per_fold.append(part)
+        parts.append(f"folds [{' | '.join(per_fold)}]")
     if len(arms) > 1:
         per_arm = []
         for arm in arms:

@@ -5,8 +5,8 @@ graph on GPU: advance the RNG counter, resample NoisyNet noise, step every envir
 into replay, sample, forward, gems, backward, per-member clipped Adam step, target update,
 metric accumulation. Nothing in it reads a value back to the host or branches on one.
 
-Arms (docs/design.md "Arms"): the population axis carries P = arms x seeds members, arm-major
-(tune_gems.arms.MemberLayout). What differs between arms (spectral norm, NoisyNets, learning
+Arms (docs/design.md "Arms"): the population axis carries P = folds x arms x seeds members,
+fold-major, then arm-major (tune_gems.arms.MemberLayout; one fold without `data.folds`). What differs between arms (spectral norm, NoisyNets, learning
 rate, each gem's mode and weight) enters as per-member constants: masks inside the network
 (tune_gems.model.layers), learning-rate blocks in the optimizer, [P] gem masks and weights
 (tune_gems.trainer.member_gems), an exploration mask for members without NoisyNets. The graph's
@@ -58,7 +58,8 @@ class Learner:
         tc, mc = cfg.trainer, cfg.model
         self.cfg, self.device, self.ops = cfg, device, ops
         self.arms = list(arms) if arms is not None else expand_arms(cfg)
-        self.layout = MemberLayout(tuple(a.name for a in self.arms), tc.population, cfg.first_seed_index)
+        # walk-forward folds (data.folds): fold-major blocks of arms x seeds, one per fold the market holds
+        self.layout = MemberLayout(tuple(a.name for a in self.arms), tc.population, cfg.first_seed_index, folds=market.n_folds)
         self.P = P = self.layout.members
         self.seeds = list(seeds) if seeds is not None else self.layout.member_seeds(cfg.seed)
         if len(self.seeds) != P:
@@ -69,14 +70,16 @@ class Learner:
         self.lr = per_member([a.config.trainer.lr for a in self.arms])
         self.noisy_on = torch.tensor(self.noisy, device=device)  # [P]; off: epsilon-greedy
         self.rng = CounterRNG(self.seeds, device)
-        # the market path each member trains and evaluates on (data.synthetic.paths): by seed index
+        # the market path each member trains and evaluates on (data.synthetic.paths): by seed index;
+        # its fold (the market's fold index, data.folds): by member block
         self.path_of_member = data_mod.path_of_member(cfg.data, [self.layout.seed_slot(m) for m in range(P)])
-        self.env = VecTradingEnv(market, cfg.env, P, tc.n_envs, self.path_of_member)
+        self.fold_of_member = [self.layout.fold_index(m) for m in range(P)]
+        self.env = VecTradingEnv(market, cfg.env, P, tc.n_envs, self.path_of_member, self.fold_of_member)
         K, A = self.env.actions.branches, self.env.actions.sub_actions
         self.K, self.A = K, A
         heads = {g.name: g.head for g in run_gems(cfg.plugins) if g.head is not None}
-        # several arms: every matmul runs per arm, with a single-arm run's shapes (layers.py)
-        member_block = tc.population if len(self.arms) > 1 else None
+        # several arms or folds: every matmul runs per block, with a single-arm run's shapes (layers.py)
+        member_block = tc.population if len(self.layout.blocks) > 1 else None
         switches = {"spectral_norm": self.spectral_norm, "noisy": self.noisy, "member_block": member_block}
         self.online = BranchingC51(mc, market.obs_dim, K, A, self.seeds, heads, **switches).to(device)
         self.target = BranchingC51(mc, market.obs_dim, K, A, self.seeds, heads, **switches).to(device)
@@ -106,10 +109,8 @@ class Learner:
         ends = [shared, *heads]
         if any(a.stop != b.start for a, b in zip(ends, heads)) or ends[-1].stop != self.online_flat.data.shape[1]:
             raise ValueError("gem heads must follow the shared network in the flat parameter matrix")
-        S = tc.population
-        arm_rows = [slice(a * S, (a + 1) * S) for a in range(len(self.arms))]
         self.optim = PopulationAdam(
-            self.online_flat, self.lr, tc.adam_eps, tc.grad_clip, clip_groups=[shared, *heads], blocks=arm_rows
+            self.online_flat, self.lr, tc.adam_eps, tc.grad_clip, clip_groups=[shared, *heads], blocks=self.layout.blocks
         )
         arm_gems = [GemSet(a.config.gems, cfg.plugins, fused=ops.fused) for a in self.arms]
         self.member_gems = MemberGems(arm_gems, self.layout, device)

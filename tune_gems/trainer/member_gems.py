@@ -15,8 +15,8 @@ structure never depends on them:
 a value's sign bit; a masked-out member contributes exact zeros. A member therefore computes
 exactly what it computes in a run where every member has its own modes (the bit-identity
 invariant, tests/test_arms_learner.py). The nulls (plain torch reductions over a member's
-batch, reported only) run once per arm block, so that a GPU reduction never sees another
-number of members than in a run of that arm alone.
+batch, reported only) run once per (fold, arm) block, so that a GPU reduction never sees
+another number of members than in a run of that arm alone.
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ class MemberGems:
     def __init__(self, arm_gems: list[GemSet], layout: MemberLayout, device: torch.device):
         if len(arm_gems) != len(layout.arms):
             raise ValueError(f"{len(arm_gems)} gem sets for {len(layout.arms)} arms")
-        S = layout.seeds_per_arm
-        self.blocks = [slice(a * S, (a + 1) * S) for a in range(len(layout.arms))]
+        self.blocks = layout.blocks  # one per (fold, arm): what a run of that arm alone reduces over
         self.arm_gems = arm_gems
         self.base = arm_gems[0]  # gem definitions and implementations (the same in every arm)
         self.names: tuple[str, ...] = self.base.names

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from tune_gems.config import Config, apply_overrides, build_config, flatten, load_config, read_yaml
 from tune_gems.errors import ConfigError, OutputError, OutputExistsError
 from tune_gems.result_files import (
-    ARMS_CSV, BASELINES_CSV, CHECKPOINT_FILE, CONFIG_FILE, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE,
+    ARMS_CSV, BASELINES_CSV, CHECKPOINT_FILE, CONFIG_FILE, FOLDS_CSV, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE,
 )
 from tune_gems.outputs import LOCK_FILE, MARKER_FILE, OutputLock, check_output_folder, make_output_folder, marker_kind
 from tune_gems.resources import check_training_fits
@@ -105,15 +105,16 @@ def train_epochs(
 
 def write_run_files(trainer: Trainer, out: Path) -> None:
     """The files beside a run's tables that do not change per epoch (docs/results.md):
-    gems.json (the run's gems), arms.csv (one row per arm: every per-member key's value) and
-    baselines.csv (flat / buy-and-hold / momentum on the evaluation segments)."""
+    gems.json (the run's gems), arms.csv (one row per arm: every per-member key's value),
+    folds.csv (one row per walk-forward fold: its windows) and baselines.csv (flat /
+    buy-and-hold / momentum on the evaluation segments, per fold)."""
     from tune_gems.arms import expand_arms, resolved_settings
     from tune_gems.gems import MANIFEST_FILE, manifest
 
     cfg = trainer.cfg
     _write_atomic(out / MANIFEST_FILE, json.dumps(manifest(cfg.plugins), indent=2) + "\n")
     arms = pd.DataFrame([{"arm": a.name, **resolved_settings(a.config)} for a in expand_arms(cfg)])
-    for name, frame in ((ARMS_FILE, arms), (BASELINES_FILE, trainer.baselines())):
+    for name, frame in ((ARMS_FILE, arms), (FOLDS_CSV, trainer.fold_table()), (BASELINES_FILE, trainer.baselines())):
         tmp = out / f".{name}.tmp"
         frame.to_csv(tmp, index=False)
         tmp.replace(out / name)
@@ -217,9 +218,10 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
                 (out / name).unlink(missing_ok=True)
         _write_atomic(out / CONFIG_FILE, _dump(cfg))
         write_run_files(trainer, out)
+        folds = f" folds={trainer.market.n_folds}" if trainer.market.n_folds > 1 else ""
         print(
             f"tune-gems train: device={trainer.device} kernels={trainer.ops.name} population={cfg.trainer.population} "
-            f"arms={len(trainer.learner.arms)} members={trainer.learner.P} graph={'on' if trainer.runner.use_graph else 'off'} out={out}",
+            f"arms={len(trainer.learner.arms)}{folds} members={trainer.learner.P} graph={'on' if trainer.runner.use_graph else 'off'} out={out}",
             flush=True,
         )
         bar = tqdm(

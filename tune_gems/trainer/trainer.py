@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,7 +27,9 @@ from tune_gems.env import Market, SegmentEvaluator
 from tune_gems.errors import CheckpointError, ConfigError
 from tune_gems.evaluation import baseline_stats, evaluation_stats, read_back, segment_asset_returns
 from tune_gems.model.layers import Affine
-from tune_gems.metrics import EVAL_STATS, GAIN_METRICS, GAIN_OBJECTIVES, GEM_GAIN_PREFIX, SEGMENTS, epoch_metrics
+from tune_gems.metrics import (
+    ARM_SEPARATOR, EVAL_STATS, FOLD_METRICS, FOLD_PREFIX, GAIN_METRICS, GAIN_OBJECTIVES, GEM_GAIN_PREFIX, SEGMENTS, epoch_metrics,
+)
 from tune_gems.ops import resolve_backend
 from tune_gems.result_files import EVAL_RETURNS_FILE, EVAL_RETURNS_FORMAT
 from tune_gems.trainer import checkpoint as ckpt
@@ -103,15 +105,24 @@ def _min_rows(cfg: Config) -> int:
     return cfg.env.window + cfg.env.episode_length + 3 * min_len
 
 
-def prepare_market(cfg: Config, device: torch.device, prices: pd.Series | None = None, n_seed_indices: int | None = None) -> Market:
-    """Load (or take) the price paths, split them and build the device-side features.
+def prepare_market(
+    cfg: Config,
+    device: torch.device,
+    prices: pd.Series | None = None,
+    n_seed_indices: int | None = None,
+    folds: Sequence[int] | None = None,
+) -> Market:
+    """Load (or take) the price paths, split them into the run's folds and build the device-side
+    features.
 
     `n_seed_indices`: the distinct seed indices of the run (default: its population, the seeds
     per arm), from `cfg.first_seed_index` on; with synthetic `per_seed` paths each gets its own
     path (tune_gems.data.load_paths), else one is shared. `prices` (a sweep's driver loads the
     series once for every trial) is that one shared path; with synthetic `per_seed` paths the
     paths are generated here instead (they are a function of the config alone; one path could
-    not serve every seed index), and `prices` must be the path of seed index 0.
+    not serve every seed index), and `prices` must be the path of seed index 0. `folds`: which
+    of the config's folds (`data.folds`, tune_gems.data.fold_bounds) the market holds (default
+    all; one fold alone is the reference run of the folds invariant, tests/test_folds.py).
     """
     n_seed_indices = cfg.trainer.population if n_seed_indices is None else n_seed_indices
     per_seed = cfg.data.source == "synthetic" and cfg.data.synthetic.paths == "per_seed"
@@ -123,8 +134,11 @@ def prepare_market(cfg: Config, device: torch.device, prices: pd.Series | None =
         path0 = paths[0] if first == 0 else data_mod.load_series(cfg.data) if prices is not None else None
         if prices is not None and not np.array_equal(np.asarray(prices, dtype=np.float64), np.asarray(path0, dtype=np.float64)):
             raise ValueError("prepare_market: the given prices are not the path of seed index 0 of the config's per_seed synthetic paths")
-    bounds = data_mod.split_bounds(paths[0], cfg.data.splits, min_len=cfg.env.window + 2)
-    market = Market(paths, bounds, cfg.env.window, device)
+    bounds = data_mod.fold_bounds(paths[0], cfg.data.splits, cfg.data.folds, min_len=cfg.env.window + 2)
+    fold_ids = list(range(len(bounds))) if folds is None else [int(f) for f in folds]
+    if any(not 0 <= f < len(bounds) for f in fold_ids):
+        raise ValueError(f"prepare_market: folds {fold_ids} outside the config's {len(bounds)} folds")
+    market = Market(paths, [bounds[f] for f in fold_ids], cfg.env.window, device, fold_ids=fold_ids)
     market.check_lengths(cfg.env.episode_length)
     return market
 
@@ -211,7 +225,7 @@ class Trainer:
         if segment not in self._evaluators:
             ev = SegmentEvaluator(
                 self.market, self.learner.env.actions, self.cfg.env.cost, self._greedy_policy,
-                self.learner.P, segment, path_of_member=self.learner.path_of_member,
+                self.learner.P, segment, path_of_member=self.learner.path_of_member, fold_of_member=self.learner.fold_of_member,
             )  # fmt: skip
             use_graph, chunk = self.runner.use_graph, EVAL_STEPS_PER_GRAPH
             # one warm-up call before capture: the runner for the rest is first called T % chunk
@@ -233,18 +247,33 @@ class Trainer:
         for runner, calls in runners:
             for _ in range(calls):
                 runner()
-        asset = segment_asset_returns(self.market, segment, self.learner.path_of_member)  # each member's own path
+        asset = self._asset_returns(segment)  # each member's own path and fold window
         env = self.cfg.env
         stats = read_back(evaluation_stats(ev.positions, asset, env.cost, env.periods_per_year))
         return stats, ev.returns.clone(), ev.positions.clone()
 
+    def _asset_returns(self, segment: str) -> torch.Tensor:
+        """The asset returns each member's positions earn over its own window of `segment`."""
+        return segment_asset_returns(self.market, segment, self.learner.path_of_member, self.learner.fold_of_member)
+
     def baselines(self) -> pd.DataFrame:
         """The flat, buy-and-hold and momentum baselines on the validation and test segments
-        (tune_gems.evaluation.baseline_stats; one row per segment, baseline and path), the
-        yardstick for the members' evaluation columns. Written beside the tables by the writers."""
+        (tune_gems.evaluation.baseline_stats; one row per fold, segment, baseline and path: each
+        fold's own validation window, the common test segment), the yardstick for the members'
+        evaluation columns. Written beside the tables by the writers."""
         env = self.cfg.env
-        segments = {s: self.market.ranges[s] for s in SEGMENTS}
-        return baseline_stats(self.market.returns_next, segments, env.cost, env.periods_per_year, momentum_span=env.momentum_span)
+        returns = self.market.returns_next[: self.market.n_paths]  # raw returns: the same under every fold
+        frames = []
+        for fold, ranges in zip(self.market.fold_ids, self.market.fold_ranges):
+            segments = {s: ranges[s] for s in SEGMENTS}
+            frame = baseline_stats(returns, segments, env.cost, env.periods_per_year, momentum_span=env.momentum_span)
+            frames.append(frame.assign(fold=int(fold)))
+        return pd.concat(frames, ignore_index=True)
+
+    def fold_table(self) -> pd.DataFrame:
+        """One row per fold of the run: its windows (tune_gems.data.fold_table), for folds.csv."""
+        m = self.market
+        return data_mod.fold_table(m.index, m.bounds, self.cfg.data.folds.layout, m.fold_ids)
 
     # -- one epoch ---------------------------------------------------------------------------
     def run_epoch(self) -> EpochResult:
@@ -278,7 +307,7 @@ class Trainer:
         result = self._result(rows, evals, member_diverged, train_s, eval_s)
         self.history.append(result.metrics)
         self.member_history.extend(result.members)
-        self.log(health_line(result.metrics, self.learner.gems, self.arm_names, self._arm_off()))
+        self.log(health_line(result.metrics, self.learner.gems, self.arm_names, self._arm_off(), self.market.fold_ids))
         return result
 
     # -- the kept validation returns (market-noise interval, docs/results.md) -------------------
@@ -299,7 +328,7 @@ class Trainer:
         trains (at construction: a background checkpoint writer must not touch the device)."""
         if self._eval_asset_host is None:
             P, T = self.learner.P, self.market.ranges[EVAL_SEGMENT].length
-            asset = segment_asset_returns(self.market, EVAL_SEGMENT, self.learner.path_of_member)
+            asset = self._asset_returns(EVAL_SEGMENT)
             asset = asset.expand(P, T) if asset.ndim == 1 else asset
             self._eval_asset_host = asset.detach().to("cpu", torch.float32).numpy().copy()
         return self._eval_asset_host
@@ -309,8 +338,9 @@ class Trainer:
         evaluations (at most `trainer.objective_last_k`), P members, T validation steps.
 
         returns, positions float32 [k,P,T]; diverged bool [k,P]; epochs int64 [k]; asset float32
-        [P,T]; member, seed_index, seed, path int64 [P]; arm str [P]; cost, periods_per_year
-        float64; segment str; format int64 (EVAL_RETURNS_FORMAT). `meta`: a checkpoint payload's
+        [P,T]; member, seed_index, seed, path, fold, window_start int64 [P] (window_start: the
+        series row of the member's first validation decision; every fold's window has T steps);
+        arm str [P]; cost, periods_per_year float64; segment str; format int64 (EVAL_RETURNS_FORMAT). `meta`: a checkpoint payload's
         metadata (`checkpoint_payload()[1]`, or a background writer's snapshot of it) to take the
         window from instead of the live one; only host data is read then."""
         window = self._window_meta() if meta is None else meta.get(EVAL_WINDOW_KEY)
@@ -329,6 +359,8 @@ class Trainer:
             "seed_index": np.asarray([self.seed_index(p) for p in range(P)], dtype=np.int64),
             "seed": np.asarray(self.learner.seeds, dtype=np.int64),
             "path": np.asarray(self.learner.path_of_member, dtype=np.int64),
+            "fold": np.asarray([self.fold_of(p) for p in range(P)], dtype=np.int64),
+            "window_start": self._window_start(),
             "cost": np.asarray(env.cost, dtype=np.float64),
             "periods_per_year": np.asarray(env.periods_per_year, dtype=np.float64),
             "segment": np.asarray(EVAL_SEGMENT),
@@ -345,6 +377,11 @@ class Trainer:
         with open(tmp, "wb") as f:
             np.savez_compressed(f, **arrays)
         os.replace(tmp, directory / EVAL_RETURNS_FILE)
+
+    def _window_start(self) -> np.ndarray:
+        """int64 [P]: the series row of each member's first validation decision (its fold's)."""
+        lo, _ = self.market.member_windows(EVAL_SEGMENT, self.learner.P, self.learner.fold_of_member)
+        return lo.cpu().numpy().astype(np.int64)
 
     def _window_meta(self) -> dict[str, Any]:
         """The kept evaluations as checkpoint metadata (host tensors, built fresh on each call)."""
@@ -398,6 +435,10 @@ class Trainer:
     def seed_index(self, member: int) -> int:
         layout = getattr(self.learner, "layout", None)
         return layout.seed_index(member) if layout is not None else member
+
+    def fold_of(self, member: int) -> int:
+        """The member's walk-forward fold (data.folds; the run's index, 0 without folds)."""
+        return int(self.market.fold_ids[self.learner.fold_of_member[member]])
 
     def _arm_off(self) -> dict[str, set[str]]:
         """Per arm, the gems it has off in every member (HEALTH_DIAG prints `off` for them)."""
@@ -461,10 +502,18 @@ class Trainer:
             m.update({f"{s.metric}@{arm}": _mean(rows[s.name][mine]) for s in settings})
         if has_gains(arms):
             m.update(self._gains(arm_of, evals["val"]))
-        assert tuple(m) == epoch_metrics(self.cfg.plugins, arms)
+        fold_of = np.array([self.fold_of(p) for p in range(P)])
+        folds = self.market.fold_ids
+        for fold in folds if len(folds) > 1 else ():
+            mine = (fold_of == fold) & ~member_diverged
+            for column in FOLD_METRICS:
+                seg, stat = column.split("_", 1)
+                m[f"{column}{ARM_SEPARATOR}{FOLD_PREFIX}{fold}"] = _mean(evals[seg][stat.removesuffix("_mean")][mine])
+        assert tuple(m) == epoch_metrics(self.cfg.plugins, arms, folds)
         members = []
         for p in range(P):
-            row = {"epoch": self.epoch, "member": p, "seed": self.learner.seeds[p], "arm": str(arm_of[p]), "seed_index": int(self.seed_index(p))}
+            row = {"epoch": self.epoch, "member": p, "seed": self.learner.seeds[p], "arm": str(arm_of[p]),
+                   "seed_index": int(self.seed_index(p)), "fold": int(fold_of[p])}  # fmt: skip
             row.update(val_sharpe=float(val[p]), test_sharpe=float(test[p]))
             for seg in SEGMENTS:
                 row.update({f"{seg}_{k}": float(evals[seg][k][p]) for k in EVAL_STATS if k != "sharpe"})
@@ -480,8 +529,10 @@ class Trainer:
         diverged), and the gains' last-k means (the same k and window as the other objectives;
         NaN if any epoch in the window is NaN)."""
         gems = self.cfg.gem_names()
-        seed_index = [self.seed_index(p) for p in range(self.learner.P)]
-        g = paired_gains(gems, arm_of, seed_index, val["sharpe"], val["alpha_sharpe"])
+        S = self.cfg.trainer.population
+        # pairs are the same seed index in the same fold
+        pair_key = [self.learner.fold_of_member[p] * S + self.learner.layout.seed_slot(p) for p in range(self.learner.P)]
+        g = paired_gains(gems, arm_of, pair_key, val["sharpe"], val["alpha_sharpe"])
         k = self.cfg.trainer.objective_last_k
         out = {name: g[name] for name in GAIN_METRICS}
         for objective, column in zip(GAIN_OBJECTIVES, GAIN_METRICS):

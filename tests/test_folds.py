@@ -1,0 +1,162 @@
+"""Walk-forward folds on the population axis (issue 20), the training side: members = folds x
+arms x seeds, fold-major; each fold's members equal a run of that fold alone at the same shapes
+(the arms invariant extended to folds); the result columns (members' `fold`, per-fold history
+aggregates, HEALTH_DIAG, eval_returns, baselines and the fold table)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from learner_fixtures import bits_equal, tiny_config
+from tune_gems.arms import ArmsConfig, MemberLayout, expand_arms
+from tune_gems.metrics import FOLD_METRICS, epoch_metrics
+from tune_gems.rng import member_seeds
+from tune_gems.trainer import Trainer
+
+FOLDS = ["data.folds.k=3", "data.folds.val_length=60", "data.folds.gap=2"]
+ARMS = ArmsConfig.model_validate({"factors": {"gems.g10.mode": ["measure", "wire"]}})
+
+
+def test_the_member_layout_is_fold_major_then_arm_then_seed():
+    lay = MemberLayout(("a", "b"), 3, folds=2)
+    assert lay.members == 12
+    assert [(lay.fold_index(m), lay.arm_of(m), lay.seed_index(m)) for m in (0, 4, 5, 6, 11)] == [
+        (0, "a", 0), (0, "b", 1), (0, "b", 2), (1, "a", 0), (1, "b", 2)
+    ]  # fmt: skip
+    assert lay.blocks == [slice(0, 3), slice(3, 6), slice(6, 9), slice(9, 12)]
+    assert lay.member_seeds(4) == member_seeds(4, 3) * 4  # seed index s: one seed in every fold and arm
+    assert lay.per_member([1, 2]) == [1, 1, 1, 2, 2, 2] * 2
+
+
+def _learner(cfg, folds=None):
+    from tune_gems.ops import resolve_backend
+    from tune_gems.trainer import prepare_market
+    from tune_gems.trainer.learner import Learner
+
+    dev = torch.device("cpu")
+    market = prepare_market(cfg, dev, n_seed_indices=cfg.trainer.population, folds=folds)
+    learner = Learner(cfg, market, dev, resolve_backend("reference", dev), arms=expand_arms(cfg, ARMS))
+    learner.reset_envs()
+    for _ in range(cfg.trainer.learning_starts // cfg.trainer.n_envs):
+        learner.collect()
+    return learner
+
+
+def _part(key: str, t: torch.Tensor, P: int, p: int) -> torch.Tensor:
+    if t.dim() == 0 or key.endswith(".support"):
+        return t
+    if key == "metrics.acc":
+        return t[:, p]
+    return t.reshape(P, -1)[p]
+
+
+def test_each_folds_members_equal_a_run_of_that_fold_alone_bit_for_bit():
+    """3 folds x 2 arms x 2 seeds in one learner against, per fold, a learner of that fold alone
+    with the same 2 arms (the same per-block shapes: every matmul and per-group reduction runs
+    per (fold, arm) block in both). After collection and 9 iterations (two hard target copies)
+    every state tensor of every member matches, so a member's numbers do not depend on how many
+    folds share the graph."""
+    cfg = tiny_config("trainer.population=2", *FOLDS)
+    together = _learner(cfg)
+    F, A, S = 3, 2, 2
+    assert together.P == F * A * S and together.fold_of_member == [f for f in range(F) for _ in range(A * S)]
+    alone = [_learner(cfg, folds=[f]) for f in range(F)]
+    for _ in range(9):
+        together.iteration()
+        for run in alone:
+            run.iteration()
+    state = together.state_tensors()
+    for f, run in enumerate(alone):
+        assert run.P == A * S and run.env.market.fold_ids == (f,)
+        ref = run.state_tensors()
+        for q in range(A * S):
+            m = f * A * S + q
+            for k, v in state.items():
+                assert bits_equal(_part(k, v, together.P, m), _part(k, ref[k], run.P, q)), (f, q, k)
+    # the folds do differ (their windows and normalisations), so the comparison can fail
+    params = state["online.params"]
+    assert not torch.equal(params[0], params[A * S]) and not torch.equal(params[A * S], params[2 * A * S])
+
+
+def test_seed_index_s_starts_from_the_same_weights_in_every_fold_and_arm():
+    learner = _learner(tiny_config("trainer.population=2", *FOLDS))  # collection only: no update yet
+    params = learner.online_flat.data
+    assert learner.seeds == member_seeds(0, 2) * 6
+    for m in range(learner.P):
+        assert torch.equal(params[m], params[learner.layout.seed_index(m)]), m
+    assert not torch.equal(params[0], params[1])
+
+
+@pytest.fixture(scope="module")
+def fold_run():
+    """A tiny trainer of 3 folds x 2 arms x 2 seeds, trained to its end."""
+    cfg = tiny_config("trainer.population=2", "trainer.epochs=2", "arms.factors.gems.g10.mode=[measure,wire]", *FOLDS)
+    lines: list[str] = []
+    t = Trainer(cfg, log=lines.append)
+    t.fit()
+    return t, lines
+
+
+def test_member_rows_carry_their_fold_and_history_the_per_fold_means(fold_run):
+    t, _ = fold_run
+    members = pd.DataFrame(t.member_history)
+    last = members[members["epoch"] == 2]
+    assert last["fold"].tolist() == [f for f in range(3) for _ in range(4)]
+    assert (last.groupby("fold")["seed_index"].apply(list) == pd.Series([[0, 1, 0, 1]] * 3)).all()
+    h = t.history[-1]
+    assert tuple(h) == epoch_metrics((), t.arm_names, (0, 1, 2))
+    for f in range(3):
+        mine = last[last["fold"] == f]
+        for column in FOLD_METRICS:
+            seg, stat = column.split("_", 1)
+            expect = mine[f"{seg}_{stat.removesuffix('_mean')}"].mean()
+            assert h[f"{column}@fold{f}"] == pytest.approx(expect, rel=1e-12, abs=1e-12), (f, column)
+    # different validation windows: the folds' validation statistics differ
+    assert len({round(h[f"val_sharpe_mean@fold{f}"], 9) for f in range(3)}) > 1 or len(set(last["val_turnover"])) > 1
+
+
+def test_the_health_line_has_a_per_fold_part(fold_run):
+    _, lines = fold_run
+    assert all(" folds [0: vs=" in line and " | 2: vs=" in line for line in lines)
+    assert " ts=" in lines[-1] and " ts=" not in lines[0]  # the test segment at the end only
+
+
+def test_eval_returns_hold_each_members_own_validation_window(fold_run):
+    t, _ = fold_run
+    arrays = t.eval_returns()
+    P, T = t.learner.P, t.market.ranges["val"].length
+    assert arrays["returns"].shape[1:] == (P, T) and arrays["asset"].shape == (P, T)
+    assert arrays["fold"].tolist() == [f for f in range(3) for _ in range(4)]
+    starts = [t.market.fold_ranges[f]["val"].lo for f in range(3)]
+    assert arrays["window_start"].tolist() == [starts[f] for f in arrays["fold"]]
+    paths = t.market.returns_next.numpy()
+    for p in range(P):
+        lo = arrays["window_start"][p]
+        np.testing.assert_array_equal(arrays["asset"][p], paths[arrays["path"][p], lo : lo + T])
+
+
+def test_baselines_and_the_fold_table_are_per_fold(fold_run):
+    t, _ = fold_run
+    b = t.baselines()
+    table = t.fold_table()
+    assert table["fold"].tolist() == [0, 1, 2] and (table["val_end"] - table["val_start"] == 60).all()
+    assert (table["val_start"] - table["train_end"] == 2).all() and table["test_start"].nunique() == 1
+    assert set(b["fold"]) == {0, 1, 2} and len(b) == 3 * 2 * 3 * 2  # folds x segments x baselines x paths
+    val = b[(b["segment"] == "val") & (b["baseline"] == "buy_and_hold") & (b["path"] == 0)]
+    assert val["sharpe"].nunique() == 3  # three validation windows
+    test = b[(b["segment"] == "test") & (b["baseline"] == "buy_and_hold") & (b["path"] == 0)]
+    assert test["sharpe"].nunique() == 1  # one test segment
+
+
+def test_designed_gains_pair_members_within_a_fold():
+    from tune_gems.arm_designs import paired_gains
+
+    # proposal - control at each (fold, seed index): fold-blind pairing would mix folds
+    arm_of = ["proposal", "proposal", "control", "control"] * 2
+    fold_major_key = [0, 1, 0, 1, 2, 3, 2, 3]  # fold * S + seed index, as Trainer._gains builds it
+    values = np.array([1.0, 2.0, 0.0, 0.0, 5.0, 7.0, 1.0, 1.0])
+    g = paired_gains((), arm_of, fold_major_key, values, values)
+    assert g["val_sharpe_gain"] == pytest.approx(np.mean([1, 2, 4, 6]))
