@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
-# stages: env build tests tests-nokernels arms probe kbench tbench armsbench noisy compile efficiency sweep sweep2 moonshot perf
+# stages: env build tests tests-nokernels arms folds folds-gpu probe kbench tbench armsbench noisy compile efficiency sweep sweep2 moonshot perf
 #         blocks1 blocks (issue 25: the moonshot shape as seed blocks, one GPU, then every visible GPU;
 #         BLOCKS_EPOCHS=50 by default; run blocks1 first, in its own call: each takes about 5 minutes)
 # perf (issue 22, about 8 minutes): build, the fused-head and tensor-core GPU tests, kernels.py
@@ -68,6 +68,14 @@ for s in "$@"; do
     arms)
       stage "arms invariant on the GPU"
       timeout 240 python3 -m pytest tests/gpu/test_arms_gpu.py -m gpu -q -rfE -p no:cacheprovider 2>&1 | tee "$OUT/arms_gpu.log" | tail -15
+      ;;
+    folds)
+      stage "walk-forward folds: P, iteration time and memory per member, 4 folds x 3 arms x 64 seeds against 1 fold (issue 20)"
+      timeout 400 python3 benchmarks/folds_cost.py --folds 4 --arms 3 --seeds 64 --out "$OUT/folds_cost.json" 2>&1 | tee "$OUT/folds_cost.log"
+      ;;
+    folds-gpu)
+      stage "folds invariant on the GPU (issue 20)"
+      timeout 240 python3 -m pytest tests/gpu/test_folds_gpu.py -m gpu -q -rfE -p no:cacheprovider 2>&1 | tee "$OUT/folds_gpu.log" | tail -15
       ;;
     moonshot)
       stage "moonshot: 3 configurations x 64 seeds x 50 epochs x 500 iterations as arms of one trial"
