@@ -160,3 +160,37 @@ def test_designed_gains_pair_members_within_a_fold():
     values = np.array([1.0, 2.0, 0.0, 0.0, 5.0, 7.0, 1.0, 1.0])
     g = paired_gains((), arm_of, fold_major_key, values, values)
     assert g["val_sharpe_gain"] == pytest.approx(np.mean([1, 2, 4, 6]))
+
+
+def test_a_checkpoint_written_before_folds_existed_resumes_and_one_with_other_folds_is_refused(tmp_path):
+    from tune_gems.errors import CheckpointError
+    from tune_gems.trainer import checkpoint as ckpt
+
+    cfg = tiny_config("trainer.epochs=2", "trainer.iterations_per_epoch=2")
+    t = Trainer(cfg, log=None)
+    t.run_epoch()
+    state, meta = t.checkpoint_payload()
+    old = dict(meta, config={**meta["config"], "data": {k: v for k, v in meta["config"]["data"].items() if k != "folds"}})
+    old["config"]["data"]["synthetic"] = {k: v for k, v in old["config"]["data"]["synthetic"].items() if k != "edge_periods"}
+    ckpt.save(tmp_path / "old.pt", state, old)
+    resumed = Trainer(cfg, log=None)
+    resumed.load_checkpoint(tmp_path / "old.pt")  # the keys it lacks hold their defaults here
+    assert resumed.epoch == 1
+    with pytest.raises(CheckpointError, match=r"written with data\.folds\.k=None, this run has data\.folds\.k=2$"):
+        Trainer(tiny_config("trainer.epochs=2", "data.folds.k=2"), log=None).load_checkpoint(tmp_path / "old.pt")
+
+
+def test_a_run_with_folds_resumes_from_its_checkpoint_bit_for_bit(tmp_path):
+    from learner_fixtures import assert_same_run
+
+    cfg = tiny_config("trainer.epochs=2", "trainer.iterations_per_epoch=3", "trainer.population=2", *FOLDS)
+    full = Trainer(cfg, log=None)
+    full.run_epoch()
+    full.save_checkpoint(tmp_path / "ck.pt")
+    full.run_epoch()
+    resumed = Trainer(cfg, log=None)
+    resumed.load_checkpoint(tmp_path / "ck.pt")
+    resumed.run_epoch()
+    assert_same_run(full, resumed)
+    for k, v in full.eval_returns().items():
+        assert np.array_equal(v, resumed.eval_returns()[k]), k

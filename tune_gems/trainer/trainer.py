@@ -588,7 +588,7 @@ class Trainer:
 
 def _check_compatible(path, saved: dict[str, Any], current: dict[str, Any]) -> None:
     """Every config key equal, except RESUMABLE_CHANGES; a key the checkpoint lacks (written
-    before the key existed, e.g. `first_seed_index`) is compatible at its default value."""
+    before the key existed, e.g. `first_seed_index` or `data.folds`) is compatible at its default value."""
     a, b = flatten(saved), flatten(current)
     defaults = flatten(Config().to_dict())
     for key in sorted(set(a) | set(b)):
