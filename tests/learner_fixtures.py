@@ -64,3 +64,20 @@ def assert_same_run(a, b) -> None:
     theirs = b.learner.state_tensors()
     for k, v in a.learner.state_tensors().items():
         assert bits_equal(v, theirs[k]), k
+
+
+def full_and_resumed(cfg: Config, path, after_load=None):
+    """(an uninterrupted run of `cfg`, a run resumed from its epoch-1 checkpoint at `path`), both
+    trained to the end; `after_load(resumed)` is called right after the checkpoint is loaded."""
+    from tune_gems.trainer import Trainer
+
+    full = Trainer(cfg, log=None)
+    full.run_epoch()
+    full.save_checkpoint(path)
+    full.fit()
+    resumed = Trainer(cfg, log=None)
+    resumed.load_checkpoint(path)
+    if after_load is not None:
+        after_load(resumed)
+    resumed.fit()
+    return full, resumed

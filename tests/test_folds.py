@@ -181,16 +181,10 @@ def test_a_checkpoint_written_before_folds_existed_resumes_and_one_with_other_fo
 
 
 def test_a_run_with_folds_resumes_from_its_checkpoint_bit_for_bit(tmp_path):
-    from learner_fixtures import assert_same_run
+    from learner_fixtures import assert_same_run, full_and_resumed
 
     cfg = tiny_config("trainer.epochs=2", "trainer.iterations_per_epoch=3", "trainer.population=2", *FOLDS)
-    full = Trainer(cfg, log=None)
-    full.run_epoch()
-    full.save_checkpoint(tmp_path / "ck.pt")
-    full.run_epoch()
-    resumed = Trainer(cfg, log=None)
-    resumed.load_checkpoint(tmp_path / "ck.pt")
-    resumed.run_epoch()
+    full, resumed = full_and_resumed(cfg, tmp_path / "ck.pt")
     assert_same_run(full, resumed)
     for k, v in full.eval_returns().items():
         assert np.array_equal(v, resumed.eval_returns()[k]), k

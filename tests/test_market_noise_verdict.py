@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fake_results as fr  # noqa: E402
-from learner_fixtures import tiny_config  # noqa: E402
+from learner_fixtures import full_and_resumed, tiny_config  # noqa: E402
 
 from tune_gems.analysis.designs import build_cells, paired  # noqa: E402
 from tune_gems.analysis.market_evidence import (  # noqa: E402
@@ -48,14 +48,10 @@ def runs(tmp_path_factory):
     (so the resumed window holds one evaluation from the checkpoint and one of its own)."""
     tmp = tmp_path_factory.mktemp("eval_returns")
     cfg = tiny_config("data.synthetic.paths=shared", "trainer.objective_last_k=2", "trainer.epochs=2")
-    full = Trainer(cfg, log=None)
-    full.run_epoch()
-    full.save_checkpoint(tmp / "ck.pt")
-    full.fit()
-    resumed = Trainer(cfg, log=None)
-    resumed.load_checkpoint(tmp / "ck.pt")
-    assert [e.epoch for e in resumed.eval_window] == [1]
-    resumed.fit()
+    def window_from_the_checkpoint(resumed):
+        assert [e.epoch for e in resumed.eval_window] == [1]
+
+    full, resumed = full_and_resumed(cfg, tmp / "ck.pt", after_load=window_from_the_checkpoint)
     return SimpleNamespace(cfg=cfg, full=full, resumed=resumed, tmp=tmp)
 
 
