@@ -188,3 +188,11 @@ def test_a_run_with_folds_resumes_from_its_checkpoint_bit_for_bit(tmp_path):
     assert_same_run(full, resumed)
     for k, v in full.eval_returns().items():
         assert np.array_equal(v, resumed.eval_returns()[k]), k
+
+
+def test_the_memory_check_counts_every_fold():
+    from tune_gems.resources import default_members, estimate_memory
+
+    cfg = tiny_config("trainer.population=2", "arms.factors.gems.g10.mode=[measure,wire]", *FOLDS)
+    assert default_members(cfg) == 3 * 2 * 2
+    assert estimate_memory(cfg).members == 12
