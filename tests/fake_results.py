@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tune_gems.metrics import EPOCH_METRICS, GEM_KEYS, MEMBER_METRICS
+from tune_gems.metrics import EPOCH_METRICS, MEMBER_METRICS, gem_keys
 
 GEMS = ("g6", "g10", "g12")
+GEM_KEYS = gem_keys()
 LOSS = 2.0
 
 

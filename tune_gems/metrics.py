@@ -140,11 +140,6 @@ def member_metrics(plugins: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]
 
 
 # The columns of a run without plug-ins (the built-in gems); a run with plug-ins: the functions.
-GEM_METRICS = gem_metrics()
-GEM_KEYS = gem_keys()
-GEM_REL_METRICS = tuple(f"{g}_rel" for g in GEM_METRICS)
-GEM_NULL_METRICS = tuple(f"{g}_null" for g in GEM_METRICS)
-GEM_EXCESS_METRICS = tuple(f"{g}_excess" for g in GEM_METRICS)
 EPOCH_METRICS = epoch_metrics()
 """One row of history.parquet / one Tune result, in this order (no plug-ins)."""
 MEMBER_METRICS = member_metrics()

@@ -37,7 +37,8 @@ and for a command that builds its result in a temporary folder and publishes it 
 from __future__ import annotations
 
 from tune_gems.result_files import (
-    CHECKPOINT_FILE, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE, SUMMARY_FILE, TRIALS_FILE,
+    CHECKPOINT_FILE, CONFIG_FILE, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE, SUMMARY_FILE,
+    TRIALS_FILE,
 )
 
 import datetime as _dt
@@ -169,7 +170,7 @@ def results_kind(folder: str | Path) -> str | None:
         return None
     if names & set(SWEEP_SIGNS) or any(n.startswith("experiment_state") for n in names):
         return "sweep"
-    if "config.yaml" in names and names & set(TRAIN_SIGNS):
+    if CONFIG_FILE in names and names & set(TRAIN_SIGNS):
         return "train"
     return None
 

@@ -16,7 +16,16 @@ ARMS_PARQUET = "arms.parquet"
 BASELINES_PARQUET = "baselines.parquet"
 JOURNAL_FILE = "optuna_journal.log"
 EVAL_RETURNS_DIR = "eval_returns"
-"""Per trial, `<EVAL_RETURNS_DIR>/<trial_id>.npz`: the EVAL_RETURNS_FILE of its last checkpoint."""
+"""Per trial, `<EVAL_RETURNS_DIR>/<trial_id>.npz` (`trial_eval_returns`): the EVAL_RETURNS_FILE of
+its last checkpoint."""
+
+# -- a sweep trial's checkpoint and reports (written by sweep/trainable.py, read by sweep/results.py)
+CHECKPOINT_HISTORY_FILE = "history.json"
+"""Beside a trial's checkpoint: every epoch's history and member rows up to it."""
+MEMBERS_KEY = "members_json"
+"""The key of a Tune report that carries the epoch's member rows as one JSON string."""
+BASELINES_KEY = "baselines_json"
+"""The key of a trial's first report that carries its baselines table as JSON records."""
 
 # -- a train run's folder ------------------------------------------------------------------------
 CONFIG_FILE = "config.yaml"
@@ -47,6 +56,13 @@ ID_COLUMNS = ("experiment", "trial_id", "config_label")
 MEMBER_ID_COLUMNS = ("epoch", "member", "seed", "arm", "seed_index")
 """Which member a members row is: its epoch, index on the population axis, own seed, arm and the
 seed index it shares with every other arm."""
+
+
+
+def trial_eval_returns(trial_id: str) -> str:
+    """The file name, inside EVAL_RETURNS_DIR, of one sweep trial's saved validation returns."""
+    return f"{trial_id}.npz"
+
 
 ARMS_FILES = (ARMS_PARQUET, ARMS_CSV)
 BASELINES_FILES = (BASELINES_PARQUET, BASELINES_CSV)

@@ -32,7 +32,7 @@ Numpy and scipy only: the analysis never imports torch.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -199,9 +199,6 @@ class MarketNoiseInterval:
     n_pairs: int
     n_boot: int
     confidence: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _as_pairs(x, name: str) -> np.ndarray:
