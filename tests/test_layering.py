@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tune_gems"
 LAYERS: dict[str, tuple[str, ...]] = {
     "contracts": ("errors", "result_files", "gem_manifest", "dotted"),
     "gems": ("gems",),
-    "foundations": ("metrics", "evaluation", "rng", "data", "outputs", "arms_config"),
+    "foundations": ("metrics", "evaluation", "rng", "data", "outputs", "arms_config", "blas_path"),
     "config": ("config",),
     "set-up": ("arms", "arm_designs", "resources", "env", "replay", "gym_env"),
     "ops": ("ops",),
