@@ -71,11 +71,6 @@ def gem_metrics(plugins: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
     return tuple(g.metric for g in registry.run_gems(plugins))
 
 
-def gem_keys(plugins: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
-    """Gem name -> its metric column."""
-    return {g.name: g.metric for g in registry.run_gems(plugins)}
-
-
 def gem_columns(plugins: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
     """Per gem metric M of the run: M (raw value), then every M_rel (M / C51 loss), M_null (the
     gem's null: its value with no structure to find, NaN without one) and M_excess (M - M_null)."""
