@@ -181,7 +181,9 @@ class TrainerConfig(_Strict):
     gamma: float = Field(0.97, gt=0.0, le=1.0)
     lr: float = Field(5e-4, gt=0.0, le=10.0)
     adam_eps: float = Field(1.5e-4, gt=0.0, le=1.0)
-    grad_clip: float = Field(10.0, gt=0.0, le=1e6, description="max gradient norm, per member")
+    grad_clip: float = Field(
+        10.0, gt=0.0, le=1e6, description="max gradient norm, per member and per group (the shared network; each gem head)"
+    )
     target_update: int = Field(200, ge=1, le=MAX_COUNT, description="hard target update period in iterations (used when tau is 0)")
     tau: float = Field(0.0, ge=0.0, le=1.0, description="Polyak rate per iteration; 0 = hard updates")
     epsilon_start: float = Field(1.0, ge=0.0, le=1.0, description="epsilon-greedy start (NoisyNets off only)")
