@@ -8,8 +8,8 @@ exact checkpoint written in the background (CheckpointReports), so a retried tri
 
 Per-member rows travel in the result as one JSON string (`members_json`), so they survive
 Tune's flattening of results and land in members.parquet; each checkpoint also carries the
-whole history so far (`result_files.CHECKPOINT_HISTORY_FILE`), from which the result tables fill any epoch whose
-report was lost with a dying node.
+whole history so far (`result_files.CHECKPOINT_HISTORY_FILE`), from which the result tables fill
+any epoch whose report was lost with a dying node.
 """
 
 from __future__ import annotations
