@@ -138,3 +138,18 @@ def test_the_check_catches_an_upward_import(edge, layer):
 def test_the_check_catches_a_cycle(monkeypatch):
     monkeypatch.setitem(GRAPH, "config", GRAPH["config"] | {"arms"})
     assert _cycle() is not None
+
+
+def test_the_torch_free_layers_stay_torch_free():
+    """Validating a config (arms expanded), the analysis and the sweep's result tables import
+    neither torch nor Ray: the drawing's lazy arrows (the built-in gems by name, the ops on
+    first evaluation) keep them so."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from tune_gems.config import load_config; from tune_gems.arms import expand_arms; "
+            "expand_arms(load_config(None, ['arms.factors.gems.g10.mode=[measure,wire]'])); "
+            "import tune_gems.analysis.run, tune_gems.sweep.results; "
+            "sys.exit(','.join(m for m in ('torch', 'ray') if m in sys.modules) or None)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"imported: {r.stderr.strip()}"
