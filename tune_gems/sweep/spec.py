@@ -245,6 +245,11 @@ class SweepSpec(_Strict):
     def base_config(self) -> Config:
         return build_config(copy.deepcopy(self.config), "config")
 
+    @property
+    def searches(self) -> bool:
+        """Whether Optuna proposes anything (gem modes/weights or parameters)."""
+        return bool(self.search.gems or self.search.params)
+
 
 def seed_stride(spec: SweepSpec) -> int:
     """Seed indices between the first seed index of one trial and the next (per_trial seeds,
