@@ -1,6 +1,7 @@
 """The package's imports keep the layering that docs/design.md draws ("Layers and dependency
 direction"): every `tune_gems` import, at module level or inside a function, goes to the same
-layer or to one the layer may use, and no modules import each other in a cycle. Parsed with
+layer or to one the layer may use, and no modules import each other in a cycle (a script entry,
+`if __name__ == "__main__":`, is not an import of its module). Parsed with
 `ast` (nothing is imported), so an import that breaks the drawing fails here, naming it."""
 
 from __future__ import annotations
@@ -64,12 +65,29 @@ def _known(name: str) -> str:
     return name
 
 
+def _is_main_guard(node: ast.AST) -> bool:
+    """`if __name__ == "__main__":`: what a module does when run as a script (as `__main__`, a
+    module object of its own) is not an import of the module."""
+    t = getattr(node, "test", None)
+    return (isinstance(node, ast.If) and isinstance(t, ast.Compare) and isinstance(t.left, ast.Name)
+            and t.left.id == "__name__" and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in t.comparators))
+
+
+def _nodes(tree: ast.AST):
+    """Every node of `tree` outside `if __name__ == "__main__":` blocks."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(c for c in ast.iter_child_nodes(node) if not _is_main_guard(c))
+
+
 def imports(module: str) -> set[str]:
     """The package modules that `module` imports (anywhere in it, so lazy imports count too):
     `from tune_gems.gems import registry` is an import of the submodule gems.registry, `from
     tune_gems.gems import GemInputs` one of the package tune_gems.gems."""
     out: set[str] = set()
-    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+    for node in _nodes(ast.parse(MODULES[module].read_text())):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:

@@ -66,11 +66,11 @@ from tune_gems.analysis.market_evidence import (
     market_evidence,
 )
 from tune_gems.analysis.redundancy import redundancy_table
+from tune_gems.analysis.selectors import MEASURE, WIRE, placebo_selectors
 from tune_gems.gem_manifest import LEGACY_MANIFEST, GemEntry
 
 VERDICTS = ("keep wired", "harmful", "equivalent", "inconclusive", "inconclusive: inconsistent across periods",
             "delete", "insufficient: confounded", "insufficient data", "no data")
-WIRE, MEASURE = "wire", "measure"
 
 VERDICT_COLUMNS = [
     "gem", "metric", "verdict", "reason", "design", "outcome", "n_seeds", "n_pairs",
@@ -90,24 +90,6 @@ def verdict_metric(members: pd.DataFrame, metric: str = defaults.METRIC,
     if metric in members.columns and np.isfinite(members[metric].astype(float)).any():
         return metric, ""
     return fallback, f"{metric} absent (older results): {fallback} used instead"
-
-
-def _weight(v) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _selectors(g: GemEntry, placebo_weight: float):
-    """(real, is_placebo): cell filters that leave out the placebo arms / keep only them."""
-    mode, weight = f"gems.{g.name}.mode", f"gems.{g.name}.weight"
-
-    def is_placebo(t: pd.DataFrame) -> pd.Series:
-        w = t[weight].map(_weight) if weight in t.columns else pd.Series(np.nan, index=t.index)
-        return (t[mode] == WIRE) & (w <= placebo_weight) if mode in t.columns else pd.Series(False, index=t.index)
-
-    return (lambda t: ~is_placebo(t)), is_placebo
 
 
 def _fmt(x, f: str = ".3g") -> str:
@@ -156,7 +138,7 @@ def gem_verdicts(
     rows, tests = [], {}
     for g in gems:
         mode = f"gems.{g.name}.mode"
-        real, _ = _selectors(g, placebo_weight)
+        real, _ = placebo_selectors(g, placebo_weight)
         row = {c: math.nan for c in VERDICT_COLUMNS}
         row.update(gem=g.name, metric=g.metric, outcome=column, rope=rope, alpha=alpha,
                    rel_threshold=rel_threshold, fix="", redundancy="", design="none", reason="",
@@ -338,7 +320,7 @@ def placebo_verdicts(
     column, _ = verdict_metric(members, metric)
     rows = []
     for g in gems:
-        _, is_placebo = _selectors(g, placebo_weight)
+        _, is_placebo = placebo_selectors(g, placebo_weight)
         mode = f"gems.{g.name}.mode"
         if mode not in cells.table.columns:
             continue
