@@ -101,7 +101,7 @@ for s in "$@"; do
       ;;
     compile)
       stage "torch.compile on the glue inside the captured graph (issue 15)"
-      timeout 420 python3 benchmarks/compile_trial.py --out "$OUT/compile_trial.json" 2>&1 | tee "$OUT/compile_trial.log" | tail -30
+      timeout 420 python3 benchmarks/archive/compile_trial.py --out "$OUT/compile_trial.json" 2>&1 | tee "$OUT/compile_trial.log" | tail -30
       ;;
     efficiency)
       stage "sweep efficiency: measure_gems-shaped trials one per GPU, then packed 3 per GPU (issue 15)"

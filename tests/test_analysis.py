@@ -106,7 +106,7 @@ def test_load_two_folders(helps, no_help):
 
 def test_load_same_name_folders_stay_apart(root):
     a = fr.paired_scenario(root / "x" / "sweep", journal=False)
-    b = fr.paired_scenario(root / "y" / "sweep", journal=False)
+    b = fr.paired_scenario(root / "y" / "sweep", g10_rel=0.06, journal=False)  # another run: other values
     e = load_experiment([a, b])
     assert e.labels == ["sweep", "y/sweep"]
     assert e.trials.groupby("experiment").size().to_dict() == {"sweep": 8, "y/sweep": 8}

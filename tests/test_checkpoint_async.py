@@ -26,6 +26,7 @@ from learner_fixtures import assert_same_run, tiny_config
 from sweep_fixtures import REPO, SMOKE, TINY_SWEEP, cli as sweep_cli, ray_address  # noqa: F401 (fixture)
 from tune_gems import cli
 from tune_gems.config import build_config, load_config
+from tune_gems.result_files import CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE
 from tune_gems.sweep import console, trainable
 from tune_gems.trainer import checkpoint as ckpt
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter, snapshot_meta
@@ -347,8 +348,8 @@ def test_a_trial_reports_in_epoch_order_with_each_checkpoint_on_its_own_epoch(tm
     with_ckpt = [(m["epoch"], d) for m, d in first.reports if d is not None]
     assert [e for e, _ in with_ckpt] == [2, 4, 5]
     for epoch, d in with_ckpt:
-        _, meta = ckpt.load(d / trainable.CHECKPOINT_FILE)
-        saved = json.loads((d / trainable.HISTORY_FILE).read_text())
+        _, meta = ckpt.load(d / CHECKPOINT_FILE)
+        saved = json.loads((d / CHECKPOINT_HISTORY_FILE).read_text())
         assert meta["epoch"] == epoch and [h["epoch"] for h in saved["history"]] == list(range(1, epoch + 1))
     assert not list((tmp_path / "tmp").iterdir())  # the temporary checkpoint folders are gone
 

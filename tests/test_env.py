@@ -16,7 +16,7 @@ from tune_gems.config import EnvConfig
 from tune_gems.data import split_bounds, synthetic_prices
 from tune_gems.env import ActionMap, Market, VecTradingEnv, evaluate_segment
 from tune_gems.errors import DataError
-from tune_gems.gems.reference import c51_project
+from tune_gems.ops.reference import c51_project
 from tune_gems.gym_env import TradingEnv
 from tune_gems.rng import CounterRNG, member_seeds
 

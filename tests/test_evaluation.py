@@ -28,7 +28,6 @@ from tune_gems.evaluation import (
     momentum_signal,
     net_returns,
     position_changes,
-    prefixed,
     read_back,
     segment_asset_returns,
 )
@@ -289,7 +288,6 @@ def test_helpers_name_columns_like_the_contract():
     s = read_back(evaluation_stats(torch.zeros(2, 5), torch.zeros(5), COST, PPY))
     rows = member_rows(s, "val")
     assert len(rows) == 2 and list(rows[0]) == [f"val_{k}" for k in EVAL_STATS]
-    assert list(prefixed({"sharpe": 1.0}, "test")) == ["test_sharpe"]
     assert torch.equal(position_changes(torch.tensor([[1.0, -1.0]])), torch.tensor([[1.0, 2.0]]))
 
 

@@ -320,13 +320,14 @@ DROP = object()
 def table_cases() -> list[Case]:
     """Every column of the three tables that docs/results.md types, made hostile."""
     from tune_gems.analysis import load
+    from tune_gems.gem_manifest import folder_manifest
 
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
         exp = paired_scenario(Path(d) / "exp")
         columns = {t: list(pd.read_parquet(exp / f"{t}.parquet").columns) for t in ("trials", "history", "members")}
-        gems = load.gem_columns(exp)
+        gems = [e.metric for e in folder_manifest(exp)]
     required = {"trials": load.TRIALS_REQUIRED, "history": load.HISTORY_REQUIRED, "members": load.MEMBERS_REQUIRED}
     cases = []
     for table, cols in columns.items():

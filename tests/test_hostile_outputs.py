@@ -145,7 +145,7 @@ def test_lock_refuses_a_second_writer_and_survives_a_dead_one(tmp_path):
         with pytest.raises(OutputInUseError, match=f"pid {os.getpid()}"):
             outputs.OutputLock(tmp_path).acquire()
     # a holder killed without releasing: the kernel drops its flock, the file stays
-    code = ("import sys, os; from tune_gems.outputs import OutputLock; OutputLock(sys.argv[1]).acquire(); "
+    code = ("import sys, os; from tune_gems.outputs import OutputLock; lock = OutputLock(sys.argv[1]).acquire(); "
             "print('held', flush=True); os.kill(os.getpid(), 9)")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
     assert proc.stdout.strip() == "held" and proc.returncode == -9
@@ -155,7 +155,7 @@ def test_lock_refuses_a_second_writer_and_survives_a_dead_one(tmp_path):
 
 
 def test_lock_held_by_another_live_process_is_refused(tmp_path):
-    code = ("import sys; from tune_gems.outputs import OutputLock; OutputLock(sys.argv[1]).acquire(); "
+    code = ("import sys; from tune_gems.outputs import OutputLock; lock = OutputLock(sys.argv[1]).acquire(); "
             "print('held', flush=True); sys.stdin.read()")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

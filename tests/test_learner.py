@@ -11,7 +11,7 @@ import torch
 
 from learner_fixtures import all_wired, assert_same_run, bits_equal, canon, member_slice, tiny_config
 from tune_gems.errors import CheckpointError
-from tune_gems.gems.reference import g6_branch_indep
+from tune_gems.ops.reference import g6_branch_indep
 from tune_gems.metrics import EPOCH_METRICS, MEMBER_METRICS
 from tune_gems.ops import resolve_backend
 from tune_gems.rng import member_seeds

@@ -115,10 +115,11 @@ def test_plugin_entry_that_is_not_a_module_name_is_refused(tmp_path):
 def test_manifest_lists_the_runs_gems(tmp_path):
     """The gems.json content (written beside the tables by the run writers)."""
     code = (
-        "import json; from tune_gems.config import load_config; from tune_gems.gems import manifest; "
-        "c = load_config(None, ['plugins=[q_magnitude]']); print(json.dumps(manifest(c.plugins)))"
+        "from tune_gems.config import load_config; from tune_gems.gem_manifest import manifest_text; "
+        "from tune_gems.gems import manifest; "
+        "c = load_config(None, ['plugins=[q_magnitude]']); print(manifest_text(manifest(c.plugins)))"
     )
-    env = {**os.environ, "PYTHONPATH": str(EXAMPLES)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), os.environ.get("PYTHONPATH", "")])}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     entries = json.loads(r.stdout)

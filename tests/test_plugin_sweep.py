@@ -53,3 +53,12 @@ def test_example_plugin_sweeps_and_is_analysed(tmp_path):
     assert row["metric"] == "q_magnitude"
     assert str(row["design"]).startswith("arms within trials")  # a designed, seed-paired comparison
     assert row["verdict"] in {"inconclusive", "keep wired", "harmful", "equivalent", "delete"}
+    # the analysis takes its gem list from gems.json: the plug-in has magnitudes and trajectories
+    # and a panel of the magnitude plot (one column of panels per gem: 4 gems, 1600 px wide)
+    magnitudes = pd.read_csv(exp / "analysis" / "gem_magnitudes.csv")
+    assert list(dict.fromkeys(magnitudes["gem"]))[-1] == "qmag"
+    assert (magnitudes.loc[magnitudes["gem"] == "qmag", "metric"] == "q_magnitude").all()
+    trajectories = pd.read_csv(exp / "analysis" / "gem_trajectories.csv")
+    assert set(trajectories.loc[trajectories["gem"] == "qmag", "epoch"]) == {1, 2}
+    png = (exp / "analysis" / "gem_magnitudes.png").read_bytes()
+    assert int.from_bytes(png[16:20], "big") == 1600

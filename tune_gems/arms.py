@@ -10,7 +10,8 @@ difference between two arms at one seed is caused by the arms alone.
 
 This module is the arms' configuration: the YAML model, the expansion of `factors` (a full
 factorial) or `list` into named arms, their validation (one line naming the bad key) and the
-member layout. It imports the config module lazily, so `config.py` can hold an `arms` field.
+member layout. The `arms:` model itself (`ArmsConfig`) lives in tune_gems.arms_config, below the
+config schema that holds it; this module expands it with the schema, so it sits above config.
 """
 
 from __future__ import annotations
@@ -18,59 +19,13 @@ from __future__ import annotations
 import copy
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
+from tune_gems.arms_config import (  # noqa: F401 - re-exported: the arms API
+    DEFAULT_ARM, GEM_FIELDS, MAX_ARMS, MODEL_SWITCHES, ArmsConfig,
+)
+from tune_gems.config import Config, build_config, flatten, set_dotted
 from tune_gems.errors import ConfigError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from tune_gems.config import Config
-
-DEFAULT_ARM = "default"
-"""The name of the one arm of a run without `arms`."""
-
-MODEL_SWITCHES = ("model.spectral_norm", "model.noisy", "trainer.lr")
-"""Per-member keys besides the gems' `mode` and `weight` (issue 12: everything else is per trial)."""
-
-GEM_FIELDS = ("mode", "weight")
-MAX_ARMS = 256
-"""More arms than this is almost surely a mistyped factorial (levels multiply)."""
-
-
-class ArmsConfig(BaseModel):
-    """`arms:` in a config or a sweep spec's `config`: `factors` (every combination of levels is
-    one arm) or `list` (explicit arms, each a `name` and dotted per-member keys)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-
-    factors: dict[str, list[Any]] | None = Field(None, description="dotted per-member key -> its levels")
-    list_: list[dict[str, Any]] | None = Field(None, alias="list", description="explicit arms: {name, key: value, ...}")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _flatten_nested_factors(cls, data: Any) -> Any:
-        """`arms.factors.gems.g10.mode=[..]` on the command line nests the dotted key: flatten it."""
-        if isinstance(data, dict) and isinstance(data.get("factors"), dict):
-            from tune_gems.config import flatten
-
-            data = {**data, "factors": flatten(data["factors"])}
-        return data
-
-    @model_validator(mode="after")
-    def _one_form(self) -> "ArmsConfig":
-        if (self.factors is None) == (self.list_ is None):
-            raise ValueError("give exactly one of arms.factors and arms.list")
-        if self.factors is not None:
-            if not self.factors:
-                raise ValueError("arms.factors is empty")
-            for key, levels in self.factors.items():
-                if not levels:
-                    raise ValueError(f"arms.factors.{key}: no levels")
-        if self.list_ is not None and not self.list_:
-            raise ValueError("arms.list is empty")
-        return self
-
 
 @dataclass(frozen=True)
 class Arm:
@@ -79,19 +34,17 @@ class Arm:
 
     name: str
     settings: dict[str, Any]
-    config: "Config"
+    config: Config
 
 
-def per_member_keys(cfg: "Config") -> tuple[str, ...]:
+def per_member_keys(cfg: Config) -> tuple[str, ...]:
     """Every key that may vary per member: each gem's mode and weight, the model switches, lr."""
     gems = tuple(f"gems.{g}.{f}" for g in type(cfg.gems).model_fields for f in GEM_FIELDS)
     return gems + MODEL_SWITCHES
 
 
-def resolved_settings(cfg: "Config") -> dict[str, Any]:
+def resolved_settings(cfg: Config) -> dict[str, Any]:
     """The value of every per-member key in `cfg` (a row of the arms table)."""
-    from tune_gems.config import flatten
-
     flat = flatten(cfg.to_dict())
     return {k: flat[k] for k in per_member_keys(cfg)}
 
@@ -108,14 +61,12 @@ def _check_key(key: str, allowed: tuple[str, ...], all_keys: set[str], where: st
     raise ConfigError(f"{where}.{key}: unknown key")
 
 
-def expand_arms(cfg: "Config", arms: ArmsConfig | None = None, source: str = "config") -> list[Arm]:
+def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "config") -> list[Arm]:
     """The named arms of a run. Without `arms`, one arm named `default` (the run itself).
 
     Each arm's config is the base config with that arm's settings applied and `arms` removed,
     validated as a whole: a level that fails validation is reported with the arm and key.
     """
-    from tune_gems.config import build_config, flatten, set_dotted
-
     arms = arms if arms is not None else getattr(cfg, "arms", None)
     base = cfg.to_dict()
     base.pop("arms", None)

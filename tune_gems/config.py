@@ -15,17 +15,15 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from tune_gems.arms import ArmsConfig
+from tune_gems.arms_config import ArmsConfig
 from tune_gems.data import DEFAULT_EDGE, MAX_FOLDS
+from tune_gems.dotted import flatten, set_dotted  # noqa: F401 - part of the config API
 from tune_gems.errors import ConfigError
 from tune_gems.gems import registry
 
 DEFAULT_MOMENTUM_SPAN = 20.0
 """The momentum baseline's default EWMA span (tune_gems.evaluation.DEFAULT_MOMENTUM_SPAN: the
 same value; config stays free of torch, so it is not imported from there)."""
-
-GEM_NAMES = tuple(g.name for g in registry.builtin_gems())
-"""The built-in gems (a run's gems: `Config.gem_names()`, the registry's `run_gems`)."""
 
 MAX_COUNT = 10**9
 """Upper bound of epoch / iteration / period counts: beyond it a run is a typo, not a plan."""
@@ -224,7 +222,9 @@ GemsConfig = gems_model()
 
 
 class TrainerConfig(_Strict):
-    population: int = Field(4, ge=1, le=4096, description="members (seeds) trained in lockstep")
+    population: int = Field(
+        4, ge=1, le=4096, description="seeds per arm: P = arms x population members train in lockstep"
+    )
     epochs: int = Field(6, ge=1, le=MAX_COUNT)
     iterations_per_epoch: int = Field(150, ge=1, le=MAX_COUNT)
     batch_size: int = Field(64, ge=2)
@@ -235,7 +235,9 @@ class TrainerConfig(_Strict):
     gamma: float = Field(0.97, gt=0.0, le=1.0)
     lr: float = Field(5e-4, gt=0.0, le=10.0)
     adam_eps: float = Field(1.5e-4, gt=0.0, le=1.0)
-    grad_clip: float = Field(10.0, gt=0.0, le=1e6, description="max gradient norm, per member")
+    grad_clip: float = Field(
+        10.0, gt=0.0, le=1e6, description="max gradient norm, per member and per group (the shared network; each gem head)"
+    )
     target_update: int = Field(200, ge=1, le=MAX_COUNT, description="hard target update period in iterations (used when tau is 0)")
     tau: float = Field(0.0, ge=0.0, le=1.0, description="Polyak rate per iteration; 0 = hard updates")
     epsilon_start: float = Field(1.0, ge=0.0, le=1.0, description="epsilon-greedy start (NoisyNets off only)")
@@ -421,20 +423,6 @@ def parse_override(item: str) -> tuple[str, Any]:
     return key, value
 
 
-def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
-    """Write `value` at dotted `key`, creating intermediate mappings."""
-    parts = key.split(".")
-    node = tree
-    for part in parts[:-1]:
-        nxt = node.get(part)
-        if nxt is None:
-            nxt = node[part] = {}
-        elif not isinstance(nxt, dict):
-            raise ConfigError(f"{key}: {part} is a value, not a section")
-        node = nxt
-    node[parts[-1]] = value
-
-
 def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     for item in overrides:
         key, value = parse_override(item)
@@ -478,17 +466,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     tree = read_yaml(path) if path is not None else {}
     apply_overrides(tree, list(overrides or []))
     return build_config(tree, str(path) if path is not None else "config")
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mapping -> {dotted.key: leaf}."""
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def dump_config(cfg: Config, path: str | Path) -> None:

@@ -217,11 +217,6 @@ def read_back(stats: Mapping[str, Tensor]) -> dict[str, np.ndarray]:
     return {k: stacked[i] for i, k in enumerate(names)}
 
 
-def prefixed(values: Mapping[str, Any], segment: str) -> dict[str, Any]:
-    """{'sharpe': v, ...} -> {'val_sharpe': v, ...} (the contract's column names)."""
-    return {f"{segment}_{k}": v for k, v in values.items()}
-
-
 def segment_asset_returns(market: Any, segment: str, path_of_member: Any = None, fold_of_member: Any = None) -> Tensor:
     """The asset's simple returns earned at the decisions of a segment, as the SegmentEvaluator
     walks it: [T] (`market.ret_next[lo:hi]`, a view) when the market has one path and one fold

@@ -71,11 +71,6 @@ def gem_metrics(plugins: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
     return tuple(g.metric for g in registry.run_gems(plugins))
 
 
-def gem_keys(plugins: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
-    """Gem name -> its metric column."""
-    return {g.name: g.metric for g in registry.run_gems(plugins)}
-
-
 def gem_columns(plugins: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
     """Per gem metric M of the run: M (raw value), then every M_rel (M / C51 loss), M_null (the
     gem's null: its value with no structure to find, NaN without one) and M_excess (M - M_null)."""
@@ -156,11 +151,6 @@ def member_metrics(plugins: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]
 
 
 # The columns of a run without plug-ins (the built-in gems); a run with plug-ins: the functions.
-GEM_METRICS = gem_metrics()
-GEM_KEYS = gem_keys()
-GEM_REL_METRICS = tuple(f"{g}_rel" for g in GEM_METRICS)
-GEM_NULL_METRICS = tuple(f"{g}_null" for g in GEM_METRICS)
-GEM_EXCESS_METRICS = tuple(f"{g}_excess" for g in GEM_METRICS)
 EPOCH_METRICS = epoch_metrics()
 """One row of history.parquet / one Tune result, in this order (no plug-ins)."""
 MEMBER_METRICS = member_metrics()

@@ -11,7 +11,7 @@ one folder, is worse than no tool. The rules, for `train`, `sweep` and `analyze`
 - **Writable, checked up front.** A path that is a file, lies under a file, is in a
   pseudo-filesystem (/proc, /sys, ...), or whose nearest existing folder is read-only or cannot
   be listed is refused before anything is computed.
-- **One writer.** `OutputLock` holds an advisory lock (`LOCK_FILE`, `fcntl.flock`) for as long
+- **One writer.** `OutputLock` holds an advisory lock (`LOCK_FILE`, `filelock`: an `fcntl.flock`) for as long
   as a command writes; a second writer is refused in one line naming the holder's pid. A lock
   left by a dead process is no obstacle: the kernel releases `flock` locks with their process.
 - **Names are names.** `check_name` accepts one portable path component only.
@@ -37,7 +37,8 @@ and for a command that builds its result in a temporary folder and publishes it 
 from __future__ import annotations
 
 from tune_gems.result_files import (
-    CHECKPOINT_FILE, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE, SUMMARY_FILE, TRIALS_FILE,
+    CHECKPOINT_FILE, CONFIG_FILE, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE, SUMMARY_FILE,
+    TRIALS_FILE,
 )
 
 import datetime as _dt
@@ -48,7 +49,6 @@ import re
 import shutil
 import socket
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -169,7 +169,7 @@ def results_kind(folder: str | Path) -> str | None:
         return None
     if names & set(SWEEP_SIGNS) or any(n.startswith("experiment_state") for n in names):
         return "sweep"
-    if "config.yaml" in names and names & set(TRAIN_SIGNS):
+    if CONFIG_FILE in names and names & set(TRAIN_SIGNS):
         return "train"
     return None
 
@@ -382,8 +382,8 @@ def _pid_alive(pid: int) -> bool:
 class OutputLock:
     """The one-writer lock of an output folder, as a context manager (or acquire/release).
 
-    Held through `fcntl.flock` on `folder/LOCK_FILE`, which the kernel releases when the holder
-    dies, so a lock file left by a killed run never blocks the next one. Where `flock` is not
+    Held through `filelock.FileLock` (an `fcntl.flock` on `folder/LOCK_FILE`), which the kernel
+    releases when the holder dies, so a lock file left by a killed run never blocks the next one. Where `flock` is not
     supported (some network filesystems), the pid written in the file decides: a live pid on
     this host holds the lock, a dead one is taken over. The file stays after release (removing
     a flock'd file races with a waiting writer); its content describes the last holder."""
@@ -392,7 +392,7 @@ class OutputLock:
         self.folder = Path(folder)
         self.field = field
         self.path = self.folder / LOCK_FILE
-        self._fd: int | None = None
+        self._lock = None  # the filelock.FileLock held (None: not held, or no flock on this filesystem)
 
     def _holder(self) -> str:
         try:
@@ -402,38 +402,35 @@ class OutputLock:
             return "another process"
 
     def acquire(self) -> "OutputLock":
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            import fcntl
+        from filelock import FileLock, Timeout
 
-            for attempt in range(LOCK_ATTEMPTS):  # a `check_free` probe holds it for microseconds
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if attempt == LOCK_ATTEMPTS - 1:
-                        raise
-                    time.sleep(LOCK_RETRY_S)
-        except BlockingIOError:
-            os.close(fd)
+        lock = FileLock(self.path, timeout=LOCK_ATTEMPTS * LOCK_RETRY_S, poll_interval=LOCK_RETRY_S, mode=0o644,
+                        thread_local=False, fallback_to_soft=False)  # a soft lock would outlive a killed run
+        try:
+            lock.acquire()  # a `check_free` probe holds it for microseconds: retried until the timeout
+        except Timeout:
             raise OutputInUseError(
                 f"{self.field}: {self.folder} is being written by {self._holder()}; wait for it or choose another folder"
             ) from None
-        except (ImportError, OSError):  # no flock here: fall back to the recorded pid
+        except OSError:  # no flock here: fall back to the recorded pid
+            lock = None
             try:
                 info = json.loads(self.path.read_text() or "{}")
             except (OSError, ValueError):
                 info = {}
             pid = info.get("pid")
             if isinstance(pid, int) and pid != os.getpid() and info.get("host") == socket.gethostname() and _pid_alive(pid):
-                os.close(fd)
                 raise OutputInUseError(
                     f"{self.field}: {self.folder} is being written by {self._holder()}; wait for it or choose another folder"
                 ) from None
         body = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (body + "\n").encode(), 0)
-        self._fd = fd
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (body + "\n").encode(), 0)
+        finally:
+            os.close(fd)
+        self._lock = lock
         return self
 
     def check_free(self) -> None:
@@ -459,9 +456,9 @@ class OutputLock:
             os.close(fd)
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor releases the flock
-            self._fd = None
+        if self._lock is not None:
+            self._lock.release()  # the lock file stays: removing it races with a waiting writer
+        self._lock = None
 
     def __enter__(self) -> "OutputLock":
         return self.acquire()

@@ -17,7 +17,18 @@ FOLDS_PARQUET = "folds.parquet"
 BASELINES_PARQUET = "baselines.parquet"
 JOURNAL_FILE = "optuna_journal.log"
 EVAL_RETURNS_DIR = "eval_returns"
-"""Per trial, `<EVAL_RETURNS_DIR>/<trial_id>.npz`: the EVAL_RETURNS_FILE of its last checkpoint."""
+"""Per trial, `<EVAL_RETURNS_DIR>/<trial_id>.npz` (`trial_eval_returns`): the EVAL_RETURNS_FILE of
+its last checkpoint."""
+
+# -- a sweep trial's checkpoint and reports (written by sweep/trainable.py, read by sweep/results.py)
+CHECKPOINT_HISTORY_FILE = "history.json"
+"""Beside a trial's checkpoint: every epoch's history and member rows up to it."""
+MEMBERS_KEY = "members_json"
+"""The key of a Tune report that carries the epoch's member rows as one JSON string."""
+BASELINES_KEY = "baselines_json"
+"""The key of a trial's first report that carries its baselines table as JSON records."""
+FOLDS_KEY = "folds_json"
+"""The key of a trial's first report that carries its walk-forward fold table (Trainer.fold_table())."""
 
 # -- a train run's folder ------------------------------------------------------------------------
 CONFIG_FILE = "config.yaml"
@@ -55,6 +66,13 @@ MEMBER_ID_COLUMNS = ("epoch", "member", "seed", "arm", "seed_index", "fold")
 """Which member a members row is: its epoch, index on the population axis, own seed, arm, the
 seed index it shares with every other arm and fold, and its walk-forward fold (0 without
 `data.folds`; the fold's windows are in FOLDS_CSV / FOLDS_PARQUET)."""
+
+
+
+def trial_eval_returns(trial_id: str) -> str:
+    """The file name, inside EVAL_RETURNS_DIR, of one sweep trial's saved validation returns."""
+    return f"{trial_id}.npz"
+
 
 ARMS_FILES = (ARMS_PARQUET, ARMS_CSV)
 FOLDS_FILES = (FOLDS_PARQUET, FOLDS_CSV)

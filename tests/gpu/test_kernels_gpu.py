@@ -22,7 +22,7 @@ import threading
 import pytest
 import torch
 
-from tune_gems.gems import reference
+from tune_gems.ops import reference
 from tune_gems.ops import double_dqn, resolve_backend
 from tune_gems.ops.build import loaded_extension
 from tune_gems.ops.reference_grads import (

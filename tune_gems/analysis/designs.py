@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -48,7 +47,6 @@ CELL = ["experiment", "trial_id", "arm", "fold", "seed_index"]
 """A member of a comparison: `fold` is its walk-forward fold (0 without folds, issue 20): a fold
 is its own context, so differences pair only within a fold and a unit's are averaged over folds."""
 ARM_KEY = ["experiment", "trial_id", "arm"]
-ARMS_FILES = ("arms.parquet", "arms.csv")
 USED_OUTCOMES = ("ok", "diverged")
 """Trials whose members enter the comparisons: diverged ones count (divergence is an outcome);
 failed or unfinished trials do not (their members have no comparable result)."""
@@ -93,29 +91,6 @@ def parse_arm_name(name: str) -> dict[str, str] | None:
             return None
         out[k.strip()] = v.strip()
     return out or None
-
-
-def read_arms_tables(paths: list[Path], labels: list[str]) -> pd.DataFrame | None:
-    """The arms tables (`arms.parquet` / `arms.csv`) beside each experiment's tables, with the
-    `experiment` column set; None when no folder has one (older results)."""
-    frames = []
-    for path, label in zip(paths, labels):
-        for name in ARMS_FILES:
-            f = Path(path) / name
-            if f.is_file():
-                try:
-                    df = pd.read_parquet(f) if name.endswith(".parquet") else pd.read_csv(f)
-                except Exception as err:  # pyarrow / the csv parser raise several types
-                    raise DataError(f"{f}: not a readable table ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
-                if "arm" not in df.columns:
-                    raise DataError(f"{f}: missing column(s) arm")
-                df = df.copy()
-                df["experiment"] = label
-                if "trial_id" not in df.columns:
-                    df["trial_id"] = None
-                frames.append(df)
-                break
-    return pd.concat(frames, ignore_index=True, sort=False) if frames else None
 
 
 def with_arm_columns(members: pd.DataFrame) -> pd.DataFrame:

@@ -34,7 +34,7 @@ def held_out_check(verdicts: pd.DataFrame, cells: Cells, gems, *, alpha: float =
                    last_k: int = defaults.LAST_K, placebo_weight: float = defaults.PLACEBO_WEIGHT) -> pd.DataFrame:
     """The verdict table with HELD_OUT_COLUMNS: for each keep wired / harmful, the same pairs'
     difference on the test segment and whether it agrees (module docstring)."""
-    from tune_gems.analysis.verdicts import MEASURE, WIRE, _selectors
+    from tune_gems.analysis.selectors import MEASURE, WIRE, placebo_selectors as _selectors
     from tune_gems.analysis.walk_forward import DECISIVE
 
     v = verdicts.copy()

@@ -10,14 +10,11 @@ stream, so they can be compared pairwise.
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 import pandas as pd
 
-from tune_gems.config import GEM_NAMES
-from tune_gems.metrics import GEM_KEYS
-
-MODES = ("off", "measure", "wire")
-
+from tune_gems.gem_manifest import LEGACY_MANIFEST
 
 def gem_mode_from_label(label: str, gem: str) -> str | None:
     """The mode of `gem` written in a config label (`g6=measure ...`), or None if absent."""
@@ -31,14 +28,26 @@ def context_label(label: str, gem: str) -> str:
     return " ".join(tokens)
 
 
-def trial_gem_modes(trials: pd.DataFrame) -> pd.DataFrame:
-    """One row per trial: experiment, trial_id, and one column per gem (g6, g10, g12) = its mode.
+def mode_gems(trials: pd.DataFrame) -> list[str]:
+    """The gems whose mode the trials record: every `gems.<name>.mode` column, after the three
+    built-ins (results older than gems.json record some of them only in the config label)."""
+    names = [e.name for e in LEGACY_MANIFEST]
+    for col in trials.columns:
+        parts = str(col).split(".")
+        if len(parts) == 3 and parts[0] == "gems" and parts[2] == "mode" and parts[1] not in names:
+            names.append(parts[1])
+    return names
+
+
+def trial_gem_modes(trials: pd.DataFrame, gems: Iterable[str] | None = None) -> pd.DataFrame:
+    """One row per trial: experiment, trial_id, and one column per gem of `gems` (the gem names
+    of the experiment's manifest; default `mode_gems(trials)`) = its mode.
 
     The mode comes from the `gems.<gem>.mode` column; where that is missing, from the config
     label; where neither says, it is `unknown` (such trials are left out of gem statistics).
     """
     out = trials[["experiment", "trial_id", "config_label"]].copy()
-    for gem in GEM_NAMES:
+    for gem in (mode_gems(trials) if gems is None else gems):
         col = f"gems.{gem}.mode"
         from_label = out["config_label"].map(lambda s, g=gem: gem_mode_from_label(s, g))
         if col in trials.columns:
@@ -47,8 +56,3 @@ def trial_gem_modes(trials: pd.DataFrame) -> pd.DataFrame:
             mode = from_label
         out[gem] = mode.map(lambda m: str(m).strip().lower() if m is not None and m == m else "unknown")
     return out.drop(columns="config_label")
-
-
-def gem_metric(gem: str) -> str:
-    """The reported metric name of a gem (`g6` -> `g6_branch_indep`)."""
-    return GEM_KEYS[gem]

@@ -2,7 +2,9 @@
 
 The analysis reads result files only (docs/results.md), never the trainer: a finished sweep can
 be analysed on a laptop without CUDA, Ray or the model code. Several folders are concatenated;
-the `experiment` column keeps them apart (and is made unique if two folders share a name).
+the `experiment` column keeps them apart (and is made unique if two folders share a name). Each
+folder is read under its own gems.json (`gem_manifest.folder_manifest`); folders that list
+different gems, or share a trial (a copied or renamed experiment), are refused.
 Anything that is not an experiment folder, or a file that cannot be read, raises
 `DataError` with one line naming the file. Every table is checked against the column schema of
 docs/results.md ("Column types"): a required column missing, a number column holding text, an
@@ -20,9 +22,9 @@ from typing import Any, Iterable
 import pandas as pd
 
 from tune_gems.errors import DataError
-
-from tune_gems.result_files import (  # noqa: E402 - the names the writers use
-    ARMS_FILES, BASELINES_FILES, GEMS_FILE, HISTORY_FILE, JOURNAL_FILE, MEMBERS_FILE, TRIALS_FILE,
+from tune_gems.gem_manifest import LEGACY_MANIFEST, GemEntry, disagreement, folder_manifest, manifest_source
+from tune_gems.result_files import (
+    ARMS_FILES, BASELINES_FILES, HISTORY_FILE, JOURNAL_FILE, MEMBERS_FILE, TRIALS_FILE,
 )
 
 BASELINE_COLUMNS = ("segment", "baseline", "sharpe", "alpha_sharpe")
@@ -64,9 +66,10 @@ class Experiment:
     baselines: pd.DataFrame | None = None
     """Flat, buy-and-hold and momentum on each segment (baselines.parquet / baselines.csv, written
     once per run; docs/evaluation.md), `experiment` set; None when no folder has one."""
-    gems: list[dict] | None = None
-    """The union of the folders' gems.json entries (by name, first seen wins); None when no
-    folder has one (readers fall back to the three built-ins)."""
+    gems: tuple[GemEntry, ...] = LEGACY_MANIFEST
+    """The gems of the experiment (every folder's gems.json lists the same ones; a folder
+    without one: the three built-ins, `gem_manifest.folder_manifest`): what every analysis
+    table and plot iterates over."""
 
     def __repr__(self) -> str:
         return (
@@ -79,32 +82,6 @@ class Experiment:
 def _one_line(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
-
-
-BUILTIN_GEM_METRICS = ("g6_branch_indep", "g10_temporal", "g12_predictive")
-
-
-def gem_columns(folder: Path) -> tuple[str, ...]:
-    """The gem value columns of an experiment: from gems.json beside the tables, else the three
-    built-ins (docs/results.md). An unreadable gems.json is a DataError."""
-    entries = read_gems(folder)
-    return BUILTIN_GEM_METRICS if entries is None else tuple(str(e["metric"]) for e in entries)
-
-
-def read_gems(folder: Path) -> list[dict] | None:
-    """gems.json of a folder as a list of entries, None when absent (DataError when unreadable)."""
-    path = folder / GEMS_FILE
-    if not path.is_file():
-        return None
-    import json
-
-    try:
-        entries = json.loads(path.read_text())
-        if not isinstance(entries, list) or not all(isinstance(e, dict) and "name" in e and "metric" in e for e in entries):
-            raise ValueError("expected a list of objects with name and metric")
-        return entries
-    except (OSError, ValueError, TypeError) as err:
-        raise DataError(f"{path}: not a readable gem list ({_one_line(err)})") from None
 
 
 def _read_side_table(folder: Path, names: tuple[str, ...]) -> tuple[Path, pd.DataFrame] | None:
@@ -303,16 +280,17 @@ def _load_studies(journal: Path, names: list[str], label: str) -> dict[str, Any]
         raise DataError(f"{journal}: not a readable Optuna journal ({_one_line(err)})") from None
 
 
-def load_one(folder: str | Path, label: str | None = None, taken: set[str] | None = None):
-    """Read one experiment folder: (label, trials, history, members, studies); its arms table
-    and gems come from `read_arms` / `read_gems`."""
+def load_one(folder: str | Path, label: str | None = None, taken: set[str] | None = None,
+             gems: tuple[GemEntry, ...] | None = None):
+    """Read one experiment folder: (label, trials, history, members, studies), its gem columns
+    typed by `gems` (default: the folder's own manifest); its arms table comes from `read_arms`."""
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(f"{folder}: not an experiment folder (no such directory)")
     for name in (TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE):
         if not (folder / name).is_file():
             raise DataError(f"{folder}: not an experiment folder (missing {name})")
-    gems = gem_columns(folder)
+    gems = tuple(e.metric for e in (folder_manifest(folder) if gems is None else gems))
     trials = _read_parquet(folder / TRIALS_FILE, TRIALS_REQUIRED, "trials", gems)
     history = _read_parquet(folder / HISTORY_FILE, HISTORY_REQUIRED, "history", gems)
     members = _read_parquet(folder / MEMBERS_FILE, MEMBERS_REQUIRED, "members", gems)
@@ -367,13 +345,12 @@ def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
     if not folders:
         raise DataError("no experiment folder given")
 
+    gems = common_manifest(folders)
     parts: dict[str, list[pd.DataFrame]] = {"trials": [], "history": [], "members": [], "arms": [], "baselines": []}
     studies: dict[str, Any] = {}
     labels: list[str] = []
-    gems: dict[str, dict] = {}
-    any_gems = False
     for folder in folders:
-        label, trials, history, members, found = load_one(folder, taken=set(labels))
+        label, trials, history, members, found = load_one(folder, taken=set(labels), gems=gems)
         labels.append(label)
         parts["trials"].append(trials)
         parts["history"].append(history)
@@ -384,12 +361,8 @@ def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
         baselines = read_baselines(folder, label)
         if baselines is not None:
             parts["baselines"].append(baselines)
-        entries = read_gems(folder)
-        if entries is not None:
-            any_gems = True
-            for e in entries:
-                gems.setdefault(str(e["name"]), e)
         studies.update(found)
+    refuse_repeated_trials(folders, parts["members"])
 
     def cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
         frames = [f for f in frames if len(f.columns)]
@@ -404,5 +377,44 @@ def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
         labels=labels,
         arms=cat(parts["arms"]) if parts["arms"] else None,
         baselines=cat(parts["baselines"]) if parts["baselines"] else None,
-        gems=list(gems.values()) if any_gems else None,
+        gems=gems,
     )
+
+
+def common_manifest(folders: list[Path]) -> tuple[GemEntry, ...]:
+    """The gems every folder lists (each folder's own gems.json, `folder_manifest`); DataError
+    naming both sources when two folders disagree: a gem column read under another run's gem
+    list would be dropped or mistaken for another gem."""
+    first = folder_manifest(folders[0])
+    for folder in folders[1:]:
+        why = disagreement(first, folder_manifest(folder))
+        if why:
+            raise DataError(f"{manifest_source(folders[0])} and {manifest_source(folder)} list different gems "
+                            f"({why}): analyse these experiments apart")
+    return first
+
+
+def _trial_fingerprints(members: pd.DataFrame) -> dict[str, int]:
+    """trial_id -> a hash of its first epoch's member rows (everything but the experiment label):
+    equal for a copied or renamed experiment folder, different for another run."""
+    if not len(members):
+        return {}
+    cols = sorted(c for c in members.columns if c != "experiment")
+    first = members[members["epoch"] == members.groupby("trial_id")["epoch"].transform("min")]
+    out = {}
+    for trial_id, rows in first.groupby("trial_id", sort=False):
+        rows = rows.sort_values("member")[cols].astype(str)
+        out[str(trial_id)] = int(pd.util.hash_pandas_object(rows, index=False).sum())
+    return out
+
+
+def refuse_repeated_trials(folders: list[Path], members: list[pd.DataFrame]) -> None:
+    """DataError when one trial appears in two folders (the same experiment given twice, copied
+    or renamed: its seeds would count twice in every statistic)."""
+    seen: dict[tuple[str, int], Path] = {}
+    for folder, m in zip(folders, members):
+        for trial_id, print_ in _trial_fingerprints(m).items():
+            other = seen.setdefault((trial_id, print_), folder)
+            if other != folder:
+                raise DataError(f"{folder}: trial {trial_id!r} is also in {other} (the same experiment given twice, "
+                                f"copied or renamed: its seeds would count twice)")

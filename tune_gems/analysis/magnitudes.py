@@ -10,24 +10,25 @@ excluded, as everywhere; their count is shown). Mode `off` has no values and no 
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
-from tune_gems.analysis.labels import gem_metric, trial_gem_modes
+from tune_gems.analysis.labels import trial_gem_modes
 from tune_gems.analysis.variance import KEY, trial_outcomes
-from tune_gems.config import GEM_NAMES
+from tune_gems.gem_manifest import LEGACY_MANIFEST, GemEntry
 
 
-def _arm_history(cells, gems=GEM_NAMES) -> pd.DataFrame:
+def _arm_history(cells, gems: Sequence[GemEntry]) -> pd.DataFrame:
     """gem_history's long table from member rows of runs with arms: one row per (ok trial, arm,
     epoch, gem), the arm's mean over its members, `trial_id` written `<trial>/<arm>` (an arm is
     the unit here: the trial-level history mixes arms of different modes)."""
     t = cells.table[cells.table["outcome"] == "ok"]
     long = cells.long[cells.long["cell"].isin(t["cell"])]
     parts = []
-    for gem in gems:
-        metric = gem_metric(gem)
+    for entry in gems:
+        gem, metric = entry.name, entry.metric
         mode_col = f"gems.{gem}.mode"
         if metric not in long.columns or mode_col not in t.columns:
             continue
@@ -45,7 +46,8 @@ def _arm_history(cells, gems=GEM_NAMES) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
 
-def gem_history(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFrame, cells=None) -> pd.DataFrame:
+def gem_history(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFrame, cells=None,
+                gems: Sequence[GemEntry] = LEGACY_MANIFEST) -> pd.DataFrame:
     """Long table: one row per (ok trial, epoch, gem) with mode, value and rel (`off` omitted).
 
     Columns: experiment, trial_id, config_label, epoch, gem, metric, mode, value, rel. Values
@@ -53,17 +55,18 @@ def gem_history(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFra
     `rel` is the `<metric>_rel` column, or value / loss where that column is missing.
     `members` decides the trial outcomes (failed / diverged), as in `trial_outcomes`. With
     `cells` (`designs.build_cells`) of results whose trials have several arms, the rows come
-    from the members, one per (trial, arm) (see `_arm_history`).
+    from the members, one per (trial, arm) (see `_arm_history`). `gems`: the experiment's
+    manifest (`Experiment.gems`), in its order.
     """
     if cells is not None and len(cells.table) and (cells.table.groupby(["experiment", "trial_id"])["arm"].nunique() > 1).any():
-        return _arm_history(cells)
+        return _arm_history(cells, gems)
     outcomes = trial_outcomes(trials, members)
     ok = outcomes.loc[outcomes["outcome"] == "ok", KEY]
-    modes = trial_gem_modes(trials)
+    modes = trial_gem_modes(trials, [e.name for e in gems])
     h = history.merge(ok, on=KEY, how="inner").merge(modes, on=KEY, how="left")
     parts = []
-    for gem in GEM_NAMES:
-        metric = gem_metric(gem)
+    for entry in gems:
+        gem, metric = entry.name, entry.metric
         if metric not in h.columns:
             continue
         rel_col = f"{metric}_rel"
@@ -88,7 +91,8 @@ def gem_history(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFra
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
 
 
-def gem_magnitudes(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFrame, cells=None) -> pd.DataFrame:
+def gem_magnitudes(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFrame, cells=None,
+                   gems: Sequence[GemEntry] = LEGACY_MANIFEST) -> pd.DataFrame:
     """Per gem and mode: n_trials, n_epochs, mean, max, rel_mean, rel_max, final_rel_mean.
 
     `mean` / `rel_mean` weigh every trial equally: the mean over trials of each trial's mean
@@ -97,7 +101,7 @@ def gem_magnitudes(history: pd.DataFrame, trials: pd.DataFrame, members: pd.Data
     diverged trials of the sweep (not used anywhere). With arms (`cells`), a "trial" here is one
     (trial, arm).
     """
-    long = gem_history(history, trials, members, cells)
+    long = gem_history(history, trials, members, cells, gems)
     outcomes = trial_outcomes(trials, members)
     n_excl = int((outcomes["outcome"] != "ok").sum())
     rows = []
@@ -122,13 +126,14 @@ def gem_magnitudes(history: pd.DataFrame, trials: pd.DataFrame, members: pd.Data
     cols = ["gem", "metric", "mode", "n_trials", "n_epochs", "mean", "max", "rel_mean", "rel_max",
             "final_rel_mean", "n_trials_excluded"]
     out = pd.DataFrame(rows, columns=cols)
-    out["_order"] = out["gem"].map({g: i for i, g in enumerate(GEM_NAMES)})
+    out["_order"] = out["gem"].map({g.name: i for i, g in enumerate(gems)})
     return out.sort_values(["_order", "mode"]).drop(columns="_order").reset_index(drop=True)
 
 
-def gem_trajectories(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFrame, cells=None) -> pd.DataFrame:
+def gem_trajectories(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFrame, cells=None,
+                     gems: Sequence[GemEntry] = LEGACY_MANIFEST) -> pd.DataFrame:
     """Per gem, mode and epoch: n_trials, mean and rel_mean across trials (what the plots draw)."""
-    long = gem_history(history, trials, members, cells)
+    long = gem_history(history, trials, members, cells, gems)
     cols = ["gem", "metric", "mode", "epoch", "n_trials", "mean", "rel_mean"]
     if not len(long):
         return pd.DataFrame(columns=cols)

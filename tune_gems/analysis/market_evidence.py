@@ -37,7 +37,9 @@ from tune_gems.analysis import defaults
 from tune_gems.analysis.designs import Cells, Paired
 from tune_gems.analysis.market_noise import MarketNoiseInterval, alpha_sharpe_rows, market_noise_interval, sharpe_rows
 from tune_gems.errors import DataError
-from tune_gems.result_files import EVAL_RETURNS_ARRAYS, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE, EVAL_RETURNS_FORMAT
+from tune_gems.result_files import (
+    EVAL_RETURNS_ARRAYS, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE, EVAL_RETURNS_FORMAT, trial_eval_returns,
+)
 
 OK = "ok"
 NOT_NEEDED = "not needed: per-seed paths (the seed interval includes the market's variance)"
@@ -128,7 +130,7 @@ class EvalReturnsLookup:
         folder = self.folders.get(experiment)
         if folder is None:
             return None, f"no folder for experiment {experiment!r}"
-        candidates = [folder / EVAL_RETURNS_DIR / f"{trial_id}.npz"] if "/" not in trial_id and trial_id not in (".", "..") else []
+        candidates = [folder / EVAL_RETURNS_DIR / trial_eval_returns(trial_id)] if "/" not in trial_id and trial_id not in (".", "..") else []
         if experiment in self.single:
             candidates.append(folder / EVAL_RETURNS_FILE)
         for f in candidates:
@@ -137,7 +139,7 @@ class EvalReturnsLookup:
                     return read_eval_returns(f), ""
                 except DataError as err:
                     return None, str(err)
-        return None, f"no {EVAL_RETURNS_DIR}/{trial_id}.npz (results older than the saved returns, or a trial without a final checkpoint)"
+        return None, f"no {EVAL_RETURNS_DIR}/{trial_eval_returns(trial_id)} (results older than the saved returns, or a trial without a final checkpoint)"
 
 
 @dataclass(frozen=True)

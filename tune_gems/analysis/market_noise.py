@@ -1,8 +1,8 @@
 """Market-noise intervals for arm differences on one real price history (stationary bootstrap).
 
 Why: on a real series every seed sees the same history, so the seed interval of an arm
-difference (seeds resampled, `stats.paired_bootstrap_ci`) says nothing about how much of the
-difference is that history's luck. Here the seeds stay fixed and the *market* is resampled: the
+difference (over seed pairs: the signed-rank interval of `inference.rank_test`) says nothing
+about how much of the difference is that history's luck. Here the seeds stay fixed and the *market* is resampled: the
 per-step returns of the validation period are redrawn in blocks by the stationary bootstrap of
 Politis & Romano (1994), with the same index sequence applied to every series (both arms, every
 seed, every epoch, and the asset), so the pairing and the cross-sectional dependence survive and
@@ -32,7 +32,7 @@ Numpy and scipy only: the analysis never imports torch.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -199,9 +199,6 @@ class MarketNoiseInterval:
     n_pairs: int
     n_boot: int
     confidence: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _as_pairs(x, name: str) -> np.ndarray:

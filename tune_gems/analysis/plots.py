@@ -8,6 +8,7 @@ Each function returns the Figure (or None when there is nothing to draw).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from tune_gems.analysis import defaults
-from tune_gems.config import GEM_NAMES
+from tune_gems.gem_manifest import LEGACY_MANIFEST, GemEntry
 
 FOREST_PNG = "gem_effects.png"
 SHARPE_PNG = "sharpe_distributions.png"
@@ -67,13 +68,15 @@ def sharpe_distributions(final: pd.DataFrame) -> Figure | None:
     return fig
 
 
-def gem_magnitude_curves(traj: pd.DataFrame, rel_threshold: float = defaults.REL_THRESHOLD) -> Figure | None:
-    """Per gem: mean value (top) and value / C51 loss (bottom) over epochs, one line per mode."""
+def gem_magnitude_curves(traj: pd.DataFrame, rel_threshold: float = defaults.REL_THRESHOLD,
+                         gems: Sequence[GemEntry] = LEGACY_MANIFEST) -> Figure | None:
+    """Per gem of the experiment's manifest (`gems`): mean value (top) and value / C51 loss
+    (bottom) over epochs, one line per mode; one column of panels per gem."""
     if traj is None or not len(traj):
         return None
-    fig = _figure(4.0 * len(GEM_NAMES), 6.5)
-    axes = fig.subplots(2, len(GEM_NAMES), squeeze=False)
-    for j, gem in enumerate(GEM_NAMES):
+    fig = _figure(4.0 * len(gems), 6.5)
+    axes = fig.subplots(2, len(gems), squeeze=False)
+    for j, gem in enumerate(g.name for g in gems):
         g = traj[traj["gem"] == gem]
         for i, (col, ylabel) in enumerate((("mean", "gem value"), ("rel_mean", "gem / C51 loss"))):
             ax = axes[i, j]

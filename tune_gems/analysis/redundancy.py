@@ -27,6 +27,7 @@ import pandas as pd
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.designs import Cells, paired
+from tune_gems.analysis.excess import add_excess_columns
 from tune_gems.analysis.inference import holm, rank_test
 
 PAIRS = (("g10", "model.spectral_norm"), ("g6", "model.noisy"))
@@ -47,8 +48,6 @@ def redundancy_table(
     pairs=PAIRS,
 ) -> pd.DataFrame:
     """One row per (gem, feature) of `pairs` whose gem is known (see the module docstring)."""
-    from tune_gems.analysis.verdicts import add_excess_columns
-
     known = {g.name: g for g in gems}
     excess = excess or add_excess_columns(cells.long, list(gems))
     rows, ps, pts = [], [], []

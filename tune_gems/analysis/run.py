@@ -20,7 +20,8 @@ from typing import Any, Iterable
 import pandas as pd
 
 from tune_gems.analysis import defaults, plots
-from tune_gems.analysis.designs import build_cells, read_arms_tables
+from tune_gems.analysis.designs import build_cells
+from tune_gems.analysis.excess import add_excess_columns
 from tune_gems.analysis.importance import param_importances
 from tune_gems.analysis.load import Experiment, load_experiment
 from tune_gems.analysis.market_evidence import EvalReturnsLookup
@@ -29,7 +30,7 @@ from tune_gems.analysis.redundancy import redundancy_table
 from tune_gems.analysis.report import render_report
 from tune_gems.analysis.held_out import skill_context
 from tune_gems.analysis.variance import final_members, sharpe_variance, split_arms, trial_outcomes
-from tune_gems.analysis.verdicts import add_excess_columns, gem_registry, gem_verdicts, placebo_verdicts, verdict_metric
+from tune_gems.analysis.verdicts import gem_verdicts, placebo_verdicts, verdict_metric
 from tune_gems.errors import ConfigError
 
 DEFAULT_OUT = "analysis"
@@ -122,10 +123,7 @@ def analyze(
                    placebo_weight=placebo_weight, confidence=confidence, n_boot=n_boot, seed=seed)
     exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
     t, h, m = exp.trials, exp.history, exp.members
-    arms = getattr(exp, "arms", None)
-    if arms is None:
-        arms = read_arms_tables(exp.paths, exp.labels)
-    gems = gem_registry(exp.paths)
+    arms, gems = exp.arms, list(exp.gems)
     cells = build_cells(t, m, arms)
     excess = add_excess_columns(cells.long, gems)
     common = dict(alpha=alpha, rel_threshold=rel_threshold, last_k=last_k)
@@ -144,8 +142,8 @@ def analyze(
         experiment=exp,
         trial_outcomes=trial_outcomes(t, m),
         sharpe_variance=sharpe_variance(*reversed(split_arms(t, m)), **boot),
-        gem_magnitudes=gem_magnitudes(h, t, m, cells),
-        gem_trajectories=gem_trajectories(h, t, m, cells),
+        gem_magnitudes=gem_magnitudes(h, t, m, cells, gems),
+        gem_trajectories=gem_trajectories(h, t, m, cells, gems),
         verdicts=verdicts,
         importances=param_importances(exp.studies),
         placebo=placebo,
@@ -203,7 +201,8 @@ def write_result(result: AnalysisResult, out_dir: str | Path, *, overwrite: bool
                 ("Gem effects", plots.FOREST_PNG): plots.forest(result.verdicts, result.placebo),
                 ("Sharpe distributions", plots.SHARPE_PNG): plots.sharpe_distributions(final[final["included"]]),
                 ("Gem magnitudes", plots.MAGNITUDES_PNG): plots.gem_magnitude_curves(
-                    result.gem_trajectories, result.settings.get("rel_threshold", defaults.REL_THRESHOLD)),
+                    result.gem_trajectories, result.settings.get("rel_threshold", defaults.REL_THRESHOLD),
+                    result.experiment.gems),
                 ("Parameter importances", plots.IMPORTANCES_PNG): plots.importance_bars(result.importances),
             }
             for (title, name), fig in figures.items():

@@ -17,7 +17,6 @@ import pandas as pd
 from tune_gems.analysis import defaults
 from tune_gems.analysis.stats import iqm, stratified_bootstrap_ci
 
-OUTCOMES = ("ok", "failed", "diverged")
 FINISHED = ("TERMINATED",)  # ERROR is failed; anything else (RUNNING, PENDING, ...) is unfinished
 KEY = ["experiment", "trial_id"]
 STAT_NAMES = ("mean", "std", "var", "min", "max", "best_min", "best_max", "iqm", "iqm_ci_low", "iqm_ci_high")

@@ -37,16 +37,14 @@ its verdict must come out `equivalent` or `inconclusive`.
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.designs import Cells, Paired, build_cells, paired
+from tune_gems.analysis.excess import add_excess_columns
 from tune_gems.analysis.inference import (
     holm,
     holm_levels,
@@ -67,12 +65,12 @@ from tune_gems.analysis.market_evidence import (
     contradicts,
     market_evidence,
 )
-from tune_gems.config import GEM_NAMES
-from tune_gems.metrics import GEM_KEYS
+from tune_gems.analysis.redundancy import redundancy_table
+from tune_gems.analysis.selectors import MEASURE, WIRE, placebo_selectors
+from tune_gems.gem_manifest import LEGACY_MANIFEST, GemEntry
 
 VERDICTS = ("keep wired", "harmful", "equivalent", "inconclusive", "inconclusive: inconsistent across periods",
             "delete", "insufficient: confounded", "insufficient data", "no data")
-WIRE, MEASURE = "wire", "measure"
 
 VERDICT_COLUMNS = [
     "gem", "metric", "verdict", "reason", "design", "outcome", "n_seeds", "n_pairs",
@@ -86,74 +84,12 @@ PLACEBO_COLUMNS = ["gem", "verdict", "n_seeds", "effect", "ci_low", "ci_high", "
                    "sd_diff", "iqr_diff", "min_diff", "max_diff", "outcome"]
 
 
-@dataclass(frozen=True)
-class Gem:
-    """A gem the results know: its name, metric column and whether it has a null."""
-
-    name: str
-    metric: str
-    has_null: bool = True
-
-
-def gem_registry(paths=()) -> list[Gem]:
-    """The gems of `gems.json` beside the tables (first folder that has one); the built-ins else."""
-    for p in paths or ():
-        f = Path(p) / "gems.json"
-        if f.is_file():
-            try:
-                items = json.loads(f.read_text())
-                return [Gem(str(i["name"]), str(i["metric"]), bool(i.get("has_null", True))) for i in items]
-            except (ValueError, KeyError, TypeError):
-                break
-    return [Gem(g, GEM_KEYS[g], g != "g10") for g in GEM_NAMES]
-
-
 def verdict_metric(members: pd.DataFrame, metric: str = defaults.METRIC,
                    fallback: str = defaults.FALLBACK_METRIC) -> tuple[str, str]:
     """(column, note): `metric` when the members have finite values of it, else `fallback`."""
     if metric in members.columns and np.isfinite(members[metric].astype(float)).any():
         return metric, ""
     return fallback, f"{metric} absent (older results): {fallback} used instead"
-
-
-def add_excess_columns(long: pd.DataFrame, gems: list[Gem]) -> dict[str, tuple[str, str]]:
-    """Add per member-epoch `<metric>__excess_rel` = excess over the gem's null / C51 loss.
-
-    Where the gem has no null (or the results predate `_excess`), the raw `<metric>_rel` is used
-    with a null of 0, and the note says so. Returns gem -> (column, note)."""
-    out = {}
-    loss = long["loss"].astype(float) if "loss" in long.columns else None
-    for g in gems:
-        col = f"{g.metric}__excess_rel"
-        exc = f"{g.metric}_excess"
-        if exc in long.columns and loss is not None and np.isfinite(long[exc].astype(float)).any():
-            long[col] = long[exc].astype(float) / loss
-            out[g.name] = (col, "")
-        elif f"{g.metric}_rel" in long.columns:
-            long[col] = long[f"{g.metric}_rel"].astype(float)
-            out[g.name] = (col, "no null for this gem in the results: raw value / C51 loss, null taken as 0")
-        else:
-            long[col] = np.nan
-            out[g.name] = (col, "no magnitude column")
-    return out
-
-
-def _weight(v) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _selectors(g: Gem, placebo_weight: float):
-    """(real, is_placebo): cell filters that leave out the placebo arms / keep only them."""
-    mode, weight = f"gems.{g.name}.mode", f"gems.{g.name}.weight"
-
-    def is_placebo(t: pd.DataFrame) -> pd.Series:
-        w = t[weight].map(_weight) if weight in t.columns else pd.Series(np.nan, index=t.index)
-        return (t[mode] == WIRE) & (w <= placebo_weight) if mode in t.columns else pd.Series(False, index=t.index)
-
-    return (lambda t: ~is_placebo(t)), is_placebo
 
 
 def _fmt(x, f: str = ".3g") -> str:
@@ -171,7 +107,7 @@ def gem_verdicts(
     members: pd.DataFrame,
     *,
     arms: pd.DataFrame | None = None,
-    gems: list[Gem] | None = None,
+    gems: list[GemEntry] | None = None,
     alpha: float = defaults.ALPHA,
     rope: float = defaults.ROPE,
     rel_threshold: float = defaults.REL_THRESHOLD,
@@ -191,9 +127,7 @@ def gem_verdicts(
     `redundancy.redundancy_table` (computed here when None). `eval_returns` finds each trial's
     saved validation returns (the market-noise interval; none: said unavailable); `n_boot` and
     `seed` are its bootstrap's."""
-    from tune_gems.analysis.redundancy import redundancy_table
-
-    gems = gems or gem_registry()
+    gems = list(gems or LEGACY_MANIFEST)
     cells = cells or build_cells(trials, members, arms)
     column, metric_note = verdict_metric(members, metric)
     test_column = column.replace("val_", "test_", 1)
@@ -204,7 +138,7 @@ def gem_verdicts(
     rows, tests = [], {}
     for g in gems:
         mode = f"gems.{g.name}.mode"
-        real, _ = _selectors(g, placebo_weight)
+        real, _ = placebo_selectors(g, placebo_weight)
         row = {c: math.nan for c in VERDICT_COLUMNS}
         row.update(gem=g.name, metric=g.metric, outcome=column, rope=rope, alpha=alpha,
                    rel_threshold=rel_threshold, fix="", redundancy="", design="none", reason="",
@@ -265,7 +199,7 @@ def gem_verdicts(
     return held_out_check(table, cells, gems, alpha=alpha, last_k=last_k, placebo_weight=placebo_weight)
 
 
-def _unit_magnitudes(cells: Cells, g: Gem, column: str, k: int) -> np.ndarray:
+def _unit_magnitudes(cells: Cells, g: GemEntry, column: str, k: int) -> np.ndarray:
     """Per unit: the mean over measured, non-diverged members of the last-k-epoch `column`."""
     t = cells.table
     mode = f"gems.{g.name}.mode"
@@ -371,7 +305,7 @@ def _seed_decide(row: dict, metric_note: str, power: float, m: int) -> tuple[str
 
 def placebo_verdicts(
     cells: Cells,
-    gems: list[Gem],
+    gems: list[GemEntry],
     members: pd.DataFrame,
     *,
     alpha: float = defaults.ALPHA,
@@ -386,7 +320,7 @@ def placebo_verdicts(
     column, _ = verdict_metric(members, metric)
     rows = []
     for g in gems:
-        _, is_placebo = _selectors(g, placebo_weight)
+        _, is_placebo = placebo_selectors(g, placebo_weight)
         mode = f"gems.{g.name}.mode"
         if mode not in cells.table.columns:
             continue

@@ -171,7 +171,7 @@ def _fmt(x, f: str = "+.3g") -> str:
 
 def _fold_pairs(cells: Cells, mode: str, select, column: str, k: int, ignore: tuple[str, ...]) -> list[tuple[int, Paired]]:
     """(fold, its seed-paired differences) of one gem in every fold that pairs it."""
-    from tune_gems.analysis.verdicts import MEASURE, WIRE
+    from tune_gems.analysis.selectors import MEASURE, WIRE
 
     out = []
     for f in sorted(cells.table[FOLD].unique()):
@@ -194,7 +194,7 @@ def period_verdicts(verdicts: pd.DataFrame, cells: Cells, gems, *, alpha: float 
                     placebo_weight: float = defaults.PLACEBO_WEIGHT) -> pd.DataFrame:
     """The verdict table with the period columns (PERIOD_COLUMNS) and each verdict checked
     across periods (K >= 2 folds) or against one period's market noise (K = 1): module docstring."""
-    from tune_gems.analysis.verdicts import _selectors
+    from tune_gems.analysis.selectors import placebo_selectors as _selectors
 
     v = verdicts.copy()
     for c in PERIOD_COLUMNS:

@@ -7,7 +7,6 @@ loaded on first use: validating a config never imports torch.
 
 from tune_gems.gems.inputs import GemInputs
 from tune_gems.gems.registry import (
-    MANIFEST_FILE,
     Gem,
     builtin_gems,
     get,
@@ -19,7 +18,6 @@ from tune_gems.gems.registry import (
 )
 
 __all__ = [
-    "MANIFEST_FILE",
     "Gem",
     "GemInputs",
     "GemSet",

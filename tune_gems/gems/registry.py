@@ -4,7 +4,7 @@ A gem is registered once (`register(Gem(...))`) and from then on the config mode
 (`gems.<name>.mode/weight`), the learner's accumulator rows, the metric columns of every
 result table, the HEALTH_DIAG order, the config label and the `gems.json` manifest all come
 from this registry (docs/design.md, "The gem registry"). The three built-in gems register in
-tune_gems.gems.builtin; a plug-in module registers its own when the config's `plugins` list
+tune_gems.builtin_gems; a plug-in module registers its own when the config's `plugins` list
 imports it (`import_plugins`).
 
 Which gems a *run* knows is the built-ins plus the gems registered by the modules in its own
@@ -17,8 +17,6 @@ CLI refuses bad input) before torch is imported.
 
 from __future__ import annotations
 
-from tune_gems.result_files import GEMS_FILE
-
 import importlib
 import re
 import threading
@@ -26,11 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from tune_gems.errors import ConfigError
+from tune_gems.gem_manifest import GemEntry
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 """A gem name and its metric name: lowercase identifiers (they become config keys and columns)."""
 
-BUILTIN_ORIGIN = "tune_gems.gems.builtin"
+BUILTIN_ORIGIN = "tune_gems.builtin_gems"
 RESERVED_METRICS = frozenset(
     {"epoch", "env_steps", "updates", "loss", "q_mean", "grad_norm", "noisy_sigma", "diverged", "sps", "nonfinite"}
 )
@@ -173,17 +172,10 @@ def import_plugins(plugins: Sequence[Any]) -> list[Gem]:
     return found
 
 
-def manifest(plugins: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """The content of `gems.json` for a run with these plugins: one entry per gem it knows."""
-    return [
-        {"name": g.name, "metric": g.metric, "description": g.description, "has_null": g.null is not None}
-        for g in run_gems(plugins)
-    ]
-
-
-MANIFEST_FILE = GEMS_FILE
-"""The manifest's file name beside a run's or a sweep's tables (CONTRACTS: readers fall back to
-the three built-ins when it is absent)."""
+def manifest(plugins: Iterable[str] = ()) -> list[GemEntry]:
+    """The `gems.json` entries of a run with these plugins: one per gem it knows (written with
+    `tune_gems.gem_manifest.manifest_text`)."""
+    return [GemEntry(g.name, g.metric, g.description, g.null is not None) for g in run_gems(plugins)]
 
 
 def _ensure_builtins() -> None:

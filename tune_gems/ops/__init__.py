@@ -2,7 +2,7 @@
 
 Importing this package registers the `tune_gems::*` torch.library custom ops (see
 tune_gems.ops.custom_ops). A learner calls `resolve_backend(config.kernels, device)` once at
-setup and uses the returned `GemOps`, whose functions mirror tune_gems.gems.reference.
+setup and uses the returned `GemOps`, whose functions mirror tune_gems.ops.reference.
 """
 
 from tune_gems.ops.backend import (

@@ -1,7 +1,7 @@
 """Choosing the implementation of the gems and C51 ops for one learner: `resolve_backend`.
 
 The learner asks once, at setup (before any CUDA-graph capture), for a `GemOps` (plain
-functions with the signatures and returns of tune_gems.gems.reference) and calls them:
+functions with the signatures and returns of tune_gems.ops.reference) and calls them:
 
   kernels="reference": the plain-torch reference functions, on any device;
   kernels="cuda":      the tune_gems:: custom ops on the built CUDA extension; needs a CUDA
@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from tune_gems.errors import ConfigError, KernelBuildError
-from tune_gems.gems import reference
+from tune_gems.ops import reference
 from tune_gems.ops import custom_ops  # registers the tune_gems:: ops
 from tune_gems.ops import double_dqn
 from tune_gems.ops.build import first_fallback_warning, load_extension
@@ -34,7 +34,7 @@ REFERENCE_BACKEND = "reference"
 @dataclass(frozen=True)
 class GemOps:
     """The gem and C51 functions of one backend, with the signatures and returns of
-    tune_gems.gems.reference (plain functions: one call path for every backend).
+    tune_gems.ops.reference (plain functions: one call path for every backend).
 
     `name` is "cuda" when the CUDA kernels run, "reference" when the reference math does;
     `fused` is True when the calls go through the tune_gems:: custom ops (CUDA kernels on CUDA,
@@ -57,7 +57,7 @@ _FUNCTIONS = ("g6_branch_indep", "g10_temporal", "g12_predictive", "c51_project"
 
 
 def _reference_function(name: str) -> Callable:
-    """The plain reference of one GemOps function (tune_gems.gems.reference, or the double-DQN
+    """The plain reference of one GemOps function (tune_gems.ops.reference, or the double-DQN
     target of tune_gems.ops.double_dqn)."""
     if name == "c51_target":
         return double_dqn.c51_target_in_online_dtype

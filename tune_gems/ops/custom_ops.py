@@ -48,8 +48,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from tune_gems.gems import reference
-from tune_gems.ops import double_dqn, dueling_head, reference_grads
+from tune_gems.ops import double_dqn, dueling_head, reference, reference_grads
 from tune_gems.ops.build import loaded_extension
 
 NAMESPACE = "tune_gems"
@@ -316,5 +315,5 @@ FUSED = SimpleNamespace(
     c51_target=_fused_c51_target,
     c51_loss=lambda logits, m: tuple(torch.ops.tune_gems.c51_loss(logits, m)[:2]),
 )
-"""The ops with the signatures and returns of tune_gems.gems.reference. Masks, rewards and
+"""The ops with the signatures and returns of tune_gems.ops.reference. Masks, rewards and
 discounts are cast to the main input's dtype (a no-op when they match): an op takes one dtype."""

@@ -4,7 +4,7 @@ The backward custom ops run these on CPU (and on CUDA when the extension is not 
 They are written out, rather than obtained with torch.autograd on the reference, because an
 op implementation runs below the autograd dispatch key where autograd does not record. They
 are the same formulas the CUDA kernels implement, and the tests check them against
-torch.autograd on tune_gems.gems.reference and with gradcheck.
+torch.autograd on tune_gems.ops.reference and with gradcheck.
 
 `grad_per_sample` [P,B] may be None (the per-sample output was not used); `grad_value` [P].
 """
@@ -16,7 +16,7 @@ import math
 import torch
 from torch import Tensor
 
-from tune_gems.gems.reference import G6_EPS
+from tune_gems.ops.reference import G6_EPS
 
 
 def sample_weight(grad_per_sample: Tensor | None, grad_value: Tensor, B: int) -> Tensor:

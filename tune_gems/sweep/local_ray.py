@@ -13,6 +13,11 @@ the driver is SIGKILLed, Ray's dashboard and runtime-env agents outlive it, stil
 - A watchdog process (`tune_gems.sweep.watchdog`, in a session of its own) records every
   process the driver's Ray starts and ends them (SIGTERM, then SIGKILL) when the driver ends or
   dies.
+
+Two private Ray names remain, each because Ray has no public way to do the same: the constant
+`ray._private.ray_constants.ENABLE_RAY_CLUSTER` (the switch above, read when Ray resolves the
+node address, imported before this module could set the environment) and
+`ray.init(_node_ip_address=...)` (the node address of a local instance).
 """
 
 from __future__ import annotations
@@ -41,10 +46,11 @@ def prepare_loopback() -> None:
 
 
 def _children(pid: int) -> set[int]:
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return {int(x) for x in f.read().split()}
-    except OSError:
+        return {c.pid for c in psutil.Process(pid).children()}
+    except psutil.Error:
         return set()
 
 

@@ -24,16 +24,16 @@ import pandas as pd
 from tune_gems.arms import expand_arms, resolved_settings
 from tune_gems.config import flatten
 from tune_gems.errors import ConfigError
-from tune_gems.gems import MANIFEST_FILE, manifest
+from tune_gems.gem_manifest import GemEntry, manifest_text
+from tune_gems.gems import manifest
 from tune_gems.metrics import MEMBER_IDS, epoch_metrics, member_metrics
 from tune_gems.sweep.spec import apply_spec_design, trial_config
 from tune_gems.result_files import (
-    ARMS_PARQUET, BASELINES_PARQUET, EVAL_RETURNS_DIR, FOLDS_PARQUET, EVAL_RETURNS_FILE, HISTORY_FILE, ID_COLUMNS, MEMBERS_FILE,
-    TRIALS_FILE,
+    ARMS_PARQUET, BASELINES_KEY, BASELINES_PARQUET, CHECKPOINT_HISTORY_FILE, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE,
+    FOLDS_KEY, FOLDS_PARQUET, GEMS_FILE, HISTORY_FILE, ID_COLUMNS, MEMBERS_FILE, MEMBERS_KEY, TRIALS_FILE,
+    trial_eval_returns,
 )
 from tune_gems.sweep.storage import ExperimentStore
-from tune_gems.sweep.trainable import BASELINES_KEY, FOLDS_KEY, MEMBERS_KEY
-from tune_gems.sweep.trainable import HISTORY_FILE as CHECKPOINT_HISTORY_FILE
 
 ARMS_FILE, BASELINES_FILE = ARMS_PARQUET, BASELINES_PARQUET
 TERMINATED, ERROR, UNFINISHED = "TERMINATED", "ERROR", "UNFINISHED"
@@ -110,7 +110,7 @@ class SweepTables:
     members: pd.DataFrame
     arms: pd.DataFrame
     baselines: pd.DataFrame
-    gems: list[dict[str, Any]]
+    gems: list[GemEntry]
     eval_returns: dict[str, bytes] = field(default_factory=dict)
     """trial_id -> the eval_returns.npz of its latest checkpoint (trials that have one)."""
     folds: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -216,14 +216,6 @@ def _safe_name(trial_id: str) -> bool:
     return bool(trial_id) and "/" not in trial_id and "\\" not in trial_id and not trial_id.startswith(".")
 
 
-def collect_frames(
-    result_grid, base: dict[str, Any], experiment: str, statuses: dict[str, str] | None = None, design: str = "none"
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """trials, history and members (collect_tables for all of them)."""
-    t = collect_tables(result_grid, base, experiment, statuses, design)
-    return t.trials, t.history, t.members
-
-
 def write_frames(store: ExperimentStore, frames: dict[str, pd.DataFrame]) -> None:
     for name, frame in frames.items():
         buf = io.BytesIO()
@@ -239,7 +231,8 @@ def write_eval_returns(store: ExperimentStore, eval_returns: dict[str, bytes]) -
     folder = f"{store.root}/{EVAL_RETURNS_DIR}"
     store.fs.create_dir(folder, recursive=True)
     for trial_id, data in sorted(eval_returns.items()):
-        final, tmp = f"{folder}/{trial_id}.npz", f"{folder}/.{trial_id}.npz.tmp"
+        name = trial_eval_returns(trial_id)
+        final, tmp = f"{folder}/{name}", f"{folder}/.{name}.tmp"
         with store.fs.open_output_stream(tmp) as out:
             out.write(data)
         store.fs.move(tmp, final)
@@ -256,5 +249,5 @@ def write_tables(store: ExperimentStore, tables: SweepTables) -> None:
     if len(tables.folds):
         frames[FOLDS_PARQUET] = tables.folds
     write_frames(store, frames)
-    store.write_bytes(MANIFEST_FILE, (json.dumps(tables.gems, indent=2) + "\n").encode())
+    store.write_bytes(GEMS_FILE, manifest_text(tables.gems).encode())
     write_eval_returns(store, tables.eval_returns)

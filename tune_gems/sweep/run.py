@@ -322,9 +322,6 @@ def _fit(
     return SweepOutcome(store.uri, trials, history, members, interrupted, resume_command)
 
 
-EXPERIMENT_STATE_GLOB = "experiment_state-*.json"
-
-
 def stored_trial_statuses(store: ExperimentStore) -> dict[str, str]:
     """{trial_id: status} from Tune's newest persisted experiment state (what `--resume` will
     read). Tune writes it one last time when a sweep is interrupted, with the unfinished trials

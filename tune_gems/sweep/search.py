@@ -11,6 +11,12 @@ visible in the study without polluting parameter importances.
 The study lives in Optuna's journal storage inside the experiment folder, readable with
 `optuna.load_study(study_name=<experiment>, storage=JournalStorage(JournalFileBackend(path)))`
 and optuna-dashboard.
+
+Optuna is used through its public API (studies, trials, and the storage's trial-id lookup).
+The private names left are OptunaSearch's own state, which `DivergenceAwareOptunaSearch`
+extends and which Ray exposes no accessor for: `_ot_study` (its study), `_ot_trials` (Tune
+trial id -> Optuna trial), `_storage`, `_sampler`, `_study_name` (rebuilding the study after a
+restore on another machine) and `_completed_trials` (trials it has told).
 """
 
 from __future__ import annotations
@@ -84,7 +90,7 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         ot_trial = self._ot_trials.get(trial_id)
         if ot_trial is None:
             return False
-        return self._ot_study._storage.get_trial(ot_trial._trial_id).state.is_finished()
+        return _stored_trial(self._ot_study, ot_trial.number).state.is_finished()
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         value = result.get(self.metric)
@@ -121,7 +127,8 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         storage, name = self.journal_mirror
         self._storage = journal_storage(ExperimentStore(storage, name).journal_path(JOURNAL_FILE))
         self._ot_study = optuna.load_study(study_name=self._study_name, sampler=self._sampler, storage=self._storage)
-        self._ot_trials = {tid: optuna.trial.Trial(self._ot_study, t._trial_id) for tid, t in self._ot_trials.items()}
+        self._ot_trials = {tid: optuna.trial.Trial(self._ot_study, _trial_id(self._storage, self._study_name, t.number))
+                           for tid, t in self._ot_trials.items()}
 
     def _push_journal(self) -> None:
         if self.journal_mirror is None:
@@ -148,6 +155,16 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         super().on_trial_complete(trial_id, result=result, error=error)
 
 
+def _stored_trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
+    """Trial `number` of `study` as its storage holds it now."""
+    return next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+
+
+def _trial_id(storage: optuna.storages.BaseStorage, study_name: str, number: int) -> int:
+    """The storage's id of trial `number` of the study `study_name`."""
+    return storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study_name), number)
+
+
 ORPHAN_NOTE = "asked by a driver that stopped before Tune saved its state; no Tune trial ran it"
 
 
@@ -157,10 +174,11 @@ def close_orphaned_trials(study_name: str, journal_path: Path) -> int:
     Mark them FAIL (with a note) so the study holds no phantom running trials; returns how many.
     Never call it after an interrupted sweep: its unfinished trials are still Tune's, and
     `--resume` finishes them."""
-    study = optuna.load_study(study_name=study_name, storage=journal_storage(journal_path))
+    storage = journal_storage(journal_path)
+    study = optuna.load_study(study_name=study_name, storage=storage)
     orphans = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING]
     for t in orphans:
-        study._storage.set_trial_user_attr(t._trial_id, "orphaned", ORPHAN_NOTE)
+        storage.set_trial_user_attr(_trial_id(storage, study_name, t.number), "orphaned", ORPHAN_NOTE)
         study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
     return len(orphans)
 

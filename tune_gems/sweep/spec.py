@@ -247,6 +247,7 @@ class SweepSpec(_Strict):
 
     @property
     def searches(self) -> bool:
+        """Whether Optuna proposes anything (gem modes/weights or parameters)."""
         return bool(self.search.gems or self.search.params)
 
 

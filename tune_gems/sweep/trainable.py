@@ -8,8 +8,8 @@ exact checkpoint written in the background (CheckpointReports), so a retried tri
 
 Per-member rows travel in the result as one JSON string (`members_json`), so they survive
 Tune's flattening of results and land in members.parquet; each checkpoint also carries the
-whole history so far (`history.json`), from which the result tables fill any epoch whose
-report was lost with a dying node.
+whole history so far (`result_files.CHECKPOINT_HISTORY_FILE`), from which the result tables fill
+any epoch whose report was lost with a dying node.
 """
 
 from __future__ import annotations
@@ -26,19 +26,13 @@ import pandas as pd
 from ray import tune
 
 from tune_gems.resources import check_training_fits
+from tune_gems.result_files import BASELINES_KEY, CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE, FOLDS_KEY, MEMBERS_KEY
 from tune_gems.sweep.console import quiet_trial
 from tune_gems.sweep.spec import apply_spec_design, trial_config
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
 from tune_gems.trainer.run import train_epochs
 from tune_gems.trainer.trainer import EpochResult, Trainer
 
-CHECKPOINT_FILE = "checkpoint.pt"
-HISTORY_FILE = "history.json"
-MEMBERS_KEY = "members_json"
-BASELINES_KEY = "baselines_json"
-"""The trial's baselines table (Trainer.baselines()) as JSON records, in its first report."""
-FOLDS_KEY = "folds_json"
-"""The trial's walk-forward fold table (Trainer.fold_table()) as JSON records, in its first report."""
 
 
 def _finite_or_nan(x: Any) -> float:
@@ -93,7 +87,7 @@ class CheckpointReports:
     def _beside(self, d: Path, meta: dict[str, Any]) -> None:
         """The files beside the checkpoint, from its snapshot's metadata (in the writer thread):
         the history so far, and the kept validation returns (Trainer.write_eval_returns)."""
-        write_history(d / HISTORY_FILE, meta["history"], meta["member_history"])
+        write_history(d / CHECKPOINT_HISTORY_FILE, meta["history"], meta["member_history"])
         self.trainer.write_eval_returns(d, meta)
 
     def flush(self) -> None:

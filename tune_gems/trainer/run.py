@@ -25,7 +25,7 @@ from tqdm import tqdm
 from tune_gems.config import Config, apply_overrides, build_config, flatten, load_config, read_yaml
 from tune_gems.errors import ConfigError, OutputError, OutputExistsError
 from tune_gems.result_files import (
-    ARMS_CSV, BASELINES_CSV, CHECKPOINT_FILE, CONFIG_FILE, FOLDS_CSV, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE,
+    ARMS_CSV, BASELINES_CSV, CHECKPOINT_FILE, CONFIG_FILE, FOLDS_CSV, GEMS_FILE, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE,
 )
 from tune_gems.outputs import LOCK_FILE, MARKER_FILE, OutputLock, check_output_folder, make_output_folder, marker_kind
 from tune_gems.resources import check_training_fits
@@ -109,10 +109,11 @@ def write_run_files(trainer: Trainer, out: Path) -> None:
     folds.csv (one row per walk-forward fold: its windows) and baselines.csv (flat /
     buy-and-hold / momentum on the evaluation segments, per fold)."""
     from tune_gems.arms import expand_arms, resolved_settings
-    from tune_gems.gems import MANIFEST_FILE, manifest
+    from tune_gems.gem_manifest import manifest_text
+    from tune_gems.gems import manifest
 
     cfg = trainer.cfg
-    _write_atomic(out / MANIFEST_FILE, json.dumps(manifest(cfg.plugins), indent=2) + "\n")
+    _write_atomic(out / GEMS_FILE, manifest_text(manifest(cfg.plugins)))
     arms = pd.DataFrame([{"arm": a.name, **resolved_settings(a.config)} for a in expand_arms(cfg)])
     for name, frame in ((ARMS_FILE, arms), (FOLDS_CSV, trainer.fold_table()), (BASELINES_FILE, trainer.baselines())):
         tmp = out / f".{name}.tmp"

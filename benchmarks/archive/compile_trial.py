@@ -39,7 +39,7 @@ On CPU (--device cpu) there is no graph: iterations run eagerly (a smoke test, n
 question); inductor's C++ backend needs a compiler, without one every target records its
 failure. `--backend eager` exercises the whole trial without code generation (the CPU test).
 
-    python benchmarks/compile_trial.py [--population 64] [--out benchmarks/results/compile_trial.json]
+    python benchmarks/archive/compile_trial.py [--population 64] [--out benchmarks/results/compile_trial.json]
 """
 from __future__ import annotations
 
@@ -64,9 +64,10 @@ from typing import Any, Callable
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "compile_trial.json"
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+BENCHMARKS = Path(__file__).resolve().parents[1]  # archived under benchmarks/archive/
+REPO = BENCHMARKS.parent
+DEFAULT_OUT = BENCHMARKS / "results" / "compile_trial.json"
+sys.path.insert(0, str(BENCHMARKS))
 import train_step  # noqa: E402 (a sibling script: its shape is this trial's shape)
 
 BASE = [o for o in train_step.BASE if not o.startswith("device=")] + train_step.GEMS["measure"]
@@ -815,7 +816,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
-        "command": " ".join(shlex.quote(x) for x in ["python", "benchmarks/compile_trial.py", *(sys.argv[1:] if argv is None else argv)]),
+        "command": " ".join(shlex.quote(x) for x in ["python", "benchmarks/archive/compile_trial.py", *(sys.argv[1:] if argv is None else argv)]),
         "config": [*BASE, f"trainer.population={a.population}", f"trainer.precision={a.precision}", f"kernels={a.kernels}", *a.set],
         "spec": spec,
         "inductor_options": INDUCTOR_OPTIONS,

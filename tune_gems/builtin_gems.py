@@ -1,7 +1,11 @@
 """The three built-in gems, registered through the same registry as any plug-in.
 
+Shaped like a plug-in module: it sits above `ops` (the math) and `model.heads` (G12's head),
+outside the torch-free `gems` package, and the registry imports it by name on first use
+(`registry._ensure_builtins`), so nothing below the trainer imports it.
+
 Each value is a function of GemInputs (tune_gems.gems.inputs) returning [P]. The reference math
-lives in tune_gems.gems.reference (docs/design.md, "The gems"); `fused` runs the same math through the
+lives in tune_gems.ops.reference (docs/design.md, "The gems"); `fused` runs the same math through the
 `tune_gems::` custom ops (CUDA kernels on CUDA). Torch is imported on first evaluation only, so
 that validating a config does not import it.
 
@@ -24,7 +28,7 @@ from tune_gems.gems.registry import BUILTIN_ORIGIN, Gem, register
 
 
 def _ref():
-    from tune_gems.gems import reference
+    from tune_gems.ops import reference
 
     return reference
 
