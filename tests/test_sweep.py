@@ -46,6 +46,16 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
     assert t["history"].groupby("trial_id")["epoch"].apply(list).map(lambda e: e == [1, 2]).all()
     assert t["history"]["test_sharpe_mean"].notna().sum() == n  # the final epoch only
     assert f"results: {exp}" in res.stdout and "analyze:" in res.stdout
+    # the console: every HEALTH_DIAG line (trials x epochs), each prefixed with its own trial id,
+    # none merged by Ray; one status line per finished trial; no Ray result dumps
+    ids = list(t["trials"]["trial_id"])
+    diag = [line for line in res.stdout.splitlines() if " HEALTH_DIAG epoch=" in line]
+    assert sorted(line[1:line.index("]")] for line in diag) == sorted(ids * 2), res.stdout[-3000:]
+    assert all(line.startswith(f"[{line[1:line.index(']')]}] HEALTH_DIAG") for line in diag)
+    assert "repeated" not in res.stdout and "completed after" not in res.stdout
+    status = [line for line in res.stdout.splitlines() if " finished: " in line and line.startswith("tune-gems sweep: trial ")]
+    assert [line.split()[3] for line in status] == [f"{k}/{n}" for k in range(1, n + 1)]
+    assert all("objective val_sharpe_gain=" in line and "| best " in line and "ETA" in line for line in status)
 
     study = optuna.load_study(study_name="smoke", storage=journal_storage(exp / JOURNAL_FILE))
     assert len(study.trials) == n

@@ -63,9 +63,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    from tune_gems.sweep.console import keep_every_line
     from tune_gems.sweep.local_ray import prepare_loopback
 
     prepare_loopback()  # before Ray is imported: a Ray started here listens on loopback only
+    keep_every_line()
     from tune_gems.sweep.run import run_sweep
 
     outcome = run_sweep(
@@ -113,8 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--resume", action="store_true", help="finish an interrupted sweep (Tuner.restore)")
     s.add_argument(
         "--verbose", action="store_true",
-        help="also show Ray's per-checkpoint lines and experiment-snapshot warnings (default: only tune-gems' lines, "
-        "HEALTH_DIAG and Tune's status table)",
+        help="also show each HEALTH_DIAG line's per-arm part, Tune's own status tables and result dumps, Ray's "
+        "per-checkpoint lines and experiment-snapshot warnings (default: tune-gems' lines, one HEALTH_DIAG line per "
+        "trial and epoch prefixed with the trial id, a status line per finished trial)",
     )
     s.set_defaults(fn=_cmd_sweep)
 

@@ -77,7 +77,7 @@ def _gpus_per_trial(spec: SweepSpec) -> float:
 
 
 def _print_summary(trials: pd.DataFrame, experiment: str) -> None:
-    cols = [c for c in ("trial_id", "status", "config_label", "epochs_done", "val_sharpe_mean", "test_sharpe_mean", "diverged") if c in trials]
+    cols = [c for c in ("trial_id", "status", "config_label", "epochs_done", "objective", "val_sharpe_mean", "test_sharpe_mean", "diverged") if c in trials]
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 48):
         table = trials[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}")
     # flushed at once: a driver attached to a running cluster can exit without flushing stdout
@@ -273,6 +273,7 @@ def _fit(
 ) -> SweepOutcome:
     from ray import tune
 
+    from tune_gems.sweep.progress import SweepConsole, ray_verbosity
     from tune_gems.sweep.trainable import train_trial
 
     trainable = tune.with_parameters(
@@ -300,6 +301,8 @@ def _fit(
                 storage_path=store.storage,
                 failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures, fail_fast=spec.failure.fail_fast),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoints_to_keep),
+                callbacks=[SweepConsole(spec.num_samples, spec.objective.metric, spec.objective.mode, verbose)],
+                verbose=ray_verbosity(verbose),
             ),
         )
     results = tuner.fit()

@@ -13,6 +13,21 @@ def _num(x: float, fmt: str = ".4f") -> str:
     return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
+ARMS_PART = " arms ["
+"""Where the per-arm part of a line starts (`without_arm_detail` cuts it off)."""
+
+
+def without_arm_detail(line: str) -> str:
+    """The line without its per-arm part, which is most of a designed run's line (every arm's
+    Sharpe and gems): the sweep console shows this short form per trial and epoch; the per-arm
+    values are in history.parquet (`<metric>@<arm>`) and the full line behind `--verbose`."""
+    head, sep, tail = line.partition(ARMS_PART)
+    if not sep:
+        return line
+    n_arms = tail.count(" | ") + 1
+    return f"{head} arms={n_arms}"
+
+
 def health_line(m: dict[str, Any], gems: GemSet, arms: tuple[str, ...] = (), arm_off: dict[str, set[str]] | None = None) -> str:
     """The line; with >= 2 arms it ends with one compact part per arm:
     ` arms [<arm>: vs=<val sharpe mean> <metric>=<v> ... | <arm>: ...]` (`off` for the gems in
@@ -50,5 +65,5 @@ def health_line(m: dict[str, Any], gems: GemSet, arms: tuple[str, ...] = (), arm
                 f"{s.metric}={'off' if s.name in off else _num(m[f'{s.metric}@{arm}'])}" for s in gems.settings.values()
             )
             per_arm.append(f"{arm}: vs={_num(m[f'val_sharpe_mean@{arm}'], '.2f')} {values}")
-        parts.append(f"arms [{' | '.join(per_arm)}]")
+        parts.append(f"{ARMS_PART.strip()}{' | '.join(per_arm)}]")
     return " ".join(parts)

@@ -222,17 +222,19 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
             f"arms={len(trainer.learner.arms)} members={trainer.learner.P} graph={'on' if trainer.runner.use_graph else 'off'} out={out}",
             flush=True,
         )
+        ipe = cfg.trainer.iterations_per_epoch  # the bar counts iterations; its label the epoch
         bar = tqdm(
-            total=cfg.trainer.epochs,
-            initial=trainer.epoch,
-            desc="epochs",
-            unit="epoch",
+            total=cfg.trainer.epochs * ipe,
+            initial=trainer.epoch * ipe,
+            desc=f"epoch {trainer.epoch + 1}/{cfg.trainer.epochs}",
+            unit="it",
             disable=None if progress is None else not progress, file=sys.stderr)
+        trainer.on_iteration = lambda: bar.update(1)
 
         writer = AsyncCheckpointWriter()
 
         def on_epoch(_result: EpochResult, checkpoint_due: bool) -> None:
-            bar.update(1)
+            bar.set_description(f"epoch {min(trainer.epoch + 1, cfg.trainer.epochs)}/{cfg.trainer.epochs}")
             write_tables(trainer, out)
             if checkpoint_due:  # the kept validation returns go with the checkpoint that holds them
                 writer.save(ckpt_path, *trainer.checkpoint_payload(), after=lambda meta: trainer.write_eval_returns(out, meta))
@@ -240,6 +242,7 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
         try:
             stopped = train_epochs(trainer, on_epoch, stop=signals.requested)
         finally:
+            trainer.on_iteration = None
             bar.close()
             bar = None
             writer.close()  # the last checkpoint is on disk before the run says it is done (or stopped)

@@ -132,6 +132,8 @@ def prepare_market(cfg: Config, device: torch.device, prices: pd.Series | None =
 class Trainer:
     def __init__(self, cfg: Config, *, prices: pd.Series | None = None, log: Callable[[str], None] | None = print):
         self.cfg, self.log = cfg, log or (lambda _msg: None)
+        self.on_iteration: Callable[[], None] | None = None
+        """Called after each training iteration (`tune-gems train`'s progress bar), if set."""
         self.device = resolve_device(cfg.device)
         if cfg.trainer.graph == "on" and self.device.type != "cuda":
             raise ConfigError("trainer.graph: 'on' needs a CUDA device (use auto or off)")
@@ -257,8 +259,11 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
+        tick = self.on_iteration
         for _ in range(tc.iterations_per_epoch):
             self.runner()
+            if tick is not None:
+                tick()
         acc = self.learner.acc.double().cpu().numpy() / tc.iterations_per_epoch  # the epoch's one readback
         train_s = time.perf_counter() - t0
         self.epoch += 1
