@@ -51,6 +51,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     else:
         cfg = load_config(path, overrides)  # validated before torch is even imported
 
+    if args.dry_run:
+        return _train_dry_run(cfg)
     from tune_gems.trainer.run import run_training
     from tune_gems.trainer.stop_signals import TrainingStopped
 
@@ -71,8 +73,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from tune_gems.sweep.run import run_sweep
 
     outcome = run_sweep(
-        args.spec, overrides=args.overrides, storage=args.storage, name=args.name, resume=args.resume, verbose=args.verbose
+        args.spec, overrides=args.overrides, storage=args.storage, name=args.name, resume=args.resume, verbose=args.verbose,
+        dry_run=args.dry_run,
     )
+    if outcome is None:  # --dry-run: the plan is printed
+        return 0
     if outcome.interrupted:
         print(f"tune-gems: interrupted; continue with: {outcome.resume_command}", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -84,6 +89,56 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
     run_report(args)
     return 0
+
+
+# -- checking a run before starting it: --dry-run, `tune-gems config`, --version -----------------
+
+DRY_RUN_HELP = (
+    "check everything, then print the resolved config, members, trials, data split, memory estimate and a measured "
+    "time estimate; write nothing"
+)
+
+
+def _train_dry_run(cfg) -> int:
+    from tune_gems.dry_run import train_plan
+
+    print("\n".join(train_plan(cfg)), flush=True)
+    return 0
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    """`tune-gems config [PREFIX] [--plugin MODULE ...]`: every config key with its type,
+    default and description, read from the models validation uses."""
+    from tune_gems.config import Config, config_model
+    from tune_gems.config_keys import format_rows, key_rows
+    from tune_gems.gems import registry
+
+    plugins = tuple(args.plugin or ())
+    if plugins:
+        registry.import_plugins(list(plugins))
+    rows = key_rows(config_model(plugins) if plugins else Config)
+    if args.prefix:
+        rows = [r for r in rows if r.key == args.prefix or r.key.startswith(args.prefix.rstrip(".") + ".")]
+        if not rows:
+            raise TuneGemsError(f"{args.prefix}: no config key starts with it (tune-gems config lists them all)")
+    print(format_rows(rows), flush=True)
+    return 0
+
+
+def _add_config_parser(sub) -> argparse.ArgumentParser:
+    c = sub.add_parser("config", help="list the config keys with type, default and description")
+    c.add_argument("prefix", nargs="?", help="only keys under this one (e.g. trainer, gems.g6)")
+    c.add_argument("--plugin", action="append", metavar="MODULE", help="also list the gems of this plug-in module")
+    c.set_defaults(fn=_cmd_config)
+    return c
+
+
+def _version() -> str:
+    import platform
+
+    from tune_gems import __version__
+
+    return f"tune-gems {__version__} (python {platform.python_version()})"
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -99,12 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = _OneLineParser(prog="tune-gems", description=__doc__.splitlines()[0])
     debug_help = "show the full traceback of an internal error inline (default: written to a file)"
     p.add_argument("--debug", action="store_true", help=debug_help)
+    p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train P seeds of the DQN on one device")
     t.add_argument("items", nargs="*", metavar="[CONFIG.yaml] [key=value]", help="config file and/or overrides")
     t.add_argument("--out", help="result folder (default runs/train-<time>)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    t.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP)
     t.set_defaults(fn=_cmd_train)
 
     s = sub.add_parser("sweep", help="run a Ray Tune + Optuna sweep from a spec")
@@ -113,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--storage", help="where experiments live: a local path or a URI Ray understands")
     s.add_argument("--name", help="experiment name (folder under storage)")
     s.add_argument("--resume", action="store_true", help="finish an interrupted sweep (Tuner.restore)")
+    s.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP + "; Ray is not started")
     s.add_argument(
         "--verbose", action="store_true",
         help="also show each HEALTH_DIAG line's per-arm part, Tune's own status tables and result dumps, Ray's "
@@ -124,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("analyze", help="Sharpe variance, gem magnitudes and a verdict per gem")
     add_analysis_arguments(a, out=True)
     a.set_defaults(fn=_cmd_analyze)
-    for cmd in (t, s, a):  # `tune-gems train --debug ...` as well as `tune-gems --debug train ...`
+    c = _add_config_parser(sub)
+    for cmd in (t, s, a, c):  # `tune-gems train --debug ...` as well as `tune-gems --debug train ...`
         cmd.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     return p
 
@@ -155,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     # key=value overrides may come after options (`sweep SPEC --name x a.b=1`): argparse stops
     # collecting positionals at the first option, so gather the stragglers here
     args, extra = parser.parse_known_args(argv)
-    stray = [x for x in extra if x.startswith("-") or "=" not in x or args.command == "analyze"]
+    stray = [x for x in extra if x.startswith("-") or "=" not in x or args.command in ("analyze", "config")]
     if stray:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if args.command == "train":

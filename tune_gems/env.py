@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from tune_gems.config import EnvConfig
+from tune_gems.data import SOURCE_COLUMN_ATTR
 from tune_gems.errors import DataError
 from tune_gems.rng import to_integers
 
@@ -65,6 +66,12 @@ class Market:
             raise DataError(f"data: {n} prices, fewer than the {window}-step observation window (env.window)")
         self.window = window
         self.n = n
+        self.bounds = bounds
+        first = paths[0]
+        self.times = first.index if isinstance(getattr(first, "index", None), pd.DatetimeIndex) else None
+        """Path 0's timestamps (None without a time column): the split's dates (tune_gems.data_summary)."""
+        self.column = getattr(first, "attrs", {}).get(SOURCE_COLUMN_ATTR)
+        """The file's column the prices were read from (None for synthetic paths)."""
         s, e = bounds.train
         logrets, nexts, means, stds = [], [], [], []
         for path in paths:

@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 import yaml
 
+from tune_gems.data_summary import data_lines
 from tune_gems.config import apply_overrides, flatten, format_validation_error, safe_load_yaml
 from tune_gems.errors import ConfigError, OutputExistsError, ResourceError
 from tune_gems.outputs import MARKER_FILE, OutputLock, check_name, check_output_folder, write_marker
@@ -215,9 +216,11 @@ def run_sweep(
     name: str | None = None,
     resume: bool = False,
     verbose: bool = False,
-) -> SweepOutcome:
+    dry_run: bool = False,
+) -> SweepOutcome | None:
     """Run (or, with `resume`, finish) the sweep; `verbose` shows Ray's per-checkpoint lines and
-    experiment-snapshot warnings (tune_gems.sweep.console), hidden by default."""
+    experiment-snapshot warnings (tune_gems.sweep.console), hidden by default. `dry_run`: every
+    check, then the plan (tune_gems.dry_run) instead of the sweep; nothing written, returns None."""
     spec_path = Path(spec_path)
     overrides = list(overrides or [])
     spec = load_spec(spec_path, overrides)
@@ -242,7 +245,15 @@ def run_sweep(
     base_cfg = spec.base_config()
     _check_memory(spec, str(spec_path))
     prices = load_prices(base_cfg)
-    prepare_market(base_cfg, torch.device("cpu"), prices)  # validates splits and segment lengths now
+    market = prepare_market(base_cfg, torch.device("cpu"), prices)  # validates splits and segment lengths now
+    for line in data_lines(base_cfg.data, market):
+        print(f"tune-gems sweep: {line}", flush=True)
+    if dry_run:
+        from tune_gems.dry_run import sweep_plan
+
+        widest = designed_config(spec, widest_trial(spec)) if spec.design != "none" else base_cfg
+        print("\n".join(sweep_plan(spec, _resolved(spec), widest, prices)), flush=True)
+        return None
 
     session = start_or_join()
     lock = None

@@ -303,7 +303,7 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
     try:
         spec = SweepSpec.model_validate(tree)
     except ValidationError as e:
-        raise ConfigError(f"{path}: {format_validation_error(e)}") from None
+        raise ConfigError(f"{path}: {format_validation_error(e, model=SweepSpec)}") from None
     try:
         spec.base_config()
     except ConfigError as e:

@@ -22,6 +22,7 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
+from tune_gems.data_summary import data_lines
 from tune_gems.config import Config, apply_overrides, build_config, flatten, load_config, read_yaml
 from tune_gems.errors import ConfigError, OutputError, OutputExistsError
 from tune_gems.result_files import (
@@ -222,6 +223,8 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
             f"arms={len(trainer.learner.arms)} members={trainer.learner.P} graph={'on' if trainer.runner.use_graph else 'off'} out={out}",
             flush=True,
         )
+        for line in data_lines(cfg.data, trainer.market):
+            print(f"tune-gems train: {line}", flush=True)
         ipe = cfg.trainer.iterations_per_epoch  # the bar counts iterations; its label the epoch
         bar = tqdm(
             total=cfg.trainer.epochs * ipe,

@@ -248,6 +248,31 @@ class Trainer:
         segments = {s: self.market.ranges[s] for s in SEGMENTS}
         return baseline_stats(self.market.returns_next, segments, env.cost, env.periods_per_year, momentum_span=env.momentum_span)
 
+    def sample_timings(self, iterations: int) -> tuple[float, float, float]:
+        """(prefill s, s per training iteration, s per validation evaluation), measured by running
+        them on this run's device: what `--dry-run` extrapolates a run's time from. One untimed
+        iteration first (graph capture, kernel warm-up). The trainer has moved on afterwards:
+        a throw-away instance, never one that trains."""
+        def sync() -> None:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+
+        t0 = time.perf_counter()
+        self._prefill()
+        sync()
+        prefill_s = time.perf_counter() - t0
+        self.runner()
+        sync()
+        t1 = time.perf_counter()
+        for _ in range(iterations):
+            self.runner()
+        sync()
+        per_iteration_s = (time.perf_counter() - t1) / iterations
+        t2 = time.perf_counter()
+        self.evaluate(EVAL_SEGMENT)
+        sync()
+        return prefill_s, per_iteration_s, time.perf_counter() - t2
+
     # -- one epoch ---------------------------------------------------------------------------
     def run_epoch(self) -> EpochResult:
         if self.done:
