@@ -12,6 +12,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from tune_gems.baseline_headline import baseline_headline
+
 
 def _cell(v: Any, digits: int = 4) -> str:
     if v is None:
@@ -248,6 +250,9 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
     exp = result.experiment
     out = result.trial_outcomes
     lines = ["# tune-gems analysis", ""]
+    headline = baseline_headline(baseline_comparison(exp))
+    if headline:
+        lines += [headline[0].upper() + headline[1:] + ".", ""]
     lines.append(
         "Settings: " + ", ".join(f"`{k}={v}`" for k, v in settings.items())
         + ". How to read this report: `docs/analysis.md`."

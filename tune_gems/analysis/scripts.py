@@ -101,10 +101,14 @@ def run_report(a: argparse.Namespace) -> None:
     if getattr(a, "calibrate", False):
         run_calibration(a)
         return
-    from tune_gems.analysis.report import format_verdict_table
+    from tune_gems.analysis.report import baseline_comparison, format_verdict_table
     from tune_gems.analysis.run import run_analysis
+    from tune_gems.baseline_headline import baseline_headline
 
     res = run_analysis(a.experiments, a.out, overwrite=a.overwrite, plot=not a.no_plots, **_settings(a))
+    headline = baseline_headline(baseline_comparison(res.experiment))
+    if headline:
+        print(headline + "\n")
     print(format_verdict_table(res.verdicts, res.placebo, res.redundancy))
     print(f"\nwrote {res.out_dir}/report.md")
 

@@ -262,7 +262,22 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
         print(f"tune-gems train: diverged at epoch {trainer.epoch}; results in {out}", flush=True)
     else:
         print(f"tune-gems train: done, results in {out}", flush=True)
+    headline = train_headline(trainer)
+    if headline:
+        print(f"tune-gems train: {headline}", flush=True)
     return final
+
+
+def train_headline(trainer: Trainer) -> str:
+    """The run's arms at the final epoch beside the baselines (tune_gems.baseline_headline),
+    through the same table the analysis report uses."""
+    from types import SimpleNamespace
+
+    from tune_gems.analysis.report import baseline_comparison
+    from tune_gems.baseline_headline import baseline_headline
+
+    run = SimpleNamespace(members=pd.DataFrame(trainer.member_history), trials=pd.DataFrame(), baselines=trainer.baselines())
+    return baseline_headline(baseline_comparison(run))
 
 
 def _dump(cfg: Config) -> str:
