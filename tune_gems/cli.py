@@ -141,6 +141,26 @@ def _version() -> str:
     return f"tune-gems {__version__} (python {platform.python_version()})"
 
 
+# -- two experiments side by side: `tune-gems compare A B` ----------------------------------------
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from tune_gems.analysis.compare import compare, format_comparison
+    from tune_gems.analysis.scripts import analysis_settings
+
+    if len(args.experiments) != 2:
+        raise TuneGemsError(f"compare: give exactly two experiment folders, got {len(args.experiments)}")
+    print(format_comparison(compare(*args.experiments, **analysis_settings(args))), flush=True)
+    return 0
+
+
+def _add_compare_parser(sub) -> argparse.ArgumentParser:
+    c = sub.add_parser("compare", help="two experiments (sweep or train folders) side by side: settings, verdicts, Sharpe")
+    add_analysis_arguments(c, out=False)
+    c.set_defaults(fn=_cmd_compare)
+    return c
+
+
 class _OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (naming the argument) and exit status 2, like
     every other bad input; `--help` still prints the full usage."""
@@ -183,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_analysis_arguments(a, out=True)
     a.set_defaults(fn=_cmd_analyze)
     c = _add_config_parser(sub)
-    for cmd in (t, s, a, c):  # `tune-gems train --debug ...` as well as `tune-gems --debug train ...`
+    cmp = _add_compare_parser(sub)
+    for cmd in (t, s, a, c, cmp):  # `tune-gems train --debug ...` as well as `tune-gems --debug train ...`
         cmd.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     return p
 
@@ -214,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     # key=value overrides may come after options (`sweep SPEC --name x a.b=1`): argparse stops
     # collecting positionals at the first option, so gather the stragglers here
     args, extra = parser.parse_known_args(argv)
-    stray = [x for x in extra if x.startswith("-") or "=" not in x or args.command in ("analyze", "config")]
+    stray = [x for x in extra if x.startswith("-") or "=" not in x or args.command in ("analyze", "config", "compare")]
     if stray:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if args.command == "train":

@@ -309,13 +309,19 @@ def load_one(folder: str | Path, label: str | None = None, taken: set[str] | Non
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(f"{folder}: not an experiment folder (no such directory)")
-    for name in (TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE):
+    from tune_gems.analysis.train_run import is_train_run, load_train_run
+
+    train = is_train_run(folder)  # a `tune-gems train` folder: one trial, its arms the design
+    for name in () if train else (TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE):
         if not (folder / name).is_file():
-            raise DataError(f"{folder}: not an experiment folder (missing {name})")
+            raise DataError(f"{folder}: not an experiment folder (missing {name}) nor a train run")
     gems = gem_columns(folder)
-    trials = _read_parquet(folder / TRIALS_FILE, TRIALS_REQUIRED, "trials", gems)
-    history = _read_parquet(folder / HISTORY_FILE, HISTORY_REQUIRED, "history", gems)
-    members = _read_parquet(folder / MEMBERS_FILE, MEMBERS_REQUIRED, "members", gems)
+    if train:
+        trials, history, members = load_train_run(folder, folder.name)
+    else:
+        trials = _read_parquet(folder / TRIALS_FILE, TRIALS_REQUIRED, "trials", gems)
+        history = _read_parquet(folder / HISTORY_FILE, HISTORY_REQUIRED, "history", gems)
+        members = _read_parquet(folder / MEMBERS_FILE, MEMBERS_REQUIRED, "members", gems)
 
     name = _experiment_name(trials, folder)
     if label is None:
