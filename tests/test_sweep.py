@@ -40,6 +40,8 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
     assert list(t["members"].columns) == ["experiment", "trial_id", "config_label", *MEMBER_IDS, *MEMBER_METRICS]
     assert {"control", "proposal"} <= set(t["members"]["arm"])  # smoke.yaml's wire_search design
     assert set(arms["trial_id"]) == set(t["trials"]["trial_id"]) and (exp / "gems.json").is_file()
+    settings = [c for c in arms.columns if c.startswith(("gems.", "model.", "trainer."))]
+    assert not arms.duplicated(subset=["trial_id", *settings]).any()  # the design never trains two identical arms
     assert (exp / "baselines.parquet").is_file()
     for col in ("gems.g6.mode", "gems.g6.weight", "gems.g10.mode", "gems.g12.mode", "model.spectral_norm", "objective"):
         assert col in t["trials"].columns

@@ -28,12 +28,17 @@ def without_arm_detail(line: str) -> str:
     return f"{head} arms={n_arms}"
 
 
-def health_line(m: dict[str, Any], gems: GemSet, arms: tuple[str, ...] = (), arm_off: dict[str, set[str]] | None = None) -> str:
+def health_line(
+    m: dict[str, Any], gems: GemSet, arms: tuple[str, ...] = (), arm_off: dict[str, set[str]] | None = None,
+    aliases: dict[str, str] | None = None,
+) -> str:
     """The line; with >= 2 arms it ends with one compact part per arm:
     ` arms [<arm>: vs=<val sharpe mean> <metric>=<v> ... | <arm>: ...]` (`off` for the gems in
     `arm_off[arm]`). A designed run (proposal/control arms) adds, before the arms part,
     ` gain [sharpe=<val_sharpe_gain> alpha=<val_alpha_sharpe_gain> <gem>=<gain_<gem>> ...]` for
-    each gem with a without-<gem> arm."""
+    each gem with a without-<gem> arm (or an arm trained under another name: `aliases`,
+    tune_gems.arm_designs.arm_aliases)."""
+    named = set(arms) | set(aliases or {})
     parts = [
         f"HEALTH_DIAG epoch={m['epoch']}",
         f"loss={_num(m['loss'])}",
@@ -55,7 +60,7 @@ def health_line(m: dict[str, Any], gems: GemSet, arms: tuple[str, ...] = (), arm
         parts.append("DIVERGED")
     if "val_sharpe_gain" in m:  # a designed run (tune_gems.arm_designs): the paired gains
         gains = [f"sharpe={_num(m['val_sharpe_gain'], '+.3f')}", f"alpha={_num(m['val_alpha_sharpe_gain'], '+.3f')}"]
-        gains += [f"{s.name}={_num(m[f'gain_{s.name}'], '+.3f')}" for s in gems.settings.values() if f"without-{s.name}" in arms]
+        gains += [f"{s.name}={_num(m[f'gain_{s.name}'], '+.3f')}" for s in gems.settings.values() if f"without-{s.name}" in named]
         parts.append(f"gain [{' '.join(gains)}]")
     if len(arms) > 1:
         per_arm = []

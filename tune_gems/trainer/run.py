@@ -108,12 +108,15 @@ def write_run_files(trainer: Trainer, out: Path) -> None:
     """The files beside a run's tables that do not change per epoch (docs/results.md):
     gems.json (the run's gems), arms.csv (one row per arm: every per-member key's value) and
     baselines.csv (flat / buy-and-hold / momentum on the evaluation segments)."""
+    from tune_gems.arm_designs import also_named, arm_aliases
     from tune_gems.arms import expand_arms, resolved_settings
     from tune_gems.gems import MANIFEST_FILE, manifest
 
     cfg = trainer.cfg
     _write_atomic(out / MANIFEST_FILE, json.dumps(manifest(cfg.plugins), indent=2) + "\n")
-    arms = pd.DataFrame([{"arm": a.name, **resolved_settings(a.config)} for a in expand_arms(cfg)])
+    aliases = arm_aliases(cfg)  # a duplicate arm trained once: its other name (tune_gems.arm_designs)
+    arms = pd.DataFrame([{"arm": a.name, **({"also_named": also_named(aliases, a.name)} if aliases else {}),
+                          **resolved_settings(a.config)} for a in expand_arms(cfg)])
     for name, frame in ((ARMS_FILE, arms), (BASELINES_FILE, trainer.baselines())):
         tmp = out / f".{name}.tmp"
         frame.to_csv(tmp, index=False)

@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 
 from tune_gems import data as data_mod
-from tune_gems.arm_designs import has_gains, paired_gains
+from tune_gems.arm_designs import arm_aliases, has_gains, paired_gains
 from tune_gems.arms import DEFAULT_ARM
 from tune_gems.config import Config, flatten
 from tune_gems.env import Market, SegmentEvaluator
@@ -308,7 +308,7 @@ class Trainer:
         result = self._result(rows, evals, member_diverged, train_s, eval_s)
         self.history.append(result.metrics)
         self.member_history.extend(result.members)
-        self.log(health_line(result.metrics, self.learner.gems, self.arm_names, self._arm_off()))
+        self.log(health_line(result.metrics, self.learner.gems, self.arm_names, self._arm_off(), arm_aliases(self.cfg)))
         return result
 
     # -- the kept validation returns (market-noise interval, docs/results.md) -------------------
@@ -511,7 +511,7 @@ class Trainer:
         NaN if any epoch in the window is NaN)."""
         gems = self.cfg.gem_names()
         seed_index = [self.seed_index(p) for p in range(self.learner.P)]
-        g = paired_gains(gems, arm_of, seed_index, val["sharpe"], val["alpha_sharpe"])
+        g = paired_gains(gems, arm_of, seed_index, val["sharpe"], val["alpha_sharpe"], aliases=arm_aliases(self.cfg))
         k = self.cfg.trainer.objective_last_k
         out = {name: g[name] for name in GAIN_METRICS}
         for objective, column in zip(GAIN_OBJECTIVES, GAIN_METRICS):
