@@ -61,6 +61,14 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
 
     study = optuna.load_study(study_name="smoke", storage=journal_storage(exp / JOURNAL_FILE))
     assert len(study.trials) == n
+    # the study is named and joins trials.parquet: metric name, Tune trial id, label, metrics
+    assert study.metric_names == ["val_sharpe_gain"]
+    by_id = t["trials"].set_index("trial_id")
+    for tr in study.trials:
+        tid = tr.user_attrs["tune_trial_id"]
+        assert by_id.loc[tid, "optuna_trial"] == tr.number
+        assert tr.user_attrs["config_label"] == by_id.loc[tid, "config_label"]
+        assert tr.user_attrs["val_sharpe_mean"] == pytest.approx(by_id.loc[tid, "val_sharpe_mean"])
     assert all(tr.state == optuna.trial.TrialState.COMPLETE for tr in study.trials)
     # define-by-run: a weight exists exactly where its gem is wired, and matches the trial config
     trials = t["trials"].set_index("seed")

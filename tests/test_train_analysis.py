@@ -1,5 +1,6 @@
-"""`tune-gems analyze` on a `train` folder (its arms are the design) and `tune-gems compare A B`
-(two runs side by side, each analysed on its own), through the real CLI on two tiny train runs."""
+"""`tune-gems analyze` on a `train` folder (its arms are the design), `tune-gems compare A B`
+(two runs side by side, each analysed on its own) and train's TensorBoard event files, through
+the real CLI on two tiny train runs."""
 
 from __future__ import annotations
 
@@ -59,3 +60,31 @@ def test_compare_shows_two_runs_side_by_side(runs):
 def test_compare_needs_two_folders(runs):
     res = cli("compare", str(runs / "a"))
     assert res.returncode == 2 and res.stderr.strip() == "tune-gems: error: compare: give exactly two experiment folders, got 1"
+
+
+def _scalars(folder) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of the TensorBoard event files in `folder` (TFRecord framing, Event protos)."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    out: dict[str, list[tuple[int, float]]] = {}
+    for f in sorted(folder.glob("events.out.tfevents.*")):
+        data = f.read_bytes()
+        i = 0
+        while i < len(data):
+            (n,) = struct.unpack("<Q", data[i:i + 8])
+            event = event_pb2.Event.FromString(data[i + 12:i + 12 + n])
+            i += 12 + n + 4
+            for v in event.summary.value:
+                out.setdefault(v.tag, []).append((event.step, v.simple_value))
+    return out
+
+
+def test_train_writes_tensorboard_scalars_per_epoch(runs):
+    scalars = _scalars(runs / "a" / "tensorboard")
+    history = pd.read_csv(runs / "a" / "history.csv")
+    assert [s for s, _ in scalars["loss"]] == [1, 2]
+    assert [v for _, v in scalars["loss"]] == pytest.approx(history["loss"].tolist(), rel=1e-6)
+    assert "val_sharpe_mean/gems.g6.mode_wire" in scalars  # per-arm columns under the metric (tag rules: = -> _)
+    assert "diverged" not in scalars  # flags are not scalars

@@ -37,7 +37,7 @@ from tune_gems.resources import check_training_fits
 from tune_gems.sweep.console import quiet_driver
 from tune_gems.sweep.local_ray import start_or_join
 from tune_gems.sweep.results import UNFINISHED, collect_tables, write_tables
-from tune_gems.sweep.search import JOURNAL_FILE, close_orphaned_trials, make_searcher
+from tune_gems.sweep.search import JOURNAL_FILE, close_orphaned_trials, make_searcher, optuna_trial_numbers
 from tune_gems.sweep.spec import SweepSpec, block_grid, designed_config, import_spec_plugins, load_spec, widest_trial
 from tune_gems.sweep.storage import ExperimentStore, check_storage, is_uri
 from tune_gems.trainer.trainer import load_prices, prepare_market
@@ -285,6 +285,7 @@ def _fit(
     from ray import tune
 
     from tune_gems.sweep.progress import SweepConsole, ray_verbosity
+    from tune_gems.sweep.tracking import tracking_callbacks
     from tune_gems.sweep.trainable import train_trial
 
     trainable = tune.with_parameters(
@@ -312,7 +313,10 @@ def _fit(
                 storage_path=store.storage,
                 failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures, fail_fast=spec.failure.fail_fast),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoints_to_keep),
-                callbacks=[SweepConsole(spec.num_samples, spec.objective.metric, spec.objective.mode, verbose)],
+                callbacks=[
+                    SweepConsole(spec.num_samples, spec.objective.metric, spec.objective.mode, verbose),
+                    *tracking_callbacks(spec.tracking),
+                ],
                 verbose=ray_verbosity(verbose),
             ),
         )
@@ -325,6 +329,9 @@ def _fit(
         if closed:
             print(f"tune-gems sweep: marked {closed} orphaned Optuna trial(s) FAIL (asked before a driver restart)", flush=True)
     tables = collect_tables(results, spec.config, name, statuses, spec.design)
+    if journal.is_file() and len(tables.trials):  # the join key to the Optuna study
+        numbers = optuna_trial_numbers(name, journal)
+        tables.trials["optuna_trial"] = tables.trials["trial_id"].map(numbers).astype("Int64")
     write_tables(store, tables)
     trials, history, members = tables.trials, tables.history, tables.members
     store.push_journal(JOURNAL_FILE)

@@ -13,6 +13,7 @@ import datetime as _dt
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -32,6 +33,7 @@ from tune_gems.outputs import LOCK_FILE, MARKER_FILE, OutputLock, check_output_f
 from tune_gems.resources import check_training_fits
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
 from tune_gems.trainer.stop_signals import StopSignals, TrainingStopped
+from tune_gems.trainer.tensorboard import EVENTS_DIR, EpochEvents
 from tune_gems.trainer.trainer import RESUMABLE_CHANGES, EpochResult, Trainer
 
 CHECKPOINT = CHECKPOINT_FILE
@@ -219,6 +221,7 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
             print(f"tune-gems train: {out} has no checkpoint yet; starting it again from epoch 0", flush=True)
             for name in (*TABLE_FILES, SUMMARY_FILE):
                 (out / name).unlink(missing_ok=True)
+            shutil.rmtree(out / EVENTS_DIR, ignore_errors=True)  # its epochs are trained again
         _write_atomic(out / CONFIG_FILE, _dump(cfg))
         write_run_files(trainer, out)
         print(
@@ -238,8 +241,10 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
         trainer.on_iteration = lambda: bar.update(1)
 
         writer = AsyncCheckpointWriter()
+        events = EpochEvents(out)  # TensorBoard scalars per epoch (tune_gems.trainer.tensorboard)
 
         def on_epoch(_result: EpochResult, checkpoint_due: bool) -> None:
+            events.write(trainer.history[-1], trainer.epoch)
             bar.set_description(f"epoch {min(trainer.epoch + 1, cfg.trainer.epochs)}/{cfg.trainer.epochs}")
             write_tables(trainer, out)
             if checkpoint_due:  # the kept validation returns go with the checkpoint that holds them
@@ -249,6 +254,7 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
             stopped = train_epochs(trainer, on_epoch, stop=signals.requested)
         finally:
             trainer.on_iteration = None
+            events.close()
             bar.close()
             bar = None
             writer.close()  # the last checkpoint is on disk before the run says it is done (or stopped)
