@@ -245,6 +245,10 @@ def _periods_section(v: pd.DataFrame) -> list[str]:
     return lines
 
 
+REPORT_VERDICT_COLUMNS = ("gem", "verdict", "n_seeds", "effect", "ci_low", "ci_high", "p_adjusted", "mde")
+"""The report's verdict summary; the full evidence is verdicts.csv."""
+
+
 def render_report(result: Any, images: dict[str, str], settings: dict[str, Any]) -> str:
     """`report.md` of an analysis result (see run.AnalysisResult); `images`: title -> file."""
     exp = result.experiment
@@ -286,10 +290,9 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
     )
     for note in getattr(result, "notes", []):
         lines += ["", f"Note: {note}."]
-    lines += ["", markdown_table(v, ["gem", "verdict", "seed_verdict", "design", "n_seeds", "effect", "ci_low", "ci_high",
-                                     "ci_level", "market_ci_low", "market_ci_high", "market_noise",
-                                     "p_adjusted", "tost_p_adjusted", "mde", "seeds_needed", "test_effect",
-                                     "excess_median", "redundancy"]), ""]
+    lines += ["", markdown_table(v, list(REPORT_VERDICT_COLUMNS)), "",
+              "Every column of the evidence (seed verdict, design, interval level, market-noise interval, TOST p, "
+              "seeds needed, test effect, measured excess, redundancy) is in `verdicts.csv`.", ""]
     lines.extend(f"- {evidence_line(r)}\n  - why: {r['reason']}" for _, r in v.iterrows())
     lines += _periods_section(v)
     if "Gem effects" in images:
@@ -343,7 +346,10 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
 
     lines += ["", "## Optuna parameter importances", ""]
     lines.append("Optuna's default evaluator (`optuna.importance.get_param_importances`) on the persisted study.")
-    lines += ["", markdown_table(result.importances)]
+    imp = result.importances
+    lines += ["", markdown_table(imp, [c for c in imp.columns if c != "note"])]
+    notes = sorted({str(n) for n in imp.get("note", pd.Series(dtype=object)).dropna() if str(n)})
+    lines += [f"\nNote: {n}" for n in notes]  # once, not on every row (each row keeps it in importances.csv)
     if "Parameter importances" in images:
         lines += ["", f"![Parameter importances]({images['Parameter importances']})"]
     return "\n".join(lines) + "\n"
