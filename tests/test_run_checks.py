@@ -110,3 +110,16 @@ def test_train_prints_the_data_source_matched_column_and_split(tmp_path):
     last = res.stdout.strip().splitlines()[-1]  # the run's standing against the baselines ends it
     assert last.startswith("tune-gems train: against the baselines (val_sharpe, final epoch") and "buy_and_hold" in last
     assert "trails" in last or "beats" in last
+
+
+def test_a_closed_pipe_is_not_reported_as_a_bug():
+    """`tune-gems config | head -1`: the reader may close the pipe before the listing is written."""
+    import subprocess
+    import sys
+
+    from sweep_fixtures import REPO
+
+    proc = subprocess.Popen([sys.executable, "-m", "tune_gems", "config"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # long before the interpreter has started and printed
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "internal error" not in err, err

@@ -25,6 +25,8 @@ from tune_gems.errors import TuneGemsError
 EXIT_BAD_INPUT = 2
 EXIT_BUG = 1
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE, what a shell reports for a command whose reader closed the pipe."""
 DEBUG_ENV = "TUNE_GEMS_DEBUG"
 
 
@@ -251,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tune-gems: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`tune-gems config | head`): not a bug
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's advice: no second error at exit
+        return EXIT_BROKEN_PIPE
     except Exception as e:  # noqa: BLE001 - the last line of defence
         return _report_bug(e, debug)
 

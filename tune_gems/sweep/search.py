@@ -16,6 +16,7 @@ and optuna-dashboard.
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,9 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
     def _name_study(self) -> None:
         """The study's metric name (the dashboard says it instead of "Objective 0")."""
         if self.objective_name and self._ot_study is not None and self._ot_study.metric_names is None:
-            self._ot_study.set_metric_names([self.objective_name])
+            with warnings.catch_warnings():  # "experimental" since Optuna 3.2; the name is worth it
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                self._ot_study.set_metric_names([self.objective_name])
 
     def _annotate(self, trial_id: str, result: dict | None) -> None:
         """User attributes of the Optuna trial that join it to trials.parquet: the Tune trial id
