@@ -42,6 +42,8 @@ def _fmt_bytes(n: int) -> str:
 def _fmt_s(s: float) -> str:
     if s >= 3600:
         return f"{s / 3600:.1f} h"
+    if s < 10:
+        return f"{s:.1f} s"
     return f"{s / 60:.1f} min" if s >= 120 else f"{s:.0f} s"
 
 
@@ -68,7 +70,7 @@ def memory_line(est: MemoryEstimate) -> str:
 
 def time_line(t: TimeEstimate, what: str = "the run") -> str:
     return (
-        f"time: about {_fmt_s(t.total_s)} for {what} on this machine's {t.device} (measured: prefill {t.prefill_s:.2f} s, "
+        f"time: about {_fmt_s(t.total_s)} of training for {what} on this machine's {t.device}, start-up not counted (measured: prefill {t.prefill_s:.2f} s, "
         f"{t.iteration_s * 1000:.1f} ms per iteration, {t.evaluation_s:.2f} s per validation pass)"
     )
 
