@@ -414,13 +414,15 @@ def test_quiet_loggers_and_verbose():
 @pytest.mark.slow
 def test_sweep_console_is_quiet_by_default(tmp_path, ray_address):
     """One small sweep through the CLI, a checkpoint every epoch: no per-checkpoint lines, no
-    experiment-snapshot warnings; HEALTH_DIAG lines and Tune's status table stay."""
+    experiment-snapshot warnings, no Tune status tables or result dumps; HEALTH_DIAG lines
+    (prefixed with the trial id) and tune-gems' status line per finished trial stay."""
     res = sweep_cli("sweep", str(SMOKE), "--storage", str(tmp_path), "--name", "quiet", *TINY_SWEEP,
                     "num_samples=1", "design=none", "objective.metric=val_sharpe_mean", "config.trainer.epochs=3",
                     "config.trainer.checkpoint_every=1", env={"RAY_ADDRESS": ray_address})
     text = res.stdout + res.stderr
     assert res.returncode == 0, text[-3000:]
-    assert "HEALTH_DIAG epoch=3" in text and "Trial status" in text
+    assert "] HEALTH_DIAG epoch=3" in text and "tune-gems sweep: trial 1/1 finished: " in text
+    assert "Trial status" not in text and "completed after" not in text
     assert "Checkpoint successfully created" not in text
     assert "Experiment state snapshotting" not in text and "Saving the experiment state" not in text
     history = pd.read_parquet(tmp_path / "quiet" / "history.parquet")

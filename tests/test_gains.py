@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from learner_fixtures import TINY, tiny_config
-from tune_gems.arm_designs import CONTROL, PROPOSAL, apply_design, has_gains, paired_gains, wire_search_arms, wired_gems
+from tune_gems.arm_designs import CONTROL, PROPOSAL, also_named, apply_design, arm_aliases, has_gains, paired_gains, wire_search_arms, wired_gems
 from tune_gems.arms import expand_arms
 from tune_gems.errors import ConfigError
 from tune_gems.metrics import GAIN_METRICS, GAIN_OBJECTIVES, epoch_metrics, gain_metrics, has_gain_arms
@@ -55,6 +55,23 @@ def test_a_proposal_that_wires_nothing_is_its_own_control():
     g = paired_gains(GEMS, [CONTROL] * 3, [0, 1, 2], [0.5, -0.2, 1.0], [0.1, 0.2, 0.3])
     assert g["val_sharpe_gain"] == 0.0 and g["val_alpha_sharpe_gain"] == 0.0
     assert all(math.isnan(g[f"gain_{n}"]) for n in GEMS)
+
+
+def test_one_wired_gem_trains_control_once_and_names_it_both_ways():
+    """control (every wired gem measured) and without-g6 (only g6 measured) are one configuration
+    when g6 is the only wired gem: trained once, as control, which also answers to without-g6."""
+    cfg = apply_design(tiny_config("gems.g6.mode=wire", "gems.g12.mode=measure"), "wire_search")
+    arms = expand_arms(cfg)
+    assert [a.name for a in arms] == [PROPOSAL, CONTROL]
+    settings = [tuple(sorted(a.settings.items())) for a in arms]
+    assert len(set(settings)) == len(settings)  # no two arms alike
+    assert arm_aliases(cfg) == {"without-g6": CONTROL} and also_named(arm_aliases(cfg), CONTROL) == "without-g6"
+    g = paired_gains(GEMS, [PROPOSAL, PROPOSAL, CONTROL, CONTROL], [0, 1, 0, 1], [1.0, 2.0, 0.0, 0.5], [0.3, 0.7, 0.1, 0.2],
+                     aliases=arm_aliases(cfg))
+    assert g["gain_g6"] == pytest.approx(g["val_alpha_sharpe_gain"]) == pytest.approx(((0.3 - 0.1) + (0.7 - 0.2)) / 2)
+    assert math.isnan(g["gain_g12"])
+    two = apply_design(tiny_config("gems.g6.mode=wire", "gems.g12.mode=wire"), "wire_search")
+    assert arm_aliases(two) == {} and len(expand_arms(two)) == 4  # two wired gems: four distinct arms
 
 
 def test_apply_design_refuses_a_config_with_arms_and_unknown_designs():

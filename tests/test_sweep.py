@@ -40,15 +40,35 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
     assert list(t["members"].columns) == ["experiment", "trial_id", "config_label", *MEMBER_IDS, *MEMBER_METRICS]
     assert {"control", "proposal"} <= set(t["members"]["arm"])  # smoke.yaml's wire_search design
     assert set(arms["trial_id"]) == set(t["trials"]["trial_id"]) and (exp / "gems.json").is_file()
+    settings = [c for c in arms.columns if c.startswith(("gems.", "model.", "trainer."))]
+    assert not arms.duplicated(subset=["trial_id", *settings]).any()  # the design never trains two identical arms
     assert (exp / "baselines.parquet").is_file()
     for col in ("gems.g6.mode", "gems.g6.weight", "gems.g10.mode", "gems.g12.mode", "model.spectral_norm", "objective"):
         assert col in t["trials"].columns
     assert t["history"].groupby("trial_id")["epoch"].apply(list).map(lambda e: e == [1, 2]).all()
     assert t["history"]["test_sharpe_mean"].notna().sum() == n  # the final epoch only
     assert f"results: {exp}" in res.stdout and "analyze:" in res.stdout
+    # the console: every HEALTH_DIAG line (trials x epochs), each prefixed with its own trial id,
+    # none merged by Ray; one status line per finished trial; no Ray result dumps
+    ids = list(t["trials"]["trial_id"])
+    diag = [line for line in res.stdout.splitlines() if " HEALTH_DIAG epoch=" in line]
+    assert sorted(line[1:line.index("]")] for line in diag) == sorted(ids * 2), res.stdout[-3000:]
+    assert all(line.startswith(f"[{line[1:line.index(']')]}] HEALTH_DIAG") for line in diag)
+    assert "repeated" not in res.stdout and "completed after" not in res.stdout
+    status = [line for line in res.stdout.splitlines() if " finished: " in line and line.startswith("tune-gems sweep: trial ")]
+    assert [line.split()[3] for line in status] == [f"{k}/{n}" for k in range(1, n + 1)]
+    assert all("objective val_sharpe_gain=" in line and "| best " in line and "ETA" in line for line in status)
 
     study = optuna.load_study(study_name="smoke", storage=journal_storage(exp / JOURNAL_FILE))
     assert len(study.trials) == n
+    # the study is named and joins trials.parquet: metric name, Tune trial id, label, metrics
+    assert study.metric_names == ["val_sharpe_gain"]
+    by_id = t["trials"].set_index("trial_id")
+    for tr in study.trials:
+        tid = tr.user_attrs["tune_trial_id"]
+        assert by_id.loc[tid, "optuna_trial"] == tr.number
+        assert tr.user_attrs["config_label"] == by_id.loc[tid, "config_label"]
+        assert tr.user_attrs["val_sharpe_mean"] == pytest.approx(by_id.loc[tid, "val_sharpe_mean"])
     assert all(tr.state == optuna.trial.TrialState.COMPLETE for tr in study.trials)
     # define-by-run: a weight exists exactly where its gem is wired, and matches the trial config
     trials = t["trials"].set_index("seed")
@@ -64,6 +84,9 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
     ana = cli("analyze", str(exp))
     assert ana.returncode == 0, ana.stderr[-2000:]
     assert "verdict" in ana.stdout and (exp / "analysis" / "report.md").is_file()
+    # the standing against the baselines opens the console output and the report
+    assert ana.stdout.startswith("against the baselines (val_sharpe, final epoch")
+    assert (exp / "analysis" / "report.md").read_text().splitlines()[2].startswith("Against the baselines (val_sharpe")
 
 
 def test_sweep_refuses_an_existing_experiment_and_writes_nothing(tmp_path, ray_address):

@@ -18,6 +18,12 @@ wire_search sweep is `val_sharpe_gain`: the seed noise cancels in what Optuna op
 A proposal that wires no gem *is* its control: the design is then one arm, `control`, and every
 gain is exactly 0 (there is nothing to gain), so such trials are comparable with the others.
 
+The design never trains two identical arms: with exactly one wired gem g, `without-<g>` (only g
+measured) is the same configuration as `control` (every wired gem measured), so it is trained
+once, as `control`, and also answers to `without-<g>` (`arm_aliases`): `gain_<g>` is then
+proposal minus that arm, the arms table lists the other name (`also_named`), and no third of the
+trial's members trains a duplicate.
+
 Divergence: a diverged member has NaN evaluation columns, and a gain over pairs with a diverged
 member is NaN (never a mean over the surviving pairs, which would drop the destabilised side
 and change what is estimated). The trainer stops a run when any member diverges and reports
@@ -68,9 +74,25 @@ def wire_search_arms(cfg: "Config") -> ArmsConfig:
     arms: list[dict[str, Any]] = [
         {"name": PROPOSAL},
         {"name": CONTROL, **{f"gems.{g}.mode": "measure" for g in wired}},
-        *({"name": without_arm(g), f"gems.{g}.mode": "measure"} for g in wired),
+        *({"name": without_arm(g), f"gems.{g}.mode": "measure"} for g in wired if len(wired) > 1),  # else = control
     ]
     return ArmsConfig.model_validate({"list": arms})
+
+
+def arm_aliases(cfg: "Config") -> dict[str, str]:
+    """{other name: the arm that trains it} for a wire_search run whose proposal wires exactly
+    one gem g: {"without-<g>": "control"} (the two are one configuration, trained once). Empty
+    for any other run."""
+    names = [a.get("name") for a in (cfg.arms.list_ or [])] if cfg.arms is not None else []
+    wired = wired_gems(cfg)
+    if names == [PROPOSAL, CONTROL] and len(wired) == 1:
+        return {without_arm(wired[0]): CONTROL}
+    return {}
+
+
+def also_named(aliases: dict[str, str], arm: str) -> str:
+    """The other names of `arm` (comma-separated; '' when none): the arms table's `also_named`."""
+    return ",".join(other for other, trained in aliases.items() if trained == arm)
 
 
 def apply_design(cfg: "Config", design: str) -> "Config":
@@ -114,12 +136,14 @@ def paired_gains(
     seed_index: Sequence[int],
     val_sharpe: Sequence[float],
     val_alpha_sharpe: Sequence[float],
+    aliases: dict[str, str] | None = None,
 ) -> dict[str, float]:
     """The epoch's paired gains from per-member validation columns (diverged members NaN):
     `val_sharpe_gain` and `val_alpha_sharpe_gain` (proposal - control), and `gain_<g>` for every
     gem in `gems` (proposal - without-<g> on val_alpha_sharpe; NaN where the run has no
     without-<g> arm, i.e. the proposal does not wire g). The one-arm design (`control` alone):
-    0.0 for the two overall gains, NaN per gem (no gem is wired)."""
+    0.0 for the two overall gains, NaN per gem (no gem is wired). `aliases` (arm_aliases): an
+    absent `without-<g>` trained under another name."""
     arm_arr = np.asarray(arm_of, dtype=object)
     seeds = np.asarray(seed_index, dtype=np.int64)
     vs, va = np.asarray(val_sharpe, dtype=np.float64), np.asarray(val_alpha_sharpe, dtype=np.float64)
@@ -133,6 +157,6 @@ def paired_gains(
         out["val_sharpe_gain"] = _pair_mean(vs, arm_arr, seeds, PROPOSAL, CONTROL)
         out["val_alpha_sharpe_gain"] = _pair_mean(va, arm_arr, seeds, PROPOSAL, CONTROL)
     for g in gems:
-        arm = without_arm(g)
+        arm = (aliases or {}).get(without_arm(g), without_arm(g))
         out[f"gain_{g}"] = _pair_mean(va, arm_arr, seeds, PROPOSAL, arm) if arm in arms else math.nan
     return out

@@ -25,6 +25,8 @@ from tune_gems.errors import TuneGemsError
 EXIT_BAD_INPUT = 2
 EXIT_BUG = 1
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE, what a shell reports for a command whose reader closed the pipe."""
 DEBUG_ENV = "TUNE_GEMS_DEBUG"
 
 
@@ -51,6 +53,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     else:
         cfg = load_config(path, overrides)  # validated before torch is even imported
 
+    if args.dry_run:
+        return _train_dry_run(cfg)
     from tune_gems.trainer.run import run_training
     from tune_gems.trainer.stop_signals import TrainingStopped
 
@@ -63,14 +67,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    from tune_gems.sweep.console import keep_every_line
     from tune_gems.sweep.local_ray import prepare_loopback
 
     prepare_loopback()  # before Ray is imported: a Ray started here listens on loopback only
+    keep_every_line()
     from tune_gems.sweep.run import run_sweep
 
     outcome = run_sweep(
-        args.spec, overrides=args.overrides, storage=args.storage, name=args.name, resume=args.resume, verbose=args.verbose
+        args.spec, overrides=args.overrides, storage=args.storage, name=args.name, resume=args.resume, verbose=args.verbose,
+        dry_run=args.dry_run,
     )
+    if outcome is None:  # --dry-run: the plan is printed
+        return 0
     if outcome.interrupted:
         print(f"tune-gems: interrupted; continue with: {outcome.resume_command}", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -82,6 +91,76 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
     run_report(args)
     return 0
+
+
+# -- checking a run before starting it: --dry-run, `tune-gems config`, --version -----------------
+
+DRY_RUN_HELP = (
+    "check everything, then print the resolved config, members, trials, data split, memory estimate and a measured "
+    "time estimate; write nothing"
+)
+
+
+def _train_dry_run(cfg) -> int:
+    from tune_gems.dry_run import train_plan
+
+    print("\n".join(train_plan(cfg)), flush=True)
+    return 0
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    """`tune-gems config [PREFIX] [--plugin MODULE ...]`: every config key with its type,
+    default and description, read from the models validation uses."""
+    from tune_gems.config import Config, config_model
+    from tune_gems.config_keys import format_rows, key_rows
+    from tune_gems.gems import registry
+
+    plugins = tuple(args.plugin or ())
+    if plugins:
+        registry.import_plugins(list(plugins))
+    rows = key_rows(config_model(plugins) if plugins else Config)
+    if args.prefix:
+        rows = [r for r in rows if r.key == args.prefix or r.key.startswith(args.prefix.rstrip(".") + ".")]
+        if not rows:
+            raise TuneGemsError(f"{args.prefix}: no config key starts with it (tune-gems config lists them all)")
+    print(format_rows(rows), flush=True)
+    return 0
+
+
+def _add_config_parser(sub) -> argparse.ArgumentParser:
+    c = sub.add_parser("config", help="list the config keys with type, default and description")
+    c.add_argument("prefix", nargs="?", help="only keys under this one (e.g. trainer, gems.g6)")
+    c.add_argument("--plugin", action="append", metavar="MODULE", help="also list the gems of this plug-in module")
+    c.set_defaults(fn=_cmd_config)
+    return c
+
+
+def _version() -> str:
+    import platform
+
+    from tune_gems import __version__
+
+    return f"tune-gems {__version__} (python {platform.python_version()})"
+
+
+# -- two experiments side by side: `tune-gems compare A B` ----------------------------------------
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from tune_gems.compare import compare, format_comparison
+    from tune_gems.analysis.scripts import analysis_settings
+
+    if len(args.experiments) != 2:
+        raise TuneGemsError(f"compare: give exactly two experiment folders, got {len(args.experiments)}")
+    print(format_comparison(compare(*args.experiments, **analysis_settings(args))), flush=True)
+    return 0
+
+
+def _add_compare_parser(sub) -> argparse.ArgumentParser:
+    c = sub.add_parser("compare", help="two experiments (sweep or train folders) side by side: settings, verdicts, Sharpe")
+    add_analysis_arguments(c, out=False)
+    c.set_defaults(fn=_cmd_compare)
+    return c
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -97,12 +176,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = _OneLineParser(prog="tune-gems", description=__doc__.splitlines()[0])
     debug_help = "show the full traceback of an internal error inline (default: written to a file)"
     p.add_argument("--debug", action="store_true", help=debug_help)
+    p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train P seeds of the DQN on one device")
     t.add_argument("items", nargs="*", metavar="[CONFIG.yaml] [key=value]", help="config file and/or overrides")
     t.add_argument("--out", help="result folder (default runs/train-<time>)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    t.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP)
     t.set_defaults(fn=_cmd_train)
 
     s = sub.add_parser("sweep", help="run a Ray Tune + Optuna sweep from a spec")
@@ -111,17 +192,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--storage", help="where experiments live: a local path or a URI Ray understands")
     s.add_argument("--name", help="experiment name (folder under storage)")
     s.add_argument("--resume", action="store_true", help="finish an interrupted sweep (Tuner.restore)")
+    s.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP + "; Ray is not started")
     s.add_argument(
         "--verbose", action="store_true",
-        help="also show Ray's per-checkpoint lines and experiment-snapshot warnings (default: only tune-gems' lines, "
-        "HEALTH_DIAG and Tune's status table)",
+        help="also show each HEALTH_DIAG line's per-arm part, Tune's own status tables and result dumps, Ray's "
+        "per-checkpoint lines and experiment-snapshot warnings (default: tune-gems' lines, one HEALTH_DIAG line per "
+        "trial and epoch prefixed with the trial id, a status line per finished trial)",
     )
     s.set_defaults(fn=_cmd_sweep)
 
     a = sub.add_parser("analyze", help="Sharpe variance, gem magnitudes and a verdict per gem")
     add_analysis_arguments(a, out=True)
     a.set_defaults(fn=_cmd_analyze)
-    for cmd in (t, s, a):  # `tune-gems train --debug ...` as well as `tune-gems --debug train ...`
+    c = _add_config_parser(sub)
+    cmp = _add_compare_parser(sub)
+    for cmd in (t, s, a, c, cmp):  # `tune-gems train --debug ...` as well as `tune-gems --debug train ...`
         cmd.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     return p
 
@@ -152,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     # key=value overrides may come after options (`sweep SPEC --name x a.b=1`): argparse stops
     # collecting positionals at the first option, so gather the stragglers here
     args, extra = parser.parse_known_args(argv)
-    stray = [x for x in extra if x.startswith("-") or "=" not in x or args.command == "analyze"]
+    stray = [x for x in extra if x.startswith("-") or "=" not in x or args.command in ("analyze", "config", "compare")]
     if stray:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if args.command == "train":
@@ -168,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tune-gems: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`tune-gems config | head`): not a bug
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's advice: no second error at exit
+        return EXIT_BROKEN_PIPE
     except Exception as e:  # noqa: BLE001 - the last line of defence
         return _report_bug(e, debug)
 

@@ -154,6 +154,11 @@ class DataConfig(_Strict):
     def _path_for_file(self) -> "DataConfig":
         if self.source == "file" and not self.path:
             raise ValueError("data.path is required when data.source is file")
+        if self.source == "synthetic" and self.path:  # else the run would quietly train on the synthetic series
+            raise ValueError(
+                f"data.path is set ({self.path!r}) but data.source is synthetic: add data.source=file to train on "
+                "the file (or drop data.path)"
+            )
         return self
 
 
@@ -330,14 +335,17 @@ class Config(_Strict):
 # Loading: YAML files and dotted `key=value` overrides, with one-line errors.
 
 
-def format_validation_error(err: ValidationError, prefix: str = "") -> str:
-    """The first problem of a pydantic error as one line: `field.path: message`."""
+def format_validation_error(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
+    """The first problem of a pydantic error as one line: `field.path: message`; an unknown key
+    of `model` close to a known one gets "(did you mean ...?)"."""
+    from tune_gems.config_keys import did_you_mean
+
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"])
     loc = f"{prefix}{loc}" if loc else prefix.rstrip(".") or "config"
-    msg = first["msg"]
+    msg = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's own message
     if first["type"] == "extra_forbidden":
-        msg = "unknown key"
+        msg = "unknown key" + did_you_mean(model, tuple(first["loc"]))
     extra = f" (and {len(err.errors()) - 1} more problems)" if len(err.errors()) > 1 else ""
     return f"{loc}: {msg}{extra}"
 
@@ -458,7 +466,7 @@ def build_config(tree: dict[str, Any], source: str = "config") -> Config:
     try:
         return model.model_validate(tree)
     except ValidationError as e:
-        raise ConfigError(f"{source}: {format_validation_error(e)}") from None
+        raise ConfigError(f"{source}: {format_validation_error(e, model=model)}") from None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:

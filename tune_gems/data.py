@@ -22,6 +22,8 @@ from tune_gems.errors import ConfigError, DataError
 CSV_SUFFIXES = (".csv", ".csv.gz", ".txt")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 TIME_NAMES = ("date", "datetime", "time", "timestamp")
+SOURCE_COLUMN_ATTR = "source_column"
+"""Key in a loaded series' `attrs`: the file's column its prices came from, as the file spells it."""
 """Column names (any case) taken as the time column when none is given."""
 
 DEFAULT_REGIMES = ((0.006, 0.0005), (0.010, 0.0), (0.020, -0.0005))
@@ -102,14 +104,14 @@ def _find_column(frame: pd.DataFrame, wanted: str, what: str, path: Path) -> Any
     return hits[0]
 
 
-def _when(ts: pd.Timestamp) -> str:
+def format_when(ts: pd.Timestamp) -> str:
     """A timestamp as short as it can be said: the date alone for naive midnight times."""
     return str(ts.date()) if ts.tz is None and ts == ts.normalize() else str(ts)
 
 
 def _where(i: int, times: pd.DatetimeIndex | None) -> str:
     """Row i (0-based) as a user finds it: data rows count from 1 after the header, plus its time."""
-    return f"row {i + 1}" + (f" ({_when(times[i])})" if times is not None else "")
+    return f"row {i + 1}" + (f" ({format_when(times[i])})" if times is not None else "")
 
 
 def _parse_times(raw: pd.Series, path: Path) -> pd.DatetimeIndex:
@@ -142,8 +144,8 @@ def _parse_times(raw: pd.Series, path: Path) -> pd.DatetimeIndex:
     if len(bad):
         i = int(bad[0]) + 1
         if step[i - 1] == 0:
-            raise _fail(path, f"duplicate timestamp {_when(times[i])} in rows {i} and {i + 1}")
-        this, prev = _when(times[i]), _when(times[i - 1])
+            raise _fail(path, f"duplicate timestamp {format_when(times[i])} in rows {i} and {i + 1}")
+        this, prev = format_when(times[i]), format_when(times[i - 1])
         raise _fail(path, f"timestamps not sorted: row {i + 1} ({this}) is earlier than row {i} ({prev})")
     return times
 
@@ -197,7 +199,9 @@ def load_prices(
     if len(values) < min_rows:
         raise _fail(path, f"{len(values)} rows, need at least {min_rows}")
     index = times.rename(time_col) if times is not None else pd.RangeIndex(len(values))
-    return pd.Series(values, index=index, name=price_column, dtype=np.float64)
+    series = pd.Series(values, index=index, name=price_column, dtype=np.float64)
+    series.attrs[SOURCE_COLUMN_ATTR] = price_col  # the column as the file spells it, for the start-up summary
+    return series
 
 
 def synthetic_prices(
@@ -440,7 +444,7 @@ def fold_table(index: pd.Index, folds: Sequence[SegmentBounds], layout: str, fol
             row[f"{seg}_start"], row[f"{seg}_end"] = int(lo), int(hi)
         for seg in ("train", "val", "test"):
             lo, hi = getattr(b, seg)
-            row[f"{seg}_first"] = _when(index[lo]) if timed else None
-            row[f"{seg}_last"] = _when(index[hi - 1]) if timed else None
+            row[f"{seg}_first"] = format_when(index[lo]) if timed else None
+            row[f"{seg}_last"] = format_when(index[hi - 1]) if timed else None
         rows.append(row)
     return pd.DataFrame(rows, columns=list(FOLD_TABLE_COLUMNS))

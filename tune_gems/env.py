@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from tune_gems.config import EnvConfig
+from tune_gems.data import SOURCE_COLUMN_ATTR
 from tune_gems.errors import DataError
 from tune_gems.rng import to_integers
 
@@ -92,6 +93,11 @@ class Market:
         self.fold_ids = tuple(range(len(folds))) if fold_ids is None else tuple(int(f) for f in fold_ids)
         if len(self.fold_ids) != len(folds):
             raise ValueError(f"{len(self.fold_ids)} fold ids for {len(folds)} folds")
+        first = paths[0]
+        self.times = first.index if isinstance(getattr(first, "index", None), pd.DatetimeIndex) else None
+        """Path 0's timestamps (None without a time column): the split's dates (tune_gems.data_summary)."""
+        self.column = getattr(first, "attrs", {}).get(SOURCE_COLUMN_ATTR)
+        """The file's column the prices were read from (None for synthetic paths)."""
         raw = []
         for path in paths:
             p = np.asarray(path, dtype=np.float64)

@@ -145,6 +145,8 @@ def _arm_settings(trials: pd.DataFrame, members: pd.DataFrame, arms: pd.DataFram
     rows = present.merge(base, on=KEY, how="left")
     if arms is not None and len(arms):
         a = arms.copy()
+        if "trial_id" not in a.columns:  # a train run's arms.csv alone
+            a["trial_id"] = None
         a["trial_id"] = a["trial_id"].astype(object).where(a["trial_id"].notna(), None)
         a["arm"] = a["arm"].astype(str)
         # a train run's table has no trial_id: it applies to the run's one trial

@@ -24,7 +24,7 @@ import pandas as pd
 from tune_gems.errors import DataError
 from tune_gems.gem_manifest import LEGACY_MANIFEST, GemEntry, disagreement, folder_manifest, manifest_source
 from tune_gems.result_files import (
-    ARMS_FILES, BASELINES_FILES, HISTORY_FILE, JOURNAL_FILE, MEMBERS_FILE, TRIALS_FILE,
+    ARMS_FILES, BASELINES_FILES, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE, TRIALS_FILE,
 )
 
 BASELINE_COLUMNS = ("segment", "baseline", "sharpe", "alpha_sharpe")
@@ -287,13 +287,21 @@ def load_one(folder: str | Path, label: str | None = None, taken: set[str] | Non
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(f"{folder}: not an experiment folder (no such directory)")
-    for name in (TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE):
+    from tune_gems.analysis.train_run import is_train_run, load_train_run
+
+    train = is_train_run(folder)  # a `tune-gems train` folder: one trial, its arms the design
+    for name in () if train else (TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE):
         if not (folder / name).is_file():
-            raise DataError(f"{folder}: not an experiment folder (missing {name})")
+            raise DataError(f"{folder}: not an experiment folder (missing {name}) nor a train run")
     gems = tuple(e.metric for e in (folder_manifest(folder) if gems is None else gems))
-    trials = _read_parquet(folder / TRIALS_FILE, TRIALS_REQUIRED, "trials", gems)
-    history = _read_parquet(folder / HISTORY_FILE, HISTORY_REQUIRED, "history", gems)
-    members = _read_parquet(folder / MEMBERS_FILE, MEMBERS_REQUIRED, "members", gems)
+    if train:
+        trials, history, members = load_train_run(folder, folder.name)
+        validate_table(folder / HISTORY_CSV, history, "history", gems)
+        validate_table(folder / MEMBERS_CSV, members, "members", gems)
+    else:
+        trials = _read_parquet(folder / TRIALS_FILE, TRIALS_REQUIRED, "trials", gems)
+        history = _read_parquet(folder / HISTORY_FILE, HISTORY_REQUIRED, "history", gems)
+        members = _read_parquet(folder / MEMBERS_FILE, MEMBERS_REQUIRED, "members", gems)
 
     name = _experiment_name(trials, folder)
     if label is None:

@@ -12,6 +12,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from tune_gems.baseline_headline import baseline_comparison, baseline_headline
+
 
 def _cell(v: Any, digits: int = 4) -> str:
     if v is None:
@@ -164,46 +166,6 @@ def _sharpe_view(sv: pd.DataFrame, prefix: str) -> pd.DataFrame:
     return out
 
 
-def baseline_comparison(exp: Any) -> pd.DataFrame:
-    """Each configuration (experiment, trial's config label, arm) at its final epoch beside the
-    baselines of the same segments: mean validation and test Sharpe and alpha Sharpe over its
-    non-diverged members, then the baseline rows (flat, buy-and-hold, momentum; one row per path
-    averaged when paths differ). Skill shows as alpha Sharpe above the baselines', not as raw
-    Sharpe that market exposure can buy (docs/evaluation.md)."""
-    cols = ("val_sharpe", "val_alpha_sharpe", "test_sharpe", "test_alpha_sharpe")
-    rows: list[dict[str, Any]] = []
-    m = exp.members
-    if len(m) and "epoch" in m.columns:
-        m = m.copy()
-        if "arm" not in m.columns:
-            m["arm"] = "default"
-        keys = [k for k in ("experiment", "trial_id") if k in m.columns]
-        last = m.groupby(keys)["epoch"].transform("max") if keys else m["epoch"].max()
-        m = m[m["epoch"] == last]
-        if "diverged" in m.columns:
-            m = m[~m["diverged"].astype(bool)]
-        label = exp.trials.set_index(["experiment", "trial_id"])["config_label"] if {"experiment", "trial_id", "config_label"} <= set(exp.trials.columns) else None
-        for key, g in m.groupby([k for k in ("experiment", "trial_id", "arm") if k in m.columns], sort=True):
-            key = key if isinstance(key, tuple) else (key,)
-            name = " ".join(str(k) for k in key)
-            if label is not None and len(key) >= 2 and (key[0], key[1]) in label.index:
-                name = f"{key[0]} {key[1]} {label.loc[(key[0], key[1])]} arm={key[-1]}"
-            row = {"configuration": name, "members": len(g)}
-            row.update({c: float(g[c].mean()) if c in g.columns else float("nan") for c in cols})
-            rows.append(row)
-    b = getattr(exp, "baselines", None)
-    if b is not None and len(b):
-        agg = b.groupby(["segment", "baseline"], sort=False)[["sharpe", "alpha_sharpe"]].mean().reset_index()
-        for name in agg["baseline"].unique():
-            r = agg[agg["baseline"] == name].set_index("segment")
-            row = {"configuration": f"baseline: {name}", "members": 0}
-            for seg in ("val", "test"):
-                row[f"{seg}_sharpe"] = float(r.loc[seg, "sharpe"]) if seg in r.index else float("nan")
-                row[f"{seg}_alpha_sharpe"] = float(r.loc[seg, "alpha_sharpe"]) if seg in r.index else float("nan")
-            rows.append(row)
-    return pd.DataFrame(rows, columns=["configuration", "members", *cols])
-
-
 def baseline_comparison_md(exp: Any) -> str:
     table = baseline_comparison(exp)
     if table.empty:
@@ -243,11 +205,18 @@ def _periods_section(v: pd.DataFrame) -> list[str]:
     return lines
 
 
+REPORT_VERDICT_COLUMNS = ("gem", "verdict", "n_seeds", "effect", "ci_low", "ci_high", "p_adjusted", "mde")
+"""The report's verdict summary; the full evidence is verdicts.csv."""
+
+
 def render_report(result: Any, images: dict[str, str], settings: dict[str, Any]) -> str:
     """`report.md` of an analysis result (see run.AnalysisResult); `images`: title -> file."""
     exp = result.experiment
     out = result.trial_outcomes
     lines = ["# tune-gems analysis", ""]
+    headline = baseline_headline(baseline_comparison(exp))
+    if headline:
+        lines += [headline[0].upper() + headline[1:] + ".", ""]
     lines.append(
         "Settings: " + ", ".join(f"`{k}={v}`" for k, v in settings.items())
         + ". How to read this report: `docs/analysis.md`."
@@ -281,10 +250,9 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
     )
     for note in getattr(result, "notes", []):
         lines += ["", f"Note: {note}."]
-    lines += ["", markdown_table(v, ["gem", "verdict", "seed_verdict", "design", "n_seeds", "effect", "ci_low", "ci_high",
-                                     "ci_level", "market_ci_low", "market_ci_high", "market_noise",
-                                     "p_adjusted", "tost_p_adjusted", "mde", "seeds_needed", "test_effect",
-                                     "excess_median", "redundancy"]), ""]
+    lines += ["", markdown_table(v, list(REPORT_VERDICT_COLUMNS)), "",
+              "Every column of the evidence (seed verdict, design, interval level, market-noise interval, TOST p, "
+              "seeds needed, test effect, measured excess, redundancy) is in `verdicts.csv`.", ""]
     lines.extend(f"- {evidence_line(r)}\n  - why: {r['reason']}" for _, r in v.iterrows())
     lines += _periods_section(v)
     if "Gem effects" in images:
@@ -338,7 +306,10 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
 
     lines += ["", "## Optuna parameter importances", ""]
     lines.append("Optuna's default evaluator (`optuna.importance.get_param_importances`) on the persisted study.")
-    lines += ["", markdown_table(result.importances)]
+    imp = result.importances
+    lines += ["", markdown_table(imp, [c for c in imp.columns if c != "note"])]
+    notes = sorted({str(n) for n in imp.get("note", pd.Series(dtype=object)).dropna() if str(n)})
+    lines += [f"\nNote: {n}" for n in notes]  # once, not on every row (each row keeps it in importances.csv)
     if "Parameter importances" in images:
         lines += ["", f"![Parameter importances]({images['Parameter importances']})"]
     return "\n".join(lines) + "\n"

@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser, out: bool = True) -> argparse.Argu
     return p
 
 
-def _settings(a: argparse.Namespace) -> dict:
+def analysis_settings(a: argparse.Namespace) -> dict:
     return dict(alpha=a.alpha, rope=a.rope, rel_threshold=a.rel_threshold, last_k=a.last_k, power=a.power,
                 placebo_weight=a.placebo_weight, confidence=a.confidence, n_boot=a.n_boot, seed=a.seed)
 
@@ -70,8 +70,8 @@ def run_calibration(a: argparse.Namespace) -> None:
     from tune_gems.analysis.run import analyze, check_settings
     from tune_gems.analysis.walk_forward_calibration import format_period_calibration
 
-    check_settings(**_settings(a), n_sim=a.n_sim)
-    res = analyze(a.experiments, **_settings(a))
+    check_settings(**analysis_settings(a), n_sim=a.n_sim)
+    res = analyze(a.experiments, **analysis_settings(a))
     shapes, note = experiment_shapes(res.verdicts, res.experiment.members)
     table = calibration_table(shapes, n_sim=a.n_sim, rope=a.rope, alpha=a.alpha, power_target=a.power, seed=a.seed)
     print(format_calibration(table, shapes, note, alpha=a.alpha))
@@ -101,10 +101,14 @@ def run_report(a: argparse.Namespace) -> None:
     if getattr(a, "calibrate", False):
         run_calibration(a)
         return
-    from tune_gems.analysis.report import format_verdict_table
+    from tune_gems.analysis.report import baseline_comparison, format_verdict_table
     from tune_gems.analysis.run import run_analysis
+    from tune_gems.baseline_headline import baseline_headline
 
-    res = run_analysis(a.experiments, a.out, overwrite=a.overwrite, plot=not a.no_plots, **_settings(a))
+    res = run_analysis(a.experiments, a.out, overwrite=a.overwrite, plot=not a.no_plots, **analysis_settings(a))
+    headline = baseline_headline(baseline_comparison(res.experiment))
+    if headline:
+        print(headline + "\n")
     print(format_verdict_table(res.verdicts, res.placebo, res.redundancy))
     print(f"\nwrote {res.out_dir}/report.md")
 
@@ -123,7 +127,7 @@ def verdicts_main(argv: list[str] | None = None) -> int:
     a = _parser("Print the verdict per gem of finished sweep(s).", out=False).parse_args(argv)
 
     def go() -> None:
-        res = analyze(a.experiments, **_settings(a))
+        res = analyze(a.experiments, **analysis_settings(a))
         print(format_verdict_table(res.verdicts, res.placebo, res.redundancy))
 
     return _run(go)
@@ -139,7 +143,7 @@ def sharpe_variance_main(argv: list[str] | None = None) -> int:
     a = _parser("Print Sharpe variance per configuration of finished sweep(s).", out=False).parse_args(argv)
 
     def go() -> None:
-        check_settings(**_settings(a))
+        check_settings(**analysis_settings(a))
         e = load_experiment(a.experiments)
         sv = sharpe_variance(e.members, e.trials, n_boot=a.n_boot, confidence=a.confidence, seed=a.seed)
         print(markdown_table(sv))

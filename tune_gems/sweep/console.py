@@ -17,8 +17,20 @@ Where the noise comes from (Ray 2.x):
 from __future__ import annotations
 
 import logging
+import os
 from contextlib import contextmanager
 from typing import Iterator
+
+DEDUP_ENV = "RAY_DEDUP_LOGS"
+"""Ray's switch for merging alike worker lines across the cluster ("[repeated 2x ...]")."""
+
+
+def keep_every_line() -> None:
+    """Before Ray is imported: no merging of alike worker lines (a user's own setting wins).
+    The HEALTH_DIAG lines do not depend on it (they travel in the results,
+    tune_gems.sweep.progress); any other line a trial prints is shown as printed."""
+    os.environ.setdefault(DEDUP_ENV, "0")
+
 
 TRIAL_LOGGERS = ("ray.train._internal.storage", "ray.train.v2._internal.execution.storage")
 """Loggers of the "Checkpoint successfully created" line (Tune's function trainable; Train v2)."""

@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from tune_gems.arm_designs import also_named, arm_aliases
 from tune_gems.arms import expand_arms, resolved_settings
 from tune_gems.config import flatten
 from tune_gems.errors import ConfigError
@@ -148,7 +149,9 @@ def collect_tables(
             arm_list = expand_arms(cfg)
             arm_names = tuple(a.name for a in arm_list) if getattr(cfg, "arms", None) is not None else ()
             fold_ids = tuple(range(cfg.data.folds.k))
-            arms.extend({"trial_id": trial_id, "arm": a.name, **resolved_settings(a.config)} for a in arm_list)
+            aliases = arm_aliases(cfg)  # a duplicate arm trained once: its other name (tune_gems.arm_designs)
+            arms.extend({"trial_id": trial_id, "arm": a.name, "also_named": also_named(aliases, a.name),
+                         **resolved_settings(a.config)} for a in arm_list)
         except ConfigError:
             flat_cfg, label, seed = {}, "invalid config", params.get("seed")
         history_cols.append(epoch_metrics(plugins, arm_names, fold_ids))

@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 import yaml
 
+from tune_gems.data_summary import data_lines
 from tune_gems.config import apply_overrides, flatten, format_validation_error, safe_load_yaml
 from tune_gems.errors import ConfigError, OutputExistsError, ResourceError
 from tune_gems.outputs import MARKER_FILE, OutputLock, check_name, check_output_folder, write_marker
@@ -36,7 +37,7 @@ from tune_gems.resources import check_training_fits
 from tune_gems.sweep.console import quiet_driver
 from tune_gems.sweep.local_ray import start_or_join
 from tune_gems.sweep.results import UNFINISHED, collect_tables, write_tables
-from tune_gems.sweep.search import JOURNAL_FILE, close_orphaned_trials, make_searcher
+from tune_gems.sweep.search import JOURNAL_FILE, close_orphaned_trials, make_searcher, optuna_trial_numbers
 from tune_gems.sweep.spec import SweepSpec, block_grid, designed_config, import_spec_plugins, load_spec, widest_trial
 from tune_gems.sweep.storage import ExperimentStore, check_storage, is_uri
 from tune_gems.trainer.trainer import load_prices, prepare_market
@@ -77,7 +78,7 @@ def _gpus_per_trial(spec: SweepSpec) -> float:
 
 
 def _print_summary(trials: pd.DataFrame, experiment: str) -> None:
-    cols = [c for c in ("trial_id", "status", "config_label", "epochs_done", "val_sharpe_mean", "test_sharpe_mean", "diverged") if c in trials]
+    cols = [c for c in ("trial_id", "status", "config_label", "epochs_done", "objective", "val_sharpe_mean", "test_sharpe_mean", "diverged") if c in trials]
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 48):
         table = trials[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}")
     # flushed at once: a driver attached to a running cluster can exit without flushing stdout
@@ -215,9 +216,11 @@ def run_sweep(
     name: str | None = None,
     resume: bool = False,
     verbose: bool = False,
-) -> SweepOutcome:
+    dry_run: bool = False,
+) -> SweepOutcome | None:
     """Run (or, with `resume`, finish) the sweep; `verbose` shows Ray's per-checkpoint lines and
-    experiment-snapshot warnings (tune_gems.sweep.console), hidden by default."""
+    experiment-snapshot warnings (tune_gems.sweep.console), hidden by default. `dry_run`: every
+    check, then the plan (tune_gems.dry_run) instead of the sweep; nothing written, returns None."""
     spec_path = Path(spec_path)
     overrides = list(overrides or [])
     spec = load_spec(spec_path, overrides)
@@ -242,7 +245,15 @@ def run_sweep(
     base_cfg = spec.base_config()
     _check_memory(spec, str(spec_path))
     prices = load_prices(base_cfg)
-    prepare_market(base_cfg, torch.device("cpu"), prices)  # validates splits and segment lengths now
+    market = prepare_market(base_cfg, torch.device("cpu"), prices)  # validates splits and segment lengths now
+    for line in data_lines(base_cfg.data, market):
+        print(f"tune-gems sweep: {line}", flush=True)
+    if dry_run:
+        from tune_gems.dry_run import sweep_plan
+
+        widest = designed_config(spec, widest_trial(spec)) if spec.design != "none" else base_cfg
+        print("\n".join(sweep_plan(spec, _resolved(spec), widest, prices)), flush=True)
+        return None
 
     session = start_or_join()
     lock = None
@@ -273,6 +284,8 @@ def _fit(
 ) -> SweepOutcome:
     from ray import tune
 
+    from tune_gems.sweep.progress import SweepConsole, ray_verbosity
+    from tune_gems.sweep.tracking import tracking_callbacks
     from tune_gems.sweep.trainable import train_trial
 
     trainable = tune.with_parameters(
@@ -300,6 +313,11 @@ def _fit(
                 storage_path=store.storage,
                 failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures, fail_fast=spec.failure.fail_fast),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoints_to_keep),
+                callbacks=[
+                    SweepConsole(spec.num_samples, spec.objective.metric, spec.objective.mode, verbose),
+                    *tracking_callbacks(spec.tracking),
+                ],
+                verbose=ray_verbosity(verbose),
             ),
         )
     results = tuner.fit()
@@ -311,6 +329,9 @@ def _fit(
         if closed:
             print(f"tune-gems sweep: marked {closed} orphaned Optuna trial(s) FAIL (asked before a driver restart)", flush=True)
     tables = collect_tables(results, spec.config, name, statuses, spec.design)
+    if journal.is_file() and len(tables.trials):  # the join key to the Optuna study
+        numbers = optuna_trial_numbers(name, journal)
+        tables.trials["optuna_trial"] = tables.trials["trial_id"].map(numbers).astype("Int64")
     write_tables(store, tables)
     trials, history, members = tables.trials, tables.history, tables.members
     store.push_journal(JOURNAL_FILE)

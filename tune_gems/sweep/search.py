@@ -22,6 +22,7 @@ restore on another machine) and `_completed_trials` (trials it has told).
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,12 @@ from ray.tune.search.optuna import OptunaSearch
 from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec, seed_stride
 
 from tune_gems.result_files import JOURNAL_FILE  # noqa: E402 - re-exported for sweep.run
+
+
+TUNE_TRIAL_ATTR = "tune_trial_id"
+"""The Optuna trial's user attribute holding its Tune trial id (the `trial_id` of trials.parquet)."""
+TRIAL_ATTRS = ("config_label", "epoch", "val_sharpe_mean", "val_alpha_sharpe_mean", "test_sharpe_mean", "diverged")
+"""Result keys copied into a finished Optuna trial's user attributes."""
 
 
 def journal_storage(path: str | Path) -> JournalStorage:
@@ -85,6 +92,26 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
     """
 
     journal_mirror: tuple[str, str] | None = None
+    objective_name: str | None = None
+    """The spec's objective metric: the study's metric name (Tune's side calls it `objective`)."""
+
+    def _name_study(self) -> None:
+        """The study's metric name (the dashboard says it instead of "Objective 0")."""
+        if self.objective_name and self._ot_study is not None and self._ot_study.metric_names is None:
+            with warnings.catch_warnings():  # "experimental" since Optuna 3.2; the name is worth it
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                self._ot_study.set_metric_names([self.objective_name])
+
+    def _annotate(self, trial_id: str, result: dict | None) -> None:
+        """User attributes of the Optuna trial that join it to trials.parquet: the Tune trial id
+        (set when asked), then its config label and final metrics."""
+        ot_trial = self._ot_trials.get(trial_id)
+        if ot_trial is None or self._finished_in_journal(trial_id):
+            return
+        for key in TRIAL_ATTRS:
+            value = (result or {}).get(key)
+            if isinstance(value, (str, bool, int)) or (isinstance(value, float) and math.isfinite(value)):
+                ot_trial.set_user_attr(key, value)
 
     def _finished_in_journal(self, trial_id: str) -> bool:
         ot_trial = self._ot_trials.get(trial_id)
@@ -101,6 +128,7 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         super().on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        self._annotate(trial_id, result)
         self._complete(trial_id, result, error)
         self._push_journal()
 
@@ -109,6 +137,8 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         an Optuna trial the copied journal lacks (a resume could not `tell` it otherwise)."""
         config = super().suggest(trial_id)
         if isinstance(config, dict):
+            self._name_study()
+            self._ot_trials[trial_id].set_user_attr(TUNE_TRIAL_ATTR, trial_id)
             self._push_journal()
         return config
 
@@ -165,6 +195,13 @@ def _trial_id(storage: optuna.storages.BaseStorage, study_name: str, number: int
     return storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study_name), number)
 
 
+def optuna_trial_numbers(study_name: str, journal_path: Path) -> dict[str, int]:
+    """{Tune trial id: Optuna trial number} from the study's user attributes (trials.parquet's
+    `optuna_trial` column)."""
+    study = optuna.load_study(study_name=study_name, storage=journal_storage(journal_path))
+    return {str(t.user_attrs[TUNE_TRIAL_ATTR]): t.number for t in study.get_trials(deepcopy=False) if TUNE_TRIAL_ATTR in t.user_attrs}
+
+
 ORPHAN_NOTE = "asked by a driver that stopped before Tune saved its state; no Tune trial ran it"
 
 
@@ -194,4 +231,5 @@ def make_searcher(spec: SweepSpec, study_name: str, journal_path: Path, mirror: 
         storage=journal_storage(journal_path),
     )
     searcher.journal_mirror = mirror
+    searcher.objective_name = spec.objective.metric
     return searcher

@@ -28,6 +28,7 @@ from tune_gems.config import (
     set_dotted,
 )
 from tune_gems.errors import ConfigError
+from tune_gems.sweep.tracking import TrackingSpec, check_tracking
 from tune_gems.metrics import SEARCHABLE_GAINS, epoch_metrics
 
 DESIGN_NONE = "none"
@@ -198,6 +199,7 @@ class SweepSpec(_Strict):
     failure: FailureSpec = Field(default_factory=FailureSpec)
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
     checkpoints_to_keep: int = Field(2, ge=1)
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     design: Literal["none", "wire_search"] = Field(
         DESIGN_NONE,
         description="none: each trial is its config (and config.arms, if any); wire_search: each trial trains "
@@ -304,7 +306,7 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
     try:
         spec = SweepSpec.model_validate(tree)
     except ValidationError as e:
-        raise ConfigError(f"{path}: {format_validation_error(e)}") from None
+        raise ConfigError(f"{path}: {format_validation_error(e, model=SweepSpec)}") from None
     try:
         spec.base_config()
     except ConfigError as e:
@@ -312,6 +314,7 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
     _check_search_against_config(spec, str(path))
     _check_design(spec, str(path))
     _check_scheduler(spec, str(path))
+    check_tracking(spec.tracking, str(path))
     return spec
 
 

@@ -28,6 +28,7 @@ from ray import tune
 from tune_gems.resources import check_training_fits
 from tune_gems.result_files import BASELINES_KEY, CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE, FOLDS_KEY, MEMBERS_KEY
 from tune_gems.sweep.console import quiet_trial
+from tune_gems.sweep.progress import HEALTH_KEY
 from tune_gems.sweep.spec import apply_spec_design, trial_config
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
 from tune_gems.trainer.run import train_epochs
@@ -120,7 +121,8 @@ def train_trial(
     cfg = apply_spec_design(trial_config(base, params), design)  # the design's arms, per trial
     where = placement()
     check_training_fits(cfg, where="this trial's node: ")  # on the node it landed on, before allocating
-    trainer = Trainer(cfg, prices=prices, log=lambda line: print(line, flush=True))
+    lines: list[str] = []  # the epoch's HEALTH_DIAG line, sent with its report (tune_gems.sweep.progress)
+    trainer = Trainer(cfg, prices=prices, log=lines.append)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as d:
@@ -140,6 +142,9 @@ def train_trial(
         metrics["seed"] = cfg.seed
         metrics.update(where)
         metrics[MEMBERS_KEY] = json.dumps(result.members)
+        if lines:
+            metrics[HEALTH_KEY] = lines[-1]
+            lines.clear()
         reports(metrics, checkpoint_due)
 
     try:

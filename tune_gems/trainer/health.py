@@ -13,12 +13,24 @@ def _num(x: float, fmt: str = ".4f") -> str:
     return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
+ARMS_PART = " arms ["
+"""Where the per-arm part of a line starts (`without_arm_detail` cuts it off)."""
+
+
+def without_arm_detail(line: str) -> str:
+    """The line without its per-arm part, which is most of a designed run's line (every arm's
+    Sharpe and gems): the sweep console shows this short form per trial and epoch; the per-arm
+    values are in history.parquet (`<metric>@<arm>`) and the full line behind `--verbose`."""
+    head, sep, tail = line.partition(ARMS_PART)
+    if not sep:
+        return line
+    n_arms = tail.count(" | ") + 1
+    return f"{head} arms={n_arms}"
+
+
 def health_line(
-    m: dict[str, Any],
-    gems: GemSet,
-    arms: tuple[str, ...] = (),
-    arm_off: dict[str, set[str]] | None = None,
-    folds: tuple[int, ...] = (),
+    m: dict[str, Any], gems: GemSet, arms: tuple[str, ...] = (), arm_off: dict[str, set[str]] | None = None,
+    folds: tuple[int, ...] = (), aliases: dict[str, str] | None = None,
 ) -> str:
     """The line; with >= 2 walk-forward folds it then has one compact part per fold,
     ` folds [<k>: vs=<val sharpe mean> va=<val alpha sharpe mean> | ...]` (and `ts=<test sharpe
@@ -26,7 +38,9 @@ def health_line(
     ` arms [<arm>: vs=<val sharpe mean> <metric>=<v> ... | <arm>: ...]` (`off` for the gems in
     `arm_off[arm]`). A designed run (proposal/control arms) adds, before the arms part,
     ` gain [sharpe=<val_sharpe_gain> alpha=<val_alpha_sharpe_gain> <gem>=<gain_<gem>> ...]` for
-    each gem with a without-<gem> arm."""
+    each gem with a without-<gem> arm (or an arm trained under another name: `aliases`,
+    tune_gems.arm_designs.arm_aliases)."""
+    named = set(arms) | set(aliases or {})
     parts = [
         f"HEALTH_DIAG epoch={m['epoch']}",
         f"loss={_num(m['loss'])}",
@@ -48,7 +62,7 @@ def health_line(
         parts.append("DIVERGED")
     if "val_sharpe_gain" in m:  # a designed run (tune_gems.arm_designs): the paired gains
         gains = [f"sharpe={_num(m['val_sharpe_gain'], '+.3f')}", f"alpha={_num(m['val_alpha_sharpe_gain'], '+.3f')}"]
-        gains += [f"{s.name}={_num(m[f'gain_{s.name}'], '+.3f')}" for s in gems.settings.values() if f"without-{s.name}" in arms]
+        gains += [f"{s.name}={_num(m[f'gain_{s.name}'], '+.3f')}" for s in gems.settings.values() if f"without-{s.name}" in named]
         parts.append(f"gain [{' '.join(gains)}]")
     if len(folds) > 1:
         per_fold = []
@@ -66,5 +80,5 @@ def health_line(
                 f"{s.metric}={'off' if s.name in off else _num(m[f'{s.metric}@{arm}'])}" for s in gems.settings.values()
             )
             per_arm.append(f"{arm}: vs={_num(m[f'val_sharpe_mean@{arm}'], '.2f')} {values}")
-        parts.append(f"arms [{' | '.join(per_arm)}]")
+        parts.append(f"{ARMS_PART.strip()}{' | '.join(per_arm)}]")
     return " ".join(parts)

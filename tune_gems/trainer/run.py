@@ -13,6 +13,7 @@ import datetime as _dt
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
+from tune_gems.data_summary import data_lines
 from tune_gems.config import Config, apply_overrides, build_config, flatten, load_config, read_yaml
 from tune_gems.errors import ConfigError, OutputError, OutputExistsError
 from tune_gems.result_files import (
@@ -31,6 +33,7 @@ from tune_gems.outputs import LOCK_FILE, MARKER_FILE, OutputLock, check_output_f
 from tune_gems.resources import check_training_fits
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
 from tune_gems.trainer.stop_signals import StopSignals, TrainingStopped
+from tune_gems.trainer.tensorboard import EVENTS_DIR, EpochEvents
 from tune_gems.trainer.trainer import RESUMABLE_CHANGES, EpochResult, Trainer
 
 CHECKPOINT = CHECKPOINT_FILE
@@ -108,13 +111,16 @@ def write_run_files(trainer: Trainer, out: Path) -> None:
     gems.json (the run's gems), arms.csv (one row per arm: every per-member key's value),
     folds.csv (one row per walk-forward fold: its windows) and baselines.csv (flat /
     buy-and-hold / momentum on the evaluation segments, per fold)."""
+    from tune_gems.arm_designs import also_named, arm_aliases
     from tune_gems.arms import expand_arms, resolved_settings
     from tune_gems.gem_manifest import manifest_text
     from tune_gems.gems import manifest
 
     cfg = trainer.cfg
     _write_atomic(out / GEMS_FILE, manifest_text(manifest(cfg.plugins)))
-    arms = pd.DataFrame([{"arm": a.name, **resolved_settings(a.config)} for a in expand_arms(cfg)])
+    aliases = arm_aliases(cfg)  # a duplicate arm trained once: its other name (tune_gems.arm_designs)
+    arms = pd.DataFrame([{"arm": a.name, **({"also_named": also_named(aliases, a.name)} if aliases else {}),
+                          **resolved_settings(a.config)} for a in expand_arms(cfg)])
     for name, frame in ((ARMS_FILE, arms), (FOLDS_CSV, trainer.fold_table()), (BASELINES_FILE, trainer.baselines())):
         tmp = out / f".{name}.tmp"
         frame.to_csv(tmp, index=False)
@@ -217,6 +223,7 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
             print(f"tune-gems train: {out} has no checkpoint yet; starting it again from epoch 0", flush=True)
             for name in (*TABLE_FILES, SUMMARY_FILE):
                 (out / name).unlink(missing_ok=True)
+            shutil.rmtree(out / EVENTS_DIR, ignore_errors=True)  # its epochs are trained again
         _write_atomic(out / CONFIG_FILE, _dump(cfg))
         write_run_files(trainer, out)
         folds = f" folds={trainer.market.n_folds}" if trainer.market.n_folds > 1 else ""
@@ -225,17 +232,23 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
             f"arms={len(trainer.learner.arms)}{folds} members={trainer.learner.P} graph={'on' if trainer.runner.use_graph else 'off'} out={out}",
             flush=True,
         )
+        for line in data_lines(cfg.data, trainer.market):
+            print(f"tune-gems train: {line}", flush=True)
+        ipe = cfg.trainer.iterations_per_epoch  # the bar counts iterations; its label the epoch
         bar = tqdm(
-            total=cfg.trainer.epochs,
-            initial=trainer.epoch,
-            desc="epochs",
-            unit="epoch",
+            total=cfg.trainer.epochs * ipe,
+            initial=trainer.epoch * ipe,
+            desc=f"epoch {trainer.epoch + 1}/{cfg.trainer.epochs}",
+            unit="it",
             disable=None if progress is None else not progress, file=sys.stderr)
+        trainer.on_iteration = lambda: bar.update(1)
 
         writer = AsyncCheckpointWriter()
+        events = EpochEvents(out)  # TensorBoard scalars per epoch (tune_gems.trainer.tensorboard)
 
         def on_epoch(_result: EpochResult, checkpoint_due: bool) -> None:
-            bar.update(1)
+            events.write(trainer.history[-1], trainer.epoch)
+            bar.set_description(f"epoch {min(trainer.epoch + 1, cfg.trainer.epochs)}/{cfg.trainer.epochs}")
             write_tables(trainer, out)
             if checkpoint_due:  # the kept validation returns go with the checkpoint that holds them
                 writer.save(ckpt_path, *trainer.checkpoint_payload(), after=lambda meta: trainer.write_eval_returns(out, meta))
@@ -243,6 +256,8 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
         try:
             stopped = train_epochs(trainer, on_epoch, stop=signals.requested)
         finally:
+            trainer.on_iteration = None
+            events.close()
             bar.close()
             bar = None
             writer.close()  # the last checkpoint is on disk before the run says it is done (or stopped)
@@ -259,7 +274,21 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
         print(f"tune-gems train: diverged at epoch {trainer.epoch}; results in {out}", flush=True)
     else:
         print(f"tune-gems train: done, results in {out}", flush=True)
+    headline = train_headline(trainer)
+    if headline:
+        print(f"tune-gems train: {headline}", flush=True)
     return final
+
+
+def train_headline(trainer: Trainer) -> str:
+    """The run's arms at the final epoch beside the baselines (tune_gems.baseline_headline),
+    through the same table the analysis report uses."""
+    from types import SimpleNamespace
+
+    from tune_gems.baseline_headline import baseline_comparison, baseline_headline
+
+    run = SimpleNamespace(members=pd.DataFrame(trainer.member_history), trials=pd.DataFrame(), baselines=trainer.baselines())
+    return baseline_headline(baseline_comparison(run))
 
 
 def _dump(cfg: Config) -> str:

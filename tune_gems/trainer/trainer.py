@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 
 from tune_gems import data as data_mod
-from tune_gems.arm_designs import has_gains, paired_gains
+from tune_gems.arm_designs import arm_aliases, has_gains, paired_gains
 from tune_gems.arms import DEFAULT_ARM
 from tune_gems.config import Config, flatten
 from tune_gems.env import Market, SegmentEvaluator
@@ -146,6 +146,8 @@ def prepare_market(
 class Trainer:
     def __init__(self, cfg: Config, *, prices: pd.Series | None = None, log: Callable[[str], None] | None = print):
         self.cfg, self.log = cfg, log or (lambda _msg: None)
+        self.on_iteration: Callable[[], None] | None = None
+        """Called after each training iteration (`tune-gems train`'s progress bar), if set."""
         self.device = resolve_device(cfg.device)
         if cfg.trainer.graph == "on" and self.device.type != "cuda":
             raise ConfigError("trainer.graph: 'on' needs a CUDA device (use auto or off)")
@@ -275,6 +277,31 @@ class Trainer:
         m = self.market
         return data_mod.fold_table(m.index, m.bounds, self.cfg.data.folds.layout, m.fold_ids)
 
+    def sample_timings(self, iterations: int) -> tuple[float, float, float]:
+        """(prefill s, s per training iteration, s per validation evaluation), measured by running
+        them on this run's device: what `--dry-run` extrapolates a run's time from. One untimed
+        iteration first (graph capture, kernel warm-up). The trainer has moved on afterwards:
+        a throw-away instance, never one that trains."""
+        def sync() -> None:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+
+        t0 = time.perf_counter()
+        self._prefill()
+        sync()
+        prefill_s = time.perf_counter() - t0
+        self.runner()
+        sync()
+        t1 = time.perf_counter()
+        for _ in range(iterations):
+            self.runner()
+        sync()
+        per_iteration_s = (time.perf_counter() - t1) / iterations
+        t2 = time.perf_counter()
+        self.evaluate(EVAL_SEGMENT)
+        sync()
+        return prefill_s, per_iteration_s, time.perf_counter() - t2
+
     # -- one epoch ---------------------------------------------------------------------------
     def run_epoch(self) -> EpochResult:
         if self.done:
@@ -286,8 +313,11 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
+        tick = self.on_iteration
         for _ in range(tc.iterations_per_epoch):
             self.runner()
+            if tick is not None:
+                tick()
         acc = self.learner.acc.double().cpu().numpy() / tc.iterations_per_epoch  # the epoch's one readback
         train_s = time.perf_counter() - t0
         self.epoch += 1
@@ -307,7 +337,7 @@ class Trainer:
         result = self._result(rows, evals, member_diverged, train_s, eval_s)
         self.history.append(result.metrics)
         self.member_history.extend(result.members)
-        self.log(health_line(result.metrics, self.learner.gems, self.arm_names, self._arm_off(), self.market.fold_ids))
+        self.log(health_line(result.metrics, self.learner.gems, self.arm_names, self._arm_off(), self.market.fold_ids, arm_aliases(self.cfg)))
         return result
 
     # -- the kept validation returns (market-noise interval, docs/results.md) -------------------
@@ -532,7 +562,7 @@ class Trainer:
         S = self.cfg.trainer.population
         # pairs are the same seed index in the same fold
         pair_key = [self.learner.fold_of_member[p] * S + self.learner.layout.seed_slot(p) for p in range(self.learner.P)]
-        g = paired_gains(gems, arm_of, pair_key, val["sharpe"], val["alpha_sharpe"])
+        g = paired_gains(gems, arm_of, pair_key, val["sharpe"], val["alpha_sharpe"], aliases=arm_aliases(self.cfg))
         k = self.cfg.trainer.objective_last_k
         out = {name: g[name] for name in GAIN_METRICS}
         for objective, column in zip(GAIN_OBJECTIVES, GAIN_METRICS):

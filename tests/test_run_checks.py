@@ -1,0 +1,125 @@
+"""Checking a run before starting it, through the real CLI: `--version`, `tune-gems config`,
+"did you mean" for a mistyped key, the data trap (`data.path` without `data.source=file`),
+`--dry-run` for train and sweep (nothing written, Ray not started), and the data/split lines a
+run prints at its start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sweep_fixtures import SMOKE, TINY_SWEEP, cli
+from test_bad_input import TRAIN_TINY
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "RAY_ADDRESS": "127.0.0.1:9"}
+"""One torch thread (a shared 2-core machine); a closed port as RAY_ADDRESS: a dry run that
+reached Ray would fail loudly."""
+
+
+def _files(d: Path) -> list[str]:
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*"))
+
+
+def _one_error_line(res, *fragments: str) -> None:
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tune-gems: error: "), res.stderr[-2000:]
+    for f in fragments:
+        assert f in lines[0], lines[0]
+
+
+def test_version():
+    res = cli("--version")
+    assert res.returncode == 0 and res.stdout.startswith("tune-gems 0.") and "python" in res.stdout
+
+
+def test_config_lists_keys_with_type_default_and_description():
+    res = cli("config")
+    assert res.returncode == 0, res.stderr
+    rows = {line.split()[0]: line for line in res.stdout.splitlines()[1:]}
+    assert rows["trainer.population"].split()[1:3] == ["int", "4"] and "lockstep" in rows["trainer.population"]
+    assert rows["data.source"].split()[1:3] == ["synthetic|file", "synthetic"]
+    assert {"gems.g6.mode", "gems.g12.weight", "arms.factors", "model.spectral_norm"} <= set(rows)
+    only = cli("config", "gems.g6")
+    assert only.returncode == 0 and [line.split()[0] for line in only.stdout.splitlines()[1:]] == ["gems.g6", "gems.g6.mode", "gems.g6.weight"]
+    _one_error_line(cli("config", "trainer.nope"), "trainer.nope")
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["train", "trainer.epoch=3"], ["trainer.epoch: unknown key (did you mean trainer.epochs?)"]),
+        (["train", "gems.g66.mode=wire"], ["gems.g66: unknown key (did you mean gems.g6?)"]),
+        (["sweep", str(SMOKE), "num_sample=3"], ["num_sample: unknown key (did you mean num_samples?)"]),
+        (["train", "trainer.zzz=3"], ["trainer.zzz: unknown key"]),
+    ],
+)
+def test_unknown_keys_suggest_the_closest_known_one(tmp_path, args, fragments):
+    res = cli(*args, "--debug") if args[0] == "train" else cli(*args)
+    _one_error_line(res, *fragments)
+    if "zzz" in args[-1]:
+        assert "did you mean" not in res.stderr  # nothing close: no guess
+
+
+def test_the_data_trap_is_refused_in_one_line(tmp_path):
+    (tmp_path / "prices.csv").write_text("date,close\n2020-01-01,1\n")
+    res = cli("train", *TRAIN_TINY, f"data.path={tmp_path / 'prices.csv'}", "--out", str(tmp_path / "run"))
+    _one_error_line(res, "data.path is set", "data.source is synthetic", "data.source=file")
+    assert _files(tmp_path) == ["prices.csv"]
+
+
+@pytest.mark.slow
+def test_train_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
+    res = cli("train", "--dry-run", *TRAIN_TINY, "arms.factors={gems.g6.mode: [measure, wire]}", "--out", str(tmp_path / "run"),
+              env=ONE_THREAD)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = res.stdout
+    assert "config (resolved):" in out and "  trainer:" in out and "    population: 2" in out
+    assert "members: 2 arm(s) x 2 seed(s) = 4 (gems.g6.mode=measure, gems.g6.mode=wire)" in out
+    assert "memory: about" in out and "for 4 member(s)" in out
+    assert "time: about" in out and "ms per iteration" in out and "split: train " in out
+    assert out.rstrip().endswith("dry run: nothing was written")
+    assert _files(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_sweep_dry_run_prints_the_plan_without_ray_and_writes_nothing(tmp_path):
+    res = cli("sweep", str(SMOKE), "--dry-run", "--storage", str(tmp_path / "exp"), "--name", "plan", *TINY_SWEEP, env=ONE_THREAD)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = res.stdout
+    assert "spec (resolved):" in out and "trials: 4, design wire_search" in out
+    # the widest trial of smoke.yaml's search: every searched gem wired -> proposal, control, one without-<gem> each
+    assert "widest trial: 5 arm(s) x 2 seed(s) = 10" in out, out[-2000:]
+    assert out.count("split: train ") == 1 and "tune-gems sweep: data: synthetic series, 900 prices" in out
+    assert "sweep: about" in out and "trial(s) at a time" in out and "Ray was not started" in out
+    assert _files(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_train_prints_the_data_source_matched_column_and_split(tmp_path):
+    rows = "".join(f"2020-{1 + d // 28:02d}-{1 + d % 28:02d},{100 + d % 7 + d * 0.1:.2f},5\n" for d in range(300))
+    (tmp_path / "p.csv").write_text("Date,Close,Volume\n" + rows)
+    res = cli("train", *TRAIN_TINY, "data.source=file", f"data.path={tmp_path / 'p.csv'}", "data.splits=[2020-08-01, 2020-10-01]",
+              "--out", str(tmp_path / "run"), env=ONE_THREAD)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"tune-gems train: data: {tmp_path / 'p.csv'}, price column 'Close' (asked 'close'), 300 rows" in res.stdout
+    split = next(line for line in res.stdout.splitlines() if line.startswith("tune-gems train: split: "))
+    assert "train 196 rows (2020-01-01..2020-07-28)" in split and "validation 56 rows (2020-08-01..2020-09-28)" in split
+    assert "test 48 rows (2020-10-01..2020-11-20)" in split
+    last = res.stdout.strip().splitlines()[-1]  # the run's standing against the baselines ends it
+    assert last.startswith("tune-gems train: against the baselines (val_sharpe, final epoch") and "buy_and_hold" in last
+    assert "trails" in last or "beats" in last
+
+
+def test_a_closed_pipe_is_not_reported_as_a_bug():
+    """`tune-gems config | head -1`: the reader may close the pipe before the listing is written."""
+    import subprocess
+    import sys
+
+    from sweep_fixtures import REPO
+
+    proc = subprocess.Popen([sys.executable, "-m", "tune_gems", "config"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # long before the interpreter has started and printed
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "internal error" not in err, err
