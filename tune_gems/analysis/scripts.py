@@ -101,11 +101,14 @@ def run_report(a: argparse.Namespace) -> None:
     if getattr(a, "calibrate", False):
         run_calibration(a)
         return
+    from tune_gems.analysis.objective import objective_notes
     from tune_gems.analysis.report import format_verdict_table
     from tune_gems.analysis.run import run_analysis
 
     res = run_analysis(a.experiments, a.out, overwrite=a.overwrite, plot=not a.no_plots, **_settings(a))
     print(format_verdict_table(res.verdicts, res.placebo, res.redundancy))
+    for note in objective_notes(res.experiment.paths, res.experiment.labels):
+        print(f"\nnote: {note}")
     print(f"\nwrote {res.out_dir}/report.md")
 
 
