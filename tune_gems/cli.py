@@ -84,6 +84,35 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_confirm(args: argparse.Namespace) -> int:
+    """`tune-gems confirm EXP`: re-test each gem's chosen configuration on fresh seeds and paths."""
+    from tune_gems.analysis.confirmation import format_confirmation
+    from tune_gems.analysis.scripts import settings_of
+    from tune_gems.sweep.confirm import confirm
+
+    res = confirm(args.experiment, args.out, population=args.seeds, log=lambda line: print(line, flush=True),
+                  **settings_of(args))
+    print(format_confirmation(res.table))
+    for note in res.notes:
+        print(f"note: {note}")
+    print(f"\nwrote {res.out}/report.md")
+    return 0
+
+
+def _add_confirm_parser(sub) -> None:
+    from tune_gems.analysis.scripts import add_settings
+
+    c = sub.add_parser("confirm", help="re-test each gem's chosen configuration once, on fresh seeds and paths")
+    c.add_argument("experiment", metavar="EXPERIMENT_DIR", help="folder of a finished wire_search sweep")
+    c.add_argument("--out", default=None, help="output folder (default: EXPERIMENT_DIR/confirmation; never overwritten)")
+    c.add_argument("--seeds", type=int, default=None,
+                   help="seeds per arm of each confirmation run (default: the search's trainer.population)")
+    add_settings(c)
+    c.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show the full traceback of an internal error inline")
+    c.set_defaults(fn=_cmd_confirm)
+
+
 class _OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (naming the argument) and exit status 2, like
     every other bad input; `--help` still prints the full usage."""
@@ -123,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(fn=_cmd_analyze)
     for cmd in (t, s, a):  # `tune-gems train --debug ...` as well as `tune-gems --debug train ...`
         cmd.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
+    _add_confirm_parser(sub)
     return p
 
 

@@ -30,6 +30,11 @@ def add_arguments(p: argparse.ArgumentParser, out: bool = True) -> argparse.Argu
                             "EXPERIMENT_DIR and print the false keep/harmful rate and the power (writes nothing)")
         p.add_argument("--n-sim", type=int, default=defaults.N_SIM,
                        help=f"simulated datasets per calibration setting (default {defaults.N_SIM}, at least 100)")
+    return add_settings(p)
+
+
+def add_settings(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The verdict and bootstrap settings (shared with `tune-gems confirm`)."""
     p.add_argument("--alpha", type=float, default=defaults.ALPHA,
                    help=f"family-wise error rate of the verdicts, Holm over gems (default {defaults.ALPHA})")
     p.add_argument("--rope", type=float, default=defaults.ROPE,
@@ -48,6 +53,11 @@ def add_arguments(p: argparse.ArgumentParser, out: bool = True) -> argparse.Argu
                    help=f"bootstrap resamples of the Sharpe-variance intervals (default {defaults.N_BOOT})")
     p.add_argument("--seed", type=int, default=defaults.SEED, help="bootstrap / simulation seed (default 0)")
     return p
+
+
+def settings_of(a: argparse.Namespace) -> dict:
+    """The analysis settings of parsed arguments (`add_settings`), as keyword arguments."""
+    return _settings(a)
 
 
 def _settings(a: argparse.Namespace) -> dict:

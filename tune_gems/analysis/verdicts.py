@@ -13,10 +13,13 @@ Per gem (docs/analysis.md "Verdicts" has the full text):
    - `equivalent`: Holm-adjusted TOST p <= alpha (the effect lies within +-ROPE);
    - `inconclusive`: none of these; the evidence gives the minimum detectable effect at the
      stated power for the seeds used, and the seeds that would detect an effect of one ROPE.
-2. **delete** replaces `equivalent` / `inconclusive` / no test when the gem's measured
-   magnitude is at its null (TOST of the per-seed excess over the null, relative to the C51
-   loss, within +-`rel_threshold`, Holm over gems), or when the redundancy factorial shows a
-   model feature removes it (`redundancy.py`).
+2. **delete** replaces `equivalent` when, besides the wiring effect being equivalent to zero
+   (its TOST), the gem's measured magnitude is at its null (TOST of the per-seed excess over
+   the null, relative to the C51 loss, within +-`rel_threshold`, Holm over gems) or the
+   redundancy factorial shows a model feature removes it (`redundancy.py`). Both halves are
+   needed (issue 21): a magnitude at its null says nothing about what wiring does, and a gem
+   whose wiring helps must not read `delete`; without a wiring comparison the evidence is
+   `insufficient data` (the magnitude finding stated), with an unsettled one `inconclusive`.
 3. **Market noise** (one price history: a real series or synthetic `paths: shared`): beside the
    seed interval, the market-noise interval of the same difference (`market_evidence`: a
    stationary block bootstrap of the validation period over the saved per-step returns, at the
@@ -76,8 +79,8 @@ WIRE, MEASURE = "wire", "measure"
 
 VERDICT_COLUMNS = [
     "gem", "metric", "verdict", "reason", "design", "outcome", "n_seeds", "n_pairs",
-    "effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p", "tost_p_adjusted",
-    "rope", "alpha", "sd_diff", "mde", "seeds_needed", "wired_diverged", "measured_diverged",
+    "estimand", "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p", "tost_p_adjusted",
+    "rope", "alpha", "sd_diff", "divergence_rate", "mde", "seeds_needed", "wired_diverged", "measured_diverged",
     "wired_members", "measured_members", "test_effect", "fix",
     "excess_n", "excess_median", "excess_ci_low", "excess_ci_high", "excess_tost_p_adjusted",
     "rel_threshold", "redundancy", "market_path", "seed_verdict", *MARKET_COLUMNS,
@@ -158,6 +161,24 @@ def _selectors(g: Gem, placebo_weight: float):
 
 def _fmt(x, f: str = ".3g") -> str:
     return format_number(x, f, missing="nan")
+
+
+ESTIMAND = "pseudo-median (Hodges-Lehmann) of the per-seed differences"
+"""What `effect` estimates: the median of the Walsh averages of the per-unit differences (a
+diverged member the worst outcome), the statistic the signed-rank test and its interval
+belong to. `mean_effect` beside it is the plain mean over the units where nobody diverged."""
+
+
+def _finite_mean(d: np.ndarray) -> float:
+    """The mean of the finite per-unit differences (units with a diverged member left out)."""
+    fin = d[np.isfinite(d)]
+    return float(fin.mean()) if fin.size else math.nan
+
+
+def divergence_rate(pr: Paired) -> float:
+    """The share of one side of a pair diverging (wired and measured pooled): what the MDE and
+    the seeds needed account for."""
+    return float((pr.hi_diverged + pr.lo_diverged) / (2 * pr.n_pairs)) if pr.n_pairs else 0.0
 
 
 def _spread(d: np.ndarray) -> float:
@@ -250,11 +271,13 @@ def gem_verdicts(
             lvl = float(levels[i])
             lo_hi = rank_test(pr.diffs[None, :], tail=lvl / 2)
             sd = _spread(pr.diffs)
-            row.update(effect=float(stats[n]["estimate"][0]), p_value=p[i], p_adjusted=p_adj[i], tost_p=pt[i],
+            p_div = divergence_rate(pr)
+            row.update(estimand=ESTIMAND, effect=float(stats[n]["estimate"][0]), mean_effect=_finite_mean(pr.diffs),
+                       p_value=p[i], p_adjusted=p_adj[i], tost_p=pt[i],
                        tost_p_adjusted=pt_adj[i], ci_low=float(lo_hi["low"][0]), ci_high=float(lo_hi["high"][0]),
-                       ci_level=1 - lvl, sd_diff=sd,
-                       mde=min_detectable_effect(sd, pr.n, alpha / max(m, 1), power),
-                       seeds_needed=seeds_needed(sd, rope, alpha / max(m, 1), power))
+                       ci_level=1 - lvl, sd_diff=sd, divergence_rate=p_div,
+                       mde=min_detectable_effect(sd, pr.n, alpha / max(m, 1), power, p_div),
+                       seeds_needed=seeds_needed(sd, rope, alpha / max(m, 1), power, p_div=p_div))
             row.update(market_evidence(pr, cells, eval_returns, column=column, k=last_k, confidence=1 - lvl,
                                        n_boot=n_boot, seed=seed).columns())
         row["verdict"], row["reason"] = _decide(row, metric_note, power, m)
@@ -339,22 +362,24 @@ def _seed_decide(row: dict, metric_note: str, power: float, m: int) -> tuple[str
             return "keep wired", f"wiring helps: {ev}{extra}"
         if row["p_adjusted"] <= a and row["effect"] < 0:
             return "harmful", f"wiring hurts: {ev}{extra}"
-        if delete_mag:
-            return "delete", f"{mag_text}; wiring shows no gain: {ev}{extra}"
-        if delete_red:
-            return "delete", f"{row['redundancy']} (redundancy factorial); wiring shows no gain: {ev}{extra}"
-        if np.isfinite(row["tost_p_adjusted"]) and row["tost_p_adjusted"] <= a:
-            return "equivalent", (f"no practical difference: effect within +-{row['rope']:g} (TOST Holm p "
-                                  f"{_fmt(row['tost_p_adjusted'], '.2g')}); {ev}{extra}")
+        equivalent = np.isfinite(row["tost_p_adjusted"]) and row["tost_p_adjusted"] <= a
+        tost = (f"effect within +-{row['rope']:g} (TOST Holm p {_fmt(row['tost_p_adjusted'], '.2g')})")
+        if equivalent and delete_mag:  # both halves of the evidence: nothing measured, nothing gained
+            return "delete", f"{mag_text}; and wiring is equivalent to none: {tost}; {ev}{extra}"
+        if equivalent and delete_red:
+            return "delete", f"{row['redundancy']} (redundancy factorial); and wiring is equivalent to none: {tost}; {ev}{extra}"
+        if equivalent:
+            return "equivalent", f"no practical difference: {tost}; {ev}{extra}"
         small = smallest_p(int(row["n_seeds"]))
         hint = (f"; {int(row['n_seeds'])} seeds cannot reach p <= {a / max(m, 1):.2g} at all"
                 if small > a / max(m, 1) else "")
-        return "inconclusive", (f"{ev}; detectable at {power:.0%} power: |effect| >= {_fmt(row['mde'])} "
-                                f"(about {_fmt(row['seeds_needed'], '.0f')} seeds would detect +-{row['rope']:g}){hint}{extra}")
-    if delete_mag:
-        return "delete", mag_text
-    if delete_red:
-        return "delete", f"{row['redundancy']} (redundancy factorial)"
+        div = row.get("divergence_rate", 0.0)
+        div_text = f", {div:.0%} of members diverged" if np.isfinite(div) and div > 0 else ""
+        held = (f"; not delete: {'the magnitude is at its null' if delete_mag else row['redundancy']}, but wiring "
+                "is not shown equivalent to none (delete needs both)" if delete_mag or delete_red else "")
+        return "inconclusive", (f"{ev}; detectable at {power:.0%} power{div_text}: |effect| >= {_fmt(row['mde'])} "
+                                f"(about {_fmt(row['seeds_needed'], '.0f')} seeds would detect +-{row['rope']:g}){hint}{held}{extra}")
+    no_wiring = "; not delete: wiring was never compared with measuring (delete needs both: add an arm with it wired)"
     if row["wired_members"] and row["measured_members"]:
         return "insufficient: confounded", (
             "wired and measured members never differ in this gem alone at a common seed"
@@ -365,7 +390,9 @@ def _seed_decide(row: dict, metric_note: str, power: float, m: int) -> tuple[str
         mag = "" if not np.isfinite(row["excess_median"]) else (
             f"; measured excess median {_fmt(row['excess_median'])} x loss, CI "
             f"[{_fmt(row['excess_ci_low'])}, {_fmt(row['excess_ci_high'])}]")
-        return "insufficient data", f"measured only: add an arm with this gem wired (same seeds){mag}"
+        held = (f"; {mag_text}" + no_wiring) if delete_mag else (f"; {row['redundancy']} (redundancy factorial)" + no_wiring
+                                                                   if delete_red else "")
+        return "insufficient data", f"measured only: add an arm with this gem wired (same seeds){mag}{held}"
     return "no data", "never measured nor wired in a finished trial"
 
 

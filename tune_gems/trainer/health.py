@@ -17,7 +17,7 @@ def health_line(m: dict[str, Any], gems: GemSet, arms: tuple[str, ...] = (), arm
     """The line; with >= 2 arms it ends with one compact part per arm:
     ` arms [<arm>: vs=<val sharpe mean> <metric>=<v> ... | <arm>: ...]` (`off` for the gems in
     `arm_off[arm]`). A designed run (proposal/control arms) adds, before the arms part,
-    ` gain [sharpe=<val_sharpe_gain> alpha=<val_alpha_sharpe_gain> <gem>=<gain_<gem>> ...]` for
+    ` gain [sharpe=<val_sharpe_gain> alpha=<val_alpha_sharpe_gain> verdict=<verdict_gain> <gem>=<gain_<gem>> ...]` for
     each gem with a without-<gem> arm."""
     parts = [
         f"HEALTH_DIAG epoch={m['epoch']}",
@@ -39,7 +39,8 @@ def health_line(m: dict[str, Any], gems: GemSet, arms: tuple[str, ...] = (), arm
     if m["diverged"]:
         parts.append("DIVERGED")
     if "val_sharpe_gain" in m:  # a designed run (tune_gems.arm_designs): the paired gains
-        gains = [f"sharpe={_num(m['val_sharpe_gain'], '+.3f')}", f"alpha={_num(m['val_alpha_sharpe_gain'], '+.3f')}"]
+        gains = [f"sharpe={_num(m['val_sharpe_gain'], '+.3f')}", f"alpha={_num(m['val_alpha_sharpe_gain'], '+.3f')}",
+                 f"verdict={_num(m['verdict_gain'], '+.3f')}"]
         gains += [f"{s.name}={_num(m[f'gain_{s.name}'], '+.3f')}" for s in gems.settings.values() if f"without-{s.name}" in arms]
         parts.append(f"gain [{' '.join(gains)}]")
     if len(arms) > 1:
