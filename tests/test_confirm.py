@@ -117,3 +117,35 @@ def test_the_table_puts_discovery_beside_confirmation_and_the_final_verdict_is_t
     assert t.loc["g6", "final_verdict"] == "inconclusive" and t.loc["g6", "discovery_verdict"] == "keep wired"
     assert t.loc["g6", "shrinkage"] == pytest.approx(0.4 - 0.1)
     assert t.loc["g12", "final_verdict"] == "no data" and t.loc["g12", "chosen_trial"] == ""
+
+
+# -- G10's null (issue 21: its excess is scale-free) -------------------------------------------------
+
+
+def _g10_inputs(q_t, q_tp1, nd):
+    import torch
+
+    from tune_gems.gems.inputs import GemInputs
+
+    z = torch.zeros(1)
+    return GemInputs(q_t=q_t, q_tp1=q_tp1, h_t=z, h_tp1=z, adv_features=z, action=z, reward=z, not_done=nd)
+
+
+def test_g10_null_is_the_value_on_permuted_successors_and_scales_with_it():
+    import torch
+
+    from tune_gems.gems.builtin import g10_null, g10_reference
+
+    g = torch.Generator().manual_seed(0)
+    P, B, K, A = 3, 64, 2, 3
+    q_t = torch.randn(P, B, K, A, generator=g, dtype=torch.float64)
+    nd = (torch.rand(P, B, generator=g) > 0.1).double()
+    smooth = _g10_inputs(q_t, q_t + 0.1 * torch.randn(P, B, K, A, generator=g, dtype=torch.float64), nd)
+    value, null = g10_reference(smooth), g10_null(smooth)
+    assert (value < null).all()  # successive states agree more than unrelated ones: excess < 0
+    loose = _g10_inputs(q_t, torch.randn(P, B, K, A, generator=g, dtype=torch.float64), nd)
+    assert torch.allclose(g10_reference(loose), g10_null(loose), rtol=0.3)  # no structure: value ~ null
+    scaled = _g10_inputs(7.0 * smooth.q_t, 7.0 * smooth.q_tp1, nd)
+    torch.testing.assert_close(g10_null(scaled) / g10_reference(scaled), null / value)  # scale-free ratio
+    one = _g10_inputs(q_t[:1], smooth.q_tp1[:1], nd[:1])
+    torch.testing.assert_close(g10_null(one), null[:1])  # nothing crosses the population axis

@@ -108,7 +108,7 @@ def gem_registry(paths=()) -> list[Gem]:
                 return [Gem(str(i["name"]), str(i["metric"]), bool(i.get("has_null", True))) for i in items]
             except (ValueError, KeyError, TypeError):
                 break
-    return [Gem(g, GEM_KEYS[g], g != "g10") for g in GEM_NAMES]
+    return [Gem(g, GEM_KEYS[g]) for g in GEM_NAMES]  # every built-in has a null (G10's since issue 21)
 
 
 def verdict_metric(members: pd.DataFrame, metric: str = defaults.METRIC,

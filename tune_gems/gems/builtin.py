@@ -11,8 +11,12 @@ Nulls (docs/gems.md, "Nulls"):
   exactly 1/(B-1) (the permutation variance of a Pearson correlation), shrunk by the epsilon of
   the standardisation: null = mean over pairs k<l of mean_i s_ki * mean_j s_lj / (B-1), with
   s = var / (var + eps) (0 for a constant feature, which contributes nothing to G6 either).
-- G10: none (NaN): its scale is that of squared changes of expected Q between successive states,
-  which depends on the reward scale and the policy; no value stands for "no structure".
+- G10: its value with each sample's successor replaced by another sample's successor from the
+  same batch (a cyclic shift by one along the batch, masked by that successor's not-done):
+  the squared change of expected Q between unrelated states of the same policy and the same
+  reward scale. Value and null scale together (x c^2 when Q scales by c), so G10 / null and the
+  verdicts' excess test against it no longer grow with training length or reward units; a
+  negative excess means successive states agree more than unrelated ones (issue 21).
 - G12: the better of two trivial predictors of h_{t+1} on the same batch and mask: predicting
   h_t (persistence) and predicting zero. Excess < 0 means the predictor beats both.
 """
@@ -70,6 +74,13 @@ def g10_fused(x: GemInputs):
     return _ops().g10_temporal(x.q_t, x.q_tp1, x.not_done)[1]
 
 
+def g10_null(x: GemInputs):
+    """G10 on permuted successors: sample i's Q(s_t) against sample i-1's Q(s_{t+1}) (cyclic, within
+    the member's batch: nothing crosses the population axis), masked by that successor's
+    not-done, so the null sums as many terms as the value."""
+    return _ref().g10_temporal(x.q_t, x.q_tp1.roll(1, dims=1), x.not_done.roll(1, dims=1))[1]
+
+
 # -- G12 predictive coding --------------------------------------------------------------------
 
 
@@ -120,6 +131,7 @@ G10 = register(
         description="temporal consistency: mean squared change of expected Q from s_t to s_{t+1}",
         reference=g10_reference,
         fused=g10_fused,
+        null=g10_null,
         origin=BUILTIN_ORIGIN,
     )
 )

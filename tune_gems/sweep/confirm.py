@@ -49,6 +49,8 @@ CHOICES_FILE = "choices.json"
 TABLE_FILE = "confirmation.csv"
 VERDICTS_FILE = "verdicts.csv"
 REPORT_FILE = "report.md"
+MIN_SEEDS = 2
+"""Fewest seeds per arm a confirmation may ask for (one seed gives no paired test)."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,8 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
 
     exp = Path(experiment)
     check_settings(**settings)
+    if population is not None and (isinstance(population, bool) or population < MIN_SEEDS):
+        raise ConfigError(f"--seeds: a confirmation needs at least {MIN_SEEDS} seeds per arm, got {population}")
     spec_file = exp / SPEC_FILE
     if not spec_file.is_file():
         raise DataError(f"{exp}: not a sweep folder (missing {SPEC_FILE}); confirm re-tests a search")
