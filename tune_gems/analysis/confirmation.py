@@ -133,7 +133,7 @@ def format_confirmation(table: pd.DataFrame) -> str:
         return format_number(x, spec, missing="-")
 
     def ci(lo, hi):
-        return "-" if not (np.isfinite(lo) or np.isfinite(hi)) else f"[{f(lo, '.3g')}, {f(hi, '.3g')}]"
+        return "-" if np.isnan(lo) and np.isnan(hi) else f"[{f(lo, '.3g')}, {f(hi, '.3g')}]"
 
     head = ["gem", "chosen trial", "discovery gain", "confirmation gain", "shrinkage", "discovery verdict",
             "discovery effect [CI]", "confirmation effect [CI]", "seeds", "final verdict"]

@@ -86,7 +86,8 @@ def evidence_line(r: Any) -> str:
     changed = f" (seeds alone: {seed_word})" if isinstance(seed_word, str) and seed_word and seed_word != r["verdict"] else ""
     return (f"{r['gem']}: {r['verdict']}{changed} - design: {r['design']}; seeds {int(r['n_seeds'])}; "
             f"effect {_num(r.get('effect'), '+.3g')} {_interval(r.get('ci_low'), r.get('ci_high'))} "
-            f"({_num(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise, over seeds){_market_part(r)}; "
+            f"({_num(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise, over seeds; pseudo-median, "
+            f"mean {_num(r.get('mean_effect'), '+.3g')}){_market_part(r)}; "
             f"Holm p {_num(r.get('p_adjusted'), '.2g')}; MDE {_num(r.get('mde'))}; "
             f"seeds for +-{_num(r.get('rope'), 'g')}: {_num(r.get('seeds_needed'), '.0f')}"
             f"{_period_part(r)}{_held_out_part(r)}{_skill_part(r)}")
@@ -118,10 +119,11 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
                          redundancy: pd.DataFrame | None = None) -> str:
     """The verdicts for a terminal: an aligned table, each gem's evidence line and reason, the
     placebo arms and the redundancy findings."""
-    header = ["gem", "verdict", "seeds", "effect", "CI", "market CI", "Holm p", "TOST p", "MDE", "excess/loss"]
+    header = ["gem", "verdict", "seeds", "effect", "mean", "CI", "market CI", "Holm p", "TOST p", "MDE", "excess/loss"]
     rows = [header]
     for _, r in df.iterrows():
         rows.append([str(r["gem"]), str(r["verdict"]), _num(r.get("n_seeds"), "g"), _num(r.get("effect"), "+.3g"),
+                     _num(r.get("mean_effect"), "+.3g"),
                      _interval(r.get("ci_low"), r.get("ci_high")), market_interval(r), _num(r.get("p_adjusted"), ".2g"),
                      _num(r.get("tost_p_adjusted"), ".2g"), _num(r.get("mde")), _num(r.get("excess_median"))])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -273,6 +275,8 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
         "paired by seed (docs/analysis.md). Metric: the validation alpha Sharpe averaged over the last "
         f"{settings.get('last_k', '')} epochs, wired minus measured, a diverged member counted as the worst "
         "outcome; Wilcoxon signed-rank with its Hodges-Lehmann interval (the seed interval), Holm over the gems. "
+        "The estimand (`effect`) is the pseudo-median of the per-seed differences (Hodges-Lehmann: the median of "
+        "their Walsh averages), not the mean; `mean_effect` beside it is the mean over the seeds where nobody diverged. "
         "On one price history (a real series, or synthetic `paths: shared`) each difference also gets a "
         "market-noise interval at the same level (`market_ci_low`, `market_ci_high`: a stationary block bootstrap "
         "of the validation period over the saved per-step returns); a `keep wired` or `harmful` that it does "
@@ -281,7 +285,7 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
     )
     for note in getattr(result, "notes", []):
         lines += ["", f"Note: {note}."]
-    lines += ["", markdown_table(v, ["gem", "verdict", "seed_verdict", "design", "n_seeds", "effect", "ci_low", "ci_high",
+    lines += ["", markdown_table(v, ["gem", "verdict", "seed_verdict", "design", "n_seeds", "effect", "mean_effect", "ci_low", "ci_high",
                                      "ci_level", "market_ci_low", "market_ci_high", "market_noise",
                                      "p_adjusted", "tost_p_adjusted", "mde", "seeds_needed", "test_effect",
                                      "excess_median", "redundancy"]), ""]
