@@ -389,3 +389,22 @@ def test_trainer_reports_per_arm_columns_and_health_part():
     assert line.endswith("]") and f"{arms[0]}: vs=" in part and f" | {arms[1]}: vs=" in part
     first, second = part.split(" | ")
     assert "g12_predictive=off" in first and "g12_predictive=off" not in second
+
+
+def test_a_wired_predictor_trains_at_its_own_rate_whatever_the_gem_weight():
+    """Issue 21: G12's head gets the gradient of its own objective in wire mode as in measure
+    mode (weight x through the live inputs + (1 - weight) x through cut ones), so at weight 1e-3
+    it takes the same first step as measured (before, a 1e-3 gradient sank under Adam's eps);
+    the shared network still gets the weighted gradient."""
+    def head_step(*overrides):
+        learner = _learner(tiny_config("gems.g6.mode=off", "gems.g10.mode=off", *overrides))
+        before = _head(learner, "g12").clone()
+        learner.iteration()
+        return _head(learner, "g12") - before, learner
+
+    measured, m = head_step("gems.g12.mode=measure")
+    for weight in ("0.001", "1.0"):
+        wired, w = head_step("gems.g12.mode=wire", f"gems.g12.weight={weight}")
+        torch.testing.assert_close(wired, measured, rtol=1e-4, atol=1e-7)
+        assert (measured.abs() > 0).any()
+    assert not torch.equal(_shared(w), _shared(m))  # wiring still reaches the shared network

@@ -300,14 +300,15 @@ class Learner:
         taken = logits_t.gather(3, b.action[..., None, None].expand(P, B, K, 1, mc.atoms)).squeeze(3)
         _, c51 = ops.c51_loss(taken, m)
 
-        values = gems.evaluate_all(x, self._heads(weights))
+        heads = self._heads(weights)
+        values = gems.evaluate_all(x, heads)
         nulls = gems.nulls(x)
         per_member = c51
         extra = gems.loss_term(values)
         if extra is not None:
             per_member = per_member + extra
         total = per_member.sum()
-        head_loss = gems.head_loss(values)  # measured gems' heads: their own objective
+        head_loss = gems.head_loss(values, gems.wired_head_values(x, heads))  # heads: their own objective, own rate
         if head_loss is not None:
             total = total + head_loss.sum()
         with self.backward_matmul_precision():
