@@ -340,7 +340,7 @@ def test_run_analysis_writes_everything_and_refuses_overwrite(root, helps, no_he
     assert {"n_trials", "n_failed", "n_diverged", "val_sharpe_iqm", "test_sharpe_iqm"} <= set(sv.columns)
     report = (out / "report.md").read_text()
     for needle in ("## Verdicts", "gem_effects.png", "sharpe_distributions.png", "gem_magnitudes.png",
-                   "importances.png", "## Placebo arms", "## Redundancy", str(helps), str(no_help),
+                   "importances.png", "## Null arms (placebo, A/A)", "## Redundancy", str(helps), str(no_help),
                    "2 failed, 2 diverged of 16 trials", "out of memory", "g12: keep wired - design: across trials"):
         assert needle in report
     for png in (out / n for n in names if n.endswith(".png")):

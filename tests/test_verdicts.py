@@ -247,3 +247,32 @@ def test_market_noise_is_not_needed_on_per_seed_paths_and_unavailable_without_sa
     assert old["market_path"] == "conditional on one shared path"
     assert old["market_noise"].startswith("unavailable:") and old["verdict"] == old["seed_verdict"]
     assert "conditional on this one price history" in old["reason"]
+
+
+def _aa_experiment(folder, noise: float):
+    base = fr.seed_values(16, seed=100)
+    aa = base + (fr.paired_noise(16, seed=1, sd=noise) if noise else 0.0)
+    trial = fr.ArmTrial("t0", {"control": {}, "aa": {"trainer.replay_stream": 1}},
+                        {"control": list(base), "aa": list(aa)}, config={"trainer.replay_stream": 0})
+    return fr.write_arms_experiment(folder, [trial])
+
+
+def test_an_aa_arm_gives_the_learners_null_spread(root):
+    """Issue 21: the control with an independent replay stream, paired with its stream-0 twin."""
+    res = run(_aa_experiment(root / "aa", noise=0.3))
+    a = res.placebo[res.placebo["kind"].str.startswith("a/a")].iloc[0]
+    assert a["kind"] == "a/a (replay stream 1)" and a["n_seeds"] == 16 and a["gem"] == "-"
+    assert a["verdict"] in ("equivalent", "inconclusive") and bool(a["informative"]) and a["tied_share"] == 0
+    assert a["sd_diff"] == pytest.approx(0.3, rel=0.5)
+    assert set(res.verdicts["verdict"]) <= {"insufficient data", "no data"}  # not a gem comparison
+
+
+def test_a_null_arm_whose_pairs_tie_is_flagged_uninformative(root):
+    """The weight-1e-9 placebo was bit-identical to control for 8/8 seeds: 'equivalent, CI [0, 0]'
+    read as a passed check. Identical outcomes now read `informative` False, in words."""
+    from tune_gems.analysis.report import format_verdict_table
+
+    res = run(_aa_experiment(root / "aa_tied", noise=0.0))
+    a = res.placebo.iloc[0]
+    assert a["tied_share"] == 1.0 and not bool(a["informative"])
+    assert "uninformative: 100% of the pairs tie" in format_verdict_table(res.verdicts, res.placebo, res.redundancy)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 DEFAULT_ARM = "default"
 """The name of the one arm of a run without `arms`."""
 
-MODEL_SWITCHES = ("model.spectral_norm", "model.noisy", "trainer.lr")
+MODEL_SWITCHES = ("model.spectral_norm", "model.noisy", "trainer.lr", "trainer.replay_stream")
 """Per-member keys besides the gems' `mode` and `weight` (issue 12: everything else is per trial)."""
 
 GEM_FIELDS = ("mode", "weight")
@@ -83,7 +83,8 @@ class Arm:
 
 
 def per_member_keys(cfg: "Config") -> tuple[str, ...]:
-    """Every key that may vary per member: each gem's mode and weight, the model switches, lr."""
+    """Every key that may vary per member: each gem's mode and weight, the model switches, lr,
+    the replay nuisance stream (an A/A arm)."""
     gems = tuple(f"gems.{g}.{f}" for g in type(cfg.gems).model_fields for f in GEM_FIELDS)
     return gems + MODEL_SWITCHES
 

@@ -137,9 +137,13 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
         lines.append("")
         for _, r in placebo.iterrows():
             ok = r["verdict"] in ("equivalent", "inconclusive")
-            lines.append(f"placebo {r['gem']} (wired at ~0 weight): {r['verdict']}{'' if ok else ' ** the rule is not calibrated for this learner **'}"
+            kind = r.get("kind") if isinstance(r.get("kind"), str) else "placebo"
+            what = f"placebo {r['gem']} (wired at ~0 weight)" if kind == "placebo" else kind
+            vacuous = ("" if bool(r.get("informative", True)) else
+                       f" ** uninformative: {_num(100 * float(r['tied_share']), '.0f')}% of the pairs tie (identical outcomes): it tests nothing **")
+            lines.append(f"{what}: {r['verdict']}{'' if ok else ' ** the rule is not calibrated for this learner **'}"
                          f" - effect {_num(r['effect'], '+.3g')} {_interval(r['ci_low'], r['ci_high'])}, p {_num(r['p_value'], '.2g')}, "
-                         f"spread sd {_num(r['sd_diff'])}, IQR {_num(r['iqr_diff'])} over {int(r['n_seeds'])} seeds")
+                         f"spread sd {_num(r['sd_diff'])}, IQR {_num(r['iqr_diff'])} over {int(r['n_seeds'])} seeds{vacuous}")
     if redundancy is not None and len(redundancy):
         lines.append("")
         for _, r in redundancy.iterrows():
@@ -294,10 +298,11 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
     if "Gem effects" in images:
         lines += ["", f"![Gem effects]({images['Gem effects']})"]
     placebo = getattr(result, "placebo", None)
-    lines += ["", "## Placebo arms", ""]
-    lines.append("A gem wired at a negligible weight: the learner's own null (chaotic sensitivity to a tiny "
-                 "perturbation). Its verdict must be `equivalent` or `inconclusive`; the spread is the per-seed "
-                 "difference placebo minus measured.")
+    lines += ["", "## Null arms (placebo, A/A)", ""]
+    lines.append("A gem wired at a negligible weight (placebo), or the control with an independent replay nuisance "
+                 "stream (A/A, `trainer.replay_stream`): the learner's own null. The verdict must be `equivalent` or "
+                 "`inconclusive`; the spread is the per-seed difference against its twin; `informative` is false when "
+                 "most pairs tie (identical outcomes: the arm tests nothing).")
     lines += ["", markdown_table(placebo) if placebo is not None and len(placebo) else "_No placebo arm in these results._"]
     red = getattr(result, "redundancy", None)
     lines += ["", "## Redundancy (measure_gems factorial)", ""]

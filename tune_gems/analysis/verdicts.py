@@ -35,7 +35,9 @@ Per gem (docs/analysis.md "Verdicts" has the full text):
 
 A placebo arm (the gem wired at weight <= `placebo_weight`) is not a wiring: its comparison
 with the measured arm is reported separately (`placebo_verdicts`) as the learner's own null;
-its verdict must come out `equivalent` or `inconclusive`.
+its verdict must come out `equivalent` or `inconclusive`. An A/A arm (the control with another
+`trainer.replay_stream`: independent replay draws, nothing else) is reported there too; a null
+arm whose pairs mostly tie is flagged uninformative (it tests nothing).
 """
 
 from __future__ import annotations
@@ -86,7 +88,12 @@ VERDICT_COLUMNS = [
     "rel_threshold", "redundancy", "market_path", "seed_verdict", *MARKET_COLUMNS,
 ]
 PLACEBO_COLUMNS = ["gem", "verdict", "n_seeds", "effect", "ci_low", "ci_high", "p_value", "tost_p",
-                   "sd_diff", "iqr_diff", "min_diff", "max_diff", "outcome"]
+                   "sd_diff", "iqr_diff", "min_diff", "max_diff", "outcome", "kind", "tied_share", "informative"]
+AA_FACTOR = "trainer.replay_stream"
+"""The key an A/A arm differs in: the replay nuisance stream (0: the member seed's own draws)."""
+AA_BASE = "0.0"  # the canonical text (designs._norm) of stream 0
+UNINFORMATIVE_TIES = 0.5
+"""A null arm whose pairs tie (identical outcomes) more often than this tests nothing: flagged."""
 
 
 @dataclass(frozen=True)
@@ -407,11 +414,22 @@ def placebo_verdicts(
     placebo_weight: float = defaults.PLACEBO_WEIGHT,
     metric: str = defaults.METRIC,
 ) -> pd.DataFrame:
-    """Per gem with a placebo arm: placebo minus measured, by the same rule, without Holm (the
-    stricter check). Its verdict must be `equivalent` or `inconclusive`; `keep wired` or
-    `harmful` means the learner reacts to a 1e-9 perturbation more than the rule allows for."""
+    """The null arms, by the same rule without Holm (the stricter check): per gem with a
+    placebo arm, placebo minus measured (`kind` placebo), and per A/A arm (issue 21: the control
+    with another `trainer.replay_stream`, an independent nuisance stream and nothing else),
+    A/A minus its stream-0 twin (`kind` a/a, gem `-`). Their verdict must be `equivalent` or
+    `inconclusive`; `keep wired` or `harmful` means the learner's outcome moves with nuisance
+    more than the rule allows for. `tied_share` is the share of units whose difference is
+    exactly 0 (identical outcomes); above UNINFORMATIVE_TIES the arm is `informative` False:
+    it tests nothing (a weight-1e-9 placebo is often bit-identical to its control)."""
     column, _ = verdict_metric(members, metric)
     rows = []
+    t = cells.table
+    if AA_FACTOR in t.columns:
+        for level in sorted(set(t[AA_FACTOR]) - {AA_BASE}):
+            pr = paired(cells, AA_FACTOR, level, AA_BASE, column=column, k=last_k)
+            if pr.n:
+                rows.append(_null_row(pr, "-", column, alpha, rope, f"a/a (replay stream {level.split('.')[0]})"))
     for g in gems:
         _, is_placebo = _selectors(g, placebo_weight)
         mode = f"gems.{g.name}.mode"
@@ -421,14 +439,21 @@ def placebo_verdicts(
                             ignore=(f"gems.{g.name}.weight",), select=lambda t, f=is_placebo, md=mode: f(t) | (t[md] == MEASURE))
         if not pr.n:
             continue
-        r = rank_test(pr.diffs[None, :], rope=rope, tail=alpha / 2)
-        p, pt, est = float(r["p"][0]), float(r["p_tost"][0]), float(r["estimate"][0])
-        verdict = ("keep wired" if p <= alpha and est > 0 else "harmful" if p <= alpha and est < 0
-                   else "equivalent" if pt <= alpha else "inconclusive")
-        fin = pr.diffs[np.isfinite(pr.diffs)]
-        q = np.percentile(fin, [25, 75]) if fin.size else [math.nan, math.nan]
-        rows.append(dict(gem=g.name, verdict=verdict, n_seeds=pr.n, effect=est, ci_low=float(r["low"][0]),
-                         ci_high=float(r["high"][0]), p_value=p, tost_p=pt, sd_diff=_spread(pr.diffs),
-                         iqr_diff=float(q[1] - q[0]), min_diff=float(fin.min()) if fin.size else math.nan,
-                         max_diff=float(fin.max()) if fin.size else math.nan, outcome=column))
+        rows.append(_null_row(pr, g.name, column, alpha, rope, "placebo"))
     return pd.DataFrame(rows, columns=PLACEBO_COLUMNS)
+
+
+def _null_row(pr: Paired, gem: str, column: str, alpha: float, rope: float, kind: str) -> dict:
+    """One null arm's row of `placebo_verdicts`: the rule without Holm, its spread and ties."""
+    r = rank_test(pr.diffs[None, :], rope=rope, tail=alpha / 2)
+    p, pt, est = float(r["p"][0]), float(r["p_tost"][0]), float(r["estimate"][0])
+    verdict = ("keep wired" if p <= alpha and est > 0 else "harmful" if p <= alpha and est < 0
+               else "equivalent" if pt <= alpha else "inconclusive")
+    fin = pr.diffs[np.isfinite(pr.diffs)]
+    q = np.percentile(fin, [25, 75]) if fin.size else [math.nan, math.nan]
+    tied = float(np.mean(pr.diffs == 0.0))
+    return dict(gem=gem, verdict=verdict, n_seeds=pr.n, effect=est, ci_low=float(r["low"][0]),
+                ci_high=float(r["high"][0]), p_value=p, tost_p=pt, sd_diff=_spread(pr.diffs),
+                iqr_diff=float(q[1] - q[0]), min_diff=float(fin.min()) if fin.size else math.nan,
+                max_diff=float(fin.max()) if fin.size else math.nan, outcome=column, kind=kind,
+                tied_share=tied, informative=tied <= UNINFORMATIVE_TIES)

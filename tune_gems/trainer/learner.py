@@ -38,6 +38,8 @@ from tune_gems.trainer.member_gems import MemberGems
 
 ACC_HEAD = ("loss", "q_mean", "grad_norm")
 ACC_TAIL = ("nonfinite",)
+REPLAY_STREAM_BASE = 1 << 20
+"""Counter-RNG stream of replay nuisance stream s is REPLAY_STREAM_BASE + s (stream 0 is the draw plan)."""
 """Rows of the per-member metric accumulator around the gems' (one row per gem of the run, in
 registry order, then one per gem for its null): summed every iteration, read once per epoch
 (`Learner.acc_rows`). `grad_norm` is the shared network's (gem heads are clipped apart)."""
@@ -67,6 +69,11 @@ class Learner:
         self.spectral_norm = per_member([a.config.model.spectral_norm for a in self.arms])
         self.noisy = per_member([a.config.model.noisy for a in self.arms])
         self.lr = per_member([a.config.trainer.lr for a in self.arms])
+        streams = per_member([a.config.trainer.replay_stream for a in self.arms])
+        # an A/A arm (trainer.replay_stream != 0): its replay batches come from an independent
+        # counter stream of the member's own key; every other member keeps its draws bit for bit
+        self.replay_streams = {s: torch.tensor([v == s for v in streams], device=device)
+                               for s in sorted(set(streams) - {0})}
         self.noisy_on = torch.tensor(self.noisy, device=device)  # [P]; off: epsilon-greedy
         self.rng = CounterRNG(self.seeds, device)
         # the market path each member trains and evaluates on (data.synthetic.paths): by seed index
@@ -287,7 +294,7 @@ class Learner:
     def _learn(self, weights, draws: Draws) -> None:
         tc, mc, ops, gems = self.cfg.trainer, self.cfg.model, self.ops, self.member_gems
         P, B, K = self.P, tc.batch_size, self.K
-        b = self.replay.sample(draws.uniform("replay"))
+        b = self.replay.sample(self._replay_uniforms(draws))
         x, logits_t, logits_n, target_logits_n = self.gem_inputs(b, weights)
 
         with torch.no_grad():
@@ -325,6 +332,16 @@ class Learner:
             if head_loss is not None:
                 finite = finite & torch.isfinite(head_loss)
             self._accumulate(c51, finite, x.q_t, norms[0], values, nulls)
+
+    def _replay_uniforms(self, draws: Draws) -> Tensor:
+        """The iteration's replay uniforms [P, batch]: the draw plan's slice, except for the
+        members of a nuisance stream (trainer.replay_stream = s), which read stream
+        REPLAY_STREAM_BASE + s of their own key (independent of stream 0, same counter)."""
+        u = draws.uniform("replay")
+        for stream, members in self.replay_streams.items():
+            alt = self.rng.uniform(REPLAY_STREAM_BASE + stream, (u.shape[1],))
+            u = torch.where(members[:, None], alt, u)
+        return u
 
     def _heads(self, weights) -> dict:
         """The gems' own parameters bound to this iteration's weights, run at the network's
