@@ -149,3 +149,20 @@ def test_g10_null_is_the_value_on_permuted_successors_and_scales_with_it():
     torch.testing.assert_close(g10_null(scaled) / g10_reference(scaled), null / value)  # scale-free ratio
     one = _g10_inputs(q_t[:1], smooth.q_tp1[:1], nd[:1])
     torch.testing.assert_close(g10_null(one), null[:1])  # nothing crosses the population axis
+
+
+# -- bad input: one line, exit 2, nothing written ------------------------------------------------
+
+
+def test_confirm_refuses_bad_input_in_one_line(tmp_path):
+    from sweep_fixtures import cli
+
+    not_sweep = tmp_path / "plain"
+    not_sweep.mkdir()
+    for args, fragment in [((str(tmp_path / "missing"),), "not a sweep folder"),
+                           ((str(not_sweep),), "missing spec.yaml"),
+                           ((str(not_sweep), "--seeds", "1"), "--seeds: a confirmation needs at least 2"),
+                           ((str(not_sweep), "--alpha", "2"), "--alpha")]:
+        res = cli("confirm", *args)
+        assert res.returncode == 2 and fragment in res.stderr and res.stderr.count("\n") == 1, (args, res.stderr)
+    assert list(not_sweep.iterdir()) == []  # nothing written

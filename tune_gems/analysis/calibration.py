@@ -115,7 +115,7 @@ def calibration_table(shapes: list[Shape], *, n_sim: int = defaults.N_SIM, seeds
                        gems=len(sh), sd=sd, p_div=sh[0].p_div)
             row.update(null_rate(sh, n_sim, dist=dist, alpha=alpha, seed=seed))
             row["mc_tolerance"] = mc_tolerance(alpha, n_sim)
-            row["mde"] = min_detectable_effect(sd, sh[0].n, alpha / len(sh), power_target)
+            row["mde"] = min_detectable_effect(sd, sh[0].n, alpha / len(sh), power_target, sh[0].p_div)
             for name, value in eff_values:
                 row[f"power@{name} ({value:.3g})"] = power(sh, value, n_sim, dist=dist, alpha=alpha, seed=seed)["power"]
             rows.append(row)
