@@ -166,3 +166,31 @@ def test_confirm_refuses_bad_input_in_one_line(tmp_path):
         res = cli("confirm", *args)
         assert res.returncode == 2 and fragment in res.stderr and res.stderr.count("\n") == 1, (args, res.stderr)
     assert list(not_sweep.iterdir()) == []  # nothing written
+
+
+# -- G6 is scale-free (issue 21: wiring cannot win by shrinking the features) ------------------------
+
+
+def test_g6_and_its_null_do_not_change_when_a_branch_shrinks():
+    import torch
+
+    from tune_gems.gems import reference
+    from tune_gems.gems.builtin import g6_null
+    from tune_gems.ops.reference_grads import g6_branch_indep_grad
+
+    g = torch.Generator().manual_seed(3)
+    f = torch.randn(2, 3, 32, 16, generator=g, dtype=torch.float64) + 0.3 * torch.randn(2, 1, 32, 16, generator=g, dtype=torch.float64)
+    shrunk = f.clone()
+    shrunk[:, 0] *= 1e-2  # wiring that only shrinks one branch's features (scale-free while var >> 1e-9)
+    value = reference.g6_branch_indep(f)[1]
+    torch.testing.assert_close(reference.g6_branch_indep(shrunk)[1], value, rtol=1e-6, atol=0.0)
+    x = _g10_inputs(torch.zeros(1), torch.zeros(1), torch.zeros(1))
+    import dataclasses
+
+    null = g6_null(dataclasses.replace(x, adv_features=f))
+    torch.testing.assert_close(g6_null(dataclasses.replace(x, adv_features=shrunk)), null, rtol=1e-6, atol=0.0)
+    # the closed-form gradient (the CUDA backward's math) is the autograd gradient of the reference
+    leaf = f.clone().requires_grad_(True)
+    gv = torch.randn(2, generator=g, dtype=torch.float64)
+    (auto,) = torch.autograd.grad((reference.g6_branch_indep(leaf)[1] * gv).sum(), leaf)
+    torch.testing.assert_close(g6_branch_indep_grad(gv, f), auto, rtol=1e-9, atol=1e-12)

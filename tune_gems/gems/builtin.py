@@ -8,9 +8,10 @@ that validating a config does not import it.
 Nulls (docs/gems.md, "Nulls"):
 - G6: its expectation when the branches' features are independent, given each feature's own
   batch values: for a standardised column pair, E[r^2] over the batch orderings of one branch is
-  exactly 1/(B-1) (the permutation variance of a Pearson correlation), shrunk by the epsilon of
+  exactly 1/(B-1) (the permutation variance of a Pearson correlation), shrunk by the floor of
   the standardisation: null = mean over pairs k<l of mean_i s_ki * mean_j s_lj / (B-1), with
-  s = var / (var + eps) (0 for a constant feature, which contributes nothing to G6 either).
+  s = var / (var + eps), eps = `reference.g6_eps` (relative to the branch's mean variance; 0 for
+  a constant feature, which contributes nothing to G6 either).
 - G10: its value with each sample's successor replaced by another sample's successor from the
   same batch (a cyclic shift by one along the batch, masked by that successor's not-done):
   the squared change of expected Q between unrelated states of the same policy and the same
@@ -57,8 +58,8 @@ def g6_null(x: GemInputs):
     P, K, B, _ = f.shape
     if K < 2:
         return f.new_zeros(P)
-    var = f.var(dim=2, unbiased=False)  # [P,K,D]
-    shrink = (var / (var + _ref().G6_EPS)).mean(dim=2)  # [P,K]
+    var = f.var(dim=2, unbiased=False, keepdim=True)  # [P,K,1,D]
+    shrink = (var / (var + _ref().g6_eps(var))).mean(dim=(2, 3))  # [P,K]
     iu, ju = torch.triu_indices(K, K, offset=1, device=f.device)
     return (shrink[:, iu] * shrink[:, ju]).mean(dim=1) / (B - 1)
 
