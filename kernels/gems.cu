@@ -17,8 +17,10 @@
 namespace tune_gems {
 namespace {
 
-// Variance floor of the G6 standardisation (the reference's G6_EPS).
-constexpr double kG6Eps = 1e-5;
+// Variance floor of the G6 standardisation (the reference's g6_eps): kG6EpsRel x the branch's
+// mean feature variance over the batch, + kG6EpsFloor, so G6 of c x f equals G6 of f.
+constexpr double kG6EpsRel = 1e-3;
+constexpr double kG6EpsFloor = 1e-12;
 
 // ============================================================== G6 branch independence
 // Layouts: f, z [P,K,B,D]; sd [P,K,D]; r [P,npairs,D,D] with pairs (k<l) in row-major
@@ -43,8 +45,9 @@ __device__ __forceinline__ void g6_pair_branches(int64_t pair, int64_t K, int64_
   *l_out = k + 1 + remaining;
 }
 
-// Standardisation tiles: a block covers kColumnTile consecutive features d of one (p,k) (a
-// warp wide, so loads are coalesced) and kRowGroups warps; warp y sums the samples
+// Standardisation tiles: a block handles one (p,k) and walks its features in tiles of
+// kColumnTile consecutive d (a warp wide, so loads are coalesced) with kRowGroups warps (one
+// block per branch, because the variance floor is the branch's mean variance); warp y sums the samples
 // b = y, y + kRowGroups, ... in order, and the kRowGroups partials are combined in a fixed
 // order. The summation order depends only on B, so results are bitwise reproducible.
 constexpr int kColumnTile = 32;
@@ -61,36 +64,71 @@ __device__ __forceinline__ T column_total(T partial, T (*shared)[kColumnTile]) {
   return total;
 }
 
-inline unsigned int g6_column_blocks(int64_t PK, int64_t D) {
-  return static_cast<unsigned int>(PK * ((D + kColumnTile - 1) / kColumnTile));
+// One block per branch (p,k), walking its features in tiles of kColumnTile columns. Pass 1:
+// per column the mean and variance (1/B) over the batch (sd holds the variance for now), and
+// each lane's running sum of its columns' variances in increasing d; the lanes' sums are then
+// added in lane order, giving the branch's floor eps = kG6EpsRel x mean_d var + kG6EpsFloor.
+// Pass 2: per column z = (f - mean) / sd with sd = sqrt(var + eps) (the mean recomputed as in
+// pass 1, so bitwise the same). Summation orders depend only on B and D.
+// Fixed-order total of the lanes' values (row group 0's; every row group holds the same), in
+// lane order; every thread of the block gets it.
+template <typename T>
+__device__ __forceinline__ T lane_total(T lane_value, T (*shared)[kColumnTile]) {
+  if (threadIdx.y == 0) shared[0][threadIdx.x] = lane_value;
+  __syncthreads();
+  T total = T(0);
+  for (int x = 0; x < kColumnTile; ++x) total += shared[0][x];
+  __syncthreads();  // the buffer is reused by the next call
+  return total;
 }
 
-// Per column (p,k,d): mean and variance (1/B) over the batch, then
-// z = (f - mean) / sd with sd = sqrt(var + eps), two passes as in the reference.
+template <typename T>
+__device__ __forceinline__ T g6_column_mean(const T* __restrict__ f, int64_t base, int64_t B, int64_t D,
+                                            bool active, T (*partial)[kColumnTile]) {
+  T sum = T(0);
+  if (active)
+    for (int64_t b = threadIdx.y; b < B; b += kRowGroups) sum += f[base + b * D];
+  return column_total(sum, partial) / static_cast<T>(B);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kColumnTile * kRowGroups, 1)
     g6_standardise_kernel(const T* __restrict__ f, int64_t B, int64_t D, T* __restrict__ z,
                           T* __restrict__ sd) {
   __shared__ T partial[kRowGroups][kColumnTile];
   const int64_t tiles = (D + kColumnTile - 1) / kColumnTile;
-  const int64_t pk = blockIdx.x / tiles;
-  const int64_t d = (blockIdx.x % tiles) * kColumnTile + threadIdx.x;
-  const bool active = d < D;
-  const int64_t base = pk * B * D + d;
-  T sum = T(0);
-  if (active)
-    for (int64_t b = threadIdx.y; b < B; b += kRowGroups) sum += f[base + b * D];
-  const T mean = column_total(sum, partial) / static_cast<T>(B);
-  T sq = T(0);
-  if (active)
-    for (int64_t b = threadIdx.y; b < B; b += kRowGroups) {
-      const T x = f[base + b * D] - mean;
-      sq += x * x;
+  const int64_t pk = blockIdx.x;
+  T lane_var = T(0);
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t d = t * kColumnTile + threadIdx.x;
+    const bool active = d < D;
+    const int64_t base = pk * B * D + d;
+    const T mean = g6_column_mean(f, base, B, D, active, partial);
+    T sq = T(0);
+    if (active)
+      for (int64_t b = threadIdx.y; b < B; b += kRowGroups) {
+        const T x = f[base + b * D] - mean;
+        sq += x * x;
+      }
+    const T var = column_total(sq, partial) / static_cast<T>(B);
+    if (active) {
+      lane_var += var;
+      if (threadIdx.y == 0) sd[pk * D + d] = var;
     }
-  const T s = dev_sqrt(column_total(sq, partial) / static_cast<T>(B) + static_cast<T>(kG6Eps));
-  if (!active) return;
-  if (threadIdx.y == 0) sd[pk * D + d] = s;
-  for (int64_t b = threadIdx.y; b < B; b += kRowGroups) z[base + b * D] = (f[base + b * D] - mean) / s;
+  }
+  const T eps = static_cast<T>(kG6EpsRel) * (lane_total(lane_var, partial) / static_cast<T>(D)) +
+                static_cast<T>(kG6EpsFloor);
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t d = t * kColumnTile + threadIdx.x;
+    const bool active = d < D;
+    const int64_t base = pk * B * D + d;
+    const T var = active ? sd[pk * D + d] : T(0);  // read by every row group before any rewrite:
+    const T mean = g6_column_mean(f, base, B, D, active, partial);  // (its column_total syncs)
+    if (!active) continue;
+    const T s = dev_sqrt(var + eps);
+    if (threadIdx.y == 0) sd[pk * D + d] = s;
+    for (int64_t b = threadIdx.y; b < B; b += kRowGroups) z[base + b * D] = (f[base + b * D] - mean) / s;
+  }
 }
 
 // ------------------------------------------------------------ G6 tiled products
@@ -292,18 +330,15 @@ __global__ void __launch_bounds__(kG6Threads, 1)
   }
 }
 
-// Per column (p,k,d), in place on grad (which holds dL/dz on entry), tiled like
-// g6_standardise_kernel:  dL/df_b = (g_b - mean_B g - z_b * mean_B(g z)) / sd.
+// Per branch (p,k), in place on grad (which holds dL/dz on entry), one block walking the
+// columns like g6_standardise_kernel. Per column: dL/df_b = (g_b - mean_B g - z_b mean_B(g z)) / sd,
+// plus the path through the branch's floor eps = kG6EpsRel mean_d var_d:
+// + G z_b sd with G = -(kG6EpsRel / D) sum_d mean_B(g z)_d / sd_d^2. Pass 1 forms G (lane sums
+// in increasing d, then in lane order); pass 2 recomputes each column's means and writes.
 template <typename T>
-__global__ void __launch_bounds__(kColumnTile * kRowGroups, 1)
-    g6_standardise_backward_kernel(const T* __restrict__ z, const T* __restrict__ sd, int64_t B,
-                                   int64_t D, T* __restrict__ grad) {
-  __shared__ T partial[kRowGroups][kColumnTile];
-  const int64_t tiles = (D + kColumnTile - 1) / kColumnTile;
-  const int64_t pk = blockIdx.x / tiles;
-  const int64_t d = (blockIdx.x % tiles) * kColumnTile + threadIdx.x;
-  const bool active = d < D;
-  const int64_t base = pk * B * D + d;
+__device__ __forceinline__ void g6_column_grad_means(const T* __restrict__ z, const T* grad, int64_t base,
+                                                     int64_t B, int64_t D, bool active,
+                                                     T (*partial)[kColumnTile], T* mean_g, T* mean_gz) {
   T sum_g = T(0);
   T sum_gz = T(0);
   if (active)
@@ -312,13 +347,41 @@ __global__ void __launch_bounds__(kColumnTile * kRowGroups, 1)
       sum_g += g;
       sum_gz += g * z[base + b * D];
     }
-  const T mean_g = column_total(sum_g, partial) / static_cast<T>(B);
-  const T mean_gz = column_total(sum_gz, partial) / static_cast<T>(B);
-  if (!active) return;
-  const T s = sd[pk * D + d];
-  for (int64_t b = threadIdx.y; b < B; b += kRowGroups) {
-    const int64_t at = base + b * D;
-    grad[at] = (grad[at] - mean_g - z[at] * mean_gz) / s;
+  *mean_g = column_total(sum_g, partial) / static_cast<T>(B);
+  *mean_gz = column_total(sum_gz, partial) / static_cast<T>(B);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kColumnTile * kRowGroups, 1)
+    g6_standardise_backward_kernel(const T* __restrict__ z, const T* __restrict__ sd, int64_t B,
+                                   int64_t D, T* __restrict__ grad) {
+  __shared__ T partial[kRowGroups][kColumnTile];
+  const int64_t tiles = (D + kColumnTile - 1) / kColumnTile;
+  const int64_t pk = blockIdx.x;
+  T lane_sum = T(0);
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t d = t * kColumnTile + threadIdx.x;
+    const bool active = d < D;
+    T mean_g, mean_gz;
+    g6_column_grad_means(z, grad, pk * B * D + d, B, D, active, partial, &mean_g, &mean_gz);
+    if (active) {
+      const T s = sd[pk * D + d];
+      lane_sum += mean_gz / (s * s);
+    }
+  }
+  const T G = -(static_cast<T>(kG6EpsRel) / static_cast<T>(D)) * lane_total(lane_sum, partial);
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t d = t * kColumnTile + threadIdx.x;
+    const bool active = d < D;
+    const int64_t base = pk * B * D + d;
+    T mean_g, mean_gz;  // the column's sums read its grad before any of it is rewritten (syncs)
+    g6_column_grad_means(z, grad, base, B, D, active, partial, &mean_g, &mean_gz);
+    if (!active) continue;
+    const T s = sd[pk * D + d];
+    for (int64_t b = threadIdx.y; b < B; b += kRowGroups) {
+      const int64_t at = base + b * D;
+      grad[at] = (grad[at] - mean_g - z[at] * mean_gz) / s + G * z[at] * s;
+    }
   }
 }
 
@@ -328,7 +391,7 @@ cudaError_t g6_standardise_and_correlate(const T* f, int64_t P, int64_t K, int64
                                          T* z, T* sd, T* r, cudaStream_t stream) {
   const int64_t npairs = g6_num_pairs(K);
   const dim3 tile(kColumnTile, kRowGroups);
-  g6_standardise_kernel<T><<<g6_column_blocks(P * K, D), tile, 0, stream>>>(f, B, D, z, sd);
+  g6_standardise_kernel<T><<<static_cast<unsigned int>(P * K), tile, 0, stream>>>(f, B, D, z, sd);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || npairs == 0) return err;
   const int64_t tiles_d = g6_tiles(D);
@@ -441,7 +504,7 @@ cudaError_t g6_backward(const T* grad_value, const T* f, int64_t P, int64_t K, i
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const dim3 tile(kColumnTile, kRowGroups);
-  g6_standardise_backward_kernel<T><<<g6_column_blocks(P * K, D), tile, 0, stream>>>(
+  g6_standardise_backward_kernel<T><<<static_cast<unsigned int>(P * K), tile, 0, stream>>>(
       z, sd, B, D, grad_f);
   return cudaGetLastError();
 }

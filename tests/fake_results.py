@@ -275,7 +275,7 @@ def _arm_tables(name: str, trials: list[ArmTrial], alpha: bool):
         label = " ".join(f"{g}={cfg[f'gems.{g}.mode']}" for g in GEMS) + " sn=on noisy=on"
         for a in arm_names:
             a_rows.append({"trial_id": t.trial_id, "arm": a, **{k: v for k, v in {**cfg, **t.arms[a]}.items()
-                                                                if k.startswith(("gems.", "model.", "trainer.lr"))}})
+                                                                if k.startswith(("gems.", "model.", "trainer.lr", "trainer.replay_stream"))}})
         final_epoch = t.epochs
         any_div = False
         for e in range(1, t.epochs + 1):

@@ -227,8 +227,10 @@ def test_old_results_pair_across_identical_trials(helps):
     assert g12["outcome"] == "val_sharpe"  # older results: no alpha Sharpe, said so in the reason
     assert "val_alpha_sharpe absent" in g12["reason"]
     assert g12["test_effect"] == pytest.approx(2.0)
-    # g6 measured at raw rel 0 (no null in older results: null taken as 0) -> delete
-    assert g6["verdict"] == "delete" and "excess over its null ~0" in g6["reason"]
+    # g6 measured at raw rel 0 (no null in older results: null taken as 0), never wired: the
+    # magnitude half of delete holds, the wiring half cannot be shown (issue 21)
+    assert g6["verdict"] == "insufficient data" and "excess over its null ~0" in g6["reason"]
+    assert "delete needs both" in g6["reason"]
     # g10 measured (rel 0.05), never wired: no effect can be estimated
     assert g10["verdict"] == "insufficient data" and "measured only" in g10["reason"]
     assert g10["excess_median"] == pytest.approx(0.05)
@@ -246,8 +248,9 @@ def test_no_effect_with_wide_noise_is_inconclusive_with_mde(no_help):
 
 
 def test_verdict_thresholds_are_parameters(helps):
-    v = verdicts(helps, rel_threshold=0.1)  # g10's excess 0.05 is then within the null band
-    assert verdict_of(v, "g10")["verdict"] == "delete"
+    v = verdicts(helps, rel_threshold=0.1)  # g10's excess 0.05 is then within the null band,
+    assert verdict_of(v, "g10")["verdict"] == "insufficient data"  # but g10 was never wired
+    assert "delete needs both" in verdict_of(v, "g10")["reason"]
     assert verdict_of(v, "g12")["verdict"] == "keep wired"  # a significant gain outranks delete
     v = verdicts(helps, alpha=1e-6)  # 12 seeds cannot reach p <= 1e-6
     assert verdict_of(v, "g12")["verdict"] == "inconclusive"
@@ -256,9 +259,12 @@ def test_verdict_thresholds_are_parameters(helps):
     assert verdict_of(v, "g12")["effect"] == pytest.approx(2.0 * (1 + 2 + 3) / 9)
 
 
-def test_wired_but_magnitude_zero_and_not_better_is_delete(root):
+def test_wired_but_magnitude_zero_and_not_better_is_delete_once_wiring_is_equivalent(root):
     f = fr.paired_scenario(root / "zero_g12", shift=0.0, g12_rel=0.0, journal=False)
-    assert verdict_of(verdicts(f), "g12")["verdict"] == "delete"
+    g12 = verdict_of(verdicts(f), "g12")  # wiring's effect not shown within +-0.1: not yet delete
+    assert g12["verdict"] == "inconclusive" and "delete needs both" in g12["reason"]
+    g12 = verdict_of(verdicts(f, rope=10.0), "g12")  # within a wide ROPE: both halves hold
+    assert g12["verdict"] == "delete" and "wiring is equivalent to none" in g12["reason"]
 
 
 def test_different_seeds_are_confounded_not_a_verdict(root):
@@ -334,7 +340,7 @@ def test_run_analysis_writes_everything_and_refuses_overwrite(root, helps, no_he
     assert {"n_trials", "n_failed", "n_diverged", "val_sharpe_iqm", "test_sharpe_iqm"} <= set(sv.columns)
     report = (out / "report.md").read_text()
     for needle in ("## Verdicts", "gem_effects.png", "sharpe_distributions.png", "gem_magnitudes.png",
-                   "importances.png", "## Placebo arms", "## Redundancy", str(helps), str(no_help),
+                   "importances.png", "## Null arms (placebo, A/A)", "## Redundancy", str(helps), str(no_help),
                    "2 failed, 2 diverged of 16 trials", "out of memory", "g12: keep wired - design: across trials"):
         assert needle in report
     for png in (out / n for n in names if n.endswith(".png")):

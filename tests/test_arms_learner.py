@@ -257,3 +257,14 @@ def test_the_cpu_blas_path_is_pinned_unless_the_user_chose_one():
 
     assert pin_cpu_blas_path({}) == CPU_BLAS_PATH
     assert pin_cpu_blas_path({CPU_BLAS_PATH_ENV: "COMPATIBLE"}) == "COMPATIBLE"
+
+
+def test_an_aa_arm_differs_only_in_its_replay_draws_and_equals_its_run_alone():
+    """Issue 21's A/A arm: the control with `trainer.replay_stream=1` samples other replay
+    batches (so it trains differently: the learner's own null spread) and is, like any arm,
+    bit-identical to a run of it alone; the control's members keep their draws bit for bit."""
+    base = tiny_config("trainer.population=2")
+    spec = ArmsConfig.model_validate({"list": [{"name": "control"}, {"name": "aa", "trainer.replay_stream": 1}]})
+    together, alone = _assert_arms_equal_single_arm_runs(base, spec, iterations=9)
+    assert set(together.replay_streams) == {1} and together.replay_streams[1].tolist() == [False, False, True, True]
+    assert not alone[0].replay_streams  # the control alone has no nuisance stream: its draws as before

@@ -27,7 +27,7 @@ from tune_gems.analysis.calibration import (  # noqa: E402
     null_rate,
     power,
 )
-from tune_gems.analysis.inference import (  # noqa: E402
+from tune_gems.inference import (  # noqa: E402
     holm,
     holm_batch,
     holm_levels,

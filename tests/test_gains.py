@@ -20,10 +20,13 @@ import pytest
 import yaml
 
 from learner_fixtures import TINY, tiny_config
-from tune_gems.arm_designs import CONTROL, PROPOSAL, also_named, apply_design, arm_aliases, has_gains, paired_gains, wire_search_arms, wired_gems
+from tune_gems.arm_designs import (
+    CONTROL, PROPOSAL, also_named, apply_design, arm_aliases, has_gains, paired_gains, verdict_gains, wire_search_arms,
+    wired_gems,
+)
 from tune_gems.arms import expand_arms
 from tune_gems.errors import ConfigError
-from tune_gems.metrics import GAIN_METRICS, GAIN_OBJECTIVES, epoch_metrics, gain_metrics, has_gain_arms
+from tune_gems.metrics import VERDICT_GAIN, GAIN_METRICS, GAIN_OBJECTIVES, epoch_metrics, gain_metrics, has_gain_arms
 
 GEMS = ("g6", "g10", "g12")
 
@@ -85,7 +88,8 @@ def test_apply_design_refuses_a_config_with_arms_and_unknown_designs():
 def test_gain_columns_exist_only_for_designed_arms_and_follow_the_registry():
     assert gain_metrics((), ("default",)) == () and gain_metrics((), ("a", "control")) == ()
     cols = gain_metrics((), (PROPOSAL, CONTROL, "without-g6"))
-    assert cols == (*GAIN_METRICS, *GAIN_OBJECTIVES, "gain_g6", "gain_g10", "gain_g12")
+    assert cols == (*GAIN_METRICS, *GAIN_OBJECTIVES, "gain_g6", "gain_g10", "gain_g12",
+                    VERDICT_GAIN, "verdict_gain_g6", "verdict_gain_g10", "verdict_gain_g12")
     assert gain_metrics((), (CONTROL,)) == cols  # the one-arm design reports gains (all 0) too
     assert epoch_metrics((), (PROPOSAL, CONTROL))[-len(cols):] == cols
     for arms in [("default",), (CONTROL,), (PROPOSAL, CONTROL), (PROPOSAL,), (CONTROL, "x"), (PROPOSAL, CONTROL, "without-g6")]:
@@ -121,6 +125,41 @@ def test_a_diverged_member_makes_its_pairs_gains_nan():
     assert math.isnan(paired_gains(GEMS, arm, seed, vs, va)["gain_g6"])
     g = paired_gains(GEMS, [CONTROL, CONTROL], [0, 1], [0.1, np.nan], [0.1, np.nan])
     assert math.isnan(g["val_sharpe_gain"])
+
+
+def _hodges_lehmann(d) -> float:
+    """Median of the Walsh averages (d_i + d_j) / 2, i <= j, by a plain loop (not the code under test)."""
+    d = list(d)
+    return float(np.median([(d[i] + d[j]) / 2 for i in range(len(d)) for j in range(i, len(d))]))
+
+
+def test_verdict_gain_is_the_hodges_lehmann_of_last_k_window_means_by_seed_index():
+    arm = [PROPOSAL, PROPOSAL, PROPOSAL, CONTROL, CONTROL, CONTROL, "without-g6", "without-g6", "without-g6"]
+    seed = [0, 1, 2, 2, 1, 0, 0, 1, 2]
+    window = np.array([[1.0, 2.0, 0.0, 0.5, 0.0, 0.1, 3.0, 0.0, 0.0],
+                       [3.0, 0.0, 1.0, 0.5, 1.0, 0.3, 1.0, 0.0, 2.0]])  # 2 epochs x 9 members
+    g = verdict_gains(GEMS, arm, seed, window, np.zeros_like(window, bool))
+    mean = window.mean(0)
+    assert g[VERDICT_GAIN] == pytest.approx(_hodges_lehmann([mean[0] - mean[5], mean[1] - mean[4], mean[2] - mean[3]]))
+    assert g["verdict_gain_g6"] == pytest.approx(_hodges_lehmann(mean[:3] - mean[6:]))
+    assert math.isnan(g["verdict_gain_g10"])  # no without-g10 arm
+
+
+def test_verdict_gain_scores_a_diverged_member_as_the_worst_outcome_not_as_missing():
+    arm = [PROPOSAL] * 4 + [CONTROL] * 4
+    seed = [0, 1, 2, 3] * 2
+    window = np.array([[0.5, 0.3, 0.7, 0.9, 0.0, 0.0, 0.0, 0.0]])
+    div = np.zeros_like(window, bool)
+    full = verdict_gains((), arm, seed, window, div)[VERDICT_GAIN]
+    assert full == pytest.approx(_hodges_lehmann([0.5, 0.3, 0.7, 0.9]))
+    div[0, 0] = True  # one proposal seed diverged: its difference is -inf, the pseudo-median drops
+    one = verdict_gains((), arm, seed, window, div)[VERDICT_GAIN]
+    assert np.isfinite(one) and one < full
+    div[0, 1:3] = True  # most proposal seeds diverged: the worst outcome wins
+    assert verdict_gains((), arm, seed, window, div)[VERDICT_GAIN] == -math.inf
+    window[0, 4:7] = np.nan  # control members with no finite value count as diverged: both sides, ties
+    assert verdict_gains((), arm, seed, window, div)[VERDICT_GAIN] == pytest.approx(_hodges_lehmann([0, 0, 0, 0.9]))
+    assert verdict_gains((), [CONTROL, CONTROL], [0, 1], window[:, :2], div[:, :2])[VERDICT_GAIN] == 0.0
 
 
 # -- end to end: `tune-gems train` with the design's arms ------------------------------------------
@@ -178,3 +217,19 @@ def test_train_history_gains_equal_an_independent_computation_from_members_csv(t
     # the arms really differ (else every gain is 0 and this test could not tell a wrong pairing)
     assert (history[["val_sharpe_gain", "val_alpha_sharpe_gain", "gain_g6", "gain_g12"]].abs() > 1e-6).any().any()
     assert "gain [sharpe=" in res.stdout + res.stderr  # the HEALTH_DIAG line shows the gains
+    # the verdict's statistic: per seed index the last-k (k = 2) window mean, then the pseudo-median
+    wide = members.pivot_table(index=["epoch", "seed_index"], columns="arm", values="val_alpha_sharpe")
+    for col, minus in ((VERDICT_GAIN, CONTROL), ("verdict_gain_g6", "without-g6"), ("verdict_gain_g12", "without-g12")):
+        for e in history.index:
+            win = wide.loc[(slice(e - 1, e), slice(None)), :].groupby(level="seed_index").mean()
+            expect = _hodges_lehmann((win[PROPOSAL] - win[minus]).to_numpy())
+            assert history.loc[e, col] == pytest.approx(expect, abs=1e-9), (col, e)
+
+
+def test_a_diverged_trial_tells_optuna_the_verdict_gain_but_nan_for_a_mean_objective():
+    from tune_gems.sweep.trainable import trial_objective
+
+    m = {VERDICT_GAIN: -math.inf, "val_sharpe_gain": 0.4}
+    assert trial_objective(m, VERDICT_GAIN, diverged=True) == -math.inf  # the worst outcome, scored
+    assert math.isnan(trial_objective(m, "val_sharpe_gain", diverged=True))  # Optuna: FAIL
+    assert trial_objective(m, "val_sharpe_gain", diverged=False) == 0.4

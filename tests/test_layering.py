@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tune_gems"
 LAYERS: dict[str, tuple[str, ...]] = {
     "contracts": ("errors", "result_files", "gem_manifest", "dotted"),
     "gems": ("gems",),
-    "foundations": ("metrics", "evaluation", "rng", "data", "outputs", "arms_config", "blas_path", "baseline_headline",
+    "foundations": ("metrics", "evaluation", "rng", "data", "outputs", "arms_config", "blas_path", "baseline_headline", "inference",
                     "data_summary", "config_keys"),
     "config": ("config",),
     "set-up": ("arms", "arm_designs", "resources", "env", "replay", "gym_env"),
@@ -26,7 +26,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "trainer": ("trainer", "dry_run"),
     "sweep": ("sweep",),
     "analysis": ("analysis",),
-    "cli": ("cli", "__main__", "compare"),
+    "cli": ("cli", "__main__", "compare", "confirm"),
 }
 """Which modules form each layer (a name covers the module and everything under it)."""
 

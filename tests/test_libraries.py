@@ -26,7 +26,7 @@ from arch.bootstrap import optimal_block_length
 from arch.bootstrap._samplers_python import stationary_bootstrap_sample_python
 from statsmodels.stats.multitest import multipletests
 
-from tune_gems.analysis.inference import holm, holm_batch, rank_test
+from tune_gems.inference import holm, holm_batch, rank_test
 from tune_gems.analysis.market_noise import optimal_mean_block, stationary_bootstrap_indices
 
 

@@ -124,5 +124,5 @@ def test_manifest_lists_the_runs_gems(tmp_path):
     assert r.returncode == 0, r.stderr
     entries = json.loads(r.stdout)
     assert [e["name"] for e in entries] == ["g6", "g10", "g12", "qmag"]
-    assert [e["has_null"] for e in entries] == [True, False, True, False]
+    assert [e["has_null"] for e in entries] == [True, True, True, False]
     assert entries[-1] == {"name": "qmag", "metric": "q_magnitude", "description": "Q-magnitude penalty: mean squared expected Q at s_t", "has_null": False}

@@ -4,6 +4,7 @@ the persisted Optuna study, and spec validation before Ray starts."""
 from __future__ import annotations
 
 import optuna
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -87,6 +88,39 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
     # the standing against the baselines opens the console output and the report
     assert ana.stdout.startswith("against the baselines (val_sharpe, final epoch")
     assert (exp / "analysis" / "report.md").read_text().splitlines()[2].startswith("Against the baselines (val_sharpe")
+    _check_confirm(exp, t)
+
+
+def _check_confirm(exp, t):
+    """Issue 21 on the smoke sweep: Optuna was told the verdict's statistic, and `tune-gems
+    confirm` re-runs each gem's best trial once on fresh member seeds and fresh paths."""
+    trials = t["trials"]
+    np.testing.assert_array_equal(trials["objective"].to_numpy(float), trials["verdict_gain"].to_numpy(float))
+    res = cli("confirm", str(exp))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "final verdict" in res.stdout and "shrinkage" in res.stdout
+    out = exp / "confirmation"
+    table = pd.read_csv(out / "confirmation.csv", keep_default_na=False)
+    ct = pd.read_parquet(out / "trials.parquet")
+    cm = pd.read_parquet(out / "members.parquet")
+    chosen = table[table["chosen_trial"] != ""]
+    assert len(chosen) == len(ct) >= 1 and (out / "report.md").is_file()
+    for _, r in chosen.iterrows():  # the chosen trial's gem settings, re-run
+        mine = ct.set_index("trial_id").loc[f"confirm-{r['gem']}"]
+        disc = trials.set_index("trial_id").loc[r["chosen_trial"]]
+        for g in ("g6", "g10", "g12"):
+            assert mine[f"gems.{g}.mode"] == disc[f"gems.{g}.mode"]
+        assert float(r["discovery_gain"]) == pytest.approx(float(disc[f"verdict_gain_{r['gem']}"]))
+        assert r["final_verdict"] == r["confirmation_verdict"]
+    assert not set(cm["seed"]) & set(t["members"]["seed"])  # fresh member seeds
+
+    def paths(tr, m):
+        return set(m.merge(tr[["trial_id", "data.synthetic.seed"]], on="trial_id")
+                   .eval("`data.synthetic.seed` + seed_index").astype(int))
+
+    assert not paths(ct, cm) & paths(trials, t["members"])  # fresh synthetic paths
+    again = cli("confirm", str(exp))  # the confirmation runs once
+    assert again.returncode == 2 and "exists" in again.stderr and again.stderr.count("\n") == 1
 
 
 def test_sweep_refuses_an_existing_experiment_and_writes_nothing(tmp_path, ray_address):

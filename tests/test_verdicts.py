@@ -151,10 +151,22 @@ def test_delete_when_measured_excess_is_at_its_null(root):
     zero = {a: {"g6": 0.0, "g12": 0.0} for a in ("control", "wired")}
     res = run(fr.wire_scenario(root / "at_null", effect=0.0, noise=0.05, excess=zero))
     g6, g12, g10 = row(res, "g6"), row(res, "g12"), row(res, "g10")
-    assert g6["verdict"] == "delete" and "excess over its null ~0" in g6["reason"]
-    assert g12["verdict"] == "delete" and "wiring shows no gain" in g12["reason"]
+    # g6 is never wired: its magnitude at the null alone is no evidence about wiring (issue 21)
+    assert g6["verdict"] == "insufficient data" and "excess over its null ~0" in g6["reason"]
+    assert "delete needs both" in g6["reason"]
+    assert g12["verdict"] == "delete" and "wiring is equivalent to none" in g12["reason"]
     assert g10["verdict"] == "insufficient data"  # excess 0.05 (default): not at its null
     assert g10["excess_median"] == pytest.approx(0.05)
+
+
+def test_a_gem_at_its_null_whose_wiring_may_help_is_not_deleted(root):
+    """Issue 21: magnitude at the null but wiring's effect unsettled (0.15 +- 0.3 over 16 seeds):
+    `inconclusive`, saying why it is not `delete`."""
+    zero = {a: {"g6": 0.0, "g12": 0.0} for a in ("control", "wired")}
+    g12 = row(run(fr.wire_scenario(root / "null_but_helps", effect=0.15, noise=0.3, excess=zero)), "g12")
+    assert g12["excess_tost_p_adjusted"] <= 0.05  # the magnitude half holds
+    assert g12["verdict"] == "inconclusive" and "delete needs both" in g12["reason"]
+    assert g12["estimand"].startswith("pseudo-median") and np.isfinite(g12["mean_effect"])
 
 
 def test_redundancy_factorial(root):
@@ -163,8 +175,9 @@ def test_redundancy_factorial(root):
     assert red.loc["g10", "feature"] == "model.spectral_norm" and red.loc["g10", "finding"] == "removes"
     assert red.loc["g10", "change"] == pytest.approx(-0.05, abs=0.01) and red.loc["g10", "n_seeds"] == 16
     assert red.loc["g6", "feature"] == "model.noisy" and red.loc["g6", "finding"] == "reduces"
-    g10 = row(res, "g10")
-    assert g10["verdict"] == "delete" and "model.spectral_norm removes it" in g10["reason"]
+    g10 = row(res, "g10")  # removed by spectral norm, but wiring it was never compared: no delete
+    assert g10["verdict"] == "insufficient data" and "model.spectral_norm removes it" in g10["reason"]
+    assert "delete needs both" in g10["reason"]
     assert row(res, "g6")["verdict"] == "insufficient data"
     # without spectral norm doing anything, nothing is removed
     res = run(fr.redundancy_scenario(root / "not_redundant", g10_on=0.05, g10_off=0.05))
@@ -234,3 +247,32 @@ def test_market_noise_is_not_needed_on_per_seed_paths_and_unavailable_without_sa
     assert old["market_path"] == "conditional on one shared path"
     assert old["market_noise"].startswith("unavailable:") and old["verdict"] == old["seed_verdict"]
     assert "conditional on this one price history" in old["reason"]
+
+
+def _aa_experiment(folder, noise: float):
+    base = fr.seed_values(16, seed=100)
+    aa = base + (fr.paired_noise(16, seed=1, sd=noise) if noise else 0.0)
+    trial = fr.ArmTrial("t0", {"control": {}, "aa": {"trainer.replay_stream": 1}},
+                        {"control": list(base), "aa": list(aa)}, config={"trainer.replay_stream": 0})
+    return fr.write_arms_experiment(folder, [trial])
+
+
+def test_an_aa_arm_gives_the_learners_null_spread(root):
+    """Issue 21: the control with an independent replay stream, paired with its stream-0 twin."""
+    res = run(_aa_experiment(root / "aa", noise=0.3))
+    a = res.placebo[res.placebo["kind"].str.startswith("a/a")].iloc[0]
+    assert a["kind"] == "a/a (replay stream 1)" and a["n_seeds"] == 16 and a["gem"] == "-"
+    assert a["verdict"] in ("equivalent", "inconclusive") and bool(a["informative"]) and a["tied_share"] == 0
+    assert a["sd_diff"] == pytest.approx(0.3, rel=0.5)
+    assert set(res.verdicts["verdict"]) <= {"insufficient data", "no data"}  # not a gem comparison
+
+
+def test_a_null_arm_whose_pairs_tie_is_flagged_uninformative(root):
+    """The weight-1e-9 placebo was bit-identical to control for 8/8 seeds: 'equivalent, CI [0, 0]'
+    read as a passed check. Identical outcomes now read `informative` False, in words."""
+    from tune_gems.analysis.report import format_verdict_table
+
+    res = run(_aa_experiment(root / "aa_tied", noise=0.0))
+    a = res.placebo.iloc[0]
+    assert a["tied_share"] == 1.0 and not bool(a["informative"])
+    assert "uninformative: 100% of the pairs tie" in format_verdict_table(res.verdicts, res.placebo, res.redundancy)

@@ -12,8 +12,11 @@ other trials confounds the gem with everything else that differs between trials.
 Seed index s of every arm starts from the same weights and draws the same random numbers
 (tune_gems.arms), so `proposal - control` at seed s is caused by the wiring alone, and
 `proposal - without-<g>` by g's wiring given the others. The trial reports these paired gains
-every epoch (`paired_gains`; names in tune_gems.metrics.gain_metrics), and the objective of a
-wire_search sweep is `val_sharpe_gain`: the seed noise cancels in what Optuna optimises.
+every epoch (`paired_gains`; names in tune_gems.metrics.gain_metrics). The objective of the
+shipped wire_search sweeps is `verdict_gain` (`verdict_gains`): the verdict's own statistic on
+the trial's arms (validation alpha Sharpe over the last k epochs per seed, paired by seed index,
+divergence the worst outcome, Hodges-Lehmann pseudo-median), so the search optimises what
+`tune-gems analyze` decides on, and the seed noise cancels in it.
 
 A proposal that wires no gem *is* its control: the design is then one arm, `control`, and every
 gain is exactly 0 (there is nothing to gain), so such trials are comparable with the others.
@@ -24,12 +27,12 @@ once, as `control`, and also answers to `without-<g>` (`arm_aliases`): `gain_<g>
 proposal minus that arm, the arms table lists the other name (`also_named`), and no third of the
 trial's members trains a duplicate.
 
-Divergence: a diverged member has NaN evaluation columns, and a gain over pairs with a diverged
+Divergence: a diverged member has NaN evaluation columns, and a mean gain over pairs with a diverged
 member is NaN (never a mean over the surviving pairs, which would drop the destabilised side
 and change what is estimated). The trainer stops a run when any member diverges and reports
-`diverged`, so the objective of such a trial is NaN (the trainable reports it so) and the
-per-member rows keep the evidence for the analysis (which counts divergence as the worst
-outcome).
+`diverged`; a mean-gain objective of such a trial is NaN (Optuna records a failure), while
+`verdict_gain` scores the diverged seeds as the worst outcome, as the analysis does, so a
+configuration that diverges is penalised in the search instead of ignored.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import numpy as np
 
 from tune_gems.arms import ArmsConfig
 from tune_gems.errors import ConfigError
-from tune_gems.metrics import has_gain_arms
+from tune_gems.metrics import VERDICT_GAIN, VERDICT_GAIN_PREFIX, has_gain_arms
 
 if TYPE_CHECKING:  # pragma: no cover
     from tune_gems.config import Config
@@ -159,4 +162,52 @@ def paired_gains(
     for g in gems:
         arm = (aliases or {}).get(without_arm(g), without_arm(g))
         out[f"gain_{g}"] = _pair_mean(va, arm_arr, seeds, PROPOSAL, arm) if arm in arms else math.nan
+    return out
+
+
+def _pair_hodges_lehmann(values: np.ndarray, diverged: np.ndarray, arm_of: np.ndarray, seed_index: np.ndarray,
+                         a: str, b: str) -> float:
+    """Hodges-Lehmann pseudo-median over seed indices of values[a, s] - values[b, s], a diverged
+    member the worst outcome; NaN when the arms do not cover the same seed indices."""
+    from tune_gems.inference import hodges_lehmann, worst_outcome_difference
+
+    in_a, in_b = arm_of == a, arm_of == b
+    sa, sb = seed_index[in_a], seed_index[in_b]
+    if not in_a.any() or sorted(sa.tolist()) != sorted(sb.tolist()):
+        return math.nan
+    oa, ob = np.argsort(sa, kind="stable"), np.argsort(sb, kind="stable")
+    d = worst_outcome_difference(values[in_a][oa], values[in_b][ob], diverged[in_a][oa], diverged[in_b][ob])
+    return hodges_lehmann(d)
+
+
+def verdict_gains(
+    gems: Sequence[str],
+    arm_of: Sequence[str],
+    seed_index: Sequence[int],
+    window: np.ndarray,
+    window_diverged: np.ndarray,
+    aliases: dict[str, str] | None = None,
+) -> dict[str, float]:
+    """The verdict's statistic on one trial's arms (tune_gems.metrics.VERDICT_GAIN).
+
+    `window` [k, P]: each member's validation alpha Sharpe at the last k epochs (k = min(
+    `trainer.objective_last_k`, epochs so far), the verdict's window); `window_diverged` [k, P]
+    its divergence flags. A member's value is its window mean; it counts as diverged when it
+    diverged in the window or has a non-finite value there (as `analysis.designs.window_values`).
+    Returns `verdict_gain` (proposal - control) and `verdict_gain_<g>` (proposal - without-<g>;
+    NaN where the run has no without-<g> arm; `aliases` as in paired_gains). The one-arm design:
+    0.0 and NaN per gem."""
+    arm_arr = np.asarray(arm_of, dtype=object)
+    seeds = np.asarray(seed_index, dtype=np.int64)
+    w = np.asarray(window, dtype=np.float64).reshape(-1, arm_arr.size)
+    with np.errstate(invalid="ignore"):
+        value = w.mean(axis=0)
+    diverged = np.asarray(window_diverged, bool).reshape(w.shape).any(axis=0) | ~np.isfinite(w).all(axis=0)
+    arms = set(arm_arr.tolist())
+    out = {VERDICT_GAIN: 0.0 if arms == {CONTROL} else
+           _pair_hodges_lehmann(value, diverged, arm_arr, seeds, PROPOSAL, CONTROL)}
+    for g in gems:
+        arm = (aliases or {}).get(without_arm(g), without_arm(g))
+        out[f"{VERDICT_GAIN_PREFIX}{g}"] = (_pair_hodges_lehmann(value, diverged, arm_arr, seeds, PROPOSAL, arm)
+                                            if arm in arms else math.nan)
     return out

@@ -38,7 +38,8 @@ class Arm:
 
 
 def per_member_keys(cfg: Config) -> tuple[str, ...]:
-    """Every key that may vary per member: each gem's mode and weight, the model switches, lr."""
+    """Every key that may vary per member: each gem's mode and weight, the model switches, lr,
+    the replay nuisance stream (an A/A arm)."""
     gems = tuple(f"gems.{g}.{f}" for g in type(cfg.gems).model_fields for f in GEM_FIELDS)
     return gems + MODEL_SWITCHES
 

@@ -16,7 +16,7 @@ from tune_gems.dotted import flatten
 DEFAULT_ARM = "default"
 """The name of the one arm of a run without `arms`."""
 
-MODEL_SWITCHES = ("model.spectral_norm", "model.noisy", "trainer.lr")
+MODEL_SWITCHES = ("model.spectral_norm", "model.noisy", "trainer.lr", "trainer.replay_stream")
 """Per-member keys besides the gems' `mode` and `weight` (issue 12: everything else is per trial)."""
 
 GEM_FIELDS = ("mode", "weight")

@@ -12,11 +12,16 @@ that validating a config does not import it.
 Nulls (docs/gems.md, "Nulls"):
 - G6: its expectation when the branches' features are independent, given each feature's own
   batch values: for a standardised column pair, E[r^2] over the batch orderings of one branch is
-  exactly 1/(B-1) (the permutation variance of a Pearson correlation), shrunk by the epsilon of
+  exactly 1/(B-1) (the permutation variance of a Pearson correlation), shrunk by the floor of
   the standardisation: null = mean over pairs k<l of mean_i s_ki * mean_j s_lj / (B-1), with
-  s = var / (var + eps) (0 for a constant feature, which contributes nothing to G6 either).
-- G10: none (NaN): its scale is that of squared changes of expected Q between successive states,
-  which depends on the reward scale and the policy; no value stands for "no structure".
+  s = var / (var + eps), eps = `reference.g6_eps` (relative to the branch's mean variance; 0 for
+  a constant feature, which contributes nothing to G6 either).
+- G10: its value with each sample's successor replaced by another sample's successor from the
+  same batch (a cyclic shift by one along the batch, masked by that successor's not-done):
+  the squared change of expected Q between unrelated states of the same policy and the same
+  reward scale. Value and null scale together (x c^2 when Q scales by c), so G10 / null and the
+  verdicts' excess test against it no longer grow with training length or reward units; a
+  negative excess means successive states agree more than unrelated ones (issue 21).
 - G12: the better of two trivial predictors of h_{t+1} on the same batch and mask: predicting
   h_t (persistence) and predicting zero. Excess < 0 means the predictor beats both.
 """
@@ -57,8 +62,8 @@ def g6_null(x: GemInputs):
     P, K, B, _ = f.shape
     if K < 2:
         return f.new_zeros(P)
-    var = f.var(dim=2, unbiased=False)  # [P,K,D]
-    shrink = (var / (var + _ref().G6_EPS)).mean(dim=2)  # [P,K]
+    var = f.var(dim=2, unbiased=False, keepdim=True)  # [P,K,1,D]
+    shrink = (var / (var + _ref().g6_eps(var))).mean(dim=(2, 3))  # [P,K]
     iu, ju = torch.triu_indices(K, K, offset=1, device=f.device)
     return (shrink[:, iu] * shrink[:, ju]).mean(dim=1) / (B - 1)
 
@@ -72,6 +77,13 @@ def g10_reference(x: GemInputs):
 
 def g10_fused(x: GemInputs):
     return _ops().g10_temporal(x.q_t, x.q_tp1, x.not_done)[1]
+
+
+def g10_null(x: GemInputs):
+    """G10 on permuted successors: sample i's Q(s_t) against sample i-1's Q(s_{t+1}) (cyclic, within
+    the member's batch: nothing crosses the population axis), masked by that successor's
+    not-done, so the null sums as many terms as the value."""
+    return _ref().g10_temporal(x.q_t, x.q_tp1.roll(1, dims=1), x.not_done.roll(1, dims=1))[1]
 
 
 # -- G12 predictive coding --------------------------------------------------------------------
@@ -124,6 +136,7 @@ G10 = register(
         description="temporal consistency: mean squared change of expected Q from s_t to s_{t+1}",
         reference=g10_reference,
         fused=g10_fused,
+        null=g10_null,
         origin=BUILTIN_ORIGIN,
     )
 )

@@ -163,6 +163,38 @@ def _add_compare_parser(sub) -> argparse.ArgumentParser:
     return c
 
 
+# -- search, then confirm: `tune-gems confirm EXP` --------------------------------------------
+
+
+def _cmd_confirm(args: argparse.Namespace) -> int:
+    """`tune-gems confirm EXP`: re-test each gem's chosen configuration on fresh seeds and paths."""
+    from tune_gems.analysis.confirmation import format_confirmation
+    from tune_gems.analysis.scripts import analysis_settings
+    from tune_gems.confirm import confirm
+
+    res = confirm(args.experiment, args.out, population=args.seeds, log=lambda line: print(line, flush=True),
+                  **analysis_settings(args))
+    print(format_confirmation(res.table))
+    for note in res.notes:
+        print(f"note: {note}")
+    print(f"\nwrote {res.out}/report.md")
+    return 0
+
+
+def _add_confirm_parser(sub) -> None:
+    from tune_gems.analysis.scripts import add_settings
+
+    c = sub.add_parser("confirm", help="re-test each gem's chosen configuration once, on fresh seeds and paths")
+    c.add_argument("experiment", metavar="EXPERIMENT_DIR", help="folder of a finished wire_search sweep")
+    c.add_argument("--out", default=None, help="output folder (default: EXPERIMENT_DIR/confirmation; never overwritten)")
+    c.add_argument("--seeds", type=int, default=None,
+                   help="seeds per arm of each confirmation run (default: the search's trainer.population)")
+    add_settings(c)
+    c.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show the full traceback of an internal error inline")
+    c.set_defaults(fn=_cmd_confirm)
+
+
 class _OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (naming the argument) and exit status 2, like
     every other bad input; `--help` still prints the full usage."""
@@ -208,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp = _add_compare_parser(sub)
     for cmd in (t, s, a, c, cmp):  # `tune-gems train --debug ...` as well as `tune-gems --debug train ...`
         cmd.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
+    _add_confirm_parser(sub)
     return p
 
 

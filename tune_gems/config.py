@@ -240,6 +240,12 @@ class TrainerConfig(_Strict):
     gamma: float = Field(0.97, gt=0.0, le=1.0)
     lr: float = Field(5e-4, gt=0.0, le=10.0)
     adam_eps: float = Field(1.5e-4, gt=0.0, le=1.0)
+    replay_stream: int = Field(
+        0, ge=0, le=2**20,
+        description="nuisance stream of replay sampling: 0 = the member seed's own draws; another value samples the "
+        "replay batches from an independent stream, everything else equal (an A/A arm: the learner's own null "
+        "spread, docs/analysis.md)",
+    )
     grad_clip: float = Field(
         10.0, gt=0.0, le=1e6, description="max gradient norm, per member and per group (the shared network; each gem head)"
     )

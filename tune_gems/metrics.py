@@ -113,8 +113,18 @@ GAIN_OBJECTIVES = tuple(f"{g}_lastk" for g in GAIN_METRICS)
 """Their means over the last min(k, epochs so far) epochs, k = `trainer.objective_last_k` (as
 OBJECTIVES); `val_sharpe_gain_lastk` or `val_alpha_sharpe_gain_lastk` for a less noisy objective."""
 GEM_GAIN_PREFIX = "gain_"
-SEARCHABLE_GAINS = (*GAIN_METRICS, *GAIN_OBJECTIVES)
+VERDICT_GAIN = "verdict_gain"
+"""The verdict's own metric as a trial's gain (issue 21): per seed index, validation alpha Sharpe
+averaged over the last min(k, epochs so far) epochs, proposal minus control, a diverged member
+the worst outcome (-inf / +inf / a tie), summarised by the Hodges-Lehmann pseudo-median: the
+statistic `tune-gems analyze` decides with (tune_gems.arm_designs.verdict_gains). Per gem:
+`verdict_gain_<gem>`, proposal minus without-<gem>. The shipped wire_search specs optimise it."""
+VERDICT_GAIN_PREFIX = f"{VERDICT_GAIN}_"
+SEARCHABLE_GAINS = (*GAIN_METRICS, *GAIN_OBJECTIVES, VERDICT_GAIN)
 """The gain columns a wire_search sweep may use as its objective (present in every trial of it)."""
+DIVERGENCE_SCORED = (VERDICT_GAIN,)
+"""Objectives that score divergence themselves (as the worst outcome, possibly -inf): a diverged
+trial reports them as they are instead of NaN, and Optuna records it COMPLETE at that value."""
 
 
 def has_gain_arms(arms: tuple[str, ...] | list[str]) -> bool:
@@ -128,10 +138,13 @@ def gain_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...
     """The gain columns of a run with these arms: none without a `proposal`/`control` design;
     else GAIN_METRICS, GAIN_OBJECTIVES and `gain_<gem>` for every gem of the run (registry order:
     the proposal minus `without-<gem>` on val_alpha_sharpe, NaN for a gem the proposal does not
-    wire), so the column set is fixed per run by the registry, whatever Optuna proposes."""
+    wire), then VERDICT_GAIN and `verdict_gain_<gem>` likewise, so the column set is fixed per
+    run by the registry, whatever Optuna proposes."""
     if not has_gain_arms(arms):
         return ()
-    return (*GAIN_METRICS, *GAIN_OBJECTIVES, *(f"{GEM_GAIN_PREFIX}{g.name}" for g in registry.run_gems(plugins)))
+    names = [g.name for g in registry.run_gems(plugins)]
+    return (*GAIN_METRICS, *GAIN_OBJECTIVES, *(f"{GEM_GAIN_PREFIX}{g}" for g in names),
+            VERDICT_GAIN, *(f"{VERDICT_GAIN_PREFIX}{g}" for g in names))
 
 
 def epoch_metrics(

@@ -61,7 +61,7 @@ LOCK_FILE = ".tune-gems.lock"
 MARKER_VERSION = 1
 LOCK_ATTEMPTS = 5
 LOCK_RETRY_S = 0.02
-KINDS = ("train", "sweep", "analyze")
+KINDS = ("train", "sweep", "analyze", "confirm")
 
 NAME_MAX = 100
 """Longest user-given name that becomes a path component (well inside every filesystem's 255)."""

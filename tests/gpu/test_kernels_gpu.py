@@ -501,3 +501,20 @@ def test_cuda_op_without_extension_runs_reference_math(device, monkeypatch):
     without = forward_backward("g10", to_device(base, torch.float64, device), CUSTOM)
     for index, (a, b) in enumerate(zip(with_kernels, without)):
         assert_close_to_reference(a, b, torch.float64, f"fallback output {index}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_g6_is_scale_free_on_cuda_as_in_the_reference(device, dtype):
+    """Issue 21: the standardisation floor is relative to each branch's mean feature variance, so
+    shrinking (or growing) a branch's features leaves G6 unchanged (while its variances stay far
+    above G6_EPS_FLOOR / G6_EPS_REL = 1e-9); a multi-tile D (70: three column tiles) with
+    branches at scales 1e-2 and 1e2."""
+    x = make_inputs((3, 37, 2, 3, 70, 11), seed=21)
+    f = x["f"].clone()
+    f[:, 0] *= 1e-2
+    f[:, 1] *= 1e2
+    want = reference.g6_branch_indep(f.double())[1]
+    got = OPS.g6_branch_indep(f.to(device, dtype))
+    assert_close_to_reference(got, want, dtype, "g6 scale-free")
+    unscaled = OPS.g6_branch_indep(x["f"].to(device, dtype))
+    torch.testing.assert_close(got, unscaled, rtol=max(TOLERANCE[dtype] * 10, 1e-7), atol=0.0)

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.inference import holm_batch, min_detectable_effect, rank_test
+from tune_gems.inference import holm_batch, min_detectable_effect, rank_test
 
 DISTRIBUTIONS = ("normal", "t3")
 EFFECT_MULTIPLES = (0.25, 0.5, 0.75, 1.0)
@@ -115,7 +115,7 @@ def calibration_table(shapes: list[Shape], *, n_sim: int = defaults.N_SIM, seeds
                        gems=len(sh), sd=sd, p_div=sh[0].p_div)
             row.update(null_rate(sh, n_sim, dist=dist, alpha=alpha, seed=seed))
             row["mc_tolerance"] = mc_tolerance(alpha, n_sim)
-            row["mde"] = min_detectable_effect(sd, sh[0].n, alpha / len(sh), power_target)
+            row["mde"] = min_detectable_effect(sd, sh[0].n, alpha / len(sh), power_target, sh[0].p_div)
             for name, value in eff_values:
                 row[f"power@{name} ({value:.3g})"] = power(sh, value, n_sim, dist=dist, alpha=alpha, seed=seed)["power"]
             rows.append(row)
@@ -183,3 +183,88 @@ def format_calibration(table: pd.DataFrame, shapes: list[Shape], note: str = "",
     lines.append(f"family-wise false rate: worst {worst:.3f} (promise <= {alpha:g}; Monte-Carlo allowance +{tol:.3f})"
                  + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **"))
     return "\n".join(lines)
+
+
+# -- search, then confirm (issue 21) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SearchShape:
+    """A simulated search: `trials` trials, each wiring each of `gems` gems with probability
+    `p_wire`; every wired gem's comparison has `seeds` per-seed differences made of a per-seed-
+    index path component (sd `path_sd`, the same in every trial of the search: shared paths) and
+    trial noise (sd `noise_sd`). The confirmation has `confirm_seeds` fresh seeds and paths."""
+
+    trials: int = 8
+    gems: int = 3
+    seeds: int = 16
+    confirm_seeds: int = 16
+    path_sd: float = 0.7
+    noise_sd: float = 0.7
+    p_wire: float = 0.5
+
+    @property
+    def sd(self) -> float:
+        return math.sqrt(self.path_sd**2 + self.noise_sd**2)
+
+
+def _holm_codes(est: np.ndarray, p: np.ndarray, alpha: float) -> np.ndarray:
+    """[n_sim, m] +1 keep / -1 harmful / 0 by Holm over the finite entries of each row (NaN: no test)."""
+    from tune_gems.inference import holm
+
+    adj = holm(p)
+    return np.where(np.isfinite(adj) & (adj <= alpha), np.sign(est), 0).astype(int)
+
+
+def search_confirm_rates(shape: SearchShape, effect: float = 0.0, n_sim: int = defaults.N_SIM, *,
+                         alpha: float = defaults.ALPHA, dist: str = "normal", seed: int = defaults.SEED) -> dict[str, float]:
+    """Simulated searches, then confirmation, by the rules the project uses: per gem the trial
+    with the largest Hodges-Lehmann discovery gain (`verdict_gain_<gem>`) is chosen; the *naive*
+    verdict tests that trial's own seeds (what a search without confirmation would report); the
+    *confirmed* verdict tests a fresh run of it (fresh seeds and paths), signed-rank, Holm over
+    the gems with a choice. `effect` is the true shift of gem 0 in every configuration wiring it
+    (the others: none). Returns naive_fwer / confirmed_fwer (any keep or harmful among the null
+    gems), power (gem 0 reads keep wired after confirmation) and naive_power."""
+    rng = np.random.default_rng(seed + 7)
+    T, m, n, nc = shape.trials, shape.gems, shape.seeds, shape.confirm_seeds
+    wired = rng.random((n_sim, T, m)) < shape.p_wire
+    delta = np.zeros(m)
+    delta[0] = effect
+    path = shape.path_sd * _draws(rng, (n_sim, 1, m, n), dist)  # shared by the trials of one search
+    d = delta[None, None, :, None] + path + shape.noise_sd * _draws(rng, (n_sim, T, m, n), dist)
+    score = rank_test(d.reshape(-1, n))["estimate"].reshape(n_sim, T, m)
+    score = np.where(wired, score, -np.inf)
+    best = score.argmax(axis=1)  # [n_sim, m]
+    chosen = wired.any(axis=1)
+    picked = np.take_along_axis(d, best[:, None, :, None], axis=1)[:, 0]  # [n_sim, m, n]
+    naive = rank_test(picked.reshape(-1, n), tail=alpha / 2)
+    fresh = delta[None, :, None] + shape.sd * _draws(rng, (n_sim, m, nc), dist)
+    conf = rank_test(fresh.reshape(-1, nc), tail=alpha / 2)
+    out = {}
+    for name, r in (("naive", naive), ("confirmed", conf)):
+        p = np.where(chosen, r["p"].reshape(n_sim, m), np.nan)
+        codes = _holm_codes(r["estimate"].reshape(n_sim, m), p, alpha)
+        null_gems = codes[:, 1:] if effect else codes
+        out[f"{name}_fwer"] = float((null_gems != 0).any(axis=1).mean())
+        out[f"{name}_power"] = float((codes[:, 0] == 1).mean()) if effect else math.nan
+    out["power"] = out.pop("confirmed_power")
+    return out
+
+
+def confirmation_mde(shape: SearchShape, alpha: float = defaults.ALPHA, power_target: float = defaults.POWER) -> float:
+    """The confirmation's minimum detectable effect (Holm's first step over the gems)."""
+    return min_detectable_effect(shape.sd, shape.confirm_seeds, alpha / shape.gems, power_target)
+
+
+def delete_rate(shapes: list[Shape], effect: float, rope: float = defaults.ROPE, n_sim: int = defaults.N_SIM, *,
+                dist: str = "normal", alpha: float = defaults.ALPHA, seed: int = defaults.SEED) -> float:
+    """P(the first gem reads `delete`) when its magnitude is at its null (that half of the rule
+    holds) and wiring it shifts the outcome by `effect`: the rest of the rule (no keep / harmful
+    by Holm, and the wiring TOST within +-`rope`, Holm over the gems) decides. A true effect
+    beyond the ROPE must read `delete` at most alpha of the time (issue 21)."""
+    rng = np.random.default_rng(seed + 3)
+    diffs = [simulate_differences(rng, s, n_sim, effect if i == 0 else 0.0, dist) for i, s in enumerate(shapes)]
+    codes = family_verdicts(diffs, alpha)
+    tost = np.stack([rank_test(d, rope=rope, tail=alpha / 2)["p_tost"] for d in diffs], 1)
+    equivalent = holm_batch(tost)[:, 0] <= alpha
+    return float((equivalent & (codes[:, 0] == 0)).mean())

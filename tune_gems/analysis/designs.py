@@ -38,6 +38,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from tune_gems.inference import worst_outcome_difference
 from tune_gems.analysis.labels import trial_gem_modes
 from tune_gems.analysis.variance import KEY, trial_outcomes
 from tune_gems.errors import DataError
@@ -311,12 +312,9 @@ class Paired:
 
 def _diff(hi: np.ndarray, lo: np.ndarray, hi_div: np.ndarray, lo_div: np.ndarray, worst: bool) -> np.ndarray:
     """hi - lo with divergence as the worst outcome (`worst`) or as missing (NaN)."""
-    d = hi - lo
     if worst:
-        d = np.where(hi_div & lo_div, 0.0, np.where(hi_div, -np.inf, np.where(lo_div, np.inf, d)))
-    else:
-        d = np.where(hi_div | lo_div, np.nan, d)
-    return d
+        return worst_outcome_difference(hi, lo, hi_div, lo_div)
+    return np.where(hi_div | lo_div, np.nan, hi - lo)
 
 
 def _unit_mean(values: np.ndarray) -> float:

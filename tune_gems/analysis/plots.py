@@ -128,7 +128,9 @@ def forest(verdicts: pd.DataFrame, placebo: pd.DataFrame | None = None) -> Figur
             rows.append((f"{r['gem']}: {r['verdict']}", r["effect"], r["ci_low"], r["ci_high"], "tab:blue"))
     if placebo is not None:
         for _, r in placebo.iterrows():
-            rows.append((f"{r['gem']} placebo: {r['verdict']}", r["effect"], r["ci_low"], r["ci_high"], "tab:grey"))
+            kind = r.get("kind") if isinstance(r.get("kind"), str) else "placebo"
+            name = f"{r['gem']} placebo" if kind == "placebo" else kind
+            rows.append((f"{name}: {r['verdict']}", r["effect"], r["ci_low"], r["ci_high"], "tab:grey"))
     if not rows:
         return None
     vals = np.array([[e, lo, hi] for _, e, lo, hi, _ in rows], float)

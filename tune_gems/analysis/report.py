@@ -88,7 +88,8 @@ def evidence_line(r: Any) -> str:
     changed = f" (seeds alone: {seed_word})" if isinstance(seed_word, str) and seed_word and seed_word != r["verdict"] else ""
     return (f"{r['gem']}: {r['verdict']}{changed} - design: {r['design']}; seeds {int(r['n_seeds'])}; "
             f"effect {_num(r.get('effect'), '+.3g')} {_interval(r.get('ci_low'), r.get('ci_high'))} "
-            f"({_num(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise, over seeds){_market_part(r)}; "
+            f"({_num(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise, over seeds; pseudo-median, "
+            f"mean {_num(r.get('mean_effect'), '+.3g')}){_market_part(r)}; "
             f"Holm p {_num(r.get('p_adjusted'), '.2g')}; MDE {_num(r.get('mde'))}; "
             f"seeds for +-{_num(r.get('rope'), 'g')}: {_num(r.get('seeds_needed'), '.0f')}"
             f"{_period_part(r)}{_held_out_part(r)}{_skill_part(r)}")
@@ -120,10 +121,11 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
                          redundancy: pd.DataFrame | None = None) -> str:
     """The verdicts for a terminal: an aligned table, each gem's evidence line and reason, the
     placebo arms and the redundancy findings."""
-    header = ["gem", "verdict", "seeds", "effect", "CI", "market CI", "Holm p", "TOST p", "MDE", "excess/loss"]
+    header = ["gem", "verdict", "seeds", "effect", "mean", "CI", "market CI", "Holm p", "TOST p", "MDE", "excess/loss"]
     rows = [header]
     for _, r in df.iterrows():
         rows.append([str(r["gem"]), str(r["verdict"]), _num(r.get("n_seeds"), "g"), _num(r.get("effect"), "+.3g"),
+                     _num(r.get("mean_effect"), "+.3g"),
                      _interval(r.get("ci_low"), r.get("ci_high")), market_interval(r), _num(r.get("p_adjusted"), ".2g"),
                      _num(r.get("tost_p_adjusted"), ".2g"), _num(r.get("mde")), _num(r.get("excess_median"))])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -137,9 +139,13 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
         lines.append("")
         for _, r in placebo.iterrows():
             ok = r["verdict"] in ("equivalent", "inconclusive")
-            lines.append(f"placebo {r['gem']} (wired at ~0 weight): {r['verdict']}{'' if ok else ' ** the rule is not calibrated for this learner **'}"
+            kind = r.get("kind") if isinstance(r.get("kind"), str) else "placebo"
+            what = f"placebo {r['gem']} (wired at ~0 weight)" if kind == "placebo" else kind
+            vacuous = ("" if bool(r.get("informative", True)) else
+                       f" ** uninformative: {_num(100 * float(r['tied_share']), '.0f')}% of the pairs tie (identical outcomes): it tests nothing **")
+            lines.append(f"{what}: {r['verdict']}{'' if ok else ' ** the rule is not calibrated for this learner **'}"
                          f" - effect {_num(r['effect'], '+.3g')} {_interval(r['ci_low'], r['ci_high'])}, p {_num(r['p_value'], '.2g')}, "
-                         f"spread sd {_num(r['sd_diff'])}, IQR {_num(r['iqr_diff'])} over {int(r['n_seeds'])} seeds")
+                         f"spread sd {_num(r['sd_diff'])}, IQR {_num(r['iqr_diff'])} over {int(r['n_seeds'])} seeds{vacuous}")
     if redundancy is not None and len(redundancy):
         lines.append("")
         for _, r in redundancy.iterrows():
@@ -205,7 +211,7 @@ def _periods_section(v: pd.DataFrame) -> list[str]:
     return lines
 
 
-REPORT_VERDICT_COLUMNS = ("gem", "verdict", "n_seeds", "effect", "ci_low", "ci_high", "p_adjusted", "mde")
+REPORT_VERDICT_COLUMNS = ("gem", "verdict", "n_seeds", "effect", "mean_effect", "ci_low", "ci_high", "p_adjusted", "mde")
 """The report's verdict summary; the full evidence is verdicts.csv."""
 
 
@@ -242,6 +248,8 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
         "paired by seed (docs/analysis.md). Metric: the validation alpha Sharpe averaged over the last "
         f"{settings.get('last_k', '')} epochs, wired minus measured, a diverged member counted as the worst "
         "outcome; Wilcoxon signed-rank with its Hodges-Lehmann interval (the seed interval), Holm over the gems. "
+        "The estimand (`effect`) is the pseudo-median of the per-seed differences (Hodges-Lehmann: the median of "
+        "their Walsh averages), not the mean; `mean_effect` beside it is the mean over the seeds where nobody diverged. "
         "On one price history (a real series, or synthetic `paths: shared`) each difference also gets a "
         "market-noise interval at the same level (`market_ci_low`, `market_ci_high`: a stationary block bootstrap "
         "of the validation period over the saved per-step returns); a `keep wired` or `harmful` that it does "
@@ -258,10 +266,11 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
     if "Gem effects" in images:
         lines += ["", f"![Gem effects]({images['Gem effects']})"]
     placebo = getattr(result, "placebo", None)
-    lines += ["", "## Placebo arms", ""]
-    lines.append("A gem wired at a negligible weight: the learner's own null (chaotic sensitivity to a tiny "
-                 "perturbation). Its verdict must be `equivalent` or `inconclusive`; the spread is the per-seed "
-                 "difference placebo minus measured.")
+    lines += ["", "## Null arms (placebo, A/A)", ""]
+    lines.append("A gem wired at a negligible weight (placebo), or the control with an independent replay nuisance "
+                 "stream (A/A, `trainer.replay_stream`): the learner's own null. The verdict must be `equivalent` or "
+                 "`inconclusive`; the spread is the per-seed difference against its twin; `informative` is false when "
+                 "most pairs tie (identical outcomes: the arm tests nothing).")
     lines += ["", markdown_table(placebo) if placebo is not None and len(placebo) else "_No placebo arm in these results._"]
     red = getattr(result, "redundancy", None)
     lines += ["", "## Redundancy (measure_gems factorial)", ""]

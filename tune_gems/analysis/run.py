@@ -25,6 +25,7 @@ from tune_gems.analysis.excess import add_excess_columns
 from tune_gems.analysis.importance import param_importances
 from tune_gems.analysis.load import Experiment, load_experiment
 from tune_gems.analysis.market_evidence import EvalReturnsLookup
+from tune_gems.analysis.objective import objective_notes
 from tune_gems.analysis.magnitudes import gem_magnitudes, gem_trajectories
 from tune_gems.analysis.redundancy import redundancy_table
 from tune_gems.analysis.report import render_report
@@ -134,7 +135,7 @@ def analyze(
     verdicts["skill"] = skill_context(exp)
     placebo = placebo_verdicts(cells, gems, m, alpha=alpha, rope=rope, last_k=last_k, placebo_weight=placebo_weight)
     _, metric_note = verdict_metric(m)
-    notes = list(cells.notes) + ([metric_note] if metric_note else [])
+    notes = list(cells.notes) + ([metric_note] if metric_note else []) + objective_notes(exp.paths, exp.labels)
     boot = dict(n_boot=n_boot, confidence=confidence, seed=seed)
     settings = dict(alpha=alpha, rope=rope, rel_threshold=rel_threshold, last_k=last_k, power=power,
                     placebo_weight=placebo_weight, confidence=confidence, n_boot=n_boot, seed=seed)

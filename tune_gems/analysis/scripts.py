@@ -30,6 +30,11 @@ def add_arguments(p: argparse.ArgumentParser, out: bool = True) -> argparse.Argu
                             "EXPERIMENT_DIR and print the false keep/harmful rate and the power (writes nothing)")
         p.add_argument("--n-sim", type=int, default=defaults.N_SIM,
                        help=f"simulated datasets per calibration setting (default {defaults.N_SIM}, at least 100)")
+    return add_settings(p)
+
+
+def add_settings(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The verdict and bootstrap settings (shared with `tune-gems confirm`)."""
     p.add_argument("--alpha", type=float, default=defaults.ALPHA,
                    help=f"family-wise error rate of the verdicts, Holm over gems (default {defaults.ALPHA})")
     p.add_argument("--rope", type=float, default=defaults.ROPE,
@@ -51,6 +56,7 @@ def add_arguments(p: argparse.ArgumentParser, out: bool = True) -> argparse.Argu
 
 
 def analysis_settings(a: argparse.Namespace) -> dict:
+    """The analysis settings of parsed arguments (`add_settings`), as keyword arguments."""
     return dict(alpha=a.alpha, rope=a.rope, rel_threshold=a.rel_threshold, last_k=a.last_k, power=a.power,
                 placebo_weight=a.placebo_weight, confidence=a.confidence, n_boot=a.n_boot, seed=a.seed)
 
@@ -101,15 +107,18 @@ def run_report(a: argparse.Namespace) -> None:
     if getattr(a, "calibrate", False):
         run_calibration(a)
         return
-    from tune_gems.analysis.report import baseline_comparison, format_verdict_table
+    from tune_gems.analysis.objective import objective_notes
+    from tune_gems.analysis.report import format_verdict_table
     from tune_gems.analysis.run import run_analysis
-    from tune_gems.baseline_headline import baseline_headline
+    from tune_gems.baseline_headline import baseline_comparison, baseline_headline
 
     res = run_analysis(a.experiments, a.out, overwrite=a.overwrite, plot=not a.no_plots, **analysis_settings(a))
     headline = baseline_headline(baseline_comparison(res.experiment))
     if headline:
         print(headline + "\n")
     print(format_verdict_table(res.verdicts, res.placebo, res.redundancy))
+    for note in objective_notes(res.experiment.paths, res.experiment.labels):
+        print(f"\nnote: {note}")
     print(f"\nwrote {res.out_dir}/report.md")
 
 

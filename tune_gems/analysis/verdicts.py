@@ -13,10 +13,13 @@ Per gem (docs/analysis.md "Verdicts" has the full text):
    - `equivalent`: Holm-adjusted TOST p <= alpha (the effect lies within +-ROPE);
    - `inconclusive`: none of these; the evidence gives the minimum detectable effect at the
      stated power for the seeds used, and the seeds that would detect an effect of one ROPE.
-2. **delete** replaces `equivalent` / `inconclusive` / no test when the gem's measured
-   magnitude is at its null (TOST of the per-seed excess over the null, relative to the C51
-   loss, within +-`rel_threshold`, Holm over gems), or when the redundancy factorial shows a
-   model feature removes it (`redundancy.py`).
+2. **delete** replaces `equivalent` when, besides the wiring effect being equivalent to zero
+   (its TOST), the gem's measured magnitude is at its null (TOST of the per-seed excess over
+   the null, relative to the C51 loss, within +-`rel_threshold`, Holm over gems) or the
+   redundancy factorial shows a model feature removes it (`redundancy.py`). Both halves are
+   needed (issue 21): a magnitude at its null says nothing about what wiring does, and a gem
+   whose wiring helps must not read `delete`; without a wiring comparison the evidence is
+   `insufficient data` (the magnitude finding stated), with an unsettled one `inconclusive`.
 3. **Market noise** (one price history: a real series or synthetic `paths: shared`): beside the
    seed interval, the market-noise interval of the same difference (`market_evidence`: a
    stationary block bootstrap of the validation period over the saved per-step returns, at the
@@ -32,7 +35,9 @@ Per gem (docs/analysis.md "Verdicts" has the full text):
 
 A placebo arm (the gem wired at weight <= `placebo_weight`) is not a wiring: its comparison
 with the measured arm is reported separately (`placebo_verdicts`) as the learner's own null;
-its verdict must come out `equivalent` or `inconclusive`.
+its verdict must come out `equivalent` or `inconclusive`. An A/A arm (the control with another
+`trainer.replay_stream`: independent replay draws, nothing else) is reported there too; a null
+arm whose pairs mostly tie is flagged uninformative (it tests nothing).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ import pandas as pd
 from tune_gems.analysis import defaults
 from tune_gems.analysis.designs import Cells, Paired, build_cells, paired
 from tune_gems.analysis.excess import add_excess_columns
-from tune_gems.analysis.inference import (
+from tune_gems.inference import (
     holm,
     holm_levels,
     min_detectable_effect,
@@ -74,14 +79,19 @@ VERDICTS = ("keep wired", "harmful", "equivalent", "inconclusive", "inconclusive
 
 VERDICT_COLUMNS = [
     "gem", "metric", "verdict", "reason", "design", "outcome", "n_seeds", "n_pairs",
-    "effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p", "tost_p_adjusted",
-    "rope", "alpha", "sd_diff", "mde", "seeds_needed", "wired_diverged", "measured_diverged",
+    "estimand", "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p", "tost_p_adjusted",
+    "rope", "alpha", "sd_diff", "divergence_rate", "mde", "seeds_needed", "wired_diverged", "measured_diverged",
     "wired_members", "measured_members", "test_effect", "fix",
     "excess_n", "excess_median", "excess_ci_low", "excess_ci_high", "excess_tost_p_adjusted",
     "rel_threshold", "redundancy", "market_path", "seed_verdict", *MARKET_COLUMNS,
 ]
 PLACEBO_COLUMNS = ["gem", "verdict", "n_seeds", "effect", "ci_low", "ci_high", "p_value", "tost_p",
-                   "sd_diff", "iqr_diff", "min_diff", "max_diff", "outcome"]
+                   "sd_diff", "iqr_diff", "min_diff", "max_diff", "outcome", "kind", "tied_share", "informative"]
+AA_FACTOR = "trainer.replay_stream"
+"""The key an A/A arm differs in: the replay nuisance stream (0: the member seed's own draws)."""
+AA_BASE = "0.0"  # the canonical text (designs._norm) of stream 0
+UNINFORMATIVE_TIES = 0.5
+"""A null arm whose pairs tie (identical outcomes) more often than this tests nothing: flagged."""
 
 
 def verdict_metric(members: pd.DataFrame, metric: str = defaults.METRIC,
@@ -94,6 +104,24 @@ def verdict_metric(members: pd.DataFrame, metric: str = defaults.METRIC,
 
 def _fmt(x, f: str = ".3g") -> str:
     return format_number(x, f, missing="nan")
+
+
+ESTIMAND = "pseudo-median (Hodges-Lehmann) of the per-seed differences"
+"""What `effect` estimates: the median of the Walsh averages of the per-unit differences (a
+diverged member the worst outcome), the statistic the signed-rank test and its interval
+belong to. `mean_effect` beside it is the plain mean over the units where nobody diverged."""
+
+
+def _finite_mean(d: np.ndarray) -> float:
+    """The mean of the finite per-unit differences (units with a diverged member left out)."""
+    fin = d[np.isfinite(d)]
+    return float(fin.mean()) if fin.size else math.nan
+
+
+def divergence_rate(pr: Paired) -> float:
+    """The share of one side of a pair diverging (wired and measured pooled): what the MDE and
+    the seeds needed account for."""
+    return float((pr.hi_diverged + pr.lo_diverged) / (2 * pr.n_pairs)) if pr.n_pairs else 0.0
 
 
 def _spread(d: np.ndarray) -> float:
@@ -184,11 +212,13 @@ def gem_verdicts(
             lvl = float(levels[i])
             lo_hi = rank_test(pr.diffs[None, :], tail=lvl / 2)
             sd = _spread(pr.diffs)
-            row.update(effect=float(stats[n]["estimate"][0]), p_value=p[i], p_adjusted=p_adj[i], tost_p=pt[i],
+            p_div = divergence_rate(pr)
+            row.update(estimand=ESTIMAND, effect=float(stats[n]["estimate"][0]), mean_effect=_finite_mean(pr.diffs),
+                       p_value=p[i], p_adjusted=p_adj[i], tost_p=pt[i],
                        tost_p_adjusted=pt_adj[i], ci_low=float(lo_hi["low"][0]), ci_high=float(lo_hi["high"][0]),
-                       ci_level=1 - lvl, sd_diff=sd,
-                       mde=min_detectable_effect(sd, pr.n, alpha / max(m, 1), power),
-                       seeds_needed=seeds_needed(sd, rope, alpha / max(m, 1), power))
+                       ci_level=1 - lvl, sd_diff=sd, divergence_rate=p_div,
+                       mde=min_detectable_effect(sd, pr.n, alpha / max(m, 1), power, p_div),
+                       seeds_needed=seeds_needed(sd, rope, alpha / max(m, 1), power, p_div=p_div))
             row.update(market_evidence(pr, cells, eval_returns, column=column, k=last_k, confidence=1 - lvl,
                                        n_boot=n_boot, seed=seed).columns())
         row["verdict"], row["reason"] = _decide(row, metric_note, power, m)
@@ -273,22 +303,24 @@ def _seed_decide(row: dict, metric_note: str, power: float, m: int) -> tuple[str
             return "keep wired", f"wiring helps: {ev}{extra}"
         if row["p_adjusted"] <= a and row["effect"] < 0:
             return "harmful", f"wiring hurts: {ev}{extra}"
-        if delete_mag:
-            return "delete", f"{mag_text}; wiring shows no gain: {ev}{extra}"
-        if delete_red:
-            return "delete", f"{row['redundancy']} (redundancy factorial); wiring shows no gain: {ev}{extra}"
-        if np.isfinite(row["tost_p_adjusted"]) and row["tost_p_adjusted"] <= a:
-            return "equivalent", (f"no practical difference: effect within +-{row['rope']:g} (TOST Holm p "
-                                  f"{_fmt(row['tost_p_adjusted'], '.2g')}); {ev}{extra}")
+        equivalent = np.isfinite(row["tost_p_adjusted"]) and row["tost_p_adjusted"] <= a
+        tost = (f"effect within +-{row['rope']:g} (TOST Holm p {_fmt(row['tost_p_adjusted'], '.2g')})")
+        if equivalent and delete_mag:  # both halves of the evidence: nothing measured, nothing gained
+            return "delete", f"{mag_text}; and wiring is equivalent to none: {tost}; {ev}{extra}"
+        if equivalent and delete_red:
+            return "delete", f"{row['redundancy']} (redundancy factorial); and wiring is equivalent to none: {tost}; {ev}{extra}"
+        if equivalent:
+            return "equivalent", f"no practical difference: {tost}; {ev}{extra}"
         small = smallest_p(int(row["n_seeds"]))
         hint = (f"; {int(row['n_seeds'])} seeds cannot reach p <= {a / max(m, 1):.2g} at all"
                 if small > a / max(m, 1) else "")
-        return "inconclusive", (f"{ev}; detectable at {power:.0%} power: |effect| >= {_fmt(row['mde'])} "
-                                f"(about {_fmt(row['seeds_needed'], '.0f')} seeds would detect +-{row['rope']:g}){hint}{extra}")
-    if delete_mag:
-        return "delete", mag_text
-    if delete_red:
-        return "delete", f"{row['redundancy']} (redundancy factorial)"
+        div = row.get("divergence_rate", 0.0)
+        div_text = f", {div:.0%} of members diverged" if np.isfinite(div) and div > 0 else ""
+        held = (f"; not delete: {'the magnitude is at its null' if delete_mag else row['redundancy']}, but wiring "
+                "is not shown equivalent to none (delete needs both)" if delete_mag or delete_red else "")
+        return "inconclusive", (f"{ev}; detectable at {power:.0%} power{div_text}: |effect| >= {_fmt(row['mde'])} "
+                                f"(about {_fmt(row['seeds_needed'], '.0f')} seeds would detect +-{row['rope']:g}){hint}{held}{extra}")
+    no_wiring = "; not delete: wiring was never compared with measuring (delete needs both: add an arm with it wired)"
     if row["wired_members"] and row["measured_members"]:
         return "insufficient: confounded", (
             "wired and measured members never differ in this gem alone at a common seed"
@@ -299,7 +331,9 @@ def _seed_decide(row: dict, metric_note: str, power: float, m: int) -> tuple[str
         mag = "" if not np.isfinite(row["excess_median"]) else (
             f"; measured excess median {_fmt(row['excess_median'])} x loss, CI "
             f"[{_fmt(row['excess_ci_low'])}, {_fmt(row['excess_ci_high'])}]")
-        return "insufficient data", f"measured only: add an arm with this gem wired (same seeds){mag}"
+        held = (f"; {mag_text}" + no_wiring) if delete_mag else (f"; {row['redundancy']} (redundancy factorial)" + no_wiring
+                                                                   if delete_red else "")
+        return "insufficient data", f"measured only: add an arm with this gem wired (same seeds){mag}{held}"
     return "no data", "never measured nor wired in a finished trial"
 
 
@@ -314,11 +348,22 @@ def placebo_verdicts(
     placebo_weight: float = defaults.PLACEBO_WEIGHT,
     metric: str = defaults.METRIC,
 ) -> pd.DataFrame:
-    """Per gem with a placebo arm: placebo minus measured, by the same rule, without Holm (the
-    stricter check). Its verdict must be `equivalent` or `inconclusive`; `keep wired` or
-    `harmful` means the learner reacts to a 1e-9 perturbation more than the rule allows for."""
+    """The null arms, by the same rule without Holm (the stricter check): per gem with a
+    placebo arm, placebo minus measured (`kind` placebo), and per A/A arm (issue 21: the control
+    with another `trainer.replay_stream`, an independent nuisance stream and nothing else),
+    A/A minus its stream-0 twin (`kind` a/a, gem `-`). Their verdict must be `equivalent` or
+    `inconclusive`; `keep wired` or `harmful` means the learner's outcome moves with nuisance
+    more than the rule allows for. `tied_share` is the share of units whose difference is
+    exactly 0 (identical outcomes); above UNINFORMATIVE_TIES the arm is `informative` False:
+    it tests nothing (a weight-1e-9 placebo is often bit-identical to its control)."""
     column, _ = verdict_metric(members, metric)
     rows = []
+    t = cells.table
+    if AA_FACTOR in t.columns:
+        for level in sorted(set(t[AA_FACTOR]) - {AA_BASE}):
+            pr = paired(cells, AA_FACTOR, level, AA_BASE, column=column, k=last_k)
+            if pr.n:
+                rows.append(_null_row(pr, "-", column, alpha, rope, f"a/a (replay stream {level.split('.')[0]})"))
     for g in gems:
         _, is_placebo = placebo_selectors(g, placebo_weight)
         mode = f"gems.{g.name}.mode"
@@ -328,14 +373,21 @@ def placebo_verdicts(
                             ignore=(f"gems.{g.name}.weight",), select=lambda t, f=is_placebo, md=mode: f(t) | (t[md] == MEASURE))
         if not pr.n:
             continue
-        r = rank_test(pr.diffs[None, :], rope=rope, tail=alpha / 2)
-        p, pt, est = float(r["p"][0]), float(r["p_tost"][0]), float(r["estimate"][0])
-        verdict = ("keep wired" if p <= alpha and est > 0 else "harmful" if p <= alpha and est < 0
-                   else "equivalent" if pt <= alpha else "inconclusive")
-        fin = pr.diffs[np.isfinite(pr.diffs)]
-        q = np.percentile(fin, [25, 75]) if fin.size else [math.nan, math.nan]
-        rows.append(dict(gem=g.name, verdict=verdict, n_seeds=pr.n, effect=est, ci_low=float(r["low"][0]),
-                         ci_high=float(r["high"][0]), p_value=p, tost_p=pt, sd_diff=_spread(pr.diffs),
-                         iqr_diff=float(q[1] - q[0]), min_diff=float(fin.min()) if fin.size else math.nan,
-                         max_diff=float(fin.max()) if fin.size else math.nan, outcome=column))
+        rows.append(_null_row(pr, g.name, column, alpha, rope, "placebo"))
     return pd.DataFrame(rows, columns=PLACEBO_COLUMNS)
+
+
+def _null_row(pr: Paired, gem: str, column: str, alpha: float, rope: float, kind: str) -> dict:
+    """One null arm's row of `placebo_verdicts`: the rule without Holm, its spread and ties."""
+    r = rank_test(pr.diffs[None, :], rope=rope, tail=alpha / 2)
+    p, pt, est = float(r["p"][0]), float(r["p_tost"][0]), float(r["estimate"][0])
+    verdict = ("keep wired" if p <= alpha and est > 0 else "harmful" if p <= alpha and est < 0
+               else "equivalent" if pt <= alpha else "inconclusive")
+    fin = pr.diffs[np.isfinite(pr.diffs)]
+    q = np.percentile(fin, [25, 75]) if fin.size else [math.nan, math.nan]
+    tied = float(np.mean(pr.diffs == 0.0))
+    return dict(gem=gem, verdict=verdict, n_seeds=pr.n, effect=est, ci_low=float(r["low"][0]),
+                ci_high=float(r["high"][0]), p_value=p, tost_p=pt, sd_diff=_spread(pr.diffs),
+                iqr_diff=float(q[1] - q[0]), min_diff=float(fin.min()) if fin.size else math.nan,
+                max_diff=float(fin.max()) if fin.size else math.nan, outcome=column, kind=kind,
+                tied_share=tied, informative=tied <= UNINFORMATIVE_TIES)

@@ -11,13 +11,27 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-G6_EPS = 1e-5
+G6_EPS_REL = 1e-3
+"""Variance floor of the G6 standardisation, relative to the branch's mean feature variance over
+the batch (issue 21): with an absolute floor (1e-5 before) wiring G6 could lower it by shrinking
+the features towards the floor instead of decorrelating them; relative to the branch's own
+scale, G6 of c x f equals G6 of f. The floor is part of the function (its gradient flows)."""
+G6_EPS_FLOOR = 1e-12
+"""Absolute floor under the relative one, so an all-constant branch standardises to 0, not 0/0;
+G6 is scale-free while the branch's variances stay far above G6_EPS_FLOOR / G6_EPS_REL = 1e-9."""
+
+
+def g6_eps(var: Tensor) -> Tensor:
+    """The standardisation floor per member and branch: G6_EPS_REL x the mean over features of
+    `var` [P,K,1,D] (the features' batch variances), + G6_EPS_FLOOR; [P,K,1,1]."""
+    return (G6_EPS_REL * var.mean(dim=3, keepdim=True)) + G6_EPS_FLOOR
 
 
 def g6_branch_indep(f: Tensor) -> tuple[None, Tensor]:
     """G6 branch independence. f [P,K,B,D] -> (None, value [P]).
 
-    Standardise each feature over the batch (var with 1/B), form the cross-correlation
+    Standardise each feature over the batch (var with 1/B, floored by `g6_eps`: relative to the
+    branch's mean variance, so the value is scale-free), form the cross-correlation
     R_kl = z_k^T z_l / B for every branch pair k<l and average R_kl[i,j]^2 over pairs and i,j.
     """
     P, K, B, D = f.shape
@@ -25,7 +39,7 @@ def g6_branch_indep(f: Tensor) -> tuple[None, Tensor]:
         return None, f.new_zeros(P)
     mean = f.mean(dim=2, keepdim=True)
     var = (f - mean).pow(2).mean(dim=2, keepdim=True)
-    z = (f - mean) / torch.sqrt(var + G6_EPS)
+    z = (f - mean) / torch.sqrt(var + g6_eps(var))
     # R[p,k,l,i,j] = sum_b z[p,k,b,i] z[p,l,b,j] / B
     R = torch.einsum("pkbi,plbj->pklij", z, z) / B
     iu, ju = torch.triu_indices(K, K, offset=1, device=f.device)

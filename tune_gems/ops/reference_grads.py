@@ -16,7 +16,7 @@ import math
 import torch
 from torch import Tensor
 
-from tune_gems.ops.reference import G6_EPS
+from tune_gems.ops.reference import G6_EPS_REL, g6_eps
 
 
 def sample_weight(grad_per_sample: Tensor | None, grad_value: Tensor, B: int) -> Tensor:
@@ -30,14 +30,16 @@ def g6_branch_indep_grad(grad_value: Tensor, f: Tensor) -> Tensor:
 
     value = mean over pairs k<l and i,j of R_kl[i,j]^2 with R_kl = z_k^T z_l / B, so
     dvalue/dz_k[b,i] = 2/(npairs D^2 B) sum_{l!=k} sum_j R_kl[i,j] z_l[b,j]; then through
-    z = (f - mean) / sd:  dL/df_b = (g_b - mean_B g - z_b mean_B(g z)) / sd.
+    z = (f - mean) / sd:  dL/df_b = (g_b - mean_B g - z_b mean_B(g z)) / sd, plus the path
+    through the branch's floor eps (reference.g6_eps), which depends on every feature's variance.
     """
     P, K, B, D = f.shape
     if K < 2:
         return torch.zeros_like(f, memory_format=torch.contiguous_format)
     mean = f.mean(dim=2, keepdim=True)
     centred = f - mean
-    sd = torch.sqrt(centred.pow(2).mean(dim=2, keepdim=True) + G6_EPS)
+    var = centred.pow(2).mean(dim=2, keepdim=True)
+    sd = torch.sqrt(var + g6_eps(var))
     z = centred / sd
     R = torch.einsum("pkbi,plbj->pklij", z, z) / B  # R[p,k,l] = R_kl, all k,l
     off_diagonal = ~torch.eye(K, dtype=torch.bool, device=f.device)
@@ -45,11 +47,12 @@ def g6_branch_indep_grad(grad_value: Tensor, f: Tensor) -> Tensor:
     npairs = K * (K - 1) // 2
     scale = grad_value.view(P, 1, 1, 1) * (2.0 / (npairs * D * D * B))
     grad_z = torch.einsum("pklij,plbj->pkbi", R, z) * scale
-    grad_f = (
-        grad_z
-        - grad_z.mean(dim=2, keepdim=True)
-        - z * (grad_z * z).mean(dim=2, keepdim=True)
-    ) / sd
+    mean_gz = (grad_z * z).mean(dim=2, keepdim=True)  # [P,K,1,D]
+    grad_f = (grad_z - grad_z.mean(dim=2, keepdim=True) - z * mean_gz) / sd
+    # through the floor eps = G6_EPS_REL mean_d var_d: dL/df_bd += G z_bd sd_d with
+    # G = -(G6_EPS_REL / D) sum_d mean_B(g z)_d / sd_d^2 (per member and branch)
+    G = -(G6_EPS_REL / D) * (mean_gz / sd.pow(2)).sum(dim=3, keepdim=True)
+    grad_f = grad_f + G * z * sd
     return grad_f.contiguous()
 
 

@@ -176,7 +176,9 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
             self._completed_trials.add(trial_id)
             return
         value = (result or {}).get(self.metric)
-        if result and (value is None or (isinstance(value, float) and not math.isfinite(value))):
+        # NaN: no value (a diverged trial under a mean objective) -> FAIL; -inf / +inf is the
+        # worst-outcome score of `verdict_gain` and is told as it is (Optuna takes infinities)
+        if result and (value is None or (isinstance(value, float) and math.isnan(value))):
             if trial_id in self._completed_trials:
                 return
             self._ot_study.tell(self._ot_trials[trial_id], None, state=optuna.trial.TrialState.FAIL)

@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 from ray import tune
 
+from tune_gems.metrics import DIVERGENCE_SCORED
 from tune_gems.resources import check_training_fits
 from tune_gems.result_files import BASELINES_KEY, CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE, FOLDS_KEY, MEMBERS_KEY
 from tune_gems.sweep.console import quiet_trial
@@ -113,6 +114,16 @@ class CheckpointReports:
                 self._held = None
 
 
+def trial_objective(metrics: dict[str, Any], objective: str, diverged: bool) -> float:
+    """What Optuna is told: an objective that scores divergence itself (DIVERGENCE_SCORED: the
+    verdict's worst-outcome rule, -inf allowed) as it is, NaN only where it is undefined; any
+    other objective NaN when the trial diverged (Optuna records a failure) or not finite."""
+    value = float(metrics[objective])
+    if objective in DIVERGENCE_SCORED:
+        return value
+    return math.nan if diverged else _finite_or_nan(value)
+
+
 def train_trial(
     params: dict[str, Any], *, base: dict[str, Any], prices: pd.Series, objective: str, design: str = "none",
     verbose: bool = False,
@@ -137,7 +148,7 @@ def train_trial(
         if baselines:
             metrics[BASELINES_KEY] = baselines.pop()
             metrics[FOLDS_KEY] = folds.pop()
-        metrics["objective"] = math.nan if trainer.diverged else _finite_or_nan(metrics[objective])
+        metrics["objective"] = trial_objective(metrics, objective, trainer.diverged)
         metrics["config_label"] = label
         metrics["seed"] = cfg.seed
         metrics.update(where)

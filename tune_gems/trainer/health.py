@@ -37,7 +37,7 @@ def health_line(
     mean>` once the test segment is evaluated); with >= 2 arms it ends with one compact part per arm:
     ` arms [<arm>: vs=<val sharpe mean> <metric>=<v> ... | <arm>: ...]` (`off` for the gems in
     `arm_off[arm]`). A designed run (proposal/control arms) adds, before the arms part,
-    ` gain [sharpe=<val_sharpe_gain> alpha=<val_alpha_sharpe_gain> <gem>=<gain_<gem>> ...]` for
+    ` gain [sharpe=<val_sharpe_gain> alpha=<val_alpha_sharpe_gain> verdict=<verdict_gain> <gem>=<gain_<gem>> ...]` for
     each gem with a without-<gem> arm (or an arm trained under another name: `aliases`,
     tune_gems.arm_designs.arm_aliases)."""
     named = set(arms) | set(aliases or {})
@@ -61,7 +61,8 @@ def health_line(
     if m["diverged"]:
         parts.append("DIVERGED")
     if "val_sharpe_gain" in m:  # a designed run (tune_gems.arm_designs): the paired gains
-        gains = [f"sharpe={_num(m['val_sharpe_gain'], '+.3f')}", f"alpha={_num(m['val_alpha_sharpe_gain'], '+.3f')}"]
+        gains = [f"sharpe={_num(m['val_sharpe_gain'], '+.3f')}", f"alpha={_num(m['val_alpha_sharpe_gain'], '+.3f')}",
+                 f"verdict={_num(m['verdict_gain'], '+.3f')}"]
         gains += [f"{s.name}={_num(m[f'gain_{s.name}'], '+.3f')}" for s in gems.settings.values() if f"without-{s.name}" in named]
         parts.append(f"gain [{' '.join(gains)}]")
     if len(folds) > 1:

@@ -38,6 +38,8 @@ from tune_gems.trainer.member_gems import MemberGems
 
 ACC_HEAD = ("loss", "q_mean", "grad_norm")
 ACC_TAIL = ("nonfinite",)
+REPLAY_STREAM_BASE = 1 << 20
+"""Counter-RNG stream of replay nuisance stream s is REPLAY_STREAM_BASE + s (stream 0 is the draw plan)."""
 """Rows of the per-member metric accumulator around the gems' (one row per gem of the run, in
 registry order, then one per gem for its null): summed every iteration, read once per epoch
 (`Learner.acc_rows`). `grad_norm` is the shared network's (gem heads are clipped apart)."""
@@ -68,6 +70,11 @@ class Learner:
         self.spectral_norm = per_member([a.config.model.spectral_norm for a in self.arms])
         self.noisy = per_member([a.config.model.noisy for a in self.arms])
         self.lr = per_member([a.config.trainer.lr for a in self.arms])
+        streams = per_member([a.config.trainer.replay_stream for a in self.arms])
+        # an A/A arm (trainer.replay_stream != 0): its replay batches come from an independent
+        # counter stream of the member's own key; every other member keeps its draws bit for bit
+        self.replay_streams = {s: torch.tensor([v == s for v in streams], device=device)
+                               for s in sorted(set(streams) - {0})}
         self.noisy_on = torch.tensor(self.noisy, device=device)  # [P]; off: epsilon-greedy
         self.rng = CounterRNG(self.seeds, device)
         # the market path each member trains and evaluates on (data.synthetic.paths): by seed index;
@@ -288,7 +295,7 @@ class Learner:
     def _learn(self, weights, draws: Draws) -> None:
         tc, mc, ops, gems = self.cfg.trainer, self.cfg.model, self.ops, self.member_gems
         P, B, K = self.P, tc.batch_size, self.K
-        b = self.replay.sample(draws.uniform("replay"))
+        b = self.replay.sample(self._replay_uniforms(draws))
         x, logits_t, logits_n, target_logits_n = self.gem_inputs(b, weights)
 
         with torch.no_grad():
@@ -301,14 +308,15 @@ class Learner:
         taken = logits_t.gather(3, b.action[..., None, None].expand(P, B, K, 1, mc.atoms)).squeeze(3)
         _, c51 = ops.c51_loss(taken, m)
 
-        values = gems.evaluate_all(x, self._heads(weights))
+        heads = self._heads(weights)
+        values = gems.evaluate_all(x, heads)
         nulls = gems.nulls(x)
         per_member = c51
         extra = gems.loss_term(values)
         if extra is not None:
             per_member = per_member + extra
         total = per_member.sum()
-        head_loss = gems.head_loss(values)  # measured gems' heads: their own objective
+        head_loss = gems.head_loss(values, gems.wired_head_values(x, heads))  # heads: their own objective, own rate
         if head_loss is not None:
             total = total + head_loss.sum()
         with self.backward_matmul_precision():
@@ -325,6 +333,16 @@ class Learner:
             if head_loss is not None:
                 finite = finite & torch.isfinite(head_loss)
             self._accumulate(c51, finite, x.q_t, norms[0], values, nulls)
+
+    def _replay_uniforms(self, draws: Draws) -> Tensor:
+        """The iteration's replay uniforms [P, batch]: the draw plan's slice, except for the
+        members of a nuisance stream (trainer.replay_stream = s), which read stream
+        REPLAY_STREAM_BASE + s of their own key (independent of stream 0, same counter)."""
+        u = draws.uniform("replay")
+        for stream, members in self.replay_streams.items():
+            alt = self.rng.uniform(REPLAY_STREAM_BASE + stream, (u.shape[1],))
+            u = torch.where(members[:, None], alt, u)
+        return u
 
     def _heads(self, weights) -> dict:
         """The gems' own parameters bound to this iteration's weights, run at the network's

@@ -10,7 +10,12 @@ structure never depends on them:
   shared network);
 - the loss term is `where(wire, weight x value, 0)`, summed over the gems any member wires;
 - a gem that owns a head (G12's predictor) trains it in `measure` mode with the value as its
-  loss: `where(measure, value, 0)`, summed over the gems any member measures.
+  loss: `where(measure, value, 0)`, summed over the gems any member measures; in `wire` mode
+  the head trains at the same rate whatever the gem's weight (issue 21: at weight 0.01 the
+  weighted gradient sank under Adam's epsilon and the predictor barely trained): the loss adds
+  `where(wire, (1 - weight) x value_on_cut_inputs, 0)`, so the head's gradient is weight x g
+  through the live inputs plus (1 - weight) x g through the cut ones = g, while the shared
+  network still gets weight x its gradient.
 `torch.where` rather than multiplying by a 0/1 mask: NaN x 0 is NaN, and a mask product can turn
 a value's sign bit; a masked-out member contributes exact zeros. A member therefore computes
 exactly what it computes in a run where every member has its own modes (the bit-identity
@@ -127,13 +132,32 @@ class MemberGems:
         ]  # fmt: skip
         return torch.stack(terms).sum(0) if terms else None
 
-    def head_loss(self, values: dict[str, Tensor | None]) -> Tensor | None:
-        """Per member [P]: the sum of where(measure, value, 0) over gems with a head (the head's
-        own objective in measure mode; the inputs were stop-gradient, so it trains the head only)."""
+    def _has_head(self, name: str) -> bool:
+        return self.base.settings[name].gem.head is not None
+
+    def wired_head_values(self, x: GemInputs, heads: dict[str, Callable[..., Tensor]]) -> dict[str, Tensor | None]:
+        """For each gem with a head that some member wires: its value [P] on stop-gradient inputs
+        (the gradient reaches the head only), for `head_loss`'s weight-free head rate."""
+        out: dict[str, Tensor | None] = {}
+        cut = x.detached()
+        for n in self.names:
+            if self.any_wired(n) and self._has_head(n):
+                out[n] = self.base.function(n)(cut.with_head(heads.get(n)))
+        return out
+
+    def head_loss(self, values: dict[str, Tensor | None], wired_heads: dict[str, Tensor | None] | None = None) -> Tensor | None:
+        """Per member [P]: the sum over gems with a head of where(measure, value, 0) (the head's
+        own objective in measure mode; the inputs were stop-gradient, so it trains the head only)
+        and, from `wired_head_values`, where(wire, (1 - weight) x value, 0) (module docstring: the
+        wired head's rate does not depend on the weight)."""
         terms = [
             torch.where(self._measure[n], v, 0.0)
             for n, v in values.items()
-            if v is not None and self.any_measured(n) and self.base.settings[n].gem.head is not None
+            if v is not None and self.any_measured(n) and self._has_head(n)
+        ]  # fmt: skip
+        terms += [
+            torch.where(self._wire[n], (1.0 - self._weight[n]) * v, 0.0)
+            for n, v in (wired_heads or {}).items() if v is not None
         ]  # fmt: skip
         return torch.stack(terms).sum(0) if terms else None
 

@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 
 from tune_gems import data as data_mod
-from tune_gems.arm_designs import arm_aliases, has_gains, paired_gains
+from tune_gems.arm_designs import arm_aliases, has_gains, paired_gains, verdict_gains
 from tune_gems.arms import DEFAULT_ARM
 from tune_gems.config import Config, flatten
 from tune_gems.env import Market, SegmentEvaluator
@@ -531,7 +531,7 @@ class Trainer:
             m[f"val_alpha_sharpe_mean@{arm}"] = _mean(evals["val"]["alpha_sharpe"][mine])
             m.update({f"{s.metric}@{arm}": _mean(rows[s.name][mine]) for s in settings})
         if has_gains(arms):
-            m.update(self._gains(arm_of, evals["val"]))
+            m.update(self._gains(arm_of, evals["val"], member_diverged))
         fold_of = np.array([self.fold_of(p) for p in range(P)])
         folds = self.market.fold_ids
         for fold in folds if len(folds) > 1 else ():
@@ -553,11 +553,12 @@ class Trainer:
             members.append(row)
         return EpochResult(metrics=m, members=members)
 
-    def _gains(self, arm_of: list[str], val: dict[str, np.ndarray]) -> dict[str, float]:
+    def _gains(self, arm_of: list[str], val: dict[str, np.ndarray], member_diverged: np.ndarray) -> dict[str, float]:
         """The paired gains of a designed run (tune_gems.arm_designs.paired_gains: proposal minus
         control, and minus without-<gem>, at each seed index; NaN where a member of a pair
-        diverged), and the gains' last-k means (the same k and window as the other objectives;
-        NaN if any epoch in the window is NaN)."""
+        diverged), the gains' last-k means (the same k and window as the other objectives;
+        NaN if any epoch in the window is NaN), and the verdict's statistic on the same window
+        (tune_gems.arm_designs.verdict_gains, from the members' last-k rows)."""
         gems = self.cfg.gem_names()
         S = self.cfg.trainer.population
         # pairs are the same seed index in the same fold
@@ -569,6 +570,11 @@ class Trainer:
             recent = [h[column] for h in self.history[-(k - 1):]] if k > 1 else []
             out[objective] = float(np.mean([*recent, g[column]]))
         out.update({f"{GEM_GAIN_PREFIX}{name}": g[f"gain_{name}"] for name in gems})
+        P = self.learner.P
+        earlier = [r for r in self.member_history if r["epoch"] > self.epoch - k]
+        window = np.array([[r["val_alpha_sharpe"] for r in earlier] + list(val["alpha_sharpe"])], dtype=np.float64)
+        flags = np.array([[bool(r["diverged"]) for r in earlier] + list(member_diverged)], dtype=bool)
+        out.update(verdict_gains(gems, arm_of, pair_key, window.reshape(-1, P), flags.reshape(-1, P), aliases=arm_aliases(self.cfg)))
         return out
 
     def fit(self, on_epoch: Callable[[EpochResult], None] | None = None) -> list[EpochResult]:

@@ -1,0 +1,196 @@
+"""Issue 21: search, then confirm; and the verdict rules' evidence.
+
+Calibration by simulation (the project's own decision code on simulated per-seed data):
+- a search of 8 trials whose paths persist across trials inflates the chosen trial's own test
+  (naive family-wise false rate above alpha), while the confirmation on fresh seeds and paths
+  keeps it <= alpha; a true effect at the confirmation's MDE survives it >= 80% of the time;
+- `delete` (magnitude at its null) needs the wiring TOST too: a true wiring effect at the ROPE
+  or beyond reads `delete` at most alpha of the time;
+- the MDE accounts for divergence (power at it stays at the stated 80%), and `seeds_needed`
+  answers in bounded memory at any spread.
+Unit tests of the choice per gem and the side-by-side table; the end-to-end `tune-gems confirm`
+runs after the smoke sweep in tests/test_sweep.py (one Ray start).
+"""
+
+from __future__ import annotations
+
+import math
+import tracemalloc
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tune_gems.analysis.calibration import (
+    SearchShape, Shape, confirmation_mde, delete_rate, mc_tolerance, power, search_confirm_rates,
+)
+from tune_gems.analysis.confirmation import choose_per_gem, side_by_side
+from tune_gems.inference import min_detectable_effect, seeds_needed, signed_rank_cdf, smallest_p
+
+ALPHA, N_SIM = 0.05, 2000
+TOL = mc_tolerance(ALPHA, N_SIM)
+
+
+@pytest.mark.parametrize("dist", ["normal", "t3"])
+def test_confirmation_keeps_the_family_wise_rate_that_selection_breaks(dist):
+    r = search_confirm_rates(SearchShape(), 0.0, N_SIM, dist=dist)
+    assert r["confirmed_fwer"] <= ALPHA + TOL
+    if dist == "normal":  # the test could fail: the search's own winner is inflated
+        assert r["naive_fwer"] > ALPHA + TOL
+
+
+def test_a_true_effect_at_the_confirmation_mde_survives_it():
+    shape = SearchShape()
+    r = search_confirm_rates(shape, confirmation_mde(shape), N_SIM)
+    assert r["power"] >= 0.8 - mc_tolerance(0.8, N_SIM)
+    assert r["confirmed_fwer"] <= ALPHA + TOL  # the other (null) gems stay clean
+
+
+@pytest.mark.parametrize("n, effect", [(16, 0.1), (16, 0.5), (64, 0.3)])
+def test_delete_needs_the_wiring_equivalent_to_zero(n, effect):
+    """Issue 21's cases: wiring truly helps (0.5 sd at 16 seeds, 0.3 sd at 64; sd 1), or sits on
+    the ROPE's edge: `delete` at most alpha of the time although the magnitude is at its null."""
+    shapes = [Shape("a", n, 1.0), Shape("b", n, 1.0), Shape("c", n, 1.0)]
+    assert delete_rate(shapes, effect, rope=0.1, n_sim=N_SIM) <= ALPHA + TOL
+
+
+def test_delete_has_power_when_wiring_is_truly_idle():
+    shapes = [Shape("a", 16, 0.02), Shape("b", 16, 0.02), Shape("c", 16, 0.02)]
+    assert delete_rate(shapes, 0.0, rope=0.1, n_sim=N_SIM) >= 0.8
+
+
+@pytest.mark.parametrize("p_div, n", [(0.05, 32), (0.1, 32), (0.1, 64)])
+def test_the_mde_accounts_for_divergence(p_div, n):
+    shapes = [Shape("a", n, 1.0, p_div), Shape("b", n, 1.0, p_div), Shape("c", n, 1.0, p_div)]
+    mde = min_detectable_effect(1.0, n, ALPHA / 3, 0.8, p_div)
+    assert mde > min_detectable_effect(1.0, n, ALPHA / 3, 0.8)  # divergence costs power
+    assert abs(power(shapes, mde, N_SIM)["power"] - 0.8) <= 2 * mc_tolerance(0.8, N_SIM)
+
+
+def test_seeds_needed_is_bounded_in_memory_at_any_spread():
+    for n in (1, 2, 5, 12):
+        assert smallest_p(n) == min(1.0, 2 * signed_rank_cdf(n)[0])
+    tracemalloc.start()
+    try:
+        wide = seeds_needed(4.4, 0.1, ALPHA / 3, 0.8)  # raised MemoryError before (a 3.1 GB table)
+        huge = seeds_needed(500.0, 0.1, ALPHA / 3, 0.8)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50e6 and math.isinf(huge)
+    assert min_detectable_effect(4.4, int(wide), ALPHA / 3, 0.8) <= 0.1 < min_detectable_effect(4.4, int(wide) - 1, ALPHA / 3, 0.8)
+    assert seeds_needed(1.0, 0.5, ALPHA / 3, 0.8) == min(
+        n for n in range(2, 200) if min_detectable_effect(1.0, n, ALPHA / 3, 0.8) <= 0.5)
+
+
+# -- the choice per gem and the table ------------------------------------------------------------
+
+
+def _trials() -> pd.DataFrame:
+    return pd.DataFrame({
+        "trial_id": ["a", "b", "c", "d"], "status": ["TERMINATED", "TERMINATED", "TERMINATED", "ERROR"],
+        "config_label": ["A", "B", "C", "D"],
+        "gems.g6.mode": ["wire", "wire", "measure", "wire"], "gems.g6.weight": [0.1, 0.5, 0.1, 0.9],
+        "gems.g12.mode": ["wire", "measure", "measure", "wire"], "gems.g12.weight": [0.2, 0.1, 0.1, 0.3],
+        "verdict_gain_g6": [0.2, 0.4, np.nan, 9.0], "verdict_gain_g12": [-np.inf, np.nan, np.nan, 9.0],
+    })
+
+
+def test_the_choice_per_gem_is_the_best_finished_trial_wiring_it():
+    choices, notes = choose_per_gem(_trials(), ["g6", "g10", "g12"],
+                                    ["gems.g6.mode", "gems.g6.weight", "gems.g12.mode", "gems.g12.weight"])
+    by = {c.gem: c for c in choices}
+    assert by["g6"].trial_id == "b" and by["g6"].score == 0.4  # d is best but failed
+    assert by["g6"].params == {"gems.g6.mode": "wire", "gems.g6.weight": 0.5, "gems.g12.mode": "measure",
+                               "gems.g12.weight": 0.1}
+    assert by["g12"].trial_id == "a" and by["g12"].score == -math.inf  # diverged, but the only one
+    assert "g10" not in by and any(n.startswith("g10:") for n in notes)
+
+
+def test_the_table_puts_discovery_beside_confirmation_and_the_final_verdict_is_the_confirmations():
+    choices, _ = choose_per_gem(_trials(), ["g6"], ["gems.g6.mode", "gems.g6.weight"])
+    disc = pd.DataFrame({"gem": ["g6", "g12"], "verdict": ["keep wired", "inconclusive"], "effect": [0.4, 0.1],
+                         "ci_low": [0.1, -1], "ci_high": [0.7, 1], "n_seeds": [16, 16]})
+    conf = pd.DataFrame({"gem": ["g6"], "verdict": ["inconclusive"], "effect": [0.05], "ci_low": [-0.2],
+                         "ci_high": [0.3], "n_seeds": [16], "mean_effect": [0.04], "p_adjusted": [0.6]})
+    t = side_by_side(choices, disc, conf, {"g6": 0.1}).set_index("gem")
+    assert t.loc["g6", "final_verdict"] == "inconclusive" and t.loc["g6", "discovery_verdict"] == "keep wired"
+    assert t.loc["g6", "shrinkage"] == pytest.approx(0.4 - 0.1)
+    assert t.loc["g12", "final_verdict"] == "no data" and t.loc["g12", "chosen_trial"] == ""
+
+
+# -- G10's null (issue 21: its excess is scale-free) -------------------------------------------------
+
+
+def _g10_inputs(q_t, q_tp1, nd):
+    import torch
+
+    from tune_gems.gems.inputs import GemInputs
+
+    z = torch.zeros(1)
+    return GemInputs(q_t=q_t, q_tp1=q_tp1, h_t=z, h_tp1=z, adv_features=z, action=z, reward=z, not_done=nd)
+
+
+def test_g10_null_is_the_value_on_permuted_successors_and_scales_with_it():
+    import torch
+
+    from tune_gems.builtin_gems import g10_null, g10_reference
+
+    g = torch.Generator().manual_seed(0)
+    P, B, K, A = 3, 64, 2, 3
+    q_t = torch.randn(P, B, K, A, generator=g, dtype=torch.float64)
+    nd = (torch.rand(P, B, generator=g) > 0.1).double()
+    smooth = _g10_inputs(q_t, q_t + 0.1 * torch.randn(P, B, K, A, generator=g, dtype=torch.float64), nd)
+    value, null = g10_reference(smooth), g10_null(smooth)
+    assert (value < null).all()  # successive states agree more than unrelated ones: excess < 0
+    loose = _g10_inputs(q_t, torch.randn(P, B, K, A, generator=g, dtype=torch.float64), nd)
+    assert torch.allclose(g10_reference(loose), g10_null(loose), rtol=0.3)  # no structure: value ~ null
+    scaled = _g10_inputs(7.0 * smooth.q_t, 7.0 * smooth.q_tp1, nd)
+    torch.testing.assert_close(g10_null(scaled) / g10_reference(scaled), null / value)  # scale-free ratio
+    one = _g10_inputs(q_t[:1], smooth.q_tp1[:1], nd[:1])
+    torch.testing.assert_close(g10_null(one), null[:1])  # nothing crosses the population axis
+
+
+# -- bad input: one line, exit 2, nothing written ------------------------------------------------
+
+
+def test_confirm_refuses_bad_input_in_one_line(tmp_path):
+    from sweep_fixtures import cli
+
+    not_sweep = tmp_path / "plain"
+    not_sweep.mkdir()
+    for args, fragment in [((str(tmp_path / "missing"),), "not a sweep folder"),
+                           ((str(not_sweep),), "missing spec.yaml"),
+                           ((str(not_sweep), "--seeds", "1"), "--seeds: a confirmation needs at least 2"),
+                           ((str(not_sweep), "--alpha", "2"), "--alpha")]:
+        res = cli("confirm", *args)
+        assert res.returncode == 2 and fragment in res.stderr and res.stderr.count("\n") == 1, (args, res.stderr)
+    assert list(not_sweep.iterdir()) == []  # nothing written
+
+
+# -- G6 is scale-free (issue 21: wiring cannot win by shrinking the features) ------------------------
+
+
+def test_g6_and_its_null_do_not_change_when_a_branch_shrinks():
+    import torch
+
+    from tune_gems.gems import reference
+    from tune_gems.builtin_gems import g6_null
+    from tune_gems.ops.reference_grads import g6_branch_indep_grad
+
+    g = torch.Generator().manual_seed(3)
+    f = torch.randn(2, 3, 32, 16, generator=g, dtype=torch.float64) + 0.3 * torch.randn(2, 1, 32, 16, generator=g, dtype=torch.float64)
+    shrunk = f.clone()
+    shrunk[:, 0] *= 1e-2  # wiring that only shrinks one branch's features (scale-free while var >> 1e-9)
+    value = reference.g6_branch_indep(f)[1]
+    torch.testing.assert_close(reference.g6_branch_indep(shrunk)[1], value, rtol=1e-6, atol=0.0)
+    x = _g10_inputs(torch.zeros(1), torch.zeros(1), torch.zeros(1))
+    import dataclasses
+
+    null = g6_null(dataclasses.replace(x, adv_features=f))
+    torch.testing.assert_close(g6_null(dataclasses.replace(x, adv_features=shrunk)), null, rtol=1e-6, atol=0.0)
+    # the closed-form gradient (the CUDA backward's math) is the autograd gradient of the reference
+    leaf = f.clone().requires_grad_(True)
+    gv = torch.randn(2, generator=g, dtype=torch.float64)
+    (auto,) = torch.autograd.grad((reference.g6_branch_indep(leaf)[1] * gv).sum(), leaf)
+    torch.testing.assert_close(g6_branch_indep_grad(gv, f), auto, rtol=1e-9, atol=1e-12)

@@ -1,0 +1,245 @@
+"""`tune-gems confirm EXP`: re-test each gem's chosen configuration once, on fresh seeds and paths.
+
+Why (issue 21): a search keeps its best trial, and the best of many noisy trials is inflated;
+with paths shared across trials a configuration can also win by suiting those paths. So the
+winner is trained again, once, beside its control, on data the search never saw:
+
+- **the choice** (`analysis.confirmation.choose_per_gem`): per gem, the finished trial wiring it
+  with the largest `verdict_gain_<gem>` (the verdict's statistic; `gain_<gem>` for older results);
+- **fresh member seeds**: trial seed past every seed of the discovery (member seeds are a hash of
+  the trial seed, so they share nothing with it), one seed per gem;
+- **fresh synthetic paths** (`data.synthetic.paths: per_seed`): `data.synthetic.seed` past every
+  path the discovery trained on (`data.synthetic.seed + seed_index`), a disjoint block per gem.
+  On one price history (a file or `paths: shared`) the history is necessarily the same: the
+  report says the confirmation is conditional on it;
+- **the same design** as the search (the spec's `design`: the proposal, its control and one
+  without-<gem> arm per wired gem), the same data, epochs and everything else of the chosen trial.
+
+The confirmation runs once: its folder (default `EXP/confirmation`) is never overwritten. It is
+an experiment folder like a sweep's (trials/history/members/arms parquet, eval_returns, gems.json,
+so `tune-gems analyze EXP/confirmation` gives its full tables), plus `choices.json` (what was
+chosen and the fresh seeds), `confirmation.csv` (discovery and confirmation side by side, with
+the shrinkage), `verdicts.csv` (the confirmation's verdicts, the final ones) and `report.md`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from tune_gems.analysis.confirmation import Choice, choose_per_gem
+from tune_gems.config import Config, flatten
+from tune_gems.errors import ConfigError, DataError
+from tune_gems.metrics import MEMBER_IDS, VERDICT_GAIN_PREFIX, epoch_metrics, member_metrics
+from tune_gems.result_files import EVAL_RETURNS_FILE, SPEC_FILE
+from tune_gems.sweep.results import TERMINATED, SweepTables, write_tables
+from tune_gems.sweep.spec import SweepSpec, apply_spec_design, load_spec, trial_config
+from tune_gems.sweep.storage import ExperimentStore
+
+KIND = "confirm"
+DEFAULT_OUT = "confirmation"
+CHOICES_FILE = "choices.json"
+TABLE_FILE = "confirmation.csv"
+VERDICTS_FILE = "verdicts.csv"
+REPORT_FILE = "report.md"
+MIN_SEEDS = 2
+"""Fewest seeds per arm a confirmation may ask for (one seed gives no paired test)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One confirmation trial: the gem, the discovery trial it re-tests, its fresh seeds."""
+
+    gem: str
+    trial_id: str
+    seed: int
+    path_seed: int | None
+    choice: Choice
+
+    @property
+    def discovery_trial(self) -> str:
+        return self.choice.trial_id
+
+
+def searched_keys(spec: SweepSpec) -> list[str]:
+    """The config keys the search set per trial (gem modes and weights, search.params)."""
+    keys = [k for g in spec.search.gems for k in (f"gems.{g}.mode", f"gems.{g}.weight")]
+    return keys + list(spec.search.params)
+
+
+def _fresh_bases(trials: pd.DataFrame, members: pd.DataFrame) -> tuple[int, int]:
+    """(first unused trial seed, first unused synthetic path seed) of the discovery."""
+    seeds = pd.to_numeric(trials.get("seed", pd.Series(dtype=float)), errors="coerce").dropna()
+    seed_base = int(seeds.max()) + 1 if len(seeds) else 1
+    syn = pd.to_numeric(trials.get("data.synthetic.seed", pd.Series(dtype=float)), errors="coerce").dropna()
+    top_index = pd.to_numeric(members.get("seed_index", members.get("member", pd.Series(dtype=float))),
+                              errors="coerce").max()
+    top_index = int(top_index) if pd.notna(top_index) else 0
+    path_base = (int(syn.max()) if len(syn) else 0) + top_index + 1
+    return seed_base, path_base
+
+
+def plan_confirmation(spec: SweepSpec, trials: pd.DataFrame, members: pd.DataFrame, gems: list[str],
+                      population: int | None = None) -> tuple[list[Plan], list[str], Callable[[Plan], Config]]:
+    """The confirmation trials (one per gem the search wired), the notes for the others, and the
+    function that builds a plan's config (the chosen trial's, fresh seeds, the spec's design)."""
+    choices, notes = choose_per_gem(trials, gems, searched_keys(spec))
+    seed_base, path_base = _fresh_bases(trials, members)
+    base = spec.base_config()
+    per_seed = base.data.source == "synthetic" and base.data.synthetic.paths == "per_seed"
+    n = population or base.trainer.population
+    plans = [Plan(c.gem, f"confirm-{c.gem}", seed_base + j, path_base + j * n if per_seed else None, c)
+             for j, c in enumerate(choices)]
+
+    def build(plan: Plan) -> Config:
+        params = {**plan.choice.params, "seed": plan.seed}
+        if plan.path_seed is not None:
+            params["data.synthetic.seed"] = plan.path_seed
+        if population is not None:
+            params["trainer.population"] = population
+        return apply_spec_design(trial_config(spec.config, params), spec.design)
+
+    if not per_seed:
+        notes.append("one price history (a file or synthetic paths: shared): the confirmation has fresh seeds on "
+                     "the same history, so it is conditional on that history")
+    return plans, notes, build
+
+
+def _trial_tables(trainer, plan: Plan, experiment: str) -> dict[str, Any]:
+    """One trainer's rows for the experiment tables (the shapes `sweep.results.collect_tables` writes)."""
+    from tune_gems.arms import expand_arms, resolved_settings
+
+    cfg = trainer.cfg
+    label = cfg.label()
+    arm_names = tuple(a.name for a in expand_arms(cfg)) if cfg.arms is not None else ()
+    cols = epoch_metrics(cfg.plugins, arm_names)
+    ids = {"experiment": experiment, "trial_id": plan.trial_id, "config_label": label}
+    history = [{**ids, **{m: r.get(m) for m in cols}} for r in trainer.history]
+    members = [{**ids, **{k: r.get(k) for k in MEMBER_IDS}, **{m: r.get(m) for m in member_metrics(cfg.plugins)}}
+               for r in trainer.member_history]
+    last = trainer.history[-1] if trainer.history else {}
+    trial = {"experiment": experiment, "trial_id": plan.trial_id, "status": TERMINATED, "error": None,
+             "epochs_done": len(trainer.history), "config_label": label, "seed": cfg.seed,
+             **flatten(cfg.to_dict()), **{m: last.get(m, math.nan) for m in cols},
+             "objective": last.get(f"{VERDICT_GAIN_PREFIX}{plan.gem}", math.nan), "node_id": None, "gpu_ids": None}
+    arms = [{"trial_id": plan.trial_id, "arm": a.name, **resolved_settings(a.config)} for a in expand_arms(cfg)]
+    baselines = [{"experiment": experiment, "trial_id": plan.trial_id, **b} for b in trainer.baselines().to_dict("records")]
+    with tempfile.TemporaryDirectory() as d:
+        trainer.write_eval_returns(d)
+        returns = (Path(d) / EVAL_RETURNS_FILE).read_bytes()
+    return dict(trial=trial, history=history, members=members, arms=arms, baselines=baselines, returns=returns)
+
+
+def run_plans(plans: list[Plan], build: Callable[[Plan], Config], experiment: str, log: Callable[[str], None]) -> SweepTables:
+    """Train every plan once, in turn, in this process; the experiment tables of all of them."""
+    from tune_gems.gems import manifest
+    from tune_gems.resources import check_training_fits
+    from tune_gems.trainer.trainer import Trainer
+
+    configs = [build(p) for p in plans]
+    for cfg in configs:  # every config and its memory checked before the first trains
+        check_training_fits(cfg)
+    parts: dict[str, list] = {"trial": [], "history": [], "members": [], "arms": [], "baselines": []}
+    returns: dict[str, bytes] = {}
+    for plan, cfg in zip(plans, configs):
+        log(f"tune-gems confirm: {plan.gem}: trial {plan.discovery_trial}'s configuration ({cfg.label()}), "
+            f"fresh seed {plan.seed}" + (f", fresh paths from {plan.path_seed}" if plan.path_seed is not None else ""))
+        trainer = Trainer(cfg, log=log)
+        trainer.fit()
+        rows = _trial_tables(trainer, plan, experiment)
+        for key in parts:
+            parts[key].extend(rows[key] if isinstance(rows[key], list) else [rows[key]])
+        returns[plan.trial_id] = rows["returns"]
+    plugins = list(configs[0].plugins) if configs else []
+    return SweepTables(trials=pd.DataFrame(parts["trial"]), history=pd.DataFrame(parts["history"]),
+                       members=pd.DataFrame(parts["members"]), arms=pd.DataFrame(parts["arms"]),
+                       baselines=pd.DataFrame(parts["baselines"]), gems=manifest(plugins), eval_returns=returns)
+
+
+@dataclass
+class ConfirmOutcome:
+    out: Path
+    table: pd.DataFrame
+    verdicts: pd.DataFrame
+    notes: list[str]
+
+
+def confirm(experiment: str | Path, out: str | Path | None = None, *, population: int | None = None,
+            log: Callable[[str], None] = print, **settings: Any) -> ConfirmOutcome:
+    """Confirm the search in `experiment` (see the module docstring); `settings` are the
+    analysis settings (alpha, rope, last_k, ...), used for both the discovery and the
+    confirmation verdicts. Everything is checked before training; the folder appears whole."""
+    from tune_gems.analysis.confirmation import format_confirmation, side_by_side
+    from tune_gems.analysis.load import load_experiment
+    from tune_gems.analysis.report import format_verdict_table
+    from tune_gems.analysis.run import analyze, check_settings
+    from tune_gems.outputs import check_output_folder, publish_folder, write_marker
+
+    exp = Path(experiment)
+    check_settings(**settings)
+    if population is not None and (isinstance(population, bool) or population < MIN_SEEDS):
+        raise ConfigError(f"--seeds: a confirmation needs at least {MIN_SEEDS} seeds per arm, got {population}")
+    spec_file = exp / SPEC_FILE
+    if not spec_file.is_file():
+        raise DataError(f"{exp}: not a sweep folder (missing {SPEC_FILE}); confirm re-tests a search")
+    spec = load_spec(spec_file)
+    if spec.design == "none":
+        raise ConfigError(f"{spec_file}: design: confirm needs a designed search (design: wire_search), not none")
+    default = out is None
+    out_path = check_output_folder(exp / DEFAULT_OUT if default else Path(out), kind=KIND, field="--out",
+                                   inputs=[exp], allow_inside=[exp] if default else ())
+    discovery = analyze(exp, **settings)
+    gems = list(discovery.verdicts["gem"])
+    plans, notes, build = plan_confirmation(spec, discovery.experiment.trials, discovery.experiment.members, gems,
+                                            population)
+    if not plans:
+        raise DataError(f"{exp}: no finished trial of the search wired any gem; nothing to confirm")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_path.name}.tmp-", dir=out_path.parent))
+    try:
+        write_marker(tmp, KIND)
+        name = f"{discovery.experiment.labels[0]}-confirmation"
+        write_tables(ExperimentStore(str(tmp.parent), tmp.name), run_plans(plans, build, name, log))
+        confirmed = analyze(tmp, **settings)
+        gains = {p.gem: _final(confirmed.experiment.history, p.trial_id, f"{VERDICT_GAIN_PREFIX}{p.gem}") for p in plans}
+        per_gem = {n.split(":", 1)[0]: n.split(": ", 1)[1] for n in notes if ":" in n and n.split(":", 1)[0] in gems}
+        table = side_by_side([p.choice for p in plans], discovery.verdicts,
+                             confirmed.verdicts, gains, per_gem)
+        general = [n for n in notes if n.split(":", 1)[0] not in gems]
+        (tmp / CHOICES_FILE).write_text(json.dumps([asdict(p) for p in plans], indent=2, default=str) + "\n")
+        table.to_csv(tmp / TABLE_FILE, index=False)
+        confirmed.verdicts.to_csv(tmp / VERDICTS_FILE, index=False)
+        text = format_confirmation(table)
+        (tmp / REPORT_FILE).write_text(_report(exp, text, format_verdict_table(confirmed.verdicts, confirmed.placebo,
+                                                                               confirmed.redundancy), general))
+        check_output_folder(out_path, kind=KIND, field="--out", inputs=[exp], allow_inside=[exp] if default else ())
+        publish_folder(tmp, out_path, kind=KIND)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ConfirmOutcome(out_path, table, confirmed.verdicts, general)
+
+
+def _final(history: pd.DataFrame, trial_id: str, column: str) -> float:
+    h = history[history["trial_id"] == trial_id]
+    if not len(h) or column not in h.columns:
+        return math.nan
+    return float(h.sort_values("epoch")[column].iloc[-1])
+
+
+def _report(exp: Path, table: str, verdicts: str, notes: list[str]) -> str:
+    lines = [f"# Confirmation of {exp}", "",
+             "Each gem's chosen configuration (the search's best `verdict_gain_<gem>`), trained once more beside its "
+             "control on fresh member seeds and fresh synthetic paths. `discovery gain` is the chosen trial's own "
+             "(selected, so inflated) gain; `confirmation gain` the same statistic on the fresh run; `shrinkage` their "
+             "difference. The final verdict is the confirmation's (docs/analysis.md, \"Search, then confirm\").", "",
+             "```", table, "```", "", "## Confirmation verdicts", "", "```", verdicts, "```"]
+    lines += [f"\nNote: {n}." for n in notes]
+    return "\n".join(lines) + "\n"
