@@ -1,4 +1,4 @@
-"""Per-member selections skipped when every member agrees (tune_gems.member_select), and the op
+"""Per-member selections skipped when every member agrees (tune_gems.model.member_select), and the op
 census that counts them (benchmarks/train_step.py `op_census`, issue 22 item 3)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from learner_fixtures import tiny_config
-from tune_gems.member_select import select, uniform
+from tune_gems.model.member_select import select, uniform
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "train_step.py"
 

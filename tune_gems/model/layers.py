@@ -11,7 +11,7 @@ when one module runs twice) and lets s_t and s_{t+1} share one noise sample.
 Spectral norm and NoisyNets are switched per member (arms put different configurations on the
 population axis, docs/design.md "Arms"): the machinery is always built and always runs, and a
 per-member mask (a constant buffer) selects its effect with `torch.where`, never a Python branch
-on a member's value (when all members agree the where is skipped: tune_gems.member_select).
+on a member's value (when all members agree the where is skipped: tune_gems.model.member_select).
 So a member's computation, its initial weights (the generator consumes the same draws whatever
 the switches) and its random numbers do not depend on its own or any other member's switches,
 and a member equals, bit for bit, the same member in a run where every member has its setting.
@@ -31,7 +31,7 @@ from typing import Literal, Sequence
 import torch
 from torch import Tensor, nn
 
-from tune_gems.member_select import select, uniform
+from tune_gems.model.member_select import select, uniform
 
 
 WeightMode = Literal["train", "target", "eval"]

@@ -28,7 +28,7 @@ from tune_gems.env import Market, VecTradingEnv
 from tune_gems.gems import GemInputs
 from tune_gems.gems.modes import GemSet
 from tune_gems.ops.reference import c51_cross_entropy
-from tune_gems.member_select import uniform
+from tune_gems.model.member_select import uniform
 from tune_gems.gems.registry import run_gems
 from tune_gems.model.flat import FlatParameters
 from tune_gems.model.network import BranchingC51

@@ -13,7 +13,7 @@ structure never depends on them:
   loss: `where(measure, value, 0)`, summed over the gems any member measures.
 `torch.where` rather than multiplying by a 0/1 mask: NaN x 0 is NaN, and a mask product can turn
 a value's sign bit; a masked-out member contributes exact zeros. When every member has the
-same mode the where is skipped (tune_gems.member_select: the same bits). A member therefore computes
+same mode the where is skipped (tune_gems.model.member_select: the same bits). A member therefore computes
 exactly what it computes in a run where every member has its own modes (the bit-identity
 invariant, tests/test_arms_learner.py). The nulls (plain torch reductions over a member's
 batch, reported only) run once per (fold, arm) block, so that a GPU reduction never sees
@@ -32,7 +32,7 @@ from torch import Tensor
 from tune_gems.arms import MemberLayout
 from tune_gems.gems import GemInputs
 from tune_gems.gems.modes import GemSet
-from tune_gems.member_select import Uniform, select, uniform
+from tune_gems.model.member_select import Uniform, select, uniform
 
 
 def member_rows(x: GemInputs, rows: slice) -> GemInputs:
