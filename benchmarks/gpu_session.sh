@@ -123,12 +123,13 @@ for s in "$@"; do
       step() { echo "=== $1 ($(date +%T))" >> "$log"; }
       step build
       timeout 110 python3 -c "import torch; from tune_gems.ops import load_extension; print('loaded', load_extension(torch.device('cuda')))" >> "$log" 2>&1
-      step "gpu tests (fused head, tensor cores)"
-      timeout 100 python3 -m pytest tests/gpu/test_tensor_cores_gpu.py tests/gpu/test_dueling_head_gpu.py -m gpu -q -rfE -p no:cacheprovider >> "$log" 2>&1
+      step "gpu tests (fused head, tensor cores, the learner with the fused head: arms invariant, bits, resume)"
+      timeout 150 python3 -m pytest tests/gpu/test_tensor_cores_gpu.py tests/gpu/test_dueling_head_gpu.py \
+        tests/gpu/test_arms_gpu.py tests/gpu/test_trainer_gpu.py -m gpu -q -rfE -p no:cacheprovider >> "$log" 2>&1
       step kernels.py
       timeout 40 python3 benchmarks/kernels.py --ops dueling_c51 c51_loss all --populations 1 8 64 256 --reps 100 --out "$OUT/kernels.json" >> "$log" 2>&1
       step train_step.py
-      timeout 170 python3 benchmarks/train_step.py --populations 1,64,256 --blocks --reps 50 --rounds 3 --profile \
+      timeout 210 python3 benchmarks/train_step.py --populations 1,64,256 --blocks --reps 50 --rounds 3 --profile \
         --profile-precisions fp32,tf32,bf16 --out "$OUT/train_step.json" >> "$log" 2>&1
       step matmul_floor.py
       timeout 60 python3 benchmarks/matmul_floor.py --train-step "$OUT/train_step.json" --reps 30 --rounds 3 --out "$OUT/matmul_floor.json" >> "$log" 2>&1
@@ -137,6 +138,8 @@ for s in "$@"; do
       echo "--- tests"; grep -E "passed|failed|error|FAILED|ERROR" "$log" | grep -v "^E " | tail -8
       echo "--- fused head (kernels.py, graph rows)"; grep -E "^dueling_c51 .* graph" "$log"
       echo "--- SIMT GEMMs per profile"; grep -E "^profile P=" "$log" | sed 's/ kernel launches, / launches, /'
+      echo "--- op census (dispatched ops per iteration; where/copy_/cat/fill_ counts)"
+      grep -E "^op census|aten\.(where|copy_|_to_copy|clone|cat|fill_|sum)\.|tune_gems\." "$log" | head -60
       echo "--- iteration vs matmul floor"; sed -n '/^case /,/^wrote/p' "$log" | grep -v "^wrote"
       ;;
     blocks1|blocks)

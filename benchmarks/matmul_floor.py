@@ -206,6 +206,11 @@ CASES = (  # (label, P recorded, batch, blocks)
 )
 
 
+def tflops(gflop: float, us: float) -> float:
+    """Achieved TFLOP/s of `gflop` GFLOP done in `us` microseconds (GFLOP/us is PFLOP/s)."""
+    return gflop / us * 1e3
+
+
 def iteration_us(train_rows: list[dict], P: int, precision: str, batch: int, blocks: int) -> float | None:
     """The graphed, gems-measured iteration time of a train_step row matching the case."""
     for r in train_rows:
@@ -248,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             gflop = info["gflop"] * blocks
             row = {"case": label, "P": P * blocks, "batch": batch, "blocks": blocks, "precision": prec,
                    "products": info["products"] * blocks, "gflop": round(gflop, 3), "floor_us": round(us, 1),
-                   "tflops": round(gflop / us * 1e-3, 1), "iter_us": it,
+                   "tflops": round(tflops(gflop, us), 1), "iter_us": it,
                    "iter_over_floor": round(it / us, 2) if it else None}  # fmt: skip
             rows.append(row)
             ratio = f"{row['iter_over_floor']:>10.2f}" if it else f"{'-':>10}"

@@ -11,8 +11,10 @@ forward, gems, backward, Adam, target update: one iteration = one graph replay):
 - with `--blocks`, P = 768 as 12 arms of 64 seeds at batch 128 (the folds x arms shape of
   issue 22: every matmul runs once per block of 64 members), at tf32 and bf16.
 
-`--profile` profiles one eager iteration at P=1 and P=64 for each of `--profile-precisions`
-and counts the launches whose kernel is a SIMT GEMM (no tensor cores).
+`--profile` profiles one eager iteration at P=1 and P=64 for each of `--profile-precisions`,
+counts the launches whose kernel is a SIMT GEMM (no tensor cores), and prints the op census
+(`op_census`: calls per iteration of every op the iteration dispatches, the per-op launch
+count; `--census-only` prints it on CPU, where the structure is the same).
 
 Timing: CUDA events around `reps` iterations after warm-up (the capture happens in the
 warm-up), repeated `rounds` times; the median is reported.
@@ -139,11 +141,10 @@ def profile_iteration(P: int, precision: str, top: int = 15) -> dict:
     of kernel launches and where the GPU time goes, for explaining the graph timings."""
     from torch.profiler import ProfilerActivity, profile
 
-    cfg = load_config(None, [*BASE, *GEMS["measure"], f"trainer.population={P}", f"trainer.precision={precision}", "trainer.graph=off"])
-    t = Trainer(cfg, log=None)
-    t._prefill()
+    t = census_trainer(P, precision, "cuda")
     for _ in range(3):
         t.learner.iteration()
+    census = op_census(t.learner)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(5):
@@ -174,10 +175,62 @@ def profile_iteration(P: int, precision: str, top: int = 15) -> dict:
     print(f"  by the torch op that launched them (P={P}):")
     for r in op_rows:
         print(f"  {r['us_per_iter']:>8.1f} us  x{r['calls_per_iter']:<5.1f} {r['op']}")
+    print_census(f"P={P} {precision}", census)
     del t
     return {"P": P, "precision": precision, "launches_per_iter": launches, "kernel_us_per_iter": round(total, 1),
             "simt_gemm_launches_per_iter": simt_launches, "simt_gemm_us_per_iter": round(simt_us, 1),
-            "simt_gemm_kernels": sorted({e.key for e in simt}), "top": rows, "top_ops": op_rows}
+            "simt_gemm_kernels": sorted({e.key for e in simt}), "top": rows, "top_ops": op_rows,
+            "op_census": census}
+
+
+NO_KERNEL_OPS = frozenset({
+    "view", "_unsafe_view", "as_strided", "unsqueeze", "squeeze", "permute", "expand", "slice", "select", "t",
+    "transpose", "split", "split_with_sizes", "alias", "detach", "empty", "empty_strided", "_reshape_alias",
+    "unbind", "diagonal", "lift_fresh", "new_empty", "new_empty_strided", "empty_like", "unfold", "narrow",
+    "view_as", "set_", "resize_", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size",
+})
+"""aten ops that only make a view or an uninitialised tensor: no kernel on any device."""
+
+
+def op_census(learner, iterations: int = 1) -> dict[str, float]:
+    """Calls per iteration of every aten (and tune_gems) op one `learner.iteration()` dispatches,
+    forward and backward, views left out: on CUDA each is (at least) one kernel launch, on CPU
+    the same structure. Counted below autograd (TorchDispatchMode), so it runs on any device and
+    names the overload (`aten.where.self`), unlike the profiler's per-op table."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    counts: Counter = Counter()
+
+    class Census(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ not in NO_KERNEL_OPS:
+                counts[str(func)] += 1
+            return func(*args, **(kwargs or {}))
+
+    with Census():
+        for _ in range(iterations):
+            learner.iteration()
+    return {op: n / iterations for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
+
+
+def census_trainer(P: int, precision: str, device: str) -> Trainer:
+    """The profiled configuration (gems measured, eager) on `device`, replay prefilled."""
+    overrides = [o for o in [*BASE, *GEMS["measure"]] if not o.startswith("device=")]
+    kernels = "cuda" if device == "cuda" else "auto"
+    cfg = load_config(None, [*overrides, f"device={device}", f"trainer.population={P}", f"trainer.precision={precision}",
+                             "trainer.graph=off", f"kernels={kernels}"])
+    t = Trainer(cfg, log=None)
+    t._prefill()
+    return t
+
+
+def print_census(label: str, census: dict[str, float], top: int = 40) -> None:
+    """The per-op count table: total, then the `top` ops by calls per iteration."""
+    print(f"\nop census {label}: {sum(census.values()):.0f} ops per iteration (dispatcher, views left out)")
+    for op, n in list(census.items())[:top]:
+        print(f"  {n:>6.1f}  {op}")
 
 
 def is_simt_gemm(kernel: str) -> bool:
@@ -229,9 +282,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--blocks", action="store_true", help="also P=768 as 12 arms of 64 seeds, batch 128 (tf32, bf16)")
     ap.add_argument("--profile", action="store_true", help="also profile one eager iteration at P=1 and P=64")
     ap.add_argument("--profile-precisions", default="fp32", help="comma-separated precisions to profile")
+    ap.add_argument("--census-only", action="store_true", help="print the op census at P=1 and P=64 on this machine's device and stop")
     a = ap.parse_args(argv)
     populations = tuple(int(x) for x in a.populations.split(","))
     profile_precisions = tuple(a.profile_precisions.split(","))
+    if a.census_only:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        for P in (1, 64):
+            t = census_trainer(P, "fp32", device)
+            t.learner.iteration()  # the first iteration fixes the frozen columns
+            print_census(f"P={P} fp32 ({device})", op_census(t.learner))
+        return 0
     if not torch.cuda.is_available():
         print("train_step benchmark needs CUDA", file=sys.stderr)
         return 2

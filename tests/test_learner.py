@@ -197,14 +197,15 @@ def test_the_n_step_rows_stay_out_of_autograd(wired):
     learner = _learner(tiny_config(*(all_wired() if wired else [])))
     b = learner.replay.sample(learner.rng.draw(learner.plan).uniform("replay"))
     w = learner.online.weights("eval")
-    x, logits_t, logits_n, _ = learner.gem_inputs(b, w)
-    B = b.reward.shape[1]
+    x, log_probs_t, logits_n, _ = learner.gem_inputs(b, w)
+    (P, B, K), atoms = b.action.shape, logits_n.shape[-1]
     with torch.no_grad():
         full = learner.online(b.stacked_obs, w).logits.float()
-    torch.testing.assert_close(logits_t.detach(), full[:, :B], rtol=1e-5, atol=1e-6)
+    taken = full[:, :B].gather(3, b.action[..., None, None].expand(P, B, K, 1, atoms)).squeeze(3)
+    torch.testing.assert_close(log_probs_t.detach(), torch.log_softmax(taken, -1), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(logits_n, full[:, 2 * B :], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(x.q_tp1.detach(), learner.online.expected_q(full[:, B : 2 * B]), rtol=1e-5, atol=1e-6)
-    assert logits_t.requires_grad and x.q_tp1.requires_grad and not logits_n.requires_grad
+    assert log_probs_t.requires_grad and x.q_tp1.requires_grad and not logits_n.requires_grad
 
 
 @pytest.mark.parametrize("gem", ["g6", "g10", "g12"])

@@ -82,3 +82,9 @@ def test_padded_products_round_matrix_dimensions_and_keep_broadcasts():
     assert [o.shape for o in q.operands] == [(2, 1, 160), (2, 512, 64), (2, 64, 160)]
     assert q.operands[2].stride == (10240, 160, 1)
     torch.baddbmm(*(mf.strided_random(o, torch.float32, torch.device("cpu"), torch.Generator()) for o in q.operands))
+
+
+def test_tflops_column_is_gflop_per_microsecond_times_a_thousand():
+    # 49.32 GFLOP in 1113 us (the P=64 tf32 floor on the H200) is 44.3 TFLOP/s, not 0.0
+    assert abs(mf.tflops(49.32, 1113.0) - 44.31) < 0.01
+    assert mf.tflops(1.0, 1e6) == 1e-3  # one GFLOP in one second

@@ -10,7 +10,8 @@ when one module runs twice) and lets s_t and s_{t+1} share one noise sample.
 
 Spectral norm and NoisyNets are switched per member (arms put different configurations on the
 population axis, docs/design.md "Arms"): the machinery is always built and always runs, and a
-per-member mask (a constant buffer) selects its effect with `torch.where`, never a Python branch.
+per-member mask (a constant buffer) selects its effect with `torch.where`, never a Python branch
+on a member's value (when all members agree the where is skipped: tune_gems.model.member_select).
 So a member's computation, its initial weights (the generator consumes the same draws whatever
 the switches) and its random numbers do not depend on its own or any other member's switches,
 and a member equals, bit for bit, the same member in a run where every member has its setting.
@@ -29,6 +30,8 @@ from typing import Literal, Sequence
 
 import torch
 from torch import Tensor, nn
+
+from tune_gems.model.member_select import select, uniform
 
 
 WeightMode = Literal["train", "target", "eval"]
@@ -120,6 +123,7 @@ class PopLinear(nn.Module):
             flags = member_flags(spectral_norm, len(gens), "spectral_norm")
             # a constant, not training state: not persistent (checkpoints hold state only)
             self.register_buffer("sn_on", _group_mask(flags, reps, 3), persistent=False)
+            self.sn_common = uniform(flags)  # the mask as a host fact when all members agree
             self.register_buffer("sn_u", _normalize(_normal(gens, reps, (out_f,))).view(self.groups, out_f))
             self.register_buffer("sn_v", _normalize(_normal(gens, reps, (in_f,))).view(self.groups, in_f))
             for _ in range(SN_INIT_ITERATIONS):
@@ -150,7 +154,10 @@ class PopLinear(nn.Module):
         # W / 1 is W exactly; the where also keeps an off member's sigma out of its gradient.
         # Per member block: sigma's gradient is a sum over [in, out] per group, a reduction whose
         # blocks-per-output torch picks from the number of groups (p_invariance_probe.py).
-        scale = torch.where(self.sn_on, sigma.view(-1, 1, 1), 1.0)
+        # Every member off: W / 1 is W, so no division at all (member_select).
+        if self.sn_common is False:
+            return Affine(w, b, self.chunk)
+        scale = select(self.sn_common, self.sn_on, sigma.view(-1, 1, 1), 1.0)
         return Affine(_blockwise(torch.div, self.chunk, w, scale), b, self.chunk)
 
     @staticmethod
@@ -195,6 +202,7 @@ class NoisyPopLinear(nn.Module):
         self.register_buffer("f_out", torch.zeros(P, reps, 1, out_f))
         flags = member_flags(noisy, P, "noisy")
         self.register_buffer("noise_on", torch.tensor(flags).view(P, 1, 1), persistent=False)
+        self.noise_common = uniform(flags)  # the mask as a host fact when all members agree
 
     @property
     def noise_size(self) -> int:
@@ -209,7 +217,7 @@ class NoisyPopLinear(nn.Module):
     def resample(self, f_noise: Tensor) -> None:
         """Install f(eps) for this layer from [P, noise_size] values (zero for members without
         NoisyNets)."""
-        f = torch.where(self.noise_on, f_noise.reshape(self.P, self.reps, self.in_f + self.out_f), 0.0)
+        f = select(self.noise_common, self.noise_on, f_noise.reshape(self.P, self.reps, self.in_f + self.out_f), 0.0)
         self.f_in.copy_(f[..., : self.in_f].unsqueeze(-1))
         self.f_out.copy_(f[..., self.in_f :].unsqueeze(-2))
 
@@ -228,4 +236,4 @@ class NoisyPopLinear(nn.Module):
     def mean_abs_sigma(self) -> Tensor:
         """Per-member mean |sigma_w| (the `noisy_sigma` health metric); 0 for members without
         NoisyNets (their sigma is never used)."""
-        return torch.where(self.noise_on.view(-1), self.sigma_w.detach().abs().mean(dim=(1, 2, 3)), 0.0)
+        return select(self.noise_common, self.noise_on.view(-1), self.sigma_w.detach().abs().mean(dim=(1, 2, 3)), 0.0)

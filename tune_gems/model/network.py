@@ -33,7 +33,7 @@ HeadFactory = Callable[[HeadContext], nn.Module]
 
 @dataclass
 class NetOutput:
-    logits: Tensor  # [P,N,K,A,atoms]
+    logits: Tensor | None  # [P,N,K,A,atoms]; None when the caller runs the fused head itself
     h: Tensor  # [P,N,H]
     adv_features: Tensor  # [P,K,N,Hs]
     value: Tensor  # [P,N,atoms]: the value stream's logits
@@ -110,7 +110,10 @@ class BranchingC51(nn.Module):
             offset += layer.noise_size
 
     # -- forward -----------------------------------------------------------------------------
-    def forward(self, obs: Tensor, w: dict[str, tuple[Tensor, Tensor]]) -> NetOutput:
+    def forward(self, obs: Tensor, w: dict[str, tuple[Tensor, Tensor]], logits: bool = True) -> NetOutput:
+        """The network's outputs on obs [P,N,obs_dim]. `logits=False` leaves the dueling
+        logits out (NetOutput.logits is None): a caller that feeds value/adv to the fused
+        dueling-C51 head (tune_gems::dueling_c51) never materialises them."""
         P, N, _ = obs.shape
         K, A, Hs = self.K, self.A, self.cfg.stream_hidden
         x = obs
@@ -123,8 +126,8 @@ class BranchingC51(nn.Module):
         value = PopLinear.apply(v_feat, w["value_out"])  # [P,N,atoms]
         adv = PopLinear.apply(adv_feat.view(P * K, N, Hs), w["adv_out"]).view(P, K, N, A, -1)
         # the fused head's reference expression (tune_gems.ops.dueling_head), so the two agree
-        logits = combined_logits(value, adv)
-        return NetOutput(logits=logits, h=h, adv_features=adv_feat, value=value, adv=adv)
+        combined = combined_logits(value, adv) if logits else None
+        return NetOutput(logits=combined, h=h, adv_features=adv_feat, value=value, adv=adv)
 
     def bound_heads(self, w: dict[str, tuple[Tensor, Tensor]]) -> dict[str, Callable[..., Tensor]]:
         """Each gem's head as a callable of its own inputs, bound to the effective weights `w`."""

@@ -23,7 +23,7 @@ from torch import Tensor
 from tune_gems.errors import ConfigError, KernelBuildError
 from tune_gems.ops import reference
 from tune_gems.ops import custom_ops  # registers the tune_gems:: ops
-from tune_gems.ops import double_dqn
+from tune_gems.ops import double_dqn, dueling_head
 from tune_gems.ops.build import first_fallback_warning, load_extension
 
 KERNEL_CHOICES = ("auto", "cuda", "reference")
@@ -51,16 +51,21 @@ class GemOps:
     c51_loss: Callable[..., tuple]  # logits, m [P,B,K,atoms] -> (per_sample [P,B], value [P])
     # online, target logits [...,K,A,atoms], support [atoms] -> p_next [...,K,atoms] (no grad)
     c51_target: Callable[..., Tensor]
+    # value [P,N,atoms], adv [P,K,N,A,atoms], support, action [P,R,K] -> (q [P,N,K,A],
+    # taken log-probabilities [P,R,K,atoms]): the dueling-C51 head (tune_gems.ops.dueling_head)
+    dueling_c51: Callable[..., tuple]
 
 
-_FUNCTIONS = ("g6_branch_indep", "g10_temporal", "g12_predictive", "c51_project", "c51_loss", "c51_target")
+_FUNCTIONS = ("g6_branch_indep", "g10_temporal", "g12_predictive", "c51_project", "c51_loss", "c51_target", "dueling_c51")
 
 
 def _reference_function(name: str) -> Callable:
-    """The plain reference of one GemOps function (tune_gems.ops.reference, or the double-DQN
-    target of tune_gems.ops.double_dqn)."""
+    """The plain reference of one GemOps function (tune_gems.ops.reference, the double-DQN
+    target of tune_gems.ops.double_dqn, the dueling head of tune_gems.ops.dueling_head)."""
     if name == "c51_target":
         return double_dqn.c51_target_in_online_dtype
+    if name == "dueling_c51":
+        return dueling_head.dueling_c51
     return getattr(reference, name)
 
 

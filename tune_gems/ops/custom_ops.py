@@ -314,6 +314,9 @@ FUSED = SimpleNamespace(
     ),
     c51_target=_fused_c51_target,
     c51_loss=lambda logits, m: tuple(torch.ops.tune_gems.c51_loss(logits, m)[:2]),
+    dueling_c51=lambda value, adv, support, action: tuple(
+        torch.ops.tune_gems.dueling_c51(value, adv.to(value.dtype), support.to(value.dtype), action)
+    ),
 )
 """The ops with the signatures and returns of tune_gems.ops.reference. Masks, rewards and
 discounts are cast to the main input's dtype (a no-op when they match): an op takes one dtype."""

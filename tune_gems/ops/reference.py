@@ -80,6 +80,12 @@ def c51_loss(logits: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
 
     per_sample = mean over branches of -sum_j m_j log softmax(logits)_j; value = sum_b / B.
     """
-    B = logits.shape[1]
-    per_sample = -(m * torch.log_softmax(logits, dim=-1)).sum(dim=-1).mean(dim=-1)
+    return c51_cross_entropy(torch.log_softmax(logits, dim=-1), m)
+
+
+def c51_cross_entropy(log_probs: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
+    """C51 cross-entropy of log-probabilities (what the fused dueling-C51 head returns).
+    log_probs, m [P,B,K,atoms] -> (per_sample [P,B], value [P]), as `c51_loss`."""
+    B = log_probs.shape[1]
+    per_sample = -(m * log_probs).sum(dim=-1).mean(dim=-1)
     return per_sample, per_sample.sum(dim=1) / B

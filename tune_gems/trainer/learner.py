@@ -27,6 +27,8 @@ from tune_gems.config import Config
 from tune_gems.env import Market, VecTradingEnv
 from tune_gems.gems import GemInputs
 from tune_gems.gems.modes import GemSet
+from tune_gems.ops.reference import c51_cross_entropy
+from tune_gems.model.member_select import uniform
 from tune_gems.gems.registry import run_gems
 from tune_gems.model.flat import FlatParameters
 from tune_gems.model.network import BranchingC51
@@ -76,6 +78,7 @@ class Learner:
         self.replay_streams = {s: torch.tensor([v == s for v in streams], device=device)
                                for s in sorted(set(streams) - {0})}
         self.noisy_on = torch.tensor(self.noisy, device=device)  # [P]; off: epsilon-greedy
+        self.noisy_common = uniform(self.noisy)  # the mask as a host fact when all agree
         self.rng = CounterRNG(self.seeds, device)
         # the market path each member trains and evaluates on (data.synthetic.paths): by seed index;
         # its fold (the market's fold index, data.folds): by member block
@@ -219,9 +222,13 @@ class Learner:
         with torch.no_grad(), self.matmul_precision():
             q = self.online.expected_q(self.online(obs, weights).logits)
         greedy = q.argmax(dim=-1)
+        if self.noisy_common is True:  # no member explores epsilon-greedily (member_select)
+            return greedy
         coin = draws.uniform("eps_coin").unsqueeze(-1)  # [P,E,1]
         rand = draws.integers("eps_action", self.A).view(greedy.shape)
-        explore = (coin < self._epsilon()) & ~self.noisy_on.view(-1, 1, 1)
+        explore = coin < self._epsilon()
+        if self.noisy_common is None:
+            explore = explore & ~self.noisy_on.view(-1, 1, 1)
         return torch.where(explore, rand, greedy)
 
     def _fresh_draws(self) -> Draws:
@@ -258,8 +265,8 @@ class Learner:
         self._learn(weights, draws)
 
     def gem_inputs(self, b, weights) -> tuple[GemInputs, Tensor, Tensor, Tensor]:
-        """One forward of the batch: (the gems' inputs, online logits at s_t, online logits at
-        the n-step bootstrap state, target logits there).
+        """One forward of the batch: (the gems' inputs, online taken-action log-probabilities
+        at s_t [P,B,K,atoms], online logits at the n-step bootstrap state, target logits there).
 
         The replay hands the states stacked: `Batch.stacked_obs` = [s_t, s_{t+1}, s_{t+n}]. The
         online network runs with autograd over [s_t, s_{t+1}] (a wired gem's gradient may flow
@@ -271,18 +278,24 @@ class Learner:
         effective weights (one noise sample, one spectral-norm step). The target network runs
         once over [s_{t+1}, s_{t+n}]. The gems see the one-step successor s_{t+1} (`succ_obs`,
         `succ_not_done`); the C51 target keeps the n-step state.
+
+        The autograd pass ends in the dueling-C51 head (`GemOps.dueling_c51`: the CUDA kernel
+        with kernels=cuda, its reference otherwise): expected Q over [s_t, s_{t+1}] and the
+        taken action's log-probabilities at s_t straight from the value and advantage logits,
+        so the [P,2B,K,A,atoms] dueling logits and their gradient are never materialised. The
+        head runs in float32 outside autocast (bf16 stream outputs are cast up, as before).
         """
         B = self.cfg.trainer.batch_size
         stacked = b.stacked_obs  # [P,3B,obs_dim] = cat[s_t, s_{t+1}, s_{t+n}]
         with self.matmul_precision():
-            out = self.online(stacked[:, : 2 * B], weights)  # [s_t, s_{t+1}]
+            out = self.online(stacked[:, : 2 * B], weights, logits=False)  # [s_t, s_{t+1}]
             with torch.no_grad():
                 nstep = self.online(stacked[:, 2 * B :], weights)  # s_{t+n}
                 tgt = self.target(stacked[:, B:], self.target.weights("target"))  # [s_{t+1}, s_{t+n}]
-        logits = out.logits.float()
+        q, log_probs_t = self.ops.dueling_c51(out.value.float(), out.adv.float(), self.online.support, b.action)
         inputs = GemInputs(
-            q_t=self.online.expected_q(logits[:, :B]),
-            q_tp1=self.online.expected_q(logits[:, B:]),
+            q_t=q[:, :B],
+            q_tp1=q[:, B:],
             h_t=out.h[:, :B],
             h_tp1=tgt.h[:, :B],
             adv_features=out.adv_features[:, :, :B].float(),
@@ -290,13 +303,13 @@ class Learner:
             reward=b.reward,
             not_done=b.succ_not_done,
         )
-        return inputs, logits[:, :B], nstep.logits.float(), tgt.logits[:, B:]
+        return inputs, log_probs_t, nstep.logits.float(), tgt.logits[:, B:]
 
     def _learn(self, weights, draws: Draws) -> None:
         tc, mc, ops, gems = self.cfg.trainer, self.cfg.model, self.ops, self.member_gems
         P, B, K = self.P, tc.batch_size, self.K
         b = self.replay.sample(self._replay_uniforms(draws))
-        x, logits_t, logits_n, target_logits_n = self.gem_inputs(b, weights)
+        x, log_probs_t, logits_n, target_logits_n = self.gem_inputs(b, weights)
 
         with torch.no_grad():
             # double DQN: the online net selects a*, the target net evaluates it -> [P,B,K,atoms]
@@ -305,8 +318,7 @@ class Learner:
             g = b.discount.unsqueeze(-1).expand(P, B, K).reshape(-1)
             m = ops.c51_project(p_next.reshape(-1, mc.atoms), r, g, mc.v_min, mc.v_max).view(P, B, K, mc.atoms)
 
-        taken = logits_t.gather(3, b.action[..., None, None].expand(P, B, K, 1, mc.atoms)).squeeze(3)
-        _, c51 = ops.c51_loss(taken, m)
+        _, c51 = c51_cross_entropy(log_probs_t, m)
 
         heads = self._heads(weights)
         values = gems.evaluate_all(x, heads)

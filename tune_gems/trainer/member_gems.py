@@ -17,7 +17,8 @@ structure never depends on them:
   through the live inputs plus (1 - weight) x g through the cut ones = g, while the shared
   network still gets weight x its gradient.
 `torch.where` rather than multiplying by a 0/1 mask: NaN x 0 is NaN, and a mask product can turn
-a value's sign bit; a masked-out member contributes exact zeros. A member therefore computes
+a value's sign bit; a masked-out member contributes exact zeros. When every member has the
+same mode the where is skipped (tune_gems.model.member_select: the same bits). A member therefore computes
 exactly what it computes in a run where every member has its own modes (the bit-identity
 invariant, tests/test_arms_learner.py). The nulls (plain torch reductions over a member's
 batch, reported only) run once per (fold, arm) block, so that a GPU reduction never sees
@@ -36,6 +37,7 @@ from torch import Tensor
 from tune_gems.arms import MemberLayout
 from tune_gems.gems import GemInputs
 from tune_gems.gems.modes import GemSet
+from tune_gems.model.member_select import Uniform, select, uniform
 
 
 def member_rows(x: GemInputs, rows: slice) -> GemInputs:
@@ -59,6 +61,7 @@ class MemberGems:
         self._wire: dict[str, Tensor] = {}
         self._measure: dict[str, Tensor] = {}
         self._weight: dict[str, Tensor] = {}
+        self._common: dict[str, dict[str, Uniform]] = {}
         for n in self.names:
             modes = layout.per_member([gs.settings[n].mode for gs in arm_gems])
             weights = layout.per_member([float(gs.settings[n].weight) for gs in arm_gems])
@@ -67,6 +70,12 @@ class MemberGems:
             self._wire[n] = torch.tensor([m == "wire" for m in modes], device=device)
             self._measure[n] = torch.tensor([m == "measure" for m in modes], device=device)
             self._weight[n] = torch.tensor(weights, dtype=torch.float32, device=device)
+            # the masks as host facts when every member agrees (member_select: no where pass)
+            self._common[n] = {
+                "on": uniform([m != "off" for m in modes]),
+                "wire": uniform([m == "wire" for m in modes]),
+                "measure": uniform([m == "measure" for m in modes]),
+            }
 
     # -- which gems run (host facts, fixed for the run) ------------------------------------------
     def computed(self, name: str) -> bool:
@@ -85,14 +94,14 @@ class MemberGems:
         return "wire" if self.any_wired(name) else "measure" if self.any_measured(name) else "off"
 
     # -- the iteration ---------------------------------------------------------------------------
-    @staticmethod
-    def _live_where(mask: Tensor, x: GemInputs) -> GemInputs:
-        """x for the members in `mask`, a stop-gradient copy for the others."""
+    def _live_where(self, name: str, x: GemInputs) -> GemInputs:
+        """x for the members that wire gem `name`, a stop-gradient copy for the others."""
+        mask, common = self._wire[name], self._common[name]["wire"]
 
         def pick(t: Tensor) -> Tensor:
             if not t.is_floating_point():
                 return t
-            return torch.where(mask.view(-1, *([1] * (t.dim() - 1))), t, t.detach())
+            return select(common, mask.view(-1, *([1] * (t.dim() - 1))), t, t.detach())
 
         return dataclasses.replace(x, **{k: pick(getattr(x, k)) for k in GemInputs.TENSORS})
 
@@ -106,7 +115,7 @@ class MemberGems:
             gem = self.base.settings[n].gem
             needs_graph = self.any_wired(n) or (gem.head is not None and self.any_measured(n))
             with torch.set_grad_enabled(needs_graph and torch.is_grad_enabled()):
-                out[n] = self.base.function(n)(self._live_where(self._wire[n], x).with_head(heads.get(n)))
+                out[n] = self.base.function(n)(self._live_where(n, x).with_head(heads.get(n)))
         return out
 
     def nulls(self, x: GemInputs) -> dict[str, Tensor | None]:
@@ -127,7 +136,7 @@ class MemberGems:
     def loss_term(self, values: dict[str, Tensor | None]) -> Tensor | None:
         """Per member [P]: the sum over gems of where(wire, weight x value, 0)."""
         terms = [
-            torch.where(self._wire[n], self._weight[n] * v, 0.0)
+            select(self._common[n]["wire"], self._wire[n], self._weight[n] * v, 0.0)
             for n, v in values.items() if v is not None and self.any_wired(n)
         ]  # fmt: skip
         return torch.stack(terms).sum(0) if terms else None
@@ -151,7 +160,7 @@ class MemberGems:
         and, from `wired_head_values`, where(wire, (1 - weight) x value, 0) (module docstring: the
         wired head's rate does not depend on the weight)."""
         terms = [
-            torch.where(self._measure[n], v, 0.0)
+            select(self._common[n]["measure"], self._measure[n], v, 0.0)
             for n, v in values.items()
             if v is not None and self.any_measured(n) and self._has_head(n)
         ]  # fmt: skip
@@ -165,7 +174,7 @@ class MemberGems:
         """A value (or null) for the accumulator: NaN for members with the gem off."""
         if v is None:
             return torch.full_like(like, math.nan)
-        return torch.where(self._on[name], v.detach(), math.nan)
+        return select(self._common[name]["on"], self._on[name], v.detach(), math.nan)
 
     def check(self, x: GemInputs, heads: dict[str, Callable[..., Tensor]]) -> None:
         """Dry-evaluate the gems of every arm (GemSet.check: one line naming a bad gem)."""
