@@ -42,7 +42,7 @@ HOLD_S = 0.3
 
 def _meta(epoch: int, history: list | None = None) -> dict:
     return {"epoch": epoch, "env_steps": 0, "updates": 0, "diverged": False, "prefilled": False,
-            "history": history if history is not None else [{"epoch": epoch}], "member_history": [], "config": {}}
+            "history": history if history is not None else [{"epoch": e} for e in range(1, epoch + 1)], "member_history": [], "config": {}}
 
 
 class GatedSave:
