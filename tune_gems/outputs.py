@@ -312,17 +312,28 @@ def check_path_length(path: str | Path, field: str) -> None:
 
 
 def check_top_entries(folder: Path, field: str) -> None:
-    """OutputError naming the first symlink, FIFO, socket or device at the top level of
-    `folder`: the lock, the marker and every temporary file of a command live there, and none
-    may be written through (tune_gems.safe_files)."""
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return
-    for name in names:
-        kind = entry_kind(folder / name)
-        if kind not in ("file", "folder"):
-            raise OutputError(f"{field}: {folder / name} is a {kind}; tune-gems writes no such entry and never writes through one: remove it")
+    """OutputError naming the first symlink, FIFO, socket or device in `folder` or up to
+    `SCAN_DEPTH` levels below it (at most `SCAN_LIMIT` entries looked at): the lock, the
+    marker, every temporary file of a command and a sweep's per-trial files live there, and
+    none may be written through (tune_gems.safe_files)."""
+    level, seen = [folder], 0
+    for _depth in range(SCAN_DEPTH + 1):
+        nxt: list[Path] = []
+        for d in level:
+            try:
+                names = sorted(os.listdir(d))
+            except OSError:
+                continue
+            for name in names:
+                seen += 1
+                if seen > SCAN_LIMIT:
+                    return
+                kind = entry_kind(d / name)
+                if kind == "folder":
+                    nxt.append(d / name)
+                elif kind != "file":
+                    raise OutputError(f"{field}: {d / name} is a {kind}; tune-gems writes no such entry and never writes through one: remove it")
+        level = nxt
 
 
 def unlisted_files(folder: Path) -> list[str]:

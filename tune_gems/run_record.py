@@ -12,7 +12,6 @@ they existed) is not checked.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from tune_gems.errors import ConfigError, DataError
