@@ -104,8 +104,6 @@ def register(gem: Gem) -> Gem:
             raise ConfigError(f"gem {what} {value!r}: must be a lowercase identifier ([a-z][a-z0-9_]*, at most 32)")
     if gem.metric in RESERVED_METRICS or gem.metric.endswith(("_rel", "_null", "_excess")):
         raise ConfigError(f"gem {gem.name}: metric name {gem.metric!r} is reserved")
-    if origin != BUILTIN_ORIGIN:
-        _check_not_a_result_column(gem)
     if not callable(gem.reference):
         raise ConfigError(f"gem {gem.name}: reference must be a function of GemInputs")
     for what in ("fused", "null", "head"):
@@ -120,6 +118,8 @@ def register(gem: Gem) -> Gem:
             if gem.name in (other.name, other.metric) or gem.metric in (other.name, other.metric):
                 kind = "the built-in gem" if other.builtin else f"gem {other.name!r} of {other.origin}"
                 raise ConfigError(f"gem {gem.name} ({gem.metric}) of {origin}: clashes with {kind} {other.name} ({other.metric})")
+        if origin != BUILTIN_ORIGIN:
+            _check_not_a_result_column(gem)
         _GEMS[gem.name] = gem
     return gem
 
