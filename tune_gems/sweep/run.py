@@ -300,11 +300,11 @@ def run_sweep(
         spec = stored_spec(store, overrides, spec, spec_path)
         check_data_unchanged(stored_marker(store), spec.base_config().data, store.uri)
     base_cfg = spec.base_config()
-    data_record = None if resume else data_fingerprint(base_cfg.data)
     _check_memory(spec, str(spec_path))
     prices = load_prices(base_cfg)
     market = prepare_market(base_cfg, torch.device("cpu"), prices)  # validates splits and segment lengths now
     check_plugins_dry(spec, prices, str(spec_path))  # before anything is printed: a refusal is one line
+    data_record = None if resume else data_fingerprint(base_cfg.data)  # the bytes just read
     for line in data_lines(base_cfg.data, market):
         print(f"tune-gems sweep: {line}", flush=True)
     if dry_run:

@@ -246,8 +246,8 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
 
     if resume:
         check_data_unchanged(read_marker(out), cfg.data, str(out))  # before the data is even read
-    data_record = data_fingerprint(cfg.data)
     trainer = Trainer(cfg, log=log)  # validates data and device before anything is written
+    data_record = data_fingerprint(cfg.data)  # the bytes just read (a missing file was named above)
     loaded = _load_if_any(trainer, ckpt_path) if resume else None  # a bad checkpoint is refused before any write
     if loaded is not None:
         check_tables_against_checkpoint(out, trainer)
