@@ -395,6 +395,8 @@ def test_quiet_loggers_and_verbose():
     before = lg.level
     with console.quiet_driver(verbose=False):
         assert not lg.isEnabledFor(logging.WARNING) and lg.isEnabledFor(logging.ERROR)
+        # the "both result.json and progress.csv were not found" warning after a resume
+        assert not logging.getLogger("ray.tune.analysis.experiment_analysis").isEnabledFor(logging.WARNING)
     assert lg.level == before
     with console.quiet_driver(verbose=True):
         assert lg.level == before
