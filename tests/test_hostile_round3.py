@@ -168,6 +168,23 @@ def edited_stored_spec(d: Path) -> None:
     spec.write_text(spec.read_text().replace("num_samples: 4", "num_samples: 5"))
 
 
+def sweep_on_changed_data(d: Path) -> None:
+    """A stored sweep on a price file (its marker records the spec's and the file's checksums);
+    the price file then edited in place."""
+    import yaml
+
+    from tune_gems.run_record import checksums, data_fingerprint
+    from tune_gems.sweep.spec import load_spec
+
+    (d / "p.csv").write_text(PRICES)
+    spec = load_spec(SMOKE, [*TINY_SWEEP, "config.data.source=file", f"config.data.path={d / 'p.csv'}", "config.data.splits=[0.6,0.2,0.2]"])
+    _stored_sweep("store/done")(d)
+    text = yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode()
+    (d / "store" / "done" / "spec.yaml").write_bytes(text)
+    marker("store/done", "sweep", checksums=checksums(None, **{"spec.yaml": text}), data=data_fingerprint(spec.base_config().data))(d)
+    (d / "p.csv").write_text(PRICES.replace("\n5,105\n", "\n5,150\n"))
+
+
 def plugin(name: str, body: str) -> Callable[[Path], None]:
     head = "from tune_gems.gems import Gem, register\nMEAN = lambda x: x.q_t.mean((1, 2, 3))\n"
     return write(f"{name}.py", head + body)
@@ -226,6 +243,8 @@ def cases() -> list[EnvCase]:
         C("train-resume-changed-data-file", ["train", "--out", "out", "--resume"], ["data.path", "p.csv", "changed"],
           stored_train(*FILE_DATA, edit_data=True)),
         C("sweep-resume-edited-stored-spec", RESUME_SWEEP, ["spec.yaml", "edited"], both(write("spec.yaml", SMOKE.read_text()), edited_stored_spec)),
+        C("sweep-resume-changed-data-file", RESUME_SWEEP, ["data.path", "p.csv", "changed"],
+          both(write("spec.yaml", SMOKE.read_text()), sweep_on_changed_data)),
         C("sweep-key-searched-and-set-by-arms", SWEEP, ["search.params.trainer.lr", "config.arms"],
           arms_spec("arms:\n  list:\n    - {name: a, trainer.lr: 0.001}\n    - {name: b, trainer.lr: 0.002}", LR_SEARCH)),
         C("train-resume-nan-weights", ["train", "--out", "out", "--resume"], ["checkpoint.pt", "online.params", "NaN"], train_run(_nan_weights)),

@@ -108,7 +108,8 @@ def _resolved(spec: SweepSpec) -> dict[str, Any]:
 def stored_spec(store: ExperimentStore, overrides: list[str], given: SweepSpec, spec_path: Path) -> SweepSpec:
     """The spec a `--resume` continues with: the experiment's stored spec.yaml. Overrides are
     applied to it and any that changes it is refused, naming the key; a SPEC file that differs
-    from the stored one is noted (the stored one runs)."""
+    from the stored one is noted (the stored one runs). A stored spec edited since the sweep
+    wrote it, or a data file changed since it read it, is refused (tune_gems.run_record)."""
     from pydantic import ValidationError
 
     where = f"{store.uri}/{SPEC_FILE}"
@@ -116,7 +117,8 @@ def stored_spec(store: ExperimentStore, overrides: list[str], given: SweepSpec, 
         raw = store.read_bytes(SPEC_FILE)
     except OSError as e:
         raise ConfigError(f"{where}: cannot read the stored spec ({type(e).__name__})") from None
-    check_stored_unchanged(stored_marker(store), SPEC_FILE, raw, where)
+    marker = stored_marker(store)
+    check_stored_unchanged(marker, SPEC_FILE, raw, where)
     try:
         tree = safe_load_yaml(raw.decode())
         import_spec_plugins(tree, where)
@@ -125,6 +127,7 @@ def stored_spec(store: ExperimentStore, overrides: list[str], given: SweepSpec, 
         raise ConfigError(f"{where}: cannot read the stored spec ({type(e).__name__})") from None
     except ValidationError as e:
         raise ConfigError(f"{where}: {format_validation_error(e)}") from None
+    check_data_unchanged(marker, stored.base_config().data, store.uri)  # the run's data, as it read it
     asked_tree = apply_overrides(copy.deepcopy(stored.model_dump(mode="json")), list(overrides))
     try:
         asked = SweepSpec.model_validate(asked_tree)
@@ -298,7 +301,6 @@ def run_sweep(
     store = _prepare_store(storage, name, name_field, resume, spec)
     if resume:
         spec = stored_spec(store, overrides, spec, spec_path)
-        check_data_unchanged(stored_marker(store), spec.base_config().data, store.uri)
     base_cfg = spec.base_config()
     _check_memory(spec, str(spec_path))
     prices = load_prices(base_cfg)
