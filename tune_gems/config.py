@@ -485,6 +485,10 @@ def build_config(tree: dict[str, Any], source: str = "config") -> Config:
     plugins = tree.get("plugins") if isinstance(tree, dict) else None
     try:
         registry.import_plugins(plugins or [])
+        if plugins:
+            from tune_gems.metrics import check_plugin_columns
+
+            check_plugin_columns(list(plugins))
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
     model = config_model(tuple(plugins)) if plugins else Config

@@ -37,9 +37,6 @@ RESERVED_METRICS = frozenset(
     {"epoch", "env_steps", "updates", "loss", "q_mean", "grad_norm", "noisy_sigma", "diverged", "sps", "nonfinite"}
 )
 """Names a gem metric may not take: the trainer's own columns and accumulator rows."""
-RESERVED_PREFIXES = ("val_", "test_", "train_", "gain_")
-"""Prefixes of the evaluation, timing and paired-gain columns: a plug-in metric named like one
-would read as one of them (e.g. `val_sharpe`, `train_s`, `gain_g6`)."""
 PLUGIN_IMPORT_TIMEOUT_S = 60.0
 """Default bound on one plug-in's import (a module that hangs at import is refused in one line);
 the environment variable `PLUGIN_IMPORT_TIMEOUT_ENV` sets another."""
@@ -118,26 +115,8 @@ def register(gem: Gem) -> Gem:
             if gem.name in (other.name, other.metric) or gem.metric in (other.name, other.metric):
                 kind = "the built-in gem" if other.builtin else f"gem {other.name!r} of {other.origin}"
                 raise ConfigError(f"gem {gem.name} ({gem.metric}) of {origin}: clashes with {kind} {other.name} ({other.metric})")
-        if origin != BUILTIN_ORIGIN:
-            _check_not_a_result_column(gem)
         _GEMS[gem.name] = gem
     return gem
-
-
-def _check_not_a_result_column(gem: Gem) -> None:
-    """ConfigError when a plug-in gem's metric (or one of its derived columns) is, or reads
-    as, a column the result tables already have: one name would carry two meanings."""
-    from tune_gems import metrics
-    from tune_gems.result_files import ID_COLUMNS, MEMBER_ID_COLUMNS, TRIAL_COLUMNS
-
-    builtin = set(metrics.epoch_metrics(arms=("proposal", "control"))) | set(metrics.member_metrics())
-    builtin |= {*ID_COLUMNS, *MEMBER_ID_COLUMNS, *TRIAL_COLUMNS}
-    for column in (gem.metric, *(gem.metric + s for s in ("_rel", "_null", "_excess"))):
-        if column in builtin or column.startswith(RESERVED_PREFIXES):
-            raise ConfigError(
-                f"gem {gem.name}: metric name {gem.metric!r} is or reads as a result column ({column}); "
-                f"choose a name that no table has and that does not start with {', '.join(RESERVED_PREFIXES)}"
-            )
 
 
 def _import_timeout() -> float:
