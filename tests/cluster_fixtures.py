@@ -291,6 +291,7 @@ def cli_in_child(args: list[str], cwd: str, env: dict[str, str], out: str, err: 
     are the child's own; returns the exit status."""
     os.environ.update(env)
     os.chdir(cwd)
+    sys.path.insert(0, cwd)  # as `python -m tune_gems` puts the working directory first (plug-ins there import)
     sys.stdout.flush()
     sys.stderr.flush()
     for path, fd in ((out, 1), (err, 2)):

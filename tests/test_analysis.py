@@ -455,7 +455,7 @@ def test_cli_overwrite_replaces_only_its_own_output(two_experiments, capsys):
     assert r.returncode == 2 and "not empty" in r.stderr
 
 
-@pytest.mark.parametrize("flag,value,needle", [("--alpha", "nan", "finite"), ("--alpha", "-0.1", "(0, 0.5)"),
+@pytest.mark.parametrize("flag,value,needle", [("--alpha", "nan", "finite"), ("--alpha", "-0.1", "[1e-06, 0.5)"),
                                                ("--rope", "-1", "--rope"), ("--rel-threshold", "nan", "finite"),
                                                ("--rel-threshold", "-1e-3", "--rel-threshold"),
                                                ("--last-k", "0", "--last-k"), ("--power", "1.5", "--power"),

@@ -231,6 +231,8 @@ def snapshot(root: Path) -> dict[str, tuple]:
             out[rel] = ("link", os.readlink(p))
         elif p.is_dir():
             out[rel] = ("dir",)
+        elif not p.is_file():  # a FIFO or socket: never opened (reading a FIFO blocks)
+            out[rel] = ("special", p.lstat().st_mode)
         else:
             st = p.stat()
             out[rel] = ("file", st.st_size, st.st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())

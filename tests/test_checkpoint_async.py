@@ -42,7 +42,7 @@ HOLD_S = 0.3
 
 def _meta(epoch: int, history: list | None = None) -> dict:
     return {"epoch": epoch, "env_steps": 0, "updates": 0, "diverged": False, "prefilled": False,
-            "history": history if history is not None else [{"epoch": epoch}], "member_history": [], "config": {}}
+            "history": history if history is not None else [{"epoch": e} for e in range(1, epoch + 1)], "member_history": [], "config": {}}
 
 
 class GatedSave:
@@ -395,6 +395,8 @@ def test_quiet_loggers_and_verbose():
     before = lg.level
     with console.quiet_driver(verbose=False):
         assert not lg.isEnabledFor(logging.WARNING) and lg.isEnabledFor(logging.ERROR)
+        # the "both result.json and progress.csv were not found" warning after a resume
+        assert not logging.getLogger("ray.tune.analysis.experiment_analysis").isEnabledFor(logging.WARNING)
     assert lg.level == before
     with console.quiet_driver(verbose=True):
         assert lg.level == before

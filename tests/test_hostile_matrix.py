@@ -440,32 +440,33 @@ def run_in_process(case: Case, sandbox: Path) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory):
+def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, str]] = lambda c: {}) -> dict[str, Outcome]:
+    """Every case in a sandbox `root/<id>` (set up and snapshotted here), the IN_PROCESS
+    families in this process, the others through `tune_gems.cli.main` in children forked from a
+    server that imported the heavy modules once (`env_of(case)`: extra environment)."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     from cluster_fixtures import cli_in_child
 
-    root = tmp_path_factory.mktemp("hostile")
     io_dir = root / "_io"
     io_dir.mkdir()
     befores = {}
-    for c in CASES:
+    for c in cases:
         (root / c.id).mkdir()
         c.setup(root / c.id)
         befores[c.id] = _snap(root / c.id)
     results: dict[str, tuple] = {}
-    forked = [c for c in CASES if c.family not in IN_PROCESS]
+    forked = [c for c in cases if c.family not in IN_PROCESS]
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["cluster_fixtures", "tune_gems.cli", "tune_gems.trainer.run", "tune_gems.sweep.run", "tune_gems.analysis.run"])
     with ProcessPoolExecutor(PARALLEL, mp_context=ctx, max_tasks_per_child=1) as pool:
         futures = {
-            c.id: pool.submit(cli_in_child, _args(c, root / c.id), str(root / c.id), _env(root / c.id),
+            c.id: pool.submit(cli_in_child, _args(c, root / c.id), str(root / c.id), {**_env(root / c.id), **env_of(c)},
                               str(io_dir / f"{c.id}.out"), str(io_dir / f"{c.id}.err"))
             for c in forked
         }
-        for c in CASES:  # meanwhile, the in-process families here
+        for c in cases:  # meanwhile, the in-process families here
             if c.family in IN_PROCESS:
                 results[c.id] = run_in_process(c, root / c.id)
         for c in forked:
@@ -474,7 +475,12 @@ def outcomes(tmp_path_factory):
             except Exception as e:  # noqa: BLE001 - reported per case below
                 code = f"{type(e).__name__}: {e}"
             results[c.id] = (code, (io_dir / f"{c.id}.out").read_text(errors="replace"), (io_dir / f"{c.id}.err").read_text(errors="replace"))
-    return {c.id: Outcome(root / c.id, befores[c.id], _snap(root / c.id), *results[c.id]) for c in CASES}
+    return {c.id: Outcome(root / c.id, befores[c.id], _snap(root / c.id), *results[c.id]) for c in cases}
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    return run_cases(CASES, tmp_path_factory.mktemp("hostile"))
 
 
 def check(case: Case, out: Outcome) -> None:

@@ -90,7 +90,10 @@ def test_overwrite_needs_the_marker_of_the_same_kind(tmp_path):
     outputs.write_marker(user, "train")
     with pytest.raises(OutputError, match="holds train results"):
         outputs.check_output_folder(user, kind="analyze", overwrite=True)
-    outputs.write_marker(user, "analyze")
+    outputs.write_marker(user, "analyze")  # a marker alone does not make the user's file the tool's
+    with pytest.raises(OutputError, match="thesis.tex was not written by tune-gems analyze"):
+        outputs.check_output_folder(user, kind="analyze", overwrite=True)
+    outputs.write_marker(user, "analyze", files=["thesis.tex"])
     assert outputs.check_output_folder(user, kind="analyze", overwrite=True) == user.resolve()
     assert (user / "thesis.tex").read_text() == "precious"
 
@@ -106,9 +109,83 @@ def test_publish_replaces_only_a_marked_folder(tmp_path):
         outputs.publish_folder(tmp, out, kind="analyze", overwrite=True)
     assert (out / "keep").read_text() == "x"
     outputs.write_marker(out, "analyze")
+    with pytest.raises(OutputError):  # marked, but `keep` is not listed as written by it
+        outputs.publish_folder(tmp, out, kind="analyze", overwrite=True)
+    outputs.write_marker(out, "analyze", files=["keep"])
     outputs.publish_folder(tmp, out, kind="analyze", overwrite=True)
     assert not (out / "keep").exists() and outputs.marker_kind(out) == "analyze" and not tmp.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_overwrite_refuses_an_unlisted_file_at_any_depth_and_deletes_only_listed_ones(tmp_path):
+    out = tmp_path / "out"
+    (out / "plots").mkdir(parents=True)
+    (out / "report.md").write_text("old")
+    (out / "plots" / "a.png").write_bytes(b"png")
+    outputs.write_marker(out, "analyze", files=outputs.written_files(out))
+    deep = out / "plots" / "x" / "y" / "run"
+    deep.mkdir(parents=True)
+    (deep / "config.yaml").write_text("seed: 0\n")  # a train run kept three levels down
+    with pytest.raises(OutputError, match="config.yaml was not written"):
+        outputs.check_output_folder(out, kind="analyze", overwrite=True)
+    (deep / "config.yaml").unlink()
+    assert outputs.check_output_folder(out, kind="analyze", overwrite=True) == out.resolve()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    (tmp / "report.md").write_text("new")
+    outputs.write_marker(tmp, "analyze", files=["report.md"])
+    outputs.publish_folder(tmp, out, kind="analyze", overwrite=True)
+    assert (out / "report.md").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_symlinked_out_or_a_symlink_inside_it_is_refused(tmp_path):
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "notes.txt").write_text("mine")
+    outputs.write_marker(user, "analyze", files=["notes.txt"])  # even a folder that looks like ours
+    (tmp_path / "analysis").symlink_to(user)
+    with pytest.raises(OutputError, match="is a symlink"):
+        outputs.check_output_folder(tmp_path / "analysis", kind="analyze", overwrite=True)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".history.csv.tmp").symlink_to(user / "notes.txt")
+    with pytest.raises(OutputError, match="history.csv.tmp is a symlink"):
+        outputs.check_output_folder(run, kind="train", resume=True)
+    assert (user / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("kind", ["symlink", "folder", "fifo"])
+def test_a_lock_path_that_is_not_a_regular_file_is_refused_in_one_line(kind, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    lock = tmp_path / outputs.LOCK_FILE
+    {"symlink": lambda: lock.symlink_to(victim), "folder": lock.mkdir, "fifo": lambda: os.mkfifo(lock)}[kind]()
+    for attempt in (outputs.OutputLock(tmp_path).acquire, outputs.OutputLock(tmp_path).check_free):
+        with pytest.raises(OutputError) as e:
+            attempt()
+        assert "not a regular lock file" in str(e.value) and "\n" not in str(e.value)
+    assert victim.read_text() == "mine"
+
+
+def test_writes_never_follow_a_planted_symlink(tmp_path):
+    from tune_gems.safe_files import write_atomic
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    (tmp_path / ".out.txt.tmp").symlink_to(victim)
+    (tmp_path / "link.txt").symlink_to(victim)
+    write_atomic(tmp_path / "out.txt", "tool")
+    write_atomic(tmp_path / "link.txt", "tool")  # replaces the link itself
+    outputs.write_marker(tmp_path, "train")
+    assert victim.read_text() == "mine" and (tmp_path / "out.txt").read_text() == "tool"
+    assert not (tmp_path / "link.txt").is_symlink()
+
+
+def test_overlong_path_components_and_paths_are_refused(tmp_path):
+    with pytest.raises(OutputError, match="at most 255"):
+        outputs.check_output_folder(tmp_path / ("x" * 256), kind="train")
+    with pytest.raises(OutputError, match="at most 4095"):
+        outputs.check_output_folder(tmp_path.joinpath(*["y" * 200] * 21), kind="train")
 
 
 @pytest.mark.parametrize("case", ["file", "under_file", "proc", "sys"])

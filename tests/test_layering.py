@@ -17,7 +17,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "contracts": ("errors", "result_files", "gem_manifest", "dotted"),
     "gems": ("gems",),
     "foundations": ("metrics", "evaluation", "rng", "data", "outputs", "arms_config", "blas_path", "baseline_headline", "inference",
-                    "data_summary", "config_keys"),
+                    "data_summary", "config_keys", "safe_files", "run_record"),
     "config": ("config",),
     "set-up": ("arms", "arm_designs", "resources", "env", "replay", "gym_env"),
     "ops": ("ops",),

@@ -359,3 +359,35 @@ def test_market_noise_interval_through_the_verdict_path_is_calibrated_and_has_po
     tests/test_market_noise.py's."""
     assert _rate(40, peek=0.0, seed=10) <= 0.25
     assert _rate(10, peek=0.15, seed=11) >= 0.9
+
+
+TAMPERED = {
+    "format-text": lambda a: a.update(format=np.asarray("one")),
+    "format-array": lambda a: a.update(format=np.asarray([1, 1])),
+    "epochs-scalar": lambda a: a.update(epochs=np.asarray(3)),
+    "epochs-text": lambda a: a.update(epochs=np.asarray(["a"] * len(a["epochs"]))),
+    "cost-array": lambda a: a.update(cost=np.asarray([0.1, 0.2])),
+    "cost-nan": lambda a: a.update(cost=np.asarray(np.nan)),
+    "arm-short": lambda a: a.update(arm=a["arm"][:1]),
+    "seed-index-text": lambda a: a.update(seed_index=np.asarray(["x"] * len(a["seed_index"]))),
+    "positions-text": lambda a: a.update(positions=a["positions"].astype(str)),
+    "asset-2d-wrong": lambda a: a.update(asset=a["asset"][:, :3]),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(TAMPERED))
+def test_a_tampered_eval_returns_file_is_one_named_error(root, damage):
+    """Arrays of the wrong kind or shape (issue 26: 7 of 22 tampered files reached the last line
+    of defence) are a DataError naming the file, so the verdict says 'unavailable'."""
+    rng = np.random.default_rng(3)
+    asset = _asset(rng)
+    folder = _write(root / f"tampered-{damage}", _positions(rng, asset, peek=0.15), asset)
+    path = folder / EVAL_RETURNS_DIR / "t0.npz"
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    TAMPERED[damage](arrays)
+    np.savez_compressed(path, **arrays)
+    with pytest.raises(DataError) as e:
+        read_eval_returns(path)
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+    assert _g12(folder)["market_noise"].startswith("unavailable:")

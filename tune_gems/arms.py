@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,12 @@ def _level_text(v: Any) -> str:
     return {True: "true", False: "false"}.get(v, str(v)) if isinstance(v, bool) else str(v)
 
 
+def factorial_size(factors: dict[str, list[Any]]) -> int:
+    """The number of arms of a full factorial (the product of the level counts), computed
+    without building one combination (exact integer arithmetic)."""
+    return math.prod(len(levels) for levels in factors.values())
+
+
 def _check_key(key: str, allowed: tuple[str, ...], all_keys: set[str], where: str) -> None:
     if key in allowed:
         return
@@ -80,9 +87,10 @@ def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "conf
         for key in arms.factors:
             _check_key(key, allowed, all_keys, "arms.factors")
         keys = list(arms.factors)
+        count = factorial_size(arms.factors)  # counted before anything is built: 1e12 arms is a typo
+        if count > MAX_ARMS:
+            raise ConfigError(f"arms.factors: {count:g} arms (the product of the levels); at most {MAX_ARMS}")
         combos = list(itertools.product(*(arms.factors[k] for k in keys)))
-        if len(combos) > MAX_ARMS:
-            raise ConfigError(f"arms.factors: {len(combos)} arms (the product of the levels); at most {MAX_ARMS}")
         for combo in combos:
             specs.append(("", dict(zip(keys, combo))))  # named below, from the validated levels
     else:

@@ -31,6 +31,18 @@ MAX_COUNT = 10**9
 MAX_CHECKPOINT_INTERVAL_S = 1e9
 """Upper bound of `trainer.checkpoint_interval_s` (about 30 years: a larger value is a typo)."""
 
+MAX_TEXT = 4096
+"""Longest string value anywhere in a config or spec (a path, a column name, a description): a
+longer one is a pasted file, not a setting."""
+
+MAX_YAML_BYTES = 1 << 20
+"""Largest config or spec file read (1 MiB; a real one is a few KiB): a larger file is refused
+before it is parsed, so a huge file cannot stall validation."""
+
+MAX_SYNTHETIC_N = 1_000_000
+"""Most synthetic prices (about 4,000 years of business days): the generator is a Python loop
+(about 3 s per million prices and path) and each epoch evaluates whole segments."""
+
 SUPPORT_LIMIT = 1e6
 """Largest |v_min|, |v_max| of the C51 support: beyond it the atom spacing overflows float32 math."""
 
@@ -47,7 +59,7 @@ class _Strict(BaseModel):
     """Base of every config model: unknown keys refused, no NaN or infinity in any float, and no
     silent coercion (a boolean is not an integer, a string is not a number)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True, str_max_length=MAX_TEXT)
 
 
 def _edge_periods(v: Any) -> Any:
@@ -67,7 +79,7 @@ def _edge_periods(v: Any) -> Any:
 class SyntheticConfig(_Strict):
     """The seeded regime-switching series used when `data.source` is synthetic."""
 
-    n: int = Field(6000, ge=200, description="number of prices")
+    n: int = Field(6000, ge=200, le=MAX_SYNTHETIC_N, description="number of prices")
     seed: int = Field(7, ge=0, description="seed of the series (per_seed paths: of seed index 0, then +1 per index)")
     edge: float = Field(DEFAULT_EDGE, ge=0.0, le=1.0, description="strength of the learnable momentum edge (0: none)")
     paths: Literal["per_seed", "shared"] = Field(
@@ -149,6 +161,13 @@ class DataConfig(_Strict):
                 raise ValueError("validation start must be before test start")
             return [str(x)[:10] for x in v]
         raise ValueError("give three fractions [train, val, test] or two ISO dates [val_start, test_start]")
+
+    @field_validator("path", "price_column", "time_column")
+    @classmethod
+    def _printable(cls, v: str | None) -> str | None:
+        if v is not None and any(ord(c) < 32 or ord(c) == 127 for c in v):
+            raise ValueError("must not contain NUL or other control characters")
+        return v
 
     @model_validator(mode="after")
     def _path_for_file(self) -> "DataConfig":
@@ -406,6 +425,12 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"{p}: no such file")
     try:
+        size = p.stat().st_size
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read ({e.strerror})") from None
+    if size > MAX_YAML_BYTES:
+        raise ConfigError(f"{p}: {size} bytes; a config or spec file is at most {MAX_YAML_BYTES} bytes")
+    try:
         data = safe_load_yaml(p.read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -466,6 +491,10 @@ def build_config(tree: dict[str, Any], source: str = "config") -> Config:
     plugins = tree.get("plugins") if isinstance(tree, dict) else None
     try:
         registry.import_plugins(plugins or [])
+        if plugins:
+            from tune_gems.metrics import check_plugin_columns
+
+            check_plugin_columns(list(plugins))
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
     model = config_model(tuple(plugins)) if plugins else Config

@@ -252,3 +252,28 @@ def turnover(positions: Any, initial_position: float = 0.0) -> Any:
     if arr.shape[1] == 0:
         return _out(np.zeros(arr.shape[0]), one, positions)
     return _out(np.abs(arr - prev).mean(axis=1), one, positions)
+
+
+RESERVED_PREFIXES = ("val_", "test_", "train_", "gain_")
+"""Prefixes of the evaluation, timing and paired-gain columns: a plug-in metric named like one
+would read as one of them (e.g. `val_sharpe`, `train_s`, `gain_g6`)."""
+
+
+def check_plugin_columns(plugins: tuple[str, ...] | list[str]) -> None:
+    """ConfigError when a plug-in gem's metric (or one of its derived columns) is, or reads
+    as, a column the result tables already have: one name would carry two meanings. Called
+    once the plug-ins are imported (tune_gems.config.build_config)."""
+    from tune_gems.errors import ConfigError
+    from tune_gems.result_files import ID_COLUMNS, TRIAL_COLUMNS
+
+    builtin = set(epoch_metrics(arms=("proposal", "control"))) | set(member_metrics())
+    builtin |= {*ID_COLUMNS, *MEMBER_ID_COLUMNS, *TRIAL_COLUMNS}
+    for gem in registry.run_gems(plugins):
+        if gem.builtin:
+            continue
+        for column in (gem.metric, *(gem.metric + s for s in ("_rel", "_null", "_excess"))):
+            if column in builtin or column.startswith(RESERVED_PREFIXES):
+                raise ConfigError(
+                    f"plugins: {gem.origin}: gem {gem.name}: metric name {gem.metric!r} is or reads as a result column ({column}); "
+                    f"choose a name that no table has and that does not start with {', '.join(RESERVED_PREFIXES)}"
+                )

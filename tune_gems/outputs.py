@@ -14,7 +14,14 @@ one folder, is worse than no tool. The rules, for `train`, `sweep` and `analyze`
 - **One writer.** `OutputLock` holds an advisory lock (`LOCK_FILE`, `filelock`: an `fcntl.flock`) for as long
   as a command writes; a second writer is refused in one line naming the holder's pid. A lock
   left by a dead process is no obstacle: the kernel releases `flock` locks with their process.
-- **Names are names.** `check_name` accepts one portable path component only.
+- **Names are names.** `check_name` accepts one portable path component only; a path with a
+  component longer than `COMPONENT_MAX` bytes or longer than `PATH_MAX` bytes in all is refused.
+- **No symlinks.** An output folder given as a symlink, or one holding a symlink, FIFO, socket or
+  device at its top level (where the lock, the marker and every temporary file live), is
+  refused; the lock and the marker are opened with `O_NOFOLLOW` (tune_gems.safe_files).
+- **`--overwrite` removes only what the command wrote.** An analysis lists every file it wrote
+  in its marker (`MARKER_FILES_KEY`); replacing that folder is refused while it holds anything
+  not listed (a user's notes, a run kept three levels down), and only listed files are deleted.
 
 All refusals are `TuneGemsError` subclasses with one line naming the field and the path, so the
 CLI prints them and exits 2.
@@ -41,18 +48,20 @@ from tune_gems.result_files import (
     TRIALS_FILE,
 )
 
+import contextlib
 import datetime as _dt
 import errno
 import json
 import os
 import re
-import shutil
 import socket
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
 from tune_gems.errors import BadNameError, OutputError, OutputExistsError, OutputInUseError
+from tune_gems.safe_files import entry_kind, require_regular, write_atomic
 
 MARKER_FILE = ".tune-gems-output.json"
 """Written by the tool into every folder it creates; `--overwrite` needs it."""
@@ -62,6 +71,12 @@ MARKER_VERSION = 1
 LOCK_ATTEMPTS = 5
 LOCK_RETRY_S = 0.02
 KINDS = ("train", "sweep", "analyze", "confirm")
+MARKER_FILES_KEY = "files"
+"""The marker's list of the files (relative paths) its command wrote: what `--overwrite` may delete."""
+COMPONENT_MAX = 255
+"""Longest path component in bytes (the limit of every common filesystem)."""
+PATH_MAX = 4095
+"""Longest path in bytes (Linux PATH_MAX less the terminating NUL)."""
 
 NAME_MAX = 100
 """Longest user-given name that becomes a path component (well inside every filesystem's 255)."""
@@ -118,17 +133,33 @@ def check_name(name: str, field: str, root: str | Path | None = None) -> str:
 # -- markers -------------------------------------------------------------------------------------
 
 
-def write_marker(folder: str | Path, kind: str) -> None:
-    """Mark `folder` as written by `tune-gems <kind>` (creating nothing else)."""
+def marker_body(kind: str, **fields: Any) -> dict[str, Any]:
+    """The marker of a `tune-gems <kind>` folder, with extra `fields` (e.g. the files it wrote,
+    the checksums of what it recorded)."""
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
-    body = {"tool": "tune-gems", "kind": kind, "version": MARKER_VERSION, "created": _dt.datetime.now(_dt.timezone.utc).isoformat()}
-    Path(folder, MARKER_FILE).write_text(json.dumps(body) + "\n")
+    return {"tool": "tune-gems", "kind": kind, "version": MARKER_VERSION,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(), **fields}
+
+
+def write_marker(folder: str | Path, kind: str, **fields: Any) -> None:
+    """Mark `folder` as written by `tune-gems <kind>` (creating nothing else; never through a symlink)."""
+    write_atomic(Path(folder, MARKER_FILE), json.dumps(marker_body(kind, **fields)) + "\n")
+
+
+def update_marker(folder: str | Path, **fields: Any) -> None:
+    """Add or replace `fields` in the marker of `folder` (which must carry one)."""
+    body = read_marker(folder)
+    if body is None:
+        raise ValueError(f"{folder}: no tune-gems marker to update")
+    write_atomic(Path(folder, MARKER_FILE), json.dumps({**body, **fields}) + "\n")
 
 
 def read_marker(folder: str | Path) -> dict[str, Any] | None:
     """The marker of `folder`, or None when absent or unreadable (a foreign file of that name
     counts as absent: it never authorises a replacement)."""
+    if entry_kind(Path(folder, MARKER_FILE)) != "file":
+        return None  # a symlinked marker is foreign: it authorises nothing
     try:
         body = json.loads(Path(folder, MARKER_FILE).read_text())
     except (OSError, ValueError, UnicodeDecodeError):
@@ -241,6 +272,7 @@ def check_writable(folder: str | Path, field: str = "--out") -> Path:
     folder. Probes with a real temporary file (os.access alone misses read-only mounts), which
     is removed at once."""
     path = Path(folder).expanduser()
+    check_path_length(path, field)
     try:
         path = path.resolve()
     except (OSError, RuntimeError) as e:  # symlink loops
@@ -265,6 +297,75 @@ def check_writable(folder: str | Path, field: str = "--out") -> Path:
         why = "read-only filesystem" if e.errno == errno.EROFS else (e.strerror or type(e).__name__)
         raise OutputError(f"{field}: cannot write in {existing} ({why})") from None
     return path
+
+
+def check_path_length(path: str | Path, field: str) -> None:
+    """OutputError when a component of `path` is over `COMPONENT_MAX` bytes or the whole
+    (absolute) path over `PATH_MAX` bytes: the filesystem would refuse it half-way through."""
+    text = os.fsencode(os.path.abspath(os.fspath(path)))
+    for part in text.split(b"/"):
+        if len(part) > COMPONENT_MAX:
+            shown = os.fsdecode(part)[:40]
+            raise OutputError(f"{field}: the path component {shown!r}... is {len(part)} bytes; at most {COMPONENT_MAX}")
+    if len(text) > PATH_MAX:
+        raise OutputError(f"{field}: the path is {len(text)} bytes long; at most {PATH_MAX}")
+
+
+def check_top_entries(folder: Path, field: str) -> None:
+    """OutputError naming the first symlink, FIFO, socket or device in `folder` or up to
+    `SCAN_DEPTH` levels below it (at most `SCAN_LIMIT` entries looked at): the lock, the
+    marker, every temporary file of a command and a sweep's per-trial files live there, and
+    none may be written through (tune_gems.safe_files)."""
+    level, seen = [folder], 0
+    for _depth in range(SCAN_DEPTH + 1):
+        nxt: list[Path] = []
+        for d in level:
+            try:
+                names = sorted(os.listdir(d))
+            except OSError:
+                continue
+            for name in names:
+                seen += 1
+                if seen > SCAN_LIMIT:
+                    return
+                kind = entry_kind(d / name)
+                if kind == "folder":
+                    nxt.append(d / name)
+                elif kind != "file":
+                    raise OutputError(f"{field}: {d / name} is a {kind}; tune-gems writes no such entry and never writes through one: remove it")
+        level = nxt
+
+
+def unlisted_files(folder: Path) -> list[str]:
+    """Paths (relative) below `folder` that its marker does not list as written by its
+    command (symlinks and special files included; the marker and lock excepted)."""
+    body = read_marker(folder) or {}
+    listed = body.get(MARKER_FILES_KEY)
+    listed = {str(p) for p in listed} if isinstance(listed, list) else set()
+    out: list[str] = []
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        rel_root = Path(root).relative_to(folder)
+        for name in sorted(files) + sorted(d for d in dirs if (Path(root) / d).is_symlink()):
+            rel = str(rel_root / name) if str(rel_root) != "." else name
+            if rel in (MARKER_FILE, LOCK_FILE):
+                continue
+            if rel not in listed or entry_kind(Path(root) / name) != "file":
+                out.append(rel)
+        if len(out) > 0:
+            break
+    return out
+
+
+def written_files(folder: Path) -> list[str]:
+    """Every regular file below `folder` (relative paths, sorted), bar the marker and lock:
+    what a command that built `folder` lists in its marker."""
+    out = []
+    for root, _dirs, files in os.walk(folder, followlinks=False):
+        for name in files:
+            rel = str((Path(root) / name).relative_to(folder))
+            if rel not in (MARKER_FILE, LOCK_FILE) and entry_kind(Path(root) / name) == "file":
+                out.append(rel)
+    return sorted(out)
 
 
 # -- the combined check --------------------------------------------------------------------------
@@ -302,6 +403,9 @@ def check_output_folder(
       (continue it: it must carry this kind's marker or hold this kind's results) or
       `overwrite` (replace it: it must carry this kind's marker).
     - Writability (`check_writable`)."""
+    check_path_length(Path(folder).expanduser(), field)
+    if Path(folder).expanduser().is_symlink():
+        raise OutputError(f"{field}: {folder} is a symlink; give the folder itself (tune-gems never writes through a symlink)")
     out = check_writable(folder, field)
     allowed = {Path(a).expanduser().resolve() for a in allow_inside}
     for inp in inputs:
@@ -321,6 +425,7 @@ def check_output_folder(
         return out
     if not os.access(out, os.R_OK | os.X_OK | os.W_OK):
         raise OutputError(f"{field}: {out} is not readable and writable (permission denied)")
+    check_top_entries(out, field)
     OutputLock(out, field).check_free()  # a live writer is named first, whatever else holds
     entries = _entries(out, ignore=(LOCK_FILE,))
     if not entries or (entries == [MARKER_FILE] and marker_kind(out) == kind):
@@ -340,6 +445,12 @@ def check_output_folder(
         raise OutputError(
             f"{field}: {out} was not written by tune-gems {kind} (no {MARKER_FILE}); --overwrite replaces only such folders"
         )
+    foreign = unlisted_files(out)
+    if foreign:
+        raise OutputError(
+            f"{field}: {out / foreign[0]} was not written by tune-gems {kind} (not listed in its {MARKER_FILE}); "
+            "--overwrite deletes only the files the command wrote: move it away or choose another --out"
+        )
     return out
 
 
@@ -353,12 +464,15 @@ def publish_folder(tmp: str | Path, out: str | Path, *, kind: str, overwrite: bo
     if out.exists() and (not out.is_dir() or _entries(out)):
         if not overwrite:
             raise OutputExistsError(f"{out}: exists and is not empty")
-        if marker_kind(out) != kind or _results_below(out, own_kind=kind) is not None:
+        if out.is_symlink() or marker_kind(out) != kind or _results_below(out, own_kind=kind) is not None or unlisted_files(out):
             raise OutputError(f"{out}: was not written by tune-gems {kind}; refusing to replace it")
         aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.replace(out, aside / out.name)
+        old = aside / out.name
+        os.replace(out, old)
         os.replace(tmp, out)
-        shutil.rmtree(aside, ignore_errors=True)
+        _remove_listed(old)
+        with contextlib.suppress(OSError):
+            aside.rmdir()  # left in place (never deleted) when something unlisted appeared meanwhile
         return out
     if out.exists():
         out.rmdir()  # empty
@@ -367,6 +481,19 @@ def publish_folder(tmp: str | Path, out: str | Path, *, kind: str, overwrite: bo
 
 
 # -- one writer ----------------------------------------------------------------------------------
+
+
+def _remove_listed(folder: Path) -> None:
+    """Delete the files `folder`'s marker lists (regular files only, never through a symlink),
+    then the marker, the lock and the folders left empty; anything else stays."""
+    listed = (read_marker(folder) or {}).get(MARKER_FILES_KEY) or []
+    for rel in [*listed, MARKER_FILE, LOCK_FILE]:
+        p = folder / str(rel)
+        if ".." not in Path(str(rel)).parts and entry_kind(p) == "file" and not any(q.is_symlink() for q in p.parents if folder in q.parents):
+            p.unlink()
+    for root, _dirs, _files in sorted(os.walk(folder, topdown=False, followlinks=False), key=lambda t: -len(t[0])):
+        with contextlib.suppress(OSError):
+            os.rmdir(root)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -401,8 +528,24 @@ class OutputLock:
         except (OSError, ValueError):
             return "another process"
 
+    def _open(self, flags: int) -> int:
+        """The lock file's descriptor, opened without following a symlink; OutputError (one
+        line) when the lock path is a symlink, a folder, a FIFO or anything but a regular file."""
+        require_regular(self.path, self.field, "lock file")
+        try:
+            fd = os.open(self.path, flags | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK, 0o644)
+        except OSError as e:
+            raise OutputError(f"{self.field}: {self.path}: cannot open the lock file ({e.strerror})") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped in between the check and the open
+            os.close(fd)
+            require_regular(self.path, self.field, "lock file")
+            raise OutputError(f"{self.field}: {self.path} is not a regular lock file; remove it")
+        return fd
+
     def acquire(self) -> "OutputLock":
         from filelock import FileLock, Timeout
+
+        os.close(self._open(os.O_RDWR | os.O_CREAT))  # created here, never through a symlink, FIFO or folder
 
         lock = FileLock(self.path, timeout=LOCK_ATTEMPTS * LOCK_RETRY_S, poll_interval=LOCK_RETRY_S, mode=0o644,
                         thread_local=False, fallback_to_soft=False)  # a soft lock would outlive a killed run
@@ -424,7 +567,7 @@ class OutputLock:
                     f"{self.field}: {self.folder} is being written by {self._holder()}; wait for it or choose another folder"
                 ) from None
         body = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._open(os.O_RDWR | os.O_CREAT)
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, (body + "\n").encode(), 0)
@@ -436,13 +579,13 @@ class OutputLock:
     def check_free(self) -> None:
         """OutputInUseError when a live process holds the lock; takes nothing, writes nothing
         (a folder without a lock file is free)."""
-        if not self.path.is_file():
+        if entry_kind(self.path) is None:
             return
+        fd = self._open(os.O_RDONLY)
         try:
             import fcntl
-
-            fd = os.open(self.path, os.O_RDONLY)
-        except (ImportError, OSError):
+        except ImportError:
+            os.close(fd)
             return
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

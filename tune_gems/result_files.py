@@ -62,6 +62,8 @@ GEMS_FILE = "gems.json"
 
 ID_COLUMNS = ("experiment", "trial_id", "config_label")
 """The leading columns of every sweep table row."""
+TRIAL_COLUMNS = ("status", "error", "epochs_done", "seed", "objective", "node_id", "gpu_ids", "included", "arm")
+"""The columns of a trials row besides ID_COLUMNS, the flat config keys and the history metrics."""
 MEMBER_ID_COLUMNS = ("epoch", "member", "seed", "arm", "seed_index", "fold")
 """Which member a members row is: its epoch, index on the population axis, own seed, arm, the
 seed index it shares with every other arm and fold, and its walk-forward fold (0 without

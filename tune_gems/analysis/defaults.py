@@ -65,3 +65,14 @@ SEED = 0
 
 STATISTIC = "iqm"
 """Location statistic of the Sharpe-variance tables' bootstrap (`iqm` or `mean`)."""
+
+MIN_ALPHA = 1e-6
+"""Smallest `--alpha`: below it the Holm thresholds underflow the tests' p-value resolution
+(a test statistic's tail is not computed that far), so every verdict would be meaningless."""
+
+MAX_N_SIM = 20_000
+"""Largest `--n-sim`: ten times the default, a Monte-Carlo SE of 0.15% on a 5% rate; beyond it
+the calibration runs for hours (it grows linearly), which is a typo, not a plan."""
+
+MAX_N_BOOT = 100_000
+"""Largest `--n-boot` (the bootstrap grows linearly; 50x the default is beyond any use)."""

@@ -96,16 +96,41 @@ def read_eval_returns(path: str | Path) -> EvalReturns:
     missing = [k for k in EVAL_RETURNS_ARRAYS if k not in arrays]
     if missing:
         raise DataError(f"{path}: missing array(s) {', '.join(missing)}")
-    if int(arrays["format"]) != EVAL_RETURNS_FORMAT:
-        raise DataError(f"{path}: eval_returns format {int(arrays['format'])} is not supported (this tune-gems reads {EVAL_RETURNS_FORMAT})")
-    k, pos = arrays["epochs"].shape[0], arrays["positions"]
+    try:
+        return _checked(path, arrays)
+    except (TypeError, ValueError, IndexError, OverflowError) as err:  # a tampered array of the wrong kind
+        raise DataError(f"{path}: arrays of the wrong type or shape ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
+
+
+def _scalar(path: Path, arrays: dict[str, np.ndarray], name: str) -> float:
+    a = arrays[name]
+    if a.size != 1 or a.dtype.kind not in "iuf" or not np.isfinite(a).all():
+        raise DataError(f"{path}: {name} must be one finite number (got shape {a.shape}, dtype {a.dtype})")
+    return float(a.reshape(()))
+
+
+def _checked(path: Path, arrays: dict[str, np.ndarray]) -> EvalReturns:
+    """The EvalReturns of `arrays`, after every array's kind and shape is checked."""
+    if _scalar(path, arrays, "format") != EVAL_RETURNS_FORMAT:
+        raise DataError(f"{path}: eval_returns format {_scalar(path, arrays, 'format'):g} is not supported (this tune-gems reads {EVAL_RETURNS_FORMAT})")
+    epochs, pos = arrays["epochs"], arrays["positions"]
+    if epochs.ndim != 1 or epochs.dtype.kind not in "iu":
+        raise DataError(f"{path}: epochs must be a list of whole numbers (got shape {epochs.shape}, dtype {epochs.dtype})")
+    k = epochs.shape[0]
     if pos.ndim != 3 or pos.shape[0] != k or arrays["asset"].shape != pos.shape[1:] or arrays["diverged"].shape != pos.shape[:2]:
         raise DataError(f"{path}: inconsistent shapes (positions {pos.shape}, asset {arrays['asset'].shape}, "
                         f"diverged {arrays['diverged'].shape}, epochs {arrays['epochs'].shape})")
+    P = pos.shape[1]
+    for name, kinds in (("positions", "f"), ("asset", "f"), ("diverged", "b"), ("seed_index", "iu"), ("arm", "US")):
+        if arrays[name].dtype.kind not in kinds:
+            raise DataError(f"{path}: {name} has dtype {arrays[name].dtype}, expected {'/'.join(kinds)}")
+    for name in ("arm", "seed_index"):
+        if arrays[name].shape != (P,):
+            raise DataError(f"{path}: {name} has shape {arrays[name].shape}, expected ({P},) (one per member)")
     return EvalReturns(
-        epochs=arrays["epochs"].astype(np.int64), positions=pos, diverged=arrays["diverged"].astype(bool),
+        epochs=epochs.astype(np.int64), positions=pos, diverged=arrays["diverged"].astype(bool),
         asset=arrays["asset"], arm=arrays["arm"].astype(str), seed_index=arrays["seed_index"].astype(np.int64),
-        cost=float(arrays["cost"]), periods_per_year=float(arrays["periods_per_year"]), source=str(path),
+        cost=_scalar(path, arrays, "cost"), periods_per_year=_scalar(path, arrays, "periods_per_year"), source=str(path),
     )
 
 

@@ -94,15 +94,15 @@ def check_settings(
             rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
             raise ConfigError(f"{flag}: must be in {rng}, got {v:g}")
 
-    num("alpha", alpha, 0.0, 0.5)
+    num("alpha", alpha, defaults.MIN_ALPHA, 0.5, lo_open=False)
     num("rope", rope, 0.0, math.inf)
     num("rel_threshold", rel_threshold, 0.0, math.inf)
     num("last_k", last_k, 1, 10**6, lo_open=False, integer=True)
     num("power", power, 0.0, 1.0)
     num("placebo_weight", placebo_weight, 0.0, math.inf, lo_open=False)
     num("confidence", confidence, 0.0, 1.0)
-    num("n_boot", n_boot, 1, 10**7, lo_open=False, integer=True)
-    num("n_sim", n_sim, 100, 10**6, lo_open=False, hi_open=False, integer=True)
+    num("n_boot", n_boot, 1, defaults.MAX_N_BOOT, lo_open=False, hi_open=False, integer=True)
+    num("n_sim", n_sim, 100, defaults.MAX_N_SIM, lo_open=False, hi_open=False, integer=True)
     num("seed", seed, 0, 2**63, lo_open=False, integer=True)
 
 
@@ -182,7 +182,7 @@ def check_out(out: str | Path, inputs: list[str | Path], overwrite: bool) -> Pat
 def write_result(result: AnalysisResult, out_dir: str | Path, *, overwrite: bool = False,
                  plot: bool = True) -> AnalysisResult:
     """Write the CSVs, PNGs and report.md of `result` into `out_dir` (all or nothing)."""
-    from tune_gems.outputs import publish_folder, write_marker
+    from tune_gems.outputs import MARKER_FILES_KEY, publish_folder, update_marker, write_marker, written_files
 
     out = check_out(out_dir, list(result.experiment.paths), overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -212,6 +212,7 @@ def write_result(result: AnalysisResult, out_dir: str | Path, *, overwrite: bool
                     files.append(name)
         (tmp / REPORT_FILE).write_text(render_report(result, images, result.settings), encoding="utf-8")
         files.append(REPORT_FILE)
+        update_marker(tmp, **{MARKER_FILES_KEY: written_files(tmp)})  # what a later --overwrite may delete
         check_out(out, list(result.experiment.paths), overwrite)  # re-check: something may have appeared
         publish_folder(tmp, out, kind="analyze", overwrite=overwrite)
     except BaseException:

@@ -10,6 +10,7 @@ run by the ops backend (tune_gems.ops.resolve_backend).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -104,11 +105,12 @@ class GemSet:
         return torch.stack(terms).sum(0) if terms else None
 
     def check(self, x: GemInputs, heads: dict[str, Callable[..., Tensor]]) -> None:
-        """Dry-evaluate every active gem (and its null) on sample inputs, without gradient.
+        """Dry-evaluate every active gem (and its null) on sample inputs: without gradient, and
+        the value once more with gradient (backpropagated), as `wire` mode and heads run it.
 
         Refused in one line (ConfigError naming `gems.<name>`), at trainer construction, before
-        anything is written: a gem that raises, returns something other than a float tensor of
-        shape [P], or a non-finite value.
+        anything is written: a gem that raises (with or without gradient), returns something
+        other than a tensor of shape [P] in the inputs' dtype, or a non-finite value.
         """
         P = x.population
         for name, s in self.settings.items():
@@ -116,16 +118,35 @@ class GemSet:
                 continue
             x_gem = x.with_head(heads.get(name))
             parts = [("value", self.function(name))] + ([("null", s.gem.null)] if s.gem.null is not None else [])
+            where = f"gems.{name} ({s.gem.origin})"
             for what, fn in parts:
-                where = f"gems.{name} ({s.gem.origin})"
-                try:
-                    with torch.no_grad():
-                        v = fn(x_gem)
-                except Exception as e:  # a plug-in's own failure is bad input, not a crash
-                    msg = " ".join(str(e).split()) or type(e).__name__
-                    raise ConfigError(f"{where}: {what} raises on a dry evaluation ({type(e).__name__}: {msg})") from None
-                if not isinstance(v, Tensor) or not v.is_floating_point() or tuple(v.shape) != (P,):
-                    got = f"shape {tuple(v.shape)} {v.dtype}" if isinstance(v, Tensor) else type(v).__name__
-                    raise ConfigError(f"{where}: {what} must be a float tensor of shape [P]=({P},), got {got}")
-                if not bool(torch.isfinite(v).all()):
-                    raise ConfigError(f"{where}: {what} is not finite on a dry evaluation ({v.tolist()})")
+                with torch.no_grad():
+                    v = _dry(where, what, "on a dry evaluation", lambda: fn(x_gem))
+                _check_value(where, what, v, P, x.q_t.dtype)
+            _dry(where, "value", "when evaluated with gradients", lambda: _with_gradients(self.function(name), x_gem))
+
+
+def _dry(where: str, what: str, when: str, call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except Exception as e:  # a plug-in's own failure is bad input, not a crash
+        msg = " ".join(str(e).split())[:300] or type(e).__name__
+        raise ConfigError(f"{where}: {what} raises {when} ({type(e).__name__}: {msg})") from None
+
+
+def _check_value(where: str, what: str, v: Any, P: int, dtype: torch.dtype) -> None:
+    if not isinstance(v, Tensor) or v.dtype != dtype or tuple(v.shape) != (P,):
+        got = f"shape {tuple(v.shape)} {v.dtype}" if isinstance(v, Tensor) else type(v).__name__
+        raise ConfigError(f"{where}: {what} must be a {dtype} tensor of shape [P]=({P},), got {got}")
+    if not bool(torch.isfinite(v).all()):
+        raise ConfigError(f"{where}: {what} is not finite on a dry evaluation ({v.tolist()[:8]})")
+
+
+def _with_gradients(fn: Callable[[GemInputs], Tensor], x: GemInputs) -> None:
+    """`fn` on copies of the float inputs that require gradient, and the gradient of its sum
+    with respect to those copies (torch.autograd.grad: no parameter's .grad is touched)."""
+    live = {k: getattr(x, k).detach().clone().requires_grad_(True) for k in ("q_t", "q_tp1", "h_t", "adv_features")}
+    with torch.enable_grad():
+        v = fn(dataclasses.replace(x, **live))
+        if isinstance(v, Tensor) and v.requires_grad:
+            torch.autograd.grad(v.sum(), list(live.values()), allow_unused=True)

@@ -17,8 +17,11 @@ CLI refuses bad input) before torch is imported.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import re
+import signal
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -34,6 +37,13 @@ RESERVED_METRICS = frozenset(
     {"epoch", "env_steps", "updates", "loss", "q_mean", "grad_norm", "noisy_sigma", "diverged", "sps", "nonfinite"}
 )
 """Names a gem metric may not take: the trainer's own columns and accumulator rows."""
+PLUGIN_IMPORT_TIMEOUT_S = 60.0
+"""Default bound on one plug-in's import (a module that hangs at import is refused in one line);
+the environment variable `PLUGIN_IMPORT_TIMEOUT_ENV` sets another."""
+PLUGIN_IMPORT_TIMEOUT_ENV = "TUNE_GEMS_PLUGIN_IMPORT_TIMEOUT_S"
+PACKAGE = "tune_gems"
+MODULE_NAME_MAX = 200
+"""Longest `plugins` entry (a dotted module name)."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,41 @@ def register(gem: Gem) -> Gem:
     return gem
 
 
+def _import_timeout() -> float:
+    raw = os.environ.get(PLUGIN_IMPORT_TIMEOUT_ENV, "")
+    try:
+        value = float(raw) if raw else PLUGIN_IMPORT_TIMEOUT_S
+    except ValueError:
+        raise ConfigError(f"{PLUGIN_IMPORT_TIMEOUT_ENV}: {raw!r} is not a number of seconds") from None
+    if not 0 < value < 1e6:
+        raise ConfigError(f"{PLUGIN_IMPORT_TIMEOUT_ENV}: {raw!r} must be a positive number of seconds")
+    return value
+
+
+class PluginImportTimeout(Exception):
+    """A plug-in's import ran past its time bound."""
+
+
+@contextlib.contextmanager
+def _time_bound(seconds: float, module: str):
+    """Raise PluginImportTimeout in the block after `seconds` (a real-time timer: in the main
+    thread only; elsewhere, e.g. a Ray trial's thread, the driver has imported it already)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(_signum, _frame):
+        raise PluginImportTimeout(f"the import took more than {seconds:g} s (set {PLUGIN_IMPORT_TIMEOUT_ENV} to allow longer)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def registered() -> list[Gem]:
     """Every registered gem: the built-ins first, then plug-ins in registration order."""
     _ensure_builtins()
@@ -149,19 +194,25 @@ def import_plugins(plugins: Sequence[Any]) -> list[Gem]:
     if not isinstance(plugins, (list, tuple)):
         raise ConfigError(f"plugins: expected a list of module names, got {plugins!r}")
     found: list[Gem] = []
-    for module in plugins:
-        if not isinstance(module, str) or not re.match(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$", module):
-            raise ConfigError(f"plugins: {module!r} is not a dotted module name")
+    timeout = _import_timeout() if plugins else PLUGIN_IMPORT_TIMEOUT_S
+    for i, module in enumerate(plugins):
+        if not isinstance(module, str) or not re.match(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$", module) or len(module) > MODULE_NAME_MAX:
+            raise ConfigError(f"plugins: {str(module)[:80]!r} is not a dotted module name (at most {MODULE_NAME_MAX} characters)")
+        if module in plugins[:i]:
+            raise ConfigError(f"plugins: {module} is listed twice")
+        if module == PACKAGE or module.startswith(PACKAGE + "."):
+            raise ConfigError(f"plugins: {module} is part of tune-gems (its gems are built in), not a plug-in")
         with _LOCK:
             _IMPORTING.module = module
             try:
-                importlib.import_module(module)
+                with _time_bound(timeout, module):
+                    importlib.import_module(module)
             except ConfigError as e:
                 raise ConfigError(f"plugins: {module}: {e}") from None
             except BaseException as e:  # a plug-in's own failure, whatever it is, is bad input
                 if isinstance(e, KeyboardInterrupt):
                     raise
-                msg = " ".join(str(e).split()) or type(e).__name__
+                msg = " ".join(str(e).split())[:300] or type(e).__name__
                 raise ConfigError(f"plugins: {module}: cannot import ({type(e).__name__}: {msg})") from None
             finally:
                 _IMPORTING.module = None

@@ -12,6 +12,11 @@ Where the noise comes from (Ray 2.x):
   logger in the driver (thresholds TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S
   and TUNE_WARN_SLOW_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S). Quieted in the driver
   (`quiet_driver`) for the length of the sweep; errors still show.
+- "Failed to fetch metrics for 1 trial(s): ... FileNotFoundError('Could not fetch metrics ...:
+  both result.json and progress.csv were not found ...')" is a WARNING of Tune's
+  experiment-analysis logger in the driver, for a trial that never reported: after a driver
+  SIGKILL and `--resume`, the trial Tune had started but that wrote nothing. The tables mark
+  such a trial themselves (tune_gems.sweep.results); quieted in the driver like the above.
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ def keep_every_line() -> None:
 
 TRIAL_LOGGERS = ("ray.train._internal.storage", "ray.train.v2._internal.execution.storage")
 """Loggers of the "Checkpoint successfully created" line (Tune's function trainable; Train v2)."""
-DRIVER_LOGGERS = ("ray.tune.execution.experiment_state",)
-"""Logger of the experiment-snapshot warnings."""
+DRIVER_LOGGERS = ("ray.tune.execution.experiment_state", "ray.tune.analysis.experiment_analysis")
+"""Loggers of the experiment-snapshot warnings and of the missing-results warning of a trial
+that never reported."""
 TRIAL_QUIET_LEVEL = logging.WARNING
 DRIVER_QUIET_LEVEL = logging.ERROR
 

@@ -32,7 +32,8 @@ import yaml
 from tune_gems.data_summary import data_lines
 from tune_gems.config import apply_overrides, flatten, format_validation_error, safe_load_yaml
 from tune_gems.errors import ConfigError, OutputExistsError, ResourceError
-from tune_gems.outputs import MARKER_FILE, OutputLock, check_name, check_output_folder, write_marker
+from tune_gems.outputs import MARKER_FILE, OutputLock, check_name, check_output_folder, marker_body, write_marker
+from tune_gems.run_record import CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged, checksums, data_fingerprint
 from tune_gems.resources import check_training_fits
 from tune_gems.sweep.console import quiet_driver
 from tune_gems.sweep.local_ray import start_or_join
@@ -45,7 +46,7 @@ from tune_gems.trainer.trainer import load_prices, prepare_market
 from tune_gems.result_files import SPEC_FILE  # noqa: E402
 RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 """Set by Ray for the entrypoint of `ray job submit`."""
-RESUME_MAY_DIFFER = ("name", "storage", "description")
+RESUME_MAY_DIFFER = ("name", "storage", "storage_timeout_s", "description")
 """Spec keys that may differ between the stored run and the command resuming it."""
 NODE_POLL_S = 1.0
 
@@ -107,18 +108,26 @@ def _resolved(spec: SweepSpec) -> dict[str, Any]:
 def stored_spec(store: ExperimentStore, overrides: list[str], given: SweepSpec, spec_path: Path) -> SweepSpec:
     """The spec a `--resume` continues with: the experiment's stored spec.yaml. Overrides are
     applied to it and any that changes it is refused, naming the key; a SPEC file that differs
-    from the stored one is noted (the stored one runs)."""
+    from the stored one is noted (the stored one runs). A stored spec edited since the sweep
+    wrote it, or a data file changed since it read it, is refused (tune_gems.run_record)."""
     from pydantic import ValidationError
 
     where = f"{store.uri}/{SPEC_FILE}"
     try:
-        tree = safe_load_yaml(store.read_bytes(SPEC_FILE).decode())
+        raw = store.read_bytes(SPEC_FILE)
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read the stored spec ({type(e).__name__})") from None
+    marker = stored_marker(store)
+    check_stored_unchanged(marker, SPEC_FILE, raw, where)
+    try:
+        tree = safe_load_yaml(raw.decode())
         import_spec_plugins(tree, where)
         stored = SweepSpec.model_validate(tree)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ConfigError(f"{where}: cannot read the stored spec ({type(e).__name__})") from None
     except ValidationError as e:
         raise ConfigError(f"{where}: {format_validation_error(e)}") from None
+    check_data_unchanged(marker, stored.base_config().data, store.uri)  # the run's data, as it read it
     asked_tree = apply_overrides(copy.deepcopy(stored.model_dump(mode="json")), list(overrides))
     try:
         asked = SweepSpec.model_validate(asked_tree)
@@ -139,6 +148,31 @@ def stored_spec(store: ExperimentStore, overrides: list[str], given: SweepSpec, 
     return stored
 
 
+def stored_marker(store: ExperimentStore) -> dict[str, Any] | None:
+    """The experiment's marker (what it recorded: the spec's checksum, the data file's), or None."""
+    import json
+
+    try:
+        body = json.loads(store.read_bytes(MARKER_FILE)) if store.has(MARKER_FILE) else None
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _write_record(store: ExperimentStore, spec_text: bytes, data_record: dict[str, str] | None) -> None:
+    """The experiment's marker, recording the spec's checksum and the data file's, then the spec."""
+    import json
+
+    fields: dict[str, Any] = {CHECKSUMS_KEY: checksums(None, **{SPEC_FILE: spec_text})}
+    if data_record is not None:
+        fields[DATA_KEY] = data_record
+    if store.disk_dir is not None:
+        write_marker(store.disk_dir, "sweep", **fields)
+    else:
+        store.write_bytes(MARKER_FILE, (json.dumps(marker_body("sweep", **fields)) + "\n").encode())
+    store.write_bytes(SPEC_FILE, spec_text)
+
+
 # -- up-front checks -----------------------------------------------------------------------------
 
 
@@ -154,6 +188,31 @@ def _check_memory(spec: SweepSpec, source: str) -> None:
         for value in space.ends():
             cfg = designed_config(spec, {**widest, key: value})
             check_training_fits(cfg, where=f"{source}: with search.params.{key}={value!r} ")
+
+
+def check_plugins_dry(spec: SweepSpec, prices, source: str) -> None:
+    """The plug-in gems' dry evaluation (tune_gems.gems.modes.GemSet.check), run here before Ray
+    starts, as a trial would run it: on the widest trial (every searched gem wired), every
+    plug-in gem at least measured, shrunk to one seed per arm and a minimal replay on the CPU
+    (the check needs the shapes, not the size)."""
+    from tune_gems.config import build_config
+    from tune_gems.gems import run_gems
+    from tune_gems.trainer.trainer import Trainer
+
+    plugins = list((spec.config or {}).get("plugins") or [])
+    if not plugins:
+        return
+    tree = designed_config(spec, widest_trial(spec)).to_dict()
+    for gem in run_gems(plugins):
+        if not gem.builtin and tree["gems"][gem.name]["mode"] == "off":
+            tree["gems"][gem.name]["mode"] = "measure"
+    tc = tree["trainer"]
+    tc.update(population=1, learning_starts=0, replay_capacity=max(64, tc["n_envs"] * (tc["n_step"] + 1)))
+    tree.update(device="cpu", kernels="reference")
+    try:
+        Trainer(build_config(tree, "config"), prices=prices, log=lambda _line: None)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: config.{e}") from None
 
 
 def _fits(node: dict[str, Any], cpu: float, gpu: float) -> bool:
@@ -192,7 +251,7 @@ def check_trial_resources(cpu: float, gpu: float, wait_s: float) -> None:
 
 def _prepare_store(storage: str, name: str, name_field: str, resume: bool, spec: SweepSpec) -> ExperimentStore:
     """Storage reachable and writable, the experiment folder fresh (or, resuming, a sweep's)."""
-    check_storage(storage)
+    check_storage(storage, timeout_s=spec.storage_timeout_s)
     store = ExperimentStore(storage, name)
     if resume:
         if not store.has(SPEC_FILE):
@@ -246,6 +305,8 @@ def run_sweep(
     _check_memory(spec, str(spec_path))
     prices = load_prices(base_cfg)
     market = prepare_market(base_cfg, torch.device("cpu"), prices)  # validates splits and segment lengths now
+    check_plugins_dry(spec, prices, str(spec_path))  # before anything is printed: a refusal is one line
+    data_record = None if resume else data_fingerprint(base_cfg.data)  # the bytes just read
     for line in data_lines(base_cfg.data, market):
         print(f"tune-gems sweep: {line}", flush=True)
     if dry_run:
@@ -264,11 +325,7 @@ def run_sweep(
         if store.disk_dir is not None:
             lock = OutputLock(store.disk_dir, field=name_field).acquire()
         if not resume:
-            if store.disk_dir is not None:
-                write_marker(store.disk_dir, "sweep")
-            else:
-                store.write_bytes(MARKER_FILE, b'{"tool": "tune-gems", "kind": "sweep", "version": 1}\n')
-            store.write_bytes(SPEC_FILE, yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode())
+            _write_record(store, yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode(), data_record)
         else:
             store.pull_journal(JOURNAL_FILE)
         with quiet_driver(verbose):

@@ -30,6 +30,7 @@ from tune_gems.config import (
 from tune_gems.errors import ConfigError
 from tune_gems.sweep.tracking import TrackingSpec, check_tracking
 from tune_gems.metrics import SEARCHABLE_GAINS, epoch_metrics
+from tune_gems.sweep.storage import STORAGE_TIMEOUT_S
 
 DESIGN_NONE = "none"
 DEFAULT_OBJECTIVE = "val_alpha_sharpe_mean_lastk"
@@ -50,6 +51,8 @@ class GemSearch(_Strict):
         return self
 
 
+SAMPLER_SEED_MAX = 2**32 - 1
+"""Largest Optuna sampler seed (numpy's RandomState takes 0 .. 2**32 - 1)."""
 INT_BOUND = 2**53
 """Largest |bound| of an int parameter (beyond it a float cannot hold every integer)."""
 SEARCH_REFUSED_PREFIXES = {
@@ -180,6 +183,9 @@ class SweepSpec(_Strict):
     name: str | None = None
     description: str = ""
     storage: str = "experiments"
+    storage_timeout_s: float = Field(
+        STORAGE_TIMEOUT_S, gt=0.0, le=3600.0, description="seconds to reach a remote storage URI before Ray starts (then refused)"
+    )
     config: dict[str, Any] = Field(default_factory=dict)
     search: SearchSpec = Field(default_factory=SearchSpec)
     num_samples: int = Field(4, ge=1)
@@ -193,7 +199,7 @@ class SweepSpec(_Strict):
     blocks: BlocksSpec | None = Field(
         None, description="one design split into seed blocks, one trial (and GPU) per block; nothing searched"
     )
-    sampler_seed: int = 0
+    sampler_seed: int = Field(0, ge=0, le=SAMPLER_SEED_MAX, description="seed of Optuna's TPE sampler (numpy's range)")
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     failure: FailureSpec = Field(default_factory=FailureSpec)
@@ -280,7 +286,38 @@ def trial_config(base: dict[str, Any], params: dict[str, Any]) -> Config:
     return build_config(tree, "trial config")
 
 
+def arms_keys(config: dict[str, Any]) -> set[str]:
+    """The dotted keys the config's `arms` set (every factor, every key of a listed arm)."""
+    from tune_gems.config import flatten
+
+    arms = config.get("arms") if isinstance(config, dict) else None
+    if not isinstance(arms, dict):
+        return set()
+    keys: set[str] = set()
+    if isinstance(arms.get("factors"), dict):
+        keys |= set(flatten(arms["factors"]))
+    for entry in arms.get("list") or []:
+        if isinstance(entry, dict):
+            keys |= {k for k in flatten(entry) if k != "name"}
+    return keys
+
+
+def _check_search_not_set_by_arms(spec: SweepSpec, source: str) -> None:
+    """A key both searched and set by the arms would be recorded per trial (Optuna's value)
+    while every member trained with the arms' value: refused."""
+    set_by_arms = arms_keys(spec.config)
+    searched = [(f"search.params.{k}", k) for k in spec.search.params]
+    searched += [(f"search.gems.{g}", f"gems.{g}.{f}") for g in spec.search.gems for f in ("mode", "weight")]
+    for field, key in searched:
+        if key in set_by_arms:
+            raise ConfigError(
+                f"{source}: {field}: {key} is also set by config.arms, so the arms' value would train while each "
+                "trial recorded the searched one; search it or set it per arm, not both"
+            )
+
+
 def _check_search_against_config(spec: SweepSpec, source: str) -> None:
+    _check_search_not_set_by_arms(spec, source)
     base = spec.config
     for key, space in spec.search.params.items():
         for value in space.ends():

@@ -25,6 +25,8 @@ KNOWN_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 """URI schemes pyarrow (and so Ray) can open; anything else is refused up front."""
 CACHE_ENV = "TUNE_GEMS_CACHE"
 PROBE_PREFIX = ".tune-gems-probe-"
+STORAGE_TIMEOUT_S = 30.0
+"""Default bound on reaching a remote storage URI before Ray starts (the spec's `storage_timeout_s`)."""
 
 
 def is_uri(storage: str) -> bool:
@@ -49,11 +51,43 @@ def open_uri(storage: str, field: str = "--storage") -> tuple[pafs.FileSystem, s
         raise StorageError(f"{field}: {storage!r}: cannot open this filesystem ({type(e).__name__}: {msg})") from None
 
 
-def check_storage(storage: str, field: str = "--storage") -> None:
+def _within(seconds: float, call, what: str):
+    """`call()`'s result, or StorageError when it has not returned within `seconds` (it runs
+    in a daemon thread, left behind: a filesystem client waiting for a network that is not
+    there cannot be interrupted)."""
+    import threading
+
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=run, name="tune-gems-storage-probe", daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        raise StorageError(f"{what}: no answer within {seconds:g} s (no network, or the service is unreachable; storage_timeout_s)")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box.get("value")
+
+
+def check_storage(storage: str, field: str = "--storage", timeout_s: float = STORAGE_TIMEOUT_S) -> None:
     """A URI's filesystem is known, reachable and writable: a probe file is written at the
-    storage root and removed at once. Local paths are checked by tune_gems.outputs instead."""
+    storage root and removed at once, all within `timeout_s`. Local paths are checked by
+    tune_gems.outputs instead."""
     if not is_uri(storage):
         return
+    if scheme_of(storage) != "file":
+        _within(timeout_s, lambda: _probe(storage, field), f"{field}: {storage!r}")
+        return
+    _probe(storage, field)
+
+
+def _probe(storage: str, field: str) -> None:
     fs, root = open_uri(storage, field)
     root = root.rstrip("/") or "/"
     if scheme_of(storage) == "file":  # a local folder: the local rules (nothing is created)

@@ -12,12 +12,17 @@ CheckpointError naming the field, never a KeyError deep in the trainer):
               "prefilled": bool, "history": [dict], "member_history": [dict], "config": dict, ...},
      "state": {str: Tensor}}
 
-Files written before the version field existed are read as version 1.
+Files written before the version field existed are read as version 1. Beyond the schema, a
+checkpoint must agree with itself (`check_consistent`): its history holds one row per epoch
+1..epoch with the same columns throughout, its epoch is within its config's `trainer.epochs`,
+and the weights and optimizer state are finite unless the run diverged.
+
+Written through tune_gems.safe_files: a symlink planted at the checkpoint's temporary name is
+replaced, never written through.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +30,7 @@ import torch
 from torch import Tensor
 
 from tune_gems.errors import CheckpointError
+from tune_gems.safe_files import open_atomic
 
 FORMAT = "tune-gems-checkpoint-v1"
 VERSION = 1
@@ -41,14 +47,16 @@ META_SCHEMA: dict[str, tuple[type, ...]] = {
     "config": (dict,),
 }
 """Meta fields a resume reads, with their types (counters must also be >= 0)."""
+FINITE_STATE_PREFIXES = ("online.", "target.", "optim.")
+"""State tensors that are finite in every run that did not diverge: the weights and the
+optimizer moments (metric accumulators may hold NaN for a metric with no value yet)."""
 
 
 def save(path: str | Path, state: dict[str, Tensor], meta: dict[str, Any]) -> None:
     path = Path(path)
     payload = {"format": FORMAT, "version": VERSION, "meta": meta, "state": {k: v.detach().cpu() for k, v in state.items()}}
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    with open_atomic(path, tmp=path.with_name(path.name + ".tmp")) as f:
+        torch.save(payload, f)
 
 
 def load(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
@@ -60,7 +68,27 @@ def load(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
     except Exception as e:  # torch raises many types for truncated / foreign files
         raise CheckpointError(f"{path}: corrupt or not a tune-gems checkpoint ({type(e).__name__})") from None
     validate_payload(path, payload)
+    check_consistent(path, payload["state"], payload["meta"])
     return payload["state"], payload["meta"]
+
+
+def check_consistent(path: str | Path, state: dict[str, Tensor], meta: dict[str, Any]) -> None:
+    """CheckpointError when a schema-valid checkpoint contradicts itself (module doc): a history
+    that is not one row per epoch 1..epoch with one set of columns, an epoch past its config's
+    `trainer.epochs`, or non-finite weights in a run that did not diverge."""
+    epoch, history = meta["epoch"], meta["history"]
+    epochs_col = [row.get("epoch") for row in history]
+    if epochs_col != list(range(1, epoch + 1)):
+        raise CheckpointError(f"{path}: meta.history has epochs {epochs_col[:5]}{'...' if len(epochs_col) > 5 else ''}, expected 1..{epoch}")
+    if history and any(set(row) != set(history[0]) for row in history):
+        raise CheckpointError(f"{path}: meta.history rows do not all have the same columns")
+    planned = (meta["config"].get("trainer") or {}).get("epochs")
+    if isinstance(planned, int) and epoch > planned:
+        raise CheckpointError(f"{path}: meta.epoch is {epoch}, past the run's trainer.epochs={planned}")
+    if not meta["diverged"]:
+        for name, tensor in state.items():
+            if name.startswith(FINITE_STATE_PREFIXES) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise CheckpointError(f"{path}: state.{name} holds NaN or infinite values, and the run did not diverge")
 
 
 def _kind(x: Any) -> str:

@@ -5,6 +5,11 @@ The folder is marked as a train run's (tune_gems.outputs) and held by one writer
 lock). An existing folder is never overwritten: it is continued with `--resume`, which reads
 the run's stored config.yaml (overrides that differ from it are refused, except the resumable
 keys) and starts from the checkpoint, or from epoch 0 when the run stopped before its first.
+
+A resume never rewrites what the run recorded (tune_gems.run_record): a config.yaml edited by
+hand, a data file changed in place, or a run folder whose tables contradict its checkpoint
+(more epochs than the run has, other columns) is refused in one line before anything is
+written. Every file is written through tune_gems.safe_files (never through a symlink).
 """
 
 from __future__ import annotations
@@ -25,11 +30,15 @@ from tqdm import tqdm
 
 from tune_gems.data_summary import data_lines
 from tune_gems.config import Config, apply_overrides, build_config, flatten, load_config, read_yaml
-from tune_gems.errors import ConfigError, OutputError, OutputExistsError
+from tune_gems.errors import CheckpointError, ConfigError, OutputError, OutputExistsError
 from tune_gems.result_files import (
     ARMS_CSV, BASELINES_CSV, CHECKPOINT_FILE, CONFIG_FILE, FOLDS_CSV, GEMS_FILE, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE,
 )
-from tune_gems.outputs import LOCK_FILE, MARKER_FILE, OutputLock, check_output_folder, make_output_folder, marker_kind
+from tune_gems.outputs import (
+    LOCK_FILE, MARKER_FILE, OutputLock, check_output_folder, make_output_folder, marker_kind, read_marker, update_marker, write_marker,
+)
+from tune_gems.run_record import CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged, checksums, data_fingerprint
+from tune_gems.safe_files import write_atomic
 from tune_gems.resources import check_training_fits
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
 from tune_gems.trainer.stop_signals import StopSignals, TrainingStopped
@@ -51,17 +60,17 @@ def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_atomic(path, text)
+
+
+def _write_csv(path: Path, frame: pd.DataFrame) -> None:
+    write_atomic(path, frame.to_csv(index=False))
 
 
 def write_tables(trainer: Trainer, out: Path) -> None:
     """history.csv and members.csv from the trainer's full history (rewritten whole, atomically)."""
     for name, rows in zip(TABLE_FILES, (trainer.history, trainer.member_history)):
-        tmp = out / f".{name}.tmp"
-        pd.DataFrame(rows).to_csv(tmp, index=False)
-        tmp.replace(out / name)
+        _write_csv(out / name, pd.DataFrame(rows))
 
 
 class CheckpointSchedule:
@@ -122,9 +131,7 @@ def write_run_files(trainer: Trainer, out: Path) -> None:
     arms = pd.DataFrame([{"arm": a.name, **({"also_named": also_named(aliases, a.name)} if aliases else {}),
                           **resolved_settings(a.config)} for a in expand_arms(cfg)])
     for name, frame in ((ARMS_FILE, arms), (FOLDS_CSV, trainer.fold_table()), (BASELINES_FILE, trainer.baselines())):
-        tmp = out / f".{name}.tmp"
-        frame.to_csv(tmp, index=False)
-        tmp.replace(out / name)
+        _write_csv(out / name, frame)
 
 
 def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -148,6 +155,7 @@ def resume_config(out: str | Path, path: str | Path | None = None, overrides: li
     if not stored_path.is_file():
         hint = "; start it again without --resume" if marker_kind(out) == "train" else ""
         raise OutputError(f"{OUT_FIELD}: {out} holds no {CONFIG_FILE}: nothing to resume there{hint}")
+    check_stored_unchanged(read_marker(out), CONFIG_FILE, stored_path.read_bytes(), str(stored_path))
     stored = load_config(stored_path)
     asked = read_yaml(path) if path is not None else {}
     apply_overrides(asked, list(overrides or []))
@@ -176,6 +184,35 @@ def _load_if_any(trainer: Trainer, ckpt_path: Path) -> tuple[int, int] | None:
     if ident is not None:
         trainer.load_checkpoint(ckpt_path)
     return ident
+
+
+def check_tables_against_checkpoint(out: Path, trainer: Trainer) -> None:
+    """CheckpointError naming the table when a run folder's history.csv / members.csv
+    contradicts the checkpoint just loaded: more epochs than the run has, epochs that are not
+    1..n, or columns other than the checkpoint's. (Rows past the checkpoint's epoch are normal:
+    epochs done after the last checkpoint; they are re-done and rewritten.)"""
+    planned = trainer.cfg.trainer.epochs
+    for name, rows in zip(TABLE_FILES, (trainer.history, trainer.member_history)):
+        path = out / name
+        if not path.is_file() or not rows:
+            continue
+        try:
+            table = pd.read_csv(path)
+        except (OSError, ValueError, UnicodeDecodeError) as e:
+            raise CheckpointError(f"{path}: unreadable ({type(e).__name__}); the run folder does not match its checkpoint") from None
+        want = list(rows[0])
+        if sorted(table.columns) != sorted(want):
+            extra = sorted(set(table.columns) - set(want))
+            missing = sorted(set(want) - set(table.columns))
+            what = f"extra columns {extra[:3]}" if extra else f"missing columns {missing[:3]}"
+            raise CheckpointError(f"{path}: {what} that the checkpoint's history does not have; the run folder was changed")
+        epochs = pd.to_numeric(table["epoch"], errors="coerce") if "epoch" in table else pd.Series(dtype=float)
+        if epochs.isna().any() or (len(epochs) and (epochs.max() > max(planned, trainer.epoch) or epochs.min() < 1)):
+            raise CheckpointError(
+                f"{path}: epochs {epochs.min()}..{epochs.max()} do not fit the run's 1..{max(planned, trainer.epoch)}; the run folder was changed"
+            )
+        if name == HISTORY_CSV and list(epochs.astype(int)) != list(range(1, len(epochs) + 1)):
+            raise CheckpointError(f"{path}: {len(epochs)} rows whose epochs are not 1..{len(epochs)}; the run folder was changed")
 
 
 def _own_entries(out: Path) -> list[str]:
@@ -207,8 +244,13 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
         log_lines.append(line)
         (bar.write(line, file=sys.stdout) if bar is not None else print(line, flush=True))
 
+    if resume:
+        check_data_unchanged(read_marker(out), cfg.data, str(out))  # before the data is even read
     trainer = Trainer(cfg, log=log)  # validates data and device before anything is written
+    data_record = data_fingerprint(cfg.data)  # the bytes just read (a missing file was named above)
     loaded = _load_if_any(trainer, ckpt_path) if resume else None  # a bad checkpoint is refused before any write
+    if loaded is not None:
+        check_tables_against_checkpoint(out, trainer)
     make_output_folder(out, kind="train")
     signals = StopSignals()
     with OutputLock(out, field=OUT_FIELD), signals.installed():  # before config.yaml: a signal from then on stops cleanly
@@ -224,7 +266,16 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
             for name in (*TABLE_FILES, SUMMARY_FILE):
                 (out / name).unlink(missing_ok=True)
             shutil.rmtree(out / EVENTS_DIR, ignore_errors=True)  # its epochs are trained again
-        _write_atomic(out / CONFIG_FILE, _dump(cfg))
+        text = _dump(cfg)
+        _write_atomic(out / CONFIG_FILE, text)
+        marker = read_marker(out)
+        record = {CHECKSUMS_KEY: checksums(marker, **{CONFIG_FILE: text.encode()})}
+        if data_record is not None and not (marker or {}).get(DATA_KEY):
+            record[DATA_KEY] = data_record
+        if marker is None:  # a run folder written before markers existed
+            write_marker(out, "train", **record)
+        else:
+            update_marker(out, **record)
         write_run_files(trainer, out)
         folds = f" folds={trainer.market.n_folds}" if trainer.market.n_folds > 1 else ""
         print(

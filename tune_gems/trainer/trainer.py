@@ -32,6 +32,7 @@ from tune_gems.metrics import (
 )
 from tune_gems.ops import resolve_backend
 from tune_gems.result_files import EVAL_RETURNS_FILE, EVAL_RETURNS_FORMAT
+from tune_gems.safe_files import open_atomic
 from tune_gems.trainer import checkpoint as ckpt
 from tune_gems.trainer.graph import StepRunner
 from tune_gems.trainer.health import health_line
@@ -403,10 +404,8 @@ class Trainer:
         thread): beside a train run's checkpoint, and into each sweep checkpoint directory."""
         directory = Path(directory)
         arrays = self.eval_returns(meta)
-        tmp = directory / f".{EVAL_RETURNS_FILE}.tmp"
-        with open(tmp, "wb") as f:
+        with open_atomic(directory / EVAL_RETURNS_FILE) as f:  # never through a planted symlink
             np.savez_compressed(f, **arrays)
-        os.replace(tmp, directory / EVAL_RETURNS_FILE)
 
     def _window_start(self) -> np.ndarray:
         """int64 [P]: the series row of each member's first validation decision (its fold's)."""
