@@ -56,8 +56,10 @@ SMALL = [
 
 
 def _meta(epoch: int) -> dict:
+    """A consistent checkpoint's meta (tune_gems.trainer.checkpoint.check_consistent: one history
+    row per epoch 1..epoch)."""
     return {"epoch": epoch, "env_steps": 0, "updates": 0, "diverged": False, "prefilled": False,
-            "history": [], "member_history": [], "config": {}}
+            "history": [{"epoch": e} for e in range(1, epoch + 1)], "member_history": [], "config": {}}
 
 
 def _canon(rows):
