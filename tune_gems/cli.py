@@ -147,12 +147,15 @@ def _version() -> str:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from tune_gems.compare import compare, format_comparison
+    from tune_gems.analysis.run import check_settings
     from tune_gems.analysis.scripts import analysis_settings
+    from tune_gems.compare import compare, format_comparison
 
+    settings = analysis_settings(args)
+    check_settings(**settings)  # a bad option is named before the folders are counted or read
     if len(args.experiments) != 2:
         raise TuneGemsError(f"compare: give exactly two experiment folders, got {len(args.experiments)}")
-    print(format_comparison(compare(*args.experiments, **analysis_settings(args))), flush=True)
+    print(format_comparison(compare(*args.experiments, **settings)), flush=True)
     return 0
 
 
