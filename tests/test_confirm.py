@@ -29,21 +29,27 @@ from tune_gems.inference import min_detectable_effect, seeds_needed, signed_rank
 
 ALPHA, N_SIM = 0.05, 2000
 TOL = mc_tolerance(ALPHA, N_SIM)
+N_SEARCH_SIM = {"normal": 2000, "t3": 1000}
+"""Simulated searches per check (each about 0.05 s on 2 cores): the normal case keeps 2000 so that
+the naive rate (0.072 there) is told from alpha; the t3 case and the power check take 1000
+(docs/analysis.md's table is the 2000-search run)."""
 
 
 @pytest.mark.parametrize("dist", ["normal", "t3"])
 def test_confirmation_keeps_the_family_wise_rate_that_selection_breaks(dist):
-    r = search_confirm_rates(SearchShape(), 0.0, N_SIM, dist=dist)
-    assert r["confirmed_fwer"] <= ALPHA + TOL
+    n = N_SEARCH_SIM[dist]
+    r = search_confirm_rates(SearchShape(), 0.0, n, dist=dist)
+    assert r["confirmed_fwer"] <= ALPHA + mc_tolerance(ALPHA, n)
     if dist == "normal":  # the test could fail: the search's own winner is inflated
         assert r["naive_fwer"] > ALPHA + TOL
 
 
 def test_a_true_effect_at_the_confirmation_mde_survives_it():
     shape = SearchShape()
-    r = search_confirm_rates(shape, confirmation_mde(shape), N_SIM)
-    assert r["power"] >= 0.8 - mc_tolerance(0.8, N_SIM)
-    assert r["confirmed_fwer"] <= ALPHA + TOL  # the other (null) gems stay clean
+    n = N_SEARCH_SIM["t3"]
+    r = search_confirm_rates(shape, confirmation_mde(shape), n)
+    assert r["power"] >= 0.8 - mc_tolerance(0.8, n)
+    assert r["confirmed_fwer"] <= ALPHA + mc_tolerance(ALPHA, n)  # the other (null) gems stay clean
 
 
 @pytest.mark.parametrize("n, effect", [(16, 0.1), (16, 0.5), (64, 0.3)])
@@ -174,7 +180,7 @@ def test_confirm_refuses_bad_input_in_one_line(tmp_path):
 def test_g6_and_its_null_do_not_change_when_a_branch_shrinks():
     import torch
 
-    from tune_gems.gems import reference
+    from tune_gems.ops import reference
     from tune_gems.builtin_gems import g6_null
     from tune_gems.ops.reference_grads import g6_branch_indep_grad
 
