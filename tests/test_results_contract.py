@@ -64,7 +64,11 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 def test_the_built_in_manifest_is_what_older_results_are_read_with():
-    assert [e.identity for e in manifest()] == [e.identity for e in LEGACY_MANIFEST]
+    """Older results (no gems.json) hold the three built-ins as they were then: the same names
+    and metrics as today's, G10 without a null (its null came with issue 21)."""
+    now = {e.name: e for e in manifest()}
+    assert [(e.name, e.metric) for e in LEGACY_MANIFEST] == [(e.name, e.metric) for e in now.values()]
+    assert [e.has_null for e in LEGACY_MANIFEST] == [True, False, True] and now["g10"].has_null
     assert all(isinstance(e, GemEntry) for e in manifest())
 
 
@@ -102,12 +106,16 @@ def test_a_plugin_gem_gets_magnitudes_trajectories_and_a_plot_panel(tmp_path):
 def test_each_folder_is_read_under_its_own_manifest(tmp_path):
     """A folder without gems.json (older results) and one whose gems.json lists the same three
     built-ins are analysed together; a folder that knew a plug-in is not (its gem would be
-    dropped from the other's tables or read under another's columns)."""
+    dropped from the other's tables or read under another's columns), nor one written since G10
+    has a null (issue 21: its excess is measured against another baseline)."""
     old = fr.paired_scenario(tmp_path / "old", journal=False)
     new = fr.paired_scenario(tmp_path / "new", g10_rel=0.06, journal=False)
-    write_manifest(new, manifest())
+    write_manifest(new, LEGACY_MANIFEST)
     r = analyze(str(old), str(new), "--out", str(tmp_path / "both"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
+    write_manifest(new, manifest())
+    one_line_refusal(analyze(str(old), str(new), "--out", str(tmp_path / "today"), cwd=tmp_path),
+                     "list different gems", "only the second has g10 (g10_temporal)")
     plug = with_plugin(fr.paired_scenario(tmp_path / "plug", g10_rel=0.07, journal=False))
     r = analyze(str(old), str(plug), "--out", str(tmp_path / "mixed"), cwd=tmp_path)
     one_line_refusal(r, "list different gems", "only the second has qmag (q_magnitude, no null)",
