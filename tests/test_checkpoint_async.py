@@ -351,7 +351,8 @@ def test_a_trial_reports_in_epoch_order_with_each_checkpoint_on_its_own_epoch(tm
         _, meta = ckpt.load(d / CHECKPOINT_FILE)
         saved = json.loads((d / CHECKPOINT_HISTORY_FILE).read_text())
         assert meta["epoch"] == epoch and [h["epoch"] for h in saved["history"]] == list(range(1, epoch + 1))
-    assert not list((tmp_path / "tmp").iterdir())  # the temporary checkpoint folders are gone
+    # the temporary checkpoint folders are gone (torch may keep its own compile cache, torchinductor_<user>, under TMPDIR)
+    assert not [p for p in (tmp_path / "tmp").iterdir() if not p.name.startswith("torchinductor_")]
 
     (tmp_path / "b").mkdir()
     retry = _run_trial(monkeypatch, tmp_path / "b", base, restore_from=with_ckpt[0][1])
