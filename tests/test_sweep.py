@@ -58,12 +58,12 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
     assert "repeated" not in res.stdout and "completed after" not in res.stdout
     status = [line for line in res.stdout.splitlines() if " finished: " in line and line.startswith("tune-gems sweep: trial ")]
     assert [line.split()[3] for line in status] == [f"{k}/{n}" for k in range(1, n + 1)]
-    assert all("objective val_sharpe_gain=" in line and "| best " in line and "ETA" in line for line in status)
+    assert all("objective verdict_gain=" in line and "| best " in line and "ETA" in line for line in status)
 
     study = optuna.load_study(study_name="smoke", storage=journal_storage(exp / JOURNAL_FILE))
     assert len(study.trials) == n
     # the study is named and joins trials.parquet: metric name, Tune trial id, label, metrics
-    assert study.metric_names == ["val_sharpe_gain"]
+    assert study.metric_names == ["verdict_gain"]
     by_id = t["trials"].set_index("trial_id")
     for tr in study.trials:
         tid = tr.user_attrs["tune_trial_id"]
