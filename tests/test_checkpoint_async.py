@@ -357,7 +357,7 @@ def test_a_trial_reports_in_epoch_order_with_each_checkpoint_on_its_own_epoch(tm
     (tmp_path / "b").mkdir()
     retry = _run_trial(monkeypatch, tmp_path / "b", base, restore_from=with_ckpt[0][1])
     assert [m["epoch"] for m, _ in retry.reports] == [3, 4, 5]
-    wall = {"sps", "train_s", "eval_s"}
+    wall = {"sps", "train_s", "eval_s", "health_diag"}  # the HEALTH_DIAG line prints sps
 
     def same(m):
         return {k: v for k, v in m.items() if k not in wall and k not in ("baselines_json", "folds_json")}  # sent with a process's first report
