@@ -161,7 +161,7 @@ def sharpe_variance_main(argv: list[str] | None = None) -> int:
 
 
 def period_calibration_main(argv: list[str] | None = None) -> int:
-    """`python -m tune_gems.analysis.walk_forward_calibration`: the calibration over periods for
+    """`python analysis/calibrate_periods.py`: the calibration over periods for
     a stated shape (no experiment needed): the figures of docs/analysis.md."""
     from tune_gems.analysis.calibration import Shape
     from tune_gems.analysis.run import check_settings

@@ -213,10 +213,3 @@ def format_period_calibration(table: pd.DataFrame, alpha: float = defaults.ALPHA
                  + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **"))
     return "\n".join(lines)
 
-
-if __name__ == "__main__":
-    import sys
-
-    from tune_gems.analysis.scripts import period_calibration_main
-
-    sys.exit(period_calibration_main())
