@@ -154,9 +154,13 @@ class PopLinear(nn.Module):
         # W / 1 is W exactly; the where also keeps an off member's sigma out of its gradient.
         # Per member block: sigma's gradient is a sum over [in, out] per group, a reduction whose
         # blocks-per-output torch picks from the number of groups (p_invariance_probe.py).
-        # Every member off: W / 1 is W, so no division at all (member_select).
+        # Every member off: W / 1 is W, so no division (member_select), but still a fresh
+        # contiguous copy, as the division returns: cuBLAS picks its kernel from the operand's
+        # strides and address alignment, and a strided view of the member-major parameter matrix
+        # rounded an arm run alone differently from the same arm beside others on the H200
+        # (tests/gpu/test_arms_gpu.py). The copy's backward passes the gradient unchanged.
         if self.sn_common is False:
-            return Affine(w, b, self.chunk)
+            return Affine(w.clone(memory_format=torch.contiguous_format), b, self.chunk)
         scale = select(self.sn_common, self.sn_on, sigma.view(-1, 1, 1), 1.0)
         return Affine(_blockwise(torch.div, self.chunk, w, scale), b, self.chunk)
 
