@@ -76,12 +76,12 @@ def test_folds_that_do_not_fit_are_one_line_errors(prices, folds, message):
         ("data.folds.k=0", r"data\.folds\.k: Input should be greater than or equal to 1"),
         ("data.folds.k=65", r"data\.folds\.k: Input should be less than or equal to 64"),
         ("data.folds.layout=sliding", r"data\.folds\.layout: Input should be 'expanding' or 'rolling'"),
-        ("data.folds.train_length=100", r"data\.folds: Value error, data\.folds\.train_length is for layout rolling only"),
+        ("data.folds.train_length=100", r"data\.folds: data\.folds\.train_length is for layout rolling only"),
         ("data.folds.gap=-1", r"data\.folds\.gap: Input should be greater than or equal to 0"),
         ("data.folds.val=3", r"data\.folds\.val: unknown key"),
-        ("data.synthetic.edge_periods=[[0.1,0.8]]", r"data\.synthetic\.edge_periods: Value error, period starts must begin at 0"),
-        ("data.synthetic.edge_periods=[[0,0.8],[0.5,2]]", r"data\.synthetic: Value error, data\.synthetic\.edge_periods: every edge must lie in \[0, 1\]"),
-        ("data.synthetic.edge_periods=[0.5]", r"data\.synthetic\.edge_periods: Value error, give a list of \[start_fraction, edge\] pairs"),
+        ("data.synthetic.edge_periods=[[0.1,0.8]]", r"data\.synthetic\.edge_periods: period starts must begin at 0"),
+        ("data.synthetic.edge_periods=[[0,0.8],[0.5,2]]", r"data\.synthetic: data\.synthetic\.edge_periods: every edge must lie in \[0, 1\]"),
+        ("data.synthetic.edge_periods=[0.5]", r"data\.synthetic\.edge_periods: give a list of \[start_fraction, edge\] pairs"),
     ],
 )
 def test_bad_fold_and_regime_keys_are_one_line_config_errors(override, message):

@@ -171,10 +171,21 @@ def holm(p: np.ndarray) -> np.ndarray:
 
 
 def holm_batch(p: np.ndarray) -> np.ndarray:
-    """Holm-adjusted p along the last axis of p [S, m] with no NaN: `holm` vectorised over the
-    rows, for the calibration's thousands of simulated families (a statsmodels call per row
-    would dominate its run time: each runs a gc.collect(); tests/test_libraries.py checks both
-    against statsmodels)."""
+    """Holm-adjusted p along the last axis of p [S, m]: `holm` vectorised over the rows, for the
+    calibration's thousands of simulated families (a statsmodels call per row would dominate its
+    run time: each runs a gc.collect(), whose cost grows with the objects the process holds;
+    tests/test_libraries.py checks both against statsmodels). NaN entries are left out of their
+    row's family, as in `holm`: the rows are adjusted in groups that share one NaN pattern."""
+    p = np.asarray(p, float)
+    nan = np.isnan(p)
+    if nan.any():
+        out = np.full_like(p, np.nan)
+        patterns, group = np.unique(nan, axis=0, return_inverse=True)
+        for g, pattern in enumerate(patterns):
+            rows, cols = np.nonzero(group.ravel() == g)[0], np.nonzero(~pattern)[0]
+            if cols.size:
+                out[np.ix_(rows, cols)] = holm_batch(p[np.ix_(rows, cols)])
+        return out
     s, m = p.shape
     order = np.argsort(p, axis=1, kind="stable")
     ps = np.take_along_axis(p, order, 1)

@@ -210,9 +210,7 @@ class SearchShape:
 
 def _holm_codes(est: np.ndarray, p: np.ndarray, alpha: float) -> np.ndarray:
     """[n_sim, m] +1 keep / -1 harmful / 0 by Holm over the finite entries of each row (NaN: no test)."""
-    from tune_gems.inference import holm
-
-    adj = holm(p)
+    adj = holm_batch(p)
     return np.where(np.isfinite(adj) & (adj <= alpha), np.sign(est), 0).astype(int)
 
 
