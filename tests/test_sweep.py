@@ -3,6 +3,8 @@ the persisted Optuna study, and spec validation before Ray starts."""
 
 from __future__ import annotations
 
+import json
+
 import optuna
 import numpy as np
 import pandas as pd
@@ -119,8 +121,20 @@ def _check_confirm(exp, t):
                    .eval("`data.synthetic.seed` + seed_index").astype(int))
 
     assert not paths(ct, cm) & paths(trials, t["members"])  # fresh synthetic paths
-    again = cli("confirm", str(exp))  # the confirmation runs once
-    assert again.returncode == 2 and "exists" in again.stderr and again.stderr.count("\n") == 1
+    assert not set(cm["seed_index"]) & set(t["members"]["seed_index"])  # fresh seed indices
+    arms = pd.read_parquet(out / "arms.parquet")
+    for gem in chosen["gem"]:  # each trial compares its gem alone: the proposal and it measured
+        mine = arms[arms["trial_id"] == f"confirm-{gem}"].set_index("arm")
+        assert list(mine.index) == ["proposal", "control"] and mine.loc["control", "also_named"] == f"without-{gem}"
+        others = [c for c in mine.columns if c.startswith("gems.") and c.endswith(".mode") and c != f"gems.{gem}.mode"]
+        assert (mine.loc["proposal", others] == mine.loc["control", others]).all()
+        assert mine.loc["control", f"gems.{gem}.mode"] == "measure" != mine.loc["proposal", f"gems.{gem}.mode"]
+    record = json.loads((exp / "confirmed.json").read_text())
+    assert record["status"] == "done" and set(record["trials"]) == set(chosen["gem"])
+    for again in (cli("confirm", str(exp)), cli("confirm", str(exp), "--out", str(exp.parent / "elsewhere"))):
+        # the search is confirmed once, whatever the output folder
+        assert again.returncode == 2 and "confirmed already" in again.stderr and again.stderr.count("\n") == 1
+    assert not (exp.parent / "elsewhere").exists()
 
 
 def test_sweep_refuses_an_existing_experiment_and_writes_nothing(tmp_path, ray_address):

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from tune_gems.arms import ArmsConfig
+from tune_gems.dotted import flatten
 from tune_gems.errors import ConfigError
 from tune_gems.metrics import VERDICT_GAIN, VERDICT_GAIN_PREFIX, has_gain_arms
 
@@ -82,15 +83,40 @@ def wire_search_arms(cfg: "Config") -> ArmsConfig:
     return ArmsConfig.model_validate({"list": arms})
 
 
+def confirmation_arms(cfg: "Config", gem: str) -> ArmsConfig:
+    """The arms of a confirmation of `gem` (tune_gems.confirm): the proposal, and the proposal
+    with only `gem` measured as its `control` (also named `without-<gem>`, `arm_aliases`): the
+    one comparison `gem`'s verdict makes. Every other wired gem stays wired on both sides, so the
+    trial holds no pair for another gem, and each gem's final verdict rests on its own
+    confirmation trial alone (with one wired gem this is the wire_search design itself)."""
+    if gem not in wired_gems(cfg):
+        raise ConfigError(f"confirmation of {gem}: the chosen configuration does not wire it")
+    return ArmsConfig.model_validate({"list": [{"name": PROPOSAL}, {"name": CONTROL, f"gems.{gem}.mode": "measure"}]})
+
+
 def arm_aliases(cfg: "Config") -> dict[str, str]:
-    """{other name: the arm that trains it} for a wire_search run whose proposal wires exactly
-    one gem g: {"without-<g>": "control"} (the two are one configuration, trained once). Empty
-    for any other run."""
-    names = [a.get("name") for a in (cfg.arms.list_ or [])] if cfg.arms is not None else []
-    wired = wired_gems(cfg)
-    if names == [PROPOSAL, CONTROL] and len(wired) == 1:
-        return {without_arm(wired[0]): CONTROL}
-    return {}
+    """{other name: the arm that trains it} for a two-arm run [proposal, control] whose control
+    measures exactly one of the proposal's wired gems g: {"without-<g>": "control"} (the two are
+    one configuration, trained once): the wire_search design of a proposal wiring one gem, and
+    every confirmation trial (`confirmation_arms`). Empty for any other run."""
+    entries = list(cfg.arms.list_ or []) if cfg.arms is not None else []
+    if [a.get("name") for a in entries] != [PROPOSAL, CONTROL]:
+        return {}
+    control = flatten(entries[1])
+    measured = [g for g in wired_gems(cfg) if control.get(f"gems.{g}.mode") == "measure"]
+    return {without_arm(measured[0]): CONTROL} if len(measured) == 1 else {}
+
+
+def with_arms(cfg: "Config", arms: ArmsConfig, source: str) -> "Config":
+    """`cfg` with its arms set to `arms` (a config that has arms already cannot take others:
+    the two would fight over the population axis)."""
+    from tune_gems.config import build_config
+
+    if cfg.arms is not None:
+        raise ConfigError(f"{source} sets the arms itself; remove config.arms")
+    tree = cfg.to_dict()
+    tree["arms"] = arms.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return build_config(tree, source)
 
 
 def also_named(aliases: dict[str, str], arm: str) -> str:
@@ -104,15 +130,11 @@ def apply_design(cfg: "Config", design: str) -> "Config":
     The Tune trainable calls this on each trial's config before building the Trainer. A config
     that already has arms cannot take a design (the two would fight over the population axis).
     """
-    from tune_gems.config import build_config
-
     if design not in DESIGNS:
         raise ConfigError(f"design: unknown design {design!r} (known: {', '.join(DESIGNS)})")
     if cfg.arms is not None:
         raise ConfigError(f"design: {design} sets the arms itself; remove config.arms")
-    tree = cfg.to_dict()
-    tree["arms"] = wire_search_arms(cfg).model_dump(mode="json", by_alias=True, exclude_none=True)
-    return build_config(tree, f"design {design}")
+    return with_arms(cfg, wire_search_arms(cfg), f"design {design}")
 
 
 has_gains = has_gain_arms

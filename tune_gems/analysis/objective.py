@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+import pandas as pd
 import yaml
 
 from tune_gems.metrics import VERDICT_GAIN
@@ -32,8 +33,21 @@ def searched_objective(path: str | Path) -> str | None:
     return str(metric) if metric is not None else None
 
 
-def objective_notes(paths: Iterable[str | Path], labels: Iterable[str]) -> list[str]:
-    """One note per experiment whose search objective is not the verdict's metric."""
+def several_wired(trials: pd.DataFrame | None, label: str) -> int:
+    """How many of the experiment's trials wired two or more gems (0 without the columns)."""
+    if trials is None or not len(trials):
+        return 0
+    t = trials[trials["experiment"] == label] if "experiment" in trials.columns else trials
+    modes = [c for c in t.columns if c.startswith("gems.") and c.endswith(".mode")]
+    return int((t[modes].astype(str) == "wire").sum(axis=1).ge(2).sum()) if modes else 0
+
+
+def objective_notes(paths: Iterable[str | Path], labels: Iterable[str], trials: pd.DataFrame | None = None) -> list[str]:
+    """One note per experiment whose search objective is not the verdict's metric. With
+    `verdict_gain` the statistic is the verdict's, but its comparison is the proposal against
+    control (every wired gem measured): a gem's verdict compares the proposal with the proposal
+    without that gem, the same comparison only when the trial wires that gem alone. So the
+    note also says when trials wired several gems (`trials`: the experiment's trials table)."""
     notes = []
     for path, label in zip(paths, labels):
         metric = searched_objective(path)
@@ -41,4 +55,8 @@ def objective_notes(paths: Iterable[str | Path], labels: Iterable[str]) -> list[
             notes.append(f"{label}: the search objective {metric} is not the verdict's metric ({VERDICT_GAIN}: "
                          "paired gain in validation alpha Sharpe over the last k epochs, divergence the worst "
                          "outcome, pseudo-median): its trials were chosen on another quantity than the one judged")
+        elif metric == VERDICT_GAIN and (n := several_wired(trials, label)):
+            notes.append(f"{label}: {n} trial(s) wired several gems; there the objective {VERDICT_GAIN} is the joint "
+                         "effect of their wiring (proposal - control), while each gem's verdict judges proposal - "
+                         f"without-<gem> ({VERDICT_GAIN}_<gem>, which `tune-gems confirm` chooses on)")
     return notes

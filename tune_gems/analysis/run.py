@@ -135,7 +135,7 @@ def analyze(
     verdicts["skill"] = skill_context(exp)
     placebo = placebo_verdicts(cells, gems, m, alpha=alpha, rope=rope, last_k=last_k, placebo_weight=placebo_weight)
     _, metric_note = verdict_metric(m)
-    notes = list(cells.notes) + ([metric_note] if metric_note else []) + objective_notes(exp.paths, exp.labels)
+    notes = list(cells.notes) + ([metric_note] if metric_note else []) + objective_notes(exp.paths, exp.labels, exp.trials)
     boot = dict(n_boot=n_boot, confidence=confidence, seed=seed)
     settings = dict(alpha=alpha, rope=rope, rel_threshold=rel_threshold, last_k=last_k, power=power,
                     placebo_weight=placebo_weight, confidence=confidence, n_boot=n_boot, seed=seed)

@@ -117,7 +117,7 @@ def run_report(a: argparse.Namespace) -> None:
     if headline:
         print(headline + "\n")
     print(format_verdict_table(res.verdicts, res.placebo, res.redundancy))
-    for note in objective_notes(res.experiment.paths, res.experiment.labels):
+    for note in objective_notes(res.experiment.paths, res.experiment.labels, res.experiment.trials):
         print(f"\nnote: {note}")
     print(f"\nwrote {res.out_dir}/report.md")
 
