@@ -90,3 +90,23 @@ def test_the_report_says_when_the_objective_compared_another_thing_than_a_verdic
     assert objective_notes([tmp_path], ["s"], trials[trials["trial_id"] != "t0"]) == []
     (tmp_path / "spec.yaml").write_text("objective: {metric: val_sharpe_gain, mode: max}\n")
     assert "is not the verdict's metric" in objective_notes([tmp_path], ["s"], trials)[0]
+
+
+@pytest.mark.parametrize("wired", [["g6"], ["g6", "g12"]])
+def test_the_aa_design_adds_the_control_with_an_independent_replay_stream(wired):
+    """design: wire_search_aa (sweeps/wire_search.yaml): the A/A arm is the control but for
+    trainer.replay_stream, so it pairs with the control only (the learner's own null spread);
+    the proposal's gains and the without-<gem> alias are those of wire_search."""
+    from tune_gems.arm_designs import AA_ARM, apply_design
+
+    spec = load_spec(SMOKE)
+    cfg = trial_config(spec.config, {f"gems.{g}.mode": "wire" for g in wired})
+    plain, aa = apply_design(cfg, "wire_search"), apply_design(cfg, "wire_search_aa")
+    arms = {a.name: a.config for a in expand_arms(aa)}
+    assert list(arms) == [a.name for a in expand_arms(plain)] + [AA_ARM]
+    control, twin = arms["control"].to_dict(), arms[AA_ARM].to_dict()
+    assert twin["trainer"].pop("replay_stream") == 1 and control["trainer"].pop("replay_stream") == 0
+    assert twin == control
+    assert arm_aliases(aa) == arm_aliases(plain) == ({"without-g6": "control"} if wired == ["g6"] else {})
+    nothing = trial_config(spec.config, {"gems.g6.mode": "measure", "gems.g12.mode": "measure"})
+    assert [a.name for a in expand_arms(apply_design(nothing, "wire_search_aa"))] == ["control"]

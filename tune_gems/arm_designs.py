@@ -51,12 +51,20 @@ if TYPE_CHECKING:  # pragma: no cover
     from tune_gems.config import Config
 
 WIRE_SEARCH = "wire_search"
-DESIGNS = (WIRE_SEARCH,)
-"""Known designs (a sweep spec's `design`; "none" there means the config's own arms, if any)."""
+WIRE_SEARCH_AA = "wire_search_aa"
+DESIGNS = (WIRE_SEARCH, WIRE_SEARCH_AA)
+"""Known designs (a sweep spec's `design`; "none" there means the config's own arms, if any).
+`wire_search_aa` adds the A/A arm (`AA_ARM`) to every trial with a proposal."""
 
 PROPOSAL = "proposal"
 CONTROL = "control"
 WITHOUT_PREFIX = "without-"
+AA_ARM = "control-aa"
+"""The A/A arm (issue 21): the control with replay batches drawn from an independent stream
+(`trainer.replay_stream`), everything else equal. The analysis pairs it with the control
+(`verdicts.placebo_verdicts`, kind a/a): the learner's own null spread, which must read
+equivalent or inconclusive."""
+AA_STREAM = 1
 
 
 def without_arm(gem: str) -> str:
@@ -69,16 +77,20 @@ def wired_gems(cfg: "Config") -> tuple[str, ...]:
     return tuple(g for g in cfg.gem_names() if cfg.gem(g).mode == "wire")
 
 
-def wire_search_arms(cfg: "Config") -> ArmsConfig:
+def wire_search_arms(cfg: "Config", aa: bool = False) -> ArmsConfig:
     """The wire_search arms of a proposal config (see the module docstring):
-    [proposal, control, without-<g> for each wired g], or [control] when nothing is wired."""
+    [proposal, control, without-<g> for each wired g], or [control] when nothing is wired;
+    `aa` (design wire_search_aa) adds the A/A arm `AA_ARM` after them when something is wired
+    (a trial without a proposal has no gain for the A/A spread to be held against)."""
     wired = wired_gems(cfg)
     if not wired:
         return ArmsConfig.model_validate({"list": [{"name": CONTROL}]})
+    control = {f"gems.{g}.mode": "measure" for g in wired}
     arms: list[dict[str, Any]] = [
         {"name": PROPOSAL},
-        {"name": CONTROL, **{f"gems.{g}.mode": "measure" for g in wired}},
+        {"name": CONTROL, **control},
         *({"name": without_arm(g), f"gems.{g}.mode": "measure"} for g in wired if len(wired) > 1),  # else = control
+        *([{"name": AA_ARM, **control, "trainer.replay_stream": AA_STREAM}] if aa else []),
     ]
     return ArmsConfig.model_validate({"list": arms})
 
@@ -99,7 +111,7 @@ def arm_aliases(cfg: "Config") -> dict[str, str]:
     measures exactly one of the proposal's wired gems g: {"without-<g>": "control"} (the two are
     one configuration, trained once): the wire_search design of a proposal wiring one gem, and
     every confirmation trial (`confirmation_arms`). Empty for any other run."""
-    entries = list(cfg.arms.list_ or []) if cfg.arms is not None else []
+    entries = [a for a in (cfg.arms.list_ or []) if a.get("name") != AA_ARM] if cfg.arms is not None else []
     if [a.get("name") for a in entries] != [PROPOSAL, CONTROL]:
         return {}
     control = flatten(entries[1])
@@ -134,7 +146,7 @@ def apply_design(cfg: "Config", design: str) -> "Config":
         raise ConfigError(f"design: unknown design {design!r} (known: {', '.join(DESIGNS)})")
     if cfg.arms is not None:
         raise ConfigError(f"design: {design} sets the arms itself; remove config.arms")
-    return with_arms(cfg, wire_search_arms(cfg), f"design {design}")
+    return with_arms(cfg, wire_search_arms(cfg, aa=design == WIRE_SEARCH_AA), f"design {design}")
 
 
 has_gains = has_gain_arms

@@ -206,10 +206,12 @@ class SweepSpec(_Strict):
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
     checkpoints_to_keep: int = Field(2, ge=1)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
-    design: Literal["none", "wire_search"] = Field(
+    design: Literal["none", "wire_search", "wire_search_aa"] = Field(
         DESIGN_NONE,
         description="none: each trial is its config (and config.arms, if any); wire_search: each trial trains "
-        "Optuna's proposal, a control and one without-<gem> arm per wired gem, paired by seed (tune_gems.arm_designs)",
+        "Optuna's proposal, a control and one without-<gem> arm per wired gem, paired by seed (tune_gems.arm_designs); "
+        "wire_search_aa: the same and an A/A arm (the control with an independent replay stream: the learner's own "
+        "null spread, reported beside the verdicts)",
     )
 
     @model_validator(mode="after")
