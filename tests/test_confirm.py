@@ -25,7 +25,7 @@ import pytest
 from tune_gems.analysis.calibration import (
     SearchShape, Shape, confirmation_mde, delete_rate, delete_verdicts, mc_tolerance, power, search_confirm_rates,
 )
-from tune_gems.analysis.confirmation import choose_per_gem, side_by_side
+from tune_gems.analysis.confirmation import best_trial, choose_per_gem, side_by_side
 from tune_gems.analysis.seed_rule import DELETE, HARMFUL, KEEP
 from tune_gems.inference import min_detectable_effect, seeds_needed, signed_rank_cdf, smallest_p
 
@@ -130,6 +130,26 @@ def test_the_choice_per_gem_is_the_best_finished_trial_wiring_it():
                                "gems.g12.weight": 0.1}
     assert by["g12"].trial_id == "a" and by["g12"].score == -math.inf  # diverged, but the only one
     assert "g10" not in by and any(n.startswith("g10:") for n in notes)
+
+
+def test_the_simulated_search_chooses_by_the_rule_of_choose_per_gem():
+    """`search_confirm_rates` chooses with `best_trial`, vectorised; `choose_per_gem` (what
+    `tune-gems confirm` uses) chooses with it too: the same trial on random searches with ties,
+    NaN, -inf, failed and unwired trials, one by one and stacked."""
+    rng = np.random.default_rng(5)
+    T, S = 6, 300
+    score = rng.choice([np.nan, -np.inf, 0.1, 0.3, 1.0], size=(S, T))
+    wired = rng.random((S, T)) < 0.6
+    finished = rng.random((S, T)) < 0.8
+    idx, chosen = best_trial(score, wired & finished, axis=1)
+    for s in range(S):
+        trials = pd.DataFrame({"trial_id": [str(t) for t in range(T)],
+                               "status": np.where(finished[s], "TERMINATED", "ERROR"),
+                               "gems.g.mode": np.where(wired[s], "wire", "measure"), "verdict_gain_g": score[s]})
+        choices, _ = choose_per_gem(trials, ["g"], [])
+        assert bool(choices) == chosen[s] and (not choices or choices[0].trial_id == str(idx[s])), s
+    assert chosen.mean() > 0.5 and not chosen.all()
+    assert best_trial(np.array([np.nan, -np.inf]), np.array([True, True])) == (1, True)  # NaN never wins
 
 
 def test_the_table_puts_discovery_beside_confirmation_and_the_final_verdict_is_the_confirmations():

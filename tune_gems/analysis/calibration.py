@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
+from tune_gems.analysis.confirmation import best_trial
 from tune_gems.analysis.seed_rule import DELETE, HARMFUL, KEEP, decide_family
 from tune_gems.inference import min_detectable_effect, rank_test
 
@@ -222,7 +223,8 @@ class SearchShape:
 def search_confirm_rates(shape: SearchShape, effect: float = 0.0, n_sim: int = defaults.N_SIM, *,
                          alpha: float = defaults.ALPHA, dist: str = "normal", seed: int = defaults.SEED) -> dict[str, float]:
     """Simulated searches, then confirmation, by the rules the project uses: per gem the trial
-    wiring it with the largest Hodges-Lehmann discovery gain (`verdict_gain_<gem>`) is chosen; the *naive*
+    wiring it with the largest Hodges-Lehmann discovery gain (`verdict_gain_<gem>`) is chosen by
+    `confirmation.best_trial`, the choice of `choose_per_gem` (`tune-gems confirm`); the *naive*
     verdict tests that trial's own seeds (what a search without confirmation would report); the
     *confirmed* verdict tests a fresh run of it (fresh seeds and paths), both by the shipped seed
     rule (`seed_rule.decide_family`: signed-rank, Holm over the gems with a choice). `effect` is the true shift of gem 0 in every configuration wiring it
@@ -236,9 +238,7 @@ def search_confirm_rates(shape: SearchShape, effect: float = 0.0, n_sim: int = d
     path = shape.path_sd * _draws(rng, (n_sim, 1, m, n), dist)  # shared by the trials of one search
     d = delta[None, None, :, None] + path + shape.noise_sd * _draws(rng, (n_sim, T, m, n), dist)
     score = rank_test(d.reshape(-1, n))["estimate"].reshape(n_sim, T, m)
-    score = np.where(wired, score, -np.inf)
-    best = score.argmax(axis=1)  # [n_sim, m]
-    chosen = wired.any(axis=1)
+    best, chosen = best_trial(score, wired, axis=1)  # [n_sim, m]
     picked = np.take_along_axis(d, best[:, None, :, None], axis=1)[:, 0]  # [n_sim, m, n]
     naive = rank_test(picked.reshape(-1, n), tail=alpha / 2)
     fresh = delta[None, :, None] + shape.sd * _draws(rng, (n_sim, m, nc), dist)
