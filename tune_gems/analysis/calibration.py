@@ -2,8 +2,9 @@
 
 A statistic ships with its calibration. This module simulates datasets shaped like an experiment
 (per gem: the seeds it compares, the spread of its per-seed differences, its divergence rate)
-and runs on them the very functions the verdicts use (`inference.rank_test`, Holm over the
-gems, the keep / harmful decision), vectorised over datasets with numpy.
+and runs on them the very functions the verdicts use (`inference.rank_test`, then
+`seed_rule.decide_family`: Holm over the gems and the keep / harmful / delete decision),
+vectorised over datasets with numpy.
 
 - **Null:** every gem has no effect. The family-wise false rate is the share of datasets in
   which any gem reads `keep wired` or `harmful`; the rule promises <= alpha.
@@ -24,7 +25,9 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
-from tune_gems.inference import holm_batch, min_detectable_effect, rank_test
+from tune_gems.analysis.confirmation import best_trial
+from tune_gems.analysis.seed_rule import DELETE, HARMFUL, KEEP, decide_family
+from tune_gems.inference import min_detectable_effect, rank_test
 
 DISTRIBUTIONS = ("normal", "t3")
 EFFECT_MULTIPLES = (0.25, 0.5, 0.75, 1.0)
@@ -59,16 +62,25 @@ def simulate_differences(rng, shape: Shape, n_sim: int, effect: float = 0.0, dis
     return d
 
 
+def family_decisions(diffs: list[np.ndarray], alpha: float = defaults.ALPHA, rope: float = defaults.ROPE,
+                     p_magnitude: np.ndarray | None = None) -> np.ndarray:
+    """[n_sim, m] verdict names per dataset and gem: the signed-rank rule on each gem's per-seed
+    differences, then the shipped seed rule (`seed_rule.decide_family`: Holm over the gems,
+    keep / harmful / delete / equivalent / inconclusive); `p_magnitude` [n_sim, m] the magnitude
+    TOST p (None: the magnitude is never at its null, so no `delete`)."""
+    r = [rank_test(d, rope=rope, tail=alpha / 2) for d in diffs]
+    est, p, pt = (np.stack([x[k] for x in r], 1) for k in ("estimate", "p", "p_tost"))
+    return decide_family(p, est, pt, alpha=alpha, p_magnitude=p_magnitude).verdict
+
+
+def _signed(verdict: np.ndarray) -> np.ndarray:
+    """+1 keep wired, -1 harmful, 0 otherwise."""
+    return np.where(verdict == KEEP, 1, np.where(verdict == HARMFUL, -1, 0))
+
+
 def family_verdicts(diffs: list[np.ndarray], alpha: float = defaults.ALPHA) -> np.ndarray:
     """[n_sim, m] codes per dataset and gem: +1 keep wired, -1 harmful, 0 otherwise (Holm)."""
-    est, p = [], []
-    for d in diffs:
-        r = rank_test(d, tail=alpha / 2)
-        est.append(r["estimate"])
-        p.append(r["p"])
-    est, p = np.stack(est, 1), np.stack(p, 1)
-    adj = holm_batch(p)
-    return np.where(adj <= alpha, np.sign(est), 0).astype(int)
+    return _signed(family_decisions(diffs, alpha))
 
 
 def null_rate(shapes: list[Shape], n_sim: int = defaults.N_SIM, *, dist: str = "normal",
@@ -208,19 +220,14 @@ class SearchShape:
         return math.sqrt(self.path_sd**2 + self.noise_sd**2)
 
 
-def _holm_codes(est: np.ndarray, p: np.ndarray, alpha: float) -> np.ndarray:
-    """[n_sim, m] +1 keep / -1 harmful / 0 by Holm over the finite entries of each row (NaN: no test)."""
-    adj = holm_batch(p)
-    return np.where(np.isfinite(adj) & (adj <= alpha), np.sign(est), 0).astype(int)
-
-
 def search_confirm_rates(shape: SearchShape, effect: float = 0.0, n_sim: int = defaults.N_SIM, *,
                          alpha: float = defaults.ALPHA, dist: str = "normal", seed: int = defaults.SEED) -> dict[str, float]:
     """Simulated searches, then confirmation, by the rules the project uses: per gem the trial
-    with the largest Hodges-Lehmann discovery gain (`verdict_gain_<gem>`) is chosen; the *naive*
+    wiring it with the largest Hodges-Lehmann discovery gain (`verdict_gain_<gem>`) is chosen by
+    `confirmation.best_trial`, the choice of `choose_per_gem` (`tune-gems confirm`); the *naive*
     verdict tests that trial's own seeds (what a search without confirmation would report); the
-    *confirmed* verdict tests a fresh run of it (fresh seeds and paths), signed-rank, Holm over
-    the gems with a choice. `effect` is the true shift of gem 0 in every configuration wiring it
+    *confirmed* verdict tests a fresh run of it (fresh seeds and paths), both by the shipped seed
+    rule (`seed_rule.decide_family`: signed-rank, Holm over the gems with a choice). `effect` is the true shift of gem 0 in every configuration wiring it
     (the others: none). Returns naive_fwer / confirmed_fwer (any keep or harmful among the null
     gems), power (gem 0 reads keep wired after confirmation) and naive_power."""
     rng = np.random.default_rng(seed + 7)
@@ -231,9 +238,7 @@ def search_confirm_rates(shape: SearchShape, effect: float = 0.0, n_sim: int = d
     path = shape.path_sd * _draws(rng, (n_sim, 1, m, n), dist)  # shared by the trials of one search
     d = delta[None, None, :, None] + path + shape.noise_sd * _draws(rng, (n_sim, T, m, n), dist)
     score = rank_test(d.reshape(-1, n))["estimate"].reshape(n_sim, T, m)
-    score = np.where(wired, score, -np.inf)
-    best = score.argmax(axis=1)  # [n_sim, m]
-    chosen = wired.any(axis=1)
+    best, chosen = best_trial(score, wired, axis=1)  # [n_sim, m]
     picked = np.take_along_axis(d, best[:, None, :, None], axis=1)[:, 0]  # [n_sim, m, n]
     naive = rank_test(picked.reshape(-1, n), tail=alpha / 2)
     fresh = delta[None, :, None] + shape.sd * _draws(rng, (n_sim, m, nc), dist)
@@ -241,7 +246,7 @@ def search_confirm_rates(shape: SearchShape, effect: float = 0.0, n_sim: int = d
     out = {}
     for name, r in (("naive", naive), ("confirmed", conf)):
         p = np.where(chosen, r["p"].reshape(n_sim, m), np.nan)
-        codes = _holm_codes(r["estimate"].reshape(n_sim, m), p, alpha)
+        codes = _signed(decide_family(p, r["estimate"].reshape(n_sim, m), np.nan, alpha=alpha).verdict)
         null_gems = codes[:, 1:] if effect else codes
         out[f"{name}_fwer"] = float((null_gems != 0).any(axis=1).mean())
         out[f"{name}_power"] = float((codes[:, 0] == 1).mean()) if effect else math.nan
@@ -254,15 +259,19 @@ def confirmation_mde(shape: SearchShape, alpha: float = defaults.ALPHA, power_ta
     return min_detectable_effect(shape.sd, shape.confirm_seeds, alpha / shape.gems, power_target)
 
 
-def delete_rate(shapes: list[Shape], effect: float, rope: float = defaults.ROPE, n_sim: int = defaults.N_SIM, *,
-                dist: str = "normal", alpha: float = defaults.ALPHA, seed: int = defaults.SEED) -> float:
-    """P(the first gem reads `delete`) when its magnitude is at its null (that half of the rule
-    holds) and wiring it shifts the outcome by `effect`: the rest of the rule (no keep / harmful
-    by Holm, and the wiring TOST within +-`rope`, Holm over the gems) decides. A true effect
-    beyond the ROPE must read `delete` at most alpha of the time (issue 21)."""
+def delete_verdicts(shapes: list[Shape], effect: float, rope: float = defaults.ROPE, n_sim: int = defaults.N_SIM, *,
+                    dist: str = "normal", alpha: float = defaults.ALPHA, seed: int = defaults.SEED) -> np.ndarray:
+    """[n_sim] the first gem's verdict by the shipped seed rule (`family_decisions`) when every
+    gem's magnitude is at its null (that half of `delete` holds) and wiring the first shifts the
+    outcome by `effect`: the wiring half (no keep / harmful, the TOST within +-`rope`, Holm over
+    the gems) decides between `delete` and the rest."""
     rng = np.random.default_rng(seed + 3)
     diffs = [simulate_differences(rng, s, n_sim, effect if i == 0 else 0.0, dist) for i, s in enumerate(shapes)]
-    codes = family_verdicts(diffs, alpha)
-    tost = np.stack([rank_test(d, rope=rope, tail=alpha / 2)["p_tost"] for d in diffs], 1)
-    equivalent = holm_batch(tost)[:, 0] <= alpha
-    return float((equivalent & (codes[:, 0] == 0)).mean())
+    return family_decisions(diffs, alpha, rope, p_magnitude=np.zeros((n_sim, len(shapes))))[:, 0]
+
+
+def delete_rate(shapes: list[Shape], effect: float, rope: float = defaults.ROPE, n_sim: int = defaults.N_SIM, *,
+                dist: str = "normal", alpha: float = defaults.ALPHA, seed: int = defaults.SEED) -> float:
+    """P(the first gem reads `delete`) in `delete_verdicts`. A true wiring effect at the ROPE or
+    beyond must read `delete` at most alpha of the time (issue 21)."""
+    return float((delete_verdicts(shapes, effect, rope, n_sim, dist=dist, alpha=alpha, seed=seed) == DELETE).mean())

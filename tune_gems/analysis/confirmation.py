@@ -62,28 +62,43 @@ def _plain(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
 
+def best_trial(score, eligible, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    """The choice rule of `choose_per_gem`, vectorised along `axis` (the trials): the eligible
+    trial with the largest score, the first on ties; NaN never wins, -inf (a diverged
+    configuration) only when no eligible trial scores more. Returns (index of the chosen trial,
+    whether one was chosen: some eligible trial has a non-NaN score), `axis` removed."""
+    score = np.asarray(score, float)
+    ok = np.asarray(eligible, bool) & ~np.isnan(score)
+    key = np.where(ok, score, -np.inf)
+    top = np.expand_dims(key.max(axis=axis), axis)
+    return np.argmax(ok & (key == top), axis=axis), ok.any(axis=axis)
+
+
 def choose_per_gem(trials: pd.DataFrame, gems: Iterable[str], searched_keys: Iterable[str]) -> tuple[list[Choice], list[str]]:
     """Per gem: the finished trial wiring it with the best discovery score (NaN never wins;
     -inf, a diverged configuration, only when nothing else exists), with the values of
     `searched_keys` in that trial. Returns (choices, notes for gems that cannot be confirmed)."""
     keys = list(searched_keys)
-    done = trials[trials["status"].astype(str).str.upper() == OK_STATUS] if "status" in trials.columns else trials
+    finished = (trials["status"].astype(str).str.upper() == OK_STATUS).to_numpy() if "status" in trials.columns \
+        else np.ones(len(trials), bool)
     choices, notes = [], []
     for g in gems:
         mode = f"gems.{g}.mode"
-        col = _score_column(done, g)
-        wired = done[done[mode].astype(str) == "wire"] if mode in done.columns else done.iloc[0:0]
-        if col is None or not len(wired):
+        col = _score_column(trials, g)
+        eligible = finished & (trials[mode].astype(str) == "wire").to_numpy() if mode in trials.columns \
+            else np.zeros(len(trials), bool)
+        if col is None or not eligible.any():
             notes.append(f"{g}: no finished trial of the search wired it; nothing to confirm")
             continue
-        score = pd.to_numeric(wired[col], errors="coerce")
-        if score.isna().all():
+        score = pd.to_numeric(trials[col], errors="coerce").to_numpy(float)
+        i, chosen = best_trial(score, eligible)
+        if not chosen:
             notes.append(f"{g}: no trial wiring it has a {col}; nothing to confirm")
             continue
-        best = wired.loc[score.fillna(-math.inf).astype(float).idxmax()]
+        best = trials.iloc[int(i)]
         params = {k: _plain(best[k]) for k in keys if k in best.index and not _missing(best[k])}
         choices.append(Choice(g, str(best["trial_id"]), str(best.get("config_label", "")), col,
-                              float(score.loc[best.name]), params))
+                              float(score[int(i)]), params))
     return choices, notes
 
 

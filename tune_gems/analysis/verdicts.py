@@ -51,7 +51,6 @@ from tune_gems.analysis import defaults
 from tune_gems.analysis.designs import Cells, Paired, build_cells, paired
 from tune_gems.analysis.excess import add_excess_columns
 from tune_gems.inference import (
-    holm,
     holm_levels,
     min_detectable_effect,
     rank_test,
@@ -71,6 +70,7 @@ from tune_gems.analysis.market_evidence import (
     market_evidence,
 )
 from tune_gems.analysis.redundancy import redundancy_table
+from tune_gems.analysis.seed_rule import DELETE, EQUIVALENT, HARMFUL, KEEP, decide_family
 from tune_gems.analysis.selectors import MEASURE, WIRE, placebo_selectors
 from tune_gems.gem_manifest import LEGACY_MANIFEST, GemEntry
 
@@ -198,15 +198,20 @@ def gem_verdicts(
     p = np.array([stats[n]["p"][0] if n in stats else np.nan for n in names])
     pt = np.array([stats[n]["p_tost"][0] if n in stats else np.nan for n in names])
     pe = np.array([r.get("_excess_tost", np.nan) for r in rows])
-    p_adj, pt_adj, pe_adj = holm(p), holm(pt), holm(pe)
+    est = np.array([stats[n]["estimate"][0] if n in stats else np.nan for n in names])
+    for row in rows:
+        red = (redundancy[(redundancy["gem"] == row["gem"]) & (redundancy["finding"] == "removes")]
+               if len(redundancy) else redundancy)
+        if len(red):
+            row["redundancy"] = "; ".join(f"{f} removes it" for f in red["feature"])
+    # the seed rule (seed_rule.decide_family, the function the calibration runs): Holm, then per gem
+    rule = decide_family(p, est, pt, alpha=alpha, p_magnitude=pe, redundant=[bool(r["redundancy"]) for r in rows])
+    p_adj, pt_adj, pe_adj = rule.p_adjusted, rule.tost_p_adjusted, rule.magnitude_p_adjusted
     levels = holm_levels(p, alpha)
     m = int(np.isfinite(p).sum())
     for i, row in enumerate(rows):
         row["excess_tost_p_adjusted"] = pe_adj[i]
         n = row["gem"]
-        red = redundancy[(redundancy["gem"] == n) & (redundancy["finding"] == "removes")] if len(redundancy) else redundancy
-        if len(red):
-            row["redundancy"] = "; ".join(f"{f} removes it" for f in red["feature"])
         if n in stats:
             pr = tests[n]
             lvl = float(levels[i])
@@ -221,7 +226,7 @@ def gem_verdicts(
                        seeds_needed=seeds_needed(sd, rope, alpha / max(m, 1), power, p_div=p_div))
             row.update(market_evidence(pr, cells, eval_returns, column=column, k=last_k, confidence=1 - lvl,
                                        n_boot=n_boot, seed=seed).columns())
-        row["verdict"], row["reason"] = _decide(row, metric_note, power, m)
+        row["verdict"], row["reason"] = _decide(row, str(rule.verdict[i]), metric_note, power, m)
         row.pop("_excess_tost", None)
         row.pop("_excess_note", None)
     table = period_verdicts(pd.DataFrame(rows, columns=VERDICT_COLUMNS), cells, gems, alpha=alpha, rope=rope,
@@ -266,10 +271,10 @@ def _market_text(row: dict) -> str:
     return f"; market-noise interval {status}: the effect is conditional on this one price history"
 
 
-def _decide(row: dict, metric_note: str, power: float, m: int) -> tuple[str, str]:
+def _decide(row: dict, rule_verdict: str, metric_note: str, power: float, m: int) -> tuple[str, str]:
     """The verdict and its one-line reason (rules of the module docstring): the seed rule's
     verdict (`seed_verdict`), then the market-noise check of a keep wired / harmful."""
-    verdict, reason = _seed_decide(row, metric_note, power, m)
+    verdict, reason = _seed_decide(row, rule_verdict, metric_note, power, m)
     row["seed_verdict"] = verdict
     if (verdict in ("keep wired", "harmful") and row.get("market_noise") == MARKET_OK
             and not (row["wired_diverged"] or row["measured_diverged"])
@@ -283,8 +288,9 @@ def _decide(row: dict, metric_note: str, power: float, m: int) -> tuple[str, str
     return verdict, reason
 
 
-def _seed_decide(row: dict, metric_note: str, power: float, m: int) -> tuple[str, str]:
-    """The seed rule's verdict and its one-line reason from one gem's evidence."""
+def _seed_decide(row: dict, rule_verdict: str, metric_note: str, power: float, m: int) -> tuple[str, str]:
+    """The seed rule's verdict and its one-line reason from one gem's evidence; with a wiring
+    test the verdict is `rule_verdict` (`seed_rule.decide_family`'s), and the reason its evidence."""
     a = row["alpha"]
     extra = f"; {metric_note}" if metric_note else ""
     delete_mag = np.isfinite(row["excess_tost_p_adjusted"]) and row["excess_tost_p_adjusted"] <= a
@@ -299,18 +305,16 @@ def _seed_decide(row: dict, metric_note: str, power: float, m: int) -> tuple[str
         if row["wired_diverged"] or row["measured_diverged"]:
             ev += f"; diverged (counted as worst): wired {int(row['wired_diverged'])}, measured {int(row['measured_diverged'])}"
         ev += _market_text(row)
-        if row["p_adjusted"] <= a and row["effect"] > 0:
-            return "keep wired", f"wiring helps: {ev}{extra}"
-        if row["p_adjusted"] <= a and row["effect"] < 0:
-            return "harmful", f"wiring hurts: {ev}{extra}"
-        equivalent = np.isfinite(row["tost_p_adjusted"]) and row["tost_p_adjusted"] <= a
+        if rule_verdict == KEEP:
+            return KEEP, f"wiring helps: {ev}{extra}"
+        if rule_verdict == HARMFUL:
+            return HARMFUL, f"wiring hurts: {ev}{extra}"
         tost = (f"effect within +-{row['rope']:g} (TOST Holm p {_fmt(row['tost_p_adjusted'], '.2g')})")
-        if equivalent and delete_mag:  # both halves of the evidence: nothing measured, nothing gained
-            return "delete", f"{mag_text}; and wiring is equivalent to none: {tost}; {ev}{extra}"
-        if equivalent and delete_red:
-            return "delete", f"{row['redundancy']} (redundancy factorial); and wiring is equivalent to none: {tost}; {ev}{extra}"
-        if equivalent:
-            return "equivalent", f"no practical difference: {tost}; {ev}{extra}"
+        if rule_verdict == DELETE:  # both halves of the evidence: nothing measured, nothing gained
+            why = mag_text if delete_mag else f"{row['redundancy']} (redundancy factorial)"
+            return DELETE, f"{why}; and wiring is equivalent to none: {tost}; {ev}{extra}"
+        if rule_verdict == EQUIVALENT:
+            return EQUIVALENT, f"no practical difference: {tost}; {ev}{extra}"
         small = smallest_p(int(row["n_seeds"]))
         hint = (f"; {int(row['n_seeds'])} seeds cannot reach p <= {a / max(m, 1):.2g} at all"
                 if small > a / max(m, 1) else "")
