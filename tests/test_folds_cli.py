@@ -64,3 +64,18 @@ def test_a_sweep_with_folds_writes_the_fold_of_every_member_and_a_fold_table(tmp
     history = pd.read_parquet(exp / "history.parquet")
     assert {"val_alpha_sharpe_mean@fold0", "val_alpha_sharpe_mean@fold1"} <= set(history.columns)
     assert history["val_alpha_sharpe_gain"].notna().all()  # designed gains pair within each fold
+    # issue 21: the confirmation re-tests a choice on the same folds (fresh seeds and paths)
+    trials = pd.read_parquet(exp / "trials.parquet")
+    wired = trials[[c for c in trials.columns if c.startswith("gems.") and c.endswith(".mode")]].eq("wire").any(axis=None)
+    conf = cli("confirm", str(exp), env={"RAY_ADDRESS": ray_address})
+    if not wired:  # nothing to confirm: one line, exit 2
+        assert conf.returncode == 2 and "nothing to confirm" in conf.stderr
+        return
+    assert conf.returncode == 0, conf.stderr[-3000:]
+    cm = pd.read_parquet(exp / "confirmation" / "members.parquet")
+    assert set(cm["fold"]) == {0, 1}
+    assert (pd.read_parquet(exp / "confirmation" / "trials.parquet")["data.folds.k"] == 2).all()
+    v = pd.read_csv(exp / "confirmation" / "verdicts.csv").set_index("gem")
+    confirmed = pd.read_csv(exp / "confirmation" / "confirmation.csv", keep_default_na=False)
+    for gem in confirmed.loc[confirmed["chosen_trial"] != "", "gem"]:
+        assert v.loc[gem, "folds"] == 2  # the final verdict is over the same two periods
