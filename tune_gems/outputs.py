@@ -44,7 +44,7 @@ and for a command that builds its result in a temporary folder and publishes it 
 from __future__ import annotations
 
 from tune_gems.result_files import (
-    CHECKPOINT_FILE, CONFIG_FILE, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE, SUMMARY_FILE,
+    CHECKPOINT_FILE, CONFIG_FILE, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, JOURNAL_LOCK_SUFFIX, MEMBERS_CSV, MEMBERS_FILE, SUMMARY_FILE,
     TRIALS_FILE,
 )
 
@@ -331,9 +331,23 @@ def check_top_entries(folder: Path, field: str) -> None:
                 kind = entry_kind(d / name)
                 if kind == "folder":
                     nxt.append(d / name)
-                elif kind != "file":
+                elif kind != "file" and not is_journal_lock(d / name):
                     raise OutputError(f"{field}: {d / name} is a {kind}; tune-gems writes no such entry and never writes through one: remove it")
         level = nxt
+
+
+def is_journal_lock(path: Path) -> bool:
+    """Whether `path` is Optuna's own lock of the study journal beside it: a symlink
+    `optuna_journal.log.lock` pointing at `optuna_journal.log` (optuna's JournalFileSymlinkLock
+    creates it around every journal write, and a driver killed during one leaves it behind).
+    tune-gems never writes through it; `--resume` removes it (sweep.search.clear_stale_journal_lock)."""
+    if path.name != JOURNAL_FILE + JOURNAL_LOCK_SUFFIX or not path.is_symlink():
+        return False
+    try:
+        target = Path(os.readlink(path))
+    except OSError:
+        return False
+    return (target if target.is_absolute() else path.parent / target) == path.parent / JOURNAL_FILE
 
 
 def unlisted_files(folder: Path) -> list[str]:

@@ -16,6 +16,8 @@ ARMS_PARQUET = "arms.parquet"
 FOLDS_PARQUET = "folds.parquet"
 BASELINES_PARQUET = "baselines.parquet"
 JOURNAL_FILE = "optuna_journal.log"
+JOURNAL_LOCK_SUFFIX = ".lock"
+"""Optuna's journal lock beside the journal (optuna.storages.journal's LOCK_FILE_SUFFIX)."""
 EVAL_RETURNS_DIR = "eval_returns"
 """Per trial, `<EVAL_RETURNS_DIR>/<trial_id>.npz` (`trial_eval_returns`): the EVAL_RETURNS_FILE of
 its last checkpoint."""

@@ -38,7 +38,7 @@ from tune_gems.resources import check_training_fits
 from tune_gems.sweep.console import quiet_driver
 from tune_gems.sweep.local_ray import start_or_join
 from tune_gems.sweep.results import UNFINISHED, collect_tables, write_tables
-from tune_gems.sweep.search import JOURNAL_FILE, close_orphaned_trials, make_searcher, optuna_trial_numbers
+from tune_gems.sweep.search import JOURNAL_FILE, clear_stale_journal_lock, close_orphaned_trials, make_searcher, optuna_trial_numbers
 from tune_gems.sweep.spec import SweepSpec, block_grid, designed_config, import_spec_plugins, load_spec, widest_trial
 from tune_gems.sweep.storage import ExperimentStore, check_storage, is_uri
 from tune_gems.trainer.trainer import load_prices, prepare_market
@@ -328,6 +328,7 @@ def run_sweep(
             _write_record(store, yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode(), data_record)
         else:
             store.pull_journal(JOURNAL_FILE)
+            clear_stale_journal_lock(store.journal_path(JOURNAL_FILE))  # a killed driver's (the lock above is ours)
         with quiet_driver(verbose):
             return _fit(spec, store, name, prices, resources, resume, spec_path, verbose)
     finally:
