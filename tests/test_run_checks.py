@@ -79,6 +79,7 @@ def test_train_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
     assert "members: 2 arm(s) x 2 seed(s) = 4 (gems.g6.mode=measure, gems.g6.mode=wire)" in out
     assert "memory: about" in out and "for 4 member(s)" in out
     assert "time: about" in out and "ms per iteration" in out and "split: train " in out
+    assert f"out: {tmp_path / 'run'} (a new train run)" in out
     assert out.rstrip().endswith("dry run: nothing was written")
     assert _files(tmp_path) == []
 
@@ -94,6 +95,33 @@ def test_sweep_dry_run_prints_the_plan_without_ray_and_writes_nothing(tmp_path):
     assert out.count("split: train ") == 1 and "tune-gems sweep: data: synthetic series, 900 prices" in out
     assert "sweep: about" in out and "trial(s) at a time" in out and "Ray was not started" in out
     assert _files(tmp_path) == []
+
+
+def _tree(d: Path) -> dict[str, tuple[int, int] | None]:
+    """Every path below `d`, a file with its (mtime, size) (a folder's mtime moves with the
+    writability probe, a file created and removed at once)."""
+    return {str(p.relative_to(d)): (p.stat().st_mtime_ns, p.stat().st_size) if p.is_file() else None for p in d.rglob("*")}
+
+
+@pytest.mark.slow
+def test_train_dry_run_checks_the_output_folder_as_the_real_command(tmp_path):
+    """--out in a pseudo-filesystem, on a file, or on a finished train run: the dry run refuses it
+    with the real command's own line (and exit 2), writing nothing; `--resume` there is planned."""
+    run = tmp_path / "run"
+    done = cli("train", *TRAIN_TINY, "--out", str(run), env=ONE_THREAD)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (tmp_path / "a-file").write_text("x")
+    before = _tree(tmp_path)
+    for out in ("/proc/run", str(tmp_path / "a-file"), str(run)):
+        real = cli("train", *TRAIN_TINY, "--out", out, env=ONE_THREAD)
+        dry = cli("train", "--dry-run", *TRAIN_TINY, "--out", out, env=ONE_THREAD)
+        _one_error_line(dry, "--out: ")
+        assert dry.stderr == real.stderr and real.returncode == 2, (dry.stderr, real.stderr)
+    assert "already holds a train run; continue it with --resume" in dry.stderr
+    resumed = cli("train", "--dry-run", "--out", str(run), "--resume", env=ONE_THREAD)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"out: {run} (continues the train run there from its checkpoint)" in resumed.stdout
+    assert _tree(tmp_path) == before  # nothing written, nothing touched
 
 
 @pytest.mark.slow

@@ -54,7 +54,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         cfg = load_config(path, overrides)  # validated before torch is even imported
 
     if args.dry_run:
-        return _train_dry_run(cfg)
+        return _train_dry_run(cfg, args.out, args.resume)
     from tune_gems.trainer.run import run_training
     from tune_gems.trainer.stop_signals import TrainingStopped
 
@@ -101,10 +101,12 @@ DRY_RUN_HELP = (
 )
 
 
-def _train_dry_run(cfg) -> int:
+def _train_dry_run(cfg, out: str | None, resume: bool) -> int:
     from tune_gems.dry_run import train_plan
+    from tune_gems.trainer.run import check_train_out
 
-    print("\n".join(train_plan(cfg)), flush=True)
+    folder = check_train_out(out, resume)  # the real command's check of --out, first as there
+    print("\n".join(train_plan(cfg, folder, resume)), flush=True)
     return 0
 
 
