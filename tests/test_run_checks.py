@@ -11,6 +11,7 @@ import pytest
 
 from sweep_fixtures import SMOKE, TINY_SWEEP, cli
 from test_bad_input import TRAIN_TINY
+from tune_gems.cli import SPEC_KEYS_HEADING
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "RAY_ADDRESS": "127.0.0.1:9"}
 """One torch thread (a shared 2-core machine); a closed port as RAY_ADDRESS: a dry run that
@@ -34,10 +35,21 @@ def test_version():
     assert res.returncode == 0 and res.stdout.startswith("tune-gems 0.") and "python" in res.stdout
 
 
+def _tables(stdout: str) -> tuple[dict[str, str], dict[str, str]]:
+    """`tune-gems config`'s two tables (config keys, then sweep spec keys) as {key: line}."""
+    config_part, _, spec_part = stdout.partition(SPEC_KEYS_HEADING)
+
+    def rows(text: str) -> dict[str, str]:
+        lines = [line for line in text.strip().splitlines() if line]
+        return {line.split()[0]: line for line in lines[1:]} if lines else {}
+
+    return rows(config_part), rows(spec_part)
+
+
 def test_config_lists_keys_with_type_default_and_description():
     res = cli("config")
     assert res.returncode == 0, res.stderr
-    rows = {line.split()[0]: line for line in res.stdout.splitlines()[1:]}
+    rows, spec = _tables(res.stdout)
     assert rows["trainer.population"].split()[1:3] == ["int", "4"] and "lockstep" in rows["trainer.population"]
     assert rows["data.source"].split()[1:3] == ["synthetic|file", "synthetic"]
     assert {"gems.g6.mode", "gems.g12.weight", "arms.factors", "model.spectral_norm"} <= set(rows)
@@ -46,12 +58,58 @@ def test_config_lists_keys_with_type_default_and_description():
     _one_error_line(cli("config", "trainer.nope"), "trainer.nope")
 
 
+def test_config_lists_every_sweep_spec_key():
+    """Every leaf of the SweepSpec model, under its heading; a mapping's keys as a placeholder."""
+    from tune_gems.config_keys import key_rows
+    from tune_gems.sweep.spec import SweepSpec
+
+    res = cli("config")
+    assert res.returncode == 0, res.stderr
+    _config, spec = _tables(res.stdout)
+    assert set(spec) == {r.key for r in key_rows(SweepSpec)}
+    assert {"num_samples", "objective.metric", "search.gems.<gem>.modes", "search.params.<key>.type", "resources.gpu",
+            "seeds", "design", "tracking.wandb", "blocks.seed_blocks", "scheduler.type"} <= set(spec)
+    assert spec["num_samples"].split()[1:3] == ["int", "4"]
+    assert spec["search.gems.<gem>.modes"].split()[2] == "['measure',"
+    assert spec["blocks.seed_blocks"].split()[2] == "required"
+    tracking = cli("config", "tracking")  # a spec-only prefix: the spec table alone
+    assert tracking.returncode == 0, tracking.stderr
+    assert tracking.stdout.startswith(SPEC_KEYS_HEADING)
+    assert sorted(_tables(tracking.stdout)[1]) == ["tracking.mlflow", "tracking.wandb"]
+    _one_error_line(cli("config", "tracking.nope"), "tracking.nope", "no config or sweep spec key")
+
+
+def test_every_listed_key_has_a_description():
+    """No row of either table (a plug-in's gems included) has an empty description column."""
+    from sweep_fixtures import REPO
+
+    res = cli("config", "--plugin", "q_magnitude", env={"PYTHONPATH": str(REPO / "examples" / "gems")})
+    assert res.returncode == 0, res.stderr
+    assert "gems.qmag.weight" in res.stdout
+    rows = 0
+    for table in res.stdout.split("\n\n"):
+        lines = [line for line in table.splitlines() if line and line != SPEC_KEYS_HEADING]
+        start = lines[0].index("description")  # the header row: columns are padded to it
+        for line in lines[1:]:
+            assert line[start:].strip(), f"no description: {line.split()[0]}"
+            rows += 1
+    assert rows > 100
+
+
 @pytest.mark.parametrize(
     "args, fragments",
     [
         (["train", "trainer.epoch=3"], ["trainer.epoch: unknown key (did you mean trainer.epochs?)"]),
         (["train", "gems.g66.mode=wire"], ["gems.g66: unknown key (did you mean gems.g6?)"]),
         (["sweep", str(SMOKE), "num_sample=3"], ["num_sample: unknown key (did you mean num_samples?)"]),
+        # a spec's config section is named with its `config.` prefix, the suggestion too
+        (["sweep", str(SMOKE), "config.trainer.epoch=3"], ["config.trainer.epoch: unknown key (did you mean config.trainer.epochs?)"]),
+        (["sweep", str(SMOKE), "config.gems.g6.mod=wire"], ["config.gems.g6.mod: unknown key (did you mean config.gems.g6.mode?)"]),
+        # spec keys below a mapping (a gem's name, a searched config key)
+        (["sweep", str(SMOKE), "search.gems.g6.mode=[wire]"], ["search.gems.g6.mode: unknown key (did you mean search.gems.g6.modes?)"]),
+        (["sweep", str(SMOKE), "search.params={trainer.lr: {typ: float, low: 0.001, high: 0.01}}"],
+         ["search.params.trainer.lr.typ: unknown key (did you mean search.params.trainer.lr.type?)"]),
+        (["sweep", str(SMOKE), "resources.cpus=1"], ["resources.cpus: unknown key (did you mean resources.cpu?)"]),
         (["train", "trainer.zzz=3"], ["trainer.zzz: unknown key"]),
     ],
 )
@@ -79,8 +137,36 @@ def test_train_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
     assert "members: 2 arm(s) x 2 seed(s) = 4 (gems.g6.mode=measure, gems.g6.mode=wire)" in out
     assert "memory: about" in out and "for 4 member(s)" in out
     assert "time: about" in out and "ms per iteration" in out and "split: train " in out
+    assert f"out: {tmp_path / 'run'} (a new train run)" in out
     assert out.rstrip().endswith("dry run: nothing was written")
     assert _files(tmp_path) == []
+
+
+def _tree(d: Path) -> dict[str, tuple[int, int] | None]:
+    """Every path below `d`, a file with its (mtime, size) (a folder's mtime moves with the
+    writability probe, a file created and removed at once)."""
+    return {str(p.relative_to(d)): (p.stat().st_mtime_ns, p.stat().st_size) if p.is_file() else None for p in d.rglob("*")}
+
+
+@pytest.mark.slow
+def test_train_dry_run_checks_the_output_folder_as_the_real_command(tmp_path):
+    """--out in a pseudo-filesystem, on a file, or on a finished train run: the dry run refuses it
+    with the real command's own line (and exit 2), writing nothing; `--resume` there is planned."""
+    run = tmp_path / "run"
+    done = cli("train", *TRAIN_TINY, "--out", str(run), env=ONE_THREAD)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (tmp_path / "a-file").write_text("x")
+    before = _tree(tmp_path)
+    for out in ("/proc/run", str(tmp_path / "a-file"), str(run)):
+        real = cli("train", *TRAIN_TINY, "--out", out, env=ONE_THREAD)
+        dry = cli("train", "--dry-run", *TRAIN_TINY, "--out", out, env=ONE_THREAD)
+        _one_error_line(dry, "--out: ")
+        assert dry.stderr == real.stderr and real.returncode == 2, (dry.stderr, real.stderr)
+    assert "already holds a train run; continue it with --resume" in dry.stderr
+    resumed = cli("train", "--dry-run", "--out", str(run), "--resume", env=ONE_THREAD)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"out: {run} (continues the train run there from its checkpoint)" in resumed.stdout
+    assert _tree(tmp_path) == before  # nothing written, nothing touched
 
 
 @pytest.mark.slow

@@ -54,7 +54,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         cfg = load_config(path, overrides)  # validated before torch is even imported
 
     if args.dry_run:
-        return _train_dry_run(cfg)
+        return _train_dry_run(cfg, args.out, args.resume)
     from tune_gems.trainer.run import run_training
     from tune_gems.trainer.stop_signals import TrainingStopped
 
@@ -101,35 +101,45 @@ DRY_RUN_HELP = (
 )
 
 
-def _train_dry_run(cfg) -> int:
+def _train_dry_run(cfg, out: str | None, resume: bool) -> int:
     from tune_gems.dry_run import train_plan
+    from tune_gems.trainer.run import check_train_out
 
-    print("\n".join(train_plan(cfg)), flush=True)
+    folder = check_train_out(out, resume)  # the real command's check of --out, first as there
+    print("\n".join(train_plan(cfg, folder, resume)), flush=True)
     return 0
 
 
+SPEC_KEYS_HEADING = "sweep spec keys (a spec's `config:` section holds the config keys):"
+
+
 def _cmd_config(args: argparse.Namespace) -> int:
-    """`tune-gems config [PREFIX] [--plugin MODULE ...]`: every config key with its type,
-    default and description, read from the models validation uses."""
+    """`tune-gems config [PREFIX] [--plugin MODULE ...]`: every config key, then every sweep
+    spec key, with type, default and description, read from the models validation uses."""
     from tune_gems.config import Config, config_model
     from tune_gems.config_keys import format_rows, key_rows
     from tune_gems.gems import registry
+    from tune_gems.sweep.spec import SweepSpec
 
     plugins = tuple(args.plugin or ())
     if plugins:
         registry.import_plugins(list(plugins))
-    rows = key_rows(config_model(plugins) if plugins else Config)
+    tables = [key_rows(config_model(plugins) if plugins else Config), key_rows(SweepSpec)]
     if args.prefix:
-        rows = [r for r in rows if r.key == args.prefix or r.key.startswith(args.prefix.rstrip(".") + ".")]
-        if not rows:
-            raise TuneGemsError(f"{args.prefix}: no config key starts with it (tune-gems config lists them all)")
-    print(format_rows(rows), flush=True)
+        tables = [[r for r in rows if r.key == args.prefix or r.key.startswith(args.prefix.rstrip(".") + ".")] for rows in tables]
+        if not any(tables):
+            raise TuneGemsError(f"{args.prefix}: no config or sweep spec key starts with it (tune-gems config lists them all)")
+    config_rows, spec_rows = tables
+    parts = [format_rows(config_rows)] if config_rows else []
+    if spec_rows:
+        parts.append(f"{SPEC_KEYS_HEADING}\n{format_rows(spec_rows)}")
+    print("\n\n".join(parts), flush=True)
     return 0
 
 
 def _add_config_parser(sub) -> argparse.ArgumentParser:
-    c = sub.add_parser("config", help="list the config keys with type, default and description")
-    c.add_argument("prefix", nargs="?", help="only keys under this one (e.g. trainer, gems.g6)")
+    c = sub.add_parser("config", help="list the config and sweep spec keys with type, default and description")
+    c.add_argument("prefix", nargs="?", help="only keys under this one (e.g. trainer, gems.g6, search, tracking)")
     c.add_argument("--plugin", action="append", metavar="MODULE", help="also list the gems of this plug-in module")
     c.set_defaults(fn=_cmd_config)
     return c

@@ -89,7 +89,8 @@ def _side_by_side(left: pd.DataFrame, right: pd.DataFrame, key: str, cols: tuple
     for df, label in zip((left, right), labels):
         have = [c for c in cols if c in df.columns]
         parts.append(df[[key, *have]].rename(columns={c: f"{c} [{label}]" for c in have}).set_index(key))
-    return parts[0].join(parts[1], how="outer").reset_index()
+    order = list(dict.fromkeys([*left[key], *right[key]]))  # each analysis's own order (gems: the registry's)
+    return parts[0].join(parts[1], how="outer").loc[order].reset_index()
 
 
 def _labels(a: Path, b: Path) -> tuple[str, str]:

@@ -130,10 +130,14 @@ class FoldsConfig(_Strict):
 
 
 class DataConfig(_Strict):
-    source: Literal["synthetic", "file"] = "synthetic"
-    path: str | None = None
-    price_column: str = "close"
-    time_column: str | None = None
+    source: Literal["synthetic", "file"] = Field(
+        "synthetic", description="synthetic: the seeded series of data.synthetic; file: the prices in data.path"
+    )
+    path: str | None = Field(None, description="CSV or Parquet file of prices (needs data.source=file; docs/data.md)")
+    price_column: str = Field("close", description="column of the file holding the prices (case and spaces ignored)")
+    time_column: str | None = Field(
+        None, description="column of timestamps; none: a column named date, datetime, time or timestamp, else row numbers"
+    )
     splits: list[Union[float, str, _dt.date]] = Field(
         default_factory=lambda: [0.7, 0.15, 0.15],
         description="train/val/test fractions summing to 1, or two dates: [val_start, test_start]",
@@ -186,9 +190,14 @@ class EnvConfig(_Strict):
     episode_length: int = Field(256, ge=8, description="steps before an environment restarts")
     cost: float = Field(5e-4, ge=0.0, lt=0.1, description="transaction cost, fraction of |position change|")
     reward_scale: float = Field(100.0, gt=0.0, le=1e6, description="reward multiplier for learning (returns are tiny)")
-    directions: list[float] = Field(default_factory=lambda: [-1.0, 0.0, 1.0])
-    sizes: list[float] = Field(default_factory=lambda: [1 / 3, 2 / 3, 1.0])
-    periods_per_year: float = Field(252.0, gt=0.0, le=1e8)
+    directions: list[float] = Field(
+        default_factory=lambda: [-1.0, 0.0, 1.0], description="position directions of the first action branch, each in [-1, 1]"
+    )
+    sizes: list[float] = Field(
+        default_factory=lambda: [1 / 3, 2 / 3, 1.0],
+        description="position sizes of the second action branch, each in (0, 1]; position = direction x size",
+    )
+    periods_per_year: float = Field(252.0, gt=0.0, le=1e8, description="price periods per year, to annualise Sharpe ratios (252: daily)")
     momentum_span: float = Field(
         DEFAULT_MOMENTUM_SPAN, ge=1.0, le=1e6, description="EWMA span (steps) of the momentum baseline"
     )
@@ -204,14 +213,14 @@ class EnvConfig(_Strict):
 
 class ModelConfig(_Strict):
     hidden: int = Field(128, ge=4, description="trunk width (latent h)")
-    trunk_layers: int = Field(2, ge=1, le=8)
+    trunk_layers: int = Field(2, ge=1, le=8, description="layers of the shared trunk")
     stream_hidden: int = Field(64, ge=4, description="width of value/advantage stream features (G6's D)")
-    atoms: int = Field(51, ge=3, le=1024)
-    v_min: float = Field(-5.0, ge=-SUPPORT_LIMIT, le=SUPPORT_LIMIT)
-    v_max: float = Field(5.0, ge=-SUPPORT_LIMIT, le=SUPPORT_LIMIT)
-    spectral_norm: bool = True
-    noisy: bool = True
-    noisy_sigma0: float = Field(0.5, gt=0.0, le=100.0)
+    atoms: int = Field(51, ge=3, le=1024, description="atoms of the C51 return distribution")
+    v_min: float = Field(-5.0, ge=-SUPPORT_LIMIT, le=SUPPORT_LIMIT, description="lowest return of the C51 support")
+    v_max: float = Field(5.0, ge=-SUPPORT_LIMIT, le=SUPPORT_LIMIT, description="highest return of the C51 support")
+    spectral_norm: bool = Field(True, description="spectral normalisation of the trunk's weights (a per-member key, arms may differ)")
+    noisy: bool = Field(True, description="NoisyNet layers in the value and advantage streams (off: epsilon-greedy; a per-member key)")
+    noisy_sigma0: float = Field(0.5, gt=0.0, le=100.0, description="initial NoisyNet noise scale (sigma = sigma0 / sqrt(inputs))")
     predictor_hidden: int = Field(128, ge=4, description="hidden width of the G12 predictor head")
 
     @model_validator(mode="after")
@@ -222,8 +231,11 @@ class ModelConfig(_Strict):
 
 
 class GemConfig(_Strict):
-    mode: GemMode = "measure"
-    weight: float = Field(0.1, ge=0.0, le=1e3)
+    mode: GemMode = Field(
+        "measure",
+        description="off: not computed; measure: computed and logged, training untouched; wire: weight x value added to the loss",
+    )
+    weight: float = Field(0.1, ge=0.0, le=1e3, description="the gem's loss weight when wired (unused otherwise)")
 
 
 def gems_model(plugins: tuple[str, ...] = ()) -> type[_Strict]:
@@ -249,16 +261,16 @@ class TrainerConfig(_Strict):
     population: int = Field(
         4, ge=1, le=4096, description="seeds per arm: P = arms x population members train in lockstep"
     )
-    epochs: int = Field(6, ge=1, le=MAX_COUNT)
-    iterations_per_epoch: int = Field(150, ge=1, le=MAX_COUNT)
-    batch_size: int = Field(64, ge=2)
+    epochs: int = Field(6, ge=1, le=MAX_COUNT, description="epochs of the run; each ends with a validation pass")
+    iterations_per_epoch: int = Field(150, ge=1, le=MAX_COUNT, description="training iterations (collect + learn) per epoch")
+    batch_size: int = Field(64, ge=2, description="replay transitions per member per learning step")
     n_envs: int = Field(8, ge=1, description="environments per member")
     replay_capacity: int = Field(20000, ge=64, description="transitions per member")
     learning_starts: int = Field(512, ge=0, description="transitions per member collected before learning")
-    n_step: int = Field(3, ge=1, le=64)
-    gamma: float = Field(0.97, gt=0.0, le=1.0)
-    lr: float = Field(5e-4, gt=0.0, le=10.0)
-    adam_eps: float = Field(1.5e-4, gt=0.0, le=1.0)
+    n_step: int = Field(3, ge=1, le=64, description="steps of the n-step return in the C51 target")
+    gamma: float = Field(0.97, gt=0.0, le=1.0, description="discount factor per step")
+    lr: float = Field(5e-4, gt=0.0, le=10.0, description="Adam learning rate (a per-member key, arms may differ)")
+    adam_eps: float = Field(1.5e-4, gt=0.0, le=1.0, description="Adam's epsilon")
     replay_stream: int = Field(
         0, ge=0, le=2**20,
         description="nuisance stream of replay sampling: 0 = the member seed's own draws; another value samples the "
@@ -271,8 +283,10 @@ class TrainerConfig(_Strict):
     target_update: int = Field(200, ge=1, le=MAX_COUNT, description="hard target update period in iterations (used when tau is 0)")
     tau: float = Field(0.0, ge=0.0, le=1.0, description="Polyak rate per iteration; 0 = hard updates")
     epsilon_start: float = Field(1.0, ge=0.0, le=1.0, description="epsilon-greedy start (NoisyNets off only)")
-    epsilon_end: float = Field(0.05, ge=0.0, le=1.0)
-    epsilon_decay_iterations: int = Field(2000, ge=1, le=MAX_COUNT)
+    epsilon_end: float = Field(0.05, ge=0.0, le=1.0, description="epsilon-greedy floor (NoisyNets off only)")
+    epsilon_decay_iterations: int = Field(
+        2000, ge=1, le=MAX_COUNT, description="iterations over which epsilon falls linearly from epsilon_start to epsilon_end"
+    )
     precision: Literal["fp32", "tf32", "bf16"] = Field(
         "tf32",
         description="matmul precision on CUDA (tensor cores; fp32 for exact comparisons); "
@@ -309,7 +323,7 @@ MAX_SEED_INDEX = 2**31
 
 
 class Config(_Strict):
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, description="seed of the member seeds: runs with the same seed pair their members seed by seed")
     first_seed_index: int = Field(
         0,
         ge=0,
@@ -318,8 +332,10 @@ class Config(_Strict):
         "[first_seed_index, first_seed_index + trainer.population), and seed index s gets the member seed, "
         "synthetic path and `seed_index` of seed index s of a run with every seed (a seed block, docs/cluster.md)",
     )
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    kernels: Literal["auto", "cuda", "reference"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where to train; auto: the current CUDA device if there is one, else the CPU")
+    kernels: Literal["auto", "cuda", "reference"] = Field(
+        "auto", description="gem ops: cuda (the built kernels), reference (plain torch); auto: cuda where it builds, else reference"
+    )
     data: DataConfig = Field(default_factory=DataConfig)
     env: EnvConfig = Field(default_factory=EnvConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -362,15 +378,16 @@ class Config(_Strict):
 
 def format_validation_error(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
     """The first problem of a pydantic error as one line: `field.path: message`; an unknown key
-    of `model` close to a known one gets "(did you mean ...?)"."""
+    of `model` close to a known one gets "(did you mean ...?)". An unknown key is named before
+    any other problem: a mistyped key (`typ`) is also why the real one (`type`) is missing."""
     from tune_gems.config_keys import did_you_mean
 
-    first = err.errors()[0]
+    first = next((e for e in err.errors() if e["type"] == "extra_forbidden"), err.errors()[0])
     loc = ".".join(str(p) for p in first["loc"])
     loc = f"{prefix}{loc}" if loc else prefix.rstrip(".") or "config"
     msg = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's own message
     if first["type"] == "extra_forbidden":
-        msg = "unknown key" + did_you_mean(model, tuple(first["loc"]))
+        msg = "unknown key" + did_you_mean(model, tuple(first["loc"]), prefix)
     extra = f" (and {len(err.errors()) - 1} more problems)" if len(err.errors()) > 1 else ""
     return f"{loc}: {msg}{extra}"
 
@@ -485,10 +502,13 @@ def config_model(plugins: tuple[str, ...] = ()) -> type[Config]:
 _CONFIG_MODELS: dict[tuple[str, ...], type[Config]] = {}
 
 
-def build_config(tree: dict[str, Any], source: str = "config") -> Config:
+def build_config(tree: dict[str, Any], source: str = "config", key_prefix: str = "") -> Config:
     """Validate a config tree: first import its `plugins` (their gems become `gems.<name>`
-    keys), then validate against the model that knows them. Every failure: one ConfigError."""
+    keys), then validate against the model that knows them. Every failure: one ConfigError,
+    `source: key: message`, or with `key_prefix` (a config inside a spec: `config.`) the key
+    written in full instead, `config.trainer.lr: message`, did-you-mean included."""
     plugins = tree.get("plugins") if isinstance(tree, dict) else None
+    where = key_prefix or f"{source}: "
     try:
         registry.import_plugins(plugins or [])
         if plugins:
@@ -496,12 +516,13 @@ def build_config(tree: dict[str, Any], source: str = "config") -> Config:
 
             check_plugin_columns(list(plugins))
     except ConfigError as e:
-        raise ConfigError(f"{source}: {e}") from None
+        raise ConfigError(f"{where}{e}") from None
     model = config_model(tuple(plugins)) if plugins else Config
     try:
         return model.model_validate(tree)
     except ValidationError as e:
-        raise ConfigError(f"{source}: {format_validation_error(e, model=model)}") from None
+        msg = format_validation_error(e, prefix=key_prefix, model=model)
+        raise ConfigError(msg if key_prefix else f"{source}: {msg}") from None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:

@@ -1,8 +1,9 @@
 """`--dry-run` for `train` and `sweep`: check a run and say what it would do, writing nothing.
 
 The plan states the resolved config, the members (arms x seeds), the trials, the data and its
-split, the memory estimate (tune_gems.resources, the same numbers the real run checks) and an
-estimated time. The time is measured, not guessed: a throw-away Trainer of the run's config
+split, the memory estimate (tune_gems.resources, the same numbers the real run checks), an
+estimated time and, for `train`, the output folder (checked by the real command's own check,
+tune_gems.trainer.run.check_train_out; the sweep's experiment folder is checked likewise). The time is measured, not guessed: a throw-away Trainer of the run's config
 prefills its replay, runs a few training iterations and one validation pass on this machine's
 device (`Trainer.sample_timings`), and the run's time is extrapolated from those.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import yaml
 
@@ -89,8 +91,9 @@ def config_block(tree: dict, title: str) -> list[str]:
     return [f"{title}:", *("  " + line for line in text.splitlines())]
 
 
-def train_plan(cfg: Config) -> list[str]:
-    """The lines of `tune-gems train --dry-run` (validated first: a bad config never gets here)."""
+def train_plan(cfg: Config, out: Path, resume: bool = False) -> list[str]:
+    """The lines of `tune-gems train --dry-run` (validated first, the output folder `out` checked
+    as the real command checks it: a bad config or folder never gets here)."""
     est = check_training_fits(cfg)
     timing, market = estimate_time(cfg)
     tc = cfg.trainer
@@ -101,6 +104,7 @@ def train_plan(cfg: Config) -> list[str]:
         *data_lines(cfg.data, market),
         memory_line(est),
         time_line(timing),
+        f"out: {out} ({'continues the train run there from its checkpoint' if resume else 'a new train run'})",
         "dry run: nothing was written",
     ]
 

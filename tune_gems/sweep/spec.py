@@ -38,9 +38,11 @@ DEFAULT_OBJECTIVE = "val_alpha_sharpe_mean_lastk"
 
 
 class GemSearch(_Strict):
-    modes: list[GemMode] = Field(default_factory=lambda: ["measure", "wire"])
-    weight_low: float = Field(1e-3, gt=0.0)
-    weight_high: float = Field(1.0, gt=0.0, le=1e3)
+    modes: list[GemMode] = Field(
+        default_factory=lambda: ["measure", "wire"], description="the gem's modes Optuna chooses from (off, measure, wire)"
+    )
+    weight_low: float = Field(1e-3, gt=0.0, description="lowest weight Optuna proposes when the gem is wired (log scale)")
+    weight_high: float = Field(1.0, gt=0.0, le=1e3, description="highest weight Optuna proposes when the gem is wired")
 
     @model_validator(mode="after")
     def _check(self) -> "GemSearch":
@@ -62,11 +64,11 @@ SEARCH_REFUSED_PREFIXES = {
 
 
 class ParamSpace(_Strict):
-    type: Literal["float", "int", "categorical"]
-    low: float | None = None
-    high: float | None = None
-    log: bool = False
-    choices: list[Any] | None = None
+    type: Literal["float", "int", "categorical"] = Field(description="how Optuna proposes the config key's value")
+    low: float | None = Field(None, description="float and int: the lowest value")
+    high: float | None = Field(None, description="float and int: the highest value")
+    log: bool = Field(False, description="float and int: propose on a log scale (needs low > 0)")
+    choices: list[Any] | None = Field(None, description="categorical: the values to choose from (numbers, strings, booleans, null)")
 
     @model_validator(mode="after")
     def _check(self) -> "ParamSpace":
@@ -99,8 +101,15 @@ class ParamSpace(_Strict):
 
 
 class SearchSpec(_Strict):
-    gems: dict[str, GemSearch] = Field(default_factory=dict)
-    params: dict[str, ParamSpace] = Field(default_factory=dict)
+    gems: dict[str, GemSearch] = Field(
+        default_factory=dict,
+        description="per gem (g6, g10, ... as in config.gems): its searched modes and weight range",
+        json_schema_extra={"key_name": "gem"},
+    )
+    params: dict[str, ParamSpace] = Field(
+        default_factory=dict,
+        description="per dotted config key (e.g. trainer.lr): its search space; data.* keys, seed and gems.* are refused",
+    )
 
     @field_validator("params")
     @classmethod
@@ -115,8 +124,12 @@ class SearchSpec(_Strict):
 
 
 class ObjectiveSpec(_Strict):
-    metric: str = DEFAULT_OBJECTIVE
-    mode: Literal["max", "min"] = "max"
+    metric: str = Field(
+        DEFAULT_OBJECTIVE,
+        description="the epoch metric Optuna optimises (no test_ metric; verdict_gain and the other gains only with "
+        "design wire_search)",
+    )
+    mode: Literal["max", "min"] = Field("max", description="maximise or minimise the metric")
 
     @field_validator("metric")
     @classmethod
@@ -129,7 +142,7 @@ class ObjectiveSpec(_Strict):
 
 
 class ResourcesSpec(_Strict):
-    cpu: float = Field(1.0, gt=0.0, le=1e4)
+    cpu: float = Field(1.0, gt=0.0, le=1e4, description="CPUs per trial (Ray's resource request)")
     gpu: float | None = Field(None, ge=0.0, le=1e3, description="GPUs per trial; null = 1 when the cluster has GPUs, else 0")
     wait_for_nodes_s: float = Field(
         0.0,
@@ -149,13 +162,13 @@ class ResourcesSpec(_Strict):
 
 class FailureSpec(_Strict):
     max_failures: int = Field(2, ge=-1, description="retries of a failed trial from its checkpoint (-1: forever)")
-    fail_fast: bool = False
+    fail_fast: bool = Field(False, description="stop the whole sweep at the first trial that fails for good")
 
 
 class SchedulerSpec(_Strict):
-    type: Literal["none", "asha"] = "none"
-    grace_period: int = Field(2, ge=1)
-    reduction_factor: float = Field(3.0, gt=1.0)
+    type: Literal["none", "asha"] = Field("none", description="none: every trial runs its epochs; asha: stop poor trials early")
+    grace_period: int = Field(2, ge=1, description="asha: epochs every trial runs before it may be stopped")
+    reduction_factor: float = Field(3.0, gt=1.0, description="asha: 1 in this many trials goes on at each rung")
 
 
 MAX_BLOCKS = 4096
@@ -180,16 +193,18 @@ class BlocksSpec(_Strict):
 
 
 class SweepSpec(_Strict):
-    name: str | None = None
-    description: str = ""
-    storage: str = "experiments"
+    name: str | None = Field(None, description="experiment folder under storage (--name wins); none: <spec name>-<time>")
+    description: str = Field("", description="free text about the sweep, kept in its spec.yaml")
+    storage: str = Field("experiments", description="where experiments live: a local folder or a URI Ray understands (--storage wins)")
     storage_timeout_s: float = Field(
         STORAGE_TIMEOUT_S, gt=0.0, le=3600.0, description="seconds to reach a remote storage URI before Ray starts (then refused)"
     )
-    config: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="the base config of every trial: the config keys (tune-gems config, first table)"
+    )
     search: SearchSpec = Field(default_factory=SearchSpec)
-    num_samples: int = Field(4, ge=1)
-    max_concurrent_trials: int | None = Field(None, ge=1)
+    num_samples: int = Field(4, ge=1, description="trials Optuna proposes (with blocks: the number of blocks)")
+    max_concurrent_trials: int | None = Field(None, ge=1, description="most trials running at once; none: as many as fit")
     seeds: Literal["per_trial", "common"] = Field(
         "per_trial",
         description="per_trial: trial n uses seed+n and its own seed indices (and so its own synthetic paths), "
@@ -204,7 +219,7 @@ class SweepSpec(_Strict):
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     failure: FailureSpec = Field(default_factory=FailureSpec)
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
-    checkpoints_to_keep: int = Field(2, ge=1)
+    checkpoints_to_keep: int = Field(2, ge=1, description="checkpoints Ray keeps per trial (the newest)")
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     design: Literal["none", "wire_search", "wire_search_aa"] = Field(
         DESIGN_NONE,
@@ -253,7 +268,7 @@ class SweepSpec(_Strict):
         return self
 
     def base_config(self) -> Config:
-        return build_config(copy.deepcopy(self.config), "config")
+        return build_config(copy.deepcopy(self.config), key_prefix="config.")
 
     @property
     def searches(self) -> bool:
@@ -348,8 +363,8 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
         raise ConfigError(f"{path}: {format_validation_error(e, model=SweepSpec)}") from None
     try:
         spec.base_config()
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {str(e).replace('config: ', 'config.', 1)}") from None
+    except ConfigError as e:  # named as the spec's keys: config.trainer.epochs
+        raise ConfigError(f"{path}: {e}") from None
     _check_search_against_config(spec, str(path))
     _check_design(spec, str(path))
     _check_scheduler(spec, str(path))

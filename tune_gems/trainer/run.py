@@ -150,7 +150,7 @@ def resume_config(out: str | Path, path: str | Path | None = None, overrides: li
     (`RESUMABLE_CHANGES`: epochs, checkpoint schedule, graph, device, kernels); so a stopped run
     continues with `--out DIR --resume` alone."""
     out = Path(out)
-    _check_out(out, resume=True)  # a folder that is not a train run's is refused first
+    check_train_out(out, resume=True)  # a folder that is not a train run's is refused first
     stored_path = out / CONFIG_FILE
     if not stored_path.is_file():
         hint = "; start it again without --resume" if marker_kind(out) == "train" else ""
@@ -219,8 +219,11 @@ def _own_entries(out: Path) -> list[str]:
     return [n for n in os.listdir(out) if n not in (LOCK_FILE, MARKER_FILE)]
 
 
-def _check_out(out: Path, resume: bool) -> Path:
-    """The output folder's up-front checks, with train's own advice in the messages."""
+def check_train_out(out: str | Path | None, resume: bool) -> Path:
+    """The output folder's up-front checks (the default folder when `out` is None), with train's
+    own advice in the messages; returns the resolved folder. Writes nothing: `train --dry-run`
+    runs it too."""
+    out = Path(out) if out is not None else default_out_dir()
     try:
         return check_output_folder(out, kind="train", field=OUT_FIELD, resume=resume)
     except OutputExistsError:
@@ -233,7 +236,7 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
     """Train to the configured number of epochs; returns the final metrics. Checkpoints are
     written in the background (AsyncCheckpointWriter) when CheckpointSchedule says; a SIGTERM or
     SIGINT stops at the next epoch boundary with a checkpoint and raises TrainingStopped."""
-    out = _check_out(Path(out) if out is not None else default_out_dir(), resume)
+    out = check_train_out(out, resume)
     check_training_fits(cfg)  # memory from the shapes, before anything is allocated
     ckpt_path = out / CHECKPOINT
 
