@@ -49,6 +49,7 @@ from tune_gems.config import Config, flatten
 from tune_gems.errors import ConfigError, DataError
 from tune_gems.metrics import MEMBER_IDS, VERDICT_GAIN_PREFIX, epoch_metrics, member_metrics
 from tune_gems.result_files import EVAL_RETURNS_FILE, SPEC_FILE
+from tune_gems.safe_files import write_atomic
 from tune_gems.sweep.results import TERMINATED, SweepTables, write_tables
 from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec, load_spec, trial_config
 from tune_gems.sweep.storage import ExperimentStore
@@ -294,9 +295,7 @@ def _write_record(record: Path, out: Path, plans: list[Plan]) -> None:
                        "trials": {p.gem: {"discovery_trial": p.discovery_trial, "confirmation_trial": p.trial_id,
                                           "seed": p.seed, "first_seed_index": p.first_seed_index,
                                           "first_path": p.path_seed} for p in plans}}, indent=2)
-    tmp = record.with_name(record.name + ".tmp")
-    tmp.write_text(text + "\n")
-    os.replace(tmp, record)
+    write_atomic(record, text + "\n")  # no-follow temporary file, then a rename (safe_files)
 
 
 def _final(history: pd.DataFrame, trial_id: str, column: str) -> float:
