@@ -24,8 +24,8 @@ import time
 
 import torch
 
-from tune_gems.arms import ArmsConfig, expand_arms
-from tune_gems.config import load_config
+from tune_gems.design.arms import ArmsConfig, expand_arms
+from tune_gems.config.load import load_config
 from tune_gems.trainer import Trainer
 
 ARMS = [

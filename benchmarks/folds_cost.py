@@ -31,8 +31,8 @@ from pathlib import Path
 
 import torch
 
-from tune_gems.arms import ArmsConfig
-from tune_gems.config import load_config
+from tune_gems.design.arms import ArmsConfig
+from tune_gems.config.load import load_config
 from tune_gems.trainer import Trainer
 
 ARMS = [

@@ -175,7 +175,7 @@ def time_graph(step, float32_precision: str, warmup: int, reps: int, rounds: int
 
 def learner_for(P: int, batch: int, device: str):
     """A prefilled learner of the train_step configuration at population P and this batch."""
-    from tune_gems.config import load_config
+    from tune_gems.config.load import load_config
     from tune_gems.trainer import Trainer
 
     overrides = [*train_step.BASE, *train_step.GEMS["measure"], f"trainer.population={P}", "trainer.graph=off"]

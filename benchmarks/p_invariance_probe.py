@@ -98,8 +98,8 @@ def _learner(cfg, arms):
 
 
 def main() -> None:
-    from tune_gems.arms import ArmsConfig, expand_arms
-    from tune_gems.config import load_config
+    from tune_gems.design.arms import ArmsConfig, expand_arms
+    from tune_gems.config.load import load_config
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--arms", type=int, default=4)

@@ -7,7 +7,7 @@ checkpoint shrank by 810,048 bytes against the 810,000 this arithmetic predicts)
 
 - after: `ReplayBuffer(...).state_tensors()` built on the `meta` device (shapes, no memory);
 - before: the previous layout (full observation and next-observation windows, int64 actions),
-  as it was in tune_gems/replay.py before compact storage;
+  as it was in tune_gems/trainer/replay.py before compact storage;
 - the rest of the checkpoint: a real `Learner` at the same shape with a tiny replay
   (parameters, target, Adam moments, env, RNG and counters).
 
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import torch
 
-from tune_gems.config import load_config
+from tune_gems.config.load import load_config
 from tune_gems.ops import resolve_backend
-from tune_gems.replay import ReplayBuffer
+from tune_gems.trainer.replay import ReplayBuffer
 from tune_gems.trainer import prepare_market
 from tune_gems.trainer.learner import Learner
 
@@ -154,9 +154,9 @@ def graphed_us(fn, reps: int = 200) -> float:
 
 def time_sample(population: int, capacity: int, n_envs: int, batch: int = 128) -> dict:
     """Graphed sample() time, compact against window layout, on a buffer filled by random play."""
-    from tune_gems.config import EnvConfig
-    from tune_gems.data import split_bounds, synthetic_prices
-    from tune_gems.env import Market, VecTradingEnv
+    from tune_gems.config.schema import EnvConfig
+    from tune_gems.data.series import split_bounds, synthetic_prices
+    from tune_gems.market.env import Market, VecTradingEnv
 
     cfg = EnvConfig()
     prices = synthetic_prices(6000, 7)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from tune_gems.config import load_config
+from tune_gems.config.load import load_config
 from tune_gems.trainer import Trainer
 
 POPULATIONS = (1, 4, 16, 64, 256)

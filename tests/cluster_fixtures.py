@@ -20,8 +20,10 @@ import numpy as np
 import pandas as pd
 
 from sweep_fixtures import REPO
-from tune_gems.config import Config, build_config, flatten, set_dotted
-from tune_gems.metrics import MEMBER_IDS, MEMBER_METRICS, TIMING
+from tune_gems.config.schema import Config
+from tune_gems.config.load import build_config
+from tune_gems.config.dotted import flatten, set_dotted
+from tune_gems.stats.metrics import MEMBER_IDS, MEMBER_METRICS, TIMING
 
 POLL_S = 0.05
 CONFIG_KEYS = tuple(flatten(Config().to_dict()))
@@ -285,7 +287,7 @@ def make_probe(probe_dir: str, rendezvous: int, patience_s: float = 120.0):
 
 
 def cli_in_child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> int:
-    """`tune-gems ARGS` as the console script runs it (tune_gems.cli.main), in the calling
+    """`tune-gems ARGS` as the console script runs it (tune_gems.commands.cli.main), in the calling
     process: meant for a fresh child of a multiprocessing forkserver that has the heavy modules
     imported already. Working directory, environment and the stdout/stderr file descriptors
     are the child's own; returns the exit status."""
@@ -298,7 +300,7 @@ def cli_in_child(args: list[str], cwd: str, env: dict[str, str], out: str, err: 
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(f, fd)
         os.close(f)
-    from tune_gems.cli import main
+    from tune_gems.commands.cli import main
 
     try:
         code = main(args)

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tune_gems.gem_manifest import LEGACY_MANIFEST
-from tune_gems.metrics import EPOCH_METRICS, MEMBER_METRICS
+from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST
+from tune_gems.stats.metrics import EPOCH_METRICS, MEMBER_METRICS
 
 GEMS = ("g6", "g10", "g12")
 GEM_KEYS = {e.name: e.metric for e in LEGACY_MANIFEST}

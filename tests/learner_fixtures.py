@@ -6,7 +6,8 @@ import json
 
 import torch
 
-from tune_gems.config import Config, load_config
+from tune_gems.config.schema import Config
+from tune_gems.config.load import load_config
 
 TINY = [
     "trainer.population=3",

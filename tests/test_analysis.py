@@ -30,7 +30,7 @@ from tune_gems.analysis import (  # noqa: E402
     trial_outcomes,
 )
 from tune_gems.analysis.scripts import report_main, verdicts_main  # noqa: E402
-from tune_gems.errors import DataError, OutputExistsError  # noqa: E402
+from tune_gems.contracts.errors import DataError, OutputExistsError  # noqa: E402
 
 M_LABEL = "g6=measure g10=measure g12=measure sn=on noisy=on"
 W_LABEL = "g6=measure g10=measure g12=wire sn=on noisy=on"
@@ -358,7 +358,7 @@ def test_run_analysis_writes_everything_and_refuses_overwrite(root, helps, no_he
 
 def test_run_analysis_default_out_and_no_half_written_results(root, monkeypatch):
     f = fr.paired_scenario(root / "atomic", journal=False)
-    import tune_gems.analysis.run as run_mod
+    import tune_gems.analysis.analyze as run_mod
 
     def boom(*a, **k):
         raise RuntimeError("boom")
@@ -398,12 +398,12 @@ def snapshot(top: Path) -> dict[str, tuple[int, int]]:
 
 def cli(*args: str, capsys=None):
     """`tune-gems analyze ARGS`: in a subprocess (exit status and stderr as a user sees them), or
-    in-process through `tune_gems.cli.main` when `capsys` is given (the same code, faster)."""
+    in-process through `tune_gems.commands.cli.main` when `capsys` is given (the same code, faster)."""
     import subprocess
     from types import SimpleNamespace
 
     if capsys is not None:
-        from tune_gems.cli import main
+        from tune_gems.commands.cli import main
 
         code = main(["analyze", *args])
         cap = capsys.readouterr()
@@ -461,8 +461,8 @@ def test_cli_overwrite_replaces_only_its_own_output(two_experiments, capsys):
                                                ("--last-k", "0", "--last-k"), ("--power", "1.5", "--power"),
                                                ("--placebo-weight", "inf", "finite"), ("--n-sim", "10", "--n-sim")])
 def test_cli_refuses_bad_thresholds(two_experiments, capsys, flag, value, needle):
-    """In-process through `tune_gems.cli.main` (the CLI's own entry point) to keep the suite fast."""
-    from tune_gems.cli import main
+    """In-process through `tune_gems.commands.cli.main` (the CLI's own entry point) to keep the suite fast."""
+    from tune_gems.commands.cli import main
 
     top = two_experiments
     before = snapshot(top)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tune_gems.arms import DEFAULT_ARM, ArmsConfig, MemberLayout, expand_arms, per_member_keys, resolved_settings
-from tune_gems.config import Config
-from tune_gems.errors import ConfigError
+from tune_gems.design.arms import DEFAULT_ARM, ArmsConfig, MemberLayout, expand_arms, per_member_keys, resolved_settings
+from tune_gems.config.schema import Config
+from tune_gems.contracts.errors import ConfigError
 from tune_gems.rng import member_seeds
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from learner_fixtures import bits_equal, tiny_config
-from tune_gems.arms import ArmsConfig, expand_arms
+from tune_gems.design.arms import ArmsConfig, expand_arms
 from tune_gems.gems.registry import run_gems
 from tune_gems.model.network import BranchingC51
 from tune_gems.rng import CounterRNG, member_seeds
@@ -252,8 +252,8 @@ def test_a_config_with_arms_builds_the_arms_x_seeds_learner():
 
 def test_the_cpu_blas_path_is_pinned_unless_the_user_chose_one():
     """The invariant above holds on AVX-512 machines because MKL runs one code path
-    (tune_gems/blas_path.py); a user's own MKL_CBWR is kept."""
-    from tune_gems.blas_path import CPU_BLAS_PATH, CPU_BLAS_PATH_ENV, pin_cpu_blas_path
+    (tune_gems/commands/blas_path.py); a user's own MKL_CBWR is kept."""
+    from tune_gems.commands.blas_path import CPU_BLAS_PATH, CPU_BLAS_PATH_ENV, pin_cpu_blas_path
 
     assert pin_cpu_blas_path({}) == CPU_BLAS_PATH
     assert pin_cpu_blas_path({CPU_BLAS_PATH_ENV: "COMPATIBLE"}) == "COMPATIBLE"

@@ -99,7 +99,8 @@ def _drop_column(name: str, column: str) -> Callable[[Path], None]:
 
 def stored_config(d: Path, *overrides: str) -> None:
     """out/config.yaml of a train run of the tiny config (what `train --resume` continues)."""
-    from tune_gems.config import dump_config, load_config
+    from tune_gems.config.yaml_io import dump_config
+    from tune_gems.config.load import load_config
 
     (d / "out").mkdir(exist_ok=True)
     dump_config(load_config(None, [*TRAIN_TINY, *overrides]), d / "out" / "config.yaml")
@@ -270,7 +271,7 @@ def run_fresh(case: Case, sandbox: Path) -> Outcome:
 @pytest.fixture(scope="module")
 def good_checkpoint(tmp_path_factory):
     """A real checkpoint of the tiny config after one epoch (for the checkpoint cases)."""
-    from tune_gems.config import load_config
+    from tune_gems.config.load import load_config
     from tune_gems.trainer import Trainer
 
     trainer = Trainer(load_config(None, TRAIN_TINY), log=None)
@@ -282,7 +283,7 @@ def good_checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory, good_checkpoint):
-    """Every case through `tune_gems.cli.main` in a child process of its own, forked from a
+    """Every case through `tune_gems.commands.cli.main` in a child process of its own, forked from a
     server that imported torch, Ray Tune, pandas and Optuna once: what a fresh process would do
     (test_a_fresh_process_answers_the_same checks that), without paying ~2.5 s of imports 50
     times."""
@@ -300,7 +301,7 @@ def outcomes(tmp_path_factory, good_checkpoint):
     finally:
         os.environ.pop("TG_GOOD_CHECKPOINT", None)
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["cluster_fixtures", "tune_gems.cli", "tune_gems.trainer.run", "tune_gems.sweep.run", "tune_gems.analysis.run"])
+    ctx.set_forkserver_preload(["cluster_fixtures", "tune_gems.commands.cli", "tune_gems.trainer.train_command", "tune_gems.sweep.driver", "tune_gems.analysis.analyze"])
     with ProcessPoolExecutor(PARALLEL, mp_context=ctx, max_tasks_per_child=1) as pool:
         futures = {
             c.id: pool.submit(cli_in_child, c.args, str(root / c.id), _env(root / c.id), str(io / f"{c.id}.out"), str(io / f"{c.id}.err"))
@@ -355,8 +356,8 @@ def test_a_fresh_process_answers_the_same(case_id, outcomes, tmp_path):
 
 
 def test_yaml_tags_that_run_code_are_refused_not_executed(tmp_path):
-    from tune_gems.config import parse_override, read_yaml
-    from tune_gems.errors import ConfigError
+    from tune_gems.config.yaml_io import parse_override, read_yaml
+    from tune_gems.contracts.errors import ConfigError
     from tune_gems.sweep.spec import load_spec
 
     marker = tmp_path / "PWNED"
@@ -374,7 +375,7 @@ def test_yaml_tags_that_run_code_are_refused_not_executed(tmp_path):
 
 
 def test_a_checkpoint_carrying_a_malicious_pickle_is_refused(tmp_path):
-    from tune_gems.errors import CheckpointError
+    from tune_gems.contracts.errors import CheckpointError
     from tune_gems.trainer import checkpoint
 
     path, marker = tmp_path / "checkpoint.pt", tmp_path / "PWNED"

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from tune_gems.baseline_headline import baseline_headline
+from tune_gems.stats.baseline_headline import baseline_headline
 
 
 def _table(config_sharpes: dict[str, float], base: dict[str, float]) -> pd.DataFrame:

@@ -27,7 +27,7 @@ from tune_gems.analysis.calibration import (  # noqa: E402
     null_rate,
     power,
 )
-from tune_gems.inference import (  # noqa: E402
+from tune_gems.stats.inference import (  # noqa: E402
     holm,
     holm_batch,
     holm_levels,
@@ -137,7 +137,7 @@ def test_stated_mde_is_the_effect_with_80_percent_power():
 
 
 def test_calibrate_command_prints_rates_and_power(tmp_path, capsys):
-    from tune_gems.cli import main
+    from tune_gems.commands.cli import main
 
     f = fr.wire_scenario(tmp_path / "exp", effect=0.0, noise=0.3, n=8, placebo=True)
     before = sorted(p.name for p in f.iterdir())
@@ -150,7 +150,7 @@ def test_calibrate_command_prints_rates_and_power(tmp_path, capsys):
 
 
 def test_experiment_shapes_and_table(tmp_path):
-    from tune_gems.analysis.run import analyze
+    from tune_gems.analysis.analyze import analyze
 
     res = analyze(fr.wire_scenario(tmp_path / "exp", effect=0.5, noise=0.3, n=12, diverged_wired=[0]), n_boot=20)
     shapes, note = experiment_shapes(res.verdicts, res.experiment.members)

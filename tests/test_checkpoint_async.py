@@ -24,13 +24,13 @@ import torch
 
 from learner_fixtures import assert_same_run, tiny_config
 from sweep_fixtures import REPO, SMOKE, TINY_SWEEP, cli as sweep_cli, ray_address  # noqa: F401 (fixture)
-from tune_gems import cli
-from tune_gems.config import build_config, load_config
-from tune_gems.result_files import CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE
+from tune_gems.commands import cli
+from tune_gems.config.load import build_config, load_config
+from tune_gems.contracts.result_files import CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE
 from tune_gems.sweep import console, trainable
 from tune_gems.trainer import checkpoint as ckpt
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter, snapshot_meta
-from tune_gems.trainer.run import CheckpointSchedule, resume_config, run_training, train_epochs
+from tune_gems.trainer.train_command import CheckpointSchedule, resume_config, run_training, train_epochs
 from tune_gems.trainer.trainer import RESUMABLE_CHANGES, Trainer, load_prices
 
 from cluster_fixtures import wait_for

@@ -40,7 +40,7 @@ def _probed_sweep(cluster, tmp_path, monkeypatch, name: str, n: int, rendezvous:
     """A sweep of n trials through run_sweep (this process is the driver), every trial probed;
     returns (trials table, probe records), after checking what holds for any GPU request."""
     from tune_gems.sweep import trainable
-    from tune_gems.sweep.run import run_sweep
+    from tune_gems.sweep.driver import run_sweep
 
     probe_dir = tmp_path / f"probe-{name}"
     probe_dir.mkdir()

@@ -25,9 +25,9 @@ import pytest
 from tune_gems.analysis.calibration import (
     SearchShape, Shape, confirmation_mde, delete_rate, delete_verdicts, mc_tolerance, power, search_confirm_rates,
 )
-from tune_gems.analysis.confirmation import best_trial, choose_per_gem, side_by_side
+from tune_gems.analysis.search_choice import best_trial, choose_per_gem, side_by_side
 from tune_gems.analysis.seed_rule import DELETE, HARMFUL, KEEP
-from tune_gems.inference import min_detectable_effect, seeds_needed, signed_rank_cdf, smallest_p
+from tune_gems.stats.inference import min_detectable_effect, seeds_needed, signed_rank_cdf, smallest_p
 
 ALPHA, N_SIM = 0.05, 2000
 TOL = mc_tolerance(ALPHA, N_SIM)

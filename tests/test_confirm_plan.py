@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 
 from sweep_fixtures import SMOKE
-from tune_gems.arm_designs import arm_aliases, confirmation_arms
-from tune_gems.arms import expand_arms
-from tune_gems.confirm import plan_confirmation
-from tune_gems.data import path_seeds
-from tune_gems.errors import ConfigError
+from tune_gems.design.arm_sets import arm_aliases, confirmation_arms
+from tune_gems.design.arms import expand_arms
+from tune_gems.commands.confirm import plan_confirmation
+from tune_gems.data.series import path_seeds
+from tune_gems.contracts.errors import ConfigError
 from tune_gems.sweep.spec import load_spec, trial_config
 
 GEMS = ["g6", "g10", "g12"]
@@ -97,7 +97,7 @@ def test_the_aa_design_adds_the_control_with_an_independent_replay_stream(wired)
     """design: wire_search_aa (sweeps/wire_search.yaml): the A/A arm is the control but for
     trainer.replay_stream, so it pairs with the control only (the learner's own null spread);
     the proposal's gains and the without-<gem> alias are those of wire_search."""
-    from tune_gems.arm_designs import AA_ARM, apply_design
+    from tune_gems.design.arm_sets import AA_ARM, apply_design
 
     spec = load_spec(SMOKE)
     cfg = trial_config(spec.config, {f"gems.{g}.mode": "wire" for g in wired})

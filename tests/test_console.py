@@ -8,10 +8,10 @@ import math
 from types import SimpleNamespace
 
 from test_bad_input import TRAIN_TINY
-from tune_gems.config import load_config
+from tune_gems.config.load import load_config
 from tune_gems.sweep.progress import HEALTH_KEY, SweepConsole
 from tune_gems.trainer.health import without_arm_detail
-from tune_gems.trainer.run import run_training
+from tune_gems.trainer.train_command import run_training
 
 LINE = "HEALTH_DIAG epoch=1 loss=1.0 gems [g6=0.1] gain [sharpe=+0.1] arms [proposal: vs=0.1 g6=0.2 | control: vs=0.3 g6=0.1]"
 

@@ -1,4 +1,4 @@
-"""tune_gems.data: price files fail with one line naming the file; synthetic series; segments."""
+"""tune_gems.data.series: price files fail with one line naming the file; synthetic series; segments."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 import inspect
 
-from tune_gems.config import DataConfig, SyntheticConfig
-from tune_gems.data import (
+from tune_gems.config.schema import DataConfig, SyntheticConfig
+from tune_gems.data.series import (
     DEFAULT_EDGE,
     DEFAULT_REGIMES,
     SegmentBounds,
@@ -23,7 +23,7 @@ from tune_gems.data import (
     split_bounds,
     synthetic_prices,
 )
-from tune_gems.errors import ConfigError, DataError
+from tune_gems.contracts.errors import ConfigError, DataError
 
 
 def write(path, content):

@@ -12,12 +12,12 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
 
-from tune_gems.config import EnvConfig
-from tune_gems.data import split_bounds, synthetic_prices
-from tune_gems.env import ActionMap, Market, VecTradingEnv, evaluate_segment
-from tune_gems.errors import DataError
+from tune_gems.config.schema import EnvConfig
+from tune_gems.data.series import split_bounds, synthetic_prices
+from tune_gems.market.env import ActionMap, Market, VecTradingEnv, evaluate_segment
+from tune_gems.contracts.errors import DataError
 from tune_gems.ops.reference import c51_project
-from tune_gems.gym_env import TradingEnv
+from tune_gems.market.gym_env import TradingEnv
 from tune_gems.rng import CounterRNG, member_seeds
 
 W = 6
@@ -109,7 +109,7 @@ def test_episodes_restart_at_member_specific_offsets(prices):
 def test_greedy_evaluation_runs_the_whole_segment(prices):
     m = _market(prices)
     cfg = EnvConfig(window=W)
-    from tune_gems.env import ActionMap
+    from tune_gems.market.env import ActionMap
 
     acts = ActionMap(cfg, "cpu")
     always_long = lambda obs: torch.full((*obs.shape[:2], 2), 2, dtype=torch.int64)  # noqa: E731

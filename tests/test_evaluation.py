@@ -1,4 +1,4 @@
-"""tune_gems.evaluation against an independent float64 computation written here.
+"""tune_gems.market.evaluation against an independent float64 computation written here.
 
 The reference (`_reference`) follows empyrical's formulas with explicit loops: the net return
 step by step from the previous position, Sharpe as mean / std(ddof=1) * sqrt(ppy), beta from
@@ -17,8 +17,8 @@ import pytest
 import torch
 from scipy.optimize import brentq
 
-from tune_gems import metrics
-from tune_gems.evaluation import (
+from tune_gems.stats import metrics
+from tune_gems.market.evaluation import (
     BASELINES,
     EVAL_STATS,
     baseline_positions,
@@ -297,9 +297,9 @@ def test_helpers_name_columns_like_the_contract():
 def test_recomputed_net_returns_equal_the_segment_evaluators_returns():
     """evaluation_stats recomputes r_t from the recorded positions and the segment's asset
     returns; that must be the SegmentEvaluator's reward definition, first step included."""
-    from tune_gems.config import EnvConfig
-    from tune_gems.data import split_bounds, synthetic_prices
-    from tune_gems.env import ActionMap, Market, evaluate_segment
+    from tune_gems.config.schema import EnvConfig
+    from tune_gems.data.series import split_bounds, synthetic_prices
+    from tune_gems.market.env import ActionMap, Market, evaluate_segment
 
     W = 6
     prices = synthetic_prices(400, seed=3)
@@ -427,14 +427,14 @@ def test_stats_capture_in_a_cuda_graph_and_match_eager():
 
 
 def test_stat_names_agree_with_tune_gems_metrics():
-    """One contract: if tune_gems.metrics lists the evaluation names, they are these, in order."""
+    """One contract: if tune_gems.stats.metrics lists the evaluation names, they are these, in order."""
     assert tuple(getattr(metrics, "EVAL_STATS", EVAL_STATS)) == EVAL_STATS
 
 
 def test_segment_asset_returns_gives_each_member_its_own_path():
     """With per-seed paths every member is scored against the market it traded, not path 0's."""
-    from tune_gems.data import split_bounds, synthetic_prices
-    from tune_gems.env import Market
+    from tune_gems.data.series import split_bounds, synthetic_prices
+    from tune_gems.market.env import Market
 
     W = 6
     paths = [synthetic_prices(400, seed=s) for s in (3, 4)]
@@ -453,8 +453,8 @@ def test_evaluation_with_weights_computed_once_per_pass_equals_weights_recompute
     """The trainer computes the noise-free weights once per evaluation pass (issue 15's cheap
     evaluation): the returns and positions equal, bit for bit, a pass that recomputes them in
     every step; the second pass after more training sees the new weights."""
-    from tune_gems.config import load_config
-    from tune_gems.env import evaluate_segment
+    from tune_gems.config.load import load_config
+    from tune_gems.market.env import evaluate_segment
     from tune_gems.trainer import Trainer
 
     cfg = load_config(None, ["trainer.population=3", "trainer.batch_size=16", "trainer.n_envs=4", "trainer.replay_capacity=512",

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from learner_fixtures import bits_equal, tiny_config
-from tune_gems.arms import ArmsConfig, MemberLayout, expand_arms
-from tune_gems.metrics import FOLD_METRICS, epoch_metrics
+from tune_gems.design.arms import ArmsConfig, MemberLayout, expand_arms
+from tune_gems.stats.metrics import FOLD_METRICS, epoch_metrics
 from tune_gems.rng import member_seeds
 from tune_gems.trainer import Trainer
 
@@ -152,7 +152,7 @@ def test_baselines_and_the_fold_table_are_per_fold(fold_run):
 
 
 def test_designed_gains_pair_members_within_a_fold():
-    from tune_gems.arm_designs import paired_gains
+    from tune_gems.design.arm_sets import paired_gains
 
     # proposal - control at each (fold, seed index): fold-blind pairing would mix folds
     arm_of = ["proposal", "proposal", "control", "control"] * 2
@@ -163,7 +163,7 @@ def test_designed_gains_pair_members_within_a_fold():
 
 
 def test_a_checkpoint_written_before_folds_existed_resumes_and_one_with_other_folds_is_refused(tmp_path):
-    from tune_gems.errors import CheckpointError
+    from tune_gems.contracts.errors import CheckpointError
     from tune_gems.trainer import checkpoint as ckpt
 
     cfg = tiny_config("trainer.epochs=2", "trainer.iterations_per_epoch=2")
@@ -191,7 +191,7 @@ def test_a_run_with_folds_resumes_from_its_checkpoint_bit_for_bit(tmp_path):
 
 
 def test_the_memory_check_counts_every_fold():
-    from tune_gems.resources import default_members, estimate_memory
+    from tune_gems.design.resources import default_members, estimate_memory
 
     cfg = tiny_config("trainer.population=2", "arms.factors.gems.g10.mode=[measure,wire]", *FOLDS)
     assert default_members(cfg) == 3 * 2 * 2

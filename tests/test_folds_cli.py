@@ -8,8 +8,8 @@ import pytest
 
 from learner_fixtures import TINY
 from sweep_fixtures import SMOKE, TINY_SWEEP, cli, ray_address  # noqa: F401 (fixture)
-from tune_gems.data import FOLD_TABLE_COLUMNS
-from tune_gems.metrics import FOLD_METRICS, MEMBER_IDS
+from tune_gems.data.series import FOLD_TABLE_COLUMNS
+from tune_gems.stats.metrics import FOLD_METRICS, MEMBER_IDS
 
 pytestmark = pytest.mark.slow
 

@@ -10,11 +10,12 @@ import pandas as pd
 import pytest
 import torch
 
-from tune_gems.config import DataConfig, EnvConfig, FoldsConfig, load_config
-from tune_gems.data import fold_bounds, fold_table, split_bounds, synthetic_prices
-from tune_gems.env import ActionMap, Market, VecTradingEnv, evaluate_segment
-from tune_gems.errors import ConfigError, DataError
-from tune_gems.evaluation import segment_asset_returns
+from tune_gems.config.schema import DataConfig, EnvConfig, FoldsConfig
+from tune_gems.config.load import load_config
+from tune_gems.data.series import fold_bounds, fold_table, split_bounds, synthetic_prices
+from tune_gems.market.env import ActionMap, Market, VecTradingEnv, evaluate_segment
+from tune_gems.contracts.errors import ConfigError, DataError
+from tune_gems.market.evaluation import segment_asset_returns
 from tune_gems.rng import CounterRNG, member_seeds
 
 W = 6
@@ -123,7 +124,7 @@ def test_a_planted_edge_that_vanishes_half_way_shows_in_the_two_halves():
 
 
 def test_synthetic_config_paths_carry_the_regimes():
-    from tune_gems.data import load_paths
+    from tune_gems.data.series import load_paths
 
     cfg = DataConfig(synthetic={"n": 600, "seed": 2, "edge_periods": [[0, 0.8], [0.5, 0.0]]})
     paths = load_paths(cfg, 2)

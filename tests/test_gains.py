@@ -1,4 +1,4 @@
-"""Paired gains inside a trial (issue 12, the wire_search design; tune_gems.arm_designs).
+"""Paired gains inside a trial (issue 12, the wire_search design; tune_gems.design.arm_sets).
 
 The design's arms (proposal, control, without-<gem>), the gain arithmetic on hand-made member
 columns (pairing by seed index, divergence -> NaN, a proposal that wires nothing -> 0), and an
@@ -20,13 +20,13 @@ import pytest
 import yaml
 
 from learner_fixtures import TINY, tiny_config
-from tune_gems.arm_designs import (
+from tune_gems.design.arm_sets import (
     CONTROL, PROPOSAL, also_named, apply_design, arm_aliases, has_gains, paired_gains, verdict_gains, wire_search_arms,
     wired_gems,
 )
-from tune_gems.arms import expand_arms
-from tune_gems.errors import ConfigError
-from tune_gems.metrics import VERDICT_GAIN, GAIN_METRICS, GAIN_OBJECTIVES, epoch_metrics, gain_metrics, has_gain_arms
+from tune_gems.design.arms import expand_arms
+from tune_gems.contracts.errors import ConfigError
+from tune_gems.stats.metrics import VERDICT_GAIN, GAIN_METRICS, GAIN_OBJECTIVES, epoch_metrics, gain_metrics, has_gain_arms
 
 GEMS = ("g6", "g10", "g12")
 

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from learner_fixtures import tiny_config
-from tune_gems import metrics
-from tune_gems.config import Config, load_config
-from tune_gems.errors import ConfigError
+from tune_gems.stats import metrics
+from tune_gems.config.schema import Config
+from tune_gems.config.load import load_config
+from tune_gems.contracts.errors import ConfigError
 from tune_gems.gems import Gem, GemInputs, builtin_gems, manifest, register, registered, run_gems
 from tune_gems.gems.modes import GemSet
 
@@ -60,7 +61,7 @@ def test_plugin_gem_exists_only_in_runs_that_list_it(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"^config: gems\.alpha\.mode: Input should be"):
         load_config(None, [f"plugins=[{mod}]", "gems.alpha.mode=sometimes"])
     # the config round-trips through its dict (checkpoints, trial configs)
-    from tune_gems.config import build_config
+    from tune_gems.config.load import build_config
 
     assert build_config(cfg.to_dict()) == cfg
 

@@ -10,7 +10,7 @@ result tables that docs/results.md types (text in a number column, fractions or 
 id column, a missing id, a flag that is not a flag, a required column dropped). A new config key
 or table column joins the matrix by itself.
 
-Like tests/test_bad_input.py, every case runs `tune_gems.cli.main` (what the console script
+Like tests/test_bad_input.py, every case runs `tune_gems.commands.cli.main` (what the console script
 runs) in a child forked from a server that imported the heavy modules once, in a sandbox of its
 own, snapshotted before and after; `test_fresh_processes_answer_the_same` runs a few cases as
 real `python -m tune_gems` processes. RAY_ADDRESS points at a closed port, so a sweep that got
@@ -36,7 +36,7 @@ from pydantic import BaseModel
 from fake_results import paired_scenario
 from sweep_fixtures import REPO, SMOKE, TINY_SWEEP
 from test_bad_input import TRAIN_TINY, both as _both, snapshot, write as _write
-from tune_gems.config import Config
+from tune_gems.config.schema import Config
 
 PARALLEL = 2
 CASE_TIMEOUT = 120
@@ -320,7 +320,7 @@ DROP = object()
 def table_cases() -> list[Case]:
     """Every column of the three tables that docs/results.md types, made hostile."""
     from tune_gems.analysis import load
-    from tune_gems.gem_manifest import folder_manifest
+    from tune_gems.contracts.gem_manifest import folder_manifest
 
     import tempfile
 
@@ -359,7 +359,7 @@ def option_cases() -> list[Case]:
     """Every numeric option of every command (today: analyze's thresholds), with values that
     are not numbers, not finite, or not whole where a whole number is expected. No experiment
     folder exists: an option that got through would be answered about the folder instead."""
-    from tune_gems.cli import build_parser
+    from tune_gems.commands.cli import build_parser
 
     cases = []
     sub = next(a for a in build_parser()._actions if a.dest == "command")
@@ -407,17 +407,17 @@ def _snap(sandbox: Path) -> dict:
 
 
 IN_PROCESS = ("config", "table", "option")
-"""Families run by `tune_gems.cli.main` in this process (validation only: fast); the others
+"""Families run by `tune_gems.commands.cli.main` in this process (validation only: fast); the others
 (data files, paths: they reach torch, the data loader, Ray's client) run in forked children."""
 
 
 def run_in_process(case: Case, sandbox: Path) -> tuple[int, str, str]:
-    """`tune_gems.cli.main(args)` here, in the sandbox as working directory, stdout/stderr
+    """`tune_gems.commands.cli.main(args)` here, in the sandbox as working directory, stdout/stderr
     captured; the environment and directory are restored afterwards."""
     import contextlib
     import io
 
-    from tune_gems.cli import main
+    from tune_gems.commands.cli import main
 
     saved_env = {k: os.environ.get(k) for k in _env(sandbox)}
     cwd = os.getcwd()
@@ -442,7 +442,7 @@ def run_in_process(case: Case, sandbox: Path) -> tuple[int, str, str]:
 
 def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, str]] = lambda c: {}) -> dict[str, Outcome]:
     """Every case in a sandbox `root/<id>` (set up and snapshotted here), the IN_PROCESS
-    families in this process, the others through `tune_gems.cli.main` in children forked from a
+    families in this process, the others through `tune_gems.commands.cli.main` in children forked from a
     server that imported the heavy modules once (`env_of(case)`: extra environment)."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
@@ -459,7 +459,7 @@ def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, 
     results: dict[str, tuple] = {}
     forked = [c for c in cases if c.family not in IN_PROCESS]
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["cluster_fixtures", "tune_gems.cli", "tune_gems.trainer.run", "tune_gems.sweep.run", "tune_gems.analysis.run"])
+    ctx.set_forkserver_preload(["cluster_fixtures", "tune_gems.commands.cli", "tune_gems.trainer.train_command", "tune_gems.sweep.driver", "tune_gems.analysis.analyze"])
     with ProcessPoolExecutor(PARALLEL, mp_context=ctx, max_tasks_per_child=1) as pool:
         futures = {
             c.id: pool.submit(cli_in_child, _args(c, root / c.id), str(root / c.id), {**_env(root / c.id), **env_of(c)},

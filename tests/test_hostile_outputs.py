@@ -1,4 +1,4 @@
-"""tune_gems.outputs: the output-folder rules every writing command relies on (in-process,
+"""tune_gems.contracts.outputs: the output-folder rules every writing command relies on (in-process,
 fast): markers, inputs and results never replaced, writability, the one-writer lock, names."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tune_gems import outputs
-from tune_gems.errors import BadNameError, OutputError, OutputExistsError, OutputInUseError
+from tune_gems.contracts import output_lock, outputs, paths
+from tune_gems.contracts.errors import BadNameError, OutputError, OutputExistsError, OutputInUseError
 
 ROOT = os.geteuid() == 0
 
@@ -35,20 +35,20 @@ def _train_results(d: Path) -> Path:
                                   "sp ace", "t\tab", "nul\x00", "é", "CON", "nul.txt", "a:b", "*", "~"])
 def test_bad_names_are_refused(name, tmp_path):
     with pytest.raises(BadNameError) as e:
-        outputs.check_name(name, "--name", tmp_path)
+        paths.check_name(name, "--name", tmp_path)
     assert str(e.value).startswith("--name: ") and "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("name", ["exp", "smoke-2026.11.30_a", "A1", "x" * 100])
 def test_good_names_pass(name, tmp_path):
-    assert outputs.check_name(name, "--name", tmp_path) == name
+    assert paths.check_name(name, "--name", tmp_path) == name
 
 
 def test_a_symlinked_name_leaving_its_root_is_refused(tmp_path):
     (tmp_path / "root").mkdir()
     (tmp_path / "root" / "link").symlink_to(tmp_path)
     with pytest.raises(BadNameError, match="outside"):
-        outputs.check_name("link", "--name", tmp_path / "root")
+        paths.check_name("link", "--name", tmp_path / "root")
 
 
 def test_marker_round_trip_and_foreign_marker(tmp_path):
@@ -158,9 +158,9 @@ def test_a_symlinked_out_or_a_symlink_inside_it_is_refused(tmp_path):
 def test_a_lock_path_that_is_not_a_regular_file_is_refused_in_one_line(kind, tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("mine")
-    lock = tmp_path / outputs.LOCK_FILE
+    lock = tmp_path / output_lock.LOCK_FILE
     {"symlink": lambda: lock.symlink_to(victim), "folder": lock.mkdir, "fifo": lambda: os.mkfifo(lock)}[kind]()
-    for attempt in (outputs.OutputLock(tmp_path).acquire, outputs.OutputLock(tmp_path).check_free):
+    for attempt in (output_lock.OutputLock(tmp_path).acquire, output_lock.OutputLock(tmp_path).check_free):
         with pytest.raises(OutputError) as e:
             attempt()
         assert "not a regular lock file" in str(e.value) and "\n" not in str(e.value)
@@ -168,7 +168,7 @@ def test_a_lock_path_that_is_not_a_regular_file_is_refused_in_one_line(kind, tmp
 
 
 def test_writes_never_follow_a_planted_symlink(tmp_path):
-    from tune_gems.safe_files import write_atomic
+    from tune_gems.contracts.safe_files import write_atomic
 
     victim = tmp_path / "victim.txt"
     victim.write_text("mine")
@@ -218,27 +218,27 @@ def test_check_writes_nothing(tmp_path):
 
 
 def test_lock_refuses_a_second_writer_and_survives_a_dead_one(tmp_path):
-    with outputs.OutputLock(tmp_path):
+    with output_lock.OutputLock(tmp_path):
         with pytest.raises(OutputInUseError, match=f"pid {os.getpid()}"):
-            outputs.OutputLock(tmp_path).acquire()
+            output_lock.OutputLock(tmp_path).acquire()
     # a holder killed without releasing: the kernel drops its flock, the file stays
-    code = ("import sys, os; from tune_gems.outputs import OutputLock; lock = OutputLock(sys.argv[1]).acquire(); "
+    code = ("import sys, os; from tune_gems.contracts.outputs import OutputLock; lock = OutputLock(sys.argv[1]).acquire(); "
             "print('held', flush=True); os.kill(os.getpid(), 9)")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
     assert proc.stdout.strip() == "held" and proc.returncode == -9
-    assert (tmp_path / outputs.LOCK_FILE).is_file()
-    with outputs.OutputLock(tmp_path):
+    assert (tmp_path / output_lock.LOCK_FILE).is_file()
+    with output_lock.OutputLock(tmp_path):
         pass
 
 
 def test_lock_held_by_another_live_process_is_refused(tmp_path):
-    code = ("import sys; from tune_gems.outputs import OutputLock; lock = OutputLock(sys.argv[1]).acquire(); "
+    code = ("import sys; from tune_gems.contracts.outputs import OutputLock; lock = OutputLock(sys.argv[1]).acquire(); "
             "print('held', flush=True); sys.stdin.read()")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "held"
         with pytest.raises(OutputInUseError, match=f"pid {proc.pid}"):
-            outputs.OutputLock(tmp_path, field="--out").acquire()
+            output_lock.OutputLock(tmp_path, field="--out").acquire()
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)

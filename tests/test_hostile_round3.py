@@ -2,7 +2,7 @@
 contradict what ran, reached the last line of defence or ran unbounded.
 
 Every case runs like the matrix's forked families (tests/test_hostile_matrix.py): the real
-`tune_gems.cli.main` in a child forked from a server that imported the heavy modules once, in
+`tune_gems.commands.cli.main` in a child forked from a server that imported the heavy modules once, in
 a sandbox of its own (the working directory, first on sys.path as under `python -m`, so a
 plug-in module written there imports), snapshotted before and after. Each must answer exit 2,
 exactly one stderr line naming the culprit, no stdout, and leave the sandbox as it was. All are
@@ -79,8 +79,8 @@ def _train_run(dest: Path) -> Path:
     if not _RUN:
         import tempfile
 
-        from tune_gems.config import load_config
-        from tune_gems.trainer.run import run_training
+        from tune_gems.config.load import load_config
+        from tune_gems.trainer.train_command import run_training
 
         import atexit
 
@@ -130,8 +130,8 @@ def stored_train(*overrides: str, edit_config: bool = False, edit_data: bool = F
     this version records), config.yaml; then config.yaml or the data file edited by hand."""
 
     def go(d: Path) -> None:
-        from tune_gems.config import load_config
-        from tune_gems.run_record import checksums, data_fingerprint
+        from tune_gems.config.load import load_config
+        from tune_gems.contracts.run_record import checksums, data_fingerprint
 
         (d / "out").mkdir()
         if any(o.startswith("data.source=file") for o in overrides):
@@ -159,7 +159,7 @@ def stored_train(*overrides: str, edit_config: bool = False, edit_data: bool = F
 
 def edited_stored_spec(d: Path) -> None:
     """A stored sweep whose marker records its spec's checksum; spec.yaml then edited by hand."""
-    from tune_gems.run_record import checksums
+    from tune_gems.contracts.run_record import checksums
 
     _stored_sweep("store/done")(d)
     spec = d / "store" / "done" / "spec.yaml"
@@ -173,7 +173,7 @@ def sweep_on_changed_data(d: Path) -> None:
     the price file then edited in place."""
     import yaml
 
-    from tune_gems.run_record import checksums, data_fingerprint
+    from tune_gems.contracts.run_record import checksums, data_fingerprint
     from tune_gems.sweep.spec import load_spec
 
     (d / "p.csv").write_text(PRICES)

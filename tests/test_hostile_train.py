@@ -19,12 +19,13 @@ import torch
 from cluster_fixtures import kill_group, wait_for
 from sweep_fixtures import REPO
 from test_bad_input import TRAIN_TINY
-from tune_gems import cli
-from tune_gems.config import load_config
-from tune_gems.errors import CheckpointError
-from tune_gems.outputs import LOCK_FILE, MARKER_FILE
+from tune_gems.commands import cli
+from tune_gems.config.load import load_config
+from tune_gems.contracts.errors import CheckpointError
+from tune_gems.contracts.output_lock import LOCK_FILE
+from tune_gems.contracts.outputs import MARKER_FILE
 from tune_gems.trainer import checkpoint as ckpt
-from tune_gems.trainer.run import run_training
+from tune_gems.trainer.train_command import run_training
 
 EPOCHS = 3
 LONG = [*TRAIN_TINY, f"trainer.epochs={EPOCHS}", "trainer.iterations_per_epoch=20"]

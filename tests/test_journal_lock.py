@@ -11,9 +11,9 @@ import os
 import optuna
 import pytest
 
-from tune_gems.errors import OutputError
-from tune_gems.outputs import check_top_entries, is_journal_lock
-from tune_gems.result_files import JOURNAL_FILE
+from tune_gems.contracts.errors import OutputError
+from tune_gems.contracts.outputs import check_top_entries, is_journal_lock
+from tune_gems.contracts.result_files import JOURNAL_FILE
 from tune_gems.sweep.search import clear_stale_journal_lock, journal_storage
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from learner_fixtures import all_wired, assert_same_run, bits_equal, canon, member_slice, tiny_config
-from tune_gems.errors import CheckpointError
+from tune_gems.contracts.errors import CheckpointError
 from tune_gems.ops.reference import g6_branch_indep
-from tune_gems.metrics import EPOCH_METRICS, MEMBER_METRICS
+from tune_gems.stats.metrics import EPOCH_METRICS, MEMBER_METRICS
 from tune_gems.ops import resolve_backend
 from tune_gems.rng import member_seeds
 from tune_gems.trainer import Trainer, prepare_market
@@ -219,7 +219,7 @@ def test_wire_mode_changes_training(gem):
 
 
 def test_wired_gradient_is_the_gem_gradient_times_its_weight():
-    from tune_gems.config import GemsConfig
+    from tune_gems.config.schema import GemsConfig
     from tune_gems.gems import GemInputs, GemSet
 
     f = torch.randn(2, 2, 9, 4, dtype=torch.float64, requires_grad=True)
@@ -268,7 +268,7 @@ def test_epoch_reports_every_metric_and_member():
 def test_evaluation_columns_agree_with_the_returns_and_the_baselines_exist():
     """The evaluation statistics come from the policy's own returns and positions: val_sharpe is
     the Sharpe of the net returns; a buy-and-hold baseline is +1 throughout."""
-    from tune_gems.metrics import sharpe
+    from tune_gems.stats.metrics import sharpe
 
     t = Trainer(tiny_config("trainer.epochs=1"), log=None)
     t.run_epoch()
@@ -352,14 +352,14 @@ def test_synthetic_paths_per_seed_index(paths):
 
 def test_config_momentum_span_default_is_the_evaluation_default():
     """config keeps a copy (it must not import torch); the two must agree."""
-    from tune_gems.config import DEFAULT_MOMENTUM_SPAN, EnvConfig
-    from tune_gems.evaluation import DEFAULT_MOMENTUM_SPAN as EVALUATION_DEFAULT
+    from tune_gems.config.schema import DEFAULT_MOMENTUM_SPAN, EnvConfig
+    from tune_gems.market.evaluation import DEFAULT_MOMENTUM_SPAN as EVALUATION_DEFAULT
 
     assert DEFAULT_MOMENTUM_SPAN == EVALUATION_DEFAULT == EnvConfig().momentum_span
 
 
 def test_config_arms_round_trip_and_stay_out_of_the_label():
-    from tune_gems.config import build_config
+    from tune_gems.config.load import build_config
 
     cfg = tiny_config("arms.factors.gems.g10.mode=[measure,wire]")
     assert cfg.arms.factors == {"gems.g10.mode": ["measure", "wire"]}
@@ -371,7 +371,7 @@ def test_config_arms_round_trip_and_stay_out_of_the_label():
 def test_trainer_reports_per_arm_columns_and_health_part():
     """A run of 2 arms x 2 seeds: member rows carry their arm and seed index, history gets
     `<metric>@<arm>` means and HEALTH_DIAG a per-arm part (`off` where an arm has a gem off)."""
-    from tune_gems.metrics import epoch_metrics
+    from tune_gems.stats.metrics import epoch_metrics
 
     lines: list[str] = []
     cfg = tiny_config("trainer.population=2", "trainer.epochs=1", "arms.factors.gems.g12.mode=[off,measure]")

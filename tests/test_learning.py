@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tune_gems.config import load_config
+from tune_gems.config.load import load_config
 from tune_gems.trainer import Trainer
 
 pytestmark = pytest.mark.slow

@@ -26,7 +26,7 @@ from arch.bootstrap import optimal_block_length
 from arch.bootstrap._samplers_python import stationary_bootstrap_sample_python
 from statsmodels.stats.multitest import multipletests
 
-from tune_gems.inference import holm, holm_batch, rank_test
+from tune_gems.stats.inference import holm, holm_batch, rank_test
 from tune_gems.analysis.market_noise import optimal_mean_block, stationary_bootstrap_indices
 
 
@@ -105,8 +105,8 @@ def test_the_filelock_lock_excludes_and_is_excluded_by_the_flock_it_replaced(tmp
     import fcntl
     import os
 
-    from tune_gems.errors import OutputInUseError
-    from tune_gems.outputs import LOCK_FILE, OutputLock
+    from tune_gems.contracts.errors import OutputInUseError
+    from tune_gems.contracts.output_lock import LOCK_FILE, OutputLock
 
     fd = os.open(tmp_path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:

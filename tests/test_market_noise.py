@@ -21,7 +21,7 @@ from tune_gems.analysis.market_noise import (
     sharpe_rows,
     stationary_bootstrap_indices,
 )
-from tune_gems.evaluation import evaluation_stats, net_returns
+from tune_gems.market.evaluation import evaluation_stats, net_returns
 
 PPY = 252.0
 

@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fake_results as fr  # noqa: E402
 from learner_fixtures import full_and_resumed, tiny_config  # noqa: E402
 
-from tune_gems.analysis.designs import build_cells, paired  # noqa: E402
-from tune_gems.analysis.market_evidence import (  # noqa: E402
+from tune_gems.analysis.pairing import build_cells, paired  # noqa: E402
+from tune_gems.analysis.verdict_market_noise import (  # noqa: E402
     NOT_NEEDED,
     OK,
     EvalReturns,
@@ -29,9 +29,9 @@ from tune_gems.analysis.market_evidence import (  # noqa: E402
     read_eval_returns,
 )
 from tune_gems.analysis.market_noise import alpha_sharpe_rows  # noqa: E402
-from tune_gems.analysis.run import analyze  # noqa: E402
-from tune_gems.errors import CheckpointError, DataError  # noqa: E402
-from tune_gems.result_files import EVAL_RETURNS_ARRAYS, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE, EVAL_RETURNS_FOLD_ARRAYS  # noqa: E402
+from tune_gems.analysis.analyze import analyze  # noqa: E402
+from tune_gems.contracts.errors import CheckpointError, DataError  # noqa: E402
+from tune_gems.contracts.result_files import EVAL_RETURNS_ARRAYS, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE, EVAL_RETURNS_FOLD_ARRAYS  # noqa: E402
 from tune_gems.trainer import checkpoint as ckpt  # noqa: E402
 from tune_gems.trainer.trainer import EVAL_WINDOW_KEY, Trainer  # noqa: E402
 

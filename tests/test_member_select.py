@@ -41,7 +41,7 @@ def test_select_equals_where_bit_for_bit(flags, other):
 
 
 def _census(*overrides: str, arms=None) -> dict[str, float]:
-    from tune_gems.arms import expand_arms
+    from tune_gems.design.arms import expand_arms
     from tune_gems.ops import resolve_backend
     from tune_gems.trainer import prepare_market
     from tune_gems.trainer.learner import Learner
@@ -59,7 +59,7 @@ def _census(*overrides: str, arms=None) -> dict[str, float]:
 def test_a_single_arm_iteration_runs_no_member_mask_selects():
     """Every member alike: no where of a member mask (gem inputs, loss terms, reports, noise,
     spectral norm, exploration); the environment's episode resets keep theirs."""
-    from tune_gems.config import ArmsConfig
+    from tune_gems.config.arms_section import ArmsConfig
 
     single = _census("gems.g10.mode=wire", "gems.g12.mode=measure")
     assert single.get("aten.where.self", 0) == 3, single

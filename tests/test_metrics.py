@@ -1,4 +1,4 @@
-"""tune_gems.metrics against values computed by hand (the derivations are in the comments)."""
+"""tune_gems.stats.metrics against values computed by hand (the derivations are in the comments)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from tune_gems.metrics import max_drawdown, sharpe, sortino, total_return, turnover
+from tune_gems.stats.metrics import max_drawdown, sharpe, sortino, total_return, turnover
 
 R = [0.01, -0.02, 0.03]
 # mean = 0.02 / 3 = 2/300 = 0.00666...

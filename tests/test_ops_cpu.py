@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tune_gems.errors import ConfigError, KernelBuildError
+from tune_gems.contracts.errors import ConfigError, KernelBuildError
 from tune_gems.ops import reference
 from tune_gems.ops import KERNEL_CHOICES, GemOps, reference_ops, resolve_backend
 from tune_gems.ops.custom_ops import C51_PROJECT_NO_GRAD, C51_TARGET_NO_GRAD

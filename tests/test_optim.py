@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tune_gems.model.flat import FlatParameters
-from tune_gems.optim import PopulationAdam
+from tune_gems.trainer.optim import PopulationAdam
 
 
 # -- optimizer ----------------------------------------------------------------------------------

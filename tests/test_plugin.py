@@ -115,7 +115,7 @@ def test_plugin_entry_that_is_not_a_module_name_is_refused(tmp_path):
 def test_manifest_lists_the_runs_gems(tmp_path):
     """The gems.json content (written beside the tables by the run writers)."""
     code = (
-        "from tune_gems.config import load_config; from tune_gems.gem_manifest import manifest_text; "
+        "from tune_gems.config.load import load_config; from tune_gems.contracts.gem_manifest import manifest_text; "
         "from tune_gems.gems import manifest; "
         "c = load_config(None, ['plugins=[q_magnitude]']); print(manifest_text(manifest(c.plugins)))"
     )

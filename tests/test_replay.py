@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from tune_gems.config import EnvConfig
-from tune_gems.data import split_bounds, synthetic_prices
-from tune_gems.env import Market, VecTradingEnv
-from tune_gems.replay import ReplayBuffer
+from tune_gems.config.schema import EnvConfig
+from tune_gems.data.series import split_bounds, synthetic_prices
+from tune_gems.market.env import Market, VecTradingEnv
+from tune_gems.trainer.replay import ReplayBuffer
 from tune_gems.rng import CounterRNG, member_seeds, to_integers
 
 W = 6

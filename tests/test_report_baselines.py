@@ -10,7 +10,7 @@ import pytest
 
 from tune_gems.analysis.load import read_baselines
 from tune_gems.analysis.report import baseline_comparison
-from tune_gems.errors import DataError
+from tune_gems.contracts.errors import DataError
 
 
 def _exp(baselines):

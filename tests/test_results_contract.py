@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 
 import fake_results as fr
-from tune_gems.gem_manifest import LEGACY_MANIFEST, GemEntry, folder_manifest, manifest_text, read_manifest
-from tune_gems.errors import DataError
+from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry, folder_manifest, manifest_text, read_manifest
+from tune_gems.contracts.errors import DataError
 from tune_gems.gems import manifest
 
 PLUGIN = GemEntry("qmag", "q_magnitude", "Q-magnitude penalty", False)

@@ -11,7 +11,7 @@ import pytest
 
 from sweep_fixtures import SMOKE, TINY_SWEEP, cli
 from test_bad_input import TRAIN_TINY
-from tune_gems.cli import SPEC_KEYS_HEADING
+from tune_gems.commands.cli import SPEC_KEYS_HEADING
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "RAY_ADDRESS": "127.0.0.1:9"}
 """One torch thread (a shared 2-core machine); a closed port as RAY_ADDRESS: a dry run that
@@ -60,7 +60,7 @@ def test_config_lists_keys_with_type_default_and_description():
 
 def test_config_lists_every_sweep_spec_key():
     """Every leaf of the SweepSpec model, under its heading; a mapping's keys as a placeholder."""
-    from tune_gems.config_keys import key_rows
+    from tune_gems.config.keys import key_rows
     from tune_gems.sweep.spec import SweepSpec
 
     res = cli("config")

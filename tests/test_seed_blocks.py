@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from learner_fixtures import tiny_config
-from tune_gems.arms import MemberLayout
-from tune_gems.config import ConfigError, load_config
-from tune_gems.data import load_paths, synthetic_prices
+from tune_gems.design.arms import MemberLayout
+from tune_gems.contracts.errors import ConfigError
+from tune_gems.config.load import load_config
+from tune_gems.data.series import load_paths, synthetic_prices
 from tune_gems.rng import member_seeds
 
 TWO_ARMS = "arms.list=[{name: m}, {name: w, gems.g12.mode: wire, gems.g12.weight: 0.1}]"
@@ -57,7 +58,7 @@ def test_a_trainer_of_a_block_reports_design_seed_indices_seeds_and_paths():
 
 
 def test_a_checkpoint_of_one_block_is_refused_by_another(tmp_path):
-    from tune_gems.errors import CheckpointError
+    from tune_gems.contracts.errors import CheckpointError
     from tune_gems.trainer import Trainer
 
     t = Trainer(tiny_config("trainer.population=2", "trainer.epochs=1"), log=None)
@@ -88,7 +89,7 @@ def _design_values(fr, n: int, effect: float):
 
 
 def _g12(folder):
-    from tune_gems.analysis.run import analyze
+    from tune_gems.analysis.analyze import analyze
 
     return analyze(folder, n_boot=50).verdicts.set_index("gem").loc["g12"]
 

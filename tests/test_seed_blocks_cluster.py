@@ -60,9 +60,9 @@ def _assert_every_block_once(exp, epochs: int) -> pd.DataFrame:
 
 
 def test_every_block_runs_once_on_its_own_gpu_and_the_blocks_pool_like_one_trial(cluster, tmp_path, monkeypatch):
-    from tune_gems.analysis.run import analyze
+    from tune_gems.analysis.analyze import analyze
     from tune_gems.sweep import trainable
-    from tune_gems.sweep.run import run_sweep
+    from tune_gems.sweep.driver import run_sweep
 
     probe_dir = tmp_path / "probe"
     probe_dir.mkdir()

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from sweep_fixtures import SMOKE, TINY_SWEEP, cli, ray_address  # noqa: F401 (fixture)
-from tune_gems.errors import ConfigError, OutputExistsError
-from tune_gems.metrics import EPOCH_METRICS, MEMBER_IDS, MEMBER_METRICS
-from tune_gems.sweep.run import run_sweep
+from tune_gems.contracts.errors import ConfigError, OutputExistsError
+from tune_gems.stats.metrics import EPOCH_METRICS, MEMBER_IDS, MEMBER_METRICS
+from tune_gems.sweep.driver import run_sweep
 from tune_gems.sweep.search import JOURNAL_FILE, journal_storage
 from tune_gems.sweep.spec import load_spec
 

@@ -10,7 +10,7 @@ import pytest
 
 from sweep_fixtures import SMOKE, cli
 from test_bad_input import TRAIN_TINY
-from tune_gems.errors import ConfigError
+from tune_gems.contracts.errors import ConfigError
 from tune_gems.sweep import tracking
 from tune_gems.sweep.tracking import TrackingSpec, check_tracking, tracking_callbacks
 

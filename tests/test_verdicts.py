@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fake_results as fr  # noqa: E402
 
-from tune_gems.analysis.run import analyze  # noqa: E402
+from tune_gems.analysis.analyze import analyze  # noqa: E402
 
 FAST = dict(n_boot=50)
 
@@ -225,7 +225,7 @@ def test_nothing_finished_is_no_data(root):
 
 
 def test_corrupt_arms_table_is_one_line(root, capsys):
-    from tune_gems.cli import main
+    from tune_gems.commands.cli import main
 
     f = fr.wire_scenario(root / "bad_arms", n=4)
     (f / "arms.parquet").write_bytes(b"garbage")

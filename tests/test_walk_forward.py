@@ -19,10 +19,10 @@ import fake_results as fr  # noqa: E402
 
 from tune_gems.analysis.calibration import Shape, mc_tolerance  # noqa: E402
 from tune_gems.analysis.report import evidence_line, render_report  # noqa: E402
-from tune_gems.analysis.run import analyze  # noqa: E402
+from tune_gems.analysis.analyze import analyze  # noqa: E402
 from tune_gems.analysis.walk_forward import INCONSISTENT, combined_bounds, hksj, shared_seed_variance  # noqa: E402
 from tune_gems.analysis.walk_forward_calibration import EQUIVALENT, INCONSISTENT as CODE_INCONSISTENT, period_codes  # noqa: E402
-from tune_gems.errors import DataError  # noqa: E402
+from tune_gems.contracts.errors import DataError  # noqa: E402
 
 N_SIM = 2000
 ALPHA = 0.05

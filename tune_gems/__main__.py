@@ -2,6 +2,6 @@
 
 import sys
 
-from tune_gems.cli import main
+from tune_gems.commands.cli import main
 
 sys.exit(main())

@@ -192,8 +192,8 @@ class Installed:
 def install_targets(learner, names: list[str], fullgraph: str, backend: str = "inductor") -> Installed:
     """Wrap the chosen glue functions of one Learner as instance attributes (the library's
     classes and every other Learner are untouched; `Installed.uninstall` takes them off)."""
-    from tune_gems.env import Transition
-    from tune_gems.replay import Batch
+    from tune_gems.market.env import Transition
+    from tune_gems.trainer.replay import Batch
     from tune_gems.rng import Draws
 
     done = Installed()
@@ -257,7 +257,7 @@ def install_targets(learner, names: list[str], fullgraph: str, backend: str = "i
 # ------------------------------------------------------------------------------------ worker
 def build_learner(spec: dict):
     """A prefilled Learner at the trial's shape, as the Trainer builds it."""
-    from tune_gems.config import load_config
+    from tune_gems.config.load import load_config
     from tune_gems.trainer import Trainer
 
     overrides = [

@@ -22,11 +22,11 @@ import pandas as pd
 import pytest
 import torch
 
-from tune_gems.config import load_config
+from tune_gems.config.load import load_config
 from tune_gems.trainer import Trainer
 from tune_gems.trainer import checkpoint as ckpt
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
-from tune_gems.trainer.run import run_training
+from tune_gems.trainer.train_command import run_training
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

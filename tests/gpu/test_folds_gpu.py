@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from test_arms_gpu import SMALL, _lockstep, _Run
-from tune_gems.arms import ArmsConfig, expand_arms
-from tune_gems.config import load_config
+from tune_gems.design.arms import ArmsConfig, expand_arms
+from tune_gems.config.load import load_config
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

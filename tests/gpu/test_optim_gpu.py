@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tune_gems.model.flat import FlatParameters
-from tune_gems.optim import PopulationAdam
+from tune_gems.trainer.optim import PopulationAdam
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

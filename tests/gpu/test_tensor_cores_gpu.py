@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tune_gems.config import load_config
+from tune_gems.config.load import load_config
 from tune_gems.trainer import Trainer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]

@@ -13,7 +13,7 @@ import threading
 import pytest
 import torch
 
-from tune_gems.config import load_config
+from tune_gems.config.load import load_config
 from tune_gems.trainer import Trainer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -165,7 +165,7 @@ def test_chunked_evaluation_graphs_equal_an_eager_pass_with_weights_recomputed_e
     """Evaluation runs EVAL_STEPS_PER_GRAPH steps per captured graph (plus one graph for the
     rest) from weights computed once per pass: the returns and positions equal, bit for bit,
     an eager pass that recomputes the noise-free weights in every step (issue 15)."""
-    from tune_gems.env import evaluate_segment
+    from tune_gems.market.env import evaluate_segment
     from tune_gems.trainer.trainer import EVAL_STEPS_PER_GRAPH
 
     t = Trainer(_cfg("trainer.epochs=1"), log=None)

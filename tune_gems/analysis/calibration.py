@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.confirmation import best_trial
+from tune_gems.analysis.search_choice import best_trial
 from tune_gems.analysis.seed_rule import DELETE, HARMFUL, KEEP, decide_family
-from tune_gems.inference import min_detectable_effect, rank_test
+from tune_gems.stats.inference import min_detectable_effect, rank_test
 
 DISTRIBUTIONS = ("normal", "t3")
 EFFECT_MULTIPLES = (0.25, 0.5, 0.75, 1.0)

@@ -12,7 +12,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from tune_gems.gem_manifest import GemEntry
+from tune_gems.contracts.gem_manifest import GemEntry
 
 
 def add_excess_columns(long: pd.DataFrame, gems: Iterable[GemEntry]) -> dict[str, tuple[str, str]]:

@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.designs import Cells, paired
-from tune_gems.inference import rank_test
+from tune_gems.analysis.pairing import Cells, paired
+from tune_gems.stats.inference import rank_test
 from tune_gems.analysis.report import baseline_comparison, format_number
 
 HELD_OUT_COLUMNS = ["test_effect", "test_ci_low", "test_ci_high", "test_p_value", "held_out"]

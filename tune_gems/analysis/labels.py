@@ -14,7 +14,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from tune_gems.gem_manifest import LEGACY_MANIFEST
+from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST
 
 def gem_mode_from_label(label: str, gem: str) -> str | None:
     """The mode of `gem` written in a config label (`g6=measure ...`), or None if absent."""

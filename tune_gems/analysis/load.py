@@ -21,9 +21,9 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from tune_gems.errors import DataError
-from tune_gems.gem_manifest import LEGACY_MANIFEST, GemEntry, disagreement, folder_manifest, manifest_source
-from tune_gems.result_files import (
+from tune_gems.contracts.errors import DataError
+from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry, disagreement, folder_manifest, manifest_source
+from tune_gems.contracts.result_files import (
     ARMS_FILES, BASELINES_FILES, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE, TRIALS_FILE,
 )
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from tune_gems.analysis.labels import trial_gem_modes
 from tune_gems.analysis.variance import KEY, trial_outcomes
-from tune_gems.gem_manifest import LEGACY_MANIFEST, GemEntry
+from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 
 
 def _arm_history(cells, gems: Sequence[GemEntry]) -> pd.DataFrame:

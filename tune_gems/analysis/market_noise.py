@@ -39,13 +39,13 @@ import numpy as np
 from scipy.signal import lfilter
 
 from tune_gems.analysis import defaults
-from tune_gems.metrics import sharpe as _metrics_sharpe
+from tune_gems.stats.metrics import sharpe as _metrics_sharpe
 
 Metric = Literal["sharpe", "alpha_sharpe"]
 Pooling = Literal["per_pair", "pooled"]
 
 RESIDUAL_RTOL_EPS = 1000.0
-"""Same rule as tune_gems.evaluation.RESIDUAL_RTOL_EPS (kept here so the analysis does not
+"""Same rule as tune_gems.market.evaluation.RESIDUAL_RTOL_EPS (kept here so the analysis does not
 import torch): a beta residual whose std is below this many float64 epsilons of the net
 return's std is rounding noise, and its alpha Sharpe is 0.0."""
 
@@ -62,11 +62,11 @@ BOOT_ELEMENTS_PER_CHUNK = 1_000_000
 size depends only on T, so the same inputs and seed give the same interval)."""
 
 
-# --- statistics of [..., T] arrays (numpy twins of tune_gems.evaluation) ---------------------------
+# --- statistics of [..., T] arrays (numpy twins of tune_gems.market.evaluation) ---------------------------
 
 
 def sharpe_rows(returns: np.ndarray, periods_per_year: float = 252.0) -> np.ndarray:
-    """Sharpe of each row of an [..., T] array, with tune_gems.metrics.sharpe's convention."""
+    """Sharpe of each row of an [..., T] array, with tune_gems.stats.metrics.sharpe's convention."""
     r = np.asarray(returns, dtype=np.float64)
     flat = r.reshape(-1, r.shape[-1])
     return np.asarray(_metrics_sharpe(flat, periods_per_year)).reshape(r.shape[:-1])
@@ -75,7 +75,7 @@ def sharpe_rows(returns: np.ndarray, periods_per_year: float = 252.0) -> np.ndar
 def alpha_sharpe_rows(returns: np.ndarray, asset: np.ndarray, periods_per_year: float = 252.0) -> np.ndarray:
     """Sharpe of r - beta * asset per row, beta the in-sample OLS slope (with intercept) of r on
     the asset; beta 0 where the asset is constant; 0.0 where the residual is rounding noise.
-    Same estimator as tune_gems.evaluation's `alpha_sharpe`. `asset` broadcasts against r."""
+    Same estimator as tune_gems.market.evaluation's `alpha_sharpe`. `asset` broadcasts against r."""
     r = np.asarray(returns, dtype=np.float64)
     a = np.broadcast_to(np.asarray(asset, dtype=np.float64), r.shape)
     T = r.shape[-1]

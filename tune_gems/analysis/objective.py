@@ -2,7 +2,7 @@
 
 The verdicts decide on the per-seed paired gain in validation alpha Sharpe over the last k
 epochs, a diverged member the worst outcome, summarised by the Hodges-Lehmann pseudo-median;
-`verdict_gain` (tune_gems.metrics) is that statistic on one trial's arms. A sweep whose spec
+`verdict_gain` (tune_gems.stats.metrics) is that statistic on one trial's arms. A sweep whose spec
 optimised anything else (raw Sharpe, a last-epoch value, a mean that drops diverged trials)
 chose its configurations on another quantity than the one judged, and its report says so.
 """
@@ -15,7 +15,7 @@ from typing import Iterable
 import pandas as pd
 import yaml
 
-from tune_gems.metrics import VERDICT_GAIN
+from tune_gems.stats.metrics import VERDICT_GAIN
 
 SPEC_FILE = "spec.yaml"
 

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from tune_gems.analysis import defaults
-from tune_gems.gem_manifest import LEGACY_MANIFEST, GemEntry
+from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 
 FOREST_PNG = "gem_effects.png"
 SHARPE_PNG = "sharpe_distributions.png"

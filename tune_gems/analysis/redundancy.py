@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.designs import Cells, paired
+from tune_gems.analysis.pairing import Cells, paired
 from tune_gems.analysis.excess import add_excess_columns
-from tune_gems.inference import holm, rank_test
+from tune_gems.stats.inference import holm, rank_test
 
 PAIRS = (("g10", "model.spectral_norm"), ("g6", "model.noisy"))
 """The redundancy questions of issue 12: G10 vs spectral norm, G6 vs NoisyNets."""

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from tune_gems.baseline_headline import baseline_comparison, baseline_headline
+from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
 
 
 def _cell(v: Any, digits: int = 4) -> str:

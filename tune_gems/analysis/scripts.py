@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from tune_gems.analysis import defaults
-from tune_gems.errors import TuneGemsError
+from tune_gems.contracts.errors import TuneGemsError
 
 
 def _parser(description: str, out: bool) -> argparse.ArgumentParser:
@@ -73,7 +73,7 @@ def _run(fn) -> int:
 def run_calibration(a: argparse.Namespace) -> None:
     """Print the calibration of the verdict rule for the shape of the experiment(s) in `a`."""
     from tune_gems.analysis.calibration import calibration_table, experiment_shapes, format_calibration
-    from tune_gems.analysis.run import analyze, check_settings
+    from tune_gems.analysis.analyze import analyze, check_settings
     from tune_gems.analysis.walk_forward_calibration import format_period_calibration
 
     check_settings(**analysis_settings(a), n_sim=a.n_sim)
@@ -109,8 +109,8 @@ def run_report(a: argparse.Namespace) -> None:
         return
     from tune_gems.analysis.objective import objective_notes
     from tune_gems.analysis.report import format_verdict_table
-    from tune_gems.analysis.run import run_analysis
-    from tune_gems.baseline_headline import baseline_comparison, baseline_headline
+    from tune_gems.analysis.analyze import run_analysis
+    from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
 
     res = run_analysis(a.experiments, a.out, overwrite=a.overwrite, plot=not a.no_plots, **analysis_settings(a))
     headline = baseline_headline(baseline_comparison(res.experiment))
@@ -131,7 +131,7 @@ def report_main(argv: list[str] | None = None) -> int:
 def verdicts_main(argv: list[str] | None = None) -> int:
     """Print the verdict per gem with its evidence (writes nothing)."""
     from tune_gems.analysis.report import format_verdict_table
-    from tune_gems.analysis.run import analyze
+    from tune_gems.analysis.analyze import analyze
 
     a = _parser("Print the verdict per gem of finished sweep(s).", out=False).parse_args(argv)
 
@@ -146,7 +146,7 @@ def sharpe_variance_main(argv: list[str] | None = None) -> int:
     """Print the Sharpe variance table per configuration (writes nothing)."""
     from tune_gems.analysis.load import load_experiment
     from tune_gems.analysis.report import markdown_table
-    from tune_gems.analysis.run import check_settings
+    from tune_gems.analysis.analyze import check_settings
     from tune_gems.analysis.variance import sharpe_variance
 
     a = _parser("Print Sharpe variance per configuration of finished sweep(s).", out=False).parse_args(argv)
@@ -164,7 +164,7 @@ def period_calibration_main(argv: list[str] | None = None) -> int:
     """`python analysis/calibrate_periods.py`: the calibration over periods for
     a stated shape (no experiment needed): the figures of docs/analysis.md."""
     from tune_gems.analysis.calibration import Shape
-    from tune_gems.analysis.run import check_settings
+    from tune_gems.analysis.analyze import check_settings
     from tune_gems.analysis.walk_forward_calibration import format_period_calibration, period_calibration_table
 
     p = argparse.ArgumentParser(description="Calibrate the verdict rule over walk-forward periods for a stated shape.")
@@ -180,7 +180,7 @@ def period_calibration_main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
 
     def go() -> None:
-        from tune_gems.errors import ConfigError
+        from tune_gems.contracts.errors import ConfigError
 
         check_settings(alpha=a.alpha, rope=a.rope, n_sim=a.n_sim, seed=a.seed)
         for flag, v, lo in (("--seeds", a.seeds, 2), ("--gems", a.gems, 1)):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tune_gems.inference import holm_batch
+from tune_gems.stats.inference import holm_batch
 
 KEEP, HARMFUL, EQUIVALENT, DELETE, INCONCLUSIVE = "keep wired", "harmful", "equivalent", "delete", "inconclusive"
 NOT_TESTED = ""

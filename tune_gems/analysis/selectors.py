@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from tune_gems.gem_manifest import GemEntry
+from tune_gems.contracts.gem_manifest import GemEntry
 
 WIRE, MEASURE = "wire", "measure"
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from tune_gems.errors import ConfigError, DataError
-from tune_gems.result_files import CONFIG_FILE, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE, TRIALS_FILE
+from tune_gems.contracts.errors import ConfigError, DataError
+from tune_gems.contracts.result_files import CONFIG_FILE, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE, TRIALS_FILE
 
 TRAIN_TRIAL_ID = "train"
 """The trial id of a train run's one row (its eval_returns.npz is the folder's own)."""
@@ -46,7 +46,7 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
 
 def _config(folder: Path):
     """The run's stored config, validated (a plug-in gem's module must be importable)."""
-    from tune_gems.config import load_config
+    from tune_gems.config.load import load_config
 
     try:
         return load_config(folder / CONFIG_FILE)
@@ -66,7 +66,7 @@ def _status(folder: Path) -> str:
 def load_train_run(folder: Path, label: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(trials, history, members) of a train folder, with `trial_id` and `config_label` set
     (the caller adds `experiment` and checks the tables' column schema)."""
-    from tune_gems.config import flatten
+    from tune_gems.config.dotted import flatten
 
     cfg = _config(folder)
     history = _read_csv(folder / HISTORY_CSV, HISTORY_REQUIRED)

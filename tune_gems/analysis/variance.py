@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.stats import iqm, stratified_bootstrap_ci
+from tune_gems.analysis.descriptive import iqm, stratified_bootstrap_ci
 
 FINISHED = ("TERMINATED",)  # ERROR is failed; anything else (RUNNING, PENDING, ...) is unfinished
 KEY = ["experiment", "trial_id"]

@@ -48,9 +48,9 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.designs import Cells, Paired, build_cells, paired
+from tune_gems.analysis.pairing import Cells, Paired, build_cells, paired
 from tune_gems.analysis.excess import add_excess_columns
-from tune_gems.inference import (
+from tune_gems.stats.inference import (
     holm_levels,
     min_detectable_effect,
     rank_test,
@@ -60,7 +60,7 @@ from tune_gems.inference import (
 from tune_gems.analysis.report import format_number
 from tune_gems.analysis.held_out import held_out_check
 from tune_gems.analysis.walk_forward import period_verdicts
-from tune_gems.analysis.market_evidence import (
+from tune_gems.analysis.verdict_market_noise import (
     MARKET_COLUMNS,
     NOT_NEEDED,
     OK as MARKET_OK,
@@ -72,7 +72,7 @@ from tune_gems.analysis.market_evidence import (
 from tune_gems.analysis.redundancy import redundancy_table
 from tune_gems.analysis.seed_rule import DELETE, EQUIVALENT, HARMFUL, KEEP, decide_family
 from tune_gems.analysis.selectors import MEASURE, WIRE, placebo_selectors
-from tune_gems.gem_manifest import LEGACY_MANIFEST, GemEntry
+from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 
 VERDICTS = ("keep wired", "harmful", "equivalent", "inconclusive", "inconclusive: inconsistent across periods",
             "delete", "insufficient: confounded", "insufficient data", "no data")
@@ -243,7 +243,7 @@ def _unit_magnitudes(cells: Cells, g: GemEntry, column: str, k: int) -> np.ndarr
     t = t[t[mode] == MEASURE]
     if not len(t):
         return np.zeros(0)
-    from tune_gems.analysis.designs import window_values
+    from tune_gems.analysis.pairing import window_values
 
     vals = window_values(cells.long[cells.long["cell"].isin(t["cell"])], column,
                          pd.Series(t["final_epoch"].to_numpy(), index=t["cell"].to_numpy()), k)

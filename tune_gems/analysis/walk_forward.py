@@ -47,9 +47,9 @@ import pandas as pd
 from scipy import stats as sps
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.designs import Cells, Paired, paired
-from tune_gems.inference import holm, holm_levels, rank_test
-from tune_gems.analysis.market_evidence import OK as MARKET_OK
+from tune_gems.analysis.pairing import Cells, Paired, paired
+from tune_gems.stats.inference import holm, holm_levels, rank_test
+from tune_gems.analysis.verdict_market_noise import OK as MARKET_OK
 from tune_gems.analysis.report import format_number
 
 FOLD = "fold"

@@ -31,7 +31,7 @@ from scipy import stats as sps
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.calibration import Shape, _draws, mc_tolerance
-from tune_gems.inference import holm_batch, rank_test
+from tune_gems.stats.inference import holm_batch, rank_test
 from tune_gems.analysis.walk_forward import combined_bounds, fold_estimates, hksj, inconsistent, shared_seed_variance
 
 KEEP, HARMFUL, EQUIVALENT, INCONSISTENT = 1, -1, 2, 3

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from tune_gems.errors import ConfigError
+from tune_gems.contracts.errors import ConfigError
 from tune_gems.gems.inputs import GemInputs
 from tune_gems.gems.registry import Gem, run_gems
 

@@ -26,8 +26,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from tune_gems.errors import ConfigError
-from tune_gems.gem_manifest import GemEntry
+from tune_gems.contracts.errors import ConfigError
+from tune_gems.contracts.gem_manifest import GemEntry
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 """A gem name and its metric name: lowercase identifiers (they become config keys and columns)."""
@@ -225,7 +225,7 @@ def import_plugins(plugins: Sequence[Any]) -> list[Gem]:
 
 def manifest(plugins: Iterable[str] = ()) -> list[GemEntry]:
     """The `gems.json` entries of a run with these plugins: one per gem it knows (written with
-    `tune_gems.gem_manifest.manifest_text`)."""
+    `tune_gems.contracts.gem_manifest.manifest_text`)."""
     return [GemEntry(g.name, g.metric, g.description, g.null is not None) for g in run_gems(plugins)]
 
 

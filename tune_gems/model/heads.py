@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tune_gems.config import ModelConfig
+from tune_gems.config.schema import ModelConfig
 from tune_gems.model.layers import PopLinear
 
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tune_gems.config import ModelConfig
+from tune_gems.config.schema import ModelConfig
 from tune_gems.model.heads import HeadContext
 from tune_gems.model.layers import NoisyPopLinear, PopLinear, WeightMode
 from tune_gems.ops.dueling_head import combined_logits

@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from tune_gems.errors import ConfigError, KernelBuildError
+from tune_gems.contracts.errors import ConfigError, KernelBuildError
 from tune_gems.ops import reference
 from tune_gems.ops import custom_ops  # registers the tune_gems:: ops
 from tune_gems.ops import double_dqn, dueling_head

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from tune_gems.errors import KernelBuildError
+from tune_gems.contracts.errors import KernelBuildError
 
 KERNELS_DIR_ENV = "TUNE_GEMS_KERNELS_DIR"
 EXTENSIONS_DIR_ENV = "TUNE_GEMS_EXTENSIONS_DIR"

@@ -21,15 +21,15 @@ from typing import Any
 
 import pandas as pd
 
-from tune_gems.arm_designs import also_named, arm_aliases
-from tune_gems.arms import expand_arms, resolved_settings
-from tune_gems.config import flatten
-from tune_gems.errors import ConfigError
-from tune_gems.gem_manifest import GemEntry, manifest_text
+from tune_gems.design.arm_sets import also_named, arm_aliases
+from tune_gems.design.arms import expand_arms, resolved_settings
+from tune_gems.config.dotted import flatten
+from tune_gems.contracts.errors import ConfigError
+from tune_gems.contracts.gem_manifest import GemEntry, manifest_text
 from tune_gems.gems import manifest
-from tune_gems.metrics import MEMBER_IDS, epoch_metrics, member_metrics
+from tune_gems.stats.metrics import MEMBER_IDS, epoch_metrics, member_metrics
 from tune_gems.sweep.spec import apply_spec_design, trial_config
-from tune_gems.result_files import (
+from tune_gems.contracts.result_files import (
     ARMS_PARQUET, BASELINES_KEY, BASELINES_PARQUET, CHECKPOINT_HISTORY_FILE, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE,
     FOLDS_KEY, FOLDS_PARQUET, GEMS_FILE, HISTORY_FILE, ID_COLUMNS, MEMBERS_FILE, MEMBERS_KEY, TRIALS_FILE,
     trial_eval_returns,
@@ -115,7 +115,7 @@ class SweepTables:
     eval_returns: dict[str, bytes] = field(default_factory=dict)
     """trial_id -> the eval_returns.npz of its latest checkpoint (trials that have one)."""
     folds: pd.DataFrame = field(default_factory=pd.DataFrame)
-    """One row per trial and walk-forward fold (tune_gems.data.FOLD_TABLE_COLUMNS)."""
+    """One row per trial and walk-forward fold (tune_gems.data.series.FOLD_TABLE_COLUMNS)."""
 
 
 def _ordered_union(seqs: list[tuple[str, ...]]) -> list[str]:
@@ -149,7 +149,7 @@ def collect_tables(
             arm_list = expand_arms(cfg)
             arm_names = tuple(a.name for a in arm_list) if getattr(cfg, "arms", None) is not None else ()
             fold_ids = tuple(range(cfg.data.folds.k))
-            aliases = arm_aliases(cfg)  # a duplicate arm trained once: its other name (tune_gems.arm_designs)
+            aliases = arm_aliases(cfg)  # a duplicate arm trained once: its other name (tune_gems.design.arm_sets)
             arms.extend({"trial_id": trial_id, "arm": a.name, "also_named": also_named(aliases, a.name),
                          **resolved_settings(a.config)} for a in arm_list)
         except ConfigError:

@@ -33,7 +33,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec, seed_stride
 
-from tune_gems.result_files import JOURNAL_FILE, JOURNAL_LOCK_SUFFIX  # noqa: E402 - JOURNAL_FILE re-exported for sweep.run
+from tune_gems.contracts.result_files import JOURNAL_FILE, JOURNAL_LOCK_SUFFIX  # noqa: E402 - JOURNAL_FILE re-exported for sweep.run
 
 
 TUNE_TRIAL_ATTR = "tune_trial_id"
@@ -51,7 +51,7 @@ def clear_stale_journal_lock(journal: Path) -> bool:
     one was there. Only for `--resume` with the experiment's writer lock held: no other driver
     writes the journal then, so the lock is stale (Optuna itself would wait out its 30 s grace
     period before breaking it)."""
-    from tune_gems.outputs import is_journal_lock
+    from tune_gems.contracts.outputs import is_journal_lock
 
     lock = journal.with_name(journal.name + JOURNAL_LOCK_SUFFIX)
     if is_journal_lock(lock):

@@ -17,19 +17,13 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from tune_gems.config import (
-    Config,
-    GemMode,
-    _Strict,
-    apply_overrides,
-    build_config,
-    format_validation_error,
-    read_yaml,
-    set_dotted,
-)
-from tune_gems.errors import ConfigError
+from tune_gems.config.schema import Config, GemMode, _Strict
+from tune_gems.config.yaml_io import apply_overrides, read_yaml
+from tune_gems.config.load import build_config, format_validation_error
+from tune_gems.config.dotted import set_dotted
+from tune_gems.contracts.errors import ConfigError
 from tune_gems.sweep.tracking import TrackingSpec, check_tracking
-from tune_gems.metrics import SEARCHABLE_GAINS, epoch_metrics
+from tune_gems.stats.metrics import SEARCHABLE_GAINS, epoch_metrics
 from tune_gems.sweep.storage import STORAGE_TIMEOUT_S
 
 DESIGN_NONE = "none"
@@ -174,7 +168,7 @@ class SchedulerSpec(_Strict):
 MAX_BLOCKS = 4096
 """More blocks than this is almost surely a mistyped count (each block is a Ray trial)."""
 FIRST_SEED_INDEX = "first_seed_index"
-"""The config key a trial's seed block sets (tune_gems.config.Config.first_seed_index)."""
+"""The config key a trial's seed block sets (tune_gems.config.schema.Config.first_seed_index)."""
 
 
 class BlocksSpec(_Strict):
@@ -224,7 +218,7 @@ class SweepSpec(_Strict):
     design: Literal["none", "wire_search", "wire_search_aa"] = Field(
         DESIGN_NONE,
         description="none: each trial is its config (and config.arms, if any); wire_search: each trial trains "
-        "Optuna's proposal, a control and one without-<gem> arm per wired gem, paired by seed (tune_gems.arm_designs); "
+        "Optuna's proposal, a control and one without-<gem> arm per wired gem, paired by seed (tune_gems.design.arm_sets); "
         "wire_search_aa: the same and an A/A arm (the control with an independent replay stream: the learner's own "
         "null spread, reported beside the verdicts)",
     )
@@ -305,7 +299,7 @@ def trial_config(base: dict[str, Any], params: dict[str, Any]) -> Config:
 
 def arms_keys(config: dict[str, Any]) -> set[str]:
     """The dotted keys the config's `arms` set (every factor, every key of a listed arm)."""
-    from tune_gems.config import flatten
+    from tune_gems.config.dotted import flatten
 
     arms = config.get("arms") if isinstance(config, dict) else None
     if not isinstance(arms, dict):
@@ -395,7 +389,7 @@ def designed_config(spec: SweepSpec, params: dict[str, Any]) -> Config:
 def apply_spec_design(cfg: Config, design: str) -> Config:
     if design == DESIGN_NONE:
         return cfg
-    from tune_gems.arm_designs import apply_design
+    from tune_gems.design.arm_sets import apply_design
 
     return apply_design(cfg, design)
 

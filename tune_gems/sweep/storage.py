@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from tune_gems.errors import StorageError
+from tune_gems.contracts.errors import StorageError
 
 KNOWN_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 """URI schemes pyarrow (and so Ray) can open; anything else is refused up front."""
@@ -78,7 +78,7 @@ def _within(seconds: float, call, what: str):
 def check_storage(storage: str, field: str = "--storage", timeout_s: float = STORAGE_TIMEOUT_S) -> None:
     """A URI's filesystem is known, reachable and writable: a probe file is written at the
     storage root and removed at once, all within `timeout_s`. Local paths are checked by
-    tune_gems.outputs instead."""
+    tune_gems.contracts.outputs instead."""
     if not is_uri(storage):
         return
     if scheme_of(storage) != "file":
@@ -91,8 +91,8 @@ def _probe(storage: str, field: str) -> None:
     fs, root = open_uri(storage, field)
     root = root.rstrip("/") or "/"
     if scheme_of(storage) == "file":  # a local folder: the local rules (nothing is created)
-        from tune_gems.errors import OutputError
-        from tune_gems.outputs import check_writable
+        from tune_gems.contracts.errors import OutputError
+        from tune_gems.contracts.paths import check_writable
 
         if Path(root).is_file():
             raise StorageError(f"{field}: {storage!r} is a file, not a folder")

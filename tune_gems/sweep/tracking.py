@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import Field
 
-from tune_gems.config import _Strict
-from tune_gems.errors import ConfigError
+from tune_gems.config.schema import _Strict
+from tune_gems.contracts.errors import ConfigError
 
 CALLBACKS = {
     "wandb": ("wandb", "ray.air.integrations.wandb", "WandbLoggerCallback"),

@@ -25,14 +25,14 @@ from typing import Any
 import pandas as pd
 from ray import tune
 
-from tune_gems.metrics import DIVERGENCE_SCORED
-from tune_gems.resources import check_training_fits
-from tune_gems.result_files import BASELINES_KEY, CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE, FOLDS_KEY, MEMBERS_KEY
+from tune_gems.stats.metrics import DIVERGENCE_SCORED
+from tune_gems.design.resources import check_training_fits
+from tune_gems.contracts.result_files import BASELINES_KEY, CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE, FOLDS_KEY, MEMBERS_KEY
 from tune_gems.sweep.console import quiet_trial
 from tune_gems.sweep.progress import HEALTH_KEY
 from tune_gems.sweep.spec import apply_spec_design, trial_config
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
-from tune_gems.trainer.run import train_epochs
+from tune_gems.trainer.train_command import train_epochs
 from tune_gems.trainer.trainer import EpochResult, Trainer
 
 

@@ -17,7 +17,7 @@ checkpoint must agree with itself (`check_consistent`): its history holds one ro
 1..epoch with the same columns throughout, its epoch is within its config's `trainer.epochs`,
 and the weights and optimizer state are finite unless the run diverged.
 
-Written through tune_gems.safe_files: a symlink planted at the checkpoint's temporary name is
+Written through tune_gems.contracts.safe_files: a symlink planted at the checkpoint's temporary name is
 replaced, never written through.
 """
 
@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tune_gems.errors import CheckpointError
-from tune_gems.safe_files import open_atomic
+from tune_gems.contracts.errors import CheckpointError
+from tune_gems.contracts.safe_files import open_atomic
 
 FORMAT = "tune-gems-checkpoint-v1"
 VERSION = 1

@@ -39,7 +39,7 @@ def health_line(
     `arm_off[arm]`). A designed run (proposal/control arms) adds, before the arms part,
     ` gain [sharpe=<val_sharpe_gain> alpha=<val_alpha_sharpe_gain> verdict=<verdict_gain> <gem>=<gain_<gem>> ...]` for
     each gem with a without-<gem> arm (or an arm trained under another name: `aliases`,
-    tune_gems.arm_designs.arm_aliases)."""
+    tune_gems.design.arm_sets.arm_aliases)."""
     named = set(arms) | set(aliases or {})
     parts = [
         f"HEALTH_DIAG epoch={m['epoch']}",
@@ -60,7 +60,7 @@ def health_line(
     parts.append(f"gems [{' '.join(gem_parts)}]")
     if m["diverged"]:
         parts.append("DIVERGED")
-    if "val_sharpe_gain" in m:  # a designed run (tune_gems.arm_designs): the paired gains
+    if "val_sharpe_gain" in m:  # a designed run (tune_gems.design.arm_sets): the paired gains
         gains = [f"sharpe={_num(m['val_sharpe_gain'], '+.3f')}", f"alpha={_num(m['val_alpha_sharpe_gain'], '+.3f')}",
                  f"verdict={_num(m['verdict_gain'], '+.3f')}"]
         gains += [f"{s.name}={_num(m[f'gain_{s.name}'], '+.3f')}" for s in gems.settings.values() if f"without-{s.name}" in named]

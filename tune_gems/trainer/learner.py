@@ -6,7 +6,7 @@ into replay, sample, forward, gems, backward, per-member clipped Adam step, targ
 metric accumulation. Nothing in it reads a value back to the host or branches on one.
 
 Arms (docs/design.md "Arms"): the population axis carries P = folds x arms x seeds members,
-fold-major, then arm-major (tune_gems.arms.MemberLayout; one fold without `data.folds`). What differs between arms (spectral norm, NoisyNets, learning
+fold-major, then arm-major (tune_gems.design.arms.MemberLayout; one fold without `data.folds`). What differs between arms (spectral norm, NoisyNets, learning
 rate, each gem's mode and weight) enters as per-member constants: masks inside the network
 (tune_gems.model.layers), learning-rate blocks in the optimizer, [P] gem masks and weights
 (tune_gems.trainer.member_gems), an exploration mask for members without NoisyNets. The graph's
@@ -21,10 +21,10 @@ import contextlib
 import torch
 from torch import Tensor
 
-from tune_gems import data as data_mod
-from tune_gems.arms import Arm, MemberLayout, expand_arms
-from tune_gems.config import Config
-from tune_gems.env import Market, VecTradingEnv
+from tune_gems.data import series as data_mod
+from tune_gems.design.arms import Arm, MemberLayout, expand_arms
+from tune_gems.config.schema import Config
+from tune_gems.market.env import Market, VecTradingEnv
 from tune_gems.gems import GemInputs
 from tune_gems.gems.modes import GemSet
 from tune_gems.ops.reference import c51_cross_entropy
@@ -32,8 +32,8 @@ from tune_gems.model.member_select import uniform
 from tune_gems.gems.registry import run_gems
 from tune_gems.model.flat import FlatParameters
 from tune_gems.model.network import BranchingC51
-from tune_gems.optim import PopulationAdam
-from tune_gems.replay import ReplayBuffer
+from tune_gems.trainer.optim import PopulationAdam
+from tune_gems.trainer.replay import ReplayBuffer
 from tune_gems.rng import CounterRNG, DrawPlan, Draws
 from tune_gems.trainer.member_gems import MemberGems
 
@@ -58,7 +58,7 @@ class Learner:
         arms: list[Arm] | None = None,
     ):
         """`seeds` overrides the member seeds derived from cfg.seed (one per member);
-        `arms` the arms expanded from cfg (`tune_gems.arms.expand_arms`)."""
+        `arms` the arms expanded from cfg (`tune_gems.design.arms.expand_arms`)."""
         tc, mc = cfg.trainer, cfg.model
         self.cfg, self.device, self.ops = cfg, device, ops
         self.arms = list(arms) if arms is not None else expand_arms(cfg)

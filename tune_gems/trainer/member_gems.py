@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from tune_gems.arms import MemberLayout
+from tune_gems.design.arms import MemberLayout
 from tune_gems.gems import GemInputs
 from tune_gems.gems.modes import GemSet
 from tune_gems.model.member_select import Uniform, select, uniform

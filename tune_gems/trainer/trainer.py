@@ -19,20 +19,21 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tune_gems import data as data_mod
-from tune_gems.arm_designs import arm_aliases, has_gains, paired_gains, verdict_gains
-from tune_gems.arms import DEFAULT_ARM
-from tune_gems.config import Config, flatten
-from tune_gems.env import Market, SegmentEvaluator
-from tune_gems.errors import CheckpointError, ConfigError
-from tune_gems.evaluation import baseline_stats, evaluation_stats, read_back, segment_asset_returns
+from tune_gems.data import series as data_mod
+from tune_gems.design.arm_sets import arm_aliases, has_gains, paired_gains, verdict_gains
+from tune_gems.design.arms import DEFAULT_ARM
+from tune_gems.config.schema import Config
+from tune_gems.config.dotted import flatten
+from tune_gems.market.env import Market, SegmentEvaluator
+from tune_gems.contracts.errors import CheckpointError, ConfigError
+from tune_gems.market.evaluation import baseline_stats, evaluation_stats, read_back, segment_asset_returns
 from tune_gems.model.layers import Affine
-from tune_gems.metrics import (
+from tune_gems.stats.metrics import (
     ARM_SEPARATOR, EVAL_STATS, FOLD_METRICS, FOLD_PREFIX, GAIN_METRICS, GAIN_OBJECTIVES, GEM_GAIN_PREFIX, SEGMENTS, epoch_metrics,
 )
 from tune_gems.ops import resolve_backend
-from tune_gems.result_files import EVAL_RETURNS_FILE, EVAL_RETURNS_FORMAT
-from tune_gems.safe_files import open_atomic
+from tune_gems.contracts.result_files import EVAL_RETURNS_FILE, EVAL_RETURNS_FORMAT
+from tune_gems.contracts.safe_files import open_atomic
 from tune_gems.trainer import checkpoint as ckpt
 from tune_gems.trainer.graph import StepRunner
 from tune_gems.trainer.health import health_line
@@ -118,11 +119,11 @@ def prepare_market(
 
     `n_seed_indices`: the distinct seed indices of the run (default: its population, the seeds
     per arm), from `cfg.first_seed_index` on; with synthetic `per_seed` paths each gets its own
-    path (tune_gems.data.load_paths), else one is shared. `prices` (a sweep's driver loads the
+    path (tune_gems.data.series.load_paths), else one is shared. `prices` (a sweep's driver loads the
     series once for every trial) is that one shared path; with synthetic `per_seed` paths the
     paths are generated here instead (they are a function of the config alone; one path could
     not serve every seed index), and `prices` must be the path of seed index 0. `folds`: which
-    of the config's folds (`data.folds`, tune_gems.data.fold_bounds) the market holds (default
+    of the config's folds (`data.folds`, tune_gems.data.series.fold_bounds) the market holds (default
     all; one fold alone is the reference run of the folds invariant, tests/test_folds.py).
     """
     n_seed_indices = cfg.trainer.population if n_seed_indices is None else n_seed_indices
@@ -261,7 +262,7 @@ class Trainer:
 
     def baselines(self) -> pd.DataFrame:
         """The flat, buy-and-hold and momentum baselines on the validation and test segments
-        (tune_gems.evaluation.baseline_stats; one row per fold, segment, baseline and path: each
+        (tune_gems.market.evaluation.baseline_stats; one row per fold, segment, baseline and path: each
         fold's own validation window, the common test segment), the yardstick for the members'
         evaluation columns. Written beside the tables by the writers."""
         env = self.cfg.env
@@ -274,7 +275,7 @@ class Trainer:
         return pd.concat(frames, ignore_index=True)
 
     def fold_table(self) -> pd.DataFrame:
-        """One row per fold of the run: its windows (tune_gems.data.fold_table), for folds.csv."""
+        """One row per fold of the run: its windows (tune_gems.data.series.fold_table), for folds.csv."""
         m = self.market
         return data_mod.fold_table(m.index, m.bounds, self.cfg.data.folds.layout, m.fold_ids)
 
@@ -451,7 +452,7 @@ class Trainer:
             for i, e in enumerate(epochs)
         ]
 
-    # -- arms (tune_gems.arms; the learner's member layout, one arm without `arms`) ------------
+    # -- arms (tune_gems.design.arms; the learner's member layout, one arm without `arms`) ------------
     @property
     def arm_names(self) -> tuple[str, ...]:
         layout = getattr(self.learner, "layout", None)
@@ -553,11 +554,11 @@ class Trainer:
         return EpochResult(metrics=m, members=members)
 
     def _gains(self, arm_of: list[str], val: dict[str, np.ndarray], member_diverged: np.ndarray) -> dict[str, float]:
-        """The paired gains of a designed run (tune_gems.arm_designs.paired_gains: proposal minus
+        """The paired gains of a designed run (tune_gems.design.arm_sets.paired_gains: proposal minus
         control, and minus without-<gem>, at each seed index; NaN where a member of a pair
         diverged), the gains' last-k means (the same k and window as the other objectives;
         NaN if any epoch in the window is NaN), and the verdict's statistic on the same window
-        (tune_gems.arm_designs.verdict_gains, from the members' last-k rows)."""
+        (tune_gems.design.arm_sets.verdict_gains, from the members' last-k rows)."""
         gems = self.cfg.gem_names()
         S = self.cfg.trainer.population
         # pairs are the same seed index in the same fold

@@ -1,0 +1,247 @@
+"""The whole analysis: compute every table (`analyze`) and write them out (`run_analysis`).
+
+`run_analysis` checks the output folder before any work (`tune_gems.contracts.outputs`): it refuses an
+`--out` that is, contains or lies inside an input experiment or any folder holding sweep/train
+results, and `overwrite` replaces only a folder that an analysis wrote (it carries the analyze
+marker). It writes into a temporary folder beside the destination and publishes it at the end,
+so a failure never leaves half-written results.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from tune_gems.analysis import defaults, plots
+from tune_gems.analysis.pairing import build_cells
+from tune_gems.analysis.excess import add_excess_columns
+from tune_gems.analysis.importance import param_importances
+from tune_gems.analysis.load import Experiment, load_experiment
+from tune_gems.analysis.verdict_market_noise import EvalReturnsLookup
+from tune_gems.analysis.objective import objective_notes
+from tune_gems.analysis.magnitudes import gem_magnitudes, gem_trajectories
+from tune_gems.analysis.redundancy import redundancy_table
+from tune_gems.analysis.report import render_report
+from tune_gems.analysis.held_out import skill_context
+from tune_gems.analysis.variance import final_members, sharpe_variance, split_arms, trial_outcomes
+from tune_gems.analysis.verdicts import gem_verdicts, placebo_verdicts, verdict_metric
+from tune_gems.contracts.errors import ConfigError
+
+DEFAULT_OUT = "analysis"
+CSV_FILES = {
+    "sharpe_variance": "sharpe_variance.csv",
+    "gem_magnitudes": "gem_magnitudes.csv",
+    "gem_trajectories": "gem_trajectories.csv",
+    "verdicts": "verdicts.csv",
+    "placebo": "placebo.csv",
+    "redundancy": "redundancy.csv",
+    "importances": "importances.csv",
+    "trial_outcomes": "trial_outcomes.csv",
+}
+REPORT_FILE = "report.md"
+
+
+@dataclass
+class AnalysisResult:
+    """Every table of one analysis, as DataFrames, plus where they were written (if they were)."""
+
+    experiment: Experiment
+    trial_outcomes: pd.DataFrame
+    sharpe_variance: pd.DataFrame
+    gem_magnitudes: pd.DataFrame
+    gem_trajectories: pd.DataFrame
+    verdicts: pd.DataFrame
+    importances: pd.DataFrame
+    placebo: pd.DataFrame = field(default_factory=pd.DataFrame)
+    redundancy: pd.DataFrame = field(default_factory=pd.DataFrame)
+    settings: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    out_dir: Path | None = None
+    files: list[str] = field(default_factory=list)
+
+
+def check_settings(
+    *,
+    alpha: float = defaults.ALPHA,
+    rope: float = defaults.ROPE,
+    rel_threshold: float = defaults.REL_THRESHOLD,
+    last_k: int = defaults.LAST_K,
+    power: float = defaults.POWER,
+    placebo_weight: float = defaults.PLACEBO_WEIGHT,
+    confidence: float = defaults.CONFIDENCE,
+    n_boot: int = defaults.N_BOOT,
+    n_sim: int = defaults.N_SIM,
+    seed: int = defaults.SEED,
+) -> None:
+    """Refuse, in one line naming the option, a setting that is NaN, infinite or out of range."""
+
+    def num(name: str, v, lo: float, hi: float, lo_open: bool = True, hi_open: bool = True, integer: bool = False):
+        flag = "--" + name.replace("_", "-")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
+            raise ConfigError(f"{flag}: expected {'an integer' if integer else 'a number'}, got {v!r}")
+        if not math.isfinite(v):
+            raise ConfigError(f"{flag}: must be a finite number, got {v}")
+        bad_lo = v <= lo if lo_open else v < lo
+        bad_hi = v >= hi if hi_open else v > hi
+        if bad_lo or bad_hi:
+            rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+            raise ConfigError(f"{flag}: must be in {rng}, got {v:g}")
+
+    num("alpha", alpha, defaults.MIN_ALPHA, 0.5, lo_open=False)
+    num("rope", rope, 0.0, math.inf)
+    num("rel_threshold", rel_threshold, 0.0, math.inf)
+    num("last_k", last_k, 1, 10**6, lo_open=False, integer=True)
+    num("power", power, 0.0, 1.0)
+    num("placebo_weight", placebo_weight, 0.0, math.inf, lo_open=False)
+    num("confidence", confidence, 0.0, 1.0)
+    num("n_boot", n_boot, 1, defaults.MAX_N_BOOT, lo_open=False, hi_open=False, integer=True)
+    num("n_sim", n_sim, 100, defaults.MAX_N_SIM, lo_open=False, hi_open=False, integer=True)
+    num("seed", seed, 0, 2**63, lo_open=False, integer=True)
+
+
+def analyze(
+    experiment: Experiment | str | Path | Iterable[str | Path],
+    *,
+    alpha: float = defaults.ALPHA,
+    rope: float = defaults.ROPE,
+    rel_threshold: float = defaults.REL_THRESHOLD,
+    last_k: int = defaults.LAST_K,
+    power: float = defaults.POWER,
+    placebo_weight: float = defaults.PLACEBO_WEIGHT,
+    confidence: float = defaults.CONFIDENCE,
+    n_boot: int = defaults.N_BOOT,
+    seed: int = defaults.SEED,
+) -> AnalysisResult:
+    """Compute every table from an `Experiment` (or folders to load); writes nothing."""
+    check_settings(alpha=alpha, rope=rope, rel_threshold=rel_threshold, last_k=last_k, power=power,
+                   placebo_weight=placebo_weight, confidence=confidence, n_boot=n_boot, seed=seed)
+    exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
+    t, h, m = exp.trials, exp.history, exp.members
+    arms, gems = exp.arms, list(exp.gems)
+    cells = build_cells(t, m, arms)
+    excess = add_excess_columns(cells.long, gems)
+    common = dict(alpha=alpha, rel_threshold=rel_threshold, last_k=last_k)
+    red = redundancy_table(cells, gems, excess=excess, **common)
+    verdicts = gem_verdicts(t, h, m, arms=arms, gems=gems, rope=rope, power=power, placebo_weight=placebo_weight,
+                            redundancy=red, cells=cells, eval_returns=EvalReturnsLookup(exp.paths, exp.labels, t),
+                            n_boot=n_boot, seed=seed, **common)
+    verdicts["skill"] = skill_context(exp)
+    placebo = placebo_verdicts(cells, gems, m, alpha=alpha, rope=rope, last_k=last_k, placebo_weight=placebo_weight)
+    _, metric_note = verdict_metric(m)
+    notes = list(cells.notes) + ([metric_note] if metric_note else []) + objective_notes(exp.paths, exp.labels, exp.trials)
+    boot = dict(n_boot=n_boot, confidence=confidence, seed=seed)
+    settings = dict(alpha=alpha, rope=rope, rel_threshold=rel_threshold, last_k=last_k, power=power,
+                    placebo_weight=placebo_weight, confidence=confidence, n_boot=n_boot, seed=seed)
+    return AnalysisResult(
+        experiment=exp,
+        trial_outcomes=trial_outcomes(t, m),
+        sharpe_variance=sharpe_variance(*reversed(split_arms(t, m)), **boot),
+        gem_magnitudes=gem_magnitudes(h, t, m, cells, gems),
+        gem_trajectories=gem_trajectories(h, t, m, cells, gems),
+        verdicts=verdicts,
+        importances=param_importances(exp.studies),
+        placebo=placebo,
+        redundancy=red,
+        settings=settings,
+        notes=notes,
+    )
+
+
+def default_out_dir(paths: str | Path | Iterable[str | Path]) -> Path:
+    """`<first experiment folder>/analysis`."""
+    first = paths if isinstance(paths, (str, Path)) else next(iter(paths))
+    return Path(first) / DEFAULT_OUT
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def check_out(out: str | Path, inputs: list[str | Path], overwrite: bool) -> Path:
+    """The checked output folder (see module docstring); writes nothing. The default
+    `<first experiment>/analysis` may lie inside that experiment; nothing else may."""
+    from tune_gems.contracts.outputs import check_output_folder
+
+    inputs = [Path(p) for p in inputs]
+    allow = []
+    if inputs and Path(out).expanduser().resolve() == default_out_dir(inputs).expanduser().resolve():
+        allow = [inputs[0]]
+    return check_output_folder(out, kind="analyze", field="--out", inputs=inputs, overwrite=overwrite,
+                               allow_inside=allow)
+
+
+def write_result(result: AnalysisResult, out_dir: str | Path, *, overwrite: bool = False,
+                 plot: bool = True) -> AnalysisResult:
+    """Write the CSVs, PNGs and report.md of `result` into `out_dir` (all or nothing)."""
+    from tune_gems.contracts.outputs import MARKER_FILES_KEY, publish_folder, update_marker, write_marker, written_files
+
+    out = check_out(out_dir, list(result.experiment.paths), overwrite)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; give it a normal folder's mode
+    try:
+        write_marker(tmp, "analyze")
+        files = []
+        for attr, name in CSV_FILES.items():
+            getattr(result, attr).to_csv(tmp / name, index=False)
+            files.append(name)
+        images: dict[str, str] = {}
+        if plot:
+            t_arms, m_arms = split_arms(result.experiment.trials, result.experiment.members)
+            final = final_members(m_arms, t_arms)
+            figures = {
+                ("Gem effects", plots.FOREST_PNG): plots.forest(result.verdicts, result.placebo),
+                ("Sharpe distributions", plots.SHARPE_PNG): plots.sharpe_distributions(final[final["included"]]),
+                ("Gem magnitudes", plots.MAGNITUDES_PNG): plots.gem_magnitude_curves(
+                    result.gem_trajectories, result.settings.get("rel_threshold", defaults.REL_THRESHOLD),
+                    result.experiment.gems),
+                ("Parameter importances", plots.IMPORTANCES_PNG): plots.importance_bars(result.importances),
+            }
+            for (title, name), fig in figures.items():
+                if plots.save(fig, tmp / name):
+                    images[title] = name
+                    files.append(name)
+        (tmp / REPORT_FILE).write_text(render_report(result, images, result.settings), encoding="utf-8")
+        files.append(REPORT_FILE)
+        update_marker(tmp, **{MARKER_FILES_KEY: written_files(tmp)})  # what a later --overwrite may delete
+        check_out(out, list(result.experiment.paths), overwrite)  # re-check: something may have appeared
+        publish_folder(tmp, out, kind="analyze", overwrite=overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    result.out_dir = out
+    result.files = files
+    return result
+
+
+def run_analysis(
+    paths: str | Path | Iterable[str | Path],
+    out_dir: str | Path | None = None,
+    *,
+    overwrite: bool = False,
+    plot: bool = True,
+    **settings: Any,
+) -> AnalysisResult:
+    """Load the experiment folder(s), analyse, write everything into `out_dir`; return the tables.
+
+    `out_dir` defaults to `<first folder>/analysis`. The output folder is checked before any
+    work (`check_out`): an existing non-empty one raises `OutputExistsError` unless
+    `overwrite=True`, and even then only a folder an analysis wrote is replaced (`OutputError`
+    otherwise). Bad settings raise `ConfigError`, bad input folders `DataError`, before anything
+    is written. `settings`: the keyword parameters of `analyze`.
+    """
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    check_settings(**{k: v for k, v in settings.items() if k in check_settings.__kwdefaults__})
+    out = Path(out_dir) if out_dir is not None else default_out_dir(paths)
+    check_out(out, paths, overwrite)
+    result = analyze(paths, **settings)
+    return write_result(result, out, overwrite=overwrite, plot=plot)

@@ -1,0 +1,1 @@
+"""The command line: `tune-gems` and the commands above the sweep (confirm, compare)."""

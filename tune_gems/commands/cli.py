@@ -1,0 +1,316 @@
+"""The `tune-gems` command line: train, sweep, analyze.
+
+Bad input (a TuneGemsError) prints one line on stderr naming the field or file and exits 2,
+before anything is written. Any other exception is a bug: the last line of defence prints one
+line naming it and the file holding its full traceback, and exits 1 (`--debug`, or
+TUNE_GEMS_DEBUG=1, shows the traceback inline instead). Ctrl-C exits 130; `train` stopped by
+SIGTERM/SIGINT checkpoints at the epoch boundary and exits 128 + the signal. Subcommands import
+their engines lazily, so `train` never imports Ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import traceback
+import typing
+from pathlib import Path
+
+from tune_gems.analysis.scripts import add_arguments as add_analysis_arguments
+from tune_gems.commands.blas_path import pin_cpu_blas_path
+from tune_gems.contracts.errors import TuneGemsError
+
+EXIT_BAD_INPUT = 2
+EXIT_BUG = 1
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE, what a shell reports for a command whose reader closed the pipe."""
+DEBUG_ENV = "TUNE_GEMS_DEBUG"
+
+
+def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]]:
+    """`[CONFIG.yaml] [key=value ...]`: the first item is a config file unless it has '='."""
+    if items and "=" not in items[0]:
+        return items[0], items[1:]
+    return None, items
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from tune_gems.config.load import load_config
+
+    path, overrides = _split_config_and_overrides(args.items)
+    for item in overrides:
+        if "=" not in item:
+            raise TuneGemsError(f"{item}: expected key=value (only the first argument may be a config file)")
+    if args.resume:
+        if not args.out:
+            raise TuneGemsError("--resume needs --out: the run folder to continue")
+        from tune_gems.trainer.train_command import resume_config
+
+        cfg = resume_config(Path(args.out), path, overrides)  # the stored config; differing keys refused
+    else:
+        cfg = load_config(path, overrides)  # validated before torch is even imported
+
+    if args.dry_run:
+        return _train_dry_run(cfg, args.out, args.resume)
+    from tune_gems.trainer.train_command import run_training
+    from tune_gems.trainer.stop_signals import TrainingStopped
+
+    try:
+        run_training(cfg, Path(args.out) if args.out else None, resume=args.resume)
+    except TrainingStopped as stopped:  # SIGTERM/SIGINT: stopped at an epoch boundary, checkpoint written
+        print(str(stopped), file=sys.stderr, flush=True)
+        return stopped.exit_code
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from tune_gems.sweep.console import keep_every_line
+    from tune_gems.sweep.local_ray import prepare_loopback
+
+    prepare_loopback()  # before Ray is imported: a Ray started here listens on loopback only
+    keep_every_line()
+    from tune_gems.sweep.driver import run_sweep
+
+    outcome = run_sweep(
+        args.spec, overrides=args.overrides, storage=args.storage, name=args.name, resume=args.resume, verbose=args.verbose,
+        dry_run=args.dry_run,
+    )
+    if outcome is None:  # --dry-run: the plan is printed
+        return 0
+    if outcome.interrupted:
+        print(f"tune-gems: interrupted; continue with: {outcome.resume_command}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from tune_gems.analysis.scripts import run_report
+
+    run_report(args)
+    return 0
+
+
+# -- checking a run before starting it: --dry-run, `tune-gems config`, --version -----------------
+
+DRY_RUN_HELP = (
+    "check everything, then print the resolved config, members, trials, data split, memory estimate and a measured "
+    "time estimate; write nothing"
+)
+
+
+def _train_dry_run(cfg, out: str | None, resume: bool) -> int:
+    from tune_gems.trainer.dry_run import train_plan
+    from tune_gems.trainer.train_command import check_train_out
+
+    folder = check_train_out(out, resume)  # the real command's check of --out, first as there
+    print("\n".join(train_plan(cfg, folder, resume)), flush=True)
+    return 0
+
+
+SPEC_KEYS_HEADING = "sweep spec keys (a spec's `config:` section holds the config keys):"
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    """`tune-gems config [PREFIX] [--plugin MODULE ...]`: every config key, then every sweep
+    spec key, with type, default and description, read from the models validation uses."""
+    from tune_gems.config.schema import Config
+    from tune_gems.config.load import config_model
+    from tune_gems.config.keys import format_rows, key_rows
+    from tune_gems.gems import registry
+    from tune_gems.sweep.spec import SweepSpec
+
+    plugins = tuple(args.plugin or ())
+    if plugins:
+        registry.import_plugins(list(plugins))
+    tables = [key_rows(config_model(plugins) if plugins else Config), key_rows(SweepSpec)]
+    if args.prefix:
+        tables = [[r for r in rows if r.key == args.prefix or r.key.startswith(args.prefix.rstrip(".") + ".")] for rows in tables]
+        if not any(tables):
+            raise TuneGemsError(f"{args.prefix}: no config or sweep spec key starts with it (tune-gems config lists them all)")
+    config_rows, spec_rows = tables
+    parts = [format_rows(config_rows)] if config_rows else []
+    if spec_rows:
+        parts.append(f"{SPEC_KEYS_HEADING}\n{format_rows(spec_rows)}")
+    print("\n\n".join(parts), flush=True)
+    return 0
+
+
+def _add_config_parser(sub) -> argparse.ArgumentParser:
+    c = sub.add_parser("config", help="list the config and sweep spec keys with type, default and description")
+    c.add_argument("prefix", nargs="?", help="only keys under this one (e.g. trainer, gems.g6, search, tracking)")
+    c.add_argument("--plugin", action="append", metavar="MODULE", help="also list the gems of this plug-in module")
+    c.set_defaults(fn=_cmd_config)
+    return c
+
+
+def _version() -> str:
+    import platform
+
+    from tune_gems import __version__
+
+    return f"tune-gems {__version__} (python {platform.python_version()})"
+
+
+# -- two experiments side by side: `tune-gems compare A B` ----------------------------------------
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from tune_gems.analysis.analyze import check_settings
+    from tune_gems.analysis.scripts import analysis_settings
+    from tune_gems.commands.compare import compare, format_comparison
+
+    settings = analysis_settings(args)
+    check_settings(**settings)  # a bad option is named before the folders are counted or read
+    if len(args.experiments) != 2:
+        raise TuneGemsError(f"compare: give exactly two experiment folders, got {len(args.experiments)}")
+    print(format_comparison(compare(*args.experiments, **settings)), flush=True)
+    return 0
+
+
+def _add_compare_parser(sub) -> argparse.ArgumentParser:
+    c = sub.add_parser("compare", help="two experiments (sweep or train folders) side by side: settings, verdicts, Sharpe")
+    add_analysis_arguments(c, out=False)
+    c.set_defaults(fn=_cmd_compare)
+    return c
+
+
+# -- search, then confirm: `tune-gems confirm EXP` --------------------------------------------
+
+
+def _cmd_confirm(args: argparse.Namespace) -> int:
+    """`tune-gems confirm EXP`: re-test each gem's chosen configuration on fresh seeds and paths."""
+    from tune_gems.analysis.search_choice import format_confirmation
+    from tune_gems.analysis.scripts import analysis_settings
+    from tune_gems.commands.confirm import confirm
+
+    res = confirm(args.experiment, args.out, population=args.seeds, log=lambda line: print(line, flush=True),
+                  **analysis_settings(args))
+    print(format_confirmation(res.table))
+    for note in res.notes:
+        print(f"note: {note}")
+    print(f"\nwrote {res.out}/report.md")
+    return 0
+
+
+def _add_confirm_parser(sub) -> None:
+    from tune_gems.analysis.scripts import add_settings
+
+    c = sub.add_parser("confirm", help="re-test each gem's chosen configuration once, on fresh seeds and paths")
+    c.add_argument("experiment", metavar="EXPERIMENT_DIR", help="folder of a finished wire_search sweep")
+    c.add_argument("--out", default=None, help="output folder (default: EXPERIMENT_DIR/confirmation; never overwritten)")
+    c.add_argument("--seeds", type=int, default=None,
+                   help="seeds per arm of each confirmation run (default: the search's trainer.population)")
+    add_settings(c)
+    c.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show the full traceback of an internal error inline")
+    c.set_defaults(fn=_cmd_confirm)
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (naming the argument) and exit status 2, like
+    every other bad input; `--help` still prints the full usage."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        print(f"tune-gems: error: {' '.join(message.split())} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _OneLineParser(prog="tune-gems", description=__doc__.splitlines()[0])
+    debug_help = "show the full traceback of an internal error inline (default: written to a file)"
+    p.add_argument("--debug", action="store_true", help=debug_help)
+    p.add_argument("--version", action="version", version=_version())
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train P seeds of the DQN on one device")
+    t.add_argument("items", nargs="*", metavar="[CONFIG.yaml] [key=value]", help="config file and/or overrides")
+    t.add_argument("--out", help="result folder (default runs/train-<time>)")
+    t.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    t.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP)
+    t.set_defaults(fn=_cmd_train)
+
+    s = sub.add_parser("sweep", help="run a Ray Tune + Optuna sweep from a spec")
+    s.add_argument("spec", help="sweep spec YAML (see sweeps/)")
+    s.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of the spec")
+    s.add_argument("--storage", help="where experiments live: a local path or a URI Ray understands")
+    s.add_argument("--name", help="experiment name (folder under storage)")
+    s.add_argument("--resume", action="store_true", help="finish an interrupted sweep (Tuner.restore)")
+    s.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP + "; Ray is not started")
+    s.add_argument(
+        "--verbose", action="store_true",
+        help="also show each HEALTH_DIAG line's per-arm part, Tune's own status tables and result dumps, Ray's "
+        "per-checkpoint lines and experiment-snapshot warnings (default: tune-gems' lines, one HEALTH_DIAG line per "
+        "trial and epoch prefixed with the trial id, a status line per finished trial)",
+    )
+    s.set_defaults(fn=_cmd_sweep)
+
+    a = sub.add_parser("analyze", help="Sharpe variance, gem magnitudes and a verdict per gem")
+    add_analysis_arguments(a, out=True)
+    a.set_defaults(fn=_cmd_analyze)
+    c = _add_config_parser(sub)
+    cmp = _add_compare_parser(sub)
+    for cmd in (t, s, a, c, cmp):  # `tune-gems train --debug ...` as well as `tune-gems --debug train ...`
+        cmd.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
+    _add_confirm_parser(sub)
+    return p
+
+
+def _report_bug(err: BaseException, debug: bool) -> int:
+    """The last line of defence: one line naming the error and where its traceback went."""
+    text = "".join(traceback.format_exception(err))
+    first = (str(err).strip().splitlines() or [""])[0][:300]
+    what = f"{type(err).__name__}: {first}" if first else type(err).__name__
+    if debug:
+        sys.stderr.write(text)
+        print(f"tune-gems: internal error (a bug, please report it): {what}", file=sys.stderr)
+        return EXIT_BUG
+    try:
+        fd, log = tempfile.mkstemp(prefix="tune-gems-crash-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            f.write(f"tune-gems {' '.join(sys.argv[1:])}\n\n{text}")
+        where = f"full traceback in {log}"
+    except OSError:
+        where = "the traceback could not be written; rerun with --debug"
+    print(f"tune-gems: internal error (a bug, please report it): {what}; {where}", file=sys.stderr)
+    return EXIT_BUG
+
+
+def main(argv: list[str] | None = None) -> int:
+    pin_cpu_blas_path()  # before any matmul: the same CPU bits on AVX2 and AVX-512 machines
+    parser = build_parser()
+    # key=value overrides may come after options (`sweep SPEC --name x a.b=1`): argparse stops
+    # collecting positionals at the first option, so gather the stragglers here
+    args, extra = parser.parse_known_args(argv)
+    stray = [x for x in extra if x.startswith("-") or "=" not in x or args.command in ("analyze", "config", "compare")]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if args.command == "train":
+        args.items += extra
+    elif args.command == "sweep":
+        args.overrides += extra
+    debug = bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    try:
+        return args.fn(args)
+    except TuneGemsError as e:
+        print(f"tune-gems: error: {_one_line(e)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("tune-gems: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`tune-gems config | head`): not a bug
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's advice: no second error at exit
+        return EXIT_BROKEN_PIPE
+    except Exception as e:  # noqa: BLE001 - the last line of defence
+        return _report_bug(e, debug)
+
+
+def _one_line(err: BaseException) -> str:
+    """A TuneGemsError's message, kept to one line even when a wrapped message was not."""
+    return " ".join(str(err).split("\n")).strip() or type(err).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""`tune-gems compare A B`: two experiments side by side, each analysed on its own.
+
+Why: `tune-gems analyze A B` pools the folders into one analysis (more seeds for one question);
+comparing two runs (another learning rate, another data file) needs each one's own verdicts
+and Sharpe table beside the other's, and the keys their specs differ in. Either side may be a
+sweep's experiment folder or a `train` folder (tune_gems.analysis.train_run). Writes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tune_gems.contracts.errors import DataError
+from tune_gems.contracts.result_files import CONFIG_FILE, SPEC_FILE
+
+VERDICT_COLUMNS = ("verdict", "n_seeds", "effect", "ci_low", "ci_high")
+SHARPE_COLUMNS = ("n_members", "val_sharpe_mean", "val_sharpe_std", "test_sharpe_mean")
+RUN_ONLY_KEYS = ("name", "storage", "description")
+"""Spec keys that name where a run went, not what it did: left out of the differences."""
+
+
+@dataclass
+class Comparison:
+    labels: tuple[str, str]
+    differences: list[tuple[str, Any, Any]]
+    verdicts: pd.DataFrame
+    sharpe: pd.DataFrame
+    headlines: tuple[str, str]
+
+
+def _resolved(tree: Any, is_spec: bool) -> dict[str, Any]:
+    """The tree with every default filled in (a spec's stored config holds only what was given),
+    as the run's own validation resolves it; the tree as stored where it no longer validates
+    (e.g. a plug-in that is not importable here)."""
+    from tune_gems.config.load import build_config
+
+    if not isinstance(tree, dict):
+        return {}
+    try:
+        if not is_spec:
+            return {"config": build_config(dict(tree)).to_dict()}
+        from tune_gems.sweep.spec import SweepSpec, import_spec_plugins
+
+        import_spec_plugins(tree, SPEC_FILE)
+        spec = SweepSpec.model_validate(tree)
+        return {**spec.model_dump(mode="json"), "config": spec.base_config().to_dict()}
+    except Exception:  # noqa: BLE001 - an unresolvable tree is compared as stored
+        return tree if is_spec else {"config": tree}
+
+
+def run_settings(folder: Path) -> dict[str, Any]:
+    """A run's settings as dotted keys in spec terms, defaults filled in: a sweep's spec.yaml,
+    or a train run's config.yaml under `config.` (the key a spec gives it)."""
+    from tune_gems.config.dotted import flatten
+    from tune_gems.config.yaml_io import safe_load_yaml
+
+    for name, is_spec in ((SPEC_FILE, True), (CONFIG_FILE, False)):
+        path = folder / name
+        if path.is_file():
+            try:
+                tree = safe_load_yaml(path.read_text())
+            except Exception as err:  # noqa: BLE001 - a broken file is the user's, named here
+                raise DataError(f"{path}: not a readable YAML file ({type(err).__name__})") from None
+            return flatten(_resolved(tree, is_spec))
+    return {}
+
+
+def differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(key, value in A, value in B) for every key the two runs set differently (missing: None).
+    A train run has no spec: beside one, only the `config.` keys are compared."""
+    keys = set(a) | set(b)
+    if not all(any(k.split(".")[0] != "config" for k in side) for side in (a, b)):
+        keys = {k for k in keys if k.startswith("config.")}
+    out = []
+    for key in sorted(keys):
+        if key.split(".")[0] in RUN_ONLY_KEYS:
+            continue
+        if a.get(key) != b.get(key):
+            out.append((key, a.get(key), b.get(key)))
+    return out
+
+
+def _side_by_side(left: pd.DataFrame, right: pd.DataFrame, key: str, cols: tuple[str, ...], labels: tuple[str, str]) -> pd.DataFrame:
+    parts = []
+    for df, label in zip((left, right), labels):
+        have = [c for c in cols if c in df.columns]
+        parts.append(df[[key, *have]].rename(columns={c: f"{c} [{label}]" for c in have}).set_index(key))
+    order = list(dict.fromkeys([*left[key], *right[key]]))  # each analysis's own order (gems: the registry's)
+    return parts[0].join(parts[1], how="outer").loc[order].reset_index()
+
+
+def _labels(a: Path, b: Path) -> tuple[str, str]:
+    la, lb = a.name or str(a), b.name or str(b)
+    return (la, lb) if la != lb else ("A", "B")
+
+
+def compare(a: str | Path, b: str | Path, **settings: Any) -> Comparison:
+    from tune_gems.analysis.report import baseline_comparison
+    from tune_gems.analysis.analyze import analyze
+    from tune_gems.stats.baseline_headline import baseline_headline
+
+    a, b = Path(a), Path(b)
+    labels = _labels(a, b)
+    results = [analyze(p, **settings) for p in (a, b)]  # each on its own: nothing pooled
+    return Comparison(
+        labels=labels,
+        differences=differences(run_settings(a), run_settings(b)),
+        verdicts=_side_by_side(results[0].verdicts, results[1].verdicts, "gem", VERDICT_COLUMNS, labels),
+        sharpe=_side_by_side(results[0].sharpe_variance, results[1].sharpe_variance, "config_label", SHARPE_COLUMNS, labels),
+        headlines=tuple(baseline_headline(baseline_comparison(r.experiment)) for r in results),  # type: ignore[arg-type]
+    )
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return "-" if math.isnan(v) else f"{v:.3g}"
+    return "-" if v is None else str(v)
+
+
+def _text_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "(none)"
+    rows = [list(map(str, df.columns)), *([_cell(v) for v in r] for r in df.itertuples(index=False))]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def format_comparison(c: Comparison) -> str:
+    la, lb = c.labels
+    diff = [f"  {k}: {la}={_cell(va)}  {lb}={_cell(vb)}" for k, va, vb in c.differences] or ["  (none: the same settings)"]
+    lines = [f"compare {la} vs {lb} (each analysed on its own)", "", f"settings that differ ({len(c.differences)}):", *diff, ""]
+    for label, headline in zip(c.labels, c.headlines):
+        lines.append(f"{label}: {headline or 'no baselines table'}")
+    lines += ["", "verdicts:", _text_table(c.verdicts), "", "Sharpe per configuration (final epoch):", _text_table(c.sharpe)]
+    return "\n".join(lines)

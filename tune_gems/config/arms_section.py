@@ -1,0 +1,56 @@
+"""The `arms:` section of a config (docs/design.md, "Arms"): its pydantic model and limits.
+
+Below the config schema, which holds an `arms` field of this type; `tune_gems.design.arms` expands it
+into validated per-arm configs with that schema (so it imports config, and config imports only
+this module).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tune_gems.config.dotted import flatten
+
+DEFAULT_ARM = "default"
+"""The name of the one arm of a run without `arms`."""
+
+MODEL_SWITCHES = ("model.spectral_norm", "model.noisy", "trainer.lr", "trainer.replay_stream")
+"""Per-member keys besides the gems' `mode` and `weight` (issue 12: everything else is per trial)."""
+
+GEM_FIELDS = ("mode", "weight")
+MAX_ARMS = 256
+"""More arms than this is almost surely a mistyped factorial (levels multiply)."""
+
+
+class ArmsConfig(BaseModel):
+    """`arms:` in a config or a sweep spec's `config`: `factors` (every combination of levels is
+    one arm) or `list` (explicit arms, each a `name` and dotted per-member keys)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    factors: dict[str, list[Any]] | None = Field(None, description="dotted per-member key -> its levels")
+    list_: list[dict[str, Any]] | None = Field(None, alias="list", description="explicit arms: {name, key: value, ...}")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flatten_nested_factors(cls, data: Any) -> Any:
+        """`arms.factors.gems.g10.mode=[..]` on the command line nests the dotted key: flatten it."""
+        if isinstance(data, dict) and isinstance(data.get("factors"), dict):
+            data = {**data, "factors": flatten(data["factors"])}
+        return data
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "ArmsConfig":
+        if (self.factors is None) == (self.list_ is None):
+            raise ValueError("give exactly one of arms.factors and arms.list")
+        if self.factors is not None:
+            if not self.factors:
+                raise ValueError("arms.factors is empty")
+            for key, levels in self.factors.items():
+                if not levels:
+                    raise ValueError(f"arms.factors.{key}: no levels")
+        if self.list_ is not None and not self.list_:
+            raise ValueError("arms.list is empty")
+        return self

@@ -1,0 +1,78 @@
+"""A config tree validated into a Config: the run's plug-ins imported first (their gems become
+`gems.<name>` keys of a Config subclass made for them), then pydantic, every failure one line
+(`source: key: message`, did-you-mean included); `load_config` is file + overrides + validation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, create_model
+
+from tune_gems.config.schema import Config, gems_model
+from tune_gems.config.yaml_io import apply_overrides, read_yaml
+from tune_gems.contracts.errors import ConfigError
+from tune_gems.gems import registry
+
+
+def format_validation_error(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
+    """The first problem of a pydantic error as one line: `field.path: message`; an unknown key
+    of `model` close to a known one gets "(did you mean ...?)". An unknown key is named before
+    any other problem: a mistyped key (`typ`) is also why the real one (`type`) is missing."""
+    from tune_gems.config.keys import did_you_mean
+
+    first = next((e for e in err.errors() if e["type"] == "extra_forbidden"), err.errors()[0])
+    loc = ".".join(str(p) for p in first["loc"])
+    loc = f"{prefix}{loc}" if loc else prefix.rstrip(".") or "config"
+    msg = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's own message
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key" + did_you_mean(model, tuple(first["loc"]), prefix)
+    extra = f" (and {len(err.errors()) - 1} more problems)" if len(err.errors()) > 1 else ""
+    return f"{loc}: {msg}{extra}"
+
+
+def config_model(plugins: tuple[str, ...] = ()) -> type[Config]:
+    """The Config model of a run with these plug-ins (imported already): Config itself, or a
+    subclass whose `gems` section also has the plug-ins' gems."""
+    if not plugins:
+        return Config
+    if plugins not in _CONFIG_MODELS:
+        gems = gems_model(plugins)
+        _CONFIG_MODELS[plugins] = create_model(
+            "Config", __base__=Config, gems=(gems, Field(default_factory=gems)), __doc__=Config.__doc__
+        )
+    return _CONFIG_MODELS[plugins]
+
+
+_CONFIG_MODELS: dict[tuple[str, ...], type[Config]] = {}
+
+
+def build_config(tree: dict[str, Any], source: str = "config", key_prefix: str = "") -> Config:
+    """Validate a config tree: first import its `plugins` (their gems become `gems.<name>`
+    keys), then validate against the model that knows them. Every failure: one ConfigError,
+    `source: key: message`, or with `key_prefix` (a config inside a spec: `config.`) the key
+    written in full instead, `config.trainer.lr: message`, did-you-mean included."""
+    plugins = tree.get("plugins") if isinstance(tree, dict) else None
+    where = key_prefix or f"{source}: "
+    try:
+        registry.import_plugins(plugins or [])
+        if plugins:
+            from tune_gems.stats.metrics import check_plugin_columns
+
+            check_plugin_columns(list(plugins))
+    except ConfigError as e:
+        raise ConfigError(f"{where}{e}") from None
+    model = config_model(tuple(plugins)) if plugins else Config
+    try:
+        return model.model_validate(tree)
+    except ValidationError as e:
+        msg = format_validation_error(e, prefix=key_prefix, model=model)
+        raise ConfigError(msg if key_prefix else f"{source}: {msg}") from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """The config of a run: defaults, then the YAML file (if any), then the overrides."""
+    tree = read_yaml(path) if path is not None else {}
+    apply_overrides(tree, list(overrides or []))
+    return build_config(tree, str(path) if path is not None else "config")

@@ -1,0 +1,378 @@
+"""Output folders that are safe to write: the one module every writing command goes through.
+
+Why: a results tool that deletes what its user owns, or lets two runs interleave their files in
+one folder, is worse than no tool. The rules, for `train`, `sweep` and `analyze` alike:
+
+- **Marker.** Every folder a command creates gets `MARKER_FILE` (JSON naming the tool and the
+  command kind). `--overwrite` only ever replaces a folder carrying the marker of the same kind:
+  anything else (a user's folder, an experiment, a train run) is refused, never deleted.
+- **Inputs and results are never outputs.** An output folder that is, contains or lies inside an
+  input of the command, or a folder holding sweep/train results, is refused.
+- **Writable, checked up front.** A path that is a file, lies under a file, is in a
+  pseudo-filesystem (/proc, /sys, ...), or whose nearest existing folder is read-only or cannot
+  be listed is refused before anything is computed.
+- **One writer.** `OutputLock` holds an advisory lock (`LOCK_FILE`, `filelock`: an `fcntl.flock`) for as long
+  as a command writes; a second writer is refused in one line naming the holder's pid. A lock
+  left by a dead process is no obstacle: the kernel releases `flock` locks with their process.
+- **Names are names.** `check_name` accepts one portable path component only; a path with a
+  component longer than `COMPONENT_MAX` bytes or longer than `PATH_MAX` bytes in all is refused.
+- **No symlinks.** An output folder given as a symlink, or one holding a symlink, FIFO, socket or
+  device at its top level (where the lock, the marker and every temporary file live), is
+  refused; the lock and the marker are opened with `O_NOFOLLOW` (tune_gems.contracts.safe_files).
+- **`--overwrite` removes only what the command wrote.** An analysis lists every file it wrote
+  in its marker (`MARKER_FILES_KEY`); replacing that folder is refused while it holds anything
+  not listed (a user's notes, a run kept three levels down), and only listed files are deleted.
+
+All refusals are `TuneGemsError` subclasses with one line naming the field and the path, so the
+CLI prints them and exits 2.
+
+Typical use (a command that writes a fresh folder, or continues its own)::
+
+    out = check_output_folder(out, kind="train", field="--out", resume=resume)
+    make_output_folder(out, kind="train")
+    with OutputLock(out, field="--out"):
+        ...write...
+
+and for a command that builds its result in a temporary folder and publishes it at the end
+(analysis)::
+
+    out = check_output_folder(out, kind="analyze", inputs=experiments, overwrite=overwrite)
+    tmp = <temporary folder beside out>; write_marker(tmp, "analyze"); ...write into tmp...
+    publish_folder(tmp, out, kind="analyze", overwrite=overwrite)
+"""
+
+from __future__ import annotations
+
+from tune_gems.contracts.result_files import (
+    CHECKPOINT_FILE, CONFIG_FILE, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, JOURNAL_LOCK_SUFFIX, MEMBERS_CSV, MEMBERS_FILE, SUMMARY_FILE,
+    TRIALS_FILE,
+)
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+from tune_gems.contracts.errors import OutputError, OutputExistsError
+from tune_gems.contracts.output_lock import LOCK_FILE, OutputLock
+from tune_gems.contracts.paths import check_path_length, check_writable
+from tune_gems.contracts.safe_files import entry_kind, write_atomic
+
+MARKER_FILE = ".tune-gems-output.json"
+"""Written by the tool into every folder it creates; `--overwrite` needs it."""
+MARKER_VERSION = 1
+KINDS = ("train", "sweep", "analyze", "confirm")
+MARKER_FILES_KEY = "files"
+"""The marker's list of the files (relative paths) its command wrote: what `--overwrite` may delete."""
+SWEEP_SIGNS = (TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE, "tuner.pkl", JOURNAL_FILE)
+"""Files only a sweep's experiment folder holds (a spec.yaml alone may be a user's spec)."""
+TRAIN_SIGNS = (CHECKPOINT_FILE, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE)
+SCAN_DEPTH = 2
+"""How deep below an output folder `check_output_folder` looks for results it must not replace."""
+SCAN_LIMIT = 2000
+"""At most this many folders are inspected by that scan (a huge tree is refused, not walked)."""
+
+
+# -- markers -------------------------------------------------------------------------------------
+
+
+def marker_body(kind: str, **fields: Any) -> dict[str, Any]:
+    """The marker of a `tune-gems <kind>` folder, with extra `fields` (e.g. the files it wrote,
+    the checksums of what it recorded)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown output kind {kind!r}")
+    return {"tool": "tune-gems", "kind": kind, "version": MARKER_VERSION,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(), **fields}
+
+
+def write_marker(folder: str | Path, kind: str, **fields: Any) -> None:
+    """Mark `folder` as written by `tune-gems <kind>` (creating nothing else; never through a symlink)."""
+    write_atomic(Path(folder, MARKER_FILE), json.dumps(marker_body(kind, **fields)) + "\n")
+
+
+def update_marker(folder: str | Path, **fields: Any) -> None:
+    """Add or replace `fields` in the marker of `folder` (which must carry one)."""
+    body = read_marker(folder)
+    if body is None:
+        raise ValueError(f"{folder}: no tune-gems marker to update")
+    write_atomic(Path(folder, MARKER_FILE), json.dumps({**body, **fields}) + "\n")
+
+
+def read_marker(folder: str | Path) -> dict[str, Any] | None:
+    """The marker of `folder`, or None when absent or unreadable (a foreign file of that name
+    counts as absent: it never authorises a replacement)."""
+    if entry_kind(Path(folder, MARKER_FILE)) != "file":
+        return None  # a symlinked marker is foreign: it authorises nothing
+    try:
+        body = json.loads(Path(folder, MARKER_FILE).read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(body, dict) or body.get("tool") != "tune-gems" or body.get("kind") not in KINDS:
+        return None
+    return body
+
+
+def marker_kind(folder: str | Path) -> str | None:
+    m = read_marker(folder)
+    return m["kind"] if m else None
+
+
+def make_output_folder(folder: str | Path, kind: str) -> Path:
+    """Create `folder` (and parents) and mark it; an existing folder keeps its marker, or gets
+    one when it is empty (apart from a lock)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if read_marker(folder) is None and not _entries(folder, ignore=(LOCK_FILE, MARKER_FILE)):
+        write_marker(folder, kind)
+    return folder
+
+
+# -- what a folder holds -------------------------------------------------------------------------
+
+
+def results_kind(folder: str | Path) -> str | None:
+    """'sweep', 'train' or 'analyze' when `folder` holds that command's results (by marker, or
+    by the files such results consist of, for folders written before markers existed); else None."""
+    folder = Path(folder)
+    kind = marker_kind(folder)
+    if kind is not None:
+        return kind
+    try:
+        names = set(os.listdir(folder))
+    except OSError:
+        return None
+    if names & set(SWEEP_SIGNS) or any(n.startswith("experiment_state") for n in names):
+        return "sweep"
+    if CONFIG_FILE in names and names & set(TRAIN_SIGNS):
+        return "train"
+    return None
+
+
+def _entries(folder: Path, ignore: Iterable[str] = ()) -> list[str]:
+    skip = set(ignore)
+    return [n for n in os.listdir(folder) if n not in skip]
+
+
+def _results_below(folder: Path, own_kind: str | None) -> Path | None:
+    """The first folder at or below `folder` (to `SCAN_DEPTH`) holding results other than a
+    `own_kind` folder's own; None when there is none."""
+    seen = 0
+    level = [folder]
+    for depth in range(SCAN_DEPTH + 1):
+        nxt: list[Path] = []
+        for d in level:
+            seen += 1
+            if seen > SCAN_LIMIT:
+                return d
+            kind = results_kind(d)
+            if kind is not None and not (d == folder and kind == own_kind):
+                return d
+            if depth < SCAN_DEPTH:
+                try:
+                    nxt.extend(p for p in (d / n for n in sorted(os.listdir(d))) if p.is_dir() and not p.is_symlink())
+                except OSError:
+                    continue
+        level = nxt
+    return None
+
+
+def check_top_entries(folder: Path, field: str) -> None:
+    """OutputError naming the first symlink, FIFO, socket or device in `folder` or up to
+    `SCAN_DEPTH` levels below it (at most `SCAN_LIMIT` entries looked at): the lock, the
+    marker, every temporary file of a command and a sweep's per-trial files live there, and
+    none may be written through (tune_gems.contracts.safe_files)."""
+    level, seen = [folder], 0
+    for _depth in range(SCAN_DEPTH + 1):
+        nxt: list[Path] = []
+        for d in level:
+            try:
+                names = sorted(os.listdir(d))
+            except OSError:
+                continue
+            for name in names:
+                seen += 1
+                if seen > SCAN_LIMIT:
+                    return
+                kind = entry_kind(d / name)
+                if kind == "folder":
+                    nxt.append(d / name)
+                elif kind != "file" and not is_journal_lock(d / name):
+                    raise OutputError(f"{field}: {d / name} is a {kind}; tune-gems writes no such entry and never writes through one: remove it")
+        level = nxt
+
+
+def is_journal_lock(path: Path) -> bool:
+    """Whether `path` is Optuna's own lock of the study journal beside it: a symlink
+    `optuna_journal.log.lock` pointing at `optuna_journal.log` (optuna's JournalFileSymlinkLock
+    creates it around every journal write, and a driver killed during one leaves it behind).
+    tune-gems never writes through it; `--resume` removes it (sweep.search.clear_stale_journal_lock)."""
+    if path.name != JOURNAL_FILE + JOURNAL_LOCK_SUFFIX or not path.is_symlink():
+        return False
+    try:
+        target = Path(os.readlink(path))
+    except OSError:
+        return False
+    return (target if target.is_absolute() else path.parent / target) == path.parent / JOURNAL_FILE
+
+
+def unlisted_files(folder: Path) -> list[str]:
+    """Paths (relative) below `folder` that its marker does not list as written by its
+    command (symlinks and special files included; the marker and lock excepted)."""
+    body = read_marker(folder) or {}
+    listed = body.get(MARKER_FILES_KEY)
+    listed = {str(p) for p in listed} if isinstance(listed, list) else set()
+    out: list[str] = []
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        rel_root = Path(root).relative_to(folder)
+        for name in sorted(files) + sorted(d for d in dirs if (Path(root) / d).is_symlink()):
+            rel = str(rel_root / name) if str(rel_root) != "." else name
+            if rel in (MARKER_FILE, LOCK_FILE):
+                continue
+            if rel not in listed or entry_kind(Path(root) / name) != "file":
+                out.append(rel)
+        if len(out) > 0:
+            break
+    return out
+
+
+def written_files(folder: Path) -> list[str]:
+    """Every regular file below `folder` (relative paths, sorted), bar the marker and lock:
+    what a command that built `folder` lists in its marker."""
+    out = []
+    for root, _dirs, files in os.walk(folder, followlinks=False):
+        for name in files:
+            rel = str((Path(root) / name).relative_to(folder))
+            if rel not in (MARKER_FILE, LOCK_FILE) and entry_kind(Path(root) / name) == "file":
+                out.append(rel)
+    return sorted(out)
+
+
+# -- the combined check --------------------------------------------------------------------------
+
+
+def _relation(out: Path, other: Path) -> str | None:
+    if out == other:
+        return "is"
+    if other in out.parents:
+        return "lies inside"
+    if out in other.parents:
+        return "contains"
+    return None
+
+
+def check_output_folder(
+    folder: str | Path,
+    *,
+    kind: str,
+    field: str = "--out",
+    inputs: Iterable[str | Path] = (),
+    overwrite: bool = False,
+    resume: bool = False,
+    allow_inside: Iterable[str | Path] = (),
+) -> Path:
+    """Every up-front check of an output folder; returns its resolved path. Writes nothing.
+
+    - `inputs`: folders or files the command reads; the output may not be, contain or lie
+      inside any of them.
+    - No ancestor of the output may hold sweep/train results, except the folders listed in
+      `allow_inside` (e.g. analysis's default `<experiment>/analysis`).
+    - The output itself, or anything up to `SCAN_DEPTH` below it, may not hold results other
+      than its own kind's (so `--out` on a folder of experiments is refused).
+    - An existing non-empty output folder is refused (`OutputExistsError`) unless `resume`
+      (continue it: it must carry this kind's marker or hold this kind's results) or
+      `overwrite` (replace it: it must carry this kind's marker).
+    - Writability (`check_writable`)."""
+    check_path_length(Path(folder).expanduser(), field)
+    if Path(folder).expanduser().is_symlink():
+        raise OutputError(f"{field}: {folder} is a symlink; give the folder itself (tune-gems never writes through a symlink)")
+    out = check_writable(folder, field)
+    allowed = {Path(a).expanduser().resolve() for a in allow_inside}
+    for inp in inputs:
+        ip = Path(inp).expanduser().resolve()
+        rel = _relation(out, ip)
+        if rel == "lies inside" and ip in allowed:
+            continue
+        if rel is not None:
+            raise OutputError(f"{field}: {out} {rel} the input {ip}; write the output somewhere else")
+    for parent in out.parents:
+        if parent in allowed:
+            break
+        pk = results_kind(parent)
+        if pk is not None and pk != "analyze":
+            raise OutputError(f"{field}: {out} lies inside {parent}, which holds {pk} results; write the output somewhere else")
+    if not out.exists():
+        return out
+    if not os.access(out, os.R_OK | os.X_OK | os.W_OK):
+        raise OutputError(f"{field}: {out} is not readable and writable (permission denied)")
+    check_top_entries(out, field)
+    OutputLock(out, field).check_free()  # a live writer is named first, whatever else holds
+    entries = _entries(out, ignore=(LOCK_FILE,))
+    if not entries or (entries == [MARKER_FILE] and marker_kind(out) == kind):
+        return out  # empty, or only this kind's marker (a run that stopped before writing anything)
+    own = results_kind(out)
+    below = _results_below(out, own_kind=kind)
+    if below is not None:
+        where = "holds" if below == out else f"contains {below}, which holds"
+        raise OutputError(f"{field}: {out} {where} {results_kind(below) or 'too many'} results; write the output somewhere else")
+    if resume:
+        if own != kind:
+            raise OutputError(f"{field}: {out} was not written by tune-gems {kind}; nothing to resume there")
+        return out
+    if not overwrite:
+        raise OutputExistsError(f"{field}: {out} exists and is not empty; choose another folder" + (" or pass --overwrite" if kind == "analyze" else ""))
+    if marker_kind(out) != kind:
+        raise OutputError(
+            f"{field}: {out} was not written by tune-gems {kind} (no {MARKER_FILE}); --overwrite replaces only such folders"
+        )
+    foreign = unlisted_files(out)
+    if foreign:
+        raise OutputError(
+            f"{field}: {out / foreign[0]} was not written by tune-gems {kind} (not listed in its {MARKER_FILE}); "
+            "--overwrite deletes only the files the command wrote: move it away or choose another --out"
+        )
+    return out
+
+
+def publish_folder(tmp: str | Path, out: str | Path, *, kind: str, overwrite: bool = False) -> Path:
+    """Move the finished folder `tmp` (which must carry `kind`'s marker) to `out`. An existing
+    `out` is replaced only with `overwrite` and only when it carries `kind`'s marker (checked
+    again here, just before): it is renamed aside, `tmp` renamed in, and the old one deleted."""
+    tmp, out = Path(tmp), Path(out)
+    if marker_kind(tmp) != kind:
+        raise ValueError(f"{tmp}: the folder to publish carries no {kind} marker")
+    if out.exists() and (not out.is_dir() or _entries(out)):
+        if not overwrite:
+            raise OutputExistsError(f"{out}: exists and is not empty")
+        if out.is_symlink() or marker_kind(out) != kind or _results_below(out, own_kind=kind) is not None or unlisted_files(out):
+            raise OutputError(f"{out}: was not written by tune-gems {kind}; refusing to replace it")
+        aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        old = aside / out.name
+        os.replace(out, old)
+        os.replace(tmp, out)
+        _remove_listed(old)
+        with contextlib.suppress(OSError):
+            aside.rmdir()  # left in place (never deleted) when something unlisted appeared meanwhile
+        return out
+    if out.exists():
+        out.rmdir()  # empty
+    os.replace(tmp, out)
+    return out
+
+
+# -- one writer ----------------------------------------------------------------------------------
+
+
+def _remove_listed(folder: Path) -> None:
+    """Delete the files `folder`'s marker lists (regular files only, never through a symlink),
+    then the marker, the lock and the folders left empty; anything else stays."""
+    listed = (read_marker(folder) or {}).get(MARKER_FILES_KEY) or []
+    for rel in [*listed, MARKER_FILE, LOCK_FILE]:
+        p = folder / str(rel)
+        if ".." not in Path(str(rel)).parts and entry_kind(p) == "file" and not any(q.is_symlink() for q in p.parents if folder in q.parents):
+            p.unlink()
+    for root, _dirs, _files in sorted(os.walk(folder, topdown=False, followlinks=False), key=lambda t: -len(t[0])):
+        with contextlib.suppress(OSError):
+            os.rmdir(root)

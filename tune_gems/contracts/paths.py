@@ -1,0 +1,141 @@
+"""Paths a user names: one portable folder name (`check_name`), path lengths the filesystem takes
+(`check_path_length`), and folders that can really be written (`check_writable`: not a file, not
+a pseudo-filesystem such as /proc, not read-only). Outputs (tune_gems.contracts.outputs) and
+inputs go through the same checks.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from tune_gems.contracts.errors import BadNameError, OutputError
+
+COMPONENT_MAX = 255
+"""Longest path component in bytes (the limit of every common filesystem)."""
+PATH_MAX = 4095
+"""Longest path in bytes (Linux PATH_MAX less the terminating NUL)."""
+
+NAME_MAX = 100
+"""Longest user-given name that becomes a path component (well inside every filesystem's 255)."""
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_WINDOWS_RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)), *(f"lpt{i}" for i in range(1, 10))}
+
+PSEUDO_FILESYSTEMS = frozenset(
+    "proc sysfs devtmpfs devpts cgroup cgroup2 debugfs tracefs securityfs pstore bpf configfs "
+    "fusectl mqueue hugetlbfs efivarfs autofs binfmt_misc rpc_pipefs nsfs".split()
+)
+PSEUDO_ROOTS = (Path("/proc"), Path("/sys"))
+"""Refused by path even where the mount table is unreadable."""
+
+
+# -- names ---------------------------------------------------------------------------------------
+
+
+def check_name(name: str, field: str, root: str | Path | None = None) -> str:
+    """`name` if it is one portable path component, else `BadNameError` naming `field`.
+
+    Portable: ASCII letters, digits, '.', '_' and '-', starting with a letter or digit (so
+    never '.', '..', hidden, or an option), at most `NAME_MAX` characters, not a Windows device
+    name. With `root`, the resolved `root/name` must also stay directly inside `root` (a
+    symlink named `name` pointing elsewhere is refused)."""
+    if not isinstance(name, str) or not name:
+        raise BadNameError(f"{field}: empty name")
+    shown = name if len(name) <= 60 else name[:57] + "..."
+    if len(name) > NAME_MAX:
+        raise BadNameError(f"{field}: {shown!r} is {len(name)} characters; at most {NAME_MAX}")
+    if "/" in name or "\\" in name or name in (".", ".."):
+        raise BadNameError(f"{field}: {shown!r} must be one folder name, without '/' or '..'")
+    if not _NAME_RE.match(name) or ".." in name:
+        raise BadNameError(
+            f"{field}: {shown!r} may use only letters, digits, '.', '_' and '-', starting with a letter or digit"
+        )
+    if name.split(".")[0].lower() in _WINDOWS_RESERVED:
+        raise BadNameError(f"{field}: {shown!r} is a reserved device name on Windows")
+    if root is not None:
+        base = Path(root).expanduser().resolve()
+        target = (base / name).resolve()
+        if target.parent != base:
+            raise BadNameError(f"{field}: {shown!r} resolves to {target}, outside {base}")
+    return name
+
+
+# -- filesystems ---------------------------------------------------------------------------------
+
+
+def _mount_table() -> list[tuple[Path, str]]:
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 3:
+            out.append((Path(parts[1].replace("\\040", " ")), parts[2]))
+    return out
+
+
+def filesystem_type(path: str | Path) -> str | None:
+    """The type of the filesystem `path` lies on (longest matching mount point), if known."""
+    path = Path(path)
+    best, fstype = -1, None
+    for mount, kind in _mount_table():
+        if (path == mount or mount in path.parents) and len(mount.parts) > best:
+            best, fstype = len(mount.parts), kind
+    return fstype
+
+
+def is_pseudo_filesystem(path: str | Path) -> bool:
+    path = Path(path)
+    if any(path == r or r in path.parents for r in PSEUDO_ROOTS):
+        return True
+    return filesystem_type(path) in PSEUDO_FILESYSTEMS
+
+
+def check_writable(folder: str | Path, field: str = "--out") -> Path:
+    """The resolved `folder` if it can be created (or written) here; `OutputError` naming the
+    field otherwise: a file, under a file, a pseudo-filesystem, a read-only or unlistable
+    folder. Probes with a real temporary file (os.access alone misses read-only mounts), which
+    is removed at once."""
+    path = Path(folder).expanduser()
+    check_path_length(path, field)
+    try:
+        path = path.resolve()
+    except (OSError, RuntimeError) as e:  # symlink loops
+        raise OutputError(f"{field}: {folder}: cannot resolve the path ({e})") from None
+    if is_pseudo_filesystem(path):
+        raise OutputError(f"{field}: {path} is in a pseudo-filesystem ({filesystem_type(path) or 'system'}); choose a normal folder")
+    existing = path
+    while not existing.exists():  # resolved: symlinks (dangling ones too) are followed already
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is a file" if existing == path else f"lies under a file ({existing})"
+        raise OutputError(f"{field}: {path} {what}, not a folder")
+    if not os.access(existing, os.R_OK | os.X_OK):
+        raise OutputError(f"{field}: {existing} cannot be listed (permission denied)")
+    if not os.access(existing, os.W_OK):
+        raise OutputError(f"{field}: {existing} is read-only (permission denied)")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".tune-gems-probe-", dir=existing)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        why = "read-only filesystem" if e.errno == errno.EROFS else (e.strerror or type(e).__name__)
+        raise OutputError(f"{field}: cannot write in {existing} ({why})") from None
+    return path
+
+
+def check_path_length(path: str | Path, field: str) -> None:
+    """OutputError when a component of `path` is over `COMPONENT_MAX` bytes or the whole
+    (absolute) path over `PATH_MAX` bytes: the filesystem would refuse it half-way through."""
+    text = os.fsencode(os.path.abspath(os.fspath(path)))
+    for part in text.split(b"/"):
+        if len(part) > COMPONENT_MAX:
+            shown = os.fsdecode(part)[:40]
+            raise OutputError(f"{field}: the path component {shown!r}... is {len(part)} bytes; at most {COMPONENT_MAX}")
+    if len(text) > PATH_MAX:
+        raise OutputError(f"{field}: the path is {len(text)} bytes long; at most {PATH_MAX}")

@@ -1,0 +1,84 @@
+"""The names of the files a run writes and of the id columns of its tables, in one place.
+
+A leaf module (it imports nothing of tune_gems), shared by the writers (`tune_gems.sweep`,
+`tune_gems.trainer.train_command`) and the reader (`tune_gems.analysis.load`), so a renamed file cannot
+leave the analysis looking for the old name. docs/results.md describes every file.
+"""
+
+from __future__ import annotations
+
+# -- a sweep's experiment folder ---------------------------------------------------------------
+SPEC_FILE = "spec.yaml"
+TRIALS_FILE = "trials.parquet"
+HISTORY_FILE = "history.parquet"
+MEMBERS_FILE = "members.parquet"
+ARMS_PARQUET = "arms.parquet"
+FOLDS_PARQUET = "folds.parquet"
+BASELINES_PARQUET = "baselines.parquet"
+JOURNAL_FILE = "optuna_journal.log"
+JOURNAL_LOCK_SUFFIX = ".lock"
+"""Optuna's journal lock beside the journal (optuna.storages.journal's LOCK_FILE_SUFFIX)."""
+EVAL_RETURNS_DIR = "eval_returns"
+"""Per trial, `<EVAL_RETURNS_DIR>/<trial_id>.npz` (`trial_eval_returns`): the EVAL_RETURNS_FILE of
+its last checkpoint."""
+
+# -- a sweep trial's checkpoint and reports (written by sweep/trainable.py, read by sweep/results.py)
+CHECKPOINT_HISTORY_FILE = "history.json"
+"""Beside a trial's checkpoint: every epoch's history and member rows up to it."""
+MEMBERS_KEY = "members_json"
+"""The key of a Tune report that carries the epoch's member rows as one JSON string."""
+BASELINES_KEY = "baselines_json"
+"""The key of a trial's first report that carries its baselines table as JSON records."""
+FOLDS_KEY = "folds_json"
+"""The key of a trial's first report that carries its walk-forward fold table (Trainer.fold_table())."""
+
+# -- a train run's folder ------------------------------------------------------------------------
+CONFIG_FILE = "config.yaml"
+HISTORY_CSV = "history.csv"
+MEMBERS_CSV = "members.csv"
+ARMS_CSV = "arms.csv"
+FOLDS_CSV = "folds.csv"
+BASELINES_CSV = "baselines.csv"
+SUMMARY_FILE = "summary.json"
+CHECKPOINT_FILE = "checkpoint.pt"
+
+# -- both ------------------------------------------------------------------------------------------
+EVAL_RETURNS_FILE = "eval_returns.npz"
+"""The per-step validation returns and positions of the last `trainer.objective_last_k`
+evaluations (Trainer.write_eval_returns): what the market-noise interval resamples. Beside a
+train run's tables, and in every sweep checkpoint (collected into EVAL_RETURNS_DIR)."""
+EVAL_RETURNS_FORMAT = 1
+"""Version of the file's layout (its `format` array); a reader refuses versions it does not know."""
+EVAL_RETURNS_ARRAYS = (
+    "format", "epochs", "returns", "positions", "diverged", "asset", "member", "arm", "seed_index",
+    "seed", "path", "cost", "periods_per_year", "segment",
+)
+"""The arrays of EVAL_RETURNS_FILE (docs/results.md "eval_returns.npz" gives shapes and meanings)."""
+EVAL_RETURNS_FOLD_ARRAYS = ("fold", "window_start")
+"""Arrays a file written with walk-forward folds also holds (every file written now has them):
+`fold` [P] int64, each member's fold, and `window_start` [P] int64, the series row of its
+validation window's first decision (every fold's window has the same length T). A file without
+them is a one-fold file (fold 0 for every member)."""
+GEMS_FILE = "gems.json"
+"""The gems the run knew (built-ins and plug-ins): tune_gems.gems.manifest()."""
+
+ID_COLUMNS = ("experiment", "trial_id", "config_label")
+"""The leading columns of every sweep table row."""
+TRIAL_COLUMNS = ("status", "error", "epochs_done", "seed", "objective", "node_id", "gpu_ids", "included", "arm")
+"""The columns of a trials row besides ID_COLUMNS, the flat config keys and the history metrics."""
+MEMBER_ID_COLUMNS = ("epoch", "member", "seed", "arm", "seed_index", "fold")
+"""Which member a members row is: its epoch, index on the population axis, own seed, arm, the
+seed index it shares with every other arm and fold, and its walk-forward fold (0 without
+`data.folds`; the fold's windows are in FOLDS_CSV / FOLDS_PARQUET)."""
+
+
+
+def trial_eval_returns(trial_id: str) -> str:
+    """The file name, inside EVAL_RETURNS_DIR, of one sweep trial's saved validation returns."""
+    return f"{trial_id}.npz"
+
+
+ARMS_FILES = (ARMS_PARQUET, ARMS_CSV)
+FOLDS_FILES = (FOLDS_PARQUET, FOLDS_CSV)
+"""One row per walk-forward fold (tune_gems.data.series.FOLD_TABLE_COLUMNS; a sweep's adds trial_id)."""
+BASELINES_FILES = (BASELINES_PARQUET, BASELINES_CSV)

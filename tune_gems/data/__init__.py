@@ -1,0 +1,1 @@
+"""Price series: loading, synthetic paths, segments and walk-forward folds; the data summary line."""

@@ -1,0 +1,450 @@
+"""Price series: read from CSV/Parquet with one-line errors, or generated; split into segments.
+
+A bad price file should fail here, before any GPU time is spent, with one line that says which
+file and what is wrong with it (`tune_gems.contracts.errors.DataError`: "<path>: <problem>"). Everything
+downstream (env, trainer) may then assume a float64 series of strictly positive prices in
+strictly increasing time order.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from tune_gems.contracts.errors import ConfigError, DataError
+
+CSV_SUFFIXES = (".csv", ".csv.gz", ".txt")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+TIME_NAMES = ("date", "datetime", "time", "timestamp")
+SOURCE_COLUMN_ATTR = "source_column"
+"""Key in a loaded series' `attrs`: the file's column its prices came from, as the file spells it."""
+"""Column names (any case) taken as the time column when none is given."""
+
+DEFAULT_REGIMES = ((0.006, 0.0005), (0.010, 0.0), (0.020, -0.0005))
+"""(daily volatility, daily drift at edge=1) of the synthetic regimes: calm-up, choppy, stressed."""
+
+DEFAULT_EDGE = 0.8
+"""The one default strength of the synthetic momentum edge (`data.synthetic.edge` and
+`synthetic_prices`). What it implies (docs/data.md, checked by tests/test_data.py): lag-1
+autocorrelation of daily returns 0.15 (real daily series: about 0) and no drift in expectation
+(mean simple return 0; mean log return about -1.2e-4 a day, the volatility drag)."""
+
+MAX_FOLDS = 64
+"""Most walk-forward folds a run may have (`data.folds.k`): more is a typo, not a design."""
+
+FOLD_TABLE_COLUMNS = (
+    "fold", "layout", "train_start", "train_end", "val_start", "val_end", "test_start", "test_end",
+    "train_first", "train_last", "val_first", "val_last", "test_first", "test_last",
+)
+"""The fold table (`fold_table`, folds.csv / folds.parquet): per fold its half-open row ranges
+[start, end) into the series and the times of each window's first and last row (None without
+a time index)."""
+
+_SNIFF_BYTES = 8192  # how much of a CSV to look at for NUL bytes (a binary file)
+_MAX_SHOWN = 40  # longest value quoted in a message, so the message stays one short line
+_MAX_DETAIL = 160  # longest reader error text repeated in a message
+
+
+def _fail(path: Any, problem: str) -> DataError:
+    """The DataError for `path`, forced onto one line whatever the problem text holds."""
+    return DataError(" ".join(f"{path}: {problem}".split()))
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
+def _read_frame(path: Path) -> pd.DataFrame:
+    """The file's table, raw; the reader is chosen by extension so a typo never guesses a format."""
+    name = path.name.lower()
+    if not name.endswith(CSV_SUFFIXES + PARQUET_SUFFIXES):
+        allowed = ", ".join(CSV_SUFFIXES + PARQUET_SUFFIXES)
+        ext = f"extension '{path.suffix}'" if path.suffix else "no extension"
+        raise _fail(path, f"unknown file type ({ext}); expected one of {allowed}")
+    if path.stat().st_size == 0:
+        raise _fail(path, "empty file")
+    try:
+        if name.endswith(PARQUET_SUFFIXES):
+            frame = pd.read_parquet(path)
+            # A pandas-written Parquet keeps a DatetimeIndex as the index: make it a column again.
+            if not isinstance(frame.index, pd.RangeIndex):
+                frame = frame.reset_index(names=frame.index.name or "timestamp")
+            return frame
+        if not name.endswith(".gz"):
+            with open(path, "rb") as fh:
+                if b"\x00" in fh.read(_SNIFF_BYTES):
+                    raise _fail(path, "not a text file (binary content); expected CSV text")
+        return pd.read_csv(path, skipinitialspace=True, low_memory=False)
+    except DataError:
+        raise
+    except pd.errors.EmptyDataError:
+        raise _fail(path, "empty file") from None
+    except Exception as e:  # noqa: BLE001 - every reader failure means the same thing to a user
+        kind = "Parquet" if name.endswith(PARQUET_SUFFIXES) else "CSV"
+        detail = str(e).splitlines()[0][:_MAX_DETAIL] if str(e) else "no details"
+        raise _fail(path, f"cannot read as {kind} ({type(e).__name__}: {detail})") from None
+
+
+def _find_column(frame: pd.DataFrame, wanted: str, what: str, path: Path) -> Any:
+    """The frame's column matching `wanted` ignoring case and surrounding spaces."""
+    key = wanted.strip().lower()
+    hits = [c for c in frame.columns if str(c).strip().lower() == key]
+    if len(hits) > 1:
+        raise _fail(path, f"{what} column '{wanted}' is ambiguous: {', '.join(map(str, hits))}")
+    if not hits:
+        columns = ", ".join(str(c).strip() for c in frame.columns)
+        raise _fail(path, f"no {what} column '{wanted}' (columns: {columns})")
+    return hits[0]
+
+
+def format_when(ts: pd.Timestamp) -> str:
+    """A timestamp as short as it can be said: the date alone for naive midnight times."""
+    return str(ts.date()) if ts.tz is None and ts == ts.normalize() else str(ts)
+
+
+def _where(i: int, times: pd.DatetimeIndex | None) -> str:
+    """Row i (0-based) as a user finds it: data rows count from 1 after the header, plus its time."""
+    return f"row {i + 1}" + (f" ({format_when(times[i])})" if times is not None else "")
+
+
+def _parse_times(raw: pd.Series, path: Path) -> pd.DatetimeIndex:
+    """Timestamps of the time column; naive or timezone-aware, mixed UTC offsets become UTC."""
+    if pd.api.types.is_datetime64_any_dtype(raw):
+        parsed = pd.Series(raw)
+    else:
+        text = raw.astype("string") if pd.api.types.is_numeric_dtype(raw) else raw
+        parsed = None
+        for kwargs in ({}, {"format": "mixed"}, {"format": "mixed", "utc": True}):
+            try:
+                with warnings.catch_warnings():  # "could not infer format": we retry and report ourselves
+                    warnings.simplefilter("ignore", UserWarning)
+                    parsed = pd.to_datetime(text, errors="coerce", **kwargs)
+            except (ValueError, TypeError):
+                continue
+            if pd.api.types.is_datetime64_any_dtype(parsed) and not (parsed.isna() & raw.notna()).any():
+                break
+    if parsed is None or not pd.api.types.is_datetime64_any_dtype(parsed):
+        raise _fail(path, "unparseable timestamps (mixed or unknown formats)")
+    bad = np.flatnonzero(parsed.isna().to_numpy())
+    if len(bad):
+        i = int(bad[0])
+        value = raw.iloc[i]
+        problem = "missing timestamp" if pd.isna(value) else f"unparseable timestamp {_show(value)}"
+        raise _fail(path, f"{problem} in row {i + 1}")
+    times = pd.DatetimeIndex(parsed)
+    step = np.diff(times.asi8)
+    bad = np.flatnonzero(step <= 0)
+    if len(bad):
+        i = int(bad[0]) + 1
+        if step[i - 1] == 0:
+            raise _fail(path, f"duplicate timestamp {format_when(times[i])} in rows {i} and {i + 1}")
+        this, prev = format_when(times[i]), format_when(times[i - 1])
+        raise _fail(path, f"timestamps not sorted: row {i + 1} ({this}) is earlier than row {i} ({prev})")
+    return times
+
+
+def _parse_prices(raw: pd.Series, times: pd.DatetimeIndex | None, path: Path) -> np.ndarray:
+    """Float64 prices; the first non-numeric, missing, non-finite or non-positive one is an error."""
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    missing = raw.isna().to_numpy()
+    bad = np.flatnonzero(np.isnan(values) & ~missing)
+    if len(bad):
+        i = int(bad[0])
+        raise _fail(path, f"non-numeric price {_show(raw.iloc[i])} in {_where(i, times)}")
+    bad = np.flatnonzero(~np.isfinite(values))
+    if len(bad):
+        i = int(bad[0])
+        problem = "missing price" if missing[i] else f"non-finite price {values[i]}"
+        raise _fail(path, f"{problem} in {_where(i, times)}")
+    bad = np.flatnonzero(values <= 0)
+    if len(bad):
+        i = int(bad[0])
+        raise _fail(path, f"non-positive price {values[i]:g} in {_where(i, times)}")
+    return values
+
+
+def load_prices(
+    path: str | Path, price_column: str = "close", time_column: str | None = None, *, min_rows: int = 0
+) -> pd.Series:
+    """A validated float64 price series from a CSV (.csv, .csv.gz, .txt) or Parquet (.parquet, .pq).
+
+    Works on OHLCV tables and close-only files alike: only `price_column` is read. Column names
+    match ignoring case and surrounding spaces. Without `time_column`, a column named date,
+    datetime, time or timestamp (any case) is used when present; otherwise the index is 0..n-1.
+    `min_rows` > 0 rejects series too short to train on. Raises DataError "<path>: <problem>".
+    """
+    p = Path(path)
+    if not p.exists():
+        raise _fail(path, "no such file")
+    if not p.is_file():
+        raise _fail(path, "not a file")
+    frame = _read_frame(p)
+    frame.columns = [str(c).strip() for c in frame.columns]
+    if len(frame) == 0:
+        raise _fail(path, "no data rows")
+    price_col = _find_column(frame, price_column, "price", path)
+    if time_column is not None:
+        time_col = _find_column(frame, time_column, "time", path)
+    else:
+        time_col = next((c for c in frame.columns if c.lower() in TIME_NAMES), None)
+    times = _parse_times(frame[time_col], path) if time_col is not None else None
+    values = _parse_prices(frame[price_col], times, path)
+    if len(values) < min_rows:
+        raise _fail(path, f"{len(values)} rows, need at least {min_rows}")
+    index = times.rename(time_col) if times is not None else pd.RangeIndex(len(values))
+    series = pd.Series(values, index=index, name=price_column, dtype=np.float64)
+    series.attrs[SOURCE_COLUMN_ATTR] = price_col  # the column as the file spells it, for the start-up summary
+    return series
+
+
+def synthetic_prices(
+    n: int,
+    seed: int,
+    edge: float = DEFAULT_EDGE,
+    *,
+    regimes: Sequence[tuple[float, float]] = DEFAULT_REGIMES,
+    edge_periods: Sequence[Sequence[float]] | None = None,
+    regime_persistence: float = 0.98,
+    trend_persistence: float = 0.95,
+    max_trend_share: float = 0.2,
+    start: str = "2000-01-03",
+    start_price: float = 100.0,
+) -> pd.Series:
+    """A seeded regime-switching price series with a weak momentum edge a learner can find.
+
+    Why this shape: the embedded run must have something to learn (so a policy reading past
+    returns can beat flat after ~5 bps costs) without being trivial, and `edge=0` must be a
+    control with nothing to learn.
+    - Regimes: a Markov chain over `regimes` (daily volatility, drift) that stays put with
+      probability `regime_persistence` (else jumps to another regime uniformly); the drift is
+      scaled by `edge`, so edge=0 has none.
+    - Momentum: a hidden unit-variance AR(1) trend (`trend_persistence`) carries a share
+      `edge * max_trend_share` of each return's variance; the rest is i.i.d. noise. Lag-1
+      autocorrelation of returns is about edge * max_trend_share * trend_persistence
+      (~0.15 at the default edge 0.8, measured 0.152; real daily series have ~0: this series
+      is deliberately easier than a market); at edge=0 the direction of returns is
+      unpredictable (only volatility clusters).
+    - Drift: the regimes' drifts cancel over the chain's uniform stationary distribution, so
+      the expected simple return is 0 at every edge; any one path drifts up or down by luck.
+    - Regimes in time (`edge_periods`, [[start_fraction, edge], ...], first start 0): from row
+      round(start * n) on, the edge is that period's instead of `edge`, so a time-varying edge
+      can be planted (an edge that vanishes half-way reads differently in early and late
+      walk-forward folds). The random draws do not depend on it: the same seed gives the same
+      regimes, trend and noise whatever the edges.
+    Prices compound simple returns with multiplications only (no exp), so the same (n, seed,
+    edge) gives the same bits on every machine. Indexed by business days from `start`.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    edge_of_row = edge if edge_periods is None else _edge_of_row(n, edge_periods)
+    for share_value in np.unique(np.atleast_1d(np.asarray(edge_of_row, dtype=np.float64) * max_trend_share)):
+        if not 0.0 <= share_value <= 1.0:
+            raise ValueError(f"edge * max_trend_share must lie in [0, 1], got {float(share_value)}")
+    rng = np.random.default_rng(seed)
+    vol, drift = (np.asarray(col, dtype=np.float64) for col in zip(*regimes))
+    k = len(vol)
+    leave = (1.0 - regime_persistence) / max(k - 1, 1)
+    transition = np.where(np.eye(k, dtype=bool), regime_persistence if k > 1 else 1.0, leave)
+    cumulative = np.cumsum(transition, axis=1)
+    jumps, trend_shocks, noise = rng.random(n), rng.standard_normal(n), rng.standard_normal(n)
+
+    state = np.empty(n, dtype=np.int64)
+    trend = np.empty(n)
+    s, m = int(rng.integers(k)), 0.0
+    shock_scale = np.sqrt(1.0 - trend_persistence**2)
+    for t in range(n):
+        s = min(int(np.searchsorted(cumulative[s], jumps[t], side="right")), k - 1)
+        m = trend_persistence * m + shock_scale * trend_shocks[t]
+        state[t], trend[t] = s, m
+
+    share = edge_of_row * max_trend_share
+    returns = drift[state] * edge_of_row + vol[state] * (np.sqrt(share) * trend + np.sqrt(1.0 - share) * noise)
+    returns[0] = 0.0  # the first price is start_price itself
+    # Strictly positive prices: no regime here comes near a -100% day, the floor only makes it certain.
+    prices = start_price * np.cumprod(1.0 + np.maximum(returns, -0.5))
+    index = pd.bdate_range(start=start, periods=n)
+    return pd.Series(prices, index=index, name="close", dtype=np.float64)
+
+
+def _edge_of_row(n: int, periods: Sequence[Sequence[float]]) -> np.ndarray:
+    """The edge of each of n rows under `edge_periods` (each period from row round(start * n))."""
+    starts = np.asarray([round(float(p[0]) * n) for p in periods], dtype=np.int64)
+    edges = np.asarray([float(p[1]) for p in periods], dtype=np.float64)
+    if len(starts) == 0 or starts[0] != 0 or np.any(np.diff(starts) < 0):
+        raise ValueError(f"edge_periods must start at 0 and increase, got {[list(p) for p in periods]}")
+    return edges[np.searchsorted(starts, np.arange(n), side="right") - 1]
+
+
+def _synthetic(syn: Any, seed: int) -> pd.Series:
+    """One path of a `SyntheticConfig` (its edge, or its regimes in time) at `seed`."""
+    return synthetic_prices(syn.n, seed, syn.edge, edge_periods=syn.edge_periods)
+
+
+def load_series(cfg: Any, min_rows: int = 0) -> pd.Series:
+    """The series a `DataConfig` names: the synthetic one, or a validated price file."""
+    if cfg.source == "synthetic":
+        syn = cfg.synthetic
+        if syn.n < min_rows:
+            raise DataError(f"data.synthetic.n: {syn.n} rows, need at least {min_rows}")
+        return _synthetic(syn, syn.seed)
+    return load_prices(cfg.path, cfg.price_column, cfg.time_column, min_rows=min_rows)
+
+
+def path_seeds(syn: Any, n_seed_indices: int, first_seed_index: int = 0) -> list[int]:
+    """The synthetic seed of each path: `seed + s` per seed index s of the run (first_seed_index
+    .. first_seed_index + n_seed_indices - 1; per_seed), or `seed` (shared)."""
+    if syn.paths == "per_seed":
+        return [syn.seed + first_seed_index + s for s in range(n_seed_indices)]
+    return [syn.seed]
+
+
+def load_paths(cfg: Any, n_seed_indices: int = 1, min_rows: int = 0, first_seed_index: int = 0) -> list[pd.Series]:
+    """The price paths a `DataConfig` names, for a run of `n_seed_indices` seed indices from
+    `first_seed_index` on (a seed block of a larger design starts past 0).
+
+    Synthetic data with `paths: per_seed` gives one path per seed index s (seed
+    `data.synthetic.seed + s`), so seed indices differ in market as well as in initial weights,
+    and a seed block's paths are those of the same seed indices in a run of every index;
+    otherwise (`shared`, or a price file: one history) there is one path. Index the result with
+    `path_of_member`.
+    """
+    if n_seed_indices < 1:
+        raise ValueError(f"n_seed_indices must be >= 1, got {n_seed_indices}")
+    if cfg.source != "synthetic" or cfg.synthetic.paths == "shared":
+        return [load_series(cfg, min_rows=min_rows)]
+    syn = cfg.synthetic
+    if syn.n < min_rows:
+        raise DataError(f"data.synthetic.n: {syn.n} rows, need at least {min_rows}")
+    return [_synthetic(syn, s) for s in path_seeds(syn, n_seed_indices, first_seed_index)]
+
+
+def path_of_member(cfg: Any, seed_slot_of_member: Sequence[int]) -> list[int]:
+    """The path (an index into `load_paths`) each member trains and evaluates on: its seed's
+    position in the run (`MemberLayout.seed_slot`) under synthetic `per_seed`, else 0 for everyone."""
+    if cfg.source == "synthetic" and cfg.synthetic.paths == "per_seed":
+        return [int(s) for s in seed_slot_of_member]
+    return [0] * len(seed_slot_of_member)
+
+
+@dataclass(frozen=True)
+class SegmentBounds:
+    """Half-open [start, end) index ranges of the train, validation and test segments."""
+
+    train: tuple[int, int]
+    val: tuple[int, int]
+    test: tuple[int, int]
+
+
+_SEGMENT_NAMES = {"train": "train", "val": "validation", "test": "test"}
+
+
+def _date_cut(index: pd.DatetimeIndex, when: Any) -> int:
+    """Position of the first time >= `when`, comparing in the index's timezone."""
+    ts = pd.Timestamp(when)
+    if index.tz is not None and ts.tz is None:
+        ts = ts.tz_localize(index.tz)
+    elif index.tz is None and ts.tz is not None:
+        ts = ts.tz_convert(None)
+    return int(index.searchsorted(ts, side="left"))
+
+
+def split_bounds(prices: pd.Series, splits: list, min_len: int, source: str = "data.splits") -> SegmentBounds:
+    """Chronological, contiguous, non-overlapping train/val/test bounds covering `prices`.
+
+    `splits` is three fractions (cut by cumulative rounding, so the segments always add up to
+    n) or two dates [val_start, test_start] (each segment starts at the first time >= its date).
+    Every segment needs `min_len` prices: the env needs a full observation window and more.
+    """
+    n = len(prices)
+    if len(splits) == 3 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in splits):
+        f0, f1, f2 = (float(x) for x in splits)
+        if min(f0, f1, f2) <= 0 or abs(f0 + f1 + f2 - 1.0) > 1e-6:
+            raise ConfigError(f"{source}: fractions must be > 0 and sum to 1, got {list(splits)}")
+        a, b = round(n * f0), round(n * (f0 + f1))
+    elif len(splits) == 2 and all(isinstance(x, (str, _dt.date)) for x in splits):
+        if not isinstance(prices.index, pd.DatetimeIndex):
+            raise ConfigError(f"{source}: date splits need a time column in the data (or give three fractions)")
+        try:
+            a, b = (_date_cut(prices.index, x) for x in splits)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"{source}: cannot read {list(splits)} as dates ({e})") from None
+        if a > b:
+            raise ConfigError(f"{source}: validation start must come before test start, got {list(splits)}")
+    else:
+        raise ConfigError(f"{source}: give three fractions [train, val, test] or two dates [val_start, test_start]")
+    bounds = SegmentBounds(train=(0, a), val=(a, b), test=(b, n))
+    for key, label in _SEGMENT_NAMES.items():
+        lo, hi = getattr(bounds, key)
+        if hi - lo < min_len:
+            raise DataError(f"{source}: {label} segment has {hi - lo} prices, need at least min_len={min_len}")
+    return bounds
+
+
+def fold_bounds(prices: pd.Series, splits: list, folds: Any, min_len: int) -> list[SegmentBounds]:
+    """Walk-forward folds (`data.folds`): one SegmentBounds per fold, the test segment common.
+
+    The split (`split_bounds`) fixes where the test segment starts (row b). The K validation
+    windows are the last K x L rows before it, end to end (L = `folds.val_length`, default the
+    split's validation length): fold k validates on [b - (K - k) L, b - (K - k - 1) L). Its
+    training window ends `folds.gap` rows before its validation window and starts at row 0
+    (`expanding`) or `train_length` rows earlier (`rolling`; default fold 0's length, so every
+    fold trains on as many rows). K = 1 with the defaults gives `[split_bounds(...)]` exactly.
+    Every window needs `min_len` rows; a layout that does not fit is a one-line ConfigError.
+    """
+    base = split_bounds(prices, splits, min_len)
+    k, gap = int(folds.k), int(folds.gap)
+    length = base.val[1] - base.val[0] if folds.val_length is None else int(folds.val_length)
+    if length < min_len:
+        raise ConfigError(f"data.folds.val_length: {length} rows per validation window, need at least min_len={min_len}")
+    test_lo = base.test[0]
+    first_val = test_lo - k * length
+    first_train_end = first_val - gap
+    if first_train_end < min_len:
+        raise ConfigError(
+            f"data.folds: {k} validation window(s) of {length} rows and a gap of {gap} before the test segment "
+            f"(which starts at row {test_lo}) leave fold 0 {max(first_train_end, 0)} training rows; need at least min_len={min_len}"
+        )
+    train_length = None
+    if folds.layout == "rolling":
+        train_length = first_train_end if folds.train_length is None else int(folds.train_length)
+        if train_length > first_train_end:
+            raise ConfigError(
+                f"data.folds.train_length: {train_length} rows do not fit before fold 0's validation window "
+                f"(row {first_val}, gap {gap}): at most {first_train_end}"
+            )
+        if train_length < min_len:
+            raise ConfigError(f"data.folds.train_length: {train_length} rows, need at least min_len={min_len}")
+    out = []
+    for f in range(k):
+        val_lo = first_val + f * length
+        train_end = val_lo - gap
+        train_lo = 0 if train_length is None else train_end - train_length
+        out.append(SegmentBounds(train=(train_lo, train_end), val=(val_lo, val_lo + length), test=base.test))
+    return out
+
+
+def fold_table(index: pd.Index, folds: Sequence[SegmentBounds], layout: str, fold_ids: Sequence[int] | None = None) -> pd.DataFrame:
+    """One row per fold (FOLD_TABLE_COLUMNS): its row ranges and the times of each window's
+    first and last row (`index`: the series' index), for the result files beside members (which
+    carry the `fold` index)."""
+    timed = isinstance(index, pd.DatetimeIndex)
+    ids = list(range(len(folds))) if fold_ids is None else list(fold_ids)
+    rows = []
+    for fold, b in zip(ids, folds):
+        row: dict[str, Any] = {"fold": int(fold), "layout": layout}
+        for seg in ("train", "val", "test"):
+            lo, hi = getattr(b, seg)
+            row[f"{seg}_start"], row[f"{seg}_end"] = int(lo), int(hi)
+        for seg in ("train", "val", "test"):
+            lo, hi = getattr(b, seg)
+            row[f"{seg}_first"] = format_when(index[lo]) if timed else None
+            row[f"{seg}_last"] = format_when(index[hi - 1]) if timed else None
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(FOLD_TABLE_COLUMNS))

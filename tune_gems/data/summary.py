@@ -1,0 +1,49 @@
+"""What a run trains on, said at its start: the data source, the price column matched in the
+file, and where the split landed (rows and dates per segment).
+
+Why: a mistyped column or a date split that landed somewhere unexpected otherwise shows only in
+the results; `tune-gems train`, `sweep` and their `--dry-run` print these lines first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tune_gems.data.series import format_when
+
+SEGMENT_LABELS = (("train", "train"), ("val", "validation"), ("test", "test"))
+
+
+def source_line(data_cfg: Any, market: Any) -> str:
+    """`data: <file>, price column 'Close' (asked 'close'), <n> rows` or the synthetic series."""
+    if data_cfg.source == "synthetic":
+        syn = data_cfg.synthetic
+        paths = "one path per seed index" if syn.paths == "per_seed" else "one shared path"
+        return f"data: synthetic series, {market.n} prices, seed {syn.seed}, edge {syn.edge:g}, {paths}"
+    column = market.column or data_cfg.price_column
+    asked = "" if column == data_cfg.price_column else f" (asked {data_cfg.price_column!r})"
+    return f"data: {data_cfg.path}, price column {column!r}{asked}, {market.n} rows"
+
+
+def _segment(market: Any, label: str, rows: tuple[int, int]) -> str:
+    lo, hi = rows
+    dates = f" ({format_when(market.times[lo])}..{format_when(market.times[hi - 1])})" if market.times is not None else f" (rows {lo}..{hi - 1})"
+    return f"{label} {hi - lo} rows{dates}"
+
+
+def split_line(market: Any) -> str:
+    """`split: train <rows> rows (<first>..<last>) | validation ... | test ...`; dates only
+    where the data has a time column. With walk-forward folds, each fold's training and
+    validation windows (`fold <k>: train ... validation ...`), then the common test segment."""
+    folds = market.bounds
+    if len(folds) == 1:
+        return "split: " + " | ".join(_segment(market, label, getattr(folds[0], key)) for key, label in SEGMENT_LABELS)
+    parts = [
+        f"fold {k}: {_segment(market, 'train', f.train)}, {_segment(market, 'validation', f.val)}"
+        for k, f in zip(market.fold_ids, folds)
+    ]
+    return "split: " + " | ".join([*parts, _segment(market, "test", folds[0].test)])
+
+
+def data_lines(data_cfg: Any, market: Any) -> list[str]:
+    return [source_line(data_cfg, market), split_line(market)]

@@ -1,0 +1,181 @@
+"""Arms: several configurations on the population axis of one run (docs/design.md, "Arms").
+
+Members never mix, so the population axis can carry different configurations. An *arm* is one
+setting of the per-member keys (gem modes and weights, spectral norm, NoisyNets, learning rate);
+a run with A arms and `trainer.population` = S seeds trains P = A x S members in one graph.
+Member m belongs to arm m // S and seed index m % S (arm-major), and seed index s gets the same
+member seed in every arm (the seed that member s of a single-arm run with this `seed` gets), so
+seed s of every arm starts from the same weights and draws the same random numbers: every
+difference between two arms at one seed is caused by the arms alone.
+
+This module is the arms' configuration: the YAML model, the expansion of `factors` (a full
+factorial) or `list` into named arms, their validation (one line naming the bad key) and the
+member layout. The `arms:` model itself (`ArmsConfig`) lives in tune_gems.config.arms_section, below the
+config schema that holds it; this module expands it with the schema, so it sits above config.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tune_gems.config.arms_section import (  # noqa: F401 - re-exported: the arms API
+    DEFAULT_ARM, GEM_FIELDS, MAX_ARMS, MODEL_SWITCHES, ArmsConfig,
+)
+from tune_gems.config.schema import Config
+from tune_gems.config.load import build_config
+from tune_gems.config.dotted import flatten, set_dotted
+from tune_gems.contracts.errors import ConfigError
+
+@dataclass(frozen=True)
+class Arm:
+    """One configuration of the population axis: its name, the per-member keys it sets (dotted),
+    and the full validated config of a single-arm run of it."""
+
+    name: str
+    settings: dict[str, Any]
+    config: Config
+
+
+def per_member_keys(cfg: Config) -> tuple[str, ...]:
+    """Every key that may vary per member: each gem's mode and weight, the model switches, lr,
+    the replay nuisance stream (an A/A arm)."""
+    gems = tuple(f"gems.{g}.{f}" for g in type(cfg.gems).model_fields for f in GEM_FIELDS)
+    return gems + MODEL_SWITCHES
+
+
+def resolved_settings(cfg: Config) -> dict[str, Any]:
+    """The value of every per-member key in `cfg` (a row of the arms table)."""
+    flat = flatten(cfg.to_dict())
+    return {k: flat[k] for k in per_member_keys(cfg)}
+
+
+def _level_text(v: Any) -> str:
+    return {True: "true", False: "false"}.get(v, str(v)) if isinstance(v, bool) else str(v)
+
+
+def factorial_size(factors: dict[str, list[Any]]) -> int:
+    """The number of arms of a full factorial (the product of the level counts), computed
+    without building one combination (exact integer arithmetic)."""
+    return math.prod(len(levels) for levels in factors.values())
+
+
+def _check_key(key: str, allowed: tuple[str, ...], all_keys: set[str], where: str) -> None:
+    if key in allowed:
+        return
+    if key in all_keys:
+        raise ConfigError(f"{where}.{key}: cannot vary per member (per-member keys: {', '.join(allowed)})")
+    raise ConfigError(f"{where}.{key}: unknown key")
+
+
+def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "config") -> list[Arm]:
+    """The named arms of a run. Without `arms`, one arm named `default` (the run itself).
+
+    Each arm's config is the base config with that arm's settings applied and `arms` removed,
+    validated as a whole: a level that fails validation is reported with the arm and key.
+    """
+    arms = arms if arms is not None else getattr(cfg, "arms", None)
+    base = cfg.to_dict()
+    base.pop("arms", None)
+    if arms is None:
+        return [Arm(DEFAULT_ARM, {}, build_config(base, source))]
+    allowed = per_member_keys(cfg)
+    all_keys = set(flatten(base))
+    specs: list[tuple[str, dict[str, Any]]] = []
+    if arms.factors is not None:
+        for key in arms.factors:
+            _check_key(key, allowed, all_keys, "arms.factors")
+        keys = list(arms.factors)
+        count = factorial_size(arms.factors)  # counted before anything is built: 1e12 arms is a typo
+        if count > MAX_ARMS:
+            raise ConfigError(f"arms.factors: {count:g} arms (the product of the levels); at most {MAX_ARMS}")
+        combos = list(itertools.product(*(arms.factors[k] for k in keys)))
+        for combo in combos:
+            specs.append(("", dict(zip(keys, combo))))  # named below, from the validated levels
+    else:
+        if len(arms.list_) > MAX_ARMS:
+            raise ConfigError(f"arms.list: {len(arms.list_)} arms; at most {MAX_ARMS}")
+        for i, entry in enumerate(arms.list_):
+            entry = dict(entry)
+            name = entry.pop("name", None)
+            if not isinstance(name, str) or not name.strip():
+                raise ConfigError(f"arms.list.{i}.name: every listed arm needs a non-empty name")
+            for key in entry:
+                _check_key(key, allowed, all_keys, f"arms.list.{i}")
+            specs.append((name.strip(), entry))
+    seen: set[str] = set()
+    out: list[Arm] = []
+    for name, settings in specs:
+        tree = copy.deepcopy(base)
+        for key, value in settings.items():
+            set_dotted(tree, key, value)
+        label = name or ",".join(f"{k}={_level_text(v)}" for k, v in settings.items())
+        arm_cfg = build_config(tree, f"{source}: arm {label!r}")
+        resolved = {k: flatten(arm_cfg.to_dict())[k] for k in settings}
+        name = name or ",".join(f"{k}={_level_text(v)}" for k, v in resolved.items())
+        if name in seen:
+            raise ConfigError(f"arms: duplicate arm {name!r}")
+        seen.add(name)
+        out.append(Arm(name, resolved, arm_cfg))
+    return out
+
+
+@dataclass(frozen=True)
+class MemberLayout:
+    """Which fold, arm and seed index each of the P = folds x arms x seeds members has:
+    fold-major, then arm, then seed (member m: fold m // (A S), arm (m // S) % A, seed slot
+    m % S). Without walk-forward folds (`data.folds.k` = 1) that is the arm-major layout.
+
+    `first_seed_index` (config `first_seed_index`): a seed block's first seed index in the
+    design; member m is at position `seed_slot(m)` of its arm and has the design's seed index
+    `first_seed_index + seed_slot(m)`, in every fold."""
+
+    arms: tuple[str, ...]
+    seeds_per_arm: int
+    first_seed_index: int = 0
+    folds: int = 1
+
+    @property
+    def members(self) -> int:
+        return self.folds * len(self.arms) * self.seeds_per_arm
+
+    def fold_index(self, member: int) -> int:
+        return member // (len(self.arms) * self.seeds_per_arm)
+
+    def arm_index(self, member: int) -> int:
+        return (member // self.seeds_per_arm) % len(self.arms)
+
+    def seed_slot(self, member: int) -> int:
+        """The member's position among this run's seeds (0 .. seeds_per_arm - 1)."""
+        return member % self.seeds_per_arm
+
+    def seed_index(self, member: int) -> int:
+        """The member's seed index in the design (the unit the analysis pairs and pools by)."""
+        return self.first_seed_index + self.seed_slot(member)
+
+    def arm_of(self, member: int) -> str:
+        return self.arms[self.arm_index(member)]
+
+    @property
+    def blocks(self) -> list[slice]:
+        """The rows of each (fold, arm) block of S consecutive members, in member order: what
+        runs with a single-arm run's shapes (matmuls, per-group reductions, Adam calls)."""
+        S = self.seeds_per_arm
+        return [slice(b * S, (b + 1) * S) for b in range(self.folds * len(self.arms))]
+
+    def member_seeds(self, seed: int) -> list[int]:
+        """Member seeds: seed index s gets member s's seed of a single-arm run of every seed
+        index, in every arm and every fold."""
+        from tune_gems.rng import member_seeds
+
+        per_seed = member_seeds(seed, self.seeds_per_arm, self.first_seed_index)
+        return [per_seed[self.seed_slot(m)] for m in range(self.members)]
+
+    def per_member(self, values_per_arm: list[Any]) -> list[Any]:
+        """Broadcast one value per arm to one value per member (the same in every fold)."""
+        if len(values_per_arm) != len(self.arms):
+            raise ValueError(f"{len(values_per_arm)} values for {len(self.arms)} arms")
+        return [values_per_arm[self.arm_index(m)] for m in range(self.members)]

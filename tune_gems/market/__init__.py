@@ -1,0 +1,1 @@
+"""The market a member trades: features and vectorised environments, greedy segment evaluation and baselines, the Gymnasium view."""

@@ -1,0 +1,151 @@
+"""`--dry-run` for `train` and `sweep`: check a run and say what it would do, writing nothing.
+
+The plan states the resolved config, the members (arms x seeds), the trials, the data and its
+split, the memory estimate (tune_gems.design.resources, the same numbers the real run checks), an
+estimated time and, for `train`, the output folder (checked by the real command's own check,
+tune_gems.trainer.train_command.check_train_out; the sweep's experiment folder is checked likewise). The time is measured, not guessed: a throw-away Trainer of the run's config
+prefills its replay, runs a few training iterations and one validation pass on this machine's
+device (`Trainer.sample_timings`), and the run's time is extrapolated from those.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from tune_gems.config.schema import Config
+from tune_gems.data.summary import data_lines
+from tune_gems.design.resources import MemoryEstimate, check_training_fits
+
+TIMED_ITERATIONS = 5
+"""Training iterations timed (after one untimed warm-up) to extrapolate a run's time."""
+
+
+@dataclass(frozen=True)
+class TimeEstimate:
+    """Seconds for one run of a config on this machine's device, and its parts."""
+
+    device: str
+    prefill_s: float
+    iteration_s: float
+    evaluation_s: float
+    total_s: float
+
+
+def _fmt_bytes(n: int) -> str:
+    gib = 1024**3
+    return f"{n / gib:.2f} GiB" if n >= gib / 10 else f"{n / 1024**2:.1f} MiB"
+
+
+def _fmt_s(s: float) -> str:
+    if s >= 3600:
+        return f"{s / 3600:.1f} h"
+    if s < 10:
+        return f"{s:.1f} s"
+    return f"{s / 60:.1f} min" if s >= 120 else f"{s:.0f} s"
+
+
+def estimate_time(cfg: Config, prices=None) -> tuple[TimeEstimate, object]:
+    """Time one run of `cfg` from a short measured sample (module docstring); also returns the
+    throw-away Trainer's market (its data summary)."""
+    from tune_gems.trainer.trainer import Trainer
+
+    trainer = Trainer(cfg, prices=prices, log=None)
+    prefill, per_it, per_eval = trainer.sample_timings(TIMED_ITERATIONS)
+    tc = cfg.trainer
+    first = trainer.market.bounds[0]  # every fold's validation window has the same length
+    val_lo, val_hi = first.val
+    test_lo, test_hi = first.test
+    test_eval = per_eval * (test_hi - test_lo) / max(1, val_hi - val_lo)  # the test segment, once, at the end
+    total = prefill + tc.epochs * (tc.iterations_per_epoch * per_it + per_eval) + test_eval
+    return TimeEstimate(str(trainer.device), prefill, per_it, per_eval, total), trainer.market
+
+
+def memory_line(est: MemoryEstimate) -> str:
+    parts = ", ".join(f"{k} {_fmt_bytes(v)}" for k, v in est.parts().items() if v)
+    where = f"{_fmt_bytes(est.device)} on the GPU, {_fmt_bytes(est.host)} host" if est.on_cuda else f"{_fmt_bytes(est.host)} host"
+    return f"memory: about {where} for {est.members} member(s) ({parts})"
+
+
+def time_line(t: TimeEstimate, what: str = "the run") -> str:
+    return (
+        f"time: about {_fmt_s(t.total_s)} of training for {what} on this machine's {t.device}, start-up not counted (measured: prefill {t.prefill_s:.2f} s, "
+        f"{t.iteration_s * 1000:.1f} ms per iteration, {t.evaluation_s:.2f} s per validation pass)"
+    )
+
+
+def members_line(cfg: Config) -> str:
+    from tune_gems.design.arms import expand_arms
+
+    arms = [a.name for a in expand_arms(cfg)]
+    p = cfg.trainer.population
+    return f"members: {len(arms)} arm(s) x {p} seed(s) = {len(arms) * p} ({', '.join(arms)})"
+
+
+def config_block(tree: dict, title: str) -> list[str]:
+    text = yaml.safe_dump(tree, sort_keys=False).rstrip()
+    return [f"{title}:", *("  " + line for line in text.splitlines())]
+
+
+def train_plan(cfg: Config, out: Path, resume: bool = False) -> list[str]:
+    """The lines of `tune-gems train --dry-run` (validated first, the output folder `out` checked
+    as the real command checks it: a bad config or folder never gets here)."""
+    est = check_training_fits(cfg)
+    timing, market = estimate_time(cfg)
+    tc = cfg.trainer
+    return [
+        *config_block(cfg.to_dict(), "config (resolved)"),
+        members_line(cfg),
+        f"epochs: {tc.epochs} x {tc.iterations_per_epoch} iterations",
+        *data_lines(cfg.data, market),
+        memory_line(est),
+        time_line(timing),
+        f"out: {out} ({'continues the train run there from its checkpoint' if resume else 'a new train run'})",
+        "dry run: nothing was written",
+    ]
+
+
+def concurrent_trials(cpu_per_trial: float, gpu_per_trial: float, max_concurrent: int | None) -> int:
+    """How many trials this machine runs at once (a cluster's driver cannot know its nodes
+    before joining it: the plan says so)."""
+    import torch
+
+    fits = [math.floor((os.cpu_count() or 1) / cpu_per_trial)]
+    if gpu_per_trial > 0:
+        fits.append(math.floor(torch.cuda.device_count() / gpu_per_trial))
+    n = max(1, min(fits))
+    return min(n, max_concurrent) if max_concurrent else n
+
+
+def sweep_plan(spec, resolved: dict, widest: Config, prices) -> list[str]:
+    """The lines of `tune-gems sweep --dry-run` after the data lines: the spec, the widest trial's members, memory
+    and time, and the sweep's time with this machine's concurrency (an upper bound when a
+    scheduler stops trials early)."""
+    est = check_training_fits(widest)
+    timing, _market = estimate_time(widest, prices)  # the data lines came before (run_sweep)
+    gpu = spec.resources.gpu if spec.resources.gpu is not None else (1.0 if _has_cuda() else 0.0)
+    at_once = concurrent_trials(spec.resources.cpu, gpu, spec.max_concurrent_trials)
+    waves = math.ceil(spec.num_samples / at_once)
+    early = "; at most, ASHA stops some trials early" if spec.scheduler.type != "none" else ""
+    searched = [*(f"gems.{g}" for g in spec.search.gems), *spec.search.params]
+    return [
+        *config_block(resolved, "spec (resolved)"),
+        f"trials: {spec.num_samples}, design {spec.design}, objective {spec.objective.mode} {spec.objective.metric}, "
+        f"searching {', '.join(searched) or 'nothing'}",
+        f"widest trial: {members_line(widest).removeprefix('members: ')}",
+        memory_line(est),
+        time_line(timing, "the widest trial"),
+        f"sweep: about {_fmt_s(waves * timing.total_s)} on this machine ({at_once} trial(s) at a time, "
+        f"{spec.resources.cpu:g} CPU and {gpu:g} GPU each{early}); a cluster runs more at once",
+        "dry run: nothing was written, Ray was not started",
+    ]
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

@@ -1,0 +1,352 @@
+"""`tune-gems train`: one training run written to a result folder.
+
+All input is validated (config, data, memory, the output folder) before anything is written.
+The folder is marked as a train run's (tune_gems.contracts.outputs) and held by one writer at a time (a
+lock). An existing folder is never overwritten: it is continued with `--resume`, which reads
+the run's stored config.yaml (overrides that differ from it are refused, except the resumable
+keys) and starts from the checkpoint, or from epoch 0 when the run stopped before its first.
+
+A resume never rewrites what the run recorded (tune_gems.contracts.run_record): a config.yaml edited by
+hand, a data file changed in place, or a run folder whose tables contradict its checkpoint
+(more epochs than the run has, other columns) is refused in one line before anything is
+written. Every file is written through tune_gems.contracts.safe_files (never through a symlink).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import yaml
+from tqdm import tqdm
+
+from tune_gems.data.summary import data_lines
+from tune_gems.config.schema import Config
+from tune_gems.config.yaml_io import apply_overrides, read_yaml
+from tune_gems.config.load import build_config, load_config
+from tune_gems.config.dotted import flatten
+from tune_gems.contracts.errors import CheckpointError, ConfigError, OutputError, OutputExistsError
+from tune_gems.contracts.result_files import (
+    ARMS_CSV, BASELINES_CSV, CHECKPOINT_FILE, CONFIG_FILE, FOLDS_CSV, GEMS_FILE, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE,
+)
+from tune_gems.contracts.output_lock import LOCK_FILE, OutputLock
+from tune_gems.contracts.outputs import MARKER_FILE, check_output_folder, make_output_folder, marker_kind, read_marker, update_marker, write_marker
+from tune_gems.contracts.run_record import CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged, checksums, data_fingerprint
+from tune_gems.contracts.safe_files import write_atomic
+from tune_gems.design.resources import check_training_fits
+from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
+from tune_gems.trainer.stop_signals import StopSignals, TrainingStopped
+from tune_gems.trainer.tensorboard import EVENTS_DIR, EpochEvents
+from tune_gems.trainer.trainer import RESUMABLE_CHANGES, EpochResult, Trainer
+
+CHECKPOINT = CHECKPOINT_FILE
+TABLE_FILES = (HISTORY_CSV, MEMBERS_CSV)
+ARMS_FILE, BASELINES_FILE = ARMS_CSV, BASELINES_CSV
+OUT_FIELD = "--out"
+
+
+def default_out_dir(root: str | Path = "runs") -> Path:
+    return Path(root) / f"train-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    write_atomic(path, text)
+
+
+def _write_csv(path: Path, frame: pd.DataFrame) -> None:
+    write_atomic(path, frame.to_csv(index=False))
+
+
+def write_tables(trainer: Trainer, out: Path) -> None:
+    """history.csv and members.csv from the trainer's full history (rewritten whole, atomically)."""
+    for name, rows in zip(TABLE_FILES, (trainer.history, trainer.member_history)):
+        _write_csv(out / name, pd.DataFrame(rows))
+
+
+class CheckpointSchedule:
+    """When a checkpoint is due at an epoch boundary (docs/checkpoints.md): at the first boundary
+    `trainer.checkpoint_interval_s` seconds or more after the last checkpoint (or the start of
+    training), every `trainer.checkpoint_every` epochs, and always at the end or when stopping.
+    A zero interval or period turns that trigger off."""
+
+    def __init__(self, interval_s: float, every: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s, self.every, self._clock = interval_s, every, clock
+        self._last = clock()
+
+    def due(self, epoch: int, final: bool) -> bool:
+        now = self._clock()
+        timed = self.interval_s > 0 and now - self._last >= self.interval_s
+        periodic = self.every > 0 and epoch % self.every == 0
+        if final or timed or periodic:
+            self._last = now
+            return True
+        return False
+
+
+def train_epochs(
+    trainer: Trainer,
+    on_epoch: Callable[[EpochResult, bool], None],
+    stop: Callable[[], bool] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> bool:
+    """The epoch loop of `tune-gems train` and of a sweep's trial: run epochs until the trainer
+    is done (its epochs reached, or diverged), calling `on_epoch(result, checkpoint_due)` after
+    each (CheckpointSchedule says when one is due). `stop()` is asked at each epoch boundary: when
+    true, that epoch's checkpoint is due and the loop ends. Returns whether it stopped early. The
+    caller decides where results and checkpoints go (files, or Tune reports)."""
+    tc = trainer.cfg.trainer
+    schedule = CheckpointSchedule(tc.checkpoint_interval_s, tc.checkpoint_every, clock)
+    while not trainer.done:
+        result = trainer.run_epoch()
+        stopping = stop is not None and stop() and not trainer.done
+        on_epoch(result, schedule.due(trainer.epoch, final=trainer.done or stopping))
+        if stopping:
+            return True
+    return False
+
+
+def write_run_files(trainer: Trainer, out: Path) -> None:
+    """The files beside a run's tables that do not change per epoch (docs/results.md):
+    gems.json (the run's gems), arms.csv (one row per arm: every per-member key's value),
+    folds.csv (one row per walk-forward fold: its windows) and baselines.csv (flat /
+    buy-and-hold / momentum on the evaluation segments, per fold)."""
+    from tune_gems.design.arm_sets import also_named, arm_aliases
+    from tune_gems.design.arms import expand_arms, resolved_settings
+    from tune_gems.contracts.gem_manifest import manifest_text
+    from tune_gems.gems import manifest
+
+    cfg = trainer.cfg
+    _write_atomic(out / GEMS_FILE, manifest_text(manifest(cfg.plugins)))
+    aliases = arm_aliases(cfg)  # a duplicate arm trained once: its other name (tune_gems.design.arm_sets)
+    arms = pd.DataFrame([{"arm": a.name, **({"also_named": also_named(aliases, a.name)} if aliases else {}),
+                          **resolved_settings(a.config)} for a in expand_arms(cfg)])
+    for name, frame in ((ARMS_FILE, arms), (FOLDS_CSV, trainer.fold_table()), (BASELINES_FILE, trainer.baselines())):
+        _write_csv(out / name, frame)
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _deep_merge(base[k], v)
+        else:
+            base[k] = v
+    return base
+
+
+def resume_config(out: str | Path, path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """The config a `--resume` continues with: the run's stored config.yaml, plus what the
+    command line gives (a config file and/or overrides). Anything given that differs from the
+    stored run is refused, naming the key, unless it is one of the resumable keys
+    (`RESUMABLE_CHANGES`: epochs, checkpoint schedule, graph, device, kernels); so a stopped run
+    continues with `--out DIR --resume` alone."""
+    out = Path(out)
+    check_train_out(out, resume=True)  # a folder that is not a train run's is refused first
+    stored_path = out / CONFIG_FILE
+    if not stored_path.is_file():
+        hint = "; start it again without --resume" if marker_kind(out) == "train" else ""
+        raise OutputError(f"{OUT_FIELD}: {out} holds no {CONFIG_FILE}: nothing to resume there{hint}")
+    check_stored_unchanged(read_marker(out), CONFIG_FILE, stored_path.read_bytes(), str(stored_path))
+    stored = load_config(stored_path)
+    asked = read_yaml(path) if path is not None else {}
+    apply_overrides(asked, list(overrides or []))
+    cfg = build_config(_deep_merge(stored.to_dict(), asked), str(path) if path is not None else "config")
+    old, new = flatten(stored.to_dict()), flatten(cfg.to_dict())
+    for key in sorted(old):
+        if key not in RESUMABLE_CHANGES and old[key] != new.get(key):
+            raise ConfigError(
+                f"{key}: the run in {out} was started with {key}={old[key]!r}, this command asks {new.get(key)!r}; "
+                f"--resume continues the stored run (only {', '.join(RESUMABLE_CHANGES)} may change)"
+            )
+    return cfg
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _load_if_any(trainer: Trainer, ckpt_path: Path) -> tuple[int, int] | None:
+    """Load the checkpoint when there is one; returns its identity (mtime, size), or None."""
+    ident = _file_id(ckpt_path)
+    if ident is not None:
+        trainer.load_checkpoint(ckpt_path)
+    return ident
+
+
+def check_tables_against_checkpoint(out: Path, trainer: Trainer) -> None:
+    """CheckpointError naming the table when a run folder's history.csv / members.csv
+    contradicts the checkpoint just loaded: more epochs than the run has, epochs that are not
+    1..n, or columns other than the checkpoint's. (Rows past the checkpoint's epoch are normal:
+    epochs done after the last checkpoint; they are re-done and rewritten.)"""
+    planned = trainer.cfg.trainer.epochs
+    for name, rows in zip(TABLE_FILES, (trainer.history, trainer.member_history)):
+        path = out / name
+        if not path.is_file() or not rows:
+            continue
+        try:
+            table = pd.read_csv(path)
+        except (OSError, ValueError, UnicodeDecodeError) as e:
+            raise CheckpointError(f"{path}: unreadable ({type(e).__name__}); the run folder does not match its checkpoint") from None
+        want = list(rows[0])
+        if sorted(table.columns) != sorted(want):
+            extra = sorted(set(table.columns) - set(want))
+            missing = sorted(set(want) - set(table.columns))
+            what = f"extra columns {extra[:3]}" if extra else f"missing columns {missing[:3]}"
+            raise CheckpointError(f"{path}: {what} that the checkpoint's history does not have; the run folder was changed")
+        epochs = pd.to_numeric(table["epoch"], errors="coerce") if "epoch" in table else pd.Series(dtype=float)
+        if epochs.isna().any() or (len(epochs) and (epochs.max() > max(planned, trainer.epoch) or epochs.min() < 1)):
+            raise CheckpointError(
+                f"{path}: epochs {epochs.min()}..{epochs.max()} do not fit the run's 1..{max(planned, trainer.epoch)}; the run folder was changed"
+            )
+        if name == HISTORY_CSV and list(epochs.astype(int)) != list(range(1, len(epochs) + 1)):
+            raise CheckpointError(f"{path}: {len(epochs)} rows whose epochs are not 1..{len(epochs)}; the run folder was changed")
+
+
+def _own_entries(out: Path) -> list[str]:
+    return [n for n in os.listdir(out) if n not in (LOCK_FILE, MARKER_FILE)]
+
+
+def check_train_out(out: str | Path | None, resume: bool) -> Path:
+    """The output folder's up-front checks (the default folder when `out` is None), with train's
+    own advice in the messages; returns the resolved folder. Writes nothing: `train --dry-run`
+    runs it too."""
+    out = Path(out) if out is not None else default_out_dir()
+    try:
+        return check_output_folder(out, kind="train", field=OUT_FIELD, resume=resume)
+    except OutputExistsError:
+        if marker_kind(out) == "train":
+            raise OutputExistsError(f"{OUT_FIELD}: {out} already holds a train run; continue it with --resume or choose another --out") from None
+        raise OutputExistsError(f"{OUT_FIELD}: {out} already holds results (files not written by tune-gems train); choose another --out") from None
+
+
+def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
+    """Train to the configured number of epochs; returns the final metrics. Checkpoints are
+    written in the background (AsyncCheckpointWriter) when CheckpointSchedule says; a SIGTERM or
+    SIGINT stops at the next epoch boundary with a checkpoint and raises TrainingStopped."""
+    out = check_train_out(out, resume)
+    check_training_fits(cfg)  # memory from the shapes, before anything is allocated
+    ckpt_path = out / CHECKPOINT
+
+    log_lines: list[str] = []
+    bar = None
+
+    def log(line: str) -> None:
+        log_lines.append(line)
+        (bar.write(line, file=sys.stdout) if bar is not None else print(line, flush=True))
+
+    if resume:
+        check_data_unchanged(read_marker(out), cfg.data, str(out))  # before the data is even read
+    trainer = Trainer(cfg, log=log)  # validates data and device before anything is written
+    data_record = data_fingerprint(cfg.data)  # the bytes just read (a missing file was named above)
+    loaded = _load_if_any(trainer, ckpt_path) if resume else None  # a bad checkpoint is refused before any write
+    if loaded is not None:
+        check_tables_against_checkpoint(out, trainer)
+    make_output_folder(out, kind="train")
+    signals = StopSignals()
+    with OutputLock(out, field=OUT_FIELD), signals.installed():  # before config.yaml: a signal from then on stops cleanly
+        if not resume and _own_entries(out):  # another run got here first (checked under the lock)
+            raise OutputExistsError(f"{OUT_FIELD}: {out} already holds a train run; continue it with --resume or choose another --out")
+        if resume and _file_id(ckpt_path) != loaded:  # another writer moved it on meanwhile
+            loaded = _load_if_any(trainer, ckpt_path)
+        if loaded is not None:
+            write_tables(trainer, out)  # tables past the checkpoint's epoch are re-done
+            trainer.write_eval_returns(out)
+        elif resume:
+            print(f"tune-gems train: {out} has no checkpoint yet; starting it again from epoch 0", flush=True)
+            for name in (*TABLE_FILES, SUMMARY_FILE):
+                (out / name).unlink(missing_ok=True)
+            shutil.rmtree(out / EVENTS_DIR, ignore_errors=True)  # its epochs are trained again
+        text = _dump(cfg)
+        _write_atomic(out / CONFIG_FILE, text)
+        marker = read_marker(out)
+        record = {CHECKSUMS_KEY: checksums(marker, **{CONFIG_FILE: text.encode()})}
+        if data_record is not None and not (marker or {}).get(DATA_KEY):
+            record[DATA_KEY] = data_record
+        if marker is None:  # a run folder written before markers existed
+            write_marker(out, "train", **record)
+        else:
+            update_marker(out, **record)
+        write_run_files(trainer, out)
+        folds = f" folds={trainer.market.n_folds}" if trainer.market.n_folds > 1 else ""
+        print(
+            f"tune-gems train: device={trainer.device} kernels={trainer.ops.name} population={cfg.trainer.population} "
+            f"arms={len(trainer.learner.arms)}{folds} members={trainer.learner.P} graph={'on' if trainer.runner.use_graph else 'off'} out={out}",
+            flush=True,
+        )
+        for line in data_lines(cfg.data, trainer.market):
+            print(f"tune-gems train: {line}", flush=True)
+        ipe = cfg.trainer.iterations_per_epoch  # the bar counts iterations; its label the epoch
+        bar = tqdm(
+            total=cfg.trainer.epochs * ipe,
+            initial=trainer.epoch * ipe,
+            desc=f"epoch {trainer.epoch + 1}/{cfg.trainer.epochs}",
+            unit="it",
+            disable=None if progress is None else not progress, file=sys.stderr)
+        trainer.on_iteration = lambda: bar.update(1)
+
+        writer = AsyncCheckpointWriter()
+        events = EpochEvents(out)  # TensorBoard scalars per epoch (tune_gems.trainer.tensorboard)
+
+        def on_epoch(_result: EpochResult, checkpoint_due: bool) -> None:
+            events.write(trainer.history[-1], trainer.epoch)
+            bar.set_description(f"epoch {min(trainer.epoch + 1, cfg.trainer.epochs)}/{cfg.trainer.epochs}")
+            write_tables(trainer, out)
+            if checkpoint_due:  # the kept validation returns go with the checkpoint that holds them
+                writer.save(ckpt_path, *trainer.checkpoint_payload(), after=lambda meta: trainer.write_eval_returns(out, meta))
+
+        try:
+            stopped = train_epochs(trainer, on_epoch, stop=signals.requested)
+        finally:
+            trainer.on_iteration = None
+            events.close()
+            bar.close()
+            bar = None
+            writer.close()  # the last checkpoint is on disk before the run says it is done (or stopped)
+        if stopped:
+            raise TrainingStopped(
+                signals.signum or 0, trainer.epoch,
+                f"tune-gems train: stopped by {signals.name()} after epoch {trainer.epoch} of {cfg.trainer.epochs}; "
+                f"checkpoint written; continue with: tune-gems train --out {out} --resume",
+            )
+        final = trainer.history[-1]
+        summary = {"out": str(out), "device": str(trainer.device), "kernels": trainer.ops.name, **_jsonable(final)}
+        _write_atomic(out / SUMMARY_FILE, json.dumps(summary, indent=2))
+    if trainer.diverged:
+        print(f"tune-gems train: diverged at epoch {trainer.epoch}; results in {out}", flush=True)
+    else:
+        print(f"tune-gems train: done, results in {out}", flush=True)
+    headline = train_headline(trainer)
+    if headline:
+        print(f"tune-gems train: {headline}", flush=True)
+    return final
+
+
+def train_headline(trainer: Trainer) -> str:
+    """The run's arms at the final epoch beside the baselines (tune_gems.stats.baseline_headline),
+    through the same table the analysis report uses."""
+    from types import SimpleNamespace
+
+    from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
+
+    run = SimpleNamespace(members=pd.DataFrame(trainer.member_history), trials=pd.DataFrame(), baselines=trainer.baselines())
+    return baseline_headline(baseline_comparison(run))
+
+
+def _dump(cfg: Config) -> str:
+    """config.yaml's text (the same as `dump_config` writes)."""
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
