@@ -215,8 +215,12 @@ class RunArms:
 def run_arms(cfg: Config, arms: RunArms | Sequence[Arm] | None = None) -> RunArms:
     """The arms record of a run of `cfg`: over the config's folds (`data.folds.k`) and seeds
     (`trainer.population`, from `first_seed_index`), with `arms` (default: expanded from `cfg`
-    here, once; a record is returned as it is)."""
+    here, once; a record, made by this function for the same config, is returned as it is)."""
     if isinstance(arms, RunArms):
+        layout = arms.layout
+        if (layout.seeds_per_arm, layout.first_seed_index) != (cfg.trainer.population, cfg.first_seed_index):
+            raise ValueError(f"an arms record of {layout.seeds_per_arm} seeds from seed index {layout.first_seed_index} "
+                             f"for a config of {cfg.trainer.population} from {cfg.first_seed_index}")
         return arms
     arms = tuple(arms) if arms is not None else tuple(expand_arms(cfg))
     layout = MemberLayout(tuple(a.name for a in arms), cfg.trainer.population, cfg.first_seed_index, folds=cfg.data.folds.k)
