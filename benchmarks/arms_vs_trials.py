@@ -26,7 +26,7 @@ import torch
 
 from tune_gems.design.arms import ArmsConfig, expand_arms
 from tune_gems.config.load import load_config
-from tune_gems.trainer import Trainer
+from tune_gems.trainer.trainer import Trainer
 
 ARMS = [
     {"name": "measured"},

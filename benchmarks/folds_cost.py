@@ -33,7 +33,7 @@ import torch
 
 from tune_gems.design.arms import ArmsConfig
 from tune_gems.config.load import load_config
-from tune_gems.trainer import Trainer
+from tune_gems.trainer.trainer import Trainer
 
 ARMS = [
     {"name": "measured"},
@@ -88,7 +88,7 @@ def run_case(overrides: list[str], arms: list[dict], args) -> dict:
     setup_s = time.perf_counter() - t0 - us * 1e-6 * args.reps * args.rounds
     _sync(device)
     e0 = time.perf_counter()
-    trainer.evaluate("val")
+    trainer.evaluator.evaluate("val")
     _sync(device)
     eval_ms = (time.perf_counter() - e0) * 1e3
     P = trainer.learner.P

@@ -176,7 +176,7 @@ def time_graph(step, float32_precision: str, warmup: int, reps: int, rounds: int
 def learner_for(P: int, batch: int, device: str):
     """A prefilled learner of the train_step configuration at population P and this batch."""
     from tune_gems.config.load import load_config
-    from tune_gems.trainer import Trainer
+    from tune_gems.trainer.trainer import Trainer
 
     overrides = [*train_step.BASE, *train_step.GEMS["measure"], f"trainer.population={P}", "trainer.graph=off"]
     overrides = [o for o in overrides if not o.startswith(("device=", "trainer.batch_size="))]

@@ -85,7 +85,7 @@ class SliceProbe(TorchDispatchMode):
 
 def _learner(cfg, arms):
     from tune_gems.ops import resolve_backend
-    from tune_gems.trainer import prepare_market
+    from tune_gems.trainer.run_setup import prepare_market
     from tune_gems.trainer.learner import Learner
 
     dev = torch.device(cfg.device)

@@ -33,7 +33,7 @@ import torch
 from tune_gems.config.load import load_config
 from tune_gems.ops import resolve_backend
 from tune_gems.trainer.replay import ReplayBuffer
-from tune_gems.trainer import prepare_market
+from tune_gems.trainer.run_setup import prepare_market
 from tune_gems.trainer.learner import Learner
 
 TINY_CAPACITY = 64  # replay of the Learner built only for its non-replay state

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from tune_gems.config.load import load_config
-from tune_gems.trainer import Trainer
+from tune_gems.trainer.trainer import Trainer
 
 POPULATIONS = (1, 4, 16, 64, 256)
 PRECISIONS = ("fp32", "tf32", "bf16")

@@ -185,13 +185,14 @@ def reference_run(cfg: Config) -> tuple[list[dict[str, Any]], list[dict[str, Any
     trial's CPUs), so that no reduction runs in a different order than in the trial."""
     import torch
 
-    from tune_gems.trainer import Trainer
+    from tune_gems.trainer.train_command import train_epochs
+    from tune_gems.trainer.trainer import Trainer
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         trainer = Trainer(cfg, log=None)
-        trainer.fit()
+        train_epochs(trainer)
         return trainer.history, trainer.member_history
     finally:
         torch.set_num_threads(threads)

@@ -70,15 +70,16 @@ def assert_same_run(a, b) -> None:
 def full_and_resumed(cfg: Config, path, after_load=None):
     """(an uninterrupted run of `cfg`, a run resumed from its epoch-1 checkpoint at `path`), both
     trained to the end; `after_load(resumed)` is called right after the checkpoint is loaded."""
-    from tune_gems.trainer import Trainer
+    from tune_gems.trainer.train_command import train_epochs
+    from tune_gems.trainer.trainer import Trainer
 
     full = Trainer(cfg, log=None)
     full.run_epoch()
     full.save_checkpoint(path)
-    full.fit()
+    train_epochs(full)
     resumed = Trainer(cfg, log=None)
     resumed.load_checkpoint(path)
     if after_load is not None:
         after_load(resumed)
-    resumed.fit()
+    train_epochs(resumed)
     return full, resumed

@@ -101,7 +101,7 @@ def test_a_wrong_number_of_switches_is_refused():
 
 def _learner_for(cfg, arms=None):
     from tune_gems.ops import resolve_backend
-    from tune_gems.trainer import prepare_market
+    from tune_gems.trainer.run_setup import prepare_market
     from tune_gems.trainer.learner import Learner
 
     dev = torch.device("cpu")

@@ -272,7 +272,7 @@ def run_fresh(case: Case, sandbox: Path) -> Outcome:
 def good_checkpoint(tmp_path_factory):
     """A real checkpoint of the tiny config after one epoch (for the checkpoint cases)."""
     from tune_gems.config.load import load_config
-    from tune_gems.trainer import Trainer
+    from tune_gems.trainer.trainer import Trainer
 
     trainer = Trainer(load_config(None, TRAIN_TINY), log=None)
     trainer.run_epoch()

@@ -31,7 +31,8 @@ from tune_gems.sweep import console, trainable
 from tune_gems.trainer import checkpoint as ckpt
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter, snapshot_meta
 from tune_gems.trainer.train_command import CheckpointSchedule, resume_config, run_training, train_epochs
-from tune_gems.trainer.trainer import RESUMABLE_CHANGES, Trainer, load_prices
+from tune_gems.trainer.run_setup import load_run_prices
+from tune_gems.trainer.trainer import RESUMABLE_CHANGES, Trainer
 
 from cluster_fixtures import wait_for
 from test_bad_input import TRAIN_TINY
@@ -219,7 +220,7 @@ def test_resume_from_a_background_checkpoint_equals_the_uninterrupted_run(tmp_pa
     resumed = Trainer(cfg, log=None)
     resumed.load_checkpoint(tmp_path / "ck.pt")
     assert resumed.epoch == 1
-    resumed.fit()
+    train_epochs(resumed)
     assert_same_run(resumed, full)
 
 
@@ -331,7 +332,7 @@ def _run_trial(monkeypatch, tmp_path: Path, base: dict, restore_from: Path | Non
     monkeypatch.setattr(trainable, "placement", lambda: {"node_id": "n", "gpu_ids": ""})
     (tmp_path.parent / "tmp").mkdir(exist_ok=True)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path.parent / "tmp"))
-    prices = load_prices(build_config(base))
+    prices = load_run_prices(build_config(base))
     trainable.train_trial({}, base=base, prices=prices, objective="val_sharpe_mean")
     return fake
 
@@ -382,7 +383,7 @@ def test_a_trial_that_fails_still_hands_its_last_checkpoint_to_tune(tmp_path, mo
     fake = FakeTune(tmp_path)
     monkeypatch.setattr(trainable, "tune", fake)
     monkeypatch.setattr(trainable, "placement", lambda: {})
-    prices = load_prices(tiny_config())
+    prices = load_run_prices(tiny_config())
     with pytest.raises(RuntimeError, match="node lost"):
         trainable.train_trial({}, base=base, prices=prices, objective="val_sharpe_mean")
     assert [(m["epoch"], d is not None) for m, d in fake.reports] == [(1, True), (2, True)]

@@ -455,7 +455,7 @@ def test_evaluation_with_weights_computed_once_per_pass_equals_weights_recompute
     every step; the second pass after more training sees the new weights."""
     from tune_gems.config.load import load_config
     from tune_gems.market.env import evaluate_segment
-    from tune_gems.trainer import Trainer
+    from tune_gems.trainer.trainer import Trainer
 
     cfg = load_config(None, ["trainer.population=3", "trainer.batch_size=16", "trainer.n_envs=4", "trainer.replay_capacity=512",
                              "trainer.learning_starts=64", "data.synthetic.n=1500", "trainer.iterations_per_epoch=5", "trainer.epochs=2"])  # fmt: skip
@@ -469,7 +469,7 @@ def test_evaluation_with_weights_computed_once_per_pass_equals_weights_recompute
     seen = []
     for _ in range(2):
         t.run_epoch()
-        _, returns, positions = t.evaluate("val")
+        _, returns, positions = t.evaluator.evaluate("val")
         r2, p2 = evaluate_segment(t.market, t.learner.env.actions, cfg.env.cost, per_step_weights, t.learner.P, "val", t.learner.path_of_member)
         assert torch.equal(returns, r2) and torch.equal(positions, p2)
         seen.append(returns)

@@ -14,7 +14,8 @@ from learner_fixtures import bits_equal, tiny_config
 from tune_gems.design.arms import ArmsConfig, MemberLayout, expand_arms
 from tune_gems.stats.metrics import FOLD_METRICS, epoch_metrics
 from tune_gems.rng import member_seeds
-from tune_gems.trainer import Trainer
+from tune_gems.trainer.train_command import train_epochs
+from tune_gems.trainer.trainer import Trainer
 
 FOLDS = ["data.folds.k=3", "data.folds.val_length=60", "data.folds.gap=2"]
 ARMS = ArmsConfig.model_validate({"factors": {"gems.g10.mode": ["measure", "wire"]}})
@@ -33,7 +34,7 @@ def test_the_member_layout_is_fold_major_then_arm_then_seed():
 
 def _learner(cfg, folds=None):
     from tune_gems.ops import resolve_backend
-    from tune_gems.trainer import prepare_market
+    from tune_gems.trainer.run_setup import prepare_market
     from tune_gems.trainer.learner import Learner
 
     dev = torch.device("cpu")
@@ -96,7 +97,7 @@ def fold_run():
     cfg = tiny_config("trainer.population=2", "trainer.epochs=2", "arms.factors.gems.g10.mode=[measure,wire]", *FOLDS)
     lines: list[str] = []
     t = Trainer(cfg, log=lines.append)
-    t.fit()
+    train_epochs(t)
     return t, lines
 
 
@@ -107,7 +108,7 @@ def test_member_rows_carry_their_fold_and_history_the_per_fold_means(fold_run):
     assert last["fold"].tolist() == [f for f in range(3) for _ in range(4)]
     assert (last.groupby("fold")["seed_index"].apply(list) == pd.Series([[0, 1, 0, 1]] * 3)).all()
     h = t.history[-1]
-    assert tuple(h) == epoch_metrics((), t.arm_names, (0, 1, 2))
+    assert tuple(h) == epoch_metrics((), t.arms.names, (0, 1, 2))
     for f in range(3):
         mine = last[last["fold"] == f]
         for column in FOLD_METRICS:
@@ -126,7 +127,7 @@ def test_the_health_line_has_a_per_fold_part(fold_run):
 
 def test_eval_returns_hold_each_members_own_validation_window(fold_run):
     t, _ = fold_run
-    arrays = t.eval_returns()
+    arrays = t.window.arrays()
     P, T = t.learner.P, t.market.ranges["val"].length
     assert arrays["returns"].shape[1:] == (P, T) and arrays["asset"].shape == (P, T)
     assert arrays["fold"].tolist() == [f for f in range(3) for _ in range(4)]
@@ -186,8 +187,8 @@ def test_a_run_with_folds_resumes_from_its_checkpoint_bit_for_bit(tmp_path):
     cfg = tiny_config("trainer.epochs=2", "trainer.iterations_per_epoch=3", "trainer.population=2", *FOLDS)
     full, resumed = full_and_resumed(cfg, tmp_path / "ck.pt")
     assert_same_run(full, resumed)
-    for k, v in full.eval_returns().items():
-        assert np.array_equal(v, resumed.eval_returns()[k]), k
+    for k, v in full.window.arrays().items():
+        assert np.array_equal(v, resumed.window.arrays()[k]), k
 
 
 def test_the_memory_check_counts_every_fold():

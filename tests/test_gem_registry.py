@@ -16,7 +16,9 @@ from tune_gems.config.schema import Config
 from tune_gems.config.load import load_config
 from tune_gems.contracts.errors import ConfigError
 from tune_gems.gems import Gem, GemInputs, builtin_gems, manifest, register, registered, run_gems
-from tune_gems.gems.modes import GemSet
+from tune_gems.config.arms_section import DEFAULT_ARM
+from tune_gems.design.arms import MemberLayout
+from tune_gems.trainer.member_gems import MemberGems
 
 _ids = itertools.count()
 
@@ -68,7 +70,7 @@ def test_plugin_gem_exists_only_in_runs_that_list_it(tmp_path, monkeypatch):
 
 def test_plugin_runs_in_the_learner_accumulator_health_and_columns(tmp_path, monkeypatch):
     mod = plugin(tmp_path, monkeypatch, MEAN_Q.format(n="beta"))
-    from tune_gems.trainer import Trainer
+    from tune_gems.trainer.trainer import Trainer
 
     lines: list[str] = []
     t = Trainer(tiny_config(f"plugins=[{mod}]", "trainer.epochs=1"), log=lines.append)
@@ -124,11 +126,11 @@ def test_fused_and_reference_agree_on_cpu():
         assert ref.shape == (P,) and torch.equal(ref, fused), gem.name
 
 
-def test_gemset_follows_registry_order_and_modes():
+def test_member_gems_follow_registry_order_and_modes():
     cfg = tiny_config("gems.g10.mode=wire", "gems.g12.mode=off")
-    s = GemSet(cfg.gems, cfg.plugins)
+    s = MemberGems([cfg.gems], MemberLayout((DEFAULT_ARM,), cfg.trainer.population), "cpu", cfg.plugins)
     assert s.names == ("g6", "g10", "g12")
-    assert [s.active(n) for n in s.names] == [True, True, False] and s.wired("g10") and not s.wired("g6")
+    assert [s.computed(n) for n in s.names] == [True, True, False] and s.any_wired("g10") and not s.any_wired("g6")
     assert [g.name for g in run_gems(cfg.plugins)] == list(s.names)
 
 

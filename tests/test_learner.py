@@ -15,7 +15,9 @@ from tune_gems.ops.reference import g6_branch_indep
 from tune_gems.stats.metrics import EPOCH_METRICS, MEMBER_METRICS
 from tune_gems.ops import resolve_backend
 from tune_gems.rng import member_seeds
-from tune_gems.trainer import Trainer, prepare_market
+from tune_gems.trainer.run_setup import prepare_market
+from tune_gems.trainer.train_command import train_epochs
+from tune_gems.trainer.trainer import Trainer
 from tune_gems.trainer.learner import Learner
 
 
@@ -76,8 +78,8 @@ def test_changing_one_members_data_leaves_the_others_bit_identical():
 def test_same_seed_twice_gives_bit_identical_metrics():
     cfg = tiny_config(*all_wired())
     r1, r2 = Trainer(cfg, log=None), Trainer(cfg, log=None)
-    r1.fit()
-    r2.fit()
+    train_epochs(r1)
+    train_epochs(r2)
     assert canon(r1.history) == canon(r2.history)
     assert canon(r1.member_history) == canon(r2.member_history)
     for x, y in zip(_params(r1.learner), _params(r2.learner)):
@@ -87,7 +89,7 @@ def test_same_seed_twice_gives_bit_identical_metrics():
 def test_resume_from_checkpoint_ends_bit_identical(tmp_path):
     cfg = tiny_config("gems.g10.mode=wire", "trainer.epochs=3")
     full = Trainer(cfg, log=None)
-    full.fit()
+    train_epochs(full)
 
     first = Trainer(cfg, log=None)
     first.run_epoch()
@@ -96,7 +98,7 @@ def test_resume_from_checkpoint_ends_bit_identical(tmp_path):
     resumed = Trainer(cfg, log=None)
     resumed.load_checkpoint(tmp_path / "ck.pt")
     assert resumed.epoch == 1
-    resumed.fit()
+    train_epochs(resumed)
 
     assert_same_run(resumed, full)
 
@@ -220,18 +222,23 @@ def test_wire_mode_changes_training(gem):
 
 def test_wired_gradient_is_the_gem_gradient_times_its_weight():
     from tune_gems.config.schema import GemsConfig
-    from tune_gems.gems import GemInputs, GemSet
+    from tune_gems.config.arms_section import DEFAULT_ARM
+    from tune_gems.design.arms import MemberLayout
+    from tune_gems.gems import GemInputs
+    from tune_gems.trainer.member_gems import MemberGems
+
+    one_arm = MemberLayout((DEFAULT_ARM,), 2)  # a run of one arm and two members
 
     f = torch.randn(2, 2, 9, 4, dtype=torch.float64, requires_grad=True)
     zeros = torch.zeros(2, 9)
     x = GemInputs(q_t=zeros, q_tp1=zeros, h_t=zeros, h_tp1=zeros, adv_features=f, action=zeros, reward=zeros, not_done=zeros)
-    measured = GemSet(GemsConfig.model_validate({"g6": {"mode": "measure"}}))
+    measured = MemberGems([GemsConfig.model_validate({"g6": {"mode": "measure"}})], one_arm, "cpu")
     value = measured.evaluate("g6", x)
     assert not value.requires_grad and value.grad_fn is None
     assert measured.loss_term({"g6": value}) is None
 
     w = 0.37
-    wired = GemSet(GemsConfig.model_validate({"g6": {"mode": "wire", "weight": w}}))
+    wired = MemberGems([GemsConfig.model_validate({"g6": {"mode": "wire", "weight": w}})], one_arm, "cpu")
     term = wired.loss_term({"g6": wired.evaluate("g6", x)})
     (g_wired,) = torch.autograd.grad(term.sum(), f)
     (g_plain,) = torch.autograd.grad(g6_branch_indep(f)[1].sum(), f)
@@ -259,7 +266,7 @@ def test_epoch_reports_every_metric_and_member():
     for m in r.members:  # evaluation columns: val now, test only at the end
         assert all(math.isfinite(m[f"val_{k}"]) for k in ("sharpe", "beta", "alpha_sharpe", "turnover", "max_drawdown", "sharpe_cost0"))
         assert math.isnan(m["test_alpha_sharpe"]) and m["val_sharpe_cost0"] >= m["val_sharpe"] >= m["val_sharpe_cost2"]
-    t.fit()
+    train_epochs(t)
     assert not math.isnan(t.history[-1]["test_sharpe_mean"]) and not math.isnan(t.history[-1]["test_alpha_sharpe_mean"])
     k = t.cfg.trainer.objective_last_k
     assert t.history[-1]["val_sharpe_mean_lastk"] == pytest.approx(np.mean([h["val_sharpe_mean"] for h in t.history[-k:]]))
@@ -272,7 +279,7 @@ def test_evaluation_columns_agree_with_the_returns_and_the_baselines_exist():
 
     t = Trainer(tiny_config("trainer.epochs=1"), log=None)
     t.run_epoch()
-    stats, returns, positions = t.evaluate("val")
+    stats, returns, positions = t.evaluator.evaluate("val")
     np.testing.assert_allclose(stats["sharpe"], sharpe(returns, t.cfg.env.periods_per_year), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(stats["turnover"], np.abs(np.diff(positions.numpy(), prepend=0.0, axis=1)).mean(1), rtol=1e-5)
     table = t.baselines()
@@ -345,7 +352,7 @@ def test_synthetic_paths_per_seed_index(paths):
     per_seed = paths == "per_seed"
     assert t.market.n_paths == (3 if per_seed else 1)
     assert t.learner.path_of_member == ([0, 1, 2] if per_seed else [0, 0, 0])
-    assert t._evaluator("val")[0].path_of_member.tolist() == t.learner.path_of_member
+    assert t.evaluator.runners("val")[0].path_of_member.tolist() == t.learner.path_of_member
     r = t.run_epoch()
     assert not r.metrics["diverged"]
 
@@ -376,7 +383,7 @@ def test_trainer_reports_per_arm_columns_and_health_part():
     lines: list[str] = []
     cfg = tiny_config("trainer.population=2", "trainer.epochs=1", "arms.factors.gems.g12.mode=[off,measure]")
     t = Trainer(cfg, log=lines.append)
-    arms = t.arm_names
+    arms = t.arms.names
     assert len(arms) == 2 and t.learner.P == 4
     r = t.run_epoch()
     assert [(m["arm"], m["seed_index"]) for m in r.members] == [(arms[0], 0), (arms[0], 1), (arms[1], 0), (arms[1], 1)]

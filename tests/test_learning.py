@@ -15,7 +15,8 @@ import pytest
 from scipy import stats
 
 from tune_gems.config.load import load_config
-from tune_gems.trainer import Trainer
+from tune_gems.trainer.train_command import train_epochs
+from tune_gems.trainer.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +34,7 @@ def _lastk_alpha_sharpe_per_seed(*overrides: str) -> tuple[np.ndarray, float]:
     cfg = load_config(None, [f"trainer.population={SEEDS}", f"trainer.epochs={EPOCHS}", "device=cpu", *overrides])
     assert cfg.data.synthetic.paths == "per_seed"  # the default: market noise is in the seed spread
     t = Trainer(cfg, log=print)
-    t.fit()
+    train_epochs(t)
     assert not t.diverged
     k = cfg.trainer.objective_last_k
     rows = [m for m in t.member_history if m["epoch"] > EPOCHS - k]

@@ -33,7 +33,8 @@ from tune_gems.analysis.analyze import analyze  # noqa: E402
 from tune_gems.contracts.errors import CheckpointError, DataError  # noqa: E402
 from tune_gems.contracts.result_files import EVAL_RETURNS_ARRAYS, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE, EVAL_RETURNS_FOLD_ARRAYS  # noqa: E402
 from tune_gems.trainer import checkpoint as ckpt  # noqa: E402
-from tune_gems.trainer.trainer import EVAL_WINDOW_KEY, Trainer  # noqa: E402
+from tune_gems.trainer.eval_window import EVAL_WINDOW_KEY  # noqa: E402
+from tune_gems.trainer.trainer import Trainer  # noqa: E402
 
 PPY, COST = 252.0, 5e-4
 WIRE = {"gems.g12.mode": "wire", "gems.g12.weight": 0.1}
@@ -49,7 +50,7 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("eval_returns")
     cfg = tiny_config("data.synthetic.paths=shared", "trainer.objective_last_k=2", "trainer.epochs=2")
     def window_from_the_checkpoint(resumed):
-        assert [e.epoch for e in resumed.eval_window] == [1]
+        assert [e.epoch for e in resumed.window.kept] == [1]
 
     full, resumed = full_and_resumed(cfg, tmp / "ck.pt", after_load=window_from_the_checkpoint)
     return SimpleNamespace(cfg=cfg, full=full, resumed=resumed, tmp=tmp)
@@ -63,11 +64,11 @@ def test_eval_returns_round_trip_and_reproduce_the_members_alpha_sharpe(runs):
     t = runs.full
     d = runs.tmp / "train_out"
     d.mkdir()
-    t.write_eval_returns(d)
+    t.window.write(d)
     with np.load(d / EVAL_RETURNS_FILE, allow_pickle=False) as z:
         assert set(z.files) == set(EVAL_RETURNS_ARRAYS) | set(EVAL_RETURNS_FOLD_ARRAYS)
         arrays = {k: z[k] for k in z.files}
-    live = t.eval_returns()
+    live = t.window.arrays()
     for k, v in live.items():
         assert arrays[k].dtype == v.dtype and _bits(arrays[k]) == _bits(v), k
     P, T = t.learner.P, t.market.ranges["val"].length
@@ -86,15 +87,15 @@ def test_eval_returns_round_trip_and_reproduce_the_members_alpha_sharpe(runs):
 
 
 def test_resume_keeps_the_saved_returns_bit_exact(runs):
-    a, b = runs.full.eval_returns(), runs.resumed.eval_returns()
+    a, b = runs.full.window.arrays(), runs.resumed.window.arrays()
     assert a.keys() == b.keys()
     for k in a:
         assert a[k].dtype == b[k].dtype and _bits(a[k]) == _bits(b[k]), k
     # a background writer's snapshot of the checkpoint metadata writes the same file
     d1, d2 = runs.tmp / "live", runs.tmp / "from_meta"
     d1.mkdir(), d2.mkdir()
-    runs.full.write_eval_returns(d1)
-    runs.full.write_eval_returns(d2, meta=runs.full.checkpoint_payload()[1])
+    runs.full.window.write(d1)
+    runs.full.window.write(d2, meta=runs.full.checkpoint_payload()[1])
     with np.load(d1 / EVAL_RETURNS_FILE) as x, np.load(d2 / EVAL_RETURNS_FILE) as y:
         assert all(_bits(x[k]) == _bits(y[k]) for k in x.files)
 
@@ -105,7 +106,7 @@ def test_old_checkpoints_load_and_a_damaged_window_is_refused(runs):
     ckpt.save(runs.tmp / "old.pt", state, old)
     t = Trainer(runs.cfg, log=None)
     t.load_checkpoint(runs.tmp / "old.pt")
-    assert t.eval_window == [] and t.epoch == 1
+    assert t.window.kept == [] and t.epoch == 1
     bad = dict(meta)
     bad[EVAL_WINDOW_KEY] = {**meta[EVAL_WINDOW_KEY], "returns": torch.zeros(1, 2, 3)}
     ckpt.save(runs.tmp / "bad.pt", state, bad)
@@ -132,7 +133,7 @@ def test_sweep_tables_carry_each_trials_eval_returns(tmp_path, runs):
 
     ck = tmp_path / "ck"
     ck.mkdir()
-    runs.full.write_eval_returns(ck)
+    runs.full.window.write(ck)
     results = []
     for tid, checkpoint in (("t_ok_00000", _Checkpoint(ck)), ("t_none_00001", None)):
         results.append(SimpleNamespace(config={}, metrics={"trial_id": tid}, path=str(tmp_path / tid), error=None,

@@ -29,7 +29,7 @@ mf = _load()
 
 
 def _recorded(population: int = 3):
-    from tune_gems.trainer import Trainer
+    from tune_gems.trainer.trainer import Trainer
 
     cfg = tiny_config(f"trainer.population={population}", "gems.g12.mode=measure")
     trainer = Trainer(cfg, log=None)

@@ -43,7 +43,7 @@ def test_select_equals_where_bit_for_bit(flags, other):
 def _census(*overrides: str, arms=None) -> dict[str, float]:
     from tune_gems.design.arms import expand_arms
     from tune_gems.ops import resolve_backend
-    from tune_gems.trainer import prepare_market
+    from tune_gems.trainer.run_setup import prepare_market
     from tune_gems.trainer.learner import Learner
 
     cfg = tiny_config(*overrides)

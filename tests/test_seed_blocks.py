@@ -42,7 +42,7 @@ def test_block_paths_are_the_paths_of_its_seed_indices():
 
 
 def test_a_trainer_of_a_block_reports_design_seed_indices_seeds_and_paths():
-    from tune_gems.trainer import Trainer
+    from tune_gems.trainer.trainer import Trainer
 
     t = Trainer(tiny_config("trainer.population=2", "first_seed_index=2", "trainer.epochs=1", TWO_ARMS), log=None)
     r = t.run_epoch()
@@ -53,13 +53,13 @@ def test_a_trainer_of_a_block_reports_design_seed_indices_seeds_and_paths():
     want = synthetic_prices(syn.n, syn.seed + 3, syn.edge)
     assert t.market.n_paths == 2
     # the block's second path is seed index 3's: its validation asset returns are that path's
-    assert np.allclose(t._eval_asset()[1], t._eval_asset()[3]) and not np.allclose(t._eval_asset()[0], t._eval_asset()[1])
+    assert np.allclose(t.window.asset[1], t.window.asset[3]) and not np.allclose(t.window.asset[0], t.window.asset[1])
     assert np.array_equal(load_paths(t.cfg.data, 2, first_seed_index=2)[1].to_numpy(), want.to_numpy())
 
 
 def test_a_checkpoint_of_one_block_is_refused_by_another(tmp_path):
     from tune_gems.contracts.errors import CheckpointError
-    from tune_gems.trainer import Trainer
+    from tune_gems.trainer.trainer import Trainer
 
     t = Trainer(tiny_config("trainer.population=2", "trainer.epochs=1"), log=None)
     t.run_epoch()

@@ -38,10 +38,11 @@ def _ref():
     return reference
 
 
-def _ops():
-    from tune_gems.ops.custom_ops import FUSED
+def _fused(op: str):
+    """The op's call through its `tune_gems::` custom op (its row of the op table)."""
+    from tune_gems.ops.custom_ops import OP_TABLE
 
-    return FUSED
+    return OP_TABLE[op].fused
 
 
 # -- G6 branch independence -------------------------------------------------------------------
@@ -52,7 +53,7 @@ def g6_reference(x: GemInputs):
 
 
 def g6_fused(x: GemInputs):
-    return _ops().g6_branch_indep(x.adv_features)[1]
+    return _fused("g6_branch_indep")(x.adv_features)[1]
 
 
 def g6_null(x: GemInputs):
@@ -76,7 +77,7 @@ def g10_reference(x: GemInputs):
 
 
 def g10_fused(x: GemInputs):
-    return _ops().g10_temporal(x.q_t, x.q_tp1, x.not_done)[1]
+    return _fused("g10_temporal")(x.q_t, x.q_tp1, x.not_done)[1]
 
 
 def g10_null(x: GemInputs):
@@ -89,17 +90,17 @@ def g10_null(x: GemInputs):
 # -- G12 predictive coding --------------------------------------------------------------------
 
 
-def _g12(x: GemInputs, fns):
+def _g12(x: GemInputs, g12_predictive):
     pred = x.head(x.h_t, x.action)
-    return fns.g12_predictive(pred.float(), x.h_tp1.float().detach(), x.not_done)[1]
+    return g12_predictive(pred.float(), x.h_tp1.float().detach(), x.not_done)[1]
 
 
 def g12_reference(x: GemInputs):
-    return _g12(x, _ref())
+    return _g12(x, _ref().g12_predictive)
 
 
 def g12_fused(x: GemInputs):
-    return _g12(x, _ops())
+    return _g12(x, _fused("g12_predictive"))
 
 
 def g12_null(x: GemInputs):

@@ -72,7 +72,7 @@ import train_step  # noqa: E402 (a sibling script: its shape is this trial's sha
 
 BASE = [o for o in train_step.BASE if not o.startswith("device=")] + train_step.GEMS["measure"]
 """benchmarks/train_step.py's shape, gems measured (the device is chosen per run here)."""
-CUBLAS_DETERMINISTIC = ":4096:8"  # as tune_gems.trainer.trainer sets it for CUDA runs
+CUBLAS_DETERMINISTIC = ":4096:8"  # as tune_gems.trainer.run_setup sets it for CUDA runs
 INDUCTOR_OPTIONS = {"triton.cudagraphs": False}  # the manual capture is the only CUDA graph
 ROLES = ("baseline", "compiled_1", "compiled_2")
 PER_TARGET = "per_target"
@@ -258,7 +258,7 @@ def install_targets(learner, names: list[str], fullgraph: str, backend: str = "i
 def build_learner(spec: dict):
     """A prefilled Learner at the trial's shape, as the Trainer builds it."""
     from tune_gems.config.load import load_config
-    from tune_gems.trainer import Trainer
+    from tune_gems.trainer.trainer import Trainer
 
     overrides = [
         *BASE,

@@ -52,7 +52,7 @@ class _Run:
 
     def __init__(self, cfg, arms):
         from tune_gems.ops import resolve_backend
-        from tune_gems.trainer import prepare_market
+        from tune_gems.trainer.run_setup import prepare_market
         from tune_gems.trainer.graph import StepRunner
         from tune_gems.trainer.learner import Learner
 

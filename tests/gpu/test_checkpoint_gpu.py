@@ -23,7 +23,8 @@ import pytest
 import torch
 
 from tune_gems.config.load import load_config
-from tune_gems.trainer import Trainer
+from tune_gems.trainer.train_command import train_epochs
+from tune_gems.trainer.trainer import Trainer
 from tune_gems.trainer import checkpoint as ckpt
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
 from tune_gems.trainer.train_command import run_training
@@ -122,7 +123,7 @@ def test_background_checkpoint_in_a_worker_thread_equals_a_synchronous_one_and_r
         with AsyncCheckpointWriter() as writer:
             writer.save(tmp_path / "async.pt", *full.checkpoint_payload())
             full.save_checkpoint(tmp_path / "sync.pt")  # reads the same state (it waits for the copy)
-            full.fit()  # the write overlaps with training
+            train_epochs(full)  # the write overlaps with training
         box["full"] = full
 
     t = threading.Thread(target=work)
@@ -137,7 +138,7 @@ def test_background_checkpoint_in_a_worker_thread_equals_a_synchronous_one_and_r
 
     resumed = Trainer(cfg, log=None)
     resumed.load_checkpoint(tmp_path / "async.pt")
-    resumed.fit()
+    train_epochs(resumed)
     assert _canon(resumed.history) == _canon(full.history)
     assert _canon(resumed.member_history) == _canon(full.member_history)
     live = {k: v.detach().clone() for k, v in full.learner.state_tensors().items()}

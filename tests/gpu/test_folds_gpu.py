@@ -31,7 +31,7 @@ class _FoldRun(_Run):
 
     def __init__(self, cfg, arms, folds=None):
         from tune_gems.ops import resolve_backend
-        from tune_gems.trainer import prepare_market
+        from tune_gems.trainer.run_setup import prepare_market
         from tune_gems.trainer.graph import StepRunner
         from tune_gems.trainer.learner import Learner
 

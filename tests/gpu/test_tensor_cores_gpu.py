@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tune_gems.config.load import load_config
-from tune_gems.trainer import Trainer
+from tune_gems.trainer.trainer import Trainer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

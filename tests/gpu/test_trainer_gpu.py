@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from tune_gems.config.load import load_config
-from tune_gems.trainer import Trainer
+from tune_gems.trainer.train_command import train_epochs
+from tune_gems.trainer.trainer import Trainer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -54,8 +55,8 @@ def _state(t: Trainer) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("extra", [[], WIRED, ["trainer.precision=bf16", *WIRED], ["trainer.precision=fp32"]])
 def test_same_seed_twice_is_bit_identical_on_gpu(extra):
     a, b = Trainer(_cfg(*extra), log=None), Trainer(_cfg(*extra), log=None)
-    a.fit()
-    b.fit()
+    train_epochs(a)
+    train_epochs(b)
     assert a.runner.captured and b.runner.captured
     assert _canon(a.history) == _canon(b.history) and _canon(a.member_history) == _canon(b.member_history)
     sa, sb = _state(a), _state(b)
@@ -65,13 +66,13 @@ def test_same_seed_twice_is_bit_identical_on_gpu(extra):
 
 def test_capture_and_replay_inside_a_worker_thread_matches_the_main_thread():
     main = Trainer(_cfg(*WIRED), log=None)
-    main.fit()
+    train_epochs(main)
     box: dict = {}
 
     def work():  # what Ray Tune does with a function trainable
         try:
             t = Trainer(_cfg(*WIRED), log=None)
-            t.fit()
+            train_epochs(t)
             box["history"], box["state"], box["captured"] = t.history, _state(t), t.runner.captured
         except BaseException as e:  # surfaced in the main thread below
             box["error"] = e
@@ -106,8 +107,8 @@ def test_an_epoch_never_syncs_with_the_host():
 def test_graphed_and_eager_agree_over_one_epoch():
     g = Trainer(_cfg(*WIRED, "trainer.epochs=1"), log=None)
     e = Trainer(_cfg(*WIRED, "trainer.epochs=1", "trainer.graph=off"), log=None)
-    g.fit()
-    e.fit()
+    train_epochs(g)
+    train_epochs(e)
     assert g.runner.captured and not e.runner.use_graph
     hg, he = g.history[0], e.history[0]
     for k in ("loss", "q_mean", "grad_norm", "g6_branch_indep", "g10_temporal", "g12_predictive"):
@@ -118,13 +119,13 @@ def test_graphed_and_eager_agree_over_one_epoch():
 
 def test_resume_on_gpu_is_bit_identical(tmp_path):
     full = Trainer(_cfg(*WIRED, "trainer.epochs=3"), log=None)
-    full.fit()
+    train_epochs(full)
     first = Trainer(_cfg(*WIRED, "trainer.epochs=3"), log=None)
     first.run_epoch()
     first.save_checkpoint(tmp_path / "ck.pt")
     resumed = Trainer(_cfg(*WIRED, "trainer.epochs=3"), log=None)
     resumed.load_checkpoint(tmp_path / "ck.pt")
-    resumed.fit()
+    train_epochs(resumed)
     assert _canon(resumed.history) == _canon(full.history)
     for k, v in _state(full).items():
         assert _same(v, _state(resumed)[k]), k
@@ -134,8 +135,8 @@ def test_cuda_kernels_and_reference_ops_train_alike():
     cu = Trainer(_cfg(*WIRED, "trainer.epochs=1"), log=None)
     ref = Trainer(_cfg(*WIRED, "trainer.epochs=1", "kernels=reference"), log=None)
     assert cu.ops.name == "cuda" and ref.ops.name == "reference"
-    cu.fit()
-    ref.fit()
+    train_epochs(cu)
+    train_epochs(ref)
     for k in ("loss", "g6_branch_indep", "g10_temporal", "g12_predictive"):
         assert math.isclose(cu.history[0][k], ref.history[0][k], rel_tol=1e-3), k
 
@@ -148,8 +149,8 @@ def test_a_plugin_gem_runs_inside_the_captured_graph(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "examples" / "gems"))
     extra = [*WIRED, "plugins=[q_magnitude]", "gems.qmag.mode=wire", "gems.qmag.weight=0.01", "trainer.epochs=1"]
     a, b = Trainer(_cfg(*extra), log=None), Trainer(_cfg(*extra), log=None)
-    a.fit()
-    b.fit()
+    train_epochs(a)
+    train_epochs(b)
     assert a.runner.captured and a.history[0]["q_magnitude"] > 0
     assert _canon(a.history) == _canon(b.history) and _canon(a.member_history) == _canon(b.member_history)
     torch.cuda.synchronize()
@@ -166,11 +167,11 @@ def test_chunked_evaluation_graphs_equal_an_eager_pass_with_weights_recomputed_e
     rest) from weights computed once per pass: the returns and positions equal, bit for bit,
     an eager pass that recomputes the noise-free weights in every step (issue 15)."""
     from tune_gems.market.env import evaluate_segment
-    from tune_gems.trainer.trainer import EVAL_STEPS_PER_GRAPH
+    from tune_gems.trainer.evaluator import EVAL_STEPS_PER_GRAPH
 
     t = Trainer(_cfg("trainer.epochs=1"), log=None)
-    t.fit()
-    ev, runners = t._evaluator("val")
+    train_epochs(t)
+    ev, runners = t.evaluator.runners("val")
     assert ev.T % EVAL_STEPS_PER_GRAPH and len(runners) == 2 and all(r.captured for r, _ in runners)
     net = t.learner.online
 
@@ -179,6 +180,6 @@ def test_chunked_evaluation_graphs_equal_an_eager_pass_with_weights_recomputed_e
             return net.expected_q(net(obs, net.weights("eval")).logits).argmax(-1)
 
     for _ in range(2):  # the second pass replays the captured graphs
-        _, returns, positions = t.evaluate("val")
+        _, returns, positions = t.evaluator.evaluate("val")
         r2, p2 = evaluate_segment(t.market, t.learner.env.actions, t.cfg.env.cost, per_step_weights, t.learner.P, "val", t.learner.path_of_member)
         assert torch.equal(returns, r2) and torch.equal(positions, p2)

@@ -139,11 +139,11 @@ def plan_confirmation(spec: SweepSpec, trials: pd.DataFrame, members: pd.DataFra
 
 def _trial_tables(trainer, plan: Plan, experiment: str) -> dict[str, Any]:
     """One trainer's rows for the experiment tables (the shapes `sweep.results.collect_tables` writes)."""
-    from tune_gems.design.arms import expand_arms, resolved_settings
+    from tune_gems.design.arms import resolved_settings
 
     cfg = trainer.cfg
     label = cfg.label()
-    arm_names = tuple(a.name for a in expand_arms(cfg)) if cfg.arms is not None else ()
+    arm_names = trainer.arms.names if cfg.arms is not None else ()
     cols = epoch_metrics(cfg.plugins, arm_names)
     ids = {"experiment": experiment, "trial_id": plan.trial_id, "config_label": label}
     history = [{**ids, **{m: r.get(m) for m in cols}} for r in trainer.history]
@@ -156,10 +156,10 @@ def _trial_tables(trainer, plan: Plan, experiment: str) -> dict[str, Any]:
              "objective": last.get(f"{VERDICT_GAIN_PREFIX}{plan.gem}", math.nan), "node_id": None, "gpu_ids": None}
     aliases = arm_aliases(cfg)  # the control is also without-<gem> (arm_designs.confirmation_arms)
     arms = [{"trial_id": plan.trial_id, "arm": a.name, **({"also_named": also_named(aliases, a.name)} if aliases else {}),
-             **resolved_settings(a.config)} for a in expand_arms(cfg)]
+             **resolved_settings(a.config)} for a in trainer.arms.arms]
     baselines = [{"experiment": experiment, "trial_id": plan.trial_id, **b} for b in trainer.baselines().to_dict("records")]
     with tempfile.TemporaryDirectory() as d:
-        trainer.write_eval_returns(d)
+        trainer.window.write(d)
         returns = (Path(d) / EVAL_RETURNS_FILE).read_bytes()
     return dict(trial=trial, history=history, members=members, arms=arms, baselines=baselines, returns=returns)
 
@@ -167,21 +167,24 @@ def _trial_tables(trainer, plan: Plan, experiment: str) -> dict[str, Any]:
 def run_plans(plans: list[Plan], build: Callable[[Plan], Config], experiment: str, log: Callable[[str], None]) -> SweepTables:
     """Train every plan once, in turn, in this process; the experiment tables of all of them."""
     from tune_gems.gems import manifest
+    from tune_gems.design.arms import run_arms
     from tune_gems.design.resources import check_training_fits
+    from tune_gems.trainer.train_command import train_epochs
     from tune_gems.trainer.trainer import Trainer
 
     configs = [build(p) for p in plans]
-    for cfg in configs:  # every config and its memory checked before the first trains
-        check_training_fits(cfg)
+    arms = [run_arms(cfg) for cfg in configs]  # each run's arms, expanded once
+    for cfg, run in zip(configs, arms):  # every config and its memory checked before the first trains
+        check_training_fits(cfg, members=run.members)
     parts: dict[str, list] = {"trial": [], "history": [], "members": [], "arms": [], "baselines": []}
     returns: dict[str, bytes] = {}
-    for plan, cfg in zip(plans, configs):
+    for plan, cfg, run in zip(plans, configs, arms):
         last = plan.first_seed_index + plan.population - 1
         log(f"tune-gems confirm: {plan.gem}: trial {plan.discovery_trial}'s configuration ({cfg.label()}) against "
             f"itself with {plan.gem} measured; fresh seed {plan.seed}, seed indices {plan.first_seed_index}-{last}"
             + (f", paths {plan.path_seed}-{plan.path_seed + plan.population - 1}" if plan.path_seed is not None else ""))
-        trainer = Trainer(cfg, log=log)
-        trainer.fit()
+        trainer = Trainer(cfg, log=log, arms=run)
+        train_epochs(trainer)
         rows = _trial_tables(trainer, plan, experiment)
         for key in parts:
             parts[key].extend(rows[key] if isinstance(rows[key], list) else [rows[key]])

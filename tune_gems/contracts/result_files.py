@@ -45,7 +45,7 @@ CHECKPOINT_FILE = "checkpoint.pt"
 # -- both ------------------------------------------------------------------------------------------
 EVAL_RETURNS_FILE = "eval_returns.npz"
 """The per-step validation returns and positions of the last `trainer.objective_last_k`
-evaluations (Trainer.write_eval_returns): what the market-noise interval resamples. Beside a
+evaluations (tune_gems.trainer.eval_window.EvalWindow.write): what the market-noise interval resamples. Beside a
 train run's tables, and in every sweep checkpoint (collected into EVAL_RETURNS_DIR)."""
 EVAL_RETURNS_FORMAT = 1
 """Version of the file's layout (its `format` array); a reader refuses versions it does not know."""

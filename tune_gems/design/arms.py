@@ -12,15 +12,21 @@ This module is the arms' configuration: the YAML model, the expansion of `factor
 factorial) or `list` into named arms, their validation (one line naming the bad key) and the
 member layout. The `arms:` model itself (`ArmsConfig`) lives in tune_gems.config.arms_section, below the
 config schema that holds it; this module expands it with the schema, so it sits above config.
+
+A run expands its arms once, where it starts (`run_arms`: the `tune-gems train` command, a sweep's
+trial, a confirmation, a dry run), and hands the frozen record (`RunArms`: the arms and the member
+layout) to the memory estimate, the trainer and the learner, so none of them expands and
+validates the same config again.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from tune_gems.config.arms_section import (  # noqa: F401 - re-exported: the arms API
     DEFAULT_ARM, GEM_FIELDS, MAX_ARMS, MODEL_SWITCHES, ArmsConfig,
@@ -179,3 +185,43 @@ class MemberLayout:
         if len(values_per_arm) != len(self.arms):
             raise ValueError(f"{len(values_per_arm)} values for {len(self.arms)} arms")
         return [values_per_arm[self.arm_index(m)] for m in range(self.members)]
+
+
+@dataclass(frozen=True)
+class RunArms:
+    """A run's arms, expanded and validated once (`run_arms`), and its member layout: what the
+    memory estimate (`members`), the trainer and the learner read instead of expanding the
+    config again."""
+
+    arms: tuple[Arm, ...]
+    layout: MemberLayout
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.layout.arms
+
+    @property
+    def members(self) -> int:
+        return self.layout.members
+
+    def with_folds(self, folds: int) -> RunArms:
+        """The same arms laid out over `folds` walk-forward folds (a market that holds some of
+        the config's folds: the folds invariant's reference run of one fold)."""
+        if folds == self.layout.folds:
+            return self
+        return dataclasses.replace(self, layout=dataclasses.replace(self.layout, folds=folds))
+
+
+def run_arms(cfg: Config, arms: RunArms | Sequence[Arm] | None = None) -> RunArms:
+    """The arms record of a run of `cfg`: over the config's folds (`data.folds.k`) and seeds
+    (`trainer.population`, from `first_seed_index`), with `arms` (default: expanded from `cfg`
+    here, once; a record, made by this function for the same config, is returned as it is)."""
+    if isinstance(arms, RunArms):
+        layout = arms.layout
+        if (layout.seeds_per_arm, layout.first_seed_index) != (cfg.trainer.population, cfg.first_seed_index):
+            raise ValueError(f"an arms record of {layout.seeds_per_arm} seeds from seed index {layout.first_seed_index} "
+                             f"for a config of {cfg.trainer.population} from {cfg.first_seed_index}")
+        return arms
+    arms = tuple(arms) if arms is not None else tuple(expand_arms(cfg))
+    layout = MemberLayout(tuple(a.name for a in arms), cfg.trainer.population, cfg.first_seed_index, folds=cfg.data.folds.k)
+    return RunArms(arms, layout)

@@ -3,9 +3,10 @@ allocated.
 
 Why: an impossible size (population, replay capacity, batch, widths, series length) otherwise
 fails minutes later inside the allocator, or the kernel's OOM killer ends the process without
-a word. The estimate counts what the learner allocates for `members` members (default
-`cfg.trainer.population`; a run with arms and folds trains folds x arms x population,
-`default_members`):
+a word. The estimate counts what the learner allocates for `members` members, folds x arms x
+population: a run that starts passes its arms record's count (`design.arms.RunArms.members`, the
+arms expanded once); without one, `default_members` expands the config's arms (the sweep
+driver's check of each search point):
 
 - replay: per member `capacity x REPLAY_TRANSITION_BYTES(K)` (a transition stores its time index,
   position, K actions, reward and two flags; observations are rebuilt from the series);
@@ -98,7 +99,8 @@ def param_count(cfg: Config) -> int:
 
 def default_members(cfg: Config) -> int:
     """Members a run of `cfg` trains: folds x arms x population (one arm without `arms`, one
-    fold without `data.folds`)."""
+    fold without `data.folds`). It expands the arms: a run that has its arms record
+    (`design.arms.run_arms`) passes `members=` instead."""
     folds = cfg.data.folds.k
     if getattr(cfg, "arms", None) is None:
         return folds * cfg.trainer.population

@@ -1,8 +1,9 @@
-"""The gems: a registry of definitions (built-ins and plug-ins) and their modes in a run.
+"""The gems: a registry of definitions (built-ins and plug-ins) and the inputs a gem receives;
+torch-free, so validating a config never imports torch.
 
 A plug-in module registers a gem with `register(Gem(...))` at import; a config lists it under
-`plugins:` (docs/gems.md). `GemSet` (the run's gems under their modes) imports torch, so it is
-loaded on first use: validating a config never imports torch.
+`plugins:` (docs/gems.md). A run's gems under their modes are the trainer's
+(tune_gems.trainer.member_gems.MemberGems).
 """
 
 from tune_gems.gems.inputs import GemInputs
@@ -20,8 +21,6 @@ from tune_gems.gems.registry import (
 __all__ = [
     "Gem",
     "GemInputs",
-    "GemSet",
-    "GemSetting",
     "builtin_gems",
     "get",
     "import_plugins",
@@ -31,10 +30,3 @@ __all__ = [
     "run_gems",
 ]
 
-
-def __getattr__(name: str):
-    if name in ("GemSet", "GemSetting"):
-        from tune_gems.gems import modes
-
-        return getattr(modes, name)
-    raise AttributeError(f"module 'tune_gems.gems' has no attribute {name!r}")

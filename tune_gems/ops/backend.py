@@ -14,16 +14,13 @@ functions with the signatures and returns of tune_gems.ops.reference) and calls 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
-from typing import Callable
+from types import MappingProxyType
+from typing import Callable, Mapping
 
 import torch
-from torch import Tensor
 
 from tune_gems.contracts.errors import ConfigError, KernelBuildError
-from tune_gems.ops import reference
-from tune_gems.ops import custom_ops  # registers the tune_gems:: ops
-from tune_gems.ops import double_dqn, dueling_head
+from tune_gems.ops import custom_ops  # registers the tune_gems:: ops; their table
 from tune_gems.ops.build import first_fallback_warning, load_extension
 
 KERNEL_CHOICES = ("auto", "cuda", "reference")
@@ -31,10 +28,11 @@ CUDA_BACKEND = "cuda"
 REFERENCE_BACKEND = "reference"
 
 
-@dataclass(frozen=True)
 class GemOps:
-    """The gem and C51 functions of one backend, with the signatures and returns of
-    tune_gems.ops.reference (plain functions: one call path for every backend).
+    """The functions of one backend: one attribute per row of the op table
+    (tune_gems.ops.custom_ops.OP_TABLE: the gems' ops, `c51_project`, `c51_loss`, `c51_target`,
+    `dueling_c51`), each with the signature and return of its plain reference (one call path for
+    every backend). Built from the table, so a new op is listed once, there.
 
     `name` is "cuda" when the CUDA kernels run, "reference" when the reference math does;
     `fused` is True when the calls go through the tune_gems:: custom ops (CUDA kernels on CUDA,
@@ -42,41 +40,26 @@ class GemOps:
     A gem's `fused` implementation (tune_gems.gems.Gem) is used exactly when `fused` is True.
     """
 
-    name: str
-    fused: bool
-    g6_branch_indep: Callable[..., tuple]  # f [P,K,B,D] -> (None, value [P])
-    g10_temporal: Callable[..., tuple]  # q_t, q_tp1 [P,B,K,A], nd [P,B] -> (per_sample [P,B], value [P])
-    g12_predictive: Callable[..., tuple]  # pred, target [P,B,D], nd [P,B] -> (per_sample, value)
-    c51_project: Callable[..., Tensor]  # p [N,atoms], r [N], g [N], v_min, v_max -> m [N,atoms]
-    c51_loss: Callable[..., tuple]  # logits, m [P,B,K,atoms] -> (per_sample [P,B], value [P])
-    # online, target logits [...,K,A,atoms], support [atoms] -> p_next [...,K,atoms] (no grad)
-    c51_target: Callable[..., Tensor]
-    # value [P,N,atoms], adv [P,K,N,A,atoms], support, action [P,R,K] -> (q [P,N,K,A],
-    # taken log-probabilities [P,R,K,atoms]): the dueling-C51 head (tune_gems.ops.dueling_head)
-    dueling_c51: Callable[..., tuple]
+    def __init__(self, name: str, fused: bool):
+        self.name, self.fused = name, fused
+        self.functions: Mapping[str, Callable] = MappingProxyType(
+            {op: (call.fused if fused else call.reference) for op, call in custom_ops.OP_TABLE.items()}
+        )
+        for op, fn in self.functions.items():
+            setattr(self, op, fn)
 
-
-_FUNCTIONS = ("g6_branch_indep", "g10_temporal", "g12_predictive", "c51_project", "c51_loss", "c51_target", "dueling_c51")
-
-
-def _reference_function(name: str) -> Callable:
-    """The plain reference of one GemOps function (tune_gems.ops.reference, the double-DQN
-    target of tune_gems.ops.double_dqn, the dueling head of tune_gems.ops.dueling_head)."""
-    if name == "c51_target":
-        return double_dqn.c51_target_in_online_dtype
-    if name == "dueling_c51":
-        return dueling_head.dueling_c51
-    return getattr(reference, name)
+    def __repr__(self) -> str:
+        return f"GemOps(name={self.name!r}, fused={self.fused})"
 
 
 def reference_ops() -> GemOps:
     """The plain-torch reference, called directly (any device, plain torch autograd)."""
-    return GemOps(REFERENCE_BACKEND, False, **{f: _reference_function(f) for f in _FUNCTIONS})
+    return GemOps(REFERENCE_BACKEND, False)
 
 
 def custom_op_ops(name: str) -> GemOps:
     """The tune_gems:: custom ops; `name` says which math runs under them."""
-    return GemOps(name, True, **{f: getattr(custom_ops.FUSED, f) for f in _FUNCTIONS})
+    return GemOps(name, True)
 
 
 def resolve_backend(kernels: str, device: torch.device | str) -> GemOps:

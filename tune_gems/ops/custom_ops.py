@@ -42,7 +42,7 @@ This module has no annotations future-import on purpose: torch.library infers ea
 schema from real type annotations.
 """
 
-from types import SimpleNamespace
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
@@ -303,20 +303,39 @@ def _fused_c51_target(online_logits: Tensor, target_logits: Tensor, support: Ten
     return p_next.view(*lead, K, atoms)
 
 
-# ---------------------------------------------------------------- reference-signature calls
+# ---------------------------------------------------------------- the op table
 
-FUSED = SimpleNamespace(
-    g6_branch_indep=lambda f: (None, torch.ops.tune_gems.g6_branch_indep(f)),
-    g10_temporal=lambda q_t, q_tp1, nd: torch.ops.tune_gems.g10_temporal(q_t, q_tp1, nd.to(q_t.dtype)),
-    g12_predictive=lambda pred, target, nd: torch.ops.tune_gems.g12_predictive(pred, target, nd.to(pred.dtype)),
-    c51_project=lambda p, r, g, v_min, v_max: torch.ops.tune_gems.c51_project(
+
+@dataclass(frozen=True)
+class OpCall:
+    """One op with the signature and return of its plain reference (tune_gems.ops.reference):
+    that reference, and the same call through the `tune_gems::` custom op (`fused`). Masks,
+    rewards and discounts are cast to the main input's dtype (a no-op when they match): an op
+    takes one dtype."""
+
+    reference: Callable
+    fused: Callable
+
+
+OP_TABLE: dict[str, OpCall] = {
+    # gems: a built-in gem's `fused` (tune_gems.builtin_gems) calls its row here
+    "g6_branch_indep": OpCall(reference.g6_branch_indep, lambda f: (None, torch.ops.tune_gems.g6_branch_indep(f))),
+    "g10_temporal": OpCall(
+        reference.g10_temporal, lambda q_t, q_tp1, nd: torch.ops.tune_gems.g10_temporal(q_t, q_tp1, nd.to(q_t.dtype))
+    ),
+    "g12_predictive": OpCall(
+        reference.g12_predictive, lambda pred, target, nd: torch.ops.tune_gems.g12_predictive(pred, target, nd.to(pred.dtype))
+    ),
+    # the C51 head and target: what the learner calls through its backend (tune_gems.ops.backend.GemOps)
+    "c51_project": OpCall(reference.c51_project, lambda p, r, g, v_min, v_max: torch.ops.tune_gems.c51_project(
         p, r.to(p.dtype), g.to(p.dtype), float(v_min), float(v_max)
-    ),
-    c51_target=_fused_c51_target,
-    c51_loss=lambda logits, m: tuple(torch.ops.tune_gems.c51_loss(logits, m)[:2]),
-    dueling_c51=lambda value, adv, support, action: tuple(
+    )),
+    "c51_loss": OpCall(reference.c51_loss, lambda logits, m: tuple(torch.ops.tune_gems.c51_loss(logits, m)[:2])),
+    "c51_target": OpCall(double_dqn.c51_target_in_online_dtype, _fused_c51_target),
+    "dueling_c51": OpCall(dueling_head.dueling_c51, lambda value, adv, support, action: tuple(
         torch.ops.tune_gems.dueling_c51(value, adv.to(value.dtype), support.to(value.dtype), action)
-    ),
-)
-"""The ops with the signatures and returns of tune_gems.ops.reference. Masks, rewards and
-discounts are cast to the main input's dtype (a no-op when they match): an op takes one dtype."""
+    )),
+}
+"""Every op, once: its plain reference and its custom-op call, with one signature. The backend
+builds its functions from this table (`resolve_backend`), a built-in gem's `fused` is its row's
+custom-op call, so a new fused op is one row here (docs/gems.md, "A CUDA kernel for a gem")."""

@@ -45,7 +45,7 @@ from tune_gems.sweep.results import UNFINISHED, collect_tables, write_tables
 from tune_gems.sweep.search import JOURNAL_FILE, clear_stale_journal_lock, close_orphaned_trials, make_searcher, optuna_trial_numbers
 from tune_gems.sweep.spec import SweepSpec, block_grid, designed_config, import_spec_plugins, load_spec, widest_trial
 from tune_gems.sweep.storage import ExperimentStore, check_storage, is_uri
-from tune_gems.trainer.trainer import load_prices, prepare_market
+from tune_gems.trainer.run_setup import load_run_prices, prepare_market
 
 from tune_gems.contracts.result_files import SPEC_FILE  # noqa: E402
 RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
@@ -195,7 +195,7 @@ def _check_memory(spec: SweepSpec, source: str) -> None:
 
 
 def check_plugins_dry(spec: SweepSpec, prices, source: str) -> None:
-    """The plug-in gems' dry evaluation (tune_gems.gems.modes.GemSet.check), run here before Ray
+    """The plug-in gems' dry evaluation (tune_gems.trainer.member_gems.MemberGems.check), run here before Ray
     starts, as a trial would run it: on the widest trial (every searched gem wired), every
     plug-in gem at least measured, shrunk to one seed per arm and a minimal replay on the CPU
     (the check needs the shapes, not the size)."""
@@ -307,7 +307,7 @@ def run_sweep(
         spec = stored_spec(store, overrides, spec, spec_path)
     base_cfg = spec.base_config()
     _check_memory(spec, str(spec_path))
-    prices = load_prices(base_cfg)
+    prices = load_run_prices(base_cfg)
     market = prepare_market(base_cfg, torch.device("cpu"), prices)  # validates splits and segment lengths now
     check_plugins_dry(spec, prices, str(spec_path))  # before anything is printed: a refusal is one line
     data_record = None if resume else data_fingerprint(base_cfg.data)  # the bytes just read

@@ -5,7 +5,7 @@ restores); a trial that re-ran an epoch after resuming from an older checkpoint 
 twice, and the last report wins, so every (trial, epoch) appears exactly once.
 
 Each trial's saved validation returns (`eval_returns.npz` in its latest checkpoint, written by
-`Trainer.write_eval_returns`) are copied to `eval_returns/<trial_id>.npz` in the experiment
+`Trainer.window`, tune_gems.trainer.eval_window.EvalWindow.write) are copied to `eval_returns/<trial_id>.npz` in the experiment
 folder, where the analysis's market-noise interval reads them; a trial without one (results of
 an older version, a trial that never checkpointed) has none, and the analysis says so.
 """

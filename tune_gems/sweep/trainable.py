@@ -26,6 +26,7 @@ import pandas as pd
 from ray import tune
 
 from tune_gems.stats.metrics import DIVERGENCE_SCORED
+from tune_gems.design.arms import run_arms
 from tune_gems.design.resources import check_training_fits
 from tune_gems.contracts.result_files import BASELINES_KEY, CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE, FOLDS_KEY, MEMBERS_KEY
 from tune_gems.sweep.console import quiet_trial
@@ -33,7 +34,8 @@ from tune_gems.sweep.progress import HEALTH_KEY
 from tune_gems.sweep.spec import apply_spec_design, trial_config
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
 from tune_gems.trainer.train_command import train_epochs
-from tune_gems.trainer.trainer import EpochResult, Trainer
+from tune_gems.trainer.epoch_row import EpochResult
+from tune_gems.trainer.trainer import Trainer
 
 
 
@@ -88,9 +90,9 @@ class CheckpointReports:
 
     def _beside(self, d: Path, meta: dict[str, Any]) -> None:
         """The files beside the checkpoint, from its snapshot's metadata (in the writer thread):
-        the history so far, and the kept validation returns (Trainer.write_eval_returns)."""
+        the history so far, and the kept validation returns (Trainer.window: EvalWindow.write)."""
         write_history(d / CHECKPOINT_HISTORY_FILE, meta["history"], meta["member_history"])
-        self.trainer.write_eval_returns(d, meta)
+        self.trainer.window.write(d, meta)
 
     def flush(self) -> None:
         """Send the held report with its checkpoint, once the checkpoint is written."""
@@ -131,9 +133,10 @@ def train_trial(
     quiet_trial(verbose)
     cfg = apply_spec_design(trial_config(base, params), design)  # the design's arms, per trial
     where = placement()
-    check_training_fits(cfg, where="this trial's node: ")  # on the node it landed on, before allocating
+    arms = run_arms(cfg)  # the trial's arms, expanded once for the memory check and the trainer
+    check_training_fits(cfg, members=arms.members, where="this trial's node: ")  # on the node it landed on, before allocating
     lines: list[str] = []  # the epoch's HEALTH_DIAG line, sent with its report (tune_gems.sweep.progress)
-    trainer = Trainer(cfg, prices=prices, log=lines.append)
+    trainer = Trainer(cfg, prices=prices, log=lines.append, arms=arms)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as d:

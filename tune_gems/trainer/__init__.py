@@ -1,5 +1,3 @@
-"""The learner and its training loop (knows nothing of Ray or Optuna)."""
-
-from tune_gems.trainer.trainer import EpochResult, Trainer, load_prices, prepare_market, resolve_device
-
-__all__ = ["EpochResult", "Trainer", "load_prices", "prepare_market", "resolve_device"]
+"""The learner and its training loop (knows nothing of Ray or Optuna). Import each name from
+the module that defines it: the trainer (`trainer.py`), its set-up (`run_setup.py`), the
+evaluator, the kept evaluation window, the epoch rows, the learner."""

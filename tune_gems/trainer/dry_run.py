@@ -19,6 +19,7 @@ import yaml
 
 from tune_gems.config.schema import Config
 from tune_gems.data.summary import data_lines
+from tune_gems.design.arms import RunArms, run_arms
 from tune_gems.design.resources import MemoryEstimate, check_training_fits
 
 TIMED_ITERATIONS = 5
@@ -49,12 +50,13 @@ def _fmt_s(s: float) -> str:
     return f"{s / 60:.1f} min" if s >= 120 else f"{s:.0f} s"
 
 
-def estimate_time(cfg: Config, prices=None) -> tuple[TimeEstimate, object]:
-    """Time one run of `cfg` from a short measured sample (module docstring); also returns the
-    throw-away Trainer's market (its data summary)."""
+def estimate_time(cfg: Config, prices=None, arms: RunArms | None = None) -> tuple[TimeEstimate, object]:
+    """Time one run of `cfg` (its arms record `arms`, default expanded here) from a short
+    measured sample (module docstring); also returns the throw-away Trainer's market (its data
+    summary)."""
     from tune_gems.trainer.trainer import Trainer
 
-    trainer = Trainer(cfg, prices=prices, log=None)
+    trainer = Trainer(cfg, prices=prices, log=None, arms=arms)
     prefill, per_it, per_eval = trainer.sample_timings(TIMED_ITERATIONS)
     tc = cfg.trainer
     first = trainer.market.bounds[0]  # every fold's validation window has the same length
@@ -78,10 +80,8 @@ def time_line(t: TimeEstimate, what: str = "the run") -> str:
     )
 
 
-def members_line(cfg: Config) -> str:
-    from tune_gems.design.arms import expand_arms
-
-    arms = [a.name for a in expand_arms(cfg)]
+def members_line(cfg: Config, run: RunArms) -> str:
+    arms = list(run.names)
     p = cfg.trainer.population
     return f"members: {len(arms)} arm(s) x {p} seed(s) = {len(arms) * p} ({', '.join(arms)})"
 
@@ -94,12 +94,13 @@ def config_block(tree: dict, title: str) -> list[str]:
 def train_plan(cfg: Config, out: Path, resume: bool = False) -> list[str]:
     """The lines of `tune-gems train --dry-run` (validated first, the output folder `out` checked
     as the real command checks it: a bad config or folder never gets here)."""
-    est = check_training_fits(cfg)
-    timing, market = estimate_time(cfg)
+    arms = run_arms(cfg)  # expanded once, for the estimates and the throw-away trainer
+    est = check_training_fits(cfg, members=arms.members)
+    timing, market = estimate_time(cfg, arms=arms)
     tc = cfg.trainer
     return [
         *config_block(cfg.to_dict(), "config (resolved)"),
-        members_line(cfg),
+        members_line(cfg, arms),
         f"epochs: {tc.epochs} x {tc.iterations_per_epoch} iterations",
         *data_lines(cfg.data, market),
         memory_line(est),
@@ -125,8 +126,9 @@ def sweep_plan(spec, resolved: dict, widest: Config, prices) -> list[str]:
     """The lines of `tune-gems sweep --dry-run` after the data lines: the spec, the widest trial's members, memory
     and time, and the sweep's time with this machine's concurrency (an upper bound when a
     scheduler stops trials early)."""
-    est = check_training_fits(widest)
-    timing, _market = estimate_time(widest, prices)  # the data lines came before (run_sweep)
+    arms = run_arms(widest)
+    est = check_training_fits(widest, members=arms.members)
+    timing, _market = estimate_time(widest, prices, arms=arms)  # the data lines came before (run_sweep)
     gpu = spec.resources.gpu if spec.resources.gpu is not None else (1.0 if _has_cuda() else 0.0)
     at_once = concurrent_trials(spec.resources.cpu, gpu, spec.max_concurrent_trials)
     waves = math.ceil(spec.num_samples / at_once)
@@ -136,7 +138,7 @@ def sweep_plan(spec, resolved: dict, widest: Config, prices) -> list[str]:
         *config_block(resolved, "spec (resolved)"),
         f"trials: {spec.num_samples}, design {spec.design}, objective {spec.objective.mode} {spec.objective.metric}, "
         f"searching {', '.join(searched) or 'nothing'}",
-        f"widest trial: {members_line(widest).removeprefix('members: ')}",
+        f"widest trial: {members_line(widest, arms).removeprefix('members: ')}",
         memory_line(est),
         time_line(timing, "the widest trial"),
         f"sweep: about {_fmt_s(waves * timing.total_s)} on this machine ({at_once} trial(s) at a time, "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tune_gems.gems.modes import GemSet
+from tune_gems.trainer.member_gems import MemberGems
 
 
 def _num(x: float, fmt: str = ".4f") -> str:
@@ -29,17 +29,18 @@ def without_arm_detail(line: str) -> str:
 
 
 def health_line(
-    m: dict[str, Any], gems: GemSet, arms: tuple[str, ...] = (), arm_off: dict[str, set[str]] | None = None,
-    folds: tuple[int, ...] = (), aliases: dict[str, str] | None = None,
+    m: dict[str, Any], gems: MemberGems, arms: tuple[str, ...] = (), folds: tuple[int, ...] = (),
+    aliases: dict[str, str] | None = None,
 ) -> str:
-    """The line; with >= 2 walk-forward folds it then has one compact part per fold,
+    """The line: every gem's value, or `off` where the run has it off (`MemberGems.summary_mode`).
+    With >= 2 walk-forward folds it then has one compact part per fold,
     ` folds [<k>: vs=<val sharpe mean> va=<val alpha sharpe mean> | ...]` (and `ts=<test sharpe
     mean>` once the test segment is evaluated); with >= 2 arms it ends with one compact part per arm:
-    ` arms [<arm>: vs=<val sharpe mean> <metric>=<v> ... | <arm>: ...]` (`off` for the gems in
-    `arm_off[arm]`). A designed run (proposal/control arms) adds, before the arms part,
-    ` gain [sharpe=<val_sharpe_gain> alpha=<val_alpha_sharpe_gain> verdict=<verdict_gain> <gem>=<gain_<gem>> ...]` for
-    each gem with a without-<gem> arm (or an arm trained under another name: `aliases`,
-    tune_gems.design.arm_sets.arm_aliases)."""
+    ` arms [<arm>: vs=<val sharpe mean> <metric>=<v> ... | <arm>: ...]` (`off` for the gems the
+    arm has off, `MemberGems.off_by_arm`). A designed run (proposal/control arms) adds, before the
+    arms part, ` gain [sharpe=<val_sharpe_gain> alpha=<val_alpha_sharpe_gain> verdict=<verdict_gain>
+    <gem>=<gain_<gem>> ...]` for each gem with a without-<gem> arm (or an arm trained under another
+    name: `aliases`, tune_gems.design.arm_sets.arm_aliases)."""
     named = set(arms) | set(aliases or {})
     parts = [
         f"HEALTH_DIAG epoch={m['epoch']}",
@@ -54,16 +55,16 @@ def health_line(
         parts.append(f"test_sharpe={_num(m['test_sharpe_mean'], '.2f')}±{_num(m['test_sharpe_std'], '.2f')}")
     parts.append(f"sps={m['sps']:.0f}")
     gem_parts = []
-    for s in gems.settings.values():
-        value = "off" if s.mode == "off" else _num(m[s.metric])
-        gem_parts.append(f"{s.metric}={value}")
+    for g in gems.gems:
+        value = "off" if gems.summary_mode(g.name) == "off" else _num(m[g.metric])
+        gem_parts.append(f"{g.metric}={value}")
     parts.append(f"gems [{' '.join(gem_parts)}]")
     if m["diverged"]:
         parts.append("DIVERGED")
     if "val_sharpe_gain" in m:  # a designed run (tune_gems.design.arm_sets): the paired gains
         gains = [f"sharpe={_num(m['val_sharpe_gain'], '+.3f')}", f"alpha={_num(m['val_alpha_sharpe_gain'], '+.3f')}",
                  f"verdict={_num(m['verdict_gain'], '+.3f')}"]
-        gains += [f"{s.name}={_num(m[f'gain_{s.name}'], '+.3f')}" for s in gems.settings.values() if f"without-{s.name}" in named]
+        gains += [f"{g.name}={_num(m[f'gain_{g.name}'], '+.3f')}" for g in gems.gems if f"without-{g.name}" in named]
         parts.append(f"gain [{' '.join(gains)}]")
     if len(folds) > 1:
         per_fold = []
@@ -75,10 +76,11 @@ def health_line(
         parts.append(f"folds [{' | '.join(per_fold)}]")
     if len(arms) > 1:
         per_arm = []
+        arm_off = gems.off_by_arm()
         for arm in arms:
-            off = (arm_off or {}).get(arm, set())
+            off = arm_off.get(arm, set())
             values = " ".join(
-                f"{s.metric}={'off' if s.name in off else _num(m[f'{s.metric}@{arm}'])}" for s in gems.settings.values()
+                f"{g.metric}={'off' if g.name in off else _num(m[f'{g.metric}@{arm}'])}" for g in gems.gems
             )
             per_arm.append(f"{arm}: vs={_num(m[f'val_sharpe_mean@{arm}'], '.2f')} {values}")
         parts.append(f"{ARMS_PART.strip()}{' | '.join(per_arm)}]")

@@ -22,11 +22,10 @@ import torch
 from torch import Tensor
 
 from tune_gems.data import series as data_mod
-from tune_gems.design.arms import Arm, MemberLayout, expand_arms
+from tune_gems.design.arms import Arm, RunArms, run_arms
 from tune_gems.config.schema import Config
 from tune_gems.market.env import Market, VecTradingEnv
 from tune_gems.gems import GemInputs
-from tune_gems.gems.modes import GemSet
 from tune_gems.ops.reference import c51_cross_entropy
 from tune_gems.model.member_select import uniform
 from tune_gems.gems.registry import run_gems
@@ -55,15 +54,16 @@ class Learner:
         device: torch.device,
         ops,
         seeds: list[int] | None = None,
-        arms: list[Arm] | None = None,
+        arms: RunArms | list[Arm] | None = None,
     ):
-        """`seeds` overrides the member seeds derived from cfg.seed (one per member);
-        `arms` the arms expanded from cfg (`tune_gems.design.arms.expand_arms`)."""
+        """`seeds` overrides the member seeds derived from cfg.seed (one per member); `arms` is
+        the run's arms record (`tune_gems.design.arms.run_arms`, expanded once where the run
+        starts) or its arms (default: expanded from cfg here)."""
         tc, mc = cfg.trainer, cfg.model
         self.cfg, self.device, self.ops = cfg, device, ops
-        self.arms = list(arms) if arms is not None else expand_arms(cfg)
         # walk-forward folds (data.folds): fold-major blocks of arms x seeds, one per fold the market holds
-        self.layout = MemberLayout(tuple(a.name for a in self.arms), tc.population, cfg.first_seed_index, folds=market.n_folds)
+        self.run_arms = run_arms(cfg, arms).with_folds(market.n_folds)
+        self.arms, self.layout = list(self.run_arms.arms), self.run_arms.layout
         self.P = P = self.layout.members
         self.seeds = list(seeds) if seeds is not None else self.layout.member_seeds(cfg.seed)
         if len(self.seeds) != P:
@@ -122,28 +122,14 @@ class Learner:
         self.optim = PopulationAdam(
             self.online_flat, self.lr, tc.adam_eps, tc.grad_clip, clip_groups=[shared, *heads], blocks=self.layout.blocks
         )
-        arm_gems = [GemSet(a.config.gems, cfg.plugins, fused=ops.fused) for a in self.arms]
-        self.member_gems = MemberGems(arm_gems, self.layout, device)
-        self.gems = self._reported_gems(arm_gems)
-        self.acc_rows = (*ACC_HEAD, *self.gems.names, *(f"{n}_null" for n in self.gems.names), *ACC_TAIL)
+        self.member_gems = MemberGems([a.config.gems for a in self.arms], self.layout, device, cfg.plugins, fused=ops.fused)
+        names = self.member_gems.names
+        self.acc_rows = (*ACC_HEAD, *names, *(f"{n}_null" for n in names), *ACC_TAIL)
         self.acc = torch.zeros(len(self.acc_rows), P, device=device)
         self.updates = torch.zeros((), dtype=torch.int64, device=device)
         self.collect_steps = torch.zeros((), dtype=torch.int64, device=device)
         self._target_pairs = self._pair_target_tensors()
         self.member_gems.check(self._sample_gem_inputs(), self.online.bound_heads(self.online.weights("eval")))
-
-    def _reported_gems(self, arm_gems: list[GemSet]) -> GemSet:
-        """The run's gems for reports that show one mode per gem (the HEALTH_DIAG line): the
-        run's own with one arm; with several, a gem is off only when every member has it off
-        (MemberGems.summary_mode)."""
-        if len(arm_gems) == 1:
-            return arm_gems[0]
-        section = self.cfg.gems
-        update = {
-            n: getattr(section, n).model_copy(update={"mode": self.member_gems.summary_mode(n)})
-            for n in self.member_gems.names
-        }  # fmt: skip
-        return GemSet(section.model_copy(update=update), self.cfg.plugins, fused=self.ops.fused)
 
     def _sample_gem_inputs(self) -> GemInputs:
         """Random inputs of the iteration's shapes for the gems' dry evaluation (a private

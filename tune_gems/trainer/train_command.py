@@ -41,11 +41,13 @@ from tune_gems.contracts.output_lock import LOCK_FILE, OutputLock
 from tune_gems.contracts.outputs import MARKER_FILE, check_output_folder, make_output_folder, marker_kind, read_marker, update_marker, write_marker
 from tune_gems.contracts.run_record import CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged, checksums, data_fingerprint
 from tune_gems.contracts.safe_files import write_atomic
+from tune_gems.design.arms import run_arms
 from tune_gems.design.resources import check_training_fits
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
 from tune_gems.trainer.stop_signals import StopSignals, TrainingStopped
 from tune_gems.trainer.tensorboard import EVENTS_DIR, EpochEvents
-from tune_gems.trainer.trainer import RESUMABLE_CHANGES, EpochResult, Trainer
+from tune_gems.trainer.epoch_row import EpochResult
+from tune_gems.trainer.trainer import RESUMABLE_CHANGES, Trainer
 
 CHECKPOINT = CHECKPOINT_FILE
 TABLE_FILES = (HISTORY_CSV, MEMBERS_CSV)
@@ -97,21 +99,24 @@ class CheckpointSchedule:
 
 def train_epochs(
     trainer: Trainer,
-    on_epoch: Callable[[EpochResult, bool], None],
+    on_epoch: Callable[[EpochResult, bool], None] | None = None,
     stop: Callable[[], bool] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> bool:
-    """The epoch loop of `tune-gems train` and of a sweep's trial: run epochs until the trainer
-    is done (its epochs reached, or diverged), calling `on_epoch(result, checkpoint_due)` after
-    each (CheckpointSchedule says when one is due). `stop()` is asked at each epoch boundary: when
-    true, that epoch's checkpoint is due and the loop ends. Returns whether it stopped early. The
-    caller decides where results and checkpoints go (files, or Tune reports)."""
+    """The epoch loop (the one there is) of `tune-gems train`, of a sweep's trial and of a
+    confirmation: run epochs until the trainer is done (its epochs reached, or diverged), calling
+    `on_epoch(result, checkpoint_due)` after each, if given (CheckpointSchedule says when one is
+    due). `stop()` is asked at each epoch boundary: when true, that epoch's checkpoint is due and
+    the loop ends. Returns whether it stopped early. The caller decides where results and
+    checkpoints go (files, or Tune reports); the trainer keeps every epoch's rows (`history`)."""
     tc = trainer.cfg.trainer
     schedule = CheckpointSchedule(tc.checkpoint_interval_s, tc.checkpoint_every, clock)
     while not trainer.done:
         result = trainer.run_epoch()
         stopping = stop is not None and stop() and not trainer.done
-        on_epoch(result, schedule.due(trainer.epoch, final=trainer.done or stopping))
+        due = schedule.due(trainer.epoch, final=trainer.done or stopping)
+        if on_epoch is not None:
+            on_epoch(result, due)
         if stopping:
             return True
     return False
@@ -123,7 +128,7 @@ def write_run_files(trainer: Trainer, out: Path) -> None:
     folds.csv (one row per walk-forward fold: its windows) and baselines.csv (flat /
     buy-and-hold / momentum on the evaluation segments, per fold)."""
     from tune_gems.design.arm_sets import also_named, arm_aliases
-    from tune_gems.design.arms import expand_arms, resolved_settings
+    from tune_gems.design.arms import resolved_settings
     from tune_gems.contracts.gem_manifest import manifest_text
     from tune_gems.gems import manifest
 
@@ -131,7 +136,7 @@ def write_run_files(trainer: Trainer, out: Path) -> None:
     _write_atomic(out / GEMS_FILE, manifest_text(manifest(cfg.plugins)))
     aliases = arm_aliases(cfg)  # a duplicate arm trained once: its other name (tune_gems.design.arm_sets)
     arms = pd.DataFrame([{"arm": a.name, **({"also_named": also_named(aliases, a.name)} if aliases else {}),
-                          **resolved_settings(a.config)} for a in expand_arms(cfg)])
+                          **resolved_settings(a.config)} for a in trainer.arms.arms])
     for name, frame in ((ARMS_FILE, arms), (FOLDS_CSV, trainer.fold_table()), (BASELINES_FILE, trainer.baselines())):
         _write_csv(out / name, frame)
 
@@ -239,7 +244,8 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
     written in the background (AsyncCheckpointWriter) when CheckpointSchedule says; a SIGTERM or
     SIGINT stops at the next epoch boundary with a checkpoint and raises TrainingStopped."""
     out = check_train_out(out, resume)
-    check_training_fits(cfg)  # memory from the shapes, before anything is allocated
+    arms = run_arms(cfg)  # the arms expanded once, for the memory estimate and the trainer
+    check_training_fits(cfg, members=arms.members)  # memory from the shapes, before anything is allocated
     ckpt_path = out / CHECKPOINT
 
     log_lines: list[str] = []
@@ -251,7 +257,7 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
 
     if resume:
         check_data_unchanged(read_marker(out), cfg.data, str(out))  # before the data is even read
-    trainer = Trainer(cfg, log=log)  # validates data and device before anything is written
+    trainer = Trainer(cfg, log=log, arms=arms)  # validates data and device before anything is written
     data_record = data_fingerprint(cfg.data)  # the bytes just read (a missing file was named above)
     loaded = _load_if_any(trainer, ckpt_path) if resume else None  # a bad checkpoint is refused before any write
     if loaded is not None:
@@ -265,7 +271,7 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
             loaded = _load_if_any(trainer, ckpt_path)
         if loaded is not None:
             write_tables(trainer, out)  # tables past the checkpoint's epoch are re-done
-            trainer.write_eval_returns(out)
+            trainer.window.write(out)
         elif resume:
             print(f"tune-gems train: {out} has no checkpoint yet; starting it again from epoch 0", flush=True)
             for name in (*TABLE_FILES, SUMMARY_FILE):
@@ -307,7 +313,7 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
             bar.set_description(f"epoch {min(trainer.epoch + 1, cfg.trainer.epochs)}/{cfg.trainer.epochs}")
             write_tables(trainer, out)
             if checkpoint_due:  # the kept validation returns go with the checkpoint that holds them
-                writer.save(ckpt_path, *trainer.checkpoint_payload(), after=lambda meta: trainer.write_eval_returns(out, meta))
+                writer.save(ckpt_path, *trainer.checkpoint_payload(), after=lambda meta: trainer.window.write(out, meta))
 
         try:
             stopped = train_epochs(trainer, on_epoch, stop=signals.requested)

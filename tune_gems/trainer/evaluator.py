@@ -1,0 +1,98 @@
+"""Greedy, noise-free evaluation of the learner's online network over a whole market segment
+(docs/design.md, "One iteration and the graph"; the statistics: docs/evaluation.md).
+
+The noise-free weights are computed once per pass into fixed buffers that the evaluation steps
+read, and on CUDA the steps run as graph replays, EVAL_STEPS_PER_GRAPH steps per captured graph
+(plus one graph for the rest); the statistics come back in one transfer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from tune_gems.config.schema import EnvConfig
+from tune_gems.market.env import Market, SegmentEvaluator
+from tune_gems.market.evaluation import evaluation_stats, read_back, segment_asset_returns
+from tune_gems.model.layers import Affine
+from tune_gems.trainer.graph import StepRunner
+from tune_gems.trainer.learner import Learner
+
+EVAL_STEPS_PER_GRAPH = 32
+"""Evaluation steps captured in one CUDA graph: a segment of T steps runs as T // 32 replays
+plus one of the rest, instead of T replays (each replay has a fixed launch cost)."""
+
+
+class GreedyEvaluator:
+    """The greedy policy of `learner`'s online net on `market`'s segments, each segment's
+    evaluator and graph runners built on first use. `use_graph`: run the steps as CUDA graph
+    replays (the training runner's choice)."""
+
+    def __init__(self, learner: Learner, market: Market, env: EnvConfig, use_graph: bool):
+        self.learner, self.market, self.env, self.use_graph = learner, market, env, use_graph
+        self._segments: dict[str, tuple[SegmentEvaluator, list[tuple[StepRunner, int]]]] = {}
+        self._eval_w: dict | None = None  # the evaluation weights' buffers (_refresh_weights)
+
+    def _greedy_policy(self, obs: torch.Tensor) -> torch.Tensor:
+        """Noise-free greedy actions from the evaluation weights (`_refresh_weights`)."""
+        net = self.learner.online
+        with self.learner.matmul_precision():
+            return net.expected_q(net(obs, self._weights()).logits).argmax(-1)
+
+    def _weights(self) -> dict:
+        if self._eval_w is None:
+            self._refresh_weights()
+        return self._eval_w
+
+    def _refresh_weights(self) -> None:
+        """The online net's noise-free weights, computed once per evaluation pass into fixed
+        buffers that the captured evaluation steps read: they do not change within a segment,
+        so the steps need not redo spectral norm's sigma and division every step. The same
+        ops on the same inputs as computing them in every step: the same bits."""
+        net = self.learner.online
+        with self.learner.matmul_precision():
+            fresh = net.weights("eval")
+        if self._eval_w is None:
+            self._eval_w = {k: Affine(w.clone(), b.clone(), getattr(a, "chunk", None)) for k, a in fresh.items() for w, b in [a]}
+        else:
+            for k, (w, b) in fresh.items():
+                self._eval_w[k][0].copy_(w)
+                self._eval_w[k][1].copy_(b)
+
+    def runners(self, segment: str) -> tuple[SegmentEvaluator, list[tuple[StepRunner, int]]]:
+        """A segment's evaluator and its runners: (runner, calls) pairs that together run the
+        segment's T steps, EVAL_STEPS_PER_GRAPH steps per call and one call for the rest."""
+        if segment not in self._segments:
+            learner = self.learner
+            ev = SegmentEvaluator(
+                self.market, learner.env.actions, self.env.cost, self._greedy_policy,
+                learner.P, segment, path_of_member=learner.path_of_member, fold_of_member=learner.fold_of_member,
+            )  # fmt: skip
+            chunk = EVAL_STEPS_PER_GRAPH
+            # one warm-up call before capture: the runner for the rest is first called T % chunk
+            # steps before the segment's end, and its warm-up must not step past it
+            runners = [(StepRunner(ev.step, ev.state_tensors, self.use_graph, warmup=1, steps=chunk), ev.T // chunk)]
+            if ev.T % chunk:
+                runners.append((StepRunner(ev.step, ev.state_tensors, self.use_graph, warmup=1, steps=ev.T % chunk), 1))
+            self._segments[segment] = (ev, [(r, n) for r, n in runners if n])
+        return self._segments[segment]
+
+    @torch.no_grad()
+    def evaluate(self, segment: str) -> tuple[dict[str, np.ndarray], torch.Tensor, torch.Tensor]:
+        """Greedy, noise-free policy over a whole segment: ({stat: [P]} for every name in
+        metrics.EVAL_STATS, net returns [P,T], positions [P,T]). On CUDA one step is captured
+        once and replayed T times; the statistics come back in one transfer."""
+        ev, runners = self.runners(segment)
+        self._refresh_weights()
+        ev.reset()
+        for runner, calls in runners:
+            for _ in range(calls):
+                runner()
+        asset = self.asset_returns(segment)  # each member's own path and fold window
+        stats = read_back(evaluation_stats(ev.positions, asset, self.env.cost, self.env.periods_per_year))
+        return stats, ev.returns.clone(), ev.positions.clone()
+
+    def asset_returns(self, segment: str) -> torch.Tensor:
+        """The asset returns each member's positions earn over its own window of `segment`."""
+        learner = self.learner
+        return segment_asset_returns(self.market, segment, learner.path_of_member, learner.fold_of_member)

@@ -1,0 +1,94 @@
+"""What a run needs before its trainer: the device, the price series and the market.
+
+Apart from the trainer because others need it without one: the sweep driver loads the series
+once for every trial and prepares a market to validate the splits before Ray starts, and the
+folds invariant's reference run builds a market of one fold (tests/test_folds.py).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from tune_gems.config.schema import Config
+from tune_gems.contracts.errors import ConfigError
+from tune_gems.data import series as data_mod
+from tune_gems.market.env import Market
+
+CUBLAS_DETERMINISTIC = ":4096:8"
+"""cuBLAS workspace setting under which its reduction orders are the same run to run."""
+
+
+def resolve_device(name: str) -> torch.device:
+    """The device of config key `device` (cpu | cuda | auto)."""
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device: cuda requested but no CUDA device is available")
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def run_device(cfg: Config) -> torch.device:
+    """The run's device, checked against `trainer.graph`; on CUDA, cuBLAS set to reduce in a
+    fixed order (it picks orders that vary run to run unless given a fixed workspace)."""
+    device = resolve_device(cfg.device)
+    if cfg.trainer.graph == "on" and device.type != "cuda":
+        raise ConfigError("trainer.graph: 'on' needs a CUDA device (use auto or off)")
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC)
+    return device
+
+
+def load_run_prices(cfg: Config) -> pd.Series:
+    """The configured price series, with enough rows for a window, an episode and three segments
+    (what `prepare_market` takes as `prices`; tune_gems.data.series.load_prices reads a file)."""
+    return data_mod.load_series(cfg.data, min_rows=_min_rows(cfg))
+
+
+def _min_rows(cfg: Config) -> int:
+    min_len = cfg.env.window + 2
+    return cfg.env.window + cfg.env.episode_length + 3 * min_len
+
+
+def prepare_market(
+    cfg: Config,
+    device: torch.device,
+    prices: pd.Series | None = None,
+    n_seed_indices: int | None = None,
+    folds: Sequence[int] | None = None,
+) -> Market:
+    """Load (or take) the price paths, split them into the run's folds and build the device-side
+    features.
+
+    `n_seed_indices`: the distinct seed indices of the run (default: its population, the seeds
+    per arm), from `cfg.first_seed_index` on; with synthetic `per_seed` paths each gets its own
+    path (tune_gems.data.series.load_paths), else one is shared. `prices` (a sweep's driver loads the
+    series once for every trial) is that one shared path; with synthetic `per_seed` paths the
+    paths are generated here instead (they are a function of the config alone; one path could
+    not serve every seed index), and `prices` must be the path of seed index 0. `folds`: which
+    of the config's folds (`data.folds`, tune_gems.data.series.fold_bounds) the market holds (default
+    all; one fold alone is the reference run of the folds invariant, tests/test_folds.py).
+    """
+    n_seed_indices = cfg.trainer.population if n_seed_indices is None else n_seed_indices
+    per_seed = cfg.data.source == "synthetic" and cfg.data.synthetic.paths == "per_seed"
+    if prices is not None and not per_seed:
+        paths = [prices]
+    else:
+        first = cfg.first_seed_index
+        paths = data_mod.load_paths(cfg.data, n_seed_indices, min_rows=_min_rows(cfg), first_seed_index=first)
+        path0 = paths[0] if first == 0 else data_mod.load_series(cfg.data) if prices is not None else None
+        if prices is not None and not np.array_equal(np.asarray(prices, dtype=np.float64), np.asarray(path0, dtype=np.float64)):
+            raise ValueError("prepare_market: the given prices are not the path of seed index 0 of the config's per_seed synthetic paths")
+    bounds = data_mod.fold_bounds(paths[0], cfg.data.splits, cfg.data.folds, min_len=cfg.env.window + 2)
+    fold_ids = list(range(len(bounds))) if folds is None else [int(f) for f in folds]
+    if any(not 0 <= f < len(bounds) for f in fold_ids):
+        raise ValueError(f"prepare_market: folds {fold_ids} outside the config's {len(bounds)} folds")
+    market = Market(paths, [bounds[f] for f in fold_ids], cfg.env.window, device, fold_ids=fold_ids)
+    market.check_lengths(cfg.env.episode_length)
+    return market
