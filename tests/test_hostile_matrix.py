@@ -278,16 +278,22 @@ def path_cases() -> list[Case]:
 
 
 def _stored_sweep(rel: str) -> Callable[[Path], None]:
-    """An experiment folder as a sweep leaves it: its spec.yaml (the tiny smoke spec) and tables."""
+    """An experiment folder as a sweep leaves it: its spec.yaml (the tiny smoke spec), its marker
+    recording the spec's checksum, and tables."""
 
     def go(d: Path) -> None:
         import yaml
 
         from tune_gems.sweep.spec import load_spec
 
+        from tune_gems.contracts.outputs import write_marker
+        from tune_gems.contracts.run_record import CHECKSUMS_KEY, checksums
+
         spec = load_spec(SMOKE, TINY_SWEEP)
         _paired(d / rel)
-        (d / rel / "spec.yaml").write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+        text = yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode()
+        (d / rel / "spec.yaml").write_bytes(text)
+        write_marker(d / rel, "sweep", **{CHECKSUMS_KEY: checksums(None, **{"spec.yaml": text})})  # as a sweep records it
 
     return go
 

@@ -105,6 +105,8 @@ def compare(a: str | Path, b: str | Path, **settings: Any) -> Comparison:
     from tune_gems.stats.baseline_headline import baseline_headline
 
     a, b = Path(a), Path(b)
+    if a.expanduser().resolve() == b.expanduser().resolve():
+        raise DataError(f"compare: {a} and {b} are the same folder; compare two different runs (analyze gives one alone)")
     labels = _labels(a, b)
     results = [analyze(p, **settings) for p in (a, b)]  # each on its own: nothing pooled
     return Comparison(
