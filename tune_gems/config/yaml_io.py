@@ -57,19 +57,30 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-# YAML 1.1 reads `1e-3` (an exponent without a dot) as a string; every user means a number
-_UniqueKeyLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-        |\.[0-9_]+(?:[eE][-+][0-9]+)?
-        |[-+]?\.(?:inf|Inf|INF)
-        |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
+_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
 )
+# YAML 1.1 reads `1e-3` (an exponent without a dot) as a string; every user means a number
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+
+
+class _Dumper(yaml.SafeDumper):
+    """The safe dumper, knowing that the loader reads `1e-3` as a number: a string that looks
+    like one (`"1e5"`, a column name) is written quoted, so what tune-gems stores reads back as
+    it was (a stored config.yaml or spec.yaml)."""
+
+
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+
+
+def dump_yaml(data: Any) -> str:
+    """`data` as YAML that `safe_load_yaml` reads back equal (keys in their order)."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
 
 
 class YAMLBoundError(yaml.YAMLError):
@@ -187,4 +198,4 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 
 def dump_config(cfg: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    Path(path).write_text(dump_yaml(cfg.to_dict()))

@@ -13,20 +13,29 @@ line naming the file.
 The check **fails closed** (`require_record`): a marker that is missing, unreadable, foreign,
 or without the checksum of a file the command relies on (a folder written before the checksums
 existed, or whose marker was deleted or edited) is refused in one line naming the marker and
-the fix, since nothing then shows that the stored files are the run's.
+the fix, since nothing then shows that the stored files are the run's. `--resume` and `confirm`
+check the stored file and the data file they train on; `analyze` and `compare`, which read the
+stored spec or config but train nothing, check those (`check_recorded_files`). The result
+tables themselves are rewritten every epoch and have no recorded checksum: their columns and
+values are validated by the analysis's loader.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterable
 
 from tune_gems.contracts.errors import ConfigError, DataError
-from tune_gems.contracts.safe_files import sha256_bytes, sha256_regular
+from tune_gems.contracts.safe_files import entry_kind, read_regular, sha256_bytes, sha256_regular
 
 CHECKSUMS_KEY = "checksums"
 """Marker field: {stored file name: SHA-256 of its bytes as the command wrote them}."""
 DATA_KEY = "data"
 """Marker field: {"path": the data file as given, "sha256": of its bytes} (file data only)."""
+STORED_MAX_BYTES = 1 << 20
+"""Largest stored config or spec read to verify it (the bound of a config file)."""
+READ_FIX = ("the run's records were changed or are gone, so its results cannot be shown to be its own: restore them, "
+            "or run it again")
 
 
 def records_data(data: Any) -> bool:
@@ -98,3 +107,48 @@ def checksums(marker: dict[str, Any] | None, **files: bytes) -> dict[str, str]:
     out = dict((marker or {}).get(CHECKSUMS_KEY) or {})
     out.update({name: sha256_bytes(content) for name, content in files.items()})
     return out
+
+
+def check_recorded_files(folder: str | Path, names: Iterable[str], fix: str = READ_FIX) -> None:
+    """For a command that reads a recorded run's stored files (`analyze`, `compare`: a sweep's
+    spec.yaml, a train run's config.yaml): each of `names` that `folder` holds must be verified
+    by the folder's marker, fail-closed (`require_record`: a marker missing, unreadable or without
+    its checksum is refused), and must match it (`check_stored_unchanged`). A folder holding none
+    of them (a folder of tables alone) has nothing of this kind to verify."""
+    from tune_gems.contracts.outputs import MARKER_FILE, marker_state
+
+    folder = Path(folder)
+    present = [n for n in names if entry_kind(folder / n) is not None]
+    if not present:
+        return
+    marker, problem = marker_state(folder)
+    require_record(marker, problem, str(folder / MARKER_FILE), files=present, fix=fix)
+    for name in present:
+        content = read_regular(folder / name, STORED_MAX_BYTES, None, ConfigError, follow=False)
+        check_stored_unchanged(marker, name, content, str(folder / name))
+
+
+def check_recorded_run(folder: str | Path, stored: Iterable[str]) -> None:
+    """What `analyze` and `compare` check of a run folder before they read it: every file of it
+    they read (`result_files.READ_FILES`) that is there is a regular file, or a link to one (a
+    FIFO would block the reader, a device never end), and its `stored` files are verified by
+    its marker (`check_recorded_files`). DataError / ConfigError naming the file."""
+    import os
+    import stat
+
+    from tune_gems.contracts.result_files import READ_FILES
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        return  # not a run folder at all: the loader names it
+    for name in READ_FILES:
+        path = folder / name
+        if entry_kind(path) is None:
+            continue
+        try:
+            regular = stat.S_ISREG(os.stat(path).st_mode)
+        except OSError as e:
+            raise DataError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
+        if not regular:
+            raise DataError(f"{path} is not a regular file (a FIFO, a device or a folder); give the run's own file")
+    check_recorded_files(folder, stored)

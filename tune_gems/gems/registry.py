@@ -296,6 +296,7 @@ def probe_plugin(plugins: list[str], timeout: float, validate: Callable[[list[st
             os.dup2(null, 1)
             os.dup2(null, 2)
             sys.path[:] = [os.path.join(cwd, entry) for entry in sys.path]  # '' and relative entries meant the cwd
+            sys.dont_write_bytecode = True  # no __pycache__ beside the user's plug-in from the probe
             os.chdir(sandbox)
             if "torch" in sys.modules:
                 sys.modules["torch"].set_num_threads(1)  # as torch's own forked workers do

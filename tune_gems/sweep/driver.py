@@ -27,10 +27,9 @@ from typing import Any
 
 import pandas as pd
 import torch
-import yaml
 
 from tune_gems.data.summary import data_lines
-from tune_gems.config.yaml_io import apply_overrides, yaml_mapping
+from tune_gems.config.yaml_io import apply_overrides, dump_yaml, yaml_mapping
 from tune_gems.config.dotted import flatten
 from tune_gems.config.load import format_validation_error
 from tune_gems.contracts.errors import ConfigError, OutputExistsError, ResourceError
@@ -111,7 +110,7 @@ def _resolved(spec: SweepSpec) -> dict[str, Any]:
     return {**spec.model_dump(mode="json"), "config": spec.base_config().to_dict()}
 
 
-RESUME_FIX = "start a new sweep under another --name (this experiment stays readable by analyze)"
+RESUME_FIX = "start a new sweep under another --name"
 
 
 def stored_spec(store: ExperimentStore, overrides: list[str], given: SweepSpec, spec_path: Path) -> SweepSpec:
@@ -339,7 +338,7 @@ def run_sweep(
         if store.disk_dir is not None:
             lock = OutputLock(store.disk_dir, field=name_field).acquire()
         if not resume:
-            _write_record(store, yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode(), data_record)
+            _write_record(store, dump_yaml(spec.model_dump(mode="json")).encode(), data_record)
         else:
             store.pull_journal(JOURNAL_FILE)
             clear_stale_journal_lock(store.journal_path(JOURNAL_FILE))  # a killed driver's (the lock above is ours)

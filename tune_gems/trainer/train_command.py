@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
-import yaml
 from tqdm import tqdm
 
 from tune_gems.data.summary import data_lines
 from tune_gems.config.schema import Config
-from tune_gems.config.yaml_io import MAX_YAML_BYTES, apply_overrides, read_yaml
+from tune_gems.config.yaml_io import MAX_YAML_BYTES, apply_overrides, dump_yaml, read_yaml
 from tune_gems.config.load import build_config, load_config
 from tune_gems.config.dotted import flatten
 from tune_gems.contracts.errors import CheckpointError, ConfigError, OutputError, OutputExistsError
@@ -178,7 +177,7 @@ def resume_config(out: str | Path, path: str | Path | None = None, overrides: li
     return cfg
 
 
-RESUME_FIX = "start a new run with another --out (this folder stays readable by analyze)"
+RESUME_FIX = "start a new run with another --out"
 
 
 def resume_record(out: Path, data: Any = None) -> dict[str, Any]:
@@ -367,5 +366,5 @@ def train_headline(trainer: Trainer) -> str:
 
 
 def _dump(cfg: Config) -> str:
-    """config.yaml's text (the same as `dump_config` writes)."""
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    """config.yaml's text (the same as `dump_config` writes: strings that read as numbers quoted)."""
+    return dump_yaml(cfg.to_dict())
