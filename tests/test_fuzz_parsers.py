@@ -16,7 +16,6 @@ import string
 import tempfile
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml

@@ -502,6 +502,18 @@ def check(case: Case, out: Outcome) -> None:
     assert not (added or removed or changed), f"added {added}, removed {removed}, changed {changed}"
 
 
+def misbehaved(cases: list[Case], outcomes: dict[str, Outcome], extra: Callable[[Outcome], None] = lambda out: None) -> None:
+    """Every case `check`ed (and `extra`), then one failure listing each that misbehaved."""
+    failures = []
+    for case in cases:
+        try:
+            check(case, outcomes[case.id])
+            extra(outcomes[case.id])
+        except AssertionError as e:
+            failures.append(f"{case.id}: {str(e).splitlines()[0][:400]}")
+    assert not failures, f"{len(failures)} of {len(cases)} cases misbehaved:\n" + "\n".join(failures)
+
+
 KNOWN_DEFECTS: dict[str, str] = {}
 """Cases that still reach the last line of defence, each with its reason; a case listed here
 that starts passing fails the test (strict), so the list only ever shrinks."""

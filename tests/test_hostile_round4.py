@@ -27,10 +27,10 @@ import pytest
 import yaml
 
 from sweep_fixtures import REPO, SMOKE, TINY_SWEEP
-from test_bad_input import TRAIN_TINY, both, write
-from test_hostile_matrix import Case, _experiment, _paired, _stored_sweep, check, run_cases
+from test_bad_input import both, write
+from test_hostile_matrix import Case, _experiment, _paired, _stored_sweep, misbehaved, run_cases
 from test_hostile_round3 import (
-    FILE_DATA, LOCK, MARKER, PRICES, RESUME_SWEEP, SWEEP, TINY_TRAIN, _train_run, fifo, marker, metric_plugin, plugin,
+    FILE_DATA, MARKER, PRICES, RESUME_SWEEP, SWEEP, TINY_TRAIN, _train_run, fifo, metric_plugin, plugin,
     stored_train, sweep_on_changed_data, symlink, train_run,
 )
 from tune_gems.contracts.errors import control_characters
@@ -254,14 +254,10 @@ def test_case_ids_are_unique():
 
 
 def test_every_round_four_case_is_one_printable_line_exit_2_and_changes_nothing(outcomes):
-    failures = []
-    for case in CASES:
-        try:
-            check(case, outcomes[case.id])
-            assert not control_characters(outcomes[case.id].stderr.rstrip("\n")), "a raw control character in the line"
-        except AssertionError as e:
-            failures.append(f"{case.id}: {str(e).splitlines()[0][:400]}")
-    assert not failures, f"{len(failures)} of {len(CASES)} cases misbehaved:\n" + "\n".join(failures)
+    def printable(out) -> None:
+        assert not control_characters(out.stderr.rstrip("\n")), "a raw control character in the line"
+
+    misbehaved(CASES, outcomes, printable)
 
 
 # -- cases that run to the end -----------------------------------------------------------------

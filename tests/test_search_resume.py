@@ -11,8 +11,6 @@ searcher `restore`d from the last snapshot, as `Tuner.restore` does. No Ray clus
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import optuna
 import pytest
 
