@@ -14,11 +14,14 @@ one folder, is worse than no tool. The rules, for `train`, `sweep` and `analyze`
 - **One writer.** `OutputLock` holds an advisory lock (`LOCK_FILE`, `filelock`: an `fcntl.flock`) for as long
   as a command writes; a second writer is refused in one line naming the holder's pid. A lock
   left by a dead process is no obstacle: the kernel releases `flock` locks with their process.
+  Nothing is written inside a folder a live process holds either (`check_ancestors_free`).
 - **Names are names.** `check_name` accepts one portable path component only; a path with a
-  component longer than `COMPONENT_MAX` bytes or longer than `PATH_MAX` bytes in all is refused.
+  component longer than `COMPONENT_MAX` bytes, longer than `PATH_MAX` bytes in all, or holding a
+  control character is refused.
 - **No symlinks.** An output folder given as a symlink, or one holding a symlink, FIFO, socket or
   device at its top level (where the lock, the marker and every temporary file live), is
-  refused; the lock and the marker are opened with `O_NOFOLLOW` (tune_gems.contracts.safe_files).
+  refused; the lock and the marker are opened with `O_NOFOLLOW` (tune_gems.contracts.safe_files),
+  the marker also non-blocking and bounded (`marker_state`: a FIFO there never hangs a command).
 - **`--overwrite` removes only what the command wrote.** An analysis lists every file it wrote
   in its marker (`MARKER_FILES_KEY`); replacing that folder is refused while it holds anything
   not listed (a user's notes, a run kept three levels down), and only listed files are deleted.
