@@ -98,12 +98,16 @@ def _drop_column(name: str, column: str) -> Callable[[Path], None]:
 
 
 def stored_config(d: Path, *overrides: str) -> None:
-    """out/config.yaml of a train run of the tiny config (what `train --resume` continues)."""
+    """out/config.yaml of a train run of the tiny config (what `train --resume` continues), and
+    the marker recording its checksum (a resume refuses a run folder without one)."""
     from tune_gems.config.yaml_io import dump_config
     from tune_gems.config.load import load_config
+    from tune_gems.contracts.outputs import write_marker
+    from tune_gems.contracts.run_record import CHECKSUMS_KEY, checksums
 
     (d / "out").mkdir(exist_ok=True)
     dump_config(load_config(None, [*TRAIN_TINY, *overrides]), d / "out" / "config.yaml")
+    write_marker(d / "out", "train", **{CHECKSUMS_KEY: checksums(None, **{"config.yaml": (d / "out" / "config.yaml").read_bytes()})})
 
 
 def checkpoint_case(kind: str, *config_overrides: str) -> Callable[[Path], None]:

@@ -203,21 +203,30 @@ def test_killed_driver_resumes_with_every_trial_once_in_results_and_study(tmp_pa
 
     study = optuna.load_study(study_name="drv", storage=journal_storage(exp / JOURNAL_FILE))
     states = [t.state for t in study.trials]
-    assert optuna.trial.TrialState.RUNNING not in states, f"orphaned RUNNING trials in the study: {states}"
-    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert len(complete) == n, f"study trial states {states}"
-    # a trial Optuna handed out that Tune never ran (asked after Tune's last snapshot) may stay
-    # in the study only as FAIL, never RUNNING (which a sampler and optuna-dashboard would see
-    # as forever in flight)
-    assert set(states) <= {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL}, states
-    # one finished study trial per result trial: per_trial seeds make seed = base seed + number
-    by_seed = trials.set_index("seed")
-    assert sorted(t.number for t in complete) == sorted(by_seed.index)
-    for t in complete:
+    # issue 32: a trial Optuna handed out that Tune never ran (asked after Tune's last snapshot)
+    # is adopted by the resumed driver and run with its own number, seed and parameters: the
+    # study holds trials 0..n-1, all finished, none asked twice, none left FAIL or RUNNING
+    assert states == [optuna.trial.TrialState.COMPLETE] * n, f"study trial states {states}"
+    by_seed = trials.set_index("seed")  # per_trial seeds: seed = base seed + number
+    assert sorted(by_seed.index) == list(range(n))
+    uninterrupted = _asked_uninterrupted(args, tmp_path / "ref-journal.log", n)
+    for t in study.trials:
         row = by_seed.loc[t.number]
         assert t.value == pytest.approx(row["objective"])
+        assert t.params == {k: v for k, v in uninterrupted[t.number].items() if k not in ("seed", "first_seed_index")}  # as uninterrupted
         for key, value in t.params.items():
             assert row[key] == pytest.approx(value) if isinstance(value, float) else row[key] == value
+
+
+def _asked_uninterrupted(args: list[str], journal: Path, n: int) -> list[dict]:
+    """What an uninterrupted driver's searcher asks for trials 0..n-1 of the sweep `args` (the
+    first trials are Optuna's random start-up ones: they do not depend on the results)."""
+    from tune_gems.sweep.search import make_searcher
+    from tune_gems.sweep.spec import load_spec
+
+    spec = load_spec(SMOKE, [a for a in args if "=" in a and not a.startswith("-")])
+    searcher = make_searcher(spec, "ref", journal)
+    return [searcher.suggest(f"t{i}") for i in range(n)]
 
 
 # -- divergence --------------------------------------------------------------------------------

@@ -278,16 +278,22 @@ def path_cases() -> list[Case]:
 
 
 def _stored_sweep(rel: str) -> Callable[[Path], None]:
-    """An experiment folder as a sweep leaves it: its spec.yaml (the tiny smoke spec) and tables."""
+    """An experiment folder as a sweep leaves it: its spec.yaml (the tiny smoke spec), its marker
+    recording the spec's checksum, and tables."""
 
     def go(d: Path) -> None:
         import yaml
 
         from tune_gems.sweep.spec import load_spec
 
+        from tune_gems.contracts.outputs import write_marker
+        from tune_gems.contracts.run_record import CHECKSUMS_KEY, checksums
+
         spec = load_spec(SMOKE, TINY_SWEEP)
         _paired(d / rel)
-        (d / rel / "spec.yaml").write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+        text = yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode()
+        (d / rel / "spec.yaml").write_bytes(text)
+        write_marker(d / rel, "sweep", **{CHECKSUMS_KEY: checksums(None, **{"spec.yaml": text})})  # as a sweep records it
 
     return go
 
@@ -494,6 +500,18 @@ def check(case: Case, out: Outcome) -> None:
     removed = sorted(set(out.before) - set(out.after))
     changed = sorted(k for k in set(out.before) & set(out.after) if out.before[k] != out.after[k])
     assert not (added or removed or changed), f"added {added}, removed {removed}, changed {changed}"
+
+
+def misbehaved(cases: list[Case], outcomes: dict[str, Outcome], extra: Callable[[Outcome], None] = lambda out: None) -> None:
+    """Every case `check`ed (and `extra`), then one failure listing each that misbehaved."""
+    failures = []
+    for case in cases:
+        try:
+            check(case, outcomes[case.id])
+            extra(outcomes[case.id])
+        except AssertionError as e:
+            failures.append(f"{case.id}: {str(e).splitlines()[0][:400]}")
+    assert not failures, f"{len(failures)} of {len(cases)} cases misbehaved:\n" + "\n".join(failures)
 
 
 KNOWN_DEFECTS: dict[str, str] = {}

@@ -23,7 +23,7 @@ import pytest
 
 from sweep_fixtures import SMOKE, TINY_SWEEP
 from test_bad_input import TRAIN_TINY, both, write
-from test_hostile_matrix import Case, _experiment, _stored_sweep, check, run_cases
+from test_hostile_matrix import Case, _experiment, _stored_sweep, misbehaved, run_cases
 
 pytestmark = pytest.mark.slow
 
@@ -305,10 +305,4 @@ def test_case_ids_are_unique():
 
 
 def test_every_round_three_case_is_one_line_exit_2_and_changes_nothing(outcomes):
-    failures = []
-    for case in CASES:
-        try:
-            check(case, outcomes[case.id])
-        except AssertionError as e:
-            failures.append(f"{case.id}: {str(e).splitlines()[0][:400]}")
-    assert not failures, f"{len(failures)} of {len(CASES)} cases misbehaved:\n" + "\n".join(failures)
+    misbehaved(CASES, outcomes)

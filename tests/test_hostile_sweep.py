@@ -121,6 +121,26 @@ def _complete_in_journal(path: Path) -> int:
     return done
 
 
+def _interrupt_when(p: subprocess.Popen, ready) -> None:
+    """Ctrl-C (SIGINT to the process group) at the first moment `ready()` holds, polling for it:
+    the group is frozen (SIGSTOP) while the state is confirmed, so nothing moves between the look
+    and the signal; otherwise it goes on (SIGCONT) and the poll continues."""
+
+    def frozen_and_ready() -> bool:
+        assert p.poll() is None, "the sweep ended before the state to interrupt was reached"
+        if not ready():
+            return False
+        os.killpg(p.pid, signal.SIGSTOP)
+        if ready():
+            os.killpg(p.pid, signal.SIGINT)  # delivered when the group continues
+            os.killpg(p.pid, signal.SIGCONT)
+            return True
+        os.killpg(p.pid, signal.SIGCONT)
+        return False
+
+    wait_for(frozen_and_ready, SWEEP_TIMEOUT, "a first epoch on the console with no trial finished", interval=0.02)
+
+
 def test_ctrl_c_exits_130_marks_unfinished_trials_and_resume_finishes_them(tmp_path):
     # epochs long enough that Ctrl-C, sent once a first epoch is on disk, finds the trials still
     # running on a slow machine (3 epochs of 100 iterations finished before the signal landed)
@@ -134,9 +154,7 @@ def test_ctrl_c_exits_130_marks_unfinished_trials_and_resume_finishes_them(tmp_p
         _ray_up_and_loopback_only(p.pid)
         # the console shows each epoch as it ends (the trial folders under the storage are only
         # synced from Ray's staging folder now and then, so they can lag the whole run)
-        wait_for(lambda: "HEALTH_DIAG epoch=1" in log.read_text(), SWEEP_TIMEOUT, "a first epoch on the console")
-        assert "finished:" not in log.read_text(), "a trial finished before Ctrl-C; make its epochs longer"
-        os.killpg(p.pid, signal.SIGINT)
+        _interrupt_when(p, lambda: "HEALTH_DIAG epoch=1" in (text := log.read_text()) and "finished:" not in text)
         assert finish(p, log, SWEEP_TIMEOUT) == 130, tail(log)
     finally:
         kill_group(p)

@@ -32,7 +32,9 @@ from tune_gems.analysis.report import render_report
 from tune_gems.analysis.held_out import skill_context
 from tune_gems.analysis.variance import final_members, sharpe_variance, split_arms, trial_outcomes
 from tune_gems.analysis.verdicts import gem_verdicts, placebo_verdicts, verdict_metric
-from tune_gems.contracts.errors import ConfigError
+from tune_gems.contracts.errors import ConfigError, DataError
+from tune_gems.contracts.result_files import CONFIG_FILE, SPEC_FILE
+from tune_gems.contracts.run_record import check_recorded_run
 
 DEFAULT_OUT = "analysis"
 CSV_FILES = {
@@ -122,6 +124,10 @@ def analyze(
     """Compute every table from an `Experiment` (or folders to load); writes nothing."""
     check_settings(alpha=alpha, rope=rope, rel_threshold=rel_threshold, last_k=last_k, power=power,
                    placebo_weight=placebo_weight, confidence=confidence, n_boot=n_boot, seed=seed)
+    if not isinstance(experiment, Experiment):  # the stored spec/config the analysis reads, verified first
+        experiment = experiment if isinstance(experiment, (str, Path)) else list(experiment)
+        for folder in [experiment] if isinstance(experiment, (str, Path)) else experiment:
+            check_recorded_run(folder, stored=(SPEC_FILE, CONFIG_FILE))
     exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
     t, h, m = exp.trials, exp.history, exp.members
     arms, gems = exp.arms, list(exp.gems)
@@ -239,7 +245,11 @@ def run_analysis(
     otherwise). Bad settings raise `ConfigError`, bad input folders `DataError`, before anything
     is written. `settings`: the keyword parameters of `analyze`.
     """
+    from tune_gems.contracts.paths import check_input_path
+
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    for p in paths:  # a folder's name becomes the experiment's label: bounded and printable like an output's
+        check_input_path(p, "experiment folder", DataError)
     check_settings(**{k: v for k, v in settings.items() if k in check_settings.__kwdefaults__})
     out = Path(out_dir) if out_dir is not None else default_out_dir(paths)
     check_out(out, paths, overwrite)

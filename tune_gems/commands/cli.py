@@ -122,9 +122,11 @@ def _cmd_config(args: argparse.Namespace) -> int:
     from tune_gems.gems import registry
     from tune_gems.sweep.spec import SweepSpec
 
+    from tune_gems.stats.metrics import check_plugin_columns
+
     plugins = tuple(args.plugin or ())
-    if plugins:
-        registry.import_plugins(list(plugins))
+    if plugins:  # validated as `train` validates them: a gem listed here is one a run accepts
+        registry.import_plugins(list(plugins), validate=check_plugin_columns)
     tables = [key_rows(config_model(plugins) if plugins else Config), key_rows(SweepSpec)]
     if args.prefix:
         tables = [[r for r in rows if r.key == args.prefix or r.key.startswith(args.prefix.rstrip(".") + ".")] for rows in tables]

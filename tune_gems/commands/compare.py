@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from tune_gems.contracts.errors import DataError
+from tune_gems.contracts.paths import check_input_path
 from tune_gems.contracts.result_files import CONFIG_FILE, SPEC_FILE
 
 VERDICT_COLUMNS = ("verdict", "n_seeds", "effect", "ci_low", "ci_high")
@@ -105,6 +106,10 @@ def compare(a: str | Path, b: str | Path, **settings: Any) -> Comparison:
     from tune_gems.stats.baseline_headline import baseline_headline
 
     a, b = Path(a), Path(b)
+    for side in (a, b):
+        check_input_path(side, "compare", DataError)
+    if a.expanduser().resolve() == b.expanduser().resolve():
+        raise DataError(f"compare: {a} and {b} are the same folder; compare two different runs (analyze gives one alone)")
     labels = _labels(a, b)
     results = [analyze(p, **settings) for p in (a, b)]  # each on its own: nothing pooled
     return Comparison(

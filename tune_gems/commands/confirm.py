@@ -21,9 +21,21 @@ winner is trained again, once, beside its control, on data the search never saw:
   own fresh trial (the same data, epochs and everything else of the chosen trial).
 
 The confirmation runs once per search: `EXP/confirmed.json` records it (claimed before the first
-trial trains, removed again if the confirmation fails), and a second `confirm` of the search is
-refused whatever its `--out`, so a search cannot be re-confirmed until a run passes. Its folder
-(default `EXP/confirmation`) is never overwritten. It is
+trial trains, removed again if the confirmation fails or is stopped by Ctrl-C or SIGTERM), and a
+second `confirm` of the search is refused whatever its `--out`, so a search cannot be
+re-confirmed until a run passes. While it trains, `confirm` holds the search folder's one-writer
+lock (tune_gems.contracts.output_lock): a second `confirm` (or a `sweep --resume`) is refused
+naming its pid, and a confirmation killed outright (SIGKILL, a lost machine) leaves a "running"
+record and a `.confirmation.tmp-*` folder that the next `confirm` finds unheld and clears.
+Its folder (default `EXP/confirmation`) is never overwritten.
+
+What it reads is verified first, fail-closed (tune_gems.contracts.run_record): the search's
+marker must record the checksums of its `spec.yaml` (and of its data file), and both must
+match; a marker missing, unreadable or without them, an edited spec or a changed data file is
+refused in one line, since the confirmation would otherwise train another configuration than
+the discovery's while its table shows the two side by side. `confirmed.json` is read only as a
+regular file (non-blocking, bounded); a verdict gain of +inf in the trials table (no run
+reports one: divergence scores -inf) is refused as a forged table. It is
 an experiment folder like a sweep's (trials/history/members/arms parquet, eval_returns, gems.json,
 so `tune-gems analyze EXP/confirmation` gives its full tables), plus `choices.json` (what was
 chosen and the fresh seeds), `confirmation.csv` (discovery and confirmation side by side, with
@@ -32,11 +44,15 @@ the shrinkage), `verdicts.csv` (the confirmation's verdicts, the final ones) and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shutil
+import signal
+import socket
 import tempfile
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -47,10 +63,15 @@ from tune_gems.analysis.search_choice import Choice, choose_per_gem
 from tune_gems.design.arm_sets import also_named, arm_aliases, confirmation_arms, with_arms
 from tune_gems.config.schema import Config
 from tune_gems.config.dotted import flatten
-from tune_gems.contracts.errors import ConfigError, DataError
-from tune_gems.stats.metrics import MEMBER_IDS, VERDICT_GAIN_PREFIX, epoch_metrics, member_metrics
-from tune_gems.contracts.result_files import EVAL_RETURNS_FILE, SPEC_FILE
-from tune_gems.contracts.safe_files import write_atomic
+from tune_gems.config.yaml_io import MAX_YAML_BYTES
+from tune_gems.contracts.errors import ConfigError, DataError, OutputInUseError
+from tune_gems.contracts.output_lock import OutputLock
+from tune_gems.contracts.outputs import MARKER_FILE, check_top_entries, marker_kind, marker_state
+from tune_gems.contracts.paths import check_input_path
+from tune_gems.contracts.run_record import check_data_unchanged, check_stored_unchanged, require_record
+from tune_gems.stats.metrics import GEM_GAIN_PREFIX, MEMBER_IDS, VERDICT_GAIN_PREFIX, epoch_metrics, member_metrics
+from tune_gems.contracts.result_files import EVAL_RETURNS_FILE, SPEC_FILE, TRIALS_FILE
+from tune_gems.contracts.safe_files import entry_kind, read_regular, write_atomic
 from tune_gems.sweep.results import TERMINATED, SweepTables, write_tables
 from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec, load_spec, trial_config
 from tune_gems.sweep.storage import ExperimentStore
@@ -65,6 +86,11 @@ CONFIRMED_FILE = "confirmed.json"
 """In the search's folder: the record that it was confirmed (where, when, what was chosen)."""
 MIN_SEEDS = 2
 """Fewest seeds per arm a confirmation may ask for (one seed gives no paired test)."""
+RECORD_MAX_BYTES = 1 << 16
+"""Largest `confirmed.json` read (one line per gem: a few hundred bytes)."""
+FIELD = "EXPERIMENT_DIR"
+RECORD_FIX = ("a confirmation re-trains exactly what the search recorded, so it needs the search's records intact: "
+              "restore them, or run the search again")
 
 
 @dataclass(frozen=True)
@@ -207,22 +233,23 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
             log: Callable[[str], None] = print, **settings: Any) -> ConfirmOutcome:
     """Confirm the search in `experiment` (see the module docstring); `settings` are the
     analysis settings (alpha, rope, last_k, ...), used for both the discovery and the
-    confirmation verdicts. Everything is checked before training; the folder appears whole."""
-    from tune_gems.analysis.search_choice import format_confirmation, side_by_side
-    from tune_gems.analysis.load import load_experiment
-    from tune_gems.analysis.report import format_verdict_table
+    confirmation verdicts. Everything is checked before training (the search's records first,
+    fail-closed); the folder appears whole."""
     from tune_gems.analysis.analyze import analyze, check_settings
-    from tune_gems.contracts.outputs import check_output_folder, publish_folder, write_marker
+    from tune_gems.contracts.outputs import check_output_folder
 
     exp = Path(experiment)
+    check_input_path(exp, FIELD, DataError)
     check_settings(**settings)
     if population is not None and (isinstance(population, bool) or population < MIN_SEEDS):
         raise ConfigError(f"--seeds: a confirmation needs at least {MIN_SEEDS} seeds per arm, got {population}")
     spec_file = exp / SPEC_FILE
     if not spec_file.is_file():
         raise DataError(f"{exp}: not a sweep folder (missing {SPEC_FILE}); confirm re-tests a search")
+    check_top_entries(exp, FIELD)  # confirm writes here (its record, its lock): no link or FIFO is written through
+    OutputLock(exp, FIELD).check_free()  # a sweep or another confirmation writing the search is named first
     _check_not_confirmed(exp)
-    spec = load_spec(spec_file)
+    spec = _recorded_spec(exp)
     if spec.design == "none":
         raise ConfigError(f"{spec_file}: design: confirm needs a designed search (design: wire_search), not none")
     default = out is None
@@ -230,10 +257,30 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
                                    inputs=[exp], allow_inside=[exp] if default else ())
     discovery = analyze(exp, **settings)
     gems = list(discovery.verdicts["gem"])
+    _check_gains_finite(discovery.experiment.trials, gems, exp)
     plans, notes, build = plan_confirmation(spec, discovery.experiment.trials, discovery.experiment.members, gems,
                                             population)
     if not plans:
         raise DataError(f"{exp}: no finished trial of the search wired any gem; nothing to confirm")
+    lock = OutputLock(exp, FIELD).acquire()  # a second confirmation started meanwhile is refused here
+    try:
+        with _stops_raise():
+            return _run_confirmation(exp, out_path, default, spec, plans, notes, build, gems, discovery, log, settings)
+    finally:
+        lock.release()
+
+
+def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec, plans: list[Plan], notes: list[str],
+                      build: Callable[[Plan], Config], gems: list[str], discovery, log: Callable[[str], None],
+                      settings: dict[str, Any]) -> "ConfirmOutcome":
+    """Train the plans and publish the folder, holding the search's lock (`confirm`)."""
+    from tune_gems.analysis.search_choice import format_confirmation, side_by_side
+    from tune_gems.analysis.report import format_verdict_table
+    from tune_gems.analysis.analyze import analyze
+    from tune_gems.contracts.outputs import check_output_folder, publish_folder, write_marker
+
+    if _check_not_confirmed(exp):  # under the lock: a "running" record is a dead confirmation's
+        _clear_stale(exp, out_path, log)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     record = _claim_confirmation(exp, out_path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_path.name}.tmp-", dir=out_path.parent))
@@ -264,23 +311,105 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
     return ConfirmOutcome(out_path, table, confirmed.verdicts, general)
 
 
-def _check_not_confirmed(exp: Path) -> None:
+def _recorded_spec(exp: Path) -> SweepSpec:
+    """The search's spec, verified against its marker first (fail-closed: RECORD_FIX)."""
+    spec_file = exp / SPEC_FILE
+    marker, problem = marker_state(exp)
+    where = str(exp / MARKER_FILE)
+    require_record(marker, problem, where, files=[SPEC_FILE], fix=RECORD_FIX)
+    if marker_kind(exp) != "sweep":
+        raise DataError(f"{where}: marks a {marker_kind(exp)} folder, not a sweep's; confirm re-tests a search")
+    check_stored_unchanged(marker, SPEC_FILE, read_regular(spec_file, MAX_YAML_BYTES, None, ConfigError), str(spec_file))
+    spec = load_spec(spec_file)
+    data = spec.base_config().data
+    require_record(marker, problem, where, files=[SPEC_FILE], data=data, fix=RECORD_FIX)
+    check_data_unchanged(marker, data, str(exp))
+    return spec
+
+
+def _check_gains_finite(trials: pd.DataFrame, gems: list[str], exp: Path) -> None:
+    """DataError naming the trials table when a gem's gain (the choice's score) is +inf: no run
+    reports one (a diverged trial scores -inf), so the table was changed, and a forged +inf
+    would choose the configuration that gets confirmed."""
+    for gem in gems:
+        for col in (f"{VERDICT_GAIN_PREFIX}{gem}", f"{GEM_GAIN_PREFIX}{gem}"):
+            if col not in trials.columns:
+                continue
+            values = pd.to_numeric(trials[col], errors="coerce")
+            forged = trials.loc[values == math.inf, "trial_id"] if "trial_id" in trials.columns else values[values == math.inf]
+            if len(forged):
+                raise DataError(f"{exp / TRIALS_FILE}: {col} of trial {forged.iloc[0]} is +inf, which no run reports "
+                                "(divergence scores -inf); the table was changed: restore it, or run the search again")
+
+
+@contextlib.contextmanager
+def _stops_raise():
+    """SIGTERM (and SIGHUP) raise SystemExit(128 + signal) while a confirmation trains, so its
+    clean-up runs (the temporary folder removed, the "running" record withdrawn) as for Ctrl-C;
+    only in the main thread, where Python delivers signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    caught = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    previous = {s: signal.signal(s, stop) for s in caught}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _clear_stale(exp: Path, out: Path, log: Callable[[str], None]) -> None:
+    """Remove what a confirmation killed outright left (its lock is free, so it is dead): the
+    "running" record, and its temporary folders beside `out` (those holding nothing, or carrying
+    confirm's marker and nothing else than it writes); anything else stays."""
+    (exp / CONFIRMED_FILE).unlink(missing_ok=True)
+    cleared = 0
+    for tmp in sorted(out.parent.glob(f".{out.name}.tmp-*")) if out.parent.is_dir() else []:
+        if entry_kind(tmp) != "folder":
+            continue
+        if marker_kind(tmp) == KIND or not any(tmp.iterdir()):
+            shutil.rmtree(tmp, ignore_errors=True)
+            cleared += 1
+    log(f"tune-gems confirm: a confirmation of {exp} was killed before it finished (its lock is free); "
+        f"cleared its record{f' and {cleared} temporary folder(s)' if cleared else ''}, starting again")
+
+
+def _check_not_confirmed(exp: Path) -> bool:
+    """DataError when the search was confirmed already, or is being confirmed by a live process;
+    True when a "running" record of a dead confirmation is there (its lock is free: the next
+    confirmation clears it), False when there is no record. The record is read only as a
+    regular file (never through a link, non-blocking, bounded): a FIFO or a link to /dev/zero
+    in its place is refused, not waited on."""
     record = exp / CONFIRMED_FILE
-    if record.exists() or record.is_symlink():
+    kind = entry_kind(record)
+    if kind is None:
+        return False
+    if kind != "file":
+        raise DataError(f"{record} is a {kind}, not the record tune-gems writes; remove it (confirm keeps its record there)")
+    try:
+        info = json.loads(read_regular(record, RECORD_MAX_BYTES, None, DataError, follow=False))
+        where, status = info.get("out", "?"), info.get("status")
+    except (ValueError, AttributeError):
+        where, status = "?", None
+    if status == "running":
         try:
-            info = json.loads(record.read_text())
-            where, status = info.get("out", "?"), info.get("status")
-        except (OSError, ValueError, AttributeError):
-            where, status = "?", None
-        if status == "running":
-            raise DataError(f"{record}: a confirmation of this search is running or was killed (into {where}); "
-                            "if none is running, remove this file to start it again")
-        raise DataError(f"{record}: this search was confirmed already (into {where}); a search is confirmed once, "
-                        "and that confirmation's verdict is the final one")
+            OutputLock(exp, FIELD).check_free()
+        except OutputInUseError:
+            raise DataError(f"{record}: a confirmation of this search is running (into {where}); wait for it") from None
+        return True
+    raise DataError(f"{record}: this search was confirmed already (into {where}); a search is confirmed once, "
+                    "and that confirmation's verdict is the final one")
 
 
 def _claim_confirmation(exp: Path, out: Path) -> Path:
     """Create EXP/confirmed.json exclusively (two confirms of one search at once: one wins)."""
+    from datetime import datetime, timezone
+
     record = exp / CONFIRMED_FILE
     try:
         fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
@@ -288,7 +417,8 @@ def _claim_confirmation(exp: Path, out: Path) -> Path:
         _check_not_confirmed(exp)
         raise
     with os.fdopen(fd, "w") as f:
-        json.dump({"out": str(out), "status": "running"}, f)
+        json.dump({"out": str(out), "status": "running", "pid": os.getpid(), "host": socket.gethostname(),
+                   "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}, f)
     return record
 
 

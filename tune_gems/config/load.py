@@ -56,11 +56,9 @@ def build_config(tree: dict[str, Any], source: str = "config", key_prefix: str =
     plugins = tree.get("plugins") if isinstance(tree, dict) else None
     where = key_prefix or f"{source}: "
     try:
-        registry.import_plugins(plugins or [])
-        if plugins:
-            from tune_gems.stats.metrics import check_plugin_columns
+        from tune_gems.stats.metrics import check_plugin_columns
 
-            check_plugin_columns(list(plugins))
+        registry.import_plugins(plugins or [], validate=check_plugin_columns)  # also in a throwaway child first
     except ConfigError as e:
         raise ConfigError(f"{where}{e}") from None
     model = config_model(tuple(plugins)) if plugins else Config

@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from tune_gems.config.arms_section import ArmsConfig
 from tune_gems.data.series import DEFAULT_EDGE, MAX_FOLDS
 from tune_gems.gems import registry
+from tune_gems.contracts.paths import path_problem
 
 DEFAULT_MOMENTUM_SPAN = 20.0
 """The momentum baseline's default EWMA span (tune_gems.market.evaluation.DEFAULT_MOMENTUM_SPAN: the
@@ -166,10 +167,21 @@ class DataConfig(_Strict):
             raise ValueError("must not contain NUL or other control characters")
         return v
 
+    @field_validator("path")
+    @classmethod
+    def _path_within_limits(cls, v: str | None) -> str | None:
+        problem = path_problem(v) if v is not None and "://" not in v else None
+        if problem is not None:  # else `OSError: File name too long` from the first look at it
+            raise ValueError(problem)
+        return v
+
     @model_validator(mode="after")
     def _path_for_file(self) -> "DataConfig":
         if self.source == "file" and not self.path:
             raise ValueError("data.path is required when data.source is file")
+        if self.source == "file" and self.synthetic.edge_periods is not None:  # else ignored without a word
+            raise ValueError("data.synthetic.edge_periods shapes the synthetic series, but data.source is file: "
+                             "drop it (a price file has its own regimes)")
         if self.source == "synthetic" and self.path:  # else the run would quietly train on the synthetic series
             raise ValueError(
                 f"data.path is set ({self.path!r}) but data.source is synthetic: add data.source=file to train on "

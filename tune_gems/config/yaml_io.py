@@ -1,7 +1,15 @@
 """YAML in and out for configs and sweep specs: a safe loader that refuses duplicate keys and reads
-`1e-3` as a number, a size bound, dotted `key=value` overrides, and the resolved config written back.
+`1e-3` as a number, bounds on what it reads, dotted `key=value` overrides, and the resolved config
+written back.
 
-Every failure is one ConfigError naming the file (or the override).
+Bounds, so that no input can stall validation: the file must be a regular file (opened
+non-blocking: a FIFO or `/dev/zero` given as a config is refused, never read), at most
+`MAX_YAML_BYTES`, its path within the filesystem's limits; and aliases are bounded *before*
+they are expanded: the document's node graph is measured as the tree it stands for (every alias
+counted as a copy of what it names) and refused past `MAX_YAML_NODES` nodes, and a recursive
+alias is refused, so a "billion laughs" alias bomb of a few hundred bytes is one line, not a
+process that grows until it is killed. Every failure is one ConfigError naming the file (or the
+override).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import yaml
 
 from tune_gems.config.dotted import set_dotted
 from tune_gems.contracts.errors import ConfigError
+from tune_gems.contracts.safe_files import read_regular
 
 if TYPE_CHECKING:
     from tune_gems.config.schema import Config
@@ -21,6 +30,11 @@ if TYPE_CHECKING:
 MAX_YAML_BYTES = 1 << 20
 """Largest config or spec file read (1 MiB; a real one is a few KiB): a larger file is refused
 before it is parsed, so a huge file cannot stall validation."""
+MAX_YAML_NODES = 100_000
+"""Most nodes a YAML document may stand for once its aliases are expanded (a real config or spec
+has a few hundred; a 256-arm factorial a few thousand)."""
+MAX_YAML_DEPTH = 200
+"""Deepest nesting of a YAML document (PyYAML composes recursively; a real config nests 4 deep)."""
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -43,43 +57,107 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-# YAML 1.1 reads `1e-3` (an exponent without a dot) as a string; every user means a number
-_UniqueKeyLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-        |\.[0-9_]+(?:[eE][-+][0-9]+)?
-        |[-+]?\.(?:inf|Inf|INF)
-        |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
+_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
 )
+# YAML 1.1 reads `1e-3` (an exponent without a dot) as a string; every user means a number
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+
+
+class _Dumper(yaml.SafeDumper):
+    """The safe dumper, knowing that the loader reads `1e-3` as a number: a string that looks
+    like one (`"1e5"`, a column name) is written quoted, so what tune-gems stores reads back as
+    it was (a stored config.yaml or spec.yaml)."""
+
+
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+
+
+def dump_yaml(data: Any) -> str:
+    """`data` as YAML that `safe_load_yaml` reads back equal (keys in their order)."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
+
+
+class YAMLBoundError(yaml.YAMLError):
+    """A YAML document over a bound (nodes once expanded, nesting, a recursive alias)."""
+
+
+def expanded_size(root: yaml.Node, bound: int = MAX_YAML_NODES) -> int:
+    """The number of nodes of the tree that `root`'s graph stands for, every alias counted as a
+    full copy of its anchor's subtree; computed on the graph (each node once, shared subtrees
+    by their memoised size), so it takes time linear in the document's text however large the
+    expansion. YAMLBoundError past `bound` or for a recursive alias (a node inside itself)."""
+    size: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            on_path.discard(key)
+            total = 1 + sum(size[id(c)] for c in _children(node))
+            if total > bound:
+                raise YAMLBoundError(f"stands for more than {bound} values once its aliases are expanded (an alias bomb?)")
+            size[key] = total
+            continue
+        if key in size:
+            continue
+        if key in on_path:
+            raise YAMLBoundError("an alias refers to a node that contains it (a recursive alias)")
+        on_path.add(key)
+        if len(on_path) > MAX_YAML_DEPTH:
+            raise YAMLBoundError(f"nests more than {MAX_YAML_DEPTH} levels deep")
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node) if id(c) not in size)
+    return size[id(root)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 
 def safe_load_yaml(text: str) -> Any:
-    """yaml.safe_load that refuses duplicate keys."""
+    """yaml.safe_load that refuses duplicate keys and documents over the bounds (`expanded_size`,
+    checked on the composed node graph before anything is constructed)."""
     loader = _UniqueKeyLoader(text)  # a SafeLoader subclass: no Python tags
     try:
-        return loader.get_single_data()
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise YAMLBoundError(f"nests more than {MAX_YAML_DEPTH} levels deep") from None
+        if node is None:
+            return None
+        expanded_size(node)
+        return loader.construct_document(node)
     finally:
         loader.dispose()
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML mapping from a file, through the safe loader; ConfigError naming the file otherwise."""
+    """A YAML mapping from a file, through the safe loader; ConfigError naming the file otherwise
+    (see the module docstring for the bounds)."""
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{p}: no such file")
+    raw = read_regular(p, MAX_YAML_BYTES, None, ConfigError)
+    return yaml_mapping(raw, str(p))
+
+
+def yaml_mapping(raw: bytes, where: str) -> dict[str, Any]:
+    """The YAML mapping in `raw` (the bytes of `where`, a file or a stored spec), through the
+    safe loader and its bounds; ConfigError naming `where` otherwise."""
+    p = where
     try:
-        size = p.stat().st_size
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read ({e.strerror})") from None
-    if size > MAX_YAML_BYTES:
-        raise ConfigError(f"{p}: {size} bytes; a config or spec file is at most {MAX_YAML_BYTES} bytes")
-    try:
-        data = safe_load_yaml(p.read_text())
+        data = safe_load_yaml(raw.decode("utf-8"))
+    except YAMLBoundError as e:
+        raise ConfigError(f"{p}: refused: the YAML {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -105,6 +183,8 @@ def parse_override(item: str) -> tuple[str, Any]:
         raise ConfigError(f"{item}: empty key in override")
     try:
         value = safe_load_yaml(raw) if raw.strip() else None
+    except YAMLBoundError as e:
+        raise ConfigError(f"{key}: refused: the override's YAML value {e}") from None
     except (yaml.YAMLError, ValueError):  # ValueError: YAML's timestamp of an impossible date
         value = raw
     return key, value
@@ -118,4 +198,4 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 
 def dump_config(cfg: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    Path(path).write_text(dump_yaml(cfg.to_dict()))

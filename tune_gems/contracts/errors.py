@@ -1,12 +1,38 @@
 """Errors a user sees for bad input. Each carries one line that names the bad field or file.
 
 The CLI turns any of these into that line on stderr and exit status 2, before anything is
-written.
+written. A message quotes what the user gave (a key, a path, a name), and what the user gave
+may hold control characters: an escape sequence would drive the user's terminal, a newline
+would make the one line two. So every message is made printable here, once, for every error
+(`printable`): line breaks become spaces, any other control character its `\\xNN` escape.
 """
 
 
+def printable(text: str) -> str:
+    """`text` as one printable line: CR, LF and TAB as spaces, every other C0/C1 control
+    character and DEL as `\\xNN` (idempotent: an escape is printable already)."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in "\r\n\t":
+            out.append(" ")
+        elif code < 32 or 127 <= code < 160:
+            out.append(f"\\x{code:02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def control_characters(text: str) -> list[str]:
+    """The control characters (C0, DEL, C1) in `text`, escaped (`\\x1b`), in order of appearance."""
+    return [f"\\x{ord(c):02x}" for c in text if ord(c) < 32 or 127 <= ord(c) < 160]
+
+
 class TuneGemsError(Exception):
-    """Base of the user-facing errors: the message is one line, ready to print."""
+    """Base of the user-facing errors: the message is one printable line, ready to print."""
+
+    def __init__(self, message: object = "", *rest: object) -> None:
+        super().__init__(printable(str(message)), *rest)
 
 
 class ConfigError(TuneGemsError):

@@ -21,6 +21,8 @@ LOCK_FILE = ".tune-gems.lock"
 """The one-writer lock of an output folder (holds the pid, host and start time of the writer)."""
 LOCK_ATTEMPTS = 5
 LOCK_RETRY_S = 0.02
+LOCK_INFO_MAX = 4096
+"""Bytes of the lock file read for its holder's description."""
 
 
 def _pid_alive(pid: int) -> bool:
@@ -48,12 +50,31 @@ class OutputLock:
         self.path = self.folder / LOCK_FILE
         self._lock = None  # the filelock.FileLock held (None: not held, or no flock on this filesystem)
 
-    def _holder(self) -> str:
+    def _info(self) -> dict:
+        """The recorded holder ({pid, host, since}), or {} when unreadable."""
         try:
-            info = json.loads(self.path.read_text())
-            return f"pid {info.get('pid')} on {info.get('host')}, since {info.get('since')}"
+            fd = self._open(os.O_RDONLY)
+        except OutputError:
+            return {}
+        try:
+            info = json.loads(os.pread(fd, LOCK_INFO_MAX, 0) or b"{}")
         except (OSError, ValueError):
+            return {}
+        finally:
+            os.close(fd)
+        return info if isinstance(info, dict) else {}
+
+    def _holder(self) -> str:
+        info = self._info()
+        if not info:
             return "another process"
+        return f"pid {info.get('pid')} on {info.get('host')}, since {info.get('since')}"
+
+    def _ours(self) -> bool:
+        """Whether the recorded holder is this very process (which may look at a folder it
+        holds itself: a confirmation re-checking its output inside the search it holds)."""
+        info = self._info()
+        return info.get("pid") == os.getpid() and info.get("host") == socket.gethostname()
 
     def _open(self, flags: int) -> int:
         """The lock file's descriptor, opened without following a symlink; OutputError (one
@@ -104,8 +125,8 @@ class OutputLock:
         return self
 
     def check_free(self) -> None:
-        """OutputInUseError when a live process holds the lock; takes nothing, writes nothing
-        (a folder without a lock file is free)."""
+        """OutputInUseError when another live process holds the lock; takes nothing, writes
+        nothing (a folder without a lock file is free, and so is one this process holds)."""
         if entry_kind(self.path) is None:
             return
         fd = self._open(os.O_RDONLY)
@@ -117,6 +138,8 @@ class OutputLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
+            if self._ours():
+                return
             raise OutputInUseError(
                 f"{self.field}: {self.folder} is being written by {self._holder()}; wait for it or choose another folder"
             ) from None

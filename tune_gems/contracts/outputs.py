@@ -14,11 +14,14 @@ one folder, is worse than no tool. The rules, for `train`, `sweep` and `analyze`
 - **One writer.** `OutputLock` holds an advisory lock (`LOCK_FILE`, `filelock`: an `fcntl.flock`) for as long
   as a command writes; a second writer is refused in one line naming the holder's pid. A lock
   left by a dead process is no obstacle: the kernel releases `flock` locks with their process.
+  Nothing is written inside a folder a live process holds either (`check_ancestors_free`).
 - **Names are names.** `check_name` accepts one portable path component only; a path with a
-  component longer than `COMPONENT_MAX` bytes or longer than `PATH_MAX` bytes in all is refused.
+  component longer than `COMPONENT_MAX` bytes, longer than `PATH_MAX` bytes in all, or holding a
+  control character is refused.
 - **No symlinks.** An output folder given as a symlink, or one holding a symlink, FIFO, socket or
   device at its top level (where the lock, the marker and every temporary file live), is
-  refused; the lock and the marker are opened with `O_NOFOLLOW` (tune_gems.contracts.safe_files).
+  refused; the lock and the marker are opened with `O_NOFOLLOW` (tune_gems.contracts.safe_files),
+  the marker also non-blocking and bounded (`marker_state`: a FIFO there never hangs a command).
 - **`--overwrite` removes only what the command wrote.** An analysis lists every file it wrote
   in its marker (`MARKER_FILES_KEY`); replacing that folder is refused while it holds anything
   not listed (a user's notes, a run kept three levels down), and only listed files are deleted.
@@ -59,7 +62,7 @@ from typing import Any, Iterable
 from tune_gems.contracts.errors import OutputError, OutputExistsError
 from tune_gems.contracts.output_lock import LOCK_FILE, OutputLock
 from tune_gems.contracts.paths import check_path_length, check_writable
-from tune_gems.contracts.safe_files import entry_kind, write_atomic
+from tune_gems.contracts.safe_files import entry_kind, read_regular, write_atomic
 
 MARKER_FILE = ".tune-gems-output.json"
 """Written by the tool into every folder it creates; `--overwrite` needs it."""
@@ -101,18 +104,42 @@ def update_marker(folder: str | Path, **fields: Any) -> None:
     write_atomic(Path(folder, MARKER_FILE), json.dumps({**body, **fields}) + "\n")
 
 
+MARKER_MAX_BYTES = 1 << 20
+"""Largest marker read (an analysis's lists every file it wrote: a few KiB)."""
+
+
+def parse_marker(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """(body, None) for a tune-gems marker's bytes, else (None, why not)."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None, "not valid JSON (not a marker tune-gems wrote)"
+    if not isinstance(body, dict) or body.get("tool") != "tune-gems" or body.get("kind") not in KINDS:
+        return None, "not a tune-gems marker (no tool/kind of tune-gems)"
+    return body, None
+
+
+def marker_state(folder: str | Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(the marker of `folder`, None), or (None, why there is none): "missing", a symlink, FIFO
+    or other non-file (opened non-blocking and without following links: reading it never
+    hangs and never reads elsewhere), too large, unreadable or foreign content."""
+    path = Path(folder, MARKER_FILE)
+    kind = entry_kind(path)
+    if kind is None:
+        return None, "missing"
+    if kind != "file":
+        return None, f"is a {kind}, not the marker tune-gems writes"
+    try:
+        raw = read_regular(path, MARKER_MAX_BYTES, None, OutputError, follow=False)
+    except OutputError as e:
+        return None, str(e).removeprefix(str(path)).lstrip(":").strip() or "unreadable"
+    return parse_marker(raw)
+
+
 def read_marker(folder: str | Path) -> dict[str, Any] | None:
     """The marker of `folder`, or None when absent or unreadable (a foreign file of that name
-    counts as absent: it never authorises a replacement)."""
-    if entry_kind(Path(folder, MARKER_FILE)) != "file":
-        return None  # a symlinked marker is foreign: it authorises nothing
-    try:
-        body = json.loads(Path(folder, MARKER_FILE).read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(body, dict) or body.get("tool") != "tune-gems" or body.get("kind") not in KINDS:
-        return None
-    return body
+    counts as absent: it never authorises a replacement; a symlinked one is foreign)."""
+    return marker_state(folder)[0]
 
 
 def marker_kind(folder: str | Path) -> str | None:
@@ -297,6 +324,7 @@ def check_output_folder(
             continue
         if rel is not None:
             raise OutputError(f"{field}: {out} {rel} the input {ip}; write the output somewhere else")
+    check_ancestors_free(out, field)
     for parent in out.parents:
         if parent in allowed:
             break
@@ -334,6 +362,15 @@ def check_output_folder(
             "--overwrite deletes only the files the command wrote: move it away or choose another --out"
         )
     return out
+
+
+def check_ancestors_free(out: Path, field: str) -> None:
+    """OutputInUseError when a folder above `out` is held by a live writer (its lock): a folder
+    someone else is writing is never written into, not even a subfolder of it (`analyze` of a
+    train run that is still training, whose default output `<run>/analysis` lies inside it)."""
+    for parent in out.parents:
+        if entry_kind(parent / LOCK_FILE) is not None:
+            OutputLock(parent, field).check_free()
 
 
 def publish_folder(tmp: str | Path, out: str | Path, *, kind: str, overwrite: bool = False) -> Path:

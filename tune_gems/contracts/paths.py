@@ -1,7 +1,8 @@
 """Paths a user names: one portable folder name (`check_name`), path lengths the filesystem takes
-(`check_path_length`), and folders that can really be written (`check_writable`: not a file, not
-a pseudo-filesystem such as /proc, not read-only). Outputs (tune_gems.contracts.outputs) and
-inputs go through the same checks.
+and text (`path_problem`: no control characters; `check_path_length` for outputs,
+`check_input_path` for inputs), and folders that can really be written (`check_writable`: not a
+file, not a pseudo-filesystem such as /proc, not read-only). Outputs (tune_gems.contracts.outputs)
+and inputs (config and spec files, data files, experiment folders) go through the same checks.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from tune_gems.contracts.errors import BadNameError, OutputError
+from tune_gems.contracts.errors import BadNameError, ConfigError, OutputError, TuneGemsError, control_characters
 
 COMPONENT_MAX = 255
 """Longest path component in bytes (the limit of every common filesystem)."""
@@ -129,13 +130,36 @@ def check_writable(folder: str | Path, field: str = "--out") -> Path:
     return path
 
 
-def check_path_length(path: str | Path, field: str) -> None:
-    """OutputError when a component of `path` is over `COMPONENT_MAX` bytes or the whole
-    (absolute) path over `PATH_MAX` bytes: the filesystem would refuse it half-way through."""
-    text = os.fsencode(os.path.abspath(os.fspath(path)))
+def path_problem(path: str | Path) -> str | None:
+    """Why `path` cannot be used as a path tune-gems reads or writes, or None: a control
+    character (a newline or an escape in a folder name breaks every line and label that shows
+    it), a component longer than `COMPONENT_MAX` bytes, or the whole (absolute) path longer than
+    `PATH_MAX` bytes (the filesystem would refuse it half-way through, `OSError: File name too
+    long`)."""
+    raw = os.fspath(path)
+    bad = control_characters(raw)
+    if bad:
+        return f"the path {raw[:60]!r} holds a control character ({bad[0]}); give a name without one"
+    text = os.fsencode(os.path.abspath(raw))
     for part in text.split(b"/"):
         if len(part) > COMPONENT_MAX:
             shown = os.fsdecode(part)[:40]
-            raise OutputError(f"{field}: the path component {shown!r}... is {len(part)} bytes; at most {COMPONENT_MAX}")
+            return f"the path component {shown!r}... is {len(part)} bytes; at most {COMPONENT_MAX}"
     if len(text) > PATH_MAX:
-        raise OutputError(f"{field}: the path is {len(text)} bytes long; at most {PATH_MAX}")
+        return f"the path is {len(text)} bytes long; at most {PATH_MAX}"
+    return None
+
+
+def check_path_length(path: str | Path, field: str) -> None:
+    """OutputError naming `field` when `path` cannot be an output path (`path_problem`)."""
+    problem = path_problem(path)
+    if problem is not None:
+        raise OutputError(f"{field}: {problem}")
+
+
+def check_input_path(path: str | Path, field: str, error: type[TuneGemsError] = ConfigError) -> None:
+    """`error` naming `field` when `path`, an input a command reads, cannot be a path
+    (`path_problem`): inputs are bounded like outputs, before any filesystem call sees them."""
+    problem = path_problem(path)
+    if problem is not None:
+        raise error(f"{field}: {problem}")

@@ -61,6 +61,9 @@ validation window's first decision (every fold's window has the same length T). 
 them is a one-fold file (fold 0 for every member)."""
 GEMS_FILE = "gems.json"
 """The gems the run knew (built-ins and plug-ins): tune_gems.gems.manifest()."""
+READ_FILES = (SPEC_FILE, TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE, ARMS_PARQUET, FOLDS_PARQUET, BASELINES_PARQUET, JOURNAL_FILE,
+              CONFIG_FILE, HISTORY_CSV, MEMBERS_CSV, ARMS_CSV, FOLDS_CSV, BASELINES_CSV, SUMMARY_FILE, EVAL_RETURNS_FILE, GEMS_FILE)
+"""The files of a sweep or train folder that the analysis reads (each must be a regular file)."""
 
 ID_COLUMNS = ("experiment", "trial_id", "config_label")
 """The leading columns of every sweep table row."""

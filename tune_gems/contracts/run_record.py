@@ -1,41 +1,83 @@
-"""What a run recorded about its inputs, so a resume never rewrites what the run did.
+"""What a run recorded about its inputs, so a command that reads a recorded run never acts on
+anything but what the run did.
 
 Why: a `--resume` continues a run from what it stored (train: config.yaml; sweep: spec.yaml)
-on the data it read. A stored file edited by hand, or a price file changed in place, would make
-the resumed run's tables claim settings or data that the earlier epochs never had. So when a
-command writes its stored config/spec it records the file's SHA-256, and when it starts it
-records the SHA-256 of the data file's bytes, both in the folder's marker
-(tune_gems.contracts.outputs, fields `CHECKSUMS_KEY` and `DATA_KEY`); a resume recomputes both and refuses
-a mismatch in one line naming the file. A marker without these fields (a run written before
-they existed) is not checked.
+on the data it read, and `confirm` re-trains a search's winners from its stored spec. A stored
+file edited by hand, or a price file changed in place, would make the tables claim settings or
+data that the earlier epochs (or the discovery) never had. So when a command writes its stored
+config/spec it records the file's SHA-256, and when it starts it records the SHA-256 of the data
+file's bytes, both in the folder's marker (tune_gems.contracts.outputs, fields `CHECKSUMS_KEY`
+and `DATA_KEY`); a command that relies on them recomputes both and refuses a mismatch in one
+line naming the file.
+
+The check **fails closed** (`require_record`): a marker that is missing, unreadable, foreign,
+or without the checksum of a file the command relies on (a folder written before the checksums
+existed, or whose marker was deleted or edited) is refused in one line naming the marker and
+the fix, since nothing then shows that the stored files are the run's. `--resume` and `confirm`
+check the stored file and the data file they train on; `analyze` and `compare`, which read the
+stored spec or config but train nothing, check those (`check_recorded_files`). The result
+tables themselves are rewritten every epoch and have no recorded checksum: their columns and
+values are validated by the analysis's loader.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
 from tune_gems.contracts.errors import ConfigError, DataError
-from tune_gems.contracts.safe_files import sha256_bytes, sha256_file
+from tune_gems.contracts.safe_files import entry_kind, read_regular, sha256_bytes, sha256_regular
 
 CHECKSUMS_KEY = "checksums"
 """Marker field: {stored file name: SHA-256 of its bytes as the command wrote them}."""
 DATA_KEY = "data"
 """Marker field: {"path": the data file as given, "sha256": of its bytes} (file data only)."""
+STORED_MAX_BYTES = 1 << 20
+"""Largest stored config or spec read to verify it (the bound of a config file)."""
+READ_FIX = ("the run's records were changed or are gone, so its results cannot be shown to be its own: restore them, "
+            "or run it again")
+
+
+def records_data(data: Any) -> bool:
+    """Whether a run on `data` (a `DataConfig`) records its data file's checksum: a local file."""
+    return getattr(data, "source", None) == "file" and bool(data.path) and "://" not in str(data.path)
 
 
 def data_fingerprint(data: Any) -> dict[str, str] | None:
-    """The record of a run's data file (a `DataConfig`), or None for synthetic data."""
-    if getattr(data, "source", None) != "file" or not data.path or "://" in str(data.path):
+    """The record of a run's data file (a `DataConfig`), or None for synthetic data. The file
+    must be a regular file (opened non-blocking: a FIFO or `/dev/zero` in its place is refused
+    in one line, never read)."""
+    if not records_data(data):
         return None
-    try:
-        digest = sha256_file(data.path)
-    except OSError as e:
-        raise DataError(f"data.path: {data.path}: cannot read ({e.strerror or type(e).__name__})") from None
-    return {"path": str(data.path), "sha256": digest}
+    return {"path": str(data.path), "sha256": sha256_regular(data.path, "data.path", DataError)}
+
+
+def require_record(marker: dict[str, Any] | None, problem: str | None, marker_path: str, *, files: Iterable[str],
+                   data: Any = None, fix: str) -> dict[str, Any]:
+    """The marker of a recorded run that a command relies on, fail-closed: ConfigError (one line
+    naming `marker_path` and the `fix`) when it is missing or unreadable (`problem`, from
+    tune_gems.contracts.outputs.marker_state), has no checksum for one of `files`, or (for a
+    run on a data file, `data`) no record of that file. The checksums themselves are compared by
+    `check_stored_unchanged` and `check_data_unchanged`."""
+    if marker is None:
+        raise ConfigError(f"{marker_path}: {problem or 'missing'}; it holds the checksums that show the run's stored files "
+                          f"and data are what the run used, so nothing can be verified without it: {fix}")
+    recorded = marker.get(CHECKSUMS_KEY)
+    for name in files:
+        if not isinstance(recorded, dict) or not isinstance(recorded.get(name), str):
+            raise ConfigError(f"{marker_path}: records no checksum of {name} (written before tune-gems recorded them, "
+                              f"or edited), so {name} cannot be verified: {fix}")
+    if data is not None and records_data(data):
+        rec = marker.get(DATA_KEY)
+        if not isinstance(rec, dict) or not isinstance(rec.get("sha256"), str):
+            raise ConfigError(f"{marker_path}: records no checksum of the data file {data.path}, so it cannot be "
+                              f"verified: {fix}")
+    return marker
 
 
 def check_data_unchanged(marker: dict[str, Any] | None, data: Any, where: str) -> None:
-    """DataError naming the data file when it differs from the one the run in `where` read."""
+    """DataError naming the data file when it differs from the one the run in `where` read (a
+    marker without a data record is `require_record`'s to refuse)."""
     recorded = (marker or {}).get(DATA_KEY)
     if not isinstance(recorded, dict) or not isinstance(recorded.get("sha256"), str):
         return
@@ -43,8 +85,8 @@ def check_data_unchanged(marker: dict[str, Any] | None, data: Any, where: str) -
     if now is None or now["sha256"] != recorded["sha256"]:
         raise DataError(
             f"data.path: {getattr(data, 'path', None) or recorded.get('path')} changed since the run in {where} read it "
-            f"(sha256 {recorded['sha256'][:12]}..., now {(now or {}).get('sha256', 'none')[:12]}...); --resume continues "
-            "on the data the run started on: restore that file, or start a new run"
+            f"(sha256 {recorded['sha256'][:12]}..., now {(now or {}).get('sha256', 'none')[:12]}...); the run's records "
+            "hold the data it started on: restore that file, or start a new run"
         )
 
 
@@ -55,7 +97,8 @@ def check_stored_unchanged(marker: dict[str, Any] | None, name: str, content: by
     if isinstance(recorded, str) and recorded != sha256_bytes(content):
         raise ConfigError(
             f"{where}: edited since tune-gems wrote it (sha256 differs from the one recorded in the folder's marker); "
-            "--resume continues what the run recorded: restore the file, or start a new run with the edited settings"
+            "a recorded run is continued or confirmed only as recorded: restore the file, or start a new run with the "
+            "edited settings"
         )
 
 
@@ -64,3 +107,48 @@ def checksums(marker: dict[str, Any] | None, **files: bytes) -> dict[str, str]:
     out = dict((marker or {}).get(CHECKSUMS_KEY) or {})
     out.update({name: sha256_bytes(content) for name, content in files.items()})
     return out
+
+
+def check_recorded_files(folder: str | Path, names: Iterable[str], fix: str = READ_FIX) -> None:
+    """For a command that reads a recorded run's stored files (`analyze`, `compare`: a sweep's
+    spec.yaml, a train run's config.yaml): each of `names` that `folder` holds must be verified
+    by the folder's marker, fail-closed (`require_record`: a marker missing, unreadable or without
+    its checksum is refused), and must match it (`check_stored_unchanged`). A folder holding none
+    of them (a folder of tables alone) has nothing of this kind to verify."""
+    from tune_gems.contracts.outputs import MARKER_FILE, marker_state
+
+    folder = Path(folder)
+    present = [n for n in names if entry_kind(folder / n) is not None]
+    if not present:
+        return
+    marker, problem = marker_state(folder)
+    require_record(marker, problem, str(folder / MARKER_FILE), files=present, fix=fix)
+    for name in present:
+        content = read_regular(folder / name, STORED_MAX_BYTES, None, ConfigError, follow=False)
+        check_stored_unchanged(marker, name, content, str(folder / name))
+
+
+def check_recorded_run(folder: str | Path, stored: Iterable[str]) -> None:
+    """What `analyze` and `compare` check of a run folder before they read it: every file of it
+    they read (`result_files.READ_FILES`) that is there is a regular file, or a link to one (a
+    FIFO would block the reader, a device never end), and its `stored` files are verified by
+    its marker (`check_recorded_files`). DataError / ConfigError naming the file."""
+    import os
+    import stat
+
+    from tune_gems.contracts.result_files import READ_FILES
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        return  # not a run folder at all: the loader names it
+    for name in READ_FILES:
+        path = folder / name
+        if entry_kind(path) is None:
+            continue
+        try:
+            regular = stat.S_ISREG(os.stat(path).st_mode)
+        except OSError as e:
+            raise DataError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
+        if not regular:
+            raise DataError(f"{path} is not a regular file (a FIFO, a device or a folder); give the run's own file")
+    check_recorded_files(folder, stored)

@@ -8,6 +8,12 @@ entry of that name, which only the tool creates, is unlinked: unlinking a symlin
 link, never its target) and is then renamed over the final name (a rename replaces a symlink
 itself, it does not follow it). `entry_kind` tells what a path is without following it, for the
 up-front refusals in tune_gems.contracts.outputs.
+
+Reading is guarded the same way (`read_regular`, `sha256_regular`): a file a check reads (a
+marker, `confirmed.json`, a config or spec, a data file to hash) is opened `O_NONBLOCK` and
+must be a regular file once open, so a FIFO (which would block the open or the read until a
+writer comes) or a device such as `/dev/zero` (endless) is refused in one line instead of
+hanging the command; what is read is bounded in bytes.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import stat
 from pathlib import Path
 from typing import IO, Iterator
 
-from tune_gems.contracts.errors import OutputError
+from tune_gems.contracts.errors import DataError, OutputError, TuneGemsError
 
 HASH_CHUNK = 1 << 20
 """Bytes read at a time when hashing a file."""
@@ -52,6 +58,15 @@ def require_regular(path: str | Path, field: str, what: str = "file") -> None:
     kind = entry_kind(path)
     if kind not in (None, "file"):
         raise OutputError(f"{field}: {path} is a {kind}, not a regular {what}; remove it (tune-gems never writes through it)")
+
+
+def require_folder(path: str | Path, field: str) -> None:
+    """OutputError (one line naming `field` and the path) unless `path` is absent or a real
+    folder (not a file, a symlink, a FIFO, ...): a folder a command writes into, such as a train
+    run's `tensorboard`, checked before anything is written."""
+    kind = entry_kind(path)
+    if kind not in (None, "folder"):
+        raise OutputError(f"{field}: {path} is a {kind}, where tune-gems keeps a folder; move it away")
 
 
 def tmp_name(path: Path) -> Path:
@@ -90,11 +105,68 @@ def write_atomic(path: str | Path, data: bytes | str, tmp: str | Path | None = N
         f.write(data.encode() if isinstance(data, str) else data)
 
 
-def sha256_file(path: str | Path) -> str:
-    """The SHA-256 of a file's bytes (hex)."""
+def _where(path: str | Path, field: str | None) -> str:
+    return f"{field}: {path}" if field else str(path)
+
+
+def _open_regular(path: str | Path, field: str | None, error: type[TuneGemsError], follow: bool) -> tuple[int, os.stat_result]:
+    """A read-only descriptor of `path` and its status, once it is known to be a regular file;
+    `error` naming `field` (or only the path, when None) otherwise. Opened non-blocking (a FIFO
+    without a writer opens at once and is then refused by its status) and, unless `follow`,
+    without following a symlink."""
+    from tune_gems.contracts.paths import path_problem
+
+    where = _where(path, field)
+    problem = path_problem(path)
+    if problem is not None:
+        raise error(f"{where}: {problem}")
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise error(f"{where}: no such file") from None
+    except OSError as e:
+        kind = entry_kind(path)
+        if kind not in (None, "file", "folder"):
+            raise error(f"{where} is a {kind}, not a regular file; give the file itself") from None
+        raise error(f"{where}: cannot read ({e.strerror or type(e).__name__})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = "folder" if stat.S_ISDIR(st.st_mode) else "FIFO" if stat.S_ISFIFO(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode) else "device"
+        raise error(f"{where} is a {kind}, not a regular file; give the file itself")
+    return fd, st
+
+
+def read_regular(path: str | Path, max_bytes: int, field: str | None, error: type[TuneGemsError] = DataError,
+                 follow: bool = True) -> bytes:
+    """The bytes of the regular file `path`, at most `max_bytes` of them; `error` (one line
+    naming `field` and the file) for anything else: missing, a FIFO, socket, device or folder,
+    a symlink when not `follow`, or larger than `max_bytes` (by its size, or by what a read
+    returns, for a file that grows)."""
+    fd, st = _open_regular(path, field, error, follow)
+    with os.fdopen(fd, "rb") as f:
+        if st.st_size > max_bytes:
+            raise error(f"{_where(path, field)}: {st.st_size} bytes; at most {max_bytes} are read")
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise error(f"{_where(path, field)}: grew past {max_bytes} bytes while being read")
+    return data
+
+
+def sha256_regular(path: str | Path, field: str | None, error: type[TuneGemsError] = DataError) -> str:
+    """The SHA-256 (hex) of the regular file `path` (symlinks followed: a data file may be one),
+    read in chunks to its end; `error` naming `field` when it is not a regular file
+    (`read_regular`), or when it grows past its size at open while being read (a file being
+    appended to has no one content to record)."""
+    fd, st = _open_regular(path, field, error, follow=True)
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    total = 0
+    with os.fdopen(fd, "rb") as f:
         for chunk in iter(lambda: f.read(HASH_CHUNK), b""):
+            total += len(chunk)
+            if total > st.st_size:
+                raise error(f"{_where(path, field)}: grew while being read; wait until whatever writes it is done")
             h.update(chunk)
     return h.hexdigest()
 

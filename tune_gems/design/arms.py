@@ -34,7 +34,7 @@ from tune_gems.config.arms_section import (  # noqa: F401 - re-exported: the arm
 from tune_gems.config.schema import Config
 from tune_gems.config.load import build_config
 from tune_gems.config.dotted import flatten, set_dotted
-from tune_gems.contracts.errors import ConfigError
+from tune_gems.contracts.errors import ConfigError, control_characters
 
 @dataclass(frozen=True)
 class Arm:
@@ -109,6 +109,8 @@ def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "conf
             name = entry.pop("name", None)
             if not isinstance(name, str) or not name.strip():
                 raise ConfigError(f"arms.list.{i}.name: every listed arm needs a non-empty name")
+            if control_characters(name):  # a name becomes a label, a column suffix and a TensorBoard tag
+                raise ConfigError(f"arms.list.{i}.name: {name!r} holds a control character ({control_characters(name)[0]})")
             for key in entry:
                 _check_key(key, allowed, all_keys, f"arms.list.{i}")
             specs.append((name.strip(), entry))

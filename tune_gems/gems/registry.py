@@ -13,6 +13,18 @@ another run in the same process.
 
 This module imports neither torch nor the rest of the package: the config validates (and the
 CLI refuses bad input) before torch is imported.
+
+**A plug-in is trusted code.** Importing a module runs it, with the user's rights: tune-gems
+cannot stop a plug-in from reading or writing any file. What it does (`probe_plugin`): before a
+plug-in is imported into the command, it is imported once in a throwaway child process (forked,
+its working directory an empty temporary folder that is deleted afterwards, its output
+discarded) and validated there: it must import within the time bound, register a gem, and pass
+the caller's checks (`validate`: the result-column names). Only a plug-in that passes is
+imported into the command, so a plug-in refused at that stage has written nothing into the
+user's working directory. A plug-in that writes by absolute path, or one that passes and fails
+a later check (its gem's dry evaluation), has run in the command. The probe is skipped where a
+fork is unsafe (a process running threads, e.g. a Ray worker, whose driver probed it already;
+CUDA initialised) or when `PLUGIN_PROBE_ENV` is 0.
 """
 
 from __future__ import annotations
@@ -21,8 +33,13 @@ import contextlib
 import importlib
 import os
 import re
+import select
+import shutil
 import signal
+import sys
+import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
@@ -41,6 +58,11 @@ PLUGIN_IMPORT_TIMEOUT_S = 60.0
 """Default bound on one plug-in's import (a module that hangs at import is refused in one line);
 the environment variable `PLUGIN_IMPORT_TIMEOUT_ENV` sets another."""
 PLUGIN_IMPORT_TIMEOUT_ENV = "TUNE_GEMS_PLUGIN_IMPORT_TIMEOUT_S"
+PLUGIN_PROBE_ENV = "TUNE_GEMS_PLUGIN_PROBE"
+"""Set to 0 to import plug-ins without the throwaway child process first (`probe_plugin`)."""
+PROBE_GRACE_S = 10.0
+"""Seconds the command waits for a probe child beyond the import's own time bound."""
+PROBE_REPLY_MAX = 4096
 PACKAGE = "tune_gems"
 MODULE_NAME_MAX = 200
 """Longest `plugins` entry (a dotted module name)."""
@@ -181,20 +203,9 @@ def run_gems(plugins: Iterable[str] = ()) -> list[Gem]:
     return out
 
 
-def import_plugins(plugins: Sequence[Any]) -> list[Gem]:
-    """Import the `plugins` modules (each registers its gems); the plug-in gems, in order.
-
-    Refused in one line (ConfigError naming `plugins`): an entry that is not a dotted module
-    name, a module that does not import, one that registers nothing, a gem that clashes with a
-    built-in or another plug-in.
-    """
-    _ensure_builtins()
-    if plugins is None:
-        return []
-    if not isinstance(plugins, (list, tuple)):
-        raise ConfigError(f"plugins: expected a list of module names, got {plugins!r}")
-    found: list[Gem] = []
-    timeout = _import_timeout() if plugins else PLUGIN_IMPORT_TIMEOUT_S
+def _check_entries(plugins: Sequence[Any]) -> None:
+    """ConfigError naming `plugins` for an entry that is not a dotted module name, is listed
+    twice, or is part of tune-gems (nothing is imported here)."""
     for i, module in enumerate(plugins):
         if not isinstance(module, str) or not re.match(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$", module) or len(module) > MODULE_NAME_MAX:
             raise ConfigError(f"plugins: {str(module)[:80]!r} is not a dotted module name (at most {MODULE_NAME_MAX} characters)")
@@ -202,25 +213,134 @@ def import_plugins(plugins: Sequence[Any]) -> list[Gem]:
             raise ConfigError(f"plugins: {module} is listed twice")
         if module == PACKAGE or module.startswith(PACKAGE + "."):
             raise ConfigError(f"plugins: {module} is part of tune-gems (its gems are built in), not a plug-in")
-        with _LOCK:
-            _IMPORTING.module = module
-            try:
-                with _time_bound(timeout, module):
-                    importlib.import_module(module)
-            except ConfigError as e:
-                raise ConfigError(f"plugins: {module}: {e}") from None
-            except BaseException as e:  # a plug-in's own failure, whatever it is, is bad input
-                if isinstance(e, KeyboardInterrupt):
-                    raise
-                msg = " ".join(str(e).split())[:300] or type(e).__name__
-                raise ConfigError(f"plugins: {module}: cannot import ({type(e).__name__}: {msg})") from None
-            finally:
-                _IMPORTING.module = None
-        mine = [g for g in registered() if g.origin == module]
-        if not mine:
-            raise ConfigError(f"plugins: {module}: registers no gem (call tune_gems.gems.register(Gem(...)) at import)")
-        found += mine
+
+
+def _import_one(module: str, timeout: float) -> list[Gem]:
+    """Import `module` under the time bound; its gems (ConfigError naming it when it fails to
+    import or registers none)."""
+    with _LOCK:
+        _IMPORTING.module = module
+        try:
+            with _time_bound(timeout, module):
+                importlib.import_module(module)
+        except ConfigError as e:
+            raise ConfigError(f"plugins: {module}: {e}") from None
+        except BaseException as e:  # a plug-in's own failure, whatever it is, is bad input
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            msg = " ".join(str(e).split())[:300] or type(e).__name__
+            raise ConfigError(f"plugins: {module}: cannot import ({type(e).__name__}: {msg})") from None
+        finally:
+            _IMPORTING.module = None
+    mine = [g for g in registered() if g.origin == module]
+    if not mine:
+        raise ConfigError(f"plugins: {module}: registers no gem (call tune_gems.gems.register(Gem(...)) at import)")
+    return mine
+
+
+def import_plugins(plugins: Sequence[Any], validate: Callable[[list[str]], None] | None = None) -> list[Gem]:
+    """Import the `plugins` modules (each registers its gems); the plug-in gems, in order.
+
+    Refused in one line (ConfigError naming `plugins`): an entry that is not a dotted module
+    name, a module that does not import, one that registers nothing, a gem that clashes with a
+    built-in or another plug-in, and whatever `validate(plugins)` (run once they are imported)
+    refuses. A module not imported yet is first probed in a throwaway child (`probe_plugin`, the
+    module docstring): a plug-in refused there never runs in this process.
+    """
+    _ensure_builtins()
+    if plugins is None:
+        return []
+    if not isinstance(plugins, (list, tuple)):
+        raise ConfigError(f"plugins: expected a list of module names, got {plugins!r}")
+    _check_entries(plugins)
+    timeout = _import_timeout() if plugins else PLUGIN_IMPORT_TIMEOUT_S
+    if any(module not in sys.modules for module in plugins):
+        probe_plugin(list(plugins), timeout, validate)
+    found: list[Gem] = []
+    for module in plugins:
+        found += _import_one(module, timeout)
+    if validate is not None and plugins:
+        validate(list(plugins))
     return found
+
+
+def _may_probe() -> bool:
+    """Whether a fork is safe and wanted here (see the module docstring)."""
+    if os.environ.get(PLUGIN_PROBE_ENV, "1").strip() == "0" or not hasattr(os, "fork"):
+        return False
+    if threading.current_thread() is not threading.main_thread() or threading.active_count() > 1:
+        return False
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    return not (cuda is not None and getattr(cuda, "is_initialized", lambda: False)())
+
+
+def probe_plugin(plugins: list[str], timeout: float, validate: Callable[[list[str]], None] | None = None) -> None:
+    """Import `plugins` (some not imported here yet) in a forked child whose working
+    directory is an empty temporary folder (deleted afterwards; the child's stdout and stderr
+    discarded), and run `validate` there; ConfigError with the child's one line when that fails.
+    Nothing when probing is not possible here (`_may_probe`)."""
+    if not _may_probe():
+        return
+    cwd = os.getcwd()
+    sandbox = tempfile.mkdtemp(prefix="tune-gems-plugin-probe-")
+    read_end, write_end = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        reply = "ok"
+        try:
+            os.close(read_end)
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            sys.path[:] = [os.path.join(cwd, entry) for entry in sys.path]  # '' and relative entries meant the cwd
+            sys.dont_write_bytecode = True  # no __pycache__ beside the user's plug-in from the probe
+            os.chdir(sandbox)
+            if "torch" in sys.modules:
+                sys.modules["torch"].set_num_threads(1)  # as torch's own forked workers do
+            for module in plugins:
+                _import_one(module, timeout)
+            if validate is not None:
+                validate(plugins)
+        except ConfigError as e:
+            reply = str(e)
+        except BaseException as e:  # noqa: BLE001 - reported as the plug-in's failure
+            reply = f"plugins: {plugins[-1]}: cannot import ({type(e).__name__})"
+        finally:
+            with contextlib.suppress(BaseException):
+                os.write(write_end, reply.encode()[:PROBE_REPLY_MAX])
+            os._exit(0)
+    os.close(write_end)
+    try:
+        reply = _read_reply(read_end, timeout + PROBE_GRACE_S)
+    finally:
+        os.close(read_end)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)  # gone already, unless it outlived its time bound
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        shutil.rmtree(sandbox, ignore_errors=True)
+    if reply != "ok":
+        raise ConfigError(reply or f"plugins: {plugins[-1]}: the import ended the process (no reply)")
+
+
+def _read_reply(fd: int, seconds: float) -> str:
+    """What the probe child wrote before closing the pipe, waiting at most `seconds`."""
+    deadline = time.monotonic() + seconds
+    chunks: list[bytes] = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return f"plugins: the import ran past {seconds:g} s"
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(fd, PROBE_REPLY_MAX)
+        if not chunk:
+            return b"".join(chunks).decode(errors="replace")
+        chunks.append(chunk)
 
 
 def manifest(plugins: Iterable[str] = ()) -> list[GemEntry]:

@@ -27,17 +27,18 @@ from typing import Any
 
 import pandas as pd
 import torch
-import yaml
 
 from tune_gems.data.summary import data_lines
-from tune_gems.config.yaml_io import apply_overrides, safe_load_yaml
+from tune_gems.config.yaml_io import apply_overrides, dump_yaml, yaml_mapping
 from tune_gems.config.dotted import flatten
 from tune_gems.config.load import format_validation_error
 from tune_gems.contracts.errors import ConfigError, OutputExistsError, ResourceError
-from tune_gems.contracts.outputs import MARKER_FILE, check_output_folder, marker_body, write_marker
+from tune_gems.contracts.outputs import MARKER_FILE, check_output_folder, marker_body, marker_state, parse_marker, write_marker
 from tune_gems.contracts.output_lock import OutputLock
 from tune_gems.contracts.paths import check_name
-from tune_gems.contracts.run_record import CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged, checksums, data_fingerprint
+from tune_gems.contracts.run_record import (
+    CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged, checksums, data_fingerprint, require_record,
+)
 from tune_gems.design.resources import check_training_fits
 from tune_gems.sweep.console import quiet_driver
 from tune_gems.sweep.local_ray import start_or_join
@@ -109,11 +110,16 @@ def _resolved(spec: SweepSpec) -> dict[str, Any]:
     return {**spec.model_dump(mode="json"), "config": spec.base_config().to_dict()}
 
 
+RESUME_FIX = "start a new sweep under another --name"
+
+
 def stored_spec(store: ExperimentStore, overrides: list[str], given: SweepSpec, spec_path: Path) -> SweepSpec:
     """The spec a `--resume` continues with: the experiment's stored spec.yaml. Overrides are
     applied to it and any that changes it is refused, naming the key; a SPEC file that differs
     from the stored one is noted (the stored one runs). A stored spec edited since the sweep
-    wrote it, or a data file changed since it read it, is refused (tune_gems.contracts.run_record)."""
+    wrote it, or a data file changed since it read it, is refused, and so is an experiment whose
+    marker is missing, unreadable or records no checksums (fail-closed,
+    tune_gems.contracts.run_record)."""
     from pydantic import ValidationError
 
     where = f"{store.uri}/{SPEC_FILE}"
@@ -121,16 +127,17 @@ def stored_spec(store: ExperimentStore, overrides: list[str], given: SweepSpec, 
         raw = store.read_bytes(SPEC_FILE)
     except OSError as e:
         raise ConfigError(f"{where}: cannot read the stored spec ({type(e).__name__})") from None
-    marker = stored_marker(store)
+    marker, problem = stored_marker(store)
+    require_record(marker, problem, f"{store.uri}/{MARKER_FILE}", files=[SPEC_FILE], fix=RESUME_FIX)
     check_stored_unchanged(marker, SPEC_FILE, raw, where)
     try:
-        tree = safe_load_yaml(raw.decode())
+        tree = yaml_mapping(raw, where)
         import_spec_plugins(tree, where)
         stored = SweepSpec.model_validate(tree)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ConfigError(f"{where}: cannot read the stored spec ({type(e).__name__})") from None
     except ValidationError as e:
         raise ConfigError(f"{where}: {format_validation_error(e)}") from None
+    require_record(marker, problem, f"{store.uri}/{MARKER_FILE}", files=[SPEC_FILE], data=stored.base_config().data,
+                   fix=RESUME_FIX)
     check_data_unchanged(marker, stored.base_config().data, store.uri)  # the run's data, as it read it
     asked_tree = apply_overrides(copy.deepcopy(stored.model_dump(mode="json")), list(overrides))
     try:
@@ -152,15 +159,17 @@ def stored_spec(store: ExperimentStore, overrides: list[str], given: SweepSpec, 
     return stored
 
 
-def stored_marker(store: ExperimentStore) -> dict[str, Any] | None:
-    """The experiment's marker (what it recorded: the spec's checksum, the data file's), or None."""
-    import json
-
+def stored_marker(store: ExperimentStore) -> tuple[dict[str, Any] | None, str | None]:
+    """The experiment's marker (what it recorded: the spec's checksum, the data file's) and None,
+    or None and why there is none (tune_gems.contracts.outputs.marker_state)."""
+    if store.disk_dir is not None:
+        return marker_state(store.disk_dir)
     try:
-        body = json.loads(store.read_bytes(MARKER_FILE)) if store.has(MARKER_FILE) else None
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    return body if isinstance(body, dict) else None
+        if not store.has(MARKER_FILE):
+            return None, "missing"
+        return parse_marker(store.read_bytes(MARKER_FILE))
+    except OSError as e:
+        return None, f"cannot read ({type(e).__name__})"
 
 
 def _write_record(store: ExperimentStore, spec_text: bytes, data_record: dict[str, str] | None) -> None:
@@ -329,7 +338,7 @@ def run_sweep(
         if store.disk_dir is not None:
             lock = OutputLock(store.disk_dir, field=name_field).acquire()
         if not resume:
-            _write_record(store, yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode(), data_record)
+            _write_record(store, dump_yaml(spec.model_dump(mode="json")).encode(), data_record)
         else:
             store.pull_journal(JOURNAL_FILE)
             clear_stale_journal_lock(store.journal_path(JOURNAL_FILE))  # a killed driver's (the lock above is ours)

@@ -97,6 +97,14 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
       it) lags by seconds. After a driver crash and `Tuner.restore`, Tune may re-run a trial
       that the journal already finished; reports for it are skipped instead of aborting the
       sweep with UpdateFinishedTrialError (the resumed run reproduces the same values).
+    - A trial Optuna handed out after Tune's last snapshot (the driver killed before Tune saved
+      its state: the journal has it, Tune's restored state does not) is *adopted* by the next
+      trial Tune asks for (`_adopt`): that trial re-runs it, with its own number (so its own
+      per-trial seed and seed indices) and its own parameters, and the sampler's random state is
+      moved past its draws as the uninterrupted driver's was. So the resumed sweep asks the same
+      trials, in the same order, as an uninterrupted one (exactly so wherever the uninterrupted
+      one is reproducible: the random start-up trials, or one trial at a time), and no orphan is
+      left for `close_orphaned_trials`.
     - With `journal_mirror` = (storage URI, experiment name), the journal (kept in a local
       mirror for URI storage) is copied to the experiment folder after every finished trial,
       and after every trial it asks for, so a sweep whose driver machine is lost resumes with its
@@ -147,14 +155,47 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         self._push_journal()
 
     def suggest(self, trial_id: str):
-        """Also copied after a trial is asked: Tune's state, saved after this, then never names
-        an Optuna trial the copied journal lacks (a resume could not `tell` it otherwise)."""
+        """A new trial adopts the first orphan, if any (see the class docstring). Also copied
+        after a trial is asked: Tune's state, saved after this, then never names an Optuna trial
+        the copied journal lacks (a resume could not `tell` it otherwise)."""
+        if callable(self._space) and self._ot_study is not None and trial_id not in self._ot_trials:
+            orphan = self._first_orphan()
+            if orphan is not None:
+                self._ot_trials[trial_id] = self._adopt(orphan)
         config = super().suggest(trial_id)
         if isinstance(config, dict):
             self._name_study()
-            self._ot_trials[trial_id].set_user_attr(TUNE_TRIAL_ATTR, trial_id)
+            self._record_tune_id(trial_id)
             self._push_journal()
         return config
+
+    def _first_orphan(self) -> optuna.trial.FrozenTrial | None:
+        """The lowest-numbered trial of the study that no Tune trial of this searcher holds and
+        that no earlier sweep closed as orphaned: asked by a driver killed before Tune saved it."""
+        held = {t.number for t in self._ot_trials.values()}
+        free = [t for t in self._ot_study.get_trials(deepcopy=False) if t.number not in held and ORPHAN_ATTR not in t.user_attrs]
+        return min(free, key=lambda t: t.number) if free else None
+
+    def _adopt(self, orphan: optuna.trial.FrozenTrial) -> optuna.trial.Trial:
+        """The orphan as a trial to run again: its stored parameters are what the define-by-run
+        space reads back (Optuna returns a parameter already suggested in a trial as it is), and
+        the sampler draws each of them once more, in the order they were suggested, so its random
+        state moves on exactly as when the orphan was first asked (the values drawn are the
+        stored ones; they are not used)."""
+        sampler = self._ot_study.sampler
+        for name, dist in orphan.distributions.items():
+            if not dist.single():
+                sampler.sample_independent(self._ot_study, orphan, name, dist)
+        return optuna.trial.Trial(self._ot_study, _trial_id(self._storage, self._study_name, orphan.number))
+
+    def _record_tune_id(self, trial_id: str) -> None:
+        """The Tune trial id of trial `trial_id`'s Optuna trial: a user attribute of the trial, or
+        (an adopted trial that finished already cannot take one) of the study."""
+        ot_trial = self._ot_trials[trial_id]
+        if _stored_trial(self._ot_study, ot_trial.number).state.is_finished():
+            self._ot_study.set_user_attr(f"{TUNE_TRIAL_ATTR}:{trial_id}", ot_trial.number)
+        else:
+            ot_trial.set_user_attr(TUNE_TRIAL_ATTR, trial_id)
 
     def restore(self, checkpoint_path: str) -> None:
         """Tune's saved searcher points at the journal mirror of the driver that saved it; a
@@ -215,10 +256,15 @@ def optuna_trial_numbers(study_name: str, journal_path: Path) -> dict[str, int]:
     """{Tune trial id: Optuna trial number} from the study's user attributes (trials.parquet's
     `optuna_trial` column)."""
     study = optuna.load_study(study_name=study_name, storage=journal_storage(journal_path))
-    return {str(t.user_attrs[TUNE_TRIAL_ATTR]): t.number for t in study.get_trials(deepcopy=False) if TUNE_TRIAL_ATTR in t.user_attrs}
+    out = {str(t.user_attrs[TUNE_TRIAL_ATTR]): t.number for t in study.get_trials(deepcopy=False) if TUNE_TRIAL_ATTR in t.user_attrs}
+    prefix = f"{TUNE_TRIAL_ATTR}:"  # adopted trials that had finished (DivergenceAwareOptunaSearch._record_tune_id)
+    out.update({key.removeprefix(prefix): int(n) for key, n in study.user_attrs.items() if key.startswith(prefix)})
+    return out
 
 
 ORPHAN_NOTE = "asked by a driver that stopped before Tune saved its state; no Tune trial ran it"
+ORPHAN_ATTR = "orphaned"
+"""User attribute of an Optuna trial closed by `close_orphaned_trials` (never adopted again)."""
 
 
 def close_orphaned_trials(study_name: str, journal_path: Path) -> int:
@@ -231,7 +277,7 @@ def close_orphaned_trials(study_name: str, journal_path: Path) -> int:
     study = optuna.load_study(study_name=study_name, storage=storage)
     orphans = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING]
     for t in orphans:
-        storage.set_trial_user_attr(_trial_id(storage, study_name, t.number), "orphaned", ORPHAN_NOTE)
+        storage.set_trial_user_attr(_trial_id(storage, study_name, t.number), ORPHAN_ATTR, ORPHAN_NOTE)
         study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
     return len(orphans)
 

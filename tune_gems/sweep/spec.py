@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tune_gems.config.schema import Config, GemMode, _Strict
+from tune_gems.design.arm_sets import AA_STREAM
 from tune_gems.config.yaml_io import apply_overrides, read_yaml
 from tune_gems.config.load import build_config, format_validation_error
 from tune_gems.config.dotted import set_dotted
@@ -55,6 +56,18 @@ SEARCH_REFUSED_PREFIXES = {
     "data.": "the price series is loaded once by the driver and shared by every trial, so a searched "
     "data key would be recorded per trial but never used; run one sweep per data setting",
 }
+FIRST_SEED_INDEX = "first_seed_index"
+"""The config key a trial's seed block sets (tune_gems.config.schema.Config.first_seed_index)."""
+TRIAL_SET_KEYS = {
+    "seed": "the design sets each trial's seed (the base `config.seed` + the trial's number, or the base for "
+    "seeds: common); set config.seed and `seeds` instead",
+    FIRST_SEED_INDEX: "the design sets each trial's first seed index (the base + the trial's number x its seed "
+    "stride, or the block's); Optuna's value would be recorded while the design's trained: set "
+    "config.first_seed_index instead",
+}
+"""Config keys the design sets per trial (tune_gems.sweep.search.DefineByRun's constants, the
+blocks' grid): Ray's OptunaSearch merges those constants over Optuna's suggestions, so a searched
+one would be recorded by the study (and learnt from by its sampler) while another value trained."""
 
 
 class ParamSpace(_Strict):
@@ -102,15 +115,18 @@ class SearchSpec(_Strict):
     )
     params: dict[str, ParamSpace] = Field(
         default_factory=dict,
-        description="per dotted config key (e.g. trainer.lr): its search space; data.* keys, seed and gems.* are refused",
+        description="per dotted config key (e.g. trainer.lr): its search space; data.* keys, seed, first_seed_index "
+        "and gems.* are refused",
     )
 
     @field_validator("params")
     @classmethod
     def _not_gems(cls, v: dict) -> dict:
         for key in v:
-            if key.startswith("gems.") or key == "seed":
-                raise ValueError(f"{key}: gem modes/weights go under search.gems, and seeds under `seeds`")
+            if key.startswith("gems."):
+                raise ValueError(f"{key}: gem modes/weights go under search.gems")
+            if key in TRIAL_SET_KEYS:
+                raise ValueError(f"{key} cannot be searched: {TRIAL_SET_KEYS[key]}")
             for prefix, why in SEARCH_REFUSED_PREFIXES.items():
                 if key.startswith(prefix):
                     raise ValueError(f"{key} cannot be searched: {why}")
@@ -167,8 +183,6 @@ class SchedulerSpec(_Strict):
 
 MAX_BLOCKS = 4096
 """More blocks than this is almost surely a mistyped count (each block is a Ray trial)."""
-FIRST_SEED_INDEX = "first_seed_index"
-"""The config key a trial's seed block sets (tune_gems.config.schema.Config.first_seed_index)."""
 
 
 class BlocksSpec(_Strict):
@@ -280,6 +294,16 @@ def seed_stride(spec: SweepSpec) -> int:
     return stride
 
 
+def trial_constants(spec: SweepSpec, number: int) -> dict[str, int]:
+    """The config keys the design sets for trial `number` (Optuna's trial number; per_trial
+    seeds: seed = base seed + n, first seed index = base + n x `seed_stride`; common: the
+    bases). tune_gems.sweep.search.DefineByRun returns these, and `_check_trial_grid` validates
+    the largest before Ray starts."""
+    base = spec.base_config()
+    n = number if spec.seeds == "per_trial" else 0
+    return {"seed": base.seed + n, FIRST_SEED_INDEX: base.first_seed_index + n * seed_stride(spec)}
+
+
 def block_grid(spec: SweepSpec) -> dict[str, list[Any]]:
     """Per block key, its values: one trial per combination (Tune's grid). Today the seed block's
     first seed index; a fold key joins here."""
@@ -361,6 +385,8 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
         raise ConfigError(f"{path}: {e}") from None
     _check_search_against_config(spec, str(path))
     _check_design(spec, str(path))
+    _check_design_keys(spec, str(path))
+    _check_trial_grid(spec, str(path))
     _check_scheduler(spec, str(path))
     check_tracking(spec.tracking, str(path))
     return spec
@@ -374,8 +400,10 @@ def import_spec_plugins(tree: dict[str, Any], source: str) -> None:
     plugins = config.get("plugins") if isinstance(config, dict) else None
     if not plugins:
         return
+    from tune_gems.stats.metrics import check_plugin_columns
+
     try:
-        import_plugins(plugins)
+        import_plugins(plugins, validate=check_plugin_columns)  # in a throwaway child first (tune_gems.gems.registry)
     except ConfigError as e:
         raise ConfigError(f"{source}: config.{e}") from None
 
@@ -416,6 +444,50 @@ def _check_design(spec: SweepSpec, source: str) -> None:
         designed_config(spec, widest_trial(spec))
     except ConfigError as e:
         raise ConfigError(f"{source}: design: {e}") from None
+
+
+DESIGN_SET_KEYS = {
+    "wire_search_aa": {
+        "trainer.replay_stream": "design wire_search_aa sets it per arm (the A/A arm draws its replay batches from "
+        f"stream {AA_STREAM}, every other arm from stream 0), so a value of its own would change what the arms mean "
+        f"(with {AA_STREAM}, the A/A arm would be the control itself)",
+    },
+}
+"""Per design, the config keys its arms set (tune_gems.design.arm_sets): neither searched nor set
+in the base config, since either would change what the design's arms mean."""
+
+
+def _check_design_keys(spec: SweepSpec, source: str) -> None:
+    """A key the design sets per arm, searched or set in the base config: refused."""
+    from tune_gems.config.dotted import flatten
+
+    owned = DESIGN_SET_KEYS.get(spec.design, {})
+    given = flatten(spec.config)
+    defaults = flatten(Config().to_dict())
+    for key, why in owned.items():
+        if key in spec.search.params:
+            raise ConfigError(f"{source}: search.params.{key} cannot be searched: {why}")
+        if key in given and given[key] != defaults.get(key):
+            raise ConfigError(f"{source}: config.{key}: {given[key]!r} cannot be set: {why}; leave it out")
+
+
+def _check_trial_grid(spec: SweepSpec, source: str) -> None:
+    """Every trial's design-set keys (the seed and first seed index of each trial or block)
+    valid before Ray starts, not in a trial: the last trial or block has the largest, so its
+    config is built (with the design's widest arms, every stream of them) and any refusal is
+    named as the count that reaches it."""
+    if spec.blocks is not None:
+        values = block_grid(spec)[FIRST_SEED_INDEX]
+        constants, field, what = {FIRST_SEED_INDEX: values[-1]}, "blocks.seed_blocks", f"block {len(values) - 1}"
+    else:
+        last = spec.num_samples - 1
+        constants, field, what = trial_constants(spec, last), "num_samples", f"trial {last}"
+    params = {**widest_trial(spec), **constants}
+    try:
+        designed_config(spec, params)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {field}: {what} would train with {constants}, which the config refuses ({e}); "
+                          "use fewer trials or blocks, or lower config.seed / config.first_seed_index") from None
 
 
 def _check_scheduler(spec: SweepSpec, source: str) -> None:

@@ -9,7 +9,8 @@ keys) and starts from the checkpoint, or from epoch 0 when the run stopped befor
 A resume never rewrites what the run recorded (tune_gems.contracts.run_record): a config.yaml edited by
 hand, a data file changed in place, or a run folder whose tables contradict its checkpoint
 (more epochs than the run has, other columns) is refused in one line before anything is
-written. Every file is written through tune_gems.contracts.safe_files (never through a symlink).
+written; and it fails closed: a marker missing, unreadable or without those checksums is
+refused too (`resume_record`). Every file is written through tune_gems.contracts.safe_files (never through a symlink).
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
-import yaml
 from tqdm import tqdm
 
 from tune_gems.data.summary import data_lines
 from tune_gems.config.schema import Config
-from tune_gems.config.yaml_io import apply_overrides, read_yaml
+from tune_gems.config.yaml_io import MAX_YAML_BYTES, apply_overrides, dump_yaml, read_yaml
 from tune_gems.config.load import build_config, load_config
 from tune_gems.config.dotted import flatten
 from tune_gems.contracts.errors import CheckpointError, ConfigError, OutputError, OutputExistsError
@@ -38,9 +38,13 @@ from tune_gems.contracts.result_files import (
     ARMS_CSV, BASELINES_CSV, CHECKPOINT_FILE, CONFIG_FILE, FOLDS_CSV, GEMS_FILE, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE,
 )
 from tune_gems.contracts.output_lock import LOCK_FILE, OutputLock
-from tune_gems.contracts.outputs import MARKER_FILE, check_output_folder, make_output_folder, marker_kind, read_marker, update_marker, write_marker
-from tune_gems.contracts.run_record import CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged, checksums, data_fingerprint
-from tune_gems.contracts.safe_files import write_atomic
+from tune_gems.contracts.outputs import (
+    MARKER_FILE, check_output_folder, make_output_folder, marker_kind, marker_state, read_marker, update_marker, write_marker,
+)
+from tune_gems.contracts.run_record import (
+    CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged, checksums, data_fingerprint, require_record,
+)
+from tune_gems.contracts.safe_files import read_regular, require_folder, write_atomic
 from tune_gems.design.arms import run_arms
 from tune_gems.design.resources import check_training_fits
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
@@ -162,7 +166,8 @@ def resume_config(out: str | Path, path: str | Path | None = None, overrides: li
     if not stored_path.is_file():
         hint = "; start it again without --resume" if marker_kind(out) == "train" else ""
         raise OutputError(f"{OUT_FIELD}: {out} holds no {CONFIG_FILE}: nothing to resume there{hint}")
-    check_stored_unchanged(read_marker(out), CONFIG_FILE, stored_path.read_bytes(), str(stored_path))
+    marker = resume_record(out)  # fails closed: no marker, or none with the checksums, is refused
+    check_stored_unchanged(marker, CONFIG_FILE, read_regular(stored_path, MAX_YAML_BYTES, None, ConfigError), str(stored_path))
     stored = load_config(stored_path)
     asked = read_yaml(path) if path is not None else {}
     apply_overrides(asked, list(overrides or []))
@@ -175,6 +180,17 @@ def resume_config(out: str | Path, path: str | Path | None = None, overrides: li
                 f"--resume continues the stored run (only {', '.join(RESUMABLE_CHANGES)} may change)"
             )
     return cfg
+
+
+RESUME_FIX = "start a new run with another --out"
+
+
+def resume_record(out: Path, data: Any = None) -> dict[str, Any]:
+    """The marker of the run in `out` that a `--resume` relies on, fail-closed
+    (tune_gems.contracts.run_record.require_record): config.yaml's checksum, and with `data`
+    (the run's DataConfig) its data file's."""
+    marker, problem = marker_state(out)
+    return require_record(marker, problem, str(out / MARKER_FILE), files=[CONFIG_FILE], data=data, fix=RESUME_FIX)
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:
@@ -232,7 +248,9 @@ def check_train_out(out: str | Path | None, resume: bool) -> Path:
     runs it too."""
     out = Path(out) if out is not None else default_out_dir()
     try:
-        return check_output_folder(out, kind="train", field=OUT_FIELD, resume=resume)
+        folder = check_output_folder(out, kind="train", field=OUT_FIELD, resume=resume)
+        require_folder(folder / EVENTS_DIR, OUT_FIELD)  # TensorBoard's folder: a file there is refused before any write
+        return folder
     except OutputExistsError:
         if marker_kind(out) == "train":
             raise OutputExistsError(f"{OUT_FIELD}: {out} already holds a train run; continue it with --resume or choose another --out") from None
@@ -256,7 +274,7 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
         (bar.write(line, file=sys.stdout) if bar is not None else print(line, flush=True))
 
     if resume:
-        check_data_unchanged(read_marker(out), cfg.data, str(out))  # before the data is even read
+        check_data_unchanged(resume_record(out, cfg.data), cfg.data, str(out))  # before the data is even read
     trainer = Trainer(cfg, log=log, arms=arms)  # validates data and device before anything is written
     data_record = data_fingerprint(cfg.data)  # the bytes just read (a missing file was named above)
     loaded = _load_if_any(trainer, ckpt_path) if resume else None  # a bad checkpoint is refused before any write
@@ -278,15 +296,15 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
                 (out / name).unlink(missing_ok=True)
             shutil.rmtree(out / EVENTS_DIR, ignore_errors=True)  # its epochs are trained again
         text = _dump(cfg)
-        _write_atomic(out / CONFIG_FILE, text)
         marker = read_marker(out)
         record = {CHECKSUMS_KEY: checksums(marker, **{CONFIG_FILE: text.encode()})}
         if data_record is not None and not (marker or {}).get(DATA_KEY):
             record[DATA_KEY] = data_record
-        if marker is None:  # a run folder written before markers existed
+        if marker is None:  # a fresh folder whose marker went missing
             write_marker(out, "train", **record)
         else:
             update_marker(out, **record)
+        _write_atomic(out / CONFIG_FILE, text)  # after its checksum: a config.yaml on disk is always recorded
         write_run_files(trainer, out)
         folds = f" folds={trainer.market.n_folds}" if trainer.market.n_folds > 1 else ""
         print(
@@ -354,5 +372,5 @@ def train_headline(trainer: Trainer) -> str:
 
 
 def _dump(cfg: Config) -> str:
-    """config.yaml's text (the same as `dump_config` writes)."""
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    """config.yaml's text (the same as `dump_config` writes: strings that read as numbers quoted)."""
+    return dump_yaml(cfg.to_dict())
