@@ -24,11 +24,11 @@ from tune_gems.analysis.verdict_market_noise import (  # noqa: E402
     NOT_NEEDED,
     OK,
     EvalReturns,
-    contradicts,
     market_evidence,
     read_eval_returns,
 )
 from tune_gems.analysis.market_noise import alpha_sharpe_rows  # noqa: E402
+from tune_gems.analysis.rules.gates import contradicts  # noqa: E402
 from tune_gems.analysis.analyze import analyze  # noqa: E402
 from tune_gems.contracts.errors import CheckpointError, DataError  # noqa: E402
 from tune_gems.contracts.result_files import EVAL_RETURNS_ARRAYS, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE, EVAL_RETURNS_FOLD_ARRAYS  # noqa: E402

@@ -20,8 +20,10 @@ import fake_results as fr  # noqa: E402
 from tune_gems.analysis.calibration import Shape, mc_tolerance  # noqa: E402
 from tune_gems.analysis.report import evidence_line, render_report  # noqa: E402
 from tune_gems.analysis.analyze import analyze  # noqa: E402
-from tune_gems.analysis.walk_forward import INCONSISTENT, combined_bounds, hksj, shared_seed_variance  # noqa: E402
-from tune_gems.analysis.walk_forward_calibration import EQUIVALENT, INCONSISTENT as CODE_INCONSISTENT, period_codes  # noqa: E402
+from tune_gems.analysis.rules.gates import combined_bounds  # noqa: E402
+from tune_gems.analysis.rules.pooling import hksj, shared_seed_variance  # noqa: E402
+from tune_gems.analysis.rules.words import INCONSISTENT, EQUIVALENT_CODE as EQUIVALENT, INCONSISTENT_CODE as CODE_INCONSISTENT  # noqa: E402
+from tune_gems.analysis.walk_forward_calibration import period_codes  # noqa: E402
 from tune_gems.contracts.errors import DataError  # noqa: E402
 
 N_SIM = 2000
@@ -170,10 +172,10 @@ def test_a_fold_column_that_is_not_an_integer_is_refused_in_one_line(tmp_path):
 def test_each_interval_alone_is_liberal_on_one_history(monkeypatch):
     """Why the combined interval: the seed rule with the market-noise interval each required alone
     (the gate before issue 20) reads ~3x alpha when the history's luck is one seed SE."""
-    import tune_gems.analysis.walk_forward_calibration as wc
+    import tune_gems.analysis.rules.gates as gates
 
     fixed = (np.abs(period_codes(SHAPES, N_SIM, 1, tau=1.0)) == 1).any(1).mean()
-    monkeypatch.setattr(wc, "combined_bounds", lambda effect, lo, hi, mlo, mhi: (lo, hi))
+    monkeypatch.setattr(gates, "combined_bounds", lambda effect, lo, hi, mlo, mhi: (lo, hi))
     alone = (np.abs(period_codes(SHAPES, N_SIM, 1, tau=1.0)) == 1).any(1).mean()
     assert fixed <= ALPHA + TOL < 2 * ALPHA < alone
 

@@ -9,7 +9,6 @@ so a failure never leaves half-written results.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import tempfile
@@ -31,10 +30,8 @@ from tune_gems.analysis.redundancy import redundancy_table
 from tune_gems.analysis.report import render_report
 from tune_gems.analysis.held_out import skill_context
 from tune_gems.analysis.variance import final_members, sharpe_variance, split_arms, trial_outcomes
+from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.verdicts import gem_verdicts, placebo_verdicts, verdict_metric
-from tune_gems.contracts.errors import ConfigError, DataError
-from tune_gems.contracts.result_files import CONFIG_FILE, SPEC_FILE
-from tune_gems.contracts.run_record import check_recorded_run
 
 DEFAULT_OUT = "analysis"
 CSV_FILES = {
@@ -69,61 +66,20 @@ class AnalysisResult:
     files: list[str] = field(default_factory=list)
 
 
-def check_settings(
-    *,
-    alpha: float = defaults.ALPHA,
-    rope: float = defaults.ROPE,
-    rel_threshold: float = defaults.REL_THRESHOLD,
-    last_k: int = defaults.LAST_K,
-    power: float = defaults.POWER,
-    placebo_weight: float = defaults.PLACEBO_WEIGHT,
-    confidence: float = defaults.CONFIDENCE,
-    n_boot: int = defaults.N_BOOT,
-    n_sim: int = defaults.N_SIM,
-    seed: int = defaults.SEED,
-) -> None:
-    """Refuse, in one line naming the option, a setting that is NaN, infinite or out of range."""
-
-    def num(name: str, v, lo: float, hi: float, lo_open: bool = True, hi_open: bool = True, integer: bool = False):
-        flag = "--" + name.replace("_", "-")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
-            raise ConfigError(f"{flag}: expected {'an integer' if integer else 'a number'}, got {v!r}")
-        if not math.isfinite(v):
-            raise ConfigError(f"{flag}: must be a finite number, got {v}")
-        bad_lo = v <= lo if lo_open else v < lo
-        bad_hi = v >= hi if hi_open else v > hi
-        if bad_lo or bad_hi:
-            rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
-            raise ConfigError(f"{flag}: must be in {rng}, got {v:g}")
-
-    num("alpha", alpha, defaults.MIN_ALPHA, 0.5, lo_open=False)
-    num("rope", rope, 0.0, math.inf)
-    num("rel_threshold", rel_threshold, 0.0, math.inf)
-    num("last_k", last_k, 1, 10**6, lo_open=False, integer=True)
-    num("power", power, 0.0, 1.0)
-    num("placebo_weight", placebo_weight, 0.0, math.inf, lo_open=False)
-    num("confidence", confidence, 0.0, 1.0)
-    num("n_boot", n_boot, 1, defaults.MAX_N_BOOT, lo_open=False, hi_open=False, integer=True)
-    num("n_sim", n_sim, 100, defaults.MAX_N_SIM, lo_open=False, hi_open=False, integer=True)
-    num("seed", seed, 0, 2**63, lo_open=False, integer=True)
+def check_settings(thresholds: Thresholds | None = None, **settings: Any) -> Thresholds:
+    """The checked settings (`Thresholds` with `settings` replacing its fields by name): a
+    setting that is NaN, infinite or out of range is refused in one line naming the option."""
+    return Thresholds.build(thresholds, **settings)
 
 
-def analyze(
-    experiment: Experiment | str | Path | Iterable[str | Path],
-    *,
-    alpha: float = defaults.ALPHA,
-    rope: float = defaults.ROPE,
-    rel_threshold: float = defaults.REL_THRESHOLD,
-    last_k: int = defaults.LAST_K,
-    power: float = defaults.POWER,
-    placebo_weight: float = defaults.PLACEBO_WEIGHT,
-    confidence: float = defaults.CONFIDENCE,
-    n_boot: int = defaults.N_BOOT,
-    seed: int = defaults.SEED,
-) -> AnalysisResult:
-    """Compute every table from an `Experiment` (or folders to load); writes nothing."""
-    check_settings(alpha=alpha, rope=rope, rel_threshold=rel_threshold, last_k=last_k, power=power,
-                   placebo_weight=placebo_weight, confidence=confidence, n_boot=n_boot, seed=seed)
+def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thresholds: Thresholds | None = None,
+            **settings: Any) -> AnalysisResult:
+    """Compute every table from an `Experiment` (or folders to load); writes nothing.
+
+    `thresholds` the analysis's settings (`Thresholds`, defaults: `analysis/defaults.py`);
+    `settings` replace fields of it by name (`alpha=0.01, n_boot=500`). They are checked, and
+    built into one record, before anything is read."""
+    th = check_settings(thresholds, **settings)
     if not isinstance(experiment, Experiment):  # the stored spec/config the analysis reads, verified first
         experiment = experiment if isinstance(experiment, (str, Path)) else list(experiment)
         for folder in [experiment] if isinstance(experiment, (str, Path)) else experiment:
@@ -133,29 +89,25 @@ def analyze(
     arms, gems = exp.arms, list(exp.gems)
     cells = build_cells(t, m, arms)
     excess = add_excess_columns(cells.long, gems)
-    common = dict(alpha=alpha, rel_threshold=rel_threshold, last_k=last_k)
-    red = redundancy_table(cells, gems, excess=excess, **common)
-    verdicts = gem_verdicts(t, h, m, arms=arms, gems=gems, rope=rope, power=power, placebo_weight=placebo_weight,
-                            redundancy=red, cells=cells, eval_returns=EvalReturnsLookup(exp.paths, exp.labels, t),
-                            n_boot=n_boot, seed=seed, **common)
+    red = redundancy_table(cells, gems, thresholds=th, excess=excess)
+    verdicts = gem_verdicts(t, h, m, arms=arms, gems=gems, thresholds=th, redundancy=red, cells=cells,
+                            eval_returns=EvalReturnsLookup(exp.paths, exp.labels, t))
     verdicts["skill"] = skill_context(exp)
-    placebo = placebo_verdicts(cells, gems, m, alpha=alpha, rope=rope, last_k=last_k, placebo_weight=placebo_weight)
+    placebo = placebo_verdicts(cells, gems, m, thresholds=th)
     _, metric_note = verdict_metric(m)
     notes = list(cells.notes) + ([metric_note] if metric_note else []) + objective_notes(exp.paths, exp.labels, exp.trials)
-    boot = dict(n_boot=n_boot, confidence=confidence, seed=seed)
-    settings = dict(alpha=alpha, rope=rope, rel_threshold=rel_threshold, last_k=last_k, power=power,
-                    placebo_weight=placebo_weight, confidence=confidence, n_boot=n_boot, seed=seed)
     return AnalysisResult(
         experiment=exp,
         trial_outcomes=trial_outcomes(t, m),
-        sharpe_variance=sharpe_variance(*reversed(split_arms(t, m)), **boot),
+        sharpe_variance=sharpe_variance(*reversed(split_arms(t, m)), n_boot=th.n_boot, confidence=th.confidence,
+                                        seed=th.seed),
         gem_magnitudes=gem_magnitudes(h, t, m, cells, gems),
         gem_trajectories=gem_trajectories(h, t, m, cells, gems),
         verdicts=verdicts,
         importances=param_importances(exp.studies),
         placebo=placebo,
         redundancy=red,
-        settings=settings,
+        settings=th.settings(),
         notes=notes,
     )
 
@@ -243,15 +195,15 @@ def run_analysis(
     work (`check_out`): an existing non-empty one raises `OutputExistsError` unless
     `overwrite=True`, and even then only a folder an analysis wrote is replaced (`OutputError`
     otherwise). Bad settings raise `ConfigError`, bad input folders `DataError`, before anything
-    is written. `settings`: the keyword parameters of `analyze`.
+    is written. `settings`: the fields of `Thresholds` (or `thresholds=` one), as for `analyze`.
     """
     from tune_gems.contracts.paths import check_input_path
 
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     for p in paths:  # a folder's name becomes the experiment's label: bounded and printable like an output's
         check_input_path(p, "experiment folder", DataError)
-    check_settings(**{k: v for k, v in settings.items() if k in check_settings.__kwdefaults__})
+    thresholds = check_settings(**settings)
     out = Path(out_dir) if out_dir is not None else default_out_dir(paths)
     check_out(out, paths, overwrite)
-    result = analyze(paths, **settings)
+    result = analyze(paths, thresholds=thresholds)
     return write_result(result, out, overwrite=overwrite, plot=plot)

@@ -3,7 +3,7 @@
 A statistic ships with its calibration. This module simulates datasets shaped like an experiment
 (per gem: the seeds it compares, the spread of its per-seed differences, its divergence rate)
 and runs on them the very functions the verdicts use (`inference.rank_test`, then
-`seed_rule.decide_family`: Holm over the gems and the keep / harmful / delete decision),
+`rules.seed.decide_family`: Holm over the gems and the keep / harmful / delete decision),
 vectorised over datasets with numpy.
 
 - **Null:** every gem has no effect. The family-wise false rate is the share of datasets in
@@ -25,8 +25,10 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
+from tune_gems.analysis.rules.seed import decide_family
+from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.words import DELETE, verdict_codes
 from tune_gems.analysis.search_choice import best_trial
-from tune_gems.analysis.seed_rule import DELETE, HARMFUL, KEEP, decide_family
 from tune_gems.stats.inference import min_detectable_effect, rank_test
 
 DISTRIBUTIONS = ("normal", "t3")
@@ -65,7 +67,7 @@ def simulate_differences(rng, shape: Shape, n_sim: int, effect: float = 0.0, dis
 def family_decisions(diffs: list[np.ndarray], alpha: float = defaults.ALPHA, rope: float = defaults.ROPE,
                      p_magnitude: np.ndarray | None = None) -> np.ndarray:
     """[n_sim, m] verdict names per dataset and gem: the signed-rank rule on each gem's per-seed
-    differences, then the shipped seed rule (`seed_rule.decide_family`: Holm over the gems,
+    differences, then the shipped seed rule (`rules.seed.decide_family`: Holm over the gems,
     keep / harmful / delete / equivalent / inconclusive); `p_magnitude` [n_sim, m] the magnitude
     TOST p (None: the magnitude is never at its null, so no `delete`)."""
     r = [rank_test(d, rope=rope, tail=alpha / 2) for d in diffs]
@@ -74,8 +76,9 @@ def family_decisions(diffs: list[np.ndarray], alpha: float = defaults.ALPHA, rop
 
 
 def _signed(verdict: np.ndarray) -> np.ndarray:
-    """+1 keep wired, -1 harmful, 0 otherwise."""
-    return np.where(verdict == KEEP, 1, np.where(verdict == HARMFUL, -1, 0))
+    """+1 keep wired, -1 harmful, 0 otherwise (`rules.words.verdict_codes`, the decisive ones)."""
+    codes = verdict_codes(verdict)
+    return np.where(np.abs(codes) == 1, codes, 0)
 
 
 def family_verdicts(diffs: list[np.ndarray], alpha: float = defaults.ALPHA) -> np.ndarray:
@@ -107,27 +110,29 @@ def mc_tolerance(rate: float, n_sim: int, z: float = 2.326) -> float:
     return z * math.sqrt(rate * (1 - rate) / n_sim)
 
 
-def calibration_table(shapes: list[Shape], *, n_sim: int = defaults.N_SIM, seeds=defaults.CALIBRATION_SEEDS,
-                      effects=EFFECT_MULTIPLES, rope: float = defaults.ROPE, alpha: float = defaults.ALPHA,
-                      power_target: float = defaults.POWER, seed: int = defaults.SEED) -> pd.DataFrame:
-    """One row per (seeds, distribution): null rates and power per planted effect.
+def calibration_table(shapes: list[Shape], *, thresholds: Thresholds | None = None, seeds=defaults.CALIBRATION_SEEDS,
+                      effects=EFFECT_MULTIPLES, **settings) -> pd.DataFrame:
+    """One row per (seeds, distribution): null rates and power per planted effect, at
+    `thresholds`' alpha, rope, power, n_sim and seed (`settings` replace fields by name).
 
     `seeds`: seed counts to report besides the experiment's own (`shapes` as they are, labelled
     `experiment`); each keeps the measured sd and divergence rate. Effects are multiples of the
     first gem's sd, plus the ROPE."""
+    th = Thresholds.build(thresholds, **settings)
+    n_sim, rope, alpha, seed = th.n_sim, th.rope, th.alpha, th.seed
     own = {s.n for s in shapes}
-    settings = [("experiment", shapes)] + [(str(n), [Shape(s.gem, n, s.sd, s.p_div) for s in shapes])
+    variants = [("experiment", shapes)] + [(str(n), [Shape(s.gem, n, s.sd, s.p_div) for s in shapes])
                                            for n in seeds if own != {n}]  # the experiment's own n is row 1
     sd = shapes[0].sd
     eff_values = [(f"{k:g} sd", k * sd) for k in effects] + [(f"ROPE {rope:g}", rope)]
     rows = []
-    for label, sh in settings:
+    for label, sh in variants:
         for dist in DISTRIBUTIONS:
             row = dict(seeds=label, n_seeds=",".join(str(s.n) for s in sh), distribution=dist, n_sim=n_sim,
                        gems=len(sh), sd=sd, p_div=sh[0].p_div)
             row.update(null_rate(sh, n_sim, dist=dist, alpha=alpha, seed=seed))
             row["mc_tolerance"] = mc_tolerance(alpha, n_sim)
-            row["mde"] = min_detectable_effect(sd, sh[0].n, alpha / len(sh), power_target, sh[0].p_div)
+            row["mde"] = min_detectable_effect(sd, sh[0].n, alpha / len(sh), th.power, sh[0].p_div)
             for name, value in eff_values:
                 row[f"power@{name} ({value:.3g})"] = power(sh, value, n_sim, dist=dist, alpha=alpha, seed=seed)["power"]
             rows.append(row)
@@ -224,10 +229,10 @@ def search_confirm_rates(shape: SearchShape, effect: float = 0.0, n_sim: int = d
                          alpha: float = defaults.ALPHA, dist: str = "normal", seed: int = defaults.SEED) -> dict[str, float]:
     """Simulated searches, then confirmation, by the rules the project uses: per gem the trial
     wiring it with the largest Hodges-Lehmann discovery gain (`verdict_gain_<gem>`) is chosen by
-    `confirmation.best_trial`, the choice of `choose_per_gem` (`tune-gems confirm`); the *naive*
+    `search_choice.best_trial`, the choice of `choose_per_gem` (`tune-gems confirm`); the *naive*
     verdict tests that trial's own seeds (what a search without confirmation would report); the
     *confirmed* verdict tests a fresh run of it (fresh seeds and paths), both by the shipped seed
-    rule (`seed_rule.decide_family`: signed-rank, Holm over the gems with a choice). `effect` is the true shift of gem 0 in every configuration wiring it
+    rule (`rules.seed.decide_family`: signed-rank, Holm over the gems with a choice). `effect` is the true shift of gem 0 in every configuration wiring it
     (the others: none). Returns naive_fwer / confirmed_fwer (any keep or harmful among the null
     gems), power (gem 0 reads keep wired after confirmation) and naive_power."""
     rng = np.random.default_rng(seed + 7)

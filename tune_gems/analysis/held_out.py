@@ -16,27 +16,60 @@ buy-and-hold, momentum under the same cost model), the report and every verdict 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from tune_gems.analysis import defaults
-from tune_gems.analysis.pairing import Cells, paired
-from tune_gems.stats.inference import rank_test
+from tune_gems.analysis.pairing import Cells
 from tune_gems.analysis.report import baseline_comparison, format_number
+from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.words import DECISIVE, KEEP
+from tune_gems.analysis.selectors import placebo_selectors, wiring_pairs
+from tune_gems.contracts.gem_manifest import GemEntry
+from tune_gems.stats.inference import rank_test
 
 HELD_OUT_COLUMNS = ["test_effect", "test_ci_low", "test_ci_high", "test_p_value", "held_out"]
 AGREES = "agrees"
 
 
-def held_out_check(verdicts: pd.DataFrame, cells: Cells, gems, *, alpha: float = defaults.ALPHA,
-                   last_k: int = defaults.LAST_K, placebo_weight: float = defaults.PLACEBO_WEIGHT) -> pd.DataFrame:
+@dataclass(frozen=True)
+class HeldOutEffect:
+    """A gem's wiring effect on the test segment: the same pairs as its verdict, the verdict
+    metric's test twin at the pairs' common final epoch, signed-rank at `alpha`."""
+
+    column: str
+    n: int
+    estimate: float
+    low: float
+    high: float
+    p: float
+
+
+def held_out_column(outcome: str) -> str:
+    """The test-segment twin of a validation metric column (val_alpha_sharpe -> test_alpha_sharpe)."""
+    return outcome.replace("val_", "test_", 1)
+
+
+def held_out_effect(cells: Cells, g: GemEntry, outcome: str, thresholds: Thresholds) -> HeldOutEffect | None:
+    """The one computation of a gem's test-segment effect (the verdicts' `test_effect` column
+    and the held-out check both read it), or None when no pair has the test column."""
+    column = held_out_column(outcome)
+    if column not in cells.long.columns:
+        return None
+    real, _ = placebo_selectors(g, thresholds.placebo_weight)
+    pr = wiring_pairs(cells, g.name, column=column, k=1, select=real)
+    if not pr.n:
+        return None
+    t = rank_test(pr.diffs[None, :], tail=thresholds.alpha / 2)
+    return HeldOutEffect(column, pr.n, *(float(t[k][0]) for k in ("estimate", "low", "high", "p")))
+
+
+def held_out_check(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: Thresholds | None = None) -> pd.DataFrame:
     """The verdict table with HELD_OUT_COLUMNS: for each keep wired / harmful, the same pairs'
     difference on the test segment and whether it agrees (module docstring)."""
-    from tune_gems.analysis.selectors import MEASURE, WIRE, placebo_selectors as _selectors
-    from tune_gems.analysis.walk_forward import DECISIVE
-
+    th = thresholds if thresholds is not None else Thresholds()
     v = verdicts.copy()
     for c in HELD_OUT_COLUMNS:
         if c not in v.columns:
@@ -46,27 +79,21 @@ def held_out_check(verdicts: pd.DataFrame, cells: Cells, gems, *, alpha: float =
     for i, r in v.iterrows():
         if r["verdict"] not in DECISIVE or r["gem"] not in by_gem:
             continue
-        g = by_gem[r["gem"]]
-        column = str(r["outcome"]).replace("val_", "test_", 1)
-        real, _ = _selectors(g, placebo_weight)
-        pr = paired(cells, f"gems.{g.name}.mode", WIRE, MEASURE, column=column, k=1,
-                    ignore=(f"gems.{g.name}.weight",), select=real)
-        if not pr.n or column not in cells.long.columns:
-            v.at[i, "held_out"] = f"no test-segment pairs ({column})"
+        eff = held_out_effect(cells, by_gem[r["gem"]], str(r["outcome"]), th)
+        if eff is None:
+            v.at[i, "held_out"] = f"no test-segment pairs ({held_out_column(str(r['outcome']))})"
             continue
-        t = rank_test(pr.diffs[None, :], tail=alpha / 2)
-        est, lo, hi, p = (float(t[k][0]) for k in ("estimate", "low", "high", "p"))
-        v.loc[i, ["test_effect", "test_ci_low", "test_ci_high", "test_p_value"]] = [est, lo, hi, p]
-        v.at[i, "held_out"] = agreement(r["verdict"], est, lo, hi)
-        v.at[i, "reason"] = (f"{r['reason']}; held-out test segment ({column}, same {pr.n} seeds, once): "
-                             f"{format_number(est, '+.3g')} [{format_number(lo)}, {format_number(hi)}], "
-                             f"p {format_number(p, '.2g')}: {v.at[i, 'held_out']}")
+        v.loc[i, ["test_effect", "test_ci_low", "test_ci_high", "test_p_value"]] = [eff.estimate, eff.low, eff.high, eff.p]
+        v.at[i, "held_out"] = agreement(r["verdict"], eff.estimate, eff.low, eff.high)
+        v.at[i, "reason"] = (f"{r['reason']}; held-out test segment ({eff.column}, same {eff.n} seeds, once): "
+                             f"{format_number(eff.estimate, '+.3g')} [{format_number(eff.low)}, {format_number(eff.high)}], "
+                             f"p {format_number(eff.p, '.2g')}: {v.at[i, 'held_out']}")
     return v
 
 
 def agreement(verdict: str, effect: float, low: float, high: float) -> str:
     """`agrees` when the test interval excludes 0 on the verdict's side; else why it does not."""
-    sign = 1.0 if verdict == "keep wired" else -1.0
+    sign = 1.0 if verdict == KEEP else -1.0
     if (sign > 0 and low > 0) or (sign < 0 and high < 0):
         return AGREES
     if math.isfinite(effect) and np.sign(effect) == -sign and not (low <= 0 <= high):

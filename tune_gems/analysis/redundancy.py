@@ -25,9 +25,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from tune_gems.analysis import defaults
 from tune_gems.analysis.pairing import Cells, paired
 from tune_gems.analysis.excess import add_excess_columns
+from tune_gems.analysis.rules.seed import NO_DESIGN, redundancy_finding
+from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.stats.inference import holm, rank_test
 
 PAIRS = (("g10", "model.spectral_norm"), ("g6", "model.noisy"))
@@ -41,13 +42,14 @@ def redundancy_table(
     cells: Cells,
     gems,
     *,
-    alpha: float = defaults.ALPHA,
-    rel_threshold: float = defaults.REL_THRESHOLD,
-    last_k: int = defaults.LAST_K,
+    thresholds: Thresholds | None = None,
     excess: dict[str, tuple[str, str]] | None = None,
     pairs=PAIRS,
 ) -> pd.DataFrame:
-    """One row per (gem, feature) of `pairs` whose gem is known (see the module docstring)."""
+    """One row per (gem, feature) of `pairs` whose gem is known (see the module docstring; the
+    finding is `rules.seed.redundancy_finding`'s), at `thresholds`' alpha, rel_threshold, last_k."""
+    th = thresholds if thresholds is not None else Thresholds()
+    alpha, rel_threshold, last_k = th.alpha, th.rel_threshold, th.last_k
     known = {g.name: g for g in gems}
     excess = excess or add_excess_columns(cells.long, list(gems))
     rows, ps, pts = [], [], []
@@ -56,7 +58,7 @@ def redundancy_table(
             continue
         col, note = excess[gem]
         mode = f"gems.{gem}.mode"
-        row = dict(gem=gem, feature=feature, finding="no design", n_seeds=0, rel_threshold=rel_threshold, note=note,
+        row = dict(gem=gem, feature=feature, finding=NO_DESIGN, n_seeds=0, rel_threshold=rel_threshold, note=note,
                    excess_off=math.nan, excess_on=math.nan, change=math.nan, ci_low=math.nan, ci_high=math.nan,
                    p_adjusted=math.nan, on_tost_p_adjusted=math.nan)
         if mode in cells.table.columns and feature in cells.table.columns:
@@ -80,7 +82,5 @@ def redundancy_table(
         if i is None:
             continue
         row["p_adjusted"], row["on_tost_p_adjusted"] = float(pa[i]), float(pta[i])
-        lowers = row["p_adjusted"] <= alpha and row["change"] < 0
-        at_null = np.isfinite(row["on_tost_p_adjusted"]) and row["on_tost_p_adjusted"] <= alpha
-        row["finding"] = "removes" if lowers and at_null else "reduces" if lowers else "does not remove"
+        row["finding"] = str(redundancy_finding(row["p_adjusted"], row["change"], row["on_tost_p_adjusted"], alpha=alpha))
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -12,6 +12,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from tune_gems.analysis.rules.seed import NO_DESIGN
+from tune_gems.analysis.rules.words import NULL_ARM_OK
 from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
 
 
@@ -138,7 +140,7 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
     if placebo is not None and len(placebo):
         lines.append("")
         for _, r in placebo.iterrows():
-            ok = r["verdict"] in ("equivalent", "inconclusive")
+            ok = r["verdict"] in NULL_ARM_OK
             kind = r.get("kind") if isinstance(r.get("kind"), str) else "placebo"
             what = f"placebo {r['gem']} (wired at ~0 weight)" if kind == "placebo" else kind
             vacuous = ("" if bool(r.get("informative", True)) else
@@ -150,7 +152,7 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
         lines.append("")
         for _, r in redundancy.iterrows():
             lines.append(f"redundancy {r['gem']} vs {r['feature']}: {r['finding']}"
-                         + ("" if r["finding"] == "no design" else
+                         + ("" if r["finding"] == NO_DESIGN else
                             f" - excess off {_num(r['excess_off'])}, on {_num(r['excess_on'])}, change "
                             f"{_num(r['change'], '+.3g')} {_interval(r['ci_low'], r['ci_high'])}, Holm p {_num(r['p_adjusted'], '.2g')}"
                             f" ({int(r['n_seeds'])} seeds)"))

@@ -56,7 +56,8 @@ def add_settings(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def analysis_settings(a: argparse.Namespace) -> dict:
-    """The analysis settings of parsed arguments (`add_settings`), as keyword arguments."""
+    """The analysis settings of parsed arguments (`add_settings`), as keyword arguments: the
+    fields of `rules.thresholds.Thresholds` that `analyze` / `check_settings` build it from."""
     return dict(alpha=a.alpha, rope=a.rope, rel_threshold=a.rel_threshold, last_k=a.last_k, power=a.power,
                 placebo_weight=a.placebo_weight, confidence=a.confidence, n_boot=a.n_boot, seed=a.seed)
 
@@ -76,16 +77,16 @@ def run_calibration(a: argparse.Namespace) -> None:
     from tune_gems.analysis.analyze import analyze, check_settings
     from tune_gems.analysis.walk_forward_calibration import format_period_calibration
 
-    check_settings(**analysis_settings(a), n_sim=a.n_sim)
-    res = analyze(a.experiments, **analysis_settings(a))
+    thresholds = check_settings(**analysis_settings(a), n_sim=a.n_sim)  # the one record, built once
+    res = analyze(a.experiments, thresholds=thresholds)
     shapes, note = experiment_shapes(res.verdicts, res.experiment.members)
-    table = calibration_table(shapes, n_sim=a.n_sim, rope=a.rope, alpha=a.alpha, power_target=a.power, seed=a.seed)
-    print(format_calibration(table, shapes, note, alpha=a.alpha))
+    table = calibration_table(shapes, thresholds=thresholds)
+    print(format_calibration(table, shapes, note, alpha=thresholds.alpha))
     print()
-    print(format_period_calibration(period_table(res.verdicts, shapes, a), alpha=a.alpha))
+    print(format_period_calibration(period_table(res.verdicts, shapes, thresholds), alpha=thresholds.alpha))
 
 
-def period_table(verdicts, shapes, a: argparse.Namespace):
+def period_table(verdicts, shapes, thresholds):
     """The calibration over periods (walk_forward_calibration) at the standard fold counts and
     the experiment's own; with folds, each gem's spread is that of one fold's comparison
     (`fold_sd_diff`), not that of the fold-averaged differences."""
@@ -98,7 +99,7 @@ def period_table(verdicts, shapes, a: argparse.Namespace):
     per_fold = verdicts.set_index("gem")["fold_sd_diff"] if "fold_sd_diff" in verdicts.columns else {}
     shapes = [replace(s, sd=float(per_fold[s.gem])) if s.gem in per_fold and per_fold[s.gem] > 0 else s
               for s in shapes]
-    return period_calibration_table(shapes, n_sim=a.n_sim, folds=folds, rope=a.rope, alpha=a.alpha, seed=a.seed)
+    return period_calibration_table(shapes, thresholds=thresholds, folds=folds)
 
 
 def run_report(a: argparse.Namespace) -> None:
@@ -152,9 +153,9 @@ def sharpe_variance_main(argv: list[str] | None = None) -> int:
     a = _parser("Print Sharpe variance per configuration of finished sweep(s).", out=False).parse_args(argv)
 
     def go() -> None:
-        check_settings(**analysis_settings(a))
+        th = check_settings(**analysis_settings(a))
         e = load_experiment(a.experiments)
-        sv = sharpe_variance(e.members, e.trials, n_boot=a.n_boot, confidence=a.confidence, seed=a.seed)
+        sv = sharpe_variance(e.members, e.trials, n_boot=th.n_boot, confidence=th.confidence, seed=th.seed)
         print(markdown_table(sv))
 
     return _run(go)
@@ -182,15 +183,15 @@ def period_calibration_main(argv: list[str] | None = None) -> int:
     def go() -> None:
         from tune_gems.contracts.errors import ConfigError
 
-        check_settings(alpha=a.alpha, rope=a.rope, n_sim=a.n_sim, seed=a.seed)
+        thresholds = check_settings(alpha=a.alpha, rope=a.rope, n_sim=a.n_sim, seed=a.seed)
         for flag, v, lo in (("--seeds", a.seeds, 2), ("--gems", a.gems, 1)):
             if v < lo:
                 raise ConfigError(f"{flag}: must be at least {lo}, got {v}")
         if not (a.sd > 0 and a.sd < float("inf")) or not (0 <= a.divergence < 0.5):
             raise ConfigError("--sd must be a positive number and --divergence in [0, 0.5)")
         shapes = [Shape(f"gem{i}", a.seeds, a.sd, a.divergence) for i in range(a.gems)]
-        table = period_calibration_table(shapes, n_sim=a.n_sim, rope=a.rope, alpha=a.alpha, seed=a.seed, dist=a.dist)
-        print(format_period_calibration(table, alpha=a.alpha))
+        table = period_calibration_table(shapes, thresholds=thresholds, dist=a.dist)
+        print(format_period_calibration(table, alpha=thresholds.alpha))
 
     return _run(go)
 

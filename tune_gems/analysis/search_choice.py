@@ -23,6 +23,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from tune_gems.analysis.rules.words import NO_DATA
 from tune_gems.stats.metrics import GEM_GAIN_PREFIX, VERDICT_GAIN_PREFIX
 
 OK_STATUS = "TERMINATED"
@@ -131,11 +132,11 @@ def side_by_side(choices: list[Choice], discovery: pd.DataFrame, confirmation: p
             discovery_verdict=d.get("verdict", ""), discovery_effect=d.get("effect", math.nan),
             discovery_ci_low=d.get("ci_low", math.nan), discovery_ci_high=d.get("ci_high", math.nan),
             discovery_n_seeds=d.get("n_seeds", math.nan),
-            confirmation_verdict=c.get("verdict", "no data"), confirmation_effect=c.get("effect", math.nan),
+            confirmation_verdict=c.get("verdict", NO_DATA), confirmation_effect=c.get("effect", math.nan),
             confirmation_ci_low=c.get("ci_low", math.nan), confirmation_ci_high=c.get("ci_high", math.nan),
             confirmation_mean_effect=c.get("mean_effect", math.nan), confirmation_n_seeds=c.get("n_seeds", math.nan),
             confirmation_p_adjusted=c.get("p_adjusted", math.nan),
-            final_verdict=c.get("verdict", "no data"), note=notes.get(gem, ""),
+            final_verdict=c.get("verdict", NO_DATA), note=notes.get(gem, ""),
         ))
     return pd.DataFrame(rows, columns=CONFIRMATION_COLUMNS)
 

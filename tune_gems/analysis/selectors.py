@@ -1,10 +1,10 @@
 """Which members of a gem's comparison are a real wiring and which a placebo arm.
 
-The two modes a gem's wiring effect compares (`WIRE` against `MEASURE`) and the cell filters
-that keep the placebo arms (the gem wired at weight <= `placebo_weight`, docs/analysis.md
-"Placebo arms") out of the real comparison, or keep only them. Its own module because the
-verdicts, the held-out check and the walk-forward periods all select cells this way, and the
-verdicts import the other two.
+The two modes a gem's wiring effect compares (`WIRE` against `MEASURE`), the one call that pairs
+them (`wiring_pairs`), and the cell filters that keep the placebo arms (the gem wired at weight
+<= `placebo_weight`, docs/analysis.md "Placebo arms") out of the real comparison, or keep only
+them. Its own module because the verdicts, the null arms, the held-out check and the
+walk-forward periods all select and pair cells this way, and the verdicts import the others.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from tune_gems.analysis.pairing import Cells, Paired, paired
 from tune_gems.contracts.gem_manifest import GemEntry
 
 WIRE, MEASURE = "wire", "measure"
@@ -38,3 +39,10 @@ def placebo_selectors(g: GemEntry, placebo_weight: float) -> tuple[CellFilter, C
         return (t[mode] == WIRE) & (w <= placebo_weight) if mode in t.columns else pd.Series(False, index=t.index)
 
     return (lambda t: ~is_placebo(t)), is_placebo
+
+
+def wiring_pairs(cells: Cells, gem: str, *, column: str, k: int, select: CellFilter | None = None) -> Paired:
+    """The per-seed differences wired minus measured of `gem` (`pairing.paired` on its mode; its
+    weight belongs to the wired side, so configs may differ in it), in the cells `select` keeps."""
+    return paired(cells, f"gems.{gem}.mode", WIRE, MEASURE, column=column, k=k, ignore=(f"gems.{gem}.weight",),
+                  select=select)

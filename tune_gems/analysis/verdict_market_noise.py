@@ -296,8 +296,3 @@ def market_evidence(
                                n_boot=n_boot, confidence=confidence, seed=seed)
     return MarketEvidence(OK, iv, dropped)
 
-
-def contradicts(effect: float, low: float, high: float) -> bool:
-    """The market-noise interval [low, high] does not confirm a seed verdict with this signed
-    effect: it includes 0, or lies on the other side of 0."""
-    return not ((effect > 0 and low > 0) or (effect < 0 and high < 0))

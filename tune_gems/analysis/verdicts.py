@@ -3,7 +3,7 @@
 Per gem (docs/analysis.md "Verdicts" has the full text):
 
 1. **The wiring effect.** Members that differ only in this gem's mode (wire vs measure; the
-   weight belongs to the wired side), paired by member seed (`designs.paired`): per-seed
+   weight belongs to the wired side), paired by member seed (`selectors.wiring_pairs`): per-seed
    differences of the verdict metric (validation alpha Sharpe averaged over the last k epochs;
    validation Sharpe, said so, for older results), a diverged member counted as the worst
    outcome. The signed-rank rule (`inference.rank_test`) gives the Hodges-Lehmann effect, p and
@@ -21,7 +21,7 @@ Per gem (docs/analysis.md "Verdicts" has the full text):
    whose wiring helps must not read `delete`; without a wiring comparison the evidence is
    `insufficient data` (the magnitude finding stated), with an unsettled one `inconclusive`.
 3. **Market noise** (one price history: a real series or synthetic `paths: shared`): beside the
-   seed interval, the market-noise interval of the same difference (`market_evidence`: a
+   seed interval, the market-noise interval of the same difference (`verdict_market_noise`: a
    stationary block bootstrap of the validation period over the saved per-step returns, at the
    seed interval's level). A `keep wired` / `harmful` by the seeds whose market-noise interval
    includes 0 (or lies on the other side) becomes `inconclusive`: the seeds agree, but on this
@@ -38,6 +38,10 @@ with the measured arm is reported separately (`placebo_verdicts`) as the learner
 its verdict must come out `equivalent` or `inconclusive`. An A/A arm (the control with another
 `trainer.replay_stream`: independent replay draws, nothing else) is reported there too; a null
 arm whose pairs mostly tie is flagged uninformative (it tests nothing).
+
+This module gathers the evidence and writes the reasons; every decision above is a function of
+the rule module (`tune_gems.analysis.rules`: `seed.decide_family`, `gates.market_gate`, then
+`walk_forward.py`'s period and one-period rules), the same functions the calibrations run.
 """
 
 from __future__ import annotations
@@ -50,15 +54,9 @@ import pandas as pd
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairing import Cells, Paired, build_cells, paired
 from tune_gems.analysis.excess import add_excess_columns
-from tune_gems.stats.inference import (
-    holm_levels,
-    min_detectable_effect,
-    rank_test,
-    seeds_needed,
-    smallest_p,
-)
+from tune_gems.stats.inference import holm_levels, min_detectable_effect, rank_test, seeds_needed
 from tune_gems.analysis.report import format_number
-from tune_gems.analysis.held_out import held_out_check
+from tune_gems.analysis.held_out import held_out_check, held_out_effect
 from tune_gems.analysis.walk_forward import period_verdicts
 from tune_gems.analysis.verdict_market_noise import (
     MARKET_COLUMNS,
@@ -66,16 +64,17 @@ from tune_gems.analysis.verdict_market_noise import (
     OK as MARKET_OK,
     ACROSS_PERIODS,
     EvalReturnsLookup,
-    contradicts,
     market_evidence,
 )
 from tune_gems.analysis.redundancy import redundancy_table
-from tune_gems.analysis.seed_rule import DELETE, EQUIVALENT, HARMFUL, KEEP, decide_family
-from tune_gems.analysis.selectors import MEASURE, WIRE, placebo_selectors
+from tune_gems.analysis.rules.gates import market_gate
+from tune_gems.analysis.rules.seed import REMOVES, cannot_reach, decide_family
+from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.words import (
+    CONFOUNDED, DELETE, EQUIVALENT, HARMFUL, INCONCLUSIVE, INSUFFICIENT, KEEP,
+)
+from tune_gems.analysis.selectors import MEASURE, placebo_selectors, wiring_pairs
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
-
-VERDICTS = ("keep wired", "harmful", "equivalent", "inconclusive", "inconclusive: inconsistent across periods",
-            "delete", "insufficient: confounded", "insufficient data", "no data")
 
 VERDICT_COLUMNS = [
     "gem", "metric", "verdict", "reason", "design", "outcome", "n_seeds", "n_pairs",
@@ -136,57 +135,48 @@ def gem_verdicts(
     *,
     arms: pd.DataFrame | None = None,
     gems: list[GemEntry] | None = None,
-    alpha: float = defaults.ALPHA,
-    rope: float = defaults.ROPE,
-    rel_threshold: float = defaults.REL_THRESHOLD,
-    last_k: int = defaults.LAST_K,
-    power: float = defaults.POWER,
-    placebo_weight: float = defaults.PLACEBO_WEIGHT,
+    thresholds: Thresholds | None = None,
     metric: str = defaults.METRIC,
     redundancy: pd.DataFrame | None = None,
     cells: Cells | None = None,
     eval_returns: EvalReturnsLookup | None = None,
-    n_boot: int = defaults.N_BOOT,
-    seed: int = defaults.SEED,
+    **settings,
 ) -> pd.DataFrame:
     """One row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS).
 
-    `history` is not needed (kept for the old call signature). `redundancy` is the table of
-    `redundancy.redundancy_table` (computed here when None). `eval_returns` finds each trial's
-    saved validation returns (the market-noise interval; none: said unavailable); `n_boot` and
-    `seed` are its bootstrap's."""
+    `thresholds` the analysis's settings (`Thresholds`; `settings` replace fields of it by name,
+    e.g. `alpha=0.01`). `history` is not needed (kept for the old call signature). `redundancy`
+    is the table of `redundancy.redundancy_table` (computed here when None). `eval_returns` finds
+    each trial's saved validation returns (the market-noise interval, its bootstrap of
+    `n_boot` resamples from `seed`; none: said unavailable)."""
+    th = Thresholds.build(thresholds, **settings)
+    alpha, rope, last_k, power = th.alpha, th.rope, th.last_k, th.power
     gems = list(gems or LEGACY_MANIFEST)
     cells = cells or build_cells(trials, members, arms)
     column, metric_note = verdict_metric(members, metric)
-    test_column = column.replace("val_", "test_", 1)
     excess = add_excess_columns(cells.long, gems)
     if redundancy is None:
-        redundancy = redundancy_table(cells, gems, alpha=alpha, rel_threshold=rel_threshold, last_k=last_k,
-                                      excess=excess)
+        redundancy = redundancy_table(cells, gems, thresholds=th, excess=excess)
     rows, tests = [], {}
     for g in gems:
-        mode = f"gems.{g.name}.mode"
-        real, _ = placebo_selectors(g, placebo_weight)
+        real, _ = placebo_selectors(g, th.placebo_weight)
         row = {c: math.nan for c in VERDICT_COLUMNS}
         row.update(gem=g.name, metric=g.metric, outcome=column, rope=rope, alpha=alpha,
-                   rel_threshold=rel_threshold, fix="", redundancy="", design="none", reason="",
+                   rel_threshold=th.rel_threshold, fix="", redundancy="", design="none", reason="",
                    market_path="conditional on one shared path" if cells.shared_path else "per-seed paths")
-        pr = paired(cells, mode, WIRE, MEASURE, column=column, k=last_k,
-                    ignore=(f"gems.{g.name}.weight",), select=real)
+        pr = wiring_pairs(cells, g.name, column=column, k=last_k, select=real)
         row.update(wired_members=pr.hi_cells, measured_members=pr.lo_cells, n_seeds=pr.n, n_pairs=pr.n_pairs,
                    design=pr.design(), fix=pr.fix, wired_diverged=pr.hi_diverged, measured_diverged=pr.lo_diverged)
         if pr.n:
             tests[g.name] = pr
-            if test_column in cells.long.columns:
-                tp = paired(cells, mode, WIRE, MEASURE, column=test_column, k=1,
-                            ignore=(f"gems.{g.name}.weight",), select=real)
-                if tp.n:
-                    row["test_effect"] = float(rank_test(tp.diffs[None, :])["estimate"][0])
+            held = held_out_effect(cells, g, column, th)
+            if held is not None:
+                row["test_effect"] = held.estimate
         # magnitude: per-seed excess over the null in measured members
         ecol, enote = excess[g.name]
         mag = _unit_magnitudes(cells, g, ecol, last_k)
         if mag.size:
-            r = rank_test(mag[None, :], rope=rel_threshold, tail=alpha)
+            r = rank_test(mag[None, :], rope=th.rel_threshold, tail=alpha)
             row.update(excess_n=int(mag.size), excess_median=float(r["estimate"][0]),
                        excess_ci_low=float(r["low"][0]), excess_ci_high=float(r["high"][0]),
                        _excess_tost=float(r["p_tost"][0]), _excess_note=enote)
@@ -200,12 +190,13 @@ def gem_verdicts(
     pe = np.array([r.get("_excess_tost", np.nan) for r in rows])
     est = np.array([stats[n]["estimate"][0] if n in stats else np.nan for n in names])
     for row in rows:
-        red = (redundancy[(redundancy["gem"] == row["gem"]) & (redundancy["finding"] == "removes")]
+        red = (redundancy[(redundancy["gem"] == row["gem"]) & (redundancy["finding"] == REMOVES)]
                if len(redundancy) else redundancy)
         if len(red):
             row["redundancy"] = "; ".join(f"{f} removes it" for f in red["feature"])
-    # the seed rule (seed_rule.decide_family, the function the calibration runs): Holm, then per gem
-    rule = decide_family(p, est, pt, alpha=alpha, p_magnitude=pe, redundant=[bool(r["redundancy"]) for r in rows])
+    # the seed rule (rules.seed.decide_family, the function the calibrations run): Holm, then per gem
+    rule = decide_family(p, est, pt, alpha=alpha, p_magnitude=pe, redundant=[bool(r["redundancy"]) for r in rows],
+                         wired=[r["wired_members"] for r in rows], measured=[r["measured_members"] for r in rows])
     p_adj, pt_adj, pe_adj = rule.p_adjusted, rule.tost_p_adjusted, rule.magnitude_p_adjusted
     levels = holm_levels(p, alpha)
     m = int(np.isfinite(p).sum())
@@ -225,13 +216,34 @@ def gem_verdicts(
                        mde=min_detectable_effect(sd, pr.n, alpha / max(m, 1), power, p_div),
                        seeds_needed=seeds_needed(sd, rope, alpha / max(m, 1), power, p_div=p_div))
             row.update(market_evidence(pr, cells, eval_returns, column=column, k=last_k, confidence=1 - lvl,
-                                       n_boot=n_boot, seed=seed).columns())
-        row["verdict"], row["reason"] = _decide(row, str(rule.verdict[i]), metric_note, power, m)
+                                       n_boot=th.n_boot, seed=th.seed).columns())
+        row["seed_verdict"] = str(rule.verdict[i])
+        row["reason"] = _seed_reason(row, row["seed_verdict"], bool(rule.magnitude_at_null[i]), metric_note, power, m)
         row.pop("_excess_tost", None)
         row.pop("_excess_note", None)
-    table = period_verdicts(pd.DataFrame(rows, columns=VERDICT_COLUMNS), cells, gems, alpha=alpha, rope=rope,
-                            last_k=last_k, placebo_weight=placebo_weight)
-    return held_out_check(table, cells, gems, alpha=alpha, last_k=last_k, placebo_weight=placebo_weight)
+    _market_gate(rows)
+    table = period_verdicts(pd.DataFrame(rows, columns=VERDICT_COLUMNS), cells, gems, thresholds=th)
+    return held_out_check(table, cells, gems, thresholds=th)
+
+
+def _market_gate(rows: list[dict]) -> None:
+    """Each row's verdict after the market gate (`rules.gates.market_gate`, where a market-noise
+    interval exists and no member diverged), with the reason of a verdict it changes."""
+    def col(name: str) -> np.ndarray:
+        return np.array([r[name] for r in rows], float)
+
+    applies = [r.get("market_noise") == MARKET_OK and not (r["wired_diverged"] or r["measured_diverged"]) for r in rows]
+    seed = np.array([r["seed_verdict"] for r in rows], dtype=object)
+    final = market_gate(seed, col("effect"), col("market_ci_low"), col("market_ci_high"), applies)
+    for row, verdict in zip(rows, final):
+        row["verdict"] = str(verdict)
+        if row["verdict"] != row["seed_verdict"]:
+            word = "helps" if row["seed_verdict"] == KEEP else "hurts"
+            row["reason"] = (
+                f"not confirmed against market noise: the seeds say wiring {word}, but the market-noise interval "
+                f"[{_fmt(row['market_ci_low'])}, {_fmt(row['market_ci_high'])}] at the same level "
+                f"{'includes 0' if row['market_ci_low'] <= 0 <= row['market_ci_high'] else 'lies on the other side of 0'}: "
+                f"on this one price history the difference may be the market's luck; {row['reason']}")
 
 
 def _unit_magnitudes(cells: Cells, g: GemEntry, column: str, k: int) -> np.ndarray:
@@ -271,74 +283,54 @@ def _market_text(row: dict) -> str:
     return f"; market-noise interval {status}: the effect is conditional on this one price history"
 
 
-def _decide(row: dict, rule_verdict: str, metric_note: str, power: float, m: int) -> tuple[str, str]:
-    """The verdict and its one-line reason (rules of the module docstring): the seed rule's
-    verdict (`seed_verdict`), then the market-noise check of a keep wired / harmful."""
-    verdict, reason = _seed_decide(row, rule_verdict, metric_note, power, m)
-    row["seed_verdict"] = verdict
-    if (verdict in ("keep wired", "harmful") and row.get("market_noise") == MARKET_OK
-            and not (row["wired_diverged"] or row["measured_diverged"])
-            and contradicts(row["effect"], row["market_ci_low"], row["market_ci_high"])):
-        word = "helps" if verdict == "keep wired" else "hurts"
-        return "inconclusive", (
-            f"not confirmed against market noise: the seeds say wiring {word}, but the market-noise interval "
-            f"[{_fmt(row['market_ci_low'])}, {_fmt(row['market_ci_high'])}] at the same level "
-            f"{'includes 0' if row['market_ci_low'] <= 0 <= row['market_ci_high'] else 'lies on the other side of 0'}: "
-            f"on this one price history the difference may be the market's luck; {reason}")
-    return verdict, reason
-
-
-def _seed_decide(row: dict, rule_verdict: str, metric_note: str, power: float, m: int) -> tuple[str, str]:
-    """The seed rule's verdict and its one-line reason from one gem's evidence; with a wiring
-    test the verdict is `rule_verdict` (`seed_rule.decide_family`'s), and the reason its evidence."""
+def _seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, power: float, m: int) -> str:
+    """The one-line reason of the seed rule's `verdict` (`rules.seed.decide_family`'s) from one
+    gem's evidence; `at_null` whether its measured magnitude is at its null (the rule's)."""
     a = row["alpha"]
     extra = f"; {metric_note}" if metric_note else ""
-    delete_mag = np.isfinite(row["excess_tost_p_adjusted"]) and row["excess_tost_p_adjusted"] <= a
     mag_text = (f"measured excess over its null ~0: median {_fmt(row['excess_median'])} x loss, CI "
                 f"[{_fmt(row['excess_ci_low'])}, {_fmt(row['excess_ci_high'])}] within +-{row['rel_threshold']:g} "
                 f"(TOST, Holm p {_fmt(row['excess_tost_p_adjusted'], '.2g')}, {_fmt(row['excess_n'], '.0f')} seeds)")
     delete_red = bool(row["redundancy"])
-    if row["n_seeds"] and np.isfinite(row["p_adjusted"]):
+    if verdict in (KEEP, HARMFUL, DELETE, EQUIVALENT, INCONCLUSIVE):  # a wiring test
         ev = (f"{row['outcome']} effect {_fmt(row['effect'], '+.3g')}, {row['ci_level']:.1%} CI "
               f"[{_fmt(row['ci_low'])}, {_fmt(row['ci_high'])}], Holm p {_fmt(row['p_adjusted'], '.2g')} "
               f"({row['n_seeds']} seeds; {row['design']})")
         if row["wired_diverged"] or row["measured_diverged"]:
             ev += f"; diverged (counted as worst): wired {int(row['wired_diverged'])}, measured {int(row['measured_diverged'])}"
         ev += _market_text(row)
-        if rule_verdict == KEEP:
-            return KEEP, f"wiring helps: {ev}{extra}"
-        if rule_verdict == HARMFUL:
-            return HARMFUL, f"wiring hurts: {ev}{extra}"
+        if verdict == KEEP:
+            return f"wiring helps: {ev}{extra}"
+        if verdict == HARMFUL:
+            return f"wiring hurts: {ev}{extra}"
         tost = (f"effect within +-{row['rope']:g} (TOST Holm p {_fmt(row['tost_p_adjusted'], '.2g')})")
-        if rule_verdict == DELETE:  # both halves of the evidence: nothing measured, nothing gained
-            why = mag_text if delete_mag else f"{row['redundancy']} (redundancy factorial)"
-            return DELETE, f"{why}; and wiring is equivalent to none: {tost}; {ev}{extra}"
-        if rule_verdict == EQUIVALENT:
-            return EQUIVALENT, f"no practical difference: {tost}; {ev}{extra}"
-        small = smallest_p(int(row["n_seeds"]))
+        if verdict == DELETE:  # both halves of the evidence: nothing measured, nothing gained
+            why = mag_text if at_null else f"{row['redundancy']} (redundancy factorial)"
+            return f"{why}; and wiring is equivalent to none: {tost}; {ev}{extra}"
+        if verdict == EQUIVALENT:
+            return f"no practical difference: {tost}; {ev}{extra}"
         hint = (f"; {int(row['n_seeds'])} seeds cannot reach p <= {a / max(m, 1):.2g} at all"
-                if small > a / max(m, 1) else "")
+                if cannot_reach(int(row["n_seeds"]), a / max(m, 1)) else "")
         div = row.get("divergence_rate", 0.0)
         div_text = f", {div:.0%} of members diverged" if np.isfinite(div) and div > 0 else ""
-        held = (f"; not delete: {'the magnitude is at its null' if delete_mag else row['redundancy']}, but wiring "
-                "is not shown equivalent to none (delete needs both)" if delete_mag or delete_red else "")
-        return "inconclusive", (f"{ev}; detectable at {power:.0%} power{div_text}: |effect| >= {_fmt(row['mde'])} "
-                                f"(about {_fmt(row['seeds_needed'], '.0f')} seeds would detect +-{row['rope']:g}){hint}{held}{extra}")
+        held = (f"; not delete: {'the magnitude is at its null' if at_null else row['redundancy']}, but wiring "
+                "is not shown equivalent to none (delete needs both)" if at_null or delete_red else "")
+        return (f"{ev}; detectable at {power:.0%} power{div_text}: |effect| >= {_fmt(row['mde'])} "
+                f"(about {_fmt(row['seeds_needed'], '.0f')} seeds would detect +-{row['rope']:g}){hint}{held}{extra}")
     no_wiring = "; not delete: wiring was never compared with measuring (delete needs both: add an arm with it wired)"
-    if row["wired_members"] and row["measured_members"]:
-        return "insufficient: confounded", (
-            "wired and measured members never differ in this gem alone at a common seed"
-            + (f": {row['fix']}" if row["fix"] else ""))
-    if row["wired_members"]:
-        return "insufficient data", "wired only: add an arm with this gem measured (same seeds)"
-    if row["measured_members"]:
+    if verdict == CONFOUNDED:
+        return ("wired and measured members never differ in this gem alone at a common seed"
+                + (f": {row['fix']}" if row["fix"] else ""))
+    if verdict == INSUFFICIENT and row["wired_members"]:
+        return "wired only: add an arm with this gem measured (same seeds)"
+    if verdict == INSUFFICIENT:
         mag = "" if not np.isfinite(row["excess_median"]) else (
             f"; measured excess median {_fmt(row['excess_median'])} x loss, CI "
             f"[{_fmt(row['excess_ci_low'])}, {_fmt(row['excess_ci_high'])}]")
-        held = (f"; {mag_text}" + no_wiring) if delete_mag else (f"; {row['redundancy']} (redundancy factorial)" + no_wiring
-                                                                   if delete_red else "")
-        return "insufficient data", f"measured only: add an arm with this gem wired (same seeds){mag}{held}"
-    return "no data", "never measured nor wired in a finished trial"
+        held = (f"; {mag_text}" + no_wiring) if at_null else (f"; {row['redundancy']} (redundancy factorial)" + no_wiring
+                                                                if delete_red else "")
+        return f"measured only: add an arm with this gem wired (same seeds){mag}{held}"
+    return "never measured nor wired in a finished trial"
 
 
 def placebo_verdicts(
@@ -346,47 +338,47 @@ def placebo_verdicts(
     gems: list[GemEntry],
     members: pd.DataFrame,
     *,
-    alpha: float = defaults.ALPHA,
-    rope: float = defaults.ROPE,
-    last_k: int = defaults.LAST_K,
-    placebo_weight: float = defaults.PLACEBO_WEIGHT,
+    thresholds: Thresholds | None = None,
     metric: str = defaults.METRIC,
+    **settings,
 ) -> pd.DataFrame:
-    """The null arms, by the same rule without Holm (the stricter check): per gem with a
+    """The null arms, by the same rule without Holm (the stricter check: each arm its own family
+    of one in `rules.seed.decide_family`): per gem with a
     placebo arm, placebo minus measured (`kind` placebo), and per A/A arm (issue 21: the control
     with another `trainer.replay_stream`, an independent nuisance stream and nothing else),
     A/A minus its stream-0 twin (`kind` a/a, gem `-`). Their verdict must be `equivalent` or
     `inconclusive`; `keep wired` or `harmful` means the learner's outcome moves with nuisance
     more than the rule allows for. `tied_share` is the share of units whose difference is
     exactly 0 (identical outcomes); above UNINFORMATIVE_TIES the arm is `informative` False:
-    it tests nothing (a weight-1e-9 placebo is often bit-identical to its control)."""
+    it tests nothing (a weight-1e-9 placebo is often bit-identical to its control).
+    `thresholds` / `settings` as in `gem_verdicts`."""
+    th = Thresholds.build(thresholds, **settings)
     column, _ = verdict_metric(members, metric)
     rows = []
     t = cells.table
     if AA_FACTOR in t.columns:
         for level in sorted(set(t[AA_FACTOR]) - {AA_BASE}):
-            pr = paired(cells, AA_FACTOR, level, AA_BASE, column=column, k=last_k)
+            pr = paired(cells, AA_FACTOR, level, AA_BASE, column=column, k=th.last_k)
             if pr.n:
-                rows.append(_null_row(pr, "-", column, alpha, rope, f"a/a (replay stream {level.split('.')[0]})"))
+                rows.append(_null_row(pr, "-", column, th, f"a/a (replay stream {level.split('.')[0]})"))
     for g in gems:
-        _, is_placebo = placebo_selectors(g, placebo_weight)
+        _, is_placebo = placebo_selectors(g, th.placebo_weight)
         mode = f"gems.{g.name}.mode"
         if mode not in cells.table.columns:
             continue
-        pr: Paired = paired(cells, mode, WIRE, MEASURE, column=column, k=last_k,
-                            ignore=(f"gems.{g.name}.weight",), select=lambda t, f=is_placebo, md=mode: f(t) | (t[md] == MEASURE))
+        pr = wiring_pairs(cells, g.name, column=column, k=th.last_k,
+                          select=lambda t, f=is_placebo, md=mode: f(t) | (t[md] == MEASURE))
         if not pr.n:
             continue
-        rows.append(_null_row(pr, g.name, column, alpha, rope, "placebo"))
+        rows.append(_null_row(pr, g.name, column, th, "placebo"))
     return pd.DataFrame(rows, columns=PLACEBO_COLUMNS)
 
 
-def _null_row(pr: Paired, gem: str, column: str, alpha: float, rope: float, kind: str) -> dict:
+def _null_row(pr: Paired, gem: str, column: str, th: Thresholds, kind: str) -> dict:
     """One null arm's row of `placebo_verdicts`: the rule without Holm, its spread and ties."""
-    r = rank_test(pr.diffs[None, :], rope=rope, tail=alpha / 2)
+    r = rank_test(pr.diffs[None, :], rope=th.rope, tail=th.alpha / 2)
     p, pt, est = float(r["p"][0]), float(r["p_tost"][0]), float(r["estimate"][0])
-    verdict = ("keep wired" if p <= alpha and est > 0 else "harmful" if p <= alpha and est < 0
-               else "equivalent" if pt <= alpha else "inconclusive")
+    verdict = str(decide_family([p], [est], [pt], alpha=th.alpha).verdict[0])  # a family of one: no Holm
     fin = pr.diffs[np.isfinite(pr.diffs)]
     q = np.percentile(fin, [25, 75]) if fin.size else [math.nan, math.nan]
     tied = float(np.mean(pr.diffs == 0.0))

@@ -14,11 +14,13 @@ The simulation gives each gem's comparison what a verdict faces:
   first gem's fold effects run linearly from +delta (first fold) to -delta (last), mean zero:
   it must not read keep wired / harmful.
 
-On these it runs the rule of `walk_forward.py` on top of the seed rule of `verdicts.py`, with the
-same functions (`inference.rank_test`, Holm, `walk_forward.fold_estimates`, `walk_forward.hksj`,
-`walk_forward.inconsistent`, `walk_forward.combined_bounds`), vectorised over
-datasets. Codes per dataset and gem: +1 keep wired, -1 harmful, 2 equivalent, 3 inconsistent
-across periods, 0 otherwise.
+On these it runs the rule the verdicts ship, through the same functions of the rule module
+(`tune_gems.analysis.rules`: the seed rule `seed.decide_family`, the gates `gates.market_gate` and
+`gates.one_period_gate`, the pooling `pooling.fold_estimates` / `pooling.hksj` /
+`pooling.shared_seed_variance` and the period rule `periods.decide_periods`), vectorised over
+datasets: what the simulation adds is only the data and the market-noise interval it models.
+Codes per dataset and gem (`rules.words.verdict_codes`): +1 keep wired, -1 harmful, 2
+equivalent, 3 inconsistent across periods, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -31,10 +33,13 @@ from scipy import stats as sps
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.calibration import Shape, _draws, mc_tolerance
-from tune_gems.stats.inference import holm_batch, rank_test
-from tune_gems.analysis.walk_forward import combined_bounds, fold_estimates, hksj, inconsistent, shared_seed_variance
-
-KEEP, HARMFUL, EQUIVALENT, INCONSISTENT = 1, -1, 2, 3
+from tune_gems.analysis.rules.gates import market_gate, one_period_gate
+from tune_gems.analysis.rules.periods import decide_periods
+from tune_gems.analysis.rules.pooling import fold_estimates, hksj, shared_seed_variance
+from tune_gems.analysis.rules.seed import decide_family
+from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.words import EQUIVALENT_CODE, HARMFUL_CODE, INCONSISTENT_CODE, KEEP_CODE, verdict_codes
+from tune_gems.stats.inference import holm_levels, rank_test
 
 
 def _divergence(rng, d: np.ndarray, p_div: float) -> np.ndarray:
@@ -60,78 +65,57 @@ def simulate_folds(rng, shape: Shape, n_sim: int, folds: int, *, effect: float =
     return _divergence(rng, d, shape.p_div)
 
 
-def _holm_level(p: np.ndarray, alpha: float) -> np.ndarray:
-    """`inference.holm_levels` per row of p [S, m], vectorised."""
-    s, m = p.shape
-    order = np.argsort(p, axis=1, kind="stable")
-    ps = np.take_along_axis(p, order, 1)
-    step = alpha / (m - np.arange(m))[None, :]
-    failed_before = np.concatenate([np.zeros((s, 1), bool), np.cumsum(ps > step, 1)[:, :-1] > 0], 1)
-    lv = np.where(failed_before, alpha / m, step)
-    out = np.empty_like(lv)
-    np.put_along_axis(out, order, lv, 1)
-    return out
-
-
 def _seed_rule(d: list[np.ndarray], rope: float, alpha: float):
-    """The seed rule of verdicts.py on per-seed differences [S, n] per gem: (decisive sign,
-    equivalent, estimate, levels, any divergence), each [S, m]."""
+    """The seed rule of the verdicts (`rules.seed.decide_family`) on per-seed differences [S, n]
+    per gem: (verdict words, estimate, p), each [S, m]."""
     rs = [rank_test(x, rope=rope, tail=alpha / 2) for x in d]
-    p = np.stack([r["p"] for r in rs], 1)
-    est = np.stack([r["estimate"] for r in rs], 1)
-    decisive = np.where(holm_batch(p) <= alpha, np.sign(est), 0)
-    equiv = (holm_batch(np.stack([r["p_tost"] for r in rs], 1)) <= alpha) & (decisive == 0)
-    div = np.stack([~np.isfinite(x).all(1) for x in d], 1)
-    return decisive, equiv, est, _holm_level(p, alpha), div
+    p, est, pt = (np.stack([r[k] for r in rs], 1) for k in ("p", "estimate", "p_tost"))
+    return decide_family(p, est, pt, alpha=alpha).verdict, est, p
 
 
 def rule_one_period(d: np.ndarray, tau: float, sd: float, *, rope: float, alpha: float) -> np.ndarray:
-    """Codes [S, m] of the K = 1 rule on d [S, m, n]: the seed rule, the market-noise gate (the
-    interval around the mean difference, half-width z x tau x SE, must exclude 0 on the effect's
-    side) and the combined half-width gate of walk_forward._one_period."""
+    """Codes [S, m] of the K = 1 rule on d [S, m, n]: the seed rule, then the market gate (the
+    market-noise interval around the mean difference, half-width z x tau x SE at the seed
+    interval's Holm level; skipped where a member diverged, as the verdicts skip it) and the
+    one-period gate (the seed and market-noise intervals combined), the functions
+    `verdicts.py` and `walk_forward._one_period` call. tau <= 0: no market-noise interval (as
+    with per-seed paths), the seed rule alone."""
     s, m, n = d.shape
     gems = [d[:, g] for g in range(m)]
-    decisive, equiv, est, levels, div = _seed_rule(gems, rope, alpha)
-    codes = np.where(equiv, EQUIVALENT, decisive).astype(int)
+    verdict, est, p = _seed_rule(gems, rope, alpha)
     if tau <= 0:
-        return codes
+        return verdict_codes(verdict)
+    levels = holm_levels(p, alpha)
     h_m = sps.norm.ppf(1 - levels / 2) * tau * sd / math.sqrt(n)
-    for g in range(m):
-        with np.errstate(over="ignore", invalid="ignore"):
-            r = rank_test(gems[g], tail=levels[:, g] / 2)
-            lo, hi = combined_bounds(est[:, g], r["low"], r["high"], -h_m[:, g], h_m[:, g])
-            centre = np.nanmean(np.where(np.isfinite(gems[g]), gems[g], np.nan), 1)
-        # the market-noise gate of verdicts.py (skipped there when a member diverged) ...
-        market_confirms = (np.sign(centre - np.sign(est[:, g]) * h_m[:, g]) == np.sign(est[:, g])) | div[:, g]
-        # ... and the combined interval of walk_forward._one_period (always)
-        bad_keep = (np.abs(codes[:, g]) == 1) & (~market_confirms | ~((lo > 0) | (hi < 0)))
-        bad_equiv = (codes[:, g] == EQUIVALENT) & ~((-rope < lo) & (hi < rope))
-        codes[:, g] = np.where(bad_keep | bad_equiv, 0, codes[:, g])
-    return codes
+    with np.errstate(over="ignore", invalid="ignore"):
+        seed = [rank_test(gems[g], tail=levels[:, g] / 2) for g in range(m)]
+        centre = np.stack([np.nanmean(np.where(np.isfinite(x), x, np.nan), 1) for x in gems], 1)
+    low, high = np.stack([r["low"] for r in seed], 1), np.stack([r["high"] for r in seed], 1)
+    diverged = np.stack([~np.isfinite(x).all(1) for x in gems], 1)
+    verdict = market_gate(verdict, est, centre - h_m, centre + h_m, applies=~diverged)
+    verdict = one_period_gate(verdict, est, low, high, -h_m, h_m, rope=rope, applies=np.ones((s, m), bool)).verdict
+    return verdict_codes(verdict)
 
 
 def rule_periods(d: np.ndarray, *, rope: float, alpha: float) -> np.ndarray:
     """Codes [S, m] of the K >= 2 rule on d [S, m, K, n]: the seed rule on the fold-averaged
-    per-seed differences AND the pooled HKSJ effect (Holm over gems) on the same side; an
-    inconsistent sign with significant heterogeneity reads INCONSISTENT; equivalent needs the
-    pooled TOST too (walk_forward.period_verdicts)."""
+    per-seed differences, each gem's fold effects pooled (`rules.pooling.hksj` with the shared
+    seed variance), and the period rule (`rules.periods.decide_periods`, Holm over the gems):
+    the functions `walk_forward.period_verdicts` calls."""
     s, m, k, n = d.shape
     with np.errstate(invalid="ignore"):
         unit = np.nan_to_num(d.mean(2), nan=0.0)  # +inf with -inf: a tie (designs._unit_mean)
-    decisive, equiv, _, _, _ = _seed_rule([unit[:, g] for g in range(m)], rope, alpha)
-    pooled = []
+    seed, _, _ = _seed_rule([unit[:, g] for g in range(m)], rope, alpha)
+    thetas, pooled = [], []
     for g in range(m):
         theta, var = fold_estimates(d[:, g].reshape(s * k, n))
-        pooled.append((theta.reshape(s, k), hksj(theta.reshape(s, k), var.reshape(s, k), rope=rope, tail=alpha / 2,
-                                                 extra_var=shared_seed_variance(d[:, g]))))
-    p = np.nan_to_num(np.stack([r["p"] for _, r in pooled], 1), nan=1.0)
-    sign = np.stack([np.sign(r["mu"]) for _, r in pooled], 1)
-    pooled_dec = np.where(holm_batch(p) <= alpha, sign, 0)
-    pooled_eq = holm_batch(np.nan_to_num(np.stack([r["p_tost"] for _, r in pooled], 1), nan=1.0)) <= alpha
-    flips = np.stack([inconsistent(th, r["q_p"], alpha) for th, r in pooled], 1)
-    codes = np.where((decisive != 0) & (decisive == pooled_dec), decisive, 0)
-    codes = np.where(equiv & pooled_eq, EQUIVALENT, codes)
-    return np.where(flips, INCONSISTENT, codes).astype(int)
+        thetas.append(theta.reshape(s, k))
+        pooled.append(hksj(theta.reshape(s, k), var.reshape(s, k), rope=rope, tail=alpha / 2,
+                           extra_var=shared_seed_variance(d[:, g])))
+    col = {key: np.stack([r[key] for r in pooled], 1) for key in ("p", "p_tost", "mu", "se", "q_p")}
+    rule = decide_periods(seed, col["p"], col["p_tost"], col["mu"], col["se"], k - 1, np.stack(thetas, 1),
+                          col["q_p"], alpha=alpha)
+    return verdict_codes(rule.verdict)
 
 
 def period_codes(shapes: list[Shape], n_sim: int, folds: int, *, effect: float = 0.0, tau: float = 0.0,
@@ -154,16 +138,18 @@ def _period_codes(rng, shapes, n, n_sim, folds, effect, tau, rho, flip, dist, ro
     return rule_periods(d, rope=rope, alpha=alpha)
 
 
-def period_calibration_table(shapes: list[Shape], *, n_sim: int = defaults.N_SIM, folds=defaults.CALIBRATION_FOLDS,
-                             taus=defaults.CALIBRATION_TAUS, rhos=defaults.CALIBRATION_RHOS,
-                             effects=defaults.CALIBRATION_PERIOD_EFFECTS, flip: float = defaults.CALIBRATION_FLIP,
-                             rope: float = defaults.ROPE, alpha: float = defaults.ALPHA,
-                             seed: int = defaults.SEED, dist: str = "normal") -> pd.DataFrame:
-    """One row per (folds, tau, rho): family-wise false keep / harmful under the null, false
+def period_calibration_table(shapes: list[Shape], *, thresholds: Thresholds | None = None,
+                             folds=defaults.CALIBRATION_FOLDS, taus=defaults.CALIBRATION_TAUS,
+                             rhos=defaults.CALIBRATION_RHOS, effects=defaults.CALIBRATION_PERIOD_EFFECTS,
+                             flip: float = defaults.CALIBRATION_FLIP, dist: str = "normal", **settings) -> pd.DataFrame:
+    """At `thresholds`' alpha, rope, n_sim and seed (`settings` replace fields by name), one row
+    per (folds, tau, rho): family-wise false keep / harmful under the null, false
     equivalent with the first gem's effect at the ROPE, power at planted consistent effects
     (multiples of the first gem's sd), and under a regime flip of +-`flip` SE the first gem's
     keep / harmful rate (must stay <= alpha) and its inconsistent rate. rho only matters with
     several folds (one row per tau at K = 1)."""
+    th = Thresholds.build(thresholds, **settings)
+    n_sim, rope, alpha, seed = th.n_sim, th.rope, th.alpha, th.seed
     rows = []
     sd = shapes[0].sd
     for k in folds:
@@ -173,17 +159,18 @@ def period_calibration_table(shapes: list[Shape], *, n_sim: int = defaults.N_SIM
                 null = period_codes(shapes, n_sim, k, seed=seed, **common)
                 dec = np.abs(null) == 1
                 row = dict(folds=k, tau_se=tau, rho=rho, n_seeds=shapes[0].n, sd=sd, gems=len(shapes), n_sim=n_sim, dist=dist,
-                           false_keep=float((null == KEEP).any(1).mean()), false_harmful=float((null == HARMFUL).any(1).mean()),
+                           false_keep=float((null == KEEP_CODE).any(1).mean()),
+                           false_harmful=float((null == HARMFUL_CODE).any(1).mean()),
                            fwer=float(dec.any(1).mean()), mc_tolerance=mc_tolerance(alpha, n_sim))
                 eq = period_codes(shapes, n_sim, k, effect=rope, seed=seed + 1, **common)
-                row["false_equivalent@rope"] = float((eq[:, 0] == EQUIVALENT).mean())
+                row["false_equivalent@rope"] = float((eq[:, 0] == EQUIVALENT_CODE).mean())
                 for mult in effects:
                     c = period_codes(shapes, n_sim, k, effect=mult * sd, seed=seed + 2, **common)
-                    row[f"power@{mult:g} sd"] = float((c[:, 0] == KEEP).mean())
+                    row[f"power@{mult:g} sd"] = float((c[:, 0] == KEEP_CODE).mean())
                 if k > 1:
                     f = period_codes(shapes, n_sim, k, flip=flip, seed=seed + 3, **common)
                     row["flip_decisive"] = float((np.abs(f[:, 0]) == 1).mean())
-                    row["flip_inconsistent"] = float((f[:, 0] == INCONSISTENT).mean())
+                    row["flip_inconsistent"] = float((f[:, 0] == INCONSISTENT_CODE).mean())
                 rows.append(row)
     return pd.DataFrame(rows)
 

@@ -25,7 +25,6 @@ from functools import lru_cache
 
 import numpy as np
 from scipy import stats as sps
-from statsmodels.stats.multitest import multipletests
 
 EXACT_MAX_N = 400
 """Exact null distribution up to this many seeds (O(n^3) once per n); a normal approximation
@@ -157,65 +156,61 @@ def hodges_lehmann(d: np.ndarray) -> float:
     return float(rank_test(d[None, :])["estimate"][0]) if d.size else math.nan
 
 
-def holm(p: np.ndarray) -> np.ndarray:
-    """Holm-adjusted p-values along the last axis (NaN entries are left out of the family):
-    statsmodels' `multipletests(method="holm")` on each row's finite entries."""
-    p = np.asarray(p, float)
-    flat = p.reshape(-1, p.shape[-1]) if p.ndim else p.reshape(1, 1)
-    out = np.full_like(flat, np.nan)
-    for r in range(flat.shape[0]):
-        ok = ~np.isnan(flat[r])
-        if ok.any():
-            out[r, ok] = multipletests(flat[r, ok], method="holm")[1]
-    return out.reshape(p.shape)
-
-
-def holm_batch(p: np.ndarray) -> np.ndarray:
-    """Holm-adjusted p along the last axis of p [S, m]: `holm` vectorised over the rows, for the
-    calibration's thousands of simulated families (a statsmodels call per row would dominate its
-    run time: each runs a gc.collect(), whose cost grows with the objects the process holds;
-    tests/test_libraries.py checks both against statsmodels). NaN entries are left out of their
-    row's family, as in `holm`: the rows are adjusted in groups that share one NaN pattern."""
-    p = np.asarray(p, float)
-    nan = np.isnan(p)
-    if nan.any():
-        out = np.full_like(p, np.nan)
-        patterns, group = np.unique(nan, axis=0, return_inverse=True)
-        for g, pattern in enumerate(patterns):
-            rows, cols = np.nonzero(group.ravel() == g)[0], np.nonzero(~pattern)[0]
-            if cols.size:
-                out[np.ix_(rows, cols)] = holm_batch(p[np.ix_(rows, cols)])
-        return out
-    s, m = p.shape
+def _holm_steps(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The one Holm step-down, per row of p [S, m] (NaN entries left out of their row's family):
+    (order, sorted p, the step's multiplier m_row - j for sorted position j). NaN sorts last, so
+    each row's family is its first m_row sorted entries; the multiplier is <= 0 past them."""
     order = np.argsort(p, axis=1, kind="stable")
     ps = np.take_along_axis(p, order, 1)
-    adj = np.minimum(np.maximum.accumulate(ps * (m - np.arange(m))[None, :], axis=1), 1.0)
-    out = np.empty_like(adj)
-    np.put_along_axis(out, order, adj, 1)
+    family = (~np.isnan(p)).sum(1, keepdims=True)
+    return order, ps, family - np.arange(p.shape[1])[None, :]
+
+
+def _unsort(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    out = np.empty_like(values)
+    np.put_along_axis(out, order, values, 1)
     return out
 
 
+def holm_batch(p: np.ndarray) -> np.ndarray:
+    """Holm-adjusted p along the last axis of p [S, m], vectorised over the rows (the calibration's
+    thousands of simulated families; a statsmodels call per row would dominate its run time).
+    tests/test_libraries.py checks it against statsmodels' `multipletests(method="holm")`. NaN
+    entries are left out of their row's family (and stay NaN)."""
+    p = np.asarray(p, float)
+    order, ps, steps = _holm_steps(p)
+    adj = np.minimum(np.maximum.accumulate(ps * steps, axis=1), 1.0)  # NaN past the family: sorted last
+    return _unsort(adj, order)
+
+
+def holm(p: np.ndarray) -> np.ndarray:
+    """Holm-adjusted p-values along the last axis of p of any shape (a 1-D p is one family): `holm_batch`."""
+    p = np.asarray(p, float)
+    if not p.size:
+        return p.copy()
+    return holm_batch(p.reshape(-1, p.shape[-1]) if p.ndim else p.reshape(1, 1)).reshape(p.shape)
+
+
 def holm_levels(p: np.ndarray, alpha: float) -> np.ndarray:
-    """Per-test two-sided level whose interval agrees with Holm's decision at family level alpha.
+    """Per-test two-sided level whose interval agrees with Holm's decision at family level alpha,
+    along the last axis of p (any shape), from the step-down of `holm_batch`.
 
     Sorted by p, step j (0-based) of m tests uses alpha / (m - j) while every earlier step
     rejected (the first step that fails too: its p exceeds its level); after a failed step the
     rest use alpha / m (their p exceed it, so their intervals, like their Holm decisions,
     cannot exclude 0). NaN entries stay NaN."""
     p = np.asarray(p, float)
-    out = np.full(p.shape, np.nan)
-    ok = np.nonzero(~np.isnan(p))[0]
-    m = ok.size
-    order = ok[np.argsort(p[ok], kind="stable")]
-    rejecting = True
-    for j, i in enumerate(order):
-        level = alpha / (m - j)
-        if rejecting:
-            out[i] = level
-            rejecting = p[i] <= level
-        else:
-            out[i] = alpha / m
-    return out
+    if not p.size:
+        return p.copy()
+    flat = p.reshape(-1, p.shape[-1]) if p.ndim else p.reshape(1, 1)
+    order, ps, steps = _holm_steps(flat)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a row of NaN only: no family
+        step_level, first_level = alpha / steps, alpha / steps[:, :1]
+    failed = np.cumsum(ps > step_level, axis=1)  # NaN entries sort last: they never count
+    failed_before = np.concatenate([np.zeros((flat.shape[0], 1), int), failed[:, :-1]], 1) > 0
+    levels = np.where(failed_before, first_level, step_level)
+    levels = np.where(np.isnan(ps), np.nan, levels)
+    return _unsort(levels, order).reshape(p.shape)
 
 
 ARE_WILCOXON = math.sqrt(math.pi / 3.0)

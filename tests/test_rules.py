@@ -1,0 +1,188 @@
+"""The verdict rule has one home (issue 29, item 3): `tune_gems/analysis/rules/`.
+
+A calibration states the error rates of the rule the verdicts ship only if both run the same
+decision code. These tests fail when a decision is made anywhere else:
+
+- the verdict words are spelled (as string constants) only in `rules/words.py`;
+- outside the rule package a verdict word is only ever compared with (`==`, `in`), never chosen:
+  no `np.where`, `np.select`, conditional expression, assignment or return outside the rules
+  produces one, so every verdict a table or a calibration holds came out of a rule function;
+- Holm is defined once (`stats/inference.py`), and its three entry points share one step-down;
+- the verdicts and the calibrations hold the very same rule objects;
+- on the same per-seed differences, the shipped verdict path and the calibration's rule give the
+  same decision (walk-forward folds and one period).
+
+Parsed with `ast` (nothing is imported) except the last two, which run the functions.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fake_results as fr  # noqa: E402
+
+from tune_gems.analysis.rules import words  # noqa: E402
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tune_gems"
+RULES = PACKAGE / "analysis" / "rules"
+WORD_NAMES = {"KEEP", "HARMFUL", "EQUIVALENT", "DELETE", "INCONCLUSIVE", "INCONSISTENT", "CONFOUNDED", "INSUFFICIENT",
+              "NO_DATA", "NOT_TESTED", "DECISIVE", "NULL_ARM_OK", "VERDICTS"}
+"""The names in rules/words.py that are verdict words or sets of them."""
+ALLOWED_CHOICES = {("analysis/search_choice.py", "NO_DATA")}
+"""Uses of a verdict word as a value outside the rules, with why: a gem that has no row in the
+confirmation's verdicts was not confirmed at all (`side_by_side` shows `no data`, a fact, not a test)."""
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if RULES not in path.parents:
+            yield path.relative_to(PACKAGE).as_posix(), ast.parse(path.read_text())
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    for node in ast.walk(tree):  # attribute docstrings: a bare string after an assignment
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            out.add(id(node.value))
+    return out
+
+
+def test_the_verdict_words_are_spelled_only_in_the_rule_module():
+    spelled = [w for w in words.VERDICTS if w]
+    bad = []
+    for name, tree in _modules():
+        skip = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and id(node) not in skip and node.value in spelled:
+                bad.append(f"tune_gems/{name}:{node.lineno}: {node.value!r}")
+    assert not bad, "verdict words spelled outside rules/words.py (import them from there):\n" + "\n".join(bad)
+
+
+def _word_bindings(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """(local names bound to verdict words, local names bound to the words module)."""
+    names, modules = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "tune_gems.analysis.rules.words":
+            names |= {a.asname or a.name for a in node.names if a.name in WORD_NAMES}
+        if isinstance(node, ast.ImportFrom) and node.module == "tune_gems.analysis.rules":
+            modules |= {a.asname or a.name for a in node.names if a.name == "words"}
+    return names, modules
+
+
+def _compared(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """Whether `node` is an operand of a comparison (directly, or inside a tuple / list / set there)."""
+    parent = parents.get(id(node))
+    while isinstance(parent, (ast.Tuple, ast.List, ast.Set)):
+        parent = parents.get(id(parent))
+    return isinstance(parent, ast.Compare)
+
+
+def test_outside_the_rules_a_verdict_word_is_only_compared_with_never_chosen():
+    bad = []
+    for name, tree in _modules():
+        names, modules = _word_bindings(tree)
+        if not names and not modules:
+            continue
+        parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+        for node in ast.walk(tree):
+            word = (node.id if isinstance(node, ast.Name) and node.id in names else
+                    node.attr if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in modules and node.attr in WORD_NAMES else None)
+            if word and not _compared(node, parents) and (name, word) not in ALLOWED_CHOICES:
+                bad.append(f"tune_gems/{name}:{node.lineno}: {word}")
+    assert not bad, ("a verdict chosen outside tune_gems/analysis/rules/ (decide it there, in a rule function the "
+                     "calibration runs too):\n" + "\n".join(bad))
+
+
+def test_the_check_catches_a_verdict_chosen_outside_the_rules():
+    tree = ast.parse("from tune_gems.analysis.rules.words import KEEP, INCONCLUSIVE\n"
+                     "v = KEEP if p <= alpha else INCONCLUSIVE\nok = v == KEEP\n")
+    names, _ = _word_bindings(tree)
+    parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+    chosen = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in names and not _compared(n, parents)]
+    assert chosen == ["KEEP", "INCONCLUSIVE"]
+
+
+def _functions(tree: ast.AST) -> dict[str, ast.FunctionDef]:
+    return {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+
+
+def _calls(fn: ast.FunctionDef) -> set[str]:
+    return {n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+
+
+def test_holm_is_defined_once_and_its_entry_points_share_one_step_down():
+    defined = sorted(f"tune_gems/{name}: {fn}" for name, tree in _modules() for fn in _functions(tree)
+                     if "holm" in fn.lower() and name != "stats/inference.py")
+    defined += sorted(f"tune_gems/analysis/rules/{p.name}: {fn}" for p in RULES.glob("*.py")
+                      for fn in _functions(ast.parse(p.read_text())) if "holm" in fn.lower())
+    assert not defined, "Holm defined outside stats/inference.py:\n" + "\n".join(defined)
+    fns = _functions(ast.parse((PACKAGE / "stats" / "inference.py").read_text()))
+    assert "holm_batch" in _calls(fns["holm"])
+    assert "_holm_steps" in _calls(fns["holm_batch"]) and "_holm_steps" in _calls(fns["holm_levels"])
+    assert "argsort" in ast.dump(fns["_holm_steps"]) and "argsort" not in ast.dump(fns["holm_levels"])
+
+
+def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
+    from tune_gems.analysis import calibration, redundancy, verdicts, walk_forward, walk_forward_calibration
+    from tune_gems.analysis.rules import gates, periods, pooling, seed
+
+    uses = {
+        seed.decide_family: (verdicts, calibration, walk_forward_calibration),
+        gates.market_gate: (verdicts, walk_forward_calibration),
+        gates.one_period_gate: (walk_forward, walk_forward_calibration),
+        periods.decide_periods: (walk_forward, walk_forward_calibration),
+        pooling.hksj: (walk_forward, walk_forward_calibration),
+        pooling.fold_estimates: (walk_forward, walk_forward_calibration),
+        pooling.shared_seed_variance: (walk_forward, walk_forward_calibration),
+        seed.redundancy_finding: (redundancy,),
+    }
+    for fn, modules in uses.items():
+        for m in modules:
+            assert getattr(m, fn.__name__, None) is fn, f"{m.__name__} does not call rules' {fn.__name__}"
+
+
+# ---- the same data through the shipped path and the calibration's rule ----------------------
+
+
+def _fold_differences(cells, gem: str, column: str, k: int) -> np.ndarray:
+    """[1, 1, K, n] per-seed differences of `gem` in each fold, as the verdicts pair them."""
+    from tune_gems.analysis.selectors import wiring_pairs
+
+    folds = sorted(cells.table["fold"].unique())
+    rows = [wiring_pairs(cells, gem, column=column, k=k, select=lambda t, f=f: t["fold"] == f).diffs for f in folds]
+    return np.asarray(rows, float)[None, None]
+
+
+@pytest.mark.parametrize("fold_effects", [[0.5, 0.4, 0.6, 0.5], [0.5, 0.5, -0.5, -0.5], [0.0, 0.02, -0.02, 0.0],
+                                          [0.3, -0.05, 0.35, 0.1], [0.5, 0.05, 0.3], [0.5]])
+def test_the_shipped_verdict_is_the_calibrations_decision_on_the_same_differences(tmp_path, fold_effects):
+    """keep wired; inconsistent (the seeds: equivalent); equivalent; inconsistent (the seeds: keep);
+    not confirmed across 3 periods (the seeds: keep); one period: keep wired."""
+    from tune_gems.analysis.analyze import analyze
+    from tune_gems.analysis.pairing import build_cells
+    from tune_gems.analysis.rules.thresholds import Thresholds
+    from tune_gems.analysis.walk_forward_calibration import rule_one_period, rule_periods
+
+    th = Thresholds(n_boot=50)
+    res = analyze(fr.fold_scenario(tmp_path / "e", fold_effects), thresholds=th)
+    row = res.verdicts.set_index("gem").loc["g12"]
+    exp = res.experiment
+    d = _fold_differences(build_cells(exp.trials, exp.members, exp.arms), "g12", row["outcome"], th.last_k)
+    if len(fold_effects) > 1:
+        code = rule_periods(d, rope=th.rope, alpha=th.alpha)
+    else:  # one period without saved returns: no market-noise interval, the seed rule alone
+        code = rule_one_period(d[:, :, 0], 0.0, 1.0, rope=th.rope, alpha=th.alpha)
+    assert int(code[0, 0]) == int(words.verdict_codes(np.array([row["verdict"]]))[0]), row["reason"]

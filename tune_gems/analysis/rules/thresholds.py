@@ -1,0 +1,76 @@
+"""The analysis's settings as one frozen record: built once from the options, passed down whole.
+
+Why one record: the verdicts, the periods, the held-out check, the redundancy table, the null
+arms and the calibrations all read the same thresholds (alpha, the ROPE, ...); passed as ten
+keyword arguments through every layer, one layer could silently miss one. A `Thresholds` is
+checked when it is made (one line naming the option, `ConfigError`), so every layer below
+receives settings that are already valid. Defaults and why: `analysis/defaults.py`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from tune_gems.analysis import defaults
+from tune_gems.contracts.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The verdict thresholds (alpha, rope, rel_threshold, last_k, power, placebo_weight) and the
+    sizes of the resampling behind them (confidence, n_boot, seed; n_sim for the calibration).
+    Each field is the `--` option of the same name (underscores as dashes)."""
+
+    alpha: float = defaults.ALPHA
+    rope: float = defaults.ROPE
+    rel_threshold: float = defaults.REL_THRESHOLD
+    last_k: int = defaults.LAST_K
+    power: float = defaults.POWER
+    placebo_weight: float = defaults.PLACEBO_WEIGHT
+    confidence: float = defaults.CONFIDENCE
+    n_boot: int = defaults.N_BOOT
+    seed: int = defaults.SEED
+    n_sim: int = defaults.N_SIM
+
+    def __post_init__(self) -> None:
+        _number("alpha", self.alpha, defaults.MIN_ALPHA, 0.5, lo_open=False)
+        _number("rope", self.rope, 0.0, math.inf)
+        _number("rel_threshold", self.rel_threshold, 0.0, math.inf)
+        _number("last_k", self.last_k, 1, 10**6, lo_open=False, integer=True)
+        _number("power", self.power, 0.0, 1.0)
+        _number("placebo_weight", self.placebo_weight, 0.0, math.inf, lo_open=False)
+        _number("confidence", self.confidence, 0.0, 1.0)
+        _number("n_boot", self.n_boot, 1, defaults.MAX_N_BOOT, lo_open=False, hi_open=False, integer=True)
+        _number("n_sim", self.n_sim, 100, defaults.MAX_N_SIM, lo_open=False, hi_open=False, integer=True)
+        _number("seed", self.seed, 0, 2**63, lo_open=False, integer=True)
+
+    @classmethod
+    def build(cls, thresholds: Thresholds | None = None, **settings: Any) -> Thresholds:
+        """`thresholds` (default: all defaults) with the fields named in `settings` replaced;
+        checked. An unknown name is a TypeError, as for any unknown keyword argument."""
+        base = thresholds if thresholds is not None else cls()
+        return replace(base, **settings) if settings else base
+
+    def settings(self) -> dict[str, Any]:
+        """The analysis's settings as a report states them (n_sim is the calibration's, not the
+        analysis's, so it is left out)."""
+        out = asdict(self)
+        out.pop("n_sim")
+        return out
+
+
+def _number(name: str, v, lo: float, hi: float, lo_open: bool = True, hi_open: bool = True,
+            integer: bool = False) -> None:
+    """Refuse, in one line naming the option, a value that is not a number, NaN, infinite or out of range."""
+    flag = "--" + name.replace("_", "-")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
+        raise ConfigError(f"{flag}: expected {'an integer' if integer else 'a number'}, got {v!r}")
+    if not math.isfinite(v):
+        raise ConfigError(f"{flag}: must be a finite number, got {v}")
+    bad_lo = v <= lo if lo_open else v < lo
+    bad_hi = v >= hi if hi_open else v > hi
+    if bad_lo or bad_hi:
+        rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+        raise ConfigError(f"{flag}: must be in {rng}, got {v:g}")

@@ -1,0 +1,46 @@
+"""The verdict words, defined once: every module that writes, tests or prints a verdict uses these.
+
+A verdict is one of `VERDICTS` (docs/analysis.md "Verdicts" says what each means and when it is
+given). `DECISIVE` are the two that claim an effect; `NOT_TESTED` is the seed rule's entry for a
+gem without a wiring comparison (decided later, from what it lacks). The calibrations report
+decisions as integer codes (`verdict_codes`): +1 keep wired, -1 harmful, 2 equivalent, 3
+inconsistent across periods, 0 anything else.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+KEEP = "keep wired"
+HARMFUL = "harmful"
+EQUIVALENT = "equivalent"
+DELETE = "delete"
+INCONCLUSIVE = "inconclusive"
+INCONSISTENT = "inconclusive: inconsistent across periods"
+CONFOUNDED = "insufficient: confounded"
+INSUFFICIENT = "insufficient data"
+NO_DATA = "no data"
+NOT_TESTED = ""
+"""The seed rule's entry for a gem without a wiring test (NaN p): not decided by the seed rule."""
+
+VERDICTS = (KEEP, HARMFUL, EQUIVALENT, INCONCLUSIVE, INCONSISTENT, DELETE, CONFOUNDED, INSUFFICIENT, NO_DATA)
+"""Every verdict a gem can get, in the order docs/analysis.md lists them."""
+
+DECISIVE = (KEEP, HARMFUL)
+"""The verdicts that claim an effect: the ones the market-noise, period and held-out checks test."""
+
+NULL_ARM_OK = (EQUIVALENT, INCONCLUSIVE)
+"""The verdicts a null arm (placebo, A/A) may get; any other says the rule is not calibrated."""
+
+KEEP_CODE, HARMFUL_CODE, EQUIVALENT_CODE, INCONSISTENT_CODE = 1, -1, 2, 3
+CODES = {KEEP: KEEP_CODE, HARMFUL: HARMFUL_CODE, EQUIVALENT: EQUIVALENT_CODE, INCONSISTENT: INCONSISTENT_CODE}
+"""The calibrations' integer code of a verdict (0: any other)."""
+
+
+def verdict_codes(verdict) -> np.ndarray:
+    """The integer codes (`CODES`, 0 for any other word) of an array of verdict words."""
+    verdict = np.asarray(verdict)
+    out = np.zeros(verdict.shape, int)
+    for word, code in CODES.items():
+        out[verdict == word] = code
+    return out
