@@ -32,6 +32,9 @@ from tune_gems.analysis.held_out import skill_context
 from tune_gems.analysis.variance import final_members, sharpe_variance, split_arms, trial_outcomes
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.verdicts import gem_verdicts, placebo_verdicts, verdict_metric
+from tune_gems.contracts.errors import DataError
+from tune_gems.contracts.result_files import CONFIG_FILE, SPEC_FILE
+from tune_gems.contracts.run_record import check_recorded_run
 
 DEFAULT_OUT = "analysis"
 CSV_FILES = {
