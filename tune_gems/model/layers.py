@@ -105,10 +105,10 @@ def member_tiled(op, tile: int | None, *tensors: Tensor) -> Tensor:
     number of groups (module docstring)."""
     if tile is None:
         return op(*tensors)
-    G = tensors[0].shape[0]
     outs = []
-    for start in range(0, G, tile):
-        parts = [t[start : start + tile] for t in tensors]
+    # split, not slices: autograd joins the tiles' gradients with one cat (a slice's backward
+    # would write a zero tensor of the whole operand per tile)
+    for parts in zip(*(t.split(tile) for t in tensors)):
         short = tile - parts[0].shape[0]
         if short:
             parts = [torch.cat([p, p.new_zeros((short, *p.shape[1:]))]) for p in parts]
