@@ -19,17 +19,12 @@
 #      then run with BEFORE_TREE=floor-before (an untracked folder travels with the tree).
 # A short table is printed last. Logs and JSON in $OUT (the device tool's output folder) or ./gpu-out.
 set -uo pipefail
+# the environment (the site packages, PYTHONPATH, the extension folder, CUBLAS_WORKSPACE_CONFIG=:4096:8,
+# $OUT) is gpu_session.sh's: run directly, this script runs as its `floor` stage
+if [ -z "${TUNE_GEMS_GPU_SESSION:-}" ]; then exec bash "$(dirname "$0")/gpu_session.sh" floor; fi
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-if [ -f .devsite/site-py312.tar.xz ] && [ ! -d /tmp/site/ray ]; then
-  mkdir -p /tmp/site && tar -xJf .devsite/site-py312.tar.xz -C /tmp/site
-fi
-SITE=/tmp/site
-export PATH=$SITE/bin:$PATH PYTHONUNBUFFERED=1
-export TUNE_GEMS_EXTENSIONS_DIR=${TUNE_GEMS_EXTENSIONS_DIR:-$PWD/.torch_extensions}
-export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8}  # gpu_session.sh's, what the trainers ran under
-AFTER_PATH=$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}
+AFTER_PATH=$PYTHONPATH
+SITE=${PYTHONPATH#"$PWD:"}  # what gpu_session.sh puts after the tree
 log="$OUT/floor.log"
 : > "$log"
 step() { echo "=== $1 ($(date +%T))" | tee -a "$log"; }
@@ -75,7 +70,7 @@ fi
 if [ -n "$BEFORE_TREE" ] && [ -d "$BEFORE_TREE/tune_gems" ]; then
   BEFORE_TREE=$(cd "$BEFORE_TREE" && pwd)
   step "train_step.py before ($BEFORE_TREE: member blocks, the target lerp in the graph)"
-  PYTHONPATH=$BEFORE_TREE:$SITE${PYTHONPATH:+:$PYTHONPATH} timeout 60 python3 benchmarks/train_step.py $TIMED \
+  PYTHONPATH=$BEFORE_TREE:$SITE timeout 60 python3 benchmarks/train_step.py $TIMED \
     --out "$OUT/train_step_before.json" > "$OUT/train_step_before.log" 2>&1
   cat "$OUT/train_step_before.log" >> "$log"
 else

@@ -150,24 +150,19 @@ def _call(op: str, tile: int | None, operands: list[torch.Tensor]) -> torch.Tens
 
 
 def _median_us(fn, device: str) -> float:
+    """Median microseconds per call over three rounds of TIME_REPS calls (CUDA events, as
+    train_step.median_us; the host clock for --smoke)."""
+    if device == "cuda":
+        import train_step
+
+        return train_step.median_us(fn, 1, TIME_REPS, 3)
     fn()
     times = []
-    if device != "cuda":
-        for _ in range(3):
-            start = time.perf_counter()
-            for _ in range(TIME_REPS):
-                fn()
-            times.append((time.perf_counter() - start) * 1e6 / TIME_REPS)
-        return statistics.median(times)
-    torch.cuda.synchronize()
     for _ in range(3):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        start = time.perf_counter()
         for _ in range(TIME_REPS):
             fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / TIME_REPS)
+        times.append((time.perf_counter() - start) * 1e6 / TIME_REPS)
     return statistics.median(times)
 
 

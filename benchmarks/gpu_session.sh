@@ -13,7 +13,7 @@
 # Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/gpu-out}
+export OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 if [ -f .devsite/site-py312.tar.xz ] && [ ! -d /tmp/site/ray ]; then
   mkdir -p /tmp/site && tar -xJf .devsite/site-py312.tar.xz -C /tmp/site
@@ -21,6 +21,7 @@ fi
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
 export TUNE_GEMS_EXTENSIONS_DIR=$PWD/.torch_extensions
 export CUBLAS_WORKSPACE_CONFIG=:4096:8
+export TUNE_GEMS_GPU_SESSION=1  # benchmarks/floor_device.sh runs in this environment
 
 stage() { echo; echo "=== $1 ($(date +%T))"; }
 for s in "$@"; do

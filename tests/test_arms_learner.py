@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from learner_fixtures import bits_equal, tiny_config
+from learner_fixtures import bits_equal, member_part, prefilled_learner, tiny_config
 from tune_gems.design.arms import ArmsConfig, expand_arms
 from tune_gems.gems.registry import run_gems
 from tune_gems.model import layers
@@ -100,37 +100,12 @@ def test_a_wrong_number_of_switches_is_refused():
 # -- the learner: each arm's members equal a run of that arm alone --------------------------------
 
 
-def _learner_for(cfg, arms=None):
-    from tune_gems.ops import resolve_backend
-    from tune_gems.trainer import prepare_market
-    from tune_gems.trainer.learner import Learner
-
-    dev = torch.device("cpu")
-    market = prepare_market(cfg, dev, n_seed_indices=cfg.trainer.population)  # per_seed paths: one per seed index
-    learner = Learner(cfg, market, dev, resolve_backend("reference", dev), arms=arms)
-    learner.reset_envs()
-    for _ in range(cfg.trainer.learning_starts // cfg.trainer.n_envs):
-        learner.collect()
-    return learner
-
-
-def _member_part(key: str, t: torch.Tensor, P: int, p: int) -> torch.Tensor:
-    """Member p's part of a state tensor: the accumulator has members on its second axis,
-    counters and the support are shared, everything else has a member (or member-major group)
-    axis first."""
-    if t.dim() == 0 or key.endswith(".support"):
-        return t
-    if key == "metrics.acc":
-        return t[:, p]
-    return t.reshape(P, -1)[p]
-
-
 def _assert_arms_equal_single_arm_runs(base, arms_cfg, iterations: int):
     arms = expand_arms(base, arms_cfg)
-    together = _learner_for(base, arms)
+    together = prefilled_learner(base, arms)
     S, A = base.trainer.population, len(arms)
     assert together.P == A * S and together.layout.arms == tuple(a.name for a in arms)
-    alone = [_learner_for(a.config) for a in arms]
+    alone = [prefilled_learner(a.config) for a in arms]
     for a, run in zip(arms, alone):
         assert run.P == S and run.layout.arms == ("default",) and run.arms[0].config == a.config
     for _ in range(iterations):
@@ -145,7 +120,7 @@ def _assert_arms_equal_single_arm_runs(base, arms_cfg, iterations: int):
         for s in range(S):
             m = a * S + s
             for k, v in state.items():
-                assert bits_equal(_member_part(k, v, A * S, m), _member_part(k, ref[k], S, s)), (arms[a].name, s, k)
+                assert bits_equal(member_part(k, v, A * S, m), member_part(k, ref[k], S, s)), (arms[a].name, s, k)
             assert bits_equal(together.online.noisy_sigma()[m], run.online.noisy_sigma()[s])
     # the arms do differ from each other at one seed (so the comparison above can fail)
     params = state["online.params"]
@@ -185,14 +160,14 @@ def test_listed_arms_with_noisy_lr_off_and_weights_are_bit_identical_to_single_a
     # the G12 head of the arm with G12 off never trains (exactly zero gradient keeps it at init)
     off = alone[1]
     head = off.online_flat.columns(off.online.heads["g12"])
-    fresh = _learner_for(expand_arms(base, spec)[1].config)
+    fresh = prefilled_learner(expand_arms(base, spec)[1].config)
     assert torch.equal(off.online_flat.data[:, head], fresh.online_flat.data[:, head])
 
 
 def test_members_without_noisynets_explore_epsilon_greedily_and_the_others_act_greedily():
     base = tiny_config("trainer.population=2", "trainer.epsilon_start=1.0", "trainer.epsilon_end=1.0")
     spec = ArmsConfig.model_validate({"factors": {"model.noisy": [True, False]}})
-    learner = _learner_for(base, expand_arms(base, spec))
+    learner = prefilled_learner(base, expand_arms(base, spec))
     draws = learner.rng.draw(learner.plan)
     obs = learner.env.observe()
     w = learner.online.weights("train")
@@ -205,7 +180,7 @@ def test_members_without_noisynets_explore_epsilon_greedily_and_the_others_act_g
 
 
 def test_the_default_run_is_one_arm_with_the_old_member_seeds():
-    learner = _learner_for(tiny_config())
+    learner = prefilled_learner(tiny_config())
     assert learner.P == 3 and learner.layout.arms == ("default",) and learner.layout.seeds_per_arm == 3
     assert learner.seeds == member_seeds(0, 3) and [a.name for a in learner.arms] == ["default"]
     assert learner.path_of_member == ([0, 1, 2] if learner.cfg.data.synthetic.paths == "per_seed" else [0, 0, 0])
@@ -214,7 +189,7 @@ def test_the_default_run_is_one_arm_with_the_old_member_seeds():
 def test_a_config_with_arms_builds_the_arms_x_seeds_learner():
     """`arms:` in the config (here from overrides) is what the learner expands; its interface
     (P, layout, arms) is what the trainer reports from."""
-    learner = _learner_for(tiny_config("trainer.population=2", "arms.factors.model.noisy=[true,false]", "arms.factors.trainer.lr=[0.001,0.003]"))
+    learner = prefilled_learner(tiny_config("trainer.population=2", "arms.factors.model.noisy=[true,false]", "arms.factors.trainer.lr=[0.001,0.003]"))
     assert learner.P == 8 and learner.layout.seeds_per_arm == 2
     assert [learner.layout.arm_of(m) for m in (0, 2, 4, 6)] == [a.name for a in learner.arms]
     assert learner.arms[3].name == "model.noisy=false,trainer.lr=0.003"

@@ -4,24 +4,14 @@ the recommendation is the fastest variant P-invariant everywhere."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import torch
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gemm_batch_probe.py"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import gemm_batch_probe as probe  # noqa: E402 (a benchmark script, imported as test_seed_blocks imports its own)
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("gemm_batch_probe", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-probe = _load()
 PLAN = {"device": "cpu", "ps": (1, 2, 3, 8), "timed_ps": (8,)}
 
 

@@ -95,6 +95,7 @@ def test_a_layers_products_do_not_depend_on_the_population_on_gpu(precision):
     MEMBER_TILE (None: one call): member 0's, 5's and the last one's output and gradients equal
     that member's alone, at every population."""
     from tune_gems.model.layers import Affine, PopLinear
+    from tune_gems.trainer.learner import _Float32MatmulPrecision as _Precision
 
     tile = layers.MEMBER_TILE
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -122,19 +123,6 @@ def test_a_layers_products_do_not_depend_on_the_population_on_gpu(precision):
                 alone[m] = run(slice(m, m + 1))
             for name, got, ref in zip(("y", "dx", "dw", "db"), out, alone[m]):
                 assert torch.equal(got[m : m + 1], ref), (precision, tile, P, m, name)
-
-
-class _Precision:
-    def __init__(self, precision: str):
-        self.precision, self.previous = precision, None
-
-    def __enter__(self):
-        self.previous = torch.get_float32_matmul_precision()
-        torch.set_float32_matmul_precision(self.precision)
-
-    def __exit__(self, *exc):
-        torch.set_float32_matmul_precision(self.previous)
-        return False
 
 
 # -- the learner --------------------------------------------------------------------------------------
@@ -168,12 +156,13 @@ def _differences(run: _Run, members: list[int], ref: _Run, ref_members: list[int
 
 
 def _lockstep(run: _Run, refs: list[tuple[_Run, list[int], list[int]]]) -> None:
+    """Step every run ITERATIONS times through its graph, comparing the members after
+    collection and after every iteration; fail naming the iteration and the tensors."""
+    everyone = [run, *(ref for ref, _, _ in refs)]
     nulls_agree = True
     for i in range(ITERATIONS + 1):
-        if i:
-            run.step()
-            for ref, _, _ in refs:
-                ref.step()
+        for r in everyone if i else ():
+            r.step()
         torch.cuda.synchronize()
         for ref, mine, theirs in refs:
             bad, agree = _differences(run, mine, ref, theirs)

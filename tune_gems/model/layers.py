@@ -25,8 +25,10 @@ the last tile padded with zero members, so cuBLAS, which picks its algorithm (sp
 shape) from the batch count, always sees the same batch count and a member the same place in
 its call's batch whatever P is (tile None: one call over all members, the fast path when the
 BLAS is P-invariant by itself; `benchmarks/gemm_batch_probe.py` measures which holds). On the
-CPU the products and reductions are torch's own, over all members at once: there neither
-depends on P.
+CPU the products and reductions are torch's own, over all members at once, as before: there they
+do not depend on P for P >= 2 (tests/test_arms_learner.py); a batch of one member takes another
+BLAS path for some products (a P = 1 run is not the bits of that member in a larger run: the
+probe's --smoke shows it for the power iteration's matrix-vector product; unchanged here).
 """
 
 from __future__ import annotations

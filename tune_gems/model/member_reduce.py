@@ -20,7 +20,7 @@ by the same rule and appended to the stage's partial sums.
 
 On the CPU every function is torch's own reduction, unchanged: there the reduction order does
 not depend on the number of rows (tests/test_arms_learner.py, one batched run against each arm
-alone), and the CPU bits stay those of every earlier run. `benchmarks/gemm_batch_probe.py`
+alone; tests/test_member_tiles.py), and the CPU bits stay those of every earlier run. `benchmarks/gemm_batch_probe.py`
 checks both forms on the GPU across P, tests/gpu/test_member_tiles_gpu.py the learner.
 """
 
