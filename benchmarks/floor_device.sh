@@ -87,7 +87,9 @@ echo "--- gpu tests"
 for f in member_tiles_gpu member_tiles_gpu_noworkspace trainer_gpu; do
   printf '%-30s %s\n' "$f" "$(grep -E "passed|failed|error|skipped|no tests ran" "$OUT/$f.log" | tail -1)"
 done
-grep -E "^(FAILED|ERROR)|gem nulls agree" "$OUT/member_tiles_gpu.log" | head -12
+echo "(the [tileNone] cases run one call over all members: they fail where cuBLAS depends on the batch count;"
+echo " the library's MEMBER_TILE cases, the op tests and the target-copy test must pass)"
+grep -E "^(FAILED|ERROR)|gem nulls agree" "$OUT/member_tiles_gpu.log" "$OUT/member_tiles_gpu_noworkspace.log" | head -16
 echo "--- iteration times (us, graphed, gems measured, tf32)"
 for f in after before; do
   [ -f "$OUT/train_step_$f.log" ] && grep -E "^(moonshot|train_step) +graph" "$OUT/train_step_$f.log" | sed "s/^/$f  /"
