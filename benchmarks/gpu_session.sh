@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
-# stages: env build tests tests-nokernels arms folds folds-gpu probe kbench tbench armsbench noisy compile efficiency sweep sweep2 moonshot perf
+# stages: env build tests tests-nokernels arms folds folds-gpu probe kbench tbench armsbench noisy compile efficiency sweep sweep2 moonshot perf floor
 #         blocks1 blocks (issue 25: the moonshot shape as seed blocks, one GPU, then every visible GPU;
 #         BLOCKS_EPOCHS=50 by default; run blocks1 first, in its own call: each takes about 5 minutes)
 # perf (issue 22, about 8 minutes): build, the fused-head and tensor-core GPU tests, kernels.py
 # (dueling_c51, c51_loss, all at P=1,8,64,256), train_step.py (P=1,64,256 x fp32/tf32/bf16, P=768
 # as 12x64 blocks, profiles per precision) and matmul_floor.py; one log (perf.log) and three JSON
 # files in $OUT, a short table printed last.
+# floor (issue 33, about 5 minutes): benchmarks/floor_device.sh: build, gemm_batch_probe.py, the member-tile,
+# seed-block and target-copy GPU tests, train_step.py before/after at the moonshot's own shape, a table last.
 # Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/gpu-out}
+export OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 if [ -f .devsite/site-py312.tar.xz ] && [ ! -d /tmp/site/ray ]; then
   mkdir -p /tmp/site && tar -xJf .devsite/site-py312.tar.xz -C /tmp/site
@@ -19,6 +21,7 @@ fi
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
 export TUNE_GEMS_EXTENSIONS_DIR=$PWD/.torch_extensions
 export CUBLAS_WORKSPACE_CONFIG=:4096:8
+export TUNE_GEMS_GPU_SESSION=1  # benchmarks/floor_device.sh runs in this environment
 
 stage() { echo; echo "=== $1 ($(date +%T))"; }
 for s in "$@"; do
@@ -129,10 +132,10 @@ for s in "$@"; do
       step kernels.py
       timeout 40 python3 benchmarks/kernels.py --ops dueling_c51 c51_loss all --populations 1 8 64 256 --reps 100 --out "$OUT/kernels.json" >> "$log" 2>&1
       step train_step.py
-      timeout 210 python3 benchmarks/train_step.py --populations 1,64,256 --blocks --reps 50 --rounds 3 --profile \
+      timeout 240 python3 benchmarks/train_step.py --populations 1,64,256 --blocks --moonshot --reps 50 --rounds 3 --profile \
         --profile-precisions fp32,tf32,bf16 --out "$OUT/train_step.json" >> "$log" 2>&1
       step matmul_floor.py
-      timeout 60 python3 benchmarks/matmul_floor.py --train-step "$OUT/train_step.json" --reps 30 --rounds 3 --out "$OUT/matmul_floor.json" >> "$log" 2>&1
+      timeout 120 python3 benchmarks/matmul_floor.py --train-step "$OUT/train_step.json" --reps 30 --rounds 3 --out "$OUT/matmul_floor.json" >> "$log" 2>&1
       step done
       echo "--- stage times"; grep "^=== " "$log"
       echo "--- tests"; grep -E "passed|failed|error|FAILED|ERROR" "$log" | grep -v "^E " | tail -8
@@ -141,6 +144,10 @@ for s in "$@"; do
       echo "--- op census (dispatched ops per iteration; where/copy_/cat/fill_ counts)"
       grep -E "^op census|aten\.(where|copy_|_to_copy|clone|cat|fill_|sum)\.|tune_gems\." "$log" | head -60
       echo "--- iteration vs matmul floor"; sed -n '/^case /,/^wrote/p' "$log" | grep -v "^wrote"
+      ;;
+    floor)
+      stage "floor: bit-identical removals, no member blocks, the moonshot's own shape (issue 33)"
+      bash benchmarks/floor_device.sh
       ;;
     blocks1|blocks)
       # One block per GPU (sweeps/seed_blocks.yaml: 3 arms x 64 seeds per block, the moonshot's

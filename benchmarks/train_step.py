@@ -9,18 +9,30 @@ forward, gems, backward, Adam, target update: one iteration = one graph replay):
 - seed-steps per second (P members x n_envs environment steps per iteration / time) and peak
   GPU memory per member;
 - with `--blocks`, P = 768 as 12 arms of 64 seeds at batch 128 (the folds x arms shape of
-  issue 22: every matmul runs once per block of 64 members), at tf32 and bf16.
+  issue 22), at tf32 and bf16;
+- with `--moonshot`, the moonshot trial's own iteration: benchmarks/moonshot.yaml's config as
+  it is (3 arms x 64 seeds = 192 members, batch 128, hidden 128, its gems and arms), at tf32
+  and bf16, so the benchmark and the trial time the same thing (`--moonshot-only`: only these);
+- with `--member-tiles default,none,16`, every case once per member tile (the library's
+  MEMBER_TILE, one call over all members, tiles of 16: tune_gems.model.layers), for comparing
+  them in one run.
 
 `--profile` profiles one eager iteration at P=1 and P=64 for each of `--profile-precisions`,
 counts the launches whose kernel is a SIMT GEMM (no tensor cores), and prints the op census
 (`op_census`: calls per iteration of every op the iteration dispatches, the per-op launch
-count; `--census-only` prints it on CPU, where the structure is the same).
+count), per precision. `--census-only` prints the census at P=1 and P=64 for each of
+`--profile-precisions` on this machine's device (on the CPU every precision runs fp32, so the
+CPU census is one table).
 
 Timing: CUDA events around `reps` iterations after warm-up (the capture happens in the
 warm-up), repeated `rounds` times; the median is reported.
 
     python benchmarks/train_step.py [--out benchmarks/results/train_step.json] [--quick]
-        [--populations 1,64,256] [--blocks] [--profile [--profile-precisions fp32,tf32,bf16]]
+        [--populations 1,64,256] [--blocks] [--moonshot | --moonshot-only] [--member-tiles default,none]
+        [--profile [--profile-precisions fp32,tf32,bf16]]
+
+Runs against whichever `tune_gems` is first on PYTHONPATH: an older tree (member blocks, no
+MEMBER_TILE) is timed as it is, its rows marked `member_tile: blocks`.
 """
 
 from __future__ import annotations
@@ -35,7 +47,8 @@ from pathlib import Path
 
 import torch
 
-from tune_gems.config.load import load_config
+from tune_gems.config.load import build_config, load_config
+from tune_gems.config.yaml_io import apply_overrides, read_yaml
 from tune_gems.trainer.trainer import Trainer
 
 POPULATIONS = (1, 4, 16, 64, 256)
@@ -54,6 +67,33 @@ BLOCKS = (12, 64, 128)
 """--blocks: (arms, seeds per arm, batch) of the blocked case."""
 GEMS = {g: [f"gems.{x}.mode={g}" for x in ("g6", "g10", "g12")] for g in ("off", "measure", "wire")}
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "train_step.json"
+MOONSHOT = Path(__file__).resolve().parent / "moonshot.yaml"
+"""The moonshot sweep; its `config:` is the trial --moonshot times."""
+MOONSHOT_RUN = ["trainer.checkpoint_every=0", "trainer.checkpoint_interval_s=0"]
+"""What a benchmark run changes in the moonshot's config: nothing that shapes the iteration."""
+
+
+def moonshot_config(precision: str, graph: bool, kernels: str, device: str = "cuda"):
+    """benchmarks/moonshot.yaml's trial config (3 arms x 64 seeds, batch 128)."""
+    tree = read_yaml(MOONSHOT)["config"]
+    apply_overrides(tree, [*MOONSHOT_RUN, f"device={device}", f"trainer.precision={precision}",
+                           f"trainer.graph={'on' if graph else 'off'}", f"kernels={kernels}"])  # fmt: skip
+    return build_config(tree, str(MOONSHOT))
+
+
+def set_member_tile(tile: str) -> str:
+    """Set tune_gems.model.layers.MEMBER_TILE for the trainers built next ("default": leave it;
+    "none": one call over all members; an int). Returns the tile in force, or "blocks" for a
+    tree without member tiles (member blocks)."""
+    from tune_gems.model import layers
+
+    if not hasattr(layers, "MEMBER_TILE"):
+        if tile != "default":
+            raise SystemExit(f"--member-tiles {tile}: this tune_gems has no member tiles (member blocks)")
+        return "blocks"
+    if tile != "default":
+        layers.MEMBER_TILE = None if tile == "none" else int(tile)
+    return str(layers.MEMBER_TILE).lower()
 
 
 def median_us(call, warmup: int, reps: int, rounds: int) -> float:
@@ -103,26 +143,34 @@ def arms_overrides(arms: int) -> list[str]:
 
 def run_case(
     P: int, precision: str, graph: bool, gems: str, kernels: str, warmup: int, reps: int, rounds: int,
-    batch: int = 256, blocks: int = 1,
+    batch: int = 256, blocks: int = 1, moonshot: bool = False, member_tile: str = "default",
 ) -> dict:
-    """One configuration; P is the number of members (blocks x seeds per block)."""
+    """One configuration; P is the number of members (blocks x seeds per block, arms being the
+    blocks). `moonshot`: benchmarks/moonshot.yaml's own config (P, batch and gems are its)."""
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     base_mem = torch.cuda.memory_allocated()
-    cfg = load_config(
-        None,
-        [*BASE, *GEMS[gems], f"trainer.population={P // blocks}", f"trainer.precision={precision}",
-         f"trainer.graph={'on' if graph else 'off'}", f"kernels={kernels}", f"trainer.batch_size={batch}",
-         *arms_overrides(blocks)],
-    )
+    tile = set_member_tile(member_tile)
+    if moonshot:
+        cfg = moonshot_config(precision, graph, kernels)
+    else:
+        cfg = load_config(
+            None,
+            [*BASE, *GEMS[gems], f"trainer.population={P // blocks}", f"trainer.precision={precision}",
+             f"trainer.graph={'on' if graph else 'off'}", f"kernels={kernels}", f"trainer.batch_size={batch}",
+             *arms_overrides(blocks)],
+        )
     t = Trainer(cfg, log=None)
+    P, batch, blocks = t.learner.P, cfg.trainer.batch_size, len(t.learner.arms)
     t._prefill()
     us = time_iterations(t, warmup, reps if graph else max(reps // 4, 10), rounds)
     peak = torch.cuda.max_memory_allocated() - base_mem
     row = {
+        "case": "moonshot" if moonshot else "train_step",
         "P": P,
         "batch": batch,
         "blocks": blocks,
+        "member_tile": tile,
         "precision": precision,
         "mode": "graph" if graph else "eager",
         "gems": gems,
@@ -215,15 +263,30 @@ def op_census(learner, iterations: int = 1) -> dict[str, float]:
     return {op: n / iterations for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
 
 
-def census_trainer(P: int, precision: str, device: str) -> Trainer:
-    """The profiled configuration (gems measured, eager) on `device`, replay prefilled."""
-    overrides = [o for o in [*BASE, *GEMS["measure"]] if not o.startswith("device=")]
+def census_trainer(P: int | str, precision: str, device: str) -> Trainer:
+    """The profiled configuration (gems measured, eager) on `device`, replay prefilled; P
+    "moonshot": benchmarks/moonshot.yaml's trial."""
     kernels = "cuda" if device == "cuda" else "auto"
-    cfg = load_config(None, [*overrides, f"device={device}", f"trainer.population={P}", f"trainer.precision={precision}",
-                             "trainer.graph=off", f"kernels={kernels}"])
+    if P == "moonshot":
+        cfg = moonshot_config(precision, graph=False, kernels=kernels, device=device)
+    else:
+        overrides = [o for o in [*BASE, *GEMS["measure"]] if not o.startswith("device=")]
+        cfg = load_config(None, [*overrides, f"device={device}", f"trainer.population={P}", f"trainer.precision={precision}",
+                                 "trainer.graph=off", f"kernels={kernels}"])
     t = Trainer(cfg, log=None)
     t._prefill()
     return t
+
+
+def force_gpu_forms() -> None:
+    """Make this process's CPU learners run what CUDA runs: matmuls in member tiles and the
+    fixed-order per-member reductions (tune_gems.model.layers / member_reduce choose them by
+    device), so a CPU op census counts the CUDA iteration's ops. For counting only: the CPU's
+    own forms are what a CPU run trains with."""
+    from tune_gems.model import layers, member_reduce
+
+    layers._on_device = lambda tile, _t: tile
+    member_reduce.fixed_order = lambda _x: True
 
 
 def print_census(label: str, census: dict[str, float], top: int = 40) -> None:
@@ -238,16 +301,32 @@ def is_simt_gemm(kernel: str) -> bool:
     return "simt" in kernel.lower()
 
 
-def cases(quick: bool, populations: tuple[int, ...] = POPULATIONS, blocks: bool = False):
+def moonshot_cases(precisions: tuple[str, ...] = ("tf32", "bf16")):
+    """The moonshot trial's own iteration (its config sets P, batch and gems)."""
+    for prec in precisions:
+        yield dict(P=0, precision=prec, graph=True, gems="measure", kernels="cuda", moonshot=True)
+
+
+def cases(
+    quick: bool, populations: tuple[int, ...] = POPULATIONS, blocks: bool = False, moonshot: bool = False,
+    precisions: tuple[str, ...] = PRECISIONS, core: bool = False,
+):
+    """The timed configurations. `core`: only the graphed, gems-measured rows with the CUDA
+    kernels (no eager row, no gems off / wire, no reference ops)."""
     pops = (1, 64) if quick else populations
-    yield dict(P=1, precision="fp32", graph=False, gems="measure", kernels="cuda")
-    for prec in PRECISIONS:
+    if moonshot:
+        yield from moonshot_cases(tuple(p for p in ("tf32", "bf16") if p in precisions))
+    if not core:
+        yield dict(P=1, precision="fp32", graph=False, gems="measure", kernels="cuda")
+    for prec in precisions:
         for P in pops:
             yield dict(P=P, precision=prec, graph=True, gems="measure", kernels="cuda")
     if blocks:
         arms, seeds, batch = BLOCKS
-        for prec in ("tf32", "bf16"):
+        for prec in (p for p in ("tf32", "bf16") if p in precisions):
             yield dict(P=arms * seeds, precision=prec, graph=True, gems="measure", kernels="cuda", batch=batch, blocks=arms)
+    if core:
+        return
     for P in (1, 64):
         for gems in ("off", "wire"):
             yield dict(P=P, precision="fp32", graph=True, gems=gems, kernels="cuda")
@@ -280,30 +359,50 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="P in {1, 64} only")
     ap.add_argument("--populations", default=",".join(map(str, POPULATIONS)), help="comma-separated P of the graphed cases")
     ap.add_argument("--blocks", action="store_true", help="also P=768 as 12 arms of 64 seeds, batch 128 (tf32, bf16)")
+    ap.add_argument("--moonshot", action="store_true", help="also the moonshot trial's own iteration (benchmarks/moonshot.yaml; tf32, bf16)")
+    ap.add_argument("--moonshot-only", action="store_true", help="only the moonshot trial's iteration")
+    ap.add_argument("--member-tiles", default="default", help="comma-separated member tiles to time every case with: default, none, or a number")
+    ap.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated precisions of the graphed cases")
+    ap.add_argument("--core", action="store_true", help="only the graphed, gems-measured rows with the CUDA kernels")
     ap.add_argument("--profile", action="store_true", help="also profile one eager iteration at P=1 and P=64")
     ap.add_argument("--profile-precisions", default="fp32", help="comma-separated precisions to profile")
     ap.add_argument("--census-only", action="store_true", help="print the op census at P=1 and P=64 on this machine's device and stop")
+    ap.add_argument("--census-populations", default="1,64", help="comma-separated P of --census-only (or moonshot: its trial)")
+    ap.add_argument("--gpu-forms", action="store_true",
+                    help="--census-only on the CPU: run the CUDA forms (member tiles, fixed-order reductions) so the census counts the ops CUDA dispatches")
     a = ap.parse_args(argv)
     populations = tuple(int(x) for x in a.populations.split(","))
     profile_precisions = tuple(a.profile_precisions.split(","))
     if a.census_only:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        for P in (1, 64):
-            t = census_trainer(P, "fp32", device)
-            t.learner.iteration()  # the first iteration fixes the frozen columns
-            print_census(f"P={P} fp32 ({device})", op_census(t.learner))
+        if a.gpu_forms and device == "cpu":
+            force_gpu_forms()
+        tile = set_member_tile(a.member_tiles.split(",")[0])
+        for prec in profile_precisions if device == "cuda" else ("fp32",):  # the CPU runs fp32 whatever the precision
+            for P in (x if x == "moonshot" else int(x) for x in a.census_populations.split(",")):
+                t = census_trainer(P, prec, device)
+                t.learner.iteration()  # the first iteration fixes the frozen columns
+                print_census(f"P={P} {prec} ({device}{', CUDA forms' if a.gpu_forms else ''}, member tile {tile})", op_census(t.learner))
         return 0
     if not torch.cuda.is_available():
         print("train_step benchmark needs CUDA", file=sys.stderr)
         return 2
     rows = []
-    print(f"{'mode':6} {'P':>4} {'batch':>5} {'blk':>3} {'prec':5} {'gems':8} {'kernels':9} {'iter_us':>9} {'seed-steps/s':>13} {'MB/member':>9}")
-    for c in cases(a.quick, populations, a.blocks):
-        r = run_case(**c, warmup=a.warmup, reps=a.reps, rounds=a.rounds)
-        rows.append(r)
-        write_result(a.out, rows, {}, [])
-        print(f"{r['mode']:6} {r['P']:>4} {r['batch']:>5} {r['blocks']:>3} {r['precision']:5} {r['gems']:8} {r['kernels']:9} {r['iter_us']:>9.1f} "
-              f"{r['seed_steps_per_s']:>13,} {r['mem_per_member_mb']:>9.2f}", flush=True)
+    tiles = a.member_tiles.split(",")
+    precisions = tuple(a.precisions.split(","))
+    if a.moonshot_only:
+        todo = list(moonshot_cases(tuple(p for p in ("tf32", "bf16") if p in precisions)))
+    else:
+        todo = list(cases(a.quick, populations, a.blocks, a.moonshot, precisions, a.core))
+    print(f"{'config':10} {'mode':6} {'P':>4} {'batch':>5} {'arms':>4} {'tile':>6} {'prec':5} {'gems':8} {'kernels':9} {'iter_us':>9} "
+          f"{'seed-steps/s':>13} {'MB/member':>9}")  # fmt: skip
+    for c in todo:
+        for tile in tiles:
+            r = run_case(**c, member_tile=tile, warmup=a.warmup, reps=a.reps, rounds=a.rounds)
+            rows.append(r)
+            write_result(a.out, rows, {}, [])
+            print(f"{r['case']:10} {r['mode']:6} {r['P']:>4} {r['batch']:>5} {r['blocks']:>4} {r['member_tile']:>6} {r['precision']:5} "
+                  f"{r['gems']:8} {r['kernels']:9} {r['iter_us']:>9.1f} {r['seed_steps_per_s']:>13,} {r['mem_per_member_mb']:>9.2f}", flush=True)
 
     def find(**kw):
         return next((r for r in rows if all(r[k] == v for k, v in kw.items())), None)
@@ -313,13 +412,17 @@ def main(argv: list[str] | None = None) -> int:
     if eager and g1:
         summary["graph_speedup_P1"] = round(eager["iter_us"] / g1["iter_us"], 2)
     for prec in PRECISIONS:
-        p1, p64 = find(mode="graph", P=1, precision=prec, gems="measure"), find(mode="graph", P=64, precision=prec, gems="measure")
+        p1 = find(mode="graph", P=1, precision=prec, gems="measure", case="train_step")
+        p64 = find(mode="graph", P=64, precision=prec, gems="measure", case="train_step")
         if p1 and p64:
             summary[f"P64_over_P1_{prec}"] = round(p64["iter_us"] / p1["iter_us"], 2)
     for P in (1, 64):
         off, meas = find(P=P, gems="off", mode="graph"), find(P=P, gems="measure", precision="fp32", mode="graph", kernels="cuda")
         if off and meas:
             summary[f"measure_over_off_P{P}"] = round(meas["iter_us"] / off["iter_us"], 3)
+    for r in rows:
+        if r["case"] == "moonshot":
+            summary[f"moonshot_{r['precision']}_tile_{r['member_tile']}_us"] = r["iter_us"]
     print("\nsummary:", json.dumps(summary))
     profiles = []
     for prec in profile_precisions if a.profile else ():

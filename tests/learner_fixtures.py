@@ -83,3 +83,29 @@ def full_and_resumed(cfg: Config, path, after_load=None):
         after_load(resumed)
     train_epochs(resumed)
     return full, resumed
+
+
+def prefilled_learner(cfg: Config, arms=None):
+    """A CPU learner of `cfg` (reference ops; `arms` as the learner takes them) with its replay
+    filled to trainer.learning_starts, ready for `iteration()`."""
+    from tune_gems.ops import resolve_backend
+    from tune_gems.trainer.run_setup import prepare_market
+    from tune_gems.trainer.learner import Learner
+
+    dev = torch.device("cpu")
+    market = prepare_market(cfg, dev, n_seed_indices=cfg.trainer.population)
+    learner = Learner(cfg, market, dev, resolve_backend("reference", dev), arms=arms)
+    learner.reset_envs()
+    for _ in range(cfg.trainer.learning_starts // cfg.trainer.n_envs):
+        learner.collect()
+    return learner
+
+
+def member_part(key: str, t: torch.Tensor, population: int, p: int) -> torch.Tensor:
+    """Member p's part of a learner state tensor: the accumulator has members on its second
+    axis, counters and the support are shared, everything else has a member-first axis."""
+    if t.dim() == 0 or key.endswith(".support"):
+        return t
+    if key == "metrics.acc":
+        return t[:, p]
+    return t.reshape(population, -1)[p]

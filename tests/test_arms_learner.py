@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from learner_fixtures import bits_equal, tiny_config
+from learner_fixtures import bits_equal, member_part, prefilled_learner, tiny_config
 from tune_gems.design.arms import ArmsConfig, expand_arms
 from tune_gems.gems.registry import run_gems
+from tune_gems.model import layers
 from tune_gems.model.network import BranchingC51
 from tune_gems.rng import CounterRNG, member_seeds
 
@@ -99,37 +100,12 @@ def test_a_wrong_number_of_switches_is_refused():
 # -- the learner: each arm's members equal a run of that arm alone --------------------------------
 
 
-def _learner_for(cfg, arms=None):
-    from tune_gems.ops import resolve_backend
-    from tune_gems.trainer.run_setup import prepare_market
-    from tune_gems.trainer.learner import Learner
-
-    dev = torch.device("cpu")
-    market = prepare_market(cfg, dev, n_seed_indices=cfg.trainer.population)  # per_seed paths: one per seed index
-    learner = Learner(cfg, market, dev, resolve_backend("reference", dev), arms=arms)
-    learner.reset_envs()
-    for _ in range(cfg.trainer.learning_starts // cfg.trainer.n_envs):
-        learner.collect()
-    return learner
-
-
-def _member_part(key: str, t: torch.Tensor, P: int, p: int) -> torch.Tensor:
-    """Member p's part of a state tensor: the accumulator has members on its second axis,
-    counters and the support are shared, everything else has a member (or member-major group)
-    axis first."""
-    if t.dim() == 0 or key.endswith(".support"):
-        return t
-    if key == "metrics.acc":
-        return t[:, p]
-    return t.reshape(P, -1)[p]
-
-
 def _assert_arms_equal_single_arm_runs(base, arms_cfg, iterations: int):
     arms = expand_arms(base, arms_cfg)
-    together = _learner_for(base, arms)
+    together = prefilled_learner(base, arms)
     S, A = base.trainer.population, len(arms)
     assert together.P == A * S and together.layout.arms == tuple(a.name for a in arms)
-    alone = [_learner_for(a.config) for a in arms]
+    alone = [prefilled_learner(a.config) for a in arms]
     for a, run in zip(arms, alone):
         assert run.P == S and run.layout.arms == ("default",) and run.arms[0].config == a.config
     for _ in range(iterations):
@@ -144,7 +120,7 @@ def _assert_arms_equal_single_arm_runs(base, arms_cfg, iterations: int):
         for s in range(S):
             m = a * S + s
             for k, v in state.items():
-                assert bits_equal(_member_part(k, v, A * S, m), _member_part(k, ref[k], S, s)), (arms[a].name, s, k)
+                assert bits_equal(member_part(k, v, A * S, m), member_part(k, ref[k], S, s)), (arms[a].name, s, k)
             assert bits_equal(together.online.noisy_sigma()[m], run.online.noisy_sigma()[s])
     # the arms do differ from each other at one seed (so the comparison above can fail)
     params = state["online.params"]
@@ -184,14 +160,14 @@ def test_listed_arms_with_noisy_lr_off_and_weights_are_bit_identical_to_single_a
     # the G12 head of the arm with G12 off never trains (exactly zero gradient keeps it at init)
     off = alone[1]
     head = off.online_flat.columns(off.online.heads["g12"])
-    fresh = _learner_for(expand_arms(base, spec)[1].config)
+    fresh = prefilled_learner(expand_arms(base, spec)[1].config)
     assert torch.equal(off.online_flat.data[:, head], fresh.online_flat.data[:, head])
 
 
 def test_members_without_noisynets_explore_epsilon_greedily_and_the_others_act_greedily():
     base = tiny_config("trainer.population=2", "trainer.epsilon_start=1.0", "trainer.epsilon_end=1.0")
     spec = ArmsConfig.model_validate({"factors": {"model.noisy": [True, False]}})
-    learner = _learner_for(base, expand_arms(base, spec))
+    learner = prefilled_learner(base, expand_arms(base, spec))
     draws = learner.rng.draw(learner.plan)
     obs = learner.env.observe()
     w = learner.online.weights("train")
@@ -204,48 +180,24 @@ def test_members_without_noisynets_explore_epsilon_greedily_and_the_others_act_g
 
 
 def test_the_default_run_is_one_arm_with_the_old_member_seeds():
-    learner = _learner_for(tiny_config())
+    learner = prefilled_learner(tiny_config())
     assert learner.P == 3 and learner.layout.arms == ("default",) and learner.layout.seeds_per_arm == 3
     assert learner.seeds == member_seeds(0, 3) and [a.name for a in learner.arms] == ["default"]
     assert learner.path_of_member == ([0, 1, 2] if learner.cfg.data.synthetic.paths == "per_seed" else [0, 0, 0])
 
 
-def test_member_blocks_keep_every_matmul_per_arm_and_each_block_equals_its_arm_alone():
-    """With member blocks (several arms) each layer's matmuls run once per arm, and the blocks
-    reach the gem heads' layers too. What the blocks promise is the arms invariant: each block
-    of members equals, bit for bit, a network of that block's members alone (same shapes). It
-    does not promise that a blocked matmul equals one batched matmul over every member: on CPU
-    that depends on the BLAS kernel the machine picks (AVX-512 rounds the two differently)."""
-    seeds = member_seeds(3, 2) * 2
-    obs = torch.randn(4, 7, OBS, generator=torch.Generator().manual_seed(2))
-    sn, noisy = [True, False, True, False], [True, True, False, False]
-    plain = _net(seeds, sn, noisy)
-    assert all(layer.chunk is None for layer in plain.weight_layers().values())
-    blocked = BranchingC51(plain.cfg, OBS, K, A, seeds, _heads(), spectral_norm=sn, noisy=noisy, member_block=2)
-    assert {name: layer.chunk for name, layer in blocked.weight_layers().items()}["adv_out"] == 2 * K
-    assert blocked.weights("eval")["g12.pred_in"].chunk == 2  # eval: no power-iteration step
-    together = _run_net(blocked, seeds, obs)
-    for b in range(2):
-        rows = slice(2 * b, 2 * b + 2)
-        alone = _run_net(_net(seeds[rows], sn[rows], noisy[rows]), seeds[rows], obs[rows])
-        for k, v in alone.items():
-            for p in range(2):
-                assert torch.equal(_member(together[k], 4, 2 * b + p), _member(v, 2, p)), (b, p, k)
-    with pytest.raises(ValueError, match="do not divide"):
-        BranchingC51(plain.cfg, OBS, K, A, seeds, _heads(), member_block=3)
-
-
 def test_a_config_with_arms_builds_the_arms_x_seeds_learner():
     """`arms:` in the config (here from overrides) is what the learner expands; its interface
     (P, layout, arms) is what the trainer reports from."""
-    learner = _learner_for(tiny_config("trainer.population=2", "arms.factors.model.noisy=[true,false]", "arms.factors.trainer.lr=[0.001,0.003]"))
+    learner = prefilled_learner(tiny_config("trainer.population=2", "arms.factors.model.noisy=[true,false]", "arms.factors.trainer.lr=[0.001,0.003]"))
     assert learner.P == 8 and learner.layout.seeds_per_arm == 2
     assert [learner.layout.arm_of(m) for m in (0, 2, 4, 6)] == [a.name for a in learner.arms]
     assert learner.arms[3].name == "model.noisy=false,trainer.lr=0.003"
     assert learner.seeds == member_seeds(0, 2) * 4
     assert learner.lr == [0.001, 0.001, 0.003, 0.003, 0.001, 0.001, 0.003, 0.003]
     assert [(rows.start, rows.stop, lr) for rows, lr in learner.optim.blocks] == [(0, 2, 0.001), (2, 4, 0.003), (4, 6, 0.001), (6, 8, 0.003)]
-    assert all(layer.chunk is not None for layer in learner.online.weight_layers().values())
+    tile = layers.MEMBER_TILE  # member tiles, not member blocks: the same for every run (test_member_tiles.py)
+    assert all(layer.tile == (None if tile is None else tile * layer.reps) for layer in learner.online.weight_layers().values())
     learner.iteration()
     assert torch.isfinite(learner.acc).any()
 

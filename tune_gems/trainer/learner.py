@@ -3,7 +3,11 @@
 `Learner.iteration()` is the unit that the trainer runs eagerly on CPU and captures as one CUDA
 graph on GPU: advance the RNG counter, resample NoisyNet noise, step every environment, insert
 into replay, sample, forward, gems, backward, per-member clipped Adam step, target update,
-metric accumulation. Nothing in it reads a value back to the host or branches on one.
+metric accumulation. Nothing in it reads a value back to the host or branches on one. The hard
+target update (trainer.tau = 0) is the one part outside the graph: the host knows the iteration
+count, so it copies the online network into the target on the iterations where the copy is due
+(`tune_gems.trainer.graph.SplitStep`), instead of a lerp over every parameter in every replay
+whose weight is 0 on all the others.
 
 Arms (docs/design.md "Arms"): the population axis carries P = folds x arms x seeds members,
 fold-major, then arm-major (tune_gems.design.arms.MemberLayout; one fold without `data.folds`). What differs between arms (spectral norm, NoisyNets, learning
@@ -12,11 +16,17 @@ rate, each gem's mode and weight) enters as per-member constants: masks inside t
 (tune_gems.trainer.member_gems), an exploration mask for members without NoisyNets. The graph's
 structure, the random numbers a member draws and its initial weights never depend on them, so
 each arm's members equal a run of that arm alone, bit for bit (tests/test_arms_learner.py).
+No op's bits depend on the population size either: the network's matmuls run in member tiles
+and every per-member reduction (the gradient clip, the loss, q_mean, spectral norm) is
+fixed-order on CUDA (tune_gems.model.layers, tune_gems.model.member_reduce), so an arm's members
+also equal the same seeds in a run with more seeds per arm, or in another seed block
+(tests/gpu/test_member_tiles_gpu.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 from torch import Tensor
@@ -27,10 +37,13 @@ from tune_gems.config.schema import Config
 from tune_gems.market.env import Market, VecTradingEnv
 from tune_gems.gems import GemInputs
 from tune_gems.ops.reference import c51_cross_entropy
+from tune_gems.model import layers as model_layers
+from tune_gems.model.member_reduce import member_mean, member_sum
 from tune_gems.model.member_select import uniform
 from tune_gems.gems.registry import run_gems
 from tune_gems.model.flat import FlatParameters
 from tune_gems.model.network import BranchingC51
+from tune_gems.trainer.graph import SplitStep
 from tune_gems.trainer.optim import PopulationAdam
 from tune_gems.trainer.replay import ReplayBuffer
 from tune_gems.rng import CounterRNG, DrawPlan, Draws
@@ -88,9 +101,8 @@ class Learner:
         K, A = self.env.actions.branches, self.env.actions.sub_actions
         self.K, self.A = K, A
         heads = {g.name: g.head for g in run_gems(cfg.plugins) if g.head is not None}
-        # several arms or folds: every matmul runs per block, with a single-arm run's shapes (layers.py)
-        member_block = tc.population if len(self.layout.blocks) > 1 else None
-        switches = {"spectral_norm": self.spectral_norm, "noisy": self.noisy, "member_block": member_block}
+        # every matmul in member tiles of a fixed size, whatever P (layers.py)
+        switches = {"spectral_norm": self.spectral_norm, "noisy": self.noisy, "member_tile": model_layers.MEMBER_TILE}
         self.online = BranchingC51(mc, market.obs_dim, K, A, self.seeds, heads, **switches).to(device)
         self.target = BranchingC51(mc, market.obs_dim, K, A, self.seeds, heads, **switches).to(device)
         self.target.load_state_dict(self.online.state_dict())
@@ -244,7 +256,15 @@ class Learner:
             self._step_envs(self.online.weights("train"), draws)
 
     # -- one iteration -----------------------------------------------------------------------
-    def iteration(self) -> None:
+    @functools.cached_property
+    def iteration(self) -> SplitStep:
+        """One training iteration, called as `learner.iteration()`: the capturable part
+        (`_iteration_on_device`) and the host-scheduled hard target copy (`_after_iteration`),
+        after the device part of each iteration; `StepRunner` captures the first and runs the
+        second between replays, counting iterations on the host."""
+        return SplitStep(self._iteration_on_device, self._after_iteration, lambda: self.updates)
+
+    def _iteration_on_device(self) -> None:
         draws = self._fresh_draws()
         weights = self.online.weights("train")
         self._step_envs(weights, draws)
@@ -304,7 +324,8 @@ class Learner:
             g = b.discount.unsqueeze(-1).expand(P, B, K).reshape(-1)
             m = ops.c51_project(p_next.reshape(-1, mc.atoms), r, g, mc.v_min, mc.v_max).view(P, B, K, mc.atoms)
 
-        _, c51 = c51_cross_entropy(log_probs_t, m)
+        per_sample, _ = c51_cross_entropy(log_probs_t, m)
+        c51 = member_sum(per_sample, 1) / B  # the reference's own value on CPU; fixed-order on CUDA
 
         heads = self._heads(weights)
         values = gems.evaluate_all(x, heads)
@@ -326,7 +347,8 @@ class Learner:
         norms = self.optim.step_groups()  # [groups, P]: the shared network first, then each head
         with torch.no_grad():
             self.updates.add_(1)
-            self._update_target()
+            if tc.tau > 0:
+                self._blend_target()
             finite = torch.isfinite(per_member) & torch.isfinite(norms).all(dim=0)
             if head_loss is not None:
                 finite = finite & torch.isfinite(head_loss)
@@ -355,20 +377,35 @@ class Learner:
 
         return {name: at_precision(fn) for name, fn in self.online.bound_heads(weights).items()}
 
-    def _update_target(self) -> None:
-        tc = self.cfg.trainer
-        if tc.tau > 0:
-            w_param, w_copy = tc.tau, 1.0
-        else:
-            w_param = (self.updates % tc.target_update == 0).float()  # 1.0 exactly when due
-            w_copy = w_param
+    def _blend_target(self) -> None:
+        """Polyak update (trainer.tau > 0), inside the captured iteration: the parameters move
+        tau of the way to the online network's, the spectral-norm state is copied (lerp by 1)."""
+        tau = self.cfg.trainer.tau
         for t, o, follows_tau in self._target_pairs:
-            t.lerp_(o, w_param if follows_tau else w_copy)
+            t.lerp_(o, tau if follows_tau else 1.0)
+
+    def _after_iteration(self, updates: int) -> None:
+        """After the iteration that brought the update count to `updates`: the hard target
+        update (trainer.tau = 0) when it is due, a plain copy of every target pair.
+
+        It replaces a lerp by a device weight w = (updates % target_update == 0) in every
+        iteration: torch's lerp is o - (o - t) * (1 - w) at w = 1 and t + w * (o - t) at w = 0,
+        i.e. o and t exactly whenever o - t is finite, so the target's bits are those of the lerp
+        except for the sign of a zero (an online value -0.0 over a positive target one, or a
+        target -0.0, which the lerp turned into +0.0; parameters never start or step to -0.0)
+        and where o - t is not finite (a diverged member: the lerp made its target NaN at once,
+        the copy does at the next due update). tests/test_target_update.py checks the bits
+        against the lerp over several updates."""
+        tc = self.cfg.trainer
+        if tc.tau > 0 or updates % tc.target_update:
+            return
+        with torch.no_grad():
+            for t, o, _ in self._target_pairs:
+                t.copy_(o)
 
     def _accumulate(self, c51: Tensor, finite: Tensor, q_t: Tensor, grad_norm: Tensor, values: dict, nulls: dict) -> None:
         mg = self.member_gems
-        q_mean = torch.cat([q_t[rows].detach().mean(dim=(1, 2, 3)) for rows in mg.blocks])  # per arm (see nulls)
-        rows = [c51.detach(), q_mean, grad_norm]
+        rows = [c51.detach(), member_mean(q_t.detach(), (1, 2, 3)), grad_norm]
         # gem values and nulls: NaN for members with the gem off
         rows += [mg.reported(n, values[n], c51) for n in mg.names]
         rows += [mg.reported(n, nulls[n], c51) for n in mg.names]
