@@ -9,7 +9,6 @@ import torch
 from learner_fixtures import bits_equal, member_part, prefilled_learner, tiny_config
 from tune_gems.design.arms import ArmsConfig, expand_arms
 from tune_gems.gems.registry import run_gems
-from tune_gems.model import layers
 from tune_gems.model.network import BranchingC51
 from tune_gems.rng import CounterRNG, member_seeds
 
@@ -186,6 +185,31 @@ def test_the_default_run_is_one_arm_with_the_old_member_seeds():
     assert learner.path_of_member == ([0, 1, 2] if learner.cfg.data.synthetic.paths == "per_seed" else [0, 0, 0])
 
 
+def test_member_blocks_keep_every_matmul_per_arm_and_each_block_equals_its_arm_alone():
+    """With member blocks (several arms) each layer's matmuls run once per arm, and the blocks
+    reach the gem heads' layers too. What the blocks promise is the arms invariant: each block
+    of members equals, bit for bit, a network of that block's members alone (same shapes). It
+    does not promise that a blocked matmul equals one batched matmul over every member: on CPU
+    that depends on the BLAS kernel the machine picks (AVX-512 rounds the two differently)."""
+    seeds = member_seeds(3, 2) * 2
+    obs = torch.randn(4, 7, OBS, generator=torch.Generator().manual_seed(2))
+    sn, noisy = [True, False, True, False], [True, True, False, False]
+    plain = _net(seeds, sn, noisy)
+    assert all(layer.chunk is None for layer in plain.weight_layers().values())
+    blocked = BranchingC51(plain.cfg, OBS, K, A, seeds, _heads(), spectral_norm=sn, noisy=noisy, member_block=2)
+    assert {name: layer.chunk for name, layer in blocked.weight_layers().items()}["adv_out"] == 2 * K
+    assert blocked.weights("eval")["g12.pred_in"].chunk == 2  # eval: no power-iteration step
+    together = _run_net(blocked, seeds, obs)
+    for b in range(2):
+        rows = slice(2 * b, 2 * b + 2)
+        alone = _run_net(_net(seeds[rows], sn[rows], noisy[rows]), seeds[rows], obs[rows])
+        for k, v in alone.items():
+            for p in range(2):
+                assert torch.equal(_member(together[k], 4, 2 * b + p), _member(v, 2, p)), (b, p, k)
+    with pytest.raises(ValueError, match="do not divide"):
+        BranchingC51(plain.cfg, OBS, K, A, seeds, _heads(), member_block=3)
+
+
 def test_a_config_with_arms_builds_the_arms_x_seeds_learner():
     """`arms:` in the config (here from overrides) is what the learner expands; its interface
     (P, layout, arms) is what the trainer reports from."""
@@ -196,8 +220,7 @@ def test_a_config_with_arms_builds_the_arms_x_seeds_learner():
     assert learner.seeds == member_seeds(0, 2) * 4
     assert learner.lr == [0.001, 0.001, 0.003, 0.003, 0.001, 0.001, 0.003, 0.003]
     assert [(rows.start, rows.stop, lr) for rows, lr in learner.optim.blocks] == [(0, 2, 0.001), (2, 4, 0.003), (4, 6, 0.001), (6, 8, 0.003)]
-    tile = layers.MEMBER_TILE  # member tiles, not member blocks: the same for every run (test_member_tiles.py)
-    assert all(layer.tile == (None if tile is None else tile * layer.reps) for layer in learner.online.weight_layers().values())
+    assert all(layer.chunk is not None for layer in learner.online.weight_layers().values())
     learner.iteration()
     assert torch.isfinite(learner.acc).any()
 

@@ -16,19 +16,11 @@ So a member's computation, its initial weights (the generator consumes the same 
 the switches) and its random numbers do not depend on its own or any other member's switches,
 and a member equals, bit for bit, the same member in a run where every member has its setting.
 
-A member's bits do not depend on the population size P (the arms and seed-block invariants): on
-CUDA every per-member reduction is the fixed-order one of `tune_gems.model.member_reduce`
-(spectral norm's sigma, its power iteration's norms and its division's gradient, the health
-line's mean |sigma|), and every batched matmul (forward, both backward products, power
-iteration) runs in *member tiles* (`set_member_tile`): calls of exactly `MEMBER_TILE` members,
-the last tile padded with zero members, so cuBLAS, which picks its algorithm (split-K, tile
-shape) from the batch count, always sees the same batch count and a member the same place in
-its call's batch whatever P is (tile None: one call over all members, the fast path when the
-BLAS is P-invariant by itself; `benchmarks/gemm_batch_probe.py` measures which holds). On the
-CPU the products and reductions are torch's own, over all members at once, as before: there they
-do not depend on P for P >= 2 (tests/test_arms_learner.py); a batch of one member takes another
-BLAS path for some products (a P = 1 run is not the bits of that member in a larger run: the
-probe's --smoke shows it for the power iteration's matrix-vector product; unchanged here).
+Member blocks: with several arms, `set_member_block(n)` makes every batched matmul of a layer
+(forward, backward, power iteration) run once per block of n consecutive members (an arm)
+instead of once over all P. The members' numbers are then computed by matmuls of exactly the
+shapes of a single-arm run: a GPU BLAS may pick its algorithm (e.g. split-K) from the batch
+count, and would otherwise round an arm's members differently from a run of that arm alone.
 """
 
 from __future__ import annotations
@@ -39,18 +31,12 @@ from typing import Literal, Sequence
 import torch
 from torch import Tensor, nn
 
-from tune_gems.model.member_reduce import expand_to, member_mean, member_norm, member_sum
 from tune_gems.model.member_select import select, uniform
 
 
 WeightMode = Literal["train", "target", "eval"]
 """train: noise on, spectral-norm power iteration advances; target: noise on, power iteration
 frozen; eval: noise off (mean weights), power iteration frozen."""
-
-MEMBER_TILE: int | None = 16
-"""Members per batched-matmul call on CUDA (None: one call over all members). A multiple of 8
-keeps every tile's first member 16-byte aligned in fp32 and bf16 whatever the layer's widths.
-The learner builds its networks with it (`BranchingC51(member_tile=...)`)."""
 
 _NORM_EPS = 1e-12
 SN_INIT_ITERATIONS = 15
@@ -69,7 +55,7 @@ def _normal(gens: list[torch.Generator], reps: int, shape: tuple[int, ...]) -> T
 
 
 def _normalize(x: Tensor) -> Tensor:
-    return x / member_norm(x, -1, keepdim=True).clamp_min(_NORM_EPS)
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(_NORM_EPS)
 
 
 def member_flags(flags: bool | Sequence[bool], population: int, what: str) -> list[bool]:
@@ -84,43 +70,21 @@ def member_flags(flags: bool | Sequence[bool], population: int, what: str) -> li
 
 class Affine(tuple):
     """A layer's effective weights for one iteration, (W [G,in,out], b [G,1,out]), unpacking like
-    a pair, and `tile`: the groups per batched-matmul call on CUDA (None: one call)."""
+    a pair, and `chunk`: the groups per member block that matmuls keep apart (None: one block)."""
 
-    tile: int | None
+    chunk: int | None
 
-    def __new__(cls, w: Tensor, b: Tensor, tile: int | None = None) -> "Affine":
+    def __new__(cls, w: Tensor, b: Tensor, chunk: int | None = None) -> "Affine":
         obj = super().__new__(cls, (w, b))
-        obj.tile = tile
+        obj.chunk = chunk
         return obj
 
 
-def member_tiled(op, tile: int | None, *tensors: Tensor) -> Tensor:
-    """op over the leading group axis in calls of exactly `tile` groups, the last call's groups
-    padded with zeros (its padding dropped from the result); one call when `tile` is None.
-    Group g is always at place g % tile of call g // tile, so its bits never depend on the
-    number of groups (module docstring)."""
-    if tile is None:
+def _blockwise(op, chunk: int | None, *tensors: Tensor) -> Tensor:
+    """op over the leading group axis, once per block of `chunk` groups (once when None)."""
+    if chunk is None or chunk >= tensors[0].shape[0]:
         return op(*tensors)
-    outs = []
-    # split, not slices: autograd joins the tiles' gradients with one cat (a slice's backward
-    # would write a zero tensor of the whole operand per tile)
-    for parts in zip(*(t.split(tile) for t in tensors)):
-        short = tile - parts[0].shape[0]
-        if short:
-            parts = [torch.cat([p, p.new_zeros((short, *p.shape[1:]))]) for p in parts]
-        out = op(*parts)
-        outs.append(out[: tile - short] if short else out)
-    return outs[0] if len(outs) == 1 else torch.cat(outs)
-
-
-def _baddbmm(b: Tensor, x: Tensor, w: Tensor) -> Tensor:
-    return torch.baddbmm(b, x, w)
-
-
-def _on_device(tile: int | None, t: Tensor) -> int | None:
-    """The tile where it is needed: on CUDA (cuBLAS picks its algorithm from the batch count);
-    on the CPU the products run over all groups at once, as they always have."""
-    return tile if t.is_cuda else None
+    return torch.cat([op(*parts) for parts in zip(*(t.split(chunk) for t in tensors))])
 
 
 def _group_mask(flags: list[bool], reps: int, rank: int) -> Tensor:
@@ -151,7 +115,7 @@ class PopLinear(nn.Module):
         super().__init__()
         bound = 1.0 / math.sqrt(in_f)
         self.groups, self.reps, self.in_f, self.out_f = len(gens) * reps, reps, in_f, out_f
-        self.tile: int | None = None  # groups per matmul call on CUDA (set_member_tile)
+        self.chunk: int | None = None  # groups per member block (set_member_block)
         self.weight = nn.Parameter(_uniform(gens, reps, (in_f, out_f), bound))
         self.bias = nn.Parameter(_uniform(gens, reps, (1, out_f), bound))
         self.has_spectral_norm = spectral_norm is not None
@@ -168,48 +132,43 @@ class PopLinear(nn.Module):
     def _grouped(self, t: Tensor, rows: int) -> Tensor:
         return t.reshape(self.groups, rows, self.out_f)
 
-    def set_member_tile(self, members: int | None) -> None:
-        """Run every batched matmul on CUDA in calls of `members` members (None: one call)."""
-        if members is not None and members < 1:
-            raise ValueError(f"a member tile must be at least 1 member, got {members}")
-        self.tile = None if members is None else members * self.reps
+    def set_member_block(self, members: int | None) -> None:
+        """Keep blocks of `members` consecutive members apart in every matmul (None: one block)."""
+        self.chunk = None if members is None else members * self.reps
 
     @torch.no_grad()
     def _power_iteration(self) -> None:
         w = self._grouped(self.weight, self.in_f)
-        tile = _on_device(self.tile, w)
-        v = _normalize(member_tiled(torch.bmm, tile, w, self.sn_u.unsqueeze(-1)).squeeze(-1))
-        u = _normalize(member_tiled(torch.bmm, tile, v.unsqueeze(1), w).squeeze(1))
+        v = _normalize(_blockwise(torch.bmm, self.chunk, w, self.sn_u.unsqueeze(-1)).squeeze(-1))
+        u = _normalize(_blockwise(torch.bmm, self.chunk, v.unsqueeze(1), w).squeeze(1))
         self.sn_v.copy_(v)
         self.sn_u.copy_(u)
 
     def weights(self, mode: WeightMode) -> Affine:
         w, b = self._grouped(self.weight, self.in_f), self._grouped(self.bias, 1)
         if not self.has_spectral_norm:
-            return Affine(w, b, self.tile)
+            return Affine(w, b, self.chunk)
         if mode == "train":
             self._power_iteration()
-        wu = member_tiled(torch.bmm, _on_device(self.tile, w), w, self.sn_u.unsqueeze(-1)).squeeze(-1)
-        sigma = member_sum(self.sn_v * wu, -1)
+        sigma = (self.sn_v * _blockwise(torch.bmm, self.chunk, w, self.sn_u.unsqueeze(-1)).squeeze(-1)).sum(-1)
         # W / 1 is W exactly; the where also keeps an off member's sigma out of its gradient.
-        # The division sees sigma expanded to W's shape (`expand_to`): the gradient of sigma is a
-        # sum over [in, out] per group, which torch would reduce with a split chosen from the
-        # number of groups (p_invariance_probe.py); member_sum reduces it in a fixed order.
+        # Per member block: sigma's gradient is a sum over [in, out] per group, a reduction whose
+        # blocks-per-output torch picks from the number of groups (p_invariance_probe.py).
         # Every member off: W / 1 is W, so no division (member_select), but still a fresh
         # contiguous copy, as the division returns: cuBLAS picks its kernel from the operand's
         # strides and address alignment, and a strided view of the member-major parameter matrix
         # rounded an arm run alone differently from the same arm beside others on the H200
         # (tests/gpu/test_arms_gpu.py). The copy's backward passes the gradient unchanged.
         if self.sn_common is False:
-            return Affine(w.clone(memory_format=torch.contiguous_format), b, self.tile)
+            return Affine(w.clone(memory_format=torch.contiguous_format), b, self.chunk)
         scale = select(self.sn_common, self.sn_on, sigma.view(-1, 1, 1), 1.0)
-        return Affine(torch.div(w, expand_to(scale, w.shape)), b, self.tile)
+        return Affine(_blockwise(torch.div, self.chunk, w, scale), b, self.chunk)
 
     @staticmethod
     def apply(x: Tensor, wb: tuple[Tensor, Tensor]) -> Tensor:
-        """x [G,N,in] -> x @ W + b [G,N,out], in member tiles when `wb` is an Affine with a tile."""
+        """x [G,N,in] -> x @ W + b [G,N,out], per member block when `wb` is an Affine with a chunk."""
         w, b = wb
-        return member_tiled(_baddbmm, _on_device(getattr(wb, "tile", None), x), b, x, w)
+        return _blockwise(lambda b_, x_, w_: torch.baddbmm(b_, x_, w_), getattr(wb, "chunk", None), b, x, w)
 
 
 class NoisyPopLinear(nn.Module):
@@ -238,7 +197,7 @@ class NoisyPopLinear(nn.Module):
         bound = 1.0 / math.sqrt(in_f)
         P = len(gens)
         self.P, self.reps, self.in_f, self.out_f = P, reps, in_f, out_f
-        self.tile: int | None = None  # groups per matmul call on CUDA (set_member_tile)
+        self.chunk: int | None = None  # groups per member block (set_member_block)
         self.mu_w = nn.Parameter(_uniform(gens, reps, (in_f, out_f), bound))
         self.mu_b = nn.Parameter(_uniform(gens, reps, (1, out_f), bound))
         self.sigma_w = nn.Parameter(torch.full((P, reps, in_f, out_f), sigma0 / math.sqrt(in_f)))
@@ -266,19 +225,19 @@ class NoisyPopLinear(nn.Module):
         self.f_in.copy_(f[..., : self.in_f].unsqueeze(-1))
         self.f_out.copy_(f[..., self.in_f :].unsqueeze(-2))
 
-    set_member_tile = PopLinear.set_member_tile
+    set_member_block = PopLinear.set_member_block
 
     def weights(self, mode: WeightMode) -> Affine:
         G = self.P * self.reps
         if mode == "eval":
-            return Affine(self.mu_w.reshape(G, self.in_f, self.out_f), self.mu_b.reshape(G, 1, self.out_f), self.tile)
+            return Affine(self.mu_w.reshape(G, self.in_f, self.out_f), self.mu_b.reshape(G, 1, self.out_f), self.chunk)
         w = torch.addcmul(self.mu_w, self.sigma_w, self.f_in * self.f_out)  # fresh, contiguous
         b = torch.addcmul(self.mu_b, self.sigma_b, self.f_out)
-        return Affine(w.view(G, self.in_f, self.out_f), b.view(G, 1, self.out_f), self.tile)
+        return Affine(w.view(G, self.in_f, self.out_f), b.view(G, 1, self.out_f), self.chunk)
 
     apply = staticmethod(PopLinear.apply)
 
     def mean_abs_sigma(self) -> Tensor:
         """Per-member mean |sigma_w| (the `noisy_sigma` health metric); 0 for members without
         NoisyNets (their sigma is never used)."""
-        return select(self.noise_common, self.noise_on.view(-1), member_mean(self.sigma_w.detach().abs(), (1, 2, 3)), 0.0)
+        return select(self.noise_common, self.noise_on.view(-1), self.sigma_w.detach().abs().mean(dim=(1, 2, 3)), 0.0)

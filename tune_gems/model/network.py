@@ -51,12 +51,12 @@ class BranchingC51(nn.Module):
         heads: dict[str, HeadFactory] | None = None,
         spectral_norm: Sequence[bool] | None = None,
         noisy: Sequence[bool] | None = None,
-        member_tile: int | None = None,
+        member_block: int | None = None,
     ):
         """`heads`: gem name -> factory of the parameters that gem owns (`Gem.head`).
         `spectral_norm`, `noisy`: the per-member switches (P bools each; default: the config's
-        `model.spectral_norm` / `model.noisy` for every member). `member_tile`: members per
-        batched-matmul call on CUDA (tune_gems.model.layers, member tiles; None: one call)."""
+        `model.spectral_norm` / `model.noisy` for every member). `member_block`: members per
+        arm, kept apart in every matmul (tune_gems.model.layers; None: one block)."""
         super().__init__()
         self.cfg, self.K, self.A, self.P = cfg, branches, sub_actions, len(seeds)
         gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
@@ -75,11 +75,11 @@ class BranchingC51(nn.Module):
         ctx = HeadContext(gens, cfg, H, branches, sub_actions)
         self.heads = nn.ModuleDict({name: make(ctx) for name, make in (heads or {}).items()})
         self.register_buffer("support", torch.linspace(cfg.v_min, cfg.v_max, atoms))
-        if member_tile is not None and member_tile < 1:
-            raise ValueError(f"a member tile must be at least 1 member, got {member_tile}")
+        if member_block is not None and (member_block < 1 or self.P % member_block):
+            raise ValueError(f"member blocks of {member_block} do not divide the population {self.P}")
         for layer in self.weight_layers().values():
-            if hasattr(layer, "set_member_tile"):  # a plug-in head's own layer type may lack it
-                layer.set_member_tile(member_tile)
+            if hasattr(layer, "set_member_block"):  # a plug-in head's own layer type may lack it
+                layer.set_member_block(member_block)
 
     # -- effective weights -------------------------------------------------------------------
     def weight_layers(self) -> dict[str, nn.Module]:

@@ -53,7 +53,7 @@ class GreedyEvaluator:
         with self.learner.matmul_precision():
             fresh = net.weights("eval")
         if self._eval_w is None:
-            self._eval_w = {k: Affine(w.clone(), b.clone(), a.tile) for k, a in fresh.items() for w, b in [a]}
+            self._eval_w = {k: Affine(w.clone(), b.clone(), getattr(a, "chunk", None)) for k, a in fresh.items() for w, b in [a]}
         else:
             for k, (w, b) in fresh.items():
                 self._eval_w[k][0].copy_(w)

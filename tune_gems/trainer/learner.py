@@ -16,11 +16,6 @@ rate, each gem's mode and weight) enters as per-member constants: masks inside t
 (tune_gems.trainer.member_gems), an exploration mask for members without NoisyNets. The graph's
 structure, the random numbers a member draws and its initial weights never depend on them, so
 each arm's members equal a run of that arm alone, bit for bit (tests/test_arms_learner.py).
-No op's bits depend on the population size either: the network's matmuls run in member tiles
-and every per-member reduction (the gradient clip, the loss, q_mean, spectral norm) is
-fixed-order on CUDA (tune_gems.model.layers, tune_gems.model.member_reduce), so an arm's members
-also equal the same seeds in a run with more seeds per arm, or in another seed block
-(tests/gpu/test_member_tiles_gpu.py).
 """
 
 from __future__ import annotations
@@ -37,8 +32,6 @@ from tune_gems.config.schema import Config
 from tune_gems.market.env import Market, VecTradingEnv
 from tune_gems.gems import GemInputs
 from tune_gems.ops.reference import c51_cross_entropy
-from tune_gems.model import layers as model_layers
-from tune_gems.model.member_reduce import member_mean, member_sum
 from tune_gems.model.member_select import uniform
 from tune_gems.gems.registry import run_gems
 from tune_gems.model.flat import FlatParameters
@@ -101,8 +94,9 @@ class Learner:
         K, A = self.env.actions.branches, self.env.actions.sub_actions
         self.K, self.A = K, A
         heads = {g.name: g.head for g in run_gems(cfg.plugins) if g.head is not None}
-        # every matmul in member tiles of a fixed size, whatever P (layers.py)
-        switches = {"spectral_norm": self.spectral_norm, "noisy": self.noisy, "member_tile": model_layers.MEMBER_TILE}
+        # several arms or folds: every matmul runs per block, with a single-arm run's shapes (layers.py)
+        member_block = tc.population if len(self.layout.blocks) > 1 else None
+        switches = {"spectral_norm": self.spectral_norm, "noisy": self.noisy, "member_block": member_block}
         self.online = BranchingC51(mc, market.obs_dim, K, A, self.seeds, heads, **switches).to(device)
         self.target = BranchingC51(mc, market.obs_dim, K, A, self.seeds, heads, **switches).to(device)
         self.target.load_state_dict(self.online.state_dict())
@@ -324,8 +318,7 @@ class Learner:
             g = b.discount.unsqueeze(-1).expand(P, B, K).reshape(-1)
             m = ops.c51_project(p_next.reshape(-1, mc.atoms), r, g, mc.v_min, mc.v_max).view(P, B, K, mc.atoms)
 
-        per_sample, _ = c51_cross_entropy(log_probs_t, m)
-        c51 = member_sum(per_sample, 1) / B  # the reference's own value on CPU; fixed-order on CUDA
+        _, c51 = c51_cross_entropy(log_probs_t, m)
 
         heads = self._heads(weights)
         values = gems.evaluate_all(x, heads)
@@ -405,7 +398,8 @@ class Learner:
 
     def _accumulate(self, c51: Tensor, finite: Tensor, q_t: Tensor, grad_norm: Tensor, values: dict, nulls: dict) -> None:
         mg = self.member_gems
-        rows = [c51.detach(), member_mean(q_t.detach(), (1, 2, 3)), grad_norm]
+        q_mean = torch.cat([q_t[rows].detach().mean(dim=(1, 2, 3)) for rows in mg.blocks])  # per arm (see nulls)
+        rows = [c51.detach(), q_mean, grad_norm]
         # gem values and nulls: NaN for members with the gem off
         rows += [mg.reported(n, values[n], c51) for n in mg.names]
         rows += [mg.reported(n, nulls[n], c51) for n in mg.names]

@@ -1,8 +1,7 @@
 """Adam for population-batched parameters, with gradient clipping per member.
 
 The parameters live in one member-major matrix [P, total] (tune_gems.model.flat), so the
-per-member gradient norm is one row-wise reduction (`member_norm`: on CUDA a fixed-order one,
-whose bits do not depend on P), the clipping one in-place scale, and the
+per-member gradient norm is one row-wise reduction, the clipping one in-place scale, and the
 Adam update one fused kernel (torch's `_fused_adam_`, the kernel behind
 `torch.optim.Adam(fused=True)`) over the whole matrix; every step is elementwise or row-wise,
 so members never mix. The step counter is a device tensor: the whole step is capturable in a
@@ -22,10 +21,9 @@ call, so there is one call per distinct learning rate, over that rate's blocks (
 contiguous row range of the matrix, passed as its own tensor). The kernel is elementwise and
 processes each tensor of its list on its own, so a block's bits are those of a run whose whole
 matrix is that block: the members of an arm step exactly as in a run of that arm alone, and a
-run with one learning rate makes the same single call as before. The clipping norms are one
-reduction over every member (`tune_gems.model.member_reduce`: torch's on the CPU, where it
-does not depend on the number of rows; fixed-order on CUDA, where torch's would), and the clip
-one elementwise scale. A parameter whose gradient is exactly zero from the start keeps zero moments and
+run with one learning rate makes the same single call as before. Clipping norms are reduced
+per block as well, so their reduction never sees a different number of rows than in a
+single-arm run. A parameter whose gradient is exactly zero from the start keeps zero moments and
 is left unchanged (a NoisyNet sigma of a member without NoisyNets; tests/test_optim.py).
 """
 
@@ -37,7 +35,6 @@ from torch import Tensor
 from typing import Sequence
 
 from tune_gems.model.flat import FlatParameters
-from tune_gems.model.member_reduce import member_norm
 
 CLIP_EPS = 1e-6
 
@@ -75,8 +72,8 @@ class PopulationAdam:
         blocks: Sequence[slice] | None = None,
     ):
         """`lr`: one learning rate, or one per member (P floats). `blocks`: the members in
-        consecutive row ranges (an arm's members), the lr constant within each; a fused call
-        takes one rate's blocks, each as its own tensor (default: the runs of equal lr).
+        consecutive row ranges (an arm's members), the lr constant within each; every
+        reduction and fused call sees one block at a time (default: the runs of equal lr).
         `clip_groups`: column ranges of the flat matrix clipped each on its own (the shared
         network, and each gem head, whose gradient must not change the shared network's clip
         in `measure` mode); default: one group, the whole matrix."""
@@ -150,11 +147,14 @@ class PopulationAdam:
         p, g = self.flat.data, self.flat.grad
         norms = []
         for cols in self.clip_groups:
-            part = g[:, cols]
-            norm = member_norm(part, 1)
-            coef = (self.max_grad_norm / (norm + CLIP_EPS)).clamp(max=1.0)
-            part.mul_(coef.unsqueeze(1))
-            norms.append(norm)
+            parts = []
+            for rows, _ in self.blocks:
+                part = g[rows, cols]
+                norm = torch.linalg.vector_norm(part, dim=1)
+                coef = (self.max_grad_norm / (norm + CLIP_EPS)).clamp(max=1.0)
+                part.mul_(coef.unsqueeze(1))
+                parts.append(norm)
+            norms.append(torch.cat(parts) if len(parts) > 1 else parts[0])
         self.step_count.add_(1)
         if self._fused:
             for rate, params, grads, avgs, avg_sqs in self._calls:
