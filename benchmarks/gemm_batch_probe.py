@@ -1,35 +1,43 @@
 """Does a member's product or reduction depend on how many members share the call? (issue 33, item 3)
 
-On the GPU a member's bits changed with the number of seeds that shared its arm: cuBLAS picks
+On the GPU a member's bits change with the number of seeds that share its arm: cuBLAS picks
 its batched-GEMM algorithm from the batch count, and torch's reductions pick their split from
-the number of outputs. This probe measures, for every batched matrix product one training
-iteration of the learner runs (forward, backward dgrad / wgrad, the spectral norm's power
-iteration and sigma: recorded from a real learner, with each operand's strides, the member
-stride included), and for the learner's per-member reductions, whether member 0's, member 5's
-and the last member's result at P members is bitwise that member's result alone (P = 1, its
-operands in a fresh allocation of the same layout), for P in PS, under each variant:
+the number of outputs. This probe is the record of which products and reductions depend on P,
+and of what the cuBLAS-side remedies tried so far buy. It measures, for every batched matrix
+product one training iteration of the learner runs (forward, backward dgrad / wgrad, the
+spectral norm's power iteration and sigma: recorded from a real learner, with each operand's
+strides, the member stride included), and for the learner's per-member reductions, whether
+member 0's, member 5's and the last member's result at P members is bitwise that member's
+result alone (P = 1, its operands in a fresh allocation of the same layout), for P in PS, under
+each variant:
 
   default                the environment as given (gpu_session.sh exports CUBLAS_WORKSPACE_CONFIG=:4096:8)
   cublaslt               torch.backends.cuda.preferred_blas_library("cublaslt")
   tileG                  member tiles: calls of exactly G members, the last padded with zero
-                         members (tune_gems.model.layers.member_tiled), G in TILES
+                         members (`member_tiled` below), G in TILES
   no-workspace           CUBLAS_WORKSPACE_CONFIG=:0:0 (no split-K workspace; read when CUDA
                          starts, so it runs in a process of its own), and no-workspace+cublaslt
 
-and each reduction with torch's own op and with the fixed-order form of
-tune_gems.model.member_reduce (what the learner runs on CUDA). Products run at tf32 (float32
-operands, matmul precision "high") and bf16 (bfloat16 operands, what autocast hands cuBLAS), at
-batch 128 (the moonshot's) and 256 (train_step.py's), hidden 256. Time per call: the median of
-three CUDA-event timings of TIME_REPS calls, at P in TIMED_PS.
+and each per-member reduction with torch's own op (what the learner runs). The library runs
+neither tiles nor a special cuBLAS setting: it keeps each arm's members in member blocks
+(tune_gems.model.layers), which gives the arms invariant, not a seed's bits across seed counts;
+member tiles and fixed-order reductions were tried in the library and taken out
+(benchmarks/RESULTS.md, 2026-12-01). A variant whose call fails (cuBLASLt finds no workspace
+under :0:0 on torch 2.11) is recorded with its error for that product. Products run at tf32
+(float32 operands, matmul precision "high") and bf16 (bfloat16 operands, what autocast hands
+cuBLAS), at batch 128 (the moonshot's) and 256 (train_step.py's), hidden 256. Time per call:
+the median of three CUDA-event timings of TIME_REPS calls, at P in TIMED_PS.
 
     python benchmarks/gemm_batch_probe.py [--out DIR] [--budget 85]
 
-Prints a table (variant x precision x batch: products P-invariant of all, one iteration's
-products' time at P = 64 and 192), the products and reductions that depend on P, and a
-recommendation (the fastest variant P-invariant everywhere, as the MEMBER_TILE to set); writes
-DIR/gemm_batch_probe.json (DIR: --out, else $OUT, else benchmarks/results). Exit status 0
-whatever it finds (a P-dependence is a finding); 2 without CUDA. `--smoke` runs the same
-logic on the CPU at a tiny shape (tests/test_gemm_batch_probe.py): no findings.
+Prints a table (variant x precision x batch: products P-invariant of all, products whose call
+failed, one iteration's products' time at P = 64 and 192), the products and reductions that
+depend on P, and the fastest variant P-invariant everywhere, if any, with what adopting it
+would take; writes DIR/gemm_batch_probe.json (DIR: --out, else $OUT, else benchmarks/results).
+Exit status 0 whatever it finds (a P-dependence is a finding); 2 without CUDA. `--smoke` runs
+the same logic on the CPU at a tiny shape: its findings are the CPU BLAS's, not the GPU's (one:
+a batch of one member takes another path for the power iteration's matrix-vector product, so
+P = 1 is not a larger run's bits there).
 """
 
 from __future__ import annotations
@@ -82,7 +90,7 @@ SMOKE = {
 def learner_shapes(batch: int, extra: list[str]) -> dict:
     """The matrix products of one eager iteration at P = RECORDED_P (train_step.py's
     configuration at this batch, gems measured, spectral norm on, custom ops: the network's and
-    heads' products only; on the CPU without member tiles), each operand's shape and strides,
+    heads' products only; one arm: one call over both members), each operand's shape and strides,
     and the shapes of the learner's per-member reductions."""
     import matmul_floor
     import train_step
@@ -143,9 +151,24 @@ def _fresh(view: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(view.shape, view.stride(), dtype=view.dtype, device=view.device).copy_(view)
 
 
-def _call(op: str, tile: int | None, operands: list[torch.Tensor]) -> torch.Tensor:
-    from tune_gems.model.layers import member_tiled
+def member_tiled(op, tile: int | None, *tensors: torch.Tensor) -> torch.Tensor:
+    """op over the leading group axis in calls of exactly `tile` groups, the last call's groups
+    padded with zeros (its padding dropped from the result); one call when `tile` is None. Group
+    g is always at place g % tile of call g // tile, so cuBLAS sees one batch count whatever the
+    number of groups: the tileG variants."""
+    if tile is None:
+        return op(*tensors)
+    outs = []
+    for parts in zip(*(t.split(tile) for t in tensors)):
+        short = tile - parts[0].shape[0]
+        if short:
+            parts = [torch.cat([p, p.new_zeros((short, *p.shape[1:]))]) for p in parts]
+        out = op(*parts)
+        outs.append(out[: tile - short] if short else out)
+    return outs[0] if len(outs) == 1 else torch.cat(outs)
 
+
+def _call(op: str, tile: int | None, operands: list[torch.Tensor]) -> torch.Tensor:
     return member_tiled(torch.baddbmm if op == "baddbmm" else torch.bmm, tile, *operands)
 
 
@@ -218,6 +241,8 @@ def probe_products(shapes: dict, variants: list[str], precision: str, plan: dict
                 row = _sweep(lambda P, t=tile: _call(prod["op"], t, [x[: P * per] for x in big]),
                              lambda mem, t=tile: _call(prod["op"], t, [_fresh(x[mem * per : (mem + 1) * per]) for x in big]),
                              per, plan)  # fmt: skip
+            except RuntimeError as err:  # this variant cannot run this product (e.g. cuBLASLt without a workspace)
+                row = failed_row(err)
             finally:
                 _blas("cublas", device)
             out[variant].append({"product": label, **row})
@@ -225,18 +250,16 @@ def probe_products(shapes: dict, variants: list[str], precision: str, plan: dict
     return out
 
 
-def _reduce(x: torch.Tensor, form: str, kind: str, dims: tuple[int, ...]) -> torch.Tensor:
-    """One per-member reduction, as torch's own op or in the fixed-order form."""
-    from tune_gems.model.member_reduce import fixed_order_norm, fixed_order_sum
+def failed_row(err: Exception) -> dict:
+    """A product a variant could not run: not invariant, no time, the error's first line."""
+    return {"invariant": False, "differs_at": [], "max_diff": None, "us": {}, "error": str(err).strip().splitlines()[0][:200]}
 
-    if form == "torch":
-        if kind == "norm":
-            return torch.linalg.vector_norm(x, dim=dims)
-        return x.mean(dim=dims) if kind == "mean" else x.sum(dim=dims)
+
+def _reduce(x: torch.Tensor, kind: str, dims: tuple[int, ...]) -> torch.Tensor:
+    """One per-member reduction, as the learner runs it (torch's own op)."""
     if kind == "norm":
-        return fixed_order_norm(x, dims)
-    total = fixed_order_sum(x, dims)
-    return total / x[0].numel() if kind == "mean" else total
+        return torch.linalg.vector_norm(x, dim=dims)
+    return x.mean(dim=dims) if kind == "mean" else x.sum(dim=dims)
 
 
 def probe_reductions(shapes: dict, plan: dict) -> list[dict]:
@@ -247,10 +270,9 @@ def probe_reductions(shapes: dict, plan: dict) -> list[dict]:
         if kind.startswith("norm:"):
             a, b = (int(x) for x in kind.split(":")[1:])
             big, kind = big[:, a:b], "norm"  # a column slice of the flat gradient matrix
-        for form in ("torch", "fixed-order"):
-            row = _sweep(lambda P, f=form, k=kind: _reduce(big[: P * per], f, k, dims),
-                         lambda m, f=form, k=kind: _reduce(_fresh(big[m * per : (m + 1) * per]), f, k, dims), per, plan)  # fmt: skip
-            rows.append({"reduction": name, "form": form, **row})
+        row = _sweep(lambda P, k=kind: _reduce(big[: P * per], k, dims),
+                     lambda m, k=kind: _reduce(_fresh(big[m * per : (m + 1) * per]), k, dims), per, plan)  # fmt: skip
+        rows.append({"reduction": name, **row})
         del big
     return rows
 
@@ -281,21 +303,22 @@ def worker(shapes_path: Path, variants: list[str], out_path: Path, reductions: b
 
 
 def summarise(variants: dict, timed_ps: tuple[int, ...]) -> list[dict]:
-    """One row per (variant, precision, batch): products P-invariant, and one iteration's
-    products' time at each timed P (each distinct product once: a lower bound of the
-    iteration's GEMM time)."""
+    """One row per (variant, precision, batch): products P-invariant, products whose call
+    failed, and one iteration's products' time at each timed P (each distinct product once: a
+    lower bound of the iteration's GEMM time; None when a product failed)."""
     table = []
     for key, rows in variants.items():
         variant, precision, batch = key.split("|")
+        failed = sum("error" in r for r in rows)
+        times = {f"gemm_us_P{P}": None if failed else round(sum(r["us"][str(P)] for r in rows), 1) for P in timed_ps}
         table.append({"variant": variant, "precision": precision, "batch": int(batch),
-                      "invariant": sum(r["invariant"] for r in rows), "products": len(rows),
-                      **{f"gemm_us_P{P}": round(sum(r["us"][str(P)] for r in rows), 1) for P in timed_ps}})  # fmt: skip
+                      "invariant": sum(r["invariant"] for r in rows), "products": len(rows), "failed": failed, **times})  # fmt: skip
     return table
 
 
 def recommend(table: list[dict], timed_ps: tuple[int, ...]) -> str:
     """The fastest variant whose every product is P-invariant (at the last timed P, summed over
-    precisions and batches), as the setting it means for the learner."""
+    precisions and batches), and what adopting it would take in the learner."""
     by_variant: dict[str, list[dict]] = {}
     for row in table:
         by_variant.setdefault(row["variant"], []).append(row)
@@ -304,40 +327,46 @@ def recommend(table: list[dict], timed_ps: tuple[int, ...]) -> str:
         return "no variant is P-invariant for every product (the list above names them)"
     cost = {v: sum(r[f"gemm_us_P{timed_ps[-1]}"] for r in rows) for v, rows in clean.items()}
     best = min(cost, key=cost.get)
+    one_call = "one call over all members (no member blocks)"
     setting = {
-        "default": "MEMBER_TILE = None",
-        "cublaslt": "MEMBER_TILE = None with preferred_blas_library('cublaslt') in every training process",
-        "no-workspace": "MEMBER_TILE = None with CUBLAS_WORKSPACE_CONFIG=:0:0 in every training process",
-        "no-workspace+cublaslt": "MEMBER_TILE = None with CUBLAS_WORKSPACE_CONFIG=:0:0 and cublaslt",
-    }.get(best, f"MEMBER_TILE = {best.removeprefix('tile')}")
+        "default": one_call,
+        "cublaslt": f"{one_call} with preferred_blas_library('cublaslt') in every training process",
+        "no-workspace": f"{one_call} with CUBLAS_WORKSPACE_CONFIG=:0:0 in every training process",
+        "no-workspace+cublaslt": f"{one_call} with CUBLAS_WORKSPACE_CONFIG=:0:0 and cublaslt",
+    }.get(best, f"member tiles of {best.removeprefix('tile')} members in every batched matmul")
     return f"{best}, {cost[best]:.0f} us summed at P={timed_ps[-1]}: {setting} (tune_gems/model/layers.py)"
 
 
-def report(merged: dict, plan: dict) -> tuple[list[dict], str, bool | None]:
-    """Print the tables; (summary table, recommendation, whether the fixed-order reductions are
-    all P-invariant: None when none was measured)."""
+def _us(value: float | None, width: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.1f}"
+
+
+def report(merged: dict, plan: dict) -> tuple[list[dict], str]:
+    """Print the tables; (summary table, recommendation)."""
     timed = tuple(plan["timed_ps"])
     table = summarise(merged["variants"], timed)
-    print(f"\n{'variant':24} {'prec':5} {'batch':>5} {'P-invariant':>12} " + " ".join(f"{'gemm us P=' + str(P):>14}" for P in timed))
+    print(f"\n{'variant':24} {'prec':5} {'batch':>5} {'P-invariant':>12} {'failed':>6} " + " ".join(f"{'gemm us P=' + str(P):>14}" for P in timed))
     for r in table:
-        print(f"{r['variant']:24} {r['precision']:5} {r['batch']:>5} {r['invariant']:>5} of {r['products']:<4} "
-              + " ".join(f"{r[f'gemm_us_P{P}']:>14.1f}" for P in timed))  # fmt: skip
+        print(f"{r['variant']:24} {r['precision']:5} {r['batch']:>5} {r['invariant']:>5} of {r['products']:<4} {r['failed']:>6} "
+              + " ".join(_us(r[f"gemm_us_P{P}"], 14) for P in timed))  # fmt: skip
     print("\nproducts that depend on P (variant precision batch: product: the P where a member differs, max |diff|):")
     shown = 0
     for key, rows in merged["variants"].items():
         for r in rows:
-            if not r["invariant"]:
+            if not r["invariant"] and "error" not in r:
                 shown += 1
                 if shown <= 40:
                     print(f"  {key.replace('|', ' ')}: {r['product']}: P={r['differs_at']} {r['max_diff']:.3g}")
     print(f"  ({shown} in all)" if shown else "  none")
-    print(f"\n{'reduction (batch)':62} {'form':12} {'P-invariant':16} " + " ".join(f"{'us P=' + str(P):>9}" for P in timed))
+    errors = {(key.split("|")[0], r["error"]) for key, rows in merged["variants"].items() for r in rows if "error" in r}
+    for variant, error in sorted(errors):
+        print(f"  {variant}: some products failed to run: {error}")
+    print(f"\n{'reduction (batch)':62} {'P-invariant':16} " + " ".join(f"{'us P=' + str(P):>9}" for P in timed))
     for batch, rows in merged["reductions"].items():
         for r in rows:
             verdict = "yes" if r["invariant"] else f"no {r['differs_at']}"
-            print(f"{r['reduction'] + ' (' + batch + ')':62} {r['form']:12} {verdict:16} " + " ".join(f"{r['us'][str(P)]:>9.1f}" for P in timed))
-    fixed = [r["invariant"] for rows in merged["reductions"].values() for r in rows if r["form"] == "fixed-order"]
-    return table, recommend(table, timed) if table else "not measured (no worker finished a pass)", all(fixed) if fixed else None
+            print(f"{r['reduction'] + ' (' + batch + ')':62} {verdict:16} " + " ".join(f"{r['us'][str(P)]:>9.1f}" for P in timed))
+    return table, recommend(table, timed) if table else "not measured (no worker finished a pass)"
 
 
 def _spawn(args: list[str], env_extra: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
@@ -395,9 +424,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "status": status, "seconds": round(time.time() - started, 1)})  # fmt: skip
         print(f"worker {variants} (CUBLAS_WORKSPACE_CONFIG={got['cublas_workspace_config']}): {status}, {time.time() - started:.1f} s", flush=True)
     shapes_path.unlink()
-    table, advice, fixed_ok = report(merged, plan)
+    table, advice = report(merged, plan)
     print(f"\nrecommendation: {advice}")
-    print(f"fixed-order reductions P-invariant everywhere: {'not measured' if fixed_ok is None else 'yes' if fixed_ok else 'NO'}")
     merged.update({
         "benchmark": "gemm_batch_probe", "smoke": a.smoke,
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -405,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__, "cuda": torch.version.cuda,
         "command": "python " + " ".join(shlex.quote(x) for x in sys.argv),
         "plan": plan, "members_checked": "0, 5 and the last, each against itself alone", "table": table,
-        "recommendation": advice, "fixed_order_reductions_invariant": fixed_ok, "seconds": round(time.time() - t0, 1),
+        "recommendation": advice, "seconds": round(time.time() - t0, 1),
     })  # fmt: skip
     out = out_dir / "gemm_batch_probe.json"
     out.write_text(json.dumps(merged, indent=1))

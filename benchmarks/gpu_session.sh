@@ -8,8 +8,8 @@
 # (dueling_c51, c51_loss, all at P=1,8,64,256), train_step.py (P=1,64,256 x fp32/tf32/bf16, P=768
 # as 12x64 blocks, profiles per precision) and matmul_floor.py; one log (perf.log) and three JSON
 # files in $OUT, a short table printed last.
-# floor (issue 33, about 5 minutes): benchmarks/floor_device.sh: build, gemm_batch_probe.py, the member-tile,
-# seed-block and target-copy GPU tests, train_step.py before/after at the moonshot's own shape, a table last.
+# floor (issue 33, about 6 minutes): benchmarks/floor_device.sh: build, gemm_batch_probe.py, the target-copy and
+# seed-block GPU tests, train_step.py before/after at the moonshot's own shape, the arms GPU tests, a table last.
 # Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -146,7 +146,7 @@ for s in "$@"; do
       echo "--- iteration vs matmul floor"; sed -n '/^case /,/^wrote/p' "$log" | grep -v "^wrote"
       ;;
     floor)
-      stage "floor: bit-identical removals, no member blocks, the moonshot's own shape (issue 33)"
+      stage "floor: the host-scheduled target copy, what a member's bits depend on, the moonshot's own shape (issue 33)"
       bash benchmarks/floor_device.sh
       ;;
     blocks1|blocks)

@@ -23,10 +23,10 @@ of 8 and contiguous operands: what padding atoms (51), sub-actions x atoms (153)
 observation (33) and the predictor input (262) to aligned widths would buy, since cuBLAS's
 tensor-core kernels want 16-byte-aligned leading dimensions.
 
-Member tiles (tune_gems.model.layers): a learner on CUDA runs its products in calls of
-MEMBER_TILE members, so the recorded products are those calls, at every P (P = 768 as 12 arms
-of 64 is recorded at P = 768; the moonshot trial, 3 arms x 64 at batch 128, from
-benchmarks/moonshot.yaml's own config).
+Member blocks (tune_gems.model.layers): with several arms (or folds) a learner runs every
+matmul of a layer once per arm's block of members, so the recorded products are those calls (P
+= 768 as 12 arms of 64 is recorded at P = 768: each product 12 times at the shapes of P = 64;
+the moonshot trial, 3 arms x 64 at batch 128, from benchmarks/moonshot.yaml's own config).
 
 Each configuration's iteration time (`--train-step`, the JSON of benchmarks/train_step.py,
 rows matched on P, precision, batch and arms, and the moonshot case on its own) is printed as

@@ -9,13 +9,10 @@ forward, gems, backward, Adam, target update: one iteration = one graph replay):
 - seed-steps per second (P members x n_envs environment steps per iteration / time) and peak
   GPU memory per member;
 - with `--blocks`, P = 768 as 12 arms of 64 seeds at batch 128 (the folds x arms shape of
-  issue 22), at tf32 and bf16;
+  issue 22: every matmul runs once per block of 64 members), at tf32 and bf16;
 - with `--moonshot`, the moonshot trial's own iteration: benchmarks/moonshot.yaml's config as
   it is (3 arms x 64 seeds = 192 members, batch 128, hidden 128, its gems and arms), at tf32
-  and bf16, so the benchmark and the trial time the same thing (`--moonshot-only`: only these);
-- with `--member-tiles default,none,16`, every case once per member tile (the library's
-  MEMBER_TILE, one call over all members, tiles of 16: tune_gems.model.layers), for comparing
-  them in one run.
+  and bf16, so the benchmark and the trial time the same thing (`--moonshot-only`: only these).
 
 `--profile` profiles one eager iteration at P=1 and P=64 for each of `--profile-precisions`,
 counts the launches whose kernel is a SIMT GEMM (no tensor cores), and prints the op census
@@ -28,11 +25,11 @@ Timing: CUDA events around `reps` iterations after warm-up (the capture happens 
 warm-up), repeated `rounds` times; the median is reported.
 
     python benchmarks/train_step.py [--out benchmarks/results/train_step.json] [--quick]
-        [--populations 1,64,256] [--blocks] [--moonshot | --moonshot-only] [--member-tiles default,none]
+        [--populations 1,64,256] [--blocks] [--moonshot | --moonshot-only]
         [--profile [--profile-precisions fp32,tf32,bf16]]
 
-Runs against whichever `tune_gems` is first on PYTHONPATH: an older tree (member blocks, no
-MEMBER_TILE) is timed as it is, its rows marked `member_tile: blocks`.
+Runs against whichever `tune_gems` is first on PYTHONPATH (floor_device.sh times an older tree
+beside this one).
 """
 
 from __future__ import annotations
@@ -79,21 +76,6 @@ def moonshot_config(precision: str, graph: bool, kernels: str, device: str = "cu
     apply_overrides(tree, [*MOONSHOT_RUN, f"device={device}", f"trainer.precision={precision}",
                            f"trainer.graph={'on' if graph else 'off'}", f"kernels={kernels}"])  # fmt: skip
     return build_config(tree, str(MOONSHOT))
-
-
-def set_member_tile(tile: str) -> str:
-    """Set tune_gems.model.layers.MEMBER_TILE for the trainers built next ("default": leave it;
-    "none": one call over all members; an int). Returns the tile in force, or "blocks" for a
-    tree without member tiles (member blocks)."""
-    from tune_gems.model import layers
-
-    if not hasattr(layers, "MEMBER_TILE"):
-        if tile != "default":
-            raise SystemExit(f"--member-tiles {tile}: this tune_gems has no member tiles (member blocks)")
-        return "blocks"
-    if tile != "default":
-        layers.MEMBER_TILE = None if tile == "none" else int(tile)
-    return str(layers.MEMBER_TILE).lower()
 
 
 def median_us(call, warmup: int, reps: int, rounds: int) -> float:
@@ -143,14 +125,13 @@ def arms_overrides(arms: int) -> list[str]:
 
 def run_case(
     P: int, precision: str, graph: bool, gems: str, kernels: str, warmup: int, reps: int, rounds: int,
-    batch: int = 256, blocks: int = 1, moonshot: bool = False, member_tile: str = "default",
+    batch: int = 256, blocks: int = 1, moonshot: bool = False,
 ) -> dict:
     """One configuration; P is the number of members (blocks x seeds per block, arms being the
     blocks). `moonshot`: benchmarks/moonshot.yaml's own config (P, batch and gems are its)."""
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     base_mem = torch.cuda.memory_allocated()
-    tile = set_member_tile(member_tile)
     if moonshot:
         cfg = moonshot_config(precision, graph, kernels)
     else:
@@ -170,7 +151,6 @@ def run_case(
         "P": P,
         "batch": batch,
         "blocks": blocks,
-        "member_tile": tile,
         "precision": precision,
         "mode": "graph" if graph else "eager",
         "gems": gems,
@@ -278,17 +258,6 @@ def census_trainer(P: int | str, precision: str, device: str) -> Trainer:
     return t
 
 
-def force_gpu_forms() -> None:
-    """Make this process's CPU learners run what CUDA runs: matmuls in member tiles and the
-    fixed-order per-member reductions (tune_gems.model.layers / member_reduce choose them by
-    device), so a CPU op census counts the CUDA iteration's ops. For counting only: the CPU's
-    own forms are what a CPU run trains with."""
-    from tune_gems.model import layers, member_reduce
-
-    layers._on_device = lambda tile, _t: tile
-    member_reduce.fixed_order = lambda _x: True
-
-
 def print_census(label: str, census: dict[str, float], top: int = 40) -> None:
     """The per-op count table: total, then the `top` ops by calls per iteration."""
     print(f"\nop census {label}: {sum(census.values()):.0f} ops per iteration (dispatcher, views left out)")
@@ -361,48 +330,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--blocks", action="store_true", help="also P=768 as 12 arms of 64 seeds, batch 128 (tf32, bf16)")
     ap.add_argument("--moonshot", action="store_true", help="also the moonshot trial's own iteration (benchmarks/moonshot.yaml; tf32, bf16)")
     ap.add_argument("--moonshot-only", action="store_true", help="only the moonshot trial's iteration")
-    ap.add_argument("--member-tiles", default="default", help="comma-separated member tiles to time every case with: default, none, or a number")
     ap.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated precisions of the graphed cases")
     ap.add_argument("--core", action="store_true", help="only the graphed, gems-measured rows with the CUDA kernels")
     ap.add_argument("--profile", action="store_true", help="also profile one eager iteration at P=1 and P=64")
     ap.add_argument("--profile-precisions", default="fp32", help="comma-separated precisions to profile")
     ap.add_argument("--census-only", action="store_true", help="print the op census at P=1 and P=64 on this machine's device and stop")
     ap.add_argument("--census-populations", default="1,64", help="comma-separated P of --census-only (or moonshot: its trial)")
-    ap.add_argument("--gpu-forms", action="store_true",
-                    help="--census-only on the CPU: run the CUDA forms (member tiles, fixed-order reductions) so the census counts the ops CUDA dispatches")
     a = ap.parse_args(argv)
     populations = tuple(int(x) for x in a.populations.split(","))
     profile_precisions = tuple(a.profile_precisions.split(","))
     if a.census_only:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        if a.gpu_forms and device == "cpu":
-            force_gpu_forms()
-        tile = set_member_tile(a.member_tiles.split(",")[0])
         for prec in profile_precisions if device == "cuda" else ("fp32",):  # the CPU runs fp32 whatever the precision
             for P in (x if x == "moonshot" else int(x) for x in a.census_populations.split(",")):
                 t = census_trainer(P, prec, device)
                 t.learner.iteration()  # the first iteration fixes the frozen columns
-                print_census(f"P={P} {prec} ({device}{', CUDA forms' if a.gpu_forms else ''}, member tile {tile})", op_census(t.learner))
+                print_census(f"P={P} {prec} ({device})", op_census(t.learner))
         return 0
     if not torch.cuda.is_available():
         print("train_step benchmark needs CUDA", file=sys.stderr)
         return 2
     rows = []
-    tiles = a.member_tiles.split(",")
     precisions = tuple(a.precisions.split(","))
     if a.moonshot_only:
         todo = list(moonshot_cases(tuple(p for p in ("tf32", "bf16") if p in precisions)))
     else:
         todo = list(cases(a.quick, populations, a.blocks, a.moonshot, precisions, a.core))
-    print(f"{'config':10} {'mode':6} {'P':>4} {'batch':>5} {'arms':>4} {'tile':>6} {'prec':5} {'gems':8} {'kernels':9} {'iter_us':>9} "
+    print(f"{'config':10} {'mode':6} {'P':>4} {'batch':>5} {'arms':>4} {'prec':5} {'gems':8} {'kernels':9} {'iter_us':>9} "
           f"{'seed-steps/s':>13} {'MB/member':>9}")  # fmt: skip
     for c in todo:
-        for tile in tiles:
-            r = run_case(**c, member_tile=tile, warmup=a.warmup, reps=a.reps, rounds=a.rounds)
-            rows.append(r)
-            write_result(a.out, rows, {}, [])
-            print(f"{r['case']:10} {r['mode']:6} {r['P']:>4} {r['batch']:>5} {r['blocks']:>4} {r['member_tile']:>6} {r['precision']:5} "
-                  f"{r['gems']:8} {r['kernels']:9} {r['iter_us']:>9.1f} {r['seed_steps_per_s']:>13,} {r['mem_per_member_mb']:>9.2f}", flush=True)
+        r = run_case(**c, warmup=a.warmup, reps=a.reps, rounds=a.rounds)
+        rows.append(r)
+        write_result(a.out, rows, {}, [])
+        print(f"{r['case']:10} {r['mode']:6} {r['P']:>4} {r['batch']:>5} {r['blocks']:>4} {r['precision']:5} "
+              f"{r['gems']:8} {r['kernels']:9} {r['iter_us']:>9.1f} {r['seed_steps_per_s']:>13,} {r['mem_per_member_mb']:>9.2f}", flush=True)
 
     def find(**kw):
         return next((r for r in rows if all(r[k] == v for k, v in kw.items())), None)
@@ -422,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
             summary[f"measure_over_off_P{P}"] = round(meas["iter_us"] / off["iter_us"], 3)
     for r in rows:
         if r["case"] == "moonshot":
-            summary[f"moonshot_{r['precision']}_tile_{r['member_tile']}_us"] = r["iter_us"]
+            summary[f"moonshot_{r['precision']}_us"] = r["iter_us"]
     print("\nsummary:", json.dumps(summary))
     profiles = []
     for prec in profile_precisions if a.profile else ():

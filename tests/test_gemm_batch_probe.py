@@ -1,6 +1,8 @@
 """CPU tests of benchmarks/gemm_batch_probe.py's logic (its findings need the GPU): the sweep
-sees a planted P-dependence and passes a P-invariant op, operands keep the learner's layout, and
-the recommendation is the fastest variant P-invariant everywhere."""
+sees a planted P-dependence and passes a P-invariant op, operands keep the learner's layout, the
+tile variants put a member at the same place of the same call whatever P, a product a variant
+cannot run is recorded as failed, and the recommendation is the fastest variant P-invariant
+everywhere."""
 
 from __future__ import annotations
 
@@ -37,6 +39,28 @@ def test_operands_keep_the_recorded_layout_and_a_member_alone_keeps_it_too():
         assert alone.stride() == big[3:4].stride() and torch.equal(alone, big[3:4]) and alone.data_ptr() != big.data_ptr()
 
 
+def test_a_tiled_call_puts_each_member_at_the_same_place_whatever_p():
+    gen = torch.Generator().manual_seed(2)
+    b, x, w = torch.randn(7, 1, 5, generator=gen), torch.randn(7, 3, 4, generator=gen), torch.randn(7, 4, 5, generator=gen)
+    full = probe.member_tiled(torch.baddbmm, 3, b, x, w)
+    assert full.shape == (7, 3, 5) and torch.allclose(full, torch.baddbmm(b, x, w))
+    for n in range(1, 8):  # the first n members alone: the same tiles, padded with zero members
+        assert torch.equal(probe.member_tiled(torch.baddbmm, 3, b[:n], x[:n], w[:n]), full[:n]), n
+    assert torch.equal(probe.member_tiled(torch.bmm, None, x, w), torch.bmm(x, w))
+
+
+def test_a_product_a_variant_cannot_run_is_counted_failed_untimed_and_never_recommended():
+    ok = {"product": "p", "invariant": True, "differs_at": [], "max_diff": 0.0, "us": {"64": 1.0, "192": 2.0}}
+    failed = {"product": "q", **probe.failed_row(RuntimeError("OOM trying to allocate workspace for cublaslt\nmore"))}
+    assert failed["error"] == "OOM trying to allocate workspace for cublaslt" and not failed["invariant"]
+    variants = {"no-workspace|tf32|128": [ok, failed], "tile32|tf32|128": [ok, ok]}
+    table = probe.summarise(variants, (64, 192))
+    assert table[0] == {"variant": "no-workspace", "precision": "tf32", "batch": 128, "invariant": 1, "products": 2,
+                        "failed": 1, "gemm_us_P64": None, "gemm_us_P192": None}  # fmt: skip
+    assert table[1]["failed"] == 0 and table[1]["gemm_us_P192"] == 4.0
+    assert probe.recommend(table, (64, 192)).startswith("tile32, 4 us")
+
+
 def test_the_recommendation_is_the_fastest_variant_invariant_in_every_row():
     rows = [
         {"variant": "default", "invariant": 9, "products": 10, "gemm_us_P192": 100.0},
@@ -47,7 +71,7 @@ def test_the_recommendation_is_the_fastest_variant_invariant_in_every_row():
     ]
     assert probe.recommend(rows, (64, 192)).startswith("no-workspace, 110 us")
     assert "CUBLAS_WORKSPACE_CONFIG=:0:0" in probe.recommend(rows, (64, 192))
-    assert "MEMBER_TILE = 16" in probe.recommend(rows[:3], (64, 192))
+    assert "member tiles of 16 members" in probe.recommend(rows[:3], (64, 192))
     assert probe.recommend(rows[:1], (64, 192)).startswith("no variant")
 
 
