@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tune_gems.analysis.scripts import add_arguments as add_analysis_arguments
 from tune_gems.commands.blas_path import pin_cpu_blas_path
+from tune_gems.commands.cpu_threads import THREADS_FLAG, set_cpu_threads
 from tune_gems.contracts.errors import TuneGemsError
 
 EXIT_BAD_INPUT = 2
@@ -54,7 +55,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         cfg = load_config(path, overrides)  # validated before torch is even imported
 
     if args.dry_run:
-        return _train_dry_run(cfg, args.out, args.resume)
+        return _train_dry_run(cfg, args.out, args.resume, args.thread_choice)
     from tune_gems.trainer.train_command import run_training
     from tune_gems.trainer.stop_signals import TrainingStopped
 
@@ -72,6 +73,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     prepare_loopback()  # before Ray is imported: a Ray started here listens on loopback only
     keep_every_line()
+    if args.dry_run and args.thread_choice is not None:  # the plan's time is measured with these threads
+        print(f"tune-gems sweep: threads: {args.thread_choice.line()}", flush=True)
     from tune_gems.sweep.driver import run_sweep
 
     outcome = run_sweep(
@@ -101,12 +104,12 @@ DRY_RUN_HELP = (
 )
 
 
-def _train_dry_run(cfg, out: str | None, resume: bool) -> int:
+def _train_dry_run(cfg, out: str | None, resume: bool, threads=None) -> int:
     from tune_gems.trainer.dry_run import train_plan
     from tune_gems.trainer.train_command import check_train_out
 
     folder = check_train_out(out, resume)  # the real command's check of --out, first as there
-    print("\n".join(train_plan(cfg, folder, resume)), flush=True)
+    print("\n".join(train_plan(cfg, folder, resume, threads=threads.line() if threads else None)), flush=True)
     return 0
 
 
@@ -147,11 +150,23 @@ def _add_config_parser(sub) -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    import platform
+    """`tune-gems --version`: this package, Python, torch, Ray and Optuna (their installed
+    versions, read without importing them) and the git commit of the checkout the package runs
+    from, when it is one (tune_gems.commands.versions)."""
+    from tune_gems.commands.versions import version_text
 
-    from tune_gems import __version__
+    return version_text()
 
-    return f"tune-gems {__version__} (python {platform.python_version()})"
+
+class _VersionAction(argparse.Action):
+    """`--version`, computed when asked (it runs git), not each time the parser is built."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> typing.NoReturn:
+        print(_version(), flush=True)
+        parser.exit()
 
 
 # -- two experiments side by side: `tune-gems compare A B` ----------------------------------------
@@ -173,6 +188,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _add_compare_parser(sub) -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="two experiments (sweep or train folders) side by side: settings, verdicts, Sharpe")
     add_analysis_arguments(c, out=False)
+    _add_threads_option(c)
     c.set_defaults(fn=_cmd_compare)
     return c
 
@@ -204,9 +220,37 @@ def _add_confirm_parser(sub) -> None:
     c.add_argument("--seeds", type=int, default=None,
                    help="seeds per arm of each confirmation run (default: the search's trainer.population)")
     add_settings(c)
+    _add_threads_option(c)
     c.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show the full traceback of an internal error inline")
     c.set_defaults(fn=_cmd_confirm)
+
+
+THREADS_HELP = (
+    "CPU threads of this run's torch and BLAS work (default: the user's OMP_NUM_THREADS or MKL_NUM_THREADS, else "
+    "the CPUs this process may use: its affinity, capped by a cgroup quota)"
+)
+
+
+def _add_threads_option(p: argparse.ArgumentParser, help: str = THREADS_HELP) -> None:
+    p.add_argument(THREADS_FLAG, type=int, default=None, metavar="N", help=help)
+
+
+def _runs_outside_ray(args: argparse.Namespace) -> bool:
+    """Commands whose CPU work runs in this process (a sweep's trials run in Ray's workers,
+    one thread per CPU of resources.cpu: Ray sets that, and the driver must not)."""
+    return args.command in ("train", "analyze", "compare", "confirm") or (args.command == "sweep" and args.dry_run)
+
+
+def _set_threads(args: argparse.Namespace) -> None:
+    """Set this process's CPU threads (`args.thread_choice`: what was chosen and why)."""
+    threads = getattr(args, "threads", None)
+    args.thread_choice = None
+    if _runs_outside_ray(args):
+        args.thread_choice = set_cpu_threads(threads)
+    elif threads is not None:
+        raise TuneGemsError(f"{THREADS_FLAG}: a sweep's trials get their threads from resources.cpu (Ray sets one "
+                            f"per CPU); {THREADS_FLAG} applies to --dry-run")
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -222,7 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _OneLineParser(prog="tune-gems", description=__doc__.splitlines()[0])
     debug_help = "show the full traceback of an internal error inline (default: written to a file)"
     p.add_argument("--debug", action="store_true", help=debug_help)
-    p.add_argument("--version", action="version", version=_version())
+    p.add_argument("--version", action=_VersionAction,
+                   help="print the versions of tune-gems, Python, torch, Ray and Optuna and the git commit, then exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train P seeds of the DQN on one device")
@@ -230,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", help="result folder (default runs/train-<time>)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     t.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP)
+    _add_threads_option(t)
     t.set_defaults(fn=_cmd_train)
 
     s = sub.add_parser("sweep", help="run a Ray Tune + Optuna sweep from a spec")
@@ -239,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--name", help="experiment name (folder under storage)")
     s.add_argument("--resume", action="store_true", help="finish an interrupted sweep (Tuner.restore)")
     s.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP + "; Ray is not started")
+    _add_threads_option(s, THREADS_HELP + "; with --dry-run only (trials: Ray's one thread per CPU of resources.cpu)")
     s.add_argument(
         "--verbose", action="store_true",
         help="also show each HEALTH_DIAG line's per-arm part, Tune's own status tables and result dumps, Ray's "
@@ -249,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("analyze", help="Sharpe variance, gem magnitudes and a verdict per gem")
     add_analysis_arguments(a, out=True)
+    _add_threads_option(a)
     a.set_defaults(fn=_cmd_analyze)
     c = _add_config_parser(sub)
     cmp = _add_compare_parser(sub)
@@ -293,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides += extra
     debug = bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
+        _set_threads(args)  # once, before torch or a BLAS library is loaded (tune_gems.commands.cpu_threads)
         return args.fn(args)
     except TuneGemsError as e:
         print(f"tune-gems: error: {_one_line(e)}", file=sys.stderr)
