@@ -71,3 +71,27 @@ def quiet_driver(verbose: bool) -> Iterator[None]:
     finally:
         for lg, level in zip(loggers, before):
             lg.setLevel(level)
+
+
+SUMMARY_COLUMNS = ("trial_id", "status", "objective", "val_sharpe_mean", "test_sharpe_mean", "epochs_done", "diverged",
+                   "config_label")
+"""The closing table's columns; the label last, whole (a trial's arms make it long)."""
+
+
+def closing_table(trials, mode: str = "max") -> str:
+    """The sweep's closing table: one row per trial, the best objective first (`mode` max or
+    min; trials without an objective last, then by trial id); labels left-aligned and whole."""
+    import pandas as pd
+
+    cols = [c for c in SUMMARY_COLUMNS if c in trials.columns]
+    t = trials[cols].copy()
+    if "objective" in t.columns and len(t):
+        value = pd.to_numeric(t["objective"], errors="coerce")
+        t = t.assign(_none=value.isna(), _key=(-value if mode == "max" else value).fillna(0.0))
+        t = t.sort_values(["_none", "_key", "trial_id"], kind="stable").drop(columns=["_none", "_key"])
+    if "config_label" in t.columns and len(t):  # left-aligned: every cell (and the header) padded to one width
+        width = max(len("config_label"), int(t["config_label"].astype(str).str.len().max()))
+        t = t.rename(columns={"config_label": "config_label".ljust(width)})
+        t[t.columns[-1]] = t[t.columns[-1]].astype(str).str.ljust(width)
+    text = t.to_string(index=False, float_format=lambda x: f"{x:.3f}")
+    return "\n".join(line.rstrip() for line in text.splitlines())

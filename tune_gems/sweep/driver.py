@@ -39,7 +39,7 @@ from tune_gems.contracts.output_lock import OutputLock
 from tune_gems.contracts.paths import check_name
 from tune_gems.contracts.run_record import CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged, checksums, data_fingerprint
 from tune_gems.design.resources import check_training_fits
-from tune_gems.sweep.console import quiet_driver
+from tune_gems.sweep.console import closing_table, quiet_driver
 from tune_gems.sweep.local_ray import start_or_join
 from tune_gems.sweep.results import UNFINISHED, collect_tables, write_tables
 from tune_gems.sweep.search import JOURNAL_FILE, clear_stale_journal_lock, close_orphaned_trials, make_searcher, optuna_trial_numbers
@@ -82,10 +82,8 @@ def _gpus_per_trial(spec: SweepSpec) -> float:
     return 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
 
 
-def _print_summary(trials: pd.DataFrame, experiment: str) -> None:
-    cols = [c for c in ("trial_id", "status", "config_label", "epochs_done", "objective", "val_sharpe_mean", "test_sharpe_mean", "diverged") if c in trials]
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 48):
-        table = trials[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}")
+def _print_summary(trials: pd.DataFrame, experiment: str, mode: str = "max") -> None:
+    table = closing_table(trials, mode)  # the best objective first (tune_gems.sweep.console)
     # flushed at once: a driver attached to a running cluster can exit without flushing stdout
     print(f"\n{table}\n\nresults: {experiment}/{{trials,history,members}}.parquet\nanalyze: tune-gems analyze {experiment}", flush=True)
 
@@ -397,7 +395,7 @@ def _fit(
     write_tables(store, tables)
     trials, history, members = tables.trials, tables.history, tables.members
     store.push_journal(JOURNAL_FILE)
-    _print_summary(trials, store.uri)
+    _print_summary(trials, store.uri, spec.objective.mode)
     resume_command = f"tune-gems sweep {spec_path} --storage {store.storage} --name {name} --resume"
     if interrupted:
         n = int((trials["status"] == UNFINISHED).sum()) if len(trials) else 0
