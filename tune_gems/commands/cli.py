@@ -4,8 +4,11 @@ Bad input (a TuneGemsError) prints one line on stderr naming the field or file a
 before anything is written. Any other exception is a bug: the last line of defence prints one
 line naming it and the file holding its full traceback, and exits 1 (`--debug`, or
 TUNE_GEMS_DEBUG=1, shows the traceback inline instead). Ctrl-C exits 130; `train` stopped by
-SIGTERM/SIGINT checkpoints at the epoch boundary and exits 128 + the signal. Subcommands import
-their engines lazily, so `train` never imports Ray.
+SIGTERM/SIGINT checkpoints at the epoch boundary and exits 128 + the signal; a sweep whose local
+Ray stops under it says so in one line with its `--resume` command and exits 75
+(tune_gems.sweep.local_ray). Subcommands import their engines lazily, so `train` never imports
+Ray. Commands whose work runs in this process set their CPU threads first
+(tune_gems.commands.cpu_threads).
 """
 
 from __future__ import annotations
@@ -68,11 +71,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from tune_gems.sweep.console import keep_every_line
+    from tune_gems.sweep.console import keep_every_line, quiet_reporter
     from tune_gems.sweep.local_ray import prepare_loopback
 
     prepare_loopback()  # before Ray is imported: a Ray started here listens on loopback only
     keep_every_line()
+    quiet_reporter(args.verbose)
     if args.dry_run and args.thread_choice is not None:  # the plan's time is measured with these threads
         print(f"tune-gems sweep: threads: {args.thread_choice.line()}", flush=True)
     from tune_gems.sweep.driver import run_sweep
@@ -289,8 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--verbose", action="store_true",
         help="also show each HEALTH_DIAG line's per-arm part, Tune's own status tables and result dumps, Ray's "
-        "per-checkpoint lines and experiment-snapshot warnings (default: tune-gems' lines, one HEALTH_DIAG line per "
-        "trial and epoch prefixed with the trial id, a status line per finished trial)",
+        "per-checkpoint lines, experiment-snapshot warnings, token-authentication notice and TensorBoard hint (default: "
+        "tune-gems' lines, one HEALTH_DIAG line per trial and epoch prefixed with the trial id, a status line per "
+        "finished trial)",
     )
     s.set_defaults(fn=_cmd_sweep)
 

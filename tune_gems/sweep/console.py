@@ -1,5 +1,5 @@
-"""A quiet sweep console: tune-gems' own lines, HEALTH_DIAG and Tune's status table, without
-Ray's per-checkpoint chatter (`tune-gems sweep --verbose` brings it back).
+"""A quiet sweep console: tune-gems' own lines and HEALTH_DIAG, without Ray's per-checkpoint
+chatter, start-up notices and reporter boxes (`tune-gems sweep --verbose` brings them back).
 
 Where the noise comes from (Ray 2.x):
 
@@ -37,11 +37,29 @@ def keep_every_line() -> None:
     os.environ.setdefault(DEDUP_ENV, "0")
 
 
+REPORTER_ENV = "RAY_AIR_NEW_OUTPUT"
+"""Tune's switch between its newer console reporter (1, the default) and the older one (0)."""
+
+
+def quiet_reporter(verbose: bool) -> None:
+    """Before the sweep (a user's own setting wins): without --verbose, Tune's older reporter,
+    which at verbosity 0 prints nothing. The newer one prints, whatever the verbosity, a
+    configuration box, "View detailed results here" and "To visualize your results with
+    TensorBoard, run: tensorboard --logdir /tmp/ray/session_.../driver_artifacts" (a folder
+    that vanishes with Ray; the trials' event files are in the experiment folder,
+    tune_gems.sweep.progress.TrialEvents)."""
+    if not verbose:
+        os.environ.setdefault(REPORTER_ENV, "0")
+
+
 TRIAL_LOGGERS = ("ray.train._internal.storage", "ray.train.v2._internal.execution.storage")
 """Loggers of the "Checkpoint successfully created" line (Tune's function trainable; Train v2)."""
-DRIVER_LOGGERS = ("ray.tune.execution.experiment_state", "ray.tune.analysis.experiment_analysis")
-"""Loggers of the experiment-snapshot warnings and of the missing-results warning of a trial
-that never reported."""
+DRIVER_LOGGERS = ("ray.tune.execution.experiment_state", "ray.tune.analysis.experiment_analysis",
+                  "ray._private.authentication.authentication_token_setup")
+"""Loggers of the experiment-snapshot warnings, of the missing-results warning of a trial
+that never reported, and of `ray.init`'s token-authentication notice ("Token authentication
+is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out": a local instance that
+listens on loopback only, tune_gems.sweep.local_ray; the setting itself is left as Ray chose)."""
 TRIAL_QUIET_LEVEL = logging.WARNING
 DRIVER_QUIET_LEVEL = logging.ERROR
 

@@ -318,7 +318,8 @@ def run_sweep(
         print("\n".join(sweep_plan(spec, _resolved(spec), widest, prices)), flush=True)
         return None
 
-    session = start_or_join()
+    with quiet_driver(verbose):  # Ray's start-up warnings only with --verbose (tune_gems.sweep.console)
+        session = start_or_join(lost_hint=f"its state is saved; continue with: {resume_command(spec_path, store, name)}")
     lock = None
     try:
         resources = {"cpu": spec.resources.cpu, "gpu": _gpus_per_trial(spec)}
@@ -344,7 +345,7 @@ def _fit(
 ) -> SweepOutcome:
     from ray import tune
 
-    from tune_gems.sweep.progress import SweepConsole, ray_verbosity
+    from tune_gems.sweep.progress import SweepConsole, TrialEvents, ray_verbosity
     from tune_gems.sweep.tracking import tracking_callbacks
     from tune_gems.sweep.trainable import train_trial
 
@@ -375,6 +376,7 @@ def _fit(
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoints_to_keep),
                 callbacks=[
                     SweepConsole(spec.num_samples, spec.objective.metric, spec.objective.mode, verbose),
+                    TrialEvents(),  # TensorBoard: train's tags, one run per trial id (in place of Tune's logger)
                     *tracking_callbacks(spec.tracking),
                 ],
                 verbose=ray_verbosity(verbose),
@@ -396,11 +398,16 @@ def _fit(
     trials, history, members = tables.trials, tables.history, tables.members
     store.push_journal(JOURNAL_FILE)
     _print_summary(trials, store.uri, spec.objective.mode)
-    resume_command = f"tune-gems sweep {spec_path} --storage {store.storage} --name {name} --resume"
+    command = resume_command(spec_path, store, name)
     if interrupted:
         n = int((trials["status"] == UNFINISHED).sum()) if len(trials) else 0
-        print(f"tune-gems sweep: interrupted with {n} trial(s) unfinished; continue with: {resume_command}", flush=True)
-    return SweepOutcome(store.uri, trials, history, members, interrupted, resume_command)
+        print(f"tune-gems sweep: interrupted with {n} trial(s) unfinished; continue with: {command}", flush=True)
+    return SweepOutcome(store.uri, trials, history, members, interrupted, command)
+
+
+def resume_command(spec_path: Path, store: ExperimentStore, name: str) -> str:
+    """The command that continues this sweep."""
+    return f"tune-gems sweep {spec_path} --storage {store.storage} --name {name} --resume"
 
 
 def stored_trial_statuses(store: ExperimentStore) -> dict[str, str]:
