@@ -12,7 +12,9 @@ import pytest
 
 from sweep_fixtures import cli
 from test_bad_input import TRAIN_TINY
-from tune_gems.commands.cpu_threads import ThreadChoice, apply_threads, cgroup_cpu_quota, choose_threads, cpu_allowance
+from tune_gems.commands.cpu_threads import (
+    ThreadChoice, apply_threads, cgroup_cpu_quota, choose_threads, cpu_allowance, trial_threads,
+)
 from tune_gems.contracts.errors import ConfigError
 
 NO_THREAD_ENV = {"OMP_NUM_THREADS": "", "MKL_NUM_THREADS": ""}
@@ -20,7 +22,7 @@ NO_THREAD_ENV = {"OMP_NUM_THREADS": "", "MKL_NUM_THREADS": ""}
 
 
 def test_the_command_option_then_the_users_variables_then_the_allowance():
-    allowance = lambda: (3, "CPU affinity: 3 CPU(s)")  # noqa: E731
+    allowance = lambda: (3, "this process's CPU allowance: CPU affinity: 3 CPU(s)")  # noqa: E731
     assert choose_threads(2, {"OMP_NUM_THREADS": "5"}, allowance) == ThreadChoice(2, "--threads")
     assert choose_threads(None, {"OMP_NUM_THREADS": "5", "MKL_NUM_THREADS": "4"}, allowance).threads == 5
     assert choose_threads(None, {"MKL_NUM_THREADS": "4"}, allowance) == ThreadChoice(4, "MKL_NUM_THREADS as set")
@@ -28,6 +30,11 @@ def test_the_command_option_then_the_users_variables_then_the_allowance():
     for flag, env, name in ((0, {}, "--threads"), (None, {"OMP_NUM_THREADS": "two"}, "OMP_NUM_THREADS")):
         with pytest.raises(ConfigError, match=name):
             choose_threads(flag, env, allowance)
+
+
+def test_a_sweeps_dry_run_times_a_trial_with_the_threads_ray_gives_it():
+    assert [trial_threads(c)[0] for c in (0.5, 1.0, 2.0, 3.7)] == [1, 1, 2, 3]
+    assert choose_threads(None, {}, lambda: trial_threads(1.0)) == ThreadChoice(1, trial_threads(1.0)[1])
 
 
 def test_applying_keeps_the_users_variable_and_a_flag_replaces_it():

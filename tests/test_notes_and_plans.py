@@ -23,10 +23,12 @@ def test_the_members_line_counts_folds():
 @pytest.mark.slow
 def test_the_sweep_dry_run_counts_the_widest_trials_folds(tmp_path):
     res = cli("sweep", str(SMOKE), "--dry-run", "--storage", str(tmp_path), "--name", "plan", *TINY_SWEEP,
-              "config.data.folds.k=3", env={"OMP_NUM_THREADS": "1"})
+              "config.data.folds.k=3", "resources.cpu=1", env={"OMP_NUM_THREADS": "", "MKL_NUM_THREADS": ""})
     assert res.returncode == 0, res.stderr[-2000:]
     assert "widest trial: 3 fold(s) x 5 arm(s) x 2 seed(s) = 30 (proposal, control" in res.stdout
-    assert "tune-gems sweep: threads: 1 CPU thread(s) (OMP_NUM_THREADS as set)" in res.stdout
+    # timed as a trial runs: Ray gives it one thread per CPU of resources.cpu
+    assert ("tune-gems sweep: threads: 1 CPU thread(s) (a trial's resources.cpu=1: Ray gives a trial one thread per "
+            "CPU)") in res.stdout
     assert "with 1 CPU thread(s)" in res.stdout
 
 

@@ -58,13 +58,14 @@ def test_analyze_works_without_the_plugins_code(tmp_path):
                   "arms.factors={gems.qmag.mode: [measure, wire]}", "--out", str(run),
                   env={"PYTHONPATH": str(REPO / "examples" / "gems")})
     assert trained.returncode == 0, trained.stderr[-2000:]
-    res = cli("analyze", str(run), "--n-boot", "50")  # no examples/gems on the path: the plug-in is absent
+    ana = tmp_path / "analysis"
+    res = cli("analyze", str(run), "--n-boot", "50", "--out", str(ana))  # no examples/gems on the path: the plug-in is absent
     assert res.returncode == 0, res.stderr[-2000:]
-    verdicts = pd.read_csv(run / "analysis" / "verdicts.csv").set_index("gem")
+    verdicts = pd.read_csv(ana / "verdicts.csv").set_index("gem")
     assert verdicts.loc["qmag", "metric"] == "q_magnitude" and verdicts.loc["qmag", "n_seeds"] == 2
     assert str(verdicts.loc["qmag", "design"]).startswith("arms within trials")
-    magnitudes = pd.read_csv(run / "analysis" / "gem_magnitudes.csv")
+    magnitudes = pd.read_csv(ana / "gem_magnitudes.csv")
     assert (magnitudes["gem"] == "qmag").any()
-    assert "qmag=wire sn=on noisy=on | arm gems.qmag.mode=wire" in (run / "analysis" / "report.md").read_text()
+    assert "qmag=wire sn=on noisy=on \\| arm gems.qmag.mode=wire" in (ana / "report.md").read_text()
     rerun = cli("train", "--out", str(run), "--resume")
     assert rerun.returncode == 2 and "q_magnitude" in rerun.stderr  # a re-run does need the code

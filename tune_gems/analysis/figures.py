@@ -60,6 +60,15 @@ def trial_order(trials: pd.DataFrame, mode: str = "max") -> list[tuple[str, str]
     return list(zip(t["experiment"].astype(str), t["trial_id"].astype(str)))
 
 
+def trial_titles(trials: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """`trial <id> (objective <v>)` per (experiment, trial_id), the objective where it has one."""
+    out = {}
+    for e, t, v in zip(trials["experiment"].astype(str), trials["trial_id"].astype(str),
+                       pd.to_numeric(trials.get("objective", pd.Series(float("nan"), index=trials.index)), errors="coerce")):
+        out[(e, t)] = f"trial {t}" + (f" (objective {v:.3f})" if pd.notna(v) else "")
+    return out
+
+
 def confirmation_table(paths: list[Path]) -> pd.DataFrame | None:
     """A confirmation folder's confirmation.csv (one folder analysed), or None."""
     if len(paths) != 1 or not (Path(paths[0]) / CONFIRMATION_TABLE).is_file():
@@ -81,7 +90,8 @@ def analysis_figures(result: Any, tables: dict[str, pd.DataFrame]) -> dict[tuple
     return {
         (PAIRED_SEEDS.title, PAIRED_SEEDS.file): paired_seeds(pairs, last_k),
         (LEARNING_CURVES.title, LEARNING_CURVES.file): learning_curves(tables[LEARNING_CURVES_CSV],
-                                                                       trial_order(exp.trials, mode)),
+                                                                       trial_order(exp.trials, mode),
+                                                                       trial_titles(exp.trials)),
         (PERFORMANCE_PROFILES.title, PERFORMANCE_PROFILES.file): performance_profiles(tables[PROFILES_CSV], metric,
                                                                                       last_k),
         (IMPROVEMENT.title, IMPROVEMENT.file): improvement_bars(tables[IMPROVEMENT_CSV]),

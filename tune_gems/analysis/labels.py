@@ -89,20 +89,20 @@ def apply_arm_labels(trials: pd.DataFrame, history: pd.DataFrame, members: pd.Da
     if arms is None or not len(arms) or not len(members) or "arm" not in members.columns or "arm" not in arms.columns:
         return trials, history, members
     a = _arm_rows(trials, arms)
-    keys = [c for c in a.columns if c.startswith("gems.") and c.endswith(".mode") or c.startswith("model.")]
+    label_keys = [c for c in a.columns if (c.startswith("gems.") and c.endswith(".mode")) or c.startswith("model.")]
     settings = {(e, t, n): row for (e, t, n), row in zip(zip(a["experiment"], a["trial_id"], a["arm"]),
-                                                          a[keys].to_dict("records"))}
+                                                          a[label_keys].to_dict("records"))}
     members = members.copy()
     arm_of = members["arm"].astype(str)
-    members["config_label"] = [
-        arm_label(label, settings[(e, t, n)]) if (e, t, n) in settings else label
-        for e, t, n, label in zip(members["experiment"], members["trial_id"], arm_of, members["config_label"].astype(str))
-    ]
-    per_arm = members.assign(arm=arm_of).drop_duplicates(KEY + ["arm"])
-    order = {k: i for i, k in enumerate(zip(a["experiment"], a["trial_id"], a["arm"]))}
-    per_arm = per_arm.assign(_order=[order.get(k, len(order)) for k in zip(per_arm["experiment"], per_arm["trial_id"], per_arm["arm"])])
-    labels = {key: trial_label(list(zip(g.sort_values("_order")["arm"], g.sort_values("_order")["config_label"])))
-              for key, g in per_arm.groupby(KEY, sort=False)}
+    rows = pd.MultiIndex.from_arrays([members["experiment"], members["trial_id"], arm_of,
+                                      members["config_label"].astype(str)])
+    relabel = {k: arm_label(k[3], settings[k[:3]]) if k[:3] in settings else k[3] for k in rows.unique()}
+    members["config_label"] = rows.map(relabel).to_numpy()  # once per (trial, arm, label), not per row
+    # the arms in the design's order: the members are arm-major (tune_gems.design.arms.MemberLayout)
+    first = pd.to_numeric(members["member"], errors="coerce") if "member" in members.columns else pd.Series(0, index=members.index)
+    per_arm = (members.assign(arm=arm_of, _order=first).sort_values(["_order"], kind="stable")
+               .drop_duplicates(KEY + ["arm"]))
+    labels = {key: trial_label(list(zip(g["arm"], g["config_label"]))) for key, g in per_arm.groupby(KEY, sort=False)}
     trials, history = trials.copy(), history.copy()
     for df in (trials, history):
         if len(df):

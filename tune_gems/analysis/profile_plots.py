@@ -34,7 +34,7 @@ def performance_profiles(profile: pd.DataFrame, metric: str = "val_alpha_sharpe"
                               label=f"{side} ({int(s['n'].iloc[0])} seeds)")
             line.set_gid(f"profile:{gem}:{side}")
         ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel(f"tau: {metric_axis(metric, last_k)}", fontsize=8)
+        ax.set_xlabel("tau: " + metric_axis(metric, last_k, sep="\n"), fontsize=8)
         ax.set_ylabel("share of seeds with value > tau")
         ax.set_title(f"{gem}: performance profile", fontsize=10)
         ax.legend(fontsize=7, loc="lower left")

@@ -28,11 +28,12 @@ METRIC_WORDS = {"val_alpha_sharpe": "validation alpha Sharpe", "val_sharpe": "va
                 "test_alpha_sharpe": "test alpha Sharpe", "test_sharpe": "test Sharpe"}
 
 
-def metric_axis(column: str, last_k: int | None = None) -> str:
-    """An axis label with units: Sharpe ratios are annualised (config env.periods_per_year)."""
+def metric_axis(column: str, last_k: int | None = None, sep: str = " ") -> str:
+    """An axis label with units: Sharpe ratios are annualised (config env.periods_per_year);
+    `sep` "\n" puts the units on a line of their own."""
     words = METRIC_WORDS.get(column, column)
     window = f", mean of the last {last_k} epochs" if last_k else ""
-    return f"{words} (annualised{window})"
+    return f"{words}{sep}(annualised{window})"
 
 
 def fold_color(fold: int) -> str:
@@ -64,8 +65,8 @@ def paired_seeds(pairs: pd.DataFrame, last_k: int | None = None) -> Figure | Non
         ax.set_xlim(-0.25, 1.25)
         ax.set_ylim(floor - pad, hi + pad)
         ax.set_xticks([0, 1], ["measured", "wired"])
-        ax.set_xlabel(f"{gem}'s mode (the rest of the configuration, the seed and the fold alike)", fontsize=8)
-        ax.set_ylabel(metric_axis(str(g["metric"].iloc[0]), last_k))
+        ax.set_xlabel(f"{gem}'s mode (all else alike)", fontsize=9)
+        ax.set_ylabel(metric_axis(str(g["metric"].iloc[0]), last_k, sep="\n"), fontsize=9)
         tied = float(g["tied"].mean())
         ax.set_title(f"{gem}: {len(g)} seed pair(s), {100 * tied:.0f}% tie", fontsize=10)
         handles = [Line2D([], [], color=fold_color(f), marker="o", ms=3, label=f"fold {f}")
@@ -87,9 +88,11 @@ def _panels(curves: pd.DataFrame, order: Sequence[tuple[str, str]]) -> tuple[lis
     return ranked[:n], folds, max(0, len(ranked) - n)
 
 
-def learning_curves(curves: pd.DataFrame, order: Sequence[tuple[str, str]] = ()) -> Figure | None:
+def learning_curves(curves: pd.DataFrame, order: Sequence[tuple[str, str]] = (),
+                    titles: dict[tuple[str, str], str] | None = None) -> Figure | None:
     """Per trial (rows, best objective first: `order`) and fold (columns): each arm's median
-    verdict metric over its seeds per epoch, with the interquartile range as a band."""
+    verdict metric over its seeds per epoch, with the interquartile range as a band; `titles`
+    names a trial's panels (default: its id)."""
     if curves is None or not len(curves):
         return None
     trials, folds, left_out = _panels(curves, order)
@@ -118,8 +121,9 @@ def learning_curves(curves: pd.DataFrame, order: Sequence[tuple[str, str]] = ())
             ax.axhline(0.0, color="grey", lw=0.6)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("epoch")
-            ax.set_ylabel(metric_axis(column), fontsize=8)
-            ax.set_title(f"trial {trial}" + (f", fold {fold}" if len(folds) > 1 else ""), fontsize=9)
+            ax.set_ylabel(metric_axis(column, sep="\n"), fontsize=8)
+            name = (titles or {}).get((exp, trial), f"trial {trial}")
+            ax.set_title(name + (f", fold {fold}" if len(folds) > 1 else ""), fontsize=9)
             ax.legend(fontsize=6, loc="best")
     more = f"; {left_out} more trial(s) in learning_curves.csv" if left_out else ""
     fig.suptitle(f"Learning curves per arm: median over seeds, band = interquartile range{more}", fontsize=11)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tune_gems.analysis.scripts import add_arguments as add_analysis_arguments
 from tune_gems.commands.blas_path import pin_cpu_blas_path
-from tune_gems.commands.cpu_threads import THREADS_FLAG, set_cpu_threads
+from tune_gems.commands.cpu_threads import THREADS_FLAG, set_cpu_threads, trial_threads
 from tune_gems.contracts.errors import TuneGemsError
 
 EXIT_BAD_INPUT = 2
@@ -247,10 +247,17 @@ def _runs_outside_ray(args: argparse.Namespace) -> bool:
 
 
 def _set_threads(args: argparse.Namespace) -> None:
-    """Set this process's CPU threads (`args.thread_choice`: what was chosen and why)."""
+    """Set this process's CPU threads (`args.thread_choice`: what was chosen and why). A sweep's
+    dry run times a trial, so by default with a trial's threads (its spec's resources.cpu: a
+    bad spec is refused here as the sweep itself would refuse it)."""
     threads = getattr(args, "threads", None)
     args.thread_choice = None
-    if _runs_outside_ray(args):
+    if args.command == "sweep" and args.dry_run:
+        from tune_gems.sweep.spec import load_spec
+
+        cpu = load_spec(Path(args.spec), list(args.overrides)).resources.cpu
+        args.thread_choice = set_cpu_threads(threads, default=lambda: trial_threads(cpu))
+    elif _runs_outside_ray(args):
         args.thread_choice = set_cpu_threads(threads)
     elif threads is not None:
         raise TuneGemsError(f"{THREADS_FLAG}: a sweep's trials get their threads from resources.cpu (Ray sets one "
@@ -289,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--name", help="experiment name (folder under storage)")
     s.add_argument("--resume", action="store_true", help="finish an interrupted sweep (Tuner.restore)")
     s.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP + "; Ray is not started")
-    _add_threads_option(s, THREADS_HELP + "; with --dry-run only (trials: Ray's one thread per CPU of resources.cpu)")
+    _add_threads_option(s, "CPU threads of the dry run's measurement (--dry-run only; default: the user's OMP_NUM_THREADS "
+                        "or MKL_NUM_THREADS, else a trial's: Ray's one thread per CPU of resources.cpu)")
     s.add_argument(
         "--verbose", action="store_true",
         help="also show each HEALTH_DIAG line's per-arm part, Tune's own status tables and result dumps, Ray's "

@@ -10,7 +10,9 @@ get their count here, once, at the start of the CLI (before torch or a BLAS libr
 The count, first that applies: the command's `--threads`; the user's own OMP_NUM_THREADS or
 MKL_NUM_THREADS (kept as set); the process's CPU allowance, the smaller of its CPU affinity
 (`os.sched_getaffinity`) and its cgroup's CPU quota where one is set and readable (cgroup v2
-`cpu.max`, v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`). The thread count changes speed, not
+`cpu.max`, v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`). A sweep's dry run measures a trial,
+so its default is what Ray gives a trial instead (`trial_threads`: one per CPU of
+`resources.cpu`). The thread count changes speed, not
 bits: the CPU BLAS path is pinned (tune_gems.commands.blas_path: MKL's strict reproducible
 mode) and the learner's own reductions are smaller than one thread's share of work
 (`tests/test_cpu_threads.py` compares the members of a run at 1 and 2 threads bit for bit).
@@ -122,18 +124,24 @@ def _positive_int(text: str, where: str) -> int:
     return n
 
 
+def process_allowance() -> tuple[int, str]:
+    """(the CPU allowance, in words): the default thread count of a run outside Ray."""
+    n, how = cpu_allowance()
+    return n, f"this process's CPU allowance: {how}"
+
+
 def choose_threads(flag: int | None, environ: MutableMapping[str, str] = os.environ,
-                   allowance: Callable[[], tuple[int, str]] = cpu_allowance) -> ThreadChoice:
-    """The thread count (module docstring's order); a bad `--threads` or variable is refused
-    in one line naming it."""
+                   default: Callable[[], tuple[int, str]] = process_allowance) -> ThreadChoice:
+    """The thread count (module docstring's order; `default`: the count and its reason when
+    neither the flag nor a variable sets it); a bad `--threads` or variable is refused in one
+    line naming it."""
     if flag is not None:
         return ThreadChoice(_positive_int(str(flag), THREADS_FLAG), THREADS_FLAG)
     for name in THREAD_ENVS:
         value = environ.get(name, "").strip()
         if value:
             return ThreadChoice(_positive_int(value, name), f"{name} as set")
-    n, how = allowance()
-    return ThreadChoice(n, f"this process's CPU allowance: {how}")
+    return ThreadChoice(*default())
 
 
 def apply_threads(choice: ThreadChoice, environ: MutableMapping[str, str] = os.environ) -> None:
@@ -148,8 +156,17 @@ def apply_threads(choice: ThreadChoice, environ: MutableMapping[str, str] = os.e
         torch.set_num_threads(choice.threads)
 
 
-def set_cpu_threads(flag: int | None, environ: MutableMapping[str, str] = os.environ) -> ThreadChoice:
-    """Choose and apply this process's thread count (once, at the start of the CLI)."""
-    choice = choose_threads(flag, environ)
+def trial_threads(cpu: float) -> tuple[int, str]:
+    """The threads Ray gives a trial of `cpu` CPUs (one per whole CPU, at least one): what a
+    sweep's dry run measures with, so that its estimate is of the trials as they will run."""
+    n = max(1, math.floor(cpu))
+    return n, f"a trial's resources.cpu={cpu:g}: Ray gives a trial one thread per CPU"
+
+
+def set_cpu_threads(flag: int | None, environ: MutableMapping[str, str] = os.environ,
+                    default: Callable[[], tuple[int, str]] = process_allowance) -> ThreadChoice:
+    """Choose and apply this process's thread count (once, at the start of the CLI); `default`
+    replaces the process's CPU allowance (a sweep's dry run: `trial_threads`)."""
+    choice = choose_threads(flag, environ, default)
     apply_threads(choice, environ)
     return choice
