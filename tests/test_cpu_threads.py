@@ -105,3 +105,13 @@ def test_members_have_the_same_bits_at_one_and_two_threads(tmp_path):
         members[n] = pd.read_csv(tmp_path / f"t{n}" / "members.csv")
     assert len(members[1]) == 2 * 2 * 2 * 2  # epochs x folds x arms x seeds
     pd.testing.assert_frame_equal(members[1], members[2], check_exact=True)
+
+
+def test_a_sweep_leaves_its_trials_threads_to_ray(tmp_path):
+    from sweep_fixtures import SMOKE
+
+    res = cli("sweep", str(SMOKE), "--threads", "2", "--storage", str(tmp_path), "--name", "x")
+    assert res.returncode == 2 and res.stderr.strip() == (
+        "tune-gems: error: --threads: a sweep's trials get their threads from resources.cpu (Ray sets one per CPU); "
+        "--threads applies to --dry-run")
+    assert list(tmp_path.iterdir()) == []
