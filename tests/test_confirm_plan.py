@@ -84,12 +84,18 @@ def test_the_report_says_when_the_objective_compared_another_thing_than_a_verdic
 
     trials, _ = _discovery()
     trials["experiment"] = "s"
-    (tmp_path / "spec.yaml").write_text("objective: {metric: verdict_gain, mode: max}\n")
+    searched = "search: {gems: {g6: {}, g12: {}}}\n"  # a search that chose among its trials
+    (tmp_path / "spec.yaml").write_text("objective: {metric: verdict_gain, mode: max}\n" + searched)
     note = objective_notes([tmp_path], ["s"], trials)
     assert len(note) == 1 and note[0].startswith("s: 1 trial(s) wired several gems")  # t0 wires g6 and g12
     assert objective_notes([tmp_path], ["s"], trials[trials["trial_id"] != "t0"]) == []
-    (tmp_path / "spec.yaml").write_text("objective: {metric: val_sharpe_gain, mode: max}\n")
+    (tmp_path / "spec.yaml").write_text("objective: {metric: val_sharpe_gain, mode: max}\n" + searched)
     assert "is not the verdict's metric" in objective_notes([tmp_path], ["s"], trials)[0]
+    # a run that searched nothing, or ran one trial, chose nothing on its objective: no note (issue 31)
+    (tmp_path / "spec.yaml").write_text("objective: {metric: val_sharpe_gain, mode: max}\nsearch: {gems: {}, params: {}}\n")
+    assert objective_notes([tmp_path], ["s"], trials) == []
+    (tmp_path / "spec.yaml").write_text("objective: {metric: val_sharpe_gain, mode: max}\n" + searched)
+    assert objective_notes([tmp_path], ["s"], trials.iloc[:1]) == []
 
 
 @pytest.mark.parametrize("wired", [["g6"], ["g6", "g12"]])

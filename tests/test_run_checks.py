@@ -31,8 +31,13 @@ def _one_error_line(res, *fragments: str) -> None:
 
 
 def test_version():
+    from importlib.metadata import version
+
     res = cli("--version")
     assert res.returncode == 0 and res.stdout.startswith("tune-gems 0.") and "python" in res.stdout
+    for name, dist in (("torch", "torch"), ("Ray", "ray"), ("Optuna", "optuna")):  # issue 31: what a result depends on
+        assert f"{name} {version(dist)}" in res.stdout
+    assert "git commit " in res.stdout  # the tests run from a checkout
 
 
 def _tables(stdout: str) -> tuple[dict[str, str], dict[str, str]]:

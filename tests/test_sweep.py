@@ -61,6 +61,7 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
     status = [line for line in res.stdout.splitlines() if " finished: " in line and line.startswith("tune-gems sweep: trial ")]
     assert [line.split()[3] for line in status] == [f"{k}/{n}" for k in range(1, n + 1)]
     assert all("objective verdict_gain=" in line and "| best " in line and "ETA" in line for line in status)
+    _check_console_and_labels(res.stdout + res.stderr, exp, t, arms)
 
     study = optuna.load_study(study_name="smoke", storage=journal_storage(exp / JOURNAL_FILE))
     assert len(study.trials) == n
@@ -91,6 +92,62 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
     assert ana.stdout.startswith("against the baselines (val_sharpe, final epoch")
     assert (exp / "analysis" / "report.md").read_text().splitlines()[2].startswith("Against the baselines (val_sharpe")
     _check_confirm(exp, t)
+    _check_confirmation_tables(exp)
+    _check_result_grid(exp)
+
+
+def _check_console_and_labels(shown: str, exp, t, arms):
+    """Issue 31 on the smoke sweep: the closing table's best objective first, labels naming each
+    arm's own settings, one TensorBoard run per trial id, no Ray start-up notice or reporter box."""
+    from tune_gems.contracts.config_label import arm_label
+
+    lines = shown.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["trial_id", "status"])
+    order = [line.split()[0] for line in lines[head + 1:head + 1 + len(t["trials"])]]
+    assert order == list(t["trials"].sort_values("objective", ascending=False)["trial_id"])
+    for (tid, arm), m in t["members"].groupby(["trial_id", "arm"]):
+        row = arms[(arms["trial_id"] == tid) & (arms["arm"] == arm)].iloc[0].to_dict()
+        base = "g6=measure g10=measure g12=measure sn=on noisy=on"
+        assert set(m["config_label"]) == {arm_label(base, row)}, (tid, arm)
+    from tune_gems.analysis.load import load_experiment
+
+    read = load_experiment(exp)  # new results read back as written (older ones get these labels when read)
+    assert read.trials.set_index("trial_id")["config_label"].to_dict() == t["trials"].set_index("trial_id")["config_label"].to_dict()
+    assert sorted(p.name for p in (exp / "tensorboard").iterdir()) == sorted(t["trials"]["trial_id"])
+    for quiet in ("To visualize your results with TensorBoard", "Configuration for experiment",
+                  "Token authentication is enabled"):
+        assert quiet not in shown
+
+
+def _check_confirmation_tables(exp):
+    """`compare` reads the confirmation folder's settings from its trials table, and its
+    analysis draws the shrinkage from confirmation.csv (issue 31 items 4 and 6)."""
+    res = cli("compare", str(exp), str(exp / "confirmation"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    differ = [line for line in res.stdout.splitlines() if line.startswith("  config.")]
+    assert differ and not [line for line in differ if line.endswith("confirmation=-")], res.stdout[:3000]
+    ana = cli("analyze", str(exp / "confirmation"))
+    assert ana.returncode == 0, ana.stderr[-2000:]
+    assert (exp / "confirmation" / "analysis" / "confirmation_shrinkage.png").is_file()
+
+
+def _check_result_grid(exp):
+    """The recipe of docs/workflow.md ("Tune's own results") runs as written on the smoke
+    experiment: a ResultGrid from ExperimentAnalysis with an absolute path, no Ray, no trainable."""
+    import re
+    import subprocess
+    import sys
+
+    from sweep_fixtures import REPO
+
+    doc = (REPO / "docs" / "workflow.md").read_text()
+    code = re.search(r"<!-- recipe: result-grid -->\n```python\n(.*?)```", doc, re.S).group(1)
+    code = code.replace('EXPERIMENT = "experiments/smoke"', f'EXPERIMENT = "{exp.name}"')
+    res = subprocess.run([sys.executable, "-c", code], cwd=exp.parent, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    trials = pd.read_parquet(exp / "trials.parquet")
+    best = trials.loc[trials["objective"].idxmax()]
+    assert f"{len(trials)} trials, best {best['trial_id']}" in res.stdout, res.stdout
 
 
 def _check_confirm(exp, t):

@@ -19,6 +19,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from tune_gems.analysis import defaults, plots
+from tune_gems.analysis.figures import analysis_figures, plot_tables
 from tune_gems.analysis.pairing import build_cells
 from tune_gems.analysis.excess import add_excess_columns
 from tune_gems.analysis.importance import param_importances
@@ -29,7 +30,7 @@ from tune_gems.analysis.magnitudes import gem_magnitudes, gem_trajectories
 from tune_gems.analysis.redundancy import redundancy_table
 from tune_gems.analysis.report import render_report
 from tune_gems.analysis.held_out import skill_context
-from tune_gems.analysis.variance import final_members, sharpe_variance, split_arms, trial_outcomes
+from tune_gems.analysis.variance import sharpe_variance, split_arms, trial_outcomes
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.verdicts import gem_verdicts, placebo_verdicts, verdict_metric
 from tune_gems.contracts.errors import DataError
@@ -155,19 +156,13 @@ def write_result(result: AnalysisResult, out_dir: str | Path, *, overwrite: bool
         for attr, name in CSV_FILES.items():
             getattr(result, attr).to_csv(tmp / name, index=False)
             files.append(name)
+        tables = plot_tables(result)  # what the plots draw, written even without them (tune_gems.analysis.figures)
+        for name, table in tables.items():
+            table.to_csv(tmp / name, index=False)
+            files.append(name)
         images: dict[str, str] = {}
         if plot:
-            t_arms, m_arms = split_arms(result.experiment.trials, result.experiment.members)
-            final = final_members(m_arms, t_arms)
-            figures = {
-                ("Gem effects", plots.FOREST_PNG): plots.forest(result.verdicts, result.placebo),
-                ("Sharpe distributions", plots.SHARPE_PNG): plots.sharpe_distributions(final[final["included"]]),
-                ("Gem magnitudes", plots.MAGNITUDES_PNG): plots.gem_magnitude_curves(
-                    result.gem_trajectories, result.settings.get("rel_threshold", defaults.REL_THRESHOLD),
-                    result.experiment.gems),
-                ("Parameter importances", plots.IMPORTANCES_PNG): plots.importance_bars(result.importances),
-            }
-            for (title, name), fig in figures.items():
+            for (title, name), fig in analysis_figures(result, tables).items():
                 if plots.save(fig, tmp / name):
                     images[title] = name
                     files.append(name)

@@ -5,6 +5,11 @@ e.g. `g6=measure g10=wire g12=off sn=on noisy=on`. Two configurations that diffe
 gem's mode share the same *context* for that gem: the label with that gem's token removed.
 Members of such configurations with the same seed started from the same init, noise and replay
 stream, so they can be compared pairwise.
+
+Labels describe the members they name (issue 31; tune_gems.contracts.config_label): a member's
+label is its arm's (the arms table's settings applied), a trial's the labels of its arms.
+`apply_arm_labels` gives results written before that (whose every label was the trial's base
+config) the same labels as new ones, and leaves new ones as they are.
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ from typing import Iterable
 
 import pandas as pd
 
+from tune_gems.contracts.config_label import arm_label, trial_label
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST
+
+KEY = ["experiment", "trial_id"]
 
 def gem_mode_from_label(label: str, gem: str) -> str | None:
     """The mode of `gem` written in a config label (`g6=measure ...`), or None if absent."""
@@ -56,3 +64,48 @@ def trial_gem_modes(trials: pd.DataFrame, gems: Iterable[str] | None = None) -> 
             mode = from_label
         out[gem] = mode.map(lambda m: str(m).strip().lower() if m is not None and m == m else "unknown")
     return out.drop(columns="config_label")
+
+
+def _arm_rows(trials: pd.DataFrame, arms: pd.DataFrame) -> pd.DataFrame:
+    """The arms table with `experiment` and `trial_id` on every row (a train run's arms.csv has no
+    trial_id: it is the folder's one trial)."""
+    a = arms.copy()
+    if "trial_id" not in a.columns:
+        a["trial_id"] = None
+    missing = a["trial_id"].isna()
+    if missing.any():
+        a.loc[missing, "trial_id"] = a.loc[missing, "experiment"].map(trials.groupby("experiment")["trial_id"].first())
+    a["trial_id"] = a["trial_id"].astype(str)
+    a["arm"] = a["arm"].astype(str)
+    return a
+
+
+def apply_arm_labels(trials: pd.DataFrame, history: pd.DataFrame, members: pd.DataFrame,
+                     arms: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(trials, history, members) whose `config_label` describes the members it names: each
+    member row its arm's label (its label with the arm's settings of `arms` applied), each trial
+    and history row the trial's label over its arms (`trial_label`). Trials without arms or
+    member rows keep theirs. Applying it twice changes nothing."""
+    if arms is None or not len(arms) or not len(members) or "arm" not in members.columns or "arm" not in arms.columns:
+        return trials, history, members
+    a = _arm_rows(trials, arms)
+    label_keys = [c for c in a.columns if (c.startswith("gems.") and c.endswith(".mode")) or c.startswith("model.")]
+    settings = {(e, t, n): row for (e, t, n), row in zip(zip(a["experiment"], a["trial_id"], a["arm"]),
+                                                          a[label_keys].to_dict("records"))}
+    members = members.copy()
+    arm_of = members["arm"].astype(str)
+    rows = pd.MultiIndex.from_arrays([members["experiment"], members["trial_id"], arm_of,
+                                      members["config_label"].astype(str)])
+    relabel = {k: arm_label(k[3], settings[k[:3]]) if k[:3] in settings else k[3] for k in rows.unique()}
+    members["config_label"] = rows.map(relabel).to_numpy()  # once per (trial, arm, label), not per row
+    # the arms in the design's order: the members are arm-major (tune_gems.design.arms.MemberLayout)
+    first = pd.to_numeric(members["member"], errors="coerce") if "member" in members.columns else pd.Series(0, index=members.index)
+    per_arm = (members.assign(arm=arm_of, _order=first).sort_values(["_order"], kind="stable")
+               .drop_duplicates(KEY + ["arm"]))
+    labels = {key: trial_label(list(zip(g["arm"], g["config_label"]))) for key, g in per_arm.groupby(KEY, sort=False)}
+    trials, history = trials.copy(), history.copy()
+    for df in (trials, history):
+        if len(df):
+            new = [labels.get(k) for k in zip(df["experiment"], df["trial_id"])]
+            df["config_label"] = [n if n is not None else old for n, old in zip(new, df["config_label"])]
+    return trials, history, members

@@ -21,6 +21,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from tune_gems.analysis.labels import apply_arm_labels
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry, disagreement, folder_manifest, manifest_source
 from tune_gems.contracts.result_files import (
@@ -322,10 +323,12 @@ def load_one(folder: str | Path, label: str | None = None, taken: set[str] | Non
                 f"{folder / fname}: {len(orphans)} trial(s) absent from {TRIALS_FILE} "
                 f"(e.g. {orphans[0]!r})"
             )
-    # config_label is the join key of every table; take it from trials where a file lacks it.
+    # config_label is the join key of every table; take it from trials where a file lacks it
+    # (a member row's own label names its arm: tune_gems.analysis.labels.apply_arm_labels)
     labels = trials.set_index("trial_id")["config_label"].astype(str)
-    for df in (history, members):
-        df["config_label"] = df["trial_id"].map(labels)
+    history["config_label"] = history["trial_id"].map(labels)
+    own = members["config_label"] if "config_label" in members.columns else pd.Series(None, index=members.index, dtype=object)
+    members["config_label"] = own.astype(object).where(own.notna(), members["trial_id"].map(labels)).astype(str)
 
     studies: dict[str, Any] = {}
     journal = folder / JOURNAL_FILE
@@ -360,10 +363,11 @@ def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
     for folder in folders:
         label, trials, history, members, found = load_one(folder, taken=set(labels), gems=gems)
         labels.append(label)
+        arms = read_arms(folder, label)
+        trials, history, members = apply_arm_labels(trials, history, members, arms)  # labels name their arms
         parts["trials"].append(trials)
         parts["history"].append(history)
         parts["members"].append(members)
-        arms = read_arms(folder, label)
         if arms is not None:
             parts["arms"].append(arms)
         baselines = read_baselines(folder, label)

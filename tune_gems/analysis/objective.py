@@ -20,17 +20,48 @@ from tune_gems.stats.metrics import VERDICT_GAIN
 SPEC_FILE = "spec.yaml"
 
 
-def searched_objective(path: str | Path) -> str | None:
-    """The objective metric of the sweep spec stored in `path` (None: no readable spec, e.g. a
-    train run)."""
+def stored_spec(path: str | Path) -> dict | None:
+    """The sweep spec stored in `path` as a tree (None: no readable spec, e.g. a train run)."""
     f = Path(path) / SPEC_FILE
     try:
         spec = yaml.safe_load(f.read_text(encoding="utf-8")) if f.is_file() else None
     except (OSError, yaml.YAMLError):
         return None
-    objective = spec.get("objective") if isinstance(spec, dict) else None
+    return spec if isinstance(spec, dict) else None
+
+
+def searched_objective(path: str | Path) -> str | None:
+    """The objective metric of the sweep spec stored in `path` (None: no readable spec, e.g. a
+    train run)."""
+    spec = stored_spec(path)
+    objective = spec.get("objective") if spec else None
     metric = objective.get("metric") if isinstance(objective, dict) else None
     return str(metric) if metric is not None else None
+
+
+def searched_mode(path: str | Path) -> str:
+    """Whether the sweep in `path` maximised or minimised its objective (`max` without a spec)."""
+    spec = stored_spec(path)
+    objective = spec.get("objective") if spec else None
+    mode = objective.get("mode") if isinstance(objective, dict) else None
+    return "min" if mode == "min" else "max"
+
+
+def chose_anything(path: str | Path, trials: pd.DataFrame | None = None, label: str | None = None) -> bool:
+    """Whether the sweep in `path` chose among configurations by its objective: it searched a
+    gem or a parameter, and ran more than one trial (`trials` of experiment `label`, else the
+    spec's num_samples). A run that searches nothing, or one trial, chose nothing: a note about
+    what its trials were chosen on does not apply to it."""
+    spec = stored_spec(path)
+    if spec is None:
+        return False
+    search = spec.get("search") if isinstance(spec.get("search"), dict) else {}
+    searched = bool(search.get("gems")) or bool(search.get("params"))
+    if trials is not None and len(trials) and label is not None and "experiment" in trials.columns:
+        n = int((trials["experiment"] == label).sum())
+    else:
+        n = int(spec.get("num_samples") or 0)
+    return searched and n > 1
 
 
 def several_wired(trials: pd.DataFrame | None, label: str) -> int:
@@ -51,6 +82,8 @@ def objective_notes(paths: Iterable[str | Path], labels: Iterable[str], trials: 
     notes = []
     for path, label in zip(paths, labels):
         metric = searched_objective(path)
+        if not chose_anything(path, trials, label):
+            continue
         if metric is not None and metric != VERDICT_GAIN:
             notes.append(f"{label}: the search objective {metric} is not the verdict's metric ({VERDICT_GAIN}: "
                          "paired gain in validation alpha Sharpe over the last k epochs, divergence the worst "

@@ -14,6 +14,7 @@ import pandas as pd
 
 from tune_gems.analysis.rules.seed import NO_DESIGN
 from tune_gems.analysis.rules.words import NULL_ARM_OK
+from tune_gems.analysis.plot_index import lead_section
 from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
 
 
@@ -229,6 +230,7 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
         "Settings: " + ", ".join(f"`{k}={v}`" for k, v in settings.items())
         + ". How to read this report: `docs/analysis.md`."
     )
+    lines += ["", *lead] if (lead := lead_section(images)) else []  # plots to read first (analysis.plot_index)
     lines += ["", "## Experiments read", ""]
     rows = []
     for label, path in zip(exp.labels, exp.paths):

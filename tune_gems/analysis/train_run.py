@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from tune_gems.contracts.config_label import arm_label
 from tune_gems.contracts.errors import ConfigError, DataError
 from tune_gems.contracts.result_files import CONFIG_FILE, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE, TRIALS_FILE
 
@@ -44,14 +45,47 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     return df
 
 
-def _config(folder: Path):
-    """The run's stored config, validated (a plug-in gem's module must be importable)."""
+def _config(folder: Path) -> tuple[Any, dict[str, Any]]:
+    """(the run's stored config, validated; the plug-in gems' settings as dotted keys). Where a
+    plug-in's module is not importable here, the config is validated without the plug-ins (and
+    the arms, which may name them: arms.csv holds every arm's settings), and the plug-in gems'
+    settings come from the stored file as written: the tables hold every number the analysis
+    needs, and only a re-run needs the plug-in's code (issue 31)."""
     from tune_gems.config.load import load_config
 
+    path = folder / CONFIG_FILE
     try:
-        return load_config(folder / CONFIG_FILE)
+        return load_config(path), {}
     except ConfigError as err:
-        raise DataError(f"{folder / CONFIG_FILE}: not a readable train config ({err})") from None
+        tables_only = _without_plugins(path)
+        if tables_only is None:
+            raise DataError(f"{path}: not a readable train config ({err})") from None
+        return tables_only
+
+
+def _without_plugins(path: Path) -> tuple[Any, dict[str, Any]] | None:
+    """The config at `path` validated with its plug-in gems and arms left out, and the plug-in
+    gems' stored settings (`gems.<name>.<key>`); None when that does not validate either, or
+    the config names no plug-in."""
+    from tune_gems.config.dotted import flatten
+    from tune_gems.config.load import build_config
+    from tune_gems.config.yaml_io import safe_load_yaml
+    from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST
+
+    try:
+        tree = safe_load_yaml(path.read_text())
+    except Exception:  # noqa: BLE001 - the first error is the one reported
+        return None
+    if not isinstance(tree, dict) or not tree.get("plugins") or not isinstance(tree.get("gems"), dict):
+        return None
+    builtin = {e.name for e in LEGACY_MANIFEST}
+    plugin_gems = {k: v for k, v in tree["gems"].items() if k not in builtin}
+    rest = {**tree, "plugins": [], "arms": None, "gems": {k: v for k, v in tree["gems"].items() if k in builtin}}
+    try:
+        cfg = build_config(rest, str(path))
+    except ConfigError:
+        return None
+    return cfg, {f"gems.{k}": v for k, v in flatten(plugin_gems).items()}
 
 
 def _status(folder: Path) -> str:
@@ -68,10 +102,10 @@ def load_train_run(folder: Path, label: str) -> tuple[pd.DataFrame, pd.DataFrame
     (the caller adds `experiment` and checks the tables' column schema)."""
     from tune_gems.config.dotted import flatten
 
-    cfg = _config(folder)
+    cfg, plugin_settings = _config(folder)
     history = _read_csv(folder / HISTORY_CSV, HISTORY_REQUIRED)
     members = _read_csv(folder / MEMBERS_CSV, MEMBERS_REQUIRED)
-    label_text = cfg.label()
+    label_text = arm_label(cfg.label(), plugin_settings)  # a plug-in gem read from the file keeps its token
     for df in (history, members):
         df.insert(0, "trial_id", TRAIN_TRIAL_ID)
         df.insert(1, "config_label", label_text)
@@ -79,7 +113,7 @@ def load_train_run(folder: Path, label: str) -> tuple[pd.DataFrame, pd.DataFrame
     trial = {
         "experiment": label, "trial_id": TRAIN_TRIAL_ID, "status": _status(folder), "error": "",
         "epochs_done": int(history["epoch"].nunique()), "config_label": label_text, "seed": cfg.seed,
-        **flatten(cfg.to_dict()),
+        **flatten(cfg.to_dict()), **plugin_settings,
         **{k: v for k, v in last.items() if k not in ("trial_id", "config_label")},
         "objective": math.nan,  # no search: no objective
     }

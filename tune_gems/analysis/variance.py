@@ -178,10 +178,10 @@ def split_arms(trials: pd.DataFrame, members: pd.DataFrame) -> tuple[pd.DataFram
     is_multi = mkey.isin(multi)
     m = members.copy()
     m.loc[is_multi, "config_label"] = m.loc[is_multi, "config_label"].astype(str) + " | arm " + m.loc[is_multi, "arm"].astype(str)
+    # each arm's own label (its members', tune_gems.analysis.labels.apply_arm_labels), not the trial's
+    arm_labels = m.loc[is_multi, KEY + ["arm", "config_label"]].drop_duplicates(KEY + ["arm"])
     m.loc[is_multi, "trial_id"] = m.loc[is_multi, "trial_id"].astype(str) + "/" + m.loc[is_multi, "arm"].astype(str)
-    arms = members.loc[is_multi, KEY + ["arm"]].drop_duplicates()
-    t_multi = trials.merge(arms, on=KEY, how="inner")
-    t_multi["config_label"] = t_multi["config_label"].astype(str) + " | arm " + t_multi["arm"].astype(str)
+    t_multi = trials.drop(columns="config_label").merge(arm_labels, on=KEY, how="inner")
     t_multi["trial_id"] = t_multi["trial_id"].astype(str) + "/" + t_multi["arm"].astype(str)
     tkey = pd.MultiIndex.from_frame(trials[KEY])
     t = pd.concat([trials[~tkey.isin(multi)], t_multi.drop(columns="arm")], ignore_index=True)

@@ -4,8 +4,11 @@ Bad input (a TuneGemsError) prints one line on stderr naming the field or file a
 before anything is written. Any other exception is a bug: the last line of defence prints one
 line naming it and the file holding its full traceback, and exits 1 (`--debug`, or
 TUNE_GEMS_DEBUG=1, shows the traceback inline instead). Ctrl-C exits 130; `train` stopped by
-SIGTERM/SIGINT checkpoints at the epoch boundary and exits 128 + the signal. Subcommands import
-their engines lazily, so `train` never imports Ray.
+SIGTERM/SIGINT checkpoints at the epoch boundary and exits 128 + the signal; a sweep whose local
+Ray stops under it says so in one line with its `--resume` command and exits 75
+(tune_gems.sweep.local_ray). Subcommands import their engines lazily, so `train` never imports
+Ray. Commands whose work runs in this process set their CPU threads first
+(tune_gems.commands.cpu_threads).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 
 from tune_gems.analysis.scripts import add_arguments as add_analysis_arguments
 from tune_gems.commands.blas_path import pin_cpu_blas_path
+from tune_gems.commands.cpu_threads import THREADS_FLAG, set_cpu_threads, trial_threads
 from tune_gems.contracts.errors import TuneGemsError
 
 EXIT_BAD_INPUT = 2
@@ -54,7 +58,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         cfg = load_config(path, overrides)  # validated before torch is even imported
 
     if args.dry_run:
-        return _train_dry_run(cfg, args.out, args.resume)
+        return _train_dry_run(cfg, args.out, args.resume, args.thread_choice)
     from tune_gems.trainer.train_command import run_training
     from tune_gems.trainer.stop_signals import TrainingStopped
 
@@ -67,11 +71,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from tune_gems.sweep.console import keep_every_line
+    from tune_gems.sweep.console import keep_every_line, quiet_reporter
     from tune_gems.sweep.local_ray import prepare_loopback
 
     prepare_loopback()  # before Ray is imported: a Ray started here listens on loopback only
     keep_every_line()
+    quiet_reporter(args.verbose)
+    if args.dry_run and args.thread_choice is not None:  # the plan's time is measured with these threads
+        print(f"tune-gems sweep: threads: {args.thread_choice.line()}", flush=True)
     from tune_gems.sweep.driver import run_sweep
 
     outcome = run_sweep(
@@ -101,12 +108,12 @@ DRY_RUN_HELP = (
 )
 
 
-def _train_dry_run(cfg, out: str | None, resume: bool) -> int:
+def _train_dry_run(cfg, out: str | None, resume: bool, threads=None) -> int:
     from tune_gems.trainer.dry_run import train_plan
     from tune_gems.trainer.train_command import check_train_out
 
     folder = check_train_out(out, resume)  # the real command's check of --out, first as there
-    print("\n".join(train_plan(cfg, folder, resume)), flush=True)
+    print("\n".join(train_plan(cfg, folder, resume, threads=threads.line() if threads else None)), flush=True)
     return 0
 
 
@@ -149,11 +156,23 @@ def _add_config_parser(sub) -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    import platform
+    """`tune-gems --version`: this package, Python, torch, Ray and Optuna (their installed
+    versions, read without importing them) and the git commit of the checkout the package runs
+    from, when it is one (tune_gems.commands.versions)."""
+    from tune_gems.commands.versions import version_text
 
-    from tune_gems import __version__
+    return version_text()
 
-    return f"tune-gems {__version__} (python {platform.python_version()})"
+
+class _VersionAction(argparse.Action):
+    """`--version`, computed when asked (it runs git), not each time the parser is built."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> typing.NoReturn:
+        print(_version(), flush=True)
+        parser.exit()
 
 
 # -- two experiments side by side: `tune-gems compare A B` ----------------------------------------
@@ -175,6 +194,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _add_compare_parser(sub) -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="two experiments (sweep or train folders) side by side: settings, verdicts, Sharpe")
     add_analysis_arguments(c, out=False)
+    _add_threads_option(c)
     c.set_defaults(fn=_cmd_compare)
     return c
 
@@ -206,9 +226,44 @@ def _add_confirm_parser(sub) -> None:
     c.add_argument("--seeds", type=int, default=None,
                    help="seeds per arm of each confirmation run (default: the search's trainer.population)")
     add_settings(c)
+    _add_threads_option(c)
     c.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show the full traceback of an internal error inline")
     c.set_defaults(fn=_cmd_confirm)
+
+
+THREADS_HELP = (
+    "CPU threads of this run's torch and BLAS work (default: the user's OMP_NUM_THREADS or MKL_NUM_THREADS, else "
+    "the CPUs this process may use: its affinity, capped by a cgroup quota)"
+)
+
+
+def _add_threads_option(p: argparse.ArgumentParser, help: str = THREADS_HELP) -> None:
+    p.add_argument(THREADS_FLAG, type=int, default=None, metavar="N", help=help)
+
+
+def _runs_outside_ray(args: argparse.Namespace) -> bool:
+    """Commands whose CPU work runs in this process (a sweep's trials run in Ray's workers,
+    one thread per CPU of resources.cpu: Ray sets that, and the driver must not)."""
+    return args.command in ("train", "analyze", "compare", "confirm") or (args.command == "sweep" and args.dry_run)
+
+
+def _set_threads(args: argparse.Namespace) -> None:
+    """Set this process's CPU threads (`args.thread_choice`: what was chosen and why). A sweep's
+    dry run times a trial, so by default with a trial's threads (its spec's resources.cpu: a
+    bad spec is refused here as the sweep itself would refuse it)."""
+    threads = getattr(args, "threads", None)
+    args.thread_choice = None
+    if args.command == "sweep" and args.dry_run:
+        from tune_gems.sweep.spec import load_spec
+
+        cpu = load_spec(Path(args.spec), list(args.overrides)).resources.cpu
+        args.thread_choice = set_cpu_threads(threads, default=lambda: trial_threads(cpu))
+    elif _runs_outside_ray(args):
+        args.thread_choice = set_cpu_threads(threads)
+    elif threads is not None:
+        raise TuneGemsError(f"{THREADS_FLAG}: a sweep's trials get their threads from resources.cpu (Ray sets one "
+                            f"per CPU); {THREADS_FLAG} applies to --dry-run")
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -224,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _OneLineParser(prog="tune-gems", description=__doc__.splitlines()[0])
     debug_help = "show the full traceback of an internal error inline (default: written to a file)"
     p.add_argument("--debug", action="store_true", help=debug_help)
-    p.add_argument("--version", action="version", version=_version())
+    p.add_argument("--version", action=_VersionAction,
+                   help="print the versions of tune-gems, Python, torch, Ray and Optuna and the git commit, then exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train P seeds of the DQN on one device")
@@ -232,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", help="result folder (default runs/train-<time>)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     t.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP)
+    _add_threads_option(t)
     t.set_defaults(fn=_cmd_train)
 
     s = sub.add_parser("sweep", help="run a Ray Tune + Optuna sweep from a spec")
@@ -241,16 +298,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--name", help="experiment name (folder under storage)")
     s.add_argument("--resume", action="store_true", help="finish an interrupted sweep (Tuner.restore)")
     s.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP + "; Ray is not started")
+    _add_threads_option(s, "CPU threads of the dry run's measurement (--dry-run only; default: the user's OMP_NUM_THREADS "
+                        "or MKL_NUM_THREADS, else a trial's: Ray's one thread per CPU of resources.cpu)")
     s.add_argument(
         "--verbose", action="store_true",
         help="also show each HEALTH_DIAG line's per-arm part, Tune's own status tables and result dumps, Ray's "
-        "per-checkpoint lines and experiment-snapshot warnings (default: tune-gems' lines, one HEALTH_DIAG line per "
-        "trial and epoch prefixed with the trial id, a status line per finished trial)",
+        "per-checkpoint lines, experiment-snapshot warnings, token-authentication notice and TensorBoard hint (default: "
+        "tune-gems' lines, one HEALTH_DIAG line per trial and epoch prefixed with the trial id, a status line per "
+        "finished trial)",
     )
     s.set_defaults(fn=_cmd_sweep)
 
     a = sub.add_parser("analyze", help="Sharpe variance, gem magnitudes and a verdict per gem")
     add_analysis_arguments(a, out=True)
+    _add_threads_option(a)
     a.set_defaults(fn=_cmd_analyze)
     c = _add_config_parser(sub)
     cmp = _add_compare_parser(sub)
@@ -295,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides += extra
     debug = bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
+        _set_threads(args)  # once, before torch or a BLAS library is loaded (tune_gems.commands.cpu_threads)
         return args.fn(args)
     except TuneGemsError as e:
         print(f"tune-gems: error: {_one_line(e)}", file=sys.stderr)

@@ -3,7 +3,8 @@
 Why: `tune-gems analyze A B` pools the folders into one analysis (more seeds for one question);
 comparing two runs (another learning rate, another data file) needs each one's own verdicts
 and Sharpe table beside the other's, and the keys their specs differ in. Either side may be a
-sweep's experiment folder or a `train` folder (tune_gems.analysis.train_run). Writes nothing.
+sweep's experiment folder, a `train` folder (tune_gems.analysis.train_run) or a confirmation
+folder (its settings from its trials table). Writes nothing.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.paths import check_input_path
-from tune_gems.contracts.result_files import CONFIG_FILE, SPEC_FILE
+from tune_gems.contracts.result_files import CONFIG_FILE, SPEC_FILE, TRIALS_FILE
 
 VERDICT_COLUMNS = ("verdict", "n_seeds", "effect", "ci_low", "ci_high")
 SHARPE_COLUMNS = ("n_members", "val_sharpe_mean", "val_sharpe_std", "test_sharpe_mean")
@@ -56,7 +58,8 @@ def _resolved(tree: Any, is_spec: bool) -> dict[str, Any]:
 
 def run_settings(folder: Path) -> dict[str, Any]:
     """A run's settings as dotted keys in spec terms, defaults filled in: a sweep's spec.yaml,
-    or a train run's config.yaml under `config.` (the key a spec gives it)."""
+    a train run's config.yaml under `config.` (the key a spec gives it), or, for a folder with
+    neither (a confirmation's, `tune-gems confirm`), its trials table (`trial_settings`)."""
     from tune_gems.config.dotted import flatten
     from tune_gems.config.yaml_io import safe_load_yaml
 
@@ -68,7 +71,39 @@ def run_settings(folder: Path) -> dict[str, Any]:
             except Exception as err:  # noqa: BLE001 - a broken file is the user's, named here
                 raise DataError(f"{path}: not a readable YAML file ({type(err).__name__})") from None
             return flatten(_resolved(tree, is_spec))
+    if (folder / TRIALS_FILE).is_file():
+        return trial_settings(folder / TRIALS_FILE)
     return {}
+
+
+def _plain(v: Any) -> Any:
+    """A table cell as the YAML value it was (numpy scalars and arrays unwrapped, NaN: not set)."""
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, np.generic):
+        v = v.item()
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def trial_settings(path: Path) -> dict[str, Any]:
+    """`config.<key>` for every config column of a trials table (the config's top-level keys and
+    its dotted ones, tune_gems.analysis.pairing; the arms are arms.parquet's): its value where
+    every trial has the same, else the trials' values joined by ` | ` (a confirmation re-runs
+    each gem's own choice)."""
+    from tune_gems.analysis.pairing import config_columns
+    from tune_gems.config.dotted import flatten
+    from tune_gems.config.load import load_config
+
+    try:
+        trials = pd.read_parquet(path)
+    except Exception as err:  # noqa: BLE001 - pyarrow raises many types for a broken file
+        raise DataError(f"{path}: not a readable parquet file ({type(err).__name__})") from None
+    top = [k for k in flatten(load_config(None).to_dict()) if "." not in k and k in trials.columns]  # seed, device, ...
+    out: dict[str, Any] = {}
+    for col in [*top, *config_columns(trials)]:
+        distinct = list({repr(v): v for v in map(_plain, trials[col])}.values())
+        out[f"config.{col}"] = distinct[0] if len(distinct) == 1 else " | ".join(map(str, distinct))
+    return out
 
 
 def differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:

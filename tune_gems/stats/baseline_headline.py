@@ -74,7 +74,9 @@ def baseline_comparison(exp: Any) -> pd.DataFrame:
         for key, g in m.groupby([k for k in ("experiment", "trial_id", "arm") if k in m.columns], sort=True):
             key = key if isinstance(key, tuple) else (key,)
             name = " ".join(str(k) for k in key)
-            if label is not None and len(key) >= 2 and (key[0], key[1]) in label.index:
+            if "config_label" in g.columns and len(key) >= 2:  # the arm's own label (its members')
+                name = f"{key[0]} {key[1]} {g['config_label'].iloc[0]} arm={key[-1]}"
+            elif label is not None and len(key) >= 2 and (key[0], key[1]) in label.index:
                 name = f"{key[0]} {key[1]} {label.loc[(key[0], key[1])]} arm={key[-1]}"
             row = {"configuration": name, "members": len(g)}
             row.update({c: float(g[c].mean()) if c in g.columns else float("nan") for c in cols})

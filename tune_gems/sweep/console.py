@@ -1,5 +1,5 @@
-"""A quiet sweep console: tune-gems' own lines, HEALTH_DIAG and Tune's status table, without
-Ray's per-checkpoint chatter (`tune-gems sweep --verbose` brings it back).
+"""A quiet sweep console: tune-gems' own lines and HEALTH_DIAG, without Ray's per-checkpoint
+chatter, start-up notices and reporter boxes (`tune-gems sweep --verbose` brings them back).
 
 Where the noise comes from (Ray 2.x):
 
@@ -37,11 +37,29 @@ def keep_every_line() -> None:
     os.environ.setdefault(DEDUP_ENV, "0")
 
 
+REPORTER_ENV = "RAY_AIR_NEW_OUTPUT"
+"""Tune's switch between its newer console reporter (1, the default) and the older one (0)."""
+
+
+def quiet_reporter(verbose: bool) -> None:
+    """Before the sweep (a user's own setting wins): without --verbose, Tune's older reporter,
+    which at verbosity 0 prints nothing. The newer one prints, whatever the verbosity, a
+    configuration box, "View detailed results here" and "To visualize your results with
+    TensorBoard, run: tensorboard --logdir /tmp/ray/session_.../driver_artifacts" (a folder
+    that vanishes with Ray; the trials' event files are in the experiment folder,
+    tune_gems.sweep.progress.TrialEvents)."""
+    if not verbose:
+        os.environ.setdefault(REPORTER_ENV, "0")
+
+
 TRIAL_LOGGERS = ("ray.train._internal.storage", "ray.train.v2._internal.execution.storage")
 """Loggers of the "Checkpoint successfully created" line (Tune's function trainable; Train v2)."""
-DRIVER_LOGGERS = ("ray.tune.execution.experiment_state", "ray.tune.analysis.experiment_analysis")
-"""Loggers of the experiment-snapshot warnings and of the missing-results warning of a trial
-that never reported."""
+DRIVER_LOGGERS = ("ray.tune.execution.experiment_state", "ray.tune.analysis.experiment_analysis",
+                  "ray._private.authentication.authentication_token_setup")
+"""Loggers of the experiment-snapshot warnings, of the missing-results warning of a trial
+that never reported, and of `ray.init`'s token-authentication notice ("Token authentication
+is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out": a local instance that
+listens on loopback only, tune_gems.sweep.local_ray; the setting itself is left as Ray chose)."""
 TRIAL_QUIET_LEVEL = logging.WARNING
 DRIVER_QUIET_LEVEL = logging.ERROR
 
@@ -71,3 +89,27 @@ def quiet_driver(verbose: bool) -> Iterator[None]:
     finally:
         for lg, level in zip(loggers, before):
             lg.setLevel(level)
+
+
+SUMMARY_COLUMNS = ("trial_id", "status", "objective", "val_sharpe_mean", "test_sharpe_mean", "epochs_done", "diverged",
+                   "config_label")
+"""The closing table's columns; the label last, whole (a trial's arms make it long)."""
+
+
+def closing_table(trials, mode: str = "max") -> str:
+    """The sweep's closing table: one row per trial, the best objective first (`mode` max or
+    min; trials without an objective last, then by trial id); labels left-aligned and whole."""
+    import pandas as pd
+
+    cols = [c for c in SUMMARY_COLUMNS if c in trials.columns]
+    t = trials[cols].copy()
+    if "objective" in t.columns and len(t):
+        value = pd.to_numeric(t["objective"], errors="coerce")
+        t = t.assign(_none=value.isna(), _key=(-value if mode == "max" else value).fillna(0.0))
+        t = t.sort_values(["_none", "_key", "trial_id"], kind="stable").drop(columns=["_none", "_key"])
+    if "config_label" in t.columns and len(t):  # left-aligned: every cell (and the header) padded to one width
+        width = max(len("config_label"), int(t["config_label"].astype(str).str.len().max()))
+        t = t.rename(columns={"config_label": "config_label".ljust(width)})
+        t[t.columns[-1]] = t[t.columns[-1]].astype(str).str.ljust(width)
+    text = t.to_string(index=False, float_format=lambda x: f"{x:.3f}")
+    return "\n".join(line.rstrip() for line in text.splitlines())

@@ -40,7 +40,7 @@ from tune_gems.contracts.run_record import (
     CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged, checksums, data_fingerprint, require_record,
 )
 from tune_gems.design.resources import check_training_fits
-from tune_gems.sweep.console import quiet_driver
+from tune_gems.sweep.console import closing_table, quiet_driver
 from tune_gems.sweep.local_ray import start_or_join
 from tune_gems.sweep.results import UNFINISHED, collect_tables, write_tables
 from tune_gems.sweep.search import JOURNAL_FILE, clear_stale_journal_lock, close_orphaned_trials, make_searcher, optuna_trial_numbers
@@ -83,10 +83,8 @@ def _gpus_per_trial(spec: SweepSpec) -> float:
     return 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
 
 
-def _print_summary(trials: pd.DataFrame, experiment: str) -> None:
-    cols = [c for c in ("trial_id", "status", "config_label", "epochs_done", "objective", "val_sharpe_mean", "test_sharpe_mean", "diverged") if c in trials]
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 48):
-        table = trials[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}")
+def _print_summary(trials: pd.DataFrame, experiment: str, mode: str = "max") -> None:
+    table = closing_table(trials, mode)  # the best objective first (tune_gems.sweep.console)
     # flushed at once: a driver attached to a running cluster can exit without flushing stdout
     print(f"\n{table}\n\nresults: {experiment}/{{trials,history,members}}.parquet\nanalyze: tune-gems analyze {experiment}", flush=True)
 
@@ -329,7 +327,8 @@ def run_sweep(
         print("\n".join(sweep_plan(spec, _resolved(spec), widest, prices)), flush=True)
         return None
 
-    session = start_or_join()
+    with quiet_driver(verbose):  # Ray's start-up warnings only with --verbose (tune_gems.sweep.console)
+        session = start_or_join(lost_hint=f"its state is saved; continue with: {resume_command(spec_path, store, name)}")
     lock = None
     try:
         resources = {"cpu": spec.resources.cpu, "gpu": _gpus_per_trial(spec)}
@@ -355,7 +354,7 @@ def _fit(
 ) -> SweepOutcome:
     from ray import tune
 
-    from tune_gems.sweep.progress import SweepConsole, ray_verbosity
+    from tune_gems.sweep.progress import SweepConsole, TrialEvents, ray_verbosity
     from tune_gems.sweep.tracking import tracking_callbacks
     from tune_gems.sweep.trainable import train_trial
 
@@ -386,6 +385,7 @@ def _fit(
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoints_to_keep),
                 callbacks=[
                     SweepConsole(spec.num_samples, spec.objective.metric, spec.objective.mode, verbose),
+                    TrialEvents(),  # TensorBoard: train's tags, one run per trial id (in place of Tune's logger)
                     *tracking_callbacks(spec.tracking),
                 ],
                 verbose=ray_verbosity(verbose),
@@ -406,12 +406,17 @@ def _fit(
     write_tables(store, tables)
     trials, history, members = tables.trials, tables.history, tables.members
     store.push_journal(JOURNAL_FILE)
-    _print_summary(trials, store.uri)
-    resume_command = f"tune-gems sweep {spec_path} --storage {store.storage} --name {name} --resume"
+    _print_summary(trials, store.uri, spec.objective.mode)
+    command = resume_command(spec_path, store, name)
     if interrupted:
         n = int((trials["status"] == UNFINISHED).sum()) if len(trials) else 0
-        print(f"tune-gems sweep: interrupted with {n} trial(s) unfinished; continue with: {resume_command}", flush=True)
-    return SweepOutcome(store.uri, trials, history, members, interrupted, resume_command)
+        print(f"tune-gems sweep: interrupted with {n} trial(s) unfinished; continue with: {command}", flush=True)
+    return SweepOutcome(store.uri, trials, history, members, interrupted, command)
+
+
+def resume_command(spec_path: Path, store: ExperimentStore, name: str) -> str:
+    """The command that continues this sweep."""
+    return f"tune-gems sweep {spec_path} --storage {store.storage} --name {name} --resume"
 
 
 def stored_trial_statuses(store: ExperimentStore) -> dict[str, str]:

@@ -13,6 +13,12 @@ the driver is SIGKILLed, Ray's dashboard and runtime-env agents outlive it, stil
 - A watchdog process (`tune_gems.sweep.watchdog`, in a session of its own) records every
   process the driver's Ray starts and ends them (SIGTERM, then SIGKILL) when the driver ends or
   dies.
+- A watch thread in the driver (`RayWatch`) polls the local instance's core processes (the GCS
+  server and the raylet): when one ends under a running sweep (killed, out of memory), Ray's
+  own client would wait a minute for the GCS, print a C++ error and exit 1; instead the driver
+  says in one line that Ray stopped and how `--resume` continues, and exits `EXIT_RAY_LOST`
+  at once (Tune's state and the trials' checkpoints are already in the experiment folder; the
+  watchdog ends what is left of Ray, the kernel releases the folder's lock).
 
 Two private Ray names remain, each because Ray has no public way to do the same: the constant
 `ray._private.ray_constants.ENABLE_RAY_CLUSTER` (the switch above, read when Ray resolves the
@@ -26,12 +32,20 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 LOOPBACK = "127.0.0.1"
 CLUSTER_SWITCH_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Ray's switch between "node address = loopback" (off) and "= the network address" (on)."""
 ADDRESS_ENV = "RAY_ADDRESS"
+RAY_CORE_PROCESSES = ("gcs_server", "raylet")
+"""The processes of a local Ray without which it is gone (their names as the system shows them)."""
+WATCH_POLL_S = 1.0
+EXIT_RAY_LOST = 75
+"""The exit status of a sweep whose Ray stopped under it (sysexits' EX_TEMPFAIL: try again,
+with --resume)."""
 
 
 def joining_cluster() -> bool:
@@ -54,6 +68,75 @@ def _children(pid: int) -> set[int]:
         return set()
 
 
+def core_processes(pids: set[int]) -> dict[int, str]:
+    """{pid: name} of the Ray core processes (RAY_CORE_PROCESSES) among `pids`."""
+    import psutil
+
+    out = {}
+    for pid in pids:
+        try:
+            name = psutil.Process(pid).name()
+        except psutil.Error:
+            continue
+        if any(name.startswith(core) for core in RAY_CORE_PROCESSES):
+            out[pid] = name
+    return out
+
+
+class RayWatch(threading.Thread):
+    """Polls `watched` ({pid: name}) every `poll_s`; the first that ends calls `on_lost(name, pid)`
+    (once). `stop()` ends the watch first, so a shutdown of Ray is not reported as its loss."""
+
+    def __init__(self, watched: dict[int, str], on_lost: Callable[[str, int], None], poll_s: float = WATCH_POLL_S) -> None:
+        super().__init__(name="tune-gems-ray-watch", daemon=True)
+        import psutil
+
+        self.on_lost, self.poll_s = on_lost, poll_s
+        self._done = threading.Event()
+        self._procs = {}
+        for pid, name in watched.items():
+            try:
+                self._procs[pid] = (psutil.Process(pid), name)  # creation time kept: never a recycled pid
+            except psutil.Error:
+                self._procs[pid] = (None, name)
+
+    def _ended(self) -> tuple[str, int] | None:
+        for pid, (proc, name) in self._procs.items():
+            if proc is None or not proc.is_running() or proc.status() == "zombie":
+                return name, pid
+        return None
+
+    def run(self) -> None:
+        import psutil
+
+        while not self._done.wait(self.poll_s):
+            try:
+                ended = self._ended()
+            except psutil.Error:
+                continue
+            if ended is not None and not self._done.is_set():
+                self._done.set()
+                self.on_lost(*ended)
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+
+
+def report_lost_and_exit(hint: str) -> Callable[[str, int], None]:
+    """What the driver does when its Ray is lost: one line on stderr, then exit EXIT_RAY_LOST
+    at once (Ray's client would otherwise wait for the GCS and then kill the process itself)."""
+
+    def lost(name: str, pid: int) -> None:
+        sys.stdout.flush()
+        sys.stderr.write(f"tune-gems sweep: Ray stopped under the sweep (its {name} process, pid {pid}, ended); "
+                         f"{hint}\n")
+        sys.stderr.flush()
+        os._exit(EXIT_RAY_LOST)
+
+    return lost
+
+
 @dataclass
 class RaySession:
     """What `start_or_join` did: whether this driver started Ray (and so must stop it)."""
@@ -62,9 +145,12 @@ class RaySession:
     address: str
     watchdog: subprocess.Popen | None = None
     _before: set[int] = field(default_factory=set)
+    watch: RayWatch | None = None
 
     def stop(self) -> None:
         """Shut down a Ray this driver started, then let the watchdog sweep up stragglers."""
+        if self.watch is not None:
+            self.watch.stop()
         if not self.started:
             return
         import ray
@@ -79,9 +165,11 @@ class RaySession:
                 self.watchdog.wait()
 
 
-def start_or_join(log_to_driver: bool = True) -> RaySession:
+def start_or_join(log_to_driver: bool = True, lost_hint: str | None = None) -> RaySession:
     """Join RAY_ADDRESS, or start a private loopback instance guarded by a watchdog. An already
-    initialised Ray (e.g. the caller's own) is used as it is."""
+    initialised Ray (e.g. the caller's own) is used as it is. With `lost_hint` (what continues
+    the run, e.g. its --resume command) a private instance is watched (`RayWatch`): its loss is
+    reported in one line ending with the hint, and the process exits EXIT_RAY_LOST."""
     import ray
 
     if ray.is_initialized():
@@ -104,4 +192,7 @@ def start_or_join(log_to_driver: bool = True) -> RaySession:
         start_new_session=True,  # a Ctrl-C or a kill of the driver's group does not reach it
         close_fds=True,
     )
+    if lost_hint is not None:
+        session.watch = RayWatch(core_processes(_children(os.getpid()) - before), report_lost_and_exit(lost_hint))
+        session.watch.start()
     return session

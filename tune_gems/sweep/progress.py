@@ -16,8 +16,11 @@ import time
 from typing import Any, Callable
 
 from ray.tune import Callback
+from ray.tune.logger import TBXLoggerCallback
+from ray.tune.result import AUTO_RESULT_KEYS
 
 from tune_gems.trainer.health import without_arm_detail
+from tune_gems.trainer.tensorboard import EpochEvents
 
 HEALTH_KEY = "health_diag"
 """The result key that carries a trial's HEALTH_DIAG line of the epoch to the driver."""
@@ -40,11 +43,28 @@ def _format_s(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+def eta_seconds(durations: list[float], running: list[float], pending: int) -> float:
+    """Seconds until the last trial ends: every trial is taken to last the mean of the finished
+    ones (`durations`); a running trial has that minus what it ran already (`running`: each one's
+    seconds so far) left, and each pending trial starts in the first slot to come free (the
+    slots: the running trials and the one that just finished). Why not "time per finished trial
+    x trials left": with trials running side by side the first to finish has its neighbours
+    almost done, and that estimate counted them as not started (the first ETA 50% high)."""
+    if not durations:
+        return math.nan
+    mean = sum(durations) / len(durations)
+    slots = sorted([max(0.0, mean - ran) for ran in running] + [0.0])
+    for _ in range(pending):
+        slots[0] += mean
+        slots.sort()
+    return max(slots)
+
+
 class SweepConsole(Callback):
     """Prints `[<trial id>] HEALTH_DIAG ...` per result (the per-arm part only when verbose) and,
     per finished trial, `trial k/N finished: <id> <status> objective <metric>=<v> | best <v>
-    (<id>) | <elapsed> elapsed, ETA <t>`. The ETA is the time per finished trial of this run
-    times the trials left (it folds in the concurrency)."""
+    (<id>) | <elapsed> elapsed, ETA <t>` (`eta_seconds`: from each trial's own start, known from
+    `on_trial_start`, or the sweep's start for a trial already running when it began)."""
 
     def __init__(
         self, total: int, metric: str, mode: str, verbose: bool = False,
@@ -56,9 +76,14 @@ class SweepConsole(Callback):
         self.start = clock()
         self.finished_here = 0
         self.best: tuple[float, str] | None = None
+        self.started: dict[str, float] = {}
+        self.durations: list[float] = []
 
     def setup(self, **info: Any) -> None:
         self.start = self.clock()
+
+    def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        self.started[trial.trial_id] = self.clock()
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info: Any) -> None:
         line = result.get(HEALTH_KEY)
@@ -85,10 +110,51 @@ class SweepConsole(Callback):
             self.best = (value, trial.trial_id)
         epochs = (trial.last_result or {}).get("epoch", "?")
         best = f"{self.best[0]:.3f} ({self.best[1]})" if self.best else "-"
-        elapsed = self.clock() - self.start
+        now = self.clock()
+        elapsed = now - self.start
+        self.durations.append(now - self.started.pop(trial.trial_id, self.start))
         left = max(0, self.total - done)
-        eta = _format_s(elapsed / self.finished_here * left) if left else "0s"
+        running = [now - self.started.get(t.trial_id, self.start) for t in trials
+                   if t is not trial and t.status == "RUNNING"]
+        seconds = eta_seconds(self.durations, running, max(0, left - len(running)))
+        eta = _format_s(seconds) if left and math.isfinite(seconds) else "0s"
         self.out(
             f"tune-gems sweep: trial {done}/{self.total} finished: {trial.trial_id} {status} after {epochs} epoch(s), "
             f"objective {self.metric}={value:.3f} | best {best} | {_format_s(elapsed)} elapsed, ETA {eta}"
         )
+
+
+NOT_METRICS = frozenset(AUTO_RESULT_KEYS) | {"done", "trial_id", "seed", "time_this_iter_s", "timesteps_this_iter"}
+"""Result keys that are Tune's bookkeeping or a trial's identity, not an epoch's numbers."""
+
+
+class TrialEvents(TBXLoggerCallback):
+    """TensorBoard event files of a sweep's trials, as a `train` run writes them
+    (tune_gems.trainer.tensorboard): the same tags, one run per trial named by its trial id, in
+    the experiment's folder (`<experiment>/tensorboard/<trial id>`, Tune's driver folder, synced
+    with the rest). Being a TBXLoggerCallback, it takes the place of Tune's default one."""
+
+    def __init__(self) -> None:
+        super().__init__()  # checks that tensorboardX is there, as Tune's does
+        self._events: dict[str, EpochEvents] = {}
+
+    def _for(self, trial) -> EpochEvents:
+        if trial.trial_id not in self._events:
+            from pathlib import Path
+
+            self._events[trial.trial_id] = EpochEvents(Path(trial.local_experiment_path), str(trial.trial_id))
+        return self._events[trial.trial_id]
+
+    def log_trial_start(self, trial) -> None:
+        self._for(trial)
+
+    def log_trial_result(self, iteration: int, trial, result: dict) -> None:
+        epoch = result.get("epoch")
+        if not isinstance(epoch, (int, float)) or isinstance(epoch, bool):
+            return
+        self._for(trial).write({k: v for k, v in result.items() if k not in NOT_METRICS}, int(epoch))
+
+    def log_trial_end(self, trial, failed: bool = False) -> None:
+        events = self._events.pop(trial.trial_id, None)
+        if events is not None:
+            events.close()

@@ -24,6 +24,7 @@ import pandas as pd
 from tune_gems.design.arm_sets import also_named, arm_aliases
 from tune_gems.design.arms import expand_arms, resolved_settings
 from tune_gems.config.dotted import flatten
+from tune_gems.contracts.config_label import trial_label
 from tune_gems.contracts.errors import ConfigError
 from tune_gems.contracts.gem_manifest import GemEntry, manifest_text
 from tune_gems.gems import manifest
@@ -41,6 +42,17 @@ TERMINATED, ERROR, UNFINISHED = "TERMINATED", "ERROR", "UNFINISHED"
 """Values of trials.parquet's `status`: ran to its end (or was stopped early by the scheduler);
 failed after its retries; not finished when the sweep stopped (Ctrl-C, a lost driver):
 `--resume` continues it, and the analysis must not score its partial epochs as a result."""
+
+
+def arm_config_labels(arm_list) -> dict[str, str]:
+    """{arm name: the label of its members} (the trial's config with the arm's settings applied)."""
+    return {a.name: a.config.label() for a in arm_list}
+
+
+def config_label(cfg) -> str:
+    """The label of a trial's members (tune_gems.contracts.config_label): its one arm's, or its
+    arms' (each with its settings applied)."""
+    return trial_label(list(arm_config_labels(expand_arms(cfg)).items()))
 
 
 def trial_status(tune_status: str | None, error: BaseException | None) -> str:
@@ -144,9 +156,11 @@ def collect_tables(
         fold_ids: tuple[int, ...] = ()
         try:
             cfg = apply_spec_design(trial_config(base, params), design)
-            flat_cfg, label, seed = flatten(cfg.to_dict()), cfg.label(), cfg.seed
+            flat_cfg, seed = flatten(cfg.to_dict()), cfg.seed
             plugins = list(cfg.plugins)
             arm_list = expand_arms(cfg)
+            arm_labels = arm_config_labels(arm_list)  # each arm's members, its settings applied
+            label = trial_label(list(arm_labels.items()))
             arm_names = tuple(a.name for a in arm_list) if getattr(cfg, "arms", None) is not None else ()
             fold_ids = tuple(range(cfg.data.folds.k))
             aliases = arm_aliases(cfg)  # a duplicate arm trained once: its other name (tune_gems.design.arm_sets)
@@ -154,6 +168,7 @@ def collect_tables(
                          **resolved_settings(a.config)} for a in arm_list)
         except ConfigError:
             flat_cfg, label, seed = {}, "invalid config", params.get("seed")
+            arm_labels = {}
         history_cols.append(epoch_metrics(plugins, arm_names, fold_ids))
         rows: list[dict[str, Any]] = []
         if df is not None and len(df) and "epoch" in df.columns:
@@ -173,7 +188,8 @@ def collect_tables(
             history.append({"experiment": experiment, "trial_id": trial_id, "config_label": label,
                             **{m: r.get(m) for m in history_cols[-1]}})
             for mrow in json.loads(r.get(MEMBERS_KEY) or "[]"):
-                members.append({"experiment": experiment, "trial_id": trial_id, "config_label": label,
+                members.append({"experiment": experiment, "trial_id": trial_id,
+                                "config_label": arm_labels.get(str(mrow.get("arm")), label),
                                 **{k: mrow.get(k) for k in MEMBER_IDS}, **{m: mrow.get(m) for m in member_metrics(plugins)}})
         last = rows[-1] if rows else {}
         trial = {

@@ -5,9 +5,9 @@ Why a spec key and not code: the sweep is started from the command line (or `ray
 where a user cannot pass callbacks. A tracker that is not installed is refused in one line,
 naming the key and the package, rather than failing inside Tune after the cluster is up; the
 arguments are checked against the callback's own signature for the same reason. TensorBoard
-needs no key: Tune writes event files into every trial folder when tensorboardX is installed
-(it comes with ray[tune]), so `tensorboard --logdir <experiment>` shows the sweep
-(docs/tracking.md).
+needs no key: every trial writes event files into `<experiment>/tensorboard/<trial id>` with
+`train`'s tags (tune_gems.sweep.progress.TrialEvents), so `tensorboard --logdir
+<experiment>/tensorboard` shows the sweep (docs/workflow.md "Tracking").
 """
 
 from __future__ import annotations

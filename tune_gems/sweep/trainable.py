@@ -31,6 +31,7 @@ from tune_gems.design.resources import check_training_fits
 from tune_gems.contracts.result_files import BASELINES_KEY, CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE, FOLDS_KEY, MEMBERS_KEY
 from tune_gems.sweep.console import quiet_trial
 from tune_gems.sweep.progress import HEALTH_KEY
+from tune_gems.sweep.results import config_label
 from tune_gems.sweep.spec import apply_spec_design, trial_config
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
 from tune_gems.trainer.train_command import train_epochs
@@ -141,7 +142,7 @@ def train_trial(
     if checkpoint is not None:
         with checkpoint.as_directory() as d:
             trainer.load_checkpoint(Path(d) / CHECKPOINT_FILE)
-    label = cfg.label()
+    label = config_label(cfg)  # its arms' settings applied (Optuna's user attribute too)
     baselines = [json.dumps(trainer.baselines().to_dict("records"))]  # sent once, with the first report
     folds = [json.dumps(trainer.fold_table().to_dict("records"))]  # likewise
     reports = CheckpointReports(trainer)

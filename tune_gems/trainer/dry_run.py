@@ -35,6 +35,9 @@ class TimeEstimate:
     iteration_s: float
     evaluation_s: float
     total_s: float
+    threads: int = 0
+    """torch's intra-op CPU threads during the measurement (0: not a CPU run), the count the run
+    itself gets (tune_gems.commands.cpu_threads sets it for the process)."""
 
 
 def _fmt_bytes(n: int) -> str:
@@ -54,6 +57,8 @@ def estimate_time(cfg: Config, prices=None, arms: RunArms | None = None) -> tupl
     """Time one run of `cfg` (its arms record `arms`, default expanded here) from a short
     measured sample (module docstring); also returns the throw-away Trainer's market (its data
     summary)."""
+    import torch
+
     from tune_gems.trainer.trainer import Trainer
 
     trainer = Trainer(cfg, prices=prices, log=None, arms=arms)
@@ -64,7 +69,8 @@ def estimate_time(cfg: Config, prices=None, arms: RunArms | None = None) -> tupl
     test_lo, test_hi = first.test
     test_eval = per_eval * (test_hi - test_lo) / max(1, val_hi - val_lo)  # the test segment, once, at the end
     total = prefill + tc.epochs * (tc.iterations_per_epoch * per_it + per_eval) + test_eval
-    return TimeEstimate(str(trainer.device), prefill, per_it, per_eval, total), trainer.market
+    threads = torch.get_num_threads() if trainer.device.type == "cpu" else 0
+    return TimeEstimate(str(trainer.device), prefill, per_it, per_eval, total, threads), trainer.market
 
 
 def memory_line(est: MemoryEstimate) -> str:
@@ -74,16 +80,21 @@ def memory_line(est: MemoryEstimate) -> str:
 
 
 def time_line(t: TimeEstimate, what: str = "the run") -> str:
+    threads = f" with {t.threads} CPU thread(s)" if t.threads else ""
     return (
-        f"time: about {_fmt_s(t.total_s)} of training for {what} on this machine's {t.device}, start-up not counted (measured: prefill {t.prefill_s:.2f} s, "
-        f"{t.iteration_s * 1000:.1f} ms per iteration, {t.evaluation_s:.2f} s per validation pass)"
+        f"time: about {_fmt_s(t.total_s)} of training for {what} on this machine's {t.device}{threads}, start-up not counted "
+        f"(measured: prefill {t.prefill_s:.2f} s, {t.iteration_s * 1000:.1f} ms per iteration, {t.evaluation_s:.2f} s per "
+        "validation pass)"
     )
 
 
 def members_line(cfg: Config, run: RunArms) -> str:
+    """`members: F fold(s) x A arm(s) x S seed(s) = P (arm names)`; the folds factor only with
+    walk-forward folds (P = folds x arms x seeds, tune_gems.design.arms.MemberLayout)."""
     arms = list(run.names)
-    p = cfg.trainer.population
-    return f"members: {len(arms)} arm(s) x {p} seed(s) = {len(arms) * p} ({', '.join(arms)})"
+    p, k = cfg.trainer.population, cfg.data.folds.k
+    folds = f"{k} fold(s) x " if k > 1 else ""
+    return f"members: {folds}{len(arms)} arm(s) x {p} seed(s) = {k * len(arms) * p} ({', '.join(arms)})"
 
 
 def config_block(tree: dict, title: str) -> list[str]:
@@ -91,9 +102,10 @@ def config_block(tree: dict, title: str) -> list[str]:
     return [f"{title}:", *("  " + line for line in text.splitlines())]
 
 
-def train_plan(cfg: Config, out: Path, resume: bool = False) -> list[str]:
+def train_plan(cfg: Config, out: Path, resume: bool = False, threads: str | None = None) -> list[str]:
     """The lines of `tune-gems train --dry-run` (validated first, the output folder `out` checked
-    as the real command checks it: a bad config or folder never gets here)."""
+    as the real command checks it: a bad config or folder never gets here); `threads`: the CLI's
+    thread choice, in words (tune_gems.commands.cpu_threads)."""
     arms = run_arms(cfg)  # expanded once, for the estimates and the throw-away trainer
     est = check_training_fits(cfg, members=arms.members)
     timing, market = estimate_time(cfg, arms=arms)
@@ -104,6 +116,7 @@ def train_plan(cfg: Config, out: Path, resume: bool = False) -> list[str]:
         f"epochs: {tc.epochs} x {tc.iterations_per_epoch} iterations",
         *data_lines(cfg.data, market),
         memory_line(est),
+        *([f"threads: {threads}"] if threads else []),
         time_line(timing),
         f"out: {out} ({'continues the train run there from its checkpoint' if resume else 'a new train run'})",
         "dry run: nothing was written",

@@ -1,10 +1,13 @@
-"""TensorBoard event files of a `train` run: each epoch's numbers as scalars in <out>/tensorboard.
+"""TensorBoard event files: each epoch's numbers as scalars, one run per folder.
 
-Why: sweeps get event files from Ray Tune's own logger (one per trial folder); a train run had
-none, so `tensorboard --logdir` could not put the two side by side. Written with tensorboardX
-(a dependency of ray[tune], so no new install); per-arm columns `<metric>@<arm>` become
-`<metric>/<arm>`, which TensorBoard groups under the metric (its tag rules turn other characters,
-such as `=` in a factorial arm name, into `_`). Non-finite values are left out.
+A `train` run writes <out>/tensorboard; a sweep writes <experiment>/tensorboard/<trial id> per
+trial through the same class (tune_gems.sweep.progress.TrialEvents, in place of Ray Tune's own
+logger, whose tags were `ray/tune/<metric>_<arm>` and whose run names were 130-character trial
+folder names), so a train run and a sweep's trials overlay tag for tag:
+`tensorboard --logdir_spec train:<out>/tensorboard,sweep:<experiment>/tensorboard`. Written with
+tensorboardX (a dependency of ray[tune], so no new install); per-arm columns `<metric>@<arm>`
+become `<metric>/<arm>`, which TensorBoard groups under the metric (its tag rules turn other
+characters, such as `=` in a factorial arm name, into `_`). Non-finite values are left out.
 """
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ EVENTS_DIR = "tensorboard"
 
 
 class EpochEvents:
-    def __init__(self, out: Path) -> None:
+    """The event files of one run: `out/tensorboard`, or `out/tensorboard/<run>` (a sweep's trial)."""
+
+    def __init__(self, out: Path, run: str | None = None) -> None:
         from tensorboardX import SummaryWriter
 
-        self.writer = SummaryWriter(str(out / EVENTS_DIR))
+        self.folder = out / EVENTS_DIR / run if run else out / EVENTS_DIR
+        self.writer = SummaryWriter(str(self.folder))
 
     @staticmethod
     def scalars(metrics: dict[str, Any]) -> dict[str, float]:

@@ -1,0 +1,111 @@
+"""The text of a `config_label` (docs/results.md): what a label says about the members it names.
+
+A configuration's label is per-gem mode and the model switches, `g6=measure g10=wire g12=off
+sn=on noisy=on` (`Config.label`). With arms on the population axis, a trial's members are not
+all its base config: the arm that wires g12 is not `g12=measure`, and a confirmation's control
+is not `g6=wire` (issue 31). So every label is built from the members it names:
+
+- an arm's label (`arm_label`) is the trial's label with the arm's per-member settings applied
+  (the `gems.<g>.mode`, `model.spectral_norm` and `model.noisy` of its arms-table row);
+- a trial's label (`trial_label`) is its one arm's label, or, for several arms, the tokens every
+  arm shares, then per arm the tokens it sets otherwise:
+  `g10=measure sn=on noisy=on | proposal: g6=wire g12=wire; control: g6=measure g12=measure`;
+- a plot's short labels (`short_labels`) keep only the tokens that tell its labels apart.
+
+Text in, text out: the sweep (writing the tables), the analysis (reading older ones, whose
+labels were the base config's) and the plots share these rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+SWITCH_TOKENS = {"model.spectral_norm": "sn", "model.noisy": "noisy"}
+"""Per-member config keys written in a label as an on/off token, and the token's name."""
+ARMS_SEPARATOR = " | "
+ARM_SUFFIX = " | arm "
+"""How the analysis names one arm of a multi-arm trial: `<arm label> | arm <name>`."""
+
+
+def _on_off(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    text = str(value).strip().lower()
+    if text in ("true", "1", "1.0", "on", "yes"):
+        return "on"
+    if text in ("false", "0", "0.0", "off", "no"):
+        return "off"
+    return None
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def label_tokens(label: str) -> list[str]:
+    return str(label).split()
+
+
+def setting_tokens(settings: Mapping[str, Any]) -> dict[str, str]:
+    """{token name: value} for the label tokens an arms-table row sets (gem modes, switches)."""
+    out: dict[str, str] = {}
+    for key, value in settings.items():
+        if _missing(value):
+            continue
+        parts = str(key).split(".")
+        if len(parts) == 3 and parts[0] == "gems" and parts[2] == "mode":
+            out[parts[1]] = str(value).strip().lower()
+        elif key in SWITCH_TOKENS and _on_off(value) is not None:
+            out[SWITCH_TOKENS[key]] = _on_off(value)
+    return out
+
+
+def arm_label(label: str, settings: Mapping[str, Any]) -> str:
+    """`label` (a trial's base config label) with an arm's per-member settings applied."""
+    wanted = setting_tokens(settings)
+    tokens = []
+    for token in label_tokens(label):
+        name = token.split("=", 1)[0]
+        tokens.append(f"{name}={wanted.pop(name)}" if name in wanted and "=" in token else token)
+    switches = [i for i, t in enumerate(tokens) if t.split("=", 1)[0] in SWITCH_TOKENS.values()]
+    at = switches[0] if switches else len(tokens)
+    extra = [f"{n}={v}" for n, v in wanted.items() if n not in SWITCH_TOKENS.values()]  # a gem the label lacked
+    tokens[at:at] = extra
+    tokens += [f"{n}={v}" for n, v in wanted.items() if n in SWITCH_TOKENS.values()]
+    return " ".join(tokens)
+
+
+def trial_label(arms: Sequence[tuple[str, str]]) -> str:
+    """The label of a trial whose arms are (name, arm label) pairs, in the arms' order (module
+    docstring); one arm, or arms that all read alike: that label."""
+    labels = list(dict.fromkeys(label for _, label in arms))
+    if len(labels) <= 1:
+        return labels[0] if labels else ""
+    token_lists = [label_tokens(label) for _, label in arms]
+    common = [t for t in token_lists[0] if all(t in other for other in token_lists[1:])]
+    own = [f"{name}: {' '.join(t for t in tokens if t not in common) or '(as above)'}"
+           for (name, _), tokens in zip(arms, token_lists)]
+    return f"{' '.join(common)}{ARMS_SEPARATOR}{'; '.join(own)}"
+
+
+def split_arm_suffix(label: str) -> tuple[str, str | None]:
+    """(`<arm label>`, arm name) of an analysis label `<arm label> | arm <name>`; (label, None)
+    for a label without one."""
+    head, sep, arm = str(label).rpartition(ARM_SUFFIX)
+    return (head, arm) if sep else (str(label), None)
+
+
+def short_labels(labels: Sequence[str]) -> list[str]:
+    """The labels with every token that all of them share left out (a plot's axis names one
+    configuration in a few words); an arm suffix becomes `[arm]`. Labels that are all alike
+    keep their arm name, or their full text when there is nothing else."""
+    parts = [split_arm_suffix(label) for label in labels]
+    token_lists = [label_tokens(head) for head, _ in parts]
+    common = set.intersection(*(set(t) for t in token_lists)) if token_lists and len(token_lists) > 1 else set()
+    out = []
+    for (head, arm), tokens in zip(parts, token_lists):
+        kept = " ".join(t for t in tokens if t not in common)
+        text = " ".join(x for x in (kept, f"[{arm}]" if arm else "") if x)
+        out.append(text or head)
+    return out
