@@ -33,7 +33,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec, seed_stride
 
-from tune_gems.contracts.result_files import JOURNAL_FILE, JOURNAL_LOCK_SUFFIX  # noqa: E402 - JOURNAL_FILE re-exported for sweep.run
+from tune_gems.contracts.result_files import JOURNAL_FILE, JOURNAL_LOCK_SUFFIX  # noqa: E402 - JOURNAL_FILE re-exported for sweep.driver
 
 
 TUNE_TRIAL_ATTR = "tune_trial_id"
