@@ -1,8 +1,13 @@
-"""What walk-forward folds cost (issue 20): P, iteration time and memory per member for
-folds x arms x seeds in one graph, against the same arms and seeds without folds.
+"""What folds cost (issues 20 and 30): P, iteration time and memory per member for folds x
+arms x seeds in one graph, against the same arms and seeds without folds.
 
-    python benchmarks/folds_cost.py [--folds 4] [--arms 3] [--seeds 64] [--out FILE.json]
+    python benchmarks/folds_cost.py [--folds 4] [--scheme walk_forward|purged] [--embargo 0]
+                                    [--arms 3] [--seeds 64] [--out FILE.json]
     bash benchmarks/gpu_session.sh folds      # the issue's shape on the GPU: 4 x 3 x 64
+
+`--scheme purged` times purged cross-validation (`data.folds.scheme=purged`: `--folds` groups,
+each fold training on up to two runs of rows, so its episode starts map one offset onto two
+runs) instead of walk-forward windows; the 1-fold case is the plain split either way.
 
 The moonshot's shapes (benchmarks/moonshot.yaml: batch 128, 16 envs, replay 50,000 per member,
 every gem measured; arms: measured, G10 wired, G12 wired, the first `--arms` of them) on the
@@ -109,6 +114,8 @@ def run_case(overrides: list[str], arms: list[dict], args) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--folds", type=int, default=4)
+    ap.add_argument("--scheme", choices=("walk_forward", "purged"), default="walk_forward")
+    ap.add_argument("--embargo", type=int, default=0, help="rows of embargo after each group (purged only)")
     ap.add_argument("--arms", type=int, default=3, choices=range(1, len(ARMS) + 1))
     ap.add_argument("--seeds", type=int, default=64)
     ap.add_argument("--reps", type=int, default=50)
@@ -121,17 +128,19 @@ def main(argv: list[str] | None = None) -> int:
     base = [f"device={args.device}", f"trainer.population={args.seeds}", *(SMALL if args.small else SHAPES)]
     arms = ARMS[: args.arms]
     rows = []
+    folds_keys = [f"data.folds.scheme={args.scheme}", *([f"data.folds.embargo={args.embargo}"] if args.scheme == "purged" else [])]
     print(f"{'folds':>5} {'arms':>4} {'seeds':>5} {'P':>5} {'iter_us':>9} {'us/member':>9} {'seed-steps/s':>13} "
           f"{'MB peak':>8} {'MB/member':>9} {'eval ms':>8} {'setup s':>7}")  # fmt: skip
     for folds in (1, args.folds):
-        r = run_case([*base, f"data.folds.k={folds}"], arms, args)
+        r = run_case([*base, f"data.folds.k={folds}", *(folds_keys if folds > 1 else [])], arms, args)
+        r["scheme"] = args.scheme if folds > 1 else "walk_forward"
         rows.append(r)
         mem = f"{r['peak_mem_mb']:>8.1f} {r['mem_per_member_mb']:>9.2f}" if r["peak_mem_mb"] is not None else f"{'-':>8} {'-':>9}"
         print(f"{r['folds']:>5} {r['arms']:>4} {r['seeds']:>5} {r['P']:>5} {r['iter_us']:>9.1f} {r['us_per_member_iter']:>9.3f} "
               f"{r['seed_steps_per_s']:>13,} {mem} {r['eval_ms']:>8.1f} {r['setup_s']:>7.1f}", flush=True)  # fmt: skip
     one, many = rows
     ratio = {"iteration": round(many["iter_us"] / one["iter_us"], 2), "per_member": round(many["us_per_member_iter"] / one["us_per_member_iter"], 3)}
-    print(f"{args.folds} folds / 1 fold: iteration {ratio['iteration']:.2f}x for {many['P'] // one['P']}x the members, "
+    print(f"{args.folds} folds ({args.scheme}) / 1 fold: iteration {ratio['iteration']:.2f}x for {many['P'] // one['P']}x the members, "
           f"per member-iteration {ratio['per_member']:.3f}x")  # fmt: skip
     if args.out:
         machine = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu"
@@ -139,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps({
             "benchmark": "folds_cost", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "machine": machine, "torch": torch.__version__, "command": "python " + " ".join(shlex.quote(x) for x in sys.argv),
-            "config": base, "arms": arms, "rows": rows, "folds_over_one": ratio,
+            "config": base, "folds_config": folds_keys, "arms": arms, "rows": rows, "folds_over_one": ratio,
         }, indent=1))  # fmt: skip
         print(f"wrote {args.out}")
     return 0

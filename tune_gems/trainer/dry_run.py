@@ -82,8 +82,9 @@ def time_line(t: TimeEstimate, what: str = "the run") -> str:
 
 def members_line(cfg: Config, run: RunArms) -> str:
     arms = list(run.names)
-    p = cfg.trainer.population
-    return f"members: {len(arms)} arm(s) x {p} seed(s) = {len(arms) * p} ({', '.join(arms)})"
+    p, folds = cfg.trainer.population, run.layout.folds
+    per_fold = f"{folds} fold(s) x " if folds > 1 else ""
+    return f"members: {per_fold}{len(arms)} arm(s) x {p} seed(s) = {run.members} ({', '.join(arms)})"
 
 
 def config_block(tree: dict, title: str) -> list[str]:
