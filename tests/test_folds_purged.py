@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
+from env_fixtures import walk_episodes
 from tune_gems.config.load import load_config
 from tune_gems.config.schema import EnvConfig, FoldsConfig
 from tune_gems.contracts.errors import ConfigError, DataError
@@ -173,17 +174,7 @@ def test_episodes_start_in_one_run_and_never_step_into_the_purge_the_embargo_or_
     m = _market(prices, _purged(k=4, embargo=5))
     fold_of_member = [0, 1, 2, 3, 1, 2]
     P, E = 6, 16
-    env = VecTradingEnv(m, cfg, P, E, fold_of_member=fold_of_member)
-    rng = CounterRNG(member_seeds(2, P), "cpu")
-    env.reset(rng.uniform(1, (E,)))
-    seen = [set() for _ in range(P)]
-    starts = [[] for _ in range(P)]
-    for _ in range(400):
-        rng.advance()
-        for p in range(P):
-            seen[p].update(env.t[p].tolist())
-            starts[p].extend(env.t[p][env.steps[p] == 0].tolist())
-        env.step(rng.integers(2, (E, 2), torch.tensor(3)).view(P, E, 2), rng.uniform(1, (E,)))
+    seen, starts = walk_episodes(VecTradingEnv(m, cfg, P, E, fold_of_member=fold_of_member), seed=2, steps=400)
     for p, f in enumerate(fold_of_member):
         runs = m.train_runs[f]
         inside = set().union(*(range(r.lo, r.hi) for r in runs))
