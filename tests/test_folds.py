@@ -18,6 +18,7 @@ from tune_gems.trainer.train_command import train_epochs
 from tune_gems.trainer.trainer import Trainer
 
 FOLDS = ["data.folds.k=3", "data.folds.val_length=60", "data.folds.gap=2"]
+PURGED = ["data.folds.scheme=purged", "data.folds.k=3", "data.folds.embargo=4"]
 ARMS = ArmsConfig.model_validate({"factors": {"gems.g10.mode": ["measure", "wire"]}})
 
 
@@ -32,13 +33,13 @@ def test_the_member_layout_is_fold_major_then_arm_then_seed():
     assert lay.per_member([1, 2]) == [1, 1, 1, 2, 2, 2] * 2
 
 
-def _learner(cfg, folds=None):
+def _learner(cfg, folds=None, prices=None):
     from tune_gems.ops import resolve_backend
     from tune_gems.trainer.run_setup import prepare_market
     from tune_gems.trainer.learner import Learner
 
     dev = torch.device("cpu")
-    market = prepare_market(cfg, dev, n_seed_indices=cfg.trainer.population, folds=folds)
+    market = prepare_market(cfg, dev, prices=prices, n_seed_indices=cfg.trainer.population, folds=folds)
     learner = Learner(cfg, market, dev, resolve_backend("reference", dev), arms=expand_arms(cfg, ARMS))
     learner.reset_envs()
     for _ in range(cfg.trainer.learning_starts // cfg.trainer.n_envs):
@@ -54,13 +55,15 @@ def _part(key: str, t: torch.Tensor, P: int, p: int) -> torch.Tensor:
     return t.reshape(P, -1)[p]
 
 
-def test_each_folds_members_equal_a_run_of_that_fold_alone_bit_for_bit():
+@pytest.mark.parametrize("design", [FOLDS, PURGED], ids=["walk_forward", "purged"])
+def test_each_folds_members_equal_a_run_of_that_fold_alone_bit_for_bit(design):
     """3 folds x 2 arms x 2 seeds in one learner against, per fold, a learner of that fold alone
     with the same 2 arms (the same per-block shapes: every matmul and per-group reduction runs
     per (fold, arm) block in both). After collection and 9 iterations (two hard target copies)
     every state tensor of every member matches, so a member's numbers do not depend on how many
-    folds share the graph."""
-    cfg = tiny_config("trainer.population=2", *FOLDS)
+    folds share the graph. Walk-forward, and purged cross-validation (where the folds have one
+    or two runs of training rows, so the start tables differ in shape between the two)."""
+    cfg = tiny_config("trainer.population=2", *design)
     together = _learner(cfg)
     F, A, S = 3, 2, 2
     assert together.P == F * A * S and together.fold_of_member == [f for f in range(F) for _ in range(A * S)]
@@ -80,6 +83,32 @@ def test_each_folds_members_equal_a_run_of_that_fold_alone_bit_for_bit():
     # the folds do differ (their windows and normalisations), so the comparison can fail
     params = state["online.params"]
     assert not torch.equal(params[0], params[A * S]) and not torch.equal(params[A * S], params[2 * A * S])
+
+
+def test_perturbing_a_purged_folds_validation_group_changes_nothing_its_members_train_on():
+    """The look-ahead audit at the learner: fold 1 of 3 purged groups trained alone (2 arms x 2
+    seeds, collection and 9 iterations) on one price history and on the same history with
+    every price of fold 1's validation group and embargo changed: every state tensor (weights,
+    optimiser, replay, environments, metrics) is bit-identical. The change does reach the
+    market (fold 1's validation features) and a fold that trains on that group (fold 0)."""
+    from tune_gems.data.series import synthetic_prices
+
+    cfg = tiny_config("trainer.population=2", "data.synthetic.paths=shared", *PURGED)
+    prices = synthetic_prices(cfg.data.synthetic.n, cfg.data.synthetic.seed)
+    plain = _learner(cfg, folds=[1], prices=prices)
+    lo, hi = plain.env.market.bounds[0].val
+    changed_prices = prices.copy()
+    changed_prices.iloc[lo : hi + cfg.data.folds.embargo] *= np.linspace(0.5, 3.0, hi + cfg.data.folds.embargo - lo)
+    changed = _learner(cfg, folds=[1], prices=changed_prices)
+    for _ in range(9):
+        plain.iteration()
+        changed.iteration()
+    ours, theirs = plain.state_tensors(), changed.state_tensors()
+    assert all(bits_equal(v, theirs[k]) for k, v in ours.items()), [k for k, v in ours.items() if not bits_equal(v, theirs[k])]
+    val = plain.env.market.fold_ranges[0]["val"]
+    assert not torch.equal(plain.env.market.features[:, val.lo : val.hi], changed.env.market.features[:, val.lo : val.hi])
+    other = [_learner(cfg, folds=[0], prices=p) for p in (prices, changed_prices)]
+    assert not torch.equal(other[0].state_tensors()["replay.reward"], other[1].state_tensors()["replay.reward"])
 
 
 def test_seed_index_s_starts_from_the_same_weights_in_every_fold_and_arm():

@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 import torch
 
+from env_fixtures import walk_episodes
 from tune_gems.config.schema import DataConfig, EnvConfig, FoldsConfig
 from tune_gems.config.load import load_config
 from tune_gems.data.series import fold_bounds, fold_table, split_bounds, synthetic_prices
 from tune_gems.market.env import ActionMap, Market, VecTradingEnv, evaluate_segment
 from tune_gems.contracts.errors import ConfigError, DataError
 from tune_gems.market.evaluation import segment_asset_returns
-from tune_gems.rng import CounterRNG, member_seeds
 
 W = 6
 MIN_LEN = W + 2
@@ -194,15 +194,7 @@ def test_episodes_start_and_stay_inside_each_members_fold_training_window(prices
     m = _fold_market(prices, _folds(k=3, val_length=100, layout="rolling"))
     fold_of_member = [0, 1, 2, 2, 1, 0]
     P, E = 6, 8
-    env = VecTradingEnv(m, cfg, P, E, fold_of_member=fold_of_member)
-    rng = CounterRNG(member_seeds(1, P), "cpu")
-    env.reset(rng.uniform(1, (E,)))
-    seen = [set() for _ in range(P)]
-    for _ in range(120):
-        rng.advance()
-        for p in range(P):
-            seen[p].update(env.t[p].tolist())
-        env.step(rng.integers(2, (E, 2), torch.tensor(3)).view(P, E, 2), rng.uniform(1, (E,)))
+    seen, _ = walk_episodes(VecTradingEnv(m, cfg, P, E, fold_of_member=fold_of_member), seed=1, steps=120)
     for p, f in enumerate(fold_of_member):
         r = m.fold_ranges[f]["train"]
         assert min(seen[p]) >= r.lo and max(seen[p]) < r.hi, (p, f)

@@ -1,4 +1,4 @@
-"""Walk-forward folds on the GPU (issue 20): the arms invariant extended to folds, with the CUDA
+"""Walk-forward folds and purged cross-validation on the GPU (issues 20, 30): the arms invariant extended to folds, with the CUDA
 kernels and the captured graph.
 
 Run on the GPU machine: `pytest -m gpu tests/gpu/test_folds_gpu.py -q` (skipped without CUDA).
@@ -23,6 +23,7 @@ from tune_gems.config.load import load_config
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 FOLDS = ["data.folds.k=3", "data.folds.val_length=200", "data.folds.gap=5"]
+PURGED = ["data.folds.scheme=purged", "data.folds.k=3", "data.folds.embargo=5"]
 ARMS = {"factors": {"gems.g10.mode": ["measure", "wire"]}}
 
 
@@ -44,8 +45,11 @@ class _FoldRun(_Run):
         self.runner = StepRunner(self.learner.iteration, self.learner.state_tensors, use_graph=True)
 
 
-def test_each_folds_members_equal_a_graph_run_of_that_fold_alone_on_gpu():
-    cfg = load_config(None, [*SMALL, *FOLDS])
+@pytest.mark.parametrize("design", [FOLDS, PURGED], ids=["walk_forward", "purged"])
+def test_each_folds_members_equal_a_graph_run_of_that_fold_alone_on_gpu(design):
+    """Walk-forward folds, and purged cross-validation (issue 30: episode starts over two runs
+    of rows inside the captured graph)."""
+    cfg = load_config(None, [*SMALL, *design])
     arms = expand_arms(cfg, ArmsConfig.model_validate(ARMS))
     S, A, F = cfg.trainer.population, len(arms), 3
     together = _FoldRun(cfg, arms)

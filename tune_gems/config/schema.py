@@ -96,30 +96,57 @@ class SyntheticConfig(_Strict):
 
 
 class FoldsConfig(_Strict):
-    """Walk-forward folds on the population axis (docs/data.md "Walk-forward folds"): the history
-    before the test segment ends in `k` successive validation windows of `val_length` rows; fold
-    k trains on the rows before its own window (less `gap`), is normalised there and validated on
-    its window; the test segment is the same for every fold. k = 1 with the defaults is the plain
-    train / validation / test split."""
+    """Folds on the population axis (docs/data.md "Walk-forward folds" and "Purged
+    cross-validation"): `k` validation periods before the test segment, one set of members per
+    period, the test segment the same for every fold; k = 1 with the defaults is the plain
+    train / validation / test split.
 
-    k: int = Field(1, ge=1, le=MAX_FOLDS, description="number of folds (successive validation windows)")
+    `scheme: walk_forward` (the default): the history ends in `k` successive validation windows
+    of `val_length` rows; fold k trains on the rows before its own window (less `gap`).
+    `scheme: purged`: the history is cut into `k` groups of `val_length` rows; fold k validates on
+    group k and trains on the rows before and after it, less a purge (the rows a training
+    decision's observation window or n-step targets would share with the group: `env.window`
+    and `trainer.n_step`) and `embargo` rows after it. Either way a fold is normalised on its own
+    training rows."""
+
+    k: int = Field(1, ge=1, le=MAX_FOLDS, description="number of folds (walk-forward windows, or purged groups)")
+    scheme: Literal["walk_forward", "purged"] = Field(
+        "walk_forward",
+        description="walk_forward: successive validation windows, each fold trains on the rows before its own; "
+        "purged: k groups, each fold validates on one and trains on the others (purged and embargoed)",
+    )
     layout: Literal["expanding", "rolling"] = Field(
         "expanding",
-        description="expanding: fold k trains on every row before its validation window (less the gap); "
+        description="walk_forward only. expanding: fold k trains on every row before its validation window (less the gap); "
         "rolling: on the `train_length` rows before it",
     )
     val_length: int | None = Field(
-        None, ge=2, description="rows per validation window (default: the validation segment of data.splits)"
+        None,
+        ge=2,
+        description="rows per validation window or group (default walk_forward: the validation segment of data.splits; "
+        "purged: the history before the test segment, less env.window rows, in k equal groups)",
     )
-    gap: int = Field(0, ge=0, description="rows left out between a fold's training window and its validation window")
+    gap: int = Field(0, ge=0, description="walk_forward only: rows left out between a fold's training window and its validation window")
     train_length: int | None = Field(
         None, ge=2, description="rolling only: rows of every training window (default: fold 0's, the longest all folds have)"
     )
+    embargo: int = Field(
+        0, ge=0, description="purged only: rows after each validation group that no training decision reads (beyond the purge)"
+    )
 
     @model_validator(mode="after")
-    def _rolling_length(self) -> "FoldsConfig":
+    def _keys_of_the_scheme(self) -> "FoldsConfig":
         if self.train_length is not None and self.layout != "rolling":
             raise ValueError("data.folds.train_length is for layout rolling only (an expanding window starts at row 0)")
+        if self.scheme == "walk_forward" and self.embargo:
+            raise ValueError("data.folds.embargo is for scheme purged only (walk-forward leaves rows out with data.folds.gap)")
+        if self.scheme == "purged":
+            if self.k < 2:
+                raise ValueError("data.folds.k: scheme purged needs at least 2 groups (one validates while the others train)")
+            if self.layout != "expanding":
+                raise ValueError("data.folds.layout is for scheme walk_forward only (a purged fold trains on every other group)")
+            if self.gap:
+                raise ValueError("data.folds.gap is for scheme walk_forward only (purged folds drop the purge and data.folds.embargo)")
         return self
 
 

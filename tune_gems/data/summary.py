@@ -31,19 +31,47 @@ def _segment(market: Any, label: str, rows: tuple[int, int]) -> str:
     return f"{label} {hi - lo} rows{dates}"
 
 
+def _runs(market: Any, runs: tuple[tuple[int, int], ...]) -> str:
+    """A purged fold's training rows: `train <rows> rows in <n> run(s) (<first>..<last> + ...)`."""
+    spans = [
+        f"{format_when(market.times[lo])}..{format_when(market.times[hi - 1])}" if market.times is not None else f"rows {lo}..{hi - 1}"
+        for lo, hi in runs
+    ]
+    rows = sum(hi - lo for lo, hi in runs)
+    return f"train {rows} rows in {len(runs)} run(s) ({' + '.join(spans)})"
+
+
 def split_line(market: Any) -> str:
     """`split: train <rows> rows (<first>..<last>) | validation ... | test ...`; dates only
-    where the data has a time column. With walk-forward folds, each fold's training and
-    validation windows (`fold <k>: train ... validation ...`), then the common test segment."""
+    where the data has a time column. With folds, each fold's training rows and validation
+    window (`fold <k>: train ... validation ...`; a purged fold's training runs), then the
+    common test segment."""
     folds = market.bounds
-    if len(folds) == 1:
+    if len(folds) == 1 and not folds[0].purged:
         return "split: " + " | ".join(_segment(market, label, getattr(folds[0], key)) for key, label in SEGMENT_LABELS)
     parts = [
-        f"fold {k}: {_segment(market, 'train', f.train)}, {_segment(market, 'validation', f.val)}"
+        f"fold {k}: {_runs(market, f.runs) if f.purged else _segment(market, 'train', f.train)}, {_segment(market, 'validation', f.val)}"
         for k, f in zip(market.fold_ids, folds)
     ]
     return "split: " + " | ".join([*parts, _segment(market, "test", folds[0].test)])
 
 
+def layout_line(market: Any) -> str | None:
+    """`folds: purged cross-validation, <k> groups of <L> rows ...`: what a purged layout drops
+    around each group (the walk-forward layout says all it has in the split line: None)."""
+    folds = market.bounds
+    if not folds[0].purged:
+        return None
+    first = folds[0]
+    before, after = first.purge
+    return (
+        f"folds: purged cross-validation, {len(folds)} group(s) of {first.val[1] - first.val[0]} rows "
+        f"before the test segment; each fold validates on its group and trains on the rows before "
+        f"and after it, less {before} row(s) before the group and the test segment (n-step targets), {after} after the "
+        f"group (the observation window) and an embargo of {first.embargo}; a run of rows too short for an episode is dropped"
+    )
+
+
 def data_lines(data_cfg: Any, market: Any) -> list[str]:
-    return [source_line(data_cfg, market), split_line(market)]
+    layout = layout_line(market)
+    return [source_line(data_cfg, market), *([layout] if layout else []), split_line(market)]

@@ -20,6 +20,12 @@ normalised on that fold's own training window, so the market holds one row of fe
 (fold, path), fold-major (`Market.row`); member p reads row `row(fold_of_member[p],
 path_of_member[p])`, starts its episodes in its fold's training window and is evaluated on its
 fold's validation window. One fold (the default) is exactly the one-split market.
+
+Purged cross-validation (`scheme: purged`): a fold trains on up to two runs of rows, before and
+after its validation group (`SegmentBounds.runs`); it is normalised on the runs' log returns
+together, and an episode starts in one run at an offset that leaves the whole episode inside
+that run (`VecTradingEnv`: one uniform picks an offset among every run's allowed starts), so
+no episode steps into the purge, the embargo or the validation group.
 """
 
 from __future__ import annotations
@@ -61,7 +67,10 @@ class Market:
     applies to every path, and each path is normalised, per fold, with the mean and std of that
     fold's training segment. `features` and `returns_next` are [folds x paths, n], fold-major
     (`row`); `logret_norm` and `ret_next` are row 0 (fold 0, path 0: what a one-path caller
-    reads). `ranges` are fold 0's decision ranges, `fold_ranges[f]` fold f's.
+    reads). `ranges` are fold 0's decision ranges, `fold_ranges[f]` fold f's; `train_runs[f]`
+    the decision ranges of fold f's runs of training rows (one, `fold_ranges[f]["train"]`,
+    except under purged cross-validation, where "train" spans the runs and the validation group
+    between them: episodes start only in the runs).
     """
 
     def __init__(
@@ -108,9 +117,13 @@ class Market:
             raw.append((logret, ret_next))
         logrets, nexts, means, stds = [], [], [], []
         for fold in folds:  # fold-major rows: each fold normalised on its own training window
-            s, e = fold.train
+            runs = getattr(fold, "runs", (fold.train,))
             for logret, ret_next in raw:
-                train_lr = logret[max(s, 1) : e]
+                if len(runs) == 1:
+                    s, e = runs[0]
+                    train_lr = logret[max(s, 1) : e]
+                else:  # purged: the runs' log returns together, nothing of the group between them
+                    train_lr = np.concatenate([logret[max(s, 1) : e] for s, e in runs])
                 mean, std = float(train_lr.mean()), float(max(train_lr.std(), _STD_FLOOR))
                 logrets.append((logret - mean) / std)
                 nexts.append(ret_next)
@@ -130,6 +143,9 @@ class Market:
             for fold in folds
         )
         self.ranges = self.fold_ranges[0]
+        self.train_runs = tuple(
+            tuple(DecisionRange(max(s, window), e - 1) for s, e in getattr(fold, "runs", (fold.train,))) for fold in folds
+        )
         # windows[k, s] = path k's features s..s+W-1 (a view, no copy): the observation at t is
         # row t-W+1, one row gather instead of a gather of W indices per observation
         self._windows = self.features.unfold(1, window, 1)
@@ -166,16 +182,22 @@ class Market:
         return self.features.device
 
     def check_lengths(self, episode_length: int) -> None:
-        """Each segment of every fold must have decision times; training must fit one episode."""
+        """Each segment of every fold must have decision times; training must fit one episode
+        (under purged cross-validation: in one of the fold's runs at least)."""
         for f, ranges in enumerate(self.fold_ranges):
             where = "" if self.n_folds == 1 else f"fold {f}'s "
             for name, r in ranges.items():
                 if r.length < 2:
                     raise DataError(f"data: {where}{name} segment has {max(r.length, 0)} decision steps after the {self.window}-step window; need at least 2")
-            train = ranges["train"]
-            if train.length < episode_length:
+            runs = self.train_runs[f]
+            if len(runs) == 1 and runs[0].length < episode_length:
                 raise DataError(
-                    f"data: {where}train segment has {train.length} decision steps, fewer than env.episode_length={episode_length}"
+                    f"data: {where}train segment has {runs[0].length} decision steps, fewer than env.episode_length={episode_length}"
+                )
+            if max(r.length for r in runs) < episode_length:
+                steps = ", ".join(str(max(r.length, 0)) for r in runs)
+                raise DataError(
+                    f"data: {where}training runs have {steps} decision steps, none as many as env.episode_length={episode_length}"
                 )
 
     def observe(self, t: Tensor, pos: Tensor, path: Tensor | None = None) -> Tensor:
@@ -205,6 +227,23 @@ def _member_index(values: Sequence[int] | Tensor | None, population: int, limit:
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= limit):
         raise ValueError(f"{name} must lie in [0, {limit}) (the market's {what}), got {idx.tolist()}")
     return idx
+
+
+def run_start_tables(train_runs: Sequence[Sequence[DecisionRange]], episode_length: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Per fold, the episode starts its runs allow, as int64 tables for `VecTradingEnv._starts`:
+    (first start of each run [F, R], allowed starts before each run [F, R], allowed starts in
+    all [F]); R is the most runs a fold has, a fold with fewer gets runs of no starts. A start s
+    in run r is allowed when the episode's last decision s + episode_length - 1 stays inside the
+    run (below its `hi`), as in a one-run fold; a run shorter than an episode allows none."""
+    R = max(len(runs) for runs in train_runs)
+    lo = torch.zeros(len(train_runs), R, dtype=torch.int64)
+    span = torch.zeros(len(train_runs), R, dtype=torch.int64)
+    for f, runs in enumerate(train_runs):
+        for r, run in enumerate(runs):
+            lo[f, r], span[f, r] = run.lo, max(run.length - episode_length + 1, 0)
+        lo[f, len(runs) :] = lo[f, len(runs) - 1]
+    offset = torch.cumsum(span, dim=1) - span
+    return lo, offset, span.sum(dim=1)
 
 
 def member_paths(path_of_member: Sequence[int] | Tensor | None, population: int, market: Market) -> Tensor:
@@ -295,15 +334,24 @@ class VecTradingEnv:
         self.t = torch.zeros(P, E, dtype=torch.int64, device=dev)
         self.pos = torch.zeros(P, E, dtype=torch.float32, device=dev)
         self.steps = torch.zeros(P, E, dtype=torch.int64, device=dev)
-        if market.n_folds == 1:
-            rng_range = market.ranges["train"]
-            self._start_lo: int | Tensor = rng_range.lo
-            self._start_span: int | Tensor = rng_range.length - cfg.episode_length + 1
-        else:  # per member: its own fold's training window
+        self._run_lo: Tensor | None = None  # [P, R] first start of each run (purged folds only)
+        self._run_offset: Tensor | None = None  # [P, R] allowed starts before each run
+        if all(len(runs) == 1 for runs in market.train_runs):
+            if market.n_folds == 1:
+                rng_range = market.train_runs[0][0]
+                self._start_lo: int | Tensor = rng_range.lo
+                self._start_span: int | Tensor = rng_range.length - cfg.episode_length + 1
+            else:  # per member: its own fold's training window
+                folds = _member_index(fold_of_member, P, market.n_folds, "fold_of_member", "folds")
+                train = [runs[0] for runs in market.train_runs]
+                self._start_lo = torch.tensor([r.lo for r in train], dtype=torch.int64)[folds].view(P, 1).to(dev)
+                self._start_span = torch.tensor([r.length - cfg.episode_length + 1 for r in train], dtype=torch.int64)[folds].to(dev)
+        else:  # purged: per member, the runs of its fold's training rows
             folds = _member_index(fold_of_member, P, market.n_folds, "fold_of_member", "folds")
-            train = [r["train"] for r in market.fold_ranges]
-            self._start_lo = torch.tensor([r.lo for r in train], dtype=torch.int64)[folds].view(P, 1).to(dev)
-            self._start_span = torch.tensor([r.length - cfg.episode_length + 1 for r in train], dtype=torch.int64)[folds].to(dev)
+            lo, offset, total = run_start_tables(market.train_runs, cfg.episode_length)
+            self._run_lo, self._run_offset = lo[folds].to(dev), offset[folds].to(dev)
+            self._start_lo = self._run_lo[:, :1]
+            self._start_span = total[folds].to(dev)
 
     def reset(self, start_u: Tensor) -> None:
         self.t.copy_(self._starts(start_u))
@@ -311,7 +359,16 @@ class VecTradingEnv:
         self.steps.zero_()
 
     def _starts(self, start_u: Tensor) -> Tensor:
-        return self._start_lo + to_integers(start_u, self._start_span)
+        """Episode starts [P, E] from uniforms [P, E]: an offset j among the member's allowed
+        starts, the first run's from its lo; with several runs (purged), offset j past run r's
+        first allowed start is a start in run r (fixed shapes, no host sync)."""
+        j = to_integers(start_u, self._start_span)
+        start = self._start_lo + j
+        if self._run_lo is not None:
+            for r in range(1, self._run_lo.shape[1]):
+                before = self._run_offset[:, r : r + 1]
+                start = torch.where(j >= before, self._run_lo[:, r : r + 1] + (j - before), start)
+        return start
 
     @property
     def obs_dim(self) -> int:

@@ -92,9 +92,9 @@ def members_line(cfg: Config, run: RunArms) -> str:
     """`members: F fold(s) x A arm(s) x S seed(s) = P (arm names)`; the folds factor only with
     walk-forward folds (P = folds x arms x seeds, tune_gems.design.arms.MemberLayout)."""
     arms = list(run.names)
-    p, k = cfg.trainer.population, cfg.data.folds.k
-    folds = f"{k} fold(s) x " if k > 1 else ""
-    return f"members: {folds}{len(arms)} arm(s) x {p} seed(s) = {k * len(arms) * p} ({', '.join(arms)})"
+    p, folds = cfg.trainer.population, run.layout.folds
+    per_fold = f"{folds} fold(s) x " if folds > 1 else ""
+    return f"members: {per_fold}{len(arms)} arm(s) x {p} seed(s) = {run.members} ({', '.join(arms)})"
 
 
 def config_block(tree: dict, title: str) -> list[str]:

@@ -85,7 +85,8 @@ def prepare_market(
         path0 = paths[0] if first == 0 else data_mod.load_series(cfg.data) if prices is not None else None
         if prices is not None and not np.array_equal(np.asarray(prices, dtype=np.float64), np.asarray(path0, dtype=np.float64)):
             raise ValueError("prepare_market: the given prices are not the path of seed index 0 of the config's per_seed synthetic paths")
-    bounds = data_mod.fold_bounds(paths[0], cfg.data.splits, cfg.data.folds, min_len=cfg.env.window + 2)
+    reach = data_mod.TrainingReach(cfg.env.window, cfg.trainer.n_step, cfg.env.episode_length)  # what purged folds keep clear
+    bounds = data_mod.fold_bounds(paths[0], cfg.data.splits, cfg.data.folds, min_len=cfg.env.window + 2, reach=reach)
     fold_ids = list(range(len(bounds))) if folds is None else [int(f) for f in folds]
     if any(not 0 <= f < len(bounds) for f in fold_ids):
         raise ValueError(f"prepare_market: folds {fold_ids} outside the config's {len(bounds)} folds")
