@@ -155,7 +155,8 @@ def graphed_us(fn, reps: int = 200) -> float:
 def time_sample(population: int, capacity: int, n_envs: int, batch: int = 128) -> dict:
     """Graphed sample() time, compact against window layout, on a buffer filled by random play."""
     from tune_gems.config.schema import EnvConfig
-    from tune_gems.data.series import split_bounds, synthetic_prices
+    from tune_gems.data.segments import split_bounds
+    from tune_gems.data.series import synthetic_prices
     from tune_gems.market.env import Market, VecTradingEnv
 
     cfg = EnvConfig()

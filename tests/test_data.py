@@ -12,17 +12,8 @@ import pytest
 import inspect
 
 from tune_gems.config.schema import DataConfig, SyntheticConfig
-from tune_gems.data.series import (
-    DEFAULT_EDGE,
-    DEFAULT_REGIMES,
-    SegmentBounds,
-    load_paths,
-    load_prices,
-    load_series,
-    path_of_member,
-    split_bounds,
-    synthetic_prices,
-)
+from tune_gems.data.series import DEFAULT_EDGE, DEFAULT_REGIMES, load_paths, load_prices, load_series, path_of_member, synthetic_prices
+from tune_gems.data.segments import SegmentBounds, split_bounds
 from tune_gems.contracts.errors import ConfigError, DataError
 
 

@@ -13,7 +13,8 @@ import torch
 from gymnasium.utils.env_checker import check_env
 
 from tune_gems.config.schema import EnvConfig
-from tune_gems.data.series import split_bounds, synthetic_prices
+from tune_gems.data.segments import split_bounds
+from tune_gems.data.series import synthetic_prices
 from tune_gems.market.env import ActionMap, Market, VecTradingEnv, evaluate_segment
 from tune_gems.contracts.errors import DataError
 from tune_gems.ops.reference import c51_project

@@ -298,7 +298,8 @@ def test_recomputed_net_returns_equal_the_segment_evaluators_returns():
     """evaluation_stats recomputes r_t from the recorded positions and the segment's asset
     returns; that must be the SegmentEvaluator's reward definition, first step included."""
     from tune_gems.config.schema import EnvConfig
-    from tune_gems.data.series import split_bounds, synthetic_prices
+    from tune_gems.data.segments import split_bounds
+    from tune_gems.data.series import synthetic_prices
     from tune_gems.market.env import ActionMap, Market, evaluate_segment
 
     W = 6
@@ -433,7 +434,8 @@ def test_stat_names_agree_with_tune_gems_metrics():
 
 def test_segment_asset_returns_gives_each_member_its_own_path():
     """With per-seed paths every member is scored against the market it traded, not path 0's."""
-    from tune_gems.data.series import split_bounds, synthetic_prices
+    from tune_gems.data.segments import split_bounds
+    from tune_gems.data.series import synthetic_prices
     from tune_gems.market.env import Market
 
     W = 6

@@ -8,7 +8,7 @@ import pytest
 
 from learner_fixtures import TINY
 from sweep_fixtures import SMOKE, TINY_SWEEP, cli, ray_address  # noqa: F401 (fixture)
-from tune_gems.data.series import FOLD_TABLE_COLUMNS
+from tune_gems.data.segments import FOLD_TABLE_COLUMNS
 from tune_gems.stats.metrics import FOLD_METRICS, MEMBER_IDS
 
 pytestmark = pytest.mark.slow

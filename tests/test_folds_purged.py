@@ -17,9 +17,8 @@ from env_fixtures import walk_episodes
 from tune_gems.config.load import load_config
 from tune_gems.config.schema import EnvConfig, FoldsConfig
 from tune_gems.contracts.errors import ConfigError, DataError
-from tune_gems.data.series import (
-    FOLD_TABLE_COLUMNS, SegmentBounds, TrainingReach, fold_bounds, fold_table, load_prices, split_bounds, synthetic_prices,
-)  # fmt: skip
+from tune_gems.data.segments import FOLD_TABLE_COLUMNS, SegmentBounds, TrainingReach, fold_bounds, fold_table, split_bounds  # fmt: skip
+from tune_gems.data.series import load_prices, synthetic_prices
 from tune_gems.data.summary import data_lines, layout_line, split_line
 from tune_gems.market.env import DecisionRange, Market, VecTradingEnv, run_start_tables
 from tune_gems.rng import CounterRNG, member_seeds, to_integers

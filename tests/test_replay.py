@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from tune_gems.config.schema import EnvConfig
-from tune_gems.data.series import split_bounds, synthetic_prices
+from tune_gems.data.segments import split_bounds
+from tune_gems.data.series import synthetic_prices
 from tune_gems.market.env import Market, VecTradingEnv
 from tune_gems.trainer.replay import ReplayBuffer
 from tune_gems.rng import CounterRNG, member_seeds, to_integers

@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
 
 from tune_gems.config.arms_section import ArmsConfig
-from tune_gems.data.series import DEFAULT_EDGE, MAX_FOLDS
+from tune_gems.data.series import DEFAULT_EDGE
+from tune_gems.data.segments import MAX_FOLDS
 from tune_gems.gems import registry
 from tune_gems.contracts.paths import path_problem
 

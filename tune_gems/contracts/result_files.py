@@ -83,5 +83,5 @@ def trial_eval_returns(trial_id: str) -> str:
 
 ARMS_FILES = (ARMS_PARQUET, ARMS_CSV)
 FOLDS_FILES = (FOLDS_PARQUET, FOLDS_CSV)
-"""One row per walk-forward fold (tune_gems.data.series.FOLD_TABLE_COLUMNS; a sweep's adds trial_id)."""
+"""One row per walk-forward fold (tune_gems.data.segments.FOLD_TABLE_COLUMNS; a sweep's adds trial_id)."""
 BASELINES_FILES = (BASELINES_PARQUET, BASELINES_CSV)

@@ -14,7 +14,7 @@ Paths: a Market may hold several price paths of the same length (per-seed synthe
 from path `path_of_member[p]`, an explicit argument that defaults to path 0 for every member.
 A real price file is one path.
 
-Folds (walk-forward, `tune_gems.data.series.fold_bounds`): a Market may also hold several splits of
+Folds (walk-forward, `tune_gems.data.segments.fold_bounds`): a Market may also hold several splits of
 the same paths, one per fold, which share the test segment. Each fold's features are
 normalised on that fold's own training window, so the market holds one row of features per
 (fold, path), fold-major (`Market.row`); member p reads row `row(fold_of_member[p],
@@ -88,7 +88,7 @@ class Market:
         if not paths:
             raise DataError("data: no price path to build a market from")
         if not folds or any(f.test != folds[0].test for f in folds):
-            raise DataError("data: every fold needs the same test segment (tune_gems.data.series.fold_bounds)")
+            raise DataError("data: every fold needs the same test segment (tune_gems.data.segments.fold_bounds)")
         n = len(paths[0])
         if any(len(p) != n for p in paths):
             raise DataError(f"data: price paths differ in length ({sorted({len(p) for p in paths})}); every path needs the same length")

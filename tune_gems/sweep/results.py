@@ -127,7 +127,7 @@ class SweepTables:
     eval_returns: dict[str, bytes] = field(default_factory=dict)
     """trial_id -> the eval_returns.npz of its latest checkpoint (trials that have one)."""
     folds: pd.DataFrame = field(default_factory=pd.DataFrame)
-    """One row per trial and walk-forward fold (tune_gems.data.series.FOLD_TABLE_COLUMNS)."""
+    """One row per trial and walk-forward fold (tune_gems.data.segments.FOLD_TABLE_COLUMNS)."""
 
 
 def _ordered_union(seqs: list[tuple[str, ...]]) -> list[str]:

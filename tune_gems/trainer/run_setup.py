@@ -17,6 +17,7 @@ import torch
 from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import ConfigError
 from tune_gems.data import series as data_mod
+from tune_gems.data.segments import TrainingReach, fold_bounds
 from tune_gems.market.env import Market
 
 CUBLAS_DETERMINISTIC = ":4096:8"
@@ -72,7 +73,7 @@ def prepare_market(
     series once for every trial) is that one shared path; with synthetic `per_seed` paths the
     paths are generated here instead (they are a function of the config alone; one path could
     not serve every seed index), and `prices` must be the path of seed index 0. `folds`: which
-    of the config's folds (`data.folds`, tune_gems.data.series.fold_bounds) the market holds (default
+    of the config's folds (`data.folds`, tune_gems.data.segments.fold_bounds) the market holds (default
     all; one fold alone is the reference run of the folds invariant, tests/test_folds.py).
     """
     n_seed_indices = cfg.trainer.population if n_seed_indices is None else n_seed_indices
@@ -85,8 +86,8 @@ def prepare_market(
         path0 = paths[0] if first == 0 else data_mod.load_series(cfg.data) if prices is not None else None
         if prices is not None and not np.array_equal(np.asarray(prices, dtype=np.float64), np.asarray(path0, dtype=np.float64)):
             raise ValueError("prepare_market: the given prices are not the path of seed index 0 of the config's per_seed synthetic paths")
-    reach = data_mod.TrainingReach(cfg.env.window, cfg.trainer.n_step, cfg.env.episode_length)  # what purged folds keep clear
-    bounds = data_mod.fold_bounds(paths[0], cfg.data.splits, cfg.data.folds, min_len=cfg.env.window + 2, reach=reach)
+    reach = TrainingReach(cfg.env.window, cfg.trainer.n_step, cfg.env.episode_length)  # what purged folds keep clear
+    bounds = fold_bounds(paths[0], cfg.data.splits, cfg.data.folds, min_len=cfg.env.window + 2, reach=reach)
     fold_ids = list(range(len(bounds))) if folds is None else [int(f) for f in folds]
     if any(not 0 <= f < len(bounds) for f in fold_ids):
         raise ValueError(f"prepare_market: folds {fold_ids} outside the config's {len(bounds)} folds")

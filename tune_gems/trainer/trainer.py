@@ -22,7 +22,7 @@ import torch
 from tune_gems.config.dotted import flatten
 from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import CheckpointError
-from tune_gems.data import series as data_mod
+from tune_gems.data.segments import fold_table
 from tune_gems.design.arm_sets import arm_aliases
 from tune_gems.design.arms import RunArms
 from tune_gems.market.evaluation import baseline_stats
@@ -111,9 +111,9 @@ class Trainer:
         return pd.concat(frames, ignore_index=True)
 
     def fold_table(self) -> pd.DataFrame:
-        """One row per fold of the run: its windows (tune_gems.data.series.fold_table), for folds.csv."""
+        """One row per fold of the run: its windows (tune_gems.data.segments.fold_table), for folds.csv."""
         m = self.market
-        return data_mod.fold_table(m.index, m.bounds, self.cfg.data.folds.layout, m.fold_ids)
+        return fold_table(m.index, m.bounds, self.cfg.data.folds.layout, m.fold_ids)
 
     def sample_timings(self, iterations: int) -> tuple[float, float, float]:
         """(prefill s, s per training iteration, s per validation evaluation), measured by running

@@ -1,0 +1,264 @@
+"""Where a price series is cut: the train / validation / test segments (`split_bounds`), and the
+folds of the population axis (`fold_bounds`): walk-forward windows, or purged cross-validation's
+groups with their purge and embargo (docs/data.md "Walk-forward folds", "Purged
+cross-validation"); the fold table folds.csv records (`fold_table`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import pandas as pd
+
+from tune_gems.contracts.errors import ConfigError, DataError
+from tune_gems.data.series import format_when
+
+MAX_FOLDS = 64
+"""Most walk-forward folds a run may have (`data.folds.k`): more is a typo, not a design."""
+
+FOLD_TABLE_COLUMNS = (
+    "fold", "layout", "train_start", "train_end", "val_start", "val_end", "test_start", "test_end",
+    "train_first", "train_last", "val_first", "val_last", "test_first", "test_last",
+    "scheme", "train_rows", "train_runs", "group_rows", "purge_before", "purge_after", "embargo",
+)
+"""The fold table (`fold_table`, folds.csv / folds.parquet): per fold its half-open row ranges
+[start, end) into the series and the times of each window's first and last row (None without
+a time index), then the layout: the scheme (walk_forward, purged), the rows the fold trains on
+and their runs (`start:end` half-open, space-separated: two under purged cross-validation, one
+before and one after the validation group), the validation window's rows, the rows left out
+before it (walk-forward: the gap) and after it (purged: the purge, then the embargo). Under
+purged, `train_start`..`train_end` spans the runs (the validation group lies between them) and
+`layout` is empty."""
+
+
+@dataclass(frozen=True)
+class SegmentBounds:
+    """Half-open [start, end) index ranges of the train, validation and test segments.
+
+    A fold of purged cross-validation trains on up to two runs of rows, one before and one after
+    its validation group: `train_runs` holds them (and `train` their span, which then contains
+    the validation group: read the runs, `runs`), `purge` the rows dropped (before, after) the
+    group for what a training decision reads, `embargo` the further rows dropped after it.
+    Empty `train_runs` (every walk-forward fold and the plain split): the one run `train`."""
+
+    train: tuple[int, int]
+    val: tuple[int, int]
+    test: tuple[int, int]
+    train_runs: tuple[tuple[int, int], ...] = ()
+    purge: tuple[int, int] = (0, 0)
+    embargo: int = 0
+
+    @property
+    def runs(self) -> tuple[tuple[int, int], ...]:
+        """The runs of rows the fold trains on, in time order."""
+        return self.train_runs or (self.train,)
+
+    @property
+    def purged(self) -> bool:
+        """Whether the bounds are a fold of purged cross-validation."""
+        return bool(self.train_runs)
+
+
+@dataclass(frozen=True)
+class TrainingReach:
+    """How far around a training decision t the learner reads prices, which is what purged
+    cross-validation must keep away from a validation group: the observation holds the
+    `window` log returns up to t (prices t - window .. t), the untruncated n-step target the
+    rewards and the bootstrap observation up to price t + `n_step`; and a run of training rows
+    is worth keeping only if one episode of `episode_length` decisions fits in it."""
+
+    window: int
+    n_step: int
+    episode_length: int
+
+    @property
+    def purge(self) -> tuple[int, int]:
+        """(rows dropped before, after) a validation group. Before: a run of rows [s, e) takes
+        decisions up to e - 2, whose n-step targets read up to price e - 2 + n_step; that stays
+        before the group's first row v when e = v - (n_step - 1). After: the run's first
+        decision b reads prices from b - window, so b = (the group's end) + window."""
+        return self.n_step - 1, self.window
+
+    def decisions(self, run: tuple[int, int]) -> int:
+        """Decision times of a run of rows [s, e) (the market's DecisionRange: from max(s,
+        window) to e - 2; both t and t + 1 inside the run)."""
+        s, e = run
+        return max(e - 1 - max(s, self.window), 0)
+
+
+_SEGMENT_NAMES = {"train": "train", "val": "validation", "test": "test"}
+
+
+def _date_cut(index: pd.DatetimeIndex, when: Any) -> int:
+    """Position of the first time >= `when`, comparing in the index's timezone."""
+    ts = pd.Timestamp(when)
+    if index.tz is not None and ts.tz is None:
+        ts = ts.tz_localize(index.tz)
+    elif index.tz is None and ts.tz is not None:
+        ts = ts.tz_convert(None)
+    return int(index.searchsorted(ts, side="left"))
+
+
+def split_bounds(prices: pd.Series, splits: list, min_len: int, source: str = "data.splits") -> SegmentBounds:
+    """Chronological, contiguous, non-overlapping train/val/test bounds covering `prices`.
+
+    `splits` is three fractions (cut by cumulative rounding, so the segments always add up to
+    n) or two dates [val_start, test_start] (each segment starts at the first time >= its date).
+    Every segment needs `min_len` prices: the env needs a full observation window and more.
+    """
+    n = len(prices)
+    if len(splits) == 3 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in splits):
+        f0, f1, f2 = (float(x) for x in splits)
+        if min(f0, f1, f2) <= 0 or abs(f0 + f1 + f2 - 1.0) > 1e-6:
+            raise ConfigError(f"{source}: fractions must be > 0 and sum to 1, got {list(splits)}")
+        a, b = round(n * f0), round(n * (f0 + f1))
+    elif len(splits) == 2 and all(isinstance(x, (str, _dt.date)) for x in splits):
+        if not isinstance(prices.index, pd.DatetimeIndex):
+            raise ConfigError(f"{source}: date splits need a time column in the data (or give three fractions)")
+        try:
+            a, b = (_date_cut(prices.index, x) for x in splits)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"{source}: cannot read {list(splits)} as dates ({e})") from None
+        if a > b:
+            raise ConfigError(f"{source}: validation start must come before test start, got {list(splits)}")
+    else:
+        raise ConfigError(f"{source}: give three fractions [train, val, test] or two dates [val_start, test_start]")
+    bounds = SegmentBounds(train=(0, a), val=(a, b), test=(b, n))
+    for key, label in _SEGMENT_NAMES.items():
+        lo, hi = getattr(bounds, key)
+        if hi - lo < min_len:
+            raise DataError(f"{source}: {label} segment has {hi - lo} prices, need at least min_len={min_len}")
+    return bounds
+
+
+def fold_bounds(
+    prices: pd.Series, splits: list, folds: Any, min_len: int, reach: TrainingReach | None = None
+) -> list[SegmentBounds]:
+    """The folds of `data.folds`: one SegmentBounds per fold, the test segment common.
+
+    The split (`split_bounds`) fixes where the test segment starts (row b). Walk-forward (the
+    default scheme): the K validation windows are the last K x L rows before it, end to end (L =
+    `folds.val_length`, default the split's validation length): fold k validates on
+    [b - (K - k) L, b - (K - k - 1) L). Its training window ends `folds.gap` rows before its
+    validation window and starts at row 0 (`expanding`) or `train_length` rows earlier
+    (`rolling`; default fold 0's length, so every fold trains on as many rows). K = 1 with the
+    defaults gives `[split_bounds(...)]` exactly. Purged cross-validation (`scheme: purged`,
+    `_purged_bounds`) needs `reach` (what a training decision reads). Every window needs
+    `min_len` rows; a layout that does not fit is a one-line ConfigError naming the key.
+    """
+    base = split_bounds(prices, splits, min_len)
+    if folds.scheme == "purged":
+        if reach is None:
+            raise ValueError("fold_bounds: scheme purged needs the training reach (window, n_step, episode_length)")
+        return _purged_bounds(base, folds, min_len, reach)
+    k, gap = int(folds.k), int(folds.gap)
+    length = base.val[1] - base.val[0] if folds.val_length is None else int(folds.val_length)
+    if length < min_len:
+        raise ConfigError(f"data.folds.val_length: {length} rows per validation window, need at least min_len={min_len}")
+    test_lo = base.test[0]
+    first_val = test_lo - k * length
+    first_train_end = first_val - gap
+    if first_train_end < min_len:
+        raise ConfigError(
+            f"data.folds: {k} validation window(s) of {length} rows and a gap of {gap} before the test segment "
+            f"(which starts at row {test_lo}) leave fold 0 {max(first_train_end, 0)} training rows; need at least min_len={min_len}"
+        )
+    train_length = None
+    if folds.layout == "rolling":
+        train_length = first_train_end if folds.train_length is None else int(folds.train_length)
+        if train_length > first_train_end:
+            raise ConfigError(
+                f"data.folds.train_length: {train_length} rows do not fit before fold 0's validation window "
+                f"(row {first_val}, gap {gap}): at most {first_train_end}"
+            )
+        if train_length < min_len:
+            raise ConfigError(f"data.folds.train_length: {train_length} rows, need at least min_len={min_len}")
+    out = []
+    for f in range(k):
+        val_lo = first_val + f * length
+        train_end = val_lo - gap
+        train_lo = 0 if train_length is None else train_end - train_length
+        out.append(SegmentBounds(train=(train_lo, train_end), val=(val_lo, val_lo + length), test=base.test))
+    return out
+
+
+def _purged_bounds(base: SegmentBounds, folds: Any, min_len: int, reach: TrainingReach) -> list[SegmentBounds]:
+    """Purged cross-validation: the rows before the test segment (row b) end in K groups of L
+    rows (L = `folds.val_length`, default (b - window) // K: the whole history but the `window`
+    rows the first group's first observation reads, and the remainder); fold k validates on
+    group k = [v, v + L) and trains on two runs of rows: [0, v - purge_before) and
+    [v + L + embargo + purge_after, b - purge_before) (`TrainingReach.purge`; the same purge
+    before the test segment), each kept only if it holds one episode. So no price of the
+    validation group (or of the test segment) is read by any training observation, reward or
+    untruncated n-step target, and nothing of the group or the embargo enters the fold's
+    normalisation (tune_gems.market.env.Market normalises on the runs)."""
+    k, embargo = int(folds.k), int(folds.embargo)
+    test_lo, lead = base.test[0], reach.window
+    if folds.val_length is None:
+        length = (test_lo - lead) // k
+        if length < min_len:
+            raise ConfigError(
+                f"data.folds.k: {k} groups of the {test_lo - lead} rows before the test segment (less env.window={lead}) "
+                f"have {length} rows each; need at least min_len={min_len}"
+            )
+    else:
+        length = int(folds.val_length)
+        if length < min_len:
+            raise ConfigError(f"data.folds.val_length: {length} rows per validation group, need at least min_len={min_len}")
+        if test_lo - k * length < lead:
+            raise ConfigError(
+                f"data.folds.val_length: {k} groups of {length} rows do not fit before the test segment (which starts at row "
+                f"{test_lo}) and after the {lead} rows the first group's observations read (env.window): at most {(test_lo - lead) // k}"
+            )
+    first = test_lo - k * length
+    before, after = reach.purge
+    out = []
+    for g in range(k):
+        v0, v1 = first + g * length, first + (g + 1) * length
+        candidates = ((0, v0 - before), (v1 + embargo + after, test_lo - before))
+        runs = tuple(r for r in candidates if reach.decisions(r) >= reach.episode_length)
+        if not runs:
+            raise ConfigError(
+                f"data.folds: purged fold {g} (validation rows {v0}..{v1 - 1}) keeps no run of training rows that holds an "
+                f"episode of env.episode_length={reach.episode_length} decisions after a purge of {before} row(s) before and "
+                f"{after} after and an embargo of {embargo}; use fewer groups (data.folds.k) or a shorter data.folds.embargo"
+            )
+        out.append(
+            SegmentBounds(train=(runs[0][0], runs[-1][1]), val=(v0, v1), test=base.test, train_runs=runs, purge=(before, after), embargo=embargo)
+        )
+    return out
+
+
+def format_runs(runs: Sequence[tuple[int, int]]) -> str:
+    """Runs of rows as the fold table writes them: `start:end` (half-open), space-separated."""
+    return " ".join(f"{int(lo)}:{int(hi)}" for lo, hi in runs)
+
+
+def fold_table(index: pd.Index, folds: Sequence[SegmentBounds], layout: str, fold_ids: Sequence[int] | None = None) -> pd.DataFrame:
+    """One row per fold (FOLD_TABLE_COLUMNS): its row ranges, the times of each window's first
+    and last row (`index`: the series' index) and its layout (scheme, training runs, rows left
+    out around the validation window), for the result files beside members (which carry the
+    `fold` index). `layout` is the walk-forward layout (config `data.folds.layout`); purged
+    folds (`SegmentBounds.purged`) write none."""
+    timed = isinstance(index, pd.DatetimeIndex)
+    ids = list(range(len(folds))) if fold_ids is None else list(fold_ids)
+    rows = []
+    for fold, b in zip(ids, folds):
+        row: dict[str, Any] = {"fold": int(fold), "layout": None if b.purged else layout}
+        for seg in ("train", "val", "test"):
+            lo, hi = getattr(b, seg)
+            row[f"{seg}_start"], row[f"{seg}_end"] = int(lo), int(hi)
+        for seg in ("train", "val", "test"):
+            lo, hi = getattr(b, seg)
+            row[f"{seg}_first"] = format_when(index[lo]) if timed else None
+            row[f"{seg}_last"] = format_when(index[hi - 1]) if timed else None
+        row["scheme"] = "purged" if b.purged else "walk_forward"
+        row["train_rows"] = int(sum(hi - lo for lo, hi in b.runs))
+        row["train_runs"] = format_runs(b.runs)
+        row["group_rows"] = int(b.val[1] - b.val[0])
+        before, after = b.purge if b.purged else (b.val[0] - b.train[1], 0)
+        row["purge_before"], row["purge_after"], row["embargo"] = int(before), int(after), int(b.embargo)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(FOLD_TABLE_COLUMNS))
