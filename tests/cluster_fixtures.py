@@ -228,7 +228,7 @@ def assert_trial_matches_uninterrupted(exp: Path, trial_id: str) -> None:
     """The trial's history and members rows equal an uninterrupted run of its config."""
     import yaml
 
-    from tune_gems.sweep.spec import apply_spec_design
+    from tune_gems.sweep.spec_load import apply_spec_design
 
     trials = pd.read_parquet(exp / "trials.parquet").set_index("trial_id")
     history = pd.read_parquet(exp / "history.parquet")

@@ -362,7 +362,7 @@ def test_a_fresh_process_answers_the_same(case_id, outcomes, tmp_path):
 def test_yaml_tags_that_run_code_are_refused_not_executed(tmp_path):
     from tune_gems.config.yaml_io import parse_override, read_yaml
     from tune_gems.contracts.errors import ConfigError
-    from tune_gems.sweep.spec import load_spec
+    from tune_gems.sweep.spec_load import load_spec
 
     marker = tmp_path / "PWNED"
     payload = f'!!python/object/apply:os.system ["touch {marker}"]'

@@ -14,7 +14,7 @@ from tune_gems.design.arms import expand_arms
 from tune_gems.commands.confirm import plan_confirmation
 from tune_gems.data.series import path_seeds
 from tune_gems.contracts.errors import ConfigError
-from tune_gems.sweep.spec import load_spec, trial_config
+from tune_gems.sweep.spec_load import load_spec, trial_config
 
 GEMS = ["g6", "g10", "g12"]
 

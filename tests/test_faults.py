@@ -222,7 +222,7 @@ def _asked_uninterrupted(args: list[str], journal: Path, n: int) -> list[dict]:
     """What an uninterrupted driver's searcher asks for trials 0..n-1 of the sweep `args` (the
     first trials are Optuna's random start-up ones: they do not depend on the results)."""
     from tune_gems.sweep.search import make_searcher
-    from tune_gems.sweep.spec import load_spec
+    from tune_gems.sweep.spec_load import load_spec
 
     spec = load_spec(SMOKE, [a for a in args if "=" in a and not a.startswith("-")])
     searcher = make_searcher(spec, "ref", journal)

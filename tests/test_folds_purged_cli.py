@@ -11,7 +11,7 @@ from learner_fixtures import TINY
 from sweep_fixtures import REPO, cli, ray_address  # noqa: F401 (fixture)
 from tune_gems.design.arms import run_arms
 from tune_gems.data.segments import FOLD_TABLE_COLUMNS
-from tune_gems.sweep.spec import designed_config, load_spec
+from tune_gems.sweep.spec_load import designed_config, load_spec
 
 pytestmark = pytest.mark.slow
 

@@ -185,7 +185,8 @@ spec_values = st.one_of(values, st.sampled_from([
 @given(changes=st.lists(st.tuples(st.sampled_from(SPEC_KEYS), spec_values), min_size=1, max_size=3))
 def test_a_sweep_spec_is_valid_as_given_or_refused_in_one_line(changes):
     from tune_gems.config.schema import MAX_SEED_INDEX
-    from tune_gems.sweep.spec import FIRST_SEED_INDEX, TRIAL_SET_KEYS, load_spec, trial_constants
+    from tune_gems.sweep.spec import FIRST_SEED_INDEX, TRIAL_SET_KEYS
+    from tune_gems.sweep.spec_load import load_spec, trial_constants
 
     items = [f"{k}={v}" for k, v in changes]
     try:

@@ -284,7 +284,7 @@ def _stored_sweep(rel: str) -> Callable[[Path], None]:
     def go(d: Path) -> None:
         import yaml
 
-        from tune_gems.sweep.spec import load_spec
+        from tune_gems.sweep.spec_load import load_spec
 
         from tune_gems.contracts.outputs import write_marker
         from tune_gems.contracts.run_record import CHECKSUMS_KEY, checksums

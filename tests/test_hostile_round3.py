@@ -174,7 +174,7 @@ def sweep_on_changed_data(d: Path) -> None:
     import yaml
 
     from tune_gems.contracts.run_record import checksums, data_fingerprint
-    from tune_gems.sweep.spec import load_spec
+    from tune_gems.sweep.spec_load import load_spec
 
     (d / "p.csv").write_text(PRICES)
     spec = load_spec(SMOKE, [*TINY_SWEEP, "config.data.source=file", f"config.data.path={d / 'p.csv'}", "config.data.splits=[0.6,0.2,0.2]"])

@@ -70,7 +70,7 @@ def confirmable(rel: str = "exp", gain: float = 0.1, forged: float | None = None
     def go(d: Path) -> None:
         from tune_gems.contracts.outputs import write_marker
         from tune_gems.contracts.run_record import CHECKSUMS_KEY, checksums
-        from tune_gems.sweep.spec import load_spec
+        from tune_gems.sweep.spec_load import load_spec
 
         exp = _paired(d / rel)
         trials = pd.read_parquet(exp / "trials.parquet")

@@ -10,7 +10,7 @@ from tune_gems.config.load import load_config
 from tune_gems.contracts.errors import ConfigError, ResourceError, StorageError
 from tune_gems.design.resources import GIB, MemoryEstimate, check_fits, estimate_memory
 from tune_gems.sweep import driver as sweep_run
-from tune_gems.sweep.spec import load_spec
+from tune_gems.sweep.spec_load import load_spec
 from tune_gems.sweep.storage import check_storage
 
 

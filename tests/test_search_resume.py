@@ -16,7 +16,7 @@ import pytest
 
 from sweep_fixtures import SMOKE, TINY_SWEEP
 from tune_gems.sweep.search import ORPHAN_ATTR, close_orphaned_trials, journal_storage, make_searcher, optuna_trial_numbers
-from tune_gems.sweep.spec import load_spec, trial_constants
+from tune_gems.sweep.spec_load import load_spec, trial_constants
 
 N = 6
 SPEC = [*TINY_SWEEP, f"num_samples={N}", "search.params={trainer.lr: {type: float, low: 0.0001, high: 0.01, log: true}}"]

@@ -129,7 +129,7 @@ def test_trials_on_the_same_seed_indices_share_paths_and_the_label_says_so(tmp_p
 
 def test_per_trial_seeds_give_every_trial_its_own_seed_indices():
     from tune_gems.sweep.search import DefineByRun
-    from tune_gems.sweep.spec import load_spec
+    from tune_gems.sweep.spec_load import load_spec
     from sweep_fixtures import SMOKE, TINY_SWEEP
 
     class Fixed:  # an Optuna trial that always picks the first choice
@@ -159,7 +159,7 @@ BLOCKS = Path(__file__).resolve().parents[1] / "sweeps" / "seed_blocks.yaml"
 
 
 def test_the_block_spec_has_one_trial_per_block_at_disjoint_seed_indices():
-    from tune_gems.sweep.spec import block_grid, load_spec
+    from tune_gems.sweep.spec_load import block_grid, load_spec
 
     spec = load_spec(BLOCKS)
     assert spec.num_samples == 4 and block_grid(spec) == {"first_seed_index": [0, 64, 128, 192]}
@@ -182,7 +182,7 @@ def test_the_block_spec_has_one_trial_per_block_at_disjoint_seed_indices():
     ],
 )
 def test_a_bad_block_spec_is_one_line_naming_the_key(override, fragment):
-    from tune_gems.sweep.spec import load_spec
+    from tune_gems.sweep.spec_load import load_spec
 
     with pytest.raises(ConfigError) as e:
         load_spec(BLOCKS, [override])

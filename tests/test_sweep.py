@@ -15,7 +15,7 @@ from tune_gems.contracts.errors import ConfigError, OutputExistsError
 from tune_gems.stats.metrics import EPOCH_METRICS, MEMBER_IDS, MEMBER_METRICS
 from tune_gems.sweep.driver import run_sweep
 from tune_gems.sweep.search import JOURNAL_FILE, journal_storage
-from tune_gems.sweep.spec import load_spec
+from tune_gems.sweep.spec_load import load_spec
 
 pytestmark = pytest.mark.slow
 

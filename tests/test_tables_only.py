@@ -14,7 +14,7 @@ import fake_results as fr
 from sweep_fixtures import REPO, SMOKE, TINY_SWEEP, cli
 from tune_gems.commands.compare import differences, run_settings
 from tune_gems.config.dotted import flatten
-from tune_gems.sweep.spec import load_spec, trial_config
+from tune_gems.sweep.spec_load import load_spec, trial_config
 
 
 def _confirmation_like(folder, spec, choices: list[dict]):

@@ -255,7 +255,7 @@ def _set_threads(args: argparse.Namespace) -> None:
     threads = getattr(args, "threads", None)
     args.thread_choice = None
     if args.command == "sweep" and args.dry_run:
-        from tune_gems.sweep.spec import load_spec
+        from tune_gems.sweep.spec_load import load_spec
 
         cpu = load_spec(Path(args.spec), list(args.overrides)).resources.cpu
         args.thread_choice = set_cpu_threads(threads, default=lambda: trial_threads(cpu))

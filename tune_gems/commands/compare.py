@@ -47,7 +47,8 @@ def _resolved(tree: Any, is_spec: bool) -> dict[str, Any]:
     try:
         if not is_spec:
             return {"config": build_config(dict(tree)).to_dict()}
-        from tune_gems.sweep.spec import SweepSpec, import_spec_plugins
+        from tune_gems.sweep.spec import SweepSpec
+        from tune_gems.sweep.spec_load import import_spec_plugins
 
         import_spec_plugins(tree, SPEC_FILE)
         spec = SweepSpec.model_validate(tree)

@@ -73,7 +73,8 @@ from tune_gems.stats.metrics import GEM_GAIN_PREFIX, MEMBER_IDS, VERDICT_GAIN_PR
 from tune_gems.contracts.result_files import EVAL_RETURNS_FILE, SPEC_FILE, TRIALS_FILE
 from tune_gems.contracts.safe_files import entry_kind, read_regular, write_atomic
 from tune_gems.sweep.results import TERMINATED, SweepTables, write_tables
-from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec, load_spec, trial_config
+from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec
+from tune_gems.sweep.spec_load import load_spec, trial_config
 from tune_gems.sweep.storage import ExperimentStore
 
 KIND = "confirm"

@@ -44,7 +44,8 @@ from tune_gems.sweep.console import closing_table, quiet_driver
 from tune_gems.sweep.local_ray import start_or_join
 from tune_gems.sweep.results import UNFINISHED, collect_tables, write_tables
 from tune_gems.sweep.search import JOURNAL_FILE, clear_stale_journal_lock, close_orphaned_trials, make_searcher, optuna_trial_numbers
-from tune_gems.sweep.spec import SweepSpec, block_grid, designed_config, import_spec_plugins, load_spec, widest_trial
+from tune_gems.sweep.spec import SweepSpec
+from tune_gems.sweep.spec_load import block_grid, designed_config, import_spec_plugins, load_spec, widest_trial
 from tune_gems.sweep.storage import ExperimentStore, check_storage, is_uri
 from tune_gems.trainer.run_setup import load_run_prices, prepare_market
 

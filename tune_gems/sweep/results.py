@@ -29,7 +29,7 @@ from tune_gems.contracts.errors import ConfigError
 from tune_gems.contracts.gem_manifest import GemEntry, manifest_text
 from tune_gems.gems import manifest
 from tune_gems.stats.metrics import MEMBER_IDS, epoch_metrics, member_metrics
-from tune_gems.sweep.spec import apply_spec_design, trial_config
+from tune_gems.sweep.spec_load import apply_spec_design, trial_config
 from tune_gems.contracts.result_files import (
     ARMS_PARQUET, BASELINES_KEY, BASELINES_PARQUET, CHECKPOINT_HISTORY_FILE, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE,
     FOLDS_KEY, FOLDS_PARQUET, GEMS_FILE, HISTORY_FILE, ID_COLUMNS, MEMBERS_FILE, MEMBERS_KEY, TRIALS_FILE,

@@ -31,7 +31,8 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from ray.tune.search.optuna import OptunaSearch
 
-from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec, seed_stride
+from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec
+from tune_gems.sweep.spec_load import seed_stride
 
 from tune_gems.contracts.result_files import JOURNAL_FILE, JOURNAL_LOCK_SUFFIX  # noqa: E402 - JOURNAL_FILE re-exported for sweep.driver
 

@@ -32,7 +32,7 @@ from tune_gems.contracts.result_files import BASELINES_KEY, CHECKPOINT_FILE, CHE
 from tune_gems.sweep.console import quiet_trial
 from tune_gems.sweep.progress import HEALTH_KEY
 from tune_gems.sweep.results import config_label
-from tune_gems.sweep.spec import apply_spec_design, trial_config
+from tune_gems.sweep.spec_load import apply_spec_design, trial_config
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
 from tune_gems.trainer.train_command import train_epochs
 from tune_gems.trainer.epoch_row import EpochResult

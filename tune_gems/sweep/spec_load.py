@@ -1,0 +1,245 @@
+"""A sweep spec loaded and checked before Ray starts (`load_spec`), and what it implies per trial:
+the keys the design sets for trial n (`trial_constants`, `block_grid`), a trial's config
+(`trial_config`, `designed_config`), the widest trial for the dry run.
+
+Every key of the search space is checked against the trainer config at both ends of its range,
+and no searched key may be one the design sets per trial or the arms set, so a typo or an
+impossible value fails here, not in a trial an hour later.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from tune_gems.config.schema import Config
+from tune_gems.design.arm_sets import AA_STREAM
+from tune_gems.config.yaml_io import apply_overrides, read_yaml
+from tune_gems.config.load import build_config, format_validation_error
+from tune_gems.config.dotted import set_dotted
+from tune_gems.contracts.errors import ConfigError
+from tune_gems.sweep.spec import DESIGN_NONE, FIRST_SEED_INDEX, SweepSpec
+from tune_gems.sweep.tracking import check_tracking
+
+def seed_stride(spec: SweepSpec) -> int:
+    """Seed indices between the first seed index of one trial and the next (per_trial seeds,
+    blocks): the most seeds per arm a trial of the spec can have, so trials never share one."""
+    stride = spec.base_config().trainer.population
+    space = spec.search.params.get("trainer.population")
+    if space is not None:
+        stride = max([stride, *(int(v) for v in space.ends())])
+    return stride
+
+
+def trial_constants(spec: SweepSpec, number: int) -> dict[str, int]:
+    """The config keys the design sets for trial `number` (Optuna's trial number; per_trial
+    seeds: seed = base seed + n, first seed index = base + n x `seed_stride`; common: the
+    bases). tune_gems.sweep.search.DefineByRun returns these, and `_check_trial_grid` validates
+    the largest before Ray starts."""
+    base = spec.base_config()
+    n = number if spec.seeds == "per_trial" else 0
+    return {"seed": base.seed + n, FIRST_SEED_INDEX: base.first_seed_index + n * seed_stride(spec)}
+
+
+def block_grid(spec: SweepSpec) -> dict[str, list[Any]]:
+    """Per block key, its values: one trial per combination (Tune's grid). Today the seed block's
+    first seed index; a fold key joins here."""
+    if spec.blocks is None:
+        return {}
+    first, stride = spec.base_config().first_seed_index, seed_stride(spec)
+    return {FIRST_SEED_INDEX: [first + b * stride for b in range(spec.blocks.seed_blocks)]}
+
+
+def trial_config(base: dict[str, Any], params: dict[str, Any]) -> Config:
+    """The full config of one trial: the base tree with the trial's dotted parameters applied."""
+    tree = copy.deepcopy(base)
+    for key, value in params.items():
+        set_dotted(tree, key, value)
+    return build_config(tree, "trial config")
+
+
+def arms_keys(config: dict[str, Any]) -> set[str]:
+    """The dotted keys the config's `arms` set (every factor, every key of a listed arm)."""
+    from tune_gems.config.dotted import flatten
+
+    arms = config.get("arms") if isinstance(config, dict) else None
+    if not isinstance(arms, dict):
+        return set()
+    keys: set[str] = set()
+    if isinstance(arms.get("factors"), dict):
+        keys |= set(flatten(arms["factors"]))
+    for entry in arms.get("list") or []:
+        if isinstance(entry, dict):
+            keys |= {k for k in flatten(entry) if k != "name"}
+    return keys
+
+
+def _check_search_not_set_by_arms(spec: SweepSpec, source: str) -> None:
+    """A key both searched and set by the arms would be recorded per trial (Optuna's value)
+    while every member trained with the arms' value: refused."""
+    set_by_arms = arms_keys(spec.config)
+    searched = [(f"search.params.{k}", k) for k in spec.search.params]
+    searched += [(f"search.gems.{g}", f"gems.{g}.{f}") for g in spec.search.gems for f in ("mode", "weight")]
+    for field, key in searched:
+        if key in set_by_arms:
+            raise ConfigError(
+                f"{source}: {field}: {key} is also set by config.arms, so the arms' value would train while each "
+                "trial recorded the searched one; search it or set it per arm, not both"
+            )
+
+
+def _check_search_against_config(spec: SweepSpec, source: str) -> None:
+    _check_search_not_set_by_arms(spec, source)
+    base = spec.config
+    for key, space in spec.search.params.items():
+        for value in space.ends():
+            try:
+                trial_config(base, {key: value})
+            except ConfigError as e:
+                raise ConfigError(f"{source}: search.params.{key}: {value!r} is not a valid value ({e})") from None
+    for gem, gs in spec.search.gems.items():
+        for mode in gs.modes:
+            trial_config(base, {f"gems.{gem}.mode": mode})
+        for w in (gs.weight_low, gs.weight_high):
+            try:
+                trial_config(base, {f"gems.{gem}.weight": w})
+            except ConfigError as e:
+                raise ConfigError(f"{source}: search.gems.{gem}: weight {w} is out of range ({e})") from None
+
+
+def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:
+    """Read, override (`key=value` on the spec tree, e.g. config.trainer.epochs=2) and validate."""
+    tree = read_yaml(path)
+    apply_overrides(tree, list(overrides or []))
+    import_spec_plugins(tree, str(path))
+    try:
+        spec = SweepSpec.model_validate(tree)
+    except ValidationError as e:
+        raise ConfigError(f"{path}: {format_validation_error(e, model=SweepSpec)}") from None
+    try:
+        spec.base_config()
+    except ConfigError as e:  # named as the spec's keys: config.trainer.epochs
+        raise ConfigError(f"{path}: {e}") from None
+    _check_search_against_config(spec, str(path))
+    _check_design(spec, str(path))
+    _check_design_keys(spec, str(path))
+    _check_trial_grid(spec, str(path))
+    _check_scheduler(spec, str(path))
+    check_tracking(spec.tracking, str(path))
+    return spec
+
+
+def import_spec_plugins(tree: dict[str, Any], source: str) -> None:
+    """Import the gem plug-ins the spec's config names, before its gems are validated."""
+    from tune_gems.gems import import_plugins
+
+    config = tree.get("config") if isinstance(tree, dict) else None
+    plugins = config.get("plugins") if isinstance(config, dict) else None
+    if not plugins:
+        return
+    from tune_gems.stats.metrics import check_plugin_columns
+
+    try:
+        import_plugins(plugins, validate=check_plugin_columns)  # in a throwaway child first (tune_gems.gems.registry)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: config.{e}") from None
+
+
+def designed_config(spec: SweepSpec, params: dict[str, Any]) -> Config:
+    """A trial's full config with the spec's design applied (its arms set)."""
+    cfg = trial_config(spec.config, params)
+    return apply_spec_design(cfg, spec.design)
+
+
+def apply_spec_design(cfg: Config, design: str) -> Config:
+    if design == DESIGN_NONE:
+        return cfg
+    from tune_gems.design.arm_sets import apply_design
+
+    return apply_design(cfg, design)
+
+
+def widest_trial(spec: SweepSpec) -> dict[str, Any]:
+    """The trial parameters with the most arms under the design: every searched gem wired at
+    its highest weight (what the memory check and the design check try)."""
+    params: dict[str, Any] = {}
+    for gem, gs in spec.search.gems.items():
+        if "wire" in gs.modes:
+            params[f"gems.{gem}.mode"] = "wire"
+            params[f"gems.{gem}.weight"] = gs.weight_high
+    return params
+
+
+def _check_design(spec: SweepSpec, source: str) -> None:
+    if spec.design == DESIGN_NONE:
+        return
+    if spec.config.get("arms") is not None:
+        raise ConfigError(f"{source}: design: {spec.design} sets the arms itself; remove config.arms")
+    if not spec.search.gems:
+        raise ConfigError(f"{source}: design: {spec.design} needs search.gems (Optuna's proposals to test)")
+    try:
+        designed_config(spec, widest_trial(spec))
+    except ConfigError as e:
+        raise ConfigError(f"{source}: design: {e}") from None
+
+
+DESIGN_SET_KEYS = {
+    "wire_search_aa": {
+        "trainer.replay_stream": "design wire_search_aa sets it per arm (the A/A arm draws its replay batches from "
+        f"stream {AA_STREAM}, every other arm from stream 0), so a value of its own would change what the arms mean "
+        f"(with {AA_STREAM}, the A/A arm would be the control itself)",
+    },
+}
+"""Per design, the config keys its arms set (tune_gems.design.arm_sets): neither searched nor set
+in the base config, since either would change what the design's arms mean."""
+
+
+def _check_design_keys(spec: SweepSpec, source: str) -> None:
+    """A key the design sets per arm, searched or set in the base config: refused."""
+    from tune_gems.config.dotted import flatten
+
+    owned = DESIGN_SET_KEYS.get(spec.design, {})
+    given = flatten(spec.config)
+    defaults = flatten(Config().to_dict())
+    for key, why in owned.items():
+        if key in spec.search.params:
+            raise ConfigError(f"{source}: search.params.{key} cannot be searched: {why}")
+        if key in given and given[key] != defaults.get(key):
+            raise ConfigError(f"{source}: config.{key}: {given[key]!r} cannot be set: {why}; leave it out")
+
+
+def _check_trial_grid(spec: SweepSpec, source: str) -> None:
+    """Every trial's design-set keys (the seed and first seed index of each trial or block)
+    valid before Ray starts, not in a trial: the last trial or block has the largest, so its
+    config is built (with the design's widest arms, every stream of them) and any refusal is
+    named as the count that reaches it."""
+    if spec.blocks is not None:
+        values = block_grid(spec)[FIRST_SEED_INDEX]
+        constants, field, what = {FIRST_SEED_INDEX: values[-1]}, "blocks.seed_blocks", f"block {len(values) - 1}"
+    else:
+        last = spec.num_samples - 1
+        constants, field, what = trial_constants(spec, last), "num_samples", f"trial {last}"
+    params = {**widest_trial(spec), **constants}
+    try:
+        designed_config(spec, params)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {field}: {what} would train with {constants}, which the config refuses ({e}); "
+                          "use fewer trials or blocks, or lower config.seed / config.first_seed_index") from None
+
+
+def _check_scheduler(spec: SweepSpec, source: str) -> None:
+    """ASHA stops trials at rungs grace_period, grace_period*rf, ... up to the run's epochs: a
+    grace period past the end never stops anything, and searched epochs would move the end."""
+    if spec.scheduler.type != "asha":
+        return
+    if "trainer.epochs" in spec.search.params:
+        raise ConfigError(f"{source}: search.params.trainer.epochs cannot be searched with scheduler.type asha (its rungs need one run length)")
+    epochs = spec.base_config().trainer.epochs
+    if spec.scheduler.grace_period >= epochs:
+        raise ConfigError(
+            f"{source}: scheduler.grace_period: {spec.scheduler.grace_period} epochs is not shorter than the run "
+            f"(config.trainer.epochs={epochs}), so ASHA would stop nothing; lower it or use scheduler.type none"
+        )
