@@ -146,7 +146,11 @@ def prepare_market(
 
 
 class Trainer:
-    def __init__(self, cfg: Config, *, prices: pd.Series | None = None, log: Callable[[str], None] | None = print):
+    def __init__(
+        self, cfg: Config, *, prices: pd.Series | None = None, log: Callable[[str], None] | None = print, market: Market | None = None,
+    ):
+        """`market`: the one `prepare_market(cfg, device, prices)` builds, already built (a reused
+        sweep actor's, tune_gems.sweep.trainable); None builds it."""
         self.cfg, self.log = cfg, log or (lambda _msg: None)
         self.on_iteration: Callable[[], None] | None = None
         """Called after each training iteration (`tune-gems train`'s progress bar), if set."""
@@ -156,7 +160,7 @@ class Trainer:
         if self.device.type == "cuda":
             # cuBLAS picks reduction orders that vary run to run unless given a fixed workspace
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC)
-        self.market = prepare_market(cfg, self.device, prices, n_seed_indices=cfg.trainer.population)
+        self.market = market if market is not None else prepare_market(cfg, self.device, prices, n_seed_indices=cfg.trainer.population)
         self.ops = resolve_backend(cfg.kernels, self.device)
         self.learner = Learner(cfg, self.market, self.device, self.ops)
         use_graph = self.device.type == "cuda" and cfg.trainer.graph != "off"
