@@ -52,6 +52,7 @@ trainable keeps nothing between the trials of a reused actor but its modules' st
 markets are the one thing a trial leaves to the next (read-only), so the next trial of the same
 data config and seed set does not rebuild its paths and features."""
 
+
 def _finite_or_nan(x: Any) -> float:
     return float(x) if x is not None and math.isfinite(float(x)) else math.nan
 
@@ -161,11 +162,12 @@ def trial_trainer(
     params: dict[str, Any], *, base: dict[str, Any], prices: pd.Series, design: str = "none",
     log: Callable[[str], None] | None = None, markets: MarketCache = MARKETS,
 ) -> Trainer:
-    """A trial's Trainer as `train_trial` builds it: the trial's config with the design's arms,
-    what earlier trials left released, the memory check on the node it landed on (before
-    allocating), the market from this process's cache. Also what benchmarks/startup.py times."""
-    cfg = apply_spec_design(trial_config(base, params), design)  # the design's arms, per trial
+    """A trial's Trainer as `train_trial` builds it: what earlier trials left released first,
+    then the trial's config with the design's arms, the memory check on the node it landed on
+    (before allocating), the market from this process's cache. Also what benchmarks/startup.py
+    times."""
     release_finished_trials()
+    cfg = apply_spec_design(trial_config(base, params), design)  # the design's arms, per trial
     check_training_fits(cfg, where="this trial's node: ")
     device = resolve_device(cfg.device)
     market = markets.get(
