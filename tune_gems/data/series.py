@@ -242,15 +242,8 @@ def synthetic_prices(
     transition = np.where(np.eye(k, dtype=bool), regime_persistence if k > 1 else 1.0, leave)
     cumulative = np.cumsum(transition, axis=1)
     jumps, trend_shocks, noise = rng.random(n), rng.standard_normal(n), rng.standard_normal(n)
-
-    state = np.empty(n, dtype=np.int64)
-    trend = np.empty(n)
-    s, m = int(rng.integers(k)), 0.0
-    shock_scale = np.sqrt(1.0 - trend_persistence**2)
-    for t in range(n):
-        s = min(int(np.searchsorted(cumulative[s], jumps[t], side="right")), k - 1)
-        m = trend_persistence * m + shock_scale * trend_shocks[t]
-        state[t], trend[t] = s, m
+    state = _regime_chain(cumulative, jumps, int(rng.integers(k)))
+    trend = _ar1(trend_shocks, trend_persistence, np.sqrt(1.0 - trend_persistence**2))
 
     share = edge_of_row * max_trend_share
     returns = drift[state] * edge_of_row + vol[state] * (np.sqrt(share) * trend + np.sqrt(1.0 - share) * noise)
@@ -259,6 +252,32 @@ def synthetic_prices(
     prices = start_price * np.cumprod(1.0 + np.maximum(returns, -0.5))
     index = pd.bdate_range(start=start, periods=n)
     return pd.Series(prices, index=index, name="close", dtype=np.float64)
+
+
+def _regime_chain(cumulative: np.ndarray, jumps: np.ndarray, start: int) -> np.ndarray:
+    """The regime of each row [n] int64, from regime `start`: at row t the chain moves from s to
+    the first regime whose cumulative transition probability (row s of `cumulative`) exceeds
+    jumps[t] (numpy's searchsorted, side "right", capped at the last regime). Every row's move
+    from every regime is computed at once; only the walk through them is a loop, of integer
+    lookups (issue 33: the per-row searchsorted made 64 paths a 6 s start-up)."""
+    k = cumulative.shape[0]
+    moves = np.minimum((cumulative[None, :, :] <= jumps[:, None, None]).sum(-1), k - 1).ravel().tolist()  # [n * k]
+    states, s = [], start
+    for row in range(0, len(moves), k):
+        s = moves[row + s]
+        states.append(s)
+    return np.asarray(states, dtype=np.int64)
+
+
+def _ar1(shocks: np.ndarray, persistence: float, scale: float) -> np.ndarray:
+    """m_t = persistence m_{t-1} + scale shocks[t] from m_{-1} = 0, float64 [n]: the recursion
+    in Python floats (the same IEEE double operations, in the same order, as float64 scalars)."""
+    a, c, m = float(persistence), float(scale), 0.0
+    out = []
+    for x in shocks.tolist():
+        m = a * m + c * x
+        out.append(m)
+    return np.asarray(out, dtype=np.float64)
 
 
 def _edge_of_row(n: int, periods: Sequence[Sequence[float]]) -> np.ndarray:

@@ -44,14 +44,25 @@ SN_INIT_ITERATIONS = 15
 accurate from the first forward, also for a target net that does not iterate."""
 
 
+def _draws(gens: list[torch.Generator], reps: int, shape: tuple[int, ...], draw) -> Tensor:
+    """[P, reps, *shape] float64: member p's block drawn by `draw` (torch.rand or torch.randn)
+    from its own generator, written in place into one preallocated tensor (no per-member
+    tensors to stack). Each generator is consumed exactly as by a call of its own: the
+    generators' state, and so every member's bits, are those of drawing member by member."""
+    out = torch.empty((len(gens), reps, *shape), dtype=torch.float64)
+    for member, g in zip(out, gens):
+        draw((reps, *shape), generator=g, dtype=torch.float64, out=member)
+    return out
+
+
 def _uniform(gens: list[torch.Generator], reps: int, shape: tuple[int, ...], bound: float) -> Tensor:
-    """[P, reps, *shape] uniform(-bound, bound), member by member from its own generator."""
-    out = [torch.rand((reps, *shape), generator=g, dtype=torch.float64) for g in gens]
-    return ((torch.stack(out) * 2 - 1) * bound).float()
+    """[P, reps, *shape] uniform(-bound, bound), member by member from its own generator; the
+    affine map runs in place (the same float64 operations as (u * 2 - 1) * bound)."""
+    return _draws(gens, reps, shape, torch.rand).mul_(2).sub_(1).mul_(bound).float()
 
 
 def _normal(gens: list[torch.Generator], reps: int, shape: tuple[int, ...]) -> Tensor:
-    return torch.stack([torch.randn((reps, *shape), generator=g, dtype=torch.float64) for g in gens]).float()
+    return _draws(gens, reps, shape, torch.randn).float()
 
 
 def _normalize(x: Tensor) -> Tensor:

@@ -7,6 +7,12 @@ and the flags, so a node reuses a finished build and a changed source gets a fre
 torch's file lock in that folder makes concurrent Ray workers on one node wait for one build
 instead of each building.
 
+A finished build is loaded directly (issue 33: a trial's start-up): after a build succeeds and
+imports, a record (`BUILT_RECORD`: the key and the library's sha256) is written beside the
+library, and a later process whose key has a record matching its library imports that file
+itself. No ninja run, no compiler probes, no import of torch.utils.cpp_extension: only a
+process without a matching record goes through torch's JIT build (which then writes one).
+
 The only mutable state of tune_gems.ops lives here: `_CACHE`, the loaded extension (or the
 build failure) per architecture for this process, so a failing build is tried once and
 warned about once.
@@ -15,6 +21,8 @@ warned about once.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import json
 import os
 import sys
 import threading
@@ -24,7 +32,8 @@ from pathlib import Path
 
 import torch
 
-from tune_gems.contracts.errors import KernelBuildError
+from tune_gems.contracts.errors import KernelBuildError, OutputError
+from tune_gems.contracts.safe_files import sha256_regular, write_atomic
 
 KERNELS_DIR_ENV = "TUNE_GEMS_KERNELS_DIR"
 EXTENSIONS_DIR_ENV = "TUNE_GEMS_EXTENSIONS_DIR"
@@ -37,6 +46,10 @@ EXTRA_CXX_FLAGS = ("-O3",)
 # Hex digits of the source/toolchain hash used in folder and module names.
 BUILD_KEY_LENGTH = 16
 BUILD_LOG_NAME = "build_error.log"
+BUILT_RECORD = "built.json"
+"""Beside a finished build's library: {"key", "library", "sha256"}, written once it imported."""
+LIBRARY_SUFFIX = ".pyd" if sys.platform == "win32" else ".so"
+"""The file name ending torch.utils.cpp_extension gives the library it builds (its LIB_EXT)."""
 # Longest excerpt of a build failure quoted in the one-line KernelBuildError.
 MESSAGE_CHARS = 300
 
@@ -108,26 +121,66 @@ def _one_line(error: BaseException) -> str:
     return text[:MESSAGE_CHARS] if text else type(error).__name__
 
 
-def _compile(arch: str) -> types.ModuleType:
-    """Build (or reuse) and import the extension for `arch`; KernelBuildError on any failure."""
-    from torch.utils import cpp_extension  # deferred: only a CUDA run needs it
+def _library_path(build_dir: Path, name: str) -> Path:
+    """Where torch's JIT build writes the library of extension `name` in `build_dir`."""
+    return build_dir / f"{name}{LIBRARY_SUFFIX}"
 
+
+def built_library(build_dir: Path, name: str, key: str) -> Path | None:
+    """The library of a finished build of `key` in `build_dir`, or None: no record, a record of
+    another key or file, or a library whose bytes are not the recorded ones (a build being
+    rewritten, a file replaced by hand)."""
+    try:
+        record = json.loads((build_dir / BUILT_RECORD).read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    library = _library_path(build_dir, name)
+    if not isinstance(record, dict) or record.get("key") != key or record.get("library") != library.name:
+        return None
+    try:
+        return library if sha256_regular(library, None, KernelBuildError) == record.get("sha256") else None
+    except (OSError, KernelBuildError):
+        return None
+
+
+def _record_build(build_dir: Path, name: str, key: str) -> None:
+    """Write BUILT_RECORD for the library just built and imported. A record that cannot be
+    written is no error: the next process goes through torch's build (a no-op) again."""
+    library = _library_path(build_dir, name)
+    try:
+        body = json.dumps({"key": key, "library": library.name, "sha256": sha256_regular(library, None, KernelBuildError)})
+        write_atomic(build_dir / BUILT_RECORD, body + "\n", tmp=build_dir / f".{BUILT_RECORD}.{os.getpid()}.tmp")
+    except (OSError, OutputError, KernelBuildError):
+        pass
+
+
+def _import_library(name: str, library: Path) -> types.ModuleType:
+    """Import a built extension module from its file (what torch's JIT load does last)."""
+    spec = importlib.util.spec_from_file_location(name, library)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{library}: not an importable extension module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _compile(arch: str) -> types.ModuleType:
+    """Load the finished build of `arch` directly when its record matches (built_library), else
+    build (or reuse) it through torch and import it; KernelBuildError on any failure."""
     folder = kernels_dir()
     sources, _ = _source_files(folder)
     key = build_key(arch, folder)
     build_dir = extensions_root() / key
+    name = f"{EXTENSION_NAME_PREFIX}_{key}"
+    library = built_library(build_dir, name, key)
+    if library is not None:
+        try:
+            return _import_library(name, library)
+        except (ImportError, OSError):
+            pass  # a library that does not load: torch's build below makes it again
     try:
         build_dir.mkdir(parents=True, exist_ok=True)
-        return cpp_extension.load(
-            name=f"{EXTENSION_NAME_PREFIX}_{key}",
-            sources=[str(path) for path in sources],
-            extra_cflags=list(EXTRA_CXX_FLAGS),
-            extra_cuda_cflags=_cuda_flags(arch),
-            extra_include_paths=[str(folder)],
-            build_directory=str(build_dir),
-            with_cuda=True,
-            verbose=False,
-        )
+        module = _jit_load(name, sources, folder, build_dir, arch)
     except Exception as error:  # noqa: BLE001 - any failure (no nvcc, no ninja, compile error)
         log = build_dir / BUILD_LOG_NAME
         try:
@@ -138,6 +191,25 @@ def _compile(arch: str) -> types.ModuleType:
         raise KernelBuildError(
             f"building the CUDA kernels for sm_{arch} failed: {_one_line(error)}{where}"
         ) from error
+    _record_build(build_dir, name, key)
+    return module
+
+
+def _jit_load(name: str, sources: list[Path], folder: Path, build_dir: Path, arch: str) -> types.ModuleType:
+    """torch's JIT build and import of the extension (ninja, compiler checks, the build itself
+    when a source changed)."""
+    from torch.utils import cpp_extension  # deferred: only a CUDA run without a finished build needs it
+
+    return cpp_extension.load(
+        name=name,
+        sources=[str(path) for path in sources],
+        extra_cflags=list(EXTRA_CXX_FLAGS),
+        extra_cuda_cflags=_cuda_flags(arch),
+        extra_include_paths=[str(folder)],
+        build_directory=str(build_dir),
+        with_cuda=True,
+        verbose=False,
+    )
 
 
 @dataclass

@@ -80,12 +80,29 @@ def _cuda_or_reference(reference_impl: Callable, extension_function: str) -> Cal
     return cuda_impl
 
 
-def _define(name: str, reference_impl: Callable, extension_function: str, fake: Callable):
-    """One custom op `tune_gems::<name>` (schema from reference_impl's annotations)."""
-    op = torch.library.custom_op(f"{NAMESPACE}::{name}", reference_impl, mutates_args=())
-    op.register_kernel("cuda")(_cuda_or_reference(reference_impl, extension_function))
-    op.register_fake(fake)
-    return op
+_LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
+"""The registrations of the tune_gems:: ops (they live as long as this handle does)."""
+
+
+def _define(name: str, reference_impl: Callable, extension_function: str, fake: Callable) -> torch._ops.OpOverload:
+    """One custom op `tune_gems::<name>` (schema from reference_impl's annotations): the
+    reference for every device (CompositeExplicitAutograd), the extension on CUDA, the fake.
+
+    Registered through torch.library's low-level `Library` rather than `torch.library.custom_op`:
+    custom_op wraps every kernel in `torch._disable_dynamo`, whose first call imports
+    torch._dynamo (seconds of a trial's start-up, issue 33) although nothing here compiles.
+    The same functions run under the same dispatch keys and the same autograd machinery
+    (`torch.library.register_autograd`), so the results are the same bits."""
+    schema = torch.library.infer_schema(reference_impl, mutates_args=())
+    _LIBRARY.define(f"{name}{schema}")
+    _LIBRARY.impl(name, reference_impl, "CompositeExplicitAutograd")
+    _LIBRARY.impl(name, _cuda_or_reference(reference_impl, extension_function), "CUDA")
+    torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
+    return getattr(torch.ops.tune_gems, name).default
+
+
+def _register_autograd(op: torch._ops.OpOverload, backward: Callable, setup_context: Optional[Callable] = None) -> None:
+    torch.library.register_autograd(op, backward, setup_context=setup_context, lib=_LIBRARY)
 
 
 def _saved_inputs(inputs: tuple, output) -> tuple:
@@ -133,7 +150,7 @@ def _define_differentiable(
         grads = (grads,) if isinstance(grads, Tensor) else tuple(grads)
         return (*grads, *([None] * (n_inputs - len(grads))))
 
-    forward_op.register_autograd(backward, setup_context=setup_context)
+    _register_autograd(forward_op, backward, setup_context=setup_context)
 
 
 def _per_sample_and_value(x: Tensor, *_: object) -> tuple[Tensor, Tensor]:
@@ -260,7 +277,7 @@ def _c51_project_autograd_backward(ctx, grad_m: Tensor):
     raise RuntimeError(C51_PROJECT_NO_GRAD)
 
 
-c51_project.register_autograd(_c51_project_autograd_backward)
+_register_autograd(c51_project, _c51_project_autograd_backward)
 
 c51_target = _define(
     "c51_target", _c51_target_reference, "c51_target",
@@ -272,7 +289,7 @@ def _c51_target_autograd_backward(ctx, grad_p: Tensor):
     raise RuntimeError(C51_TARGET_NO_GRAD)
 
 
-c51_target.register_autograd(_c51_target_autograd_backward)
+_register_autograd(c51_target, _c51_target_autograd_backward)
 
 c51_loss = _define("c51_loss", _c51_loss_reference, "c51_loss_forward", _c51_loss_fake)
 c51_loss_backward = _define("c51_loss_backward", _c51_loss_backward_reference, "c51_loss_backward", _like(2))

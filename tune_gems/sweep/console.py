@@ -65,8 +65,8 @@ DRIVER_QUIET_LEVEL = logging.ERROR
 
 
 def quiet_trial(verbose: bool) -> None:
-    """In a trial's worker process (it runs one trial and ends): keep the storage logger's INFO
-    lines there unless verbose."""
+    """In a trial's worker process (it runs the sweep's trials one after another, all with the
+    sweep's one `verbose`): keep the storage logger's INFO lines there unless verbose."""
     if verbose:
         return
     for name in TRIAL_LOGGERS:

@@ -10,25 +10,36 @@ Per-member rows travel in the result as one JSON string (`members_json`), so the
 Tune's flattening of results and land in members.parquet; each checkpoint also carries the
 whole history so far (`result_files.CHECKPOINT_HISTORY_FILE`), from which the result tables fill
 any epoch whose report was lost with a dying node.
+
+One actor runs trial after trial (Tune's `reuse_actors`, tune_gems.sweep.driver): its process,
+imports, CUDA context and loaded extension stay. What a trial builds is its own (config,
+Trainer, checkpoint writer, random numbers: every draw comes from the members' own seeds) and
+is released before the next trial measures its memory (`release_finished_trials`); the one
+thing a trial leaves to the next is this process's market cache (`MARKETS`), read-only and
+keyed by what built the market. A retried trial restores from its checkpoint as before, in a
+fresh actor or a reused one.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
+import torch
 from ray import tune
 
 from tune_gems.stats.metrics import DIVERGENCE_SCORED
 from tune_gems.design.arms import run_arms
 from tune_gems.design.resources import check_training_fits
 from tune_gems.contracts.result_files import BASELINES_KEY, CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE, FOLDS_KEY, MEMBERS_KEY
+from tune_gems.market.env import MarketCache, market_key
 from tune_gems.sweep.console import quiet_trial
 from tune_gems.sweep.progress import HEALTH_KEY
 from tune_gems.sweep.results import config_label
@@ -36,8 +47,14 @@ from tune_gems.sweep.spec_load import apply_spec_design, trial_config
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
 from tune_gems.trainer.train_command import train_epochs
 from tune_gems.trainer.epoch_row import EpochResult
+from tune_gems.trainer.run_setup import prepare_market, run_device
 from tune_gems.trainer.trainer import Trainer
 
+MARKETS = MarketCache()
+"""This process's markets, by what built them (tune_gems.market.env.market_key). A function
+trainable keeps nothing between the trials of a reused actor but its modules' state: the
+markets are the one thing a trial leaves to the next (read-only), so the next trial of the same
+data config and seed set does not rebuild its paths and features."""
 
 
 def _finite_or_nan(x: Any) -> float:
@@ -127,17 +144,52 @@ def trial_objective(metrics: dict[str, Any], objective: str, diverged: bool) -> 
     return math.nan if diverged else _finite_or_nan(value)
 
 
+def release_finished_trials() -> None:
+    """Free what earlier trials of this process left before a trial measures the memory it
+    needs: a finished Trainer lingers until the cyclic collector runs (its evaluators' policy is
+    one of its own methods), and the CUDA caching allocator keeps the freed blocks, which the
+    device's free memory (check_training_fits) does not count.
+
+    A full collection scans every object of the process (torch, Ray, pandas: ~0.3 s of CPU), so
+    what is alive at a trial's start (modules, Ray's state, the market cache: nothing of an
+    earlier trial, whose thread has ended) is frozen out of later collections (`gc.freeze`), and
+    the next trial's collection scans only what was made since. The first trial of a process
+    has nothing to release (nothing frozen yet) and only freezes."""
+    if gc.get_freeze_count():
+        gc.collect()
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+    gc.freeze()
+
+
+def trial_trainer(
+    params: dict[str, Any], *, base: dict[str, Any], prices: pd.Series, design: str = "none",
+    log: Callable[[str], None] | None = None, markets: MarketCache = MARKETS,
+) -> Trainer:
+    """A trial's Trainer as `train_trial` builds it: what earlier trials left released first,
+    then the trial's config with the design's arms, the memory check on the node it landed on
+    (before allocating), the market from this process's cache. Also what benchmarks/startup.py
+    times."""
+    release_finished_trials()
+    cfg = apply_spec_design(trial_config(base, params), design)  # the design's arms, per trial
+    arms = run_arms(cfg)  # the trial's arms, expanded once for the memory check and the trainer
+    check_training_fits(cfg, members=arms.members, where="this trial's node: ")
+    device = run_device(cfg)
+    market = markets.get(
+        market_key(cfg, device, prices), lambda: prepare_market(cfg, device, prices, n_seed_indices=cfg.trainer.population)
+    )
+    return Trainer(cfg, prices=prices, log=log, arms=arms, market=market)
+
+
 def train_trial(
     params: dict[str, Any], *, base: dict[str, Any], prices: pd.Series, objective: str, design: str = "none",
     verbose: bool = False,
 ) -> None:
     quiet_trial(verbose)
-    cfg = apply_spec_design(trial_config(base, params), design)  # the design's arms, per trial
     where = placement()
-    arms = run_arms(cfg)  # the trial's arms, expanded once for the memory check and the trainer
-    check_training_fits(cfg, members=arms.members, where="this trial's node: ")  # on the node it landed on, before allocating
     lines: list[str] = []  # the epoch's HEALTH_DIAG line, sent with its report (tune_gems.sweep.progress)
-    trainer = Trainer(cfg, prices=prices, log=lines.append, arms=arms)
+    trainer = trial_trainer(params, base=base, prices=prices, design=design, log=lines.append)
+    cfg = trainer.cfg
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as d:

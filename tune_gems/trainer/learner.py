@@ -21,6 +21,7 @@ each arm's members equal a run of that arm alone, bit for bit (tests/test_arms_l
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 
 import torch
@@ -98,8 +99,7 @@ class Learner:
         member_block = tc.population if len(self.layout.blocks) > 1 else None
         switches = {"spectral_norm": self.spectral_norm, "noisy": self.noisy, "member_block": member_block}
         self.online = BranchingC51(mc, market.obs_dim, K, A, self.seeds, heads, **switches).to(device)
-        self.target = BranchingC51(mc, market.obs_dim, K, A, self.seeds, heads, **switches).to(device)
-        self.target.load_state_dict(self.online.state_dict())
+        self.target = copy.deepcopy(self.online)  # the online net's weights and state, not drawn a second time
         self.online_flat = FlatParameters(self.online, P)
         self.target_flat = FlatParameters(self.target, P, with_grad=False)
         self.replay = ReplayBuffer(P, tc.replay_capacity, market.obs_dim, K, tc.n_envs, tc.n_step, tc.gamma, device, source=self.env)

@@ -25,6 +25,7 @@ from tune_gems.contracts.errors import CheckpointError
 from tune_gems.data.segments import fold_table
 from tune_gems.design.arm_sets import arm_aliases
 from tune_gems.design.arms import RunArms
+from tune_gems.market.env import Market
 from tune_gems.market.evaluation import baseline_stats
 from tune_gems.ops import resolve_backend
 from tune_gems.stats.metrics import EVAL_STATS, SEGMENTS
@@ -49,13 +50,15 @@ class Trainer:
 
     def __init__(
         self, cfg: Config, *, prices: pd.Series | None = None, log: Callable[[str], None] | None = print,
-        arms: RunArms | None = None,
+        arms: RunArms | None = None, market: Market | None = None,
     ):  # fmt: skip
+        """`market`: the one `prepare_market(cfg, device, prices)` builds, already built (a reused
+        sweep actor's, tune_gems.sweep.trainable); None builds it."""
         self.cfg, self.log = cfg, log or (lambda _msg: None)
         self.on_iteration: Callable[[], None] | None = None
         """Called after each training iteration (`tune-gems train`'s progress bar), if set."""
         self.device = run_device(cfg)
-        self.market = prepare_market(cfg, self.device, prices, n_seed_indices=cfg.trainer.population)
+        self.market = market if market is not None else prepare_market(cfg, self.device, prices, n_seed_indices=cfg.trainer.population)
         self.ops = resolve_backend(cfg.kernels, self.device)
         self.learner = Learner(cfg, self.market, self.device, self.ops, arms=arms)
         self.arms: RunArms = self.learner.run_arms

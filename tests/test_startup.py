@@ -1,0 +1,280 @@
+"""A trial's start-up without what need not be paid per trial (issue 33 item 4), with the bits kept:
+no torch._dynamo on the hot path, the built extension loaded directly from its record, the
+market cached per data config and seed set, synthetic paths and initial weights built without
+per-row / per-member Python work where that keeps every bit, and a reused sweep actor that runs
+trial after trial with nothing leaking between them."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from learner_fixtures import TINY, assert_same_run, canon, tiny_config
+from sweep_fixtures import ray_address  # noqa: F401 (fixture)
+from tune_gems.data import series
+from tune_gems.market.env import MarketCache, market_key
+from tune_gems.model import layers
+from tune_gems.ops import build
+from tune_gems.sweep import trainable
+from tune_gems.trainer.trainer import Trainer, load_prices, prepare_market
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- no torch._dynamo (nor torch's JIT build machinery) on the hot path ----------------------------
+
+
+def test_a_trial_on_cpu_imports_neither_dynamo_nor_the_jit_build():
+    """A fresh process trains one epoch through the custom ops (forward and backward, gems
+    measured and wired, the dry check): torch.library.custom_op's kernel wrapper would import
+    torch._dynamo on the first call (seconds); the ops' own registration does not."""
+    script = (
+        "import sys\n"
+        "from tune_gems.config.load import load_config\n"
+        "from tune_gems.trainer.trainer import Trainer\n"
+        f"cfg = load_config(None, {[*TINY, 'trainer.epochs=1', 'gems.g6.mode=wire', 'gems.g10.mode=wire']!r})\n"
+        "t = Trainer(cfg, log=None)\n"
+        "assert t.ops.fused, t.ops\n"
+        "t.run_epoch()\n"
+        "print(sorted(m for m in ('torch._dynamo', 'torch.utils.cpp_extension') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+# -- the built extension, loaded directly --------------------------------------------------------
+
+
+@pytest.fixture()
+def fake_builds(monkeypatch, tmp_path):
+    """build._compile with torch's JIT build and the import replaced by recorders: the build
+    writes a library file, the import returns a module naming the file it was given."""
+    monkeypatch.setenv(build.EXTENSIONS_DIR_ENV, str(tmp_path))
+    calls = {"jit": 0, "imports": []}
+
+    def jit_load(name, sources, folder, build_dir, arch):
+        calls["jit"] += 1
+        (build_dir / f"{name}{build.LIBRARY_SUFFIX}").write_bytes(b"library built %d" % calls["jit"])
+        return types.SimpleNamespace(origin="jit")
+
+    def import_library(name, library):
+        calls["imports"].append(Path(library))
+        if calls.get("import_fails"):
+            raise ImportError("undefined symbol")
+        return types.SimpleNamespace(origin=str(library))
+
+    monkeypatch.setattr(build, "_jit_load", jit_load)
+    monkeypatch.setattr(build, "_import_library", import_library)
+    key = build.build_key("90")
+    return calls, tmp_path / key, f"{build.EXTENSION_NAME_PREFIX}_{key}"
+
+
+def test_a_finished_build_is_imported_directly_without_torchs_build(fake_builds):
+    calls, build_dir, name = fake_builds
+    assert build._compile("90").origin == "jit" and calls["jit"] == 1  # no record yet: torch builds
+    record = json.loads((build_dir / build.BUILT_RECORD).read_text())
+    library = build_dir / f"{name}{build.LIBRARY_SUFFIX}"
+    assert record["key"] == build.build_key("90") and record["library"] == library.name
+    assert build.built_library(build_dir, name, record["key"]) == library
+    again = build._compile("90")  # a later process: the record matches, no ninja, no compiler probes
+    assert calls["jit"] == 1 and again.origin == str(library) and calls["imports"] == [library]
+
+
+@pytest.mark.parametrize("damage", ["library changed", "library gone", "another key", "record unreadable", "import fails"])
+def test_a_record_that_does_not_match_goes_through_torchs_build(fake_builds, damage):
+    calls, build_dir, name = fake_builds
+    build._compile("90")
+    library, record = build_dir / f"{name}{build.LIBRARY_SUFFIX}", build_dir / build.BUILT_RECORD
+    if damage == "library changed":
+        library.write_bytes(b"half-written")
+    elif damage == "library gone":
+        library.unlink()
+    elif damage == "another key":
+        record.write_text(json.dumps({**json.loads(record.read_text()), "key": "0" * build.BUILD_KEY_LENGTH}))
+    elif damage == "record unreadable":
+        record.write_text("{")
+    else:
+        calls["import_fails"] = True
+    assert build._compile("90").origin == "jit" and calls["jit"] == 2
+    assert build.built_library(build_dir, name, build.build_key("90")) == library  # recorded afresh
+
+
+def test_import_library_imports_a_module_from_its_file(tmp_path):
+    path = tmp_path / "some_extension.py"
+    path.write_text("ANSWER = 42\n")
+    assert build._import_library("some_extension", path).ANSWER == 42
+    with pytest.raises(ImportError):
+        build._import_library("nothing", tmp_path / "nothing.txt")
+
+
+# -- the market, cached per data config and seed set ------------------------------------------------
+
+
+def test_market_key_changes_with_every_input_of_the_market_and_nothing_else():
+    cfg = tiny_config()
+    prices = load_prices(cfg)
+    key = market_key(cfg, "cpu", prices)
+    for override in ("data.synthetic.seed=8", "data.synthetic.n=950", "data.synthetic.paths=shared", "data.splits=[0.6,0.2,0.2]",
+                     "data.folds.k=2", "env.window=9", "env.episode_length=40", "first_seed_index=1", "trainer.population=4"):
+        assert market_key(tiny_config(override), "cpu", prices) != key, override
+    assert market_key(cfg, "cpu", prices * 1.01) != key
+    assert market_key(cfg, "cpu", None) != key
+    for override in ("trainer.lr=0.001", "model.hidden=12", "gems.g6.mode=wire", "seed=5", "trainer.epochs=9", "env.cost=0.001"):
+        assert market_key(tiny_config(override), "cpu", prices) == key, override
+
+
+def _market_tensors(market) -> dict[str, torch.Tensor]:
+    return {"features": market.features.clone(), "returns_next": market.returns_next.clone()}
+
+
+def test_market_cache_builds_once_keeps_the_most_recent_and_refuses_no_room():
+    cache, built = MarketCache(limit=2), []
+
+    def build_market(tag):
+        return lambda: built.append(tag) or tag
+
+    assert cache.get("a", build_market("a")) == "a" and cache.get("a", build_market("x")) == "a"
+    cache.get("b", build_market("b"))
+    cache.get("a", build_market("x"))  # a is now the most recent
+    cache.get("c", build_market("c"))  # evicts b
+    assert built == ["a", "b", "c"] and len(cache) == 2
+    assert cache.get("b", build_market("b2")) == "b2"
+    with pytest.raises(ValueError, match="limit"):
+        MarketCache(limit=0)
+
+
+def test_a_cached_market_is_read_only_to_training_and_gives_the_bits_of_a_fresh_one():
+    """Two trials of one config in one process share the cached market: the second equals a
+    run with a market of its own, every epoch and state tensor bit for bit, and training left
+    the market's tensors as they were."""
+    cfg = tiny_config("trainer.epochs=2", "gems.g10.mode=wire")
+    prices = load_prices(cfg)
+    cache = MarketCache()
+    base = cfg.to_dict()
+    first = trainable.trial_trainer({}, base=base, prices=prices, markets=cache)
+    before = _market_tensors(first.market)
+    first.fit()
+    second = trainable.trial_trainer({}, base=base, prices=prices, markets=cache)
+    assert second.market is first.market and len(cache) == 1
+    second.fit()
+    fresh = Trainer(cfg, prices=prices, log=None)
+    assert fresh.market is not first.market
+    fresh.fit()
+    assert_same_run(second, fresh)
+    assert_same_run(first, fresh)
+    for name, t in _market_tensors(first.market).items():
+        assert torch.equal(t, before[name]), name
+
+
+def test_per_seed_paths_come_from_the_cache_for_the_same_seed_set_only():
+    cfg, other = tiny_config("trainer.population=2"), tiny_config("trainer.population=2", "first_seed_index=2")
+    prices = load_prices(cfg)
+    cache = MarketCache()
+
+    def get(c):
+        return cache.get(market_key(c, "cpu", prices), lambda: prepare_market(c, torch.device("cpu"), prices))
+
+    a, b = get(cfg), get(other)
+    assert a is not b and get(cfg) is a
+    assert not torch.equal(a.features, b.features)  # seed indices 2, 3 have paths of their own
+
+
+# -- synthetic paths and initial weights: vectorised where the bits stay --------------------------
+
+
+def _scalar_chain(cumulative, jumps, start, trend_shocks, persistence, scale):
+    """The per-row loop the vectorised recursions replaced, verbatim."""
+    k = cumulative.shape[0]
+    state, trend = np.empty(len(jumps), dtype=np.int64), np.empty(len(jumps))
+    s, m = start, 0.0
+    for t in range(len(jumps)):
+        s = min(int(np.searchsorted(cumulative[s], jumps[t], side="right")), k - 1)
+        m = persistence * m + scale * trend_shocks[t]
+        state[t], trend[t] = s, m
+    return state, trend
+
+
+@pytest.mark.parametrize("k, persistence, trend_persistence, seed", [(3, 0.98, 0.95, 0), (1, 0.98, 0.95, 1), (4, 0.5, 0.3, 2), (2, 0.999, 0.999, 3)])
+def test_regime_chain_and_trend_equal_the_row_by_row_recursion(k, persistence, trend_persistence, seed):
+    rng = np.random.default_rng(seed)
+    n = 3000
+    leave = (1.0 - persistence) / max(k - 1, 1)
+    cumulative = np.cumsum(np.where(np.eye(k, dtype=bool), persistence if k > 1 else 1.0, leave), axis=1)
+    jumps, shocks = rng.random(n), rng.standard_normal(n)
+    scale = np.sqrt(1.0 - trend_persistence**2)
+    want_state, want_trend = _scalar_chain(cumulative, jumps, k - 1, shocks, trend_persistence, scale)
+    assert np.array_equal(series._regime_chain(cumulative, jumps, k - 1), want_state)
+    assert np.array_equal(series._ar1(shocks, trend_persistence, scale), want_trend)  # bit for bit
+    if k > 1:
+        assert len(np.unique(want_state)) > 1  # the chain moves: the comparison means something
+
+
+def _stacked_uniform(gens, reps, shape, bound):
+    """The member-by-member draws and out-of-place arithmetic the in-place version replaced."""
+    out = [torch.rand((reps, *shape), generator=g, dtype=torch.float64) for g in gens]
+    return ((torch.stack(out) * 2 - 1) * bound).float()
+
+
+def test_initial_draws_equal_member_by_member_draws_and_leave_the_generators_alike():
+    seeds = [3, 11, 12345]
+
+    def gens():
+        return [torch.Generator().manual_seed(s) for s in seeds]
+
+    a, b = gens(), gens()
+    for shape, bound in (((5, 7), 0.3), ((1, 7), 0.3), ((64, 153), 0.125)):
+        assert torch.equal(layers._uniform(a, 2, shape, bound), _stacked_uniform(b, 2, shape, bound))
+        assert torch.equal(layers._normal(a, 1, shape), torch.stack([torch.randn((1, *shape), generator=g, dtype=torch.float64) for g in b]).float())
+    assert all(torch.equal(x.get_state(), y.get_state()) for x, y in zip(a, b))
+
+
+def test_the_target_net_as_a_copy_equals_one_built_from_the_seeds():
+    """The learner copies the online net for its target instead of drawing the weights again:
+    every parameter and buffer (persistent or not) and every switch equal a second build."""
+    from tune_gems.gems.registry import run_gems
+    from tune_gems.model.network import BranchingC51
+
+    cfg = tiny_config()
+    heads = {g.name: g.head for g in run_gems([]) if g.head is not None}
+    kw = dict(heads=heads, spectral_norm=[True, False, True], noisy=[False, True, True], member_block=None)
+    online = BranchingC51(cfg.model, 9, 2, 3, [5, 6, 7], **kw)
+    copied, built = copy.deepcopy(online), BranchingC51(cfg.model, 9, 2, 3, [5, 6, 7], **kw)
+    for (na, a), (nb, b) in zip([*copied.named_parameters(), *copied.named_buffers()], [*built.named_parameters(), *built.named_buffers()]):
+        assert na == nb and torch.equal(a, b), na
+    for (_, a), (_, b) in zip(copied.weight_layers().items(), built.weight_layers().items()):
+        assert vars(a).get("sn_common") == vars(b).get("sn_common") and vars(a).get("noise_common") == vars(b).get("noise_common")
+
+
+# -- a reused actor: trial after trial in one process ------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_reused_actor_runs_equal_trials_to_the_same_bits(tmp_path, ray_address):
+    """Three trials of one config with common seeds, one at a time: Tune runs them in one actor
+    (one worker process), and every member row of every epoch is the same in all three, the
+    cold trial and the two that found the process, its market and its frozen heap warm."""
+    from tune_gems.sweep.driver import run_sweep
+
+    from tune_gems.config.yaml_io import apply_overrides
+
+    spec = tmp_path / "reuse.yaml"
+    config = apply_overrides({}, [*TINY, "trainer.epochs=2", "gems.g10.mode=wire"])
+    spec.write_text(json.dumps({"num_samples": 3, "max_concurrent_trials": 1, "seeds": "common", "config": config,
+                                "objective": {"metric": "val_sharpe_mean", "mode": "max"}, "resources": {"cpu": 1}}))
+    out = run_sweep(spec, storage=str(tmp_path / "exp"), name="reuse")
+    rows = [json.loads(line) for f in sorted((tmp_path / "exp" / "reuse").glob("*/result.json")) for line in f.read_text().splitlines()]
+    assert len({r["trial_id"] for r in rows}) == 3 and len({r["pid"] for r in rows}) == 1, {(r["trial_id"], r["pid"]) for r in rows}
+    members = out.members.drop(columns=[c for c in ("trial_id", "experiment") if c in out.members])
+    per_trial = [canon(g.drop(columns="trial_id").to_dict("records")) for _, g in out.members.groupby("trial_id")]
+    assert len(per_trial) == 3 and len(set(per_trial)) == 1 and len(members) == 3 * 2 * 3
+    assert isinstance(out.trials, pd.DataFrame) and set(out.trials["status"]) == {"TERMINATED"}
