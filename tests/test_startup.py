@@ -25,7 +25,9 @@ from tune_gems.market.env import MarketCache, market_key
 from tune_gems.model import layers
 from tune_gems.ops import build
 from tune_gems.sweep import trainable
-from tune_gems.trainer.trainer import Trainer, load_prices, prepare_market
+from tune_gems.trainer.run_setup import load_run_prices as load_prices, prepare_market
+from tune_gems.trainer.train_command import train_epochs
+from tune_gems.trainer.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -163,13 +165,13 @@ def test_a_cached_market_is_read_only_to_training_and_gives_the_bits_of_a_fresh_
     base = cfg.to_dict()
     first = trainable.trial_trainer({}, base=base, prices=prices, markets=cache)
     before = _market_tensors(first.market)
-    first.fit()
+    train_epochs(first)
     second = trainable.trial_trainer({}, base=base, prices=prices, markets=cache)
     assert second.market is first.market and len(cache) == 1
-    second.fit()
+    train_epochs(second)
     fresh = Trainer(cfg, prices=prices, log=None)
     assert fresh.market is not first.market
-    fresh.fit()
+    train_epochs(fresh)
     assert_same_run(second, fresh)
     assert_same_run(first, fresh)
     for name, t in _market_tensors(first.market).items():
