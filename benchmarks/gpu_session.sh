@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
-# stages: env build tests tests-nokernels arms folds folds-gpu probe kbench tbench armsbench noisy compile efficiency sweep sweep2 moonshot perf floor
+# stages: env build tests startup startup-sweep tests-nokernels arms folds folds-gpu probe kbench tbench armsbench noisy compile efficiency sweep sweep2 moonshot perf floor
 #         blocks1 blocks (issue 25: the moonshot shape as seed blocks, one GPU, then every visible GPU;
 #         BLOCKS_EPOCHS=50 by default; run blocks1 first, in its own call: each takes about 5 minutes)
 # perf (issue 22, about 8 minutes): build, the fused-head and tensor-core GPU tests, kernels.py
@@ -144,6 +144,14 @@ for s in "$@"; do
       echo "--- op census (dispatched ops per iteration; where/copy_/cat/fill_ counts)"
       grep -E "^op census|aten\.(where|copy_|_to_copy|clone|cat|fill_|sum)\.|tune_gems\." "$log" | head -60
       echo "--- iteration vs matmul floor"; sed -n '/^case /,/^wrote/p' "$log" | grep -v "^wrote"
+      ;;
+    startup)
+      stage "a trial's fixed start-up, phase by phase: cold (a fresh process), then warm trials in it (issue 33 item 4)"
+      timeout 240 python3 benchmarks/startup.py --trials 3 --out "$OUT/startup.json" 2>&1 | tee "$OUT/startup.log" | tail -32
+      ;;
+    startup-sweep)
+      stage "a real 4-trial sweep: each trial's gap, start-up and worker process (reused actors, issue 33 item 4)"
+      timeout 300 python3 benchmarks/startup.py --trials 1 --sweep 4 --out "$OUT/startup_sweep.json" 2>&1 | tee "$OUT/startup_sweep.log" | tail -40
       ;;
     floor)
       stage "floor: the host-scheduled target copy, what a member's bits depend on, the moonshot's own shape (issue 33)"
