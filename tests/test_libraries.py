@@ -104,6 +104,8 @@ def test_the_filelock_lock_excludes_and_is_excluded_by_the_flock_it_replaced(tmp
     and one of this version never write one folder together."""
     import fcntl
     import os
+    import subprocess
+    import sys
 
     from tune_gems.contracts.errors import OutputInUseError
     from tune_gems.contracts.output_lock import LOCK_FILE, OutputLock
@@ -117,8 +119,13 @@ def test_the_filelock_lock_excludes_and_is_excluded_by_the_flock_it_replaced(tmp
         with OutputLock(tmp_path):
             with pytest.raises(BlockingIOError):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            with pytest.raises(OutputInUseError, match=f"pid {os.getpid()}"):
-                OutputLock(tmp_path).check_free()
+            OutputLock(tmp_path).check_free()  # the holder itself may look at its own folder
+            probe = subprocess.run(  # another process may not: it is told who holds it
+                [sys.executable, "-c", "import sys; from tune_gems.contracts.output_lock import OutputLock; "
+                 "OutputLock(sys.argv[1]).check_free()", str(tmp_path)],
+                capture_output=True, text=True, timeout=120)
+            assert probe.returncode != 0 and "OutputInUseError" in probe.stderr
+            assert f"pid {os.getpid()}" in probe.stderr
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released with the context
     finally:
         os.close(fd)
