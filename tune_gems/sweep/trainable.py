@@ -11,7 +11,7 @@ Tune's flattening of results and land in members.parquet; each checkpoint also c
 whole history so far (`result_files.CHECKPOINT_HISTORY_FILE`), from which the result tables fill
 any epoch whose report was lost with a dying node.
 
-One actor runs trial after trial (Tune's `reuse_actors`, tune_gems.sweep.driver): its process,
+One actor runs trial after trial (Tune's `reuse_actors`, tune_gems.sweep.tune_run): its process,
 imports, CUDA context and loaded extension stay. What a trial builds is its own (config,
 Trainer, checkpoint writer, random numbers: every draw comes from the members' own seeds) and
 is released before the next trial measures its memory (`release_finished_trials`); the one
