@@ -157,7 +157,8 @@ def time_sample(population: int, capacity: int, n_envs: int, batch: int = 128) -
     from tune_gems.config.schema import EnvConfig
     from tune_gems.data.segments import split_bounds
     from tune_gems.data.series import synthetic_prices
-    from tune_gems.market.env import Market, VecTradingEnv
+    from tune_gems.market.env import VecTradingEnv
+    from tune_gems.market.features import Market
 
     cfg = EnvConfig()
     prices = synthetic_prices(6000, 7)

@@ -121,7 +121,10 @@ def _wrap(clock: PhaseClock, owner: Any, attr: str, phase: str) -> None:
 def instrument(clock: PhaseClock) -> None:
     """Wrap the functions that run each phase of a trial (where they are looked up at call time)."""
     from tune_gems.data import series
-    from tune_gems.market import env
+    try:  # the market split of issue 29: the Market in market.features
+        from tune_gems.market.features import Market
+    except ImportError:  # a tree from before it
+        from tune_gems.market.env import Market
     from tune_gems.model import network
     from tune_gems.ops import backend
     from tune_gems.sweep import trainable
@@ -141,7 +144,7 @@ def instrument(clock: PhaseClock) -> None:
         (*expands, "config validation + arms"),
         (trainable, "check_training_fits", "memory check"),
         (series, "load_paths", "market paths"),
-        (env.Market, "__init__", "market features"),
+        (Market, "__init__", "market features"),
         (backend, "load_extension", "extension load (CUDA)"),
         (network.BranchingC51, "__init__", "initial weights"),
         (member_gems.MemberGems, "check", "gems' dry check"),

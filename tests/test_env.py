@@ -15,7 +15,10 @@ from gymnasium.utils.env_checker import check_env
 from tune_gems.config.schema import EnvConfig
 from tune_gems.data.segments import split_bounds
 from tune_gems.data.series import synthetic_prices
-from tune_gems.market.env import ActionMap, Market, VecTradingEnv, evaluate_segment
+from tune_gems.market.actions import ActionMap
+from tune_gems.market.env import VecTradingEnv
+from tune_gems.market.features import Market
+from tune_gems.market.segment_evaluator import evaluate_segment
 from tune_gems.contracts.errors import DataError
 from tune_gems.ops.reference import c51_project
 from tune_gems.market.gym_env import TradingEnv
@@ -110,7 +113,7 @@ def test_episodes_restart_at_member_specific_offsets(prices):
 def test_greedy_evaluation_runs_the_whole_segment(prices):
     m = _market(prices)
     cfg = EnvConfig(window=W)
-    from tune_gems.market.env import ActionMap
+    from tune_gems.market.actions import ActionMap
 
     acts = ActionMap(cfg, "cpu")
     always_long = lambda obs: torch.full((*obs.shape[:2], 2), 2, dtype=torch.int64)  # noqa: E731

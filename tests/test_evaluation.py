@@ -300,7 +300,9 @@ def test_recomputed_net_returns_equal_the_segment_evaluators_returns():
     from tune_gems.config.schema import EnvConfig
     from tune_gems.data.segments import split_bounds
     from tune_gems.data.series import synthetic_prices
-    from tune_gems.market.env import ActionMap, Market, evaluate_segment
+    from tune_gems.market.actions import ActionMap
+    from tune_gems.market.features import Market
+    from tune_gems.market.segment_evaluator import evaluate_segment
 
     W = 6
     prices = synthetic_prices(400, seed=3)
@@ -436,7 +438,7 @@ def test_segment_asset_returns_gives_each_member_its_own_path():
     """With per-seed paths every member is scored against the market it traded, not path 0's."""
     from tune_gems.data.segments import split_bounds
     from tune_gems.data.series import synthetic_prices
-    from tune_gems.market.env import Market
+    from tune_gems.market.features import Market
 
     W = 6
     paths = [synthetic_prices(400, seed=s) for s in (3, 4)]
@@ -456,7 +458,7 @@ def test_evaluation_with_weights_computed_once_per_pass_equals_weights_recompute
     evaluation): the returns and positions equal, bit for bit, a pass that recomputes them in
     every step; the second pass after more training sees the new weights."""
     from tune_gems.config.load import load_config
-    from tune_gems.market.env import evaluate_segment
+    from tune_gems.market.segment_evaluator import evaluate_segment
     from tune_gems.trainer.trainer import Trainer
 
     cfg = load_config(None, ["trainer.population=3", "trainer.batch_size=16", "trainer.n_envs=4", "trainer.replay_capacity=512",

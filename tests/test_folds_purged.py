@@ -20,7 +20,8 @@ from tune_gems.contracts.errors import ConfigError, DataError
 from tune_gems.data.segments import FOLD_TABLE_COLUMNS, SegmentBounds, TrainingReach, fold_bounds, fold_table, split_bounds  # fmt: skip
 from tune_gems.data.series import load_prices, synthetic_prices
 from tune_gems.data.summary import data_lines, layout_line, split_line
-from tune_gems.market.env import DecisionRange, Market, VecTradingEnv, run_start_tables
+from tune_gems.market.env import VecTradingEnv, run_start_tables
+from tune_gems.market.features import DecisionRange, Market
 from tune_gems.rng import CounterRNG, member_seeds, to_integers
 
 W, N_STEP, EPISODE = 6, 3, 16

@@ -9,7 +9,7 @@ from sweep_fixtures import SMOKE, TINY_SWEEP
 from tune_gems.config.load import load_config
 from tune_gems.contracts.errors import ConfigError, ResourceError, StorageError
 from tune_gems.design.resources import GIB, MemoryEstimate, check_fits, estimate_memory
-from tune_gems.sweep import driver as sweep_run
+from tune_gems.sweep import preflight
 from tune_gems.sweep.spec_load import load_spec
 from tune_gems.sweep.storage import check_storage
 
@@ -42,7 +42,7 @@ def _spec(*extra: str):
 def test_a_bad_spec_is_one_named_error(override, fragment):
     with pytest.raises((ConfigError, ResourceError)) as e:
         spec = _spec(override)
-        sweep_run._check_memory(spec, "spec.yaml")
+        preflight.check_memory(spec, "spec.yaml")
     assert fragment in str(e.value) and "\n" not in str(e.value)
 
 
@@ -83,14 +83,14 @@ def test_trial_resources_no_node_can_hold_are_refused_or_waited_for(monkeypatch,
 
     nodes = [{"Alive": True, "Resources": {"CPU": 2.0}}]
     monkeypatch.setattr(ray, "nodes", lambda: nodes)
-    sweep_run.check_trial_resources(1.0, 0.0, 0)  # fits
+    preflight.check_trial_resources(1.0, 0.0, 0)  # fits
     with pytest.raises(ResourceError, match=r"resources.gpu: one trial asks 1 CPU and 1 GPU.*largest: 2 CPU, 0 GPU"):
-        sweep_run.check_trial_resources(1.0, 1.0, 0)
+        preflight.check_trial_resources(1.0, 1.0, 0)
     with pytest.raises(ResourceError, match="resources.cpu"):
-        sweep_run.check_trial_resources(4.0, 0.0, 0)
-    monkeypatch.setattr(sweep_run, "NODE_POLL_S", 0.01)
+        preflight.check_trial_resources(4.0, 0.0, 0)
+    monkeypatch.setattr(preflight, "NODE_POLL_S", 0.01)
     with pytest.raises(ResourceError, match="none came within resources.wait_for_nodes_s=0.05s"):
-        sweep_run.check_trial_resources(1.0, 1.0, 0.05)
+        preflight.check_trial_resources(1.0, 1.0, 0.05)
     assert "warning" in capsys.readouterr().out
 
     calls = []
@@ -100,7 +100,7 @@ def test_trial_resources_no_node_can_hold_are_refused_or_waited_for(monkeypatch,
         return nodes + ([{"Alive": True, "Resources": {"CPU": 8.0, "GPU": 1.0}}] if len(calls) >= 3 else [])
 
     monkeypatch.setattr(ray, "nodes", autoscaled)
-    sweep_run.check_trial_resources(1.0, 1.0, 5.0)
+    preflight.check_trial_resources(1.0, 1.0, 5.0)
     assert len(calls) >= 3
 
 

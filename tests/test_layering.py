@@ -7,6 +7,7 @@ layer or to one the layer may use, and no modules import each other in a cycle (
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,55 @@ def imports(module: str) -> set[str]:
 
 
 GRAPH = {m: imports(m) for m in MODULES}
+
+
+DESIGN = PACKAGE.parent / "docs" / "design.md"
+
+
+def layer_arrows() -> dict[str, set[str]]:
+    """The layers each layer's modules import (itself left out): the arrows of the code."""
+    arrows: dict[str, set[str]] = {layer: set() for layer in LAYERS}
+    for m, targets in GRAPH.items():
+        if targets:  # the package's own __init__ (module "") imports nothing and is in no layer
+            arrows[layer_of(m)] |= {layer_of(t) for t in targets} - {layer_of(m)}
+    return arrows
+
+
+def drawn_floors(text: str) -> list[tuple[str, set[str], set[str]]]:
+    """docs/design.md's floor table, bottom floor first: (layer, its packages, the layers it imports
+    from), read from the code block between the layer-arrows markers (columns two spaces apart)."""
+    block = text.split("<!-- layer-arrows", 1)[1].split("<!-- /layer-arrows -->", 1)[0]
+    rows = [line for line in block.splitlines() if line[:6].strip().isdigit()]
+
+    def names(cell: str) -> set[str]:
+        return {n.strip() for n in re.sub(r"\(.*?\)", "", cell).split(",") if n.strip()}
+
+    floors = []
+    for row in rows:
+        floor, layer, packages, imports = re.split(r"\s{2,}", row.strip())
+        floors.append((int(floor), layer, names(packages), names(imports)))
+    return [f[1:] for f in sorted(floors, key=lambda f: f[0])]
+
+
+def test_the_drawing_in_design_md_is_the_import_graph():
+    """docs/design.md draws the floors in LAYERS' order with their packages, and for each floor
+    exactly the layers its modules import: an arrow drawn that the code lacks, or one the code has
+    that is not drawn, fails here (issue 29 item 6: the old picture drew two the code lacked)."""
+    floors = drawn_floors(DESIGN.read_text())
+    assert [f[0] for f in floors] == list(LAYERS), "design.md's floors are not LAYERS' layers, bottom up"
+    arrows = layer_arrows()
+    for layer, packages, imports in floors:
+        assert packages == set(LAYERS[layer]), f"design.md: {layer} holds {sorted(LAYERS[layer])}, drawn {sorted(packages)}"
+        assert imports == arrows[layer], (f"design.md: {layer} imports {sorted(arrows[layer])}, drawn {sorted(imports)}")
+
+
+def test_the_drawing_check_catches_an_arrow_not_drawn(monkeypatch):
+    """The check itself: an analysis module importing the gem registry (allowed by MAY_IMPORT, but
+    not drawn) makes the drawn analysis floor differ from the code's arrows."""
+    drawn = dict((layer, imports) for layer, _, imports in drawn_floors(DESIGN.read_text()))
+    assert drawn["analysis"] == layer_arrows()["analysis"]
+    monkeypatch.setitem(GRAPH, "analysis.load", GRAPH["analysis.load"] | {"gems.registry"})
+    assert drawn["analysis"] != layer_arrows()["analysis"]
 
 
 def test_every_import_follows_the_documented_layering():

@@ -13,7 +13,8 @@ import torch
 from tune_gems.config.schema import EnvConfig
 from tune_gems.data.segments import split_bounds
 from tune_gems.data.series import synthetic_prices
-from tune_gems.market.env import Market, VecTradingEnv
+from tune_gems.market.env import VecTradingEnv
+from tune_gems.market.features import Market
 from tune_gems.trainer.replay import ReplayBuffer
 from tune_gems.rng import CounterRNG, member_seeds, to_integers
 

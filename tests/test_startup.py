@@ -21,7 +21,7 @@ import torch
 from learner_fixtures import TINY, assert_same_run, canon, tiny_config
 from sweep_fixtures import ray_address  # noqa: F401 (fixture)
 from tune_gems.data import series
-from tune_gems.market.env import MarketCache, market_key
+from tune_gems.market.market_cache import MarketCache, market_key
 from tune_gems.model import layers
 from tune_gems.ops import build
 from tune_gems.sweep import trainable

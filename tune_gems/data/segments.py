@@ -193,7 +193,7 @@ def _purged_bounds(base: SegmentBounds, folds: Any, min_len: int, reach: Trainin
     before the test segment), each kept only if it holds one episode. So no price of the
     validation group (or of the test segment) is read by any training observation, reward or
     untruncated n-step target, and nothing of the group or the embargo enters the fold's
-    normalisation (tune_gems.market.env.Market normalises on the runs)."""
+    normalisation (tune_gems.market.features.Market normalises on the runs)."""
     k, embargo = int(folds.k), int(folds.embargo)
     test_lo, lead = base.test[0], reach.window
     if folds.val_length is None:

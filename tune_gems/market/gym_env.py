@@ -17,7 +17,8 @@ import pandas as pd
 import torch
 
 from tune_gems.config.schema import EnvConfig
-from tune_gems.market.env import ActionMap, Market
+from tune_gems.market.actions import ActionMap
+from tune_gems.market.features import Market
 
 
 class TradingEnv(gym.Env):

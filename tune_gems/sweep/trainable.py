@@ -11,7 +11,7 @@ Tune's flattening of results and land in members.parquet; each checkpoint also c
 whole history so far (`result_files.CHECKPOINT_HISTORY_FILE`), from which the result tables fill
 any epoch whose report was lost with a dying node.
 
-One actor runs trial after trial (Tune's `reuse_actors`, tune_gems.sweep.driver): its process,
+One actor runs trial after trial (Tune's `reuse_actors`, tune_gems.sweep.tune_run): its process,
 imports, CUDA context and loaded extension stay. What a trial builds is its own (config,
 Trainer, checkpoint writer, random numbers: every draw comes from the members' own seeds) and
 is released before the next trial measures its memory (`release_finished_trials`); the one
@@ -39,7 +39,7 @@ from tune_gems.stats.metrics import DIVERGENCE_SCORED
 from tune_gems.design.arms import run_arms
 from tune_gems.design.resources import check_training_fits
 from tune_gems.contracts.result_files import BASELINES_KEY, CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE, FOLDS_KEY, MEMBERS_KEY
-from tune_gems.market.env import MarketCache, market_key
+from tune_gems.market.market_cache import MarketCache, market_key
 from tune_gems.sweep.console import quiet_trial
 from tune_gems.sweep.progress import HEALTH_KEY
 from tune_gems.sweep.results import config_label
@@ -51,7 +51,7 @@ from tune_gems.trainer.run_setup import prepare_market, run_device
 from tune_gems.trainer.trainer import Trainer
 
 MARKETS = MarketCache()
-"""This process's markets, by what built them (tune_gems.market.env.market_key). A function
+"""This process's markets, by what built them (tune_gems.market.market_cache.market_key). A function
 trainable keeps nothing between the trials of a reused actor but its modules' state: the
 markets are the one thing a trial leaves to the next (read-only), so the next trial of the same
 data config and seed set does not rebuild its paths and features."""

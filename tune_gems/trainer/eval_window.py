@@ -22,7 +22,7 @@ from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import CheckpointError
 from tune_gems.contracts.result_files import EVAL_RETURNS_FILE, EVAL_RETURNS_FORMAT
 from tune_gems.contracts.safe_files import open_atomic
-from tune_gems.market.env import Market
+from tune_gems.market.features import Market
 from tune_gems.trainer.evaluator import GreedyEvaluator
 from tune_gems.trainer.member_ids import MemberIds
 

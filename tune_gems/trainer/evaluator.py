@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from tune_gems.config.schema import EnvConfig
-from tune_gems.market.env import Market, SegmentEvaluator
+from tune_gems.market.features import Market
+from tune_gems.market.segment_evaluator import SegmentEvaluator
 from tune_gems.market.evaluation import evaluation_stats, read_back, segment_asset_returns
 from tune_gems.model.layers import Affine
 from tune_gems.trainer.graph import StepRunner

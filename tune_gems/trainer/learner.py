@@ -30,7 +30,8 @@ from torch import Tensor
 from tune_gems.data import series as data_mod
 from tune_gems.design.arms import Arm, RunArms, run_arms
 from tune_gems.config.schema import Config
-from tune_gems.market.env import Market, VecTradingEnv
+from tune_gems.market.env import VecTradingEnv
+from tune_gems.market.features import Market
 from tune_gems.gems import GemInputs
 from tune_gems.ops.reference import c51_cross_entropy
 from tune_gems.model.member_select import uniform

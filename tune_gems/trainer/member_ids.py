@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tune_gems.market.env import Market
+from tune_gems.market.features import Market
 from tune_gems.trainer.learner import Learner
 
 

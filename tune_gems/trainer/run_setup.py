@@ -18,7 +18,7 @@ from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import ConfigError
 from tune_gems.data import series as data_mod
 from tune_gems.data.segments import TrainingReach, fold_bounds
-from tune_gems.market.env import Market
+from tune_gems.market.features import Market
 
 CUBLAS_DETERMINISTIC = ":4096:8"
 """cuBLAS workspace setting under which its reduction orders are the same run to run."""

@@ -25,7 +25,7 @@ from tune_gems.contracts.errors import CheckpointError
 from tune_gems.data.segments import fold_table
 from tune_gems.design.arm_sets import arm_aliases
 from tune_gems.design.arms import RunArms
-from tune_gems.market.env import Market
+from tune_gems.market.features import Market
 from tune_gems.market.evaluation import baseline_stats
 from tune_gems.ops import resolve_backend
 from tune_gems.stats.metrics import EVAL_STATS, SEGMENTS

@@ -1,0 +1,243 @@
+"""The Market: price paths prepared once as device tensors of features without look-ahead and
+next-step returns, per fold and path, read (never written) by the environments, evaluators,
+replay and baselines.
+
+Time convention: prices p_0..p_{T-1}. The observation at decision time t holds the W log
+returns log(p_s / p_{s-1}) for s = t-W+1..t (prices up to and including t, never later) and
+the position held before acting. The position chosen at t earns the simple return from t to
+t+1: reward = pos_t * (p_{t+1}/p_t - 1) - cost * |pos_t - pos_{t-1}|.
+
+Log returns are normalised with the mean and std of the training segment only; validation and
+test data never influence the features.
+
+Paths: a Market may hold several price paths of the same length (per-seed synthetic paths, see
+`tune_gems.data.series.load_paths`); every consumer (env, evaluator, replay) reads member p's features
+from path `path_of_member[p]`, an explicit argument that defaults to path 0 for every member.
+A real price file is one path.
+
+Folds (walk-forward, `tune_gems.data.segments.fold_bounds`): a Market may also hold several splits of
+the same paths, one per fold, which share the test segment. Each fold's features are
+normalised on that fold's own training window, so the market holds one row of features per
+(fold, path), fold-major (`Market.row`); member p reads row `row(fold_of_member[p],
+path_of_member[p])`, starts its episodes in its fold's training window and is evaluated on its
+fold's validation window. One fold (the default) is exactly the one-split market.
+
+Purged cross-validation (`scheme: purged`): a fold trains on up to two runs of rows, before and
+after its validation group (`SegmentBounds.runs`); it is normalised on the runs' log returns
+together (`Market.train_runs` keeps the runs; where episodes start in them:
+tune_gems.market.env).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from tune_gems.data.series import SOURCE_COLUMN_ATTR
+from tune_gems.contracts.errors import DataError
+
+SEGMENTS = ("train", "val", "test")
+_STD_FLOOR = 1e-12
+
+
+@dataclass(frozen=True)
+class DecisionRange:
+    """Decision times t in [lo, hi) of one segment: t and t+1 both lie in the segment."""
+
+    lo: int
+    hi: int
+
+    @property
+    def length(self) -> int:
+        return self.hi - self.lo
+
+
+class Market:
+    """Price paths prepared as device tensors: normalised log returns and next-step returns.
+
+    `prices` is one series or a sequence of series of equal length (one per path); `bounds`
+    (the train/val/test split, or a sequence of them: one per fold, sharing the test segment)
+    applies to every path, and each path is normalised, per fold, with the mean and std of that
+    fold's training segment. `features` and `returns_next` are [folds x paths, n], fold-major
+    (`row`); `logret_norm` and `ret_next` are row 0 (fold 0, path 0: what a one-path caller
+    reads). `ranges` are fold 0's decision ranges, `fold_ranges[f]` fold f's; `train_runs[f]`
+    the decision ranges of fold f's runs of training rows (one, `fold_ranges[f]["train"]`,
+    except under purged cross-validation, where "train" spans the runs and the validation group
+    between them: episodes start only in the runs).
+    """
+
+    def __init__(
+        self,
+        prices: pd.Series | Sequence[pd.Series],
+        bounds,
+        window: int,
+        device: torch.device | str = "cpu",
+        fold_ids: Sequence[int] | None = None,
+    ):
+        """`fold_ids`: the run's fold index of each fold given (default 0..F-1); a market of
+        fold k alone (the arms-and-folds invariant's reference run) reports fold k."""
+        paths = [prices] if isinstance(prices, pd.Series) else list(prices)
+        folds = [bounds] if hasattr(bounds, "train") else list(bounds)
+        if not paths:
+            raise DataError("data: no price path to build a market from")
+        if not folds or any(f.test != folds[0].test for f in folds):
+            raise DataError("data: every fold needs the same test segment (tune_gems.data.segments.fold_bounds)")
+        n = len(paths[0])
+        if any(len(p) != n for p in paths):
+            raise DataError(f"data: price paths differ in length ({sorted({len(p) for p in paths})}); every path needs the same length")
+        if n < window:
+            raise DataError(f"data: {n} prices, fewer than the {window}-step observation window (env.window)")
+        self.window = window
+        self.n = n
+        self.index = paths[0].index if isinstance(paths[0], pd.Series) else pd.RangeIndex(n)
+        self.bounds = tuple(folds)  # the SegmentBounds of each fold held
+        self.n_paths, self.n_folds = len(paths), len(folds)
+        self.fold_ids = tuple(range(len(folds))) if fold_ids is None else tuple(int(f) for f in fold_ids)
+        if len(self.fold_ids) != len(folds):
+            raise ValueError(f"{len(self.fold_ids)} fold ids for {len(folds)} folds")
+        first = paths[0]
+        self.times = first.index if isinstance(getattr(first, "index", None), pd.DatetimeIndex) else None
+        """Path 0's timestamps (None without a time column): the split's dates (tune_gems.data.summary)."""
+        self.column = getattr(first, "attrs", {}).get(SOURCE_COLUMN_ATTR)
+        """The file's column the prices were read from (None for synthetic paths)."""
+        raw = []
+        for path in paths:
+            p = np.asarray(path, dtype=np.float64)
+            logret = np.zeros_like(p)
+            logret[1:] = np.log(p[1:] / p[:-1])
+            ret_next = np.zeros_like(p)
+            ret_next[:-1] = p[1:] / p[:-1] - 1.0
+            raw.append((logret, ret_next))
+        logrets, nexts, means, stds = [], [], [], []
+        for fold in folds:  # fold-major rows: each fold normalised on its own training window
+            runs = getattr(fold, "runs", (fold.train,))
+            for logret, ret_next in raw:
+                if len(runs) == 1:
+                    s, e = runs[0]
+                    train_lr = logret[max(s, 1) : e]
+                else:  # purged: the runs' log returns together, nothing of the group between them
+                    train_lr = np.concatenate([logret[max(s, 1) : e] for s, e in runs])
+                mean, std = float(train_lr.mean()), float(max(train_lr.std(), _STD_FLOOR))
+                logrets.append((logret - mean) / std)
+                nexts.append(ret_next)
+                means.append(mean)
+                stds.append(std)
+        self.norm_means, self.norm_stds = tuple(means), tuple(stds)
+        self.norm_mean, self.norm_std = means[0], stds[0]
+        self.features = torch.tensor(np.stack(logrets), dtype=torch.float32, device=device)  # [paths, n]
+        self.returns_next = torch.tensor(np.stack(nexts), dtype=torch.float32, device=device)  # [paths, n]
+        self.logret_norm = self.features[0]
+        self.ret_next = self.returns_next[0]
+        self.fold_ranges = tuple(
+            {
+                name: DecisionRange(max(seg[0], window), seg[1] - 1)
+                for name, seg in zip(SEGMENTS, (fold.train, fold.val, fold.test))
+            }
+            for fold in folds
+        )
+        self.ranges = self.fold_ranges[0]
+        self.train_runs = tuple(
+            tuple(DecisionRange(max(s, window), e - 1) for s, e in getattr(fold, "runs", (fold.train,))) for fold in folds
+        )
+        # windows[k, s] = path k's features s..s+W-1 (a view, no copy): the observation at t is
+        # row t-W+1, one row gather instead of a gather of W indices per observation
+        self._windows = self.features.unfold(1, window, 1)
+
+    @property
+    def n_rows(self) -> int:
+        """Rows of features: one per (fold, path)."""
+        return self.features.shape[0]
+
+    def row(self, fold: int, path: int) -> int:
+        """The feature row of `path` under fold `fold`'s normalisation."""
+        return fold * self.n_paths + path
+
+    def member_rows(self, population: int, path_of_member=None, fold_of_member=None) -> Tensor:
+        """Each member's feature row [P] (int64, on the market's device) from its path and fold
+        (None: path 0, fold 0 for everyone), checked once on the host."""
+        paths = member_index(path_of_member, population, self.n_paths, "path_of_member", "paths")
+        folds = member_index(fold_of_member, population, self.n_folds, "fold_of_member", "folds")
+        return (folds * self.n_paths + paths).to(self.device)
+
+    def member_windows(self, segment: str, population: int, fold_of_member=None) -> tuple[Tensor, int]:
+        """(first decision time of each member's `segment` window [P] int64 on the device, the
+        common number of decisions T): every fold's window of one segment has the same length
+        (fold_bounds gives every validation window `val_length` rows; the test is common)."""
+        folds = member_index(fold_of_member, population, self.n_folds, "fold_of_member", "folds")
+        ranges = [r[segment] for r in self.fold_ranges]
+        if len({r.length for r in ranges}) != 1:
+            raise ValueError(f"the folds' {segment} windows differ in length ({[r.length for r in ranges]})")
+        lo = torch.tensor([r.lo for r in ranges], dtype=torch.int64)[folds]
+        return lo.to(self.device), ranges[0].length
+
+    @property
+    def device(self) -> torch.device:
+        return self.features.device
+
+    def check_lengths(self, episode_length: int) -> None:
+        """Each segment of every fold must have decision times; training must fit one episode
+        (under purged cross-validation: in one of the fold's runs at least)."""
+        for f, ranges in enumerate(self.fold_ranges):
+            where = "" if self.n_folds == 1 else f"fold {f}'s "
+            for name, r in ranges.items():
+                if r.length < 2:
+                    raise DataError(f"data: {where}{name} segment has {max(r.length, 0)} decision steps after the {self.window}-step window; need at least 2")
+            runs = self.train_runs[f]
+            if len(runs) == 1 and runs[0].length < episode_length:
+                raise DataError(
+                    f"data: {where}train segment has {runs[0].length} decision steps, fewer than env.episode_length={episode_length}"
+                )
+            if max(r.length for r in runs) < episode_length:
+                steps = ", ".join(str(max(r.length, 0)) for r in runs)
+                raise DataError(
+                    f"data: {where}training runs have {steps} decision steps, none as many as env.episode_length={episode_length}"
+                )
+
+    def observe(self, t: Tensor, pos: Tensor, path: Tensor | None = None) -> Tensor:
+        """Observations [..., W+1] at decision times t [...] with current positions pos [...];
+        `path` (broadcastable to t) picks each one's path, None means path 0."""
+        row = t - (self.window - 1)
+        window = self._windows[0, row] if path is None else self._windows[path, row]
+        return torch.cat([window, pos.unsqueeze(-1)], dim=-1)
+
+    def returns_at(self, t: Tensor, path: Tensor | None = None) -> Tensor:
+        """Simple returns from t to t+1 at decision times t [...], on `path` (None: path 0)."""
+        return self.ret_next[t] if path is None else self.returns_next[path, t]
+
+    @property
+    def obs_dim(self) -> int:
+        return self.window + 1
+
+
+
+def member_index(values: Sequence[int] | Tensor | None, population: int, limit: int, name: str, what: str) -> Tensor:
+    """A per-member index (path or fold) as an int64 CPU tensor [P]; None gives 0 to everyone.
+    Checked here, once, on the host: a wrong mapping is a caller's bug."""
+    if values is None:
+        return torch.zeros(population, dtype=torch.int64)
+    idx = torch.as_tensor(values, dtype=torch.int64).flatten().cpu()
+    if idx.numel() != population:
+        raise ValueError(f"{name} has {idx.numel()} entries for a population of {population}")
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= limit):
+        raise ValueError(f"{name} must lie in [0, {limit}) (the market's {what}), got {idx.tolist()}")
+    return idx
+
+
+
+def member_paths(path_of_member: Sequence[int] | Tensor | None, population: int, market: Market) -> Tensor:
+    """The path index of each member as an int64 tensor [P] on the market's device; None gives
+    path 0 to everyone."""
+    return member_index(path_of_member, population, market.n_paths, "path_of_member", "paths").to(market.device)
+
+
+
+def path_index(market: Market, rows: Tensor) -> Tensor | None:
+    """What to index the market with: None on a one-row market (one path, one fold: the cheaper
+    1-D lookup, the same values), else the member rows."""
+    return None if market.n_rows == 1 else rows
+

@@ -1,0 +1,74 @@
+"""Markets already built in this process (issue 33: a reused Ray actor's next trial of the same
+data config and seed set does not rebuild its paths and features), keyed by what builds them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from typing import Callable, Hashable
+
+import pandas as pd
+import torch
+
+from tune_gems.config.schema import Config
+from tune_gems.market.features import Market
+
+MARKETS_KEPT = 4
+"""Markets a MarketCache holds by default (the most recently used): a few data configs of one
+sweep, each a few MB of device tensors."""
+
+
+def _series_digest(prices: pd.Series | None) -> str | None:
+    """A digest of everything a Market reads from a given price series: its values, its index
+    (the times), its name and attributes (the source column)."""
+    if prices is None:
+        return None
+    digest = hashlib.sha256(pd.util.hash_pandas_object(prices, index=True).to_numpy().tobytes())
+    digest.update(repr((prices.name, sorted(prices.attrs.items()), type(prices.index).__name__)).encode())
+    return digest.hexdigest()
+
+
+def market_key(cfg: Config, device: torch.device | str, prices: pd.Series | None, n_seed_indices: int | None = None) -> tuple:
+    """What `tune_gems.trainer.run_setup.prepare_market(cfg, device, prices, n_seed_indices)` builds
+    its market from, as a hashable key: the whole data section (source, file, synthetic paths,
+    splits, folds), the observation window and episode length (the minimum rows, the
+    segments' check), the seed indices (first_seed_index and their number: per-seed paths)
+    and the device, with a digest of a given price series. Two calls with equal keys build
+    equal markets."""
+    n = cfg.trainer.population if n_seed_indices is None else int(n_seed_indices)
+    data = json.dumps(cfg.data.model_dump(mode="json"), sort_keys=True)
+    return (data, cfg.env.window, cfg.env.episode_length, cfg.first_seed_index, n, str(torch.device(device)), _series_digest(prices))
+
+
+class MarketCache:
+    """Markets already built in this process, by `market_key` (issue 33: a Ray actor reused for
+    the next trial of the same data config and seed set does not rebuild its paths and
+    features). Sharing is safe because nothing writes to a Market after construction: the
+    environments, evaluators, replay and baselines only read its tensors. Holds the `limit`
+    most recently used markets; thread-safe (a build runs under the lock: one trial at a time
+    builds a given market)."""
+
+    def __init__(self, limit: int = MARKETS_KEPT):
+        if limit < 1:
+            raise ValueError(f"a market cache holds at least one market, got limit={limit}")
+        self.limit = limit
+        self._markets: OrderedDict[Hashable, Market] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._markets)
+
+    def get(self, key: Hashable, build: Callable[[], Market]) -> Market:
+        """The market of `key`: the cached one, or `build()`'s (then cached)."""
+        with self._lock:
+            market = self._markets.get(key)
+            if market is None:
+                market = build()
+                self._markets[key] = market
+                while len(self._markets) > self.limit:
+                    self._markets.popitem(last=False)
+            self._markets.move_to_end(key)
+            return market
+

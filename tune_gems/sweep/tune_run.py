@@ -1,0 +1,73 @@
+"""The Tune run of a sweep: the Tuner (a new one, or restored to finish a stored run) with the
+trial function, its resources, the search or the block grid, the scheduler and the callbacks."""
+
+from __future__ import annotations
+
+from tune_gems.contracts.result_files import JOURNAL_FILE
+from tune_gems.sweep.search import make_searcher
+from tune_gems.sweep.spec import SweepSpec
+from tune_gems.sweep.spec_load import block_grid
+from tune_gems.sweep.storage import ExperimentStore
+
+
+def fit_tuner(spec: SweepSpec, store: ExperimentStore, name: str, prices, resources: dict, resume: bool, verbose: bool = False):
+    """Run the sweep's trials to the end (or to Ctrl-C, Tune's state saved) and return Tune's
+    ResultGrid; `resume` restores the stored run and finishes its unfinished and errored trials."""
+    from ray import tune
+
+    from tune_gems.sweep.progress import SweepConsole, TrialEvents, ray_verbosity
+    from tune_gems.sweep.tracking import tracking_callbacks
+    from tune_gems.sweep.trainable import train_trial
+
+    trainable = tune.with_parameters(
+        train_trial, base=spec.config, prices=prices, objective=spec.objective.metric, design=spec.design, verbose=verbose
+    )
+    trainable = tune.with_resources(trainable, resources)
+    mirror = (store.storage, name) if store.local_dir is None else None
+    if resume:
+        tuner = tune.Tuner.restore(store.uri, trainable=trainable, resume_unfinished=True, resume_errored=True)
+    else:
+        blocks = block_grid(spec)
+        tuner = tune.Tuner(
+            trainable,
+            # blocks: Tune's grid, one trial per block, each run exactly once (it is part of Tune's
+            # saved state, so a resumed driver neither repeats nor skips a block); nothing to search
+            param_space={key: tune.grid_search(values) for key, values in blocks.items()},
+            tune_config=tune.TuneConfig(
+                search_alg=None if blocks else make_searcher(spec, name, store.journal_path(JOURNAL_FILE), mirror),
+                scheduler=_scheduler(spec),
+                num_samples=1 if blocks else spec.num_samples,
+                max_concurrent_trials=spec.max_concurrent_trials,
+                # one actor runs trial after trial: its process, imports, CUDA context, loaded
+                # extension and markets stay (issue 33; what a trial may leave: trainable.py)
+                reuse_actors=True,
+            ),
+            run_config=tune.RunConfig(
+                name=name,
+                storage_path=store.storage,
+                failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures, fail_fast=spec.failure.fail_fast),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoints_to_keep),
+                callbacks=[
+                    SweepConsole(spec.num_samples, spec.objective.metric, spec.objective.mode, verbose),
+                    TrialEvents(),  # TensorBoard: train's tags, one run per trial id (in place of Tune's logger)
+                    *tracking_callbacks(spec.tracking),
+                ],
+                verbose=ray_verbosity(verbose),
+            ),
+        )
+    return tuner.fit()
+
+
+def _scheduler(spec: SweepSpec):
+    if spec.scheduler.type == "none":
+        return None
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(
+        metric="objective",
+        mode=spec.objective.mode,
+        time_attr="training_iteration",
+        max_t=spec.base_config().trainer.epochs,
+        grace_period=spec.scheduler.grace_period,
+        reduction_factor=spec.scheduler.reduction_factor,
+    )
