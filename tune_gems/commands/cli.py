@@ -211,6 +211,30 @@ def _add_confirm_parser(sub) -> None:
     c.set_defaults(fn=_cmd_confirm)
 
 
+# -- what a design needs, from a pilot: `tune-gems plan EXP` -----------------------------------
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    """`tune-gems plan EXP`: the designs (periods x seeds x epochs) that reach a target MDE."""
+    from tune_gems.analysis.plan import format_plan, plan
+    from tune_gems.analysis.scripts import analysis_settings
+
+    print(format_plan(plan(args.experiments, target_mde=args.target_mde, **analysis_settings(args))), flush=True)
+    return 0
+
+
+def _add_plan_parser(sub) -> argparse.ArgumentParser:
+    from tune_gems.analysis.scripts import add_settings
+
+    c = sub.add_parser("plan", help="from a finished pilot with folds: the designs that reach a target MDE, and their cost")
+    c.add_argument("experiments", nargs="+", metavar="EXPERIMENT_DIR", help="folder(s) of the finished pilot")
+    c.add_argument("--target-mde", type=float, default=None,
+                   help="the effect the design must detect at the stated power (default: --rope)")
+    add_settings(c)
+    c.set_defaults(fn=_cmd_plan)
+    return c
+
+
 class _OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (naming the argument) and exit status 2, like
     every other bad input; `--help` still prints the full usage."""
@@ -254,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(fn=_cmd_analyze)
     c = _add_config_parser(sub)
     cmp = _add_compare_parser(sub)
-    for cmd in (t, s, a, c, cmp):  # `tune-gems train --debug ...` as well as `tune-gems --debug train ...`
+    pl = _add_plan_parser(sub)
+    for cmd in (t, s, a, c, cmp, pl):  # `tune-gems train --debug ...` as well as `tune-gems --debug train ...`
         cmd.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     _add_confirm_parser(sub)
     return p
@@ -286,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     # key=value overrides may come after options (`sweep SPEC --name x a.b=1`): argparse stops
     # collecting positionals at the first option, so gather the stragglers here
     args, extra = parser.parse_known_args(argv)
-    stray = [x for x in extra if x.startswith("-") or "=" not in x or args.command in ("analyze", "config", "compare")]
+    stray = [x for x in extra if x.startswith("-") or "=" not in x or args.command in ("analyze", "config", "compare", "plan")]
     if stray:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if args.command == "train":
