@@ -52,7 +52,7 @@ def test_the_plan_states_each_designs_pooled_mde_and_cost(tmp_path):
     assert more["mde"].iloc[0] < 0.7 * at_pilot[at_pilot["seeds"] == 16]["mde"].iloc[0]
     text = format_plan(p)
     assert "designs that reach MDE <= 0.2" in text and "floor with infinitely many seeds" in text
-    assert "us per member-iteration" in text and "more periods, not more seeds" in text
+    assert "s per member-iteration" in text and "more periods, not more seeds" in text
 
 
 def test_plan_command_and_its_refusals(tmp_path, capsys):

@@ -11,11 +11,12 @@ they are read off a pilot instead of guessed:
   where the rule shares it), the within-fold variance of one seed's difference and the seeds'
   share common to every fold (`rules.power.components`), the tie share (ties cost seeds), and
   the rule's degrees of freedom per period;
-- the epochs: the within-fold variance at averaging windows of 1..E epochs of the pilot, fitted
-  as a + b / w (a persistent part and evaluation noise that averages out), so a design whose
-  window (`--window`) holds more epochs gets its within-fold variance from the fit (the period
-  and seed parts are taken as fixed; a longer run may also learn something else, which no pilot
-  of another length can say);
+- the epochs: the within-fold variance over the last w = 1, E / 2 and E epochs of the pilot,
+  fitted as a + b / w (a persistent part and evaluation noise that averages out), so a design
+  whose window (`--window`) holds another number of epochs than the pilot's gets its within-fold
+  variance from the fit (the pilot's own window keeps its measured value; the period part and
+  the seed share are taken as fixed; a longer run may also learn something else, which no
+  pilot of another length can say);
 - the window: the pilot's pooled effect, period spread, within-fold variance and MDE with the
   verdict metric averaged over the last k epochs, the last half, and every epoch
   (`window_comparison`: the calibration behind the default window);
@@ -68,11 +69,18 @@ class GemParts:
     within_fit: tuple[float, float]  # a + b / w
     tied_share: float
     df_per_period: float
+    within_at: dict = field(default_factory=dict)
+    """The within-fold variance measured at the pilot's windows (epochs averaged -> variance)."""
 
     def components(self, window: int) -> PooledComponents:
+        """The parts at a window of `window` epochs: the pilot's measured within-fold variance
+        where it has that window, else the fit a + b / w (the seed share kept)."""
         a, b = self.within_fit
-        within = a + b / window if np.isfinite(a) and np.isfinite(b) else self.within
-        return PooledComponents(self.period, within, self.seed)
+        measured = self.within_at.get(int(window))
+        within = measured if measured is not None and np.isfinite(measured) else (
+            a + b / window if np.isfinite(a) and np.isfinite(b) else self.within)
+        share = self.seed / self.within if self.within > 0 else 0.0
+        return PooledComponents(self.period, within, share * within)
 
 
 @dataclass(frozen=True)
@@ -197,18 +205,20 @@ def _parts(exp: Experiment, th: Thresholds, cells, v) -> tuple[list[GemParts], i
     pooled = pool_family_of(base, th)
     comp = components(base.var, base.n_informative, base.seed_share, pooled["tau2"], base.theta)
     epochs = int(cells.table["final_epoch"].min())
-    windows = sorted({1, max(1, epochs // 2), epochs, th.window_length(epochs)})
+    windows = sorted({1, max(1, epochs // 2), epochs})
     within_at = {}
     for w in windows:
         fam = family_folds(v, cells, list(exp.gems), replace(th, window="last-k", last_k=int(w)))
         within_at[w] = components(fam.var, fam.n_informative, fam.seed_share, pooled["tau2"], fam.theta).within[0]
+    own = int(th.window_length(epochs))  # the analysis's own window: as the verdicts measure it
     parts = []
     for j, i in enumerate(base.rows):
         kk = int(pooled["periods"][0, j])
         df = float(pooled["df"][0, j])
         parts.append(GemParts(str(v.at[i, "gem"]), float(comp.period[0, j]), float(comp.seed[0, j]),
                               float(comp.within[0, j]), _fit_within(windows, [within_at[w][j] for w in windows]),
-                              float(np.nan_to_num(base.tied_share[j])), df / (kk - 1) if kk >= 2 else math.nan))
+                              float(np.nan_to_num(base.tied_share[j])), df / (kk - 1) if kk >= 2 else math.nan,
+                              {own: float(comp.within[0, j])}))
     seeds = int(np.median([np.median([pr.n for _, pr in folds]) for folds in base.folds]))
     arms = int(cells.table.groupby(["experiment", "trial_id"])["arm"].nunique().max())
     return parts, k, seeds, arms, epochs
@@ -287,7 +297,9 @@ def format_plan(p: Plan, shown: int = SHOWN) -> str:
                      f"{_fmt(g.seed)}, ties {g.tied_share:.0%}, df per period {_fmt(g.df_per_period)}")
     if p.cost:
         c = p.cost
-        lines.append(f"cost: {c.per_member_iteration * 1e6:.3g} us per member-iteration and {c.per_member_eval * 1e3:.3g} "
+        per_it = (f"{c.per_member_iteration * 1e6:.3g} us" if c.per_member_iteration < 1e-3 else
+                  f"{c.per_member_iteration * 1e3:.3g} ms")
+        lines.append(f"cost: {per_it} per member-iteration and {c.per_member_eval * 1e3:.3g} "
                      f"ms of evaluation per member-epoch on the pilot's {c.device} ({c.members} members, "
                      f"{c.iterations_per_epoch:.0f} iterations per epoch; the per-member cost falls with the population "
                      "on a GPU, so larger designs are upper estimates)")

@@ -281,6 +281,7 @@ def period_calibration_table(shapes: list[Shape], *, thresholds: Thresholds | No
                     f = run(3, flip=flip).codes
                     row["flip_decisive"] = float((np.abs(f[:, 0]) == 1).mean())
                     row["flip_inconsistent"] = float((f[:, 0] == INCONSISTENT_CODE).mean())
+                    row["flip_alarm"] = float(np.isin(f[:, 0], (INCONSISTENT_CODE, HETEROGENEOUS_CODE)).mean())
                 rows.append(row)
     return pd.DataFrame(rows)
 
@@ -296,12 +297,15 @@ def format_period_calibration(table: pd.DataFrame, alpha: float = defaults.ALPHA
                        f"{table['sd'].iloc[0]:.3g}. tau: period-to-period spread in seed standard errors; rho: seed "
                        f"share across folds; alarm: inconsistent or heterogeneous under the null (a false alarm where "
                        f"tau = 0; with tau > 0 the periods do differ); MDE: the pooled "
-                       f"MDE the rule states (sd); flip: +-{flip:g} SE from first to last fold")]
+                       f"MDE the rule states (sd); flip: +-{flip:g} SE from first to last fold, read inconsistent "
+                       f"(a sign change shown) or heterogeneous (inc/het)")]
     head = ["folds", "tau", "rho", "false keep", "false harmful", "FWER", "alarm", "false equiv@ROPE"] + \
-           [c.replace("power@", "power ") for c in pcols] + ["MDE", "power@MDE", "flip keep/harm", "flip inconsistent"]
+           [c.replace("power@", "power ") for c in pcols] + ["MDE", "power@MDE", "flip keep/harm", "flip inconsistent",
+                                                             "flip inc/het"]
     rows = [head]
     for _, r in table.iterrows():
-        flip_cells = [f"{r['flip_decisive']:.3f}", f"{r['flip_inconsistent']:.2f}"] if r["folds"] > 1 else ["-", "-"]
+        flip_cells = ([f"{r['flip_decisive']:.3f}", f"{r['flip_inconsistent']:.2f}", f"{r['flip_alarm']:.2f}"]
+                      if r["folds"] > 1 else ["-", "-", "-"])
         few = r.get("insufficient", 0.0) > 0.5
         mde = ["-", "-"] if r["folds"] == 1 or few or not np.isfinite(r["mde_sd"]) else \
             [f"{r['mde_sd']:.2f}", f"{r['power@mde']:.2f}"]
