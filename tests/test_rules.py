@@ -32,8 +32,8 @@ from tune_gems.analysis.rules import words  # noqa: E402
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tune_gems"
 RULES = PACKAGE / "analysis" / "rules"
-WORD_NAMES = {"KEEP", "HARMFUL", "EQUIVALENT", "DELETE", "INCONCLUSIVE", "INCONSISTENT", "CONFOUNDED", "INSUFFICIENT",
-              "NO_DATA", "NOT_TESTED", "DECISIVE", "NULL_ARM_OK", "VERDICTS"}
+WORD_NAMES = {"KEEP", "HARMFUL", "EQUIVALENT", "DELETE", "INCONCLUSIVE", "INCONSISTENT", "HETEROGENEOUS", "CONFOUNDED",
+              "INSUFFICIENT", "NO_DATA", "NOT_TESTED", "DECISIVE", "NULL_ARM_OK", "VERDICTS"}
 """The names in rules/words.py that are verdict words or sets of them."""
 ALLOWED_CHOICES = {("analysis/search_choice.py", "NO_DATA")}
 """Uses of a verdict word as a value outside the rules, with why: a gem that has no row in the
@@ -137,16 +137,21 @@ def test_holm_is_defined_once_and_its_entry_points_share_one_step_down():
 
 def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
     from tune_gems.analysis import calibration, redundancy, verdicts, walk_forward, walk_forward_calibration
-    from tune_gems.analysis.rules import gates, periods, pooling, seed
+    from tune_gems.analysis import plan
+    from tune_gems.analysis.rules import gates, periods, pooling, power, seed, ties
 
     uses = {
         seed.decide_family: (verdicts, calibration, walk_forward_calibration),
         gates.market_gate: (verdicts, walk_forward_calibration),
         gates.one_period_gate: (walk_forward, walk_forward_calibration),
         periods.decide_periods: (walk_forward, walk_forward_calibration),
-        pooling.hksj: (walk_forward, walk_forward_calibration),
+        pooling.pool_family: (walk_forward, walk_forward_calibration),
         pooling.fold_estimates: (walk_forward, walk_forward_calibration),
         pooling.shared_seed_variance: (walk_forward, walk_forward_calibration),
+        pooling.seed_anova: (walk_forward, walk_forward_calibration),
+        ties.informative_rank_test: (verdicts, walk_forward, calibration, walk_forward_calibration),
+        power.pooled_mde: (walk_forward, walk_forward_calibration, plan),
+        power.components: (walk_forward, walk_forward_calibration),
         seed.redundancy_finding: (redundancy,),
     }
     for fn, modules in uses.items():
@@ -167,10 +172,13 @@ def _fold_differences(cells, gem: str, column: str, k: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("fold_effects", [[0.5, 0.4, 0.6, 0.5], [0.5, 0.5, -0.5, -0.5], [0.0, 0.02, -0.02, 0.0],
-                                          [0.3, -0.05, 0.35, 0.1], [0.5, 0.05, 0.3], [0.5]])
+                                          [0.3, -0.2, 0.35, 0.1], [0.3, 0.1, 0.2, 0.15, 0.25, 0.05],
+                                          [0.5, 0.08, 0.3], [0.5]])
 def test_the_shipped_verdict_is_the_calibrations_decision_on_the_same_differences(tmp_path, fold_effects):
     """keep wired; inconsistent (the seeds: equivalent); equivalent; inconsistent (the seeds: keep);
-    not confirmed across 3 periods (the seeds: keep); one period: keep wired."""
+    keep wired over 6 periods (heterogeneous ones, tau shared with nothing: one gem);
+    insufficient data over 3 periods (the seeds: keep); one period: keep wired. (The fakes'
+    per-seed noise is +-0.05: a fold effect of +-0.05 would make half its pairs tie.)"""
     from tune_gems.analysis.analyze import analyze
     from tune_gems.analysis.pairing import build_cells
     from tune_gems.analysis.rules.thresholds import Thresholds
