@@ -12,13 +12,14 @@ probability `power`:
   the t quantiles with n - 1 df times the rank test's efficiency, divergence accounted for); on
   one price history the verdict must also hold for the combined seed + market-noise interval
   (the one-period gate), so the market-noise standard error adds its variance:
-  sqrt(seed MDE^2 + ((z_level + z_power) x market se)^2), the market part at `market_level`
+  sqrt(seed MDE^2 + ((z_level + z_power) x market se)^2), the market part at `history_level`
   (a confirmation on the search's one history takes it at the selection-adjusted level);
 - **K >= 2 periods**: the period rule needs the seed test on the fold-averaged differences AND
   the pooled (HKSJ) test, t with K - 1 df at the level; its MDE is the larger of the two, the
   pooled one (t_{K-1} quantiles) x sqrt((fold se^2 + tau^2) / K), fold se = fold sd x
   sqrt(pi/3) / sqrt(n) (the rank interval's width per fold). As n grows it falls to the floor
-  (t + t) x tau / sqrt(K) that no seed count beats (`period_floor`).
+  (t + t) x tau / sqrt(K) that no seed count beats (`period_floor`); the pooled part at
+  `history_level` (the periods are the history's part on one price history).
 
 These are large-sample statements of a rule that is itself checked by simulation (the
 calibrations of docs/analysis.md); they say which design can decide, not the exact power.
@@ -87,18 +88,19 @@ def period_floor(d: Design, level: float, power: float) -> float:
     return float((sps.t.ppf(1 - level / 2, df) + sps.t.ppf(power, df)) * math.sqrt(tau2 / d.folds))
 
 
-def rule_mde(d: Design, level: float, power: float, *, market_level: float | None = None) -> float:
+def rule_mde(d: Design, level: float, power: float, *, history_level: float | None = None) -> float:
     """The MDE of the deciding rule for design `d` at two-sided `level` (the first Holm step of
-    its family) and `power` (module docstring); `market_level` the level of the market-noise part
-    (default `level`). +inf when n seeds cannot reach `level` at all; NaN without a spread."""
+    its family) and `power` (module docstring); `history_level` the level of the history's part,
+    the market-noise part at K = 1 and the pooled test at K >= 2 (default `level`). +inf when n
+    seeds cannot reach `level` at all; NaN without a spread."""
     if d.n < 2 or not math.isfinite(d.sd):
         return math.nan
     seed = min_detectable_effect(d.sd, d.n, level, power, d.p_div)
+    h_level = level if history_level is None else history_level
     if d.folds >= 2:
-        return max(seed, pooled_mde(d, level, power))
+        return max(seed, pooled_mde(d, h_level, power))
     if d.market_se > 0 and math.isfinite(seed):
-        m_level = level if market_level is None else market_level
-        return float(math.hypot(seed, _z(m_level, power) * d.market_se))
+        return float(math.hypot(seed, _z(h_level, power) * d.market_se))
     return float(seed)
 
 
@@ -108,13 +110,13 @@ def finite_interval(n: int, level: float) -> bool:
     return n >= 2 and smallest_p(int(n)) <= level
 
 
-def seeds_for(d: Design, target: float, level: float, power: float, *, market_level: float | None = None,
+def seeds_for(d: Design, target: float, level: float, power: float, *, history_level: float | None = None,
               n_min: int = 2, n_max: int = 4096) -> int | None:
     """The fewest seeds in [n_min, n_max] whose `rule_mde` is at most `target` (and finite), or
     None when none does (a floor of periods or market noise above it, or n_max too few). The MDE
     falls with n, so a bisection."""
     def ok(n: int) -> bool:
-        m = rule_mde(d.with_seeds(n), level, power, market_level=market_level)
+        m = rule_mde(d.with_seeds(n), level, power, history_level=history_level)
         return math.isfinite(m) and m <= target
 
     if not ok(n_max):
