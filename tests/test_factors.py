@@ -155,3 +155,27 @@ def test_the_calibration_table_and_command(capsys):
     from tune_gems.analysis.factor_calibration import main
 
     assert main(["--factors", "0"]) == 2 and "--factors: must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_real_train_with_an_arms_factorial_gets_its_factor_table(tmp_path):
+    """End to end on the CPU: `tune-gems train` with arms.factors over NoisyNets and G12's mode
+    (every other gem measured), then `tune-gems analyze`: factors.csv judges model.noisy and the
+    gem in one family, with their interaction, and the console prints the table."""
+    from sweep_fixtures import cli
+
+    out = tmp_path / "run"
+    tiny = ["trainer.population=6", "trainer.epochs=2", "trainer.iterations_per_epoch=8", "trainer.batch_size=16",
+            "trainer.n_envs=2", "trainer.replay_capacity=512", "trainer.learning_starts=32", "env.window=8",
+            "env.episode_length=32", "model.hidden=16", "model.stream_hidden=8", "model.atoms=11",
+            "model.predictor_hidden=16", "data.synthetic.n=900", "device=cpu"]
+    res = cli("train", *tiny, "arms.factors={model.noisy: [true, false], gems.g12.mode: [measure, wire]}", "--out", str(out),
+              env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    ana = cli("analyze", str(out), "--no-plots")
+    assert ana.returncode == 0, ana.stderr[-2000:]
+    f = pd.read_csv(out / "analysis" / "factors.csv").set_index("factor")
+    assert f.loc["model.noisy", "kind"] == FACTOR and f.loc["model.noisy", "n_seeds"] == 6
+    assert f.loc["gems.g12.mode", "n_seeds"] == 6 and f.loc["model.noisy", "family_size"] == 2
+    assert f.loc["gems.g12.mode x model.noisy", "kind"] == INTERACTION
+    assert "factors (gems and factors one family, Holm over 2" in ana.stdout and "model.noisy" in ana.stdout

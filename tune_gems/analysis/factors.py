@@ -326,7 +326,7 @@ def _reading(c: Contrast, verdict: str, mde: float, rope: float) -> str:
         return "the effect changes sign between periods"
     if verdict == INCONCLUSIVE:
         return f"not decided: detectable at |effect| >= {_fmt(mde, '.3g')}"
-    return "no design: no members differ in this key alone at a common seed"
+    return "not judged: no members differ in this key alone at a common seed"
 
 
 def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds | None = None, column: str,

@@ -384,25 +384,22 @@ def one_history_final(verdicts: pd.DataFrame, candidates: dict[str, int]) -> pd.
 
 @dataclass(frozen=True)
 class OneHistoryShape:
-    """A simulated search on one price history: as `calibration.SearchShape` (trials, gems, seeds,
-    a seed-index component shared by the trials, trial noise, p_wire), plus each configuration's
-    luck on the history, sd `luck` discovery seed standard errors (sd / sqrt(seeds)), the same in
-    the discovery and the confirmation of that configuration; `folds` walk-forward periods (one
-    luck per period); the confirmation has `confirm_seeds` fresh seeds on the same history."""
+    """A simulated search on one price history: `trials` trials, each wiring each of `gems` gems
+    with probability `p_wire`, `seeds` per-seed differences of spread `sd` per wired gem, a share
+    `shared` of their variance the seed index's own in every trial (the search's common seeds);
+    each configuration's luck on the history, sd `luck` discovery seed standard errors (sd /
+    sqrt(seeds)), the same in its discovery and its confirmation; `folds` walk-forward periods
+    (one luck per period); the confirmation has `confirm_seeds` fresh seeds on the same history."""
 
     trials: int = 8
     gems: int = 3
     seeds: int = 16
     confirm_seeds: int = 16
-    path_sd: float = 0.7
-    noise_sd: float = 0.7
+    sd: float = 1.0
+    shared: float = 0.5
     p_wire: float = 0.5
     luck: float = 1.0
     folds: int = 1
-
-    @property
-    def sd(self) -> float:
-        return math.sqrt(self.path_sd**2 + self.noise_sd**2)
 
     @property
     def luck_sd(self) -> float:
@@ -431,8 +428,9 @@ def one_history_search_rates(shape: OneHistoryShape, effect: float = 0.0, n_sim:
     delta = np.zeros(m)
     delta[0] = effect
     luck = shape.luck_sd * rng.standard_normal((n_sim, T, m, k, 1))
-    path = shape.path_sd * _normal_or_t3(rng, (n_sim, 1, m, 1, n), dist)
-    d = delta[None, None, :, None, None] + luck + path + shape.noise_sd * _normal_or_t3(rng, (n_sim, T, m, k, n), dist)
+    path = math.sqrt(shape.shared) * shape.sd * _normal_or_t3(rng, (n_sim, 1, m, 1, n), dist)
+    noise = math.sqrt(1 - shape.shared) * shape.sd * _normal_or_t3(rng, (n_sim, T, m, k, n), dist)
+    d = delta[None, None, :, None, None] + luck + path + noise
     score = rank_test(d.mean(3).reshape(-1, n))["estimate"].reshape(n_sim, T, m)
     best, chosen = best_trial(score, wired, axis=1)
     candidates = wired.sum(1)
@@ -471,3 +469,45 @@ def one_history_search_rates(shape: OneHistoryShape, effect: float = 0.0, n_sim:
         out[f"{name}_fwer"] = float((decisive[:, 1:] if effect else decisive).any(1).mean())
     out["power"] = float((final[:, 0] == KEEP).mean()) if effect else math.nan
     return out
+
+
+ONE_HISTORY_FOLDS = (1, 4)
+ONE_HISTORY_LUCK = (0.5, 1.0, 3.0)
+
+
+def one_history_table(shape: OneHistoryShape = OneHistoryShape(), *, folds=ONE_HISTORY_FOLDS, lucks=ONE_HISTORY_LUCK,
+                      effect: float = 1.0, n_sim: int = 2000, alpha: float = 0.05, dist: str = "normal",
+                      seed: int = 0) -> pd.DataFrame:
+    """One row per (folds, luck) of `one_history_search_rates`: the null family-wise false rates
+    (fresh seeds alone, the confirmation's own gates, the final gate) and the final power at a
+    planted `effect` (Sharpe units, the shape's per-seed sd ~1)."""
+    from dataclasses import replace
+
+    rows = []
+    for k in folds:
+        for luck in lucks:
+            sh = replace(shape, folds=k, luck=luck)
+            null = one_history_search_rates(sh, 0.0, n_sim, alpha=alpha, dist=dist, seed=seed)
+            planted = one_history_search_rates(sh, effect, n_sim, alpha=alpha, dist=dist, seed=seed + 1)
+            rows.append(dict(folds=k, luck_se=luck, trials=sh.trials, gems=sh.gems, seeds=sh.seeds,
+                             confirm_seeds=sh.confirm_seeds, n_sim=n_sim, dist=dist, **null,
+                             **{f"power@{effect:g}": planted["power"]}))
+    return pd.DataFrame(rows)
+
+
+def format_one_history(table: pd.DataFrame) -> str:
+    """The one-history calibration as text (`python analysis/calibrate_confirm.py`)."""
+    r0 = table.iloc[0]
+    pcol = next(c for c in table.columns if c.startswith("power@"))
+    lines = [f"Confirmation on one price history (simulated search: {int(r0['trials'])} trials, {int(r0['gems'])} gems, "
+             f"{int(r0['seeds'])} seeds, confirmation {int(r0['confirm_seeds'])} fresh seeds on the same history; "
+             f"{int(r0['n_sim'])} searches per row, {r0['dist']}); luck: each configuration's luck on the history, in "
+             "discovery seed SE, the same in discovery and confirmation; FWER: any false keep / harmful among the gems"]
+    head = ["folds", "luck", "FWER fresh seeds alone", "FWER confirmation's gates", "FWER final gate",
+            f"final power {pcol.split('@')[1]} sd"]
+    rows = [head] + [[f"{int(r['folds'])}", f"{r['luck_se']:g}", f"{r['seeds_fwer']:.3f}", f"{r['gated_fwer']:.3f}",
+                      f"{r['final_fwer']:.3f}", f"{r[pcol]:.2f}"] for _, r in table.iterrows()]
+    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
+    lines.append(f"worst final family-wise false rate {table['final_fwer'].max():.3f} (promise <= 0.05)")
+    return "\n".join(lines)
