@@ -174,6 +174,7 @@ def test_one_history_final_reads_the_confirmations_table():
              pooled_ci_level=0.95),  # t(3) at 0.05 / 8 reaches below 0
     ])
     f = one_history_final(rows, {"a": 8, "b": 8, "c": 8, "d": 8}).set_index("gem")
+    assert list(one_history_final(rows, {"a": 8})["gem"]) == ["a"]  # only the gems confirmed
     assert list(f["final_verdict"]) == [KEEP, INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE]
     assert "no market-noise interval" in f.loc["c", "final_rule"] and f.loc["d", "final_ci_low"] < 0
     assert one_history_final(rows.iloc[[3]], {"d": 1}).iloc[0]["final_verdict"] == KEEP  # one candidate: no selection

@@ -179,3 +179,14 @@ def test_a_real_train_with_an_arms_factorial_gets_its_factor_table(tmp_path):
     assert f.loc["gems.g12.mode", "n_seeds"] == 6 and f.loc["model.noisy", "family_size"] == 2
     assert f.loc["gems.g12.mode x model.noisy", "kind"] == INTERACTION
     assert "factors (gems and factors one family, Holm over 2" in ana.stdout and "model.noisy" in ana.stdout
+
+
+def test_a_key_with_many_levels_that_never_pairs_is_one_row(tmp_path):
+    """Three trials on common seeds at three G12 weights, each also differing in the learning
+    rate: the weight never pairs alone, and reads one confounded row, not one per level."""
+    trials = [fr.ArmTrial(f"t{j}", {"wired": {"gems.g12.mode": "wire", "gems.g12.weight": w, "trainer.lr": lr}},
+                          {"wired": list(fr.seed_values(8))}, seed=1)
+              for j, (w, lr) in enumerate([(0.1, 1e-4), (0.2, 2e-4), (0.3, 3e-4)])]
+    f = analyze(fr.write_arms_experiment(tmp_path / "e", trials)).factors
+    weight = f[f["factor"] == "gems.g12.weight"]
+    assert len(weight) == 1 and weight.iloc[0]["verdict"] == CONFOUNDED

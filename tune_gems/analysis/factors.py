@@ -337,6 +337,7 @@ def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds |
     th = thresholds if thresholds is not None else Thresholds()
     contrasts = design_contrasts(cells, gems, th.placebo_weight)
     prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]
+    contrasts, prs = _one_row_per_unpaired_key(contrasts, prs)
     k_folds = fold_count(cells)
     periods, fold_pairs = None, [[] for _ in contrasts]
     if k_folds > 1:
@@ -371,6 +372,23 @@ def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds |
     table = _largest_first(table)
     inter = interaction_rows(cells, contrasts, prs, gems, th, column)
     return pd.concat([table, inter], ignore_index=True) if len(inter) else table
+
+
+def _one_row_per_unpaired_key(contrasts: list[Contrast], prs: list[Paired]) -> tuple[list[Contrast], list[Paired]]:
+    """The contrasts, with one row for each key of more than two levels that never pairs in any of
+    them (a searched weight that differs between trials on common seeds has a level per trial:
+    one `insufficient: confounded` row says so, not one per level); a key that pairs somewhere
+    keeps every row, each unpaired one with its fix. Unpaired contrasts are out of the Holm family
+    either way."""
+    paired_keys = {c.key for c, pr in zip(contrasts, prs) if pr.n}
+    out, seen = [], set()
+    for c, pr in zip(contrasts, prs):
+        if c.kind == FACTOR and c.levels > 2 and c.key not in paired_keys:
+            if c.key in seen:
+                continue
+            seen.add(c.key)
+        out.append((c, pr))
+    return [c for c, _ in out], [pr for _, pr in out]
 
 
 def _row(c: Contrast, pr: Paired, j: int, dec: EffectDecision, m: int, th: Thresholds, k_folds: int,

@@ -277,7 +277,8 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
         smallest = next(n for n in range(2, 64) if finite_interval(n, level_c))
         data = (f"one price history, the history's part at level / {t_g} for the {t_g} configurations the search "
                 "chose among" if one_history else "fresh paths")
-        where = f"{gem}: the confirmation ({design.folds} period(s), {data}) "
+        what = f"the confirmation ({design.folds} period(s), {data}) "
+        where = f"{gem}: {what}"
         if seeds is not None and not finite_interval(seeds, level_c):
             raise ConfigError(f"--seeds {seeds}: {gem}'s confirmation cannot give a finite interval at its level "
                               f"{level_c:.3g} (the smallest exact p of {seeds} seeds is {smallest_p(seeds):.3g}); at "
@@ -285,7 +286,7 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
         if not math.isfinite(target):
             n = seeds if seeds is not None else max(default_seeds, smallest)
             mde = rule_mde(design.with_seeds(n), level_c, power, history_level=h_level) if design.n >= 2 else math.nan
-            note = (f"{where}trains {n} seeds per arm (MDE {_f(mde)}); the discovery's MDE is {_f(target)} "
+            note = (f"{what}trains {n} seeds per arm (MDE {_f(mde)}); the discovery's MDE is {_f(target)} "
                     "(it could not decide at any size), so no smaller MDE is asked")
             plans.append(PowerPlan(gem, n, target, mde, level_c, h_level, t_g, one_history, design.folds, note))
             continue
@@ -304,7 +305,7 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
                               "arm reach it; nothing was trained and the search's one confirmation is not spent")
         n = seeds if seeds is not None else need
         mde = rule_mde(design.with_seeds(n), level_c, power, history_level=h_level)
-        note = f"{where}trains {n} seeds per arm: MDE {_f(mde)} <= the discovery's {_f(target)} (same rule, same units)"
+        note = f"{what}trains {n} seeds per arm: MDE {_f(mde)} <= the discovery's {_f(target)} (same rule, same units)"
         plans.append(PowerPlan(gem, n, target, mde, level_c, h_level, t_g, one_history, design.folds, note))
     return plans
 
@@ -353,13 +354,13 @@ FINAL_COLUMNS = ["gem", "final_verdict", "final_ci_low", "final_ci_high", "final
 
 
 def one_history_final(verdicts: pd.DataFrame, candidates: dict[str, int]) -> pd.DataFrame:
-    """The final verdict per gem of a confirmation on one price history (`rules.selection.
-    final_on_one_history`): at K = 1 the seed and market-noise intervals combined with the market
+    """The final verdict per confirmed gem (the keys of `candidates`) of a confirmation on one price
+    history (`rules.selection.final_on_one_history`): at K = 1 the seed and market-noise intervals combined with the market
     part at the selection-adjusted level (no market-noise interval: not final); at K >= 2 the
     pooled interval at that level. `candidates[gem]` the configurations the search chose among."""
     rows = []
-    for _, r in verdicts.iterrows():
-        t = max(int(candidates.get(r["gem"], 1)), 1)
+    for _, r in verdicts[verdicts["gem"].isin(list(candidates))].iterrows():
+        t = max(int(candidates[r["gem"]]), 1)
         folds = int(r.get("folds", 1)) if np.isfinite(float(r.get("folds", 1))) else 1
         if folds >= 2:
             lo, hi = pooled_adjusted_bounds(r.get("pooled_effect"), r.get("pooled_ci_low"), r.get("pooled_ci_high"),

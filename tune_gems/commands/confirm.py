@@ -292,7 +292,7 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
     plans, notes, build = plan_confirmation(spec, trials, discovery.experiment.members, gems,
                                             {p.gem: p.seeds for p in power})
     for p in power:
-        log(f"tune-gems confirm: {p.note}")
+        log(f"tune-gems confirm: {p.gem}: {p.note}")
     lock = OutputLock(exp, FIELD).acquire()  # a second confirmation started meanwhile is refused here
     try:
         with _stops_raise():
