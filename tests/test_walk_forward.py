@@ -285,17 +285,22 @@ def test_the_held_out_test_segment_is_shown_beside_and_never_changes_the_verdict
     assert v["held_out"] == "does not agree: the test interval includes 0"
 
 
-def test_skill_in_context_when_every_arm_trails_a_baseline(tmp_path):
+def test_skill_in_context_when_every_arm_lies_below_flat(tmp_path):
+    """Issue 30 item 8: one metric with an interval against flat (0), not the best baseline's
+    alpha Sharpe without one."""
     base = pd.DataFrame({"segment": ["val", "test"] * 3, "baseline": np.repeat(["flat", "buy_and_hold", "momentum"], 2),
                          "path": 0, "sharpe": 0.0, "alpha_sharpe": [0, 0, 0, 0, 0.5, 3.0]})
-    res = analyze(fr.fold_scenario(tmp_path / "e", [0.5, 0.5, 0.5, 0.5], baselines=base))
+    folder = fr.fold_scenario(tmp_path / "e", [0.5, 0.5, 0.5, 0.5], baselines=base)
+    m = pd.read_parquet(folder / "members.parquet")
+    m["test_alpha_sharpe"] -= 3.0  # every arm's test alpha Sharpe below 0
+    m.to_parquet(folder / "members.parquet", index=False)
+    res = analyze(folder)
     g = res.verdicts[res.verdicts["gem"] == "g12"].iloc[0]
-    assert "every arm trails the momentum baseline" in g["skill"]
+    assert "every arm lies below flat (test_alpha_sharpe" in g["skill"] and "conditional on one test period" in g["skill"]
     assert "not that the learner has skill" in evidence_line(g)
     report = render_report(res, {}, res.settings)
     assert "Skill in context" in report and "Over periods and out of sample" in report and "held_out" in report
-    base["alpha_sharpe"] = 0.0  # arms above every baseline out of sample: nothing said
-    res = analyze(fr.fold_scenario(tmp_path / "f", [0.5, 0.5, 0.5, 0.5], baselines=base))
+    res = analyze(fr.fold_scenario(tmp_path / "f", [0.5, 0.5, 0.5, 0.5], baselines=base))  # arms above 0: nothing said
     assert (res.verdicts["skill"] == "").all()
 
 

@@ -122,6 +122,7 @@ def run_report(a: argparse.Namespace) -> None:
         run_calibration(a)
         return
     from tune_gems.analysis.objective import objective_notes
+    from tune_gems.analysis.factors import format_factor_table
     from tune_gems.analysis.report import format_verdict_table
     from tune_gems.analysis.analyze import run_analysis
     from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
@@ -131,6 +132,9 @@ def run_report(a: argparse.Namespace) -> None:
     if headline:
         print(headline + "\n")
     print(format_verdict_table(res.verdicts, res.placebo, res.redundancy))
+    factors = format_factor_table(res.factors)
+    if factors:
+        print("\n" + factors)
     for note in objective_notes(res.experiment.paths, res.experiment.labels, res.experiment.trials):
         print(f"\nnote: {note}")
     print(f"\nwrote {res.out_dir}/report.md")

@@ -224,7 +224,8 @@ def _add_confirm_parser(sub) -> None:
     c.add_argument("experiment", metavar="EXPERIMENT_DIR", help="folder of a finished wire_search sweep")
     c.add_argument("--out", default=None, help="output folder (default: EXPERIMENT_DIR/confirmation; never overwritten)")
     c.add_argument("--seeds", type=int, default=None,
-                   help="seeds per arm of each confirmation run (default: the search's trainer.population)")
+                   help="seeds per arm of each confirmation run (default: the fewest whose MDE is at most the "
+                        "discovery's; refused when too few to decide)")
     add_settings(c)
     _add_threads_option(c)
     c.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
