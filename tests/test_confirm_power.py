@@ -7,7 +7,7 @@
   interval or reach that MDE, or when no seed count can;
 - on one price history the final verdict needs the selection-adjusted gate
   (`search_choice.one_history_final`, `rules.selection.final_on_one_history`); the simulated
-  search through the same functions (`search_choice.one_history_search_rates`) shows the
+  search through the same functions (`one_history_calibration.one_history_search_rates`) shows the
   family-wise false rate above alpha with fresh seeds alone and with the confirmation's own
   gates, and <= alpha with the final gate, at K = 1 and over periods; a true effect survives it.
 """
@@ -32,9 +32,8 @@ from tune_gems.analysis.calibration import SearchShape, mc_tolerance, search_con
 from tune_gems.analysis.rule_mde import Design, finite_interval, period_floor, rule_mde, seeds_for  # noqa: E402
 from tune_gems.analysis.rules.selection import final_on_one_history  # noqa: E402
 from tune_gems.analysis.rules.words import EQUIVALENT, HARMFUL, INCONCLUSIVE, KEEP  # noqa: E402
-from tune_gems.analysis.search_choice import (  # noqa: E402
-    OneHistoryShape, confirmation_power, one_history_final, one_history_search_rates,
-)
+from tune_gems.analysis.one_history_calibration import OneHistoryShape, one_history_search_rates  # noqa: E402
+from tune_gems.analysis.search_choice import confirmation_power, one_history_final  # noqa: E402
 from tune_gems.contracts.errors import ConfigError  # noqa: E402
 
 ALPHA, N_SEARCH = 0.05, 2000

@@ -20,7 +20,9 @@ from tune_gems.analysis.analyze import analyze, run_analysis  # noqa: E402
 from tune_gems.analysis.calibration import mc_tolerance  # noqa: E402
 from tune_gems.analysis.factor_calibration import factor_calibration_table, family_codes  # noqa: E402
 from tune_gems.analysis.factors import FACTOR, GEM, INTERACTION, SHOWN, format_factor_table  # noqa: E402
-from tune_gems.analysis.rules.words import CONFOUNDED, EQUIVALENT, HARMFUL, INCONSISTENT, KEEP_CODE  # noqa: E402
+from tune_gems.analysis.rules.words import (  # noqa: E402
+    CONFOUNDED, EQUIVALENT, HARMFUL, INCONSISTENT, INSUFFICIENT, KEEP_CODE,
+)
 
 ALPHA, N_SIM = 0.05, 2000
 TOL = mc_tolerance(ALPHA, N_SIM)
@@ -176,9 +178,17 @@ def test_a_real_train_with_an_arms_factorial_gets_its_factor_table(tmp_path):
     assert ana.returncode == 0, ana.stderr[-2000:]
     f = pd.read_csv(out / "analysis" / "factors.csv").set_index("factor")
     assert f.loc["model.noisy", "kind"] == FACTOR and f.loc["model.noisy", "n_seeds"] == 6
-    assert f.loc["gems.g12.mode", "n_seeds"] == 6 and f.loc["model.noisy", "family_size"] == 2
+    assert f.loc["gems.g12.mode", "n_seeds"] == 6
+    # the family: the contrasts with informative pairs (a tiny train's pairs can all tie: they carry
+    # no weight, and that row reads insufficient data, as its verdicts.csv row does)
+    informative = [k for k in ("model.noisy", "gems.g12.mode") if np.isfinite(f.loc[k, "p_value"])]
+    assert f.loc["model.noisy", "family_size"] == len(informative)
+    g12 = f.loc["gems.g12.mode"]
+    if not np.isfinite(g12["p_value"]):  # every pair tied: no test, in both tables
+        assert g12["verdict"] == INSUFFICIENT == g12["gem_table_verdict"] and g12["tied_share"] == 1
     assert f.loc["gems.g12.mode x model.noisy", "kind"] == INTERACTION
-    assert "factors (gems and factors one family, Holm over 2" in ana.stdout and "model.noisy" in ana.stdout
+    assert f"factors (gems and factors one family, Holm over {len(informative)}" in ana.stdout
+    assert "model.noisy" in ana.stdout
 
 
 def test_a_key_with_many_levels_that_never_pairs_is_one_row(tmp_path):

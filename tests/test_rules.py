@@ -137,20 +137,31 @@ def test_holm_is_defined_once_and_its_entry_points_share_one_step_down():
 
 def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
     from tune_gems.analysis import calibration, redundancy, verdicts, walk_forward, walk_forward_calibration
-    from tune_gems.analysis import plan
-    from tune_gems.analysis.rules import gates, periods, pooling, power, seed, ties
+    from tune_gems.analysis import factor_calibration, factor_rule, factors, plan, rule_mde
+    from tune_gems.analysis import one_history_calibration
+    from tune_gems.analysis.rules import gates, period_family, periods, pooling, power, seed, ties
 
     uses = {
-        seed.decide_family: (verdicts, calibration, walk_forward_calibration),
-        gates.market_gate: (verdicts, walk_forward_calibration),
-        gates.one_period_gate: (walk_forward, walk_forward_calibration),
-        periods.decide_periods: (walk_forward, walk_forward_calibration),
-        pooling.pool_family: (walk_forward, walk_forward_calibration),
-        pooling.fold_estimates: (walk_forward, walk_forward_calibration),
-        pooling.shared_seed_variance: (walk_forward, walk_forward_calibration),
-        pooling.seed_anova: (walk_forward, walk_forward_calibration),
-        ties.informative_rank_test: (verdicts, walk_forward, calibration, walk_forward_calibration),
-        power.pooled_mde: (walk_forward, walk_forward_calibration, plan),
+        seed.decide_family: (verdicts, calibration, walk_forward_calibration, factor_rule, one_history_calibration),
+        gates.market_gate: (verdicts, walk_forward_calibration, factor_rule, one_history_calibration),
+        gates.one_period_gate: (walk_forward, walk_forward_calibration, factor_rule, one_history_calibration),
+        # the K >= 2 decision: the gem verdicts, the factor table, the confirmation's simulated
+        # search and the calibrations hold one function (and it the pooling and the period rule)
+        period_family.decide_fold_data: (walk_forward, walk_forward_calibration, factor_rule, one_history_calibration),
+        period_family.pool_fold_data: (walk_forward,),
+        period_family.fold_data: (walk_forward_calibration, factor_calibration, one_history_calibration),
+        factor_rule.decide_effects: (factors, factor_calibration),
+        walk_forward.folds_family: (factors,),
+        walk_forward.pooled_power: (factors,),
+        periods.decide_periods: (period_family,),
+        pooling.pool_family: (period_family,),
+        pooling.fold_estimates: (walk_forward, period_family),
+        pooling.shared_seed_variance: (walk_forward, period_family),
+        pooling.seed_anova: (walk_forward, period_family),
+        ties.informative_rank_test: (verdicts, walk_forward, calibration, walk_forward_calibration, factor_rule),
+        # the power statement: the verdicts', the plan's, the calibration's and confirm's MDE
+        power.pooled_mde: (walk_forward, walk_forward_calibration, plan, rule_mde),
+        power.mde_floor: (walk_forward, rule_mde),
         power.components: (walk_forward, walk_forward_calibration),
         seed.redundancy_finding: (redundancy,),
     }
@@ -194,3 +205,13 @@ def test_the_shipped_verdict_is_the_calibrations_decision_on_the_same_difference
     else:  # one period without saved returns: no market-noise interval, the seed rule alone
         code = rule_one_period(d[:, :, 0], 0.0, 1.0, rope=th.rope, alpha=th.alpha)
     assert int(code[0, 0]) == int(words.verdict_codes(np.array([row["verdict"]]))[0]), row["reason"]
+    # the factor table judges the same gem by the same rule (its family is this one gem here) ...
+    factor = res.factors.set_index("factor").loc["gems.g12.mode"]
+    assert factor["family_size"] == 1 and factor["verdict"] == row["verdict"], factor["reading"]
+    if len(fold_effects) > 1 and np.isfinite(row["mde"]):
+        from tune_gems.analysis.rule_mde import rule_mde
+        from tune_gems.analysis.search_choice import discovery_design
+
+        # ... and states its MDE, and confirm's target (the discovery's MDE) is that number too
+        assert factor["mde"] == pytest.approx(row["mde"]) and factor["pooled_ci_low"] == pytest.approx(row["pooled_ci_low"], nan_ok=True)
+        assert rule_mde(discovery_design(row.to_dict()), th.alpha, th.power) == pytest.approx(row["mde"], rel=1e-6)

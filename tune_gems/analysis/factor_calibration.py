@@ -1,7 +1,7 @@
 """Calibration of the factor table (issue 30, item 4): the family of gems and factors together.
 
 A statistic ships with its calibration through the function the shipped table calls: here
-`factors.decide_effects`, the rule `factors.factor_table` runs on a design's gems and factors (the
+`factor_rule.decide_effects`, the rule `factors.factor_table` runs on a design's gems and factors (the
 seed rule with Holm over the whole family, the one-period gates at K = 1 on one history, the
 period rule at K >= 2). The simulation gives every effect of the family (G gems and F factors,
 one population: every contrast has the same seeds) what a verdict faces, as the period
@@ -26,8 +26,8 @@ from scipy import stats as sps
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.calibration import _draws, mc_tolerance
-from tune_gems.analysis.factors import PeriodEvidence, decide_effects
-from tune_gems.analysis.rules.pooling import fold_estimates, shared_seed_variance
+from tune_gems.analysis.factor_rule import decide_effects
+from tune_gems.analysis.rules.period_family import fold_data
 from tune_gems.analysis.rules.words import HARMFUL_CODE, KEEP_CODE, verdict_codes
 
 FACTOR_CALIBRATION_FOLDS = (1, 4, 6)
@@ -71,12 +71,7 @@ def family_codes(gems: int, factors: int, n: int, n_sim: int, folds: int, *, sd:
         dec = decide_effects(diffs, alpha=alpha, rope=rope, market=market)
         return verdict_codes(dec.verdict)
     diffs = [d[:, j].mean(1) for j in range(e)]
-    periods = []
-    for j in range(e):
-        theta, var = fold_estimates(d[:, j].reshape(n_sim * folds, n))
-        periods.append(PeriodEvidence(theta.reshape(n_sim, folds), var.reshape(n_sim, folds),
-                                      shared_seed_variance(d[:, j])))
-    return verdict_codes(decide_effects(diffs, alpha=alpha, rope=rope, periods=periods).verdict)
+    return verdict_codes(decide_effects(diffs, alpha=alpha, rope=rope, periods=fold_data(d)).verdict)
 
 
 def factor_calibration_table(gems: int = 3, factors: int = 3, n: int = 16, *, n_sim: int = defaults.N_SIM,

@@ -16,11 +16,13 @@ gems' machinery and words:
   seed within a fold (a factorial's simple effects averaged per seed over the other factors'
   levels);
 - **the rule**: one family of gems and factors together, Holm over all of them
-  (`rules.seed.decide_family`), then at K = 1 on one price history the market gate and the
-  one-period gate (`rules.gates`, with each contrast's market-noise interval,
-  `verdict_market_noise.market_evidence`), at K >= 2 the period rule (`rules.periods.
-  decide_periods` on `rules.pooling`'s per-fold effects and HKSJ pooling): `decide_effects`, the
-  one function the table and its calibration (`factor_calibration.py`) run;
+  (`rules.seed.decide_family` on the informative pairs), then at K = 1 on one price history the
+  market gate and the one-period gate (`rules.gates`, with each contrast's market-noise interval,
+  `verdict_market_noise.market_evidence`), at K >= 2 the period rule on the family's fold data
+  (`walk_forward.folds_family`, `rules.period_family.decide_fold_data`: the gem verdicts' pooled
+  test, tau shared across the family): `factor_rule.decide_effects`, the one function the table
+  and its calibration (`factor_calibration.py`) run; the MDE, floor and advice of that test
+  (`walk_forward.pooled_power`);
 - **interactions**: for every two two-level contrasts of a full factorial, the per-seed
   difference of one's effect between the other's levels, Holm over the interactions (shown,
   not a verdict);
@@ -44,18 +46,18 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from tune_gems.analysis.factor_rule import EffectDecision, decide_effects
 from tune_gems.analysis.pairing import Cells, Paired, paired
 from tune_gems.analysis.report import format_number
 from tune_gems.analysis.rule_mde import Design, rule_mde
-from tune_gems.analysis.rules.gates import market_gate, one_period_gate
-from tune_gems.analysis.rules.periods import decide_periods
-from tune_gems.analysis.rules.pooling import fold_estimates, hksj, shared_seed_variance
 from tune_gems.analysis.rules.seed import decide_family
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import DECISIVE, EQUIVALENT, HARMFUL, INCONCLUSIVE, INCONSISTENT, KEEP
+from tune_gems.analysis.rules.words import (
+    DECISIVE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP,
+)
 from tune_gems.analysis.selectors import MEASURE, WIRE, placebo_selectors
-from tune_gems.analysis.verdict_market_noise import OK as MARKET_OK, EvalReturnsLookup, market_evidence
-from tune_gems.analysis.walk_forward import FOLD, fold_count
+from tune_gems.analysis.verdict_market_noise import EvalReturnsLookup, market_evidence
+from tune_gems.analysis.walk_forward import FOLD, FamilyFolds, fold_count, folds_family, pooled_power
 from tune_gems.contracts.gem_manifest import GemEntry
 from tune_gems.stats.inference import holm_levels, rank_test
 
@@ -68,118 +70,11 @@ FACTOR_COLUMNS = [
     "kind", "factor", "contrast", "verdict", "reading", "seed_verdict", "gem_table_verdict", "n_seeds", "n_pairs",
     "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p_adjusted",
     "family_size", "mde", "sd_diff", "divergence_rate", "folds", "fold_effects", "pooled_effect", "pooled_ci_low",
-    "pooled_ci_high", "pooled_p_adjusted", "tau2", "i2", "market_noise", "market_ci_low", "market_ci_high",
-    "combined_ci_low", "combined_ci_high", "design", "fix",
+    "pooled_ci_high", "pooled_p_adjusted", "tau2", "i2", "q_p_adjusted", "periods_informative", "mde_floor",
+    "power_note", "tied_share", "market_noise", "market_ci_low", "market_ci_high", "combined_ci_low",
+    "combined_ci_high", "design", "fix",
 ]
 """The columns of factors.csv (docs/results.md)."""
-
-
-# -- the decision: one family of effects, vectorised over datasets --------------------------------
-
-
-@dataclass(frozen=True)
-class PeriodEvidence:
-    """One effect's fold effects (theta, var: [S, K], `rules.pooling.fold_estimates`) and the
-    variance of the seeds' part every fold shares (extra: [S], `shared_seed_variance`)."""
-
-    theta: np.ndarray
-    var: np.ndarray
-    extra: np.ndarray
-
-
-MarketLookup = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
-"""levels [S, E] -> (low, high, available) [S, E]: each effect's market-noise interval at its
-seed interval's level (K = 1 on one price history)."""
-
-
-@dataclass(frozen=True)
-class EffectDecision:
-    """The rule on families of effects ([S, E], the effects on the last axis)."""
-
-    verdict: np.ndarray
-    seed_verdict: np.ndarray
-    estimate: np.ndarray
-    p: np.ndarray
-    p_adjusted: np.ndarray
-    tost_p_adjusted: np.ndarray
-    level: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
-    combined_low: np.ndarray
-    combined_high: np.ndarray
-    market_low: np.ndarray
-    market_high: np.ndarray
-    pooled: dict[str, np.ndarray] | None = None
-
-
-def _nan(shape) -> np.ndarray:
-    return np.full(shape, np.nan)
-
-
-def decide_effects(diffs: list[np.ndarray], *, alpha: float, rope: float, wired=None, measured=None,
-                   market: MarketLookup | None = None, periods: list[PeriodEvidence | None] | None = None) -> EffectDecision:
-    """The rule of the gems on one family of effects (gems and factors together): `diffs[e]` the
-    per-unit (fold-averaged) differences of effect e, [S, n_e] (n_e = 0: no design; `wired` /
-    `measured` [E] the hi / lo cells it has, for what it lacks). The seed rule with Holm over the
-    family (`rules.seed.decide_family`); then with `periods` (K >= 2: per effect its
-    `PeriodEvidence`, None where fewer than two folds pair it) the period rule
-    (`rules.periods.decide_periods`), else with `market` (K = 1, one price history) the market
-    gate and the one-period gate (`rules.gates`), as verdicts.py and walk_forward.py apply them."""
-    s = max(d.shape[0] for d in diffs)
-    e = len(diffs)
-    est, p, pt, lo, hi = (_nan((s, e)) for _ in range(5))
-    for j, d in enumerate(diffs):
-        if d.shape[1]:
-            with np.errstate(over="ignore", invalid="ignore"):
-                r = rank_test(d, rope=rope, tail=alpha / 2)
-            est[:, j], p[:, j], pt[:, j] = r["estimate"], r["p"], r["p_tost"]
-    rule = decide_family(p, est, pt, alpha=alpha, wired=wired, measured=measured)
-    level = holm_levels(p, alpha)
-    for j, d in enumerate(diffs):
-        if d.shape[1]:
-            with np.errstate(over="ignore", invalid="ignore"):
-                r = rank_test(d, tail=np.nan_to_num(level[:, j], nan=alpha) / 2)
-            lo[:, j], hi[:, j] = r["low"], r["high"]
-    seed_verdict = rule.verdict
-    verdict = seed_verdict
-    out = dict(combined_low=_nan((s, e)), combined_high=_nan((s, e)), market_low=_nan((s, e)), market_high=_nan((s, e)))
-    pooled = None
-    if periods is not None:
-        verdict, pooled = _period_rule(seed_verdict, periods, s, e, alpha=alpha, rope=rope)
-    elif market is not None:
-        m_lo, m_hi, available = market(level)
-        available = np.asarray(available, bool) & np.isfinite(est)
-        diverged = np.stack([~np.isfinite(d).all(1) if d.shape[1] else np.zeros(s, bool) for d in diffs], 1)
-        verdict = market_gate(verdict, est, m_lo, m_hi, applies=available & ~diverged)
-        gate = one_period_gate(verdict, est, lo, hi, m_lo, m_hi, rope=rope, applies=available)
-        verdict = gate.verdict
-        out.update(combined_low=gate.low, combined_high=gate.high, market_low=np.where(available, m_lo, np.nan),
-                   market_high=np.where(available, m_hi, np.nan))
-    return EffectDecision(verdict, seed_verdict, est, p, rule.p_adjusted, rule.tost_p_adjusted, level, lo, hi,
-                          pooled=pooled, **out)
-
-
-def _period_rule(seed_verdict, periods: list[PeriodEvidence | None], s: int, e: int, *, alpha: float, rope: float):
-    """`rules.periods.decide_periods` on the family: each effect's fold effects pooled by
-    `rules.pooling.hksj` (NaN, out of the Holm family, where fewer than two folds pair it)."""
-    k_max = max((pe.theta.shape[1] for pe in periods if pe is not None), default=2)
-    keys = ("mu", "se", "p", "p_tost", "q_p", "tau2", "i2")
-    col = {key: _nan((s, e)) for key in keys}
-    theta, df = _nan((s, e, k_max)), _nan((s, e))
-    for j, pe in enumerate(periods):
-        if pe is None:
-            continue
-        with np.errstate(over="ignore", invalid="ignore"):
-            r = hksj(pe.theta, pe.var, rope=rope, tail=alpha / 2, extra_var=pe.extra)
-        for key in keys:
-            col[key][:, j] = r[key]
-        k = pe.theta.shape[1]
-        theta[:, j, :k], df[:, j] = pe.theta, k - 1
-    rule = decide_periods(seed_verdict, col["p"], col["p_tost"], col["mu"], col["se"], df, theta, col["q_p"],
-                          alpha=alpha)
-    pooled = dict(mu=col["mu"], low=rule.low, high=rule.high, level=rule.level, p_adjusted=rule.p_adjusted,
-                  tost_p_adjusted=rule.tost_p_adjusted, tau2=col["tau2"], i2=col["i2"], theta=theta)
-    return rule.verdict, pooled
 
 
 # -- which contrasts a design has ---------------------------------------------------------------------
@@ -288,22 +183,14 @@ def _spread(d: np.ndarray) -> float:
     return float(np.std(fin, ddof=1)) if fin.size > 1 else math.nan
 
 
-def _period_evidence(cells: Cells, c: Contrast, gems, th: Thresholds, column: str) -> tuple[PeriodEvidence | None, list]:
-    """(PeriodEvidence or None, [(fold, Paired)]) of one contrast over the folds that pair it."""
+def _contrast_folds(cells: Cells, c: Contrast, gems, th: Thresholds, column: str) -> list[tuple[int, Paired]]:
+    """[(fold, its seed-paired differences)] of one contrast over the folds that pair it."""
     folds = []
     for f in sorted(cells.table[FOLD].unique()):
         pr = contrast_pairs(cells, c, gems, th, column=column, extra=lambda t, f=f: t[FOLD] == f)
         if pr.n:
             folds.append((int(f), pr))
-    if len(folds) < 2:
-        return None, folds
-    est = [fold_estimates(pr.diffs[None, :]) for _, pr in folds]
-    theta = np.array([x[0][0] for x in est])[None, :]
-    var = np.array([x[1][0] for x in est])[None, :]
-    common = sorted(set.intersection(*(set(pr.units) for _, pr in folds)))
-    aligned = np.asarray([[dict(zip(pr.units, pr.diffs))[u] for u in common] for _, pr in folds], float)
-    extra = shared_seed_variance(aligned.reshape(1, len(folds), len(common))) if common else np.zeros(1)
-    return PeriodEvidence(theta, var, extra), folds
+    return folds
 
 
 def _fmt(x, f: str = "+.3g") -> str:
@@ -324,6 +211,10 @@ def _reading(c: Contrast, verdict: str, mde: float, rope: float) -> str:
         return f"no practical difference (within +-{rope:g})"
     if verdict == INCONSISTENT:
         return "the effect changes sign between periods"
+    if verdict == HETEROGENEOUS:
+        return "the periods differ, no sign change shown"
+    if verdict == INSUFFICIENT:
+        return "not judged: too few periods, informative pairs or sides for the rule"
     if verdict == INCONCLUSIVE:
         return f"not decided: detectable at |effect| >= {_fmt(mde, '.3g')}"
     return "not judged: no members differ in this key alone at a common seed"
@@ -339,16 +230,15 @@ def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds |
     prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]
     contrasts, prs = _one_row_per_unpaired_key(contrasts, prs)
     k_folds = fold_count(cells)
-    periods, fold_pairs = None, [[] for _ in contrasts]
-    if k_folds > 1:
-        periods = []
-        for j, c in enumerate(contrasts):
-            pe, fold_pairs[j] = _period_evidence(cells, c, gems, th, column) if prs[j].n else (None, [])
-            periods.append(pe)
+    fam = None
+    if k_folds > 1:  # the family's fold data, as the gem verdicts build theirs (`walk_forward.folds_family`)
+        fold_pairs = [_contrast_folds(cells, c, gems, th, column) if pr.n else [] for c, pr in zip(contrasts, prs)]
+        fam = folds_family(list(range(len(contrasts))), fold_pairs,
+                           sorted(int(f) for f in cells.table[FOLD].unique()))
     market_rows: list[dict] = [{} for _ in contrasts]
 
     def market(level: np.ndarray):
-        lo, hi, ok = _nan(level.shape), _nan(level.shape), np.zeros(level.shape, bool)
+        lo, hi, ok = np.full(level.shape, np.nan), np.full(level.shape, np.nan), np.zeros(level.shape, bool)
         for j, pr in enumerate(prs):
             if not pr.n or not cells.shared_path:
                 continue
@@ -362,12 +252,14 @@ def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds |
 
     decision = decide_effects([pr.diffs[None, :] for pr in prs], alpha=th.alpha, rope=th.rope,
                               wired=[pr.hi_cells for pr in prs], measured=[pr.lo_cells for pr in prs],
-                              market=market if k_folds == 1 else None, periods=periods)
+                              market=market if k_folds == 1 else None, periods=None if fam is None else fam.data,
+                              share=th.share_tau, one_sided=th.one_sided_keep, min_periods=th.min_periods)
+    power = pooled_power(fam, decision.pooled, th) if fam is not None else None
     m = int(np.isfinite(decision.p).sum())
     gem_verdict = (verdicts.set_index("gem")["verdict"].to_dict() if verdicts is not None and len(verdicts) else {})
     rows = []
     for j, (c, pr) in enumerate(zip(contrasts, prs)):
-        rows.append(_row(c, pr, j, decision, m, th, k_folds, fold_pairs[j], market_rows[j], gem_verdict))
+        rows.append(_row(c, pr, j, decision, m, th, k_folds, fam, power, market_rows[j], gem_verdict))
     table = pd.DataFrame(rows, columns=FACTOR_COLUMNS)
     table = _largest_first(table)
     inter = interaction_rows(cells, contrasts, prs, gems, th, column)
@@ -392,34 +284,39 @@ def _one_row_per_unpaired_key(contrasts: list[Contrast], prs: list[Paired]) -> t
 
 
 def _row(c: Contrast, pr: Paired, j: int, dec: EffectDecision, m: int, th: Thresholds, k_folds: int,
-         folds: list, market: dict, gem_verdict: dict) -> dict:
+         fam: FamilyFolds | None, power: dict | None, market: dict, gem_verdict: dict) -> dict:
+    """One contrast's row of factors.csv; its MDE that of the rule that decides (at K >= 2 the
+    pooled test's, `walk_forward.pooled_power`, as the gem verdicts state it; at K = 1
+    `rule_mde.rule_mde` of the seed rule with the market-noise part)."""
     verdict = str(dec.verdict[0, j])
     row = {col: math.nan for col in FACTOR_COLUMNS}
     row.update(kind=c.kind, factor=c.key, contrast=c.label, verdict=verdict, seed_verdict=str(dec.seed_verdict[0, j]),
                gem_table_verdict=gem_verdict.get(c.key.split(".")[1], "") if c.kind == GEM else "",
                n_seeds=pr.n, n_pairs=pr.n_pairs, family_size=m, folds=k_folds, design=pr.design(), fix=pr.fix,
                fold_effects="", market_noise=market.get("market_noise", ""))
-    if pr.n:
-        p_div = (pr.hi_diverged + pr.lo_diverged) / (2 * pr.n_pairs) if pr.n_pairs else 0.0
-        fin = pr.diffs[np.isfinite(pr.diffs)]
-        row.update(effect=dec.estimate[0, j], mean_effect=float(fin.mean()) if fin.size else math.nan,
-                   ci_low=dec.low[0, j], ci_high=dec.high[0, j], ci_level=1 - dec.level[0, j], p_value=dec.p[0, j],
-                   p_adjusted=dec.p_adjusted[0, j], tost_p_adjusted=dec.tost_p_adjusted[0, j],
-                   sd_diff=_spread(pr.diffs), divergence_rate=p_div,
-                   market_ci_low=dec.market_low[0, j], market_ci_high=dec.market_high[0, j],
-                   combined_ci_low=dec.combined_low[0, j], combined_ci_high=dec.combined_high[0, j])
+    if not pr.n:
+        row["reading"] = _reading(c, verdict, row["mde"], th.rope)
+        return row
+    p_div = (pr.hi_diverged + pr.lo_diverged) / (2 * pr.n_pairs) if pr.n_pairs else 0.0
+    fin = pr.diffs[np.isfinite(pr.diffs)]
+    row.update(effect=dec.estimate[0, j], mean_effect=float(fin.mean()) if fin.size else math.nan,
+               ci_low=dec.low[0, j], ci_high=dec.high[0, j], ci_level=1 - dec.level[0, j], p_value=dec.p[0, j],
+               p_adjusted=dec.p_adjusted[0, j], tost_p_adjusted=dec.tost_p_adjusted[0, j],
+               sd_diff=_spread(pr.diffs), divergence_rate=p_div, tied_share=float(np.mean(pr.diffs == 0)),
+               market_ci_low=dec.market_low[0, j], market_ci_high=dec.market_high[0, j],
+               combined_ci_low=dec.combined_low[0, j], combined_ci_high=dec.combined_high[0, j])
+    if fam is not None and dec.pooled is not None:
+        pooled = dec.pooled
+        row.update(pooled_effect=pooled["mu"][0, j], pooled_ci_low=pooled["low"][0, j],
+                   pooled_ci_high=pooled["high"][0, j], pooled_p_adjusted=pooled["p_adjusted"][0, j],
+                   tau2=pooled["tau2"][0, j], i2=pooled["i2"][0, j], q_p_adjusted=pooled["q_p_adjusted"][0, j],
+                   periods_informative=int(pooled["periods"][0, j]), tied_share=fam.tied_share[j],
+                   mde=power["mde"][j], mde_floor=power["floor"][j], power_note=power["note"][j],
+                   fold_effects="; ".join(f"fold {f}: {_fmt(pooled['theta'][0, j, fam.fold_ids.index(f)])} "
+                                          f"({p.n} seeds)" for f, p in fam.folds[j]))
+    else:
         design = Design(pr.n, row["sd_diff"], p_div)
-        if dec.pooled is not None and folds:
-            pooled = dec.pooled
-            row.update(pooled_effect=pooled["mu"][0, j], pooled_ci_low=pooled["low"][0, j],
-                       pooled_ci_high=pooled["high"][0, j], pooled_p_adjusted=pooled["p_adjusted"][0, j],
-                       tau2=pooled["tau2"][0, j], i2=pooled["i2"][0, j],
-                       fold_effects="; ".join(f"fold {f}: {_fmt(th_f)} ({p.n} seeds)" for (f, p), th_f in
-                                              zip(folds, pooled["theta"][0, j, :len(folds)])))
-            sds = [_spread(p.diffs) for _, p in folds]
-            tau2 = row["tau2"] if np.isfinite(row["tau2"]) else 0.0
-            design = Design(pr.n, row["sd_diff"], p_div, folds=len(folds), fold_sd=float(np.nanmedian(sds)), tau2=tau2)
-        elif np.isfinite(row["market_ci_low"]):
+        if np.isfinite(row["market_ci_low"]):
             z = sps.norm.ppf(1 - dec.level[0, j] / 2)
             design = Design(pr.n, row["sd_diff"], p_div, market_se=(row["market_ci_high"] - row["market_ci_low"]) / (2 * z))
         row["mde"] = rule_mde(design, th.alpha / max(m, 1), th.power)

@@ -26,14 +26,12 @@ import pandas as pd
 from scipy import stats as sps
 
 from tune_gems.analysis.rule_mde import Design, finite_interval, period_floor, rule_mde, seeds_for
-from tune_gems.analysis.rules.gates import combined_bounds, market_gate, one_period_gate
-from tune_gems.analysis.rules.periods import decide_periods
-from tune_gems.analysis.rules.pooling import fold_estimates, hksj, t_bounds
-from tune_gems.analysis.rules.seed import decide_family
+from tune_gems.analysis.rules.gates import combined_bounds
+from tune_gems.analysis.rules.pooling import pooled_bounds
 from tune_gems.analysis.rules.selection import final_on_one_history
-from tune_gems.analysis.rules.words import HARMFUL, KEEP, NO_DATA
+from tune_gems.analysis.rules.words import NO_DATA
 from tune_gems.analysis.verdict_market_noise import OK as MARKET_OK
-from tune_gems.stats.inference import holm_levels, rank_test, smallest_p
+from tune_gems.stats.inference import smallest_p
 from tune_gems.stats.metrics import GEM_GAIN_PREFIX, VERDICT_GAIN_PREFIX
 
 OK_STATUS = "TERMINATED"
@@ -244,8 +242,13 @@ def discovery_design(row: dict[str, Any]) -> Design:
     n, sd, p_div, folds = int(num("n_seeds", 0) or 0), num("sd_diff"), num("divergence_rate", 0.0), int(num("folds", 1) or 1)
     p_div = p_div if math.isfinite(p_div) else 0.0
     if folds >= 2 and math.isfinite(num("pooled_effect")):
-        tau2 = num("tau2", 0.0)
-        return Design(n, sd, p_div, folds=folds, fold_sd=num("fold_sd_diff"), tau2=tau2 if math.isfinite(tau2) else 0.0)
+        # the pooled components the verdict row states (`walk_forward.pooled_power`): its MDE is the
+        # row's `mde`, with n the informative pairs per period (a mean: not always whole)
+        tau2, k = num("var_period", num("tau2", 0.0)), int(num("periods_informative", folds) or folds)
+        per_fold = num("n_informative") / k if math.isfinite(num("n_informative")) and k else n
+        return Design(per_fold if math.isfinite(per_fold) else n, sd, p_div, folds=k,
+                      fold_sd=num("fold_sd_diff"), tau2=tau2 if math.isfinite(tau2) else 0.0, within=num("var_within"),
+                      seed=num("var_seed", 0.0), df=num("pooled_df"))
     market_se = 0.0
     if row.get("market_noise") == MARKET_OK and math.isfinite(num("market_ci_level")):
         z = sps.norm.ppf(1 - (1 - num("market_ci_level")) / 2)
@@ -338,14 +341,14 @@ def selection_adjusted_bounds(effect, seed_low, seed_high, market_low, market_hi
 
 
 def pooled_adjusted_bounds(mu, low, high, level, df, candidates):
-    """(low, high) of the pooled (HKSJ) interval over periods at the selection-adjusted level
-    (level / candidates): the standard error read off the interval at `level` with `df` degrees
-    of freedom (`rules.pooling.t_bounds`)."""
+    """(low, high) of the pooled interval over periods at the selection-adjusted level (level /
+    candidates): the interval's standard error read off its half-width at `level` with `df`
+    degrees of freedom, widened as `rules.pooling.pooled_bounds` widens it (t with `df`)."""
     level = np.asarray(level, float)
     t = np.maximum(np.asarray(candidates, float), 1.0)
     with np.errstate(invalid="ignore"):
         se = (np.asarray(high, float) - np.asarray(low, float)) / (2 * sps.t.ppf(1 - level / 2, df))
-    return t_bounds(np.asarray(mu, float), se, df, level / (2 * t))
+    return pooled_bounds(np.asarray(mu, float), se, np.zeros_like(se), df, level / (2 * t))
 
 
 ONE_RUN_FINAL = "the confirmation's verdict (fresh seeds and paths)"
@@ -363,8 +366,10 @@ def one_history_final(verdicts: pd.DataFrame, candidates: dict[str, int]) -> pd.
         t = max(int(candidates[r["gem"]]), 1)
         folds = int(r.get("folds", 1)) if np.isfinite(float(r.get("folds", 1))) else 1
         if folds >= 2:
+            df = float(r.get("pooled_df", np.nan))
             lo, hi = pooled_adjusted_bounds(r.get("pooled_effect"), r.get("pooled_ci_low"), r.get("pooled_ci_high"),
-                                            1 - float(r.get("pooled_ci_level", np.nan)), folds - 1, t)
+                                            1 - float(r.get("pooled_ci_level", np.nan)),
+                                            df if np.isfinite(df) else folds - 1, t)
             available = bool(np.isfinite(lo) and np.isfinite(hi))
             rule = f"pooled interval over {folds} periods at the selection-adjusted level (/{t})"
         else:
@@ -378,137 +383,3 @@ def one_history_final(verdicts: pd.DataFrame, candidates: dict[str, int]) -> pd.
         rows.append(dict(gem=r["gem"], final_verdict=str(final), final_ci_low=float(lo), final_ci_high=float(hi),
                          final_rule=rule))
     return pd.DataFrame(rows, columns=FINAL_COLUMNS)
-
-
-# -- the simulated search on one price history (the calibration of the rule above) -------------------
-
-
-@dataclass(frozen=True)
-class OneHistoryShape:
-    """A simulated search on one price history: `trials` trials, each wiring each of `gems` gems
-    with probability `p_wire`, `seeds` per-seed differences of spread `sd` per wired gem, a share
-    `shared` of their variance the seed index's own in every trial (the search's common seeds);
-    each configuration's luck on the history, sd `luck` discovery seed standard errors (sd /
-    sqrt(seeds)), the same in its discovery and its confirmation; `folds` walk-forward periods
-    (one luck per period); the confirmation has `confirm_seeds` fresh seeds on the same history."""
-
-    trials: int = 8
-    gems: int = 3
-    seeds: int = 16
-    confirm_seeds: int = 16
-    sd: float = 1.0
-    shared: float = 0.5
-    p_wire: float = 0.5
-    luck: float = 1.0
-    folds: int = 1
-
-    @property
-    def luck_sd(self) -> float:
-        return self.luck * self.sd / math.sqrt(self.seeds)
-
-
-def _normal_or_t3(rng, size, dist: str) -> np.ndarray:
-    return rng.standard_normal(size) if dist == "normal" else rng.standard_t(3, size) / math.sqrt(3.0)
-
-
-def one_history_search_rates(shape: OneHistoryShape, effect: float = 0.0, n_sim: int = 2000, *, alpha: float = 0.05,
-                             rope: float = 0.1, dist: str = "normal", seed: int = 0) -> dict[str, float]:
-    """Simulated searches on one price history, then the confirmation by the rules `tune-gems
-    confirm` ships: the choice (`best_trial`, `choose_per_gem`'s rule), the confirmation's verdicts
-    (`rules.seed.decide_family`; at K = 1 `rules.gates.market_gate` and `one_period_gate` with the
-    market-noise interval, half-width z x luck sd at the seed interval's level; at K >= 2
-    `rules.pooling` and `rules.periods.decide_periods`), and the final verdict
-    (`rules.selection.final_on_one_history` on `selection_adjusted_bounds` /
-    `pooled_adjusted_bounds`, T = the trials that wired the gem). `effect`: gem 0's true shift in
-    every configuration wiring it. Returns the family-wise false keep / harmful rate among the null
-    gems with fresh seeds alone (`seeds_fwer`), after the confirmation's own gates (`gated_fwer`)
-    and final (`final_fwer`), and gem 0's final power."""
-    rng = np.random.default_rng(seed + 11)
-    T, m, n, nc, k = shape.trials, shape.gems, shape.seeds, shape.confirm_seeds, shape.folds
-    wired = rng.random((n_sim, T, m)) < shape.p_wire
-    delta = np.zeros(m)
-    delta[0] = effect
-    luck = shape.luck_sd * rng.standard_normal((n_sim, T, m, k, 1))
-    path = math.sqrt(shape.shared) * shape.sd * _normal_or_t3(rng, (n_sim, 1, m, 1, n), dist)
-    noise = math.sqrt(1 - shape.shared) * shape.sd * _normal_or_t3(rng, (n_sim, T, m, k, n), dist)
-    d = delta[None, None, :, None, None] + luck + path + noise
-    score = rank_test(d.mean(3).reshape(-1, n))["estimate"].reshape(n_sim, T, m)
-    best, chosen = best_trial(score, wired, axis=1)
-    candidates = wired.sum(1)
-    kept = np.take_along_axis(luck[..., 0], best[:, None, :, None], axis=1)[:, 0]  # [S, m, K]
-    fresh = delta[None, :, None, None] + kept[..., None] + shape.sd * _normal_or_t3(rng, (n_sim, m, k, nc), dist)
-    unit = fresh.mean(2)  # [S, m, nc]
-    r = rank_test(unit.reshape(-1, nc), rope=rope, tail=alpha / 2)
-    p = np.where(chosen, r["p"].reshape(n_sim, m), np.nan)
-    est, pt = r["estimate"].reshape(n_sim, m), r["p_tost"].reshape(n_sim, m)
-    seeds_only = decide_family(p, est, pt, alpha=alpha).verdict
-    level = holm_levels(p, alpha)
-    if k == 1:
-        iv = rank_test(unit.reshape(-1, nc), tail=np.nan_to_num(level, nan=alpha).reshape(-1) / 2)
-        lo, hi = iv["low"].reshape(n_sim, m), iv["high"].reshape(n_sim, m)
-        h = sps.norm.ppf(1 - level / 2) * shape.luck_sd
-        centre = unit.mean(2)
-        gated = market_gate(seeds_only, est, centre - h, centre + h, applies=np.ones((n_sim, m), bool))
-        gated = one_period_gate(gated, est, lo, hi, centre - h, centre + h, rope=rope,
-                                applies=np.ones((n_sim, m), bool)).verdict
-        f_lo, f_hi = selection_adjusted_bounds(est, lo, hi, centre - h, centre + h, level, candidates)
-        available = np.isfinite(est)
-    else:
-        theta, var = fold_estimates(fresh.reshape(-1, nc))
-        theta, var = theta.reshape(n_sim * m, k), var.reshape(n_sim * m, k)
-        pooled = hksj(theta, var, rope=rope, tail=alpha / 2)
-        col = {key: pooled[key].reshape(n_sim, m) for key in ("p", "p_tost", "mu", "se", "q_p")}
-        rule = decide_periods(seeds_only, np.where(chosen, col["p"], np.nan), col["p_tost"], col["mu"], col["se"], k - 1,
-                              theta.reshape(n_sim, m, k), col["q_p"], alpha=alpha)
-        gated = rule.verdict
-        f_lo, f_hi = pooled_adjusted_bounds(col["mu"], rule.low, rule.high, rule.level, k - 1, candidates)
-        available = np.isfinite(f_lo) & np.isfinite(f_hi)
-    final = final_on_one_history(gated, f_lo, f_hi, available)
-    out = {}
-    for name, v in (("seeds", seeds_only), ("gated", gated), ("final", final)):
-        decisive = (v == KEEP) | (v == HARMFUL)
-        out[f"{name}_fwer"] = float((decisive[:, 1:] if effect else decisive).any(1).mean())
-    out["power"] = float((final[:, 0] == KEEP).mean()) if effect else math.nan
-    return out
-
-
-ONE_HISTORY_FOLDS = (1, 4)
-ONE_HISTORY_LUCK = (0.5, 1.0, 3.0)
-
-
-def one_history_table(shape: OneHistoryShape = OneHistoryShape(), *, folds=ONE_HISTORY_FOLDS, lucks=ONE_HISTORY_LUCK,
-                      effect: float = 1.0, n_sim: int = 2000, alpha: float = 0.05, dist: str = "normal",
-                      seed: int = 0) -> pd.DataFrame:
-    """One row per (folds, luck) of `one_history_search_rates`: the null family-wise false rates
-    (fresh seeds alone, the confirmation's own gates, the final gate) and the final power at a
-    planted `effect` (Sharpe units, the shape's per-seed sd ~1)."""
-    from dataclasses import replace
-
-    rows = []
-    for k in folds:
-        for luck in lucks:
-            sh = replace(shape, folds=k, luck=luck)
-            null = one_history_search_rates(sh, 0.0, n_sim, alpha=alpha, dist=dist, seed=seed)
-            planted = one_history_search_rates(sh, effect, n_sim, alpha=alpha, dist=dist, seed=seed + 1)
-            rows.append(dict(folds=k, luck_se=luck, trials=sh.trials, gems=sh.gems, seeds=sh.seeds,
-                             confirm_seeds=sh.confirm_seeds, n_sim=n_sim, dist=dist, **null,
-                             **{f"power@{effect:g}": planted["power"]}))
-    return pd.DataFrame(rows)
-
-
-def format_one_history(table: pd.DataFrame) -> str:
-    """The one-history calibration as text (`python analysis/calibrate_confirm.py`)."""
-    r0 = table.iloc[0]
-    pcol = next(c for c in table.columns if c.startswith("power@"))
-    lines = [f"Confirmation on one price history (simulated search: {int(r0['trials'])} trials, {int(r0['gems'])} gems, "
-             f"{int(r0['seeds'])} seeds, confirmation {int(r0['confirm_seeds'])} fresh seeds on the same history; "
-             f"{int(r0['n_sim'])} searches per row, {r0['dist']}); luck: each configuration's luck on the history, in "
-             "discovery seed SE, the same in discovery and confirmation; FWER: any false keep / harmful among the gems"]
-    head = ["folds", "luck", "FWER fresh seeds alone", "FWER confirmation's gates", "FWER final gate",
-            f"final power {pcol.split('@')[1]} sd"]
-    rows = [head] + [[f"{int(r['folds'])}", f"{r['luck_se']:g}", f"{r['seeds_fwer']:.3f}", f"{r['gated_fwer']:.3f}",
-                      f"{r['final_fwer']:.3f}", f"{r[pcol]:.2f}"] for _, r in table.iterrows()]
-    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
-    lines.append(f"worst final family-wise false rate {table['final_fwer'].max():.3f} (promise <= 0.05)")
-    return "\n".join(lines)

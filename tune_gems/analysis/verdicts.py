@@ -242,7 +242,8 @@ def gem_verdicts(
     # the seed rule (rules.seed.decide_family, the function the calibrations run): Holm, then per gem
     rule = decide_family(p, est, pt, alpha=alpha, p_magnitude=pe, redundant=[bool(r["redundancy"]) for r in rows],
                          wired=[r["wired_members"] for r in rows], measured=[r["measured_members"] for r in rows],
-                         informative=n_inf, one_sided=th.one_sided_keep)
+                         informative=n_inf, one_sided=th.one_sided_keep,
+                         paired=[tests[n].n if n in tests else 0 for n in names])
     p_adj, pt_adj, pe_adj = rule.p_adjusted, rule.tost_p_adjusted, rule.magnitude_p_adjusted
     levels = holm_levels(p, alpha)
     m = int(np.isfinite(p).sum())

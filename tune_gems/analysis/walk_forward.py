@@ -49,8 +49,8 @@ import pandas as pd
 from tune_gems.analysis.pairing import Cells, Paired
 from tune_gems.analysis.report import format_number
 from tune_gems.analysis.rules.gates import one_period_gate
-from tune_gems.analysis.rules.periods import decide_periods
-from tune_gems.analysis.rules.pooling import fold_estimates, pool_family, seed_anova, shared_seed_variance
+from tune_gems.analysis.rules.period_family import FoldData, decide_fold_data, pool_fold_data
+from tune_gems.analysis.rules.pooling import fold_estimates, seed_anova, shared_seed_variance
 from tune_gems.analysis.rules.power import (
     PooledComponents, advice, components, mde_floor, pooled_mde, pooled_seeds_needed,
 )
@@ -67,7 +67,7 @@ FOLD = "fold"
 PERIOD_COLUMNS = ["folds", "period", "fold_effects", "pooled_effect", "pooled_ci_low", "pooled_ci_high",
                   "pooled_ci_level", "pooled_p", "pooled_p_adjusted", "pooled_tost_p_adjusted", "pooled_df",
                   "tau_shared", "tau2", "i2", "q_p", "q_p_adjusted", "periods_informative", "fold_sd_diff",
-                  "var_seed", "var_within", "combined_ci_low", "combined_ci_high"]
+                  "var_seed", "var_within", "var_period", "combined_ci_low", "combined_ci_high"]
 """Columns this layer adds to verdicts.csv (docs/analysis.md "Verdicts over periods")."""
 
 ADD_FOLDS = "add folds: data.folds.k or the purged scheme"
@@ -119,11 +119,17 @@ class FamilyFolds:
     seed_share: np.ndarray  # [1, m]: the seeds' common share of a fold's variance (`seed_anova`)
     seed_df: np.ndarray  # [1, m]: the seed share's degrees of freedom (the ANOVA's)
 
+    @property
+    def data(self) -> FoldData:
+        """The arrays the period rule reads (`rules.period_family`)."""
+        return FoldData(self.theta, self.var, self.p, self.n_informative, self.seed_var, self.seed_share, self.seed_df)
+
 
 def family_folds(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> FamilyFolds:
+    """The fold data of the verdict table's gems (rows with seeds): each gem's wiring pairs per
+    fold, as its verdict pairs them."""
     by_gem = {g.name: g for g in gems}
     fold_ids = sorted(int(f) for f in cells.table[FOLD].unique())
-    slot = {f: j for j, f in enumerate(fold_ids)}
     rows, per_gem = [], []
     for i, row in v.iterrows():
         g = by_gem.get(row["gem"])
@@ -134,6 +140,14 @@ def family_folds(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> FamilyF
         if folds:
             rows.append(i)
             per_gem.append(folds)
+    return folds_family(rows, per_gem, fold_ids)
+
+
+def folds_family(rows: list, per_contrast: list[list[tuple[int, Paired]]], fold_ids: list[int]) -> FamilyFolds:
+    """The family's fold data from each contrast's (fold, seed-paired differences) list: the
+    gems' (`family_folds`) and the factor table's (`factors.py`) go through this one function."""
+    per_gem = per_contrast
+    slot = {f: j for j, f in enumerate(fold_ids)}
     m, k = len(rows), len(fold_ids)
     theta, var, p, n_inf = (np.full((1, m, k), np.nan) for _ in range(4))
     n_inf[:] = 0
@@ -146,8 +160,8 @@ def family_folds(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> FamilyF
             n_inf[0, j, slot[f]] = est["n_informative"][0]
             ties, pairs = ties + int(is_tie(pr.diffs).sum()), pairs + pr.n
         tied[j] = ties / pairs if pairs else math.nan
-        aligned = _aligned(folds)
-        if len(folds) >= 2 and aligned.shape[2]:
+        aligned = _aligned(folds) if len(folds) >= 2 else np.zeros((1, len(folds), 0))
+        if aligned.shape[2]:
             seed_var[0, j] = shared_seed_variance(aligned)[0]
             anova = seed_anova(aligned)
             share[0, j], seed_df[0, j] = anova["share"][0], anova["df"][0]
@@ -155,11 +169,16 @@ def family_folds(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> FamilyF
 
 
 def pool_family_of(fam: FamilyFolds, th: Thresholds) -> dict[str, np.ndarray]:
-    """`rules.pooling.pool_family` on a family's fold data at the analysis's settings."""
-    return pool_family(fam.theta, fam.var, seed_share=fam.seed_share, seed_var=fam.seed_var, rope=th.rope,
-                       share=th.share_tau,
-                       one_sided=th.one_sided_keep, fold_n=np.where(np.isnan(fam.theta), np.nan, fam.n_informative),
-                       seed_df=fam.seed_df)
+    """`rules.pooling.pool_family` on a family's fold data at the analysis's settings
+    (`rules.period_family.pool_fold_data`)."""
+    return pool_fold_data(fam.data, rope=th.rope, share=th.share_tau, one_sided=th.one_sided_keep)
+
+
+def decide_family_folds(fam: FamilyFolds, th: Thresholds, *, seed_verdict=None, removable=None):
+    """(pooled, decision): the period rule on a family's fold data at the analysis's settings
+    (`rules.period_family.decide_fold_data`, as the calibration runs it)."""
+    return decide_fold_data(fam.data, alpha=th.alpha, rope=th.rope, seed_verdict=seed_verdict, removable=removable,
+                            share=th.share_tau, one_sided=th.one_sided_keep, min_periods=th.min_periods)
 
 
 def period_verdicts(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: Thresholds | None = None) -> pd.DataFrame:
@@ -181,14 +200,10 @@ def period_verdicts(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: T
     fam = family_folds(v, cells, gems, th)
     if not fam.rows:
         return v
-    pooled = pool_family_of(fam, th)
     removable = v.loc[fam.rows, "removable"].to_numpy(bool) if "removable" in v.columns else None
-    rule = decide_periods(np.ones((1, len(fam.rows)), bool), pooled["p"], pooled["p_tost"], pooled["mu"], pooled["se"],
-                          pooled["se_fixed"], pooled["df"], pooled["q_p"], pooled["periods"], fam.theta, fam.p,
-                          alpha=th.alpha, seed_verdict=v.loc[fam.rows, "verdict"].to_numpy(dtype=object)[None, :],
-                          removable=None if removable is None else removable[None, :], min_periods=th.min_periods,
-                          one_sided=th.one_sided_keep, df_fixed=pooled["df_fixed"])
-    power = _power(fam, pooled, th)
+    pooled, rule = decide_family_folds(fam, th, seed_verdict=v.loc[fam.rows, "verdict"].to_numpy(dtype=object)[None, :],
+                                       removable=None if removable is None else removable[None, :])
+    power = pooled_power(fam, pooled, th)
     for j, i in enumerate(fam.rows):
         seed_verdict, verdict = str(v.at[i, "verdict"]), str(rule.verdict[0, j])
         parts = []
@@ -204,11 +219,12 @@ def period_verdicts(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: T
         level = float(rule.level[0, j])
         v.loc[i, ["pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_ci_level", "pooled_p",
                   "pooled_p_adjusted", "pooled_tost_p_adjusted", "pooled_df", "tau2", "i2", "q_p",
-                  "q_p_adjusted", "periods_informative", "var_seed", "var_within"]] = [
+                  "q_p_adjusted", "periods_informative", "var_seed", "var_within", "var_period"]] = [
             pooled["mu"][0, j], rule.low[0, j], rule.high[0, j], 1 - level if np.isfinite(level) else np.nan,
             pooled["p"][0, j], rule.p_adjusted[0, j], rule.tost_p_adjusted[0, j], pooled["df"][0, j],
             pooled["tau2"][0, j], pooled["i2"][0, j], pooled["q_p"][0, j],
-            rule.q_p_adjusted[0, j], int(pooled["periods"][0, j]), power["seed"][j], power["within"][j]]
+            rule.q_p_adjusted[0, j], int(pooled["periods"][0, j]), power["seed"][j], power["within"][j],
+            power["period"][j]]
         v.at[i, "tau_shared"] = bool(pooled["shared"][0, j])
         v.at[i, "fold_effects"] = "; ".join(parts)
         v.at[i, "fold_sd_diff"] = _median_fold_spread(fam.folds[j])
@@ -226,19 +242,20 @@ def period_verdicts(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: T
     return v
 
 
-def _power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np.ndarray]:
+def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np.ndarray]:
     """Per gem column: the pooled rule's MDE, the seeds per fold that would reach +-ROPE, the
     floor no seed count beats (`rules.power`, at the first Holm step over the gems with a
-    pooled test) and the advice in words; with the components (seed, within) behind them."""
+    pooled test) and the advice in words; with the components (seed, within, period) behind them
+    (verdicts.csv's var_seed, var_within, var_period: what `tune-gems confirm` reads its target from)."""
     comp = components(fam.var, fam.n_informative, fam.seed_share, pooled["tau2"], fam.theta)
     m = len(fam.rows)
     tested = int(np.isfinite(pooled["p"][0]).sum())
     level = th.alpha / max(tested, 1)
-    out = {key: np.full(m, np.nan) for key in ("mde", "seeds_needed", "floor", "seed", "within")}
+    out = {key: np.full(m, np.nan) for key in ("mde", "seeds_needed", "floor", "seed", "within", "period")}
     out["note"] = np.full(m, "", dtype=object)
     for j in range(m):
         c = PooledComponents(float(comp.period[0, j]), float(comp.within[0, j]), float(comp.seed[0, j]))
-        out["seed"][j], out["within"][j] = c.seed, c.within
+        out["seed"][j], out["within"][j], out["period"][j] = c.seed, c.within, c.period
         k, df = int(pooled["periods"][0, j]), float(pooled["df"][0, j])
         inf = fam.n_informative[0, j]
         n = float(inf[inf > 0].mean()) if (inf > 0).any() else math.nan

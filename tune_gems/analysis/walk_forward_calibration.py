@@ -22,8 +22,9 @@ The simulation gives each gem's comparison what a verdict faces:
 On these it runs the rule the verdicts ship, through the same functions of the rule module
 (`tune_gems.analysis.rules`: the seed rule `seed.decide_family` on the informative pairs
 `ties.informative_rank_test`, the gates `gates.market_gate` and `gates.one_period_gate`, the
-pooling `pooling.fold_estimates` / `pooling.pool_family` / `pooling.shared_seed_variance`, the
-period rule `periods.decide_periods` and the power statement `power.pooled_mde`), vectorised
+fold data and the period rule `period_family.fold_data` / `period_family.decide_fold_data`
+(`pooling.fold_estimates`, `pooling.pool_family`, `periods.decide_periods`: what the verdicts and
+the factor table call) and the power statement `power.pooled_mde`), vectorised
 over datasets: what the simulation adds is only the data and the market-noise interval it
 models. Codes per dataset and gem (`rules.words.verdict_codes`): +1 keep wired, -1 harmful, 2
 equivalent, 3 inconsistent across periods, 4 insufficient data, 5 heterogeneous, 0 otherwise.
@@ -41,8 +42,7 @@ from scipy import stats as sps
 from tune_gems.analysis import defaults
 from tune_gems.analysis.calibration import Shape, _draws, mc_tolerance
 from tune_gems.analysis.rules.gates import market_gate, one_period_gate
-from tune_gems.analysis.rules.periods import decide_periods
-from tune_gems.analysis.rules.pooling import fold_estimates, pool_family, seed_anova, shared_seed_variance
+from tune_gems.analysis.rules.period_family import decide_fold_data, fold_data
 from tune_gems.analysis.rules.power import components, pooled_mde
 from tune_gems.analysis.rules.seed import decide_family
 from tune_gems.analysis.rules.thresholds import Thresholds
@@ -177,18 +177,11 @@ def run_periods(d: np.ndarray, *, rope: float, alpha: float, power: float = defa
     with np.errstate(invalid="ignore"):
         unit = np.nan_to_num(d.mean(2), nan=0.0)  # +inf with -inf: a tie (designs._unit_mean)
     seed, _, _ = _seed_rule([unit[:, g] for g in range(m)], rope, alpha, one_sided)
-    fe = fold_estimates(d.reshape(s * m * k, n))
-    theta, var, fold_p, n_inf = (fe[key].reshape(s, m, k) for key in ("theta", "var", "p", "n_informative"))
-    seed_var = np.stack([shared_seed_variance(d[:, g]) for g in range(m)], 1)
-    anova = [seed_anova(d[:, g]) for g in range(m)]
-    seed_share, seed_df = np.stack([a["share"] for a in anova], 1), np.stack([a["df"] for a in anova], 1)
-    pooled = pool_family(theta, var, seed_share=seed_share, seed_var=seed_var, rope=rope, share=share,
-                         one_sided=one_sided, fold_n=np.where(np.isnan(theta), np.nan, n_inf), seed_df=seed_df)
-    rule = decide_periods(np.ones((s, m), bool), pooled["p"], pooled["p_tost"], pooled["mu"], pooled["se"],
-                          pooled["se_fixed"], pooled["df"], pooled["q_p"], pooled["periods"], theta, fold_p, alpha=alpha,
-                          seed_verdict=seed, min_periods=min_periods, one_sided=one_sided, df_fixed=pooled["df_fixed"])
-    comp = components(var, n_inf, seed_share, pooled["tau2"], theta)
-    mde = pooled_mde(comp, pooled["periods"], np.maximum(n_inf.mean(-1), 1), df=pooled["df"], level=alpha / m,
+    fd = fold_data(d)
+    pooled, rule = decide_fold_data(fd, alpha=alpha, rope=rope, seed_verdict=seed, min_periods=min_periods,
+                                    share=share, one_sided=one_sided)
+    comp = components(fd.var, fd.n_informative, fd.seed_share, pooled["tau2"], fd.theta)
+    mde = pooled_mde(comp, pooled["periods"], np.maximum(fd.n_informative.mean(-1), 1), df=pooled["df"], level=alpha / m,
                      power=power, one_sided=one_sided)
     return PeriodRun(verdict_codes(rule.verdict), np.asarray(mde, float))
 

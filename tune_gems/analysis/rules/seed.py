@@ -51,7 +51,7 @@ class FamilyDecision:
 
 
 def decide_family(p, estimate, p_tost, *, alpha: float, p_magnitude=None, redundant=None, wired=None,
-                  measured=None, informative=None, one_sided: bool = False) -> FamilyDecision:
+                  measured=None, informative=None, one_sided: bool = False, paired=None) -> FamilyDecision:
     """The seed rule (module docstring) per gem of each family: `p` the two-sided p of the wiring
     effect (NaN: no wiring test, left out of the family), `estimate` its sign's source, `p_tost`
     its TOST p for +-ROPE, `p_magnitude` the TOST p of the measured magnitude against its null
@@ -59,7 +59,9 @@ def decide_family(p, estimate, p_tost, *, alpha: float, p_magnitude=None, redund
     Each p is Holm-adjusted over the gems of its family (the last axis). A gem without a wiring
     test reads NOT_TESTED, or, given the counts of its `wired` and `measured` members, what it
     lacks (`design_verdict`). `informative` the informative pairs of each tested gem (None: all
-    enough); `one_sided`: `p` is one-sided (effect > 0) and `harmful` is not claimed."""
+    enough); `one_sided`: `p` is one-sided (effect > 0) and `harmful` is not claimed. `paired` the
+    pairs each gem has (None: not given): a gem with pairs but no test (every pair ties: no
+    informative pair, so no p) reads `insufficient data`, never what a design lacks."""
     p = np.asarray(p, float)
     estimate = np.broadcast_to(np.asarray(estimate, float), p.shape)
     p_adj, pt_adj = holm(p), holm(np.broadcast_to(np.asarray(p_tost, float), p.shape))
@@ -77,6 +79,9 @@ def decide_family(p, estimate, p_tost, *, alpha: float, p_magnitude=None, redund
         [NOT_TESTED, INSUFFICIENT, KEEP, HARMFUL, DELETE, EQUIVALENT], INCONCLUSIVE)
     if wired is not None and measured is not None:
         verdict = np.where(tested, verdict, design_verdict(wired, measured))
+    if paired is not None:  # pairs, every one a tie: too few informative pairs (none)
+        few = few | (~tested & (np.broadcast_to(np.asarray(paired), p.shape) > 0))
+        verdict = np.where(~tested & few, INSUFFICIENT, verdict)
     return FamilyDecision(verdict, p_adj, pt_adj, pe_adj, at_null, few)
 
 

@@ -5,7 +5,7 @@ price history (a real file, or synthetic `paths: shared`) the confirmation can o
 seeds: each configuration's luck on that history (the market noise of its validation period,
 or of each walk-forward period) is the same in the confirmation as in the discovery, and the
 chosen configuration is the one whose luck was best. Simulated through the project's functions
-(`analysis/search_choice.one_history_search_rates`), a confirmation on fresh seeds alone reads a
+(`analysis/one_history_calibration.one_history_search_rates`), a confirmation on fresh seeds alone reads a
 false keep / harmful in 24-98% of null searches, and 6-10% even with the one-period gate at the
 verdict's level. So on one history the final verdict is decisive only where the history's part
 of the interval is taken at the selection-adjusted level (the verdict's level / T, Bonferroni
