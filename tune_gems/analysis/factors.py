@@ -314,12 +314,14 @@ def _row(c: Contrast, pr: Paired, j: int, dec: EffectDecision, m: int, th: Thres
                    mde=power["mde"][j], mde_floor=power["floor"][j], power_note=power["note"][j],
                    fold_effects="; ".join(f"fold {f}: {_fmt(pooled['theta'][0, j, fam.fold_ids.index(f)])} "
                                           f"({p.n} seeds)" for f, p in fam.folds[j]))
-    else:
-        design = Design(pr.n, row["sd_diff"], p_div)
+    else:  # as verdicts.csv states the seed rule's MDE: on the informative pairs (ties carry no weight)
+        informative = pr.diffs[~np.isnan(pr.diffs) & (pr.diffs != 0)]
+        market_se = 0.0
         if np.isfinite(row["market_ci_low"]):
             z = sps.norm.ppf(1 - dec.level[0, j] / 2)
-            design = Design(pr.n, row["sd_diff"], p_div, market_se=(row["market_ci_high"] - row["market_ci_low"]) / (2 * z))
-        row["mde"] = rule_mde(design, th.alpha / max(m, 1), th.power)
+            market_se = (row["market_ci_high"] - row["market_ci_low"]) / (2 * z)
+        design = Design(informative.size, _spread(informative), p_div, market_se=market_se)
+        row["mde"] = rule_mde(design, th.alpha * (2 if th.one_sided_keep else 1) / max(m, 1), th.power)
     row["reading"] = _reading(c, verdict, row["mde"], th.rope)
     return row
 

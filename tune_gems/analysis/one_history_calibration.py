@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from tune_gems.analysis.calibration import _draws
 from tune_gems.analysis.rules.gates import market_gate, one_period_gate
 from tune_gems.analysis.rules.period_family import decide_fold_data, fold_data
 from tune_gems.analysis.rules.seed import decide_family
@@ -56,10 +57,6 @@ class OneHistoryShape:
         return self.luck * self.sd / math.sqrt(self.seeds)
 
 
-def _normal_or_t3(rng, size, dist: str) -> np.ndarray:
-    return rng.standard_normal(size) if dist == "normal" else rng.standard_t(3, size) / math.sqrt(3.0)
-
-
 def one_history_search_rates(shape: OneHistoryShape, effect: float = 0.0, n_sim: int = 2000, *, alpha: float = 0.05,
                              rope: float = 0.1, dist: str = "normal", seed: int = 0) -> dict[str, float]:
     """Simulated searches on one price history, then the confirmation by the rules `tune-gems
@@ -78,14 +75,14 @@ def one_history_search_rates(shape: OneHistoryShape, effect: float = 0.0, n_sim:
     delta = np.zeros(m)
     delta[0] = effect
     luck = shape.luck_sd * rng.standard_normal((n_sim, T, m, k, 1))
-    path = math.sqrt(shape.shared) * shape.sd * _normal_or_t3(rng, (n_sim, 1, m, 1, n), dist)
-    noise = math.sqrt(1 - shape.shared) * shape.sd * _normal_or_t3(rng, (n_sim, T, m, k, n), dist)
+    path = math.sqrt(shape.shared) * shape.sd * _draws(rng, (n_sim, 1, m, 1, n), dist)
+    noise = math.sqrt(1 - shape.shared) * shape.sd * _draws(rng, (n_sim, T, m, k, n), dist)
     d = delta[None, None, :, None, None] + luck + path + noise
     score = rank_test(d.mean(3).reshape(-1, n))["estimate"].reshape(n_sim, T, m)
     best, chosen = best_trial(score, wired, axis=1)
     candidates = wired.sum(1)
     kept = np.take_along_axis(luck[..., 0], best[:, None, :, None], axis=1)[:, 0]  # [S, m, K]
-    fresh = delta[None, :, None, None] + kept[..., None] + shape.sd * _normal_or_t3(rng, (n_sim, m, k, nc), dist)
+    fresh = delta[None, :, None, None] + kept[..., None] + shape.sd * _draws(rng, (n_sim, m, k, nc), dist)
     unit = fresh.mean(2)  # [S, m, nc]
     r = rank_test(unit.reshape(-1, nc), rope=rope, tail=alpha / 2)
     p = np.where(chosen, r["p"].reshape(n_sim, m), np.nan)

@@ -376,8 +376,9 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
 
 # -- the factor section (factors.csv; issue 30 item 4) ----------------------------------------------
 
-FACTOR_REPORT_COLUMNS = ("kind", "factor", "contrast", "verdict", "reading", "n_seeds", "effect", "ci_low", "ci_high",
-                         "p_adjusted", "mde", "pooled_effect", "pooled_ci_low", "pooled_ci_high", "gem_table_verdict")
+FACTOR_REPORT_COLUMNS = ("kind", "factor", "contrast", "verdict", "reading", "n_seeds", "tied_share", "effect", "ci_low",
+                         "ci_high", "p_adjusted", "mde", "mde_floor", "pooled_effect", "pooled_ci_low", "pooled_ci_high",
+                         "gem_table_verdict")
 """The report's factor table; every column is in factors.csv."""
 
 
@@ -398,6 +399,10 @@ def render_factor_section(factors: pd.DataFrame | None, settings: dict[str, Any]
              "cautious here than in the verdicts above (Holm over the gems alone): `gem_table_verdict` is that one. "
              "Largest effects first; nothing is left out (factors.csv has every column).", "",
              markdown_table(judged, list(FACTOR_REPORT_COLUMNS))]
+    notes = [f"- {r['factor']} ({r['contrast']}): {r['power_note']}" for _, r in judged.iterrows()
+             if isinstance(r.get("power_note"), str) and r["power_note"]]
+    if notes:  # the pooled test's power statement (K >= 2): its MDE, the floor no seed count beats, the advice
+        lines += ["", "Power of the pooled test (`mde`, `mde_floor`: the MDE with infinitely many seeds):", ""] + notes
     if len(inter):
         lines += ["", "### Interactions of the factorial", "",
                   "Per seed, one contrast's effect at the other's first level minus at its second; signed-rank, the "

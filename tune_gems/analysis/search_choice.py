@@ -240,6 +240,8 @@ def discovery_design(row: dict[str, Any]) -> Design:
         return v
 
     n, sd, p_div, folds = int(num("n_seeds", 0) or 0), num("sd_diff"), num("divergence_rate", 0.0), int(num("folds", 1) or 1)
+    if math.isfinite(num("n_informative")) and folds < 2:
+        n = int(num("n_informative"))  # the seed rule's MDE is on the informative pairs (verdicts.csv's)
     p_div = p_div if math.isfinite(p_div) else 0.0
     if folds >= 2 and math.isfinite(num("pooled_effect")):
         # the pooled components the verdict row states (`walk_forward.pooled_power`): its MDE is the
