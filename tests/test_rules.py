@@ -162,7 +162,8 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
         # the power statement: the verdicts', the plan's, the calibration's and confirm's MDE
         power.pooled_mde: (walk_forward, walk_forward_calibration, plan, rule_mde),
         power.mde_floor: (walk_forward, rule_mde),
-        power.components: (walk_forward, walk_forward_calibration),
+        period_family.fold_components: (walk_forward, walk_forward_calibration, plan),
+        power.components: (period_family,),
         seed.redundancy_finding: (redundancy,),
     }
     for fn, modules in uses.items():

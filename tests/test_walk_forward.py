@@ -265,6 +265,18 @@ def test_the_power_statement_is_the_pooled_tests_with_its_floor(tmp_path):
     assert "floor" in line and "more periods, not more seeds" in line
 
 
+def test_the_power_is_stated_when_no_fold_interval_is_finite(tmp_path):
+    """Five seeds per fold give no finite 95% rank interval (the smallest exact p is 0.0625), so
+    the fold variances are unknown and the pooled test uses equal weights; the power statement
+    still reads each fold's spread, pi / 3 x the sample variance of its informative differences
+    (`rules.power.components`' fallback), where it printed nothing before."""
+    from tune_gems.analysis.rules.power import RANK_EFFICIENCY
+
+    v = _g12(fr.fold_scenario(tmp_path / "e", [0.5, 0.3, 0.6, 0.4], n=5))
+    assert np.isfinite(v["pooled_effect"]) and np.isfinite(v["mde"]) and v["mde"] > 0
+    assert v["var_within"] == pytest.approx(RANK_EFFICIENCY * v["fold_sd_diff"] ** 2, rel=0.5)
+
+
 def test_one_fold_says_its_verdict_is_conditional_on_one_period(tmp_path):
     v = _g12(fr.fold_scenario(tmp_path / "e", [0.5]))
     assert v["verdict"] == "keep wired" and v["folds"] == 1

@@ -42,7 +42,8 @@ import pandas as pd
 
 from tune_gems.analysis.load import Experiment, load_experiment
 from tune_gems.analysis.pairing import build_cells
-from tune_gems.analysis.rules.power import PooledComponents, components, mde_floor, pooled_mde
+from tune_gems.analysis.rules.period_family import fold_components
+from tune_gems.analysis.rules.power import PooledComponents, mde_floor, pooled_mde
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.verdicts import gem_verdicts
 from tune_gems.analysis.walk_forward import family_folds, fold_count, pool_family_of
@@ -171,7 +172,7 @@ def window_comparison(exp: Experiment, th: Thresholds, cells=None, verdicts=None
         if not fam.rows:
             continue
         pooled = pool_family_of(fam, thw)
-        comp = components(fam.var, fam.n_informative, fam.seed_share, pooled["tau2"], fam.theta)
+        comp = fold_components(fam.data, pooled["tau2"])
         epochs = int(cells.table["final_epoch"].min())
         for j, i in enumerate(fam.rows):
             inf = fam.n_informative[0, j]
@@ -203,13 +204,13 @@ def _parts(exp: Experiment, th: Thresholds, cells, v) -> tuple[list[GemParts], i
     if not base.rows:
         raise DataError(f"{label}: no gem has a wiring comparison in any fold: nothing to plan for")
     pooled = pool_family_of(base, th)
-    comp = components(base.var, base.n_informative, base.seed_share, pooled["tau2"], base.theta)
+    comp = fold_components(base.data, pooled["tau2"])
     epochs = int(cells.table["final_epoch"].min())
     windows = sorted({1, max(1, epochs // 2), epochs})
     within_at = {}
     for w in windows:
         fam = family_folds(v, cells, list(exp.gems), replace(th, window="last-k", last_k=int(w)))
-        within_at[w] = components(fam.var, fam.n_informative, fam.seed_share, pooled["tau2"], fam.theta).within[0]
+        within_at[w] = fold_components(fam.data, pooled["tau2"]).within[0]
     own = int(th.window_length(epochs))  # the analysis's own window: as the verdicts measure it
     parts = []
     for j, i in enumerate(base.rows):

@@ -49,10 +49,12 @@ import pandas as pd
 from tune_gems.analysis.pairing import Cells, Paired
 from tune_gems.analysis.report import format_number
 from tune_gems.analysis.rules.gates import one_period_gate
-from tune_gems.analysis.rules.period_family import FoldData, decide_fold_data, pool_fold_data
+from tune_gems.analysis.rules.period_family import (
+    FoldData, decide_fold_data, fold_components, informative_variance, pool_fold_data,
+)
 from tune_gems.analysis.rules.pooling import fold_estimates, seed_anova, shared_seed_variance
 from tune_gems.analysis.rules.power import (
-    PooledComponents, advice, components, mde_floor, pooled_mde, pooled_seeds_needed,
+    PooledComponents, advice, mde_floor, pooled_mde, pooled_seeds_needed,
 )
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
@@ -118,11 +120,13 @@ class FamilyFolds:
     seed_var: np.ndarray  # [1, m]: sigma_c^2 / n (`shared_seed_variance`)
     seed_share: np.ndarray  # [1, m]: the seeds' common share of a fold's variance (`seed_anova`)
     seed_df: np.ndarray  # [1, m]: the seed share's degrees of freedom (the ANOVA's)
+    sample_var: np.ndarray  # [1, m, K]: the sample variance of a fold's informative differences
 
     @property
     def data(self) -> FoldData:
         """The arrays the period rule reads (`rules.period_family`)."""
-        return FoldData(self.theta, self.var, self.p, self.n_informative, self.seed_var, self.seed_share, self.seed_df)
+        return FoldData(self.theta, self.var, self.p, self.n_informative, self.seed_var, self.seed_share, self.seed_df,
+                        self.sample_var)
 
 
 def family_folds(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> FamilyFolds:
@@ -149,7 +153,7 @@ def folds_family(rows: list, per_contrast: list[list[tuple[int, Paired]]], fold_
     per_gem = per_contrast
     slot = {f: j for j, f in enumerate(fold_ids)}
     m, k = len(rows), len(fold_ids)
-    theta, var, p, n_inf = (np.full((1, m, k), np.nan) for _ in range(4))
+    theta, var, p, n_inf, sample = (np.full((1, m, k), np.nan) for _ in range(5))
     n_inf[:] = 0
     tied, seed_var, share, seed_df = np.full(m, np.nan), np.zeros((1, m)), np.zeros((1, m)), np.full((1, m), np.inf)
     for j, folds in enumerate(per_gem):
@@ -158,6 +162,7 @@ def folds_family(rows: list, per_contrast: list[list[tuple[int, Paired]]], fold_
             est = fold_estimates(pr.diffs[None, :])
             theta[0, j, slot[f]], var[0, j, slot[f]], p[0, j, slot[f]] = est["theta"][0], est["var"][0], est["p"][0]
             n_inf[0, j, slot[f]] = est["n_informative"][0]
+            sample[0, j, slot[f]] = informative_variance(pr.diffs)
             ties, pairs = ties + int(is_tie(pr.diffs).sum()), pairs + pr.n
         tied[j] = ties / pairs if pairs else math.nan
         aligned = _aligned(folds) if len(folds) >= 2 else np.zeros((1, len(folds), 0))
@@ -165,7 +170,7 @@ def folds_family(rows: list, per_contrast: list[list[tuple[int, Paired]]], fold_
             seed_var[0, j] = shared_seed_variance(aligned)[0]
             anova = seed_anova(aligned)
             share[0, j], seed_df[0, j] = anova["share"][0], anova["df"][0]
-    return FamilyFolds(rows, per_gem, fold_ids, theta, var, p, n_inf, tied, seed_var, share, seed_df)
+    return FamilyFolds(rows, per_gem, fold_ids, theta, var, p, n_inf, tied, seed_var, share, seed_df, sample)
 
 
 def pool_family_of(fam: FamilyFolds, th: Thresholds) -> dict[str, np.ndarray]:
@@ -247,7 +252,7 @@ def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np
     floor no seed count beats (`rules.power`, at the first Holm step over the gems with a
     pooled test) and the advice in words; with the components (seed, within, period) behind them
     (verdicts.csv's var_seed, var_within, var_period: what `tune-gems confirm` reads its target from)."""
-    comp = components(fam.var, fam.n_informative, fam.seed_share, pooled["tau2"], fam.theta)
+    comp = fold_components(fam.data, pooled["tau2"])
     m = len(fam.rows)
     tested = int(np.isfinite(pooled["p"][0]).sum())
     level = th.alpha / max(tested, 1)

@@ -42,8 +42,8 @@ from scipy import stats as sps
 from tune_gems.analysis import defaults
 from tune_gems.analysis.calibration import Shape, _draws, mc_tolerance
 from tune_gems.analysis.rules.gates import market_gate, one_period_gate
-from tune_gems.analysis.rules.period_family import decide_fold_data, fold_data
-from tune_gems.analysis.rules.power import components, pooled_mde
+from tune_gems.analysis.rules.period_family import decide_fold_data, fold_components, fold_data
+from tune_gems.analysis.rules.power import pooled_mde
 from tune_gems.analysis.rules.seed import decide_family
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import informative_rank_test
@@ -180,7 +180,7 @@ def run_periods(d: np.ndarray, *, rope: float, alpha: float, power: float = defa
     fd = fold_data(d)
     pooled, rule = decide_fold_data(fd, alpha=alpha, rope=rope, seed_verdict=seed, min_periods=min_periods,
                                     share=share, one_sided=one_sided)
-    comp = components(fd.var, fd.n_informative, fd.seed_share, pooled["tau2"], fd.theta)
+    comp = fold_components(fd, pooled["tau2"])
     mde = pooled_mde(comp, pooled["periods"], np.maximum(fd.n_informative.mean(-1), 1), df=pooled["df"], level=alpha / m,
                      power=power, one_sided=one_sided)
     return PeriodRun(verdict_codes(rule.verdict), np.asarray(mde, float))

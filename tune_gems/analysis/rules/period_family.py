@@ -22,6 +22,8 @@ import numpy as np
 from tune_gems.analysis import defaults
 from tune_gems.analysis.rules.periods import PeriodDecision, decide_periods
 from tune_gems.analysis.rules.pooling import fold_estimates, pool_family, seed_anova, shared_seed_variance
+from tune_gems.analysis.rules.power import PooledComponents, components
+from tune_gems.analysis.rules.ties import is_tie
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,9 @@ class FoldData:
     effect `theta` (NaN: the fold does not pair it or holds no informative pair), its squared
     standard error `var`, its own signed-rank `p` and `n_informative` pairs; per contrast [S, m]
     the seeds' common part `seed_var` (sigma_c^2 / n), its `seed_share` of a fold's variance and
-    that share's degrees of freedom `seed_df`."""
+    that share's degrees of freedom `seed_df`; `sample_var` [S, m, K] the sample variance of a
+    fold's informative differences (the power statement's fallback where the fold's rank
+    interval is too short for a standard error; None: not kept)."""
 
     theta: np.ndarray
     var: np.ndarray
@@ -39,6 +43,27 @@ class FoldData:
     seed_var: np.ndarray
     seed_share: np.ndarray
     seed_df: np.ndarray
+    sample_var: np.ndarray | None = None
+
+
+def fold_components(fd: FoldData, tau2) -> PooledComponents:
+    """The pooled components of a family's fold data (`power.components`, a fold without a rank
+    interval read by its sample variance): what the verdicts, the plan and the calibration state
+    their power with."""
+    return components(fd.var, fd.n_informative, fd.seed_share, tau2, fd.theta, sample_var=fd.sample_var)
+
+
+def informative_variance(d: np.ndarray) -> np.ndarray:
+    """The sample variance of the finite informative differences (ties and NaN left out) along
+    the last axis of d (NaN with fewer than two)."""
+    d = np.asarray(d, float)
+    keep = np.isfinite(d) & ~is_tie(d)
+    cnt = keep.sum(-1)
+    x = np.where(keep, d, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = x.sum(-1) / cnt
+        ss = np.where(keep, (d - mean[..., None]) ** 2, 0.0).sum(-1)
+        return np.where(cnt >= 2, ss / (cnt - 1), np.nan)
 
 
 def fold_data(d: np.ndarray) -> FoldData:
@@ -51,7 +76,7 @@ def fold_data(d: np.ndarray) -> FoldData:
     seed_var = np.stack([shared_seed_variance(d[:, g]) for g in range(m)], 1)
     anova = [seed_anova(d[:, g]) for g in range(m)]
     return FoldData(theta, var, p, n_inf, seed_var, np.stack([a["share"] for a in anova], 1),
-                    np.stack([a["df"] for a in anova], 1))
+                    np.stack([a["df"] for a in anova], 1), informative_variance(d))
 
 
 def pool_fold_data(fd: FoldData, *, rope: float, share: bool = defaults.SHARE_TAU,

@@ -53,17 +53,29 @@ class PooledComponents:
         return np.sqrt((self.period + (self.within - self.seed) / seeds) / periods + self.seed / seeds)
 
 
-def components(var, n_informative, seed_share, tau2, theta=None) -> PooledComponents:
+RANK_EFFICIENCY = math.pi / 3.0
+"""n x the squared standard error of a Hodges-Lehmann effect over the variance of one pair's
+difference (normal differences): how a fold's sample variance reads as `within` where its rank
+interval is too short for a standard error."""
+
+
+def components(var, n_informative, seed_share, tau2, theta=None, sample_var=None) -> PooledComponents:
     """The pooled components of gems' fold data (arrays broadcast; the fold axis last for
-    `var`, `n_informative` and `theta` [.., K]): within = the mean over folds with a finite
-    variance of n x the fold effect's squared standard error; seed = its share common to every
+    `var`, `n_informative`, `theta` and `sample_var` [.., K]): within = the mean over folds of n x
+    the fold effect's squared standard error, or, in a fold whose rank interval gives none (too
+    few informative pairs for its level), pi / 3 x the sample variance of its informative
+    differences (`sample_var`, when given); seed = its share common to every
     fold (`pooling.seed_anova`'s share; NaN: 0) x within; period = tau^2, or where the rule has
     none (a fold variance unknown: the contrast pooled with equal weights) and the fold effects
     `theta` are given, the moment estimate max(0, their variance - (within - seed) / n)."""
     var, n = np.asarray(var, float), np.asarray(n_informative, float)
-    fin = np.isfinite(var) & (n > 0)
+    per_seed = var * n
+    if sample_var is not None:  # a fold without a finite rank interval: its sample variance
+        with np.errstate(invalid="ignore"):
+            per_seed = np.where(np.isfinite(var), per_seed, RANK_EFFICIENCY * np.asarray(sample_var, float))
+    fin = np.isfinite(per_seed) & (n > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        within = np.where(fin, var * n, 0.0).sum(-1) / fin.sum(-1)
+        within = np.where(fin, per_seed, 0.0).sum(-1) / fin.sum(-1)
         seed = np.nan_to_num(np.asarray(seed_share, float)) * within
         period = np.asarray(tau2, float)
         if theta is not None:
