@@ -444,3 +444,29 @@ def fold_scenario(folder: str | Path, fold_effects: list[float], *, n: int = 16,
     if baselines is not None:
         baselines.to_parquet(folder / "baselines.parquet", index=False)
     return folder
+
+
+def factorial_scenario(folder: str | Path, levels: dict[str, list], effect, *, n: int = 16, folds: int = 1,
+                       noise: float = 0.05, arms: dict[str, dict] | None = None) -> Path:
+    """One trial whose arms are the full factorial of `levels` (or the given `arms`), members
+    spanning `folds` walk-forward folds x arms x n seeds: an arm's value at seed s in fold k is
+    the seed's baseline (+0.3 k, another period) + `effect(settings, k)` + exactly symmetric
+    noise of its own (`paired_noise`, sd `noise`)."""
+    folder = Path(folder)
+    arms = arms if arms is not None else factorial_arms(levels)
+    frames, first = [], None
+    for k in range(folds):
+        base = seed_values(n, seed=100) + 0.3 * k
+        vals = {name: list(base + effect(a, k) + paired_noise(n, seed=10 + 7 * k + j, sd=noise))
+                for j, (name, a) in enumerate(arms.items())}
+        tables = _arm_tables(folder.name, [ArmTrial("t0", arms, vals, seed=3)], True)
+        m = tables[2].assign(fold=k)
+        m["member"] = m["member"] + k * len(arms) * n
+        frames.append(m)
+        first = first or tables
+    write_arms_experiment(folder, [ArmTrial("t0", arms, {a: [0.0] * n for a in arms}, seed=3)])
+    first[0].to_parquet(folder / "trials.parquet", index=False)
+    first[1].to_parquet(folder / "history.parquet", index=False)
+    first[3].to_parquet(folder / "arms.parquet", index=False)
+    pd.concat(frames, ignore_index=True).to_parquet(folder / "members.parquet", index=False)
+    return folder

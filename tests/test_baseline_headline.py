@@ -1,36 +1,72 @@
-"""The one-line standing against the baselines (end of `train`, first lines of the report):
-each of its three answers, and silence where a side is missing."""
+"""The one statement of where a run stands out of sample (end of `train`, first line of the
+report, the verdicts' `skill` flag; issue 30 item 8): one metric (test alpha Sharpe) with its
+interval against flat (0), conditional on one test period; each answer, and silence where a
+side is missing. (Until issue 30 the line compared validation Sharpe with buy-and-hold and the
+flag test alpha Sharpe with the best baseline, without an interval.)"""
 
 from __future__ import annotations
 
-import math
+from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 
-from tune_gems.stats.baseline_headline import baseline_headline
+from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline, skill_flag
 
 
-def _table(config_sharpes: dict[str, float], base: dict[str, float]) -> pd.DataFrame:
-    rows = [{"configuration": k, "members": 4, "val_sharpe": v} for k, v in config_sharpes.items()]
-    rows += [{"configuration": f"baseline: {k}", "members": 0, "val_sharpe": v} for k, v in base.items()]
-    return pd.DataFrame(rows)
+def _exp(arms: dict[str, list[float]], metric: str = "test_alpha_sharpe", diverged: dict[str, list[int]] | None = None):
+    rows = []
+    for arm, values in arms.items():
+        for s, v in enumerate(values):
+            for fold in (0, 1):  # two folds on the one test segment: one unit per seed
+                rows.append({"experiment": "e", "trial_id": "t0", "arm": arm, "epoch": 3, "seed": 100 + s, "fold": fold,
+                             "val_sharpe": 1.0, metric: v + (0.01 if fold else -0.01),
+                             "diverged": s in (diverged or {}).get(arm, [])})
+    base = pd.DataFrame({"experiment": "e", "segment": ["val", "test"] * 2, "baseline": np.repeat(["flat", "momentum"], 2),
+                         "path": 0, "sharpe": [0.0, 0.0, 0.9, 0.4], "alpha_sharpe": [0.0, 0.0, 0.3, 2.0]})
+    trials = pd.DataFrame({"experiment": ["e"], "trial_id": ["t0"], "config_label": ["x"]})
+    return SimpleNamespace(members=pd.DataFrame(rows), trials=trials, baselines=base)
 
 
-BASE = {"flat": 0.0, "buy_and_hold": 0.94, "momentum": 0.41}
+NEG = list(np.linspace(-0.6, -0.2, 12))
+POS = list(np.linspace(0.2, 0.6, 12))
+MIXED = list(np.linspace(-0.4, 0.4, 12))
 
 
-def test_every_configuration_trails_the_best_baseline():
-    line = baseline_headline(_table({"proposal": 0.21, "control": 0.30}, BASE))
-    assert line.endswith("best control 0.30; buy_and_hold 0.94, momentum 0.41, flat 0.00; every configuration trails buy_and_hold")
+def test_every_arm_below_flat_is_one_statement_with_its_interval():
+    table = baseline_comparison(_exp({"proposal": NEG, "control": [x - 0.1 for x in NEG]}))
+    line = baseline_headline(table)
+    assert line.startswith("against the baselines (test_alpha_sharpe at the final epoch against flat (0), 95% "
+                           "signed-rank interval over seeds, conditional on one test period): every arm lies below flat; "
+                           "best e t0 x arm=proposal -0.40 [")
+    assert line.endswith("over 12 seed(s)")  # the seeds, not seeds x folds
+    flag = skill_flag(table)
+    assert flag.startswith("out of sample every arm lies below flat (test_alpha_sharpe") and "not that the learner has skill" in flag
+    assert "momentum" not in line + flag  # one reference: flat's 0, not a baseline's artefact-prone alpha Sharpe
 
 
-def test_some_and_all_beat_and_a_single_run():
-    assert baseline_headline(_table({"a": 1.2, "b": 0.5}, BASE)).endswith("1 of 2 configurations beat buy_and_hold, the best baseline")
-    assert baseline_headline(_table({"a": 1.2, "b": 1.0}, BASE)).endswith("every configuration beats every baseline")
-    assert baseline_headline(_table({"default": 0.1}, BASE)).endswith("it trails buy_and_hold")
+def test_above_needs_the_bonferroni_bound_and_mixed_says_not_shown():
+    assert baseline_headline(baseline_comparison(_exp({"a": POS}))).split(": ")[1].startswith("it lies above flat")
+    two = baseline_headline(baseline_comparison(_exp({"a": POS, "b": MIXED})))
+    assert "1 of 2 arms lie above flat" in two
+    none = baseline_headline(baseline_comparison(_exp({"a": MIXED, "b": NEG})))
+    assert "no arm is shown to differ from flat" in none
+    for arms in ({"a": POS}, {"a": MIXED, "b": NEG}):
+        assert skill_flag(baseline_comparison(_exp(arms))) == ""  # the flag only when every arm lies below
 
 
-def test_nothing_to_compare_says_nothing():
-    assert baseline_headline(_table({"a": 1.0}, {})) == ""
-    assert baseline_headline(_table({}, BASE)) == ""
-    assert baseline_headline(_table({"a": math.nan}, BASE)) == ""  # a diverged-only run has no mean
+def test_the_interval_is_over_seeds_without_the_diverged_and_falls_back_to_test_sharpe():
+    t = baseline_comparison(_exp({"a": NEG}, diverged={"a": [0, 1]})).set_index("configuration")
+    row = t.loc["e t0 x arm=a"]
+    assert row["skill_seeds"] == 10 and row["skill_ci_low"] < row["skill_estimate"] < row["skill_ci_high"] < 0
+    assert row["skill_ci_low_adjusted"] == row["skill_ci_low"]  # one configuration: nothing to adjust
+    old = baseline_headline(baseline_comparison(_exp({"a": NEG}, metric="test_sharpe")))
+    assert "test_sharpe at the final epoch" in old and "test_alpha_sharpe absent (older results)" in old
+
+
+def test_nothing_to_state_says_nothing():
+    empty = SimpleNamespace(members=pd.DataFrame(), trials=pd.DataFrame(), baselines=None)
+    assert baseline_headline(baseline_comparison(empty)) == ""
+    no_test = _exp({"a": NEG})
+    no_test.members = no_test.members.drop(columns="test_alpha_sharpe")
+    assert baseline_headline(baseline_comparison(no_test)) == "" and skill_flag(baseline_comparison(no_test)) == ""

@@ -56,3 +56,26 @@ def test_a_baselines_table_without_its_columns_is_one_line_data_error(tmp_path):
     )
     with pytest.raises(DataError, match="column sharpe must be numeric"):
         read_baselines(tmp_path, "x")
+
+
+def test_each_configuration_carries_the_statements_metric_and_interval():
+    """Issue 30 item 8: one metric with an interval per configuration (test alpha Sharpe, the
+    rows' units here being the members: no seed column), the baselines without one."""
+    t = baseline_comparison(_exp(None)).set_index("configuration")
+    a = t.loc["e t0 g6=wire arm=a"]
+    assert (a["skill_metric"], a["skill_seeds"], a["skill_estimate"]) == ("test_alpha_sharpe", 2, 1.0)
+    assert a["skill_ci_low"] <= 1.0 <= a["skill_ci_high"]
+
+
+def test_the_held_out_check_says_it_is_conditional_on_one_test_period(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import fake_results as fr
+
+    from tune_gems.analysis.analyze import analyze
+
+    v = analyze(fr.fold_scenario(tmp_path / "e", [0.5, 0.4, 0.6, 0.5])).verdicts.set_index("gem").loc["g12"]
+    assert v["held_out"] == "agrees"
+    assert "held-out test segment (test_alpha_sharpe, same 16 seeds, once; conditional on one test period" in v["reason"]

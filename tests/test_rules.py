@@ -32,8 +32,8 @@ from tune_gems.analysis.rules import words  # noqa: E402
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tune_gems"
 RULES = PACKAGE / "analysis" / "rules"
-WORD_NAMES = {"KEEP", "HARMFUL", "EQUIVALENT", "DELETE", "INCONCLUSIVE", "INCONSISTENT", "CONFOUNDED", "INSUFFICIENT",
-              "NO_DATA", "NOT_TESTED", "DECISIVE", "NULL_ARM_OK", "VERDICTS"}
+WORD_NAMES = {"KEEP", "HARMFUL", "EQUIVALENT", "DELETE", "INCONCLUSIVE", "INCONSISTENT", "HETEROGENEOUS", "CONFOUNDED",
+              "INSUFFICIENT", "NO_DATA", "NOT_TESTED", "DECISIVE", "NULL_ARM_OK", "VERDICTS"}
 """The names in rules/words.py that are verdict words or sets of them."""
 ALLOWED_CHOICES = {("analysis/search_choice.py", "NO_DATA")}
 """Uses of a verdict word as a value outside the rules, with why: a gem that has no row in the
@@ -137,16 +137,33 @@ def test_holm_is_defined_once_and_its_entry_points_share_one_step_down():
 
 def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
     from tune_gems.analysis import calibration, redundancy, verdicts, walk_forward, walk_forward_calibration
-    from tune_gems.analysis.rules import gates, periods, pooling, seed
+    from tune_gems.analysis import factor_calibration, factor_rule, factors, plan, rule_mde
+    from tune_gems.analysis import one_history_calibration
+    from tune_gems.analysis.rules import gates, period_family, periods, pooling, power, seed, ties
 
     uses = {
-        seed.decide_family: (verdicts, calibration, walk_forward_calibration),
-        gates.market_gate: (verdicts, walk_forward_calibration),
-        gates.one_period_gate: (walk_forward, walk_forward_calibration),
-        periods.decide_periods: (walk_forward, walk_forward_calibration),
-        pooling.hksj: (walk_forward, walk_forward_calibration),
-        pooling.fold_estimates: (walk_forward, walk_forward_calibration),
-        pooling.shared_seed_variance: (walk_forward, walk_forward_calibration),
+        seed.decide_family: (verdicts, calibration, walk_forward_calibration, factor_rule, one_history_calibration),
+        gates.market_gate: (verdicts, walk_forward_calibration, factor_rule, one_history_calibration),
+        gates.one_period_gate: (walk_forward, walk_forward_calibration, factor_rule, one_history_calibration),
+        # the K >= 2 decision: the gem verdicts, the factor table, the confirmation's simulated
+        # search and the calibrations hold one function (and it the pooling and the period rule)
+        period_family.decide_fold_data: (walk_forward, walk_forward_calibration, factor_rule, one_history_calibration),
+        period_family.pool_fold_data: (walk_forward,),
+        period_family.fold_data: (walk_forward_calibration, factor_calibration, one_history_calibration),
+        factor_rule.decide_effects: (factors, factor_calibration),
+        walk_forward.folds_family: (factors,),
+        walk_forward.pooled_power: (factors,),
+        periods.decide_periods: (period_family,),
+        pooling.pool_family: (period_family,),
+        pooling.fold_estimates: (walk_forward, period_family),
+        pooling.shared_seed_variance: (walk_forward, period_family),
+        pooling.seed_anova: (walk_forward, period_family),
+        ties.informative_rank_test: (verdicts, walk_forward, calibration, walk_forward_calibration, factor_rule),
+        # the power statement: the verdicts', the plan's, the calibration's and confirm's MDE
+        power.pooled_mde: (walk_forward, walk_forward_calibration, plan, rule_mde),
+        power.mde_floor: (walk_forward, rule_mde),
+        period_family.fold_components: (walk_forward, walk_forward_calibration, plan),
+        power.components: (period_family,),
         seed.redundancy_finding: (redundancy,),
     }
     for fn, modules in uses.items():
@@ -167,10 +184,13 @@ def _fold_differences(cells, gem: str, column: str, k: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("fold_effects", [[0.5, 0.4, 0.6, 0.5], [0.5, 0.5, -0.5, -0.5], [0.0, 0.02, -0.02, 0.0],
-                                          [0.3, -0.05, 0.35, 0.1], [0.5, 0.05, 0.3], [0.5]])
+                                          [0.3, -0.2, 0.35, 0.1], [0.3, 0.1, 0.2, 0.15, 0.25, 0.05],
+                                          [0.5, 0.08, 0.3], [0.5]])
 def test_the_shipped_verdict_is_the_calibrations_decision_on_the_same_differences(tmp_path, fold_effects):
     """keep wired; inconsistent (the seeds: equivalent); equivalent; inconsistent (the seeds: keep);
-    not confirmed across 3 periods (the seeds: keep); one period: keep wired."""
+    keep wired over 6 periods (heterogeneous ones, tau shared with nothing: one gem);
+    insufficient data over 3 periods (the seeds: keep); one period: keep wired. (The fakes'
+    per-seed noise is +-0.05: a fold effect of +-0.05 would make half its pairs tie.)"""
     from tune_gems.analysis.analyze import analyze
     from tune_gems.analysis.pairing import build_cells
     from tune_gems.analysis.rules.thresholds import Thresholds
@@ -186,3 +206,15 @@ def test_the_shipped_verdict_is_the_calibrations_decision_on_the_same_difference
     else:  # one period without saved returns: no market-noise interval, the seed rule alone
         code = rule_one_period(d[:, :, 0], 0.0, 1.0, rope=th.rope, alpha=th.alpha)
     assert int(code[0, 0]) == int(words.verdict_codes(np.array([row["verdict"]]))[0]), row["reason"]
+    # the factor table judges the same gem by the same rule (its family is this one gem here) ...
+    factor = res.factors.set_index("factor").loc["gems.g12.mode"]
+    assert factor["family_size"] == 1 and factor["verdict"] == row["verdict"], factor["reading"]
+    if np.isfinite(row["mde"]):
+        from tune_gems.analysis.rule_mde import rule_mde
+        from tune_gems.analysis.search_choice import discovery_design
+
+        # ... and states its MDE (the pooled test's at K >= 2, the seed rule's at K = 1 without a
+        # market-noise interval), and confirm's target (the discovery's MDE) is that number too
+        assert factor["mde"] == pytest.approx(row["mde"])
+        assert factor["pooled_ci_low"] == pytest.approx(row["pooled_ci_low"], nan_ok=True)
+        assert rule_mde(discovery_design(row.to_dict()), th.alpha, th.power) == pytest.approx(row["mde"], rel=1e-6)

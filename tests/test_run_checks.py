@@ -199,8 +199,8 @@ def test_train_prints_the_data_source_matched_column_and_split(tmp_path):
     assert "train 196 rows (2020-01-01..2020-07-28)" in split and "validation 56 rows (2020-08-01..2020-09-28)" in split
     assert "test 48 rows (2020-10-01..2020-11-20)" in split
     last = res.stdout.strip().splitlines()[-1]  # the run's standing against the baselines ends it
-    assert last.startswith("tune-gems train: against the baselines (val_sharpe, final epoch") and "buy_and_hold" in last
-    assert "trails" in last or "beats" in last
+    assert last.startswith("tune-gems train: against the baselines (test_alpha_sharpe at the final epoch against flat (0)")
+    assert "below flat" in last or "above flat" in last or "differ from flat" in last
 
 
 def test_a_closed_pipe_is_not_reported_as_a_bug():

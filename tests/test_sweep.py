@@ -89,8 +89,8 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
     assert ana.returncode == 0, ana.stderr[-2000:]
     assert "verdict" in ana.stdout and (exp / "analysis" / "report.md").is_file()
     # the standing against the baselines opens the console output and the report
-    assert ana.stdout.startswith("against the baselines (val_sharpe, final epoch")
-    assert (exp / "analysis" / "report.md").read_text().splitlines()[2].startswith("Against the baselines (val_sharpe")
+    assert ana.stdout.startswith("against the baselines (test_alpha_sharpe at the final epoch against flat (0)")
+    assert (exp / "analysis" / "report.md").read_text().splitlines()[2].startswith("Against the baselines (test_alpha_sharpe")
     _check_confirm(exp, t)
     _check_confirmation_tables(exp)
     _check_result_grid(exp)

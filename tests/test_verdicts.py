@@ -276,3 +276,71 @@ def test_a_null_arm_whose_pairs_tie_is_flagged_uninformative(root):
     a = res.placebo.iloc[0]
     assert a["tied_share"] == 1.0 and not bool(a["informative"])
     assert "uninformative: 100% of the pairs tie" in format_verdict_table(res.verdicts, res.placebo, res.redundancy)
+
+
+# ---- ties, never-traded members, the epoch window, the one-sided keep test (issue 30) ----------
+
+
+def _tied_experiment(folder, n: int, informative: list[float], turnover: bool = True):
+    """One trial, control and wired on n seeds; wired = control at every seed but the last
+    len(informative), where it adds those differences. With `turnover`, members of the tied
+    seeds never traded (validation turnover 0), the others did."""
+    import pandas as pd
+
+    base = fr.seed_values(n, seed=21)
+    diff = np.zeros(n)
+    diff[n - len(informative):] = informative
+    f = fr.write_arms_experiment(folder, [fr.ArmTrial("t0", {"control": {}, "wired": {"gems.g12.mode": "wire"}},
+                                                      {"control": list(base), "wired": list(base + diff)})])
+    if turnover:
+        m = pd.read_parquet(f / "members.parquet")
+        m["val_turnover"] = np.where(m["seed_index"] < n - len(informative), 0.0, 0.3)
+        m.to_parquet(f / "members.parquet", index=False)
+    return f
+
+
+def test_a_verdict_resting_on_ties_reads_insufficient_data(root):
+    """Issue 30: on NASDAQ closes 14 of 18 pairs tied (members that never traded) and g12 read
+    `equivalent` on 2 informative seeds. Ties carry no weight; too few informative pairs for the
+    rule read `insufficient data`, with the tied share and the members that never traded."""
+    g = row(run(_tied_experiment(root / "ties", 18, [0.05, -0.04, 0.03, -0.02])))
+    assert g["verdict"] == "insufficient data" and g["seed_verdict"] == "insufficient data"
+    assert g["tied_share"] == pytest.approx(14 / 18) and g["n_informative"] == 4 and g["n_seeds"] == 18
+    assert g["zero_turnover_share"] == pytest.approx(14 / 18)
+    assert "too few informative pairs" in g["reason"] and "never traded" in g["reason"]
+    from tune_gems.analysis.report import evidence_line
+
+    assert "78% tie (4 informative)" in evidence_line(g.rename({"gem": "g"}).to_dict() | {"gem": "g12"})
+
+
+def test_ties_carry_no_weight_in_the_effect(root):
+    """8 tied pairs and 8 informative ones near +0.5: the effect is the informative pairs' (the
+    old rule's half-counted ties pulled it to ~+0.25 and its interval towards 0)."""
+    g = row(run(_tied_experiment(root / "ties_effect", 16, list(0.5 + fr.paired_noise(8, seed=2, sd=0.05)))))
+    assert g["effect"] == pytest.approx(0.5, abs=0.03) and g["n_informative"] == 8 and g["tied_share"] == 0.5
+    assert g["verdict"] == "keep wired" and g["ci_low"] > 0.4  # the one gem with a design: Holm of one
+
+
+def test_the_epoch_window_is_a_setting(root):
+    """The fakes' earlier epochs read 100 in every arm (a difference of 0): over an 8-epoch run the
+    last half (4 epochs) holds one of them, so the effect is 3/4 of the last-3 window's."""
+    f = fr.write_arms_experiment(root / "window", [fr.ArmTrial(
+        "t0", {"control": {}, "wired": {"gems.g12.mode": "wire"}},
+        {"control": list(fr.seed_values(16, seed=4)),
+         "wired": list(fr.seed_values(16, seed=4) + 0.5 + fr.paired_noise(16, seed=5))}, epochs=8)])
+    assert row(run(f))["effect"] == pytest.approx(0.5)
+    half = row(run(f, window="last-half"))
+    assert half["effect"] == pytest.approx(0.375) and "last half" in half["window"]
+    assert row(run(f, window="from-epoch", first_epoch=7))["effect"] == pytest.approx(0.5)
+
+
+def test_the_one_sided_keep_test_never_claims_harm(root, capsys):
+    from tune_gems.commands.cli import main
+
+    f = fr.wire_scenario(root / "one_sided_harm", effect=-0.5, n=16)
+    g = row(run(f, one_sided_keep=True))
+    assert g["verdict"] == "inconclusive" and g["seed_verdict"] == "inconclusive"
+    keep = row(run(fr.wire_scenario(root / "one_sided_keep", effect=0.5, n=16), one_sided_keep=True))
+    assert keep["verdict"] == "keep wired" and keep["ci_high"] == np.inf and "one-sided" in keep["reason"]
+    assert main(["analyze", str(f), "--one-sided-keep", "--no-plots", "--out", str(root / "one_sided_out")]) == 0
+    assert "one_sided_keep=True" in (root / "one_sided_out" / "report.md").read_text()

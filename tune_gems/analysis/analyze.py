@@ -28,7 +28,8 @@ from tune_gems.analysis.verdict_market_noise import EvalReturnsLookup
 from tune_gems.analysis.objective import objective_notes
 from tune_gems.analysis.magnitudes import gem_magnitudes, gem_trajectories
 from tune_gems.analysis.redundancy import redundancy_table
-from tune_gems.analysis.report import render_report
+from tune_gems.analysis.report import render_factor_section, render_report
+from tune_gems.analysis.factors import factor_table
 from tune_gems.analysis.held_out import skill_context
 from tune_gems.analysis.variance import sharpe_variance, split_arms, trial_outcomes
 from tune_gems.analysis.rules.thresholds import Thresholds
@@ -43,6 +44,7 @@ CSV_FILES = {
     "gem_magnitudes": "gem_magnitudes.csv",
     "gem_trajectories": "gem_trajectories.csv",
     "verdicts": "verdicts.csv",
+    "factors": "factors.csv",
     "placebo": "placebo.csv",
     "redundancy": "redundancy.csv",
     "importances": "importances.csv",
@@ -64,6 +66,8 @@ class AnalysisResult:
     importances: pd.DataFrame
     placebo: pd.DataFrame = field(default_factory=pd.DataFrame)
     redundancy: pd.DataFrame = field(default_factory=pd.DataFrame)
+    factors: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """Every factor of the design judged with the gems as one family (`factors.factor_table`)."""
     settings: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     out_dir: Path | None = None
@@ -94,11 +98,13 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
     cells = build_cells(t, m, arms)
     excess = add_excess_columns(cells.long, gems)
     red = redundancy_table(cells, gems, thresholds=th, excess=excess)
+    lookup = EvalReturnsLookup(exp.paths, exp.labels, t)
     verdicts = gem_verdicts(t, h, m, arms=arms, gems=gems, thresholds=th, redundancy=red, cells=cells,
-                            eval_returns=EvalReturnsLookup(exp.paths, exp.labels, t))
+                            eval_returns=lookup)
     verdicts["skill"] = skill_context(exp)
     placebo = placebo_verdicts(cells, gems, m, thresholds=th)
-    _, metric_note = verdict_metric(m)
+    column, metric_note = verdict_metric(m)
+    factors = factor_table(cells, gems, thresholds=th, column=column, eval_returns=lookup, verdicts=verdicts)
     notes = list(cells.notes) + ([metric_note] if metric_note else []) + objective_notes(exp.paths, exp.labels, exp.trials)
     return AnalysisResult(
         experiment=exp,
@@ -111,6 +117,7 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
         importances=param_importances(exp.studies),
         placebo=placebo,
         redundancy=red,
+        factors=factors,
         settings=th.settings(),
         notes=notes,
     )
@@ -166,7 +173,8 @@ def write_result(result: AnalysisResult, out_dir: str | Path, *, overwrite: bool
                 if plots.save(fig, tmp / name):
                     images[title] = name
                     files.append(name)
-        (tmp / REPORT_FILE).write_text(render_report(result, images, result.settings), encoding="utf-8")
+        report = render_report(result, images, result.settings) + render_factor_section(result.factors, result.settings)
+        (tmp / REPORT_FILE).write_text(report, encoding="utf-8")
         files.append(REPORT_FILE)
         update_marker(tmp, **{MARKER_FILES_KEY: written_files(tmp)})  # what a later --overwrite may delete
         check_out(out, list(result.experiment.paths), overwrite)  # re-check: something may have appeared

@@ -2,8 +2,9 @@
 
 A statistic ships with its calibration. This module simulates datasets shaped like an experiment
 (per gem: the seeds it compares, the spread of its per-seed differences, its divergence rate)
-and runs on them the very functions the verdicts use (`inference.rank_test`, then
-`rules.seed.decide_family`: Holm over the gems and the keep / harmful / delete decision),
+and runs on them the very functions the verdicts use (`rules.ties.informative_rank_test`,
+the signed-rank rule on the informative pairs, then `rules.seed.decide_family`: Holm over the
+gems and the keep / harmful / delete decision),
 vectorised over datasets with numpy.
 
 - **Null:** every gem has no effect. The family-wise false rate is the share of datasets in
@@ -13,7 +14,8 @@ vectorised over datasets with numpy.
 
 Per-seed differences are drawn as sd x Z with Z normal or Student-t with 3 degrees of freedom
 (scaled to unit sd: heavy tails like RL returns); each side of a pair diverges with the measured
-rate (then the difference is -inf / +inf / a tie, as in the analysis).
+rate (then the difference is -inf / +inf / a tie, as in the analysis), and a pair ties exactly
+at the measured tie rate (members that never traded).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pandas as pd
 from tune_gems.analysis import defaults
 from tune_gems.analysis.rules.seed import decide_family
 from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.ties import informative_rank_test
 from tune_gems.analysis.rules.words import DELETE, verdict_codes
 from tune_gems.analysis.search_choice import best_trial
 from tune_gems.stats.inference import min_detectable_effect, rank_test
@@ -44,6 +47,8 @@ class Shape:
     n: int
     sd: float = 1.0
     p_div: float = 0.0
+    p_tie: float = 0.0
+    """The share of pairs that tie exactly (both members never traded, both diverged)."""
 
 
 def _draws(rng: np.random.Generator, size: tuple[int, ...], dist: str) -> np.ndarray:
@@ -61,18 +66,24 @@ def simulate_differences(rng, shape: Shape, n_sim: int, effect: float = 0.0, dis
         hi = rng.random((n_sim, shape.n)) < shape.p_div
         lo = rng.random((n_sim, shape.n)) < shape.p_div
         d = np.where(hi & lo, 0.0, np.where(hi, -np.inf, np.where(lo, np.inf, d)))
+    if shape.p_tie > 0:
+        d = np.where(rng.random((n_sim, shape.n)) < shape.p_tie, 0.0, d)
     return d
 
 
 def family_decisions(diffs: list[np.ndarray], alpha: float = defaults.ALPHA, rope: float = defaults.ROPE,
-                     p_magnitude: np.ndarray | None = None) -> np.ndarray:
-    """[n_sim, m] verdict names per dataset and gem: the signed-rank rule on each gem's per-seed
-    differences, then the shipped seed rule (`rules.seed.decide_family`: Holm over the gems,
-    keep / harmful / delete / equivalent / inconclusive); `p_magnitude` [n_sim, m] the magnitude
-    TOST p (None: the magnitude is never at its null, so no `delete`)."""
-    r = [rank_test(d, rope=rope, tail=alpha / 2) for d in diffs]
-    est, p, pt = (np.stack([x[k] for x in r], 1) for k in ("estimate", "p", "p_tost"))
-    return decide_family(p, est, pt, alpha=alpha, p_magnitude=p_magnitude).verdict
+                     p_magnitude: np.ndarray | None = None, one_sided: bool = False) -> np.ndarray:
+    """[n_sim, m] verdict names per dataset and gem: the signed-rank rule on each gem's
+    informative per-seed differences (ties dropped: `rules.ties.informative_rank_test`), then
+    the shipped seed rule (`rules.seed.decide_family`: Holm over the gems, keep / harmful /
+    delete / equivalent / inconclusive / insufficient data); `p_magnitude` [n_sim, m] the
+    magnitude TOST p (None: the magnitude is never at its null, so no `delete`); `one_sided`
+    the opt-in one-sided keep test."""
+    r = [informative_rank_test(d, rope=rope, tail=alpha / 2) for d in diffs]
+    est, p, pt, n_inf = (np.stack([x[k] for x in r], 1)
+                         for k in ("estimate", "p_greater" if one_sided else "p", "p_tost", "n_informative"))
+    return decide_family(p, est, pt, alpha=alpha, p_magnitude=p_magnitude, informative=n_inf,
+                         one_sided=one_sided).verdict
 
 
 def _signed(verdict: np.ndarray) -> np.ndarray:
@@ -121,7 +132,7 @@ def calibration_table(shapes: list[Shape], *, thresholds: Thresholds | None = No
     th = Thresholds.build(thresholds, **settings)
     n_sim, rope, alpha, seed = th.n_sim, th.rope, th.alpha, th.seed
     own = {s.n for s in shapes}
-    variants = [("experiment", shapes)] + [(str(n), [Shape(s.gem, n, s.sd, s.p_div) for s in shapes])
+    variants = [("experiment", shapes)] + [(str(n), [Shape(s.gem, n, s.sd, s.p_div, s.p_tie) for s in shapes])
                                            for n in seeds if own != {n}]  # the experiment's own n is row 1
     sd = shapes[0].sd
     eff_values = [(f"{k:g} sd", k * sd) for k in effects] + [(f"ROPE {rope:g}", rope)]
@@ -173,7 +184,10 @@ def experiment_shapes(verdicts: pd.DataFrame, members: pd.DataFrame | None = Non
         p_div = 0.0
         if np.isfinite(r.get("wired_diverged", np.nan)):
             p_div = float((r["wired_diverged"] + r["measured_diverged"]) / (2 * pairs))
-        shapes.append((not (np.isfinite(r["n_seeds"]) and r["n_seeds"] > 1), -n, Shape(str(r["gem"]), n, sd, min(p_div, 0.5))))
+        tie = float(r.get("tied_share", 0.0))
+        tie = tie if np.isfinite(tie) else 0.0
+        shapes.append((not (np.isfinite(r["n_seeds"]) and r["n_seeds"] > 1), -n,
+                       Shape(str(r["gem"]), n, sd, min(p_div, 0.5), min(tie, 0.95))))
     # the planted effect goes to the first: a gem with a design, the most seeds first
     shapes = [s for *_, s in sorted(shapes, key=lambda x: x[:2])]
     return shapes, note
@@ -183,7 +197,8 @@ def format_calibration(table: pd.DataFrame, shapes: list[Shape], note: str = "",
     """The calibration as text for a terminal (what `tune-gems analyze --calibrate` prints)."""
     lines = [f"Calibration of the verdict rule (signed-rank, Holm over {len(shapes)} gems, alpha {alpha:g}); "
              f"{int(table['n_sim'].iloc[0])} simulated datasets per row",
-             "shape: " + ", ".join(f"{s.gem}: {s.n} seeds, sd {s.sd:.3g}, divergence {s.p_div:.2g}" for s in shapes)]
+             "shape: " + ", ".join(f"{s.gem}: {s.n} seeds, sd {s.sd:.3g}, divergence {s.p_div:.2g}"
+                                   + (f", ties {s.p_tie:.0%}" if s.p_tie else "") for s in shapes)]
     if note:
         lines.append(note)
     pcols = [c for c in table.columns if c.startswith("power@")]

@@ -19,6 +19,37 @@ LAST_K = 3
 """The verdict metric is averaged over each member's last k validation epochs (at a common
 epoch for paired trials): a single epoch's Sharpe is noisier and can be a lucky spike."""
 
+WINDOWS = ("last-k", "last-half", "from-epoch")
+"""Which validation epochs the verdict metric averages, per member (docs/analysis.md "The verdict
+metric"): the last k (`LAST_K`), the last half of the run (never fewer than k), or every epoch
+from a stated first epoch (`FIRST_EPOCH`) on."""
+
+WINDOW = "last-k"
+"""The default window, chosen with the calibration (docs/analysis.md "The verdict metric"): the
+window the search objective (`verdict_gain`) and the saved validation returns behind the
+market-noise interval (`eval_returns.npz`) both use, so the verdict, its market-noise interval
+and the search all judge one statistic; `last-half` is the opt-in for long runs with folds."""
+
+FIRST_EPOCH = 1
+"""The first epoch of the `from-epoch` window (epochs count from 1)."""
+
+MIN_PERIODS = 4
+"""Fewest validation periods (folds with informative pairs) a pooled verdict decides with: below
+it the t with K - 1 degrees of freedom has (almost) no power (K = 2: none; K = 3: 0.04-0.10 for a
+consistent 1 sd effect, the calibration's table), so a verdict reads `insufficient data: too few
+periods` with the per-fold effects shown."""
+
+SHARE_TAU = True
+"""Estimate the period-to-period spread (tau^2, and the HKSJ scale) once across the family's
+contrasts (`rules.pooling.pool_family`) when they agree (Bartlett's test, `TAU_SHARE_LEVEL`)."""
+
+TAU_SHARE_LEVEL = 0.1
+"""Level of the test of equal period spread across the contrasts of a family: rejected, each
+contrast is pooled on its own (K - 1 degrees of freedom)."""
+
+ONE_SIDED_KEEP = False
+"""Opt-in: test `keep wired` one-sided (effect > 0) at alpha; `harmful` is then not claimed."""
+
 POWER = 0.8
 """Power at which the minimum detectable effect and the seeds needed are stated."""
 
@@ -37,8 +68,9 @@ N_SIM = 2000
 CALIBRATION_SEEDS = (8, 16, 32)
 """Seed counts the calibration reports besides the experiment's own."""
 
-CALIBRATION_FOLDS = (1, 3, 4, 6)
-"""Walk-forward fold counts the period calibration reports (issue 20)."""
+CALIBRATION_FOLDS = (1, 3, 4, 6, 8)
+"""Walk-forward fold counts the period calibration reports (issue 20; 8: issue 30's longer
+layouts; K = 3 shows the refusal below `MIN_PERIODS`)."""
 
 CALIBRATION_TAUS = (0.0, 1.0, 3.0)
 """Period-to-period spread of the difference (mean zero) the period calibration simulates, in

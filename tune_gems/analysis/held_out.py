@@ -8,9 +8,13 @@ signed-rank at alpha, no further search) and shown beside the verdict: `agrees` 
 interval excludes 0 on the verdict's side. Nothing is decided on it: the verdict stands either
 way, and a reader sees at once when the validation result did not carry over.
 
+The check is conditional on one test period: the test segment is one stretch of one history,
+common to every fold, so it is one more period, not a replication; its text says so.
+
 Skill: "wiring helps" is a statement about two arms of one learner, not about the learner beating
-the market. When every arm's mean out-of-sample (test) metric is below a baseline's (flat,
-buy-and-hold, momentum under the same cost model), the report and every verdict line say so.
+the market. When every arm's test alpha Sharpe lies below flat's (0) with its interval (one
+metric, one reference: `stats.baseline_headline`, the statement the report opens with), every
+verdict line says so.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import pandas as pd
 
 from tune_gems.analysis.pairing import Cells
 from tune_gems.analysis.report import baseline_comparison, format_number
+from tune_gems.stats.baseline_headline import skill_flag
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.words import DECISIVE, KEEP
 from tune_gems.analysis.selectors import placebo_selectors, wiring_pairs
@@ -32,6 +37,9 @@ from tune_gems.stats.inference import rank_test
 
 HELD_OUT_COLUMNS = ["test_effect", "test_ci_low", "test_ci_high", "test_p_value", "held_out"]
 AGREES = "agrees"
+ONE_TEST_PERIOD = ("conditional on one test period: the test segment is common to every fold, one more period, "
+                   "not a replication")
+"""What the held-out check is (issue 30, item 8): it says so wherever it is shown."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +93,8 @@ def held_out_check(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: Th
             continue
         v.loc[i, ["test_effect", "test_ci_low", "test_ci_high", "test_p_value"]] = [eff.estimate, eff.low, eff.high, eff.p]
         v.at[i, "held_out"] = agreement(r["verdict"], eff.estimate, eff.low, eff.high)
-        v.at[i, "reason"] = (f"{r['reason']}; held-out test segment ({eff.column}, same {eff.n} seeds, once): "
+        v.at[i, "reason"] = (f"{r['reason']}; held-out test segment ({eff.column}, same {eff.n} seeds, once; "
+                             f"{ONE_TEST_PERIOD}): "
                              f"{format_number(eff.estimate, '+.3g')} [{format_number(eff.low)}, {format_number(eff.high)}], "
                              f"p {format_number(eff.p, '.2g')}: {v.at[i, 'held_out']}")
     return v
@@ -102,22 +111,7 @@ def agreement(verdict: str, effect: float, low: float, high: float) -> str:
 
 
 def skill_context(experiment: Any) -> str:
-    """A sentence when every arm trails a baseline out of sample (mean test alpha Sharpe, or test
-    Sharpe where alpha is missing, at the final epoch over non-diverged members); "" otherwise
-    or when the folders have no baselines table."""
-    table = baseline_comparison(experiment)
-    if table.empty:
-        return ""
-    is_base = table["configuration"].str.startswith("baseline: ")
-    arms, base = table[~is_base], table[is_base]
-    for col in ("test_alpha_sharpe", "test_sharpe"):
-        a, b = arms[col].astype(float), base[col].astype(float)
-        if np.isfinite(a).any() and np.isfinite(b).any():
-            best_arm, j = float(a.max()), b.idxmax()
-            if best_arm < float(b[j]):
-                name = str(base.at[j, "configuration"]).removeprefix("baseline: ")
-                return (f"out of sample every arm trails the {name} baseline ({col}: best arm "
-                        f"{format_number(best_arm, '+.3g')} < {name} {format_number(float(b[j]), '+.3g')}): "
-                        f"a verdict says whether wiring helps this learner, not that the learner has skill")
-            return ""
-    return ""
+    """The verdicts' `skill` flag (`stats.baseline_headline.skill_flag`: the report's first line
+    said only when every arm lies below flat, test alpha Sharpe with its interval, conditional on
+    one test period); "" otherwise or without test metrics."""
+    return skill_flag(baseline_comparison(experiment))

@@ -240,13 +240,17 @@ def build_cells(trials: pd.DataFrame, members: pd.DataFrame, arms: pd.DataFrame 
     return Cells(table=cells, long=long, keys=keys, shared_path=shared_path, notes=notes)
 
 
-def window_values(long: pd.DataFrame, column: str, end_epoch: pd.Series, k: int) -> pd.DataFrame:
+def window_values(long: pd.DataFrame, column: str, end_epoch: pd.Series, k) -> pd.DataFrame:
     """Per cell: the mean of `column` over its epochs in (E - k, E], E = `end_epoch[cell]`,
     and `diverged`: the member diverged at or before E, or has no finite value in the window.
+    `k` an int, or a function of the end epochs giving each window's length (the analysis's
+    window setting, `Thresholds.window_length`).
 
     Returns a DataFrame indexed by cell with columns value, diverged."""
     e = long["cell"].map(end_epoch)
     ep = long["epoch"].astype(int)
+    if callable(k):
+        k = pd.Series(k(e.to_numpy(int)), index=e.index)
     vals = long[column].astype(float) if column in long.columns else pd.Series(np.nan, index=long.index)
     div_flag = long["diverged"].astype(bool) if "diverged" in long.columns else pd.Series(False, index=long.index)
     win = (ep > e - k) & (ep <= e)
@@ -331,12 +335,13 @@ def paired(
     lo: str,
     *,
     column: str,
-    k: int,
+    k,
     ignore: tuple[str, ...] = (),
     select: Callable[[pd.DataFrame], pd.Series] | None = None,
     worst: bool = True,
 ) -> Paired:
-    """Per-unit differences of `column` (last-k-epoch mean) between cells with `factor` == hi and
+    """Per-unit differences of `column` (mean over each context's window: `k` epochs, or a function
+    of the end epoch as in `window_values`) between cells with `factor` == hi and
     == lo whose configs are identical apart from `factor` and `ignore`, paired by member seed.
 
     `select` filters the cells first (e.g. only wired cells of placebo weight). With `worst`,

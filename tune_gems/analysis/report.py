@@ -89,22 +89,51 @@ def evidence_line(r: Any) -> str:
         return f"{r['gem']}: {r['verdict']} - design: none"
     seed_word = r.get("seed_verdict")
     changed = f" (seeds alone: {seed_word})" if isinstance(seed_word, str) and seed_word and seed_word != r["verdict"] else ""
-    return (f"{r['gem']}: {r['verdict']}{changed} - design: {r['design']}; seeds {int(r['n_seeds'])}; "
+    return (f"{r['gem']}: {r['verdict']}{changed} - design: {r['design']}; seeds {int(r['n_seeds'])}{_ties_part(r)}; "
             f"effect {_num(r.get('effect'), '+.3g')} {_interval(r.get('ci_low'), r.get('ci_high'))} "
             f"({_num(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise, over seeds; pseudo-median, "
             f"mean {_num(r.get('mean_effect'), '+.3g')}){_market_part(r)}; "
-            f"Holm p {_num(r.get('p_adjusted'), '.2g')}; MDE {_num(r.get('mde'))}; "
-            f"seeds for +-{_num(r.get('rope'), 'g')}: {_num(r.get('seeds_needed'), '.0f')}"
+            f"Holm p {_num(r.get('p_adjusted'), '.2g')}; {_power_part(r)}"
             f"{_period_part(r)}{_held_out_part(r)}{_skill_part(r)}")
+
+
+def _finite(r: Any, key: str) -> bool:
+    try:
+        return math.isfinite(float(r.get(key)))
+    except (TypeError, ValueError):
+        return False
+
+
+def _ties_part(r: Any) -> str:
+    """Ties (left out of every test) and members that never traded, where there are any."""
+    parts = []
+    if _finite(r, "tied_share") and float(r["tied_share"]) > 0:
+        parts.append(f"{_num(100 * float(r['tied_share']), '.0f')}% tie ({_num(r.get('n_informative'), '.0f')} informative)")
+    if _finite(r, "zero_turnover_share") and float(r["zero_turnover_share"]) > 0:
+        parts.append(f"{_num(100 * float(r['zero_turnover_share']), '.0f')}% of members never traded")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _power_part(r: Any) -> str:
+    """The MDE and seeds needed of the test that decides: with several periods the pooled one,
+    its floor with infinitely many seeds and what that implies."""
+    rope = _num(r.get("rope"), "g")
+    if _finite(r, "mde_floor"):
+        return (f"MDE {_num(r.get('mde'))} (pooled over {_num(r.get('periods_informative'), '.0f')} periods; floor "
+                f"{_num(r.get('mde_floor'))} with infinitely many seeds); seeds per fold for +-{rope}: "
+                f"{_num(r.get('seeds_needed'), '.0f')}"
+                + (f" ({r['power_note']})" if isinstance(r.get("power_note"), str) and r["power_note"] else ""))
+    return f"MDE {_num(r.get('mde'))}; seeds for +-{rope}: {_num(r.get('seeds_needed'), '.0f')}"
 
 
 def _period_part(r: Any) -> str:
     """Walk-forward folds: the pooled effect over periods and its heterogeneity (issue 20)."""
     if _num(r.get("pooled_effect")) == "-":
         return f"; {r['period']}" if isinstance(r.get("period"), str) and r.get("period") else ""
-    return (f"; over {_num(r.get('folds'), '.0f')} periods {_num(r.get('pooled_effect'), '+.3g')} "
-            f"{_interval(r.get('pooled_ci_low'), r.get('pooled_ci_high'))} (HKSJ), tau^2 {_num(r.get('tau2'))}, "
-            f"I^2 {_num(100 * float(r.get('i2')), '.0f')}%")
+    shared = ", tau shared" if bool(r.get("tau_shared")) else ""
+    return (f"; over {_num(r.get('periods_informative'), '.0f')} periods {_num(r.get('pooled_effect'), '+.3g')} "
+            f"{_interval(r.get('pooled_ci_low'), r.get('pooled_ci_high'))} (HKSJ, {_num(r.get('pooled_df'), '.3g')} df"
+            f"{shared}), tau^2 {_num(r.get('tau2'))}, I^2 {_num(100 * float(r.get('i2')), '.0f')}%")
 
 
 def _held_out_part(r: Any) -> str:
@@ -195,26 +224,41 @@ def _periods_section(v: pd.DataFrame) -> list[str]:
     k = int(v["folds"].max()) if v["folds"].notna().any() else 1
     lines = ["", "### Over periods and out of sample", ""]
     if k > 1:
-        lines.append(f"{k} walk-forward validation periods. Per fold: the seed-paired effect inside the fold; pooled: "
-                     "random effects with the Hartung-Knapp-Sidik-Jonkman interval at the Holm level (plus the seeds' "
-                     "share common to every fold), tau^2 and I^2 its heterogeneity. `keep wired` / `harmful` need the "
-                     "seeds and the pooled interval to agree; effects of both signs with significant heterogeneity "
-                     "read `inconclusive: inconsistent across periods`.")
+        lines.append(f"{k} walk-forward validation periods. Per fold: the seed-paired effect inside the fold (ties "
+                     "left out); pooled: random effects with the Hartung-Knapp-Sidik-Jonkman interval at the Holm level "
+                     "(tau^2 and the scale shared across the gems where they agree; plus the seeds' share common to every "
+                     "fold), tau^2 and I^2 its heterogeneity. The pooled test decides: fewer than the minimum periods "
+                     "read `insufficient data: too few periods`; a sign change is claimed (`inconclusive: inconsistent "
+                     "across periods`) only when fold intervals lie on both sides of 0 at their Holm levels; periods "
+                     "that differ without a decision read `inconclusive: heterogeneous across periods`. `mde` is the "
+                     "pooled test's, `mde_floor` what no number of seeds beats.")
     else:
         lines.append("One validation period: every verdict is conditional on it (run walk-forward folds, `data.folds`, "
                      "to see whether an effect holds in another period).")
     lines.append("Each `keep wired` / `harmful` is re-estimated once on the untouched test segment with the same pairs "
                  "(`held_out`); nothing is decided on it.")
-    cols = ["gem", "verdict", "folds", "fold_effects", "pooled_effect", "pooled_ci_low", "pooled_ci_high", "tau2", "i2",
-            "test_effect", "test_ci_low", "test_ci_high", "held_out"]
-    lines += ["", markdown_table(v, cols if k > 1 else [c for c in cols if not c.startswith(("fold_", "pooled", "tau", "i2"))])]
+    cols = ["gem", "verdict", "folds", "fold_effects", "pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_df",
+            "tau2", "i2", "mde", "mde_floor", "test_effect", "test_ci_low", "test_ci_high", "held_out"]
+    per_period = ("fold_", "pooled", "tau", "i2", "mde")
+    lines += ["", markdown_table(v, cols if k > 1 else [c for c in cols if not c.startswith(per_period)])]
     skill = v["skill"].dropna().astype(str) if "skill" in v.columns else pd.Series(dtype=str)
     if len(skill) and skill.iloc[0]:
         lines += ["", f"**Skill in context:** {skill.iloc[0]}."]
     return lines
 
 
-REPORT_VERDICT_COLUMNS = ("gem", "verdict", "n_seeds", "effect", "mean_effect", "ci_low", "ci_high", "p_adjusted", "mde")
+def _window_words(settings: dict[str, Any]) -> str:
+    """The verdict metric's epoch window, in words, from the analysis settings."""
+    from dataclasses import fields
+
+    from tune_gems.analysis.rules.thresholds import Thresholds
+
+    names = {f.name for f in fields(Thresholds)}
+    return Thresholds(**{k: v for k, v in settings.items() if k in names}).window_text()
+
+
+REPORT_VERDICT_COLUMNS = ("gem", "verdict", "n_seeds", "tied_share", "effect", "mean_effect", "ci_low", "ci_high",
+                          "p_adjusted", "mde")
 """The report's verdict summary; the full evidence is verdicts.csv."""
 
 
@@ -249,9 +293,11 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
     lines += ["", "## Verdicts", ""]
     lines.append(
         "Effects come only from designed comparisons: members that differ in one gem's mode alone, "
-        "paired by seed (docs/analysis.md). Metric: the validation alpha Sharpe averaged over the last "
-        f"{settings.get('last_k', '')} epochs, wired minus measured, a diverged member counted as the worst "
-        "outcome; Wilcoxon signed-rank with its Hodges-Lehmann interval (the seed interval), Holm over the gems. "
+        "paired by seed (docs/analysis.md). Metric: the validation alpha Sharpe averaged over "
+        f"{_window_words(settings)}, wired minus measured, a diverged member counted as the worst "
+        "outcome; pairs that tie exactly (identical outcomes) are left out of every test (`tied_share`, "
+        "`zero_turnover_share`), and too few informative pairs read `insufficient data`; "
+        "Wilcoxon signed-rank with its Hodges-Lehmann interval (the seed interval), Holm over the gems. "
         "The estimand (`effect`) is the pseudo-median of the per-seed differences (Hodges-Lehmann: the median of "
         "their Walsh averages), not the mean; `mean_effect` beside it is the mean over the seeds where nobody diverged. "
         "On one price history (a real series, or synthetic `paths: shared`) each difference also gets a "
@@ -325,4 +371,42 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
     lines += [f"\nNote: {n}" for n in notes]  # once, not on every row (each row keeps it in importances.csv)
     if "Parameter importances" in images:
         lines += ["", f"![Parameter importances]({images['Parameter importances']})"]
+    return "\n".join(lines) + "\n"
+
+
+# -- the factor section (factors.csv; issue 30 item 4) ----------------------------------------------
+
+FACTOR_REPORT_COLUMNS = ("kind", "factor", "contrast", "verdict", "reading", "n_seeds", "tied_share", "effect", "ci_low",
+                         "ci_high", "p_adjusted", "mde", "mde_floor", "pooled_effect", "pooled_ci_low", "pooled_ci_high",
+                         "gem_table_verdict")
+"""The report's factor table; every column is in factors.csv."""
+
+
+def render_factor_section(factors: pd.DataFrame | None, settings: dict[str, Any]) -> str:
+    """`report.md`'s "Every factor judged" section (appended after the rest): the family of gems
+    and factors, largest effects first, then the factorial's interactions (Holm-adjusted)."""
+    if factors is None or not len(factors):
+        return ""
+    judged = factors[factors["kind"] != "interaction"]
+    inter = factors[factors["kind"] == "interaction"]
+    m = int(judged["family_size"].max()) if judged["family_size"].notna().any() else 0
+    lines = ["", "## Every factor judged", "",
+             f"Each factor of the design (every gem's wiring, and every other key that differs between members at a "
+             f"common seed: `model.*`, `trainer.*`, `gems.<g>.weight`, arms factors and list entries differing in one "
+             f"key) gets its main effect by the gems' rule: seed-paired differences within each fold, the seed rule at "
+             f"K = 1 (with the market-noise gates on one price history), the period rule at K >= 2, and Holm over the "
+             f"{m} gems and factors together (one family, alpha {settings.get('alpha', '')}). A gem's row can be more "
+             "cautious here than in the verdicts above (Holm over the gems alone): `gem_table_verdict` is that one. "
+             "Largest effects first; nothing is left out (factors.csv has every column).", "",
+             markdown_table(judged, list(FACTOR_REPORT_COLUMNS))]
+    notes = [f"- {r['factor']} ({r['contrast']}): {r['power_note']}" for _, r in judged.iterrows()
+             if isinstance(r.get("power_note"), str) and r["power_note"]]
+    if notes:  # the pooled test's power statement (K >= 2): its MDE, the floor no seed count beats, the advice
+        lines += ["", "Power of the pooled test (`mde`, `mde_floor`: the MDE with infinitely many seeds):", ""] + notes
+    if len(inter):
+        lines += ["", "### Interactions of the factorial", "",
+                  "Per seed, one contrast's effect at the other's first level minus at its second; signed-rank, the "
+                  "interval at the Holm level over the interactions (shown, not a verdict).", "",
+                  markdown_table(inter, ["factor", "contrast", "verdict", "reading", "n_seeds", "effect", "ci_low",
+                                         "ci_high", "ci_level", "p_adjusted"])]
     return "\n".join(lines) + "\n"

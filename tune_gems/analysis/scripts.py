@@ -43,6 +43,17 @@ def add_settings(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help=f"equivalence margin of a gem's excess over its null / C51 loss (default {defaults.REL_THRESHOLD:g})")
     p.add_argument("--last-k", type=int, default=defaults.LAST_K,
                    help=f"average the verdict metric over the last k epochs (default {defaults.LAST_K})")
+    p.add_argument("--window", choices=defaults.WINDOWS, default=defaults.WINDOW,
+                   help=f"which validation epochs the verdict metric averages: the last k, the last half of the run "
+                        f"(at least k), or every epoch from --first-epoch on (default {defaults.WINDOW})")
+    p.add_argument("--first-epoch", type=int, default=defaults.FIRST_EPOCH,
+                   help=f"first epoch of --window from-epoch (default {defaults.FIRST_EPOCH})")
+    p.add_argument("--min-periods", type=int, default=defaults.MIN_PERIODS,
+                   help=f"fewest validation periods a pooled verdict decides with (default {defaults.MIN_PERIODS})")
+    p.add_argument("--one-sided-keep", action="store_true",
+                   help="test keep wired one-sided (effect > 0) at alpha; harmful is then not claimed")
+    p.add_argument("--per-contrast-tau", action="store_true",
+                   help="estimate the period spread per gem instead of once across the family's gems")
     p.add_argument("--power", type=float, default=defaults.POWER,
                    help=f"power of the stated minimum detectable effect (default {defaults.POWER})")
     p.add_argument("--placebo-weight", type=float, default=defaults.PLACEBO_WEIGHT,
@@ -58,8 +69,10 @@ def add_settings(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def analysis_settings(a: argparse.Namespace) -> dict:
     """The analysis settings of parsed arguments (`add_settings`), as keyword arguments: the
     fields of `rules.thresholds.Thresholds` that `analyze` / `check_settings` build it from."""
-    return dict(alpha=a.alpha, rope=a.rope, rel_threshold=a.rel_threshold, last_k=a.last_k, power=a.power,
-                placebo_weight=a.placebo_weight, confidence=a.confidence, n_boot=a.n_boot, seed=a.seed)
+    return dict(alpha=a.alpha, rope=a.rope, rel_threshold=a.rel_threshold, last_k=a.last_k, window=a.window,
+                first_epoch=a.first_epoch, min_periods=a.min_periods, one_sided_keep=a.one_sided_keep,
+                share_tau=not a.per_contrast_tau, power=a.power, placebo_weight=a.placebo_weight,
+                confidence=a.confidence, n_boot=a.n_boot, seed=a.seed)
 
 
 def _run(fn) -> int:
@@ -109,6 +122,7 @@ def run_report(a: argparse.Namespace) -> None:
         run_calibration(a)
         return
     from tune_gems.analysis.objective import objective_notes
+    from tune_gems.analysis.factors import format_factor_table
     from tune_gems.analysis.report import format_verdict_table
     from tune_gems.analysis.analyze import run_analysis
     from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
@@ -118,6 +132,9 @@ def run_report(a: argparse.Namespace) -> None:
     if headline:
         print(headline + "\n")
     print(format_verdict_table(res.verdicts, res.placebo, res.redundancy))
+    factors = format_factor_table(res.factors)
+    if factors:
+        print("\n" + factors)
     for note in objective_notes(res.experiment.paths, res.experiment.labels, res.experiment.trials):
         print(f"\nnote: {note}")
     print(f"\nwrote {res.out_dir}/report.md")
@@ -178,18 +195,31 @@ def period_calibration_main(argv: list[str] | None = None) -> int:
     p.add_argument("--alpha", type=float, default=defaults.ALPHA, help=f"family-wise level (default {defaults.ALPHA})")
     p.add_argument("--rope", type=float, default=defaults.ROPE, help=f"equivalence margin (default {defaults.ROPE})")
     p.add_argument("--seed", type=int, default=defaults.SEED, help="simulation seed (default 0)")
+    p.add_argument("--min-periods", type=int, default=defaults.MIN_PERIODS,
+                   help=f"fewest periods a pooled verdict decides with (default {defaults.MIN_PERIODS})")
+    p.add_argument("--one-sided-keep", action="store_true", help="the one-sided keep test")
+    p.add_argument("--per-contrast-tau", action="store_true", help="the period spread per gem, not shared")
+    p.add_argument("--sensitivity", action="store_true",
+                   help="instead of the main grid: the scenarios where the rule's assumptions bend (tau unequal, "
+                        "correlated contrasts or periods, ties) and what its options buy")
     a = p.parse_args(argv)
 
     def go() -> None:
         from tune_gems.contracts.errors import ConfigError
+        from tune_gems.analysis.walk_forward_calibration import format_period_sensitivity, period_sensitivity_table
 
-        thresholds = check_settings(alpha=a.alpha, rope=a.rope, n_sim=a.n_sim, seed=a.seed)
+        thresholds = check_settings(alpha=a.alpha, rope=a.rope, n_sim=a.n_sim, seed=a.seed, min_periods=a.min_periods,
+                                    one_sided_keep=a.one_sided_keep, share_tau=not a.per_contrast_tau)
         for flag, v, lo in (("--seeds", a.seeds, 2), ("--gems", a.gems, 1)):
             if v < lo:
                 raise ConfigError(f"{flag}: must be at least {lo}, got {v}")
         if not (a.sd > 0 and a.sd < float("inf")) or not (0 <= a.divergence < 0.5):
             raise ConfigError("--sd must be a positive number and --divergence in [0, 0.5)")
         shapes = [Shape(f"gem{i}", a.seeds, a.sd, a.divergence) for i in range(a.gems)]
+        if a.sensitivity:
+            print(format_period_sensitivity(period_sensitivity_table(shapes, thresholds=thresholds, dist=a.dist),
+                                            alpha=thresholds.alpha))
+            return
         table = period_calibration_table(shapes, thresholds=thresholds, dist=a.dist)
         print(format_period_calibration(table, alpha=thresholds.alpha))
 

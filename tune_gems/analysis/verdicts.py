@@ -57,29 +57,30 @@ from tune_gems.analysis.excess import add_excess_columns
 from tune_gems.stats.inference import holm_levels, min_detectable_effect, rank_test, seeds_needed
 from tune_gems.analysis.report import format_number
 from tune_gems.analysis.held_out import held_out_check, held_out_effect
-from tune_gems.analysis.walk_forward import period_verdicts
+from tune_gems.analysis.verdict_reasons import seed_reason
+from tune_gems.analysis.walk_forward import fold_count, period_verdicts
 from tune_gems.analysis.verdict_market_noise import (
     MARKET_COLUMNS,
-    NOT_NEEDED,
     OK as MARKET_OK,
-    ACROSS_PERIODS,
+    UNAVAILABLE,
     EvalReturnsLookup,
+    MarketEvidence,
     market_evidence,
 )
 from tune_gems.analysis.redundancy import redundancy_table
 from tune_gems.analysis.rules.gates import market_gate
-from tune_gems.analysis.rules.seed import REMOVES, cannot_reach, decide_family
+from tune_gems.analysis.rules.seed import REMOVES, decide_family
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import (
-    CONFOUNDED, DELETE, EQUIVALENT, HARMFUL, INCONCLUSIVE, INSUFFICIENT, KEEP,
-)
+from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
+from tune_gems.analysis.rules.words import KEEP
 from tune_gems.analysis.selectors import MEASURE, placebo_selectors, wiring_pairs
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 
 VERDICT_COLUMNS = [
     "gem", "metric", "verdict", "reason", "design", "outcome", "n_seeds", "n_pairs",
     "estimand", "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p", "tost_p_adjusted",
-    "rope", "alpha", "sd_diff", "divergence_rate", "mde", "seeds_needed", "wired_diverged", "measured_diverged",
+    "rope", "alpha", "sd_diff", "divergence_rate", "mde", "seeds_needed", "mde_floor", "power_note",
+    "n_informative", "tied_share", "zero_turnover_share", "window", "wired_diverged", "measured_diverged",
     "wired_members", "measured_members", "test_effect", "fix",
     "excess_n", "excess_median", "excess_ci_low", "excess_ci_high", "excess_tost_p_adjusted",
     "rel_threshold", "redundancy", "market_path", "seed_verdict", *MARKET_COLUMNS,
@@ -91,6 +92,9 @@ AA_FACTOR = "trainer.replay_stream"
 AA_BASE = "0.0"  # the canonical text (designs._norm) of stream 0
 UNINFORMATIVE_TIES = 0.5
 """A null arm whose pairs tie (identical outcomes) more often than this tests nothing: flagged."""
+TURNOVER = "val_turnover"
+"""The members' validation turnover (docs/evaluation.md): 0 over the verdict window means the
+member never traded there, so its Sharpe is exactly 0 and its pair likely ties."""
 
 
 def verdict_metric(members: pd.DataFrame, metric: str = defaults.METRIC,
@@ -107,8 +111,40 @@ def _fmt(x, f: str = ".3g") -> str:
 
 ESTIMAND = "pseudo-median (Hodges-Lehmann) of the per-seed differences"
 """What `effect` estimates: the median of the Walsh averages of the per-unit differences (a
-diverged member the worst outcome), the statistic the signed-rank test and its interval
-belong to. `mean_effect` beside it is the plain mean over the units where nobody diverged."""
+diverged member the worst outcome; pairs that tie exactly left out), the statistic the
+signed-rank test and its interval belong to, each member's verdict metric averaged over the
+analysis's epoch window (`Thresholds.window_text`). `mean_effect` beside it is the plain mean
+over the units where nobody diverged."""
+
+
+def _informative(d: np.ndarray) -> np.ndarray:
+    """The per-unit differences that are not ties (`rules.ties`): the ones every test reads."""
+    return d[~is_tie(d)]
+
+
+def zero_turnover_share(pr: Paired, cells: Cells, window) -> float:
+    """The share of the paired members (both sides) whose validation turnover is 0 over the
+    verdict window: they never traded there (NaN without a turnover column)."""
+    if pr.pairs is None or not len(pr.pairs) or TURNOVER not in cells.long.columns:
+        return math.nan
+    from tune_gems.analysis.pairing import window_values
+
+    p = pr.pairs
+    end = pd.concat([pd.Series(p["end_epoch"].to_numpy(), index=p["cell_hi"].to_numpy()),
+                     pd.Series(p["end_epoch"].to_numpy(), index=p["cell_lo"].to_numpy())])
+    end = end[~end.index.duplicated()]
+    vals = window_values(cells.long[cells.long["cell"].isin(end.index)], TURNOVER, end, window)["value"]
+    vals = vals[np.isfinite(vals)]
+    return float((vals == 0).mean()) if len(vals) else math.nan
+
+
+def market_window(pr: Paired, th: Thresholds) -> int | None:
+    """The window length (in epochs) of a comparison's pairs for the market-noise interval, one
+    for all its pairs (None when the pairs' windows differ)."""
+    if pr.pairs is None or not len(pr.pairs):
+        return th.last_k
+    lengths = set(np.atleast_1d(th.window_length(pr.pairs["end_epoch"].to_numpy(int))).tolist())
+    return int(lengths.pop()) if len(lengths) == 1 else None
 
 
 def _finite_mean(d: np.ndarray) -> float:
@@ -151,6 +187,7 @@ def gem_verdicts(
     `n_boot` resamples from `seed`; none: said unavailable)."""
     th = Thresholds.build(thresholds, **settings)
     alpha, rope, last_k, power = th.alpha, th.rope, th.last_k, th.power
+    window = th.window_length
     gems = list(gems or LEGACY_MANIFEST)
     cells = cells or build_cells(trials, members, arms)
     column, metric_note = verdict_metric(members, metric)
@@ -161,10 +198,12 @@ def gem_verdicts(
     for g in gems:
         real, _ = placebo_selectors(g, th.placebo_weight)
         row = {c: math.nan for c in VERDICT_COLUMNS}
+        row.update(_one_sided=th.one_sided_keep)
         row.update(gem=g.name, metric=g.metric, outcome=column, rope=rope, alpha=alpha,
-                   rel_threshold=th.rel_threshold, fix="", redundancy="", design="none", reason="",
+                   rel_threshold=th.rel_threshold, fix="", redundancy="", design="none", reason="", power_note="",
+                   window=th.window_text(),
                    market_path="conditional on one shared path" if cells.shared_path else "per-seed paths")
-        pr = wiring_pairs(cells, g.name, column=column, k=last_k, select=real)
+        pr = wiring_pairs(cells, g.name, column=column, k=window, select=real)
         row.update(wired_members=pr.hi_cells, measured_members=pr.lo_cells, n_seeds=pr.n, n_pairs=pr.n_pairs,
                    design=pr.design(), fix=pr.fix, wired_diverged=pr.hi_diverged, measured_diverged=pr.lo_diverged)
         if pr.n:
@@ -182,10 +221,13 @@ def gem_verdicts(
                        _excess_tost=float(r["p_tost"][0]), _excess_note=enote)
         rows.append(row)
 
-    # Holm over the gems with a design: the effect test, the equivalence test, the magnitude TOST
+    # Holm over the gems with a design: the effect test, the equivalence test, the magnitude TOST,
+    # each on the gem's informative pairs (ties carry no weight: rules.ties)
     names = [r["gem"] for r in rows]
-    stats = {n: rank_test(tests[n].diffs[None, :], rope=rope, tail=alpha / 2) for n in tests}
-    p = np.array([stats[n]["p"][0] if n in stats else np.nan for n in names])
+    stats = {n: informative_rank_test(tests[n].diffs[None, :], rope=rope, tail=alpha / 2) for n in tests}
+    p_key = "p_greater" if th.one_sided_keep else "p"
+    p = np.array([stats[n][p_key][0] if n in stats else np.nan for n in names])
+    n_inf = np.array([stats[n]["n_informative"][0] if n in stats else 0 for n in names])
     pt = np.array([stats[n]["p_tost"][0] if n in stats else np.nan for n in names])
     pe = np.array([r.get("_excess_tost", np.nan) for r in rows])
     est = np.array([stats[n]["estimate"][0] if n in stats else np.nan for n in names])
@@ -196,34 +238,58 @@ def gem_verdicts(
             row["redundancy"] = "; ".join(f"{f} removes it" for f in red["feature"])
     # the seed rule (rules.seed.decide_family, the function the calibrations run): Holm, then per gem
     rule = decide_family(p, est, pt, alpha=alpha, p_magnitude=pe, redundant=[bool(r["redundancy"]) for r in rows],
-                         wired=[r["wired_members"] for r in rows], measured=[r["measured_members"] for r in rows])
+                         wired=[r["wired_members"] for r in rows], measured=[r["measured_members"] for r in rows],
+                         informative=n_inf, one_sided=th.one_sided_keep,
+                         paired=[tests[n].n if n in tests else 0 for n in names])
     p_adj, pt_adj, pe_adj = rule.p_adjusted, rule.tost_p_adjusted, rule.magnitude_p_adjusted
     levels = holm_levels(p, alpha)
     m = int(np.isfinite(p).sum())
+    k_folds = fold_count(cells)  # with several periods the pooled test decides, and states its own power
+    sides = 1 if th.one_sided_keep else 2  # the interval's tails at a level: one-sided keep, or both
+    two_sided = alpha * (2 if th.one_sided_keep else 1)  # the two-sided level of the same test (MDE)
     for i, row in enumerate(rows):
         row["excess_tost_p_adjusted"] = pe_adj[i]
+        row["removable"] = bool(rule.magnitude_at_null[i]) or bool(row["redundancy"])
         n = row["gem"]
         if n in stats:
             pr = tests[n]
             lvl = float(levels[i])
-            lo_hi = rank_test(pr.diffs[None, :], tail=lvl / 2)
-            sd = _spread(pr.diffs)
+            lo_hi = informative_rank_test(pr.diffs[None, :], tail=lvl / sides)
+            informative = _informative(pr.diffs)
+            sd = _spread(informative)
             p_div = divergence_rate(pr)
+            tied = float(stats[n]["tied_share"][0])
             row.update(estimand=ESTIMAND, effect=float(stats[n]["estimate"][0]), mean_effect=_finite_mean(pr.diffs),
                        p_value=p[i], p_adjusted=p_adj[i], tost_p=pt[i],
-                       tost_p_adjusted=pt_adj[i], ci_low=float(lo_hi["low"][0]), ci_high=float(lo_hi["high"][0]),
-                       ci_level=1 - lvl, sd_diff=sd, divergence_rate=p_div,
-                       mde=min_detectable_effect(sd, pr.n, alpha / max(m, 1), power, p_div),
-                       seeds_needed=seeds_needed(sd, rope, alpha / max(m, 1), power, p_div=p_div))
-            row.update(market_evidence(pr, cells, eval_returns, column=column, k=last_k, confidence=1 - lvl,
-                                       n_boot=th.n_boot, seed=th.seed).columns())
+                       tost_p_adjusted=pt_adj[i], ci_low=float(lo_hi["low"][0]),
+                       ci_high=math.inf if th.one_sided_keep else float(lo_hi["high"][0]),
+                       ci_level=1 - lvl, sd_diff=sd, divergence_rate=p_div, n_informative=int(n_inf[i]),
+                       tied_share=tied, zero_turnover_share=zero_turnover_share(pr, cells, window),
+                       mde=min_detectable_effect(sd, int(n_inf[i]), two_sided / max(m, 1), power, p_div),
+                       seeds_needed=_seeds_to_run(seeds_needed(sd, rope, two_sided / max(m, 1), power, p_div=p_div),
+                                                  tied))
+            k_market = market_window(pr, th)
+            evidence = (market_evidence(pr, cells, eval_returns, column=column, k=k_market, confidence=1 - 2 * lvl / sides,
+                                        n_boot=th.n_boot, seed=th.seed) if k_market is not None else
+                        MarketEvidence(f"{UNAVAILABLE}: the pairs' verdict windows differ in length ({th.window_text()})"))
+            row.update(evidence.columns())
         row["seed_verdict"] = str(rule.verdict[i])
-        row["reason"] = _seed_reason(row, row["seed_verdict"], bool(rule.magnitude_at_null[i]), metric_note, power, m)
+        row["reason"] = seed_reason(row, row["seed_verdict"], bool(rule.magnitude_at_null[i]), metric_note, power, m,
+                                     seed_power=k_folds == 1)
         row.pop("_excess_tost", None)
         row.pop("_excess_note", None)
+        row.pop("_one_sided", None)
     _market_gate(rows)
-    table = period_verdicts(pd.DataFrame(rows, columns=VERDICT_COLUMNS), cells, gems, thresholds=th)
+    table = pd.DataFrame(rows, columns=VERDICT_COLUMNS + ["removable"])
+    table = period_verdicts(table, cells, gems, thresholds=th).drop(columns="removable")
     return held_out_check(table, cells, gems, thresholds=th)
+
+
+def _seeds_to_run(informative_needed: float, tied_share: float) -> float:
+    """Seeds to run for `informative_needed` informative pairs when a share of pairs ties."""
+    if not math.isfinite(informative_needed) or not (0 <= tied_share < 1):
+        return informative_needed if tied_share < 1 else math.inf
+    return float(math.ceil(informative_needed / (1 - tied_share)))
 
 
 def _market_gate(rows: list[dict]) -> None:
@@ -264,75 +330,6 @@ def _unit_magnitudes(cells: Cells, g: GemEntry, column: str, k: int) -> np.ndarr
     return t.groupby("unit")["value"].mean().to_numpy(float)
 
 
-def _market_text(row: dict) -> str:
-    """The market-noise part of a verdict's evidence."""
-    status = row.get("market_noise")
-    if not isinstance(status, str) or not status:
-        return ""
-    if status == MARKET_OK:
-        dropped = row.get("market_dropped")
-        left = f", {int(dropped)} pair(s) with a diverged member left out" if dropped and np.isfinite(dropped) and dropped > 0 else ""
-        return (f"; market-noise interval (stationary block bootstrap of the validation period, same level) "
-                f"[{_fmt(row['market_ci_low'])}, {_fmt(row['market_ci_high'])}] around {_fmt(row['market_effect'], '+.3g')}, "
-                f"mean block {_fmt(row['market_mean_block'], '.3g')} of {_fmt(row['market_n_steps'], '.0f')} steps, "
-                f"{_fmt(row['market_n_series'], '.0f')} paired series{left}")
-    if status == ACROSS_PERIODS:
-        return "; market noise: in the spread over validation periods (walk-forward folds)"
-    if status == NOT_NEEDED:
-        return "; market noise: in the seed interval (per-seed paths)"
-    return f"; market-noise interval {status}: the effect is conditional on this one price history"
-
-
-def _seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, power: float, m: int) -> str:
-    """The one-line reason of the seed rule's `verdict` (`rules.seed.decide_family`'s) from one
-    gem's evidence; `at_null` whether its measured magnitude is at its null (the rule's)."""
-    a = row["alpha"]
-    extra = f"; {metric_note}" if metric_note else ""
-    mag_text = (f"measured excess over its null ~0: median {_fmt(row['excess_median'])} x loss, CI "
-                f"[{_fmt(row['excess_ci_low'])}, {_fmt(row['excess_ci_high'])}] within +-{row['rel_threshold']:g} "
-                f"(TOST, Holm p {_fmt(row['excess_tost_p_adjusted'], '.2g')}, {_fmt(row['excess_n'], '.0f')} seeds)")
-    delete_red = bool(row["redundancy"])
-    if verdict in (KEEP, HARMFUL, DELETE, EQUIVALENT, INCONCLUSIVE):  # a wiring test
-        ev = (f"{row['outcome']} effect {_fmt(row['effect'], '+.3g')}, {row['ci_level']:.1%} CI "
-              f"[{_fmt(row['ci_low'])}, {_fmt(row['ci_high'])}], Holm p {_fmt(row['p_adjusted'], '.2g')} "
-              f"({row['n_seeds']} seeds; {row['design']})")
-        if row["wired_diverged"] or row["measured_diverged"]:
-            ev += f"; diverged (counted as worst): wired {int(row['wired_diverged'])}, measured {int(row['measured_diverged'])}"
-        ev += _market_text(row)
-        if verdict == KEEP:
-            return f"wiring helps: {ev}{extra}"
-        if verdict == HARMFUL:
-            return f"wiring hurts: {ev}{extra}"
-        tost = (f"effect within +-{row['rope']:g} (TOST Holm p {_fmt(row['tost_p_adjusted'], '.2g')})")
-        if verdict == DELETE:  # both halves of the evidence: nothing measured, nothing gained
-            why = mag_text if at_null else f"{row['redundancy']} (redundancy factorial)"
-            return f"{why}; and wiring is equivalent to none: {tost}; {ev}{extra}"
-        if verdict == EQUIVALENT:
-            return f"no practical difference: {tost}; {ev}{extra}"
-        hint = (f"; {int(row['n_seeds'])} seeds cannot reach p <= {a / max(m, 1):.2g} at all"
-                if cannot_reach(int(row["n_seeds"]), a / max(m, 1)) else "")
-        div = row.get("divergence_rate", 0.0)
-        div_text = f", {div:.0%} of members diverged" if np.isfinite(div) and div > 0 else ""
-        held = (f"; not delete: {'the magnitude is at its null' if at_null else row['redundancy']}, but wiring "
-                "is not shown equivalent to none (delete needs both)" if at_null or delete_red else "")
-        return (f"{ev}; detectable at {power:.0%} power{div_text}: |effect| >= {_fmt(row['mde'])} "
-                f"(about {_fmt(row['seeds_needed'], '.0f')} seeds would detect +-{row['rope']:g}){hint}{held}{extra}")
-    no_wiring = "; not delete: wiring was never compared with measuring (delete needs both: add an arm with it wired)"
-    if verdict == CONFOUNDED:
-        return ("wired and measured members never differ in this gem alone at a common seed"
-                + (f": {row['fix']}" if row["fix"] else ""))
-    if verdict == INSUFFICIENT and row["wired_members"]:
-        return "wired only: add an arm with this gem measured (same seeds)"
-    if verdict == INSUFFICIENT:
-        mag = "" if not np.isfinite(row["excess_median"]) else (
-            f"; measured excess median {_fmt(row['excess_median'])} x loss, CI "
-            f"[{_fmt(row['excess_ci_low'])}, {_fmt(row['excess_ci_high'])}]")
-        held = (f"; {mag_text}" + no_wiring) if at_null else (f"; {row['redundancy']} (redundancy factorial)" + no_wiring
-                                                                if delete_red else "")
-        return f"measured only: add an arm with this gem wired (same seeds){mag}{held}"
-    return "never measured nor wired in a finished trial"
-
-
 def placebo_verdicts(
     cells: Cells,
     gems: list[GemEntry],
@@ -358,7 +355,7 @@ def placebo_verdicts(
     t = cells.table
     if AA_FACTOR in t.columns:
         for level in sorted(set(t[AA_FACTOR]) - {AA_BASE}):
-            pr = paired(cells, AA_FACTOR, level, AA_BASE, column=column, k=th.last_k)
+            pr = paired(cells, AA_FACTOR, level, AA_BASE, column=column, k=th.window_length)
             if pr.n:
                 rows.append(_null_row(pr, "-", column, th, f"a/a (replay stream {level.split('.')[0]})"))
     for g in gems:
@@ -366,7 +363,7 @@ def placebo_verdicts(
         mode = f"gems.{g.name}.mode"
         if mode not in cells.table.columns:
             continue
-        pr = wiring_pairs(cells, g.name, column=column, k=th.last_k,
+        pr = wiring_pairs(cells, g.name, column=column, k=th.window_length,
                           select=lambda t, f=is_placebo, md=mode: f(t) | (t[md] == MEASURE))
         if not pr.n:
             continue

@@ -1,5 +1,6 @@
 """Verdicts over periods: per-fold effects and one pooled effect that carries period-to-period
-variation (walk-forward folds, issue 20), and the one-period rule when there is one fold.
+variation (walk-forward folds, issue 20; the deciding test and its power, issue 30), and the
+one-period rule when there is one fold.
 
 Why. The seed rule (`verdicts.py`) says how an arm difference varies over seeds. On one price
 history every seed sees the same validation period, so the seed interval cannot see whether the
@@ -8,21 +9,18 @@ effect holds in another period. With walk-forward folds (`data.folds`: members c
 arms) the periods are replicated, and the verdict becomes:
 
 - **per-fold effects**: the gem's seed-paired differences inside fold k (`selectors.wiring_pairs`
-  on the fold's cells), their Hodges-Lehmann effect and signed-rank interval;
-- **the pooled effect**: a random-effects combination of the fold effects with the
-  Hartung-Knapp-Sidik-Jonkman interval (DerSimonian-Laird tau^2, t with K - 1 degrees of
-  freedom, the variance factor floored at 1, the "modified" HKSJ that is never narrower than the
-  fixed-effect interval), plus the variance of the seeds' part that every fold shares (the same
-  seed index starts from the same weights in every period: `shared_seed_variance`, which the
-  fold dispersion cannot see). With K = 3..6 periods a normal interval would be far too narrow;
-  the t with K - 1 df is what keeps the rule honest at small K (the calibration shows it);
-- **heterogeneity**: tau^2 (DerSimonian-Laird), I^2 and Cochran's Q p;
-- **the verdict**: `keep wired` / `harmful` only when the seed rule on the fold-averaged per-seed
-  differences says so (that test carries a seed's part of the effect shared across periods)
-  AND the pooled interval at its Holm level excludes 0 on the same side (that one carries the
-  periods' spread). A gem whose fold effects go both ways with significant heterogeneity
-  reads `inconclusive: inconsistent across periods`, whatever its pooled mean; an `equivalent`
-  needs the pooled interval inside +-ROPE too (a regime flip averages to ~0 over seeds).
+  on the fold's cells), their Hodges-Lehmann effect and signed-rank interval on the fold's
+  informative pairs (ties carry no weight);
+- **the pooled effect**: a random-effects combination of the fold effects over the family of
+  gems (`rules.pooling.pool_family`: DerSimonian-Laird tau^2 and the HKSJ scale shared across
+  the gems when they agree, never narrower than the DerSimonian-Laird interval, plus the
+  variance of the seeds' part that every fold shares);
+- **the verdict**: the pooled test decides (`rules.periods.decide_periods`: Holm over the gems;
+  `insufficient data: too few periods` below `min_periods`; `inconsistent across periods` only
+  when fold intervals lie on both sides of 0; `heterogeneous across periods` when the periods
+  differ and nothing else is decided);
+- **its power**: the MDE, the seeds that would reach the ROPE and the floor no seed count beats,
+  all of the pooled test (`rules.power`), with the advice they imply.
 
 With one fold (every run before issue 20, or `data.folds` with K = 1) the verdict is the seed
 rule's with the market-noise gate of one history, made calibrated: the seed interval and the
@@ -34,16 +32,16 @@ are of similar size. The gate applies with diverged members too (the market inte
 covers the surviving pairs; an infinite seed side stays infinite). Its reason says the
 verdict is conditional on one validation period.
 
-This layer only makes a verdict more cautious: it never turns an `inconclusive` into a
-`keep wired`. It gathers the evidence and writes the reasons; the decisions are the rule
-module's (`rules.pooling` for the pooled effect, `rules.periods.decide_periods` for K >= 2,
-`rules.gates.one_period_gate` for K = 1), the functions `walk_forward_calibration.py` runs on
-its simulated families.
+This layer gathers the evidence and writes the reasons; the decisions are the rule module's
+(`rules.pooling`, `rules.periods.decide_periods` for K >= 2, `rules.gates.one_period_gate` for
+K = 1, `rules.power` for the power statement), the functions `walk_forward_calibration.py` runs
+on its simulated families.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -51,20 +49,31 @@ import pandas as pd
 from tune_gems.analysis.pairing import Cells, Paired
 from tune_gems.analysis.report import format_number
 from tune_gems.analysis.rules.gates import one_period_gate
-from tune_gems.analysis.rules.periods import decide_periods
-from tune_gems.analysis.rules.pooling import fold_estimates, hksj, shared_seed_variance
+from tune_gems.analysis.rules.period_family import (
+    FoldData, decide_fold_data, fold_components, informative_variance, pool_fold_data,
+)
+from tune_gems.analysis.rules.pooling import fold_estimates, seed_anova, shared_seed_variance
+from tune_gems.analysis.rules.power import (
+    PooledComponents, advice, mde_floor, pooled_mde, pooled_seeds_needed,
+)
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import DECISIVE, EQUIVALENT
+from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
+from tune_gems.analysis.rules.words import (
+    DECISIVE, DELETE, EQUIVALENT, HETEROGENEOUS, INCONSISTENT, INSUFFICIENT, KEEP,
+)
 from tune_gems.analysis.selectors import placebo_selectors, wiring_pairs
 from tune_gems.analysis.verdict_market_noise import OK as MARKET_OK
-from tune_gems.stats.inference import rank_test
 
 FOLD = "fold"
 
 PERIOD_COLUMNS = ["folds", "period", "fold_effects", "pooled_effect", "pooled_ci_low", "pooled_ci_high",
-                  "pooled_ci_level", "pooled_p", "pooled_p_adjusted", "pooled_tost_p_adjusted", "tau2", "i2",
-                  "q_p", "fold_sd_diff", "combined_ci_low", "combined_ci_high"]
+                  "pooled_ci_level", "pooled_p", "pooled_p_adjusted", "pooled_tost_p_adjusted", "pooled_df",
+                  "tau_shared", "tau2", "i2", "q_p", "q_p_adjusted", "periods_informative", "fold_sd_diff",
+                  "var_seed", "var_within", "var_period", "combined_ci_low", "combined_ci_high"]
 """Columns this layer adds to verdicts.csv (docs/analysis.md "Verdicts over periods")."""
+
+ADD_FOLDS = "add folds: data.folds.k or the purged scheme"
+"""What a verdict with too few periods says to do."""
 
 
 def fold_count(cells: Cells) -> int:
@@ -77,11 +86,11 @@ def _fmt(x, f: str = "+.3g") -> str:
     return format_number(x, f, missing="nan")
 
 
-def _fold_pairs(cells: Cells, gem: str, select, column: str, k: int) -> list[tuple[int, Paired]]:
+def _fold_pairs(cells: Cells, gem: str, select, column: str, window) -> list[tuple[int, Paired]]:
     """(fold, its seed-paired differences) of one gem in every fold that pairs it."""
     out = []
     for f in sorted(cells.table[FOLD].unique()):
-        pr = wiring_pairs(cells, gem, column=column, k=k, select=lambda t, f=f: select(t) & (t[FOLD] == f))
+        pr = wiring_pairs(cells, gem, column=column, k=window, select=lambda t, f=f: select(t) & (t[FOLD] == f))
         if pr.n:
             out.append((int(f), pr))
     return out
@@ -94,113 +103,231 @@ def _aligned(folds: list[tuple[int, Paired]]) -> np.ndarray:
     return np.asarray(rows, float).reshape(1, len(folds), len(common))
 
 
-def _pooled(folds: list[tuple[int, Paired]], th: Thresholds) -> dict:
-    """One gem's fold effects and their pooling (`rules.pooling`) at the family level alpha."""
-    est = [fold_estimates(pr.diffs[None, :]) for _, pr in folds]
-    theta = np.array([e[0][0] for e in est])[None, :]
-    var = np.array([e[1][0] for e in est])[None, :]
-    aligned = _aligned(folds)
-    extra = shared_seed_variance(aligned) if aligned.shape[2] else np.zeros(1)
-    return dict(folds=folds, theta=theta, r=hksj(theta, var, rope=th.rope, tail=th.alpha / 2, extra_var=extra))
+@dataclass
+class FamilyFolds:
+    """The family's fold data as the period rule reads it: one column per gem with folds, one
+    slot per fold of the experiment (NaN where a fold does not pair the gem or holds no
+    informative pair)."""
+
+    rows: list  # verdict-table index of each gem column
+    folds: list[list[tuple[int, Paired]]]
+    fold_ids: list[int]
+    theta: np.ndarray  # [1, m, K]
+    var: np.ndarray
+    p: np.ndarray
+    n_informative: np.ndarray
+    tied_share: np.ndarray  # [m]: ties over every fold pair of the gem
+    seed_var: np.ndarray  # [1, m]: sigma_c^2 / n (`shared_seed_variance`)
+    seed_share: np.ndarray  # [1, m]: the seeds' common share of a fold's variance (`seed_anova`)
+    seed_df: np.ndarray  # [1, m]: the seed share's degrees of freedom (the ANOVA's)
+    sample_var: np.ndarray  # [1, m, K]: the sample variance of a fold's informative differences
+
+    @property
+    def data(self) -> FoldData:
+        """The arrays the period rule reads (`rules.period_family`)."""
+        return FoldData(self.theta, self.var, self.p, self.n_informative, self.seed_var, self.seed_share, self.seed_df,
+                        self.sample_var)
+
+
+def family_folds(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> FamilyFolds:
+    """The fold data of the verdict table's gems (rows with seeds): each gem's wiring pairs per
+    fold, as its verdict pairs them."""
+    by_gem = {g.name: g for g in gems}
+    fold_ids = sorted(int(f) for f in cells.table[FOLD].unique())
+    rows, per_gem = [], []
+    for i, row in v.iterrows():
+        g = by_gem.get(row["gem"])
+        if g is None or not row["n_seeds"] or not np.isfinite(row["n_seeds"]):
+            continue
+        real, _ = placebo_selectors(g, th.placebo_weight)
+        folds = _fold_pairs(cells, g.name, real, row["outcome"], th.window_length)
+        if folds:
+            rows.append(i)
+            per_gem.append(folds)
+    return folds_family(rows, per_gem, fold_ids)
+
+
+def folds_family(rows: list, per_contrast: list[list[tuple[int, Paired]]], fold_ids: list[int]) -> FamilyFolds:
+    """The family's fold data from each contrast's (fold, seed-paired differences) list: the
+    gems' (`family_folds`) and the factor table's (`factors.py`) go through this one function."""
+    per_gem = per_contrast
+    slot = {f: j for j, f in enumerate(fold_ids)}
+    m, k = len(rows), len(fold_ids)
+    theta, var, p, n_inf, sample = (np.full((1, m, k), np.nan) for _ in range(5))
+    n_inf[:] = 0
+    tied, seed_var, share, seed_df = np.full(m, np.nan), np.zeros((1, m)), np.zeros((1, m)), np.full((1, m), np.inf)
+    for j, folds in enumerate(per_gem):
+        ties, pairs = 0, 0
+        for f, pr in folds:
+            est = fold_estimates(pr.diffs[None, :])
+            theta[0, j, slot[f]], var[0, j, slot[f]], p[0, j, slot[f]] = est["theta"][0], est["var"][0], est["p"][0]
+            n_inf[0, j, slot[f]] = est["n_informative"][0]
+            sample[0, j, slot[f]] = informative_variance(pr.diffs)
+            ties, pairs = ties + int(is_tie(pr.diffs).sum()), pairs + pr.n
+        tied[j] = ties / pairs if pairs else math.nan
+        aligned = _aligned(folds) if len(folds) >= 2 else np.zeros((1, len(folds), 0))
+        if aligned.shape[2]:
+            seed_var[0, j] = shared_seed_variance(aligned)[0]
+            anova = seed_anova(aligned)
+            share[0, j], seed_df[0, j] = anova["share"][0], anova["df"][0]
+    return FamilyFolds(rows, per_gem, fold_ids, theta, var, p, n_inf, tied, seed_var, share, seed_df, sample)
+
+
+def pool_family_of(fam: FamilyFolds, th: Thresholds) -> dict[str, np.ndarray]:
+    """`rules.pooling.pool_family` on a family's fold data at the analysis's settings
+    (`rules.period_family.pool_fold_data`)."""
+    return pool_fold_data(fam.data, rope=th.rope, share=th.share_tau, one_sided=th.one_sided_keep)
+
+
+def decide_family_folds(fam: FamilyFolds, th: Thresholds, *, seed_verdict=None, removable=None):
+    """(pooled, decision): the period rule on a family's fold data at the analysis's settings
+    (`rules.period_family.decide_fold_data`, as the calibration runs it)."""
+    return decide_fold_data(fam.data, alpha=th.alpha, rope=th.rope, seed_verdict=seed_verdict, removable=removable,
+                            share=th.share_tau, one_sided=th.one_sided_keep, min_periods=th.min_periods)
 
 
 def period_verdicts(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: Thresholds | None = None) -> pd.DataFrame:
-    """The verdict table with the period columns (PERIOD_COLUMNS) and each verdict checked
-    across periods (K >= 2 folds: `rules.periods.decide_periods`) or against one period's market
-    noise (K = 1: `rules.gates.one_period_gate`): module docstring."""
+    """The verdict table with the period columns (PERIOD_COLUMNS) and each verdict decided
+    across periods (K >= 2 folds: `rules.periods.decide_periods` on `rules.pooling.pool_family`)
+    or checked against one period's market noise (K = 1: `rules.gates.one_period_gate`):
+    module docstring. A column `removable` (the magnitude half of delete) is read if present."""
     th = thresholds if thresholds is not None else Thresholds()
     v = verdicts.copy()
     for c in PERIOD_COLUMNS:
         v[c] = np.nan if c not in ("period", "fold_effects") else ""
     v["period"] = v["period"].astype(object)
     v["fold_effects"] = v["fold_effects"].astype(object)
+    v["tau_shared"] = False
     k_folds = fold_count(cells)
     v["folds"] = k_folds
     if k_folds == 1:
         return _one_period(v)
-    by_gem = {g.name: g for g in gems}
-    pooled: dict[int, dict] = {}
-    for i, row in v.iterrows():
-        g = by_gem.get(row["gem"])
-        if g is None or not row["n_seeds"] or not np.isfinite(row["n_seeds"]):
-            continue
-        real, _ = placebo_selectors(g, th.placebo_weight)
-        folds = _fold_pairs(cells, g.name, real, row["outcome"], th.last_k)
-        if len(folds) < 2:
-            v.at[i, "period"] = f"{len(folds)} of {k_folds} folds pair this gem: no pooled effect"
-            continue
-        pooled[i] = _pooled(folds, th)
-    rule = _period_rule(v, pooled, th.alpha)
-    for j, i in enumerate(v.index):
+    fam = family_folds(v, cells, gems, th)
+    if not fam.rows:
+        return v
+    removable = v.loc[fam.rows, "removable"].to_numpy(bool) if "removable" in v.columns else None
+    pooled, rule = decide_family_folds(fam, th, seed_verdict=v.loc[fam.rows, "verdict"].to_numpy(dtype=object)[None, :],
+                                       removable=None if removable is None else removable[None, :])
+    power = pooled_power(fam, pooled, th)
+    for j, i in enumerate(fam.rows):
         seed_verdict, verdict = str(v.at[i, "verdict"]), str(rule.verdict[0, j])
-        if i not in pooled:
-            if verdict != seed_verdict:  # decisive or equivalent by the seeds, never checked across periods
-                v.at[i, "reason"] = f"{seed_verdict} by the seeds; {v.at[i, 'period']}: " + str(v.at[i, "reason"])
-                v.at[i, "verdict"] = verdict
-            continue
-        info = pooled[i]
-        r = info["r"]
         parts = []
-        for (f, pr), th_f in zip(info["folds"], info["theta"][0]):
-            ri = rank_test(pr.diffs[None, :], tail=th.alpha / 2)
-            parts.append(f"fold {f}: {_fmt(th_f)} [{_fmt(ri['low'][0], '.3g')}, {_fmt(ri['high'][0], '.3g')}] ({pr.n} seeds)")
+        for f, pr in fam.folds[j]:
+            slot = fam.fold_ids.index(f)
+            lvl = rule.fold_level[0, j, slot]
+            tail = lvl / 2 if np.isfinite(lvl) else th.alpha / 2
+            ri = informative_rank_test(pr.diffs[None, :], tail=tail)
+            n_tie = int(is_tie(pr.diffs).sum())
+            ties = f", {n_tie} tie" if n_tie else ""
+            parts.append(f"fold {f}: {_fmt(fam.theta[0, j, slot])} [{_fmt(ri['low'][0], '.3g')}, "
+                         f"{_fmt(ri['high'][0], '.3g')}] ({pr.n} seeds{ties})")
+        level = float(rule.level[0, j])
         v.loc[i, ["pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_ci_level", "pooled_p",
-                  "pooled_p_adjusted", "pooled_tost_p_adjusted", "tau2", "i2", "q_p"]] = [
-            r["mu"][0], rule.low[0, j], rule.high[0, j], 1 - float(rule.level[0, j]), r["p"][0], rule.p_adjusted[0, j],
-            rule.tost_p_adjusted[0, j], r["tau2"][0], r["i2"][0], r["q_p"][0]]
+                  "pooled_p_adjusted", "pooled_tost_p_adjusted", "pooled_df", "tau2", "i2", "q_p",
+                  "q_p_adjusted", "periods_informative", "var_seed", "var_within", "var_period"]] = [
+            pooled["mu"][0, j], rule.low[0, j], rule.high[0, j], 1 - level if np.isfinite(level) else np.nan,
+            pooled["p"][0, j], rule.p_adjusted[0, j], rule.tost_p_adjusted[0, j], pooled["df"][0, j],
+            pooled["tau2"][0, j], pooled["i2"][0, j], pooled["q_p"][0, j],
+            rule.q_p_adjusted[0, j], int(pooled["periods"][0, j]), power["seed"][j], power["within"][j],
+            power["period"][j]]
+        v.at[i, "tau_shared"] = bool(pooled["shared"][0, j])
         v.at[i, "fold_effects"] = "; ".join(parts)
-        v.at[i, "fold_sd_diff"] = _median_fold_spread(info["folds"])
-        v.at[i, "period"] = f"pooled over {len(info['folds'])} validation periods (random effects, HKSJ)"
-        v.at[i, "verdict"], v.at[i, "reason"] = verdict, _period_reason(v.loc[i], seed_verdict, verdict,
-                                                                         bool(rule.flips[0, j]))
+        v.at[i, "fold_sd_diff"] = _median_fold_spread(fam.folds[j])
+        v.at[i, "tied_share"] = fam.tied_share[j]
+        v.at[i, "n_informative"] = int(fam.n_informative[0, j].sum())
+        # the power statement of the test that decides (never the seed rule's: issue 30)
+        v.at[i, "mde"], v.at[i, "seeds_needed"] = power["mde"][j], power["seeds_needed"][j]
+        v.at[i, "mde_floor"], v.at[i, "power_note"] = power["floor"][j], power["note"][j]
+        k_inf = int(pooled["periods"][0, j])
+        v.at[i, "period"] = (f"pooled over {k_inf} validation periods (random effects, HKSJ"
+                             f"{', tau shared across the family' if pooled['shared'][0, j] else ''})"
+                             if not rule.too_few_periods[0, j] else
+                             f"too few periods (K={k_inf}, need >= {th.min_periods}; {ADD_FOLDS})")
+        v.at[i, "verdict"], v.at[i, "reason"] = verdict, _period_reason(v.loc[i], seed_verdict, verdict, th)
     return v
 
 
-def _period_rule(v: pd.DataFrame, pooled: dict[int, dict], alpha: float):
-    """`rules.periods.decide_periods` on the table's gems as one family (a gem without a pooled
-    effect: NaN, left out of it; fold effects NaN-padded to the most folds)."""
-    def col(key: str) -> np.ndarray:
-        return np.array([[pooled[i]["r"][key][0] if i in pooled else np.nan for i in v.index]])
-
-    k_max = max((info["theta"].shape[1] for info in pooled.values()), default=1)
-    theta = np.full((1, len(v), k_max), np.nan)
-    df = np.full((1, len(v)), np.nan)
-    for j, i in enumerate(v.index):
-        if i in pooled:
-            k = pooled[i]["theta"].shape[1]
-            theta[0, j, :k], df[0, j] = pooled[i]["theta"][0], k - 1
-    seed = v["verdict"].to_numpy(dtype=object)[None, :]
-    return decide_periods(seed, col("p"), col("p_tost"), col("mu"), col("se"), df, theta, col("q_p"), alpha=alpha)
+def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np.ndarray]:
+    """Per gem column: the pooled rule's MDE, the seeds per fold that would reach +-ROPE, the
+    floor no seed count beats (`rules.power`, at the first Holm step over the gems with a
+    pooled test) and the advice in words; with the components (seed, within, period) behind them
+    (verdicts.csv's var_seed, var_within, var_period: what `tune-gems confirm` reads its target from)."""
+    comp = fold_components(fam.data, pooled["tau2"])
+    m = len(fam.rows)
+    tested = int(np.isfinite(pooled["p"][0]).sum())
+    level = th.alpha / max(tested, 1)
+    out = {key: np.full(m, np.nan) for key in ("mde", "seeds_needed", "floor", "seed", "within", "period")}
+    out["note"] = np.full(m, "", dtype=object)
+    for j in range(m):
+        c = PooledComponents(float(comp.period[0, j]), float(comp.within[0, j]), float(comp.seed[0, j]))
+        out["seed"][j], out["within"][j], out["period"][j] = c.seed, c.within, c.period
+        k, df = int(pooled["periods"][0, j]), float(pooled["df"][0, j])
+        inf = fam.n_informative[0, j]
+        n = float(inf[inf > 0].mean()) if (inf > 0).any() else math.nan
+        if not (np.isfinite(c.period) and np.isfinite(c.within) and k >= 2 and np.isfinite(df) and n > 0):
+            continue
+        kw = dict(df=df, level=level, power=th.power, one_sided=th.one_sided_keep)
+        out["mde"][j] = pooled_mde(c, k, n, **kw)
+        out["floor"][j] = mde_floor(c, k, **kw)
+        tied = fam.tied_share[j] if np.isfinite(fam.tied_share[j]) else 0.0
+        needed = pooled_seeds_needed(c, k, th.rope, **kw)
+        out["seeds_needed"][j] = needed if not math.isfinite(needed) or tied >= 1 else math.ceil(needed / (1 - tied))
+        out["note"][j] = advice(out["mde"][j], out["floor"][j], th.rope, out["seeds_needed"][j])
+    return out
 
 
 def _median_fold_spread(folds: list[tuple[int, Paired]]) -> float:
-    """The median over folds of the sd of a fold's finite per-seed differences (the shape of one
-    fold's comparison, for the period calibration)."""
-    sds = [float(np.std(d[np.isfinite(d)], ddof=1)) for d in (pr.diffs for _, pr in folds) if np.isfinite(d).sum() > 1]
+    """The median over folds of the sd of a fold's finite informative per-seed differences (the
+    shape of one fold's comparison, for the period calibration)."""
+    sds = []
+    for _, pr in folds:
+        d = pr.diffs[np.isfinite(pr.diffs) & ~is_tie(pr.diffs)]
+        if d.size > 1:
+            sds.append(float(np.std(d, ddof=1)))
     return float(np.median(sds)) if sds else math.nan
 
 
 def _pooled_text(r) -> str:
+    shared = ", tau shared across the family" if bool(r["tau_shared"]) else ""
     return (f"pooled over periods {_fmt(r['pooled_effect'])}, {r['pooled_ci_level']:.1%} CI "
-            f"[{_fmt(r['pooled_ci_low'], '.3g')}, {_fmt(r['pooled_ci_high'], '.3g')}] (HKSJ, Holm p "
-            f"{_fmt(r['pooled_p_adjusted'], '.2g')}), tau^2 {_fmt(r['tau2'], '.3g')}, I^2 {_fmt(100 * r['i2'], '.0f')}%; "
-            f"per fold: {r['fold_effects']}")
+            f"[{_fmt(r['pooled_ci_low'], '.3g')}, {_fmt(r['pooled_ci_high'], '.3g')}] (HKSJ, t with "
+            f"{_fmt(r['pooled_df'], '.3g')} df{shared}, Holm p {_fmt(r['pooled_p_adjusted'], '.2g')}), "
+            f"tau^2 {_fmt(r['tau2'], '.3g')}, I^2 {_fmt(100 * r['i2'], '.0f')}% (Q Holm p "
+            f"{_fmt(r['q_p_adjusted'], '.2g')}); per fold: {r['fold_effects']}")
 
 
-def _period_reason(r, seed_verdict: str, verdict: str, flips: bool) -> str:
-    """The reason of one gem's verdict across K >= 2 periods, from its seed verdict and the period rule's."""
-    reason = str(r["reason"])
-    pooled = _pooled_text(r)
-    if flips:
-        return f"the effect changes sign between periods (Cochran's Q p {_fmt(r['q_p'], '.2g')}): {pooled}; seeds: {reason}"
-    if seed_verdict in DECISIVE:
-        if verdict == seed_verdict:
-            return f"{reason}; holds across periods: {pooled}"
-        return f"not confirmed across periods (the seeds say {seed_verdict}): {pooled}; {reason}"
-    if seed_verdict == EQUIVALENT and verdict != seed_verdict:
-        return (f"equivalence not confirmed across periods (pooled TOST Holm p "
-                f"{_fmt(r['pooled_tost_p_adjusted'], '.2g')}): {pooled}; {reason}")
-    return f"{reason}; {pooled}"
+def power_text(r) -> str:
+    """The pooled rule's power statement of one verdict row (empty without one)."""
+    if not np.isfinite(r.get("mde", math.nan)) or not isinstance(r.get("power_note"), str) or not r["power_note"]:
+        return ""
+    return (f"the pooled test detects |effect| >= {_fmt(r['mde'], '.3g')} at 80% power with these "
+            f"{_fmt(r['periods_informative'], '.0f')} periods (floor with infinitely many seeds "
+            f"{_fmt(r['mde_floor'], '.3g')}): {r['power_note']}")
+
+
+def _period_reason(r, seed_verdict: str, verdict: str, th: Thresholds) -> str:
+    """The reason of one gem's verdict across K >= 2 periods."""
+    seeds = str(r["reason"])
+    if verdict == INSUFFICIENT and r["period"].startswith("too few periods"):
+        return f"{r['period']}; per fold: {r['fold_effects']}; seeds alone: {seed_verdict}; {seeds}"
+    pooled = _pooled_text(r) if np.isfinite(r["pooled_effect"]) else (
+        f"no pooled effect (a fold's pairs mostly diverged one way); per fold: {r['fold_effects']}")
+    power = power_text(r)
+    power = f"; {power}" if power else ""
+    if verdict == INCONSISTENT:
+        return (f"the effect changes sign between periods: fold intervals on both sides of 0 at their Holm "
+                f"levels, heterogeneity Holm p {_fmt(r['q_p_adjusted'], '.2g')}: {pooled}; seeds: {seeds}")
+    if verdict == HETEROGENEOUS:
+        return (f"the periods differ (heterogeneity Holm p {_fmt(r['q_p_adjusted'], '.2g')}, I^2 "
+                f"{_fmt(100 * r['i2'], '.0f')}%, tau {_fmt(math.sqrt(r['tau2']) if r['tau2'] >= 0 else math.nan, '.3g')}) "
+                f"but no sign change is shown and the pooled effect decides nothing: {pooled}{power}; seeds: {seeds}")
+    if verdict in DECISIVE:
+        word = "helps" if verdict == KEEP else "hurts"
+        return f"wiring {word} across periods: {pooled}; seeds alone: {seed_verdict}; {seeds}"
+    if verdict in (EQUIVALENT, DELETE):
+        return (f"equivalent to none across periods (pooled TOST Holm p {_fmt(r['pooled_tost_p_adjusted'], '.2g')} "
+                f"within +-{th.rope:g}): {pooled}; seeds alone: {seed_verdict}; {seeds}")
+    return f"not decided across periods: {pooled}{power}; seeds alone: {seed_verdict}; {seeds}"
 
 
 def _one_period(v: pd.DataFrame) -> pd.DataFrame:

@@ -224,7 +224,8 @@ def _add_confirm_parser(sub) -> None:
     c.add_argument("experiment", metavar="EXPERIMENT_DIR", help="folder of a finished wire_search sweep")
     c.add_argument("--out", default=None, help="output folder (default: EXPERIMENT_DIR/confirmation; never overwritten)")
     c.add_argument("--seeds", type=int, default=None,
-                   help="seeds per arm of each confirmation run (default: the search's trainer.population)")
+                   help="seeds per arm of each confirmation run (default: the fewest whose MDE is at most the "
+                        "discovery's; refused when too few to decide)")
     add_settings(c)
     _add_threads_option(c)
     c.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -245,7 +246,7 @@ def _add_threads_option(p: argparse.ArgumentParser, help: str = THREADS_HELP) ->
 def _runs_outside_ray(args: argparse.Namespace) -> bool:
     """Commands whose CPU work runs in this process (a sweep's trials run in Ray's workers,
     one thread per CPU of resources.cpu: Ray sets that, and the driver must not)."""
-    return args.command in ("train", "analyze", "compare", "confirm") or (args.command == "sweep" and args.dry_run)
+    return args.command in ("train", "analyze", "compare", "confirm", "plan") or (args.command == "sweep" and args.dry_run)
 
 
 def _set_threads(args: argparse.Namespace) -> None:
@@ -264,6 +265,30 @@ def _set_threads(args: argparse.Namespace) -> None:
     elif threads is not None:
         raise TuneGemsError(f"{THREADS_FLAG}: a sweep's trials get their threads from resources.cpu (Ray sets one "
                             f"per CPU); {THREADS_FLAG} applies to --dry-run")
+
+
+# -- what a design needs, from a pilot: `tune-gems plan EXP` -----------------------------------
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    """`tune-gems plan EXP`: the designs (periods x seeds x epochs) that reach a target MDE."""
+    from tune_gems.analysis.plan import format_plan, plan
+    from tune_gems.analysis.scripts import analysis_settings
+
+    print(format_plan(plan(args.experiments, target_mde=args.target_mde, **analysis_settings(args))), flush=True)
+    return 0
+
+
+def _add_plan_parser(sub) -> argparse.ArgumentParser:
+    from tune_gems.analysis.scripts import add_settings
+
+    c = sub.add_parser("plan", help="from a finished pilot with folds: the designs that reach a target MDE, and their cost")
+    c.add_argument("experiments", nargs="+", metavar="EXPERIMENT_DIR", help="folder(s) of the finished pilot")
+    c.add_argument("--target-mde", type=float, default=None,
+                   help="the effect the design must detect at the stated power (default: --rope)")
+    add_settings(c)
+    c.set_defaults(fn=_cmd_plan)
+    return c
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -315,7 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(fn=_cmd_analyze)
     c = _add_config_parser(sub)
     cmp = _add_compare_parser(sub)
-    for cmd in (t, s, a, c, cmp):  # `tune-gems train --debug ...` as well as `tune-gems --debug train ...`
+    pl = _add_plan_parser(sub)
+    _add_threads_option(pl)
+    for cmd in (t, s, a, c, cmp, pl):  # `tune-gems train --debug ...` as well as `tune-gems --debug train ...`
         cmd.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     _add_confirm_parser(sub)
     return p
@@ -347,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     # key=value overrides may come after options (`sweep SPEC --name x a.b=1`): argparse stops
     # collecting positionals at the first option, so gather the stragglers here
     args, extra = parser.parse_known_args(argv)
-    stray = [x for x in extra if x.startswith("-") or "=" not in x or args.command in ("analyze", "config", "compare")]
+    stray = [x for x in extra if x.startswith("-") or "=" not in x or args.command in ("analyze", "config", "compare", "plan")]
     if stray:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if args.command == "train":

@@ -20,6 +20,17 @@ winner is trained again, once, beside its control, on data the search never saw:
   confirmation trial holds pairs for its own gem only, and each gem's final verdict rests on its
   own fresh trial (the same data, epochs and everything else of the chosen trial).
 
+**With power** (issue 30, item 7): each gem's confirmation trains the seeds per arm that make its
+MDE at most the discovery's, by the same rule and in the same units (`search_choice.
+confirmation_power`, `rule_mde.rule_mde`), and says so before training; `--seeds` that cannot
+give a finite interval or reach that MDE, or a design no seed count can bring there (a floor of
+periods, or of one history's market noise), is refused in one line before anything is trained or
+claimed, so the search's one confirmation is never spent on a run that cannot decide. **On one
+price history** the confirmation inherits the history's luck of the configuration the search
+chose for it, so its final verdict needs the selection-adjusted gate (`search_choice.
+one_history_final`: the market-noise part, or over periods the pooled interval, at the verdict's
+level / the trials the search chose among; no market-noise interval, nothing final).
+
 The confirmation runs once per search: `EXP/confirmed.json` records it (claimed before the first
 trial trains, removed again if the confirmation fails or is stopped by Ctrl-C or SIGTERM), and a
 second `confirm` of the search is refused whatever its `--out`, so a search cannot be
@@ -59,7 +70,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from tune_gems.analysis.search_choice import Choice, choose_per_gem
+from tune_gems.analysis.search_choice import Choice, choose_per_gem, confirmation_power
 from tune_gems.design.arm_sets import also_named, arm_aliases, confirmation_arms, with_arms
 from tune_gems.config.schema import Config
 from tune_gems.config.dotted import flatten
@@ -136,25 +147,37 @@ def _fresh_bases(trials: pd.DataFrame, members: pd.DataFrame) -> tuple[int, int,
     return seed_base, index_base, (int(syn.max()) if len(syn) else None)
 
 
+def fresh_paths(spec: SweepSpec) -> bool:
+    """Whether a confirmation of this search trains on paths the search never saw (synthetic
+    per-seed paths); otherwise it is on the search's one price history."""
+    data = spec.base_config().data
+    return data.source == "synthetic" and data.synthetic.paths == "per_seed"
+
+
 def plan_confirmation(spec: SweepSpec, trials: pd.DataFrame, members: pd.DataFrame, gems: list[str],
-                      population: int | None = None) -> tuple[list[Plan], list[str], Callable[[Plan], Config]]:
+                      population: int | dict[str, int] | None = None) -> tuple[list[Plan], list[str], Callable[[Plan], Config]]:
     """The confirmation trials (one per gem the search wired), the notes for the others, and the
-    function that builds a plan's config (the chosen trial's, fresh seeds, the spec's design)."""
+    function that builds a plan's config (the chosen trial's, fresh seeds, the spec's design).
+    `population`: seeds per arm, for every gem or per gem (default: the spec's); each gem's block
+    of fresh seed indices follows the previous one's."""
     choices, notes = choose_per_gem(trials, gems, searched_keys(spec))
     seed_base, index_base, synthetic_seed = _fresh_bases(trials, members)
     base = spec.base_config()
-    per_seed = base.data.source == "synthetic" and base.data.synthetic.paths == "per_seed"
-    n = population or base.trainer.population
-    plans = [Plan(c.gem, f"confirm-{c.gem}", seed_base + j, index_base + j * n,
-                  (base.data.synthetic.seed if synthetic_seed is None else synthetic_seed) if per_seed else None, c, n)
+    per_seed = fresh_paths(spec)
+    sizes = [int(population.get(c.gem, base.trainer.population)) if isinstance(population, dict)
+             else int(population or base.trainer.population) for c in choices]
+    starts = [index_base + sum(sizes[:j]) for j in range(len(choices))]
+    plans = [Plan(c.gem, f"confirm-{c.gem}", seed_base + j, starts[j],
+                  (base.data.synthetic.seed if synthetic_seed is None else synthetic_seed) if per_seed else None, c,
+                  sizes[j])
              for j, c in enumerate(choices)]
 
     def build(plan: Plan) -> Config:
         params = {**plan.choice.params, "seed": plan.seed, FIRST_SEED_INDEX: plan.first_seed_index}
         if plan.synthetic_seed is not None:
             params["data.synthetic.seed"] = plan.synthetic_seed
-        if population is not None:
-            params["trainer.population"] = population
+        if population is not None or plan.population != base.trainer.population:
+            params["trainer.population"] = plan.population
         cfg = trial_config(spec.config, params)
         return with_arms(cfg, confirmation_arms(cfg, plan.gem), f"confirmation of {plan.gem}")
 
@@ -258,24 +281,33 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
                                    inputs=[exp], allow_inside=[exp] if default else ())
     discovery = analyze(exp, **settings)
     gems = list(discovery.verdicts["gem"])
-    _check_gains_finite(discovery.experiment.trials, gems, exp)
-    plans, notes, build = plan_confirmation(spec, discovery.experiment.trials, discovery.experiment.members, gems,
-                                            population)
+    trials = discovery.experiment.trials
+    _check_gains_finite(trials, gems, exp)
+    plans, notes, build = plan_confirmation(spec, trials, discovery.experiment.members, gems, population)
     if not plans:
         raise DataError(f"{exp}: no finished trial of the search wired any gem; nothing to confirm")
+    th = check_settings(**settings)
+    power = confirmation_power(discovery.verdicts, trials, [p.gem for p in plans], one_history=not fresh_paths(spec),
+                               alpha=th.alpha, power=th.power, seeds=population,
+                               default_seeds=spec.base_config().trainer.population)  # refuses before anything is claimed
+    plans, notes, build = plan_confirmation(spec, trials, discovery.experiment.members, gems,
+                                            {p.gem: p.seeds for p in power})
+    for p in power:
+        log(f"tune-gems confirm: {p.gem}: {p.note}")
     lock = OutputLock(exp, FIELD).acquire()  # a second confirmation started meanwhile is refused here
     try:
         with _stops_raise():
-            return _run_confirmation(exp, out_path, default, spec, plans, notes, build, gems, discovery, log, settings)
+            return _run_confirmation(exp, out_path, default, spec, plans, notes, build, gems, discovery, log, settings,
+                                     power)
     finally:
         lock.release()
 
 
 def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec, plans: list[Plan], notes: list[str],
                       build: Callable[[Plan], Config], gems: list[str], discovery, log: Callable[[str], None],
-                      settings: dict[str, Any]) -> "ConfirmOutcome":
+                      settings: dict[str, Any], power: list) -> "ConfirmOutcome":
     """Train the plans and publish the folder, holding the search's lock (`confirm`)."""
-    from tune_gems.analysis.search_choice import format_confirmation, side_by_side
+    from tune_gems.analysis.search_choice import candidate_count, format_confirmation, one_history_final, side_by_side
     from tune_gems.analysis.report import format_verdict_table
     from tune_gems.analysis.analyze import analyze
     from tune_gems.contracts.outputs import check_output_folder, publish_folder, write_marker
@@ -292,8 +324,10 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
         confirmed = analyze(tmp, **settings)
         gains = {p.gem: _final(confirmed.experiment.history, p.trial_id, f"{VERDICT_GAIN_PREFIX}{p.gem}") for p in plans}
         per_gem = {n.split(":", 1)[0]: n.split(": ", 1)[1] for n in notes if ":" in n and n.split(":", 1)[0] in gems}
-        table = side_by_side([p.choice for p in plans], discovery.verdicts,
-                             confirmed.verdicts, gains, per_gem)
+        final = None if fresh_paths(spec) else one_history_final(
+            confirmed.verdicts, {p.gem: candidate_count(discovery.experiment.trials, p.gem) for p in plans})
+        table = side_by_side([p.choice for p in plans], discovery.verdicts, confirmed.verdicts, gains, per_gem,
+                             power=power, final=final)
         general = [n for n in notes if n.split(":", 1)[0] not in gems]
         (tmp / CHOICES_FILE).write_text(json.dumps([asdict(p) for p in plans], indent=2, default=str) + "\n")
         table.to_csv(tmp / TABLE_FILE, index=False)
@@ -445,7 +479,10 @@ def _report(exp: Path, table: str, verdicts: str, notes: list[str]) -> str:
              "Each gem's chosen configuration (the search's best `verdict_gain_<gem>`), trained once more beside its "
              "control on fresh member seeds and fresh synthetic paths. `discovery gain` is the chosen trial's own "
              "(selected, so inflated) gain; `confirmation gain` the same statistic on the fresh run; `shrinkage` their "
-             "difference. The final verdict is the confirmation's (docs/analysis.md, \"Search, then confirm\").", "",
+             "difference. Each gem's confirmation trained the seeds that make its MDE at most the discovery's (same "
+             "rule, same units: `discovery_mde`, `confirmation_mde`, `confirmation_seeds`). The final verdict is the "
+             "confirmation's; on one price history it must also survive the selection-adjusted gate (`final_rule`) "
+             "(docs/analysis.md, \"Search, then confirm\" and \"Confirmation power\").", "",
              "```", table, "```", "", "## Confirmation verdicts", "", "```", verdicts, "```"]
     lines += [f"\nNote: {n}." for n in notes]
     return "\n".join(lines) + "\n"

@@ -1,9 +1,27 @@
-"""One line saying how a run's configurations compare with the baselines: the end of `train`
-and the first lines of the analysis report.
+"""Where a run stands out of sample, in one statement: the end of `train`, the first line of the
+analysis report and of `tune-gems analyze`, and the verdicts' `skill` flag.
 
-Why: a run that trails buy-and-hold on validation Sharpe looked fine until someone opened the
-baselines table. This is a description of the final epoch (means over non-diverged seeds), not
-a test: the verdicts are the statistics; the line only says where the run stands.
+Why one statement (issue 30, item 8). The report used to open with a validation-Sharpe
+comparison against buy-and-hold ("every configuration trails buy_and_hold") while every verdict
+line closed with a test-alpha-Sharpe one against momentum ("every arm trails the momentum
+baseline"): two metrics, two segments, two baselines, no interval, and a buy-and-hold whose alpha
+Sharpe is an artefact of its entry cost (docs/evaluation.md). Now both say the same thing, on
+one metric with an interval:
+
+- **the metric**: each configuration's test alpha Sharpe at the final epoch (test Sharpe for
+  results without it, said so), per member seed (averaged over walk-forward folds: every fold
+  is evaluated on the same test segment), diverged members left out;
+- **the reference**: flat, whose alpha Sharpe (and Sharpe) is exactly 0: a fixed point that
+  needs no interval of its own;
+- **the interval**: the signed-rank (Hodges-Lehmann) interval of the per-seed values, 95%, the
+  one rule of `stats/inference.py`. "Every arm lies below flat" needs every arm's upper bound
+  below 0 (each at 95%: an intersection, valid as it is); "above flat" needs the lower bound
+  above 0 at 95% Bonferroni over the configurations (the best of several is selected);
+- **conditional on one test period**: the test segment is one stretch of one history, common to
+  every fold; the statement is about that period, not about the learner in general.
+
+The baseline rows (buy-and-hold, momentum) stay in the report's table with their values on the
+same segments, as a description.
 """
 
 from __future__ import annotations
@@ -11,53 +29,118 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-HEADLINE_METRIC = "val_sharpe"
+from tune_gems.stats.inference import rank_test
+
+SKILL_METRICS = ("test_alpha_sharpe", "test_sharpe")
+"""The metric of the statement, and its fallback for results without alpha Sharpe."""
+SKILL_CONFIDENCE = 0.95
+"""Two-sided confidence of each configuration's interval."""
 BASELINE_PREFIX = "baseline: "
-"""How tune_gems.analysis.report.baseline_comparison names its baseline rows."""
+"""How `baseline_comparison` names its baseline rows."""
+SKILL_COLUMNS = ("skill_metric", "skill_seeds", "skill_estimate", "skill_ci_low", "skill_ci_high", "skill_ci_low_adjusted")
+"""Columns `baseline_comparison` adds per configuration: the statement's metric, its seeds, the
+Hodges-Lehmann estimate, the 95% interval and the lower bound at 95% Bonferroni over the
+configurations (NaN on a baseline row: flat, the reference, is 0 by construction)."""
 
 
-def baseline_headline(table: pd.DataFrame, metric: str = HEADLINE_METRIC) -> str:
-    """From a baseline_comparison table: `against the baselines (...): best <config> <v>;
-    buy_and_hold <v>, momentum <v>, flat <v>; <who trails whom>`, or '' without both sides."""
-    if table is None or table.empty or metric not in table.columns:
-        return ""
+def _configurations(table: pd.DataFrame) -> pd.DataFrame:
     is_base = table["configuration"].astype(str).str.startswith(BASELINE_PREFIX)
-    configs = table[~is_base].dropna(subset=[metric])
-    base = table[is_base].dropna(subset=[metric])
-    if configs.empty or base.empty:
-        return ""
-    top = base.loc[base[metric].idxmax()]
-    top_name = str(top["configuration"]).removeprefix(BASELINE_PREFIX)
-    best = configs.loc[configs[metric].idxmax()]
-    beats = int((configs[metric] > top[metric]).sum())
+    return table[~is_base]
+
+
+def _standing(table: pd.DataFrame) -> tuple[str, pd.DataFrame, str] | None:
+    """(metric, the configurations with an estimate, their standing against flat), or None
+    without one."""
+    if table is None or table.empty or "skill_estimate" not in table.columns:
+        return None
+    configs = _configurations(table).dropna(subset=["skill_estimate"])
+    if configs.empty:
+        return None
+    metric = str(configs["skill_metric"].iloc[0])
+    below = configs["skill_ci_high"] < 0
+    above = configs["skill_ci_low_adjusted"] > 0
     n = len(configs)
-    if beats == 0:
-        standing = f"every configuration trails {top_name}" if n > 1 else f"it trails {top_name}"
-    elif beats == n:
-        standing = "every configuration beats every baseline" if n > 1 else "it beats every baseline"
+    if below.all():
+        standing = "every arm lies below flat" if n > 1 else "it lies below flat"
+    elif above.all():
+        standing = "every arm lies above flat" if n > 1 else "it lies above flat"
+    elif above.any():
+        standing = f"{int(above.sum())} of {n} arms lie above flat"
     else:
-        standing = f"{beats} of {n} configurations beat {top_name}, the best baseline"
-    shown = ", ".join(
-        f"{str(r['configuration']).removeprefix(BASELINE_PREFIX)} {_num(r[metric])}" for _, r in base.sort_values(metric, ascending=False).iterrows()
-    )
-    return (
-        f"against the baselines ({metric}, final epoch, mean over seeds; a description, not a test): "
-        f"best {best['configuration']} {_num(best[metric])}; {shown}; {standing}"
-    )
+        standing = "no arm is shown to differ from flat" if n > 1 else "it is not shown to differ from flat"
+    return metric, configs, standing
 
 
-def _num(x: float) -> str:
-    return "nan" if not math.isfinite(float(x)) else f"{float(x):.2f}"
+def _best(configs: pd.DataFrame) -> str:
+    b = configs.loc[configs["skill_estimate"].idxmax()]
+    return (f"best {b['configuration']} {_num(b['skill_estimate'], '+.2f')} [{_num(b['skill_ci_low'])}, "
+            f"{_num(b['skill_ci_high'])}] over {int(b['skill_seeds'])} seed(s)")
+
+
+def _what(metric: str) -> str:
+    fallback = "" if metric == SKILL_METRICS[0] else f"; {SKILL_METRICS[0]} absent (older results)"
+    return (f"{metric} at the final epoch against flat (0), {SKILL_CONFIDENCE:.0%} signed-rank interval over seeds, "
+            f"conditional on one test period{fallback}")
+
+
+def baseline_headline(table: pd.DataFrame) -> str:
+    """From a `baseline_comparison` table: `against the baselines (<what>): <standing>; best
+    <config> <estimate> [low, high] over <n> seed(s)`, or '' without a configuration to state."""
+    found = _standing(table)
+    if found is None:
+        return ""
+    metric, configs, standing = found
+    return f"against the baselines ({_what(metric)}): {standing}; {_best(configs)}"
+
+
+def skill_flag(table: pd.DataFrame) -> str:
+    """The verdicts' `skill` flag: the same statement as `baseline_headline`, said only when
+    every arm lies below flat out of sample (a verdict then says whether wiring helps this
+    learner, not that it has skill); '' otherwise."""
+    found = _standing(table)
+    if found is None:
+        return ""
+    metric, configs, _ = found
+    if not (configs["skill_ci_high"] < 0).all():
+        return ""
+    return (f"out of sample every arm lies below flat ({_what(metric)}; {_best(configs)}): a verdict says whether "
+            "wiring helps this learner, not that the learner has skill")
+
+
+def _num(x: float, fmt: str = ".2f") -> str:
+    x = float(x)
+    if math.isinf(x):
+        return "+inf" if x > 0 else "-inf"
+    return "nan" if not math.isfinite(x) else format(x, fmt)
+
+
+def _skill_columns(g: pd.DataFrame, metric: str | None) -> dict[str, Any]:
+    """One configuration's per-seed values of the statement's metric and their interval (the
+    adjusted bound is filled in once the configurations are counted)."""
+    out: dict[str, Any] = {c: math.nan for c in SKILL_COLUMNS}
+    if metric is None or metric not in g.columns:
+        return out
+    unit = next((c for c in ("seed", "member") if c in g.columns), None)  # a member seed: one unit over folds
+    x = (g.groupby(unit)[metric].mean() if unit else g[metric]).astype(float)
+    x = x[np.isfinite(x)].to_numpy()
+    out.update(skill_metric=metric, skill_seeds=int(x.size))
+    if x.size:
+        r = rank_test(x[None, :], tail=(1 - SKILL_CONFIDENCE) / 2)
+        out.update(skill_estimate=float(r["estimate"][0]), skill_ci_low=float(r["low"][0]), skill_ci_high=float(r["high"][0]),
+                   _values=x)
+    return out
 
 
 def baseline_comparison(exp: Any) -> pd.DataFrame:
     """Each configuration (experiment, trial's config label, arm) at its final epoch beside the
     baselines of the same segments: mean validation and test Sharpe and alpha Sharpe over its
     non-diverged members, then the baseline rows (flat, buy-and-hold, momentum; one row per path
-    averaged when paths differ). Skill shows as alpha Sharpe above the baselines', not as raw
-    Sharpe that market exposure can buy (docs/evaluation.md)."""
+    averaged when paths differ); and per configuration the statement's columns (SKILL_COLUMNS:
+    module docstring). Skill shows as alpha Sharpe above flat's, not as raw Sharpe that market
+    exposure can buy (docs/evaluation.md)."""
     cols = ("val_sharpe", "val_alpha_sharpe", "test_sharpe", "test_alpha_sharpe")
     rows: list[dict[str, Any]] = []
     m = exp.members
@@ -70,6 +153,7 @@ def baseline_comparison(exp: Any) -> pd.DataFrame:
         m = m[m["epoch"] == last]
         if "diverged" in m.columns:
             m = m[~m["diverged"].astype(bool)]
+        metric = next((c for c in SKILL_METRICS if c in m.columns and np.isfinite(m[c].astype(float)).any()), None)
         label = exp.trials.set_index(["experiment", "trial_id"])["config_label"] if {"experiment", "trial_id", "config_label"} <= set(exp.trials.columns) else None
         for key, g in m.groupby([k for k in ("experiment", "trial_id", "arm") if k in m.columns], sort=True):
             key = key if isinstance(key, tuple) else (key,)
@@ -80,15 +164,22 @@ def baseline_comparison(exp: Any) -> pd.DataFrame:
                 name = f"{key[0]} {key[1]} {label.loc[(key[0], key[1])]} arm={key[-1]}"
             row = {"configuration": name, "members": len(g)}
             row.update({c: float(g[c].mean()) if c in g.columns else float("nan") for c in cols})
+            row.update(_skill_columns(g, metric))
             rows.append(row)
+        n_configs = sum("_values" in r for r in rows)
+        for r in rows:  # "above flat" is a claim about the best of n_configs: Bonferroni over them
+            x = r.pop("_values", None)
+            if x is not None:
+                tail = (1 - SKILL_CONFIDENCE) / (2 * n_configs)
+                r["skill_ci_low_adjusted"] = float(rank_test(x[None, :], tail=tail)["low"][0])
     b = getattr(exp, "baselines", None)
     if b is not None and len(b):
         agg = b.groupby(["segment", "baseline"], sort=False)[["sharpe", "alpha_sharpe"]].mean().reset_index()
         for name in agg["baseline"].unique():
             r = agg[agg["baseline"] == name].set_index("segment")
-            row = {"configuration": f"baseline: {name}", "members": 0}
+            row = {"configuration": f"{BASELINE_PREFIX}{name}", "members": 0}
             for seg in ("val", "test"):
                 row[f"{seg}_sharpe"] = float(r.loc[seg, "sharpe"]) if seg in r.index else float("nan")
                 row[f"{seg}_alpha_sharpe"] = float(r.loc[seg, "alpha_sharpe"]) if seg in r.index else float("nan")
             rows.append(row)
-    return pd.DataFrame(rows, columns=["configuration", "members", *cols])
+    return pd.DataFrame(rows, columns=["configuration", "members", *cols, *SKILL_COLUMNS])

@@ -13,7 +13,8 @@ So the decisions live here and nowhere else, and both sides call them:
   combined);
 - `pooling`: the per-fold effects and their random-effects pooling (HKSJ, the shared seed
   variance): the statistics the period rule decides on;
-- `periods`: the period rule (K >= 2: the seed verdict AND the pooled effect, `inconsistent`).
+- `periods`: the period rule (K >= 2: the seed verdict AND the pooled effect, `inconsistent`);
+- `selection`: a confirmation's final verdict on one price history (the search's selection).
 
 Callers: `verdicts.py` (the seed rule, the market gate, the null arms), `walk_forward.py` (the
 one-period gate, the period rule), `redundancy.py` (the finding), `calibration.py` (the seed

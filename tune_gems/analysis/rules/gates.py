@@ -9,7 +9,8 @@ Two gates follow the seed rule when the market-noise interval of the same differ
 - **the one-period gate** (`one_period_gate`): the seed interval and the market-noise interval
   are two variances of one difference, so a `keep wired` / `harmful` / `equivalent` must also
   hold for the combined interval (`combined_bounds`); requiring each interval alone to exclude
-  0 is up to ~3x too liberal when the two are of similar size.
+  0 is up to ~3x too liberal when the two are of similar size. A `delete` rests on the same
+  equivalence, so it is gated like `equivalent`.
 
 Both only make a verdict more cautious. Arrays in (any common shape), verdict words out; the
 verdicts (`verdicts.py`, `walk_forward.py`) call them on one experiment's gems, the period
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tune_gems.analysis.rules.words import DECISIVE, EQUIVALENT, INCONCLUSIVE
+from tune_gems.analysis.rules.words import DECISIVE, DELETE, EQUIVALENT, INCONCLUSIVE
 
 
 def contradicts(effect, low, high) -> np.ndarray:
@@ -65,7 +66,7 @@ def one_period_gate(verdict, effect, seed_low, seed_high, market_low, market_hig
                     applies) -> OnePeriodDecision:
     """The one-period gate where it `applies` (a market-noise interval exists) and the effect is
     finite: a decisive verdict whose combined interval (`combined_bounds`) includes 0, or an
-    `equivalent` whose combined interval is not inside +-rope, becomes `inconclusive`."""
+    `equivalent` / `delete` whose combined interval is not inside +-rope, becomes `inconclusive`."""
     verdict = np.asarray(verdict)
     effect = np.asarray(effect, float)
     on = np.asarray(applies, bool) & np.isfinite(effect)
@@ -74,5 +75,5 @@ def one_period_gate(verdict, effect, seed_low, seed_high, market_low, market_hig
                                  np.asarray(market_low, float), np.asarray(market_high, float))
         excludes_zero = (lo > 0) | (hi < 0)
         inside_rope = (-rope < lo) & (hi < rope)
-    gated = on & ((np.isin(verdict, DECISIVE) & ~excludes_zero) | ((verdict == EQUIVALENT) & ~inside_rope))
+    gated = on & ((np.isin(verdict, DECISIVE) & ~excludes_zero) | (np.isin(verdict, (EQUIVALENT, DELETE)) & ~inside_rope))
     return OnePeriodDecision(np.where(gated, INCONCLUSIVE, verdict), np.where(on, lo, np.nan), np.where(on, hi, np.nan), on)

@@ -13,20 +13,29 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from tune_gems.analysis import defaults
 from tune_gems.contracts.errors import ConfigError
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The verdict thresholds (alpha, rope, rel_threshold, last_k, power, placebo_weight) and the
-    sizes of the resampling behind them (confidence, n_boot, seed; n_sim for the calibration).
-    Each field is the `--` option of the same name (underscores as dashes)."""
+    """The verdict thresholds (alpha, rope, rel_threshold, power, placebo_weight), the verdict
+    metric's epoch window (window, last_k, first_epoch), the period rule's settings (min_periods,
+    share_tau, one_sided_keep) and the sizes of the resampling behind them (confidence, n_boot,
+    seed; n_sim for the calibration). Each field is the `--` option of the same name
+    (underscores as dashes; the booleans are switches)."""
 
     alpha: float = defaults.ALPHA
     rope: float = defaults.ROPE
     rel_threshold: float = defaults.REL_THRESHOLD
     last_k: int = defaults.LAST_K
+    window: str = defaults.WINDOW
+    first_epoch: int = defaults.FIRST_EPOCH
+    min_periods: int = defaults.MIN_PERIODS
+    share_tau: bool = defaults.SHARE_TAU
+    one_sided_keep: bool = defaults.ONE_SIDED_KEEP
     power: float = defaults.POWER
     placebo_weight: float = defaults.PLACEBO_WEIGHT
     confidence: float = defaults.CONFIDENCE
@@ -39,6 +48,13 @@ class Thresholds:
         _number("rope", self.rope, 0.0, math.inf)
         _number("rel_threshold", self.rel_threshold, 0.0, math.inf)
         _number("last_k", self.last_k, 1, 10**6, lo_open=False, integer=True)
+        if self.window not in defaults.WINDOWS:
+            raise ConfigError(f"--window: must be one of {', '.join(defaults.WINDOWS)}, got {self.window!r}")
+        _number("first_epoch", self.first_epoch, 1, 10**6, lo_open=False, integer=True)
+        _number("min_periods", self.min_periods, 2, 10**6, lo_open=False, integer=True)
+        for name in ("share_tau", "one_sided_keep"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ConfigError(f"--{name.replace('_', '-')}: expected true or false, got {getattr(self, name)!r}")
         _number("power", self.power, 0.0, 1.0)
         _number("placebo_weight", self.placebo_weight, 0.0, math.inf, lo_open=False)
         _number("confidence", self.confidence, 0.0, 1.0)
@@ -52,6 +68,29 @@ class Thresholds:
         checked. An unknown name is a TypeError, as for any unknown keyword argument."""
         base = thresholds if thresholds is not None else cls()
         return replace(base, **settings) if settings else base
+
+    def window_length(self, end_epoch):
+        """Per end epoch E (an int or an array): how many epochs (E - k, E] the verdict metric
+        averages. `last-k`: k = last_k; `last-half`: the epochs after E // 2, never fewer than
+        last_k; `from-epoch`: every epoch from first_epoch on (at least the last one). Never more
+        than E (a member's window starts at its first epoch)."""
+        e = np.asarray(end_epoch)
+        if self.window == "last-half":
+            k = np.maximum(e - e // 2, self.last_k)
+        elif self.window == "from-epoch":
+            k = np.maximum(e - self.first_epoch + 1, 1)
+        else:
+            k = np.full(e.shape, self.last_k)
+        k = np.minimum(k, np.maximum(e, 1)).astype(int)
+        return int(k) if k.ndim == 0 else k
+
+    def window_text(self) -> str:
+        """The window in words (every verdict's estimand says it)."""
+        if self.window == "last-half":
+            return f"the last half of the validation epochs (at least {self.last_k})"
+        if self.window == "from-epoch":
+            return f"every validation epoch from epoch {self.first_epoch} on"
+        return f"the last {self.last_k} validation epochs"
 
     def settings(self) -> dict[str, Any]:
         """The analysis's settings as a report states them (n_sim is the calibration's, not the

@@ -4,7 +4,7 @@ A verdict is one of `VERDICTS` (docs/analysis.md "Verdicts" says what each means
 given). `DECISIVE` are the two that claim an effect; `NOT_TESTED` is the seed rule's entry for a
 gem without a wiring comparison (decided later, from what it lacks). The calibrations report
 decisions as integer codes (`verdict_codes`): +1 keep wired, -1 harmful, 2 equivalent, 3
-inconsistent across periods, 0 anything else.
+inconsistent across periods, 4 insufficient data, 5 heterogeneous across periods, 0 anything else.
 """
 
 from __future__ import annotations
@@ -17,13 +17,18 @@ EQUIVALENT = "equivalent"
 DELETE = "delete"
 INCONCLUSIVE = "inconclusive"
 INCONSISTENT = "inconclusive: inconsistent across periods"
+"""The effect changes sign between periods, shown: fold intervals on both sides of 0 (Holm)."""
+HETEROGENEOUS = "inconclusive: heterogeneous across periods"
+"""The periods differ significantly (Cochran's Q, Holm) but no sign change is shown and the pooled
+effect decides nothing: more seeds will not settle it, more periods may."""
 CONFOUNDED = "insufficient: confounded"
 INSUFFICIENT = "insufficient data"
 NO_DATA = "no data"
 NOT_TESTED = ""
 """The seed rule's entry for a gem without a wiring test (NaN p): not decided by the seed rule."""
 
-VERDICTS = (KEEP, HARMFUL, EQUIVALENT, INCONCLUSIVE, INCONSISTENT, DELETE, CONFOUNDED, INSUFFICIENT, NO_DATA)
+VERDICTS = (KEEP, HARMFUL, EQUIVALENT, INCONCLUSIVE, INCONSISTENT, HETEROGENEOUS, DELETE, CONFOUNDED, INSUFFICIENT,
+            NO_DATA)
 """Every verdict a gem can get, in the order docs/analysis.md lists them."""
 
 DECISIVE = (KEEP, HARMFUL)
@@ -32,8 +37,9 @@ DECISIVE = (KEEP, HARMFUL)
 NULL_ARM_OK = (EQUIVALENT, INCONCLUSIVE)
 """The verdicts a null arm (placebo, A/A) may get; any other says the rule is not calibrated."""
 
-KEEP_CODE, HARMFUL_CODE, EQUIVALENT_CODE, INCONSISTENT_CODE = 1, -1, 2, 3
-CODES = {KEEP: KEEP_CODE, HARMFUL: HARMFUL_CODE, EQUIVALENT: EQUIVALENT_CODE, INCONSISTENT: INCONSISTENT_CODE}
+KEEP_CODE, HARMFUL_CODE, EQUIVALENT_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, HETEROGENEOUS_CODE = 1, -1, 2, 3, 4, 5
+CODES = {KEEP: KEEP_CODE, HARMFUL: HARMFUL_CODE, EQUIVALENT: EQUIVALENT_CODE, INCONSISTENT: INCONSISTENT_CODE,
+         INSUFFICIENT: INSUFFICIENT_CODE, HETEROGENEOUS: HETEROGENEOUS_CODE}
 """The calibrations' integer code of a verdict (0: any other)."""
 
 
