@@ -55,3 +55,13 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> 
         text=True,
         timeout=timeout,
     )
+
+
+def store_spec(folder: Path, text: bytes) -> None:
+    """`folder/spec.yaml` as a sweep stores it: the spec's bytes and the marker recording their
+    checksum (analyze and compare refuse a stored spec no marker vouches for, fail-closed)."""
+    from tune_gems.contracts.outputs import write_marker
+    from tune_gems.contracts.run_record import CHECKSUMS_KEY, checksums
+
+    (folder / "spec.yaml").write_bytes(text)
+    write_marker(folder, "sweep", **{CHECKSUMS_KEY: checksums(None, **{"spec.yaml": text})})

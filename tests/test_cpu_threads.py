@@ -82,7 +82,7 @@ def test_the_dry_run_shows_the_threads_chosen_and_measures_with_them(tmp_path):
     threads, time = _dry_run_threads(tmp_path, env=NO_THREAD_ENV)
     assert threads == f"threads: {n} CPU thread(s) (this process's CPU allowance: {how})"
     assert f"on this machine's cpu with {n} CPU thread(s)" in time
-    threads, time = _dry_run_threads(tmp_path, env={"OMP_NUM_THREADS": "1"})
+    threads, time = _dry_run_threads(tmp_path, env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "2"})
     assert threads == "threads: 1 CPU thread(s) (OMP_NUM_THREADS as set)" and "with 1 CPU thread(s)" in time
     threads, _ = _dry_run_threads(tmp_path, "--threads", "1", env={"OMP_NUM_THREADS": "2"})
     assert threads == "threads: 1 CPU thread(s) (--threads)"

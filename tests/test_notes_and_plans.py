@@ -7,17 +7,19 @@ import pytest
 import yaml
 
 import fake_results as fr
-from sweep_fixtures import SMOKE, TINY_SWEEP, cli
+from sweep_fixtures import SMOKE, TINY_SWEEP, cli, store_spec
 from tune_gems.config.load import load_config
+from tune_gems.design.arms import run_arms
 from tune_gems.trainer.dry_run import members_line
 
 NOTE = "its trials were chosen on another quantity"
 
 
 def test_the_members_line_counts_folds():
-    assert members_line(load_config(None, ["trainer.population=2"])) == "members: 1 arm(s) x 2 seed(s) = 2 (default)"
+    cfg = load_config(None, ["trainer.population=2"])
+    assert members_line(cfg, run_arms(cfg)) == "members: 1 arm(s) x 2 seed(s) = 2 (default)"
     cfg = load_config(None, ["trainer.population=2", "data.folds.k=3", "arms.factors={gems.g6.mode: [measure, wire]}"])
-    assert members_line(cfg) == "members: 3 fold(s) x 2 arm(s) x 2 seed(s) = 12 (gems.g6.mode=measure, gems.g6.mode=wire)"
+    assert members_line(cfg, run_arms(cfg)) == "members: 3 fold(s) x 2 arm(s) x 2 seed(s) = 12 (gems.g6.mode=measure, gems.g6.mode=wire)"
 
 
 @pytest.mark.slow
@@ -35,7 +37,7 @@ def test_the_sweep_dry_run_counts_the_widest_trials_folds(tmp_path):
 def _spec(folder, **over) -> None:
     spec = yaml.safe_load(SMOKE.read_text())
     spec.update(objective={"metric": "val_sharpe_mean_lastk", "mode": "max"}, **over)
-    (folder / "spec.yaml").write_text(yaml.safe_dump(spec))
+    store_spec(folder, yaml.safe_dump(spec).encode())
 
 
 def test_the_objective_note_only_where_the_search_chose(tmp_path):

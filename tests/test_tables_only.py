@@ -5,13 +5,12 @@ the code). Through the real CLI."""
 
 from __future__ import annotations
 
-import shutil
 
 import pandas as pd
 import pytest
 
 import fake_results as fr
-from sweep_fixtures import REPO, SMOKE, TINY_SWEEP, cli
+from sweep_fixtures import REPO, SMOKE, TINY_SWEEP, cli, store_spec
 from tune_gems.commands.compare import differences, run_settings
 from tune_gems.config.dotted import flatten
 from tune_gems.sweep.spec_load import load_spec, trial_config
@@ -32,7 +31,7 @@ def _confirmation_like(folder, spec, choices: list[dict]):
 def test_compare_reads_a_confirmation_folders_settings_from_its_trials_table(tmp_path):
     spec = load_spec(SMOKE)
     search = fr.wire_scenario(tmp_path / "search", n=6)
-    shutil.copy(SMOKE, search / "spec.yaml")
+    store_spec(search, SMOKE.read_bytes())
     confirmation = _confirmation_like(tmp_path / "confirmation", spec, [
         {"seed": 4, "gems.g6.mode": "wire", "gems.g6.weight": 0.05},
         {"seed": 5, "gems.g6.mode": "wire", "gems.g6.weight": 0.05, "gems.g12.mode": "wire", "gems.g12.weight": 0.01},

@@ -146,11 +146,11 @@ def choose_threads(flag: int | None, environ: MutableMapping[str, str] = os.envi
 
 def apply_threads(choice: ThreadChoice, environ: MutableMapping[str, str] = os.environ) -> None:
     """Make `choice` the count of torch, OpenMP and MKL in this process: through the variables
-    they read when they load (a value the user set is kept; `--threads` replaces it), and
-    through torch itself when it is loaded already (a library caller of the CLI's `main`)."""
+    they read when they load (every one of them: with OMP_NUM_THREADS=1 and MKL_NUM_THREADS=2
+    torch would take MKL's 2 while the run says 1; the variable that decided keeps its value),
+    and through torch itself when it is loaded already (a library caller of the CLI's `main`)."""
     for name in THREAD_ENVS:
-        if choice.source == THREADS_FLAG or not environ.get(name, "").strip():
-            environ[name] = str(choice.threads)
+        environ[name] = str(choice.threads)
     torch = sys.modules.get("torch")
     if torch is not None and torch.get_num_threads() != choice.threads:
         torch.set_num_threads(choice.threads)
