@@ -119,7 +119,7 @@ def test_removed_worker_node_has_its_trial_rescheduled_from_its_checkpoint(clust
         log, env={"RAY_ADDRESS": cluster.address},
     )
     try:
-        first = wait_for(lambda: [r for r in result_rows(exp) if r["epoch"] >= 1], 120, "the trial's first epoch")[0]
+        first = wait_for(lambda: [r for r in result_rows(exp) if r["epoch"] >= 1], 480, "the trial's first epoch")[0]
         assert not first["done"], "the trial finished before its node could be removed; make its epochs longer"
         victim = next(nd for nd in cluster.worker_nodes if nd.node_id == first["node_id"])
         cluster.remove_node(victim, allow_graceful=False)
