@@ -290,3 +290,28 @@ def test_confirm_prints_a_line_per_trial_and_writes_event_files_as_train_tags_th
     assert numeric - {"trial_id"} <= tags, sorted(numeric - tags)
     steps = [step for step, _ in _scalars(runs / "confirm-g12")["verdict_gain_g12"]]
     assert steps == sorted(history["epoch"].astype(int)) and len(steps) >= 2
+
+
+def test_a_confirmation_killed_while_writing_its_marker_is_cleared_and_a_foreign_folder_stays(tmp_path):
+    """SIGKILL can land between the temporary folder's creation and its marker's rename (the
+    marker's temporary file is then all it holds): that folder is confirm's and is cleared; a
+    folder of the same name holding anything else is left where it is."""
+    from tune_gems.commands.confirm_record import CONFIRMED_FILE, clear_stale
+    from tune_gems.contracts.outputs import MARKER_FILE, write_marker
+    from tune_gems.contracts.safe_files import tmp_name
+
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / CONFIRMED_FILE).write_text('{"status": "running"}')
+    half = exp / ".confirmation.tmp-half"
+    half.mkdir()
+    tmp_name(half / MARKER_FILE).write_text('{"tool": "tune-')
+    marked, empty, foreign = exp / ".confirmation.tmp-marked", exp / ".confirmation.tmp-empty", exp / ".confirmation.tmp-mine"
+    for folder in (marked, empty, foreign):
+        folder.mkdir()
+    write_marker(marked, "confirm")
+    (foreign / "notes.txt").write_text("not confirm's")
+    lines = []
+    clear_stale(exp, exp / "confirmation", lines.append)
+    assert sorted(p.name for p in exp.iterdir()) == [".confirmation.tmp-mine"]
+    assert len(lines) == 1 and "cleared its record and 3 temporary folder(s)" in lines[0]

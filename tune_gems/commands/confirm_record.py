@@ -24,8 +24,8 @@ from typing import Callable, Iterable
 from tune_gems.commands.confirm_plan import Plan
 from tune_gems.contracts.errors import DataError, OutputInUseError
 from tune_gems.contracts.output_lock import OutputLock
-from tune_gems.contracts.outputs import marker_kind
-from tune_gems.contracts.safe_files import entry_kind, read_regular, write_atomic
+from tune_gems.contracts.outputs import MARKER_FILE, marker_kind
+from tune_gems.contracts.safe_files import entry_kind, read_regular, tmp_name, write_atomic
 
 KIND = "confirm"
 """The marker kind of a confirmation folder (and of its temporary folders)."""
@@ -62,16 +62,23 @@ def stops_raise():
             signal.signal(s, handler)
 
 
+def _left_by_confirm(tmp: Path) -> bool:
+    """Whether a temporary folder is one a confirmation made: it carries confirm's marker, or
+    holds nothing but (at most) the marker's own temporary file (killed while writing it)."""
+    return marker_kind(tmp) == KIND or {p.name for p in tmp.iterdir()} <= {tmp_name(tmp / MARKER_FILE).name}
+
+
 def clear_stale(exp: Path, out: Path, log: Callable[[str], None]) -> None:
     """Remove what a confirmation killed outright left (its lock is free, so it is dead): the
-    "running" record, and its temporary folders beside `out` (those holding nothing, or carrying
-    confirm's marker and nothing else than it writes); anything else stays."""
+    "running" record, and its temporary folders beside `out` (those holding nothing, or only
+    their marker's temporary file, or carrying confirm's marker and nothing else than it
+    writes); anything else stays."""
     (exp / CONFIRMED_FILE).unlink(missing_ok=True)
     cleared = 0
     for tmp in sorted(out.parent.glob(f".{out.name}.tmp-*")) if out.parent.is_dir() else []:
         if entry_kind(tmp) != "folder":
             continue
-        if marker_kind(tmp) == KIND or not any(tmp.iterdir()):
+        if _left_by_confirm(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
             cleared += 1
     log(f"tune-gems confirm: a confirmation of {exp} was killed before it finished (its lock is free); "
