@@ -10,7 +10,8 @@ Calibration by simulation (the project's own decision code on simulated per-seed
 - the MDE accounts for divergence (power at it stays at the stated 80%), and `seeds_needed`
   answers in bounded memory at any spread.
 Unit tests of the choice per gem and the side-by-side table; the end-to-end `tune-gems confirm`
-runs after the smoke sweep in tests/test_sweep.py (one Ray start).
+runs after the smoke sweep in tests/test_sweep.py (one Ray start); its progress lines and event
+files are checked here through the CLI on a Ray-free search folder.
 """
 
 from __future__ import annotations
@@ -239,3 +240,78 @@ def test_g6_and_its_null_do_not_change_when_a_branch_shrinks():
     gv = torch.randn(2, generator=g, dtype=torch.float64)
     (auto,) = torch.autograd.grad((reference.g6_branch_indep(leaf)[1] * gv).sum(), leaf)
     torch.testing.assert_close(g6_branch_indep_grad(gv, f), auto, rtol=1e-9, atol=1e-12)
+
+
+# -- progress and event files (issue 31 item 7) ------------------------------------------------------
+
+
+def test_the_finished_line_has_the_trial_count_gem_elapsed_and_the_sweeps_eta():
+    """One trial after another: the ETA is the finished trials' mean times the trials left (the
+    sweep's `eta_seconds` with nothing running beside), 0s after the last."""
+    from types import SimpleNamespace
+
+    from tune_gems.commands.confirm_plan import Plan
+    from tune_gems.commands.confirm_trials import finished_line
+
+    plan = Plan("g12", "confirm-g12", 5, 8, None, SimpleNamespace(trial_id="t1"), 2)
+    trainer = SimpleNamespace(history=[{"verdict_gain_g12": 0.1}, {"verdict_gain_g12": 0.25}])
+    first = finished_line(1, 3, plan, trainer, [50.0], 50.0)
+    assert first == ("tune-gems confirm: trial 1/3 finished: confirm-g12 (g12) after 2 epoch(s), "
+                     "verdict_gain_g12=0.250 | 50s elapsed, ETA 1m40s")
+    assert finished_line(2, 3, plan, trainer, [50.0, 70.0], 120.0).endswith("2m00s elapsed, ETA 1m00s")
+    assert finished_line(3, 3, plan, trainer, [50.0, 70.0, 30.0], 150.0).endswith("ETA 0s")
+    assert "verdict_gain_g12=nan" in finished_line(1, 1, plan, SimpleNamespace(history=[]), [1.0], 1.0)
+
+
+def test_confirm_prints_a_line_per_trial_and_writes_event_files_as_train_tags_them(tmp_path):
+    """Through the real CLI on a Ray-free search folder (the matrix's confirmable search): a line
+    per finished confirmation trial, and `<out>/tensorboard/<trial id>` with one step per epoch
+    and the tags of the trial's own history columns (`<metric>@<arm>` as `<metric>/<arm>`)."""
+    from sweep_fixtures import cli
+    from test_console import _event_tags
+    from test_hostile_round4 import confirmable
+    from test_train_analysis import _scalars
+
+    confirmable()(tmp_path)
+    exp = tmp_path / "exp"
+    res = cli("confirm", str(exp))
+    assert res.returncode == 0, res.stderr[-3000:]
+    done = [line for line in res.stdout.splitlines() if " finished: " in line]
+    assert len(done) == 1 and done[0].startswith("tune-gems confirm: trial 1/1 finished: confirm-g12 (g12) after "), done
+    assert " elapsed, ETA 0s" in done[0] and "verdict_gain_g12=" in done[0]
+    runs = exp / "confirmation" / "tensorboard"
+    assert sorted(p.name for p in runs.iterdir()) == ["confirm-g12"]
+    history = pd.read_parquet(exp / "confirmation" / "history.parquet")
+    numeric = {c.replace("@", "/") for c in history.columns if pd.api.types.is_numeric_dtype(history[c])
+               and history[c].notna().all() and np.isfinite(history[c].astype(float)).all()
+               and not pd.api.types.is_bool_dtype(history[c])}
+    tags = _event_tags(runs)
+    assert "verdict_gain_g12" in tags and "val_sharpe_mean/proposal" in tags and not any(t.startswith("ray/") for t in tags)
+    assert numeric - {"trial_id"} <= tags, sorted(numeric - tags)
+    steps = [step for step, _ in _scalars(runs / "confirm-g12")["verdict_gain_g12"]]
+    assert steps == sorted(history["epoch"].astype(int)) and len(steps) >= 2
+
+
+def test_a_confirmation_killed_while_writing_its_marker_is_cleared_and_a_foreign_folder_stays(tmp_path):
+    """SIGKILL can land between the temporary folder's creation and its marker's rename (the
+    marker's temporary file is then all it holds): that folder is confirm's and is cleared; a
+    folder of the same name holding anything else is left where it is."""
+    from tune_gems.commands.confirm_record import CONFIRMED_FILE, clear_stale
+    from tune_gems.contracts.outputs import MARKER_FILE, write_marker
+    from tune_gems.contracts.safe_files import tmp_name
+
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / CONFIRMED_FILE).write_text('{"status": "running"}')
+    half = exp / ".confirmation.tmp-half"
+    half.mkdir()
+    tmp_name(half / MARKER_FILE).write_text('{"tool": "tune-')
+    marked, empty, foreign = exp / ".confirmation.tmp-marked", exp / ".confirmation.tmp-empty", exp / ".confirmation.tmp-mine"
+    for folder in (marked, empty, foreign):
+        folder.mkdir()
+    write_marker(marked, "confirm")
+    (foreign / "notes.txt").write_text("not confirm's")
+    lines = []
+    clear_stale(exp, exp / "confirmation", lines.append)
+    assert sorted(p.name for p in exp.iterdir()) == [".confirmation.tmp-mine"]
+    assert len(lines) == 1 and "cleared its record and 3 temporary folder(s)" in lines[0]

@@ -11,7 +11,7 @@ import pytest
 from sweep_fixtures import SMOKE
 from tune_gems.design.arm_sets import arm_aliases, confirmation_arms
 from tune_gems.design.arms import expand_arms
-from tune_gems.commands.confirm import plan_confirmation
+from tune_gems.commands.confirm_plan import plan_confirmation
 from tune_gems.data.series import path_seeds
 from tune_gems.contracts.errors import ConfigError
 from tune_gems.sweep.spec_load import load_spec, trial_config

@@ -50,203 +50,61 @@ reports one: divergence scores -inf) is refused as a forged table. It is
 an experiment folder like a sweep's (trials/history/members/arms parquet, eval_returns, gems.json,
 so `tune-gems analyze EXP/confirmation` gives its full tables), plus `choices.json` (what was
 chosen and the fresh seeds), `confirmation.csv` (discovery and confirmation side by side, with
-the shrinkage), `verdicts.csv` (the confirmation's verdicts, the final ones) and `report.md`.
+the shrinkage), `verdicts.csv` (the confirmation's verdicts, the final ones), `report.md` and
+`tensorboard/<trial id>` (each confirmation trial's epochs, tagged as `train` tags them). While it
+trains it prints a line per finished trial with an ETA, as a sweep does.
+
+The parts: the plan (tune_gems.commands.confirm_plan), the record and its clean-up
+(tune_gems.commands.confirm_record), the training (tune_gems.commands.confirm_trials); this module
+checks what it reads, runs them in order and writes the summary.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
 import shutil
-import signal
-import socket
 import tempfile
-import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
 
-from tune_gems.analysis.search_choice import Choice, choose_per_gem, confirmation_power
-from tune_gems.design.arm_sets import also_named, arm_aliases, confirmation_arms, with_arms
+from tune_gems.analysis.search_choice import confirmation_power
+from tune_gems.commands.confirm_plan import MIN_SEEDS, Plan, fresh_paths, plan_confirmation
+from tune_gems.commands.confirm_record import (FIELD, KIND, check_not_confirmed, claim_confirmation, clear_stale,
+                                               stops_raise, write_record)
+from tune_gems.commands.confirm_trials import run_plans
 from tune_gems.config.schema import Config
-from tune_gems.config.dotted import flatten
 from tune_gems.config.yaml_io import MAX_YAML_BYTES
-from tune_gems.contracts.errors import ConfigError, DataError, OutputInUseError
+from tune_gems.contracts.errors import ConfigError, DataError
 from tune_gems.contracts.output_lock import OutputLock
 from tune_gems.contracts.outputs import MARKER_FILE, check_top_entries, marker_kind, marker_state
 from tune_gems.contracts.paths import check_input_path
 from tune_gems.contracts.run_record import check_data_unchanged, check_stored_unchanged, require_record
-from tune_gems.stats.metrics import GEM_GAIN_PREFIX, MEMBER_IDS, VERDICT_GAIN_PREFIX, epoch_metrics, member_metrics
-from tune_gems.contracts.result_files import EVAL_RETURNS_FILE, SPEC_FILE, TRIALS_FILE
-from tune_gems.contracts.safe_files import entry_kind, read_regular, write_atomic
-from tune_gems.sweep.results import TERMINATED, SweepTables, write_tables
-from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec
-from tune_gems.sweep.spec_load import load_spec, trial_config
+from tune_gems.contracts.result_files import SPEC_FILE, TRIALS_FILE
+from tune_gems.contracts.safe_files import read_regular
+from tune_gems.stats.metrics import GEM_GAIN_PREFIX, VERDICT_GAIN_PREFIX
+from tune_gems.sweep.spec import SweepSpec
+from tune_gems.sweep.spec_load import load_spec
+from tune_gems.sweep.results import write_tables
 from tune_gems.sweep.storage import ExperimentStore
 
-KIND = "confirm"
 DEFAULT_OUT = "confirmation"
 CHOICES_FILE = "choices.json"
 TABLE_FILE = "confirmation.csv"
 VERDICTS_FILE = "verdicts.csv"
 REPORT_FILE = "report.md"
-CONFIRMED_FILE = "confirmed.json"
-"""In the search's folder: the record that it was confirmed (where, when, what was chosen)."""
-MIN_SEEDS = 2
-"""Fewest seeds per arm a confirmation may ask for (one seed gives no paired test)."""
-RECORD_MAX_BYTES = 1 << 16
-"""Largest `confirmed.json` read (one line per gem: a few hundred bytes)."""
-FIELD = "EXPERIMENT_DIR"
 RECORD_FIX = ("a confirmation re-trains exactly what the search recorded, so it needs the search's records intact: "
               "restore them, or run the search again")
 
 
-@dataclass(frozen=True)
-class Plan:
-    """One confirmation trial: the gem, the discovery trial it re-tests, its fresh trial seed,
-    first seed index and (with per-seed synthetic paths) the synthetic seed its paths count from."""
-
-    gem: str
-    trial_id: str
-    seed: int
-    first_seed_index: int
-    synthetic_seed: int | None
-    choice: Choice
-    population: int = 0
-
-    @property
-    def path_seed(self) -> int | None:
-        """The first fresh path (path of seed index s: synthetic seed + s); None on one history."""
-        return None if self.synthetic_seed is None else self.synthetic_seed + self.first_seed_index
-
-    @property
-    def discovery_trial(self) -> str:
-        return self.choice.trial_id
-
-
-def searched_keys(spec: SweepSpec) -> list[str]:
-    """The config keys the search set per trial (gem modes and weights, search.params)."""
-    keys = [k for g in spec.search.gems for k in (f"gems.{g}.mode", f"gems.{g}.weight")]
-    return keys + list(spec.search.params)
-
-
-def _fresh_bases(trials: pd.DataFrame, members: pd.DataFrame) -> tuple[int, int, int | None]:
-    """(first unused trial seed, first unused seed index, largest synthetic seed) of the
-    discovery: a path is synthetic seed + seed index, so fresh indices over the largest
-    synthetic seed give paths past every discovery path."""
-    seeds = pd.to_numeric(trials.get("seed", pd.Series(dtype=float)), errors="coerce").dropna()
-    seed_base = int(seeds.max()) + 1 if len(seeds) else 1
-    syn = pd.to_numeric(trials.get("data.synthetic.seed", pd.Series(dtype=float)), errors="coerce").dropna()
-    top_index = pd.to_numeric(members.get("seed_index", members.get("member", pd.Series(dtype=float))),
-                              errors="coerce").max()
-    index_base = int(top_index) + 1 if pd.notna(top_index) else 0
-    return seed_base, index_base, (int(syn.max()) if len(syn) else None)
-
-
-def fresh_paths(spec: SweepSpec) -> bool:
-    """Whether a confirmation of this search trains on paths the search never saw (synthetic
-    per-seed paths); otherwise it is on the search's one price history."""
-    data = spec.base_config().data
-    return data.source == "synthetic" and data.synthetic.paths == "per_seed"
-
-
-def plan_confirmation(spec: SweepSpec, trials: pd.DataFrame, members: pd.DataFrame, gems: list[str],
-                      population: int | dict[str, int] | None = None) -> tuple[list[Plan], list[str], Callable[[Plan], Config]]:
-    """The confirmation trials (one per gem the search wired), the notes for the others, and the
-    function that builds a plan's config (the chosen trial's, fresh seeds, the spec's design).
-    `population`: seeds per arm, for every gem or per gem (default: the spec's); each gem's block
-    of fresh seed indices follows the previous one's."""
-    choices, notes = choose_per_gem(trials, gems, searched_keys(spec))
-    seed_base, index_base, synthetic_seed = _fresh_bases(trials, members)
-    base = spec.base_config()
-    per_seed = fresh_paths(spec)
-    sizes = [int(population.get(c.gem, base.trainer.population)) if isinstance(population, dict)
-             else int(population or base.trainer.population) for c in choices]
-    starts = [index_base + sum(sizes[:j]) for j in range(len(choices))]
-    plans = [Plan(c.gem, f"confirm-{c.gem}", seed_base + j, starts[j],
-                  (base.data.synthetic.seed if synthetic_seed is None else synthetic_seed) if per_seed else None, c,
-                  sizes[j])
-             for j, c in enumerate(choices)]
-
-    def build(plan: Plan) -> Config:
-        params = {**plan.choice.params, "seed": plan.seed, FIRST_SEED_INDEX: plan.first_seed_index}
-        if plan.synthetic_seed is not None:
-            params["data.synthetic.seed"] = plan.synthetic_seed
-        if population is not None or plan.population != base.trainer.population:
-            params["trainer.population"] = plan.population
-        cfg = trial_config(spec.config, params)
-        return with_arms(cfg, confirmation_arms(cfg, plan.gem), f"confirmation of {plan.gem}")
-
-    if not per_seed:
-        notes.append("one price history (a file or synthetic paths: shared): the confirmation has fresh seeds on "
-                     "the same history, so it is conditional on that history")
-    return plans, notes, build
-
-
-def _trial_tables(trainer, plan: Plan, experiment: str) -> dict[str, Any]:
-    """One trainer's rows for the experiment tables (the shapes `sweep.results.collect_tables` writes)."""
-    from tune_gems.design.arms import resolved_settings
-
-    cfg = trainer.cfg
-    label = cfg.label()
-    arm_names = trainer.arms.names if cfg.arms is not None else ()
-    cols = epoch_metrics(cfg.plugins, arm_names)
-    ids = {"experiment": experiment, "trial_id": plan.trial_id, "config_label": label}
-    history = [{**ids, **{m: r.get(m) for m in cols}} for r in trainer.history]
-    members = [{**ids, **{k: r.get(k) for k in MEMBER_IDS}, **{m: r.get(m) for m in member_metrics(cfg.plugins)}}
-               for r in trainer.member_history]
-    last = trainer.history[-1] if trainer.history else {}
-    trial = {"experiment": experiment, "trial_id": plan.trial_id, "status": TERMINATED, "error": None,
-             "epochs_done": len(trainer.history), "config_label": label, "seed": cfg.seed,
-             **flatten(cfg.to_dict()), **{m: last.get(m, math.nan) for m in cols},
-             "objective": last.get(f"{VERDICT_GAIN_PREFIX}{plan.gem}", math.nan), "node_id": None, "gpu_ids": None}
-    aliases = arm_aliases(cfg)  # the control is also without-<gem> (arm_designs.confirmation_arms)
-    arms = [{"trial_id": plan.trial_id, "arm": a.name, **({"also_named": also_named(aliases, a.name)} if aliases else {}),
-             **resolved_settings(a.config)} for a in trainer.arms.arms]
-    baselines = [{"experiment": experiment, "trial_id": plan.trial_id, **b} for b in trainer.baselines().to_dict("records")]
-    with tempfile.TemporaryDirectory() as d:
-        trainer.window.write(d)
-        returns = (Path(d) / EVAL_RETURNS_FILE).read_bytes()
-    return dict(trial=trial, history=history, members=members, arms=arms, baselines=baselines, returns=returns)
-
-
-def run_plans(plans: list[Plan], build: Callable[[Plan], Config], experiment: str, log: Callable[[str], None]) -> SweepTables:
-    """Train every plan once, in turn, in this process; the experiment tables of all of them."""
-    from tune_gems.gems import manifest
-    from tune_gems.design.arms import run_arms
-    from tune_gems.design.resources import check_training_fits
-    from tune_gems.trainer.train_command import train_epochs
-    from tune_gems.trainer.trainer import Trainer
-
-    configs = [build(p) for p in plans]
-    arms = [run_arms(cfg) for cfg in configs]  # each run's arms, expanded once
-    for cfg, run in zip(configs, arms):  # every config and its memory checked before the first trains
-        check_training_fits(cfg, members=run.members)
-    parts: dict[str, list] = {"trial": [], "history": [], "members": [], "arms": [], "baselines": []}
-    returns: dict[str, bytes] = {}
-    for plan, cfg, run in zip(plans, configs, arms):
-        last = plan.first_seed_index + plan.population - 1
-        log(f"tune-gems confirm: {plan.gem}: trial {plan.discovery_trial}'s configuration ({cfg.label()}) against "
-            f"itself with {plan.gem} measured; fresh seed {plan.seed}, seed indices {plan.first_seed_index}-{last}"
-            + (f", paths {plan.path_seed}-{plan.path_seed + plan.population - 1}" if plan.path_seed is not None else ""))
-        trainer = Trainer(cfg, log=log, arms=run)
-        train_epochs(trainer)
-        rows = _trial_tables(trainer, plan, experiment)
-        for key in parts:
-            parts[key].extend(rows[key] if isinstance(rows[key], list) else [rows[key]])
-        returns[plan.trial_id] = rows["returns"]
-    plugins = list(configs[0].plugins) if configs else []
-    return SweepTables(trials=pd.DataFrame(parts["trial"]), history=pd.DataFrame(parts["history"]),
-                       members=pd.DataFrame(parts["members"]), arms=pd.DataFrame(parts["arms"]),
-                       baselines=pd.DataFrame(parts["baselines"]), gems=manifest(plugins), eval_returns=returns)
-
-
 @dataclass
 class ConfirmOutcome:
+    """What a confirmation published: its folder, the side-by-side table, its verdicts (the final
+    ones) and the notes that concern no single gem."""
+
     out: Path
     table: pd.DataFrame
     verdicts: pd.DataFrame
@@ -272,7 +130,7 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
         raise DataError(f"{exp}: not a sweep folder (missing {SPEC_FILE}); confirm re-tests a search")
     check_top_entries(exp, FIELD)  # confirm writes here (its record, its lock): no link or FIFO is written through
     OutputLock(exp, FIELD).check_free()  # a sweep or another confirmation writing the search is named first
-    _check_not_confirmed(exp)
+    check_not_confirmed(exp)
     spec = _recorded_spec(exp)
     if spec.design == "none":
         raise ConfigError(f"{spec_file}: design: confirm needs a designed search (design: wire_search), not none")
@@ -296,7 +154,7 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
         log(f"tune-gems confirm: {p.gem}: {p.note}")
     lock = OutputLock(exp, FIELD).acquire()  # a second confirmation started meanwhile is refused here
     try:
-        with _stops_raise():
+        with stops_raise():
             return _run_confirmation(exp, out_path, default, spec, plans, notes, build, gems, discovery, log, settings,
                                      power)
     finally:
@@ -312,15 +170,15 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
     from tune_gems.analysis.analyze import analyze
     from tune_gems.contracts.outputs import check_output_folder, publish_folder, write_marker
 
-    if _check_not_confirmed(exp):  # under the lock: a "running" record is a dead confirmation's
-        _clear_stale(exp, out_path, log)
+    if check_not_confirmed(exp):  # under the lock: a "running" record is a dead confirmation's
+        clear_stale(exp, out_path, log)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    record = _claim_confirmation(exp, out_path)
+    record = claim_confirmation(exp, out_path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_path.name}.tmp-", dir=out_path.parent))
     try:
         write_marker(tmp, KIND)
         name = f"{discovery.experiment.labels[0]}-confirmation"
-        write_tables(ExperimentStore(str(tmp.parent), tmp.name), run_plans(plans, build, name, log))
+        write_tables(ExperimentStore(str(tmp.parent), tmp.name), run_plans(plans, build, name, log, events_out=tmp))
         confirmed = analyze(tmp, **settings)
         gains = {p.gem: _final(confirmed.experiment.history, p.trial_id, f"{VERDICT_GAIN_PREFIX}{p.gem}") for p in plans}
         per_gem = {n.split(":", 1)[0]: n.split(": ", 1)[1] for n in notes if ":" in n and n.split(":", 1)[0] in gems}
@@ -337,7 +195,7 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
                                                                                confirmed.redundancy), general))
         check_output_folder(out_path, kind=KIND, field="--out", inputs=[exp], allow_inside=[exp] if default else ())
         publish_folder(tmp, out_path, kind=KIND)
-        _write_record(record, out_path, plans)
+        write_record(record, out_path, plans)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         if not out_path.exists():  # nothing was published: the search is not confirmed
@@ -375,96 +233,6 @@ def _check_gains_finite(trials: pd.DataFrame, gems: list[str], exp: Path) -> Non
             if len(forged):
                 raise DataError(f"{exp / TRIALS_FILE}: {col} of trial {forged.iloc[0]} is +inf, which no run reports "
                                 "(divergence scores -inf); the table was changed: restore it, or run the search again")
-
-
-@contextlib.contextmanager
-def _stops_raise():
-    """SIGTERM (and SIGHUP) raise SystemExit(128 + signal) while a confirmation trains, so its
-    clean-up runs (the temporary folder removed, the "running" record withdrawn) as for Ctrl-C;
-    only in the main thread, where Python delivers signals."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum, _frame):
-        raise SystemExit(128 + signum)
-
-    caught = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
-    previous = {s: signal.signal(s, stop) for s in caught}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
-def _clear_stale(exp: Path, out: Path, log: Callable[[str], None]) -> None:
-    """Remove what a confirmation killed outright left (its lock is free, so it is dead): the
-    "running" record, and its temporary folders beside `out` (those holding nothing, or carrying
-    confirm's marker and nothing else than it writes); anything else stays."""
-    (exp / CONFIRMED_FILE).unlink(missing_ok=True)
-    cleared = 0
-    for tmp in sorted(out.parent.glob(f".{out.name}.tmp-*")) if out.parent.is_dir() else []:
-        if entry_kind(tmp) != "folder":
-            continue
-        if marker_kind(tmp) == KIND or not any(tmp.iterdir()):
-            shutil.rmtree(tmp, ignore_errors=True)
-            cleared += 1
-    log(f"tune-gems confirm: a confirmation of {exp} was killed before it finished (its lock is free); "
-        f"cleared its record{f' and {cleared} temporary folder(s)' if cleared else ''}, starting again")
-
-
-def _check_not_confirmed(exp: Path) -> bool:
-    """DataError when the search was confirmed already, or is being confirmed by a live process;
-    True when a "running" record of a dead confirmation is there (its lock is free: the next
-    confirmation clears it), False when there is no record. The record is read only as a
-    regular file (never through a link, non-blocking, bounded): a FIFO or a link to /dev/zero
-    in its place is refused, not waited on."""
-    record = exp / CONFIRMED_FILE
-    kind = entry_kind(record)
-    if kind is None:
-        return False
-    if kind != "file":
-        raise DataError(f"{record} is a {kind}, not the record tune-gems writes; remove it (confirm keeps its record there)")
-    try:
-        info = json.loads(read_regular(record, RECORD_MAX_BYTES, None, DataError, follow=False))
-        where, status = info.get("out", "?"), info.get("status")
-    except (ValueError, AttributeError):
-        where, status = "?", None
-    if status == "running":
-        try:
-            OutputLock(exp, FIELD).check_free()
-        except OutputInUseError:
-            raise DataError(f"{record}: a confirmation of this search is running (into {where}); wait for it") from None
-        return True
-    raise DataError(f"{record}: this search was confirmed already (into {where}); a search is confirmed once, "
-                    "and that confirmation's verdict is the final one")
-
-
-def _claim_confirmation(exp: Path, out: Path) -> Path:
-    """Create EXP/confirmed.json exclusively (two confirms of one search at once: one wins)."""
-    from datetime import datetime, timezone
-
-    record = exp / CONFIRMED_FILE
-    try:
-        fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    except FileExistsError:
-        _check_not_confirmed(exp)
-        raise
-    with os.fdopen(fd, "w") as f:
-        json.dump({"out": str(out), "status": "running", "pid": os.getpid(), "host": socket.gethostname(),
-                   "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}, f)
-    return record
-
-
-def _write_record(record: Path, out: Path, plans: list[Plan]) -> None:
-    from datetime import datetime, timezone
-
-    text = json.dumps({"out": str(out), "status": "done", "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       "trials": {p.gem: {"discovery_trial": p.discovery_trial, "confirmation_trial": p.trial_id,
-                                          "seed": p.seed, "first_seed_index": p.first_seed_index,
-                                          "first_path": p.path_seed} for p in plans}}, indent=2)
-    write_atomic(record, text + "\n")  # no-follow temporary file, then a rename (safe_files)
 
 
 def _final(history: pd.DataFrame, trial_id: str, column: str) -> float:

@@ -38,7 +38,7 @@ def _print(line: str) -> None:
     print(line, flush=True)  # flushed at once: the driver may be a job whose stdout is a pipe
 
 
-def _format_s(seconds: float) -> str:
+def format_seconds(seconds: float) -> str:
     seconds = max(0, int(round(seconds)))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
@@ -117,10 +117,10 @@ class SweepConsole(Callback):
         running = [now - self.started.get(t.trial_id, self.start) for t in trials
                    if t is not trial and t.status == "RUNNING"]
         seconds = eta_seconds(self.durations, running, max(0, left - len(running)))
-        eta = _format_s(seconds) if left and math.isfinite(seconds) else "0s"
+        eta = format_seconds(seconds) if left and math.isfinite(seconds) else "0s"
         self.out(
             f"tune-gems sweep: trial {done}/{self.total} finished: {trial.trial_id} {status} after {epochs} epoch(s), "
-            f"objective {self.metric}={value:.3f} | best {best} | {_format_s(elapsed)} elapsed, ETA {eta}"
+            f"objective {self.metric}={value:.3f} | best {best} | {format_seconds(elapsed)} elapsed, ETA {eta}"
         )
 
 

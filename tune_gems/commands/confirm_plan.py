@@ -1,0 +1,108 @@
+"""The plan of a confirmation (`tune-gems confirm`): per gem, the discovery trial it re-tests,
+its fresh trial seed, its block of fresh seed indices and the synthetic seed its paths count
+from, and the function that builds each plan's config.
+
+Why a module of its own: what is planned is what makes the confirmation independent of the
+search (fresh member seeds, fresh seed indices, fresh paths), so it is read and tested apart
+from the training and the record keeping (tests/test_confirm_plan.py). It stays in the command
+line's layer because the choice per gem is the analysis' (`search_choice.choose_per_gem`), which
+the sweep's layer may not import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import pandas as pd
+
+from tune_gems.analysis.search_choice import Choice, choose_per_gem
+from tune_gems.config.schema import Config
+from tune_gems.design.arm_sets import confirmation_arms, with_arms
+from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec
+from tune_gems.sweep.spec_load import trial_config
+
+MIN_SEEDS = 2
+"""Fewest seeds per arm a confirmation may ask for (one seed gives no paired test)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One confirmation trial: the gem, the discovery trial it re-tests, its fresh trial seed,
+    first seed index and (with per-seed synthetic paths) the synthetic seed its paths count from."""
+
+    gem: str
+    trial_id: str
+    seed: int
+    first_seed_index: int
+    synthetic_seed: int | None
+    choice: Choice
+    population: int = 0
+
+    @property
+    def path_seed(self) -> int | None:
+        """The first fresh path (path of seed index s: synthetic seed + s); None on one history."""
+        return None if self.synthetic_seed is None else self.synthetic_seed + self.first_seed_index
+
+    @property
+    def discovery_trial(self) -> str:
+        return self.choice.trial_id
+
+
+def searched_keys(spec: SweepSpec) -> list[str]:
+    """The config keys the search set per trial (gem modes and weights, search.params)."""
+    keys = [k for g in spec.search.gems for k in (f"gems.{g}.mode", f"gems.{g}.weight")]
+    return keys + list(spec.search.params)
+
+
+def _fresh_bases(trials: pd.DataFrame, members: pd.DataFrame) -> tuple[int, int, int | None]:
+    """(first unused trial seed, first unused seed index, largest synthetic seed) of the
+    discovery: a path is synthetic seed + seed index, so fresh indices over the largest
+    synthetic seed give paths past every discovery path."""
+    seeds = pd.to_numeric(trials.get("seed", pd.Series(dtype=float)), errors="coerce").dropna()
+    seed_base = int(seeds.max()) + 1 if len(seeds) else 1
+    syn = pd.to_numeric(trials.get("data.synthetic.seed", pd.Series(dtype=float)), errors="coerce").dropna()
+    top_index = pd.to_numeric(members.get("seed_index", members.get("member", pd.Series(dtype=float))),
+                              errors="coerce").max()
+    index_base = int(top_index) + 1 if pd.notna(top_index) else 0
+    return seed_base, index_base, (int(syn.max()) if len(syn) else None)
+
+
+def fresh_paths(spec: SweepSpec) -> bool:
+    """Whether a confirmation of this search trains on paths the search never saw (synthetic
+    per-seed paths); otherwise it is on the search's one price history."""
+    data = spec.base_config().data
+    return data.source == "synthetic" and data.synthetic.paths == "per_seed"
+
+
+def plan_confirmation(spec: SweepSpec, trials: pd.DataFrame, members: pd.DataFrame, gems: list[str],
+                      population: int | dict[str, int] | None = None) -> tuple[list[Plan], list[str], Callable[[Plan], Config]]:
+    """The confirmation trials (one per gem the search wired), the notes for the others, and the
+    function that builds a plan's config (the chosen trial's, fresh seeds, the spec's design).
+    `population`: seeds per arm, for every gem or per gem (default: the spec's); each gem's block
+    of fresh seed indices follows the previous one's."""
+    choices, notes = choose_per_gem(trials, gems, searched_keys(spec))
+    seed_base, index_base, synthetic_seed = _fresh_bases(trials, members)
+    base = spec.base_config()
+    per_seed = fresh_paths(spec)
+    sizes = [int(population.get(c.gem, base.trainer.population)) if isinstance(population, dict)
+             else int(population or base.trainer.population) for c in choices]
+    starts = [index_base + sum(sizes[:j]) for j in range(len(choices))]
+    plans = [Plan(c.gem, f"confirm-{c.gem}", seed_base + j, starts[j],
+                  (base.data.synthetic.seed if synthetic_seed is None else synthetic_seed) if per_seed else None, c,
+                  sizes[j])
+             for j, c in enumerate(choices)]
+
+    def build(plan: Plan) -> Config:
+        params = {**plan.choice.params, "seed": plan.seed, FIRST_SEED_INDEX: plan.first_seed_index}
+        if plan.synthetic_seed is not None:
+            params["data.synthetic.seed"] = plan.synthetic_seed
+        if population is not None or plan.population != base.trainer.population:
+            params["trainer.population"] = plan.population
+        cfg = trial_config(spec.config, params)
+        return with_arms(cfg, confirmation_arms(cfg, plan.gem), f"confirmation of {plan.gem}")
+
+    if not per_seed:
+        notes.append("one price history (a file or synthetic paths: shared): the confirmation has fresh seeds on "
+                     "the same history, so it is conditional on that history")
+    return plans, notes, build

@@ -1,0 +1,135 @@
+"""The once-per-search record of a confirmation: `EXP/confirmed.json`, claimed before the first
+confirmation trial trains, completed when its folder is published, and what a confirmation that
+died leaves behind, cleared by the next one.
+
+Why a module of its own: a search's one confirmation is what makes its verdict final, so the
+rules that keep it one (an exclusive claim, a record read only as a bounded regular file, the
+search folder's lock telling a live confirmation from a dead one, SIGTERM turned into the same
+clean-up as Ctrl-C) are kept together and apart from what is trained.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterable
+
+from tune_gems.commands.confirm_plan import Plan
+from tune_gems.contracts.errors import DataError, OutputInUseError
+from tune_gems.contracts.output_lock import OutputLock
+from tune_gems.contracts.outputs import MARKER_FILE, marker_kind
+from tune_gems.contracts.safe_files import entry_kind, read_regular, tmp_name, write_atomic
+
+KIND = "confirm"
+"""The marker kind of a confirmation folder (and of its temporary folders)."""
+FIELD = "EXPERIMENT_DIR"
+"""The argument that errors about the search folder name."""
+CONFIRMED_FILE = "confirmed.json"
+"""In the search's folder: the record that it was confirmed (where, when, what was chosen)."""
+RECORD_MAX_BYTES = 1 << 16
+"""Largest `confirmed.json` read (one line per gem: a few hundred bytes)."""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@contextlib.contextmanager
+def stops_raise():
+    """SIGTERM (and SIGHUP) raise SystemExit(128 + signal) while a confirmation trains, so its
+    clean-up runs (the temporary folder removed, the "running" record withdrawn) as for Ctrl-C;
+    only in the main thread, where Python delivers signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    caught = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    previous = {s: signal.signal(s, stop) for s in caught}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _left_by_confirm(tmp: Path) -> bool:
+    """Whether a temporary folder is one a confirmation made: it carries confirm's marker, or
+    holds nothing but (at most) the marker's own temporary file (killed while writing it)."""
+    return marker_kind(tmp) == KIND or {p.name for p in tmp.iterdir()} <= {tmp_name(tmp / MARKER_FILE).name}
+
+
+def clear_stale(exp: Path, out: Path, log: Callable[[str], None]) -> None:
+    """Remove what a confirmation killed outright left (its lock is free, so it is dead): the
+    "running" record, and its temporary folders beside `out` (those holding nothing, or only
+    their marker's temporary file, or carrying confirm's marker and nothing else than it
+    writes); anything else stays."""
+    (exp / CONFIRMED_FILE).unlink(missing_ok=True)
+    cleared = 0
+    for tmp in sorted(out.parent.glob(f".{out.name}.tmp-*")) if out.parent.is_dir() else []:
+        if entry_kind(tmp) != "folder":
+            continue
+        if _left_by_confirm(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+            cleared += 1
+    log(f"tune-gems confirm: a confirmation of {exp} was killed before it finished (its lock is free); "
+        f"cleared its record{f' and {cleared} temporary folder(s)' if cleared else ''}, starting again")
+
+
+def check_not_confirmed(exp: Path) -> bool:
+    """DataError when the search was confirmed already, or is being confirmed by a live process;
+    True when a "running" record of a dead confirmation is there (its lock is free: the next
+    confirmation clears it), False when there is no record. The record is read only as a
+    regular file (never through a link, non-blocking, bounded): a FIFO or a link to /dev/zero
+    in its place is refused, not waited on."""
+    record = exp / CONFIRMED_FILE
+    kind = entry_kind(record)
+    if kind is None:
+        return False
+    if kind != "file":
+        raise DataError(f"{record} is a {kind}, not the record tune-gems writes; remove it (confirm keeps its record there)")
+    try:
+        info = json.loads(read_regular(record, RECORD_MAX_BYTES, None, DataError, follow=False))
+        where, status = info.get("out", "?"), info.get("status")
+    except (ValueError, AttributeError):
+        where, status = "?", None
+    if status == "running":
+        try:
+            OutputLock(exp, FIELD).check_free()
+        except OutputInUseError:
+            raise DataError(f"{record}: a confirmation of this search is running (into {where}); wait for it") from None
+        return True
+    raise DataError(f"{record}: this search was confirmed already (into {where}); a search is confirmed once, "
+                    "and that confirmation's verdict is the final one")
+
+
+def claim_confirmation(exp: Path, out: Path) -> Path:
+    """Create EXP/confirmed.json exclusively (two confirms of one search at once: one wins)."""
+    record = exp / CONFIRMED_FILE
+    try:
+        fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except FileExistsError:
+        check_not_confirmed(exp)
+        raise
+    with os.fdopen(fd, "w") as f:
+        json.dump({"out": str(out), "status": "running", "pid": os.getpid(), "host": socket.gethostname(),
+                   "started": _now()}, f)
+    return record
+
+
+def write_record(record: Path, out: Path, plans: Iterable[Plan]) -> None:
+    """The claim completed: where the confirmation is and, per gem, what it re-tested on which seeds."""
+    text = json.dumps({"out": str(out), "status": "done", "finished": _now(),
+                       "trials": {p.gem: {"discovery_trial": p.discovery_trial, "confirmation_trial": p.trial_id,
+                                          "seed": p.seed, "first_seed_index": p.first_seed_index,
+                                          "first_path": p.path_seed} for p in plans}}, indent=2)
+    write_atomic(record, text + "\n")  # no-follow temporary file, then a rename (safe_files)
