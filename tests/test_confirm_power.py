@@ -78,6 +78,24 @@ def test_the_seeds_are_the_fewest_whose_mde_is_at_most_the_discoverys():
     assert plan.seeds == 6 and math.isinf(plan.discovery_mde)  # 2 / 2^6 <= 0.05 < 2 / 2^5: the confirmation's one gem
 
 
+def test_the_seeds_allow_for_the_discoverys_ties():
+    """A discovery whose pairs tied (smoke: g12, 8 seeds, 1 tied) gets a confirmation whose
+    expected informative pairs, not its raw seeds, reach the MDE and a finite interval: 7 seeds
+    with 1 tie left 6 informative, whose smallest exact p 2/64 missed the level 0.025, and the
+    one confirmation read [-inf, +inf]."""
+    disc = _discovery(n=8, n_informative=7, tied_share=1 / 7)
+    gems = ["g12", "g6"]
+    (plan, _) = confirmation_power(disc, _trials(), gems, one_history=False, alpha=ALPHA, power=0.8, seeds=None,
+                                   default_seeds=4)
+    untied = confirmation_power(_discovery(n=7), _trials(), gems, one_history=False, alpha=ALPHA, power=0.8,
+                                seeds=None, default_seeds=4)[0]
+    informative = int(plan.seeds * (1 - 1 / 7) + 1e-9)
+    assert informative >= untied.seeds and finite_interval(informative, ALPHA / 2)
+    assert plan.seeds > untied.seeds and "expected to tie" in plan.note
+    with pytest.raises(ConfigError, match=r"^--seeds 7: g12's confirmation cannot give a finite interval .* about 6 of"):
+        confirmation_power(disc, _trials(), gems, one_history=False, alpha=ALPHA, power=0.8, seeds=7, default_seeds=4)
+
+
 def test_seeds_that_cannot_decide_are_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"^--seeds 4: g12's confirmation cannot give a finite interval"):
         confirmation_power(_discovery(), _trials(), ["g12"], one_history=False, alpha=ALPHA, power=0.8, seeds=4,

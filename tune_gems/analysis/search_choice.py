@@ -227,6 +227,9 @@ class PowerPlan:
 
 MAX_CONFIRM_SEEDS = 4096
 """Most seeds per arm a confirmation may choose (the schema's bound of `trainer.population`)."""
+MAX_TIED_SHARE = 0.9
+"""The largest discovery tied share a confirmation plans around (a discovery that tied more has
+next to nothing to say about how many of the confirmation's pairs will)."""
 
 
 def discovery_design(row: dict[str, Any]) -> Design:
@@ -239,7 +242,11 @@ def discovery_design(row: dict[str, Any]) -> Design:
             return default
         return v
 
-    n, sd, p_div, folds = int(num("n_seeds", 0) or 0), num("sd_diff"), num("divergence_rate", 0.0), int(num("folds", 1) or 1)
+    def count(key: str, default: int) -> int:  # a whole count; a row without it (NaN) has the default
+        v = num(key, default)
+        return int(v) if math.isfinite(v) and v >= default else default
+
+    n, sd, p_div, folds = count("n_seeds", 0), num("sd_diff"), num("divergence_rate", 0.0), count("folds", 1)
     if math.isfinite(num("n_informative")) and folds < 2:
         n = int(num("n_informative"))  # the seed rule's MDE is on the informative pairs (verdicts.csv's)
     p_div = p_div if math.isfinite(p_div) else 0.0
@@ -256,6 +263,29 @@ def discovery_design(row: dict[str, Any]) -> Design:
         z = sps.norm.ppf(1 - (1 - num("market_ci_level")) / 2)
         market_se = (num("market_ci_high") - num("market_ci_low")) / (2 * z)
     return Design(n, sd, p_div, market_se=market_se if math.isfinite(market_se) else 0.0)
+
+
+def _tied_share(row: dict[str, Any]) -> float:
+    """The discovery's share of tied seed pairs (0 where the row does not state one)."""
+    try:
+        tie = float(row.get("tied_share", 0.0))
+    except (TypeError, ValueError):
+        return 0.0
+    return min(max(tie, 0.0), MAX_TIED_SHARE) if math.isfinite(tie) else 0.0
+
+
+def informative_of(seeds: int, tie: float) -> int:
+    """The informative pairs `seeds` seeds are expected to give at tied share `tie` (ties carry
+    no weight: rules.ties)."""
+    return int(math.floor(seeds * (1.0 - tie) + 1e-9))
+
+
+def seeds_for_informative(informative: int, tie: float) -> int:
+    """The fewest seeds expected to give `informative` informative pairs at tied share `tie`."""
+    n = max(int(math.ceil(informative / (1.0 - tie) - 1e-9)), informative)
+    while informative_of(n, tie) < informative:
+        n += 1
+    return n
 
 
 def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list[str], *, one_history: bool,
@@ -279,23 +309,28 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
         t_g = max(candidate_count(trials, gem), 1) if one_history else 1
         h_level = level_c / t_g
         target = rule_mde(design, level_d, power) if design.n >= 2 else math.nan
-        smallest = next(n for n in range(2, 64) if finite_interval(n, level_c))
+        tie = _tied_share(row)
+        smallest = seeds_for_informative(next(n for n in range(2, 64) if finite_interval(n, level_c)), tie)
         data = (f"one price history, the history's part at level / {t_g} for the {t_g} configurations the search "
                 "chose among" if one_history else "fresh paths")
         what = f"the confirmation ({design.folds} period(s), {data}) "
         where = f"{gem}: {what}"
-        if seeds is not None and not finite_interval(seeds, level_c):
+        if seeds is not None and not finite_interval(informative_of(seeds, tie), level_c):
+            k = informative_of(seeds, tie)
             raise ConfigError(f"--seeds {seeds}: {gem}'s confirmation cannot give a finite interval at its level "
-                              f"{level_c:.3g} (the smallest exact p of {seeds} seeds is {smallest_p(seeds):.3g}); at "
-                              f"least {smallest} seeds per arm")
+                              f"{level_c:.3g} ({seeds} seeds, about {k} of them informative at the discovery's tied share "
+                              f"{tie:.2f}: the smallest exact p of {k} is {smallest_p(max(k, 1)):.3g}); at least {smallest} "
+                              "seeds per arm")
         if not math.isfinite(target):
             n = seeds if seeds is not None else max(default_seeds, smallest)
-            mde = rule_mde(design.with_seeds(n), level_c, power, history_level=h_level) if design.n >= 2 else math.nan
+            mde = rule_mde(design.with_seeds(informative_of(n, tie)), level_c, power, history_level=h_level) if design.n >= 2 else math.nan
             note = (f"{what}trains {n} seeds per arm (MDE {_f(mde)}); the discovery's MDE is {_f(target)} "
                     "(it could not decide at any size), so no smaller MDE is asked")
             plans.append(PowerPlan(gem, n, target, mde, level_c, h_level, t_g, one_history, design.folds, note))
             continue
-        need = seeds_for(design, target, level_c, power, history_level=h_level, n_min=smallest, n_max=MAX_CONFIRM_SEEDS)
+        need_informative = seeds_for(design, target, level_c, power, history_level=h_level,
+                                     n_min=informative_of(smallest, tie), n_max=MAX_CONFIRM_SEEDS)
+        need = None if need_informative is None else seeds_for_informative(need_informative, tie)
         floor = period_floor(design, h_level, power) if design.folds >= 2 else _history_floor(design, h_level, power)
         if need is None:
             fix = ("more periods, not more seeds" if design.folds >= 2 else
@@ -304,13 +339,15 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
                               f"{MAX_CONFIRM_SEEDS}: its floor is {_f(floor)} ({fix}); nothing was trained and the "
                               "search's one confirmation is not spent")
         if seeds is not None and seeds < need:
-            given = rule_mde(design.with_seeds(seeds), level_c, power, history_level=h_level)
+            given = rule_mde(design.with_seeds(informative_of(seeds, tie)), level_c, power, history_level=h_level)
             raise ConfigError(f"--seeds {seeds}: {gem}'s confirmation MDE {_f(given)} "
                               f"exceeds the discovery's {_f(target)} (same rule, same units); at least {need} seeds per "
                               "arm reach it; nothing was trained and the search's one confirmation is not spent")
         n = seeds if seeds is not None else need
-        mde = rule_mde(design.with_seeds(n), level_c, power, history_level=h_level)
-        note = f"{what}trains {n} seeds per arm: MDE {_f(mde)} <= the discovery's {_f(target)} (same rule, same units)"
+        mde = rule_mde(design.with_seeds(informative_of(n, tie)), level_c, power, history_level=h_level)
+        ties = f" ({n - informative_of(n, tie)} expected to tie, the discovery's tied share {tie:.2f})" if tie > 0 else ""
+        note = (f"{what}trains {n} seeds per arm{ties}: MDE {_f(mde)} <= the discovery's {_f(target)} "
+                "(same rule, same units)")
         plans.append(PowerPlan(gem, n, target, mde, level_c, h_level, t_g, one_history, design.folds, note))
     return plans
 
