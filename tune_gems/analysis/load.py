@@ -25,7 +25,8 @@ from tune_gems.analysis.labels import apply_arm_labels
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry, disagreement, folder_manifest, manifest_source
 from tune_gems.contracts.result_files import (
-    ARMS_FILES, BASELINES_FILES, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE, TRIALS_FILE,
+    ARMS_FILES, BASELINES_FILES, FOLDS_FILES, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE,
+    TRIALS_FILE,
 )
 
 BASELINE_COLUMNS = ("segment", "baseline", "sharpe", "alpha_sharpe")
@@ -111,6 +112,21 @@ def read_arms(folder: Path, label: str) -> pd.DataFrame | None:
     df.insert(0, "experiment", label)
     if "trial_id" in df.columns:
         df["trial_id"] = df["trial_id"].astype(str)
+    return df
+
+
+def read_fold_windows(folder: Path, label: str) -> pd.DataFrame | None:
+    """The walk-forward fold table of a folder (folds.parquet of a sweep, folds.csv of a train
+    run; docs/results.md), `experiment` set, or None. It needs `fold`; the windows' dates
+    (`val_first`, `val_last`) are read where present."""
+    found = _read_side_table(folder, FOLDS_FILES)
+    if found is None:
+        return None
+    path, df = found
+    if "fold" not in df.columns:
+        raise DataError(f"{path}: missing column(s) fold")
+    df = df.drop(columns=["experiment"], errors="ignore")
+    df.insert(0, "experiment", label)
     return df
 
 
