@@ -33,9 +33,15 @@ def test_the_sweep_dry_run_counts_the_widest_trials_folds(tmp_path):
 
 
 def _spec(folder, **over) -> None:
+    """The folder's spec.yaml, recorded by the sweep's marker as a sweep records it (analyze
+    verifies a stored spec against its checksum)."""
+    from tune_gems.contracts.outputs import write_marker
+    from tune_gems.contracts.run_record import CHECKSUMS_KEY, checksums
+
     spec = yaml.safe_load(SMOKE.read_text())
     spec.update(objective={"metric": "val_sharpe_mean_lastk", "mode": "max"}, **over)
     (folder / "spec.yaml").write_text(yaml.safe_dump(spec))
+    write_marker(folder, "sweep", **{CHECKSUMS_KEY: checksums(None, **{"spec.yaml": (folder / "spec.yaml").read_bytes()})})
 
 
 def test_the_objective_note_only_where_the_search_chose(tmp_path):
