@@ -290,8 +290,10 @@ def test_wired_only_is_insufficient_data(root):
 def test_format_verdict_table(helps):
     text = format_verdict_table(verdicts(helps))
     assert "keep wired" in text and "delete" in text and "insufficient data" in text
-    assert "g12: keep wired - design: across trials" in text
-    assert "seeds 12; effect +2 [" in text and "Holm p" in text and "MDE" in text
+    # issue 31 item 7: the verdict line says the word, the effect, its interval and the MDE; the
+    # why line the rest, each number once (the design and seeds moved from the first line)
+    assert "g12: keep wired - effect +2 [" in text and "; MDE " in text
+    assert "design: across trials" in text and "seeds 12" in text and "Holm p" in text
 
 
 # ---- importances ------------------------------------------------------------------------------
@@ -341,7 +343,8 @@ def test_run_analysis_writes_everything_and_refuses_overwrite(root, helps, no_he
     report = (out / "report.md").read_text()
     for needle in ("## Verdicts", "gem_effects.png", "sharpe_distributions.png", "gem_magnitudes.png",
                    "importances.png", "## Null arms (placebo, A/A)", "## Redundancy", str(helps), str(no_help),
-                   "2 failed, 2 diverged of 16 trials", "out of memory", "g12: keep wired - design: across trials"):
+                   "2 failed, 2 diverged of 16 trials", "out of memory", "g12: keep wired - effect +",
+                   "why: wiring helps;", "design: across trials"):  # issue 31: the design moved to the why line
         assert needle in report
     for png in (out / n for n in names if n.endswith(".png")):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -177,7 +177,7 @@ def test_the_fold_forest_draws_the_intervals_it_is_given():
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels[0] == "fold 0 (2001-01-02..2001-06-29): 6 seeds, 0% tie" and labels[-1] == "pooled"
     assert any(a.arrow_patch is not None for a in ax.texts)  # the unbounded interval's arrow
-    assert "ROPE +-0.1" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "ROPE +-0.1" in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
 def test_the_shrinkage_plot_draws_the_confirmation_table():

@@ -30,10 +30,11 @@ from tune_gems.analysis.magnitudes import gem_magnitudes, gem_trajectories
 from tune_gems.analysis.redundancy import redundancy_table
 from tune_gems.analysis.report import render_factor_section, render_report
 from tune_gems.analysis.factors import factor_table
+from tune_gems.analysis.fold_effects import fold_dates, fold_effects_table
 from tune_gems.analysis.held_out import skill_context
 from tune_gems.analysis.variance import sharpe_variance, split_arms, trial_outcomes
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.verdicts import gem_verdicts, placebo_verdicts, verdict_metric
+from tune_gems.analysis.verdicts import gem_verdict_tables, placebo_verdicts, verdict_metric
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.result_files import CONFIG_FILE, SPEC_FILE
 from tune_gems.contracts.run_record import check_recorded_run
@@ -44,6 +45,7 @@ CSV_FILES = {
     "gem_magnitudes": "gem_magnitudes.csv",
     "gem_trajectories": "gem_trajectories.csv",
     "verdicts": "verdicts.csv",
+    "fold_effects": "fold_effects.csv",
     "factors": "factors.csv",
     "placebo": "placebo.csv",
     "redundancy": "redundancy.csv",
@@ -68,6 +70,9 @@ class AnalysisResult:
     redundancy: pd.DataFrame = field(default_factory=pd.DataFrame)
     factors: pd.DataFrame = field(default_factory=pd.DataFrame)
     """Every factor of the design judged with the gems as one family (`factors.factor_table`)."""
+    fold_effects: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """One row per gem and walk-forward fold: the period rule's per-fold effects beside the
+    verdict's pooled estimate (`fold_effects.fold_effects_table`; empty with one fold)."""
     settings: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     out_dir: Path | None = None
@@ -99,8 +104,8 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
     excess = add_excess_columns(cells.long, gems)
     red = redundancy_table(cells, gems, thresholds=th, excess=excess)
     lookup = EvalReturnsLookup(exp.paths, exp.labels, t)
-    verdicts = gem_verdicts(t, h, m, arms=arms, gems=gems, thresholds=th, redundancy=red, cells=cells,
-                            eval_returns=lookup)
+    verdicts, fold_rows = gem_verdict_tables(t, h, m, arms=arms, gems=gems, thresholds=th, redundancy=red, cells=cells,
+                                             eval_returns=lookup)
     verdicts["skill"] = skill_context(exp)
     placebo = placebo_verdicts(cells, gems, m, thresholds=th)
     column, metric_note = verdict_metric(m)
@@ -118,6 +123,7 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
         placebo=placebo,
         redundancy=red,
         factors=factors,
+        fold_effects=fold_effects_table(fold_rows, verdicts, fold_dates(exp.paths, exp.labels)),
         settings=th.settings(),
         notes=notes,
     )

@@ -18,7 +18,11 @@ from matplotlib.figure import Figure
 from tune_gems.analysis import defaults, plots
 from tune_gems.analysis.objective import searched_mode
 from tune_gems.analysis.pairing import build_cells
-from tune_gems.analysis.plot_index import IMPROVEMENT, LEARNING_CURVES, PAIRED_SEEDS, PERFORMANCE_PROFILES, SHRINKAGE
+from tune_gems.analysis.fold_effects import pooled_estimates
+from tune_gems.analysis.fold_forest import fold_forest
+from tune_gems.analysis.plot_index import (
+    FOLD_FOREST, IMPROVEMENT, LEARNING_CURVES, PAIRED_SEEDS, PERFORMANCE_PROFILES, SHRINKAGE,
+)
 from tune_gems.analysis.plot_tables import (
     improvement_table, learning_curve_table, paired_seed_table, performance_profile_table,
 )
@@ -87,7 +91,10 @@ def analysis_figures(result: Any, tables: dict[str, pd.DataFrame]) -> dict[tuple
     metric = str(pairs["metric"].iloc[0]) if len(pairs) else defaults.METRIC
     mode = searched_mode(exp.paths[0]) if len(exp.paths) == 1 else "max"
     final = final_members(exp.members, exp.trials)
+    folds = getattr(result, "fold_effects", None)
     return {
+        (FOLD_FOREST.title, FOLD_FOREST.file): fold_forest(folds, pooled_estimates(folds) if folds is not None else None, metric=metric,
+                                                           rope=s.get("rope", defaults.ROPE)),
         (PAIRED_SEEDS.title, PAIRED_SEEDS.file): paired_seeds(pairs, last_k),
         (LEARNING_CURVES.title, LEARNING_CURVES.file): learning_curves(tables[LEARNING_CURVES_CSV],
                                                                        trial_order(exp.trials, mode),

@@ -25,7 +25,8 @@ from tune_gems.analysis.labels import apply_arm_labels
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry, disagreement, folder_manifest, manifest_source
 from tune_gems.contracts.result_files import (
-    ARMS_FILES, BASELINES_FILES, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE, TRIALS_FILE,
+    ARMS_FILES, BASELINES_FILES, FOLDS_FILES, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE,
+    TRIALS_FILE,
 )
 
 BASELINE_COLUMNS = ("segment", "baseline", "sharpe", "alpha_sharpe")
@@ -98,14 +99,24 @@ def _read_side_table(folder: Path, names: tuple[str, ...]) -> tuple[Path, pd.Dat
     return None
 
 
-def read_arms(folder: Path, label: str) -> pd.DataFrame | None:
-    """The arms table of a folder (arms.parquet of a sweep, arms.csv of a train run), or None."""
-    found = _read_side_table(folder, ARMS_FILES)
+def _side_table_with(folder: Path, names: tuple[str, ...], required: tuple[str, ...]) -> tuple[Path, pd.DataFrame] | None:
+    """`_read_side_table`, refused in one line naming the file when a `required` column is missing."""
+    found = _read_side_table(folder, names)
     if found is None:
         return None
     path, df = found
-    if "arm" not in df.columns:
-        raise DataError(f"{path}: missing column(s) arm")
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(missing)}")
+    return path, df
+
+
+def read_arms(folder: Path, label: str) -> pd.DataFrame | None:
+    """The arms table of a folder (arms.parquet of a sweep, arms.csv of a train run), or None."""
+    found = _side_table_with(folder, ARMS_FILES, ("arm",))
+    if found is None:
+        return None
+    path, df = found
     validate_table(path, df, "arms")
     df = df.copy()
     df.insert(0, "experiment", label)
@@ -114,16 +125,25 @@ def read_arms(folder: Path, label: str) -> pd.DataFrame | None:
     return df
 
 
+def read_fold_windows(folder: Path, label: str) -> pd.DataFrame | None:
+    """The walk-forward fold table of a folder (folds.parquet of a sweep, folds.csv of a train
+    run; docs/results.md), `experiment` set, or None. It needs `fold`; the windows' dates
+    (`val_first`, `val_last`) are read where present."""
+    found = _side_table_with(folder, FOLDS_FILES, ("fold",))
+    if found is None:
+        return None
+    df = found[1].drop(columns=["experiment"], errors="ignore")
+    df.insert(0, "experiment", label)
+    return df
+
+
 def read_baselines(folder: Path, label: str) -> pd.DataFrame | None:
     """The baselines table of a folder (baselines.parquet of a sweep, baselines.csv of a train
     run), or None."""
-    found = _read_side_table(folder, BASELINES_FILES)
+    found = _side_table_with(folder, BASELINES_FILES, BASELINE_COLUMNS)
     if found is None:
         return None
     path, df = found
-    missing = [c for c in BASELINE_COLUMNS if c not in df.columns]
-    if missing:
-        raise DataError(f"{path}: missing column(s) {', '.join(missing)}")
     for col in BASELINE_COLUMNS[2:]:
         if not pd.api.types.is_numeric_dtype(df[col]):
             raise DataError(f"{path}: column {col} must be numeric")

@@ -17,6 +17,9 @@ class Plot:
     caption: str
 
 
+FOLD_FOREST = Plot("Effect per fold", "fold_forest.png",
+                   "per gem, each walk-forward fold's effect with the interval the period rule read, the pooled "
+                   "estimate and interval the verdict used as a diamond, the ROPE band (`fold_effects.csv`)")
 PAIRED_SEEDS = Plot("Seed pairs", "paired_seeds.png",
                     "each seed pair of a gem's verdict comparison, one line from the measured to the wired member, "
                     "coloured by fold (`paired_seeds.csv`): flat lines are ties, a fan of crossing lines is noise")
@@ -32,7 +35,7 @@ IMPROVEMENT = Plot("Probability of improvement", "probability_of_improvement.png
 SHRINKAGE = Plot("Confirmation shrinkage", "confirmation_shrinkage.png",
                  "per gem, the search's gain of its chosen trial against the same statistic on fresh seeds and "
                  "paths (`confirmation.csv`)")
-LEAD_PLOTS = (PAIRED_SEEDS, LEARNING_CURVES, PERFORMANCE_PROFILES, IMPROVEMENT, SHRINKAGE)
+LEAD_PLOTS = (FOLD_FOREST, PAIRED_SEEDS, LEARNING_CURVES, PERFORMANCE_PROFILES, IMPROVEMENT, SHRINKAGE)
 """The plots report.md opens with, in this order (those there was something to draw for)."""
 
 

@@ -83,18 +83,47 @@ def _market_part(r: Any) -> str:
 
 
 def evidence_line(r: Any) -> str:
-    """One gem's evidence in one line: design, seeds, effect with its seed interval, the
-    market-noise interval (one price history), adjusted p, verdict, MDE."""
+    """One gem's evidence in one line, each number once: its verdict line and its why line."""
+    why = why_line(r)
+    return f"{verdict_line(r)}; {why}" if why else verdict_line(r)
+
+
+def verdict_line(r: Any) -> str:
+    """The gem block's first line: the verdict's word (and the seeds' where the gates changed
+    it), the effect that decided with its interval, and the MDE of the test that decided (with
+    walk-forward folds the pooled estimate; else the seed rule's)."""
     if _num(r.get("n_seeds"), "g") in ("-", "0"):
         return f"{r['gem']}: {r['verdict']} - design: none"
     seed_word = r.get("seed_verdict")
     changed = f" (seeds alone: {seed_word})" if isinstance(seed_word, str) and seed_word and seed_word != r["verdict"] else ""
-    return (f"{r['gem']}: {r['verdict']}{changed} - design: {r['design']}; seeds {int(r['n_seeds'])}{_ties_part(r)}; "
-            f"effect {_num(r.get('effect'), '+.3g')} {_interval(r.get('ci_low'), r.get('ci_high'))} "
-            f"({_num(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise, over seeds; pseudo-median, "
-            f"mean {_num(r.get('mean_effect'), '+.3g')}){_market_part(r)}; "
-            f"Holm p {_num(r.get('p_adjusted'), '.2g')}; {_power_part(r)}"
-            f"{_period_part(r)}{_held_out_part(r)}{_skill_part(r)}")
+    if _finite(r, "pooled_effect"):
+        level = _num(100 * float(r.get("pooled_ci_level", float("nan"))), ".1f")
+        interval = _interval(r.get("pooled_ci_low"), r.get("pooled_ci_high"))
+        effect = (f"pooled effect {_num(r.get('pooled_effect'), '+.3g')} "
+                  + (f"{interval} ({level}%, " if interval != "-" else "(no interval, ")
+                  + f"over {_num(r.get('periods_informative'), '.0f')} periods)")
+    else:
+        effect = (f"effect {_num(r.get('effect'), '+.3g')} {_interval(r.get('ci_low'), r.get('ci_high'))} "
+                  f"({_num(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise, over seeds; pseudo-median)")
+    return f"{r['gem']}: {r['verdict']}{changed} - {effect}; MDE {_num(r.get('mde'))}"
+
+
+def why_line(r: Any, *, per_fold: bool = True) -> str:
+    """The gem block's second line: why (verdicts.csv's `why`: the reason without its numbers),
+    then the evidence the verdict line does not state, each once: design, seeds and ties, the
+    seed effect where the pooled one decided, the mean, the market noise, Holm p, the power
+    statement, the periods' heterogeneity (and the fold effects, `per_fold`), the held-out test
+    and the skill in context. Without a `why` (a table written before it) the reason."""
+    why = r.get("why") if isinstance(r.get("why"), str) and r.get("why") else str(r.get("reason", ""))
+    if _num(r.get("n_seeds"), "g") in ("-", "0"):
+        return why
+    seeds = ""
+    if _finite(r, "pooled_effect"):
+        seeds = (f"; over seeds {_num(r.get('effect'), '+.3g')} {_interval(r.get('ci_low'), r.get('ci_high'))} "
+                 f"({_num(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise; pseudo-median)")
+    return (f"{why}; design: {r['design']}; seeds {int(r['n_seeds'])}{_ties_part(r)}{seeds}, mean "
+            f"{_num(r.get('mean_effect'), '+.3g')}{_market_part(r)}; Holm p {_num(r.get('p_adjusted'), '.2g')}"
+            f"{_power_part(r)}{_period_part(r, per_fold)}{_held_out_part(r)}{_skill_part(r)}")
 
 
 def _finite(r: Any, key: str) -> bool:
@@ -115,25 +144,31 @@ def _ties_part(r: Any) -> str:
 
 
 def _power_part(r: Any) -> str:
-    """The MDE and seeds needed of the test that decides: with several periods the pooled one,
-    its floor with infinitely many seeds and what that implies."""
+    """The power statement beyond the MDE (on the verdict line): with several periods the
+    floor with infinitely many seeds and what it implies, else the seeds that would reach the ROPE."""
     rope = _num(r.get("rope"), "g")
-    if _finite(r, "mde_floor"):
-        return (f"MDE {_num(r.get('mde'))} (pooled over {_num(r.get('periods_informative'), '.0f')} periods; floor "
-                f"{_num(r.get('mde_floor'))} with infinitely many seeds); seeds per fold for +-{rope}: "
-                f"{_num(r.get('seeds_needed'), '.0f')}"
-                + (f" ({r['power_note']})" if isinstance(r.get("power_note"), str) and r["power_note"] else ""))
-    return f"MDE {_num(r.get('mde'))}; seeds for +-{rope}: {_num(r.get('seeds_needed'), '.0f')}"
+    note = r.get("power_note") if isinstance(r.get("power_note"), str) and r.get("power_note") else ""
+    if not _finite(r, "mde_floor"):
+        return f"; seeds for +-{rope}: {_num(r.get('seeds_needed'), '.0f')}"
+    advice = f": {note}" if note else f"; seeds per fold for +-{rope}: {_num(r.get('seeds_needed'), '.0f')}"
+    return f"; MDE floor {_num(r.get('mde_floor'))} with infinitely many seeds{advice}"
 
 
-def _period_part(r: Any) -> str:
-    """Walk-forward folds: the pooled effect over periods and its heterogeneity (issue 20)."""
+def _period_part(r: Any, per_fold: bool = True) -> str:
+    """Walk-forward folds: the pooled test's heterogeneity and the fold effects (issue 20); one
+    period: what the verdict is conditional on."""
     if _num(r.get("pooled_effect")) == "-":
-        return f"; {r['period']}" if isinstance(r.get("period"), str) and r.get("period") else ""
+        period = r.get("period") if isinstance(r.get("period"), str) else ""
+        folds = r.get("fold_effects") if per_fold and isinstance(r.get("fold_effects"), str) else ""
+        return (f"; {period}" if period and period not in str(r.get("why", "")) else "") + (
+            f"; per fold: {folds}" if folds else "")
     shared = ", tau shared" if bool(r.get("tau_shared")) else ""
-    return (f"; over {_num(r.get('periods_informative'), '.0f')} periods {_num(r.get('pooled_effect'), '+.3g')} "
-            f"{_interval(r.get('pooled_ci_low'), r.get('pooled_ci_high'))} (HKSJ, {_num(r.get('pooled_df'), '.3g')} df"
-            f"{shared}), tau^2 {_num(r.get('tau2'))}, I^2 {_num(100 * float(r.get('i2')), '.0f')}%")
+    folds = f"; per fold: {r['fold_effects']}" if per_fold and isinstance(r.get("fold_effects"), str) and r["fold_effects"] else ""
+    if not _finite(r, "pooled_p_adjusted"):  # too few periods: nothing was tested
+        return folds
+    return (f"; pooled by HKSJ with {_num(r.get('pooled_df'), '.3g')} df{shared}, Holm p "
+            f"{_num(r.get('pooled_p_adjusted'), '.2g')}, tau^2 {_num(r.get('tau2'))}, I^2 "
+            f"{_num(100 * float(r.get('i2')), '.0f')}% (Q Holm p {_num(r.get('q_p_adjusted'), '.2g')}){folds}")
 
 
 def _held_out_part(r: Any) -> str:
@@ -165,8 +200,8 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append("")
     for _, r in df.iterrows():
-        lines.append(evidence_line(r))
-        lines.append(f"    why: {r['reason']}")
+        lines.append(verdict_line(r))
+        lines.append(f"    why: {why_line(r)}")
     if placebo is not None and len(placebo):
         lines.append("")
         for _, r in placebo.iterrows():
@@ -216,9 +251,25 @@ def baseline_comparison_md(exp: Any) -> str:
     return intro + markdown_table(table.round(3)) + note
 
 
-def _periods_section(v: pd.DataFrame) -> list[str]:
-    """Report lines: the verdicts over periods (walk-forward folds), the held-out test check and
-    the learner's skill in context (issue 20; docs/analysis.md "Verdicts over periods")."""
+FOLD_REPORT_COLUMNS = ("gem", "fold", "start", "end", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs",
+                       "tied_share", "pooled_effect", "pooled_ci_low", "pooled_ci_high")
+"""The report's per-fold table (one row per gem and fold); every column is in fold_effects.csv."""
+
+
+def _fold_table(folds: pd.DataFrame | None) -> list[str]:
+    """Report lines: one row per gem and walk-forward fold, beside the pooled estimate the
+    verdict used (fold_effects.csv)."""
+    if folds is None or not len(folds):
+        return []
+    return ["", "Per fold (`fold_effects.csv`; `seeds` the informative pairs of `pairs`, the interval at the level the "
+                "period rule read it; `pooled_*` the verdict's pooled estimate and interval):", "",
+            markdown_table(folds, list(FOLD_REPORT_COLUMNS))]
+
+
+def _periods_section(v: pd.DataFrame, folds: pd.DataFrame | None = None) -> list[str]:
+    """Report lines: the verdicts over periods (walk-forward folds) with the per-fold table, the
+    held-out test check and the learner's skill in context (issue 20; docs/analysis.md
+    "Verdicts over periods")."""
     if not len(v) or "folds" not in v.columns:
         return []
     k = int(v["folds"].max()) if v["folds"].notna().any() else 1
@@ -240,7 +291,10 @@ def _periods_section(v: pd.DataFrame) -> list[str]:
     cols = ["gem", "verdict", "folds", "fold_effects", "pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_df",
             "tau2", "i2", "mde", "mde_floor", "test_effect", "test_ci_low", "test_ci_high", "held_out"]
     per_period = ("fold_", "pooled", "tau", "i2", "mde")
+    if k > 1:  # the per-fold string of verdicts.csv is the table below
+        cols.remove("fold_effects")
     lines += ["", markdown_table(v, cols if k > 1 else [c for c in cols if not c.startswith(per_period)])]
+    lines += _fold_table(folds)
     skill = v["skill"].dropna().astype(str) if "skill" in v.columns else pd.Series(dtype=str)
     if len(skill) and skill.iloc[0]:
         lines += ["", f"**Skill in context:** {skill.iloc[0]}."]
@@ -311,8 +365,8 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
     lines += ["", markdown_table(v, list(REPORT_VERDICT_COLUMNS)), "",
               "Every column of the evidence (seed verdict, design, interval level, market-noise interval, TOST p, "
               "seeds needed, test effect, measured excess, redundancy) is in `verdicts.csv`.", ""]
-    lines.extend(f"- {evidence_line(r)}\n  - why: {r['reason']}" for _, r in v.iterrows())
-    lines += _periods_section(v)
+    lines.extend(f"- {verdict_line(r)}\n  - why: {why_line(r, per_fold=False)}" for _, r in v.iterrows())
+    lines += _periods_section(v, getattr(result, "fold_effects", None))
     if "Gem effects" in images:
         lines += ["", f"![Gem effects]({images['Gem effects']})"]
     placebo = getattr(result, "placebo", None)

@@ -54,10 +54,13 @@ def market_text(row: dict) -> str:
 
 
 def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, power: float, m: int,
-                 seed_power: bool = True) -> str:
-    """The one-line reason of the seed rule's `verdict` (`rules.seed.decide_family`'s) from one
-    gem's evidence; `at_null` whether its measured magnitude is at its null (the rule's);
-    `seed_power` whether the seed rule's MDE is the power statement (one period: it decides)."""
+                seed_power: bool = True) -> tuple[str, str]:
+    """(reason, why) of the seed rule's `verdict` (`rules.seed.decide_family`'s) from one gem's
+    evidence; `at_null` whether its measured magnitude is at its null (the rule's);
+    `seed_power` whether the seed rule's MDE is the power statement (one period: it decides).
+    The reason is verdicts.csv's one line with the evidence; `why` the same reason without the
+    numbers the row's columns hold (effect, interval, Holm p, seeds, design, ties, market noise,
+    MDE), which the console's and report's gem block print once (`report.why_line`)."""
     a = row["alpha"]
     extra = f"; {metric_note}" if metric_note else ""
     mag_text = (f"measured excess over its null ~0: median {_fmt(row['excess_median'])} x loss, CI "
@@ -71,23 +74,25 @@ def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, power:
               f"[{_fmt(row['ci_low'])}, {_fmt(row['ci_high'])}], Holm p {sided}{_fmt(row['p_adjusted'], '.2g')} "
               f"({row['n_seeds']} seeds; {row['design']})")
         ev += ties_text(row)
+        diverged = ""
         if row["wired_diverged"] or row["measured_diverged"]:
-            ev += f"; diverged (counted as worst): wired {int(row['wired_diverged'])}, measured {int(row['measured_diverged'])}"
-        ev += market_text(row)
+            diverged = f"; diverged (counted as worst): wired {int(row['wired_diverged'])}, measured {int(row['measured_diverged'])}"
+        ev += diverged + market_text(row)
         if verdict == INSUFFICIENT:
-            return (f"too few informative pairs for the rule: {int(row['n_informative'])} of {int(row['n_seeds'])} "
-                    f"differ, and no test reaches p <= {a:g} with {int(row['n_informative'])} (ties carry no weight); "
-                    f"{ev}{extra}")
-        if verdict == KEEP:
-            return f"wiring helps: {ev}{extra}"
-        if verdict == HARMFUL:
-            return f"wiring hurts: {ev}{extra}"
+            lead = (f"too few informative pairs for the rule: {int(row['n_informative'])} of {int(row['n_seeds'])} "
+                    f"differ, and no test reaches p <= {a:g} with {int(row['n_informative'])} (ties carry no weight)")
+            return f"{lead}; {ev}{extra}", f"{lead}{diverged}{extra}"
+        if verdict in (KEEP, HARMFUL):
+            lead = "wiring helps" if verdict == KEEP else "wiring hurts"
+            return f"{lead}: {ev}{extra}", f"{lead}{diverged}{extra}"
         tost = (f"effect within +-{row['rope']:g} (TOST Holm p {_fmt(row['tost_p_adjusted'], '.2g')})")
         if verdict == DELETE:  # both halves of the evidence: nothing measured, nothing gained
             why = mag_text if at_null else f"{row['redundancy']} (redundancy factorial)"
-            return f"{why}; and wiring is equivalent to none: {tost}; {ev}{extra}"
+            lead = f"{why}; and wiring is equivalent to none: {tost}"
+            return f"{lead}; {ev}{extra}", f"{lead}{diverged}{extra}"
         if verdict == EQUIVALENT:
-            return f"no practical difference: {tost}; {ev}{extra}"
+            lead = f"no practical difference: {tost}"
+            return f"{lead}; {ev}{extra}", f"{lead}{diverged}{extra}"
         level = (2 if row.get("_one_sided") else 1) * a / max(m, 1)
         hint = (f"; {int(row['n_informative'])} informative seeds cannot reach p <= {a / max(m, 1):.2g} at all"
                 if cannot_reach(int(row["n_informative"]), level) else "")
@@ -96,20 +101,25 @@ def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, power:
         held = (f"; not delete: {'the magnitude is at its null' if at_null else row['redundancy']}, but wiring "
                 "is not shown equivalent to none (delete needs both)" if at_null or delete_red else "")
         if not seed_power:
-            return f"{ev}{held}{extra}"
+            return f"{ev}{held}{extra}", f"not decided by the seeds{diverged}{held}{extra}"
         return (f"{ev}; detectable at {power:.0%} power{div_text}: |effect| >= {_fmt(row['mde'])} "
-                f"(about {_fmt(row['seeds_needed'], '.0f')} seeds would detect +-{row['rope']:g}){hint}{held}{extra}")
+                f"(about {_fmt(row['seeds_needed'], '.0f')} seeds would detect +-{row['rope']:g}){hint}{held}{extra}",
+                f"not decided: neither a difference from 0 nor equivalence within +-{row['rope']:g} is shown{div_text}{diverged}{hint}{held}{extra}")
     no_wiring = "; not delete: wiring was never compared with measuring (delete needs both: add an arm with it wired)"
     if verdict == CONFOUNDED:
-        return ("wired and measured members never differ in this gem alone at a common seed"
+        text = ("wired and measured members never differ in this gem alone at a common seed"
                 + (f": {row['fix']}" if row["fix"] else ""))
+        return text, text
     if verdict == INSUFFICIENT and row["wired_members"]:
-        return "wired only: add an arm with this gem measured (same seeds)"
+        text = "wired only: add an arm with this gem measured (same seeds)"
+        return text, text
     if verdict == INSUFFICIENT:
         mag = "" if not np.isfinite(row["excess_median"]) else (
             f"; measured excess median {_fmt(row['excess_median'])} x loss, CI "
             f"[{_fmt(row['excess_ci_low'])}, {_fmt(row['excess_ci_high'])}]")
         held = (f"; {mag_text}" + no_wiring) if at_null else (f"; {row['redundancy']} (redundancy factorial)" + no_wiring
                                                                 if delete_red else "")
-        return f"measured only: add an arm with this gem wired (same seeds){mag}{held}"
-    return "never measured nor wired in a finished trial"
+        text = f"measured only: add an arm with this gem wired (same seeds){mag}{held}"
+        return text, text
+    text = "never measured nor wired in a finished trial"
+    return text, text

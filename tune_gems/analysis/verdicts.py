@@ -58,7 +58,7 @@ from tune_gems.stats.inference import holm_levels, min_detectable_effect, rank_t
 from tune_gems.analysis.report import format_number
 from tune_gems.analysis.held_out import held_out_check, held_out_effect
 from tune_gems.analysis.verdict_reasons import seed_reason
-from tune_gems.analysis.walk_forward import fold_count, period_verdicts
+from tune_gems.analysis.walk_forward import fold_count, period_verdicts_and_folds
 from tune_gems.analysis.verdict_market_noise import (
     MARKET_COLUMNS,
     OK as MARKET_OK,
@@ -77,7 +77,7 @@ from tune_gems.analysis.selectors import MEASURE, placebo_selectors, wiring_pair
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 
 VERDICT_COLUMNS = [
-    "gem", "metric", "verdict", "reason", "design", "outcome", "n_seeds", "n_pairs",
+    "gem", "metric", "verdict", "reason", "why", "design", "outcome", "n_seeds", "n_pairs",
     "estimand", "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p", "tost_p_adjusted",
     "rope", "alpha", "sd_diff", "divergence_rate", "mde", "seeds_needed", "mde_floor", "power_note",
     "n_informative", "tied_share", "zero_turnover_share", "window", "wired_diverged", "measured_diverged",
@@ -164,7 +164,13 @@ def _spread(d: np.ndarray) -> float:
     return float(np.std(fin, ddof=1)) if fin.size > 1 else math.nan
 
 
-def gem_verdicts(
+def gem_verdicts(trials: pd.DataFrame, history: pd.DataFrame | None, members: pd.DataFrame, **kwargs) -> pd.DataFrame:
+    """One row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS):
+    the verdict table of `gem_verdict_tables` (its arguments)."""
+    return gem_verdict_tables(trials, history, members, **kwargs)[0]
+
+
+def gem_verdict_tables(
     trials: pd.DataFrame,
     history: pd.DataFrame | None,
     members: pd.DataFrame,
@@ -177,8 +183,10 @@ def gem_verdicts(
     cells: Cells | None = None,
     eval_returns: EvalReturnsLookup | None = None,
     **settings,
-) -> pd.DataFrame:
-    """One row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS).
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS);
+    with walk-forward folds the per-fold rows the period rule read,
+    `walk_forward.FOLD_ROW_COLUMNS`, else none).
 
     `thresholds` the analysis's settings (`Thresholds`; `settings` replace fields of it by name,
     e.g. `alpha=0.01`). `history` is not needed (kept for the old call signature). `redundancy`
@@ -200,7 +208,7 @@ def gem_verdicts(
         row = {c: math.nan for c in VERDICT_COLUMNS}
         row.update(_one_sided=th.one_sided_keep)
         row.update(gem=g.name, metric=g.metric, outcome=column, rope=rope, alpha=alpha,
-                   rel_threshold=th.rel_threshold, fix="", redundancy="", design="none", reason="", power_note="",
+                   rel_threshold=th.rel_threshold, fix="", redundancy="", design="none", reason="", why="", power_note="",
                    window=th.window_text(),
                    market_path="conditional on one shared path" if cells.shared_path else "per-seed paths")
         pr = wiring_pairs(cells, g.name, column=column, k=window, select=real)
@@ -274,15 +282,15 @@ def gem_verdicts(
                         MarketEvidence(f"{UNAVAILABLE}: the pairs' verdict windows differ in length ({th.window_text()})"))
             row.update(evidence.columns())
         row["seed_verdict"] = str(rule.verdict[i])
-        row["reason"] = seed_reason(row, row["seed_verdict"], bool(rule.magnitude_at_null[i]), metric_note, power, m,
+        row["reason"], row["why"] = seed_reason(row, row["seed_verdict"], bool(rule.magnitude_at_null[i]), metric_note, power, m,
                                      seed_power=k_folds == 1)
         row.pop("_excess_tost", None)
         row.pop("_excess_note", None)
         row.pop("_one_sided", None)
     _market_gate(rows)
     table = pd.DataFrame(rows, columns=VERDICT_COLUMNS + ["removable"])
-    table = period_verdicts(table, cells, gems, thresholds=th).drop(columns="removable")
-    return held_out_check(table, cells, gems, thresholds=th)
+    table, fold_rows = period_verdicts_and_folds(table, cells, gems, thresholds=th)
+    return held_out_check(table.drop(columns="removable"), cells, gems, thresholds=th), fold_rows
 
 
 def _seeds_to_run(informative_needed: float, tied_share: float) -> float:
@@ -305,11 +313,13 @@ def _market_gate(rows: list[dict]) -> None:
         row["verdict"] = str(verdict)
         if row["verdict"] != row["seed_verdict"]:
             word = "helps" if row["seed_verdict"] == KEEP else "hurts"
+            where = 'includes 0' if row['market_ci_low'] <= 0 <= row['market_ci_high'] else 'lies on the other side of 0'
             row["reason"] = (
                 f"not confirmed against market noise: the seeds say wiring {word}, but the market-noise interval "
-                f"[{_fmt(row['market_ci_low'])}, {_fmt(row['market_ci_high'])}] at the same level "
-                f"{'includes 0' if row['market_ci_low'] <= 0 <= row['market_ci_high'] else 'lies on the other side of 0'}: "
+                f"[{_fmt(row['market_ci_low'])}, {_fmt(row['market_ci_high'])}] at the same level {where}: "
                 f"on this one price history the difference may be the market's luck; {row['reason']}")
+            row["why"] = (f"not confirmed against market noise: the seeds say wiring {word}, but the market-noise "
+                          f"interval {where}: on this one price history the difference may be the market's luck")
 
 
 def _unit_magnitudes(cells: Cells, g: GemEntry, column: str, k: int) -> np.ndarray:

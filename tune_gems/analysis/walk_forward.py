@@ -72,6 +72,8 @@ PERIOD_COLUMNS = ["folds", "period", "fold_effects", "pooled_effect", "pooled_ci
                   "var_seed", "var_within", "var_period", "combined_ci_low", "combined_ci_high"]
 """Columns this layer adds to verdicts.csv (docs/analysis.md "Verdicts over periods")."""
 
+ONE_PERIOD = "conditional on one validation period (data.folds: 1)"
+"""What every verdict on one validation period says."""
 ADD_FOLDS = "add folds: data.folds.k or the purged scheme"
 """What a verdict with too few periods says to do."""
 
@@ -186,13 +188,52 @@ def decide_family_folds(fam: FamilyFolds, th: Thresholds, *, seed_verdict=None, 
                             share=th.share_tau, one_sided=th.one_sided_keep, min_periods=th.min_periods)
 
 
+FOLD_ROW_COLUMNS = ["gem", "fold", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs", "ties", "tied_share"]
+"""The per-fold rows of the period rule (`period_verdicts_and_folds`): per gem and fold the
+effect the rule pooled, its signed-rank interval at the fold's Holm level (the one the sign
+change test reads), the informative pairs (`seeds`), every pair, the ties and their share."""
+
+
+def _fold_rows(gem: str, fam: FamilyFolds, j: int, rule, th: Thresholds) -> list[dict]:
+    """One gem's fold rows (FOLD_ROW_COLUMNS), from the fold data and the decision the verdict made."""
+    rows = []
+    for f, pr in fam.folds[j]:
+        slot = fam.fold_ids.index(f)
+        lvl = rule.fold_level[0, j, slot]
+        tail = lvl / 2 if np.isfinite(lvl) else th.alpha / 2
+        ri = informative_rank_test(pr.diffs[None, :], tail=tail)
+        n_tie = int(is_tie(pr.diffs).sum())
+        rows.append({"gem": gem, "fold": int(f), "effect": float(fam.theta[0, j, slot]), "ci_low": float(ri["low"][0]),
+                     "ci_high": float(ri["high"][0]), "ci_level": 1 - 2 * tail,
+                     "seeds": int(fam.n_informative[0, j, slot]), "pairs": int(pr.n), "ties": n_tie,
+                     "tied_share": n_tie / pr.n if pr.n else math.nan})
+    return rows
+
+
+def fold_text(r) -> str:
+    """One fold row in words (verdicts.csv's `fold_effects` joins them)."""
+    ties = f", {int(r['ties'])} tie" if r["ties"] else ""
+    return (f"fold {int(r['fold'])}: {_fmt(r['effect'])} [{_fmt(r['ci_low'], '.3g')}, {_fmt(r['ci_high'], '.3g')}] "
+            f"({int(r['pairs'])} seeds{ties})")
+
+
 def period_verdicts(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: Thresholds | None = None) -> pd.DataFrame:
-    """The verdict table with the period columns (PERIOD_COLUMNS) and each verdict decided
-    across periods (K >= 2 folds: `rules.periods.decide_periods` on `rules.pooling.pool_family`)
-    or checked against one period's market noise (K = 1: `rules.gates.one_period_gate`):
-    module docstring. A column `removable` (the magnitude half of delete) is read if present."""
+    """The verdict table of `period_verdicts_and_folds` (its fold rows dropped)."""
+    return period_verdicts_and_folds(verdicts, cells, gems, thresholds=thresholds)[0]
+
+
+def period_verdicts_and_folds(verdicts: pd.DataFrame, cells: Cells, gems, *,
+                              thresholds: Thresholds | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the verdict table with the period columns, the fold rows behind them). The table gets
+    PERIOD_COLUMNS and each verdict decided across periods (K >= 2 folds:
+    `rules.periods.decide_periods` on `rules.pooling.pool_family`) or checked against one
+    period's market noise (K = 1: `rules.gates.one_period_gate`): module docstring. A column
+    `removable` (the magnitude half of delete) is read if present. The fold rows
+    (FOLD_ROW_COLUMNS; none with K = 1) are the per-fold effects and intervals the rule read,
+    from which `fold_effects` is written: what the per-fold table and forest plot show."""
     th = thresholds if thresholds is not None else Thresholds()
     v = verdicts.copy()
+    no_folds = pd.DataFrame(columns=FOLD_ROW_COLUMNS)
     for c in PERIOD_COLUMNS:
         v[c] = np.nan if c not in ("period", "fold_effects") else ""
     v["period"] = v["period"].astype(object)
@@ -201,26 +242,19 @@ def period_verdicts(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: T
     k_folds = fold_count(cells)
     v["folds"] = k_folds
     if k_folds == 1:
-        return _one_period(v)
+        return _one_period(v), no_folds
     fam = family_folds(v, cells, gems, th)
     if not fam.rows:
-        return v
+        return v, no_folds
     removable = v.loc[fam.rows, "removable"].to_numpy(bool) if "removable" in v.columns else None
     pooled, rule = decide_family_folds(fam, th, seed_verdict=v.loc[fam.rows, "verdict"].to_numpy(dtype=object)[None, :],
                                        removable=None if removable is None else removable[None, :])
     power = pooled_power(fam, pooled, th)
+    all_rows = []
     for j, i in enumerate(fam.rows):
         seed_verdict, verdict = str(v.at[i, "verdict"]), str(rule.verdict[0, j])
-        parts = []
-        for f, pr in fam.folds[j]:
-            slot = fam.fold_ids.index(f)
-            lvl = rule.fold_level[0, j, slot]
-            tail = lvl / 2 if np.isfinite(lvl) else th.alpha / 2
-            ri = informative_rank_test(pr.diffs[None, :], tail=tail)
-            n_tie = int(is_tie(pr.diffs).sum())
-            ties = f", {n_tie} tie" if n_tie else ""
-            parts.append(f"fold {f}: {_fmt(fam.theta[0, j, slot])} [{_fmt(ri['low'][0], '.3g')}, "
-                         f"{_fmt(ri['high'][0], '.3g')}] ({pr.n} seeds{ties})")
+        rows = _fold_rows(str(v.at[i, "gem"]), fam, j, rule, th)
+        all_rows += rows
         level = float(rule.level[0, j])
         v.loc[i, ["pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_ci_level", "pooled_p",
                   "pooled_p_adjusted", "pooled_tost_p_adjusted", "pooled_df", "tau2", "i2", "q_p",
@@ -231,7 +265,7 @@ def period_verdicts(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: T
             rule.q_p_adjusted[0, j], int(pooled["periods"][0, j]), power["seed"][j], power["within"][j],
             power["period"][j]]
         v.at[i, "tau_shared"] = bool(pooled["shared"][0, j])
-        v.at[i, "fold_effects"] = "; ".join(parts)
+        v.at[i, "fold_effects"] = "; ".join(fold_text(r) for r in rows)
         v.at[i, "fold_sd_diff"] = _median_fold_spread(fam.folds[j])
         v.at[i, "tied_share"] = fam.tied_share[j]
         v.at[i, "n_informative"] = int(fam.n_informative[0, j].sum())
@@ -243,8 +277,9 @@ def period_verdicts(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: T
                              f"{', tau shared across the family' if pooled['shared'][0, j] else ''})"
                              if not rule.too_few_periods[0, j] else
                              f"too few periods (K={k_inf}, need >= {th.min_periods}; {ADD_FOLDS})")
-        v.at[i, "verdict"], v.at[i, "reason"] = verdict, _period_reason(v.loc[i], seed_verdict, verdict, th)
-    return v
+        v.at[i, "verdict"] = verdict
+        v.at[i, "reason"], v.at[i, "why"] = _period_reason(v.loc[i], seed_verdict, verdict, th)
+    return v, pd.DataFrame(all_rows, columns=FOLD_ROW_COLUMNS)
 
 
 def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np.ndarray]:
@@ -305,29 +340,40 @@ def power_text(r) -> str:
             f"{_fmt(r['mde_floor'], '.3g')}): {r['power_note']}")
 
 
-def _period_reason(r, seed_verdict: str, verdict: str, th: Thresholds) -> str:
-    """The reason of one gem's verdict across K >= 2 periods."""
+def _period_reason(r, seed_verdict: str, verdict: str, th: Thresholds) -> tuple[str, str]:
+    """(reason, why) of one gem's verdict across K >= 2 periods: the reason with every number,
+    `why` without those the row's columns hold (the pooled estimate, its interval and
+    heterogeneity, the fold effects, the power statement; `report.why_line` prints them once)."""
     seeds = str(r["reason"])
+    seed_why = r["why"] if isinstance(r.get("why"), str) and r.get("why") else seeds
+    alone = f"seeds alone: {seed_why}"
     if verdict == INSUFFICIENT and r["period"].startswith("too few periods"):
-        return f"{r['period']}; per fold: {r['fold_effects']}; seeds alone: {seed_verdict}; {seeds}"
+        return f"{r['period']}; per fold: {r['fold_effects']}; seeds alone: {seed_verdict}; {seeds}", f"{r['period']}; {alone}"
     pooled = _pooled_text(r) if np.isfinite(r["pooled_effect"]) else (
         f"no pooled effect (a fold's pairs mostly diverged one way); per fold: {r['fold_effects']}")
+    no_pool = "" if np.isfinite(r["pooled_effect"]) else "; no pooled effect (a fold's pairs mostly diverged one way)"
     power = power_text(r)
     power = f"; {power}" if power else ""
     if verdict == INCONSISTENT:
-        return (f"the effect changes sign between periods: fold intervals on both sides of 0 at their Holm "
-                f"levels, heterogeneity Holm p {_fmt(r['q_p_adjusted'], '.2g')}: {pooled}; seeds: {seeds}")
+        lead = ("the effect changes sign between periods: fold intervals on both sides of 0 at their Holm "
+                "levels")
+        return (f"{lead}, heterogeneity Holm p {_fmt(r['q_p_adjusted'], '.2g')}: {pooled}; seeds: {seeds}",
+                f"{lead}{no_pool}; {alone}")
     if verdict == HETEROGENEOUS:
-        return (f"the periods differ (heterogeneity Holm p {_fmt(r['q_p_adjusted'], '.2g')}, I^2 "
+        lead = "the periods differ"
+        tail = "but no sign change is shown and the pooled effect decides nothing"
+        return (f"{lead} (heterogeneity Holm p {_fmt(r['q_p_adjusted'], '.2g')}, I^2 "
                 f"{_fmt(100 * r['i2'], '.0f')}%, tau {_fmt(math.sqrt(r['tau2']) if r['tau2'] >= 0 else math.nan, '.3g')}) "
-                f"but no sign change is shown and the pooled effect decides nothing: {pooled}{power}; seeds: {seeds}")
+                f"{tail}: {pooled}{power}; seeds: {seeds}", f"{lead} {tail}{no_pool}; {alone}")
     if verdict in DECISIVE:
-        word = "helps" if verdict == KEEP else "hurts"
-        return f"wiring {word} across periods: {pooled}; seeds alone: {seed_verdict}; {seeds}"
+        lead = f"wiring {'helps' if verdict == KEEP else 'hurts'} across periods"
+        return f"{lead}: {pooled}; seeds alone: {seed_verdict}; {seeds}", f"{lead}; {alone}"
     if verdict in (EQUIVALENT, DELETE):
-        return (f"equivalent to none across periods (pooled TOST Holm p {_fmt(r['pooled_tost_p_adjusted'], '.2g')} "
-                f"within +-{th.rope:g}): {pooled}; seeds alone: {seed_verdict}; {seeds}")
-    return f"not decided across periods: {pooled}{power}; seeds alone: {seed_verdict}; {seeds}"
+        lead = (f"equivalent to none across periods (pooled TOST Holm p {_fmt(r['pooled_tost_p_adjusted'], '.2g')} "
+                f"within +-{th.rope:g})")
+        return f"{lead}: {pooled}; seeds alone: {seed_verdict}; {seeds}", f"{lead}; {alone}"
+    lead = "not decided across periods"
+    return f"{lead}: {pooled}{power}; seeds alone: {seed_verdict}; {seeds}", f"{lead}{no_pool}; {alone}"
 
 
 def _one_period(v: pd.DataFrame) -> pd.DataFrame:
@@ -343,16 +389,17 @@ def _one_period(v: pd.DataFrame) -> pd.DataFrame:
     for j, i in enumerate(v.index):
         v.at[i, "period"] = "conditional on one validation period"
         seed_verdict, verdict, reason = str(v.at[i, "verdict"]), str(gate.verdict[j]), str(v.at[i, "reason"])
+        why = str(v.at[i, "why"]) if "why" in v.columns else reason
         if gate.applied[j]:
             lo, hi = gate.low[j], gate.high[j]
             v.at[i, "combined_ci_low"], v.at[i, "combined_ci_high"] = lo, hi
             both = (f"seed and market-noise intervals combined: [{_fmt(lo, '.3g')}, {_fmt(hi, '.3g')}] "
                     f"at {v.at[i, 'ci_level']:.1%}")
             if verdict != seed_verdict and seed_verdict in DECISIVE:
-                reason = f"not confirmed by the {both}, which includes 0; {reason}"
+                reason, why = (f"not confirmed by the {both}, which includes 0; {text}" for text in (reason, why))
             elif verdict != seed_verdict:
-                reason = (f"equivalence not confirmed against market noise: the {both} "
-                          f"is not inside +-{v.at[i, 'rope']:g}; {reason}")
+                reason, why = (f"equivalence not confirmed against market noise: the {both} "
+                               f"is not inside +-{v.at[i, 'rope']:g}; {text}" for text in (reason, why))
         v.at[i, "verdict"] = verdict
-        v.at[i, "reason"] = f"{reason}; conditional on one validation period (data.folds: 1)"
+        v.at[i, "reason"], v.at[i, "why"] = (f"{text}; {ONE_PERIOD}" for text in (reason, why))
     return v
