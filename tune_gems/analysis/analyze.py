@@ -28,7 +28,8 @@ from tune_gems.analysis.verdict_market_noise import EvalReturnsLookup
 from tune_gems.analysis.objective import objective_notes
 from tune_gems.analysis.magnitudes import gem_magnitudes, gem_trajectories
 from tune_gems.analysis.redundancy import redundancy_table
-from tune_gems.analysis.report import render_factor_section, render_report
+from tune_gems.analysis.factor_report import render_factor_section
+from tune_gems.analysis.report import render_report
 from tune_gems.analysis.factors import factor_table
 from tune_gems.analysis.fold_effects import fold_dates, fold_effects_table
 from tune_gems.analysis.held_out import skill_context

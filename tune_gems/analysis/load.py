@@ -22,6 +22,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from tune_gems.analysis.labels import apply_arm_labels
+from tune_gems.analysis.table_schema import as_bool, validate_table
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry, disagreement, folder_manifest, manifest_source
 from tune_gems.contracts.result_files import (
@@ -32,17 +33,6 @@ from tune_gems.contracts.result_files import (
 BASELINE_COLUMNS = ("segment", "baseline", "sharpe", "alpha_sharpe")
 
 TRIALS_REQUIRED = ("trial_id", "status", "config_label")
-INT_COLUMNS = {"epoch": 1, "member": 0, "seed": 0, "seed_index": 0, "epochs_done": 0}
-"""Whole-number columns and their smallest allowed value."""
-NULLABLE_INT = {("trials", "seed")}
-"""(table, column) pairs where a missing value is allowed (a trial whose config was invalid)."""
-FLOAT_COLUMNS = frozenset({"loss", "q_mean", "grad_norm", "noisy_sigma", "env_steps", "updates", "sps", "objective"})
-FLOAT_PREFIXES = ("val_", "test_")
-FLOAT_SUFFIXES = ("_rel", "_null", "_excess")
-FLAG_COLUMNS = frozenset({"diverged"})
-TEXT_COLUMNS = {"trial_id": True, "config_label": True, "status": True, "arm": False}
-"""Text columns; True where a missing value is refused."""
-_FLAG_WORDS = {"true", "false", "1", "0", "yes", "no", "1.0", "0.0"}
 HISTORY_REQUIRED = ("trial_id", "epoch")
 MEMBERS_REQUIRED = ("trial_id", "epoch", "member", "seed", "val_sharpe")
 
@@ -163,90 +153,6 @@ def _read_parquet(path: Path, required: tuple[str, ...], table: str = "", gems: 
     if table:
         validate_table(path, df, table, gems)
     return df
-
-
-def _is_float_column(name: str, gem_columns: frozenset[str]) -> bool:
-    return (
-        name in FLOAT_COLUMNS
-        or name in gem_columns
-        or (name.startswith(FLOAT_PREFIXES) and "." not in name)
-        or (name.endswith(FLOAT_SUFFIXES) and "." not in name)
-    )
-
-
-def _shown(v: Any) -> str:
-    text = repr(v)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _numeric(path: Path, df: pd.DataFrame, col: str) -> pd.Series:
-    values = df[col]
-    if pd.api.types.is_bool_dtype(values):
-        raise DataError(f"{path}: column {col} holds booleans, expected numbers")
-    if pd.api.types.is_numeric_dtype(values):
-        return values
-    converted = pd.to_numeric(values, errors="coerce")
-    bad = values[converted.isna() & values.notna()]
-    bad = bad[~bad.map(lambda v: isinstance(v, float))]  # NaN given as a float object is fine
-    if len(bad) or any(isinstance(v, bool) for v in values.dropna()):
-        first = bad.iloc[0] if len(bad) else next(v for v in values.dropna() if isinstance(v, bool))
-        raise DataError(f"{path}: column {col} holds {_shown(first)} (row {bad.index[0] if len(bad) else '?'}), expected numbers")
-    return converted.astype(float)
-
-
-def validate_table(path: Path, df: pd.DataFrame, table: str, gem_columns: Iterable[str] = ()) -> None:
-    """Refuse (DataError naming file and column) a table that breaks the column schema of
-    docs/results.md; converts text-held numbers in place. Columns the schema does not name
-    (e.g. config columns of trials) are left alone."""
-    gems = frozenset(gem_columns)
-    for col in list(df.columns):
-        name = str(col)
-        if name in INT_COLUMNS:
-            values = _numeric(path, df, name)
-            present = values.dropna()
-            if len(present) < len(values) and (table, name) not in NULLABLE_INT:
-                raise DataError(f"{path}: column {name} has missing values (row {values[values.isna()].index[0]})")
-            if len(present):
-                finite = present.map(lambda v: float(v) == float(v) and abs(float(v)) != float("inf"))
-                whole = present[finite].map(lambda v: float(v).is_integer())
-                if not finite.all() or not whole.all():
-                    raise DataError(f"{path}: column {name} holds {_shown(present[~finite].iloc[0] if not finite.all() else present[finite][~whole].iloc[0])}, expected whole numbers")
-                low = INT_COLUMNS[name]
-                if (present < low).any():
-                    raise DataError(f"{path}: column {name} holds {_shown(present[present < low].iloc[0])}, expected >= {low}")
-            df[name] = values
-        elif name in FLAG_COLUMNS:
-            values = df[name]
-            if not pd.api.types.is_bool_dtype(values) and not pd.api.types.is_numeric_dtype(values):
-                odd = values.dropna()[~values.dropna().map(lambda v: isinstance(v, (bool, int, float)) or str(v).strip().lower() in _FLAG_WORDS)]
-                if len(odd):
-                    raise DataError(f"{path}: column {name} holds {_shown(odd.iloc[0])}, expected true/false")
-        elif name in TEXT_COLUMNS:
-            values = df[name]
-            if TEXT_COLUMNS[name] and values.isna().any():
-                raise DataError(f"{path}: column {name} has missing values (row {values[values.isna()].index[0]})")
-            if pd.api.types.is_float_dtype(values) or pd.api.types.is_bool_dtype(values):
-                raise DataError(f"{path}: column {name} holds {values.dtype} values, expected text")
-        elif _is_float_column(name, gems):
-            df[name] = _numeric(path, df, name)
-
-
-def as_bool(values: pd.Series) -> pd.Series:
-    """A flag column as plain bool: missing values are False; 'true'/'1' strings are True."""
-    if values.dtype == bool:
-        return values
-
-    def conv(v: Any) -> bool:
-        if v is None or (isinstance(v, float) and v != v):
-            return False
-        if isinstance(v, str):
-            return v.strip().lower() in ("true", "1", "yes")
-        try:
-            return bool(v) and not pd.isna(v)
-        except (TypeError, ValueError):
-            return bool(v)
-
-    return values.map(conv).astype(bool)
 
 
 def _tidy(df: pd.DataFrame, label: str) -> pd.DataFrame:
