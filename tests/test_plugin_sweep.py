@@ -52,7 +52,8 @@ def test_example_plugin_sweeps_and_is_analysed(tmp_path):
     row = verdicts.set_index("gem").loc["qmag"]
     assert row["metric"] == "q_magnitude"
     assert str(row["design"]).startswith("arms within trials")  # a designed, seed-paired comparison
-    assert row["verdict"] in {"inconclusive", "keep wired", "harmful", "equivalent", "delete"}
+    # a tiny run may leave too few informative (untied) pairs: the rule then says so (issue 30 item 5)
+    assert row["verdict"] in {"inconclusive", "keep wired", "harmful", "equivalent", "delete", "insufficient data"}
     # the analysis takes its gem list from gems.json: the plug-in has magnitudes and trajectories
     # and a panel of the magnitude plot (one column of panels per gem: 4 gems, 1600 px wide)
     magnitudes = pd.read_csv(exp / "analysis" / "gem_magnitudes.csv")

@@ -43,7 +43,7 @@ def test_analyze_takes_a_train_folder_and_uses_its_arms_as_the_design(runs, tmp_
     assert v.loc["g10", "verdict"] == "insufficient data"  # never wired in this run
     report = (tmp_path / "ana" / "report.md").read_text()
     # the report's verdict summary is narrow; the evidence stays in verdicts.csv
-    assert "| gem | verdict | n_seeds | effect | mean_effect | ci_low | ci_high | p_adjusted | mde |" in report
+    assert "| gem | verdict | n_seeds | tied_share | effect | mean_effect | ci_low | ci_high | p_adjusted | mde |" in report
     assert {"seed_verdict", "tost_p_adjusted", "seeds_needed", "excess_median", "redundancy"} <= set(v.columns)
 
 
