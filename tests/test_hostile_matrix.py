@@ -325,7 +325,7 @@ DROP = object()
 
 def table_cases() -> list[Case]:
     """Every column of the three tables that docs/results.md types, made hostile."""
-    from tune_gems.analysis import table_schema as load  # the column schema lives in table_schema
+    from tune_gems.analysis import load, table_schema
     from tune_gems.contracts.gem_manifest import folder_manifest
 
     import tempfile
@@ -343,17 +343,17 @@ def table_cases() -> list[Case]:
             hostile = []
             if col in required[table]:
                 hostile.append(("dropped", DROP))
-            if col in load.INT_COLUMNS:
+            if col in table_schema.INT_COLUMNS:
                 hostile += [("text", "abc"), ("fraction", 1.5), ("negative", -3.0)]
-                if (table, col) not in load.NULLABLE_INT:
+                if (table, col) not in table_schema.NULLABLE_INT:
                     hostile.append(("missing", float("nan")))
-            elif col in load.FLAG_COLUMNS:
+            elif col in table_schema.FLAG_COLUMNS:
                 hostile.append(("not_a_flag", "maybe"))
-            elif col in load.TEXT_COLUMNS:
-                if load.TEXT_COLUMNS[col]:
+            elif col in table_schema.TEXT_COLUMNS:
+                if table_schema.TEXT_COLUMNS[col]:
                     hostile.append(("missing", None))
                 hostile.append(("number", 1.5))
-            elif load._is_float_column(col, frozenset(gems)):
+            elif table_schema._is_float_column(col, frozenset(gems)):
                 hostile.append(("text", "abc"))
             for label, value in hostile:
                 cases.append(Case(f"table-{table}-{col}-{label}", ["analyze", "exp"], [f"{table}.parquet", col],
