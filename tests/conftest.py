@@ -1,7 +1,18 @@
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+# One CPU thread per test process and per command it starts, unless the caller set a count.
+# CI runs two pytest workers on two cores, and the Ray tests' trials (one thread each, as Ray
+# sets for a 1-CPU trial) run beside them. A torch process left at its default takes every core
+# with OpenMP threads that wait by spinning, and the processes beside it then stall: a 2-thread
+# torch loop next to test_faults' journal_ahead case took it from 39 s to 140 s on a quiet
+# 2-core machine, some of its epochs 30x slower. Set before torch loads (it reads these once).
+# A test that needs the variables unset or different passes its own environment.
+for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
 
 # The CLI pins MKL's code path (tune_gems/commands/blas_path.py); the tests that build learners in-process
 # get the same path, so their bit-identity checks hold on AVX2 and AVX-512 machines alike.

@@ -32,7 +32,7 @@ from tune_gems.sweep.search import JOURNAL_FILE, journal_storage
 
 pytestmark = pytest.mark.slow
 
-SWEEP_TIMEOUT = 480  # a bound on polls (a loaded 2-core CI machine runs these sweeps 3-4x slower), never a sleep
+SWEEP_TIMEOUT = 900  # a bound on polls (a loaded 2-core CI machine runs these sweeps 3-4x slower), never a sleep
 
 
 def _sweep(tmp_path: Path, name: str, *overrides: str, resume: bool = False) -> list[str]:

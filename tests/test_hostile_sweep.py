@@ -30,7 +30,7 @@ from tune_gems.sweep.search import JOURNAL_FILE, journal_storage
 
 pytestmark = pytest.mark.slow
 
-SWEEP_TIMEOUT = 600  # a bound on polls (a loaded 2-core CI machine runs these sweeps 3-4x slower), never a sleep
+SWEEP_TIMEOUT = 900  # a bound on polls (a loaded 2-core CI machine runs these sweeps 3-4x slower), never a sleep
 LOOPBACK = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
 
 

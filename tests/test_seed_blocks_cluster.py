@@ -31,7 +31,7 @@ BLOCKS = REPO / "sweeps" / "seed_blocks.yaml"
 WORKERS, GPUS_PER_WORKER, CPUS_PER_WORKER = 2, 2, 2
 N_BLOCKS, SEEDS = 4, 2  # seeds per arm and block (TINY_SWEEP's population)
 SHRUNK = [o for o in TINY_SWEEP if not o.startswith(("num_samples=", "seeds="))]
-TIMEOUT = 600  # a bound on polls (a loaded 2-core CI machine runs these sweeps 3-4x slower), never a sleep
+TIMEOUT = 900  # a bound on polls (a loaded 2-core CI machine runs these sweeps 3-4x slower), never a sleep
 
 
 cluster = module_cluster(WORKERS, GPUS_PER_WORKER, CPUS_PER_WORKER)
