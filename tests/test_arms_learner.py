@@ -3,6 +3,9 @@ bit-identity invariant: the members of an arm equal a run of that arm's configur
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -11,6 +14,8 @@ from tune_gems.design.arms import ArmsConfig, expand_arms
 from tune_gems.gems.registry import run_gems
 from tune_gems.model.network import BranchingC51
 from tune_gems.rng import CounterRNG, member_seeds
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # -- the network's per-member switches -----------------------------------------------------------
 
@@ -226,12 +231,47 @@ def test_a_config_with_arms_builds_the_arms_x_seeds_learner():
 
 
 def test_the_cpu_blas_path_is_pinned_unless_the_user_chose_one():
-    """The invariant above holds on AVX-512 machines because MKL runs one code path
-    (tune_gems/commands/blas_path.py); a user's own MKL_CBWR is kept."""
-    from tune_gems.commands.blas_path import CPU_BLAS_PATH, CPU_BLAS_PATH_ENV, pin_cpu_blas_path
+    """The invariant above holds on AVX-512 machines because MKL runs one code path, and ATen's
+    kernels one vector width (tune_gems/commands/blas_path.py); a user's own MKL_CBWR and
+    ATEN_CPU_CAPABILITY are kept, and a CPU without AVX2 keeps ATen's own choice."""
+    from tune_gems.commands.blas_path import (
+        CPU_BLAS_PATH, CPU_BLAS_PATH_ENV, CPU_KERNEL_WIDTH, CPU_KERNEL_WIDTH_ENV, cpu_has_avx2, pin_cpu_blas_path,
+    )
 
-    assert pin_cpu_blas_path({}) == CPU_BLAS_PATH
-    assert pin_cpu_blas_path({CPU_BLAS_PATH_ENV: "COMPATIBLE"}) == "COMPATIBLE"
+    env: dict[str, str] = {}
+    assert pin_cpu_blas_path(env, has_avx2=lambda: True) == CPU_BLAS_PATH
+    assert env == {CPU_BLAS_PATH_ENV: CPU_BLAS_PATH, CPU_KERNEL_WIDTH_ENV: CPU_KERNEL_WIDTH}
+    env = {CPU_BLAS_PATH_ENV: "COMPATIBLE", CPU_KERNEL_WIDTH_ENV: "default"}
+    assert pin_cpu_blas_path(env, has_avx2=lambda: True) == "COMPATIBLE" and env[CPU_KERNEL_WIDTH_ENV] == "default"
+    env = {}
+    pin_cpu_blas_path(env, has_avx2=lambda: False)
+    assert CPU_KERNEL_WIDTH_ENV not in env
+    assert cpu_has_avx2(lambda: "processor : 0\nflags : fpu sse2 avx avx2 fma\n")
+    assert not cpu_has_avx2(lambda: "processor : 0\nflags : fpu sse2 avx avx2_fake\n")
+    assert not cpu_has_avx2(lambda: (_ for _ in ()).throw(OSError("unreadable")))
+
+
+def test_atens_kernel_width_follows_the_pin_set_after_torch_is_imported():
+    """The CLI pins the width after its imports (torch among them in a trial's worker) but before
+    any tensor work: torch must read the variable at its first kernel, not at import. Checked in a
+    fresh process whose environment lacks the variable."""
+    import subprocess
+    import sys
+
+    from tune_gems.commands.blas_path import CPU_KERNEL_WIDTH_ENV, cpu_has_avx2
+
+    if not cpu_has_avx2():
+        pytest.skip("not an x86 CPU with AVX2: the width is left to ATen")
+    script = (
+        "import torch\n"
+        "from tune_gems.commands.blas_path import pin_cpu_blas_path\n"
+        "pin_cpu_blas_path()\n"
+        "print(torch.backends.cpu.get_cpu_capability())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != CPU_KERNEL_WIDTH_ENV}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "AVX2"
 
 
 def test_an_aa_arm_differs_only_in_its_replay_draws_and_equals_its_run_alone():
