@@ -345,3 +345,12 @@ def test_period_calibration_command_prints_the_table_and_refuses_bad_input(capsy
     assert period_calibration_main(["--seeds", "6", "--n-sim", "100", "--gems", "2"]) == 0
     out = capsys.readouterr().out
     assert "Calibration of the rule over periods" in out and "worst false rate" in out
+
+
+def test_an_unknown_heterogeneity_share_reads_a_dash_not_a_dash_percent():
+    """I^2 is NaN where no fold's rank interval gives a variance (tau^2 unknown): the verdict's
+    text says `I^2 -`, as tau^2 says `-`, not `-%`."""
+    from tune_gems.analysis.report import _percent
+
+    assert _percent(float("nan")) == "-" and _percent(None) == "-"
+    assert _percent(0.0) == "0%" and _percent(0.456) == "46%"

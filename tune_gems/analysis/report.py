@@ -168,7 +168,13 @@ def _period_part(r: Any, per_fold: bool = True) -> str:
         return folds
     return (f"; pooled by HKSJ with {_num(r.get('pooled_df'), '.3g')} df{shared}, Holm p "
             f"{_num(r.get('pooled_p_adjusted'), '.2g')}, tau^2 {_num(r.get('tau2'))}, I^2 "
-            f"{_num(100 * float(r.get('i2')), '.0f')}% (Q Holm p {_num(r.get('q_p_adjusted'), '.2g')}){folds}")
+            f"{_percent(r.get('i2'))} (Q Holm p {_num(r.get('q_p_adjusted'), '.2g')}){folds}")
+
+
+def _percent(share: Any) -> str:
+    """A share as a whole percentage, "-" where it is missing (no "-%")."""
+    text = _num(100 * share if isinstance(share, (int, float, np.floating)) else share, ".0f")
+    return text if text == "-" else f"{text}%"
 
 
 def _held_out_part(r: Any) -> str:
