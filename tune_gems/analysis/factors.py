@@ -44,12 +44,11 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from tune_gems.analysis.factor_rule import EffectDecision, decide_effects
 from tune_gems.analysis.pairing import Cells, Paired, paired
 from tune_gems.analysis.report import format_number
-from tune_gems.analysis.rule_mde import Design, rule_mde
+from tune_gems.analysis.rule_mde import Design, market_se_of, rule_mde
 from tune_gems.analysis.rules.seed import decide_family
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.words import (
@@ -316,10 +315,7 @@ def _row(c: Contrast, pr: Paired, j: int, dec: EffectDecision, m: int, th: Thres
                                           f"({p.n} seeds)" for f, p in fam.folds[j]))
     else:  # as verdicts.csv states the seed rule's MDE: on the informative pairs (ties carry no weight)
         informative = pr.diffs[~np.isnan(pr.diffs) & (pr.diffs != 0)]
-        market_se = 0.0
-        if np.isfinite(row["market_ci_low"]):
-            z = sps.norm.ppf(1 - dec.level[0, j] / 2)
-            market_se = (row["market_ci_high"] - row["market_ci_low"]) / (2 * z)
+        market_se = market_se_of(row["market_ci_low"], row["market_ci_high"], dec.level[0, j])
         design = Design(informative.size, _spread(informative), p_div, market_se=market_se)
         row["mde"] = rule_mde(design, th.alpha * (2 if th.one_sided_keep else 1) / max(m, 1), th.power)
     row["reading"] = _reading(c, verdict, row["mde"], th.rope)

@@ -116,6 +116,21 @@ def rule_mde(d: Design, level: float, power: float, *, history_level: float | No
     return float(seed)
 
 
+def market_se_of(low: float, high: float, two_sided_level: float) -> float:
+    """The market-noise standard error of a difference from its interval at `two_sided_level`
+    (a normal interval's half-width over z); 0 where there is none (per-seed paths, or an
+    interval not computed), so that `rule_mde` is then the seed rule's."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return 0.0
+    return float((high - low) / (2 * sps.norm.ppf(1 - two_sided_level / 2)))
+
+
+def history_floor(market_se: float, level: float, power: float) -> float:
+    """On one price history (K = 1): `rule_mde` with infinitely many seeds, the market-noise
+    part alone, which only more periods or histories lower."""
+    return float(_z(level, power) * market_se)
+
+
 def finite_interval(n: int, level: float) -> bool:
     """Whether n seeds can give a finite signed-rank interval at two-sided `level` (and so reach
     it at all: the smallest exact p, every sign equal, is 2 / 2^n)."""

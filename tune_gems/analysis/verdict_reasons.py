@@ -53,6 +53,15 @@ def market_text(row: dict) -> str:
     return f"; market-noise interval {status}: the effect is conditional on this one price history"
 
 
+def _seeds_text(row: dict) -> str:
+    """What more seeds would do: the rule's own power note where it states one (one price history:
+    the market-noise floor), else the seeds that would detect the ROPE."""
+    note = row.get("power_note")
+    if isinstance(note, str) and note:
+        return note
+    return f"about {_fmt(row['seeds_needed'], '.0f')} seeds would detect +-{row['rope']:g}"
+
+
 def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, power: float, m: int,
                 seed_power: bool = True) -> tuple[str, str]:
     """(reason, why) of the seed rule's `verdict` (`rules.seed.decide_family`'s) from one gem's
@@ -103,7 +112,7 @@ def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, power:
         if not seed_power:
             return f"{ev}{held}{extra}", f"not decided by the seeds{diverged}{held}{extra}"
         return (f"{ev}; detectable at {power:.0%} power{div_text}: |effect| >= {_fmt(row['mde'])} "
-                f"(about {_fmt(row['seeds_needed'], '.0f')} seeds would detect +-{row['rope']:g}){hint}{held}{extra}",
+                f"({_seeds_text(row)}){hint}{held}{extra}",
                 f"not decided: neither a difference from 0 nor equivalence within +-{row['rope']:g} is shown{div_text}{diverged}{hint}{held}{extra}")
     no_wiring = "; not delete: wiring was never compared with measuring (delete needs both: add an arm with it wired)"
     if verdict == CONFOUNDED:

@@ -56,6 +56,7 @@ from tune_gems.analysis.pairing import Cells, Paired, build_cells, paired
 from tune_gems.analysis.excess import add_excess_columns
 from tune_gems.stats.inference import holm_levels, min_detectable_effect, rank_test, seeds_needed
 from tune_gems.analysis.report import format_number
+from tune_gems.analysis.rule_mde import Design, history_floor, market_se_of, rule_mde, seeds_for
 from tune_gems.analysis.held_out import held_out_check, held_out_effect
 from tune_gems.analysis.verdict_reasons import seed_reason
 from tune_gems.analysis.walk_forward import fold_count, period_verdicts_and_folds
@@ -281,6 +282,9 @@ def gem_verdict_tables(
                                         n_boot=th.n_boot, seed=th.seed) if k_market is not None else
                         MarketEvidence(f"{UNAVAILABLE}: the pairs' verdict windows differ in length ({th.window_text()})"))
             row.update(evidence.columns())
+            if row.get("market_noise") == MARKET_OK:  # the market gate decides too: its part in the MDE
+                _with_market_power(row, informative, p_div, tied, market_se_of(row["market_ci_low"], row["market_ci_high"],
+                                   2 * lvl / sides), two_sided / max(m, 1), power, rope)
         row["seed_verdict"] = str(rule.verdict[i])
         row["reason"], row["why"] = seed_reason(row, row["seed_verdict"], bool(rule.magnitude_at_null[i]), metric_note, power, m,
                                      seed_power=k_folds == 1)
@@ -291,6 +295,24 @@ def gem_verdict_tables(
     table = pd.DataFrame(rows, columns=VERDICT_COLUMNS + ["removable"])
     table, fold_rows = period_verdicts_and_folds(table, cells, gems, thresholds=th)
     return held_out_check(table.drop(columns="removable"), cells, gems, thresholds=th), fold_rows
+
+
+def _with_market_power(row: dict, informative: np.ndarray, p_div: float, tied: float, market_se: float, level: float,
+                       power: float, rope: float) -> None:
+    """On one price history a keep / harmful needs the seeds and the market-noise interval both:
+    the row's MDE and seeds for the ROPE become that rule's (`rule_mde.rule_mde` with the
+    market-noise part, as the factor table and `confirm` state it), not the seeds' alone."""
+    if market_se <= 0:
+        return
+    design = Design(int(informative.size), _spread(informative), p_div, market_se=market_se)
+    row["mde"] = rule_mde(design, level, power)
+    needed = seeds_for(design, rope, level, power)
+    row["seeds_needed"] = _seeds_to_run(math.inf if needed is None else float(needed), tied)
+    row["mde_floor"] = history_floor(market_se, level, power)
+    row["power_note"] = (f"no seed count reaches +-{rope:g} on this history's market noise: more periods (data.folds) "
+                         "or histories, not more seeds"
+                         if not math.isfinite(row["seeds_needed"]) else
+                         f"about {row['seeds_needed']:.0f} seeds would detect +-{rope:g}")
 
 
 def _seeds_to_run(informative_needed: float, tied_share: float) -> float:
