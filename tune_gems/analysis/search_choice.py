@@ -25,7 +25,7 @@ import pandas as pd
 
 from scipy import stats as sps
 
-from tune_gems.analysis.rule_mde import Design, finite_interval, period_floor, rule_mde, seeds_for
+from tune_gems.analysis.rule_mde import Design, finite_interval, history_floor, market_se_of, period_floor, rule_mde, seeds_for
 from tune_gems.analysis.rules.gates import combined_bounds
 from tune_gems.analysis.rules.pooling import pooled_bounds
 from tune_gems.analysis.rules.selection import final_on_one_history
@@ -260,8 +260,7 @@ def discovery_design(row: dict[str, Any]) -> Design:
                       seed=num("var_seed", 0.0), df=num("pooled_df"))
     market_se = 0.0
     if row.get("market_noise") == MARKET_OK and math.isfinite(num("market_ci_level")):
-        z = sps.norm.ppf(1 - (1 - num("market_ci_level")) / 2)
-        market_se = (num("market_ci_high") - num("market_ci_low")) / (2 * z)
+        market_se = market_se_of(num("market_ci_low"), num("market_ci_high"), 1 - num("market_ci_level"))
     return Design(n, sd, p_div, market_se=market_se if math.isfinite(market_se) else 0.0)
 
 
@@ -331,7 +330,7 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
         need_informative = seeds_for(design, target, level_c, power, history_level=h_level,
                                      n_min=informative_of(smallest, tie), n_max=MAX_CONFIRM_SEEDS)
         need = None if need_informative is None else seeds_for_informative(need_informative, tie)
-        floor = period_floor(design, h_level, power) if design.folds >= 2 else _history_floor(design, h_level, power)
+        floor = period_floor(design, h_level, power) if design.folds >= 2 else history_floor(design.market_se, h_level, power)
         if need is None:
             fix = ("more periods, not more seeds" if design.folds >= 2 else
                    "the market noise of one history: run walk-forward folds, data.folds")
@@ -350,11 +349,6 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
                 "(same rule, same units)")
         plans.append(PowerPlan(gem, n, target, mde, level_c, h_level, t_g, one_history, design.folds, note))
     return plans
-
-
-def _history_floor(d: Design, level: float, power: float) -> float:
-    """The one-history MDE with infinitely many seeds: what only the market noise leaves."""
-    return float((sps.norm.ppf(1 - level / 2) + sps.norm.ppf(power)) * d.market_se)
 
 
 def _f(x: float) -> str:
