@@ -27,8 +27,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cluster_fixtures import free_port, wait_for
+from cluster_fixtures import assert_trial_matches_uninterrupted, free_port, wait_for
 from sweep_fixtures import REPO, TINY_SWEEP
+from tune_gems.ops.cpu_code_path import CPU_BLAS_PATH_ENV, CPU_KERNEL_WIDTH_ENV
 
 BIN = Path(sys.executable).parent
 RAY = str(BIN / "ray")
@@ -84,6 +85,8 @@ def head():
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "RAY_AUTH_MODE": "token",
            "RAY_AUTH_TOKEN_PATH": str(token_file)}
     env.pop("RAY_ADDRESS", None)
+    for pinned in (CPU_BLAS_PATH_ENV, CPU_KERNEL_WIDTH_ENV):  # a head started without the CLI's CPU code-path pins:
+        env.pop(pinned, None)  # its workers get them only from the trial itself (tune_gems.ops.cpu_code_path)
     port, dash = free_port(), free_port()
     args = [
         RAY, "start", "--head", "--block", "--num-cpus", "2", "--num-gpus", "0", "--port", str(port),
@@ -155,7 +158,8 @@ def test_dashboard_listens_on_loopback_only_and_the_job_api_needs_the_token(head
 
 @pytest.mark.slow
 def test_ray_job_submit_runs_the_smoke_sweep_end_to_end(head, tmp_path):
-    """The CI checkout has its virtualenv inside the repo (.ci/run makes `.venv`): the upload
+    """Its trials give the bits of an in-process run of their configs although the head was
+    started without the CPU code-path pins. The CI checkout has its virtualenv inside the repo (.ci/run makes `.venv`): the upload
     must leave it out (.gitignore), and .git too, or every job ships a gigabyte of torch."""
     src = tmp_path / "src"
     shutil.copytree(REPO, src, ignore=COPY_IGNORE)
@@ -183,6 +187,11 @@ def test_ray_job_submit_runs_the_smoke_sweep_end_to_end(head, tmp_path):
     trials = pd.read_parquet(exp / "trials.parquet")
     assert len(trials) == 2 and set(trials["status"]) == {"TERMINATED"}
     assert f"results: {exp}" in res.stdout  # the job's own log, streamed back by `ray job submit`
+    # the head's workers lack the CPU code-path pins the CLI and this test process have: each trial
+    # pins them itself, so its bits equal an in-process run's here (on an AVX-512 machine ATen's
+    # own choice would round differently)
+    for trial_id in trials["trial_id"]:
+        assert_trial_matches_uninterrupted(exp, trial_id)
 
     pkgs = [p for p in head.temp_dir.glob("session_2*/runtime_resources/working_dir_files/_ray_pkg_*") if p.is_dir()]
     assert len(pkgs) == 1, pkgs

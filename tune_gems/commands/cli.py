@@ -22,7 +22,7 @@ import typing
 from pathlib import Path
 
 from tune_gems.analysis.scripts import add_arguments as add_analysis_arguments
-from tune_gems.commands.blas_path import pin_cpu_blas_path
+from tune_gems.ops.cpu_code_path import pin_cpu_code_path
 from tune_gems.commands.cpu_threads import THREADS_FLAG, set_cpu_threads, trial_threads
 from tune_gems.contracts.errors import TuneGemsError
 
@@ -369,7 +369,7 @@ def _report_bug(err: BaseException, debug: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    pin_cpu_blas_path()  # before any matmul: the same CPU bits on AVX2 and AVX-512 machines
+    pin_cpu_code_path()  # before any matmul: the same CPU bits on AVX2 and AVX-512 machines
     parser = build_parser()
     # key=value overrides may come after options (`sweep SPEC --name x a.b=1`): argparse stops
     # collecting positionals at the first option, so gather the stragglers here

@@ -13,7 +13,7 @@ MKL_NUM_THREADS (kept as set); the process's CPU allowance, the smaller of its C
 `cpu.max`, v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`). A sweep's dry run measures a trial,
 so its default is what Ray gives a trial instead (`trial_threads`: one per CPU of
 `resources.cpu`). The thread count changes speed, not
-bits: the CPU BLAS path is pinned (tune_gems.commands.blas_path: MKL's strict reproducible
+bits: the CPU BLAS path is pinned (tune_gems.ops.cpu_code_path: MKL's strict reproducible
 mode) and the learner's own reductions are smaller than one thread's share of work
 (`tests/test_cpu_threads.py` compares the members of a run at 1 and 2 threads bit for bit).
 """

@@ -36,6 +36,7 @@ import torch
 from ray import tune
 
 from tune_gems.stats.metrics import DIVERGENCE_SCORED
+from tune_gems.ops.cpu_code_path import pin_cpu_code_path
 from tune_gems.design.arms import run_arms
 from tune_gems.design.resources import check_training_fits
 from tune_gems.contracts.result_files import BASELINES_KEY, CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE, FOLDS_KEY, MEMBERS_KEY
@@ -186,6 +187,7 @@ def train_trial(
     verbose: bool = False,
 ) -> None:
     quiet_trial(verbose)
+    pin_cpu_code_path()  # a worker of a cluster Ray started elsewhere lacks the driver's pins (before any tensor work)
     where = placement()
     lines: list[str] = []  # the epoch's HEALTH_DIAG line, sent with its report (tune_gems.sweep.progress)
     trainer = trial_trainer(params, base=base, prices=prices, design=design, log=lines.append)

@@ -15,7 +15,10 @@ Two libraries inside torch's CPU build pick their kernels by the instruction set
   both. `ATEN_CPU_CAPABILITY` picks the width; ATen reads it once, at its first kernel call.
 
 Both are pinned to AVX2, the widest set every x86-64 CPU of the last decade has, at the start of
-the CLI (and of the tests), before any tensor work; Ray workers started by the CLI inherit them.
+the CLI (and of the tests), before any tensor work; Ray workers started by the CLI inherit them,
+and each trial pins them again in its worker (tune_gems.sweep.trainable): a worker of a cluster
+started elsewhere (`ray start`) has neither the driver's environment nor these values, and its
+trials would round otherwise on an AVX-512 node.
 A value the user set already is kept. A CPU without AVX2 (or not x86) keeps ATen's own choice:
 naming a capability the CPU lacks would crash it.
 """
@@ -51,7 +54,7 @@ def cpu_has_avx2(read: Callable[[], str] | None = None) -> bool:
     return any(line.startswith("flags") and "avx2" in line.split() for line in text.splitlines())
 
 
-def pin_cpu_blas_path(environ: MutableMapping[str, str] = os.environ, has_avx2: Callable[[], bool] = cpu_has_avx2) -> str:
+def pin_cpu_code_path(environ: MutableMapping[str, str] = os.environ, has_avx2: Callable[[], bool] = cpu_has_avx2) -> str:
     """Set MKL's code path and, on an AVX2 CPU, ATen's kernel width, unless the user chose them;
     return MKL's path in force."""
     if CPU_KERNEL_WIDTH_ENV not in environ and has_avx2():
