@@ -314,7 +314,9 @@ def test_a_stopped_or_killed_confirmation_leaves_nothing_that_cannot_be_cleared(
 
 
 def test_two_confirmations_at_once_resolve_to_one(tmp_path):
-    """The second, started while the first trains, is refused in one line naming the first's pid."""
+    """The second, started while the first trains, is refused in one line naming the first's pid.
+    The first is frozen (SIGSTOP) from the moment it trains until the second has answered: on a
+    fast machine the tiny confirmation would otherwise finish during the second's start-up."""
     confirmable()(tmp_path)
     exp = tmp_path / "exp"
     first = _confirm(exp, tmp_path)
@@ -323,8 +325,12 @@ def test_two_confirmations_at_once_resolve_to_one(tmp_path):
         while not list(exp.glob(".confirmation.tmp-*")):
             assert first.poll() is None and time.monotonic() < deadline, first.communicate()
             time.sleep(0.02)
-        second = _confirm(exp, tmp_path)
-        _, err = second.communicate(timeout=300)
+        os.killpg(first.pid, signal.SIGSTOP)
+        try:
+            second = _confirm(exp, tmp_path)
+            _, err = second.communicate(timeout=300)
+        finally:
+            os.killpg(first.pid, signal.SIGCONT)
         assert second.returncode == 2 and err.count("\n") == 1, err
         assert f"pid {first.pid}" in err or "is running" in err, err
     finally:

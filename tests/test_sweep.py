@@ -104,7 +104,8 @@ def _check_console_and_labels(shown: str, exp, t, arms):
     lines = shown.splitlines()
     head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["trial_id", "status"])
     order = [line.split()[0] for line in lines[head + 1:head + 1 + len(t["trials"])]]
-    assert order == list(t["trials"].sort_values("objective", ascending=False)["trial_id"])
+    best_first = t["trials"].assign(_key=-t["trials"]["objective"]).sort_values(["_key", "trial_id"], kind="stable")
+    assert order == list(best_first["trial_id"])  # equal objectives (a tiny sweep's 0.000s) by trial id
     for (tid, arm), m in t["members"].groupby(["trial_id", "arm"]):
         row = arms[(arms["trial_id"] == tid) & (arms["arm"] == arm)].iloc[0].to_dict()
         base = "g6=measure g10=measure g12=measure sn=on noisy=on"
