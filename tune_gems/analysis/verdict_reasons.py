@@ -53,13 +53,18 @@ def market_text(row: dict) -> str:
     return f"; market-noise interval {status}: the effect is conditional on this one price history"
 
 
+def seeds_would_detect(seeds: float, rope: float) -> str:
+    """The seeds that would detect the ROPE, in words (the seed rule's power statement)."""
+    return f"about {_fmt(seeds, '.0f')} seeds would detect +-{rope:g}"
+
+
 def _seeds_text(row: dict) -> str:
     """What more seeds would do: the rule's own power note where it states one (one price history:
     the market-noise floor), else the seeds that would detect the ROPE."""
     note = row.get("power_note")
     if isinstance(note, str) and note:
         return note
-    return f"about {_fmt(row['seeds_needed'], '.0f')} seeds would detect +-{row['rope']:g}"
+    return seeds_would_detect(row["seeds_needed"], row["rope"])
 
 
 def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, power: float, m: int,

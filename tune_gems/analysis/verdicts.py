@@ -58,7 +58,7 @@ from tune_gems.stats.inference import holm_levels, min_detectable_effect, rank_t
 from tune_gems.analysis.report import format_number
 from tune_gems.analysis.rule_mde import Design, history_floor, market_se_of, rule_mde, seeds_for
 from tune_gems.analysis.held_out import held_out_check, held_out_effect
-from tune_gems.analysis.verdict_reasons import seed_reason
+from tune_gems.analysis.verdict_reasons import seed_reason, seeds_would_detect
 from tune_gems.analysis.walk_forward import fold_count, period_verdicts_and_folds
 from tune_gems.analysis.verdict_market_noise import (
     MARKET_COLUMNS,
@@ -312,7 +312,7 @@ def _with_market_power(row: dict, informative: np.ndarray, p_div: float, tied: f
     row["power_note"] = (f"no seed count reaches +-{rope:g} on this history's market noise: more periods (data.folds) "
                          "or histories, not more seeds"
                          if not math.isfinite(row["seeds_needed"]) else
-                         f"about {row['seeds_needed']:.0f} seeds would detect +-{rope:g}")
+                         seeds_would_detect(row["seeds_needed"], rope))
 
 
 def _seeds_to_run(informative_needed: float, tied_share: float) -> float:
