@@ -13,7 +13,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tune_gems.analysis.one_history_calibration import OneHistoryShape, format_one_history, one_history_table
+from tune_gems.analysis.calibrate.one_history_calibration import OneHistoryShape, format_one_history, one_history_table
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description="Calibrate the confirmation's final gate on one price history.")

@@ -11,7 +11,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tune_gems.analysis.factor_calibration import main
+from tune_gems.analysis.calibrate.factor_calibration import main
 
 if __name__ == "__main__":
     sys.exit(main())

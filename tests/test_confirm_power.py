@@ -28,12 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fake_results as fr  # noqa: E402
 
 from sweep_fixtures import SMOKE  # noqa: E402
-from tune_gems.analysis.calibration import SearchShape, mc_tolerance, search_confirm_rates  # noqa: E402
-from tune_gems.analysis.rule_mde import Design, finite_interval, period_floor, rule_mde, seeds_for  # noqa: E402
+from tune_gems.analysis.calibrate.calibration import SearchShape, mc_tolerance, search_confirm_rates  # noqa: E402
+from tune_gems.analysis.rules.rule_mde import Design, finite_interval, period_floor, rule_mde, seeds_for  # noqa: E402
 from tune_gems.analysis.rules.selection import final_on_one_history  # noqa: E402
 from tune_gems.analysis.rules.words import EQUIVALENT, HARMFUL, INCONCLUSIVE, KEEP  # noqa: E402
-from tune_gems.analysis.one_history_calibration import OneHistoryShape, one_history_search_rates  # noqa: E402
-from tune_gems.analysis.search_choice import confirmation_power, one_history_final  # noqa: E402
+from tune_gems.analysis.calibrate.one_history_calibration import OneHistoryShape, one_history_search_rates  # noqa: E402
+from tune_gems.analysis.verdicts.search_choice import confirmation_power, one_history_final  # noqa: E402
 from tune_gems.contracts.errors import ConfigError  # noqa: E402
 
 ALPHA, N_SEARCH = 0.05, 2000

@@ -86,9 +86,9 @@ def _run(fn) -> int:
 
 def run_calibration(a: argparse.Namespace) -> None:
     """Print the calibration of the verdict rule for the shape of the experiment(s) in `a`."""
-    from tune_gems.analysis.calibration import calibration_table, experiment_shapes, format_calibration
+    from tune_gems.analysis.calibrate.calibration import calibration_table, experiment_shapes, format_calibration
     from tune_gems.analysis.analyze import analyze, check_settings
-    from tune_gems.analysis.walk_forward_calibration import format_period_calibration
+    from tune_gems.analysis.calibrate.walk_forward_calibration import format_period_calibration
 
     thresholds = check_settings(**analysis_settings(a), n_sim=a.n_sim)  # the one record, built once
     res = analyze(a.experiments, thresholds=thresholds)
@@ -105,7 +105,7 @@ def period_table(verdicts, shapes, thresholds):
     (`fold_sd_diff`), not that of the fold-averaged differences."""
     from dataclasses import replace
 
-    from tune_gems.analysis.walk_forward_calibration import period_calibration_table
+    from tune_gems.analysis.calibrate.walk_forward_calibration import period_calibration_table
 
     own = int(verdicts["folds"].max()) if "folds" in verdicts.columns and verdicts["folds"].notna().any() else 1
     folds = tuple(sorted(set(defaults.CALIBRATION_FOLDS) | {own}))
@@ -121,9 +121,9 @@ def run_report(a: argparse.Namespace) -> None:
     if getattr(a, "calibrate", False):
         run_calibration(a)
         return
-    from tune_gems.analysis.objective import objective_notes
-    from tune_gems.analysis.factors import format_factor_table
-    from tune_gems.analysis.report import format_verdict_table
+    from tune_gems.analysis.describe.objective import objective_notes
+    from tune_gems.analysis.verdicts.factors import format_factor_table
+    from tune_gems.analysis.render.report import format_verdict_table
     from tune_gems.analysis.analyze import run_analysis
     from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
 
@@ -148,7 +148,7 @@ def report_main(argv: list[str] | None = None) -> int:
 
 def verdicts_main(argv: list[str] | None = None) -> int:
     """Print the verdict per gem with its evidence (writes nothing)."""
-    from tune_gems.analysis.report import format_verdict_table
+    from tune_gems.analysis.render.report import format_verdict_table
     from tune_gems.analysis.analyze import analyze
 
     a = _parser("Print the verdict per gem of finished sweep(s).", out=False).parse_args(argv)
@@ -162,10 +162,10 @@ def verdicts_main(argv: list[str] | None = None) -> int:
 
 def sharpe_variance_main(argv: list[str] | None = None) -> int:
     """Print the Sharpe variance table per configuration (writes nothing)."""
-    from tune_gems.analysis.load import load_experiment
-    from tune_gems.analysis.report import markdown_table
+    from tune_gems.analysis.read.load import load_experiment
+    from tune_gems.analysis.render.report import markdown_table
     from tune_gems.analysis.analyze import check_settings
-    from tune_gems.analysis.variance import sharpe_variance
+    from tune_gems.analysis.describe.variance import sharpe_variance
 
     a = _parser("Print Sharpe variance per configuration of finished sweep(s).", out=False).parse_args(argv)
 
@@ -181,9 +181,9 @@ def sharpe_variance_main(argv: list[str] | None = None) -> int:
 def period_calibration_main(argv: list[str] | None = None) -> int:
     """`python analysis/calibrate_periods.py`: the calibration over periods for
     a stated shape (no experiment needed): the figures of docs/analysis.md."""
-    from tune_gems.analysis.calibration import Shape
+    from tune_gems.analysis.calibrate.calibration import Shape
     from tune_gems.analysis.analyze import check_settings
-    from tune_gems.analysis.walk_forward_calibration import format_period_calibration, period_calibration_table
+    from tune_gems.analysis.calibrate.walk_forward_calibration import format_period_calibration, period_calibration_table
 
     p = argparse.ArgumentParser(description="Calibrate the verdict rule over walk-forward periods for a stated shape.")
     p.add_argument("--seeds", type=int, default=16, help="seeds per arm (default 16)")
@@ -206,7 +206,7 @@ def period_calibration_main(argv: list[str] | None = None) -> int:
 
     def go() -> None:
         from tune_gems.contracts.errors import ConfigError
-        from tune_gems.analysis.walk_forward_calibration import format_period_sensitivity, period_sensitivity_table
+        from tune_gems.analysis.calibrate.walk_forward_calibration import format_period_sensitivity, period_sensitivity_table
 
         thresholds = check_settings(alpha=a.alpha, rope=a.rope, n_sim=a.n_sim, seed=a.seed, min_periods=a.min_periods,
                                     one_sided_keep=a.one_sided_keep, share_tau=not a.per_contrast_tau)

@@ -204,7 +204,7 @@ def _add_compare_parser(sub) -> argparse.ArgumentParser:
 
 def _cmd_confirm(args: argparse.Namespace) -> int:
     """`tune-gems confirm EXP`: re-test each gem's chosen configuration on fresh seeds and paths."""
-    from tune_gems.analysis.search_choice import format_confirmation
+    from tune_gems.analysis.verdicts.search_choice import format_confirmation
     from tune_gems.analysis.scripts import analysis_settings
     from tune_gems.commands.confirm import confirm
 
