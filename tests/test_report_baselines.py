@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from tune_gems.analysis.read.load import read_baselines
-from tune_gems.analysis.render.report import baseline_comparison
+from tune_gems.stats.baseline_headline import baseline_comparison
 from tune_gems.contracts.errors import DataError
 
 

@@ -35,7 +35,8 @@ from tune_gems.analysis.render.report import render_report
 from tune_gems.analysis.verdicts.factors import factor_table
 from tune_gems.analysis.verdicts.fold_effects import fold_dates, fold_effects_table
 from tune_gems.analysis.verdicts.held_out import skill_context
-from tune_gems.analysis.describe.variance import sharpe_variance, split_arms, trial_outcomes
+from tune_gems.analysis.describe.variance import sharpe_variance, split_arms
+from tune_gems.analysis.read.outcomes import trial_outcomes
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.verdicts.verdicts import gem_verdict_tables, placebo_verdicts, verdict_metric
 from tune_gems.contracts.errors import DataError

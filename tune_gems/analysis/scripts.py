@@ -163,7 +163,7 @@ def verdicts_main(argv: list[str] | None = None) -> int:
 def sharpe_variance_main(argv: list[str] | None = None) -> int:
     """Print the Sharpe variance table per configuration (writes nothing)."""
     from tune_gems.analysis.read.load import load_experiment
-    from tune_gems.analysis.render.report import markdown_table
+    from tune_gems.analysis.text import markdown_table
     from tune_gems.analysis.analyze import check_settings
     from tune_gems.analysis.describe.variance import sharpe_variance
 

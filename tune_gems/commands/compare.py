@@ -137,7 +137,7 @@ def _labels(a: Path, b: Path) -> tuple[str, str]:
 
 
 def compare(a: str | Path, b: str | Path, **settings: Any) -> Comparison:
-    from tune_gems.analysis.render.report import baseline_comparison
+    from tune_gems.stats.baseline_headline import baseline_comparison
     from tune_gems.analysis.analyze import analyze
     from tune_gems.stats.baseline_headline import baseline_headline
 

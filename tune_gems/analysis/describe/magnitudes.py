@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis.read.labels import trial_gem_modes
-from tune_gems.analysis.describe.variance import KEY, trial_outcomes
+from tune_gems.analysis.read.outcomes import KEY, trial_outcomes
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 
 

@@ -40,7 +40,7 @@ import pandas as pd
 
 from tune_gems.stats.inference import worst_outcome_difference
 from tune_gems.analysis.read.labels import trial_gem_modes
-from tune_gems.analysis.describe.variance import KEY, trial_outcomes
+from tune_gems.analysis.read.outcomes import KEY, trial_outcomes
 from tune_gems.contracts.errors import DataError
 
 DEFAULT_ARM = "default"

@@ -19,10 +19,10 @@ from typing import Iterable
 
 import pandas as pd
 
+from tune_gems.analysis.read.outcomes import KEY
 from tune_gems.contracts.config_label import arm_label, trial_label
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST
 
-KEY = ["experiment", "trial_id"]
 
 def gem_mode_from_label(label: str, gem: str) -> str | None:
     """The mode of `gem` written in a config label (`g6=measure ...`), or None if absent."""

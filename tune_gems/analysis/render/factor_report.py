@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from tune_gems.analysis.render.report import markdown_table
+from tune_gems.analysis.text import markdown_table
 
 FACTOR_REPORT_COLUMNS = ("kind", "factor", "contrast", "verdict", "reading", "n_seeds", "tied_share", "effect", "ci_low",
                          "ci_high", "p_adjusted", "mde", "mde_floor", "pooled_effect", "pooled_ci_low", "pooled_ci_high",

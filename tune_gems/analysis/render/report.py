@@ -1,13 +1,10 @@
-"""Text renderings: markdown tables, the terminal verdict table and `report.md`.
-
-Written by hand (no `tabulate` dependency). Numbers use 4 significant digits; missing values
-are left blank in markdown and shown as `-` in the terminal.
-"""
+"""Text renderings: the terminal verdict table and `report.md` (its numbers, intervals and markdown
+tables in the words of `tune_gems.analysis.text`)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -15,62 +12,14 @@ import pandas as pd
 from tune_gems.analysis.rules.seed import NO_DESIGN
 from tune_gems.analysis.rules.words import NULL_ARM_OK
 from tune_gems.analysis.render.plot_index import lead_section
+from tune_gems.analysis.text import format_interval, format_number, markdown_table
 from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
-
-
-def _cell(v: Any, digits: int = 4) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, (bool, np.bool_)):
-        return str(bool(v))
-    if isinstance(v, (int, np.integer)):
-        return str(int(v))
-    if isinstance(v, (float, np.floating)):
-        if math.isnan(v):
-            return ""
-        return f"{v:.{digits}g}"
-    try:
-        if pd.isna(v):
-            return ""
-    except (TypeError, ValueError):
-        pass
-    return str(v).replace("|", "\\|").replace("\n", " ")
-
-
-def markdown_table(df: pd.DataFrame, columns: Iterable[str] | None = None, digits: int = 4) -> str:
-    """A GitHub-markdown table of `df` (selected `columns`, in order); `_None._` if empty."""
-    cols = [c for c in (columns or df.columns) if c in df.columns]
-    if not len(df) or not cols:
-        return "_None._"
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for _, r in df[cols].iterrows():
-        lines.append("| " + " | ".join(_cell(r[c], digits) for c in cols) + " |")
-    return "\n".join(lines)
-
-
-def format_number(v: Any, fmt: str = ".3g", missing: str = "-") -> str:
-    """A number for a table or a verdict's text: +inf / -inf spelled out, `missing` for NaN or
-    for something that is not a number."""
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return missing
-    if np.isinf(f):
-        return "+inf" if f > 0 else "-inf"
-    return missing if np.isnan(f) else format(f, fmt)
-
-
-_num = format_number
-
-
-def _interval(lo: Any, hi: Any) -> str:
-    return "-" if _num(lo) == "-" and _num(hi) == "-" else f"[{_num(lo)}, {_num(hi)}]"
 
 
 def market_interval(r: Any) -> str:
     """The market-noise interval of a verdict row, `-` where there is none."""
     status = r.get("market_noise")
-    return _interval(r.get("market_ci_low"), r.get("market_ci_high")) if status == "ok" else "-"
+    return format_interval(r.get("market_ci_low"), r.get("market_ci_high")) if status == "ok" else "-"
 
 
 def _market_part(r: Any) -> str:
@@ -92,20 +41,20 @@ def verdict_line(r: Any) -> str:
     """The gem block's first line: the verdict's word (and the seeds' where the gates changed
     it), the effect that decided with its interval, and the MDE of the test that decided (with
     walk-forward folds the pooled estimate; else the seed rule's)."""
-    if _num(r.get("n_seeds"), "g") in ("-", "0"):
+    if format_number(r.get("n_seeds"), "g") in ("-", "0"):
         return f"{r['gem']}: {r['verdict']} - design: none"
     seed_word = r.get("seed_verdict")
     changed = f" (seeds alone: {seed_word})" if isinstance(seed_word, str) and seed_word and seed_word != r["verdict"] else ""
     if _finite(r, "pooled_effect"):
-        level = _num(100 * float(r.get("pooled_ci_level", float("nan"))), ".1f")
-        interval = _interval(r.get("pooled_ci_low"), r.get("pooled_ci_high"))
-        effect = (f"pooled effect {_num(r.get('pooled_effect'), '+.3g')} "
+        level = format_number(100 * float(r.get("pooled_ci_level", float("nan"))), ".1f")
+        interval = format_interval(r.get("pooled_ci_low"), r.get("pooled_ci_high"))
+        effect = (f"pooled effect {format_number(r.get('pooled_effect'), '+.3g')} "
                   + (f"{interval} ({level}%, " if interval != "-" else "(no interval, ")
-                  + f"over {_num(r.get('periods_informative'), '.0f')} periods)")
+                  + f"over {format_number(r.get('periods_informative'), '.0f')} periods)")
     else:
-        effect = (f"effect {_num(r.get('effect'), '+.3g')} {_interval(r.get('ci_low'), r.get('ci_high'))} "
-                  f"({_num(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise, over seeds; pseudo-median)")
-    return f"{r['gem']}: {r['verdict']}{changed} - {effect}; MDE {_num(r.get('mde'))}"
+        effect = (f"effect {format_number(r.get('effect'), '+.3g')} {format_interval(r.get('ci_low'), r.get('ci_high'))} "
+                  f"({format_number(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise, over seeds; pseudo-median)")
+    return f"{r['gem']}: {r['verdict']}{changed} - {effect}; MDE {format_number(r.get('mde'))}"
 
 
 def why_line(r: Any, *, per_fold: bool = True) -> str:
@@ -115,14 +64,14 @@ def why_line(r: Any, *, per_fold: bool = True) -> str:
     statement, the periods' heterogeneity (and the fold effects, `per_fold`), the held-out test
     and the skill in context. Without a `why` (a table written before it) the reason."""
     why = r.get("why") if isinstance(r.get("why"), str) and r.get("why") else str(r.get("reason", ""))
-    if _num(r.get("n_seeds"), "g") in ("-", "0"):
+    if format_number(r.get("n_seeds"), "g") in ("-", "0"):
         return why
     seeds = ""
     if _finite(r, "pooled_effect"):
-        seeds = (f"; over seeds {_num(r.get('effect'), '+.3g')} {_interval(r.get('ci_low'), r.get('ci_high'))} "
-                 f"({_num(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise; pseudo-median)")
+        seeds = (f"; over seeds {format_number(r.get('effect'), '+.3g')} {format_interval(r.get('ci_low'), r.get('ci_high'))} "
+                 f"({format_number(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise; pseudo-median)")
     return (f"{why}; design: {r['design']}; seeds {int(r['n_seeds'])}{_ties_part(r)}{seeds}, mean "
-            f"{_num(r.get('mean_effect'), '+.3g')}{_market_part(r)}; Holm p {_num(r.get('p_adjusted'), '.2g')}"
+            f"{format_number(r.get('mean_effect'), '+.3g')}{_market_part(r)}; Holm p {format_number(r.get('p_adjusted'), '.2g')}"
             f"{_power_part(r)}{_period_part(r, per_fold)}{_held_out_part(r)}{_skill_part(r)}")
 
 
@@ -137,27 +86,27 @@ def _ties_part(r: Any) -> str:
     """Ties (left out of every test) and members that never traded, where there are any."""
     parts = []
     if _finite(r, "tied_share") and float(r["tied_share"]) > 0:
-        parts.append(f"{_num(100 * float(r['tied_share']), '.0f')}% tie ({_num(r.get('n_informative'), '.0f')} informative)")
+        parts.append(f"{format_number(100 * float(r['tied_share']), '.0f')}% tie ({format_number(r.get('n_informative'), '.0f')} informative)")
     if _finite(r, "zero_turnover_share") and float(r["zero_turnover_share"]) > 0:
-        parts.append(f"{_num(100 * float(r['zero_turnover_share']), '.0f')}% of members never traded")
+        parts.append(f"{format_number(100 * float(r['zero_turnover_share']), '.0f')}% of members never traded")
     return f" ({', '.join(parts)})" if parts else ""
 
 
 def _power_part(r: Any) -> str:
     """The power statement beyond the MDE (on the verdict line): with several periods the
     floor with infinitely many seeds and what it implies, else the seeds that would reach the ROPE."""
-    rope = _num(r.get("rope"), "g")
+    rope = format_number(r.get("rope"), "g")
     note = r.get("power_note") if isinstance(r.get("power_note"), str) and r.get("power_note") else ""
     if not _finite(r, "mde_floor"):
-        return f"; seeds for +-{rope}: {_num(r.get('seeds_needed'), '.0f')}"
-    advice = f": {note}" if note else f"; seeds per fold for +-{rope}: {_num(r.get('seeds_needed'), '.0f')}"
-    return f"; MDE floor {_num(r.get('mde_floor'))} with infinitely many seeds{advice}"
+        return f"; seeds for +-{rope}: {format_number(r.get('seeds_needed'), '.0f')}"
+    advice = f": {note}" if note else f"; seeds per fold for +-{rope}: {format_number(r.get('seeds_needed'), '.0f')}"
+    return f"; MDE floor {format_number(r.get('mde_floor'))} with infinitely many seeds{advice}"
 
 
 def _period_part(r: Any, per_fold: bool = True) -> str:
     """Walk-forward folds: the pooled test's heterogeneity and the fold effects (issue 20); one
     period: what the verdict is conditional on."""
-    if _num(r.get("pooled_effect")) == "-":
+    if format_number(r.get("pooled_effect")) == "-":
         period = r.get("period") if isinstance(r.get("period"), str) else ""
         folds = r.get("fold_effects") if per_fold and isinstance(r.get("fold_effects"), str) else ""
         return (f"; {period}" if period and period not in str(r.get("why", "")) else "") + (
@@ -166,14 +115,14 @@ def _period_part(r: Any, per_fold: bool = True) -> str:
     folds = f"; per fold: {r['fold_effects']}" if per_fold and isinstance(r.get("fold_effects"), str) and r["fold_effects"] else ""
     if not _finite(r, "pooled_p_adjusted"):  # too few periods: nothing was tested
         return folds
-    return (f"; pooled by HKSJ with {_num(r.get('pooled_df'), '.3g')} df{shared}, Holm p "
-            f"{_num(r.get('pooled_p_adjusted'), '.2g')}, tau^2 {_num(r.get('tau2'))}, I^2 "
-            f"{_percent(r.get('i2'))} (Q Holm p {_num(r.get('q_p_adjusted'), '.2g')}){folds}")
+    return (f"; pooled by HKSJ with {format_number(r.get('pooled_df'), '.3g')} df{shared}, Holm p "
+            f"{format_number(r.get('pooled_p_adjusted'), '.2g')}, tau^2 {format_number(r.get('tau2'))}, I^2 "
+            f"{_percent(r.get('i2'))} (Q Holm p {format_number(r.get('q_p_adjusted'), '.2g')}){folds}")
 
 
 def _percent(share: Any) -> str:
     """A share as a whole percentage, "-" where it is missing (no "-%")."""
-    text = _num(100 * share if isinstance(share, (int, float, np.floating)) else share, ".0f")
+    text = format_number(100 * share if isinstance(share, (int, float, np.floating)) else share, ".0f")
     return text if text == "-" else f"{text}%"
 
 
@@ -182,7 +131,7 @@ def _held_out_part(r: Any) -> str:
     held = r.get("held_out")
     if not isinstance(held, str) or not held:
         return ""
-    return f"; test segment {_num(r.get('test_effect'), '+.3g')} {_interval(r.get('test_ci_low'), r.get('test_ci_high'))}: {held}"
+    return f"; test segment {format_number(r.get('test_effect'), '+.3g')} {format_interval(r.get('test_ci_low'), r.get('test_ci_high'))}: {held}"
 
 
 def _skill_part(r: Any) -> str:
@@ -197,10 +146,10 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
     header = ["gem", "verdict", "seeds", "effect", "mean", "CI", "market CI", "Holm p", "TOST p", "MDE", "excess/loss"]
     rows = [header]
     for _, r in df.iterrows():
-        rows.append([str(r["gem"]), str(r["verdict"]), _num(r.get("n_seeds"), "g"), _num(r.get("effect"), "+.3g"),
-                     _num(r.get("mean_effect"), "+.3g"),
-                     _interval(r.get("ci_low"), r.get("ci_high")), market_interval(r), _num(r.get("p_adjusted"), ".2g"),
-                     _num(r.get("tost_p_adjusted"), ".2g"), _num(r.get("mde")), _num(r.get("excess_median"))])
+        rows.append([str(r["gem"]), str(r["verdict"]), format_number(r.get("n_seeds"), "g"), format_number(r.get("effect"), "+.3g"),
+                     format_number(r.get("mean_effect"), "+.3g"),
+                     format_interval(r.get("ci_low"), r.get("ci_high")), market_interval(r), format_number(r.get("p_adjusted"), ".2g"),
+                     format_number(r.get("tost_p_adjusted"), ".2g"), format_number(r.get("mde")), format_number(r.get("excess_median"))])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -215,17 +164,17 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
             kind = r.get("kind") if isinstance(r.get("kind"), str) else "placebo"
             what = f"placebo {r['gem']} (wired at ~0 weight)" if kind == "placebo" else kind
             vacuous = ("" if bool(r.get("informative", True)) else
-                       f" ** uninformative: {_num(100 * float(r['tied_share']), '.0f')}% of the pairs tie (identical outcomes): it tests nothing **")
+                       f" ** uninformative: {format_number(100 * float(r['tied_share']), '.0f')}% of the pairs tie (identical outcomes): it tests nothing **")
             lines.append(f"{what}: {r['verdict']}{'' if ok else ' ** the rule is not calibrated for this learner **'}"
-                         f" - effect {_num(r['effect'], '+.3g')} {_interval(r['ci_low'], r['ci_high'])}, p {_num(r['p_value'], '.2g')}, "
-                         f"spread sd {_num(r['sd_diff'])}, IQR {_num(r['iqr_diff'])} over {int(r['n_seeds'])} seeds{vacuous}")
+                         f" - effect {format_number(r['effect'], '+.3g')} {format_interval(r['ci_low'], r['ci_high'])}, p {format_number(r['p_value'], '.2g')}, "
+                         f"spread sd {format_number(r['sd_diff'])}, IQR {format_number(r['iqr_diff'])} over {int(r['n_seeds'])} seeds{vacuous}")
     if redundancy is not None and len(redundancy):
         lines.append("")
         for _, r in redundancy.iterrows():
             lines.append(f"redundancy {r['gem']} vs {r['feature']}: {r['finding']}"
                          + ("" if r["finding"] == NO_DESIGN else
-                            f" - excess off {_num(r['excess_off'])}, on {_num(r['excess_on'])}, change "
-                            f"{_num(r['change'], '+.3g')} {_interval(r['ci_low'], r['ci_high'])}, Holm p {_num(r['p_adjusted'], '.2g')}"
+                            f" - excess off {format_number(r['excess_off'])}, on {format_number(r['excess_on'])}, change "
+                            f"{format_number(r['change'], '+.3g')} {format_interval(r['ci_low'], r['ci_high'])}, Holm p {format_number(r['p_adjusted'], '.2g')}"
                             f" ({int(r['n_seeds'])} seeds)"))
     return "\n".join(lines)
 
@@ -239,9 +188,9 @@ def _sharpe_view(sv: pd.DataFrame, prefix: str) -> pd.DataFrame:
             out[c] = sv[c]
     for s in ("n", "mean", "std", "var", "min", "max"):
         out[s] = sv[f"{prefix}_{s}"]
-    out["best range"] = [_interval(a, b) for a, b in zip(sv[f"{prefix}_best_min"], sv[f"{prefix}_best_max"])]
+    out["best range"] = [format_interval(a, b) for a, b in zip(sv[f"{prefix}_best_min"], sv[f"{prefix}_best_max"])]
     out["IQM"] = sv[f"{prefix}_iqm"]
-    out["IQM CI"] = [_interval(a, b) for a, b in zip(sv[f"{prefix}_iqm_ci_low"], sv[f"{prefix}_iqm_ci_high"])]
+    out["IQM CI"] = [format_interval(a, b) for a, b in zip(sv[f"{prefix}_iqm_ci_low"], sv[f"{prefix}_iqm_ci_high"])]
     return out
 
 

@@ -47,7 +47,7 @@ import pandas as pd
 
 from tune_gems.analysis.rules.factor_rule import EffectDecision, decide_effects
 from tune_gems.analysis.pairs.pairing import Cells, Paired, paired
-from tune_gems.analysis.render.report import format_number
+from tune_gems.analysis.text import format_number
 from tune_gems.analysis.rules.rule_mde import Design, market_se_of, rule_mde
 from tune_gems.analysis.rules.seed import decide_family
 from tune_gems.analysis.rules.thresholds import Thresholds

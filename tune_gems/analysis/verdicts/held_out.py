@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis.pairs.pairing import Cells
-from tune_gems.analysis.render.report import baseline_comparison, format_number
-from tune_gems.stats.baseline_headline import skill_flag
+from tune_gems.analysis.text import format_number
+from tune_gems.stats.baseline_headline import baseline_comparison, skill_flag
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.words import DECISIVE, KEEP
 from tune_gems.analysis.pairs.selectors import placebo_selectors, wiring_pairs

@@ -176,7 +176,7 @@ def side_by_side(choices: list[Choice], discovery: pd.DataFrame, confirmation: p
 
 def format_confirmation(table: pd.DataFrame) -> str:
     """The side-by-side table as text for a terminal (what `tune-gems confirm` prints)."""
-    from tune_gems.analysis.render.report import format_number
+    from tune_gems.analysis.text import format_number
 
     def f(x, spec="+.3g"):
         return format_number(x, spec, missing="-")
@@ -352,7 +352,7 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
 
 
 def _f(x: float) -> str:
-    from tune_gems.analysis.render.report import format_number
+    from tune_gems.analysis.text import format_number
 
     return format_number(x, ".3g", missing="nan")
 

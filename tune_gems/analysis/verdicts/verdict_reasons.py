@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from tune_gems.analysis.render.report import format_number
+from tune_gems.analysis.text import format_number
 from tune_gems.analysis.rules.seed import cannot_reach
 from tune_gems.analysis.rules.words import CONFOUNDED, DELETE, EQUIVALENT, HARMFUL, INCONCLUSIVE, INSUFFICIENT, KEEP
 from tune_gems.analysis.verdicts.verdict_market_noise import ACROSS_PERIODS, NOT_NEEDED, OK as MARKET_OK

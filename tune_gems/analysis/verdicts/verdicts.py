@@ -55,7 +55,7 @@ from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, build_cells, paired
 from tune_gems.analysis.pairs.excess import add_excess_columns
 from tune_gems.stats.inference import holm_levels, min_detectable_effect, rank_test, seeds_needed
-from tune_gems.analysis.render.report import format_number
+from tune_gems.analysis.text import format_number
 from tune_gems.analysis.rules.rule_mde import Design, history_floor, market_se_of, rule_mde, seeds_for
 from tune_gems.analysis.verdicts.held_out import held_out_check, held_out_effect
 from tune_gems.analysis.verdicts.verdict_reasons import seed_reason, seeds_would_detect

@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis.pairs.pairing import Cells, Paired
-from tune_gems.analysis.render.report import format_number
+from tune_gems.analysis.text import format_number
 from tune_gems.analysis.rules.gates import one_period_gate
 from tune_gems.analysis.rules.period_family import (
     FoldData, decide_fold_data, fold_components, informative_variance, pool_fold_data,
