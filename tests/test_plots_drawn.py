@@ -17,12 +17,11 @@ from tune_gems.analysis.render.figures import (
     CONFIRMATION_TABLE, IMPROVEMENT_CSV, LEARNING_CURVES_CSV, PAIRED_SEEDS_CSV, PROFILES_CSV, analysis_figures,
     plot_tables,
 )
-from tune_gems.analysis.render.fold_forest import fold_forest
 from tune_gems.analysis.pairs.pairing import build_cells, paired
 from tune_gems.analysis.render.plot_tables import probability_of_improvement
-from tune_gems.analysis.render.plots import IMPORTANCE_FEW_TRIALS, importance_bars, sharpe_distributions
-from tune_gems.analysis.render.seed_plots import fold_color
-from tune_gems.analysis.render.shrinkage_plot import confirmation_shrinkage
+from tune_gems.analysis.render.plots import (
+    IMPORTANCE_FEW_TRIALS, confirmation_shrinkage, fold_color, fold_forest, importance_bars, sharpe_distributions,
+)
 from tune_gems.analysis.describe.variance import final_members
 
 FAST = dict(n_boot=100)

@@ -139,12 +139,12 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
     from tune_gems.analysis import plan
     from tune_gems.analysis.calibrate import calibration, factor_calibration, one_history_calibration, walk_forward_calibration
     from tune_gems.analysis.rules import factor_rule, rule_mde
-    from tune_gems.analysis.verdicts import factors, redundancy, verdicts, walk_forward
+    from tune_gems.analysis.verdicts import factors, gem_verdicts, redundancy, walk_forward
     from tune_gems.analysis.rules import gates, period_family, periods, pooling, power, seed, ties
 
     uses = {
-        seed.decide_family: (verdicts, calibration, walk_forward_calibration, factor_rule, one_history_calibration),
-        gates.market_gate: (verdicts, walk_forward_calibration, factor_rule, one_history_calibration),
+        seed.decide_family: (gem_verdicts, calibration, walk_forward_calibration, factor_rule, one_history_calibration),
+        gates.market_gate: (gem_verdicts, walk_forward_calibration, factor_rule, one_history_calibration),
         gates.one_period_gate: (walk_forward, walk_forward_calibration, factor_rule, one_history_calibration),
         # the K >= 2 decision: the gem verdicts, the factor table, the confirmation's simulated
         # search and the calibrations hold one function (and it the pooling and the period rule)
@@ -159,7 +159,7 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
         pooling.fold_estimates: (walk_forward, period_family),
         pooling.shared_seed_variance: (walk_forward, period_family),
         pooling.seed_anova: (walk_forward, period_family),
-        ties.informative_rank_test: (verdicts, walk_forward, calibration, walk_forward_calibration, factor_rule),
+        ties.informative_rank_test: (gem_verdicts, walk_forward, calibration, walk_forward_calibration, factor_rule),
         # the power statement: the verdicts', the plan's, the calibration's and confirm's MDE
         power.pooled_mde: (walk_forward, walk_forward_calibration, plan, rule_mde),
         power.mde_floor: (walk_forward, rule_mde),

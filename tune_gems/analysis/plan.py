@@ -45,7 +45,7 @@ from tune_gems.analysis.pairs.pairing import build_cells
 from tune_gems.analysis.rules.period_family import fold_components
 from tune_gems.analysis.rules.power import PooledComponents, mde_floor, pooled_mde
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.verdicts.verdicts import gem_verdicts
+from tune_gems.analysis.verdicts.gem_verdicts import gem_verdicts
 from tune_gems.analysis.verdicts.walk_forward import family_folds, fold_count, pool_family_of
 from tune_gems.contracts.errors import ConfigError, DataError
 

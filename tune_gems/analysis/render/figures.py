@@ -1,14 +1,18 @@
-"""Every plot of an analysis and the tables they are drawn from: what `write_result` writes.
+"""Every plot of an analysis: its title, file and caption, the table it is drawn from, and what
+`write_result` writes.
 
-`plot_tables` computes the tables (tune_gems.analysis.render.plot_tables; written as CSV even with
---no-plots: they are numbers), `analysis_figures` draws every figure from them and from the
-analysis's own tables: the lead plots of report.md (tune_gems.analysis.render.plot_index) and the
-figures of its sections. A confirmation folder (`tune-gems confirm`'s output, read by
-`tune-gems analyze EXP/confirmation`) adds the shrinkage plot from its confirmation.csv.
+The lead plots of report.md (`LEAD_PLOTS`, read before the tables) carry a one-line caption,
+and `lead_section` writes the section of report.md that opens with them (issue 31 item 4).
+`plot_tables` computes the tables (tune_gems.analysis.render.plot_tables; written as CSV even
+with --no-plots: they are numbers), `analysis_figures` draws every figure from them and from
+the analysis's own tables (tune_gems.analysis.render.plots): the lead plots and the figures of
+report.md's sections. A confirmation folder (`tune-gems confirm`'s output, read by `tune-gems
+analyze EXP/confirmation`) adds the shrinkage plot from its confirmation.csv.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,22 +20,14 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from tune_gems.analysis import defaults
-
-from tune_gems.analysis.render import plots
 from tune_gems.analysis.describe.objective import searched_mode
+from tune_gems.analysis.describe.variance import final_members
 from tune_gems.analysis.pairs.pairing import build_cells
-from tune_gems.analysis.verdicts.fold_effects import pooled_estimates
-from tune_gems.analysis.render.fold_forest import fold_forest
-from tune_gems.analysis.render.plot_index import (
-    FOLD_FOREST, IMPROVEMENT, LEARNING_CURVES, PAIRED_SEEDS, PERFORMANCE_PROFILES, SHRINKAGE,
-)
+from tune_gems.analysis.render import plots
 from tune_gems.analysis.render.plot_tables import (
     improvement_table, learning_curve_table, paired_seed_table, performance_profile_table,
 )
-from tune_gems.analysis.render.profile_plots import improvement_bars, performance_profiles
-from tune_gems.analysis.render.seed_plots import learning_curves, paired_seeds
-from tune_gems.analysis.render.shrinkage_plot import confirmation_shrinkage
-from tune_gems.analysis.describe.variance import final_members
+from tune_gems.analysis.verdicts.fold_effects import pooled_estimates
 
 PAIRED_SEEDS_CSV = "paired_seeds.csv"
 LEARNING_CURVES_CSV = "learning_curves.csv"
@@ -39,6 +35,47 @@ PROFILES_CSV = "performance_profiles.csv"
 IMPROVEMENT_CSV = "probability_of_improvement.csv"
 CONFIRMATION_TABLE = "confirmation.csv"
 """The side-by-side table a confirmation folder holds (tune_gems.commands.confirm.TABLE_FILE)."""
+
+
+@dataclass(frozen=True)
+class Plot:
+    title: str
+    file: str
+    caption: str
+
+
+FOLD_FOREST = Plot("Effect per fold", "fold_forest.png",
+                   "per gem, each walk-forward fold's effect with the interval the period rule read, the pooled "
+                   "estimate and interval the verdict used as a diamond, the ROPE band (`fold_effects.csv`)")
+PAIRED_SEEDS = Plot("Seed pairs", "paired_seeds.png",
+                    "each seed pair of a gem's verdict comparison, one line from the measured to the wired member, "
+                    "coloured by fold (`paired_seeds.csv`): flat lines are ties, a fan of crossing lines is noise")
+LEARNING_CURVES = Plot("Learning curves", "learning_curves.png",
+                       "the verdict metric per epoch and arm, median over seeds with the interquartile range "
+                       "(`learning_curves.csv`; the best trials by objective)")
+PERFORMANCE_PROFILES = Plot("Performance profiles", "performance_profiles.png",
+                            "per gem, the share of seeds above each threshold, measured and wired "
+                            "(`performance_profiles.csv`)")
+IMPROVEMENT = Plot("Probability of improvement", "probability_of_improvement.png",
+                   "P(wired > measured) over the seed pairs, ties half, averaged over folds "
+                   "(`probability_of_improvement.csv`): a description, the verdict is the test")
+SHRINKAGE = Plot("Confirmation shrinkage", "confirmation_shrinkage.png",
+                 "per gem, the search's gain of its chosen trial against the same statistic on fresh seeds and "
+                 "paths (`confirmation.csv`)")
+LEAD_PLOTS = (FOLD_FOREST, PAIRED_SEEDS, LEARNING_CURVES, PERFORMANCE_PROFILES, IMPROVEMENT, SHRINKAGE)
+"""The plots report.md opens with, in this order (those there was something to draw for)."""
+
+
+def lead_section(images: dict[str, str]) -> list[str]:
+    """report.md's opening section: each lead plot that was drawn (`images`: title -> file),
+    with its caption; nothing when none was."""
+    drawn = [p for p in LEAD_PLOTS if p.title in images]
+    if not drawn:
+        return []
+    lines = ["## Plots first"]
+    for p in drawn:
+        lines += ["", f"**{p.title}**: {p.caption}.", "", f"![{p.title}]({images[p.title]})"]
+    return lines
 
 
 def plot_tables(result: Any) -> dict[str, pd.DataFrame]:
@@ -95,16 +132,16 @@ def analysis_figures(result: Any, tables: dict[str, pd.DataFrame]) -> dict[tuple
     final = final_members(exp.members, exp.trials)
     folds = getattr(result, "fold_effects", None)
     return {
-        (FOLD_FOREST.title, FOLD_FOREST.file): fold_forest(folds, pooled_estimates(folds) if folds is not None else None, metric=metric,
-                                                           rope=s.get("rope", defaults.ROPE)),
-        (PAIRED_SEEDS.title, PAIRED_SEEDS.file): paired_seeds(pairs, last_k),
-        (LEARNING_CURVES.title, LEARNING_CURVES.file): learning_curves(tables[LEARNING_CURVES_CSV],
-                                                                       trial_order(exp.trials, mode),
-                                                                       trial_titles(exp.trials)),
-        (PERFORMANCE_PROFILES.title, PERFORMANCE_PROFILES.file): performance_profiles(tables[PROFILES_CSV], metric,
-                                                                                      last_k),
-        (IMPROVEMENT.title, IMPROVEMENT.file): improvement_bars(tables[IMPROVEMENT_CSV]),
-        (SHRINKAGE.title, SHRINKAGE.file): confirmation_shrinkage(confirmation_table(list(exp.paths))),
+        (FOLD_FOREST.title, FOLD_FOREST.file): plots.fold_forest(
+            folds, pooled_estimates(folds) if folds is not None else None, metric=metric,
+            rope=s.get("rope", defaults.ROPE)),
+        (PAIRED_SEEDS.title, PAIRED_SEEDS.file): plots.paired_seeds(pairs, last_k),
+        (LEARNING_CURVES.title, LEARNING_CURVES.file): plots.learning_curves(
+            tables[LEARNING_CURVES_CSV], trial_order(exp.trials, mode), trial_titles(exp.trials)),
+        (PERFORMANCE_PROFILES.title, PERFORMANCE_PROFILES.file): plots.performance_profiles(
+            tables[PROFILES_CSV], metric, last_k),
+        (IMPROVEMENT.title, IMPROVEMENT.file): plots.improvement_bars(tables[IMPROVEMENT_CSV]),
+        (SHRINKAGE.title, SHRINKAGE.file): plots.confirmation_shrinkage(confirmation_table(list(exp.paths))),
         ("Gem effects", plots.FOREST_PNG): plots.forest(result.verdicts, result.placebo),
         ("Sharpe distributions", plots.SHARPE_PNG): plots.sharpe_distributions(final[final["included"]]),
         ("Gem magnitudes", plots.MAGNITUDES_PNG): plots.gem_magnitude_curves(

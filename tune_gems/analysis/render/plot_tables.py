@@ -30,7 +30,7 @@ import pandas as pd
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, paired, window_values
 from tune_gems.analysis.pairs.selectors import MEASURE, WIRE, placebo_selectors
-from tune_gems.analysis.verdicts.verdicts import verdict_metric
+from tune_gems.analysis.verdicts.gem_verdicts import verdict_metric
 from tune_gems.contracts.gem_manifest import GemEntry
 
 PAIR_COLUMNS = ["gem", "metric", "experiment", "trial_id", "fold", "seed", "seed_index", "arm_measured", "arm_wired",
