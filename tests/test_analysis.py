@@ -29,7 +29,7 @@ from tune_gems.analysis import (  # noqa: E402
     stratified_bootstrap_ci,
     trial_outcomes,
 )
-from tune_gems.analysis.scripts import report_main, verdicts_main  # noqa: E402
+from tune_gems.analysis.cli import report_main, verdicts_main  # noqa: E402
 from tune_gems.contracts.errors import DataError, OutputExistsError  # noqa: E402
 
 M_LABEL = "g6=measure g10=measure g12=measure sn=on noisy=on"

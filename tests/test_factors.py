@@ -154,7 +154,7 @@ def test_a_planted_factor_effect_is_found():
 def test_the_calibration_table_and_command(capsys):
     t = factor_calibration_table(2, 2, 12, n_sim=200, folds=(1, 4), taus=(0.0,))
     assert list(t["folds"]) == [1, 4] and (t["fwer"] <= 0.2).all()
-    from tune_gems.analysis.calibrate.factor_calibration import main
+    from tune_gems.analysis.cli import calibrate_factors_main as main
 
     assert main(["--factors", "0"]) == 2 and "--factors: must be at least 1" in capsys.readouterr().err
 

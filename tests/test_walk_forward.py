@@ -337,7 +337,7 @@ def test_each_interval_alone_is_liberal_on_one_history(monkeypatch):
 
 
 def test_period_calibration_command_prints_the_table_and_refuses_bad_input(capsys):
-    from tune_gems.analysis.scripts import period_calibration_main
+    from tune_gems.analysis.cli import calibrate_periods_main as period_calibration_main
 
     assert period_calibration_main(["--seeds", "1"]) == 2
     err = capsys.readouterr().err

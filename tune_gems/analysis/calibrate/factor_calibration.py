@@ -16,9 +16,7 @@ dataset and effect: `rules.words.verdict_codes`.
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 
 import numpy as np
 import pandas as pd
@@ -98,7 +96,7 @@ def factor_calibration_table(gems: int = 3, factors: int = 3, n: int = 16, *, n_
 
 
 def format_factor_calibration(table: pd.DataFrame, alpha: float = defaults.ALPHA) -> str:
-    """The factor calibration as text (`python analysis/calibrate_factors.py`)."""
+    """The factor calibration as text (`python analysis/calibrate_factors.py`, `cli.calibrate_factors_main`)."""
     r0 = table.iloc[0]
     pcols = [c for c in table.columns if c.startswith("power@")]
     lines = [f"Calibration of the factor table (gems and factors one Holm family: {int(r0['gems'])} gems + "
@@ -115,31 +113,3 @@ def format_factor_calibration(table: pd.DataFrame, alpha: float = defaults.ALPHA
     lines.append(f"worst family-wise false rate {worst:.3f} (promise <= {alpha:g}; Monte-Carlo allowance +{tol:.3f})"
                  + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **"))
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python analysis/calibrate_factors.py`: the factor calibration for a stated shape."""
-    from tune_gems.contracts.errors import ConfigError
-
-    p = argparse.ArgumentParser(description="Calibrate the factor table (gems and factors one family).")
-    p.add_argument("--gems", type=int, default=3, help="gems in the family (default 3)")
-    p.add_argument("--factors", type=int, default=3, help="non-gem factors in the family (default 3)")
-    p.add_argument("--seeds", type=int, default=16, help="seeds per arm (default 16)")
-    p.add_argument("--rho", type=float, default=0.0, help="seed share across folds (default 0)")
-    p.add_argument("--dist", choices=("normal", "t3"), default="normal", help="seed-noise distribution")
-    p.add_argument("--n-sim", type=int, default=defaults.N_SIM, help=f"datasets per row (default {defaults.N_SIM})")
-    p.add_argument("--seed", type=int, default=defaults.SEED, help="simulation seed (default 0)")
-    a = p.parse_args(argv)
-    try:
-        for flag, v, lo in (("--gems", a.gems, 0), ("--factors", a.factors, 1), ("--seeds", a.seeds, 2),
-                            ("--n-sim", a.n_sim, 100)):
-            if v < lo:
-                raise ConfigError(f"{flag}: must be at least {lo}, got {v}")
-        if not 0 <= a.rho < 1:
-            raise ConfigError(f"--rho: must be in [0, 1), got {a.rho:g}")
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    table = factor_calibration_table(a.gems, a.factors, a.seeds, n_sim=a.n_sim, rho=a.rho, dist=a.dist, seed=a.seed)
-    print(format_factor_calibration(table))
-    return 0

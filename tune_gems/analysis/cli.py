@@ -1,7 +1,12 @@
-"""Command-line entry points behind `tune-gems analyze` and the thin scripts in `analysis/`.
+"""The analysis's command line: the options of `tune-gems analyze` (commands/cli.py builds its
+parser with `add_arguments`) and the scripts in `analysis/`, each a thin door to one function
+here (`main(door)`, the doors in `DOORS`).
 
-Each returns an exit status: 0 on success, 2 on bad input (one line on stderr naming the
-option, folder or file, as everywhere in tune-gems).
+Every door parses its options here, checks them the same way (the analysis settings through
+`rules.thresholds.Thresholds`, a shape's counts with `_at_least`) and returns an exit status: 0
+on success, 2 on bad input (one line on stderr naming the option, folder or file, as everywhere
+in tune-gems). The calibration simulators keep their functions (`calibrate/`); a door only
+parses, checks and prints.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ import argparse
 import sys
 
 from tune_gems.analysis import defaults
-from tune_gems.contracts.errors import TuneGemsError
+from tune_gems.contracts.errors import ConfigError, TuneGemsError
 
 
 def _parser(description: str, out: bool) -> argparse.ArgumentParser:
@@ -140,14 +145,30 @@ def run_report(a: argparse.Namespace) -> None:
     print(f"\nwrote {res.out_dir}/report.md")
 
 
+def _at_least(*checks: tuple[str, int, int]) -> None:
+    """Refuse the first (flag, value, lowest) whose value is below its lowest, in one line."""
+    for flag, value, lowest in checks:
+        if value < lowest:
+            raise ConfigError(f"{flag}: must be at least {lowest}, got {value}")
+
+
+def _simulation_options(p: argparse.ArgumentParser, n_sim_help: str) -> argparse.ArgumentParser:
+    """The options every calibration of a stated shape shares: datasets per row, the seed noise's
+    distribution and the simulation seed."""
+    p.add_argument("--n-sim", type=int, default=defaults.N_SIM, help=f"{n_sim_help} (default {defaults.N_SIM})")
+    p.add_argument("--dist", choices=("normal", "t3"), default="normal", help="seed-noise distribution")
+    p.add_argument("--seed", type=int, default=defaults.SEED, help=f"simulation seed (default {defaults.SEED})")
+    return p
+
+
 def report_main(argv: list[str] | None = None) -> int:
-    """Write the full analysis (CSVs, PNGs, report.md) and print the verdicts."""
+    """`python analysis/report.py`: the full analysis (CSVs, PNGs, report.md), printing the verdicts."""
     a = _parser("Analyse finished sweep(s): tables, plots, report.md and verdicts.", out=True).parse_args(argv)
     return _run(lambda: run_report(a))
 
 
 def verdicts_main(argv: list[str] | None = None) -> int:
-    """Print the verdict per gem with its evidence (writes nothing)."""
+    """`python analysis/verdicts.py`: the verdict per gem with its evidence (writes nothing)."""
     from tune_gems.analysis.render.report import format_verdict_table
     from tune_gems.analysis.analyze import analyze
 
@@ -161,7 +182,7 @@ def verdicts_main(argv: list[str] | None = None) -> int:
 
 
 def sharpe_variance_main(argv: list[str] | None = None) -> int:
-    """Print the Sharpe variance table per configuration (writes nothing)."""
+    """`python analysis/sharpe_variance.py`: the Sharpe variance table per configuration (writes nothing)."""
     from tune_gems.analysis.read.load import load_experiment
     from tune_gems.analysis.text import markdown_table
     from tune_gems.analysis.analyze import check_settings
@@ -178,9 +199,17 @@ def sharpe_variance_main(argv: list[str] | None = None) -> int:
     return _run(go)
 
 
-def period_calibration_main(argv: list[str] | None = None) -> int:
-    """`python analysis/calibrate_periods.py`: the calibration over periods for
-    a stated shape (no experiment needed): the figures of docs/analysis.md."""
+def calibrate_main(argv: list[str] | None = None) -> int:
+    """`python analysis/calibrate.py EXPERIMENT_DIR`: the same as `tune-gems analyze --calibrate`."""
+    p = _parser("Calibrate the verdict rule on datasets shaped like finished sweep(s).", out=False)
+    p.add_argument("--n-sim", type=int, default=defaults.N_SIM, help="simulated datasets per setting")
+    a = p.parse_args(argv)
+    return _run(lambda: run_calibration(a))
+
+
+def calibrate_periods_main(argv: list[str] | None = None) -> int:
+    """`python analysis/calibrate_periods.py`: the calibration over periods for a stated shape (no
+    experiment needed): the figures of docs/analysis.md."""
     from tune_gems.analysis.calibrate.calibration import Shape
     from tune_gems.analysis.analyze import check_settings
     from tune_gems.analysis.calibrate.walk_forward_calibration import format_period_calibration, period_calibration_table
@@ -190,11 +219,9 @@ def period_calibration_main(argv: list[str] | None = None) -> int:
     p.add_argument("--gems", type=int, default=3, help="gems in the Holm family (default 3)")
     p.add_argument("--sd", type=float, default=1.0, help="sd of a per-seed difference, Sharpe units (default 1)")
     p.add_argument("--divergence", type=float, default=0.0, help="per-side divergence rate (default 0)")
-    p.add_argument("--dist", choices=("normal", "t3"), default="normal", help="seed-noise distribution")
-    p.add_argument("--n-sim", type=int, default=defaults.N_SIM, help=f"datasets per row (default {defaults.N_SIM})")
+    _simulation_options(p, "datasets per row")
     p.add_argument("--alpha", type=float, default=defaults.ALPHA, help=f"family-wise level (default {defaults.ALPHA})")
     p.add_argument("--rope", type=float, default=defaults.ROPE, help=f"equivalence margin (default {defaults.ROPE})")
-    p.add_argument("--seed", type=int, default=defaults.SEED, help="simulation seed (default 0)")
     p.add_argument("--min-periods", type=int, default=defaults.MIN_PERIODS,
                    help=f"fewest periods a pooled verdict decides with (default {defaults.MIN_PERIODS})")
     p.add_argument("--one-sided-keep", action="store_true", help="the one-sided keep test")
@@ -205,14 +232,11 @@ def period_calibration_main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
 
     def go() -> None:
-        from tune_gems.contracts.errors import ConfigError
         from tune_gems.analysis.calibrate.walk_forward_calibration import format_period_sensitivity, period_sensitivity_table
 
         thresholds = check_settings(alpha=a.alpha, rope=a.rope, n_sim=a.n_sim, seed=a.seed, min_periods=a.min_periods,
                                     one_sided_keep=a.one_sided_keep, share_tau=not a.per_contrast_tau)
-        for flag, v, lo in (("--seeds", a.seeds, 2), ("--gems", a.gems, 1)):
-            if v < lo:
-                raise ConfigError(f"{flag}: must be at least {lo}, got {v}")
+        _at_least(("--seeds", a.seeds, 2), ("--gems", a.gems, 1))
         if not (a.sd > 0 and a.sd < float("inf")) or not (0 <= a.divergence < 0.5):
             raise ConfigError("--sd must be a positive number and --divergence in [0, 0.5)")
         shapes = [Shape(f"gem{i}", a.seeds, a.sd, a.divergence) for i in range(a.gems)]
@@ -226,9 +250,65 @@ def period_calibration_main(argv: list[str] | None = None) -> int:
     return _run(go)
 
 
-def calibrate_main(argv: list[str] | None = None) -> int:
-    """`python analysis/calibrate.py EXPERIMENT_DIR`: the same as `tune-gems analyze --calibrate`."""
-    p = _parser("Calibrate the verdict rule on datasets shaped like finished sweep(s).", out=False)
-    p.add_argument("--n-sim", type=int, default=defaults.N_SIM, help="simulated datasets per setting")
-    a = p.parse_args(argv)
-    return _run(lambda: run_calibration(a))
+def calibrate_factors_main(argv: list[str] | None = None) -> int:
+    """`python analysis/calibrate_factors.py`: the factor table's calibration for a stated shape
+    (gems and factors one Holm family; docs/analysis.md "Factors")."""
+    from tune_gems.analysis.analyze import check_settings
+    from tune_gems.analysis.calibrate.factor_calibration import factor_calibration_table, format_factor_calibration
+
+    p = argparse.ArgumentParser(description="Calibrate the factor table (gems and factors one family).")
+    p.add_argument("--gems", type=int, default=3, help="gems in the family (default 3)")
+    p.add_argument("--factors", type=int, default=3, help="non-gem factors in the family (default 3)")
+    p.add_argument("--seeds", type=int, default=16, help="seeds per arm (default 16)")
+    p.add_argument("--rho", type=float, default=0.0, help="seed share across folds (default 0)")
+    a = _simulation_options(p, "datasets per row").parse_args(argv)
+
+    def go() -> None:
+        _at_least(("--gems", a.gems, 0), ("--factors", a.factors, 1), ("--seeds", a.seeds, 2))
+        check_settings(n_sim=a.n_sim, seed=a.seed)
+        if not 0 <= a.rho < 1:
+            raise ConfigError(f"--rho: must be in [0, 1), got {a.rho:g}")
+        table = factor_calibration_table(a.gems, a.factors, a.seeds, n_sim=a.n_sim, rho=a.rho, dist=a.dist, seed=a.seed)
+        print(format_factor_calibration(table))
+
+    return _run(go)
+
+
+def calibrate_confirm_main(argv: list[str] | None = None) -> int:
+    """`python analysis/calibrate_confirm.py`: the calibration of `tune-gems confirm` on one price
+    history (docs/analysis.md, "Confirmation power")."""
+    from dataclasses import replace
+
+    from tune_gems.analysis.analyze import check_settings
+    from tune_gems.analysis.calibrate.one_history_calibration import (
+        OneHistoryShape, format_one_history, one_history_table,
+    )
+
+    p = argparse.ArgumentParser(description="Calibrate the confirmation's final gate on one price history.")
+    p.add_argument("--confirm-seeds", type=int, default=16, help="fresh seeds of the confirmation (default 16)")
+    a = _simulation_options(p, "simulated searches per row").parse_args(argv)
+
+    def go() -> None:
+        _at_least(("--confirm-seeds", a.confirm_seeds, 2))
+        check_settings(n_sim=a.n_sim, seed=a.seed)
+        shape = replace(OneHistoryShape(), confirm_seeds=a.confirm_seeds)
+        print(format_one_history(one_history_table(shape, n_sim=a.n_sim, dist=a.dist, seed=a.seed)))
+
+    return _run(go)
+
+
+DOORS = {
+    "report": report_main,
+    "verdicts": verdicts_main,
+    "sharpe_variance": sharpe_variance_main,
+    "calibrate": calibrate_main,
+    "calibrate_periods": calibrate_periods_main,
+    "calibrate_factors": calibrate_factors_main,
+    "calibrate_confirm": calibrate_confirm_main,
+}
+"""The scripts in analysis/ by name (`analysis/<door>.py`), each the function that runs it."""
+
+
+def main(door: str, argv: list[str] | None = None) -> int:
+    """Run the script `analysis/<door>.py` on `argv` (default: the command line); its exit status."""
+    return DOORS[door](argv)
