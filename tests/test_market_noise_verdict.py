@@ -302,7 +302,7 @@ def test_on_one_history_the_printed_mde_is_the_rule_that_decides_with_its_market
     market-noise interval both, so verdicts.csv's MDE is `rule_mde` with the market-noise part
     (above the seeds' alone), the same number the factor table prints for the gem's factor, and
     the floor no seed count beats is that part alone."""
-    from tune_gems.analysis.rules.rule_mde import Design, history_floor, market_se_of, rule_mde
+    from tune_gems.analysis.rules.rule_mde import PowerInputs, history_floor, market_se_of, rule_mde
     from tune_gems.stats.inference import min_detectable_effect
 
     rng = np.random.default_rng(0)
@@ -315,7 +315,7 @@ def test_on_one_history_the_printed_mde_is_the_rule_that_decides_with_its_market
     se = market_se_of(g["market_ci_low"], g["market_ci_high"], 1 - g["market_ci_level"])
     n, sd, p_div = int(g["n_informative"]), g["sd_diff"], g["divergence_rate"]
     assert se > 0
-    assert g["mde"] == pytest.approx(rule_mde(Design(n, sd, p_div, market_se=se), level, 0.8))
+    assert g["mde"] == pytest.approx(rule_mde(PowerInputs(n, sd, p_div, market_se=se), level, 0.8))
     assert g["mde"] > min_detectable_effect(sd, n, level, 0.8, p_div)  # the seeds' alone is below it
     assert g["mde_floor"] == pytest.approx(history_floor(se, level, 0.8)) and g["mde_floor"] < g["mde"]
     assert res.factors.set_index("factor").loc["gems.g12.mode", "mde"] == pytest.approx(g["mde"])

@@ -212,10 +212,10 @@ def test_the_shipped_verdict_is_the_calibrations_decision_on_the_same_difference
     assert factor["family_size"] == 1 and factor["verdict"] == row["verdict"], factor["reading"]
     if np.isfinite(row["mde"]):
         from tune_gems.analysis.rules.rule_mde import rule_mde
-        from tune_gems.analysis.verdicts.search_choice import discovery_design
+        from tune_gems.analysis.verdicts.search_choice import discovery_power_inputs
 
         # ... and states its MDE (the pooled test's at K >= 2, the seed rule's at K = 1 without a
         # market-noise interval), and confirm's target (the discovery's MDE) is that number too
         assert factor["mde"] == pytest.approx(row["mde"])
         assert factor["pooled_ci_low"] == pytest.approx(row["pooled_ci_low"], nan_ok=True)
-        assert rule_mde(discovery_design(row.to_dict()), th.alpha, th.power) == pytest.approx(row["mde"], rel=1e-6)
+        assert rule_mde(discovery_power_inputs(row.to_dict()), th.alpha, th.power) == pytest.approx(row["mde"], rel=1e-6)

@@ -1,4 +1,4 @@
-"""The minimum detectable effect of the rule that decides, for one comparison's design.
+"""The minimum detectable effect of the rule that decides, for one comparison (`PowerInputs`).
 
 Why its own module: the factor table (`factors.py`) states an MDE per row, and `tune-gems
 confirm` chooses its seeds so that the confirmation's MDE is at most the discovery's; both must
@@ -44,14 +44,16 @@ RANK_EFFICIENCY = math.pi / 3.0
 
 
 @dataclass(frozen=True)
-class Design:
-    """One comparison's design as the rule sees it: `n` seeds (units; at K >= 2 informative pairs
-    per fold), `sd` the spread of the (fold-averaged) per-seed differences, `p_div` the per-side
-    divergence rate; with `folds` >= 2 the pooled components (`tau2` the period-to-period
-    variance of the fold effects, `within` one seed's variance inside a fold as the fold's rank
-    interval reads it, default `fold_sd`^2 x pi / 3, `seed` its part common to every fold) and
-    `df` the pooled test's degrees of freedom (NaN: K - 1); on one price history at K = 1,
-    `market_se` the market-noise standard error of the difference (0: none, e.g. per-seed paths)."""
+class PowerInputs:
+    """What the power statement of one comparison reads: its seeds and periods and the spreads
+    they were measured with ("design" in the analysis is the experiment's, what was trained).
+    `n` seeds (units; at K >= 2 informative pairs per fold), `sd` the spread of the
+    (fold-averaged) per-seed differences, `p_div` the per-side divergence rate; with `folds` >= 2
+    the pooled components (`tau2` the period-to-period variance of the fold effects, `within`
+    one seed's variance inside a fold as the fold's rank interval reads it, default
+    `fold_sd`^2 x pi / 3, `seed` its part common to every fold) and `df` the pooled test's
+    degrees of freedom (NaN: K - 1); on one price history at K = 1, `market_se` the market-noise
+    standard error of the difference (0: none, e.g. per-seed paths)."""
 
     n: int
     sd: float
@@ -64,12 +66,12 @@ class Design:
     seed: float = 0.0
     df: float = math.nan
 
-    def with_seeds(self, n: int) -> "Design":
+    def with_seeds(self, n: int) -> "PowerInputs":
         """The same comparison at `n` seeds (the spreads are per seed, so they stay)."""
         return replace(self, n=int(n))
 
     def components(self) -> PooledComponents:
-        """The pooled components of the design (`rules.power`)."""
+        """The pooled components of the comparison (`rules.power`)."""
         within = self.within if math.isfinite(self.within) else self.fold_sd**2 * RANK_EFFICIENCY
         tau2 = self.tau2 if math.isfinite(self.tau2) else 0.0
         return PooledComponents(tau2, within, self.seed if math.isfinite(self.seed) else 0.0)
@@ -83,7 +85,7 @@ def _z(level: float, power: float) -> float:
     return float(sps.norm.ppf(1 - level / 2) + sps.norm.ppf(power))
 
 
-def design_pooled_mde(d: Design, level: float, power: float) -> float:
+def pooled_rule_mde(d: PowerInputs, level: float, power: float) -> float:
     """The pooled test's MDE at K = `d.folds` >= 2 (`rules.power.pooled_mde`, module docstring);
     +inf below two folds or without a within-fold spread."""
     c = d.components()
@@ -92,7 +94,7 @@ def design_pooled_mde(d: Design, level: float, power: float) -> float:
     return float(pooled_mde(c, d.folds, d.n, df=d.pooled_df, level=level, power=power))
 
 
-def period_floor(d: Design, level: float, power: float) -> float:
+def period_floor(d: PowerInputs, level: float, power: float) -> float:
     """The pooled MDE with infinitely many seeds (`rules.power.mde_floor`): what only more periods
     lower (0 without a period spread; +inf below two folds)."""
     if d.folds < 2:
@@ -100,14 +102,14 @@ def period_floor(d: Design, level: float, power: float) -> float:
     return float(mde_floor(d.components(), d.folds, df=d.pooled_df, level=level, power=power))
 
 
-def rule_mde(d: Design, level: float, power: float, *, history_level: float | None = None) -> float:
-    """The MDE of the deciding rule for design `d` at two-sided `level` (the first Holm step of
+def rule_mde(d: PowerInputs, level: float, power: float, *, history_level: float | None = None) -> float:
+    """The MDE of the deciding rule for comparison `d` at two-sided `level` (the first Holm step of
     its family) and `power` (module docstring); `history_level` the level of the history's part,
     the market-noise part at K = 1 and the pooled test at K >= 2 (default `level`). +inf when n
     seeds cannot reach `level` at all; NaN without a spread."""
     h_level = level if history_level is None else history_level
     if d.folds >= 2:
-        return design_pooled_mde(d, h_level, power) if d.n >= 2 else math.nan
+        return pooled_rule_mde(d, h_level, power) if d.n >= 2 else math.nan
     if d.n < 2 or not math.isfinite(d.sd):
         return math.nan
     seed = min_detectable_effect(d.sd, d.n, level, power, d.p_div)
@@ -137,7 +139,7 @@ def finite_interval(n: int, level: float) -> bool:
     return n >= 2 and smallest_p(int(n)) <= level
 
 
-def seeds_for(d: Design, target: float, level: float, power: float, *, history_level: float | None = None,
+def seeds_for(d: PowerInputs, target: float, level: float, power: float, *, history_level: float | None = None,
               n_min: int = 2, n_max: int = 4096) -> int | None:
     """The fewest seeds in [n_min, n_max] whose `rule_mde` is at most `target` (and finite), or
     None when none does (a floor of periods or market noise above it, or n_max too few). The MDE

@@ -48,7 +48,7 @@ import pandas as pd
 from tune_gems.analysis.rules.factor_rule import EffectDecision, decide_effects
 from tune_gems.analysis.pairs.pairing import Cells, Paired, paired
 from tune_gems.analysis.text import format_number
-from tune_gems.analysis.rules.rule_mde import Design, market_se_of, rule_mde
+from tune_gems.analysis.rules.rule_mde import PowerInputs, market_se_of, rule_mde
 from tune_gems.analysis.rules.seed import decide_family
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.words import (
@@ -316,8 +316,8 @@ def _row(c: Contrast, pr: Paired, j: int, dec: EffectDecision, m: int, th: Thres
     else:  # as verdicts.csv states the seed rule's MDE: on the informative pairs (ties carry no weight)
         informative = pr.diffs[~np.isnan(pr.diffs) & (pr.diffs != 0)]
         market_se = market_se_of(row["market_ci_low"], row["market_ci_high"], dec.level[0, j])
-        design = Design(informative.size, _spread(informative), p_div, market_se=market_se)
-        row["mde"] = rule_mde(design, th.alpha * (2 if th.one_sided_keep else 1) / max(m, 1), th.power)
+        inputs = PowerInputs(informative.size, _spread(informative), p_div, market_se=market_se)
+        row["mde"] = rule_mde(inputs, th.alpha * (2 if th.one_sided_keep else 1) / max(m, 1), th.power)
     row["reading"] = _reading(c, verdict, row["mde"], th.rope)
     return row
 

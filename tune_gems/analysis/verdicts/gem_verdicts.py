@@ -56,7 +56,7 @@ from tune_gems.analysis.pairs.pairing import Cells, Paired, build_cells, paired
 from tune_gems.analysis.pairs.excess import add_excess_columns
 from tune_gems.stats.inference import holm_levels, min_detectable_effect, rank_test, seeds_needed
 from tune_gems.analysis.text import format_number
-from tune_gems.analysis.rules.rule_mde import Design, history_floor, market_se_of, rule_mde, seeds_for
+from tune_gems.analysis.rules.rule_mde import PowerInputs, history_floor, market_se_of, rule_mde, seeds_for
 from tune_gems.analysis.verdicts.held_out import held_out_check, held_out_effect
 from tune_gems.analysis.verdicts.verdict_reasons import seed_reason, seeds_would_detect
 from tune_gems.analysis.verdicts.walk_forward import fold_count, period_verdicts_and_folds
@@ -90,7 +90,7 @@ PLACEBO_COLUMNS = ["gem", "verdict", "n_seeds", "effect", "ci_low", "ci_high", "
                    "sd_diff", "iqr_diff", "min_diff", "max_diff", "outcome", "kind", "tied_share", "informative"]
 AA_FACTOR = "trainer.replay_stream"
 """The key an A/A arm differs in: the replay nuisance stream (0: the member seed's own draws)."""
-AA_BASE = "0.0"  # the canonical text (designs._norm) of stream 0
+AA_BASE = "0.0"  # the canonical text (pairing._norm) of stream 0
 UNINFORMATIVE_TIES = 0.5
 """A null arm whose pairs tie (identical outcomes) more often than this tests nothing: flagged."""
 TURNOVER = "val_turnover"
@@ -304,9 +304,9 @@ def _with_market_power(row: dict, informative: np.ndarray, p_div: float, tied: f
     market-noise part, as the factor table and `confirm` state it), not the seeds' alone."""
     if market_se <= 0:
         return
-    design = Design(int(informative.size), _spread(informative), p_div, market_se=market_se)
-    row["mde"] = rule_mde(design, level, power)
-    needed = seeds_for(design, rope, level, power)
+    inputs = PowerInputs(int(informative.size), _spread(informative), p_div, market_se=market_se)
+    row["mde"] = rule_mde(inputs, level, power)
+    needed = seeds_for(inputs, rope, level, power)
     row["seeds_needed"] = _seeds_to_run(math.inf if needed is None else float(needed), tied)
     row["mde_floor"] = history_floor(market_se, level, power)
     row["power_note"] = (f"no seed count reaches +-{rope:g} on this history's market noise: more periods (data.folds) "

@@ -25,7 +25,7 @@ import pandas as pd
 
 from scipy import stats as sps
 
-from tune_gems.analysis.rules.rule_mde import Design, finite_interval, history_floor, market_se_of, period_floor, rule_mde, seeds_for
+from tune_gems.analysis.rules.rule_mde import PowerInputs, finite_interval, history_floor, market_se_of, period_floor, rule_mde, seeds_for
 from tune_gems.analysis.rules.gates import combined_bounds
 from tune_gems.analysis.rules.pooling import pooled_bounds
 from tune_gems.analysis.rules.selection import final_on_one_history
@@ -232,8 +232,8 @@ MAX_TIED_SHARE = 0.9
 next to nothing to say about how many of the confirmation's pairs will)."""
 
 
-def discovery_design(row: dict[str, Any]) -> Design:
-    """The comparison's design as the discovery's verdict row measured it (the spreads per seed,
+def discovery_power_inputs(row: dict[str, Any]) -> PowerInputs:
+    """The comparison's power inputs as the discovery's verdict row measured it (the spreads per seed,
     the periods and their spread, the market-noise standard error on one history)."""
     def num(key: str, default: float = math.nan) -> float:
         try:
@@ -255,13 +255,13 @@ def discovery_design(row: dict[str, Any]) -> Design:
         # row's `mde`, with n the informative pairs per period (a mean: not always whole)
         tau2, k = num("var_period", num("tau2", 0.0)), int(num("periods_informative", folds) or folds)
         per_fold = num("n_informative") / k if math.isfinite(num("n_informative")) and k else n
-        return Design(per_fold if math.isfinite(per_fold) else n, sd, p_div, folds=k,
+        return PowerInputs(per_fold if math.isfinite(per_fold) else n, sd, p_div, folds=k,
                       fold_sd=num("fold_sd_diff"), tau2=tau2 if math.isfinite(tau2) else 0.0, within=num("var_within"),
                       seed=num("var_seed", 0.0), df=num("pooled_df"))
     market_se = 0.0
     if row.get("market_noise") == MARKET_OK and math.isfinite(num("market_ci_level")):
         market_se = market_se_of(num("market_ci_low"), num("market_ci_high"), 1 - num("market_ci_level"))
-    return Design(n, sd, p_div, market_se=market_se if math.isfinite(market_se) else 0.0)
+    return PowerInputs(n, sd, p_div, market_se=market_se if math.isfinite(market_se) else 0.0)
 
 
 def _tied_share(row: dict[str, Any]) -> float:
@@ -304,15 +304,15 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
     for gem in gems:
         rows = discovery[discovery["gem"] == gem]
         row = rows.iloc[0].to_dict() if len(rows) else {}
-        design = discovery_design(row)
+        inputs = discovery_power_inputs(row)
         t_g = max(candidate_count(trials, gem), 1) if one_history else 1
         h_level = level_c / t_g
-        target = rule_mde(design, level_d, power) if design.n >= 2 else math.nan
+        target = rule_mde(inputs, level_d, power) if inputs.n >= 2 else math.nan
         tie = _tied_share(row)
         smallest = seeds_for_informative(next(n for n in range(2, 64) if finite_interval(n, level_c)), tie)
         data = (f"one price history, the history's part at level / {t_g} for the {t_g} configurations the search "
                 "chose among" if one_history else "fresh paths")
-        what = f"the confirmation ({design.folds} period(s), {data}) "
+        what = f"the confirmation ({inputs.folds} period(s), {data}) "
         where = f"{gem}: {what}"
         if seeds is not None and not finite_interval(informative_of(seeds, tie), level_c):
             k = informative_of(seeds, tie)
@@ -322,32 +322,32 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
                               "seeds per arm")
         if not math.isfinite(target):
             n = seeds if seeds is not None else max(default_seeds, smallest)
-            mde = rule_mde(design.with_seeds(informative_of(n, tie)), level_c, power, history_level=h_level) if design.n >= 2 else math.nan
+            mde = rule_mde(inputs.with_seeds(informative_of(n, tie)), level_c, power, history_level=h_level) if inputs.n >= 2 else math.nan
             note = (f"{what}trains {n} seeds per arm (MDE {_f(mde)}); the discovery's MDE is {_f(target)} "
                     "(it could not decide at any size), so no smaller MDE is asked")
-            plans.append(PowerPlan(gem, n, target, mde, level_c, h_level, t_g, one_history, design.folds, note))
+            plans.append(PowerPlan(gem, n, target, mde, level_c, h_level, t_g, one_history, inputs.folds, note))
             continue
-        need_informative = seeds_for(design, target, level_c, power, history_level=h_level,
+        need_informative = seeds_for(inputs, target, level_c, power, history_level=h_level,
                                      n_min=informative_of(smallest, tie), n_max=MAX_CONFIRM_SEEDS)
         need = None if need_informative is None else seeds_for_informative(need_informative, tie)
-        floor = period_floor(design, h_level, power) if design.folds >= 2 else history_floor(design.market_se, h_level, power)
+        floor = period_floor(inputs, h_level, power) if inputs.folds >= 2 else history_floor(inputs.market_se, h_level, power)
         if need is None:
-            fix = ("more periods, not more seeds" if design.folds >= 2 else
+            fix = ("more periods, not more seeds" if inputs.folds >= 2 else
                    "the market noise of one history: run walk-forward folds, data.folds")
             raise ConfigError(f"{where}cannot reach the discovery's MDE {_f(target)} with any number of seeds up to "
                               f"{MAX_CONFIRM_SEEDS}: its floor is {_f(floor)} ({fix}); nothing was trained and the "
                               "search's one confirmation is not spent")
         if seeds is not None and seeds < need:
-            given = rule_mde(design.with_seeds(informative_of(seeds, tie)), level_c, power, history_level=h_level)
+            given = rule_mde(inputs.with_seeds(informative_of(seeds, tie)), level_c, power, history_level=h_level)
             raise ConfigError(f"--seeds {seeds}: {gem}'s confirmation MDE {_f(given)} "
                               f"exceeds the discovery's {_f(target)} (same rule, same units); at least {need} seeds per "
                               "arm reach it; nothing was trained and the search's one confirmation is not spent")
         n = seeds if seeds is not None else need
-        mde = rule_mde(design.with_seeds(informative_of(n, tie)), level_c, power, history_level=h_level)
+        mde = rule_mde(inputs.with_seeds(informative_of(n, tie)), level_c, power, history_level=h_level)
         ties = f" ({n - informative_of(n, tie)} expected to tie, the discovery's tied share {tie:.2f})" if tie > 0 else ""
         note = (f"{what}trains {n} seeds per arm{ties}: MDE {_f(mde)} <= the discovery's {_f(target)} "
                 "(same rule, same units)")
-        plans.append(PowerPlan(gem, n, target, mde, level_c, h_level, t_g, one_history, design.folds, note))
+        plans.append(PowerPlan(gem, n, target, mde, level_c, h_level, t_g, one_history, inputs.folds, note))
     return plans
 
 
