@@ -136,7 +136,7 @@ def rule_one_period(d: np.ndarray, tau: float, sd: float, *, rope: float, alpha:
     market-noise interval around the mean difference, half-width z x tau x SE at the seed
     interval's Holm level; skipped where a member diverged, as the verdicts skip it) and the
     one-period gate (the seed and market-noise intervals combined), the functions
-    `verdicts.py` and `walk_forward._one_period` call. tau <= 0: no market-noise interval (as
+    `gem_verdicts.py` and `walk_forward._one_period` call. tau <= 0: no market-noise interval (as
     with per-seed paths), the seed rule alone."""
     s, m, n = d.shape
     gems = [d[:, g] for g in range(m)]
@@ -175,7 +175,7 @@ def run_periods(d: np.ndarray, *, rope: float, alpha: float, power: float = defa
     the first Holm step)."""
     s, m, k, n = d.shape
     with np.errstate(invalid="ignore"):
-        unit = np.nan_to_num(d.mean(2), nan=0.0)  # +inf with -inf: a tie (designs._unit_mean)
+        unit = np.nan_to_num(d.mean(2), nan=0.0)  # +inf with -inf: a tie (pairing._unit_mean)
     seed, _, _ = _seed_rule([unit[:, g] for g in range(m)], rope, alpha, one_sided)
     fd = fold_data(d)
     pooled, rule = decide_fold_data(fd, alpha=alpha, rope=rope, seed_verdict=seed, min_periods=min_periods,

@@ -54,7 +54,7 @@ def gem_history(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFra
     that are not finite are dropped here (they can only come from excluded trials or `off`).
     `rel` is the `<metric>_rel` column, or value / loss where that column is missing.
     `members` decides the trial outcomes (failed / diverged), as in `trial_outcomes`. With
-    `cells` (`designs.build_cells`) of results whose trials have several arms, the rows come
+    `cells` (`pairing.build_cells`) of results whose trials have several arms, the rows come
     from the members, one per (trial, arm) (see `_arm_history`). `gems`: the experiment's
     manifest (`Experiment.gems`), in its order.
     """

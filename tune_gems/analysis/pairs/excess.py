@@ -1,7 +1,7 @@
 """A gem's measured magnitude as the verdicts and the redundancy table read it: its excess over
 its null, relative to the C51 loss, per member-epoch (docs/analysis.md "Verdicts", rule 2).
 
-Its own module because both `verdicts.py` (the delete rule) and `redundancy.py` (does a model
+Its own module because both `gem_verdicts.py` (the delete rule) and `redundancy.py` (does a model
 feature remove the gem's job) need it, and neither may import the other's callers.
 """
 

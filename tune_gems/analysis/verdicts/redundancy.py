@@ -5,7 +5,7 @@ G10 (temporal consistency) asks for smooth value changes, which spectral norm (a
 may already enforce; G6 (branch independence) asks for diverse features, which NoisyNets'
 exploration noise may already provide. For each (gem, feature) the table compares, seed by seed
 and with every other setting equal, the gem's measured excess over its null (relative to the C51
-loss) with the feature on against off (`designs.paired`; in the 2x2 factorial this averages over
+loss) with the feature on against off (`pairing.paired`; in the 2x2 factorial this averages over
 the other feature's levels: its main effect). Diverged members are left out (a magnitude of a
 diverged network means nothing).
 

@@ -1,6 +1,6 @@
 """The words behind a seed-rule verdict: the reason line of one gem's row of verdicts.csv.
 
-Why its own module. `verdicts.py` gathers each gem's evidence and runs the rule
+Why its own module. `gem_verdicts.py` gathers each gem's evidence and runs the rule
 (`rules.seed.decide_family`); what the reason says (the effect and its interval, ties and
 members that never traded, divergence, the market-noise interval, the power statement, what a
 design lacks) is text about a finished row, written here so the two jobs stay apart.

@@ -2,7 +2,7 @@
 variation (walk-forward folds, issue 20; the deciding test and its power, issue 30), and the
 one-period rule when there is one fold.
 
-Why. The seed rule (`verdicts.py`) says how an arm difference varies over seeds. On one price
+Why. The seed rule (`gem_verdicts.py`) says how an arm difference varies over seeds. On one price
 history every seed sees the same validation period, so the seed interval cannot see whether the
 effect holds in another period. With walk-forward folds (`data.folds`: members carry an integer
 `fold`, each fold evaluated on its own validation window, seed index s shared across folds and
