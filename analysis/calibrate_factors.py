@@ -3,15 +3,7 @@
 Usage: python analysis/calibrate_factors.py [--gems 3] [--factors 3] [--seeds 16] [options]  (--help for options)
 """
 
-import sys
-from pathlib import Path
-
-try:
-    import tune_gems  # noqa: F401
-except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tune_gems.analysis.factor_calibration import main
+from _door import run  # this script's door, tune_gems.analysis.cli.main("calibrate_factors")
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run("calibrate_factors")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
-# stages: env build tests startup startup-sweep tests-nokernels arms folds folds-gpu probe kbench tbench armsbench noisy compile efficiency sweep sweep2 moonshot perf floor
+# stages: env build tests startup startup-sweep tests-nokernels arms folds folds-gpu probe kbench tbench armsbench noisy efficiency sweep sweep2 moonshot perf floor
 #         blocks1 blocks (issue 25: the moonshot shape as seed blocks, one GPU, then every visible GPU;
 #         BLOCKS_EPOCHS=50 by default; run blocks1 first, in its own call: each takes about 5 minutes)
 # perf (issue 22, about 8 minutes): build, the fused-head and tensor-core GPU tests, kernels.py
@@ -101,10 +101,6 @@ for s in "$@"; do
     noisy)
       stage "NoisyNet layers: materialised weights against factorised matmuls (issue 15)"
       timeout 120 python3 benchmarks/noisy_product.py --out "$OUT/noisy_product.json" 2>&1 | tee "$OUT/noisy_product.log"
-      ;;
-    compile)
-      stage "torch.compile on the glue inside the captured graph (issue 15)"
-      timeout 420 python3 benchmarks/archive/compile_trial.py --out "$OUT/compile_trial.json" 2>&1 | tee "$OUT/compile_trial.log" | tail -30
       ;;
     efficiency)
       stage "sweep efficiency: measure_gems-shaped trials one per GPU, then packed 3 per GPU (issue 15)"

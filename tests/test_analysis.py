@@ -15,21 +15,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fake_results as fr  # noqa: E402
 
-from tune_gems.analysis import (  # noqa: E402
-    final_members,
-    format_verdict_table,
-    gem_magnitudes,
-    gem_trajectories,
-    gem_verdicts,
-    iqm,
-    load_experiment,
-    param_importances,
-    run_analysis,
-    sharpe_variance,
-    stratified_bootstrap_ci,
-    trial_outcomes,
-)
-from tune_gems.analysis.scripts import report_main, verdicts_main  # noqa: E402
+from tune_gems.analysis.analyze import run_analysis  # noqa: E402
+from tune_gems.analysis.describe.descriptive import iqm, stratified_bootstrap_ci  # noqa: E402
+from tune_gems.analysis.describe.importance import param_importances  # noqa: E402
+from tune_gems.analysis.describe.magnitudes import gem_magnitudes, gem_trajectories  # noqa: E402
+from tune_gems.analysis.describe.variance import final_members, sharpe_variance  # noqa: E402
+from tune_gems.analysis.read.load import load_experiment  # noqa: E402
+from tune_gems.analysis.read.outcomes import trial_outcomes  # noqa: E402
+from tune_gems.analysis.render.report import format_verdict_table  # noqa: E402
+from tune_gems.analysis.verdicts.gem_verdicts import gem_verdicts  # noqa: E402
+from tune_gems.analysis.cli import report_main, verdicts_main  # noqa: E402
 from tune_gems.contracts.errors import DataError, OutputExistsError  # noqa: E402
 
 M_LABEL = "g6=measure g10=measure g12=measure sn=on noisy=on"

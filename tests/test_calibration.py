@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fake_results as fr  # noqa: E402
 
-from tune_gems.analysis.calibration import (  # noqa: E402
+from tune_gems.analysis.calibrate.calibration import (  # noqa: E402
     Shape,
     calibration_table,
     experiment_shapes,

@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tune_gems.analysis.calibration import (
+from tune_gems.analysis.calibrate.calibration import (
     SearchShape, Shape, confirmation_mde, delete_rate, delete_verdicts, mc_tolerance, power, search_confirm_rates,
 )
-from tune_gems.analysis.search_choice import best_trial, choose_per_gem, side_by_side
+from tune_gems.analysis.verdicts.search_choice import best_trial, choose_per_gem, side_by_side
 from tune_gems.analysis.rules.words import DELETE, HARMFUL, KEEP
 from tune_gems.stats.inference import min_detectable_effect, seeds_needed, signed_rank_cdf, smallest_p
 

@@ -80,7 +80,7 @@ def test_a_gem_the_configuration_does_not_wire_cannot_be_confirmed():
 
 
 def test_the_report_says_when_the_objective_compared_another_thing_than_a_verdict(tmp_path):
-    from tune_gems.analysis.objective import objective_notes
+    from tune_gems.analysis.describe.objective import objective_notes
 
     trials, _ = _discovery()
     trials["experiment"] = "s"

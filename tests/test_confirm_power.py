@@ -28,12 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fake_results as fr  # noqa: E402
 
 from sweep_fixtures import SMOKE  # noqa: E402
-from tune_gems.analysis.calibration import SearchShape, mc_tolerance, search_confirm_rates  # noqa: E402
-from tune_gems.analysis.rule_mde import Design, finite_interval, period_floor, rule_mde, seeds_for  # noqa: E402
+from tune_gems.analysis.calibrate.calibration import SearchShape, mc_tolerance, search_confirm_rates  # noqa: E402
+from tune_gems.analysis.rules.rule_mde import PowerInputs, finite_interval, period_floor, rule_mde, seeds_for  # noqa: E402
 from tune_gems.analysis.rules.selection import final_on_one_history  # noqa: E402
 from tune_gems.analysis.rules.words import EQUIVALENT, HARMFUL, INCONCLUSIVE, KEEP  # noqa: E402
-from tune_gems.analysis.one_history_calibration import OneHistoryShape, one_history_search_rates  # noqa: E402
-from tune_gems.analysis.search_choice import confirmation_power, one_history_final  # noqa: E402
+from tune_gems.analysis.calibrate.one_history_calibration import OneHistoryShape, one_history_search_rates  # noqa: E402
+from tune_gems.analysis.verdicts.search_choice import confirmation_power, one_history_final  # noqa: E402
 from tune_gems.contracts.errors import ConfigError  # noqa: E402
 
 ALPHA, N_SEARCH = 0.05, 2000
@@ -44,13 +44,13 @@ TOL = mc_tolerance(ALPHA, N_SEARCH)
 
 
 def test_the_mde_falls_with_seeds_to_the_floor_of_periods_and_market_noise():
-    one = Design(16, 1.0)
+    one = PowerInputs(16, 1.0)
     assert rule_mde(one, ALPHA / 3, 0.8) > rule_mde(one.with_seeds(64), ALPHA / 3, 0.8)
-    folds = Design(16, 1.0, folds=4, fold_sd=1.0, tau2=0.04)
+    folds = PowerInputs(16, 1.0, folds=4, fold_sd=1.0, tau2=0.04)
     floor = period_floor(folds, ALPHA / 3, 0.8)
     assert rule_mde(folds.with_seeds(4096), ALPHA / 3, 0.8) == pytest.approx(floor, rel=0.05)
     assert seeds_for(folds, 0.9 * floor, ALPHA / 3, 0.8) is None  # more periods, not more seeds
-    market = Design(16, 1.0, market_se=0.2)
+    market = PowerInputs(16, 1.0, market_se=0.2)
     assert rule_mde(market.with_seeds(4096), ALPHA, 0.8) > 2.8 * 0.2  # (z + z) x market se
     assert rule_mde(market, ALPHA, 0.8, history_level=ALPHA / 8) > rule_mde(market, ALPHA, 0.8)
     assert not finite_interval(4, ALPHA / 3) and finite_interval(7, ALPHA / 3)
@@ -70,7 +70,7 @@ def _trials(k=4) -> pd.DataFrame:
 def test_the_seeds_are_the_fewest_whose_mde_is_at_most_the_discoverys():
     (plan,) = confirmation_power(_discovery(), _trials(), ["g12"], one_history=False, alpha=ALPHA, power=0.8,
                                  seeds=None, default_seeds=4)
-    assert plan.confirmation_mde <= plan.discovery_mde < rule_mde(Design(plan.seeds - 1, 0.3), ALPHA, 0.8)
+    assert plan.confirmation_mde <= plan.discovery_mde < rule_mde(PowerInputs(plan.seeds - 1, 0.3), ALPHA, 0.8)
     assert plan.seeds == 16 and "MDE" in plan.note and "<= the discovery's" in plan.note  # one gem both times
     # the discovery could decide nothing (4 seeds at alpha / 3): the fewest seeds with a finite interval
     (plan,) = confirmation_power(_discovery(n=4), _trials(), ["g12"], one_history=False, alpha=ALPHA, power=0.8,

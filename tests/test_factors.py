@@ -1,4 +1,4 @@
-"""Every factor judged (issue 30, item 4): `tune_gems.analysis.factors` on synthetic factorials
+"""Every factor judged (issue 30, item 4): `tune_gems.analysis.verdicts.factors` on synthetic factorials
 with known answers, the factor table in the written analysis and on the terminal, and its
 calibration through `factors.decide_effects` (the function the table runs): the family of gems
 and factors keeps its family-wise false rate <= alpha, and a planted factor effect is found."""
@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fake_results as fr  # noqa: E402
 
 from tune_gems.analysis.analyze import analyze, run_analysis  # noqa: E402
-from tune_gems.analysis.calibration import mc_tolerance  # noqa: E402
-from tune_gems.analysis.factor_calibration import factor_calibration_table, family_codes  # noqa: E402
-from tune_gems.analysis.factors import FACTOR, GEM, INTERACTION, SHOWN, format_factor_table  # noqa: E402
+from tune_gems.analysis.calibrate.calibration import mc_tolerance  # noqa: E402
+from tune_gems.analysis.calibrate.factor_calibration import factor_calibration_table, family_codes  # noqa: E402
+from tune_gems.analysis.verdicts.factors import FACTOR, GEM, INTERACTION, SHOWN, format_factor_table  # noqa: E402
 from tune_gems.analysis.rules.words import (  # noqa: E402
     CONFOUNDED, EQUIVALENT, HARMFUL, INCONSISTENT, INSUFFICIENT, KEEP_CODE,
 )
@@ -154,7 +154,7 @@ def test_a_planted_factor_effect_is_found():
 def test_the_calibration_table_and_command(capsys):
     t = factor_calibration_table(2, 2, 12, n_sim=200, folds=(1, 4), taus=(0.0,))
     assert list(t["folds"]) == [1, 4] and (t["fwer"] <= 0.2).all()
-    from tune_gems.analysis.factor_calibration import main
+    from tune_gems.analysis.cli import calibrate_factors_main as main
 
     assert main(["--factors", "0"]) == 2 and "--factors: must be at least 1" in capsys.readouterr().err
 

@@ -12,10 +12,10 @@ import pytest
 import fake_results as fr
 from sweep_fixtures import cli
 from tune_gems.analysis.analyze import analyze
-from tune_gems.analysis.figures import analysis_figures, plot_tables
-from tune_gems.analysis.fold_effects import FOLD_EFFECT_COLUMNS
+from tune_gems.analysis.render.figures import analysis_figures, plot_tables
+from tune_gems.analysis.verdicts.fold_effects import FOLD_EFFECT_COLUMNS
 from tune_gems.analysis.rules.pooling import fold_estimates
-from tune_gems.analysis.walk_forward import fold_text
+from tune_gems.analysis.verdicts.walk_forward import fold_text
 
 EFFECTS = [0.5, 0.3, 0.6, 0.4]
 DATES = [("2012-01-10", "2013-01-08"), ("2013-01-09", "2014-01-06"), ("2014-01-07", "2015-01-02"),

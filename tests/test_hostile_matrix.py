@@ -325,7 +325,7 @@ DROP = object()
 
 def table_cases() -> list[Case]:
     """Every column of the three tables that docs/results.md types, made hostile."""
-    from tune_gems.analysis import load, table_schema
+    from tune_gems.analysis.read import load, table_schema
     from tune_gems.contracts.gem_manifest import folder_manifest
 
     import tempfile

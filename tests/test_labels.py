@@ -9,8 +9,8 @@ import pandas as pd
 
 from fake_results import wire_scenario
 from sweep_fixtures import cli
-from tune_gems.analysis.load import load_experiment
-from tune_gems.analysis.variance import sharpe_variance, split_arms
+from tune_gems.analysis.read.load import load_experiment
+from tune_gems.analysis.describe.variance import sharpe_variance, split_arms
 from tune_gems.contracts.config_label import arm_label, short_labels, trial_label
 from tune_gems.stats.baseline_headline import baseline_comparison
 

@@ -27,7 +27,7 @@ from arch.bootstrap._samplers_python import stationary_bootstrap_sample_python
 from statsmodels.stats.multitest import multipletests
 
 from tune_gems.stats.inference import holm, holm_batch, rank_test
-from tune_gems.analysis.market_noise import optimal_mean_block, stationary_bootstrap_indices
+from tune_gems.analysis.verdicts.market_noise import optimal_mean_block, stationary_bootstrap_indices
 
 
 def _ar1(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:

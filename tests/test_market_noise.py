@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from tune_gems.analysis import market_noise
-from tune_gems.analysis.market_noise import (
+from tune_gems.analysis.verdicts import market_noise
+from tune_gems.analysis.verdicts.market_noise import (
     alpha_sharpe_rows,
     calibrate,
     simulate_arms,
@@ -185,5 +185,5 @@ def test_sharpe_and_alpha_sharpe_rows_match_the_device_code():
 
 
 def test_the_module_does_not_import_torch():
-    code = "import sys, tune_gems.analysis.market_noise; sys.exit('torch' in sys.modules)"
+    code = "import sys, tune_gems.analysis.verdicts.market_noise; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -19,15 +19,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fake_results as fr  # noqa: E402
 from learner_fixtures import full_and_resumed, tiny_config  # noqa: E402
 
-from tune_gems.analysis.pairing import build_cells, paired  # noqa: E402
-from tune_gems.analysis.verdict_market_noise import (  # noqa: E402
+from tune_gems.analysis.pairs.pairing import build_cells, paired  # noqa: E402
+from tune_gems.analysis.verdicts.verdict_market_noise import (  # noqa: E402
     NOT_NEEDED,
     OK,
     EvalReturns,
     market_evidence,
     read_eval_returns,
 )
-from tune_gems.analysis.market_noise import alpha_sharpe_rows  # noqa: E402
+from tune_gems.analysis.verdicts.market_noise import alpha_sharpe_rows  # noqa: E402
 from tune_gems.analysis.rules.gates import contradicts  # noqa: E402
 from tune_gems.analysis.analyze import analyze  # noqa: E402
 from tune_gems.contracts.errors import CheckpointError, DataError  # noqa: E402
@@ -302,7 +302,7 @@ def test_on_one_history_the_printed_mde_is_the_rule_that_decides_with_its_market
     market-noise interval both, so verdicts.csv's MDE is `rule_mde` with the market-noise part
     (above the seeds' alone), the same number the factor table prints for the gem's factor, and
     the floor no seed count beats is that part alone."""
-    from tune_gems.analysis.rule_mde import Design, history_floor, market_se_of, rule_mde
+    from tune_gems.analysis.rules.rule_mde import PowerInputs, history_floor, market_se_of, rule_mde
     from tune_gems.stats.inference import min_detectable_effect
 
     rng = np.random.default_rng(0)
@@ -315,7 +315,7 @@ def test_on_one_history_the_printed_mde_is_the_rule_that_decides_with_its_market
     se = market_se_of(g["market_ci_low"], g["market_ci_high"], 1 - g["market_ci_level"])
     n, sd, p_div = int(g["n_informative"]), g["sd_diff"], g["divergence_rate"]
     assert se > 0
-    assert g["mde"] == pytest.approx(rule_mde(Design(n, sd, p_div, market_se=se), level, 0.8))
+    assert g["mde"] == pytest.approx(rule_mde(PowerInputs(n, sd, p_div, market_se=se), level, 0.8))
     assert g["mde"] > min_detectable_effect(sd, n, level, 0.8, p_div)  # the seeds' alone is below it
     assert g["mde_floor"] == pytest.approx(history_floor(se, level, 0.8)) and g["mde_floor"] < g["mde"]
     assert res.factors.set_index("factor").loc["gems.g12.mode", "mde"] == pytest.approx(g["mde"])
@@ -328,7 +328,7 @@ def test_the_rule_confirms_only_an_interval_on_the_effects_side():
 
 
 def test_the_report_and_terminal_table_state_both_intervals(root):
-    from tune_gems.analysis.report import evidence_line, format_verdict_table
+    from tune_gems.analysis.render.report import evidence_line, format_verdict_table
 
     res = analyze(root / "luck", n_boot=400)
     text = format_verdict_table(res.verdicts)

@@ -13,17 +13,16 @@ from matplotlib.colors import to_hex
 import fake_results as fr
 from sweep_fixtures import cli
 from tune_gems.analysis.analyze import analyze
-from tune_gems.analysis.figures import (
+from tune_gems.analysis.render.figures import (
     CONFIRMATION_TABLE, IMPROVEMENT_CSV, LEARNING_CURVES_CSV, PAIRED_SEEDS_CSV, PROFILES_CSV, analysis_figures,
     plot_tables,
 )
-from tune_gems.analysis.fold_forest import fold_forest
-from tune_gems.analysis.pairing import build_cells, paired
-from tune_gems.analysis.plot_tables import probability_of_improvement
-from tune_gems.analysis.plots import IMPORTANCE_FEW_TRIALS, importance_bars, sharpe_distributions
-from tune_gems.analysis.seed_plots import fold_color
-from tune_gems.analysis.shrinkage_plot import confirmation_shrinkage
-from tune_gems.analysis.variance import final_members
+from tune_gems.analysis.pairs.pairing import build_cells, paired
+from tune_gems.analysis.render.plot_tables import probability_of_improvement
+from tune_gems.analysis.render.plots import (
+    IMPORTANCE_FEW_TRIALS, confirmation_shrinkage, fold_color, fold_forest, importance_bars, sharpe_distributions,
+)
+from tune_gems.analysis.describe.variance import final_members
 
 FAST = dict(n_boot=100)
 
@@ -129,7 +128,7 @@ def test_profiles_and_the_probability_of_improvement_are_the_pairs(folded):
 
 
 def test_the_sharpe_distributions_are_the_final_members_folds_apart_and_paired(tmp_path):
-    from tune_gems.analysis.load import load_experiment
+    from tune_gems.analysis.read.load import load_experiment
 
     exp = load_experiment(fr.fold_scenario(tmp_path / "f", [0.3, -0.1, 0.2], n=6))  # nobody diverged: all included
     final = final_members(exp.members, exp.trials)

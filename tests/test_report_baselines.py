@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from tune_gems.analysis.load import read_baselines
-from tune_gems.analysis.report import baseline_comparison
+from tune_gems.analysis.read.load import read_baselines
+from tune_gems.stats.baseline_headline import baseline_comparison
 from tune_gems.contracts.errors import DataError
 
 

@@ -35,7 +35,7 @@ RULES = PACKAGE / "analysis" / "rules"
 WORD_NAMES = {"KEEP", "HARMFUL", "EQUIVALENT", "DELETE", "INCONCLUSIVE", "INCONSISTENT", "HETEROGENEOUS", "CONFOUNDED",
               "INSUFFICIENT", "NO_DATA", "NOT_TESTED", "DECISIVE", "NULL_ARM_OK", "VERDICTS"}
 """The names in rules/words.py that are verdict words or sets of them."""
-ALLOWED_CHOICES = {("analysis/search_choice.py", "NO_DATA")}
+ALLOWED_CHOICES = {("analysis/verdicts/search_choice.py", "NO_DATA")}
 """Uses of a verdict word as a value outside the rules, with why: a gem that has no row in the
 confirmation's verdicts was not confirmed at all (`side_by_side` shows `no data`, a fact, not a test)."""
 
@@ -136,14 +136,15 @@ def test_holm_is_defined_once_and_its_entry_points_share_one_step_down():
 
 
 def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
-    from tune_gems.analysis import calibration, redundancy, verdicts, walk_forward, walk_forward_calibration
-    from tune_gems.analysis import factor_calibration, factor_rule, factors, plan, rule_mde
-    from tune_gems.analysis import one_history_calibration
+    from tune_gems.analysis import plan
+    from tune_gems.analysis.calibrate import calibration, factor_calibration, one_history_calibration, walk_forward_calibration
+    from tune_gems.analysis.rules import factor_rule, rule_mde
+    from tune_gems.analysis.verdicts import factors, gem_verdicts, redundancy, walk_forward
     from tune_gems.analysis.rules import gates, period_family, periods, pooling, power, seed, ties
 
     uses = {
-        seed.decide_family: (verdicts, calibration, walk_forward_calibration, factor_rule, one_history_calibration),
-        gates.market_gate: (verdicts, walk_forward_calibration, factor_rule, one_history_calibration),
+        seed.decide_family: (gem_verdicts, calibration, walk_forward_calibration, factor_rule, one_history_calibration),
+        gates.market_gate: (gem_verdicts, walk_forward_calibration, factor_rule, one_history_calibration),
         gates.one_period_gate: (walk_forward, walk_forward_calibration, factor_rule, one_history_calibration),
         # the K >= 2 decision: the gem verdicts, the factor table, the confirmation's simulated
         # search and the calibrations hold one function (and it the pooling and the period rule)
@@ -158,7 +159,7 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
         pooling.fold_estimates: (walk_forward, period_family),
         pooling.shared_seed_variance: (walk_forward, period_family),
         pooling.seed_anova: (walk_forward, period_family),
-        ties.informative_rank_test: (verdicts, walk_forward, calibration, walk_forward_calibration, factor_rule),
+        ties.informative_rank_test: (gem_verdicts, walk_forward, calibration, walk_forward_calibration, factor_rule),
         # the power statement: the verdicts', the plan's, the calibration's and confirm's MDE
         power.pooled_mde: (walk_forward, walk_forward_calibration, plan, rule_mde),
         power.mde_floor: (walk_forward, rule_mde),
@@ -176,7 +177,7 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
 
 def _fold_differences(cells, gem: str, column: str, k: int) -> np.ndarray:
     """[1, 1, K, n] per-seed differences of `gem` in each fold, as the verdicts pair them."""
-    from tune_gems.analysis.selectors import wiring_pairs
+    from tune_gems.analysis.pairs.selectors import wiring_pairs
 
     folds = sorted(cells.table["fold"].unique())
     rows = [wiring_pairs(cells, gem, column=column, k=k, select=lambda t, f=f: t["fold"] == f).diffs for f in folds]
@@ -192,9 +193,9 @@ def test_the_shipped_verdict_is_the_calibrations_decision_on_the_same_difference
     insufficient data over 3 periods (the seeds: keep); one period: keep wired. (The fakes'
     per-seed noise is +-0.05: a fold effect of +-0.05 would make half its pairs tie.)"""
     from tune_gems.analysis.analyze import analyze
-    from tune_gems.analysis.pairing import build_cells
+    from tune_gems.analysis.pairs.pairing import build_cells
     from tune_gems.analysis.rules.thresholds import Thresholds
-    from tune_gems.analysis.walk_forward_calibration import rule_one_period, rule_periods
+    from tune_gems.analysis.calibrate.walk_forward_calibration import rule_one_period, rule_periods
 
     th = Thresholds(n_boot=50)
     res = analyze(fr.fold_scenario(tmp_path / "e", fold_effects), thresholds=th)
@@ -210,11 +211,11 @@ def test_the_shipped_verdict_is_the_calibrations_decision_on_the_same_difference
     factor = res.factors.set_index("factor").loc["gems.g12.mode"]
     assert factor["family_size"] == 1 and factor["verdict"] == row["verdict"], factor["reading"]
     if np.isfinite(row["mde"]):
-        from tune_gems.analysis.rule_mde import rule_mde
-        from tune_gems.analysis.search_choice import discovery_design
+        from tune_gems.analysis.rules.rule_mde import rule_mde
+        from tune_gems.analysis.verdicts.search_choice import discovery_power_inputs
 
         # ... and states its MDE (the pooled test's at K >= 2, the seed rule's at K = 1 without a
         # market-noise interval), and confirm's target (the discovery's MDE) is that number too
         assert factor["mde"] == pytest.approx(row["mde"])
         assert factor["pooled_ci_low"] == pytest.approx(row["pooled_ci_low"], nan_ok=True)
-        assert rule_mde(discovery_design(row.to_dict()), th.alpha, th.power) == pytest.approx(row["mde"], rel=1e-6)
+        assert rule_mde(discovery_power_inputs(row.to_dict()), th.alpha, th.power) == pytest.approx(row["mde"], rel=1e-6)

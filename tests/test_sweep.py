@@ -110,7 +110,7 @@ def _check_console_and_labels(shown: str, exp, t, arms):
         row = arms[(arms["trial_id"] == tid) & (arms["arm"] == arm)].iloc[0].to_dict()
         base = "g6=measure g10=measure g12=measure sn=on noisy=on"
         assert set(m["config_label"]) == {arm_label(base, row)}, (tid, arm)
-    from tune_gems.analysis.load import load_experiment
+    from tune_gems.analysis.read.load import load_experiment
 
     read = load_experiment(exp)  # new results read back as written (older ones get these labels when read)
     assert read.trials.set_index("trial_id")["config_label"].to_dict() == t["trials"].set_index("trial_id")["config_label"].to_dict()

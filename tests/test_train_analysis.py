@@ -9,7 +9,7 @@ import pytest
 
 from sweep_fixtures import cli
 from test_bad_input import TRAIN_TINY
-from tune_gems.analysis import load_experiment
+from tune_gems.analysis.read.load import load_experiment
 
 pytestmark = pytest.mark.slow
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}

@@ -270,7 +270,7 @@ def test_an_aa_arm_gives_the_learners_null_spread(root):
 def test_a_null_arm_whose_pairs_tie_is_flagged_uninformative(root):
     """The weight-1e-9 placebo was bit-identical to control for 8/8 seeds: 'equivalent, CI [0, 0]'
     read as a passed check. Identical outcomes now read `informative` False, in words."""
-    from tune_gems.analysis.report import format_verdict_table
+    from tune_gems.analysis.render.report import format_verdict_table
 
     res = run(_aa_experiment(root / "aa_tied", noise=0.0))
     a = res.placebo.iloc[0]
@@ -308,7 +308,7 @@ def test_a_verdict_resting_on_ties_reads_insufficient_data(root):
     assert g["tied_share"] == pytest.approx(14 / 18) and g["n_informative"] == 4 and g["n_seeds"] == 18
     assert g["zero_turnover_share"] == pytest.approx(14 / 18)
     assert "too few informative pairs" in g["reason"] and "never traded" in g["reason"]
-    from tune_gems.analysis.report import evidence_line
+    from tune_gems.analysis.render.report import evidence_line
 
     assert "78% tie (4 informative)" in evidence_line(g.rename({"gem": "g"}).to_dict() | {"gem": "g12"})
 

@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fake_results as fr  # noqa: E402
 
-from tune_gems.analysis.calibration import Shape, mc_tolerance  # noqa: E402
-from tune_gems.analysis.report import evidence_line, render_report  # noqa: E402
+from tune_gems.analysis.calibrate.calibration import Shape, mc_tolerance  # noqa: E402
+from tune_gems.analysis.render.report import evidence_line, render_report  # noqa: E402
 from tune_gems.analysis.analyze import analyze  # noqa: E402
 from tune_gems.analysis.rules.gates import combined_bounds  # noqa: E402
 from tune_gems.analysis.rules.pooling import hksj, pool_family, seed_anova, shared_seed_variance  # noqa: E402
@@ -26,7 +26,7 @@ from tune_gems.analysis.rules.words import (  # noqa: E402
     INCONSISTENT, INSUFFICIENT, EQUIVALENT_CODE as EQUIVALENT, HETEROGENEOUS_CODE as HETEROGENEOUS,
     INCONSISTENT_CODE as CODE_INCONSISTENT, INSUFFICIENT_CODE,
 )
-from tune_gems.analysis.walk_forward_calibration import period_codes  # noqa: E402
+from tune_gems.analysis.calibrate.walk_forward_calibration import period_codes  # noqa: E402
 from tune_gems.contracts.errors import DataError  # noqa: E402
 
 N_SIM = 2000
@@ -144,7 +144,7 @@ def test_the_stated_pooled_mde_has_its_power():
     """The MDE a verdict states with folds is the pooled test's; a planted effect of that size
     reads keep wired with about the stated 80% power (0.70-0.88 over the calibration's rows:
     the normal-theory MDE does not carry the randomness of tau^2 and the scale)."""
-    from tune_gems.analysis.walk_forward_calibration import Scenario, period_run
+    from tune_gems.analysis.calibrate.walk_forward_calibration import Scenario, period_run
 
     for folds, tau in ((6, 1.0), (4, 3.0)):
         mde = float(np.median(period_run(SHAPES, N_SIM, folds, Scenario(tau=tau)).mde[:, 0]))
@@ -337,7 +337,7 @@ def test_each_interval_alone_is_liberal_on_one_history(monkeypatch):
 
 
 def test_period_calibration_command_prints_the_table_and_refuses_bad_input(capsys):
-    from tune_gems.analysis.scripts import period_calibration_main
+    from tune_gems.analysis.cli import calibrate_periods_main as period_calibration_main
 
     assert period_calibration_main(["--seeds", "1"]) == 2
     err = capsys.readouterr().err
@@ -350,7 +350,7 @@ def test_period_calibration_command_prints_the_table_and_refuses_bad_input(capsy
 def test_an_unknown_heterogeneity_share_reads_a_dash_not_a_dash_percent():
     """I^2 is NaN where no fold's rank interval gives a variance (tau^2 unknown): the verdict's
     text says `I^2 -`, as tau^2 says `-`, not `-%`."""
-    from tune_gems.analysis.report import _percent
+    from tune_gems.analysis.render.report import _percent
 
     assert _percent(float("nan")) == "-" and _percent(None) == "-"
     assert _percent(0.0) == "0%" and _percent(0.456) == "46%"

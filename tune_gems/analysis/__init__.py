@@ -1,107 +1,11 @@
-"""Analysis of finished sweeps: Sharpe variance, gem magnitudes, verdicts, importances.
+"""Analysis of finished sweeps: reads result files only (docs/results.md), never the trainer, the
+sweep or the model, and runs where neither torch nor Ray is installed.
 
-Reads result files only (docs/results.md); never imports the trainer, sweep or model. Every
-function takes DataFrames and returns DataFrames, so a notebook can use any step alone:
-
-    from tune_gems.analysis import load_experiment, sharpe_variance, gem_verdicts
-    exp = load_experiment(["runs/sweep_a", "runs/sweep_b"])
-    sharpe_variance(exp.members, exp.trials)
-    res = analyze(exp)                       # every table: res.verdicts, res.placebo, res.redundancy
-    calibration_table([Shape("g12", n=16)])  # the verdict rule's false-positive rate and power
-
-`run_analysis(paths, out_dir)` runs everything and writes the CSVs, PNGs and report.md.
-See docs/analysis.md for the statistics and the verdict rules.
+Read it in the order it runs (`analyze.py` is the table of contents): `read/` the experiment
+folders as tables, `pairs/` the designed comparisons, `rules/` the verdict rule, `verdicts/` the
+rule applied to every gem, factor and period, `describe/` the descriptive tables, `render/`
+report.md and the plots; beside them `calibrate/` (the rule's error rates and power, by
+simulation), `plan.py` (the next design from a pilot), `cli.py` (the command line) and, on the
+bottom floor, `defaults.py` and `text.py`. Every step is a function of DataFrames, imported from
+the module that defines it; docs/analysis.md explains the statistics and the verdict rules.
 """
-
-import importlib
-
-_EXPORTS = {
-    "param_importances": "tune_gems.analysis.importance",
-    "context_label": "tune_gems.analysis.labels",
-    "trial_gem_modes": "tune_gems.analysis.labels",
-    "Experiment": "tune_gems.analysis.load",
-    "load_experiment": "tune_gems.analysis.load",
-    "gem_history": "tune_gems.analysis.magnitudes",
-    "gem_magnitudes": "tune_gems.analysis.magnitudes",
-    "gem_trajectories": "tune_gems.analysis.magnitudes",
-    "format_verdict_table": "tune_gems.analysis.report",
-    "markdown_table": "tune_gems.analysis.report",
-    "AnalysisResult": "tune_gems.analysis.analyze",
-    "analyze": "tune_gems.analysis.analyze",
-    "default_out_dir": "tune_gems.analysis.analyze",
-    "run_analysis": "tune_gems.analysis.analyze",
-    "write_result": "tune_gems.analysis.analyze",
-    "final_members": "tune_gems.analysis.variance",
-    "sharpe_variance": "tune_gems.analysis.variance",
-    "trial_outcomes": "tune_gems.analysis.variance",
-    "iqm": "tune_gems.analysis.descriptive",
-    "stratified_bootstrap_ci": "tune_gems.analysis.descriptive",
-    "VERDICTS": "tune_gems.analysis.rules.words",
-    "Thresholds": "tune_gems.analysis.rules.thresholds",
-    "gem_verdicts": "tune_gems.analysis.verdicts",
-    "placebo_verdicts": "tune_gems.analysis.verdicts",
-    "build_cells": "tune_gems.analysis.pairing",
-    "paired": "tune_gems.analysis.pairing",
-    "rank_test": "tune_gems.stats.inference",
-    "holm": "tune_gems.stats.inference",
-    "redundancy_table": "tune_gems.analysis.redundancy",
-    "Shape": "tune_gems.analysis.calibration",
-    "calibration_table": "tune_gems.analysis.calibration",
-    "null_rate": "tune_gems.analysis.calibration",
-    "power": "tune_gems.analysis.calibration",
-    "market_noise_interval": "tune_gems.analysis.market_noise",
-    "MarketNoiseInterval": "tune_gems.analysis.market_noise",
-    "market_evidence": "tune_gems.analysis.verdict_market_noise",
-    "read_eval_returns": "tune_gems.analysis.verdict_market_noise",
-    "EvalReturnsLookup": "tune_gems.analysis.verdict_market_noise",
-}
-
-
-def __getattr__(name: str):
-    """Import on first use: the CLI builds its parser from this package without paying for
-    pandas, scipy, matplotlib and Optuna until an analysis actually runs."""
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'tune_gems.analysis' has no attribute {name!r}")
-
-
-__all__ = [
-    "Shape",
-    "build_cells",
-    "calibration_table",
-    "holm",
-    "null_rate",
-    "paired",
-    "placebo_verdicts",
-    "power",
-    "rank_test",
-    "redundancy_table",
-    "AnalysisResult",
-    "Experiment",
-    "VERDICTS",
-    "Thresholds",
-    "analyze",
-    "context_label",
-    "default_out_dir",
-    "final_members",
-    "format_verdict_table",
-    "gem_history",
-    "gem_magnitudes",
-    "gem_trajectories",
-    "gem_verdicts",
-    "iqm",
-    "load_experiment",
-    "markdown_table",
-    "param_importances",
-    "run_analysis",
-    "sharpe_variance",
-    "stratified_bootstrap_ci",
-    "trial_gem_modes",
-    "trial_outcomes",
-    "write_result",
-    "market_noise_interval",
-    "MarketNoiseInterval",
-    "market_evidence",
-    "read_eval_returns",
-    "EvalReturnsLookup",
-]

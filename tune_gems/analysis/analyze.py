@@ -18,24 +18,25 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from tune_gems.analysis import defaults, plots
-from tune_gems.analysis.figures import analysis_figures, plot_tables
-from tune_gems.analysis.pairing import build_cells
-from tune_gems.analysis.excess import add_excess_columns
-from tune_gems.analysis.importance import param_importances
-from tune_gems.analysis.load import Experiment, load_experiment
-from tune_gems.analysis.verdict_market_noise import EvalReturnsLookup
-from tune_gems.analysis.objective import objective_notes
-from tune_gems.analysis.magnitudes import gem_magnitudes, gem_trajectories
-from tune_gems.analysis.redundancy import redundancy_table
-from tune_gems.analysis.factor_report import render_factor_section
-from tune_gems.analysis.report import render_report
-from tune_gems.analysis.factors import factor_table
-from tune_gems.analysis.fold_effects import fold_dates, fold_effects_table
-from tune_gems.analysis.held_out import skill_context
-from tune_gems.analysis.variance import sharpe_variance, split_arms, trial_outcomes
+# the table of contents, in reading order: read -> pair -> decide -> describe -> render
+from tune_gems.analysis.read.load import Experiment, load_experiment
+from tune_gems.analysis.read.outcomes import trial_outcomes
+from tune_gems.analysis.pairs.pairing import build_cells
+from tune_gems.analysis.pairs.excess import add_excess_columns
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.verdicts import gem_verdict_tables, placebo_verdicts, verdict_metric
+from tune_gems.analysis.verdicts.verdict_market_noise import EvalReturnsLookup
+from tune_gems.analysis.verdicts.redundancy import redundancy_table
+from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables, placebo_verdicts, verdict_metric
+from tune_gems.analysis.verdicts.held_out import skill_context
+from tune_gems.analysis.verdicts.factors import factor_table
+from tune_gems.analysis.verdicts.fold_effects import fold_dates, fold_effects_table
+from tune_gems.analysis.describe.variance import sharpe_variance, split_arms
+from tune_gems.analysis.describe.magnitudes import gem_magnitudes, gem_trajectories
+from tune_gems.analysis.describe.importance import param_importances
+from tune_gems.analysis.describe.objective import objective_notes
+from tune_gems.analysis.render import plots
+from tune_gems.analysis.render.figures import analysis_figures, plot_tables
+from tune_gems.analysis.render.report import render_factor_section, render_report
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.result_files import CONFIG_FILE, SPEC_FILE
 from tune_gems.contracts.run_record import check_recorded_run
@@ -170,7 +171,7 @@ def write_result(result: AnalysisResult, out_dir: str | Path, *, overwrite: bool
         for attr, name in CSV_FILES.items():
             getattr(result, attr).to_csv(tmp / name, index=False)
             files.append(name)
-        tables = plot_tables(result)  # what the plots draw, written even without them (tune_gems.analysis.figures)
+        tables = plot_tables(result)  # what the plots draw, written even without them (render/figures.py)
         for name, table in tables.items():
             table.to_csv(tmp / name, index=False)
             files.append(name)

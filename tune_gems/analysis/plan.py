@@ -40,13 +40,13 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from tune_gems.analysis.load import Experiment, load_experiment
-from tune_gems.analysis.pairing import build_cells
+from tune_gems.analysis.read.load import Experiment, load_experiment
+from tune_gems.analysis.pairs.pairing import build_cells
 from tune_gems.analysis.rules.period_family import fold_components
 from tune_gems.analysis.rules.power import PooledComponents, mde_floor, pooled_mde
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.verdicts import gem_verdicts
-from tune_gems.analysis.walk_forward import family_folds, fold_count, pool_family_of
+from tune_gems.analysis.verdicts.gem_verdicts import gem_verdicts
+from tune_gems.analysis.verdicts.walk_forward import family_folds, fold_count, pool_family_of
 from tune_gems.contracts.errors import ConfigError, DataError
 
 PERIODS = (4, 6, 8, 10, 12, 16)

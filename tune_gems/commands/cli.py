@@ -21,7 +21,7 @@ import traceback
 import typing
 from pathlib import Path
 
-from tune_gems.analysis.scripts import add_arguments as add_analysis_arguments
+from tune_gems.analysis.cli import add_arguments as add_analysis_arguments
 from tune_gems.ops.cpu_code_path import pin_cpu_code_path
 from tune_gems.commands.cpu_threads import THREADS_FLAG, set_cpu_threads, trial_threads
 from tune_gems.contracts.errors import TuneGemsError
@@ -94,7 +94,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from tune_gems.analysis.scripts import run_report
+    from tune_gems.analysis.cli import run_report
 
     run_report(args)
     return 0
@@ -180,7 +180,7 @@ class _VersionAction(argparse.Action):
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from tune_gems.analysis.analyze import check_settings
-    from tune_gems.analysis.scripts import analysis_settings
+    from tune_gems.analysis.cli import analysis_settings
     from tune_gems.commands.compare import compare, format_comparison
 
     settings = analysis_settings(args)
@@ -204,8 +204,8 @@ def _add_compare_parser(sub) -> argparse.ArgumentParser:
 
 def _cmd_confirm(args: argparse.Namespace) -> int:
     """`tune-gems confirm EXP`: re-test each gem's chosen configuration on fresh seeds and paths."""
-    from tune_gems.analysis.search_choice import format_confirmation
-    from tune_gems.analysis.scripts import analysis_settings
+    from tune_gems.analysis.verdicts.search_choice import format_confirmation
+    from tune_gems.analysis.cli import analysis_settings
     from tune_gems.commands.confirm import confirm
 
     res = confirm(args.experiment, args.out, population=args.seeds, log=lambda line: print(line, flush=True),
@@ -218,7 +218,7 @@ def _cmd_confirm(args: argparse.Namespace) -> int:
 
 
 def _add_confirm_parser(sub) -> None:
-    from tune_gems.analysis.scripts import add_settings
+    from tune_gems.analysis.cli import add_settings
 
     c = sub.add_parser("confirm", help="re-test each gem's chosen configuration once, on fresh seeds and paths")
     c.add_argument("experiment", metavar="EXPERIMENT_DIR", help="folder of a finished wire_search sweep")
@@ -273,14 +273,14 @@ def _set_threads(args: argparse.Namespace) -> None:
 def _cmd_plan(args: argparse.Namespace) -> int:
     """`tune-gems plan EXP`: the designs (periods x seeds x epochs) that reach a target MDE."""
     from tune_gems.analysis.plan import format_plan, plan
-    from tune_gems.analysis.scripts import analysis_settings
+    from tune_gems.analysis.cli import analysis_settings
 
     print(format_plan(plan(args.experiments, target_mde=args.target_mde, **analysis_settings(args))), flush=True)
     return 0
 
 
 def _add_plan_parser(sub) -> argparse.ArgumentParser:
-    from tune_gems.analysis.scripts import add_settings
+    from tune_gems.analysis.cli import add_settings
 
     c = sub.add_parser("plan", help="from a finished pilot with folds: the designs that reach a target MDE, and their cost")
     c.add_argument("experiments", nargs="+", metavar="EXPERIMENT_DIR", help="folder(s) of the finished pilot")

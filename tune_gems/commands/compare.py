@@ -3,7 +3,7 @@
 Why: `tune-gems analyze A B` pools the folders into one analysis (more seeds for one question);
 comparing two runs (another learning rate, another data file) needs each one's own verdicts
 and Sharpe table beside the other's, and the keys their specs differ in. Either side may be a
-sweep's experiment folder, a `train` folder (tune_gems.analysis.train_run) or a confirmation
+sweep's experiment folder, a `train` folder (tune_gems.analysis.read.train_run) or a confirmation
 folder (its settings from its trials table). Writes nothing.
 """
 
@@ -88,10 +88,10 @@ def _plain(v: Any) -> Any:
 
 def trial_settings(path: Path) -> dict[str, Any]:
     """`config.<key>` for every config column of a trials table (the config's top-level keys and
-    its dotted ones, tune_gems.analysis.pairing; the arms are arms.parquet's): its value where
+    its dotted ones, tune_gems.analysis.pairs.pairing; the arms are arms.parquet's): its value where
     every trial has the same, else the trials' values joined by ` | ` (a confirmation re-runs
     each gem's own choice)."""
-    from tune_gems.analysis.pairing import config_columns
+    from tune_gems.analysis.pairs.pairing import config_columns
     from tune_gems.config.dotted import flatten
     from tune_gems.config.load import load_config
 
@@ -137,7 +137,7 @@ def _labels(a: Path, b: Path) -> tuple[str, str]:
 
 
 def compare(a: str | Path, b: str | Path, **settings: Any) -> Comparison:
-    from tune_gems.analysis.report import baseline_comparison
+    from tune_gems.stats.baseline_headline import baseline_comparison
     from tune_gems.analysis.analyze import analyze
     from tune_gems.stats.baseline_headline import baseline_headline
 

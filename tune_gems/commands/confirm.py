@@ -71,7 +71,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from tune_gems.analysis.search_choice import confirmation_power
+from tune_gems.analysis.verdicts.search_choice import confirmation_power
 from tune_gems.commands.confirm_plan import MIN_SEEDS, Plan, fresh_paths, plan_confirmation
 from tune_gems.commands.confirm_record import (FIELD, KIND, check_not_confirmed, claim_confirmation, clear_stale,
                                                stops_raise, write_record)
@@ -165,8 +165,8 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
                       build: Callable[[Plan], Config], gems: list[str], discovery, log: Callable[[str], None],
                       settings: dict[str, Any], power: list) -> "ConfirmOutcome":
     """Train the plans and publish the folder, holding the search's lock (`confirm`)."""
-    from tune_gems.analysis.search_choice import candidate_count, format_confirmation, one_history_final, side_by_side
-    from tune_gems.analysis.report import format_verdict_table
+    from tune_gems.analysis.verdicts.search_choice import candidate_count, format_confirmation, one_history_final, side_by_side
+    from tune_gems.analysis.render.report import format_verdict_table
     from tune_gems.analysis.analyze import analyze
     from tune_gems.contracts.outputs import check_output_folder, publish_folder, write_marker
 

@@ -16,7 +16,7 @@ from typing import Callable
 
 import pandas as pd
 
-from tune_gems.analysis.search_choice import Choice, choose_per_gem
+from tune_gems.analysis.verdicts.search_choice import Choice, choose_per_gem
 from tune_gems.config.schema import Config
 from tune_gems.design.arm_sets import confirmation_arms, with_arms
 from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec

@@ -37,7 +37,6 @@ from tune_gems.contracts.result_files import (
 )
 from tune_gems.sweep.storage import ExperimentStore
 
-ARMS_FILE, BASELINES_FILE = ARMS_PARQUET, BASELINES_PARQUET
 TERMINATED, ERROR, UNFINISHED = "TERMINATED", "ERROR", "UNFINISHED"
 """Values of trials.parquet's `status`: ran to its end (or was stopped early by the scheduler);
 failed after its retries; not finished when the sweep stopped (Ctrl-C, a lost driver):
@@ -262,9 +261,9 @@ def write_tables(store: ExperimentStore, tables: SweepTables) -> None:
     each written atomically (arms and baselines only when there are rows)."""
     frames = {TRIALS_FILE: tables.trials, HISTORY_FILE: tables.history, MEMBERS_FILE: tables.members}
     if len(tables.arms):
-        frames[ARMS_FILE] = tables.arms
+        frames[ARMS_PARQUET] = tables.arms
     if len(tables.baselines):
-        frames[BASELINES_FILE] = tables.baselines
+        frames[BASELINES_PARQUET] = tables.baselines
     if len(tables.folds):
         frames[FOLDS_PARQUET] = tables.folds
     write_frames(store, frames)

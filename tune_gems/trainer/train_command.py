@@ -55,7 +55,6 @@ from tune_gems.trainer.trainer import RESUMABLE_CHANGES, Trainer
 
 CHECKPOINT = CHECKPOINT_FILE
 TABLE_FILES = (HISTORY_CSV, MEMBERS_CSV)
-ARMS_FILE, BASELINES_FILE = ARMS_CSV, BASELINES_CSV
 OUT_FIELD = "--out"
 
 
@@ -141,7 +140,7 @@ def write_run_files(trainer: Trainer, out: Path) -> None:
     aliases = arm_aliases(cfg)  # a duplicate arm trained once: its other name (tune_gems.design.arm_sets)
     arms = pd.DataFrame([{"arm": a.name, **({"also_named": also_named(aliases, a.name)} if aliases else {}),
                           **resolved_settings(a.config)} for a in trainer.arms.arms])
-    for name, frame in ((ARMS_FILE, arms), (FOLDS_CSV, trainer.fold_table()), (BASELINES_FILE, trainer.baselines())):
+    for name, frame in ((ARMS_CSV, arms), (FOLDS_CSV, trainer.fold_table()), (BASELINES_CSV, trainer.baselines())):
         _write_csv(out / name, frame)
 
 

@@ -1,0 +1,115 @@
+"""Calibration of the factor table (issue 30, item 4): the family of gems and factors together.
+
+A statistic ships with its calibration through the function the shipped table calls: here
+`factor_rule.decide_effects`, the rule `factors.factor_table` runs on a design's gems and factors (the
+seed rule with Holm over the whole family, the one-period gates at K = 1 on one history, the
+period rule at K >= 2). The simulation gives every effect of the family (G gems and F factors,
+one population: every contrast has the same seeds) what a verdict faces, as the period
+calibration does: seed noise (normal or t3, a share `rho` of it the seed's own in every fold),
+one market history per period (a fold-level effect of spread `tau` seed standard errors; at
+K = 1 the history's luck, which the market-noise interval measures: half-width z x tau x SE at
+the seed interval's level), and a planted consistent effect on the first factor (power). Codes per
+dataset and effect: `rules.words.verdict_codes`.
+
+`python analysis/calibrate_factors.py` prints the table of docs/analysis.md ("Factors").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from tune_gems.analysis import defaults
+from tune_gems.analysis.calibrate.calibration import _draws, mc_tolerance
+from tune_gems.analysis.rules.factor_rule import decide_effects
+from tune_gems.analysis.rules.period_family import fold_data
+from tune_gems.analysis.rules.words import HARMFUL_CODE, KEEP_CODE, verdict_codes
+
+FACTOR_CALIBRATION_FOLDS = (1, 4, 6)
+FACTOR_CALIBRATION_TAUS = (0.0, 1.0, 3.0)
+
+
+def simulate_family(rng, n_effects: int, n: int, n_sim: int, folds: int, *, sd: float = 1.0, planted: int = -1,
+                    effect: float = 0.0, tau: float = 0.0, rho: float = 0.0, dist: str = "normal") -> np.ndarray:
+    """[n_sim, E, K, n] per-seed differences of a family of E effects; effect `planted` (an index,
+    -1: none) shifted by `effect`. `tau` in units of one fold's seed SE (sd / sqrt(n)); `rho` the
+    share of the seed variance a seed carries into every fold."""
+    se = sd / math.sqrt(n)
+    shift = np.zeros(n_effects)
+    if planted >= 0:
+        shift[planted] = effect
+    seed_part = math.sqrt(rho) * sd * _draws(rng, (n_sim, n_effects, 1, n), dist)
+    own = math.sqrt(1.0 - rho) * sd * _draws(rng, (n_sim, n_effects, folds, n), dist)
+    period = tau * se * rng.standard_normal((n_sim, n_effects, folds, 1))
+    return shift[None, :, None, None] + period + seed_part + own
+
+
+def family_codes(gems: int, factors: int, n: int, n_sim: int, folds: int, *, sd: float = 1.0, effect: float = 0.0,
+                 tau: float = 0.0, rho: float = 0.0, dist: str = "normal", alpha: float = defaults.ALPHA,
+                 rope: float = defaults.ROPE, seed: int = defaults.SEED) -> np.ndarray:
+    """Codes [n_sim, gems + factors] of `decide_effects` on simulated families; `effect` planted
+    on the first factor (index `gems`)."""
+    rng = np.random.default_rng(seed)
+    e = gems + factors
+    d = simulate_family(rng, e, n, n_sim, folds, sd=sd, planted=gems if factors else -1, effect=effect, tau=tau,
+                        rho=rho, dist=dist)
+    if folds == 1:
+        diffs = [d[:, j, 0] for j in range(e)]
+        market = None
+        if tau > 0:
+            centre = np.stack([x.mean(1) for x in diffs], 1)
+
+            def market(level: np.ndarray):
+                h = sps.norm.ppf(1 - level / 2) * tau * sd / math.sqrt(n)
+                return centre - h, centre + h, np.ones(level.shape, bool)
+
+        dec = decide_effects(diffs, alpha=alpha, rope=rope, market=market)
+        return verdict_codes(dec.verdict)
+    diffs = [d[:, j].mean(1) for j in range(e)]
+    return verdict_codes(decide_effects(diffs, alpha=alpha, rope=rope, periods=fold_data(d)).verdict)
+
+
+def factor_calibration_table(gems: int = 3, factors: int = 3, n: int = 16, *, n_sim: int = defaults.N_SIM,
+                             folds=FACTOR_CALIBRATION_FOLDS, taus=FACTOR_CALIBRATION_TAUS, rho: float = 0.0,
+                             effects=defaults.CALIBRATION_PERIOD_EFFECTS, dist: str = "normal",
+                             alpha: float = defaults.ALPHA, seed: int = defaults.SEED) -> pd.DataFrame:
+    """One row per (folds, tau): the family's false keep / harmful rate under the null (any of the
+    gems + factors), and the power (P(keep wired)) at planted effects on the first factor, in sd of
+    one fold's per-seed difference."""
+    rows = []
+    for k in folds:
+        for tau in taus:
+            null = family_codes(gems, factors, n, n_sim, k, tau=tau, rho=rho, dist=dist, alpha=alpha, seed=seed)
+            row = dict(folds=k, tau_se=tau, rho=rho, gems=gems, factors=factors, n_seeds=n, n_sim=n_sim, dist=dist,
+                       false_keep=float((null == KEEP_CODE).any(1).mean()),
+                       false_harmful=float((null == HARMFUL_CODE).any(1).mean()),
+                       fwer=float((np.abs(null) == 1).any(1).mean()), mc_tolerance=mc_tolerance(alpha, n_sim))
+            for mult in effects:
+                c = family_codes(gems, factors, n, n_sim, k, effect=mult, tau=tau, rho=rho, dist=dist, alpha=alpha,
+                                 seed=seed + 1)
+                row[f"power@{mult:g} sd"] = float((c[:, gems] == KEEP_CODE).mean())
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def format_factor_calibration(table: pd.DataFrame, alpha: float = defaults.ALPHA) -> str:
+    """The factor calibration as text (`python analysis/calibrate_factors.py`, `cli.calibrate_factors_main`)."""
+    r0 = table.iloc[0]
+    pcols = [c for c in table.columns if c.startswith("power@")]
+    lines = [f"Calibration of the factor table (gems and factors one Holm family: {int(r0['gems'])} gems + "
+             f"{int(r0['factors'])} factors; seed rule, one-period gates at K = 1, period rule at K >= 2); "
+             f"{int(r0['n_sim'])} datasets per row, {int(r0['n_seeds'])} seeds, {r0['dist']} seed noise, rho "
+             f"{r0['rho']:g}; tau in seed SE; power: the first factor reads keep wired at a planted effect (sd of one "
+             "fold's per-seed difference)"]
+    head = ["folds", "tau", "false keep", "false harmful", "FWER"] + [c.replace("power@", "power ") for c in pcols]
+    rows = [head] + [[f"{int(r['folds'])}", f"{r['tau_se']:g}", f"{r['false_keep']:.3f}", f"{r['false_harmful']:.3f}",
+                      f"{r['fwer']:.3f}"] + [f"{r[c]:.2f}" for c in pcols] for _, r in table.iterrows()]
+    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
+    worst, tol = float(table["fwer"].max()), float(table["mc_tolerance"].iloc[0])
+    lines.append(f"worst family-wise false rate {worst:.3f} (promise <= {alpha:g}; Monte-Carlo allowance +{tol:.3f})"
+                 + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **"))
+    return "\n".join(lines)

@@ -1,0 +1,154 @@
+"""The calibration of a confirmation on one price history (issue 30, item 7): a simulated search,
+then the confirmation by the rules `tune-gems confirm` ships.
+
+Why. On one price history (a real file, or synthetic `paths: shared`) a confirmation on fresh
+seeds inherits each configuration's luck on the history, and the search kept the luckiest; the
+final verdict therefore needs the selection-adjusted gate (`search_choice.one_history_final`,
+`rules.selection.final_on_one_history`). This module simulates such searches through the same
+functions (the choice `search_choice.best_trial`; the seed rule, the gates and, over periods,
+`rules.period_family.decide_fold_data`; the final gate on `search_choice.selection_adjusted_bounds`
+/ `pooled_adjusted_bounds`) and tabulates the family-wise false rates and the final power
+(`python analysis/calibrate_confirm.py`, docs/analysis.md "Confirmation power").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from tune_gems.analysis.calibrate.calibration import _draws
+from tune_gems.analysis.rules.gates import market_gate, one_period_gate
+from tune_gems.analysis.rules.period_family import decide_fold_data, fold_data
+from tune_gems.analysis.rules.seed import decide_family
+from tune_gems.analysis.rules.selection import final_on_one_history
+from tune_gems.analysis.rules.words import HARMFUL, KEEP
+from tune_gems.analysis.verdicts.search_choice import best_trial, pooled_adjusted_bounds, selection_adjusted_bounds
+from tune_gems.stats.inference import holm_levels, rank_test
+
+
+# -- the simulated search on one price history (the calibration of the rule above) -------------------
+
+
+@dataclass(frozen=True)
+class OneHistoryShape:
+    """A simulated search on one price history: `trials` trials, each wiring each of `gems` gems
+    with probability `p_wire`, `seeds` per-seed differences of spread `sd` per wired gem, a share
+    `shared` of their variance the seed index's own in every trial (the search's common seeds);
+    each configuration's luck on the history, sd `luck` discovery seed standard errors (sd /
+    sqrt(seeds)), the same in its discovery and its confirmation; `folds` walk-forward periods
+    (one luck per period); the confirmation has `confirm_seeds` fresh seeds on the same history."""
+
+    trials: int = 8
+    gems: int = 3
+    seeds: int = 16
+    confirm_seeds: int = 16
+    sd: float = 1.0
+    shared: float = 0.5
+    p_wire: float = 0.5
+    luck: float = 1.0
+    folds: int = 1
+
+    @property
+    def luck_sd(self) -> float:
+        return self.luck * self.sd / math.sqrt(self.seeds)
+
+
+def one_history_search_rates(shape: OneHistoryShape, effect: float = 0.0, n_sim: int = 2000, *, alpha: float = 0.05,
+                             rope: float = 0.1, dist: str = "normal", seed: int = 0) -> dict[str, float]:
+    """Simulated searches on one price history, then the confirmation by the rules `tune-gems
+    confirm` ships: the choice (`best_trial`, `choose_per_gem`'s rule), the confirmation's verdicts
+    (`rules.seed.decide_family`; at K = 1 `rules.gates.market_gate` and `one_period_gate` with the
+    market-noise interval, half-width z x luck sd at the seed interval's level; at K >= 2
+    `rules.period_family.decide_fold_data`, the gem verdicts' period rule), and the final verdict
+    (`rules.selection.final_on_one_history` on `selection_adjusted_bounds` /
+    `pooled_adjusted_bounds`, T = the trials that wired the gem). `effect`: gem 0's true shift in
+    every configuration wiring it. Returns the family-wise false keep / harmful rate among the null
+    gems with fresh seeds alone (`seeds_fwer`), after the confirmation's own gates (`gated_fwer`)
+    and final (`final_fwer`), and gem 0's final power."""
+    rng = np.random.default_rng(seed + 11)
+    T, m, n, nc, k = shape.trials, shape.gems, shape.seeds, shape.confirm_seeds, shape.folds
+    wired = rng.random((n_sim, T, m)) < shape.p_wire
+    delta = np.zeros(m)
+    delta[0] = effect
+    luck = shape.luck_sd * rng.standard_normal((n_sim, T, m, k, 1))
+    path = math.sqrt(shape.shared) * shape.sd * _draws(rng, (n_sim, 1, m, 1, n), dist)
+    noise = math.sqrt(1 - shape.shared) * shape.sd * _draws(rng, (n_sim, T, m, k, n), dist)
+    d = delta[None, None, :, None, None] + luck + path + noise
+    score = rank_test(d.mean(3).reshape(-1, n))["estimate"].reshape(n_sim, T, m)
+    best, chosen = best_trial(score, wired, axis=1)
+    candidates = wired.sum(1)
+    kept = np.take_along_axis(luck[..., 0], best[:, None, :, None], axis=1)[:, 0]  # [S, m, K]
+    fresh = delta[None, :, None, None] + kept[..., None] + shape.sd * _draws(rng, (n_sim, m, k, nc), dist)
+    unit = fresh.mean(2)  # [S, m, nc]
+    r = rank_test(unit.reshape(-1, nc), rope=rope, tail=alpha / 2)
+    p = np.where(chosen, r["p"].reshape(n_sim, m), np.nan)
+    est, pt = r["estimate"].reshape(n_sim, m), r["p_tost"].reshape(n_sim, m)
+    seeds_only = decide_family(p, est, pt, alpha=alpha).verdict
+    level = holm_levels(p, alpha)
+    if k == 1:
+        iv = rank_test(unit.reshape(-1, nc), tail=np.nan_to_num(level, nan=alpha).reshape(-1) / 2)
+        lo, hi = iv["low"].reshape(n_sim, m), iv["high"].reshape(n_sim, m)
+        h = sps.norm.ppf(1 - level / 2) * shape.luck_sd
+        centre = unit.mean(2)
+        gated = market_gate(seeds_only, est, centre - h, centre + h, applies=np.ones((n_sim, m), bool))
+        gated = one_period_gate(gated, est, lo, hi, centre - h, centre + h, rope=rope,
+                                applies=np.ones((n_sim, m), bool)).verdict
+        f_lo, f_hi = selection_adjusted_bounds(est, lo, hi, centre - h, centre + h, level, candidates)
+        available = np.isfinite(est)
+    else:
+        # the gem verdicts' period rule on the confirmation's fold data (`rules.period_family`)
+        pooled, rule = decide_fold_data(fold_data(fresh), alpha=alpha, rope=rope, tested=chosen, seed_verdict=seeds_only)
+        gated = rule.verdict
+        f_lo, f_hi = pooled_adjusted_bounds(pooled["mu"], rule.low, rule.high, rule.level, pooled["df"], candidates)
+        available = np.isfinite(f_lo) & np.isfinite(f_hi)
+    final = final_on_one_history(gated, f_lo, f_hi, available)
+    out = {}
+    for name, v in (("seeds", seeds_only), ("gated", gated), ("final", final)):
+        decisive = (v == KEEP) | (v == HARMFUL)
+        out[f"{name}_fwer"] = float((decisive[:, 1:] if effect else decisive).any(1).mean())
+    out["power"] = float((final[:, 0] == KEEP).mean()) if effect else math.nan
+    return out
+
+
+ONE_HISTORY_FOLDS = (1, 4)
+ONE_HISTORY_LUCK = (0.5, 1.0, 3.0)
+
+
+def one_history_table(shape: OneHistoryShape = OneHistoryShape(), *, folds=ONE_HISTORY_FOLDS, lucks=ONE_HISTORY_LUCK,
+                      effect: float = 1.0, n_sim: int = 2000, alpha: float = 0.05, dist: str = "normal",
+                      seed: int = 0) -> pd.DataFrame:
+    """One row per (folds, luck) of `one_history_search_rates`: the null family-wise false rates
+    (fresh seeds alone, the confirmation's own gates, the final gate) and the final power at a
+    planted `effect` (Sharpe units, the shape's per-seed sd ~1)."""
+    rows = []
+    for k in folds:
+        for luck in lucks:
+            sh = replace(shape, folds=k, luck=luck)
+            null = one_history_search_rates(sh, 0.0, n_sim, alpha=alpha, dist=dist, seed=seed)
+            planted = one_history_search_rates(sh, effect, n_sim, alpha=alpha, dist=dist, seed=seed + 1)
+            rows.append(dict(folds=k, luck_se=luck, trials=sh.trials, gems=sh.gems, seeds=sh.seeds,
+                             confirm_seeds=sh.confirm_seeds, n_sim=n_sim, dist=dist, **null,
+                             **{f"power@{effect:g}": planted["power"]}))
+    return pd.DataFrame(rows)
+
+
+def format_one_history(table: pd.DataFrame) -> str:
+    """The one-history calibration as text (`python analysis/calibrate_confirm.py`)."""
+    r0 = table.iloc[0]
+    pcol = next(c for c in table.columns if c.startswith("power@"))
+    lines = [f"Confirmation on one price history (simulated search: {int(r0['trials'])} trials, {int(r0['gems'])} gems, "
+             f"{int(r0['seeds'])} seeds, confirmation {int(r0['confirm_seeds'])} fresh seeds on the same history; "
+             f"{int(r0['n_sim'])} searches per row, {r0['dist']}); luck: each configuration's luck on the history, in "
+             "discovery seed SE, the same in discovery and confirmation; FWER: any false keep / harmful among the gems"]
+    head = ["folds", "luck", "FWER fresh seeds alone", "FWER confirmation's gates", "FWER final gate",
+            f"final power {pcol.split('@')[1]} sd"]
+    rows = [head] + [[f"{int(r['folds'])}", f"{r['luck_se']:g}", f"{r['seeds_fwer']:.3f}", f"{r['gated_fwer']:.3f}",
+                      f"{r['final_fwer']:.3f}", f"{r[pcol]:.2f}"] for _, r in table.iterrows()]
+    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
+    lines.append(f"worst final family-wise false rate {table['final_fwer'].max():.3f} (promise <= 0.05)")
+    return "\n".join(lines)

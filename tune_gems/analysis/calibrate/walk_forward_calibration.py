@@ -1,0 +1,391 @@
+"""Calibration of the verdict rule as it is used over periods (issue 20, deliver 3; issue 30).
+
+The simulation gives each gem's comparison what a verdict faces:
+
+- **seed noise**: per-seed differences sd x Z (normal or t3), a share `rho` of it belonging to
+  the seed and shared by every fold (same initial weights in every period), divergence at the
+  measured rate (+-inf / a tie, as in the analysis) and a share `ties` of pairs that tie
+  exactly (both members never traded: Sharpe 0 on both sides);
+- **a shared market history per period**: every seed of fold k sees one validation window, so
+  the window's luck u_k is common to all seeds of the fold: the fold-level effect, mean zero,
+  spread `tau` (in units of one fold's seed standard error, sd / sqrt(n)); `tau_first` gives
+  the first gem another spread (the check of a tau shared across the family's contrasts);
+  `gem_corr` correlates the gems' period effects and seed noise (contrasts that share an arm
+  and the periods); `fold_corr` correlates a gem's period effects across folds (overlapping
+  training windows, a slow regime). With one fold u is the one history's luck, which the
+  market-noise interval measures (its half-width is z x tau x SE at the verdict's level) and
+  gates: `keep wired`, `harmful` and `equivalent`;
+- **planted effects**: a consistent shift of the first gem (power), and a **regime flip**: the
+  first gem's fold effects run linearly from +delta (first fold) to -delta (last), mean zero:
+  it must not read keep wired / harmful.
+
+On these it runs the rule the verdicts ship, through the same functions of the rule module
+(`tune_gems.analysis.rules`: the seed rule `seed.decide_family` on the informative pairs
+`ties.informative_rank_test`, the gates `gates.market_gate` and `gates.one_period_gate`, the
+fold data and the period rule `period_family.fold_data` / `period_family.decide_fold_data`
+(`pooling.fold_estimates`, `pooling.pool_family`, `periods.decide_periods`: what the verdicts and
+the factor table call) and the power statement `power.pooled_mde`), vectorised
+over datasets: what the simulation adds is only the data and the market-noise interval it
+models. Codes per dataset and gem (`rules.words.verdict_codes`): +1 keep wired, -1 harmful, 2
+equivalent, 3 inconsistent across periods, 4 insufficient data, 5 heterogeneous, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from tune_gems.analysis import defaults
+from tune_gems.analysis.calibrate.calibration import Shape, _draws, mc_tolerance
+from tune_gems.analysis.rules.gates import market_gate, one_period_gate
+from tune_gems.analysis.rules.period_family import decide_fold_data, fold_components, fold_data
+from tune_gems.analysis.rules.power import pooled_mde
+from tune_gems.analysis.rules.seed import decide_family
+from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.ties import informative_rank_test
+from tune_gems.analysis.rules.words import (
+    EQUIVALENT_CODE, HARMFUL_CODE, HETEROGENEOUS_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, KEEP_CODE, verdict_codes,
+)
+from tune_gems.stats.inference import holm_levels
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What one simulated family faces (module docstring): effects and spreads in units of one
+    fold's seed standard error (tau, tau_first, flip) or of the per-seed sd (effect)."""
+
+    effect: float = 0.0
+    tau: float = 0.0
+    tau_first: float | None = None
+    rho: float = 0.0
+    flip: float = 0.0
+    dist: str = "normal"
+    gem_corr: float = 0.0
+    fold_corr: float = 0.0
+    ties: float = 0.0
+
+
+def _divergence(rng, d: np.ndarray, p_div: float) -> np.ndarray:
+    if p_div <= 0:
+        return d
+    hi = rng.random(d.shape) < p_div
+    lo = rng.random(d.shape) < p_div
+    return np.where(hi & lo, 0.0, np.where(hi, -np.inf, np.where(lo, np.inf, d)))
+
+
+def _correlated(rng, size: tuple[int, ...], dist: str, corr: float, axis: int) -> np.ndarray:
+    """Draws with correlation `corr` along `axis` (a common part of that share)."""
+    common_shape = list(size)
+    common_shape[axis] = 1
+    return math.sqrt(corr) * _draws(rng, tuple(common_shape), dist) + math.sqrt(1 - corr) * _draws(rng, size, dist)
+
+
+def simulate_family(rng, shapes: list[Shape], n_sim: int, folds: int, sc: Scenario) -> np.ndarray:
+    """[n_sim, m, folds, n] per-seed differences of a family of m gems, at the first gem's seed
+    count (one population: every arm has the seeds); `sc.effect` and `sc.flip` go to the first
+    gem only."""
+    m, n = len(shapes), shapes[0].n
+    sd = np.array([s.sd for s in shapes])[None, :, None, None]
+    se = sd / math.sqrt(n)
+    taus = np.full(m, sc.tau)
+    if sc.tau_first is not None:
+        taus[0] = sc.tau_first
+    seed_part = math.sqrt(sc.rho) * _correlated(rng, (n_sim, m, 1, n), sc.dist, sc.gem_corr, 1)
+    own = math.sqrt(1.0 - sc.rho) * _correlated(rng, (n_sim, m, folds, n), sc.dist, sc.gem_corr, 1)
+    u = _correlated(rng, (n_sim, m, folds, 1), "normal", sc.gem_corr, 1)
+    if sc.fold_corr > 0 and folds > 1:
+        u = math.sqrt(sc.fold_corr) * _correlated(rng, (n_sim, m, 1, 1), "normal", sc.gem_corr, 1) + \
+            math.sqrt(1 - sc.fold_corr) * u
+    period = taus[None, :, None, None] * se * u
+    pattern = np.linspace(1.0, -1.0, folds) if folds > 1 else np.zeros(1)
+    first = np.zeros(m)
+    first[0] = 1.0
+    shift = first[None, :, None, None] * (sc.effect + sc.flip * se * pattern[None, None, :, None])
+    d = shift + period + sd * (seed_part + own)
+    out = np.stack([_divergence(rng, d[:, g], shapes[g].p_div) for g in range(m)], 1)
+    ties = np.maximum(sc.ties, np.array([s.p_tie for s in shapes]))[None, :, None, None]
+    if (ties > 0).any():
+        out = np.where(rng.random(out.shape) < ties, 0.0, out)
+    return out
+
+
+def simulate_folds(rng, shape: Shape, n_sim: int, folds: int, *, effect: float = 0.0, tau: float = 0.0,
+                   rho: float = 0.0, flip: float = 0.0, dist: str = "normal") -> np.ndarray:
+    """[n_sim, folds, n] per-seed differences of one gem (`simulate_family` with one gem)."""
+    return simulate_family(rng, [shape], n_sim, folds, Scenario(effect, tau, None, rho, flip, dist))[:, 0]
+
+
+def _seed_rule(d: list[np.ndarray], rope: float, alpha: float, one_sided: bool = False):
+    """The seed rule of the verdicts (`rules.seed.decide_family` on the informative pairs,
+    `rules.ties.informative_rank_test`) on per-seed differences [S, n] per gem: (verdict words,
+    estimate, p), each [S, m]."""
+    rs = [informative_rank_test(x, rope=rope, tail=alpha / 2) for x in d]
+    p, est, pt, n_inf = (np.stack([r[k] for r in rs], 1) for k in ("p_greater" if one_sided else "p", "estimate",
+                                                                   "p_tost", "n_informative"))
+    rule = decide_family(p, est, pt, alpha=alpha, informative=n_inf, one_sided=one_sided)
+    return rule.verdict, est, p
+
+
+def rule_one_period(d: np.ndarray, tau: float, sd: float, *, rope: float, alpha: float,
+                    one_sided: bool = False) -> np.ndarray:
+    """Codes [S, m] of the K = 1 rule on d [S, m, n]: the seed rule, then the market gate (the
+    market-noise interval around the mean difference, half-width z x tau x SE at the seed
+    interval's Holm level; skipped where a member diverged, as the verdicts skip it) and the
+    one-period gate (the seed and market-noise intervals combined), the functions
+    `gem_verdicts.py` and `walk_forward._one_period` call. tau <= 0: no market-noise interval (as
+    with per-seed paths), the seed rule alone."""
+    s, m, n = d.shape
+    gems = [d[:, g] for g in range(m)]
+    verdict, est, p = _seed_rule(gems, rope, alpha, one_sided)
+    if tau <= 0:
+        return verdict_codes(verdict)
+    levels = holm_levels(p, alpha)
+    tails = levels if one_sided else levels / 2
+    h_m = sps.norm.ppf(1 - tails) * tau * sd / math.sqrt(n)
+    with np.errstate(over="ignore", invalid="ignore"):
+        seed = [informative_rank_test(gems[g], tail=tails[:, g]) for g in range(m)]
+        centre = np.stack([np.nanmean(np.where(np.isfinite(x), x, np.nan), 1) for x in gems], 1)
+    low, high = np.stack([r["low"] for r in seed], 1), np.stack([r["high"] for r in seed], 1)
+    diverged = np.stack([~np.isfinite(x).all(1) for x in gems], 1)
+    verdict = market_gate(verdict, est, centre - h_m, centre + h_m, applies=~diverged)
+    verdict = one_period_gate(verdict, est, low, high, -h_m, h_m, rope=rope, applies=np.ones((s, m), bool)).verdict
+    return verdict_codes(verdict)
+
+
+@dataclass(frozen=True)
+class PeriodRun:
+    """The K >= 2 rule on simulated families: codes [S, m] and the MDE each dataset states."""
+
+    codes: np.ndarray
+    mde: np.ndarray
+
+
+def run_periods(d: np.ndarray, *, rope: float, alpha: float, power: float = defaults.POWER,
+                min_periods: int = defaults.MIN_PERIODS, share: bool = defaults.SHARE_TAU,
+                one_sided: bool = False) -> PeriodRun:
+    """The K >= 2 rule on d [S, m, K, n], as `walk_forward.period_verdicts` runs it: the seed
+    rule on the fold-averaged per-seed differences (the words of gems without a pooled test),
+    each gem's fold effects on their informative pairs (`pooling.fold_estimates`), pooled as a
+    family (`pooling.pool_family`, the shared seed variance added), the period rule
+    (`periods.decide_periods`, Holm over the gems) and the MDE it states (`power.pooled_mde` at
+    the first Holm step)."""
+    s, m, k, n = d.shape
+    with np.errstate(invalid="ignore"):
+        unit = np.nan_to_num(d.mean(2), nan=0.0)  # +inf with -inf: a tie (pairing._unit_mean)
+    seed, _, _ = _seed_rule([unit[:, g] for g in range(m)], rope, alpha, one_sided)
+    fd = fold_data(d)
+    pooled, rule = decide_fold_data(fd, alpha=alpha, rope=rope, seed_verdict=seed, min_periods=min_periods,
+                                    share=share, one_sided=one_sided)
+    comp = fold_components(fd, pooled["tau2"])
+    mde = pooled_mde(comp, pooled["periods"], np.maximum(fd.n_informative.mean(-1), 1), df=pooled["df"], level=alpha / m,
+                     power=power, one_sided=one_sided)
+    return PeriodRun(verdict_codes(rule.verdict), np.asarray(mde, float))
+
+
+def rule_periods(d: np.ndarray, *, rope: float, alpha: float, **rule) -> np.ndarray:
+    """Codes [S, m] of the K >= 2 rule on d [S, m, K, n] (`run_periods`)."""
+    return run_periods(d, rope=rope, alpha=alpha, **rule).codes
+
+
+def _rule_settings(th: Thresholds) -> dict:
+    return dict(min_periods=th.min_periods, share=th.share_tau, one_sided=th.one_sided_keep, power=th.power)
+
+
+def period_run(shapes: list[Shape], n_sim: int, folds: int, scenario: Scenario, *, thresholds: Thresholds | None = None,
+               seed: int | None = None) -> PeriodRun:
+    """The rule as used on `n_sim` simulated families (`simulate_family`) at `thresholds`."""
+    th = thresholds if thresholds is not None else Thresholds()
+    rng = np.random.default_rng(th.seed if seed is None else seed)
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = simulate_family(rng, shapes, n_sim, folds, scenario)
+        if folds == 1:
+            tau = scenario.tau if scenario.tau_first is None else scenario.tau_first
+            codes = rule_one_period(d[:, :, 0], tau, shapes[0].sd, rope=th.rope, alpha=th.alpha,
+                                    one_sided=th.one_sided_keep)
+            return PeriodRun(codes, np.full(codes.shape, np.nan))
+        return run_periods(d, rope=th.rope, alpha=th.alpha, **_rule_settings(th))
+
+
+def period_codes(shapes: list[Shape], n_sim: int, folds: int, *, effect: float = 0.0, tau: float = 0.0,
+                 rho: float = 0.0, flip: float = 0.0, dist: str = "normal", rope: float = defaults.ROPE,
+                 alpha: float = defaults.ALPHA, seed: int = defaults.SEED, thresholds: Thresholds | None = None,
+                 **scenario) -> np.ndarray:
+    """Codes [n_sim, gems] of the rule as used; `effect` and `flip` go to the first gem only.
+    Gems are simulated at the first gem's seed count (one population: every arm has the seeds).
+    `scenario`: the other fields of `Scenario` (tau_first, gem_corr, fold_corr, ties);
+    `thresholds` the rule's settings (min_periods, share_tau, one_sided_keep; its alpha and rope
+    are replaced by these arguments)."""
+    th = Thresholds.build(thresholds, rope=rope, alpha=alpha, seed=seed)
+    sc = Scenario(effect=effect, tau=tau, rho=rho, flip=flip, dist=dist, **scenario)
+    return period_run(shapes, n_sim, folds, sc, thresholds=th).codes
+
+
+def _rates(codes: np.ndarray) -> dict[str, float]:
+    dec = np.abs(codes) == 1
+    return dict(false_keep=float((codes == KEEP_CODE).any(1).mean()),
+                false_harmful=float((codes == HARMFUL_CODE).any(1).mean()), fwer=float(dec.any(1).mean()),
+                false_alarm=float(np.isin(codes, (INCONSISTENT_CODE, HETEROGENEOUS_CODE)).any(1).mean()))
+
+
+def period_calibration_table(shapes: list[Shape], *, thresholds: Thresholds | None = None,
+                             folds=defaults.CALIBRATION_FOLDS, taus=defaults.CALIBRATION_TAUS,
+                             rhos=defaults.CALIBRATION_RHOS, effects=defaults.CALIBRATION_PERIOD_EFFECTS,
+                             flip: float = defaults.CALIBRATION_FLIP, dist: str = "normal",
+                             scenario: Scenario | None = None, **settings) -> pd.DataFrame:
+    """At `thresholds`' alpha, rope, n_sim, seed and rule settings (`settings` replace fields by
+    name), one row per (folds, tau, rho): family-wise false keep / harmful under the null, the
+    family-wise false alarm of `inconsistent` / `heterogeneous` under the null, false
+    equivalent with the first gem's effect at the ROPE, power at planted consistent effects
+    (multiples of the first gem's sd), the MDE the rule states (K >= 2: the pooled one, median
+    over the null datasets, in sd) and the power at it, and under a regime flip of +-`flip` SE
+    the first gem's keep / harmful rate (must stay <= alpha) and its inconsistent rate.
+    `scenario` the other simulation knobs (tau_first, gem_corr, fold_corr, ties; its own effect,
+    tau, rho, flip and dist are replaced per row). rho only matters with several folds."""
+    th = Thresholds.build(thresholds, **settings)
+    base = scenario if scenario is not None else Scenario()
+    n_sim, seed = th.n_sim, th.seed
+    rows = []
+    sd = shapes[0].sd
+    for k in folds:
+        for tau in taus:
+            for rho in (rhos if k > 1 else rhos[:1]):
+                def run(offset: int, **over) -> PeriodRun:
+                    sc = Scenario(**{**base.__dict__, "tau": tau, "rho": rho, "dist": dist, "effect": 0.0, "flip": 0.0,
+                                     **over})
+                    return period_run(shapes, n_sim, k, sc, thresholds=th, seed=seed + offset)
+
+                null = run(0)
+                row = dict(folds=k, tau_se=tau, rho=rho, n_seeds=shapes[0].n, sd=sd, gems=len(shapes), n_sim=n_sim,
+                           dist=dist, **_rates(null.codes), mc_tolerance=mc_tolerance(th.alpha, n_sim))
+                eq = run(1, effect=th.rope)
+                row["false_equivalent@rope"] = float((eq.codes[:, 0] == 2).mean())
+                for mult in effects:
+                    row[f"power@{mult:g} sd"] = float((run(2, effect=mult * sd).codes[:, 0] == KEEP_CODE).mean())
+                mde = float(np.nanmedian(null.mde[:, 0])) if np.isfinite(null.mde[:, 0]).any() else math.nan
+                row["mde_sd"] = mde / sd
+                row["power@mde"] = (float((run(4, effect=mde).codes[:, 0] == KEEP_CODE).mean())
+                                    if np.isfinite(mde) else math.nan)
+                row["insufficient"] = float((null.codes[:, 0] == INSUFFICIENT_CODE).mean())
+                if k > 1:
+                    f = run(3, flip=flip).codes
+                    row["flip_decisive"] = float((np.abs(f[:, 0]) == 1).mean())
+                    row["flip_inconsistent"] = float((f[:, 0] == INCONSISTENT_CODE).mean())
+                    row["flip_alarm"] = float(np.isin(f[:, 0], (INCONSISTENT_CODE, HETEROGENEOUS_CODE)).mean())
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def format_period_calibration(table: pd.DataFrame, alpha: float = defaults.ALPHA, flip: float = defaults.CALIBRATION_FLIP,
+                              title: str = "") -> str:
+    """The period calibration as text (printed by `tune-gems analyze --calibrate`)."""
+    pcols = [c for c in table.columns if c.startswith("power@") and c != "power@mde"]
+    lines = [title or (f"Calibration of the rule over periods (walk-forward folds: the pooled HKSJ test over the "
+                       f"family; one fold: seed rule with the market-noise gates); {int(table['n_sim'].iloc[0])} "
+                       f"datasets per row, {int(table['n_seeds'].iloc[0])} seeds, {int(table['gems'].iloc[0])} gems, "
+                       f"{table['dist'].iloc[0]} seed noise, sd of a fold's per-seed difference "
+                       f"{table['sd'].iloc[0]:.3g}. tau: period-to-period spread in seed standard errors; rho: seed "
+                       f"share across folds; alarm: inconsistent or heterogeneous under the null (a false alarm where "
+                       f"tau = 0; with tau > 0 the periods do differ); MDE: the pooled "
+                       f"MDE the rule states (sd); flip: +-{flip:g} SE from first to last fold, read inconsistent "
+                       f"(a sign change shown) or heterogeneous (inc/het)")]
+    head = ["folds", "tau", "rho", "false keep", "false harmful", "FWER", "alarm", "false equiv@ROPE"] + \
+           [c.replace("power@", "power ") for c in pcols] + ["MDE", "power@MDE", "flip keep/harm", "flip inconsistent",
+                                                             "flip inc/het"]
+    rows = [head]
+    for _, r in table.iterrows():
+        flip_cells = ([f"{r['flip_decisive']:.3f}", f"{r['flip_inconsistent']:.2f}", f"{r['flip_alarm']:.2f}"]
+                      if r["folds"] > 1 else ["-", "-", "-"])
+        few = r.get("insufficient", 0.0) > 0.5
+        mde = ["-", "-"] if r["folds"] == 1 or few or not np.isfinite(r["mde_sd"]) else \
+            [f"{r['mde_sd']:.2f}", f"{r['power@mde']:.2f}"]
+        alarm = "-" if r["folds"] == 1 else f"{r['false_alarm']:.3f}"
+        rows.append([f"{int(r['folds'])}", f"{r['tau_se']:g}", f"{r['rho']:g}", f"{r['false_keep']:.3f}",
+                     f"{r['false_harmful']:.3f}", f"{r['fwer']:.3f}", alarm,
+                     f"{r['false_equivalent@rope']:.3f}"]
+                    + [f"{r[c]:.2f}" for c in pcols] + mde + flip_cells)
+    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
+    tol = table["mc_tolerance"].iloc[0]
+    cols = ["fwer", "false_equivalent@rope"] + (["flip_decisive"] if "flip_decisive" in table else [])
+    no_spread = table[(table["tau_se"] == 0) & (table["folds"] > 1)]  # only there is an alarm false: the periods agree
+    worst = float(np.nanmax(np.concatenate([table[cols].to_numpy(float).ravel(), no_spread["false_alarm"].to_numpy(float)])))
+    lines.append(f"worst false rate (null FWER, alarm at tau 0, false equivalent, flip keep/harmful): {worst:.3f} "
+                 f"(promise <= {alpha:g}; Monte-Carlo allowance +{tol:.3f})"
+                 + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **"))
+    return "\n".join(lines)
+
+
+SENSITIVITY = (
+    ("tau differs: the first gem 3 SE, the others 0", 4, dict(tau=0.0, tau_first=3.0), {}),
+    ("tau differs: the first gem 0, the others 3 SE", 4, dict(tau=3.0, tau_first=0.0), {}),
+    ("tau differs: the first gem 3 SE, the others 1 SE", 6, dict(tau=1.0, tau_first=3.0), {}),
+    ("contrasts correlated 0.5 (a shared arm)", 4, dict(tau=3.0, gem_corr=0.5), {}),
+    ("contrasts correlated 1 (the same luck)", 4, dict(tau=3.0, gem_corr=1.0), {}),
+    ("periods correlated 0.3 (a part common to every fold), tau 3 SE", 6, dict(tau=3.0, fold_corr=0.3), {}),
+    ("periods correlated 0.3 (a part common to every fold), tau 1 SE", 6, dict(tau=1.0, fold_corr=0.3), {}),
+    ("periods correlated 1/6 (purged CV, 6 groups: a group's share of a training set), tau 1 SE", 6,
+     dict(tau=1.0, fold_corr=1 / 6), {}),
+    ("periods correlated 1/6 (purged CV, 6 groups), tau 3 SE", 6, dict(tau=3.0, fold_corr=1 / 6), {}),
+    ("half the pairs tie (never traded)", 6, dict(tau=1.0, ties=0.5), {}),
+    ("three periods allowed (--min-periods 3)", 3, dict(tau=0.0), dict(min_periods=3)),
+    ("three periods allowed, tau 1 SE", 3, dict(tau=1.0), dict(min_periods=3)),
+    ("three periods allowed, tau 3 SE", 3, dict(tau=3.0), dict(min_periods=3)),
+    ("one-sided keep test, tau 1 SE", 4, dict(tau=1.0), dict(one_sided_keep=True)),
+    ("one-sided keep test, tau 1 SE", 6, dict(tau=1.0), dict(one_sided_keep=True)),
+    ("tau per contrast (--per-contrast-tau), tau 1 SE", 4, dict(tau=1.0), dict(share_tau=False)),
+    ("tau per contrast (--per-contrast-tau), tau 1 SE", 6, dict(tau=1.0), dict(share_tau=False)),
+    ("tau shared (default), tau 1 SE", 4, dict(tau=1.0), {}),
+    ("tau shared (default), tau 1 SE", 6, dict(tau=1.0), {}),
+)
+"""The scenarios beyond the main grid (docs/analysis.md "Calibration over periods"): what the rule
+does where its assumptions bend (tau unequal, correlated contrasts or periods, ties) and what
+its options buy (K = 3, one-sided keep, tau per contrast)."""
+
+
+def period_sensitivity_table(shapes: list[Shape], *, thresholds: Thresholds | None = None,
+                             effects=defaults.CALIBRATION_PERIOD_EFFECTS, dist: str = "normal", scenarios=SENSITIVITY,
+                             **settings) -> pd.DataFrame:
+    """One row per scenario of `scenarios` ((label, folds, Scenario fields, Thresholds fields)):
+    the family-wise false keep / harmful and the alarm under the null, the power at planted
+    effects of the first gem and the MDE the rule states, through `period_run`."""
+    th = Thresholds.build(thresholds, **settings)
+    sd = shapes[0].sd
+    rows = []
+    for label, k, fields, overrides in scenarios:
+        th_row = Thresholds.build(th, **overrides)
+        null = period_run(shapes, th.n_sim, k, Scenario(dist=dist, **fields), thresholds=th_row, seed=th.seed)
+        row = dict(scenario=label, folds=k, n_seeds=shapes[0].n, gems=len(shapes), n_sim=th.n_sim, dist=dist,
+                   **_rates(null.codes), mc_tolerance=mc_tolerance(th.alpha, th.n_sim),
+                   mde_sd=float(np.nanmedian(null.mde[:, 0])) / sd if np.isfinite(null.mde[:, 0]).any() else math.nan)
+        for mult in effects:
+            run = period_run(shapes, th.n_sim, k, Scenario(dist=dist, effect=mult * sd, **fields), thresholds=th_row,
+                             seed=th.seed + 2)
+            row[f"power@{mult:g} sd"] = float((run.codes[:, 0] == KEEP_CODE).mean())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def format_period_sensitivity(table: pd.DataFrame, alpha: float = defaults.ALPHA) -> str:
+    """The sensitivity table as text (`python analysis/calibrate_periods.py --sensitivity`)."""
+    pcols = [c for c in table.columns if c.startswith("power@")]
+    lines = [f"The rule over periods where its assumptions bend, and what its options buy; "
+             f"{int(table['n_sim'].iloc[0])} datasets per row, {int(table['n_seeds'].iloc[0])} seeds, "
+             f"{int(table['gems'].iloc[0])} gems, {table['dist'].iloc[0]} seed noise; tau in seed standard errors"]
+    head = ["scenario", "folds", "FWER", "alarm", "MDE"] + [c.replace("power@", "power ") for c in pcols]
+    lines[0] += "; alarm: inconsistent or heterogeneous under the null (false only where tau = 0)"
+    rows = [head] + [[r["scenario"], f"{int(r['folds'])}", f"{r['fwer']:.3f}", f"{r['false_alarm']:.3f}",
+                      "-" if not np.isfinite(r["mde_sd"]) else f"{r['mde_sd']:.2f}"] + [f"{r[c]:.2f}" for c in pcols]
+                     for _, r in table.iterrows()]
+    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
+    tol = table["mc_tolerance"].iloc[0]
+    kept = table[~table["scenario"].str.startswith("periods correlated")]
+    worst = float(kept["fwer"].max())
+    lines.append(f"worst FWER where the periods are exchangeable: {worst:.3f} (promise <= {alpha:g}; Monte-Carlo "
+                 f"allowance +{tol:.3f})" + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **")
+                 + "; correlated periods are outside the promise (docs/analysis.md, Limits)")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Describe: the tables that are descriptions, not tests (Sharpe variance, gem magnitudes, importances)."""

@@ -1,0 +1,527 @@
+"""Every PNG of the analysis (matplotlib, Agg canvas), one function per figure; which figure an
+analysis draws from which table is `render/figures.py`.
+
+Figures are built with `matplotlib.figure.Figure` and an Agg canvas directly, never through
+pyplot, so importing the analysis does not switch a notebook's backend and works headless.
+Each function returns the Figure (or None when there is nothing to draw). The lead plots draw
+their tables (`render/plot_tables.py`) and nothing else, and every data artist carries a `gid`
+naming the table row(s) it draws, so a figure can be read back and checked against its table:
+
+- the seed pairs and the learning curves: `pair:<gem>:<row>`, `curve:<trial>:<arm>:<fold>`,
+  `band:...`;
+- the rliable-style performance profiles and probability of improvement (Agarwal et al. 2021;
+  descriptions of the verdict's seed pairs, not tests: the verdict decides):
+  `profile:<gem>:<side>`, `poi:<gem>`;
+- the per-fold forest plot of walk-forward verdicts (issue 31 item 3): each fold's effect with
+  its interval and the pooled estimate as a diamond, the intervals the verdict itself used,
+  given by its caller, never recomputed here; infinite bounds (an interval the seeds cannot
+  close) drawn to the axis edge with an arrow: `fold:<gem>:<fold>` (the interval),
+  `pooled:<gem>` (the diamond);
+- the confirmation's shrinkage, an arrow per gem from the search's (selected, so inflated) gain
+  of its chosen trial to the same statistic on the fresh confirmation run (`tune-gems
+  confirm`'s confirmation.csv: `discovery_gain`, `confirmation_gain`, `shrinkage`):
+  `discovery:<gem>`, `confirmation:<gem>`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Polygon
+from matplotlib.ticker import MaxNLocator
+
+from tune_gems.analysis import defaults
+from tune_gems.contracts.config_label import ARM_SUFFIX, short_labels
+from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
+
+FOREST_PNG = "gem_effects.png"
+SHARPE_PNG = "sharpe_distributions.png"
+MAGNITUDES_PNG = "gem_magnitudes.png"
+IMPORTANCES_PNG = "importances.png"
+_MODE_STYLE = {"measure": ("tab:blue", "-"), "wire": ("tab:red", "--")}
+
+
+def new_figure(w: float, h: float) -> Figure:
+    """A figure on its own Agg canvas (never pyplot: no backend switch in a notebook)."""
+    fig = Figure(figsize=(w, h), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def group_labels(final: pd.DataFrame) -> pd.Series:
+    """Each member's configuration as the Sharpe tables name it: its label, with ` | arm <arm>`
+    for an arm of a multi-arm trial (tune_gems.analysis.describe.variance.split_arms)."""
+    label = final["config_label"].astype(str)
+    if "arm" not in final.columns:
+        return label
+    multi = final.groupby(["experiment", "trial_id"])["arm"].transform("nunique") > 1
+    return label.where(~multi, label + ARM_SUFFIX + final["arm"].astype(str))
+
+
+def sharpe_distributions(final: pd.DataFrame) -> Figure | None:
+    """Per configuration: each member's Sharpe at the final epoch (points) and the median (bar),
+    validation and test side by side, one row of panels per walk-forward fold; a seed's members
+    in the arms of one trial are joined by a line (the design is paired: compare lines, not
+    clouds). Axis names are the short labels (what tells the configurations apart).
+
+    `final` = included final-epoch members (see `final_members`): excluded trials are not drawn.
+    Each configuration's points carry the gid `members:<fold>:<column>:<label>`, each seed's line
+    `seed:<fold>:<column>:<experiment>:<trial>:<seed index>`."""
+    if final is None or not len(final):
+        return None
+    final = final.assign(_group=group_labels(final).to_numpy(),
+                         fold=final["fold"].fillna(0).astype(int) if "fold" in final.columns else 0)
+    labels = sorted(final["_group"].unique())
+    short = dict(zip(labels, short_labels(labels)))
+    folds = sorted(final["fold"].unique())
+    pos_of = {lab: len(labels) - i for i, lab in enumerate(labels)}  # the first label on top
+    fig = new_figure(12, 0.9 + (0.4 * len(labels) + 0.9) * len(folds) + 0.5)
+    axes = fig.subplots(len(folds), 2, squeeze=False, sharey=True)
+    pair_key = [k for k in ("experiment", "trial_id", "seed_index") if k in final.columns]
+    for row, fold in enumerate(folds):
+        f = final[final["fold"] == fold]
+        for ax, col, title in zip(axes[row], ("val_sharpe", "test_sharpe"), ("validation", "test")):
+            if col not in f.columns:
+                continue
+            v = f[col].astype(float)
+            f_ok = f[np.isfinite(v)]
+            if len(pair_key) == 3:
+                for key, seed in f_ok.groupby(pair_key):
+                    if seed["_group"].nunique() > 1:
+                        seed = seed.assign(_y=seed["_group"].map(pos_of)).sort_values("_y")
+                        (line,) = ax.plot(seed[col].astype(float), seed["_y"], color="grey", lw=0.6, alpha=0.5, zorder=1)
+                        line.set_gid(f"seed:{fold}:{col}:{':'.join(map(str, key))}")
+            for lab in labels:
+                d = f_ok.loc[f_ok["_group"] == lab, col].astype(float).to_numpy()
+                if not d.size:
+                    continue
+                pts = ax.scatter(d, np.full(d.size, pos_of[lab]), s=14, alpha=0.7, color="tab:blue", zorder=2)
+                pts.set_gid(f"members:{fold}:{col}:{lab}")
+                ax.plot([np.median(d)] * 2, [pos_of[lab] - 0.3, pos_of[lab] + 0.3], color="black", lw=2, zorder=3)
+            ax.set_yticks([pos_of[lab] for lab in labels], [short[lab] for lab in labels], fontsize=8)
+            ax.axvline(0.0, color="grey", lw=0.8)
+            ax.set_xlabel(f"{title} Sharpe, annualised (final epoch, per member)")
+            ax.set_title(f"{title}" + (f", fold {fold}" if len(folds) > 1 else ""), fontsize=10)
+    fig.legend(handles=[Line2D([], [], color="tab:blue", marker="o", ls="", ms=4, label="member"),
+                        Line2D([], [], color="black", lw=2, label="median"),
+                        Line2D([], [], color="grey", lw=0.8, label="one seed across its trial's arms (paired)")],
+               fontsize=8, loc="outside lower center", ncols=3)
+    fig.suptitle("Sharpe per configuration at the final epoch", fontsize=11)
+    return fig
+
+
+def gem_magnitude_curves(traj: pd.DataFrame, rel_threshold: float = defaults.REL_THRESHOLD,
+                         gems: Sequence[GemEntry] = LEGACY_MANIFEST) -> Figure | None:
+    """Per gem of the experiment's manifest (`gems`): mean value (top) and value / C51 loss
+    (bottom) over epochs, one line per mode; one column of panels per gem."""
+    if traj is None or not len(traj):
+        return None
+    fig = new_figure(4.0 * len(gems), 6.5)
+    axes = fig.subplots(2, len(gems), squeeze=False)
+    for j, gem in enumerate(g.name for g in gems):
+        g = traj[traj["gem"] == gem]
+        for i, (col, ylabel) in enumerate((("mean", "gem value"), ("rel_mean", "gem / C51 loss"))):
+            ax = axes[i, j]
+            for mode, gm in g.groupby("mode"):
+                color, ls = _MODE_STYLE.get(mode, ("tab:grey", ":"))
+                ax.plot(gm["epoch"], gm[col].astype(float), color=color, ls=ls, marker="o", ms=3, label=mode)
+            if col == "rel_mean":
+                ax.axhline(rel_threshold, color="black", lw=0.8, ls=":", label=f"threshold {rel_threshold:g}")
+            vals = g[col].astype(float)
+            if len(vals) and (vals > 0).all() and vals.max() > vals.min():
+                ax.set_yscale("log")
+            ax.set_xlabel("epoch")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylabel(ylabel)
+            if i == 0:
+                ax.set_title(g["metric"].iloc[0] if len(g) else f"{gem} (no data)")
+            if len(g) or col == "rel_mean":
+                ax.legend(fontsize=8)
+    return fig
+
+
+IMPORTANCE_FEW_TRIALS = 20
+"""Below this many complete trials a study's importances are drawn with a caveat on the plot:
+an evaluator fitted to a handful of points can put 0.99 on one parameter by chance."""
+
+
+def importance_bars(imp: pd.DataFrame, few: int = IMPORTANCE_FEW_TRIALS) -> Figure | None:
+    """Horizontal bars of parameter importance, one panel per study; a study with fewer than
+    `few` complete trials carries the caveat on its panel."""
+    if imp is None or not len(imp):
+        return None
+    imp = imp[imp["param"].notna()]
+    if not len(imp):
+        return None
+    studies = list(dict.fromkeys(imp["study"]))
+    n_rows = max(len(imp[imp["study"] == s]) for s in studies)
+    fig = new_figure(6.0 * len(studies), 1.6 + 0.4 * n_rows)
+    axes = np.atleast_1d(fig.subplots(1, len(studies)))
+    for ax, s in zip(axes, studies):
+        d = imp[imp["study"] == s].sort_values("importance")
+        bars = ax.barh(d["param"].astype(str), d["importance"].astype(float), color="tab:green", label="importance")
+        for bar, param in zip(bars.patches, d["param"].astype(str)):
+            bar.set_gid(f"importance:{s}:{param}")
+        n = int(d["n_complete"].max()) if "n_complete" in d.columns and d["n_complete"].notna().any() else 0
+        ax.set_xlim(0.0, 1.0)
+        ax.set_xlabel("importance (Optuna's default evaluator; sums to 1 per study)")
+        ax.set_title(f"{s}: {n} complete trial(s)", fontsize=10)
+        if n < few:
+            ax.text(0.98, 0.04, f"caveat: only {n} complete trial(s) (fewer than {few}):\nimportances this few "
+                    "trials give are unstable", transform=ax.transAxes, ha="right", va="bottom", fontsize=8,
+                    color="tab:red", bbox=dict(facecolor="white", edgecolor="tab:red", alpha=0.9), gid="caveat")
+        ax.legend(fontsize=7, loc="upper right")
+    return fig
+
+
+def forest(verdicts: pd.DataFrame, placebo: pd.DataFrame | None = None) -> Figure | None:
+    """Forest plot: per gem (and placebo arm) the effect of wiring with its interval.
+
+    The interval is the verdict's family-wise one (`ci_level`); the shaded band is +-ROPE; a
+    point at +-inf (most seeds diverged on one side) is drawn at the axis edge with an arrow."""
+    rows = []
+    for _, r in verdicts.iterrows():
+        if np.isfinite(r.get("n_seeds", np.nan)) and r["n_seeds"] > 0 and not pd.isna(r.get("effect")):
+            rows.append((f"{r['gem']}: {r['verdict']}", r["effect"], r["ci_low"], r["ci_high"], "tab:blue"))
+    if placebo is not None:
+        for _, r in placebo.iterrows():
+            kind = r.get("kind") if isinstance(r.get("kind"), str) else "placebo"
+            name = f"{r['gem']} placebo" if kind == "placebo" else kind
+            rows.append((f"{name}: {r['verdict']}", r["effect"], r["ci_low"], r["ci_high"], "tab:grey"))
+    if not rows:
+        return None
+    vals = np.array([[e, lo, hi] for _, e, lo, hi, _ in rows], float)
+    fin = vals[np.isfinite(vals)]
+    rope = float(verdicts["rope"].iloc[0]) if "rope" in verdicts and len(verdicts) else 0.0
+    span = max(float(np.abs(fin).max()) if fin.size else 1.0, rope) * 1.25 or 1.0
+    fig = new_figure(8, 1.4 + 0.5 * len(rows))
+    ax = fig.subplots()
+    ax.axvspan(-rope, rope, color="tab:green", alpha=0.12, label=f"ROPE +-{rope:g}")
+    ax.axvline(0.0, color="black", lw=0.8)
+    for i, (label, e, lo, hi, color) in enumerate(rows):
+        y = len(rows) - 1 - i
+        lo_c, hi_c, e_c = (float(np.clip(v, -span, span)) for v in (lo, hi, e))
+        ax.plot([lo_c, hi_c], [y, y], color=color, lw=2)
+        ax.plot([e_c], [y], "o", color=color)
+        for v, vc in ((lo, lo_c), (hi, hi_c)):
+            if not np.isfinite(v):
+                ax.annotate("", xy=(vc, y), xytext=(vc * 0.9, y), arrowprops=dict(arrowstyle="->", color=color))
+    ax.set_yticks(range(len(rows)), [r[0] for r in reversed(rows)], fontsize=8)
+    ax.set_xlim(-span, span)
+    metric = str(verdicts["outcome"].iloc[0]) if "outcome" in verdicts and len(verdicts) else "metric"
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_xlabel(f"wired - measured {metric}, annualised (Hodges-Lehmann, family-wise CI)")
+    ax.set_title("Effect of wiring each gem, with the verdict's interval (and the null arms)", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def save(fig: Figure | None, path: Path) -> bool:
+    """Write `fig` as PNG; False (nothing written) when there was nothing to draw."""
+    if fig is None:
+        return False
+    fig.savefig(path, format="png")
+    return True
+
+# --- the seeds themselves: seed pairs and learning curves -------------------------------------
+
+
+MIN_WIDTH = 6.5
+"""Inches: a one-panel figure still has room for its title."""
+MAX_CURVE_PANELS = 12
+"""Learning-curve panels at most (trials x folds): the best trials by objective first."""
+FOLD_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+METRIC_WORDS = {"val_alpha_sharpe": "validation alpha Sharpe", "val_sharpe": "validation Sharpe",
+                "test_alpha_sharpe": "test alpha Sharpe", "test_sharpe": "test Sharpe"}
+
+
+def metric_axis(column: str, last_k: int | None = None, sep: str = " ") -> str:
+    """An axis label with units: Sharpe ratios are annualised (config env.periods_per_year);
+    `sep` "\n" puts the units on a line of their own."""
+    words = METRIC_WORDS.get(column, column)
+    window = f", mean of the last {last_k} epochs" if last_k else ""
+    return f"{words}{sep}(annualised{window})"
+
+
+def fold_color(fold: int) -> str:
+    return FOLD_COLORS[int(fold) % len(FOLD_COLORS)]
+
+
+def paired_seeds(pairs: pd.DataFrame, last_k: int | None = None) -> Figure | None:
+    """Per gem: one line per seed pair from its measured to its wired member, coloured by
+    fold; a diverged member is drawn at the panel's bottom edge (the worst outcome)."""
+    if pairs is None or not len(pairs):
+        return None
+    pairs = pairs.reset_index(drop=True)
+    gems = list(dict.fromkeys(pairs["gem"]))
+    fig = new_figure(max(MIN_WIDTH, 3.6 * len(gems) + 1.0), 4.8)
+    axes = np.atleast_1d(fig.subplots(1, len(gems), squeeze=False)[0])
+    for ax, gem in zip(axes, gems):
+        g = pairs[pairs["gem"] == gem]
+        finite = np.concatenate([g["measured"].to_numpy(float), g["wired"].to_numpy(float)])
+        finite = finite[np.isfinite(finite)]
+        lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (-1.0, 1.0)
+        pad = 0.08 * (hi - lo) if hi > lo else 0.5
+        floor = lo - pad  # where a diverged member is drawn
+        for i, r in g.iterrows():
+            y = [floor if r["measured_diverged"] else r["measured"], floor if r["wired_diverged"] else r["wired"]]
+            dashed = bool(r["measured_diverged"] or r["wired_diverged"])
+            (line,) = ax.plot([0, 1], y, color=fold_color(r["fold"]), alpha=0.6, lw=1.2, marker="o", ms=3,
+                              ls="--" if dashed else "-")
+            line.set_gid(f"pair:{gem}:{i}")
+        ax.set_xlim(-0.25, 1.25)
+        ax.set_ylim(floor - pad, hi + pad)
+        ax.set_xticks([0, 1], ["measured", "wired"])
+        ax.set_xlabel(f"{gem}'s mode (all else alike)", fontsize=9)
+        ax.set_ylabel(metric_axis(str(g["metric"].iloc[0]), last_k, sep="\n"), fontsize=9)
+        tied = float(g["tied"].mean())
+        ax.set_title(f"{gem}: {len(g)} seed pair(s), {100 * tied:.0f}% tie", fontsize=10)
+        handles = [Line2D([], [], color=fold_color(f), marker="o", ms=3, label=f"fold {f}")
+                   for f in sorted(g["fold"].unique())]
+        if (g["measured_diverged"] | g["wired_diverged"]).any():
+            handles.append(Line2D([], [], color="grey", ls="--", label="a side diverged (drawn at the bottom)"))
+        ax.legend(handles=handles, fontsize=7, loc="best")
+    fig.suptitle("Each seed pair of the verdict's comparison, measured to wired", fontsize=11)
+    return fig
+
+
+def _panels(curves: pd.DataFrame, order: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[int], int]:
+    """(trials drawn, folds, trials left out): the first trials of `order` that have curves, as
+    many as MAX_CURVE_PANELS allows with every fold."""
+    folds = sorted(int(f) for f in curves["fold"].unique())
+    have = list(dict.fromkeys(zip(curves["experiment"], curves["trial_id"])))
+    ranked = [k for k in order if k in have] + [k for k in have if k not in order]
+    n = max(1, MAX_CURVE_PANELS // len(folds))
+    return ranked[:n], folds, max(0, len(ranked) - n)
+
+
+def learning_curves(curves: pd.DataFrame, order: Sequence[tuple[str, str]] = (),
+                    titles: dict[tuple[str, str], str] | None = None) -> Figure | None:
+    """Per trial (rows, best objective first: `order`) and fold (columns): each arm's median
+    verdict metric over its seeds per epoch, with the interquartile range as a band; `titles`
+    names a trial's panels (default: its id)."""
+    if curves is None or not len(curves):
+        return None
+    trials, folds, left_out = _panels(curves, order)
+    fig = new_figure(4.2 * len(folds) + 1.5, 2.9 * len(trials) + 0.8)
+    axes = fig.subplots(len(trials), len(folds), squeeze=False)
+    column = str(curves["metric"].iloc[0])
+    for i, (exp, trial) in enumerate(trials):
+        t = curves[(curves["experiment"] == exp) & (curves["trial_id"] == trial)]
+        arms = list(dict.fromkeys(t["arm"]))
+        labels = t.drop_duplicates("arm").set_index("arm")["config_label"].reindex(arms).astype(str).tolist()
+        shown = dict(zip(arms, short_labels(labels) if len(arms) > 1 else labels))
+        for j, fold in enumerate(folds):
+            ax = axes[i, j]
+            for k, arm in enumerate(arms):
+                c = t[(t["arm"] == arm) & (t["fold"] == fold)].sort_values("epoch")
+                if not len(c):
+                    continue
+                color = f"C{k % 10}"
+                gid = f"{trial}:{arm}:{fold}"
+                (line,) = ax.plot(c["epoch"], c["median"], color=color, marker="o", ms=3,
+                                  label=f"{arm}: {shown[arm]}" if shown[arm] != arm else arm)
+                line.set_gid(f"curve:{gid}")
+                band = ax.fill_between(c["epoch"].to_numpy(float), c["q25"].to_numpy(float), c["q75"].to_numpy(float),
+                                       color=color, alpha=0.18, lw=0)
+                band.set_gid(f"band:{gid}")
+            ax.axhline(0.0, color="grey", lw=0.6)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlabel("epoch")
+            ax.set_ylabel(metric_axis(column, sep="\n"), fontsize=8)
+            name = (titles or {}).get((exp, trial), f"trial {trial}")
+            ax.set_title(name + (f", fold {fold}" if len(folds) > 1 else ""), fontsize=9)
+            ax.legend(fontsize=6, loc="best")
+    more = f"; {left_out} more trial(s) in learning_curves.csv" if left_out else ""
+    fig.suptitle(f"Learning curves per arm: median over seeds, band = interquartile range{more}", fontsize=11)
+    return fig
+
+# --- rliable-style profiles of a gem's comparison ---------------------------------------------
+
+
+SIDE_STYLE = {"measured": ("tab:blue", "-"), "wired": ("tab:red", "--")}
+
+
+def performance_profiles(profile: pd.DataFrame, metric: str = "val_alpha_sharpe", last_k: int | None = None) -> Figure | None:
+    """Per gem: the share of seeds whose value exceeds tau, measured and wired (a curve that lies
+    above the other everywhere is better at every threshold)."""
+    if profile is None or not len(profile):
+        return None
+    gems = list(dict.fromkeys(profile["gem"]))
+    fig = new_figure(max(MIN_WIDTH, 3.8 * len(gems) + 0.8), 4.0)
+    axes = np.atleast_1d(fig.subplots(1, len(gems), squeeze=False)[0])
+    for ax, gem in zip(axes, gems):
+        g = profile[profile["gem"] == gem]
+        for side, s in g.groupby("side", sort=False):
+            color, ls = SIDE_STYLE.get(side, ("tab:grey", ":"))
+            (line,) = ax.step(s["tau"], s["share_above"], where="post", color=color, ls=ls,
+                              label=f"{side} ({int(s['n'].iloc[0])} seeds)")
+            line.set_gid(f"profile:{gem}:{side}")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("tau: " + metric_axis(metric, last_k, sep="\n"), fontsize=8)
+        ax.set_ylabel("share of seeds with value > tau")
+        ax.set_title(f"{gem}: performance profile", fontsize=10)
+        ax.legend(fontsize=7, loc="lower left")
+    fig.suptitle("Performance profiles of each gem's comparison (a diverged seed is below every tau)", fontsize=10)
+    return fig
+
+
+IMPROVEMENT_BARS = (("probability", "all members (rliable: unpaired)", "tab:orange"),
+                    ("paired_probability", "seed pairs (paired: what the design compares)", "tab:red"))
+
+
+def improvement_bars(imp: pd.DataFrame) -> Figure | None:
+    """Per gem: P(wired > measured) as bars from 0.5 (no difference), over all members (rliable)
+    and over the seed pairs, with the share of tied pairs."""
+    if imp is None or not len(imp):
+        return None
+    fig = new_figure(8.0, 1.8 + 0.8 * len(imp))
+    ax = fig.subplots()
+    y = np.arange(len(imp))[::-1].astype(float)
+    height = 0.36
+    for k, (col, what, color) in enumerate(IMPROVEMENT_BARS):
+        for yi, (_, r) in zip(y, imp.iterrows()):
+            p = float(r[col])
+            at = yi + (0.5 - k) * height
+            (bar,) = ax.barh([at], [p - 0.5], left=0.5, height=height * 0.9, color=color,
+                             label=what if yi == y[0] else None).patches
+            bar.set_gid(f"poi:{col}:{r['gem']}")
+            note = f"{p:.2f}" + (f" ({int(r['n_pairs'])} pairs, {100 * float(r['tied_share']):.0f}% tie)" if k else "")
+            ax.annotate(note, xy=(p, at), xytext=(4 if p >= 0.5 else -4, 0), textcoords="offset points",
+                        ha="left" if p >= 0.5 else "right", va="center", fontsize=8)
+    ax.axvline(0.5, color="black", lw=0.8, label="0.5: no difference")
+    ax.set_yticks(y, imp["gem"].astype(str).tolist())
+    ax.set_xlim(0.0, 1.0)
+    ax.set_xlabel("probability of improvement P(wired > measured), ties half, averaged over folds")
+    ax.set_title("Probability of improvement (a description of the seed pairs; the verdict is the test)", fontsize=10)
+    ax.legend(fontsize=8, loc="lower left")
+    return fig
+
+# --- walk-forward folds: the per-fold forest plot ---------------------------------------------
+
+
+DIAMOND_HALF_HEIGHT = 0.3
+
+
+def _span(values: np.ndarray, rope: float) -> float:
+    fin = values[np.isfinite(values)]
+    return max(float(np.abs(fin).max()) if fin.size else 1.0, rope) * 1.25 or 1.0
+
+
+def _clip(v: float, span: float) -> float:
+    return float(np.clip(v, -span, span))
+
+
+def _row_label(r: pd.Series) -> str:
+    dates = f" ({r['start']}..{r['end']})" if "start" in r and "end" in r and pd.notna(r["start"]) else ""
+    ties = f", {100 * float(r['tied_share']):.0f}% tie" if "tied_share" in r and pd.notna(r["tied_share"]) else ""
+    seeds = int(r["pairs"]) if "pairs" in r and pd.notna(r["pairs"]) else int(r["seeds"])
+    empty = "" if pd.notna(r["effect"]) or ties.endswith("100% tie") else ", no estimate"
+    return f"fold {int(r['fold'])}{dates}: {seeds} seeds{ties}{empty}"
+
+
+def _draw_pooled(ax, p: pd.Series, gem: str, span: float) -> str:
+    """The pooled estimate at y = 0: a diamond over its interval, or (no interval: e.g. too few
+    periods to pool with one) a diamond marker at the estimate; returns the row's label."""
+    lo, e, hi = (float(p[c]) for c in ("ci_low", "effect", "ci_high"))
+    if not np.isfinite(e):
+        return "pooled: no estimate"
+    if np.isnan(lo) or np.isnan(hi):
+        (mark,) = ax.plot([_clip(e, span)], [0], "D", color="tab:red", ms=7, label="pooled (no interval)")
+        mark.set_gid(f"pooled:{gem}")
+        return "pooled (no interval)"
+    lo, e, hi = (_clip(v, span) for v in (lo, e, hi))
+    h = DIAMOND_HALF_HEIGHT
+    diamond = Polygon([(lo, 0), (e, h), (hi, 0), (e, -h)], closed=True, color="tab:red", alpha=0.8,
+                      label="pooled: the verdict's interval")
+    diamond.set_gid(f"pooled:{gem}")
+    ax.add_patch(diamond)
+    return "pooled"
+
+
+def fold_forest(per_fold: pd.DataFrame, pooled: pd.DataFrame, *, rope: float, metric: str = "val_alpha_sharpe",
+                title: str = "wired - measured") -> Figure | None:
+    """Per gem: one row per fold (effect and interval), the pooled diamond below, the ROPE band."""
+    if per_fold is None or not len(per_fold):
+        return None
+    pooled = pooled if pooled is not None else pd.DataFrame(columns=["gem", "effect", "ci_low", "ci_high"])
+    per_fold = per_fold.assign(gem=per_fold["gem"] if "gem" in per_fold.columns else "")
+    pooled = pooled.assign(gem=pooled["gem"] if "gem" in pooled.columns else "").set_index("gem")
+    gems = list(dict.fromkeys(per_fold["gem"]))
+    vals = np.concatenate([per_fold[["effect", "ci_low", "ci_high"]].to_numpy(float).ravel(),
+                           pooled[["effect", "ci_low", "ci_high"]].to_numpy(float).ravel()])
+    span = _span(vals, rope)
+    n_rows = int(per_fold.groupby("gem").size().max()) + 1
+    fig = new_figure(8.5 * len(gems), 1.8 + 0.45 * n_rows)
+    axes = np.atleast_1d(fig.subplots(1, len(gems), squeeze=False)[0])
+    for ax, gem in zip(axes, gems):
+        rows = per_fold[per_fold["gem"] == gem].sort_values("fold")
+        ax.axvspan(-rope, rope, color="tab:green", alpha=0.12, label=f"ROPE +-{rope:g}")
+        ax.axvline(0.0, color="black", lw=0.8)
+        labels = []
+        for y, (_, r) in zip(range(len(rows), 0, -1), rows.iterrows()):
+            lo, hi, e = (float(r[c]) for c in ("ci_low", "ci_high", "effect"))
+            first = y == len(rows)
+            (line,) = ax.plot([_clip(lo, span), _clip(hi, span)], [y, y], color="tab:blue", lw=2,
+                              label="fold effect, interval at its level" if first else None)
+            line.set_gid(f"fold:{gem}:{int(r['fold'])}")
+            ax.plot([_clip(e, span)], [y], "s", color="tab:blue", ms=5)
+            for v in (lo, hi):
+                if not np.isfinite(v):
+                    edge = _clip(v, span)
+                    ax.annotate("", xy=(edge, y), xytext=(edge * 0.9, y), arrowprops=dict(arrowstyle="->", color="tab:blue"))
+            labels.append((y, _row_label(r)))
+        if gem in pooled.index:
+            labels.append((0, _draw_pooled(ax, pooled.loc[gem], gem, span)))
+        ax.set_yticks([y for y, _ in labels], [t for _, t in labels], fontsize=8)
+        ax.set_xlim(-span, span)
+        ax.set_ylim(-0.7, len(rows) + 0.7)
+        ax.set_xlabel(f"{title}: {metric_axis(metric)}", fontsize=8)
+        ax.set_title(f"{gem}: effect per walk-forward fold" if gem else "effect per walk-forward fold", fontsize=10)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=7, frameon=False)
+    return fig
+
+# --- the confirmation's shrinkage -------------------------------------------------------------
+
+
+SHRINKAGE_COLUMNS = ("gem", "discovery_gain", "confirmation_gain")
+
+
+def confirmation_shrinkage(table: pd.DataFrame) -> Figure | None:
+    """Discovery and confirmation gain per confirmed gem (rows of `table` with both finite)."""
+    if table is None or not len(table) or any(c not in table.columns for c in SHRINKAGE_COLUMNS):
+        return None
+    t = table[np.isfinite(table["discovery_gain"].astype(float)) & np.isfinite(table["confirmation_gain"].astype(float))]
+    if not len(t):
+        return None
+    fig = new_figure(7.5, 1.8 + 0.6 * len(t))
+    ax = fig.subplots()
+    ys = np.arange(len(t))[::-1]
+    for y, (_, r) in zip(ys, t.iterrows()):
+        d, c = float(r["discovery_gain"]), float(r["confirmation_gain"])
+        ax.annotate("", xy=(c, y), xytext=(d, y), arrowprops=dict(arrowstyle="->", color="grey"))
+        (pd_,) = ax.plot([d], [y], "o", color="tab:orange", ms=7)
+        pd_.set_gid(f"discovery:{r['gem']}")
+        (pc,) = ax.plot([c], [y], "D", color="tab:green", ms=7)
+        pc.set_gid(f"confirmation:{r['gem']}")
+        ax.annotate(f"shrinkage {d - c:+.3g}", xy=(max(d, c), y), xytext=(6, 0), textcoords="offset points",
+                    va="center", fontsize=8)
+    ax.axvline(0.0, color="black", lw=0.8)
+    ax.set_yticks(ys, t["gem"].astype(str).tolist())
+    lo = float(min(t["discovery_gain"].min(), t["confirmation_gain"].min(), 0.0))
+    hi = float(max(t["discovery_gain"].max(), t["confirmation_gain"].max(), 0.0))
+    pad = 0.35 * (hi - lo) if hi > lo else 0.5
+    ax.set_xlim(lo - 0.1 * pad, hi + pad)
+    ax.set_ylim(-0.7, len(t) - 0.3)
+    ax.set_xlabel("verdict gain: pseudo-median of the per-seed paired gain, validation alpha Sharpe (annualised)")
+    ax.set_title("Discovery (the search's chosen trial) vs confirmation (fresh seeds and paths), per gem", fontsize=10)
+    ax.legend(handles=[Line2D([], [], color="tab:orange", marker="o", ls="", label="discovery gain (selected)"),
+                       Line2D([], [], color="tab:green", marker="D", ls="", label="confirmation gain")],
+              fontsize=8, loc="lower right")
+    return fig

@@ -1,0 +1,63 @@
+"""The analysis's text for numbers, intervals and tables: the bottom floor every stage that writes
+words uses (a verdict's reason, a factor's reading, the confirmation's table, report.md), so the
+verdicts never import the renderer.
+
+Written by hand (no `tabulate` dependency): a markdown cell has 4 significant digits and a
+missing value is blank; a number in a sentence or a terminal table spells out +inf / -inf and
+shows a missing value as `-` (or what the caller asks for).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+
+def _cell(v: Any, digits: int = 4) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        if math.isnan(v):
+            return ""
+        return f"{v:.{digits}g}"
+    try:
+        if pd.isna(v):
+            return ""
+    except (TypeError, ValueError):
+        pass
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(df: pd.DataFrame, columns: Iterable[str] | None = None, digits: int = 4) -> str:
+    """A GitHub-markdown table of `df` (selected `columns`, in order); `_None._` if empty."""
+    cols = [c for c in (columns or df.columns) if c in df.columns]
+    if not len(df) or not cols:
+        return "_None._"
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for _, r in df[cols].iterrows():
+        lines.append("| " + " | ".join(_cell(r[c], digits) for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def format_number(v: Any, fmt: str = ".3g", missing: str = "-") -> str:
+    """A number for a table or a verdict's text: +inf / -inf spelled out, `missing` for NaN or
+    for something that is not a number."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return missing
+    if np.isinf(f):
+        return "+inf" if f > 0 else "-inf"
+    return missing if np.isnan(f) else format(f, fmt)
+
+
+def format_interval(lo: Any, hi: Any) -> str:
+    """`[lo, hi]` in `format_number`'s words, `-` where both ends are missing."""
+    return "-" if format_number(lo) == "-" and format_number(hi) == "-" else f"[{format_number(lo)}, {format_number(hi)}]"

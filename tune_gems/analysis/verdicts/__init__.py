@@ -1,0 +1,1 @@
+"""Decide: the rule applied to every gem, factor and period, with its evidence."""

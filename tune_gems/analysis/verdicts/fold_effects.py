@@ -1,0 +1,68 @@
+"""The walk-forward results as a table, one row per gem and fold (issue 31 item 3): what
+`fold_effects.csv`, report.md's per-fold table and the forest plot show.
+
+Why its own module. The per-fold effects and intervals are the period rule's own
+(`walk_forward.period_verdicts_and_folds` returns the rows it decided on), and the pooled
+estimate of each gem is read from the verdict table (`pooled_effect`, `pooled_ci_low`,
+`pooled_ci_high`: verdicts.csv's numbers), so a reader sees beside each word the intervals that
+produced it; nothing is recomputed here. What this module adds is the reader's context: the
+dates of each fold's validation window (folds.parquet / folds.csv) and the gem's verdict.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from tune_gems.analysis.read.load import read_fold_windows
+from tune_gems.analysis.verdicts.walk_forward import FOLD_ROW_COLUMNS
+
+POOLED_COLUMNS = ["pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_ci_level"]
+"""The verdict table's pooled estimate, copied onto each of the gem's fold rows."""
+FOLD_EFFECT_COLUMNS = (["gem", "verdict", "fold", "start", "end"] + FOLD_ROW_COLUMNS[2:] + POOLED_COLUMNS)
+"""fold_effects.csv's columns (docs/results.md)."""
+DATE_SEPARATOR = " / "
+"""Between two different dates of one fold (experiments whose data differ)."""
+
+
+def fold_dates(paths: Iterable[str | Path], labels: Iterable[str]) -> pd.DataFrame:
+    """Per fold its validation window's first and last date (`start`, `end`: folds.parquet's
+    `val_first`, `val_last`) over the folders read; empty without a fold table. Folds whose
+    windows differ between trials or experiments list each date once."""
+    frames = [f for p, lab in zip(paths, labels) if (f := read_fold_windows(Path(p), lab)) is not None]
+    if not frames:
+        return pd.DataFrame(columns=["fold", "start", "end"])
+    folds = pd.concat(frames, ignore_index=True)
+
+    def dates(values: pd.Series) -> str:
+        return DATE_SEPARATOR.join(dict.fromkeys(str(v) for v in values.dropna() if str(v)))
+
+    out = []
+    for fold, g in folds.groupby("fold", sort=True):
+        out.append({"fold": int(fold),
+                    "start": dates(g["val_first"]) if "val_first" in g.columns else "",
+                    "end": dates(g["val_last"]) if "val_last" in g.columns else ""})
+    return pd.DataFrame(out, columns=["fold", "start", "end"])
+
+
+def fold_effects_table(fold_rows: pd.DataFrame, verdicts: pd.DataFrame, dates: pd.DataFrame) -> pd.DataFrame:
+    """One row per gem and fold (FOLD_EFFECT_COLUMNS): the period rule's fold rows, the fold's
+    validation dates and the gem's verdict with its pooled estimate from the verdict table."""
+    if fold_rows is None or not len(fold_rows):
+        return pd.DataFrame(columns=FOLD_EFFECT_COLUMNS)
+    pooled = verdicts[["gem", "verdict"] + POOLED_COLUMNS]
+    t = fold_rows.merge(pooled, on="gem", how="left", validate="many_to_one")
+    t = t.merge(dates, on="fold", how="left", validate="many_to_one") if len(dates) else t.assign(start="", end="")
+    t[["start", "end"]] = t[["start", "end"]].fillna("")
+    return t[FOLD_EFFECT_COLUMNS].reset_index(drop=True)
+
+
+def pooled_estimates(table: pd.DataFrame) -> pd.DataFrame:
+    """Per gem of a fold_effects table its pooled estimate (`gem, effect, ci_low, ci_high`): the
+    verdict's, which every fold row of the gem carries (what the forest plot's diamond draws)."""
+    first = table.drop_duplicates("gem")
+    return pd.DataFrame({"gem": first["gem"].to_numpy(), "effect": first["pooled_effect"].to_numpy(float),
+                         "ci_low": first["pooled_ci_low"].to_numpy(float),
+                         "ci_high": first["pooled_ci_high"].to_numpy(float)})

@@ -1,0 +1,117 @@
+"""Out of sample: the test segment as the held-out check of each decisive verdict, and the
+learner's skill in context (issue 20, deliver 4 and 5).
+
+Why. A verdict is reached on the validation period(s); the test segment is untouched by it. Each
+`keep wired` / `harmful` is re-estimated ONCE on the test segment with the same member pairs
+(the verdict metric's test twin, e.g. `test_alpha_sharpe`, at the pairs' common final epoch,
+signed-rank at alpha, no further search) and shown beside the verdict: `agrees` when the test
+interval excludes 0 on the verdict's side. Nothing is decided on it: the verdict stands either
+way, and a reader sees at once when the validation result did not carry over.
+
+The check is conditional on one test period: the test segment is one stretch of one history,
+common to every fold, so it is one more period, not a replication; its text says so.
+
+Skill: "wiring helps" is a statement about two arms of one learner, not about the learner beating
+the market. When every arm's test alpha Sharpe lies below flat's (0) with its interval (one
+metric, one reference: `stats.baseline_headline`, the statement the report opens with), every
+verdict line says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tune_gems.analysis.pairs.pairing import Cells
+from tune_gems.analysis.text import format_number
+from tune_gems.stats.baseline_headline import baseline_comparison, skill_flag
+from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.words import DECISIVE, KEEP
+from tune_gems.analysis.pairs.selectors import placebo_selectors, wiring_pairs
+from tune_gems.contracts.gem_manifest import GemEntry
+from tune_gems.stats.inference import rank_test
+
+HELD_OUT_COLUMNS = ["test_effect", "test_ci_low", "test_ci_high", "test_p_value", "held_out"]
+AGREES = "agrees"
+ONE_TEST_PERIOD = ("conditional on one test period: the test segment is common to every fold, one more period, "
+                   "not a replication")
+"""What the held-out check is (issue 30, item 8): it says so wherever it is shown."""
+
+
+@dataclass(frozen=True)
+class HeldOutEffect:
+    """A gem's wiring effect on the test segment: the same pairs as its verdict, the verdict
+    metric's test twin at the pairs' common final epoch, signed-rank at `alpha`."""
+
+    column: str
+    n: int
+    estimate: float
+    low: float
+    high: float
+    p: float
+
+
+def held_out_column(outcome: str) -> str:
+    """The test-segment twin of a validation metric column (val_alpha_sharpe -> test_alpha_sharpe)."""
+    return outcome.replace("val_", "test_", 1)
+
+
+def held_out_effect(cells: Cells, g: GemEntry, outcome: str, thresholds: Thresholds) -> HeldOutEffect | None:
+    """The one computation of a gem's test-segment effect (the verdicts' `test_effect` column
+    and the held-out check both read it), or None when no pair has the test column."""
+    column = held_out_column(outcome)
+    if column not in cells.long.columns:
+        return None
+    real, _ = placebo_selectors(g, thresholds.placebo_weight)
+    pr = wiring_pairs(cells, g.name, column=column, k=1, select=real)
+    if not pr.n:
+        return None
+    t = rank_test(pr.diffs[None, :], tail=thresholds.alpha / 2)
+    return HeldOutEffect(column, pr.n, *(float(t[k][0]) for k in ("estimate", "low", "high", "p")))
+
+
+def held_out_check(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: Thresholds | None = None) -> pd.DataFrame:
+    """The verdict table with HELD_OUT_COLUMNS: for each keep wired / harmful, the same pairs'
+    difference on the test segment and whether it agrees (module docstring)."""
+    th = thresholds if thresholds is not None else Thresholds()
+    v = verdicts.copy()
+    for c in HELD_OUT_COLUMNS:
+        if c not in v.columns:
+            v[c] = np.nan
+    v["held_out"] = v["held_out"].astype(object).where(v["held_out"].notna(), "")
+    by_gem = {g.name: g for g in gems}
+    for i, r in v.iterrows():
+        if r["verdict"] not in DECISIVE or r["gem"] not in by_gem:
+            continue
+        eff = held_out_effect(cells, by_gem[r["gem"]], str(r["outcome"]), th)
+        if eff is None:
+            v.at[i, "held_out"] = f"no test-segment pairs ({held_out_column(str(r['outcome']))})"
+            continue
+        v.loc[i, ["test_effect", "test_ci_low", "test_ci_high", "test_p_value"]] = [eff.estimate, eff.low, eff.high, eff.p]
+        v.at[i, "held_out"] = agreement(r["verdict"], eff.estimate, eff.low, eff.high)
+        v.at[i, "reason"] = (f"{r['reason']}; held-out test segment ({eff.column}, same {eff.n} seeds, once; "
+                             f"{ONE_TEST_PERIOD}): "
+                             f"{format_number(eff.estimate, '+.3g')} [{format_number(eff.low)}, {format_number(eff.high)}], "
+                             f"p {format_number(eff.p, '.2g')}: {v.at[i, 'held_out']}")
+    return v
+
+
+def agreement(verdict: str, effect: float, low: float, high: float) -> str:
+    """`agrees` when the test interval excludes 0 on the verdict's side; else why it does not."""
+    sign = 1.0 if verdict == KEEP else -1.0
+    if (sign > 0 and low > 0) or (sign < 0 and high < 0):
+        return AGREES
+    if math.isfinite(effect) and np.sign(effect) == -sign and not (low <= 0 <= high):
+        return "does not agree: the opposite sign"
+    return "does not agree: the test interval includes 0"
+
+
+def skill_context(experiment: Any) -> str:
+    """The verdicts' `skill` flag (`stats.baseline_headline.skill_flag`: the report's first line
+    said only when every arm lies below flat, test alpha Sharpe with its interval, conditional on
+    one test period); "" otherwise or without test metrics."""
+    return skill_flag(baseline_comparison(experiment))

@@ -1,0 +1,86 @@
+"""Redundancy: does a model feature already do a gem's job? (the `measure_gems` factorial)
+
+`sweeps/measure_gems.yaml` measures every gem in arms over `model.spectral_norm` x `model.noisy`.
+G10 (temporal consistency) asks for smooth value changes, which spectral norm (a Lipschitz bound)
+may already enforce; G6 (branch independence) asks for diverse features, which NoisyNets'
+exploration noise may already provide. For each (gem, feature) the table compares, seed by seed
+and with every other setting equal, the gem's measured excess over its null (relative to the C51
+loss) with the feature on against off (`pairing.paired`; in the 2x2 factorial this averages over
+the other feature's levels: its main effect). Diverged members are left out (a magnitude of a
+diverged network means nothing).
+
+Findings (alpha family-wise, Holm over the rows):
+- `removes`: with the feature on, the excess is equivalent to the null (TOST within
+  +-`rel_threshold`), and switching it on lowers the excess significantly: the gem is redundant
+  where the feature is on (a `delete` verdict for the gem);
+- `reduces`: lowers it significantly, but not to the null;
+- `does not remove`: no significant reduction;
+- `no design`: no members differ in that feature alone with the gem measured.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from tune_gems.analysis.pairs.pairing import Cells, paired
+from tune_gems.analysis.pairs.excess import add_excess_columns
+from tune_gems.analysis.rules.seed import NO_DESIGN, redundancy_finding
+from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.stats.inference import holm, rank_test
+
+PAIRS = (("g10", "model.spectral_norm"), ("g6", "model.noisy"))
+"""The redundancy questions of issue 12: G10 vs spectral norm, G6 vs NoisyNets."""
+
+COLUMNS = ["gem", "feature", "finding", "n_seeds", "excess_off", "excess_on", "change", "ci_low", "ci_high",
+           "p_adjusted", "on_tost_p_adjusted", "rel_threshold", "note"]
+
+
+def redundancy_table(
+    cells: Cells,
+    gems,
+    *,
+    thresholds: Thresholds | None = None,
+    excess: dict[str, tuple[str, str]] | None = None,
+    pairs=PAIRS,
+) -> pd.DataFrame:
+    """One row per (gem, feature) of `pairs` whose gem is known (see the module docstring; the
+    finding is `rules.seed.redundancy_finding`'s), at `thresholds`' alpha, rel_threshold, last_k."""
+    th = thresholds if thresholds is not None else Thresholds()
+    alpha, rel_threshold, last_k = th.alpha, th.rel_threshold, th.last_k
+    known = {g.name: g for g in gems}
+    excess = excess or add_excess_columns(cells.long, list(gems))
+    rows, ps, pts = [], [], []
+    for gem, feature in pairs:
+        if gem not in known:
+            continue
+        col, note = excess[gem]
+        mode = f"gems.{gem}.mode"
+        row = dict(gem=gem, feature=feature, finding=NO_DESIGN, n_seeds=0, rel_threshold=rel_threshold, note=note,
+                   excess_off=math.nan, excess_on=math.nan, change=math.nan, ci_low=math.nan, ci_high=math.nan,
+                   p_adjusted=math.nan, on_tost_p_adjusted=math.nan)
+        if mode in cells.table.columns and feature in cells.table.columns:
+            pr = paired(cells, feature, "true", "false", column=col, k=last_k, worst=False,
+                        select=lambda t, md=mode: t[md] == "measure")
+            if pr.n:
+                r = rank_test(pr.diffs[None, :], tail=alpha / 2)
+                on = pr.hi_values[np.isfinite(pr.hi_values)]
+                ron = rank_test(on[None, :], rope=rel_threshold) if on.size else None
+                off = pr.lo_values[np.isfinite(pr.lo_values)]
+                row.update(n_seeds=pr.n, change=float(r["estimate"][0]), ci_low=float(r["low"][0]),
+                           ci_high=float(r["high"][0]), excess_on=float(np.median(on)) if on.size else math.nan,
+                           excess_off=float(np.median(off)) if off.size else math.nan)
+                ps.append(float(r["p"][0]))
+                pts.append(float(ron["p_tost"][0]) if ron is not None else math.nan)
+                row["_i"] = len(ps) - 1
+        rows.append(row)
+    pa, pta = holm(np.array(ps)) if ps else [], holm(np.array(pts)) if pts else []
+    for row in rows:
+        i = row.pop("_i", None)
+        if i is None:
+            continue
+        row["p_adjusted"], row["on_tost_p_adjusted"] = float(pa[i]), float(pta[i])
+        row["finding"] = str(redundancy_finding(row["p_adjusted"], row["change"], row["on_tost_p_adjusted"], alpha=alpha))
+    return pd.DataFrame(rows, columns=COLUMNS)

@@ -1,0 +1,418 @@
+"""Search, then confirm (issue 21): which configuration a search chose per gem, and the side-by-side
+table of its discovery and its confirmation.
+
+Why. The search keeps the trial whose paired gain was largest. With several trials that maximum
+is biased upward (selection: the winner is partly the luckiest), and its seed pairs were used to
+pick it, so testing it on the same seeds tests the selection, not the gem. The confirmation
+(`tune-gems confirm`, tune_gems.commands.confirm) trains each gem's chosen configuration once more
+against its control on fresh member seeds and fresh synthetic paths; its verdict is the final
+one. The shrinkage (discovery gain minus confirmation gain, the same statistic) shows how much of
+the discovered gain was selection. `calibration.search_confirm_rates` checks the rule: under
+the null the family-wise false rate after confirmation stays <= alpha, and a true effect at the
+confirmation's MDE survives with the stated power.
+
+This module only reads tables (no trainer): the choice per gem and the table.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from scipy import stats as sps
+
+from tune_gems.analysis.rules.rule_mde import PowerInputs, finite_interval, history_floor, market_se_of, period_floor, rule_mde, seeds_for
+from tune_gems.analysis.rules.gates import combined_bounds
+from tune_gems.analysis.rules.pooling import pooled_bounds
+from tune_gems.analysis.rules.selection import final_on_one_history
+from tune_gems.analysis.rules.words import NO_DATA
+from tune_gems.analysis.verdicts.verdict_market_noise import OK as MARKET_OK
+from tune_gems.stats.inference import smallest_p
+from tune_gems.stats.metrics import GEM_GAIN_PREFIX, VERDICT_GAIN_PREFIX
+
+OK_STATUS = "TERMINATED"
+CONFIRMATION_COLUMNS = [
+    "gem", "chosen_trial", "chosen_config", "score_column", "discovery_gain", "confirmation_gain",
+    "shrinkage", "discovery_verdict", "discovery_effect", "discovery_ci_low", "discovery_ci_high",
+    "discovery_n_seeds", "confirmation_verdict", "confirmation_effect", "confirmation_ci_low",
+    "confirmation_ci_high", "confirmation_mean_effect", "confirmation_n_seeds", "confirmation_p_adjusted",
+    "discovery_mde", "confirmation_mde", "confirmation_seeds", "candidates", "final_verdict", "final_ci_low",
+    "final_ci_high", "final_rule", "note",
+]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The configuration the search chose for one gem: the finished trial that wires it with the
+    largest discovery score (`score_column` of trials.parquet), and the searched keys' values."""
+
+    gem: str
+    trial_id: str
+    config_label: str
+    score_column: str
+    score: float
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def _score_column(trials: pd.DataFrame, gem: str) -> str | None:
+    """`verdict_gain_<gem>` (the verdict's statistic), else `gain_<gem>` for older results."""
+    for prefix in (VERDICT_GAIN_PREFIX, GEM_GAIN_PREFIX):
+        col = f"{prefix}{gem}"
+        if col in trials.columns:
+            return col
+    return None
+
+
+def _plain(v: Any) -> Any:
+    """A parquet cell as a plain Python value (numpy scalars unwrapped)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def best_trial(score, eligible, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    """The choice rule of `choose_per_gem`, vectorised along `axis` (the trials): the eligible
+    trial with the largest score, the first on ties; NaN never wins, -inf (a diverged
+    configuration) only when no eligible trial scores more. Returns (index of the chosen trial,
+    whether one was chosen: some eligible trial has a non-NaN score), `axis` removed."""
+    score = np.asarray(score, float)
+    ok = np.asarray(eligible, bool) & ~np.isnan(score)
+    key = np.where(ok, score, -np.inf)
+    top = np.expand_dims(key.max(axis=axis), axis)
+    return np.argmax(ok & (key == top), axis=axis), ok.any(axis=axis)
+
+
+def eligible_trials(trials: pd.DataFrame, gem: str) -> tuple[str | None, np.ndarray, np.ndarray]:
+    """(score column, score per trial, eligible per trial) of one gem's choice: the finished trials
+    wiring it, scored by `verdict_gain_<gem>` (`gain_<gem>` for older results)."""
+    finished = (trials["status"].astype(str).str.upper() == OK_STATUS).to_numpy() if "status" in trials.columns \
+        else np.ones(len(trials), bool)
+    mode = f"gems.{gem}.mode"
+    col = _score_column(trials, gem)
+    eligible = finished & (trials[mode].astype(str) == "wire").to_numpy() if mode in trials.columns \
+        else np.zeros(len(trials), bool)
+    score = pd.to_numeric(trials[col], errors="coerce").to_numpy(float) if col else np.full(len(trials), np.nan)
+    return col, score, eligible
+
+
+def candidate_count(trials: pd.DataFrame, gem: str) -> int:
+    """How many configurations the search chose among for `gem` (eligible trials with a score):
+    the T of the selection adjustment on one price history (`selection_adjusted_bounds`)."""
+    _, score, eligible = eligible_trials(trials, gem)
+    return int((eligible & ~np.isnan(score)).sum())
+
+
+def choose_per_gem(trials: pd.DataFrame, gems: Iterable[str], searched_keys: Iterable[str]) -> tuple[list[Choice], list[str]]:
+    """Per gem: the finished trial wiring it with the best discovery score (NaN never wins;
+    -inf, a diverged configuration, only when nothing else exists), with the values of
+    `searched_keys` in that trial. Returns (choices, notes for gems that cannot be confirmed)."""
+    keys = list(searched_keys)
+    choices, notes = [], []
+    for g in gems:
+        col, score, eligible = eligible_trials(trials, g)
+        if col is None or not eligible.any():
+            notes.append(f"{g}: no finished trial of the search wired it; nothing to confirm")
+            continue
+        i, chosen = best_trial(score, eligible)
+        if not chosen:
+            notes.append(f"{g}: no trial wiring it has a {col}; nothing to confirm")
+            continue
+        best = trials.iloc[int(i)]
+        params = {k: _plain(best[k]) for k in keys if k in best.index and not _missing(best[k])}
+        choices.append(Choice(g, str(best["trial_id"]), str(best.get("config_label", "")), col,
+                              float(score[int(i)]), params))
+    return choices, notes
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _row(v: pd.DataFrame, gem: str) -> dict[str, Any]:
+    r = v[v["gem"] == gem]
+    return r.iloc[0].to_dict() if len(r) else {}
+
+
+def side_by_side(choices: list[Choice], discovery: pd.DataFrame, confirmation: pd.DataFrame,
+                 confirmation_gains: dict[str, float], notes: dict[str, str] | None = None,
+                 power: list[PowerPlan] | None = None, final: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per gem of the discovery verdicts: the chosen trial and its (selected) discovery
+    gain, the same statistic on the confirmation run (`confirmation_gains[gem]`), the shrinkage
+    (discovery - confirmation), both verdicts with their effects and intervals, the power plan
+    (`confirmation_power`: both MDEs, the seeds) and the final verdict: the confirmation's, or on
+    one price history `final`'s (`one_history_final`: the selection-adjusted gate)."""
+    chosen = {c.gem: c for c in choices}
+    notes = notes or {}
+    plan = {p.gem: p for p in power or []}
+    last = final.set_index("gem").to_dict("index") if final is not None and len(final) else {}
+    rows = []
+    for gem in discovery["gem"]:
+        d, c, ch = _row(discovery, gem), _row(confirmation, gem), chosen.get(gem)
+        pp, fin = plan.get(gem), last.get(gem, {})
+        disc_gain = ch.score if ch else math.nan
+        conf_gain = float(confirmation_gains.get(gem, math.nan))
+        rows.append(dict(
+            gem=gem, chosen_trial=ch.trial_id if ch else "", chosen_config=ch.config_label if ch else "",
+            score_column=ch.score_column if ch else "", discovery_gain=disc_gain, confirmation_gain=conf_gain,
+            shrinkage=disc_gain - conf_gain if np.isfinite(disc_gain) and np.isfinite(conf_gain) else math.nan,
+            discovery_verdict=d.get("verdict", ""), discovery_effect=d.get("effect", math.nan),
+            discovery_ci_low=d.get("ci_low", math.nan), discovery_ci_high=d.get("ci_high", math.nan),
+            discovery_n_seeds=d.get("n_seeds", math.nan),
+            confirmation_verdict=c.get("verdict", NO_DATA), confirmation_effect=c.get("effect", math.nan),
+            confirmation_ci_low=c.get("ci_low", math.nan), confirmation_ci_high=c.get("ci_high", math.nan),
+            confirmation_mean_effect=c.get("mean_effect", math.nan), confirmation_n_seeds=c.get("n_seeds", math.nan),
+            confirmation_p_adjusted=c.get("p_adjusted", math.nan),
+            discovery_mde=pp.discovery_mde if pp else math.nan, confirmation_mde=pp.confirmation_mde if pp else math.nan,
+            confirmation_seeds=pp.seeds if pp else math.nan, candidates=pp.candidates if pp else math.nan,
+            final_verdict=fin.get("final_verdict", c.get("verdict", NO_DATA)),
+            final_ci_low=fin.get("final_ci_low", math.nan), final_ci_high=fin.get("final_ci_high", math.nan),
+            final_rule=fin.get("final_rule", ONE_RUN_FINAL if c else ""),
+            note="; ".join(x for x in (notes.get(gem, ""), pp.note if pp else "") if x),
+        ))
+    return pd.DataFrame(rows, columns=CONFIRMATION_COLUMNS)
+
+
+def format_confirmation(table: pd.DataFrame) -> str:
+    """The side-by-side table as text for a terminal (what `tune-gems confirm` prints)."""
+    from tune_gems.analysis.text import format_number
+
+    def f(x, spec="+.3g"):
+        return format_number(x, spec, missing="-")
+
+    def ci(lo, hi):
+        return "-" if np.isnan(lo) and np.isnan(hi) else f"[{f(lo, '.3g')}, {f(hi, '.3g')}]"
+
+    head = ["gem", "chosen trial", "discovery gain", "confirmation gain", "shrinkage", "discovery verdict",
+            "discovery effect [CI]", "confirmation effect [CI]", "seeds", "MDE (discovery)", "final verdict"]
+    rows = [head]
+    for _, r in table.iterrows():
+        rows.append([r["gem"], r["chosen_trial"] or "-", f(r["discovery_gain"]), f(r["confirmation_gain"]),
+                     f(r["shrinkage"]), r["discovery_verdict"] or "-",
+                     f"{f(r['discovery_effect'])} {ci(r['discovery_ci_low'], r['discovery_ci_high'])}",
+                     f"{f(r['confirmation_effect'])} {ci(r['confirmation_ci_low'], r['confirmation_ci_high'])}",
+                     f(r["confirmation_n_seeds"], ".0f"),
+                     f"{f(r['confirmation_mde'], '.3g')} ({f(r['discovery_mde'], '.3g')})", r["final_verdict"]])
+    widths = [max(len(str(x[i])) for x in rows) for i in range(len(head))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines += [f"{r['gem']}: {r['note']}" for _, r in table.iterrows() if isinstance(r["note"], str) and r["note"]]
+    lines += [f"{r['gem']}: final verdict on one price history: {r['final_rule']}" for _, r in table.iterrows()
+              if isinstance(r.get("final_rule"), str) and r["final_rule"] and r["final_rule"] != ONE_RUN_FINAL]
+    return "\n".join(lines)
+
+
+# -- a confirmation with power (issue 30, item 7) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PowerPlan:
+    """How many seeds one gem's confirmation trains, and why: its MDE (`rule_mde.rule_mde`, the
+    rule that decides the confirmation, at the confirmation family's first Holm step `level` and,
+    on one price history, the history's part at `history_level` = level / `candidates`) against
+    the discovery's (the same function on the discovery's components at its own level)."""
+
+    gem: str
+    seeds: int
+    discovery_mde: float
+    confirmation_mde: float
+    level: float
+    history_level: float
+    candidates: int
+    one_history: bool
+    folds: int
+    note: str
+
+
+MAX_CONFIRM_SEEDS = 4096
+"""Most seeds per arm a confirmation may choose (the schema's bound of `trainer.population`)."""
+MAX_TIED_SHARE = 0.9
+"""The largest discovery tied share a confirmation plans around (a discovery that tied more has
+next to nothing to say about how many of the confirmation's pairs will)."""
+
+
+def discovery_power_inputs(row: dict[str, Any]) -> PowerInputs:
+    """The comparison's power inputs as the discovery's verdict row measured it (the spreads per seed,
+    the periods and their spread, the market-noise standard error on one history)."""
+    def num(key: str, default: float = math.nan) -> float:
+        try:
+            v = float(row.get(key, default))
+        except (TypeError, ValueError):
+            return default
+        return v
+
+    def count(key: str, default: int) -> int:  # a whole count; a row without it (NaN) has the default
+        v = num(key, default)
+        return int(v) if math.isfinite(v) and v >= default else default
+
+    n, sd, p_div, folds = count("n_seeds", 0), num("sd_diff"), num("divergence_rate", 0.0), count("folds", 1)
+    if math.isfinite(num("n_informative")) and folds < 2:
+        n = int(num("n_informative"))  # the seed rule's MDE is on the informative pairs (verdicts.csv's)
+    p_div = p_div if math.isfinite(p_div) else 0.0
+    if folds >= 2 and math.isfinite(num("pooled_effect")):
+        # the pooled components the verdict row states (`walk_forward.pooled_power`): its MDE is the
+        # row's `mde`, with n the informative pairs per period (a mean: not always whole)
+        tau2, k = num("var_period", num("tau2", 0.0)), int(num("periods_informative", folds) or folds)
+        per_fold = num("n_informative") / k if math.isfinite(num("n_informative")) and k else n
+        return PowerInputs(per_fold if math.isfinite(per_fold) else n, sd, p_div, folds=k,
+                      fold_sd=num("fold_sd_diff"), tau2=tau2 if math.isfinite(tau2) else 0.0, within=num("var_within"),
+                      seed=num("var_seed", 0.0), df=num("pooled_df"))
+    market_se = 0.0
+    if row.get("market_noise") == MARKET_OK and math.isfinite(num("market_ci_level")):
+        market_se = market_se_of(num("market_ci_low"), num("market_ci_high"), 1 - num("market_ci_level"))
+    return PowerInputs(n, sd, p_div, market_se=market_se if math.isfinite(market_se) else 0.0)
+
+
+def _tied_share(row: dict[str, Any]) -> float:
+    """The discovery's share of tied seed pairs (0 where the row does not state one)."""
+    try:
+        tie = float(row.get("tied_share", 0.0))
+    except (TypeError, ValueError):
+        return 0.0
+    return min(max(tie, 0.0), MAX_TIED_SHARE) if math.isfinite(tie) else 0.0
+
+
+def informative_of(seeds: int, tie: float) -> int:
+    """The informative pairs `seeds` seeds are expected to give at tied share `tie` (ties carry
+    no weight: rules.ties)."""
+    return int(math.floor(seeds * (1.0 - tie) + 1e-9))
+
+
+def seeds_for_informative(informative: int, tie: float) -> int:
+    """The fewest seeds expected to give `informative` informative pairs at tied share `tie`."""
+    n = max(int(math.ceil(informative / (1.0 - tie) - 1e-9)), informative)
+    while informative_of(n, tie) < informative:
+        n += 1
+    return n
+
+
+def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list[str], *, one_history: bool,
+                       alpha: float, power: float, seeds: int | None, default_seeds: int) -> list[PowerPlan]:
+    """Per gem to confirm: the seeds of its confirmation so that its MDE is at most the
+    discovery's (same rule, same units), or ConfigError, in one line naming `--seeds` or the gem,
+    when the given `seeds` cannot give a finite interval or reach it, or no seed count can
+    (before anything is trained or claimed). Without `seeds`: the fewest that reach it; where the
+    discovery's MDE is not finite (too few seeds to decide anything, or no spread), the larger of
+    `default_seeds` and the fewest that give a finite interval."""
+    from tune_gems.contracts.errors import ConfigError
+
+    tested = pd.to_numeric(discovery.get("p_value", pd.Series(dtype=float)), errors="coerce")
+    m_d, m_c = max(int(np.isfinite(tested).sum()), 1), max(len(gems), 1)
+    level_d, level_c = alpha / m_d, alpha / m_c
+    plans = []
+    for gem in gems:
+        rows = discovery[discovery["gem"] == gem]
+        row = rows.iloc[0].to_dict() if len(rows) else {}
+        inputs = discovery_power_inputs(row)
+        t_g = max(candidate_count(trials, gem), 1) if one_history else 1
+        h_level = level_c / t_g
+        target = rule_mde(inputs, level_d, power) if inputs.n >= 2 else math.nan
+        tie = _tied_share(row)
+        smallest = seeds_for_informative(next(n for n in range(2, 64) if finite_interval(n, level_c)), tie)
+        data = (f"one price history, the history's part at level / {t_g} for the {t_g} configurations the search "
+                "chose among" if one_history else "fresh paths")
+        what = f"the confirmation ({inputs.folds} period(s), {data}) "
+        where = f"{gem}: {what}"
+        if seeds is not None and not finite_interval(informative_of(seeds, tie), level_c):
+            k = informative_of(seeds, tie)
+            raise ConfigError(f"--seeds {seeds}: {gem}'s confirmation cannot give a finite interval at its level "
+                              f"{level_c:.3g} ({seeds} seeds, about {k} of them informative at the discovery's tied share "
+                              f"{tie:.2f}: the smallest exact p of {k} is {smallest_p(max(k, 1)):.3g}); at least {smallest} "
+                              "seeds per arm")
+        if not math.isfinite(target):
+            n = seeds if seeds is not None else max(default_seeds, smallest)
+            mde = rule_mde(inputs.with_seeds(informative_of(n, tie)), level_c, power, history_level=h_level) if inputs.n >= 2 else math.nan
+            note = (f"{what}trains {n} seeds per arm (MDE {_f(mde)}); the discovery's MDE is {_f(target)} "
+                    "(it could not decide at any size), so no smaller MDE is asked")
+            plans.append(PowerPlan(gem, n, target, mde, level_c, h_level, t_g, one_history, inputs.folds, note))
+            continue
+        need_informative = seeds_for(inputs, target, level_c, power, history_level=h_level,
+                                     n_min=informative_of(smallest, tie), n_max=MAX_CONFIRM_SEEDS)
+        need = None if need_informative is None else seeds_for_informative(need_informative, tie)
+        floor = period_floor(inputs, h_level, power) if inputs.folds >= 2 else history_floor(inputs.market_se, h_level, power)
+        if need is None:
+            fix = ("more periods, not more seeds" if inputs.folds >= 2 else
+                   "the market noise of one history: run walk-forward folds, data.folds")
+            raise ConfigError(f"{where}cannot reach the discovery's MDE {_f(target)} with any number of seeds up to "
+                              f"{MAX_CONFIRM_SEEDS}: its floor is {_f(floor)} ({fix}); nothing was trained and the "
+                              "search's one confirmation is not spent")
+        if seeds is not None and seeds < need:
+            given = rule_mde(inputs.with_seeds(informative_of(seeds, tie)), level_c, power, history_level=h_level)
+            raise ConfigError(f"--seeds {seeds}: {gem}'s confirmation MDE {_f(given)} "
+                              f"exceeds the discovery's {_f(target)} (same rule, same units); at least {need} seeds per "
+                              "arm reach it; nothing was trained and the search's one confirmation is not spent")
+        n = seeds if seeds is not None else need
+        mde = rule_mde(inputs.with_seeds(informative_of(n, tie)), level_c, power, history_level=h_level)
+        ties = f" ({n - informative_of(n, tie)} expected to tie, the discovery's tied share {tie:.2f})" if tie > 0 else ""
+        note = (f"{what}trains {n} seeds per arm{ties}: MDE {_f(mde)} <= the discovery's {_f(target)} "
+                "(same rule, same units)")
+        plans.append(PowerPlan(gem, n, target, mde, level_c, h_level, t_g, one_history, inputs.folds, note))
+    return plans
+
+
+def _f(x: float) -> str:
+    from tune_gems.analysis.text import format_number
+
+    return format_number(x, ".3g", missing="nan")
+
+
+# -- on one price history: the selection-adjusted final verdict -------------------------------------
+
+
+def selection_adjusted_bounds(effect, seed_low, seed_high, market_low, market_high, market_level, candidates):
+    """(low, high) of a K = 1 confirmation on one history with the market-noise part taken at the
+    selection-adjusted level (market_level / candidates, a normal reading of the interval's
+    half-width), combined with the seed interval as the one-period gate combines them
+    (`rules.gates.combined_bounds`)."""
+    market_level = np.asarray(market_level, float)
+    t = np.maximum(np.asarray(candidates, float), 1.0)
+    with np.errstate(invalid="ignore"):
+        scale = sps.norm.ppf(1 - market_level / (2 * t)) / sps.norm.ppf(1 - market_level / 2)
+        h = (np.asarray(market_high, float) - np.asarray(market_low, float)) / 2 * scale
+    return combined_bounds(np.asarray(effect, float), np.asarray(seed_low, float), np.asarray(seed_high, float), -h, h)
+
+
+def pooled_adjusted_bounds(mu, low, high, level, df, candidates):
+    """(low, high) of the pooled interval over periods at the selection-adjusted level (level /
+    candidates): the interval's standard error read off its half-width at `level` with `df`
+    degrees of freedom, widened as `rules.pooling.pooled_bounds` widens it (t with `df`)."""
+    level = np.asarray(level, float)
+    t = np.maximum(np.asarray(candidates, float), 1.0)
+    with np.errstate(invalid="ignore"):
+        se = (np.asarray(high, float) - np.asarray(low, float)) / (2 * sps.t.ppf(1 - level / 2, df))
+    return pooled_bounds(np.asarray(mu, float), se, np.zeros_like(se), df, level / (2 * t))
+
+
+ONE_RUN_FINAL = "the confirmation's verdict (fresh seeds and paths)"
+"""The final rule where the confirmation's data are fresh: its verdict is the final one."""
+FINAL_COLUMNS = ["gem", "final_verdict", "final_ci_low", "final_ci_high", "final_rule"]
+
+
+def one_history_final(verdicts: pd.DataFrame, candidates: dict[str, int]) -> pd.DataFrame:
+    """The final verdict per confirmed gem (the keys of `candidates`) of a confirmation on one price
+    history (`rules.selection.final_on_one_history`): at K = 1 the seed and market-noise intervals combined with the market
+    part at the selection-adjusted level (no market-noise interval: not final); at K >= 2 the
+    pooled interval at that level. `candidates[gem]` the configurations the search chose among."""
+    rows = []
+    for _, r in verdicts[verdicts["gem"].isin(list(candidates))].iterrows():
+        t = max(int(candidates[r["gem"]]), 1)
+        folds = int(r.get("folds", 1)) if np.isfinite(float(r.get("folds", 1))) else 1
+        if folds >= 2:
+            df = float(r.get("pooled_df", np.nan))
+            lo, hi = pooled_adjusted_bounds(r.get("pooled_effect"), r.get("pooled_ci_low"), r.get("pooled_ci_high"),
+                                            1 - float(r.get("pooled_ci_level", np.nan)),
+                                            df if np.isfinite(df) else folds - 1, t)
+            available = bool(np.isfinite(lo) and np.isfinite(hi))
+            rule = f"pooled interval over {folds} periods at the selection-adjusted level (/{t})"
+        else:
+            available = r.get("market_noise") == MARKET_OK
+            lo, hi = selection_adjusted_bounds(r.get("effect"), r.get("ci_low"), r.get("ci_high"), r.get("market_ci_low"),
+                                               r.get("market_ci_high"), 1 - float(r.get("market_ci_level", np.nan)), t)
+            rule = (f"seed and market-noise intervals combined, the market part at the selection-adjusted level (/{t})"
+                    if available else f"no market-noise interval ({r.get('market_noise')}): the history's luck is not "
+                    "measured, so nothing is final on this one history")
+        final = final_on_one_history([r["verdict"]], [lo], [hi], [available])[0]
+        rows.append(dict(gem=r["gem"], final_verdict=str(final), final_ci_low=float(lo), final_ci_high=float(hi),
+                         final_rule=rule))
+    return pd.DataFrame(rows, columns=FINAL_COLUMNS)

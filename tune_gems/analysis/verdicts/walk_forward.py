@@ -1,0 +1,405 @@
+"""Verdicts over periods: per-fold effects and one pooled effect that carries period-to-period
+variation (walk-forward folds, issue 20; the deciding test and its power, issue 30), and the
+one-period rule when there is one fold.
+
+Why. The seed rule (`gem_verdicts.py`) says how an arm difference varies over seeds. On one price
+history every seed sees the same validation period, so the seed interval cannot see whether the
+effect holds in another period. With walk-forward folds (`data.folds`: members carry an integer
+`fold`, each fold evaluated on its own validation window, seed index s shared across folds and
+arms) the periods are replicated, and the verdict becomes:
+
+- **per-fold effects**: the gem's seed-paired differences inside fold k (`selectors.wiring_pairs`
+  on the fold's cells), their Hodges-Lehmann effect and signed-rank interval on the fold's
+  informative pairs (ties carry no weight);
+- **the pooled effect**: a random-effects combination of the fold effects over the family of
+  gems (`rules.pooling.pool_family`: DerSimonian-Laird tau^2 and the HKSJ scale shared across
+  the gems when they agree, never narrower than the DerSimonian-Laird interval, plus the
+  variance of the seeds' part that every fold shares);
+- **the verdict**: the pooled test decides (`rules.periods.decide_periods`: Holm over the gems;
+  `insufficient data: too few periods` below `min_periods`; `inconsistent across periods` only
+  when fold intervals lie on both sides of 0; `heterogeneous across periods` when the periods
+  differ and nothing else is decided);
+- **its power**: the MDE, the seeds that would reach the ROPE and the floor no seed count beats,
+  all of the pooled test (`rules.power`), with the advice they imply.
+
+With one fold (every run before issue 20, or `data.folds` with K = 1) the verdict is the seed
+rule's with the market-noise gate of one history, made calibrated: the seed interval and the
+market-noise interval are two variances of one difference (seeds on a fixed history; the
+history's luck for fixed policies), so a `keep wired` / `harmful` / `equivalent` must hold for
+the combined interval, each side sqrt(seed side^2 + market half-width^2) from the effect at the
+same level; requiring each interval alone to exclude 0 is up to ~3x too liberal when the two
+are of similar size. The gate applies with diverged members too (the market interval then
+covers the surviving pairs; an infinite seed side stays infinite). Its reason says the
+verdict is conditional on one validation period.
+
+This layer gathers the evidence and writes the reasons; the decisions are the rule module's
+(`rules.pooling`, `rules.periods.decide_periods` for K >= 2, `rules.gates.one_period_gate` for
+K = 1, `rules.power` for the power statement), the functions `walk_forward_calibration.py` runs
+on its simulated families.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tune_gems.analysis.pairs.pairing import Cells, Paired
+from tune_gems.analysis.text import format_number
+from tune_gems.analysis.rules.gates import one_period_gate
+from tune_gems.analysis.rules.period_family import (
+    FoldData, decide_fold_data, fold_components, informative_variance, pool_fold_data,
+)
+from tune_gems.analysis.rules.pooling import fold_estimates, seed_anova, shared_seed_variance
+from tune_gems.analysis.rules.power import (
+    PooledComponents, advice, mde_floor, pooled_mde, pooled_seeds_needed,
+)
+from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
+from tune_gems.analysis.rules.words import (
+    DECISIVE, DELETE, EQUIVALENT, HETEROGENEOUS, INCONSISTENT, INSUFFICIENT, KEEP,
+)
+from tune_gems.analysis.pairs.selectors import placebo_selectors, wiring_pairs
+from tune_gems.analysis.verdicts.verdict_market_noise import OK as MARKET_OK
+
+FOLD = "fold"
+
+PERIOD_COLUMNS = ["folds", "period", "fold_effects", "pooled_effect", "pooled_ci_low", "pooled_ci_high",
+                  "pooled_ci_level", "pooled_p", "pooled_p_adjusted", "pooled_tost_p_adjusted", "pooled_df",
+                  "tau_shared", "tau2", "i2", "q_p", "q_p_adjusted", "periods_informative", "fold_sd_diff",
+                  "var_seed", "var_within", "var_period", "combined_ci_low", "combined_ci_high"]
+"""Columns this layer adds to verdicts.csv (docs/analysis.md "Verdicts over periods")."""
+
+ONE_PERIOD = "conditional on one validation period (data.folds: 1)"
+"""What every verdict on one validation period says."""
+ADD_FOLDS = "add folds: data.folds.k or the purged scheme"
+"""What a verdict with too few periods says to do."""
+
+
+def fold_count(cells: Cells) -> int:
+    """How many walk-forward folds the compared members span (1 without a `fold` column)."""
+    t = cells.table
+    return int(t[FOLD].nunique()) if FOLD in t.columns and len(t) else 1
+
+
+def _fmt(x, f: str = "+.3g") -> str:
+    return format_number(x, f, missing="nan")
+
+
+def _fold_pairs(cells: Cells, gem: str, select, column: str, window) -> list[tuple[int, Paired]]:
+    """(fold, its seed-paired differences) of one gem in every fold that pairs it."""
+    out = []
+    for f in sorted(cells.table[FOLD].unique()):
+        pr = wiring_pairs(cells, gem, column=column, k=window, select=lambda t, f=f: select(t) & (t[FOLD] == f))
+        if pr.n:
+            out.append((int(f), pr))
+    return out
+
+
+def _aligned(folds: list[tuple[int, Paired]]) -> np.ndarray:
+    """[1, K, n] differences of the units (member seeds) that every fold pairs (n may be 0)."""
+    common = sorted(set.intersection(*(set(pr.units) for _, pr in folds)))
+    rows = [[dict(zip(pr.units, pr.diffs))[u] for u in common] for _, pr in folds]
+    return np.asarray(rows, float).reshape(1, len(folds), len(common))
+
+
+@dataclass
+class FamilyFolds:
+    """The family's fold data as the period rule reads it: one column per gem with folds, one
+    slot per fold of the experiment (NaN where a fold does not pair the gem or holds no
+    informative pair)."""
+
+    rows: list  # verdict-table index of each gem column
+    folds: list[list[tuple[int, Paired]]]
+    fold_ids: list[int]
+    theta: np.ndarray  # [1, m, K]
+    var: np.ndarray
+    p: np.ndarray
+    n_informative: np.ndarray
+    tied_share: np.ndarray  # [m]: ties over every fold pair of the gem
+    seed_var: np.ndarray  # [1, m]: sigma_c^2 / n (`shared_seed_variance`)
+    seed_share: np.ndarray  # [1, m]: the seeds' common share of a fold's variance (`seed_anova`)
+    seed_df: np.ndarray  # [1, m]: the seed share's degrees of freedom (the ANOVA's)
+    sample_var: np.ndarray  # [1, m, K]: the sample variance of a fold's informative differences
+
+    @property
+    def data(self) -> FoldData:
+        """The arrays the period rule reads (`rules.period_family`)."""
+        return FoldData(self.theta, self.var, self.p, self.n_informative, self.seed_var, self.seed_share, self.seed_df,
+                        self.sample_var)
+
+
+def family_folds(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> FamilyFolds:
+    """The fold data of the verdict table's gems (rows with seeds): each gem's wiring pairs per
+    fold, as its verdict pairs them."""
+    by_gem = {g.name: g for g in gems}
+    fold_ids = sorted(int(f) for f in cells.table[FOLD].unique())
+    rows, per_gem = [], []
+    for i, row in v.iterrows():
+        g = by_gem.get(row["gem"])
+        if g is None or not row["n_seeds"] or not np.isfinite(row["n_seeds"]):
+            continue
+        real, _ = placebo_selectors(g, th.placebo_weight)
+        folds = _fold_pairs(cells, g.name, real, row["outcome"], th.window_length)
+        if folds:
+            rows.append(i)
+            per_gem.append(folds)
+    return folds_family(rows, per_gem, fold_ids)
+
+
+def folds_family(rows: list, per_contrast: list[list[tuple[int, Paired]]], fold_ids: list[int]) -> FamilyFolds:
+    """The family's fold data from each contrast's (fold, seed-paired differences) list: the
+    gems' (`family_folds`) and the factor table's (`factors.py`) go through this one function."""
+    per_gem = per_contrast
+    slot = {f: j for j, f in enumerate(fold_ids)}
+    m, k = len(rows), len(fold_ids)
+    theta, var, p, n_inf, sample = (np.full((1, m, k), np.nan) for _ in range(5))
+    n_inf[:] = 0
+    tied, seed_var, share, seed_df = np.full(m, np.nan), np.zeros((1, m)), np.zeros((1, m)), np.full((1, m), np.inf)
+    for j, folds in enumerate(per_gem):
+        ties, pairs = 0, 0
+        for f, pr in folds:
+            est = fold_estimates(pr.diffs[None, :])
+            theta[0, j, slot[f]], var[0, j, slot[f]], p[0, j, slot[f]] = est["theta"][0], est["var"][0], est["p"][0]
+            n_inf[0, j, slot[f]] = est["n_informative"][0]
+            sample[0, j, slot[f]] = informative_variance(pr.diffs)
+            ties, pairs = ties + int(is_tie(pr.diffs).sum()), pairs + pr.n
+        tied[j] = ties / pairs if pairs else math.nan
+        aligned = _aligned(folds) if len(folds) >= 2 else np.zeros((1, len(folds), 0))
+        if aligned.shape[2]:
+            seed_var[0, j] = shared_seed_variance(aligned)[0]
+            anova = seed_anova(aligned)
+            share[0, j], seed_df[0, j] = anova["share"][0], anova["df"][0]
+    return FamilyFolds(rows, per_gem, fold_ids, theta, var, p, n_inf, tied, seed_var, share, seed_df, sample)
+
+
+def pool_family_of(fam: FamilyFolds, th: Thresholds) -> dict[str, np.ndarray]:
+    """`rules.pooling.pool_family` on a family's fold data at the analysis's settings
+    (`rules.period_family.pool_fold_data`)."""
+    return pool_fold_data(fam.data, rope=th.rope, share=th.share_tau, one_sided=th.one_sided_keep)
+
+
+def decide_family_folds(fam: FamilyFolds, th: Thresholds, *, seed_verdict=None, removable=None):
+    """(pooled, decision): the period rule on a family's fold data at the analysis's settings
+    (`rules.period_family.decide_fold_data`, as the calibration runs it)."""
+    return decide_fold_data(fam.data, alpha=th.alpha, rope=th.rope, seed_verdict=seed_verdict, removable=removable,
+                            share=th.share_tau, one_sided=th.one_sided_keep, min_periods=th.min_periods)
+
+
+FOLD_ROW_COLUMNS = ["gem", "fold", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs", "ties", "tied_share"]
+"""The per-fold rows of the period rule (`period_verdicts_and_folds`): per gem and fold the
+effect the rule pooled, its signed-rank interval at the fold's Holm level (the one the sign
+change test reads), the informative pairs (`seeds`), every pair, the ties and their share."""
+
+
+def _fold_rows(gem: str, fam: FamilyFolds, j: int, rule, th: Thresholds) -> list[dict]:
+    """One gem's fold rows (FOLD_ROW_COLUMNS), from the fold data and the decision the verdict made."""
+    rows = []
+    for f, pr in fam.folds[j]:
+        slot = fam.fold_ids.index(f)
+        lvl = rule.fold_level[0, j, slot]
+        tail = lvl / 2 if np.isfinite(lvl) else th.alpha / 2
+        ri = informative_rank_test(pr.diffs[None, :], tail=tail)
+        n_tie = int(is_tie(pr.diffs).sum())
+        rows.append({"gem": gem, "fold": int(f), "effect": float(fam.theta[0, j, slot]), "ci_low": float(ri["low"][0]),
+                     "ci_high": float(ri["high"][0]), "ci_level": 1 - 2 * tail,
+                     "seeds": int(fam.n_informative[0, j, slot]), "pairs": int(pr.n), "ties": n_tie,
+                     "tied_share": n_tie / pr.n if pr.n else math.nan})
+    return rows
+
+
+def fold_text(r) -> str:
+    """One fold row in words (verdicts.csv's `fold_effects` joins them)."""
+    ties = f", {int(r['ties'])} tie" if r["ties"] else ""
+    return (f"fold {int(r['fold'])}: {_fmt(r['effect'])} [{_fmt(r['ci_low'], '.3g')}, {_fmt(r['ci_high'], '.3g')}] "
+            f"({int(r['pairs'])} seeds{ties})")
+
+
+def period_verdicts(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: Thresholds | None = None) -> pd.DataFrame:
+    """The verdict table of `period_verdicts_and_folds` (its fold rows dropped)."""
+    return period_verdicts_and_folds(verdicts, cells, gems, thresholds=thresholds)[0]
+
+
+def period_verdicts_and_folds(verdicts: pd.DataFrame, cells: Cells, gems, *,
+                              thresholds: Thresholds | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the verdict table with the period columns, the fold rows behind them). The table gets
+    PERIOD_COLUMNS and each verdict decided across periods (K >= 2 folds:
+    `rules.periods.decide_periods` on `rules.pooling.pool_family`) or checked against one
+    period's market noise (K = 1: `rules.gates.one_period_gate`): module docstring. A column
+    `removable` (the magnitude half of delete) is read if present. The fold rows
+    (FOLD_ROW_COLUMNS; none with K = 1) are the per-fold effects and intervals the rule read,
+    from which `fold_effects` is written: what the per-fold table and forest plot show."""
+    th = thresholds if thresholds is not None else Thresholds()
+    v = verdicts.copy()
+    no_folds = pd.DataFrame(columns=FOLD_ROW_COLUMNS)
+    for c in PERIOD_COLUMNS:
+        v[c] = np.nan if c not in ("period", "fold_effects") else ""
+    v["period"] = v["period"].astype(object)
+    v["fold_effects"] = v["fold_effects"].astype(object)
+    v["tau_shared"] = False
+    k_folds = fold_count(cells)
+    v["folds"] = k_folds
+    if k_folds == 1:
+        return _one_period(v), no_folds
+    fam = family_folds(v, cells, gems, th)
+    if not fam.rows:
+        return v, no_folds
+    removable = v.loc[fam.rows, "removable"].to_numpy(bool) if "removable" in v.columns else None
+    pooled, rule = decide_family_folds(fam, th, seed_verdict=v.loc[fam.rows, "verdict"].to_numpy(dtype=object)[None, :],
+                                       removable=None if removable is None else removable[None, :])
+    power = pooled_power(fam, pooled, th)
+    all_rows = []
+    for j, i in enumerate(fam.rows):
+        seed_verdict, verdict = str(v.at[i, "verdict"]), str(rule.verdict[0, j])
+        rows = _fold_rows(str(v.at[i, "gem"]), fam, j, rule, th)
+        all_rows += rows
+        level = float(rule.level[0, j])
+        v.loc[i, ["pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_ci_level", "pooled_p",
+                  "pooled_p_adjusted", "pooled_tost_p_adjusted", "pooled_df", "tau2", "i2", "q_p",
+                  "q_p_adjusted", "periods_informative", "var_seed", "var_within", "var_period"]] = [
+            pooled["mu"][0, j], rule.low[0, j], rule.high[0, j], 1 - level if np.isfinite(level) else np.nan,
+            pooled["p"][0, j], rule.p_adjusted[0, j], rule.tost_p_adjusted[0, j], pooled["df"][0, j],
+            pooled["tau2"][0, j], pooled["i2"][0, j], pooled["q_p"][0, j],
+            rule.q_p_adjusted[0, j], int(pooled["periods"][0, j]), power["seed"][j], power["within"][j],
+            power["period"][j]]
+        v.at[i, "tau_shared"] = bool(pooled["shared"][0, j])
+        v.at[i, "fold_effects"] = "; ".join(fold_text(r) for r in rows)
+        v.at[i, "fold_sd_diff"] = _median_fold_spread(fam.folds[j])
+        v.at[i, "tied_share"] = fam.tied_share[j]
+        v.at[i, "n_informative"] = int(fam.n_informative[0, j].sum())
+        # the power statement of the test that decides (never the seed rule's: issue 30)
+        v.at[i, "mde"], v.at[i, "seeds_needed"] = power["mde"][j], power["seeds_needed"][j]
+        v.at[i, "mde_floor"], v.at[i, "power_note"] = power["floor"][j], power["note"][j]
+        k_inf = int(pooled["periods"][0, j])
+        v.at[i, "period"] = (f"pooled over {k_inf} validation periods (random effects, HKSJ"
+                             f"{', tau shared across the family' if pooled['shared'][0, j] else ''})"
+                             if not rule.too_few_periods[0, j] else
+                             f"too few periods (K={k_inf}, need >= {th.min_periods}; {ADD_FOLDS})")
+        v.at[i, "verdict"] = verdict
+        v.at[i, "reason"], v.at[i, "why"] = _period_reason(v.loc[i], seed_verdict, verdict, th)
+    return v, pd.DataFrame(all_rows, columns=FOLD_ROW_COLUMNS)
+
+
+def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np.ndarray]:
+    """Per gem column: the pooled rule's MDE, the seeds per fold that would reach +-ROPE, the
+    floor no seed count beats (`rules.power`, at the first Holm step over the gems with a
+    pooled test) and the advice in words; with the components (seed, within, period) behind them
+    (verdicts.csv's var_seed, var_within, var_period: what `tune-gems confirm` reads its target from)."""
+    comp = fold_components(fam.data, pooled["tau2"])
+    m = len(fam.rows)
+    tested = int(np.isfinite(pooled["p"][0]).sum())
+    level = th.alpha / max(tested, 1)
+    out = {key: np.full(m, np.nan) for key in ("mde", "seeds_needed", "floor", "seed", "within", "period")}
+    out["note"] = np.full(m, "", dtype=object)
+    for j in range(m):
+        c = PooledComponents(float(comp.period[0, j]), float(comp.within[0, j]), float(comp.seed[0, j]))
+        out["seed"][j], out["within"][j], out["period"][j] = c.seed, c.within, c.period
+        k, df = int(pooled["periods"][0, j]), float(pooled["df"][0, j])
+        inf = fam.n_informative[0, j]
+        n = float(inf[inf > 0].mean()) if (inf > 0).any() else math.nan
+        if not (np.isfinite(c.period) and np.isfinite(c.within) and k >= 2 and np.isfinite(df) and n > 0):
+            continue
+        kw = dict(df=df, level=level, power=th.power, one_sided=th.one_sided_keep)
+        out["mde"][j] = pooled_mde(c, k, n, **kw)
+        out["floor"][j] = mde_floor(c, k, **kw)
+        tied = fam.tied_share[j] if np.isfinite(fam.tied_share[j]) else 0.0
+        needed = pooled_seeds_needed(c, k, th.rope, **kw)
+        out["seeds_needed"][j] = needed if not math.isfinite(needed) or tied >= 1 else math.ceil(needed / (1 - tied))
+        out["note"][j] = advice(out["mde"][j], out["floor"][j], th.rope, out["seeds_needed"][j])
+    return out
+
+
+def _median_fold_spread(folds: list[tuple[int, Paired]]) -> float:
+    """The median over folds of the sd of a fold's finite informative per-seed differences (the
+    shape of one fold's comparison, for the period calibration)."""
+    sds = []
+    for _, pr in folds:
+        d = pr.diffs[np.isfinite(pr.diffs) & ~is_tie(pr.diffs)]
+        if d.size > 1:
+            sds.append(float(np.std(d, ddof=1)))
+    return float(np.median(sds)) if sds else math.nan
+
+
+def _pooled_text(r) -> str:
+    shared = ", tau shared across the family" if bool(r["tau_shared"]) else ""
+    return (f"pooled over periods {_fmt(r['pooled_effect'])}, {r['pooled_ci_level']:.1%} CI "
+            f"[{_fmt(r['pooled_ci_low'], '.3g')}, {_fmt(r['pooled_ci_high'], '.3g')}] (HKSJ, t with "
+            f"{_fmt(r['pooled_df'], '.3g')} df{shared}, Holm p {_fmt(r['pooled_p_adjusted'], '.2g')}), "
+            f"tau^2 {_fmt(r['tau2'], '.3g')}, I^2 {_fmt(100 * r['i2'], '.0f')}% (Q Holm p "
+            f"{_fmt(r['q_p_adjusted'], '.2g')}); per fold: {r['fold_effects']}")
+
+
+def power_text(r) -> str:
+    """The pooled rule's power statement of one verdict row (empty without one)."""
+    if not np.isfinite(r.get("mde", math.nan)) or not isinstance(r.get("power_note"), str) or not r["power_note"]:
+        return ""
+    return (f"the pooled test detects |effect| >= {_fmt(r['mde'], '.3g')} at 80% power with these "
+            f"{_fmt(r['periods_informative'], '.0f')} periods (floor with infinitely many seeds "
+            f"{_fmt(r['mde_floor'], '.3g')}): {r['power_note']}")
+
+
+def _period_reason(r, seed_verdict: str, verdict: str, th: Thresholds) -> tuple[str, str]:
+    """(reason, why) of one gem's verdict across K >= 2 periods: the reason with every number,
+    `why` without those the row's columns hold (the pooled estimate, its interval and
+    heterogeneity, the fold effects, the power statement; `report.why_line` prints them once)."""
+    seeds = str(r["reason"])
+    seed_why = r["why"] if isinstance(r.get("why"), str) and r.get("why") else seeds
+    alone = f"seeds alone: {seed_why}"
+    if verdict == INSUFFICIENT and r["period"].startswith("too few periods"):
+        return f"{r['period']}; per fold: {r['fold_effects']}; seeds alone: {seed_verdict}; {seeds}", f"{r['period']}; {alone}"
+    pooled = _pooled_text(r) if np.isfinite(r["pooled_effect"]) else (
+        f"no pooled effect (a fold's pairs mostly diverged one way); per fold: {r['fold_effects']}")
+    no_pool = "" if np.isfinite(r["pooled_effect"]) else "; no pooled effect (a fold's pairs mostly diverged one way)"
+    power = power_text(r)
+    power = f"; {power}" if power else ""
+    if verdict == INCONSISTENT:
+        lead = ("the effect changes sign between periods: fold intervals on both sides of 0 at their Holm "
+                "levels")
+        return (f"{lead}, heterogeneity Holm p {_fmt(r['q_p_adjusted'], '.2g')}: {pooled}; seeds: {seeds}",
+                f"{lead}{no_pool}; {alone}")
+    if verdict == HETEROGENEOUS:
+        lead = "the periods differ"
+        tail = "but no sign change is shown and the pooled effect decides nothing"
+        return (f"{lead} (heterogeneity Holm p {_fmt(r['q_p_adjusted'], '.2g')}, I^2 "
+                f"{_fmt(100 * r['i2'], '.0f')}%, tau {_fmt(math.sqrt(r['tau2']) if r['tau2'] >= 0 else math.nan, '.3g')}) "
+                f"{tail}: {pooled}{power}; seeds: {seeds}", f"{lead} {tail}{no_pool}; {alone}")
+    if verdict in DECISIVE:
+        lead = f"wiring {'helps' if verdict == KEEP else 'hurts'} across periods"
+        return f"{lead}: {pooled}; seeds alone: {seed_verdict}; {seeds}", f"{lead}; {alone}"
+    if verdict in (EQUIVALENT, DELETE):
+        lead = (f"equivalent to none across periods (pooled TOST Holm p {_fmt(r['pooled_tost_p_adjusted'], '.2g')} "
+                f"within +-{th.rope:g})")
+        return f"{lead}: {pooled}; seeds alone: {seed_verdict}; {seeds}", f"{lead}; {alone}"
+    lead = "not decided across periods"
+    return f"{lead}: {pooled}{power}; seeds alone: {seed_verdict}; {seeds}", f"{lead}{no_pool}; {alone}"
+
+
+def _one_period(v: pd.DataFrame) -> pd.DataFrame:
+    """K = 1: the combined seed + market-noise half-width gates keep / harmful / equivalent
+    (`rules.gates.one_period_gate`); every reason says the verdict is conditional on one
+    validation period."""
+    def col(name: str) -> np.ndarray:
+        return v[name].to_numpy(float) if name in v.columns else np.full(len(v), np.nan)
+
+    applies = (v["market_noise"] == MARKET_OK).to_numpy(bool) if "market_noise" in v.columns else np.zeros(len(v), bool)
+    gate = one_period_gate(v["verdict"].to_numpy(dtype=object), col("effect"), col("ci_low"), col("ci_high"),
+                           col("market_ci_low"), col("market_ci_high"), rope=col("rope"), applies=applies)
+    for j, i in enumerate(v.index):
+        v.at[i, "period"] = "conditional on one validation period"
+        seed_verdict, verdict, reason = str(v.at[i, "verdict"]), str(gate.verdict[j]), str(v.at[i, "reason"])
+        why = str(v.at[i, "why"]) if "why" in v.columns else reason
+        if gate.applied[j]:
+            lo, hi = gate.low[j], gate.high[j]
+            v.at[i, "combined_ci_low"], v.at[i, "combined_ci_high"] = lo, hi
+            both = (f"seed and market-noise intervals combined: [{_fmt(lo, '.3g')}, {_fmt(hi, '.3g')}] "
+                    f"at {v.at[i, 'ci_level']:.1%}")
+            if verdict != seed_verdict and seed_verdict in DECISIVE:
+                reason, why = (f"not confirmed by the {both}, which includes 0; {text}" for text in (reason, why))
+            elif verdict != seed_verdict:
+                reason, why = (f"equivalence not confirmed against market noise: the {both} "
+                               f"is not inside +-{v.at[i, 'rope']:g}; {text}" for text in (reason, why))
+        v.at[i, "verdict"] = verdict
+        v.at[i, "reason"], v.at[i, "why"] = (f"{text}; {ONE_PERIOD}" for text in (reason, why))
+    return v
