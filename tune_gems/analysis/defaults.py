@@ -58,8 +58,8 @@ share test at `ISOLATE_LEVEL`) leaves the family's shared tau^2 and HKSJ scale, 
 are tested again against each other (`rules.pooling.pool_family`). Off by default: removing the
 largest scale after a test that found it is a selection that biases the others' scale low, and
 the family-wise false rate rises above its promise where two contrasts spread and one does not
-(docs/analysis.md "Isolating a heterogeneous contrast"); off, the shared fit keeps every
-contrast's residuals in the shared fit (a flagged one is pooled on its own either way)."""
+(0.077 against 0.042; docs/analysis.md "Isolating a heterogeneous contrast"). Off, the shared
+fit keeps every contrast's residuals (a flagged one is pooled on its own either way)."""
 
 ISOLATE_LEVEL = 0.1
 """Level of the share test at which a flagged contrast leaves the family's tau^2 and scale
