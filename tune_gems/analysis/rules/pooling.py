@@ -201,8 +201,10 @@ def pool_family(theta: np.ndarray, var: np.ndarray, *, seed_share=0.0, seed_var=
     (`rules.overlap`: Nadeau-Bengio's n2 / (n1 + n2), `overlap.fold_overlap` from a fold table):
     the HKSJ and the DerSimonian-Laird variances (the part the fold dispersion measures; not the
     seeds' common share, estimated and added whole) are multiplied by `overlap.overlap_factor`
-    of their weights. `isolate_flagged`: a contrast flagged by the share test leaves the family's
-    tau^2 and scale, which are estimated again over the others (False: they keep its residuals).
+    of their weights. `isolate_flagged`: a contrast flagged by the share test at `isolate_level`
+    leaves the family's tau^2 and scale, which are estimated again over the others, and those are
+    tested again against each other until none is flagged (False, the default: the shared fit
+    keeps every contrast's residuals; docs/analysis.md "Isolating a heterogeneous contrast").
 
     Returns arrays [S, m]: mu, se (HKSJ), se_fixed (DerSimonian-Laird; 0 with equal weights),
     df, df_fixed, p (the larger of the two tests' p), p_two_sided, p_tost (+-rope), tau2 (the
