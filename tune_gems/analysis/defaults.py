@@ -39,6 +39,11 @@ it the t with K - 1 degrees of freedom has (almost) no power (K = 2: none; K = 3
 consistent 1 sd effect, the calibration's table), so a verdict reads `insufficient data: too few
 periods` with the per-fold effects shown."""
 
+MIN_HISTORIES = 3
+"""Fewest price histories with a pooled effect the nested rule (`rules.histories`) decides with: a
+family of three contrasts shares the histories' spread over 3 (H - 1) = 6 degrees of freedom at
+H = 3 (the MDE at 3 histories: docs/analysis.md "Several price histories")."""
+
 SHARE_TAU = True
 """Estimate the period-to-period spread (tau^2, and the HKSJ scale) once across the family's
 contrasts (`rules.pooling.pool_family`) when they agree (Bartlett's test, `TAU_SHARE_LEVEL`)."""
@@ -46,6 +51,19 @@ contrasts (`rules.pooling.pool_family`) when they agree (Bartlett's test, `TAU_S
 TAU_SHARE_LEVEL = 0.1
 """Level of the test of equal period spread across the contrasts of a family: rejected, each
 contrast is pooled on its own (K - 1 degrees of freedom)."""
+
+ISOLATE_FLAGGED = False
+"""Opt-in (issue 37, item 1): a contrast whose own scale significantly exceeds the family's (the
+share test at `ISOLATE_LEVEL`) leaves the family's shared tau^2 and HKSJ scale, and the others
+are tested again against each other (`rules.pooling.pool_family`). Off by default: removing the
+largest scale after a test that found it is a selection that biases the others' scale low, and
+the family-wise false rate rises above its promise where two contrasts spread and one does not
+(0.077 against 0.042; docs/analysis.md "Isolating a heterogeneous contrast"). Off, the shared
+fit keeps every contrast's residuals (a flagged one is pooled on its own either way)."""
+
+ISOLATE_LEVEL = 0.1
+"""Level of the share test at which a flagged contrast leaves the family's tau^2 and scale
+(`ISOLATE_FLAGGED`); the calibration compares 0.1 (the share test's) and 0.01."""
 
 ONE_SIDED_KEEP = False
 """Opt-in: test `keep wired` one-sided (effect > 0) at alpha; `harmful` is then not claimed."""

@@ -80,21 +80,29 @@ def fold_data(d: np.ndarray) -> FoldData:
 
 
 def pool_fold_data(fd: FoldData, *, rope: float, share: bool = defaults.SHARE_TAU,
-                   one_sided: bool = False) -> dict[str, np.ndarray]:
+                   one_sided: bool = False, fold_corr=0.0,
+                   isolate_flagged: bool = defaults.ISOLATE_FLAGGED,
+                   isolate_level: float = defaults.ISOLATE_LEVEL) -> dict[str, np.ndarray]:
     """`pooling.pool_family` on a family's fold data (the informative pairs behind each fold
-    variance and the seed share's df given, as every caller gives them)."""
+    variance and the seed share's df given, as every caller gives them); `fold_corr` the folds'
+    overlap (`rules.overlap`; 0: none) and `isolate_flagged` as `pool_family` takes them."""
     return pool_family(fd.theta, fd.var, seed_share=fd.seed_share, seed_var=fd.seed_var, rope=rope, share=share,
                        one_sided=one_sided, fold_n=np.where(np.isnan(fd.theta), np.nan, fd.n_informative),
-                       seed_df=fd.seed_df)
+                       seed_df=fd.seed_df, fold_corr=fold_corr, isolate_flagged=isolate_flagged,
+                       isolate_level=isolate_level)
 
 
 def decide_fold_data(fd: FoldData, *, alpha: float, rope: float, tested=None, seed_verdict=None, removable=None,
                      share: bool = defaults.SHARE_TAU, one_sided: bool = False,
-                     min_periods: int = defaults.MIN_PERIODS) -> tuple[dict[str, np.ndarray], PeriodDecision]:
+                     min_periods: int = defaults.MIN_PERIODS, fold_corr=0.0,
+                     isolate_flagged: bool = defaults.ISOLATE_FLAGGED,
+                     isolate_level: float = defaults.ISOLATE_LEVEL) -> tuple[dict[str, np.ndarray], PeriodDecision]:
     """(the pooled family, `pool_fold_data`; the period rule's decision, `periods.decide_periods`)
     on one family's fold data. `tested` [S, m] the contrasts with a comparison (default all);
-    `seed_verdict` the words kept where not tested; `removable` the magnitude half of delete."""
-    pooled = pool_fold_data(fd, rope=rope, share=share, one_sided=one_sided)
+    `seed_verdict` the words kept where not tested; `removable` the magnitude half of delete;
+    `fold_corr`, `isolate_flagged`: `pool_fold_data`'s."""
+    pooled = pool_fold_data(fd, rope=rope, share=share, one_sided=one_sided, fold_corr=fold_corr,
+                            isolate_flagged=isolate_flagged, isolate_level=isolate_level)
     shape = fd.theta.shape[:2]
     tested = np.ones(shape, bool) if tested is None else np.broadcast_to(np.asarray(tested, bool), shape)
     rule = decide_periods(tested, pooled["p"], pooled["p_tost"], pooled["mu"], pooled["se"], pooled["se_fixed"],

@@ -23,6 +23,9 @@
   freedom are cut by the contrasts' residual correlation (Satterthwaite: m df / (1 + (m - 1)
   r^2), r^2 the mean squared correlation of their standardised fold residuals, debiased), since
   contrasts that share arms or periods carry less independent information about the scale;
+  a flagged contrast also leaves the family's tau^2 and scale (`isolate_flagged`, issue 37: a
+  heterogeneous one had widened every other contrast's interval); `fold_corr` puts the overlap
+  of folds that share training rows into the variance (`rules.overlap`);
 - `hksj`: the same for one contrast per row (K - 1 df);
 - `pooled_bounds`: the pooled interval at any per-side tail (the Holm level's, for the
   decision): the wider of the HKSJ and the DerSimonian-Laird one.
@@ -37,6 +40,7 @@ import numpy as np
 from scipy import stats as sps
 
 from tune_gems.analysis import defaults
+from tune_gems.analysis.rules.overlap import overlap_factor
 from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
 
 FOLD_SE_TAIL = 0.025
@@ -174,7 +178,9 @@ def satterthwaite(parts, dfs) -> np.ndarray:
 
 def pool_family(theta: np.ndarray, var: np.ndarray, *, seed_share=0.0, seed_var=0.0, rope: float = 0.0,
                 share: bool = defaults.SHARE_TAU, share_level: float = defaults.TAU_SHARE_LEVEL,
-                one_sided: bool = False, fold_n=None, seed_df=None) -> dict[str, np.ndarray]:
+                one_sided: bool = False, fold_n=None, seed_df=None, fold_corr=0.0,
+                isolate_flagged: bool = defaults.ISOLATE_FLAGGED,
+                isolate_level: float = defaults.ISOLATE_LEVEL) -> dict[str, np.ndarray]:
     """Random-effects pooling of each contrast's fold effects, a family per row (module docstring).
 
     `theta`, `var` [S, m, K]: fold effects and their squared standard errors (theta NaN: the fold
@@ -190,15 +196,23 @@ def pool_family(theta: np.ndarray, var: np.ndarray, *, seed_share=0.0, seed_var=
     degrees of freedom of the seed share (`seed_anova`'s df; None: many): a variance read off n
     pairs has about 0.8 (n - 1) degrees of freedom (`FOLD_VAR_DF`), so the DerSimonian-Laird
     test takes a t with the Welch-Satterthwaite df of its two parts, and the HKSJ test's df are
-    capped by the same combination of its scale and the common part.
+    capped by the same combination of its scale and the common part. `fold_corr` (a number, [K,
+    K] or [S, K, K]; 0: none) the correlation the folds' shared training rows give their effects
+    (`rules.overlap`: Nadeau-Bengio's n2 / (n1 + n2), `overlap.fold_overlap` from a fold table):
+    the HKSJ and the DerSimonian-Laird variances (the part the fold dispersion measures; not the
+    seeds' common share, estimated and added whole) are multiplied by `overlap.overlap_factor`
+    of their weights. `isolate_flagged`: a contrast flagged by the share test at `isolate_level`
+    leaves the family's tau^2 and scale, which are estimated again over the others, and those are
+    tested again against each other until none is flagged (False, the default: the shared fit
+    keeps every contrast's residuals; docs/analysis.md "Isolating a heterogeneous contrast").
 
     Returns arrays [S, m]: mu, se (HKSJ), se_fixed (DerSimonian-Laird; 0 with equal weights),
     df, df_fixed, p (the larger of the two tests' p), p_two_sided, p_tost (+-rope), tau2 (the
     one used), tau2_own (the contrast's own DL estimate), i2 (its own), q_p (Cochran's Q test,
     its own), common (the common seed variance added), periods (folds that carry weight), shared
     (pooled with the family's tau^2 and scale), share_p (the test of its scale exceeding the
-    family's, `_scale_excess_p`; NaN: not tested); and [S] r2 (the residual correlation the df
-    were cut by)."""
+    family's, `_scale_excess_p`; NaN: not tested), overlap (the factor the fold overlap put on
+    its variance; 1: none); and [S] r2 (the residual correlation the df were cut by)."""
     theta = np.asarray(theta, float)
     s, m, k = theta.shape
     var = np.broadcast_to(np.asarray(var, float), theta.shape)
@@ -233,21 +247,41 @@ def pool_family(theta: np.ndarray, var: np.ndarray, *, seed_share=0.0, seed_var=
                               c_share * ((ws * np.sqrt(np.where(inc, v_all, 0.0))).sum(-1) / ws.sum(-1)) ** 2)
             return ws, mu, (ws * resid**2).sum(-1), np.sqrt(ws) * resid, np.nan_to_num(common)
 
+    def shared_tau2(members):  # DL tau^2 over the contrasts `members` [S, m]: one per family
+        n_in = members.sum(-1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t2 = np.maximum(0.0, (np.where(members, q, 0).sum(-1) - np.where(members, df_own, 0).sum(-1))
+                            / np.where(members, c, 0).sum(-1))
+        return np.where(n_in >= 2, t2, 0.0)
+
     # the family's shared fit: DL tau^2 over the contrasts that can share, one HKSJ scale
     can = ok & ~bad
     n_can = can.sum(-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tau2_sh = np.maximum(0.0, (np.where(can, q, 0).sum(-1) - np.where(can, df_own, 0).sum(-1))
-                             / np.where(can, c, 0).sum(-1))
-    tau2_sh = np.where(n_can >= 2, tau2_sh, 0.0)
+    tau2_sh = shared_tau2(can)
     ws_sh, mu_sh, qs_sh, e_sh, common_sh = fit(np.broadcast_to(tau2_sh[:, None], (s, m)))
     share_p = _scale_excess_p(qs_sh, df_own, can)
-    shared = bool(share) & can & (n_can >= 2)[:, None] & (np.nan_to_num(share_p, nan=0.0) > share_level)
+    flagged = can & (n_can >= 2)[:, None] & ~(np.nan_to_num(share_p, nan=0.0) > share_level)
+    if isolate_flagged and bool(share):
+        # a contrast flagged at `isolate_level` leaves the family's tau^2 and scale: refit the
+        # others, and test them again against each other, until none is flagged
+        isolated = can & (n_can >= 2)[:, None] & (np.nan_to_num(share_p, nan=1.0) <= isolate_level)
+        for _ in range(m):
+            if not isolated.any():
+                break
+            flagged = flagged | isolated
+            can = can & ~isolated
+            n_can = can.sum(-1)
+            tau2_sh = shared_tau2(can)
+            ws_sh, mu_sh, qs_sh, e_sh, common_sh = fit(np.broadcast_to(tau2_sh[:, None], (s, m)))
+            again = _scale_excess_p(qs_sh, df_own, can)
+            isolated = can & (n_can >= 2)[:, None] & (np.nan_to_num(again, nan=1.0) <= isolate_level)
+            flagged = flagged | (can & (n_can >= 2)[:, None] & ~(np.nan_to_num(again, nan=0.0) > share_level))
+    shared = bool(share) & can & (n_can >= 2)[:, None] & ~flagged
     r2 = np.where(shared.any(-1), _residual_r2(e_sh, inc, can), 0.0)
     df_tot = np.where(can, df_own, 0).sum(-1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        scale_sh = np.where(can, qs_sh, 0).sum(-1) / df_tot  # every contrast's residuals: a flagged
-        df_sh = df_tot / (1 + (n_can - 1) * r2)               # one only makes it stricter for the rest
+        scale_sh = np.where(can, qs_sh, 0).sum(-1) / df_tot  # with isolate_flagged off, every contrast's
+        df_sh = df_tot / (1 + (n_can - 1) * r2)               # residuals (a flagged one's too)
     # each contrast on its own (a flagged one: its scale exceeds the family's; K - 1 df)
     ws_own, mu_own, qs_own, _, common_own = fit(tau2_own)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -256,6 +290,13 @@ def pool_family(theta: np.ndarray, var: np.ndarray, *, seed_share=0.0, seed_var=
         vary_sh = scale_sh[:, None] / ws_sh.sum(-1)
         fixed_own = np.where(bad, 0.0, 1.0 / ws_own.sum(-1))  # equal weights: no known variance
         fixed_sh = 1.0 / ws_sh.sum(-1)
+    overlap = np.ones((s, m))
+    if np.any(np.asarray(fold_corr, float) != 0):  # folds that share training rows (`rules.overlap`)
+        rho = np.asarray(fold_corr, float)
+        rho = rho[:, None] if rho.ndim == 3 else rho  # [S, K, K] -> one per family, every contrast
+        f_own, f_sh = overlap_factor(ws_own, rho), overlap_factor(ws_sh, rho)
+        vary_own, fixed_own, vary_sh, fixed_sh = vary_own * f_own, fixed_own * f_own, vary_sh * f_sh, fixed_sh * f_sh
+        overlap = np.where(shared, f_sh, f_own)
     mu = np.where(shared, mu_sh, mu_own)
     common = np.where(shared, common_sh, common_own)
     vary = np.where(shared, vary_sh, vary_own)
@@ -293,7 +334,7 @@ def pool_family(theta: np.ndarray, var: np.ndarray, *, seed_share=0.0, seed_var=
     out = {key: np.where(nan, np.nan, val) for key, val in out.items()}
     for key in ("tau2", "tau2_own", "i2", "q_p"):
         out[key] = np.where(bad, np.nan, out[key])
-    out.update(periods=periods, shared=shared, share_p=share_p, r2=r2)
+    out.update(periods=periods, shared=shared, share_p=share_p, r2=r2, overlap=np.where(nan, np.nan, overlap))
     return out
 
 

@@ -23,6 +23,10 @@ the MDE falls to its **floor**, (t + t) x tau / sqrt(K): when that exceeds the t
 periods help ("more periods, not more seeds"). The period calibration checks the stated MDE
 against simulated power (`walk_forward_calibration`).
 
+With folds that share training rows the fold-level part gets Nadeau-Bengio's (1/K + n2/n1)
+instead of 1/K (`PooledComponents.overlap`, `rules.overlap`); over several price histories the
+nested rule's MDE is `history_mde` (`HistoryComponents`, `rules.histories`).
+
 Pure functions of numbers: the verdicts (`walk_forward.py`), the plan step (`analysis/plan.py`)
 and the calibration call them.
 """
@@ -46,11 +50,17 @@ class PooledComponents:
     period: float
     within: float
     seed: float = 0.0
+    overlap: float = 0.0
+    """The folds' overlap, lambda = n2 / n1 (`rules.overlap`: Nadeau-Bengio's rho / (1 - rho)): the
+    part of the fold-level variance common to folds that share training rows, which averaging
+    folds does not shrink (0: none)."""
 
     def se(self, periods, seeds):
         """The pooled effect's standard error with `periods` folds of `seeds` informative pairs
-        (numbers or arrays)."""
-        return np.sqrt((self.period + (self.within - self.seed) / seeds) / periods + self.seed / seeds)
+        (numbers or arrays): NB's (1/K + lambda) on the fold-level part."""
+        fold_level = self.period + (self.within - self.seed) / seeds
+        common = fold_level * self.overlap if np.any(self.overlap) else 0.0  # none: the rule before, to the bit
+        return np.sqrt(fold_level / periods + common + self.seed / seeds)
 
 
 RANK_EFFICIENCY = math.pi / 3.0
@@ -161,3 +171,37 @@ def advice(mde: float, floor: float, target: float, seeds_needed: float) -> str:
         return (f"no seed count reaches +-{target:g}: with infinitely many seeds the MDE is {floor:.3g} "
                 "(the periods' spread); more periods, not more seeds")
     return f"about {seeds_needed:.0f} seeds per fold would detect +-{target:g}"
+
+
+@dataclass(frozen=True)
+class HistoryComponents:
+    """The variance parts of the nested rule's pooled effect over H histories of K folds
+    (`rules.histories`), per-seed-difference units^2: `history` tau_H^2 (the spread between
+    histories), `period` tau^2 (between the folds of a history), `within` one seed's variance
+    inside a fold, `seed` its part common to every history and fold (seed-paired), `overlap` the
+    folds' lambda = n2 / n1 inside a history:
+
+        se^2(H, K, n) = tau_H^2 / H + (tau^2 + (within - seed) / n) (1/K + lambda) / H + seed / n
+    """
+
+    history: float
+    period: float
+    within: float
+    seed: float = 0.0
+    overlap: float = 0.0
+
+    def se(self, histories, folds, seeds):
+        """The nested rule's standard error with `histories` x `folds` x `seeds` (numbers or arrays)."""
+        per_history = PooledComponents(self.period, self.within, self.seed, self.overlap)
+        one = per_history.se(folds, seeds) ** 2 - self.seed / seeds  # a history's variance less the seeds' common part
+        return np.sqrt((self.history + one) / histories + self.seed / seeds)
+
+
+def history_mde(c: HistoryComponents, histories, folds, seeds, *, df, level, power: float, one_sided: bool = False):
+    """The nested rule's minimum detectable effect with `histories` x `folds` x `seeds`, at the
+    histories' degrees of freedom `df` (H - 1, or m (H - 1) shared across a family) and `level`
+    (the first Holm step's), as `pooled_mde` states the one-history rule's."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = t_multiplier(df, level, power, one_sided) * c.se(histories, folds, seeds)
+    out = np.where((np.asarray(seeds) > 0) & (np.asarray(histories) >= 2) & (np.asarray(folds) >= 1), out, np.nan)
+    return float(out) if out.ndim == 0 else out

@@ -4,7 +4,8 @@ A verdict is one of `VERDICTS` (docs/analysis.md "Verdicts" says what each means
 given). `DECISIVE` are the two that claim an effect; `NOT_TESTED` is the seed rule's entry for a
 gem without a wiring comparison (decided later, from what it lacks). The calibrations report
 decisions as integer codes (`verdict_codes`): +1 keep wired, -1 harmful, 2 equivalent, 3
-inconsistent across periods, 4 insufficient data, 5 heterogeneous across periods, 0 anything else.
+inconsistent across periods, 4 insufficient data, 5 heterogeneous across periods, 6 not confirmed on
+held-out data, 0 anything else.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ INCONSISTENT = "inconclusive: inconsistent across periods"
 HETEROGENEOUS = "inconclusive: heterogeneous across periods"
 """The periods differ significantly (Cochran's Q, Holm) but no sign change is shown and the pooled
 effect decides nothing: more seeds will not settle it, more periods may."""
+NOT_CONFIRMED = "not confirmed on held-out data"
+"""A discovery `keep wired` / `harmful` whose test-segment effect, with the test period's spread in
+its standard error, does not agree at the family's level (`rules.held_out_rule`, issue 37)."""
 CONFOUNDED = "insufficient: confounded"
 INSUFFICIENT = "insufficient data"
 NO_DATA = "no data"
@@ -28,7 +32,7 @@ NOT_TESTED = ""
 """The seed rule's entry for a gem without a wiring test (NaN p): not decided by the seed rule."""
 
 VERDICTS = (KEEP, HARMFUL, EQUIVALENT, INCONCLUSIVE, INCONSISTENT, HETEROGENEOUS, DELETE, CONFOUNDED, INSUFFICIENT,
-            NO_DATA)
+            NO_DATA, NOT_CONFIRMED)
 """Every verdict a gem can get, in the order docs/analysis.md lists them."""
 
 DECISIVE = (KEEP, HARMFUL)
@@ -38,8 +42,9 @@ NULL_ARM_OK = (EQUIVALENT, INCONCLUSIVE)
 """The verdicts a null arm (placebo, A/A) may get; any other says the rule is not calibrated."""
 
 KEEP_CODE, HARMFUL_CODE, EQUIVALENT_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, HETEROGENEOUS_CODE = 1, -1, 2, 3, 4, 5
+NOT_CONFIRMED_CODE = 6
 CODES = {KEEP: KEEP_CODE, HARMFUL: HARMFUL_CODE, EQUIVALENT: EQUIVALENT_CODE, INCONSISTENT: INCONSISTENT_CODE,
-         INSUFFICIENT: INSUFFICIENT_CODE, HETEROGENEOUS: HETEROGENEOUS_CODE}
+         INSUFFICIENT: INSUFFICIENT_CODE, HETEROGENEOUS: HETEROGENEOUS_CODE, NOT_CONFIRMED: NOT_CONFIRMED_CODE}
 """The calibrations' integer code of a verdict (0: any other)."""
 
 
