@@ -1,14 +1,14 @@
 """The claims of issue 37's calibration tables at a small n_sim, through the functions the tables
 run (`analysis/decision_calibration.py`; the full tables: `python -m
-tune_gems.analysis.decision_calibration --n-sim 2000`, docs/analysis.md)."""
+tune_gems.analysis.calibrate.decision_calibration --n-sim 2000`, docs/analysis.md)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tune_gems.analysis import decision_calibration as dc
-from tune_gems.analysis.calibration import mc_tolerance
+from tune_gems.analysis.calibrate import decision_calibration as dc
+from tune_gems.analysis.calibrate.calibration import mc_tolerance
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.words import KEEP_CODE
 
@@ -101,7 +101,9 @@ def test_isolating_a_flagged_contrast_helps_the_others_and_is_opt_in():
 
 
 def test_the_command_refuses_a_bad_n_sim_in_one_line(capsys):
-    assert dc.main(["--n-sim", "5", "--table", "isolation"]) == 2
+    from tune_gems.analysis.cli import main
+
+    assert main("calibrate_decisions", ["--n-sim", "5", "--table", "isolation"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--n-sim" in err[0]
 

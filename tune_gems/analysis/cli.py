@@ -297,6 +297,32 @@ def calibrate_confirm_main(argv: list[str] | None = None) -> int:
     return _run(go)
 
 
+def calibrate_decisions_main(argv: list[str] | None = None) -> int:
+    """`python analysis/calibrate_decisions.py`: the calibration of issue 37's decision components,
+    through the rule's own functions (docs/analysis.md "The overlap of folds", "The held-out
+    confirmation", "Several price histories", "Isolating a heterogeneous contrast")."""
+    import time
+
+    from tune_gems.analysis.analyze import check_settings
+    from tune_gems.analysis.calibrate.decision_calibration import TABLES, table_text
+
+    p = argparse.ArgumentParser(description="Calibrate the fold overlap, the held-out confirmation, several "
+                                            "price histories and the isolation of a heterogeneous contrast.")
+    p.add_argument("--n-sim", type=int, default=defaults.N_SIM, help=f"simulated families per cell (default {defaults.N_SIM})")
+    p.add_argument("--seed", type=int, default=defaults.SEED, help=f"simulation seed (default {defaults.SEED})")
+    p.add_argument("--table", choices=TABLES, action="append", help="print only these tables (repeatable; default all)")
+    a = p.parse_args(argv)
+
+    def go() -> None:
+        thresholds = check_settings(n_sim=a.n_sim, seed=a.seed)
+        for name in a.table or TABLES:
+            start = time.perf_counter()
+            print(table_text(name, thresholds))
+            print(f"({name}: {time.perf_counter() - start:.0f} s)\n", flush=True)
+
+    return _run(go)
+
+
 DOORS = {
     "report": report_main,
     "verdicts": verdicts_main,
@@ -305,6 +331,7 @@ DOORS = {
     "calibrate_periods": calibrate_periods_main,
     "calibrate_factors": calibrate_factors_main,
     "calibrate_confirm": calibrate_confirm_main,
+    "calibrate_decisions": calibrate_decisions_main,
 }
 """The scripts in analysis/ by name (`analysis/<door>.py`), each the function that runs it."""
 

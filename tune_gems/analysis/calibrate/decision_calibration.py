@@ -36,7 +36,7 @@ the issue measured on the real layouts. The period spread is one seed standard e
 1: the rule's period calibration's middle row; the real runs' tau was 0 for g6 and up to 0.3
 Sharpe for NoisyNets, wide bounds), no seed share.
 
-`python -m tune_gems.analysis.decision_calibration --n-sim 2000` prints the tables of
+`python analysis/calibrate_decisions.py --n-sim 2000` prints the tables of
 docs/analysis.md ("The overlap of folds", "The held-out confirmation", "Several price
 histories", "Isolating a heterogeneous contrast"); the tests (`tests/test_decision_calibration.py`)
 check each claim at a small n_sim.
@@ -44,10 +44,7 @@ check each claim at a small n_sim.
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
-import time
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
@@ -55,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.calibration import mc_tolerance
+from tune_gems.analysis.calibrate.calibration import mc_tolerance
 from tune_gems.analysis.rules.held_out_rule import confirm_on_held_out, confirmation_level, seed_level_effect
 from tune_gems.analysis.rules.histories import decide_histories, history_components, history_data
 from tune_gems.analysis.rules.overlap import fold_overlap, nb_factor
@@ -63,7 +60,6 @@ from tune_gems.analysis.rules.period_family import decide_fold_data, fold_compon
 from tune_gems.analysis.rules.power import HistoryComponents, history_mde, pooled_mde, t_multiplier
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.words import HARMFUL_CODE, KEEP_CODE, NOT_CONFIRMED_CODE, verdict_codes
-from tune_gems.contracts.errors import TuneGemsError
 from tune_gems.data.segments import TrainingReach, fold_bounds, fold_table
 
 LAYOUT_ROWS = 6000
@@ -484,41 +480,18 @@ def format_isolation(t: pd.DataFrame, alpha: float, effect: float = 1.0) -> str:
     return "\n".join(lines)
 
 
-# ---- the command ------------------------------------------------------------------------------------
+# ---- the tables by name (the door: `python analysis/calibrate_decisions.py`, tune_gems.analysis.cli) ----
 
 
 TABLES = ("overlap", "held-out", "histories", "isolation")
 
 
-def main(argv=None) -> int:
-    """`python -m tune_gems.analysis.decision_calibration [--n-sim N] [--seed S] [--table NAME ...]`:
-    print the tables (all by default). Bad input: one line, exit 2."""
-    ap = argparse.ArgumentParser(prog="python -m tune_gems.analysis.decision_calibration",
-                                 description="Calibration of the fold overlap, the held-out confirmation, several "
-                                             "price histories and the isolation of a heterogeneous contrast.")
-    ap.add_argument("--n-sim", type=int, default=defaults.N_SIM, help="simulated families per cell")
-    ap.add_argument("--seed", type=int, default=defaults.SEED)
-    ap.add_argument("--table", choices=TABLES, action="append", help="print only these tables (repeatable)")
-    args = ap.parse_args(argv)
-    try:
-        th = Thresholds(n_sim=args.n_sim, seed=args.seed)
-    except TuneGemsError as e:
-        print(f"decision_calibration: error: {e}", file=sys.stderr)
-        return 2
-    for name in args.table or TABLES:
-        start = time.perf_counter()
-        if name == "overlap":
-            text = format_overlap(overlap_table(th), th.alpha)
-        elif name == "held-out":
-            text = format_held_out(held_out_table(th), th.alpha)
-        elif name == "histories":
-            text = format_histories(histories_table(th), th.alpha) + "\n\n" + format_history_mde(history_mde_table())
-        else:
-            text = format_isolation(isolation_table(th), th.alpha)
-        print(text)
-        print(f"({name}: {time.perf_counter() - start:.0f} s)\n", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def table_text(name: str, th: Thresholds) -> str:
+    """One of `TABLES`, computed through the rule's own functions and formatted."""
+    if name == "overlap":
+        return format_overlap(overlap_table(th), th.alpha)
+    if name == "held-out":
+        return format_held_out(held_out_table(th), th.alpha)
+    if name == "histories":
+        return format_histories(histories_table(th), th.alpha) + "\n\n" + format_history_mde(history_mde_table())
+    return format_isolation(isolation_table(th), th.alpha)
