@@ -24,7 +24,8 @@ from pathlib import Path
 from tune_gems.analysis.scripts import add_arguments as add_analysis_arguments
 from tune_gems.ops.cpu_code_path import pin_cpu_code_path
 from tune_gems.commands.cpu_threads import THREADS_FLAG, set_cpu_threads, trial_threads
-from tune_gems.contracts.errors import TuneGemsError
+from tune_gems.contracts.errors import DataError, OutputError, TuneGemsError
+from tune_gems.contracts.paths import check_input_path
 
 EXIT_BAD_INPUT = 2
 EXIT_BUG = 1
@@ -96,6 +97,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from tune_gems.analysis.scripts import run_report
 
+    if args.out is not None:  # resolved before the output checks see it: a symlink loop is named, not a crash
+        check_input_path(args.out, "--out", OutputError)
     run_report(args)
     return 0
 
@@ -275,6 +278,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from tune_gems.analysis.plan import format_plan, plan
     from tune_gems.analysis.scripts import analysis_settings
 
+    for experiment in args.experiments:  # a path that cannot be one (a symlink loop, ...) is named before it is read
+        check_input_path(experiment, "EXPERIMENT_DIR", DataError)
     print(format_plan(plan(args.experiments, target_mde=args.target_mde, **analysis_settings(args))), flush=True)
     return 0
 
