@@ -323,6 +323,28 @@ def test_a_marker_of_an_unknown_format_version_is_no_marker(tmp_path):
     assert outputs.marker_state(tmp_path)[0]["version"] == outputs.MARKER_VERSION
 
 
+def test_a_training_folders_marker_records_each_cpu_environment_it_ran_under(tmp_path, monkeypatch):
+    """Issue 39 item 3: the values of the CPU variables a run used are in its marker; a resume
+    under other values adds an entry, the same values add none; an analysis records none."""
+    from tune_gems.contracts.cpu_environment import CPU_ENVS
+
+    for name in CPU_ENVS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    outputs.write_marker(tmp_path, "train")
+    first = {name: None for name in CPU_ENVS} | {"OMP_NUM_THREADS": "1"}
+    assert outputs.read_marker(tmp_path)[outputs.CPU_KEY] == [first]
+    outputs.update_marker(tmp_path, checksums={})
+    assert outputs.read_marker(tmp_path)[outputs.CPU_KEY] == [first]
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    outputs.update_marker(tmp_path, checksums={})
+    assert outputs.read_marker(tmp_path)[outputs.CPU_KEY] == [first, first | {"OMP_NUM_THREADS": "2"}]
+    ana = tmp_path / "ana"
+    ana.mkdir()
+    outputs.write_marker(ana, "analyze", files=[])
+    assert outputs.CPU_KEY not in outputs.read_marker(ana)
+
+
 def test_a_symlink_loop_given_as_an_input_or_a_storage_is_one_line(tmp_path):
     loop = tmp_path / "exp"
     loop.symlink_to(loop)

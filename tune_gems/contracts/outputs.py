@@ -32,6 +32,9 @@ one folder, is worse than no tool. The rules, for `train`, `sweep` and `analyze`
 - **Format version.** A marker claiming a format `version` other than `MARKER_VERSION` (written
   by a newer tune-gems, or edited) is no marker this tune-gems can trust: it never authorises a
   replacement, and a command that relies on its record refuses it naming the marker.
+- **What the CPU work ran under.** The marker of a folder whose command trains (train, sweep,
+  confirm) records the CPU environment (`CPU_KEY`, tune_gems.contracts.cpu_environment), one
+  entry per distinct environment its commands ran under (a resume under other values adds one).
 
 All refusals are `TuneGemsError` subclasses with one line naming the field and the path, so the
 CLI prints them and exits 2.
@@ -66,6 +69,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from tune_gems.contracts.cpu_environment import cpu_record
 from tune_gems.contracts.errors import OutputError, OutputExistsError
 from tune_gems.contracts.output_lock import LOCK_FILE, OutputLock
 from tune_gems.contracts.paths import check_path_length, check_writable
@@ -77,6 +81,10 @@ MARKER_VERSION = 1
 KINDS = ("train", "sweep", "analyze", "confirm")
 MARKER_FILES_KEY = "files"
 """The marker's list of the files (relative paths) its command wrote: what `--overwrite` may delete."""
+CPU_KEY = "cpu_environment"
+"""The marker's list of the CPU environments (`cpu_record`) its commands trained under."""
+TRAINING_KINDS = ("train", "sweep", "confirm")
+"""The kinds whose markers record the CPU environment (their commands train)."""
 SWEEP_SIGNS = (TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE, "tuner.pkl", JOURNAL_FILE)
 """Files only a sweep's experiment folder holds (a spec.yaml alone may be a user's spec)."""
 TRAIN_SIGNS = (CHECKPOINT_FILE, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE)
@@ -94,8 +102,9 @@ def marker_body(kind: str, **fields: Any) -> dict[str, Any]:
     the checksums of what it recorded)."""
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
+    cpu = {CPU_KEY: [cpu_record()]} if kind in TRAINING_KINDS else {}
     return {"tool": "tune-gems", "kind": kind, "version": MARKER_VERSION,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(), **fields}
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(), **cpu, **fields}
 
 
 def write_marker(folder: str | Path, kind: str, **fields: Any) -> None:
@@ -104,10 +113,15 @@ def write_marker(folder: str | Path, kind: str, **fields: Any) -> None:
 
 
 def update_marker(folder: str | Path, **fields: Any) -> None:
-    """Add or replace `fields` in the marker of `folder` (which must carry one)."""
+    """Add or replace `fields` in the marker of `folder` (which must carry one); a training
+    kind's marker also gets this process's CPU environment where it differs from the last one
+    recorded (a resume under other values)."""
     body = read_marker(folder)
     if body is None:
         raise ValueError(f"{folder}: no tune-gems marker to update")
+    if body["kind"] in TRAINING_KINDS:
+        seen = body.get(CPU_KEY) if isinstance(body.get(CPU_KEY), list) else []
+        body[CPU_KEY] = seen if seen and seen[-1] == cpu_record() else [*seen, cpu_record()]
     write_atomic(Path(folder, MARKER_FILE), json.dumps({**body, **fields}) + "\n")
 
 
