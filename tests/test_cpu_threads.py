@@ -1,10 +1,14 @@
-"""CPU runs outside Ray use the CPUs the process was given (issue 31 item 1): the thread count
-chosen (the command's --threads, the user's OMP_NUM_THREADS / MKL_NUM_THREADS, else the CPU
-allowance: affinity capped by a cgroup quota), shown by the dry run through the real CLI, and
-the same member bits at 1 and at 2 threads."""
+"""CPU runs outside Ray take one thread per process, as each of a sweep's trials, unless asked
+(issue 38 item 1; issue 31 item 1 before it): the thread count chosen (the command's --threads,
+the user's OMP_NUM_THREADS / MKL_NUM_THREADS, else one, whose words name the CPU allowance:
+affinity capped by a cgroup quota), shown by the dry run and by `train` through the real CLI,
+the same member bits at 1 and at 2 threads; and every CPU variable checked before torch is
+imported (issue 39 item 3): garbage, zero, negative, absurd counts, kernel widths torch would
+ignore and MKL branches MKL does not know are one line, exit 2."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -13,7 +17,10 @@ import pytest
 from sweep_fixtures import cli
 from test_bad_input import TRAIN_TINY
 from tune_gems.commands.cpu_threads import (
-    ThreadChoice, apply_threads, cgroup_cpu_quota, choose_threads, cpu_allowance, trial_threads,
+    ThreadChoice, apply_threads, cgroup_cpu_quota, choose_threads, cpu_allowance, one_per_process, trial_threads,
+)
+from tune_gems.contracts.cpu_environment import (
+    THREADS_PER_CPU_MAX, check_cpu_environment, cpu_flags, cpu_record, kernel_widths, max_threads, thread_count,
 )
 from tune_gems.contracts.errors import ConfigError
 
@@ -21,15 +28,74 @@ NO_THREAD_ENV = {"OMP_NUM_THREADS": "", "MKL_NUM_THREADS": ""}
 """Empty values: the variables count as unset (the CLI then takes the CPU allowance)."""
 
 
-def test_the_command_option_then_the_users_variables_then_the_allowance():
-    allowance = lambda: (3, "this process's CPU allowance: CPU affinity: 3 CPU(s)")  # noqa: E731
-    assert choose_threads(2, {"OMP_NUM_THREADS": "5"}, allowance) == ThreadChoice(2, "--threads")
-    assert choose_threads(None, {"OMP_NUM_THREADS": "5", "MKL_NUM_THREADS": "4"}, allowance).threads == 5
-    assert choose_threads(None, {"MKL_NUM_THREADS": "4"}, allowance) == ThreadChoice(4, "MKL_NUM_THREADS as set")
-    assert choose_threads(None, {"OMP_NUM_THREADS": " "}, allowance).threads == 3
+def test_the_command_option_then_the_users_variables_then_one_per_process():
+    default = lambda: one_per_process(lambda: (3, "CPU affinity: 3 CPU(s)"))  # noqa: E731
+    assert choose_threads(2, {"OMP_NUM_THREADS": "5"}, default) == ThreadChoice(2, "--threads")
+    assert choose_threads(None, {"OMP_NUM_THREADS": "5", "MKL_NUM_THREADS": "4"}, default).threads == 5
+    assert choose_threads(None, {"MKL_NUM_THREADS": "4"}, default) == ThreadChoice(4, "MKL_NUM_THREADS as set")
+    assert choose_threads(None, {"OMP_NUM_THREADS": " "}, default) == ThreadChoice(
+        1, "one per process, as each of a sweep's trials; this process may use 3 CPU(s): --threads 3 or OMP_NUM_THREADS=3 "
+           "to use them")
+    assert one_per_process(lambda: (1, "CPU affinity: 1 CPU(s)")) == (1, "one per process, as each of a sweep's trials")
     for flag, env, name in ((0, {}, "--threads"), (None, {"OMP_NUM_THREADS": "two"}, "OMP_NUM_THREADS")):
         with pytest.raises(ConfigError, match=name):
-            choose_threads(flag, env, allowance)
+            choose_threads(flag, env, default)
+
+
+THREAD_GARBAGE = ["abc", "0", "-1", "1.5", "2^70", "3_000", "0x10", "\u0663", "4,2", str(2 ** 70), "1000000000", "9" * 5000]
+"""Counts that are not one whole number of threads in ASCII digits, or absurd (issue 39: 2^70
+overflowed torch.set_num_threads, 1000000000 made libgomp abort allocating 216 GB)."""
+
+
+@pytest.mark.parametrize("value", THREAD_GARBAGE)
+def test_a_thread_count_that_is_garbage_or_absurd_is_one_line_naming_the_variable(value):
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        with pytest.raises(ConfigError) as e:
+            check_cpu_environment({name: value}, widths=lambda: ("default",), cpus=lambda: 2)
+        assert str(e.value).startswith(f"{name}: ") and "\n" not in str(e.value) and len(str(e.value)) < 300
+    with pytest.raises(ConfigError, match="^--threads: "):
+        thread_count(value, "--threads", cpus=lambda: 2)
+
+
+def test_the_thread_bound_is_the_machines_cpus_times_a_small_factor():
+    assert max_threads(lambda: 2) == 2 * THREADS_PER_CPU_MAX
+    assert thread_count(" 8 ", "OMP_NUM_THREADS", cpus=lambda: 2) == 8
+    with pytest.raises(ConfigError, match="more than this machine's 2 CPU"):
+        thread_count("9", "OMP_NUM_THREADS", cpus=lambda: 2)
+    check_cpu_environment({"OMP_NUM_THREADS": "", "MKL_NUM_THREADS": "3"}, widths=lambda: ("default",), cpus=lambda: 2)
+
+
+def test_a_kernel_width_torch_would_ignore_or_the_cpu_cannot_run_is_refused():
+    """torch ignores an ATEN_CPU_CAPABILITY it does not know (compared as written: `AVX2` too),
+    and the AVX2 pin is then lost; one the CPU lacks would crash it."""
+    x86_avx2 = frozenset({"sse2", "avx", "avx2", "fma"})
+    assert kernel_widths(x86_avx2, "x86_64") == ("default", "avx2")
+    assert kernel_widths(x86_avx2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}, "x86_64") == ("default", "avx2", "avx512")
+    assert kernel_widths(frozenset({"asimd", "sve"}), "aarch64") == ("default", "sve256")
+    assert kernel_widths(x86_avx2, "ppc64le") == ("default",)
+    widths = lambda: ("default", "avx2")  # noqa: E731
+    for value in ("default", "avx2"):
+        check_cpu_environment({"ATEN_CPU_CAPABILITY": value}, widths=widths)
+    for value, hint in (("garbage", ""), ("AVX2", "as written: 'avx2'"), ("avx512", ""), ("", "")):
+        with pytest.raises(ConfigError, match="^ATEN_CPU_CAPABILITY: ") as e:
+            check_cpu_environment({"ATEN_CPU_CAPABILITY": value}, widths=widths)
+        assert hint in str(e.value) and "give one of default, avx2" in str(e.value)
+    assert cpu_flags(lambda: "processor : 0\nflags : fpu avx2\n") == {"fpu", "avx2"}
+    assert cpu_flags(lambda: (_ for _ in ()).throw(OSError("unreadable"))) == frozenset()
+
+
+def test_an_mkl_branch_mkl_does_not_know_is_refused():
+    for value in ("AVX2,STRICT", "BRANCH=AVX2,STRICT", "COMPATIBLE", "AUTO", "AVX512_E1"):
+        check_cpu_environment({"MKL_CBWR": value})
+    for value in ("garbage", "avx2", "AVX2,strict", "AVX2,STRICT,STRICT", "AVX2,FAST", "", "BRANCH="):
+        with pytest.raises(ConfigError, match="^MKL_CBWR: "):
+            check_cpu_environment({"MKL_CBWR": value})
+
+
+def test_the_record_is_the_four_values_in_force():
+    env = {"OMP_NUM_THREADS": "1", "MKL_CBWR": "AVX2,STRICT", "PATH": "/bin"}
+    assert cpu_record(env) == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": None, "MKL_CBWR": "AVX2,STRICT",
+                               "ATEN_CPU_CAPABILITY": None}
 
 
 def test_a_sweeps_dry_run_times_a_trial_with_the_threads_ray_gives_it():
@@ -78,10 +144,9 @@ def _dry_run_threads(tmp_path: Path, *args: str, env: dict[str, str]) -> tuple[s
 
 @pytest.mark.slow
 def test_the_dry_run_shows_the_threads_chosen_and_measures_with_them(tmp_path):
-    n, how = cpu_allowance()
     threads, time = _dry_run_threads(tmp_path, env=NO_THREAD_ENV)
-    assert threads == f"threads: {n} CPU thread(s) (this process's CPU allowance: {how})"
-    assert f"on this machine's cpu with {n} CPU thread(s)" in time
+    assert threads == f"threads: 1 CPU thread(s) ({one_per_process()[1]})"
+    assert "on this machine's cpu with 1 CPU thread(s)" in time
     threads, time = _dry_run_threads(tmp_path, env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "2"})
     assert threads == "threads: 1 CPU thread(s) (OMP_NUM_THREADS as set)" and "with 1 CPU thread(s)" in time
     threads, _ = _dry_run_threads(tmp_path, "--threads", "1", env={"OMP_NUM_THREADS": "2"})
@@ -115,3 +180,57 @@ def test_a_sweep_leaves_its_trials_threads_to_ray(tmp_path):
         "tune-gems: error: --threads: a sweep's trials get their threads from resources.cpu (Ray sets one per CPU); "
         "--threads applies to --dry-run")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_cli_checks_the_cpu_variables_before_torch_is_imported(tmp_path):
+    """Importing the CLI loads no torch, and a value that would abort libgomp or overflow
+    torch.set_num_threads is one line, exit 2, in a fresh process (issue 39: with 1000000000
+    libgomp aborted allocating 216 GB and nothing was printed)."""
+    import subprocess
+    import sys
+
+    probe = subprocess.run([sys.executable, "-c", "import sys, tune_gems.commands.cli; print('torch' in sys.modules)"],
+                           capture_output=True, text=True, timeout=120)
+    assert probe.stdout.strip() == "False", probe.stderr[-2000:]
+    cases = {"OMP_NUM_THREADS": "1000000000", "MKL_NUM_THREADS": str(2 ** 70), "ATEN_CPU_CAPABILITY": "AVX2",
+             "MKL_CBWR": "garbage"}
+    for name, value in cases.items():
+        for command in (["train", *TRAIN_TINY, "--out", str(tmp_path / "run")], ["sweep", "spec.yaml"], ["plan", "exp"],
+                        ["confirm", "exp"], ["compare", "a", "b"]):
+            res = cli(*command, env={**NO_THREAD_ENV, name: value}, timeout=120)
+            assert res.returncode == 2 and res.stderr.startswith(f"tune-gems: error: {name}: "), (command, res.stderr[-2000:])
+            assert res.stderr.count("\n") == 1 and res.stdout == "", res.stderr
+    assert not (tmp_path / "run").exists()
+    res = cli("train", *TRAIN_TINY, "--threads", "1000000", "--out", str(tmp_path / "run"), timeout=120)
+    assert res.returncode == 2 and res.stderr.startswith("tune-gems: error: --threads: 1000000 threads is more than")
+
+
+@pytest.mark.slow
+def test_train_prints_the_threads_it_uses_among_its_first_lines(tmp_path):
+    """Issue 38 item 1: `train` takes one thread unless asked, and says so in the dry runs' words."""
+    res = cli("train", *TRAIN_TINY, "trainer.epochs=1", "--out", str(tmp_path / "run"), env=NO_THREAD_ENV)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = res.stdout.splitlines()
+    assert lines[1] == f"tune-gems train: threads: 1 CPU thread(s) ({one_per_process()[1]})", lines[:3]
+    marker = json.loads((tmp_path / "run" / ".tune-gems-output.json").read_text())
+    assert marker["cpu_environment"][-1]["OMP_NUM_THREADS"] == "1"
+    res = cli("train", *TRAIN_TINY, "trainer.epochs=2", "--out", str(tmp_path / "run"), "--resume",
+              env={"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": ""})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "tune-gems train: threads: 2 CPU thread(s) (OMP_NUM_THREADS as set)" in res.stdout.splitlines()[:3]
+    marker = json.loads((tmp_path / "run" / ".tune-gems-output.json").read_text())
+    assert [e["OMP_NUM_THREADS"] for e in marker["cpu_environment"]] == ["1", "2"]
+
+
+def test_the_trials_own_pin_checks_its_workers_variables():
+    """A sweep trial pins the CPU code path again in its Ray worker (tune_gems.sweep.trainable),
+    whose environment is the cluster's, not the driver's: the pin checks every CPU variable
+    there, so a worker's bad value fails the trial with the variable named, never runs."""
+    from tune_gems.ops.cpu_code_path import pin_cpu_code_path
+
+    for env in ({"OMP_NUM_THREADS": "0"}, {"MKL_NUM_THREADS": "1000000000"}, {"ATEN_CPU_CAPABILITY": "AVX2"},
+                {"MKL_CBWR": "garbage"}):
+        with pytest.raises(ConfigError, match=f"^{next(iter(env))}: "):
+            pin_cpu_code_path(dict(env), has_avx2=lambda: True)
+    env = {"OMP_NUM_THREADS": "1"}
+    assert pin_cpu_code_path(env, has_avx2=lambda: True) == "AVX2,STRICT" and env["ATEN_CPU_CAPABILITY"] == "avx2"

@@ -24,7 +24,7 @@ import os
 import subprocess
 import sys
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -51,6 +51,7 @@ class Case:
     fragments: list[str]  # at least one of each inner alternative must appear ("a|b" = either)
     setup: Callable[[Path], None] = lambda d: None
     family: str = "config"
+    env: dict[str, str] = field(default_factory=dict)  # the case's own environment (forked families)
 
 
 def leaves(model: type[BaseModel] = Config, prefix: str = ""):
@@ -384,7 +385,126 @@ def option_cases() -> list[Case]:
     return cases
 
 
-CASES = config_cases() + data_cases() + path_cases() + table_cases() + option_cases()
+MARKER = ".tune-gems-output.json"
+VICTIM = "the user's thesis, in another tree"
+
+
+def _analysis_listing(route: str) -> Callable[[Path], None]:
+    """An experiment whose `analysis/` marker lists, beside the report it wrote, a path that
+    leaves the folder by `route`; the user's `victim.txt` (outside) must survive `--overwrite`."""
+    import json
+
+    def go(d: Path) -> None:
+        _paired(d / "exp")
+        ana = d / "exp" / "analysis"
+        ana.mkdir()
+        (ana / "report.md").write_text("old report")
+        (d / "elsewhere").mkdir()
+        (d / "elsewhere" / "victim.txt").write_text(VICTIM)
+        listed = {"absolute": str(d / "elsewhere" / "victim.txt"), "dotdot": "../../elsewhere/victim.txt",
+                  "symlink-out": "link.txt", "symlink-folder-out": "plots/victim.txt", "symlink-loop": "loop/x.png"}[route]
+        if route == "symlink-out":
+            (ana / "link.txt").symlink_to(d / "elsewhere" / "victim.txt")
+        elif route == "symlink-folder-out":
+            (ana / "plots").symlink_to(d / "elsewhere")
+        elif route == "symlink-loop":
+            (ana / "loop").symlink_to(ana / "loop")
+        body = {"tool": "tune-gems", "kind": "analyze", "version": 1, "files": ["report.md", listed]}
+        (ana / MARKER).write_text(json.dumps(body))
+
+    return go
+
+
+def _loop(rel: str) -> Callable[[Path], None]:
+    """`ln -s REL REL`: a symlink to itself."""
+    return lambda d: (d / rel).symlink_to(rel)
+
+
+def _write_file(rel: str, text: str) -> Callable[[Path], None]:
+    def go(d: Path) -> None:
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_text(text)
+
+    return go
+
+
+ENV_VALUES = {
+    "OMP_NUM_THREADS": [("text", "abc"), ("zero", "0"), ("negative", "-3"), ("2^70", str(2 ** 70)), ("billion", "1000000000")],
+    "MKL_NUM_THREADS": [("text", "abc"), ("billion", "1000000000")],
+    "ATEN_CPU_CAPABILITY": [("garbage", "garbage"), ("upper-case", "AVX2")],
+    "MKL_CBWR": [("garbage", "garbage")],
+}
+"""Issue 39 item 3: environment values torch, OpenMP or MKL would crash on or ignore."""
+ENV_COMMANDS = {
+    "train": ["train", *TRAIN_TINY, "--out", "out"], "sweep": ["sweep", "spec.yaml", *TINY_SWEEP],
+    "analyze": ["analyze", "exp"], "plan": ["plan", "exp"], "confirm": ["confirm", "exp"], "compare": ["compare", "a", "b"],
+}
+THREADS_COMMANDS = {**{k: v for k, v in ENV_COMMANDS.items() if k != "sweep"},
+                    "sweep-dry-run": ["sweep", "spec.yaml", *TINY_SWEEP, "--dry-run"]}
+"""The commands that take `--threads` (a sweep only with --dry-run)."""
+
+
+def issue39_cases() -> list[Case]:
+    """Issue 39 (hostile input, round five), the parts outside the analysis package: a marker's
+    file list that leaves its folder (every escape route), symlink loops given as a path, every
+    CPU environment value and `--threads` in every command, a train marker of an unknown format
+    version on --resume, a config key given nested and dotted."""
+    c = [Case(f"analyze-overwrite-listed-{route}", ["analyze", "exp", "--overwrite"], [MARKER, "nothing was deleted"],
+              _analysis_listing(route), "issue39")
+         for route in ("absolute", "dotdot", "symlink-out", "symlink-folder-out", "symlink-loop")]
+    c += [
+        Case("plan-symlink-loop", ["plan", "exp"], ["exp", "symlink loop"], _loop("exp"), "issue39"),
+        Case("analyze-symlink-loop", ["analyze", "exp"], ["exp", "symlink loop"], _loop("exp"), "issue39"),
+        Case("analyze-out-symlink-loop", ["analyze", "exp", "--out", "loop"], ["--out", "symlink loop"],
+             _both(_experiment(), _loop("loop")), "issue39"),
+        Case("compare-symlink-loop", ["compare", "exp", "b"], ["exp", "symlink loop"], _both(_loop("exp"), _experiment("b")), "issue39"),
+        Case("confirm-symlink-loop", ["confirm", "exp"], ["exp", "symlink loop"], _loop("exp"), "issue39"),
+        Case("sweep-storage-symlink-loop", ["sweep", "spec.yaml", *TINY_SWEEP, "--storage", "store", "--name", "x"],
+             ["store", "symlink loop"], _both(_write("spec.yaml", SMOKE.read_text()), _loop("store")), "issue39"),
+        Case("train-resume-marker-version-999", ["train", *TRAIN_TINY, "--out", "out", "--resume"], [MARKER, "999"],
+             _both(_write_file("out/config.yaml", "seed: 0\n"), _write_file("out/members.csv", "epoch\n1\n"),
+                   _write_file(f"out/{MARKER}", '{"tool": "tune-gems", "kind": "train", "version": 999, "checksums": {}}')),
+             "issue39"),
+        Case("config-key-nested-and-dotted", ["train", "c.yaml", *TRAIN_TINY, "--out", "out"], ["c.yaml", "trainer.lr", "twice"],
+             _write_file("c.yaml", "trainer:\n  lr: 0.001\ntrainer.lr: 0.002\n"), "issue39"),
+        Case("config-factor-nested-and-dotted", ["train", "c.yaml", *TRAIN_TINY, "--out", "out"],
+             ["arms.factors.gems.g12.mode", "twice"],
+             _write_file("c.yaml", "arms:\n  factors:\n    gems.g12.mode: [measure, wire]\n    gems: {g12: {mode: [wire, measure]}}\n"),
+             "issue39"),
+        Case("config-factor-dotted-in-file-nested-override", ["train", "c.yaml", *TRAIN_TINY, "arms.factors.gems.g12.mode=[wire]",
+             "--out", "out"], ["arms.factors.gems.g12.mode", "twice"],
+             _write_file("c.yaml", "arms:\n  factors:\n    gems.g12.mode: [measure, wire]\n"), "issue39"),
+        Case("config-arm-list-nested-and-dotted", ["train", "c.yaml", *TRAIN_TINY, "--out", "out"],
+             ["arms.list[0].gems.g12.mode", "twice"],
+             _write_file("c.yaml", "arms:\n  list:\n    - {name: a, gems.g12.mode: wire, gems: {g12: {mode: measure}}}\n"
+                                   "    - {name: b}\n"), "issue39"),
+        Case("sweep-spec-factor-nested-and-dotted", ["sweep", "spec.yaml", *TINY_SWEEP, "--storage", "store", "--name", "x"],
+             ["config.arms.factors.gems.g12.mode", "twice"],
+             lambda d: _write("spec.yaml", _spec_with_factor_twice())(d), "issue39"),
+    ]
+    for name, values in ENV_VALUES.items():
+        for label, value in values:
+            for command, args in ENV_COMMANDS.items():
+                c.append(Case(f"env-{name}-{label}-{command}", args, [f"{name}: "], family="issue39", env={name: value}))
+    for label, value in (("zero", "0"), ("negative", "-1"), ("million", "1000000")):
+        for command, args in THREADS_COMMANDS.items():
+            c.append(Case(f"threads-{label}-{command}", [*args, f"--threads={value}"], ["--threads"], family="issue39"))
+    return c
+
+
+def _spec_with_factor_twice() -> str:
+    """The smoke spec as a `design: none` sweep whose config gives one factor key nested and dotted."""
+    import yaml
+
+    spec = yaml.safe_load(SMOKE.read_text())
+    spec["design"] = "none"
+    spec.get("search", {}).pop("gems", None)
+    spec.setdefault("config", {})["arms"] = {"factors": {"gems.g12.mode": ["measure", "wire"],
+                                                         "gems": {"g12": {"mode": ["wire", "measure"]}}}}
+    return yaml.safe_dump(spec, sort_keys=False)
+
+
+CASES = config_cases() + data_cases() + path_cases() + table_cases() + option_cases() + issue39_cases()
 
 
 # -- running -----------------------------------------------------------------------------------
@@ -486,7 +606,7 @@ def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
-    return run_cases(CASES, tmp_path_factory.mktemp("hostile"))
+    return run_cases(CASES, tmp_path_factory.mktemp("hostile"), env_of=lambda c: c.env)
 
 
 def check(case: Case, out: Outcome) -> None:
@@ -535,7 +655,7 @@ def test_case_counts():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["config", "data", "path", "table", "option"])
+@pytest.mark.parametrize("family", ["config", "data", "path", "table", "option", "issue39"])
 def test_every_hostile_input_is_one_line_exit_2_and_changes_nothing(family, outcomes):
     """All cases of a family are checked; the failure lists every case that misbehaved."""
     failures = []

@@ -249,3 +249,107 @@ def test_a_folder_holding_only_a_users_spec_is_not_an_experiment(tmp_path):
     (tmp_path / "config.yaml").write_text("seed: 0\n")
     assert outputs.results_kind(tmp_path) is None
     assert outputs.check_output_folder(tmp_path / "experiments" / "x", kind="sweep") == (tmp_path / "experiments" / "x").resolve()
+
+
+def _escape(route: str, out: Path, victim: Path) -> str:
+    """Plant one escape route in the analysis folder `out`; returns the path its marker lists."""
+    if route == "absolute":
+        return str(victim)
+    if route == "dotdot":
+        return "../victim.txt"
+    if route == "symlink_file_out":
+        (out / "link.csv").symlink_to(victim)
+        return "link.csv"
+    if route == "symlink_folder_out":
+        (out / "plots").symlink_to(victim.parent)
+        return "plots/victim.txt"
+    if route == "symlink_loop":
+        (out / "loop").symlink_to(out / "loop")
+        return "loop/x.png"
+    if route == "not_a_path":
+        return 7  # type: ignore[return-value]
+    raise AssertionError(route)
+
+
+ESCAPES = ["absolute", "dotdot", "symlink_file_out", "symlink_folder_out", "symlink_loop", "not_a_path"]
+
+
+@pytest.mark.parametrize("route", ESCAPES)
+def test_a_listed_path_that_leaves_the_folder_is_refused_naming_the_marker_and_nothing_is_deleted(route, tmp_path):
+    """Issue 39 item 1: `folder / rel` with an absolute `rel` is `rel` itself, so a marker listing
+    another tree's file made `--overwrite` delete it. Every listed path must resolve inside its
+    folder: the up-front check, the publish's own check and the deletion all refuse it."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's thesis")
+    out = tmp_path / "ana"
+    out.mkdir()
+    (out / "report.md").write_text("old")
+    listed = _escape(route, out, victim)
+    outputs.write_marker(out, "analyze", files=["report.md", listed])
+    with pytest.raises(OutputError) as e:
+        outputs.check_output_folder(out, kind="analyze", overwrite=True)
+    line = str(e.value)
+    assert outputs.MARKER_FILE in line and "nothing was deleted" in line and "\n" not in line, line
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    outputs.write_marker(tmp, "analyze", files=[])
+    with pytest.raises(OutputError, match=outputs.MARKER_FILE):
+        outputs.publish_folder(tmp, out, kind="analyze", overwrite=True)
+    outputs._remove_listed(out)  # the deletion itself, given such a list, deletes nothing at all
+    assert victim.read_text() == "the user's thesis" and (out / "report.md").read_text() == "old"
+    assert outputs.marker_kind(out) == "analyze"
+
+
+def test_a_listed_symlink_inside_the_folder_is_refused_too(tmp_path):
+    out = tmp_path / "ana"
+    out.mkdir()
+    (out / "a.csv").write_text("x")
+    (out / "b.csv").symlink_to(out / "a.csv")
+    outputs.write_marker(out, "analyze", files=["a.csv", "b.csv"])
+    with pytest.raises(OutputError, match="passes through a symlink"):
+        outputs.listed_files(out)
+    assert outputs.listed_files(tmp_path / "absent") == []  # no marker: nothing listed
+
+
+def test_a_marker_of_an_unknown_format_version_is_no_marker(tmp_path):
+    """Issue 39 item 5: a marker claiming version 999 (a newer tune-gems, or an edit) authorises
+    nothing: read as absent, with the reason a command relying on it names."""
+    for version in (999, "1", True, None, 0):
+        body = {"tool": "tune-gems", "kind": "train", "version": version}
+        (tmp_path / outputs.MARKER_FILE).write_text(json.dumps(body))
+        marker, why = outputs.marker_state(tmp_path)
+        assert marker is None and "format version" in why, (version, why)
+    outputs.write_marker(tmp_path, "train")
+    assert outputs.marker_state(tmp_path)[0]["version"] == outputs.MARKER_VERSION
+
+
+def test_a_training_folders_marker_records_each_cpu_environment_it_ran_under(tmp_path, monkeypatch):
+    """Issue 39 item 3: the values of the CPU variables a run used are in its marker; a resume
+    under other values adds an entry, the same values add none; an analysis records none."""
+    from tune_gems.contracts.cpu_environment import CPU_ENVS
+
+    for name in CPU_ENVS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    outputs.write_marker(tmp_path, "train")
+    first = {name: None for name in CPU_ENVS} | {"OMP_NUM_THREADS": "1"}
+    assert outputs.read_marker(tmp_path)[outputs.CPU_KEY] == [first]
+    outputs.update_marker(tmp_path, checksums={})
+    assert outputs.read_marker(tmp_path)[outputs.CPU_KEY] == [first]
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    outputs.update_marker(tmp_path, checksums={})
+    assert outputs.read_marker(tmp_path)[outputs.CPU_KEY] == [first, first | {"OMP_NUM_THREADS": "2"}]
+    ana = tmp_path / "ana"
+    ana.mkdir()
+    outputs.write_marker(ana, "analyze", files=[])
+    assert outputs.CPU_KEY not in outputs.read_marker(ana)
+
+
+def test_a_symlink_loop_given_as_an_input_or_a_storage_is_one_line(tmp_path):
+    loop = tmp_path / "exp"
+    loop.symlink_to(loop)
+    with pytest.raises(OutputError, match="symlink loop"):
+        paths.check_input_path(loop, "EXPERIMENT_DIR", OutputError)
+    with pytest.raises(OutputError, match="symlink loop"):
+        paths.check_name("x", "--name", loop)
+    assert paths.resolve_problem(tmp_path) is None

@@ -128,3 +128,36 @@ def test_memory_estimate_scales_with_members_and_checks_the_gpu():
 def test_the_default_run_fits_a_small_machine():
     est = estimate_memory(load_config(None, []))
     assert est.host < 1 * GIB  # the embedded default run must never be refused on a laptop
+
+
+NESTED_AND_DOTTED = [
+    ("trainer:\n  lr: 0.001\ntrainer.lr: 0.002\n", [], "trainer.lr"),
+    ("arms:\n  factors:\n    gems.g12.mode: [measure, wire]\n    gems: {g12: {mode: [wire, measure]}}\n", [],
+     "arms.factors.gems.g12.mode"),
+    ("arms:\n  factors:\n    gems.g12.mode: [measure, wire]\n", ["arms.factors.gems.g12.mode=[wire]"], "arms.factors.gems.g12.mode"),
+    ("arms:\n  list:\n    - {name: a, gems.g12.mode: wire, gems: {g12: {mode: measure}}}\n    - {name: b}\n", [],
+     "arms.list[0].gems.g12.mode"),
+]
+
+
+@pytest.mark.parametrize("text,overrides,key", NESTED_AND_DOTTED)
+def test_a_key_given_nested_and_dotted_is_refused_naming_it(text, overrides, key, tmp_path):
+    """Issue 39 item 5: one key in two forms (in a file, or across a file and an override) kept
+    whichever flattened last, the nested one: now one line naming the file and the key."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_config(path, overrides)
+    assert str(e.value).startswith(f"{path}: {key}: given twice, once nested and once dotted"), str(e.value)
+
+
+def test_one_form_of_a_key_is_kept_as_before():
+    from tune_gems.config.dotted import DuplicateKeyError, check_one_form, flatten
+
+    assert flatten({"a": {"b": 1}, "c.d": 2}) == {"a.b": 1, "c.d": 2}
+    check_one_form({"arms": {"list": [{"name": "a", "gems.g12.mode": "wire"}, {"name": "b"}]}})
+    with pytest.raises(DuplicateKeyError, match="^a.b.c: given twice"):
+        flatten({"a.b": {"c": 1}, "a": {"b.c": 2}})
+    assert issubclass(DuplicateKeyError, ValueError)  # inside a pydantic validator: reported at its field
+    cfg = load_config(None, ["arms.factors={gems.g12.mode: [measure, wire]}"])
+    assert cfg.arms.factors == {"gems.g12.mode": ["measure", "wire"]}

@@ -7,8 +7,10 @@ TUNE_GEMS_DEBUG=1, shows the traceback inline instead). Ctrl-C exits 130; `train
 SIGTERM/SIGINT checkpoints at the epoch boundary and exits 128 + the signal; a sweep whose local
 Ray stops under it says so in one line with its `--resume` command and exits 75
 (tune_gems.sweep.local_ray). Subcommands import their engines lazily, so `train` never imports
-Ray. Commands whose work runs in this process set their CPU threads first
-(tune_gems.commands.cpu_threads).
+Ray. The CPU environment variables are checked first, before torch is imported
+(tune_gems.contracts.cpu_environment), then commands whose work runs in this process set their
+CPU threads (tune_gems.commands.cpu_threads), and only then is torch loaded, by the CPU
+code-path pins (tune_gems.ops.cpu_code_path).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import typing
 from pathlib import Path
 
 from tune_gems.analysis.cli import add_arguments as add_analysis_arguments
-from tune_gems.ops.cpu_code_path import pin_cpu_code_path
 from tune_gems.commands.cpu_threads import THREADS_FLAG, set_cpu_threads, trial_threads
-from tune_gems.contracts.errors import TuneGemsError
+from tune_gems.contracts.cpu_environment import THREADS_PER_CPU_MAX, check_cpu_environment, thread_count
+from tune_gems.contracts.errors import DataError, OutputError, TuneGemsError
+from tune_gems.contracts.paths import check_input_path
 
 EXIT_BAD_INPUT = 2
 EXIT_BUG = 1
@@ -63,7 +66,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from tune_gems.trainer.stop_signals import TrainingStopped
 
     try:
-        run_training(cfg, Path(args.out) if args.out else None, resume=args.resume)
+        run_training(cfg, Path(args.out) if args.out else None, resume=args.resume, threads=_threads_words(args))
     except TrainingStopped as stopped:  # SIGTERM/SIGINT: stopped at an epoch boundary, checkpoint written
         print(str(stopped), file=sys.stderr, flush=True)
         return stopped.exit_code
@@ -96,6 +99,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from tune_gems.analysis.cli import run_report
 
+    if args.out is not None:  # resolved before the output checks see it: a symlink loop is named, not a crash
+        check_input_path(args.out, "--out", OutputError)
     run_report(args)
     return 0
 
@@ -209,6 +214,7 @@ def _cmd_confirm(args: argparse.Namespace) -> int:
     from tune_gems.commands.confirm import confirm
 
     res = confirm(args.experiment, args.out, population=args.seeds, log=lambda line: print(line, flush=True),
+                  threads=_threads_words(args),
                   **analysis_settings(args))
     print(format_confirmation(res.table))
     for note in res.notes:
@@ -235,8 +241,15 @@ def _add_confirm_parser(sub) -> None:
 
 THREADS_HELP = (
     "CPU threads of this run's torch and BLAS work (default: the user's OMP_NUM_THREADS or MKL_NUM_THREADS, else "
-    "the CPUs this process may use: its affinity, capped by a cgroup quota)"
+    f"one, as each of a sweep's trials; at most {THREADS_PER_CPU_MAX} per CPU of the machine)"
 )
+
+
+def _threads_words(args: argparse.Namespace) -> str | None:
+    """The thread count this command uses and why, as the dry runs' `threads:` line says it; a
+    command that trains in this process prints it among its first lines, once its checks passed."""
+    choice = getattr(args, "thread_choice", None)
+    return choice.line() if choice is not None else None
 
 
 def _add_threads_option(p: argparse.ArgumentParser, help: str = THREADS_HELP) -> None:
@@ -255,6 +268,8 @@ def _set_threads(args: argparse.Namespace) -> None:
     bad spec is refused here as the sweep itself would refuse it)."""
     threads = getattr(args, "threads", None)
     args.thread_choice = None
+    if threads is not None:  # the value first, before the spec is read for a sweep's default
+        thread_count(threads, THREADS_FLAG)
     if args.command == "sweep" and args.dry_run:
         from tune_gems.sweep.spec_load import load_spec
 
@@ -275,6 +290,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from tune_gems.analysis.plan import format_plan, plan
     from tune_gems.analysis.cli import analysis_settings
 
+    for experiment in args.experiments:  # a path that cannot be one (a symlink loop, ...) is named before it is read
+        check_input_path(experiment, "EXPERIMENT_DIR", DataError)
     print(format_plan(plan(args.experiments, target_mde=args.target_mde, **analysis_settings(args))), flush=True)
     return 0
 
@@ -369,7 +386,6 @@ def _report_bug(err: BaseException, debug: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    pin_cpu_code_path()  # before any matmul: the same CPU bits on AVX2 and AVX-512 machines
     parser = build_parser()
     # key=value overrides may come after options (`sweep SPEC --name x a.b=1`): argparse stops
     # collecting positionals at the first option, so gather the stragglers here
@@ -383,7 +399,11 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides += extra
     debug = bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
+        check_cpu_environment()  # before torch is imported: a value torch or OpenMP would crash on is one line
         _set_threads(args)  # once, before torch or a BLAS library is loaded (tune_gems.commands.cpu_threads)
+        from tune_gems.ops.cpu_code_path import pin_cpu_code_path  # imports torch, with the threads set
+
+        pin_cpu_code_path()  # before any matmul: the same CPU bits on AVX2 and AVX-512 machines
         return args.fn(args)
     except TuneGemsError as e:
         print(f"tune-gems: error: {_one_line(e)}", file=sys.stderr)

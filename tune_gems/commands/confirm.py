@@ -112,11 +112,12 @@ class ConfirmOutcome:
 
 
 def confirm(experiment: str | Path, out: str | Path | None = None, *, population: int | None = None,
-            log: Callable[[str], None] = print, **settings: Any) -> ConfirmOutcome:
+            log: Callable[[str], None] = print, threads: str | None = None, **settings: Any) -> ConfirmOutcome:
     """Confirm the search in `experiment` (see the module docstring); `settings` are the
     analysis settings (alpha, rope, last_k, ...), used for both the discovery and the
     confirmation verdicts. Everything is checked before training (the search's records first,
-    fail-closed); the folder appears whole."""
+    fail-closed); the folder appears whole. `threads`: the CLI's thread count in words
+    (tune_gems.commands.cpu_threads), logged first once the checks passed."""
     from tune_gems.analysis.analyze import analyze, check_settings
     from tune_gems.contracts.outputs import check_output_folder
 
@@ -150,6 +151,8 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
                                default_seeds=spec.base_config().trainer.population)  # refuses before anything is claimed
     plans, notes, build = plan_confirmation(spec, trials, discovery.experiment.members, gems,
                                             {p.gem: p.seeds for p in power})
+    if threads:
+        log(f"tune-gems confirm: threads: {threads}")
     for p in power:
         log(f"tune-gems confirm: {p.gem}: {p.note}")
     lock = OutputLock(exp, FIELD).acquire()  # a second confirmation started meanwhile is refused here

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from tune_gems.commands.confirm_plan import Plan
+from tune_gems.contracts.cpu_environment import cpu_record
 from tune_gems.contracts.errors import DataError, OutputInUseError
 from tune_gems.contracts.output_lock import OutputLock
 from tune_gems.contracts.outputs import MARKER_FILE, marker_kind
@@ -127,8 +128,9 @@ def claim_confirmation(exp: Path, out: Path) -> Path:
 
 
 def write_record(record: Path, out: Path, plans: Iterable[Plan]) -> None:
-    """The claim completed: where the confirmation is and, per gem, what it re-tested on which seeds."""
-    text = json.dumps({"out": str(out), "status": "done", "finished": _now(),
+    """The claim completed: where the confirmation is, the CPU environment it trained under
+    (tune_gems.contracts.cpu_environment) and, per gem, what it re-tested on which seeds."""
+    text = json.dumps({"out": str(out), "status": "done", "finished": _now(), "cpu_environment": cpu_record(),
                        "trials": {p.gem: {"discovery_trial": p.discovery_trial, "confirmation_trial": p.trial_id,
                                           "seed": p.seed, "first_seed_index": p.first_seed_index,
                                           "first_path": p.path_seed} for p in plans}}, indent=2)

@@ -1,20 +1,26 @@
-"""How many intra-op threads a CPU run outside Ray uses: the CPUs this process was given.
+"""How many intra-op threads a CPU run outside Ray uses: one per process, as each of a sweep's
+trials, unless asked.
 
 Why: torch's default is one thread per core of the machine, whatever share of it the process
-may use. On a shared 2-core box a `train` took 250.6 s at the default and 14.1 s with one
-thread (issue 31), with the same bits: threads that outnumber the CPUs the scheduler lets the
-process run on only wait for each other. Ray sets one thread per CPU of a trial's resources, so
-sweeps never had the problem; `train`, `confirm`, `analyze` and `--dry-run` run outside Ray and
-get their count here, once, at the start of the CLI (before torch or a BLAS library is loaded).
+may use, and even the process's own share is too many where other jobs hold a core. On a
+shared 2-core box a `train` took 250.6 s at torch's default and 14.1 s with one thread (issue
+31); `tune-gems confirm experiments/smoke` took 606 s at the process's 2 CPUs while another job
+held a core, 87 s with one thread (issue 38): threads that outnumber the free CPUs only wait
+for each other. A sweep's trials run one thread per CPU of `resources.cpu` (1 by default: Ray
+sets it), and every command whose work runs in this process (`train`, `confirm`, `analyze`,
+`compare`, `plan` and the dry runs) now takes the same count, set once at the start of the CLI
+(before torch is imported).
 
 The count, first that applies: the command's `--threads`; the user's own OMP_NUM_THREADS or
-MKL_NUM_THREADS (kept as set); the process's CPU allowance, the smaller of its CPU affinity
-(`os.sched_getaffinity`) and its cgroup's CPU quota where one is set and readable (cgroup v2
-`cpu.max`, v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`). A sweep's dry run measures a trial,
-so its default is what Ray gives a trial instead (`trial_threads`: one per CPU of
-`resources.cpu`). The thread count changes speed, not
-bits: the CPU BLAS path is pinned (tune_gems.ops.cpu_code_path: MKL's strict reproducible
-mode) and the learner's own reductions are smaller than one thread's share of work
+MKL_NUM_THREADS (kept as set); else one (`one_per_process`, whose words name the CPUs this
+process may use, the smaller of its CPU affinity (`os.sched_getaffinity`) and its cgroup's CPU
+quota where one is set and readable (cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us` /
+`cpu.cfs_period_us`), and how to use them). A sweep's dry run measures a trial, so its default
+is what Ray gives a trial instead (`trial_threads`: one per CPU of `resources.cpu`). Every
+count is checked by tune_gems.contracts.cpu_environment (whole, >= 1, at most
+`THREADS_PER_CPU_MAX` x the machine's CPUs). The thread count changes speed, not bits: the CPU
+BLAS path is pinned (tune_gems.ops.cpu_code_path: MKL's strict reproducible mode) and the
+learner's own reductions are smaller than one thread's share of work
 (`tests/test_cpu_threads.py` compares the members of a run at 1 and 2 threads bit for bit).
 """
 
@@ -27,10 +33,8 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tune_gems.contracts.errors import ConfigError
+from tune_gems.contracts.cpu_environment import THREAD_ENVS, thread_count
 
-THREAD_ENVS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-"""The variables torch (OpenMP) and MKL read for their thread counts, in the order consulted."""
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 THREADS_FLAG = "--threads"
 
@@ -114,33 +118,29 @@ def cpu_allowance(affinity: Callable[[], set[int]] | None = None,
     return max(1, cpus), how
 
 
-def _positive_int(text: str, where: str) -> int:
-    try:
-        n = int(str(text).strip())
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ConfigError(f"{where}: expected a whole number of threads >= 1, got {text!r}")
-    return n
+DEFAULT_THREADS = 1
+"""A run outside Ray's count unless asked: one, as each of a sweep's trials (resources.cpu=1)."""
 
 
-def process_allowance() -> tuple[int, str]:
-    """(the CPU allowance, in words): the default thread count of a run outside Ray."""
-    n, how = cpu_allowance()
-    return n, f"this process's CPU allowance: {how}"
+def one_per_process(allowance: Callable[[], tuple[int, str]] = cpu_allowance) -> tuple[int, str]:
+    """(`DEFAULT_THREADS`, in words): the default thread count of a run outside Ray, with how to
+    use more where the process may."""
+    n, _how = allowance()
+    more = f"; this process may use {n} CPU(s): {THREADS_FLAG} {n} or OMP_NUM_THREADS={n} to use them" if n > DEFAULT_THREADS else ""
+    return DEFAULT_THREADS, f"one per process, as each of a sweep's trials{more}"
 
 
 def choose_threads(flag: int | None, environ: MutableMapping[str, str] = os.environ,
-                   default: Callable[[], tuple[int, str]] = process_allowance) -> ThreadChoice:
+                   default: Callable[[], tuple[int, str]] = one_per_process) -> ThreadChoice:
     """The thread count (module docstring's order; `default`: the count and its reason when
     neither the flag nor a variable sets it); a bad `--threads` or variable is refused in one
     line naming it."""
     if flag is not None:
-        return ThreadChoice(_positive_int(str(flag), THREADS_FLAG), THREADS_FLAG)
+        return ThreadChoice(thread_count(flag, THREADS_FLAG), THREADS_FLAG)
     for name in THREAD_ENVS:
-        value = environ.get(name, "").strip()
-        if value:
-            return ThreadChoice(_positive_int(value, name), f"{name} as set")
+        value = environ.get(name, "")
+        if value.strip():
+            return ThreadChoice(thread_count(value, name), f"{name} as set")
     return ThreadChoice(*default())
 
 
@@ -164,9 +164,9 @@ def trial_threads(cpu: float) -> tuple[int, str]:
 
 
 def set_cpu_threads(flag: int | None, environ: MutableMapping[str, str] = os.environ,
-                    default: Callable[[], tuple[int, str]] = process_allowance) -> ThreadChoice:
+                    default: Callable[[], tuple[int, str]] = one_per_process) -> ThreadChoice:
     """Choose and apply this process's thread count (once, at the start of the CLI); `default`
-    replaces the process's CPU allowance (a sweep's dry run: `trial_threads`)."""
+    replaces one per process (a sweep's dry run: `trial_threads`)."""
     choice = choose_threads(flag, environ, default)
     apply_threads(choice, environ)
     return choice

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, create_model
 
+from tune_gems.config.dotted import DuplicateKeyError, check_one_form
 from tune_gems.config.schema import Config, gems_model
 from tune_gems.config.yaml_io import apply_overrides, read_yaml
 from tune_gems.contracts.errors import ConfigError
@@ -55,6 +56,10 @@ def build_config(tree: dict[str, Any], source: str = "config", key_prefix: str =
     written in full instead, `config.trainer.lr: message`, did-you-mean included."""
     plugins = tree.get("plugins") if isinstance(tree, dict) else None
     where = key_prefix or f"{source}: "
+    try:
+        check_one_form(tree)  # a key nested and dotted: one of the two would be dropped (tune_gems.config.dotted)
+    except DuplicateKeyError as e:
+        raise ConfigError(f"{where}{e}") from None
     try:
         from tune_gems.stats.metrics import check_plugin_columns
 

@@ -1,6 +1,7 @@
 """YAML in and out for configs and sweep specs: a safe loader that refuses duplicate keys and reads
 `1e-3` as a number, bounds on what it reads, dotted `key=value` overrides, and the resolved config
-written back.
+written back. A key given both nested and dotted in one file is refused naming the file and the
+key (tune_gems.config.dotted.check_one_form), as plain YAML's repeated key is.
 
 Bounds, so that no input can stall validation: the file must be a regular file (opened
 non-blocking: a FIFO or `/dev/zero` given as a config is refused, never read), at most
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tune_gems.config.dotted import set_dotted
+from tune_gems.config.dotted import DuplicateKeyError, check_one_form, set_dotted
 from tune_gems.contracts.errors import ConfigError
 from tune_gems.contracts.safe_files import read_regular
 
@@ -170,6 +171,10 @@ def yaml_mapping(raw: bytes, where: str) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: top level must be a mapping of keys to values")
+    try:
+        check_one_form(data)  # `trainer: {lr: ..}` beside `trainer.lr: ..` (tune_gems.config.dotted)
+    except DuplicateKeyError as e:
+        raise ConfigError(f"{p}: {e}") from None
     return data
 
 

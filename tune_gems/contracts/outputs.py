@@ -25,6 +25,16 @@ one folder, is worse than no tool. The rules, for `train`, `sweep` and `analyze`
 - **`--overwrite` removes only what the command wrote.** An analysis lists every file it wrote
   in its marker (`MARKER_FILES_KEY`); replacing that folder is refused while it holds anything
   not listed (a user's notes, a run kept three levels down), and only listed files are deleted.
+  Every listed path must be a plain relative path that resolves inside the folder
+  (`listed_files`): one that is absolute, holds `..`, passes through a symlink (out of the
+  folder, or a loop) is refused in one line naming the marker, and nothing is deleted (an
+  absolute path in the list would otherwise be the path deleted: `folder / "/abs"` is "/abs").
+- **Format version.** A marker claiming a format `version` other than `MARKER_VERSION` (written
+  by a newer tune-gems, or edited) is no marker this tune-gems can trust: it never authorises a
+  replacement, and a command that relies on its record refuses it naming the marker.
+- **What the CPU work ran under.** The marker of a folder whose command trains (train, sweep,
+  confirm) records the CPU environment (`CPU_KEY`, tune_gems.contracts.cpu_environment), one
+  entry per distinct environment its commands ran under (a resume under other values adds one).
 
 All refusals are `TuneGemsError` subclasses with one line naming the field and the path, so the
 CLI prints them and exits 2.
@@ -59,6 +69,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from tune_gems.contracts.cpu_environment import cpu_record
 from tune_gems.contracts.errors import OutputError, OutputExistsError
 from tune_gems.contracts.output_lock import LOCK_FILE, OutputLock
 from tune_gems.contracts.paths import check_path_length, check_writable
@@ -70,6 +81,10 @@ MARKER_VERSION = 1
 KINDS = ("train", "sweep", "analyze", "confirm")
 MARKER_FILES_KEY = "files"
 """The marker's list of the files (relative paths) its command wrote: what `--overwrite` may delete."""
+CPU_KEY = "cpu_environment"
+"""The marker's list of the CPU environments (`cpu_record`) its commands trained under."""
+TRAINING_KINDS = ("train", "sweep", "confirm")
+"""The kinds whose markers record the CPU environment (their commands train)."""
 SWEEP_SIGNS = (TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE, "tuner.pkl", JOURNAL_FILE)
 """Files only a sweep's experiment folder holds (a spec.yaml alone may be a user's spec)."""
 TRAIN_SIGNS = (CHECKPOINT_FILE, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE)
@@ -87,8 +102,9 @@ def marker_body(kind: str, **fields: Any) -> dict[str, Any]:
     the checksums of what it recorded)."""
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
+    cpu = {CPU_KEY: [cpu_record()]} if kind in TRAINING_KINDS else {}
     return {"tool": "tune-gems", "kind": kind, "version": MARKER_VERSION,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(), **fields}
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(), **cpu, **fields}
 
 
 def write_marker(folder: str | Path, kind: str, **fields: Any) -> None:
@@ -97,10 +113,15 @@ def write_marker(folder: str | Path, kind: str, **fields: Any) -> None:
 
 
 def update_marker(folder: str | Path, **fields: Any) -> None:
-    """Add or replace `fields` in the marker of `folder` (which must carry one)."""
+    """Add or replace `fields` in the marker of `folder` (which must carry one); a training
+    kind's marker also gets this process's CPU environment where it differs from the last one
+    recorded (a resume under other values)."""
     body = read_marker(folder)
     if body is None:
         raise ValueError(f"{folder}: no tune-gems marker to update")
+    if body["kind"] in TRAINING_KINDS:
+        seen = body.get(CPU_KEY) if isinstance(body.get(CPU_KEY), list) else []
+        body[CPU_KEY] = seen if seen and seen[-1] == cpu_record() else [*seen, cpu_record()]
     write_atomic(Path(folder, MARKER_FILE), json.dumps({**body, **fields}) + "\n")
 
 
@@ -116,6 +137,10 @@ def parse_marker(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
         return None, "not valid JSON (not a marker tune-gems wrote)"
     if not isinstance(body, dict) or body.get("tool") != "tune-gems" or body.get("kind") not in KINDS:
         return None, "not a tune-gems marker (no tool/kind of tune-gems)"
+    version = body.get("version")
+    if type(version) is not int or version != MARKER_VERSION:
+        return None, (f"claims format version {json.dumps(version)[:20]}, and this tune-gems reads version {MARKER_VERSION} "
+                      "only (written by a newer tune-gems, or edited)")
     return body, None
 
 
@@ -245,6 +270,52 @@ def is_journal_lock(path: Path) -> bool:
     return (target if target.is_absolute() else path.parent / target) == path.parent / JOURNAL_FILE
 
 
+def listed_files(folder: str | Path, field: str = "--out") -> list[str]:
+    """The files `folder`'s marker lists as written by its command (`MARKER_FILES_KEY`; none
+    without a marker or a list), each a plain relative path that resolves inside `folder`;
+    OutputError naming the marker for the first that does not: not a path, absolute, holding
+    `..`, passing through a symlink (out of the folder, or a loop). Checked before anything is
+    deleted: `folder / rel` with an absolute `rel` is `rel` itself."""
+    folder = Path(folder)
+    listed = (read_marker(folder) or {}).get(MARKER_FILES_KEY)
+    if listed is None:
+        return []
+    where = f"{field}: {folder / MARKER_FILE}"
+    if not isinstance(listed, list):
+        raise OutputError(f"{where}: its {MARKER_FILES_KEY!r} is not a list of paths; tune-gems wrote no such marker: "
+                          "move the folder away or choose another --out")
+    try:
+        root = folder.resolve(strict=True)
+    except (OSError, RuntimeError) as e:
+        raise OutputError(f"{where}: the folder cannot be resolved ({e})") from None
+    for rel in listed:
+        why = _listed_path_problem(root, rel)
+        if why is not None:
+            raise OutputError(f"{where} lists {str(rel)[:200]!r}, {why}; a marker lists only files inside its folder, "
+                              "so nothing was deleted: move the folder away or choose another --out")
+    return [str(rel) for rel in listed]
+
+
+def _listed_path_problem(root: Path, rel: Any) -> str | None:
+    """Why the listed `rel` is not a plain path inside the (resolved) folder `root`, or None."""
+    if not isinstance(rel, str) or not rel or "\0" in rel:
+        return "which is not a path"
+    path = Path(rel)
+    if path.is_absolute():
+        return "an absolute path"
+    if ".." in path.parts:
+        return "a path that climbs out with '..'"
+    try:
+        target = (root / path).resolve()
+    except (OSError, RuntimeError):  # Python 3.11 raises RuntimeError for a symlink loop
+        return "a path through a symlink loop"
+    if target != root and root not in target.parents:
+        return f"which resolves to {target}, outside the folder (through a symlink)"
+    if target != root / path:
+        return f"which passes through a symlink (to {target})"
+    return None
+
+
 def unlisted_files(folder: Path) -> list[str]:
     """Paths (relative) below `folder` that its marker does not list as written by its
     command (symlinks and special files included; the marker and lock excepted)."""
@@ -335,6 +406,8 @@ def check_output_folder(
         return out
     if not os.access(out, os.R_OK | os.X_OK | os.W_OK):
         raise OutputError(f"{field}: {out} is not readable and writable (permission denied)")
+    if overwrite and marker_kind(out) == kind:
+        listed_files(out, field)  # first: a listed path that leaves the folder is named with its marker
     check_top_entries(out, field)
     OutputLock(out, field).check_free()  # a live writer is named first, whatever else holds
     entries = _entries(out, ignore=(LOCK_FILE,))
@@ -383,6 +456,8 @@ def publish_folder(tmp: str | Path, out: str | Path, *, kind: str, overwrite: bo
     if out.exists() and (not out.is_dir() or _entries(out)):
         if not overwrite:
             raise OutputExistsError(f"{out}: exists and is not empty")
+        if not out.is_symlink() and marker_kind(out) == kind:
+            listed_files(out)  # checked again just before: every listed path lies inside `out`
         if out.is_symlink() or marker_kind(out) != kind or _results_below(out, own_kind=kind) is not None or unlisted_files(out):
             raise OutputError(f"{out}: was not written by tune-gems {kind}; refusing to replace it")
         aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
@@ -404,8 +479,13 @@ def publish_folder(tmp: str | Path, out: str | Path, *, kind: str, overwrite: bo
 
 def _remove_listed(folder: Path) -> None:
     """Delete the files `folder`'s marker lists (regular files only, never through a symlink),
-    then the marker, the lock and the folders left empty; anything else stays."""
-    listed = (read_marker(folder) or {}).get(MARKER_FILES_KEY) or []
+    then the marker, the lock and the folders left empty; anything else stays. A list with a
+    path that does not lie inside `folder` (changed since `publish_folder` checked it) deletes
+    nothing at all: the old folder stays aside."""
+    try:
+        listed = listed_files(folder)
+    except OutputError:
+        return
     for rel in [*listed, MARKER_FILE, LOCK_FILE]:
         p = folder / str(rel)
         if ".." not in Path(str(rel)).parts and entry_kind(p) == "file" and not any(q.is_symlink() for q in p.parents if folder in q.parents):

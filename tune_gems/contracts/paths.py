@@ -57,6 +57,9 @@ def check_name(name: str, field: str, root: str | Path | None = None) -> str:
     if name.split(".")[0].lower() in _WINDOWS_RESERVED:
         raise BadNameError(f"{field}: {shown!r} is a reserved device name on Windows")
     if root is not None:
+        problem = resolve_problem(root)
+        if problem is not None:
+            raise OutputError(f"{field}: {shown!r} cannot be made inside {root}: {problem}")
         base = Path(root).expanduser().resolve()
         target = (base / name).resolve()
         if target.parent != base:
@@ -159,7 +162,17 @@ def check_path_length(path: str | Path, field: str) -> None:
 
 def check_input_path(path: str | Path, field: str, error: type[TuneGemsError] = ConfigError) -> None:
     """`error` naming `field` when `path`, an input a command reads, cannot be a path
-    (`path_problem`): inputs are bounded like outputs, before any filesystem call sees them."""
-    problem = path_problem(path)
+    (`path_problem`: inputs are bounded like outputs, before any other filesystem call sees
+    them) or cannot be resolved (`resolve_problem`: a symlink loop such as `ln -s exp exp`)."""
+    problem = path_problem(path) or resolve_problem(path)
     if problem is not None:
         raise error(f"{field}: {problem}")
+
+
+def resolve_problem(path: str | Path) -> str | None:
+    """Why `path` cannot be resolved (a symlink loop on its way: `ln -s exp exp`), or None."""
+    try:
+        Path(path).expanduser().resolve()
+    except (OSError, RuntimeError):  # Python 3.11 raises RuntimeError for a loop, later ones OSError (ELOOP)
+        return f"{path} is a symlink loop (following it never reaches a file or folder); give the folder itself"
+    return None

@@ -19,8 +19,11 @@ the CLI (and of the tests), before any tensor work; Ray workers started by the C
 and each trial pins them again in its worker (tune_gems.sweep.trainable): a worker of a cluster
 started elsewhere (`ray start`) has neither the driver's environment nor these values, and its
 trials would round otherwise on an AVX-512 node.
-A value the user set already is kept. A CPU without AVX2 (or not x86) keeps ATen's own choice:
-naming a capability the CPU lacks would crash it.
+A value the user set already is kept, once checked (tune_gems.contracts.cpu_environment: a
+value torch or MKL would ignore, or one the CPU cannot run, is refused in one line; the pin
+checks every CPU variable, so the trial's own pin refuses a worker's bad thread count too). A
+CPU without AVX2 (or not x86) keeps ATen's own choice: naming a capability the CPU lacks would
+crash it.
 """
 
 from __future__ import annotations
@@ -29,34 +32,30 @@ import os
 import platform
 from collections.abc import Callable, MutableMapping
 
-CPU_BLAS_PATH_ENV = "MKL_CBWR"
+from tune_gems.contracts.cpu_environment import (
+    CPU_BLAS_PATH_ENV, CPU_KERNEL_WIDTH_ENV, X86_MACHINES, check_cpu_environment, cpu_flags,
+)
+
+__all__ = ["CPU_BLAS_PATH", "CPU_BLAS_PATH_ENV", "CPU_KERNEL_WIDTH", "CPU_KERNEL_WIDTH_ENV",
+           "cpu_has_avx2", "pin_cpu_code_path"]
+
 CPU_BLAS_PATH = "AVX2,STRICT"
-CPU_KERNEL_WIDTH_ENV = "ATEN_CPU_CAPABILITY"
 CPU_KERNEL_WIDTH = "avx2"
-CPU_FLAGS_FILE = "/proc/cpuinfo"
 
 
 def cpu_has_avx2(read: Callable[[], str] | None = None) -> bool:
     """Whether this is an x86 CPU whose flags include avx2 (Linux's /proc/cpuinfo; False where
     it cannot be read: then ATen keeps its own choice)."""
-    if read is None:
-        if platform.machine().lower() not in ("x86_64", "amd64"):
-            return False
-
-        def read() -> str:
-            with open(CPU_FLAGS_FILE, encoding="ascii", errors="replace") as f:
-                return f.read(1 << 20)
-
-    try:
-        text = read()
-    except OSError:
+    if read is None and platform.machine().lower() not in X86_MACHINES:
         return False
-    return any(line.startswith("flags") and "avx2" in line.split() for line in text.splitlines())
+    return CPU_KERNEL_WIDTH in cpu_flags(read)
 
 
 def pin_cpu_code_path(environ: MutableMapping[str, str] = os.environ, has_avx2: Callable[[], bool] = cpu_has_avx2) -> str:
-    """Set MKL's code path and, on an AVX2 CPU, ATen's kernel width, unless the user chose them;
-    return MKL's path in force."""
+    """Check the CPU variables of `environ` (ConfigError naming a bad one), then set MKL's code
+    path and, on an AVX2 CPU, ATen's kernel width, unless the user chose them; return MKL's path
+    in force."""
+    check_cpu_environment(environ)
     if CPU_KERNEL_WIDTH_ENV not in environ and has_avx2():
         environ[CPU_KERNEL_WIDTH_ENV] = CPU_KERNEL_WIDTH
     return environ.setdefault(CPU_BLAS_PATH_ENV, CPU_BLAS_PATH)

@@ -256,10 +256,12 @@ def check_train_out(out: str | Path | None, resume: bool) -> Path:
         raise OutputExistsError(f"{OUT_FIELD}: {out} already holds results (files not written by tune-gems train); choose another --out") from None
 
 
-def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
+def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: bool | None = None,
+                 threads: str | None = None) -> dict[str, Any]:
     """Train to the configured number of epochs; returns the final metrics. Checkpoints are
     written in the background (AsyncCheckpointWriter) when CheckpointSchedule says; a SIGTERM or
-    SIGINT stops at the next epoch boundary with a checkpoint and raises TrainingStopped."""
+    SIGINT stops at the next epoch boundary with a checkpoint and raises TrainingStopped.
+    `threads`: the CLI's thread count in words (tune_gems.commands.cpu_threads), printed first."""
     out = check_train_out(out, resume)
     arms = run_arms(cfg)  # the arms expanded once, for the memory estimate and the trainer
     check_training_fits(cfg, members=arms.members)  # memory from the shapes, before anything is allocated
@@ -311,6 +313,8 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
             f"arms={len(trainer.learner.arms)}{folds} members={trainer.learner.P} graph={'on' if trainer.runner.use_graph else 'off'} out={out}",
             flush=True,
         )
+        if threads:
+            print(f"tune-gems train: threads: {threads}", flush=True)
         for line in data_lines(cfg.data, trainer.market):
             print(f"tune-gems train: {line}", flush=True)
         ipe = cfg.trainer.iterations_per_epoch  # the bar counts iterations; its label the epoch
