@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tune_gems.config.schema import ModelConfig
@@ -80,6 +79,8 @@ class BranchingC51(nn.Module):
         for layer in self.weight_layers().values():
             if hasattr(layer, "set_member_block"):  # a plug-in head's own layer type may lack it
                 layer.set_member_block(member_block)
+            if hasattr(layer, "set_layer_kernel"):
+                layer.set_layer_kernel(cfg.layer_kernel)
 
     # -- effective weights -------------------------------------------------------------------
     def weight_layers(self) -> dict[str, nn.Module]:
@@ -118,9 +119,9 @@ class BranchingC51(nn.Module):
         K, A, Hs = self.K, self.A, self.cfg.stream_hidden
         x = obs
         for i in range(len(self.trunk)):
-            x = F.relu(PopLinear.apply(x, w[f"trunk{i}"]))
+            x = PopLinear.apply(x, w[f"trunk{i}"], relu=True)
         h = x
-        s = F.relu(PopLinear.apply(h, w["stream_in"]))  # [P,N,(1+K)*Hs]
+        s = PopLinear.apply(h, w["stream_in"], relu=True)  # [P,N,(1+K)*Hs]
         v_feat = s[..., :Hs]
         adv_feat = s[..., Hs:].reshape(P, N, K, Hs).permute(0, 2, 1, 3).contiguous()  # [P,K,N,Hs]
         value = PopLinear.apply(v_feat, w["value_out"])  # [P,N,atoms]
