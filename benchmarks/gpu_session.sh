@@ -13,7 +13,8 @@
 # triton (issue 40 item 3, one call of at most 9.5 minutes, TRITON_BUDGET_S=540): the extension build, train_step.py with
 # model.layer_kernel torch and triton side by side (P=1,64,256 and the moonshot's iteration, tf32, graphed; the
 # first triton case compiles the kernels), one profile per layer kernel at P=1 and 64 (launch counts), then the
-# GPU tests of the triton path (tests/gpu/test_triton_*_gpu.py: kernel invariants at real shapes, the learner's
+# GPU tests of the triton path (tests/gpu/test_triton_*_gpu.py: kernel invariants at real shapes, the noise factors
+# bit for bit against the torch path's, the learner's
 # seed-block and arms invariants, bits, resume, tf32 agreement) in the time left; triton.log, train_step_triton.json
 # and a short table last. triton-tests / triton-perf: the two halves alone.
 # Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
@@ -171,7 +172,7 @@ for s in "$@"; do
         step "gpu tests of the triton path"
         left=$(( ${TRITON_BUDGET_S:-540} - (SECONDS - t0) ))  # the tests get what the one call has left
         [ "$left" -lt 60 ] && left=60
-        timeout "$left" python3 -m pytest tests/gpu/test_triton_layers_gpu.py tests/gpu/test_triton_learner_gpu.py \
+        timeout "$left" python3 -m pytest tests/gpu/test_triton_noise_gpu.py tests/gpu/test_triton_layers_gpu.py tests/gpu/test_triton_learner_gpu.py \
           -m gpu -q -rfE --timeout 200 -p no:cacheprovider >> "$log" 2>&1
       fi
       step done

@@ -299,6 +299,12 @@ class NoisyPopLinear(nn.Module):
         self.f_in.copy_(f[..., : self.in_f].unsqueeze(-1))
         self.f_out.copy_(f[..., self.in_f :].unsqueeze(-2))
 
+    def resample_from_uniforms(self, u: Tensor, offset: int) -> None:
+        """The triton path's `resample`: f(eps) straight from the net's uniforms u [P, 2n]
+        (Box-Muller's pairs, this layer's normals at `offset`), one kernel
+        (tune_gems.ops.triton_noise)."""
+        importlib.import_module("tune_gems.ops.triton_noise").noise_factors(u, offset, self.noise_on.view(-1), self.f_in, self.f_out)
+
     set_member_block = PopLinear.set_member_block
     set_layer_kernel = PopLinear.set_layer_kernel
 

@@ -110,6 +110,15 @@ class BranchingC51(nn.Module):
             layer.resample(f[:, offset : offset + layer.noise_size])
             offset += layer.noise_size
 
+    def resample_noise_from_uniforms(self, u: Tensor) -> None:
+        """The triton path (`model.layer_kernel: triton`): install fresh factorised noise from the
+        uniforms u [P, 2 x noise_size] that tune_gems.rng.box_muller would turn into the normals
+        of `resample_noise`, one kernel per noisy layer (Box-Muller and f(eps) inside it)."""
+        offset = 0
+        for layer in self.noisy_layers():
+            layer.resample_from_uniforms(u, offset)
+            offset += layer.noise_size
+
     # -- forward -----------------------------------------------------------------------------
     def forward(self, obs: Tensor, w: dict[str, tuple[Tensor, Tensor]], logits: bool = True) -> NetOutput:
         """The network's outputs on obs [P,N,obs_dim]. `logits=False` leaves the dueling

@@ -21,6 +21,9 @@ is member g // REPS, replica g % REPS. Every output element is written by exactl
 (no atomics, no memset) and nothing reads back to the host, so the kernels replay in a CUDA
 graph. Under TRITON_INTERPRET=1 (set before this module is imported) they run on the CPU
 through Triton's interpreter; the tests do that (tests/test_triton_layers.py).
+
+The NoisyNet layers' noise factors come from `_noise_factors_kernel` (launched by
+tune_gems.ops.triton_noise): the iteration's uniforms, Box-Muller and f(eps) in one pass.
 """
 
 from __future__ import annotations
@@ -292,6 +295,30 @@ def _spectral_kernel(
     switched_on = tl.load(on + g) != 0
     tl.store(scale + 2 * g, tl.where(switched_on, s, 1.0))
     tl.store(scale + 2 * g + 1, tl.where(switched_on, -(s * s), 0.0))
+
+
+@triton.jit
+def _noise_factors_kernel(
+    u, su_p, on,
+    f_in, sfi_p, sfi_r, sfi_i,
+    f_out, sfo_p, sfo_r, sfo_o,
+    offset, total, size, IN, OUT,
+    TWO_PI_F: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Grid (P, blocks of the layer's `size` normals): normal l of the layer is normal
+    offset + l of the net, from uniforms offset + l and total + offset + l of the member's row."""
+    p = tl.program_id(0).to(tl.int64)
+    l = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m = l < size
+    row = u + p * su_p + offset + l
+    r = tl.sqrt_rn(-2.0 * tl.log(tl.load(row, mask=m, other=0.5)))
+    eps = r * tl.cos(TWO_PI_F * tl.load(row + total, mask=m, other=0.5))
+    sign = tl.where(eps > 0.0, 1.0, tl.where(eps < 0.0, -1.0, 0.0))
+    f = tl.where(tl.load(on + p) != 0, sign * tl.sqrt_rn(tl.abs(eps)), 0.0)
+    rep = l // (IN + OUT)
+    c = l % (IN + OUT)
+    tl.store(f_in + p * sfi_p + rep * sfi_r + c * sfi_i, f, mask=m & (c < IN))
+    tl.store(f_out + p * sfo_p + rep * sfo_r + (c - IN) * sfo_o, f, mask=m & (c >= IN))
 
 
 INTERPRETED = isinstance(_rows_kernel, InterpretedFunction)

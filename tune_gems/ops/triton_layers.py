@@ -145,7 +145,8 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _check_device(t: Tensor) -> None:
+def check_device(t: Tensor) -> None:
+    """Refuse, in one line, a CPU tensor when the kernels are compiled (not interpreted)."""
     if t.device.type == "cpu" and not kernels.INTERPRETED:
         raise ConfigError(
             "model.layer_kernel=triton on the CPU runs Triton's interpreter: set TRITON_INTERPRET=1 in the run's "
@@ -154,7 +155,7 @@ def _check_device(t: Tensor) -> None:
 
 
 def _check(x: Tensor, lw: LayerWeights) -> None:
-    _check_device(x)
+    check_device(x)
     K, _ = lw.shape
     G = lw.weight.shape[0] * lw.reps if lw.weight.dim() == 4 else lw.weight.shape[0]
     if x.dim() != 3 or x.shape[0] != G or x.shape[2] != K:
@@ -230,7 +231,7 @@ def spectral_scale(weight: Tensor, reps: int, sn_u: Tensor, sn_v: Tensor, on: Te
     """Spectral norm of every group of `weight` [P, reps, in, out]: with `iterate`, one power
     iteration advances `sn_u` [G, out] and `sn_v` [G, in] in place; returns scale [G, 2] =
     (1/sigma, -1/sigma^2) for groups whose switch `on` [G] is set, (1, 0) for the others."""
-    _check_device(weight)
+    check_device(weight)
     G = sn_u.shape[0]
     K, O = weight.shape[-2:]
     if not (sn_u.is_contiguous() and sn_v.is_contiguous()):
