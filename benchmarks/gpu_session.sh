@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
-# stages: env build tests startup startup-sweep tests-nokernels arms folds folds-gpu probe kbench tbench armsbench noisy efficiency sweep sweep2 moonshot perf floor
+# stages: env build tests startup startup-sweep tests-nokernels arms folds folds-gpu probe kbench tbench armsbench noisy efficiency sweep sweep2 moonshot perf floor triton triton-perf triton-tests
 #         blocks1 blocks (issue 25: the moonshot shape as seed blocks, one GPU, then every visible GPU;
 #         BLOCKS_EPOCHS=50 by default; run blocks1 first, in its own call: each takes about 5 minutes)
 # perf (issue 22, about 8 minutes): build, the fused-head and tensor-core GPU tests, kernels.py
@@ -10,6 +10,13 @@
 # files in $OUT, a short table printed last.
 # floor (issue 33, about 6 minutes): benchmarks/floor_device.sh: build, gemm_batch_probe.py, the target-copy and
 # seed-block GPU tests, train_step.py before/after at the moonshot's own shape, the arms GPU tests, a table last.
+# triton (issue 40 item 3, one call of at most 9.5 minutes, TRITON_BUDGET_S=540): the extension build, train_step.py with
+# model.layer_kernel torch and triton side by side (P=1,64,256 and the moonshot's iteration, tf32, graphed; the
+# first triton case compiles the kernels), one profile per layer kernel at P=1 and 64 (launch counts), then the
+# GPU tests of the triton path (tests/gpu/test_triton_*_gpu.py: kernel invariants at real shapes, the noise factors
+# bit for bit against the torch path's, the learner's
+# seed-block and arms invariants, bits, resume, tf32 agreement) in the time left; triton.log, train_step_triton.json
+# and a short table last. triton-tests / triton-perf: the two halves alone.
 # Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -140,6 +147,36 @@ for s in "$@"; do
       echo "--- op census (dispatched ops per iteration; where/copy_/cat/fill_ counts)"
       grep -E "^op census|aten\.(where|copy_|_to_copy|clone|cat|fill_|sum)\.|tune_gems\." "$log" | head -60
       echo "--- iteration vs matmul floor"; sed -n '/^case /,/^wrote/p' "$log" | grep -v "^wrote"
+      ;;
+    triton|triton-perf|triton-tests)
+      stage "Triton layer kernels against the torch path (issue 40 item 3): $s"
+      log="$OUT/triton.log"
+      [ "$s" = triton-tests ] || : > "$log"
+      step() { echo "=== $1 ($(date +%T))" >> "$log"; }
+      t0=$SECONDS
+      if [ "$s" != triton-tests ]; then
+        step build
+        timeout 110 python3 -c "import torch, triton; from tune_gems.ops import load_extension; print('loaded', load_extension(torch.device('cuda')), 'triton', triton.__version__)" >> "$log" 2>&1
+        step "train_step.py, layer kernels side by side"
+        timeout 240 python3 benchmarks/train_step.py --core --populations 1,64,256 --precisions tf32 --moonshot \
+          --layer-kernels torch,triton --reps 50 --rounds 3 --out "$OUT/train_step_triton.json" >> "$log" 2>&1
+        step "profiles (launches per iteration)"
+        timeout 90 python3 benchmarks/train_step.py --core --populations 1 --precisions tf32 --reps 5 --rounds 1 --profile \
+          --profile-precisions tf32 --layer-kernels torch,triton --out "$OUT/train_step_triton_profile.json" >> "$log" 2>&1
+      fi
+      if [ "$s" != triton-perf ]; then
+        step "gpu tests of the triton path"
+        left=$(( ${TRITON_BUDGET_S:-540} - (SECONDS - t0) ))  # the tests get what the one call has left
+        [ "$left" -lt 60 ] && left=60
+        timeout "$left" python3 -m pytest tests/gpu/test_triton_noise_gpu.py tests/gpu/test_triton_layers_gpu.py tests/gpu/test_triton_learner_gpu.py \
+          -m gpu -q -rfE --timeout 200 -p no:cacheprovider >> "$log" 2>&1
+      fi
+      step done
+      echo "--- stage times"; grep "^=== " "$log"
+      echo "--- tests"; grep -E "passed|failed|error|FAILED|ERROR" "$log" | grep -v "^E " | tail -30
+      echo "--- iteration us, torch vs triton layers (graph, tf32)"; grep -E "^(train_step|moonshot) " "$log"
+      echo "--- triton / torch"; grep -E "^summary:" "$log" | tr ',' '\n' | grep -E "triton|moonshot"
+      echo "--- launches per iteration"; grep -E "^profile P=" "$log" | sed 's/ kernel launches, / launches, /'
       ;;
     startup)
       stage "a trial's fixed start-up, phase by phase: cold (a fresh process), then warm trials in it (issue 33 item 4)"

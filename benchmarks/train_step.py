@@ -14,6 +14,11 @@ forward, gems, backward, Adam, target update: one iteration = one graph replay):
   it is (3 arms x 64 seeds = 192 members, batch 128, hidden 128, its gems and arms), at tf32
   and bf16, so the benchmark and the trial time the same thing (`--moonshot-only`: only these).
 
+`--layer-kernels torch,triton` times every case once per `model.layer_kernel` (the layers'
+products on torch's batched matmuls with member blocks, or on the Triton kernels without them),
+side by side in one run, and prints the triton / torch ratio of each case; profiles and the
+census follow the same list.
+
 `--profile` profiles one eager iteration at P=1 and P=64 for each of `--profile-precisions`,
 counts the launches whose kernel is a SIMT GEMM (no tensor cores), and prints the op census
 (`op_census`: calls per iteration of every op the iteration dispatches, the per-op launch
@@ -26,7 +31,7 @@ warm-up), repeated `rounds` times; the median is reported.
 
     python benchmarks/train_step.py [--out benchmarks/results/train_step.json] [--quick]
         [--populations 1,64,256] [--blocks] [--moonshot | --moonshot-only]
-        [--profile [--profile-precisions fp32,tf32,bf16]]
+        [--profile [--profile-precisions fp32,tf32,bf16]] [--layer-kernels torch,triton]
 
 Runs against whichever `tune_gems` is first on PYTHONPATH (floor_device.sh times an older tree
 beside this one).
@@ -70,11 +75,12 @@ MOONSHOT_RUN = ["trainer.checkpoint_every=0", "trainer.checkpoint_interval_s=0"]
 """What a benchmark run changes in the moonshot's config: nothing that shapes the iteration."""
 
 
-def moonshot_config(precision: str, graph: bool, kernels: str, device: str = "cuda"):
+def moonshot_config(precision: str, graph: bool, kernels: str, device: str = "cuda", layer_kernel: str = "torch"):
     """benchmarks/moonshot.yaml's trial config (3 arms x 64 seeds, batch 128)."""
     tree = read_yaml(MOONSHOT)["config"]
     apply_overrides(tree, [*MOONSHOT_RUN, f"device={device}", f"trainer.precision={precision}",
-                           f"trainer.graph={'on' if graph else 'off'}", f"kernels={kernels}"])  # fmt: skip
+                           f"trainer.graph={'on' if graph else 'off'}", f"kernels={kernels}",
+                           f"model.layer_kernel={layer_kernel}"])  # fmt: skip
     return build_config(tree, str(MOONSHOT))
 
 
@@ -125,7 +131,7 @@ def arms_overrides(arms: int) -> list[str]:
 
 def run_case(
     P: int, precision: str, graph: bool, gems: str, kernels: str, warmup: int, reps: int, rounds: int,
-    batch: int = 256, blocks: int = 1, moonshot: bool = False,
+    batch: int = 256, blocks: int = 1, moonshot: bool = False, layer_kernel: str = "torch",
 ) -> dict:
     """One configuration; P is the number of members (blocks x seeds per block, arms being the
     blocks). `moonshot`: benchmarks/moonshot.yaml's own config (P, batch and gems are its)."""
@@ -133,13 +139,13 @@ def run_case(
     torch.cuda.reset_peak_memory_stats()
     base_mem = torch.cuda.memory_allocated()
     if moonshot:
-        cfg = moonshot_config(precision, graph, kernels)
+        cfg = moonshot_config(precision, graph, kernels, layer_kernel=layer_kernel)
     else:
         cfg = load_config(
             None,
             [*BASE, *GEMS[gems], f"trainer.population={P // blocks}", f"trainer.precision={precision}",
              f"trainer.graph={'on' if graph else 'off'}", f"kernels={kernels}", f"trainer.batch_size={batch}",
-             *arms_overrides(blocks)],
+             f"model.layer_kernel={layer_kernel}", *arms_overrides(blocks)],
         )
     t = Trainer(cfg, log=None)
     P, batch, blocks = t.learner.P, cfg.trainer.batch_size, len(t.learner.arms)
@@ -155,6 +161,7 @@ def run_case(
         "mode": "graph" if graph else "eager",
         "gems": gems,
         "kernels": t.ops.name,
+        "layer_kernel": layer_kernel,
         "iter_us": round(us, 1),
         "seed_steps_per_s": round(P * cfg.trainer.n_envs / (us * 1e-6)),
         "member_updates_per_s": round(P / (us * 1e-6)),
@@ -164,12 +171,12 @@ def run_case(
     return row
 
 
-def profile_iteration(P: int, precision: str, top: int = 15) -> dict:
+def profile_iteration(P: int, precision: str, top: int = 15, layer_kernel: str = "torch") -> dict:
     """Kernel-level profile of one eager iteration (the same kernels a replay runs): the number
     of kernel launches and where the GPU time goes, for explaining the graph timings."""
     from torch.profiler import ProfilerActivity, profile
 
-    t = census_trainer(P, precision, "cuda")
+    t = census_trainer(P, precision, "cuda", layer_kernel)
     for _ in range(3):
         t.learner.iteration()
     census = op_census(t.learner)
@@ -196,16 +203,16 @@ def profile_iteration(P: int, precision: str, top: int = 15) -> dict:
     simt = [e for e in kernels if is_simt_gemm(e.key)]
     simt_launches = sum(e.count for e in simt) / 5
     simt_us = sum(dev_time(e) for e in simt) / 5
-    print(f"\nprofile P={P} {precision}: {launches:.0f} kernel launches, {total:.0f} us of kernel time per iteration; "
+    print(f"\nprofile P={P} {precision} layers={layer_kernel}: {launches:.0f} kernel launches, {total:.0f} us of kernel time per iteration; "
           f"SIMT GEMM launches {simt_launches:.0f} ({simt_us:.0f} us)")
     for r in rows:
         print(f"  {r['us_per_iter']:>8.1f} us  x{r['calls_per_iter']:<5.1f} {r['kernel']}")
     print(f"  by the torch op that launched them (P={P}):")
     for r in op_rows:
         print(f"  {r['us_per_iter']:>8.1f} us  x{r['calls_per_iter']:<5.1f} {r['op']}")
-    print_census(f"P={P} {precision}", census)
+    print_census(f"P={P} {precision} layers={layer_kernel}", census)
     del t
-    return {"P": P, "precision": precision, "launches_per_iter": launches, "kernel_us_per_iter": round(total, 1),
+    return {"P": P, "precision": precision, "layer_kernel": layer_kernel, "launches_per_iter": launches, "kernel_us_per_iter": round(total, 1),
             "simt_gemm_launches_per_iter": simt_launches, "simt_gemm_us_per_iter": round(simt_us, 1),
             "simt_gemm_kernels": sorted({e.key for e in simt}), "top": rows, "top_ops": op_rows,
             "op_census": census}
@@ -243,16 +250,16 @@ def op_census(learner, iterations: int = 1) -> dict[str, float]:
     return {op: n / iterations for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
 
 
-def census_trainer(P: int | str, precision: str, device: str) -> Trainer:
+def census_trainer(P: int | str, precision: str, device: str, layer_kernel: str = "torch") -> Trainer:
     """The profiled configuration (gems measured, eager) on `device`, replay prefilled; P
     "moonshot": benchmarks/moonshot.yaml's trial."""
     kernels = "cuda" if device == "cuda" else "auto"
     if P == "moonshot":
-        cfg = moonshot_config(precision, graph=False, kernels=kernels, device=device)
+        cfg = moonshot_config(precision, graph=False, kernels=kernels, device=device, layer_kernel=layer_kernel)
     else:
         overrides = [o for o in [*BASE, *GEMS["measure"]] if not o.startswith("device=")]
         cfg = load_config(None, [*overrides, f"device={device}", f"trainer.population={P}", f"trainer.precision={precision}",
-                                 "trainer.graph=off", f"kernels={kernels}"])
+                                 "trainer.graph=off", f"kernels={kernels}", f"model.layer_kernel={layer_kernel}"])
     t = Trainer(cfg, log=None)
     t._prefill()
     return t
@@ -302,6 +309,21 @@ def cases(
         yield dict(P=P, precision="fp32", graph=True, gems="measure", kernels="reference")
 
 
+def layer_kernel_ratios(rows: list[dict]) -> dict[str, float]:
+    """triton / torch iteration time of every case timed with both layer kernels (the rows that
+    differ only in `layer_kernel`), keyed `triton_over_torch_<case>_P<P>_<precision>_<gems>`."""
+    def key(r):
+        return tuple((k, v) for k, v in r.items() if k in ("case", "P", "batch", "blocks", "precision", "mode", "gems", "kernels"))
+
+    torch_rows = {key(r): r for r in rows if r["layer_kernel"] == "torch"}
+    out = {}
+    for r in rows:
+        ref = torch_rows.get(key(r)) if r["layer_kernel"] == "triton" else None
+        if ref:
+            out[f"triton_over_torch_{r['case']}_P{r['P']}_{r['precision']}_{r['gems']}"] = round(r["iter_us"] / ref["iter_us"], 3)
+    return out
+
+
 def write_result(out: Path, rows: list[dict], summary: dict, profiles: list[dict]) -> None:
     """The JSON result so far (rewritten after every case, so a run cut short keeps its rows)."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -336,16 +358,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile-precisions", default="fp32", help="comma-separated precisions to profile")
     ap.add_argument("--census-only", action="store_true", help="print the op census at P=1 and P=64 on this machine's device and stop")
     ap.add_argument("--census-populations", default="1,64", help="comma-separated P of --census-only (or moonshot: its trial)")
+    ap.add_argument("--layer-kernels", default="torch", help="comma-separated model.layer_kernel values, each case timed once per value")
     a = ap.parse_args(argv)
     populations = tuple(int(x) for x in a.populations.split(","))
     profile_precisions = tuple(a.profile_precisions.split(","))
+    layer_kernels = tuple(a.layer_kernels.split(","))
     if a.census_only:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         for prec in profile_precisions if device == "cuda" else ("fp32",):  # the CPU runs fp32 whatever the precision
             for P in (x if x == "moonshot" else int(x) for x in a.census_populations.split(",")):
-                t = census_trainer(P, prec, device)
-                t.learner.iteration()  # the first iteration fixes the frozen columns
-                print_census(f"P={P} {prec} ({device})", op_census(t.learner))
+                for lk in layer_kernels:
+                    t = census_trainer(P, prec, device, lk)
+                    t.learner.iteration()  # the first iteration fixes the frozen columns
+                    print_census(f"P={P} {prec} layers={lk} ({device})", op_census(t.learner))
         return 0
     if not torch.cuda.is_available():
         print("train_step benchmark needs CUDA", file=sys.stderr)
@@ -356,16 +381,19 @@ def main(argv: list[str] | None = None) -> int:
         todo = list(moonshot_cases(tuple(p for p in ("tf32", "bf16") if p in precisions)))
     else:
         todo = list(cases(a.quick, populations, a.blocks, a.moonshot, precisions, a.core))
-    print(f"{'config':10} {'mode':6} {'P':>4} {'batch':>5} {'arms':>4} {'prec':5} {'gems':8} {'kernels':9} {'iter_us':>9} "
+    todo = [dict(c, layer_kernel=lk) for c in todo for lk in layer_kernels]  # side by side
+    print(f"{'config':10} {'mode':6} {'P':>4} {'batch':>5} {'arms':>4} {'prec':5} {'gems':8} {'kernels':9} {'layers':7} {'iter_us':>9} "
           f"{'seed-steps/s':>13} {'MB/member':>9}")  # fmt: skip
     for c in todo:
         r = run_case(**c, warmup=a.warmup, reps=a.reps, rounds=a.rounds)
         rows.append(r)
         write_result(a.out, rows, {}, [])
         print(f"{r['case']:10} {r['mode']:6} {r['P']:>4} {r['batch']:>5} {r['blocks']:>4} {r['precision']:5} "
-              f"{r['gems']:8} {r['kernels']:9} {r['iter_us']:>9.1f} {r['seed_steps_per_s']:>13,} {r['mem_per_member_mb']:>9.2f}", flush=True)
+              f"{r['gems']:8} {r['kernels']:9} {r['layer_kernel']:7} {r['iter_us']:>9.1f} {r['seed_steps_per_s']:>13,} "
+              f"{r['mem_per_member_mb']:>9.2f}", flush=True)  # fmt: skip
 
     def find(**kw):
+        kw.setdefault("layer_kernel", layer_kernels[0])  # the figures below: of the first layer kernel listed
         return next((r for r in rows if all(r[k] == v for k, v in kw.items())), None)
 
     summary = {}
@@ -383,13 +411,16 @@ def main(argv: list[str] | None = None) -> int:
             summary[f"measure_over_off_P{P}"] = round(meas["iter_us"] / off["iter_us"], 3)
     for r in rows:
         if r["case"] == "moonshot":
-            summary[f"moonshot_{r['precision']}_us"] = r["iter_us"]
+            suffix = "" if r["layer_kernel"] == "torch" else f"_{r['layer_kernel']}"
+            summary[f"moonshot_{r['precision']}{suffix}_us"] = r["iter_us"]
+    summary.update(layer_kernel_ratios(rows))
     print("\nsummary:", json.dumps(summary))
     profiles = []
     for prec in profile_precisions if a.profile else ():
         for P in (1, 64):
-            profiles.append(profile_iteration(P, prec))
-            write_result(a.out, rows, summary, profiles)
+            for lk in layer_kernels:
+                profiles.append(profile_iteration(P, prec, layer_kernel=lk))
+                write_result(a.out, rows, summary, profiles)
     write_result(a.out, rows, summary, profiles)
     print(f"wrote {a.out}")
     return 0

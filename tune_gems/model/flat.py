@@ -5,7 +5,9 @@ matrix `data` [P, total], and their gradients row p of `grad` [P, total]. Parame
 views into `data`; `gather_grads` writes the gradients that `torch.autograd.grad` returns into
 `grad` with one concatenation. That turns whole-model work into single kernels: the
 per-member gradient norm is one row-wise reduction, the Adam step one fused update, and the
-target-network update one lerp.
+target-network update one lerp. Each parameter carries `grad_slot`, its columns of `grad` in its
+own shape: a kernel may write the parameter's gradient there itself (the Triton layer kernels,
+tune_gems.ops.triton_layers), and `gather_grads` then leaves that slot as it is.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class FlatParameters:
         offset = 0
         for (mod, name, p), n in zip(slots, self.sizes):
             param = nn.Parameter(self.data[:, offset : offset + n].view(p.shape), requires_grad=with_grad)
+            if self.grad is not None:
+                param.grad_slot = self.grad[:, offset : offset + n].view(p.shape)
             setattr(mod, name, param)  # nn.Module registers a Parameter in place of the old one
             self.params.append(param)
             self._columns[id(param)] = slice(offset, offset + n)
@@ -54,8 +58,21 @@ class FlatParameters:
         return slice(spans[0][0], spans[-1][1])
 
     def gather_grads(self, grads: tuple[Tensor | None, ...]) -> None:
-        """Write per-parameter gradients (None: no gradient reached it) into `grad`."""
+        """Write per-parameter gradients (None: no gradient reached it) into `grad`: one
+        concatenation, or, when some gradients already are their slots (written there by a
+        kernel), a copy of each of the others into its slot (zeros for None)."""
         P = self.population
-        parts = [g.reshape(P, -1) if g is not None else z for g, z in zip(grads, self._zeros)]
-        torch.cat(parts, dim=1, out=self.grad)
+        in_place = [g is not None and _is_view_of(g, p.grad_slot) for g, p in zip(grads, self.params)]
+        if not any(in_place):
+            parts = [g.reshape(P, -1) if g is not None else z for g, z in zip(grads, self._zeros)]
+            torch.cat(parts, dim=1, out=self.grad)
+            return
+        for g, p, z, done in zip(grads, self.params, self._zeros, in_place):
+            if not done:
+                p.grad_slot.copy_(g if g is not None else z.view(p.shape))
+
+
+def _is_view_of(t: Tensor, slot: Tensor) -> bool:
+    """Whether `t` is `slot` itself (the same memory, shape and strides)."""
+    return t.data_ptr() == slot.data_ptr() and t.shape == slot.shape and t.stride() == slot.stride()
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tune_gems.config.schema import ModelConfig
@@ -44,5 +43,5 @@ class LatentPredictor(nn.Module):
         # one-hot by comparison: F.one_hot validates its input with a host sync on CUDA
         ids = torch.arange(self.A, device=action.device)
         onehot = (action.unsqueeze(-1) == ids).to(h.dtype).flatten(-2)  # [P,B,K*A]
-        x = F.relu(PopLinear.apply(torch.cat([h, onehot], dim=-1), weights["pred_in"]))
+        x = PopLinear.apply(torch.cat([h, onehot], dim=-1), weights["pred_in"], relu=True)
         return PopLinear.apply(x, weights["pred_out"])

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tune_gems.config.schema import ModelConfig
@@ -80,6 +79,8 @@ class BranchingC51(nn.Module):
         for layer in self.weight_layers().values():
             if hasattr(layer, "set_member_block"):  # a plug-in head's own layer type may lack it
                 layer.set_member_block(member_block)
+            if hasattr(layer, "set_layer_kernel"):
+                layer.set_layer_kernel(cfg.layer_kernel)
 
     # -- effective weights -------------------------------------------------------------------
     def weight_layers(self) -> dict[str, nn.Module]:
@@ -109,6 +110,15 @@ class BranchingC51(nn.Module):
             layer.resample(f[:, offset : offset + layer.noise_size])
             offset += layer.noise_size
 
+    def resample_noise_from_uniforms(self, u: Tensor) -> None:
+        """The triton path (`model.layer_kernel: triton`): install fresh factorised noise from the
+        uniforms u [P, 2 x noise_size] that tune_gems.rng.box_muller would turn into the normals
+        of `resample_noise`, one kernel per noisy layer (Box-Muller and f(eps) inside it)."""
+        offset = 0
+        for layer in self.noisy_layers():
+            layer.resample_from_uniforms(u, offset)
+            offset += layer.noise_size
+
     # -- forward -----------------------------------------------------------------------------
     def forward(self, obs: Tensor, w: dict[str, tuple[Tensor, Tensor]], logits: bool = True) -> NetOutput:
         """The network's outputs on obs [P,N,obs_dim]. `logits=False` leaves the dueling
@@ -118,9 +128,9 @@ class BranchingC51(nn.Module):
         K, A, Hs = self.K, self.A, self.cfg.stream_hidden
         x = obs
         for i in range(len(self.trunk)):
-            x = F.relu(PopLinear.apply(x, w[f"trunk{i}"]))
+            x = PopLinear.apply(x, w[f"trunk{i}"], relu=True)
         h = x
-        s = F.relu(PopLinear.apply(h, w["stream_in"]))  # [P,N,(1+K)*Hs]
+        s = PopLinear.apply(h, w["stream_in"], relu=True)  # [P,N,(1+K)*Hs]
         v_feat = s[..., :Hs]
         adv_feat = s[..., Hs:].reshape(P, N, K, Hs).permute(0, 2, 1, 3).contiguous()  # [P,K,N,Hs]
         value = PopLinear.apply(v_feat, w["value_out"])  # [P,N,atoms]

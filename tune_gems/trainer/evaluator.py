@@ -54,7 +54,7 @@ class GreedyEvaluator:
         with self.learner.matmul_precision():
             fresh = net.weights("eval")
         if self._eval_w is None:
-            self._eval_w = {k: Affine(w.clone(), b.clone(), getattr(a, "chunk", None)) for k, a in fresh.items() for w, b in [a]}
+            self._eval_w = {k: Affine.copy_of(a) for k, a in fresh.items()}
         else:
             for k, (w, b) in fresh.items():
                 self._eval_w[k][0].copy_(w)

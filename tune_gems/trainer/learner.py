@@ -229,8 +229,11 @@ class Learner:
         noise for members without NoisyNets, tune_gems.model.layers)."""
         self.rng.advance()
         draws = self.rng.draw(self.plan)
-        self.online.resample_noise(draws.normal("noise_online"))
-        self.target.resample_noise(draws.normal("noise_target"))
+        for net, name in ((self.online, "noise_online"), (self.target, "noise_target")):
+            if self.cfg.model.layer_kernel == "triton":  # Box-Muller and f(eps) in one kernel per layer
+                net.resample_noise_from_uniforms(draws.uniform(name))
+            else:
+                net.resample_noise(draws.normal(name))
         return draws
 
     def reset_envs(self) -> None:

@@ -1,0 +1,55 @@
+"""The learner with `model.layer_kernel: triton` on the CPU, through Triton's interpreter: a short
+run at tiny shapes stays within tf32-level tolerance of the torch path (the default and the
+oracle), with every gem wired (G12's head then runs twice with autograd in an iteration, so its
+gradients take the summed path, not the direct write into the flat matrix)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from learner_fixtures import all_wired, tiny_config
+from test_triton_layers import triton_interpreter  # noqa: F401  (the module's interpreter fixture)
+from tune_gems.ops import resolve_backend
+from tune_gems.trainer.learner import Learner
+from tune_gems.trainer.run_setup import prepare_market
+
+pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning")
+
+TF32 = 2.0**-11
+"""tf32's unit roundoff: the tolerance the issue allows between the two paths."""
+ITERATIONS = 3
+SMALL = ["trainer.population=2", "trainer.batch_size=8", "trainer.n_envs=4", "trainer.learning_starts=16", "trainer.replay_capacity=64"]
+
+
+def _learner(kernel: str) -> Learner:
+    cfg = tiny_config(*SMALL, *all_wired(), f"model.layer_kernel={kernel}")
+    dev = torch.device("cpu")
+    learner = Learner(cfg, prepare_market(cfg, dev), dev, resolve_backend("reference", dev))
+    learner.reset_envs()
+    for _ in range(cfg.trainer.learning_starts // cfg.trainer.n_envs):
+        learner.collect()
+    return learner
+
+
+def test_a_short_run_on_triton_stays_within_tf32_tolerance_of_the_torch_path():
+    """After each iteration: every parameter within ITERATIONS x lr x 2^-11 of the torch path's
+    (each Adam step is about lr in size, and may differ by tf32's relative rounding of it), the
+    accumulated loss, q_mean and gradient norm within 2^-11 relative, and the replay and
+    environments (driven by the actions both nets chose) equal."""
+    torch_run, triton_run = _learner("torch"), _learner("triton")
+    assert triton_run.online.trunk[0].kernel == "triton" and torch_run.online.trunk[0].kernel == "torch"
+    lr = torch_run.cfg.trainer.lr
+    for i in range(1, ITERATIONS + 1):
+        torch_run.iteration()
+        triton_run.iteration()
+        a, b = torch_run.online_flat.data, triton_run.online_flat.data
+        assert (a - b).abs().max().item() <= i * lr * TF32, f"parameters after {i} iterations"
+        for row in ("loss", "q_mean", "grad_norm"):
+            k = torch_run.acc_rows.index(row)
+            x, y = torch_run.acc[k], triton_run.acc[k]
+            assert ((x - y).abs() <= TF32 * x.abs()).all(), f"{row} after {i} iterations: {x.tolist()} vs {y.tolist()}"
+    ours, theirs = torch_run.state_tensors(), triton_run.state_tensors()
+    for key in ours:
+        if key.startswith(("replay.", "env.")):
+            assert torch.equal(ours[key], theirs[key]), key

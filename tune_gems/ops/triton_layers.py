@@ -1,0 +1,287 @@
+"""The population layers' products on Triton (`model.layer_kernel: triton`): the tiles, the
+launches of tune_gems.ops.triton_layer_kernels, and one autograd op per layer product.
+
+`LayerWeights` is what a layer's `weights()` returns on this path: the raw parameters and the
+iteration's noise factors and spectral-norm scale, from which the kernels build the effective
+weight tile by tile (tune_gems.model.layers). `layer_product(x, weights, relu)` is
+act((x @ W_eff) * s + b_eff) over every group at once; its backward writes the parameters'
+gradients straight into their slots of the flat gradient matrix (`grad_slot`, model/flat.py)
+when the layer ran once with autograd in the iteration, else into fresh tensors that autograd
+sums. `spectral_scale` runs spectral norm's power iteration and sigma, one program per group.
+
+The tiles depend on the product's shape only (`tiles`), so a member's bits do not depend on
+the member count; precision follows torch's settings at each launch, as a torch matmul's would:
+tf32 when `torch.get_float32_matmul_precision()` is not "highest", bf16 operands inside CUDA
+autocast to bfloat16 (the backward keeps the forward's bf16).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from tune_gems.contracts.errors import ConfigError
+
+try:
+    from tune_gems.ops import triton_layer_kernels as kernels
+except ModuleNotFoundError as e:  # the one dependency only this path has
+    if e.name != "triton":
+        raise
+    raise ConfigError("model.layer_kernel=triton needs the triton package (pip install triton)") from None
+
+ROW_TILE = 64
+"""Largest tile along a product's output rows (the batch rows, or a weight's inputs in dW)."""
+COL_TILE = 64
+"""Largest tile along a product's output columns."""
+INNER_TILE = 32
+"""Largest step of the K-loop."""
+DOT_MIN = 16
+"""tl.dot's smallest operand side: smaller products are padded (masked) up to it."""
+VECTOR_TILE = 64
+"""Tile of the spectral-norm kernel's matrix-vector passes (no tl.dot there)."""
+NORM_EPS = 1e-12
+"""normalize(x) = x / max(|x|, eps), the torch path's (tune_gems.model.layers._NORM_EPS)."""
+NUM_WARPS = 4
+"""Warps per program of every layer kernel (a 64 x 64 tile at 4 warps: Triton's usual choice)."""
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """A product's tile: rows x cols of the output, `inner` the K-loop's step."""
+
+    rows: int
+    cols: int
+    inner: int
+
+
+def _fit(n: int, largest: int, smallest: int = DOT_MIN) -> int:
+    """The power of two that covers n, clamped to [smallest, largest]."""
+    return max(smallest, min(largest, 1 << max(n - 1, 0).bit_length()))
+
+
+def tiles(rows: int, inner: int, cols: int) -> Tiles:
+    """The tile of a per-group product [rows, inner] @ [inner, cols]: a function of the shape
+    alone, never of the number of groups, so each group's K-loop (and its bits) is the same in
+    a call over any number of groups."""
+    return Tiles(_fit(rows, ROW_TILE), _fit(cols, COL_TILE), _fit(inner, INNER_TILE))
+
+
+@dataclass
+class LayerWeights:
+    """One layer's operands for one iteration; the effective weight is built inside the kernels.
+
+    `weight`, `bias`: W [P, reps, in, out] and b [P, reps, 1, out] (mu_w, mu_b of a NoisyNet
+    layer), or [G, in, out] and [G, 1, out] with reps 1 (materialised weights). A NoisyNet
+    layer adds `weight_sigma`, `bias_sigma` (shaped like weight, bias) and the noise factors
+    `f_in` [P, reps, in, 1], `f_out` [P, reps, 1, out]; a spectral-norm layer adds `scale`
+    [G, 2] (s, ds/dsigma: `spectral_scale`) and its state vectors `sn_u` [G, out], `sn_v`
+    [G, in]. `uses` counts the products run with autograd on these weights (by
+    `layer_product`): their gradients go straight into the flat matrix only when it is one."""
+
+    weight: Tensor
+    bias: Tensor
+    reps: int = 1
+    weight_sigma: Tensor | None = None
+    bias_sigma: Tensor | None = None
+    f_in: Tensor | None = None
+    f_out: Tensor | None = None
+    scale: Tensor | None = None
+    sn_u: Tensor | None = None
+    sn_v: Tensor | None = None
+    uses: int = 0
+    kernel = "triton"  # what tune_gems.model.layers dispatches a product on
+
+    @property
+    def noisy(self) -> bool:
+        return self.weight_sigma is not None
+
+    @property
+    def scaled(self) -> bool:
+        return self.scale is not None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(in, out) of the layer."""
+        return self.weight.shape[-2], self.weight.shape[-1]
+
+
+def _member_strides(t: Tensor) -> tuple[int, int, int, int]:
+    """Strides (member, replica, row, column) of a [P, reps, a, b] tensor, or of [G, a, b] as
+    P = G groups of one replica."""
+    if t.dim() == 4:
+        return t.stride()
+    return t.stride(0), 0, t.stride(1), t.stride(2)
+
+
+def _operand_args(lw: LayerWeights) -> tuple[list, list, list]:
+    """Kernel arguments of the weight, the noise factors and the bias (placeholders, never read,
+    where the layer has no such operand)."""
+    w, b = lw.weight, lw.bias
+    sw, sb = _member_strides(w), _member_strides(b)
+    weight = [w, lw.weight_sigma if lw.noisy else w, *sw]
+    if lw.noisy:
+        fi, fo = _member_strides(lw.f_in), _member_strides(lw.f_out)
+        noise = [lw.f_in, fi[0], fi[1], fi[2], lw.f_out, fo[0], fo[1], fo[3]]
+    else:
+        noise = [w, 0, 0, 0, w, 0, 0, 0]
+    bias = [b, lw.bias_sigma if lw.noisy else b, sb[0], sb[1], sb[3]]
+    return weight, noise, bias
+
+
+def dot_precision(t: Tensor) -> str:
+    """The product's precision under torch's current settings (module docstring)."""
+    if t.is_cuda and torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == torch.bfloat16:
+        return "bf16"
+    return "ieee" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+
+
+def _flags(lw: LayerWeights, relu: bool, dot: str, t: Tiles) -> dict:
+    return dict(REPS=lw.reps, NOISY=lw.noisy, SCALED=lw.scaled, RELU=relu, DOT=dot, BM=t.rows, BN=t.cols, BK=t.inner,
+                num_warps=NUM_WARPS)  # fmt: skip
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def check_device(t: Tensor) -> None:
+    """Refuse, in one line, a CPU tensor when the kernels are compiled (not interpreted)."""
+    if t.device.type == "cpu" and not kernels.INTERPRETED:
+        raise ConfigError(
+            "model.layer_kernel=triton on the CPU runs Triton's interpreter: set TRITON_INTERPRET=1 in the run's "
+            "environment (slow, meant for tests), or train on CUDA"
+        )
+
+
+def _check(x: Tensor, lw: LayerWeights) -> None:
+    check_device(x)
+    K, _ = lw.shape
+    G = lw.weight.shape[0] * lw.reps if lw.weight.dim() == 4 else lw.weight.shape[0]
+    if x.dim() != 3 or x.shape[0] != G or x.shape[2] != K:
+        raise ValueError(f"layer input {tuple(x.shape)} does not fit weights {tuple(lw.weight.shape)} (reps {lw.reps})")
+    if x.dtype != torch.float32 or lw.weight.dtype != torch.float32:
+        raise ValueError(f"the Triton layer kernels take float32 tensors, not {x.dtype} and {lw.weight.dtype}")
+
+
+def _rows_product(a: Tensor, y: Tensor, lw: LayerWeights, backward: bool, relu: bool, dot: str) -> Tensor:
+    """The kernel over the batch rows: the forward (a = x [G, N, in] -> [G, N, out]) or dx
+    (a = dy [G, N, out], with y's strides -> [G, N, in])."""
+    G, N, _ = a.shape
+    K, O = lw.shape
+    cols, inner = (K, O) if backward else (O, K)
+    out = torch.empty(G, N, cols, device=a.device, dtype=torch.float32)
+    t = tiles(N, inner, cols)
+    weight, noise, bias = _operand_args(lw)
+    kernels._rows_kernel[(G, _cdiv(N, t.rows) * _cdiv(cols, t.cols))](
+        a, y, *a.stride(), *weight, *noise, *bias, lw.scale if lw.scaled else out, out, *out.stride(), N, K, O,
+        BACKWARD=backward, **_flags(lw, relu, dot, t),
+    )  # fmt: skip
+    return out
+
+
+def forward(x: Tensor, lw: LayerWeights, relu: bool, dot: str) -> Tensor:
+    """y [G, N, out] = act((x @ W_eff) * s + b_eff) for x [G, N, in]."""
+    _check(x, lw)
+    return _rows_product(x, x, lw, False, relu, dot)
+
+
+def input_grad(dy: Tensor, y: Tensor, lw: LayerWeights, relu: bool, dot: str) -> Tensor:
+    """dx [G, N, in] = s * ((dy * relu'(y)) @ W_eff^T); `dy` and `y` contiguous."""
+    return _rows_product(dy, y, lw, True, relu, dot)
+
+
+def _grad_buffer(param: Tensor, direct: bool) -> Tensor:
+    """Where a parameter's gradient is written: its slot of the flat gradient matrix when it
+    has one and `direct`, else a fresh tensor of its shape."""
+    slot = getattr(param, "grad_slot", None)
+    if direct and slot is not None:
+        return slot
+    return torch.empty(param.shape, device=param.device, dtype=param.dtype)
+
+
+def weight_grads(x: Tensor, dy: Tensor, y: Tensor, lw: LayerWeights, relu: bool, dot: str, direct: bool) -> tuple:
+    """(dW, dW_sigma, db, db_sigma) of one product (the sigma ones None for a plain layer);
+    `dy` and `y` contiguous. With spectral norm, dW includes the term through sigma."""
+    G, N, K = x.shape
+    O = lw.shape[1]
+    t = tiles(K, N, O)
+    n_tiles = _cdiv(K, t.rows) * _cdiv(O, t.cols)
+    dw = _grad_buffer(lw.weight, direct)
+    db = _grad_buffer(lw.bias, direct)
+    dws = _grad_buffer(lw.weight_sigma, direct) if lw.noisy else dw
+    dbs = _grad_buffer(lw.bias_sigma, direct) if lw.noisy else db
+    partials = torch.empty(G, n_tiles, device=x.device, dtype=torch.float32) if lw.scaled else x
+    sdw, sdb = _member_strides(dw), _member_strides(db)
+    weight, noise, _ = _operand_args(lw)
+    kernels._weight_grad_kernel[(G, n_tiles)](
+        x, *x.stride(), dy, y, *dy.stride(), weight[0], *weight[2:], *noise,
+        lw.scale if lw.scaled else x, partials,
+        dw, dws, *sdw, db, dbs, sdb[0], sdb[1], sdb[3], N, K, O, **_flags(lw, relu, dot, t),
+    )  # fmt: skip
+    if lw.scaled:
+        kernels._sigma_grad_kernel[(G, n_tiles)](
+            dw, *sdw, partials, lw.scale, lw.sn_u, lw.sn_u.stride(0), lw.sn_v, lw.sn_v.stride(0),
+            K, O, n_tiles, REPS=lw.reps, TILES_P2=_fit(n_tiles, n_tiles, 1), BM=t.rows, BN=t.cols, num_warps=NUM_WARPS,
+        )  # fmt: skip
+    return dw, dws if lw.noisy else None, db, dbs if lw.noisy else None
+
+
+def spectral_scale(weight: Tensor, reps: int, sn_u: Tensor, sn_v: Tensor, on: Tensor, iterate: bool) -> Tensor:
+    """Spectral norm of every group of `weight` [P, reps, in, out]: with `iterate`, one power
+    iteration advances `sn_u` [G, out] and `sn_v` [G, in] in place; returns scale [G, 2] =
+    (1/sigma, -1/sigma^2) for groups whose switch `on` [G] is set, (1, 0) for the others."""
+    check_device(weight)
+    G = sn_u.shape[0]
+    K, O = weight.shape[-2:]
+    if not (sn_u.is_contiguous() and sn_v.is_contiguous()):
+        raise ValueError("spectral-norm state vectors must be contiguous")
+    scale = torch.empty(G, 2, device=weight.device, dtype=torch.float32)
+    kernels._spectral_kernel[(G,)](
+        weight, *_member_strides(weight), sn_u, sn_u.stride(0), sn_v, sn_v.stride(0), on, scale, K, O, NORM_EPS,
+        REPS=reps, ITERATE=iterate, BI=_fit(K, VECTOR_TILE, 1), BO=_fit(O, VECTOR_TILE, 1), num_warps=NUM_WARPS,
+    )  # fmt: skip
+    return scale
+
+
+class _LayerProduct(torch.autograd.Function):
+    """act((x @ W_eff) * s + b_eff) with the parameters as differentiable inputs; the noise
+    factors, scale and state vectors ride in `lw` (no gradient)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, weight_sigma, bias, bias_sigma, lw: LayerWeights, relu: bool, dot: str):
+        y = forward(x, lw, relu, dot)
+        ctx.save_for_backward(x, y)
+        ctx.lw, ctx.relu, ctx.dot = lw, relu, dot
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, y = ctx.saved_tensors
+        lw, relu = ctx.lw, ctx.relu
+        dot = "bf16" if ctx.dot == "bf16" else dot_precision(dy)
+        dy = dy.contiguous()
+        need = ctx.needs_input_grad
+        dx = input_grad(dy, y, lw, relu, dot) if need[0] else None
+        dw = dws = db = dbs = None
+        if any(need[1:5]):
+            dw, dws, db, dbs = weight_grads(x, dy, y, lw, relu, dot, direct=lw.uses == 1)
+        return dx, dw, dws, db, dbs, None, None, None
+
+
+def layer_product(x: Tensor, lw: LayerWeights | tuple[Tensor, Tensor], relu: bool = False) -> Tensor:
+    """act((x @ W_eff) * s + b_eff) per group: x [G, N, in] -> [G, N, out], with autograd when
+    it is on and some input needs a gradient. `lw` may be a pair (W [G, in, out], b [G, 1, out])
+    of materialised weights (the evaluation's)."""
+    if not isinstance(lw, LayerWeights):
+        w, b = lw
+        lw = LayerWeights(w, b)
+    if x.dtype in (torch.bfloat16, torch.float16):  # an input autocast made: the kernels cast per tile themselves
+        x = x.float()
+    params = (lw.weight, lw.weight_sigma, lw.bias, lw.bias_sigma)
+    dot = dot_precision(x)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *params)):
+        lw.uses += 1
+        return _LayerProduct.apply(x, *params, lw, relu, dot)
+    return forward(x, lw, relu, dot)
