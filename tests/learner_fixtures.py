@@ -109,3 +109,33 @@ def member_part(key: str, t: torch.Tensor, population: int, p: int) -> torch.Ten
     if key == "metrics.acc":
         return t[:, p]
     return t.reshape(population, -1)[p]
+
+
+def trained_with_lines(cfg: Config):
+    """(a Trainer of `cfg` trained to its end, the HEALTH_DIAG lines it logged)."""
+    from tune_gems.trainer.train_command import train_epochs
+    from tune_gems.trainer.trainer import Trainer
+
+    lines: list[str] = []
+    t = Trainer(cfg, log=lines.append)
+    train_epochs(t)
+    return t, lines
+
+
+def assert_runs_alone_equal_their_members(together, alone, iterations: int = 9) -> dict[str, torch.Tensor]:
+    """Step `together` and every learner of `alone` `iterations` times; then the members of
+    `alone[j]` equal `together`'s next `alone[j].P` members (in order), every state tensor bit for
+    bit. Returns `together`'s state."""
+    for _ in range(iterations):
+        together.iteration()
+        for run in alone:
+            run.iteration()
+    state, start = together.state_tensors(), 0
+    for j, run in enumerate(alone):
+        ref = run.state_tensors()
+        for q in range(run.P):
+            for k, v in state.items():
+                assert bits_equal(member_part(k, v, together.P, start + q), member_part(k, ref[k], run.P, q)), (j, q, k)
+        start += run.P
+    assert start == together.P
+    return state

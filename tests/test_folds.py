@@ -10,11 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from learner_fixtures import bits_equal, tiny_config
+from learner_fixtures import assert_runs_alone_equal_their_members, bits_equal, tiny_config, trained_with_lines
 from tune_gems.design.arms import ArmsConfig, MemberLayout, expand_arms
 from tune_gems.stats.metrics import FOLD_METRICS, epoch_metrics
 from tune_gems.rng import member_seeds
-from tune_gems.trainer.train_command import train_epochs
 from tune_gems.trainer.trainer import Trainer
 
 FOLDS = ["data.folds.k=3", "data.folds.val_length=60", "data.folds.gap=2"]
@@ -47,14 +46,6 @@ def _learner(cfg, folds=None, prices=None):
     return learner
 
 
-def _part(key: str, t: torch.Tensor, P: int, p: int) -> torch.Tensor:
-    if t.dim() == 0 or key.endswith(".support"):
-        return t
-    if key == "metrics.acc":
-        return t[:, p]
-    return t.reshape(P, -1)[p]
-
-
 @pytest.mark.parametrize("design", [FOLDS, PURGED], ids=["walk_forward", "purged"])
 def test_each_folds_members_equal_a_run_of_that_fold_alone_bit_for_bit(design):
     """3 folds x 2 arms x 2 seeds in one learner against, per fold, a learner of that fold alone
@@ -68,18 +59,8 @@ def test_each_folds_members_equal_a_run_of_that_fold_alone_bit_for_bit(design):
     F, A, S = 3, 2, 2
     assert together.P == F * A * S and together.fold_of_member == [f for f in range(F) for _ in range(A * S)]
     alone = [_learner(cfg, folds=[f]) for f in range(F)]
-    for _ in range(9):
-        together.iteration()
-        for run in alone:
-            run.iteration()
-    state = together.state_tensors()
-    for f, run in enumerate(alone):
-        assert run.P == A * S and run.env.market.fold_ids == (f,)
-        ref = run.state_tensors()
-        for q in range(A * S):
-            m = f * A * S + q
-            for k, v in state.items():
-                assert bits_equal(_part(k, v, together.P, m), _part(k, ref[k], run.P, q)), (f, q, k)
+    assert all(run.P == A * S and run.env.market.fold_ids == (f,) for f, run in enumerate(alone))
+    state = assert_runs_alone_equal_their_members(together, alone)
     # the folds do differ (their windows and normalisations), so the comparison can fail
     params = state["online.params"]
     assert not torch.equal(params[0], params[A * S]) and not torch.equal(params[A * S], params[2 * A * S])
@@ -123,11 +104,7 @@ def test_seed_index_s_starts_from_the_same_weights_in_every_fold_and_arm():
 @pytest.fixture(scope="module")
 def fold_run():
     """A tiny trainer of 3 folds x 2 arms x 2 seeds, trained to its end."""
-    cfg = tiny_config("trainer.population=2", "trainer.epochs=2", "arms.factors.gems.g10.mode=[measure,wire]", *FOLDS)
-    lines: list[str] = []
-    t = Trainer(cfg, log=lines.append)
-    train_epochs(t)
-    return t, lines
+    return trained_with_lines(tiny_config("trainer.population=2", "trainer.epochs=2", "arms.factors.gems.g10.mode=[measure,wire]", *FOLDS))
 
 
 def test_member_rows_carry_their_fold_and_history_the_per_fold_means(fold_run):

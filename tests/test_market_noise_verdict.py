@@ -31,7 +31,9 @@ from tune_gems.analysis.verdicts.market_noise import alpha_sharpe_rows  # noqa: 
 from tune_gems.analysis.rules.gates import contradicts  # noqa: E402
 from tune_gems.analysis.analyze import analyze  # noqa: E402
 from tune_gems.contracts.errors import CheckpointError, DataError  # noqa: E402
-from tune_gems.contracts.result_files import EVAL_RETURNS_ARRAYS, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE, EVAL_RETURNS_FOLD_ARRAYS  # noqa: E402
+from tune_gems.contracts.result_files import (  # noqa: E402
+    EVAL_RETURNS_ARRAYS, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE, EVAL_RETURNS_FOLD_ARRAYS, EVAL_RETURNS_HISTORY_ARRAYS,
+)
 from tune_gems.trainer import checkpoint as ckpt  # noqa: E402
 from tune_gems.trainer.eval_window import EVAL_WINDOW_KEY  # noqa: E402
 from tune_gems.trainer.trainer import Trainer  # noqa: E402
@@ -66,7 +68,7 @@ def test_eval_returns_round_trip_and_reproduce_the_members_alpha_sharpe(runs):
     d.mkdir()
     t.window.write(d)
     with np.load(d / EVAL_RETURNS_FILE, allow_pickle=False) as z:
-        assert set(z.files) == set(EVAL_RETURNS_ARRAYS) | set(EVAL_RETURNS_FOLD_ARRAYS)
+        assert set(z.files) == set(EVAL_RETURNS_ARRAYS) | set(EVAL_RETURNS_FOLD_ARRAYS) | set(EVAL_RETURNS_HISTORY_ARRAYS)
         arrays = {k: z[k] for k in z.files}
     live = t.window.arrays()
     for k, v in live.items():

@@ -36,7 +36,7 @@ def trial_tables(trainer, plan: Plan, experiment: str) -> dict[str, Any]:
     cfg = trainer.cfg
     label = cfg.label()
     arm_names = trainer.arms.names if cfg.arms is not None else ()
-    cols = epoch_metrics(cfg.plugins, arm_names)
+    cols = epoch_metrics(cfg.plugins, arm_names, histories=range(len(trainer.history_names)))
     ids = {"experiment": experiment, "trial_id": plan.trial_id, "config_label": label}
     history = [{**ids, **{m: r.get(m) for m in cols}} for r in trainer.history]
     members = [{**ids, **{k: r.get(k) for k in MEMBER_IDS}, **{m: r.get(m) for m in member_metrics(cfg.plugins)}}
@@ -50,10 +50,11 @@ def trial_tables(trainer, plan: Plan, experiment: str) -> dict[str, Any]:
     arms = [{"trial_id": plan.trial_id, "arm": a.name, **({"also_named": also_named(aliases, a.name)} if aliases else {}),
              **resolved_settings(a.config)} for a in trainer.arms.arms]
     baselines = [{"experiment": experiment, "trial_id": plan.trial_id, **b} for b in trainer.baselines().to_dict("records")]
+    histories = [{"experiment": experiment, "trial_id": plan.trial_id, **h} for h in trainer.history_table().to_dict("records")]
     with tempfile.TemporaryDirectory() as d:
         trainer.window.write(d)
         returns = (Path(d) / EVAL_RETURNS_FILE).read_bytes()
-    return dict(trial=trial, history=history, members=members, arms=arms, baselines=baselines, returns=returns)
+    return dict(trial=trial, history=history, members=members, arms=arms, baselines=baselines, histories=histories, returns=returns)
 
 
 def finished_line(done: int, total: int, plan: Plan, trainer, durations: list[float], elapsed: float) -> str:
@@ -95,7 +96,7 @@ def run_plans(plans: list[Plan], build: Callable[[Plan], Config], experiment: st
     arms = [run_arms(cfg) for cfg in configs]  # each run's arms, expanded once
     for cfg, run in zip(configs, arms):  # every config and its memory checked before the first trains
         check_training_fits(cfg, members=run.members)
-    parts: dict[str, list] = {"trial": [], "history": [], "members": [], "arms": [], "baselines": []}
+    parts: dict[str, list] = {"trial": [], "history": [], "members": [], "arms": [], "baselines": [], "histories": []}
     returns: dict[str, bytes] = {}
     start, durations = clock(), []
     for done, (plan, cfg, run) in enumerate(zip(plans, configs, arms), start=1):
@@ -118,4 +119,5 @@ def run_plans(plans: list[Plan], build: Callable[[Plan], Config], experiment: st
     plugins = list(configs[0].plugins) if configs else []
     return SweepTables(trials=pd.DataFrame(parts["trial"]), history=pd.DataFrame(parts["history"]),
                        members=pd.DataFrame(parts["members"]), arms=pd.DataFrame(parts["arms"]),
-                       baselines=pd.DataFrame(parts["baselines"]), gems=manifest(plugins), eval_returns=returns)
+                       baselines=pd.DataFrame(parts["baselines"]), gems=manifest(plugins), eval_returns=returns,
+                       histories=pd.DataFrame(parts["histories"]))

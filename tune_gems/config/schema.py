@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from tune_gems.config.arms_section import ArmsConfig
 from tune_gems.data.series import DEFAULT_EDGE
 from tune_gems.data.segments import MAX_FOLDS
+from tune_gems.data.histories import MAX_HISTORIES, specs_problem
 from tune_gems.gems import registry
 from tune_gems.contracts.paths import path_problem
 
@@ -151,6 +152,36 @@ class FoldsConfig(_Strict):
         return self
 
 
+def _printable(v: str | None) -> str | None:
+    """A path or column name without NUL or other control characters."""
+    if v is not None and any(ord(c) < 32 or ord(c) == 127 for c in v):
+        raise ValueError("must not contain NUL or other control characters")
+    return v
+
+
+def _path_within_limits(v: str | None) -> str | None:
+    """A path the filesystem takes (a URL is read by its own reader)."""
+    problem = path_problem(v) if v is not None and "://" not in v else None
+    if problem is not None:  # else `OSError: File name too long` from the first look at it
+        raise ValueError(problem)
+    return v
+
+
+class HistoryConfig(_Strict):
+    """One price history of a run (docs/data.md "Several price histories"): a file's price column,
+    its own market on the population axis. Every key may be left out where `data` gives it."""
+
+    name: str | None = Field(
+        None, description="the history's name in the results (default: its file's stem when it has its own path, else its price column)"
+    )
+    path: str | None = Field(None, description="its CSV or Parquet file (default: data.path)")
+    price_column: str | None = Field(None, description="its price column (default: data.price_column)")
+    time_column: str | None = Field(None, description="its time column (default: data.time_column)")
+
+    _text = field_validator("name", "path", "price_column", "time_column")(_printable)
+    _path = field_validator("path")(_path_within_limits)
+
+
 class DataConfig(_Strict):
     source: Literal["synthetic", "file"] = Field(
         "synthetic", description="synthetic: the seeded series of data.synthetic; file: the prices in data.path"
@@ -163,6 +194,18 @@ class DataConfig(_Strict):
     splits: list[Union[float, str, _dt.date]] = Field(
         default_factory=lambda: [0.7, 0.15, 0.15],
         description="train/val/test fractions summing to 1, or two dates: [val_start, test_start]",
+    )
+    price_columns: list[str] | None = Field(
+        None,
+        max_length=MAX_HISTORIES,
+        description="several price histories from the one file data.path: one column each, sharing its time column "
+        "(members = histories x folds x arms x seeds; docs/data.md); none: one history, data.price_column",
+    )
+    histories: list[HistoryConfig] | None = Field(
+        None,
+        max_length=MAX_HISTORIES,
+        description="several price histories, one entry each ({name, path, price_column, time_column}, defaults from "
+        "data.path, data.price_column, data.time_column): several files, or columns of one; every history on one calendar",
     )
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
     folds: FoldsConfig = Field(default_factory=FoldsConfig)
@@ -188,25 +231,50 @@ class DataConfig(_Strict):
             return [str(x)[:10] for x in v]
         raise ValueError("give three fractions [train, val, test] or two ISO dates [val_start, test_start]")
 
-    @field_validator("path", "price_column", "time_column")
+    _text = field_validator("path", "price_column", "time_column")(_printable)
+    _path = field_validator("path")(_path_within_limits)
+
+    @field_validator("price_columns")
     @classmethod
-    def _printable(cls, v: str | None) -> str | None:
-        if v is not None and any(ord(c) < 32 or ord(c) == 127 for c in v):
-            raise ValueError("must not contain NUL or other control characters")
+    def _columns_printable(cls, v: list[str] | None) -> list[str] | None:
+        for column in v or ():
+            _printable(column)
         return v
 
-    @field_validator("path")
-    @classmethod
-    def _path_within_limits(cls, v: str | None) -> str | None:
-        problem = path_problem(v) if v is not None and "://" not in v else None
-        if problem is not None:  # else `OSError: File name too long` from the first look at it
+    @model_validator(mode="after")
+    def _histories(self) -> "DataConfig":
+        """Several histories: a file source, one way of listing them, a name each (no two alike)."""
+        if self.price_columns is None and self.histories is None:
+            return self
+        key = "data.price_columns" if self.price_columns is not None else "data.histories"
+        if self.price_columns is not None and self.histories is not None:
+            raise ValueError("data.price_columns and data.histories: give one (price_columns: columns of data.path; "
+                             "histories: one entry per file or column)")
+        if self.source != "file":
+            raise ValueError(f"{key} needs data.source=file (the synthetic series is one history; data.synthetic.paths "
+                             "gives each seed index its own path)")
+        if not (self.price_columns or self.histories):
+            raise ValueError(f"{key}: an empty list; name at least one history (or drop the key)")
+        if self.price_columns is not None:
+            if not self.path:
+                raise ValueError("data.price_columns: the columns are read from data.path, which is not set")
+            if self.price_column != DataConfig.model_fields["price_column"].default:
+                raise ValueError(f"data.price_column ({self.price_column!r}) and data.price_columns: give one "
+                                 "(price_columns lists every history's column)")
+        problem = specs_problem(self)
+        if problem is not None:
             raise ValueError(problem)
-        return v
+        return self
 
     @model_validator(mode="after")
     def _path_for_file(self) -> "DataConfig":
         if self.source == "file" and not self.path:
-            raise ValueError("data.path is required when data.source is file")
+            without = [i for i, h in enumerate(self.histories or ()) if not h.path]
+            if not self.histories:
+                raise ValueError("data.path is required when data.source is file")
+            if without:
+                raise ValueError(f"data.histories.{without[0]}.path is required when data.source is file "
+                                 "(or set data.path, the file of every entry without one)")
         if self.source == "file" and self.synthetic.edge_periods is not None:  # else ignored without a word
             raise ValueError("data.synthetic.edge_periods shapes the synthetic series, but data.source is file: "
                              "drop it (a price file has its own regimes)")

@@ -14,6 +14,7 @@ HISTORY_FILE = "history.parquet"
 MEMBERS_FILE = "members.parquet"
 ARMS_PARQUET = "arms.parquet"
 FOLDS_PARQUET = "folds.parquet"
+HISTORIES_PARQUET = "histories.parquet"
 BASELINES_PARQUET = "baselines.parquet"
 JOURNAL_FILE = "optuna_journal.log"
 JOURNAL_LOCK_SUFFIX = ".lock"
@@ -31,6 +32,8 @@ BASELINES_KEY = "baselines_json"
 """The key of a trial's first report that carries its baselines table as JSON records."""
 FOLDS_KEY = "folds_json"
 """The key of a trial's first report that carries its walk-forward fold table (Trainer.fold_table())."""
+HISTORIES_KEY = "histories_json"
+"""The key of a trial's first report that carries its price-history table (Trainer.history_table())."""
 
 # -- a train run's folder ------------------------------------------------------------------------
 CONFIG_FILE = "config.yaml"
@@ -38,6 +41,7 @@ HISTORY_CSV = "history.csv"
 MEMBERS_CSV = "members.csv"
 ARMS_CSV = "arms.csv"
 FOLDS_CSV = "folds.csv"
+HISTORIES_CSV = "histories.csv"
 BASELINES_CSV = "baselines.csv"
 SUMMARY_FILE = "summary.json"
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -59,20 +63,28 @@ EVAL_RETURNS_FOLD_ARRAYS = ("fold", "window_start")
 `fold` [P] int64, each member's fold, and `window_start` [P] int64, the series row of its
 validation window's first decision (every fold's window has the same length T). A file without
 them is a one-fold file (fold 0 for every member)."""
+EVAL_RETURNS_HISTORY_ARRAYS = ("history",)
+"""Arrays a file written with price histories also holds (every file written now has it):
+`history` [P] int64, each member's price history (HISTORIES_CSV / HISTORIES_PARQUET). Members are
+in population order, history-major, then fold, arm, seed (tune_gems.design.arms.MemberLayout). A
+file without it is a one-history file (history 0 for every member)."""
 GEMS_FILE = "gems.json"
 """The gems the run knew (built-ins and plug-ins): tune_gems.gems.manifest()."""
-READ_FILES = (SPEC_FILE, TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE, ARMS_PARQUET, FOLDS_PARQUET, BASELINES_PARQUET, JOURNAL_FILE,
-              CONFIG_FILE, HISTORY_CSV, MEMBERS_CSV, ARMS_CSV, FOLDS_CSV, BASELINES_CSV, SUMMARY_FILE, EVAL_RETURNS_FILE, GEMS_FILE)
+READ_FILES = (SPEC_FILE, TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE, ARMS_PARQUET, FOLDS_PARQUET, HISTORIES_PARQUET, BASELINES_PARQUET,
+              JOURNAL_FILE, CONFIG_FILE, HISTORY_CSV, MEMBERS_CSV, ARMS_CSV, FOLDS_CSV, HISTORIES_CSV, BASELINES_CSV, SUMMARY_FILE,
+              EVAL_RETURNS_FILE, GEMS_FILE)
 """The files of a sweep or train folder that the analysis reads (each must be a regular file)."""
 
 ID_COLUMNS = ("experiment", "trial_id", "config_label")
 """The leading columns of every sweep table row."""
 TRIAL_COLUMNS = ("status", "error", "epochs_done", "seed", "objective", "node_id", "gpu_ids", "included", "arm")
 """The columns of a trials row besides ID_COLUMNS, the flat config keys and the history metrics."""
-MEMBER_ID_COLUMNS = ("epoch", "member", "seed", "arm", "seed_index", "fold")
+MEMBER_ID_COLUMNS = ("epoch", "member", "seed", "arm", "seed_index", "fold", "history")
 """Which member a members row is: its epoch, index on the population axis, own seed, arm, the
-seed index it shares with every other arm and fold, and its walk-forward fold (0 without
-`data.folds`; the fold's windows are in FOLDS_CSV / FOLDS_PARQUET)."""
+seed index it shares with every other arm, fold and history, its walk-forward fold (0 without
+`data.folds`; the fold's windows are in FOLDS_CSV / FOLDS_PARQUET) and its price history (0 with
+one; each history's name and source are in HISTORIES_CSV / HISTORIES_PARQUET). Tables written
+before histories have no `history` column: a reader takes it as 0 (one history)."""
 
 
 
@@ -84,4 +96,7 @@ def trial_eval_returns(trial_id: str) -> str:
 ARMS_FILES = (ARMS_PARQUET, ARMS_CSV)
 FOLDS_FILES = (FOLDS_PARQUET, FOLDS_CSV)
 """One row per walk-forward fold (tune_gems.data.segments.FOLD_TABLE_COLUMNS; a sweep's adds trial_id)."""
+HISTORIES_FILES = (HISTORIES_PARQUET, HISTORIES_CSV)
+"""One row per price history (tune_gems.data.histories.HISTORY_TABLE_COLUMNS; a sweep's adds
+experiment and trial_id); absent in folders written before histories (one history)."""
 BASELINES_FILES = (BASELINES_PARQUET, BASELINES_CSV)

@@ -38,18 +38,37 @@ READ_FIX = ("the run's records were changed or are gone, so its results cannot b
             "or run it again")
 
 
+def _data_files(data: Any) -> dict[str, str]:
+    """{path: its config key} of every file a `DataConfig` reads: data.path, or each of several
+    price histories' own file (`data.histories`), each once."""
+    entries = getattr(data, "histories", None) or ()
+    files = [(h.path or data.path, f"data.histories.{i}.path" if h.path else "data.path") for i, h in enumerate(entries)]
+    out: dict[str, str] = {}
+    for path, key in files or [(data.path, "data.path")]:
+        out.setdefault(path, key)
+    return out
+
+
 def records_data(data: Any) -> bool:
-    """Whether a run on `data` (a `DataConfig`) records its data file's checksum: a local file."""
-    return getattr(data, "source", None) == "file" and bool(data.path) and "://" not in str(data.path)
+    """Whether a run on `data` (a `DataConfig`) records its data files' checksum: local files."""
+    if getattr(data, "source", None) != "file":
+        return False
+    paths = list(_data_files(data))
+    return all(paths) and not any("://" in str(p) for p in paths)
 
 
 def data_fingerprint(data: Any) -> dict[str, str] | None:
-    """The record of a run's data file (a `DataConfig`), or None for synthetic data. The file
+    """The record of a run's data file (a `DataConfig`), or None for synthetic data; with several
+    price histories in several files, their paths and one checksum over theirs in order. A file
     must be a regular file (opened non-blocking: a FIFO or `/dev/zero` in its place is refused
     in one line, never read)."""
     if not records_data(data):
         return None
-    return {"path": str(data.path), "sha256": sha256_regular(data.path, "data.path", DataError)}
+    files = _data_files(data)
+    digests = [sha256_regular(path, key, DataError) for path, key in files.items()]
+    if len(files) == 1:
+        return {"path": str(next(iter(files))), "sha256": digests[0]}
+    return {"path": ", ".join(map(str, files)), "sha256": sha256_bytes(" ".join(digests).encode())}
 
 
 def require_record(marker: dict[str, Any] | None, problem: str | None, marker_path: str, *, files: Iterable[str],
@@ -70,7 +89,7 @@ def require_record(marker: dict[str, Any] | None, problem: str | None, marker_pa
     if data is not None and records_data(data):
         rec = marker.get(DATA_KEY)
         if not isinstance(rec, dict) or not isinstance(rec.get("sha256"), str):
-            raise ConfigError(f"{marker_path}: records no checksum of the data file {data.path}, so it cannot be "
+            raise ConfigError(f"{marker_path}: records no checksum of the data file {', '.join(map(str, _data_files(data)))}, so it cannot be "
                               f"verified: {fix}")
     return marker
 
@@ -84,7 +103,7 @@ def check_data_unchanged(marker: dict[str, Any] | None, data: Any, where: str) -
     now = data_fingerprint(data)
     if now is None or now["sha256"] != recorded["sha256"]:
         raise DataError(
-            f"data.path: {getattr(data, 'path', None) or recorded.get('path')} changed since the run in {where} read it "
+            f"data.path: {(now or recorded).get('path')} changed since the run in {where} read it "
             f"(sha256 {recorded['sha256'][:12]}..., now {(now or {}).get('sha256', 'none')[:12]}...); the run's records "
             "hold the data it started on: restore that file, or start a new run"
         )

@@ -17,13 +17,16 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.contracts.errors import DataError
+from tune_gems.data.histories import HistorySpec, history_key, history_specs
 
 CSV_SUFFIXES = (".csv", ".csv.gz", ".txt")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 TIME_NAMES = ("date", "datetime", "time", "timestamp")
+"""Column names (any case) taken as the time column when none is given."""
 SOURCE_COLUMN_ATTR = "source_column"
 """Key in a loaded series' `attrs`: the file's column its prices came from, as the file spells it."""
-"""Column names (any case) taken as the time column when none is given."""
+HISTORY_ATTR = "history"
+"""Key in a loaded history's `attrs`: its name (tune_gems.data.histories.HistorySpec.name)."""
 
 DEFAULT_REGIMES = ((0.006, 0.0005), (0.010, 0.0), (0.020, -0.0005))
 """(daily volatility, daily drift at edge=1) of the synthetic regimes: calm-up, choppy, stressed."""
@@ -186,6 +189,8 @@ def load_prices(
     values = _parse_prices(frame[price_col], times, path)
     if len(values) < min_rows:
         raise _fail(path, f"{len(values)} rows, need at least {min_rows}")
+    if len(values) > 1 and np.all(values == values[0]):  # every log return 0: nothing to normalise or learn
+        raise _fail(path, f"constant price {values[0]:g} in all {len(values)} rows of column '{price_col}': not a price series")
     index = times.rename(time_col) if times is not None else pd.RangeIndex(len(values))
     series = pd.Series(values, index=index, name=price_column, dtype=np.float64)
     series.attrs[SOURCE_COLUMN_ATTR] = price_col  # the column as the file spells it, for the start-up summary
@@ -295,13 +300,74 @@ def _synthetic(syn: Any, seed: int) -> pd.Series:
 
 
 def load_series(cfg: Any, min_rows: int = 0) -> pd.Series:
-    """The series a `DataConfig` names: the synthetic one, or a validated price file."""
+    """The series a `DataConfig` names: the synthetic one, or a validated price file (its one
+    history; a config of several histories: `load_histories`)."""
     if cfg.source == "synthetic":
         syn = cfg.synthetic
         if syn.n < min_rows:
             raise DataError(f"data.synthetic.n: {syn.n} rows, need at least {min_rows}")
         return _synthetic(syn, syn.seed)
-    return load_prices(cfg.path, cfg.price_column, cfg.time_column, min_rows=min_rows)
+    if len(history_specs(cfg)) != 1:
+        raise ValueError(f"load_series: {history_key(cfg)} names {len(history_specs(cfg))} histories; load them with load_histories")
+    return load_histories(cfg, min_rows)[0]
+
+
+def _load_history(spec: HistorySpec, min_rows: int, several: bool) -> pd.Series:
+    """One history's validated prices, its name in `attrs`; with `several`, a problem names the
+    history before the file (`history 'wti': data/x.csv: ...`: one file may hold every history)."""
+    try:
+        series = load_prices(spec.path, spec.price_column, spec.time_column, min_rows=min_rows)
+    except DataError as e:
+        if not several:
+            raise
+        raise DataError(f"history {spec.name!r}: {e}") from None
+    series.attrs[HISTORY_ATTR] = spec.name
+    return series
+
+
+def load_histories(cfg: Any, min_rows: int = 0) -> list[pd.Series]:
+    """Every price history of a file `DataConfig` (tune_gems.data.histories.history_specs: one, or
+    one per `data.price_columns` / `data.histories` entry), validated one by one (`load_prices`,
+    a problem naming the history) and then against each other: histories share one calendar (the
+    same timestamps, or the same number of rows without a time column), so every fold, segment
+    and date means the same rows in each (`check_one_calendar`)."""
+    specs = history_specs(cfg)
+    series = [_load_history(spec, min_rows, len(specs) > 1) for spec in specs]
+    check_one_calendar(specs, series, history_key(cfg))
+    return series
+
+
+def _calendar_text(index: pd.Index, i: int) -> str:
+    return format_when(index[i]) if isinstance(index, pd.DatetimeIndex) else f"row {i + 1}"
+
+
+def check_one_calendar(specs: Sequence[HistorySpec], series: Sequence[pd.Series], key: str) -> None:
+    """DataError naming the history and the first timestamp where it leaves the first history's
+    calendar (histories must be aligned before a run: docs/data.md "Several price histories")."""
+    if len(series) < 2:
+        return
+    ref, first = series[0].index, specs[0]
+    fix = 'histories must share one calendar: align them first (docs/data.md "Several price histories")'
+    for spec, s in zip(specs[1:], series[1:]):
+        idx = s.index
+        here = f"{key}: history {spec.name!r} ({spec.where})"
+        timed = (isinstance(ref, pd.DatetimeIndex), isinstance(idx, pd.DatetimeIndex))
+        if timed[0] != timed[1]:
+            has, lacks = (first.name, spec.name) if timed[0] else (spec.name, first.name)
+            raise DataError(f"{here}: history {has!r} has timestamps and {lacks!r} none; {fix}")
+        if all(timed) and (ref.tz is None) != (idx.tz is None):
+            raise DataError(f"{here}: timestamps in {idx.tz or 'no timezone'}, history {first.name!r}'s in {ref.tz or 'no timezone'}; {fix}")
+        n = min(len(ref), len(idx))
+        differ = np.flatnonzero(ref[:n].as_unit("ns").asi8 != idx[:n].as_unit("ns").asi8) if all(timed) else np.array([], dtype=np.int64)
+        if len(differ):
+            i = int(differ[0])
+            raise DataError(f"{here} has {_calendar_text(idx, i)} in row {i + 1} where history {first.name!r} has "
+                            f"{_calendar_text(ref, i)}; {fix}")
+        if len(idx) != len(ref):
+            longer, shorter = (spec.name, first.name) if len(idx) > len(ref) else (first.name, spec.name)
+            extra = idx if len(idx) > len(ref) else ref
+            raise DataError(f"{here}: {len(idx)} rows, history {first.name!r} {len(ref)}: {longer!r} goes on at "
+                            f"{_calendar_text(extra, n)} after {shorter!r} ends; {fix}")
 
 
 def path_seeds(syn: Any, n_seed_indices: int, first_seed_index: int = 0) -> list[int]:
@@ -319,12 +385,14 @@ def load_paths(cfg: Any, n_seed_indices: int = 1, min_rows: int = 0, first_seed_
     Synthetic data with `paths: per_seed` gives one path per seed index s (seed
     `data.synthetic.seed + s`), so seed indices differ in market as well as in initial weights,
     and a seed block's paths are those of the same seed indices in a run of every index;
-    otherwise (`shared`, or a price file: one history) there is one path. Index the result with
-    `path_of_member`.
+    `shared` gives one path; price files give one path per history (`load_histories`: one, or
+    several on one calendar). Index the result with `path_of_member`.
     """
     if n_seed_indices < 1:
         raise ValueError(f"n_seed_indices must be >= 1, got {n_seed_indices}")
-    if cfg.source != "synthetic" or cfg.synthetic.paths == "shared":
+    if cfg.source != "synthetic":
+        return load_histories(cfg, min_rows=min_rows)
+    if cfg.synthetic.paths == "shared":
         return [load_series(cfg, min_rows=min_rows)]
     syn = cfg.synthetic
     if syn.n < min_rows:
@@ -332,9 +400,14 @@ def load_paths(cfg: Any, n_seed_indices: int = 1, min_rows: int = 0, first_seed_
     return [_synthetic(syn, s) for s in path_seeds(syn, n_seed_indices, first_seed_index)]
 
 
-def path_of_member(cfg: Any, seed_slot_of_member: Sequence[int]) -> list[int]:
+def path_of_member(cfg: Any, seed_slot_of_member: Sequence[int], history_of_member: Sequence[int] | None = None) -> list[int]:
     """The path (an index into `load_paths`) each member trains and evaluates on: its seed's
-    position in the run (`MemberLayout.seed_slot`) under synthetic `per_seed`, else 0 for everyone."""
+    position in the run (`MemberLayout.seed_slot`) under synthetic `per_seed`; its history
+    (`MemberLayout.history_index`, default 0) on price files; else 0 for everyone."""
     if cfg.source == "synthetic" and cfg.synthetic.paths == "per_seed":
         return [int(s) for s in seed_slot_of_member]
+    if cfg.source != "synthetic" and history_of_member is not None:
+        if len(history_of_member) != len(seed_slot_of_member):
+            raise ValueError(f"{len(history_of_member)} histories for {len(seed_slot_of_member)} members")
+        return [int(h) for h in history_of_member]
     return [0] * len(seed_slot_of_member)

@@ -1,5 +1,6 @@
 """What a run trains on, said at its start: the data source, the price column matched in the
-file, and where the split landed (rows and dates per segment).
+file, and where the split landed (rows and dates per segment); and the history table the result
+files carry (histories.csv / histories.parquet).
 
 Why: a mistyped column or a date split that landed somewhere unexpected otherwise shows only in
 the results; `tune-gems train`, `sweep` and their `--dry-run` print these lines first.
@@ -9,20 +10,49 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
+from tune_gems.data.histories import HISTORY_TABLE_COLUMNS, history_specs
 from tune_gems.data.series import format_when
 
 SEGMENT_LABELS = (("train", "train"), ("val", "validation"), ("test", "test"))
 
 
+def _column(spec: Any, found: str | None) -> str:
+    """`price column 'Close'`, with `(asked 'close')` when the file spells it otherwise."""
+    column = found or spec.price_column
+    return f"price column {column!r}" + ("" if column == spec.price_column else f" (asked {spec.price_column!r})")
+
+
 def source_line(data_cfg: Any, market: Any) -> str:
-    """`data: <file>, price column 'Close' (asked 'close'), <n> rows` or the synthetic series."""
+    """`data: <file>, price column 'Close' (asked 'close'), <n> rows` or the synthetic series;
+    several histories: `data: <file>, <k> histories on one calendar, <n> rows each: <name> (price
+    column '<c>') | ...` (histories in several files: `<name> (<file>, price column '<c>')`)."""
     if data_cfg.source == "synthetic":
         syn = data_cfg.synthetic
         paths = "one path per seed index" if syn.paths == "per_seed" else "one shared path"
         return f"data: synthetic series, {market.n} prices, seed {syn.seed}, edge {syn.edge:g}, {paths}"
-    column = market.column or data_cfg.price_column
-    asked = "" if column == data_cfg.price_column else f" (asked {data_cfg.price_column!r})"
-    return f"data: {data_cfg.path}, price column {column!r}{asked}, {market.n} rows"
+    specs = history_specs(data_cfg)
+    if len(specs) == 1:
+        return f"data: {specs[0].path}, {_column(specs[0], market.column)}, {market.n} rows"
+    one_file = len({spec.path for spec in specs}) == 1
+    each = [f"{spec.name} ({'' if one_file else f'{spec.path}, '}{_column(spec, found)})" for spec, found in zip(specs, market.columns)]
+    where = f"{specs[0].path}, " if one_file else ""
+    return f"data: {where}{len(specs)} histories on one calendar, {market.n} rows each: {' | '.join(each)}"
+
+
+def history_table(data_cfg: Any, market: Any) -> pd.DataFrame:
+    """One row per history of the run (HISTORY_TABLE_COLUMNS): its index (the members'
+    `history`), name, source file and price column (as the file spells it), the first and last
+    timestamp of the common calendar (`row 1`, `row <n>` without one) and its rows."""
+    times = market.times
+    first, last = (format_when(times[0]), format_when(times[-1])) if times is not None else ("row 1", f"row {market.n}")
+    rows = []
+    for h, spec in enumerate(history_specs(data_cfg)):
+        found = market.columns[h] if data_cfg.source != "synthetic" else None
+        rows.append({"history": h, "name": spec.name, "source": spec.path or "synthetic", "column": found,
+                     "first": first, "last": last, "rows": int(market.n)})
+    return pd.DataFrame(rows, columns=list(HISTORY_TABLE_COLUMNS))
 
 
 def _segment(market: Any, label: str, rows: tuple[int, int]) -> str:

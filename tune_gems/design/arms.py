@@ -35,6 +35,7 @@ from tune_gems.config.schema import Config
 from tune_gems.config.load import build_config
 from tune_gems.config.dotted import flatten, set_dotted
 from tune_gems.contracts.errors import ConfigError, control_characters
+from tune_gems.data.histories import n_histories
 
 @dataclass(frozen=True)
 class Arm:
@@ -133,25 +134,31 @@ def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "conf
 
 @dataclass(frozen=True)
 class MemberLayout:
-    """Which fold, arm and seed index each of the P = folds x arms x seeds members has:
-    fold-major, then arm, then seed (member m: fold m // (A S), arm (m // S) % A, seed slot
-    m % S). Without walk-forward folds (`data.folds.k` = 1) that is the arm-major layout.
+    """Which history, fold, arm and seed index each of the P = histories x folds x arms x seeds
+    members has: history-major, then fold, then arm, then seed (member m: history m // (F A S),
+    fold (m // (A S)) % F, arm (m // S) % A, seed slot m % S). With one history (every run
+    before `data.histories`) that is the fold-major layout, and without folds (`data.folds.k` =
+    1) the arm-major one.
 
     `first_seed_index` (config `first_seed_index`): a seed block's first seed index in the
     design; member m is at position `seed_slot(m)` of its arm and has the design's seed index
-    `first_seed_index + seed_slot(m)`, in every fold."""
+    `first_seed_index + seed_slot(m)`, in every history and fold."""
 
     arms: tuple[str, ...]
     seeds_per_arm: int
     first_seed_index: int = 0
     folds: int = 1
+    histories: int = 1
 
     @property
     def members(self) -> int:
-        return self.folds * len(self.arms) * self.seeds_per_arm
+        return self.histories * self.folds * len(self.arms) * self.seeds_per_arm
+
+    def history_index(self, member: int) -> int:
+        return member // (self.folds * len(self.arms) * self.seeds_per_arm)
 
     def fold_index(self, member: int) -> int:
-        return member // (len(self.arms) * self.seeds_per_arm)
+        return (member // (len(self.arms) * self.seeds_per_arm)) % self.folds
 
     def arm_index(self, member: int) -> int:
         return (member // self.seeds_per_arm) % len(self.arms)
@@ -169,21 +176,21 @@ class MemberLayout:
 
     @property
     def blocks(self) -> list[slice]:
-        """The rows of each (fold, arm) block of S consecutive members, in member order: what
-        runs with a single-arm run's shapes (matmuls, per-group reductions, Adam calls)."""
+        """The rows of each (history, fold, arm) block of S consecutive members, in member order:
+        what runs with a single-arm run's shapes (matmuls, per-group reductions, Adam calls)."""
         S = self.seeds_per_arm
-        return [slice(b * S, (b + 1) * S) for b in range(self.folds * len(self.arms))]
+        return [slice(b * S, (b + 1) * S) for b in range(self.histories * self.folds * len(self.arms))]
 
     def member_seeds(self, seed: int) -> list[int]:
         """Member seeds: seed index s gets member s's seed of a single-arm run of every seed
-        index, in every arm and every fold."""
+        index, in every arm, fold and history (seed-paired across histories)."""
         from tune_gems.rng import member_seeds
 
         per_seed = member_seeds(seed, self.seeds_per_arm, self.first_seed_index)
         return [per_seed[self.seed_slot(m)] for m in range(self.members)]
 
     def per_member(self, values_per_arm: list[Any]) -> list[Any]:
-        """Broadcast one value per arm to one value per member (the same in every fold)."""
+        """Broadcast one value per arm to one value per member (the same in every fold and history)."""
         if len(values_per_arm) != len(self.arms):
             raise ValueError(f"{len(values_per_arm)} values for {len(self.arms)} arms")
         return [values_per_arm[self.arm_index(m)] for m in range(self.members)]
@@ -215,9 +222,10 @@ class RunArms:
 
 
 def run_arms(cfg: Config, arms: RunArms | Sequence[Arm] | None = None) -> RunArms:
-    """The arms record of a run of `cfg`: over the config's folds (`data.folds.k`) and seeds
-    (`trainer.population`, from `first_seed_index`), with `arms` (default: expanded from `cfg`
-    here, once; a record, made by this function for the same config, is returned as it is)."""
+    """The arms record of a run of `cfg`: over the config's price histories
+    (tune_gems.data.histories.n_histories), folds (`data.folds.k`) and seeds (`trainer.population`,
+    from `first_seed_index`), with `arms` (default: expanded from `cfg` here, once; a record,
+    made by this function for the same config, is returned as it is)."""
     if isinstance(arms, RunArms):
         layout = arms.layout
         if (layout.seeds_per_arm, layout.first_seed_index) != (cfg.trainer.population, cfg.first_seed_index):
@@ -225,5 +233,6 @@ def run_arms(cfg: Config, arms: RunArms | Sequence[Arm] | None = None) -> RunArm
                              f"for a config of {cfg.trainer.population} from {cfg.first_seed_index}")
         return arms
     arms = tuple(arms) if arms is not None else tuple(expand_arms(cfg))
-    layout = MemberLayout(tuple(a.name for a in arms), cfg.trainer.population, cfg.first_seed_index, folds=cfg.data.folds.k)
+    layout = MemberLayout(tuple(a.name for a in arms), cfg.trainer.population, cfg.first_seed_index, folds=cfg.data.folds.k,
+                          histories=n_histories(cfg.data))
     return RunArms(arms, layout)

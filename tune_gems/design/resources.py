@@ -3,9 +3,9 @@ allocated.
 
 Why: an impossible size (population, replay capacity, batch, widths, series length) otherwise
 fails minutes later inside the allocator, or the kernel's OOM killer ends the process without
-a word. The estimate counts what the learner allocates for `members` members, folds x arms x
-population: a run that starts passes its arms record's count (`design.arms.RunArms.members`, the
-arms expanded once); without one, `default_members` expands the config's arms (the sweep
+a word. The estimate counts what the learner allocates for `members` members, histories x folds x
+arms x population: a run that starts passes its arms record's count (`design.arms.RunArms.members`,
+the arms expanded once); without one, `default_members` expands the config's arms (the sweep
 driver's check of each search point):
 
 - replay: per member `capacity x REPLAY_TRANSITION_BYTES(K)` (a transition stores its time index,
@@ -14,7 +14,9 @@ driver's check of each search point):
   (`PARAM_COPIES` copies of the parameter count, from the network's layer shapes);
 - activations: the forward/backward tensors of one batch (`ACTIVATION_COPIES` copies of a
   batch's per-layer outputs, plus the C51 projection), and the evaluation buffers;
-- the price series and its features on the host (`SERIES_COPIES` float64 copies).
+- the market on the device: features and next-step returns, one float32 row each per (fold,
+  history) of the series' length (tune_gems.market.features.Market);
+- the price series and its features on the host (`SERIES_COPIES` float64 copies per history).
 
 It is an estimate: deliberately generous (factors named below), so a run it passes fits, and
 coarse enough that only sizes far from the machine's are refused. Where the device is the CPU,
@@ -30,6 +32,7 @@ from typing import Any
 
 from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import ResourceError
+from tune_gems.data.histories import history_specs, n_histories
 
 FLOAT = 4
 INDEX = 8
@@ -59,17 +62,19 @@ class MemoryEstimate:
     params: int
     activations: int
     series: int
+    market: int = 0
 
     @property
     def device(self) -> int:
-        return self.replay + self.params + self.activations
+        return self.replay + self.params + self.activations + self.market
 
     @property
     def host(self) -> int:
         return self.series + (0 if self.on_cuda else self.device)
 
     def parts(self) -> dict[str, int]:
-        return {"replay": self.replay, "parameters+optimizer": self.params, "activations": self.activations, "price series": self.series}
+        return {"replay": self.replay, "parameters+optimizer": self.params, "activations": self.activations,
+                "market": self.market, "price series": self.series}
 
 
 def replay_transition_bytes(branches: int = BRANCHES) -> int:
@@ -98,15 +103,16 @@ def param_count(cfg: Config) -> int:
 
 
 def default_members(cfg: Config) -> int:
-    """Members a run of `cfg` trains: folds x arms x population (one arm without `arms`, one
-    fold without `data.folds`). It expands the arms: a run that has its arms record
-    (`design.arms.run_arms`) passes `members=` instead."""
-    folds = cfg.data.folds.k
+    """Members a run of `cfg` trains: histories x folds x arms x population (one history without
+    `data.histories` / `data.price_columns`, one arm without `arms`, one fold without
+    `data.folds`). It expands the arms: a run that has its arms record (`design.arms.run_arms`)
+    passes `members=` instead."""
+    cells = n_histories(cfg.data) * cfg.data.folds.k
     if getattr(cfg, "arms", None) is None:
-        return folds * cfg.trainer.population
+        return cells * cfg.trainer.population
     from tune_gems.design.arms import expand_arms
 
-    return folds * cfg.trainer.population * len(expand_arms(cfg))
+    return cells * cfg.trainer.population * len(expand_arms(cfg))
 
 
 def estimate_memory(cfg: Config, members: int | None = None, on_cuda: bool = False) -> MemoryEstimate:
@@ -130,18 +136,25 @@ def estimate_memory(cfg: Config, members: int | None = None, on_cuda: bool = Fal
     series_len = _series_length(cfg)
     evaluation = 2 * series_len * FLOAT  # returns and positions per member over a segment
     activations = P * ((rows * per_row + projection) * FLOAT * ACTIVATION_COPIES + evaluation)
-    series = series_len * 8 * SERIES_COPIES
-    return MemoryEstimate(P, on_cuda, int(replay), int(params), int(activations), int(series))
+    paths = n_histories(cfg.data) if cfg.data.source != "synthetic" else 1
+    series = series_len * 8 * SERIES_COPIES * paths
+    market = 2 * cfg.data.folds.k * paths * series_len * FLOAT  # features and next-step returns per (fold, history)
+    return MemoryEstimate(P, on_cuda, int(replay), int(params), int(activations), int(series), int(market))
 
 
 def _series_length(cfg: Config) -> int:
+    """Rows of one path: the synthetic series' length, or a bound from the largest history file's
+    size (a price row has at least a few bytes; histories share one calendar)."""
     data = cfg.data
     if data.source == "synthetic":
         return data.synthetic.n
-    try:  # a file: its size bounds its rows (a price row has at least a few bytes)
-        return max(1, Path(data.path or "").stat().st_size // 4)
-    except OSError:
-        return 1
+    sizes = []
+    for spec in history_specs(data):
+        try:
+            sizes.append(Path(spec.path or "").stat().st_size // 4)
+        except OSError:
+            continue
+    return max([1, *sizes])
 
 
 def host_available() -> int | None:
@@ -190,6 +203,7 @@ _KEYS = {
     "replay": "trainer.replay_capacity",
     "parameters+optimizer": "model.hidden",
     "activations": "trainer.batch_size",
+    "market": "data.folds.k",
     "price series": "data.synthetic.n",
 }
 
@@ -200,7 +214,7 @@ def _advice(est: MemoryEstimate, parts: dict[str, int]) -> str:
     if biggest == "activations" and est.activations and est.members > 1:
         key = "trainer.batch_size or model.atoms"
     members = "trainer.population" if est.members > 1 else None
-    return f"lower {key}" + (f" (or {members})" if members and biggest != "price series" else "")
+    return f"lower {key}" + (f" (or {members})" if members and biggest not in ("price series", "market") else "")
 
 
 def _fmt(n: int) -> str:
@@ -224,10 +238,15 @@ def check_fits(est: MemoryEstimate, host: int | None, device: int | None, where:
             )
 
 
-def check_training_fits(cfg: Config, members: int | None = None, device: Any = None, where: str = "") -> MemoryEstimate:
+def check_training_fits(
+    cfg: Config, members: int | None = None, device: Any = None, where: str = "", gpu_trial: bool = False
+) -> MemoryEstimate:
     """The estimate for `cfg`, checked against this machine (host, and the CUDA device when the
-    run will use one: pass it, or it is inferred from cfg.device without initialising CUDA)."""
-    on_cuda = False
+    run will use one: pass it, or it is inferred from cfg.device without initialising CUDA).
+    `gpu_trial`: a sweep trial that asks for a GPU (`resources.gpu`), which runs on CUDA wherever
+    the driver checking it runs: estimated as a CUDA run, its GPU memory checked only where this
+    machine has one (a driver without a GPU, `--dry-run` on a laptop, knows no trial's GPU)."""
+    on_cuda = gpu_trial
     if device is not None:
         on_cuda = getattr(device, "type", str(device)) == "cuda"
     elif cfg.device == "cuda":
@@ -235,8 +254,8 @@ def check_training_fits(cfg: Config, members: int | None = None, device: Any = N
     elif cfg.device == "auto":
         import torch
 
-        on_cuda = torch.cuda.is_available()
-        device = torch.device("cuda", torch.cuda.current_device()) if on_cuda else None
+        on_cuda = gpu_trial or torch.cuda.is_available()
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
     if on_cuda and device is None:
         import torch
 

@@ -13,7 +13,8 @@ test data never influence the features.
 Paths: a Market may hold several price paths of the same length (per-seed synthetic paths, see
 `tune_gems.data.series.load_paths`); every consumer (env, evaluator, replay) reads member p's features
 from path `path_of_member[p]`, an explicit argument that defaults to path 0 for every member.
-A real price file is one path.
+A price file is one path per price history (tune_gems.data.series.load_histories: one, or several
+on one calendar, `data.price_columns` / `data.histories`): member p reads its history's path.
 
 Folds (walk-forward, `tune_gems.data.segments.fold_bounds`): a Market may also hold several splits of
 the same paths, one per fold, which share the test segment. Each fold's features are
@@ -103,8 +104,10 @@ class Market:
         first = paths[0]
         self.times = first.index if isinstance(getattr(first, "index", None), pd.DatetimeIndex) else None
         """Path 0's timestamps (None without a time column): the split's dates (tune_gems.data.summary)."""
-        self.column = getattr(first, "attrs", {}).get(SOURCE_COLUMN_ATTR)
-        """The file's column the prices were read from (None for synthetic paths)."""
+        self.columns = tuple(getattr(p, "attrs", {}).get(SOURCE_COLUMN_ATTR) for p in paths)
+        """Each path's column in its file, as the file spells it (None for synthetic paths)."""
+        self.column = self.columns[0]
+        """Path 0's (what a one-path caller reads)."""
         raw = []
         for path in paths:
             p = np.asarray(path, dtype=np.float64)

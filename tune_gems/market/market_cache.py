@@ -20,11 +20,13 @@ MARKETS_KEPT = 4
 sweep, each a few MB of device tensors."""
 
 
-def _series_digest(prices: pd.Series | None) -> str | None:
-    """A digest of everything a Market reads from a given price series: its values, its index
-    (the times), its name and attributes (the source column)."""
+def _series_digest(prices: pd.Series | list[pd.Series] | None) -> str | None:
+    """A digest of everything a Market reads from a given price series (or each of several price
+    histories): its values, its index (the times), its name and attributes (the source column)."""
     if prices is None:
         return None
+    if not isinstance(prices, pd.Series):
+        return "+".join(_series_digest(p) for p in prices)
     digest = hashlib.sha256(pd.util.hash_pandas_object(prices, index=True).to_numpy().tobytes())
     digest.update(repr((prices.name, sorted(prices.attrs.items()), type(prices.index).__name__)).encode())
     return digest.hexdigest()

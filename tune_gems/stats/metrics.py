@@ -63,7 +63,8 @@ _MEMBER_HEAD = (
 MEMBER_IDS = MEMBER_ID_COLUMNS
 """Identity columns of a member row (before MEMBER_METRICS); `arm` is "default" in a run
 without arms, `seed_index` the member's seed index (the same initial weights, noise and data in
-every arm and fold), `fold` its walk-forward fold (0 without `data.folds`)."""
+every arm, fold and history), `fold` its walk-forward fold (0 without `data.folds`), `history`
+its price history (0 with one; `data.histories`, `data.price_columns`)."""
 
 
 def gem_metrics(plugins: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
@@ -103,6 +104,27 @@ def fold_metrics(folds: tuple[int, ...] | list[int] = ()) -> tuple[str, ...]:
     if len(folds) < 2:
         return ()
     return tuple(f"{m}{ARM_SEPARATOR}{FOLD_PREFIX}{k}" for k in folds for m in FOLD_METRICS)
+
+
+HISTORY_PREFIX = "history"
+HISTORY_FOLD_JOIN = "."
+"""Per-history columns (FOLD_METRICS over one price history's members) in a run of >= 2 histories:
+`<metric>@history<h>`, and with >= 2 folds `<metric>@history<h>.fold<k>` (one history's fold k,
+what the HEALTH_DIAG fold block prints); `@fold<k>` stays the mean over every history's fold k."""
+
+
+def history_fold_suffix(history: int, fold: int | None = None) -> str:
+    """`history<h>` or `history<h>.fold<k>`: the part after ARM_SEPARATOR of a per-history column."""
+    suffix = f"{HISTORY_PREFIX}{history}"
+    return suffix if fold is None else f"{suffix}{HISTORY_FOLD_JOIN}{FOLD_PREFIX}{fold}"
+
+
+def history_metrics(histories: tuple[int, ...] | list[int] = (), folds: tuple[int, ...] | list[int] = ()) -> tuple[str, ...]:
+    """Per-history history columns for the run's history and fold indices: none for one history."""
+    if len(histories) < 2:
+        return ()
+    cells = [(h, None) for h in histories] + ([(h, k) for h in histories for k in folds] if len(folds) > 1 else [])
+    return tuple(f"{m}{ARM_SEPARATOR}{history_fold_suffix(h, k)}" for h, k in cells for m in FOLD_METRICS)
 
 
 GAIN_METRICS = ("val_sharpe_gain", "val_alpha_sharpe_gain")
@@ -148,13 +170,15 @@ def gain_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...
 
 
 def epoch_metrics(
-    plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...] | list[str] = (), folds: tuple[int, ...] | list[int] = ()
+    plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...] | list[str] = (), folds: tuple[int, ...] | list[int] = (),
+    histories: tuple[int, ...] | list[int] = (),
 ) -> tuple[str, ...]:
     """One row of history / one Tune result, in this order (gem columns: means over members);
-    `folds`: the run's walk-forward fold indices (per-fold columns with two or more)."""
+    `folds`: the run's walk-forward fold indices (per-fold columns with two or more);
+    `histories`: its price-history indices (per-history columns with two or more)."""
     return (
         *_RUN_HEAD, *_SHARPE, *EVAL_HISTORY, *OBJECTIVES, *gem_columns(plugins), "diverged", "sps", *TIMING,
-        *arm_metrics(plugins, arms), *gain_metrics(plugins, arms), *fold_metrics(folds),
+        *arm_metrics(plugins, arms), *gain_metrics(plugins, arms), *fold_metrics(folds), *history_metrics(histories, folds),
     )  # fmt: skip
 
 

@@ -54,9 +54,11 @@ def _resolve_data_path(spec: SweepSpec, spec_path: Path) -> None:
     """Relative data paths are relative to the current directory (where the user runs the
     command); made absolute here so the driver reads the same file wherever Ray runs it."""
     data = spec.config.get("data") or {}
-    path = data.get("path")
-    if path and isinstance(path, str) and not Path(path).is_absolute() and "://" not in path:
-        data["path"] = str(Path(path).resolve())
+    entries = data.get("histories") if isinstance(data.get("histories"), list) else []
+    for where in (data, *(h for h in entries if isinstance(h, dict))):  # data.path and every history's own
+        path = where.get("path")
+        if path and isinstance(path, str) and not Path(path).is_absolute() and "://" not in path:
+            where["path"] = str(Path(path).resolve())
 
 
 def _gpus_per_trial(spec: SweepSpec) -> float:

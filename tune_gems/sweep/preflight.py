@@ -24,13 +24,14 @@ def check_memory(spec: SweepSpec, source: str) -> None:
     searched parameter (a trial may land on either end), with the design's arms (the widest
     proposal: every searched gem wired)."""
     widest = widest_trial(spec) if spec.design != "none" else {}
-    check_training_fits(designed_config(spec, widest), where=f"{source}: ")
+    gpu_trial = bool(spec.resources.gpu)  # its trials run on a GPU node, whatever this machine has
+    check_training_fits(designed_config(spec, widest), where=f"{source}: ", gpu_trial=gpu_trial)
     for key, space in spec.search.params.items():
         if space.type == "categorical" and not all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in space.ends()):
             continue
         for value in space.ends():
             cfg = designed_config(spec, {**widest, key: value})
-            check_training_fits(cfg, where=f"{source}: with search.params.{key}={value!r} ")
+            check_training_fits(cfg, where=f"{source}: with search.params.{key}={value!r} ", gpu_trial=gpu_trial)
 
 
 def check_plugins_dry(spec: SweepSpec, prices, source: str) -> None:

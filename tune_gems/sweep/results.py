@@ -26,14 +26,15 @@ from tune_gems.design.arms import expand_arms, resolved_settings
 from tune_gems.config.dotted import flatten
 from tune_gems.contracts.config_label import trial_label
 from tune_gems.contracts.errors import ConfigError
+from tune_gems.data.histories import n_histories
 from tune_gems.contracts.gem_manifest import GemEntry, manifest_text
 from tune_gems.gems import manifest
 from tune_gems.stats.metrics import MEMBER_IDS, epoch_metrics, member_metrics
 from tune_gems.sweep.spec_load import apply_spec_design, trial_config
 from tune_gems.contracts.result_files import (
     ARMS_PARQUET, BASELINES_KEY, BASELINES_PARQUET, CHECKPOINT_HISTORY_FILE, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE,
-    FOLDS_KEY, FOLDS_PARQUET, GEMS_FILE, HISTORY_FILE, ID_COLUMNS, MEMBERS_FILE, MEMBERS_KEY, TRIALS_FILE,
-    trial_eval_returns,
+    FOLDS_KEY, FOLDS_PARQUET, GEMS_FILE, HISTORIES_KEY, HISTORIES_PARQUET, HISTORY_FILE, ID_COLUMNS, MEMBERS_FILE, MEMBERS_KEY,
+    TRIALS_FILE, trial_eval_returns,
 )
 from tune_gems.sweep.storage import ExperimentStore
 
@@ -127,6 +128,8 @@ class SweepTables:
     """trial_id -> the eval_returns.npz of its latest checkpoint (trials that have one)."""
     folds: pd.DataFrame = field(default_factory=pd.DataFrame)
     """One row per trial and walk-forward fold (tune_gems.data.segments.FOLD_TABLE_COLUMNS)."""
+    histories: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """One row per trial and price history (tune_gems.data.histories.HISTORY_TABLE_COLUMNS)."""
 
 
 def _ordered_union(seqs: list[tuple[str, ...]]) -> list[str]:
@@ -142,7 +145,7 @@ def collect_tables(
     """The tables of a sweep from Tune's results; `statuses` maps trial ids to Tune's persisted
     trial status (a trial missing there reads as finished); `design` is the spec's, applied to
     every trial's config (its arms)."""
-    trials, history, members, arms, baselines, folds = [], [], [], [], [], []
+    trials, history, members, arms, baselines, folds, histories = [], [], [], [], [], [], []
     eval_returns: dict[str, bytes] = {}
     history_cols: list[tuple[str, ...]] = []
     plugins: list[str] = list(base.get("plugins") or [])
@@ -153,6 +156,7 @@ def collect_tables(
         trial_id = str((result.metrics or {}).get("trial_id") or result.path.rstrip("/").rsplit("/", 1)[-1])
         arm_names: tuple[str, ...] = ()
         fold_ids: tuple[int, ...] = ()
+        history_ids: tuple[int, ...] = ()
         try:
             cfg = apply_spec_design(trial_config(base, params), design)
             flat_cfg, seed = flatten(cfg.to_dict()), cfg.seed
@@ -162,13 +166,14 @@ def collect_tables(
             label = trial_label(list(arm_labels.items()))
             arm_names = tuple(a.name for a in arm_list) if getattr(cfg, "arms", None) is not None else ()
             fold_ids = tuple(range(cfg.data.folds.k))
+            history_ids = tuple(range(n_histories(cfg.data)))
             aliases = arm_aliases(cfg)  # a duplicate arm trained once: its other name (tune_gems.design.arm_sets)
             arms.extend({"trial_id": trial_id, "arm": a.name, "also_named": also_named(aliases, a.name),
                          **resolved_settings(a.config)} for a in arm_list)
         except ConfigError:
             flat_cfg, label, seed = {}, "invalid config", params.get("seed")
             arm_labels = {}
-        history_cols.append(epoch_metrics(plugins, arm_names, fold_ids))
+        history_cols.append(epoch_metrics(plugins, arm_names, fold_ids, history_ids))
         rows: list[dict[str, Any]] = []
         if df is not None and len(df) and "epoch" in df.columns:
             df = df.dropna(subset=["epoch"]).drop_duplicates(subset=["epoch"], keep="last").sort_values("epoch")
@@ -176,9 +181,9 @@ def collect_tables(
             if BASELINES_KEY in df.columns:
                 sent = [b for b in result.metrics_dataframe[BASELINES_KEY].dropna() if isinstance(b, str)]
                 baselines.extend({"experiment": experiment, "trial_id": trial_id, **b} for b in (json.loads(sent[-1]) if sent else []))
-            if FOLDS_KEY in df.columns:
-                sent = [b for b in result.metrics_dataframe[FOLDS_KEY].dropna() if isinstance(b, str)]
-                folds.extend({"experiment": experiment, "trial_id": trial_id, **b} for b in (json.loads(sent[-1]) if sent else []))
+            for key, table in ((FOLDS_KEY, folds), (HISTORIES_KEY, histories)):
+                sent = [b for b in result.metrics_dataframe[key].dropna() if isinstance(b, str)] if key in df.columns else []
+                table.extend({"experiment": experiment, "trial_id": trial_id, **b} for b in (json.loads(sent[-1]) if sent else []))
         saved, returns = _checkpoint_files(result)
         rows = _fill_from_checkpoint(rows, result, saved) if saved else rows
         if returns is not None and _safe_name(trial_id):
@@ -226,6 +231,7 @@ def collect_tables(
         gems=manifest(plugins),
         eval_returns=eval_returns,
         folds=pd.DataFrame(folds),
+        histories=pd.DataFrame(histories),
     )
 
 
@@ -257,8 +263,8 @@ def write_eval_returns(store: ExperimentStore, eval_returns: dict[str, bytes]) -
 
 
 def write_tables(store: ExperimentStore, tables: SweepTables) -> None:
-    """trials/history/members/arms/baselines/folds parquet, gems.json and each trial's eval returns,
-    each written atomically (arms and baselines only when there are rows)."""
+    """trials/history/members/arms/baselines/folds/histories parquet, gems.json and each trial's
+    eval returns, each written atomically (the side tables only when there are rows)."""
     frames = {TRIALS_FILE: tables.trials, HISTORY_FILE: tables.history, MEMBERS_FILE: tables.members}
     if len(tables.arms):
         frames[ARMS_PARQUET] = tables.arms
@@ -266,6 +272,8 @@ def write_tables(store: ExperimentStore, tables: SweepTables) -> None:
         frames[BASELINES_PARQUET] = tables.baselines
     if len(tables.folds):
         frames[FOLDS_PARQUET] = tables.folds
+    if len(tables.histories):
+        frames[HISTORIES_PARQUET] = tables.histories
     write_frames(store, frames)
     store.write_bytes(GEMS_FILE, manifest_text(tables.gems).encode())
     write_eval_returns(store, tables.eval_returns)

@@ -39,7 +39,9 @@ from tune_gems.stats.metrics import DIVERGENCE_SCORED
 from tune_gems.ops.cpu_code_path import pin_cpu_code_path
 from tune_gems.design.arms import run_arms
 from tune_gems.design.resources import check_training_fits
-from tune_gems.contracts.result_files import BASELINES_KEY, CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE, FOLDS_KEY, MEMBERS_KEY
+from tune_gems.contracts.result_files import (
+    BASELINES_KEY, CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE, FOLDS_KEY, HISTORIES_KEY, MEMBERS_KEY,
+)
 from tune_gems.market.market_cache import MarketCache, market_key
 from tune_gems.sweep.console import quiet_trial
 from tune_gems.sweep.progress import HEALTH_KEY
@@ -199,6 +201,7 @@ def train_trial(
     label = config_label(cfg)  # its arms' settings applied (Optuna's user attribute too)
     baselines = [json.dumps(trainer.baselines().to_dict("records"))]  # sent once, with the first report
     folds = [json.dumps(trainer.fold_table().to_dict("records"))]  # likewise
+    histories = json.dumps(trainer.history_table().to_dict("records"))  # likewise
     reports = CheckpointReports(trainer)
 
     def report(result: EpochResult, checkpoint_due: bool) -> None:
@@ -206,6 +209,7 @@ def train_trial(
         if baselines:
             metrics[BASELINES_KEY] = baselines.pop()
             metrics[FOLDS_KEY] = folds.pop()
+            metrics[HISTORIES_KEY] = histories
         metrics["objective"] = trial_objective(metrics, objective, trainer.diverged)
         metrics["config_label"] = label
         metrics["seed"] = cfg.seed

@@ -89,11 +89,12 @@ def time_line(t: TimeEstimate, what: str = "the run") -> str:
 
 
 def members_line(cfg: Config, run: RunArms) -> str:
-    """`members: F fold(s) x A arm(s) x S seed(s) = P (arm names)`; the folds factor only with
-    walk-forward folds (P = folds x arms x seeds, tune_gems.design.arms.MemberLayout)."""
+    """`members: H history(ies) x F fold(s) x A arm(s) x S seed(s) = P (arm names)`; the
+    histories and folds factors only with several of them (P = histories x folds x arms x seeds,
+    tune_gems.design.arms.MemberLayout)."""
     arms = list(run.names)
-    p, folds = cfg.trainer.population, run.layout.folds
-    per_fold = f"{folds} fold(s) x " if folds > 1 else ""
+    p, folds, histories = cfg.trainer.population, run.layout.folds, run.layout.histories
+    per_fold = (f"{histories} histories x " if histories > 1 else "") + (f"{folds} fold(s) x " if folds > 1 else "")
     return f"members: {per_fold}{len(arms)} arm(s) x {p} seed(s) = {run.members} ({', '.join(arms)})"
 
 
@@ -140,22 +141,27 @@ def sweep_plan(spec, resolved: dict, widest: Config, prices) -> list[str]:
     and time, and the sweep's time with this machine's concurrency (an upper bound when a
     scheduler stops trials early)."""
     arms = run_arms(widest)
-    est = check_training_fits(widest, members=arms.members)
-    timing, _market = estimate_time(widest, prices, arms=arms)  # the data lines came before (run_sweep)
+    est = check_training_fits(widest, members=arms.members, gpu_trial=bool(spec.resources.gpu))
     gpu = spec.resources.gpu if spec.resources.gpu is not None else (1.0 if _has_cuda() else 0.0)
-    at_once = concurrent_trials(spec.resources.cpu, gpu, spec.max_concurrent_trials)
-    waves = math.ceil(spec.num_samples / at_once)
     early = "; at most, ASHA stops some trials early" if spec.scheduler.type != "none" else ""
     searched = [*(f"gems.{g}" for g in spec.search.gems), *spec.search.params]
+    if gpu and not _has_cuda():  # a GPU trial's time on this machine's CPU would say nothing of it
+        timed = [f"time: not measured: a trial asks for {gpu:g} GPU (resources.gpu) and this machine has none; "
+                 "run the dry run on a GPU node for the trial's time"]
+    else:
+        timing, _market = estimate_time(widest, prices, arms=arms)  # the data lines came before (run_sweep)
+        at_once = concurrent_trials(spec.resources.cpu, gpu, spec.max_concurrent_trials)
+        waves = math.ceil(spec.num_samples / at_once)
+        timed = [time_line(timing, "the widest trial"),
+                 f"sweep: about {_fmt_s(waves * timing.total_s)} on this machine ({at_once} trial(s) at a time, "
+                 f"{spec.resources.cpu:g} CPU and {gpu:g} GPU each{early}); a cluster runs more at once"]
     return [
         *config_block(resolved, "spec (resolved)"),
         f"trials: {spec.num_samples}, design {spec.design}, objective {spec.objective.mode} {spec.objective.metric}, "
         f"searching {', '.join(searched) or 'nothing'}",
         f"widest trial: {members_line(widest, arms).removeprefix('members: ')}",
         memory_line(est),
-        time_line(timing, "the widest trial"),
-        f"sweep: about {_fmt_s(waves * timing.total_s)} on this machine ({at_once} trial(s) at a time, "
-        f"{spec.resources.cpu:g} CPU and {gpu:g} GPU each{early}); a cluster runs more at once",
+        *timed,
         "dry run: nothing was written, Ray was not started",
     ]
 

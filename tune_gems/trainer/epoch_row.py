@@ -20,6 +20,7 @@ from tune_gems.design.arm_sets import arm_aliases, has_gains, paired_gains, verd
 from tune_gems.gems.registry import Gem
 from tune_gems.stats.metrics import (
     ARM_SEPARATOR, EVAL_STATS, FOLD_METRICS, FOLD_PREFIX, GAIN_METRICS, GAIN_OBJECTIVES, GEM_GAIN_PREFIX, SEGMENTS, epoch_metrics,
+    history_fold_suffix,
 )
 from tune_gems.trainer.member_ids import MemberIds
 
@@ -121,17 +122,23 @@ def epoch_result(
         m.update({f"{g.metric}@{arm}": _mean(rows[g.name][mine]) for g in gems})
     if has_gains(ids.arms):
         m.update(_gains(cfg, ids, e, history, member_history))
-    fold_of = np.array(ids.fold)
-    for fold in ids.folds if len(ids.folds) > 1 else ():
-        mine = (fold_of == fold) & ~member_diverged
+    fold_of, history_of = np.array(ids.fold), np.array(ids.history)
+    history_ids = tuple(range(len(ids.histories)))
+    cells = [(f"{FOLD_PREFIX}{fold}", fold_of == fold) for fold in (ids.folds if len(ids.folds) > 1 else ())]
+    if len(history_ids) > 1:  # each history's members, then each history's fold k
+        cells += [(history_fold_suffix(h), history_of == h) for h in history_ids]
+        cells += [(history_fold_suffix(h, fold), (history_of == h) & (fold_of == fold))
+                  for h in history_ids for fold in (ids.folds if len(ids.folds) > 1 else ())]
+    for suffix, cell in cells:
+        mine = cell & ~member_diverged
         for column in FOLD_METRICS:
             seg, stat = column.split("_", 1)
-            m[f"{column}{ARM_SEPARATOR}{FOLD_PREFIX}{fold}"] = _mean(evals[seg][stat.removesuffix("_mean")][mine])
-    assert tuple(m) == epoch_metrics(cfg.plugins, ids.arms, ids.folds)
+            m[f"{column}{ARM_SEPARATOR}{suffix}"] = _mean(evals[seg][stat.removesuffix("_mean")][mine])
+    assert tuple(m) == epoch_metrics(cfg.plugins, ids.arms, ids.folds, history_ids)
     members = []
     for p in range(ids.members):
         row = {"epoch": e.epoch, "member": p, "seed": ids.seed[p], "arm": ids.arm[p],
-               "seed_index": ids.seed_index[p], "fold": ids.fold[p]}  # fmt: skip
+               "seed_index": ids.seed_index[p], "fold": ids.fold[p], "history": ids.history[p]}  # fmt: skip
         row.update(val_sharpe=float(val[p]), test_sharpe=float(test[p]))
         for seg in SEGMENTS:
             row.update({f"{seg}_{k}": float(evals[seg][k][p]) for k in EVAL_STATS if k != "sharpe"})

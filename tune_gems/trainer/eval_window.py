@@ -123,8 +123,9 @@ class EvalWindow:
         evaluations (at most `trainer.objective_last_k`), P members, T validation steps.
 
         returns, positions float32 [k,P,T]; diverged bool [k,P]; epochs int64 [k]; asset float32
-        [P,T]; member, seed_index, seed, path, fold, window_start int64 [P] (window_start: the
-        series row of the member's first validation decision; every fold's window has T steps);
+        [P,T]; member, seed_index, seed, path, fold, history, window_start int64 [P] (window_start: the
+        series row of the member's first validation decision; every fold's window has T steps;
+        members in population order: history-major, then fold, arm, seed);
         arm str [P]; cost, periods_per_year float64; segment str; format int64 (EVAL_RETURNS_FORMAT). `meta`: a checkpoint payload's
         metadata (`Trainer.checkpoint_payload()[1]`, or a background writer's snapshot of it) to take the
         window from instead of the live one; only host data is read then."""
@@ -145,6 +146,7 @@ class EvalWindow:
             "seed": np.asarray(ids.seed, dtype=np.int64),
             "path": np.asarray(ids.path, dtype=np.int64),
             "fold": np.asarray(ids.fold, dtype=np.int64),
+            "history": np.asarray(ids.history, dtype=np.int64),
             "window_start": self.window_start,
             "cost": np.asarray(self.cost, dtype=np.float64),
             "periods_per_year": np.asarray(self.periods_per_year, dtype=np.float64),

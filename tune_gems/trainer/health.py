@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tune_gems.stats.metrics import FOLD_PREFIX, history_fold_suffix
 from tune_gems.trainer.member_gems import MemberGems
 
 
@@ -28,14 +29,27 @@ def without_arm_detail(line: str) -> str:
     return f"{head} arms={n_arms}"
 
 
+def _fold_cells(folds: tuple[int, ...], histories: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(label, column suffix) of each part of the fold block: per fold `<k>` (`fold<k>`); with
+    several price histories per history and fold `<name>/<k>` (`history<h>.fold<k>`), or per
+    history `<name>` (`history<h>`) when the run has one fold."""
+    if len(histories) < 2:
+        return [(str(k), f"{FOLD_PREFIX}{k}") for k in folds] if len(folds) > 1 else []
+    if len(folds) < 2:
+        return [(name, history_fold_suffix(h)) for h, name in enumerate(histories)]
+    return [(f"{name}/{k}", history_fold_suffix(h, k)) for h, name in enumerate(histories) for k in folds]
+
+
 def health_line(
     m: dict[str, Any], gems: MemberGems, arms: tuple[str, ...] = (), folds: tuple[int, ...] = (),
-    aliases: dict[str, str] | None = None,
+    aliases: dict[str, str] | None = None, histories: tuple[str, ...] = (),
 ) -> str:
     """The line: every gem's value, or `off` where the run has it off (`MemberGems.summary_mode`).
     With >= 2 walk-forward folds it then has one compact part per fold,
     ` folds [<k>: vs=<val sharpe mean> va=<val alpha sharpe mean> | ...]` (and `ts=<test sharpe
-    mean>` once the test segment is evaluated); with >= 2 arms it ends with one compact part per arm:
+    mean>` once the test segment is evaluated); with >= 2 price histories (`histories`: their
+    names) one per history and fold, `<name>/<k>: ...` (`<name>: ...` with one fold); with >= 2
+    arms it ends with one compact part per arm:
     ` arms [<arm>: vs=<val sharpe mean> <metric>=<v> ... | <arm>: ...]` (`off` for the gems the
     arm has off, `MemberGems.off_by_arm`). A designed run (proposal/control arms) adds, before the
     arms part, ` gain [sharpe=<val_sharpe_gain> alpha=<val_alpha_sharpe_gain> verdict=<verdict_gain>
@@ -66,12 +80,13 @@ def health_line(
                  f"verdict={_num(m['verdict_gain'], '+.3f')}"]
         gains += [f"{g.name}={_num(m[f'gain_{g.name}'], '+.3f')}" for g in gems.gems if f"without-{g.name}" in named]
         parts.append(f"gain [{' '.join(gains)}]")
-    if len(folds) > 1:
+    cells = _fold_cells(folds, histories)
+    if cells:
         per_fold = []
-        for k in folds:
-            part = f"{k}: vs={_num(m[f'val_sharpe_mean@fold{k}'], '.2f')} va={_num(m[f'val_alpha_sharpe_mean@fold{k}'], '.2f')}"
-            if not math.isnan(m[f"test_sharpe_mean@fold{k}"]):
-                part += f" ts={_num(m[f'test_sharpe_mean@fold{k}'], '.2f')}"
+        for label, cell in cells:
+            part = f"{label}: vs={_num(m[f'val_sharpe_mean@{cell}'], '.2f')} va={_num(m[f'val_alpha_sharpe_mean@{cell}'], '.2f')}"
+            if not math.isnan(m[f"test_sharpe_mean@{cell}"]):
+                part += f" ts={_num(m[f'test_sharpe_mean@{cell}'], '.2f')}"
             per_fold.append(part)
         parts.append(f"folds [{' | '.join(per_fold)}]")
     if len(arms) > 1:

@@ -9,8 +9,9 @@ count, so it copies the online network into the target on the iterations where t
 (`tune_gems.trainer.graph.SplitStep`), instead of a lerp over every parameter in every replay
 whose weight is 0 on all the others.
 
-Arms (docs/design.md "Arms"): the population axis carries P = folds x arms x seeds members,
-fold-major, then arm-major (tune_gems.design.arms.MemberLayout; one fold without `data.folds`). What differs between arms (spectral norm, NoisyNets, learning
+Arms (docs/design.md "Arms"): the population axis carries P = histories x folds x arms x seeds
+members, history-major, then fold-major, then arm-major (tune_gems.design.arms.MemberLayout; one
+history and one fold without `data.histories` and `data.folds`). What differs between arms (spectral norm, NoisyNets, learning
 rate, each gem's mode and weight) enters as per-member constants: masks inside the network
 (tune_gems.model.layers), learning-rate blocks in the optimizer, [P] gem masks and weights
 (tune_gems.trainer.member_gems), an exploration mask for members without NoisyNets. The graph's
@@ -88,9 +89,10 @@ class Learner:
         self.noisy_on = torch.tensor(self.noisy, device=device)  # [P]; off: epsilon-greedy
         self.noisy_common = uniform(self.noisy)  # the mask as a host fact when all agree
         self.rng = CounterRNG(self.seeds, device)
-        # the market path each member trains and evaluates on (data.synthetic.paths): by seed index;
-        # its fold (the market's fold index, data.folds): by member block
-        self.path_of_member = data_mod.path_of_member(cfg.data, [self.layout.seed_slot(m) for m in range(P)])
+        # the market path each member trains and evaluates on (data.synthetic.paths): by seed index,
+        # or its price history (data.histories); its fold (the market's fold index, data.folds): by member block
+        self.path_of_member = data_mod.path_of_member(cfg.data, [self.layout.seed_slot(m) for m in range(P)],
+                                                      [self.layout.history_index(m) for m in range(P)])
         self.fold_of_member = [self.layout.fold_index(m) for m in range(P)]
         self.env = VecTradingEnv(market, cfg.env, P, tc.n_envs, self.path_of_member, self.fold_of_member)
         K, A = self.env.actions.branches, self.env.actions.sub_actions

@@ -35,7 +35,8 @@ from tune_gems.config.load import build_config, load_config
 from tune_gems.config.dotted import flatten
 from tune_gems.contracts.errors import CheckpointError, ConfigError, OutputError, OutputExistsError
 from tune_gems.contracts.result_files import (
-    ARMS_CSV, BASELINES_CSV, CHECKPOINT_FILE, CONFIG_FILE, FOLDS_CSV, GEMS_FILE, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE,
+    ARMS_CSV, BASELINES_CSV, CHECKPOINT_FILE, CONFIG_FILE, FOLDS_CSV, GEMS_FILE, HISTORIES_CSV, HISTORY_CSV, MEMBERS_CSV,
+    SUMMARY_FILE,
 )
 from tune_gems.contracts.output_lock import LOCK_FILE, OutputLock
 from tune_gems.contracts.outputs import (
@@ -128,8 +129,9 @@ def train_epochs(
 def write_run_files(trainer: Trainer, out: Path) -> None:
     """The files beside a run's tables that do not change per epoch (docs/results.md):
     gems.json (the run's gems), arms.csv (one row per arm: every per-member key's value),
-    folds.csv (one row per walk-forward fold: its windows) and baselines.csv (flat /
-    buy-and-hold / momentum on the evaluation segments, per fold)."""
+    folds.csv (one row per walk-forward fold: its windows), histories.csv (one row per price
+    history: its name, source and calendar) and baselines.csv (flat / buy-and-hold / momentum on
+    the evaluation segments, per fold and history)."""
     from tune_gems.design.arm_sets import also_named, arm_aliases
     from tune_gems.design.arms import resolved_settings
     from tune_gems.contracts.gem_manifest import manifest_text
@@ -140,7 +142,8 @@ def write_run_files(trainer: Trainer, out: Path) -> None:
     aliases = arm_aliases(cfg)  # a duplicate arm trained once: its other name (tune_gems.design.arm_sets)
     arms = pd.DataFrame([{"arm": a.name, **({"also_named": also_named(aliases, a.name)} if aliases else {}),
                           **resolved_settings(a.config)} for a in trainer.arms.arms])
-    for name, frame in ((ARMS_CSV, arms), (FOLDS_CSV, trainer.fold_table()), (BASELINES_CSV, trainer.baselines())):
+    for name, frame in ((ARMS_CSV, arms), (FOLDS_CSV, trainer.fold_table()), (HISTORIES_CSV, trainer.history_table()),
+                        (BASELINES_CSV, trainer.baselines())):
         _write_csv(out / name, frame)
 
 
@@ -308,6 +311,7 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
         _write_atomic(out / CONFIG_FILE, text)  # after its checksum: a config.yaml on disk is always recorded
         write_run_files(trainer, out)
         folds = f" folds={trainer.market.n_folds}" if trainer.market.n_folds > 1 else ""
+        folds = (f" histories={trainer.arms.layout.histories}" if trainer.arms.layout.histories > 1 else "") + folds
         print(
             f"tune-gems train: device={trainer.device} kernels={trainer.ops.name} population={cfg.trainer.population} "
             f"arms={len(trainer.learner.arms)}{folds} members={trainer.learner.P} graph={'on' if trainer.runner.use_graph else 'off'} out={out}",

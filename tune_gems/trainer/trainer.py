@@ -22,7 +22,9 @@ import torch
 from tune_gems.config.dotted import flatten
 from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import CheckpointError
+from tune_gems.data.histories import history_specs
 from tune_gems.data.segments import fold_table
+from tune_gems.data.summary import history_table
 from tune_gems.design.arm_sets import arm_aliases
 from tune_gems.design.arms import RunArms
 from tune_gems.market.features import Market
@@ -66,7 +68,9 @@ class Trainer:
         use_graph = self.device.type == "cuda" and cfg.trainer.graph != "off"
         self.runner = StepRunner(self.learner.iteration, self.learner.state_tensors, use_graph)
         self.evaluator = GreedyEvaluator(self.learner, self.market, cfg.env, use_graph)
-        self.ids = member_ids(self.learner, self.market)
+        self.history_names = tuple(spec.name for spec in history_specs(cfg.data))
+        """The run's price histories, by index (tune_gems.data.histories; one for every run before them)."""
+        self.ids = member_ids(self.learner, self.market, self.history_names)
         self.window = EvalWindow.of_run(cfg, self.ids, self.market, self.evaluator)
         """The last `trainer.objective_last_k` validation evaluations: what `window.write` writes
         as eval_returns.npz; part of every checkpoint."""
@@ -103,7 +107,8 @@ class Trainer:
         """The flat, buy-and-hold and momentum baselines on the validation and test segments
         (tune_gems.market.evaluation.baseline_stats; one row per fold, segment, baseline and path: each
         fold's own validation window, the common test segment), the yardstick for the members'
-        evaluation columns. Written beside the tables by the writers."""
+        evaluation columns; `history` is the path's price history (a price file's paths are its
+        histories; every synthetic path is history 0). Written beside the tables by the writers."""
         env = self.cfg.env
         returns = self.market.returns_next[: self.market.n_paths]  # raw returns: the same under every fold
         frames = []
@@ -111,12 +116,18 @@ class Trainer:
             segments = {s: ranges[s] for s in SEGMENTS}
             frame = baseline_stats(returns, segments, env.cost, env.periods_per_year, momentum_span=env.momentum_span)
             frames.append(frame.assign(fold=int(fold)))
-        return pd.concat(frames, ignore_index=True)
+        table = pd.concat(frames, ignore_index=True)
+        return table.assign(history=table["path"] if self.cfg.data.source != "synthetic" else 0)
 
     def fold_table(self) -> pd.DataFrame:
         """One row per fold of the run: its windows (tune_gems.data.segments.fold_table), for folds.csv."""
         m = self.market
         return fold_table(m.index, m.bounds, self.cfg.data.folds.layout, m.fold_ids)
+
+    def history_table(self) -> pd.DataFrame:
+        """One row per price history of the run: its name, source and calendar
+        (tune_gems.data.summary.history_table), for histories.csv."""
+        return history_table(self.cfg.data, self.market)
 
     def sample_timings(self, iterations: int) -> tuple[float, float, float]:
         """(prefill s, s per training iteration, s per validation evaluation), measured by running
@@ -184,7 +195,7 @@ class Trainer:
         result = epoch_result(self.cfg, self.ids, gems.gems, measures, self.history, self.member_history)
         self.history.append(result.metrics)
         self.member_history.extend(result.members)
-        self.log(health_line(result.metrics, gems, self.arms.names, self.market.fold_ids, arm_aliases(self.cfg)))
+        self.log(health_line(result.metrics, gems, self.arms.names, self.market.fold_ids, arm_aliases(self.cfg), self.history_names))
         return result
 
     # -- checkpoints -------------------------------------------------------------------------
