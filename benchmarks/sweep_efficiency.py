@@ -355,7 +355,7 @@ def child(a: argparse.Namespace) -> None:
         for f in exp.rglob("*"):
             if f.is_file() and f.name in ("result.json", "progress.csv"):
                 files[f.name] = files.get(f.name, 0) + f.stat().st_size
-        checkpoints = sorted((str(p.relative_to(exp)), p.stat().st_size) for p in exp.rglob("checkpoint.pt"))
+        checkpoints = [sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) for folder in sorted(exp.glob("*/checkpoint_*"))]
         tables = {name: (exp / name).stat().st_size for name in ("members.parquet", "history.parquet") if (exp / name).is_file()}
     trials = sorted((trial_parts(rs) for rs in by_trial.values()), key=lambda t: t["enter"])
     Path(a.result).write_text(json.dumps({
@@ -439,9 +439,8 @@ def show(out: dict) -> None:
         row(f"  {name}", [_per_result(r["m"], name) for r in runs], "{:.2f}")
     row("  the other parts", [sum(_per_result(r["m"], n) for n in names if n not in shown) for r in runs], "{:.2f}")
     for r, label in zip(runs, labels):
-        ck = r["m"]["checkpoints"]
-        print(f"{label}: files {r['m']['files']}, tables {r['m']['tables']}, final checkpoints "
-              f"{[size for _, size in ck]} bytes")
+        print(f"{label}: Tune's files {r['m']['files']} bytes, tables {r['m']['tables']} bytes, "
+              f"checkpoint folders kept (bytes each) {r['m']['checkpoints']}")
 
 
 def _mean(values: list[float]) -> float:
