@@ -411,7 +411,7 @@ def _per_result(run: dict, name: str) -> float:
 
 def show(out: dict) -> None:
     runs = out["runs"]
-    labels = [f"{Path(r['tree']).name}@{r['commit']}" for r in runs]
+    labels = [f"{Path(r['tree']).name or r['tree']}@{r['commit']}" for r in runs]
     width = max(14, *(len(x) + 2 for x in labels))
     print(f"sweep_efficiency: {out['host']}, {out['cpus']} CPUs, python {out['python']}, {THREAD_ENV}")
     print(f"command: {out['command']}")
