@@ -1,6 +1,6 @@
 """Where a sweep trial's wall time goes, part by part, and what each of Tune's driver callbacks costs.
 
-    python benchmarks/sweep_efficiency.py --run [--tree PATH ...] [--set KEY=VALUE ...] [--out FILE.json]
+    python benchmarks/sweep_efficiency.py --run [--tree PATH ...] [--spec SPEC.yaml] [--set KEY=VALUE ...] [--out FILE.json]
     python benchmarks/sweep_efficiency.py --show FILE.json
     python benchmarks/sweep_efficiency.py EXPERIMENT_DIR [--sweep-wall SECONDS] [--out FILE.json]
 
@@ -10,9 +10,10 @@ tree, so a before/after comparison runs one script, back to back, its columns si
 The sweep is `BENCH_SPEC`: the moonshot's shape (three arms of 64 seeds each, three gems
 measured, one wired per arm: 192 members, so each report carries a member table of the
 moonshot's size) with a tiny network and two iterations per epoch, so that everything around
-training shows; three trials one after another in one reused actor (cold, then warm). `--set`
-changes a spec key (`config.trainer.epochs=10`, `num_samples=3`). One thread (OMP_NUM_THREADS=1,
-MKL_NUM_THREADS=1, one CPU per trial).
+training shows; three trials one after another in one reused actor (cold, then warm). `--spec`
+runs another spec instead (on the GPU: `--spec benchmarks/moonshot.yaml`; its storage and name
+are the script's own temporary ones), and `--set` changes a spec key (`config.trainer.epochs=10`,
+`num_samples=3`). One thread (OMP_NUM_THREADS=1, MKL_NUM_THREADS=1, one CPU per trial).
 
 Timers, each wrapped around the function that does the work (a wrapped name that no longer
 exists stops the script, naming it):
@@ -330,10 +331,11 @@ def child(a: argparse.Namespace) -> None:
     `run_sweep` called, every trial's records read back."""
     import yaml
 
-    from tune_gems.config.yaml_io import apply_overrides
+    from tune_gems.config.yaml_io import apply_overrides, read_yaml
     from tune_gems.sweep import driver, trainable
 
-    spec = apply_overrides(json.loads(json.dumps(BENCH_SPEC)), list(a.set or []))
+    base = read_yaml(a.spec) if a.spec else json.loads(json.dumps(BENCH_SPEC))
+    spec = apply_overrides(base, list(a.set or []))
     timers, sizes = Timers(), []
     instrument_driver(timers, sizes)
     with tempfile.TemporaryDirectory(prefix="sweep-efficiency-") as d:
@@ -377,11 +379,11 @@ def _commit(tree: str) -> str:
     return out.stdout.strip() if out.returncode == 0 else "(not a git tree)"
 
 
-def run_tree(tree: str, sets: list[str]) -> dict:
+def run_tree(tree: str, sets: list[str], spec: str | None) -> dict:
     with tempfile.TemporaryDirectory(prefix="sweep-efficiency-run-") as d:
         result = Path(d) / "result.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), CHILD_FLAG, "--result", str(result),
-               *(x for s in sets for x in ("--set", s))]
+               *(x for s in sets for x in ("--set", s)), *(["--spec", spec] if spec else [])]
         env = {**os.environ, **THREAD_ENV, "PYTHONPATH": os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")]))}
         subprocess.run(cmd, check=True, timeout=RUN_TIMEOUT_S, cwd=d, env=env, stdout=subprocess.DEVNULL)
         return json.loads(result.read_text())
@@ -454,6 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sweep-wall", type=float, help="the sweep command's own wall time, if measured around it")
     p.add_argument("--run", action="store_true", help="run the benchmark sweep with timers (module doc)")
     p.add_argument("--tree", action="append", help="a source tree to measure (repeat for side by side; default this one)")
+    p.add_argument("--spec", help="a sweep spec to run instead of BENCH_SPEC (module doc)")
     p.add_argument("--set", action="append", help="KEY=VALUE: a key of the benchmark's spec")
     p.add_argument("--show", type=Path, help="print the tables of a JSON file --run wrote, and stop")
     p.add_argument("--out", help="write what was measured as JSON here")
@@ -474,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"command": " ".join(["python", "benchmarks/sweep_efficiency.py", *(argv if argv is not None else sys.argv[1:])]),
            "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(), "runs": []}
     for tree in trees:
-        out["runs"].append({"tree": tree, "commit": _commit(tree), "m": run_tree(tree, a.set or [])})
+        out["runs"].append({"tree": tree, "commit": _commit(tree), "m": run_tree(tree, a.set or [], str(Path(a.spec).resolve()) if a.spec else None)})
     show(out)
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
