@@ -185,7 +185,7 @@ def reference_run(cfg: Config) -> tuple[list[dict[str, Any]], list[dict[str, Any
     trial's CPUs), so that no reduction runs in a different order than in the trial."""
     import torch
 
-    from tune_gems.trainer.train_command import train_epochs
+    from tune_gems.trainer.epoch_loop import train_epochs
     from tune_gems.trainer.trainer import Trainer
 
     threads = torch.get_num_threads()

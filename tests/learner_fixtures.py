@@ -70,7 +70,7 @@ def assert_same_run(a, b) -> None:
 def full_and_resumed(cfg: Config, path, after_load=None):
     """(an uninterrupted run of `cfg`, a run resumed from its epoch-1 checkpoint at `path`), both
     trained to the end; `after_load(resumed)` is called right after the checkpoint is loaded."""
-    from tune_gems.trainer.train_command import train_epochs
+    from tune_gems.trainer.epoch_loop import train_epochs
     from tune_gems.trainer.trainer import Trainer
 
     full = Trainer(cfg, log=None)
@@ -113,7 +113,7 @@ def member_part(key: str, t: torch.Tensor, population: int, p: int) -> torch.Ten
 
 def trained_with_lines(cfg: Config):
     """(a Trainer of `cfg` trained to its end, the HEALTH_DIAG lines it logged)."""
-    from tune_gems.trainer.train_command import train_epochs
+    from tune_gems.trainer.epoch_loop import train_epochs
     from tune_gems.trainer.trainer import Trainer
 
     lines: list[str] = []

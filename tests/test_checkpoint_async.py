@@ -30,7 +30,8 @@ from tune_gems.contracts.result_files import CHECKPOINT_FILE, CHECKPOINT_HISTORY
 from tune_gems.sweep import console, trainable
 from tune_gems.trainer import checkpoint as ckpt
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter, snapshot_meta
-from tune_gems.trainer.train_command import CheckpointSchedule, resume_config, run_training, train_epochs
+from tune_gems.trainer.epoch_loop import CheckpointSchedule, train_epochs
+from tune_gems.trainer.train_command import resume_config, run_training
 from tune_gems.trainer.run_setup import load_run_prices
 from tune_gems.trainer.trainer import RESUMABLE_CHANGES, Trainer
 
@@ -185,7 +186,8 @@ def test_checkpoint_schedule(interval_s, every, steps, want):
 def test_train_epochs_checkpoints_on_the_clock_and_at_the_end():
     """The epoch loop with a trainer stand-in whose epochs take 6 s of a fake clock."""
     clock, due = FakeClock(), []
-    trainer = types.SimpleNamespace(epoch=0, cfg=tiny_config("trainer.epochs=4", "trainer.checkpoint_interval_s=10"))
+    trainer = types.SimpleNamespace(epoch=0, cfg=tiny_config("trainer.epochs=4", "trainer.checkpoint_interval_s=10"),
+                                    queues_ahead=False, epoch_queued=False)
     trainer.done = False
 
     def run_epoch():
@@ -301,6 +303,14 @@ class FakeTune:
 
     def __init__(self, store: Path, restore_from: Path | None = None) -> None:
         self.store, self.restore_from, self.reports = store, restore_from, []
+        self.trial_folder = store / "trial"
+
+    def get_context(self):
+        """The trial's storage: its folder on the local filesystem (tune_gems.sweep.trial_files)."""
+        import pyarrow.fs as pafs
+
+        storage = types.SimpleNamespace(storage_filesystem=pafs.LocalFileSystem(), trial_fs_path=str(self.trial_folder))
+        return types.SimpleNamespace(get_storage=lambda: storage)
 
     class Checkpoint:
         def __init__(self, path: str) -> None:
@@ -349,9 +359,16 @@ def test_a_trial_reports_in_epoch_order_with_each_checkpoint_on_its_own_epoch(tm
     with_ckpt = [(m["epoch"], d) for m, d in first.reports if d is not None]
     assert [e for e, _ in with_ckpt] == [2, 4, 5]
     for epoch, d in with_ckpt:
-        _, meta = ckpt.load(d / CHECKPOINT_FILE)
         saved = json.loads((d / CHECKPOINT_HISTORY_FILE).read_text())
-        assert meta["epoch"] == epoch and [h["epoch"] for h in saved["history"]] == list(range(1, epoch + 1))
+        assert [h["epoch"] for h in saved["history"]] == list(range(1, epoch + 1))
+        if epoch < 5:
+            assert ckpt.load(d / CHECKPOINT_FILE)[1]["epoch"] == epoch and not trainable.finished_checkpoint(d)
+        else:  # the final checkpoint: nothing resumes from it, so no training state
+            assert not (d / CHECKPOINT_FILE).exists() and trainable.finished_checkpoint(d)
+    # the member rows went to the trial's own files, one per epoch, not into the reports
+    members_dir = tmp_path / "a" / "trial" / "members"
+    assert sorted(p.name for p in members_dir.iterdir()) == [f"epoch-{e:06d}.json" for e in range(1, 6)]
+    assert not any("members_json" in m or "baselines_json" in m for m, _ in first.reports)
     # the temporary checkpoint folders are gone (torch may keep its own compile cache, torchinductor_<user>, under TMPDIR)
     assert not [p for p in (tmp_path / "tmp").iterdir() if not p.name.startswith("torchinductor_")]
 

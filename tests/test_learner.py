@@ -16,7 +16,7 @@ from tune_gems.stats.metrics import EPOCH_METRICS, MEMBER_METRICS
 from tune_gems.ops import resolve_backend
 from tune_gems.rng import member_seeds
 from tune_gems.trainer.run_setup import prepare_market
-from tune_gems.trainer.train_command import train_epochs
+from tune_gems.trainer.epoch_loop import train_epochs
 from tune_gems.trainer.trainer import Trainer
 from tune_gems.trainer.learner import Learner
 

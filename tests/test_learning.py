@@ -15,7 +15,7 @@ import pytest
 from scipy import stats
 
 from tune_gems.config.load import load_config
-from tune_gems.trainer.train_command import train_epochs
+from tune_gems.trainer.epoch_loop import train_epochs
 from tune_gems.trainer.trainer import Trainer
 
 pytestmark = pytest.mark.slow

@@ -26,7 +26,7 @@ from tune_gems.model import layers
 from tune_gems.ops import build
 from tune_gems.sweep import trainable
 from tune_gems.trainer.run_setup import load_run_prices as load_prices, prepare_market
-from tune_gems.trainer.train_command import train_epochs
+from tune_gems.trainer.epoch_loop import train_epochs
 from tune_gems.trainer.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -219,6 +219,65 @@ def test_regime_chain_and_trend_equal_the_row_by_row_recursion(k, persistence, t
     assert np.array_equal(series._ar1(shocks, trend_persistence, scale), want_trend)  # bit for bit
     if k > 1:
         assert len(np.unique(want_state)) > 1  # the chain moves: the comparison means something
+
+
+def test_many_paths_walk_their_chains_and_trends_together_bit_for_bit():
+    """The [P, n] forms (one loop over rows for every path) equal each path's own recursion."""
+    rng = np.random.default_rng(5)
+    k, n, P = 3, 2000, 6
+    cumulative = np.cumsum(np.where(np.eye(k, dtype=bool), 0.98, 0.01), axis=1)
+    jumps, shocks, starts = rng.random((P, n)), rng.standard_normal((P, n)), rng.integers(k, size=P)
+    states, trends = series._regime_chain(cumulative, jumps, starts), series._ar1(shocks, 0.95, 0.3)
+    for p in range(P):
+        want_state, want_trend = _scalar_chain(cumulative, jumps[p], int(starts[p]), shocks[p], 0.95, 0.3)
+        assert np.array_equal(states[p], want_state) and np.array_equal(trends[p], want_trend), p
+
+
+def _reference_path(n: int, seed: int, edge: float, edge_periods=None) -> np.ndarray:
+    """A synthetic path as the tree before the paths were built together made it: one path,
+    its regime chain and trend row by row (`_scalar_chain`), its own business-day index."""
+    regimes = series.DEFAULT_REGIMES
+    edge_of_row = edge if edge_periods is None else series._edge_of_row(n, edge_periods)
+    rng = np.random.default_rng(seed)
+    vol, drift = (np.asarray(col, dtype=np.float64) for col in zip(*regimes))
+    k = len(vol)
+    cumulative = np.cumsum(np.where(np.eye(k, dtype=bool), 0.98, (1.0 - 0.98) / (k - 1)), axis=1)
+    jumps, shocks, noise = rng.random(n), rng.standard_normal(n), rng.standard_normal(n)
+    state, trend = _scalar_chain(cumulative, jumps, int(rng.integers(k)), shocks, 0.95, np.sqrt(1.0 - 0.95**2))
+    share = edge_of_row * 0.2
+    returns = drift[state] * edge_of_row + vol[state] * (np.sqrt(share) * trend + np.sqrt(1.0 - share) * noise)
+    returns[0] = 0.0
+    return 100.0 * np.cumprod(1.0 + np.maximum(returns, -0.5))
+
+
+PATHS_BEFORE = {
+    (): "ca85d011575736f738e03968ebee8db7ae6179c7583be51cdc5334f62753e9bb",
+    ("data.synthetic.edge_periods=[[0,0.8],[0.5,0.0]]",): "08235c3331bd5a348bb63ef39883354c5f8d5e1a2d377ede4bf03b05ebfd6d23",
+}
+"""sha256 of the float64 bytes of `load_paths(tiny_config("trainer.population=4", *key).data, 4,
+first_seed_index=2)`, stacked, as the tree before the paths were built together (main at
+1527c6b) computed them."""
+
+
+@pytest.mark.parametrize("overrides", list(PATHS_BEFORE))
+def test_paths_built_together_have_the_bits_of_paths_built_one_by_one_and_the_market_too(overrides):
+    import hashlib
+
+    from tune_gems.market.features import Market
+
+    cfg = tiny_config("trainer.population=4", "first_seed_index=2", *overrides)
+    syn = cfg.data.synthetic
+    paths = series.load_paths(cfg.data, 4, first_seed_index=2)
+    assert hashlib.sha256(np.stack([p.to_numpy() for p in paths]).tobytes()).hexdigest() == PATHS_BEFORE[overrides]
+    index = pd.bdate_range(start="2000-01-03", periods=syn.n)
+    for path, seed in zip(paths, series.path_seeds(syn, 4, 2)):
+        assert np.array_equal(path.to_numpy(), _reference_path(syn.n, seed, syn.edge, syn.edge_periods)), seed
+        assert path.index is paths[0].index and path.index.equals(index) and path.index.freq == index.freq  # one index, built once
+    market = prepare_market(cfg, torch.device("cpu"))
+    reference = [pd.Series(_reference_path(syn.n, s, syn.edge, syn.edge_periods), index=index) for s in series.path_seeds(syn, 4, 2)]
+    want = Market(reference, market.bounds, cfg.env.window, fold_ids=market.fold_ids)
+    for name, tensor in _market_tensors(market).items():
+        assert torch.equal(tensor, getattr(want, name)), name
 
 
 def _stacked_uniform(gens, reps, shape, bound):

@@ -62,6 +62,7 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
     assert [line.split()[3] for line in status] == [f"{k}/{n}" for k in range(1, n + 1)]
     assert all("objective verdict_gain=" in line and "| best " in line and "ETA" in line for line in status)
     _check_console_and_labels(res.stdout + res.stderr, exp, t, arms)
+    _check_trial_files(exp, t)
 
     study = optuna.load_study(study_name="smoke", storage=journal_storage(exp / JOURNAL_FILE))
     assert len(study.trials) == n
@@ -94,6 +95,25 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
     _check_confirm(exp, t)
     _check_confirmation_tables(exp)
     _check_result_grid(exp)
+
+
+def _check_trial_files(exp, t):
+    """Issue 40: Tune's reports (result.json, every logger) carry the epoch's scalars, the member
+    rows and the baselines and folds tables go to each trial's own folder, and members.parquet
+    read back from them equals an uninterrupted run of each trial's config, bit for bit; a
+    finished trial's final checkpoint holds no training state."""
+    from cluster_fixtures import assert_trial_matches_uninterrupted, result_rows
+    from tune_gems.sweep.trainable import FINAL_MARK
+
+    rows = result_rows(exp)
+    assert len(rows) == len(t["history"]) and not {"members_json", "baselines_json", "folds_json"} & set().union(*rows)
+    for tid in t["trials"]["trial_id"]:
+        folder = next(exp.glob(f"train_trial_{tid}_*"))
+        assert sorted(p.name for p in (folder / "members").iterdir()) == ["epoch-000001.json", "epoch-000002.json"]
+        assert (folder / "baselines.json").is_file() and (folder / "folds.json").is_file()
+        final = sorted(folder.glob("checkpoint_*"))[-1]
+        assert (final / FINAL_MARK).is_file() and not (final / "checkpoint.pt").exists()
+        assert_trial_matches_uninterrupted(exp, tid)
 
 
 def _check_console_and_labels(shown: str, exp, t, arms):

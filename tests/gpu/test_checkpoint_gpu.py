@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from tune_gems.config.load import load_config
-from tune_gems.trainer.train_command import train_epochs
+from tune_gems.trainer.epoch_loop import train_epochs
 from tune_gems.trainer.trainer import Trainer
 from tune_gems.trainer import checkpoint as ckpt
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter

@@ -31,7 +31,7 @@ from test_target_copy_and_seed_blocks_gpu import _lockstep, _members, _run
 import test_trainer_gpu as trainer_tests  # its tests called with the triton switch (not collected here)
 from test_trainer_gpu import WIRED, _canon, _cfg as _trainer_cfg, _same, _state
 from tune_gems.design.arms import ArmsConfig, expand_arms
-from tune_gems.trainer.train_command import train_epochs
+from tune_gems.trainer.epoch_loop import train_epochs
 from tune_gems.trainer.trainer import Trainer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]

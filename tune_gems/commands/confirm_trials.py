@@ -89,7 +89,7 @@ def run_plans(plans: list[Plan], build: Callable[[Plan], Config], experiment: st
     from tune_gems.design.arms import run_arms
     from tune_gems.design.resources import check_training_fits
     from tune_gems.trainer.tensorboard import EpochEvents
-    from tune_gems.trainer.train_command import train_epochs
+    from tune_gems.trainer.epoch_loop import train_epochs
     from tune_gems.trainer.trainer import Trainer
 
     configs = [build(p) for p in plans]

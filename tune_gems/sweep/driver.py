@@ -105,7 +105,9 @@ def run_sweep(
     base_cfg = spec.base_config()
     check_memory(spec, str(spec_path))
     prices = load_run_prices(base_cfg)
-    market = prepare_market(base_cfg, torch.device("cpu"), prices)  # validates splits and segment lengths now
+    # validates splits and segment lengths now, on the series' one path: every path has its length and
+    # dates, and the trials build their own markets (their P paths) where they run
+    market = prepare_market(base_cfg, torch.device("cpu"), prices, n_seed_indices=1)
     check_plugins_dry(spec, prices, str(spec_path))  # before anything is printed: a refusal is one line
     data_record = None if resume else data_fingerprint(base_cfg.data)  # the bytes just read
     for line in data_lines(base_cfg.data, market):

@@ -1,8 +1,12 @@
 """Turn Tune's results into the experiment's three parquet files (docs/results.md).
 
-Rows come from every result each trial reported (Tune keeps them across retries and
+History rows come from every result each trial reported (Tune keeps them across retries and
 restores); a trial that re-ran an epoch after resuming from an older checkpoint reported it
-twice, and the last report wins, so every (trial, epoch) appears exactly once.
+twice, and the last report wins, so every (trial, epoch) appears exactly once. An epoch whose
+report was lost is filled from the history beside the trial's latest checkpoint. Member rows,
+baselines, folds and histories are read from the trial's own files
+(tune_gems.sweep.trial_files; the reports carry scalars only), member rows from the latest
+checkpoint's history where it holds the epoch (one file per trial instead of one per epoch).
 
 Each trial's saved validation returns (`eval_returns.npz` in its latest checkpoint, written by
 `Trainer.window`, tune_gems.trainer.eval_window.EvalWindow.write) are copied to `eval_returns/<trial_id>.npz` in the experiment
@@ -37,6 +41,7 @@ from tune_gems.contracts.result_files import (
     TRIALS_FILE, trial_eval_returns,
 )
 from tune_gems.sweep.storage import ExperimentStore
+from tune_gems.sweep.trial_files import TRIAL_BASELINES, TRIAL_FOLDS, TRIAL_HISTORIES, TrialFiles, member_file
 
 TERMINATED, ERROR, UNFINISHED = "TERMINATED", "ERROR", "UNFINISHED"
 """Values of trials.parquet's `status`: ran to its end (or was stopped early by the scheduler);
@@ -92,26 +97,48 @@ def _checkpoint_files(result) -> tuple[dict[str, Any] | None, bytes | None]:
     return history, returns
 
 
-def _checkpoint_history(result) -> dict[str, Any] | None:
-    return _checkpoint_files(result)[0]
-
-
-def _fill_from_checkpoint(rows: list[dict[str, Any]], result, saved: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Add the epochs that the latest checkpoint's history (`saved`, read from `result` when not
-    given) holds but Tune's results lack."""
-    if saved is None:
-        saved = _checkpoint_history(result)
+def _fill_from_checkpoint(rows: list[dict[str, Any]], saved: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Add the epochs that the latest checkpoint's history (`saved`) holds but Tune's results lack."""
     if not saved:
         return rows
     have = {int(r["epoch"]) for r in rows}
-    members_by_epoch: dict[int, list] = {}
-    for m in saved.get("members", []):
-        members_by_epoch.setdefault(int(m["epoch"]), []).append(m)
-    for h in saved.get("history", []):
-        epoch = int(h["epoch"])
-        if epoch not in have:
-            rows.append({**h, MEMBERS_KEY: json.dumps(members_by_epoch.get(epoch, []))})
+    rows = rows + [h for h in saved.get("history", []) if int(h["epoch"]) not in have]
     return sorted(rows, key=lambda r: int(r["epoch"]))
+
+
+def _members_by_epoch(rows: list[dict[str, Any]], saved: dict[str, Any] | None, files: TrialFiles) -> dict[int, list[dict]]:
+    """Each epoch's member rows: from the latest checkpoint's history where it holds the epoch
+    (one file for every epoch up to it), else from the epoch's file in the trial's folder
+    (tune_gems.sweep.trial_files: written before the epoch's report), else from the report itself
+    (results written before the member files existed). A retried epoch trains to the same
+    member rows (resume is exact), so the sources agree where they overlap."""
+    checkpointed: dict[int, list[dict]] = {}
+    for m in (saved or {}).get("members", []):
+        checkpointed.setdefault(int(m["epoch"]), []).append(m)
+    on_disk = files.member_epochs() if any(int(r["epoch"]) not in checkpointed for r in rows) else set()
+    out = {}
+    for r in rows:
+        epoch = int(r["epoch"])
+        if epoch in checkpointed:
+            out[epoch] = checkpointed[epoch]
+        elif epoch in on_disk:
+            out[epoch] = files.read_json(member_file(epoch)) or []
+        else:
+            sent = r.get(MEMBERS_KEY)
+            out[epoch] = json.loads(sent) if isinstance(sent, str) else []
+    return out
+
+
+def _trial_table(files: TrialFiles, name: str, df: pd.DataFrame | None, key: str) -> list[dict]:
+    """A trial's baselines or folds records: its file (tune_gems.sweep.trial_files), else the
+    first report that carried them (results written before the files existed)."""
+    table = files.read_json(name)
+    if isinstance(table, list):
+        return table
+    if df is None or key not in df.columns:
+        return []
+    sent = [b for b in df[key].dropna() if isinstance(b, str)]
+    return json.loads(sent[-1]) if sent else []
 
 
 @dataclass
@@ -175,23 +202,21 @@ def collect_tables(
             arm_labels = {}
         history_cols.append(epoch_metrics(plugins, arm_names, fold_ids, history_ids))
         rows: list[dict[str, Any]] = []
+        files = TrialFiles.of_result(result)
         if df is not None and len(df) and "epoch" in df.columns:
-            df = df.dropna(subset=["epoch"]).drop_duplicates(subset=["epoch"], keep="last").sort_values("epoch")
-            rows = df.to_dict("records")
-            if BASELINES_KEY in df.columns:
-                sent = [b for b in result.metrics_dataframe[BASELINES_KEY].dropna() if isinstance(b, str)]
-                baselines.extend({"experiment": experiment, "trial_id": trial_id, **b} for b in (json.loads(sent[-1]) if sent else []))
-            for key, table in ((FOLDS_KEY, folds), (HISTORIES_KEY, histories)):
-                sent = [b for b in result.metrics_dataframe[key].dropna() if isinstance(b, str)] if key in df.columns else []
-                table.extend({"experiment": experiment, "trial_id": trial_id, **b} for b in (json.loads(sent[-1]) if sent else []))
+            rows = df.dropna(subset=["epoch"]).drop_duplicates(subset=["epoch"], keep="last").sort_values("epoch").to_dict("records")
+            for name, key, out in ((TRIAL_BASELINES, BASELINES_KEY, baselines), (TRIAL_FOLDS, FOLDS_KEY, folds),
+                                   (TRIAL_HISTORIES, HISTORIES_KEY, histories)):
+                out.extend({"experiment": experiment, "trial_id": trial_id, **b} for b in _trial_table(files, name, df, key))
         saved, returns = _checkpoint_files(result)
-        rows = _fill_from_checkpoint(rows, result, saved) if saved else rows
+        rows = _fill_from_checkpoint(rows, saved)
         if returns is not None and _safe_name(trial_id):
             eval_returns[trial_id] = returns
+        members_of = _members_by_epoch(rows, saved, files)
         for r in rows:
             history.append({"experiment": experiment, "trial_id": trial_id, "config_label": label,
                             **{m: r.get(m) for m in history_cols[-1]}})
-            for mrow in json.loads(r.get(MEMBERS_KEY) or "[]"):
+            for mrow in members_of[int(r["epoch"])]:
                 members.append({"experiment": experiment, "trial_id": trial_id,
                                 "config_label": arm_labels.get(str(mrow.get("arm")), label),
                                 **{k: mrow.get(k) for k in MEMBER_IDS}, **{m: mrow.get(m) for m in member_metrics(plugins)}})

@@ -6,10 +6,16 @@ replays its CUDA graph in that same thread. Each epoch is reported with `ray.tun
 exact checkpoint written in the background (CheckpointReports), so a retried trial resumes from
 `tune.get_checkpoint()` and ends bit-identical to an uninterrupted one.
 
-Per-member rows travel in the result as one JSON string (`members_json`), so they survive
-Tune's flattening of results and land in members.parquet; each checkpoint also carries the
-whole history so far (`result_files.CHECKPOINT_HISTORY_FILE`), from which the result tables fill
-any epoch whose report was lost with a dying node.
+The reports carry the epoch's scalars; the epoch's member rows and the trial's baselines,
+folds and histories tables go to the trial's own folder (tune_gems.sweep.trial_files), written before the
+report of their epoch, so that Tune's driver callbacks (loggers, TensorBoard, the searcher)
+never handle a member table. Each checkpoint also carries the whole history so far
+(`result_files.CHECKPOINT_HISTORY_FILE`), from which the result tables fill any epoch whose
+report was lost with a dying node. A trial's final checkpoint (its last epoch, or divergence:
+nothing ever resumes from it) holds only the files beside it, no training state.
+
+On CUDA the next epoch is queued before an epoch is reported (tune_gems.trainer.epoch_loop), so
+the GPU trains while the trial waits for the driver in `tune.report`.
 
 One actor runs trial after trial (Tune's `reuse_actors`, tune_gems.sweep.tune_run): its process,
 imports, CUDA context and loaded extension stay. What a trial builds is its own (config,
@@ -22,12 +28,15 @@ fresh actor or a reused one.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
 import os
 import shutil
 import tempfile
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,19 +48,22 @@ from tune_gems.stats.metrics import DIVERGENCE_SCORED
 from tune_gems.ops.cpu_code_path import pin_cpu_code_path
 from tune_gems.design.arms import run_arms
 from tune_gems.design.resources import check_training_fits
-from tune_gems.contracts.result_files import (
-    BASELINES_KEY, CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE, FOLDS_KEY, HISTORIES_KEY, MEMBERS_KEY,
-)
+from tune_gems.contracts.result_files import CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE
 from tune_gems.market.market_cache import MarketCache, market_key
 from tune_gems.sweep.console import quiet_trial
 from tune_gems.sweep.progress import HEALTH_KEY
 from tune_gems.sweep.results import config_label
 from tune_gems.sweep.spec_load import apply_spec_design, trial_config
+from tune_gems.sweep.trial_files import TRIAL_BASELINES, TRIAL_FOLDS, TRIAL_HISTORIES, TrialFiles, member_file
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
-from tune_gems.trainer.train_command import train_epochs
+from tune_gems.trainer.epoch_loop import train_epochs
 from tune_gems.trainer.epoch_row import EpochResult
 from tune_gems.trainer.run_setup import prepare_market, run_device
 from tune_gems.trainer.trainer import Trainer
+
+FINAL_MARK = "final.json"
+"""In a trial's final checkpoint (CheckpointReports), in place of the checkpoint file: its epoch
+and whether it diverged. A trial restored from it has finished (`finished_checkpoint`)."""
 
 MARKETS = MarketCache()
 """This process's markets, by what built them (tune_gems.market.market_cache.market_key). A function
@@ -81,60 +93,97 @@ def write_history(path: Path, history: list[dict[str, Any]], members: list[dict[
     path.write_text(json.dumps({"history": history, "members": members}))
 
 
+@dataclass(frozen=True)
+class PendingCheckpoint:
+    """A checkpoint's temporary directory and the background write that fills it."""
+
+    folder: Path
+    written: Future
+
+
 class CheckpointReports:
     """Reports to Tune, with checkpoints written in the background (docs/checkpoints.md).
 
     Tune copies a checkpoint's directory into the trial's storage when it is reported, so the
     report must wait for the file. A due checkpoint is therefore snapshotted at its epoch's
-    boundary and written into a temporary directory while the next epoch trains; that epoch's
-    report is held back and sent, with the checkpoint, before the next report (or at once at
-    the end of training, or when an epoch fails). Reports stay in epoch order, each checkpoint
-    belongs to the report of the epoch it holds, so Tune's `training_iteration` restored with a
-    checkpoint equals the trainer's epoch and ASHA sees the same iterations as without the
-    delay (one epoch later, for checkpoint epochs only)."""
+    boundary (`snapshot`, before the next epoch is queued) and written into a temporary
+    directory while the next epoch trains; that epoch's report is held back and sent, with the
+    checkpoint, before the next report (or at once at the end of training, or when an epoch
+    fails). Reports stay in epoch order, each checkpoint belongs to the report of the epoch it
+    holds, so Tune's `training_iteration` restored with a checkpoint equals the trainer's epoch
+    and ASHA sees the same iterations as without the delay (one epoch later, for checkpoint
+    epochs only).
+
+    The checkpoint of a finished trainer (its last epoch, or diverged) is final: a trial that
+    finished is never resumed, so it holds the files beside it (the history, the kept
+    validation returns) and FINAL_MARK, no checkpoint file with the training state."""
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         self.writer = AsyncCheckpointWriter()
-        self._held: tuple[dict[str, Any], Path] | None = None
+        self._snapshot: PendingCheckpoint | None = None
+        self._held: tuple[dict[str, Any], PendingCheckpoint] | None = None
+
+    def snapshot(self, _result: EpochResult, checkpoint_due: bool) -> None:
+        """At the epoch's boundary: a due checkpoint's snapshot, its files written in the
+        background into a temporary directory."""
+        if not checkpoint_due:
+            return
+        d = Path(tempfile.mkdtemp(prefix="tune-gems-checkpoint-"))
+        state, meta = self.trainer.checkpoint_payload()
+        final = self.trainer.done
+        written = self.writer.save(None if final else d / CHECKPOINT_FILE, {} if final else state, meta,
+                                   after=lambda m: self._beside(d, m, final))
+        self._snapshot = PendingCheckpoint(d, written)
+
+    def _beside(self, d: Path, meta: dict[str, Any], final: bool) -> None:
+        """The files beside the checkpoint, from its snapshot's metadata (in the writer thread):
+        the history so far, the kept validation returns (Trainer.window: EvalWindow.write) and,
+        in a final checkpoint, FINAL_MARK."""
+        write_history(d / CHECKPOINT_HISTORY_FILE, meta["history"], meta["member_history"])
+        self.trainer.window.write(d, meta)
+        if final:
+            (d / FINAL_MARK).write_text(json.dumps({"epoch": meta["epoch"], "diverged": meta["diverged"]}))
 
     def __call__(self, metrics: dict[str, Any], checkpoint_due: bool) -> None:
+        """Report the epoch: at once, or held with its checkpoint (class doc)."""
         self.flush()
         if not checkpoint_due:
             tune.report(metrics)
             return
-        d = Path(tempfile.mkdtemp(prefix="tune-gems-checkpoint-"))
-        self.writer.save(d / CHECKPOINT_FILE, *self.trainer.checkpoint_payload(), after=lambda meta: self._beside(d, meta))
-        self._held = (metrics, d)
+        if self._snapshot is None:
+            raise RuntimeError("a due checkpoint was reported without its snapshot (CheckpointReports.snapshot)")
+        self._held, self._snapshot = (metrics, self._snapshot), None
         if self.trainer.done:
             self.flush()
-
-    def _beside(self, d: Path, meta: dict[str, Any]) -> None:
-        """The files beside the checkpoint, from its snapshot's metadata (in the writer thread):
-        the history so far, and the kept validation returns (Trainer.window: EvalWindow.write)."""
-        write_history(d / CHECKPOINT_HISTORY_FILE, meta["history"], meta["member_history"])
-        self.trainer.window.write(d, meta)
 
     def flush(self) -> None:
         """Send the held report with its checkpoint, once the checkpoint is written."""
         if self._held is None:
             return
-        metrics, d = self._held
+        metrics, pending = self._held
         self._held = None
         try:
-            self.writer.wait()
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(d)))
+            pending.written.result()
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(pending.folder)))
         finally:
-            shutil.rmtree(d, ignore_errors=True)  # Tune copied it into the trial's storage
+            shutil.rmtree(pending.folder, ignore_errors=True)  # Tune copied it into the trial's storage
 
     def close(self) -> None:
         """Wait for the write in flight; a report still held (the trial was stopped) is dropped."""
         try:
             self.writer.close()
         finally:
-            if self._held is not None:
-                shutil.rmtree(self._held[1], ignore_errors=True)
-                self._held = None
+            left = [self._snapshot, self._held[1] if self._held is not None else None]
+            for pending in left:
+                if pending is not None:
+                    shutil.rmtree(pending.folder, ignore_errors=True)
+            self._held = self._snapshot = None
+
+
+def finished_checkpoint(d: Path) -> bool:
+    """A trial's final checkpoint (CheckpointReports): the trial finished; nothing to resume."""
+    return (d / FINAL_MARK).is_file()
 
 
 def trial_objective(metrics: dict[str, Any], objective: str, diverged: bool) -> float:
@@ -190,38 +239,37 @@ def train_trial(
 ) -> None:
     quiet_trial(verbose)
     pin_cpu_code_path()  # a worker of a cluster Ray started elsewhere lacks the driver's pins (before any tensor work)
-    where = placement()
-    lines: list[str] = []  # the epoch's HEALTH_DIAG line, sent with its report (tune_gems.sweep.progress)
-    trainer = trial_trainer(params, base=base, prices=prices, design=design, log=lines.append)
-    cfg = trainer.cfg
     checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as d:
+    lines: list[str] = []  # the epoch's HEALTH_DIAG line, sent with its report (tune_gems.sweep.progress)
+    with checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext(None) as d:
+        if d is not None and finished_checkpoint(Path(d)):
+            return  # restored after it finished (its node lost after its last report): its results are in
+        trainer = trial_trainer(params, base=base, prices=prices, design=design, log=lines.append)
+        if d is not None:
             trainer.load_checkpoint(Path(d) / CHECKPOINT_FILE)
+    cfg = trainer.cfg
+    where = placement()
+    files = TrialFiles.of_session(tune)
     label = config_label(cfg)  # its arms' settings applied (Optuna's user attribute too)
-    baselines = [json.dumps(trainer.baselines().to_dict("records"))]  # sent once, with the first report
-    folds = [json.dumps(trainer.fold_table().to_dict("records"))]  # likewise
-    histories = json.dumps(trainer.history_table().to_dict("records"))  # likewise
+    files.write_json(TRIAL_BASELINES, trainer.baselines().to_dict("records"))
+    files.write_json(TRIAL_FOLDS, trainer.fold_table().to_dict("records"))
+    files.write_json(TRIAL_HISTORIES, trainer.history_table().to_dict("records"))
     reports = CheckpointReports(trainer)
 
     def report(result: EpochResult, checkpoint_due: bool) -> None:
+        files.write_json(member_file(result.metrics["epoch"]), result.members)
         metrics = dict(result.metrics)
-        if baselines:
-            metrics[BASELINES_KEY] = baselines.pop()
-            metrics[FOLDS_KEY] = folds.pop()
-            metrics[HISTORIES_KEY] = histories
         metrics["objective"] = trial_objective(metrics, objective, trainer.diverged)
         metrics["config_label"] = label
         metrics["seed"] = cfg.seed
         metrics.update(where)
-        metrics[MEMBERS_KEY] = json.dumps(result.members)
         if lines:
             metrics[HEALTH_KEY] = lines[-1]
             lines.clear()
         reports(metrics, checkpoint_due)
 
     try:
-        train_epochs(trainer, report)
+        train_epochs(trainer, report, at_boundary=reports.snapshot)
     except Exception:
         try:
             reports.flush()  # the last good checkpoint reaches Tune before the error: the retry starts there

@@ -133,21 +133,29 @@ class AsyncCheckpointWriter:
         self._pending: Future | None = None
         self._lock = threading.Lock()  # save() from two threads: one snapshot at a time
 
-    def save(self, path: str | Path, state: dict[str, Tensor], meta: dict[str, Any], after: AfterFn | None = None) -> Future:
+    def save(
+        self, path: str | Path | None, state: dict[str, Tensor], meta: dict[str, Any], after: AfterFn | None = None
+    ) -> Future:
         """Snapshot `state` and `meta` now and write them to `path` in the background; `after`
         runs in the writer thread once the file is in place, with the snapshot's metadata
-        (e.g. to write a history file beside it). Waits first for the previous write."""
+        (e.g. to write a history file beside it). Waits first for the previous write. With
+        `path` None no checkpoint file is written, only `after` runs (the files beside a final
+        checkpoint that nothing resumes from: tune_gems.sweep.trainable)."""
         with self._lock:
             self.wait()
             ready = self._buffers.fill(state)
             meta_copy = snapshot_meta(meta)
             tensors = self._buffers.view()
-            self._pending = self._pool.submit(self._write, Path(path), tensors, meta_copy, ready, after)
+            target = None if path is None else Path(path)
+            self._pending = self._pool.submit(self._write, target, tensors, meta_copy, ready, after)
             return self._pending
 
-    def _write(self, path: Path, tensors: dict[str, Tensor], meta: dict[str, Any], ready: Callable[[], None], after: AfterFn | None) -> None:
+    def _write(
+        self, path: Path | None, tensors: dict[str, Tensor], meta: dict[str, Any], ready: Callable[[], None], after: AfterFn | None
+    ) -> None:
         ready()
-        self._save(path, tensors, meta)
+        if path is not None:
+            self._save(path, tensors, meta)
         if after is not None:
             after(meta)
 

@@ -21,9 +21,8 @@ import math
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 from tqdm import tqdm
@@ -49,6 +48,7 @@ from tune_gems.contracts.safe_files import read_regular, require_folder, write_a
 from tune_gems.design.arms import run_arms
 from tune_gems.design.resources import check_training_fits
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
+from tune_gems.trainer.epoch_loop import train_epochs
 from tune_gems.trainer.stop_signals import StopSignals, TrainingStopped
 from tune_gems.trainer.tensorboard import EVENTS_DIR, EpochEvents
 from tune_gems.trainer.epoch_row import EpochResult
@@ -79,51 +79,6 @@ def write_tables(trainer: Trainer, out: Path) -> None:
     """history.csv and members.csv from the trainer's full history (rewritten whole, atomically)."""
     for name, rows in zip(TABLE_FILES, (trainer.history, trainer.member_history)):
         _write_csv(out / name, pd.DataFrame(rows))
-
-
-class CheckpointSchedule:
-    """When a checkpoint is due at an epoch boundary (docs/checkpoints.md): at the first boundary
-    `trainer.checkpoint_interval_s` seconds or more after the last checkpoint (or the start of
-    training), every `trainer.checkpoint_every` epochs, and always at the end or when stopping.
-    A zero interval or period turns that trigger off."""
-
-    def __init__(self, interval_s: float, every: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.interval_s, self.every, self._clock = interval_s, every, clock
-        self._last = clock()
-
-    def due(self, epoch: int, final: bool) -> bool:
-        now = self._clock()
-        timed = self.interval_s > 0 and now - self._last >= self.interval_s
-        periodic = self.every > 0 and epoch % self.every == 0
-        if final or timed or periodic:
-            self._last = now
-            return True
-        return False
-
-
-def train_epochs(
-    trainer: Trainer,
-    on_epoch: Callable[[EpochResult, bool], None] | None = None,
-    stop: Callable[[], bool] | None = None,
-    clock: Callable[[], float] = time.monotonic,
-) -> bool:
-    """The epoch loop (the one there is) of `tune-gems train`, of a sweep's trial and of a
-    confirmation: run epochs until the trainer is done (its epochs reached, or diverged), calling
-    `on_epoch(result, checkpoint_due)` after each, if given (CheckpointSchedule says when one is
-    due). `stop()` is asked at each epoch boundary: when true, that epoch's checkpoint is due and
-    the loop ends. Returns whether it stopped early. The caller decides where results and
-    checkpoints go (files, or Tune reports); the trainer keeps every epoch's rows (`history`)."""
-    tc = trainer.cfg.trainer
-    schedule = CheckpointSchedule(tc.checkpoint_interval_s, tc.checkpoint_every, clock)
-    while not trainer.done:
-        result = trainer.run_epoch()
-        stopping = stop is not None and stop() and not trainer.done
-        due = schedule.due(trainer.epoch, final=trainer.done or stopping)
-        if on_epoch is not None:
-            on_epoch(result, due)
-        if stopping:
-            return True
-    return False
 
 
 def write_run_files(trainer: Trainer, out: Path) -> None:
@@ -333,15 +288,17 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
         writer = AsyncCheckpointWriter()
         events = EpochEvents(out)  # TensorBoard scalars per epoch (tune_gems.trainer.tensorboard)
 
-        def on_epoch(_result: EpochResult, checkpoint_due: bool) -> None:
-            events.write(trainer.history[-1], trainer.epoch)
-            bar.set_description(f"epoch {min(trainer.epoch + 1, cfg.trainer.epochs)}/{cfg.trainer.epochs}")
-            write_tables(trainer, out)
+        def snapshot(_result: EpochResult, checkpoint_due: bool) -> None:
             if checkpoint_due:  # the kept validation returns go with the checkpoint that holds them
                 writer.save(ckpt_path, *trainer.checkpoint_payload(), after=lambda meta: trainer.window.write(out, meta))
 
+        def on_epoch(_result: EpochResult, _checkpoint_due: bool) -> None:
+            events.write(trainer.history[-1], trainer.epoch)
+            bar.set_description(f"epoch {min(trainer.epoch + 1, cfg.trainer.epochs)}/{cfg.trainer.epochs}")
+            write_tables(trainer, out)
+
         try:
-            stopped = train_epochs(trainer, on_epoch, stop=signals.requested)
+            stopped = train_epochs(trainer, on_epoch, stop=signals.requested, at_boundary=snapshot)
         finally:
             trainer.on_iteration = None
             events.close()

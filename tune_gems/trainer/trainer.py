@@ -4,8 +4,10 @@ evaluation and rows, the HEALTH_DIAG line, divergence detection and exact checkp
 Within an epoch nothing syncs with the host: iterations run eagerly (CPU) or as graph replays
 (CUDA) and accumulate per-member metrics on the device; the epoch boundary reads them back
 once, evaluates on the validation segment (tune_gems.trainer.evaluator), keeps that evaluation
-(tune_gems.trainer.eval_window) and builds the epoch's rows (tune_gems.trainer.epoch_row). The
-epoch loop that runs a trainer to its end is tune_gems.trainer.train_command.train_epochs.
+(tune_gems.trainer.eval_window) and builds the epoch's rows (tune_gems.trainer.epoch_row). An
+epoch is queued (`begin_epoch`) apart from its boundary (`finish_epoch`), so that the epoch loop
+(tune_gems.trainer.epoch_loop.train_epochs) can queue the next epoch on the GPU before it
+reports the last one (docs/checkpoints.md, "The next epoch queued before the report").
 """
 
 from __future__ import annotations
@@ -81,11 +83,27 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.member_history: list[dict[str, Any]] = []
         self._prefilled = False
+        self._queued: EpochClock | None = None
+        """The clock of the epoch queued by `begin_epoch` and not yet finished (None: none)."""
 
     # -- progress ----------------------------------------------------------------------------
     @property
     def done(self) -> bool:
         return self.diverged or self.epoch >= self.cfg.trainer.epochs
+
+    @property
+    def queues_ahead(self) -> bool:
+        """Whether queuing an epoch returns before it has trained: on CUDA the host only
+        enqueues the iterations (graph replays or kernels), so the next epoch can train while
+        the host reports the last one; on the CPU `begin_epoch` runs them, so queuing ahead would
+        only delay the report (the epoch loop's default, tune_gems.trainer.epoch_loop)."""
+        return self.device.type == "cuda"
+
+    @property
+    def epoch_queued(self) -> bool:
+        """An epoch was queued (`begin_epoch`) and not yet finished: the device state is past
+        `epoch`, so no checkpoint may be taken."""
+        return self._queued is not None
 
     @property
     def steps_per_iteration(self) -> int:
@@ -156,22 +174,41 @@ class Trainer:
 
     # -- one epoch ---------------------------------------------------------------------------
     def run_epoch(self) -> EpochResult:
+        """One epoch, queued and finished."""
+        self.begin_epoch()
+        return self.finish_epoch()
+
+    def begin_epoch(self) -> None:
+        """Queue the next epoch's training iterations (the replay prefilled first, once). On CUDA
+        this only enqueues them on the current stream: they run behind whatever is queued there
+        already (a checkpoint snapshot's copies make the stream wait for them,
+        tune_gems.trainer.async_checkpoint), and nothing here waits for the device. On the CPU
+        they run here."""
         if self.done:
             raise RuntimeError("training is finished")
+        if self._queued is not None:
+            raise RuntimeError(f"epoch {self.epoch + 1} is already queued; finish it first")
         tc = self.cfg.trainer
         if not self._prefilled:
             self._prefill()
         self.learner.acc.zero_()
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        clock = EpochClock(self.device)
         tick = self.on_iteration
         for _ in range(tc.iterations_per_epoch):
             self.runner()
             if tick is not None:
                 tick()
+        clock.stop()
+        self._queued = clock
+
+    def finish_epoch(self) -> EpochResult:
+        """The queued epoch's boundary: its accumulators read back (on CUDA: waits for its
+        iterations), the validation evaluation, the rows and the HEALTH_DIAG line."""
+        if self._queued is None:
+            raise RuntimeError("no epoch is queued; begin_epoch first")
+        tc = self.cfg.trainer
         acc = self.learner.acc.double().cpu().numpy() / tc.iterations_per_epoch  # the epoch's one readback
-        train_s = time.perf_counter() - t0
+        train_s, self._queued = self._queued.seconds(), None
         self.epoch += 1
         self.env_steps += tc.iterations_per_epoch * self.steps_per_iteration
         self.updates += tc.iterations_per_epoch
@@ -216,13 +253,18 @@ class Trainer:
         """(state tensors, metadata): everything a checkpoint holds. The tensors are the live
         device state (a writer that works in the background must snapshot them before the next
         iteration); the metadata is host data, built fresh on each call (it includes the kept
-        validation evaluations, `window.kept`, as host tensors under EVAL_WINDOW_KEY)."""
+        validation evaluations, `window.kept`, as host tensors under EVAL_WINDOW_KEY). Refused
+        while an epoch is queued: its iterations change the state past `epoch`."""
+        if self._queued is not None:
+            raise RuntimeError(f"a checkpoint of epoch {self.epoch} asked after epoch {self.epoch + 1} was queued")
         return self.learner.state_tensors(), self._meta()
 
     def save_checkpoint(self, path: str | Path) -> None:
         ckpt.save(path, *self.checkpoint_payload())
 
     def load_checkpoint(self, path: str | Path) -> None:
+        if self._queued is not None:
+            raise RuntimeError("a checkpoint loaded while an epoch is queued")
         state, meta = ckpt.load(path)
         _check_compatible(path, meta.get("config", {}), self.cfg.to_dict())
         window = self.window.saved(path, meta.get(EVAL_WINDOW_KEY))
@@ -232,6 +274,34 @@ class Trainer:
         self.diverged, self._prefilled = bool(meta["diverged"]), bool(meta["prefilled"])
         self.history, self.member_history = list(meta["history"]), list(meta["member_history"])
         self.window.kept = window
+
+
+class EpochClock:
+    """An epoch's training seconds, from its queuing to the end of its last iteration. On CUDA,
+    timed by two events on the current stream, so the seconds are the device's even when the
+    host reports another epoch meanwhile (the events' interval includes any wait of the stream
+    for the host); on the CPU the host's wall clock around the iterations it ran."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            self._start, self._end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._t0 = self._t1 = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.cuda:
+            self._end.record()
+        else:
+            self._t1 = time.perf_counter()
+
+    def seconds(self) -> float:
+        """The epoch's seconds (on CUDA: waits for its end event)."""
+        if self.cuda:
+            self._end.synchronize()
+            return self._start.elapsed_time(self._end) / 1000.0
+        return self._t1 - self._t0
 
 
 def _check_compatible(path, saved: dict[str, Any], current: dict[str, Any]) -> None:
