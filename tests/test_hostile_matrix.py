@@ -356,6 +356,10 @@ def table_cases() -> list[Case]:
                 hostile.append(("number", 1.5))
             elif table_schema._is_float_column(col, frozenset(gems)):
                 hostile.append(("text", "abc"))
+                if col in table_schema.NONNEGATIVE_COLUMNS:  # timings and counts (issue 39 item 5)
+                    hostile += [("negative", -1.0), ("inf", float("inf"))]
+                elif col in table_schema.FINITE_COLUMNS.get(table, ()):
+                    hostile.append(("inf", float("inf")))
             for label, value in hostile:
                 cases.append(Case(f"table-{table}-{col}-{label}", ["analyze", "exp"], [f"{table}.parquet", col],
                                   _table_change(table, col, value), "table"))
@@ -504,7 +508,123 @@ def _spec_with_factor_twice() -> str:
     return yaml.safe_dump(spec, sort_keys=False)
 
 
-CASES = config_cases() + data_cases() + path_cases() + table_cases() + option_cases() + issue39_cases()
+def _wired(rel: str = "exp", change: Callable[[Path], None] = lambda e: None) -> Callable[[Path], None]:
+    """A two-arm experiment with its arms.parquet (control / g12 wired, 6 seeds, 4 epochs), then `change`."""
+
+    def go(d: Path) -> None:
+        from fake_results import wire_scenario
+
+        change(wire_scenario(d / rel, n=6))
+
+    return go
+
+
+def _pilot_with(change: Callable[[Path], None]) -> Callable[[Path], None]:
+    """A 4-fold pilot (`tune-gems plan`'s input) with recorded time, then `change`."""
+
+    def go(d: Path) -> None:
+        from fake_results import fold_scenario
+
+        f = fold_scenario(d / "exp", [0.5, 0.3, 0.7, 0.4], n=6)
+        pd.read_parquet(f / "history.parquet").assign(train_s=2.0, eval_s=0.5).to_parquet(f / "history.parquet", index=False)
+        t = pd.read_parquet(f / "trials.parquet").assign(**{"trainer.iterations_per_epoch": 50})
+        t.to_parquet(f / "trials.parquet", index=False)
+        change(f)
+
+    return go
+
+
+def _parquet_edit(table: str, edit: Callable[[pd.DataFrame], pd.DataFrame]) -> Callable[[Path], None]:
+    """Rewrite `<experiment>/<table>.parquet` through `edit`."""
+
+    def go(exp: Path) -> None:
+        edit(pd.read_parquet(exp / f"{table}.parquet")).to_parquet(exp / f"{table}.parquet", index=False)
+
+    return go
+
+
+def _set(column: str, value) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    def edit(df: pd.DataFrame) -> pd.DataFrame:
+        df = df.copy()
+        df[column] = value
+        return df
+
+    return edit
+
+
+def _at(row: int, column: str, value) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    def edit(df: pd.DataFrame) -> pd.DataFrame:
+        df = df.copy()
+        df.loc[row, column] = value
+        return df
+
+    return edit
+
+
+FROM_EPOCH = ["--window", "from-epoch", "--first-epoch"]
+
+
+def issue39_analysis_cases() -> list[Case]:
+    """Issue 39 (hostile input, round five), the analysis's cases: a window the data cannot honour
+    (`--first-epoch` past the last evaluated epoch, or without `--window from-epoch`) in analyze,
+    compare, plan and confirm alike; tables that do not fit their schema (an arm listed twice, an
+    arm without a level, a seed index or member repeated, negative or infinite timings and counts,
+    an infinite Sharpe); a plan from a pilot with no finite validation result; one folder given
+    twice. The paired experiment has 3 epochs, the wired one and the pilot 4."""
+    nan = float("nan")
+    past = ["--first-epoch", "past the last evaluated epoch"]
+    alone = ["--first-epoch", "--window from-epoch"]
+    c = [
+        Case("analyze-first-epoch-past-the-run", ["analyze", "exp", *FROM_EPOCH, "50"], [*past, "(3)"], _experiment()),
+        Case("analyze-first-epoch-one-past-the-run", ["analyze", "exp", *FROM_EPOCH, "4"], past, _experiment()),
+        Case("analyze-first-epoch-without-its-window", ["analyze", "exp", "--first-epoch", "2"], alone, _experiment()),
+        Case("analyze-first-epoch-with-last-half", ["analyze", "exp", "--window", "last-half", "--first-epoch", "2"], alone,
+             _experiment()),
+        Case("compare-first-epoch-past-the-run", ["compare", "exp", "b", *FROM_EPOCH, "50"], past,
+             _both(_experiment(), _experiment("b"))),
+        Case("plan-first-epoch-past-the-run", ["plan", "exp", *FROM_EPOCH, "50"], [*past, "(4)"], _pilot_with(lambda f: None)),
+        Case("plan-first-epoch-without-its-window", ["plan", "exp", "--first-epoch", "2"], alone, _pilot_with(lambda f: None)),
+        Case("confirm-first-epoch-past-the-search", ["confirm", "exp", *FROM_EPOCH, "99"], [*past, "(3)"], _stored_sweep("exp")),
+        Case("confirm-first-epoch-without-its-window", ["confirm", "exp", "--first-epoch", "2"], alone, _stored_sweep("exp")),
+        Case("analyze-the-same-folder-twice", ["analyze", "exp", "exp"], ["EXPERIMENT_DIR", "exp", "given twice"], _experiment()),
+        Case("analyze-one-folder-by-two-names", ["analyze", "exp", "exp/../exp"], ["EXPERIMENT_DIR", "the same folder as exp"],
+             _experiment()),
+        Case("analyze-arms-duplicated-rows", ["analyze", "exp"], ["arms.parquet", "repeat one arm"],
+             _wired(change=_parquet_edit("arms", lambda a: pd.concat([a, a], ignore_index=True)))),
+        Case("analyze-arms-nan-level", ["analyze", "exp"], ["arms.parquet", "gems.g12.weight", "missing"],
+             _wired(change=_parquet_edit("arms", _at(1, "gems.g12.weight", nan)))),
+        Case("analyze-arms-nan-mode", ["analyze", "exp"], ["arms.parquet", "gems.g12.mode", "missing"],
+             _wired(change=_parquet_edit("arms", _at(0, "gems.g12.mode", None)))),
+        Case("analyze-arms-without-a-name", ["analyze", "exp"], ["arms.parquet", "column arm", "missing"],
+             _wired(change=_parquet_edit("arms", _at(0, "arm", None)))),
+        Case("analyze-duplicate-seed-indices", ["analyze", "exp"], ["members.parquet", "seed index"],
+             _wired(change=_parquet_edit("members", _set("seed_index", 0)))),
+        Case("analyze-duplicate-member-rows", ["analyze", "exp"], ["members.parquet", "repeat one member"],
+             _wired(change=_parquet_edit("members", lambda m: pd.concat([m, m], ignore_index=True)))),
+        Case("analyze-infinite-sharpe", ["analyze", "exp"], ["members.parquet", "val_alpha_sharpe", "inf"],
+             _wired(change=_parquet_edit("members", _at(3, "val_alpha_sharpe", float("inf"))))),
+        Case("analyze-iterations-per-epoch-negative", ["analyze", "exp"], ["trials.parquet", "trainer.iterations_per_epoch"],
+             _pilot_with(_parquet_edit("trials", _set("trainer.iterations_per_epoch", -50)))),
+        Case("plan-negative-train-time", ["plan", "exp"], ["history.parquet", "train_s", ">= 0"],
+             _pilot_with(_parquet_edit("history", _at(0, "train_s", -922.0)))),
+        Case("plan-infinite-eval-time", ["plan", "exp"], ["history.parquet", "eval_s"],
+             _pilot_with(_parquet_edit("history", _at(1, "eval_s", float("inf"))))),
+        Case("plan-iterations-per-epoch-negative", ["plan", "exp"], ["trials.parquet", "trainer.iterations_per_epoch"],
+             _pilot_with(_parquet_edit("trials", _set("trainer.iterations_per_epoch", -50)))),
+        Case("plan-iterations-per-epoch-fraction", ["plan", "exp"], ["trials.parquet", "trainer.iterations_per_epoch"],
+             _pilot_with(_parquet_edit("trials", _set("trainer.iterations_per_epoch", 2.5)))),
+        Case("plan-all-nan-validation", ["plan", "exp"], ["exp", "no member has a finite val_alpha_sharpe or val_sharpe"],
+             _pilot_with(_parquet_edit("members", lambda m: m.assign(val_alpha_sharpe=nan, val_sharpe=nan)))),
+        Case("plan-infinite-sharpe", ["plan", "exp"], ["members.parquet", "val_sharpe", "inf"],
+             _pilot_with(_parquet_edit("members", _at(0, "val_sharpe", float("inf"))))),
+    ]
+    for case in c:
+        case.family = "issue39_analysis"
+    return c
+
+
+CASES = (config_cases() + data_cases() + path_cases() + table_cases() + option_cases() + issue39_cases()
+         + issue39_analysis_cases())
 
 
 # -- running -----------------------------------------------------------------------------------
@@ -532,7 +652,7 @@ def _snap(sandbox: Path) -> dict:
     return {k: v for k, v in snapshot(sandbox).items() if not k.startswith(".cache")}
 
 
-IN_PROCESS = ("config", "table", "option")
+IN_PROCESS = ("config", "table", "option", "issue39_analysis")
 """Families run by `tune_gems.commands.cli.main` in this process (validation only: fast); the others
 (data files, paths: they reach torch, the data loader, Ray's client) run in forked children."""
 
@@ -655,7 +775,7 @@ def test_case_counts():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["config", "data", "path", "table", "option", "issue39"])
+@pytest.mark.parametrize("family", ["config", "data", "path", "table", "option", "issue39", "issue39_analysis"])
 def test_every_hostile_input_is_one_line_exit_2_and_changes_nothing(family, outcomes):
     """All cases of a family are checked; the failure lists every case that misbehaved."""
     failures = []

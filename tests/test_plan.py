@@ -75,3 +75,51 @@ def test_a_pilot_without_recorded_time_is_planned_uncosted(tmp_path):
     p = plan(f, target_mde=0.3)
     assert p.cost is None and np.isnan(p.designs["seconds"]).all()
     assert any("not costed" in n for n in p.notes)
+
+
+def test_each_design_carries_the_overrides_that_run_it(tmp_path):
+    from tune_gems.analysis.plan import design_overrides
+
+    f = _pilot(tmp_path / "pilot")
+    p = plan(f, target_mde=0.3)
+    for _, r in p.designs.iterrows():
+        assert r["overrides"] == (f"data.folds.k={r['periods']} trainer.population={r['seeds']} "
+                                  f"trainer.epochs={r['epochs']}")
+    lines = format_plan(p).splitlines()
+    head = next(i for i, line in enumerate(lines) if line.strip().startswith("periods  seeds"))
+    assert lines[head].rstrip().endswith("overrides that run it")
+    for line in lines[head + 1:head + 4]:  # each printed design ends with its overrides, ready to paste
+        assert line.rstrip().endswith(design_overrides(*map(int, line.split()[:3])))
+    (f / "spec.yaml").write_text("name: pilot\n")  # a sweep's pilot: its config keys live under `config:`
+    assert plan(f, target_mde=0.3).designs["overrides"].str.startswith("config.data.folds.k=").all()
+
+
+def test_the_cost_reads_only_recorded_time(tmp_path):
+    from tune_gems.analysis.plan import _cost
+    from tune_gems.analysis.read.load import load_experiment
+
+    exp = load_experiment(_pilot(tmp_path / "pilot"))
+    exp.history.loc[exp.history.index[:2], "train_s"] = [-922.0, np.inf]  # past the loader: an Experiment built by hand
+    cost = _cost(exp)
+    assert cost.per_member_iteration == pytest.approx(TRAIN_S / (IPE * 5 * 2 * 16))
+    exp.history["train_s"] = np.nan
+    assert _cost(exp) is None
+
+
+def test_a_pilot_without_its_verdict_metric_says_which_it_used(tmp_path):
+    f = _pilot(tmp_path / "pilot")
+    m = pd.read_parquet(f / "members.parquet").assign(val_alpha_sharpe=np.nan)
+    m.to_parquet(f / "members.parquet", index=False)
+    p = plan(f, target_mde=0.3)
+    assert any("val_sharpe used instead" in n for n in p.notes)
+    assert "note: val_alpha_sharpe" in format_plan(p)
+
+
+def test_a_pilot_whose_pairs_all_tie_is_refused(tmp_path):
+    from tune_gems.contracts.errors import DataError
+
+    f = _pilot(tmp_path / "pilot")
+    m = pd.read_parquet(f / "members.parquet").assign(val_alpha_sharpe=0.0, val_sharpe=0.0)  # nobody ever traded
+    m.to_parquet(f / "members.parquet", index=False)
+    with pytest.raises(DataError, match="no gem has informative seed pairs .* in two or more folds"):
+        plan(f, target_mde=0.3)

@@ -14,13 +14,16 @@ import fake_results as fr
 from sweep_fixtures import cli
 from tune_gems.analysis.analyze import analyze
 from tune_gems.analysis.render.figures import (
-    CONFIRMATION_TABLE, IMPROVEMENT_CSV, LEARNING_CURVES_CSV, PAIRED_SEEDS_CSV, PROFILES_CSV, analysis_figures,
-    plot_tables,
+    CONFIRMATION_TABLE, FINAL_VERDICTS_CSV, IMPROVEMENT_CSV, LEARNING_CURVES_CSV, PAIRED_SEEDS_CSV, PROFILES_CSV,
+    analysis_figures, confirmation_data, plot_tables,
 )
 from tune_gems.analysis.pairs.pairing import build_cells, paired
-from tune_gems.analysis.render.plot_tables import probability_of_improvement
+from tune_gems.analysis.render.plot_tables import (
+    VERDICT_READ, final_verdict_table, learning_curve_table, probability_of_improvement,
+)
 from tune_gems.analysis.render.plots import (
-    IMPORTANCE_FEW_TRIALS, confirmation_shrinkage, fold_color, fold_forest, importance_bars, sharpe_distributions,
+    FRESH_SEEDS, FRESH_SEEDS_AND_PATHS, IMPORTANCE_FEW_TRIALS, confirmation_shrinkage, final_verdicts, fold_color,
+    fold_forest, importance_bars, learning_curves, paired_seeds, sharpe_distributions,
 )
 from tune_gems.analysis.describe.variance import final_members
 
@@ -214,6 +217,9 @@ def test_analyze_leads_with_the_plots_through_the_cli(tmp_path):
     report = (out / "report.md").read_text()
     lead = report.index("## Plots first")
     assert lead < report.index("## Experiments read") < report.index("## Verdicts")
+    first = report.index("![", lead)
+    assert report[first:].startswith("![Final verdicts](gem_effects.png)")  # the decisive picture leads
+    assert report.count("](gem_effects.png)") == 1 and (out / "final_verdicts.csv").is_file()
     for png in ("paired_seeds.png", "learning_curves.png", "performance_profiles.png",
                 "probability_of_improvement.png", "confirmation_shrinkage.png"):
         assert report.index(f"]({png})") < report.index("## Experiments read")
@@ -226,3 +232,80 @@ def test_the_confirmation_table_name_is_the_confirm_commands():
     from tune_gems.commands.confirm import TABLE_FILE
 
     assert CONFIRMATION_TABLE == TABLE_FILE
+
+
+# -- the decisive picture and plots of degenerate data (issue 38 item 4) -------------------------
+
+
+def test_the_final_verdicts_plot_draws_the_interval_that_decided(folded, tmp_path):
+    res, tables = folded
+    table = tables[FINAL_VERDICTS_CSV]
+    v = res.verdicts.set_index("gem")
+    for _, r in table[table["kind"] == "gem"].iterrows():
+        g = v.loc[r["contrast"]]
+        pooled = np.isfinite(g[VERDICT_READ.pooled_effect])
+        want = [g[c] for c in (("pooled_effect", "pooled_ci_low", "pooled_ci_high") if pooled else ("effect", "ci_low", "ci_high"))]
+        np.testing.assert_allclose([r["effect"], r["ci_low"], r["ci_high"]], want)  # the columns the rule decided with
+        assert r["verdict"] == g["verdict"] and r["held_out_effect"] == pytest.approx(g["test_effect"], nan_ok=True)
+    # a walk-forward run with enough periods: the pooled interval decides, not the seeds alone
+    five = analyze(fr.fold_scenario(tmp_path / "five", [0.3, 0.1, 0.2, 0.25, 0.15], n=6), **FAST)
+    t5 = final_verdict_table(five.verdicts, five.placebo)
+    g12 = t5.set_index("contrast").loc["g12"]
+    v12 = five.verdicts.set_index("gem").loc["g12"]
+    assert g12["decided_by"] == "pooled over 5 periods" and g12["ci_low"] == pytest.approx(v12["pooled_ci_low"])
+    assert g12["ci_low"] != pytest.approx(v12["ci_low"])
+    fig = final_verdicts(t5)
+    ax = fig.axes[0]
+    line = by_gid(fig, "decided:g12")["decided:g12"]
+    assert list(line.get_xdata()) == pytest.approx([g12["ci_low"], g12["ci_high"]])
+    assert by_gid(fig, "decided_effect:g12")["decided_effect:g12"].get_xdata()[0] == pytest.approx(g12["effect"])
+    held = by_gid(fig, "held_out_effect:g12")["held_out_effect:g12"]
+    assert held.get_xdata()[0] == pytest.approx(g12["held_out_effect"])
+    assert held.get_ydata()[0] < by_gid(fig, "decided_effect:g12")["decided_effect:g12"].get_ydata()[0]  # beside, below
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert f"g12: {g12['verdict']}\n(pooled over 5 periods)" in labels  # its word and what decided it
+    assert "g6: insufficient data\n(no design: no estimate)" in labels  # every contrast, drawn or not
+
+
+def test_a_learning_curve_panel_flat_at_zero_says_why():
+    curves = pd.DataFrame({"experiment": "e", "trial_id": "t", "arm": ["a", "a", "b", "b"], "config_label": "x",
+                           "fold": 0, "epoch": [1, 2, 1, 2], "metric": "val_alpha_sharpe", "n_seeds": 4,
+                           "median": 0.0, "q25": 0.0, "q75": [0.0, 0.1, 0.0, 0.0], "never_traded": [0.75, 1.0, 0.5, 1.0]})
+    fig = learning_curves(curves)
+    assert "flat at 0: the median seed never traded (81% of seed-epochs with turnover 0)" in fig.axes[0].get_title()
+    assert "1 of 1 panel(s) flat at 0" in fig.get_suptitle()
+    moving = learning_curves(curves.assign(median=[0.0, 0.2, 0.0, 0.1]))
+    assert "flat" not in moving.axes[0].get_title() and "flat" not in moving.get_suptitle()
+    no_turnover = learning_curves(curves.assign(never_traded=np.nan))
+    assert "Sharpe is exactly 0 at every epoch" in no_turnover.axes[0].get_title()
+
+
+def test_the_learning_curve_table_counts_members_that_never_traded(tmp_path):
+    folder = fr.wire_scenario(tmp_path / "w", n=4)
+    m = pd.read_parquet(folder / "members.parquet")
+    m["val_turnover"] = np.where(m["seed_index"] < 3, 0.0, 1.5)
+    curves = learning_curve_table(m)
+    assert (curves["never_traded"] == 0.75).all()
+    assert learning_curve_table(m.drop(columns="val_turnover"))["never_traded"].isna().all()
+
+
+def test_seed_pairs_that_overlap_are_counted_in_the_title():
+    pairs = pd.DataFrame({"gem": "g12", "metric": "val_alpha_sharpe", "fold": 0, "measured": [0.0, 0.0, 0.0, 0.5],
+                          "wired": [0.0, 0.0, 0.0, 0.7], "measured_diverged": False, "wired_diverged": False,
+                          "tied": [True, True, True, False]})
+    title = paired_seeds(pairs).axes[0].get_title()
+    assert title == "g12: 4 seed pair(s), 75% tie\n2 distinct line(s): pairs with the same values lie on top of each other"
+    assert "\n" not in paired_seeds(pairs.assign(measured=[0.0, 0.1, 0.2, 0.5])).axes[0].get_title()
+
+
+def test_the_shrinkage_plot_says_what_was_fresh_and_hides_no_marker():
+    table = pd.DataFrame({"gem": ["g12"], "discovery_gain": [0.0], "confirmation_gain": [0.0]})
+    fig = confirmation_shrinkage(table, FRESH_SEEDS)
+    assert "(fresh seeds, the search's price history)" in fig.axes[0].get_title()
+    d, c = by_gid(fig, "discovery:g12")["discovery:g12"], by_gid(fig, "confirmation:g12")["confirmation:g12"]
+    assert d.get_xdata()[0] == c.get_xdata()[0] == 0.0 and d.get_ydata()[0] > c.get_ydata()[0]  # both visible
+    file_data = pd.DataFrame({"data.source": ["file"], "data.synthetic.paths": ["per_seed"]})
+    per_seed = pd.DataFrame({"data.source": ["synthetic"] * 2, "data.synthetic.paths": ["per_seed"] * 2})
+    shared = pd.DataFrame({"data.source": ["synthetic"], "data.synthetic.paths": ["shared"]})
+    assert confirmation_data(file_data) == confirmation_data(shared) == FRESH_SEEDS
+    assert confirmation_data(per_seed) == FRESH_SEEDS_AND_PATHS

@@ -149,6 +149,6 @@ def test_the_same_experiment_given_twice_is_refused(tmp_path):
         r = analyze(str(exp), str(other), "--out", str(tmp_path / "out"), cwd=tmp_path)
         one_line_refusal(r, f"{other}: trial", f"is also in {exp}", "its seeds would count twice")
     assert not (tmp_path / "out").exists()
-    # the same folder named twice is read once, as before
+    # the same folder named twice is refused naming it (issue 39: before, it was read once, silently)
     r = analyze(str(exp), str(exp), "--out", str(tmp_path / "once"), cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
+    one_line_refusal(r, f"EXPERIMENT_DIR: {exp} is given twice", "its seeds would count twice")

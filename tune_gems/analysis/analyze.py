@@ -20,7 +20,7 @@ import pandas as pd
 
 # the table of contents, in reading order: read -> pair -> decide -> describe -> render
 from tune_gems.analysis.read.load import Experiment, load_experiment
-from tune_gems.analysis.read.outcomes import trial_outcomes
+from tune_gems.analysis.read.outcomes import last_evaluated_epochs, trial_outcomes
 from tune_gems.analysis.pairs.pairing import build_cells
 from tune_gems.analysis.pairs.excess import add_excess_columns
 from tune_gems.analysis.rules.thresholds import Thresholds
@@ -101,6 +101,7 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
             check_recorded_run(folder, stored=(SPEC_FILE, CONFIG_FILE))
     exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
     t, h, m = exp.trials, exp.history, exp.members
+    th.check_window(last_evaluated_epochs(t, m), ", ".join(map(str, exp.paths)) or "the experiment")  # a window the runs cannot hold: refused
     arms, gems = exp.arms, list(exp.gems)
     cells = build_cells(t, m, arms)
     excess = add_excess_columns(cells.long, gems)
@@ -146,8 +147,11 @@ def _umask() -> int:
 def check_out(out: str | Path, inputs: list[str | Path], overwrite: bool) -> Path:
     """The checked output folder (see module docstring); writes nothing. The default
     `<first experiment>/analysis` may lie inside that experiment; nothing else may."""
+    from tune_gems.contracts.errors import OutputError
     from tune_gems.contracts.outputs import check_output_folder
+    from tune_gems.contracts.paths import check_input_path
 
+    check_input_path(out, "--out", OutputError)  # resolved below: a symlink loop is named, not a crash
     inputs = [Path(p) for p in inputs]
     allow = []
     if inputs and Path(out).expanduser().resolve() == default_out_dir(inputs).expanduser().resolve():

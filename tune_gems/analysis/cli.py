@@ -35,7 +35,16 @@ def add_arguments(p: argparse.ArgumentParser, out: bool = True) -> argparse.Argu
                             "EXPERIMENT_DIR and print the false keep/harmful rate and the power (writes nothing)")
         p.add_argument("--n-sim", type=int, default=defaults.N_SIM,
                        help=f"simulated datasets per calibration setting (default {defaults.N_SIM}, at least 100)")
+        add_verbose(p)
     return add_settings(p)
+
+
+def add_verbose(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`--verbose`, of the commands that print the verdicts: the renderer's `verbose` field."""
+    p.add_argument("--verbose", action="store_true",
+                   help="print each verdict's full chain of evidence (its why line) under its verdict line (default: "
+                        "the verdict line alone; the chain is in verdicts.csv and report.md either way)")
+    return p
 
 
 def add_settings(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -51,8 +60,9 @@ def add_settings(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--window", choices=defaults.WINDOWS, default=defaults.WINDOW,
                    help=f"which validation epochs the verdict metric averages: the last k, the last half of the run "
                         f"(at least k), or every epoch from --first-epoch on (default {defaults.WINDOW})")
-    p.add_argument("--first-epoch", type=int, default=defaults.FIRST_EPOCH,
-                   help=f"first epoch of --window from-epoch (default {defaults.FIRST_EPOCH})")
+    p.add_argument("--first-epoch", type=int, default=None,
+                   help=f"first epoch of --window from-epoch, at most the last evaluated epoch (default "
+                        f"{defaults.FIRST_EPOCH}; refused with another window)")
     p.add_argument("--min-periods", type=int, default=defaults.MIN_PERIODS,
                    help=f"fewest validation periods a pooled verdict decides with (default {defaults.MIN_PERIODS})")
     p.add_argument("--one-sided-keep", action="store_true",
@@ -136,7 +146,7 @@ def run_report(a: argparse.Namespace) -> None:
     headline = baseline_headline(baseline_comparison(res.experiment))
     if headline:
         print(headline + "\n")
-    print(format_verdict_table(res.verdicts, res.placebo, res.redundancy))
+    print(format_verdict_table(res.verdicts, res.placebo, res.redundancy, verbose=a.verbose))
     factors = format_factor_table(res.factors)
     if factors:
         print("\n" + factors)
@@ -172,11 +182,11 @@ def verdicts_main(argv: list[str] | None = None) -> int:
     from tune_gems.analysis.render.report import format_verdict_table
     from tune_gems.analysis.analyze import analyze
 
-    a = _parser("Print the verdict per gem of finished sweep(s).", out=False).parse_args(argv)
+    a = add_verbose(_parser("Print the verdict per gem of finished sweep(s).", out=False)).parse_args(argv)
 
     def go() -> None:
         res = analyze(a.experiments, **analysis_settings(a))
-        print(format_verdict_table(res.verdicts, res.placebo, res.redundancy))
+        print(format_verdict_table(res.verdicts, res.placebo, res.redundancy, verbose=a.verbose))
 
     return _run(go)
 

@@ -33,21 +33,24 @@ the target.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
+from tune_gems.analysis import defaults
 from tune_gems.analysis.read.load import Experiment, load_experiment
+from tune_gems.analysis.read.outcomes import last_evaluated_epochs
 from tune_gems.analysis.pairs.pairing import build_cells
 from tune_gems.analysis.rules.period_family import fold_components
 from tune_gems.analysis.rules.power import PooledComponents, mde_floor, pooled_mde
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.verdicts.gem_verdicts import gem_verdicts
+from tune_gems.analysis.verdicts.gem_verdicts import gem_verdicts, verdict_metric
 from tune_gems.analysis.verdicts.walk_forward import family_folds, fold_count, pool_family_of
 from tune_gems.contracts.errors import ConfigError, DataError
+from tune_gems.contracts.result_files import SPEC_FILE
 
 PERIODS = (4, 6, 8, 10, 12, 16)
 """Period counts the plan tries (besides the pilot's)."""
@@ -57,6 +60,19 @@ EPOCH_FACTORS = (1, 2)
 """Run lengths the plan tries, as multiples of the pilot's epochs."""
 SHOWN = 12
 """Designs printed (the cheapest that reach the target; else the best MDEs)."""
+DESIGN_KEYS = ("data.folds.k", "trainer.population", "trainer.epochs")
+"""The config keys that run a design: its periods (folds), seeds per arm and fold, and epochs."""
+
+
+def design_overrides(periods: int, seeds: int, epochs: int, prefix: str = "") -> str:
+    """The `key=value` overrides that run a design, as a user pastes them after `tune-gems
+    train` (`prefix` "config." for a sweep's spec, whose config keys live under `config:`)."""
+    return " ".join(f"{prefix}{k}={int(v)}" for k, v in zip(DESIGN_KEYS, (periods, seeds, epochs)))
+
+
+def _override_prefix(paths: list[Path]) -> str:
+    """"config." when the pilot is a sweep (its spec holds the config under `config:`), else ""."""
+    return "config." if any((Path(p) / SPEC_FILE).is_file() for p in paths) else ""
 
 
 @dataclass(frozen=True)
@@ -135,7 +151,10 @@ def _fit_within(windows: list[int], values: list[float]) -> tuple[float, float]:
 
 
 def _cost(exp: Experiment) -> PilotCost | None:
-    """The pilot's median cost per member-iteration and per member-epoch of evaluation."""
+    """The pilot's median cost per member-iteration and per member-epoch of evaluation, from the
+    epochs whose time and iteration count are recorded (finite, a time >= 0, at least one
+    iteration: the loader refuses others, `read/table_schema.py`, so only an `Experiment` built
+    by hand reaches here with them); None when no epoch has both."""
     h, t, m = exp.history, exp.trials, exp.members
     ipe_col = "trainer.iterations_per_epoch"
     if h is None or "train_s" not in h.columns or ipe_col not in t.columns:
@@ -144,13 +163,17 @@ def _cost(exp: Experiment) -> PilotCost | None:
     rows = h.merge(sizes.reset_index(), on=["experiment", "trial_id"]).merge(
         t[["experiment", "trial_id", ipe_col]], on=["experiment", "trial_id"])
     ipe = pd.to_numeric(rows[ipe_col], errors="coerce")
-    train = pd.to_numeric(rows["train_s"], errors="coerce") / (ipe * rows["members"])
-    ev = (pd.to_numeric(rows["eval_s"], errors="coerce") / rows["members"]) if "eval_s" in rows else pd.Series(0.0)
-    if not np.isfinite(train).any():
+    train_s = pd.to_numeric(rows["train_s"], errors="coerce")
+    eval_s = pd.to_numeric(rows["eval_s"], errors="coerce") if "eval_s" in rows else pd.Series(0.0, index=rows.index)
+    recorded = np.isfinite(ipe) & (ipe >= 1) & np.isfinite(train_s) & (train_s >= 0)
+    if not recorded.any():
         return None
+    rows, ipe = rows[recorded], ipe[recorded]
+    train = train_s[recorded] / (ipe * rows["members"])
+    ev = eval_s[recorded].where(np.isfinite(eval_s[recorded]) & (eval_s[recorded] >= 0)) / rows["members"]
     gpus = t["gpu_ids"].astype(str) if "gpu_ids" in t.columns else pd.Series("", index=t.index)
     device = "GPU" if gpus.str.strip().replace({"nan": "", "None": ""}).astype(bool).any() else "CPU"
-    return PilotCost(float(np.nanmedian(train)), float(np.nanmedian(ev.fillna(0.0))), float(np.nanmedian(ipe)),
+    return PilotCost(float(np.median(train)), float(np.nanmedian(ev.fillna(0.0))), float(np.median(ipe)),
                      int(sizes.median()), device)
 
 
@@ -166,7 +189,7 @@ def window_comparison(exp: Experiment, th: Thresholds, cells=None, verdicts=None
     cells = cells if cells is not None else build_cells(exp.trials, exp.members, exp.arms)
     rows = []
     for window, extra in WINDOW_CHOICES:
-        thw = replace(th, window=window, **extra)
+        thw = th.with_window(window, **extra)
         v = verdicts if verdicts is not None else _verdicts(exp, thw)[1]
         fam = family_folds(v, cells, list(exp.gems), thw)
         if not fam.rows:
@@ -178,8 +201,9 @@ def window_comparison(exp: Experiment, th: Thresholds, cells=None, verdicts=None
             inf = fam.n_informative[0, j]
             n = float(inf[inf > 0].mean()) if (inf > 0).any() else math.nan
             c = PooledComponents(float(comp.period[0, j]), float(comp.within[0, j]), float(comp.seed[0, j]))
-            mde = pooled_mde(c, int(pooled["periods"][0, j]), n, df=float(pooled["df"][0, j]),
-                             level=th.alpha / len(fam.rows), power=th.power, one_sided=th.one_sided_keep)
+            periods = int(pooled["periods"][0, j])
+            mde = pooled_mde(c, periods, n, df=float(pooled["df"][0, j]), level=th.alpha / len(fam.rows),
+                             power=th.power, one_sided=th.one_sided_keep) if periods >= 2 and n > 0 else math.nan
             rows.append(dict(window=window, epochs=int(thw.window_length(epochs)), gem=str(v.at[i, "gem"]),
                              effect=float(pooled["mu"][0, j]), period=c.period, within=c.within, mde=float(mde)))
     return pd.DataFrame(rows)
@@ -203,13 +227,16 @@ def _parts(exp: Experiment, th: Thresholds, cells, v) -> tuple[list[GemParts], i
     base = family_folds(v, cells, list(exp.gems), th)
     if not base.rows:
         raise DataError(f"{label}: no gem has a wiring comparison in any fold: nothing to plan for")
+    if not ((base.n_informative[0] > 0).sum(axis=1) >= 2).any():
+        raise DataError(f"{label}: no gem has informative seed pairs (pairs that do not tie) in two or more folds: "
+                        "the period spread cannot be estimated, so no design can be planned from this pilot")
     pooled = pool_family_of(base, th)
     comp = fold_components(base.data, pooled["tau2"])
     epochs = int(cells.table["final_epoch"].min())
     windows = sorted({1, max(1, epochs // 2), epochs})
     within_at = {}
     for w in windows:
-        fam = family_folds(v, cells, list(exp.gems), replace(th, window="last-k", last_k=int(w)))
+        fam = family_folds(v, cells, list(exp.gems), th.with_window("last-k", last_k=int(w)))
         within_at[w] = fold_components(fam.data, pooled["tau2"]).within[0]
     own = int(th.window_length(epochs))  # the analysis's own window: as the verdicts measure it
     parts = []
@@ -235,17 +262,25 @@ def plan(experiment: Experiment | str | Path | Iterable[str | Path], *, target_m
     if isinstance(target, bool) or not isinstance(target, (int, float)) or not (0 < target < math.inf):
         raise ConfigError(f"--target-mde: must be a positive number, got {target_mde!r}")
     exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
+    label = ", ".join(map(str, exp.paths)) or "the pilot"
+    th.check_window(last_evaluated_epochs(exp.trials, exp.members), label)
+    column, metric_note = verdict_metric(exp.members)
+    if column not in exp.members.columns or not np.isfinite(exp.members[column].astype(float)).any():
+        raise DataError(f"{label}: no member has a finite {defaults.METRIC} or {defaults.FALLBACK_METRIC} (every member "
+                        "diverged or was never evaluated): nothing to plan from")
     cells, v = _verdicts(exp, th)
     parts, k0, n0, arms, e0 = _parts(exp, th, cells, v)
     cost = _cost(exp)
     level = th.alpha / len(parts)
+    prefix = _override_prefix(exp.paths)
     rows = []
     for k in sorted({k0, *periods}):
         for n in sorted({n0, *seeds}):
             for f in epoch_factors:
                 e = int(e0 * f)
                 w = th.window_length(e)
-                row = dict(periods=k, seeds=n, epochs=e, window=w, members=k * arms * n)
+                row = dict(periods=k, seeds=n, epochs=e, window=w, members=k * arms * n,
+                           overrides=design_overrides(k, n, e, prefix))
                 mdes = []
                 for g in parts:
                     informative = n * (1 - g.tied_share)
@@ -258,7 +293,7 @@ def plan(experiment: Experiment | str | Path | Iterable[str | Path], *, target_m
                 row["seconds"] = cost.seconds(row["members"], e) if cost else math.nan
                 rows.append(row)
     designs = pd.DataFrame(rows)
-    notes = []
+    notes = [metric_note] if metric_note else []
     if cost is None:
         notes.append("no recorded time (history.parquet without train_s, or trials without "
                      "trainer.iterations_per_epoch): designs are not costed")
@@ -313,9 +348,10 @@ def format_plan(p: Plan, shown: int = SHOWN) -> str:
     else:
         lines.append(f"no design tried reaches MDE <= {p.target:g}; the closest ({len(d)} tried):")
         table = d.sort_values(["mde", "seconds"]).head(shown)
-    head = ["periods", "seeds", "epochs", "window", "members"] + [c.replace("mde ", "MDE ") for c in gem_cols] + ["time"]
+    head = (["periods", "seeds", "epochs", "window", "members"] + [c.replace("mde ", "MDE ") for c in gem_cols]
+            + ["time", "overrides that run it"])
     rows = [head] + [[str(int(r["periods"])), str(int(r["seeds"])), str(int(r["epochs"])), str(int(r["window"])),
-                      str(int(r["members"]))] + [_fmt(r[c]) for c in gem_cols] + [_duration(r["seconds"])]
+                      str(int(r["members"]))] + [_fmt(r[c]) for c in gem_cols] + [_duration(r["seconds"]), r["overrides"]]
                      for _, r in table.iterrows()]
     widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]

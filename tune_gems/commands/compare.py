@@ -21,7 +21,10 @@ from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.paths import check_input_path
 from tune_gems.contracts.result_files import CONFIG_FILE, SPEC_FILE, TRIALS_FILE
 
-VERDICT_COLUMNS = ("verdict", "n_seeds", "effect", "ci_low", "ci_high")
+VERDICT_COLUMNS = ("verdict", "seeds", "decided_by", "effect", "ci_low", "ci_high")
+"""Each gem's final word and the estimate and interval of the test that decided it (the pooled
+ones over periods where the period rule decided: `plot_tables.final_verdict_table`, the table
+the decisive picture draws), as each side's own analysis states them."""
 SHARPE_COLUMNS = ("n_members", "val_sharpe_mean", "val_sharpe_std", "test_sharpe_mean")
 RUN_ONLY_KEYS = ("name", "storage", "description")
 """Spec keys that name where a run went, not what it did: left out of the differences."""
@@ -131,6 +134,14 @@ def _side_by_side(left: pd.DataFrame, right: pd.DataFrame, key: str, cols: tuple
     return parts[0].join(parts[1], how="outer").loc[order].reset_index()
 
 
+def decided(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """One row per gem: its word and the decided estimate and interval (`VERDICT_COLUMNS`), read
+    from the analysis's verdict table, never recomputed."""
+    from tune_gems.analysis.render.plot_tables import final_verdict_table
+
+    return final_verdict_table(verdicts).rename(columns={"contrast": "gem"})
+
+
 def _labels(a: Path, b: Path) -> tuple[str, str]:
     la, lb = a.name or str(a), b.name or str(b)
     return (la, lb) if la != lb else ("A", "B")
@@ -151,7 +162,7 @@ def compare(a: str | Path, b: str | Path, **settings: Any) -> Comparison:
     return Comparison(
         labels=labels,
         differences=differences(run_settings(a), run_settings(b)),
-        verdicts=_side_by_side(results[0].verdicts, results[1].verdicts, "gem", VERDICT_COLUMNS, labels),
+        verdicts=_side_by_side(*(decided(r.verdicts) for r in results), "gem", VERDICT_COLUMNS, labels),
         sharpe=_side_by_side(results[0].sharpe_variance, results[1].sharpe_variance, "config_label", SHARPE_COLUMNS, labels),
         headlines=tuple(baseline_headline(baseline_comparison(r.experiment)) for r in results),  # type: ignore[arg-type]
     )

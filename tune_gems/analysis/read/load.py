@@ -22,8 +22,9 @@ from typing import Any, Iterable
 import pandas as pd
 
 from tune_gems.analysis.read.labels import apply_arm_labels
-from tune_gems.analysis.read.table_schema import as_bool, validate_table
+from tune_gems.analysis.read.table_schema import as_bool, refuse_duplicates, validate_table
 from tune_gems.contracts.errors import DataError
+from tune_gems.contracts.paths import check_input_path
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry, disagreement, folder_manifest, manifest_source
 from tune_gems.contracts.result_files import (
     ARMS_FILES, BASELINES_FILES, FOLDS_FILES, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE,
@@ -237,6 +238,12 @@ def load_one(folder: str | Path, label: str | None = None, taken: set[str] | Non
     trials = _tidy(trials, label)
     history = _tidy(history, label)
     members = _tidy(members, label)
+    members_file = folder / (MEMBERS_CSV if train else MEMBERS_FILE)
+    refuse_duplicates(members_file, members, ["trial_id", "epoch", "member"], "member at one epoch")
+    if "seed_index" in members.columns:  # one seed index per arm, fold and history: the unit every pair is made of
+        within = [c for c in ("arm", "fold", "history") if c in members.columns]
+        refuse_duplicates(members_file, members, ["trial_id", *within, "seed_index", "epoch"],
+                          "seed index of one arm at one epoch")
     trials["status"] = trials["status"].astype(str).str.upper()
     if trials["trial_id"].duplicated().any():
         dup = trials.loc[trials["trial_id"].duplicated(), "trial_id"].iloc[0]
@@ -272,13 +279,16 @@ def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
     if isinstance(paths, (str, Path)):
         paths = [paths]
     folders: list[Path] = []
-    seen: set[Path] = set()
+    seen: dict[Path, Path] = {}
     for p in paths:
         p = Path(p)
-        key = p.resolve()
-        if key not in seen:
-            seen.add(key)
-            folders.append(p)
+        check_input_path(p, "EXPERIMENT_DIR", DataError)  # a symlink loop is named, not resolved into a crash
+        key = p.expanduser().resolve()
+        if key in seen:
+            same = "given twice" if seen[key] == p else f"the same folder as {seen[key]}"
+            raise DataError(f"EXPERIMENT_DIR: {p} is {same}: its seeds would count twice; give each folder once")
+        seen[key] = p
+        folders.append(p)
     if not folders:
         raise DataError("no experiment folder given")
 

@@ -61,3 +61,17 @@ def trial_outcomes(trials: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
     out["reason"] = reason
     out["final_epoch"] = out["final_epoch"].astype("Int64")
     return out.drop(columns="member_diverged").reset_index(drop=True)
+
+
+def last_evaluated_epochs(trials: pd.DataFrame, members: pd.DataFrame) -> dict[str, int]:
+    """Each finished trial's last evaluated epoch, by name (`<experiment>/trial <id>` with
+    several experiments): the epochs an epoch window can hold (`Thresholds.check_window`). The
+    ok trials where there are any (a diverged trial stopped early, and its diverged members are
+    the worst outcome whatever the window), else every trial with member results."""
+    out = trial_outcomes(trials, members)
+    out = out[out["final_epoch"].notna()]
+    ok = out[out["outcome"] == "ok"]
+    use = ok if len(ok) else out
+    several = out["experiment"].nunique() > 1
+    return {(f"{e}/trial {t}" if several else f"trial {t}"): int(f)
+            for e, t, f in zip(use["experiment"], use["trial_id"], use["final_epoch"])}

@@ -7,15 +7,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
 import pandas as pd
 
 from tune_gems.contracts.errors import DataError
 
-INT_COLUMNS = {"epoch": 1, "member": 0, "seed": 0, "seed_index": 0, "epochs_done": 0}
-"""Whole-number columns and their smallest allowed value."""
-NULLABLE_INT = {("trials", "seed")}
+INT_COLUMNS = {"epoch": 1, "member": 0, "seed": 0, "seed_index": 0, "epochs_done": 0,
+               "trainer.iterations_per_epoch": 1, "trainer.epochs": 1, "trainer.population": 1}
+"""Whole-number columns and their smallest allowed value (the trials' config counts among them:
+the plan costs a design from them)."""
+NULLABLE_INT = {("trials", "seed"), ("trials", "trainer.iterations_per_epoch"), ("trials", "trainer.epochs"),
+                ("trials", "trainer.population")}
 """(table, column) pairs where a missing value is allowed (a trial whose config was invalid)."""
-FLOAT_COLUMNS = frozenset({"loss", "q_mean", "grad_norm", "noisy_sigma", "env_steps", "updates", "sps", "objective"})
+FLOAT_COLUMNS = frozenset({"loss", "q_mean", "grad_norm", "noisy_sigma", "objective"})
+NONNEGATIVE_COLUMNS = frozenset({"train_s", "eval_s", "sps", "env_steps", "updates"})
+"""Timings and counts: a number >= 0 and not infinite where present (NaN: not recorded). A
+negative or infinite time would cost a design at negative or infinite seconds (`tune-gems plan`)."""
+FINITE_COLUMNS = {"members": frozenset({"val_sharpe", "test_sharpe", "val_alpha_sharpe", "test_alpha_sharpe"})}
+"""Per table, the Sharpe ratios a run writes, never infinite (constant returns give 0,
+tune_gems.market.evaluation): NaN is a diverged member or a test value before the last epoch,
++-inf no run writes, and an infinite value would pass for a finite outcome in every mean."""
 FLOAT_PREFIXES = ("val_", "test_")
 FLOAT_SUFFIXES = ("_rel", "_null", "_excess")
 FLAG_COLUMNS = frozenset({"diverged"})
@@ -27,6 +38,7 @@ _FLAG_WORDS = {"true", "false", "1", "0", "yes", "no", "1.0", "0.0"}
 def _is_float_column(name: str, gem_columns: frozenset[str]) -> bool:
     return (
         name in FLOAT_COLUMNS
+        or name in NONNEGATIVE_COLUMNS
         or name in gem_columns
         or (name.startswith(FLOAT_PREFIXES) and "." not in name)
         or (name.endswith(FLOAT_SUFFIXES) and "." not in name)
@@ -34,7 +46,7 @@ def _is_float_column(name: str, gem_columns: frozenset[str]) -> bool:
 
 
 def _shown(v: Any) -> str:
-    text = repr(v)
+    text = repr(v.item() if isinstance(v, np.generic) else v)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -88,6 +100,54 @@ def validate_table(path: Path, df: pd.DataFrame, table: str, gem_columns: Iterab
                 raise DataError(f"{path}: column {name} holds {values.dtype} values, expected text")
         elif _is_float_column(name, gems):
             df[name] = _numeric(path, df, name)
+            if name in NONNEGATIVE_COLUMNS:
+                _refuse_where(path, name, df[name], lambda v: (v < 0) | np.isinf(v), "expected a number >= 0 (a time or "
+                              "a count; NaN where it was not recorded)")
+            elif name in FINITE_COLUMNS.get(table, ()):
+                _refuse_where(path, name, df[name], np.isinf, "expected a finite number (NaN for a diverged member)")
+    if table == "arms":
+        _check_arms(path, df)
+
+
+def _refuse_where(path: Path, col: str, values: pd.Series, bad, expected: str) -> None:
+    """DataError naming `path`, `col` and the first row whose value `bad` flags."""
+    flagged = bad(values.astype(float))
+    if flagged.any():
+        row = values.index[np.asarray(flagged)][0]
+        raise DataError(f"{path}: column {col} holds {_shown(values[row])} (row {row}), {expected}")
+
+
+def _check_arms(path: Path, df: pd.DataFrame) -> None:
+    """An arms table (one row per trial x arm, every per-member key's value: docs/results.md):
+    an arm listed twice, or an arm without a name or without a level of some key, is refused. A
+    repeated row would pair every member twice; a missing level would make the arm's setting
+    unknown (its factor silently left out of the comparisons)."""
+    _refuse_missing(path, df, ["arm", *(c for c in df.columns if "." in str(c))])
+    refuse_duplicates(path, df, [c for c in ("trial_id", "arm") if c in df.columns], "arm")
+
+
+def _refuse_missing(path: Path, df: pd.DataFrame, cols: list[str]) -> None:
+    for col in cols:
+        missing = df[col].isna()
+        if missing.any():
+            row = df.index[missing.to_numpy()][0]
+            arm = f", arm {df.at[row, 'arm']!r}" if col != "arm" and "arm" in df.columns else ""
+            raise DataError(f"{path}: column {col} has a missing value (row {row}{arm}); every arm states every "
+                            "per-member key's level")
+
+
+def refuse_duplicates(path: Path, df: pd.DataFrame, keys: list[str], what: str) -> None:
+    """DataError naming `path` when two rows share the values of `keys` (`what` one row is):
+    a repeated row would count its members (or arm) twice in every statistic."""
+    if not keys or not len(df):
+        return
+    dup = df.duplicated(subset=keys, keep=False)
+    if dup.any():
+        rows = df.index[dup.to_numpy()]
+        first = df.loc[rows[0], keys]
+        twin = next((r for r in rows[1:] if (df.loc[r, keys] == first).all()), rows[1])
+        where = ", ".join(f"{k} {_shown(first[k])}" for k in keys)
+        raise DataError(f"{path}: rows {rows[0]} and {twin} repeat one {what} ({where}): each must appear once")
 
 
 def as_bool(values: pd.Series) -> pd.Series:

@@ -2,7 +2,9 @@
 `write_result` writes.
 
 The lead plots of report.md (`LEAD_PLOTS`, read before the tables) carry a one-line caption,
-and `lead_section` writes the section of report.md that opens with them (issue 31 item 4).
+and `lead_section` writes the section of report.md that opens with them (issue 31 item 4); the
+first is the decisive picture, the final verdicts with the intervals that decided them (issue 38
+item 4: a reader sees what was decided, and on what, before how the seeds behaved).
 `plot_tables` computes the tables (tune_gems.analysis.render.plot_tables; written as CSV even
 with --no-plots: they are numbers), `analysis_figures` draws every figure from them and from
 the analysis's own tables (tune_gems.analysis.render.plots): the lead plots and the figures of
@@ -25,10 +27,11 @@ from tune_gems.analysis.describe.variance import final_members
 from tune_gems.analysis.pairs.pairing import build_cells
 from tune_gems.analysis.render import plots
 from tune_gems.analysis.render.plot_tables import (
-    improvement_table, learning_curve_table, paired_seed_table, performance_profile_table,
+    final_verdict_table, improvement_table, learning_curve_table, paired_seed_table, performance_profile_table,
 )
 from tune_gems.analysis.verdicts.fold_effects import pooled_estimates
 
+FINAL_VERDICTS_CSV = "final_verdicts.csv"
 PAIRED_SEEDS_CSV = "paired_seeds.csv"
 LEARNING_CURVES_CSV = "learning_curves.csv"
 PROFILES_CSV = "performance_profiles.csv"
@@ -44,6 +47,11 @@ class Plot:
     caption: str
 
 
+FINAL_VERDICTS = Plot("Final verdicts", plots.FOREST_PNG,
+                      "the decisive picture: one row per contrast with its final word, the estimate and interval of "
+                      "the test that decided it (pooled over the walk-forward periods where the period rule decided, "
+                      "else over seeds, family-wise) and, below it, the held-out test segment's re-estimate, shown and "
+                      "never decided on; the ROPE band (`final_verdicts.csv`)")
 FOLD_FOREST = Plot("Effect per fold", "fold_forest.png",
                    "per gem, each walk-forward fold's effect with the interval the period rule read, the pooled "
                    "estimate and interval the verdict used as a diamond, the ROPE band (`fold_effects.csv`)")
@@ -60,9 +68,10 @@ IMPROVEMENT = Plot("Probability of improvement", "probability_of_improvement.png
                    "P(wired > measured) over the seed pairs, ties half, averaged over folds "
                    "(`probability_of_improvement.csv`): a description, the verdict is the test")
 SHRINKAGE = Plot("Confirmation shrinkage", "confirmation_shrinkage.png",
-                 "per gem, the search's gain of its chosen trial against the same statistic on fresh seeds and "
-                 "paths (`confirmation.csv`)")
-LEAD_PLOTS = (FOLD_FOREST, PAIRED_SEEDS, LEARNING_CURVES, PERFORMANCE_PROFILES, IMPROVEMENT, SHRINKAGE)
+                 "per gem, the search's gain of its chosen trial against the same statistic on the confirmation's "
+                 "fresh seeds (and fresh paths where the data are synthetic per-seed paths; else the search's price "
+                 "history) (`confirmation.csv`)")
+LEAD_PLOTS = (FINAL_VERDICTS, FOLD_FOREST, PAIRED_SEEDS, LEARNING_CURVES, PERFORMANCE_PROFILES, IMPROVEMENT, SHRINKAGE)
 """The plots report.md opens with, in this order (those there was something to draw for)."""
 
 
@@ -86,6 +95,7 @@ def plot_tables(result: Any) -> dict[str, pd.DataFrame]:
     pairs = paired_seed_table(cells, list(exp.gems), exp.members, last_k=last_k,
                               placebo_weight=s.get("placebo_weight", defaults.PLACEBO_WEIGHT))
     return {
+        FINAL_VERDICTS_CSV: final_verdict_table(result.verdicts, getattr(result, "placebo", None)),
         PAIRED_SEEDS_CSV: pairs,
         LEARNING_CURVES_CSV: learning_curve_table(exp.members),
         PROFILES_CSV: performance_profile_table(pairs),
@@ -122,6 +132,16 @@ def confirmation_table(paths: list[Path]) -> pd.DataFrame | None:
         return None
 
 
+def confirmation_data(trials: pd.DataFrame) -> str:
+    """What a confirmation folder's trials re-ran on, in the shrinkage plot's words: fresh seeds
+    and paths where every trial trains synthetic per-seed paths (each seed index its own path,
+    new indices new paths), else fresh seeds on the search's price history."""
+    source = trials.get("data.source", pd.Series("synthetic", index=trials.index)).astype(str)
+    paths = trials.get("data.synthetic.paths", pd.Series("shared", index=trials.index)).astype(str)
+    per_seed = len(trials) and bool(((source == "synthetic") & (paths == "per_seed")).all())
+    return plots.FRESH_SEEDS_AND_PATHS if per_seed else plots.FRESH_SEEDS
+
+
 def analysis_figures(result: Any, tables: dict[str, pd.DataFrame]) -> dict[tuple[str, str], Figure | None]:
     """{(title, PNG name): figure} of every plot (None: nothing to draw): the lead plots first."""
     exp, s = result.experiment, result.settings
@@ -132,6 +152,7 @@ def analysis_figures(result: Any, tables: dict[str, pd.DataFrame]) -> dict[tuple
     final = final_members(exp.members, exp.trials)
     folds = getattr(result, "fold_effects", None)
     return {
+        (FINAL_VERDICTS.title, FINAL_VERDICTS.file): plots.final_verdicts(tables[FINAL_VERDICTS_CSV]),
         (FOLD_FOREST.title, FOLD_FOREST.file): plots.fold_forest(
             folds, pooled_estimates(folds) if folds is not None else None, metric=metric,
             rope=s.get("rope", defaults.ROPE)),
@@ -141,8 +162,8 @@ def analysis_figures(result: Any, tables: dict[str, pd.DataFrame]) -> dict[tuple
         (PERFORMANCE_PROFILES.title, PERFORMANCE_PROFILES.file): plots.performance_profiles(
             tables[PROFILES_CSV], metric, last_k),
         (IMPROVEMENT.title, IMPROVEMENT.file): plots.improvement_bars(tables[IMPROVEMENT_CSV]),
-        (SHRINKAGE.title, SHRINKAGE.file): plots.confirmation_shrinkage(confirmation_table(list(exp.paths))),
-        ("Gem effects", plots.FOREST_PNG): plots.forest(result.verdicts, result.placebo),
+        (SHRINKAGE.title, SHRINKAGE.file): plots.confirmation_shrinkage(confirmation_table(list(exp.paths)),
+                                                                        confirmation_data(exp.trials)),
         ("Sharpe distributions", plots.SHARPE_PNG): plots.sharpe_distributions(final[final["included"]]),
         ("Gem magnitudes", plots.MAGNITUDES_PNG): plots.gem_magnitude_curves(
             result.gem_trajectories, s.get("rel_threshold", defaults.REL_THRESHOLD), exp.gems),

@@ -12,6 +12,11 @@ its numbers and a test can read the plotted data back from the figure and compar
 - `performance_profile_table`: per gem and side of its comparison, the share of seed pairs
   whose value exceeds each threshold tau (the performance profile of Agarwal et al. 2021,
   "Deep RL at the edge of the statistical precipice": a diverged member never exceeds any);
+- `final_verdict_table`: one row per contrast (each gem, then the null arms): its final word, the
+  interval of the test that decided it (the pooled interval over periods where the period rule
+  decided, else the seeds' family-wise one), and the held-out test segment's re-estimate beside
+  it, read from the verdict table through `VERDICT_READ` (the decisive picture, and the
+  intervals `tune-gems compare` lists);
 - `improvement_table`: per gem, the probability of improvement P(wired > measured) of the same
   paper (the Mann-Whitney statistic with ties counted half, over every wired and measured member
   of a fold, averaged over folds as rliable averages over tasks), beside its paired form (the
@@ -22,7 +27,8 @@ its numbers and a test can read the plotted data back from the figure and compar
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -33,10 +39,47 @@ from tune_gems.analysis.pairs.selectors import MEASURE, WIRE, placebo_selectors
 from tune_gems.analysis.verdicts.gem_verdicts import verdict_metric
 from tune_gems.contracts.gem_manifest import GemEntry
 
+@dataclass(frozen=True)
+class VerdictColumns:
+    """The verdicts.csv (and placebo.csv) columns the decisive picture reads, in one place: a
+    renamed or added column of the verdict table is one edit here."""
+
+    contrast: str = "gem"
+    word: str = "verdict"
+    seeds: str = "n_seeds"
+    metric: str = "outcome"
+    rope: str = "rope"
+    seed_effect: str = "effect"
+    seed_low: str = "ci_low"
+    seed_high: str = "ci_high"
+    seed_level: str = "ci_level"
+    pooled_effect: str = "pooled_effect"
+    pooled_low: str = "pooled_ci_low"
+    pooled_high: str = "pooled_ci_high"
+    pooled_level: str = "pooled_ci_level"
+    periods: str = "periods_informative"
+    held_out_effect: str = "test_effect"
+    held_out_low: str = "test_ci_low"
+    held_out_high: str = "test_ci_high"
+    held_out_word: str = "held_out"
+    null_kind: str = "kind"
+
+
+VERDICT_READ = VerdictColumns()
+"""The columns `final_verdict_table` reads (today's names of verdicts.csv and placebo.csv)."""
+FINAL_COLUMNS = ["contrast", "kind", "verdict", "decided_by", "seeds", "periods", "effect", "ci_low", "ci_high",
+                 "ci_level", "held_out_effect", "held_out_ci_low", "held_out_ci_high", "held_out", "metric", "rope"]
+SEEDS_DECIDED = "seeds"
+"""`decided_by` of a verdict the seed rule decided (one period, or too few to pool)."""
+NO_DESIGN_DECIDED = "no design"
+"""`decided_by` of a contrast without a designed comparison (no interval)."""
+
 PAIR_COLUMNS = ["gem", "metric", "experiment", "trial_id", "fold", "seed", "seed_index", "arm_measured", "arm_wired",
                 "measured", "wired", "measured_diverged", "wired_diverged", "difference", "tied"]
 CURVE_COLUMNS = ["experiment", "trial_id", "arm", "config_label", "fold", "epoch", "metric", "n_seeds", "median",
-                 "q25", "q75"]
+                 "q25", "q75", "never_traded"]
+TURNOVER_COLUMN = "val_turnover"
+"""A member's validation turnover (docs/evaluation.md): 0 when it never traded."""
 PROFILE_COLUMNS = ["gem", "side", "tau", "share_above", "n"]
 IMPROVEMENT_COLUMNS = ["gem", "probability", "paired_probability", "n_pairs", "folds", "tied_share"]
 PROFILE_POINTS = 101
@@ -84,7 +127,8 @@ def paired_seed_table(cells: Cells, gems: Sequence[GemEntry], members: pd.DataFr
 def learning_curve_table(members: pd.DataFrame, *, metric: str = defaults.METRIC) -> pd.DataFrame:
     """Per trial, arm, fold and epoch: the verdict metric's median and interquartile range over
     the arm's seeds (finite values: a diverged member's epochs are left out, `n_seeds` says how
-    many remain)."""
+    many remain), and the share of those seeds that never traded in that validation pass
+    (`never_traded`: turnover 0; NaN without a turnover column), which says why a curve is flat."""
     column, _ = verdict_metric(members, metric)
     if not len(members) or column not in members.columns:
         return pd.DataFrame(columns=CURVE_COLUMNS)
@@ -98,6 +142,12 @@ def learning_curve_table(members: pd.DataFrame, *, metric: str = defaults.METRIC
     out["q25"] = g["_v"].quantile(0.25).to_numpy()
     out["q75"] = g["_v"].quantile(0.75).to_numpy()
     out["config_label"] = g["config_label"].first().to_numpy()
+    if TURNOVER_COLUMN in m.columns:
+        turnover = pd.to_numeric(m[TURNOVER_COLUMN], errors="coerce")
+        idle = (turnover == 0).astype(float).where(m["_v"].notna() & turnover.notna())
+        out["never_traded"] = m.assign(_idle=idle).groupby(keys, sort=True)["_idle"].mean().to_numpy()
+    else:
+        out["never_traded"] = np.nan
     out["metric"] = column
     return out[CURVE_COLUMNS]
 
@@ -149,3 +199,55 @@ def improvement_table(pairs: pd.DataFrame) -> pd.DataFrame:
         rows.append({"gem": gem, "probability": float(np.mean(unpaired)), "paired_probability": float(np.mean(within)),
                      "n_pairs": int(len(g)), "folds": int(g["fold"].nunique()), "tied_share": float(g["tied"].mean())})
     return pd.DataFrame(rows, columns=IMPROVEMENT_COLUMNS)
+
+
+def _value(r: Any, column: str) -> float:
+    """A numeric cell of a verdict row (NaN where the column is absent or not a number)."""
+    try:
+        return float(r.get(column, np.nan))
+    except (TypeError, ValueError):
+        return np.nan
+
+
+def _text(r: Any, column: str) -> str:
+    v = r.get(column)
+    return v if isinstance(v, str) else ""
+
+
+def decided_interval(r: Any, c: VerdictColumns = VERDICT_READ) -> dict[str, Any]:
+    """The estimate and interval of the test that decided one verdict row: the pooled ones where
+    the period rule pooled the periods (a finite pooled effect; its interval may be absent when
+    too few periods pool one), else the seeds' family-wise ones; `decided_by` says which."""
+    pooled = _value(r, c.pooled_effect)
+    if np.isfinite(pooled):
+        periods = _value(r, c.periods)
+        return dict(decided_by=f"pooled over {int(periods)} periods" if np.isfinite(periods) else "pooled over periods",
+                    effect=pooled, ci_low=_value(r, c.pooled_low), ci_high=_value(r, c.pooled_high),
+                    ci_level=_value(r, c.pooled_level), periods=periods)
+    seeds = _value(r, c.seeds)
+    return dict(decided_by=SEEDS_DECIDED if np.isfinite(seeds) and seeds > 0 else NO_DESIGN_DECIDED,
+                effect=_value(r, c.seed_effect), ci_low=_value(r, c.seed_low), ci_high=_value(r, c.seed_high),
+                ci_level=_value(r, c.seed_level), periods=np.nan)
+
+
+def final_verdict_table(verdicts: pd.DataFrame | None, placebo: pd.DataFrame | None = None,
+                        c: VerdictColumns = VERDICT_READ) -> pd.DataFrame:
+    """One row per contrast (module docstring): each verdict row, then each null arm (placebo or
+    A/A, decided by its seeds, nothing held out), in the columns of `FINAL_COLUMNS`."""
+    rows = []
+    for _, r in (verdicts if verdicts is not None else pd.DataFrame()).iterrows():
+        rows.append({"contrast": str(r[c.contrast]), "kind": "gem", "verdict": _text(r, c.word),
+                     "seeds": _value(r, c.seeds), **decided_interval(r, c),
+                     "held_out_effect": _value(r, c.held_out_effect), "held_out_ci_low": _value(r, c.held_out_low),
+                     "held_out_ci_high": _value(r, c.held_out_high), "held_out": _text(r, c.held_out_word),
+                     "metric": _text(r, c.metric), "rope": _value(r, c.rope)})
+    rope = rows[0]["rope"] if rows else np.nan
+    for _, r in (placebo if placebo is not None else pd.DataFrame()).iterrows():
+        kind = _text(r, c.null_kind) or "placebo"
+        rows.append({"contrast": f"{r[c.contrast]} placebo" if kind == "placebo" else kind, "kind": kind,
+                     "verdict": _text(r, c.word), "seeds": _value(r, c.seeds), "decided_by": SEEDS_DECIDED,
+                     "periods": np.nan, "effect": _value(r, c.seed_effect), "ci_low": _value(r, c.seed_low),
+                     "ci_high": _value(r, c.seed_high), "ci_level": _value(r, c.seed_level), "held_out_effect": np.nan,
+                     "held_out_ci_low": np.nan, "held_out_ci_high": np.nan, "held_out": "",
+                     "metric": _text(r, c.metric), "rope": rope})
+    return pd.DataFrame(rows, columns=FINAL_COLUMNS)

@@ -33,7 +33,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import Polygon
+from matplotlib.patches import Patch, Polygon
 from matplotlib.ticker import MaxNLocator
 
 from tune_gems.analysis import defaults
@@ -180,45 +180,80 @@ def importance_bars(imp: pd.DataFrame, few: int = IMPORTANCE_FEW_TRIALS) -> Figu
     return fig
 
 
-def forest(verdicts: pd.DataFrame, placebo: pd.DataFrame | None = None) -> Figure | None:
-    """Forest plot: per gem (and placebo arm) the effect of wiring with its interval.
+HELD_OUT_OFFSET = 0.25
+"""How far below its contrast's row the held-out re-estimate is drawn (row spacing 1)."""
 
-    The interval is the verdict's family-wise one (`ci_level`); the shaded band is +-ROPE; a
-    point at +-inf (most seeds diverged on one side) is drawn at the axis edge with an arrow."""
-    rows = []
-    for _, r in verdicts.iterrows():
-        if np.isfinite(r.get("n_seeds", np.nan)) and r["n_seeds"] > 0 and not pd.isna(r.get("effect")):
-            rows.append((f"{r['gem']}: {r['verdict']}", r["effect"], r["ci_low"], r["ci_high"], "tab:blue"))
-    if placebo is not None:
-        for _, r in placebo.iterrows():
-            kind = r.get("kind") if isinstance(r.get("kind"), str) else "placebo"
-            name = f"{r['gem']} placebo" if kind == "placebo" else kind
-            rows.append((f"{name}: {r['verdict']}", r["effect"], r["ci_low"], r["ci_high"], "tab:grey"))
-    if not rows:
+
+def _interval(ax, lo: float, hi: float, y: float, span: float, color: str, gid: str, lw: float,
+              label: str | None = None) -> None:
+    """An interval at height y clipped to +-span, an arrow at an unbounded end."""
+    (line,) = ax.plot([float(np.clip(lo, -span, span)), float(np.clip(hi, -span, span))], [y, y], color=color, lw=lw,
+                      label=label)
+    line.set_gid(gid)
+    for v in (lo, hi):
+        if not np.isfinite(v):
+            edge = float(np.clip(v, -span, span))
+            ax.annotate("", xy=(edge, y), xytext=(edge * 0.9, y), arrowprops=dict(arrowstyle="->", color=color))
+
+
+def _final_label(r: pd.Series) -> str:
+    """A row's label: the contrast and its word, then which test decided it (and what is missing)."""
+    if not np.isfinite(r["effect"]):
+        how = f"{r['decided_by']}: no estimate"
+    elif pd.isna(r["ci_low"]) or pd.isna(r["ci_high"]):
+        how = f"{r['decided_by']}, no interval"
+    else:
+        how = r["decided_by"]
+    return f"{r['contrast']}: {r['verdict']}\n({how})"
+
+
+def final_verdicts(table: pd.DataFrame) -> Figure | None:
+    """The decisive picture (`plot_tables.final_verdict_table`): one row per contrast, labelled
+    with its final word and which test decided it, the decided estimate and its interval, and
+    below it the held-out test segment's re-estimate with its interval; the ROPE band. An
+    unbounded end is drawn to the axis edge with an arrow. Gids: `decided:<contrast>` (the
+    interval), `decided_effect:<contrast>` (the estimate), `held_out:<contrast>` and
+    `held_out_effect:<contrast>`."""
+    if table is None or not len(table):
         return None
-    vals = np.array([[e, lo, hi] for _, e, lo, hi, _ in rows], float)
-    fin = vals[np.isfinite(vals)]
-    rope = float(verdicts["rope"].iloc[0]) if "rope" in verdicts and len(verdicts) else 0.0
-    span = max(float(np.abs(fin).max()) if fin.size else 1.0, rope) * 1.25 or 1.0
-    fig = new_figure(8, 1.4 + 0.5 * len(rows))
+    vals = table[["effect", "ci_low", "ci_high", "held_out_effect", "held_out_ci_low", "held_out_ci_high"]].to_numpy(float)
+    rope = float(table["rope"].iloc[0]) if np.isfinite(table["rope"].iloc[0]) else 0.0
+    span = _span(vals.ravel(), rope)
+    fig = new_figure(8.5, 1.8 + 0.75 * len(table))
     ax = fig.subplots()
     ax.axvspan(-rope, rope, color="tab:green", alpha=0.12, label=f"ROPE +-{rope:g}")
     ax.axvline(0.0, color="black", lw=0.8)
-    for i, (label, e, lo, hi, color) in enumerate(rows):
-        y = len(rows) - 1 - i
-        lo_c, hi_c, e_c = (float(np.clip(v, -span, span)) for v in (lo, hi, e))
-        ax.plot([lo_c, hi_c], [y, y], color=color, lw=2)
-        ax.plot([e_c], [y], "o", color=color)
-        for v, vc in ((lo, lo_c), (hi, hi_c)):
-            if not np.isfinite(v):
-                ax.annotate("", xy=(vc, y), xytext=(vc * 0.9, y), arrowprops=dict(arrowstyle="->", color=color))
-    ax.set_yticks(range(len(rows)), [r[0] for r in reversed(rows)], fontsize=8)
+    for i, (_, r) in enumerate(table.iterrows()):
+        y = len(table) - 1 - i
+        color = "tab:blue" if r["kind"] == "gem" else "tab:grey"
+        if np.isfinite(r["effect"]):
+            if pd.notna(r["ci_low"]) and pd.notna(r["ci_high"]):
+                _interval(ax, r["ci_low"], r["ci_high"], y, span, color, f"decided:{r['contrast']}", 2.5)
+            (pt,) = ax.plot([_clip(r["effect"], span)], [y], "o", color=color, ms=6)
+            pt.set_gid(f"decided_effect:{r['contrast']}")
+        if np.isfinite(r["held_out_effect"]):
+            yh = y - HELD_OUT_OFFSET
+            if pd.notna(r["held_out_ci_low"]) and pd.notna(r["held_out_ci_high"]):
+                _interval(ax, r["held_out_ci_low"], r["held_out_ci_high"], yh, span, "tab:orange",
+                          f"held_out:{r['contrast']}", 1.2)
+            (pt,) = ax.plot([_clip(r["held_out_effect"], span)], [yh], "D", color="tab:orange", ms=4, mfc="white")
+            pt.set_gid(f"held_out_effect:{r['contrast']}")
+    ax.set_yticks(range(len(table)), [_final_label(r) for _, r in table.iloc[::-1].iterrows()], fontsize=8)
     ax.set_xlim(-span, span)
-    metric = str(verdicts["outcome"].iloc[0]) if "outcome" in verdicts and len(verdicts) else "metric"
-    ax.set_ylim(-0.7, len(rows) - 0.3)
-    ax.set_xlabel(f"wired - measured {metric}, annualised (Hodges-Lehmann, family-wise CI)")
-    ax.set_title("Effect of wiring each gem, with the verdict's interval (and the null arms)", fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.set_ylim(-0.7, len(table) - 0.3)
+    metrics = [m for m in table["metric"] if m]
+    ax.set_xlabel(f"wired - measured: {metric_axis(metrics[0] if metrics else defaults.METRIC)}; each interval at its "
+                  "own level (family-wise)", fontsize=8)
+    none = "" if np.isfinite(table["effect"].to_numpy(float)).any() else (
+        " (no contrast has an estimate: no designed comparison, or every pair tied)")
+    ax.set_title("Final verdicts: each contrast's word and the interval that decided it\n(the held-out test "
+                 "segment's re-estimate below it: shown, never decided on)" + none, fontsize=10)
+    handles = [Patch(color="tab:green", alpha=0.12, label=f"ROPE +-{rope:g}"),
+               Line2D([], [], color="tab:blue", lw=2.5, marker="o", label="the estimate and interval that decided"),
+               Line2D([], [], color="tab:orange", lw=1.2, marker="D", mfc="white", label="held-out test segment")]
+    if (table["kind"] != "gem").any():
+        handles.append(Line2D([], [], color="tab:grey", lw=2.5, marker="o", label="null arm (placebo, A/A)"))
+    ax.legend(handles=handles, fontsize=8, loc="best")
     return fig
 
 
@@ -281,7 +316,7 @@ def paired_seeds(pairs: pd.DataFrame, last_k: int | None = None) -> Figure | Non
         ax.set_xlabel(f"{gem}'s mode (all else alike)", fontsize=9)
         ax.set_ylabel(metric_axis(str(g["metric"].iloc[0]), last_k, sep="\n"), fontsize=9)
         tied = float(g["tied"].mean())
-        ax.set_title(f"{gem}: {len(g)} seed pair(s), {100 * tied:.0f}% tie", fontsize=10)
+        ax.set_title(f"{gem}: {len(g)} seed pair(s), {100 * tied:.0f}% tie{_overlap_note(g, floor)}", fontsize=10)
         handles = [Line2D([], [], color=fold_color(f), marker="o", ms=3, label=f"fold {f}")
                    for f in sorted(g["fold"].unique())]
         if (g["measured_diverged"] | g["wired_diverged"]).any():
@@ -289,6 +324,33 @@ def paired_seeds(pairs: pd.DataFrame, last_k: int | None = None) -> Figure | Non
         ax.legend(handles=handles, fontsize=7, loc="best")
     fig.suptitle("Each seed pair of the verdict's comparison, measured to wired", fontsize=11)
     return fig
+
+
+def _overlap_note(g: pd.DataFrame, floor: float) -> str:
+    """Why fewer lines show than there are pairs: pairs with the same two values are drawn on
+    top of each other (ties at one value, members that never traded)."""
+    ends = zip(np.where(g["measured_diverged"], floor, g["measured"].astype(float)),
+               np.where(g["wired_diverged"], floor, g["wired"].astype(float)))
+    distinct = len({(round(float(a), 9), round(float(b), 9)) for a, b in ends})
+    if distinct == len(g):
+        return ""
+    return f"\n{distinct} distinct line(s): pairs with the same values lie on top of each other"
+
+
+FLAT_AT_ZERO = "flat at 0"
+"""What a learning-curve panel whose every median is exactly 0 says of itself."""
+
+
+def _flat_reason(panel: pd.DataFrame) -> str:
+    """Why a panel whose every median is exactly 0 looks empty ('' when it is not flat)."""
+    med = panel["median"].to_numpy(float)
+    if not len(panel) or not np.isfinite(med).all() or (med != 0).any():
+        return ""
+    idle = panel["never_traded"].to_numpy(float) if "never_traded" in panel.columns else np.array([np.nan])
+    if np.isfinite(idle).any():
+        return (f"{FLAT_AT_ZERO}: the median seed never traded ({100 * float(np.nanmean(idle)):.0f}% of seed-epochs "
+                "with turnover 0)")
+    return f"{FLAT_AT_ZERO}: the median seed's Sharpe is exactly 0 at every epoch (constant returns: no position held)"
 
 
 def _panels(curves: pd.DataFrame, order: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[int], int]:
@@ -312,6 +374,7 @@ def learning_curves(curves: pd.DataFrame, order: Sequence[tuple[str, str]] = (),
     fig = new_figure(4.2 * len(folds) + 1.5, 2.9 * len(trials) + 0.8)
     axes = fig.subplots(len(trials), len(folds), squeeze=False)
     column = str(curves["metric"].iloc[0])
+    flat = 0
     for i, (exp, trial) in enumerate(trials):
         t = curves[(curves["experiment"] == exp) & (curves["trial_id"] == trial)]
         arms = list(dict.fromkeys(t["arm"]))
@@ -336,10 +399,13 @@ def learning_curves(curves: pd.DataFrame, order: Sequence[tuple[str, str]] = (),
             ax.set_xlabel("epoch")
             ax.set_ylabel(metric_axis(column, sep="\n"), fontsize=8)
             name = (titles or {}).get((exp, trial), f"trial {trial}")
-            ax.set_title(name + (f", fold {fold}" if len(folds) > 1 else ""), fontsize=9)
+            why = _flat_reason(t[t["fold"] == fold])
+            flat += bool(why)
+            ax.set_title(name + (f", fold {fold}" if len(folds) > 1 else "") + (f"\n{why}" if why else ""), fontsize=9)
             ax.legend(fontsize=6, loc="best")
     more = f"; {left_out} more trial(s) in learning_curves.csv" if left_out else ""
-    fig.suptitle(f"Learning curves per arm: median over seeds, band = interquartile range{more}", fontsize=11)
+    flat_note = f"\n{flat} of {len(trials) * len(folds)} panel(s) {FLAT_AT_ZERO} (see each panel's title)" if flat else ""
+    fig.suptitle(f"Learning curves per arm: median over seeds, band = interquartile range{more}{flat_note}", fontsize=11)
     return fig
 
 # --- rliable-style profiles of a gem's comparison ---------------------------------------------
@@ -467,15 +533,9 @@ def fold_forest(per_fold: pd.DataFrame, pooled: pd.DataFrame, *, rope: float, me
         labels = []
         for y, (_, r) in zip(range(len(rows), 0, -1), rows.iterrows()):
             lo, hi, e = (float(r[c]) for c in ("ci_low", "ci_high", "effect"))
-            first = y == len(rows)
-            (line,) = ax.plot([_clip(lo, span), _clip(hi, span)], [y, y], color="tab:blue", lw=2,
-                              label="fold effect, interval at its level" if first else None)
-            line.set_gid(f"fold:{gem}:{int(r['fold'])}")
+            _interval(ax, lo, hi, y, span, "tab:blue", f"fold:{gem}:{int(r['fold'])}", 2,
+                      "fold effect, interval at its level" if y == len(rows) else None)
             ax.plot([_clip(e, span)], [y], "s", color="tab:blue", ms=5)
-            for v in (lo, hi):
-                if not np.isfinite(v):
-                    edge = _clip(v, span)
-                    ax.annotate("", xy=(edge, y), xytext=(edge * 0.9, y), arrowprops=dict(arrowstyle="->", color="tab:blue"))
             labels.append((y, _row_label(r)))
         if gem in pooled.index:
             labels.append((0, _draw_pooled(ax, pooled.loc[gem], gem, span)))
@@ -493,8 +553,17 @@ def fold_forest(per_fold: pd.DataFrame, pooled: pd.DataFrame, *, rope: float, me
 SHRINKAGE_COLUMNS = ("gem", "discovery_gain", "confirmation_gain")
 
 
-def confirmation_shrinkage(table: pd.DataFrame) -> Figure | None:
-    """Discovery and confirmation gain per confirmed gem (rows of `table` with both finite)."""
+SHRINKAGE_OFFSET = 0.15
+"""The discovery marker is drawn this far above its row and the confirmation's below it, so
+equal gains (both 0, say) never hide one marker under the other."""
+FRESH_SEEDS_AND_PATHS = "fresh seeds and paths"
+FRESH_SEEDS = "fresh seeds, the search's price history"
+
+
+def confirmation_shrinkage(table: pd.DataFrame, fresh: str = FRESH_SEEDS_AND_PATHS) -> Figure | None:
+    """Discovery and confirmation gain per confirmed gem (rows of `table` with both finite);
+    `fresh` says what the confirmation re-ran on (`FRESH_SEEDS_AND_PATHS` on synthetic per-seed
+    paths, `FRESH_SEEDS` on one price history: the same data, new seeds)."""
     if table is None or not len(table) or any(c not in table.columns for c in SHRINKAGE_COLUMNS):
         return None
     t = table[np.isfinite(table["discovery_gain"].astype(float)) & np.isfinite(table["confirmation_gain"].astype(float))]
@@ -505,10 +574,11 @@ def confirmation_shrinkage(table: pd.DataFrame) -> Figure | None:
     ys = np.arange(len(t))[::-1]
     for y, (_, r) in zip(ys, t.iterrows()):
         d, c = float(r["discovery_gain"]), float(r["confirmation_gain"])
-        ax.annotate("", xy=(c, y), xytext=(d, y), arrowprops=dict(arrowstyle="->", color="grey"))
-        (pd_,) = ax.plot([d], [y], "o", color="tab:orange", ms=7)
+        up, down = y + SHRINKAGE_OFFSET, y - SHRINKAGE_OFFSET
+        ax.annotate("", xy=(c, down), xytext=(d, up), arrowprops=dict(arrowstyle="->", color="grey"))
+        (pd_,) = ax.plot([d], [up], "o", color="tab:orange", ms=7)
         pd_.set_gid(f"discovery:{r['gem']}")
-        (pc,) = ax.plot([c], [y], "D", color="tab:green", ms=7)
+        (pc,) = ax.plot([c], [down], "D", color="tab:green", ms=7)
         pc.set_gid(f"confirmation:{r['gem']}")
         ax.annotate(f"shrinkage {d - c:+.3g}", xy=(max(d, c), y), xytext=(6, 0), textcoords="offset points",
                     va="center", fontsize=8)
@@ -520,7 +590,7 @@ def confirmation_shrinkage(table: pd.DataFrame) -> Figure | None:
     ax.set_xlim(lo - 0.1 * pad, hi + pad)
     ax.set_ylim(-0.7, len(t) - 0.3)
     ax.set_xlabel("verdict gain: pseudo-median of the per-seed paired gain, validation alpha Sharpe (annualised)")
-    ax.set_title("Discovery (the search's chosen trial) vs confirmation (fresh seeds and paths), per gem", fontsize=10)
+    ax.set_title(f"Discovery (the search's chosen trial) vs confirmation ({fresh}), per gem", fontsize=10)
     ax.legend(handles=[Line2D([], [], color="tab:orange", marker="o", ls="", label="discovery gain (selected)"),
                        Line2D([], [], color="tab:green", marker="D", ls="", label="confirmation gain")],
               fontsize=8, loc="lower right")

@@ -140,9 +140,10 @@ def _skill_part(r: Any) -> str:
 
 
 def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
-                         redundancy: pd.DataFrame | None = None) -> str:
+                         redundancy: pd.DataFrame | None = None, *, verbose: bool = True) -> str:
     """The verdicts for a terminal: an aligned table, each gem's evidence line and reason, the
-    placebo arms and the redundancy findings."""
+    placebo arms and the redundancy findings. `verbose` False leaves out each gem's `why:` line
+    (the full chain, in verdicts.csv: `tune-gems analyze --verbose` prints it)."""
     header = ["gem", "verdict", "seeds", "effect", "mean", "CI", "market CI", "Holm p", "TOST p", "MDE", "excess/loss"]
     rows = [header]
     for _, r in df.iterrows():
@@ -156,7 +157,8 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
     lines.append("")
     for _, r in df.iterrows():
         lines.append(verdict_line(r))
-        lines.append(f"    why: {why_line(r)}")
+        if verbose:
+            lines.append(f"    why: {why_line(r)}")
     if placebo is not None and len(placebo):
         lines.append("")
         for _, r in placebo.iterrows():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -32,7 +32,9 @@ class Thresholds:
     rel_threshold: float = defaults.REL_THRESHOLD
     last_k: int = defaults.LAST_K
     window: str = defaults.WINDOW
-    first_epoch: int = defaults.FIRST_EPOCH
+    first_epoch: int | None = None
+    """The first epoch of `window: from-epoch` (None: `defaults.FIRST_EPOCH` there); refused
+    with any other window, which would ignore it."""
     min_periods: int = defaults.MIN_PERIODS
     share_tau: bool = defaults.SHARE_TAU
     one_sided_keep: bool = defaults.ONE_SIDED_KEEP
@@ -50,7 +52,13 @@ class Thresholds:
         _number("last_k", self.last_k, 1, 10**6, lo_open=False, integer=True)
         if self.window not in defaults.WINDOWS:
             raise ConfigError(f"--window: must be one of {', '.join(defaults.WINDOWS)}, got {self.window!r}")
-        _number("first_epoch", self.first_epoch, 1, 10**6, lo_open=False, integer=True)
+        if self.first_epoch is not None:
+            _number("first_epoch", self.first_epoch, 1, 10**6, lo_open=False, integer=True)
+            if self.window != "from-epoch":
+                raise ConfigError(f"--first-epoch: applies only to --window from-epoch (the window is {self.window}, "
+                                  "which would ignore it); give --window from-epoch or leave --first-epoch out")
+        elif self.window == "from-epoch":
+            object.__setattr__(self, "first_epoch", defaults.FIRST_EPOCH)
         _number("min_periods", self.min_periods, 2, 10**6, lo_open=False, integer=True)
         for name in ("share_tau", "one_sided_keep"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
@@ -68,6 +76,31 @@ class Thresholds:
         checked. An unknown name is a TypeError, as for any unknown keyword argument."""
         base = thresholds if thresholds is not None else cls()
         return replace(base, **settings) if settings else base
+
+    def with_window(self, window: str, *, last_k: int | None = None, first_epoch: int | None = None) -> Thresholds:
+        """These settings with another epoch window (`first_epoch` only for `from-epoch`, its
+        default there; `last_k` kept unless given)."""
+        return replace(self, window=window, last_k=self.last_k if last_k is None else last_k,
+                       first_epoch=first_epoch if window == "from-epoch" else None)
+
+    def check_window(self, last_epochs: Mapping[str, int], source: str) -> None:
+        """Refuse (ConfigError naming `--first-epoch`) a `from-epoch` window that the runs read
+        cannot honour: `last_epochs` maps each run the verdicts compare (a trial, by name) to its
+        last evaluated epoch, `source` names the folders. A first epoch past a run's last one
+        would leave that run no epoch in the window: `window_length` would fall back to its
+        last epoch while every record says "from epoch N on", so it is refused instead."""
+        if self.window != "from-epoch" or not last_epochs:
+            return
+        last = max(last_epochs.values())
+        if self.first_epoch > last:
+            raise ConfigError(f"--first-epoch: {self.first_epoch} is past the last evaluated epoch ({last}) of "
+                              f"{source}: the window 'every validation epoch from epoch {self.first_epoch} on' holds "
+                              f"no epoch; give --first-epoch {last} or less")
+        run, shortest = min(last_epochs.items(), key=lambda kv: (kv[1], kv[0]))
+        if self.first_epoch > shortest:
+            raise ConfigError(f"--first-epoch: {self.first_epoch} is past the last evaluated epoch ({shortest}) of "
+                              f"{run} in {source}: its window 'from epoch {self.first_epoch} on' would hold no epoch; "
+                              f"give --first-epoch {shortest} or less")
 
     def window_length(self, end_epoch):
         """Per end epoch E (an int or an array): how many epochs (E - k, E] the verdict metric
@@ -97,6 +130,8 @@ class Thresholds:
         analysis's, so it is left out)."""
         out = asdict(self)
         out.pop("n_sim")
+        if out["first_epoch"] is None:  # a window without a first epoch: nothing to state
+            out.pop("first_epoch")
         return out
 
 
