@@ -207,6 +207,17 @@ def test_an_address_ray_cannot_take_is_one_line(address):
         ray_address_endpoint(address)
 
 
+def test_an_empty_ray_address_is_unset_as_ray_reads_it(monkeypatch):
+    from tune_gems.sweep.local_ray import ADDRESS_ENV, check_ray_address, joining_cluster
+
+    monkeypatch.setenv(ADDRESS_ENV, "")
+    check_ray_address()
+    assert not joining_cluster()
+    monkeypatch.setenv(ADDRESS_ENV, " ")
+    with pytest.raises(ConfigError, match=r"^RAY_ADDRESS: ' ' is not a Ray address"):
+        check_ray_address()
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

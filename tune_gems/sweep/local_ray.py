@@ -109,8 +109,9 @@ def loopback_cluster() -> bool:
 
 
 def check_ray_address() -> None:
-    """RAY_ADDRESS, if set, is a value Ray takes (`ray_address_endpoint`); before anything else."""
-    if ADDRESS_ENV in os.environ:
+    """RAY_ADDRESS, if set, is a value Ray takes (`ray_address_endpoint`); before anything else.
+    Set but empty is unset, as Ray reads it."""
+    if os.environ.get(ADDRESS_ENV):
         ray_address_endpoint(os.environ[ADDRESS_ENV])
 
 
