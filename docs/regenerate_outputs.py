@@ -22,6 +22,7 @@ Intel CPUs only, so a sweep's bits on an AMD CPU differ from an Intel one's.
     python docs/regenerate_outputs.py                  # every block, rewritten in place
     python docs/regenerate_outputs.py main-job main-confirm --check   # compare, write nothing
 
+Each fresh block is also written to `<work>/fresh/<name>.txt`.
 `--check` (and tests/test_doc_outputs.py) compares every number of a pasted block with the fresh
 output's, except wall-clock figures (elapsed, ETA, sps, durations, a plan's design times) and
 trial ids; lines whose order is the scheduler's (which of two concurrent trials finished first)
@@ -89,7 +90,8 @@ BLOCKS = (
     Block("main-confirm", (Step("tune-gems confirm experiments/smoke", drop=(r"^HEALTH_DIAG ",)),), needs=("main-job",)),
     Block("calibrate", (
         Step("tune-gems analyze --calibrate experiments/smoke --n-sim 1000",
-             keep=(r"^Calibration of ", r"^shape: ", (r"^seeds  ", 1), r"^(experiment \(|\d+ ) .*(normal|t3) ", r"^family-wise false rate",
+             keep=((r"^Calibration of ", 1), r"^shape: ", (r"^seeds  ", 1), r"^(experiment \(\S+\)|\d+) +(normal|t3) ",
+                   r"^family-wise false rate",
                    (r"^8 +3 +0\.5 ", 1), r"^worst false rate ")),
     ), needs=("main-job",)),
     Block("arms-demo", (
@@ -303,9 +305,10 @@ def numbers(text: str, unordered: tuple[str, ...] = ()) -> list[str]:
     for line in text.splitlines():
         if line.startswith("$ "):
             continue  # the command as shown
+        rows = loose if any(re.search(u, line) for u in unordered) else ordered  # before the masks change the line
         for pattern in NOT_COMPARED:
             line = re.sub(pattern, " ", line)
-        (loose if any(re.search(u, line) for u in unordered) else ordered).append(NUMBER.findall(line))
+        rows.append(NUMBER.findall(line))
     return [n for row in ordered for n in row] + [n for row in sorted(loose) for n in row]
 
 
@@ -333,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="tune-gems-outputs-"))
     fresh = {n: t for n, t in run_blocks(names, work).items() if n in names}
     pasted = pasted_blocks()
+    (work / "fresh").mkdir(exist_ok=True)
+    for name, text in fresh.items():  # what this tree printed, trimmed, to read beside the documents
+        (work / "fresh" / f"{name}.txt").write_text(text)
     if args.check:
         problems = [mismatch(n, pasted[n].text, fresh[n]) if n in pasted else f"{n}: no block marked in the documents"
                     for n in names]

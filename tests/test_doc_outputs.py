@@ -76,10 +76,15 @@ def test_wall_clock_figures_and_trial_ids_are_not_compared_and_every_other_numbe
     again = (pasted.replace("14s elapsed, ETA 11s", "2m03s elapsed, ETA 1m10s").replace("sps=512", "sps=98")
              .replace("aaaa1111", "0c0c0c0c").replace("bbbb2222", "12345678"))
     assert outputs.mismatch("main-job", pasted, again) is None
-    # the two finished-trial lines in the other order (the scheduler's), their best-so-far with them
-    swapped = pasted.replace("trial 1/2 finished: bbbb2222", "X").replace("trial 2/2 finished: aaaa1111", "trial 1/2 finished: aaaa1111")
-    swapped = swapped.replace("X", "trial 2/2 finished: bbbb2222").replace("best 0.100 (bbbb2222)", "best 0.200 (aaaa1111)")
-    assert outputs.mismatch("main-job", pasted, swapped) is None
+    # the two finished-trial lines in the other order (the scheduler's), numbered and with the best so far as printed
+    lines = pasted.splitlines()
+    first, second = (i for i, line in enumerate(lines) if " finished: " in line)
+    lines[first], lines[second] = (
+        lines[second].replace("trial 2/2", "trial 1/2"),
+        lines[first].replace("trial 1/2", "trial 2/2").replace("best 0.100 (bbbb2222)", "best 0.200 (aaaa1111)"))
+    swapped = "\n".join(lines) + "\n"
+    assert swapped != pasted and outputs.mismatch("main-job", pasted, swapped) is None
+    assert outputs.mismatch("main-job", pasted, swapped.replace("verdict_gain=0.100", "verdict_gain=0.300")) is not None
     for changed in (pasted.replace("0.200", "0.201"), pasted.replace("loss=3.8", "loss=3.9"), pasted.replace("3000 prices", "300 prices"),
                     pasted.replace("aaaa1111 TERMINATED      0.200\n", "")):
         assert outputs.mismatch("main-job", pasted, changed) is not None
