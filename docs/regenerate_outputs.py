@@ -24,8 +24,8 @@ Intel CPUs only, so a sweep's bits on an AMD CPU differ from an Intel one's.
 
 Each fresh block is also written to `<work>/fresh/<name>.txt`.
 `--check` (and tests/test_doc_outputs.py) compares every number of a pasted block with the fresh
-output's, except wall-clock figures (elapsed, ETA, sps, durations, a plan's design times) and
-trial ids; lines whose order is the scheduler's (which of two concurrent trials finished first)
+output's, except wall-clock figures (elapsed, ETA, sps, durations, a plan's design times), the
+CPU thread count and trial ids; lines whose order is the scheduler's (which of two concurrent trials finished first)
 are compared as a set.
 """
 
@@ -292,8 +292,10 @@ NOT_COMPARED = (
     r"(?<=trial )\d+(?=/\d+ finished)",  # a finished trial's place in that order
     r"\b\d+m\d+s\b", r"\b\d+s\b",  # elapsed, ETA
     r"[-+]?\d+(\.\d+)?\s?(ms|us|s|min|h)\b",  # durations: a dry run's or a plan's times, measured
+    r"\bthreads: .*", r"with \d+ CPU thread\(s\)",  # the CPU threads: this machine's and this environment's
 )
-"""What a comparison leaves out: wall-clock figures and trial ids (masked before numbers are read)."""
+"""What a comparison leaves out: wall-clock figures, the CPU thread count (the machine's, the
+environment's: the same bits at any count) and trial ids (masked before numbers are read)."""
 NUMBER = re.compile(r"\d{4}-\d\d-\d\d|[-+]?(?:\d+(?:\.\d+)?|\.\d+)(?:e[-+]?\d+)?%?|[-+]?inf\b|\bnan\b")
 """A number as printed (a date one token), compared as text: 0.103 is not 0.1030."""
 

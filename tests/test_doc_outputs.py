@@ -90,9 +90,11 @@ def test_wall_clock_figures_and_trial_ids_are_not_compared_and_every_other_numbe
         assert outputs.mismatch("main-job", pasted, changed) is not None
 
 
-def test_durations_of_a_plan_or_a_dry_run_are_masked():
+def test_durations_of_a_plan_or_a_dry_run_and_the_thread_count_are_masked():
     line = "time: about 27 s of training (measured: prefill 0.34 s, 102.8 ms per iteration, 964 us per member-iteration), 20 member(s)"
     assert outputs.numbers(line) == ["20"]
+    assert outputs.numbers("tune-gems confirm: threads: 2 CPU thread(s) (this process's CPU allowance: 2 CPU(s))") == []
+    assert outputs.numbers("time: about 49 s of training for the widest trial with 1 CPU thread(s), 5 arm(s)") == ["5"]
     assert outputs.numbers("seeds 8 (12% tie (7 informative)), Holm p 0.69; CI [-inf, +inf] 2009-10-12") == [
         "8", "12%", "7", "0.69", "-inf", "+inf", "2009-10-12"]
 
