@@ -819,3 +819,24 @@ def _normal(line: str, sandbox: Path) -> str:
     import re
 
     return re.sub(r"\d+(\.\d+)?", "N", line.replace(str(sandbox), "<s>"))
+
+
+# -- RAY_ADDRESS (issue 39 item 4): an address Ray cannot read, or where nothing answers -----------
+
+RAY_SWEEP = ["sweep", "spec.yaml", *TINY_SWEEP, "--storage", "store", "--name", "x"]
+RAY_ADDRESS_CASES = {
+    # (RAY_ADDRESS, args, fragments): each refused in one line before Ray is asked (it would wait minutes)
+    "ray-address-nothing-listening": ("127.0.0.1:1", RAY_SWEEP, ["RAY_ADDRESS", "127.0.0.1:1", "--resume", "ray start"]),
+    "ray-address-garbage": ("not an address", RAY_SWEEP, ["RAY_ADDRESS", "'not an address'", "host:port"]),
+    "ray-address-dashboard-url": ("http://127.0.0.1:8265", RAY_SWEEP, ["RAY_ADDRESS", "http://127.0.0.1:8265"]),
+    "ray-address-port-out-of-range": ("127.0.0.1:70000", RAY_SWEEP, ["RAY_ADDRESS", "70000"]),
+    "ray-address-no-port": ("127.0.0.1", RAY_SWEEP, ["RAY_ADDRESS", "'127.0.0.1'"]),
+    "ray-address-garbage-dry-run": ("garbage", ["sweep", "spec.yaml", *TINY_SWEEP, "--dry-run"], ["RAY_ADDRESS", "'garbage'"]),
+}
+
+
+@pytest.mark.slow
+def test_a_ray_address_that_does_not_answer_or_is_not_one_is_one_line_exit_2(tmp_path):
+    cases = [Case(cid, args, fragments, _write("spec.yaml", SMOKE.read_text()), "ray_address")
+             for cid, (_, args, fragments) in RAY_ADDRESS_CASES.items()]
+    misbehaved(cases, run_cases(cases, tmp_path, env_of=lambda c: {"RAY_ADDRESS": RAY_ADDRESS_CASES[c.id][0]}))

@@ -158,7 +158,10 @@ def test_ctrl_c_exits_130_marks_unfinished_trials_and_resume_finishes_them(tmp_p
         assert finish(p, log, SWEEP_TIMEOUT) == 130, tail(log)
     finally:
         kill_group(p)
-    assert "tune-gems: interrupted; continue with:" in log.read_text()
+    shown = log.read_text()
+    assert shown.count("continue with:") == 1 and "tune-gems: interrupted; continue with:" in shown  # once, not Tune's too
+    for notice in ("Started a local Ray instance", "A new study created", "Stop signal received", "Tuner.restore"):
+        assert notice not in shown, notice  # Ray's, Optuna's and Tune's notices: only with --verbose
     trials = pd.read_parquet(exp / "trials.parquet")
     assert "UNFINISHED" in set(trials["status"]), trials[["trial_id", "status", "epochs_done"]]
     assert set(trials["status"]) <= {"UNFINISHED", "TERMINATED"}
@@ -171,7 +174,12 @@ def test_ctrl_c_exits_130_marks_unfinished_trials_and_resume_finishes_them(tmp_p
         assert finish(p, log2, SWEEP_TIMEOUT) == 0, tail(log2)
     finally:
         kill_group(p)
-    assert "resuming with the stored spec" in log2.read_text()
+    resumed = log2.read_text()
+    assert "resuming with the stored spec" in resumed
+    # where each unfinished trial restarts, and why (a checkpoint every 300 s and at the end: none yet)
+    assert f"tune-gems sweep: resuming ctrl: 0 finished trial(s) kept, {n} continued: " in resumed
+    assert "from the start (no checkpoint yet)" in resumed and "a trial without a checkpoint trains again" in resumed
+    assert "Warning" not in resumed and "Restored on" not in resumed, resumed[-3000:]  # no library warning or notice leaks
     trials = pd.read_parquet(exp / "trials.parquet")
     assert len(trials) == n and set(trials["status"]) == {"TERMINATED"} and set(trials["epochs_done"]) == {epochs}
     assert set(trials["trainer.iterations_per_epoch"]) == {iterations}  # the stored spec ran, not smoke.yaml's

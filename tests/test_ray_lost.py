@@ -34,8 +34,10 @@ def _wait_for(predicate, timeout: float, step: float = 0.5):
 
 
 def test_a_sweep_whose_ray_dies_says_so_and_resumes(tmp_path):
+    # epochs long enough that the sweep is still training when its Ray is killed (at 6 iterations a
+    # quiet machine finished both trials within the watch's poll after the first epoch: exit 0)
     args = ["sweep", str(SMOKE), "--storage", str(tmp_path), "--name", "lost", *TINY_SWEEP, "num_samples=2",
-            "config.trainer.epochs=3"]
+            "config.trainer.epochs=3", "config.trainer.iterations_per_epoch=200"]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     out, err = tmp_path / "out.txt", tmp_path / "err.txt"
     with open(out, "w") as fo, open(err, "w") as fe:

@@ -138,13 +138,28 @@ def test_train_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
               env=ONE_THREAD)
     assert res.returncode == 0, res.stderr[-2000:]
     out = res.stdout
-    assert "config (resolved):" in out and "  trainer:" in out and "    population: 2" in out
+    resolved = _resolved_file(out, "config (resolved): ")  # the ~150 lines of config in a file, not before the plan
+    assert "trainer:" in resolved and "  population: 2" in resolved
     assert "members: 2 arm(s) x 2 seed(s) = 4 (gems.g6.mode=measure, gems.g6.mode=wire)" in out
     assert "memory: about" in out and "for 4 member(s)" in out
     assert "time: about" in out and "ms per iteration" in out and "split: train " in out
     assert f"out: {tmp_path / 'run'} (a new train run)" in out
-    assert out.rstrip().endswith("dry run: nothing was written")
+    assert out.rstrip().endswith("dry run: nothing else was written") and len(out.splitlines()) < 20
     assert _files(tmp_path) == []
+
+
+def _resolved_file(out: str, title: str) -> str:
+    """The text of the file a dry run names for its resolved config (a temporary folder of its
+    own, removed here)."""
+    import shutil
+
+    from tune_gems.trainer.dry_run import RESOLVED_PREFIX
+
+    path = Path(next(line for line in out.splitlines() if line.startswith(title)).removeprefix(title).split(" (")[0])
+    assert path.parent.name.startswith(RESOLVED_PREFIX), path
+    text = path.read_text()
+    shutil.rmtree(path.parent)
+    return text
 
 
 def _tree(d: Path) -> dict[str, tuple[int, int] | None]:
@@ -179,12 +194,12 @@ def test_sweep_dry_run_prints_the_plan_without_ray_and_writes_nothing(tmp_path):
     res = cli("sweep", str(SMOKE), "--dry-run", "--storage", str(tmp_path / "exp"), "--name", "plan", *TINY_SWEEP, env=ONE_THREAD)
     assert res.returncode == 0, res.stderr[-2000:]
     out = res.stdout
-    assert "spec (resolved):" in out and "trials: 4, design wire_search" in out
+    assert "num_samples: 4" in _resolved_file(out, "spec (resolved): ") and "trials: 4, design wire_search" in out
     # the widest trial of smoke.yaml's search: every searched gem wired -> proposal, control, one without-<gem> each
     assert "widest trial: 5 arm(s) x 2 seed(s) = 10" in out, out[-2000:]
     assert out.count("split: train ") == 1 and "tune-gems sweep: data: synthetic series, 900 prices" in out
-    assert "sweep: about" in out and "trial(s) at a time" in out and "Ray was not started" in out
-    assert _files(tmp_path) == []
+    assert "sweep: about" in out and "trial(s) at a time" in out and out.rstrip().endswith("Ray was not started")
+    assert _files(tmp_path) == [] and len(out.splitlines()) < 20
 
 
 @pytest.mark.slow

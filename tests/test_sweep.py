@@ -136,7 +136,8 @@ def _check_console_and_labels(shown: str, exp, t, arms):
     assert read.trials.set_index("trial_id")["config_label"].to_dict() == t["trials"].set_index("trial_id")["config_label"].to_dict()
     assert sorted(p.name for p in (exp / "tensorboard").iterdir()) == sorted(t["trials"]["trial_id"])
     for quiet in ("To visualize your results with TensorBoard", "Configuration for experiment",
-                  "Token authentication is enabled"):
+                  "Token authentication is enabled", "Connecting to existing Ray cluster", "A new study created",
+                  "Wrote the latest version"):  # Ray's, Optuna's and Tune's notices: only with --verbose
         assert quiet not in shown
 
 
@@ -179,6 +180,8 @@ def _check_confirm(exp, t):
     res = cli("confirm", str(exp))
     assert res.returncode == 0, res.stderr[-2000:]
     assert "final verdict" in res.stdout and "shrinkage" in res.stdout
+    diag = [line for line in res.stdout.splitlines() if line.startswith("HEALTH_DIAG ")]
+    assert diag and all(" arms [" not in line and " arms=" in line for line in diag)  # the sweep's short line, no per-arm tail
     out = exp / "confirmation"
     table = pd.read_csv(out / "confirmation.csv", keep_default_na=False)
     ct = pd.read_parquet(out / "trials.parquet")

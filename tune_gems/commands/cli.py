@@ -105,8 +105,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 # -- checking a run before starting it: --dry-run, `tune-gems config`, --version -----------------
 
 DRY_RUN_HELP = (
-    "check everything, then print the resolved config, members, trials, data split, memory estimate and a measured "
-    "time estimate; write nothing"
+    "check everything, then print the members, trials, data split, memory estimate and a measured time estimate; "
+    "write nothing but the resolved config, to a temporary file it names"
 )
 
 

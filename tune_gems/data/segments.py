@@ -129,8 +129,20 @@ def split_bounds(prices: pd.Series, splits: list, min_len: int, source: str = "d
     for key, label in _SEGMENT_NAMES.items():
         lo, hi = getattr(bounds, key)
         if hi - lo < min_len:
-            raise DataError(f"{source}: {label} segment has {hi - lo} prices, need at least min_len={min_len}")
+            raise DataError(f"{source}: {label} segment has {hi - lo} prices, need at least min_len={min_len}"
+                            f"{_data_span(prices.index, splits)}")
     return bounds
+
+
+def _data_span(index: pd.Index, splits: list) -> str:
+    """What a too-short segment's message adds for date splits: where the data ends (and starts),
+    naming a split date past its end, so that a split beyond the data says why it is empty."""
+    if not isinstance(index, pd.DatetimeIndex) or not len(index) or len(splits) != 2:
+        return ""
+    first, last = (t.date().isoformat() for t in (index[0], index[-1]))
+    late = [str(x) for x, cut in zip(splits, (_date_cut(index, x) for x in splits)) if cut >= len(index)]
+    past = f": {' and '.join(late)} {'is' if len(late) == 1 else 'are'} past its last date" if late else ""
+    return f" (the data runs {first}..{last}{past})"
 
 
 def fold_bounds(

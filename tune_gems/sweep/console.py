@@ -1,5 +1,6 @@
 """A quiet sweep console: tune-gems' own lines and HEALTH_DIAG, without Ray's per-checkpoint
-chatter, start-up notices and reporter boxes (`tune-gems sweep --verbose` brings them back).
+chatter, Ray's, Optuna's and Tune's start-up and closing notices, and reporter boxes (`tune-gems
+sweep --verbose` brings them back).
 
 Where the noise comes from (Ray 2.x):
 
@@ -22,6 +23,7 @@ Where the noise comes from (Ray 2.x):
 from __future__ import annotations
 
 import logging
+import math
 import os
 from contextlib import contextmanager
 from typing import Iterator
@@ -52,16 +54,45 @@ def quiet_reporter(verbose: bool) -> None:
         os.environ.setdefault(REPORTER_ENV, "0")
 
 
-TRIAL_LOGGERS = ("ray.train._internal.storage", "ray.train.v2._internal.execution.storage")
-"""Loggers of the "Checkpoint successfully created" line (Tune's function trainable; Train v2)."""
+TRIAL_LOGGERS = ("ray.train._internal.storage", "ray.train.v2._internal.execution.storage", "ray.tune.trainable.trainable")
+"""Loggers of the "Checkpoint successfully created" line (Tune's function trainable; Train v2)
+and of "Restored on <ip> from checkpoint: ..." (a resumed trial; RESTORE_LOGGERS)."""
 DRIVER_LOGGERS = ("ray.tune.execution.experiment_state", "ray.tune.analysis.experiment_analysis",
                   "ray._private.authentication.authentication_token_setup")
 """Loggers of the experiment-snapshot warnings, of the missing-results warning of a trial
 that never reported, and of `ray.init`'s token-authentication notice ("Token authentication
 is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out": a local instance that
 listens on loopback only, tune_gems.sweep.local_ray; the setting itself is left as Ray chose)."""
+STARTUP_LOGGERS = ("ray._private.worker", "optuna.storages.journal._storage", "ray.tune.tune")
+"""Loggers of the start-up and closing notices, INFO lines that say nothing a sweep's own lines
+do not: Ray's "Started a local Ray instance." (or "Connecting to existing Ray cluster at
+address: ..."), Optuna's "A new study created in Journal with name: ..." and Tune's "Wrote the
+latest version of all result files and experiment state to '...'". Their warnings and errors
+still show."""
 TRIAL_QUIET_LEVEL = logging.WARNING
 DRIVER_QUIET_LEVEL = logging.ERROR
+STARTUP_QUIET_LEVEL = logging.WARNING
+TUNE_LOGGER = "ray.tune.tune"
+TUNE_STOP_NOTICES = ("Stop signal received", "Experiment has been interrupted, but the most recent state was saved")
+"""The WARNING lines Tune's logger prints on Ctrl-C: "Stop signal received (e.g. via
+SIGINT/Ctrl+C), ending Ray Tune run. ..." and "Experiment has been interrupted, but the most
+recent state was saved. Resume experiment with: Tuner.restore(path=..., trainable=...)", a
+second resume command, and not the one a tune-gems user runs (the CLI prints that, once)."""
+RESTORE_LOGGERS = ("ray.tune.execution.tune_controller", "ray.tune.trainable.trainable")
+"""Loggers of `--resume`'s INFO lines "Restoring the run from the latest experiment state file:
+..." (driver) and "Restored on <ip> from checkpoint: Checkpoint(...)" (each trial's worker): the
+sweep says itself where each trial restarts (tune_gems.sweep.resume.restart_lines)."""
+
+
+class _DropNotices(logging.Filter):
+    """Drops a logger's records whose message starts with one of `prefixes`; every other passes."""
+
+    def __init__(self, prefixes: tuple[str, ...]) -> None:
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefixes)
 
 
 def quiet_trial(verbose: bool) -> None:
@@ -75,18 +106,24 @@ def quiet_trial(verbose: bool) -> None:
 
 @contextmanager
 def quiet_driver(verbose: bool) -> Iterator[None]:
-    """In the driver, while the sweep runs: the experiment-snapshot warnings only when verbose;
-    the loggers' levels are restored afterwards (the driver may be a library caller's process)."""
+    """In the driver, while the sweep runs: the experiment-snapshot warnings, the start-up and
+    restore notices and Tune's Ctrl-C notices only when verbose; the loggers' levels and filters
+    are restored afterwards (the driver may be a library caller's process)."""
     if verbose:
         yield
         return
-    loggers = [logging.getLogger(name) for name in DRIVER_LOGGERS]
+    levels = {**dict.fromkeys((*STARTUP_LOGGERS, *RESTORE_LOGGERS), STARTUP_QUIET_LEVEL),
+              **dict.fromkeys(DRIVER_LOGGERS, DRIVER_QUIET_LEVEL)}
+    loggers = [logging.getLogger(name) for name in levels]
     before = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(DRIVER_QUIET_LEVEL)
+    for lg, level in zip(loggers, levels.values()):
+        lg.setLevel(level)
+    stop_notices = _DropNotices(TUNE_STOP_NOTICES)
+    logging.getLogger(TUNE_LOGGER).addFilter(stop_notices)
     try:
         yield
     finally:
+        logging.getLogger(TUNE_LOGGER).removeFilter(stop_notices)
         for lg, level in zip(loggers, before):
             lg.setLevel(level)
 
@@ -113,3 +150,37 @@ def closing_table(trials, mode: str = "max") -> str:
         t[t.columns[-1]] = t[t.columns[-1]].astype(str).str.ljust(width)
     text = t.to_string(index=False, float_format=lambda x: f"{x:.3f}")
     return "\n".join(line.rstrip() for line in text.splitlines())
+
+
+def objective_tie(values) -> float | None:
+    """The one value every finite objective in `values` takes when there are two or more and they
+    are all equal (a search with no signal: Optuna's sampler cannot tell the trials apart), else
+    None. Exact equality: a tie is the same number, not a near one (`verdict_gain` is exactly 0
+    when every seed pair ties)."""
+    finite = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    if len(finite) < 2 or any(v != finite[0] for v in finite):
+        return None
+    return finite[0]
+
+
+TIED_GAIN_CAUSE = ("for a verdict gain of 0: every seed pair tied, the wired and measured policies traded alike "
+                   "(a weight too small to change the policy, or members that never trade)")
+"""Why a `verdict_gain*` objective of exactly 0 ties: its pseudo-median over seed pairs is 0 when
+no pair differs (tune_gems.stats.metrics)."""
+
+
+def tie_note(trials, metric: str) -> str | None:
+    """The closing table's note when every scored trial's objective is the same number (no
+    signal, `objective_tie`), with the likely cause for a verdict gain of 0; else None."""
+    import pandas as pd
+
+    if "objective" not in trials.columns:
+        return None
+    values = pd.to_numeric(trials["objective"], errors="coerce").tolist()
+    tied = objective_tie(values)
+    if tied is None:
+        return None
+    n = sum(1 for v in values if math.isfinite(v))
+    cause = f"; {TIED_GAIN_CAUSE}" if tied == 0 and metric.startswith("verdict_gain") else ""
+    return (f"no signal: all {n} scored trials have {metric}={tied:.3f}, so the search could not rank them and "
+            f"the best trial is a tie{cause}")

@@ -8,7 +8,7 @@ it passes; the trial resources are checked against the cluster as soon as it is 
   (`tune_gems.sweep.local_ray`); RAY_ADDRESS (set by the user, or by `ray job submit`) joins a
   cluster instead.
 - `--resume` continues the stored run: it reads the experiment's spec.yaml and refuses
-  overrides that differ from it, naming the key.
+  overrides that differ from it, naming the key, and says where each unfinished trial restarts.
 - Ctrl-C stops the sweep the way Tune does (its state saved), writes the tables with the
   unfinished trials marked `UNFINISHED`, leaves their Optuna trials to `--resume`, and exits
   130 like `train`.
@@ -35,10 +35,10 @@ from tune_gems.contracts.result_files import JOURNAL_FILE
 from tune_gems.contracts.run_record import data_fingerprint
 from tune_gems.data.summary import data_lines
 from tune_gems.sweep.console import quiet_driver
-from tune_gems.sweep.local_ray import start_or_join
+from tune_gems.sweep.local_ray import check_ray_address, probe_cluster, start_or_join
 from tune_gems.sweep.outcome import SweepOutcome, finish_sweep
 from tune_gems.sweep.preflight import check_memory, check_plugins_dry, check_trial_resources, prepare_store
-from tune_gems.sweep.resume import resolved_spec, resume_command, stored_spec, write_record
+from tune_gems.sweep.resume import resolved_spec, restart_lines, resume_command, stored_spec, write_record
 from tune_gems.sweep.search import clear_stale_journal_lock
 from tune_gems.sweep.spec import SweepSpec
 from tune_gems.sweep.spec_load import designed_config, load_spec, widest_trial
@@ -80,7 +80,9 @@ def run_sweep(
 ) -> SweepOutcome | None:
     """Run (or, with `resume`, finish) the sweep; `verbose` shows Ray's per-checkpoint lines and
     experiment-snapshot warnings (tune_gems.sweep.console), hidden by default. `dry_run`: every
-    check, then the plan (tune_gems.trainer.dry_run) instead of the sweep; nothing written, returns None."""
+    check, then the plan (tune_gems.trainer.dry_run) instead of the sweep; nothing written but the
+    resolved spec's temporary copy, returns None."""
+    check_ray_address()  # a RAY_ADDRESS Ray cannot take, refused before anything else
     spec_path = Path(spec_path)
     overrides = list(overrides or [])
     spec = load_spec(spec_path, overrides)
@@ -110,7 +112,9 @@ def run_sweep(
     market = prepare_market(base_cfg, torch.device("cpu"), prices, n_seed_indices=1)
     check_plugins_dry(spec, prices, str(spec_path))  # before anything is printed: a refusal is one line
     data_record = None if resume else data_fingerprint(base_cfg.data)  # the bytes just read
-    for line in data_lines(base_cfg.data, market):
+    if not dry_run:
+        probe_cluster()  # RAY_ADDRESS answers, or one line now, before any output (Ray's client would wait minutes)
+    for line in [*data_lines(base_cfg.data, market), *(restart_lines(store, spec) if resume else [])]:
         print(f"tune-gems sweep: {line}", flush=True)
     if dry_run:
         from tune_gems.trainer.dry_run import sweep_plan

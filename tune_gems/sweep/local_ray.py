@@ -5,7 +5,13 @@ Why: `ray.init()` on Linux binds its servers and agents to the machine's network
 laptop sweep would expose Ray's unauthenticated-by-default services on the network; and when
 the driver is SIGKILLed, Ray's dashboard and runtime-env agents outlive it, still listening.
 
-- Joining a cluster is explicit: RAY_ADDRESS set (by the user, or by `ray job submit`).
+- Joining a cluster is explicit: RAY_ADDRESS set (by the user, or by `ray job submit`); a
+  cluster on loopback (a head started with `--node-ip-address 127.0.0.1`) is joined at that
+  address, with the switch below, where Ray would resolve it to the network address. Its
+  value is checked before anything else (`ray_address_endpoint`: host:port, ray://host:port or
+  auto; `local` means the private instance below), and a host:port must answer a TCP connection
+  within ADDRESS_PROBE_S before `ray.init` is asked (`probe_ray_address`): Ray's own client
+  waits for a GCS that never answers for a minute and more, silently, then fails with a C++ log.
 - Otherwise a new instance (`address="local"`, never a stray `ray start` cluster found on the
   machine), with its node address on loopback: Ray resolves "127.0.0.1" to the network address
   unless `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER` is off, so that switch is turned off (in the
@@ -30,11 +36,14 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from tune_gems.contracts.errors import ConfigError
 
 LOOPBACK = "127.0.0.1"
 CLUSTER_SWITCH_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -48,14 +57,95 @@ EXIT_RAY_LOST = 75
 with --resume)."""
 
 
+LOCAL_ADDRESS = "local"
+"""RAY_ADDRESS's word for "start a new local instance" (here: the private loopback one)."""
+AUTO_ADDRESS = "auto"
+"""RAY_ADDRESS's word for "the cluster `ray start` last started on this machine" (Ray finds it)."""
+CLIENT_SCHEME = "ray://"
+ADDRESS_PROBE_S = 5.0
+"""Seconds a cluster's address has to accept a TCP connection before the sweep is refused."""
+ADDRESS_FORMS = "host:port, ray://host:port, auto or local"
+JOIN_ADVICE = (f"start the cluster there (ray start --head), or unset {ADDRESS_ENV} to run on a private local Ray; "
+               "a sweep that stopped with it continues with --resume once it answers")
+
+
 def joining_cluster() -> bool:
-    return bool(os.environ.get(ADDRESS_ENV))
+    """Whether RAY_ADDRESS names a cluster to join (set, and not `local`)."""
+    return os.environ.get(ADDRESS_ENV, "") not in ("", LOCAL_ADDRESS)
+
+
+def ray_address_endpoint(address: str) -> tuple[str, int] | None:
+    """(host, port) of a RAY_ADDRESS value to probe, None for `auto` and `local` (Ray resolves
+    them); anything else that is not host:port or ray://host:port is refused in one line."""
+    if address in (AUTO_ADDRESS, LOCAL_ADDRESS):
+        return None
+    rest = address.removeprefix(CLIENT_SCHEME)
+    host, sep, port = rest.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")  # an IPv6 host: [::1]:6379
+    bad = f"{ADDRESS_ENV}: {address!r} is not a Ray address ({ADDRESS_FORMS}); unset it to run on a private local Ray"
+    if not sep or not host or not port.isascii() or not port.isdigit() or any(c.isspace() or c in "/@?#" for c in host):
+        raise ConfigError(bad)
+    if not 0 < int(port) < 65536:
+        raise ConfigError(f"{ADDRESS_ENV}: {address!r}: port {port} is outside 1-65535")
+    return host, int(port)
+
+
+def loopback_cluster() -> bool:
+    """Whether RAY_ADDRESS names a cluster on this machine's loopback (127.x, ::1, localhost): a
+    head started with `--node-ip-address 127.0.0.1` (docs/cluster.md). Ray would resolve the
+    address to the machine's network address, where that head does not listen, and wait for it;
+    the switch that keeps a local instance on loopback keeps the address as given."""
+    import ipaddress
+
+    endpoint = ray_address_endpoint(os.environ[ADDRESS_ENV]) if joining_cluster() else None
+    if endpoint is None:
+        return False
+    if endpoint[0] == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(endpoint[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def check_ray_address() -> None:
+    """RAY_ADDRESS, if set, is a value Ray takes (`ray_address_endpoint`); before anything else.
+    Set but empty is unset, as Ray reads it."""
+    if os.environ.get(ADDRESS_ENV):
+        ray_address_endpoint(os.environ[ADDRESS_ENV])
+
+
+def probe_ray_address(address: str, timeout_s: float = ADDRESS_PROBE_S) -> None:
+    """Refuse, in one line naming the address, a cluster address where nothing accepts a TCP
+    connection within `timeout_s` (closed port, no such host, a firewall that drops)."""
+    endpoint = ray_address_endpoint(address)
+    if endpoint is None:
+        return
+    try:
+        socket.create_connection(endpoint, timeout=timeout_s).close()
+    except socket.gaierror:
+        raise ConfigError(f"{ADDRESS_ENV}: {address}: no such host {endpoint[0]!r}; {JOIN_ADVICE}") from None
+    except TimeoutError:
+        raise ConfigError(f"{ADDRESS_ENV}: no Ray cluster answers at {address} (no answer within {timeout_s:g} s); "
+                          f"{JOIN_ADVICE}") from None
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise ConfigError(f"{ADDRESS_ENV}: no Ray cluster answers at {address} ({why.lower()}); {JOIN_ADVICE}") from None
+
+
+def probe_cluster() -> None:
+    """When joining a cluster: its address answers (`probe_ray_address`), or the one-line refusal."""
+    if joining_cluster():
+        probe_ray_address(os.environ[ADDRESS_ENV])
 
 
 def prepare_loopback() -> None:
-    """Before Ray is imported (where possible): keep a local instance on loopback. Does nothing
-    when joining a cluster (whose nodes must reach this driver)."""
-    if not joining_cluster():
+    """Before Ray is imported (where possible): a RAY_ADDRESS Ray cannot take refused
+    (`check_ray_address`, seconds into the command rather than after its imports), and a local
+    instance kept on loopback, and so is the driver of a cluster on loopback (`loopback_cluster`);
+    nothing more when joining another cluster (whose nodes must reach this driver)."""
+    check_ray_address()
+    if not joining_cluster() or loopback_cluster():
         os.environ[CLUSTER_SWITCH_ENV] = "0"
 
 
@@ -175,7 +265,18 @@ def start_or_join(log_to_driver: bool = True, lost_hint: str | None = None) -> R
     if ray.is_initialized():
         return RaySession(False, ray.get_runtime_context().gcs_address)
     if joining_cluster():
-        ray.init(address=os.environ[ADDRESS_ENV], log_to_driver=log_to_driver)
+        address = os.environ[ADDRESS_ENV]
+        probe_cluster()
+        if loopback_cluster():
+            prepare_loopback()
+            from ray._private import ray_constants
+
+            ray_constants.ENABLE_RAY_CLUSTER = False  # read when Ray resolves the address
+        try:
+            ray.init(address=address, log_to_driver=log_to_driver)
+        except (ConnectionError, TimeoutError) as e:  # it answered TCP, but not as a Ray cluster
+            raise ConfigError(f"{ADDRESS_ENV}: no Ray cluster at {address} ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())[:200]}); {JOIN_ADVICE}") from None
         return RaySession(False, ray.get_runtime_context().gcs_address)
     prepare_loopback()
     from ray._private import ray_constants

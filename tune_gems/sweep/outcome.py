@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 
 from tune_gems.contracts.result_files import JOURNAL_FILE
-from tune_gems.sweep.console import closing_table
+from tune_gems.sweep.console import closing_table, tie_note
 from tune_gems.sweep.results import UNFINISHED, collect_tables, write_tables
-from tune_gems.sweep.resume import resume_command
+from tune_gems.sweep.resume import resume_command, stored_trial_statuses
 from tune_gems.sweep.search import close_orphaned_trials, optuna_trial_numbers
 from tune_gems.sweep.spec import SweepSpec
 from tune_gems.sweep.storage import ExperimentStore
@@ -31,8 +31,12 @@ class SweepOutcome:
     resume_command: str = ""
 
 
-def print_summary(trials: pd.DataFrame, experiment: str, mode: str = "max") -> None:
+def print_summary(trials: pd.DataFrame, experiment: str, mode: str = "max", metric: str = "objective") -> None:
+    """The closing table, the best objective first, with a note under it when every trial's
+    objective is the same number (`console.tie_note`), then where the results are."""
     table = closing_table(trials, mode)  # the best objective first (tune_gems.sweep.console)
+    note = tie_note(trials, metric)
+    table += f"\nnote: {note}" if note else ""
     # flushed at once: a driver attached to a running cluster can exit without flushing stdout
     print(f"\n{table}\n\nresults: {experiment}/{{trials,history,members}}.parquet\nanalyze: tune-gems analyze {experiment}", flush=True)
 
@@ -54,34 +58,9 @@ def finish_sweep(results, spec: SweepSpec, store: ExperimentStore, name: str, sp
     write_tables(store, tables)
     trials, history, members = tables.trials, tables.history, tables.members
     store.push_journal(JOURNAL_FILE)
-    print_summary(trials, store.uri, spec.objective.mode)
+    print_summary(trials, store.uri, spec.objective.mode, spec.objective.metric)
     command = resume_command(spec_path, store, name)
-    if interrupted:
+    if interrupted:  # the command that continues it is printed once, by the caller (the CLI's last line)
         n = int((trials["status"] == UNFINISHED).sum()) if len(trials) else 0
-        print(f"tune-gems sweep: interrupted with {n} trial(s) unfinished; continue with: {command}", flush=True)
+        print(f"tune-gems sweep: interrupted with {n} trial(s) unfinished (status {UNFINISHED} in trials.parquet)", flush=True)
     return SweepOutcome(store.uri, trials, history, members, interrupted, command)
-
-
-def stored_trial_statuses(store: ExperimentStore) -> dict[str, str]:
-    """{trial_id: status} from Tune's newest persisted experiment state (what `--resume` will
-    read). Tune writes it one last time when a sweep is interrupted, with the unfinished trials
-    RUNNING or PENDING, then marks its in-memory trials TERMINATED while cleaning up: so the
-    file, not the ResultGrid, tells an interrupted trial from a finished one."""
-    import json
-
-    import pyarrow.fs as pafs
-
-    try:
-        infos = store.fs.get_file_info(pafs.FileSelector(store.root, recursive=False))
-        states = sorted(i.path for i in infos if i.base_name.startswith("experiment_state-") and i.base_name.endswith(".json"))
-        if not states:
-            return {}
-        with store.fs.open_input_stream(states[-1]) as f:
-            data = json.loads(f.read())
-        out = {}
-        for entry in data.get("trial_data", []):
-            trial = json.loads(entry[0])
-            out[str(trial["trial_id"])] = str(trial["status"])
-        return out
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        return {}

@@ -19,6 +19,7 @@ from ray.tune import Callback
 from ray.tune.logger import TBXLoggerCallback
 from ray.tune.result import AUTO_RESULT_KEYS
 
+from tune_gems.sweep.console import objective_tie
 from tune_gems.trainer.health import without_arm_detail
 from tune_gems.trainer.tensorboard import EpochEvents
 
@@ -64,7 +65,9 @@ class SweepConsole(Callback):
     """Prints `[<trial id>] HEALTH_DIAG ...` per result (the per-arm part only when verbose) and,
     per finished trial, `trial k/N finished: <id> <status> objective <metric>=<v> | best <v>
     (<id>) | <elapsed> elapsed, ETA <t>` (`eta_seconds`: from each trial's own start, known from
-    `on_trial_start`, or the sweep's start for a trial already running when it began)."""
+    `on_trial_start`, or the sweep's start for a trial already running when it began). While
+    every scored trial so far has the same objective (`console.objective_tie`), the best reads
+    as that tie, not as one trial's."""
 
     def __init__(
         self, total: int, metric: str, mode: str, verbose: bool = False,
@@ -78,6 +81,7 @@ class SweepConsole(Callback):
         self.best: tuple[float, str] | None = None
         self.started: dict[str, float] = {}
         self.durations: list[float] = []
+        self.scores: list[float] = []  # the finished trials' objectives (a tie of all: no signal)
 
     def setup(self, **info: Any) -> None:
         self.start = self.clock()
@@ -108,8 +112,11 @@ class SweepConsole(Callback):
         value = float(value) if isinstance(value, (int, float)) else math.nan
         if math.isfinite(value) and self._better(value):
             self.best = (value, trial.trial_id)
+        self.scores.append(value)
         epochs = (trial.last_result or {}).get("epoch", "?")
         best = f"{self.best[0]:.3f} ({self.best[1]})" if self.best else "-"
+        if objective_tie(self.scores) is not None:  # said while it runs, not only in the closing table
+            best = f"{self.best[0]:.3f}, a tie of all {sum(map(math.isfinite, self.scores))} scored trials (no signal yet)"
         now = self.clock()
         elapsed = now - self.start
         self.durations.append(now - self.started.pop(trial.trial_id, self.start))

@@ -1,11 +1,14 @@
 """What `--resume` continues from: the experiment's record (the marker with the spec's and the data
 file's checksums, then spec.yaml) that a first run writes, read back and checked by the run that
-resumes it. The stored spec is the run: an override that changes it is refused, naming the key."""
+resumes it. The stored spec is the run: an override that changes it is refused, naming the key.
+Tune's stored state says which trials are unfinished (`stored_trial_statuses`), and each one's
+newest checkpoint the epoch it continues from (`restart_lines`: said before it restarts)."""
 
 from __future__ import annotations
 
 import copy
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +120,104 @@ def write_record(store: ExperimentStore, spec_text: bytes, data_record: dict[str
 def resume_command(spec_path: Path, store: ExperimentStore, name: str) -> str:
     """The command that continues this sweep."""
     return f"tune-gems sweep {spec_path} --storage {store.storage} --name {name} --resume"
+
+
+@dataclass(frozen=True)
+class StoredTrial:
+    """A trial as Tune's newest persisted experiment state holds it: its status, its last
+    processed result (`epoch`, and `checkpoint_dir_name` when that result brought a checkpoint)
+    and its folder under the experiment."""
+
+    status: str
+    last_result: dict[str, Any]
+    folder: str
+
+
+def stored_trials(store: ExperimentStore) -> dict[str, StoredTrial]:
+    """{trial_id: StoredTrial} from Tune's newest persisted experiment state (what `--resume`
+    will read); {} when there is none or it cannot be read. Tune writes it one last time when a
+    sweep is interrupted, with the unfinished trials RUNNING or PENDING, then marks its in-memory
+    trials TERMINATED while cleaning up: so the file, not the ResultGrid, tells an interrupted
+    trial from a finished one."""
+    import pyarrow.fs as pafs
+
+    try:
+        infos = store.fs.get_file_info(pafs.FileSelector(store.root, recursive=False))
+        states = sorted(i.path for i in infos if i.base_name.startswith("experiment_state-") and i.base_name.endswith(".json"))
+        if not states:
+            return {}
+        with store.fs.open_input_stream(states[-1]) as f:
+            data = json.loads(f.read())
+        out = {}
+        for entry in data.get("trial_data", []):
+            trial, run = json.loads(entry[0]), json.loads(entry[1])
+            last = run.get("last_result") if isinstance(run, dict) else None
+            out[str(trial["trial_id"])] = StoredTrial(str(trial["status"]), last if isinstance(last, dict) else {},
+                                                      str(trial.get("relative_logdir") or ""))
+        return out
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return {}
+
+
+def stored_trial_statuses(store: ExperimentStore) -> dict[str, str]:
+    """{trial_id: status} of Tune's newest persisted experiment state (`stored_trials`)."""
+    return {trial_id: t.status for trial_id, t in stored_trials(store).items()}
+
+
+FINISHED_STATUS = "TERMINATED"
+NO_CHECKPOINT = "no checkpoint yet"
+CHECKPOINT_KEY = "checkpoint_dir_name"
+"""The key of a Tune result that brought a checkpoint (its folder's name)."""
+RESULTS_FILE = "result.json"
+"""Tune's per-trial log of processed results, one JSON object a line."""
+
+
+def checkpoint_epoch(store: ExperimentStore, trial: StoredTrial) -> int | None:
+    """The epoch a resumed `trial` restarts after: that of the newest checkpoint Tune registered
+    (its last result's, when that result brought one, else the last result before it in the
+    trial's result.json that did: a checkpoint is due only now and then), or None when it has
+    none (Tune then starts the trial again). Not the newest checkpoint folder: one written while
+    Ctrl-C stopped the sweep is there but was never registered, and Tune does not restore it."""
+    last = trial.last_result
+    if last.get(CHECKPOINT_KEY):
+        return int(last["epoch"])
+    if "epoch" not in last or not trial.folder:
+        return None
+    newest = None
+    try:
+        with store.fs.open_input_stream(f"{store.root}/{trial.folder}/{RESULTS_FILE}") as f:
+            for line in f.read().decode(errors="replace").splitlines():
+                row = json.loads(line) if line.strip() else {}
+                if row.get(CHECKPOINT_KEY) and isinstance(row.get("epoch"), int) and row["epoch"] <= last["epoch"]:
+                    newest = row["epoch"]
+    except (OSError, ValueError):
+        return None
+    return newest
+
+
+def restart_lines(store: ExperimentStore, spec: SweepSpec) -> list[str]:
+    """What a `--resume` continues, before it starts: the finished trials kept, and per unfinished
+    trial the epoch it restarts from and why (its newest checkpoint, or none yet: when the
+    config writes one), so a resumed sweep that retrains epochs says so."""
+    trials = stored_trials(store)
+    if not trials:
+        return [f"resuming {store.name}: Tune's stored state lists no trial yet; the sweep starts its trials"]
+    kept = [t for t in trials.values() if t.status == FINISHED_STATUS]
+    trainer = spec.base_config().trainer
+    every = f", every {trainer.checkpoint_every} epoch(s)" if trainer.checkpoint_every else ""
+    when = f"a checkpoint is written after {trainer.checkpoint_interval_s:g} s of training{every} and at the end"
+    parts = []
+    for trial_id, trial in trials.items():
+        if trial.status == FINISHED_STATUS:
+            continue
+        epoch = checkpoint_epoch(store, trial)
+        if epoch is None:
+            parts.append(f"{trial_id} from the start ({NO_CHECKPOINT if trial.last_result else 'not started'})")
+        else:
+            parts.append(f"{trial_id} from its checkpoint after epoch {epoch}")
+    lines = [f"resuming {store.name}: {len(kept)} finished trial(s) kept, {len(parts)} continued"
+             + (f": {'; '.join(parts)}" if parts else "")]
+    if any(NO_CHECKPOINT in p for p in parts):
+        lines.append(f"a trial without a checkpoint trains again from its start ({when}: trainer.checkpoint_interval_s, "
+                     "trainer.checkpoint_every)")
+    return lines

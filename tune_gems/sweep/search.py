@@ -29,6 +29,7 @@ from typing import Any
 import optuna
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
+from ray.tune.result import TRAINING_ITERATION
 from ray.tune.search.optuna import OptunaSearch
 
 from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec
@@ -94,6 +95,7 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
 
     - A diverged trial (NaN objective) is recorded as FAIL instead of staying RUNNING (Optuna
       refuses NaN values; the base class only logs that).
+    - An epoch a resumed trial trains again is not reported twice (`_reported_already`).
     - The journal is written at once, while Tune's saved state (with this searcher pickled in
       it) lags by seconds. After a driver crash and `Tuner.restore`, Tune may re-run a trial
       that the journal already finished; reports for it are skipped instead of aborting the
@@ -146,9 +148,20 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         value = result.get(self.metric)
         if value is None or (isinstance(value, float) and not math.isfinite(value)):
             return
-        if self._finished_in_journal(trial_id):
+        if self._finished_in_journal(trial_id) or self._reported_already(trial_id, result):
             return
         super().on_trial_result(trial_id, result)
+
+    def _reported_already(self, trial_id: str, result: dict) -> bool:
+        """Whether the Optuna trial holds this result's step already: a trial that `--resume`
+        restarts from an earlier checkpoint (or from its start) reports those epochs again, with
+        the same values, and Optuna would warn once per step ("The reported value is ignored
+        because this `step=1` is already reported")."""
+        ot_trial = self._ot_trials.get(trial_id)
+        step = result.get(TRAINING_ITERATION)
+        if ot_trial is None or step is None:
+            return False
+        return step in _stored_trial(self._ot_study, ot_trial.number).intermediate_values
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         self._annotate(trial_id, result)

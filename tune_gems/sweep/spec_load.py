@@ -114,6 +114,7 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
     """Read, override (`key=value` on the spec tree, e.g. config.trainer.epochs=2) and validate."""
     tree = read_yaml(path)
     apply_overrides(tree, list(overrides or []))
+    _check_config_keys_at_top(tree, str(path))
     import_spec_plugins(tree, str(path))
     try:
         spec = SweepSpec.model_validate(tree)
@@ -130,6 +131,31 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
     _check_scheduler(spec, str(path))
     check_tracking(spec.tracking, str(path))
     return spec
+
+
+def _check_config_keys_at_top(tree: dict[str, Any], source: str) -> None:
+    """A config key given at the spec's top level (`trainer.epochs=3`, the habit of `tune-gems
+    train`) is refused naming the key it means, `config.trainer.epochs`, rather than the spec key
+    that happens to be closest to `trainer` (pydantic's did-you-mean over the spec's own keys)."""
+    from tune_gems.config.dotted import flatten
+    from tune_gems.config.keys import did_you_mean, known_keys
+
+    if not isinstance(tree, dict):
+        return
+    spec_keys = {f.alias or n for n, f in SweepSpec.model_fields.items()}
+    config_keys = {f.alias or n for n, f in Config.model_fields.items()}
+    for key, value in tree.items():
+        if key in spec_keys or key not in config_keys:
+            continue
+        leaves = list(flatten({key: value})) if isinstance(value, dict) and value else [key]
+        dotted = leaves[0] if len(leaves) == 1 else key
+        loc = tuple(dotted.split("."))
+        if len(loc) == 1 or loc[-1] in known_keys(Config, loc):
+            meant = f"did you mean config.{dotted}? "
+        else:  # a mistyped config key too: the config's own suggestion, with the prefix
+            close = did_you_mean(Config, loc, "config.").strip().removeprefix("(").removesuffix(")")
+            meant = f"{close} " if close else ""
+        raise ConfigError(f"{source}: {dotted}: not a spec key ({meant}a sweep's config keys take the config. prefix)")
 
 
 def import_spec_plugins(tree: dict[str, Any], source: str) -> None:

@@ -1,6 +1,8 @@
-"""`--dry-run` for `train` and `sweep`: check a run and say what it would do, writing nothing.
+"""`--dry-run` for `train` and `sweep`: check a run and say what it would do, writing nothing
+where the run would write.
 
-The plan states the resolved config, the members (arms x seeds), the trials, the data and its
+The plan names the file holding the resolved config (in a new temporary folder: its ~150 lines
+would bury the plan), then states the members (arms x seeds), the trials, the data and its
 split, the memory estimate (tune_gems.design.resources, the same numbers the real run checks), an
 estimated time and, for `train`, the output folder (checked by the real command's own check,
 tune_gems.trainer.train_command.check_train_out; the sweep's experiment folder is checked likewise). The time is measured, not guessed: a throw-away Trainer of the run's config
@@ -98,9 +100,20 @@ def members_line(cfg: Config, run: RunArms) -> str:
     return f"members: {per_fold}{len(arms)} arm(s) x {p} seed(s) = {run.members} ({', '.join(arms)})"
 
 
-def config_block(tree: dict, title: str) -> list[str]:
-    text = yaml.safe_dump(tree, sort_keys=False).rstrip()
-    return [f"{title}:", *("  " + line for line in text.splitlines())]
+RESOLVED_PREFIX = "tune-gems-dry-run-"
+"""The prefix of the temporary folder that holds a dry run's resolved config."""
+
+
+def resolved_file(tree: dict, title: str, file_name: str) -> str:
+    """The line naming the file that holds the resolved config `tree` (every key, defaults filled
+    in: ~150 lines that would bury the plan's few), written to a new folder of the system's
+    temporary directory: nothing is written where the run itself would write."""
+    import tempfile
+
+    text = yaml.safe_dump(tree, sort_keys=False)
+    path = Path(tempfile.mkdtemp(prefix=RESOLVED_PREFIX)) / file_name
+    path.write_text(text)
+    return f"{title}: {path} ({len(text.splitlines())} lines)"
 
 
 def train_plan(cfg: Config, out: Path, resume: bool = False, threads: str | None = None) -> list[str]:
@@ -112,7 +125,7 @@ def train_plan(cfg: Config, out: Path, resume: bool = False, threads: str | None
     timing, market = estimate_time(cfg, arms=arms)
     tc = cfg.trainer
     return [
-        *config_block(cfg.to_dict(), "config (resolved)"),
+        resolved_file(cfg.to_dict(), "config (resolved)", "config.yaml"),
         members_line(cfg, arms),
         f"epochs: {tc.epochs} x {tc.iterations_per_epoch} iterations",
         *data_lines(cfg.data, market),
@@ -120,7 +133,7 @@ def train_plan(cfg: Config, out: Path, resume: bool = False, threads: str | None
         *([f"threads: {threads}"] if threads else []),
         time_line(timing),
         f"out: {out} ({'continues the train run there from its checkpoint' if resume else 'a new train run'})",
-        "dry run: nothing was written",
+        "dry run: nothing else was written",
     ]
 
 
@@ -156,13 +169,13 @@ def sweep_plan(spec, resolved: dict, widest: Config, prices) -> list[str]:
                  f"sweep: about {_fmt_s(waves * timing.total_s)} on this machine ({at_once} trial(s) at a time, "
                  f"{spec.resources.cpu:g} CPU and {gpu:g} GPU each{early}); a cluster runs more at once"]
     return [
-        *config_block(resolved, "spec (resolved)"),
+        resolved_file(resolved, "spec (resolved)", "spec.yaml"),
         f"trials: {spec.num_samples}, design {spec.design}, objective {spec.objective.mode} {spec.objective.metric}, "
         f"searching {', '.join(searched) or 'nothing'}",
         f"widest trial: {members_line(widest, arms).removeprefix('members: ')}",
         memory_line(est),
         *timed,
-        "dry run: nothing was written, Ray was not started",
+        "dry run: nothing else was written, Ray was not started",
     ]
 
 

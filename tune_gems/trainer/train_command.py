@@ -247,6 +247,8 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
         if resume and _file_id(ckpt_path) != loaded:  # another writer moved it on meanwhile
             loaded = _load_if_any(trainer, ckpt_path)
         if loaded is not None:
+            print(f"tune-gems train: resuming {out} from its checkpoint after epoch {trainer.epoch} of {cfg.trainer.epochs} "
+                  "(its newest; epochs after it are trained again)", flush=True)
             write_tables(trainer, out)  # tables past the checkpoint's epoch are re-done
             trainer.window.write(out)
         elif resume:
