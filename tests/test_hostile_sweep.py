@@ -26,6 +26,7 @@ import pytest
 
 from cluster_fixtures import finish, kill_group, tail, wait_for
 from sweep_fixtures import REPO, SMOKE, TINY_SWEEP
+from tune_gems.contracts.outputs import MARKER_FILE
 from tune_gems.sweep.search import JOURNAL_FILE, journal_storage
 
 pytestmark = pytest.mark.slow
@@ -34,10 +35,10 @@ SWEEP_TIMEOUT = 900  # a bound on polls (a loaded 2-core CI machine runs these s
 LOOPBACK = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
 
 
-def _start(args: list[str], log: Path, cache: Path) -> subprocess.Popen:
+def _start(args: list[str], log: Path, cache: Path, **extra_env: str) -> subprocess.Popen:
     """`python -m tune_gems ARGS` in its own session, without RAY_ADDRESS."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(TUNE_GEMS_CACHE=str(cache), PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
+    env.update(extra_env, TUNE_GEMS_CACHE=str(cache), PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
     with open(log, "w") as out:
         return subprocess.Popen([sys.executable, "-m", "tune_gems", *args], cwd=REPO, env=env, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -168,8 +169,9 @@ def test_ctrl_c_exits_130_marks_unfinished_trials_and_resume_finishes_them(tmp_p
     assert "RUNNING" in _study_states(exp / JOURNAL_FILE, "ctrl")  # left to --resume, not marked FAIL
     assert "FAIL" not in _study_states(exp / JOURNAL_FILE, "ctrl")
 
-    log2 = tmp_path / "resume.log"
-    p = _start(["sweep", str(SMOKE), "--storage", str(tmp_path), "--name", "ctrl", "--resume"], log2, tmp_path / "cache")
+    log2 = tmp_path / "resume.log"  # resumed under another thread count: the record gains it (issue 39 item 3)
+    p = _start(["sweep", str(SMOKE), "--storage", str(tmp_path), "--name", "ctrl", "--resume"], log2, tmp_path / "cache",
+               OMP_NUM_THREADS="2")
     try:
         assert finish(p, log2, SWEEP_TIMEOUT) == 0, tail(log2)
     finally:
@@ -184,6 +186,8 @@ def test_ctrl_c_exits_130_marks_unfinished_trials_and_resume_finishes_them(tmp_p
     assert len(trials) == n and set(trials["status"]) == {"TERMINATED"} and set(trials["epochs_done"]) == {epochs}
     assert set(trials["trainer.iterations_per_epoch"]) == {iterations}  # the stored spec ran, not smoke.yaml's
     assert _study_states(exp / JOURNAL_FILE, "ctrl") == ["COMPLETE"] * n
+    marker = json.loads((exp / MARKER_FILE).read_text())
+    assert [e["OMP_NUM_THREADS"] for e in marker["cpu_environment"]][-2:] == [os.environ["OMP_NUM_THREADS"], "2"]
 
 
 def test_killed_driver_leaves_no_ray_behind_and_resumes_with_the_study_copied_to_its_uri(tmp_path):

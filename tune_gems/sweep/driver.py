@@ -30,6 +30,7 @@ import torch
 from tune_gems.config.yaml_io import dump_yaml
 from tune_gems.contracts.errors import ConfigError
 from tune_gems.contracts.output_lock import OutputLock
+from tune_gems.contracts.outputs import update_marker
 from tune_gems.contracts.paths import check_name
 from tune_gems.contracts.result_files import JOURNAL_FILE
 from tune_gems.contracts.run_record import data_fingerprint
@@ -135,6 +136,8 @@ def run_sweep(
         if not resume:
             write_record(store, dump_yaml(spec.model_dump(mode="json")).encode(), data_record)
         else:
+            if store.disk_dir is not None:  # a resume under other CPU values adds them to the record
+                update_marker(store.disk_dir)
             store.pull_journal(JOURNAL_FILE)
             clear_stale_journal_lock(store.journal_path(JOURNAL_FILE))  # a killed driver's (the lock above is ours)
         with quiet_driver(verbose):
