@@ -22,6 +22,11 @@ is member g // REPS, replica g % REPS. Every output element is written by exactl
 graph. Under TRITON_INTERPRET=1 (set before this module is imported) they run on the CPU
 through Triton's interpreter; the tests do that (tests/test_triton_layers.py).
 
+The optimizer's per-member gradient norms on this path and per-member means come from
+`_row_reduce_kernel` (launched by tune_gems.ops.triton_layers.row_norms, row_means): one program per member row, the same fixed order for
+every row, so the clip (and the reported grad_norm and q_mean) of a member does not depend on the member
+count either (torch.linalg.vector_norm's reduction is split by the shape of its call).
+
 The NoisyNet layers' noise factors come from `_noise_factors_kernel` (launched by
 tune_gems.ops.triton_noise): the iteration's uniforms, Box-Muller and f(eps) in one pass.
 """
@@ -332,3 +337,24 @@ if INTERPRETED:
     # functions, which run inside the launch's patch. The same code runs, only sooner.
     for _helper in (_sum, _group_offset, _tile_ranges, _weight_offsets, _dot, _weight_tile, _relu_grad, _matvec, _divide_in_place):
         globals()[_helper.__name__] = _helper.rewrite()
+
+
+@triton.jit
+def _row_reduce_kernel(g, s_row, out, n, SQUARE: tl.constexpr, BLOCK: tl.constexpr):
+    """out[r] = sqrt(sum_j g[r, j]^2) (SQUARE) or sum_j g[r, j] over a row's n contiguous
+    columns: BLOCK lanes accumulate in column order, then one fixed tree sums the lanes. One
+    program per row, so a row's bits are those of the row alone, in a call over any number of
+    rows."""
+    r = tl.program_id(0).to(tl.int64)
+    acc = tl.full([BLOCK], 0.0, tl.float32)
+    for start in range(0, n, BLOCK):
+        idx = start + tl.arange(0, BLOCK)
+        x = tl.load(g + r * s_row + idx, mask=idx < n, other=0.0).to(tl.float32)
+        if SQUARE:
+            acc += x * x
+        else:
+            acc += x
+    total = _sum(acc, 0)
+    if SQUARE:
+        total = tl.sqrt(total)
+    tl.store(out + r, total)

@@ -43,6 +43,8 @@ VECTOR_TILE = 64
 """Tile of the spectral-norm kernel's matrix-vector passes (no tl.dot there)."""
 NORM_EPS = 1e-12
 """normalize(x) = x / max(|x|, eps), the torch path's (tune_gems.model.layers._NORM_EPS)."""
+ROW_REDUCE_TILE = 1024
+"""Columns a program of the row-reduction kernel reads per step (its lanes)."""
 NUM_WARPS = 4
 """Warps per program of every layer kernel (a 64 x 64 tile at 4 warps: Triton's usual choice)."""
 
@@ -153,6 +155,30 @@ def check_device(t: Tensor) -> None:
             "model.layer_kernel=triton on the CPU runs Triton's interpreter: set TRITON_INTERPRET=1 in the run's "
             "environment (slow, meant for tests), or train on CUDA"
         )
+
+
+def _row_reduce(rows: Tensor, square: bool) -> Tensor:
+    check_device(rows)
+    if rows.dim() != 2 or rows.stride(1) != 1 or rows.dtype != torch.float32:
+        raise ValueError(f"a row reduction takes a float32 [rows, n] matrix with contiguous rows: got {tuple(rows.shape)} {rows.dtype}")
+    out = torch.empty(rows.shape[0], device=rows.device, dtype=torch.float32)
+    kernels._row_reduce_kernel[(rows.shape[0],)](
+        rows, rows.stride(0), out, rows.shape[1], SQUARE=square, BLOCK=ROW_REDUCE_TILE, num_warps=NUM_WARPS
+    )  # fmt: skip
+    return out
+
+
+def row_norms(rows: Tensor) -> Tensor:
+    """The Euclidean norm of each row of a [R, n] float32 matrix whose rows are contiguous (a
+    member block's columns of the flat gradient), in an order that does not depend on R: the
+    optimizer's clip norm on this path (tune_gems.trainer.optim.PopulationAdam)."""
+    return _row_reduce(rows, square=True)
+
+
+def row_means(rows: Tensor) -> Tensor:
+    """The mean of each row of a [R, n] float32 matrix whose rows are contiguous, in an order
+    that does not depend on R: the learner's reported q_mean on this path."""
+    return _row_reduce(rows, square=False) / rows.shape[1]
 
 
 def _check(x: Tensor, lw: LayerWeights) -> None:

@@ -128,8 +128,11 @@ class Learner:
         ends = [shared, *heads]
         if any(a.stop != b.start for a, b in zip(ends, heads)) or ends[-1].stop != self.online_flat.data.shape[1]:
             raise ValueError("gem heads must follow the shared network in the flat parameter matrix")
+        # the triton path's per-member reductions in a fixed order (its member's bits do not depend on P)
+        self._fixed_order = _fixed_order_reductions() if cfg.model.layer_kernel == "triton" else None
         self.optim = PopulationAdam(
-            self.online_flat, self.lr, tc.adam_eps, tc.grad_clip, clip_groups=[shared, *heads], blocks=self.layout.blocks
+            self.online_flat, self.lr, tc.adam_eps, tc.grad_clip, clip_groups=[shared, *heads], blocks=self.layout.blocks,
+            row_norms=self._fixed_order.row_norms if self._fixed_order else None,
         )
         self.member_gems = MemberGems([a.config.gems for a in self.arms], self.layout, device, cfg.plugins, fused=ops.fused)
         names = self.member_gems.names
@@ -404,7 +407,10 @@ class Learner:
 
     def _accumulate(self, c51: Tensor, finite: Tensor, q_t: Tensor, grad_norm: Tensor, values: dict, nulls: dict) -> None:
         mg = self.member_gems
-        q_mean = torch.cat([q_t[rows].detach().mean(dim=(1, 2, 3)) for rows in mg.blocks])  # per arm (see nulls)
+        if self._fixed_order:  # one call over every member: its rows are reduced each alone
+            q_mean = self._fixed_order.row_means(q_t.detach().flatten(1).float())
+        else:
+            q_mean = torch.cat([q_t[rows].detach().mean(dim=(1, 2, 3)) for rows in mg.blocks])  # per arm (see nulls)
         rows = [c51.detach(), q_mean, grad_norm]
         # gem values and nulls: NaN for members with the gem off
         rows += [mg.reported(n, values[n], c51) for n in mg.names]
@@ -433,3 +439,11 @@ class _Float32MatmulPrecision:
     def __exit__(self, *exc):
         torch.set_float32_matmul_precision(self.previous)
         return False
+
+
+def _fixed_order_reductions():
+    """The triton path's fixed-order per-member reductions, tune_gems.ops.triton_layers
+    (row_norms, row_means; imported here: only that path needs Triton)."""
+    from tune_gems.ops import triton_layers
+
+    return triton_layers

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tune_gems.model.flat import FlatParameters
 
@@ -70,13 +70,17 @@ class PopulationAdam:
         betas: tuple[float, float] = (0.9, 0.999),
         clip_groups: list[slice] | None = None,
         blocks: Sequence[slice] | None = None,
+        row_norms: Callable[[Tensor], Tensor] | None = None,
     ):
         """`lr`: one learning rate, or one per member (P floats). `blocks`: the members in
         consecutive row ranges (an arm's members), the lr constant within each; every
         reduction and fused call sees one block at a time (default: the runs of equal lr).
         `clip_groups`: column ranges of the flat matrix clipped each on its own (the shared
         network, and each gem head, whose gradient must not change the shared network's clip
-        in `measure` mode); default: one group, the whole matrix."""
+        in `measure` mode); default: one group, the whole matrix. `row_norms`: each member's
+        gradient norm from its rows [R, n] (default torch.linalg.vector_norm over dim 1, whose
+        reduction order depends on R on CUDA; the triton path passes a fixed-order kernel,
+        tune_gems.ops.triton_layers.row_norms, so a member's clip does not depend on P)."""
         self.flat = flat
         P = flat.population
         lrs = [float(lr)] * P if isinstance(lr, (int, float)) else [float(x) for x in lr]
@@ -85,6 +89,7 @@ class PopulationAdam:
         self.blocks = member_blocks(lrs, blocks)
         self.clip_groups = list(clip_groups) if clip_groups else [slice(None)]
         self.eps, self.max_grad_norm = eps, max_grad_norm
+        self.row_norms = row_norms or (lambda rows: torch.linalg.vector_norm(rows, dim=1))
         self.lr = torch.tensor(lrs, device=flat.data.device)  # [P], for the composite step
         self.beta1, self.beta2 = betas
         self.exp_avg = torch.zeros_like(flat.data)
@@ -150,7 +155,7 @@ class PopulationAdam:
             parts = []
             for rows, _ in self.blocks:
                 part = g[rows, cols]
-                norm = torch.linalg.vector_norm(part, dim=1)
+                norm = self.row_norms(part)
                 coef = (self.max_grad_norm / (norm + CLIP_EPS)).clamp(max=1.0)
                 part.mul_(coef.unsqueeze(1))
                 parts.append(norm)
