@@ -34,7 +34,7 @@ from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel
 
 from fake_results import paired_scenario
-from sweep_fixtures import REPO, SMOKE, TINY_SWEEP
+from sweep_fixtures import REPO, SMOKE, TINY_SWEEP, cli_in_process
 from test_bad_input import TRAIN_TINY, both as _both, snapshot, write as _write
 from tune_gems.config.schema import Config
 
@@ -658,32 +658,9 @@ IN_PROCESS = ("config", "table", "option", "issue39_analysis")
 
 
 def run_in_process(case: Case, sandbox: Path) -> tuple[int, str, str]:
-    """`tune_gems.commands.cli.main(args)` here, in the sandbox as working directory, stdout/stderr
-    captured; the environment and directory are restored afterwards."""
-    import contextlib
-    import io
-
-    from tune_gems.commands.cli import main
-
-    saved_env = {k: os.environ.get(k) for k in _env(sandbox)}
-    cwd = os.getcwd()
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        os.environ.update(_env(sandbox))
-        os.chdir(sandbox)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(_args(case, sandbox))
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else 1
-    finally:
-        os.chdir(cwd)
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return code, out.getvalue(), err.getvalue()
+    """`tune_gems.commands.cli.main(args)` here, in the sandbox as working directory."""
+    res = cli_in_process(*_args(case, sandbox), env=_env(sandbox), cwd=sandbox)
+    return res.returncode, res.stdout, res.stderr
 
 
 def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, str]] = lambda c: {}) -> dict[str, Outcome]:
