@@ -667,10 +667,7 @@ def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, 
     """Every case in a sandbox `root/<id>` (set up and snapshotted here), the IN_PROCESS
     families in this process, the others through `tune_gems.commands.cli.main` in children forked from a
     server that imported the heavy modules once (`env_of(case)`: extra environment)."""
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    from cluster_fixtures import cli_in_child
+    from cluster_fixtures import cli_in_child, forked_cli_pool
 
     io_dir = root / "_io"
     io_dir.mkdir()
@@ -681,9 +678,7 @@ def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, 
         befores[c.id] = _snap(root / c.id)
     results: dict[str, tuple] = {}
     forked = [c for c in cases if c.family not in IN_PROCESS]
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["cluster_fixtures", "tune_gems.commands.cli", "tune_gems.trainer.train_command", "tune_gems.sweep.driver", "tune_gems.analysis.analyze"])
-    with ProcessPoolExecutor(PARALLEL, mp_context=ctx, max_tasks_per_child=1) as pool:
+    with forked_cli_pool(PARALLEL) as pool:
         futures = {
             c.id: pool.submit(cli_in_child, _args(c, root / c.id), str(root / c.id), {**_env(root / c.id), **env_of(c)},
                               str(io_dir / f"{c.id}.out"), str(io_dir / f"{c.id}.err"))
