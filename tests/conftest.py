@@ -19,3 +19,10 @@ for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 from tune_gems.ops.cpu_code_path import pin_cpu_code_path  # noqa: E402
 
 pin_cpu_code_path()
+
+
+def pytest_collection_modifyitems(items):
+    """Test files longest first, so that xdist's last files are short ones (tests/file_order.py)."""
+    from file_order import file_seconds, longest_first
+
+    items[:] = longest_first(items, file_seconds())

@@ -291,10 +291,7 @@ def outcomes(tmp_path_factory, good_checkpoint):
     server that imported torch, Ray Tune, pandas and Optuna once: what a fresh process would do
     (test_a_fresh_process_answers_the_same checks that), without paying ~2.5 s of imports 50
     times."""
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    from cluster_fixtures import cli_in_child
+    from cluster_fixtures import cli_in_child, forked_cli_pool
 
     root = tmp_path_factory.mktemp("bad_input")
     io = root / "_io"
@@ -304,9 +301,7 @@ def outcomes(tmp_path_factory, good_checkpoint):
         befores = {c.id: _prepare(c, root / c.id) for c in CASES}
     finally:
         os.environ.pop("TG_GOOD_CHECKPOINT", None)
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["cluster_fixtures", "tune_gems.commands.cli", "tune_gems.trainer.train_command", "tune_gems.sweep.driver", "tune_gems.analysis.analyze"])
-    with ProcessPoolExecutor(PARALLEL, mp_context=ctx, max_tasks_per_child=1) as pool:
+    with forked_cli_pool(PARALLEL) as pool:
         futures = {
             c.id: pool.submit(cli_in_child, c.args, str(root / c.id), _env(root / c.id), str(io / f"{c.id}.out"), str(io / f"{c.id}.err"))
             for c in CASES

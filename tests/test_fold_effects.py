@@ -1,7 +1,7 @@
 """Walk-forward results as one row per gem and fold (issue 31 item 3): fold_effects.csv holds
 the period rule's own per-fold estimates beside the verdict's pooled interval, the forest plot
 draws exactly that table (the pooled diamond = verdicts.csv's pooled interval), and report.md
-leads with it and shows the per-fold table; through the real CLI."""
+leads with it and shows the per-fold table; through the CLI's `main`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import fake_results as fr
-from sweep_fixtures import cli
+from sweep_fixtures import cli_in_process
 from tune_gems.analysis.analyze import analyze
 from tune_gems.analysis.render.figures import analysis_figures, plot_tables
 from tune_gems.analysis.verdicts.fold_effects import FOLD_EFFECT_COLUMNS
@@ -92,7 +92,7 @@ def test_one_fold_gives_an_empty_table_and_no_forest(tmp_path):
 def test_analyze_writes_the_table_and_leads_the_report_with_the_forest(folded, tmp_path):
     folder, res = folded
     out = tmp_path / "a"
-    run = cli("analyze", str(folder), "--n-boot", "50", "--out", str(out))
+    run = cli_in_process("analyze", str(folder), "--n-boot", "50", "--out", str(out))
     assert run.returncode == 0, run.stderr[-2000:]
     table = pd.read_csv(out / "fold_effects.csv", keep_default_na=False, na_values=[""])
     assert (out / "fold_forest.png").read_bytes()[:4] == b"\x89PNG"

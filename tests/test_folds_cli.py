@@ -1,5 +1,5 @@
 """Walk-forward folds end to end (issue 20): `tune-gems train data.folds.k=3 ...` and a sweep
-with folds, through the real CLI on small data."""
+with folds, through the CLI's `main` on small data (the sweeps join this module's Ray)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from learner_fixtures import TINY
-from sweep_fixtures import SMOKE, TINY_SWEEP, cli, ray_address  # noqa: F401 (fixture)
+from sweep_fixtures import SMOKE, TINY_SWEEP, cli_in_process, ray_address  # noqa: F401 (fixture)
 from tune_gems.data.segments import FOLD_TABLE_COLUMNS
 from tune_gems.stats.metrics import FOLD_METRICS, MEMBER_IDS
 
@@ -18,7 +18,7 @@ FOLDS = ["data.folds.k=3", "data.folds.val_length=60"]
 
 def test_train_with_three_folds_writes_folds_members_and_per_fold_history(tmp_path):
     out = tmp_path / "run"
-    res = cli("train", *TINY, "trainer.population=2", "trainer.epochs=2", *FOLDS, "--out", str(out))
+    res = cli_in_process("train", *TINY, "trainer.population=2", "trainer.epochs=2", *FOLDS, "--out", str(out))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "folds=3 members=6" in res.stdout
     diag = [line for line in res.stdout.splitlines() if line.startswith("HEALTH_DIAG")]
@@ -38,7 +38,7 @@ def test_train_with_three_folds_writes_folds_members_and_per_fold_history(tmp_pa
 
 def test_folds_that_do_not_fit_stop_train_with_one_line_and_write_nothing(tmp_path):
     out = tmp_path / "run"
-    res = cli("train", *TINY, "data.folds.k=20", "--out", str(out))
+    res = cli_in_process("train", *TINY, "data.folds.k=20", "--out", str(out))
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
         "tune-gems: error: data.folds: 20 validation window(s) of 135 rows and a gap of 0 before the test segment "
@@ -49,7 +49,7 @@ def test_folds_that_do_not_fit_stop_train_with_one_line_and_write_nothing(tmp_pa
 
 def test_a_sweep_with_folds_writes_the_fold_of_every_member_and_a_fold_table(tmp_path, ray_address):
     tiny = [x for x in TINY_SWEEP if not x.startswith("num_samples")]
-    res = cli(
+    res = cli_in_process(
         "sweep", str(SMOKE), "--storage", str(tmp_path), "--name", "folds", "num_samples=2", *tiny,
         "config.data.folds.k=2", "config.data.folds.val_length=60", env={"RAY_ADDRESS": ray_address},
     )  # fmt: skip
@@ -67,7 +67,7 @@ def test_a_sweep_with_folds_writes_the_fold_of_every_member_and_a_fold_table(tmp
     # issue 21: the confirmation re-tests a choice on the same folds (fresh seeds and paths)
     trials = pd.read_parquet(exp / "trials.parquet")
     wired = trials[[c for c in trials.columns if c.startswith("gems.") and c.endswith(".mode")]].eq("wire").any(axis=None)
-    conf = cli("confirm", str(exp), env={"RAY_ADDRESS": ray_address})
+    conf = cli_in_process("confirm", str(exp), env={"RAY_ADDRESS": ray_address})
     if not wired:  # nothing to confirm: one line, exit 2
         assert conf.returncode == 2 and "nothing to confirm" in conf.stderr
         return

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from learner_fixtures import TINY
-from sweep_fixtures import REPO, cli, ray_address  # noqa: F401 (fixture)
+from sweep_fixtures import REPO, cli_in_process, ray_address  # noqa: F401 (fixture)
 from tune_gems.design.arms import run_arms
 from tune_gems.data.segments import FOLD_TABLE_COLUMNS
 from tune_gems.sweep.spec_load import designed_config, load_spec
@@ -27,7 +27,7 @@ SMALL = [
 
 def test_train_dry_run_prints_the_purged_layout_and_writes_nothing(tmp_path):
     out = tmp_path / "run"
-    res = cli("train", *TINY, *PURGED, "--dry-run", "--out", str(out))
+    res = cli_in_process("train", *TINY, *PURGED, "--dry-run", "--out", str(out))
     assert res.returncode == 0, res.stderr[-3000:]
     lines = res.stdout.splitlines()
     assert "members: 3 fold(s) x 1 arm(s) x 3 seed(s) = 9 (default)" in lines
@@ -40,7 +40,7 @@ def test_train_dry_run_prints_the_purged_layout_and_writes_nothing(tmp_path):
 
 def test_a_walk_forward_key_under_purged_stops_train_with_one_line(tmp_path):
     out = tmp_path / "run"
-    res = cli("train", *TINY, *PURGED, "data.folds.gap=2", "--out", str(out))
+    res = cli_in_process("train", *TINY, *PURGED, "data.folds.gap=2", "--out", str(out))
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
         "tune-gems: error: config: data.folds: data.folds.gap is for scheme walk_forward only "
@@ -63,7 +63,7 @@ def test_the_shipped_spec_has_six_periods_at_the_training_compute_of_the_walk_fo
 
 
 def test_the_purged_spec_runs_end_to_end_on_its_price_file(tmp_path, ray_address):
-    res = cli("sweep", str(SPEC), "--storage", str(tmp_path), "--name", "purged", *SMALL, env={"RAY_ADDRESS": ray_address})
+    res = cli_in_process("sweep", str(SPEC), "--storage", str(tmp_path), "--name", "purged", *SMALL, env={"RAY_ADDRESS": ray_address})
     assert res.returncode == 0, res.stderr[-3000:]
     assert "folds: purged cross-validation, 6 group(s) of 710 rows" in res.stdout
     exp = tmp_path / "purged"
@@ -74,7 +74,7 @@ def test_the_purged_spec_runs_end_to_end_on_its_price_file(tmp_path, ray_address
     members = pd.read_parquet(exp / "members.parquet")
     assert sorted(set(members["fold"])) == list(range(6))
     assert (members[members["epoch"] == 2].groupby("fold").size() == 2 * 2).all()  # 2 arms x 2 seeds per fold
-    ana = cli("analyze", str(exp))
+    ana = cli_in_process("analyze", str(exp))
     assert ana.returncode == 0, ana.stderr[-3000:]
     verdicts = pd.read_csv(exp / "analysis" / "verdicts.csv").set_index("gem")
     assert verdicts.loc["g6", "folds"] == 6

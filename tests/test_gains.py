@@ -9,9 +9,6 @@ from its members.csv.
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +17,7 @@ import pytest
 import yaml
 
 from learner_fixtures import TINY, tiny_config
+from sweep_fixtures import cli_in_process
 from tune_gems.design.arm_sets import (
     CONTROL, PROPOSAL, also_named, apply_design, arm_aliases, has_gains, paired_gains, verdict_gains, wire_search_arms,
     wired_gems,
@@ -193,11 +191,7 @@ def test_train_history_gains_equal_an_independent_computation_from_members_csv(t
     cfg_file = tmp_path / "wire.yaml"
     cfg_file.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    res = subprocess.run(
-        [sys.executable, "-m", "tune_gems", "train", str(cfg_file), "--out", str(out)],
-        capture_output=True, text=True, timeout=600, env=env,
-    )  # fmt: skip
+    res = cli_in_process("train", str(cfg_file), "--out", str(out))
     assert res.returncode == 0, res.stderr[-2000:]
     members = pd.read_csv(out / "members.csv")
     history = pd.read_csv(out / "history.csv").set_index("epoch")

@@ -1,4 +1,4 @@
-"""Several price histories end to end (issue 37 item 3), through the real CLI on small data:
+"""Several price histories end to end (issue 37 item 3), through the CLI's `main` on small data:
 `tune-gems train` with two histories writes every result file with the history in it, bad
 histories stop it with one line and nothing written, a sweep and its confirmation's trials
 write the history of every member and the history table, and the shipped factorial's dry run
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from learner_fixtures import TINY
-from sweep_fixtures import REPO, SMOKE, TINY_SWEEP, cli, ray_address  # noqa: F401 (fixture)
+from sweep_fixtures import REPO, SMOKE, TINY_SWEEP, cli_in_process, ray_address  # noqa: F401 (fixture)
 from tune_gems.data.histories import HISTORY_TABLE_COLUMNS
 from tune_gems.stats.metrics import FOLD_METRICS, MEMBER_IDS
 
@@ -41,7 +41,7 @@ def two_histories(daily: Path) -> list[str]:
 def test_train_with_two_histories_writes_the_history_into_every_result_file(tmp_path, daily):
     out = tmp_path / "run"
     tiny = [x for x in TINY if not x.startswith("data.synthetic")]
-    res = cli("train", *tiny, "trainer.population=2", "trainer.epochs=2", *two_histories(daily), *FOLDS, "--out", str(out))
+    res = cli_in_process("train", *tiny, "trainer.population=2", "trainer.epochs=2", *two_histories(daily), *FOLDS, "--out", str(out))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "histories=2 folds=2 members=8" in res.stdout
     assert f"tune-gems train: data: {daily}, 2 histories on one calendar, 900 rows each: sp500 (price column 'sp500') | wti (price column 'wti')" in res.stdout  # noqa: E501
@@ -65,8 +65,8 @@ def test_train_with_two_histories_writes_the_history_into_every_result_file(tmp_
 
 
 def test_train_dry_run_counts_the_histories_in_the_members(tmp_path, daily):
-    res = cli("train", *[x for x in TINY if not x.startswith("data.synthetic")], *two_histories(daily), *FOLDS, "--dry-run",
-              "--out", str(tmp_path / "run"))  # fmt: skip
+    res = cli_in_process("train", *[x for x in TINY if not x.startswith("data.synthetic")], *two_histories(daily), *FOLDS,
+                         "--dry-run", "--out", str(tmp_path / "run"))  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     assert "members: 2 histories x 2 fold(s) x 1 arm(s) x 3 seed(s) = 12 (default)" in res.stdout.splitlines()
     assert not (tmp_path / "run").exists()
@@ -86,7 +86,8 @@ def test_bad_histories_stop_train_with_one_line_and_write_nothing(tmp_path, dail
         data = [f"data.path={tmp_path / 'flat.csv'}", "data.price_columns=[sp500,wti]"]
         want = f"history 'wti': {tmp_path / 'flat.csv'}: constant price 30 in all 900 rows of column 'wti': not a price series"
     out = tmp_path / "run"
-    res = cli("train", *[x for x in TINY if not x.startswith("data.synthetic")], "data.source=file", *data, "--out", str(out))
+    res = cli_in_process("train", *[x for x in TINY if not x.startswith("data.synthetic")], "data.source=file", *data, "--out",
+                         str(out))
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [f"tune-gems: error: {want}"]
     assert not out.exists()
@@ -94,7 +95,7 @@ def test_bad_histories_stop_train_with_one_line_and_write_nothing(tmp_path, dail
 
 def test_a_sweep_and_its_confirmation_plans_with_two_histories_write_every_members_history(tmp_path, daily, ray_address):
     tiny = [x for x in TINY_SWEEP if not x.startswith(("num_samples", "config.data.synthetic"))]
-    res = cli(
+    res = cli_in_process(
         "sweep", str(SMOKE), "--storage", str(tmp_path), "--name", "histories", "num_samples=2", *tiny,
         *(f"config.{x}" for x in two_histories(daily)), env={"RAY_ADDRESS": ray_address},
     )  # fmt: skip
@@ -127,7 +128,7 @@ def test_a_sweep_and_its_confirmation_plans_with_two_histories_write_every_membe
 
 
 def test_the_shipped_factorial_dry_runs_on_the_cpu_and_its_cpu_twin_is_the_same_design():
-    res = cli("sweep", str(FACTORIAL), "--dry-run")
+    res = cli_in_process("sweep", str(FACTORIAL), "--dry-run")
     assert res.returncode == 0, res.stderr[-3000:]
     lines = res.stdout.splitlines()
     assert any(x.startswith("widest trial: 3 histories x 2 fold(s) x 8 arm(s) x 16 seed(s) = 768 ") for x in lines)
@@ -135,6 +136,6 @@ def test_the_shipped_factorial_dry_runs_on_the_cpu_and_its_cpu_twin_is_the_same_
     gpu, cpu = (yaml.safe_load(p.read_text()) for p in (FACTORIAL, FACTORIAL_CPU))
     assert gpu["config"]["data"] == cpu["config"]["data"] and gpu["config"]["arms"] == cpu["config"]["arms"]
     assert gpu["config"]["gems"] == cpu["config"]["gems"] and gpu["objective"] == cpu["objective"]
-    res = cli("sweep", str(FACTORIAL_CPU), "--dry-run")
+    res = cli_in_process("sweep", str(FACTORIAL_CPU), "--dry-run")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "widest trial: 3 histories x 2 fold(s) x 8 arm(s) x 2 seed(s) = 96 " in res.stdout and "time: about " in res.stdout

@@ -34,7 +34,7 @@ from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel
 
 from fake_results import paired_scenario
-from sweep_fixtures import REPO, SMOKE, TINY_SWEEP
+from sweep_fixtures import REPO, SMOKE, TINY_SWEEP, cli_in_process
 from test_bad_input import TRAIN_TINY, both as _both, snapshot, write as _write
 from tune_gems.config.schema import Config
 
@@ -658,42 +658,16 @@ IN_PROCESS = ("config", "table", "option", "issue39_analysis")
 
 
 def run_in_process(case: Case, sandbox: Path) -> tuple[int, str, str]:
-    """`tune_gems.commands.cli.main(args)` here, in the sandbox as working directory, stdout/stderr
-    captured; the environment and directory are restored afterwards."""
-    import contextlib
-    import io
-
-    from tune_gems.commands.cli import main
-
-    saved_env = {k: os.environ.get(k) for k in _env(sandbox)}
-    cwd = os.getcwd()
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        os.environ.update(_env(sandbox))
-        os.chdir(sandbox)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(_args(case, sandbox))
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else 1
-    finally:
-        os.chdir(cwd)
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return code, out.getvalue(), err.getvalue()
+    """`tune_gems.commands.cli.main(args)` here, in the sandbox as working directory."""
+    res = cli_in_process(*_args(case, sandbox), env=_env(sandbox), cwd=sandbox)
+    return res.returncode, res.stdout, res.stderr
 
 
 def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, str]] = lambda c: {}) -> dict[str, Outcome]:
     """Every case in a sandbox `root/<id>` (set up and snapshotted here), the IN_PROCESS
     families in this process, the others through `tune_gems.commands.cli.main` in children forked from a
     server that imported the heavy modules once (`env_of(case)`: extra environment)."""
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    from cluster_fixtures import cli_in_child
+    from cluster_fixtures import cli_in_child, forked_cli_pool
 
     io_dir = root / "_io"
     io_dir.mkdir()
@@ -704,9 +678,7 @@ def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, 
         befores[c.id] = _snap(root / c.id)
     results: dict[str, tuple] = {}
     forked = [c for c in cases if c.family not in IN_PROCESS]
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["cluster_fixtures", "tune_gems.commands.cli", "tune_gems.trainer.train_command", "tune_gems.sweep.driver", "tune_gems.analysis.analyze"])
-    with ProcessPoolExecutor(PARALLEL, mp_context=ctx, max_tasks_per_child=1) as pool:
+    with forked_cli_pool(PARALLEL) as pool:
         futures = {
             c.id: pool.submit(cli_in_child, _args(c, root / c.id), str(root / c.id), {**_env(root / c.id), **env_of(c)},
                               str(io_dir / f"{c.id}.out"), str(io_dir / f"{c.id}.err"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from fake_results import wire_scenario
-from sweep_fixtures import cli
+from sweep_fixtures import cli_in_process
 from tune_gems.analysis.read.load import load_experiment
 from tune_gems.analysis.describe.variance import sharpe_variance, split_arms
 from tune_gems.contracts.config_label import arm_label, short_labels, trial_label
@@ -61,11 +61,11 @@ def test_older_results_get_the_arms_labels_when_read(tmp_path):
 def test_report_and_compare_show_the_arms_settings(tmp_path):
     a = wire_scenario(tmp_path / "a", n=6)
     b = wire_scenario(tmp_path / "b", n=6, effect=0.0)
-    res = cli("analyze", str(a), "--no-plots", "--n-boot", "50")
+    res = cli_in_process("analyze", str(a), "--no-plots", "--n-boot", "50")
     assert res.returncode == 0, res.stderr[-2000:]
     report = (a / "analysis" / "report.md").read_text()
     assert f"| {WIRED} \\| arm wired |" in report and f"| {BASE} \\| arm control |" in report
     assert f"| {BASE} \\| arm wired |" not in report
-    res = cli("compare", str(a), str(b), "--n-boot", "50")
+    res = cli_in_process("compare", str(a), str(b), "--n-boot", "50")
     assert res.returncode == 0, res.stderr[-2000:]
     assert f"{WIRED} | arm wired" in res.stdout and f"{BASE} | arm wired" not in res.stdout

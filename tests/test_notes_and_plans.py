@@ -1,5 +1,5 @@
 """The dry run counts walk-forward folds (folds x arms x seeds), and the objective note appears
-only where a search chose among trials (issue 31 item 3): through the real CLI."""
+only where a search chose among trials (issue 31 item 3): through the CLI's `main`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 import fake_results as fr
-from sweep_fixtures import SMOKE, TINY_SWEEP, cli, store_spec
+from sweep_fixtures import SMOKE, TINY_SWEEP, cli_in_process, store_spec
 from tune_gems.config.load import load_config
 from tune_gems.design.arms import run_arms
 from tune_gems.trainer.dry_run import members_line
@@ -24,8 +24,8 @@ def test_the_members_line_counts_folds():
 
 @pytest.mark.slow
 def test_the_sweep_dry_run_counts_the_widest_trials_folds(tmp_path):
-    res = cli("sweep", str(SMOKE), "--dry-run", "--storage", str(tmp_path), "--name", "plan", *TINY_SWEEP,
-              "config.data.folds.k=3", "resources.cpu=1", env={"OMP_NUM_THREADS": "", "MKL_NUM_THREADS": ""})
+    res = cli_in_process("sweep", str(SMOKE), "--dry-run", "--storage", str(tmp_path), "--name", "plan", *TINY_SWEEP,
+                         "config.data.folds.k=3", "resources.cpu=1", env={"OMP_NUM_THREADS": "", "MKL_NUM_THREADS": ""})
     assert res.returncode == 0, res.stderr[-2000:]
     assert "widest trial: 3 fold(s) x 5 arm(s) x 2 seed(s) = 30 (proposal, control" in res.stdout
     # timed as a trial runs: Ray gives it one thread per CPU of resources.cpu
@@ -43,10 +43,10 @@ def _spec(folder, **over) -> None:
 def test_the_objective_note_only_where_the_search_chose(tmp_path):
     one = fr.wire_scenario(tmp_path / "one", n=6)  # one trial, nothing searched
     _spec(one, num_samples=1, search={"gems": {}, "params": {}})
-    res = cli("analyze", str(one), "--no-plots", "--n-boot", "50")
+    res = cli_in_process("analyze", str(one), "--no-plots", "--n-boot", "50")
     assert res.returncode == 0, res.stderr[-2000:]
     assert NOTE not in res.stdout and NOTE not in (one / "analysis" / "report.md").read_text()
     searched = fr.wire_scenario(tmp_path / "searched", n=6, trials=2)  # the smoke spec searches every gem
     _spec(searched, num_samples=2)
-    res = cli("analyze", str(searched), "--no-plots", "--n-boot", "50")
+    res = cli_in_process("analyze", str(searched), "--no-plots", "--n-boot", "50")
     assert res.returncode == 0 and NOTE in res.stdout

@@ -1,7 +1,7 @@
 """Each plot of the analysis is drawn from the table it claims (issue 31 item 4): the plotted
 data is read back from the matplotlib artists (tagged with a gid naming their table rows) and
 compared with the table; the tables themselves with the verdict's own comparison; every figure
-has a title, a legend and labelled axes; the report leads with the plots; through the real CLI."""
+has a title, a legend and labelled axes; the report leads with the plots; through the CLI's `main`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from matplotlib.colors import to_hex
 
 import fake_results as fr
-from sweep_fixtures import cli
+from sweep_fixtures import cli_in_process
 from tune_gems.analysis.analyze import analyze
 from tune_gems.analysis.render.figures import (
     CONFIRMATION_TABLE, FINAL_VERDICTS_CSV, IMPROVEMENT_CSV, LEARNING_CURVES_CSV, PAIRED_SEEDS_CSV, PROFILES_CSV,
@@ -208,7 +208,7 @@ def test_analyze_leads_with_the_plots_through_the_cli(tmp_path):
     folder = fr.wire_scenario(tmp_path / "w", n=6)
     pd.DataFrame({"gem": ["g12"], "discovery_gain": [0.4], "confirmation_gain": [0.3]}).to_csv(
         folder / CONFIRMATION_TABLE, index=False)  # as in a confirmation folder
-    res = cli("analyze", str(folder), "--n-boot", "100")
+    res = cli_in_process("analyze", str(folder), "--n-boot", "100")
     assert res.returncode == 0, res.stderr[-2000:]
     out = folder / "analysis"
     for name in ("paired_seeds", "learning_curves", "performance_profiles", "probability_of_improvement"):
@@ -223,7 +223,7 @@ def test_analyze_leads_with_the_plots_through_the_cli(tmp_path):
     for png in ("paired_seeds.png", "learning_curves.png", "performance_profiles.png",
                 "probability_of_improvement.png", "confirmation_shrinkage.png"):
         assert report.index(f"]({png})") < report.index("## Experiments read")
-    plain = cli("analyze", str(folder), "--n-boot", "100", "--no-plots", "--out", str(tmp_path / "np"))
+    plain = cli_in_process("analyze", str(folder), "--n-boot", "100", "--no-plots", "--out", str(tmp_path / "np"))
     assert plain.returncode == 0 and (tmp_path / "np" / "paired_seeds.csv").is_file()
     assert "## Plots first" not in (tmp_path / "np" / "report.md").read_text()
 

@@ -2,8 +2,10 @@
 edit to the package, and bad plug-ins are refused in one line with exit status 2 before
 anything is written (docs/gems.md).
 
-Each run is `python -m tune_gems train` in a subprocess whose PYTHONPATH holds the plug-in's
-folder (how a user's module reaches tune-gems).
+Each run is `tune-gems train` (the CLI's `main`) in a process of its own, forked fresh from a
+server that imported the heavy modules once, with the plug-in's folder on its path where
+PYTHONPATH puts it (how a user's module reaches tune-gems); test_plugin_sweep and
+test_tables_only start real `python -m tune_gems` processes with that PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cluster_fixtures import cli_forked, forked_cli_pool
 from learner_fixtures import TINY
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,17 +27,20 @@ EXAMPLES = REPO / "examples" / "gems"
 TRAIN = [t for t in TINY if not t.startswith("trainer.epochs")] + ["trainer.epochs=2"]
 
 
-def train(args: list[str], pythonpath: Path, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pythonpath), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run(
-        [sys.executable, "-m", "tune_gems", "train", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+@pytest.fixture(scope="module")
+def pool():
+    with forked_cli_pool(1) as p:
+        yield p
 
 
-def test_example_plugin_trains_measured_and_wired(tmp_path):
+def train(pool, args: list[str], pythonpath: Path, cwd: Path) -> subprocess.CompletedProcess:
+    return cli_forked(pool, ["train", *args], cwd, {"PYTHONPATH": str(pythonpath)}, timeout=600)
+
+
+def test_example_plugin_trains_measured_and_wired(tmp_path, pool):
     out = tmp_path / "run"
-    r = train([*TRAIN, "plugins=[q_magnitude]", "gems.qmag.mode=wire", "gems.qmag.weight=0.5", "--out", str(out)], EXAMPLES, tmp_path)
+    r = train(pool, [*TRAIN, "plugins=[q_magnitude]", "gems.qmag.mode=wire", "gems.qmag.weight=0.5", "--out", str(out)], EXAMPLES,
+              tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     health = [line for line in r.stdout.splitlines() if line.startswith("HEALTH_DIAG")]
     assert len(health) == 2 and all("q_magnitude=" in line for line in health)
@@ -48,8 +54,9 @@ def test_example_plugin_trains_measured_and_wired(tmp_path):
 
     # wiring it changes training; measuring it does not (bit-identical to a run without it)
     measured, plain = tmp_path / "measured", tmp_path / "plain"
-    assert train([*TRAIN, "plugins=[q_magnitude]", "gems.qmag.mode=measure", "--out", str(measured)], EXAMPLES, tmp_path).returncode == 0
-    assert train([*TRAIN, "--out", str(plain)], EXAMPLES, tmp_path).returncode == 0
+    measured_run = train(pool, [*TRAIN, "plugins=[q_magnitude]", "gems.qmag.mode=measure", "--out", str(measured)], EXAMPLES, tmp_path)
+    assert measured_run.returncode == 0, measured_run.stderr[-2000:]
+    assert train(pool, [*TRAIN, "--out", str(plain)], EXAMPLES, tmp_path).returncode == 0
     m, p = pd.read_csv(measured / "members.csv"), pd.read_csv(plain / "members.csv")
     assert "q_magnitude" not in p.columns
     shared = [c for c in p.columns if c not in ("sps", "train_s", "eval_s")]
@@ -90,13 +97,13 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_plugin_is_refused_in_one_line_before_anything_is_written(tmp_path, case):
+def test_bad_plugin_is_refused_in_one_line_before_anything_is_written(tmp_path, pool, case):
     source, fragments = BAD[case]
     plugin_dir = tmp_path / "plugins"
     plugin_dir.mkdir()
     (plugin_dir / "bad_plugin.py").write_text(source)
     out = tmp_path / "run"
-    r = train([*TRAIN, "plugins=[bad_plugin]", "--out", str(out)], plugin_dir, tmp_path)
+    r = train(pool, [*TRAIN, "plugins=[bad_plugin]", "--out", str(out)], plugin_dir, tmp_path)
     assert r.returncode == 2, (r.stdout[-1000:], r.stderr[-2000:])
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tune-gems: error: "), r.stderr
@@ -106,8 +113,8 @@ def test_bad_plugin_is_refused_in_one_line_before_anything_is_written(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plugins"]  # nothing else written
 
 
-def test_plugin_entry_that_is_not_a_module_name_is_refused(tmp_path):
-    r = train([*TRAIN, "plugins=[not a module]", "--out", str(tmp_path / "run")], EXAMPLES, tmp_path)
+def test_plugin_entry_that_is_not_a_module_name_is_refused(tmp_path, pool):
+    r = train(pool, [*TRAIN, "plugins=[not a module]", "--out", str(tmp_path / "run")], EXAMPLES, tmp_path)
     assert r.returncode == 2 and "plugins: 'not a module' is not a dotted module name" in r.stderr
     assert not (tmp_path / "run").exists()
 

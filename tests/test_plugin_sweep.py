@@ -1,5 +1,6 @@
-"""The example plug-in gem end to end through a real sweep (2 trials) and the analysis, with no
-change to the package: the module reaches the Ray workers through PYTHONPATH (issue 11)."""
+"""The example plug-in gem end to end through a real sweep (2 tiny trials, as a process of its own
+that starts its own Ray) and the analysis, with no change to the package: the module reaches the
+Ray workers through PYTHONPATH (issue 11)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from sweep_fixtures import TINY_SWEEP, cli_in_process
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "gems"
+TINY = [o for o in TINY_SWEEP if not o.startswith("num_samples=")]
 
 pytestmark = pytest.mark.slow
 
@@ -28,9 +32,8 @@ def test_example_plugin_sweeps_and_is_analysed(tmp_path):
     sweep = _cli(
         [
             "sweep", str(REPO / "sweeps" / "smoke.yaml"), "--storage", str(tmp_path / "exp"), "--name", "plug",
-            "num_samples=2", "config.plugins=[q_magnitude]",
+            *TINY, "num_samples=2", "config.plugins=[q_magnitude]",
             "search.gems.qmag={modes: [wire], weight_low: 0.001, weight_high: 0.1}",
-            "config.trainer.epochs=2", "config.trainer.iterations_per_epoch=20", "config.trainer.population=2",
         ],
         tmp_path,
     )  # fmt: skip
@@ -46,7 +49,7 @@ def test_example_plugin_sweeps_and_is_analysed(tmp_path):
     arms = pd.read_parquet(exp / "arms.parquet")
     assert "without-qmag" in set(arms["arm"])  # the wire_search design tests the plug-in too
 
-    analyze = _cli(["analyze", str(exp)], tmp_path)
+    analyze = cli_in_process("analyze", str(exp), cwd=tmp_path)  # the tables and gems.json: no plug-in code needed
     assert analyze.returncode == 0, analyze.stderr[-3000:]
     verdicts = pd.read_csv(exp / "analysis" / "verdicts.csv")
     row = verdicts.set_index("gem").loc["qmag"]

@@ -2,22 +2,21 @@
 manifest is one record type with one reader, every folder is read under its own manifest, the
 analysis iterates over the manifest's gems (a plug-in gem gets magnitudes, trajectories and a
 plot panel), and `analyze` refuses, in one line and exit status 2, experiments whose manifests
-disagree and trials given twice. Through the real CLI on small synthetic results."""
+disagree and trials given twice. Through the CLI's `main` on small synthetic results."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import fake_results as fr
+from sweep_fixtures import cli_in_process
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry, folder_manifest, manifest_text, read_manifest
 from tune_gems.contracts.errors import DataError
 from tune_gems.gems import manifest
@@ -26,9 +25,7 @@ PLUGIN = GemEntry("qmag", "q_magnitude", "Q-magnitude penalty", False)
 
 
 def analyze(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    return subprocess.run([sys.executable, "-m", "tune_gems", "analyze", *args, "--n-boot", "200"], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=300)
+    return cli_in_process("analyze", *args, "--n-boot", "200", cwd=cwd)
 
 
 def one_line_refusal(r: subprocess.CompletedProcess, *needles: str) -> None:

@@ -1,7 +1,8 @@
 """Checking a run before starting it, through the real CLI: `--version`, `tune-gems config`,
 "did you mean" for a mistyped key, the data trap (`data.path` without `data.source=file`),
 `--dry-run` for train and sweep (nothing written, Ray not started), and the data/split lines a
-run prints at its start."""
+run prints at its start. The commands run through the CLI's `main` in this process (what they
+print and return); the plug-in listing and the closed pipe need a process of their own."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep_fixtures import SMOKE, TINY_SWEEP, cli
+from sweep_fixtures import SMOKE, TINY_SWEEP, cli, cli_in_process
 from test_bad_input import TRAIN_TINY
 from tune_gems.commands.cli import SPEC_KEYS_HEADING
 
@@ -33,7 +34,7 @@ def _one_error_line(res, *fragments: str) -> None:
 def test_version():
     from importlib.metadata import version
 
-    res = cli("--version")
+    res = cli_in_process("--version")
     assert res.returncode == 0 and res.stdout.startswith("tune-gems 0.") and "python" in res.stdout
     for name, dist in (("torch", "torch"), ("Ray", "ray"), ("Optuna", "optuna")):  # issue 31: what a result depends on
         assert f"{name} {version(dist)}" in res.stdout
@@ -52,15 +53,15 @@ def _tables(stdout: str) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def test_config_lists_keys_with_type_default_and_description():
-    res = cli("config")
+    res = cli_in_process("config")
     assert res.returncode == 0, res.stderr
     rows, spec = _tables(res.stdout)
     assert rows["trainer.population"].split()[1:3] == ["int", "4"] and "lockstep" in rows["trainer.population"]
     assert rows["data.source"].split()[1:3] == ["synthetic|file", "synthetic"]
     assert {"gems.g6.mode", "gems.g12.weight", "arms.factors", "model.spectral_norm"} <= set(rows)
-    only = cli("config", "gems.g6")
+    only = cli_in_process("config", "gems.g6")
     assert only.returncode == 0 and [line.split()[0] for line in only.stdout.splitlines()[1:]] == ["gems.g6", "gems.g6.mode", "gems.g6.weight"]
-    _one_error_line(cli("config", "trainer.nope"), "trainer.nope")
+    _one_error_line(cli_in_process("config", "trainer.nope"), "trainer.nope")
 
 
 def test_config_lists_every_sweep_spec_key():
@@ -68,7 +69,7 @@ def test_config_lists_every_sweep_spec_key():
     from tune_gems.config.keys import key_rows
     from tune_gems.sweep.spec import SweepSpec
 
-    res = cli("config")
+    res = cli_in_process("config")
     assert res.returncode == 0, res.stderr
     _config, spec = _tables(res.stdout)
     assert set(spec) == {r.key for r in key_rows(SweepSpec)}
@@ -77,11 +78,11 @@ def test_config_lists_every_sweep_spec_key():
     assert spec["num_samples"].split()[1:3] == ["int", "4"]
     assert spec["search.gems.<gem>.modes"].split()[2] == "['measure',"
     assert spec["blocks.seed_blocks"].split()[2] == "required"
-    tracking = cli("config", "tracking")  # a spec-only prefix: the spec table alone
+    tracking = cli_in_process("config", "tracking")  # a spec-only prefix: the spec table alone
     assert tracking.returncode == 0, tracking.stderr
     assert tracking.stdout.startswith(SPEC_KEYS_HEADING)
     assert sorted(_tables(tracking.stdout)[1]) == ["tracking.mlflow", "tracking.wandb"]
-    _one_error_line(cli("config", "tracking.nope"), "tracking.nope", "no config or sweep spec key")
+    _one_error_line(cli_in_process("config", "tracking.nope"), "tracking.nope", "no config or sweep spec key")
 
 
 def test_every_listed_key_has_a_description():
@@ -119,7 +120,7 @@ def test_every_listed_key_has_a_description():
     ],
 )
 def test_unknown_keys_suggest_the_closest_known_one(tmp_path, args, fragments):
-    res = cli(*args, "--debug") if args[0] == "train" else cli(*args)
+    res = cli_in_process(*args, "--debug") if args[0] == "train" else cli_in_process(*args)
     _one_error_line(res, *fragments)
     if "zzz" in args[-1]:
         assert "did you mean" not in res.stderr  # nothing close: no guess
@@ -127,15 +128,15 @@ def test_unknown_keys_suggest_the_closest_known_one(tmp_path, args, fragments):
 
 def test_the_data_trap_is_refused_in_one_line(tmp_path):
     (tmp_path / "prices.csv").write_text("date,close\n2020-01-01,1\n")
-    res = cli("train", *TRAIN_TINY, f"data.path={tmp_path / 'prices.csv'}", "--out", str(tmp_path / "run"))
+    res = cli_in_process("train", *TRAIN_TINY, f"data.path={tmp_path / 'prices.csv'}", "--out", str(tmp_path / "run"))
     _one_error_line(res, "data.path is set", "data.source is synthetic", "data.source=file")
     assert _files(tmp_path) == ["prices.csv"]
 
 
 @pytest.mark.slow
 def test_train_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
-    res = cli("train", "--dry-run", *TRAIN_TINY, "arms.factors={gems.g6.mode: [measure, wire]}", "--out", str(tmp_path / "run"),
-              env=ONE_THREAD)
+    res = cli_in_process("train", "--dry-run", *TRAIN_TINY, "arms.factors={gems.g6.mode: [measure, wire]}", "--out",
+                         str(tmp_path / "run"), env=ONE_THREAD)
     assert res.returncode == 0, res.stderr[-2000:]
     out = res.stdout
     resolved = _resolved_file(out, "config (resolved): ")  # the ~150 lines of config in a file, not before the plan
@@ -173,17 +174,17 @@ def test_train_dry_run_checks_the_output_folder_as_the_real_command(tmp_path):
     """--out in a pseudo-filesystem, on a file, or on a finished train run: the dry run refuses it
     with the real command's own line (and exit 2), writing nothing; `--resume` there is planned."""
     run = tmp_path / "run"
-    done = cli("train", *TRAIN_TINY, "--out", str(run), env=ONE_THREAD)
+    done = cli_in_process("train", *TRAIN_TINY, "--out", str(run), env=ONE_THREAD)
     assert done.returncode == 0, done.stderr[-2000:]
     (tmp_path / "a-file").write_text("x")
     before = _tree(tmp_path)
     for out in ("/proc/run", str(tmp_path / "a-file"), str(run)):
-        real = cli("train", *TRAIN_TINY, "--out", out, env=ONE_THREAD)
-        dry = cli("train", "--dry-run", *TRAIN_TINY, "--out", out, env=ONE_THREAD)
+        real = cli_in_process("train", *TRAIN_TINY, "--out", out, env=ONE_THREAD)
+        dry = cli_in_process("train", "--dry-run", *TRAIN_TINY, "--out", out, env=ONE_THREAD)
         _one_error_line(dry, "--out: ")
         assert dry.stderr == real.stderr and real.returncode == 2, (dry.stderr, real.stderr)
     assert "already holds a train run; continue it with --resume" in dry.stderr
-    resumed = cli("train", "--dry-run", "--out", str(run), "--resume", env=ONE_THREAD)
+    resumed = cli_in_process("train", "--dry-run", "--out", str(run), "--resume", env=ONE_THREAD)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"out: {run} (continues the train run there from its checkpoint)" in resumed.stdout
     assert _tree(tmp_path) == before  # nothing written, nothing touched
@@ -191,7 +192,8 @@ def test_train_dry_run_checks_the_output_folder_as_the_real_command(tmp_path):
 
 @pytest.mark.slow
 def test_sweep_dry_run_prints_the_plan_without_ray_and_writes_nothing(tmp_path):
-    res = cli("sweep", str(SMOKE), "--dry-run", "--storage", str(tmp_path / "exp"), "--name", "plan", *TINY_SWEEP, env=ONE_THREAD)
+    res = cli_in_process("sweep", str(SMOKE), "--dry-run", "--storage", str(tmp_path / "exp"), "--name", "plan", *TINY_SWEEP,
+                         env=ONE_THREAD)
     assert res.returncode == 0, res.stderr[-2000:]
     out = res.stdout
     assert "num_samples: 4" in _resolved_file(out, "spec (resolved): ") and "trials: 4, design wire_search" in out
@@ -206,8 +208,8 @@ def test_sweep_dry_run_prints_the_plan_without_ray_and_writes_nothing(tmp_path):
 def test_train_prints_the_data_source_matched_column_and_split(tmp_path):
     rows = "".join(f"2020-{1 + d // 28:02d}-{1 + d % 28:02d},{100 + d % 7 + d * 0.1:.2f},5\n" for d in range(300))
     (tmp_path / "p.csv").write_text("Date,Close,Volume\n" + rows)
-    res = cli("train", *TRAIN_TINY, "data.source=file", f"data.path={tmp_path / 'p.csv'}", "data.splits=[2020-08-01, 2020-10-01]",
-              "--out", str(tmp_path / "run"), env=ONE_THREAD)
+    res = cli_in_process("train", *TRAIN_TINY, "data.source=file", f"data.path={tmp_path / 'p.csv'}",
+                         "data.splits=[2020-08-01, 2020-10-01]", "--out", str(tmp_path / "run"), env=ONE_THREAD)
     assert res.returncode == 0, res.stderr[-2000:]
     assert f"tune-gems train: data: {tmp_path / 'p.csv'}, price column 'Close' (asked 'close'), 300 rows" in res.stdout
     split = next(line for line in res.stdout.splitlines() if line.startswith("tune-gems train: split: "))

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sweep_fixtures import SMOKE, TINY_SWEEP, cli, ray_address  # noqa: F401 (fixture)
+from sweep_fixtures import SMOKE, TINY_SWEEP, cli, cli_in_process, ray_address  # noqa: F401 (fixture)
 from tune_gems.contracts.errors import ConfigError, OutputExistsError
 from tune_gems.stats.metrics import EPOCH_METRICS, MEMBER_IDS, MEMBER_METRICS
 from tune_gems.sweep.driver import run_sweep
@@ -25,8 +25,10 @@ def _tables(exp):
 
 
 def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
-    """The README's main job, shrunk: `tune-gems sweep sweeps/smoke.yaml`, joining the running
-    Ray instance through RAY_ADDRESS, then `tune-gems analyze` on what it wrote."""
+    """The README's main job, shrunk: `tune-gems sweep sweeps/smoke.yaml` as a process of its own,
+    joining the running Ray instance through RAY_ADDRESS (its console is Ray's workers' lines),
+    then `tune-gems analyze`, `confirm` and `compare` on what it wrote (through the CLI's `main`
+    in this process: a confirmation trains here, without Ray)."""
     res = cli("sweep", str(SMOKE), "--storage", str(tmp_path), "--name", "smoke", *TINY_SWEEP, env={"RAY_ADDRESS": ray_address})
     assert res.returncode == 0, res.stderr[-3000:]
     exp = tmp_path / "smoke"
@@ -86,7 +88,7 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
             if mode == "wire":
                 assert row[f"gems.{g}.weight"] == pytest.approx(tr.params[f"gems.{g}.weight"])
 
-    ana = cli("analyze", str(exp))
+    ana = cli_in_process("analyze", str(exp))
     assert ana.returncode == 0, ana.stderr[-2000:]
     assert "verdict" in ana.stdout and (exp / "analysis" / "report.md").is_file()
     # the standing against the baselines opens the console output and the report
@@ -144,11 +146,11 @@ def _check_console_and_labels(shown: str, exp, t, arms):
 def _check_confirmation_tables(exp):
     """`compare` reads the confirmation folder's settings from its trials table, and its
     analysis draws the shrinkage from confirmation.csv (issue 31 items 4 and 6)."""
-    res = cli("compare", str(exp), str(exp / "confirmation"))
+    res = cli_in_process("compare", str(exp), str(exp / "confirmation"))
     assert res.returncode == 0, res.stderr[-2000:]
     differ = [line for line in res.stdout.splitlines() if line.startswith("  config.")]
     assert differ and not [line for line in differ if line.endswith("confirmation=-")], res.stdout[:3000]
-    ana = cli("analyze", str(exp / "confirmation"))
+    ana = cli_in_process("analyze", str(exp / "confirmation"))
     assert ana.returncode == 0, ana.stderr[-2000:]
     assert (exp / "confirmation" / "analysis" / "confirmation_shrinkage.png").is_file()
 
@@ -177,7 +179,7 @@ def _check_confirm(exp, t):
     confirm` re-runs each gem's best trial once on fresh member seeds and fresh paths."""
     trials = t["trials"]
     np.testing.assert_array_equal(trials["objective"].to_numpy(float), trials["verdict_gain"].to_numpy(float))
-    res = cli("confirm", str(exp))
+    res = cli_in_process("confirm", str(exp))
     assert res.returncode == 0, res.stderr[-2000:]
     assert "final verdict" in res.stdout and "shrinkage" in res.stdout
     diag = [line for line in res.stdout.splitlines() if line.startswith("HEALTH_DIAG ")]
@@ -212,7 +214,8 @@ def _check_confirm(exp, t):
         assert mine.loc["control", f"gems.{gem}.mode"] == "measure" != mine.loc["proposal", f"gems.{gem}.mode"]
     record = json.loads((exp / "confirmed.json").read_text())
     assert record["status"] == "done" and set(record["trials"]) == set(chosen["gem"])
-    for again in (cli("confirm", str(exp)), cli("confirm", str(exp), "--out", str(exp.parent / "elsewhere"))):
+    for again in (cli_in_process("confirm", str(exp)),
+                  cli_in_process("confirm", str(exp), "--out", str(exp.parent / "elsewhere"))):
         # the search is confirmed once, whatever the output folder
         assert again.returncode == 2 and "confirmed already" in again.stderr and again.stderr.count("\n") == 1
     assert not (exp.parent / "elsewhere").exists()
@@ -269,7 +272,7 @@ def test_bad_specs_fail_before_ray_with_one_line(override, fragment):
 def test_cli_bad_spec_exits_2_with_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("num_samples: [1\n")
-    res = cli("sweep", str(bad), "--storage", str(tmp_path))
+    res = cli_in_process("sweep", str(bad), "--storage", str(tmp_path))
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and "bad.yaml" in res.stderr and "malformed YAML" in res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]

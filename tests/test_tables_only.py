@@ -1,7 +1,7 @@
 """What the result tables alone give (issue 31 item 6): `compare` reads a confirmation folder's
 settings from its trials table (it has no spec), and `analyze` of a run with a plug-in gem works
 without the plug-in's code (its magnitudes and verdicts from the tables; only a re-run needs
-the code). Through the real CLI."""
+the code). Through the real CLI (compare through its `main`, in this process)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import fake_results as fr
-from sweep_fixtures import REPO, SMOKE, TINY_SWEEP, cli, store_spec
+from sweep_fixtures import REPO, SMOKE, TINY_SWEEP, cli, cli_in_process, store_spec
 from tune_gems.commands.compare import differences, run_settings
 from tune_gems.config.dotted import flatten
 from tune_gems.sweep.spec_load import load_spec, trial_config
@@ -43,7 +43,7 @@ def test_compare_reads_a_confirmation_folders_settings_from_its_trials_table(tmp
     keys = {k for k, _, _ in diff}
     assert keys == {"config.seed", "config.gems.g6.mode", "config.gems.g6.weight", "config.gems.g12.mode",
                     "config.gems.g12.weight"}, diff  # what the confirmation set, nothing it merely lacks
-    res = cli("compare", str(search), str(confirmation), "--n-boot", "50")
+    res = cli_in_process("compare", str(search), str(confirmation), "--n-boot", "50")
     assert res.returncode == 0, res.stderr[-2000:]
     assert "settings that differ (5):" in res.stdout and "confirmation=-" not in res.stdout
     assert "config.gems.g12.mode: search=measure  confirmation=measure | wire" in res.stdout

@@ -8,7 +8,7 @@ import importlib.util
 
 import pytest
 
-from sweep_fixtures import SMOKE, cli
+from sweep_fixtures import SMOKE, cli_in_process
 from test_bad_input import TRAIN_TINY
 from tune_gems.contracts.errors import ConfigError
 from tune_gems.sweep import tracking
@@ -19,7 +19,7 @@ from tune_gems.sweep.tracking import TrackingSpec, check_tracking, tracking_call
 def test_a_tracker_that_is_not_installed_is_refused_in_one_line(key):
     if importlib.util.find_spec(key) is not None:
         pytest.skip(f"{key} is installed here")
-    res = cli("sweep", str(SMOKE), f"tracking.{key}={{project: x}}", env={"RAY_ADDRESS": "127.0.0.1:9"})
+    res = cli_in_process("sweep", str(SMOKE), f"tracking.{key}={{project: x}}", env={"RAY_ADDRESS": "127.0.0.1:9"})
     assert res.returncode == 2
     assert res.stderr.strip() == f"tune-gems: error: {SMOKE}: tracking.{key}: needs the {key} package, which is not installed (pip install {key})"
 
