@@ -1,6 +1,6 @@
 """Every factor judged (issue 30, item 4): `tune_gems.analysis.verdicts.factors` on synthetic factorials
 with known answers, the factor table in the written analysis and on the terminal, and its
-calibration through `factors.decide_effects` (the function the table runs): the family of gems
+calibration through `rules.decision.decide` (the function the table runs): the family of gems
 and factors keeps its family-wise false rate <= alpha, and a planted factor effect is found."""
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def test_the_analysis_writes_factors_csv_the_report_section_and_prints_the_table
     assert "factors (gems and factors one family, Holm over 3" in out and "model.spectral_norm" in out
 
 
-# -- calibration through decide_effects ---------------------------------------------------------------
+# -- calibration through rules.decision.decide -------------------------------------------------------
 
 
 @pytest.mark.parametrize("folds,tau", [(1, 1.0), (1, 3.0), (4, 3.0), (6, 1.0)])

@@ -88,12 +88,14 @@ def check_settings(thresholds: Thresholds | None = None, **settings: Any) -> Thr
 
 
 def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thresholds: Thresholds | None = None,
-            **settings: Any) -> AnalysisResult:
+            selection: dict[str, int] | None = None, **settings: Any) -> AnalysisResult:
     """Compute every table from an `Experiment` (or folders to load); writes nothing.
 
     `thresholds` the analysis's settings (`Thresholds`, defaults: `analysis/defaults.py`);
     `settings` replace fields of it by name (`alpha=0.01, n_boot=500`). They are checked, and
-    built into one record, before anything is read."""
+    built into one record, before anything is read. `selection`: a confirmation on one price
+    history (`tune-gems confirm`): per gem the configurations its search chose among, whose
+    selection-adjusted final verdicts the verdict table then carries (`gem_verdict_tables`)."""
     th = check_settings(thresholds, **settings)
     if not isinstance(experiment, Experiment):  # the stored spec/config the analysis reads, verified first
         experiment = experiment if isinstance(experiment, (str, Path)) else list(experiment)
@@ -108,7 +110,7 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
     red = redundancy_table(cells, gems, thresholds=th, excess=excess)
     lookup = EvalReturnsLookup(exp.paths, exp.labels, t)
     verdicts, fold_rows = gem_verdict_tables(t, h, m, arms=arms, gems=gems, thresholds=th, redundancy=red, cells=cells,
-                                             eval_returns=lookup)
+                                             eval_returns=lookup, selection=selection)
     verdicts["skill"] = skill_context(exp)
     placebo = placebo_verdicts(cells, gems, m, thresholds=th)
     column, metric_note = verdict_metric(m)

@@ -1,9 +1,8 @@
 """A family's fold data and the period rule on it: the one K >= 2 decision every caller makes.
 
-Why its own module. The gem verdicts (`walk_forward.period_verdicts`), the factor table
-(`factor_rule.decide_effects`), the confirmation's simulated search (`search_choice`) and the
-period calibration (`walk_forward_calibration.run_periods`) must decide a family of contrasts
-over periods the same way: the per-fold effects on their informative pairs
+Why its own module. The rule's one composition (`decision.decide`, which the gem verdicts, the
+factor table, `confirm` and every calibration call) decides a family of contrasts over periods
+through it: the per-fold effects on their informative pairs
 (`pooling.fold_estimates`), the seeds' part shared by every fold (`pooling.seed_anova`,
 `pooling.shared_seed_variance`), the family pooled with tau shared where the contrasts agree
 (`pooling.pool_family`) and the period rule (`periods.decide_periods`). Before this module each

@@ -20,8 +20,8 @@ gems' machinery and words:
   market gate and the one-period gate (`rules.gates`, with each contrast's market-noise interval,
   `verdict_market_noise.market_evidence`), at K >= 2 the period rule on the family's fold data
   (`walk_forward.folds_family`, `rules.period_family.decide_fold_data`: the gem verdicts' pooled
-  test, tau shared across the family): `factor_rule.decide_effects`, the one function the table
-  and its calibration (`factor_calibration.py`) run; the MDE, floor and advice of that test
+  test, tau shared across the family): `rules.decision.decide`, the one function the table,
+  the gem verdicts and every calibration run; the MDE, floor and advice of that test
   (`walk_forward.pooled_power`);
 - **interactions**: for every two two-level contrasts of a full factorial, the per-seed
   difference of one's effect between the other's levels, Holm over the interactions (shown,
@@ -45,7 +45,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from tune_gems.analysis.rules.factor_rule import EffectDecision, decide_effects
+from tune_gems.analysis.rules.decision import Decision, Evidence, decide
 from tune_gems.analysis.pairs.pairing import Cells, Paired, paired
 from tune_gems.analysis.text import format_number
 from tune_gems.analysis.rules.rule_mde import PowerInputs, market_se_of, rule_mde
@@ -221,7 +221,7 @@ def _reading(c: Contrast, verdict: str, mde: float, rope: float) -> str:
 
 def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds | None = None, column: str,
                  eval_returns: EvalReturnsLookup | None = None, verdicts: pd.DataFrame | None = None) -> pd.DataFrame:
-    """factors.csv: one row per gem and factor contrast of the design (the family, `decide_effects`),
+    """factors.csv: one row per gem and factor contrast of the design (the family, `rules.decision.decide`),
     then one per interaction of a full factorial (module docstring). `column` the verdict metric;
     `verdicts` the gem verdict table (its verdict is shown beside each gem's row)."""
     th = thresholds if thresholds is not None else Thresholds()
@@ -236,23 +236,22 @@ def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds |
                            sorted(int(f) for f in cells.table[FOLD].unique()))
     market_rows: list[dict] = [{} for _ in contrasts]
 
-    def market(level: np.ndarray):
-        lo, hi, ok = np.full(level.shape, np.nan), np.full(level.shape, np.nan), np.zeros(level.shape, bool)
+    def market(tail: np.ndarray):
+        lo, hi, ok = np.full(tail.shape, np.nan), np.full(tail.shape, np.nan), np.zeros(tail.shape, bool)
+        level = tail * (1 if th.one_sided_keep else 2)
         for j, pr in enumerate(prs):
             if not pr.n or not cells.shared_path:
                 continue
             ev = market_evidence(pr, cells, eval_returns, column=column, k=th.last_k,
-                                 confidence=1 - float(np.nan_to_num(level[0, j], nan=th.alpha)), n_boot=th.n_boot,
-                                 seed=th.seed)
+                                 confidence=1 - float(level[0, j]), n_boot=th.n_boot, seed=th.seed)
             market_rows[j] = ev.columns()
             if ev.ok:
                 lo[0, j], hi[0, j], ok[0, j] = ev.interval.low, ev.interval.high, True
         return lo, hi, ok
 
-    decision = decide_effects([pr.diffs[None, :] for pr in prs], alpha=th.alpha, rope=th.rope,
-                              wired=[pr.hi_cells for pr in prs], measured=[pr.lo_cells for pr in prs],
-                              market=market if k_folds == 1 else None, periods=None if fam is None else fam.data,
-                              share=th.share_tau, one_sided=th.one_sided_keep, min_periods=th.min_periods)
+    decision = decide(Evidence(diffs=[pr.diffs[None, :] for pr in prs], wired=[pr.hi_cells for pr in prs],
+                               measured=[pr.lo_cells for pr in prs], market=market if k_folds == 1 else None,
+                               periods=None if fam is None else fam.data), th)
     power = pooled_power(fam, decision.pooled, th) if fam is not None else None
     m = int(np.isfinite(decision.p).sum())
     gem_verdict = (verdicts.set_index("gem")["verdict"].to_dict() if verdicts is not None and len(verdicts) else {})
@@ -282,7 +281,7 @@ def _one_row_per_unpaired_key(contrasts: list[Contrast], prs: list[Paired]) -> t
     return [c for c, _ in out], [pr for _, pr in out]
 
 
-def _row(c: Contrast, pr: Paired, j: int, dec: EffectDecision, m: int, th: Thresholds, k_folds: int,
+def _row(c: Contrast, pr: Paired, j: int, dec: Decision, m: int, th: Thresholds, k_folds: int,
          fam: FamilyFolds | None, power: dict | None, market: dict, gem_verdict: dict) -> dict:
     """One contrast's row of factors.csv; its MDE that of the rule that decides (at K >= 2 the
     pooled test's, `walk_forward.pooled_power`, as the gem verdicts state it; at K = 1
@@ -305,13 +304,13 @@ def _row(c: Contrast, pr: Paired, j: int, dec: EffectDecision, m: int, th: Thres
                market_ci_low=dec.market_low[0, j], market_ci_high=dec.market_high[0, j],
                combined_ci_low=dec.combined_low[0, j], combined_ci_high=dec.combined_high[0, j])
     if fam is not None and dec.pooled is not None:
-        pooled = dec.pooled
-        row.update(pooled_effect=pooled["mu"][0, j], pooled_ci_low=pooled["low"][0, j],
-                   pooled_ci_high=pooled["high"][0, j], pooled_p_adjusted=pooled["p_adjusted"][0, j],
-                   tau2=pooled["tau2"][0, j], i2=pooled["i2"][0, j], q_p_adjusted=pooled["q_p_adjusted"][0, j],
+        pooled, rule = dec.pooled, dec.period
+        row.update(pooled_effect=pooled["mu"][0, j], pooled_ci_low=rule.low[0, j],
+                   pooled_ci_high=rule.high[0, j], pooled_p_adjusted=rule.p_adjusted[0, j],
+                   tau2=pooled["tau2"][0, j], i2=pooled["i2"][0, j], q_p_adjusted=rule.q_p_adjusted[0, j],
                    periods_informative=int(pooled["periods"][0, j]), tied_share=fam.tied_share[j],
                    mde=power["mde"][j], mde_floor=power["floor"][j], power_note=power["note"][j],
-                   fold_effects="; ".join(f"fold {f}: {_fmt(pooled['theta'][0, j, fam.fold_ids.index(f)])} "
+                   fold_effects="; ".join(f"fold {f}: {_fmt(fam.theta[0, j, fam.fold_ids.index(f)])} "
                                           f"({p.n} seeds)" for f, p in fam.folds[j]))
     else:  # as verdicts.csv states the seed rule's MDE: on the informative pairs (ties carry no weight)
         informative = pr.diffs[~np.isnan(pr.diffs) & (pr.diffs != 0)]

@@ -54,12 +54,13 @@ import pandas as pd
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, build_cells, paired
 from tune_gems.analysis.pairs.excess import add_excess_columns
-from tune_gems.stats.inference import holm_levels, min_detectable_effect, rank_test, seeds_needed
+from tune_gems.stats.inference import min_detectable_effect, rank_test, seeds_needed
 from tune_gems.analysis.text import format_number
+from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.rule_mde import PowerInputs, history_floor, market_se_of, rule_mde, seeds_for
-from tune_gems.analysis.verdicts.held_out import held_out_check, held_out_effect
-from tune_gems.analysis.verdicts.verdict_reasons import seed_reason, seeds_would_detect
-from tune_gems.analysis.verdicts.walk_forward import fold_count, period_verdicts_and_folds
+from tune_gems.analysis.verdicts.held_out import HELD_OUT_COLUMNS, held_out_columns, held_out_effect
+from tune_gems.analysis.verdicts.verdict_reasons import compose_reason, seeds_would_detect, selection_rule
+from tune_gems.analysis.verdicts.walk_forward import add_period_columns, fold_count, gem_folds
 from tune_gems.analysis.verdicts.verdict_market_noise import (
     MARKET_COLUMNS,
     OK as MARKET_OK,
@@ -69,11 +70,10 @@ from tune_gems.analysis.verdicts.verdict_market_noise import (
     market_evidence,
 )
 from tune_gems.analysis.verdicts.redundancy import redundancy_table
-from tune_gems.analysis.rules.gates import market_gate
 from tune_gems.analysis.rules.seed import REMOVES, decide_family
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
-from tune_gems.analysis.rules.words import KEEP
+from tune_gems.analysis.rules.ties import is_tie
+from tune_gems.analysis.rules.words import DECISIVE
 from tune_gems.analysis.pairs.selectors import MEASURE, placebo_selectors, wiring_pairs
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 
@@ -183,6 +183,7 @@ def gem_verdict_tables(
     redundancy: pd.DataFrame | None = None,
     cells: Cells | None = None,
     eval_returns: EvalReturnsLookup | None = None,
+    selection: dict[str, int] | None = None,
     **settings,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS);
@@ -193,7 +194,9 @@ def gem_verdict_tables(
     e.g. `alpha=0.01`). `history` is not needed (kept for the old call signature). `redundancy`
     is the table of `redundancy.redundancy_table` (computed here when None). `eval_returns` finds
     each trial's saved validation returns (the market-noise interval, its bootstrap of
-    `n_boot` resamples from `seed`; none: said unavailable)."""
+    `n_boot` resamples from `seed`; none: said unavailable). `selection` (a confirmation on one
+    price history, `tune-gems confirm`): per gem the configurations its search chose among; the
+    table then has FINAL_COLUMNS, the verdict after the selection-adjusted gate (`rules.selection`)."""
     th = Thresholds.build(thresholds, **settings)
     alpha, rope, last_k, power = th.alpha, th.rope, th.last_k, th.power
     window = th.window_length
@@ -203,7 +206,7 @@ def gem_verdict_tables(
     excess = add_excess_columns(cells.long, gems)
     if redundancy is None:
         redundancy = redundancy_table(cells, gems, thresholds=th, excess=excess)
-    rows, tests = [], {}
+    rows, prs, held = [], [], []
     for g in gems:
         real, _ = placebo_selectors(g, th.placebo_weight)
         row = {c: math.nan for c in VERDICT_COLUMNS}
@@ -215,11 +218,9 @@ def gem_verdict_tables(
         pr = wiring_pairs(cells, g.name, column=column, k=window, select=real)
         row.update(wired_members=pr.hi_cells, measured_members=pr.lo_cells, n_seeds=pr.n, n_pairs=pr.n_pairs,
                    design=pr.design(), fix=pr.fix, wired_diverged=pr.hi_diverged, measured_diverged=pr.lo_diverged)
-        if pr.n:
-            tests[g.name] = pr
-            held = held_out_effect(cells, g, column, th)
-            if held is not None:
-                row["test_effect"] = held.estimate
+        held.append(held_out_effect(cells, g, column, th) if pr.n else None)  # the test segment, computed once
+        if held[-1] is not None:
+            row["test_effect"] = held[-1].estimate
         # magnitude: per-seed excess over the null in measured members
         ecol, enote = excess[g.name]
         mag = _unit_magnitudes(cells, g, ecol, last_k)
@@ -228,73 +229,92 @@ def gem_verdict_tables(
             row.update(excess_n=int(mag.size), excess_median=float(r["estimate"][0]),
                        excess_ci_low=float(r["low"][0]), excess_ci_high=float(r["high"][0]),
                        _excess_tost=float(r["p_tost"][0]), _excess_note=enote)
-        rows.append(row)
-
-    # Holm over the gems with a design: the effect test, the equivalence test, the magnitude TOST,
-    # each on the gem's informative pairs (ties carry no weight: rules.ties)
-    names = [r["gem"] for r in rows]
-    stats = {n: informative_rank_test(tests[n].diffs[None, :], rope=rope, tail=alpha / 2) for n in tests}
-    p_key = "p_greater" if th.one_sided_keep else "p"
-    p = np.array([stats[n][p_key][0] if n in stats else np.nan for n in names])
-    n_inf = np.array([stats[n]["n_informative"][0] if n in stats else 0 for n in names])
-    pt = np.array([stats[n]["p_tost"][0] if n in stats else np.nan for n in names])
-    pe = np.array([r.get("_excess_tost", np.nan) for r in rows])
-    est = np.array([stats[n]["estimate"][0] if n in stats else np.nan for n in names])
-    for row in rows:
-        red = (redundancy[(redundancy["gem"] == row["gem"]) & (redundancy["finding"] == REMOVES)]
+        red = (redundancy[(redundancy["gem"] == g.name) & (redundancy["finding"] == REMOVES)]
                if len(redundancy) else redundancy)
         if len(red):
             row["redundancy"] = "; ".join(f"{f} removes it" for f in red["feature"])
-    # the seed rule (rules.seed.decide_family, the function the calibrations run): Holm, then per gem
-    rule = decide_family(p, est, pt, alpha=alpha, p_magnitude=pe, redundant=[bool(r["redundancy"]) for r in rows],
-                         wired=[r["wired_members"] for r in rows], measured=[r["measured_members"] for r in rows],
-                         informative=n_inf, one_sided=th.one_sided_keep,
-                         paired=[tests[n].n if n in tests else 0 for n in names])
-    p_adj, pt_adj, pe_adj = rule.p_adjusted, rule.tost_p_adjusted, rule.magnitude_p_adjusted
-    levels = holm_levels(p, alpha)
-    m = int(np.isfinite(p).sum())
+        rows.append(row)
+        prs.append(pr)
+
     k_folds = fold_count(cells)  # with several periods the pooled test decides, and states its own power
-    sides = 1 if th.one_sided_keep else 2  # the interval's tails at a level: one-sided keep, or both
+    fam = gem_folds(gems, prs, cells, th, column) if k_folds > 1 else None
+    market_columns: list[dict] = [{} for _ in prs]
+
+    def market(tail: np.ndarray):
+        """Each compared gem's market-noise interval at its seed interval's per-side tail."""
+        lo, hi, ok = np.full(tail.shape, np.nan), np.full(tail.shape, np.nan), np.zeros(tail.shape, bool)
+        for j, pr in enumerate(prs):
+            if not pr.n:
+                continue
+            k_market = market_window(pr, th)
+            evidence = (market_evidence(pr, cells, eval_returns, column=column, k=k_market,
+                                        confidence=1 - 2 * float(tail[0, j]), n_boot=th.n_boot, seed=th.seed)
+                        if k_market is not None else
+                        MarketEvidence(f"{UNAVAILABLE}: the pairs' verdict windows differ in length ({th.window_text()})"))
+            market_columns[j] = evidence.columns()
+            if evidence.ok:
+                lo[0, j], hi[0, j], ok[0, j] = evidence.interval.low, evidence.interval.high, True
+        return lo, hi, ok
+
+    # the rule, composed once (`rules.decision.decide`): the seed rule with Holm over the gems that
+    # have a design, the gates of one period on one history or the pooled test over periods
+    dec = decide(Evidence(diffs=[pr.diffs[None, :] for pr in prs], wired=[r["wired_members"] for r in rows],
+                          measured=[r["measured_members"] for r in rows],
+                          magnitude_p=np.array([[r.get("_excess_tost", np.nan) for r in rows]]),
+                          redundant=[bool(r["redundancy"]) for r in rows],
+                          diverged=np.array([[bool(pr.hi_diverged or pr.lo_diverged) for pr in prs]]),
+                          market=market, periods=None if fam is None else fam.data,
+                          selection=None if selection is None else [max(int(selection.get(g.name, 1)), 1) for g in gems]),
+               th)
+    m = int(np.isfinite(dec.p[0]).sum())
     two_sided = alpha * (2 if th.one_sided_keep else 1)  # the two-sided level of the same test (MDE)
-    for i, row in enumerate(rows):
-        row["excess_tost_p_adjusted"] = pe_adj[i]
-        row["removable"] = bool(rule.magnitude_at_null[i]) or bool(row["redundancy"])
-        n = row["gem"]
-        if n in stats:
-            pr = tests[n]
-            lvl = float(levels[i])
-            lo_hi = informative_rank_test(pr.diffs[None, :], tail=lvl / sides)
+    for j, (row, pr) in enumerate(zip(rows, prs)):
+        row["excess_tost_p_adjusted"] = dec.magnitude_p_adjusted[0, j]
+        row.update(p_value=dec.p[0, j], p_adjusted=dec.p_adjusted[0, j], tost_p=dec.p_tost[0, j],
+                   tost_p_adjusted=dec.tost_p_adjusted[0, j])
+        if pr.n:
             informative = _informative(pr.diffs)
             sd = _spread(informative)
             p_div = divergence_rate(pr)
-            tied = float(stats[n]["tied_share"][0])
-            row.update(estimand=ESTIMAND, effect=float(stats[n]["estimate"][0]), mean_effect=_finite_mean(pr.diffs),
-                       p_value=p[i], p_adjusted=p_adj[i], tost_p=pt[i],
-                       tost_p_adjusted=pt_adj[i], ci_low=float(lo_hi["low"][0]),
-                       ci_high=math.inf if th.one_sided_keep else float(lo_hi["high"][0]),
-                       ci_level=1 - lvl, sd_diff=sd, divergence_rate=p_div, n_informative=int(n_inf[i]),
+            tied = float(dec.tied_share[0, j])
+            n_inf = int(dec.n_informative[0, j])
+            row.update(estimand=ESTIMAND, effect=float(dec.estimate[0, j]), mean_effect=_finite_mean(pr.diffs),
+                       ci_low=float(dec.low[0, j]), ci_high=float(dec.high[0, j]), ci_level=1 - float(dec.level[0, j]),
+                       sd_diff=sd, divergence_rate=p_div, n_informative=n_inf,
                        tied_share=tied, zero_turnover_share=zero_turnover_share(pr, cells, window),
-                       mde=min_detectable_effect(sd, int(n_inf[i]), two_sided / max(m, 1), power, p_div),
+                       mde=min_detectable_effect(sd, n_inf, two_sided / max(m, 1), power, p_div),
                        seeds_needed=_seeds_to_run(seeds_needed(sd, rope, two_sided / max(m, 1), power, p_div=p_div),
                                                   tied))
-            k_market = market_window(pr, th)
-            evidence = (market_evidence(pr, cells, eval_returns, column=column, k=k_market, confidence=1 - 2 * lvl / sides,
-                                        n_boot=th.n_boot, seed=th.seed) if k_market is not None else
-                        MarketEvidence(f"{UNAVAILABLE}: the pairs' verdict windows differ in length ({th.window_text()})"))
-            row.update(evidence.columns())
+            row.update(market_columns[j])
             if row.get("market_noise") == MARKET_OK:  # the market gate decides too: its part in the MDE
+                sides = 1 if th.one_sided_keep else 2
                 _with_market_power(row, informative, p_div, tied, market_se_of(row["market_ci_low"], row["market_ci_high"],
-                                   2 * lvl / sides), two_sided / max(m, 1), power, rope)
-        row["seed_verdict"] = str(rule.verdict[i])
-        row["reason"], row["why"] = seed_reason(row, row["seed_verdict"], bool(rule.magnitude_at_null[i]), metric_note, power, m,
-                                     seed_power=k_folds == 1)
-        row.pop("_excess_tost", None)
-        row.pop("_excess_note", None)
-        row.pop("_one_sided", None)
-    _market_gate(rows)
-    table = pd.DataFrame(rows, columns=VERDICT_COLUMNS + ["removable"])
-    table, fold_rows = period_verdicts_and_folds(table, cells, gems, thresholds=th)
-    return held_out_check(table.drop(columns="removable"), cells, gems, thresholds=th), fold_rows
+                                   2 * float(dec.level[0, j]) / sides), two_sided / max(m, 1), power, rope)
+        row["seed_verdict"] = str(dec.seed_verdict[0, j])
+        row["verdict"] = str(dec.discovery_verdict[0, j])
+        row["_at_null"] = bool(dec.magnitude_at_null[0, j])
+    table = pd.DataFrame(rows, columns=VERDICT_COLUMNS)
+    fold_rows = add_period_columns(table, k_folds, fam, dec, th)
+    for c in HELD_OUT_COLUMNS:
+        if c not in table.columns:
+            table[c] = np.nan
+    table["held_out"] = ""
+    for j, i in enumerate(table.index):
+        for c, x in held_out_columns(table.at[i, "verdict"], held[j], str(table.at[i, "outcome"])).items():
+            table.at[i, c] = x
+        table.at[i, "reason"], table.at[i, "why"] = compose_reason(
+            rows[j], table.loc[i], seed_verdict=str(dec.seed_verdict[0, j]), market_verdict=str(dec.market_verdict[0, j]),
+            gate_applied=bool(dec.gate_applied[0, j]), folds=k_folds, pooled=fam is not None and bool(fam.folds[j]),
+            at_null=rows[j]["_at_null"], metric_note=metric_note, power=power, m=m, rope=rope,
+            held=held[j] if table.at[i, "verdict"] in DECISIVE else None)
+    if selection is not None:
+        table = table.assign(final_verdict="", final_ci_low=np.nan, final_ci_high=np.nan, final_rule="")
+        for j, i in enumerate(table.index):
+            t = max(int(selection.get(table.at[i, "gem"], 1)), 1)
+            table.at[i, "final_verdict"] = str(dec.verdict[0, j])
+            table.at[i, "final_ci_low"], table.at[i, "final_ci_high"] = dec.final_low[0, j], dec.final_high[0, j]
+            table.at[i, "final_rule"] = selection_rule(table.loc[i], t)
+    return table, fold_rows
 
 
 def _with_market_power(row: dict, informative: np.ndarray, p_div: float, tied: float, market_se: float, level: float,
@@ -320,28 +340,6 @@ def _seeds_to_run(informative_needed: float, tied_share: float) -> float:
     if not math.isfinite(informative_needed) or not (0 <= tied_share < 1):
         return informative_needed if tied_share < 1 else math.inf
     return float(math.ceil(informative_needed / (1 - tied_share)))
-
-
-def _market_gate(rows: list[dict]) -> None:
-    """Each row's verdict after the market gate (`rules.gates.market_gate`, where a market-noise
-    interval exists and no member diverged), with the reason of a verdict it changes."""
-    def col(name: str) -> np.ndarray:
-        return np.array([r[name] for r in rows], float)
-
-    applies = [r.get("market_noise") == MARKET_OK and not (r["wired_diverged"] or r["measured_diverged"]) for r in rows]
-    seed = np.array([r["seed_verdict"] for r in rows], dtype=object)
-    final = market_gate(seed, col("effect"), col("market_ci_low"), col("market_ci_high"), applies)
-    for row, verdict in zip(rows, final):
-        row["verdict"] = str(verdict)
-        if row["verdict"] != row["seed_verdict"]:
-            word = "helps" if row["seed_verdict"] == KEEP else "hurts"
-            where = 'includes 0' if row['market_ci_low'] <= 0 <= row['market_ci_high'] else 'lies on the other side of 0'
-            row["reason"] = (
-                f"not confirmed against market noise: the seeds say wiring {word}, but the market-noise interval "
-                f"[{_fmt(row['market_ci_low'])}, {_fmt(row['market_ci_high'])}] at the same level {where}: "
-                f"on this one price history the difference may be the market's luck; {row['reason']}")
-            row["why"] = (f"not confirmed against market noise: the seeds say wiring {word}, but the market-noise "
-                          f"interval {where}: on this one price history the difference may be the market's luck")
 
 
 def _unit_magnitudes(cells: Cells, g: GemEntry, column: str, k: int) -> np.ndarray:

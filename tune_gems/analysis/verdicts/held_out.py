@@ -24,10 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from tune_gems.analysis.pairs.pairing import Cells
-from tune_gems.analysis.text import format_number
 from tune_gems.stats.baseline_headline import baseline_comparison, skill_flag
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.words import DECISIVE, KEEP
@@ -74,30 +72,15 @@ def held_out_effect(cells: Cells, g: GemEntry, outcome: str, thresholds: Thresho
     return HeldOutEffect(column, pr.n, *(float(t[k][0]) for k in ("estimate", "low", "high", "p")))
 
 
-def held_out_check(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: Thresholds | None = None) -> pd.DataFrame:
-    """The verdict table with HELD_OUT_COLUMNS: for each keep wired / harmful, the same pairs'
-    difference on the test segment and whether it agrees (module docstring)."""
-    th = thresholds if thresholds is not None else Thresholds()
-    v = verdicts.copy()
-    for c in HELD_OUT_COLUMNS:
-        if c not in v.columns:
-            v[c] = np.nan
-    v["held_out"] = v["held_out"].astype(object).where(v["held_out"].notna(), "")
-    by_gem = {g.name: g for g in gems}
-    for i, r in v.iterrows():
-        if r["verdict"] not in DECISIVE or r["gem"] not in by_gem:
-            continue
-        eff = held_out_effect(cells, by_gem[r["gem"]], str(r["outcome"]), th)
-        if eff is None:
-            v.at[i, "held_out"] = f"no test-segment pairs ({held_out_column(str(r['outcome']))})"
-            continue
-        v.loc[i, ["test_effect", "test_ci_low", "test_ci_high", "test_p_value"]] = [eff.estimate, eff.low, eff.high, eff.p]
-        v.at[i, "held_out"] = agreement(r["verdict"], eff.estimate, eff.low, eff.high)
-        v.at[i, "reason"] = (f"{r['reason']}; held-out test segment ({eff.column}, same {eff.n} seeds, once; "
-                             f"{ONE_TEST_PERIOD}): "
-                             f"{format_number(eff.estimate, '+.3g')} [{format_number(eff.low)}, {format_number(eff.high)}], "
-                             f"p {format_number(eff.p, '.2g')}: {v.at[i, 'held_out']}")
-    return v
+def held_out_columns(verdict: str, eff: HeldOutEffect | None, outcome: str) -> dict[str, Any]:
+    """The verdict row's held-out columns (HELD_OUT_COLUMNS but `test_effect`) for a keep wired /
+    harmful: the test-segment interval and whether it agrees (module docstring); empty otherwise."""
+    if verdict not in DECISIVE:
+        return {}
+    if eff is None:
+        return {"held_out": f"no test-segment pairs ({held_out_column(outcome)})"}
+    return {"test_effect": eff.estimate, "test_ci_low": eff.low, "test_ci_high": eff.high, "test_p_value": eff.p,
+            "held_out": agreement(verdict, eff.estimate, eff.low, eff.high)}
 
 
 def agreement(verdict: str, effect: float, low: float, high: float) -> str:

@@ -23,12 +23,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from scipy import stats as sps
-
 from tune_gems.analysis.rules.rule_mde import PowerInputs, finite_interval, history_floor, market_se_of, period_floor, rule_mde, seeds_for
-from tune_gems.analysis.rules.gates import combined_bounds
-from tune_gems.analysis.rules.pooling import pooled_bounds
-from tune_gems.analysis.rules.selection import final_on_one_history
 from tune_gems.analysis.rules.words import NO_DATA
 from tune_gems.analysis.verdicts.verdict_market_noise import OK as MARKET_OK
 from tune_gems.stats.inference import smallest_p
@@ -360,30 +355,6 @@ def _f(x: float) -> str:
 # -- on one price history: the selection-adjusted final verdict -------------------------------------
 
 
-def selection_adjusted_bounds(effect, seed_low, seed_high, market_low, market_high, market_level, candidates):
-    """(low, high) of a K = 1 confirmation on one history with the market-noise part taken at the
-    selection-adjusted level (market_level / candidates, a normal reading of the interval's
-    half-width), combined with the seed interval as the one-period gate combines them
-    (`rules.gates.combined_bounds`)."""
-    market_level = np.asarray(market_level, float)
-    t = np.maximum(np.asarray(candidates, float), 1.0)
-    with np.errstate(invalid="ignore"):
-        scale = sps.norm.ppf(1 - market_level / (2 * t)) / sps.norm.ppf(1 - market_level / 2)
-        h = (np.asarray(market_high, float) - np.asarray(market_low, float)) / 2 * scale
-    return combined_bounds(np.asarray(effect, float), np.asarray(seed_low, float), np.asarray(seed_high, float), -h, h)
-
-
-def pooled_adjusted_bounds(mu, low, high, level, df, candidates):
-    """(low, high) of the pooled interval over periods at the selection-adjusted level (level /
-    candidates): the interval's standard error read off its half-width at `level` with `df`
-    degrees of freedom, widened as `rules.pooling.pooled_bounds` widens it (t with `df`)."""
-    level = np.asarray(level, float)
-    t = np.maximum(np.asarray(candidates, float), 1.0)
-    with np.errstate(invalid="ignore"):
-        se = (np.asarray(high, float) - np.asarray(low, float)) / (2 * sps.t.ppf(1 - level / 2, df))
-    return pooled_bounds(np.asarray(mu, float), se, np.zeros_like(se), df, level / (2 * t))
-
-
 ONE_RUN_FINAL = "the confirmation's verdict (fresh seeds and paths)"
 """The final rule where the confirmation's data are fresh: its verdict is the final one."""
 FINAL_COLUMNS = ["gem", "final_verdict", "final_ci_low", "final_ci_high", "final_rule"]
@@ -391,28 +362,12 @@ FINAL_COLUMNS = ["gem", "final_verdict", "final_ci_low", "final_ci_high", "final
 
 def one_history_final(verdicts: pd.DataFrame, candidates: dict[str, int]) -> pd.DataFrame:
     """The final verdict per confirmed gem (the keys of `candidates`) of a confirmation on one price
-    history (`rules.selection.final_on_one_history`): at K = 1 the seed and market-noise intervals combined with the market
-    part at the selection-adjusted level (no market-noise interval: not final); at K >= 2 the
-    pooled interval at that level. `candidates[gem]` the configurations the search chose among."""
-    rows = []
-    for _, r in verdicts[verdicts["gem"].isin(list(candidates))].iterrows():
-        t = max(int(candidates[r["gem"]]), 1)
-        folds = int(r.get("folds", 1)) if np.isfinite(float(r.get("folds", 1))) else 1
-        if folds >= 2:
-            df = float(r.get("pooled_df", np.nan))
-            lo, hi = pooled_adjusted_bounds(r.get("pooled_effect"), r.get("pooled_ci_low"), r.get("pooled_ci_high"),
-                                            1 - float(r.get("pooled_ci_level", np.nan)),
-                                            df if np.isfinite(df) else folds - 1, t)
-            available = bool(np.isfinite(lo) and np.isfinite(hi))
-            rule = f"pooled interval over {folds} periods at the selection-adjusted level (/{t})"
-        else:
-            available = r.get("market_noise") == MARKET_OK
-            lo, hi = selection_adjusted_bounds(r.get("effect"), r.get("ci_low"), r.get("ci_high"), r.get("market_ci_low"),
-                                               r.get("market_ci_high"), 1 - float(r.get("market_ci_level", np.nan)), t)
-            rule = (f"seed and market-noise intervals combined, the market part at the selection-adjusted level (/{t})"
-                    if available else f"no market-noise interval ({r.get('market_noise')}): the history's luck is not "
-                    "measured, so nothing is final on this one history")
-        final = final_on_one_history([r["verdict"]], [lo], [hi], [available])[0]
-        rows.append(dict(gem=r["gem"], final_verdict=str(final), final_ci_low=float(lo), final_ci_high=float(hi),
-                         final_rule=rule))
-    return pd.DataFrame(rows, columns=FINAL_COLUMNS)
+    history: FINAL_COLUMNS of its verdict table, which the rule wrote (`gem_verdicts.gem_verdict_tables`
+    with `selection=candidates`: `rules.decision.decide`'s selection-adjusted gate,
+    `rules.selection.final_on_one_history`; at K = 1 the seed and market-noise intervals combined
+    with the market part at the selection-adjusted level, no market-noise interval: not final; at
+    K >= 2 the pooled interval at that level)."""
+    rows = verdicts[verdicts["gem"].isin(list(candidates))]
+    if "final_verdict" not in rows.columns:
+        return pd.DataFrame(columns=FINAL_COLUMNS)
+    return rows[FINAL_COLUMNS].reset_index(drop=True)

@@ -48,21 +48,14 @@ import pandas as pd
 
 from tune_gems.analysis.pairs.pairing import Cells, Paired
 from tune_gems.analysis.text import format_number
-from tune_gems.analysis.rules.gates import one_period_gate
-from tune_gems.analysis.rules.period_family import (
-    FoldData, decide_fold_data, fold_components, informative_variance, pool_fold_data,
-)
+from tune_gems.analysis.rules.period_family import FoldData, fold_components, informative_variance, pool_fold_data
 from tune_gems.analysis.rules.pooling import fold_estimates, seed_anova, shared_seed_variance
 from tune_gems.analysis.rules.power import (
     PooledComponents, advice, mde_floor, pooled_mde, pooled_seeds_needed,
 )
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
-from tune_gems.analysis.rules.words import (
-    DECISIVE, DELETE, EQUIVALENT, HETEROGENEOUS, INCONSISTENT, INSUFFICIENT, KEEP,
-)
 from tune_gems.analysis.pairs.selectors import placebo_selectors, wiring_pairs
-from tune_gems.analysis.verdicts.verdict_market_noise import OK as MARKET_OK
 
 FOLD = "fold"
 
@@ -181,15 +174,8 @@ def pool_family_of(fam: FamilyFolds, th: Thresholds) -> dict[str, np.ndarray]:
     return pool_fold_data(fam.data, rope=th.rope, share=th.share_tau, one_sided=th.one_sided_keep)
 
 
-def decide_family_folds(fam: FamilyFolds, th: Thresholds, *, seed_verdict=None, removable=None):
-    """(pooled, decision): the period rule on a family's fold data at the analysis's settings
-    (`rules.period_family.decide_fold_data`, as the calibration runs it)."""
-    return decide_fold_data(fam.data, alpha=th.alpha, rope=th.rope, seed_verdict=seed_verdict, removable=removable,
-                            share=th.share_tau, one_sided=th.one_sided_keep, min_periods=th.min_periods)
-
-
 FOLD_ROW_COLUMNS = ["gem", "fold", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs", "ties", "tied_share"]
-"""The per-fold rows of the period rule (`period_verdicts_and_folds`): per gem and fold the
+"""The per-fold rows of the period rule (`add_period_columns`): per gem and fold the
 effect the rule pooled, its signed-rank interval at the fold's Holm level (the one the sign
 change test reads), the informative pairs (`seeds`), every pair, the ties and their share."""
 
@@ -217,42 +203,42 @@ def fold_text(r) -> str:
             f"({int(r['pairs'])} seeds{ties})")
 
 
-def period_verdicts(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: Thresholds | None = None) -> pd.DataFrame:
-    """The verdict table of `period_verdicts_and_folds` (its fold rows dropped)."""
-    return period_verdicts_and_folds(verdicts, cells, gems, thresholds=thresholds)[0]
+def gem_folds(gems, prs: list[Paired], cells: Cells, th: Thresholds, column: str) -> FamilyFolds:
+    """The fold data of a family of gems (one column per gem, in order; a gem without pairs has
+    no folds): each gem's wiring pairs per fold, as its verdict pairs them."""
+    per_gem = []
+    for g, pr in zip(gems, prs):
+        real, _ = placebo_selectors(g, th.placebo_weight)
+        per_gem.append(_fold_pairs(cells, g.name, real, column, th.window_length) if pr.n else [])
+    return folds_family(list(range(len(per_gem))), per_gem, sorted(int(f) for f in cells.table[FOLD].unique()))
 
 
-def period_verdicts_and_folds(verdicts: pd.DataFrame, cells: Cells, gems, *,
-                              thresholds: Thresholds | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(the verdict table with the period columns, the fold rows behind them). The table gets
-    PERIOD_COLUMNS and each verdict decided across periods (K >= 2 folds:
-    `rules.periods.decide_periods` on `rules.pooling.pool_family`) or checked against one
-    period's market noise (K = 1: `rules.gates.one_period_gate`): module docstring. A column
-    `removable` (the magnitude half of delete) is read if present. The fold rows
-    (FOLD_ROW_COLUMNS; none with K = 1) are the per-fold effects and intervals the rule read,
-    from which `fold_effects` is written: what the per-fold table and forest plot show."""
-    th = thresholds if thresholds is not None else Thresholds()
-    v = verdicts.copy()
+def add_period_columns(v: pd.DataFrame, k_folds: int, fam: FamilyFolds | None, dec, th: Thresholds) -> pd.DataFrame:
+    """The verdict table's PERIOD_COLUMNS from the rule's decision `dec` (`rules.decision.decide`,
+    one column per row of `v`), and the fold rows behind them (FOLD_ROW_COLUMNS; none with one
+    fold): with K >= 2 folds the pooled test's numbers and its power (`pooled_power`), with one
+    fold the combined seed + market-noise interval of the one-period gate."""
     no_folds = pd.DataFrame(columns=FOLD_ROW_COLUMNS)
     for c in PERIOD_COLUMNS:
         v[c] = np.nan if c not in ("period", "fold_effects") else ""
     v["period"] = v["period"].astype(object)
     v["fold_effects"] = v["fold_effects"].astype(object)
     v["tau_shared"] = False
-    k_folds = fold_count(cells)
     v["folds"] = k_folds
     if k_folds == 1:
-        return _one_period(v), no_folds
-    fam = family_folds(v, cells, gems, th)
-    if not fam.rows:
-        return v, no_folds
-    removable = v.loc[fam.rows, "removable"].to_numpy(bool) if "removable" in v.columns else None
-    pooled, rule = decide_family_folds(fam, th, seed_verdict=v.loc[fam.rows, "verdict"].to_numpy(dtype=object)[None, :],
-                                       removable=None if removable is None else removable[None, :])
+        for j, i in enumerate(v.index):
+            v.at[i, "period"] = "conditional on one validation period"
+            if dec.gate_applied[0, j]:
+                v.at[i, "combined_ci_low"], v.at[i, "combined_ci_high"] = dec.combined_low[0, j], dec.combined_high[0, j]
+        return no_folds
+    rows_of = [j for j in range(len(v)) if fam is not None and fam.folds[j]]
+    if not rows_of:
+        return no_folds
+    pooled, rule = dec.pooled, dec.period
     power = pooled_power(fam, pooled, th)
     all_rows = []
-    for j, i in enumerate(fam.rows):
-        seed_verdict, verdict = str(v.at[i, "verdict"]), str(rule.verdict[0, j])
+    for j in rows_of:
+        i = v.index[j]
         rows = _fold_rows(str(v.at[i, "gem"]), fam, j, rule, th)
         all_rows += rows
         level = float(rule.level[0, j])
@@ -277,9 +263,7 @@ def period_verdicts_and_folds(verdicts: pd.DataFrame, cells: Cells, gems, *,
                              f"{', tau shared across the family' if pooled['shared'][0, j] else ''})"
                              if not rule.too_few_periods[0, j] else
                              f"too few periods (K={k_inf}, need >= {th.min_periods}; {ADD_FOLDS})")
-        v.at[i, "verdict"] = verdict
-        v.at[i, "reason"], v.at[i, "why"] = _period_reason(v.loc[i], seed_verdict, verdict, th)
-    return v, pd.DataFrame(all_rows, columns=FOLD_ROW_COLUMNS)
+    return pd.DataFrame(all_rows, columns=FOLD_ROW_COLUMNS)
 
 
 def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np.ndarray]:
@@ -320,86 +304,3 @@ def _median_fold_spread(folds: list[tuple[int, Paired]]) -> float:
         if d.size > 1:
             sds.append(float(np.std(d, ddof=1)))
     return float(np.median(sds)) if sds else math.nan
-
-
-def _pooled_text(r) -> str:
-    shared = ", tau shared across the family" if bool(r["tau_shared"]) else ""
-    return (f"pooled over periods {_fmt(r['pooled_effect'])}, {r['pooled_ci_level']:.1%} CI "
-            f"[{_fmt(r['pooled_ci_low'], '.3g')}, {_fmt(r['pooled_ci_high'], '.3g')}] (HKSJ, t with "
-            f"{_fmt(r['pooled_df'], '.3g')} df{shared}, Holm p {_fmt(r['pooled_p_adjusted'], '.2g')}), "
-            f"tau^2 {_fmt(r['tau2'], '.3g')}, I^2 {_fmt(100 * r['i2'], '.0f')}% (Q Holm p "
-            f"{_fmt(r['q_p_adjusted'], '.2g')}); per fold: {r['fold_effects']}")
-
-
-def power_text(r) -> str:
-    """The pooled rule's power statement of one verdict row (empty without one)."""
-    if not np.isfinite(r.get("mde", math.nan)) or not isinstance(r.get("power_note"), str) or not r["power_note"]:
-        return ""
-    return (f"the pooled test detects |effect| >= {_fmt(r['mde'], '.3g')} at 80% power with these "
-            f"{_fmt(r['periods_informative'], '.0f')} periods (floor with infinitely many seeds "
-            f"{_fmt(r['mde_floor'], '.3g')}): {r['power_note']}")
-
-
-def _period_reason(r, seed_verdict: str, verdict: str, th: Thresholds) -> tuple[str, str]:
-    """(reason, why) of one gem's verdict across K >= 2 periods: the reason with every number,
-    `why` without those the row's columns hold (the pooled estimate, its interval and
-    heterogeneity, the fold effects, the power statement; `report.why_line` prints them once)."""
-    seeds = str(r["reason"])
-    seed_why = r["why"] if isinstance(r.get("why"), str) and r.get("why") else seeds
-    alone = f"seeds alone: {seed_why}"
-    if verdict == INSUFFICIENT and r["period"].startswith("too few periods"):
-        return f"{r['period']}; per fold: {r['fold_effects']}; seeds alone: {seed_verdict}; {seeds}", f"{r['period']}; {alone}"
-    pooled = _pooled_text(r) if np.isfinite(r["pooled_effect"]) else (
-        f"no pooled effect (a fold's pairs mostly diverged one way); per fold: {r['fold_effects']}")
-    no_pool = "" if np.isfinite(r["pooled_effect"]) else "; no pooled effect (a fold's pairs mostly diverged one way)"
-    power = power_text(r)
-    power = f"; {power}" if power else ""
-    if verdict == INCONSISTENT:
-        lead = ("the effect changes sign between periods: fold intervals on both sides of 0 at their Holm "
-                "levels")
-        return (f"{lead}, heterogeneity Holm p {_fmt(r['q_p_adjusted'], '.2g')}: {pooled}; seeds: {seeds}",
-                f"{lead}{no_pool}; {alone}")
-    if verdict == HETEROGENEOUS:
-        lead = "the periods differ"
-        tail = "but no sign change is shown and the pooled effect decides nothing"
-        return (f"{lead} (heterogeneity Holm p {_fmt(r['q_p_adjusted'], '.2g')}, I^2 "
-                f"{_fmt(100 * r['i2'], '.0f')}%, tau {_fmt(math.sqrt(r['tau2']) if r['tau2'] >= 0 else math.nan, '.3g')}) "
-                f"{tail}: {pooled}{power}; seeds: {seeds}", f"{lead} {tail}{no_pool}; {alone}")
-    if verdict in DECISIVE:
-        lead = f"wiring {'helps' if verdict == KEEP else 'hurts'} across periods"
-        return f"{lead}: {pooled}; seeds alone: {seed_verdict}; {seeds}", f"{lead}; {alone}"
-    if verdict in (EQUIVALENT, DELETE):
-        lead = (f"equivalent to none across periods (pooled TOST Holm p {_fmt(r['pooled_tost_p_adjusted'], '.2g')} "
-                f"within +-{th.rope:g})")
-        return f"{lead}: {pooled}; seeds alone: {seed_verdict}; {seeds}", f"{lead}; {alone}"
-    lead = "not decided across periods"
-    return f"{lead}: {pooled}{power}; seeds alone: {seed_verdict}; {seeds}", f"{lead}{no_pool}; {alone}"
-
-
-def _one_period(v: pd.DataFrame) -> pd.DataFrame:
-    """K = 1: the combined seed + market-noise half-width gates keep / harmful / equivalent
-    (`rules.gates.one_period_gate`); every reason says the verdict is conditional on one
-    validation period."""
-    def col(name: str) -> np.ndarray:
-        return v[name].to_numpy(float) if name in v.columns else np.full(len(v), np.nan)
-
-    applies = (v["market_noise"] == MARKET_OK).to_numpy(bool) if "market_noise" in v.columns else np.zeros(len(v), bool)
-    gate = one_period_gate(v["verdict"].to_numpy(dtype=object), col("effect"), col("ci_low"), col("ci_high"),
-                           col("market_ci_low"), col("market_ci_high"), rope=col("rope"), applies=applies)
-    for j, i in enumerate(v.index):
-        v.at[i, "period"] = "conditional on one validation period"
-        seed_verdict, verdict, reason = str(v.at[i, "verdict"]), str(gate.verdict[j]), str(v.at[i, "reason"])
-        why = str(v.at[i, "why"]) if "why" in v.columns else reason
-        if gate.applied[j]:
-            lo, hi = gate.low[j], gate.high[j]
-            v.at[i, "combined_ci_low"], v.at[i, "combined_ci_high"] = lo, hi
-            both = (f"seed and market-noise intervals combined: [{_fmt(lo, '.3g')}, {_fmt(hi, '.3g')}] "
-                    f"at {v.at[i, 'ci_level']:.1%}")
-            if verdict != seed_verdict and seed_verdict in DECISIVE:
-                reason, why = (f"not confirmed by the {both}, which includes 0; {text}" for text in (reason, why))
-            elif verdict != seed_verdict:
-                reason, why = (f"equivalence not confirmed against market noise: the {both} "
-                               f"is not inside +-{v.at[i, 'rope']:g}; {text}" for text in (reason, why))
-        v.at[i, "verdict"] = verdict
-        v.at[i, "reason"], v.at[i, "why"] = (f"{text}; {ONE_PERIOD}" for text in (reason, why))
-    return v
