@@ -1,7 +1,7 @@
 """A confirmation with power (issue 30, item 7).
 
 - `tune-gems confirm` chooses each gem's seeds so that the confirmation's MDE is at most the
-  discovery's (`search_choice.confirmation_power`, both through `rule_mde.rule_mde`: the same
+  discovery's (`search_choice.confirmation_power`, both through `rules.power.mde`: the same
   rule, the same units), and refuses before anything is trained or claimed (one line, exit 2,
   nothing written, `confirmed.json` not consumed) when the seeds given cannot give a finite
   interval or reach that MDE, or when no seed count can;
@@ -29,7 +29,7 @@ import fake_results as fr  # noqa: E402
 
 from sweep_fixtures import SMOKE  # noqa: E402
 from tune_gems.analysis.calibrate.calibration import SearchShape, mc_tolerance, search_confirm_rates  # noqa: E402
-from tune_gems.analysis.rules.rule_mde import PowerInputs, finite_interval, period_floor, rule_mde, seeds_for  # noqa: E402
+from tune_gems.analysis.rules.power import PowerInputs, fewest_seeds, finite_interval, floor, mde  # noqa: E402
 from tune_gems.analysis.rules.selection import final_on_one_history  # noqa: E402
 from tune_gems.analysis.rules.words import EQUIVALENT, HARMFUL, INCONCLUSIVE, KEEP  # noqa: E402
 from tune_gems.analysis.calibrate.one_history_calibration import OneHistoryShape, one_history_search_rates  # noqa: E402
@@ -45,14 +45,15 @@ TOL = mc_tolerance(ALPHA, N_SEARCH)
 
 def test_the_mde_falls_with_seeds_to_the_floor_of_periods_and_market_noise():
     one = PowerInputs(16, 1.0)
-    assert rule_mde(one, ALPHA / 3, 0.8) > rule_mde(one.with_seeds(64), ALPHA / 3, 0.8)
+    assert mde(one, ALPHA / 3, 0.8) > mde(one.with_seeds(64), ALPHA / 3, 0.8)
     folds = PowerInputs(16, 1.0, folds=4, fold_sd=1.0, tau2=0.04)
-    floor = period_floor(folds, ALPHA / 3, 0.8)
-    assert rule_mde(folds.with_seeds(4096), ALPHA / 3, 0.8) == pytest.approx(floor, rel=0.05)
-    assert seeds_for(folds, 0.9 * floor, ALPHA / 3, 0.8) is None  # more periods, not more seeds
+    bottom = floor(folds, ALPHA / 3, 0.8)
+    assert mde(folds.with_seeds(4096), ALPHA / 3, 0.8) == pytest.approx(bottom, rel=0.05)
+    assert fewest_seeds(folds, 0.9 * bottom, ALPHA / 3, 0.8) == math.inf  # more periods, not more seeds
     market = PowerInputs(16, 1.0, market_se=0.2)
-    assert rule_mde(market.with_seeds(4096), ALPHA, 0.8) > 2.8 * 0.2  # (z + z) x market se
-    assert rule_mde(market, ALPHA, 0.8, history_level=ALPHA / 8) > rule_mde(market, ALPHA, 0.8)
+    assert mde(market.with_seeds(4096), ALPHA, 0.8) > 2.8 * 0.2  # (z + z) x market se
+    assert mde(market.with_seeds(4096), ALPHA, 0.8) == pytest.approx(floor(market, ALPHA, 0.8), rel=0.05)
+    assert mde(market, ALPHA, 0.8, history_level=ALPHA / 8) > mde(market, ALPHA, 0.8)
     assert not finite_interval(4, ALPHA / 3) and finite_interval(7, ALPHA / 3)
 
 
@@ -70,7 +71,7 @@ def _trials(k=4) -> pd.DataFrame:
 def test_the_seeds_are_the_fewest_whose_mde_is_at_most_the_discoverys():
     (plan,) = confirmation_power(_discovery(), _trials(), ["g12"], one_history=False, alpha=ALPHA, power=0.8,
                                  seeds=None, default_seeds=4)
-    assert plan.confirmation_mde <= plan.discovery_mde < rule_mde(PowerInputs(plan.seeds - 1, 0.3), ALPHA, 0.8)
+    assert plan.confirmation_mde <= plan.discovery_mde < mde(PowerInputs(plan.seeds - 1, 0.3), ALPHA, 0.8)
     assert plan.seeds == 16 and "MDE" in plan.note and "<= the discovery's" in plan.note  # one gem both times
     # the discovery could decide nothing (4 seeds at alpha / 3): the fewest seeds with a finite interval
     (plan,) = confirmation_power(_discovery(n=4), _trials(), ["g12"], one_history=False, alpha=ALPHA, power=0.8,

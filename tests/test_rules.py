@@ -176,8 +176,8 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
     from tune_gems.analysis.calibrate import (
         calibration, decision_calibration, factor_calibration, one_history_calibration, walk_forward_calibration,
     )
-    from tune_gems.analysis.rules import decision, rule_mde
-    from tune_gems.analysis.verdicts import factors, gem_verdicts, redundancy, walk_forward
+    from tune_gems.analysis.rules import decision
+    from tune_gems.analysis.verdicts import factors, gem_verdicts, redundancy, search_choice, walk_forward
     from tune_gems.analysis.rules import period_family, periods, pooling, power, seed, ties
 
     uses = {
@@ -197,8 +197,10 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
         pooling.seed_anova: (walk_forward, period_family),
         ties.informative_rank_test: (decision, walk_forward),
         # the power statement: the verdicts', the plan's, the calibration's and confirm's MDE
-        power.pooled_mde: (walk_forward, walk_forward_calibration, plan, rule_mde),
-        power.mde_floor: (walk_forward, rule_mde),
+        power.mde: (factors, search_choice, calibration),
+        power.statement: (gem_verdicts, walk_forward),
+        power.fewest_seeds: (search_choice,),
+        power.pooled_mde: (walk_forward_calibration, decision_calibration, plan),
         period_family.fold_components: (walk_forward, walk_forward_calibration, plan),
         power.components: (period_family,),
         seed.redundancy_finding: (redundancy,),
@@ -247,11 +249,11 @@ def test_the_shipped_verdict_is_the_calibrations_decision_on_the_same_difference
     factor = res.factors.set_index("factor").loc["gems.g12.mode"]
     assert factor["family_size"] == 1 and factor["verdict"] == row["verdict"], factor["reading"]
     if np.isfinite(row["mde"]):
-        from tune_gems.analysis.rules.rule_mde import rule_mde
+        from tune_gems.analysis.rules.power import mde
         from tune_gems.analysis.verdicts.search_choice import discovery_power_inputs
 
         # ... and states its MDE (the pooled test's at K >= 2, the seed rule's at K = 1 without a
         # market-noise interval), and confirm's target (the discovery's MDE) is that number too
         assert factor["mde"] == pytest.approx(row["mde"])
         assert factor["pooled_ci_low"] == pytest.approx(row["pooled_ci_low"], nan_ok=True)
-        assert rule_mde(discovery_power_inputs(row.to_dict()), th.alpha, th.power) == pytest.approx(row["mde"], rel=1e-6)
+        assert mde(discovery_power_inputs(row.to_dict()), th.alpha, th.power) == pytest.approx(row["mde"], rel=1e-6)

@@ -22,7 +22,7 @@ winner is trained again, once, beside its control, on data the search never saw:
 
 **With power** (issue 30, item 7): each gem's confirmation trains the seeds per arm that make its
 MDE at most the discovery's, by the same rule and in the same units (`search_choice.
-confirmation_power`, `rule_mde.rule_mde`), and says so before training; `--seeds` that cannot
+confirmation_power`, `rules.power.mde`), and says so before training; `--seeds` that cannot
 give a finite interval or reach that MDE, or a design no seed count can bring there (a floor of
 periods, or of one history's market noise), is refused in one line before anything is trained or
 claimed, so the search's one confirmation is never spent on a run that cannot decide. **On one

@@ -27,10 +27,11 @@ import pandas as pd
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.rules.decision import Evidence, decide
+from tune_gems.analysis.rules.power import PowerInputs, mde
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.words import DELETE, verdict_codes
 from tune_gems.analysis.verdicts.search_choice import best_trial
-from tune_gems.stats.inference import min_detectable_effect, rank_test
+from tune_gems.stats.inference import rank_test
 
 DISTRIBUTIONS = ("normal", "t3")
 EFFECT_MULTIPLES = (0.25, 0.5, 0.75, 1.0)
@@ -138,7 +139,7 @@ def calibration_table(shapes: list[Shape], *, thresholds: Thresholds | None = No
                        gems=len(sh), sd=sd, p_div=sh[0].p_div)
             row.update(null_rate(sh, n_sim, dist=dist, alpha=alpha, seed=seed))
             row["mc_tolerance"] = mc_tolerance(alpha, n_sim)
-            row["mde"] = min_detectable_effect(sd, sh[0].n, alpha / len(sh), th.power, sh[0].p_div)
+            row["mde"] = mde(PowerInputs(sh[0].n, sd, sh[0].p_div), alpha / len(sh), th.power)
             for name, value in eff_values:
                 row[f"power@{name} ({value:.3g})"] = power(sh, value, n_sim, dist=dist, alpha=alpha, seed=seed)["power"]
             rows.append(row)
@@ -268,8 +269,8 @@ def search_confirm_rates(shape: SearchShape, effect: float = 0.0, n_sim: int = d
 
 
 def confirmation_mde(shape: SearchShape, alpha: float = defaults.ALPHA, power_target: float = defaults.POWER) -> float:
-    """The confirmation's minimum detectable effect (Holm's first step over the gems)."""
-    return min_detectable_effect(shape.sd, shape.confirm_seeds, alpha / shape.gems, power_target)
+    """The confirmation's minimum detectable effect (`rules.power.mde`, Holm's first step over the gems)."""
+    return mde(PowerInputs(shape.confirm_seeds, shape.sd), alpha / shape.gems, power_target)
 
 
 def delete_verdicts(shapes: list[Shape], effect: float, rope: float = defaults.ROPE, n_sim: int = defaults.N_SIM, *,

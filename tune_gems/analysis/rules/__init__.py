@@ -21,7 +21,7 @@ So the decisions live here and nowhere else, and one function composes them:
 - `histories`: the nested rule over several price histories;
 - `held_out_rule`: the test segment as a pre-registered second stage;
 - `selection`: a confirmation's final verdict on one price history (the search's selection);
-- `power`, `rule_mde`: the power of the rule that decides (its MDE, the seeds it needs, the floor).
+- `power`: the power of the rule that decides (its MDE, the seeds it needs, the floor), one solver.
 
 `tests/test_rules.py` checks that no stage is called outside this package's composition and that
 every caller calls it.

@@ -48,7 +48,7 @@ import pandas as pd
 from tune_gems.analysis.rules.decision import Decision, Evidence, decide
 from tune_gems.analysis.pairs.pairing import Cells, Paired, paired
 from tune_gems.analysis.text import format_number
-from tune_gems.analysis.rules.rule_mde import PowerInputs, market_se_of, rule_mde
+from tune_gems.analysis.rules.power import PowerInputs, market_se_of, mde
 from tune_gems.analysis.rules.seed import decide_family
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.words import (
@@ -285,7 +285,7 @@ def _row(c: Contrast, pr: Paired, j: int, dec: Decision, m: int, th: Thresholds,
          fam: FamilyFolds | None, power: dict | None, market: dict, gem_verdict: dict) -> dict:
     """One contrast's row of factors.csv; its MDE that of the rule that decides (at K >= 2 the
     pooled test's, `walk_forward.pooled_power`, as the gem verdicts state it; at K = 1
-    `rule_mde.rule_mde` of the seed rule with the market-noise part)."""
+    `rules.power.mde` of the seed rule with the market-noise part)."""
     verdict = str(dec.verdict[0, j])
     row = {col: math.nan for col in FACTOR_COLUMNS}
     row.update(kind=c.kind, factor=c.key, contrast=c.label, verdict=verdict, seed_verdict=str(dec.seed_verdict[0, j]),
@@ -316,7 +316,7 @@ def _row(c: Contrast, pr: Paired, j: int, dec: Decision, m: int, th: Thresholds,
         informative = pr.diffs[~np.isnan(pr.diffs) & (pr.diffs != 0)]
         market_se = market_se_of(row["market_ci_low"], row["market_ci_high"], dec.level[0, j])
         inputs = PowerInputs(informative.size, _spread(informative), p_div, market_se=market_se)
-        row["mde"] = rule_mde(inputs, th.alpha * (2 if th.one_sided_keep else 1) / max(m, 1), th.power)
+        row["mde"] = mde(inputs, th.alpha * (2 if th.one_sided_keep else 1) / max(m, 1), th.power)
     row["reading"] = _reading(c, verdict, row["mde"], th.rope)
     return row
 

@@ -54,12 +54,12 @@ import pandas as pd
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, build_cells, paired
 from tune_gems.analysis.pairs.excess import add_excess_columns
-from tune_gems.stats.inference import min_detectable_effect, rank_test, seeds_needed
+from tune_gems.stats.inference import rank_test
 from tune_gems.analysis.text import format_number
 from tune_gems.analysis.rules.decision import Evidence, decide
-from tune_gems.analysis.rules.rule_mde import PowerInputs, history_floor, market_se_of, rule_mde, seeds_for
+from tune_gems.analysis.rules.power import PowerInputs, market_se_of, statement
 from tune_gems.analysis.verdicts.held_out import HELD_OUT_COLUMNS, held_out_columns, held_out_effect
-from tune_gems.analysis.verdicts.verdict_reasons import compose_reason, seeds_would_detect, selection_rule
+from tune_gems.analysis.verdicts.verdict_reasons import compose_reason, selection_rule
 from tune_gems.analysis.verdicts.walk_forward import add_period_columns, fold_count, gem_folds
 from tune_gems.analysis.verdicts.verdict_market_noise import (
     MARKET_COLUMNS,
@@ -268,6 +268,7 @@ def gem_verdict_tables(
                th)
     m = int(np.isfinite(dec.p[0]).sum())
     two_sided = alpha * (2 if th.one_sided_keep else 1)  # the two-sided level of the same test (MDE)
+    sides = 1 if th.one_sided_keep else 2
     for j, (row, pr) in enumerate(zip(rows, prs)):
         row["excess_tost_p_adjusted"] = dec.magnitude_p_adjusted[0, j]
         row.update(p_value=dec.p[0, j], p_adjusted=dec.p_adjusted[0, j], tost_p=dec.p_tost[0, j],
@@ -281,15 +282,17 @@ def gem_verdict_tables(
             row.update(estimand=ESTIMAND, effect=float(dec.estimate[0, j]), mean_effect=_finite_mean(pr.diffs),
                        ci_low=float(dec.low[0, j]), ci_high=float(dec.high[0, j]), ci_level=1 - float(dec.level[0, j]),
                        sd_diff=sd, divergence_rate=p_div, n_informative=n_inf,
-                       tied_share=tied, zero_turnover_share=zero_turnover_share(pr, cells, window),
-                       mde=min_detectable_effect(sd, n_inf, two_sided / max(m, 1), power, p_div),
-                       seeds_needed=_seeds_to_run(seeds_needed(sd, rope, two_sided / max(m, 1), power, p_div=p_div),
-                                                  tied))
+                       tied_share=tied, zero_turnover_share=zero_turnover_share(pr, cells, window))
             row.update(market_columns[j])
-            if row.get("market_noise") == MARKET_OK:  # the market gate decides too: its part in the MDE
-                sides = 1 if th.one_sided_keep else 2
-                _with_market_power(row, informative, p_div, tied, market_se_of(row["market_ci_low"], row["market_ci_high"],
-                                   2 * float(dec.level[0, j]) / sides), two_sided / max(m, 1), power, rope)
+            # the power of the rule that decides at one period: the seeds', and on one price history
+            # the market gate's too (`rules.power`; over periods `walk_forward.pooled_power` replaces it)
+            market_se = (market_se_of(row["market_ci_low"], row["market_ci_high"], 2 * float(dec.level[0, j]) / sides)
+                         if row.get("market_noise") == MARKET_OK else 0.0)
+            ps = statement(PowerInputs(n_inf, sd, p_div, market_se=max(market_se, 0.0)), rope, two_sided / max(m, 1),
+                           power, tied=tied)
+            row.update(mde=ps.mde, seeds_needed=ps.seeds_needed)
+            if market_se > 0:
+                row.update(mde_floor=ps.floor, power_note=ps.note)
         row["seed_verdict"] = str(dec.seed_verdict[0, j])
         row["verdict"] = str(dec.discovery_verdict[0, j])
         row["_at_null"] = bool(dec.magnitude_at_null[0, j])
@@ -315,31 +318,6 @@ def gem_verdict_tables(
             table.at[i, "final_ci_low"], table.at[i, "final_ci_high"] = dec.final_low[0, j], dec.final_high[0, j]
             table.at[i, "final_rule"] = selection_rule(table.loc[i], t)
     return table, fold_rows
-
-
-def _with_market_power(row: dict, informative: np.ndarray, p_div: float, tied: float, market_se: float, level: float,
-                       power: float, rope: float) -> None:
-    """On one price history a keep / harmful needs the seeds and the market-noise interval both:
-    the row's MDE and seeds for the ROPE become that rule's (`rule_mde.rule_mde` with the
-    market-noise part, as the factor table and `confirm` state it), not the seeds' alone."""
-    if market_se <= 0:
-        return
-    inputs = PowerInputs(int(informative.size), _spread(informative), p_div, market_se=market_se)
-    row["mde"] = rule_mde(inputs, level, power)
-    needed = seeds_for(inputs, rope, level, power)
-    row["seeds_needed"] = _seeds_to_run(math.inf if needed is None else float(needed), tied)
-    row["mde_floor"] = history_floor(market_se, level, power)
-    row["power_note"] = (f"no seed count reaches +-{rope:g} on this history's market noise: more periods (data.folds) "
-                         "or histories, not more seeds"
-                         if not math.isfinite(row["seeds_needed"]) else
-                         seeds_would_detect(row["seeds_needed"], rope))
-
-
-def _seeds_to_run(informative_needed: float, tied_share: float) -> float:
-    """Seeds to run for `informative_needed` informative pairs when a share of pairs ties."""
-    if not math.isfinite(informative_needed) or not (0 <= tied_share < 1):
-        return informative_needed if tied_share < 1 else math.inf
-    return float(math.ceil(informative_needed / (1 - tied_share)))
 
 
 def _unit_magnitudes(cells: Cells, g: GemEntry, column: str, k: int) -> np.ndarray:

@@ -23,7 +23,9 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from tune_gems.analysis.rules.rule_mde import PowerInputs, finite_interval, history_floor, market_se_of, period_floor, rule_mde, seeds_for
+from tune_gems.analysis.rules.power import (
+    PowerInputs, fewest_seeds, finite_interval, floor, informative_of, market_se_of, mde, seeds_to_run,
+)
 from tune_gems.analysis.rules.words import NO_DATA
 from tune_gems.analysis.verdicts.verdict_market_noise import OK as MARKET_OK
 from tune_gems.stats.inference import smallest_p
@@ -203,7 +205,7 @@ def format_confirmation(table: pd.DataFrame) -> str:
 
 @dataclass(frozen=True)
 class PowerPlan:
-    """How many seeds one gem's confirmation trains, and why: its MDE (`rule_mde.rule_mde`, the
+    """How many seeds one gem's confirmation trains, and why: its MDE (`rules.power.mde`, the
     rule that decides the confirmation, at the confirmation family's first Holm step `level` and,
     on one price history, the history's part at `history_level` = level / `candidates`) against
     the discovery's (the same function on the discovery's components at its own level)."""
@@ -268,20 +270,6 @@ def _tied_share(row: dict[str, Any]) -> float:
     return min(max(tie, 0.0), MAX_TIED_SHARE) if math.isfinite(tie) else 0.0
 
 
-def informative_of(seeds: int, tie: float) -> int:
-    """The informative pairs `seeds` seeds are expected to give at tied share `tie` (ties carry
-    no weight: rules.ties)."""
-    return int(math.floor(seeds * (1.0 - tie) + 1e-9))
-
-
-def seeds_for_informative(informative: int, tie: float) -> int:
-    """The fewest seeds expected to give `informative` informative pairs at tied share `tie`."""
-    n = max(int(math.ceil(informative / (1.0 - tie) - 1e-9)), informative)
-    while informative_of(n, tie) < informative:
-        n += 1
-    return n
-
-
 def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list[str], *, one_history: bool,
                        alpha: float, power: float, seeds: int | None, default_seeds: int) -> list[PowerPlan]:
     """Per gem to confirm: the seeds of its confirmation so that its MDE is at most the
@@ -302,9 +290,13 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
         inputs = discovery_power_inputs(row)
         t_g = max(candidate_count(trials, gem), 1) if one_history else 1
         h_level = level_c / t_g
-        target = rule_mde(inputs, level_d, power) if inputs.n >= 2 else math.nan
+        target = mde(inputs, level_d, power) if inputs.n >= 2 else math.nan
         tie = _tied_share(row)
-        smallest = seeds_for_informative(next(n for n in range(2, 64) if finite_interval(n, level_c)), tie)
+
+        def confirmation_mde(seeds: int) -> float:  # the confirmation's MDE with `seeds` per arm
+            return mde(inputs.with_seeds(informative_of(seeds, tie)), level_c, power, history_level=h_level)
+
+        smallest = int(seeds_to_run(next(n for n in range(2, 64) if finite_interval(n, level_c)), tie))
         data = (f"one price history, the history's part at level / {t_g} for the {t_g} configurations the search "
                 "chose among" if one_history else "fresh paths")
         what = f"the confirmation ({inputs.folds} period(s), {data}) "
@@ -315,34 +307,32 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
                               f"{level_c:.3g} ({seeds} seeds, about {k} of them informative at the discovery's tied share "
                               f"{tie:.2f}: the smallest exact p of {k} is {smallest_p(max(k, 1)):.3g}); at least {smallest} "
                               "seeds per arm")
-        if not math.isfinite(target):
+        if not (target > 0) or not math.isfinite(target):
             n = seeds if seeds is not None else max(default_seeds, smallest)
-            mde = rule_mde(inputs.with_seeds(informative_of(n, tie)), level_c, power, history_level=h_level) if inputs.n >= 2 else math.nan
-            note = (f"{what}trains {n} seeds per arm (MDE {_f(mde)}); the discovery's MDE is {_f(target)} "
+            got = confirmation_mde(n) if inputs.n >= 2 else math.nan
+            note = (f"{what}trains {n} seeds per arm (MDE {_f(got)}); the discovery's MDE is {_f(target)} "
                     "(it could not decide at any size), so no smaller MDE is asked")
-            plans.append(PowerPlan(gem, n, target, mde, level_c, h_level, t_g, one_history, inputs.folds, note))
+            plans.append(PowerPlan(gem, n, target, got, level_c, h_level, t_g, one_history, inputs.folds, note))
             continue
-        need_informative = seeds_for(inputs, target, level_c, power, history_level=h_level,
-                                     n_min=informative_of(smallest, tie), n_max=MAX_CONFIRM_SEEDS)
-        need = None if need_informative is None else seeds_for_informative(need_informative, tie)
-        floor = period_floor(inputs, h_level, power) if inputs.folds >= 2 else history_floor(inputs.market_se, h_level, power)
-        if need is None:
+        need = seeds_to_run(fewest_seeds(inputs, target, level_c, power, history_level=h_level,
+                                         n_min=informative_of(smallest, tie), n_max=MAX_CONFIRM_SEEDS), tie)
+        if not math.isfinite(need):
             fix = ("more periods, not more seeds" if inputs.folds >= 2 else
                    "the market noise of one history: run walk-forward folds, data.folds")
             raise ConfigError(f"{where}cannot reach the discovery's MDE {_f(target)} with any number of seeds up to "
-                              f"{MAX_CONFIRM_SEEDS}: its floor is {_f(floor)} ({fix}); nothing was trained and the "
-                              "search's one confirmation is not spent")
+                              f"{MAX_CONFIRM_SEEDS}: its floor is {_f(floor(inputs, h_level, power))} ({fix}); nothing "
+                              "was trained and the search's one confirmation is not spent")
+        need = int(need)
         if seeds is not None and seeds < need:
-            given = rule_mde(inputs.with_seeds(informative_of(seeds, tie)), level_c, power, history_level=h_level)
-            raise ConfigError(f"--seeds {seeds}: {gem}'s confirmation MDE {_f(given)} "
+            raise ConfigError(f"--seeds {seeds}: {gem}'s confirmation MDE {_f(confirmation_mde(seeds))} "
                               f"exceeds the discovery's {_f(target)} (same rule, same units); at least {need} seeds per "
                               "arm reach it; nothing was trained and the search's one confirmation is not spent")
         n = seeds if seeds is not None else need
-        mde = rule_mde(inputs.with_seeds(informative_of(n, tie)), level_c, power, history_level=h_level)
         ties = f" ({n - informative_of(n, tie)} expected to tie, the discovery's tied share {tie:.2f})" if tie > 0 else ""
-        note = (f"{what}trains {n} seeds per arm{ties}: MDE {_f(mde)} <= the discovery's {_f(target)} "
+        note = (f"{what}trains {n} seeds per arm{ties}: MDE {_f(confirmation_mde(n))} <= the discovery's {_f(target)} "
                 "(same rule, same units)")
-        plans.append(PowerPlan(gem, n, target, mde, level_c, h_level, t_g, one_history, inputs.folds, note))
+        plans.append(PowerPlan(gem, n, target, confirmation_mde(n), level_c, h_level, t_g, one_history, inputs.folds,
+                               note))
     return plans
 
 

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from tune_gems.analysis.text import format_number
+from tune_gems.analysis.rules.power import seeds_would_detect
 from tune_gems.analysis.rules.seed import cannot_reach
 from tune_gems.analysis.rules.words import (
     CONFOUNDED, DECISIVE, DELETE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP,
@@ -55,11 +56,6 @@ def market_text(row: dict) -> str:
     if status == NOT_NEEDED:
         return "; market noise: in the seed interval (per-seed paths)"
     return f"; market-noise interval {status}: the effect is conditional on this one price history"
-
-
-def seeds_would_detect(seeds: float, rope: float) -> str:
-    """The seeds that would detect the ROPE, in words (the seed rule's power statement)."""
-    return f"about {_fmt(seeds, '.0f')} seeds would detect +-{rope:g}"
 
 
 def _seeds_text(row: dict) -> str:

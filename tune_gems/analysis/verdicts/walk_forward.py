@@ -50,9 +50,7 @@ from tune_gems.analysis.pairs.pairing import Cells, Paired
 from tune_gems.analysis.text import format_number
 from tune_gems.analysis.rules.period_family import FoldData, fold_components, informative_variance, pool_fold_data
 from tune_gems.analysis.rules.pooling import fold_estimates, seed_anova, shared_seed_variance
-from tune_gems.analysis.rules.power import (
-    PooledComponents, advice, mde_floor, pooled_mde, pooled_seeds_needed,
-)
+from tune_gems.analysis.rules.power import PooledComponents, PowerInputs, statement
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
 from tune_gems.analysis.pairs.selectors import placebo_selectors, wiring_pairs
@@ -267,10 +265,11 @@ def add_period_columns(v: pd.DataFrame, k_folds: int, fam: FamilyFolds | None, d
 
 
 def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np.ndarray]:
-    """Per gem column: the pooled rule's MDE, the seeds per fold that would reach +-ROPE, the
-    floor no seed count beats (`rules.power`, at the first Holm step over the gems with a
-    pooled test) and the advice in words; with the components (seed, within, period) behind them
-    (verdicts.csv's var_seed, var_within, var_period: what `tune-gems confirm` reads its target from)."""
+    """Per gem column: the pooled rule's power statement (`rules.power.statement` at the first Holm
+    step over the contrasts with a pooled test: its MDE, the seeds per fold that would reach +-ROPE,
+    the floor no seed count beats and the advice in words), with the components (seed, within,
+    period) behind them (verdicts.csv's var_seed, var_within, var_period: what `tune-gems confirm`
+    reads its target from)."""
     comp = fold_components(fam.data, pooled["tau2"])
     m = len(fam.rows)
     tested = int(np.isfinite(pooled["p"][0]).sum())
@@ -285,13 +284,9 @@ def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np
         n = float(inf[inf > 0].mean()) if (inf > 0).any() else math.nan
         if not (np.isfinite(c.period) and np.isfinite(c.within) and k >= 2 and np.isfinite(df) and n > 0):
             continue
-        kw = dict(df=df, level=level, power=th.power, one_sided=th.one_sided_keep)
-        out["mde"][j] = pooled_mde(c, k, n, **kw)
-        out["floor"][j] = mde_floor(c, k, **kw)
-        tied = fam.tied_share[j] if np.isfinite(fam.tied_share[j]) else 0.0
-        needed = pooled_seeds_needed(c, k, th.rope, **kw)
-        out["seeds_needed"][j] = needed if not math.isfinite(needed) or tied >= 1 else math.ceil(needed / (1 - tied))
-        out["note"][j] = advice(out["mde"][j], out["floor"][j], th.rope, out["seeds_needed"][j])
+        ps = statement(PowerInputs(n, folds=k, tau2=c.period, within=c.within, seed=c.seed, df=df), th.rope, level,
+                       th.power, tied=fam.tied_share[j], one_sided=th.one_sided_keep)
+        out["mde"][j], out["floor"][j], out["seeds_needed"][j], out["note"][j] = ps.mde, ps.floor, ps.seeds_needed, ps.note
     return out
 
 
