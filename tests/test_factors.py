@@ -120,6 +120,30 @@ def test_without_factors_the_gem_rows_read_as_the_verdicts(tmp_path):
                 assert gem.loc[f"gems.{v['gem']}.mode", "verdict"] == v["verdict"], (folder, v["gem"])
 
 
+@pytest.mark.parametrize("folds", [1, 4])
+def test_every_table_pairs_over_the_verdicts_epoch_window(tmp_path, folds):
+    """issue 36 item 4: under a window other than the default, verdicts.csv, factors.csv and the
+    paired-seed plot's table give the same effect of a gem (the fakes read 100 outside the last
+    three epochs, on both sides: a wider window dilutes the effect, so a table read on another
+    window would differ)."""
+    from tune_gems.analysis.render.figures import plot_tables
+    from tune_gems.analysis.rules.pooling import fold_estimates
+
+    levels = {"gems.g12.mode": ["measure", "wire"], "model.noisy": [True, False]}
+    folder = fr.factorial_scenario(tmp_path / "e", levels, lambda a, k: 0.3 * (a["gems.g12.mode"] == "wire") + 0.1 * k,
+                                   n=12, folds=folds)
+    default = analyze(folder, n_boot=50).verdicts.set_index("gem").loc["g12", "effect"]
+    for window in ("last-half", "from-epoch"):
+        res = analyze(folder, n_boot=50, window=window, **({"first_epoch": 1} if window == "from-epoch" else {}))
+        v, f = res.verdicts.set_index("gem").loc["g12"], res.factors.set_index("factor").loc["gems.g12.mode"]
+        assert f["effect"] == pytest.approx(v["effect"]) and f["ci_low"] == pytest.approx(v["ci_low"])
+        assert f["pooled_effect"] == pytest.approx(v["pooled_effect"], nan_ok=True)
+        pairs = plot_tables(res)["paired_seeds.csv"]
+        per_seed = pairs[pairs["gem"] == "g12"].groupby("seed")["difference"].mean().to_numpy(float)
+        assert fold_estimates(per_seed[None, :])["theta"][0] == pytest.approx(v["effect"])  # the plot's pairs too
+    assert v["effect"] == pytest.approx(0.75 * default, rel=0.05)  # from-epoch 1: epoch 1 of 4 dilutes it
+
+
 def test_the_analysis_writes_factors_csv_the_report_section_and_prints_the_table(tmp_path, capsys):
     folder = fr.factorial_scenario(tmp_path / "e", LEVELS, _noisy_hurts)
     res = run_analysis(folder, tmp_path / "out", plot=False)

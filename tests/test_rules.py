@@ -177,7 +177,8 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
         calibration, decision_calibration, factor_calibration, one_history_calibration, walk_forward_calibration,
     )
     from tune_gems.analysis.rules import decision
-    from tune_gems.analysis.verdicts import factors, gem_verdicts, redundancy, search_choice, walk_forward
+    from tune_gems.analysis.pairs import pairing
+    from tune_gems.analysis.verdicts import factors, gem_verdicts, held_out, redundancy, search_choice, walk_forward
     from tune_gems.analysis.rules import period_family, periods, pooling, power, seed, ties
 
     uses = {
@@ -188,7 +189,9 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
         period_family.decide_fold_data: (decision,),
         period_family.pool_fold_data: (walk_forward,),
         period_family.fold_data: (walk_forward_calibration, factor_calibration, one_history_calibration),
-        walk_forward.folds_family: (factors,),
+        walk_forward.gem_folds: (factors, gem_verdicts),
+        pairing.by_fold: (walk_forward,),
+        pairing.revalue: (held_out,),
         walk_forward.pooled_power: (factors,),
         periods.decide_periods: (period_family,),
         pooling.pool_family: (period_family,),

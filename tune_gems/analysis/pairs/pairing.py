@@ -292,6 +292,9 @@ class Paired:
     """Distinct member seeds behind the pairs (more than the units when seeds share a path)."""
     per_seed_paths: bool = False
     """Every paired member trained on its seed index's own synthetic path."""
+    layout: Layout | None = None
+    """Which cells pair, and how (`pair_layout`): from it the same pairs give the differences of
+    another column or window (`revalue`) or of one fold (`by_fold`) without pairing again."""
 
     @property
     def n(self) -> int:
@@ -326,6 +329,26 @@ def _unit_mean(values: np.ndarray) -> float:
     with np.errstate(invalid="ignore"):
         m = float(np.mean(values))
     return 0.0 if math.isnan(m) else m
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one factor's comparison pairs (the structure behind a `Paired`): `cells` the paired cells
+    (columns experiment, trial_id, fold, seed, unit, cell, context, end_epoch and the factor's level
+    in `factor`), `cell_pairs` one row per (hi cell, lo cell) at a common seed in one context (see
+    `Paired.pairs`), the factor with its two levels, and the window and metric the differences
+    were read with (`column`, `k`, `worst`)."""
+
+    cells: pd.DataFrame
+    cell_pairs: pd.DataFrame
+    factor: str
+    hi: str
+    lo: str
+    column: str
+    k: object
+    worst: bool
+    hi_cells: int
+    lo_cells: int
 
 
 def paired(
@@ -367,12 +390,46 @@ def paired(
         empty.note = "confounded"
         return empty
     t = t.merge(good, on=["context", "seed"], how="inner")
-    end = t.groupby("context")["final_epoch"].transform("min")  # a common epoch per context
-    at = t.assign(end_epoch=end.to_numpy())[["context", "seed", "end_epoch", "cell", factor]]
+    t["end_epoch"] = t.groupby("context")["final_epoch"].transform("min").to_numpy()  # a common epoch per context
+    at = t[["context", "seed", "end_epoch", "cell", factor]]
     cell_pairs = at[at[factor] == hi].drop(columns=factor).merge(
         at[at[factor] == lo].drop(columns=factor), on=["context", "seed", "end_epoch"], suffixes=("_hi", "_lo"))
-    vals = window_values(cells.long[cells.long["cell"].isin(t["cell"])], column,
-                         pd.Series(end.to_numpy(), index=t["cell"].to_numpy()), k)
+    return _values(cells, Layout(t, cell_pairs.reset_index(drop=True), factor, hi, lo, column, k, worst, hi_cells,
+                                 lo_cells))
+
+
+def revalue(pr: Paired, cells: Cells, column: str, k) -> Paired:
+    """The same pairs' differences of another `column` over another window `k` (e.g. the test
+    segment's metric at the final epoch): nothing is paired again."""
+    if pr.layout is None:
+        return pr
+    lay = pr.layout
+    return _values(cells, Layout(lay.cells, lay.cell_pairs, lay.factor, lay.hi, lay.lo, column, k, lay.worst,
+                                 lay.hi_cells, lay.lo_cells))
+
+
+def by_fold(pr: Paired, cells: Cells) -> list[tuple[int, Paired]]:
+    """(fold, the same pairs' differences inside that fold) for every fold the pairs span: a fold is
+    its own context, so this is the comparison restricted to the fold's cells, not paired again."""
+    if pr.layout is None or not pr.n:
+        return []
+    lay = pr.layout
+    out = []
+    for f in sorted(lay.cells["fold"].unique()):
+        sub = lay.cells[lay.cells["fold"] == f]
+        keep = lay.cell_pairs["cell_hi"].isin(sub["cell"])
+        part = _values(cells, Layout(sub, lay.cell_pairs[keep].reset_index(drop=True), lay.factor, lay.hi, lay.lo,
+                                     lay.column, lay.k, lay.worst, lay.hi_cells, lay.lo_cells))
+        if part.n:
+            out.append((int(f), part))
+    return out
+
+
+def _values(cells: Cells, lay: Layout) -> Paired:
+    """The per-unit differences of `lay.column` over the pairs of a layout (`paired`'s second half)."""
+    t, factor, hi, lo = lay.cells, lay.factor, lay.hi, lay.lo
+    vals = window_values(cells.long[cells.long["cell"].isin(t["cell"])], lay.column,
+                         pd.Series(t["end_epoch"].to_numpy(), index=t["cell"].to_numpy()), lay.k)
     t = t.join(vals, on="cell")
     agg = t.groupby(["context", "seed", factor]).agg(
         value=("value", "mean"), diverged=("diverged", "any"), unit=("unit", "first"))
@@ -380,9 +437,9 @@ def paired(
     m = agg.xs(lo, level=factor)
     j = w.add_suffix("_hi").join(m.add_suffix("_lo"), how="inner")
     d = _diff(j["value_hi"].to_numpy(float), j["value_lo"].to_numpy(float),
-              j["diverged_hi"].to_numpy(bool), j["diverged_lo"].to_numpy(bool), worst)
+              j["diverged_hi"].to_numpy(bool), j["diverged_lo"].to_numpy(bool), lay.worst)
     j = j.assign(d=d)
-    if not worst:
+    if not lay.worst:
         j = j[np.isfinite(j["d"])]
     units = j.groupby("unit_hi")
     diffs = np.array([_unit_mean(g["d"].to_numpy()) for _, g in units])
@@ -391,6 +448,7 @@ def paired(
     lv = np.array([np.nanmean(np.where(g["diverged_lo"], np.nan, g["value_lo"])) if (~g["diverged_lo"]).any() else np.nan
                    for _, g in units])
     trial_of = t.set_index("cell")[["experiment", "trial_id"]].astype(str).agg("|".join, axis=1)
+    cell_pairs = lay.cell_pairs
     # across trials only where a pair's two members are in different trials (a context may hold
     # several trials, e.g. every trial's control arm, whose pairs are each within its trial)
     cross = bool((cell_pairs["cell_hi"].map(trial_of) != cell_pairs["cell_lo"].map(trial_of)).any())
@@ -405,13 +463,14 @@ def paired(
         cross_trial=cross,
         hi_diverged=int(j["diverged_hi"].sum()),
         lo_diverged=int(j["diverged_lo"].sum()),
-        hi_cells=hi_cells,
-        lo_cells=lo_cells,
+        hi_cells=lay.hi_cells,
+        lo_cells=lay.lo_cells,
         hi_values=hv,
         lo_values=lv,
-        pairs=cell_pairs.reset_index(drop=True),
+        pairs=cell_pairs,
         n_seeds=int(j.index.get_level_values("seed").nunique()),
         per_seed_paths=per_seed_paths,
+        layout=lay,
     )
 
 

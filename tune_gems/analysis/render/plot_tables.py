@@ -4,7 +4,7 @@ Each plot draws one of these tables and nothing else, so a reader can check a fi
 its numbers and a test can read the plotted data back from the figure and compare:
 
 - `paired_seed_table`: per gem, every seed pair of the verdict's own comparison (the same cells,
-  metric, last-k window and placebo filter as `verdicts.gem_verdicts`, through
+  metric, epoch window and placebo filter as `verdicts.gem_verdicts`, through
   `pairing.paired`): the measured and the wired member's value, their fold and seed, whether
   either diverged, whether the pair ties;
 - `learning_curve_table`: the verdict metric per epoch over each arm's seeds (median and
@@ -89,9 +89,10 @@ TIE_TOLERANCE = 0.0
 
 
 def paired_seed_table(cells: Cells, gems: Sequence[GemEntry], members: pd.DataFrame, *,
-                      last_k: int = defaults.LAST_K, placebo_weight: float = defaults.PLACEBO_WEIGHT,
+                      last_k=defaults.LAST_K, placebo_weight: float = defaults.PLACEBO_WEIGHT,
                       metric: str = defaults.METRIC) -> pd.DataFrame:
-    """Every seed pair of each gem's wiring comparison (module docstring), one row per pair."""
+    """Every seed pair of each gem's wiring comparison (module docstring), one row per pair; `last_k`
+    the window's length, or the verdict's window (`Thresholds.window_length`)."""
     column, _ = verdict_metric(members, metric)
     t = cells.table.set_index("cell")
     rows = []

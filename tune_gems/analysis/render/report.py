@@ -260,12 +260,9 @@ def _periods_section(v: pd.DataFrame, folds: pd.DataFrame | None = None) -> list
 
 def _window_words(settings: dict[str, Any]) -> str:
     """The verdict metric's epoch window, in words, from the analysis settings."""
-    from dataclasses import fields
-
     from tune_gems.analysis.rules.thresholds import Thresholds
 
-    names = {f.name for f in fields(Thresholds)}
-    return Thresholds(**{k: v for k, v in settings.items() if k in names}).window_text()
+    return Thresholds.of_settings(settings).window_text()
 
 
 REPORT_VERDICT_COLUMNS = ("gem", "verdict", "n_seeds", "tied_share", "effect", "mean_effect", "ci_low", "ci_high",

@@ -89,7 +89,8 @@ def components(var, n_informative, seed_share, tau2, theta=None, sample_var=None
     none (a fold variance unknown: the contrast pooled with equal weights) and the fold effects
     `theta` are given, the moment estimate max(0, their variance - (within - seed) / n)."""
     var, n = np.asarray(var, float), np.asarray(n_informative, float)
-    per_seed = var * n
+    with np.errstate(invalid="ignore"):  # a fold without informative pairs: inf x 0, no variance
+        per_seed = var * n
     if sample_var is not None:  # a fold without a finite rank interval: its sample variance
         with np.errstate(invalid="ignore"):
             per_seed = np.where(np.isfinite(var), per_seed, RANK_EFFICIENCY * np.asarray(sample_var, float))

@@ -55,8 +55,8 @@ from tune_gems.analysis.rules.words import (
     DECISIVE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP,
 )
 from tune_gems.analysis.pairs.selectors import MEASURE, WIRE, placebo_selectors
-from tune_gems.analysis.verdicts.verdict_market_noise import EvalReturnsLookup, market_evidence
-from tune_gems.analysis.verdicts.walk_forward import FOLD, FamilyFolds, fold_count, folds_family, pooled_power
+from tune_gems.analysis.verdicts.verdict_market_noise import EvalReturnsLookup, market_evidence, market_window
+from tune_gems.analysis.verdicts.walk_forward import FOLD, FamilyFolds, fold_count, gem_folds, pooled_power
 from tune_gems.contracts.gem_manifest import GemEntry
 from tune_gems.stats.inference import holm_levels, rank_test
 
@@ -171,7 +171,7 @@ def contrast_pairs(cells: Cells, c: Contrast, gems: list[GemEntry], th: Threshol
             keep &= t[f"gems.{c.wired_gem}.mode"] == WIRE
         return keep & extra(t) if extra is not None else keep
 
-    return paired(cells, c.key, c.hi, c.lo, column=column, k=th.last_k, ignore=c.ignore, select=select)
+    return paired(cells, c.key, c.hi, c.lo, column=column, k=th.window_length, ignore=c.ignore, select=select)
 
 
 # -- the table --------------------------------------------------------------------------------------
@@ -180,16 +180,6 @@ def contrast_pairs(cells: Cells, c: Contrast, gems: list[GemEntry], th: Threshol
 def _spread(d: np.ndarray) -> float:
     fin = d[np.isfinite(d)]
     return float(np.std(fin, ddof=1)) if fin.size > 1 else math.nan
-
-
-def _contrast_folds(cells: Cells, c: Contrast, gems, th: Thresholds, column: str) -> list[tuple[int, Paired]]:
-    """[(fold, its seed-paired differences)] of one contrast over the folds that pair it."""
-    folds = []
-    for f in sorted(cells.table[FOLD].unique()):
-        pr = contrast_pairs(cells, c, gems, th, column=column, extra=lambda t, f=f: t[FOLD] == f)
-        if pr.n:
-            folds.append((int(f), pr))
-    return folds
 
 
 def _fmt(x, f: str = "+.3g") -> str:
@@ -229,21 +219,18 @@ def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds |
     prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]
     contrasts, prs = _one_row_per_unpaired_key(contrasts, prs)
     k_folds = fold_count(cells)
-    fam = None
-    if k_folds > 1:  # the family's fold data, as the gem verdicts build theirs (`walk_forward.folds_family`)
-        fold_pairs = [_contrast_folds(cells, c, gems, th, column) if pr.n else [] for c, pr in zip(contrasts, prs)]
-        fam = folds_family(list(range(len(contrasts))), fold_pairs,
-                           sorted(int(f) for f in cells.table[FOLD].unique()))
+    # the family's fold data, as the gem verdicts build theirs: the same pairs inside each fold
+    fam = gem_folds(prs, cells) if k_folds > 1 else None
     market_rows: list[dict] = [{} for _ in contrasts]
 
-    def market(tail: np.ndarray):
+    def market(tail: np.ndarray):  # each contrast's market-noise interval at its seed interval's tail, as the gems'
         lo, hi, ok = np.full(tail.shape, np.nan), np.full(tail.shape, np.nan), np.zeros(tail.shape, bool)
-        level = tail * (1 if th.one_sided_keep else 2)
         for j, pr in enumerate(prs):
-            if not pr.n or not cells.shared_path:
+            k_market = market_window(pr, th)
+            if not pr.n or not cells.shared_path or k_market is None:
                 continue
-            ev = market_evidence(pr, cells, eval_returns, column=column, k=th.last_k,
-                                 confidence=1 - float(level[0, j]), n_boot=th.n_boot, seed=th.seed)
+            ev = market_evidence(pr, cells, eval_returns, column=column, k=k_market,
+                                 confidence=1 - 2 * float(tail[0, j]), n_boot=th.n_boot, seed=th.seed)
             market_rows[j] = ev.columns()
             if ev.ok:
                 lo[0, j], hi[0, j], ok[0, j] = ev.interval.low, ev.interval.high, True

@@ -68,6 +68,7 @@ from tune_gems.analysis.verdicts.verdict_market_noise import (
     EvalReturnsLookup,
     MarketEvidence,
     market_evidence,
+    market_window,
 )
 from tune_gems.analysis.verdicts.redundancy import redundancy_table
 from tune_gems.analysis.rules.seed import REMOVES, decide_family
@@ -139,15 +140,6 @@ def zero_turnover_share(pr: Paired, cells: Cells, window) -> float:
     return float((vals == 0).mean()) if len(vals) else math.nan
 
 
-def market_window(pr: Paired, th: Thresholds) -> int | None:
-    """The window length (in epochs) of a comparison's pairs for the market-noise interval, one
-    for all its pairs (None when the pairs' windows differ)."""
-    if pr.pairs is None or not len(pr.pairs):
-        return th.last_k
-    lengths = set(np.atleast_1d(th.window_length(pr.pairs["end_epoch"].to_numpy(int))).tolist())
-    return int(lengths.pop()) if len(lengths) == 1 else None
-
-
 def _finite_mean(d: np.ndarray) -> float:
     """The mean of the finite per-unit differences (units with a diverged member left out)."""
     fin = d[np.isfinite(d)]
@@ -198,7 +190,7 @@ def gem_verdict_tables(
     price history, `tune-gems confirm`): per gem the configurations its search chose among; the
     table then has FINAL_COLUMNS, the verdict after the selection-adjusted gate (`rules.selection`)."""
     th = Thresholds.build(thresholds, **settings)
-    alpha, rope, last_k, power = th.alpha, th.rope, th.last_k, th.power
+    alpha, rope, power = th.alpha, th.rope, th.power
     window = th.window_length
     gems = list(gems or LEGACY_MANIFEST)
     cells = cells or build_cells(trials, members, arms)
@@ -218,12 +210,12 @@ def gem_verdict_tables(
         pr = wiring_pairs(cells, g.name, column=column, k=window, select=real)
         row.update(wired_members=pr.hi_cells, measured_members=pr.lo_cells, n_seeds=pr.n, n_pairs=pr.n_pairs,
                    design=pr.design(), fix=pr.fix, wired_diverged=pr.hi_diverged, measured_diverged=pr.lo_diverged)
-        held.append(held_out_effect(cells, g, column, th) if pr.n else None)  # the test segment, computed once
+        held.append(held_out_effect(pr, cells, column, th))  # the test segment, once, from the same pairs
         if held[-1] is not None:
             row["test_effect"] = held[-1].estimate
         # magnitude: per-seed excess over the null in measured members
         ecol, enote = excess[g.name]
-        mag = _unit_magnitudes(cells, g, ecol, last_k)
+        mag = _unit_magnitudes(cells, g, ecol, window)
         if mag.size:
             r = rank_test(mag[None, :], rope=th.rel_threshold, tail=alpha)
             row.update(excess_n=int(mag.size), excess_median=float(r["estimate"][0]),
@@ -237,7 +229,7 @@ def gem_verdict_tables(
         prs.append(pr)
 
     k_folds = fold_count(cells)  # with several periods the pooled test decides, and states its own power
-    fam = gem_folds(gems, prs, cells, th, column) if k_folds > 1 else None
+    fam = gem_folds(prs, cells) if k_folds > 1 else None
     market_columns: list[dict] = [{} for _ in prs]
 
     def market(tail: np.ndarray):

@@ -25,12 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from tune_gems.analysis.pairs.pairing import Cells
+from tune_gems.analysis.pairs.pairing import Cells, Paired, revalue
 from tune_gems.stats.baseline_headline import baseline_comparison, skill_flag
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.words import DECISIVE, KEEP
-from tune_gems.analysis.pairs.selectors import placebo_selectors, wiring_pairs
-from tune_gems.contracts.gem_manifest import GemEntry
 from tune_gems.stats.inference import rank_test
 
 HELD_OUT_COLUMNS = ["test_effect", "test_ci_low", "test_ci_high", "test_p_value", "held_out"]
@@ -58,18 +56,18 @@ def held_out_column(outcome: str) -> str:
     return outcome.replace("val_", "test_", 1)
 
 
-def held_out_effect(cells: Cells, g: GemEntry, outcome: str, thresholds: Thresholds) -> HeldOutEffect | None:
-    """The one computation of a gem's test-segment effect (the verdicts' `test_effect` column
-    and the held-out check both read it), or None when no pair has the test column."""
+def held_out_effect(pr: Paired, cells: Cells, outcome: str, thresholds: Thresholds) -> HeldOutEffect | None:
+    """The one computation of a gem's test-segment effect from its verdict's pairs `pr` (the
+    verdicts' `test_effect` column and the held-out check both read it; nothing is paired again:
+    `pairing.revalue`), or None when no pair has the test column."""
     column = held_out_column(outcome)
-    if column not in cells.long.columns:
+    if column not in cells.long.columns or not pr.n:
         return None
-    real, _ = placebo_selectors(g, thresholds.placebo_weight)
-    pr = wiring_pairs(cells, g.name, column=column, k=1, select=real)
-    if not pr.n:
+    test = revalue(pr, cells, column, 1)
+    if not test.n:
         return None
-    t = rank_test(pr.diffs[None, :], tail=thresholds.alpha / 2)
-    return HeldOutEffect(column, pr.n, *(float(t[k][0]) for k in ("estimate", "low", "high", "p")))
+    t = rank_test(test.diffs[None, :], tail=thresholds.alpha / 2)
+    return HeldOutEffect(column, test.n, *(float(t[k][0]) for k in ("estimate", "low", "high", "p")))
 
 
 def held_out_columns(verdict: str, eff: HeldOutEffect | None, outcome: str) -> dict[str, Any]:

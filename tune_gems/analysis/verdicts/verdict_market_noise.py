@@ -35,6 +35,7 @@ import pandas as pd
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired
+from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.verdicts.market_noise import MarketNoiseInterval, alpha_sharpe_rows, market_noise_interval, sharpe_rows
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.result_files import (
@@ -211,6 +212,15 @@ def _per_seed_paths(table: pd.DataFrame) -> pd.Series:
     paths = table.get("data.synthetic.paths", pd.Series("shared", index=table.index)).astype(str)
     source = table.get("data.source", pd.Series("synthetic", index=table.index)).astype(str)
     return paths.str.contains("per_seed") & source.str.contains("synthetic")
+
+
+def market_window(pr: Paired, th: Thresholds) -> int | None:
+    """The window length (in epochs) of a comparison's pairs for the market-noise interval, one
+    for all its pairs (None when the pairs' windows differ)."""
+    if pr.pairs is None or not len(pr.pairs):
+        return th.last_k
+    lengths = set(np.atleast_1d(th.window_length(pr.pairs["end_epoch"].to_numpy(int))).tolist())
+    return int(lengths.pop()) if len(lengths) == 1 else None
 
 
 def market_evidence(

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tune_gems.analysis.pairs.pairing import Cells, Paired
+from tune_gems.analysis.pairs.pairing import Cells, Paired, by_fold
 from tune_gems.analysis.text import format_number
 from tune_gems.analysis.rules.period_family import FoldData, fold_components, informative_variance, pool_fold_data
 from tune_gems.analysis.rules.pooling import fold_estimates, seed_anova, shared_seed_variance
@@ -77,16 +77,6 @@ def fold_count(cells: Cells) -> int:
 
 def _fmt(x, f: str = "+.3g") -> str:
     return format_number(x, f, missing="nan")
-
-
-def _fold_pairs(cells: Cells, gem: str, select, column: str, window) -> list[tuple[int, Paired]]:
-    """(fold, its seed-paired differences) of one gem in every fold that pairs it."""
-    out = []
-    for f in sorted(cells.table[FOLD].unique()):
-        pr = wiring_pairs(cells, gem, column=column, k=window, select=lambda t, f=f: select(t) & (t[FOLD] == f))
-        if pr.n:
-            out.append((int(f), pr))
-    return out
 
 
 def _aligned(folds: list[tuple[int, Paired]]) -> np.ndarray:
@@ -133,7 +123,7 @@ def family_folds(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> FamilyF
         if g is None or not row["n_seeds"] or not np.isfinite(row["n_seeds"]):
             continue
         real, _ = placebo_selectors(g, th.placebo_weight)
-        folds = _fold_pairs(cells, g.name, real, row["outcome"], th.window_length)
+        folds = by_fold(wiring_pairs(cells, g.name, column=row["outcome"], k=th.window_length, select=real), cells)
         if folds:
             rows.append(i)
             per_gem.append(folds)
@@ -201,14 +191,12 @@ def fold_text(r) -> str:
             f"({int(r['pairs'])} seeds{ties})")
 
 
-def gem_folds(gems, prs: list[Paired], cells: Cells, th: Thresholds, column: str) -> FamilyFolds:
-    """The fold data of a family of gems (one column per gem, in order; a gem without pairs has
-    no folds): each gem's wiring pairs per fold, as its verdict pairs them."""
-    per_gem = []
-    for g, pr in zip(gems, prs):
-        real, _ = placebo_selectors(g, th.placebo_weight)
-        per_gem.append(_fold_pairs(cells, g.name, real, column, th.window_length) if pr.n else [])
-    return folds_family(list(range(len(per_gem))), per_gem, sorted(int(f) for f in cells.table[FOLD].unique()))
+def gem_folds(prs: list[Paired], cells: Cells) -> FamilyFolds:
+    """The fold data of a family of contrasts (one column per comparison, in order; one without
+    pairs has no folds): each comparison's pairs inside each fold (`pairing.by_fold`: the same
+    pairs, not paired again)."""
+    return folds_family(list(range(len(prs))), [by_fold(pr, cells) for pr in prs],
+                        sorted(int(f) for f in cells.table[FOLD].unique()))
 
 
 def add_period_columns(v: pd.DataFrame, k_folds: int, fam: FamilyFolds | None, dec, th: Thresholds) -> pd.DataFrame:
