@@ -138,16 +138,16 @@ def test_holm_is_defined_once_and_its_entry_points_share_one_step_down():
 STAGES = {"decide_family", "market_gate", "one_period_gate", "decide_fold_data", "decide_periods", "decide_histories",
           "confirm_on_held_out", "final_on_one_history"}
 """The stages of the rule: only `rules/decision.py` (the one composition) strings them together."""
-STAGE_CALLS_OUTSIDE = {("analysis/verdicts/gem_verdicts.py", "decide_family"),
-                       ("analysis/verdicts/factors.py", "decide_family")}
-"""Stage calls outside the composition, with why: the null arms (placebo, A/A: each a family of one,
-ties counted) and the factorial's interactions (a statement, not a verdict) run the seed rule alone."""
-COMPOSITION_CALLERS = ("analysis/verdicts/gem_verdicts.py", "analysis/verdicts/factors.py",
+STAGE_CALLS_OUTSIDE: set[tuple[str, str]] = set()
+"""Stage calls outside the composition, with why (none: the null arms and the interactions are
+families of their own, decided by the composition too)."""
+COMPOSITION_CALLERS = ("analysis/verdicts/family.py", "analysis/verdicts/gem_verdicts.py", "analysis/verdicts/factors.py",
                        "analysis/calibrate/calibration.py", "analysis/calibrate/walk_forward_calibration.py",
                        "analysis/calibrate/factor_calibration.py", "analysis/calibrate/one_history_calibration.py",
                        "analysis/calibrate/decision_calibration.py")
-"""Every module that decides a family: the gem verdicts (and over periods, and `confirm`'s final
-verdicts through them: `analyze(selection=...)`), the factor table and every calibration."""
+"""Every module that decides a family: the design's family (gem verdicts and factor table alike,
+over periods, and `confirm`'s final verdicts through it: `analyze(selection=...)`), the null arms
+(`gem_verdicts`), the interactions (`factors`) and every calibration."""
 
 
 def _called(tree: ast.AST) -> set[str]:
@@ -178,21 +178,22 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
     )
     from tune_gems.analysis.rules import decision
     from tune_gems.analysis.pairs import pairing
-    from tune_gems.analysis.verdicts import factors, gem_verdicts, held_out, redundancy, search_choice, walk_forward
+    from tune_gems.analysis.verdicts import factors, family, gem_verdicts, held_out, redundancy, search_choice, walk_forward
     from tune_gems.analysis.rules import period_family, periods, pooling, power, seed, ties
 
     uses = {
         # the one composition: the gem verdicts (and so over periods and `confirm`'s final verdicts),
         # the factor table and every calibration hold one function
-        decision.decide: (gem_verdicts, factors, calibration, walk_forward_calibration, factor_calibration,
+        decision.decide: (family, gem_verdicts, factors, calibration, walk_forward_calibration, factor_calibration,
                           one_history_calibration, decision_calibration),
+        family.design_family: (gem_verdicts, factors),
         period_family.decide_fold_data: (decision,),
         period_family.pool_fold_data: (walk_forward,),
         period_family.fold_data: (walk_forward_calibration, factor_calibration, one_history_calibration),
-        walk_forward.gem_folds: (factors, gem_verdicts),
+        walk_forward.gem_folds: (family,),
         pairing.by_fold: (walk_forward,),
         pairing.revalue: (held_out,),
-        walk_forward.pooled_power: (factors,),
+        walk_forward.pooled_power: (family,),
         periods.decide_periods: (period_family,),
         pooling.pool_family: (period_family,),
         pooling.fold_estimates: (walk_forward, period_family),
@@ -200,8 +201,8 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
         pooling.seed_anova: (walk_forward, period_family),
         ties.informative_rank_test: (decision, walk_forward),
         # the power statement: the verdicts', the plan's, the calibration's and confirm's MDE
-        power.mde: (factors, search_choice, calibration),
-        power.statement: (gem_verdicts, walk_forward),
+        power.mde: (search_choice, calibration),
+        power.statement: (family, walk_forward),
         power.fewest_seeds: (search_choice,),
         power.pooled_mde: (walk_forward_calibration, decision_calibration, plan),
         period_family.fold_components: (walk_forward, walk_forward_calibration, plan),

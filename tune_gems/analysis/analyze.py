@@ -109,12 +109,12 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
     excess = add_excess_columns(cells.long, gems)
     red = redundancy_table(cells, gems, thresholds=th, excess=excess)
     lookup = EvalReturnsLookup(exp.paths, exp.labels, t)
-    verdicts, fold_rows = gem_verdict_tables(t, h, m, arms=arms, gems=gems, thresholds=th, redundancy=red, cells=cells,
-                                             eval_returns=lookup, selection=selection)
+    verdicts, fold_rows, family = gem_verdict_tables(t, h, m, arms=arms, gems=gems, thresholds=th, redundancy=red,
+                                                     cells=cells, eval_returns=lookup, selection=selection)
     verdicts["skill"] = skill_context(exp)
     placebo = placebo_verdicts(cells, gems, m, thresholds=th)
     column, metric_note = verdict_metric(m)
-    factors = factor_table(cells, gems, thresholds=th, column=column, eval_returns=lookup, verdicts=verdicts)
+    factors = factor_table(cells, gems, thresholds=th, column=column, family=family)  # the same family, decided once
     notes = list(cells.notes) + ([metric_note] if metric_note else []) + objective_notes(exp.paths, exp.labels, exp.trials)
     return AnalysisResult(
         experiment=exp,

@@ -388,8 +388,7 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
 
 
 FACTOR_REPORT_COLUMNS = ("kind", "factor", "contrast", "verdict", "reading", "n_seeds", "tied_share", "effect", "ci_low",
-                         "ci_high", "p_adjusted", "mde", "mde_floor", "pooled_effect", "pooled_ci_low", "pooled_ci_high",
-                         "gem_table_verdict")
+                         "ci_high", "p_adjusted", "mde", "mde_floor", "pooled_effect", "pooled_ci_low", "pooled_ci_high")
 """The report's factor table; every column is in factors.csv."""
 
 
@@ -406,8 +405,8 @@ def render_factor_section(factors: pd.DataFrame | None, settings: dict[str, Any]
              f"common seed: `model.*`, `trainer.*`, `gems.<g>.weight`, arms factors and list entries differing in one "
              f"key) gets its main effect by the gems' rule: seed-paired differences within each fold, the seed rule at "
              f"K = 1 (with the market-noise gates on one price history), the period rule at K >= 2, and Holm over the "
-             f"{m} gems and factors together (one family, alpha {settings.get('alpha', '')}). A gem's row can be more "
-             "cautious here than in the verdicts above (Holm over the gems alone): `gem_table_verdict` is that one. "
+             f"{m} contrasts of the family (every main effect of the design, gems and factors alike, alpha "
+             f"{settings.get('alpha', '')}): a gem's row is its verdict above, the same word, interval and Holm p. "
              "Largest effects first; nothing is left out (factors.csv has every column).", "",
              markdown_table(judged, list(FACTOR_REPORT_COLUMNS))]
     notes = [f"- {r['factor']} ({r['contrast']}): {r['power_note']}" for _, r in judged.iterrows()

@@ -47,6 +47,7 @@ the rule module (`tune_gems.analysis.rules`: `seed.decide_family`, `gates.market
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -57,21 +58,15 @@ from tune_gems.analysis.pairs.excess import add_excess_columns
 from tune_gems.stats.inference import rank_test
 from tune_gems.analysis.text import format_number
 from tune_gems.analysis.rules.decision import Evidence, decide
-from tune_gems.analysis.rules.power import PowerInputs, market_se_of, statement
 from tune_gems.analysis.verdicts.held_out import HELD_OUT_COLUMNS, held_out_columns, held_out_effect
 from tune_gems.analysis.verdicts.verdict_reasons import compose_reason, selection_rule
-from tune_gems.analysis.verdicts.walk_forward import add_period_columns, fold_count, gem_folds
-from tune_gems.analysis.verdicts.verdict_market_noise import (
-    MARKET_COLUMNS,
-    OK as MARKET_OK,
-    UNAVAILABLE,
-    EvalReturnsLookup,
-    MarketEvidence,
-    market_evidence,
-    market_window,
+from tune_gems.analysis.verdicts.family import (
+    AA_BASE, AA_FACTOR, DesignFamily, design_family, divergence_rate, informative_spread,
 )
+from tune_gems.analysis.verdicts.walk_forward import add_period_columns
+from tune_gems.analysis.verdicts.verdict_market_noise import MARKET_COLUMNS, OK as MARKET_OK, EvalReturnsLookup
 from tune_gems.analysis.verdicts.redundancy import redundancy_table
-from tune_gems.analysis.rules.seed import REMOVES, decide_family
+from tune_gems.analysis.rules.seed import REMOVES
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import is_tie
 from tune_gems.analysis.rules.words import DECISIVE
@@ -81,7 +76,7 @@ from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 VERDICT_COLUMNS = [
     "gem", "metric", "verdict", "reason", "why", "design", "outcome", "n_seeds", "n_pairs",
     "estimand", "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p", "tost_p_adjusted",
-    "rope", "alpha", "sd_diff", "divergence_rate", "mde", "seeds_needed", "mde_floor", "power_note",
+    "rope", "alpha", "family_size", "sd_diff", "divergence_rate", "mde", "seeds_needed", "mde_floor", "power_note",
     "n_informative", "tied_share", "zero_turnover_share", "window", "wired_diverged", "measured_diverged",
     "wired_members", "measured_members", "test_effect", "fix",
     "excess_n", "excess_median", "excess_ci_low", "excess_ci_high", "excess_tost_p_adjusted",
@@ -89,9 +84,6 @@ VERDICT_COLUMNS = [
 ]
 PLACEBO_COLUMNS = ["gem", "verdict", "n_seeds", "effect", "ci_low", "ci_high", "p_value", "tost_p",
                    "sd_diff", "iqr_diff", "min_diff", "max_diff", "outcome", "kind", "tied_share", "informative"]
-AA_FACTOR = "trainer.replay_stream"
-"""The key an A/A arm differs in: the replay nuisance stream (0: the member seed's own draws)."""
-AA_BASE = "0.0"  # the canonical text (pairing._norm) of stream 0
 UNINFORMATIVE_TIES = 0.5
 """A null arm whose pairs tie (identical outcomes) more often than this tests nothing: flagged."""
 TURNOVER = "val_turnover"
@@ -146,12 +138,6 @@ def _finite_mean(d: np.ndarray) -> float:
     return float(fin.mean()) if fin.size else math.nan
 
 
-def divergence_rate(pr: Paired) -> float:
-    """The share of one side of a pair diverging (wired and measured pooled): what the MDE and
-    the seeds needed account for."""
-    return float((pr.hi_diverged + pr.lo_diverged) / (2 * pr.n_pairs)) if pr.n_pairs else 0.0
-
-
 def _spread(d: np.ndarray) -> float:
     fin = d[np.isfinite(d)]
     return float(np.std(fin, ddof=1)) if fin.size > 1 else math.nan
@@ -177,10 +163,11 @@ def gem_verdict_tables(
     eval_returns: EvalReturnsLookup | None = None,
     selection: dict[str, int] | None = None,
     **settings,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+) -> tuple[pd.DataFrame, pd.DataFrame, DesignFamily]:
     """(one row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS);
     with walk-forward folds the per-fold rows the period rule read,
-    `walk_forward.FOLD_ROW_COLUMNS`, else none).
+    `walk_forward.FOLD_ROW_COLUMNS`, else none; the design's family, decided once, whose gem
+    contrasts the rows are and whose every contrast factors.csv shows: `family.design_family`).
 
     `thresholds` the analysis's settings (`Thresholds`; `settings` replace fields of it by name,
     e.g. `alpha=0.01`). `history` is not needed (kept for the old call signature). `redundancy`
@@ -198,22 +185,14 @@ def gem_verdict_tables(
     excess = add_excess_columns(cells.long, gems)
     if redundancy is None:
         redundancy = redundancy_table(cells, gems, thresholds=th, excess=excess)
-    rows, prs, held = [], [], []
-    for g in gems:
-        real, _ = placebo_selectors(g, th.placebo_weight)
+    rows = []
+    for g in gems:  # a gem's own evidence: its measured magnitude and the redundancy finding (delete's halves)
         row = {c: math.nan for c in VERDICT_COLUMNS}
         row.update(_one_sided=th.one_sided_keep)
         row.update(gem=g.name, metric=g.metric, outcome=column, rope=rope, alpha=alpha,
                    rel_threshold=th.rel_threshold, fix="", redundancy="", design="none", reason="", why="", power_note="",
                    window=th.window_text(),
                    market_path="conditional on one shared path" if cells.shared_path else "per-seed paths")
-        pr = wiring_pairs(cells, g.name, column=column, k=window, select=real)
-        row.update(wired_members=pr.hi_cells, measured_members=pr.lo_cells, n_seeds=pr.n, n_pairs=pr.n_pairs,
-                   design=pr.design(), fix=pr.fix, wired_diverged=pr.hi_diverged, measured_diverged=pr.lo_diverged)
-        held.append(held_out_effect(pr, cells, column, th))  # the test segment, once, from the same pairs
-        if held[-1] is not None:
-            row["test_effect"] = held[-1].estimate
-        # magnitude: per-seed excess over the null in measured members
         ecol, enote = excess[g.name]
         mag = _unit_magnitudes(cells, g, ecol, window)
         if mag.size:
@@ -226,90 +205,61 @@ def gem_verdict_tables(
         if len(red):
             row["redundancy"] = "; ".join(f"{f} removes it" for f in red["feature"])
         rows.append(row)
-        prs.append(pr)
-
-    k_folds = fold_count(cells)  # with several periods the pooled test decides, and states its own power
-    fam = gem_folds(prs, cells) if k_folds > 1 else None
-    market_columns: list[dict] = [{} for _ in prs]
-
-    def market(tail: np.ndarray):
-        """Each compared gem's market-noise interval at its seed interval's per-side tail."""
-        lo, hi, ok = np.full(tail.shape, np.nan), np.full(tail.shape, np.nan), np.zeros(tail.shape, bool)
-        for j, pr in enumerate(prs):
-            if not pr.n:
-                continue
-            k_market = market_window(pr, th)
-            evidence = (market_evidence(pr, cells, eval_returns, column=column, k=k_market,
-                                        confidence=1 - 2 * float(tail[0, j]), n_boot=th.n_boot, seed=th.seed)
-                        if k_market is not None else
-                        MarketEvidence(f"{UNAVAILABLE}: the pairs' verdict windows differ in length ({th.window_text()})"))
-            market_columns[j] = evidence.columns()
-            if evidence.ok:
-                lo[0, j], hi[0, j], ok[0, j] = evidence.interval.low, evidence.interval.high, True
-        return lo, hi, ok
-
-    # the rule, composed once (`rules.decision.decide`): the seed rule with Holm over the gems that
-    # have a design, the gates of one period on one history or the pooled test over periods
-    dec = decide(Evidence(diffs=[pr.diffs[None, :] for pr in prs], wired=[r["wired_members"] for r in rows],
-                          measured=[r["measured_members"] for r in rows],
-                          magnitude_p=np.array([[r.get("_excess_tost", np.nan) for r in rows]]),
-                          redundant=[bool(r["redundancy"]) for r in rows],
-                          diverged=np.array([[bool(pr.hi_diverged or pr.lo_diverged) for pr in prs]]),
-                          market=market, periods=None if fam is None else fam.data,
-                          selection=None if selection is None else [max(int(selection.get(g.name, 1)), 1) for g in gems]),
-               th)
-    m = int(np.isfinite(dec.p[0]).sum())
-    two_sided = alpha * (2 if th.one_sided_keep else 1)  # the two-sided level of the same test (MDE)
-    sides = 1 if th.one_sided_keep else 2
-    for j, (row, pr) in enumerate(zip(rows, prs)):
+    # the design's family (every main effect it varies, gems and factors), paired once and decided
+    # once by the rule's one composition (`rules.decision.decide`): these rows are its gem contrasts
+    family = design_family(cells, gems, th, column=column, eval_returns=eval_returns,
+                           magnitude_p={r["gem"]: r.get("_excess_tost", np.nan) for r in rows},
+                           redundant={r["gem"]: bool(r["redundancy"]) for r in rows}, selection=selection)
+    dec, cols = family.decision, [family.gem_index(g.name) for g in gems]
+    m = family.size
+    held = []
+    for row, j in zip(rows, cols):
+        pr = family.pairs[j]
+        row.update(wired_members=pr.hi_cells, measured_members=pr.lo_cells, n_seeds=pr.n, n_pairs=pr.n_pairs,
+                   design=pr.design(), fix=pr.fix, wired_diverged=pr.hi_diverged, measured_diverged=pr.lo_diverged,
+                   family_size=m)
+        held.append(held_out_effect(pr, cells, column, th))  # the test segment, once, from the same pairs
+        if held[-1] is not None:
+            row["test_effect"] = held[-1].estimate
         row["excess_tost_p_adjusted"] = dec.magnitude_p_adjusted[0, j]
         row.update(p_value=dec.p[0, j], p_adjusted=dec.p_adjusted[0, j], tost_p=dec.p_tost[0, j],
                    tost_p_adjusted=dec.tost_p_adjusted[0, j])
         if pr.n:
-            informative = _informative(pr.diffs)
-            sd = _spread(informative)
-            p_div = divergence_rate(pr)
-            tied = float(dec.tied_share[0, j])
-            n_inf = int(dec.n_informative[0, j])
+            ps = family.seed_power[j]  # the rule's power at one period (over periods: the period columns')
             row.update(estimand=ESTIMAND, effect=float(dec.estimate[0, j]), mean_effect=_finite_mean(pr.diffs),
                        ci_low=float(dec.low[0, j]), ci_high=float(dec.high[0, j]), ci_level=1 - float(dec.level[0, j]),
-                       sd_diff=sd, divergence_rate=p_div, n_informative=n_inf,
-                       tied_share=tied, zero_turnover_share=zero_turnover_share(pr, cells, window))
-            row.update(market_columns[j])
-            # the power of the rule that decides at one period: the seeds', and on one price history
-            # the market gate's too (`rules.power`; over periods `walk_forward.pooled_power` replaces it)
-            market_se = (market_se_of(row["market_ci_low"], row["market_ci_high"], 2 * float(dec.level[0, j]) / sides)
-                         if row.get("market_noise") == MARKET_OK else 0.0)
-            ps = statement(PowerInputs(n_inf, sd, p_div, market_se=max(market_se, 0.0)), rope, two_sided / max(m, 1),
-                           power, tied=tied)
-            row.update(mde=ps.mde, seeds_needed=ps.seeds_needed)
-            if market_se > 0:
+                       sd_diff=informative_spread(_informative(pr.diffs)), divergence_rate=divergence_rate(pr),
+                       n_informative=int(dec.n_informative[0, j]), tied_share=float(dec.tied_share[0, j]),
+                       zero_turnover_share=zero_turnover_share(pr, cells, window), mde=ps.mde, seeds_needed=ps.seeds_needed)
+            row.update(family.market[j])
+            if row.get("market_noise") == MARKET_OK and ps.note:  # the market gate's part in the power statement
                 row.update(mde_floor=ps.floor, power_note=ps.note)
         row["seed_verdict"] = str(dec.seed_verdict[0, j])
-        row["verdict"] = str(dec.discovery_verdict[0, j])
+        row["verdict"] = family.word(j)
         row["_at_null"] = bool(dec.magnitude_at_null[0, j])
     table = pd.DataFrame(rows, columns=VERDICT_COLUMNS)
-    fold_rows = add_period_columns(table, k_folds, fam, dec, th)
+    fold_rows = add_period_columns(table, family, cols, th)
     for c in HELD_OUT_COLUMNS:
         if c not in table.columns:
             table[c] = np.nan
     table["held_out"] = ""
-    for j, i in enumerate(table.index):
-        for c, x in held_out_columns(table.at[i, "verdict"], held[j], str(table.at[i, "outcome"])).items():
+    for n, (i, j) in enumerate(zip(table.index, cols)):
+        for c, x in held_out_columns(table.at[i, "verdict"], held[n], str(table.at[i, "outcome"])).items():
             table.at[i, c] = x
         table.at[i, "reason"], table.at[i, "why"] = compose_reason(
-            rows[j], table.loc[i], seed_verdict=str(dec.seed_verdict[0, j]), market_verdict=str(dec.market_verdict[0, j]),
-            gate_applied=bool(dec.gate_applied[0, j]), folds=k_folds, pooled=fam is not None and bool(fam.folds[j]),
-            at_null=rows[j]["_at_null"], metric_note=metric_note, power=power, m=m, rope=rope,
-            held=held[j] if table.at[i, "verdict"] in DECISIVE else None)
+            rows[n], table.loc[i], seed_verdict=str(dec.seed_verdict[0, j]), market_verdict=str(dec.market_verdict[0, j]),
+            gate_applied=bool(dec.gate_applied[0, j]), folds=family.k_folds,
+            pooled=family.folds is not None and bool(family.folds.folds[j]), at_null=rows[n]["_at_null"],
+            metric_note=metric_note, power=power, m=m, rope=rope,
+            held=held[n] if table.at[i, "verdict"] in DECISIVE else None)
     if selection is not None:
         table = table.assign(final_verdict="", final_ci_low=np.nan, final_ci_high=np.nan, final_rule="")
-        for j, i in enumerate(table.index):
+        for i, j in zip(table.index, cols):
             t = max(int(selection.get(table.at[i, "gem"], 1)), 1)
             table.at[i, "final_verdict"] = str(dec.verdict[0, j])
             table.at[i, "final_ci_low"], table.at[i, "final_ci_high"] = dec.final_low[0, j], dec.final_high[0, j]
             table.at[i, "final_rule"] = selection_rule(table.loc[i], t)
-    return table, fold_rows
+    return table, fold_rows, family
 
 
 def _unit_magnitudes(cells: Cells, g: GemEntry, column: str, k: int) -> np.ndarray:
@@ -372,15 +322,14 @@ def placebo_verdicts(
 
 
 def _null_row(pr: Paired, gem: str, column: str, th: Thresholds, kind: str) -> dict:
-    """One null arm's row of `placebo_verdicts`: the rule without Holm, its spread and ties."""
-    r = rank_test(pr.diffs[None, :], rope=th.rope, tail=th.alpha / 2)
-    p, pt, est = float(r["p"][0]), float(r["p_tost"][0]), float(r["estimate"][0])
-    verdict = str(decide_family([p], [est], [pt], alpha=th.alpha).verdict[0])  # a family of one: no Holm
+    """One null arm's row of `placebo_verdicts`: the rule (`rules.decision.decide`) on a family of
+    one, two-sided (no Holm: the stricter check), ties carrying no weight; its spread and ties."""
+    dec = decide(Evidence([pr.diffs[None, :]]), replace(th, one_sided_keep=False))
     fin = pr.diffs[np.isfinite(pr.diffs)]
     q = np.percentile(fin, [25, 75]) if fin.size else [math.nan, math.nan]
     tied = float(np.mean(pr.diffs == 0.0))
-    return dict(gem=gem, verdict=verdict, n_seeds=pr.n, effect=est, ci_low=float(r["low"][0]),
-                ci_high=float(r["high"][0]), p_value=p, tost_p=pt, sd_diff=_spread(pr.diffs),
-                iqr_diff=float(q[1] - q[0]), min_diff=float(fin.min()) if fin.size else math.nan,
-                max_diff=float(fin.max()) if fin.size else math.nan, outcome=column, kind=kind,
-                tied_share=tied, informative=tied <= UNINFORMATIVE_TIES)
+    return dict(gem=gem, verdict=str(dec.verdict[0, 0]), n_seeds=pr.n, effect=float(dec.estimate[0, 0]),
+                ci_low=float(dec.low[0, 0]), ci_high=float(dec.high[0, 0]), p_value=float(dec.p[0, 0]),
+                tost_p=float(dec.p_tost[0, 0]), sd_diff=_spread(pr.diffs), iqr_diff=float(q[1] - q[0]),
+                min_diff=float(fin.min()) if fin.size else math.nan, max_diff=float(fin.max()) if fin.size else math.nan,
+                outcome=column, kind=kind, tied_share=tied, informative=tied <= UNINFORMATIVE_TIES)

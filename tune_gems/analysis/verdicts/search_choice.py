@@ -281,7 +281,10 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
     from tune_gems.contracts.errors import ConfigError
 
     tested = pd.to_numeric(discovery.get("p_value", pd.Series(dtype=float)), errors="coerce")
-    m_d, m_c = max(int(np.isfinite(tested).sum()), 1), max(len(gems), 1)
+    family = pd.to_numeric(discovery.get("family_size", pd.Series(dtype=float)), errors="coerce")
+    # the discovery's first Holm step: over its design's family (gems and factors), as its verdicts state their MDE
+    m_d = int(family.max()) if family.notna().any() else int(np.isfinite(tested).sum())
+    m_d, m_c = max(m_d, 1), max(len(gems), 1)
     level_d, level_c = alpha / m_d, alpha / m_c
     plans = []
     for gem in gems:

@@ -199,11 +199,13 @@ def gem_folds(prs: list[Paired], cells: Cells) -> FamilyFolds:
                         sorted(int(f) for f in cells.table[FOLD].unique()))
 
 
-def add_period_columns(v: pd.DataFrame, k_folds: int, fam: FamilyFolds | None, dec, th: Thresholds) -> pd.DataFrame:
-    """The verdict table's PERIOD_COLUMNS from the rule's decision `dec` (`rules.decision.decide`,
-    one column per row of `v`), and the fold rows behind them (FOLD_ROW_COLUMNS; none with one
-    fold): with K >= 2 folds the pooled test's numbers and its power (`pooled_power`), with one
-    fold the combined seed + market-noise interval of the one-period gate."""
+def add_period_columns(v: pd.DataFrame, family, cols: list[int], th: Thresholds) -> pd.DataFrame:
+    """The verdict table's PERIOD_COLUMNS from the family's decision (`family.DesignFamily`: the
+    rule's record, `rules.decision.decide`; `cols[i]` the family column of row i of `v`), and the
+    fold rows behind them (FOLD_ROW_COLUMNS; none with one fold): with K >= 2 folds the pooled
+    test's numbers and its power (`pooled_power`), with one fold the combined seed + market-noise
+    interval of the one-period gate."""
+    k_folds, fam, dec = family.k_folds, family.folds, family.decision
     no_folds = pd.DataFrame(columns=FOLD_ROW_COLUMNS)
     for c in PERIOD_COLUMNS:
         v[c] = np.nan if c not in ("period", "fold_effects") else ""
@@ -212,19 +214,17 @@ def add_period_columns(v: pd.DataFrame, k_folds: int, fam: FamilyFolds | None, d
     v["tau_shared"] = False
     v["folds"] = k_folds
     if k_folds == 1:
-        for j, i in enumerate(v.index):
+        for i, j in zip(v.index, cols):
             v.at[i, "period"] = "conditional on one validation period"
             if dec.gate_applied[0, j]:
                 v.at[i, "combined_ci_low"], v.at[i, "combined_ci_high"] = dec.combined_low[0, j], dec.combined_high[0, j]
         return no_folds
-    rows_of = [j for j in range(len(v)) if fam is not None and fam.folds[j]]
+    rows_of = [(i, j) for i, j in zip(v.index, cols) if fam is not None and fam.folds[j]]
     if not rows_of:
         return no_folds
-    pooled, rule = dec.pooled, dec.period
-    power = pooled_power(fam, pooled, th)
+    pooled, rule, power = dec.pooled, dec.period, family.power
     all_rows = []
-    for j in rows_of:
-        i = v.index[j]
+    for i, j in rows_of:
         rows = _fold_rows(str(v.at[i, "gem"]), fam, j, rule, th)
         all_rows += rows
         level = float(rule.level[0, j])
