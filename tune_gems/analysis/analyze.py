@@ -30,6 +30,7 @@ from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables, placebo
 from tune_gems.analysis.verdicts.held_out import skill_context
 from tune_gems.analysis.verdicts.factors import factor_table
 from tune_gems.analysis.verdicts.fold_effects import fold_dates, fold_effects_table
+from tune_gems.analysis.verdicts.walk_forward import experiment_overlap
 from tune_gems.analysis.describe.variance import sharpe_variance, split_arms
 from tune_gems.analysis.describe.magnitudes import gem_magnitudes, gem_trajectories
 from tune_gems.analysis.describe.importance import param_importances
@@ -110,7 +111,8 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
     red = redundancy_table(cells, gems, thresholds=th, excess=excess)
     lookup = EvalReturnsLookup(exp.paths, exp.labels, t)
     verdicts, fold_rows, family = gem_verdict_tables(t, h, m, arms=arms, gems=gems, thresholds=th, redundancy=red,
-                                                     cells=cells, eval_returns=lookup, selection=selection)
+                                                     cells=cells, eval_returns=lookup, selection=selection,
+                                                     overlap=experiment_overlap(exp.paths, exp.labels))
     verdicts["skill"] = skill_context(exp)
     placebo = placebo_verdicts(cells, gems, m, thresholds=th)
     column, metric_note = verdict_metric(m)

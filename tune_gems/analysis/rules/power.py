@@ -206,7 +206,8 @@ class PowerInputs:
     rate; with `folds` >= 2 the pooled components (`tau2` the period-to-period variance of the fold
     effects, `within` one seed's variance inside a fold as the fold's rank interval reads it,
     default `fold_sd`^2 x pi / 3, `seed` its part common to every fold) and `df` the pooled test's
-    degrees of freedom (NaN: K - 1); on one price history at K = 1, `market_se` the market-noise
+    degrees of freedom (NaN: K - 1), `overlap` the folds' lambda (`PooledComponents.overlap`: folds
+    that share training rows; 0: none); on one price history at K = 1, `market_se` the market-noise
     standard error of the difference (0: none, e.g. per-seed paths)."""
 
     n: float
@@ -219,6 +220,7 @@ class PowerInputs:
     within: float = math.nan
     seed: float = 0.0
     df: float = math.nan
+    overlap: float = 0.0
 
     def with_seeds(self, n) -> "PowerInputs":
         """The same comparison at `n` seeds (the spreads are per seed, so they stay)."""
@@ -228,7 +230,7 @@ class PowerInputs:
         """The pooled components of the comparison."""
         within = self.within if math.isfinite(self.within) else self.fold_sd**2 * RANK_EFFICIENCY
         tau2 = self.tau2 if math.isfinite(self.tau2) else 0.0
-        return PooledComponents(tau2, within, self.seed if math.isfinite(self.seed) else 0.0)
+        return PooledComponents(tau2, within, self.seed if math.isfinite(self.seed) else 0.0, self.overlap)
 
     @property
     def pooled_df(self) -> float:

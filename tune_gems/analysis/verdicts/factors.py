@@ -58,8 +58,8 @@ FACTOR_COLUMNS = [
     "kind", "factor", "contrast", "verdict", "reading", "seed_verdict", "n_seeds", "n_pairs",
     "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p_adjusted",
     "family_size", "mde", "sd_diff", "divergence_rate", "folds", "fold_effects", "pooled_effect", "pooled_ci_low",
-    "pooled_ci_high", "pooled_p_adjusted", "tau2", "i2", "q_p_adjusted", "periods_informative", "mde_floor",
-    "power_note", "tied_share", "market_noise", "market_ci_low", "market_ci_high", "combined_ci_low",
+    "pooled_ci_high", "pooled_p_adjusted", "tau2", "i2", "q_p_adjusted", "periods_informative", "fold_overlap",
+    "mde_floor", "power_note", "tied_share", "market_noise", "market_ci_low", "market_ci_high", "combined_ci_low",
     "combined_ci_high", "design", "fix",
 ]
 """The columns of factors.csv (docs/results.md)."""
@@ -144,6 +144,7 @@ def _row(family: DesignFamily, j: int, th: Thresholds) -> dict:
                    pooled_ci_high=rule.high[0, j], pooled_p_adjusted=rule.p_adjusted[0, j],
                    tau2=pooled["tau2"][0, j], i2=pooled["i2"][0, j], q_p_adjusted=rule.q_p_adjusted[0, j],
                    periods_informative=int(pooled["periods"][0, j]), tied_share=fam.tied_share[j],
+                   fold_overlap=pooled.get("overlap", np.ones_like(pooled["mu"]))[0, j],
                    mde=power["mde"][j], mde_floor=power["floor"][j], power_note=power["note"][j],
                    fold_effects="; ".join(f"fold {f}: {_fmt(fam.theta[0, j, fam.fold_ids.index(f)])} "
                                           f"({p.n} seeds)" for f, p in fam.folds[j]))

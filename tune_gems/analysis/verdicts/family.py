@@ -33,7 +33,8 @@ from tune_gems.analysis.rules.ties import is_tie
 from tune_gems.analysis.verdicts.verdict_market_noise import (
     OK as MARKET_OK, UNAVAILABLE, EvalReturnsLookup, MarketEvidence, market_evidence, market_window,
 )
-from tune_gems.analysis.verdicts.walk_forward import FOLD, FamilyFolds, fold_count, gem_folds, pooled_power
+from tune_gems.analysis.rules.overlap import FoldOverlap
+from tune_gems.analysis.verdicts.walk_forward import FOLD, FamilyFolds, fold_count, gem_folds, overlap_for, pooled_power
 from tune_gems.contracts.gem_manifest import GemEntry
 
 GEM, FACTOR = "gem", "factor"
@@ -200,12 +201,14 @@ class DesignFamily:
 
 def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column: str,
                   eval_returns: EvalReturnsLookup | None = None, magnitude_p: dict[str, float] | None = None,
-                  redundant: dict[str, bool] | None = None, selection: dict[str, int] | None = None) -> DesignFamily:
+                  redundant: dict[str, bool] | None = None, selection: dict[str, int] | None = None,
+                  overlap: FoldOverlap | None = None) -> DesignFamily:
     """The design's family decided once (module docstring). `magnitude_p` per gem the TOST p of its
     measured magnitude at its null and `redundant` whether a model feature removes it (the halves
     of `delete`, a gem's alone); `selection` per gem the configurations a search chose among (a
     confirmation on one price history); `eval_returns` the saved returns behind the market-noise
-    intervals."""
+    intervals; `overlap` the experiment's folds that share training rows
+    (`walk_forward.experiment_overlap`): over periods the pooled variance carries it (`rules.overlap`)."""
     contrasts = design_contrasts(cells, gems, th.placebo_weight)
     prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]
     contrasts, prs = one_row_per_unpaired_key(contrasts, prs)
@@ -241,6 +244,7 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
                   redundant=[bool(reds.get(gem_of(c), False)) for c in contrasts],
                   diverged=np.array([[bool(pr.hi_diverged or pr.lo_diverged) for pr in prs]]),
                   market=market, periods=None if fam is None else fam.data,
+                  fold_corr=overlap_for(overlap, fam.fold_ids) if fam is not None else 0.0,
                   selection=None if selection is None else [max(int(chosen.get(gem_of(c), 1)), 1) for c in contrasts])
     dec = decide(ev, th)
     power = pooled_power(fam, dec.pooled, th) if fam is not None else None

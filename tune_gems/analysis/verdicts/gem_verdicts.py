@@ -66,6 +66,7 @@ from tune_gems.analysis.verdicts.family import (
 from tune_gems.analysis.verdicts.walk_forward import add_period_columns
 from tune_gems.analysis.verdicts.verdict_market_noise import MARKET_COLUMNS, OK as MARKET_OK, EvalReturnsLookup
 from tune_gems.analysis.verdicts.redundancy import redundancy_table
+from tune_gems.analysis.rules.overlap import FoldOverlap
 from tune_gems.analysis.rules.seed import REMOVES
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import is_tie
@@ -162,6 +163,7 @@ def gem_verdict_tables(
     cells: Cells | None = None,
     eval_returns: EvalReturnsLookup | None = None,
     selection: dict[str, int] | None = None,
+    overlap: FoldOverlap | None = None,
     **settings,
 ) -> tuple[pd.DataFrame, pd.DataFrame, DesignFamily]:
     """(one row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS);
@@ -175,7 +177,9 @@ def gem_verdict_tables(
     each trial's saved validation returns (the market-noise interval, its bootstrap of
     `n_boot` resamples from `seed`; none: said unavailable). `selection` (a confirmation on one
     price history, `tune-gems confirm`): per gem the configurations its search chose among; the
-    table then has FINAL_COLUMNS, the verdict after the selection-adjusted gate (`rules.selection`)."""
+    table then has FINAL_COLUMNS, the verdict after the selection-adjusted gate (`rules.selection`).
+    `overlap` the experiment's folds that share training rows (`walk_forward.experiment_overlap`:
+    the pooled variance carries it, `fold_overlap` column)."""
     th = Thresholds.build(thresholds, **settings)
     alpha, rope, power = th.alpha, th.rope, th.power
     window = th.window_length
@@ -209,7 +213,8 @@ def gem_verdict_tables(
     # once by the rule's one composition (`rules.decision.decide`): these rows are its gem contrasts
     family = design_family(cells, gems, th, column=column, eval_returns=eval_returns,
                            magnitude_p={r["gem"]: r.get("_excess_tost", np.nan) for r in rows},
-                           redundant={r["gem"]: bool(r["redundancy"]) for r in rows}, selection=selection)
+                           redundant={r["gem"]: bool(r["redundancy"]) for r in rows}, selection=selection,
+                           overlap=overlap)
     dec, cols = family.decision, [family.gem_index(g.name) for g in gems]
     m = family.size
     held = []

@@ -173,9 +173,12 @@ def one_period_reason(row, before: str, verdict: str, applied: bool, reason: str
 def pooled_text(r) -> str:
     """The pooled estimate over periods, its interval and heterogeneity, and the fold effects."""
     shared = ", tau shared across the family" if bool(r["tau_shared"]) else ""
+    f = r.get("fold_overlap", math.nan)
+    overlap = (f", variance x{f:.2f} for folds that share training rows (Nadeau-Bengio)"
+               if isinstance(f, (int, float)) and np.isfinite(f) and f > 1 else "")
     return (f"pooled over periods {_fmt(r['pooled_effect'], '+.3g')}, {r['pooled_ci_level']:.1%} CI "
             f"[{_fmt(r['pooled_ci_low'], '.3g')}, {_fmt(r['pooled_ci_high'], '.3g')}] (HKSJ, t with "
-            f"{_fmt(r['pooled_df'], '.3g')} df{shared}, Holm p {_fmt(r['pooled_p_adjusted'], '.2g')}), "
+            f"{_fmt(r['pooled_df'], '.3g')} df{shared}{overlap}, Holm p {_fmt(r['pooled_p_adjusted'], '.2g')}), "
             f"tau^2 {_fmt(r['tau2'], '.3g')}, I^2 {_fmt(100 * r['i2'], '.0f')}% (Q Holm p "
             f"{_fmt(r['q_p_adjusted'], '.2g')}); per fold: {r['fold_effects']}")
 

@@ -42,11 +42,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
 from tune_gems.analysis.pairs.pairing import Cells, Paired, by_fold
+from tune_gems.analysis.read.load import read_fold_windows
+from tune_gems.analysis.rules.overlap import FOLD_TABLE_NEEDS, FoldOverlap, fold_overlap, nb_factor
 from tune_gems.analysis.text import format_number
 from tune_gems.analysis.rules.period_family import FoldData, fold_components, informative_variance, pool_fold_data
 from tune_gems.analysis.rules.pooling import fold_estimates, seed_anova, shared_seed_variance
@@ -60,13 +64,55 @@ FOLD = "fold"
 PERIOD_COLUMNS = ["folds", "period", "fold_effects", "pooled_effect", "pooled_ci_low", "pooled_ci_high",
                   "pooled_ci_level", "pooled_p", "pooled_p_adjusted", "pooled_tost_p_adjusted", "pooled_df",
                   "tau_shared", "tau2", "i2", "q_p", "q_p_adjusted", "periods_informative", "fold_sd_diff",
-                  "var_seed", "var_within", "var_period", "combined_ci_low", "combined_ci_high"]
+                  "var_seed", "var_within", "var_period", "fold_overlap", "combined_ci_low", "combined_ci_high"]
 """Columns this layer adds to verdicts.csv (docs/analysis.md "Verdicts over periods")."""
 
 ONE_PERIOD = "conditional on one validation period (data.folds: 1)"
 """What every verdict on one validation period says."""
 ADD_FOLDS = "add folds: data.folds.k or the purged scheme"
 """What a verdict with too few periods says to do."""
+
+
+def experiment_overlap(paths: Sequence, labels: Sequence[str]) -> FoldOverlap | None:
+    """The overlap of the experiment's folds that share training rows (issue 37 item 2): its fold
+    table (folds.parquet / folds.csv, `read.load.read_fold_windows`) through
+    `rules.overlap.fold_overlap` (Nadeau-Bengio's correlation per pair of folds whose training
+    runs meet). Several experiments or trials: per pair of folds the largest correlation any of
+    them gives (the cautious one). None where no table carries the layout (`FOLD_TABLE_NEEDS`: results
+    written before the fold table recorded it) or a table spans several price histories (their
+    folds share no rows across histories: the nested rule's, not this one's)."""
+    found = []
+    for p, lab in zip(paths, labels):
+        t = read_fold_windows(Path(p), lab)
+        if t is None or any(c not in t.columns for c in FOLD_TABLE_NEEDS) or t[list(FOLD_TABLE_NEEDS)].isna().any().any():
+            continue
+        if "history" in t.columns and t["history"].nunique() > 1:
+            continue
+        # a sweep's table has a row per trial and fold: each trial's layout read on its own
+        groups = [g for _, g in t.groupby("trial_id", sort=False)] if "trial_id" in t.columns else [t]
+        found += [fold_overlap(g.drop_duplicates("fold")) for g in groups]
+    if not found:
+        return None
+    folds = tuple(sorted({f for ov in found for f in ov.folds}))
+    corr = np.zeros((len(folds), len(folds)))
+    for ov in found:
+        at = [folds.index(f) for f in ov.folds]
+        corr[np.ix_(at, at)] = np.maximum(corr[np.ix_(at, at)], ov.corr)
+    return FoldOverlap(folds, corr, nb_factor(corr) if len(folds) else 1.0)
+
+
+def overlap_for(overlap: FoldOverlap | None, fold_ids: Sequence[int]) -> np.ndarray | float:
+    """The overlap's correlation matrix on the family's folds, in its fold order (`Evidence.fold_corr`);
+    a fold the table lacks shares nothing; 0.0 without an overlap."""
+    if overlap is None:
+        return 0.0
+    at = [overlap.folds.index(f) if f in overlap.folds else None for f in fold_ids]
+    out = np.zeros((len(fold_ids), len(fold_ids)))
+    for a, i in enumerate(at):
+        for b, j in enumerate(at):
+            if i is not None and j is not None:
+                out[a, b] = overlap.corr[i, j]
+    return out
 
 
 def fold_count(cells: Cells) -> int:
@@ -230,12 +276,12 @@ def add_period_columns(v: pd.DataFrame, family, cols: list[int], th: Thresholds)
         level = float(rule.level[0, j])
         v.loc[i, ["pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_ci_level", "pooled_p",
                   "pooled_p_adjusted", "pooled_tost_p_adjusted", "pooled_df", "tau2", "i2", "q_p",
-                  "q_p_adjusted", "periods_informative", "var_seed", "var_within", "var_period"]] = [
+                  "q_p_adjusted", "periods_informative", "var_seed", "var_within", "var_period", "fold_overlap"]] = [
             pooled["mu"][0, j], rule.low[0, j], rule.high[0, j], 1 - level if np.isfinite(level) else np.nan,
             pooled["p"][0, j], rule.p_adjusted[0, j], rule.tost_p_adjusted[0, j], pooled["df"][0, j],
             pooled["tau2"][0, j], pooled["i2"][0, j], pooled["q_p"][0, j],
             rule.q_p_adjusted[0, j], int(pooled["periods"][0, j]), power["seed"][j], power["within"][j],
-            power["period"][j]]
+            power["period"][j], pooled.get("overlap", np.ones_like(pooled["mu"]))[0, j]]
         v.at[i, "tau_shared"] = bool(pooled["shared"][0, j])
         v.at[i, "fold_effects"] = "; ".join(fold_text(r) for r in rows)
         v.at[i, "fold_sd_diff"] = _median_fold_spread(fam.folds[j])
@@ -255,7 +301,8 @@ def add_period_columns(v: pd.DataFrame, family, cols: list[int], th: Thresholds)
 def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np.ndarray]:
     """Per gem column: the pooled rule's power statement (`rules.power.statement` at the first Holm
     step over the contrasts with a pooled test: its MDE, the seeds per fold that would reach +-ROPE,
-    the floor no seed count beats and the advice in words), with the components (seed, within,
+    the floor no seed count beats and the advice in words; with the folds' overlap the pooled
+    variance carried, `pooled["overlap"]`), with the components (seed, within,
     period) behind them (verdicts.csv's var_seed, var_within, var_period: what `tune-gems confirm`
     reads its target from)."""
     comp = fold_components(fam.data, pooled["tau2"])
@@ -265,15 +312,18 @@ def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np
     out = {key: np.full(m, np.nan) for key in ("mde", "seeds_needed", "floor", "seed", "within", "period")}
     out["note"] = np.full(m, "", dtype=object)
     for j in range(m):
+        k, df = int(pooled["periods"][0, j]), float(pooled["df"][0, j])
+        f = float(pooled.get("overlap", np.ones_like(pooled["mu"]))[0, j])
+        # the folds' overlap as the pooled variance carries it: F = 1 + K lambda (`rules.overlap`)
+        lam = (f - 1.0) / k if np.isfinite(f) and f > 1.0 and k > 0 else 0.0
         c = PooledComponents(float(comp.period[0, j]), float(comp.within[0, j]), float(comp.seed[0, j]))
         out["seed"][j], out["within"][j], out["period"][j] = c.seed, c.within, c.period
-        k, df = int(pooled["periods"][0, j]), float(pooled["df"][0, j])
         inf = fam.n_informative[0, j]
         n = float(inf[inf > 0].mean()) if (inf > 0).any() else math.nan
         if not (np.isfinite(c.period) and np.isfinite(c.within) and k >= 2 and np.isfinite(df) and n > 0):
             continue
-        ps = statement(PowerInputs(n, folds=k, tau2=c.period, within=c.within, seed=c.seed, df=df), th.rope, level,
-                       th.power, tied=fam.tied_share[j], one_sided=th.one_sided_keep)
+        ps = statement(PowerInputs(n, folds=k, tau2=c.period, within=c.within, seed=c.seed, df=df, overlap=lam),
+                       th.rope, level, th.power, tied=fam.tied_share[j], one_sided=th.one_sided_keep)
         out["mde"][j], out["floor"][j], out["seeds_needed"][j], out["note"][j] = ps.mde, ps.floor, ps.seeds_needed, ps.note
     return out
 
