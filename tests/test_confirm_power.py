@@ -209,7 +209,8 @@ def test_one_history_final_reads_what_the_rule_wrote(tmp_path):
     from tune_gems.analysis.analyze import analyze
     from tune_gems.analysis.rules.selection import pooled_adjusted_bounds
 
-    res = analyze(fr.fold_scenario(tmp_path / "e", [0.5, 0.1, 0.6, 0.5]), n_boot=50, selection={"g12": 8})
+    res = analyze(fr.fold_scenario(tmp_path / "e", [0.5, 0.1, 0.6, 0.5], test_effect=1.5), n_boot=50,
+                  selection={"g12": 8})  # a test segment that confirms the discovery
     f = one_history_final(res.verdicts, {"g12": 8}).set_index("gem").loc["g12"]
     r = res.verdicts.set_index("gem").loc["g12"]
     lo, hi = pooled_adjusted_bounds(r["pooled_effect"], r["pooled_ci_low"], r["pooled_ci_high"], 1 - r["pooled_ci_level"],

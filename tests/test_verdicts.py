@@ -73,7 +73,7 @@ def test_divergence_counts_as_the_worst_outcome(root):
     the diverged members (the old rule) would call it a gain; as the worst outcome it is harmful."""
     res = run(fr.wire_scenario(root / "diverge", effect=0.2, n=16, diverged_wired=list(range(12))))
     g = row(res)
-    assert g["verdict"] == "harmful"
+    assert g["discovery_verdict"] == "harmful"  # the test segment's diverged arm: the second stage's to confirm
     assert g["wired_diverged"] == 12 and g["measured_diverged"] == 0 and g["n_seeds"] == 16
     assert g["effect"] == -math.inf and "diverged (counted as worst): wired 12" in g["reason"]
     assert res.trial_outcomes.set_index("trial_id").loc["t0", "outcome"] == "diverged"
@@ -245,8 +245,10 @@ def test_market_noise_is_not_needed_on_per_seed_paths_and_unavailable_without_sa
     assert np.isnan(g["market_ci_low"]) and "market noise: in the seed interval" in g["reason"]
     old = row(run(fr.paired_scenario(root / "mn_shared", journal=False)))
     assert old["market_path"] == "conditional on one shared path"
-    assert old["market_noise"].startswith("unavailable:") and old["verdict"] == old["seed_verdict"]
+    assert old["market_noise"].startswith("unavailable:") and old["discovery_verdict"] == old["seed_verdict"]
     assert "conditional on this one price history" in old["reason"]
+    # no market-noise interval: nothing measures the test period's spread, so nothing is confirmed
+    assert old["verdict"] == "not confirmed on held-out data" and "test period's spread" in old["held_out"]
 
 
 def _aa_experiment(folder, noise: float):

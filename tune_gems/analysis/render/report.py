@@ -38,13 +38,16 @@ def evidence_line(r: Any) -> str:
 
 
 def verdict_line(r: Any) -> str:
-    """The gem block's first line: the verdict's word (and the seeds' where the gates changed
-    it), the effect that decided with its interval, and the MDE of the test that decided (with
+    """The gem block's first line: the verdict's word (and the discovery's where the held-out
+    stage withheld it, else the seeds' where the gates changed it), the effect that decided with its interval, and the MDE of the test that decided (with
     walk-forward folds the pooled estimate; else the seed rule's)."""
     if format_number(r.get("n_seeds"), "g") in ("-", "0"):
         return f"{r['gem']}: {r['verdict']} - design: none"
-    seed_word = r.get("seed_verdict")
-    changed = f" (seeds alone: {seed_word})" if isinstance(seed_word, str) and seed_word and seed_word != r["verdict"] else ""
+    seed_word, found = r.get("seed_verdict"), r.get("discovery_verdict")
+    if isinstance(found, str) and found and found != r["verdict"]:  # the held-out stage withheld it
+        changed = f" (the discovery: {found})"
+    else:
+        changed = f" (seeds alone: {seed_word})" if isinstance(seed_word, str) and seed_word and seed_word != r["verdict"] else ""
     if _finite(r, "pooled_effect"):
         level = format_number(100 * float(r.get("pooled_ci_level", float("nan"))), ".1f")
         interval = format_interval(r.get("pooled_ci_low"), r.get("pooled_ci_high"))
@@ -127,7 +130,8 @@ def _percent(share: Any) -> str:
 
 
 def _held_out_part(r: Any) -> str:
-    """The held-out test segment's re-estimate of a keep wired / harmful (issue 20)."""
+    """The held-out test segment's second stage of a keep wired / harmful (issue 37 item 4): its
+    effect, its interval at the confirmation's level and what it found."""
     held = r.get("held_out")
     if not isinstance(held, str) or not held:
         return ""

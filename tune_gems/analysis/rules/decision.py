@@ -40,7 +40,7 @@ from tune_gems.analysis import defaults
 from tune_gems.analysis.rules.gates import market_gate, one_period_gate
 from tune_gems.analysis.rules.held_out_rule import HeldOutDecision, confirm_on_held_out, confirmation_level
 from tune_gems.analysis.rules.histories import HistoryData, HistoryPooled, decide_histories
-from tune_gems.analysis.rules.period_family import FoldData, decide_fold_data
+from tune_gems.analysis.rules.period_family import FoldData, decide_fold_data, sample_variance
 from tune_gems.analysis.rules.periods import PeriodDecision
 from tune_gems.analysis.rules.seed import decide_family
 from tune_gems.analysis.rules.selection import final_on_one_history, pooled_adjusted_bounds, selection_adjusted_bounds
@@ -52,11 +52,14 @@ from tune_gems.stats.inference import holm_levels
 class TestSegment:
     """The held-out test segment's effect of each contrast, [S, E]: `effect`, its seeds' squared
     standard error `var` and that variance's degrees of freedom `df`
-    (`held_out_rule.seed_level_effect`; NaN effect: no test pairs)."""
+    (`held_out_rule.seed_level_effect`; NaN effect: no test pairs); `spread_in_seeds` [S, E] (or
+    one bool) where the seeds' variance already holds the test period's luck (per-seed synthetic
+    paths: each seed its own market), so at one period no market-noise part is added."""
 
     effect: np.ndarray
     var: np.ndarray
     df: np.ndarray
+    spread_in_seeds: np.ndarray | bool = False
 
 
 MarketLookup = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -148,6 +151,13 @@ def _nan(shape) -> np.ndarray:
     return np.full(shape, np.nan)
 
 
+def _spread_over_folds(theta: np.ndarray) -> np.ndarray:
+    """The sample variance of the finite fold effects along the last axis (NaN with fewer than
+    two): the period spread where the pooled rule has no tau^2, seed noise included (cautious)."""
+    theta = np.asarray(theta, float)
+    return sample_variance(theta, np.isfinite(theta))
+
+
 def _seed_stage(ev: Evidence, th: Thresholds, s: int, e: int):
     """The seed rule's tests on each contrast's informative pairs: (estimate, p, p_tost,
     n_informative, tied_share, paired) [S, E]."""
@@ -230,9 +240,13 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
     if ev.test is not None:  # the held-out test segment, a pre-registered second stage
         if pooled is not None:  # the test period's spread: the periods' tau^2 (over histories, theirs)
             period_var, period_df = pooled["tau2"], pooled["df"]
+            if ev.periods is not None:  # pooled with equal weights (a fold's variance unknown): no tau^2,
+                period_var = np.where(np.isfinite(period_var), period_var,  # the fold effects' own spread
+                                      _spread_over_folds(ev.periods.theta))
         else:  # one period: the history's luck, the market-noise variance (none: nothing is confirmed)
             with np.errstate(invalid="ignore"):
                 period_var = ((m_hi - m_lo) / (2 * sps.norm.ppf(1 - tail))) ** 2
+            period_var = np.where(np.broadcast_to(np.asarray(ev.test.spread_in_seeds, bool), (s, e)), 0.0, period_var)
             period_df = np.inf
         m = np.isfinite(p).sum(-1, keepdims=True)
         held = confirm_on_held_out(verdict, ev.test.effect, ev.test.var, period_var, confirmation_level(th.alpha, m),

@@ -56,7 +56,13 @@ def informative_variance(d: np.ndarray) -> np.ndarray:
     """The sample variance of the finite informative differences (ties and NaN left out) along
     the last axis of d (NaN with fewer than two)."""
     d = np.asarray(d, float)
-    keep = np.isfinite(d) & ~is_tie(d)
+    return sample_variance(d, np.isfinite(d) & ~is_tie(d))
+
+
+def sample_variance(d: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The sample variance of the entries of d that `keep` marks, along the last axis (NaN with
+    fewer than two)."""
+    d = np.asarray(d, float)
     cnt = keep.sum(-1)
     x = np.where(keep, d, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -36,12 +36,13 @@ from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import is_tie
 from tune_gems.analysis.rules.words import (
-    DECISIVE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP,
+    DECISIVE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP, NOT_CONFIRMED,
 )
 from tune_gems.analysis.text import format_number
 from tune_gems.analysis.verdicts.family import (
     FACTOR, GEM, Contrast, DesignFamily, contrast_pairs, design_family, divergence_rate, informative_spread,
 )
+from tune_gems.analysis.verdicts.held_out import held_out_columns
 from tune_gems.analysis.verdicts.verdict_market_noise import EvalReturnsLookup
 from tune_gems.analysis.verdicts.walk_forward import fold_count
 from tune_gems.contracts.gem_manifest import GemEntry
@@ -60,7 +61,7 @@ FACTOR_COLUMNS = [
     "family_size", "mde", "sd_diff", "divergence_rate", "folds", "fold_effects", "pooled_effect", "pooled_ci_low",
     "pooled_ci_high", "pooled_p_adjusted", "tau2", "i2", "q_p_adjusted", "periods_informative", "fold_overlap",
     "mde_floor", "power_note", "tied_share", "market_noise", "market_ci_low", "market_ci_high", "combined_ci_low",
-    "combined_ci_high", "design", "fix",
+    "combined_ci_high", "discovery_verdict", "test_effect", "test_ci_low", "test_ci_high", "held_out", "design", "fix",
 ]
 """The columns of factors.csv (docs/results.md)."""
 
@@ -97,6 +98,8 @@ def _reading(c: Contrast, verdict: str, mde: float, rope: float) -> str:
         return "not judged: too few periods, informative pairs or sides for the rule"
     if verdict == INCONCLUSIVE:
         return f"not decided: detectable at |effect| >= {_fmt(mde, '.3g')}"
+    if verdict == NOT_CONFIRMED:
+        return "found on validation, not confirmed on the held-out test segment"
     return "not judged: no members differ in this key alone at a common seed"
 
 
@@ -122,7 +125,9 @@ def _row(family: DesignFamily, j: int, th: Thresholds) -> dict:
     verdict = family.word(j)
     market = family.market[j]
     row = {col: math.nan for col in FACTOR_COLUMNS}
+    row.update(held_out_columns(dec.held_out, family.test, j, family.discovery(j), family.column))
     row.update(kind=c.kind, factor=c.key, contrast=c.label, verdict=verdict, seed_verdict=str(dec.seed_verdict[0, j]),
+               discovery_verdict=family.discovery(j),
                n_seeds=pr.n, n_pairs=pr.n_pairs, family_size=family.size, folds=family.k_folds, design=pr.design(),
                fix=pr.fix, fold_effects="", market_noise=market.get("market_noise", ""))
     if not pr.n:

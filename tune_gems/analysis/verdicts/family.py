@@ -8,7 +8,8 @@ pairs it) and every other config key that differs between members at a common me
 two families (the gems alone in verdicts.csv, gems and factors in factors.csv) one `analyze`
 printed `keep wired` in one table and `inconclusive` in the other for the same contrast (issue
 37: g6 at 8 purged groups, Holm over 1 against Holm over 3). So the family is built here once,
-paired once, decided once (`rules.decision.decide`): verdicts.csv's rows are its gem contrasts,
+paired once, decided once (`rules.decision.decide`, the held-out test segment its second stage:
+`held_out.py`): verdicts.csv's rows are its gem contrasts,
 factors.csv's all of them, with the same word, interval and Holm p. Null arms (a gem wired at a
 placebo weight, an A/A arm of another replay stream) are no contrast of the family: they are the
 learner's null (placebo.csv). Interactions are their own family (`factors.interaction_rows`).
@@ -26,10 +27,11 @@ import pandas as pd
 
 from tune_gems.analysis.pairs.pairing import Cells, Paired, paired
 from tune_gems.analysis.pairs.selectors import MEASURE, WIRE, placebo_selectors
-from tune_gems.analysis.rules.decision import Decision, Evidence, decide
+from tune_gems.analysis.rules.decision import Decision, Evidence, TestSegment, decide
 from tune_gems.analysis.rules.power import PowerInputs, PowerStatement, market_se_of, statement
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import is_tie
+from tune_gems.analysis.verdicts.held_out import held_out_segment
 from tune_gems.analysis.verdicts.verdict_market_noise import (
     OK as MARKET_OK, UNAVAILABLE, EvalReturnsLookup, MarketEvidence, market_evidence, market_window,
 )
@@ -182,10 +184,20 @@ class DesignFamily:
     seed_power: list[PowerStatement | None]
     """Per contrast with pairs, the power statement of the rule at one period (`rules.power.statement`:
     the seeds', with the market-noise part on one price history); over periods `power` states it."""
+    test: TestSegment | None = None
+    """The held-out test segment's effects, the rule's second stage (`held_out.held_out_segment`;
+    None: the results have no test-segment metric)."""
 
     def word(self, j: int) -> str:
-        """The word every table prints for contrast j: the discovery's (the selection-adjusted final
-        verdict of a confirmation on one history is its own column)."""
+        """The word every table prints for contrast j: the discovery's where the test segment
+        confirmed it (or there is none), else `not confirmed on held-out data` (the second stage:
+        `rules.held_out_rule`); the selection-adjusted final verdict of a confirmation on one
+        history is its own column."""
+        held = self.decision.held_out
+        return str((held.verdict if held is not None else self.decision.discovery_verdict)[0, j])
+
+    def discovery(self, j: int) -> str:
+        """The discovery's word for contrast j (before the held-out stage)."""
         return str(self.decision.discovery_verdict[0, j])
 
     @property
@@ -235,6 +247,7 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
     def gem_of(c: Contrast) -> str | None:
         return c.key.split(".")[1] if c.kind == GEM else None
 
+    test = held_out_segment(prs, cells, column)  # the second stage's evidence, once, from the same pairs
     mags = magnitude_p or {}
     reds = redundant or {}
     chosen = selection or {}
@@ -244,7 +257,7 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
                   redundant=[bool(reds.get(gem_of(c), False)) for c in contrasts],
                   diverged=np.array([[bool(pr.hi_diverged or pr.lo_diverged) for pr in prs]]),
                   market=market, periods=None if fam is None else fam.data,
-                  fold_corr=overlap_for(overlap, fam.fold_ids) if fam is not None else 0.0,
+                  fold_corr=overlap_for(overlap, fam.fold_ids) if fam is not None else 0.0, test=test,
                   selection=None if selection is None else [max(int(chosen.get(gem_of(c), 1)), 1) for c in contrasts])
     dec = decide(ev, th)
     power = pooled_power(fam, dec.pooled, th) if fam is not None else None
@@ -263,7 +276,7 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
         seed_power.append(statement(PowerInputs(int(dec.n_informative[0, j]), informative_spread(informative),
                                                 divergence_rate(pr), market_se=max(market_se, 0.0)),
                                     th.rope, two_sided, th.power, tied=float(dec.tied_share[0, j])))
-    return DesignFamily(contrasts, prs, dec, k_folds, fam, power, market_columns, column, seed_power)
+    return DesignFamily(contrasts, prs, dec, k_folds, fam, power, market_columns, column, seed_power, test)
 
 
 def informative_spread(d: np.ndarray) -> float:

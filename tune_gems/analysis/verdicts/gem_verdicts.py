@@ -58,7 +58,7 @@ from tune_gems.analysis.pairs.excess import add_excess_columns
 from tune_gems.stats.inference import rank_test
 from tune_gems.analysis.text import format_number
 from tune_gems.analysis.rules.decision import Evidence, decide
-from tune_gems.analysis.verdicts.held_out import HELD_OUT_COLUMNS, held_out_columns, held_out_effect
+from tune_gems.analysis.verdicts.held_out import HELD_OUT_COLUMNS, held_out_columns
 from tune_gems.analysis.verdicts.verdict_reasons import compose_reason, selection_rule
 from tune_gems.analysis.verdicts.family import (
     AA_BASE, AA_FACTOR, DesignFamily, design_family, divergence_rate, informative_spread,
@@ -70,12 +70,11 @@ from tune_gems.analysis.rules.overlap import FoldOverlap
 from tune_gems.analysis.rules.seed import REMOVES
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import is_tie
-from tune_gems.analysis.rules.words import DECISIVE
 from tune_gems.analysis.pairs.selectors import MEASURE, placebo_selectors, wiring_pairs
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 
 VERDICT_COLUMNS = [
-    "gem", "metric", "verdict", "reason", "why", "design", "outcome", "n_seeds", "n_pairs",
+    "gem", "metric", "verdict", "reason", "why", "discovery_verdict", "design", "outcome", "n_seeds", "n_pairs",
     "estimand", "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p", "tost_p_adjusted",
     "rope", "alpha", "family_size", "sd_diff", "divergence_rate", "mde", "seeds_needed", "mde_floor", "power_note",
     "n_informative", "tied_share", "zero_turnover_share", "window", "wired_diverged", "measured_diverged",
@@ -217,15 +216,11 @@ def gem_verdict_tables(
                            overlap=overlap)
     dec, cols = family.decision, [family.gem_index(g.name) for g in gems]
     m = family.size
-    held = []
     for row, j in zip(rows, cols):
         pr = family.pairs[j]
         row.update(wired_members=pr.hi_cells, measured_members=pr.lo_cells, n_seeds=pr.n, n_pairs=pr.n_pairs,
                    design=pr.design(), fix=pr.fix, wired_diverged=pr.hi_diverged, measured_diverged=pr.lo_diverged,
                    family_size=m)
-        held.append(held_out_effect(pr, cells, column, th))  # the test segment, once, from the same pairs
-        if held[-1] is not None:
-            row["test_effect"] = held[-1].estimate
         row["excess_tost_p_adjusted"] = dec.magnitude_p_adjusted[0, j]
         row.update(p_value=dec.p[0, j], p_adjusted=dec.p_adjusted[0, j], tost_p=dec.p_tost[0, j],
                    tost_p_adjusted=dec.tost_p_adjusted[0, j])
@@ -240,7 +235,8 @@ def gem_verdict_tables(
             if row.get("market_noise") == MARKET_OK and ps.note:  # the market gate's part in the power statement
                 row.update(mde_floor=ps.floor, power_note=ps.note)
         row["seed_verdict"] = str(dec.seed_verdict[0, j])
-        row["verdict"] = family.word(j)
+        row["discovery_verdict"] = family.discovery(j)
+        row["verdict"] = family.discovery(j)  # the stages' reasons read the discovery's word; the final below
         row["_at_null"] = bool(dec.magnitude_at_null[0, j])
     table = pd.DataFrame(rows, columns=VERDICT_COLUMNS)
     fold_rows = add_period_columns(table, family, cols, th)
@@ -248,15 +244,17 @@ def gem_verdict_tables(
         if c not in table.columns:
             table[c] = np.nan
     table["held_out"] = ""
+    table["held_out"] = table["held_out"].astype(object)
     for n, (i, j) in enumerate(zip(table.index, cols)):
-        for c, x in held_out_columns(table.at[i, "verdict"], held[n], str(table.at[i, "outcome"])).items():
+        # the second stage (the held-out test segment), as the rule's record has it
+        for c, x in held_out_columns(dec.held_out, family.test, j, family.discovery(j), str(table.at[i, "outcome"])).items():
             table.at[i, c] = x
         table.at[i, "reason"], table.at[i, "why"] = compose_reason(
             rows[n], table.loc[i], seed_verdict=str(dec.seed_verdict[0, j]), market_verdict=str(dec.market_verdict[0, j]),
             gate_applied=bool(dec.gate_applied[0, j]), folds=family.k_folds,
             pooled=family.folds is not None and bool(family.folds.folds[j]), at_null=rows[n]["_at_null"],
-            metric_note=metric_note, power=power, m=m, rope=rope,
-            held=held[n] if table.at[i, "verdict"] in DECISIVE else None)
+            metric_note=metric_note, power=power, m=m, rope=rope, final=family.word(j))
+        table.at[i, "verdict"] = family.word(j)
     if selection is not None:
         table = table.assign(final_verdict="", final_ci_low=np.nan, final_ci_high=np.nan, final_rule="")
         for i, j in zip(table.index, cols):

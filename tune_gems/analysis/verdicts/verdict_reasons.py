@@ -228,31 +228,40 @@ def period_reason(r, seed_verdict: str, verdict: str, rope: float, seeds: str, s
     return f"{lead}: {pooled}{power}; seeds alone: {seed_verdict}; {seeds}", f"{lead}{no_pool}; {alone}"
 
 
-def held_out_reason(row, held, reason: str) -> str:
-    """The reason with the held-out test segment's re-estimate of a keep wired / harmful (once,
-    the same pairs: `held_out.held_out_effect`); unchanged without one."""
-    if held is None or row["verdict"] not in DECISIVE:
-        return reason
-    return (f"{reason}; held-out test segment ({held.column}, same {held.n} seeds, once; {ONE_TEST_PERIOD}): "
-            f"{format_number(held.estimate, '+.3g')} [{format_number(held.low)}, {format_number(held.high)}], "
-            f"p {format_number(held.p, '.2g')}: {row['held_out']}")
+def held_out_reason(row, final: str, reason: str, why: str) -> tuple[str, str]:
+    """The reason with the second stage of a discovery keep wired / harmful (the held-out test
+    segment, the same pairs, once: `held_out.held_out_columns`): confirmed, it follows the
+    discovery's reason; not confirmed, the line leads with the final word and keeps both
+    intervals (the discovery's in `reason`, the test segment's here). Unchanged without a stage."""
+    if row["verdict"] not in DECISIVE or not isinstance(row.get("held_out"), str) or not row["held_out"]:
+        return reason, why
+    level = row.get("test_level", math.nan)
+    test = (f"held-out test segment ({ONE_TEST_PERIOD}): {format_number(row.get('test_effect', math.nan), '+.3g')} "
+            f"[{format_number(row.get('test_ci_low', math.nan))}, {format_number(row.get('test_ci_high', math.nan))}] "
+            f"(one-sided at alpha/m {format_number(level, '.2g')}, the test period's spread in its SE), "
+            f"p {format_number(row.get('test_p_value', math.nan), '.2g')}: {row['held_out']}")
+    if final == row["verdict"]:
+        return f"{reason}; {test}", why
+    return (f"{final} (the discovery read {row['verdict']}): {test}; the discovery: {reason}",
+            f"{final}: {row['held_out'].removeprefix('not confirmed: ')}; the discovery read {row['verdict']}: {why}")
 
 
 def compose_reason(seed_row, row, *, seed_verdict: str, market_verdict: str, gate_applied: bool, folds: int,
                    pooled: bool, at_null: bool, metric_note: str, power: float, m: int, rope: float,
-                   held=None) -> tuple[str, str]:
+                   final: str | None = None) -> tuple[str, str]:
     """(reason, why) of one gem's row, composed once from the rule's decision record: the seed
     rule's evidence (`seed_reason` on `seed_row`, the row as the seed rule left it), then what each
     later stage did to the word (`row`, the finished row): the market gate and the one-period gate
     on one validation period, or the period rule over several (`pooled`: the gem is in the pooled
-    family), and the held-out test segment beside a keep / harmful."""
+    family), then the held-out test segment's second stage of a discovery keep / harmful (`row`'s
+    verdict is the discovery's; `final` the word after that stage, default the same)."""
     reason, why = seed_reason(seed_row, seed_verdict, at_null, metric_note, power, m, seed_power=folds == 1)
     reason, why = market_gate_reason(row, seed_verdict, market_verdict, reason, why)
     if folds == 1:
         reason, why = one_period_reason(row, market_verdict, row["verdict"], gate_applied, reason, why)
     elif pooled:
         reason, why = period_reason(row, market_verdict, row["verdict"], rope, reason, why)
-    return held_out_reason(row, held, reason), why
+    return held_out_reason(row, row["verdict"] if final is None else final, reason, why)
 
 
 def selection_rule(row, candidates: int) -> str:
