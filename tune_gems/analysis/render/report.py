@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis.rules.seed import NO_DESIGN
-from tune_gems.analysis.rules.words import NULL_ARM_OK
+from tune_gems.analysis.rules.words import INSUFFICIENT, NULL_ARM_OK
 from tune_gems.analysis.render.figures import lead_section
 from tune_gems.analysis.text import format_interval, format_number, markdown_table
 from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
@@ -170,7 +170,9 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
             kind = r.get("kind") if isinstance(r.get("kind"), str) else "placebo"
             what = f"placebo {r['gem']} (wired at ~0 weight)" if kind == "placebo" else kind
             vacuous = ("" if bool(r.get("informative", True)) else
-                       f" ** uninformative: {format_number(100 * float(r['tied_share']), '.0f')}% of the pairs tie (identical outcomes): it tests nothing **")
+                       f" ** uninformative: {format_number(100 * float(r['tied_share']), '.0f')}% of the pairs tie (identical outcomes)"
+                       f"{'' if r['verdict'] != INSUFFICIENT else ', too few informative pairs for any test'}: it tests nothing, "
+                       "it passes nothing **")
             lines.append(f"{what}: {r['verdict']}{'' if ok else ' ** the rule is not calibrated for this learner **'}"
                          f" - effect {format_number(r['effect'], '+.3g')} {format_interval(r['ci_low'], r['ci_high'])}, p {format_number(r['p_value'], '.2g')}, "
                          f"spread sd {format_number(r['sd_diff'])}, IQR {format_number(r['iqr_diff'])} over {int(r['n_seeds'])} seeds{vacuous}")

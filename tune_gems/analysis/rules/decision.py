@@ -46,6 +46,7 @@ from tune_gems.analysis.rules.seed import decide_family
 from tune_gems.analysis.rules.selection import final_on_one_history, pooled_adjusted_bounds, selection_adjusted_bounds
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import informative_rank_test
+from tune_gems.analysis.rules.words import DELETE, EQUIVALENT, INSUFFICIENT
 from tune_gems.stats.inference import holm_levels
 
 @dataclass(frozen=True)
@@ -158,6 +159,13 @@ def _spread_over_folds(theta: np.ndarray) -> np.ndarray:
     return sample_variance(theta, np.isfinite(theta))
 
 
+def _not_on_ties(verdict: np.ndarray, tied: np.ndarray) -> np.ndarray:
+    """`equivalent` / `delete` read `insufficient data` where more than `defaults.MAX_TIED_SHARE`
+    of the pairs tie (a degenerate design: mostly identical policies, said out loud)."""
+    mostly_tied = np.nan_to_num(tied, nan=0.0) > defaults.MAX_TIED_SHARE
+    return np.where(mostly_tied & np.isin(verdict, (EQUIVALENT, DELETE)), INSUFFICIENT, verdict)
+
+
 def _seed_stage(ev: Evidence, th: Thresholds, s: int, e: int):
     """The seed rule's tests on each contrast's informative pairs: (estimate, p, p_tost,
     n_informative, tied_share, paired) [S, E]."""
@@ -200,7 +208,7 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
             lo[:, j], hi[:, j] = r["low"], r["high"]
     if th.one_sided_keep:  # the one-sided keep interval [low, +inf)
         hi = np.where(np.stack([np.full(s, d.shape[1] > 0) for d in ev.diffs], 1), np.inf, np.nan)
-    seed_verdict = rule.verdict
+    seed_verdict = _not_on_ties(rule.verdict, tied)
     market_verdict = discovery = seed_verdict
     m_lo, m_hi, c_lo, c_hi = (_nan((s, e)) for _ in range(4))
     available, applied = np.zeros((s, e), bool), np.zeros((s, e), bool)
@@ -235,6 +243,7 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
         market_verdict = market_gate(seed_verdict, est, m_lo, m_hi, applies=available & ~diverged)
         gate = one_period_gate(market_verdict, est, lo, hi, m_lo, m_hi, rope=th.rope, applies=available)
         discovery, c_lo, c_hi, applied = gate.verdict, gate.low, gate.high, gate.applied
+    discovery = _not_on_ties(discovery, tied)
     verdict = discovery
     held = None
     if ev.test is not None:  # the held-out test segment, a pre-registered second stage

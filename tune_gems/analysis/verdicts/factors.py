@@ -75,7 +75,7 @@ def _spread(d: np.ndarray) -> float:
 
 
 def _fmt(x, f: str = "+.3g") -> str:
-    return format_number(x, f, missing="nan")
+    return format_number(x, f, missing="-")
 
 
 def _reading(c: Contrast, verdict: str, mde: float, rope: float) -> str:

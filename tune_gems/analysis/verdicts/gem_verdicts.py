@@ -70,6 +70,7 @@ from tune_gems.analysis.rules.overlap import FoldOverlap
 from tune_gems.analysis.rules.seed import REMOVES
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import is_tie
+from tune_gems.analysis.rules.words import INSUFFICIENT
 from tune_gems.analysis.pairs.selectors import MEASURE, placebo_selectors, wiring_pairs
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 
@@ -100,7 +101,7 @@ def verdict_metric(members: pd.DataFrame, metric: str = defaults.METRIC,
 
 
 def _fmt(x, f: str = ".3g") -> str:
-    return format_number(x, f, missing="nan")
+    return format_number(x, f, missing="-")
 
 
 ESTIMAND = "pseudo-median (Hodges-Lehmann) of the per-seed differences"
@@ -335,4 +336,5 @@ def _null_row(pr: Paired, gem: str, column: str, th: Thresholds, kind: str) -> d
                 ci_low=float(dec.low[0, 0]), ci_high=float(dec.high[0, 0]), p_value=float(dec.p[0, 0]),
                 tost_p=float(dec.p_tost[0, 0]), sd_diff=_spread(pr.diffs), iqr_diff=float(q[1] - q[0]),
                 min_diff=float(fin.min()) if fin.size else math.nan, max_diff=float(fin.max()) if fin.size else math.nan,
-                outcome=column, kind=kind, tied_share=tied, informative=tied <= UNINFORMATIVE_TIES)
+                outcome=column, kind=kind, tied_share=tied,
+                informative=tied <= UNINFORMATIVE_TIES and str(dec.verdict[0, 0]) != INSUFFICIENT)

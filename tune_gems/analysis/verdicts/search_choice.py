@@ -252,9 +252,11 @@ def discovery_power_inputs(row: dict[str, Any]) -> PowerInputs:
         # row's `mde`, with n the informative pairs per period (a mean: not always whole)
         tau2, k = num("var_period", num("tau2", 0.0)), int(num("periods_informative", folds) or folds)
         per_fold = num("n_informative") / k if math.isfinite(num("n_informative")) and k else n
+        f = num("fold_overlap", 1.0)  # the folds' overlap the verdict's pooled variance carried (lambda = (F - 1) / K)
         return PowerInputs(per_fold if math.isfinite(per_fold) else n, sd, p_div, folds=k,
                       fold_sd=num("fold_sd_diff"), tau2=tau2 if math.isfinite(tau2) else 0.0, within=num("var_within"),
-                      seed=num("var_seed", 0.0), df=num("pooled_df"))
+                      seed=num("var_seed", 0.0), df=num("pooled_df"),
+                      overlap=(f - 1.0) / k if math.isfinite(f) and f > 1.0 and k else 0.0)
     market_se = 0.0
     if row.get("market_noise") == MARKET_OK and math.isfinite(num("market_ci_level")):
         market_se = market_se_of(num("market_ci_low"), num("market_ci_high"), 1 - num("market_ci_level"))
@@ -342,7 +344,7 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
 def _f(x: float) -> str:
     from tune_gems.analysis.text import format_number
 
-    return format_number(x, ".3g", missing="nan")
+    return format_number(x, ".3g", missing="-")
 
 
 # -- on one price history: the selection-adjusted final verdict -------------------------------------

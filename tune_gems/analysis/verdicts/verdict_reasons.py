@@ -14,6 +14,7 @@ import numpy as np
 
 from tune_gems.analysis.text import format_number
 from tune_gems.analysis.rules.power import seeds_would_detect
+from tune_gems.analysis.defaults import MAX_TIED_SHARE
 from tune_gems.analysis.rules.seed import cannot_reach
 from tune_gems.analysis.rules.words import (
     CONFOUNDED, DECISIVE, DELETE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP,
@@ -24,7 +25,7 @@ from tune_gems.analysis.verdicts.walk_forward import ONE_PERIOD
 
 
 def _fmt(x, f: str = ".3g") -> str:
-    return format_number(x, f, missing="nan")
+    return format_number(x, f, missing="-")
 
 
 def ties_text(row) -> str:
@@ -92,6 +93,12 @@ def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, power:
         if row["wired_diverged"] or row["measured_diverged"]:
             diverged = f"; diverged (counted as worst): wired {int(row['wired_diverged'])}, measured {int(row['measured_diverged'])}"
         ev += diverged + market_text(row)
+        tied = row.get("tied_share", math.nan)
+        few = cannot_reach(int(row["n_informative"]), 2 * a)  # the rule's "too few" (`ties.cannot_decide`) says it first
+        if verdict == INSUFFICIENT and isinstance(tied, float) and tied > MAX_TIED_SHARE and not few:
+            lead = (f"mostly tied: {tied:.0%} of the pairs tie (identical outcomes; {int(row['n_informative'])} of "
+                    f"{int(row['n_seeds'])} differ): no equivalence or delete on pairs that did not differ")
+            return f"{lead}; {ev}{extra}", f"{lead}{diverged}{extra}"
         if verdict == INSUFFICIENT:
             lead = (f"too few informative pairs for the rule: {int(row['n_informative'])} of {int(row['n_seeds'])} "
                     f"differ, and no test reaches p <= {a:g} with {int(row['n_informative'])} (ties carry no weight)")
@@ -269,8 +276,10 @@ def selection_rule(row, candidates: int) -> str:
     the pooled one over periods, or the seed and market-noise intervals combined, the history's
     part at the selection-adjusted level (/ `candidates`); without a market-noise interval none."""
     folds = int(row.get("folds", 1)) if np.isfinite(float(row.get("folds", 1))) else 1
-    if folds >= 2:
-        return f"pooled interval over {folds} periods at the selection-adjusted level (/{candidates})"
+    if folds >= 2:  # the periods it pooled (those with informative pairs), as the confirmation's power says
+        k = float(row.get("periods_informative", folds))
+        return (f"pooled interval over {int(k) if np.isfinite(k) else folds} periods at the selection-adjusted level "
+                f"(/{candidates})")
     if row.get("market_noise") == MARKET_OK:
         return f"seed and market-noise intervals combined, the market part at the selection-adjusted level (/{candidates})"
     return (f"no market-noise interval ({row.get('market_noise')}): the history's luck is not measured, so nothing is "

@@ -122,7 +122,7 @@ def fold_count(cells: Cells) -> int:
 
 
 def _fmt(x, f: str = "+.3g") -> str:
-    return format_number(x, f, missing="nan")
+    return format_number(x, f, missing="-")
 
 
 def _aligned(folds: list[tuple[int, Paired]]) -> np.ndarray:
