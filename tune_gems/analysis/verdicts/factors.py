@@ -56,6 +56,7 @@ from tune_gems.analysis.rules.words import (
 )
 from tune_gems.analysis.pairs.selectors import MEASURE, WIRE, placebo_selectors
 from tune_gems.analysis.verdicts.verdict_market_noise import EvalReturnsLookup, market_evidence, market_window
+from tune_gems.analysis.verdicts.history_verdicts import HistoryFamily, history_family, history_power
 from tune_gems.analysis.verdicts.walk_forward import FOLD, FamilyFolds, fold_count, gem_folds, pooled_power
 from tune_gems.contracts.gem_manifest import GemEntry
 from tune_gems.stats.inference import holm_levels, rank_test
@@ -220,7 +221,8 @@ def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds |
     contrasts, prs = _one_row_per_unpaired_key(contrasts, prs)
     k_folds = fold_count(cells)
     # the family's fold data, as the gem verdicts build theirs: the same pairs inside each fold
-    fam = gem_folds(prs, cells) if k_folds > 1 else None
+    hf = history_family(prs, cells)  # several price histories: the nested rule decides (None: one history)
+    fam = gem_folds(prs, cells) if k_folds > 1 and hf is None else None
     market_rows: list[dict] = [{} for _ in contrasts]
 
     def market(tail: np.ndarray):  # each contrast's market-noise interval at its seed interval's tail, as the gems'
@@ -238,13 +240,16 @@ def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds |
 
     decision = decide(Evidence(diffs=[pr.diffs[None, :] for pr in prs], wired=[pr.hi_cells for pr in prs],
                                measured=[pr.lo_cells for pr in prs], market=market if k_folds == 1 else None,
-                               periods=None if fam is None else fam.data), th)
-    power = pooled_power(fam, decision.pooled, th) if fam is not None else None
+                               periods=None if fam is None else fam.data,
+                               histories=None if hf is None else hf.data), th)
+    power = (pooled_power(fam, decision.pooled, th) if fam is not None else
+             history_power(hf, decision, th) if hf is not None else None)
     m = int(np.isfinite(decision.p).sum())
     gem_verdict = (verdicts.set_index("gem")["verdict"].to_dict() if verdicts is not None and len(verdicts) else {})
     rows = []
     for j, (c, pr) in enumerate(zip(contrasts, prs)):
-        rows.append(_row(c, pr, j, decision, m, th, k_folds, fam, power, market_rows[j], gem_verdict))
+        rows.append(_row(c, pr, j, decision, m, th, k_folds, fam if hf is None else hf, power, market_rows[j],
+                         gem_verdict))
     table = pd.DataFrame(rows, columns=FACTOR_COLUMNS)
     table = _largest_first(table)
     inter = interaction_rows(cells, contrasts, prs, gems, th, column)
@@ -292,13 +297,16 @@ def _row(c: Contrast, pr: Paired, j: int, dec: Decision, m: int, th: Thresholds,
                combined_ci_low=dec.combined_low[0, j], combined_ci_high=dec.combined_high[0, j])
     if fam is not None and dec.pooled is not None:
         pooled, rule = dec.pooled, dec.period
+        if isinstance(fam, HistoryFamily):  # over histories: the (history, fold) effects the nested rule pooled
+            row["fold_effects"] = fam.effects_text(j)
         row.update(pooled_effect=pooled["mu"][0, j], pooled_ci_low=rule.low[0, j],
                    pooled_ci_high=rule.high[0, j], pooled_p_adjusted=rule.p_adjusted[0, j],
                    tau2=pooled["tau2"][0, j], i2=pooled["i2"][0, j], q_p_adjusted=rule.q_p_adjusted[0, j],
                    periods_informative=int(pooled["periods"][0, j]), tied_share=fam.tied_share[j],
-                   mde=power["mde"][j], mde_floor=power["floor"][j], power_note=power["note"][j],
-                   fold_effects="; ".join(f"fold {f}: {_fmt(fam.theta[0, j, fam.fold_ids.index(f)])} "
-                                          f"({p.n} seeds)" for f, p in fam.folds[j]))
+                   mde=power["mde"][j], mde_floor=power["floor"][j], power_note=power["note"][j])
+        if not isinstance(fam, HistoryFamily):
+            row["fold_effects"] = "; ".join(f"fold {f}: {_fmt(fam.theta[0, j, fam.fold_ids.index(f)])} "
+                                          f"({p.n} seeds)" for f, p in fam.folds[j])
     else:  # as verdicts.csv states the seed rule's MDE: on the informative pairs (ties carry no weight)
         informative = pr.diffs[~np.isnan(pr.diffs) & (pr.diffs != 0)]
         market_se = market_se_of(row["market_ci_low"], row["market_ci_high"], dec.level[0, j])

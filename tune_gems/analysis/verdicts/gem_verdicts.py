@@ -60,6 +60,7 @@ from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.power import PowerInputs, market_se_of, statement
 from tune_gems.analysis.verdicts.held_out import HELD_OUT_COLUMNS, held_out_columns, held_out_effect
 from tune_gems.analysis.verdicts.verdict_reasons import compose_reason, selection_rule
+from tune_gems.analysis.verdicts.history_verdicts import add_history_columns, history_family
 from tune_gems.analysis.verdicts.walk_forward import add_period_columns, fold_count, gem_folds
 from tune_gems.analysis.verdicts.verdict_market_noise import (
     MARKET_COLUMNS,
@@ -229,7 +230,8 @@ def gem_verdict_tables(
         prs.append(pr)
 
     k_folds = fold_count(cells)  # with several periods the pooled test decides, and states its own power
-    fam = gem_folds(prs, cells) if k_folds > 1 else None
+    hf = history_family(prs, cells)  # several price histories: the nested rule decides (None: one history)
+    fam = gem_folds(prs, cells) if k_folds > 1 and hf is None else None
     market_columns: list[dict] = [{} for _ in prs]
 
     def market(tail: np.ndarray):
@@ -256,6 +258,7 @@ def gem_verdict_tables(
                           redundant=[bool(r["redundancy"]) for r in rows],
                           diverged=np.array([[bool(pr.hi_diverged or pr.lo_diverged) for pr in prs]]),
                           market=market, periods=None if fam is None else fam.data,
+                          histories=None if hf is None else hf.data,
                           selection=None if selection is None else [max(int(selection.get(g.name, 1)), 1) for g in gems]),
                th)
     m = int(np.isfinite(dec.p[0]).sum())
@@ -290,6 +293,8 @@ def gem_verdict_tables(
         row["_at_null"] = bool(dec.magnitude_at_null[0, j])
     table = pd.DataFrame(rows, columns=VERDICT_COLUMNS)
     fold_rows = add_period_columns(table, k_folds, fam, dec, th)
+    if hf is not None:
+        fold_rows = add_history_columns(table, hf, dec, th)
     for c in HELD_OUT_COLUMNS:
         if c not in table.columns:
             table[c] = np.nan
@@ -299,7 +304,8 @@ def gem_verdict_tables(
             table.at[i, c] = x
         table.at[i, "reason"], table.at[i, "why"] = compose_reason(
             rows[j], table.loc[i], seed_verdict=str(dec.seed_verdict[0, j]), market_verdict=str(dec.market_verdict[0, j]),
-            gate_applied=bool(dec.gate_applied[0, j]), folds=k_folds, pooled=fam is not None and bool(fam.folds[j]),
+            gate_applied=bool(dec.gate_applied[0, j]), folds=k_folds if hf is None else hf.periods,
+            pooled=(fam is not None and bool(fam.folds[j])) or (hf is not None and bool(hf.parts[j])),
             at_null=rows[j]["_at_null"], metric_note=metric_note, power=power, m=m, rope=rope,
             held=held[j] if table.at[i, "verdict"] in DECISIVE else None)
     if selection is not None:
