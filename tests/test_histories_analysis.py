@@ -136,3 +136,21 @@ def test_the_plot_tables_key_per_history(tmp_path):
     imp = improvement_table(pairs).iloc[0]
     assert (imp["folds"], imp["histories"]) == (2, 2) and imp["n_pairs"] == 12 * 4
 
+
+def test_plan_prices_designs_with_histories_and_its_pilot_design_states_the_verdicts_mde(tmp_path):
+    from tune_gems.analysis.plan import HISTORIES, format_plan, plan
+
+    folder = history_scenario(tmp_path / "pilot", THREE, noise=0.2)
+    p = plan(folder)
+    exp, cells = _cells(folder)
+    v = gem_verdict_tables(exp.trials, exp.history, exp.members, arms=exp.arms, gems=list(exp.gems), cells=cells)[0]
+    d = p.designs
+    assert p.histories == 3 and sorted(d["histories"].unique()) == sorted({3, *HISTORIES})
+    assert (d["members"] == d["histories"] * d["periods"] * d["seeds"] * 2).all()  # 2 arms
+    pilot = d[(d["histories"] == 3) & (d["periods"] == 2) & (d["seeds"] == 12) & (d["epochs"] == p.epochs)].iloc[0]
+    assert pilot["mde " + GEM] == pytest.approx(float(v.set_index("gem").at[GEM, "mde"]), rel=1e-9)
+    six = d[(d["histories"] == 6) & (d["periods"] == 2) & (d["seeds"] == 12) & (d["epochs"] == p.epochs)].iloc[0]
+    assert six["mde"] < pilot["mde"]  # more histories: a smaller MDE
+    text = format_plan(p)
+    assert text.startswith("Plan from the pilot") and "3 price histories x 2 periods x 12 seeds" in text
+    assert "between histories tau_H^2" in text and "floor with infinitely many seeds" in text
