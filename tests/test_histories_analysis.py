@@ -154,3 +154,32 @@ def test_plan_prices_designs_with_histories_and_its_pilot_design_states_the_verd
     text = format_plan(p)
     assert text.startswith("Plan from the pilot") and "3 price histories x 2 periods x 12 seeds" in text
     assert "between histories tau_H^2" in text and "floor with infinitely many seeds" in text
+
+
+def test_the_learning_curves_draw_one_panel_per_fold_of_each_history(tmp_path):
+    from tune_gems.analysis.render.plots import learning_curves
+
+    exp, _ = _cells(history_scenario(tmp_path / "two", [[0.4, 0.4], [-0.2, -0.2]]))
+    curves = learning_curve_table(exp.members)
+    fig = learning_curves(curves)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert [t.split(", ", 1)[1] for t in titles] == [f"history {h} fold {f}" for h in (0, 1) for f in (0, 1)]
+    lines = {ln.get_gid(): ln for ax in fig.axes for ln in ax.get_lines() if ln.get_gid()}
+    one = curves[(curves["arm"] == "wired") & (curves["history"] == 1) & (curves["fold"] == 0)].sort_values("epoch")
+    np.testing.assert_allclose(lines["curve:t0:wired:1/0"].get_ydata(), one["median"].to_numpy())  # one history's curve
+
+
+def test_confirm_plans_its_seeds_with_the_nested_rules_mde(tmp_path):
+    from tune_gems.analysis.verdicts.search_choice import confirmation_power, discovery_power_inputs
+
+    exp, cells = _cells(history_scenario(tmp_path / "search", THREE, noise=0.2))
+    th = Thresholds()
+    v = gem_verdict_tables(exp.trials, exp.history, exp.members, arms=exp.arms, gems=list(exp.gems), cells=cells)[0]
+    row = v.set_index("gem").loc[GEM]
+    inputs = discovery_power_inputs(row.to_dict() | {"gem": GEM})
+    assert (inputs.histories, inputs.folds, inputs.history_tau2) == (3, 2, pytest.approx(float(row["var_history"])))
+    (plan,) = confirmation_power(v.assign(p_value=v["p_value"]), exp.trials, [GEM], one_history=True, alpha=th.alpha,
+                                 power=th.power, seeds=None, default_seeds=12)
+    assert plan.discovery_mde == pytest.approx(float(row["mde"]), rel=1e-9)  # the verdict's own, history_mde's
+    assert plan.note.startswith("the confirmation (3 histories x 2 fold(s), the same price histories")
+    assert plan.confirmation_mde <= plan.discovery_mde

@@ -207,7 +207,10 @@ class PowerInputs:
     effects, `within` one seed's variance inside a fold as the fold's rank interval reads it,
     default `fold_sd`^2 x pi / 3, `seed` its part common to every fold) and `df` the pooled test's
     degrees of freedom (NaN: K - 1); on one price history at K = 1, `market_se` the market-noise
-    standard error of the difference (0: none, e.g. per-seed paths)."""
+    standard error of the difference (0: none, e.g. per-seed paths). Over `histories` >= 2 price
+    histories the nested rule decides (`history_mde`): `history_tau2` the spread between histories,
+    `tau2` and `within` a history's fold components, `seed` the part common to every history and
+    fold, `df` the histories' degrees of freedom (NaN: H - 1), `n` the seeds per fold of a history."""
 
     n: float
     sd: float = math.nan
@@ -219,6 +222,23 @@ class PowerInputs:
     within: float = math.nan
     seed: float = 0.0
     df: float = math.nan
+    histories: int = 1
+    history_tau2: float = 0.0
+
+    @property
+    def pooled_over(self) -> bool:
+        """Whether a pooled test decides (several periods, or several price histories)."""
+        return self.folds >= 2 or self.histories >= 2
+
+    def history_components(self) -> HistoryComponents:
+        """The nested rule's components of the comparison (several price histories)."""
+        c = self.components()
+        return HistoryComponents(self.history_tau2 if math.isfinite(self.history_tau2) else 0.0, c.period, c.within,
+                                 c.seed)
+
+    @property
+    def history_df(self) -> float:
+        return float(self.df) if math.isfinite(self.df) and self.df > 0 else float(self.histories - 1)
 
     def with_seeds(self, n) -> "PowerInputs":
         """The same comparison at `n` seeds (the spreads are per seed, so they stay)."""
@@ -248,6 +268,11 @@ def mde(d: PowerInputs, level: float, power: float, *, one_sided: bool = False,
     test at K >= 2 (default `level`). +inf when the seeds cannot reach `level` at all (or, over
     periods, without a within-fold spread); NaN without a spread."""
     h_level = level if history_level is None else history_level
+    if d.histories >= 2:  # the nested rule over price histories (`rules.histories`)
+        if not (d.n > 0 and math.isfinite(d.components().within)):
+            return math.inf if d.n > 0 else math.nan
+        return float(history_mde(d.history_components(), d.histories, max(d.folds, 1), d.n, df=d.history_df,
+                                 level=h_level, power=power, one_sided=one_sided))
     if d.folds >= 2:
         c = d.components()
         if not (d.n > 0 and math.isfinite(c.within)):
@@ -264,7 +289,11 @@ def mde(d: PowerInputs, level: float, power: float, *, one_sided: bool = False,
 def floor(d: PowerInputs, level: float, power: float, *, one_sided: bool = False) -> float:
     """`mde` with infinitely many seeds: over periods (t + t) x tau / sqrt(K), which only more
     periods lower; on one history (K = 1) the market-noise part alone, which only more periods or
-    histories lower (0 without a market-noise interval)."""
+    histories lower (0 without a market-noise interval); over several price histories the nested
+    rule's with seeds without end (the histories' and periods' spreads)."""
+    if d.histories >= 2:
+        return float(history_mde(d.history_components(), d.histories, max(d.folds, 1), math.inf, df=d.history_df,
+                                 level=level, power=power, one_sided=one_sided))
     if d.folds >= 2:
         return float(mde_floor(d.components(), d.folds, df=d.pooled_df, level=level, power=power, one_sided=one_sided))
     return float(_z(level, power) * d.market_se)
@@ -351,7 +380,7 @@ def statement(d: PowerInputs, target: float, level: float, power: float, *, tied
     (no floor, no note: the verdict's reason says how many seeds would detect the target)."""
     m = mde(d, level, power, one_sided=one_sided)
     needed = seeds_to_run(fewest_seeds(d, target, level, power, one_sided=one_sided), tied)
-    if d.folds >= 2:
+    if d.pooled_over:
         fl = floor(d, level, power, one_sided=one_sided)
         return PowerStatement(m, fl, needed, advice(m, fl, target, needed))
     if d.market_se > 0:

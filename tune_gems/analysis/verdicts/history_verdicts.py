@@ -25,7 +25,7 @@ from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, by_history_fold, history_count
 from tune_gems.analysis.pairs.selectors import placebo_selectors, wiring_pairs
 from tune_gems.analysis.rules.histories import HistoryData, history_components, history_data, pool_histories
-from tune_gems.analysis.rules.power import HistoryComponents, N_MAX, advice, history_mde, seeds_to_run
+from tune_gems.analysis.rules.power import HistoryComponents, PowerInputs, statement
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
 from tune_gems.analysis.text import format_number
@@ -108,33 +108,27 @@ def history_power(hf: HistoryFamily, dec, th: Thresholds, fold_corr=0.0) -> dict
     level = th.alpha / max(int(np.isfinite(pooled["p"][0]).sum()), 1)
     out = {key: np.full(m, np.nan) for key in ("mde", "seeds_needed", "floor", "history", "seed", "within", "period")}
     out["note"] = np.full(m, "", dtype=object)
-    n_h, n_k = len(hf.histories), len(hf.folds)
     for j in range(m):
         c = HistoryComponents(float(comp.history[0, j]), float(comp.period[0, j]), float(comp.within[0, j]),
-                              float(comp.seed[0, j]), comp.overlap)
+                              float(comp.seed[0, j]))
         out["history"][j], out["period"][j], out["within"][j], out["seed"][j] = c.history, c.period, c.within, c.seed
         inf = np.concatenate([fd.n_informative[0, j].ravel() for fd in hf.data.folds])
         n = float(inf[inf > 0].mean()) if (inf > 0).any() else math.nan
         df = float(pooled["df"][0, j])
         if not (all(np.isfinite([c.history, c.period, c.within])) and np.isfinite(df) and n > 0):
             continue
-
-        def at(seeds: float) -> float:
-            return float(history_mde(c, n_h, n_k, seeds, df=df, level=level, power=th.power,
-                                     one_sided=th.one_sided_keep))
-
-        mde, fl = at(n), at(float(N_MAX) ** 2)  # the floor: seeds without end (their parts vanish)
-        needed = math.inf if at(N_MAX) > th.rope else math.nan
-        if math.isnan(needed):  # the MDE falls with the seeds: bisect for the fewest that reach the ROPE
-            lo, hi = 2, N_MAX
-            while lo < hi:
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if at(mid) <= th.rope else (mid + 1, hi)
-            needed = float(lo)
-        needed = seeds_to_run(needed, float(hf.tied_share[j]))
-        out["mde"][j], out["floor"][j], out["seeds_needed"][j] = mde, fl, needed
-        out["note"][j] = advice(mde, fl, th.rope, needed)
+        ps = statement(history_inputs(n, len(hf.histories), len(hf.folds), c, df), th.rope, level, th.power,
+                       tied=float(hf.tied_share[j]), one_sided=th.one_sided_keep)
+        out["mde"][j], out["floor"][j], out["seeds_needed"][j], out["note"][j] = ps.mde, ps.floor, ps.seeds_needed, ps.note
     return out
+
+
+def history_inputs(n: float, histories: int, folds: int, c: HistoryComponents, df: float) -> PowerInputs:
+    """The power inputs of a comparison the nested rule decides (`power.PowerInputs` over
+    histories): `n` informative seeds per fold of a history, the components `c`, the histories'
+    degrees of freedom `df`."""
+    return PowerInputs(n, folds=folds, tau2=c.period, within=c.within, seed=c.seed, df=df, histories=histories,
+                       history_tau2=c.history)
 
 
 def add_history_columns(v: pd.DataFrame, hf: HistoryFamily, dec, th: Thresholds) -> pd.DataFrame:
@@ -142,7 +136,7 @@ def add_history_columns(v: pd.DataFrame, hf: HistoryFamily, dec, th: Thresholds)
     `walk_forward.add_period_columns` first) from the nested rule's decision `dec`
     (`rules.decision.decide` with `Evidence.histories`; one contrast per row of `v`), a `histories`
     column, and the per-(history, fold) rows behind them (HISTORY_ROW_COLUMNS)."""
-    v["folds"], v["histories"] = len(hf.folds), len(hf.histories)
+    v["folds"], v["histories"], v["var_history"] = len(hf.folds), len(hf.histories), np.nan
     pooled, rule = dec.pooled, dec.period
     power = history_power(hf, dec, th)
     all_rows = []
@@ -161,6 +155,7 @@ def add_history_columns(v: pd.DataFrame, hf: HistoryFamily, dec, th: Thresholds)
                              "seeds": int(fd.n_informative[0, j, hf.folds.index(f)]), "pairs": int(pr.n),
                              "ties": n_tie, "tied_share": n_tie / pr.n if pr.n else math.nan})
         write_pooled(v, i, j, pooled, rule, power)
+        v.at[i, "var_history"] = power["history"][j]  # the spread between histories (what confirm plans with)
         v.at[i, "fold_effects"] = hf.effects_text(j)
         v.at[i, "tied_share"] = hf.tied_share[j]
         v.at[i, "n_informative"] = int(sum(fd.n_informative[0, j].sum() for fd in hf.data.folds))

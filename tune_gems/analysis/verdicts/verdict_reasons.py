@@ -261,6 +261,10 @@ def selection_rule(row, candidates: int) -> str:
     the pooled one over periods, or the seed and market-noise intervals combined, the history's
     part at the selection-adjusted level (/ `candidates`); without a market-noise interval none."""
     folds = int(row.get("folds", 1)) if np.isfinite(float(row.get("folds", 1))) else 1
+    histories = float(row.get("histories", 1))
+    if histories >= 2:  # several price histories: the nested rule's interval (`history_verdicts`)
+        return (f"pooled interval over {int(histories)} histories x {folds} folds at the selection-adjusted level "
+                f"(/{candidates})")
     if folds >= 2:
         return f"pooled interval over {folds} periods at the selection-adjusted level (/{candidates})"
     if row.get("market_noise") == MARKET_OK:
