@@ -15,6 +15,7 @@ from fake_results import ArmTrial, _arm_tables, paired_noise, seed_values, write
 from tune_gems.analysis.pairs.pairing import build_cells, by_history_fold
 from tune_gems.analysis.pairs.selectors import wiring_pairs
 from tune_gems.analysis.read.load import load_experiment
+from tune_gems.analysis.render.report import verdict_line
 from tune_gems.analysis.render.plot_tables import improvement_table, learning_curve_table, paired_seed_table
 from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.histories import history_components
@@ -109,6 +110,9 @@ def test_a_family_over_histories_is_decided_by_the_nested_rule(tmp_path, effects
     want = history_mde(comp, h, 2, n, df=float(dec.pooled["df"][0, 0]), level=th.alpha, power=th.power)
     assert row["mde"] == pytest.approx(want, rel=1e-9)
     assert sorted(set(zip(fold_rows["history"], fold_rows["fold"]))) == [(a, b) for a in range(h) for b in range(2)]
+    # the console's first line and the advice name the histories (the floor is the histories' spread: 0.19 / 0.66 > ROPE)
+    assert f"over {h} histories);" in verdict_line(row.to_dict() | {"gem": GEM})
+    assert row["mde_floor"] > th.rope and row["power_note"].endswith("more price histories, not more seeds")
 
 
 def test_market_evidence_over_two_histories_is_the_pooled_rules_and_a_member_is_found_in_its_history(tmp_path):

@@ -143,10 +143,12 @@ def seeds_would_detect(seeds: float, target: float) -> str:
     return f"about {format_number(seeds, '.0f', missing='nan')} seeds would detect +-{target:g}"
 
 
-def advice(mde: float, floor: float, target: float, seeds_needed: float, *, market: bool = False) -> str:
+def advice(mde: float, floor: float, target: float, seeds_needed: float, *, market: bool = False,
+           histories: bool = False) -> str:
     """What the power statement implies, in words: over periods, whether the design reaches the
-    target, or the seeds per fold that would, or that only more periods would; on one history
-    with a market-noise interval (`market`), the seeds that would or that no seed count does."""
+    target, or the seeds per fold that would, or that only more periods would (over several price
+    histories, `histories`: more histories); on one history with a market-noise interval (`market`),
+    the seeds that would or that no seed count does."""
     if market:
         return (f"no seed count reaches +-{target:g} on this history's market noise: more periods (data.folds) "
                 "or histories, not more seeds" if not math.isfinite(seeds_needed) else
@@ -156,6 +158,9 @@ def advice(mde: float, floor: float, target: float, seeds_needed: float, *, mark
     if mde <= target:
         return f"the design detects +-{target:g}"
     if not math.isfinite(seeds_needed) or floor > target:
+        if histories:
+            return (f"no seed count reaches +-{target:g}: with infinitely many seeds the MDE is {floor:.3g} "
+                    "(the histories' and periods' spreads); more price histories, not more seeds")
         return (f"no seed count reaches +-{target:g}: with infinitely many seeds the MDE is {floor:.3g} "
                 "(the periods' spread); more periods, not more seeds")
     return f"about {seeds_needed:.0f} seeds per fold would detect +-{target:g}"
@@ -382,7 +387,7 @@ def statement(d: PowerInputs, target: float, level: float, power: float, *, tied
     needed = seeds_to_run(fewest_seeds(d, target, level, power, one_sided=one_sided), tied)
     if d.pooled_over:
         fl = floor(d, level, power, one_sided=one_sided)
-        return PowerStatement(m, fl, needed, advice(m, fl, target, needed))
+        return PowerStatement(m, fl, needed, advice(m, fl, target, needed, histories=d.histories >= 2))
     if d.market_se > 0:
         fl = floor(d, level, power)
         return PowerStatement(m, fl, needed, advice(m, fl, target, needed, market=True))
