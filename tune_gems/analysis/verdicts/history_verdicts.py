@@ -23,13 +23,12 @@ import pandas as pd
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, by_history_fold, history_count
-from tune_gems.analysis.pairs.selectors import placebo_selectors, wiring_pairs
 from tune_gems.analysis.rules.histories import HistoryData, history_components, history_data, pool_histories
 from tune_gems.analysis.rules.power import HistoryComponents, PowerInputs, statement
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
 from tune_gems.analysis.text import format_number
-from tune_gems.analysis.verdicts.walk_forward import write_pooled
+from tune_gems.analysis.verdicts.walk_forward import verdict_pairs, write_pooled
 
 HISTORY = "history"
 HISTORY_ROW_COLUMNS = ["gem", HISTORY, "fold", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs", "ties",
@@ -190,15 +189,8 @@ def pilot_history_parts(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> 
     """Each verdict row's (gems with seeds) parts over the pilot's histories, from its wiring pairs
     as its verdict pairs them, pooled as the nested rule pools them (`rules.histories.pool_histories`);
     and the pilot's informative seeds per (history, fold) (the median). Empty on one history."""
-    by_gem = {g.name: g for g in gems}
-    names, prs = [], []
-    for _, row in v.iterrows():
-        g = by_gem.get(row["gem"])
-        if g is None or not row["n_seeds"] or not np.isfinite(row["n_seeds"]):
-            continue
-        real, _ = placebo_selectors(g, th.placebo_weight)
-        names.append(g.name)
-        prs.append(wiring_pairs(cells, g.name, column=row["outcome"], k=th.window_length, select=real))
+    found = verdict_pairs(v, cells, gems, th)
+    names, prs = [gem for _, gem, _ in found], [pr for _, _, pr in found]
     hf = history_family(prs, cells) if prs else None
     if hf is None:
         return [], 0

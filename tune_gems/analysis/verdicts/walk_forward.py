@@ -112,18 +112,27 @@ class FamilyFolds:
                         self.sample_var)
 
 
-def family_folds(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> FamilyFolds:
-    """The fold data of the verdict table's gems (rows with seeds): each gem's wiring pairs per
-    fold, as its verdict pairs them."""
+def verdict_pairs(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> list[tuple[object, str, Paired]]:
+    """(row index, gem, its wiring pairs) of the verdict table's gems with seeds, paired as their
+    verdicts pair them (the plan's pilot reads its parts from these)."""
     by_gem = {g.name: g for g in gems}
-    fold_ids = sorted(int(f) for f in cells.table[FOLD].unique())
-    rows, per_gem = [], []
+    out = []
     for i, row in v.iterrows():
         g = by_gem.get(row["gem"])
         if g is None or not row["n_seeds"] or not np.isfinite(row["n_seeds"]):
             continue
         real, _ = placebo_selectors(g, th.placebo_weight)
-        folds = by_fold(wiring_pairs(cells, g.name, column=row["outcome"], k=th.window_length, select=real), cells)
+        out.append((i, g.name, wiring_pairs(cells, g.name, column=row["outcome"], k=th.window_length, select=real)))
+    return out
+
+
+def family_folds(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> FamilyFolds:
+    """The fold data of the verdict table's gems (rows with seeds): each gem's wiring pairs per
+    fold, as its verdict pairs them."""
+    fold_ids = sorted(int(f) for f in cells.table[FOLD].unique())
+    rows, per_gem = [], []
+    for i, _gem, pr in verdict_pairs(v, cells, gems, th):
+        folds = by_fold(pr, cells)
         if folds:
             rows.append(i)
             per_gem.append(folds)
