@@ -44,9 +44,12 @@ from tune_gems.analysis.read.outcomes import KEY, trial_outcomes
 from tune_gems.contracts.errors import DataError
 
 DEFAULT_ARM = "default"
-CELL = ["experiment", "trial_id", "arm", "fold", "seed_index"]
-"""A member of a comparison: `fold` is its walk-forward fold (0 without folds, issue 20): a fold
-is its own context, so differences pair only within a fold and a unit's are averaged over folds."""
+CELL = ["experiment", "trial_id", "arm", "history", "fold", "seed_index"]
+"""A member of a comparison: `history` is its price history (0 without a history column: one
+history, issue 37) and `fold` its walk-forward fold in that history (0 without folds, issue 20): a
+(history, fold) is its own context, so differences pair only within one fold of one history (the
+members of two histories never pair with each other) and a unit's are averaged over them (seed index
+s is the same member seed in every history and fold: seed-paired across histories)."""
 ARM_KEY = ["experiment", "trial_id", "arm"]
 USED_OUTCOMES = ("ok", "diverged")
 """Trials whose members enter the comparisons: diverged ones count (divergence is an outcome);
@@ -94,15 +97,21 @@ def parse_arm_name(name: str) -> dict[str, str] | None:
     return out or None
 
 
+def _index_column(m: pd.DataFrame, column: str, what: str) -> pd.Series:
+    """Integer column `column` of the members (0 where the column is absent), or a DataError."""
+    x = pd.to_numeric(m[column], errors="coerce") if column in m.columns else pd.Series(0, index=m.index)
+    if x.isna().any() or not np.all(np.mod(x.astype(float), 1) == 0) or (x < 0).any():
+        raise DataError(f"members: column {column} must hold integers >= 0 ({what})")
+    return x.astype(int)
+
+
 def with_arm_columns(members: pd.DataFrame) -> pd.DataFrame:
     """Members with `arm` ("default" where absent), `seed_index` (the member index where
-    absent: older results are one arm whose seed index is the member) and `fold` (0 where
-    absent: one validation period)."""
+    absent: older results are one arm whose seed index is the member), `fold` (0 where
+    absent: one validation period) and `history` (0 where absent: one price history)."""
     m = members.copy()
-    fold = pd.to_numeric(m["fold"], errors="coerce") if "fold" in m.columns else pd.Series(0, index=m.index)
-    if fold.isna().any() or not np.all(np.mod(fold.astype(float), 1) == 0) or (fold < 0).any():
-        raise DataError("members: column fold must hold integers >= 0 (the member's walk-forward fold)")
-    m["fold"] = fold.astype(int)
+    m["fold"] = _index_column(m, "fold", "the member's walk-forward fold")
+    m["history"] = _index_column(m, "history", "the member's price history")
     if "arm" not in m.columns:
         m["arm"] = DEFAULT_ARM
     m["arm"] = m["arm"].astype(object).where(m["arm"].notna(), DEFAULT_ARM).astype(str)
@@ -292,6 +301,8 @@ class Paired:
     """Distinct member seeds behind the pairs (more than the units when seeds share a path)."""
     per_seed_paths: bool = False
     """Every paired member trained on its seed index's own synthetic path."""
+    n_histories: int = 1
+    """Price histories the pairs span (each its own market; seed-paired across them)."""
     layout: Layout | None = None
     """Which cells pair, and how (`pair_layout`): from it the same pairs give the differences of
     another column or window (`revalue`) or of one fold (`by_fold`) without pairing again."""
@@ -307,6 +318,8 @@ class Paired:
             return f"{self.n} seed(s), each on its own market path"
         if self.per_seed_paths:
             return f"{self.n} market path(s) ({self.n_seeds} member seeds; seeds on one path count once)"
+        if self.n_histories > 1:
+            return f"{self.n} member seed(s), each paired in {self.n_histories} price histories"
         return f"{self.n} member seed(s) on one market history (inference conditional on it)"
 
     def design(self) -> str:
@@ -334,7 +347,7 @@ def _unit_mean(values: np.ndarray) -> float:
 @dataclass(frozen=True)
 class Layout:
     """How one factor's comparison pairs (the structure behind a `Paired`): `cells` the paired cells
-    (columns experiment, trial_id, fold, seed, unit, cell, context, end_epoch and the factor's level
+    (columns experiment, trial_id, history, fold, seed, unit, cell, context, end_epoch and the factor's level
     in `factor`), `cell_pairs` one row per (hi cell, lo cell) at a common seed in one context (see
     `Paired.pairs`), the factor with its two levels, and the window and metric the differences
     were read with (`column`, `k`, `worst`)."""
@@ -380,8 +393,8 @@ def paired(
         return empty
     ctx_keys = [c for c in cells.keys if c != factor and c not in ignore]
     t = t.copy()
-    t["context"] = (t["experiment"].astype(str) + "||" + t["fold"].astype(str) + "||"
-                    + t[ctx_keys].astype(str).agg("|".join, axis=1))
+    t["context"] = (t["experiment"].astype(str) + "||" + t["history"].astype(str) + "||" + t["fold"].astype(str)
+                    + "||" + t[ctx_keys].astype(str).agg("|".join, axis=1))
     # a context pairs only where both levels are present at a common seed
     both = t.groupby(["context", "seed"])[factor].nunique()
     good = both[both == 2].reset_index()[["context", "seed"]]
@@ -408,21 +421,39 @@ def revalue(pr: Paired, cells: Cells, column: str, k) -> Paired:
                                  lay.hi_cells, lay.lo_cells))
 
 
-def by_fold(pr: Paired, cells: Cells) -> list[tuple[int, Paired]]:
-    """(fold, the same pairs' differences inside that fold) for every fold the pairs span: a fold is
-    its own context, so this is the comparison restricted to the fold's cells, not paired again."""
+def _split(pr: Paired, cells: Cells, by: list[str]) -> list[tuple[tuple[int, ...], Paired]]:
+    """(key, the same pairs' differences inside the cells of that key) for every value of the
+    columns `by` the pairs span: a (history, fold) is its own context, so this is the comparison
+    restricted to those cells, not paired again."""
     if pr.layout is None or not pr.n:
         return []
     lay = pr.layout
     out = []
-    for f in sorted(lay.cells["fold"].unique()):
-        sub = lay.cells[lay.cells["fold"] == f]
+    for key, sub in lay.cells.groupby(by, sort=True):
         keep = lay.cell_pairs["cell_hi"].isin(sub["cell"])
         part = _values(cells, Layout(sub, lay.cell_pairs[keep].reset_index(drop=True), lay.factor, lay.hi, lay.lo,
                                      lay.column, lay.k, lay.worst, lay.hi_cells, lay.lo_cells))
         if part.n:
-            out.append((int(f), part))
+            out.append((tuple(int(x) for x in (key if isinstance(key, tuple) else (key,))), part))
     return out
+
+
+def by_fold(pr: Paired, cells: Cells) -> list[tuple[int, Paired]]:
+    """(fold, the same pairs' differences inside that fold) for every fold the pairs span, on one
+    price history (several: `by_history_fold`)."""
+    return [(key[0], part) for key, part in _split(pr, cells, ["fold"])]
+
+
+def by_history_fold(pr: Paired, cells: Cells) -> list[tuple[tuple[int, int], Paired]]:
+    """((history, fold), the same pairs' differences inside that fold of that history) for every
+    (history, fold) the pairs span: the units the nested rule over histories pools (`rules.histories`)."""
+    return [((key[0], key[1]), part) for key, part in _split(pr, cells, ["history", "fold"])]
+
+
+def history_count(cells: Cells) -> int:
+    """How many price histories the compared members span (1 without a `history` column)."""
+    t = cells.table
+    return int(t["history"].nunique()) if "history" in t.columns and len(t) else 1
 
 
 def _values(cells: Cells, lay: Layout) -> Paired:
@@ -470,6 +501,7 @@ def _values(cells: Cells, lay: Layout) -> Paired:
         pairs=cell_pairs,
         n_seeds=int(j.index.get_level_values("seed").nunique()),
         per_seed_paths=per_seed_paths,
+        n_histories=int(t["history"].nunique()),
         layout=lay,
     )
 

@@ -53,7 +53,8 @@ def verdict_line(r: Any) -> str:
         interval = format_interval(r.get("pooled_ci_low"), r.get("pooled_ci_high"))
         effect = (f"pooled effect {format_number(r.get('pooled_effect'), '+.3g')} "
                   + (f"{interval} ({level}%, " if interval != "-" else "(no interval, ")
-                  + f"over {format_number(r.get('periods_informative'), '.0f')} periods)")
+                  + f"over {format_number(r.get('periods_informative'), '.0f')} "
+                  + ("histories)" if _finite(r, "histories") and float(r["histories"]) >= 2 else "periods)"))
     else:
         effect = (f"effect {format_number(r.get('effect'), '+.3g')} {format_interval(r.get('ci_low'), r.get('ci_high'))} "
                   f"({format_number(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise, over seeds; pseudo-median)")

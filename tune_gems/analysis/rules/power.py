@@ -143,10 +143,12 @@ def seeds_would_detect(seeds: float, target: float) -> str:
     return f"about {format_number(seeds, '.0f', missing='nan')} seeds would detect +-{target:g}"
 
 
-def advice(mde: float, floor: float, target: float, seeds_needed: float, *, market: bool = False) -> str:
+def advice(mde: float, floor: float, target: float, seeds_needed: float, *, market: bool = False,
+           histories: bool = False) -> str:
     """What the power statement implies, in words: over periods, whether the design reaches the
-    target, or the seeds per fold that would, or that only more periods would; on one history
-    with a market-noise interval (`market`), the seeds that would or that no seed count does."""
+    target, or the seeds per fold that would, or that only more periods would (over several price
+    histories, `histories`: more histories); on one history with a market-noise interval (`market`),
+    the seeds that would or that no seed count does."""
     if market:
         return (f"no seed count reaches +-{target:g} on this history's market noise: more periods (data.folds) "
                 "or histories, not more seeds" if not math.isfinite(seeds_needed) else
@@ -156,6 +158,9 @@ def advice(mde: float, floor: float, target: float, seeds_needed: float, *, mark
     if mde <= target:
         return f"the design detects +-{target:g}"
     if not math.isfinite(seeds_needed) or floor > target:
+        if histories:
+            return (f"no seed count reaches +-{target:g}: with infinitely many seeds the MDE is {floor:.3g} "
+                    "(the histories' and periods' spreads); more price histories, not more seeds")
         return (f"no seed count reaches +-{target:g}: with infinitely many seeds the MDE is {floor:.3g} "
                 "(the periods' spread); more periods, not more seeds")
     return f"about {seeds_needed:.0f} seeds per fold would detect +-{target:g}"
@@ -208,7 +213,10 @@ class PowerInputs:
     default `fold_sd`^2 x pi / 3, `seed` its part common to every fold) and `df` the pooled test's
     degrees of freedom (NaN: K - 1), `overlap` the folds' lambda (`PooledComponents.overlap`: folds
     that share training rows; 0: none); on one price history at K = 1, `market_se` the market-noise
-    standard error of the difference (0: none, e.g. per-seed paths)."""
+    standard error of the difference (0: none, e.g. per-seed paths). Over `histories` >= 2 price
+    histories the nested rule decides (`history_mde`): `history_tau2` the spread between histories,
+    `tau2` and `within` a history's fold components, `seed` the part common to every history and
+    fold, `df` the histories' degrees of freedom (NaN: H - 1), `n` the seeds per fold of a history."""
 
     n: float
     sd: float = math.nan
@@ -221,6 +229,23 @@ class PowerInputs:
     seed: float = 0.0
     df: float = math.nan
     overlap: float = 0.0
+    histories: int = 1
+    history_tau2: float = 0.0
+
+    @property
+    def pooled_over(self) -> bool:
+        """Whether a pooled test decides (several periods, or several price histories)."""
+        return self.folds >= 2 or self.histories >= 2
+
+    def history_components(self) -> HistoryComponents:
+        """The nested rule's components of the comparison (several price histories)."""
+        c = self.components()
+        return HistoryComponents(self.history_tau2 if math.isfinite(self.history_tau2) else 0.0, c.period, c.within,
+                                 c.seed)
+
+    @property
+    def history_df(self) -> float:
+        return float(self.df) if math.isfinite(self.df) and self.df > 0 else float(self.histories - 1)
 
     def with_seeds(self, n) -> "PowerInputs":
         """The same comparison at `n` seeds (the spreads are per seed, so they stay)."""
@@ -250,6 +275,11 @@ def mde(d: PowerInputs, level: float, power: float, *, one_sided: bool = False,
     test at K >= 2 (default `level`). +inf when the seeds cannot reach `level` at all (or, over
     periods, without a within-fold spread); NaN without a spread."""
     h_level = level if history_level is None else history_level
+    if d.histories >= 2:  # the nested rule over price histories (`rules.histories`)
+        if not (d.n > 0 and math.isfinite(d.components().within)):
+            return math.inf if d.n > 0 else math.nan
+        return float(history_mde(d.history_components(), d.histories, max(d.folds, 1), d.n, df=d.history_df,
+                                 level=h_level, power=power, one_sided=one_sided))
     if d.folds >= 2:
         c = d.components()
         if not (d.n > 0 and math.isfinite(c.within)):
@@ -266,7 +296,11 @@ def mde(d: PowerInputs, level: float, power: float, *, one_sided: bool = False,
 def floor(d: PowerInputs, level: float, power: float, *, one_sided: bool = False) -> float:
     """`mde` with infinitely many seeds: over periods (t + t) x tau / sqrt(K), which only more
     periods lower; on one history (K = 1) the market-noise part alone, which only more periods or
-    histories lower (0 without a market-noise interval)."""
+    histories lower (0 without a market-noise interval); over several price histories the nested
+    rule's with seeds without end (the histories' and periods' spreads)."""
+    if d.histories >= 2:
+        return float(history_mde(d.history_components(), d.histories, max(d.folds, 1), math.inf, df=d.history_df,
+                                 level=level, power=power, one_sided=one_sided))
     if d.folds >= 2:
         return float(mde_floor(d.components(), d.folds, df=d.pooled_df, level=level, power=power, one_sided=one_sided))
     return float(_z(level, power) * d.market_se)
@@ -353,9 +387,9 @@ def statement(d: PowerInputs, target: float, level: float, power: float, *, tied
     (no floor, no note: the verdict's reason says how many seeds would detect the target)."""
     m = mde(d, level, power, one_sided=one_sided)
     needed = seeds_to_run(fewest_seeds(d, target, level, power, one_sided=one_sided), tied)
-    if d.folds >= 2:
+    if d.pooled_over:
         fl = floor(d, level, power, one_sided=one_sided)
-        return PowerStatement(m, fl, needed, advice(m, fl, target, needed))
+        return PowerStatement(m, fl, needed, advice(m, fl, target, needed, histories=d.histories >= 2))
     if d.market_se > 0:
         fl = floor(d, level, power)
         return PowerStatement(m, fl, needed, advice(m, fl, target, needed, market=True))

@@ -119,7 +119,7 @@ def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds |
 
 def _row(family: DesignFamily, j: int, th: Thresholds) -> dict:
     """One contrast's row of factors.csv: the family's decision and power statement for it, the
-    numbers verdicts.csv shows for a gem (at K >= 2 the pooled test's, `walk_forward.pooled_power`;
+    numbers verdicts.csv shows for a gem (at K >= 2 or over histories the pooled test's, `family.power`;
     at K = 1 the seed rule's with the market-noise part on one history, `family.seed_power`)."""
     c, pr, dec, fam, power = family.contrasts[j], family.pairs[j], family.decision, family.folds, family.power
     verdict = family.word(j)
@@ -143,16 +143,18 @@ def _row(family: DesignFamily, j: int, th: Thresholds) -> dict:
                market_ci_high=dec.market_high[0, j], combined_ci_low=dec.combined_low[0, j],
                combined_ci_high=dec.combined_high[0, j], mde=ps.mde, mde_floor=ps.floor if ps.note else math.nan,
                power_note=ps.note)
-    if fam is not None and fam.folds[j] and dec.pooled is not None:
-        pooled, rule = dec.pooled, dec.period
+    if family.pooled_at(j) and dec.pooled is not None:
+        pooled, rule, hf = dec.pooled, dec.period, family.histories
         row.update(pooled_effect=pooled["mu"][0, j], pooled_ci_low=rule.low[0, j],
                    pooled_ci_high=rule.high[0, j], pooled_p_adjusted=rule.p_adjusted[0, j],
                    tau2=pooled["tau2"][0, j], i2=pooled["i2"][0, j], q_p_adjusted=rule.q_p_adjusted[0, j],
-                   periods_informative=int(pooled["periods"][0, j]), tied_share=fam.tied_share[j],
+                   periods_informative=int(pooled["periods"][0, j]), tied_share=(hf if hf is not None else fam).tied_share[j],
                    fold_overlap=pooled.get("overlap", np.ones_like(pooled["mu"]))[0, j],
                    mde=power["mde"][j], mde_floor=power["floor"][j], power_note=power["note"][j],
-                   fold_effects="; ".join(f"fold {f}: {_fmt(fam.theta[0, j, fam.fold_ids.index(f)])} "
-                                          f"({p.n} seeds)" for f, p in fam.folds[j]))
+                   # over histories: the (history, fold) effects the nested rule pooled
+                   fold_effects=hf.effects_text(j) if hf is not None else
+                   "; ".join(f"fold {f}: {_fmt(fam.theta[0, j, fam.fold_ids.index(f)])} ({p.n} seeds)"
+                             for f, p in fam.folds[j]))
     row["reading"] = _reading(c, verdict, row["mde"], th.rope)
     return row
 

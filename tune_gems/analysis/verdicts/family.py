@@ -32,6 +32,7 @@ from tune_gems.analysis.rules.power import PowerInputs, PowerStatement, market_s
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import is_tie
 from tune_gems.analysis.verdicts.held_out import held_out_segment
+from tune_gems.analysis.verdicts.history_verdicts import HistoryFamily, history_family, history_power
 from tune_gems.analysis.verdicts.verdict_market_noise import (
     OK as MARKET_OK, UNAVAILABLE, EvalReturnsLookup, MarketEvidence, market_evidence, market_window,
 )
@@ -170,8 +171,10 @@ def one_row_per_unpaired_key(contrasts: list[Contrast], prs: list[Paired]) -> tu
 class DesignFamily:
     """A design's family (module docstring): its `contrasts` with their `pairs`, the rule's
     `decision` on all of them (`rules.decision.decide`, [1, E]), the fold data over periods
-    (`folds`, K >= 2) and its power statement (`power`, `walk_forward.pooled_power`), each
-    contrast's market-noise columns (`market`) and the verdict metric `column`."""
+    (`folds`, K >= 2 on one price history) or over several price histories (`histories`, the
+    nested rule's: `history_verdicts.history_family`) and the pooled test's power statement
+    (`power`: `walk_forward.pooled_power`, `history_verdicts.history_power`), each contrast's
+    market-noise columns (`market`) and the verdict metric `column`."""
 
     contrasts: list[Contrast]
     pairs: list[Paired]
@@ -187,6 +190,19 @@ class DesignFamily:
     test: TestSegment | None = None
     """The held-out test segment's effects, the rule's second stage (`held_out.held_out_segment`;
     None: the results have no test-segment metric)."""
+    histories: HistoryFamily | None = None
+    """The family's (history, fold) parts over H >= 2 price histories (None: one history)."""
+
+    @property
+    def periods(self) -> int:
+        """The periods the pooled test spans: K folds, or H x K over several price histories."""
+        return self.histories.periods if self.histories is not None else self.k_folds
+
+    def pooled_at(self, j: int) -> bool:
+        """Whether a pooled test decides contrast j (its pairs fall in folds or histories to pool)."""
+        if self.histories is not None:
+            return bool(self.histories.parts[j])
+        return self.folds is not None and bool(self.folds.folds[j])
 
     def word(self, j: int) -> str:
         """The word every table prints for contrast j: the discovery's where the test segment
@@ -225,7 +241,8 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
     prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]
     contrasts, prs = one_row_per_unpaired_key(contrasts, prs)
     k_folds = fold_count(cells)
-    fam = gem_folds(prs, cells) if k_folds > 1 else None  # the same pairs inside each fold
+    hf = history_family(prs, cells)  # several price histories: the nested rule decides (None: one history)
+    fam = gem_folds(prs, cells) if k_folds > 1 and hf is None else None  # the same pairs inside each fold
     market_columns: list[dict] = [{} for _ in prs]
 
     def market(tail: np.ndarray):
@@ -257,10 +274,12 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
                   redundant=[bool(reds.get(gem_of(c), False)) for c in contrasts],
                   diverged=np.array([[bool(pr.hi_diverged or pr.lo_diverged) for pr in prs]]),
                   market=market, periods=None if fam is None else fam.data,
+                  histories=None if hf is None else hf.data,
                   fold_corr=overlap_for(overlap, fam.fold_ids) if fam is not None else 0.0, test=test,
                   selection=None if selection is None else [max(int(chosen.get(gem_of(c), 1)), 1) for c in contrasts])
     dec = decide(ev, th)
-    power = pooled_power(fam, dec.pooled, th) if fam is not None else None
+    power = (pooled_power(fam, dec.pooled, th) if fam is not None else
+             history_power(hf, dec, th) if hf is not None else None)
     m = int(np.isfinite(dec.p[0]).sum())
     two_sided = th.alpha * (2 if th.one_sided_keep else 1) / max(m, 1)  # the seed rule's level, as a two-sided test
     sides = 1 if th.one_sided_keep else 2
@@ -276,7 +295,7 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
         seed_power.append(statement(PowerInputs(int(dec.n_informative[0, j]), informative_spread(informative),
                                                 divergence_rate(pr), market_se=max(market_se, 0.0)),
                                     th.rope, two_sided, th.power, tied=float(dec.tied_share[0, j])))
-    return DesignFamily(contrasts, prs, dec, k_folds, fam, power, market_columns, column, seed_power, test)
+    return DesignFamily(contrasts, prs, dec, k_folds, fam, power, market_columns, column, seed_power, test, hf)
 
 
 def informative_spread(d: np.ndarray) -> float:

@@ -56,7 +56,9 @@ def fold_effects_table(fold_rows: pd.DataFrame, verdicts: pd.DataFrame, dates: p
     t = fold_rows.merge(pooled, on="gem", how="left", validate="many_to_one")
     t = t.merge(dates, on="fold", how="left", validate="many_to_one") if len(dates) else t.assign(start="", end="")
     t[["start", "end"]] = t[["start", "end"]].fillna("")
-    return t[FOLD_EFFECT_COLUMNS].reset_index(drop=True)
+    # several price histories: each fold row names its history (`history_verdicts.HISTORY_ROW_COLUMNS`)
+    cols = FOLD_EFFECT_COLUMNS[:2] + ["history"] + FOLD_EFFECT_COLUMNS[2:] if "history" in t.columns else FOLD_EFFECT_COLUMNS
+    return t[cols].reset_index(drop=True)
 
 
 def pooled_estimates(table: pd.DataFrame) -> pd.DataFrame:

@@ -64,6 +64,7 @@ from tune_gems.analysis.verdicts.family import (
     AA_BASE, AA_FACTOR, DesignFamily, design_family, divergence_rate, informative_spread,
 )
 from tune_gems.analysis.verdicts.walk_forward import add_period_columns
+from tune_gems.analysis.verdicts.history_verdicts import add_history_columns
 from tune_gems.analysis.verdicts.verdict_market_noise import MARKET_COLUMNS, OK as MARKET_OK, EvalReturnsLookup
 from tune_gems.analysis.verdicts.redundancy import redundancy_table
 from tune_gems.analysis.rules.overlap import FoldOverlap
@@ -241,6 +242,8 @@ def gem_verdict_tables(
         row["_at_null"] = bool(dec.magnitude_at_null[0, j])
     table = pd.DataFrame(rows, columns=VERDICT_COLUMNS)
     fold_rows = add_period_columns(table, family, cols, th)
+    if family.histories is not None:  # several price histories: the nested rule's columns and rows
+        fold_rows = add_history_columns(table, family, cols, th)
     for c in HELD_OUT_COLUMNS:
         if c not in table.columns:
             table[c] = np.nan
@@ -252,8 +255,8 @@ def gem_verdict_tables(
             table.at[i, c] = x
         table.at[i, "reason"], table.at[i, "why"] = compose_reason(
             rows[n], table.loc[i], seed_verdict=str(dec.seed_verdict[0, j]), market_verdict=str(dec.market_verdict[0, j]),
-            gate_applied=bool(dec.gate_applied[0, j]), folds=family.k_folds,
-            pooled=family.folds is not None and bool(family.folds.folds[j]), at_null=rows[n]["_at_null"],
+            gate_applied=bool(dec.gate_applied[0, j]), folds=family.periods, pooled=family.pooled_at(j),
+            at_null=rows[n]["_at_null"],
             metric_note=metric_note, power=power, m=m, rope=rope, final=family.word(j))
         table.at[i, "verdict"] = family.word(j)
     if selection is not None:

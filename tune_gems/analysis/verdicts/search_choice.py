@@ -195,7 +195,7 @@ def format_confirmation(table: pd.DataFrame) -> str:
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines += [f"{r['gem']}: {r['note']}" for _, r in table.iterrows() if isinstance(r["note"], str) and r["note"]]
-    lines += [f"{r['gem']}: final verdict on one price history: {r['final_rule']}" for _, r in table.iterrows()
+    lines += [f"{r['gem']}: final verdict on the search's price data: {r['final_rule']}" for _, r in table.iterrows()
               if isinstance(r.get("final_rule"), str) and r["final_rule"] and r["final_rule"] != ONE_RUN_FINAL]
     return "\n".join(lines)
 
@@ -247,6 +247,12 @@ def discovery_power_inputs(row: dict[str, Any]) -> PowerInputs:
     if math.isfinite(num("n_informative")) and folds < 2:
         n = int(num("n_informative"))  # the seed rule's MDE is on the informative pairs (verdicts.csv's)
     p_div = p_div if math.isfinite(p_div) else 0.0
+    histories = count("histories", 1)
+    if histories >= 2 and math.isfinite(num("pooled_effect")):  # the nested rule's (`history_verdicts.history_power`)
+        per_fold = num("n_informative") / (histories * folds) if math.isfinite(num("n_informative")) else n
+        return PowerInputs(per_fold, sd, p_div, folds=folds, tau2=num("var_period", 0.0), within=num("var_within"),
+                           seed=num("var_seed", 0.0), df=num("pooled_df"), histories=histories,
+                           history_tau2=num("var_history", 0.0))
     if folds >= 2 and math.isfinite(num("pooled_effect")):
         # the pooled components the verdict row states (`walk_forward.pooled_power`): its MDE is the
         # row's `mde`, with n the informative pairs per period (a mean: not always whole)
@@ -302,9 +308,11 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
             return mde(inputs.with_seeds(informative_of(seeds, tie)), level_c, power, history_level=h_level)
 
         smallest = int(seeds_to_run(next(n for n in range(2, 64) if finite_interval(n, level_c)), tie))
-        data = (f"one price history, the history's part at level / {t_g} for the {t_g} configurations the search "
-                "chose among" if one_history else "fresh paths")
-        what = f"the confirmation ({inputs.folds} period(s), {data}) "
+        data = (f"{'the same price histories' if inputs.histories >= 2 else 'one price history'}, the history's part "
+                f"at level / {t_g} for the {t_g} configurations the search chose among" if one_history else "fresh paths")
+        periods = (f"{inputs.histories} histories x {inputs.folds} fold(s)" if inputs.histories >= 2 else
+                   f"{inputs.folds} period(s)")
+        what = f"the confirmation ({periods}, {data}) "
         where = f"{gem}: {what}"
         if seeds is not None and not finite_interval(informative_of(seeds, tie), level_c):
             k = informative_of(seeds, tie)
@@ -322,7 +330,7 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
         need = seeds_to_run(fewest_seeds(inputs, target, level_c, power, history_level=h_level,
                                          n_min=informative_of(smallest, tie), n_max=MAX_CONFIRM_SEEDS), tie)
         if not math.isfinite(need):
-            fix = ("more periods, not more seeds" if inputs.folds >= 2 else
+            fix = ("more periods, not more seeds" if inputs.pooled_over else
                    "the market noise of one history: run walk-forward folds, data.folds")
             raise ConfigError(f"{where}cannot reach the discovery's MDE {_f(target)} with any number of seeds up to "
                               f"{MAX_CONFIRM_SEEDS}: its floor is {_f(floor(inputs, h_level, power))} ({fix}); nothing "

@@ -20,7 +20,7 @@ from tune_gems.analysis.rules.words import (
     CONFOUNDED, DECISIVE, DELETE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP,
 )
 from tune_gems.analysis.verdicts.held_out import ONE_TEST_PERIOD
-from tune_gems.analysis.verdicts.verdict_market_noise import ACROSS_PERIODS, NOT_NEEDED, OK as MARKET_OK
+from tune_gems.analysis.verdicts.verdict_market_noise import ACROSS_HISTORIES, ACROSS_PERIODS, NOT_NEEDED, OK as MARKET_OK
 from tune_gems.analysis.verdicts.walk_forward import ONE_PERIOD
 
 
@@ -54,6 +54,8 @@ def market_text(row: dict) -> str:
                 f"{_fmt(row['market_n_series'], '.0f')} paired series{left}")
     if status == ACROSS_PERIODS:
         return "; market noise: in the spread over validation periods (walk-forward folds)"
+    if status == ACROSS_HISTORIES:
+        return "; market noise: in the spread over price histories (each its own market)"
     if status == NOT_NEEDED:
         return "; market noise: in the seed interval (per-seed paths)"
     return f"; market-noise interval {status}: the effect is conditional on this one price history"
@@ -183,11 +185,13 @@ def pooled_text(r) -> str:
     f = r.get("fold_overlap", math.nan)
     overlap = (f", variance x{f:.2f} for folds that share training rows (Nadeau-Bengio)"
                if isinstance(f, (int, float)) and np.isfinite(f) and f > 1 else "")
-    return (f"pooled over periods {_fmt(r['pooled_effect'], '+.3g')}, {r['pooled_ci_level']:.1%} CI "
+    histories = r.get("histories", 1)  # several price histories: the nested rule (`history_verdicts`)
+    over = f"over {int(histories)} histories x {int(r['folds'])} folds" if histories == histories and histories >= 2 else "over periods"
+    return (f"pooled {over} {_fmt(r['pooled_effect'], '+.3g')}, {r['pooled_ci_level']:.1%} CI "
             f"[{_fmt(r['pooled_ci_low'], '.3g')}, {_fmt(r['pooled_ci_high'], '.3g')}] (HKSJ, t with "
             f"{_fmt(r['pooled_df'], '.3g')} df{shared}{overlap}, Holm p {_fmt(r['pooled_p_adjusted'], '.2g')}), "
             f"tau^2 {_fmt(r['tau2'], '.3g')}, I^2 {_fmt(100 * r['i2'], '.0f')}% (Q Holm p "
-            f"{_fmt(r['q_p_adjusted'], '.2g')}); per fold: {r['fold_effects']}")
+            f"{_fmt(r['q_p_adjusted'], '.2g')}); per {'history and fold' if over != 'over periods' else 'fold'}: {r['fold_effects']}")
 
 
 def power_text(r) -> str:
@@ -276,6 +280,10 @@ def selection_rule(row, candidates: int) -> str:
     the pooled one over periods, or the seed and market-noise intervals combined, the history's
     part at the selection-adjusted level (/ `candidates`); without a market-noise interval none."""
     folds = int(row.get("folds", 1)) if np.isfinite(float(row.get("folds", 1))) else 1
+    histories = float(row.get("histories", 1))
+    if histories >= 2:  # several price histories: the nested rule's interval (`history_verdicts`)
+        return (f"pooled interval over {int(histories)} histories x {folds} folds at the selection-adjusted level "
+                f"(/{candidates})")
     if folds >= 2:  # the periods it pooled (those with informative pairs), as the confirmation's power says
         k = float(row.get("periods_informative", folds))
         return (f"pooled interval over {int(k) if np.isfinite(k) else folds} periods at the selection-adjusted level "

@@ -158,18 +158,27 @@ class FamilyFolds:
                         self.sample_var)
 
 
-def family_folds(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> FamilyFolds:
-    """The fold data of the verdict table's gems (rows with seeds): each gem's wiring pairs per
-    fold, as its verdict pairs them."""
+def verdict_pairs(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> list[tuple[object, str, Paired]]:
+    """(row index, gem, its wiring pairs) of the verdict table's gems with seeds, paired as their
+    verdicts pair them (the plan's pilot reads its parts from these)."""
     by_gem = {g.name: g for g in gems}
-    fold_ids = sorted(int(f) for f in cells.table[FOLD].unique())
-    rows, per_gem = [], []
+    out = []
     for i, row in v.iterrows():
         g = by_gem.get(row["gem"])
         if g is None or not row["n_seeds"] or not np.isfinite(row["n_seeds"]):
             continue
         real, _ = placebo_selectors(g, th.placebo_weight)
-        folds = by_fold(wiring_pairs(cells, g.name, column=row["outcome"], k=th.window_length, select=real), cells)
+        out.append((i, g.name, wiring_pairs(cells, g.name, column=row["outcome"], k=th.window_length, select=real)))
+    return out
+
+
+def family_folds(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> FamilyFolds:
+    """The fold data of the verdict table's gems (rows with seeds): each gem's wiring pairs per
+    fold, as its verdict pairs them."""
+    fold_ids = sorted(int(f) for f in cells.table[FOLD].unique())
+    rows, per_gem = [], []
+    for i, _gem, pr in verdict_pairs(v, cells, gems, th):
+        folds = by_fold(pr, cells)
         if folds:
             rows.append(i)
             per_gem.append(folds)
@@ -273,29 +282,35 @@ def add_period_columns(v: pd.DataFrame, family, cols: list[int], th: Thresholds)
     for i, j in rows_of:
         rows = _fold_rows(str(v.at[i, "gem"]), fam, j, rule, th)
         all_rows += rows
-        level = float(rule.level[0, j])
-        v.loc[i, ["pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_ci_level", "pooled_p",
-                  "pooled_p_adjusted", "pooled_tost_p_adjusted", "pooled_df", "tau2", "i2", "q_p",
-                  "q_p_adjusted", "periods_informative", "var_seed", "var_within", "var_period", "fold_overlap"]] = [
-            pooled["mu"][0, j], rule.low[0, j], rule.high[0, j], 1 - level if np.isfinite(level) else np.nan,
-            pooled["p"][0, j], rule.p_adjusted[0, j], rule.tost_p_adjusted[0, j], pooled["df"][0, j],
-            pooled["tau2"][0, j], pooled["i2"][0, j], pooled["q_p"][0, j],
-            rule.q_p_adjusted[0, j], int(pooled["periods"][0, j]), power["seed"][j], power["within"][j],
-            power["period"][j], pooled.get("overlap", np.ones_like(pooled["mu"]))[0, j]]
-        v.at[i, "tau_shared"] = bool(pooled["shared"][0, j])
+        write_pooled(v, i, j, pooled, rule, power)
         v.at[i, "fold_effects"] = "; ".join(fold_text(r) for r in rows)
         v.at[i, "fold_sd_diff"] = _median_fold_spread(fam.folds[j])
         v.at[i, "tied_share"] = fam.tied_share[j]
         v.at[i, "n_informative"] = int(fam.n_informative[0, j].sum())
-        # the power statement of the test that decides (never the seed rule's: issue 30)
-        v.at[i, "mde"], v.at[i, "seeds_needed"] = power["mde"][j], power["seeds_needed"][j]
-        v.at[i, "mde_floor"], v.at[i, "power_note"] = power["floor"][j], power["note"][j]
         k_inf = int(pooled["periods"][0, j])
         v.at[i, "period"] = (f"pooled over {k_inf} validation periods (random effects, HKSJ"
                              f"{', tau shared across the family' if pooled['shared'][0, j] else ''})"
                              if not rule.too_few_periods[0, j] else
                              f"too few periods (K={k_inf}, need >= {th.min_periods}; {ADD_FOLDS})")
     return pd.DataFrame(all_rows, columns=FOLD_ROW_COLUMNS)
+
+
+def write_pooled(v: pd.DataFrame, i, j: int, pooled: dict, rule, power: dict) -> None:
+    """Row `i` of the verdict table (contrast j of the family) from the pooled test: its numbers
+    (`pooled`, the rule's decision `rule`) and the power statement of the test that decides
+    (`power`; never the seed rule's: issue 30). Over periods and over histories alike."""
+    level = float(rule.level[0, j])
+    v.loc[i, ["pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_ci_level", "pooled_p",
+              "pooled_p_adjusted", "pooled_tost_p_adjusted", "pooled_df", "tau2", "i2", "q_p",
+              "q_p_adjusted", "periods_informative", "var_seed", "var_within", "var_period", "fold_overlap"]] = [
+        pooled["mu"][0, j], rule.low[0, j], rule.high[0, j], 1 - level if np.isfinite(level) else np.nan,
+        pooled["p"][0, j], rule.p_adjusted[0, j], rule.tost_p_adjusted[0, j], pooled["df"][0, j],
+        pooled["tau2"][0, j], pooled["i2"][0, j], pooled["q_p"][0, j],
+        rule.q_p_adjusted[0, j], int(pooled["periods"][0, j]), power["seed"][j], power["within"][j],
+        power["period"][j], pooled.get("overlap", np.ones_like(pooled["mu"]))[0, j]]
+    v.at[i, "tau_shared"] = bool(pooled["shared"][0, j])
+    v.at[i, "mde"], v.at[i, "seeds_needed"] = power["mde"][j], power["seeds_needed"][j]
+    v.at[i, "mde_floor"], v.at[i, "power_note"] = power["floor"][j], power["note"][j]
 
 
 def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np.ndarray]:
