@@ -5,6 +5,7 @@ evidence and the plot tables key per history, and `plan` prices designs with his
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -187,3 +188,67 @@ def test_confirm_plans_its_seeds_with_the_nested_rules_mde(tmp_path):
     assert plan.discovery_mde == pytest.approx(float(row["mde"]), rel=1e-9)  # the verdict's own, history_mde's
     assert plan.note.startswith("the confirmation (3 histories x 2 fold(s), the same price histories")
     assert plan.confirmation_mde <= plan.discovery_mde
+
+
+EXPANDING = pd.DataFrame(dict(fold=[0, 1], train_runs=["0:2260", "0:3260"], train_rows=[2260, 3260],
+                              group_rows=[1000, 1000]))
+"""Two expanding walk-forward folds of 1000 validation rows (the 3-history S&P 500 / NASDAQ / WTI
+run's layout): both train from row 0, so they share training rows."""
+
+
+def test_a_historys_folds_that_share_training_rows_carry_their_overlap_in_the_nested_rules_first_stage(tmp_path):
+    from tune_gems.analysis.rules.overlap import fold_overlap
+    from tune_gems.analysis.verdicts.search_choice import discovery_power_inputs
+    from tune_gems.analysis.verdicts.walk_forward import experiment_overlap
+
+    folder = history_scenario(tmp_path / "h", THREE, noise=0.2)
+    exp, cells = _cells(folder)
+    th = Thresholds()
+
+    def verdict(overlap):
+        return gem_verdict_tables(exp.trials, exp.history, exp.members, arms=exp.arms, gems=list(exp.gems),
+                                  cells=cells, overlap=overlap)[0].set_index("gem").loc[GEM]
+
+    bare = verdict(experiment_overlap(exp.paths, exp.labels))  # no fold table: no correction
+    EXPANDING.assign(experiment=folder.name, trial_id="t0").to_parquet(folder / "folds.parquet", index=False)
+    overlap = experiment_overlap(exp.paths, exp.labels)
+    row = verdict(overlap)
+    np.testing.assert_allclose(overlap.corr, fold_overlap(EXPANDING).corr)
+    # the same decision straight from the rule, the layout's correlation in each history's folds
+    pr = wiring_pairs(cells, GEM, column=COLUMN, k=th.window_length)
+    hf = history_family([pr], cells)
+    dec = decide(Evidence(diffs=[pr.diffs[None, :]], histories=hf.data, fold_corr=fold_overlap(EXPANDING).corr), th)
+    plain = decide(Evidence(diffs=[pr.diffs[None, :]], histories=hf.data), th)
+    for with_overlap, without in zip(dec.histories.by_history, plain.histories.by_history):
+        assert with_overlap["overlap"][0, 0] > 1.0 == without["overlap"][0, 0]
+        assert with_overlap["se"][0, 0] > without["se"][0, 0]  # each history's pooled variance carries it
+    f = float(np.mean([r["overlap"][0, 0] for r in dec.histories.by_history]))
+    assert bare["fold_overlap"] == 1.0 and row["fold_overlap"] == pytest.approx(f) and f > 1.3
+    assert (row["verdict"], row["pooled_ci_low"], row["pooled_ci_high"]) == (
+        str(dec.verdict[0, 0]), pytest.approx(float(dec.period.low[0, 0])), pytest.approx(float(dec.period.high[0, 0])))
+    assert f"each history's variance x{f:.2f} for folds that share training rows" in row["reason"], row["reason"]
+    assert "share training rows" not in bare["reason"]
+    # the MDE: history_mde with the first stage's lambda = (F - 1) / K, as the one-history pooled power
+    c = history_components(hf.data, dec.histories)
+    comp = HistoryComponents(*(float(np.asarray(x)[0, 0]) for x in (c.history, c.period, c.within, c.seed)), (f - 1) / 2)
+    n = float(np.mean([fd.n_informative[0, 0][fd.n_informative[0, 0] > 0].mean() for fd in hf.data.folds]))
+    want = history_mde(comp, 3, 2, n, df=float(dec.pooled["df"][0, 0]), level=th.alpha, power=th.power)
+    assert row["mde"] == pytest.approx(want, rel=1e-9)
+    assert replace(comp, overlap=0.0).se(3, 2, n) < comp.se(3, 2, n)
+    # confirm reads the same power back from the verdict row (fold_overlap -> lambda)
+    inputs = discovery_power_inputs(row.to_dict() | {"gem": GEM})
+    assert inputs.overlap == pytest.approx((f - 1) / 2) and inputs.history_components().overlap == inputs.overlap
+
+
+def test_a_fold_table_over_several_histories_is_read_per_history_the_largest_overlap_per_pair(tmp_path):
+    from tune_gems.analysis.rules.overlap import fold_overlap
+    from tune_gems.analysis.verdicts.walk_forward import experiment_overlap
+
+    folder = history_scenario(tmp_path / "h", THREE[:2])
+    short = EXPANDING.assign(train_runs=["0:1000", "0:2000"], train_rows=[1000, 2000])  # a shorter history
+    pd.concat([EXPANDING.assign(history=0), short.assign(history=1)]).assign(
+        experiment=folder.name, trial_id="t0").to_parquet(folder / "folds.parquet", index=False)
+    exp = load_experiment(folder)
+    found = experiment_overlap(exp.paths, exp.labels)
+    np.testing.assert_allclose(found.corr, np.maximum(fold_overlap(EXPANDING).corr, fold_overlap(short).corr))
+    assert found.folds == (0, 1)

@@ -216,7 +216,8 @@ class PowerInputs:
     standard error of the difference (0: none, e.g. per-seed paths). Over `histories` >= 2 price
     histories the nested rule decides (`history_mde`): `history_tau2` the spread between histories,
     `tau2` and `within` a history's fold components, `seed` the part common to every history and
-    fold, `df` the histories' degrees of freedom (NaN: H - 1), `n` the seeds per fold of a history."""
+    fold, `df` the histories' degrees of freedom (NaN: H - 1), `n` the seeds per fold of a history,
+    `overlap` the lambda of a history's folds (the first stage's)."""
 
     n: float
     sd: float = math.nan
@@ -241,7 +242,7 @@ class PowerInputs:
         """The nested rule's components of the comparison (several price histories)."""
         c = self.components()
         return HistoryComponents(self.history_tau2 if math.isfinite(self.history_tau2) else 0.0, c.period, c.within,
-                                 c.seed)
+                                 c.seed, c.overlap)
 
     @property
     def history_df(self) -> float:

@@ -149,7 +149,7 @@ def _row(family: DesignFamily, j: int, th: Thresholds) -> dict:
                    pooled_ci_high=rule.high[0, j], pooled_p_adjusted=rule.p_adjusted[0, j],
                    tau2=pooled["tau2"][0, j], i2=pooled["i2"][0, j], q_p_adjusted=rule.q_p_adjusted[0, j],
                    periods_informative=int(pooled["periods"][0, j]), tied_share=(hf if hf is not None else fam).tied_share[j],
-                   fold_overlap=pooled.get("overlap", np.ones_like(pooled["mu"]))[0, j],
+                   fold_overlap=power["overlap"][j],
                    mde=power["mde"][j], mde_floor=power["floor"][j], power_note=power["note"][j],
                    # over histories: the (history, fold) effects the nested rule pooled
                    fold_effects=hf.effects_text(j) if hf is not None else

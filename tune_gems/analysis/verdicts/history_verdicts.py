@@ -28,7 +28,7 @@ from tune_gems.analysis.rules.power import HistoryComponents, PowerInputs, state
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
 from tune_gems.analysis.text import format_number
-from tune_gems.analysis.verdicts.walk_forward import verdict_pairs, write_pooled
+from tune_gems.analysis.verdicts.walk_forward import overlap_lambda, verdict_pairs, write_pooled
 
 HISTORY = "history"
 HISTORY_ROW_COLUMNS = ["gem", HISTORY, "fold", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs", "ties",
@@ -94,22 +94,39 @@ def history_family(prs: list[Paired], cells: Cells) -> HistoryFamily | None:
     return HistoryFamily(parts, histories, folds, data, tied)
 
 
-def history_power(hf: HistoryFamily, dec, th: Thresholds, fold_corr=0.0) -> dict[str, np.ndarray]:
+def stage_one_overlap(hp) -> np.ndarray:
+    """Per contrast [m]: the overlap factor F the nested rule's first stage put on a history's
+    pooled variance (its folds that share training rows, `rules.overlap`), the mean over the
+    histories with an effect (NaN: none; 1.0: no overlap). Its lambda in the MDE is the
+    one-history pooled power's reading, (F - 1) / K over a history's K folds
+    (`walk_forward.overlap_lambda`), and confirm reads it back from `fold_overlap` the same way."""
+    f = np.stack([np.asarray(r.get("overlap", np.ones_like(r["mu"])), float)[0] for r in hp.by_history])  # [H, m]
+    ok = np.isfinite(f)
+    n = ok.sum(0)
+    return np.where(n > 0, np.where(ok, f, 0.0).sum(0) / np.maximum(n, 1), np.nan)
+
+
+def history_power(hf: HistoryFamily, dec, th: Thresholds) -> dict[str, np.ndarray]:
     """Per contrast: the nested rule's power statement (`power.history_mde` at the first Holm step
     over the contrasts it tested, at the histories' degrees of freedom): its MDE, the seeds that
     would reach +-ROPE, the floor no seed count beats and the advice, with the components behind
-    them (history, period, within, seed: verdicts.csv's var_* columns)."""
+    them (history, period, within, seed: verdicts.csv's var_* columns) and the folds' overlap the
+    first stage carried (`overlap`: F, verdicts.csv's fold_overlap; its lambda in the MDE:
+    `stage_one_overlap`)."""
     pooled = dec.pooled
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a contrast without pairs: a mean of nothing, NaN
-        comp = history_components(hf.data, dec.histories, fold_corr)
+        comp = history_components(hf.data, dec.histories)
+    factor = stage_one_overlap(dec.histories)
+    lam = overlap_lambda(factor, len(hf.folds))
     m = len(hf.parts)
     level = th.alpha / max(int(np.isfinite(pooled["p"][0]).sum()), 1)
     out = {key: np.full(m, np.nan) for key in ("mde", "seeds_needed", "floor", "history", "seed", "within", "period")}
     out["note"] = np.full(m, "", dtype=object)
+    out["overlap"] = factor
     for j in range(m):
         c = HistoryComponents(float(comp.history[0, j]), float(comp.period[0, j]), float(comp.within[0, j]),
-                              float(comp.seed[0, j]))
+                              float(comp.seed[0, j]), float(lam[j]))
         out["history"][j], out["period"][j], out["within"][j], out["seed"][j] = c.history, c.period, c.within, c.seed
         inf = np.concatenate([fd.n_informative[0, j].ravel() for fd in hf.data.folds])
         n = float(inf[inf > 0].mean()) if (inf > 0).any() else math.nan
@@ -124,10 +141,10 @@ def history_power(hf: HistoryFamily, dec, th: Thresholds, fold_corr=0.0) -> dict
 
 def history_inputs(n: float, histories: int, folds: int, c: HistoryComponents, df: float) -> PowerInputs:
     """The power inputs of a comparison the nested rule decides (`power.PowerInputs` over
-    histories): `n` informative seeds per fold of a history, the components `c`, the histories'
-    degrees of freedom `df`."""
+    histories): `n` informative seeds per fold of a history, the components `c` (the overlap of a
+    history's folds included), the histories' degrees of freedom `df`."""
     return PowerInputs(n, folds=folds, tau2=c.period, within=c.within, seed=c.seed, df=df, histories=histories,
-                       history_tau2=c.history)
+                       history_tau2=c.history, overlap=c.overlap)
 
 
 def add_history_columns(v: pd.DataFrame, family, cols: list[int], th: Thresholds) -> pd.DataFrame:

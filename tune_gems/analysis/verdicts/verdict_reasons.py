@@ -182,24 +182,28 @@ def one_period_reason(row, before: str, verdict: str, applied: bool, reason: str
 def pooled_text(r) -> str:
     """The pooled estimate over periods, its interval and heterogeneity, and the fold effects."""
     shared = ", tau shared across the family" if bool(r["tau_shared"]) else ""
-    f = r.get("fold_overlap", math.nan)
-    overlap = (f", variance x{f:.2f} for folds that share training rows (Nadeau-Bengio)"
-               if isinstance(f, (int, float)) and np.isfinite(f) and f > 1 else "")
     histories = r.get("histories", 1)  # several price histories: the nested rule (`history_verdicts`)
-    over = f"over {int(histories)} histories x {int(r['folds'])} folds" if histories == histories and histories >= 2 else "over periods"
+    nested = histories == histories and histories >= 2
+    over = f"over {int(histories)} histories x {int(r['folds'])} folds" if nested else "over periods"
+    f = r.get("fold_overlap", math.nan)  # over histories: the first stage's, on each history's folds
+    whose = "each history's " if nested else ""
+    overlap = (f", {whose}variance x{f:.2f} for folds that share training rows (Nadeau-Bengio)"
+               if isinstance(f, (int, float)) and np.isfinite(f) and f > 1 else "")
     return (f"pooled {over} {_fmt(r['pooled_effect'], '+.3g')}, {r['pooled_ci_level']:.1%} CI "
             f"[{_fmt(r['pooled_ci_low'], '.3g')}, {_fmt(r['pooled_ci_high'], '.3g')}] (HKSJ, t with "
             f"{_fmt(r['pooled_df'], '.3g')} df{shared}{overlap}, Holm p {_fmt(r['pooled_p_adjusted'], '.2g')}), "
             f"tau^2 {_fmt(r['tau2'], '.3g')}, I^2 {_fmt(100 * r['i2'], '.0f')}% (Q Holm p "
-            f"{_fmt(r['q_p_adjusted'], '.2g')}); per {'history and fold' if over != 'over periods' else 'fold'}: {r['fold_effects']}")
+            f"{_fmt(r['q_p_adjusted'], '.2g')}); per {'history and fold' if nested else 'fold'}: {r['fold_effects']}")
 
 
 def power_text(r) -> str:
     """The pooled rule's power statement of one verdict row (empty without one)."""
     if not np.isfinite(r.get("mde", math.nan)) or not isinstance(r.get("power_note"), str) or not r["power_note"]:
         return ""
+    histories = r.get("histories", 1)  # the nested rule: its periods are the histories with an effect
+    what = "histories" if histories == histories and histories >= 2 else "periods"
     return (f"the pooled test detects |effect| >= {_fmt(r['mde'], '.3g')} at 80% power with these "
-            f"{_fmt(r['periods_informative'], '.0f')} periods (floor with infinitely many seeds "
+            f"{_fmt(r['periods_informative'], '.0f')} {what} (floor with infinitely many seeds "
             f"{_fmt(r['mde_floor'], '.3g')}): {r['power_note']}")
 
 

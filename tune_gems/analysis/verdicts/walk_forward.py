@@ -78,19 +78,20 @@ def experiment_overlap(paths: Sequence, labels: Sequence[str]) -> FoldOverlap | 
     table (folds.parquet / folds.csv, `read.load.read_fold_windows`) through
     `rules.overlap.fold_overlap` (Nadeau-Bengio's correlation per pair of folds whose training
     runs meet). Several experiments or trials: per pair of folds the largest correlation any of
-    them gives (the cautious one). None where no table carries the layout (`FOLD_TABLE_NEEDS`: results
-    written before the fold table recorded it) or a table spans several price histories (their
-    folds share no rows across histories: the nested rule's, not this one's)."""
+    them gives (the cautious one). A table that spans several price histories is read per history
+    (folds of two histories share no rows; each history's own layout, `fold_overlap(history=h)`),
+    per pair of fold ids the largest of them: the nested rule's first stage carries it in each
+    history's folds (`Evidence.fold_corr`). None where no table carries the layout
+    (`FOLD_TABLE_NEEDS`: results written before the fold table recorded it)."""
     found = []
     for p, lab in zip(paths, labels):
         t = read_fold_windows(Path(p), lab)
         if t is None or any(c not in t.columns for c in FOLD_TABLE_NEEDS) or t[list(FOLD_TABLE_NEEDS)].isna().any().any():
             continue
-        if "history" in t.columns and t["history"].nunique() > 1:
-            continue
-        # a sweep's table has a row per trial and fold: each trial's layout read on its own
-        groups = [g for _, g in t.groupby("trial_id", sort=False)] if "trial_id" in t.columns else [t]
-        found += [fold_overlap(g.drop_duplicates("fold")) for g in groups]
+        # a sweep's table has a row per trial and fold (and history): each trial's (history's) layout on its own
+        by = [c for c in ("trial_id", "history") if c in t.columns]
+        groups = [g for _, g in t.groupby(by, sort=False)] if by else [t]
+        found += [fold_overlap(g.drop(columns=["history"], errors="ignore").drop_duplicates("fold")) for g in groups]
     if not found:
         return None
     folds = tuple(sorted({f for ov in found for f in ov.folds}))
@@ -298,7 +299,8 @@ def add_period_columns(v: pd.DataFrame, family, cols: list[int], th: Thresholds)
 def write_pooled(v: pd.DataFrame, i, j: int, pooled: dict, rule, power: dict) -> None:
     """Row `i` of the verdict table (contrast j of the family) from the pooled test: its numbers
     (`pooled`, the rule's decision `rule`) and the power statement of the test that decides
-    (`power`; never the seed rule's: issue 30). Over periods and over histories alike."""
+    (`power`; never the seed rule's: issue 30; its `overlap` the folds' factor F the pooled
+    variance carried, `fold_overlap`). Over periods and over histories alike."""
     level = float(rule.level[0, j])
     v.loc[i, ["pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_ci_level", "pooled_p",
               "pooled_p_adjusted", "pooled_tost_p_adjusted", "pooled_df", "tau2", "i2", "q_p",
@@ -307,10 +309,18 @@ def write_pooled(v: pd.DataFrame, i, j: int, pooled: dict, rule, power: dict) ->
         pooled["p"][0, j], rule.p_adjusted[0, j], rule.tost_p_adjusted[0, j], pooled["df"][0, j],
         pooled["tau2"][0, j], pooled["i2"][0, j], pooled["q_p"][0, j],
         rule.q_p_adjusted[0, j], int(pooled["periods"][0, j]), power["seed"][j], power["within"][j],
-        power["period"][j], pooled.get("overlap", np.ones_like(pooled["mu"]))[0, j]]
+        power["period"][j], power["overlap"][j]]
     v.at[i, "tau_shared"] = bool(pooled["shared"][0, j])
     v.at[i, "mde"], v.at[i, "seeds_needed"] = power["mde"][j], power["seeds_needed"][j]
     v.at[i, "mde_floor"], v.at[i, "power_note"] = power["floor"][j], power["note"][j]
+
+
+def overlap_lambda(factor, periods):
+    """lambda = (F - 1) / K: the fold-level share common to the folds (`power.PooledComponents.overlap`)
+    that the pooled variance's overlap factor F over K pooled periods stands for (0: none)."""
+    f, k = np.asarray(factor, float), np.asarray(periods, float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(np.isfinite(f) & (f > 1.0) & (k > 0), (f - 1.0) / np.where(k > 0, k, 1.0), 0.0)
 
 
 def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np.ndarray]:
@@ -326,11 +336,11 @@ def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np
     level = th.alpha / max(tested, 1)
     out = {key: np.full(m, np.nan) for key in ("mde", "seeds_needed", "floor", "seed", "within", "period")}
     out["note"] = np.full(m, "", dtype=object)
+    out["overlap"] = pooled.get("overlap", np.ones_like(pooled["mu"]))[0]  # F, verdicts.csv's fold_overlap
     for j in range(m):
         k, df = int(pooled["periods"][0, j]), float(pooled["df"][0, j])
-        f = float(pooled.get("overlap", np.ones_like(pooled["mu"]))[0, j])
         # the folds' overlap as the pooled variance carries it: F = 1 + K lambda (`rules.overlap`)
-        lam = (f - 1.0) / k if np.isfinite(f) and f > 1.0 and k > 0 else 0.0
+        lam = float(overlap_lambda(out["overlap"][j], k))
         c = PooledComponents(float(comp.period[0, j]), float(comp.within[0, j]), float(comp.seed[0, j]))
         out["seed"][j], out["within"][j], out["period"][j] = c.seed, c.within, c.period
         inf = fam.n_informative[0, j]
