@@ -368,3 +368,21 @@ def test_an_unknown_heterogeneity_share_reads_a_dash_not_a_dash_percent():
 
     assert _percent(float("nan")) == "-" and _percent(None) == "-"
     assert _percent(0.0) == "0%" and _percent(0.456) == "46%"
+
+
+def test_the_numbers_a_user_decides_by_lead_every_verdict_table(tmp_path):
+    """Issue 37 item 5: verdicts.csv, the terminal table and report.md lead with the final word,
+    the estimate and interval of the test that decided it, that rule's MDE, the held-out effect
+    and the family; the per-seed detail follows."""
+    from tune_gems.analysis.render.report import LEAD_COLUMNS, format_verdict_table, render_report
+
+    res = analyze(fr.fold_scenario(tmp_path / "e", [0.5, 0.4, 0.6, 0.5]))
+    v = res.verdicts
+    assert list(v.columns[:len(LEAD_COLUMNS)]) == list(LEAD_COLUMNS)
+    g = v.set_index("gem").loc["g12"]
+    assert g["decided_by"] == "pooled over 4 periods"
+    assert (g["decided_effect"], g["decided_ci_low"]) == (g["pooled_effect"], g["pooled_ci_low"])
+    head = format_verdict_table(v, res.placebo).splitlines()[0].split()
+    assert head[:9] == ["gem", "verdict", "effect", "CI", "decided", "by", "MDE", "held-out", "family"]
+    report = render_report(res, {}, res.settings)
+    assert "| gem | verdict | decided_by | decided_effect | decided_ci_low | decided_ci_high | mde | test_effect |" in report

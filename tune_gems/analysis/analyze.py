@@ -37,7 +37,7 @@ from tune_gems.analysis.describe.importance import param_importances
 from tune_gems.analysis.describe.objective import objective_notes
 from tune_gems.analysis.render import plots
 from tune_gems.analysis.render.figures import analysis_figures, plot_tables
-from tune_gems.analysis.render.report import render_factor_section, render_report
+from tune_gems.analysis.render.report import lead_verdict_columns, render_factor_section, render_report
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.result_files import CONFIG_FILE, SPEC_FILE
 from tune_gems.contracts.run_record import check_recorded_run
@@ -114,6 +114,7 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
                                                      cells=cells, eval_returns=lookup, selection=selection,
                                                      overlap=experiment_overlap(exp.paths, exp.labels))
     verdicts["skill"] = skill_context(exp)
+    verdicts = lead_verdict_columns(verdicts)  # the numbers a user decides by first (issue 37 item 5)
     placebo = placebo_verdicts(cells, gems, m, thresholds=th)
     column, metric_note = verdict_metric(m)
     factors = factor_table(cells, gems, thresholds=th, column=column, family=family)  # the same family, decided once

@@ -12,6 +12,7 @@ import pandas as pd
 from tune_gems.analysis.rules.seed import NO_DESIGN
 from tune_gems.analysis.rules.words import INSUFFICIENT, NULL_ARM_OK
 from tune_gems.analysis.render.figures import lead_section
+from tune_gems.analysis.render.plot_tables import decided_interval
 from tune_gems.analysis.text import format_interval, format_number, markdown_table
 from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
 
@@ -149,13 +150,19 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
     """The verdicts for a terminal: an aligned table, each gem's evidence line and reason, the
     placebo arms and the redundancy findings. `verbose` False leaves out each gem's `why:` line
     (the full chain, in verdicts.csv: `tune-gems analyze --verbose` prints it)."""
-    header = ["gem", "verdict", "seeds", "effect", "mean", "CI", "market CI", "Holm p", "TOST p", "MDE", "excess/loss"]
+    # the numbers a user decides by lead (LEAD_COLUMNS), the seeds' detail follows
+    header = ["gem", "verdict", "effect", "CI", "decided by", "MDE", "held-out", "family", "seeds", "seed effect", "mean",
+              "seed CI", "market CI", "Holm p", "TOST p", "excess/loss"]
     rows = [header]
     for _, r in df.iterrows():
-        rows.append([str(r["gem"]), str(r["verdict"]), format_number(r.get("n_seeds"), "g"), format_number(r.get("effect"), "+.3g"),
+        d = decided_interval(r)
+        rows.append([str(r["gem"]), str(r["verdict"]), format_number(d["effect"], "+.3g"),
+                     format_interval(d["ci_low"], d["ci_high"]), str(d["decided_by"]), format_number(r.get("mde")),
+                     format_number(r.get("test_effect"), "+.3g"), format_number(r.get("family_size"), "g"),
+                     format_number(r.get("n_seeds"), "g"), format_number(r.get("effect"), "+.3g"),
                      format_number(r.get("mean_effect"), "+.3g"),
                      format_interval(r.get("ci_low"), r.get("ci_high")), market_interval(r), format_number(r.get("p_adjusted"), ".2g"),
-                     format_number(r.get("tost_p_adjusted"), ".2g"), format_number(r.get("mde")), format_number(r.get("excess_median"))])
+                     format_number(r.get("tost_p_adjusted"), ".2g"), format_number(r.get("excess_median"))])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -272,9 +279,28 @@ def _window_words(settings: dict[str, Any]) -> str:
     return Thresholds.of_settings(settings).window_text()
 
 
-REPORT_VERDICT_COLUMNS = ("gem", "verdict", "n_seeds", "tied_share", "effect", "mean_effect", "ci_low", "ci_high",
-                          "p_adjusted", "mde")
+LEAD_COLUMNS = ("gem", "verdict", "decided_by", "decided_effect", "decided_ci_low", "decided_ci_high", "mde",
+                "test_effect", "held_out", "family_size")
+"""The numbers a user decides by, once (issue 37 item 5): the final word, the estimate and
+interval of the test that decided it (`decided_by`: the pooled test over periods, or the seeds),
+the MDE of that rule, the held-out test segment's effect and what the second stage found, and
+the size of the family the word was decided in. verdicts.csv, the terminal table and report.md
+lead with them; the per-seed and per-fold detail follows."""
+
+REPORT_VERDICT_COLUMNS = (*LEAD_COLUMNS, "n_seeds", "tied_share", "p_adjusted")
 """The report's verdict summary; the full evidence is verdicts.csv."""
+
+
+def lead_verdict_columns(v: pd.DataFrame) -> pd.DataFrame:
+    """verdicts.csv with the decided estimate and interval (`plot_tables.decided_interval`, the one
+    reading of which test decided) and LEAD_COLUMNS first, every other column after in its order."""
+    v = v.copy()
+    decided = [decided_interval(r) for _, r in v.iterrows()]
+    v["decided_by"] = [d["decided_by"] for d in decided]
+    for key in ("effect", "ci_low", "ci_high"):
+        v[f"decided_{key}"] = [d[key] for d in decided]
+    lead = [c for c in LEAD_COLUMNS if c in v.columns]
+    return v[lead + [c for c in v.columns if c not in lead]]
 
 
 def render_report(result: Any, images: dict[str, str], settings: dict[str, Any]) -> str:
@@ -304,7 +330,7 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
         )
     lines.append(markdown_table(pd.DataFrame(rows)))
 
-    v = result.verdicts
+    v = result.verdicts if "decided_by" in result.verdicts.columns else lead_verdict_columns(result.verdicts)
     lines += ["", "## Verdicts", ""]
     lines.append(
         "Effects come only from designed comparisons: members that differ in one gem's mode alone, "
@@ -312,14 +338,20 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
         f"{_window_words(settings)}, wired minus measured, a diverged member counted as the worst "
         "outcome; pairs that tie exactly (identical outcomes) are left out of every test (`tied_share`, "
         "`zero_turnover_share`), and too few informative pairs read `insufficient data`; "
-        "Wilcoxon signed-rank with its Hodges-Lehmann interval (the seed interval), Holm over the gems. "
+        "Wilcoxon signed-rank with its Hodges-Lehmann interval (the seed interval), Holm over the design's family "
+        "(every main effect it varies, gems and factors alike: `family_size`; factors.csv has the same words). "
+        "More than half of a contrast's pairs tied: no `equivalent` or `delete` (`insufficient data`, mostly tied). "
         "The estimand (`effect`) is the pseudo-median of the per-seed differences (Hodges-Lehmann: the median of "
         "their Walsh averages), not the mean; `mean_effect` beside it is the mean over the seeds where nobody diverged. "
         "On one price history (a real series, or synthetic `paths: shared`) each difference also gets a "
         "market-noise interval at the same level (`market_ci_low`, `market_ci_high`: a stationary block bootstrap "
         "of the validation period over the saved per-step returns); a `keep wired` or `harmful` that it does "
-        "not confirm reads `inconclusive` (`seed_verdict` keeps the seeds' word). Test metrics "
-        "are shown (`test_effect`), never used."
+        "not confirm reads `inconclusive` (`seed_verdict` keeps the seeds' word). A discovery `keep wired` / "
+        "`harmful` is final only where the held-out test segment confirms it (one-sided at alpha / m, the test "
+        "period's spread in its standard error; else `not confirmed on held-out data`, `discovery_verdict` keeps "
+        "the discovery's word); the test segment chooses nothing else. Each row leads with the word, the estimate "
+        "and interval of the test that decided it (`decided_by`), that rule's MDE, the held-out effect and the "
+        "family size; the seeds' detail follows."
     )
     for note in getattr(result, "notes", []):
         lines += ["", f"Note: {note}."]
