@@ -33,7 +33,6 @@ from tune_gems.stats.inference import (  # noqa: E402
     holm_levels,
     min_detectable_effect,
     rank_test,
-    seeds_needed,
     signed_rank_cdf,
 )
 
@@ -133,7 +132,9 @@ def test_stated_mde_is_the_effect_with_80_percent_power():
         mde = min_detectable_effect(1.0, n, ALPHA / m, 0.8)
         got = power([Shape(f"g{i}", n, 1.0) for i in range(m)], mde, N_SIM, alpha=ALPHA)["power"]
         assert 0.72 <= got <= 0.9, (n, m, mde, got)  # measured 0.75 (n=8, discreteness) .. 0.80
-    assert seeds_needed(1.0, min_detectable_effect(1.0, 20, ALPHA, 0.8), ALPHA, 0.8) == 20
+    from tune_gems.analysis.rules.power import PowerInputs, fewest_seeds
+
+    assert fewest_seeds(PowerInputs(20, 1.0), min_detectable_effect(1.0, 20, ALPHA, 0.8), ALPHA, 0.8) == 20
 
 
 def test_calibrate_command_prints_rates_and_power(tmp_path, capsys):

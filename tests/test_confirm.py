@@ -28,7 +28,8 @@ from tune_gems.analysis.calibrate.calibration import (
 )
 from tune_gems.analysis.verdicts.search_choice import best_trial, choose_per_gem, side_by_side
 from tune_gems.analysis.rules.words import DELETE, HARMFUL, KEEP
-from tune_gems.stats.inference import min_detectable_effect, seeds_needed, signed_rank_cdf, smallest_p
+from tune_gems.analysis.rules.power import PowerInputs, fewest_seeds
+from tune_gems.stats.inference import min_detectable_effect, signed_rank_cdf, smallest_p
 
 ALPHA, N_SIM = 0.05, 2000
 TOL = mc_tolerance(ALPHA, N_SIM)
@@ -91,6 +92,11 @@ def test_the_mde_accounts_for_divergence(p_div, n):
     mde = min_detectable_effect(1.0, n, ALPHA / 3, 0.8, p_div)
     assert mde > min_detectable_effect(1.0, n, ALPHA / 3, 0.8)  # divergence costs power
     assert abs(power(shapes, mde, N_SIM)["power"] - 0.8) <= 2 * mc_tolerance(0.8, N_SIM)
+
+
+def seeds_needed(sd: float, effect: float, level: float, power_: float) -> float:
+    """The seed rule's seeds for `effect` through the one solver (`rules.power.fewest_seeds`)."""
+    return fewest_seeds(PowerInputs(2, sd), effect, level, power_)
 
 
 def test_seeds_needed_is_bounded_in_memory_at_any_spread():

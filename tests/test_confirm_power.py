@@ -1,12 +1,12 @@
 """A confirmation with power (issue 30, item 7).
 
 - `tune-gems confirm` chooses each gem's seeds so that the confirmation's MDE is at most the
-  discovery's (`search_choice.confirmation_power`, both through `rule_mde.rule_mde`: the same
+  discovery's (`search_choice.confirmation_power`, both through `rules.power.mde`: the same
   rule, the same units), and refuses before anything is trained or claimed (one line, exit 2,
   nothing written, `confirmed.json` not consumed) when the seeds given cannot give a finite
   interval or reach that MDE, or when no seed count can;
-- on one price history the final verdict needs the selection-adjusted gate
-  (`search_choice.one_history_final`, `rules.selection.final_on_one_history`); the simulated
+- on one price history the final verdict needs the selection-adjusted gate (the rule's last
+  stage, `rules.decision.decide` with the search's selection: `rules.selection`); the simulated
   search through the same functions (`one_history_calibration.one_history_search_rates`) shows the
   family-wise false rate above alpha with fresh seeds alone and with the confirmation's own
   gates, and <= alpha with the final gate, at K = 1 and over periods; a true effect survives it.
@@ -29,7 +29,7 @@ import fake_results as fr  # noqa: E402
 
 from sweep_fixtures import SMOKE  # noqa: E402
 from tune_gems.analysis.calibrate.calibration import SearchShape, mc_tolerance, search_confirm_rates  # noqa: E402
-from tune_gems.analysis.rules.rule_mde import PowerInputs, finite_interval, period_floor, rule_mde, seeds_for  # noqa: E402
+from tune_gems.analysis.rules.power import PowerInputs, fewest_seeds, finite_interval, floor, mde  # noqa: E402
 from tune_gems.analysis.rules.selection import final_on_one_history  # noqa: E402
 from tune_gems.analysis.rules.words import EQUIVALENT, HARMFUL, INCONCLUSIVE, KEEP  # noqa: E402
 from tune_gems.analysis.calibrate.one_history_calibration import OneHistoryShape, one_history_search_rates  # noqa: E402
@@ -45,14 +45,15 @@ TOL = mc_tolerance(ALPHA, N_SEARCH)
 
 def test_the_mde_falls_with_seeds_to_the_floor_of_periods_and_market_noise():
     one = PowerInputs(16, 1.0)
-    assert rule_mde(one, ALPHA / 3, 0.8) > rule_mde(one.with_seeds(64), ALPHA / 3, 0.8)
+    assert mde(one, ALPHA / 3, 0.8) > mde(one.with_seeds(64), ALPHA / 3, 0.8)
     folds = PowerInputs(16, 1.0, folds=4, fold_sd=1.0, tau2=0.04)
-    floor = period_floor(folds, ALPHA / 3, 0.8)
-    assert rule_mde(folds.with_seeds(4096), ALPHA / 3, 0.8) == pytest.approx(floor, rel=0.05)
-    assert seeds_for(folds, 0.9 * floor, ALPHA / 3, 0.8) is None  # more periods, not more seeds
+    bottom = floor(folds, ALPHA / 3, 0.8)
+    assert mde(folds.with_seeds(4096), ALPHA / 3, 0.8) == pytest.approx(bottom, rel=0.05)
+    assert fewest_seeds(folds, 0.9 * bottom, ALPHA / 3, 0.8) == math.inf  # more periods, not more seeds
     market = PowerInputs(16, 1.0, market_se=0.2)
-    assert rule_mde(market.with_seeds(4096), ALPHA, 0.8) > 2.8 * 0.2  # (z + z) x market se
-    assert rule_mde(market, ALPHA, 0.8, history_level=ALPHA / 8) > rule_mde(market, ALPHA, 0.8)
+    assert mde(market.with_seeds(4096), ALPHA, 0.8) > 2.8 * 0.2  # (z + z) x market se
+    assert mde(market.with_seeds(4096), ALPHA, 0.8) == pytest.approx(floor(market, ALPHA, 0.8), rel=0.05)
+    assert mde(market, ALPHA, 0.8, history_level=ALPHA / 8) > mde(market, ALPHA, 0.8)
     assert not finite_interval(4, ALPHA / 3) and finite_interval(7, ALPHA / 3)
 
 
@@ -70,7 +71,7 @@ def _trials(k=4) -> pd.DataFrame:
 def test_the_seeds_are_the_fewest_whose_mde_is_at_most_the_discoverys():
     (plan,) = confirmation_power(_discovery(), _trials(), ["g12"], one_history=False, alpha=ALPHA, power=0.8,
                                  seeds=None, default_seeds=4)
-    assert plan.confirmation_mde <= plan.discovery_mde < rule_mde(PowerInputs(plan.seeds - 1, 0.3), ALPHA, 0.8)
+    assert plan.confirmation_mde <= plan.discovery_mde < mde(PowerInputs(plan.seeds - 1, 0.3), ALPHA, 0.8)
     assert plan.seeds == 16 and "MDE" in plan.note and "<= the discovery's" in plan.note  # one gem both times
     # the discovery could decide nothing (4 seeds at alpha / 3): the fewest seeds with a finite interval
     (plan,) = confirmation_power(_discovery(n=4), _trials(), ["g12"], one_history=False, alpha=ALPHA, power=0.8,
@@ -180,21 +181,44 @@ def test_the_final_gate_keeps_only_what_the_adjusted_interval_confirms():
     assert final_on_one_history([KEEP], [0.1], [0.9], [False])[0] == INCONCLUSIVE  # no market-noise interval
 
 
-def test_one_history_final_reads_the_confirmations_table():
-    rows = pd.DataFrame([
-        dict(gem="a", verdict=KEEP, effect=0.5, ci_low=0.3, ci_high=0.7, folds=1, market_noise="ok",
-             market_ci_low=0.35, market_ci_high=0.65, market_ci_level=0.95),  # survives 8 candidates
-        dict(gem="b", verdict=KEEP, effect=0.5, ci_low=0.3, ci_high=0.7, folds=1, market_noise="ok",
-             market_ci_low=0.0, market_ci_high=1.0, market_ci_level=0.95),  # the history's luck is too large
-        dict(gem="c", verdict=KEEP, effect=0.5, ci_low=0.3, ci_high=0.7, folds=1, market_noise="unavailable: x"),
-        dict(gem="d", verdict=KEEP, effect=0.5, folds=4, pooled_effect=0.5, pooled_ci_low=0.1, pooled_ci_high=0.9,
-             pooled_ci_level=0.95),  # t(3) at 0.05 / 8 reaches below 0
-    ])
-    f = one_history_final(rows, {"a": 8, "b": 8, "c": 8, "d": 8}).set_index("gem")
-    assert list(one_history_final(rows, {"a": 8})["gem"]) == ["a"]  # only the gems confirmed
-    assert list(f["final_verdict"]) == [KEEP, INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE]
-    assert "no market-noise interval" in f.loc["c", "final_rule"] and f.loc["d", "final_ci_low"] < 0
-    assert one_history_final(rows.iloc[[3]], {"d": 1}).iloc[0]["final_verdict"] == KEEP  # one candidate: no selection
+def test_the_final_gate_is_the_rules_last_stage_on_one_history():
+    """`rules.decision.decide` with the search's selection: a keep whose combined interval still
+    excludes 0 with the market part at level / 8 survives; one whose history luck is too large for
+    that, or without a market-noise interval, is not final; one candidate is no selection."""
+    from tune_gems.analysis.rules.decision import Evidence, decide
+    from tune_gems.analysis.rules.thresholds import Thresholds
+
+    d = 0.5 + np.linspace(-0.1, 0.1, 16)[None, :]  # every seed gains: keep wired on the seeds
+    half = np.array([[0.15, 0.4, np.nan]])
+
+    def market(tail):
+        return 0.5 - half, 0.5 + half, np.isfinite(half)
+
+    def final(selection):
+        return decide(Evidence([d, d, d], market=market, selection=selection), Thresholds())
+
+    dec = final([8, 8, 8])
+    assert list(dec.discovery_verdict[0]) == [KEEP, KEEP, KEEP]  # (c: no market-noise interval, no gate)
+    assert list(dec.verdict[0]) == [KEEP, INCONCLUSIVE, INCONCLUSIVE]
+    assert list(final([1, 1, 1]).verdict[0]) == [KEEP, KEEP, INCONCLUSIVE]  # c is never final on one history
+
+
+def test_one_history_final_reads_what_the_rule_wrote(tmp_path):
+    """Over periods the final verdict is the pooled interval at the selection-adjusted level: the
+    verdict table the rule wrote (`analyze(selection=...)`) carries it, `one_history_final` reads it."""
+    from tune_gems.analysis.analyze import analyze
+    from tune_gems.analysis.rules.selection import pooled_adjusted_bounds
+
+    res = analyze(fr.fold_scenario(tmp_path / "e", [0.5, 0.1, 0.6, 0.5], test_effect=1.5), n_boot=50,
+                  selection={"g12": 8})  # a test segment that confirms the discovery
+    f = one_history_final(res.verdicts, {"g12": 8}).set_index("gem").loc["g12"]
+    r = res.verdicts.set_index("gem").loc["g12"]
+    lo, hi = pooled_adjusted_bounds(r["pooled_effect"], r["pooled_ci_low"], r["pooled_ci_high"], 1 - r["pooled_ci_level"],
+                                    r["pooled_df"], 8)
+    assert f["final_ci_low"] == pytest.approx(lo) and f["final_ci_high"] == pytest.approx(hi)
+    assert r["verdict"] == KEEP and f["final_verdict"] == (KEEP if lo > 0 else INCONCLUSIVE)
+    assert "selection-adjusted level (/8)" in f["final_rule"]
+    assert list(one_history_final(res.verdicts, {"g12": 8})["gem"]) == ["g12"]  # only the gems confirmed
 
 
 @pytest.mark.parametrize("folds, luck", [(1, 1.0), (1, 3.0), (4, 3.0)])

@@ -109,11 +109,10 @@ def test_the_command_refuses_a_bad_n_sim_in_one_line(capsys):
 
 
 def test_the_calibration_holds_the_rules_own_functions():
-    """The tables run the functions a verdict will call, never a copy."""
-    from tune_gems.analysis.rules import held_out_rule, histories, overlap, period_family, power
+    """The tables run the function a verdict calls (the rule's one composition), never a copy."""
+    from tune_gems.analysis.rules import decision, held_out_rule, histories, overlap, period_family, power
 
-    for fn in (period_family.decide_fold_data, period_family.fold_data, period_family.fold_components,
-               held_out_rule.confirm_on_held_out, held_out_rule.seed_level_effect, held_out_rule.confirmation_level,
-               histories.decide_histories, histories.history_data, histories.history_components,
-               overlap.fold_overlap, power.pooled_mde, power.history_mde):
+    for fn in (decision.decide, period_family.fold_data, period_family.fold_components, held_out_rule.seed_level_effect,
+               histories.history_data, histories.history_components, overlap.fold_overlap, power.pooled_mde,
+               power.history_mde):
         assert getattr(dc, fn.__name__) is fn, fn.__name__

@@ -112,7 +112,7 @@ def test_a_sweep_and_its_confirmation_plans_with_two_histories_write_every_membe
     assert {"val_alpha_sharpe_mean@history0", "val_alpha_sharpe_mean@history1"} <= set(history.columns)
     assert history["val_alpha_sharpe_gain"].notna().all()  # designed gains pair within each history
     # the confirmation's plans and tables (what `tune-gems confirm` trains and writes once the search's analysis
-    # has chosen; that analysis pools by history in its next round): the discovery's histories, every member's history
+    # has chosen): the discovery's histories, every member's history
     from tune_gems.commands.confirm_plan import plan_confirmation
     from tune_gems.commands.confirm_trials import run_plans
     from tune_gems.sweep.spec_load import load_spec
@@ -125,6 +125,47 @@ def test_a_sweep_and_its_confirmation_plans_with_two_histories_write_every_membe
     tables = run_plans(plans[:1], build, "histories-confirmation", log=lambda _line: None)
     assert set(tables.members["history"]) == {0, 1} and tables.histories["name"].tolist() == ["sp500", "wti"]
     assert {"val_alpha_sharpe_mean@history0", "val_alpha_sharpe_mean@history1"} <= set(tables.history.columns)
+    # and the real command: the search analysed per history, then confirmed once on the same two histories
+    res = cli("analyze", str(exp), "--out", str(tmp_path / "analysis"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = cli("confirm", str(exp), "--out", str(tmp_path / "confirmation"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "the search's 2 price histories: the confirmation has fresh seeds on the same histories" in res.stdout
+    confirmed = pd.read_parquet(tmp_path / "confirmation" / "members.parquet")
+    assert set(confirmed["history"]) == {0, 1}
+    assert pd.read_parquet(tmp_path / "confirmation" / "histories.parquet")["name"].drop_duplicates().tolist() == ["sp500", "wti"]
+    verdicts = pd.read_csv(tmp_path / "confirmation" / "verdicts.csv")
+    paired = verdicts[verdicts["n_seeds"] > 0]
+    assert len(paired) and (paired["histories"] == 2).all()
+    assert paired["reason"].str.contains("over 2 histories x 1 fold ").all(), paired["reason"].tolist()  # no folds here
+
+
+def test_a_two_history_factorial_is_analysed_and_planned_per_history(tmp_path, daily, ray_address):
+    """The shipped CPU factorial on two of its histories, at test size: analyze decides each contrast
+    by the nested rule over the histories (too few to pool: it says so), every table keys the history,
+    and plan prices designs with histories."""
+    res = cli("sweep", str(FACTORIAL_CPU), "--storage", str(tmp_path), "--name", "factorial", f"config.data.path={daily}",
+              "config.data.price_columns=[sp500,wti]", "config.data.folds.val_length=60", "config.trainer.population=6",
+              "config.env.window=8", "config.env.episode_length=32", "config.trainer.iterations_per_epoch=30",
+              "config.trainer.learning_starts=32", env={"RAY_ADDRESS": ray_address})
+    assert res.returncode == 0, res.stderr[-3000:]
+    exp, out = tmp_path / "factorial", tmp_path / "analysis"
+    res = cli("analyze", str(exp), "--out", str(out))
+    assert res.returncode == 0, res.stderr[-3000:]
+    g6 = pd.read_csv(out / "verdicts.csv").set_index("gem").loc["g6"]
+    assert g6["histories"] == 2 and g6["folds"] == 2 and g6["verdict"] == "insufficient data"
+    assert g6["reason"].startswith("too few periods over 2 histories x 2 folds (2 histories with an effect, need >= 3")
+    assert "history 1 fold 1: " in g6["fold_effects"] and np.isfinite(g6["mde"])
+    factors = pd.read_csv(out / "factors.csv")
+    mains = factors[factors["kind"] != "interaction"]
+    assert mains["fold_effects"].str.contains("history 0 fold 0: ").any()
+    folds = pd.read_csv(out / "fold_effects.csv")
+    assert sorted(set(zip(folds["history"], folds["fold"]))) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert set(pd.read_csv(out / "paired_seeds.csv")["history"]) == {0, 1}
+    res = cli("plan", str(exp))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "2 price histories x 2 periods x 6 seeds x 8 arms per fold" in res.stdout
+    assert any(line.split()[:2] == ["histories", "periods"] for line in res.stdout.splitlines())
 
 
 def test_the_shipped_factorial_dry_runs_on_the_cpu_and_its_cpu_twin_is_the_same_design():

@@ -152,3 +152,57 @@ def test_the_power_statement_carries_the_overlap_and_is_unchanged_without_it():
     fold_level = 0.01 + (0.2 - 0.02) / 12
     assert with_ov.se(8, 12) ** 2 == pytest.approx(fold_level * (1 / 8 + 1 / 7) + 0.02 / 12)
     assert PooledComponents(np.inf, 0.2).se(4, 8) == np.inf
+
+
+# -- wired: the experiment's own fold table in the verdicts and the factor table (issue 37 item 2) --
+
+
+def _with_layout(folder, table: pd.DataFrame, trials=("t0",)):
+    """The folds.parquet a sweep writes (a row per trial and fold) with the layout of `table`."""
+    pd.concat([table.assign(experiment=folder.name, trial_id=t) for t in trials]).to_parquet(
+        folder / "folds.parquet", index=False)
+    return folder
+
+
+@pytest.mark.parametrize("scheme,layout", [("purged", "expanding"), ("walk_forward", "expanding")])
+def test_folds_that_share_training_rows_widen_the_pooled_interval_by_their_overlap(tmp_path, scheme, layout):
+    """The pooled variance carries the overlap read off the experiment's own fold table
+    (`walk_forward.experiment_overlap` -> `rules.overlap.fold_overlap` -> `decide`'s fold_corr):
+    verdicts.csv and factors.csv state the factor, the reason line says it, the interval widens
+    by it and the MDE grows; without a layout in the table nothing changes."""
+    import fake_results as fr
+    from tune_gems.analysis.analyze import analyze
+    from tune_gems.analysis.verdicts.factors import GEM
+
+    effects = [0.5, 0.1, 0.7, 0.3]
+    bare = fr.fold_scenario(tmp_path / "bare", effects, n=12)
+    laid = _with_layout(fr.fold_scenario(tmp_path / "laid", effects, n=12), _table(scheme, 4, layout),
+                        trials=("t0", "t1"))
+    before, after = analyze(bare, n_boot=50), analyze(laid, n_boot=50)
+    expected = fold_overlap(_table(scheme, 4, layout)).factor
+    v0, v1 = before.verdicts.set_index("gem").loc["g12"], after.verdicts.set_index("gem").loc["g12"]
+    assert v0["fold_overlap"] == 1.0 and v1["fold_overlap"] > 1.0
+    assert v1["fold_overlap"] == pytest.approx(expected, rel=0.2)  # NB's factor at the rule's own weights
+    assert "for folds that share training rows" in v1["reason"] and "share training rows" not in v0["reason"]
+    assert v1["pooled_effect"] == pytest.approx(v0["pooled_effect"])
+    w0, w1 = v0["pooled_ci_high"] - v0["pooled_ci_low"], v1["pooled_ci_high"] - v1["pooled_ci_low"]
+    # the fold-level part grows by the factor, the seeds' common share does not: at most sqrt(F) wider
+    assert w0 * 1.05 < w1 <= w0 * np.sqrt(v1["fold_overlap"]) * (1 + 1e-9)
+    assert v1["mde"] > v0["mde"]
+    f = after.factors[after.factors["kind"] == GEM].set_index("factor").loc["gems.g12.mode"]
+    assert f["fold_overlap"] == pytest.approx(v1["fold_overlap"]) and f["mde"] == pytest.approx(v1["mde"])
+
+
+def test_folds_that_share_no_training_row_change_nothing(tmp_path):
+    import fake_results as fr
+    from tune_gems.analysis.analyze import analyze
+
+    effects = [0.5, 0.1, 0.7, 0.3]
+    bare = analyze(fr.fold_scenario(tmp_path / "bare", effects, n=12), n_boot=50).verdicts.set_index("gem").loc["g12"]
+    apart = pd.DataFrame(dict(fold=range(4), train_runs=["0:100", "200:300", "400:500", "600:700"],
+                              train_rows=[100] * 4, group_rows=[100] * 4))  # rolling windows that share no row
+    laid = analyze(_with_layout(fr.fold_scenario(tmp_path / "laid", effects, n=12), apart),
+                   n_boot=50).verdicts.set_index("gem").loc["g12"]
+    assert laid["fold_overlap"] == 1.0
+    for col in ("pooled_ci_low", "pooled_ci_high", "mde", "verdict"):
+        assert laid[col] == bare[col], col

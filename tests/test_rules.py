@@ -135,34 +135,76 @@ def test_holm_is_defined_once_and_its_entry_points_share_one_step_down():
     assert "argsort" in ast.dump(fns["_holm_steps"]) and "argsort" not in ast.dump(fns["holm_levels"])
 
 
+STAGES = {"decide_family", "market_gate", "one_period_gate", "decide_fold_data", "decide_periods", "decide_histories",
+          "confirm_on_held_out", "final_on_one_history"}
+"""The stages of the rule: only `rules/decision.py` (the one composition) strings them together."""
+STAGE_CALLS_OUTSIDE: set[tuple[str, str]] = set()
+"""Stage calls outside the composition, with why (none: the null arms and the interactions are
+families of their own, decided by the composition too)."""
+COMPOSITION_CALLERS = ("analysis/verdicts/family.py", "analysis/verdicts/gem_verdicts.py", "analysis/verdicts/factors.py",
+                       "analysis/calibrate/calibration.py", "analysis/calibrate/walk_forward_calibration.py",
+                       "analysis/calibrate/factor_calibration.py", "analysis/calibrate/one_history_calibration.py",
+                       "analysis/calibrate/decision_calibration.py")
+"""Every module that decides a family: the design's family (gem verdicts and factor table alike,
+over periods, and `confirm`'s final verdicts through it: `analyze(selection=...)`), the null arms
+(`gem_verdicts`), the interactions (`factors`) and every calibration."""
+
+
+def _called(tree: ast.AST) -> set[str]:
+    return {n.func.id if isinstance(n.func, ast.Name) else n.func.attr for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute))}
+
+
+def test_one_function_composes_the_rule_and_every_caller_calls_it():
+    """issue 36 item 2 / issue 37 item 1: a stage of the rule is called only by the composition
+    (`rules.decision.decide`) and the rule's own modules; every caller that decides calls `decide`."""
+    bad = [f"tune_gems/{name}: {fn}" for name, tree in _modules() for fn in sorted(_called(tree) & STAGES)
+           if (name, fn) not in STAGE_CALLS_OUTSIDE]
+    assert not bad, "a stage of the rule called outside rules/ (call rules.decision.decide):\n" + "\n".join(bad)
+    inside = {p.name: _called(ast.parse(p.read_text())) & STAGES for p in RULES.glob("*.py")}
+    assert inside["decision.py"] >= {"decide_family", "market_gate", "one_period_gate", "decide_fold_data",
+                                     "final_on_one_history"}
+    others = {name: fns for name, fns in inside.items() if fns and name != "decision.py"}
+    assert others == {"period_family.py": {"decide_periods"}, "histories.py": {"decide_periods"}}, others
+    trees = dict(_modules())
+    missing = [name for name in COMPOSITION_CALLERS if "decide" not in _called(trees[name])]
+    assert not missing, f"these decide a family without rules.decision.decide: {missing}"
+
+
 def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
     from tune_gems.analysis import plan
-    from tune_gems.analysis.calibrate import calibration, factor_calibration, one_history_calibration, walk_forward_calibration
-    from tune_gems.analysis.rules import factor_rule, rule_mde
-    from tune_gems.analysis.verdicts import factors, gem_verdicts, redundancy, walk_forward
-    from tune_gems.analysis.rules import gates, period_family, periods, pooling, power, seed, ties
+    from tune_gems.analysis.calibrate import (
+        calibration, decision_calibration, factor_calibration, one_history_calibration, walk_forward_calibration,
+    )
+    from tune_gems.analysis.rules import decision
+    from tune_gems.analysis.pairs import pairing
+    from tune_gems.analysis.verdicts import factors, family, gem_verdicts, held_out, redundancy, search_choice, walk_forward
+    from tune_gems.analysis.rules import period_family, periods, pooling, power, seed, ties
 
     uses = {
-        seed.decide_family: (gem_verdicts, calibration, walk_forward_calibration, factor_rule, one_history_calibration),
-        gates.market_gate: (gem_verdicts, walk_forward_calibration, factor_rule, one_history_calibration),
-        gates.one_period_gate: (walk_forward, walk_forward_calibration, factor_rule, one_history_calibration),
-        # the K >= 2 decision: the gem verdicts, the factor table, the confirmation's simulated
-        # search and the calibrations hold one function (and it the pooling and the period rule)
-        period_family.decide_fold_data: (walk_forward, walk_forward_calibration, factor_rule, one_history_calibration),
+        # the one composition: the gem verdicts (and so over periods and `confirm`'s final verdicts),
+        # the factor table and every calibration hold one function
+        decision.decide: (family, gem_verdicts, factors, calibration, walk_forward_calibration, factor_calibration,
+                          one_history_calibration, decision_calibration),
+        family.design_family: (gem_verdicts, factors),
+        period_family.decide_fold_data: (decision,),
         period_family.pool_fold_data: (walk_forward,),
         period_family.fold_data: (walk_forward_calibration, factor_calibration, one_history_calibration),
-        factor_rule.decide_effects: (factors, factor_calibration),
-        walk_forward.folds_family: (factors,),
-        walk_forward.pooled_power: (factors,),
+        walk_forward.gem_folds: (family,),
+        pairing.by_fold: (walk_forward,),
+        pairing.revalue: (held_out,),
+        walk_forward.pooled_power: (family,),
         periods.decide_periods: (period_family,),
         pooling.pool_family: (period_family,),
         pooling.fold_estimates: (walk_forward, period_family),
         pooling.shared_seed_variance: (walk_forward, period_family),
         pooling.seed_anova: (walk_forward, period_family),
-        ties.informative_rank_test: (gem_verdicts, walk_forward, calibration, walk_forward_calibration, factor_rule),
+        ties.informative_rank_test: (decision, walk_forward),
         # the power statement: the verdicts', the plan's, the calibration's and confirm's MDE
-        power.pooled_mde: (walk_forward, walk_forward_calibration, plan, rule_mde),
-        power.mde_floor: (walk_forward, rule_mde),
+        power.mde: (search_choice, calibration),
+        power.statement: (family, walk_forward),
+        power.fewest_seeds: (search_choice,),
+        power.pooled_mde: (walk_forward_calibration, decision_calibration, plan),
         period_family.fold_components: (walk_forward, walk_forward_calibration, plan),
         power.components: (period_family,),
         seed.redundancy_finding: (redundancy,),
@@ -211,11 +253,11 @@ def test_the_shipped_verdict_is_the_calibrations_decision_on_the_same_difference
     factor = res.factors.set_index("factor").loc["gems.g12.mode"]
     assert factor["family_size"] == 1 and factor["verdict"] == row["verdict"], factor["reading"]
     if np.isfinite(row["mde"]):
-        from tune_gems.analysis.rules.rule_mde import rule_mde
+        from tune_gems.analysis.rules.power import mde
         from tune_gems.analysis.verdicts.search_choice import discovery_power_inputs
 
         # ... and states its MDE (the pooled test's at K >= 2, the seed rule's at K = 1 without a
         # market-noise interval), and confirm's target (the discovery's MDE) is that number too
         assert factor["mde"] == pytest.approx(row["mde"])
         assert factor["pooled_ci_low"] == pytest.approx(row["pooled_ci_low"], nan_ok=True)
-        assert rule_mde(discovery_power_inputs(row.to_dict()), th.alpha, th.power) == pytest.approx(row["mde"], rel=1e-6)
+        assert mde(discovery_power_inputs(row.to_dict()), th.alpha, th.power) == pytest.approx(row["mde"], rel=1e-6)

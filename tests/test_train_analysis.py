@@ -42,8 +42,9 @@ def test_analyze_takes_a_train_folder_and_uses_its_arms_as_the_design(runs, tmp_
     assert v.loc["g6", "design"].startswith("arms within trials") and v.loc["g6", "n_seeds"] == 2
     assert v.loc["g10", "verdict"] == "insufficient data"  # never wired in this run
     report = (tmp_path / "ana" / "report.md").read_text()
-    # the report's verdict summary is narrow; the evidence stays in verdicts.csv
-    assert "| gem | verdict | n_seeds | tied_share | effect | mean_effect | ci_low | ci_high | p_adjusted | mde |" in report
+    # the report's verdict summary is narrow, the numbers a user decides by first; the evidence stays in verdicts.csv
+    assert ("| gem | verdict | decided_by | decided_effect | decided_ci_low | decided_ci_high | mde | test_effect | "
+            "held_out | family_size | n_seeds | tied_share | p_adjusted |") in report
     assert {"seed_verdict", "tost_p_adjusted", "seeds_needed", "excess_median", "redundancy"} <= set(v.columns)
 
 

@@ -73,7 +73,7 @@ def test_divergence_counts_as_the_worst_outcome(root):
     the diverged members (the old rule) would call it a gain; as the worst outcome it is harmful."""
     res = run(fr.wire_scenario(root / "diverge", effect=0.2, n=16, diverged_wired=list(range(12))))
     g = row(res)
-    assert g["verdict"] == "harmful"
+    assert g["discovery_verdict"] == "harmful"  # the test segment's diverged arm: the second stage's to confirm
     assert g["wired_diverged"] == 12 and g["measured_diverged"] == 0 and g["n_seeds"] == 16
     assert g["effect"] == -math.inf and "diverged (counted as worst): wired 12" in g["reason"]
     assert res.trial_outcomes.set_index("trial_id").loc["t0", "outcome"] == "diverged"
@@ -245,8 +245,10 @@ def test_market_noise_is_not_needed_on_per_seed_paths_and_unavailable_without_sa
     assert np.isnan(g["market_ci_low"]) and "market noise: in the seed interval" in g["reason"]
     old = row(run(fr.paired_scenario(root / "mn_shared", journal=False)))
     assert old["market_path"] == "conditional on one shared path"
-    assert old["market_noise"].startswith("unavailable:") and old["verdict"] == old["seed_verdict"]
+    assert old["market_noise"].startswith("unavailable:") and old["discovery_verdict"] == old["seed_verdict"]
     assert "conditional on this one price history" in old["reason"]
+    # no market-noise interval: nothing measures the test period's spread, so nothing is confirmed
+    assert old["verdict"] == "not confirmed on held-out data" and "test period's spread" in old["held_out"]
 
 
 def _aa_experiment(folder, noise: float):
@@ -344,3 +346,53 @@ def test_the_one_sided_keep_test_never_claims_harm(root, capsys):
     assert keep["verdict"] == "keep wired" and keep["ci_high"] == np.inf and "one-sided" in keep["reason"]
     assert main(["analyze", str(f), "--one-sided-keep", "--no-plots", "--out", str(root / "one_sided_out")]) == 0
     assert "one_sided_keep=True" in (root / "one_sided_out" / "report.md").read_text()
+
+
+# ---- degenerate designs said out loud (issue 38 item 2; issue 39: one seed per arm) -----------------
+
+
+def test_a_mostly_tied_design_cannot_read_equivalent(tmp_path):
+    """The issue's case in small: most pairs tie (wired and measured policies identical), the few
+    that differ agree within the ROPE. Ties carry no weight, so the TOST alone would read
+    `equivalent` on them; more than `defaults.MAX_TIED_SHARE` tied reads `insufficient data` and
+    says why (the same word in factors.csv)."""
+    import pandas as pd
+    from tune_gems.analysis import defaults
+
+    folder = fr.wire_scenario(tmp_path / "tied", effect=0.0, n=40, noise=0.01)
+    m = pd.read_parquet(folder / "members.parquet")
+    ctrl = m[m["arm"] == "control"].set_index(["epoch", "seed_index"])["val_alpha_sharpe"]
+    tie = (m["arm"] == "wired") & (m["seed_index"] < 30)  # 75% of the pairs tie
+    m.loc[tie, "val_alpha_sharpe"] = [ctrl[(e, s)] for e, s in zip(m.loc[tie, "epoch"], m.loc[tie, "seed_index"])]
+    m.to_parquet(folder / "members.parquet", index=False)
+    res = run(folder)
+    g = row(res)
+    assert g["tied_share"] > defaults.MAX_TIED_SHARE and g["tost_p_adjusted"] <= 0.05  # the TOST alone passes
+    assert g["verdict"] == "insufficient data" and g["reason"].startswith("mostly tied: 75% of the pairs tie")
+    assert res.factors.set_index("factor").loc["gems.g12.mode", "verdict"] == "insufficient data"
+    untied = row(run(fr.wire_scenario(tmp_path / "untied", effect=0.0, n=40, noise=0.01)))
+    assert untied["verdict"] == "equivalent"  # the same effect without the ties
+
+
+def test_a_null_arm_of_one_seed_tests_nothing_and_says_so(tmp_path):
+    """One seed per arm: no informative pair can reach alpha, so the null arm reads `insufficient
+    data`, is flagged uninformative, and the console says it passes nothing."""
+    from tune_gems.analysis.render.report import format_verdict_table
+
+    res = run(fr.wire_scenario(tmp_path / "one", effect=0.5, n=1, placebo=True))
+    p = res.placebo.set_index("gem").loc["g12"]
+    assert p["verdict"] == "insufficient data" and not p["informative"]
+    text = format_verdict_table(res.verdicts, res.placebo)
+    assert "placebo g12 (wired at ~0 weight): insufficient data" in text and "it passes nothing" in text
+
+
+def test_no_nan_reaches_the_verdict_lines_of_a_degenerate_fold(tmp_path):
+    """A fold whose pairs mostly tie has no rank interval, the pooled rule no tau^2: the reason,
+    the why line and the console say `-` where a number is missing, never `nan` (issue 38 item 2)."""
+    from tune_gems.analysis.render.report import format_verdict_table
+
+    res = run(fr.fold_scenario(tmp_path / "e", [0.3, 0.1, 0.2, 0.15, 0.25, 0.05]))
+    g = row(res)
+    assert not np.isfinite(g["tau2"])  # the case: pooled with equal weights
+    for text in (g["reason"], g["why"], format_verdict_table(res.verdicts, res.placebo, verbose=True)):
+        assert "nan" not in text.replace("finance", ""), text

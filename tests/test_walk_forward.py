@@ -24,7 +24,7 @@ from tune_gems.analysis.rules.gates import combined_bounds  # noqa: E402
 from tune_gems.analysis.rules.pooling import hksj, pool_family, seed_anova, shared_seed_variance  # noqa: E402
 from tune_gems.analysis.rules.words import (  # noqa: E402
     INCONSISTENT, INSUFFICIENT, EQUIVALENT_CODE as EQUIVALENT, HETEROGENEOUS_CODE as HETEROGENEOUS,
-    INCONSISTENT_CODE as CODE_INCONSISTENT, INSUFFICIENT_CODE,
+    INCONSISTENT_CODE as CODE_INCONSISTENT, INSUFFICIENT_CODE, NOT_CONFIRMED,
 )
 from tune_gems.analysis.calibrate.walk_forward_calibration import period_codes  # noqa: E402
 from tune_gems.contracts.errors import DataError  # noqa: E402
@@ -230,7 +230,7 @@ def test_a_consistent_effect_over_four_folds_keeps_wired_with_per_fold_effects(t
     assert v["verdict"] == "keep wired" and v["folds"] == 4
     assert v["pooled_ci_low"] > 0 and v["pooled_effect"] == pytest.approx(0.5, abs=0.02)
     assert v["fold_effects"].count("fold ") == 4 and "wiring helps across periods" in v["reason"]
-    assert v["held_out"] == "agrees" and v["test_effect"] == pytest.approx(0.5, abs=0.02)
+    assert v["held_out"] == "confirmed" and v["test_effect"] == pytest.approx(0.5, abs=0.02)
     assert "several validation periods" in v["market_noise"] and "spread over validation periods" in v["reason"]
     assert v["fold_sd_diff"] == pytest.approx(0.05 * np.sqrt(16 / 15))  # one fold's +-0.05 noise
 
@@ -289,12 +289,26 @@ def test_results_without_a_fold_column_are_one_fold(tmp_path):
     assert v["folds"] == 1 and v["verdict"] == "keep wired" and "conditional on one validation period" in v["reason"]
 
 
-def test_the_held_out_test_segment_is_shown_beside_and_never_changes_the_verdict(tmp_path):
-    v = _g12(fr.fold_scenario(tmp_path / "e", [0.5, 0.5, 0.5, 0.5], test_effect=-0.3))
-    assert v["verdict"] == "keep wired" and v["held_out"] == "does not agree: the opposite sign"
-    assert v["test_ci_high"] < 0 and "held-out test segment" in v["reason"]
+def test_the_held_out_test_segment_is_the_confirmation_of_a_discovery(tmp_path):
+    """Issue 37 item 4: a discovery keep wired / harmful is final only where the test segment
+    agrees (`rules.held_out_rule.confirm_on_held_out`, through `rules.decision.decide`), else
+    `not confirmed on held-out data` with both intervals; the same word in factors.csv; the test
+    segment changes no other word."""
+    res = analyze(fr.fold_scenario(tmp_path / "e", [0.5, 0.5, 0.5, 0.5], test_effect=-0.3))
+    v = res.verdicts.set_index("gem").loc["g12"]
+    assert v["discovery_verdict"] == "keep wired" and v["verdict"] == NOT_CONFIRMED
+    assert v["held_out"] == "not confirmed: the opposite sign" and v["test_ci_high"] < 0
+    assert v["pooled_ci_low"] > 0  # the discovery's interval, kept
+    assert v["reason"].startswith(f"{NOT_CONFIRMED} (the discovery read keep wired): held-out test segment")
+    assert f"[{v['pooled_ci_low']:.3g}, " in v["reason"] or "pooled over periods" in v["reason"]
+    assert v["test_level"] == pytest.approx(0.05 / v["family_size"])
+    f = res.factors.set_index("factor").loc["gems.g12.mode"]
+    assert f["verdict"] == NOT_CONFIRMED and f["discovery_verdict"] == "keep wired"
     v = _g12(fr.fold_scenario(tmp_path / "f", [0.5, 0.5, 0.5, 0.5], test_effect=0.0))
-    assert v["held_out"] == "does not agree: the test interval includes 0"
+    assert v["verdict"] == NOT_CONFIRMED and v["held_out"] == "not confirmed: the test interval includes 0"
+    v = _g12(fr.fold_scenario(tmp_path / "g", [0.0, 0.0, 0.0, 0.0], test_effect=0.5))
+    assert v["verdict"] == v["discovery_verdict"] != "keep wired"  # nothing else is chosen on the test segment
+    assert not isinstance(v["held_out"], str) or v["held_out"] == ""
 
 
 def test_skill_in_context_when_every_arm_lies_below_flat(tmp_path):
@@ -354,3 +368,21 @@ def test_an_unknown_heterogeneity_share_reads_a_dash_not_a_dash_percent():
 
     assert _percent(float("nan")) == "-" and _percent(None) == "-"
     assert _percent(0.0) == "0%" and _percent(0.456) == "46%"
+
+
+def test_the_numbers_a_user_decides_by_lead_every_verdict_table(tmp_path):
+    """Issue 37 item 5: verdicts.csv, the terminal table and report.md lead with the final word,
+    the estimate and interval of the test that decided it, that rule's MDE, the held-out effect
+    and the family; the per-seed detail follows."""
+    from tune_gems.analysis.render.report import LEAD_COLUMNS, format_verdict_table, render_report
+
+    res = analyze(fr.fold_scenario(tmp_path / "e", [0.5, 0.4, 0.6, 0.5]))
+    v = res.verdicts
+    assert list(v.columns[:len(LEAD_COLUMNS)]) == list(LEAD_COLUMNS)
+    g = v.set_index("gem").loc["g12"]
+    assert g["decided_by"] == "pooled over 4 periods"
+    assert (g["decided_effect"], g["decided_ci_low"]) == (g["pooled_effect"], g["pooled_ci_low"])
+    head = format_verdict_table(v, res.placebo).splitlines()[0].split()
+    assert head[:9] == ["gem", "verdict", "effect", "CI", "decided", "by", "MDE", "held-out", "family"]
+    report = render_report(res, {}, res.settings)
+    assert "| gem | verdict | decided_by | decided_effect | decided_ci_low | decided_ci_high | mde | test_effect |" in report

@@ -30,13 +30,14 @@ from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables, placebo
 from tune_gems.analysis.verdicts.held_out import skill_context
 from tune_gems.analysis.verdicts.factors import factor_table
 from tune_gems.analysis.verdicts.fold_effects import fold_dates, fold_effects_table
+from tune_gems.analysis.verdicts.walk_forward import experiment_overlap
 from tune_gems.analysis.describe.variance import sharpe_variance, split_arms
 from tune_gems.analysis.describe.magnitudes import gem_magnitudes, gem_trajectories
 from tune_gems.analysis.describe.importance import param_importances
 from tune_gems.analysis.describe.objective import objective_notes
 from tune_gems.analysis.render import plots
 from tune_gems.analysis.render.figures import analysis_figures, plot_tables
-from tune_gems.analysis.render.report import render_factor_section, render_report
+from tune_gems.analysis.render.report import lead_verdict_columns, render_factor_section, render_report
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.result_files import CONFIG_FILE, SPEC_FILE
 from tune_gems.contracts.run_record import check_recorded_run
@@ -88,12 +89,14 @@ def check_settings(thresholds: Thresholds | None = None, **settings: Any) -> Thr
 
 
 def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thresholds: Thresholds | None = None,
-            **settings: Any) -> AnalysisResult:
+            selection: dict[str, int] | None = None, **settings: Any) -> AnalysisResult:
     """Compute every table from an `Experiment` (or folders to load); writes nothing.
 
     `thresholds` the analysis's settings (`Thresholds`, defaults: `analysis/defaults.py`);
     `settings` replace fields of it by name (`alpha=0.01, n_boot=500`). They are checked, and
-    built into one record, before anything is read."""
+    built into one record, before anything is read. `selection`: a confirmation on one price
+    history (`tune-gems confirm`): per gem the configurations its search chose among, whose
+    selection-adjusted final verdicts the verdict table then carries (`gem_verdict_tables`)."""
     th = check_settings(thresholds, **settings)
     if not isinstance(experiment, Experiment):  # the stored spec/config the analysis reads, verified first
         experiment = experiment if isinstance(experiment, (str, Path)) else list(experiment)
@@ -107,12 +110,14 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
     excess = add_excess_columns(cells.long, gems)
     red = redundancy_table(cells, gems, thresholds=th, excess=excess)
     lookup = EvalReturnsLookup(exp.paths, exp.labels, t)
-    verdicts, fold_rows = gem_verdict_tables(t, h, m, arms=arms, gems=gems, thresholds=th, redundancy=red, cells=cells,
-                                             eval_returns=lookup)
+    verdicts, fold_rows, family = gem_verdict_tables(t, h, m, arms=arms, gems=gems, thresholds=th, redundancy=red,
+                                                     cells=cells, eval_returns=lookup, selection=selection,
+                                                     overlap=experiment_overlap(exp.paths, exp.labels))
     verdicts["skill"] = skill_context(exp)
+    verdicts = lead_verdict_columns(verdicts)  # the numbers a user decides by first (issue 37 item 5)
     placebo = placebo_verdicts(cells, gems, m, thresholds=th)
     column, metric_note = verdict_metric(m)
-    factors = factor_table(cells, gems, thresholds=th, column=column, eval_returns=lookup, verdicts=verdicts)
+    factors = factor_table(cells, gems, thresholds=th, column=column, family=family)  # the same family, decided once
     notes = list(cells.notes) + ([metric_note] if metric_note else []) + objective_notes(exp.paths, exp.labels, exp.trials)
     return AnalysisResult(
         experiment=exp,

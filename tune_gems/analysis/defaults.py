@@ -52,6 +52,13 @@ TAU_SHARE_LEVEL = 0.1
 """Level of the test of equal period spread across the contrasts of a family: rejected, each
 contrast is pooled on its own (K - 1 degrees of freedom)."""
 
+MAX_TIED_SHARE = 0.5
+"""A contrast whose pairs tie (identical outcomes: wired and measured policies that never
+differed, members that never traded) more often than this cannot read `equivalent` or `delete`:
+it reads `insufficient data` and says why (issue 38 item 2: 56 seeds, 94% tied, 14 informative
+read `equivalent`). Ties carry no weight in the tests, so such a word would rest on the few
+pairs that did differ while the design compared mostly identical policies."""
+
 ISOLATE_FLAGGED = False
 """Opt-in (issue 37, item 1): a contrast whose own scale significantly exceeds the family's (the
 share test at `ISOLATE_LEVEL`) leaves the family's shared tau^2 and HKSJ scale, and the others

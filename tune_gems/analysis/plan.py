@@ -28,6 +28,13 @@ they are read off a pilot instead of guessed:
 Each design's MDE is `rules.power.pooled_mde` (the function the verdicts state theirs with) at
 the first Holm step over the pilot's gems, the family's worst gem deciding whether it reaches
 the target.
+
+A pilot over several price histories (members with a `history` id, issue 37) is decided by the
+nested rule, so its designs are histories x periods x seeds x epochs priced with
+`rules.power.history_mde` (the function the verdicts state theirs with over histories), from the
+parts the nested rule pools (`history_verdicts.pilot_history_parts`: the spread between histories,
+the periods' inside one, one seed's variance and its part common to every history and fold); the
+window comparison pools one history's folds and is not made there.
 """
 
 from __future__ import annotations
@@ -43,17 +50,20 @@ import pandas as pd
 from tune_gems.analysis import defaults
 from tune_gems.analysis.read.load import Experiment, load_experiment
 from tune_gems.analysis.read.outcomes import last_evaluated_epochs
-from tune_gems.analysis.pairs.pairing import build_cells
+from tune_gems.analysis.pairs.pairing import build_cells, history_count
 from tune_gems.analysis.rules.period_family import fold_components
-from tune_gems.analysis.rules.power import PooledComponents, mde_floor, pooled_mde
+from tune_gems.analysis.rules.power import PooledComponents, history_mde, mde_floor, pooled_mde
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.verdicts.gem_verdicts import gem_verdicts, verdict_metric
+from tune_gems.analysis.verdicts.history_verdicts import HistoryParts, pilot_history_parts
 from tune_gems.analysis.verdicts.walk_forward import family_folds, fold_count, pool_family_of
 from tune_gems.contracts.errors import ConfigError, DataError
 from tune_gems.contracts.result_files import SPEC_FILE
 
 PERIODS = (4, 6, 8, 10, 12, 16)
 """Period counts the plan tries (besides the pilot's)."""
+HISTORIES = (3, 4, 6)
+"""Price-history counts the plan tries (besides the pilot's) when the pilot has several."""
 SEEDS = (8, 12, 16, 24, 32, 48, 64, 96, 128)
 """Seeds per arm (and fold) the plan tries (besides the pilot's)."""
 EPOCH_FACTORS = (1, 2)
@@ -133,6 +143,8 @@ class Plan:
     designs: pd.DataFrame
     windows: pd.DataFrame = field(default_factory=pd.DataFrame)
     notes: list[str] = field(default_factory=list)
+    histories: int = 1
+    """The pilot's price histories (>= 2: `parts` are `HistoryParts`, the designs have a `histories` column)."""
 
 
 def _fit_within(windows: list[int], values: list[float]) -> tuple[float, float]:
@@ -212,9 +224,9 @@ def window_comparison(exp: Experiment, th: Thresholds, cells=None, verdicts=None
 def _verdicts(exp: Experiment, th: Thresholds):
     """(cells, the verdict table) of the pilot: which gems have a comparison, in which column."""
     cells = build_cells(exp.trials, exp.members, exp.arms)
-    if fold_count(cells) < 2:
+    if fold_count(cells) < 2 and history_count(cells) < 2:
         raise DataError(f"{', '.join(str(p) for p in exp.paths)}: one validation period: the period spread cannot be "
-                        "estimated (a pilot needs data.folds.k >= 2)")
+                        "estimated (a pilot needs data.folds.k >= 2, or several price histories)")
     v = gem_verdicts(exp.trials, exp.history, exp.members, arms=exp.arms, gems=list(exp.gems), thresholds=th,
                      cells=cells)
     return cells, v.assign(removable=False)
@@ -269,39 +281,93 @@ def plan(experiment: Experiment | str | Path | Iterable[str | Path], *, target_m
         raise DataError(f"{label}: no member has a finite {defaults.METRIC} or {defaults.FALLBACK_METRIC} (every member "
                         "diverged or was never evaluated): nothing to plan from")
     cells, v = _verdicts(exp, th)
+    if history_count(cells) >= 2:
+        return _history_plan(exp, th, cells, v, target, periods, seeds, epoch_factors, metric_note)
     parts, k0, n0, arms, e0 = _parts(exp, th, cells, v)
     cost = _cost(exp)
     level = th.alpha / len(parts)
     prefix = _override_prefix(exp.paths)
-    rows = []
-    for k in sorted({k0, *periods}):
-        for n in sorted({n0, *seeds}):
-            for f in epoch_factors:
-                e = int(e0 * f)
-                w = th.window_length(e)
-                row = dict(periods=k, seeds=n, epochs=e, window=w, members=k * arms * n,
-                           overrides=design_overrides(k, n, e, prefix))
-                mdes = []
-                for g in parts:
-                    informative = n * (1 - g.tied_share)
-                    mde = pooled_mde(g.components(w), k, informative, df=g.df_per_period * (k - 1), level=level,
-                                     power=th.power, one_sided=th.one_sided_keep) if informative > 0 else math.inf
-                    row[f"mde {g.gem}"] = mde
-                    mdes.append(mde)
-                row["mde"] = float(np.max(mdes)) if np.isfinite(mdes).all() else math.nan
-                row["reaches"] = bool(row["mde"] <= target)
-                row["seconds"] = cost.seconds(row["members"], e) if cost else math.nan
-                rows.append(row)
-    designs = pd.DataFrame(rows)
-    notes = [metric_note] if metric_note else []
-    if cost is None:
-        notes.append("no recorded time (history.parquet without train_s, or trials without "
-                     "trainer.iterations_per_epoch): designs are not costed")
+
+    def mde_of(g: GemParts, _histories: int, k: int, informative: float, w: int) -> float:
+        return pooled_mde(g.components(w), k, informative, df=g.df_per_period * (k - 1), level=level, power=th.power,
+                          one_sided=th.one_sided_keep)
+
+    designs = _designs(parts, mde_of, [1], sorted({k0, *periods}), sorted({n0, *seeds}),
+                       [int(e0 * f) for f in epoch_factors], arms, th, cost, target, prefix)
+    notes = _cost_notes(metric_note, cost)
     if th.window == "last-k":
         notes.append(f"the window is the last {th.last_k} epochs (--window): a longer run averages no more epochs, "
                      "so epochs only cost time here (--window last-half lets them lower the within-fold noise)")
     return Plan(", ".join(str(p) for p in exp.paths), k0, n0, arms, e0, th.window_text(), target, level, th.power, parts,
                 cost, designs, window_comparison(exp, th, cells, v), notes)
+
+
+def _history_plan(exp: Experiment, th: Thresholds, cells, v, target: float, periods, seeds, epoch_factors,
+                  metric_note: str) -> Plan:
+    """The plan of a pilot over several price histories (module docstring): the nested rule's
+    parts, and designs of histories x periods x seeds x epochs priced with `history_mde`."""
+    label = ", ".join(map(str, exp.paths))
+    parts, n0 = pilot_history_parts(v, cells, list(exp.gems), th)
+    usable = [g for g in parts if np.isfinite([g.components.history, g.components.period, g.components.within]).all()]
+    if not usable or not n0:
+        raise DataError(f"{label}: no gem has informative seed pairs (pairs that do not tie) in two or more price "
+                        "histories: the spread between histories cannot be estimated, so no design can be planned "
+                        "from this pilot")
+    h0, k0 = history_count(cells), fold_count(cells)
+    arms = int(cells.table.groupby(["experiment", "trial_id"])["arm"].nunique().max())
+    e0 = int(cells.table["final_epoch"].min())
+    cost = _cost(exp)
+    level = th.alpha / len(parts)
+    prefix = _override_prefix(exp.paths)
+
+    def mde_of(g: HistoryParts, hh: int, k: int, informative: float, _w: int) -> float:
+        return history_mde(g.components, hh, k, informative, df=g.df_per_history * (hh - 1), level=level,
+                           power=th.power, one_sided=th.one_sided_keep)
+
+    designs = _designs(parts, mde_of, sorted({h0, *HISTORIES}), sorted({k0, *periods}), sorted({n0, *seeds}),
+                       [int(e0 * f) for f in epoch_factors], arms, th, cost, target, prefix)
+    notes = _cost_notes(metric_note, cost)
+    notes.append(f"{h0} price histories: the nested rule decides (each history's folds, then the histories); more "
+                 "histories are more price columns (data.price_columns), the window comparison is not made over "
+                 "histories")
+    return Plan(label, k0, n0, arms, e0, th.window_text(), target, level, th.power, parts, cost, designs,
+                pd.DataFrame(), notes, histories=h0)
+
+
+def _designs(parts: list, mde_of, histories: list[int], periods: list[int], seeds: list[int], epochs: list[int],
+             arms: int, th: Thresholds, cost: PilotCost | None, target: float, prefix: str) -> pd.DataFrame:
+    """One row per design tried (histories x periods x seeds x epochs; one history: no `histories`
+    column): its members, per gem `mde_of(part, histories, periods, informative seeds, window)`, the
+    family's worst, whether it reaches `target`, and its cost."""
+    rows = []
+    for hh in histories:
+        for k in periods:
+            for n in seeds:
+                for e in epochs:
+                    w = th.window_length(e)
+                    row = {**({"histories": hh} if len(histories) > 1 or hh > 1 else {}),
+                           **dict(periods=k, seeds=n, epochs=e, window=w, members=hh * k * arms * n,
+                                  overrides=design_overrides(k, n, e, prefix))}
+                    mdes = []
+                    for g in parts:
+                        informative = n * (1 - g.tied_share)
+                        mde = mde_of(g, hh, k, informative, w) if informative > 0 else math.inf
+                        row[f"mde {g.gem}"] = mde
+                        mdes.append(mde)
+                    row["mde"] = float(np.max(mdes)) if np.isfinite(mdes).all() else math.nan
+                    row["reaches"] = bool(row["mde"] <= target)
+                    row["seconds"] = cost.seconds(row["members"], e) if cost else math.nan
+                    rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _cost_notes(metric_note: str, cost: PilotCost | None) -> list[str]:
+    """The plan's first notes: the metric's, and that designs are not costed without a recorded time."""
+    notes = [metric_note] if metric_note else []
+    if cost is None:
+        notes.append("no recorded time (history.parquet without train_s, or trials without "
+                     "trainer.iterations_per_epoch): designs are not costed")
+    return notes
 
 
 def _fmt(x: float, f: str = ".3g") -> str:
@@ -322,11 +388,18 @@ def _duration(seconds: float) -> str:
 
 def format_plan(p: Plan, shown: int = SHOWN) -> str:
     """The plan as text (what `tune-gems plan` prints)."""
-    lines = [f"Plan from the pilot {p.pilot}: {p.periods} periods x {p.seeds} seeds x {p.arms} arms per fold, "
+    over = f"{p.histories} price histories x " if p.histories >= 2 else ""
+    lines = [f"Plan from the pilot {p.pilot}: {over}{p.periods} periods x {p.seeds} seeds x {p.arms} arms per fold, "
              f"{p.epochs} epochs (the verdict metric: {p.window}); target MDE {p.target:g} at the pooled test's "
              f"{p.power:.0%} power, Holm level {p.level:.3g} over {len(p.parts)} gem(s)",
              "variance parts per gem (units^2 of the per-seed difference; from the pilot's per-fold differences):"]
     for g in p.parts:
+        if isinstance(g, HistoryParts):
+            c = g.components
+            lines.append(f"  {g.gem}: between histories tau_H^2 {_fmt(c.history)}, period tau^2 {_fmt(c.period)}, "
+                         f"within-fold {_fmt(c.within)}, seeds' part common to every history and fold {_fmt(c.seed)}, "
+                         f"ties {g.tied_share:.0%}, df per history {_fmt(g.df_per_history)}")
+            continue
         a, b = g.within_fit
         lines.append(f"  {g.gem}: period tau^2 {_fmt(g.period)}, within-fold {_fmt(g.within)} "
                      f"(fit over the averaged epochs w: {_fmt(a)} + {_fmt(b)} / w), seeds' share common to every fold "
@@ -348,14 +421,22 @@ def format_plan(p: Plan, shown: int = SHOWN) -> str:
     else:
         lines.append(f"no design tried reaches MDE <= {p.target:g}; the closest ({len(d)} tried):")
         table = d.sort_values(["mde", "seconds"]).head(shown)
-    head = (["periods", "seeds", "epochs", "window", "members"] + [c.replace("mde ", "MDE ") for c in gem_cols]
-            + ["time", "overrides that run it"])
-    rows = [head] + [[str(int(r["periods"])), str(int(r["seeds"])), str(int(r["epochs"])), str(int(r["window"])),
-                      str(int(r["members"]))] + [_fmt(r[c]) for c in gem_cols] + [_duration(r["seconds"]), r["overrides"]]
+    design = ["histories"] * ("histories" in d.columns) + ["periods", "seeds", "epochs", "window", "members"]
+    head = design + [c.replace("mde ", "MDE ") for c in gem_cols] + ["time", "overrides that run it"]
+    rows = [head] + [[str(int(r[c])) for c in design] + [_fmt(r[c]) for c in gem_cols] + [_duration(r["seconds"]),
+                                                                                        r["overrides"]]
                      for _, r in table.iterrows()]
     widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
     floors = []
+    if p.histories >= 2:  # the nested rule's floor: the histories' and periods' spreads, which no seed count removes
+        for hh in sorted(d["histories"].unique()):
+            worst = max(history_mde(g.components, int(hh), p.periods, 1e12, df=g.df_per_history * (int(hh) - 1),
+                                    level=p.level, power=p.power) for g in p.parts)
+            floors.append(f"H={int(hh)} {_fmt(worst)}")
+        lines.append(f"floor with infinitely many seeds (the worst gem, {p.periods} periods per history): " + ", ".join(floors))
+        lines += [f"note: {n}" for n in p.notes]
+        return "\n".join(lines)
     for k in sorted(d["periods"].unique()):
         worst = max(mde_floor(g.components(1), int(k), df=g.df_per_period * (int(k) - 1), level=p.level, power=p.power)
                     for g in p.parts)

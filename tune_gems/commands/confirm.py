@@ -22,7 +22,7 @@ winner is trained again, once, beside its control, on data the search never saw:
 
 **With power** (issue 30, item 7): each gem's confirmation trains the seeds per arm that make its
 MDE at most the discovery's, by the same rule and in the same units (`search_choice.
-confirmation_power`, `rule_mde.rule_mde`), and says so before training; `--seeds` that cannot
+confirmation_power`, `rules.power.mde`), and says so before training; `--seeds` that cannot
 give a finite interval or reach that MDE, or a design no seed count can bring there (a floor of
 periods, or of one history's market noise), is refused in one line before anything is trained or
 claimed, so the search's one confirmation is never spent on a run that cannot decide. **On one
@@ -168,7 +168,9 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
                       build: Callable[[Plan], Config], gems: list[str], discovery, log: Callable[[str], None],
                       settings: dict[str, Any], power: list) -> "ConfirmOutcome":
     """Train the plans and publish the folder, holding the search's lock (`confirm`)."""
-    from tune_gems.analysis.verdicts.search_choice import candidate_count, format_confirmation, one_history_final, side_by_side
+    from tune_gems.analysis.verdicts.search_choice import (
+        FINAL_COLUMNS, candidate_count, format_confirmation, one_history_final, side_by_side,
+    )
     from tune_gems.analysis.render.report import format_verdict_table
     from tune_gems.analysis.analyze import analyze
     from tune_gems.contracts.outputs import check_output_folder, publish_folder, write_marker
@@ -182,17 +184,19 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
         write_marker(tmp, KIND)
         name = f"{discovery.experiment.labels[0]}-confirmation"
         write_tables(ExperimentStore(str(tmp.parent), tmp.name), run_plans(plans, build, name, log, events_out=tmp))
-        confirmed = analyze(tmp, **settings)
+        # on one price history the rule's last stage is the search's selection (`rules.selection`)
+        selection = None if fresh_paths(spec) else {p.gem: candidate_count(discovery.experiment.trials, p.gem)
+                                                    for p in plans}
+        confirmed = analyze(tmp, selection=selection, **settings)
         gains = {p.gem: _final(confirmed.experiment.history, p.trial_id, f"{VERDICT_GAIN_PREFIX}{p.gem}") for p in plans}
         per_gem = {n.split(":", 1)[0]: n.split(": ", 1)[1] for n in notes if ":" in n and n.split(":", 1)[0] in gems}
-        final = None if fresh_paths(spec) else one_history_final(
-            confirmed.verdicts, {p.gem: candidate_count(discovery.experiment.trials, p.gem) for p in plans})
+        final = None if selection is None else one_history_final(confirmed.verdicts, selection)
         table = side_by_side([p.choice for p in plans], discovery.verdicts, confirmed.verdicts, gains, per_gem,
                              power=power, final=final)
         general = [n for n in notes if n.split(":", 1)[0] not in gems]
         (tmp / CHOICES_FILE).write_text(json.dumps([asdict(p) for p in plans], indent=2, default=str) + "\n")
         table.to_csv(tmp / TABLE_FILE, index=False)
-        confirmed.verdicts.to_csv(tmp / VERDICTS_FILE, index=False)
+        confirmed.verdicts.drop(columns=FINAL_COLUMNS[1:], errors="ignore").to_csv(tmp / VERDICTS_FILE, index=False)
         text = format_confirmation(table)
         (tmp / REPORT_FILE).write_text(_report(exp, text, format_verdict_table(confirmed.verdicts, confirmed.placebo,
                                                                                confirmed.redundancy), general))

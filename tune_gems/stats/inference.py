@@ -281,26 +281,6 @@ def min_detectable_effect(sd: float, n: int, alpha: float, power: float, p_div: 
     return mde
 
 
-def seeds_needed(sd: float, effect: float, alpha: float, power: float, n_max: int = 100_000,
-                 p_div: float = 0.0) -> float:
-    """Fewest seeds whose `min_detectable_effect` is at most `effect` (NaN when no spread; +inf
-    beyond `n_max`). A bisection over n: O(log n_max) evaluations, no table of n, so bounded
-    memory at any spread."""
-    if not (np.isfinite(sd) and sd > 0 and effect > 0):
-        return math.nan
-
-    def enough(n: int) -> bool:
-        return min_detectable_effect(sd, n, alpha, power, p_div) <= effect
-
-    if not enough(n_max):
-        return math.inf
-    lo, hi = 1, n_max  # enough(hi); not enough(lo) (one seed detects nothing)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
-    return float(hi)
-
-
 def smallest_p(n: int) -> float:
     """The smallest two-sided p the exact test can give with n seeds (all signs equal):
     2 P(W = 0) = 2 / 2^n, in closed form (no table of n(n+1)/2 entries)."""

@@ -2,9 +2,8 @@
 
 A statistic ships with its calibration. This module simulates datasets shaped like an experiment
 (per gem: the seeds it compares, the spread of its per-seed differences, its divergence rate)
-and runs on them the very functions the verdicts use (`rules.ties.informative_rank_test`,
-the signed-rank rule on the informative pairs, then `rules.seed.decide_family`: Holm over the
-gems and the keep / harmful / delete decision),
+and runs on them the very function the verdicts use (`rules.decision.decide`: the signed-rank
+rule on the informative pairs, then Holm over the gems and the keep / harmful / delete decision),
 vectorised over datasets with numpy.
 
 - **Null:** every gem has no effect. The family-wise false rate is the share of datasets in
@@ -27,12 +26,12 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.rules.seed import decide_family
+from tune_gems.analysis.rules.decision import Evidence, decide
+from tune_gems.analysis.rules.power import PowerInputs, mde
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import informative_rank_test
 from tune_gems.analysis.rules.words import DELETE, verdict_codes
 from tune_gems.analysis.verdicts.search_choice import best_trial
-from tune_gems.stats.inference import min_detectable_effect, rank_test
+from tune_gems.stats.inference import rank_test
 
 DISTRIBUTIONS = ("normal", "t3")
 EFFECT_MULTIPLES = (0.25, 0.5, 0.75, 1.0)
@@ -75,15 +74,12 @@ def family_decisions(diffs: list[np.ndarray], alpha: float = defaults.ALPHA, rop
                      p_magnitude: np.ndarray | None = None, one_sided: bool = False) -> np.ndarray:
     """[n_sim, m] verdict names per dataset and gem: the signed-rank rule on each gem's
     informative per-seed differences (ties dropped: `rules.ties.informative_rank_test`), then
-    the shipped seed rule (`rules.seed.decide_family`: Holm over the gems, keep / harmful /
+    the shipped rule (`rules.decision.decide`'s seed rule: Holm over the gems, keep / harmful /
     delete / equivalent / inconclusive / insufficient data); `p_magnitude` [n_sim, m] the
     magnitude TOST p (None: the magnitude is never at its null, so no `delete`); `one_sided`
     the opt-in one-sided keep test."""
-    r = [informative_rank_test(d, rope=rope, tail=alpha / 2) for d in diffs]
-    est, p, pt, n_inf = (np.stack([x[k] for x in r], 1)
-                         for k in ("estimate", "p_greater" if one_sided else "p", "p_tost", "n_informative"))
-    return decide_family(p, est, pt, alpha=alpha, p_magnitude=p_magnitude, informative=n_inf,
-                         one_sided=one_sided).verdict
+    th = Thresholds(alpha=alpha, rope=rope, one_sided_keep=one_sided)
+    return decide(Evidence(diffs, magnitude_p=p_magnitude), th).verdict
 
 
 def _signed(verdict: np.ndarray) -> np.ndarray:
@@ -143,7 +139,7 @@ def calibration_table(shapes: list[Shape], *, thresholds: Thresholds | None = No
                        gems=len(sh), sd=sd, p_div=sh[0].p_div)
             row.update(null_rate(sh, n_sim, dist=dist, alpha=alpha, seed=seed))
             row["mc_tolerance"] = mc_tolerance(alpha, n_sim)
-            row["mde"] = min_detectable_effect(sd, sh[0].n, alpha / len(sh), th.power, sh[0].p_div)
+            row["mde"] = mde(PowerInputs(sh[0].n, sd, sh[0].p_div), alpha / len(sh), th.power)
             for name, value in eff_values:
                 row[f"power@{name} ({value:.3g})"] = power(sh, value, n_sim, dist=dist, alpha=alpha, seed=seed)["power"]
             rows.append(row)
@@ -246,8 +242,8 @@ def search_confirm_rates(shape: SearchShape, effect: float = 0.0, n_sim: int = d
     wiring it with the largest Hodges-Lehmann discovery gain (`verdict_gain_<gem>`) is chosen by
     `search_choice.best_trial`, the choice of `choose_per_gem` (`tune-gems confirm`); the *naive*
     verdict tests that trial's own seeds (what a search without confirmation would report); the
-    *confirmed* verdict tests a fresh run of it (fresh seeds and paths), both by the shipped seed
-    rule (`rules.seed.decide_family`: signed-rank, Holm over the gems with a choice). `effect` is the true shift of gem 0 in every configuration wiring it
+    *confirmed* verdict tests a fresh run of it (fresh seeds and paths), both by the shipped
+    rule (`rules.decision.decide`: signed-rank, Holm over the gems with a choice). `effect` is the true shift of gem 0 in every configuration wiring it
     (the others: none). Returns naive_fwer / confirmed_fwer (any keep or harmful among the null
     gems), power (gem 0 reads keep wired after confirmation) and naive_power."""
     rng = np.random.default_rng(seed + 7)
@@ -260,13 +256,11 @@ def search_confirm_rates(shape: SearchShape, effect: float = 0.0, n_sim: int = d
     score = rank_test(d.reshape(-1, n))["estimate"].reshape(n_sim, T, m)
     best, chosen = best_trial(score, wired, axis=1)  # [n_sim, m]
     picked = np.take_along_axis(d, best[:, None, :, None], axis=1)[:, 0]  # [n_sim, m, n]
-    naive = rank_test(picked.reshape(-1, n), tail=alpha / 2)
     fresh = delta[None, :, None] + shape.sd * _draws(rng, (n_sim, m, nc), dist)
-    conf = rank_test(fresh.reshape(-1, nc), tail=alpha / 2)
+    th = Thresholds(alpha=alpha)
     out = {}
-    for name, r in (("naive", naive), ("confirmed", conf)):
-        p = np.where(chosen, r["p"].reshape(n_sim, m), np.nan)
-        codes = _signed(decide_family(p, r["estimate"].reshape(n_sim, m), np.nan, alpha=alpha).verdict)
+    for name, d in (("naive", picked), ("confirmed", fresh)):
+        codes = _signed(decide(Evidence([d[:, g] for g in range(m)], tested=chosen), th).verdict)
         null_gems = codes[:, 1:] if effect else codes
         out[f"{name}_fwer"] = float((null_gems != 0).any(axis=1).mean())
         out[f"{name}_power"] = float((codes[:, 0] == 1).mean()) if effect else math.nan
@@ -275,8 +269,8 @@ def search_confirm_rates(shape: SearchShape, effect: float = 0.0, n_sim: int = d
 
 
 def confirmation_mde(shape: SearchShape, alpha: float = defaults.ALPHA, power_target: float = defaults.POWER) -> float:
-    """The confirmation's minimum detectable effect (Holm's first step over the gems)."""
-    return min_detectable_effect(shape.sd, shape.confirm_seeds, alpha / shape.gems, power_target)
+    """The confirmation's minimum detectable effect (`rules.power.mde`, Holm's first step over the gems)."""
+    return mde(PowerInputs(shape.confirm_seeds, shape.sd), alpha / shape.gems, power_target)
 
 
 def delete_verdicts(shapes: list[Shape], effect: float, rope: float = defaults.ROPE, n_sim: int = defaults.N_SIM, *,

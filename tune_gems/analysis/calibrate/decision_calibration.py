@@ -1,11 +1,12 @@
 """Calibration of issue 37's rule components: the fold overlap, the held-out confirmation, several
 price histories, and a heterogeneous contrast leaving the family's shared spread.
 
-A statistic ships with its calibration: each table here runs the very functions a verdict will
-call (`rules.period_family.fold_data` / `decide_fold_data` with `rules.overlap`'s correction,
-`rules.held_out_rule.confirm_on_held_out`, `rules.histories.decide_histories`, the power
-statements `rules.power.pooled_mde` / `history_mde`) on simulated families, vectorised over
-datasets; what the simulation adds is only the data.
+A statistic ships with its calibration: each table here runs the very function a verdict calls
+(`rules.decision.decide`, with the fold data `rules.period_family.fold_data` and `rules.overlap`'s
+correction, the held-out test segment's effects `rules.held_out_rule.seed_level_effect`, the
+histories' data `rules.histories.history_data`; the power statements `rules.power.pooled_mde` /
+`history_mde`) on simulated families, vectorised over datasets; what the simulation adds is only
+the data.
 
 **What a simulated family faces** (`World`, per-seed differences in units of one seed's sd in a
 fold, period spreads in one fold's seed standard errors sd / sqrt(n), as
@@ -53,10 +54,11 @@ import pandas as pd
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.calibrate.calibration import mc_tolerance
-from tune_gems.analysis.rules.held_out_rule import confirm_on_held_out, confirmation_level, seed_level_effect
-from tune_gems.analysis.rules.histories import decide_histories, history_components, history_data
+from tune_gems.analysis.rules.decision import Evidence, TestSegment, decide
+from tune_gems.analysis.rules.held_out_rule import seed_level_effect
+from tune_gems.analysis.rules.histories import history_components, history_data
 from tune_gems.analysis.rules.overlap import fold_overlap, nb_factor
-from tune_gems.analysis.rules.period_family import decide_fold_data, fold_components, fold_data
+from tune_gems.analysis.rules.period_family import fold_components, fold_data
 from tune_gems.analysis.rules.power import HistoryComponents, history_mde, pooled_mde, t_multiplier
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.words import HARMFUL_CODE, KEEP_CODE, NOT_CONFIRMED_CODE, verdict_codes
@@ -164,23 +166,29 @@ class OneHistoryRun:
 
 def one_history_run(design: Design, world: World, *, n_sim: int, seed: int, corrected: bool,
                     th: Thresholds) -> OneHistoryRun:
-    """The pooled rule (`decide_fold_data`, with NB's correlation of the layout when `corrected`),
-    its stated MDE, and the held-out confirmation (`confirm_on_held_out` at alpha / m, the test
+    """The rule (`rules.decision.decide`: the pooled test, with NB's correlation of the layout when
+    `corrected`), its stated MDE, and the held-out confirmation (its second stage at alpha / m, the test
     period's spread the pooled tau^2) on `n_sim` families of `design` in `world`."""
     rng = np.random.default_rng(seed)
     d, d_test = simulate(rng, n_sim, design, world)
     fd = fold_data(d[:, :, 0])
     rho = design.nb_rho if corrected else 0.0
-    pooled, rule = decide_fold_data(fd, alpha=th.alpha, rope=th.rope, fold_corr=rho, one_sided=th.one_sided_keep)
-    comp = replace(fold_components(fd, pooled["tau2"]), overlap=rho / (1.0 - rho))
     m = design.contrasts
-    mde = pooled_mde(comp, pooled["periods"], np.maximum(fd.n_informative.mean(-1), 1), df=pooled["df"],
-                     level=th.alpha / m, power=th.power, one_sided=th.one_sided_keep)
     test = [seed_level_effect(d_test[:, g, 0]) for g in range(m)]
-    held = confirm_on_held_out(rule.verdict, np.stack([t["theta"] for t in test], 1), np.stack([t["var"] for t in test], 1),
-                               pooled["tau2"], confirmation_level(th.alpha, m), test_df=np.stack([t["df"] for t in test], 1),
-                               period_df=pooled["df"])
-    return OneHistoryRun(verdict_codes(rule.verdict), np.asarray(mde, float)[:, 0], verdict_codes(held.verdict))
+    segment = TestSegment(*(np.stack([t[k] for t in test], 1) for k in ("theta", "var", "df")))
+    dec = decide(Evidence(_unit_diffs(d), periods=fd, fold_corr=rho, test=segment), th)
+    comp = replace(fold_components(fd, dec.pooled["tau2"]), overlap=rho / (1.0 - rho))
+    mde = pooled_mde(comp, dec.pooled["periods"], np.maximum(fd.n_informative.mean(-1), 1), df=dec.pooled["df"],
+                     level=th.alpha / m, power=th.power, one_sided=th.one_sided_keep)
+    return OneHistoryRun(verdict_codes(dec.discovery_verdict), np.asarray(mde, float)[:, 0], verdict_codes(dec.verdict))
+
+
+def _unit_diffs(d: np.ndarray) -> list[np.ndarray]:
+    """Each contrast's per-seed differences averaged over its histories and folds ([S, n] per
+    contrast, from d [S, m, H, K, n]): what the seed rule reads, as the verdicts pair them."""
+    with np.errstate(invalid="ignore"):
+        unit = np.nan_to_num(d.mean((2, 3)), nan=0.0)
+    return [unit[:, g] for g in range(d.shape[1])]
 
 
 def _median(x: np.ndarray) -> float:
@@ -306,18 +314,20 @@ class HistoryRun:
 
 
 def history_run(design: Design, world: World, *, n_sim: int, seed: int, th: Thresholds, corrected: bool = True) -> HistoryRun:
-    """`decide_histories` (each history's folds with NB's correlation of its layout when
-    `corrected`) and `history_mde` on `n_sim` families of `design` in `world`."""
+    """The rule over histories (`rules.decision.decide` with the histories' data: each history's
+    folds with NB's correlation of its layout when `corrected`) and `history_mde` on `n_sim`
+    families of `design` in `world`."""
     rng = np.random.default_rng(seed)
     d, _ = simulate(rng, n_sim, design, world)
     hd = history_data(d)
     rho = design.nb_rho if corrected else 0.0
-    hp, rule = decide_histories(hd, alpha=th.alpha, rope=th.rope, fold_corr=rho, one_sided=th.one_sided_keep)
+    dec = decide(Evidence(_unit_diffs(d), histories=hd, fold_corr=rho), th)
+    hp = dec.histories
     comp = history_components(hd, hp, rho)
     seeds = np.maximum(np.mean([fd.n_informative.mean(-1) for fd in hd.folds], 0), 1)
     mde = history_mde(comp, hp.pooled["periods"], design.folds, seeds, df=hp.pooled["df"],
                       level=th.alpha / design.contrasts, power=th.power, one_sided=th.one_sided_keep)
-    return HistoryRun(verdict_codes(rule.verdict), np.asarray(mde, float)[:, 0])
+    return HistoryRun(verdict_codes(dec.verdict), np.asarray(mde, float)[:, 0])
 
 
 def histories_table(th: Thresholds, designs=None, tau: float = 1.0, tau_history: float = 1.0) -> pd.DataFrame:
@@ -451,9 +461,9 @@ def isolation_table(th: Thresholds, folds=(4, 8), seeds: int = 16, effect: float
             for offset, eff in ((0, 0.0), (1, effect)):
                 rng = np.random.default_rng(th.seed + offset)
                 d, _ = simulate(rng, th.n_sim, design, World(taus=taus, effect=eff))
-                fd = fold_data(d[:, :, 0])
+                ev = Evidence(_unit_diffs(d), periods=fold_data(d[:, :, 0]))
                 for name, kw in variants:
-                    codes = verdict_codes(decide_fold_data(fd, alpha=th.alpha, rope=th.rope, **kw)[1].verdict)
+                    codes = verdict_codes(decide(ev, th, **kw).verdict)
                     if eff == 0:
                         row[f"fwer {name}"] = _fwer(codes)
                     else:

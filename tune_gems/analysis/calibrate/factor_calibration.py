@@ -1,7 +1,7 @@
 """Calibration of the factor table (issue 30, item 4): the family of gems and factors together.
 
 A statistic ships with its calibration through the function the shipped table calls: here
-`factor_rule.decide_effects`, the rule `factors.factor_table` runs on a design's gems and factors (the
+`rules.decision.decide`, the rule `factors.factor_table` runs on a design's gems and factors (the
 seed rule with Holm over the whole family, the one-period gates at K = 1 on one history, the
 period rule at K >= 2). The simulation gives every effect of the family (G gems and F factors,
 one population: every contrast has the same seeds) what a verdict faces, as the period
@@ -24,8 +24,9 @@ from scipy import stats as sps
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.calibrate.calibration import _draws, mc_tolerance
-from tune_gems.analysis.rules.factor_rule import decide_effects
+from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.period_family import fold_data
+from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.words import HARMFUL_CODE, KEEP_CODE, verdict_codes
 
 FACTOR_CALIBRATION_FOLDS = (1, 4, 6)
@@ -50,26 +51,23 @@ def simulate_family(rng, n_effects: int, n: int, n_sim: int, folds: int, *, sd: 
 def family_codes(gems: int, factors: int, n: int, n_sim: int, folds: int, *, sd: float = 1.0, effect: float = 0.0,
                  tau: float = 0.0, rho: float = 0.0, dist: str = "normal", alpha: float = defaults.ALPHA,
                  rope: float = defaults.ROPE, seed: int = defaults.SEED) -> np.ndarray:
-    """Codes [n_sim, gems + factors] of `decide_effects` on simulated families; `effect` planted
+    """Codes [n_sim, gems + factors] of `rules.decision.decide` on simulated families; `effect` planted
     on the first factor (index `gems`)."""
     rng = np.random.default_rng(seed)
     e = gems + factors
+    th = Thresholds(alpha=alpha, rope=rope)
     d = simulate_family(rng, e, n, n_sim, folds, sd=sd, planted=gems if factors else -1, effect=effect, tau=tau,
                         rho=rho, dist=dist)
-    if folds == 1:
-        diffs = [d[:, j, 0] for j in range(e)]
-        market = None
-        if tau > 0:
-            centre = np.stack([x.mean(1) for x in diffs], 1)
+    if folds > 1:
+        return verdict_codes(decide(Evidence([d[:, j].mean(1) for j in range(e)], periods=fold_data(d)), th).verdict)
+    diffs = [d[:, j, 0] for j in range(e)]
+    centre = np.stack([x.mean(1) for x in diffs], 1)
 
-            def market(level: np.ndarray):
-                h = sps.norm.ppf(1 - level / 2) * tau * sd / math.sqrt(n)
-                return centre - h, centre + h, np.ones(level.shape, bool)
+    def market(tail: np.ndarray):  # the one history's luck, as the market-noise interval measures it
+        h = sps.norm.ppf(1 - tail) * tau * sd / math.sqrt(n)
+        return centre - h, centre + h, np.ones(tail.shape, bool)
 
-        dec = decide_effects(diffs, alpha=alpha, rope=rope, market=market)
-        return verdict_codes(dec.verdict)
-    diffs = [d[:, j].mean(1) for j in range(e)]
-    return verdict_codes(decide_effects(diffs, alpha=alpha, rope=rope, periods=fold_data(d)).verdict)
+    return verdict_codes(decide(Evidence(diffs, market=market if tau > 0 else None), th).verdict)
 
 
 def factor_calibration_table(gems: int = 3, factors: int = 3, n: int = 16, *, n_sim: int = defaults.N_SIM,

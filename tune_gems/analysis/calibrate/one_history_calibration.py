@@ -5,9 +5,9 @@ Why. On one price history (a real file, or synthetic `paths: shared`) a confirma
 seeds inherits each configuration's luck on the history, and the search kept the luckiest; the
 final verdict therefore needs the selection-adjusted gate (`search_choice.one_history_final`,
 `rules.selection.final_on_one_history`). This module simulates such searches through the same
-functions (the choice `search_choice.best_trial`; the seed rule, the gates and, over periods,
-`rules.period_family.decide_fold_data`; the final gate on `search_choice.selection_adjusted_bounds`
-/ `pooled_adjusted_bounds`) and tabulates the family-wise false rates and the final power
+function (the choice `search_choice.best_trial`; then `rules.decision.decide` with the search's
+selection: the seed rule, the gates or, over periods, the period rule, and the final gate,
+`rules.selection`) and tabulates the family-wise false rates and the final power
 (`python analysis/calibrate_confirm.py`, docs/analysis.md "Confirmation power").
 """
 
@@ -21,13 +21,12 @@ import pandas as pd
 from scipy import stats as sps
 
 from tune_gems.analysis.calibrate.calibration import _draws
-from tune_gems.analysis.rules.gates import market_gate, one_period_gate
-from tune_gems.analysis.rules.period_family import decide_fold_data, fold_data
-from tune_gems.analysis.rules.seed import decide_family
-from tune_gems.analysis.rules.selection import final_on_one_history
+from tune_gems.analysis.rules.decision import Evidence, decide
+from tune_gems.analysis.rules.period_family import fold_data
+from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.words import HARMFUL, KEEP
-from tune_gems.analysis.verdicts.search_choice import best_trial, pooled_adjusted_bounds, selection_adjusted_bounds
-from tune_gems.stats.inference import holm_levels, rank_test
+from tune_gems.analysis.verdicts.search_choice import best_trial
+from tune_gems.stats.inference import rank_test
 
 
 # -- the simulated search on one price history (the calibration of the rule above) -------------------
@@ -60,12 +59,11 @@ class OneHistoryShape:
 def one_history_search_rates(shape: OneHistoryShape, effect: float = 0.0, n_sim: int = 2000, *, alpha: float = 0.05,
                              rope: float = 0.1, dist: str = "normal", seed: int = 0) -> dict[str, float]:
     """Simulated searches on one price history, then the confirmation by the rules `tune-gems
-    confirm` ships: the choice (`best_trial`, `choose_per_gem`'s rule), the confirmation's verdicts
-    (`rules.seed.decide_family`; at K = 1 `rules.gates.market_gate` and `one_period_gate` with the
-    market-noise interval, half-width z x luck sd at the seed interval's level; at K >= 2
-    `rules.period_family.decide_fold_data`, the gem verdicts' period rule), and the final verdict
-    (`rules.selection.final_on_one_history` on `selection_adjusted_bounds` /
-    `pooled_adjusted_bounds`, T = the trials that wired the gem). `effect`: gem 0's true shift in
+    confirm` ships: the choice (`best_trial`, `choose_per_gem`'s rule), then the rule's one
+    composition (`rules.decision.decide`): the confirmation's verdicts (the seed rule; at K = 1 the
+    market gate and the one-period gate with the market-noise interval, half-width z x luck sd at
+    the seed interval's level; at K >= 2 the gem verdicts' period rule) and the final verdict (its
+    selection-adjusted gate, `rules.selection`, T = the trials that wired the gem). `effect`: gem 0's true shift in
     every configuration wiring it. Returns the family-wise false keep / harmful rate among the null
     gems with fresh seeds alone (`seeds_fwer`), after the confirmation's own gates (`gated_fwer`)
     and final (`final_fwer`), and gem 0's final power."""
@@ -84,28 +82,20 @@ def one_history_search_rates(shape: OneHistoryShape, effect: float = 0.0, n_sim:
     kept = np.take_along_axis(luck[..., 0], best[:, None, :, None], axis=1)[:, 0]  # [S, m, K]
     fresh = delta[None, :, None, None] + kept[..., None] + shape.sd * _draws(rng, (n_sim, m, k, nc), dist)
     unit = fresh.mean(2)  # [S, m, nc]
-    r = rank_test(unit.reshape(-1, nc), rope=rope, tail=alpha / 2)
-    p = np.where(chosen, r["p"].reshape(n_sim, m), np.nan)
-    est, pt = r["estimate"].reshape(n_sim, m), r["p_tost"].reshape(n_sim, m)
-    seeds_only = decide_family(p, est, pt, alpha=alpha).verdict
-    level = holm_levels(p, alpha)
-    if k == 1:
-        iv = rank_test(unit.reshape(-1, nc), tail=np.nan_to_num(level, nan=alpha).reshape(-1) / 2)
-        lo, hi = iv["low"].reshape(n_sim, m), iv["high"].reshape(n_sim, m)
-        h = sps.norm.ppf(1 - level / 2) * shape.luck_sd
+    th = Thresholds(alpha=alpha, rope=rope)
+    diffs = [unit[:, g] for g in range(m)]
+    if k == 1:  # the history's luck, as the confirmation's market-noise interval measures it
         centre = unit.mean(2)
-        gated = market_gate(seeds_only, est, centre - h, centre + h, applies=np.ones((n_sim, m), bool))
-        gated = one_period_gate(gated, est, lo, hi, centre - h, centre + h, rope=rope,
-                                applies=np.ones((n_sim, m), bool)).verdict
-        f_lo, f_hi = selection_adjusted_bounds(est, lo, hi, centre - h, centre + h, level, candidates)
-        available = np.isfinite(est)
-    else:
-        # the gem verdicts' period rule on the confirmation's fold data (`rules.period_family`)
-        pooled, rule = decide_fold_data(fold_data(fresh), alpha=alpha, rope=rope, tested=chosen, seed_verdict=seeds_only)
-        gated = rule.verdict
-        f_lo, f_hi = pooled_adjusted_bounds(pooled["mu"], rule.low, rule.high, rule.level, pooled["df"], candidates)
-        available = np.isfinite(f_lo) & np.isfinite(f_hi)
-    final = final_on_one_history(gated, f_lo, f_hi, available)
+
+        def market(tail: np.ndarray):
+            h = sps.norm.ppf(1 - tail) * shape.luck_sd
+            return centre - h, centre + h, np.ones((n_sim, m), bool)
+
+        ev = Evidence(diffs, tested=chosen, market=market, selection=candidates)
+    else:  # the gem verdicts' period rule on the confirmation's fold data
+        ev = Evidence(diffs, tested=chosen, periods=fold_data(fresh), selection=candidates)
+    dec = decide(ev, th)
+    seeds_only, gated, final = dec.seed_verdict, dec.discovery_verdict, dec.verdict
     out = {}
     for name, v in (("seeds", seeds_only), ("gated", gated), ("final", final)):
         decisive = (v == KEEP) | (v == HARMFUL)

@@ -19,13 +19,11 @@ The simulation gives each gem's comparison what a verdict faces:
   first gem's fold effects run linearly from +delta (first fold) to -delta (last), mean zero:
   it must not read keep wired / harmful.
 
-On these it runs the rule the verdicts ship, through the same functions of the rule module
-(`tune_gems.analysis.rules`: the seed rule `seed.decide_family` on the informative pairs
-`ties.informative_rank_test`, the gates `gates.market_gate` and `gates.one_period_gate`, the
-fold data and the period rule `period_family.fold_data` / `period_family.decide_fold_data`
-(`pooling.fold_estimates`, `pooling.pool_family`, `periods.decide_periods`: what the verdicts and
-the factor table call) and the power statement `power.pooled_mde`), vectorised
-over datasets: what the simulation adds is only the data and the market-noise interval it
+On these it runs the rule the verdicts ship, through the one function that composes it
+(`rules.decision.decide`: the seed rule on the informative pairs, the market gate and the
+one-period gate at K = 1, the period rule on the fold data `period_family.fold_data` at K >= 2:
+what the gem verdicts, the factor table and `confirm` call) and the power statement
+`power.pooled_mde`, vectorised over datasets: what the simulation adds is only the data and the market-noise interval it
 models. Codes per dataset and gem (`rules.words.verdict_codes`): +1 keep wired, -1 harmful, 2
 equivalent, 3 inconsistent across periods, 4 insufficient data, 5 heterogeneous, 0 otherwise.
 """
@@ -41,16 +39,13 @@ from scipy import stats as sps
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.calibrate.calibration import Shape, _draws, mc_tolerance
-from tune_gems.analysis.rules.gates import market_gate, one_period_gate
-from tune_gems.analysis.rules.period_family import decide_fold_data, fold_components, fold_data
+from tune_gems.analysis.rules.decision import Evidence, decide
+from tune_gems.analysis.rules.period_family import fold_components, fold_data
 from tune_gems.analysis.rules.power import pooled_mde
-from tune_gems.analysis.rules.seed import decide_family
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import informative_rank_test
 from tune_gems.analysis.rules.words import (
-    EQUIVALENT_CODE, HARMFUL_CODE, HETEROGENEOUS_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, KEEP_CODE, verdict_codes,
+    HARMFUL_CODE, HETEROGENEOUS_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, KEEP_CODE, verdict_codes,
 )
-from tune_gems.stats.inference import holm_levels
 
 
 @dataclass(frozen=True)
@@ -119,41 +114,27 @@ def simulate_folds(rng, shape: Shape, n_sim: int, folds: int, *, effect: float =
     return simulate_family(rng, [shape], n_sim, folds, Scenario(effect, tau, None, rho, flip, dist))[:, 0]
 
 
-def _seed_rule(d: list[np.ndarray], rope: float, alpha: float, one_sided: bool = False):
-    """The seed rule of the verdicts (`rules.seed.decide_family` on the informative pairs,
-    `rules.ties.informative_rank_test`) on per-seed differences [S, n] per gem: (verdict words,
-    estimate, p), each [S, m]."""
-    rs = [informative_rank_test(x, rope=rope, tail=alpha / 2) for x in d]
-    p, est, pt, n_inf = (np.stack([r[k] for r in rs], 1) for k in ("p_greater" if one_sided else "p", "estimate",
-                                                                   "p_tost", "n_informative"))
-    rule = decide_family(p, est, pt, alpha=alpha, informative=n_inf, one_sided=one_sided)
-    return rule.verdict, est, p
-
-
 def rule_one_period(d: np.ndarray, tau: float, sd: float, *, rope: float, alpha: float,
                     one_sided: bool = False) -> np.ndarray:
-    """Codes [S, m] of the K = 1 rule on d [S, m, n]: the seed rule, then the market gate (the
-    market-noise interval around the mean difference, half-width z x tau x SE at the seed
-    interval's Holm level; skipped where a member diverged, as the verdicts skip it) and the
-    one-period gate (the seed and market-noise intervals combined), the functions
-    `gem_verdicts.py` and `walk_forward._one_period` call. tau <= 0: no market-noise interval (as
-    with per-seed paths), the seed rule alone."""
+    """Codes [S, m] of the K = 1 rule on d [S, m, n] (`rules.decision.decide`): the seed rule, then
+    the market gate (the market-noise interval around the mean difference, half-width z x tau x SE
+    at the seed interval's Holm level; skipped where a member diverged, as the verdicts skip it)
+    and the one-period gate (the seed and market-noise intervals combined). tau <= 0: no
+    market-noise interval (as with per-seed paths), the seed rule alone."""
     s, m, n = d.shape
     gems = [d[:, g] for g in range(m)]
-    verdict, est, p = _seed_rule(gems, rope, alpha, one_sided)
+    th = Thresholds(alpha=alpha, rope=rope, one_sided_keep=one_sided)
     if tau <= 0:
-        return verdict_codes(verdict)
-    levels = holm_levels(p, alpha)
-    tails = levels if one_sided else levels / 2
-    h_m = sps.norm.ppf(1 - tails) * tau * sd / math.sqrt(n)
-    with np.errstate(over="ignore", invalid="ignore"):
-        seed = [informative_rank_test(gems[g], tail=tails[:, g]) for g in range(m)]
+        return verdict_codes(decide(Evidence(gems), th).verdict)
+    with np.errstate(invalid="ignore"):
         centre = np.stack([np.nanmean(np.where(np.isfinite(x), x, np.nan), 1) for x in gems], 1)
-    low, high = np.stack([r["low"] for r in seed], 1), np.stack([r["high"] for r in seed], 1)
-    diverged = np.stack([~np.isfinite(x).all(1) for x in gems], 1)
-    verdict = market_gate(verdict, est, centre - h_m, centre + h_m, applies=~diverged)
-    verdict = one_period_gate(verdict, est, low, high, -h_m, h_m, rope=rope, applies=np.ones((s, m), bool)).verdict
-    return verdict_codes(verdict)
+
+    def market(tail: np.ndarray):  # the history's luck, as the market-noise interval measures it
+        h_m = sps.norm.ppf(1 - tail) * tau * sd / math.sqrt(n)
+        return centre - h_m, centre + h_m, np.ones((s, m), bool)
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        return verdict_codes(decide(Evidence(gems, market=market), th).verdict)
 
 
 @dataclass(frozen=True)
@@ -167,23 +148,22 @@ class PeriodRun:
 def run_periods(d: np.ndarray, *, rope: float, alpha: float, power: float = defaults.POWER,
                 min_periods: int = defaults.MIN_PERIODS, share: bool = defaults.SHARE_TAU,
                 one_sided: bool = False) -> PeriodRun:
-    """The K >= 2 rule on d [S, m, K, n], as `walk_forward.period_verdicts` runs it: the seed
-    rule on the fold-averaged per-seed differences (the words of gems without a pooled test),
-    each gem's fold effects on their informative pairs (`pooling.fold_estimates`), pooled as a
-    family (`pooling.pool_family`, the shared seed variance added), the period rule
+    """The K >= 2 rule on d [S, m, K, n] (`rules.decision.decide`, as the gem verdicts run it):
+    the seed rule on the fold-averaged per-seed differences (the words of gems without a pooled
+    test), each gem's fold effects on their informative pairs (`period_family.fold_data`), pooled
+    as a family (`pooling.pool_family`, the shared seed variance added), the period rule
     (`periods.decide_periods`, Holm over the gems) and the MDE it states (`power.pooled_mde` at
     the first Holm step)."""
     s, m, k, n = d.shape
     with np.errstate(invalid="ignore"):
         unit = np.nan_to_num(d.mean(2), nan=0.0)  # +inf with -inf: a tie (pairing._unit_mean)
-    seed, _, _ = _seed_rule([unit[:, g] for g in range(m)], rope, alpha, one_sided)
     fd = fold_data(d)
-    pooled, rule = decide_fold_data(fd, alpha=alpha, rope=rope, seed_verdict=seed, min_periods=min_periods,
-                                    share=share, one_sided=one_sided)
-    comp = fold_components(fd, pooled["tau2"])
-    mde = pooled_mde(comp, pooled["periods"], np.maximum(fd.n_informative.mean(-1), 1), df=pooled["df"], level=alpha / m,
-                     power=power, one_sided=one_sided)
-    return PeriodRun(verdict_codes(rule.verdict), np.asarray(mde, float))
+    th = Thresholds(alpha=alpha, rope=rope, min_periods=min_periods, share_tau=share, one_sided_keep=one_sided)
+    dec = decide(Evidence([unit[:, g] for g in range(m)], periods=fd), th)
+    comp = fold_components(fd, dec.pooled["tau2"])
+    mde = pooled_mde(comp, dec.pooled["periods"], np.maximum(fd.n_informative.mean(-1), 1), df=dec.pooled["df"],
+                     level=alpha / m, power=power, one_sided=one_sided)
+    return PeriodRun(verdict_codes(dec.verdict), np.asarray(mde, float))
 
 
 def rule_periods(d: np.ndarray, *, rope: float, alpha: float, **rule) -> np.ndarray:

@@ -44,9 +44,12 @@ from tune_gems.analysis.read.outcomes import KEY, trial_outcomes
 from tune_gems.contracts.errors import DataError
 
 DEFAULT_ARM = "default"
-CELL = ["experiment", "trial_id", "arm", "fold", "seed_index"]
-"""A member of a comparison: `fold` is its walk-forward fold (0 without folds, issue 20): a fold
-is its own context, so differences pair only within a fold and a unit's are averaged over folds."""
+CELL = ["experiment", "trial_id", "arm", "history", "fold", "seed_index"]
+"""A member of a comparison: `history` is its price history (0 without a history column: one
+history, issue 37) and `fold` its walk-forward fold in that history (0 without folds, issue 20): a
+(history, fold) is its own context, so differences pair only within one fold of one history (the
+members of two histories never pair with each other) and a unit's are averaged over them (seed index
+s is the same member seed in every history and fold: seed-paired across histories)."""
 ARM_KEY = ["experiment", "trial_id", "arm"]
 USED_OUTCOMES = ("ok", "diverged")
 """Trials whose members enter the comparisons: diverged ones count (divergence is an outcome);
@@ -94,15 +97,21 @@ def parse_arm_name(name: str) -> dict[str, str] | None:
     return out or None
 
 
+def _index_column(m: pd.DataFrame, column: str, what: str) -> pd.Series:
+    """Integer column `column` of the members (0 where the column is absent), or a DataError."""
+    x = pd.to_numeric(m[column], errors="coerce") if column in m.columns else pd.Series(0, index=m.index)
+    if x.isna().any() or not np.all(np.mod(x.astype(float), 1) == 0) or (x < 0).any():
+        raise DataError(f"members: column {column} must hold integers >= 0 ({what})")
+    return x.astype(int)
+
+
 def with_arm_columns(members: pd.DataFrame) -> pd.DataFrame:
     """Members with `arm` ("default" where absent), `seed_index` (the member index where
-    absent: older results are one arm whose seed index is the member) and `fold` (0 where
-    absent: one validation period)."""
+    absent: older results are one arm whose seed index is the member), `fold` (0 where
+    absent: one validation period) and `history` (0 where absent: one price history)."""
     m = members.copy()
-    fold = pd.to_numeric(m["fold"], errors="coerce") if "fold" in m.columns else pd.Series(0, index=m.index)
-    if fold.isna().any() or not np.all(np.mod(fold.astype(float), 1) == 0) or (fold < 0).any():
-        raise DataError("members: column fold must hold integers >= 0 (the member's walk-forward fold)")
-    m["fold"] = fold.astype(int)
+    m["fold"] = _index_column(m, "fold", "the member's walk-forward fold")
+    m["history"] = _index_column(m, "history", "the member's price history")
     if "arm" not in m.columns:
         m["arm"] = DEFAULT_ARM
     m["arm"] = m["arm"].astype(object).where(m["arm"].notna(), DEFAULT_ARM).astype(str)
@@ -292,6 +301,11 @@ class Paired:
     """Distinct member seeds behind the pairs (more than the units when seeds share a path)."""
     per_seed_paths: bool = False
     """Every paired member trained on its seed index's own synthetic path."""
+    n_histories: int = 1
+    """Price histories the pairs span (each its own market; seed-paired across them)."""
+    layout: Layout | None = None
+    """Which cells pair, and how (`pair_layout`): from it the same pairs give the differences of
+    another column or window (`revalue`) or of one fold (`by_fold`) without pairing again."""
 
     @property
     def n(self) -> int:
@@ -304,6 +318,8 @@ class Paired:
             return f"{self.n} seed(s), each on its own market path"
         if self.per_seed_paths:
             return f"{self.n} market path(s) ({self.n_seeds} member seeds; seeds on one path count once)"
+        if self.n_histories > 1:
+            return f"{self.n} member seed(s), each paired in {self.n_histories} price histories"
         return f"{self.n} member seed(s) on one market history (inference conditional on it)"
 
     def design(self) -> str:
@@ -326,6 +342,26 @@ def _unit_mean(values: np.ndarray) -> float:
     with np.errstate(invalid="ignore"):
         m = float(np.mean(values))
     return 0.0 if math.isnan(m) else m
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one factor's comparison pairs (the structure behind a `Paired`): `cells` the paired cells
+    (columns experiment, trial_id, history, fold, seed, unit, cell, context, end_epoch and the factor's level
+    in `factor`), `cell_pairs` one row per (hi cell, lo cell) at a common seed in one context (see
+    `Paired.pairs`), the factor with its two levels, and the window and metric the differences
+    were read with (`column`, `k`, `worst`)."""
+
+    cells: pd.DataFrame
+    cell_pairs: pd.DataFrame
+    factor: str
+    hi: str
+    lo: str
+    column: str
+    k: object
+    worst: bool
+    hi_cells: int
+    lo_cells: int
 
 
 def paired(
@@ -357,8 +393,8 @@ def paired(
         return empty
     ctx_keys = [c for c in cells.keys if c != factor and c not in ignore]
     t = t.copy()
-    t["context"] = (t["experiment"].astype(str) + "||" + t["fold"].astype(str) + "||"
-                    + t[ctx_keys].astype(str).agg("|".join, axis=1))
+    t["context"] = (t["experiment"].astype(str) + "||" + t["history"].astype(str) + "||" + t["fold"].astype(str)
+                    + "||" + t[ctx_keys].astype(str).agg("|".join, axis=1))
     # a context pairs only where both levels are present at a common seed
     both = t.groupby(["context", "seed"])[factor].nunique()
     good = both[both == 2].reset_index()[["context", "seed"]]
@@ -367,12 +403,64 @@ def paired(
         empty.note = "confounded"
         return empty
     t = t.merge(good, on=["context", "seed"], how="inner")
-    end = t.groupby("context")["final_epoch"].transform("min")  # a common epoch per context
-    at = t.assign(end_epoch=end.to_numpy())[["context", "seed", "end_epoch", "cell", factor]]
+    t["end_epoch"] = t.groupby("context")["final_epoch"].transform("min").to_numpy()  # a common epoch per context
+    at = t[["context", "seed", "end_epoch", "cell", factor]]
     cell_pairs = at[at[factor] == hi].drop(columns=factor).merge(
         at[at[factor] == lo].drop(columns=factor), on=["context", "seed", "end_epoch"], suffixes=("_hi", "_lo"))
-    vals = window_values(cells.long[cells.long["cell"].isin(t["cell"])], column,
-                         pd.Series(end.to_numpy(), index=t["cell"].to_numpy()), k)
+    return _values(cells, Layout(t, cell_pairs.reset_index(drop=True), factor, hi, lo, column, k, worst, hi_cells,
+                                 lo_cells))
+
+
+def revalue(pr: Paired, cells: Cells, column: str, k) -> Paired:
+    """The same pairs' differences of another `column` over another window `k` (e.g. the test
+    segment's metric at the final epoch): nothing is paired again."""
+    if pr.layout is None:
+        return pr
+    lay = pr.layout
+    return _values(cells, Layout(lay.cells, lay.cell_pairs, lay.factor, lay.hi, lay.lo, column, k, lay.worst,
+                                 lay.hi_cells, lay.lo_cells))
+
+
+def _split(pr: Paired, cells: Cells, by: list[str]) -> list[tuple[tuple[int, ...], Paired]]:
+    """(key, the same pairs' differences inside the cells of that key) for every value of the
+    columns `by` the pairs span: a (history, fold) is its own context, so this is the comparison
+    restricted to those cells, not paired again."""
+    if pr.layout is None or not pr.n:
+        return []
+    lay = pr.layout
+    out = []
+    for key, sub in lay.cells.groupby(by, sort=True):
+        keep = lay.cell_pairs["cell_hi"].isin(sub["cell"])
+        part = _values(cells, Layout(sub, lay.cell_pairs[keep].reset_index(drop=True), lay.factor, lay.hi, lay.lo,
+                                     lay.column, lay.k, lay.worst, lay.hi_cells, lay.lo_cells))
+        if part.n:
+            out.append((tuple(int(x) for x in (key if isinstance(key, tuple) else (key,))), part))
+    return out
+
+
+def by_fold(pr: Paired, cells: Cells) -> list[tuple[int, Paired]]:
+    """(fold, the same pairs' differences inside that fold) for every fold the pairs span, on one
+    price history (several: `by_history_fold`)."""
+    return [(key[0], part) for key, part in _split(pr, cells, ["fold"])]
+
+
+def by_history_fold(pr: Paired, cells: Cells) -> list[tuple[tuple[int, int], Paired]]:
+    """((history, fold), the same pairs' differences inside that fold of that history) for every
+    (history, fold) the pairs span: the units the nested rule over histories pools (`rules.histories`)."""
+    return [((key[0], key[1]), part) for key, part in _split(pr, cells, ["history", "fold"])]
+
+
+def history_count(cells: Cells) -> int:
+    """How many price histories the compared members span (1 without a `history` column)."""
+    t = cells.table
+    return int(t["history"].nunique()) if "history" in t.columns and len(t) else 1
+
+
+def _values(cells: Cells, lay: Layout) -> Paired:
+    """The per-unit differences of `lay.column` over the pairs of a layout (`paired`'s second half)."""
+    t, factor, hi, lo = lay.cells, lay.factor, lay.hi, lay.lo
+    vals = window_values(cells.long[cells.long["cell"].isin(t["cell"])], lay.column,
+                         pd.Series(t["end_epoch"].to_numpy(), index=t["cell"].to_numpy()), lay.k)
     t = t.join(vals, on="cell")
     agg = t.groupby(["context", "seed", factor]).agg(
         value=("value", "mean"), diverged=("diverged", "any"), unit=("unit", "first"))
@@ -380,9 +468,9 @@ def paired(
     m = agg.xs(lo, level=factor)
     j = w.add_suffix("_hi").join(m.add_suffix("_lo"), how="inner")
     d = _diff(j["value_hi"].to_numpy(float), j["value_lo"].to_numpy(float),
-              j["diverged_hi"].to_numpy(bool), j["diverged_lo"].to_numpy(bool), worst)
+              j["diverged_hi"].to_numpy(bool), j["diverged_lo"].to_numpy(bool), lay.worst)
     j = j.assign(d=d)
-    if not worst:
+    if not lay.worst:
         j = j[np.isfinite(j["d"])]
     units = j.groupby("unit_hi")
     diffs = np.array([_unit_mean(g["d"].to_numpy()) for _, g in units])
@@ -391,6 +479,7 @@ def paired(
     lv = np.array([np.nanmean(np.where(g["diverged_lo"], np.nan, g["value_lo"])) if (~g["diverged_lo"]).any() else np.nan
                    for _, g in units])
     trial_of = t.set_index("cell")[["experiment", "trial_id"]].astype(str).agg("|".join, axis=1)
+    cell_pairs = lay.cell_pairs
     # across trials only where a pair's two members are in different trials (a context may hold
     # several trials, e.g. every trial's control arm, whose pairs are each within its trial)
     cross = bool((cell_pairs["cell_hi"].map(trial_of) != cell_pairs["cell_lo"].map(trial_of)).any())
@@ -405,13 +494,15 @@ def paired(
         cross_trial=cross,
         hi_diverged=int(j["diverged_hi"].sum()),
         lo_diverged=int(j["diverged_lo"].sum()),
-        hi_cells=hi_cells,
-        lo_cells=lo_cells,
+        hi_cells=lay.hi_cells,
+        lo_cells=lay.lo_cells,
         hi_values=hv,
         lo_values=lv,
-        pairs=cell_pairs.reset_index(drop=True),
+        pairs=cell_pairs,
         n_seeds=int(j.index.get_level_values("seed").nunique()),
         per_seed_paths=per_seed_paths,
+        n_histories=int(t["history"].nunique()),
+        layout=lay,
     )
 
 

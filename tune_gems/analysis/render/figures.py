@@ -22,6 +22,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from tune_gems.analysis import defaults
+from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.describe.objective import searched_mode
 from tune_gems.analysis.describe.variance import final_members
 from tune_gems.analysis.pairs.pairing import build_cells
@@ -90,9 +91,8 @@ def lead_section(images: dict[str, str]) -> list[str]:
 def plot_tables(result: Any) -> dict[str, pd.DataFrame]:
     """{CSV name: table} of the lead plots for an `AnalysisResult` (its experiment and settings)."""
     exp, s = result.experiment, result.settings
-    last_k = s.get("last_k", defaults.LAST_K)
     cells = build_cells(exp.trials, exp.members, exp.arms)
-    pairs = paired_seed_table(cells, list(exp.gems), exp.members, last_k=last_k,
+    pairs = paired_seed_table(cells, list(exp.gems), exp.members, last_k=Thresholds.of_settings(s).window_length,
                               placebo_weight=s.get("placebo_weight", defaults.PLACEBO_WEIGHT))
     return {
         FINAL_VERDICTS_CSV: final_verdict_table(result.verdicts, getattr(result, "placebo", None)),
@@ -145,7 +145,8 @@ def confirmation_data(trials: pd.DataFrame) -> str:
 def analysis_figures(result: Any, tables: dict[str, pd.DataFrame]) -> dict[tuple[str, str], Figure | None]:
     """{(title, PNG name): figure} of every plot (None: nothing to draw): the lead plots first."""
     exp, s = result.experiment, result.settings
-    last_k = s.get("last_k", defaults.LAST_K)
+    # the axis says "mean of the last k epochs" only where that is the verdict's window
+    last_k = s.get("last_k", defaults.LAST_K) if s.get("window", defaults.WINDOW) == "last-k" else None
     pairs = tables[PAIRED_SEEDS_CSV]
     metric = str(pairs["metric"].iloc[0]) if len(pairs) else defaults.METRIC
     mode = searched_mode(exp.paths[0]) if len(exp.paths) == 1 else "max"

@@ -4,7 +4,7 @@ Each plot draws one of these tables and nothing else, so a reader can check a fi
 its numbers and a test can read the plotted data back from the figure and compare:
 
 - `paired_seed_table`: per gem, every seed pair of the verdict's own comparison (the same cells,
-  metric, last-k window and placebo filter as `verdicts.gem_verdicts`, through
+  metric, epoch window and placebo filter as `verdicts.gem_verdicts`, through
   `pairing.paired`): the measured and the wired member's value, their fold and seed, whether
   either diverged, whether the pair ties;
 - `learning_curve_table`: the verdict metric per epoch over each arm's seeds (median and
@@ -58,6 +58,8 @@ class VerdictColumns:
     pooled_high: str = "pooled_ci_high"
     pooled_level: str = "pooled_ci_level"
     periods: str = "periods_informative"
+    histories: str = "histories"
+    folds: str = "folds"
     held_out_effect: str = "test_effect"
     held_out_low: str = "test_ci_low"
     held_out_high: str = "test_ci_high"
@@ -74,14 +76,17 @@ SEEDS_DECIDED = "seeds"
 NO_DESIGN_DECIDED = "no design"
 """`decided_by` of a contrast without a designed comparison (no interval)."""
 
-PAIR_COLUMNS = ["gem", "metric", "experiment", "trial_id", "fold", "seed", "seed_index", "arm_measured", "arm_wired",
+PAIR_COLUMNS = ["gem", "metric", "experiment", "trial_id", "history", "fold", "seed", "seed_index", "arm_measured", "arm_wired",
                 "measured", "wired", "measured_diverged", "wired_diverged", "difference", "tied"]
-CURVE_COLUMNS = ["experiment", "trial_id", "arm", "config_label", "fold", "epoch", "metric", "n_seeds", "median",
+CURVE_COLUMNS = ["experiment", "trial_id", "arm", "config_label", "history", "fold", "epoch", "metric", "n_seeds", "median",
                  "q25", "q75", "never_traded"]
 TURNOVER_COLUMN = "val_turnover"
 """A member's validation turnover (docs/evaluation.md): 0 when it never traded."""
 PROFILE_COLUMNS = ["gem", "side", "tau", "share_above", "n"]
-IMPROVEMENT_COLUMNS = ["gem", "probability", "paired_probability", "n_pairs", "folds", "tied_share"]
+IMPROVEMENT_COLUMNS = ["gem", "probability", "paired_probability", "n_pairs", "folds", "histories", "tied_share"]
+PERIOD_KEYS = ["history", "fold"]
+"""What makes a validation period: a fold of a price history (each history its own market; one
+history: `history` 0)."""
 PROFILE_POINTS = 101
 """Thresholds per performance profile: an even grid over the range of the plotted values."""
 TIE_TOLERANCE = 0.0
@@ -89,9 +94,10 @@ TIE_TOLERANCE = 0.0
 
 
 def paired_seed_table(cells: Cells, gems: Sequence[GemEntry], members: pd.DataFrame, *,
-                      last_k: int = defaults.LAST_K, placebo_weight: float = defaults.PLACEBO_WEIGHT,
+                      last_k=defaults.LAST_K, placebo_weight: float = defaults.PLACEBO_WEIGHT,
                       metric: str = defaults.METRIC) -> pd.DataFrame:
-    """Every seed pair of each gem's wiring comparison (module docstring), one row per pair."""
+    """Every seed pair of each gem's wiring comparison (module docstring), one row per pair; `last_k`
+    the window's length, or the verdict's window (`Thresholds.window_length`)."""
     column, _ = verdict_metric(members, metric)
     t = cells.table.set_index("cell")
     rows = []
@@ -114,7 +120,7 @@ def paired_seed_table(cells: Cells, gems: Sequence[GemEntry], members: pd.DataFr
             both = not vh["diverged"] and not vl["diverged"]
             rows.append({
                 "gem": g.name, "metric": column, "experiment": lo["experiment"], "trial_id": lo["trial_id"],
-                "fold": int(lo["fold"]), "seed": lo["seed"], "seed_index": int(lo["seed_index"]),
+                "history": int(lo["history"]), "fold": int(lo["fold"]), "seed": lo["seed"], "seed_index": int(lo["seed_index"]),
                 "arm_measured": lo["arm"], "arm_wired": hi["arm"], "measured": measured, "wired": wired,
                 "measured_diverged": bool(vl["diverged"]), "wired_diverged": bool(vh["diverged"]),
                 "difference": wired - measured if both else np.nan,
@@ -134,9 +140,10 @@ def learning_curve_table(members: pd.DataFrame, *, metric: str = defaults.METRIC
         return pd.DataFrame(columns=CURVE_COLUMNS)
     m = members.copy()
     m["arm"] = m["arm"].astype(str) if "arm" in m.columns else "default"
-    m["fold"] = pd.to_numeric(m["fold"], errors="coerce").fillna(0).astype(int) if "fold" in m.columns else 0
+    for key in PERIOD_KEYS:
+        m[key] = pd.to_numeric(m[key], errors="coerce").fillna(0).astype(int) if key in m.columns else 0
     m["_v"] = m[column].astype(float).where(np.isfinite(m[column].astype(float)))
-    keys = ["experiment", "trial_id", "arm", "fold", "epoch"]
+    keys = ["experiment", "trial_id", "arm", *PERIOD_KEYS, "epoch"]
     g = m.groupby(keys, sort=True)
     out = g["_v"].agg(n_seeds="count", median="median").reset_index()
     out["q25"] = g["_v"].quantile(0.25).to_numpy()
@@ -187,17 +194,20 @@ def probability_of_improvement(wired: np.ndarray, measured: np.ndarray) -> float
 
 
 def improvement_table(pairs: pd.DataFrame) -> pd.DataFrame:
-    """Per gem: the probability of improvement, averaged over folds (module docstring)."""
+    """Per gem: the probability of improvement, averaged over the validation periods (each fold of
+    each price history: module docstring)."""
     rows = []
+    pairs = pairs if "history" in pairs.columns else pairs.assign(history=0)
     for gem, g in pairs.groupby("gem", sort=False):
         unpaired, within = [], []
-        for _, f in g.groupby("fold"):
+        for _, f in g.groupby(PERIOD_KEYS):
             w = np.where(f["wired_diverged"], -np.inf, f["wired"].astype(float))
             m = np.where(f["measured_diverged"], -np.inf, f["measured"].astype(float))
             unpaired.append(probability_of_improvement(w, m))
             within.append(float(np.mean((w > m) + 0.5 * (w == m))))
         rows.append({"gem": gem, "probability": float(np.mean(unpaired)), "paired_probability": float(np.mean(within)),
-                     "n_pairs": int(len(g)), "folds": int(g["fold"].nunique()), "tied_share": float(g["tied"].mean())})
+                     "n_pairs": int(len(g)), "folds": int(g["fold"].nunique()), "histories": int(g["history"].nunique()),
+                     "tied_share": float(g["tied"].mean())})
     return pd.DataFrame(rows, columns=IMPROVEMENT_COLUMNS)
 
 
@@ -220,8 +230,10 @@ def decided_interval(r: Any, c: VerdictColumns = VERDICT_READ) -> dict[str, Any]
     too few periods pool one), else the seeds' family-wise ones; `decided_by` says which."""
     pooled = _value(r, c.pooled_effect)
     if np.isfinite(pooled):
-        periods = _value(r, c.periods)
-        return dict(decided_by=f"pooled over {int(periods)} periods" if np.isfinite(periods) else "pooled over periods",
+        periods, histories = _value(r, c.periods), _value(r, c.histories)
+        over = (f"pooled over {int(histories)} histories x {int(_value(r, c.folds))} folds" if histories >= 2 else
+                f"pooled over {int(periods)} periods" if np.isfinite(periods) else "pooled over periods")
+        return dict(decided_by=over,
                     effect=pooled, ci_low=_value(r, c.pooled_low), ci_high=_value(r, c.pooled_high),
                     ci_level=_value(r, c.pooled_level), periods=periods)
     seeds = _value(r, c.seeds)

@@ -353,10 +353,16 @@ def _flat_reason(panel: pd.DataFrame) -> str:
     return f"{FLAT_AT_ZERO}: the median seed's Sharpe is exactly 0 at every epoch (constant returns: no position held)"
 
 
-def _panels(curves: pd.DataFrame, order: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[int], int]:
-    """(trials drawn, folds, trials left out): the first trials of `order` that have curves, as
-    many as MAX_CURVE_PANELS allows with every fold."""
-    folds = sorted(int(f) for f in curves["fold"].unique())
+def _history(curves: pd.DataFrame) -> pd.Series:
+    """Each curve row's price history (0 in a table without the column: one history)."""
+    return curves["history"].astype(int) if "history" in curves.columns else pd.Series(0, index=curves.index)
+
+
+def _panels(curves: pd.DataFrame, order: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[tuple[int, int]],
+                                                                              int]:
+    """(trials drawn, (history, fold) periods, trials left out): the first trials of `order` that
+    have curves, as many as MAX_CURVE_PANELS allows with every fold of every price history."""
+    folds = sorted(set(zip(_history(curves).tolist(), curves["fold"].astype(int).tolist())))
     have = list(dict.fromkeys(zip(curves["experiment"], curves["trial_id"])))
     ranked = [k for k in order if k in have] + [k for k in have if k not in order]
     n = max(1, MAX_CURVE_PANELS // len(folds))
@@ -371,6 +377,7 @@ def learning_curves(curves: pd.DataFrame, order: Sequence[tuple[str, str]] = (),
     if curves is None or not len(curves):
         return None
     trials, folds, left_out = _panels(curves, order)
+    several = len({h for h, _ in folds}) > 1  # several price histories: a column per fold of each
     fig = new_figure(4.2 * len(folds) + 1.5, 2.9 * len(trials) + 0.8)
     axes = fig.subplots(len(trials), len(folds), squeeze=False)
     column = str(curves["metric"].iloc[0])
@@ -380,14 +387,15 @@ def learning_curves(curves: pd.DataFrame, order: Sequence[tuple[str, str]] = (),
         arms = list(dict.fromkeys(t["arm"]))
         labels = t.drop_duplicates("arm").set_index("arm")["config_label"].reindex(arms).astype(str).tolist()
         shown = dict(zip(arms, short_labels(labels) if len(arms) > 1 else labels))
-        for j, fold in enumerate(folds):
+        for j, (hist, fold) in enumerate(folds):
             ax = axes[i, j]
+            period = t[(t["fold"] == fold) & (_history(t) == hist)]
             for k, arm in enumerate(arms):
-                c = t[(t["arm"] == arm) & (t["fold"] == fold)].sort_values("epoch")
+                c = period[period["arm"] == arm].sort_values("epoch")
                 if not len(c):
                     continue
                 color = f"C{k % 10}"
-                gid = f"{trial}:{arm}:{fold}"
+                gid = f"{trial}:{arm}:{hist}/{fold}" if several else f"{trial}:{arm}:{fold}"
                 (line,) = ax.plot(c["epoch"], c["median"], color=color, marker="o", ms=3,
                                   label=f"{arm}: {shown[arm]}" if shown[arm] != arm else arm)
                 line.set_gid(f"curve:{gid}")
@@ -399,9 +407,10 @@ def learning_curves(curves: pd.DataFrame, order: Sequence[tuple[str, str]] = (),
             ax.set_xlabel("epoch")
             ax.set_ylabel(metric_axis(column, sep="\n"), fontsize=8)
             name = (titles or {}).get((exp, trial), f"trial {trial}")
-            why = _flat_reason(t[t["fold"] == fold])
+            why = _flat_reason(period)
             flat += bool(why)
-            ax.set_title(name + (f", fold {fold}" if len(folds) > 1 else "") + (f"\n{why}" if why else ""), fontsize=9)
+            where = f", history {hist} fold {fold}" if several else f", fold {fold}" if len(folds) > 1 else ""
+            ax.set_title(name + where + (f"\n{why}" if why else ""), fontsize=9)
             ax.legend(fontsize=6, loc="best")
     more = f"; {left_out} more trial(s) in learning_curves.csv" if left_out else ""
     flat_note = f"\n{flat} of {len(trials) * len(folds)} panel(s) {FLAT_AT_ZERO} (see each panel's title)" if flat else ""

@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis.rules.seed import NO_DESIGN
-from tune_gems.analysis.rules.words import NULL_ARM_OK
+from tune_gems.analysis.rules.words import INSUFFICIENT, NULL_ARM_OK
 from tune_gems.analysis.render.figures import lead_section
+from tune_gems.analysis.render.plot_tables import decided_interval
 from tune_gems.analysis.text import format_interval, format_number, markdown_table
 from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
 
@@ -38,19 +39,23 @@ def evidence_line(r: Any) -> str:
 
 
 def verdict_line(r: Any) -> str:
-    """The gem block's first line: the verdict's word (and the seeds' where the gates changed
-    it), the effect that decided with its interval, and the MDE of the test that decided (with
+    """The gem block's first line: the verdict's word (and the discovery's where the held-out
+    stage withheld it, else the seeds' where the gates changed it), the effect that decided with its interval, and the MDE of the test that decided (with
     walk-forward folds the pooled estimate; else the seed rule's)."""
     if format_number(r.get("n_seeds"), "g") in ("-", "0"):
         return f"{r['gem']}: {r['verdict']} - design: none"
-    seed_word = r.get("seed_verdict")
-    changed = f" (seeds alone: {seed_word})" if isinstance(seed_word, str) and seed_word and seed_word != r["verdict"] else ""
+    seed_word, found = r.get("seed_verdict"), r.get("discovery_verdict")
+    if isinstance(found, str) and found and found != r["verdict"]:  # the held-out stage withheld it
+        changed = f" (the discovery: {found})"
+    else:
+        changed = f" (seeds alone: {seed_word})" if isinstance(seed_word, str) and seed_word and seed_word != r["verdict"] else ""
     if _finite(r, "pooled_effect"):
         level = format_number(100 * float(r.get("pooled_ci_level", float("nan"))), ".1f")
         interval = format_interval(r.get("pooled_ci_low"), r.get("pooled_ci_high"))
         effect = (f"pooled effect {format_number(r.get('pooled_effect'), '+.3g')} "
                   + (f"{interval} ({level}%, " if interval != "-" else "(no interval, ")
-                  + f"over {format_number(r.get('periods_informative'), '.0f')} periods)")
+                  + f"over {format_number(r.get('periods_informative'), '.0f')} "
+                  + ("histories)" if _finite(r, "histories") and float(r["histories"]) >= 2 else "periods)"))
     else:
         effect = (f"effect {format_number(r.get('effect'), '+.3g')} {format_interval(r.get('ci_low'), r.get('ci_high'))} "
                   f"({format_number(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise, over seeds; pseudo-median)")
@@ -127,7 +132,8 @@ def _percent(share: Any) -> str:
 
 
 def _held_out_part(r: Any) -> str:
-    """The held-out test segment's re-estimate of a keep wired / harmful (issue 20)."""
+    """The held-out test segment's second stage of a keep wired / harmful (issue 37 item 4): its
+    effect, its interval at the confirmation's level and what it found."""
     held = r.get("held_out")
     if not isinstance(held, str) or not held:
         return ""
@@ -144,13 +150,19 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
     """The verdicts for a terminal: an aligned table, each gem's evidence line and reason, the
     placebo arms and the redundancy findings. `verbose` False leaves out each gem's `why:` line
     (the full chain, in verdicts.csv: `tune-gems analyze --verbose` prints it)."""
-    header = ["gem", "verdict", "seeds", "effect", "mean", "CI", "market CI", "Holm p", "TOST p", "MDE", "excess/loss"]
+    # the numbers a user decides by lead (LEAD_COLUMNS), the seeds' detail follows
+    header = ["gem", "verdict", "effect", "CI", "decided by", "MDE", "held-out", "family", "seeds", "seed effect", "mean",
+              "seed CI", "market CI", "Holm p", "TOST p", "excess/loss"]
     rows = [header]
     for _, r in df.iterrows():
-        rows.append([str(r["gem"]), str(r["verdict"]), format_number(r.get("n_seeds"), "g"), format_number(r.get("effect"), "+.3g"),
+        d = decided_interval(r)
+        rows.append([str(r["gem"]), str(r["verdict"]), format_number(d["effect"], "+.3g"),
+                     format_interval(d["ci_low"], d["ci_high"]), str(d["decided_by"]), format_number(r.get("mde")),
+                     format_number(r.get("test_effect"), "+.3g"), format_number(r.get("family_size"), "g"),
+                     format_number(r.get("n_seeds"), "g"), format_number(r.get("effect"), "+.3g"),
                      format_number(r.get("mean_effect"), "+.3g"),
                      format_interval(r.get("ci_low"), r.get("ci_high")), market_interval(r), format_number(r.get("p_adjusted"), ".2g"),
-                     format_number(r.get("tost_p_adjusted"), ".2g"), format_number(r.get("mde")), format_number(r.get("excess_median"))])
+                     format_number(r.get("tost_p_adjusted"), ".2g"), format_number(r.get("excess_median"))])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -166,7 +178,9 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
             kind = r.get("kind") if isinstance(r.get("kind"), str) else "placebo"
             what = f"placebo {r['gem']} (wired at ~0 weight)" if kind == "placebo" else kind
             vacuous = ("" if bool(r.get("informative", True)) else
-                       f" ** uninformative: {format_number(100 * float(r['tied_share']), '.0f')}% of the pairs tie (identical outcomes): it tests nothing **")
+                       f" ** uninformative: {format_number(100 * float(r['tied_share']), '.0f')}% of the pairs tie (identical outcomes)"
+                       f"{'' if r['verdict'] != INSUFFICIENT else ', too few informative pairs for any test'}: it tests nothing, "
+                       "it passes nothing **")
             lines.append(f"{what}: {r['verdict']}{'' if ok else ' ** the rule is not calibrated for this learner **'}"
                          f" - effect {format_number(r['effect'], '+.3g')} {format_interval(r['ci_low'], r['ci_high'])}, p {format_number(r['p_value'], '.2g')}, "
                          f"spread sd {format_number(r['sd_diff'])}, IQR {format_number(r['iqr_diff'])} over {int(r['n_seeds'])} seeds{vacuous}")
@@ -260,17 +274,33 @@ def _periods_section(v: pd.DataFrame, folds: pd.DataFrame | None = None) -> list
 
 def _window_words(settings: dict[str, Any]) -> str:
     """The verdict metric's epoch window, in words, from the analysis settings."""
-    from dataclasses import fields
-
     from tune_gems.analysis.rules.thresholds import Thresholds
 
-    names = {f.name for f in fields(Thresholds)}
-    return Thresholds(**{k: v for k, v in settings.items() if k in names}).window_text()
+    return Thresholds.of_settings(settings).window_text()
 
 
-REPORT_VERDICT_COLUMNS = ("gem", "verdict", "n_seeds", "tied_share", "effect", "mean_effect", "ci_low", "ci_high",
-                          "p_adjusted", "mde")
+LEAD_COLUMNS = ("gem", "verdict", "decided_by", "decided_effect", "decided_ci_low", "decided_ci_high", "mde",
+                "test_effect", "held_out", "family_size")
+"""The numbers a user decides by, once (issue 37 item 5): the final word, the estimate and
+interval of the test that decided it (`decided_by`: the pooled test over periods, or the seeds),
+the MDE of that rule, the held-out test segment's effect and what the second stage found, and
+the size of the family the word was decided in. verdicts.csv, the terminal table and report.md
+lead with them; the per-seed and per-fold detail follows."""
+
+REPORT_VERDICT_COLUMNS = (*LEAD_COLUMNS, "n_seeds", "tied_share", "p_adjusted")
 """The report's verdict summary; the full evidence is verdicts.csv."""
+
+
+def lead_verdict_columns(v: pd.DataFrame) -> pd.DataFrame:
+    """verdicts.csv with the decided estimate and interval (`plot_tables.decided_interval`, the one
+    reading of which test decided) and LEAD_COLUMNS first, every other column after in its order."""
+    v = v.copy()
+    decided = [decided_interval(r) for _, r in v.iterrows()]
+    v["decided_by"] = [d["decided_by"] for d in decided]
+    for key in ("effect", "ci_low", "ci_high"):
+        v[f"decided_{key}"] = [d[key] for d in decided]
+    lead = [c for c in LEAD_COLUMNS if c in v.columns]
+    return v[lead + [c for c in v.columns if c not in lead]]
 
 
 def render_report(result: Any, images: dict[str, str], settings: dict[str, Any]) -> str:
@@ -300,7 +330,7 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
         )
     lines.append(markdown_table(pd.DataFrame(rows)))
 
-    v = result.verdicts
+    v = result.verdicts if "decided_by" in result.verdicts.columns else lead_verdict_columns(result.verdicts)
     lines += ["", "## Verdicts", ""]
     lines.append(
         "Effects come only from designed comparisons: members that differ in one gem's mode alone, "
@@ -308,14 +338,20 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
         f"{_window_words(settings)}, wired minus measured, a diverged member counted as the worst "
         "outcome; pairs that tie exactly (identical outcomes) are left out of every test (`tied_share`, "
         "`zero_turnover_share`), and too few informative pairs read `insufficient data`; "
-        "Wilcoxon signed-rank with its Hodges-Lehmann interval (the seed interval), Holm over the gems. "
+        "Wilcoxon signed-rank with its Hodges-Lehmann interval (the seed interval), Holm over the design's family "
+        "(every main effect it varies, gems and factors alike: `family_size`; factors.csv has the same words). "
+        "More than half of a contrast's pairs tied: no `equivalent` or `delete` (`insufficient data`, mostly tied). "
         "The estimand (`effect`) is the pseudo-median of the per-seed differences (Hodges-Lehmann: the median of "
         "their Walsh averages), not the mean; `mean_effect` beside it is the mean over the seeds where nobody diverged. "
         "On one price history (a real series, or synthetic `paths: shared`) each difference also gets a "
         "market-noise interval at the same level (`market_ci_low`, `market_ci_high`: a stationary block bootstrap "
         "of the validation period over the saved per-step returns); a `keep wired` or `harmful` that it does "
-        "not confirm reads `inconclusive` (`seed_verdict` keeps the seeds' word). Test metrics "
-        "are shown (`test_effect`), never used."
+        "not confirm reads `inconclusive` (`seed_verdict` keeps the seeds' word). A discovery `keep wired` / "
+        "`harmful` is final only where the held-out test segment confirms it (one-sided at alpha / m, the test "
+        "period's spread in its standard error; else `not confirmed on held-out data`, `discovery_verdict` keeps "
+        "the discovery's word); the test segment chooses nothing else. Each row leads with the word, the estimate "
+        "and interval of the test that decided it (`decided_by`), that rule's MDE, the held-out effect and the "
+        "family size; the seeds' detail follows."
     )
     for note in getattr(result, "notes", []):
         lines += ["", f"Note: {note}."]
@@ -391,8 +427,7 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
 
 
 FACTOR_REPORT_COLUMNS = ("kind", "factor", "contrast", "verdict", "reading", "n_seeds", "tied_share", "effect", "ci_low",
-                         "ci_high", "p_adjusted", "mde", "mde_floor", "pooled_effect", "pooled_ci_low", "pooled_ci_high",
-                         "gem_table_verdict")
+                         "ci_high", "p_adjusted", "mde", "mde_floor", "pooled_effect", "pooled_ci_low", "pooled_ci_high")
 """The report's factor table; every column is in factors.csv."""
 
 
@@ -409,8 +444,8 @@ def render_factor_section(factors: pd.DataFrame | None, settings: dict[str, Any]
              f"common seed: `model.*`, `trainer.*`, `gems.<g>.weight`, arms factors and list entries differing in one "
              f"key) gets its main effect by the gems' rule: seed-paired differences within each fold, the seed rule at "
              f"K = 1 (with the market-noise gates on one price history), the period rule at K >= 2, and Holm over the "
-             f"{m} gems and factors together (one family, alpha {settings.get('alpha', '')}). A gem's row can be more "
-             "cautious here than in the verdicts above (Holm over the gems alone): `gem_table_verdict` is that one. "
+             f"{m} contrasts of the family (every main effect of the design, gems and factors alike, alpha "
+             f"{settings.get('alpha', '')}): a gem's row is its verdict above, the same word, interval and Holm p. "
              "Largest effects first; nothing is left out (factors.csv has every column).", "",
              markdown_table(judged, list(FACTOR_REPORT_COLUMNS))]
     notes = [f"- {r['factor']} ({r['contrast']}): {r['power_note']}" for _, r in judged.iterrows()

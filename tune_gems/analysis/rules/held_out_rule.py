@@ -112,8 +112,9 @@ def confirm_on_held_out(verdict, test_effect, test_var, period_var, level, *, te
         dist = sps.t(np.where(np.isfinite(df), df, 1e12))
         p = dist.sf(sign * effect / se)  # a diverged side (+-inf) reads 0 or 1; no pairs (NaN) no p
         half = dist.ppf(1 - level) * se
+        low, high = effect - half, effect + half  # a diverged side (+-inf) with an infinite half: no bound
     known = applied & np.isfinite(p)
     confirmed = known & (p <= level)
     final = np.where(applied & ~confirmed, NOT_CONFIRMED, verdict)
-    return HeldOutDecision(final, level, se, df, np.where(applied, p, np.nan), np.where(applied, effect - half, np.nan),
-                           np.where(applied, effect + half, np.nan), applied, confirmed)
+    return HeldOutDecision(final, level, se, df, np.where(applied, p, np.nan), np.where(applied, low, np.nan),
+                           np.where(applied, high, np.nan), applied, confirmed)

@@ -1,9 +1,8 @@
 """A family's fold data and the period rule on it: the one K >= 2 decision every caller makes.
 
-Why its own module. The gem verdicts (`walk_forward.period_verdicts`), the factor table
-(`factor_rule.decide_effects`), the confirmation's simulated search (`search_choice`) and the
-period calibration (`walk_forward_calibration.run_periods`) must decide a family of contrasts
-over periods the same way: the per-fold effects on their informative pairs
+Why its own module. The rule's one composition (`decision.decide`, which the gem verdicts, the
+factor table, `confirm` and every calibration call) decides a family of contrasts over periods
+through it: the per-fold effects on their informative pairs
 (`pooling.fold_estimates`), the seeds' part shared by every fold (`pooling.seed_anova`,
 `pooling.shared_seed_variance`), the family pooled with tau shared where the contrasts agree
 (`pooling.pool_family`) and the period rule (`periods.decide_periods`). Before this module each
@@ -57,7 +56,13 @@ def informative_variance(d: np.ndarray) -> np.ndarray:
     """The sample variance of the finite informative differences (ties and NaN left out) along
     the last axis of d (NaN with fewer than two)."""
     d = np.asarray(d, float)
-    keep = np.isfinite(d) & ~is_tie(d)
+    return sample_variance(d, np.isfinite(d) & ~is_tie(d))
+
+
+def sample_variance(d: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The sample variance of the entries of d that `keep` marks, along the last axis (NaN with
+    fewer than two)."""
+    d = np.asarray(d, float)
     cnt = keep.sum(-1)
     x = np.where(keep, d, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -29,8 +29,8 @@ requiring both stacked two tests and put the rule far below its level (false kee
 Because the heterogeneity test gates both `inconsistent` and `heterogeneous`, their family-wise
 false-alarm rate in pure noise is the Holm-adjusted Q test's: at most alpha.
 
-Arrays in, words out: `walk_forward.period_verdicts` calls it on one experiment's gems,
-`walk_forward_calibration.rule_periods` on thousands of simulated families.
+Arrays in, words out: the rule's composition (`decision.decide`, through `period_family` and
+`histories`) calls it on one experiment's gems and on thousands of simulated families.
 """
 
 from __future__ import annotations

@@ -66,9 +66,9 @@ def fold_estimates(d: np.ndarray) -> dict[str, np.ndarray]:
     squared standard error read off its 95% signed-rank interval (inf where too few pairs for
     that interval, or where it collapsed), `p` the two-sided signed-rank p, `n_informative` and
     `tied_share`."""
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # a diverged side: an infinite interval, no se
         r = informative_rank_test(d, tail=FOLD_SE_TAIL)
-    se = (r["high"] - r["low"]) / (2 * sps.norm.ppf(1 - FOLD_SE_TAIL))
+        se = (r["high"] - r["low"]) / (2 * sps.norm.ppf(1 - FOLD_SE_TAIL))
     with np.errstate(invalid="ignore"):
         # an interval that collapsed (every informative pair the same difference, up to rounding)
         # says nothing about the fold's spread: unknown, like one too short for its level

@@ -1,46 +1,56 @@
-"""The power of the rule that decides: its minimum detectable effect, the seeds it needs, and the
-floor no seed count beats.
+"""The power of the rule that decides, in one place: its minimum detectable effect, the seeds it
+needs, and the floor no seed count beats (issue 36 item 3).
 
-Why. With K >= 2 validation periods the pooled test decides (`periods.decide_periods`), and
-its variance has a part that seeds cannot shrink: the periods' own spread tau^2 / K. Stating
-the seed rule's MDE there (issue 30: "0.173, about 68 seeds would detect +-0.1" where the
-deciding test's MDE was 0.38 and no seed count got below 0.29) sends a user to buy seeds that
-cannot help. So the power statement is made of the deciding test's parts:
+Why one module. Every statement of power (the MDE beside a verdict, the seeds that would reach
+the ROPE, the floor of periods or of one history's market noise, the seeds `tune-gems confirm`
+trains, the designs `tune-gems plan` prices, the MDE the calibrations check by simulation) must
+be the power of the test that decides, in the same units, or a user buys seeds that cannot help
+(issue 30: "0.173, about 68 seeds would detect +-0.1" where the deciding test's MDE was 0.38 and
+no seed count got below 0.29). Before, about twelve solvers in seven modules each did part of it;
+here one description of a comparison (`PowerInputs`), one MDE (`mde`), one floor (`floor`), one
+solver (`fewest_seeds`), one tie scaling (`seeds_to_run`) and one statement of all of them for
+a verdict row (`statement`).
 
-    se^2(K, n) = (tau^2 + (within - seed) / n) / K + seed / n
+The rule that decides, and so its MDE at power 1 - beta and first-Holm-step level a:
 
-- `period` tau^2: the period-to-period spread of the effect (the rule's DerSimonian-Laird
-  estimate, shared across the family when `pool_family` shares it);
-- `within`: one seed's variance inside a fold as the fold's rank interval reads it (n times the
-  fold effect's squared standard error, averaged over folds): seed and seed x fold noise;
-- `seed`: its part common to every fold (the seeds' share, `pooling.seed_anova`), which does
-  not average out over folds (`pool_family` adds it whole);
+- **one period (K = 1)**: the seed rule's signed-rank test (`inference.min_detectable_effect`: the
+  t quantiles with n - 1 df times the rank test's efficiency, divergence accounted for); on one
+  price history the verdict must also hold for the combined seed + market-noise interval (the
+  one-period gate), so the market-noise standard error adds its variance:
+  sqrt(seed MDE^2 + ((z_level + z_power) x market se)^2), the market part at `history_level` (a
+  confirmation on the search's one history takes it at the selection-adjusted level);
+- **K >= 2 periods**: the pooled test (`periods.decide_periods`; the seed test is no second gate),
+  with the variance parts of `PooledComponents`:
 
-and the MDE at power 1 - beta is (t_{1-a/2, df} + t_{1-beta, df}) x se, a the first Holm
-step's level (alpha / m; alpha / m one-sided with the one-sided keep test), df the rule's
-degrees of freedom (K - 1 per contrast, or the family's shared df scaled to K). With seeds -> infinity
-the MDE falls to its **floor**, (t + t) x tau / sqrt(K): when that exceeds the target, only more
-periods help ("more periods, not more seeds"). The period calibration checks the stated MDE
-against simulated power (`walk_forward_calibration`).
+      se^2(K, n) = (tau^2 + (within - seed) / n) (1/K + lambda) + seed / n
 
-With folds that share training rows the fold-level part gets Nadeau-Bengio's (1/K + n2/n1)
-instead of 1/K (`PooledComponents.overlap`, `rules.overlap`); over several price histories the
-nested rule's MDE is `history_mde` (`HistoryComponents`, `rules.histories`).
+  (`period` tau^2 the period-to-period spread; `within` one seed's variance inside a fold;
+  `seed` its part common to every fold, which averaging folds does not shrink; lambda the folds'
+  overlap, NB's n2 / n1, 0 without) and the MDE (t_{1-a/2, df} + t_{1-beta, df}) x se, df the
+  rule's degrees of freedom (one-sided: t_{1-a}). With seeds -> infinity it falls to the **floor**
+  (t + t) x tau / sqrt(K): when that exceeds the target, only more periods help ("more periods,
+  not more seeds");
+- **several price histories**: the nested rule's `history_mde` (`HistoryComponents`).
 
-Pure functions of numbers: the verdicts (`walk_forward.py`), the plan step (`analysis/plan.py`)
-and the calibration call them.
+These are large-sample statements of a rule that is itself checked by simulation (the
+calibrations' power at the stated MDE); they say which design can decide, not the exact power.
+Pure functions of numbers: the verdicts, the factor table, `confirm`, `plan` and the
+calibrations call them.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats as sps
 
+from tune_gems.analysis.text import format_number
+from tune_gems.stats.inference import min_detectable_effect, smallest_p
+
 N_MAX = 100_000
-"""Largest seed count searched for `seeds_needed` (+inf beyond: effectively never)."""
+"""Largest seed count the solver searches (`fewest_seeds`; +inf beyond: effectively never)."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +89,8 @@ def components(var, n_informative, seed_share, tau2, theta=None, sample_var=None
     none (a fold variance unknown: the contrast pooled with equal weights) and the fold effects
     `theta` are given, the moment estimate max(0, their variance - (within - seed) / n)."""
     var, n = np.asarray(var, float), np.asarray(n_informative, float)
-    per_seed = var * n
+    with np.errstate(invalid="ignore"):  # a fold without informative pairs: inf x 0, no variance
+        per_seed = var * n
     if sample_var is not None:  # a fold without a finite rank interval: its sample variance
         with np.errstate(invalid="ignore"):
             per_seed = np.where(np.isfinite(var), per_seed, RANK_EFFICIENCY * np.asarray(sample_var, float))
@@ -127,47 +138,29 @@ def mde_floor(c: PooledComponents, periods, *, df, level, power: float, one_side
     return float(out) if out.ndim == 0 else out
 
 
-def pooled_seeds_needed(c: PooledComponents, periods: int, effect: float, *, df: float, level: float, power: float,
-                        one_sided: bool = False, n_max: int = N_MAX) -> float:
-    """Fewest informative pairs per fold whose pooled MDE is at most `effect`; +inf when the
-    floor (`mde_floor`) is above it or beyond `n_max`; NaN when it cannot be stated."""
-    kw = dict(df=df, level=level, power=power, one_sided=one_sided)
-    if not (effect > 0) or not math.isfinite(t_multiplier(df, level, power, one_sided)):
-        return math.nan
-    if pooled_mde(c, periods, n_max, **kw) > effect:
-        return math.inf
-    lo, hi = 1, n_max
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if pooled_mde(c, periods, mid, **kw) <= effect else (mid, hi)
-    return float(hi)
+def seeds_would_detect(seeds: float, target: float) -> str:
+    """The seeds that would detect the target, in words (the seed rule's power statement)."""
+    return f"about {format_number(seeds, '.0f', missing='nan')} seeds would detect +-{target:g}"
 
 
-def scaled_df(df: float, periods_from: int, periods_to: int) -> float:
-    """The rule's degrees of freedom at another period count: (K - 1) x df / (K_from - 1) (a
-    family that shares tau keeps its contrasts-per-period ratio)."""
-    if periods_from < 2 or not math.isfinite(df):
-        return float(periods_to - 1)
-    return float(df) * (periods_to - 1) / (periods_from - 1)
-
-
-def periods_needed(c: PooledComponents, seeds: float, effect: float, *, df_per_period: float, level: float,
-                   power: float, one_sided: bool = False, k_max: int = 64) -> float:
-    """Fewest periods K (>= 2) at `seeds` pairs per fold whose pooled MDE is at most `effect`
-    (df = df_per_period x (K - 1)); +inf beyond `k_max`."""
-    for k in range(2, k_max + 1):
-        if pooled_mde(c, k, seeds, df=df_per_period * (k - 1), level=level, power=power, one_sided=one_sided) <= effect:
-            return float(k)
-    return math.inf
-
-
-def advice(mde: float, floor: float, target: float, seeds_needed: float) -> str:
-    """What the power statement implies, in words."""
+def advice(mde: float, floor: float, target: float, seeds_needed: float, *, market: bool = False,
+           histories: bool = False) -> str:
+    """What the power statement implies, in words: over periods, whether the design reaches the
+    target, or the seeds per fold that would, or that only more periods would (over several price
+    histories, `histories`: more histories); on one history with a market-noise interval (`market`),
+    the seeds that would or that no seed count does."""
+    if market:
+        return (f"no seed count reaches +-{target:g} on this history's market noise: more periods (data.folds) "
+                "or histories, not more seeds" if not math.isfinite(seeds_needed) else
+                seeds_would_detect(seeds_needed, target))
     if not math.isfinite(mde):
         return ""
     if mde <= target:
         return f"the design detects +-{target:g}"
     if not math.isfinite(seeds_needed) or floor > target:
+        if histories:
+            return (f"no seed count reaches +-{target:g}: with infinitely many seeds the MDE is {floor:.3g} "
+                    "(the histories' and periods' spreads); more price histories, not more seeds")
         return (f"no seed count reaches +-{target:g}: with infinitely many seeds the MDE is {floor:.3g} "
                 "(the periods' spread); more periods, not more seeds")
     return f"about {seeds_needed:.0f} seeds per fold would detect +-{target:g}"
@@ -205,3 +198,200 @@ def history_mde(c: HistoryComponents, histories, folds, seeds, *, df, level, pow
         out = t_multiplier(df, level, power, one_sided) * c.se(histories, folds, seeds)
     out = np.where((np.asarray(seeds) > 0) & (np.asarray(histories) >= 2) & (np.asarray(folds) >= 1), out, np.nan)
     return float(out) if out.ndim == 0 else out
+
+
+# -- one comparison: its design, its MDE, its floor, the seeds it needs --------------------------------
+
+
+@dataclass(frozen=True)
+class PowerInputs:
+    """What the power statement of one comparison reads: its seeds and periods and the spreads they
+    were measured with. `n` seeds (informative pairs; at K >= 2 per fold, a mean: not always whole),
+    `sd` the spread of the (fold-averaged) per-seed differences, `p_div` the per-side divergence
+    rate; with `folds` >= 2 the pooled components (`tau2` the period-to-period variance of the fold
+    effects, `within` one seed's variance inside a fold as the fold's rank interval reads it,
+    default `fold_sd`^2 x pi / 3, `seed` its part common to every fold) and `df` the pooled test's
+    degrees of freedom (NaN: K - 1), `overlap` the folds' lambda (`PooledComponents.overlap`: folds
+    that share training rows; 0: none); on one price history at K = 1, `market_se` the market-noise
+    standard error of the difference (0: none, e.g. per-seed paths). Over `histories` >= 2 price
+    histories the nested rule decides (`history_mde`): `history_tau2` the spread between histories,
+    `tau2` and `within` a history's fold components, `seed` the part common to every history and
+    fold, `df` the histories' degrees of freedom (NaN: H - 1), `n` the seeds per fold of a history,
+    `overlap` the lambda of a history's folds (the first stage's)."""
+
+    n: float
+    sd: float = math.nan
+    p_div: float = 0.0
+    folds: int = 1
+    fold_sd: float = math.nan
+    tau2: float = 0.0
+    market_se: float = 0.0
+    within: float = math.nan
+    seed: float = 0.0
+    df: float = math.nan
+    overlap: float = 0.0
+    histories: int = 1
+    history_tau2: float = 0.0
+
+    @property
+    def pooled_over(self) -> bool:
+        """Whether a pooled test decides (several periods, or several price histories)."""
+        return self.folds >= 2 or self.histories >= 2
+
+    def history_components(self) -> HistoryComponents:
+        """The nested rule's components of the comparison (several price histories)."""
+        c = self.components()
+        return HistoryComponents(self.history_tau2 if math.isfinite(self.history_tau2) else 0.0, c.period, c.within,
+                                 c.seed, c.overlap)
+
+    @property
+    def history_df(self) -> float:
+        return float(self.df) if math.isfinite(self.df) and self.df > 0 else float(self.histories - 1)
+
+    def with_seeds(self, n) -> "PowerInputs":
+        """The same comparison at `n` seeds (the spreads are per seed, so they stay)."""
+        return replace(self, n=n)
+
+    def components(self) -> PooledComponents:
+        """The pooled components of the comparison."""
+        within = self.within if math.isfinite(self.within) else self.fold_sd**2 * RANK_EFFICIENCY
+        tau2 = self.tau2 if math.isfinite(self.tau2) else 0.0
+        return PooledComponents(tau2, within, self.seed if math.isfinite(self.seed) else 0.0, self.overlap)
+
+    @property
+    def pooled_df(self) -> float:
+        return float(self.df) if math.isfinite(self.df) and self.df > 0 else float(self.folds - 1)
+
+
+def _z(level: float, power: float) -> float:
+    return float(sps.norm.ppf(1 - level / 2) + sps.norm.ppf(power))
+
+
+def mde(d: PowerInputs, level: float, power: float, *, one_sided: bool = False,
+        history_level: float | None = None) -> float:
+    """The MDE of the deciding rule for comparison `d` (module docstring) at `level` (the first
+    Holm step of its family: two-sided for the seed rule, whose one-sided keep test is the
+    two-sided one at twice the level; the pooled test's tails by `one_sided`) and `power`;
+    `history_level` the level of the history's part, the market-noise part at K = 1 and the pooled
+    test at K >= 2 (default `level`). +inf when the seeds cannot reach `level` at all (or, over
+    periods, without a within-fold spread); NaN without a spread."""
+    h_level = level if history_level is None else history_level
+    if d.histories >= 2:  # the nested rule over price histories (`rules.histories`)
+        if not (d.n > 0 and math.isfinite(d.components().within)):
+            return math.inf if d.n > 0 else math.nan
+        return float(history_mde(d.history_components(), d.histories, max(d.folds, 1), d.n, df=d.history_df,
+                                 level=h_level, power=power, one_sided=one_sided))
+    if d.folds >= 2:
+        c = d.components()
+        if not (d.n > 0 and math.isfinite(c.within)):
+            return math.inf if d.n > 0 else math.nan
+        return float(pooled_mde(c, d.folds, d.n, df=d.pooled_df, level=h_level, power=power, one_sided=one_sided))
+    if d.n < 2 or not math.isfinite(d.sd):
+        return math.nan
+    seed = min_detectable_effect(d.sd, int(d.n), level, power, d.p_div)
+    if d.market_se > 0 and math.isfinite(seed):
+        return float(math.hypot(seed, _z(h_level, power) * d.market_se))
+    return float(seed)
+
+
+def floor(d: PowerInputs, level: float, power: float, *, one_sided: bool = False) -> float:
+    """`mde` with infinitely many seeds: over periods (t + t) x tau / sqrt(K), which only more
+    periods lower; on one history (K = 1) the market-noise part alone, which only more periods or
+    histories lower (0 without a market-noise interval); over several price histories the nested
+    rule's with seeds without end (the histories' and periods' spreads)."""
+    if d.histories >= 2:
+        return float(history_mde(d.history_components(), d.histories, max(d.folds, 1), math.inf, df=d.history_df,
+                                 level=level, power=power, one_sided=one_sided))
+    if d.folds >= 2:
+        return float(mde_floor(d.components(), d.folds, df=d.pooled_df, level=level, power=power, one_sided=one_sided))
+    return float(_z(level, power) * d.market_se)
+
+
+def fewest_seeds(d: PowerInputs, target: float, level: float, power: float, *, one_sided: bool = False,
+                 history_level: float | None = None, n_min: int = 2, n_max: int = N_MAX) -> float:
+    """The one solver: the fewest seeds (informative pairs; per fold at K >= 2) in [n_min, n_max]
+    whose `mde` is at most `target`: +inf when even `n_max` seeds are not enough (a floor of
+    periods or market noise above the target, or too few seeds); NaN when it cannot be stated (no
+    target, or no spread to plan with). The MDE falls with the seeds, so a bisection: O(log n_max)
+    evaluations, bounded memory at any spread."""
+    def at(n: int) -> float:
+        return mde(d.with_seeds(n), level, power, one_sided=one_sided, history_level=history_level)
+
+    if not (target > 0):
+        return math.nan
+    top = at(n_max)
+    if top > target:  # +inf included: n_max seeds cannot reach the level
+        return math.inf
+    if not top > 0:  # NaN, or no spread at all: nothing to plan with
+        return math.nan
+    if at(n_min) <= target:
+        return float(n_min)
+    lo, hi = n_min, n_max
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if at(mid) <= target else (mid, hi)
+    return float(hi)
+
+
+def informative_of(seeds: int, tied: float) -> int:
+    """The informative pairs `seeds` seeds are expected to give at tied share `tied` (ties carry
+    no weight: rules.ties)."""
+    return int(math.floor(seeds * (1.0 - tied) + 1e-9))
+
+
+def seeds_to_run(informative: float, tied: float) -> float:
+    """The fewest seeds expected to give `informative` informative pairs when a share `tied` of the
+    pairs ties (NaN share: none; a share of 1: +inf, nothing is ever informative)."""
+    if tied >= 1:
+        return math.inf
+    if not math.isfinite(informative):
+        return informative
+    tied = tied if math.isfinite(tied) else 0.0
+    n = max(int(math.ceil(informative / (1.0 - tied) - 1e-9)), int(math.ceil(informative)))
+    while informative_of(n, tied) < informative:
+        n += 1
+    return float(n)
+
+
+def finite_interval(n: int, level: float) -> bool:
+    """Whether n seeds can give a finite signed-rank interval at two-sided `level` (and so reach
+    it at all: the smallest exact p, every sign equal, is 2 / 2^n)."""
+    return n >= 2 and smallest_p(int(n)) <= level
+
+
+def market_se_of(low: float, high: float, two_sided_level: float) -> float:
+    """The market-noise standard error of a difference from its interval at `two_sided_level`
+    (a normal interval's half-width over z); 0 where there is none (per-seed paths, or an interval
+    not computed), so that `mde` is then the seed rule's."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return 0.0
+    return float((high - low) / (2 * sps.norm.ppf(1 - two_sided_level / 2)))
+
+
+@dataclass(frozen=True)
+class PowerStatement:
+    """A verdict row's power statement: the deciding rule's `mde`, its `floor` (infinitely many
+    seeds; NaN where the seeds alone decide), the `seeds_needed` for the target (with the ties'
+    share scaled in) and the `note` in words (`advice`)."""
+
+    mde: float
+    floor: float
+    seeds_needed: float
+    note: str
+
+
+def statement(d: PowerInputs, target: float, level: float, power: float, *, tied: float = 0.0,
+              one_sided: bool = False) -> PowerStatement:
+    """The power statement of comparison `d` at the first Holm step `level` for the `target`
+    (the ROPE): over periods the pooled test's with its floor and advice; on one history with a
+    market-noise interval the seed and market-noise rule's with its floor; else the seed rule's
+    (no floor, no note: the verdict's reason says how many seeds would detect the target)."""
+    m = mde(d, level, power, one_sided=one_sided)
+    needed = seeds_to_run(fewest_seeds(d, target, level, power, one_sided=one_sided), tied)
+    if d.pooled_over:
+        fl = floor(d, level, power, one_sided=one_sided)
+        return PowerStatement(m, fl, needed, advice(m, fl, target, needed, histories=d.histories >= 2))
+    if d.market_se > 0:
+        fl = floor(d, level, power)
+        return PowerStatement(m, fl, needed, advice(m, fl, target, needed, market=True))
+    return PowerStatement(m, math.nan, needed, "")

@@ -10,7 +10,7 @@ receives settings that are already valid. Defaults and why: `analysis/defaults.p
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -124,6 +124,13 @@ class Thresholds:
         if self.window == "from-epoch":
             return f"every validation epoch from epoch {self.first_epoch} on"
         return f"the last {self.last_k} validation epochs"
+
+    @classmethod
+    def of_settings(cls, settings: dict[str, Any]) -> Thresholds:
+        """The record behind a `settings()` dict (an analysis result's; names it does not know,
+        such as n_sim, left out): every table drawn from a result reads its window from this."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in settings.items() if k in names})
 
     def settings(self) -> dict[str, Any]:
         """The analysis's settings as a report states them (n_sim is the calibration's, not the

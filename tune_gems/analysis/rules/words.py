@@ -38,8 +38,9 @@ VERDICTS = (KEEP, HARMFUL, EQUIVALENT, INCONCLUSIVE, INCONSISTENT, HETEROGENEOUS
 DECISIVE = (KEEP, HARMFUL)
 """The verdicts that claim an effect: the ones the market-noise, period and held-out checks test."""
 
-NULL_ARM_OK = (EQUIVALENT, INCONCLUSIVE)
-"""The verdicts a null arm (placebo, A/A) may get; any other says the rule is not calibrated."""
+NULL_ARM_OK = (EQUIVALENT, INCONCLUSIVE, INSUFFICIENT)
+"""The verdicts a null arm (placebo, A/A) may get; any other says the rule is not calibrated (a
+null arm too tied to test anything reads `insufficient data`, and its row says it is uninformative)."""
 
 KEEP_CODE, HARMFUL_CODE, EQUIVALENT_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, HETEROGENEOUS_CODE = 1, -1, 2, 3, 4, 5
 NOT_CONFIRMED_CODE = 6

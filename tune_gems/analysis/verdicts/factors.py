@@ -5,173 +5,65 @@ Why. The largest effects of a factorial are often not gems: on real S&P 500 clos
 verdict table said nothing about them. So each factor of a design gets its main effect with the
 gems' machinery and words:
 
-- **which factors**: every gem's mode (wire vs measure, its weight belonging to the wired side:
-  the gem's own comparison, `selectors.wiring_pairs`), and every other config key that differs
-  between members at a common member seed (`model.*`, `trainer.*` such as `lr` and
-  `replay_stream`, `gems.<g>.weight` among the members wiring g, any `arms.factors` key or an
-  `arms.list` entry that differs from another in one key). A key with two levels is one contrast
-  (true vs false, the larger vs the smaller value); with more, each level against the most
-  common one. Placebo arms are null arms (placebo.csv), never a factor's level;
-- **the main effect**: `pairing.paired` on the key, configs identical except it, paired by member
-  seed within a fold (a factorial's simple effects averaged per seed over the other factors'
-  levels);
-- **the rule**: one family of gems and factors together, Holm over all of them
-  (`rules.seed.decide_family` on the informative pairs), then at K = 1 on one price history the
-  market gate and the one-period gate (`rules.gates`, with each contrast's market-noise interval,
-  `verdict_market_noise.market_evidence`), at K >= 2 the period rule on the family's fold data
-  (`walk_forward.folds_family`, `rules.period_family.decide_fold_data`: the gem verdicts' pooled
-  test, tau shared across the family): `factor_rule.decide_effects`, the one function the table
-  and its calibration (`factor_calibration.py`) run; the MDE, floor and advice of that test
-  (`walk_forward.pooled_power`);
+- **which factors, paired how, decided how**: the design's family (`family.py`: every gem's
+  wiring and every other key that differs between members at a common member seed, null arms
+  left out), each main effect paired by member seed within a fold (a factorial's simple effects
+  averaged per seed over the other factors' levels) and the family decided once by the rule's
+  one composition (`rules.decision.decide`: Holm over the family, the one-period gates on one
+  price history, the period rule over folds), with the power of the test that decides;
 - **interactions**: for every two two-level contrasts of a full factorial, the per-seed
   difference of one's effect between the other's levels, Holm over the interactions (shown,
   not a verdict);
 - **nothing left out**: every row is written and printed, ordered by the size of its effect; a
   key that differs but never pairs reads `insufficient: confounded` with the fix.
 
-A gem's row here is judged in the larger family (gems and factors), so it can be more cautious
-than its row of verdicts.csv (Holm over the gems alone): `gem_table_verdict` shows that one
-beside it, and `delete` (the gem's measured magnitude) is verdicts.csv's alone.
+The family is the design's (`family.design_family`, decided once): a gem's row here is its row of
+verdicts.csv, the same word, interval, Holm p and MDE; `delete` (the gem's measured magnitude at
+its null) is part of that word.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
-from dataclasses import dataclass
+from dataclasses import replace
 from itertools import combinations
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from tune_gems.analysis.rules.factor_rule import EffectDecision, decide_effects
-from tune_gems.analysis.pairs.pairing import Cells, Paired, paired
-from tune_gems.analysis.text import format_number
-from tune_gems.analysis.rules.rule_mde import PowerInputs, market_se_of, rule_mde
-from tune_gems.analysis.rules.seed import decide_family
+from tune_gems.analysis.pairs.pairing import Cells, Paired
+from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.ties import is_tie
 from tune_gems.analysis.rules.words import (
-    DECISIVE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP,
+    DECISIVE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP, NOT_CONFIRMED,
 )
-from tune_gems.analysis.pairs.selectors import MEASURE, WIRE, placebo_selectors
-from tune_gems.analysis.verdicts.verdict_market_noise import EvalReturnsLookup, market_evidence
-from tune_gems.analysis.verdicts.walk_forward import FOLD, FamilyFolds, fold_count, folds_family, pooled_power
+from tune_gems.analysis.text import format_number
+from tune_gems.analysis.verdicts.family import (
+    FACTOR, GEM, Contrast, DesignFamily, contrast_pairs, design_family, divergence_rate, informative_spread,
+)
+from tune_gems.analysis.verdicts.held_out import held_out_columns
+from tune_gems.analysis.verdicts.verdict_market_noise import EvalReturnsLookup
+from tune_gems.analysis.verdicts.walk_forward import fold_count
 from tune_gems.contracts.gem_manifest import GemEntry
-from tune_gems.stats.inference import holm_levels, rank_test
 
-GEM, FACTOR, INTERACTION = "gem", "factor", "interaction"
-"""The kinds of a factors.csv row."""
+__all__ = ["FACTOR", "GEM", "INTERACTION", "SHOWN", "NOT_SHOWN", "FACTOR_COLUMNS", "factor_table", "interaction_rows",
+           "format_factor_table"]
+
+INTERACTION = "interaction"
+"""The third kind of a factors.csv row (besides the family's `GEM` and `FACTOR`)."""
 SHOWN, NOT_SHOWN = "interaction shown", "no interaction shown"
 """An interaction's finding (Holm over the interactions): a statement, not a verdict."""
 
 FACTOR_COLUMNS = [
-    "kind", "factor", "contrast", "verdict", "reading", "seed_verdict", "gem_table_verdict", "n_seeds", "n_pairs",
+    "kind", "factor", "contrast", "verdict", "reading", "seed_verdict", "n_seeds", "n_pairs",
     "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p_adjusted",
     "family_size", "mde", "sd_diff", "divergence_rate", "folds", "fold_effects", "pooled_effect", "pooled_ci_low",
-    "pooled_ci_high", "pooled_p_adjusted", "tau2", "i2", "q_p_adjusted", "periods_informative", "mde_floor",
-    "power_note", "tied_share", "market_noise", "market_ci_low", "market_ci_high", "combined_ci_low",
-    "combined_ci_high", "design", "fix",
+    "pooled_ci_high", "pooled_p_adjusted", "tau2", "i2", "q_p_adjusted", "periods_informative", "fold_overlap",
+    "mde_floor", "power_note", "tied_share", "market_noise", "market_ci_low", "market_ci_high", "combined_ci_low",
+    "combined_ci_high", "discovery_verdict", "test_effect", "test_ci_low", "test_ci_high", "held_out", "design", "fix",
 ]
 """The columns of factors.csv (docs/results.md)."""
-
-
-# -- which contrasts a design has ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Contrast:
-    """One row of the family: members with `key` == `hi` against `key` == `lo`, configs
-    identical apart from `key` and `ignore`; `wired_gem` (a gem's weight): among members wiring
-    that gem only; `levels` how many levels the key has."""
-
-    kind: str
-    key: str
-    hi: str
-    lo: str
-    ignore: tuple[str, ...] = ()
-    wired_gem: str | None = None
-    levels: int = 2
-
-    @property
-    def label(self) -> str:
-        return f"{self.hi} vs {self.lo}"
-
-
-def _level_order(v: str) -> tuple:
-    """Booleans false < true, numbers by value, other text alphabetically (canonical texts)."""
-    if v in ("false", "true"):
-        return (0, float(v == "true"), v)
-    try:
-        return (0, float(v), v)
-    except ValueError:
-        return (1, 0.0, v)
-
-
-def _not_placebo(gems: list[GemEntry], placebo_weight: float) -> Callable[[pd.DataFrame], pd.Series]:
-    """A cell filter leaving out every gem's placebo arms (null arms are no factor's level)."""
-    tests = [placebo_selectors(g, placebo_weight)[1] for g in gems]
-
-    def keep(t: pd.DataFrame) -> pd.Series:
-        out = pd.Series(True, index=t.index)
-        for is_placebo in tests:
-            out &= ~is_placebo(t)
-        return out
-
-    return keep
-
-
-def _weight_gem(key: str, gems: list[GemEntry]) -> str | None:
-    for g in gems:
-        if key == f"gems.{g.name}.weight":
-            return g.name
-    return None
-
-
-def design_contrasts(cells: Cells, gems: list[GemEntry], placebo_weight: float) -> list[Contrast]:
-    """The family's contrasts: every gem's wiring (as verdicts.csv pairs it), then every other
-    key that differs between members at a common member seed (module docstring)."""
-    out = [Contrast(GEM, f"gems.{g.name}.mode", WIRE, MEASURE, ignore=(f"gems.{g.name}.weight",)) for g in gems]
-    t = cells.table
-    if not len(t):
-        return out
-    t = t[_not_placebo(gems, placebo_weight)(t)]
-    modes = {f"gems.{g.name}.mode" for g in gems}
-    for key in cells.keys:
-        if key in modes or key not in t.columns:
-            continue
-        gem = _weight_gem(key, gems)
-        sub = t[t[f"gems.{gem}.mode"] == WIRE] if gem and f"gems.{gem}.mode" in t.columns else t
-        if not len(sub) or not (sub.groupby(["experiment", FOLD, "seed"])[key].nunique() > 1).any():
-            continue
-        levels = sorted(sub[key].unique(), key=_level_order)
-        if len(levels) == 2:
-            pairs = [(levels[1], levels[0])]
-        else:
-            counts = Counter(sub[key])
-            ref = max(levels, key=lambda v: (counts[v], -levels.index(v)))
-            pairs = [(v, ref) for v in levels if v != ref]
-        out += [Contrast(FACTOR, key, hi, lo, wired_gem=gem, levels=len(levels)) for hi, lo in pairs]
-    return out
-
-
-def contrast_pairs(cells: Cells, c: Contrast, gems: list[GemEntry], th: Thresholds, *, column: str,
-                   extra: Callable[[pd.DataFrame], pd.Series] | None = None) -> Paired:
-    """The seed-paired differences of one contrast (`pairing.paired`), in the cells `extra` keeps.
-    A gem's row pairs as its verdict does (only that gem's placebo arms left out)."""
-    if c.kind == GEM:
-        gem = c.key.split(".")[1]
-        base = placebo_selectors(next(g for g in gems if g.name == gem), th.placebo_weight)[0]
-    else:
-        base = _not_placebo(gems, th.placebo_weight)
-
-    def select(t: pd.DataFrame) -> pd.Series:
-        keep = base(t)
-        if c.wired_gem is not None:
-            keep &= t[f"gems.{c.wired_gem}.mode"] == WIRE
-        return keep & extra(t) if extra is not None else keep
-
-    return paired(cells, c.key, c.hi, c.lo, column=column, k=th.last_k, ignore=c.ignore, select=select)
 
 
 # -- the table --------------------------------------------------------------------------------------
@@ -182,18 +74,8 @@ def _spread(d: np.ndarray) -> float:
     return float(np.std(fin, ddof=1)) if fin.size > 1 else math.nan
 
 
-def _contrast_folds(cells: Cells, c: Contrast, gems, th: Thresholds, column: str) -> list[tuple[int, Paired]]:
-    """[(fold, its seed-paired differences)] of one contrast over the folds that pair it."""
-    folds = []
-    for f in sorted(cells.table[FOLD].unique()):
-        pr = contrast_pairs(cells, c, gems, th, column=column, extra=lambda t, f=f: t[FOLD] == f)
-        if pr.n:
-            folds.append((int(f), pr))
-    return folds
-
-
 def _fmt(x, f: str = "+.3g") -> str:
-    return format_number(x, f, missing="nan")
+    return format_number(x, f, missing="-")
 
 
 def _reading(c: Contrast, verdict: str, mde: float, rope: float) -> str:
@@ -216,108 +98,63 @@ def _reading(c: Contrast, verdict: str, mde: float, rope: float) -> str:
         return "not judged: too few periods, informative pairs or sides for the rule"
     if verdict == INCONCLUSIVE:
         return f"not decided: detectable at |effect| >= {_fmt(mde, '.3g')}"
+    if verdict == NOT_CONFIRMED:
+        return "found on validation, not confirmed on the held-out test segment"
     return "not judged: no members differ in this key alone at a common seed"
 
 
 def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds | None = None, column: str,
-                 eval_returns: EvalReturnsLookup | None = None, verdicts: pd.DataFrame | None = None) -> pd.DataFrame:
-    """factors.csv: one row per gem and factor contrast of the design (the family, `decide_effects`),
-    then one per interaction of a full factorial (module docstring). `column` the verdict metric;
-    `verdicts` the gem verdict table (its verdict is shown beside each gem's row)."""
+                 eval_returns: EvalReturnsLookup | None = None, family: DesignFamily | None = None) -> pd.DataFrame:
+    """factors.csv: one row per contrast of the design's family (gems and factors, decided once:
+    `family.design_family`, the verdicts' own when given), then one per interaction of a full
+    factorial (their own family; module docstring). `column` the verdict metric."""
     th = thresholds if thresholds is not None else Thresholds()
-    contrasts = design_contrasts(cells, gems, th.placebo_weight)
-    prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]
-    contrasts, prs = _one_row_per_unpaired_key(contrasts, prs)
-    k_folds = fold_count(cells)
-    fam = None
-    if k_folds > 1:  # the family's fold data, as the gem verdicts build theirs (`walk_forward.folds_family`)
-        fold_pairs = [_contrast_folds(cells, c, gems, th, column) if pr.n else [] for c, pr in zip(contrasts, prs)]
-        fam = folds_family(list(range(len(contrasts))), fold_pairs,
-                           sorted(int(f) for f in cells.table[FOLD].unique()))
-    market_rows: list[dict] = [{} for _ in contrasts]
-
-    def market(level: np.ndarray):
-        lo, hi, ok = np.full(level.shape, np.nan), np.full(level.shape, np.nan), np.zeros(level.shape, bool)
-        for j, pr in enumerate(prs):
-            if not pr.n or not cells.shared_path:
-                continue
-            ev = market_evidence(pr, cells, eval_returns, column=column, k=th.last_k,
-                                 confidence=1 - float(np.nan_to_num(level[0, j], nan=th.alpha)), n_boot=th.n_boot,
-                                 seed=th.seed)
-            market_rows[j] = ev.columns()
-            if ev.ok:
-                lo[0, j], hi[0, j], ok[0, j] = ev.interval.low, ev.interval.high, True
-        return lo, hi, ok
-
-    decision = decide_effects([pr.diffs[None, :] for pr in prs], alpha=th.alpha, rope=th.rope,
-                              wired=[pr.hi_cells for pr in prs], measured=[pr.lo_cells for pr in prs],
-                              market=market if k_folds == 1 else None, periods=None if fam is None else fam.data,
-                              share=th.share_tau, one_sided=th.one_sided_keep, min_periods=th.min_periods)
-    power = pooled_power(fam, decision.pooled, th) if fam is not None else None
-    m = int(np.isfinite(decision.p).sum())
-    gem_verdict = (verdicts.set_index("gem")["verdict"].to_dict() if verdicts is not None and len(verdicts) else {})
-    rows = []
-    for j, (c, pr) in enumerate(zip(contrasts, prs)):
-        rows.append(_row(c, pr, j, decision, m, th, k_folds, fam, power, market_rows[j], gem_verdict))
-    table = pd.DataFrame(rows, columns=FACTOR_COLUMNS)
-    table = _largest_first(table)
-    inter = interaction_rows(cells, contrasts, prs, gems, th, column)
+    if family is None:
+        family = design_family(cells, gems, th, column=column, eval_returns=eval_returns)
+    rows = [_row(family, j, th) for j in range(len(family.contrasts))]
+    table = _largest_first(pd.DataFrame(rows, columns=FACTOR_COLUMNS))
+    inter = interaction_rows(cells, family.contrasts, family.pairs, gems, th, column)
     return pd.concat([table, inter], ignore_index=True) if len(inter) else table
 
 
-def _one_row_per_unpaired_key(contrasts: list[Contrast], prs: list[Paired]) -> tuple[list[Contrast], list[Paired]]:
-    """The contrasts, with one row for each key of more than two levels that never pairs in any of
-    them (a searched weight that differs between trials on common seeds has a level per trial:
-    one `insufficient: confounded` row says so, not one per level); a key that pairs somewhere
-    keeps every row, each unpaired one with its fix. Unpaired contrasts are out of the Holm family
-    either way."""
-    paired_keys = {c.key for c, pr in zip(contrasts, prs) if pr.n}
-    out, seen = [], set()
-    for c, pr in zip(contrasts, prs):
-        if c.kind == FACTOR and c.levels > 2 and c.key not in paired_keys:
-            if c.key in seen:
-                continue
-            seen.add(c.key)
-        out.append((c, pr))
-    return [c for c, _ in out], [pr for _, pr in out]
-
-
-def _row(c: Contrast, pr: Paired, j: int, dec: EffectDecision, m: int, th: Thresholds, k_folds: int,
-         fam: FamilyFolds | None, power: dict | None, market: dict, gem_verdict: dict) -> dict:
-    """One contrast's row of factors.csv; its MDE that of the rule that decides (at K >= 2 the
-    pooled test's, `walk_forward.pooled_power`, as the gem verdicts state it; at K = 1
-    `rule_mde.rule_mde` of the seed rule with the market-noise part)."""
-    verdict = str(dec.verdict[0, j])
+def _row(family: DesignFamily, j: int, th: Thresholds) -> dict:
+    """One contrast's row of factors.csv: the family's decision and power statement for it, the
+    numbers verdicts.csv shows for a gem (at K >= 2 or over histories the pooled test's, `family.power`;
+    at K = 1 the seed rule's with the market-noise part on one history, `family.seed_power`)."""
+    c, pr, dec, fam, power = family.contrasts[j], family.pairs[j], family.decision, family.folds, family.power
+    verdict = family.word(j)
+    market = family.market[j]
     row = {col: math.nan for col in FACTOR_COLUMNS}
+    row.update(held_out_columns(dec.held_out, family.test, j, family.discovery(j), family.column))
     row.update(kind=c.kind, factor=c.key, contrast=c.label, verdict=verdict, seed_verdict=str(dec.seed_verdict[0, j]),
-               gem_table_verdict=gem_verdict.get(c.key.split(".")[1], "") if c.kind == GEM else "",
-               n_seeds=pr.n, n_pairs=pr.n_pairs, family_size=m, folds=k_folds, design=pr.design(), fix=pr.fix,
-               fold_effects="", market_noise=market.get("market_noise", ""))
+               discovery_verdict=family.discovery(j),
+               n_seeds=pr.n, n_pairs=pr.n_pairs, family_size=family.size, folds=family.k_folds, design=pr.design(),
+               fix=pr.fix, fold_effects="", market_noise=market.get("market_noise", ""))
     if not pr.n:
         row["reading"] = _reading(c, verdict, row["mde"], th.rope)
         return row
-    p_div = (pr.hi_diverged + pr.lo_diverged) / (2 * pr.n_pairs) if pr.n_pairs else 0.0
     fin = pr.diffs[np.isfinite(pr.diffs)]
+    ps = family.seed_power[j]
     row.update(effect=dec.estimate[0, j], mean_effect=float(fin.mean()) if fin.size else math.nan,
                ci_low=dec.low[0, j], ci_high=dec.high[0, j], ci_level=1 - dec.level[0, j], p_value=dec.p[0, j],
                p_adjusted=dec.p_adjusted[0, j], tost_p_adjusted=dec.tost_p_adjusted[0, j],
-               sd_diff=_spread(pr.diffs), divergence_rate=p_div, tied_share=float(np.mean(pr.diffs == 0)),
-               market_ci_low=dec.market_low[0, j], market_ci_high=dec.market_high[0, j],
-               combined_ci_low=dec.combined_low[0, j], combined_ci_high=dec.combined_high[0, j])
-    if fam is not None and dec.pooled is not None:
-        pooled = dec.pooled
-        row.update(pooled_effect=pooled["mu"][0, j], pooled_ci_low=pooled["low"][0, j],
-                   pooled_ci_high=pooled["high"][0, j], pooled_p_adjusted=pooled["p_adjusted"][0, j],
-                   tau2=pooled["tau2"][0, j], i2=pooled["i2"][0, j], q_p_adjusted=pooled["q_p_adjusted"][0, j],
-                   periods_informative=int(pooled["periods"][0, j]), tied_share=fam.tied_share[j],
+               sd_diff=informative_spread(pr.diffs[~is_tie(pr.diffs)]), divergence_rate=divergence_rate(pr),
+               tied_share=float(dec.tied_share[0, j]), market_ci_low=dec.market_low[0, j],
+               market_ci_high=dec.market_high[0, j], combined_ci_low=dec.combined_low[0, j],
+               combined_ci_high=dec.combined_high[0, j], mde=ps.mde, mde_floor=ps.floor if ps.note else math.nan,
+               power_note=ps.note)
+    if family.pooled_at(j) and dec.pooled is not None:
+        pooled, rule, hf = dec.pooled, dec.period, family.histories
+        row.update(pooled_effect=pooled["mu"][0, j], pooled_ci_low=rule.low[0, j],
+                   pooled_ci_high=rule.high[0, j], pooled_p_adjusted=rule.p_adjusted[0, j],
+                   tau2=pooled["tau2"][0, j], i2=pooled["i2"][0, j], q_p_adjusted=rule.q_p_adjusted[0, j],
+                   periods_informative=int(pooled["periods"][0, j]), tied_share=(hf if hf is not None else fam).tied_share[j],
+                   fold_overlap=power["overlap"][j],
                    mde=power["mde"][j], mde_floor=power["floor"][j], power_note=power["note"][j],
-                   fold_effects="; ".join(f"fold {f}: {_fmt(pooled['theta'][0, j, fam.fold_ids.index(f)])} "
-                                          f"({p.n} seeds)" for f, p in fam.folds[j]))
-    else:  # as verdicts.csv states the seed rule's MDE: on the informative pairs (ties carry no weight)
-        informative = pr.diffs[~np.isnan(pr.diffs) & (pr.diffs != 0)]
-        market_se = market_se_of(row["market_ci_low"], row["market_ci_high"], dec.level[0, j])
-        inputs = PowerInputs(informative.size, _spread(informative), p_div, market_se=market_se)
-        row["mde"] = rule_mde(inputs, th.alpha * (2 if th.one_sided_keep else 1) / max(m, 1), th.power)
+                   # over histories: the (history, fold) effects the nested rule pooled
+                   fold_effects=hf.effects_text(j) if hf is not None else
+                   "; ".join(f"fold {f}: {_fmt(fam.theta[0, j, fam.fold_ids.index(f)])} ({p.n} seeds)"
+                             for f, p in fam.folds[j]))
     row["reading"] = _reading(c, verdict, row["mde"], th.rope)
     return row
 
@@ -337,9 +174,9 @@ def interaction_rows(cells: Cells, contrasts: list[Contrast], prs: list[Paired],
                      column: str) -> pd.DataFrame:
     """Per two two-level contrasts A, B that a full factorial crosses: per unit, A's effect at B's
     hi level minus A's effect at B's lo level (units finite in both), the signed-rank effect and
-    its interval at the Holm level over the interactions (`rules.seed.decide_family`: `interaction
-    shown` where it reads keep wired or harmful). At K >= 2 the per-unit differences are averaged
-    over folds (the seed test only)."""
+    its interval at the Holm level over the interactions, their own family (`rules.decision.decide`,
+    two-sided, ties carrying no weight: `interaction shown` where it reads keep wired or harmful).
+    At K >= 2 the per-unit differences are averaged over folds (the seed test only)."""
     two = [(c, pr) for c, pr in zip(contrasts, prs) if pr.n and c.levels == 2 and c.wired_gem is None]
     found = []
     for (a, _), (b, _) in combinations(two, 2):
@@ -356,25 +193,24 @@ def interaction_rows(cells: Cells, contrasts: list[Contrast], prs: list[Paired],
         found.append((a, b, np.array([at[0][u] - at[1][u] for u in units]), sides))
     if not found:
         return pd.DataFrame(columns=FACTOR_COLUMNS)
-    p = np.array([[rank_test(d[None, :], tail=th.alpha / 2)["p"][0] for _, _, d, _ in found]])
-    est = np.array([[rank_test(d[None, :], tail=th.alpha / 2)["estimate"][0] for _, _, d, _ in found]])
-    rule = decide_family(p, est, np.nan, alpha=th.alpha)
-    level = holm_levels(p, th.alpha)
+    # their own family, by the rule's one composition (two-sided: an interaction has no preferred sign)
+    dec = decide(Evidence([d[None, :] for _, _, d, _ in found]), replace(th, one_sided_keep=False))
     rows = []
     for j, (a, b, d, sides) in enumerate(found):
-        r = rank_test(d[None, :], tail=level[0, j] / 2)
-        shown = rule.verdict[0, j] in DECISIVE
+        shown = dec.verdict[0, j] in DECISIVE
+        est = float(dec.estimate[0, j])
         row = {col: math.nan for col in FACTOR_COLUMNS}
         row.update(kind=INTERACTION, factor=f"{a.key} x {b.key}",
                    contrast=f"{a.label} at {b.key}={b.hi} minus at {b.lo}",
-                   verdict=SHOWN if shown else NOT_SHOWN, seed_verdict="", gem_table_verdict="",
-                   reading=(f"the effect of {a.key} ({a.label}) is {'larger' if est[0, j] > 0 else 'smaller'} at "
+                   verdict=SHOWN if shown else NOT_SHOWN, seed_verdict="",
+                   reading=(f"the effect of {a.key} ({a.label}) is {'larger' if est > 0 else 'smaller'} at "
                             f"{b.key}={b.hi} than at {b.lo}" if shown else "no interaction shown"),
-                   n_seeds=int(d.size), n_pairs=int(sum(s.n_pairs for s in sides)), effect=est[0, j],
-                   mean_effect=float(d.mean()), ci_low=float(r["low"][0]), ci_high=float(r["high"][0]),
-                   ci_level=1 - level[0, j], p_value=p[0, j], p_adjusted=rule.p_adjusted[0, j],
-                   family_size=len(found), sd_diff=_spread(d), folds=fold_count(cells), fold_effects="",
-                   market_noise="", design=f"{a.key} within each level of {b.key}, paired by member seed", fix="")
+                   n_seeds=int(d.size), n_pairs=int(sum(s.n_pairs for s in sides)), effect=est,
+                   mean_effect=float(d.mean()), ci_low=float(dec.low[0, j]), ci_high=float(dec.high[0, j]),
+                   ci_level=1 - dec.level[0, j], p_value=dec.p[0, j], p_adjusted=dec.p_adjusted[0, j],
+                   family_size=int(np.isfinite(dec.p[0]).sum()), sd_diff=_spread(d), tied_share=float(dec.tied_share[0, j]),
+                   folds=fold_count(cells), fold_effects="", market_noise="",
+                   design=f"{a.key} within each level of {b.key}, paired by member seed", fix="")
         rows.append(row)
     return _largest_first(pd.DataFrame(rows, columns=FACTOR_COLUMNS))
 

@@ -2,7 +2,7 @@
 `fold_effects.csv`, report.md's per-fold table and the forest plot show.
 
 Why its own module. The per-fold effects and intervals are the period rule's own
-(`walk_forward.period_verdicts_and_folds` returns the rows it decided on), and the pooled
+(`walk_forward.add_period_columns` returns the rows it decided on), and the pooled
 estimate of each gem is read from the verdict table (`pooled_effect`, `pooled_ci_low`,
 `pooled_ci_high`: verdicts.csv's numbers), so a reader sees beside each word the intervals that
 produced it; nothing is recomputed here. What this module adds is the reader's context: the
@@ -56,7 +56,9 @@ def fold_effects_table(fold_rows: pd.DataFrame, verdicts: pd.DataFrame, dates: p
     t = fold_rows.merge(pooled, on="gem", how="left", validate="many_to_one")
     t = t.merge(dates, on="fold", how="left", validate="many_to_one") if len(dates) else t.assign(start="", end="")
     t[["start", "end"]] = t[["start", "end"]].fillna("")
-    return t[FOLD_EFFECT_COLUMNS].reset_index(drop=True)
+    # several price histories: each fold row names its history (`history_verdicts.HISTORY_ROW_COLUMNS`)
+    cols = FOLD_EFFECT_COLUMNS[:2] + ["history"] + FOLD_EFFECT_COLUMNS[2:] if "history" in t.columns else FOLD_EFFECT_COLUMNS
+    return t[cols].reset_index(drop=True)
 
 
 def pooled_estimates(table: pd.DataFrame) -> pd.DataFrame:

@@ -47,6 +47,7 @@ the rule module (`tune_gems.analysis.rules`: `seed.decide_family`, `gates.market
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -54,33 +55,30 @@ import pandas as pd
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, build_cells, paired
 from tune_gems.analysis.pairs.excess import add_excess_columns
-from tune_gems.stats.inference import holm_levels, min_detectable_effect, rank_test, seeds_needed
+from tune_gems.stats.inference import rank_test
 from tune_gems.analysis.text import format_number
-from tune_gems.analysis.rules.rule_mde import PowerInputs, history_floor, market_se_of, rule_mde, seeds_for
-from tune_gems.analysis.verdicts.held_out import held_out_check, held_out_effect
-from tune_gems.analysis.verdicts.verdict_reasons import seed_reason, seeds_would_detect
-from tune_gems.analysis.verdicts.walk_forward import fold_count, period_verdicts_and_folds
-from tune_gems.analysis.verdicts.verdict_market_noise import (
-    MARKET_COLUMNS,
-    OK as MARKET_OK,
-    UNAVAILABLE,
-    EvalReturnsLookup,
-    MarketEvidence,
-    market_evidence,
+from tune_gems.analysis.rules.decision import Evidence, decide
+from tune_gems.analysis.verdicts.held_out import HELD_OUT_COLUMNS, held_out_columns
+from tune_gems.analysis.verdicts.verdict_reasons import compose_reason, selection_rule
+from tune_gems.analysis.verdicts.family import (
+    AA_BASE, AA_FACTOR, DesignFamily, design_family, divergence_rate, informative_spread,
 )
+from tune_gems.analysis.verdicts.walk_forward import add_period_columns
+from tune_gems.analysis.verdicts.history_verdicts import add_history_columns
+from tune_gems.analysis.verdicts.verdict_market_noise import MARKET_COLUMNS, OK as MARKET_OK, EvalReturnsLookup
 from tune_gems.analysis.verdicts.redundancy import redundancy_table
-from tune_gems.analysis.rules.gates import market_gate
-from tune_gems.analysis.rules.seed import REMOVES, decide_family
+from tune_gems.analysis.rules.overlap import FoldOverlap
+from tune_gems.analysis.rules.seed import REMOVES
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
-from tune_gems.analysis.rules.words import KEEP
+from tune_gems.analysis.rules.ties import is_tie
+from tune_gems.analysis.rules.words import INSUFFICIENT
 from tune_gems.analysis.pairs.selectors import MEASURE, placebo_selectors, wiring_pairs
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 
 VERDICT_COLUMNS = [
-    "gem", "metric", "verdict", "reason", "why", "design", "outcome", "n_seeds", "n_pairs",
+    "gem", "metric", "verdict", "reason", "why", "discovery_verdict", "design", "outcome", "n_seeds", "n_pairs",
     "estimand", "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p", "tost_p_adjusted",
-    "rope", "alpha", "sd_diff", "divergence_rate", "mde", "seeds_needed", "mde_floor", "power_note",
+    "rope", "alpha", "family_size", "sd_diff", "divergence_rate", "mde", "seeds_needed", "mde_floor", "power_note",
     "n_informative", "tied_share", "zero_turnover_share", "window", "wired_diverged", "measured_diverged",
     "wired_members", "measured_members", "test_effect", "fix",
     "excess_n", "excess_median", "excess_ci_low", "excess_ci_high", "excess_tost_p_adjusted",
@@ -88,9 +86,6 @@ VERDICT_COLUMNS = [
 ]
 PLACEBO_COLUMNS = ["gem", "verdict", "n_seeds", "effect", "ci_low", "ci_high", "p_value", "tost_p",
                    "sd_diff", "iqr_diff", "min_diff", "max_diff", "outcome", "kind", "tied_share", "informative"]
-AA_FACTOR = "trainer.replay_stream"
-"""The key an A/A arm differs in: the replay nuisance stream (0: the member seed's own draws)."""
-AA_BASE = "0.0"  # the canonical text (pairing._norm) of stream 0
 UNINFORMATIVE_TIES = 0.5
 """A null arm whose pairs tie (identical outcomes) more often than this tests nothing: flagged."""
 TURNOVER = "val_turnover"
@@ -107,7 +102,7 @@ def verdict_metric(members: pd.DataFrame, metric: str = defaults.METRIC,
 
 
 def _fmt(x, f: str = ".3g") -> str:
-    return format_number(x, f, missing="nan")
+    return format_number(x, f, missing="-")
 
 
 ESTIMAND = "pseudo-median (Hodges-Lehmann) of the per-seed differences"
@@ -139,25 +134,10 @@ def zero_turnover_share(pr: Paired, cells: Cells, window) -> float:
     return float((vals == 0).mean()) if len(vals) else math.nan
 
 
-def market_window(pr: Paired, th: Thresholds) -> int | None:
-    """The window length (in epochs) of a comparison's pairs for the market-noise interval, one
-    for all its pairs (None when the pairs' windows differ)."""
-    if pr.pairs is None or not len(pr.pairs):
-        return th.last_k
-    lengths = set(np.atleast_1d(th.window_length(pr.pairs["end_epoch"].to_numpy(int))).tolist())
-    return int(lengths.pop()) if len(lengths) == 1 else None
-
-
 def _finite_mean(d: np.ndarray) -> float:
     """The mean of the finite per-unit differences (units with a diverged member left out)."""
     fin = d[np.isfinite(d)]
     return float(fin.mean()) if fin.size else math.nan
-
-
-def divergence_rate(pr: Paired) -> float:
-    """The share of one side of a pair diverging (wired and measured pooled): what the MDE and
-    the seeds needed account for."""
-    return float((pr.hi_diverged + pr.lo_diverged) / (2 * pr.n_pairs)) if pr.n_pairs else 0.0
 
 
 def _spread(d: np.ndarray) -> float:
@@ -183,19 +163,26 @@ def gem_verdict_tables(
     redundancy: pd.DataFrame | None = None,
     cells: Cells | None = None,
     eval_returns: EvalReturnsLookup | None = None,
+    selection: dict[str, int] | None = None,
+    overlap: FoldOverlap | None = None,
     **settings,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+) -> tuple[pd.DataFrame, pd.DataFrame, DesignFamily]:
     """(one row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS);
     with walk-forward folds the per-fold rows the period rule read,
-    `walk_forward.FOLD_ROW_COLUMNS`, else none).
+    `walk_forward.FOLD_ROW_COLUMNS`, else none; the design's family, decided once, whose gem
+    contrasts the rows are and whose every contrast factors.csv shows: `family.design_family`).
 
     `thresholds` the analysis's settings (`Thresholds`; `settings` replace fields of it by name,
     e.g. `alpha=0.01`). `history` is not needed (kept for the old call signature). `redundancy`
     is the table of `redundancy.redundancy_table` (computed here when None). `eval_returns` finds
     each trial's saved validation returns (the market-noise interval, its bootstrap of
-    `n_boot` resamples from `seed`; none: said unavailable)."""
+    `n_boot` resamples from `seed`; none: said unavailable). `selection` (a confirmation on one
+    price history, `tune-gems confirm`): per gem the configurations its search chose among; the
+    table then has FINAL_COLUMNS, the verdict after the selection-adjusted gate (`rules.selection`).
+    `overlap` the experiment's folds that share training rows (`walk_forward.experiment_overlap`:
+    the pooled variance carries it, `fold_overlap` column)."""
     th = Thresholds.build(thresholds, **settings)
-    alpha, rope, last_k, power = th.alpha, th.rope, th.last_k, th.power
+    alpha, rope, power = th.alpha, th.rope, th.power
     window = th.window_length
     gems = list(gems or LEGACY_MANIFEST)
     cells = cells or build_cells(trials, members, arms)
@@ -203,145 +190,83 @@ def gem_verdict_tables(
     excess = add_excess_columns(cells.long, gems)
     if redundancy is None:
         redundancy = redundancy_table(cells, gems, thresholds=th, excess=excess)
-    rows, tests = [], {}
-    for g in gems:
-        real, _ = placebo_selectors(g, th.placebo_weight)
+    rows = []
+    for g in gems:  # a gem's own evidence: its measured magnitude and the redundancy finding (delete's halves)
         row = {c: math.nan for c in VERDICT_COLUMNS}
         row.update(_one_sided=th.one_sided_keep)
         row.update(gem=g.name, metric=g.metric, outcome=column, rope=rope, alpha=alpha,
                    rel_threshold=th.rel_threshold, fix="", redundancy="", design="none", reason="", why="", power_note="",
                    window=th.window_text(),
                    market_path="conditional on one shared path" if cells.shared_path else "per-seed paths")
-        pr = wiring_pairs(cells, g.name, column=column, k=window, select=real)
-        row.update(wired_members=pr.hi_cells, measured_members=pr.lo_cells, n_seeds=pr.n, n_pairs=pr.n_pairs,
-                   design=pr.design(), fix=pr.fix, wired_diverged=pr.hi_diverged, measured_diverged=pr.lo_diverged)
-        if pr.n:
-            tests[g.name] = pr
-            held = held_out_effect(cells, g, column, th)
-            if held is not None:
-                row["test_effect"] = held.estimate
-        # magnitude: per-seed excess over the null in measured members
         ecol, enote = excess[g.name]
-        mag = _unit_magnitudes(cells, g, ecol, last_k)
+        mag = _unit_magnitudes(cells, g, ecol, window)
         if mag.size:
             r = rank_test(mag[None, :], rope=th.rel_threshold, tail=alpha)
             row.update(excess_n=int(mag.size), excess_median=float(r["estimate"][0]),
                        excess_ci_low=float(r["low"][0]), excess_ci_high=float(r["high"][0]),
                        _excess_tost=float(r["p_tost"][0]), _excess_note=enote)
-        rows.append(row)
-
-    # Holm over the gems with a design: the effect test, the equivalence test, the magnitude TOST,
-    # each on the gem's informative pairs (ties carry no weight: rules.ties)
-    names = [r["gem"] for r in rows]
-    stats = {n: informative_rank_test(tests[n].diffs[None, :], rope=rope, tail=alpha / 2) for n in tests}
-    p_key = "p_greater" if th.one_sided_keep else "p"
-    p = np.array([stats[n][p_key][0] if n in stats else np.nan for n in names])
-    n_inf = np.array([stats[n]["n_informative"][0] if n in stats else 0 for n in names])
-    pt = np.array([stats[n]["p_tost"][0] if n in stats else np.nan for n in names])
-    pe = np.array([r.get("_excess_tost", np.nan) for r in rows])
-    est = np.array([stats[n]["estimate"][0] if n in stats else np.nan for n in names])
-    for row in rows:
-        red = (redundancy[(redundancy["gem"] == row["gem"]) & (redundancy["finding"] == REMOVES)]
+        red = (redundancy[(redundancy["gem"] == g.name) & (redundancy["finding"] == REMOVES)]
                if len(redundancy) else redundancy)
         if len(red):
             row["redundancy"] = "; ".join(f"{f} removes it" for f in red["feature"])
-    # the seed rule (rules.seed.decide_family, the function the calibrations run): Holm, then per gem
-    rule = decide_family(p, est, pt, alpha=alpha, p_magnitude=pe, redundant=[bool(r["redundancy"]) for r in rows],
-                         wired=[r["wired_members"] for r in rows], measured=[r["measured_members"] for r in rows],
-                         informative=n_inf, one_sided=th.one_sided_keep,
-                         paired=[tests[n].n if n in tests else 0 for n in names])
-    p_adj, pt_adj, pe_adj = rule.p_adjusted, rule.tost_p_adjusted, rule.magnitude_p_adjusted
-    levels = holm_levels(p, alpha)
-    m = int(np.isfinite(p).sum())
-    k_folds = fold_count(cells)  # with several periods the pooled test decides, and states its own power
-    sides = 1 if th.one_sided_keep else 2  # the interval's tails at a level: one-sided keep, or both
-    two_sided = alpha * (2 if th.one_sided_keep else 1)  # the two-sided level of the same test (MDE)
-    for i, row in enumerate(rows):
-        row["excess_tost_p_adjusted"] = pe_adj[i]
-        row["removable"] = bool(rule.magnitude_at_null[i]) or bool(row["redundancy"])
-        n = row["gem"]
-        if n in stats:
-            pr = tests[n]
-            lvl = float(levels[i])
-            lo_hi = informative_rank_test(pr.diffs[None, :], tail=lvl / sides)
-            informative = _informative(pr.diffs)
-            sd = _spread(informative)
-            p_div = divergence_rate(pr)
-            tied = float(stats[n]["tied_share"][0])
-            row.update(estimand=ESTIMAND, effect=float(stats[n]["estimate"][0]), mean_effect=_finite_mean(pr.diffs),
-                       p_value=p[i], p_adjusted=p_adj[i], tost_p=pt[i],
-                       tost_p_adjusted=pt_adj[i], ci_low=float(lo_hi["low"][0]),
-                       ci_high=math.inf if th.one_sided_keep else float(lo_hi["high"][0]),
-                       ci_level=1 - lvl, sd_diff=sd, divergence_rate=p_div, n_informative=int(n_inf[i]),
-                       tied_share=tied, zero_turnover_share=zero_turnover_share(pr, cells, window),
-                       mde=min_detectable_effect(sd, int(n_inf[i]), two_sided / max(m, 1), power, p_div),
-                       seeds_needed=_seeds_to_run(seeds_needed(sd, rope, two_sided / max(m, 1), power, p_div=p_div),
-                                                  tied))
-            k_market = market_window(pr, th)
-            evidence = (market_evidence(pr, cells, eval_returns, column=column, k=k_market, confidence=1 - 2 * lvl / sides,
-                                        n_boot=th.n_boot, seed=th.seed) if k_market is not None else
-                        MarketEvidence(f"{UNAVAILABLE}: the pairs' verdict windows differ in length ({th.window_text()})"))
-            row.update(evidence.columns())
-            if row.get("market_noise") == MARKET_OK:  # the market gate decides too: its part in the MDE
-                _with_market_power(row, informative, p_div, tied, market_se_of(row["market_ci_low"], row["market_ci_high"],
-                                   2 * lvl / sides), two_sided / max(m, 1), power, rope)
-        row["seed_verdict"] = str(rule.verdict[i])
-        row["reason"], row["why"] = seed_reason(row, row["seed_verdict"], bool(rule.magnitude_at_null[i]), metric_note, power, m,
-                                     seed_power=k_folds == 1)
-        row.pop("_excess_tost", None)
-        row.pop("_excess_note", None)
-        row.pop("_one_sided", None)
-    _market_gate(rows)
-    table = pd.DataFrame(rows, columns=VERDICT_COLUMNS + ["removable"])
-    table, fold_rows = period_verdicts_and_folds(table, cells, gems, thresholds=th)
-    return held_out_check(table.drop(columns="removable"), cells, gems, thresholds=th), fold_rows
-
-
-def _with_market_power(row: dict, informative: np.ndarray, p_div: float, tied: float, market_se: float, level: float,
-                       power: float, rope: float) -> None:
-    """On one price history a keep / harmful needs the seeds and the market-noise interval both:
-    the row's MDE and seeds for the ROPE become that rule's (`rule_mde.rule_mde` with the
-    market-noise part, as the factor table and `confirm` state it), not the seeds' alone."""
-    if market_se <= 0:
-        return
-    inputs = PowerInputs(int(informative.size), _spread(informative), p_div, market_se=market_se)
-    row["mde"] = rule_mde(inputs, level, power)
-    needed = seeds_for(inputs, rope, level, power)
-    row["seeds_needed"] = _seeds_to_run(math.inf if needed is None else float(needed), tied)
-    row["mde_floor"] = history_floor(market_se, level, power)
-    row["power_note"] = (f"no seed count reaches +-{rope:g} on this history's market noise: more periods (data.folds) "
-                         "or histories, not more seeds"
-                         if not math.isfinite(row["seeds_needed"]) else
-                         seeds_would_detect(row["seeds_needed"], rope))
-
-
-def _seeds_to_run(informative_needed: float, tied_share: float) -> float:
-    """Seeds to run for `informative_needed` informative pairs when a share of pairs ties."""
-    if not math.isfinite(informative_needed) or not (0 <= tied_share < 1):
-        return informative_needed if tied_share < 1 else math.inf
-    return float(math.ceil(informative_needed / (1 - tied_share)))
-
-
-def _market_gate(rows: list[dict]) -> None:
-    """Each row's verdict after the market gate (`rules.gates.market_gate`, where a market-noise
-    interval exists and no member diverged), with the reason of a verdict it changes."""
-    def col(name: str) -> np.ndarray:
-        return np.array([r[name] for r in rows], float)
-
-    applies = [r.get("market_noise") == MARKET_OK and not (r["wired_diverged"] or r["measured_diverged"]) for r in rows]
-    seed = np.array([r["seed_verdict"] for r in rows], dtype=object)
-    final = market_gate(seed, col("effect"), col("market_ci_low"), col("market_ci_high"), applies)
-    for row, verdict in zip(rows, final):
-        row["verdict"] = str(verdict)
-        if row["verdict"] != row["seed_verdict"]:
-            word = "helps" if row["seed_verdict"] == KEEP else "hurts"
-            where = 'includes 0' if row['market_ci_low'] <= 0 <= row['market_ci_high'] else 'lies on the other side of 0'
-            row["reason"] = (
-                f"not confirmed against market noise: the seeds say wiring {word}, but the market-noise interval "
-                f"[{_fmt(row['market_ci_low'])}, {_fmt(row['market_ci_high'])}] at the same level {where}: "
-                f"on this one price history the difference may be the market's luck; {row['reason']}")
-            row["why"] = (f"not confirmed against market noise: the seeds say wiring {word}, but the market-noise "
-                          f"interval {where}: on this one price history the difference may be the market's luck")
+        rows.append(row)
+    # the design's family (every main effect it varies, gems and factors), paired once and decided
+    # once by the rule's one composition (`rules.decision.decide`): these rows are its gem contrasts
+    family = design_family(cells, gems, th, column=column, eval_returns=eval_returns,
+                           magnitude_p={r["gem"]: r.get("_excess_tost", np.nan) for r in rows},
+                           redundant={r["gem"]: bool(r["redundancy"]) for r in rows}, selection=selection,
+                           overlap=overlap)
+    dec, cols = family.decision, [family.gem_index(g.name) for g in gems]
+    m = family.size
+    for row, j in zip(rows, cols):
+        pr = family.pairs[j]
+        row.update(wired_members=pr.hi_cells, measured_members=pr.lo_cells, n_seeds=pr.n, n_pairs=pr.n_pairs,
+                   design=pr.design(), fix=pr.fix, wired_diverged=pr.hi_diverged, measured_diverged=pr.lo_diverged,
+                   family_size=m)
+        row["excess_tost_p_adjusted"] = dec.magnitude_p_adjusted[0, j]
+        row.update(p_value=dec.p[0, j], p_adjusted=dec.p_adjusted[0, j], tost_p=dec.p_tost[0, j],
+                   tost_p_adjusted=dec.tost_p_adjusted[0, j])
+        if pr.n:
+            ps = family.seed_power[j]  # the rule's power at one period (over periods: the period columns')
+            row.update(estimand=ESTIMAND, effect=float(dec.estimate[0, j]), mean_effect=_finite_mean(pr.diffs),
+                       ci_low=float(dec.low[0, j]), ci_high=float(dec.high[0, j]), ci_level=1 - float(dec.level[0, j]),
+                       sd_diff=informative_spread(_informative(pr.diffs)), divergence_rate=divergence_rate(pr),
+                       n_informative=int(dec.n_informative[0, j]), tied_share=float(dec.tied_share[0, j]),
+                       zero_turnover_share=zero_turnover_share(pr, cells, window), mde=ps.mde, seeds_needed=ps.seeds_needed)
+            row.update(family.market[j])
+            if row.get("market_noise") == MARKET_OK and ps.note:  # the market gate's part in the power statement
+                row.update(mde_floor=ps.floor, power_note=ps.note)
+        row["seed_verdict"] = str(dec.seed_verdict[0, j])
+        row["discovery_verdict"] = family.discovery(j)
+        row["verdict"] = family.discovery(j)  # the stages' reasons read the discovery's word; the final below
+        row["_at_null"] = bool(dec.magnitude_at_null[0, j])
+    table = pd.DataFrame(rows, columns=VERDICT_COLUMNS)
+    fold_rows = add_period_columns(table, family, cols, th)
+    if family.histories is not None:  # several price histories: the nested rule's columns and rows
+        fold_rows = add_history_columns(table, family, cols, th)
+    for c in HELD_OUT_COLUMNS:
+        if c not in table.columns:
+            table[c] = np.nan
+    table["held_out"] = ""
+    table["held_out"] = table["held_out"].astype(object)
+    for n, (i, j) in enumerate(zip(table.index, cols)):
+        # the second stage (the held-out test segment), as the rule's record has it
+        for c, x in held_out_columns(dec.held_out, family.test, j, family.discovery(j), str(table.at[i, "outcome"])).items():
+            table.at[i, c] = x
+        table.at[i, "reason"], table.at[i, "why"] = compose_reason(
+            rows[n], table.loc[i], seed_verdict=str(dec.seed_verdict[0, j]), market_verdict=str(dec.market_verdict[0, j]),
+            gate_applied=bool(dec.gate_applied[0, j]), folds=family.periods, pooled=family.pooled_at(j),
+            at_null=rows[n]["_at_null"],
+            metric_note=metric_note, power=power, m=m, rope=rope, final=family.word(j))
+        table.at[i, "verdict"] = family.word(j)
+    if selection is not None:
+        table = table.assign(final_verdict="", final_ci_low=np.nan, final_ci_high=np.nan, final_rule="")
+        for i, j in zip(table.index, cols):
+            t = max(int(selection.get(table.at[i, "gem"], 1)), 1)
+            table.at[i, "final_verdict"] = str(dec.verdict[0, j])
+            table.at[i, "final_ci_low"], table.at[i, "final_ci_high"] = dec.final_low[0, j], dec.final_high[0, j]
+            table.at[i, "final_rule"] = selection_rule(table.loc[i], t)
+    return table, fold_rows, family
 
 
 def _unit_magnitudes(cells: Cells, g: GemEntry, column: str, k: int) -> np.ndarray:
@@ -404,15 +329,15 @@ def placebo_verdicts(
 
 
 def _null_row(pr: Paired, gem: str, column: str, th: Thresholds, kind: str) -> dict:
-    """One null arm's row of `placebo_verdicts`: the rule without Holm, its spread and ties."""
-    r = rank_test(pr.diffs[None, :], rope=th.rope, tail=th.alpha / 2)
-    p, pt, est = float(r["p"][0]), float(r["p_tost"][0]), float(r["estimate"][0])
-    verdict = str(decide_family([p], [est], [pt], alpha=th.alpha).verdict[0])  # a family of one: no Holm
+    """One null arm's row of `placebo_verdicts`: the rule (`rules.decision.decide`) on a family of
+    one, two-sided (no Holm: the stricter check), ties carrying no weight; its spread and ties."""
+    dec = decide(Evidence([pr.diffs[None, :]]), replace(th, one_sided_keep=False))
     fin = pr.diffs[np.isfinite(pr.diffs)]
     q = np.percentile(fin, [25, 75]) if fin.size else [math.nan, math.nan]
     tied = float(np.mean(pr.diffs == 0.0))
-    return dict(gem=gem, verdict=verdict, n_seeds=pr.n, effect=est, ci_low=float(r["low"][0]),
-                ci_high=float(r["high"][0]), p_value=p, tost_p=pt, sd_diff=_spread(pr.diffs),
-                iqr_diff=float(q[1] - q[0]), min_diff=float(fin.min()) if fin.size else math.nan,
-                max_diff=float(fin.max()) if fin.size else math.nan, outcome=column, kind=kind,
-                tied_share=tied, informative=tied <= UNINFORMATIVE_TIES)
+    return dict(gem=gem, verdict=str(dec.verdict[0, 0]), n_seeds=pr.n, effect=float(dec.estimate[0, 0]),
+                ci_low=float(dec.low[0, 0]), ci_high=float(dec.high[0, 0]), p_value=float(dec.p[0, 0]),
+                tost_p=float(dec.p_tost[0, 0]), sd_diff=_spread(pr.diffs), iqr_diff=float(q[1] - q[0]),
+                min_diff=float(fin.min()) if fin.size else math.nan, max_diff=float(fin.max()) if fin.size else math.nan,
+                outcome=column, kind=kind, tied_share=tied,
+                informative=tied <= UNINFORMATIVE_TIES and str(dec.verdict[0, 0]) != INSUFFICIENT)

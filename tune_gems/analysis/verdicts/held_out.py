@@ -1,12 +1,18 @@
-"""Out of sample: the test segment as the held-out check of each decisive verdict, and the
-learner's skill in context (issue 20, deliver 4 and 5).
+"""Out of sample: the test segment as the confirmation of each decisive verdict, and the
+learner's skill in context (issue 20, deliver 4 and 5; issue 37 item 4).
 
-Why. A verdict is reached on the validation period(s); the test segment is untouched by it. Each
-`keep wired` / `harmful` is re-estimated ONCE on the test segment with the same member pairs
-(the verdict metric's test twin, e.g. `test_alpha_sharpe`, at the pairs' common final epoch,
-signed-rank at alpha, no further search) and shown beside the verdict: `agrees` when the test
-interval excludes 0 on the verdict's side. Nothing is decided on it: the verdict stands either
-way, and a reader sees at once when the validation result did not carry over.
+Why. A verdict is reached on the validation period(s); the test segment is untouched by it.
+Before, each `keep wired` / `harmful` was re-estimated on the test segment and only printed
+beside the verdict ("does not agree"): across one history's runs 1 of 5 validation keeps held
+there and no word changed. Now the test segment is the pre-registered second stage of the rule
+(`rules.held_out_rule.confirm_on_held_out`, run by the one composition `rules.decision.decide`):
+a discovery `keep wired` / `harmful` is final only where the test-segment effect (the same
+member pairs, the verdict metric's test twin at the pairs' common final epoch, each seed's
+differences averaged over its folds) agrees, one-sided at alpha / m with the test period's
+spread in its standard error; else it reads `not confirmed on held-out data`, with both
+intervals (the discovery's and the test segment's). The test segment chooses nothing else: no
+other word is changed by it and nothing is selected on it. This module gathers that evidence
+once per contrast (`held_out_segment`) and says what the stage found (`held_out_columns`).
 
 The check is conditional on one test period: the test segment is one stretch of one history,
 common to every fold, so it is one more period, not a replication; its text says so.
@@ -19,40 +25,23 @@ verdict line says so.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from tune_gems.analysis.pairs.pairing import Cells
-from tune_gems.analysis.text import format_number
-from tune_gems.stats.baseline_headline import baseline_comparison, skill_flag
-from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.pairs.pairing import Cells, Paired, revalue
+from tune_gems.analysis.rules.decision import TestSegment
+from tune_gems.analysis.rules.held_out_rule import HeldOutDecision, seed_level_effect
 from tune_gems.analysis.rules.words import DECISIVE, KEEP
-from tune_gems.analysis.pairs.selectors import placebo_selectors, wiring_pairs
-from tune_gems.contracts.gem_manifest import GemEntry
-from tune_gems.stats.inference import rank_test
+from tune_gems.stats.baseline_headline import baseline_comparison, skill_flag
 
-HELD_OUT_COLUMNS = ["test_effect", "test_ci_low", "test_ci_high", "test_p_value", "held_out"]
-AGREES = "agrees"
+HELD_OUT_COLUMNS = ["test_effect", "test_ci_low", "test_ci_high", "test_p_value", "test_level", "held_out"]
+"""verdicts.csv's columns of the second stage (docs/results.md)."""
+CONFIRMED = "confirmed"
+"""What the `held_out` column says where the test segment confirmed the discovery."""
 ONE_TEST_PERIOD = ("conditional on one test period: the test segment is common to every fold, one more period, "
                    "not a replication")
 """What the held-out check is (issue 30, item 8): it says so wherever it is shown."""
-
-
-@dataclass(frozen=True)
-class HeldOutEffect:
-    """A gem's wiring effect on the test segment: the same pairs as its verdict, the verdict
-    metric's test twin at the pairs' common final epoch, signed-rank at `alpha`."""
-
-    column: str
-    n: int
-    estimate: float
-    low: float
-    high: float
-    p: float
 
 
 def held_out_column(outcome: str) -> str:
@@ -60,54 +49,48 @@ def held_out_column(outcome: str) -> str:
     return outcome.replace("val_", "test_", 1)
 
 
-def held_out_effect(cells: Cells, g: GemEntry, outcome: str, thresholds: Thresholds) -> HeldOutEffect | None:
-    """The one computation of a gem's test-segment effect (the verdicts' `test_effect` column
-    and the held-out check both read it), or None when no pair has the test column."""
+def held_out_segment(prs: list[Paired], cells: Cells, outcome: str) -> TestSegment | None:
+    """The one computation of each contrast's test-segment effect from its verdict's pairs `prs`
+    (nothing is paired again: `pairing.revalue`, the test twin at the final epoch), as the rule's
+    second stage reads it (`held_out_rule.seed_level_effect`: [1, E]; NaN: no test pairs), or None
+    when the results have no test-segment metric (no second stage: older results)."""
     column = held_out_column(outcome)
     if column not in cells.long.columns:
         return None
-    real, _ = placebo_selectors(g, thresholds.placebo_weight)
-    pr = wiring_pairs(cells, g.name, column=column, k=1, select=real)
-    if not pr.n:
-        return None
-    t = rank_test(pr.diffs[None, :], tail=thresholds.alpha / 2)
-    return HeldOutEffect(column, pr.n, *(float(t[k][0]) for k in ("estimate", "low", "high", "p")))
+    e = len(prs)
+    effect, var, df = np.full((1, e), np.nan), np.full((1, e), np.nan), np.full((1, e), np.nan)
+    for j, pr in enumerate(prs):
+        test = revalue(pr, cells, column, 1) if pr.n else None
+        if test is not None and test.n:
+            r = seed_level_effect(test.diffs[None, None, :])
+            effect[0, j], var[0, j], df[0, j] = r["theta"][0], r["var"][0], r["df"][0]
+    return TestSegment(effect, var, df, spread_in_seeds=not cells.shared_path)
 
 
-def held_out_check(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: Thresholds | None = None) -> pd.DataFrame:
-    """The verdict table with HELD_OUT_COLUMNS: for each keep wired / harmful, the same pairs'
-    difference on the test segment and whether it agrees (module docstring)."""
-    th = thresholds if thresholds is not None else Thresholds()
-    v = verdicts.copy()
-    for c in HELD_OUT_COLUMNS:
-        if c not in v.columns:
-            v[c] = np.nan
-    v["held_out"] = v["held_out"].astype(object).where(v["held_out"].notna(), "")
-    by_gem = {g.name: g for g in gems}
-    for i, r in v.iterrows():
-        if r["verdict"] not in DECISIVE or r["gem"] not in by_gem:
-            continue
-        eff = held_out_effect(cells, by_gem[r["gem"]], str(r["outcome"]), th)
-        if eff is None:
-            v.at[i, "held_out"] = f"no test-segment pairs ({held_out_column(str(r['outcome']))})"
-            continue
-        v.loc[i, ["test_effect", "test_ci_low", "test_ci_high", "test_p_value"]] = [eff.estimate, eff.low, eff.high, eff.p]
-        v.at[i, "held_out"] = agreement(r["verdict"], eff.estimate, eff.low, eff.high)
-        v.at[i, "reason"] = (f"{r['reason']}; held-out test segment ({eff.column}, same {eff.n} seeds, once; "
-                             f"{ONE_TEST_PERIOD}): "
-                             f"{format_number(eff.estimate, '+.3g')} [{format_number(eff.low)}, {format_number(eff.high)}], "
-                             f"p {format_number(eff.p, '.2g')}: {v.at[i, 'held_out']}")
-    return v
-
-
-def agreement(verdict: str, effect: float, low: float, high: float) -> str:
-    """`agrees` when the test interval excludes 0 on the verdict's side; else why it does not."""
-    sign = 1.0 if verdict == KEEP else -1.0
-    if (sign > 0 and low > 0) or (sign < 0 and high < 0):
-        return AGREES
-    if math.isfinite(effect) and np.sign(effect) == -sign and not (low <= 0 <= high):
-        return "does not agree: the opposite sign"
-    return "does not agree: the test interval includes 0"
+def held_out_columns(held: HeldOutDecision | None, test: TestSegment | None, j: int, discovery: str,
+                     outcome: str) -> dict[str, Any]:
+    """Contrast j's HELD_OUT_COLUMNS from the second stage's record: the test-segment effect
+    (any contrast with test pairs), and for a `discovery` keep wired / harmful the test interval at
+    the confirmation's level, its one-sided p, that level and what the stage found."""
+    if test is None:
+        return {"held_out": f"no test segment ({held_out_column(outcome)})"} if discovery in DECISIVE else {}
+    out: dict[str, Any] = {"test_effect": float(test.effect[0, j])}
+    if held is None or not held.applied[0, j]:
+        return out
+    out.update(test_ci_low=float(held.low[0, j]), test_ci_high=float(held.high[0, j]), test_p_value=float(held.p[0, j]),
+               test_level=float(held.level[0, j]))
+    effect, low, high = float(test.effect[0, j]), float(held.low[0, j]), float(held.high[0, j])
+    if held.confirmed[0, j]:
+        out["held_out"] = CONFIRMED
+    elif not np.isfinite(effect):
+        out["held_out"] = f"not confirmed: no test-segment pairs ({held_out_column(outcome)})"
+    elif not np.isfinite(held.se[0, j]):
+        out["held_out"] = "not confirmed: no measure of the test period's spread (market noise unavailable)"
+    elif np.sign(effect) == (-1.0 if discovery == KEEP else 1.0) and not (low <= 0 <= high):
+        out["held_out"] = "not confirmed: the opposite sign"
+    else:
+        out["held_out"] = "not confirmed: the test interval includes 0"
+    return out
 
 
 def skill_context(experiment: Any) -> str:

@@ -47,9 +47,10 @@ def redundancy_table(
     pairs=PAIRS,
 ) -> pd.DataFrame:
     """One row per (gem, feature) of `pairs` whose gem is known (see the module docstring; the
-    finding is `rules.seed.redundancy_finding`'s), at `thresholds`' alpha, rel_threshold, last_k."""
+    finding is `rules.seed.redundancy_finding`'s), at `thresholds`' alpha, rel_threshold and epoch window
+    (the verdict's: `Thresholds.window_length`)."""
     th = thresholds if thresholds is not None else Thresholds()
-    alpha, rel_threshold, last_k = th.alpha, th.rel_threshold, th.last_k
+    alpha, rel_threshold = th.alpha, th.rel_threshold
     known = {g.name: g for g in gems}
     excess = excess or add_excess_columns(cells.long, list(gems))
     rows, ps, pts = [], [], []
@@ -62,7 +63,7 @@ def redundancy_table(
                    excess_off=math.nan, excess_on=math.nan, change=math.nan, ci_low=math.nan, ci_high=math.nan,
                    p_adjusted=math.nan, on_tost_p_adjusted=math.nan)
         if mode in cells.table.columns and feature in cells.table.columns:
-            pr = paired(cells, feature, "true", "false", column=col, k=last_k, worst=False,
+            pr = paired(cells, feature, "true", "false", column=col, k=th.window_length, worst=False,
                         select=lambda t, md=mode: t[md] == "measure")
             if pr.n:
                 r = rank_test(pr.diffs[None, :], tail=alpha / 2)

@@ -23,12 +23,9 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from scipy import stats as sps
-
-from tune_gems.analysis.rules.rule_mde import PowerInputs, finite_interval, history_floor, market_se_of, period_floor, rule_mde, seeds_for
-from tune_gems.analysis.rules.gates import combined_bounds
-from tune_gems.analysis.rules.pooling import pooled_bounds
-from tune_gems.analysis.rules.selection import final_on_one_history
+from tune_gems.analysis.rules.power import (
+    PowerInputs, fewest_seeds, finite_interval, floor, informative_of, market_se_of, mde, seeds_to_run,
+)
 from tune_gems.analysis.rules.words import NO_DATA
 from tune_gems.analysis.verdicts.verdict_market_noise import OK as MARKET_OK
 from tune_gems.stats.inference import smallest_p
@@ -198,7 +195,7 @@ def format_confirmation(table: pd.DataFrame) -> str:
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines += [f"{r['gem']}: {r['note']}" for _, r in table.iterrows() if isinstance(r["note"], str) and r["note"]]
-    lines += [f"{r['gem']}: final verdict on one price history: {r['final_rule']}" for _, r in table.iterrows()
+    lines += [f"{r['gem']}: final verdict on the search's price data: {r['final_rule']}" for _, r in table.iterrows()
               if isinstance(r.get("final_rule"), str) and r["final_rule"] and r["final_rule"] != ONE_RUN_FINAL]
     return "\n".join(lines)
 
@@ -208,7 +205,7 @@ def format_confirmation(table: pd.DataFrame) -> str:
 
 @dataclass(frozen=True)
 class PowerPlan:
-    """How many seeds one gem's confirmation trains, and why: its MDE (`rule_mde.rule_mde`, the
+    """How many seeds one gem's confirmation trains, and why: its MDE (`rules.power.mde`, the
     rule that decides the confirmation, at the confirmation family's first Holm step `level` and,
     on one price history, the history's part at `history_level` = level / `candidates`) against
     the discovery's (the same function on the discovery's components at its own level)."""
@@ -250,14 +247,24 @@ def discovery_power_inputs(row: dict[str, Any]) -> PowerInputs:
     if math.isfinite(num("n_informative")) and folds < 2:
         n = int(num("n_informative"))  # the seed rule's MDE is on the informative pairs (verdicts.csv's)
     p_div = p_div if math.isfinite(p_div) else 0.0
+    histories = count("histories", 1)
+    if histories >= 2 and math.isfinite(num("pooled_effect")):  # the nested rule's (`history_verdicts.history_power`)
+        per_fold = num("n_informative") / (histories * folds) if math.isfinite(num("n_informative")) else n
+        f = num("fold_overlap", 1.0)  # a history's folds' overlap the first stage carried (lambda = (F - 1) / K)
+        return PowerInputs(per_fold, sd, p_div, folds=folds, tau2=num("var_period", 0.0), within=num("var_within"),
+                           seed=num("var_seed", 0.0), df=num("pooled_df"), histories=histories,
+                           history_tau2=num("var_history", 0.0),
+                           overlap=(f - 1.0) / folds if math.isfinite(f) and f > 1.0 else 0.0)
     if folds >= 2 and math.isfinite(num("pooled_effect")):
         # the pooled components the verdict row states (`walk_forward.pooled_power`): its MDE is the
         # row's `mde`, with n the informative pairs per period (a mean: not always whole)
         tau2, k = num("var_period", num("tau2", 0.0)), int(num("periods_informative", folds) or folds)
         per_fold = num("n_informative") / k if math.isfinite(num("n_informative")) and k else n
+        f = num("fold_overlap", 1.0)  # the folds' overlap the verdict's pooled variance carried (lambda = (F - 1) / K)
         return PowerInputs(per_fold if math.isfinite(per_fold) else n, sd, p_div, folds=k,
                       fold_sd=num("fold_sd_diff"), tau2=tau2 if math.isfinite(tau2) else 0.0, within=num("var_within"),
-                      seed=num("var_seed", 0.0), df=num("pooled_df"))
+                      seed=num("var_seed", 0.0), df=num("pooled_df"),
+                      overlap=(f - 1.0) / k if math.isfinite(f) and f > 1.0 and k else 0.0)
     market_se = 0.0
     if row.get("market_noise") == MARKET_OK and math.isfinite(num("market_ci_level")):
         market_se = market_se_of(num("market_ci_low"), num("market_ci_high"), 1 - num("market_ci_level"))
@@ -273,20 +280,6 @@ def _tied_share(row: dict[str, Any]) -> float:
     return min(max(tie, 0.0), MAX_TIED_SHARE) if math.isfinite(tie) else 0.0
 
 
-def informative_of(seeds: int, tie: float) -> int:
-    """The informative pairs `seeds` seeds are expected to give at tied share `tie` (ties carry
-    no weight: rules.ties)."""
-    return int(math.floor(seeds * (1.0 - tie) + 1e-9))
-
-
-def seeds_for_informative(informative: int, tie: float) -> int:
-    """The fewest seeds expected to give `informative` informative pairs at tied share `tie`."""
-    n = max(int(math.ceil(informative / (1.0 - tie) - 1e-9)), informative)
-    while informative_of(n, tie) < informative:
-        n += 1
-    return n
-
-
 def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list[str], *, one_history: bool,
                        alpha: float, power: float, seeds: int | None, default_seeds: int) -> list[PowerPlan]:
     """Per gem to confirm: the seeds of its confirmation so that its MDE is at most the
@@ -298,7 +291,10 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
     from tune_gems.contracts.errors import ConfigError
 
     tested = pd.to_numeric(discovery.get("p_value", pd.Series(dtype=float)), errors="coerce")
-    m_d, m_c = max(int(np.isfinite(tested).sum()), 1), max(len(gems), 1)
+    family = pd.to_numeric(discovery.get("family_size", pd.Series(dtype=float)), errors="coerce")
+    # the discovery's first Holm step: over its design's family (gems and factors), as its verdicts state their MDE
+    m_d = int(family.max()) if family.notna().any() else int(np.isfinite(tested).sum())
+    m_d, m_c = max(m_d, 1), max(len(gems), 1)
     level_d, level_c = alpha / m_d, alpha / m_c
     plans = []
     for gem in gems:
@@ -307,12 +303,18 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
         inputs = discovery_power_inputs(row)
         t_g = max(candidate_count(trials, gem), 1) if one_history else 1
         h_level = level_c / t_g
-        target = rule_mde(inputs, level_d, power) if inputs.n >= 2 else math.nan
+        target = mde(inputs, level_d, power) if inputs.n >= 2 else math.nan
         tie = _tied_share(row)
-        smallest = seeds_for_informative(next(n for n in range(2, 64) if finite_interval(n, level_c)), tie)
-        data = (f"one price history, the history's part at level / {t_g} for the {t_g} configurations the search "
-                "chose among" if one_history else "fresh paths")
-        what = f"the confirmation ({inputs.folds} period(s), {data}) "
+
+        def confirmation_mde(seeds: int) -> float:  # the confirmation's MDE with `seeds` per arm
+            return mde(inputs.with_seeds(informative_of(seeds, tie)), level_c, power, history_level=h_level)
+
+        smallest = int(seeds_to_run(next(n for n in range(2, 64) if finite_interval(n, level_c)), tie))
+        data = (f"{'the same price histories' if inputs.histories >= 2 else 'one price history'}, the history's part "
+                f"at level / {t_g} for the {t_g} configurations the search chose among" if one_history else "fresh paths")
+        periods = (f"{inputs.histories} histories x {inputs.folds} fold(s)" if inputs.histories >= 2 else
+                   f"{inputs.folds} period(s)")
+        what = f"the confirmation ({periods}, {data}) "
         where = f"{gem}: {what}"
         if seeds is not None and not finite_interval(informative_of(seeds, tie), level_c):
             k = informative_of(seeds, tie)
@@ -320,68 +322,42 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
                               f"{level_c:.3g} ({seeds} seeds, about {k} of them informative at the discovery's tied share "
                               f"{tie:.2f}: the smallest exact p of {k} is {smallest_p(max(k, 1)):.3g}); at least {smallest} "
                               "seeds per arm")
-        if not math.isfinite(target):
+        if not (target > 0) or not math.isfinite(target):
             n = seeds if seeds is not None else max(default_seeds, smallest)
-            mde = rule_mde(inputs.with_seeds(informative_of(n, tie)), level_c, power, history_level=h_level) if inputs.n >= 2 else math.nan
-            note = (f"{what}trains {n} seeds per arm (MDE {_f(mde)}); the discovery's MDE is {_f(target)} "
+            got = confirmation_mde(n) if inputs.n >= 2 else math.nan
+            note = (f"{what}trains {n} seeds per arm (MDE {_f(got)}); the discovery's MDE is {_f(target)} "
                     "(it could not decide at any size), so no smaller MDE is asked")
-            plans.append(PowerPlan(gem, n, target, mde, level_c, h_level, t_g, one_history, inputs.folds, note))
+            plans.append(PowerPlan(gem, n, target, got, level_c, h_level, t_g, one_history, inputs.folds, note))
             continue
-        need_informative = seeds_for(inputs, target, level_c, power, history_level=h_level,
-                                     n_min=informative_of(smallest, tie), n_max=MAX_CONFIRM_SEEDS)
-        need = None if need_informative is None else seeds_for_informative(need_informative, tie)
-        floor = period_floor(inputs, h_level, power) if inputs.folds >= 2 else history_floor(inputs.market_se, h_level, power)
-        if need is None:
-            fix = ("more periods, not more seeds" if inputs.folds >= 2 else
+        need = seeds_to_run(fewest_seeds(inputs, target, level_c, power, history_level=h_level,
+                                         n_min=informative_of(smallest, tie), n_max=MAX_CONFIRM_SEEDS), tie)
+        if not math.isfinite(need):
+            fix = ("more periods, not more seeds" if inputs.pooled_over else
                    "the market noise of one history: run walk-forward folds, data.folds")
             raise ConfigError(f"{where}cannot reach the discovery's MDE {_f(target)} with any number of seeds up to "
-                              f"{MAX_CONFIRM_SEEDS}: its floor is {_f(floor)} ({fix}); nothing was trained and the "
-                              "search's one confirmation is not spent")
+                              f"{MAX_CONFIRM_SEEDS}: its floor is {_f(floor(inputs, h_level, power))} ({fix}); nothing "
+                              "was trained and the search's one confirmation is not spent")
+        need = int(need)
         if seeds is not None and seeds < need:
-            given = rule_mde(inputs.with_seeds(informative_of(seeds, tie)), level_c, power, history_level=h_level)
-            raise ConfigError(f"--seeds {seeds}: {gem}'s confirmation MDE {_f(given)} "
+            raise ConfigError(f"--seeds {seeds}: {gem}'s confirmation MDE {_f(confirmation_mde(seeds))} "
                               f"exceeds the discovery's {_f(target)} (same rule, same units); at least {need} seeds per "
                               "arm reach it; nothing was trained and the search's one confirmation is not spent")
         n = seeds if seeds is not None else need
-        mde = rule_mde(inputs.with_seeds(informative_of(n, tie)), level_c, power, history_level=h_level)
         ties = f" ({n - informative_of(n, tie)} expected to tie, the discovery's tied share {tie:.2f})" if tie > 0 else ""
-        note = (f"{what}trains {n} seeds per arm{ties}: MDE {_f(mde)} <= the discovery's {_f(target)} "
+        note = (f"{what}trains {n} seeds per arm{ties}: MDE {_f(confirmation_mde(n))} <= the discovery's {_f(target)} "
                 "(same rule, same units)")
-        plans.append(PowerPlan(gem, n, target, mde, level_c, h_level, t_g, one_history, inputs.folds, note))
+        plans.append(PowerPlan(gem, n, target, confirmation_mde(n), level_c, h_level, t_g, one_history, inputs.folds,
+                               note))
     return plans
 
 
 def _f(x: float) -> str:
     from tune_gems.analysis.text import format_number
 
-    return format_number(x, ".3g", missing="nan")
+    return format_number(x, ".3g", missing="-")
 
 
 # -- on one price history: the selection-adjusted final verdict -------------------------------------
-
-
-def selection_adjusted_bounds(effect, seed_low, seed_high, market_low, market_high, market_level, candidates):
-    """(low, high) of a K = 1 confirmation on one history with the market-noise part taken at the
-    selection-adjusted level (market_level / candidates, a normal reading of the interval's
-    half-width), combined with the seed interval as the one-period gate combines them
-    (`rules.gates.combined_bounds`)."""
-    market_level = np.asarray(market_level, float)
-    t = np.maximum(np.asarray(candidates, float), 1.0)
-    with np.errstate(invalid="ignore"):
-        scale = sps.norm.ppf(1 - market_level / (2 * t)) / sps.norm.ppf(1 - market_level / 2)
-        h = (np.asarray(market_high, float) - np.asarray(market_low, float)) / 2 * scale
-    return combined_bounds(np.asarray(effect, float), np.asarray(seed_low, float), np.asarray(seed_high, float), -h, h)
-
-
-def pooled_adjusted_bounds(mu, low, high, level, df, candidates):
-    """(low, high) of the pooled interval over periods at the selection-adjusted level (level /
-    candidates): the interval's standard error read off its half-width at `level` with `df`
-    degrees of freedom, widened as `rules.pooling.pooled_bounds` widens it (t with `df`)."""
-    level = np.asarray(level, float)
-    t = np.maximum(np.asarray(candidates, float), 1.0)
-    with np.errstate(invalid="ignore"):
-        se = (np.asarray(high, float) - np.asarray(low, float)) / (2 * sps.t.ppf(1 - level / 2, df))
-    return pooled_bounds(np.asarray(mu, float), se, np.zeros_like(se), df, level / (2 * t))
 
 
 ONE_RUN_FINAL = "the confirmation's verdict (fresh seeds and paths)"
@@ -391,28 +367,12 @@ FINAL_COLUMNS = ["gem", "final_verdict", "final_ci_low", "final_ci_high", "final
 
 def one_history_final(verdicts: pd.DataFrame, candidates: dict[str, int]) -> pd.DataFrame:
     """The final verdict per confirmed gem (the keys of `candidates`) of a confirmation on one price
-    history (`rules.selection.final_on_one_history`): at K = 1 the seed and market-noise intervals combined with the market
-    part at the selection-adjusted level (no market-noise interval: not final); at K >= 2 the
-    pooled interval at that level. `candidates[gem]` the configurations the search chose among."""
-    rows = []
-    for _, r in verdicts[verdicts["gem"].isin(list(candidates))].iterrows():
-        t = max(int(candidates[r["gem"]]), 1)
-        folds = int(r.get("folds", 1)) if np.isfinite(float(r.get("folds", 1))) else 1
-        if folds >= 2:
-            df = float(r.get("pooled_df", np.nan))
-            lo, hi = pooled_adjusted_bounds(r.get("pooled_effect"), r.get("pooled_ci_low"), r.get("pooled_ci_high"),
-                                            1 - float(r.get("pooled_ci_level", np.nan)),
-                                            df if np.isfinite(df) else folds - 1, t)
-            available = bool(np.isfinite(lo) and np.isfinite(hi))
-            rule = f"pooled interval over {folds} periods at the selection-adjusted level (/{t})"
-        else:
-            available = r.get("market_noise") == MARKET_OK
-            lo, hi = selection_adjusted_bounds(r.get("effect"), r.get("ci_low"), r.get("ci_high"), r.get("market_ci_low"),
-                                               r.get("market_ci_high"), 1 - float(r.get("market_ci_level", np.nan)), t)
-            rule = (f"seed and market-noise intervals combined, the market part at the selection-adjusted level (/{t})"
-                    if available else f"no market-noise interval ({r.get('market_noise')}): the history's luck is not "
-                    "measured, so nothing is final on this one history")
-        final = final_on_one_history([r["verdict"]], [lo], [hi], [available])[0]
-        rows.append(dict(gem=r["gem"], final_verdict=str(final), final_ci_low=float(lo), final_ci_high=float(hi),
-                         final_rule=rule))
-    return pd.DataFrame(rows, columns=FINAL_COLUMNS)
+    history: FINAL_COLUMNS of its verdict table, which the rule wrote (`gem_verdicts.gem_verdict_tables`
+    with `selection=candidates`: `rules.decision.decide`'s selection-adjusted gate,
+    `rules.selection.final_on_one_history`; at K = 1 the seed and market-noise intervals combined
+    with the market part at the selection-adjusted level, no market-noise interval: not final; at
+    K >= 2 the pooled interval at that level)."""
+    rows = verdicts[verdicts["gem"].isin(list(candidates))]
+    if "final_verdict" not in rows.columns:
+        return pd.DataFrame(columns=FINAL_COLUMNS)
+    return rows[FINAL_COLUMNS].reset_index(drop=True)

@@ -35,10 +35,12 @@ import pandas as pd
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired
+from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.verdicts.market_noise import MarketNoiseInterval, alpha_sharpe_rows, market_noise_interval, sharpe_rows
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.result_files import (
-    EVAL_RETURNS_ARRAYS, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE, EVAL_RETURNS_FORMAT, trial_eval_returns,
+    EVAL_RETURNS_ARRAYS, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE, EVAL_RETURNS_FOLD_ARRAYS, EVAL_RETURNS_FORMAT,
+    EVAL_RETURNS_HISTORY_ARRAYS, trial_eval_returns,
 )
 
 OK = "ok"
@@ -47,6 +49,10 @@ UNAVAILABLE = "unavailable"
 ACROSS_PERIODS = "not needed: several validation periods (the pooled interval carries their market noise)"
 """Pairs in several walk-forward folds (issue 20): each fold's period luck is in the spread of the
 fold effects that the pooled interval carries (walk_forward.py), so no bootstrap is run."""
+ACROSS_HISTORIES = "not needed: several price histories (the pooled interval carries their market noise)"
+"""Pairs in several price histories (issue 37): each history is its own market, and the nested rule
+over histories (`rules.histories`) carries each history's luck in the spread between them, so no
+bootstrap is run (nor could one: the histories' asset returns differ)."""
 
 CHECK_RTOL, CHECK_ATOL = 1e-4, 1e-6
 """A metric recomputed from eval_returns.npz must equal members.parquet's value to this
@@ -66,9 +72,16 @@ class EvalReturns:
     cost: float
     periods_per_year: float
     source: str = ""
+    fold: np.ndarray | None = None  # [P] int (None: a one-fold file, fold 0 for every member)
+    history: np.ndarray | None = None  # [P] int (None: a one-history file, history 0 for every member)
 
-    def member(self, arm: str, seed_index: int) -> int | None:
-        hit = np.flatnonzero((self.arm == str(arm)) & (self.seed_index == int(seed_index)))
+    def member(self, arm: str, seed_index: int, fold: int = 0, history: int = 0) -> int | None:
+        """The population index of the member of `arm` at `seed_index` in that `fold` of that
+        `history` (one member per key: a file holds every history's and fold's members)."""
+        hit = (self.arm == str(arm)) & (self.seed_index == int(seed_index))
+        for ids, want in ((self.fold, fold), (self.history, history)):
+            hit &= (ids == int(want)) if ids is not None else int(want) == 0
+        hit = np.flatnonzero(hit)
         return int(hit[0]) if hit.size else None
 
     def epoch_index(self, epoch: int) -> int | None:
@@ -124,13 +137,21 @@ def _checked(path: Path, arrays: dict[str, np.ndarray]) -> EvalReturns:
     for name, kinds in (("positions", "f"), ("asset", "f"), ("diverged", "b"), ("seed_index", "iu"), ("arm", "US")):
         if arrays[name].dtype.kind not in kinds:
             raise DataError(f"{path}: {name} has dtype {arrays[name].dtype}, expected {'/'.join(kinds)}")
-    for name in ("arm", "seed_index"):
+    ids = {}
+    for name in ("arm", "seed_index", *EVAL_RETURNS_FOLD_ARRAYS[:1], *EVAL_RETURNS_HISTORY_ARRAYS):
+        if name not in arrays:  # fold, history: absent in a one-fold, one-history file
+            continue
         if arrays[name].shape != (P,):
             raise DataError(f"{path}: {name} has shape {arrays[name].shape}, expected ({P},) (one per member)")
+        if name not in ("arm", "seed_index"):
+            if arrays[name].dtype.kind not in "iu":
+                raise DataError(f"{path}: {name} has dtype {arrays[name].dtype}, expected i/u")
+            ids[name] = arrays[name].astype(np.int64)
     return EvalReturns(
         epochs=epochs.astype(np.int64), positions=pos, diverged=arrays["diverged"].astype(bool),
         asset=arrays["asset"], arm=arrays["arm"].astype(str), seed_index=arrays["seed_index"].astype(np.int64),
         cost=_scalar(path, arrays, "cost"), periods_per_year=_scalar(path, arrays, "periods_per_year"), source=str(path),
+        fold=ids.get("fold"), history=ids.get("history"),
     )
 
 
@@ -213,6 +234,15 @@ def _per_seed_paths(table: pd.DataFrame) -> pd.Series:
     return paths.str.contains("per_seed") & source.str.contains("synthetic")
 
 
+def market_window(pr: Paired, th: Thresholds) -> int | None:
+    """The window length (in epochs) of a comparison's pairs for the market-noise interval, one
+    for all its pairs (None when the pairs' windows differ)."""
+    if pr.pairs is None or not len(pr.pairs):
+        return th.last_k
+    lengths = set(np.atleast_1d(th.window_length(pr.pairs["end_epoch"].to_numpy(int))).tolist())
+    return int(lengths.pop()) if len(lengths) == 1 else None
+
+
 def market_evidence(
     pr: Paired,
     cells: Cells,
@@ -232,6 +262,8 @@ def market_evidence(
         return _unavailable("no member pairs")
     table = cells.table.set_index("cell")
     both = np.concatenate([pairs["cell_hi"].to_numpy(), pairs["cell_lo"].to_numpy()])
+    if "history" in table.columns and table.loc[both, "history"].nunique() > 1:
+        return MarketEvidence(ACROSS_HISTORIES)
     if "fold" in table.columns and table.loc[both, "fold"].nunique() > 1:
         return MarketEvidence(ACROSS_PERIODS)
     if _per_seed_paths(table.loc[both]).all():
@@ -256,9 +288,10 @@ def market_evidence(
             data, why = lookup.get(c["experiment"], c["trial_id"])
             if data is None:
                 return _unavailable(f"trial {c['trial_id']}: {why}")
-            m = data.member(c["arm"], c["seed_index"])
+            m = data.member(c["arm"], c["seed_index"], fold=int(c.get("fold", 0)), history=int(c.get("history", 0)))
             if m is None:
-                return _unavailable(f"{data.source} has no member of arm {c['arm']!r} at seed index {int(c['seed_index'])}")
+                return _unavailable(f"{data.source} has no member of arm {c['arm']!r} at seed index {int(c['seed_index'])}"
+                                    f" in fold {int(c.get('fold', 0))} of history {int(c.get('history', 0))}")
             idx = [data.epoch_index(e) for e in window if e >= 1]
             if any(i is None for i in idx) or not idx:
                 return _unavailable(f"{data.source} holds epochs {data.epochs.tolist()}, the verdict window needs "

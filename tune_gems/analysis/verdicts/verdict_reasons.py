@@ -13,13 +13,19 @@ import math
 import numpy as np
 
 from tune_gems.analysis.text import format_number
+from tune_gems.analysis.rules.power import seeds_would_detect
+from tune_gems.analysis.defaults import MAX_TIED_SHARE
 from tune_gems.analysis.rules.seed import cannot_reach
-from tune_gems.analysis.rules.words import CONFOUNDED, DELETE, EQUIVALENT, HARMFUL, INCONCLUSIVE, INSUFFICIENT, KEEP
-from tune_gems.analysis.verdicts.verdict_market_noise import ACROSS_PERIODS, NOT_NEEDED, OK as MARKET_OK
+from tune_gems.analysis.rules.words import (
+    CONFOUNDED, DECISIVE, DELETE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP,
+)
+from tune_gems.analysis.verdicts.held_out import ONE_TEST_PERIOD
+from tune_gems.analysis.verdicts.verdict_market_noise import ACROSS_HISTORIES, ACROSS_PERIODS, NOT_NEEDED, OK as MARKET_OK
+from tune_gems.analysis.verdicts.walk_forward import ONE_PERIOD
 
 
 def _fmt(x, f: str = ".3g") -> str:
-    return format_number(x, f, missing="nan")
+    return format_number(x, f, missing="-")
 
 
 def ties_text(row) -> str:
@@ -48,14 +54,11 @@ def market_text(row: dict) -> str:
                 f"{_fmt(row['market_n_series'], '.0f')} paired series{left}")
     if status == ACROSS_PERIODS:
         return "; market noise: in the spread over validation periods (walk-forward folds)"
+    if status == ACROSS_HISTORIES:
+        return "; market noise: in the spread over price histories (each its own market)"
     if status == NOT_NEEDED:
         return "; market noise: in the seed interval (per-seed paths)"
     return f"; market-noise interval {status}: the effect is conditional on this one price history"
-
-
-def seeds_would_detect(seeds: float, rope: float) -> str:
-    """The seeds that would detect the ROPE, in words (the seed rule's power statement)."""
-    return f"about {_fmt(seeds, '.0f')} seeds would detect +-{rope:g}"
 
 
 def _seeds_text(row: dict) -> str:
@@ -92,6 +95,12 @@ def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, power:
         if row["wired_diverged"] or row["measured_diverged"]:
             diverged = f"; diverged (counted as worst): wired {int(row['wired_diverged'])}, measured {int(row['measured_diverged'])}"
         ev += diverged + market_text(row)
+        tied = row.get("tied_share", math.nan)
+        few = cannot_reach(int(row["n_informative"]), 2 * a)  # the rule's "too few" (`ties.cannot_decide`) says it first
+        if verdict == INSUFFICIENT and isinstance(tied, float) and tied > MAX_TIED_SHARE and not few:
+            lead = (f"mostly tied: {tied:.0%} of the pairs tie (identical outcomes; {int(row['n_informative'])} of "
+                    f"{int(row['n_seeds'])} differ): no equivalence or delete on pairs that did not differ")
+            return f"{lead}; {ev}{extra}", f"{lead}{diverged}{extra}"
         if verdict == INSUFFICIENT:
             lead = (f"too few informative pairs for the rule: {int(row['n_informative'])} of {int(row['n_seeds'])} "
                     f"differ, and no test reaches p <= {a:g} with {int(row['n_informative'])} (ties carry no weight)")
@@ -137,3 +146,153 @@ def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, power:
         return text, text
     text = "never measured nor wired in a finished trial"
     return text, text
+
+
+# -- the layers after the seed rule, each a function of the decision record ------------------------
+
+
+def market_gate_reason(row, seed_verdict: str, verdict: str, reason: str, why: str) -> tuple[str, str]:
+    """The reason when the market gate changed the seed rule's word (`rules.gates.market_gate`)."""
+    if verdict == seed_verdict:
+        return reason, why
+    word = "helps" if seed_verdict == KEEP else "hurts"
+    where = 'includes 0' if row['market_ci_low'] <= 0 <= row['market_ci_high'] else 'lies on the other side of 0'
+    return (f"not confirmed against market noise: the seeds say wiring {word}, but the market-noise interval "
+            f"[{_fmt(row['market_ci_low'])}, {_fmt(row['market_ci_high'])}] at the same level {where}: "
+            f"on this one price history the difference may be the market's luck; {reason}",
+            f"not confirmed against market noise: the seeds say wiring {word}, but the market-noise "
+            f"interval {where}: on this one price history the difference may be the market's luck")
+
+
+def one_period_reason(row, before: str, verdict: str, applied: bool, reason: str, why: str) -> tuple[str, str]:
+    """The reason of a verdict on one validation period (`rules.gates.one_period_gate`): why the
+    gate changed `before` (the word after the market gate), and what every such verdict is
+    conditional on."""
+    if applied:
+        both = (f"seed and market-noise intervals combined: [{_fmt(row['combined_ci_low'])}, "
+                f"{_fmt(row['combined_ci_high'])}] at {row['ci_level']:.1%}")
+        if verdict != before and before in DECISIVE:
+            reason, why = (f"not confirmed by the {both}, which includes 0; {text}" for text in (reason, why))
+        elif verdict != before:
+            reason, why = (f"equivalence not confirmed against market noise: the {both} "
+                           f"is not inside +-{row['rope']:g}; {text}" for text in (reason, why))
+    return f"{reason}; {ONE_PERIOD}", f"{why}; {ONE_PERIOD}"
+
+
+def pooled_text(r) -> str:
+    """The pooled estimate over periods, its interval and heterogeneity, and the fold effects."""
+    shared = ", tau shared across the family" if bool(r["tau_shared"]) else ""
+    histories = r.get("histories", 1)  # several price histories: the nested rule (`history_verdicts`)
+    nested = histories == histories and histories >= 2
+    over = f"over {int(histories)} histories x {int(r['folds'])} folds" if nested else "over periods"
+    f = r.get("fold_overlap", math.nan)  # over histories: the first stage's, on each history's folds
+    whose = "each history's " if nested else ""
+    overlap = (f", {whose}variance x{f:.2f} for folds that share training rows (Nadeau-Bengio)"
+               if isinstance(f, (int, float)) and np.isfinite(f) and f > 1 else "")
+    return (f"pooled {over} {_fmt(r['pooled_effect'], '+.3g')}, {r['pooled_ci_level']:.1%} CI "
+            f"[{_fmt(r['pooled_ci_low'], '.3g')}, {_fmt(r['pooled_ci_high'], '.3g')}] (HKSJ, t with "
+            f"{_fmt(r['pooled_df'], '.3g')} df{shared}{overlap}, Holm p {_fmt(r['pooled_p_adjusted'], '.2g')}), "
+            f"tau^2 {_fmt(r['tau2'], '.3g')}, I^2 {_fmt(100 * r['i2'], '.0f')}% (Q Holm p "
+            f"{_fmt(r['q_p_adjusted'], '.2g')}); per {'history and fold' if nested else 'fold'}: {r['fold_effects']}")
+
+
+def power_text(r) -> str:
+    """The pooled rule's power statement of one verdict row (empty without one)."""
+    if not np.isfinite(r.get("mde", math.nan)) or not isinstance(r.get("power_note"), str) or not r["power_note"]:
+        return ""
+    histories = r.get("histories", 1)  # the nested rule: its periods are the histories with an effect
+    what = "histories" if histories == histories and histories >= 2 else "periods"
+    return (f"the pooled test detects |effect| >= {_fmt(r['mde'], '.3g')} at 80% power with these "
+            f"{_fmt(r['periods_informative'], '.0f')} {what} (floor with infinitely many seeds "
+            f"{_fmt(r['mde_floor'], '.3g')}): {r['power_note']}")
+
+
+def period_reason(r, seed_verdict: str, verdict: str, rope: float, seeds: str, seed_why: str) -> tuple[str, str]:
+    """(reason, why) of one gem's verdict across K >= 2 periods: the reason with every number,
+    `why` without those the row's columns hold (the pooled estimate, its interval and
+    heterogeneity, the fold effects, the power statement; `report.why_line` prints them once).
+    `seeds`, `seed_why` the seed rule's reason and why."""
+    seed_why = seed_why if seed_why else seeds
+    alone = f"seeds alone: {seed_why}"
+    if verdict == INSUFFICIENT and r["period"].startswith("too few periods"):
+        return f"{r['period']}; per fold: {r['fold_effects']}; seeds alone: {seed_verdict}; {seeds}", f"{r['period']}; {alone}"
+    pooled = pooled_text(r) if np.isfinite(r["pooled_effect"]) else (
+        f"no pooled effect (a fold's pairs mostly diverged one way); per fold: {r['fold_effects']}")
+    no_pool = "" if np.isfinite(r["pooled_effect"]) else "; no pooled effect (a fold's pairs mostly diverged one way)"
+    power = power_text(r)
+    power = f"; {power}" if power else ""
+    if verdict == INCONSISTENT:
+        lead = ("the effect changes sign between periods: fold intervals on both sides of 0 at their Holm "
+                "levels")
+        return (f"{lead}, heterogeneity Holm p {_fmt(r['q_p_adjusted'], '.2g')}: {pooled}; seeds: {seeds}",
+                f"{lead}{no_pool}; {alone}")
+    if verdict == HETEROGENEOUS:
+        lead = "the periods differ"
+        tail = "but no sign change is shown and the pooled effect decides nothing"
+        return (f"{lead} (heterogeneity Holm p {_fmt(r['q_p_adjusted'], '.2g')}, I^2 "
+                f"{_fmt(100 * r['i2'], '.0f')}%, tau {_fmt(math.sqrt(r['tau2']) if r['tau2'] >= 0 else math.nan, '.3g')}) "
+                f"{tail}: {pooled}{power}; seeds: {seeds}", f"{lead} {tail}{no_pool}; {alone}")
+    if verdict in DECISIVE:
+        lead = f"wiring {'helps' if verdict == KEEP else 'hurts'} across periods"
+        return f"{lead}: {pooled}; seeds alone: {seed_verdict}; {seeds}", f"{lead}; {alone}"
+    if verdict in (EQUIVALENT, DELETE):
+        lead = (f"equivalent to none across periods (pooled TOST Holm p {_fmt(r['pooled_tost_p_adjusted'], '.2g')} "
+                f"within +-{rope:g})")
+        return f"{lead}: {pooled}; seeds alone: {seed_verdict}; {seeds}", f"{lead}; {alone}"
+    lead = "not decided across periods"
+    return f"{lead}: {pooled}{power}; seeds alone: {seed_verdict}; {seeds}", f"{lead}{no_pool}; {alone}"
+
+
+def held_out_reason(row, final: str, reason: str, why: str) -> tuple[str, str]:
+    """The reason with the second stage of a discovery keep wired / harmful (the held-out test
+    segment, the same pairs, once: `held_out.held_out_columns`): confirmed, it follows the
+    discovery's reason; not confirmed, the line leads with the final word and keeps both
+    intervals (the discovery's in `reason`, the test segment's here). Unchanged without a stage."""
+    if row["verdict"] not in DECISIVE or not isinstance(row.get("held_out"), str) or not row["held_out"]:
+        return reason, why
+    level = row.get("test_level", math.nan)
+    test = (f"held-out test segment ({ONE_TEST_PERIOD}): {format_number(row.get('test_effect', math.nan), '+.3g')} "
+            f"[{format_number(row.get('test_ci_low', math.nan))}, {format_number(row.get('test_ci_high', math.nan))}] "
+            f"(one-sided at alpha/m {format_number(level, '.2g')}, the test period's spread in its SE), "
+            f"p {format_number(row.get('test_p_value', math.nan), '.2g')}: {row['held_out']}")
+    if final == row["verdict"]:
+        return f"{reason}; {test}", why
+    return (f"{final} (the discovery read {row['verdict']}): {test}; the discovery: {reason}",
+            f"{final}: {row['held_out'].removeprefix('not confirmed: ')}; the discovery read {row['verdict']}: {why}")
+
+
+def compose_reason(seed_row, row, *, seed_verdict: str, market_verdict: str, gate_applied: bool, folds: int,
+                   pooled: bool, at_null: bool, metric_note: str, power: float, m: int, rope: float,
+                   final: str | None = None) -> tuple[str, str]:
+    """(reason, why) of one gem's row, composed once from the rule's decision record: the seed
+    rule's evidence (`seed_reason` on `seed_row`, the row as the seed rule left it), then what each
+    later stage did to the word (`row`, the finished row): the market gate and the one-period gate
+    on one validation period, or the period rule over several (`pooled`: the gem is in the pooled
+    family), then the held-out test segment's second stage of a discovery keep / harmful (`row`'s
+    verdict is the discovery's; `final` the word after that stage, default the same)."""
+    reason, why = seed_reason(seed_row, seed_verdict, at_null, metric_note, power, m, seed_power=folds == 1)
+    reason, why = market_gate_reason(row, seed_verdict, market_verdict, reason, why)
+    if folds == 1:
+        reason, why = one_period_reason(row, market_verdict, row["verdict"], gate_applied, reason, why)
+    elif pooled:
+        reason, why = period_reason(row, market_verdict, row["verdict"], rope, reason, why)
+    return held_out_reason(row, row["verdict"] if final is None else final, reason, why)
+
+
+def selection_rule(row, candidates: int) -> str:
+    """Which interval made a confirmation's final verdict on one price history (`rules.selection`):
+    the pooled one over periods, or the seed and market-noise intervals combined, the history's
+    part at the selection-adjusted level (/ `candidates`); without a market-noise interval none."""
+    folds = int(row.get("folds", 1)) if np.isfinite(float(row.get("folds", 1))) else 1
+    histories = float(row.get("histories", 1))
+    if histories >= 2:  # several price histories: the nested rule's interval (`history_verdicts`)
+        return (f"pooled interval over {int(histories)} histories x {folds} folds at the selection-adjusted level "
+                f"(/{candidates})")
+    if folds >= 2:  # the periods it pooled (those with informative pairs), as the confirmation's power says
+        k = float(row.get("periods_informative", folds))
+        return (f"pooled interval over {int(k) if np.isfinite(k) else folds} periods at the selection-adjusted level "
+                f"(/{candidates})")
+    if row.get("market_noise") == MARKET_OK:
+        return f"seed and market-noise intervals combined, the market part at the selection-adjusted level (/{candidates})"
+    return (f"no market-noise interval ({row.get('market_noise')}): the history's luck is not measured, so nothing is "
+            "final on this one history")

@@ -42,40 +42,78 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
-from tune_gems.analysis.pairs.pairing import Cells, Paired
+from tune_gems.analysis.pairs.pairing import Cells, Paired, by_fold
+from tune_gems.analysis.read.load import read_fold_windows
+from tune_gems.analysis.rules.overlap import FOLD_TABLE_NEEDS, FoldOverlap, fold_overlap, nb_factor
 from tune_gems.analysis.text import format_number
-from tune_gems.analysis.rules.gates import one_period_gate
-from tune_gems.analysis.rules.period_family import (
-    FoldData, decide_fold_data, fold_components, informative_variance, pool_fold_data,
-)
+from tune_gems.analysis.rules.period_family import FoldData, fold_components, informative_variance, pool_fold_data
 from tune_gems.analysis.rules.pooling import fold_estimates, seed_anova, shared_seed_variance
-from tune_gems.analysis.rules.power import (
-    PooledComponents, advice, mde_floor, pooled_mde, pooled_seeds_needed,
-)
+from tune_gems.analysis.rules.power import PooledComponents, PowerInputs, statement
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
-from tune_gems.analysis.rules.words import (
-    DECISIVE, DELETE, EQUIVALENT, HETEROGENEOUS, INCONSISTENT, INSUFFICIENT, KEEP,
-)
 from tune_gems.analysis.pairs.selectors import placebo_selectors, wiring_pairs
-from tune_gems.analysis.verdicts.verdict_market_noise import OK as MARKET_OK
 
 FOLD = "fold"
 
 PERIOD_COLUMNS = ["folds", "period", "fold_effects", "pooled_effect", "pooled_ci_low", "pooled_ci_high",
                   "pooled_ci_level", "pooled_p", "pooled_p_adjusted", "pooled_tost_p_adjusted", "pooled_df",
                   "tau_shared", "tau2", "i2", "q_p", "q_p_adjusted", "periods_informative", "fold_sd_diff",
-                  "var_seed", "var_within", "var_period", "combined_ci_low", "combined_ci_high"]
+                  "var_seed", "var_within", "var_period", "fold_overlap", "combined_ci_low", "combined_ci_high"]
 """Columns this layer adds to verdicts.csv (docs/analysis.md "Verdicts over periods")."""
 
 ONE_PERIOD = "conditional on one validation period (data.folds: 1)"
 """What every verdict on one validation period says."""
 ADD_FOLDS = "add folds: data.folds.k or the purged scheme"
 """What a verdict with too few periods says to do."""
+
+
+def experiment_overlap(paths: Sequence, labels: Sequence[str]) -> FoldOverlap | None:
+    """The overlap of the experiment's folds that share training rows (issue 37 item 2): its fold
+    table (folds.parquet / folds.csv, `read.load.read_fold_windows`) through
+    `rules.overlap.fold_overlap` (Nadeau-Bengio's correlation per pair of folds whose training
+    runs meet). Several experiments or trials: per pair of folds the largest correlation any of
+    them gives (the cautious one). A table that spans several price histories is read per history
+    (folds of two histories share no rows; each history's own layout, `fold_overlap(history=h)`),
+    per pair of fold ids the largest of them: the nested rule's first stage carries it in each
+    history's folds (`Evidence.fold_corr`). None where no table carries the layout
+    (`FOLD_TABLE_NEEDS`: results written before the fold table recorded it)."""
+    found = []
+    for p, lab in zip(paths, labels):
+        t = read_fold_windows(Path(p), lab)
+        if t is None or any(c not in t.columns for c in FOLD_TABLE_NEEDS) or t[list(FOLD_TABLE_NEEDS)].isna().any().any():
+            continue
+        # a sweep's table has a row per trial and fold (and history): each trial's (history's) layout on its own
+        by = [c for c in ("trial_id", "history") if c in t.columns]
+        groups = [g for _, g in t.groupby(by, sort=False)] if by else [t]
+        found += [fold_overlap(g.drop(columns=["history"], errors="ignore").drop_duplicates("fold")) for g in groups]
+    if not found:
+        return None
+    folds = tuple(sorted({f for ov in found for f in ov.folds}))
+    corr = np.zeros((len(folds), len(folds)))
+    for ov in found:
+        at = [folds.index(f) for f in ov.folds]
+        corr[np.ix_(at, at)] = np.maximum(corr[np.ix_(at, at)], ov.corr)
+    return FoldOverlap(folds, corr, nb_factor(corr) if len(folds) else 1.0)
+
+
+def overlap_for(overlap: FoldOverlap | None, fold_ids: Sequence[int]) -> np.ndarray | float:
+    """The overlap's correlation matrix on the family's folds, in its fold order (`Evidence.fold_corr`);
+    a fold the table lacks shares nothing; 0.0 without an overlap."""
+    if overlap is None:
+        return 0.0
+    at = [overlap.folds.index(f) if f in overlap.folds else None for f in fold_ids]
+    out = np.zeros((len(fold_ids), len(fold_ids)))
+    for a, i in enumerate(at):
+        for b, j in enumerate(at):
+            if i is not None and j is not None:
+                out[a, b] = overlap.corr[i, j]
+    return out
 
 
 def fold_count(cells: Cells) -> int:
@@ -85,17 +123,7 @@ def fold_count(cells: Cells) -> int:
 
 
 def _fmt(x, f: str = "+.3g") -> str:
-    return format_number(x, f, missing="nan")
-
-
-def _fold_pairs(cells: Cells, gem: str, select, column: str, window) -> list[tuple[int, Paired]]:
-    """(fold, its seed-paired differences) of one gem in every fold that pairs it."""
-    out = []
-    for f in sorted(cells.table[FOLD].unique()):
-        pr = wiring_pairs(cells, gem, column=column, k=window, select=lambda t, f=f: select(t) & (t[FOLD] == f))
-        if pr.n:
-            out.append((int(f), pr))
-    return out
+    return format_number(x, f, missing="-")
 
 
 def _aligned(folds: list[tuple[int, Paired]]) -> np.ndarray:
@@ -131,18 +159,27 @@ class FamilyFolds:
                         self.sample_var)
 
 
-def family_folds(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> FamilyFolds:
-    """The fold data of the verdict table's gems (rows with seeds): each gem's wiring pairs per
-    fold, as its verdict pairs them."""
+def verdict_pairs(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> list[tuple[object, str, Paired]]:
+    """(row index, gem, its wiring pairs) of the verdict table's gems with seeds, paired as their
+    verdicts pair them (the plan's pilot reads its parts from these)."""
     by_gem = {g.name: g for g in gems}
-    fold_ids = sorted(int(f) for f in cells.table[FOLD].unique())
-    rows, per_gem = [], []
+    out = []
     for i, row in v.iterrows():
         g = by_gem.get(row["gem"])
         if g is None or not row["n_seeds"] or not np.isfinite(row["n_seeds"]):
             continue
         real, _ = placebo_selectors(g, th.placebo_weight)
-        folds = _fold_pairs(cells, g.name, real, row["outcome"], th.window_length)
+        out.append((i, g.name, wiring_pairs(cells, g.name, column=row["outcome"], k=th.window_length, select=real)))
+    return out
+
+
+def family_folds(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> FamilyFolds:
+    """The fold data of the verdict table's gems (rows with seeds): each gem's wiring pairs per
+    fold, as its verdict pairs them."""
+    fold_ids = sorted(int(f) for f in cells.table[FOLD].unique())
+    rows, per_gem = [], []
+    for i, _gem, pr in verdict_pairs(v, cells, gems, th):
+        folds = by_fold(pr, cells)
         if folds:
             rows.append(i)
             per_gem.append(folds)
@@ -181,15 +218,8 @@ def pool_family_of(fam: FamilyFolds, th: Thresholds) -> dict[str, np.ndarray]:
     return pool_fold_data(fam.data, rope=th.rope, share=th.share_tau, one_sided=th.one_sided_keep)
 
 
-def decide_family_folds(fam: FamilyFolds, th: Thresholds, *, seed_verdict=None, removable=None):
-    """(pooled, decision): the period rule on a family's fold data at the analysis's settings
-    (`rules.period_family.decide_fold_data`, as the calibration runs it)."""
-    return decide_fold_data(fam.data, alpha=th.alpha, rope=th.rope, seed_verdict=seed_verdict, removable=removable,
-                            share=th.share_tau, one_sided=th.one_sided_keep, min_periods=th.min_periods)
-
-
 FOLD_ROW_COLUMNS = ["gem", "fold", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs", "ties", "tied_share"]
-"""The per-fold rows of the period rule (`period_verdicts_and_folds`): per gem and fold the
+"""The per-fold rows of the period rule (`add_period_columns`): per gem and fold the
 effect the rule pooled, its signed-rank interval at the fold's Holm level (the one the sign
 change test reads), the informative pairs (`seeds`), every pair, the ties and their share."""
 
@@ -217,97 +247,109 @@ def fold_text(r) -> str:
             f"({int(r['pairs'])} seeds{ties})")
 
 
-def period_verdicts(verdicts: pd.DataFrame, cells: Cells, gems, *, thresholds: Thresholds | None = None) -> pd.DataFrame:
-    """The verdict table of `period_verdicts_and_folds` (its fold rows dropped)."""
-    return period_verdicts_and_folds(verdicts, cells, gems, thresholds=thresholds)[0]
+def gem_folds(prs: list[Paired], cells: Cells) -> FamilyFolds:
+    """The fold data of a family of contrasts (one column per comparison, in order; one without
+    pairs has no folds): each comparison's pairs inside each fold (`pairing.by_fold`: the same
+    pairs, not paired again)."""
+    return folds_family(list(range(len(prs))), [by_fold(pr, cells) for pr in prs],
+                        sorted(int(f) for f in cells.table[FOLD].unique()))
 
 
-def period_verdicts_and_folds(verdicts: pd.DataFrame, cells: Cells, gems, *,
-                              thresholds: Thresholds | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(the verdict table with the period columns, the fold rows behind them). The table gets
-    PERIOD_COLUMNS and each verdict decided across periods (K >= 2 folds:
-    `rules.periods.decide_periods` on `rules.pooling.pool_family`) or checked against one
-    period's market noise (K = 1: `rules.gates.one_period_gate`): module docstring. A column
-    `removable` (the magnitude half of delete) is read if present. The fold rows
-    (FOLD_ROW_COLUMNS; none with K = 1) are the per-fold effects and intervals the rule read,
-    from which `fold_effects` is written: what the per-fold table and forest plot show."""
-    th = thresholds if thresholds is not None else Thresholds()
-    v = verdicts.copy()
+def add_period_columns(v: pd.DataFrame, family, cols: list[int], th: Thresholds) -> pd.DataFrame:
+    """The verdict table's PERIOD_COLUMNS from the family's decision (`family.DesignFamily`: the
+    rule's record, `rules.decision.decide`; `cols[i]` the family column of row i of `v`), and the
+    fold rows behind them (FOLD_ROW_COLUMNS; none with one fold): with K >= 2 folds the pooled
+    test's numbers and its power (`pooled_power`), with one fold the combined seed + market-noise
+    interval of the one-period gate."""
+    k_folds, fam, dec = family.k_folds, family.folds, family.decision
     no_folds = pd.DataFrame(columns=FOLD_ROW_COLUMNS)
     for c in PERIOD_COLUMNS:
         v[c] = np.nan if c not in ("period", "fold_effects") else ""
     v["period"] = v["period"].astype(object)
     v["fold_effects"] = v["fold_effects"].astype(object)
     v["tau_shared"] = False
-    k_folds = fold_count(cells)
     v["folds"] = k_folds
     if k_folds == 1:
-        return _one_period(v), no_folds
-    fam = family_folds(v, cells, gems, th)
-    if not fam.rows:
-        return v, no_folds
-    removable = v.loc[fam.rows, "removable"].to_numpy(bool) if "removable" in v.columns else None
-    pooled, rule = decide_family_folds(fam, th, seed_verdict=v.loc[fam.rows, "verdict"].to_numpy(dtype=object)[None, :],
-                                       removable=None if removable is None else removable[None, :])
-    power = pooled_power(fam, pooled, th)
+        for i, j in zip(v.index, cols):
+            v.at[i, "period"] = "conditional on one validation period"
+            if dec.gate_applied[0, j]:
+                v.at[i, "combined_ci_low"], v.at[i, "combined_ci_high"] = dec.combined_low[0, j], dec.combined_high[0, j]
+        return no_folds
+    rows_of = [(i, j) for i, j in zip(v.index, cols) if fam is not None and fam.folds[j]]
+    if not rows_of:
+        return no_folds
+    pooled, rule, power = dec.pooled, dec.period, family.power
     all_rows = []
-    for j, i in enumerate(fam.rows):
-        seed_verdict, verdict = str(v.at[i, "verdict"]), str(rule.verdict[0, j])
+    for i, j in rows_of:
         rows = _fold_rows(str(v.at[i, "gem"]), fam, j, rule, th)
         all_rows += rows
-        level = float(rule.level[0, j])
-        v.loc[i, ["pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_ci_level", "pooled_p",
-                  "pooled_p_adjusted", "pooled_tost_p_adjusted", "pooled_df", "tau2", "i2", "q_p",
-                  "q_p_adjusted", "periods_informative", "var_seed", "var_within", "var_period"]] = [
-            pooled["mu"][0, j], rule.low[0, j], rule.high[0, j], 1 - level if np.isfinite(level) else np.nan,
-            pooled["p"][0, j], rule.p_adjusted[0, j], rule.tost_p_adjusted[0, j], pooled["df"][0, j],
-            pooled["tau2"][0, j], pooled["i2"][0, j], pooled["q_p"][0, j],
-            rule.q_p_adjusted[0, j], int(pooled["periods"][0, j]), power["seed"][j], power["within"][j],
-            power["period"][j]]
-        v.at[i, "tau_shared"] = bool(pooled["shared"][0, j])
+        write_pooled(v, i, j, pooled, rule, power)
         v.at[i, "fold_effects"] = "; ".join(fold_text(r) for r in rows)
         v.at[i, "fold_sd_diff"] = _median_fold_spread(fam.folds[j])
         v.at[i, "tied_share"] = fam.tied_share[j]
         v.at[i, "n_informative"] = int(fam.n_informative[0, j].sum())
-        # the power statement of the test that decides (never the seed rule's: issue 30)
-        v.at[i, "mde"], v.at[i, "seeds_needed"] = power["mde"][j], power["seeds_needed"][j]
-        v.at[i, "mde_floor"], v.at[i, "power_note"] = power["floor"][j], power["note"][j]
         k_inf = int(pooled["periods"][0, j])
         v.at[i, "period"] = (f"pooled over {k_inf} validation periods (random effects, HKSJ"
                              f"{', tau shared across the family' if pooled['shared'][0, j] else ''})"
                              if not rule.too_few_periods[0, j] else
                              f"too few periods (K={k_inf}, need >= {th.min_periods}; {ADD_FOLDS})")
-        v.at[i, "verdict"] = verdict
-        v.at[i, "reason"], v.at[i, "why"] = _period_reason(v.loc[i], seed_verdict, verdict, th)
-    return v, pd.DataFrame(all_rows, columns=FOLD_ROW_COLUMNS)
+    return pd.DataFrame(all_rows, columns=FOLD_ROW_COLUMNS)
+
+
+def write_pooled(v: pd.DataFrame, i, j: int, pooled: dict, rule, power: dict) -> None:
+    """Row `i` of the verdict table (contrast j of the family) from the pooled test: its numbers
+    (`pooled`, the rule's decision `rule`) and the power statement of the test that decides
+    (`power`; never the seed rule's: issue 30; its `overlap` the folds' factor F the pooled
+    variance carried, `fold_overlap`). Over periods and over histories alike."""
+    level = float(rule.level[0, j])
+    v.loc[i, ["pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_ci_level", "pooled_p",
+              "pooled_p_adjusted", "pooled_tost_p_adjusted", "pooled_df", "tau2", "i2", "q_p",
+              "q_p_adjusted", "periods_informative", "var_seed", "var_within", "var_period", "fold_overlap"]] = [
+        pooled["mu"][0, j], rule.low[0, j], rule.high[0, j], 1 - level if np.isfinite(level) else np.nan,
+        pooled["p"][0, j], rule.p_adjusted[0, j], rule.tost_p_adjusted[0, j], pooled["df"][0, j],
+        pooled["tau2"][0, j], pooled["i2"][0, j], pooled["q_p"][0, j],
+        rule.q_p_adjusted[0, j], int(pooled["periods"][0, j]), power["seed"][j], power["within"][j],
+        power["period"][j], power["overlap"][j]]
+    v.at[i, "tau_shared"] = bool(pooled["shared"][0, j])
+    v.at[i, "mde"], v.at[i, "seeds_needed"] = power["mde"][j], power["seeds_needed"][j]
+    v.at[i, "mde_floor"], v.at[i, "power_note"] = power["floor"][j], power["note"][j]
+
+
+def overlap_lambda(factor, periods):
+    """lambda = (F - 1) / K: the fold-level share common to the folds (`power.PooledComponents.overlap`)
+    that the pooled variance's overlap factor F over K pooled periods stands for (0: none)."""
+    f, k = np.asarray(factor, float), np.asarray(periods, float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(np.isfinite(f) & (f > 1.0) & (k > 0), (f - 1.0) / np.where(k > 0, k, 1.0), 0.0)
 
 
 def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np.ndarray]:
-    """Per gem column: the pooled rule's MDE, the seeds per fold that would reach +-ROPE, the
-    floor no seed count beats (`rules.power`, at the first Holm step over the gems with a
-    pooled test) and the advice in words; with the components (seed, within, period) behind them
-    (verdicts.csv's var_seed, var_within, var_period: what `tune-gems confirm` reads its target from)."""
+    """Per gem column: the pooled rule's power statement (`rules.power.statement` at the first Holm
+    step over the contrasts with a pooled test: its MDE, the seeds per fold that would reach +-ROPE,
+    the floor no seed count beats and the advice in words; with the folds' overlap the pooled
+    variance carried, `pooled["overlap"]`), with the components (seed, within,
+    period) behind them (verdicts.csv's var_seed, var_within, var_period: what `tune-gems confirm`
+    reads its target from)."""
     comp = fold_components(fam.data, pooled["tau2"])
     m = len(fam.rows)
     tested = int(np.isfinite(pooled["p"][0]).sum())
     level = th.alpha / max(tested, 1)
     out = {key: np.full(m, np.nan) for key in ("mde", "seeds_needed", "floor", "seed", "within", "period")}
     out["note"] = np.full(m, "", dtype=object)
+    out["overlap"] = pooled.get("overlap", np.ones_like(pooled["mu"]))[0]  # F, verdicts.csv's fold_overlap
     for j in range(m):
+        k, df = int(pooled["periods"][0, j]), float(pooled["df"][0, j])
+        # the folds' overlap as the pooled variance carries it: F = 1 + K lambda (`rules.overlap`)
+        lam = float(overlap_lambda(out["overlap"][j], k))
         c = PooledComponents(float(comp.period[0, j]), float(comp.within[0, j]), float(comp.seed[0, j]))
         out["seed"][j], out["within"][j], out["period"][j] = c.seed, c.within, c.period
-        k, df = int(pooled["periods"][0, j]), float(pooled["df"][0, j])
         inf = fam.n_informative[0, j]
         n = float(inf[inf > 0].mean()) if (inf > 0).any() else math.nan
         if not (np.isfinite(c.period) and np.isfinite(c.within) and k >= 2 and np.isfinite(df) and n > 0):
             continue
-        kw = dict(df=df, level=level, power=th.power, one_sided=th.one_sided_keep)
-        out["mde"][j] = pooled_mde(c, k, n, **kw)
-        out["floor"][j] = mde_floor(c, k, **kw)
-        tied = fam.tied_share[j] if np.isfinite(fam.tied_share[j]) else 0.0
-        needed = pooled_seeds_needed(c, k, th.rope, **kw)
-        out["seeds_needed"][j] = needed if not math.isfinite(needed) or tied >= 1 else math.ceil(needed / (1 - tied))
-        out["note"][j] = advice(out["mde"][j], out["floor"][j], th.rope, out["seeds_needed"][j])
+        ps = statement(PowerInputs(n, folds=k, tau2=c.period, within=c.within, seed=c.seed, df=df, overlap=lam),
+                       th.rope, level, th.power, tied=fam.tied_share[j], one_sided=th.one_sided_keep)
+        out["mde"][j], out["floor"][j], out["seeds_needed"][j], out["note"][j] = ps.mde, ps.floor, ps.seeds_needed, ps.note
     return out
 
 
@@ -320,86 +362,3 @@ def _median_fold_spread(folds: list[tuple[int, Paired]]) -> float:
         if d.size > 1:
             sds.append(float(np.std(d, ddof=1)))
     return float(np.median(sds)) if sds else math.nan
-
-
-def _pooled_text(r) -> str:
-    shared = ", tau shared across the family" if bool(r["tau_shared"]) else ""
-    return (f"pooled over periods {_fmt(r['pooled_effect'])}, {r['pooled_ci_level']:.1%} CI "
-            f"[{_fmt(r['pooled_ci_low'], '.3g')}, {_fmt(r['pooled_ci_high'], '.3g')}] (HKSJ, t with "
-            f"{_fmt(r['pooled_df'], '.3g')} df{shared}, Holm p {_fmt(r['pooled_p_adjusted'], '.2g')}), "
-            f"tau^2 {_fmt(r['tau2'], '.3g')}, I^2 {_fmt(100 * r['i2'], '.0f')}% (Q Holm p "
-            f"{_fmt(r['q_p_adjusted'], '.2g')}); per fold: {r['fold_effects']}")
-
-
-def power_text(r) -> str:
-    """The pooled rule's power statement of one verdict row (empty without one)."""
-    if not np.isfinite(r.get("mde", math.nan)) or not isinstance(r.get("power_note"), str) or not r["power_note"]:
-        return ""
-    return (f"the pooled test detects |effect| >= {_fmt(r['mde'], '.3g')} at 80% power with these "
-            f"{_fmt(r['periods_informative'], '.0f')} periods (floor with infinitely many seeds "
-            f"{_fmt(r['mde_floor'], '.3g')}): {r['power_note']}")
-
-
-def _period_reason(r, seed_verdict: str, verdict: str, th: Thresholds) -> tuple[str, str]:
-    """(reason, why) of one gem's verdict across K >= 2 periods: the reason with every number,
-    `why` without those the row's columns hold (the pooled estimate, its interval and
-    heterogeneity, the fold effects, the power statement; `report.why_line` prints them once)."""
-    seeds = str(r["reason"])
-    seed_why = r["why"] if isinstance(r.get("why"), str) and r.get("why") else seeds
-    alone = f"seeds alone: {seed_why}"
-    if verdict == INSUFFICIENT and r["period"].startswith("too few periods"):
-        return f"{r['period']}; per fold: {r['fold_effects']}; seeds alone: {seed_verdict}; {seeds}", f"{r['period']}; {alone}"
-    pooled = _pooled_text(r) if np.isfinite(r["pooled_effect"]) else (
-        f"no pooled effect (a fold's pairs mostly diverged one way); per fold: {r['fold_effects']}")
-    no_pool = "" if np.isfinite(r["pooled_effect"]) else "; no pooled effect (a fold's pairs mostly diverged one way)"
-    power = power_text(r)
-    power = f"; {power}" if power else ""
-    if verdict == INCONSISTENT:
-        lead = ("the effect changes sign between periods: fold intervals on both sides of 0 at their Holm "
-                "levels")
-        return (f"{lead}, heterogeneity Holm p {_fmt(r['q_p_adjusted'], '.2g')}: {pooled}; seeds: {seeds}",
-                f"{lead}{no_pool}; {alone}")
-    if verdict == HETEROGENEOUS:
-        lead = "the periods differ"
-        tail = "but no sign change is shown and the pooled effect decides nothing"
-        return (f"{lead} (heterogeneity Holm p {_fmt(r['q_p_adjusted'], '.2g')}, I^2 "
-                f"{_fmt(100 * r['i2'], '.0f')}%, tau {_fmt(math.sqrt(r['tau2']) if r['tau2'] >= 0 else math.nan, '.3g')}) "
-                f"{tail}: {pooled}{power}; seeds: {seeds}", f"{lead} {tail}{no_pool}; {alone}")
-    if verdict in DECISIVE:
-        lead = f"wiring {'helps' if verdict == KEEP else 'hurts'} across periods"
-        return f"{lead}: {pooled}; seeds alone: {seed_verdict}; {seeds}", f"{lead}; {alone}"
-    if verdict in (EQUIVALENT, DELETE):
-        lead = (f"equivalent to none across periods (pooled TOST Holm p {_fmt(r['pooled_tost_p_adjusted'], '.2g')} "
-                f"within +-{th.rope:g})")
-        return f"{lead}: {pooled}; seeds alone: {seed_verdict}; {seeds}", f"{lead}; {alone}"
-    lead = "not decided across periods"
-    return f"{lead}: {pooled}{power}; seeds alone: {seed_verdict}; {seeds}", f"{lead}{no_pool}; {alone}"
-
-
-def _one_period(v: pd.DataFrame) -> pd.DataFrame:
-    """K = 1: the combined seed + market-noise half-width gates keep / harmful / equivalent
-    (`rules.gates.one_period_gate`); every reason says the verdict is conditional on one
-    validation period."""
-    def col(name: str) -> np.ndarray:
-        return v[name].to_numpy(float) if name in v.columns else np.full(len(v), np.nan)
-
-    applies = (v["market_noise"] == MARKET_OK).to_numpy(bool) if "market_noise" in v.columns else np.zeros(len(v), bool)
-    gate = one_period_gate(v["verdict"].to_numpy(dtype=object), col("effect"), col("ci_low"), col("ci_high"),
-                           col("market_ci_low"), col("market_ci_high"), rope=col("rope"), applies=applies)
-    for j, i in enumerate(v.index):
-        v.at[i, "period"] = "conditional on one validation period"
-        seed_verdict, verdict, reason = str(v.at[i, "verdict"]), str(gate.verdict[j]), str(v.at[i, "reason"])
-        why = str(v.at[i, "why"]) if "why" in v.columns else reason
-        if gate.applied[j]:
-            lo, hi = gate.low[j], gate.high[j]
-            v.at[i, "combined_ci_low"], v.at[i, "combined_ci_high"] = lo, hi
-            both = (f"seed and market-noise intervals combined: [{_fmt(lo, '.3g')}, {_fmt(hi, '.3g')}] "
-                    f"at {v.at[i, 'ci_level']:.1%}")
-            if verdict != seed_verdict and seed_verdict in DECISIVE:
-                reason, why = (f"not confirmed by the {both}, which includes 0; {text}" for text in (reason, why))
-            elif verdict != seed_verdict:
-                reason, why = (f"equivalence not confirmed against market noise: the {both} "
-                               f"is not inside +-{v.at[i, 'rope']:g}; {text}" for text in (reason, why))
-        v.at[i, "verdict"] = verdict
-        v.at[i, "reason"], v.at[i, "why"] = (f"{text}; {ONE_PERIOD}" for text in (reason, why))
-    return v

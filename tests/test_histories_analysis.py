@@ -1,0 +1,254 @@
+"""The analysis over several price histories (issue 37 item 3), on small synthetic experiments:
+pairs never cross histories, one history pairs exactly as before, a family over 2+ histories is
+decided by the nested rule through `decide` (its words, reason and MDE), the market-noise
+evidence and the plot tables key per history, and `plan` prices designs with histories."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fake_results import ArmTrial, _arm_tables, paired_noise, seed_values, write_arms_experiment
+from tune_gems.analysis.pairs.pairing import build_cells, by_history_fold
+from tune_gems.analysis.pairs.selectors import wiring_pairs
+from tune_gems.analysis.read.load import load_experiment
+from tune_gems.analysis.render.report import verdict_line
+from tune_gems.analysis.render.plot_tables import improvement_table, learning_curve_table, paired_seed_table
+from tune_gems.analysis.rules.decision import Evidence, decide
+from tune_gems.analysis.rules.histories import history_components
+from tune_gems.analysis.rules.power import HistoryComponents, history_mde
+from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables
+from tune_gems.analysis.verdicts.history_verdicts import history_family
+from tune_gems.analysis.verdicts.verdict_market_noise import ACROSS_HISTORIES, EvalReturns, market_evidence
+
+GEM = "g12"
+COLUMN = "val_alpha_sharpe"
+
+
+def history_scenario(folder: Path, effects: list[list[float]], *, n: int = 12, noise: float = 0.05,
+                     history_column: bool = True) -> Path:
+    """One trial whose members span len(effects) histories x len(effects[h]) folds x arms control /
+    wired (GEM wired) x n seeds: in fold k of history h, wired = control + effects[h][k] + symmetric
+    noise; every (history, fold) has its own control level (its own market and period)."""
+    frames, first = [], None
+    arms = {"control": {}, "wired": {f"gems.{GEM}.mode": "wire", f"gems.{GEM}.weight": 0.1}}
+    for h, per_fold in enumerate(effects):
+        for k, eff in enumerate(per_fold):
+            base = seed_values(n, seed=100) + 0.3 * k - 0.7 * h
+            vals = {"control": list(base), "wired": list(base + eff + paired_noise(n, seed=10 + k + 5 * h, sd=noise))}
+            tables = _arm_tables(folder.name, [ArmTrial("t0", arms, vals, seed=3)], True)
+            m = tables[2].assign(fold=k)
+            if history_column:
+                m["history"] = h
+            m["member"] = m["member"] + (h * len(per_fold) + k) * 2 * n
+            frames.append(m)
+            first = first or tables
+    write_arms_experiment(folder, [ArmTrial("t0", {"control": {}}, {"control": [0.0] * n}, seed=3)])
+    first[0].to_parquet(folder / "trials.parquet", index=False)
+    first[1].to_parquet(folder / "history.parquet", index=False)
+    first[3].to_parquet(folder / "arms.parquet", index=False)
+    pd.concat(frames, ignore_index=True).to_parquet(folder / "members.parquet", index=False)
+    return folder
+
+
+def _cells(folder: Path):
+    exp = load_experiment(folder)
+    return exp, build_cells(exp.trials, exp.members, exp.arms)
+
+
+def test_pairs_never_cross_histories_and_a_seed_is_one_unit_over_them(tmp_path):
+    exp, cells = _cells(history_scenario(tmp_path / "two", [[0.4, 0.4], [-0.2, -0.2]]))
+    pr = wiring_pairs(cells, GEM, column=COLUMN, k=1)
+    t = cells.table.set_index("cell")
+    assert (t.loc[pr.pairs["cell_hi"], "history"].to_numpy() == t.loc[pr.pairs["cell_lo"], "history"].to_numpy()).all()
+    assert pr.n == 12 and pr.n_pairs == 12 * 4 and pr.n_histories == 2  # one unit per seed, 4 (history, fold) pairs each
+    np.testing.assert_allclose(pr.diffs, 0.1, atol=0.1)  # the mean of +0.4, +0.4, -0.2, -0.2 per seed
+    parts = dict(by_history_fold(pr, cells))
+    assert sorted(parts) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for (h, _), part in parts.items():
+        np.testing.assert_allclose(np.median(part.diffs), [0.4, -0.2][h], atol=0.05)
+
+
+def test_one_history_pairs_exactly_as_without_a_history_column(tmp_path):
+    with_col = wiring_pairs(_cells(history_scenario(tmp_path / "a", [[0.3, -0.1, 0.2]]))[1], GEM, column=COLUMN, k=1)
+    without = wiring_pairs(_cells(history_scenario(tmp_path / "b", [[0.3, -0.1, 0.2]], history_column=False))[1], GEM,
+                           column=COLUMN, k=1)
+    np.testing.assert_array_equal(with_col.diffs, without.diffs)
+    assert (with_col.n_pairs, with_col.n_contexts, with_col.n_histories) == (without.n_pairs, without.n_contexts, 1)
+    assert with_col.design() == without.design()
+
+
+THREE = [[0.5, 0.45], [0.6, 0.55], [0.4, 0.5]]
+"""A planted effect that varies a little between histories and folds (the spreads are estimated)."""
+
+
+@pytest.mark.parametrize("effects,word", [(THREE, "keep wired"), (THREE[:2], "insufficient data")])
+def test_a_family_over_histories_is_decided_by_the_nested_rule(tmp_path, effects, word):
+    exp, cells = _cells(history_scenario(tmp_path / "h", effects, noise=0.2))
+    th = Thresholds()
+    v, fold_rows, _family = gem_verdict_tables(exp.trials, exp.history, exp.members, arms=exp.arms,
+                                               gems=list(exp.gems), thresholds=th, cells=cells)
+    row = v.set_index("gem").loc[GEM]
+    h = len(effects)
+    # the same decision straight from the rule on the same pairs: the verdict is decide()'s nested branch
+    pr = wiring_pairs(cells, GEM, column=COLUMN, k=th.window_length)
+    hf = history_family([pr], cells)
+    dec = decide(Evidence(diffs=[pr.diffs[None, :]], histories=hf.data), th)
+    assert row["verdict"] == str(dec.verdict[0, 0]) == word
+    assert row["pooled_effect"] == pytest.approx(float(dec.pooled["mu"][0, 0]))
+    assert row["histories"] == h and row["folds"] == 2
+    over = f"over {h} histories x 2 folds"
+    assert over in row["period"] and over in row["reason"], row["reason"]
+    # its MDE is the nested rule's (`history_mde` on the components the rule pooled), never the seed rule's
+    c = history_components(hf.data, dec.histories)
+    comp = HistoryComponents(*(float(np.asarray(x)[0, 0]) for x in (c.history, c.period, c.within, c.seed)), c.overlap)
+    n = float(np.mean([fd.n_informative[0, 0][fd.n_informative[0, 0] > 0].mean() for fd in hf.data.folds]))
+    want = history_mde(comp, h, 2, n, df=float(dec.pooled["df"][0, 0]), level=th.alpha, power=th.power)
+    assert row["mde"] == pytest.approx(want, rel=1e-9)
+    assert sorted(set(zip(fold_rows["history"], fold_rows["fold"]))) == [(a, b) for a in range(h) for b in range(2)]
+    # the console's first line and the advice name the histories (the floor is the histories' spread: 0.19 / 0.66 > ROPE)
+    assert f"over {h} histories);" in verdict_line(row.to_dict() | {"gem": GEM})
+    assert row["mde_floor"] > th.rope and row["power_note"].endswith("more price histories, not more seeds")
+
+
+def test_market_evidence_over_two_histories_is_the_pooled_rules_and_a_member_is_found_in_its_history(tmp_path):
+    exp, cells = _cells(history_scenario(tmp_path / "one_fold", [[0.3], [0.1]]))
+    pr = wiring_pairs(cells, GEM, column=COLUMN, k=1)
+    ev = market_evidence(pr, cells, None, column=COLUMN, k=1, confidence=0.95)
+    assert ev.status == ACROSS_HISTORIES and not ev.ok
+    p = 4
+    returns = EvalReturns(epochs=np.array([1]), positions=np.zeros((1, p, 3), np.float32), diverged=np.zeros((1, p), bool),
+                          asset=np.zeros((p, 3), np.float32), arm=np.array(["a", "a", "a", "a"]),
+                          seed_index=np.array([0, 1, 0, 1]), cost=0.0, periods_per_year=252.0,
+                          history=np.array([0, 0, 1, 1]))
+    assert [returns.member("a", s, history=h) for h in (0, 1) for s in (0, 1)] == [0, 1, 2, 3]
+    assert returns.member("a", 0, fold=1) is None
+
+
+def test_the_plot_tables_key_per_history(tmp_path):
+    exp, cells = _cells(history_scenario(tmp_path / "two", [[0.4, 0.4], [-0.2, -0.2]]))
+    pairs = paired_seed_table(cells, [g for g in exp.gems if g.name == GEM], exp.members, last_k=1)
+    assert sorted(set(zip(pairs["history"], pairs["fold"]))) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    np.testing.assert_allclose(pairs.groupby("history")["difference"].median().to_numpy(), [0.4, -0.2], atol=0.05)
+    curves = learning_curve_table(exp.members)
+    per_curve = curves.groupby(["arm", "history", "fold"])["epoch"].count()  # one curve per arm, history and fold
+    assert len(per_curve) == 2 * 2 * 2 and set(per_curve) == {4} and set(curves["n_seeds"]) == {12}
+    imp = improvement_table(pairs).iloc[0]
+    assert (imp["folds"], imp["histories"]) == (2, 2) and imp["n_pairs"] == 12 * 4
+
+
+def test_plan_prices_designs_with_histories_and_its_pilot_design_states_the_verdicts_mde(tmp_path):
+    from tune_gems.analysis.plan import HISTORIES, format_plan, plan
+
+    folder = history_scenario(tmp_path / "pilot", THREE, noise=0.2)
+    p = plan(folder)
+    exp, cells = _cells(folder)
+    v = gem_verdict_tables(exp.trials, exp.history, exp.members, arms=exp.arms, gems=list(exp.gems), cells=cells)[0]
+    d = p.designs
+    assert p.histories == 3 and sorted(d["histories"].unique()) == sorted({3, *HISTORIES})
+    assert (d["members"] == d["histories"] * d["periods"] * d["seeds"] * 2).all()  # 2 arms
+    pilot = d[(d["histories"] == 3) & (d["periods"] == 2) & (d["seeds"] == 12) & (d["epochs"] == p.epochs)].iloc[0]
+    assert pilot["mde " + GEM] == pytest.approx(float(v.set_index("gem").at[GEM, "mde"]), rel=1e-9)
+    six = d[(d["histories"] == 6) & (d["periods"] == 2) & (d["seeds"] == 12) & (d["epochs"] == p.epochs)].iloc[0]
+    assert six["mde"] < pilot["mde"]  # more histories: a smaller MDE
+    text = format_plan(p)
+    assert text.startswith("Plan from the pilot") and "3 price histories x 2 periods x 12 seeds" in text
+    assert "between histories tau_H^2" in text and "floor with infinitely many seeds" in text
+
+
+def test_the_learning_curves_draw_one_panel_per_fold_of_each_history(tmp_path):
+    from tune_gems.analysis.render.plots import learning_curves
+
+    exp, _ = _cells(history_scenario(tmp_path / "two", [[0.4, 0.4], [-0.2, -0.2]]))
+    curves = learning_curve_table(exp.members)
+    fig = learning_curves(curves)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert [t.split(", ", 1)[1] for t in titles] == [f"history {h} fold {f}" for h in (0, 1) for f in (0, 1)]
+    lines = {ln.get_gid(): ln for ax in fig.axes for ln in ax.get_lines() if ln.get_gid()}
+    one = curves[(curves["arm"] == "wired") & (curves["history"] == 1) & (curves["fold"] == 0)].sort_values("epoch")
+    np.testing.assert_allclose(lines["curve:t0:wired:1/0"].get_ydata(), one["median"].to_numpy())  # one history's curve
+
+
+def test_confirm_plans_its_seeds_with_the_nested_rules_mde(tmp_path):
+    from tune_gems.analysis.verdicts.search_choice import confirmation_power, discovery_power_inputs
+
+    exp, cells = _cells(history_scenario(tmp_path / "search", THREE, noise=0.2))
+    th = Thresholds()
+    v = gem_verdict_tables(exp.trials, exp.history, exp.members, arms=exp.arms, gems=list(exp.gems), cells=cells)[0]
+    row = v.set_index("gem").loc[GEM]
+    inputs = discovery_power_inputs(row.to_dict() | {"gem": GEM})
+    assert (inputs.histories, inputs.folds, inputs.history_tau2) == (3, 2, pytest.approx(float(row["var_history"])))
+    (plan,) = confirmation_power(v.assign(p_value=v["p_value"]), exp.trials, [GEM], one_history=True, alpha=th.alpha,
+                                 power=th.power, seeds=None, default_seeds=12)
+    assert plan.discovery_mde == pytest.approx(float(row["mde"]), rel=1e-9)  # the verdict's own, history_mde's
+    assert plan.note.startswith("the confirmation (3 histories x 2 fold(s), the same price histories")
+    assert plan.confirmation_mde <= plan.discovery_mde
+
+
+EXPANDING = pd.DataFrame(dict(fold=[0, 1], train_runs=["0:2260", "0:3260"], train_rows=[2260, 3260],
+                              group_rows=[1000, 1000]))
+"""Two expanding walk-forward folds of 1000 validation rows (the 3-history S&P 500 / NASDAQ / WTI
+run's layout): both train from row 0, so they share training rows."""
+
+
+def test_a_historys_folds_that_share_training_rows_carry_their_overlap_in_the_nested_rules_first_stage(tmp_path):
+    from tune_gems.analysis.rules.overlap import fold_overlap
+    from tune_gems.analysis.verdicts.search_choice import discovery_power_inputs
+    from tune_gems.analysis.verdicts.walk_forward import experiment_overlap
+
+    folder = history_scenario(tmp_path / "h", THREE, noise=0.2)
+    exp, cells = _cells(folder)
+    th = Thresholds()
+
+    def verdict(overlap):
+        return gem_verdict_tables(exp.trials, exp.history, exp.members, arms=exp.arms, gems=list(exp.gems),
+                                  cells=cells, overlap=overlap)[0].set_index("gem").loc[GEM]
+
+    bare = verdict(experiment_overlap(exp.paths, exp.labels))  # no fold table: no correction
+    EXPANDING.assign(experiment=folder.name, trial_id="t0").to_parquet(folder / "folds.parquet", index=False)
+    overlap = experiment_overlap(exp.paths, exp.labels)
+    row = verdict(overlap)
+    np.testing.assert_allclose(overlap.corr, fold_overlap(EXPANDING).corr)
+    # the same decision straight from the rule, the layout's correlation in each history's folds
+    pr = wiring_pairs(cells, GEM, column=COLUMN, k=th.window_length)
+    hf = history_family([pr], cells)
+    dec = decide(Evidence(diffs=[pr.diffs[None, :]], histories=hf.data, fold_corr=fold_overlap(EXPANDING).corr), th)
+    plain = decide(Evidence(diffs=[pr.diffs[None, :]], histories=hf.data), th)
+    for with_overlap, without in zip(dec.histories.by_history, plain.histories.by_history):
+        assert with_overlap["overlap"][0, 0] > 1.0 == without["overlap"][0, 0]
+        assert with_overlap["se"][0, 0] > without["se"][0, 0]  # each history's pooled variance carries it
+    f = float(np.mean([r["overlap"][0, 0] for r in dec.histories.by_history]))
+    assert bare["fold_overlap"] == 1.0 and row["fold_overlap"] == pytest.approx(f) and f > 1.3
+    assert (row["verdict"], row["pooled_ci_low"], row["pooled_ci_high"]) == (
+        str(dec.verdict[0, 0]), pytest.approx(float(dec.period.low[0, 0])), pytest.approx(float(dec.period.high[0, 0])))
+    assert f"each history's variance x{f:.2f} for folds that share training rows" in row["reason"], row["reason"]
+    assert "share training rows" not in bare["reason"]
+    # the MDE: history_mde with the first stage's lambda = (F - 1) / K, as the one-history pooled power
+    c = history_components(hf.data, dec.histories)
+    comp = HistoryComponents(*(float(np.asarray(x)[0, 0]) for x in (c.history, c.period, c.within, c.seed)), (f - 1) / 2)
+    n = float(np.mean([fd.n_informative[0, 0][fd.n_informative[0, 0] > 0].mean() for fd in hf.data.folds]))
+    want = history_mde(comp, 3, 2, n, df=float(dec.pooled["df"][0, 0]), level=th.alpha, power=th.power)
+    assert row["mde"] == pytest.approx(want, rel=1e-9)
+    assert replace(comp, overlap=0.0).se(3, 2, n) < comp.se(3, 2, n)
+    # confirm reads the same power back from the verdict row (fold_overlap -> lambda)
+    inputs = discovery_power_inputs(row.to_dict() | {"gem": GEM})
+    assert inputs.overlap == pytest.approx((f - 1) / 2) and inputs.history_components().overlap == inputs.overlap
+
+
+def test_a_fold_table_over_several_histories_is_read_per_history_the_largest_overlap_per_pair(tmp_path):
+    from tune_gems.analysis.rules.overlap import fold_overlap
+    from tune_gems.analysis.verdicts.walk_forward import experiment_overlap
+
+    folder = history_scenario(tmp_path / "h", THREE[:2])
+    short = EXPANDING.assign(train_runs=["0:1000", "0:2000"], train_rows=[1000, 2000])  # a shorter history
+    pd.concat([EXPANDING.assign(history=0), short.assign(history=1)]).assign(
+        experiment=folder.name, trial_id="t0").to_parquet(folder / "folds.parquet", index=False)
+    exp = load_experiment(folder)
+    found = experiment_overlap(exp.paths, exp.labels)
+    np.testing.assert_allclose(found.corr, np.maximum(fold_overlap(EXPANDING).corr, fold_overlap(short).corr))
+    assert found.folds == (0, 1)

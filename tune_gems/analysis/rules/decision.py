@@ -1,0 +1,277 @@
+"""The rule, composed once: one function decides a family of contrasts (issue 36 item 2, issue 37 item 1).
+
+Why one function. The gem verdicts, the walk-forward verdicts, the factor table, `confirm`'s final
+verdicts and every calibration must reach a word the same way, or one `analyze` prints `keep wired`
+in one table and `inconclusive` in another for the same contrast, and a calibration passes while
+the shipped rule drifts. Before, the rule was strung together in three places (the verdicts, the
+period calibration, the factor table); here it is strung once, and every caller gathers evidence
+(`Evidence`) and calls `decide`. `tests/test_rules.py` checks that no module outside the rules
+calls a stage of the rule, and that every caller calls `decide`.
+
+The stages, in the order they run (each a function of its own module, each only ever making a
+word more cautious except where the deciding test changes):
+
+1. **the seed rule** on each contrast's informative pairs (`ties.informative_rank_test`: ties carry
+   no weight), Holm over the family (`seed.decide_family`: keep / harmful / delete / equivalent /
+   inconclusive, `insufficient data` on too few informative pairs, what a design lacks); the seed
+   interval at each contrast's Holm level;
+2. **one period on one price history** (K = 1, a market-noise interval `market` gives): the market
+   gate, then the one-period gate on the seed and market-noise intervals combined (`gates`);
+3. **several periods** (K >= 2, the family's fold data `periods`): the pooled test decides
+   (`period_family.decide_fold_data`: random effects, HKSJ, tau shared across the family, the
+   period rule with Holm);
+4. **a search's selection on one history** (`selection`: the configurations the search chose
+   among, per contrast: `tune-gems confirm`'s final verdict): the interval with the history's part
+   at the selection-adjusted level must still exclude 0 (`selection`).
+
+Vectorised over a leading axis of datasets: the verdicts call it on one family (S = 1), the
+calibrations on thousands of simulated ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+from tune_gems.analysis import defaults
+from tune_gems.analysis.rules.gates import market_gate, one_period_gate
+from tune_gems.analysis.rules.held_out_rule import HeldOutDecision, confirm_on_held_out, confirmation_level
+from tune_gems.analysis.rules.histories import HistoryData, HistoryPooled, decide_histories
+from tune_gems.analysis.rules.period_family import FoldData, decide_fold_data, sample_variance
+from tune_gems.analysis.rules.periods import PeriodDecision
+from tune_gems.analysis.rules.seed import decide_family
+from tune_gems.analysis.rules.selection import final_on_one_history, pooled_adjusted_bounds, selection_adjusted_bounds
+from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.ties import informative_rank_test
+from tune_gems.analysis.rules.words import DELETE, EQUIVALENT, INSUFFICIENT
+from tune_gems.stats.inference import holm_levels
+
+@dataclass(frozen=True)
+class TestSegment:
+    """The held-out test segment's effect of each contrast, [S, E]: `effect`, its seeds' squared
+    standard error `var` and that variance's degrees of freedom `df`
+    (`held_out_rule.seed_level_effect`; NaN effect: no test pairs); `spread_in_seeds` [S, E] (or
+    one bool) where the seeds' variance already holds the test period's luck (per-seed synthetic
+    paths: each seed its own market), so at one period no market-noise part is added."""
+
+    effect: np.ndarray
+    var: np.ndarray
+    df: np.ndarray
+    spread_in_seeds: np.ndarray | bool = False
+
+
+MarketLookup = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+"""Per-side tails [S, E] (each contrast's seed-interval tail: its Holm level over the sides) ->
+(low, high, available) [S, E]: each contrast's market-noise interval at that tail (K = 1 on one
+price history)."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a family of E contrasts brings to the rule ([S, ...] arrays, datasets first).
+
+    `diffs[e]` the per-unit differences of contrast e, [S, n_e] (fold-averaged over the folds a
+    unit pairs in; n_e = 0: no design); `tested` [S, E] the contrasts in the family (default:
+    those with pairs; a calibration's search leaves out the gems it chose nothing for); `wired`,
+    `measured` [E] the cells each side has (what a contrast without a design lacks); `magnitude_p`
+    [S, E] the TOST p of a gem's measured magnitude at its null and `redundant` [E] whether a model
+    feature removes it (the halves of `delete`; None: no delete); `diverged` [S, E] where a member
+    diverged (the market gate does not apply: divergence is not market noise; default: a
+    non-finite unit difference); `market` the market-noise intervals (K = 1, one price history);
+    `periods` the family's fold data (K >= 2 on one history), `histories` its data over several
+    price histories (the nested rule), `fold_corr` the overlap of folds that share training rows
+    (`rules.overlap`: a number, a [K, K] matrix, or one per history; 0: none); `test` the held-out
+    test segment's effects (the second stage: a discovery keep / harmful is final only where they
+    agree; None: no second stage); `selection` [E] or [S, E] how many configurations a search
+    chose each contrast's among, on one history (None: fresh data, no selection gate)."""
+
+    diffs: Sequence[np.ndarray]
+    tested: np.ndarray | None = None
+    wired: Sequence | None = None
+    measured: Sequence | None = None
+    magnitude_p: np.ndarray | None = None
+    redundant: Sequence | None = None
+    diverged: np.ndarray | None = None
+    market: MarketLookup | None = None
+    periods: FoldData | None = None
+    histories: HistoryData | None = None
+    fold_corr: object = 0.0
+    test: TestSegment | None = None
+    selection: Sequence | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The rule's record of a family ([S, E] arrays): `verdict` the final word; `seed_verdict` the
+    seed rule's, `market_verdict` after the market gate, `discovery_verdict` the discovery's (after
+    the one-period gate, the period rule or the nested rule over histories; before the held-out
+    stage and the selection gate); the seed rule's numbers (`estimate`, `p`, `p_tost`,
+    `p_adjusted`, `tost_p_adjusted`, `magnitude_p_adjusted`, `magnitude_at_null`,
+    `n_informative`, `tied_share`, `level` the Holm level, `low`, `high` the seed interval at it);
+    K = 1: `market_low`, `market_high`, `market_available`, `combined_low`, `combined_high`,
+    `gate_applied`; K >= 2: `pooled` (`pool_family`'s arrays: over histories the second stage's)
+    and `period` (the period rule's decision), over histories `histories` (both stages); with a
+    test segment `held_out` (the second stage's record); with a selection: `final_low`,
+    `final_high`, `final_available`."""
+
+    verdict: np.ndarray
+    seed_verdict: np.ndarray
+    market_verdict: np.ndarray
+    discovery_verdict: np.ndarray
+    estimate: np.ndarray
+    p: np.ndarray
+    p_tost: np.ndarray
+    p_adjusted: np.ndarray
+    tost_p_adjusted: np.ndarray
+    magnitude_p_adjusted: np.ndarray
+    magnitude_at_null: np.ndarray
+    n_informative: np.ndarray
+    tied_share: np.ndarray
+    level: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    market_low: np.ndarray
+    market_high: np.ndarray
+    market_available: np.ndarray
+    combined_low: np.ndarray
+    combined_high: np.ndarray
+    gate_applied: np.ndarray
+    pooled: dict[str, np.ndarray] | None = None
+    period: PeriodDecision | None = None
+    histories: HistoryPooled | None = None
+    held_out: HeldOutDecision | None = None
+    final_low: np.ndarray | None = None
+    final_high: np.ndarray | None = None
+    final_available: np.ndarray | None = None
+
+
+def _nan(shape) -> np.ndarray:
+    return np.full(shape, np.nan)
+
+
+def _spread_over_folds(theta: np.ndarray) -> np.ndarray:
+    """The sample variance of the finite fold effects along the last axis (NaN with fewer than
+    two): the period spread where the pooled rule has no tau^2, seed noise included (cautious)."""
+    theta = np.asarray(theta, float)
+    return sample_variance(theta, np.isfinite(theta))
+
+
+def _not_on_ties(verdict: np.ndarray, tied: np.ndarray) -> np.ndarray:
+    """`equivalent` / `delete` read `insufficient data` where more than `defaults.MAX_TIED_SHARE`
+    of the pairs tie (a degenerate design: mostly identical policies, said out loud)."""
+    mostly_tied = np.nan_to_num(tied, nan=0.0) > defaults.MAX_TIED_SHARE
+    return np.where(mostly_tied & np.isin(verdict, (EQUIVALENT, DELETE)), INSUFFICIENT, verdict)
+
+
+def _seed_stage(ev: Evidence, th: Thresholds, s: int, e: int):
+    """The seed rule's tests on each contrast's informative pairs: (estimate, p, p_tost,
+    n_informative, tied_share, paired) [S, E]."""
+    est, p, pt, tied = (_nan((s, e)) for _ in range(4))
+    n_inf = np.zeros((s, e), int)
+    p_key = "p_greater" if th.one_sided_keep else "p"
+    for j, d in enumerate(ev.diffs):  # ties carry no weight (`rules.ties`)
+        if d.shape[1]:
+            with np.errstate(over="ignore", invalid="ignore"):
+                r = informative_rank_test(d, rope=th.rope, tail=th.alpha / 2)
+            est[:, j], p[:, j], pt[:, j], n_inf[:, j], tied[:, j] = (r["estimate"], r[p_key], r["p_tost"],
+                                                                     r["n_informative"], r["tied_share"])
+    paired = np.stack([(~np.isnan(d)).sum(1) if d.shape[1] else np.zeros(s, int) for d in ev.diffs], 1)
+    if ev.tested is not None:
+        keep = np.broadcast_to(np.asarray(ev.tested, bool), (s, e))
+        p = np.where(keep, p, np.nan)
+        paired = np.where(keep, paired, 0)
+    return est, p, pt, n_inf, tied, paired
+
+
+def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISOLATE_FLAGGED,
+           isolate_level: float = defaults.ISOLATE_LEVEL) -> Decision:
+    """The rule on one family of contrasts (module docstring) at the analysis's settings `th`
+    (alpha, rope, the one-sided keep test, min_periods, share_tau); `isolate_flagged`,
+    `isolate_level`: a contrast flagged as heterogeneous leaves the family's shared tau^2
+    (`pooling.pool_family`)."""
+    s = max(d.shape[0] for d in ev.diffs)
+    e = len(ev.diffs)
+    sides = 1 if th.one_sided_keep else 2
+    est, p, pt, n_inf, tied, paired = _seed_stage(ev, th, s, e)
+    rule = decide_family(p, est, pt, alpha=th.alpha, p_magnitude=ev.magnitude_p, redundant=ev.redundant,
+                         wired=ev.wired, measured=ev.measured, informative=n_inf, one_sided=th.one_sided_keep,
+                         paired=paired)
+    level = holm_levels(p, th.alpha)
+    lo, hi = _nan((s, e)), _nan((s, e))
+    for j, d in enumerate(ev.diffs):  # the seed interval at the contrast's Holm level
+        if d.shape[1]:
+            with np.errstate(over="ignore", invalid="ignore"):
+                r = informative_rank_test(d, tail=np.nan_to_num(level[:, j], nan=th.alpha) / sides)
+            lo[:, j], hi[:, j] = r["low"], r["high"]
+    if th.one_sided_keep:  # the one-sided keep interval [low, +inf)
+        hi = np.where(np.stack([np.full(s, d.shape[1] > 0) for d in ev.diffs], 1), np.inf, np.nan)
+    seed_verdict = _not_on_ties(rule.verdict, tied)
+    market_verdict = discovery = seed_verdict
+    m_lo, m_hi, c_lo, c_hi = (_nan((s, e)) for _ in range(4))
+    available, applied = np.zeros((s, e), bool), np.zeros((s, e), bool)
+    pooled = period = hp = None
+    tail = np.nan_to_num(level, nan=th.alpha) / sides
+    if ev.market is not None:
+        m_lo, m_hi, available = (np.asarray(x) for x in ev.market(tail))
+        available = available.astype(bool) & np.isfinite(est)
+        m_lo, m_hi = np.where(available, m_lo, np.nan), np.where(available, m_hi, np.nan)
+    if ev.periods is not None or ev.histories is not None:  # K >= 2 or several histories: the pooled test decides
+        tested = np.broadcast_to(np.array([d.shape[1] > 0 for d in ev.diffs]), (s, e))
+        if ev.tested is not None:
+            tested = tested & np.asarray(ev.tested, bool)
+        removable = None
+        if ev.magnitude_p is not None or ev.redundant is not None:
+            red = np.broadcast_to(False if ev.redundant is None else np.asarray(ev.redundant, bool), (s, e))
+            removable = rule.magnitude_at_null | red
+        common = dict(alpha=th.alpha, rope=th.rope, tested=tested, seed_verdict=seed_verdict, removable=removable,
+                      share=th.share_tau, one_sided=th.one_sided_keep, fold_corr=ev.fold_corr,
+                      isolate_flagged=isolate_flagged)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if ev.histories is not None:  # the nested rule: each history over its folds, then over histories
+                hp, period = decide_histories(ev.histories, min_histories=defaults.MIN_HISTORIES, **common)
+                pooled = hp.pooled
+            else:
+                pooled, period = decide_fold_data(ev.periods, min_periods=th.min_periods, isolate_level=isolate_level,
+                                                  **common)
+        discovery = period.verdict
+    elif ev.market is not None:  # K = 1 on one price history: the market gate, then the one-period gate
+        diverged = (np.stack([~np.isfinite(d).all(1) if d.shape[1] else np.zeros(s, bool) for d in ev.diffs], 1)
+                    if ev.diverged is None else np.broadcast_to(np.asarray(ev.diverged, bool), (s, e)))
+        market_verdict = market_gate(seed_verdict, est, m_lo, m_hi, applies=available & ~diverged)
+        gate = one_period_gate(market_verdict, est, lo, hi, m_lo, m_hi, rope=th.rope, applies=available)
+        discovery, c_lo, c_hi, applied = gate.verdict, gate.low, gate.high, gate.applied
+    discovery = _not_on_ties(discovery, tied)
+    verdict = discovery
+    held = None
+    if ev.test is not None:  # the held-out test segment, a pre-registered second stage
+        if pooled is not None:  # the test period's spread: the periods' tau^2 (over histories, theirs)
+            period_var, period_df = pooled["tau2"], pooled["df"]
+            if ev.periods is not None:  # pooled with equal weights (a fold's variance unknown): no tau^2,
+                period_var = np.where(np.isfinite(period_var), period_var,  # the fold effects' own spread
+                                      _spread_over_folds(ev.periods.theta))
+        else:  # one period: the history's luck, the market-noise variance (none: nothing is confirmed)
+            with np.errstate(invalid="ignore"):
+                period_var = ((m_hi - m_lo) / (2 * sps.norm.ppf(1 - tail))) ** 2
+            period_var = np.where(np.broadcast_to(np.asarray(ev.test.spread_in_seeds, bool), (s, e)), 0.0, period_var)
+            period_df = np.inf
+        m = np.isfinite(p).sum(-1, keepdims=True)
+        held = confirm_on_held_out(verdict, ev.test.effect, ev.test.var, period_var, confirmation_level(th.alpha, m),
+                                   test_df=ev.test.df, period_df=period_df)
+        verdict = held.verdict
+    f_lo = f_hi = f_ok = None
+    if ev.selection is not None:  # a search's choice on one history: the selection-adjusted gate
+        t = np.broadcast_to(np.asarray(ev.selection, float), (s, e))
+        with np.errstate(invalid="ignore"):
+            if period is not None:
+                f_lo, f_hi = pooled_adjusted_bounds(pooled["mu"], period.low, period.high, period.level, pooled["df"], t)
+                f_ok = np.isfinite(f_lo) & np.isfinite(f_hi)
+            else:
+                f_lo, f_hi = selection_adjusted_bounds(est, lo, hi, m_lo, m_hi, 2 * tail, t)
+                f_ok = available
+        verdict = final_on_one_history(verdict, f_lo, f_hi, f_ok)
+    return Decision(verdict, seed_verdict, market_verdict, discovery, est, p, pt, rule.p_adjusted, rule.tost_p_adjusted,
+                    rule.magnitude_p_adjusted, rule.magnitude_at_null, n_inf, tied, level, lo, hi, m_lo, m_hi,
+                    available, c_lo, c_hi, applied, pooled, period, hp, held, f_lo, f_hi, f_ok)

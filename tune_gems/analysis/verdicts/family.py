@@ -1,0 +1,313 @@
+"""The family of a design: every main effect it varies, its pairs, and one decision (issue 37 item 1).
+
+Why one family. The contrasts a design was built to judge are its main effects: every gem's
+wiring (wire vs measure, its weight belonging to the wired side, paired as the gem's verdict
+pairs it) and every other config key that differs between members at a common member seed
+(`model.*`, `trainer.*` such as `lr`, `gems.<g>.weight` among the members wiring g, any
+`arms.factors` key or an `arms.list` entry that differs from another in one key). Judged in
+two families (the gems alone in verdicts.csv, gems and factors in factors.csv) one `analyze`
+printed `keep wired` in one table and `inconclusive` in the other for the same contrast (issue
+37: g6 at 8 purged groups, Holm over 1 against Holm over 3). So the family is built here once,
+paired once, decided once (`rules.decision.decide`, the held-out test segment its second stage:
+`held_out.py`): verdicts.csv's rows are its gem contrasts,
+factors.csv's all of them, with the same word, interval and Holm p. Null arms (a gem wired at a
+placebo weight, an A/A arm of another replay stream) are no contrast of the family: they are the
+learner's null (placebo.csv). Interactions are their own family (`factors.interaction_rows`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from tune_gems.analysis.pairs.pairing import Cells, Paired, paired
+from tune_gems.analysis.pairs.selectors import MEASURE, WIRE, placebo_selectors
+from tune_gems.analysis.rules.decision import Decision, Evidence, TestSegment, decide
+from tune_gems.analysis.rules.power import PowerInputs, PowerStatement, market_se_of, statement
+from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.ties import is_tie
+from tune_gems.analysis.verdicts.held_out import held_out_segment
+from tune_gems.analysis.verdicts.history_verdicts import HistoryFamily, history_family, history_power
+from tune_gems.analysis.verdicts.verdict_market_noise import (
+    OK as MARKET_OK, UNAVAILABLE, EvalReturnsLookup, MarketEvidence, market_evidence, market_window,
+)
+from tune_gems.analysis.rules.overlap import FoldOverlap
+from tune_gems.analysis.verdicts.walk_forward import FOLD, FamilyFolds, fold_count, gem_folds, overlap_for, pooled_power
+from tune_gems.contracts.gem_manifest import GemEntry
+
+GEM, FACTOR = "gem", "factor"
+"""The kinds of a contrast of the family (factors.csv's `kind`)."""
+AA_FACTOR = "trainer.replay_stream"
+"""The key an A/A arm differs in: the replay nuisance stream (0: the member seed's own draws). A
+null arm (placebo.csv), not a main effect of the design."""
+AA_BASE = "0.0"  # the canonical text (pairing._norm) of stream 0
+
+
+# -- which contrasts a design has ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """One row of the family: members with `key` == `hi` against `key` == `lo`, configs
+    identical apart from `key` and `ignore`; `wired_gem` (a gem's weight): among members wiring
+    that gem only; `levels` how many levels the key has."""
+
+    kind: str
+    key: str
+    hi: str
+    lo: str
+    ignore: tuple[str, ...] = ()
+    wired_gem: str | None = None
+    levels: int = 2
+
+    @property
+    def label(self) -> str:
+        return f"{self.hi} vs {self.lo}"
+
+
+def _level_order(v: str) -> tuple:
+    """Booleans false < true, numbers by value, other text alphabetically (canonical texts)."""
+    if v in ("false", "true"):
+        return (0, float(v == "true"), v)
+    try:
+        return (0, float(v), v)
+    except ValueError:
+        return (1, 0.0, v)
+
+
+def _not_placebo(gems: list[GemEntry], placebo_weight: float) -> Callable[[pd.DataFrame], pd.Series]:
+    """A cell filter leaving out every gem's placebo arms (null arms are no factor's level)."""
+    tests = [placebo_selectors(g, placebo_weight)[1] for g in gems]
+
+    def keep(t: pd.DataFrame) -> pd.Series:
+        out = pd.Series(True, index=t.index)
+        for is_placebo in tests:
+            out &= ~is_placebo(t)
+        return out
+
+    return keep
+
+
+def _weight_gem(key: str, gems: list[GemEntry]) -> str | None:
+    for g in gems:
+        if key == f"gems.{g.name}.weight":
+            return g.name
+    return None
+
+
+def design_contrasts(cells: Cells, gems: list[GemEntry], placebo_weight: float) -> list[Contrast]:
+    """The family's contrasts: every gem's wiring (as verdicts.csv pairs it), then every other
+    key that differs between members at a common member seed (module docstring), null arms left
+    out (placebo weights, the A/A arm's replay stream)."""
+    out = [Contrast(GEM, f"gems.{g.name}.mode", WIRE, MEASURE, ignore=(f"gems.{g.name}.weight",)) for g in gems]
+    t = cells.table
+    if not len(t):
+        return out
+    t = t[_not_placebo(gems, placebo_weight)(t)]
+    modes = {f"gems.{g.name}.mode" for g in gems}
+    for key in cells.keys:
+        if key in modes or key not in t.columns or key == AA_FACTOR:
+            continue
+        gem = _weight_gem(key, gems)
+        sub = t[t[f"gems.{gem}.mode"] == WIRE] if gem and f"gems.{gem}.mode" in t.columns else t
+        if not len(sub) or not (sub.groupby(["experiment", FOLD, "seed"])[key].nunique() > 1).any():
+            continue
+        levels = sorted(sub[key].unique(), key=_level_order)
+        if len(levels) == 2:
+            pairs = [(levels[1], levels[0])]
+        else:
+            counts = Counter(sub[key])
+            ref = max(levels, key=lambda v: (counts[v], -levels.index(v)))
+            pairs = [(v, ref) for v in levels if v != ref]
+        out += [Contrast(FACTOR, key, hi, lo, wired_gem=gem, levels=len(levels)) for hi, lo in pairs]
+    return out
+
+
+def contrast_pairs(cells: Cells, c: Contrast, gems: list[GemEntry], th: Thresholds, *, column: str,
+                   extra: Callable[[pd.DataFrame], pd.Series] | None = None) -> Paired:
+    """The seed-paired differences of one contrast (`pairing.paired`), in the cells `extra` keeps.
+    A gem's row pairs as its verdict does (only that gem's placebo arms left out)."""
+    if c.kind == GEM:
+        gem = c.key.split(".")[1]
+        base = placebo_selectors(next(g for g in gems if g.name == gem), th.placebo_weight)[0]
+    else:
+        base = _not_placebo(gems, th.placebo_weight)
+
+    def select(t: pd.DataFrame) -> pd.Series:
+        keep = base(t)
+        if c.wired_gem is not None:
+            keep &= t[f"gems.{c.wired_gem}.mode"] == WIRE
+        return keep & extra(t) if extra is not None else keep
+
+    return paired(cells, c.key, c.hi, c.lo, column=column, k=th.window_length, ignore=c.ignore, select=select)
+
+
+def one_row_per_unpaired_key(contrasts: list[Contrast], prs: list[Paired]) -> tuple[list[Contrast], list[Paired]]:
+    """The contrasts, with one row for each key of more than two levels that never pairs in any of
+    them (a searched weight that differs between trials on common seeds has a level per trial:
+    one `insufficient: confounded` row says so, not one per level); a key that pairs somewhere
+    keeps every row, each unpaired one with its fix. Unpaired contrasts are out of the Holm family
+    either way."""
+    paired_keys = {c.key for c, pr in zip(contrasts, prs) if pr.n}
+    out, seen = [], set()
+    for c, pr in zip(contrasts, prs):
+        if c.kind == FACTOR and c.levels > 2 and c.key not in paired_keys:
+            if c.key in seen:
+                continue
+            seen.add(c.key)
+        out.append((c, pr))
+    return [c for c, _ in out], [pr for _, pr in out]
+
+
+# -- the family, decided once ------------------------------------------------------------------------
+
+
+@dataclass
+class DesignFamily:
+    """A design's family (module docstring): its `contrasts` with their `pairs`, the rule's
+    `decision` on all of them (`rules.decision.decide`, [1, E]), the fold data over periods
+    (`folds`, K >= 2 on one price history) or over several price histories (`histories`, the
+    nested rule's: `history_verdicts.history_family`) and the pooled test's power statement
+    (`power`: `walk_forward.pooled_power`, `history_verdicts.history_power`), each contrast's
+    market-noise columns (`market`) and the verdict metric `column`."""
+
+    contrasts: list[Contrast]
+    pairs: list[Paired]
+    decision: Decision
+    k_folds: int
+    folds: FamilyFolds | None
+    power: dict | None
+    market: list[dict]
+    column: str
+    seed_power: list[PowerStatement | None]
+    """Per contrast with pairs, the power statement of the rule at one period (`rules.power.statement`:
+    the seeds', with the market-noise part on one price history); over periods `power` states it."""
+    test: TestSegment | None = None
+    """The held-out test segment's effects, the rule's second stage (`held_out.held_out_segment`;
+    None: the results have no test-segment metric)."""
+    histories: HistoryFamily | None = None
+    """The family's (history, fold) parts over H >= 2 price histories (None: one history)."""
+
+    @property
+    def periods(self) -> int:
+        """The periods the pooled test spans: K folds, or H x K over several price histories."""
+        return self.histories.periods if self.histories is not None else self.k_folds
+
+    def pooled_at(self, j: int) -> bool:
+        """Whether a pooled test decides contrast j (its pairs fall in folds or histories to pool)."""
+        if self.histories is not None:
+            return bool(self.histories.parts[j])
+        return self.folds is not None and bool(self.folds.folds[j])
+
+    def word(self, j: int) -> str:
+        """The word every table prints for contrast j: the discovery's where the test segment
+        confirmed it (or there is none), else `not confirmed on held-out data` (the second stage:
+        `rules.held_out_rule`); the selection-adjusted final verdict of a confirmation on one
+        history is its own column."""
+        held = self.decision.held_out
+        return str((held.verdict if held is not None else self.decision.discovery_verdict)[0, j])
+
+    def discovery(self, j: int) -> str:
+        """The discovery's word for contrast j (before the held-out stage)."""
+        return str(self.decision.discovery_verdict[0, j])
+
+    @property
+    def size(self) -> int:
+        """How many contrasts the family's Holm runs over (those with a test)."""
+        return int(np.isfinite(self.decision.p[0]).sum())
+
+    def gem_index(self, gem: str) -> int | None:
+        """The column of a gem's wiring contrast."""
+        key = f"gems.{gem}.mode"
+        return next((j for j, c in enumerate(self.contrasts) if c.kind == GEM and c.key == key), None)
+
+
+def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column: str,
+                  eval_returns: EvalReturnsLookup | None = None, magnitude_p: dict[str, float] | None = None,
+                  redundant: dict[str, bool] | None = None, selection: dict[str, int] | None = None,
+                  overlap: FoldOverlap | None = None) -> DesignFamily:
+    """The design's family decided once (module docstring). `magnitude_p` per gem the TOST p of its
+    measured magnitude at its null and `redundant` whether a model feature removes it (the halves
+    of `delete`, a gem's alone); `selection` per gem the configurations a search chose among (a
+    confirmation on one price history); `eval_returns` the saved returns behind the market-noise
+    intervals; `overlap` the experiment's folds that share training rows
+    (`walk_forward.experiment_overlap`): over periods the pooled variance carries it (`rules.overlap`),
+    over several price histories each history's pooled variance in the nested rule's first stage."""
+    contrasts = design_contrasts(cells, gems, th.placebo_weight)
+    prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]
+    contrasts, prs = one_row_per_unpaired_key(contrasts, prs)
+    k_folds = fold_count(cells)
+    hf = history_family(prs, cells)  # several price histories: the nested rule decides (None: one history)
+    fam = gem_folds(prs, cells) if k_folds > 1 and hf is None else None  # the same pairs inside each fold
+    market_columns: list[dict] = [{} for _ in prs]
+
+    def market(tail: np.ndarray):
+        """Each compared contrast's market-noise interval at its seed interval's per-side tail."""
+        lo, hi, ok = np.full(tail.shape, np.nan), np.full(tail.shape, np.nan), np.zeros(tail.shape, bool)
+        for j, pr in enumerate(prs):
+            if not pr.n:
+                continue
+            k_market = market_window(pr, th)
+            evidence = (market_evidence(pr, cells, eval_returns, column=column, k=k_market,
+                                        confidence=1 - 2 * float(tail[0, j]), n_boot=th.n_boot, seed=th.seed)
+                        if k_market is not None else
+                        MarketEvidence(f"{UNAVAILABLE}: the pairs' verdict windows differ in length ({th.window_text()})"))
+            market_columns[j] = evidence.columns()
+            if evidence.ok:
+                lo[0, j], hi[0, j], ok[0, j] = evidence.interval.low, evidence.interval.high, True
+        return lo, hi, ok
+
+    def gem_of(c: Contrast) -> str | None:
+        return c.key.split(".")[1] if c.kind == GEM else None
+
+    test = held_out_segment(prs, cells, column)  # the second stage's evidence, once, from the same pairs
+    mags = magnitude_p or {}
+    reds = redundant or {}
+    chosen = selection or {}
+    ev = Evidence(diffs=[pr.diffs[None, :] for pr in prs], wired=[pr.hi_cells for pr in prs],
+                  measured=[pr.lo_cells for pr in prs],
+                  magnitude_p=np.array([[mags.get(gem_of(c), math.nan) for c in contrasts]]),
+                  redundant=[bool(reds.get(gem_of(c), False)) for c in contrasts],
+                  diverged=np.array([[bool(pr.hi_diverged or pr.lo_diverged) for pr in prs]]),
+                  market=market, periods=None if fam is None else fam.data,
+                  histories=None if hf is None else hf.data,
+                  # a history's folds that share training rows: the nested rule's first stage carries it too
+                  fold_corr=(overlap_for(overlap, fam.fold_ids) if fam is not None else
+                             overlap_for(overlap, hf.folds) if hf is not None else 0.0), test=test,
+                  selection=None if selection is None else [max(int(chosen.get(gem_of(c), 1)), 1) for c in contrasts])
+    dec = decide(ev, th)
+    power = (pooled_power(fam, dec.pooled, th) if fam is not None else
+             history_power(hf, dec, th) if hf is not None else None)
+    m = int(np.isfinite(dec.p[0]).sum())
+    two_sided = th.alpha * (2 if th.one_sided_keep else 1) / max(m, 1)  # the seed rule's level, as a two-sided test
+    sides = 1 if th.one_sided_keep else 2
+    seed_power: list[PowerStatement | None] = []
+    for j, pr in enumerate(prs):
+        if not pr.n:
+            seed_power.append(None)
+            continue
+        informative = pr.diffs[~is_tie(pr.diffs)]
+        mk = market_columns[j]
+        market_se = (market_se_of(mk["market_ci_low"], mk["market_ci_high"], 2 * float(dec.level[0, j]) / sides)
+                     if mk.get("market_noise") == MARKET_OK else 0.0)
+        seed_power.append(statement(PowerInputs(int(dec.n_informative[0, j]), informative_spread(informative),
+                                                divergence_rate(pr), market_se=max(market_se, 0.0)),
+                                    th.rope, two_sided, th.power, tied=float(dec.tied_share[0, j])))
+    return DesignFamily(contrasts, prs, dec, k_folds, fam, power, market_columns, column, seed_power, test, hf)
+
+
+def informative_spread(d: np.ndarray) -> float:
+    """The sd of the finite differences among `d` (NaN with fewer than two)."""
+    fin = d[np.isfinite(d)]
+    return float(np.std(fin, ddof=1)) if fin.size > 1 else math.nan
+
+
+def divergence_rate(pr: Paired) -> float:
+    """The share of one side of a pair diverging (both sides pooled): what the MDE and the seeds
+    needed account for."""
+    return float((pr.hi_diverged + pr.lo_diverged) / (2 * pr.n_pairs)) if pr.n_pairs else 0.0

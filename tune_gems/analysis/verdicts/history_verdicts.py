@@ -1,0 +1,230 @@
+"""Verdicts over several price histories (issue 37 item 3): the nested rule's evidence and columns.
+
+Why a layer of its own. With H >= 2 price histories (members carry a `history` id, each history its
+own market, folds and test segment) the replication unit is the history, not the fold: the rule
+that decides is `rules.histories.decide_histories` (each history's folds pooled first, then random
+effects over the histories, seed-paired), reached through `rules.decision.decide` like every other
+rule (`Evidence.histories`). This module gathers that evidence from the verdicts' own pairs
+(`pairing.by_history_fold`: the same pairs inside each fold of each history, not paired again;
+seed index s is the same unit in every history and fold) and writes what the decision says into
+the verdict table's period columns, with the power statement of the nested rule
+(`power.history_mde`), so `verdicts.csv`, `factors.csv`, the console and `report.md` state the rule
+that decided. One history (every run before issue 37) never comes here: `history_family` is None.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tune_gems.analysis import defaults
+from tune_gems.analysis.pairs.pairing import Cells, Paired, by_history_fold, history_count
+from tune_gems.analysis.rules.histories import HistoryData, history_components, history_data, pool_histories
+from tune_gems.analysis.rules.power import HistoryComponents, PowerInputs, statement
+from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
+from tune_gems.analysis.text import format_number
+from tune_gems.analysis.verdicts.walk_forward import overlap_lambda, verdict_pairs, write_pooled
+
+HISTORY = "history"
+HISTORY_ROW_COLUMNS = ["gem", HISTORY, "fold", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs", "ties",
+                       "tied_share"]
+"""The per-(history, fold) rows of the nested rule: the fold rows of one history
+(`walk_forward.FOLD_ROW_COLUMNS`) with the history they belong to; the interval is at the history's
+Holm level (the one the sign-change test between histories reads)."""
+ADD_HISTORIES = "add price histories: data.price_columns or data.histories"
+"""What a verdict with too few histories says to do."""
+
+
+@dataclass
+class HistoryFamily:
+    """A family's evidence over H >= 2 histories: per contrast the (history, fold) parts of its pairs
+    (`parts[j]`, empty: no pairs), the history and fold ids, and the rule's data (`data`: the per-unit
+    differences aligned over every history and fold, `rules.histories.history_data`)."""
+
+    parts: list[list[tuple[tuple[int, int], Paired]]]
+    histories: list[int]
+    folds: list[int]
+    data: HistoryData
+    tied_share: np.ndarray  # [m]: ties over every (history, fold) pair of the contrast
+
+    @property
+    def periods(self) -> int:
+        """The (history, fold) periods the family spans (H x K)."""
+        return len(self.histories) * len(self.folds)
+
+    def shape_text(self) -> str:
+        """`2 histories x 2 folds`: the design the nested rule pools."""
+        return f"{len(self.histories)} histories x {len(self.folds)} fold{'s' if len(self.folds) != 1 else ''}"
+
+    def effects_text(self, j: int) -> str:
+        """Contrast j's effect in each fold of each history, in words (verdicts.csv's `fold_effects`)."""
+        out = []
+        for (h, f), pr in self.parts[j]:
+            fd = self.data.folds[self.histories.index(h)]
+            theta = fd.theta[0, j, self.folds.index(f)]
+            out.append(f"history {h} fold {f}: {format_number(theta, '+.3g', missing='nan')} ({pr.n} seeds)")
+        return "; ".join(out)
+
+
+def history_family(prs: list[Paired], cells: Cells) -> HistoryFamily | None:
+    """The nested rule's evidence of a family of comparisons (one per contrast, in order), or None on
+    one price history (the fold or one-period rules decide)."""
+    if history_count(cells) < 2:
+        return None
+    histories = sorted(int(h) for h in cells.table[HISTORY].unique())
+    folds = sorted(int(f) for f in cells.table["fold"].unique())
+    parts = [by_history_fold(pr, cells) for pr in prs]
+    units = sorted({u for per in parts for _, pr in per for u in pr.units})
+    slot = {u: i for i, u in enumerate(units)}
+    d = np.full((1, len(prs), len(histories), len(folds), len(units)), np.nan)
+    tied = np.full(len(prs), np.nan)
+    for j, per in enumerate(parts):
+        ties = pairs = 0
+        for (h, f), pr in per:
+            d[0, j, histories.index(h), folds.index(f), [slot[u] for u in pr.units]] = pr.diffs
+            ties, pairs = ties + int(is_tie(pr.diffs).sum()), pairs + pr.n
+        tied[j] = ties / pairs if pairs else math.nan
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        data = history_data(d)
+    return HistoryFamily(parts, histories, folds, data, tied)
+
+
+def stage_one_overlap(hp) -> np.ndarray:
+    """Per contrast [m]: the overlap factor F the nested rule's first stage put on a history's
+    pooled variance (its folds that share training rows, `rules.overlap`), the mean over the
+    histories with an effect (NaN: none; 1.0: no overlap). Its lambda in the MDE is the
+    one-history pooled power's reading, (F - 1) / K over a history's K folds
+    (`walk_forward.overlap_lambda`), and confirm reads it back from `fold_overlap` the same way."""
+    f = np.stack([np.asarray(r.get("overlap", np.ones_like(r["mu"])), float)[0] for r in hp.by_history])  # [H, m]
+    ok = np.isfinite(f)
+    n = ok.sum(0)
+    return np.where(n > 0, np.where(ok, f, 0.0).sum(0) / np.maximum(n, 1), np.nan)
+
+
+def history_power(hf: HistoryFamily, dec, th: Thresholds) -> dict[str, np.ndarray]:
+    """Per contrast: the nested rule's power statement (`power.history_mde` at the first Holm step
+    over the contrasts it tested, at the histories' degrees of freedom): its MDE, the seeds that
+    would reach +-ROPE, the floor no seed count beats and the advice, with the components behind
+    them (history, period, within, seed: verdicts.csv's var_* columns) and the folds' overlap the
+    first stage carried (`overlap`: F, verdicts.csv's fold_overlap; its lambda in the MDE:
+    `stage_one_overlap`)."""
+    pooled = dec.pooled
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a contrast without pairs: a mean of nothing, NaN
+        comp = history_components(hf.data, dec.histories)
+    factor = stage_one_overlap(dec.histories)
+    lam = overlap_lambda(factor, len(hf.folds))
+    m = len(hf.parts)
+    level = th.alpha / max(int(np.isfinite(pooled["p"][0]).sum()), 1)
+    out = {key: np.full(m, np.nan) for key in ("mde", "seeds_needed", "floor", "history", "seed", "within", "period")}
+    out["note"] = np.full(m, "", dtype=object)
+    out["overlap"] = factor
+    for j in range(m):
+        c = HistoryComponents(float(comp.history[0, j]), float(comp.period[0, j]), float(comp.within[0, j]),
+                              float(comp.seed[0, j]), float(lam[j]))
+        out["history"][j], out["period"][j], out["within"][j], out["seed"][j] = c.history, c.period, c.within, c.seed
+        inf = np.concatenate([fd.n_informative[0, j].ravel() for fd in hf.data.folds])
+        n = float(inf[inf > 0].mean()) if (inf > 0).any() else math.nan
+        df = float(pooled["df"][0, j])
+        if not (all(np.isfinite([c.history, c.period, c.within])) and np.isfinite(df) and n > 0):
+            continue
+        ps = statement(history_inputs(n, len(hf.histories), len(hf.folds), c, df), th.rope, level, th.power,
+                       tied=float(hf.tied_share[j]), one_sided=th.one_sided_keep)
+        out["mde"][j], out["floor"][j], out["seeds_needed"][j], out["note"][j] = ps.mde, ps.floor, ps.seeds_needed, ps.note
+    return out
+
+
+def history_inputs(n: float, histories: int, folds: int, c: HistoryComponents, df: float) -> PowerInputs:
+    """The power inputs of a comparison the nested rule decides (`power.PowerInputs` over
+    histories): `n` informative seeds per fold of a history, the components `c` (the overlap of a
+    history's folds included), the histories' degrees of freedom `df`."""
+    return PowerInputs(n, folds=folds, tau2=c.period, within=c.within, seed=c.seed, df=df, histories=histories,
+                       history_tau2=c.history, overlap=c.overlap)
+
+
+def add_history_columns(v: pd.DataFrame, family, cols: list[int], th: Thresholds) -> pd.DataFrame:
+    """The verdict table's period columns (`walk_forward.PERIOD_COLUMNS`, filled by
+    `walk_forward.add_period_columns` first) from the family's nested-rule decision
+    (`family.DesignFamily` over several histories: `rules.decision.decide` with `Evidence.histories`,
+    its power `history_power`; `cols[i]` the family column of row i of `v`), a `histories` column,
+    and the per-(history, fold) rows behind them (HISTORY_ROW_COLUMNS)."""
+    hf, dec, power = family.histories, family.decision, family.power
+    v["folds"], v["histories"], v["var_history"] = len(hf.folds), len(hf.histories), np.nan
+    pooled, rule = dec.pooled, dec.period
+    all_rows = []
+    for i, j in zip(v.index, cols):
+        if not hf.parts[j]:
+            continue
+        for (h, f), pr in hf.parts[j]:
+            lvl = rule.fold_level[0, j, hf.histories.index(h)]
+            tail = lvl / 2 if np.isfinite(lvl) else th.alpha / 2
+            ri = informative_rank_test(pr.diffs[None, :], tail=tail)
+            n_tie = int(is_tie(pr.diffs).sum())
+            fd = hf.data.folds[hf.histories.index(h)]
+            all_rows.append({"gem": str(v.at[i, "gem"]) if "gem" in v.columns else str(j), HISTORY: h, "fold": f,
+                             "effect": float(fd.theta[0, j, hf.folds.index(f)]), "ci_low": float(ri["low"][0]),
+                             "ci_high": float(ri["high"][0]), "ci_level": 1 - 2 * tail,
+                             "seeds": int(fd.n_informative[0, j, hf.folds.index(f)]), "pairs": int(pr.n),
+                             "ties": n_tie, "tied_share": n_tie / pr.n if pr.n else math.nan})
+        write_pooled(v, i, j, pooled, rule, power)
+        v.at[i, "var_history"] = power["history"][j]  # the spread between histories (what confirm plans with)
+        v.at[i, "fold_effects"] = hf.effects_text(j)
+        v.at[i, "tied_share"] = hf.tied_share[j]
+        v.at[i, "n_informative"] = int(sum(fd.n_informative[0, j].sum() for fd in hf.data.folds))
+        v.at[i, "period"] = history_period_text(hf, int(pooled["periods"][0, j]), bool(pooled["shared"][0, j]),
+                                                bool(rule.too_few_periods[0, j]))
+    return pd.DataFrame(all_rows, columns=HISTORY_ROW_COLUMNS)
+
+
+def history_period_text(hf: HistoryFamily, informative: int, shared: bool, too_few: bool) -> str:
+    """What the verdict table's `period` column says of the nested rule (the reason line leads with
+    it where there are too few histories)."""
+    if too_few:
+        return (f"too few periods over {hf.shape_text()} ({informative} histories with an effect, need >= "
+                f"{defaults.MIN_HISTORIES}; {ADD_HISTORIES})")
+    return (f"pooled over {hf.shape_text()} (each history's folds pooled, then random effects over "
+            f"{informative} histories, HKSJ{', tau shared across the family' if shared else ''})")
+
+
+@dataclass(frozen=True)
+class HistoryParts:
+    """One contrast's variance parts over histories from a pilot (`plan`): the nested rule's
+    components (`power.HistoryComponents`), its tie share and its degrees of freedom per history
+    (the pooled test's df over H - 1)."""
+
+    gem: str
+    components: HistoryComponents
+    tied_share: float
+    df_per_history: float
+
+
+def pilot_history_parts(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> tuple[list[HistoryParts], int]:
+    """Each verdict row's (gems with seeds) parts over the pilot's histories, from its wiring pairs
+    as its verdict pairs them, pooled as the nested rule pools them (`rules.histories.pool_histories`);
+    and the pilot's informative seeds per (history, fold) (the median). Empty on one history."""
+    found = verdict_pairs(v, cells, gems, th)
+    names, prs = [gem for _, gem, _ in found], [pr for _, _, pr in found]
+    hf = history_family(prs, cells) if prs else None
+    if hf is None:
+        return [], 0
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        hp = pool_histories(hf.data, rope=th.rope, share=th.share_tau, one_sided=th.one_sided_keep)
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a contrast without pairs: a mean of nothing, NaN
+        comp = history_components(hf.data, hp)
+    parts = []
+    for j, name in enumerate(names):
+        h = int(hp.pooled["periods"][0, j])
+        parts.append(HistoryParts(name, HistoryComponents(float(comp.history[0, j]), float(comp.period[0, j]),
+                                                          float(comp.within[0, j]), float(comp.seed[0, j]),
+                                                          comp.overlap),
+                                  float(np.nan_to_num(hf.tied_share[j])),
+                                  float(hp.pooled["df"][0, j]) / (h - 1) if h >= 2 else math.nan))
+    inf = np.concatenate([fd.n_informative[0].ravel() for fd in hf.data.folds])
+    pairs = [pr.n for per in hf.parts for _, pr in per]
+    return parts, int(np.median(pairs)) if pairs and (inf > 0).any() else 0
