@@ -257,8 +257,10 @@ def _periods_section(v: pd.DataFrame, folds: pd.DataFrame | None = None) -> list
     else:
         lines.append("One validation period: every verdict is conditional on it (run walk-forward folds, `data.folds`, "
                      "to see whether an effect holds in another period).")
-    lines.append("Each `keep wired` / `harmful` is re-estimated once on the untouched test segment with the same pairs "
-                 "(`held_out`); nothing is decided on it.")
+    lines.append("Each `keep wired` / `harmful` is re-estimated once on the untouched test segment with the same pairs, "
+                 "the pre-registered second stage: it stays final only where that effect agrees (one-sided at alpha / m, "
+                 "the test period's spread in its standard error), else it reads `not confirmed on held-out data` "
+                 "(`held_out`, `discovery_verdict`); the test segment chooses nothing else.")
     cols = ["gem", "verdict", "folds", "fold_effects", "pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_df",
             "tau2", "i2", "mde", "mde_floor", "test_effect", "test_ci_low", "test_ci_high", "held_out"]
     per_period = ("fold_", "pooled", "tau", "i2", "mde")
