@@ -126,9 +126,9 @@ def test_a_sweep_and_its_confirmation_plans_with_two_histories_write_every_membe
     assert set(tables.members["history"]) == {0, 1} and tables.histories["name"].tolist() == ["sp500", "wti"]
     assert {"val_alpha_sharpe_mean@history0", "val_alpha_sharpe_mean@history1"} <= set(tables.history.columns)
     # and the real command: the search analysed per history, then confirmed once on the same two histories
-    res = cli("analyze", str(exp), "--out", str(tmp_path / "analysis"))
+    res = cli_in_process("analyze", str(exp), "--out", str(tmp_path / "analysis"))
     assert res.returncode == 0, res.stderr[-3000:]
-    res = cli("confirm", str(exp), "--out", str(tmp_path / "confirmation"))
+    res = cli_in_process("confirm", str(exp), "--out", str(tmp_path / "confirmation"))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "the search's 2 price histories: the confirmation has fresh seeds on the same histories" in res.stdout
     confirmed = pd.read_parquet(tmp_path / "confirmation" / "members.parquet")
@@ -144,13 +144,13 @@ def test_a_two_history_factorial_is_analysed_and_planned_per_history(tmp_path, d
     """The shipped CPU factorial on two of its histories, at test size: analyze decides each contrast
     by the nested rule over the histories (too few to pool: it says so), every table keys the history,
     and plan prices designs with histories."""
-    res = cli("sweep", str(FACTORIAL_CPU), "--storage", str(tmp_path), "--name", "factorial", f"config.data.path={daily}",
+    res = cli_in_process("sweep", str(FACTORIAL_CPU), "--storage", str(tmp_path), "--name", "factorial", f"config.data.path={daily}",
               "config.data.price_columns=[sp500,wti]", "config.data.folds.val_length=60", "config.trainer.population=6",
               "config.env.window=8", "config.env.episode_length=32", "config.trainer.iterations_per_epoch=30",
               "config.trainer.learning_starts=32", env={"RAY_ADDRESS": ray_address})
     assert res.returncode == 0, res.stderr[-3000:]
     exp, out = tmp_path / "factorial", tmp_path / "analysis"
-    res = cli("analyze", str(exp), "--out", str(out))
+    res = cli_in_process("analyze", str(exp), "--out", str(out))
     assert res.returncode == 0, res.stderr[-3000:]
     g6 = pd.read_csv(out / "verdicts.csv").set_index("gem").loc["g6"]
     assert g6["histories"] == 2 and g6["folds"] == 2 and g6["verdict"] == "insufficient data"
@@ -162,7 +162,7 @@ def test_a_two_history_factorial_is_analysed_and_planned_per_history(tmp_path, d
     folds = pd.read_csv(out / "fold_effects.csv")
     assert sorted(set(zip(folds["history"], folds["fold"]))) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert set(pd.read_csv(out / "paired_seeds.csv")["history"]) == {0, 1}
-    res = cli("plan", str(exp))
+    res = cli_in_process("plan", str(exp))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "2 price histories x 2 periods x 6 seeds x 8 arms per fold" in res.stdout
     assert any(line.split()[:2] == ["histories", "periods"] for line in res.stdout.splitlines())
