@@ -108,12 +108,6 @@ def simulate_family(rng, shapes: list[Shape], n_sim: int, folds: int, sc: Scenar
     return out
 
 
-def simulate_folds(rng, shape: Shape, n_sim: int, folds: int, *, effect: float = 0.0, tau: float = 0.0,
-                   rho: float = 0.0, flip: float = 0.0, dist: str = "normal") -> np.ndarray:
-    """[n_sim, folds, n] per-seed differences of one gem (`simulate_family` with one gem)."""
-    return simulate_family(rng, [shape], n_sim, folds, Scenario(effect, tau, None, rho, flip, dist))[:, 0]
-
-
 def rule_one_period(d: np.ndarray, tau: float, sd: float, *, rope: float, alpha: float,
                     one_sided: bool = False) -> np.ndarray:
     """Codes [S, m] of the K = 1 rule on d [S, m, n] (`rules.decision.decide`): the seed rule, then
