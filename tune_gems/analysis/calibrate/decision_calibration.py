@@ -85,6 +85,10 @@ class World:
     carry: float = 0.0
     tau_history: float = 0.0
     history_pattern: tuple[float, ...] | None = None
+    calendar: float = 0.0
+    """The calendar part (in seed SE): one draw per calendar period and contrast, common to every
+    history whose fold validates on that period (and to every history's test segment where they
+    share one calendar): what histories on one calendar share and their spread cannot show."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,9 @@ class Design:
     contrasts: int = 3
     histories: int = 1
     nb_rho: float = 0.0
+    one_calendar: bool = True
+    """The histories' folds validate on the same calendar periods, and their test segments on one
+    (the columns of one file); False: each history its own calendar (another era, another market)."""
 
 
 def layout_rho(folds: int) -> float:
@@ -147,6 +154,10 @@ def simulate(rng, n_sim: int, design: Design, world: World) -> tuple[np.ndarray,
          + seed_part + own * rng.standard_normal((s, m, h, k, n)))
     d_test = (test_effect * shape + history + taus * se * rng.standard_normal((s, m, h, 1, 1)) + world.carry * z
               + seed_part + own * rng.standard_normal((s, m, h, k, n)))
+    if world.calendar > 0:  # one draw per calendar period: shared by the histories on one calendar
+        width = 1 if design.one_calendar else h
+        d = d + world.calendar * se * rng.standard_normal((s, m, width, k, 1))
+        d_test = d_test + world.calendar * se * rng.standard_normal((s, m, width, 1, 1))
     return d, d_test
 
 
@@ -307,10 +318,12 @@ def format_held_out(t: pd.DataFrame, alpha: float) -> str:
 
 @dataclass(frozen=True)
 class HistoryRun:
-    """The nested rule on simulated families: codes [S, m] and the MDE it states [S] (first contrast)."""
+    """The nested rule on simulated families: codes [S, m], the MDE it states [S] (first contrast)
+    and the two-stage codes (the test segment as the rule's second stage)."""
 
     codes: np.ndarray
     mde: np.ndarray
+    final: np.ndarray
 
 
 def history_run(design: Design, world: World, *, n_sim: int, seed: int, th: Thresholds, corrected: bool = True) -> HistoryRun:
@@ -318,16 +331,19 @@ def history_run(design: Design, world: World, *, n_sim: int, seed: int, th: Thre
     folds with NB's correlation of its layout when `corrected`) and `history_mde` on `n_sim`
     families of `design` in `world`."""
     rng = np.random.default_rng(seed)
-    d, _ = simulate(rng, n_sim, design, world)
+    d, d_test = simulate(rng, n_sim, design, world)
     hd = history_data(d)
     rho = design.nb_rho if corrected else 0.0
-    dec = decide(Evidence(_unit_diffs(d), histories=hd, fold_corr=rho), th)
+    s, m, h, k, n = d_test.shape
+    test = [seed_level_effect(d_test[:, g].reshape(s, h * k, n)) for g in range(m)]  # each seed over every history
+    segment = TestSegment(*(np.stack([t[key] for t in test], 1) for key in ("theta", "var", "df")))
+    dec = decide(Evidence(_unit_diffs(d), histories=hd, fold_corr=rho, test=segment), th)
     hp = dec.histories
     comp = history_components(hd, hp, rho)
     seeds = np.maximum(np.mean([fd.n_informative.mean(-1) for fd in hd.folds], 0), 1)
     mde = history_mde(comp, hp.pooled["periods"], design.folds, seeds, df=hp.pooled["df"],
                       level=th.alpha / design.contrasts, power=th.power, one_sided=th.one_sided_keep)
-    return HistoryRun(verdict_codes(dec.verdict), np.asarray(mde, float)[:, 0])
+    return HistoryRun(verdict_codes(dec.discovery_verdict), np.asarray(mde, float)[:, 0], verdict_codes(dec.verdict))
 
 
 def histories_table(th: Thresholds, designs=None, tau: float = 1.0, tau_history: float = 1.0) -> pd.DataFrame:
@@ -490,10 +506,93 @@ def format_isolation(t: pd.DataFrame, alpha: float, effect: float = 1.0) -> str:
     return "\n".join(lines)
 
 
+# ---- histories that share a calendar ------------------------------------------------------------
+
+
+REAL_ROWS = 5012
+"""Daily rows of the shipped price file (`examples/daily_closes.csv`: S&P 500, NASDAQ, WTI on one
+calendar, 1999-2018) the real three-history run cut its folds from."""
+REAL_FOLD_ROWS = 1000
+"""The real three-history run's validation windows: 2 expanding folds of 1000 days."""
+CALENDAR_SDS = (0.0, 0.05, 0.10)
+"""The calendar part's sd in Sharpe units: none, about one window's period spread shared at r = 0.9
+(S&P 500 / NASDAQ daily returns correlate 0.89-0.97), twice that."""
+OWN_PERIOD_SD = 0.0167
+"""A history's own part of a window's period spread, in Sharpe units (what r = 0.9 leaves beside a
+calendar part of 0.05)."""
+CALENDAR_HISTORIES = (3, 4, 6, 8)
+
+
+def seed_sd_sharpe(window_rows: float, reference_mde: float = REFERENCE_MDE) -> float:
+    """The sd of one seed's per-period difference in Sharpe units for a validation window of
+    `window_rows` rows: the real 8-group run's within-fold variance (`reference_components`' reading
+    of its MDE) over the rank test's efficiency, scaled by window length (a Sharpe's variance is
+    inverse in its length); an 8-group window of LAYOUT_ROWS is (0.85 LAYOUT_ROWS - 32) / 8 rows."""
+    within8 = 2 * reference_components(reference_mde).within
+    window8 = (LAYOUT_ROWS * (LAYOUT_SPLITS[0] + LAYOUT_SPLITS[1]) - LAYOUT_REACH.window) / 8
+    return math.sqrt(within8 / (math.pi / 3) * window8 / window_rows)
+
+
+def walk_forward_rho(folds: int, val_length: int = REAL_FOLD_ROWS, rows: int = REAL_ROWS) -> float:
+    """NB's correlation of `folds` expanding walk-forward windows of `val_length` rows on `rows`
+    (the equal-fold reading of the layout's factor, as `layout_rho`): 0.27 for the real run's 2 x 1000
+    (its factor 1.75)."""
+    prices = pd.Series(np.arange(rows, dtype=float))
+    spec = SimpleNamespace(scheme="walk_forward", k=folds, gap=0, val_length=val_length, layout="expanding",
+                           train_length=None)
+    ov = fold_overlap(fold_table(prices.index, fold_bounds(prices, list(LAYOUT_SPLITS), spec, 64), "expanding"))
+    lam = (ov.factor - 1.0) / folds
+    return float(lam / (1.0 + lam))
+
+
+def calendar_design(histories: int, folds: int = 2, seeds: int = 16, *, one_calendar: bool = True,
+                    window: int = REAL_FOLD_ROWS) -> Design:
+    """`histories` x `folds` expanding windows of `window` rows x `seeds` (the real run: 3 x 2 x 16)."""
+    where = "one calendar" if one_calendar else "own calendars"
+    return Design(f"{histories} x {folds} x {seeds}, {where}", folds, seeds, histories=histories,
+                  nb_rho=walk_forward_rho(folds, window) if folds >= 2 else 0.0, one_calendar=one_calendar)
+
+
+def calendar_world(design: Design, calendar_sd: float, effect: float = 0.0, window: int = REAL_FOLD_ROWS) -> World:
+    """A world in Sharpe units for `design` (its seed sd `seed_sd_sharpe(window)`): a calendar part of
+    sd `calendar_sd`, each history's own period part OWN_PERIOD_SD, a planted `effect` (Sharpe)."""
+    sd = seed_sd_sharpe(window)
+    se = sd / math.sqrt(design.seeds)
+    return World(effect=effect / sd, tau=OWN_PERIOD_SD / se, calendar=calendar_sd / se)
+
+
+def calendar_table(th: Thresholds, histories=CALENDAR_HISTORIES, sds=CALENDAR_SDS) -> pd.DataFrame:
+    """Per number of histories on one calendar (the real run's 2 x 1000-day folds x 16 seeds) and
+    calendar sd: the nested rule's family-wise false rate, discovery and two-stage."""
+    rows = []
+    for h in histories:
+        design = calendar_design(h)
+        for i, sd in enumerate(sds):
+            r = history_run(design, calendar_world(design, sd), n_sim=th.n_sim, seed=th.seed + 100 * h + i, th=th)
+            rows.append(dict(design=design.label, histories=h, calendar_sd=sd, n_sim=th.n_sim, fwer=_fwer(r.codes),
+                             fwer_two=_fwer(r.final)))
+    return pd.DataFrame(rows)
+
+
+def format_calendar(t: pd.DataFrame, alpha: float) -> str:
+    lines = [f"Histories on one calendar (the nested rule as shipped; the real run's folds: 2 expanding windows of "
+             f"{REAL_FOLD_ROWS} days, 16 seeds, 3 contrasts; a calendar part common to the histories in each validation "
+             f"window and in the test segment, sd in Sharpe; each history's own period part {OWN_PERIOD_SD} Sharpe; "
+             f"{int(t['n_sim'].iloc[0])} families per row; FWER: any keep / harmful)"]
+    head = ["design", "calendar sd", "FWER discovery", "FWER two-stage"]
+    rows = [[r["design"], f"{r['calendar_sd']:.2f}", f"{r['fwer']:.3f}", f"{r['fwer_two']:.3f}"] for _, r in t.iterrows()]
+    lines += _text_table(head, rows)
+    tol = mc_tolerance(alpha, int(t["n_sim"].iloc[0]))
+    worst = float(t["fwer"].max())
+    lines.append(f"worst discovery FWER {worst:.3f} (promise <= {alpha:g}; Monte-Carlo allowance +{tol:.3f})"
+                 + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **"))
+    return "\n".join(lines)
+
+
 # ---- the tables by name (the door: `python analysis/calibrate_decisions.py`, tune_gems.analysis.cli) ----
 
 
-TABLES = ("overlap", "held-out", "histories", "isolation")
+TABLES = ("overlap", "held-out", "histories", "isolation", "calendar")
 
 
 def table_text(name: str, th: Thresholds) -> str:
@@ -504,4 +603,6 @@ def table_text(name: str, th: Thresholds) -> str:
         return format_held_out(held_out_table(th), th.alpha)
     if name == "histories":
         return format_histories(histories_table(th), th.alpha) + "\n\n" + format_history_mde(history_mde_table())
+    if name == "calendar":
+        return format_calendar(calendar_table(th), th.alpha)
     return format_isolation(isolation_table(th), th.alpha)
