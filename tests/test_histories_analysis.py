@@ -236,3 +236,34 @@ def test_a_fold_table_over_several_histories_is_read_per_history_the_largest_ove
     found = experiment_overlap(exp.paths, exp.labels)
     np.testing.assert_allclose(found.corr, np.maximum(fold_overlap(EXPANDING).corr, fold_overlap(short).corr))
     assert found.folds == (0, 1)
+
+
+def test_the_analysis_records_each_history_pairs_return_correlation_per_window(tmp_path):
+    """history_correlations.csv: per validation window and the test segment, each pair of histories'
+    daily return correlation, read from the price files the history table names (beside the
+    experiment when the run's path is relative), and the verdict rows carry the medians."""
+    from tune_gems.analysis.analyze import analyze
+    from tune_gems.analysis.describe.history_returns import history_correlations
+
+    folder = history_scenario(tmp_path / "runs" / "h", THREE, noise=0.2)
+    rng = np.random.default_rng(0)
+    common, own = rng.normal(0, 0.01, 700), rng.normal(0, 0.01, (3, 700))
+    r = np.stack([common + 0.3 * own[0], common + 0.3 * own[1], own[2]])  # a and b move together, c alone
+    prices = pd.DataFrame(100 * np.exp(np.cumsum(r, 1)).T, columns=["a", "b", "c"])
+    prices.insert(0, "date", pd.bdate_range("2010-01-01", periods=700))
+    prices.to_csv(tmp_path / "runs" / "closes.csv", index=False)  # the run read "closes.csv" from runs/
+    pd.DataFrame({"history": [0, 1, 2], "name": ["a", "b", "c"], "source": "closes.csv", "column": ["a", "b", "c"],
+                  "first": "", "last": "", "rows": 700}).to_csv(folder / "histories.csv", index=False)
+    starts = np.arange(6) * 80 + 100
+    pd.DataFrame({"fold": range(6), "val_start": starts, "val_end": starts + 80, "test_start": 620,
+                  "test_end": 700}).to_csv(folder / "folds.csv", index=False)
+    t = history_correlations([folder], ["h"])
+    assert len(t) == 3 * 7 and set(t["segment"]) == {"validation", "test"} and (t["note"] == "").all()
+    by_pair = t.groupby(["name_a", "name_b"])["correlation"]
+    assert by_pair.min()[("a", "b")] > 0.8 and by_pair.max()[("a", "c")] < 0.5
+    row = analyze(folder).verdicts.set_index("gem").loc[GEM]
+    assert row["return_corr_val"] == pytest.approx(t[t["segment"] == "validation"]["correlation"].median())
+    pd.DataFrame({"history": [0, 1, 2], "name": ["a", "b", "c"], "source": "gone.csv", "column": ["a", "b", "c"]}) \
+        .to_csv(folder / "histories.csv", index=False)
+    gone = history_correlations([folder], ["h"])
+    assert gone["correlation"].isna().all() and (gone["note"] == "price file not found").all()

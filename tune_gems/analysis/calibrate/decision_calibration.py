@@ -633,8 +633,9 @@ def format_calendar(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
     return "\n".join(lines)
 
 
-MDE_DESIGNS = ((8, 1, 12, False), (12, 1, 8, False), (16, 1, 6, False), (6, 1, 16, False), (6, 2, 8, False), (4, 4, 6, False),
-               (3, 2, 16, False), (8, 1, 12, True), (3, 2, 16, True), (3, 6, 5, True), (4, 6, 4, True))
+MDE_DESIGNS = ((8, 1, 12, False), (12, 1, 8, False), (16, 1, 6, False), (6, 1, 16, False), (6, 2, 8, False),
+               (4, 4, 6, False), (3, 2, 16, False), (8, 1, 12, True), (3, 2, 16, True), (3, 6, 5, True),
+               (4, 6, 4, True))
 """(histories, periods, seeds, one calendar): layouts of 96 members per arm (768 at 8 arms)."""
 
 
