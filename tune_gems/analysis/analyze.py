@@ -30,7 +30,7 @@ from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables, placebo
 from tune_gems.analysis.verdicts.held_out import skill_context
 from tune_gems.analysis.verdicts.factors import factor_table
 from tune_gems.analysis.verdicts.fold_effects import fold_dates, fold_effects_table
-from tune_gems.analysis.verdicts.walk_forward import experiment_overlap
+from tune_gems.analysis.verdicts.walk_forward import experiment_overlap, state_uncorrected
 from tune_gems.analysis.describe.variance import sharpe_variance, split_arms
 from tune_gems.analysis.describe.magnitudes import gem_magnitudes, gem_trajectories
 from tune_gems.analysis.describe.importance import param_importances
@@ -112,12 +112,14 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
     lookup = EvalReturnsLookup(exp.paths, exp.labels, t)
     verdicts, fold_rows, family = gem_verdict_tables(t, h, m, arms=arms, gems=gems, thresholds=th, redundancy=red,
                                                      cells=cells, eval_returns=lookup, selection=selection,
-                                                     overlap=experiment_overlap(exp.paths, exp.labels))
+                                                     overlap=experiment_overlap(exp.folds.table))
+    verdicts = state_uncorrected(verdicts, exp.folds.uncorrected)  # several folds, no layout: said, not dropped
     verdicts["skill"] = skill_context(exp)
     verdicts = lead_verdict_columns(verdicts)  # the numbers a user decides by first (issue 37 item 5)
     placebo = placebo_verdicts(cells, gems, m, thresholds=th)
     column, metric_note = verdict_metric(m)
-    factors = factor_table(cells, gems, thresholds=th, column=column, family=family)  # the same family, decided once
+    factors = state_uncorrected(factor_table(cells, gems, thresholds=th, column=column, family=family),  # decided once
+                                exp.folds.uncorrected)
     notes = list(cells.notes) + ([metric_note] if metric_note else []) + objective_notes(exp.paths, exp.labels, exp.trials)
     return AnalysisResult(
         experiment=exp,
@@ -131,7 +133,7 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
         placebo=placebo,
         redundancy=red,
         factors=factors,
-        fold_effects=fold_effects_table(fold_rows, verdicts, fold_dates(exp.paths, exp.labels)),
+        fold_effects=fold_effects_table(fold_rows, verdicts, fold_dates(exp.folds.dates)),
         settings=th.settings(),
         notes=notes,
     )
