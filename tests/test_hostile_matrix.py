@@ -285,16 +285,12 @@ def _stored_sweep(rel: str) -> Callable[[Path], None]:
     def go(d: Path) -> None:
         import yaml
 
+        from sweep_fixtures import store_spec
         from tune_gems.sweep.spec_load import load_spec
-
-        from tune_gems.contracts.outputs import write_marker
-        from tune_gems.contracts.run_record import CHECKSUMS_KEY, checksums
 
         spec = load_spec(SMOKE, TINY_SWEEP)
         _paired(d / rel)
-        text = yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode()
-        (d / rel / "spec.yaml").write_bytes(text)
-        write_marker(d / rel, "sweep", **{CHECKSUMS_KEY: checksums(None, **{"spec.yaml": text})})  # as a sweep records it
+        store_spec(d / rel, yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode())  # as a sweep records it
 
     return go
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -145,12 +144,6 @@ def default_out_dir(paths: str | Path | Iterable[str | Path]) -> Path:
     return Path(first) / DEFAULT_OUT
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def check_out(out: str | Path, inputs: list[str | Path], overwrite: bool) -> Path:
     """The checked output folder (see module docstring); writes nothing. The default
     `<first experiment>/analysis` may lie inside that experiment; nothing else may."""
@@ -170,12 +163,14 @@ def check_out(out: str | Path, inputs: list[str | Path], overwrite: bool) -> Pat
 def write_result(result: AnalysisResult, out_dir: str | Path, *, overwrite: bool = False,
                  plot: bool = True) -> AnalysisResult:
     """Write the CSVs, PNGs and report.md of `result` into `out_dir` (all or nothing)."""
-    from tune_gems.contracts.outputs import MARKER_FILES_KEY, publish_folder, update_marker, write_marker, written_files
+    from tune_gems.contracts.outputs import (
+        MARKER_FILES_KEY, clear_stale_temporaries, publish_folder, temporary_folder, update_marker, write_marker, written_files,
+    )
 
     out = check_out(out_dir, list(result.experiment.paths), overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; give it a normal folder's mode
+    clear_stale_temporaries(out, "analyze")  # an analysis killed outright left its temporary folder
+    tmp, held = temporary_folder(out)
     try:
         write_marker(tmp, "analyze")
         files = []
@@ -201,6 +196,8 @@ def write_result(result: AnalysisResult, out_dir: str | Path, *, overwrite: bool
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        os.close(held)
     result.out_dir = out
     result.files = files
     return result

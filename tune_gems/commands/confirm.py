@@ -44,9 +44,10 @@ What it reads is verified first, fail-closed (tune_gems.contracts.run_record): t
 marker must record the checksums of its `spec.yaml` (and of its data file), and both must
 match; a marker missing, unreadable or without them, an edited spec or a changed data file is
 refused in one line, since the confirmation would otherwise train another configuration than
-the discovery's while its table shows the two side by side. `confirmed.json` is read only as a
-regular file (non-blocking, bounded); a verdict gain of +inf in the trials table (no run
-reports one: divergence scores -inf) is refused as a forged table. It is
+the discovery's while its table shows the two side by side. So are the search's tables, checked
+against the checksums its marker recorded when it finished: a members table cut to one history,
+a fold table deleted or a gain forged would change what is planned and chosen. `confirmed.json`
+is read only as a regular file (non-blocking, bounded). It is
 an experiment folder like a sweep's (trials/history/members/arms parquet, eval_returns, gems.json,
 so `tune-gems analyze EXP/confirmation` gives its full tables), plus `choices.json` (what was
 chosen and the fresh seeds), `confirmation.csv` (discovery and confirmation side by side, with
@@ -63,8 +64,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -82,10 +83,10 @@ from tune_gems.contracts.errors import ConfigError, DataError
 from tune_gems.contracts.output_lock import OutputLock
 from tune_gems.contracts.outputs import MARKER_FILE, check_top_entries, marker_kind, marker_state
 from tune_gems.contracts.paths import check_input_path
-from tune_gems.contracts.run_record import check_data_unchanged, check_stored_unchanged, require_record
-from tune_gems.contracts.result_files import SPEC_FILE, TRIALS_FILE
+from tune_gems.contracts.run_record import check_data_unchanged, check_stored_unchanged, check_tables_unchanged, require_record
+from tune_gems.contracts.result_files import SPEC_FILE, TABLE_FILES, TRIALS_FILE
 from tune_gems.contracts.safe_files import read_regular
-from tune_gems.stats.metrics import GEM_GAIN_PREFIX, VERDICT_GAIN_PREFIX
+from tune_gems.stats.metrics import VERDICT_GAIN_PREFIX
 from tune_gems.sweep.spec import SweepSpec
 from tune_gems.sweep.spec_load import load_spec
 from tune_gems.sweep.results import write_tables
@@ -141,7 +142,6 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
     discovery = analyze(exp, **settings)
     gems = list(discovery.verdicts["gem"])
     trials = discovery.experiment.trials
-    _check_gains_finite(trials, gems, exp)
     plans, notes, build = plan_confirmation(spec, trials, discovery.experiment.members, gems, population)
     if not plans:
         raise DataError(f"{exp}: no finished trial of the search wired any gem; nothing to confirm")
@@ -173,13 +173,13 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
     )
     from tune_gems.analysis.render.report import format_verdict_table
     from tune_gems.analysis.analyze import analyze
-    from tune_gems.contracts.outputs import check_output_folder, publish_folder, write_marker
+    from tune_gems.contracts.outputs import check_output_folder, publish_folder, temporary_folder, write_marker
 
     if check_not_confirmed(exp):  # under the lock: a "running" record is a dead confirmation's
         clear_stale(exp, out_path, log)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     record = claim_confirmation(exp, out_path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_path.name}.tmp-", dir=out_path.parent))
+    tmp, held = temporary_folder(out_path)  # held while it trains: a later confirm tells it from a dead one's
     try:
         write_marker(tmp, KIND)
         name = f"{discovery.experiment.labels[0]}-confirmation"
@@ -208,6 +208,8 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
         if not out_path.exists():  # nothing was published: the search is not confirmed
             record.unlink(missing_ok=True)
         raise
+    finally:
+        os.close(held)
     return ConfirmOutcome(out_path, table, confirmed.verdicts, general)
 
 
@@ -220,26 +222,12 @@ def _recorded_spec(exp: Path) -> SweepSpec:
     if marker_kind(exp) != "sweep":
         raise DataError(f"{where}: marks a {marker_kind(exp)} folder, not a sweep's; confirm re-tests a search")
     check_stored_unchanged(marker, SPEC_FILE, read_regular(spec_file, MAX_YAML_BYTES, None, ConfigError), str(spec_file))
+    check_tables_unchanged(exp, marker, TABLE_FILES, RECORD_FIX)  # the seeds and folds it plans from are the search's
     spec = load_spec(spec_file)
     data = spec.base_config().data
     require_record(marker, problem, where, files=[SPEC_FILE], data=data, fix=RECORD_FIX)
     check_data_unchanged(marker, data, str(exp))
     return spec
-
-
-def _check_gains_finite(trials: pd.DataFrame, gems: list[str], exp: Path) -> None:
-    """DataError naming the trials table when a gem's gain (the choice's score) is +inf: no run
-    reports one (a diverged trial scores -inf), so the table was changed, and a forged +inf
-    would choose the configuration that gets confirmed."""
-    for gem in gems:
-        for col in (f"{VERDICT_GAIN_PREFIX}{gem}", f"{GEM_GAIN_PREFIX}{gem}"):
-            if col not in trials.columns:
-                continue
-            values = pd.to_numeric(trials[col], errors="coerce")
-            forged = trials.loc[values == math.inf, "trial_id"] if "trial_id" in trials.columns else values[values == math.inf]
-            if len(forged):
-                raise DataError(f"{exp / TRIALS_FILE}: {col} of trial {forged.iloc[0]} is +inf, which no run reports "
-                                "(divergence scores -inf); the table was changed: restore it, or run the search again")
 
 
 def _final(history: pd.DataFrame, trial_id: str, column: str) -> float:
