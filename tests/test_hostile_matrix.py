@@ -659,8 +659,9 @@ def run_in_process(case: Case, sandbox: Path) -> tuple[int, str, str]:
     return res.returncode, res.stdout, res.stderr
 
 
-def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, str]] = lambda c: {}) -> dict[str, Outcome]:
-    """Every case in a sandbox `root/<id>` (set up and snapshotted here), the IN_PROCESS
+def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, str]] = lambda c: {},
+              in_process: tuple[str, ...] = IN_PROCESS) -> dict[str, Outcome]:
+    """Every case in a sandbox `root/<id>` (set up and snapshotted here), the `in_process`
     families in this process, the others through `tune_gems.commands.cli.main` in children forked from a
     server that imported the heavy modules once (`env_of(case)`: extra environment)."""
     from cluster_fixtures import cli_in_child, forked_cli_pool
@@ -673,7 +674,7 @@ def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, 
         c.setup(root / c.id)
         befores[c.id] = _snap(root / c.id)
     results: dict[str, tuple] = {}
-    forked = [c for c in cases if c.family not in IN_PROCESS]
+    forked = [c for c in cases if c.family not in in_process]
     with forked_cli_pool(PARALLEL) as pool:
         futures = {
             c.id: pool.submit(cli_in_child, _args(c, root / c.id), str(root / c.id), {**_env(root / c.id), **env_of(c)},
@@ -681,7 +682,7 @@ def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, 
             for c in forked
         }
         for c in cases:  # meanwhile, the in-process families here
-            if c.family in IN_PROCESS:
+            if c.family in in_process:
                 results[c.id] = run_in_process(c, root / c.id)
         for c in forked:
             try:
