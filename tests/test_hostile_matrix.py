@@ -737,7 +737,15 @@ def test_case_counts():
     counts: dict[str, int] = {}
     for c in CASES:
         counts[c.family] = counts.get(c.family, 0) + 1
-    print(f"\nhostile-input matrix: {len(CASES)} cases {counts}")
+    import test_bad_input
+    import test_hostile_round3
+    import test_hostile_round4
+    import test_hostile_round6
+
+    rounds = {"ray_address": len(RAY_ADDRESS_CASES), "bad_input": len(test_bad_input.CASES),
+              **{f"round{r}": len(m.CASES) for r, m in ((3, test_hostile_round3), (4, test_hostile_round4), (6, test_hostile_round6))}}
+    print(f"\nhostile-input matrix: {len(CASES)} cases {counts}; with the rounds {rounds}: "
+          f"{len(CASES) + sum(rounds.values())} hostile inputs")
     keys = {k for k, *_ in leaves()}
     covered = {c.id.split("-")[1] for c in CASES if c.family == "config"}
     assert keys <= covered, sorted(keys - covered)

@@ -222,11 +222,11 @@ def _recorded_spec(exp: Path) -> SweepSpec:
     if marker_kind(exp) != "sweep":
         raise DataError(f"{where}: marks a {marker_kind(exp)} folder, not a sweep's; confirm re-tests a search")
     check_stored_unchanged(marker, SPEC_FILE, read_regular(spec_file, MAX_YAML_BYTES, None, ConfigError), str(spec_file))
-    check_tables_unchanged(exp, marker, TABLE_FILES, RECORD_FIX)  # the seeds and folds it plans from are the search's
     spec = load_spec(spec_file)
     data = spec.base_config().data
     require_record(marker, problem, where, files=[SPEC_FILE], data=data, fix=RECORD_FIX)
     check_data_unchanged(marker, data, str(exp))
+    check_tables_unchanged(exp, marker, TABLE_FILES, RECORD_FIX)  # the seeds and folds it plans from are the search's
     return spec
 
 
