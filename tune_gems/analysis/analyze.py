@@ -114,7 +114,7 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
                                                      overlap=experiment_overlap(exp.folds.table))
     verdicts = state_uncorrected(verdicts, exp.folds.uncorrected)  # several folds, no layout: said, not dropped
     verdicts["skill"] = skill_context(exp)
-    verdicts = lead_verdict_columns(verdicts)  # the numbers a user decides by first (issue 37 item 5)
+    verdicts = lead_verdict_columns(verdicts)  # the numbers a user decides by first
     placebo = placebo_verdicts(cells, gems, m, thresholds=th)
     column, metric_note = verdict_metric(m)
     factors = state_uncorrected(factor_table(cells, gems, thresholds=th, column=column, family=family),  # decided once

@@ -39,8 +39,8 @@ autocorrelation of daily returns 0.15 (real daily series: about 0) and no drift 
 
 MAX_STEP_FACTOR = 1000.0
 """The most a price may move in one step, up or down (a factor): more is a data error (a sentinel
-such as 1e308, a lost decimal point, an unadjusted split), never a market; one such row made every
-member of every history diverge (1e308) or trained on nonsense (1e-300) without a word."""
+such as 1e308, a lost decimal point, an unadjusted split), never a market; one such row makes every
+member of every history diverge (1e308) or trains on nonsense (1e-300)."""
 
 _SNIFF_BYTES = 8192  # how much of a CSV to look at for NUL bytes (a binary file)
 _MAX_SHOWN = 40  # longest value quoted in a message, so the message stays one short line
@@ -305,8 +305,7 @@ def _regime_chain(cumulative: np.ndarray, jumps: np.ndarray, start: int | np.nda
     regime whose cumulative transition probability (row s of `cumulative`) exceeds jumps[t]
     (numpy's searchsorted, side "right", capped at the last regime). Every row's move from
     every regime is computed at once; only the walk through them is a loop over the rows, each
-    step one lookup for every path (issue 33: the per-row searchsorted made 64 paths a 6 s
-    start-up)."""
+    step one lookup for every path (a searchsorted per row makes 64 paths a 6 s start-up)."""
     k = cumulative.shape[0]
     many = np.atleast_2d(jumps)
     P, n = many.shape

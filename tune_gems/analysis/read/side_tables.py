@@ -4,10 +4,11 @@ price-history table (histories.parquet / histories.csv), which says which histor
 `history` ids are. Both are validated where they are read, against themselves and the members.
 
 Why here, not in the verdicts: a fold table decides how much the pooled variance grows
-(`rules.overlap`), so a forged or broken one changes verdicts. Read unchecked, a text or zero row
-count crashed the analysis, and a missing column, a NaN, reversed or empty runs or runs past the
-data silently dropped the correction; two rows for one fold kept whichever came first. So every
-row is checked (one line naming the file, the column and the row, `DataError`):
+(`rules.overlap`), so a broken or edited one changes verdicts: a text or zero row count would
+crash the pooling, and a missing column, a NaN, reversed or empty runs or runs past the data would
+drop the correction without a word; two rows for one fold would leave which one counts to chance.
+So every row is checked where it is read (one line naming the file, the column and the row,
+`DataError`):
 
 - types and ranges: every row count and bound a whole number (`FOLD_INT_COLUMNS`), `scheme` one
   of the two schemes, `train_runs` ascending, disjoint, non-empty `start:end` runs;
