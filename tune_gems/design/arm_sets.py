@@ -120,15 +120,11 @@ def arm_aliases(cfg: "Config") -> dict[str, str]:
 
 
 def with_arms(cfg: "Config", arms: ArmsConfig, source: str) -> "Config":
-    """`cfg` with its arms set to `arms` (a config that has arms already cannot take others:
-    the two would fight over the population axis)."""
-    from tune_gems.config.load import build_config
-
+    """`cfg` with its arms set to `arms`, validated already, so the config is not built again (a
+    config that has arms already cannot take others: the two would fight over the population axis)."""
     if cfg.arms is not None:
         raise ConfigError(f"{source} sets the arms itself; remove config.arms")
-    tree = cfg.to_dict()
-    tree["arms"] = arms.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return build_config(tree, source)
+    return cfg.model_copy(update={"arms": arms})
 
 
 def also_named(aliases: dict[str, str], arm: str) -> str:
@@ -144,9 +140,7 @@ def apply_design(cfg: "Config", design: str) -> "Config":
     """
     if design not in DESIGNS:
         raise ConfigError(f"design: unknown design {design!r} (known: {', '.join(DESIGNS)})")
-    if cfg.arms is not None:
-        raise ConfigError(f"design: {design} sets the arms itself; remove config.arms")
-    return with_arms(cfg, wire_search_arms(cfg, aa=design == WIRE_SEARCH_AA), f"design {design}")
+    return with_arms(cfg, wire_search_arms(cfg, aa=design == WIRE_SEARCH_AA), f"design: {design}")
 
 
 has_gains = has_gain_arms

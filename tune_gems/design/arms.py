@@ -34,8 +34,8 @@ from tune_gems.config.arms_section import (  # noqa: F401 - re-exported: the arm
 from tune_gems.config.schema import Config
 from tune_gems.config.load import build_config
 from tune_gems.config.dotted import flatten, set_dotted
+from tune_gems.contracts.config_label import trial_label
 from tune_gems.contracts.errors import ConfigError, control_characters
-from tune_gems.data.histories import n_histories
 
 @dataclass(frozen=True)
 class Arm:
@@ -79,16 +79,17 @@ def _check_key(key: str, allowed: tuple[str, ...], all_keys: set[str], where: st
 
 
 def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "config") -> list[Arm]:
-    """The named arms of a run. Without `arms`, one arm named `default` (the run itself).
+    """The named arms of a run. Without `arms`, one arm named `default`: the run itself, its
+    config as it is.
 
     Each arm's config is the base config with that arm's settings applied and `arms` removed,
     validated as a whole: a level that fails validation is reported with the arm and key.
     """
-    arms = arms if arms is not None else getattr(cfg, "arms", None)
+    arms = arms if arms is not None else cfg.arms
+    if arms is None:
+        return [Arm(DEFAULT_ARM, {}, cfg)]
     base = cfg.to_dict()
     base.pop("arms", None)
-    if arms is None:
-        return [Arm(DEFAULT_ARM, {}, build_config(base, source))]
     allowed = per_member_keys(cfg)
     all_keys = set(flatten(base))
     specs: list[tuple[str, dict[str, Any]]] = []
@@ -213,6 +214,16 @@ class RunArms:
     def members(self) -> int:
         return self.layout.members
 
+    @property
+    def labels(self) -> dict[str, str]:
+        """{arm name: the label of its members} (the run's config with the arm's settings applied)."""
+        return {a.name: a.config.label() for a in self.arms}
+
+    @property
+    def label(self) -> str:
+        """The label of the run's members (tune_gems.contracts.config_label): its one arm's, or its arms'."""
+        return trial_label(list(self.labels.items()))
+
     def with_folds(self, folds: int) -> RunArms:
         """The same arms laid out over `folds` walk-forward folds (a market that holds some of
         the config's folds: the folds invariant's reference run of one fold)."""
@@ -223,7 +234,7 @@ class RunArms:
 
 def run_arms(cfg: Config, arms: RunArms | Sequence[Arm] | None = None) -> RunArms:
     """The arms record of a run of `cfg`: over the config's price histories
-    (tune_gems.data.histories.n_histories), folds (`data.folds.k`) and seeds (`trainer.population`,
+    (`DataConfig.price_histories`), folds (`data.folds.k`) and seeds (`trainer.population`,
     from `first_seed_index`), with `arms` (default: expanded from `cfg` here, once; a record,
     made by this function for the same config, is returned as it is)."""
     if isinstance(arms, RunArms):
@@ -234,5 +245,5 @@ def run_arms(cfg: Config, arms: RunArms | Sequence[Arm] | None = None) -> RunArm
         return arms
     arms = tuple(arms) if arms is not None else tuple(expand_arms(cfg))
     layout = MemberLayout(tuple(a.name for a in arms), cfg.trainer.population, cfg.first_seed_index, folds=cfg.data.folds.k,
-                          histories=n_histories(cfg.data))
+                          histories=len(cfg.data.price_histories))
     return RunArms(arms, layout)

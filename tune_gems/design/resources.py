@@ -32,7 +32,6 @@ from typing import Any
 
 from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import ResourceError
-from tune_gems.data.histories import history_specs, n_histories
 
 FLOAT = 4
 INDEX = 8
@@ -107,7 +106,7 @@ def default_members(cfg: Config) -> int:
     `data.histories` / `data.price_columns`, one arm without `arms`, one fold without
     `data.folds`). It expands the arms: a run that has its arms record (`design.arms.run_arms`)
     passes `members=` instead."""
-    cells = n_histories(cfg.data) * cfg.data.folds.k
+    cells = len(cfg.data.price_histories) * cfg.data.folds.k
     if getattr(cfg, "arms", None) is None:
         return cells * cfg.trainer.population
     from tune_gems.design.arms import expand_arms
@@ -136,7 +135,7 @@ def estimate_memory(cfg: Config, members: int | None = None, on_cuda: bool = Fal
     series_len = _series_length(cfg)
     evaluation = 2 * series_len * FLOAT  # returns and positions per member over a segment
     activations = P * ((rows * per_row + projection) * FLOAT * ACTIVATION_COPIES + evaluation)
-    paths = n_histories(cfg.data) if cfg.data.source != "synthetic" else 1
+    paths = len(cfg.data.price_histories) if cfg.data.source != "synthetic" else 1
     series = series_len * 8 * SERIES_COPIES * paths
     market = 2 * cfg.data.folds.k * paths * series_len * FLOAT  # features and next-step returns per (fold, history)
     return MemoryEstimate(P, on_cuda, int(replay), int(params), int(activations), int(series), int(market))
@@ -149,7 +148,7 @@ def _series_length(cfg: Config) -> int:
     if data.source == "synthetic":
         return data.synthetic.n
     sizes = []
-    for spec in history_specs(data):
+    for spec in data.price_histories:
         try:
             sizes.append(Path(spec.path or "").stat().st_size // 4)
         except OSError:

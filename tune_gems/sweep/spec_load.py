@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tune_gems.config.schema import Config
-from tune_gems.design.arm_sets import AA_STREAM
+from tune_gems.design.arm_sets import AA_STREAM, apply_design
 from tune_gems.config.yaml_io import apply_overrides, read_yaml
 from tune_gems.config.load import build_config, format_validation_error
 from tune_gems.config.dotted import set_dotted
@@ -53,12 +53,14 @@ def block_grid(spec: SweepSpec) -> dict[str, list[Any]]:
     return {FIRST_SEED_INDEX: [first + b * stride for b in range(spec.blocks.seed_blocks)]}
 
 
-def trial_config(base: dict[str, Any], params: dict[str, Any]) -> Config:
-    """The full config of one trial: the base tree with the trial's dotted parameters applied."""
+def trial_config(base: dict[str, Any], params: dict[str, Any], design: str = DESIGN_NONE) -> Config:
+    """The full config of one trial: the base tree with the trial's dotted parameters applied,
+    validated once, with the design's arms set (tune_gems.design.arm_sets.apply_design)."""
     tree = copy.deepcopy(base)
     for key, value in params.items():
         set_dotted(tree, key, value)
-    return build_config(tree, "trial config")
+    cfg = build_config(tree, "trial config")
+    return cfg if design == DESIGN_NONE else apply_design(cfg, design)
 
 
 def arms_keys(config: dict[str, Any]) -> set[str]:
@@ -176,16 +178,7 @@ def import_spec_plugins(tree: dict[str, Any], source: str) -> None:
 
 def designed_config(spec: SweepSpec, params: dict[str, Any]) -> Config:
     """A trial's full config with the spec's design applied (its arms set)."""
-    cfg = trial_config(spec.config, params)
-    return apply_spec_design(cfg, spec.design)
-
-
-def apply_spec_design(cfg: Config, design: str) -> Config:
-    if design == DESIGN_NONE:
-        return cfg
-    from tune_gems.design.arm_sets import apply_design
-
-    return apply_design(cfg, design)
+    return trial_config(spec.config, params, spec.design)
 
 
 def widest_trial(spec: SweepSpec) -> dict[str, Any]:

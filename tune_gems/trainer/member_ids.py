@@ -35,7 +35,7 @@ class MemberIds:
 
 def member_ids(learner: Learner, market: Market, histories: tuple[str, ...] = ("",)) -> MemberIds:
     """The identities of `learner`'s members (its arms record's layout) on `market`'s folds;
-    `histories`: the names of the run's price histories (tune_gems.data.histories.history_specs)."""
+    `histories`: the names of the run's price histories (`DataConfig.price_histories`)."""
     layout, members = learner.layout, range(learner.P)
     if len(histories) != layout.histories:
         raise ValueError(f"{len(histories)} history names for a layout of {layout.histories} histories")

@@ -18,7 +18,6 @@ import torch
 from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import ConfigError, DataError
 from tune_gems.data import series as data_mod
-from tune_gems.data.histories import history_specs, n_histories
 from tune_gems.data.segments import TrainingReach, fold_bounds
 from tune_gems.market.features import Market
 
@@ -53,7 +52,7 @@ def load_run_prices(cfg: Config) -> pd.Series | list[pd.Series]:
     (what `prepare_market` takes as `prices`; tune_gems.data.series.load_prices reads a file):
     one series, or with several price histories (`data.price_columns`, `data.histories`) one
     per history, on one calendar (tune_gems.data.series.load_histories)."""
-    if n_histories(cfg.data) > 1:
+    if len(cfg.data.price_histories) > 1:
         return data_mod.load_histories(cfg.data, min_rows=_min_rows(cfg))
     return data_mod.load_series(cfg.data, min_rows=_min_rows(cfg))
 
@@ -90,8 +89,8 @@ def prepare_market(
     per_seed = cfg.data.source == "synthetic" and cfg.data.synthetic.paths == "per_seed"
     if prices is not None and not per_seed:
         paths = [prices] if isinstance(prices, pd.Series) else list(prices)
-        if len(paths) != n_histories(cfg.data):
-            raise ValueError(f"prepare_market: {len(paths)} price series for the config's {n_histories(cfg.data)} histories")
+        if len(paths) != len(cfg.data.price_histories):
+            raise ValueError(f"prepare_market: {len(paths)} price series for the config's {len(cfg.data.price_histories)} histories")
     else:
         first = cfg.first_seed_index
         paths = data_mod.load_paths(cfg.data, n_seed_indices, min_rows=_min_rows(cfg), first_seed_index=first)
@@ -114,7 +113,7 @@ def _naming_histories(cfg: Config, rows: int) -> Iterator[None]:
     """With several price histories, a layout that does not fit their common calendar is one
     line naming them first (`histories 'a', 'b' (one calendar of <n> rows): data.folds: ...`);
     with one, the message stays as it is."""
-    specs = history_specs(cfg.data)
+    specs = cfg.data.price_histories
     try:
         yield
     except (ConfigError, DataError) as e:

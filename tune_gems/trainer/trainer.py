@@ -24,7 +24,6 @@ import torch
 from tune_gems.config.dotted import flatten
 from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import CheckpointError
-from tune_gems.data.histories import history_specs
 from tune_gems.data.segments import fold_table
 from tune_gems.data.summary import history_table
 from tune_gems.design.arm_sets import arm_aliases
@@ -70,7 +69,7 @@ class Trainer:
         use_graph = self.device.type == "cuda" and cfg.trainer.graph != "off"
         self.runner = StepRunner(self.learner.iteration, self.learner.state_tensors, use_graph)
         self.evaluator = GreedyEvaluator(self.learner, self.market, cfg.env, use_graph)
-        self.history_names = tuple(spec.name for spec in history_specs(cfg.data))
+        self.history_names = tuple(spec.name for spec in cfg.data.price_histories)
         """The run's price histories, by index (tune_gems.data.histories; one unless the data config names several)."""
         self.ids = member_ids(self.learner, self.market, self.history_names)
         self.window = EvalWindow.of_run(cfg, self.ids, self.market, self.evaluator)
