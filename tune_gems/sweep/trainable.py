@@ -250,9 +250,9 @@ def train_trial(
     where = placement()
     files = TrialFiles.of_session(tune)
     label = trainer.arms.label  # its arms' settings applied (Optuna's user attribute too)
-    files.write_json(TRIAL_BASELINES, trainer.baselines().to_dict("records"))
-    files.write_json(TRIAL_FOLDS, trainer.fold_table().to_dict("records"))
-    files.write_json(TRIAL_HISTORIES, trainer.history_table().to_dict("records"))
+    for name, table in ((TRIAL_BASELINES, trainer.baselines()), (TRIAL_FOLDS, trainer.fold_table()),
+                        (TRIAL_HISTORIES, trainer.history_table())):
+        files.write_json(name, table.to_dict("records"))
     reports = CheckpointReports(trainer)
 
     def report(result: EpochResult, checkpoint_due: bool) -> None:

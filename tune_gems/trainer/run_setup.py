@@ -7,9 +7,8 @@ folds invariant's reference run builds a market of one fold (tests/test_folds.py
 
 from __future__ import annotations
 
-import contextlib
 import os
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -98,26 +97,17 @@ def prepare_market(
         if prices is not None and not np.array_equal(np.asarray(prices, dtype=np.float64), np.asarray(path0, dtype=np.float64)):
             raise ValueError("prepare_market: the given prices are not the path of seed index 0 of the config's per_seed synthetic paths")
     reach = TrainingReach(cfg.env.window, cfg.trainer.n_step, cfg.env.episode_length)  # what purged folds keep clear
-    with _naming_histories(cfg, len(paths[0])):  # one calendar: the layout is the same for every history
+    try:  # one calendar: the layout is the same for every history
         bounds = fold_bounds(paths[0], cfg.data.splits, cfg.data.folds, min_len=cfg.env.window + 2, reach=reach)
         fold_ids = list(range(len(bounds))) if folds is None else [int(f) for f in folds]
         if any(not 0 <= f < len(bounds) for f in fold_ids):
             raise ValueError(f"prepare_market: folds {fold_ids} outside the config's {len(bounds)} folds")
         market = Market(paths, [bounds[f] for f in fold_ids], cfg.env.window, device, fold_ids=fold_ids)
         market.check_lengths(cfg.env.episode_length)
-    return market
-
-
-@contextlib.contextmanager
-def _naming_histories(cfg: Config, rows: int) -> Iterator[None]:
-    """With several price histories, a layout that does not fit their common calendar is one
-    line naming them first (`histories 'a', 'b' (one calendar of <n> rows): data.folds: ...`);
-    with one, the message stays as it is."""
-    specs = cfg.data.price_histories
-    try:
-        yield
-    except (ConfigError, DataError) as e:
+    except (ConfigError, DataError) as e:  # with several histories, a layout that does not fit names them first
+        specs = cfg.data.price_histories
         if len(specs) < 2:
             raise
         names = ", ".join(repr(s.name) for s in specs)
-        raise type(e)(f"histories {names} (one calendar of {rows} rows): {e}") from None
+        raise type(e)(f"histories {names} (one calendar of {len(paths[0])} rows): {e}") from None
+    return market
