@@ -64,16 +64,10 @@ def _level_text(v: Any) -> str:
     return {True: "true", False: "false"}.get(v, str(v)) if isinstance(v, bool) else str(v)
 
 
-def factorial_size(factors: dict[str, list[Any]]) -> int:
-    """The number of arms of a full factorial (the product of the level counts), computed
-    without building one combination (exact integer arithmetic)."""
-    return math.prod(len(levels) for levels in factors.values())
-
-
-def _check_key(key: str, allowed: tuple[str, ...], all_keys: set[str], where: str) -> None:
+def _check_key(key: str, allowed: tuple[str, ...], base: dict[str, Any], where: str) -> None:
     if key in allowed:
         return
-    if key in all_keys:
+    if key in flatten(base):
         raise ConfigError(f"{where}.{key}: cannot vary per member (per-member keys: {', '.join(allowed)})")
     raise ConfigError(f"{where}.{key}: unknown key")
 
@@ -91,18 +85,15 @@ def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "conf
     base = cfg.to_dict()
     base.pop("arms", None)
     allowed = per_member_keys(cfg)
-    all_keys = set(flatten(base))
     specs: list[tuple[str, dict[str, Any]]] = []
     if arms.factors is not None:
         for key in arms.factors:
-            _check_key(key, allowed, all_keys, "arms.factors")
+            _check_key(key, allowed, base, "arms.factors")
         keys = list(arms.factors)
-        count = factorial_size(arms.factors)  # counted before anything is built: 1e12 arms is a typo
+        count = math.prod(len(levels) for levels in arms.factors.values())  # before anything is built: 1e12 arms is a typo
         if count > MAX_ARMS:
             raise ConfigError(f"arms.factors: {count:g} arms (the product of the levels); at most {MAX_ARMS}")
-        combos = list(itertools.product(*(arms.factors[k] for k in keys)))
-        for combo in combos:
-            specs.append(("", dict(zip(keys, combo))))  # named below, from the validated levels
+        specs = [("", dict(zip(keys, combo))) for combo in itertools.product(*(arms.factors[k] for k in keys))]  # named below
     else:
         if len(arms.list_) > MAX_ARMS:
             raise ConfigError(f"arms.list: {len(arms.list_)} arms; at most {MAX_ARMS}")
@@ -114,7 +105,7 @@ def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "conf
             if control_characters(name):  # a name becomes a label, a column suffix and a TensorBoard tag
                 raise ConfigError(f"arms.list.{i}.name: {name!r} holds a control character ({control_characters(name)[0]})")
             for key in entry:
-                _check_key(key, allowed, all_keys, f"arms.list.{i}")
+                _check_key(key, allowed, base, f"arms.list.{i}")
             specs.append((name.strip(), entry))
     seen: set[str] = set()
     out: list[Arm] = []
@@ -124,7 +115,8 @@ def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "conf
             set_dotted(tree, key, value)
         label = name or ",".join(f"{k}={_level_text(v)}" for k, v in settings.items())
         arm_cfg = build_config(tree, f"{source}: arm {label!r}")
-        resolved = {k: flatten(arm_cfg.to_dict())[k] for k in settings}
+        flat = flatten(arm_cfg.to_dict())
+        resolved = {k: flat[k] for k in settings}
         name = name or ",".join(f"{k}={_level_text(v)}" for k, v in resolved.items())
         if name in seen:
             raise ConfigError(f"arms: duplicate arm {name!r}")
