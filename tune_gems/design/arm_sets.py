@@ -148,16 +148,23 @@ has_gains = has_gain_arms
 is the one-arm design of a proposal that wires nothing (`control` alone, gains 0)."""
 
 
+def _pairs(arm_of: np.ndarray, seed_index: np.ndarray, a: str, b: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """The members of arms a and b in seed-index order (one pair per seed index); None when a has
+    none or the arms do not cover the same seed indices."""
+    in_a, in_b = np.flatnonzero(arm_of == a), np.flatnonzero(arm_of == b)
+    sa, sb = seed_index[in_a], seed_index[in_b]
+    if not len(in_a) or sorted(sa.tolist()) != sorted(sb.tolist()):
+        return None
+    return in_a[np.argsort(sa, kind="stable")], in_b[np.argsort(sb, kind="stable")]
+
+
 def _pair_mean(values: np.ndarray, arm_of: np.ndarray, seed_index: np.ndarray, a: str, b: str) -> float:
     """Mean over seed indices of values[arm a, s] - values[arm b, s]; NaN when any pair has a NaN
     (a diverged member) or the arms do not cover the same seed indices."""
-    in_a, in_b = arm_of == a, arm_of == b
-    sa, sb = seed_index[in_a], seed_index[in_b]
-    if not in_a.any() or sorted(sa.tolist()) != sorted(sb.tolist()):
+    pairs = _pairs(arm_of, seed_index, a, b)
+    if pairs is None:
         return math.nan
-    va = values[in_a][np.argsort(sa, kind="stable")]
-    vb = values[in_b][np.argsort(sb, kind="stable")]
-    diff = va - vb
+    diff = values[pairs[0]] - values[pairs[1]]
     return float(diff.mean()) if np.isfinite(diff).all() else math.nan
 
 
@@ -199,13 +206,11 @@ def _pair_hodges_lehmann(values: np.ndarray, diverged: np.ndarray, arm_of: np.nd
     member the worst outcome; NaN when the arms do not cover the same seed indices."""
     from tune_gems.stats.inference import hodges_lehmann, worst_outcome_difference
 
-    in_a, in_b = arm_of == a, arm_of == b
-    sa, sb = seed_index[in_a], seed_index[in_b]
-    if not in_a.any() or sorted(sa.tolist()) != sorted(sb.tolist()):
+    pairs = _pairs(arm_of, seed_index, a, b)
+    if pairs is None:
         return math.nan
-    oa, ob = np.argsort(sa, kind="stable"), np.argsort(sb, kind="stable")
-    d = worst_outcome_difference(values[in_a][oa], values[in_b][ob], diverged[in_a][oa], diverged[in_b][ob])
-    return hodges_lehmann(d)
+    ia, ib = pairs
+    return hodges_lehmann(worst_outcome_difference(values[ia], values[ib], diverged[ia], diverged[ib]))
 
 
 def verdict_gains(

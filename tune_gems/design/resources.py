@@ -245,20 +245,13 @@ def check_training_fits(
     `gpu_trial`: a sweep trial that asks for a GPU (`resources.gpu`), which runs on CUDA wherever
     the driver checking it runs: estimated as a CUDA run, its GPU memory checked only where this
     machine has one (a driver without a GPU, `--dry-run` on a laptop, knows no trial's GPU)."""
-    on_cuda = gpu_trial
     if device is not None:
         on_cuda = getattr(device, "type", str(device)) == "cuda"
-    elif cfg.device == "cuda":
-        on_cuda = True
-    elif cfg.device == "auto":
+    else:
         import torch
 
-        on_cuda = gpu_trial or torch.cuda.is_available()
-        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
-    if on_cuda and device is None:
-        import torch
-
-        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+        on_cuda = gpu_trial or cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+        device = torch.device("cuda", torch.cuda.current_device()) if on_cuda and torch.cuda.is_available() else None
     est = estimate_memory(cfg, members, on_cuda=on_cuda)
     check_fits(est, host_available(), device_available(device) if on_cuda else None, where)
     return est
