@@ -69,8 +69,7 @@ class Trainer:
         self.runner = StepRunner(self.learner.iteration, self.learner.state_tensors, use_graph)
         self.evaluator = GreedyEvaluator(self.learner, self.market, cfg.env, use_graph)
         self.ids = member_ids(self.learner, self.market)
-        self.history_names = self.ids.histories
-        """The run's price histories, by index (tune_gems.data.histories; one unless the data config names several)."""
+        """Who each member is: arm, seed index, fold, price history (the run's histories named, by index)."""
         self.window = EvalWindow.of_run(cfg, self.ids, self.market, self.evaluator)
         """The last `trainer.objective_last_k` validation evaluations: what `EvalWindow.write` writes
         as eval_returns.npz; part of every checkpoint."""
