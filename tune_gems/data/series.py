@@ -325,11 +325,6 @@ def _edge_of_row(n: int, periods: Sequence[Sequence[float]]) -> np.ndarray:
     return edges[np.searchsorted(starts, np.arange(n), side="right") - 1]
 
 
-def _synthetic(syn: Any, seed: int) -> pd.Series:
-    """One path of a `SyntheticConfig` (its edge, or its regimes in time) at `seed`."""
-    return synthetic_prices(syn.n, seed, syn.edge, edge_periods=syn.edge_periods)
-
-
 def load_series(cfg: Any, min_rows: int = 0) -> pd.Series:
     """The series a `DataConfig` names: the synthetic one, or a validated price file (its one
     history; a config of several histories: `load_histories`)."""
@@ -337,7 +332,7 @@ def load_series(cfg: Any, min_rows: int = 0) -> pd.Series:
         syn = cfg.synthetic
         if syn.n < min_rows:
             raise DataError(f"data.synthetic.n: {syn.n} rows, need at least {min_rows}")
-        return _synthetic(syn, syn.seed)
+        return synthetic_prices(syn.n, syn.seed, syn.edge, syn.edge_periods)
     if len(cfg.price_histories) != 1:
         raise ValueError(f"load_series: {cfg.histories_key} names {len(cfg.price_histories)} histories; load them with load_histories")
     return load_histories(cfg, min_rows)[0]
@@ -423,12 +418,10 @@ def load_paths(cfg: Any, n_seed_indices: int = 1, min_rows: int = 0, first_seed_
         raise ValueError(f"n_seed_indices must be >= 1, got {n_seed_indices}")
     if cfg.source != "synthetic":
         return load_histories(cfg, min_rows=min_rows)
-    if cfg.synthetic.paths == "shared":
-        return [load_series(cfg, min_rows=min_rows)]
     syn = cfg.synthetic
     if syn.n < min_rows:
         raise DataError(f"data.synthetic.n: {syn.n} rows, need at least {min_rows}")
-    return synthetic_paths(syn.n, path_seeds(syn, n_seed_indices, first_seed_index), syn.edge, edge_periods=syn.edge_periods)
+    return synthetic_paths(syn.n, path_seeds(syn, n_seed_indices, first_seed_index), syn.edge, syn.edge_periods)
 
 
 def path_of_member(cfg: Any, seed_slot_of_member: Sequence[int], history_of_member: Sequence[int] | None = None) -> list[int]:

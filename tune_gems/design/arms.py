@@ -21,7 +21,6 @@ validates the same config again.
 
 from __future__ import annotations
 
-import copy
 import itertools
 import dataclasses
 import math
@@ -33,7 +32,7 @@ from tune_gems.config.arms_section import (  # noqa: F401 - re-exported: the arm
 )
 from tune_gems.config.schema import Config
 from tune_gems.config.load import build_config
-from tune_gems.config.dotted import flatten, set_dotted
+from tune_gems.config.dotted import flatten, with_dotted
 from tune_gems.contracts.config_label import trial_label
 from tune_gems.contracts.errors import ConfigError, control_characters
 
@@ -110,11 +109,8 @@ def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "conf
     seen: set[str] = set()
     out: list[Arm] = []
     for name, settings in specs:
-        tree = copy.deepcopy(base)
-        for key, value in settings.items():
-            set_dotted(tree, key, value)
         label = name or ",".join(f"{k}={_level_text(v)}" for k, v in settings.items())
-        arm_cfg = build_config(tree, f"{source}: arm {label!r}")
+        arm_cfg = build_config(with_dotted(base, settings), f"{source}: arm {label!r}")
         flat = flatten(arm_cfg.to_dict())
         resolved = {k: flat[k] for k in settings}
         name = name or ",".join(f"{k}={_level_text(v)}" for k, v in resolved.items())

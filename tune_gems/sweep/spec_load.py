@@ -9,7 +9,6 @@ impossible value fails here, not in a trial an hour later.
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from tune_gems.config.schema import Config
 from tune_gems.design.arm_sets import AA_STREAM, apply_design
 from tune_gems.config.yaml_io import apply_overrides, read_yaml
 from tune_gems.config.load import build_config, format_validation_error
-from tune_gems.config.dotted import set_dotted
+from tune_gems.config.dotted import with_dotted
 from tune_gems.contracts.errors import ConfigError
 from tune_gems.sweep.spec import DESIGN_NONE, FIRST_SEED_INDEX, SweepSpec
 from tune_gems.sweep.tracking import check_tracking
@@ -56,10 +55,7 @@ def block_grid(spec: SweepSpec) -> dict[str, list[Any]]:
 def trial_config(base: dict[str, Any], params: dict[str, Any], design: str = DESIGN_NONE) -> Config:
     """The full config of one trial: the base tree with the trial's dotted parameters applied,
     validated once, with the design's arms set (tune_gems.design.arm_sets.apply_design)."""
-    tree = copy.deepcopy(base)
-    for key, value in params.items():
-        set_dotted(tree, key, value)
-    cfg = build_config(tree, "trial config")
+    cfg = build_config(with_dotted(base, params), "trial config")
     return cfg if design == DESIGN_NONE else apply_design(cfg, design)
 
 
