@@ -32,6 +32,7 @@ from typing import Any
 
 from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import ResourceError
+from tune_gems.design.arms import run_arms
 
 FLOAT = 4
 INDEX = 8
@@ -102,16 +103,10 @@ def param_count(cfg: Config) -> int:
 
 
 def default_members(cfg: Config) -> int:
-    """Members a run of `cfg` trains: histories x folds x arms x population (one history without
-    `data.histories` / `data.price_columns`, one arm without `arms`, one fold without
-    `data.folds`). It expands the arms: a run that has its arms record (`design.arms.run_arms`)
-    passes `members=` instead."""
-    cells = len(cfg.data.price_histories) * cfg.data.folds.k
-    if getattr(cfg, "arms", None) is None:
-        return cells * cfg.trainer.population
-    from tune_gems.design.arms import expand_arms
-
-    return cells * cfg.trainer.population * len(expand_arms(cfg))
+    """Members a run of `cfg` trains: histories x folds x arms x population, its member layout's
+    (`design.arms.run_arms`, which expands the arms: a run that has its arms record passes
+    `members=` instead)."""
+    return run_arms(cfg).members
 
 
 def estimate_memory(cfg: Config, members: int | None = None, on_cuda: bool = False) -> MemoryEstimate:
