@@ -103,8 +103,11 @@ class Learner:
         switches = {"spectral_norm": self.spectral_norm, "noisy": self.noisy, "member_block": member_block}
         self.online = BranchingC51(mc, market.obs_dim, K, A, self.seeds, heads, **switches).to(device)
         self.target = copy.deepcopy(self.online)  # the online net's weights and state, not drawn a second time
-        self.online_flat = FlatParameters(self.online, P)
-        self.target_flat = FlatParameters(self.target, P, with_grad=False)
+        # the triton path's per-member reductions in a fixed order (its member's bits do not depend on P)
+        self._fixed_order = _fixed_order_reductions() if cfg.model.layer_kernel == "triton" else None
+        align = self._fixed_order.PARAMETER_ALIGN if self._fixed_order else 1
+        self.online_flat = FlatParameters(self.online, P, align=align)
+        self.target_flat = FlatParameters(self.target, P, with_grad=False, align=align)
         self.replay = ReplayBuffer(P, tc.replay_capacity, market.obs_dim, K, tc.n_envs, tc.n_step, tc.gamma, device, source=self.env)
         E, noise = tc.n_envs, self.online.noise_size
         # one block of uniforms per iteration and member; each consumer reads its own slice.
@@ -128,8 +131,6 @@ class Learner:
         ends = [shared, *heads]
         if any(a.stop != b.start for a, b in zip(ends, heads)) or ends[-1].stop != self.online_flat.data.shape[1]:
             raise ValueError("gem heads must follow the shared network in the flat parameter matrix")
-        # the triton path's per-member reductions in a fixed order (its member's bits do not depend on P)
-        self._fixed_order = _fixed_order_reductions() if cfg.model.layer_kernel == "triton" else None
         self.optim = PopulationAdam(
             self.online_flat, self.lr, tc.adam_eps, tc.grad_clip, clip_groups=[shared, *heads], blocks=self.layout.blocks,
             row_norms=self._fixed_order.row_norms if self._fixed_order else None,
@@ -174,6 +175,14 @@ class Learner:
         state.update({"rng.counter": self.rng.counter, "counters.updates": self.updates})
         state.update({"counters.collect_steps": self.collect_steps, "metrics.acc": self.acc})
         return state
+
+    def from_checkpoint(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """A checkpoint's state in this learner's layout: flat matrices saved without alignment
+        gaps (checkpoint version 1, before the triton path's parameters were aligned) get them."""
+        flat = self.online_flat
+        unaligned = sum(flat.sizes)
+        return {k: flat.pack(t) if k in FLAT_STATE and flat.padded and t.dim() == 2 and t.shape[1] == unaligned else t
+                for k, t in state.items()}  # fmt: skip
 
     def _pair_target_tensors(self) -> list[tuple[Tensor, Tensor, bool]]:
         """(target, online, follows_tau): all parameters as one flat pair, and the
@@ -417,6 +426,10 @@ class Learner:
         rows += [mg.reported(n, nulls[n], c51) for n in mg.names]
         rows.append((~finite).float())
         self.acc.add_(torch.stack(rows))
+
+
+FLAT_STATE = ("online.params", "target.params", "optim.exp_avg", "optim.exp_avg_sq")
+"""State tensors laid out as the flat parameter matrix [P, columns]."""
 
 
 def _state_buffers(net: torch.nn.Module) -> list[tuple[str, Tensor]]:
