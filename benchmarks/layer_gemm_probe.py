@@ -59,8 +59,10 @@ from tune_gems.ops import triton_layers as tl_layers  # noqa: E402
 from tune_gems.ops.triton_layers import Tiles, _fit  # noqa: E402
 from tune_gems.trainer.trainer import Trainer  # noqa: E402
 
-OPS = ("fwd", "dx", "dw")
-LAUNCHED = ("_rows_kernel", "_weight_grad_kernel", "_sigma_grad_kernel")
+OPS = ("fwd", "dx", "dw", "sn")
+"""The forward, the input and weight gradients, and spectral norm's power iteration and sigma
+(a spectral-norm layer's `spectral_scale`, timed once per layer)."""
+LAUNCHED = ("_rows_kernel", "_weight_grad_kernel", "_sigma_grad_kernel", "_spectral_kernel")
 SMOKE_CONFIG = [
     "trainer.population=2", "trainer.batch_size=8", "trainer.n_envs=2", "trainer.replay_capacity=64",
     "trainer.learning_starts=8", "env.window=8", "env.episode_length=32", "model.hidden=16", "model.stream_hidden=8",
@@ -99,22 +101,23 @@ grid's fast axis, the K-loop compiled for a possibly empty trip count."""
 VARIANTS = [
     Variant("before", "unaligned", BEFORE, ("tf32", "bf16")),
     Variant("new", "aligned", tl_layers.tiles, ("tf32", "bf16")),
+    Variant("new-w-out-in", "aligned-t", tl_layers.tiles),
     Variant("before+loop", "unaligned", fixed(64, 64, 32, 4, 3, group_axis=0)),
     Variant("tile-fastest", "unaligned", fixed(64, 64, 32, 4, 3)),
     Variant("aligned", "aligned", fixed(64, 64, 32, 4, 3)),
     Variant("w-out-in", "aligned-t", fixed(64, 64, 32, 4, 3)),
-    Variant("128x128w8s3", "aligned", fixed(128, 128, 32, 8, 3)),
     Variant("128x128w8s4", "aligned", fixed(128, 128, 32, 8, 4)),
+    Variant("128x128k64w8s3", "aligned", fixed(128, 128, 64, 8, 3)),
     Variant("128x256w8s3", "aligned", fixed(128, 256, 32, 8, 3)),
     Variant("128x64w4s4", "aligned", fixed(128, 64, 32, 4, 4)),
     Variant("64x128w4s4", "aligned", fixed(64, 128, 32, 4, 4)),
-    Variant("128x128k64w8s3", "aligned", fixed(128, 128, 64, 8, 3)),
-    Variant("new-w-out-in", "aligned-t", tl_layers.tiles),
 ]
-"""In the order they are timed (the budget cuts from the end). "before+loop": `before` with the
-K-loop known to be non-empty (ptxas otherwise serialises the wgmma of some of them);
-"tile-fastest": the groups on the grid's slow axis; "aligned": the parameters at aligned columns;
-"w-out-in": W stored [out, in]; then tiles of the Hopper recipe; "new": the kernels' default."""
+"""In the order they are timed (the budget cuts from the end). "new": the kernels' default (tiles
+of up to 128 x 128 x 32, 8 warps from 128 x 64 up, 3 stages, groups on the grid's slow axis,
+aligned parameters); "new-w-out-in": the same with W stored [out, in]; then one change at a
+time from "before": the K-loop known to be non-empty (ptxas otherwise serialises the wgmma of
+some of them), the groups on the grid's slow axis, aligned parameters, W [out, in]; then other
+tiles of the Hopper recipe on aligned parameters."""
 
 
 # -- recording the products of one iteration ---------------------------------------------------------
@@ -140,13 +143,15 @@ class Product:
     fwd: int = 0  # launches of each op per iteration
     dx: int = 0
     dw: int = 0
+    sn: int = 0  # spectral_scale calls on this layer's weight (counted on its product with the most rows)
 
     @property
     def G(self) -> int:
         return self.P * self.reps
 
-    def flops(self) -> float:
-        return 2.0 * self.G * self.N * self.K * self.O
+    def flops(self, op: str = "fwd") -> float:
+        """A product's multiply-adds x 2; spectral norm's three matrix-vector products."""
+        return 2.0 * self.G * self.K * self.O * (3 if op == "sn" else self.N)
 
     def key(self) -> tuple:
         return (self.config, self.layer, self.N, self.relu)
@@ -192,15 +197,26 @@ def record_products(config: str, cfg, stub: bool) -> list[Product]:
         note(lw, x, relu, "dw")
         return real_grads(x, dy, y, lw, relu, dot, direct, policy)
 
+    spectral: dict = {}
+    real_spectral = tl_layers.spectral_scale
+
+    def scale(weight, *args, **kwargs):
+        spectral[id(weight)] = spectral.get(id(weight), 0) + 1
+        return real_spectral(weight, *args, **kwargs)
+
     with _stubbed_kernels(stub):
         learner.reset_envs()
         for _ in range(learner.replay.min_fill() // cfg.trainer.n_envs + 1):
             learner.collect()
-        tl_layers._rows_product, tl_layers.weight_grads = rows, grads
+        tl_layers._rows_product, tl_layers.weight_grads, tl_layers.spectral_scale = rows, grads, scale
         try:
             learner.iteration()
         finally:
-            tl_layers._rows_product, tl_layers.weight_grads = real_rows, real_grads
+            tl_layers._rows_product, tl_layers.weight_grads, tl_layers.spectral_scale = real_rows, real_grads, real_spectral
+    for weight_id, calls in spectral.items():
+        name = names[weight_id][0]
+        widest = max((p for p in found.values() if p.layer == name), key=lambda p: p.N)
+        found[widest.key()] = replace(widest, sn=widest.sn + calls)
     return sorted(found.values(), key=lambda p: (-p.flops() * (p.fwd + p.dx + p.dw), p.layer))
 
 
@@ -309,6 +325,9 @@ class Operands:
 
 def triton_call(op: str, ops: Operands, relu: bool, dot: str, policy):
     lw = ops.lw
+    if op == "sn":  # the train weights' call: one power iteration, then sigma
+        on = torch.ones(ops.x.shape[0], dtype=torch.bool, device=ops.x.device)
+        return lambda: tl_layers.spectral_scale(lw.weight, lw.reps, lw.sn_u, lw.sn_v, on, True)
     if op == "fwd":
         return lambda: tl_layers.forward(ops.x, lw, relu, dot, policy)
     if op == "dx":
@@ -319,6 +338,16 @@ def triton_call(op: str, ops: Operands, relu: bool, dot: str, policy):
 def torch_call(op: str, ops: Operands, precision: str):
     """The torch path's product of `op` (cuBLAS): baddbmm on the effective weight, the input
     gradient and the weight gradient as bmm with transposed views, in bf16 on bf16 copies."""
+    if op == "sn":  # tune_gems.model.layers.PopLinear's power iteration and sigma (run outside autocast)
+        w = ops.lw.weight.reshape(ops.x.shape[0], *ops.lw.shape)
+        u, v = ops.lw.sn_u.clone(), ops.lw.sn_v.clone()
+
+        def power_iteration():
+            v.copy_(torch.nn.functional.normalize(torch.bmm(w, u.unsqueeze(-1)).squeeze(-1), dim=-1, eps=tl_layers.NORM_EPS))
+            u.copy_(torch.nn.functional.normalize(torch.bmm(v.unsqueeze(1), w).squeeze(1), dim=-1, eps=tl_layers.NORM_EPS))
+            return (v * torch.bmm(w, u.unsqueeze(-1)).squeeze(-1)).sum(-1)
+
+        return power_iteration
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     w, b, _ = ops.effective()
     x, dy, w, b = (t.to(dtype) for t in (ops.x, ops.dy, w, b))
@@ -450,21 +479,22 @@ def compiled_only():
             setattr(kernels, n, fn)
 
 
-def precompile(jobs, products, device: str, threads: int) -> None:
-    """Compile every kernel the timing will launch, in `threads` threads at once (Triton's
-    asynchronous compile mode; ptxas and the compiler's passes run outside the GIL), so the
-    budget is spent timing, not compiling one kernel after another."""
+def precompile(jobs, products, device: str, threads: int, deadline: float) -> None:
+    """Compile every kernel the timing will launch, `threads` at once (Triton's asynchronous
+    compile mode; ptxas and the compiler's passes run outside the GIL), one job (variant x
+    precision) after another, none started within a minute of the deadline: the budget goes to
+    timing, not to compiling one kernel after another."""
     from concurrent.futures import ThreadPoolExecutor
 
     from triton.runtime._async_compile import AsyncCompileMode
 
-    with ThreadPoolExecutor(threads) as pool, AsyncCompileMode(pool, ignore_errors=True), compiled_only():
+    with ThreadPoolExecutor(threads) as pool:
         for kind, variant, prec in jobs:
-            if variant is None:
+            if variant is None or time.monotonic() > deadline - 60.0:
                 continue
-            for p in products:
-                ops = Operands(p, variant.layout, device)
-                with precision_context(prec):
+            with AsyncCompileMode(pool, ignore_errors=True), compiled_only(), precision_context(prec):
+                for p in products:
+                    ops = Operands(p, variant.layout, device)
                     for op in (o for o in OPS if getattr(p, o)):
                         try:
                             triton_call(op, ops, p.relu, DOT[prec], variant.policy)()
@@ -476,8 +506,14 @@ def precompile(jobs, products, device: str, threads: int) -> None:
 
 
 def reference(op: str, ops: Operands, relu: bool) -> list[torch.Tensor]:
-    """The op's outputs in float64 from the same operands (and their magnitudes: the same
-    expressions on absolute values)."""
+    """The op's outputs in float64 from the same operands."""
+    if op == "sn":  # the scale (1/sigma, -1/sigma^2) after one power iteration from the state the call started from
+        w = ops.lw.weight.double().reshape(ops.x.shape[0], *ops.lw.shape)
+        u, v = ops.sn_start
+        v = torch.nn.functional.normalize(torch.bmm(w, u.unsqueeze(-1)).squeeze(-1), dim=-1, eps=tl_layers.NORM_EPS)
+        u = torch.nn.functional.normalize(torch.bmm(v.unsqueeze(1), w).squeeze(1), dim=-1, eps=tl_layers.NORM_EPS)
+        sigma = (v * torch.bmm(w, u.unsqueeze(-1)).squeeze(-1)).sum(-1)
+        return [torch.stack([1 / sigma, -1 / sigma**2], 1)]
     w, b, s = ops.effective(torch.float64)
     x, dy, y = ops.x.double(), ops.dy.double(), ops.y.double()
     lw = ops.lw
@@ -519,16 +555,16 @@ def check_values(op: str, ops: Operands, relu: bool, got, what: str) -> float:
 # -- the run -----------------------------------------------------------------------------------------
 
 
-def run_probe(products: list[Product], variants: list[Variant], precisions: list[str], args, device: str) -> list[dict]:
+def run_probe(products: list[Product], variants: list[Variant], precisions: list[str], args, device: str, t0: float) -> list[dict]:
     rows = []
-    deadline = time.monotonic() + args.budget - 15.0  # the inspection and the tables after the timing
+    deadline = t0 + args.budget - 20.0  # the inspection and the tables after the timing
     jobs = [("torch", None, prec) for prec in precisions]
     jobs += [("triton", v, prec) for v in variants for prec in precisions if prec in v.precisions]
     if device == "cuda" and args.compile_threads > 1:
-        t0 = time.monotonic()
+        started = time.monotonic()
         try:
-            precompile(jobs, products, device, args.compile_threads)
-            print(f"compiled the variants in {time.monotonic() - t0:.1f} s ({args.compile_threads} threads)", flush=True)
+            precompile(jobs, products, device, args.compile_threads, deadline)
+            print(f"compiled the variants in {time.monotonic() - started:.1f} s ({args.compile_threads} threads)", flush=True)
         except Exception as e:  # then each kernel compiles at its first launch
             print(f"the compile pass failed ({type(e).__name__}: {e}); compiling at first launch", flush=True)
     compiled: dict = {}
@@ -544,6 +580,8 @@ def run_probe(products: list[Product], variants: list[Variant], precisions: list
             for op in OPS:
                 if getattr(p, op) == 0:
                     continue
+                if op == "sn" and (prec != precisions[0] or (variant is not None and variant.name != "new")):
+                    continue  # one kernel, no launch options, no dot: timed once
                 row = {"config": p.config, "layer": p.layer, "kind": p.kind, "op": op, "N": p.N, "K": p.K, "O": p.O, "G": p.G,
                        "relu": p.relu, "per_iteration": getattr(p, op), "precision": prec,
                        "variant": "torch" if variant is None else variant.name, "layout": layout}  # fmt: skip
@@ -557,16 +595,19 @@ def run_probe(products: list[Product], variants: list[Variant], precisions: list
                             row["us"] = time_us(call, args.reps, args.rounds)
                         else:
                             call = triton_call(op, ops, p.relu, DOT[prec], variant.policy)
+                            if op == "sn" and ops.lw.sn_u is not None:
+                                ops.sn_start = (ops.lw.sn_u.double().clone(), ops.lw.sn_v.double().clone())
                             with KernelLog() as log:
                                 out = call()
                             if args.smoke:
                                 row["max_rel_error"] = check_values(op, ops, p.relu, out, f"{p.layer} {op} {variant.name} {prec}")
                             row["kernels"] = [k.hash for k in log.kernels]
                             compiled.update({k.hash: k for k in log.kernels})
-                            t = variant.policy(*((p.N, p.K, p.O) if op == "fwd" else (p.N, p.O, p.K) if op == "dx" else (p.K, p.N, p.O)))
-                            row["tiles"] = asdict(t)
+                            if op != "sn":
+                                t = variant.policy(*((p.N, p.K, p.O) if op == "fwd" else (p.N, p.O, p.K) if op == "dx" else (p.K, p.N, p.O)))
+                                row["tiles"] = asdict(t)
                             row["us"] = time_us(call, args.reps, args.rounds)
-                    row["tflops"] = round(p.flops() / row["us"] / 1e6, 2)
+                    row["tflops"] = round(p.flops(op) / row["us"] / 1e6, 2)
                     row["us"] = round(row["us"], 2)
                 except Exception as e:  # a variant that cannot launch (shared memory) is a result, not the end
                     if args.smoke:
@@ -585,7 +626,7 @@ def print_tables(rows: list[dict], variants: list[str], precisions: list[str]) -
     summary = {}
     for prec in precisions:
         names = ["torch", *[v for v in variants if any(r["variant"] == v and r["precision"] == prec for r in rows)]]
-        print(f"\n== {prec}: TF/s per product (us in the total line) ==")
+        print(f"\n== {prec}: TF/s per product and op (sn: spectral norm's us per call; n: calls per iteration) ==")
         print(f"{'config':9s} {'layer':14s} {'op':3s} {'N x K x O':>14s} {'G':>5s} {'n':>2s} " + " ".join(f"{n[:12]:>12s}" for n in names))
         table: dict = {}
         for r in rows:
@@ -597,13 +638,16 @@ def print_tables(rows: list[dict], variants: list[str], precisions: list[str]) -
             cells = []
             for n in names:
                 r = by.get(n)
+                counted = op != "sn"  # the totals are the products'; spectral norm's line stands alone
                 if r is None or "tflops" not in r:
                     cells.append("skip" if r is not None and "skipped" in r else "fail" if r is not None else "-")
-                    totals.setdefault((config, n), [0.0, True])[1] = False
+                    if counted:
+                        totals.setdefault((config, n), [0.0, True])[1] = False
                     continue
-                cells.append(f"{r['tflops']:.1f}")
-                t = totals.setdefault((config, n), [0.0, True])
-                t[0] += r["us"] * r["per_iteration"]
+                cells.append(f"{r['tflops']:.1f}" if counted else f"{r['us']:.0f}us")
+                if counted:
+                    t = totals.setdefault((config, n), [0.0, True])
+                    t[0] += r["us"] * r["per_iteration"]
             shape = f"{N}x{any_row['K']}x{any_row['O']}"
             print(f"{config:9s} {layer:14s} {op:3s} {shape:>14s} {any_row['G']:>5d} {any_row['per_iteration']:>2d} " + " ".join(f"{c:>12s}" for c in cells))
         for config in sorted({c for c, _ in totals}):
@@ -683,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", default="p64,moonshot")
     ap.add_argument("--precisions", default="tf32,bf16")
     ap.add_argument("--variants", default=",".join(v.name for v in VARIANTS))
-    ap.add_argument("--budget", type=float, default=240.0, help="seconds of timing (the recording and compiles count)")
+    ap.add_argument("--budget", type=float, default=240.0, help="seconds for the whole probe (recording, compiles, timing, inspection)")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--compile-threads", type=int, default=min(16, os.cpu_count() or 1))
     ap.add_argument("--rounds", type=int, default=5)
@@ -717,7 +761,7 @@ def main(argv: list[str] | None = None) -> int:
         rows, summary = compile_only(products, variants, precisions), {}
         print_kernels(rows)
     else:
-        rows = run_probe(products, variants, precisions, args, device)
+        rows = run_probe(products, variants, precisions, args, device, t0)
         summary = print_tables(rows, [v.name for v in variants], precisions)
         print_kernels(rows)
         if args.smoke:
