@@ -198,7 +198,7 @@ def record_products(config: str, cfg, stub: bool) -> list[Product]:
         return real_grads(x, dy, y, lw, relu, dot, direct, policy)
 
     spectral: dict = {}
-    real_spectral = tl_layers.spectral_scale
+    real_spectral = tl_layers.spectral_scale  # the layers call it through the strategy (TritonProducts)
 
     def scale(weight, *args, **kwargs):
         spectral[id(weight)] = spectral.get(id(weight), 0) + 1
@@ -208,11 +208,12 @@ def record_products(config: str, cfg, stub: bool) -> list[Product]:
         learner.reset_envs()
         for _ in range(learner.replay.min_fill() // cfg.trainer.n_envs + 1):
             learner.collect()
-        tl_layers._rows_product, tl_layers.weight_grads, tl_layers.spectral_scale = rows, grads, scale
+        tl_layers._rows_product, tl_layers.weight_grads, tl_layers.TritonProducts.spectral_scale = rows, grads, staticmethod(scale)
         try:
             learner.iteration()
         finally:
-            tl_layers._rows_product, tl_layers.weight_grads, tl_layers.spectral_scale = real_rows, real_grads, real_spectral
+            tl_layers._rows_product, tl_layers.weight_grads = real_rows, real_grads
+            tl_layers.TritonProducts.spectral_scale = staticmethod(real_spectral)
     for weight_id, calls in spectral.items():
         name = names[weight_id][0]
         widest = max((p for p in found.values() if p.layer == name), key=lambda p: p.N)

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from tune_gems.model.flat import FlatParameters
-from tune_gems.model.layers import NoisyPopLinear, PopLinear
+from tune_gems.model.layers import NoisyPopLinear, PopLinear, layer_products
 
 pytestmark = pytest.mark.filterwarnings(  # the interpreter's own use of a one-element array as an index
     "ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning"
@@ -82,10 +82,10 @@ def build_layer(kind: str, seeds: list[int], reps: int, K: int, O: int, kernel: 
         layer.resample(NoisyPopLinear.scale_noise(eps))
     else:
         layer = PopLinear(gens, reps, K, O, spectral_norm=on if kind == "spectral" else None)
-    layer.set_layer_kernel(kernel)
+    products = layer_products(kernel)
+    layer.set_layer_products(products)
     layer.to(device)
-    align = importlib.import_module("tune_gems.ops.triton_layers").PARAMETER_ALIGN if kernel == "triton" else 1
-    return layer, FlatParameters(layer, len(seeds), align=align)
+    return layer, FlatParameters(layer, len(seeds), align=products.parameter_align)
 
 
 def member_inputs(seeds: list[int], reps: int, N: int, K: int, O: int, salt: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:

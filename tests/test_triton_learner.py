@@ -38,7 +38,7 @@ def test_a_short_run_on_triton_stays_within_tf32_tolerance_of_the_torch_path():
     accumulated loss, q_mean and gradient norm within 2^-11 relative, and the replay and
     environments (driven by the actions both nets chose) equal."""
     torch_run, triton_run = _learner("torch"), _learner("triton")
-    assert triton_run.online.trunk[0].kernel == "triton" and torch_run.online.trunk[0].kernel == "torch"
+    assert triton_run.online.trunk[0].products.name == "triton" and torch_run.online.trunk[0].products.name == "torch"
     lr = torch_run.cfg.trainer.lr
     for i in range(1, ITERATIONS + 1):
         torch_run.iteration()

@@ -117,7 +117,11 @@ class LayerWeights:
     sn_u: Tensor | None = None
     sn_v: Tensor | None = None
     uses: int = 0
-    kernel = "triton"  # what tune_gems.model.layers dispatches a product on
+
+    @property
+    def products(self) -> "TritonProducts":
+        """The strategy tune_gems.model.layers runs a product on."""
+        return TRITON
 
     @property
     def noisy(self) -> bool:
@@ -339,3 +343,33 @@ def layer_product(x: Tensor, lw: LayerWeights | tuple[Tensor, Tensor], relu: boo
         lw.uses += 1
         return _LayerProduct.apply(x, *params, lw, relu, dot)
     return forward(x, lw, relu, dot)
+
+
+class TritonProducts:
+    """The layers' products on these kernels (`model.layer_kernel: triton`), the strategy
+    tune_gems.model.layers.layer_products returns: the layers hand over their raw parameters
+    (`fused`), which sit at aligned columns of the flat matrix, and the learner's per-member
+    reductions run in a fixed order."""
+
+    name = "triton"
+    fused = True
+    parameter_align = PARAMETER_ALIGN
+    LayerWeights = LayerWeights
+    product = staticmethod(layer_product)
+    spectral_scale = staticmethod(spectral_scale)
+    row_norms = staticmethod(row_norms)
+    row_means = staticmethod(row_means)
+
+    @staticmethod
+    def noise_factors(u: Tensor, offset: int, on: Tensor, f_in: Tensor, f_out: Tensor) -> None:
+        from tune_gems.ops import triton_noise  # it imports this module
+
+        triton_noise.noise_factors(u, offset, on, f_in, f_out)
+
+    @staticmethod
+    def resample_noise(net, draws, stream: str) -> None:
+        """Box-Muller and f(eps) in one kernel per noisy layer, from the iteration's uniforms."""
+        net.resample_noise_from_uniforms(draws.uniform(stream))
+
+
+TRITON = TritonProducts()

@@ -103,11 +103,9 @@ class Learner:
         switches = {"spectral_norm": self.spectral_norm, "noisy": self.noisy, "member_block": member_block}
         self.online = BranchingC51(mc, market.obs_dim, K, A, self.seeds, heads, **switches).to(device)
         self.target = copy.deepcopy(self.online)  # the online net's weights and state, not drawn a second time
-        # the triton path's per-member reductions in a fixed order (its member's bits do not depend on P)
-        self._fixed_order = _fixed_order_reductions() if cfg.model.layer_kernel == "triton" else None
-        align = self._fixed_order.PARAMETER_ALIGN if self._fixed_order else 1
-        self.online_flat = FlatParameters(self.online, P, align=align)
-        self.target_flat = FlatParameters(self.target, P, with_grad=False, align=align)
+        self.products = products = self.online.products  # the layers' products: torch's, or fused kernels
+        self.online_flat = FlatParameters(self.online, P, align=products.parameter_align)
+        self.target_flat = FlatParameters(self.target, P, with_grad=False, align=products.parameter_align)
         self.replay = ReplayBuffer(P, tc.replay_capacity, market.obs_dim, K, tc.n_envs, tc.n_step, tc.gamma, device, source=self.env)
         E, noise = tc.n_envs, self.online.noise_size
         # one block of uniforms per iteration and member; each consumer reads its own slice.
@@ -133,7 +131,7 @@ class Learner:
             raise ValueError("gem heads must follow the shared network in the flat parameter matrix")
         self.optim = PopulationAdam(
             self.online_flat, self.lr, tc.adam_eps, tc.grad_clip, clip_groups=[shared, *heads], blocks=self.layout.blocks,
-            row_norms=self._fixed_order.row_norms if self._fixed_order else None,
+            row_norms=products.row_norms,  # the fused path's: in an order that does not depend on P
         )
         self.member_gems = MemberGems([a.config.gems for a in self.arms], self.layout, device, cfg.plugins, fused=ops.fused)
         names = self.member_gems.names
@@ -244,10 +242,7 @@ class Learner:
         self.rng.advance()
         draws = self.rng.draw(self.plan)
         for net, name in ((self.online, "noise_online"), (self.target, "noise_target")):
-            if self.cfg.model.layer_kernel == "triton":  # Box-Muller and f(eps) in one kernel per layer
-                net.resample_noise_from_uniforms(draws.uniform(name))
-            else:
-                net.resample_noise(draws.normal(name))
+            self.products.resample_noise(net, draws, name)
         return draws
 
     def reset_envs(self) -> None:
@@ -416,8 +411,8 @@ class Learner:
 
     def _accumulate(self, c51: Tensor, finite: Tensor, q_t: Tensor, grad_norm: Tensor, values: dict, nulls: dict) -> None:
         mg = self.member_gems
-        if self._fixed_order:  # one call over every member: its rows are reduced each alone
-            q_mean = self._fixed_order.row_means(q_t.detach().flatten(1).float())
+        if self.products.row_means is not None:  # one call over every member: its rows are reduced each alone
+            q_mean = self.products.row_means(q_t.detach().flatten(1).float())
         else:
             q_mean = torch.cat([q_t[rows].detach().mean(dim=(1, 2, 3)) for rows in mg.blocks])  # per arm (see nulls)
         rows = [c51.detach(), q_mean, grad_norm]
@@ -453,10 +448,3 @@ class _Float32MatmulPrecision:
         torch.set_float32_matmul_precision(self.previous)
         return False
 
-
-def _fixed_order_reductions():
-    """The triton path's fixed-order per-member reductions, tune_gems.ops.triton_layers
-    (row_norms, row_means; imported here: only that path needs Triton)."""
-    from tune_gems.ops import triton_layers
-
-    return triton_layers
