@@ -114,7 +114,7 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
                                                      cells=cells, eval_returns=lookup, selection=selection,
                                                      overlap=experiment_overlap(exp.paths, exp.labels))
     verdicts["skill"] = skill_context(exp)
-    verdicts = lead_verdict_columns(verdicts)  # the numbers a user decides by first (issue 37 item 5)
+    verdicts = lead_verdict_columns(verdicts)  # the numbers a user decides by first
     placebo = placebo_verdicts(cells, gems, m, thresholds=th)
     column, metric_note = verdict_metric(m)
     factors = factor_table(cells, gems, thresholds=th, column=column, family=family)  # the same family, decided once

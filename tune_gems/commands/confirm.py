@@ -1,62 +1,15 @@
 """`tune-gems confirm EXP`: re-test each gem's chosen configuration once, on fresh seeds and paths.
 
-Why (issue 21): a search keeps its best trial, and the best of many noisy trials is inflated;
-with paths shared across trials a configuration can also win by suiting those paths. So the
-winner is trained again, once, beside its control, on data the search never saw:
-
-- **the choice** (`analysis.confirmation.choose_per_gem`): per gem, the finished trial wiring it
-  with the largest `verdict_gain_<gem>` (the verdict's statistic; `gain_<gem>` for older results);
-- **fresh member seeds and seed indices**: trial seed past every seed of the discovery (member
-  seeds are a hash of the trial seed and the seed index, so they share nothing with it), and
-  seed indices (`first_seed_index`) past every index the discovery used, a disjoint block per gem;
-- **fresh synthetic paths** (`data.synthetic.paths: per_seed`): the path of seed index s is
-  `data.synthetic.seed + s`, so with the discovery's largest `data.synthetic.seed` and the fresh
-  indices every path is one the discovery never trained on. On one price history (a file or
-  `paths: shared`) the history is necessarily the same: the report says the confirmation is
-  conditional on it;
-- **the gem's own comparison** (`arm_designs.confirmation_arms`): the chosen configuration as
-  `proposal` beside itself with only that gem measured (`control`, also named `without-<gem>`),
-  the comparison the gem's verdict makes; every other wired gem stays wired on both sides, so a
-  confirmation trial holds pairs for its own gem only, and each gem's final verdict rests on its
-  own fresh trial (the same data, epochs and everything else of the chosen trial).
-
-**With power** (issue 30, item 7): each gem's confirmation trains the seeds per arm that make its
-MDE at most the discovery's, by the same rule and in the same units (`search_choice.
-confirmation_power`, `rules.power.mde`), and says so before training; `--seeds` that cannot
-give a finite interval or reach that MDE, or a design no seed count can bring there (a floor of
-periods, or of one history's market noise), is refused in one line before anything is trained or
-claimed, so the search's one confirmation is never spent on a run that cannot decide. **On one
-price history** the confirmation inherits the history's luck of the configuration the search
-chose for it, so its final verdict needs the selection-adjusted gate (`search_choice.
-one_history_final`: the market-noise part, or over periods the pooled interval, at the verdict's
-level / the trials the search chose among; no market-noise interval, nothing final).
-
-The confirmation runs once per search: `EXP/confirmed.json` records it (claimed before the first
-trial trains, removed again if the confirmation fails or is stopped by Ctrl-C or SIGTERM), and a
-second `confirm` of the search is refused whatever its `--out`, so a search cannot be
-re-confirmed until a run passes. While it trains, `confirm` holds the search folder's one-writer
-lock (tune_gems.contracts.output_lock): a second `confirm` (or a `sweep --resume`) is refused
-naming its pid, and a confirmation killed outright (SIGKILL, a lost machine) leaves a "running"
-record and a `.confirmation.tmp-*` folder that the next `confirm` finds unheld and clears.
-Its folder (default `EXP/confirmation`) is never overwritten.
-
-What it reads is verified first, fail-closed (tune_gems.contracts.run_record): the search's
-marker must record the checksums of its `spec.yaml` (and of its data file), and both must
-match; a marker missing, unreadable or without them, an edited spec or a changed data file is
-refused in one line, since the confirmation would otherwise train another configuration than
-the discovery's while its table shows the two side by side. `confirmed.json` is read only as a
-regular file (non-blocking, bounded); a verdict gain of +inf in the trials table (no run
-reports one: divergence scores -inf) is refused as a forged table. It is
-an experiment folder like a sweep's (trials/history/members/arms parquet, eval_returns, gems.json,
-so `tune-gems analyze EXP/confirmation` gives its full tables), plus `choices.json` (what was
-chosen and the fresh seeds), `confirmation.csv` (discovery and confirmation side by side, with
-the shrinkage), `verdicts.csv` (the confirmation's verdicts, the final ones), `report.md` and
-`tensorboard/<trial id>` (each confirmation trial's epochs, tagged as `train` tags them). While it
-trains it prints a line per finished trial with an ETA, as a sweep does.
-
-The parts: the plan (tune_gems.commands.confirm_plan), the record and its clean-up
-(tune_gems.commands.confirm_record), the training (tune_gems.commands.confirm_trials); this module
-checks what it reads, runs them in order and writes the summary.
+Why: a search keeps its best trial, and the best of many noisy trials is inflated; with paths
+shared across trials a configuration can also win by suiting those paths. So the winner is
+trained again, once, beside its control (the gem measured), on seeds, seed indices and synthetic
+paths the search never saw, with the seeds per arm that make its MDE at most the discovery's
+(`search_choice.confirmation_power`); its verdicts are the final ones. The confirmation runs
+once per search (`confirmed.json`), under the search folder's one-writer lock, and only on a
+search whose spec and data checksums still match. docs/analysis.md "Search, then confirm" is
+the manual. The parts: the plan (tune_gems.commands.confirm_plan), the record and its clean-up
+(tune_gems.commands.confirm_record), the training (tune_gems.commands.confirm_trials); this
+module checks what it reads, runs them in order and writes the summary.
 """
 
 from __future__ import annotations

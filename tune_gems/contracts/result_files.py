@@ -1,7 +1,7 @@
 """The names of the files a run writes and of the id columns of its tables, in one place.
 
 A leaf module (it imports nothing of tune_gems), shared by the writers (`tune_gems.sweep`,
-`tune_gems.trainer.train_command`) and the reader (`tune_gems.analysis.load`), so a renamed file cannot
+`tune_gems.trainer.train_command`) and the reader (`tune_gems.analysis.read.load`), so a renamed file cannot
 leave the analysis looking for the old name. docs/results.md describes every file.
 """
 

@@ -58,7 +58,7 @@ def _stem(path: str) -> str:
 
 def history_specs(data: Any) -> tuple[HistorySpec, ...]:
     """The histories a `DataConfig` names, in order (the members' history index): the synthetic
-    series, or `data.path`'s `data.price_column` (one history, as before histories existed), or one
+    series, or `data.path`'s `data.price_column` (one history), or one
     per `data.price_columns` entry (named after its column; the file, time column shared), or one
     per `data.histories` entry (its path, price and time columns defaulting to `data.path`,
     `data.price_column`, `data.time_column`; named `name`, else its file's stem when it has its

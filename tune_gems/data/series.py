@@ -282,8 +282,7 @@ def _regime_chain(cumulative: np.ndarray, jumps: np.ndarray, start: int | np.nda
     regime whose cumulative transition probability (row s of `cumulative`) exceeds jumps[t]
     (numpy's searchsorted, side "right", capped at the last regime). Every row's move from
     every regime is computed at once; only the walk through them is a loop over the rows, each
-    step one lookup for every path (issue 33: the per-row searchsorted made 64 paths a 6 s
-    start-up)."""
+    step one lookup for every path (a searchsorted per row makes 64 paths a 6 s start-up)."""
     k = cumulative.shape[0]
     many = np.atleast_2d(jumps)
     P, n = many.shape

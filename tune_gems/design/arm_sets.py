@@ -1,4 +1,4 @@
-"""Designed arms sets, and the paired gains they support (issue 12, "wire_search").
+"""Designed arms sets, and the paired gains they support ("wire_search").
 
 Optuna proposes per gem a mode (off / measure / wire) and a weight. Comparing that proposal with
 other trials confounds the gem with everything else that differs between trials. The
@@ -60,9 +60,9 @@ PROPOSAL = "proposal"
 CONTROL = "control"
 WITHOUT_PREFIX = "without-"
 AA_ARM = "control-aa"
-"""The A/A arm (issue 21): the control with replay batches drawn from an independent stream
+"""The A/A arm: the control with replay batches drawn from an independent stream
 (`trainer.replay_stream`), everything else equal. The analysis pairs it with the control
-(`verdicts.placebo_verdicts`, kind a/a): the learner's own null spread, which must read
+(`gem_verdicts.placebo_verdicts`, kind a/a): the learner's own null spread, which must read
 equivalent or inconclusive."""
 AA_STREAM = 1
 
@@ -227,7 +227,7 @@ def verdict_gains(
     `window` [k, P]: each member's validation alpha Sharpe at the last k epochs (k = min(
     `trainer.objective_last_k`, epochs so far), the verdict's window); `window_diverged` [k, P]
     its divergence flags. A member's value is its window mean; it counts as diverged when it
-    diverged in the window or has a non-finite value there (as `analysis.designs.window_values`).
+    diverged in the window or has a non-finite value there (as `pairing.window_values`).
     Returns `verdict_gain` (proposal - control) and `verdict_gain_<g>` (proposal - without-<g>;
     NaN where the run has no without-<g> arm; `aliases` as in paired_gains). The one-arm design:
     0.0 and NaN per gem."""

@@ -1,4 +1,4 @@
-"""NoisyNet noise on Triton (`model.layer_kernel: triton`, issue 40 item 1): from the iteration's
+"""NoisyNet noise on Triton (`model.layer_kernel: triton`): from the iteration's
 uniforms straight into a layer's noise factors, one launch per noisy layer.
 
 The torch path (tune_gems.trainer.learner `_fresh_draws`, tune_gems.rng.box_muller,

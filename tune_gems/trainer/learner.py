@@ -111,7 +111,8 @@ class Learner:
         # one block of uniforms per iteration and member; each consumer reads its own slice.
         # Every slice is reserved whatever the member's switches (noise for members without
         # NoisyNets, exploration for members with them), so a member's draws never depend on
-        # them; the exploration slices come last, so runs with NoisyNets draw as before.
+        # them; the exploration slices come last, so the noise slices keep their offsets (a NoisyNets
+        # run's draws do not depend on them).
         self.plan = DrawPlan(
             {
                 "noise_online": 2 * noise,  # Box-Muller: two uniforms per normal
@@ -265,7 +266,7 @@ class Learner:
     # -- one iteration -----------------------------------------------------------------------
     @functools.cached_property
     def iteration(self) -> SplitStep:
-        """One training iteration, called as `learner.iteration()`: the capturable part
+        """One training iteration, called as `Learner.iteration()`: the capturable part
         (`_iteration_on_device`) and the host-scheduled hard target copy (`_after_iteration`),
         after the device part of each iteration; `StepRunner` captures the first and runs the
         second between replays, counting iterations on the host."""
@@ -296,7 +297,7 @@ class Learner:
         with kernels=cuda, its reference otherwise): expected Q over [s_t, s_{t+1}] and the
         taken action's log-probabilities at s_t straight from the value and advantage logits,
         so the [P,2B,K,A,atoms] dueling logits and their gradient are never materialised. The
-        head runs in float32 outside autocast (bf16 stream outputs are cast up, as before).
+        head runs in float32 outside autocast (bf16 stream outputs are cast up).
         """
         B = self.cfg.trainer.batch_size
         stacked = b.stacked_obs  # [P,3B,obs_dim] = cat[s_t, s_{t+1}, s_{t+n}]

@@ -71,10 +71,10 @@ class Trainer:
         self.runner = StepRunner(self.learner.iteration, self.learner.state_tensors, use_graph)
         self.evaluator = GreedyEvaluator(self.learner, self.market, cfg.env, use_graph)
         self.history_names = tuple(spec.name for spec in history_specs(cfg.data))
-        """The run's price histories, by index (tune_gems.data.histories; one for every run before them)."""
+        """The run's price histories, by index (tune_gems.data.histories; one unless the data config names several)."""
         self.ids = member_ids(self.learner, self.market, self.history_names)
         self.window = EvalWindow.of_run(cfg, self.ids, self.market, self.evaluator)
-        """The last `trainer.objective_last_k` validation evaluations: what `window.write` writes
+        """The last `trainer.objective_last_k` validation evaluations: what `EvalWindow.write` writes
         as eval_returns.npz; part of every checkpoint."""
         self.epoch = 0
         self.env_steps = 0
@@ -253,7 +253,7 @@ class Trainer:
         """(state tensors, metadata): everything a checkpoint holds. The tensors are the live
         device state (a writer that works in the background must snapshot them before the next
         iteration); the metadata is host data, built fresh on each call (it includes the kept
-        validation evaluations, `window.kept`, as host tensors under EVAL_WINDOW_KEY). Refused
+        validation evaluations, `EvalWindow.kept`, as host tensors under EVAL_WINDOW_KEY). Refused
         while an epoch is queued: its iterations change the state past `epoch`."""
         if self._queued is not None:
             raise RuntimeError(f"a checkpoint of epoch {self.epoch} asked after epoch {self.epoch + 1} was queued")

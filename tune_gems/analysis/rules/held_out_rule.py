@@ -1,43 +1,25 @@
-"""The test segment as a pre-registered second stage (issue 37, item 4).
+"""The test segment as a pre-registered second stage.
 
-Why. Across one history's runs 1 of 5 validation "keeps" held on the test segment, and the
-held-out check beside each verdict (`analysis/held_out.py`) changed no word; its criterion
-(the test segment's seed interval alone excludes 0) also passed a true 0.15 effect only 62-78%
-of the time, because it left out what separates one period from another. Here the test segment
-is the confirmation, decided before it is looked at:
+Why. A check printed beside a verdict changes no word, and a criterion on the test segment's
+seed interval alone leaves out what separates one period from another (it passes a true 0.15
+effect only 62-78% of the time). So the test segment is the confirmation, decided before it is
+looked at (docs/analysis.md "The held-out confirmation"):
 
-- only a discovery `keep wired` or `harmful` is confirmed (the test segment is never used to
-  choose anything: no other word is changed by it, nothing is selected on it);
-- the test-segment effect (the same members, the same pairs) is compared with 0, **one-sided in
-  the discovery's direction**, at the **Bonferroni level of the family, alpha / m** (the first
-  Holm step; `confirmation_level`): the second stage is then, on its own, a Bonferroni test of
-  the m contrasts on data the discovery did not see, so a false final word needs a false
-  discovery AND a false confirmation, and the two-stage family-wise rate stays below alpha
-  even where the discovery's own rate does not (a fold overlap it leaves out), as long as the
-  test segment's luck is not the discovery's. (The contrast's own Holm level would pass a
-  later Holm step more often, at no cost where the discovery is calibrated; alpha / m is the
-  level whose guarantee does not lean on the discovery.)
-- its standard error carries **the test period's spread**: the test segment is one more period,
-  so its effect differs from the pooled effect by the periods' spread tau^2 as well as by seed
-  noise: se^2 = (the seeds' variance of the test effect) + tau^2, tau^2 the one the pooled
-  rule used (`pool_family`'s `tau2`). On one history with one fold there is no tau^2: what
-  stands in for it is the **market-noise variance** of the difference (the squared half-width of
-  the market-noise interval over its normal quantile: the history's luck for fixed policies,
-  the variance the one-period gate adds), and without one no confirmation is possible;
-- the degrees of freedom are Welch-Satterthwaite's of the two parts (the seeds' df, the
-  pooled rule's df for tau^2);
-- a discovery whose test-segment effect does not agree reads `not confirmed on held-out data`
-  (`words.NOT_CONFIRMED`), with both intervals kept for the reason line (the discovery's
-  pooled interval and the test segment's at the confirmation level); one without a
-  test-segment effect (no test pairs) reads it too: the word is final only when the held-out
-  data agree.
+- only a discovery `keep wired` or `harmful` is confirmed; the test segment chooses nothing else;
+- its effect (the same pairs) is compared with 0 one-sided in the discovery's direction at
+  **alpha / m** (`confirmation_level`): on its own a Bonferroni test of the m contrasts on data
+  the discovery did not see, so the two-stage family-wise rate stays below alpha even where the
+  discovery's own does not, as long as the test segment's luck is not the discovery's;
+- its standard error carries **the test period's spread** (it is one more period): the seeds'
+  variance plus the pooled rule's tau^2, or on one history with one fold the market-noise
+  variance (without one, no confirmation is possible); Welch-Satterthwaite degrees of freedom;
+- a discovery whose test effect does not agree, or has none, reads `not confirmed on held-out
+  data` (`words.NOT_CONFIRMED`), both intervals kept for the reason line.
 
-`seed_level_effect` gives the test-segment effect of per-seed test differences as the rule
-reads it: each seed's differences averaged over the folds (the seed, not the member, is the
-unit: a seed's members in every fold share its initial weights), then the Hodges-Lehmann effect
-of those seeds and its squared standard error from the signed-rank interval (`pooling.
-fold_estimates`, the fold effects' own estimator). Arrays in, words out: the calibration
-(`decision_calibration`) calls these on thousands of simulated families.
+`seed_level_effect`: each seed's test differences averaged over the folds (the seed is the
+unit), then the Hodges-Lehmann effect and its squared standard error from the signed-rank
+interval (`pooling.fold_estimates`' estimator). Arrays in, words out: `decision_calibration`
+calls these on thousands of simulated families.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Several price histories: the pooled rule with periods nested in histories (issue 37, item 3).
+"""Several price histories: the pooled rule with periods nested in histories.
 
 Why. On one history the part its folds share (the training rows they overlap on, a slow regime)
 cannot be estimated: the pooled verdict is conditional on that history, and the fold overlap

@@ -1,4 +1,4 @@
-"""The walk-forward results as a table, one row per gem and fold (issue 31 item 3): what
+"""The walk-forward results as a table, one row per gem and fold: what
 `fold_effects.csv`, report.md's per-fold table and the forest plot show.
 
 Why its own module. The per-fold effects and intervals are the period rule's own

@@ -1,4 +1,4 @@
-"""Verdicts over several price histories (issue 37 item 3): the nested rule's evidence and columns.
+"""Verdicts over several price histories: the nested rule's evidence and columns.
 
 Why a layer of its own. With H >= 2 price histories (members carry a `history` id, each history its
 own market, folds and test segment) the replication unit is the history, not the fold: the rule
@@ -9,7 +9,7 @@ rule (`Evidence.histories`). This module gathers that evidence from the verdicts
 seed index s is the same unit in every history and fold) and writes what the decision says into
 the verdict table's period columns, with the power statement of the nested rule
 (`power.history_mde`), so `verdicts.csv`, `factors.csv`, the console and `report.md` state the rule
-that decided. One history (every run before issue 37) never comes here: `history_family` is None.
+that decided. One history never comes here: `history_family` is None.
 """
 
 from __future__ import annotations

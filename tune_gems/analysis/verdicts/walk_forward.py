@@ -1,41 +1,23 @@
 """Verdicts over periods: per-fold effects and one pooled effect that carries period-to-period
-variation (walk-forward folds, issue 20; the deciding test and its power, issue 30), and the
-one-period rule when there is one fold.
+variation (walk-forward folds: the deciding test and its power), and the one-period rule when
+there is one fold.
 
 Why. The seed rule (`gem_verdicts.py`) says how an arm difference varies over seeds. On one price
 history every seed sees the same validation period, so the seed interval cannot see whether the
-effect holds in another period. With walk-forward folds (`data.folds`: members carry an integer
-`fold`, each fold evaluated on its own validation window, seed index s shared across folds and
-arms) the periods are replicated, and the verdict becomes:
+effect holds in another period. With walk-forward folds (`data.folds`) the periods are
+replicated: the per-fold effects (`selectors.wiring_pairs` on the fold's cells, ties carrying no
+weight), their random-effects combination over the family (`rules.pooling.pool_family`), the
+pooled test deciding (`rules.periods.decide_periods`), and its power (`rules.power`).
 
-- **per-fold effects**: the gem's seed-paired differences inside fold k (`selectors.wiring_pairs`
-  on the fold's cells), their Hodges-Lehmann effect and signed-rank interval on the fold's
-  informative pairs (ties carry no weight);
-- **the pooled effect**: a random-effects combination of the fold effects over the family of
-  gems (`rules.pooling.pool_family`: DerSimonian-Laird tau^2 and the HKSJ scale shared across
-  the gems when they agree, never narrower than the DerSimonian-Laird interval, plus the
-  variance of the seeds' part that every fold shares);
-- **the verdict**: the pooled test decides (`rules.periods.decide_periods`: Holm over the gems;
-  `insufficient data: too few periods` below `min_periods`; `inconsistent across periods` only
-  when fold intervals lie on both sides of 0; `heterogeneous across periods` when the periods
-  differ and nothing else is decided);
-- **its power**: the MDE, the seeds that would reach the ROPE and the floor no seed count beats,
-  all of the pooled test (`rules.power`), with the advice they imply.
+With one fold the verdict is the seed rule's with the market-noise gate of one history, made
+calibrated: the seed and market-noise intervals are two variances of one difference, so a
+`keep wired` / `harmful` / `equivalent` must hold for the combined interval (each side
+sqrt(seed side^2 + market half-width^2)); requiring each interval alone to exclude 0 is up to
+~3x too liberal when the two are of similar size. Its reason says the verdict is conditional on
+one validation period. docs/analysis.md "Verdicts over periods" has the full rule.
 
-With one fold (every run before issue 20, or `data.folds` with K = 1) the verdict is the seed
-rule's with the market-noise gate of one history, made calibrated: the seed interval and the
-market-noise interval are two variances of one difference (seeds on a fixed history; the
-history's luck for fixed policies), so a `keep wired` / `harmful` / `equivalent` must hold for
-the combined interval, each side sqrt(seed side^2 + market half-width^2) from the effect at the
-same level; requiring each interval alone to exclude 0 is up to ~3x too liberal when the two
-are of similar size. The gate applies with diverged members too (the market interval then
-covers the surviving pairs; an infinite seed side stays infinite). Its reason says the
-verdict is conditional on one validation period.
-
-This layer gathers the evidence and writes the reasons; the decisions are the rule module's
-(`rules.pooling`, `rules.periods.decide_periods` for K >= 2, `rules.gates.one_period_gate` for
-K = 1, `rules.power` for the power statement), the functions `walk_forward_calibration.py` runs
-on its simulated families.
+This layer gathers the evidence and writes the reasons; the decisions are the rule module's,
+the functions `walk_forward_calibration.py` runs on its simulated families.
 """
 
 from __future__ import annotations
@@ -74,7 +56,7 @@ ADD_FOLDS = "add folds: data.folds.k or the purged scheme"
 
 
 def experiment_overlap(paths: Sequence, labels: Sequence[str]) -> FoldOverlap | None:
-    """The overlap of the experiment's folds that share training rows (issue 37 item 2): its fold
+    """The overlap of the experiment's folds that share training rows: its fold
     table (folds.parquet / folds.csv, `read.load.read_fold_windows`) through
     `rules.overlap.fold_overlap` (Nadeau-Bengio's correlation per pair of folds whose training
     runs meet). Several experiments or trials: per pair of folds the largest correlation any of
@@ -299,7 +281,7 @@ def add_period_columns(v: pd.DataFrame, family, cols: list[int], th: Thresholds)
 def write_pooled(v: pd.DataFrame, i, j: int, pooled: dict, rule, power: dict) -> None:
     """Row `i` of the verdict table (contrast j of the family) from the pooled test: its numbers
     (`pooled`, the rule's decision `rule`) and the power statement of the test that decides
-    (`power`; never the seed rule's: issue 30; its `overlap` the folds' factor F the pooled
+    (`power`; never the seed rule's, which would understate it; its `overlap` the folds' factor F the pooled
     variance carried, `fold_overlap`). Over periods and over histories alike."""
     level = float(rule.level[0, j])
     v.loc[i, ["pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_ci_level", "pooled_p",
