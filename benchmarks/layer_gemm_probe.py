@@ -68,9 +68,9 @@ SMOKE_CONFIG = [
     "trainer.learning_starts=8", "env.window=8", "env.episode_length=32", "model.hidden=16", "model.stream_hidden=8",
     "model.atoms=11", "model.predictor_hidden=16", "data.synthetic.n=900", "device=cpu",
 ]  # fmt: skip
-SHAPE_NEUTRAL = ["trainer.replay_capacity=4096", "trainer.learning_starts=64"]
-"""Overrides that change no layer product's shape (the replay's size and its prefill), so the
-recording learner starts in seconds."""
+SHAPE_NEUTRAL = ["trainer.replay_capacity=4096", "trainer.learning_starts=64", "kernels=reference"]
+"""Overrides that change no layer product's shape (the replay's size and its prefill, the gems'
+plain-torch ops: no extension build), so the recording learner starts in seconds."""
 H100_SHARED = 232448
 """Bytes of shared memory a program may use on sm_90 (a variant asking more cannot launch)."""
 
@@ -255,7 +255,7 @@ def configs(names: list[str], device: str, precision: str) -> dict:
                                            f"device={device}", "trainer.population=64", "model.layer_kernel=triton",
                                            f"trainer.precision={precision}", "trainer.graph=off", *SHAPE_NEUTRAL])  # fmt: skip
         elif name == "moonshot":
-            cfg = train_step.moonshot_config(precision, False, "auto", device=device, layer_kernel="triton")
+            cfg = train_step.moonshot_config(precision, False, "reference", device=device, layer_kernel="triton")
             out[name] = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"replay_capacity": 4096, "learning_starts": 64})})
         elif name == "smoke":
             out[name] = load_config(None, [*SMOKE_CONFIG, "model.layer_kernel=triton"])
@@ -480,27 +480,34 @@ def compiled_only():
             setattr(kernels, n, fn)
 
 
-def precompile(jobs, products, device: str, threads: int, deadline: float) -> None:
-    """Compile every kernel the timing will launch, `threads` at once (Triton's asynchronous
-    compile mode; ptxas and the compiler's passes run outside the GIL), one job (variant x
-    precision) after another, none started within a minute of the deadline: the budget goes to
-    timing, not to compiling one kernel after another."""
-    from concurrent.futures import ThreadPoolExecutor
+def precompile(jobs, products, device: str, processes: int, deadline: float) -> None:
+    """Compile every kernel the timing will launch, in `processes` worker processes at once (each
+    compiles its jobs' kernels into Triton's cache on disk, where this process's launches find
+    them), so the budget goes to timing, not to compiling one kernel after another; a worker's
+    crash costs only its compiles. Whatever is not compiled a minute before the deadline is left
+    to compile at its first launch."""
+    import multiprocessing
 
-    from triton.runtime._async_compile import AsyncCompileMode
+    tasks = [(variant.name, prec, products, device) for _, variant, prec in jobs if variant is not None]
+    pool = multiprocessing.get_context("spawn").Pool(min(processes, len(tasks)))
+    try:
+        pool.map_async(_compile_job, tasks, chunksize=1).get(timeout=max(1.0, deadline - 60.0 - time.monotonic()))
+    finally:
+        pool.terminate()
 
-    with ThreadPoolExecutor(threads) as pool:
-        for kind, variant, prec in jobs:
-            if variant is None or time.monotonic() > deadline - 60.0:
-                continue
-            with AsyncCompileMode(pool, ignore_errors=True), compiled_only(), precision_context(prec):
-                for p in products:
-                    ops = Operands(p, variant.layout, device)
-                    for op in (o for o in OPS if getattr(p, o)):
-                        try:
-                            triton_call(op, ops, p.relu, DOT[prec], variant.policy)()
-                        except Exception:  # the timing pass reports it
-                            pass
+
+def _compile_job(task) -> None:
+    """One variant x precision's kernels, compiled (a worker of `precompile`)."""
+    name, prec, products, device = task
+    variant = next(v for v in VARIANTS if v.name == name)
+    with compiled_only(), precision_context(prec):
+        for p in products:
+            ops = Operands(p, variant.layout, device)
+            for op in (o for o in OPS if getattr(p, o)):
+                try:
+                    triton_call(op, ops, p.relu, DOT[prec], variant.policy)()
+                except Exception:  # the timing pass reports it
+                    pass
 
 
 # -- the float64 check of the smoke run -------------------------------------------------------------
@@ -561,13 +568,13 @@ def run_probe(products: list[Product], variants: list[Variant], precisions: list
     deadline = t0 + args.budget - 20.0  # the inspection and the tables after the timing
     jobs = [("torch", None, prec) for prec in precisions]
     jobs += [("triton", v, prec) for v in variants for prec in precisions if prec in v.precisions]
-    if device == "cuda" and args.compile_threads > 1:
+    if device == "cuda" and args.compile_processes > 1:
         started = time.monotonic()
         try:
-            precompile(jobs, products, device, args.compile_threads, deadline)
-            print(f"compiled the variants in {time.monotonic() - started:.1f} s ({args.compile_threads} threads)", flush=True)
+            precompile(jobs, products, device, args.compile_processes, deadline)
+            print(f"compiled the variants in {time.monotonic() - started:.1f} s ({args.compile_processes} processes)", flush=True)
         except Exception as e:  # then each kernel compiles at its first launch
-            print(f"the compile pass failed ({type(e).__name__}: {e}); compiling at first launch", flush=True)
+            print(f"the compile pass stopped ({type(e).__name__}: {e}); the rest compiles at first launch", flush=True)
     compiled: dict = {}
     cache: dict = {}
     for kind, variant, prec in jobs:
@@ -615,7 +622,7 @@ def run_probe(products: list[Product], variants: list[Variant], precisions: list
                         raise
                     row["failed"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
                 rows.append(row)
-    described = describe_all(compiled, args.compile_threads)
+    described = describe_all(compiled, args.compile_processes)
     for r in rows:
         r["kernels"] = [described[h] for h in r.get("kernels", [])]
     return rows
@@ -730,7 +737,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default=",".join(v.name for v in VARIANTS))
     ap.add_argument("--budget", type=float, default=240.0, help="seconds for the whole probe (recording, compiles, timing, inspection)")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--compile-threads", type=int, default=min(16, os.cpu_count() or 1))
+    ap.add_argument("--compile-processes", type=int, default=min(14, os.cpu_count() or 1), help="1: compile at first launch")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", default=None)
     ap.add_argument("--smoke", action="store_true", help="CPU, Triton's interpreter, a tiny config: values against float64")
