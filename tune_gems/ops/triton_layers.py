@@ -281,7 +281,7 @@ def weight_grads(x: Tensor, dy: Tensor, y: Tensor, lw: LayerWeights, relu: bool,
     if lw.scaled:
         kernels._sigma_grad_kernel[_grid(G, n_tiles, t)](
             dw, *sdw, partials, lw.scale, lw.sn_u, lw.sn_u.stride(0), lw.sn_v, lw.sn_v.stride(0), K, O, n_tiles,
-            REPS=lw.reps, TILES_P2=_fit(n_tiles, n_tiles, 1), BM=t.rows, BN=t.cols, GROUP_AXIS=t.group_axis, num_warps=NUM_WARPS,
+            REPS=lw.reps, TILES_P2=_fit(n_tiles, n_tiles, 1), BM=t.rows, BN=t.cols, GROUP_AXIS=t.group_axis, num_warps=t.warps,
         )  # fmt: skip
     return dw, dws if lw.noisy else None, db, dbs if lw.noisy else None
 
