@@ -4,16 +4,16 @@ histories a data config names, and what each is called.
 A run trains on one history (a price file, or the synthetic series) or on several: the columns of
 one multi-asset file (`data.price_columns`) or one entry per file or column (`data.histories`).
 Each history is its own market (its own normalisation, folds, test segment and episodes);
-members = histories x folds x arms x seeds (tune_gems.design.arms.MemberLayout). This module
-resolves the config into one `HistorySpec` per history (its name, file and columns), with no I/O:
-the config's validation, the member layout and the loader (tune_gems.data.series.load_histories)
-all read the same list.
+members = histories x folds x arms x seeds (tune_gems.design.arms.MemberLayout). The data config
+resolves itself into one `HistorySpec` per history (its name, file and columns), with no I/O
+(`DataConfig.price_histories`, tune_gems.config.schema): the config's validation, the member
+layout and the loader (tune_gems.data.series.load_histories) all read that one list. This module
+holds the record, the names' rules and the limits, below the schema.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 MAX_HISTORIES = 64
@@ -50,49 +50,6 @@ class HistorySpec:
         return SYNTHETIC_NAME if self.path is None else f"{self.path}, column {self.price_column!r}"
 
 
-def _stem(path: str) -> str:
-    """A file's name without its suffixes (`data/sp500.csv.gz` -> `sp500`)."""
-    name = Path(path).name
-    return name.split(".", 1)[0] or name
-
-
-def history_specs(data: Any) -> tuple[HistorySpec, ...]:
-    """The histories a `DataConfig` names, in order (the members' history index): the synthetic
-    series, or `data.path`'s `data.price_column` (one history), or one
-    per `data.price_columns` entry (named after its column; the file, time column shared), or one
-    per `data.histories` entry (its path, price and time columns defaulting to `data.path`,
-    `data.price_column`, `data.time_column`; named `name`, else its file's stem when it has its
-    own file, else its column). The config's validation refuses duplicate or malformed names."""
-    if data.source == "synthetic":
-        return (HistorySpec(SYNTHETIC_NAME, None, data.price_column, None),)
-    columns = getattr(data, "price_columns", None)
-    entries = getattr(data, "histories", None)
-    if columns:
-        return tuple(HistorySpec(c.strip(), data.path, c, data.time_column) for c in columns)
-    if entries:
-        out = []
-        for h in entries:
-            column = h.price_column or data.price_column
-            name = h.name if h.name is not None else _stem(h.path) if h.path else column
-            time_column = h.time_column if h.time_column is not None else data.time_column
-            out.append(HistorySpec(name.strip(), h.path or data.path, column, time_column))
-        return tuple(out)
-    return (HistorySpec(_stem(data.path or "") if data.path else data.price_column, data.path, data.price_column, data.time_column),)
-
-
-def n_histories(data: Any) -> int:
-    """How many histories a `DataConfig` names (no file is read)."""
-    return len(history_specs(data))
-
-
-def history_key(data: Any) -> str:
-    """The config key that lists the histories (for messages): `data.price_columns`,
-    `data.histories`, or `data.path` for one history."""
-    if getattr(data, "price_columns", None):
-        return "data.price_columns"
-    return "data.histories" if getattr(data, "histories", None) else "data.path"
-
-
 def name_problem(name: str) -> str | None:
     """Why `name` cannot name a history, or None."""
     if not name.strip():
@@ -107,8 +64,7 @@ def specs_problem(data: Any) -> str | None:
     """The first problem of a data config's histories (one line naming the key), or None: a name
     that cannot be one, two histories of one name (names compare ignoring case, as the file's
     columns do). Their number is bounded by the config's fields (MAX_HISTORIES)."""
-    specs = history_specs(data)
-    key = history_key(data)
+    specs, key = data.price_histories, data.histories_key
     seen: dict[str, int] = {}
     for i, spec in enumerate(specs):
         problem = name_problem(spec.name)

@@ -10,6 +10,7 @@ strictly increasing time order.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -17,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.contracts.errors import DataError
-from tune_gems.data.histories import HistorySpec, history_key, history_specs
+from tune_gems.data.histories import HistorySpec
 
 CSV_SUFFIXES = (".csv", ".csv.gz", ".txt")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -30,6 +31,20 @@ HISTORY_ATTR = "history"
 
 DEFAULT_REGIMES = ((0.006, 0.0005), (0.010, 0.0), (0.020, -0.0005))
 """(daily volatility, daily drift at edge=1) of the synthetic regimes: calm-up, choppy, stressed."""
+
+@dataclass(frozen=True)
+class SyntheticShape:
+    """The synthetic series beside its edge (`synthetic_prices`): its regimes (daily volatility,
+    daily drift at edge=1), how long a regime and the trend persist, the trend's largest share of
+    a return's variance, the first business day and the first price."""
+
+    regimes: Sequence[tuple[float, float]] = DEFAULT_REGIMES
+    regime_persistence: float = 0.98
+    trend_persistence: float = 0.95
+    max_trend_share: float = 0.2
+    start: str = "2000-01-03"
+    start_price: float = 100.0
+
 
 DEFAULT_EDGE = 0.8
 """The one default strength of the synthetic momentum edge (`data.synthetic.edge` and
@@ -197,7 +212,8 @@ def load_prices(
     return series
 
 
-def synthetic_prices(n: int, seed: int, edge: float = DEFAULT_EDGE, **shape: Any) -> pd.Series:
+def synthetic_prices(n: int, seed: int, edge: float = DEFAULT_EDGE, edge_periods: Sequence[Sequence[float]] | None = None,
+                     shape: SyntheticShape = SyntheticShape()) -> pd.Series:
     """A seeded regime-switching price series with a weak momentum edge a learner can find.
 
     Why this shape: the embedded run must have something to learn (so a policy reading past
@@ -221,25 +237,13 @@ def synthetic_prices(n: int, seed: int, edge: float = DEFAULT_EDGE, **shape: Any
       regimes, trend and noise whatever the edges.
     Prices compound simple returns with multiplications only (no exp), so the same (n, seed,
     edge) gives the same bits on every machine. Indexed by business days from `start`.
-    `shape`: the other keywords of `synthetic_paths` (regimes, edge_periods, regime_persistence,
-    trend_persistence, max_trend_share, start, start_price), which builds it.
+    `shape` (SyntheticShape): regimes, persistences, trend share, start; built by `synthetic_paths`.
     """
-    return synthetic_paths(n, [seed], edge, **shape)[0]
+    return synthetic_paths(n, [seed], edge, edge_periods, shape)[0]
 
 
-def synthetic_paths(
-    n: int,
-    seeds: Sequence[int],
-    edge: float = DEFAULT_EDGE,
-    *,
-    regimes: Sequence[tuple[float, float]] = DEFAULT_REGIMES,
-    edge_periods: Sequence[Sequence[float]] | None = None,
-    regime_persistence: float = 0.98,
-    trend_persistence: float = 0.95,
-    max_trend_share: float = 0.2,
-    start: str = "2000-01-03",
-    start_price: float = 100.0,
-) -> list[pd.Series]:
+def synthetic_paths(n: int, seeds: Sequence[int], edge: float = DEFAULT_EDGE, edge_periods: Sequence[Sequence[float]] | None = None,
+                    shape: SyntheticShape = SyntheticShape()) -> list[pd.Series]:
     """`synthetic_prices` of each seed, built together: each path draws from its own seed's
     generator, as alone, then every path's regime chain and trend are walked in one loop over
     the rows (a vector of paths per row), the returns and prices computed for all paths at
@@ -250,13 +254,13 @@ def synthetic_paths(
     if not len(seeds):
         raise ValueError("synthetic_paths: no seeds")
     edge_of_row = edge if edge_periods is None else _edge_of_row(n, edge_periods)
-    for share_value in np.unique(np.atleast_1d(np.asarray(edge_of_row, dtype=np.float64) * max_trend_share)):
+    for share_value in np.unique(np.atleast_1d(np.asarray(edge_of_row, dtype=np.float64) * shape.max_trend_share)):
         if not 0.0 <= share_value <= 1.0:
             raise ValueError(f"edge * max_trend_share must lie in [0, 1], got {float(share_value)}")
-    vol, drift = (np.asarray(col, dtype=np.float64) for col in zip(*regimes))
+    vol, drift = (np.asarray(col, dtype=np.float64) for col in zip(*shape.regimes))
     k = len(vol)
-    leave = (1.0 - regime_persistence) / max(k - 1, 1)
-    transition = np.where(np.eye(k, dtype=bool), regime_persistence if k > 1 else 1.0, leave)
+    stay = shape.regime_persistence if k > 1 else 1.0
+    transition = np.where(np.eye(k, dtype=bool), stay, (1.0 - shape.regime_persistence) / max(k - 1, 1))
     cumulative = np.cumsum(transition, axis=1)
     jumps, trend_shocks, noise = (np.empty((len(seeds), n)) for _ in range(3))
     first = np.empty(len(seeds), dtype=np.int64)
@@ -265,14 +269,14 @@ def synthetic_paths(
         jumps[p], trend_shocks[p], noise[p] = rng.random(n), rng.standard_normal(n), rng.standard_normal(n)
         first[p] = rng.integers(k)
     state = _regime_chain(cumulative, jumps, first)
-    trend = _ar1(trend_shocks, trend_persistence, np.sqrt(1.0 - trend_persistence**2))
+    trend = _ar1(trend_shocks, shape.trend_persistence, np.sqrt(1.0 - shape.trend_persistence**2))
 
-    share = edge_of_row * max_trend_share
+    share = edge_of_row * shape.max_trend_share
     returns = drift[state] * edge_of_row + vol[state] * (np.sqrt(share) * trend + np.sqrt(1.0 - share) * noise)
-    returns[:, 0] = 0.0  # the first price is start_price itself
+    returns[:, 0] = 0.0  # the first price is the start price itself
     # Strictly positive prices: no regime here comes near a -100% day, the floor only makes it certain.
-    prices = start_price * np.cumprod(1.0 + np.maximum(returns, -0.5), axis=1)
-    index = pd.bdate_range(start=start, periods=n)
+    prices = shape.start_price * np.cumprod(1.0 + np.maximum(returns, -0.5), axis=1)
+    index = pd.bdate_range(start=shape.start, periods=n)
     return [pd.Series(row, index=index, name="close", dtype=np.float64) for row in prices]
 
 
@@ -321,11 +325,6 @@ def _edge_of_row(n: int, periods: Sequence[Sequence[float]]) -> np.ndarray:
     return edges[np.searchsorted(starts, np.arange(n), side="right") - 1]
 
 
-def _synthetic(syn: Any, seed: int) -> pd.Series:
-    """One path of a `SyntheticConfig` (its edge, or its regimes in time) at `seed`."""
-    return synthetic_prices(syn.n, seed, syn.edge, edge_periods=syn.edge_periods)
-
-
 def load_series(cfg: Any, min_rows: int = 0) -> pd.Series:
     """The series a `DataConfig` names: the synthetic one, or a validated price file (its one
     history; a config of several histories: `load_histories`)."""
@@ -333,9 +332,9 @@ def load_series(cfg: Any, min_rows: int = 0) -> pd.Series:
         syn = cfg.synthetic
         if syn.n < min_rows:
             raise DataError(f"data.synthetic.n: {syn.n} rows, need at least {min_rows}")
-        return _synthetic(syn, syn.seed)
-    if len(history_specs(cfg)) != 1:
-        raise ValueError(f"load_series: {history_key(cfg)} names {len(history_specs(cfg))} histories; load them with load_histories")
+        return synthetic_prices(syn.n, syn.seed, syn.edge, syn.edge_periods)
+    if len(cfg.price_histories) != 1:
+        raise ValueError(f"load_series: {cfg.histories_key} names {len(cfg.price_histories)} histories; load them with load_histories")
     return load_histories(cfg, min_rows)[0]
 
 
@@ -353,14 +352,14 @@ def _load_history(spec: HistorySpec, min_rows: int, several: bool) -> pd.Series:
 
 
 def load_histories(cfg: Any, min_rows: int = 0) -> list[pd.Series]:
-    """Every price history of a file `DataConfig` (tune_gems.data.histories.history_specs: one, or
+    """Every price history of a file `DataConfig` (`DataConfig.price_histories`: one, or
     one per `data.price_columns` / `data.histories` entry), validated one by one (`load_prices`,
     a problem naming the history) and then against each other: histories share one calendar (the
     same timestamps, or the same number of rows without a time column), so every fold, segment
     and date means the same rows in each (`check_one_calendar`)."""
-    specs = history_specs(cfg)
+    specs = cfg.price_histories
     series = [_load_history(spec, min_rows, len(specs) > 1) for spec in specs]
-    check_one_calendar(specs, series, history_key(cfg))
+    check_one_calendar(specs, series, cfg.histories_key)
     return series
 
 
@@ -419,12 +418,10 @@ def load_paths(cfg: Any, n_seed_indices: int = 1, min_rows: int = 0, first_seed_
         raise ValueError(f"n_seed_indices must be >= 1, got {n_seed_indices}")
     if cfg.source != "synthetic":
         return load_histories(cfg, min_rows=min_rows)
-    if cfg.synthetic.paths == "shared":
-        return [load_series(cfg, min_rows=min_rows)]
     syn = cfg.synthetic
     if syn.n < min_rows:
         raise DataError(f"data.synthetic.n: {syn.n} rows, need at least {min_rows}")
-    return synthetic_paths(syn.n, path_seeds(syn, n_seed_indices, first_seed_index), syn.edge, edge_periods=syn.edge_periods)
+    return synthetic_paths(syn.n, path_seeds(syn, n_seed_indices, first_seed_index), syn.edge, syn.edge_periods)
 
 
 def path_of_member(cfg: Any, seed_slot_of_member: Sequence[int], history_of_member: Sequence[int] | None = None) -> list[int]:

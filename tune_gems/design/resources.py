@@ -32,7 +32,7 @@ from typing import Any
 
 from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import ResourceError
-from tune_gems.data.histories import history_specs, n_histories
+from tune_gems.design.arms import run_arms
 
 FLOAT = 4
 INDEX = 8
@@ -103,16 +103,10 @@ def param_count(cfg: Config) -> int:
 
 
 def default_members(cfg: Config) -> int:
-    """Members a run of `cfg` trains: histories x folds x arms x population (one history without
-    `data.histories` / `data.price_columns`, one arm without `arms`, one fold without
-    `data.folds`). It expands the arms: a run that has its arms record (`design.arms.run_arms`)
-    passes `members=` instead."""
-    cells = n_histories(cfg.data) * cfg.data.folds.k
-    if getattr(cfg, "arms", None) is None:
-        return cells * cfg.trainer.population
-    from tune_gems.design.arms import expand_arms
-
-    return cells * cfg.trainer.population * len(expand_arms(cfg))
+    """Members a run of `cfg` trains: histories x folds x arms x population, its member layout's
+    (`design.arms.run_arms`, which expands the arms: a run that has its arms record passes
+    `members=` instead)."""
+    return run_arms(cfg).members
 
 
 def estimate_memory(cfg: Config, members: int | None = None, on_cuda: bool = False) -> MemoryEstimate:
@@ -136,7 +130,7 @@ def estimate_memory(cfg: Config, members: int | None = None, on_cuda: bool = Fal
     series_len = _series_length(cfg)
     evaluation = 2 * series_len * FLOAT  # returns and positions per member over a segment
     activations = P * ((rows * per_row + projection) * FLOAT * ACTIVATION_COPIES + evaluation)
-    paths = n_histories(cfg.data) if cfg.data.source != "synthetic" else 1
+    paths = len(cfg.data.price_histories) if cfg.data.source != "synthetic" else 1
     series = series_len * 8 * SERIES_COPIES * paths
     market = 2 * cfg.data.folds.k * paths * series_len * FLOAT  # features and next-step returns per (fold, history)
     return MemoryEstimate(P, on_cuda, int(replay), int(params), int(activations), int(series), int(market))
@@ -149,7 +143,7 @@ def _series_length(cfg: Config) -> int:
     if data.source == "synthetic":
         return data.synthetic.n
     sizes = []
-    for spec in history_specs(data):
+    for spec in data.price_histories:
         try:
             sizes.append(Path(spec.path or "").stat().st_size // 4)
         except OSError:
@@ -246,20 +240,13 @@ def check_training_fits(
     `gpu_trial`: a sweep trial that asks for a GPU (`resources.gpu`), which runs on CUDA wherever
     the driver checking it runs: estimated as a CUDA run, its GPU memory checked only where this
     machine has one (a driver without a GPU, `--dry-run` on a laptop, knows no trial's GPU)."""
-    on_cuda = gpu_trial
     if device is not None:
         on_cuda = getattr(device, "type", str(device)) == "cuda"
-    elif cfg.device == "cuda":
-        on_cuda = True
-    elif cfg.device == "auto":
+    else:
         import torch
 
-        on_cuda = gpu_trial or torch.cuda.is_available()
-        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
-    if on_cuda and device is None:
-        import torch
-
-        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+        on_cuda = gpu_trial or cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+        device = torch.device("cuda", torch.cuda.current_device()) if on_cuda and torch.cuda.is_available() else None
     est = estimate_memory(cfg, members, on_cuda=on_cuda)
     check_fits(est, host_available(), device_available(device) if on_cuda else None, where)
     return est
