@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
-# stages: env build tests startup startup-sweep tests-nokernels arms folds-gpu probe kbench tbench efficiency sweep sweep2 moonshot perf triton triton-perf triton-tests
+# stages: env build tests layers startup startup-sweep tests-nokernels arms folds-gpu probe kbench tbench efficiency sweep sweep2 moonshot perf triton triton-perf triton-tests
 #         blocks1 blocks (issue 25: the moonshot shape as seed blocks, one GPU, then every visible GPU;
 #         BLOCKS_EPOCHS=50 by default; run blocks1 first, in its own call: each takes about 5 minutes)
 # perf (issue 22, about 8 minutes): build, the fused-head and tensor-core GPU tests, kernels.py
@@ -15,6 +15,9 @@
 # bit for bit against the torch path's, the learner's
 # seed-block and arms invariants, bits, resume, tf32 agreement) in the time left; triton.log, train_step_triton.json
 # and a short table last. triton-tests / triton-perf: the two halves alone.
+# layers (issue 43, about 6 minutes, PROBE_BUDGET_S=240): benchmarks/layer_gemm_probe.py (every layer product of the
+# P=64 and moonshot iterations: Triton launch variants against bmm, tf32 and bf16, each compiled kernel's dot, registers,
+# spills), then tests/gpu/test_triton_layers_gpu.py; layer_gemm_probe.{log,json}, triton_layers_gpu.log, tables last.
 # Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -158,6 +161,17 @@ for s in "$@"; do
       echo "--- iteration us, torch vs triton layers (graph, tf32)"; grep -E "^(train_step|moonshot) " "$log"
       echo "--- triton / torch"; grep -E "^summary:" "$log" | tr ',' '\n' | grep -E "triton|moonshot"
       echo "--- launches per iteration"; grep -E "^profile P=" "$log" | sed 's/ kernel launches, / launches, /'
+      ;;
+    layers)
+      stage "layer GEMMs: the Triton layer kernels' launch variants against bmm, per layer shape (issue 43)"
+      timeout $(( ${PROBE_BUDGET_S:-240} + 120 )) python3 benchmarks/layer_gemm_probe.py --budget "${PROBE_BUDGET_S:-240}" \
+        --out "$OUT/layer_gemm_probe.json" > "$OUT/layer_gemm_probe.log" 2>&1
+      echo "probe exit $?"
+      timeout 240 python3 -m pytest tests/gpu/test_triton_layers_gpu.py -m gpu -q -rfE --timeout 200 -p no:cacheprovider \
+        > "$OUT/triton_layers_gpu.log" 2>&1
+      echo "--- tests"; grep -E "passed|failed|error|FAILED|ERROR" "$OUT/triton_layers_gpu.log" | grep -v "^E " | tail -12
+      echo "--- probe: GEMM us per iteration per variant (ratio to torch's bmm)"; grep -E "GEMM us per iteration|^probe|compiled the variants|failed" "$OUT/layer_gemm_probe.log"
+      echo "--- probe: tf32 TF/s per product"; sed -n '/^== tf32/,/^== bf16/p' "$OUT/layer_gemm_probe.log" | grep -vE "^== bf16|GEMM us" | cut -c1-190 | head -75
       ;;
     startup)
       stage "a trial's fixed start-up, phase by phase: cold (a fresh process), then warm trials in it (issue 33 item 4)"

@@ -265,7 +265,7 @@ class Trainer:
         state, meta = ckpt.load(path)
         _check_compatible(path, meta.get("config", {}), self.cfg.to_dict())
         window = self.window.saved(path, meta.get(EVAL_WINDOW_KEY))
-        ckpt.restore_into(path, self.learner.state_tensors(), state)
+        ckpt.restore_into(path, self.learner.state_tensors(), self.learner.from_checkpoint(state))
         self.runner.invalidate()
         self.epoch, self.env_steps, self.updates = int(meta["epoch"]), int(meta["env_steps"]), int(meta["updates"])
         self.diverged, self._prefilled = bool(meta["diverged"]), bool(meta["prefilled"])
