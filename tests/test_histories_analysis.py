@@ -209,9 +209,9 @@ def test_a_historys_folds_that_share_training_rows_carry_their_overlap_in_the_ne
         return gem_verdict_tables(exp.trials, exp.history, exp.members, arms=exp.arms, gems=list(exp.gems),
                                   cells=cells, overlap=overlap)[0].set_index("gem").loc[GEM]
 
-    bare = verdict(experiment_overlap(exp.paths, exp.labels))  # no fold table: no correction
+    bare = verdict(experiment_overlap(exp.folds.table))  # no fold table: no correction
     EXPANDING.assign(experiment=folder.name, trial_id="t0").to_parquet(folder / "folds.parquet", index=False)
-    overlap = experiment_overlap(exp.paths, exp.labels)
+    overlap = experiment_overlap(load_experiment(folder).folds.table)
     row = verdict(overlap)
     np.testing.assert_allclose(overlap.corr, fold_overlap(EXPANDING).corr)
     # the same decision straight from the rule, the layout's correlation in each history's folds
@@ -249,6 +249,6 @@ def test_a_fold_table_over_several_histories_is_read_per_history_the_largest_ove
     pd.concat([EXPANDING.assign(history=0), short.assign(history=1)]).assign(
         experiment=folder.name, trial_id="t0").to_parquet(folder / "folds.parquet", index=False)
     exp = load_experiment(folder)
-    found = experiment_overlap(exp.paths, exp.labels)
+    found = experiment_overlap(exp.folds.table)
     np.testing.assert_allclose(found.corr, np.maximum(fold_overlap(EXPANDING).corr, fold_overlap(short).corr))
     assert found.folds == (0, 1)

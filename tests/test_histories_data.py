@@ -85,7 +85,8 @@ def test_one_history_is_named_after_its_file_and_the_synthetic_series_is_one_his
      "config: data: data.histories.1.path is required when data.source is file (or set data.path, the file of every entry "
      "without one)"),
     (["data.source=file", "data.path=x.csv", "data.histories=[{name: 'a|b'}]"],
-     "config: data: data.histories.0: history name 'a|b' holds '|' (a name may not hold control characters or any of |/[])"),
+     "config: data: data.histories.0: history name 'a|b' holds '|' (U+007C; a name is printable and unambiguous: no "
+     "control, zero-width, right-to-left or unassigned character, no space but ' ', none of |/[])"),
     (["data.source=file", "data.path=x.csv", "data.histories=[{colour: red}]"], "config: data.histories.0.colour: unknown key"),
 ], ids=["synthetic", "both", "empty", "duplicate-column", "duplicate-stem", "price-column", "no-path", "entry-path", "name",
         "unknown-key"])  # fmt: skip

@@ -6,8 +6,9 @@ trained again, once, beside its control (the gem measured), on seeds, seed indic
 paths the search never saw, with the seeds per arm that make its MDE at most the discovery's
 (`search_choice.confirmation_power`); its verdicts are the final ones. The confirmation runs
 once per search (`confirmed.json`), under the search folder's one-writer lock, and only on a
-search whose spec and data checksums still match. docs/analysis.md "Search, then confirm" is
-the manual. The parts: the plan (tune_gems.commands.confirm_plan), the record and its clean-up
+search whose spec, data and tables still match the checksums its marker recorded (a members
+table cut or a fold table deleted would change what is planned). docs/analysis.md "Search, then
+confirm" is the manual. The parts: the plan (tune_gems.commands.confirm_plan), the record and its clean-up
 (tune_gems.commands.confirm_record), the training (tune_gems.commands.confirm_trials); this
 module checks what it reads, runs them in order and writes the summary.
 """
@@ -16,8 +17,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -35,10 +36,10 @@ from tune_gems.contracts.errors import ConfigError, DataError
 from tune_gems.contracts.output_lock import OutputLock
 from tune_gems.contracts.outputs import MARKER_FILE, check_top_entries, marker_kind, marker_state
 from tune_gems.contracts.paths import check_input_path
-from tune_gems.contracts.run_record import check_data_unchanged, check_stored_unchanged, require_record
-from tune_gems.contracts.result_files import SPEC_FILE, TRIALS_FILE
+from tune_gems.contracts.run_record import check_data_unchanged, check_stored_unchanged, check_tables_unchanged, require_record
+from tune_gems.contracts.result_files import SPEC_FILE, TABLE_FILES, TRIALS_FILE
 from tune_gems.contracts.safe_files import read_regular
-from tune_gems.stats.metrics import GEM_GAIN_PREFIX, VERDICT_GAIN_PREFIX
+from tune_gems.stats.metrics import VERDICT_GAIN_PREFIX
 from tune_gems.sweep.spec import SweepSpec
 from tune_gems.sweep.spec_load import load_spec
 from tune_gems.sweep.results import write_tables
@@ -94,7 +95,6 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
     discovery = analyze(exp, **settings)
     gems = list(discovery.verdicts["gem"])
     trials = discovery.experiment.trials
-    _check_gains_finite(trials, gems, exp)
     plans, notes, build = plan_confirmation(spec, trials, discovery.experiment.members, gems, population)
     if not plans:
         raise DataError(f"{exp}: no finished trial of the search wired any gem; nothing to confirm")
@@ -126,13 +126,13 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
     )
     from tune_gems.analysis.render.report import format_verdict_table
     from tune_gems.analysis.analyze import analyze
-    from tune_gems.contracts.outputs import check_output_folder, publish_folder, write_marker
+    from tune_gems.contracts.outputs import check_output_folder, publish_folder, temporary_folder, write_marker
 
     if check_not_confirmed(exp):  # under the lock: a "running" record is a dead confirmation's
         clear_stale(exp, out_path, log)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     record = claim_confirmation(exp, out_path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_path.name}.tmp-", dir=out_path.parent))
+    tmp, held = temporary_folder(out_path)  # held while it trains: a later confirm tells it from a dead one's
     try:
         write_marker(tmp, KIND)
         name = f"{discovery.experiment.labels[0]}-confirmation"
@@ -161,6 +161,8 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
         if not out_path.exists():  # nothing was published: the search is not confirmed
             record.unlink(missing_ok=True)
         raise
+    finally:
+        os.close(held)
     return ConfirmOutcome(out_path, table, confirmed.verdicts, general)
 
 
@@ -177,22 +179,8 @@ def _recorded_spec(exp: Path) -> SweepSpec:
     data = spec.base_config().data
     require_record(marker, problem, where, files=[SPEC_FILE], data=data, fix=RECORD_FIX)
     check_data_unchanged(marker, data, str(exp))
+    check_tables_unchanged(exp, marker, TABLE_FILES, RECORD_FIX)  # the seeds and folds it plans from are the search's
     return spec
-
-
-def _check_gains_finite(trials: pd.DataFrame, gems: list[str], exp: Path) -> None:
-    """DataError naming the trials table when a gem's gain (the choice's score) is +inf: no run
-    reports one (a diverged trial scores -inf), so the table was changed, and a forged +inf
-    would choose the configuration that gets confirmed."""
-    for gem in gems:
-        for col in (f"{VERDICT_GAIN_PREFIX}{gem}", f"{GEM_GAIN_PREFIX}{gem}"):
-            if col not in trials.columns:
-                continue
-            values = pd.to_numeric(trials[col], errors="coerce")
-            forged = trials.loc[values == math.inf, "trial_id"] if "trial_id" in trials.columns else values[values == math.inf]
-            if len(forged):
-                raise DataError(f"{exp / TRIALS_FILE}: {col} of trial {forged.iloc[0]} is +inf, which no run reports "
-                                "(divergence scores -inf); the table was changed: restore it, or run the search again")
 
 
 def _final(history: pd.DataFrame, trial_id: str, column: str) -> float:

@@ -100,3 +100,7 @@ HISTORIES_FILES = (HISTORIES_PARQUET, HISTORIES_CSV)
 """One row per price history (tune_gems.data.histories.HISTORY_TABLE_COLUMNS; a sweep's adds
 experiment and trial_id); absent in folders written before histories (one history)."""
 BASELINES_FILES = (BASELINES_PARQUET, BASELINES_CSV)
+TABLE_FILES = (TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE, *ARMS_FILES, *FOLDS_FILES, *HISTORIES_FILES, *BASELINES_FILES,
+               GEMS_FILE)
+"""Every table the analysis reads from a folder (a sweep writes the parquet ones and gems.json once, at
+its end, and records their checksums: tune_gems.contracts.run_record.TABLES_KEY)."""

@@ -13,6 +13,7 @@ holds the record, the names' rules and the limits, below the schema.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,15 @@ MAX_HISTORIES = 64
 NAME_RESERVED = "|/[]"
 """Characters a history name may not hold: they structure the HEALTH_DIAG line's fold block
 (`folds [<history>/<fold>: ... | ...]`)."""
+UNSEEN_CATEGORIES = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs")
+"""Unicode categories a history name may not hold (the plain space excepted): control and format
+characters (zero-width spaces and joiners, right-to-left overrides), surrogates, private and
+unassigned code points, and separators other than the space. Each prints as nothing or moves the
+text around it, so two different histories could print as one name (`AAPL` and `AA\u200bPL`)."""
+FORMULA_LEADS = "=+-@"
+"""First characters a history name may not start with: a spreadsheet opening a result table reads
+such a cell as a formula (CSV injection). Refused rather than escaped on write, so every table and
+line shows the name the config gave."""
 
 HISTORY_TABLE_COLUMNS = ("history", "name", "source", "column", "first", "last", "rows")
 """The history table (histories.csv / histories.parquet, tune_gems.data.summary.history_table): per
@@ -51,26 +61,37 @@ class HistorySpec:
 
 
 def name_problem(name: str) -> str | None:
-    """Why `name` cannot name a history, or None."""
+    """Why `name` cannot name a history, or None: a name is printable and unambiguous
+    (UNSEEN_CATEGORIES, NAME_RESERVED) and reads as text in a spreadsheet (FORMULA_LEADS)."""
     if not name.strip():
         return "is empty"
-    bad = [c for c in name if c in NAME_RESERVED or ord(c) < 32 or 127 <= ord(c) < 160]
+    bad = [c for c in name if c in NAME_RESERVED or (unicodedata.category(c) in UNSEEN_CATEGORIES and c != " ")]
     if bad:
-        return f"holds {bad[0]!r} (a name may not hold control characters or any of {NAME_RESERVED})"
+        return (f"holds {bad[0]!r} (U+{ord(bad[0]):04X}; a name is printable and unambiguous: no control, zero-width, "
+                f"right-to-left or unassigned character, no space but ' ', none of {NAME_RESERVED})")
+    if name.strip()[0] in FORMULA_LEADS:
+        return f"starts with {name.strip()[0]!r}, which a spreadsheet reads as a formula; start it with a letter or digit"
     return None
+
+
+def name_key(name: str) -> str:
+    """What two history names are compared by: their NFKC form (fullwidth `ＡＡＰＬ` is `AAPL`),
+    ignoring case (as the file's columns match)."""
+    return unicodedata.normalize("NFKC", name.strip()).casefold()
 
 
 def specs_problem(data: Any) -> str | None:
     """The first problem of a data config's histories (one line naming the key), or None: a name
-    that cannot be one, two histories of one name (names compare ignoring case, as the file's
-    columns do). Their number is bounded by the config's fields (MAX_HISTORIES)."""
+    that cannot be one (`name_problem`), two histories of one name (`name_key`: ignoring case, as
+    the file's columns match, and Unicode compatibility forms). Their number is bounded by the
+    config's fields (MAX_HISTORIES)."""
     specs, key = data.price_histories, data.histories_key
     seen: dict[str, int] = {}
     for i, spec in enumerate(specs):
         problem = name_problem(spec.name)
         if problem is not None:
             return f"{key}.{i}: history name {spec.name!r} {problem}"
-        first = seen.setdefault(spec.name.lower(), i)
+        first = seen.setdefault(name_key(spec.name), i)
         if first != i:
             fix = "give each history its own column" if key == "data.price_columns" else "give each entry its own `name`"
             return f"{key}.{i}: a second history named {spec.name!r} (entry {first} has it): {fix}"

@@ -52,6 +52,11 @@ DEFAULT_EDGE = 0.8
 autocorrelation of daily returns 0.15 (real daily series: about 0) and no drift in expectation
 (mean simple return 0; mean log return about -1.2e-4 a day, the volatility drag)."""
 
+MAX_STEP_FACTOR = 1000.0
+"""The most a price may move in one step, up or down (a factor): more is a data error (a sentinel
+such as 1e308, a lost decimal point, an unadjusted split), never a market; one such row makes every
+member of every history diverge (1e308) or trains on nonsense (1e-300)."""
+
 _SNIFF_BYTES = 8192  # how much of a CSV to look at for NUL bytes (a binary file)
 _MAX_SHOWN = 40  # longest value quoted in a message, so the message stays one short line
 _MAX_DETAIL = 160  # longest reader error text repeated in a message
@@ -87,7 +92,11 @@ def _read_frame(path: Path) -> pd.DataFrame:
             with open(path, "rb") as fh:
                 if b"\x00" in fh.read(_SNIFF_BYTES):
                     raise _fail(path, "not a text file (binary content); expected CSV text")
-        return pd.read_csv(path, skipinitialspace=True, low_memory=False)
+        frame = pd.read_csv(path, skipinitialspace=True, low_memory=False)
+        header = pd.read_csv(path, header=None, nrows=1, dtype=str, skipinitialspace=True, keep_default_na=False)
+        if header.shape[1] == frame.shape[1]:  # the names as written: pandas renames a repeated one `AAPL.1`
+            frame.columns = [raw if raw else str(c) for raw, c in zip(header.iloc[0].tolist(), frame.columns)]
+        return frame
     except DataError:
         raise
     except pd.errors.EmptyDataError:
@@ -156,8 +165,9 @@ def _parse_times(raw: pd.Series, path: Path) -> pd.DatetimeIndex:
     return times
 
 
-def _parse_prices(raw: pd.Series, times: pd.DatetimeIndex | None, path: Path) -> np.ndarray:
-    """Float64 prices; the first non-numeric, missing, non-finite or non-positive one is an error."""
+def _parse_prices(raw: pd.Series, times: pd.DatetimeIndex | None, path: Path, column: str) -> np.ndarray:
+    """Float64 prices; the first non-numeric, missing, non-finite or non-positive one is an error,
+    and so is one more than MAX_STEP_FACTOR times (or less than 1 / it) the price before it."""
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     missing = raw.isna().to_numpy()
     bad = np.flatnonzero(np.isnan(values) & ~missing)
@@ -173,6 +183,14 @@ def _parse_prices(raw: pd.Series, times: pd.DatetimeIndex | None, path: Path) ->
     if len(bad):
         i = int(bad[0])
         raise _fail(path, f"non-positive price {values[i]:g} in {_where(i, times)}")
+    with np.errstate(over="ignore", under="ignore"):
+        step = values[1:] / values[:-1]
+    bad = np.flatnonzero((step > MAX_STEP_FACTOR) | (step < 1.0 / MAX_STEP_FACTOR))
+    if len(bad):
+        i = int(bad[0]) + 1
+        raise _fail(path, f"price {values[i]:g} in {_where(i, times)} of column {column!r} is {step[i - 1]:.3g} times the "
+                          f"price before it ({values[i - 1]:g}); a step of more than {MAX_STEP_FACTOR:g}x either way is a "
+                          "data error (a sentinel value, a lost decimal point, an unadjusted split): fix that row")
     return values
 
 
@@ -193,6 +211,11 @@ def load_prices(
         raise _fail(path, "not a file")
     frame = _read_frame(p)
     frame.columns = [str(c).strip() for c in frame.columns]
+    twice = frame.columns[frame.columns.duplicated()]
+    if len(twice):  # one name twice: which column holds its prices is anyone's guess (case variants: `_find_column`)
+        at = [i + 1 for i, c in enumerate(frame.columns) if c == twice[0]]
+        raise _fail(path, f"column {twice[0]!r} appears {len(at)} times in the header (columns {', '.join(map(str, at))}); "
+                          "give each column its own name")
     if len(frame) == 0:
         raise _fail(path, "no data rows")
     price_col = _find_column(frame, price_column, "price", path)
@@ -201,7 +224,7 @@ def load_prices(
     else:
         time_col = next((c for c in frame.columns if c.lower() in TIME_NAMES), None)
     times = _parse_times(frame[time_col], path) if time_col is not None else None
-    values = _parse_prices(frame[price_col], times, path)
+    values = _parse_prices(frame[price_col], times, path, price_col)
     if len(values) < min_rows:
         raise _fail(path, f"{len(values)} rows, need at least {min_rows}")
     if len(values) > 1 and np.all(values == values[0]):  # every log return 0: nothing to normalise or learn
@@ -360,7 +383,19 @@ def load_histories(cfg: Any, min_rows: int = 0) -> list[pd.Series]:
     specs = cfg.price_histories
     series = [_load_history(spec, min_rows, len(specs) > 1) for spec in specs]
     check_one_calendar(specs, series, cfg.histories_key)
+    check_distinct_markets(specs, series, cfg.histories_key)
     return series
+
+
+def check_distinct_markets(specs: Sequence[HistorySpec], series: Sequence[pd.Series], key: str) -> None:
+    """DataError naming both histories when two hold the same price in every row: one market
+    counted twice, whose seeds would pass for two histories' independent evidence."""
+    for j in range(1, len(series)):
+        for i in range(j):
+            if np.array_equal(series[i].to_numpy(), series[j].to_numpy()):
+                raise DataError(f"{key}.{j}: history {specs[j].name!r} ({specs[j].where}) holds the same price in every row "
+                                f"as history {specs[i].name!r} ({specs[i].where}): one market counted twice; give each "
+                                "history its own market")
 
 
 def _calendar_text(index: pd.Index, i: int) -> str:

@@ -180,13 +180,20 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def check_device(t: Tensor) -> None:
-    """Refuse, in one line, a CPU tensor when the kernels are compiled (not interpreted)."""
-    if t.device.type == "cpu" and not kernels.INTERPRETED:
+def check_runs_on(device_type: str) -> None:
+    """Refuse, in one line, the CPU when the kernels are compiled (not interpreted): the one check
+    of where the layers run, made on each tensor (`check_device`) and by a sweep for its trials'
+    device before Ray starts (tune_gems.sweep.preflight.check_layer_kernel)."""
+    if device_type == "cpu" and not kernels.INTERPRETED:
         raise ConfigError(
             "model.layer_kernel=triton on the CPU runs Triton's interpreter: set TRITON_INTERPRET=1 in the run's "
             "environment (slow, meant for tests), or train on CUDA"
         )
+
+
+def check_device(t: Tensor) -> None:
+    """`check_runs_on` the tensor's device."""
+    check_runs_on(t.device.type)
 
 
 def _row_reduce(rows: Tensor, square: bool) -> Tensor:

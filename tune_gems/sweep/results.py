@@ -250,11 +250,15 @@ def _safe_name(trial_id: str) -> bool:
     return bool(trial_id) and "/" not in trial_id and "\\" not in trial_id and not trial_id.startswith(".")
 
 
-def write_frames(store: ExperimentStore, frames: dict[str, pd.DataFrame]) -> None:
+def write_frames(store: ExperimentStore, frames: dict[str, pd.DataFrame]) -> dict[str, bytes]:
+    """Each frame as parquet; {name: the bytes written}."""
+    written = {}
     for name, frame in frames.items():
         buf = io.BytesIO()
         frame.to_parquet(buf, index=False)
-        store.write_bytes(name, buf.getvalue())
+        written[name] = buf.getvalue()
+        store.write_bytes(name, written[name])
+    return written
 
 
 def write_eval_returns(store: ExperimentStore, eval_returns: dict[str, bytes]) -> None:
@@ -274,7 +278,8 @@ def write_eval_returns(store: ExperimentStore, eval_returns: dict[str, bytes]) -
 
 def write_tables(store: ExperimentStore, tables: SweepTables) -> None:
     """trials/history/members/arms/baselines/folds/histories parquet, gems.json and each trial's
-    eval returns, each written atomically (the side tables only when there are rows)."""
+    eval returns, each written atomically (the side tables only when there are rows), then the
+    tables' checksums in the marker."""
     frames = {TRIALS_FILE: tables.trials, HISTORY_FILE: tables.history, MEMBERS_FILE: tables.members}
     if len(tables.arms):
         frames[ARMS_PARQUET] = tables.arms
@@ -284,6 +289,9 @@ def write_tables(store: ExperimentStore, tables: SweepTables) -> None:
         frames[FOLDS_PARQUET] = tables.folds
     if len(tables.histories):
         frames[HISTORIES_PARQUET] = tables.histories
-    write_frames(store, frames)
-    store.write_bytes(GEMS_FILE, manifest_text(tables.gems).encode())
+    from tune_gems.sweep.resume import record_tables
+
+    written = {**write_frames(store, frames), GEMS_FILE: manifest_text(tables.gems).encode()}
+    store.write_bytes(GEMS_FILE, written[GEMS_FILE])
     write_eval_returns(store, tables.eval_returns)
+    record_tables(store, written)  # what `confirm` verifies them against (tune_gems.contracts.run_record)

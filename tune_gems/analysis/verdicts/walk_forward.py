@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
 from tune_gems.analysis.pairs.pairing import Cells, Paired, by_fold
-from tune_gems.analysis.read.load import read_fold_windows
-from tune_gems.analysis.rules.overlap import FOLD_TABLE_NEEDS, FoldOverlap, fold_overlap, nb_factor
+from tune_gems.analysis.rules.overlap import FoldOverlap, fold_overlap, nb_factor
 from tune_gems.analysis.text import format_number
 from tune_gems.analysis.rules.period_family import FoldData, fold_components, informative_variance, pool_fold_data
 from tune_gems.analysis.rules.pooling import fold_estimates, seed_anova, shared_seed_variance
@@ -55,33 +53,44 @@ ADD_FOLDS = "add folds: data.folds.k or the purged scheme"
 """What a verdict with too few periods says to do."""
 
 
-def experiment_overlap(paths: Sequence, labels: Sequence[str]) -> FoldOverlap | None:
-    """The overlap of the experiment's folds that share training rows: its fold
-    table (folds.parquet / folds.csv, `read.load.read_fold_windows`) through
+def experiment_overlap(folds: pd.DataFrame | None) -> FoldOverlap | None:
+    """The overlap of the experiment's folds that share training rows: its fold tables with the
+    layout (`Experiment.folds.table`, read and validated by `read.side_tables`) through
     `rules.overlap.fold_overlap` (Nadeau-Bengio's correlation per pair of folds whose training
-    runs meet). Several experiments or trials: per pair of folds the largest correlation any of
-    them gives (the cautious one). A table that spans several price histories is read per history
-    (folds of two histories share no rows; each history's own layout, `fold_overlap(history=h)`),
-    per pair of fold ids the largest of them: the nested rule's first stage carries it in each
-    history's folds (`Evidence.fold_corr`). None where no table carries the layout
-    (`FOLD_TABLE_NEEDS`: results written before the fold table recorded it)."""
-    found = []
-    for p, lab in zip(paths, labels):
-        t = read_fold_windows(Path(p), lab)
-        if t is None or any(c not in t.columns for c in FOLD_TABLE_NEEDS) or t[list(FOLD_TABLE_NEEDS)].isna().any().any():
-            continue
-        # a sweep's table has a row per trial and fold (and history): each trial's (history's) layout on its own
-        by = [c for c in ("trial_id", "history") if c in t.columns]
-        groups = [g for _, g in t.groupby(by, sort=False)] if by else [t]
-        found += [fold_overlap(g.drop(columns=["history"], errors="ignore").drop_duplicates("fold")) for g in groups]
-    if not found:
+    runs meet). Each experiment's, trial's and history's layout is read on its own (folds of two
+    histories share no rows): per pair of fold ids the largest correlation any of them gives
+    (the cautious one; over histories the nested rule's first stage carries it in each history's
+    folds, `Evidence.fold_corr`). None without a layout (`FoldLayouts.uncorrected` says why)."""
+    if folds is None or not len(folds):
         return None
-    folds = tuple(sorted({f for ov in found for f in ov.folds}))
-    corr = np.zeros((len(folds), len(folds)))
+    by = [c for c in ("experiment", "trial_id", "history") if c in folds.columns]
+    found = [fold_overlap(g.drop(columns=["history"], errors="ignore")) for _, g in folds.groupby(by, sort=False, dropna=False)]
+    ids = tuple(sorted({f for ov in found for f in ov.folds}))
+    corr = np.zeros((len(ids), len(ids)))
     for ov in found:
-        at = [folds.index(f) for f in ov.folds]
+        at = [ids.index(f) for f in ov.folds]
         corr[np.ix_(at, at)] = np.maximum(corr[np.ix_(at, at)], ov.corr)
-    return FoldOverlap(folds, corr, nb_factor(corr) if len(folds) else 1.0)
+    return FoldOverlap(ids, corr, nb_factor(corr) if len(ids) else 1.0)
+
+
+NOT_CORRECTED = "fold overlap not corrected"
+"""What a verdict over several folds says when the experiment's fold layout could not be read."""
+
+
+def state_uncorrected(table: pd.DataFrame, why: Sequence[str]) -> pd.DataFrame:
+    """`table` (verdicts or factors) with every row over several folds saying that the overlap of
+    its folds was not corrected and why (`FoldLayouts.uncorrected`): its reason (and `why`) end
+    with NOT_CORRECTED, and `fold_overlap` is NaN (not known), never the 1.0 of folds that share
+    no training rows."""
+    if not why or "folds" not in table.columns or not len(table):
+        return table
+    rows = table.index[pd.to_numeric(table["folds"], errors="coerce") >= 2]
+    text = f"; {NOT_CORRECTED} ({'; '.join(why)})"
+    table.loc[rows, "fold_overlap"] = np.nan
+    for col in ("reason", "why"):
+        if col in table.columns:
+            table.loc[rows, col] = table.loc[rows, col].fillna("").astype(str) + text
+    return table
 
 
 def overlap_for(overlap: FoldOverlap | None, fold_ids: Sequence[int]) -> np.ndarray | float:
