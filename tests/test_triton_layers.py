@@ -31,7 +31,7 @@ pytestmark = pytest.mark.filterwarnings(  # the interpreter's own use of a one-e
 U32 = 2.0**-24
 """float32's unit roundoff."""
 SIGMA0 = 0.5
-KERNEL_MODULES = ("triton_noise", "triton_layers", "triton_layer_kernels")
+KERNEL_MODULES = ("triton_layers", "triton_layer_kernels")
 
 
 def fresh_kernel_modules(interpret: bool):

@@ -327,7 +327,7 @@ class NoisyPopLinear(nn.Module):
     def resample_from_uniforms(self, u: Tensor, offset: int) -> None:
         """The fused products' `resample`: f(eps) straight from the net's uniforms u [P, 2n]
         (Box-Muller's pairs, this layer's normals at `offset`), one kernel
-        (tune_gems.ops.triton_noise)."""
+        (tune_gems.ops.triton_layers `noise_factors`)."""
         self.products.noise_factors(u, offset, self.noise_on.view(-1), self.f_in, self.f_out)
 
     set_member_block = PopLinear.set_member_block

@@ -34,7 +34,7 @@ every row, so the clip (and the reported grad_norm and q_mean) of a member does 
 count either (torch.linalg.vector_norm's reduction is split by the shape of its call).
 
 The NoisyNet layers' noise factors come from `_noise_factors_kernel` (launched by
-tune_gems.ops.triton_noise): the iteration's uniforms, Box-Muller and f(eps) in one pass.
+tune_gems.ops.triton_layers `noise_factors`): the iteration's uniforms, Box-Muller and f(eps) in one pass.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ autocast to bfloat16 (the backward keeps the forward's bf16).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -352,6 +353,36 @@ def layer_product(x: Tensor, lw: LayerWeights | tuple[Tensor, Tensor], relu: boo
     return forward(x, lw, relu, dot)
 
 
+# NoisyNet noise: the torch path's Box-Muller and f(eps) (tune_gems.rng.box_muller,
+# NoisyPopLinear.resample) in the same order of operations in one pass per layer, so on CUDA,
+# where both use the CUDA math library's logf and cosf, the factors equal the torch path's bit
+# for bit (tests/gpu/test_triton_noise_gpu.py); the interpreter's numpy log/cos round within a
+# few ulp (tests/test_triton_noise.py). Every factor is written by exactly one program.
+
+NOISE_BLOCK = 256
+"""Normals per program of the noise kernel."""
+TWO_PI = 2.0 * math.pi
+
+
+def noise_factors(u: Tensor, offset: int, on: Tensor, f_in: Tensor, f_out: Tensor) -> None:
+    """Write f(eps) of one layer into `f_in` [P, reps, in, 1] and `f_out` [P, reps, 1, out]
+    from a net's uniforms u [P, 2n] (the layer's normals are the net's offset .. offset +
+    reps x (in + out)); `on` [P]: the members with NoisyNets (the others get zeros)."""
+    P, reps, K, _ = f_in.shape
+    O = f_out.shape[-1]
+    size = reps * (K + O)
+    check_device(u)
+    if u.stride(-1) != 1:
+        raise ValueError("the uniforms' rows must be contiguous")
+    kernels._noise_factors_kernel[(P, -(-size // NOISE_BLOCK))](
+        u, u.stride(0), on,
+        f_in, f_in.stride(0), f_in.stride(1), f_in.stride(2),
+        f_out, f_out.stride(0), f_out.stride(1), f_out.stride(3),
+        offset, u.shape[1] // 2, size, K, O,
+        TWO_PI_F=float(torch.tensor(TWO_PI, dtype=torch.float32)), BLOCK_N=NOISE_BLOCK,
+    )  # fmt: skip
+
+
 class TritonProducts:
     """The layers' products on these kernels (`model.layer_kernel: triton`), the strategy
     tune_gems.model.layers.layer_products returns: the layers hand over their raw parameters
@@ -367,11 +398,7 @@ class TritonProducts:
     row_norms = staticmethod(row_norms)
     row_means = staticmethod(row_means)
 
-    @staticmethod
-    def noise_factors(u: Tensor, offset: int, on: Tensor, f_in: Tensor, f_out: Tensor) -> None:
-        from tune_gems.ops import triton_noise  # it imports this module
-
-        triton_noise.noise_factors(u, offset, on, f_in, f_out)
+    noise_factors = staticmethod(noise_factors)
 
     @staticmethod
     def resample_noise(net, draws, stream: str) -> None:
