@@ -209,18 +209,19 @@ def test_a_historys_folds_that_share_training_rows_need_no_factor_over_histories
     table is the verdict without it."""
     from tune_gems.analysis.verdicts.walk_forward import experiment_overlap
 
-    folder = history_scenario(tmp_path / "h", THREE, noise=0.2)
+    folder = history_scenario(tmp_path / "h", [h[:2] for h in THREE], noise=0.2)
     exp, cells = _cells(folder)
 
     def verdict(overlap):
         return gem_verdict_tables(exp.trials, exp.history, exp.members, arms=exp.arms, gems=list(exp.gems),
                                   cells=cells, overlap=overlap)[0].set_index("gem").loc[GEM]
 
-    bare = verdict(experiment_overlap(exp.paths, exp.labels))
+    bare = verdict(experiment_overlap(exp.folds.table))
     EXPANDING.assign(experiment=folder.name, trial_id="t0").to_parquet(folder / "folds.parquet", index=False)
-    row = verdict(experiment_overlap(exp.paths, exp.labels))
+    row = verdict(experiment_overlap(load_experiment(folder).folds.table))
     keys = ["verdict", "pooled_effect", "pooled_ci_low", "pooled_ci_high", "mde", "fold_overlap", "reason"]
-    assert row[keys].tolist() == bare[keys].tolist() and row["fold_overlap"] == 1.0
+    pd.testing.assert_series_equal(row[keys], bare[keys])
+    assert row["fold_overlap"] == 1.0
     assert "share training rows" not in row["reason"]
 
 
@@ -228,12 +229,12 @@ def test_a_fold_table_over_several_histories_is_read_per_history_the_largest_ove
     from tune_gems.analysis.rules.overlap import fold_overlap
     from tune_gems.analysis.verdicts.walk_forward import experiment_overlap
 
-    folder = history_scenario(tmp_path / "h", THREE[:2])
+    folder = history_scenario(tmp_path / "h", [h[:2] for h in THREE[:2]])
     short = EXPANDING.assign(train_runs=["0:1000", "0:2000"], train_rows=[1000, 2000])  # a shorter history
     pd.concat([EXPANDING.assign(history=0), short.assign(history=1)]).assign(
         experiment=folder.name, trial_id="t0").to_parquet(folder / "folds.parquet", index=False)
     exp = load_experiment(folder)
-    found = experiment_overlap(exp.paths, exp.labels)
+    found = experiment_overlap(exp.folds.table)
     np.testing.assert_allclose(found.corr, np.maximum(fold_overlap(EXPANDING).corr, fold_overlap(short).corr))
     assert found.folds == (0, 1)
 
@@ -257,7 +258,11 @@ def test_the_analysis_records_each_history_pairs_return_correlation_per_window(t
     starts = np.arange(6) * 80 + 100
     pd.DataFrame({"fold": range(6), "val_start": starts, "val_end": starts + 80, "test_start": 620,
                   "test_end": 700}).to_csv(folder / "folds.csv", index=False)
-    t = history_correlations([folder], ["h"])
+    def table():
+        exp = load_experiment(folder)
+        return history_correlations(exp.histories, exp.folds.dates, exp.paths, exp.labels)
+
+    t = table()
     assert len(t) == 3 * 7 and set(t["segment"]) == {"validation", "test"} and (t["note"] == "").all()
     by_pair = t.groupby(["name_a", "name_b"])["correlation"]
     assert by_pair.min()[("a", "b")] > 0.8 and by_pair.max()[("a", "c")] < 0.5
@@ -265,5 +270,5 @@ def test_the_analysis_records_each_history_pairs_return_correlation_per_window(t
     assert row["return_corr_val"] == pytest.approx(t[t["segment"] == "validation"]["correlation"].median())
     pd.DataFrame({"history": [0, 1, 2], "name": ["a", "b", "c"], "source": "gone.csv", "column": ["a", "b", "c"]}) \
         .to_csv(folder / "histories.csv", index=False)
-    gone = history_correlations([folder], ["h"])
+    gone = table()
     assert gone["correlation"].isna().all() and (gone["note"] == "price file not found").all()

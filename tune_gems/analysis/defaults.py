@@ -63,12 +63,12 @@ contrast is pooled on its own (K - 1 degrees of freedom)."""
 MAX_TIED_SHARE = 0.5
 """A contrast whose pairs tie (identical outcomes: wired and measured policies that never
 differed, members that never traded) more often than this cannot read `equivalent` or `delete`:
-it reads `insufficient data` and says why (issue 38 item 2: 56 seeds, 94% tied, 14 informative
+it reads `insufficient data` and says why (56 seeds, 94% tied, 14 informative would otherwise
 read `equivalent`). Ties carry no weight in the tests, so such a word would rest on the few
 pairs that did differ while the design compared mostly identical policies."""
 
 ISOLATE_FLAGGED = False
-"""Opt-in (issue 37, item 1): a contrast whose own scale significantly exceeds the family's (the
+"""Opt-in: a contrast whose own scale significantly exceeds the family's (the
 share test at `ISOLATE_LEVEL`) leaves the family's shared tau^2 and HKSJ scale, and the others
 are tested again against each other (`rules.pooling.pool_family`). Off by default: removing the
 largest scale after a test that found it is a selection that biases the others' scale low, and
@@ -99,7 +99,7 @@ PLACEBO_WEIGHT = 1e-6
 """A gem wired at a weight at or below this is a placebo arm (the learner's null), not a wiring."""
 
 METRIC = "val_alpha_sharpe"
-"""The verdict metric (issue 14): validation alpha Sharpe, market exposure removed."""
+"""The verdict metric: validation alpha Sharpe, market exposure removed (raw Sharpe rewards beta)."""
 
 FALLBACK_METRIC = "val_sharpe"
 """Used, with a note, when results have no finite `METRIC` (older runs)."""
@@ -111,8 +111,8 @@ CALIBRATION_SEEDS = (8, 16, 32)
 """Seed counts the calibration reports besides the experiment's own."""
 
 CALIBRATION_FOLDS = (1, 3, 4, 6, 8)
-"""Walk-forward fold counts the period calibration reports (issue 20; 8: issue 30's longer
-layouts; K = 3 shows the refusal below `MIN_PERIODS`)."""
+"""Walk-forward fold counts the period calibration reports (8: the longer layouts; K = 3 shows
+the refusal below `MIN_PERIODS`)."""
 
 CALIBRATION_TAUS = (0.0, 1.0, 3.0)
 """Period-to-period spread of the difference (mean zero) the period calibration simulates, in

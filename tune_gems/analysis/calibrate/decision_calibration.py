@@ -1,5 +1,5 @@
-"""Calibration of issue 37's rule components: the fold overlap, the held-out confirmation, several
-price histories, and a heterogeneous contrast leaving the family's shared spread.
+"""Calibration of the rule's components for folds and histories: the fold overlap, the held-out
+confirmation, several price histories, and a heterogeneous contrast leaving the family's shared spread.
 
 A statistic ships with its calibration: each table here runs the very function a verdict calls
 (`rules.decision.decide`, with the fold data `rules.period_family.fold_data` and `rules.overlap`'s
@@ -28,12 +28,12 @@ fold, period spreads in one fold's seed standard errors sd / sqrt(n), as
   (`test_effect`), or different per history (`history_pattern`: a mean-zero flip across the
   histories, or one history of the opposite sign).
 
-**The real shapes** (issue 37): 8 purged groups x 12 seeds and 6 x 16 (96 members per arm each),
+**The real shapes** (the S&P 500 runs'): 8 purged groups x 12 seeds and 6 x 16 (96 members per arm each),
 a family of 3 contrasts; 4 and 3 histories x 4 purged groups x 6 seeds. NB's correlation of each
 layout is read off its fold table (`rules.overlap.fold_overlap` of `data.segments.fold_bounds`)
 on `LAYOUT_ROWS` daily rows, split 70 / 15 / 15 with the trainer's default reach (env.window 32,
 n_step 3, episode_length 256) and an embargo of 5: the factors 2.14 (8 groups) and 2.20 (6)
-the issue measured on the real layouts. The period spread is one seed standard error (`tau`
+of the real layouts (docs/analysis.md "The overlap of folds"). The period spread is one seed standard error (`tau`
 1: the rule's period calibration's middle row; the real runs' tau was 0 for g6 and up to 0.3
 Sharpe for NoisyNets, wide bounds), no seed share.
 
@@ -219,7 +219,7 @@ def _median(x: np.ndarray) -> float:
     return float(np.nanmedian(x)) if np.isfinite(x).any() else math.nan
 
 
-# ---- item 2: the overlap of folds -----------------------------------------------------------------
+# ---- the overlap of folds -------------------------------------------------------------------------
 
 
 def overlap_table(th: Thresholds, designs=None, taus=(0.0, 1.0)) -> pd.DataFrame:
@@ -272,7 +272,7 @@ def format_overlap(t: pd.DataFrame, alpha: float) -> str:
     return "\n".join(lines)
 
 
-# ---- item 4: the held-out confirmation ----------------------------------------------------------
+# ---- the held-out confirmation ------------------------------------------------------------------
 
 
 def held_out_table(th: Thresholds, designs=None, taus=(0.0, 1.0, 2.0)) -> pd.DataFrame:
@@ -328,7 +328,7 @@ def format_held_out(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
     return "\n".join(lines)
 
 
-# ---- item 3: several price histories ------------------------------------------------------------
+# ---- several price histories --------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -447,7 +447,7 @@ def _promise(alpha: float, n_sim: int, contrasts: int, fwer: float, alone: float
             + ("  ** ABOVE THE PROMISE **" if bad else ""))
 
 
-# ---- item 5 (issue 37 item 1): a heterogeneous contrast leaving the family's spread -----------------
+# ---- a heterogeneous contrast leaving the family's spread -----------------------------------------
 
 
 ISOLATION_WORLDS = (

@@ -4,10 +4,10 @@ validation window and in the test segment (`history_correlations.csv`).
 Why. Histories that share a calendar share each period's luck (`rules.calendar`): the nested rule
 estimates that part from the effects, and this table says what the markets themselves did in the
 same windows (S&P 500 / NASDAQ daily returns correlate 0.89 over 1999-2018, 0.94-0.97 inside the
-folds). It reads the run's history table (`histories.parquet` / `histories.csv`: each history's
-file and column), its fold table (each window's rows) and the price files themselves; a file that is
-not where the run read it (the table keeps the path as the run was given it: relative to where it
-ran) is looked for beside the experiment, and otherwise the rows say so (`note`).
+folds). It reads the experiment's validated history table (each history's file and column) and fold
+table (each window's rows: `read.side_tables`) and the price files themselves; a file that is not
+where the run read it (the table keeps the path as the run was given it: relative to where it ran)
+is looked for beside the experiment, and otherwise the rows say so (`note`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from tune_gems.analysis.read.load import read_fold_windows
 from tune_gems.contracts.errors import DataError
-from tune_gems.contracts.result_files import HISTORIES_CSV, HISTORIES_PARQUET
 from tune_gems.data.series import load_prices
 
 CORRELATION_COLUMNS = ["experiment", "segment", "fold", "first", "last", "rows", "history_a", "history_b", "name_a",
@@ -29,14 +27,6 @@ CORRELATION_COLUMNS = ["experiment", "segment", "fold", "first", "last", "rows",
 """history_correlations.csv: one row per experiment, window (the validation window of `fold`, or the
 test segment) and pair of histories: the window's first and last timestamp (rows without a time
 column) and row count, the Pearson correlation of the two histories' daily log returns in it."""
-
-
-def _history_table(folder: Path) -> pd.DataFrame | None:
-    for name, read in ((HISTORIES_PARQUET, pd.read_parquet), (HISTORIES_CSV, pd.read_csv)):
-        if (folder / name).is_file():
-            t = read(folder / name)
-            return t if {"history", "source", "column"} <= set(t.columns) else None
-    return None
 
 
 def _find(source: str, folder: Path) -> Path | None:
@@ -72,27 +62,32 @@ def _windows(folds: pd.DataFrame) -> list[tuple[str, int | None, int, int, str, 
     return out
 
 
-def history_correlations(paths: Sequence, labels: Sequence[str]) -> pd.DataFrame:
-    """CORRELATION_COLUMNS for every experiment with two or more price histories (empty otherwise)."""
+def history_correlations(histories: pd.DataFrame | None, folds: pd.DataFrame | None, paths: Sequence,
+                         labels: Sequence[str]) -> pd.DataFrame:
+    """CORRELATION_COLUMNS for every experiment (`labels`, its folder in `paths`) whose history table
+    (`Experiment.histories`) lists two or more histories and whose fold table (`Experiment.folds.dates`)
+    gives their windows (empty otherwise)."""
     rows = []
     for path, label in zip(paths, labels):
-        folder = Path(path)
-        hist, folds = _history_table(folder), read_fold_windows(folder, label)
-        if hist is None or folds is None or hist["history"].nunique() < 2:
+        hist = None if histories is None else histories[histories["experiment"] == label]
+        fold = None if folds is None else folds[folds["experiment"] == label]
+        if hist is None or fold is None or not len(fold) or hist["history"].nunique() < 2 or \
+                not {"source", "column", "val_start", "val_end", "test_start", "test_end"} <= {*hist, *fold}:
             continue
         if "trial_id" in hist.columns:  # a sweep's: one trial's tables (the trials of a sweep share its data)
             trial = hist["trial_id"].iloc[0]
             hist = hist[hist["trial_id"] == trial]
-            folds = folds[folds["trial_id"] == trial] if "trial_id" in folds.columns else folds
+            fold = fold[fold["trial_id"].astype(str) == str(trial)] if "trial_id" in fold.columns else fold
         hist = hist.drop_duplicates("history").sort_values("history")
-        returns = {int(r["history"]): _log_returns(_find(str(r["source"]), folder), str(r["column"]))
+        returns = {int(r["history"]): _log_returns(_find(str(r["source"]), Path(path)), str(r["column"]))
                    for _, r in hist.iterrows()}
-        names = dict(zip(hist["history"].astype(int), hist["name"].astype(str)))
-        per_history = {h: folds[folds["history"] == h] if "history" in folds.columns else folds for h in returns}
+        names = dict(zip(hist["history"].astype(int), (hist["name"] if "name" in hist else hist["history"]).astype(str)))
+        per_history = {h: fold[fold["history"] == h] if "history" in fold.columns else fold for h in returns}
         for a, b in combinations(sorted(returns), 2):
-            wa, wb = _windows(per_history[a]), _windows(per_history[b])
-            for (seg, fold, lo, hi, first, last), other in zip(wa, wb):
-                row = dict(experiment=label, segment=seg, fold=fold, first=first, last=last, rows=hi - lo, history_a=a,
+            if not (len(per_history[a]) and len(per_history[b])):
+                continue
+            for (seg, k, lo, hi, first, last), other in zip(_windows(per_history[a]), _windows(per_history[b])):
+                row = dict(experiment=label, segment=seg, fold=k, first=first, last=last, rows=hi - lo, history_a=a,
                            history_b=b, name_a=names[a], name_b=names[b], correlation=np.nan, note="")
                 ra, rb = returns[a], returns[b]
                 if isinstance(ra, str) or isinstance(rb, str):

@@ -109,7 +109,7 @@ def _power_part(r: Any) -> str:
 
 
 def _period_part(r: Any, per_fold: bool = True) -> str:
-    """Walk-forward folds: the pooled test's heterogeneity and the fold effects (issue 20); one
+    """Walk-forward folds: the pooled test's heterogeneity and the fold effects; one
     period: what the verdict is conditional on."""
     if format_number(r.get("pooled_effect")) == "-":
         period = r.get("period") if isinstance(r.get("period"), str) else ""
@@ -132,7 +132,7 @@ def _percent(share: Any) -> str:
 
 
 def _held_out_part(r: Any) -> str:
-    """The held-out test segment's second stage of a keep wired / harmful (issue 37 item 4): its
+    """The held-out test segment's second stage of a keep wired / harmful: its
     effect, its interval at the confirmation's level and what it found."""
     held = r.get("held_out")
     if not isinstance(held, str) or not held:
@@ -239,7 +239,7 @@ def _fold_table(folds: pd.DataFrame | None) -> list[str]:
 
 def _periods_section(v: pd.DataFrame, folds: pd.DataFrame | None = None) -> list[str]:
     """Report lines: the verdicts over periods (walk-forward folds) with the per-fold table, the
-    held-out test check and the learner's skill in context (issue 20; docs/analysis.md
+    held-out test check and the learner's skill in context (docs/analysis.md
     "Verdicts over periods")."""
     if not len(v) or "folds" not in v.columns:
         return []
@@ -283,7 +283,7 @@ def _window_words(settings: dict[str, Any]) -> str:
 
 LEAD_COLUMNS = ("gem", "verdict", "decided_by", "decided_effect", "decided_ci_low", "decided_ci_high", "mde",
                 "test_effect", "held_out", "family_size")
-"""The numbers a user decides by, once (issue 37 item 5): the final word, the estimate and
+"""The numbers a user decides by, once: the final word, the estimate and
 interval of the test that decided it (`decided_by`: the pooled test over periods, or the seeds),
 the MDE of that rule, the held-out test segment's effect and what the second stage found, and
 the size of the family the word was decided in. verdicts.csv, the terminal table and report.md
@@ -423,7 +423,7 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
     return "\n".join(lines) + "\n"
 
 
-# --- report.md's factor section (factors.csv; issue 30 item 4): every factor of the design judged in one
+# --- report.md's factor section (factors.csv): every factor of the design judged in one
 # Holm family with the gems, largest effects first, and the factorial's interactions; it follows the
 # verdict sections in the report.
 

@@ -1,11 +1,9 @@
-"""The rule, composed once: one function decides a family of contrasts (issue 36 item 2, issue 37 item 1).
+"""The rule, composed once: one function decides a family of contrasts.
 
 Why one function. The gem verdicts, the walk-forward verdicts, the factor table, `confirm`'s final
 verdicts and every calibration must reach a word the same way, or one `analyze` prints `keep wired`
 in one table and `inconclusive` in another for the same contrast, and a calibration passes while
-the shipped rule drifts. Before, the rule was strung together in three places (the verdicts, the
-period calibration, the factor table); here it is strung once, and every caller gathers evidence
-(`Evidence`) and calls `decide`. `tests/test_rules.py` checks that no module outside the rules
+the shipped rule drifts. So every caller gathers evidence (`Evidence`) and calls `decide`. `tests/test_rules.py` checks that no module outside the rules
 calls a stage of the rule, and that every caller calls `decide`.
 
 The stages, in the order they run (each a function of its own module, each only ever making a

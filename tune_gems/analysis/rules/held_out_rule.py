@@ -1,49 +1,35 @@
 """The test segment as a pre-registered second stage, valid on its own.
 
-Why. Across one history's runs 1 of 5 validation "keeps" held on the test segment; a criterion of
-the test segment's seed interval alone leaves out what separates one period from another. Here the
-test segment is the confirmation, decided before it is looked at:
+Why. A check printed beside a verdict changes no word, and a criterion on the test segment's seed
+interval alone leaves out what separates one period from another. So the test segment is the
+confirmation, decided before it is looked at (docs/analysis.md "The held-out confirmation"):
 
-- only a discovery `keep wired` or `harmful` is confirmed (the test segment is never used to
-  choose anything: no other word is changed by it, nothing is selected on it);
-- the test-segment effect (the same members, the same pairs) is compared with 0, **one-sided in
-  the discovery's direction**, at the **Bonferroni level of the family, alpha / m** (the first
-  Holm step; `confirmation_level`): on its own the second stage is a Bonferroni test of the m
-  contrasts on data the discovery did not see, so the two-stage family-wise rate stays below alpha
-  even where the discovery's does not, **provided the stage is calibrated alone**: its standard
-  error must carry everything that moves the test effect under the null (`held_out_stage`):
-  - **several histories** (`history_test`): each history's test effect (its seeds' test
-    differences averaged over its folds, Hodges-Lehmann), their mean, and se^2 = their sample
-    variance / H (the spread between histories on the test itself: each history's own period
-    luck and its lasting part, with H - 1 df, never truncated at 0) + the seeds' part common to
-    every history (seeds x histories ANOVA) + **the calendar part** where the histories share the
-    test segment's dates (one calendar: the test segment is one period of every history, so its
-    whole calendar variance: the spread of the shared validation periods' means over the
-    histories, `rules.calendar`'s `means_var`, on K - 1 df; an estimate of the calendar part that
-    is never truncated at 0 (the ANOVA's is, and the stage alone then reads 1.5x its level at 6-8
-    histories); fewer than `defaults.MIN_SHARED_PERIODS` shared periods confirm nothing);
-  - **one history, several folds**: se^2 = the seeds' variance of the test effect + the periods'
-    spread tau^2 the pooled rule estimated, on the degrees of freedom DerSimonian-Laird's estimate
-    has (Q's x (tau^2 / (tau^2 + v))^2: it is read off the spread of tau^2 plus a fold's variance
-    v), and **at least `defaults.HELD_OUT_PERIOD_FLOOR` x one fold's seed variance** (the part that
-    varies between folds): where DL reads 0, K periods cannot tell a small spread from none, and
-    without both the stage alone confirms up to 2.4x its level (calibration);
-  - **one period on one history**: the market-noise variance of the difference stands in for the
-    period's spread (the squared half-width of the market-noise interval over its normal quantile;
-    per-seed synthetic paths hold it in the seeds' variance already), and without one nothing is
-    confirmed;
-- the degrees of freedom are Welch-Satterthwaite's of the parts;
-- a discovery whose test-segment effect does not agree reads `not confirmed on held-out data`
-  (`words.NOT_CONFIRMED`), with both intervals kept for the reason line; one without a
-  test-segment effect (no test pairs) reads it too: the word is final only when the held-out
-  data agree.
+- only a discovery `keep wired` or `harmful` is confirmed; the test segment chooses nothing else;
+- its effect (the same pairs) is compared with 0 one-sided in the discovery's direction at
+  **alpha / m** (`confirmation_level`): on its own a Bonferroni test of the m contrasts on data the
+  discovery did not see, so the two-stage family-wise rate stays below alpha even where the
+  discovery's does not, **provided the stage is calibrated alone**: its standard error carries
+  everything that moves the test effect under the null (`held_out_stage`), on Welch-Satterthwaite
+  degrees of freedom:
+  - **several histories** (`history_test`): the mean of the histories' test effects, se^2 = their
+    sample variance / H (their spread on the test itself, H - 1 df, never truncated at 0) + the
+    seeds' part common to every history + on one calendar the calendar part (the test segment is
+    one period of every history: the spread of the shared validation periods' means, `rules.calendar`'s
+    `means_var`, never truncated; the ANOVA's truncated estimate read 1.5x the level at 6-8
+    histories); fewer than `defaults.MIN_SHARED_PERIODS` shared periods confirm nothing;
+  - **one history over folds**: the seeds' variance + the pooled rule's tau^2 on DerSimonian-Laird's
+    own df (Q's x (tau^2 / (tau^2 + v))^2), at least `defaults.HELD_OUT_PERIOD_FLOOR` x a fold's seed
+    variance v (where DL reads 0, K periods cannot tell a small spread from none: without both the
+    stage alone read up to 2.4x its level);
+  - **one period on one history**: the market-noise variance (per-seed synthetic paths hold it in
+    the seeds' variance); without one, no confirmation is possible;
+- a discovery whose test effect does not agree, or has none, reads `not confirmed on held-out
+  data` (`words.NOT_CONFIRMED`), both intervals kept for the reason line.
 
-`seed_level_effect` gives the test-segment effect of per-seed test differences as the rule reads
-it: each seed's differences averaged over the folds (the seed, not the member, is the unit), then
-the Hodges-Lehmann effect of those seeds and its squared standard error from the signed-rank
-interval (`pooling.fold_estimates`, the fold effects' own estimator). Arrays in, words out: the
-composed rule (`decision.decide`) calls `held_out_stage`, and so does the calibration
-(`decision_calibration`), which also applies it to every contrast to measure it alone.
+`seed_level_effect`: each seed's test differences averaged over the folds (the seed is the unit),
+then the Hodges-Lehmann effect and its squared standard error from the signed-rank interval
+(`pooling.fold_estimates`' estimator). Arrays in, words out: `decision.decide` calls
+`held_out_stage`; `decision_calibration` calls it too, and `held_out_alone` on every contrast.
 """
 
 from __future__ import annotations

@@ -20,11 +20,11 @@ Holm over the gems). Per gem of a family with a wiring comparison (`tested`):
 - `inconclusive` otherwise. A gem without a pooled effect (its fold effects undefined: pairs
   mostly diverged one way) reads `inconclusive`.
 
-The seeds' own verdict (the seed rule on the fold-averaged per-seed differences) is no longer
-a second gate: it is conditional on the K periods (their luck is common to every seed), so the
+The seeds' own verdict (the seed rule on the fold-averaged per-seed differences) is not a
+second gate: it is conditional on the K periods (their luck is common to every seed), so the
 pooled test, which carries the periods' spread, is the one that can be wrong only at its level;
 requiring both stacked two tests and put the rule far below its level (false keep 0.000 at K =
-4-6, issue 30). A gem without a wiring comparison keeps its seed-rule word (what it lacks).
+4-6). A gem without a wiring comparison keeps its seed-rule word (what it lacks).
 
 Because the heterogeneity test gates both `inconsistent` and `heterogeneous`, their family-wise
 false-alarm rate in pure noise is the Holm-adjusted Q test's: at most alpha.

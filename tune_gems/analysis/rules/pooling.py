@@ -9,9 +9,8 @@
 - `pool_family`: the random-effects combination of each contrast's K fold effects with the
   Hartung-Knapp-Sidik-Jonkman interval (DerSimonian-Laird tau^2, the t with the scale's degrees
   of freedom), never narrower than the DerSimonian-Laird interval (normal quantile, the fold
-  variances taken as known): the variant of Jackson et al. (2017). The older "modified" HKSJ
-  floored the scale at 1 but kept the t quantile, which is the t's width on a variance that is
-  then nearly known: 14x below its level at K = 4 without period spread (issue 30). The seeds'
+  variances taken as known): the variant of Jackson et al. (2017) ("modified" HKSJ, the scale
+  floored at 1 with the t quantile, is 14x below its level at K = 4 without period spread). The seeds'
   common share is split off each fold variance (tau^2, the scale and Q read the rest) and added
   whole to both; each test's t has the degrees of freedom of the seed-level estimates behind its
   variance (Welch-Satterthwaite). For a whole family of contrasts at once: with `share`, tau^2 and the HKSJ scale are
@@ -23,8 +22,8 @@
   freedom are cut by the contrasts' residual correlation (Satterthwaite: m df / (1 + (m - 1)
   r^2), r^2 the mean squared correlation of their standardised fold residuals, debiased), since
   contrasts that share arms or periods carry less independent information about the scale;
-  a flagged contrast also leaves the family's tau^2 and scale (`isolate_flagged`, issue 37: a
-  heterogeneous one had widened every other contrast's interval); `fold_corr` puts the overlap
+  a flagged contrast also leaves the family's tau^2 and scale (`isolate_flagged`: a
+  heterogeneous one widens every other contrast's interval); `fold_corr` puts the overlap
   of folds that share training rows into the variance (`rules.overlap`);
 - `hksj`: the same for one contrast per row (K - 1 df);
 - `pooled_bounds`: the pooled interval at any per-side tail (the Holm level's, for the

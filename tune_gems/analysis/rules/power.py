@@ -1,41 +1,31 @@
 """The power of the rule that decides, in one place: its minimum detectable effect, the seeds it
-needs, and the floor no seed count beats (issue 36 item 3).
+needs, and the floor no seed count beats.
 
 Why one module. Every statement of power (the MDE beside a verdict, the seeds that would reach
 the ROPE, the floor of periods or of one history's market noise, the seeds `tune-gems confirm`
 trains, the designs `tune-gems plan` prices, the MDE the calibrations check by simulation) must
 be the power of the test that decides, in the same units, or a user buys seeds that cannot help
-(issue 30: "0.173, about 68 seeds would detect +-0.1" where the deciding test's MDE was 0.38 and
-no seed count got below 0.29). Before, about twelve solvers in seven modules each did part of it;
-here one description of a comparison (`PowerInputs`), one MDE (`mde`), one floor (`floor`), one
-solver (`fewest_seeds`), one tie scaling (`seeds_to_run`) and one statement of all of them for
-a verdict row (`statement`).
+(the seed test's "about 68 seeds would detect +-0.1" where the deciding test's MDE is 0.38 and no
+seed count gets below 0.29). So there is one description of a comparison (`PowerInputs`), one MDE
+(`mde`), one floor (`floor`), one solver (`fewest_seeds`), one tie scaling (`seeds_to_run`) and one
+statement of them all for a verdict row (`statement`).
 
 The rule that decides, and so its MDE at power 1 - beta and first-Holm-step level a:
 
-- **one period (K = 1)**: the seed rule's signed-rank test (`inference.min_detectable_effect`: the
-  t quantiles with n - 1 df times the rank test's efficiency, divergence accounted for); on one
-  price history the verdict must also hold for the combined seed + market-noise interval (the
-  one-period gate), so the market-noise standard error adds its variance:
-  sqrt(seed MDE^2 + ((z_level + z_power) x market se)^2), the market part at `history_level` (a
-  confirmation on the search's one history takes it at the selection-adjusted level);
-- **K >= 2 periods**: the pooled test (`periods.decide_periods`; the seed test is no second gate),
-  with the variance parts of `PooledComponents`:
+- **one period (K = 1)**: the seed rule's signed-rank test (`inference.min_detectable_effect`); on
+  one price history the market-noise standard error adds its variance (the one-period gate), at
+  `history_level` (selection-adjusted for a confirmation on the search's one history);
+- **K >= 2 periods**: the pooled test, with the variance parts of `PooledComponents`:
 
       se^2(K, n) = (tau^2 + (within - seed) / n) (1/K + lambda) + seed / n
 
-  (`period` tau^2 the period-to-period spread; `within` one seed's variance inside a fold;
-  `seed` its part common to every fold, which averaging folds does not shrink; lambda the folds'
-  overlap, NB's n2 / n1, 0 without) and the MDE (t_{1-a/2, df} + t_{1-beta, df}) x se, df the
-  rule's degrees of freedom (one-sided: t_{1-a}). With seeds -> infinity it falls to the **floor**
-  (t + t) x tau / sqrt(K): when that exceeds the target, only more periods help ("more periods,
-  not more seeds");
+  (lambda the folds' overlap, 0 without) and the MDE (t_{1-a/2, df} + t_{1-beta, df}) x se. With
+  seeds -> infinity it falls to the **floor** (t + t) x tau / sqrt(K): above the target only more
+  periods help;
 - **several price histories**: the nested rule's `history_mde` (`HistoryComponents`).
 
-These are large-sample statements of a rule that is itself checked by simulation (the
-calibrations' power at the stated MDE); they say which design can decide, not the exact power.
-Pure functions of numbers: the verdicts, the factor table, `confirm`, `plan` and the
-calibrations call them.
+Large-sample statements of a rule that is itself checked by simulation: they say which design
+can decide, not the exact power.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every factor of a design judged (issue 30, item 4): gems and non-gem factors in one family.
+"""Every factor of a design judged: gems and non-gem factors in one family.
 
 Why. The largest effects of a factorial are often not gems: on real S&P 500 closes NoisyNets
 (`model.noisy`) and spectral norm moved the validation alpha Sharpe more than any gem, and the

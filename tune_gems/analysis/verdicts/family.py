@@ -1,4 +1,4 @@
-"""The family of a design: every main effect it varies, its pairs, and one decision (issue 37 item 1).
+"""The family of a design: every main effect it varies, its pairs, and one decision.
 
 Why one family. The contrasts a design was built to judge are its main effects: every gem's
 wiring (wire vs measure, its weight belonging to the wired side, paired as the gem's verdict

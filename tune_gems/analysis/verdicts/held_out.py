@@ -1,11 +1,9 @@
 """Out of sample: the test segment as the confirmation of each decisive verdict, and the
-learner's skill in context (issue 20, deliver 4 and 5; issue 37 item 4).
+learner's skill in context.
 
-Why. A verdict is reached on the validation period(s); the test segment is untouched by it.
-Before, each `keep wired` / `harmful` was re-estimated on the test segment and only printed
-beside the verdict ("does not agree"): across one history's runs 1 of 5 validation keeps held
-there and no word changed. Now the test segment is the pre-registered second stage of the rule
-(`rules.held_out_rule.confirm_on_held_out`, run by the one composition `rules.decision.decide`):
+Why. A verdict is reached on the validation period(s); the test segment is untouched by it, so
+it is the pre-registered second stage of the rule (a check only printed beside the verdict
+changes no word: `rules.held_out_rule.confirm_on_held_out`, run by `rules.decision.decide`):
 a discovery `keep wired` / `harmful` is final only where the test-segment effect (the same
 member pairs, the verdict metric's test twin at the pairs' common final epoch, each seed's
 differences averaged over its folds) agrees, one-sided at alpha / m with the test period's
@@ -40,7 +38,7 @@ CONFIRMED = "confirmed"
 """What the `held_out` column says where the test segment confirmed the discovery."""
 ONE_TEST_PERIOD = ("conditional on one test period: the test segment is common to every fold, one more period, "
                    "not a replication")
-"""What the held-out check is (issue 30, item 8): it says so wherever it is shown."""
+"""What the held-out check is: it says so wherever it is shown."""
 
 
 def held_out_column(outcome: str) -> str:

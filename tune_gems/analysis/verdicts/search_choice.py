@@ -1,4 +1,4 @@
-"""Search, then confirm (issue 21): which configuration a search chose per gem, and the side-by-side
+"""Search, then confirm: which configuration a search chose per gem, and the side-by-side
 table of its discovery and its confirmation.
 
 Why. The search keeps the trial whose paired gain was largest. With several trials that maximum
@@ -200,7 +200,7 @@ def format_confirmation(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-# -- a confirmation with power (issue 30, item 7) ---------------------------------------------------
+# -- a confirmation with power ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
