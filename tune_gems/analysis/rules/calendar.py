@@ -1,33 +1,17 @@
 """The calendar part of histories that share validation periods: history x period, both random.
 
-Why. Histories cut from one file's columns (S&P 500, NASDAQ, WTI) validate on the same dates: fold k
-of every history is one calendar period, and a contrast's effect there is partly the period's (a
-regime every history lives through: their daily returns correlate 0.89-0.97) and partly the
-history's own. The nested rule's second stage reads the spread *between* histories, which a part
-common to all of them does not show, so it is left out of the variance and every history added
-makes that worse (the shipped rule's family-wise false keep 0.11-0.38 at 6-8 histories with a
-calendar part of sd 0.05-0.10 Sharpe: `decision_calibration`'s calendar table).
+Why. Histories cut from one file's columns validate on the same dates, and a contrast's effect in a
+period is partly the period's (a regime every market lives through) and partly the history's own.
+The spread between histories, which the nested rule reads, cannot show a part common to all of
+them: leaving it out read 0.11-0.38 family-wise at 6-8 histories (docs/analysis.md "Histories on
+one calendar"). So the effect in (history h, period p) is mu + a_h + c_p + e_hp; var(c_p) is the
+two-way ANOVA's (MS_periods - MS_residual) / H over the shared periods, at least 0, on its
+Satterthwaite df (at most K - 1), and the mean over histories carries var(c_p) sum_p B_p^2 (1 / K
+on one calendar). Histories on their own calendars share nothing and pool as independent; one
+shared period cannot separate the calendar part at all.
 
-The model: the effect of a contrast in (history h, calendar period p) is mu + a_h + c_p + e_hp,
-a_h and c_p random and crossed where histories share periods. The variance of c_p is estimated
-from the cells (each history's fold effects) by the two-way ANOVA of histories x shared periods
-(per group of histories that share periods, pooled): sigma_c^2 = (MS_periods - MS_residual) / H,
-at least 0, with the Satterthwaite degrees of freedom of that difference (at most the periods'
-K - 1: with 2 shared periods, 1). The pooled mean over histories carries sigma_c^2 sum_p B_p^2, B_p
-the share of period p in the mean (equal weights over histories, a history's folds averaged: 1 / K
-on one calendar of K periods): what `histories.pool_histories` adds to the second stage's variance
-(`pooling.pool_family`'s `extra_var`) and the held-out stage to the test segment's, which on one
-calendar is one period of every history (`held_out_rule`).
-
-Histories on their own calendars (no period shared: another era, another market) carry no such
-part: each history's calendar luck is its own, inside the spread between histories, and they pool
-as independent. One calendar period shared by every history (one fold each on the columns of one
-file) cannot separate the calendar part from the effect at all: the rule reads `insufficient data`
-there (`MIN_PERIODS` counts calendar periods).
-
-Calendar ids: `calendar` [H, K] int, calendar[h, k] the period fold k of history h validates on
-(-1: no such fold); equal ids in two histories are one period (`one_calendar`: fold k of every
-history is period k; `own_calendars`: every fold its own).
+`calendar` [H, K] int: the period fold k of history h validates on (-1: no such fold); equal ids in
+two histories are one period (`one_calendar`, `own_calendars`).
 """
 
 from __future__ import annotations

@@ -185,8 +185,10 @@ def calendar_text(hf: HistoryFamily, hp, j: int) -> str:
     if k < 2 or not np.isfinite(cal.var[0, j]):
         return (f"the {len(hf.histories)} histories share {k} calendar period{'s' if k != 1 else ''}: the calendar "
                 "part common to them cannot be separated from the effect")
-    return (f"the calendar part the histories share over {k} periods: variance {format_number(cal.var[0, j], '.3g')} "
-            f"({format_number(cal.df[0, j], '.3g')} df{'; few periods' if k < 2 * defaults.MIN_PERIODS else ''})")
+    var, df = float(cal.var[0, j]), float(cal.df[0, j])
+    size = (f"variance {format_number(var, '.3g')} on {format_number(df, '.3g')} df" if var > 0 else
+            f"estimated at 0 from its {k - 1} df")
+    return f"the calendar part the histories share over {k} periods: {size}"
 
 
 def history_period_text(hf: HistoryFamily, hp, j: int, min_periods: int) -> str:
