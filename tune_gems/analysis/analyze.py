@@ -34,6 +34,7 @@ from tune_gems.analysis.describe.variance import sharpe_variance, split_arms
 from tune_gems.analysis.describe.magnitudes import gem_magnitudes, gem_trajectories
 from tune_gems.analysis.describe.importance import param_importances
 from tune_gems.analysis.describe.objective import objective_notes
+from tune_gems.analysis.describe.history_returns import history_correlations, median_correlations
 from tune_gems.analysis.render import plots
 from tune_gems.analysis.render.figures import analysis_figures, plot_tables
 from tune_gems.analysis.render.report import lead_verdict_columns, render_factor_section, render_report
@@ -53,6 +54,7 @@ CSV_FILES = {
     "redundancy": "redundancy.csv",
     "importances": "importances.csv",
     "trial_outcomes": "trial_outcomes.csv",
+    "history_correlations": "history_correlations.csv",
 }
 REPORT_FILE = "report.md"
 
@@ -75,6 +77,9 @@ class AnalysisResult:
     fold_effects: pd.DataFrame = field(default_factory=pd.DataFrame)
     """One row per gem and walk-forward fold: the period rule's per-fold effects beside the
     verdict's pooled estimate (`fold_effects.fold_effects_table`; empty with one fold)."""
+    history_correlations: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """Each pair of price histories' return correlation per validation window and test segment
+    (`describe.history_returns`; empty with one history)."""
     settings: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     out_dir: Path | None = None
@@ -114,7 +119,11 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
                                                      overlap=experiment_overlap(exp.folds.table))
     verdicts = state_uncorrected(verdicts, exp.folds.uncorrected)  # several folds, no layout: said, not dropped
     verdicts["skill"] = skill_context(exp)
-    verdicts = lead_verdict_columns(verdicts)  # the numbers a user decides by first
+    correlations = history_correlations(exp.histories, exp.folds.dates, exp.paths, exp.labels)
+    if len(correlations) and "histories" in verdicts.columns:  # beside the calendar part the rule estimated
+        for key, value in median_correlations(correlations).items():
+            verdicts[key] = pd.Series(value, index=verdicts.index).where(verdicts["histories"] >= 2)
+    verdicts = lead_verdict_columns(verdicts)  # the numbers a user decides by first 
     placebo = placebo_verdicts(cells, gems, m, thresholds=th)
     column, metric_note = verdict_metric(m)
     factors = state_uncorrected(factor_table(cells, gems, thresholds=th, column=column, family=family),  # decided once
@@ -133,6 +142,7 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
         redundancy=red,
         factors=factors,
         fold_effects=fold_effects_table(fold_rows, verdicts, fold_dates(exp.folds.dates)),
+        history_correlations=correlations,
         settings=th.settings(),
         notes=notes,
     )

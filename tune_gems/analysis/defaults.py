@@ -44,6 +44,14 @@ MIN_HISTORIES = 3
 family of three contrasts shares the histories' spread over 3 (H - 1) = 6 degrees of freedom at
 H = 3 (the MDE at 3 histories: docs/analysis.md "Several price histories")."""
 
+MIN_SHARED_PERIODS = 6
+"""Fewest calendar periods histories that share a calendar (the columns of one file) decide with,
+whatever `--min-periods` says: the part common to them (`rules.calendar`) is estimated over those
+periods, with at most K - 1 degrees of freedom, and below 6 the rule does not hold its level (4
+periods: family-wise 0.06-0.07 at 8 histories and a calendar part of 0.05-0.10 Sharpe; an exact
+sign-flip test over 4 periods cannot go below p = 0.125 two-sided; docs/analysis.md "Histories on
+one calendar")."""
+
 SHARE_TAU = True
 """Estimate the period-to-period spread (tau^2, and the HKSJ scale) once across the family's
 contrasts (`rules.pooling.pool_family`) when they agree (Bartlett's test, `TAU_SHARE_LEVEL`)."""
@@ -71,6 +79,15 @@ fit keeps every contrast's residuals (a flagged one is pooled on its own either 
 ISOLATE_LEVEL = 0.1
 """Level of the share test at which a flagged contrast leaves the family's tau^2 and scale
 (`ISOLATE_FLAGGED`); the calibration compares 0.1 (the share test's) and 0.01."""
+
+HELD_OUT_PERIOD_FLOOR = 0.1
+"""On one history the held-out stage carries the test period's spread as at least this share of one
+fold's seed variance (the part that varies between folds; `rules.held_out_rule`): where
+DerSimonian-Laird reads tau^2 = 0, K folds cannot tell a small spread from none, and without a floor
+the stage alone confirms up to 1.7x its level alpha / m at a spread of 0.5-1 seed SE. 0.1 (with the
+DL estimate's own degrees of freedom) keeps it within its level at 8 x 12 and 6 x 16, spreads 0-2
+seed SE, for 0.55 two-stage power at the one-stage MDE without spread (0.70 without the floor, 0.41
+at 0.3; docs/analysis.md "The held-out confirmation")."""
 
 ONE_SIDED_KEEP = False
 """Opt-in: test `keep wired` one-sided (effect > 0) at alpha; `harmful` is then not claimed."""

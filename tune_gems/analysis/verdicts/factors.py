@@ -58,7 +58,7 @@ SHOWN, NOT_SHOWN = "interaction shown", "no interaction shown"
 FACTOR_COLUMNS = [
     "kind", "factor", "contrast", "verdict", "reading", "seed_verdict", "n_seeds", "n_pairs",
     "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p_adjusted",
-    "family_size", "mde", "sd_diff", "divergence_rate", "folds", "fold_effects", "pooled_effect", "pooled_ci_low",
+    "family_size", "mde", "mde_two_stage", "sd_diff", "divergence_rate", "folds", "fold_effects", "pooled_effect", "pooled_ci_low",
     "pooled_ci_high", "pooled_p_adjusted", "tau2", "i2", "q_p_adjusted", "periods_informative", "fold_overlap",
     "mde_floor", "power_note", "tied_share", "market_noise", "market_ci_low", "market_ci_high", "combined_ci_low",
     "combined_ci_high", "discovery_verdict", "test_effect", "test_ci_low", "test_ci_high", "held_out", "design", "fix",
@@ -141,7 +141,8 @@ def _row(family: DesignFamily, j: int, th: Thresholds) -> dict:
                sd_diff=informative_spread(pr.diffs[~is_tie(pr.diffs)]), divergence_rate=divergence_rate(pr),
                tied_share=float(dec.tied_share[0, j]), market_ci_low=dec.market_low[0, j],
                market_ci_high=dec.market_high[0, j], combined_ci_low=dec.combined_low[0, j],
-               combined_ci_high=dec.combined_high[0, j], mde=ps.mde, mde_floor=ps.floor if ps.note else math.nan,
+               combined_ci_high=dec.combined_high[0, j], mde=ps.mde, mde_two_stage=ps.two_stage,
+               mde_floor=ps.floor if ps.note else math.nan,
                power_note=ps.note)
     if family.pooled_at(j) and dec.pooled is not None:
         pooled, rule, hf = dec.pooled, dec.period, family.histories
@@ -150,7 +151,8 @@ def _row(family: DesignFamily, j: int, th: Thresholds) -> dict:
                    tau2=pooled["tau2"][0, j], i2=pooled["i2"][0, j], q_p_adjusted=rule.q_p_adjusted[0, j],
                    periods_informative=int(pooled["periods"][0, j]), tied_share=(hf if hf is not None else fam).tied_share[j],
                    fold_overlap=power["overlap"][j],
-                   mde=power["mde"][j], mde_floor=power["floor"][j], power_note=power["note"][j],
+                   mde=power["mde"][j], mde_two_stage=power["two_stage"][j], mde_floor=power["floor"][j],
+                   power_note=power["note"][j],
                    # over histories: the (history, fold) effects the nested rule pooled
                    fold_effects=hf.effects_text(j) if hf is not None else
                    "; ".join(f"fold {f}: {_fmt(fam.theta[0, j, fam.fold_ids.index(f)])} ({p.n} seeds)"

@@ -236,8 +236,8 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
     of `delete`, a gem's alone); `selection` per gem the configurations a search chose among (a
     confirmation on one price history); `eval_returns` the saved returns behind the market-noise
     intervals; `overlap` the experiment's folds that share training rows
-    (`walk_forward.experiment_overlap`): over periods the pooled variance carries it (`rules.overlap`),
-    over several price histories each history's pooled variance in the nested rule's first stage."""
+    (`walk_forward.experiment_overlap`): over periods the pooled variance carries it (`rules.overlap`;
+    over several price histories their spread measures it)."""
     contrasts = design_contrasts(cells, gems, th.placebo_weight)
     prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]
     contrasts, prs = one_row_per_unpaired_key(contrasts, prs)
@@ -276,9 +276,7 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
                   diverged=np.array([[bool(pr.hi_diverged or pr.lo_diverged) for pr in prs]]),
                   market=market, periods=None if fam is None else fam.data,
                   histories=None if hf is None else hf.data,
-                  # a history's folds that share training rows: the nested rule's first stage carries it too
-                  fold_corr=(overlap_for(overlap, fam.fold_ids) if fam is not None else
-                             overlap_for(overlap, hf.folds) if hf is not None else 0.0), test=test,
+                  fold_corr=overlap_for(overlap, fam.fold_ids) if fam is not None else 0.0, test=test,
                   selection=None if selection is None else [max(int(chosen.get(gem_of(c), 1)), 1) for c in contrasts])
     dec = decide(ev, th)
     power = (pooled_power(fam, dec.pooled, th) if fam is not None else
@@ -297,7 +295,8 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
                      if mk.get("market_noise") == MARKET_OK else 0.0)
         seed_power.append(statement(PowerInputs(int(dec.n_informative[0, j]), informative_spread(informative),
                                                 divergence_rate(pr), market_se=max(market_se, 0.0)),
-                                    th.rope, two_sided, th.power, tied=float(dec.tied_share[0, j])))
+                                    th.rope, two_sided, th.power, tied=float(dec.tied_share[0, j]),
+                                    test_level=th.alpha / max(m, 1)))
     return DesignFamily(contrasts, prs, dec, k_folds, fam, power, market_columns, column, seed_power, test, hf)
 
 

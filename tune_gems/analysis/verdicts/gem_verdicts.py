@@ -59,7 +59,8 @@ from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 VERDICT_COLUMNS = [
     "gem", "metric", "verdict", "reason", "why", "discovery_verdict", "design", "outcome", "n_seeds", "n_pairs",
     "estimand", "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p", "tost_p_adjusted",
-    "rope", "alpha", "family_size", "sd_diff", "divergence_rate", "mde", "seeds_needed", "mde_floor", "power_note",
+    "rope", "alpha", "family_size", "sd_diff", "divergence_rate", "mde", "mde_two_stage", "seeds_needed", "mde_floor",
+    "power_note",
     "n_informative", "tied_share", "zero_turnover_share", "window", "wired_diverged", "measured_diverged",
     "wired_members", "measured_members", "test_effect", "fix",
     "excess_n", "excess_median", "excess_ci_low", "excess_ci_high", "excess_tost_p_adjusted",
@@ -213,7 +214,8 @@ def gem_verdict_tables(
                        ci_low=float(dec.low[0, j]), ci_high=float(dec.high[0, j]), ci_level=1 - float(dec.level[0, j]),
                        sd_diff=informative_spread(_informative(pr.diffs)), divergence_rate=divergence_rate(pr),
                        n_informative=int(dec.n_informative[0, j]), tied_share=float(dec.tied_share[0, j]),
-                       zero_turnover_share=zero_turnover_share(pr, cells, window), mde=ps.mde, seeds_needed=ps.seeds_needed)
+                       zero_turnover_share=zero_turnover_share(pr, cells, window), mde=ps.mde, seeds_needed=ps.seeds_needed,
+                       mde_two_stage=ps.two_stage)
             row.update(family.market[j])
             if row.get("market_noise") == MARKET_OK and ps.note:  # the market gate's part in the power statement
                 row.update(mde_floor=ps.floor, power_note=ps.note)

@@ -250,11 +250,9 @@ def discovery_power_inputs(row: dict[str, Any]) -> PowerInputs:
     histories = count("histories", 1)
     if histories >= 2 and math.isfinite(num("pooled_effect")):  # the nested rule's (`history_verdicts.history_power`)
         per_fold = num("n_informative") / (histories * folds) if math.isfinite(num("n_informative")) else n
-        f = num("fold_overlap", 1.0)  # a history's folds' overlap the first stage carried (lambda = (F - 1) / K)
         return PowerInputs(per_fold, sd, p_div, folds=folds, tau2=num("var_period", 0.0), within=num("var_within"),
                            seed=num("var_seed", 0.0), df=num("pooled_df"), histories=histories,
-                           history_tau2=num("var_history", 0.0),
-                           overlap=(f - 1.0) / folds if math.isfinite(f) and f > 1.0 else 0.0)
+                           history_tau2=num("var_history", 0.0), calendar=num("var_calendar", 0.0))
     if folds >= 2 and math.isfinite(num("pooled_effect")):
         # the pooled components the verdict row states (`walk_forward.pooled_power`): its MDE is the
         # row's `mde`, with n the informative pairs per period (a mean: not always whole)

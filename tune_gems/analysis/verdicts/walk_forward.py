@@ -29,6 +29,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, by_fold
 from tune_gems.analysis.rules.overlap import FoldOverlap, fold_overlap, nb_factor
 from tune_gems.analysis.text import format_number
@@ -81,10 +82,14 @@ def state_uncorrected(table: pd.DataFrame, why: Sequence[str]) -> pd.DataFrame:
     """`table` (verdicts or factors) with every row over several folds saying that the overlap of
     its folds was not corrected and why (`FoldLayouts.uncorrected`): its reason (and `why`) end
     with NOT_CORRECTED, and `fold_overlap` is NaN (not known), never the 1.0 of folds that share
-    no training rows."""
+    no training rows. Rows over several price histories are left as they are: the spread between
+    histories measures what a history's folds share, so no correction applies there."""
     if not why or "folds" not in table.columns or not len(table):
         return table
-    rows = table.index[pd.to_numeric(table["folds"], errors="coerce") >= 2]
+    several = pd.to_numeric(table["folds"], errors="coerce") >= 2
+    if "histories" in table.columns:
+        several &= ~(pd.to_numeric(table["histories"], errors="coerce") >= 2)
+    rows = table.index[several]
     text = f"; {NOT_CORRECTED} ({'; '.join(why)})"
     table.loc[rows, "fold_overlap"] = np.nan
     for col in ("reason", "why"):
@@ -303,6 +308,7 @@ def write_pooled(v: pd.DataFrame, i, j: int, pooled: dict, rule, power: dict) ->
         power["period"][j], power["overlap"][j]]
     v.at[i, "tau_shared"] = bool(pooled["shared"][0, j])
     v.at[i, "mde"], v.at[i, "seeds_needed"] = power["mde"][j], power["seeds_needed"][j]
+    v.at[i, "mde_two_stage"] = power["two_stage"][j]
     v.at[i, "mde_floor"], v.at[i, "power_note"] = power["floor"][j], power["note"][j]
 
 
@@ -325,7 +331,7 @@ def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np
     m = len(fam.rows)
     tested = int(np.isfinite(pooled["p"][0]).sum())
     level = th.alpha / max(tested, 1)
-    out = {key: np.full(m, np.nan) for key in ("mde", "seeds_needed", "floor", "seed", "within", "period")}
+    out = {key: np.full(m, np.nan) for key in ("mde", "two_stage", "seeds_needed", "floor", "seed", "within", "period")}
     out["note"] = np.full(m, "", dtype=object)
     out["overlap"] = pooled.get("overlap", np.ones_like(pooled["mu"]))[0]  # F, verdicts.csv's fold_overlap
     for j in range(m):
@@ -339,8 +345,10 @@ def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np
         if not (np.isfinite(c.period) and np.isfinite(c.within) and k >= 2 and np.isfinite(df) and n > 0):
             continue
         ps = statement(PowerInputs(n, folds=k, tau2=c.period, within=c.within, seed=c.seed, df=df, overlap=lam),
-                       th.rope, level, th.power, tied=fam.tied_share[j], one_sided=th.one_sided_keep)
+                       th.rope, level, th.power, tied=fam.tied_share[j], one_sided=th.one_sided_keep,
+                       period_floor=defaults.HELD_OUT_PERIOD_FLOOR)
         out["mde"][j], out["floor"][j], out["seeds_needed"][j], out["note"][j] = ps.mde, ps.floor, ps.seeds_needed, ps.note
+        out["two_stage"][j] = ps.two_stage
     return out
 
 
