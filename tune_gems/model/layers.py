@@ -102,8 +102,8 @@ class TorchProducts:
     """Whether the products build the effective weight from the raw parameters themselves."""
     parameter_align = 1
     """Columns at which each parameter starts in the flat matrix (tune_gems.model.flat)."""
-    row_norms = None
-    """Per-member gradient norms for the optimizer's clip; None: torch's (PopulationAdam)."""
+    clip_adam = None
+    """The optimizer's fused clip-and-Adam step (PopulationAdam `clip_adam`); None: torch's calls."""
     row_means = None
     """Per-member means of a [P, n] matrix in an order that does not depend on P; None: torch's."""
 

@@ -132,7 +132,7 @@ class Learner:
             raise ValueError("gem heads must follow the shared network in the flat parameter matrix")
         self.optim = PopulationAdam(
             self.online_flat, self.lr, tc.adam_eps, tc.grad_clip, clip_groups=[shared, *heads], blocks=self.layout.blocks,
-            row_norms=products.row_norms,  # the fused path's: in an order that does not depend on P
+            clip_adam=products.clip_adam,  # the fused path's: norms in an order that does not depend on P
         )
         self.member_gems = MemberGems([a.config.gems for a in self.arms], self.layout, device, cfg.plugins, fused=ops.fused)
         names = self.member_gems.names

@@ -25,6 +25,11 @@ run with one learning rate makes a single call. Clipping norms are reduced
 per block as well, so their reduction never sees a different number of rows than in a
 single-arm run. A parameter whose gradient is exactly zero from the start keeps zero moments and
 is left unchanged (a NoisyNet sigma of a member without NoisyNets; tests/test_optim.py).
+
+`clip_adam` (the triton path's, tune_gems.ops.triton_layers.ClipAdam) replaces all of the above
+with two kernels: every member's clip-group norms in a fixed order, then the clip and the Adam
+step of every element in one pass that reads the member's coefficient; each member row is
+processed alone, so its bits never depend on P or on the blocks.
 """
 
 from __future__ import annotations
@@ -70,47 +75,42 @@ class PopulationAdam:
         betas: tuple[float, float] = (0.9, 0.999),
         clip_groups: list[slice] | None = None,
         blocks: Sequence[slice] | None = None,
-        row_norms: Callable[[Tensor], Tensor] | None = None,
+        clip_adam: Callable | None = None,
     ):
         """`lr`: one learning rate, or one per member (P floats). `blocks`: the members in
         consecutive row ranges (an arm's members), the lr constant within each; every
         reduction and fused call sees one block at a time (default: the runs of equal lr).
         `clip_groups`: column ranges of the flat matrix clipped each on its own (the shared
         network, and each gem head, whose gradient must not change the shared network's clip
-        in `measure` mode); default: one group, the whole matrix. `row_norms`: each member's
-        gradient norm from its rows [R, n] (default torch.linalg.vector_norm over dim 1, whose
-        reduction order depends on R on CUDA; the triton path passes a fixed-order kernel,
-        tune_gems.ops.triton_layers.row_norms, so a member's clip does not depend on P)."""
+        in `measure` mode); default: one group, the whole matrix. `clip_adam`: a factory
+        (data, lrs, clip groups, betas, eps, max_grad_norm, CLIP_EPS) -> the fused step (module doc)."""
         self.flat = flat
         P = flat.population
         lrs = [float(lr)] * P if isinstance(lr, (int, float)) else [float(x) for x in lr]
         if len(lrs) != P:
             raise ValueError(f"{len(lrs)} learning rates for a population of {P}")
         self.blocks = member_blocks(lrs, blocks)
-        self.clip_groups = list(clip_groups) if clip_groups else [slice(None)]
+        width = flat.data.shape[1]
+        self.clip_groups = [slice(*c.indices(width)[:2]) for c in clip_groups or [slice(None)]]
         self.eps, self.max_grad_norm = eps, max_grad_norm
-        self.row_norms = row_norms or (lambda rows: torch.linalg.vector_norm(rows, dim=1))
         self.lr = torch.tensor(lrs, device=flat.data.device)  # [P], for the composite step
         self.beta1, self.beta2 = betas
         self.exp_avg = torch.zeros_like(flat.data)
         self.exp_avg_sq = torch.zeros_like(flat.data)
         self.step_count = torch.zeros((), device=flat.data.device)
         self._fused = hasattr(torch, "_fused_adam_")
+        self.kernel = clip_adam(flat.data, lrs, self.clip_groups, betas, eps, max_grad_norm, CLIP_EPS) if clip_adam else None
         self.frozen: tuple[slice, ...] = ()
+        self.kept = [slice(0, width)]  # the columns Adam updates
         self._calls = self._fused_calls(())
 
     def _fused_calls(self, frozen: Sequence[slice]) -> list:
         """Per distinct lr: (rate, params, grads, avgs, avg_sqs) as lists of views, made once.
         Without frozen columns a view is a whole row block (one contiguous tensor); with them,
-        each row's runs of updated columns (contiguous too, as the fused kernel needs)."""
-        width = self.flat.data.shape[1]
-        keep, start = [], 0
-        for cols in sorted(frozen, key=lambda c: c.start):
-            if cols.start > start:
-                keep.append(slice(start, cols.start))
-            start = max(start, cols.stop)
-        if start < width:
-            keep.append(slice(start, width))
+        each row's runs of updated columns (`kept`, contiguous too, as the fused kernel needs)."""
+        if self.kernel is not None:
+            return []
+        keep = self.kept
         by_lr: dict[float, list[slice]] = {}
         for rows, rate in self.blocks:
             by_lr.setdefault(rate, []).append(rows)
@@ -131,14 +131,21 @@ class PopulationAdam:
         would leave them unchanged anyway (moments stay 0, the step is 0 / (0 + eps)); skipping
         them saves the memory traffic and the bits are the same (tests/gpu/test_optim_gpu.py).
 
-        CUDA only: the CPU fused kernel runs a vectorised body and a scalar tail whose roundings
-        differ, so splitting a row into shorter views would move elements between the two and
-        change bits (and the arms invariant); on the CPU every row stays whole."""
-        if not self.flat.data.is_cuda:
+        CUDA or `clip_adam` only: the CPU fused kernel runs a vectorised body and a scalar tail
+        whose roundings differ, so splitting a row into shorter views would move elements between
+        the two and change bits (and the arms invariant); on the CPU every row stays whole there."""
+        if not self.flat.data.is_cuda and self.kernel is None:
             return
         frozen = tuple(c for c in frozen if c.stop > c.start)
         if frozen != self.frozen:
             self.frozen = frozen
+            self.kept, start = [], 0
+            for cols in sorted(frozen, key=lambda c: c.start):
+                if cols.start > start:
+                    self.kept.append(slice(start, cols.start))
+                start = max(start, cols.stop)
+            if start < self.flat.data.shape[1]:
+                self.kept.append(slice(start, self.flat.data.shape[1]))
             self._calls = self._fused_calls(frozen)
 
     def step(self) -> Tensor:
@@ -150,12 +157,15 @@ class PopulationAdam:
     def step_groups(self) -> Tensor:
         """`step`, returning the pre-clip gradient norms of every clip group [groups, P]."""
         p, g = self.flat.data, self.flat.grad
+        if self.kernel is not None:
+            self.step_count.add_(1)
+            return self.kernel(p, g, self.exp_avg, self.exp_avg_sq, self.step_count, self.kept)
         norms = []
         for cols in self.clip_groups:
             parts = []
             for rows, _ in self.blocks:
                 part = g[rows, cols]
-                norm = self.row_norms(part)
+                norm = torch.linalg.vector_norm(part, dim=1)
                 coef = (self.max_grad_norm / (norm + CLIP_EPS)).clamp(max=1.0)
                 part.mul_(coef.unsqueeze(1))
                 parts.append(norm)
