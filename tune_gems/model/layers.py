@@ -102,6 +102,8 @@ class TorchProducts:
     """Whether the products build the effective weight from the raw parameters themselves."""
     parameter_align = 1
     """Columns at which each parameter starts in the flat matrix (tune_gems.model.flat)."""
+    weights_out_in = False
+    """Whether the flat matrix stores the weight matrices [out, in] (tune_gems.model.flat `transposed`)."""
     clip_adam = None
     """The optimizer's fused clip-and-Adam step (PopulationAdam `clip_adam`); None: torch's calls."""
     row_means = None
@@ -123,13 +125,15 @@ TORCH = TorchProducts()
 
 
 def layer_products(name: str):
-    """The strategy `model.layer_kernel` names. The triton one is imported on first use (only
-    that path needs Triton), at each call, so a test that imports it afresh under Triton's CPU
-    interpreter (TRITON_INTERPRET=1, read when the kernels are defined) gets the fresh one."""
-    strategies = {"torch": lambda: TORCH, "triton": lambda: importlib.import_module("tune_gems.ops.triton_layers").TRITON}
-    if name not in strategies:
-        raise ValueError(f"layer kernel {name!r} is not one of {tuple(strategies)}")
-    return strategies[name]()
+    """The strategy `model.layer_kernel` names. The triton ones are imported on first use (only
+    that path needs Triton), at each call, so a test that imports them afresh under Triton's CPU
+    interpreter (TRITON_INTERPRET=1, read when the kernels are defined) gets the fresh ones."""
+    if name == "torch":
+        return TORCH
+    triton = importlib.import_module("tune_gems.ops.triton_layers").STRATEGIES
+    if name not in triton:
+        raise ValueError(f"layer kernel {name!r} is not one of {('torch', *triton)}")
+    return triton[name]
 
 
 class Affine(tuple):
@@ -175,6 +179,9 @@ class PopLinear(nn.Module):
     built and advanced for every member, and a member whose switch is off uses its raw weights
     (W / 1); its initial weights are the same either way.
     """
+
+    matrices = ("weight",)
+    """The [.., in, out] parameters (a flat matrix may store them transposed: tune_gems.model.flat)."""
 
     def __init__(
         self,
@@ -281,6 +288,8 @@ class NoisyPopLinear(nn.Module):
     gets exactly zero gradient (Adam then leaves it unchanged). The initial mu draws the same
     numbers as a PopLinear of the same shape would.
     """
+
+    matrices = ("mu_w", "sigma_w")
 
     def __init__(
         self,

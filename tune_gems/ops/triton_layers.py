@@ -423,9 +423,14 @@ class TritonProducts:
     """The layers' products on these kernels (`model.layer_kernel: triton`), the strategy
     tune_gems.model.layers.layer_products returns: the layers hand over their raw parameters
     (`fused`), which sit at aligned columns of the flat matrix, and the learner's per-member
-    reductions run in a fixed order."""
+    reductions and optimizer step run in a fixed order.
 
-    name = "triton"
+    `weights_out_in` (`model.layer_kernel: triton-w-out-in`, experimental): the flat matrix
+    stores the weight matrices [out, in], which makes the forward's weight operand K-major (as
+    tf32 wgmma reads it: 16-byte copies) and the input gradient's MN-major (4-byte transposing
+    copies there instead: benchmarks/layer_gemm_probe.py --compile-only), so it is not the
+    default; the kernels read either layout through its strides, with the same bits."""
+
     fused = True
     parameter_align = PARAMETER_ALIGN
     LayerWeights = LayerWeights
@@ -436,6 +441,9 @@ class TritonProducts:
 
     noise_factors = staticmethod(noise_factors)
 
+    def __init__(self, name: str = "triton", weights_out_in: bool = False):
+        self.name, self.weights_out_in = name, weights_out_in
+
     @staticmethod
     def resample_noise(net, draws, stream: str) -> None:
         """Box-Muller and f(eps) in one kernel per noisy layer, from the iteration's uniforms."""
@@ -443,3 +451,5 @@ class TritonProducts:
 
 
 TRITON = TritonProducts()
+STRATEGIES = {"triton": TRITON, "triton-w-out-in": TritonProducts("triton-w-out-in", weights_out_in=True)}
+"""The `model.layer_kernel` values these kernels serve."""
