@@ -4,35 +4,27 @@ layers run as one kernel and never mix.
 
 A layer's forward takes its *effective* weights, computed once per iteration by `weights()`:
 that is where spectral norm runs its power iteration and NoisyNets apply their noise. Computing
-them once and reusing them for every batch of the iteration keeps the power-iteration state
-update out of the backward graph (the failure mode of torch's spectral-norm parametrization
-when one module runs twice) and lets s_t and s_{t+1} share one noise sample.
+them once keeps the power-iteration state update out of the backward graph (the failure mode of
+torch's spectral-norm parametrization when one module runs twice) and lets s_t and s_{t+1}
+share one noise sample.
 
-Spectral norm and NoisyNets are switched per member (arms put different configurations on the
-population axis, docs/design.md "Arms"): the machinery is always built and always runs, and a
-per-member mask (a constant buffer) selects its effect with `torch.where`, never a Python branch
-on a member's value (when all members agree the where is skipped: tune_gems.model.member_select).
-So a member's computation, its initial weights (the generator consumes the same draws whatever
-the switches) and its random numbers do not depend on its own or any other member's switches,
-and a member equals, bit for bit, the same member in a run where every member has its setting.
+Spectral norm and NoisyNets are switched per member (arms, docs/design.md "Arms"): the machinery
+always runs and a per-member mask (a constant buffer) selects its effect with `torch.where`,
+never a Python branch on a member's value (skipped when all members agree: member_select). So a
+member's computation, initial weights and random numbers do not depend on any member's switches.
 
 Member blocks: with several arms, `set_member_block(n)` makes every batched matmul of a layer
-(forward, backward, power iteration) run once per block of n consecutive members (an arm)
-instead of once over all P. The members' numbers are then computed by matmuls of exactly the
-shapes of a single-arm run: a GPU BLAS may pick its algorithm (e.g. split-K) from the batch
-count, and would otherwise round an arm's members differently from a run of that arm alone.
+run once per block of n consecutive members (an arm), with exactly the shapes of a single-arm
+run: a GPU BLAS may pick its algorithm (e.g. split-K) from the batch count.
 
-Two implementations of the products, a strategy chosen once per network from the config's
-`model.layer_kernel` (`layer_products`, `set_layer_products`): `TorchProducts` (the default and
-the oracle: baddbmm on effective weights computed here, member blocks as above) and
-tune_gems.ops.triton_layers.TritonProducts (the effective weight built inside the kernel's
-K-loop from the raw parameters, the noise factors and spectral norm's 1/sigma, the bias and
-ReLU in its epilogue, the parameters' gradients written into the flat gradient; its tiles
-depend on the matrix shape only, so it needs no member blocks). With a strategy that builds
-the effective weights itself (`fused`), `weights("train" | "target")` returns its
-`LayerWeights` instead of an `Affine`; `weights("eval")` still returns an `Affine`
-(materialised noise-free weights, which the evaluator copies into fixed buffers) whose products
-run on the same strategy.
+Two implementations of the products, a strategy chosen once per network from
+`model.layer_kernel` (`layer_products`): `TorchProducts` (the default and the oracle: baddbmm on
+effective weights computed here, member blocks as above) and
+tune_gems.ops.triton_layers.TritonProducts (`fused`: the effective weight built inside the
+kernel's K-loop from the raw parameters, which `weights("train" | "target")` returns as its
+`LayerWeights`; tiles from the matrix shape only, so no member blocks). `weights("eval")` still
+returns an `Affine` (materialised noise-free weights, which the evaluator copies into fixed
+buffers) whose products run on the same strategy.
 """
 
 from __future__ import annotations

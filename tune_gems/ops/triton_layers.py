@@ -426,10 +426,8 @@ class TritonProducts:
     reductions and optimizer step run in a fixed order.
 
     `weights_out_in` (`model.layer_kernel: triton-w-out-in`, experimental): the flat matrix
-    stores the weight matrices [out, in], which makes the forward's weight operand K-major (as
-    tf32 wgmma reads it: 16-byte copies) and the input gradient's MN-major (4-byte transposing
-    copies there instead: benchmarks/layer_gemm_probe.py --compile-only), so it is not the
-    default; the kernels read either layout through its strides, with the same bits."""
+    stores the weights [out, in]: K-major for the forward's tf32 wgmma, but MN-major for dx's
+    (docs/design.md); the kernels read either layout through its strides, with the same bits."""
 
     fused = True
     parameter_align = PARAMETER_ALIGN
