@@ -205,7 +205,7 @@ for s in "$@"; do
       echo "--- probe: GEMM us per iteration per variant (ratio to torch's bmm)"; grep -E "GEMM us per iteration|^probe|compiled the variants" "$OUT/layer_gemm_probe.log"
       echo "--- iteration us (graph, tf32)"; grep -E "^(train_step|moonshot) " "$log"
       echo "--- triton / torch"; grep -E "^summary:" "$log" | tr ',' '\n' | grep -E "over_torch|moonshot"
-      echo "--- tests"; grep -E "passed|failed|error|FAILED|ERROR|clip\+adam vs" "$log" | grep -v "^E " | tail -24
+      echo "--- tests"; grep -E "passed|failed|skipped|error|FAILED|ERROR|clip\+adam vs" "$log" | grep -v "^E " | tail -24
       ;;
     startup)
       stage "a trial's fixed start-up, phase by phase: cold (a fresh process), then warm trials in it (issue 33 item 4)"
