@@ -15,7 +15,11 @@ So every row is checked where it is read (one line naming the file, the column a
 - agreement: `train_rows` is the runs' rows, `group_rows` the validation window's, the runs span
   `train_start`..`train_end`, no run meets the validation window or reaches the test segment, the
   test segment ends within the history's rows (histories table);
-- one row per (trial, history, fold), and a row for every fold the members train in.
+- one row per (trial, history, fold) (a `history` column on histories of several calendars: each
+  history's own dates; without it the row is every history's), and a row for every fold the
+  members train in;
+- dates (`calendars.DATE_COLUMNS`, what the calendar periods are read from): in a row all or none
+  (none: no time column), each a time, the validation window before the test segment.
 
 A table with none of the layout columns (`LAYOUT_COLUMNS`: written before the fold table
 recorded them), or no table at all, is no error, but it is said: an experiment whose members span
@@ -30,6 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tune_gems.analysis.read.calendars import DATE_COLUMNS, window_time
 from tune_gems.analysis.read.table_schema import refuse_duplicates, whole_numbers
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.result_files import FOLDS_FILES, HISTORIES_FILES
@@ -160,6 +165,28 @@ def _check_row(path: Path, row, r: pd.Series, rows_of_history: int | None) -> No
                   f"row {end} is past the history's {rows_of_history} rows (histories table)")
 
 
+def _check_dates(path: Path, row, r: pd.Series) -> None:
+    """One fold row's window dates (DATE_COLUMNS): all or none, times, in order."""
+    cols = [c for c in DATE_COLUMNS if c in r.index]
+    given = [c for c in cols if isinstance(r[c], str) and r[c].strip()]
+    if not given:
+        return
+    if len(given) < len(DATE_COLUMNS):
+        missing = next(c for c in DATE_COLUMNS if c not in given)
+        raise DataError(f"{path}: column {missing}, row {row}: no date beside {given[0]} {r[given[0]]!r} (a row has every "
+                        f"window date, {', '.join(DATE_COLUMNS)}, or none); a fold table is written by the run, never edited")
+    times = []
+    for c in DATE_COLUMNS:
+        try:
+            times.append(window_time(r[c]))
+        except ValueError:
+            raise DataError(f"{path}: column {c}, row {row}: {r[c]!r} is not a time") from None
+    if not times[0] <= times[1] < times[2] <= times[3]:
+        raise DataError(f"{path}: column val_first, row {row}: the validation window {r['val_first']}..{r['val_last']} does "
+                        f"not come before the test segment {r['test_first']}..{r['test_last']}; a fold table is written by "
+                        "the run, never edited")
+
+
 def read_folds(folder: Path, label: str, members: pd.DataFrame, histories: pd.DataFrame | None) -> tuple[pd.DataFrame | None, str | None]:
     """(the folder's fold table, validated, `experiment` set, or None without one; why its
     layout cannot be read, where the members span several folds, or None). `histories` the
@@ -185,6 +212,8 @@ def read_folds(folder: Path, label: str, members: pd.DataFrame, histories: pd.Da
         if len(odd):
             raise DataError(f"{path}: column scheme, row {odd[0]}: {df.at[odd[0], 'scheme']!r} is not one of {', '.join(SCHEMES)}")
     refuse_duplicates(path, df, [*_ids(df), "fold"], "fold")
+    for row, r in df.iterrows():
+        _check_dates(path, row, r)
     if "fold" in members.columns:
         _refuse_unlisted(path, df, members, "fold")
     layout = [c for c in LAYOUT_COLUMNS if c in df.columns]
@@ -203,7 +232,7 @@ def read_folds(folder: Path, label: str, members: pd.DataFrame, histories: pd.Da
 
 def _history_rows(histories: pd.DataFrame | None) -> dict:
     """{trial_id (None for a train run's table): the fewest rows of its histories} from a validated
-    history table (histories share one calendar)."""
+    history table (a run's histories have as many rows)."""
     if histories is None or "rows" not in histories.columns:
         return {}
     if "trial_id" not in histories.columns:
