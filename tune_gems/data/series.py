@@ -405,7 +405,7 @@ def check_side_by_side(specs: Sequence[HistorySpec], series: Sequence[pd.Series]
     needs as many rows; and their windows' dates are compared by the analysis (which histories
     share a period), so either every history has timestamps, all naive or all timezone-aware,
     or none has (row numbers)."""
-    ref, first = series[0].index if series else None, specs[0] if specs else None
+    ref, first = series[0].index, specs[0]
     for spec, s in zip(specs[1:], series[1:]):
         idx = s.index
         here = f"{key}: history {spec.name!r} ({spec.where})"
@@ -426,14 +426,10 @@ def calendar_groups(indexes: Sequence[pd.Index]) -> list[list[int]]:
     """The histories (positions in `indexes`, each history's index) grouped by calendar, in order
     of their first history: histories of one calendar have the same index, row for row (the
     columns of one file on its date column; every history without timestamps)."""
-    groups: list[list[int]] = []
+    groups: dict[int, list[int]] = {}
     for h, idx in enumerate(indexes):
-        same = next((g for g in groups if indexes[g[0]].equals(idx)), None)
-        if same is None:
-            groups.append([h])
-        else:
-            same.append(h)
-    return groups
+        groups.setdefault(next((g for g in groups if indexes[g].equals(idx)), h), []).append(h)
+    return list(groups.values())
 
 
 def path_seeds(syn: Any, n_seed_indices: int, first_seed_index: int = 0) -> list[int]:

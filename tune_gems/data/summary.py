@@ -97,7 +97,7 @@ def split_line(market: Any, index: pd.Index | None = None, head: str = "split") 
 def split_lines(data_cfg: Any, market: Any) -> list[str]:
     """The split line (`split_line`); histories on several calendars: one per calendar, at its
     dates (`split of <name>, <name>: ...`; the rows are every history's)."""
-    groups = calendar_groups(market.indexes) if data_cfg.source != "synthetic" else [[0]]
+    groups = calendar_groups(market.indexes)
     if len(groups) == 1:
         return [split_line(market)]
     names = [spec.name for spec in data_cfg.price_histories]

@@ -100,7 +100,7 @@ def prepare_market(
             raise ValueError("prepare_market: the given prices are not the path of seed index 0 of the config's per_seed synthetic paths")
     reach = TrainingReach(cfg.env.window, cfg.trainer.n_step, cfg.env.episode_length)  # what purged folds keep clear
     specs = cfg.data.price_histories
-    calendars = data_mod.calendar_groups([p.index for p in paths]) if len(specs) > 1 else [[0]]
+    calendars = data_mod.calendar_groups([p.index for p in paths])
     if len(calendars) > 1 and is_date_split(cfg.data.splits):
         names = ", ".join(repr(specs[g[0]].name) for g in calendars)
         raise ConfigError(f"data.splits: dates {list(cfg.data.splits)} cut each calendar at other rows, and the {len(specs)} "

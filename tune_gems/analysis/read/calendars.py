@@ -14,8 +14,17 @@ a `history` is every history of its trial (one calendar). Without timestamps (a 
 numbers) the rows stand for the dates: fold k of every history is period k. Without a fold table
 at all (results written before it), fold k is period k and every test segment one period.
 
-Period ids count from 0 in time order of each period's first window (row-number windows after
-dated ones); -1 is a history's fold with no window in the tables.
+Only the windows asked for are compared (the histories and folds the analysis pools). Period ids
+count from 0 in time order of each period's first window (row-number windows after dated ones); -1
+is a history's fold with no window in the tables.
+
+A calendar a few days off another (the same market on another exchange's days, a history starting
+later) chains its windows with the other's: its fold k meets the other's folds k and k + 1, so every
+fold of both is one period. That errs on the side the nested rule needs (a period the histories may
+share is counted as shared, never as independent) and may leave it too few periods to decide;
+`min_share` (the share of the shorter window two windows must have in common to be one period,
+default 0: any day) set to 0.5 pairs each fold with the other calendar's fold of mostly the same
+days instead, counting the few days a window shares with the next as independent.
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 DATE_COLUMNS = ("val_first", "val_last", "test_first", "test_last")
 """The fold table's window dates a period is read from (all or none in a row: none without a time
@@ -40,85 +51,80 @@ def window_time(text: object) -> pd.Timestamp:
 
 
 def validation_calendar(folds: pd.DataFrame | None, histories: pd.DataFrame | None, history_ids: Sequence[int],
-                        fold_ids: Sequence[int]) -> np.ndarray:
+                        fold_ids: Sequence[int], min_share: float = 0.0) -> np.ndarray:
     """calendar [H, K] int (H = len(history_ids), K = len(fold_ids)): calendar[h, k] the period
     (module docstring) that fold `fold_ids[k]` of history `history_ids[h]` validates on, -1 where
     the tables hold no such window. `folds`: the experiment's fold tables (`Experiment.folds.dates`),
     `histories` its history tables (`Experiment.histories`, which histories a row without a
-    `history` stands for), either None when absent."""
+    `history` stands for), either None when absent. `min_share`: the share of the shorter of two
+    windows they must have in common to be one period (0: any day in common)."""
     hs, ks = [int(h) for h in history_ids], [int(k) for k in fold_ids]
     if folds is None or not len(folds):
-        return np.tile(np.asarray(ks, dtype=np.int64), (len(hs), 1))
-    cell = {(h, k): i for i, (h, k) in enumerate((h, k) for h in hs for k in ks)}
-    windows = [(cell[h, int(r["fold"])], *_window(r, "val"))
-               for r, h in _rows_by_history(folds, histories, hs) if (h, int(r["fold"])) in cell]
-    return _period_ids(windows, len(cell)).reshape(len(hs), len(ks))
+        return np.tile(np.unique(ks, return_inverse=True)[1].astype(np.int64), (len(hs), 1))
+    w = _windows(folds, histories, hs, "val")
+    w = w[w["fold"].isin(ks)]
+    node = w["history"].map({h: i for i, h in enumerate(hs)}) * len(ks) + w["fold"].map({k: i for i, k in enumerate(ks)})
+    return _period_ids(w.assign(node=node), len(hs) * len(ks), min_share).reshape(len(hs), len(ks))
 
 
-def held_out_calendar(folds: pd.DataFrame | None, histories: pd.DataFrame | None, history_ids: Sequence[int]) -> np.ndarray:
+def held_out_calendar(folds: pd.DataFrame | None, histories: pd.DataFrame | None, history_ids: Sequence[int],
+                      min_share: float = 0.0) -> np.ndarray:
     """calendar [H] int: the period (module docstring) of history `history_ids[h]`'s test segment
     (histories whose test segments overlap share one), -1 where the tables hold none."""
     hs = [int(h) for h in history_ids]
     if folds is None or not len(folds):
         return np.zeros(len(hs), dtype=np.int64)
-    at = {h: i for i, h in enumerate(hs)}
-    windows = [(at[h], *_window(r, "test")) for r, h in _rows_by_history(folds, histories, hs)]
-    return _period_ids(windows, len(hs))
+    w = _windows(folds, histories, hs, "test")
+    return _period_ids(w.assign(node=w["history"].map({h: i for i, h in enumerate(hs)})), len(hs), min_share)
 
 
-def _rows_by_history(folds: pd.DataFrame, histories: pd.DataFrame | None, hs: list[int]):
-    """(fold row, history) for every history a fold row stands for: its `history`, or without one
-    every history of its experiment and trial in the history tables (all of `hs` without them)."""
-    keys = [c for c in ("experiment", "trial_id") if c in folds.columns and histories is not None and c in histories.columns]
-    listed: dict[tuple, list[int]] = {}
+def _windows(folds: pd.DataFrame, histories: pd.DataFrame | None, hs: list[int], seg: str) -> pd.DataFrame:
+    """Every (history in `hs`, fold) window of the tables' `seg` (val, test): columns history, fold,
+    space, first, last (closed). A row without a `history` is every history of its experiment and
+    trial in the history tables (all of `hs` without them). A window is its dates (space 0, ns),
+    else its rows (space 1: half-open `<seg>_start`..`<seg>_end` made closed), else the fold id
+    (space 2: fold k is period k)."""
+    own = folds[folds["history"].notna()] if "history" in folds.columns else folds.iloc[:0]
+    bare = folds.drop(own.index).drop(columns=["history"], errors="ignore")
     if histories is not None and "history" in histories.columns:
-        for key, g in histories.groupby(keys, sort=False) if keys else [((), histories)]:
-            listed[key if isinstance(key, tuple) else (key,)] = sorted(int(h) for h in g["history"])
-    wanted = set(hs)
-    for _, r in folds.iterrows():
-        if "history" in folds.columns and pd.notna(r["history"]):
-            owners = [int(r["history"])]
-        else:
-            owners = listed.get(tuple(r[c] for c in keys), hs) if listed else hs
-        for h in owners:
-            if h in wanted:
-                yield r, h
+        keys = [c for c in ("experiment", "trial_id") if c in bare.columns and c in histories.columns]
+        bare = bare.merge(histories[[*keys, "history"]], on=keys or None, how="inner" if keys else "cross")
+    else:
+        bare = bare.merge(pd.DataFrame({"history": hs}), how="cross")
+    rows = pd.concat([own, bare], ignore_index=True).astype({"history": int, "fold": int})
+    rows = rows[rows["history"].isin(hs)]
+    alone = rows["fold"] if seg == "val" else 0
+    out = rows[["history", "fold"]].assign(space=2, first=alone, last=alone)
+    if {f"{seg}_start", f"{seg}_end"} <= set(rows.columns):
+        timed = rows[f"{seg}_start"].notna() & rows[f"{seg}_end"].notna()
+        out.loc[timed, "space"] = 1
+        out.loc[timed, "first"] = rows.loc[timed, f"{seg}_start"]
+        out.loc[timed, "last"] = rows.loc[timed, f"{seg}_end"] - 1
+    if {f"{seg}_first", f"{seg}_last"} <= set(rows.columns):
+        dated = rows[f"{seg}_first"].map(_is_date) & rows[f"{seg}_last"].map(_is_date)
+        for end in ("first", "last") if dated.any() else ():
+            out.loc[dated, end] = rows.loc[dated, f"{seg}_{end}"].map(lambda t: window_time(t).value).astype(np.int64)
+        out.loc[dated, "space"] = 0
+    return out.astype({"space": int, "first": np.int64, "last": np.int64})
 
 
-def _window(r: pd.Series, seg: str) -> tuple[int, int, int]:
-    """(space, first, last) of a row's `seg` window, closed: its dates (space 0, ns), else its
-    rows (space 1; half-open `<seg>_start`..`<seg>_end` made closed), else the fold id alone
-    (space 2: a table of neither, fold k is period k)."""
-    first, last = r.get(f"{seg}_first"), r.get(f"{seg}_last")
-    if isinstance(first, str) and isinstance(last, str) and first.strip() and last.strip():
-        return 0, window_time(first).value, window_time(last).value
-    start, end = r.get(f"{seg}_start"), r.get(f"{seg}_end")
-    if start is not None and end is not None and pd.notna(start) and pd.notna(end):
-        return 1, int(start), int(end) - 1
-    return (2, int(r["fold"]), int(r["fold"])) if seg == "val" else (2, 0, 0)
+def _is_date(cell: object) -> bool:
+    return isinstance(cell, str) and bool(cell.strip())
 
 
-def _period_ids(windows: list[tuple[int, int, int, int]], n: int) -> np.ndarray:
-    """Per node (0..n-1) the id of its period: `windows` (node, space, first, last) closed
-    intervals; nodes joined by a chain of overlapping windows of one space share the id; ids in
+def _period_ids(w: pd.DataFrame, n: int, min_share: float) -> np.ndarray:
+    """Per node (0..n-1) the id of its period from the windows `w` (node, space, first, last):
+    two windows of one space meet when they have at least `min_share` of the shorter one in common
+    (0: any common instant), and nodes joined by a chain of meeting windows are one period; ids in
     order of each period's first window (space, then time); -1 for a node without a window."""
-    parent = list(range(n))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    ordered = sorted(windows, key=lambda w: (w[1], w[2], w[3]))
-    reach = None  # (space, last date reached, node) of the run of overlapping windows being swept
-    for node, space, first, last in ordered:
-        if reach is not None and reach[0] == space and first <= reach[1]:
-            parent[root(node)] = root(reach[2])
-            reach = (space, max(reach[1], last), reach[2])
-        else:
-            reach = (space, last, node)
-    ids, out = {}, np.full(n, -1, dtype=np.int64)
-    for node, *_ in ordered:
-        out[node] = ids.setdefault(root(node), len(ids))
+    w = w.drop_duplicates(["node", "space", "first", "last"]).sort_values(["space", "first", "last"], kind="stable")
+    node, space, first, last = (w[c].to_numpy() for c in ("node", "space", "first", "last"))
+    common = np.minimum.outer(last, last) - np.maximum.outer(first, first)
+    meet = (space[:, None] == space[None, :]) & (common >= 0) & (common >= min_share * np.minimum.outer(last - first, last - first))
+    i, j = np.nonzero(meet)
+    _, component = connected_components(coo_matrix((np.ones(len(i)), (node[i], node[j])), shape=(n, n)), directed=False)
+    ids: dict[int, int] = {}
+    out = np.full(n, -1, dtype=np.int64)
+    for k in node:  # in order of each period's first window
+        out[k] = ids.setdefault(int(component[k]), len(ids))
     return out
