@@ -104,13 +104,8 @@ class Market:
         self.fold_ids = tuple(range(len(folds))) if fold_ids is None else tuple(int(f) for f in fold_ids)
         if len(self.fold_ids) != len(folds):
             raise ValueError(f"{len(self.fold_ids)} fold ids for {len(folds)} folds")
-        first = paths[0]
-        self.times = first.index if isinstance(getattr(first, "index", None), pd.DatetimeIndex) else None
-        """Path 0's timestamps (None without a time column): the split's dates (tune_gems.data.summary)."""
         self.columns = tuple(getattr(p, "attrs", {}).get(SOURCE_COLUMN_ATTR) for p in paths)
         """Each path's column in its file, as the file spells it (None for synthetic paths)."""
-        self.column = self.columns[0]
-        """Path 0's (what a one-path caller reads)."""
         raw = []
         for path in paths:
             p = np.asarray(path, dtype=np.float64)
