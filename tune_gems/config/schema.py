@@ -212,7 +212,8 @@ class DataConfig(_Strict):
         None,
         max_length=MAX_HISTORIES,
         description="several price histories, one entry each ({name, path, price_column, time_column}, defaults from "
-        "data.path, data.price_column, data.time_column): several files, or columns of one; every history on one calendar",
+        "data.path, data.price_column, data.time_column): several files, or columns of one; each on its own dates or "
+        "one calendar, every history as many rows (a fold is the same rows of each)",
     )
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
     folds: FoldsConfig = Field(default_factory=FoldsConfig)

@@ -14,7 +14,8 @@ Paths: a Market may hold several price paths of the same length (per-seed synthe
 `tune_gems.data.series.load_paths`); every consumer (env, evaluator, replay) reads member p's features
 from path `path_of_member[p]`, an explicit argument that defaults to path 0 for every member.
 A price file is one path per price history (tune_gems.data.series.load_histories: one, or several
-on one calendar, `data.price_columns` / `data.histories`): member p reads its history's path.
+of as many rows, each at its own dates, `data.price_columns` / `data.histories`): member p reads its
+history's path.
 
 Folds (walk-forward, `tune_gems.data.segments.fold_bounds`): a Market may also hold several splits of
 the same paths, one per fold, which share the test segment. Each fold's features are
@@ -95,19 +96,16 @@ class Market:
             raise DataError(f"data: {n} prices, fewer than the {window}-step observation window (env.window)")
         self.window = window
         self.n = n
-        self.index = paths[0].index if isinstance(paths[0], pd.Series) else pd.RangeIndex(n)
+        self.indexes = tuple(p.index if isinstance(p, pd.Series) else pd.RangeIndex(n) for p in paths)
+        """Each path's index: its own timestamps (histories on several calendars), or row numbers."""
+        self.index = self.indexes[0]
         self.bounds = tuple(folds)  # the SegmentBounds of each fold held
         self.n_paths, self.n_folds = len(paths), len(folds)
         self.fold_ids = tuple(range(len(folds))) if fold_ids is None else tuple(int(f) for f in fold_ids)
         if len(self.fold_ids) != len(folds):
             raise ValueError(f"{len(self.fold_ids)} fold ids for {len(folds)} folds")
-        first = paths[0]
-        self.times = first.index if isinstance(getattr(first, "index", None), pd.DatetimeIndex) else None
-        """Path 0's timestamps (None without a time column): the split's dates (tune_gems.data.summary)."""
         self.columns = tuple(getattr(p, "attrs", {}).get(SOURCE_COLUMN_ATTR) for p in paths)
         """Each path's column in its file, as the file spells it (None for synthetic paths)."""
-        self.column = self.columns[0]
-        """Path 0's (what a one-path caller reads)."""
         raw = []
         for path in paths:
             p = np.asarray(path, dtype=np.float64)

@@ -28,7 +28,8 @@ MEMBERS_DIR = "members"
 TRIAL_BASELINES = "baselines.json"
 """`<trial folder>/baselines.json`: the trial's baselines table (Trainer.baselines(), JSON records)."""
 TRIAL_FOLDS = "folds.json"
-"""`<trial folder>/folds.json`: the trial's walk-forward fold table (Trainer.fold_table(), JSON records)."""
+"""`<trial folder>/folds.json`: the trial's fold table (Trainer.fold_table(), JSON records: a row per fold, or per
+history and fold where the histories are on several calendars)."""
 TRIAL_HISTORIES = "histories.json"
 """`<trial folder>/histories.json`: the trial's price-history table (Trainer.history_table(), JSON records)."""
 

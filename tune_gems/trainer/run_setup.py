@@ -17,7 +17,7 @@ import torch
 from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import ConfigError, DataError
 from tune_gems.data import series as data_mod
-from tune_gems.data.segments import TrainingReach, fold_bounds
+from tune_gems.data.segments import TrainingReach, fold_bounds, is_date_split
 from tune_gems.market.features import Market
 
 CUBLAS_DETERMINISTIC = ":4096:8"
@@ -50,7 +50,7 @@ def load_run_prices(cfg: Config) -> pd.Series | list[pd.Series]:
     """The configured price series, with enough rows for a window, an episode and three segments
     (what `prepare_market` takes as `prices`; tune_gems.data.series.load_prices reads a file):
     one series, or with several price histories (`data.price_columns`, `data.histories`) one
-    per history, on one calendar (tune_gems.data.series.load_histories)."""
+    per history, each with as many rows (tune_gems.data.series.load_histories)."""
     if len(cfg.data.price_histories) > 1:
         return data_mod.load_histories(cfg.data, min_rows=_min_rows(cfg))
     return data_mod.load_series(cfg.data, min_rows=_min_rows(cfg))
@@ -79,7 +79,9 @@ def prepare_market(
     not serve every seed index), and `prices` must be the path of seed index 0. With several
     price histories the market holds one path per history (each its own normalisation, folds
     and episodes; `prices`, when given, is `load_run_prices`'s list of them), and a fold layout
-    that does not fit their common calendar names them. `folds`: which of the config's folds
+    that does not fit their rows names them. Every fold and segment is the same rows of each
+    history, at its own dates: date splits on histories of several calendars would cut each
+    calendar elsewhere, and are refused. `folds`: which of the config's folds
     (`data.folds`, tune_gems.data.segments.fold_bounds) the market holds (default all; one fold
     alone is the reference run of the folds invariant, tests/test_folds.py; one history alone is
     a config of that history, tests/test_histories.py).
@@ -97,7 +99,14 @@ def prepare_market(
         if prices is not None and not np.array_equal(np.asarray(prices, dtype=np.float64), np.asarray(path0, dtype=np.float64)):
             raise ValueError("prepare_market: the given prices are not the path of seed index 0 of the config's per_seed synthetic paths")
     reach = TrainingReach(cfg.env.window, cfg.trainer.n_step, cfg.env.episode_length)  # what purged folds keep clear
-    try:  # one calendar: the layout is the same for every history
+    specs = cfg.data.price_histories
+    calendars = data_mod.calendar_groups([p.index for p in paths])
+    if len(calendars) > 1 and is_date_split(cfg.data.splits):
+        names = ", ".join(repr(specs[g[0]].name) for g in calendars)
+        raise ConfigError(f"data.splits: dates {list(cfg.data.splits)} cut each calendar at other rows, and the {len(specs)} "
+                          f"histories are on {len(calendars)} calendars (those of {names}): a fold is the same rows of every "
+                          "history, so give three fractions")
+    try:  # the layout is in rows, the same for every history
         bounds = fold_bounds(paths[0], cfg.data.splits, cfg.data.folds, min_len=cfg.env.window + 2, reach=reach)
         fold_ids = list(range(len(bounds))) if folds is None else [int(f) for f in folds]
         if any(not 0 <= f < len(bounds) for f in fold_ids):
@@ -105,9 +114,9 @@ def prepare_market(
         market = Market(paths, [bounds[f] for f in fold_ids], cfg.env.window, device, fold_ids=fold_ids)
         market.check_lengths(cfg.env.episode_length)
     except (ConfigError, DataError) as e:  # with several histories, a layout that does not fit names them first
-        specs = cfg.data.price_histories
         if len(specs) < 2:
             raise
         names = ", ".join(repr(s.name) for s in specs)
-        raise type(e)(f"histories {names} (one calendar of {len(paths[0])} rows): {e}") from None
+        on = "one calendar" if len(calendars) == 1 else f"{len(calendars)} calendars"
+        raise type(e)(f"histories {names} ({on} of {len(paths[0])} rows): {e}") from None
     return market

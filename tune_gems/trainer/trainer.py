@@ -135,9 +135,10 @@ class Trainer:
         return table.assign(history=table["path"] if self.cfg.data.source != "synthetic" else 0)
 
     def fold_table(self) -> pd.DataFrame:
-        """One row per fold of the run: its windows (tune_gems.data.segments.fold_table), for folds.csv."""
+        """One row per fold of the run (per history and fold on several calendars): its windows
+        (tune_gems.data.segments.fold_table), for folds.csv."""
         m = self.market
-        return fold_table(m.index, m.bounds, self.cfg.data.folds.layout, m.fold_ids)
+        return fold_table(m.indexes, m.bounds, self.cfg.data.folds.layout, m.fold_ids)
 
     def history_table(self) -> pd.DataFrame:
         """One row per price history of the run: its name, source and calendar
