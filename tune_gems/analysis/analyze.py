@@ -29,6 +29,7 @@ from tune_gems.analysis.verdicts.redundancy import redundancy_table
 from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables, placebo_verdicts, verdict_metric
 from tune_gems.analysis.verdicts.held_out import skill_context
 from tune_gems.analysis.verdicts.factors import factor_table
+from tune_gems.analysis.verdicts.family import DesignFamily
 from tune_gems.analysis.verdicts.fold_effects import fold_dates, fold_effects_table
 from tune_gems.analysis.verdicts.walk_forward import experiment_overlap
 from tune_gems.analysis.describe.variance import sharpe_variance, split_arms
@@ -78,6 +79,8 @@ class AnalysisResult:
     verdict's pooled estimate (`fold_effects.fold_effects_table`; empty with one fold)."""
     settings: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    family: DesignFamily | None = None
+    """The design's family the verdicts and factors were decided in (its pairs are what the plots draw)."""
     out_dir: Path | None = None
     files: list[str] = field(default_factory=list)
 
@@ -110,8 +113,8 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
     excess = add_excess_columns(cells.long, gems)
     red = redundancy_table(cells, gems, thresholds=th, excess=excess)
     lookup = EvalReturnsLookup(exp.paths, exp.labels, t)
-    verdicts, fold_rows, family = gem_verdict_tables(t, h, m, arms=arms, gems=gems, thresholds=th, redundancy=red,
-                                                     cells=cells, eval_returns=lookup, selection=selection,
+    verdicts, fold_rows, family = gem_verdict_tables(cells, gems, th, m, redundancy=red, eval_returns=lookup,
+                                                     selection=selection,
                                                      overlap=experiment_overlap(exp.paths, exp.labels))
     verdicts["skill"] = skill_context(exp)
     verdicts = lead_verdict_columns(verdicts)  # the numbers a user decides by first (issue 37 item 5)
@@ -134,6 +137,7 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
         fold_effects=fold_effects_table(fold_rows, verdicts, fold_dates(exp.paths, exp.labels)),
         settings=th.settings(),
         notes=notes,
+        family=family,
     )
 
 

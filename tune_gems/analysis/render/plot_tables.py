@@ -3,10 +3,9 @@
 Each plot draws one of these tables and nothing else, so a reader can check a figure against
 its numbers and a test can read the plotted data back from the figure and compare:
 
-- `paired_seed_table`: per gem, every seed pair of the verdict's own comparison (the same cells,
-  metric, epoch window and placebo filter as `verdicts.gem_verdicts`, through
-  `pairing.paired`): the measured and the wired member's value, their fold and seed, whether
-  either diverged, whether the pair ties;
+- `paired_seed_table`: per gem, every seed pair of the verdict's own comparison (the design
+  family's pairs, not paired again): the measured and the wired member's value, their fold and
+  seed, whether either diverged, whether the pair ties;
 - `learning_curve_table`: the verdict metric per epoch over each arm's seeds (median and
   interquartile range), per trial, arm and fold;
 - `performance_profile_table`: per gem and side of its comparison, the share of seed pairs
@@ -34,10 +33,9 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.pairs.pairing import Cells, paired, window_values
-from tune_gems.analysis.pairs.selectors import MEASURE, WIRE, placebo_selectors
+from tune_gems.analysis.pairs.pairing import window_values
+from tune_gems.analysis.verdicts.family import GEM, DesignFamily
 from tune_gems.analysis.verdicts.gem_verdicts import verdict_metric
-from tune_gems.contracts.gem_manifest import GemEntry
 
 @dataclass(frozen=True)
 class VerdictColumns:
@@ -93,25 +91,20 @@ TIE_TOLERANCE = 0.0
 """Two values closer than this tie (0: equal bits; an identical outcome is what makes a tie)."""
 
 
-def paired_seed_table(cells: Cells, gems: Sequence[GemEntry], members: pd.DataFrame, *,
-                      last_k=defaults.LAST_K, placebo_weight: float = defaults.PLACEBO_WEIGHT,
-                      metric: str = defaults.METRIC) -> pd.DataFrame:
-    """Every seed pair of each gem's wiring comparison (module docstring), one row per pair; `last_k`
-    the window's length, or the verdict's window (`Thresholds.window_length`)."""
-    column, _ = verdict_metric(members, metric)
+def paired_seed_table(family: DesignFamily) -> pd.DataFrame:
+    """Every seed pair of each gem's wiring comparison (module docstring), one row per pair: the
+    family's own pairs (`family.DesignFamily`), with each member's value over the verdict's window."""
+    cells, column, k = family.cells, family.column, family.thresholds.window_length
     t = cells.table.set_index("cell")
     rows = []
-    for g in gems:
-        mode = f"gems.{g.name}.mode"
-        real, _ = placebo_selectors(g, placebo_weight)
-        pr = paired(cells, mode, WIRE, MEASURE, column=column, k=last_k, ignore=(f"gems.{g.name}.weight",), select=real)
-        if not pr.n or pr.pairs is None or not len(pr.pairs):
+    for c, pr in zip(family.contrasts, family.pairs):
+        if c.kind != GEM or not pr.n or pr.pairs is None or not len(pr.pairs):
             continue
         pairs = pr.pairs
         ends = pd.concat([pd.Series(pairs["end_epoch"].to_numpy(), index=pairs["cell_hi"].to_numpy()),
                           pd.Series(pairs["end_epoch"].to_numpy(), index=pairs["cell_lo"].to_numpy())])
         ends = ends[~ends.index.duplicated()]
-        vals = window_values(cells.long[cells.long["cell"].isin(ends.index)], column, ends, last_k)
+        vals = window_values(cells.long[cells.long["cell"].isin(ends.index)], column, ends, k)
         for _, p in pairs.iterrows():
             hi, lo = t.loc[p["cell_hi"]], t.loc[p["cell_lo"]]
             vh, vl = vals.loc[p["cell_hi"]], vals.loc[p["cell_lo"]]
@@ -119,7 +112,7 @@ def paired_seed_table(cells: Cells, gems: Sequence[GemEntry], members: pd.DataFr
             measured = np.nan if vl["diverged"] else float(vl["value"])
             both = not vh["diverged"] and not vl["diverged"]
             rows.append({
-                "gem": g.name, "metric": column, "experiment": lo["experiment"], "trial_id": lo["trial_id"],
+                "gem": c.key.split(".")[1], "metric": column, "experiment": lo["experiment"], "trial_id": lo["trial_id"],
                 "history": int(lo["history"]), "fold": int(lo["fold"]), "seed": lo["seed"], "seed_index": int(lo["seed_index"]),
                 "arm_measured": lo["arm"], "arm_wired": hi["arm"], "measured": measured, "wired": wired,
                 "measured_diverged": bool(vl["diverged"]), "wired_diverged": bool(vh["diverged"]),

@@ -63,10 +63,11 @@ class TestSegment:
     spread_in_seeds: np.ndarray | bool = False
 
 
-MarketLookup = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+MarketLookup = Callable[[np.ndarray], tuple]
 """Per-side tails [S, E] (each contrast's seed-interval tail: its Holm level over the sides) ->
 (low, high, available) [S, E]: each contrast's market-noise interval at that tail (K = 1 on one
-price history)."""
+price history), optionally followed by the lookup's table of that evidence (per contrast: the
+verdicts' market-noise columns), which the record keeps as `market_table`."""
 
 
 @dataclass(frozen=True)
@@ -105,19 +106,23 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Decision:
-    """The rule's record of a family ([S, E] arrays): `verdict` the final word; `seed_verdict` the
-    seed rule's, `market_verdict` after the market gate, `discovery_verdict` the discovery's (after
-    the one-period gate, the period rule or the nested rule over histories; before the held-out
-    stage and the selection gate); the seed rule's numbers (`estimate`, `p`, `p_tost`,
-    `p_adjusted`, `tost_p_adjusted`, `magnitude_p_adjusted`, `magnitude_at_null`,
-    `n_informative`, `tied_share`, `level` the Holm level, `low`, `high` the seed interval at it);
-    K = 1: `market_low`, `market_high`, `market_available`, `combined_low`, `combined_high`,
-    `gate_applied`; K >= 2: `pooled` (`pool_family`'s arrays: over histories the second stage's)
-    and `period` (the period rule's decision), over histories `histories` (both stages); with a
-    test segment `held_out` (the second stage's record); with a selection: `final_low`,
-    `final_high`, `final_available`."""
+    """The rule's record of a family ([S, E] arrays), built by keyword. The words, in the order the
+    stages make them: `seed_verdict` the seed rule's, `market_verdict` after the market gate,
+    `discovery_verdict` after the one-period gate, the period rule or the nested rule over
+    histories, `verdict` after the held-out stage (the word verdicts.csv and factors.csv print),
+    `final_verdict` after a search's selection gate (a confirmation on one history; else
+    `verdict`). The seed rule's numbers (`estimate`, `p`, `p_tost`, `p_adjusted`,
+    `tost_p_adjusted`, `magnitude_p_adjusted`, `magnitude_at_null`, `n_informative`,
+    `tied_share`, `level` the Holm level, `low`, `high` the seed interval at it); K = 1:
+    `market_low`, `market_high`, `market_available`, `combined_low`, `combined_high`,
+    `gate_applied` and the market lookup's own table (`market_table`, where it returns one);
+    K >= 2: `pooled` (`pool_family`'s arrays: over histories the second stage's) and `period`
+    (the period rule's decision), over histories `histories` (both stages); with a test segment
+    `held_out` (the second stage's record); with a selection: `final_low`, `final_high`,
+    `final_available`."""
 
     verdict: np.ndarray
+    final_verdict: np.ndarray
     seed_verdict: np.ndarray
     market_verdict: np.ndarray
     discovery_verdict: np.ndarray
@@ -139,6 +144,7 @@ class Decision:
     combined_low: np.ndarray
     combined_high: np.ndarray
     gate_applied: np.ndarray
+    market_table: Sequence | None = None
     pooled: dict[str, np.ndarray] | None = None
     period: PeriodDecision | None = None
     histories: HistoryPooled | None = None
@@ -176,8 +182,8 @@ def _seed_stage(ev: Evidence, th: Thresholds, s: int, e: int):
         if d.shape[1]:
             with np.errstate(over="ignore", invalid="ignore"):
                 r = informative_rank_test(d, rope=th.rope, tail=th.alpha / 2)
-            est[:, j], p[:, j], pt[:, j], n_inf[:, j], tied[:, j] = (r["estimate"], r[p_key], r["p_tost"],
-                                                                     r["n_informative"], r["tied_share"])
+            est[:, j], p[:, j], pt[:, j], n_inf[:, j], tied[:, j] = (r.estimate, getattr(r, p_key), r.p_tost,
+                                                                     r.n_informative, r.tied_share)
     paired = np.stack([(~np.isnan(d)).sum(1) if d.shape[1] else np.zeros(s, int) for d in ev.diffs], 1)
     if ev.tested is not None:
         keep = np.broadcast_to(np.asarray(ev.tested, bool), (s, e))
@@ -205,17 +211,18 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
         if d.shape[1]:
             with np.errstate(over="ignore", invalid="ignore"):
                 r = informative_rank_test(d, tail=np.nan_to_num(level[:, j], nan=th.alpha) / sides)
-            lo[:, j], hi[:, j] = r["low"], r["high"]
+            lo[:, j], hi[:, j] = r.low, r.high
     if th.one_sided_keep:  # the one-sided keep interval [low, +inf)
         hi = np.where(np.stack([np.full(s, d.shape[1] > 0) for d in ev.diffs], 1), np.inf, np.nan)
     seed_verdict = _not_on_ties(rule.verdict, tied)
     market_verdict = discovery = seed_verdict
     m_lo, m_hi, c_lo, c_hi = (_nan((s, e)) for _ in range(4))
     available, applied = np.zeros((s, e), bool), np.zeros((s, e), bool)
-    pooled = period = hp = None
+    pooled = period = hp = market_table = None
     tail = np.nan_to_num(level, nan=th.alpha) / sides
     if ev.market is not None:
-        m_lo, m_hi, available = (np.asarray(x) for x in ev.market(tail))
+        m_lo, m_hi, available, *table = ev.market(tail)
+        m_lo, m_hi, available, market_table = np.asarray(m_lo), np.asarray(m_hi), np.asarray(available), next(iter(table), None)
         available = available.astype(bool) & np.isfinite(est)
         m_lo, m_hi = np.where(available, m_lo, np.nan), np.where(available, m_hi, np.nan)
     if ev.periods is not None or ev.histories is not None:  # K >= 2 or several histories: the pooled test decides
@@ -261,7 +268,7 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
         held = confirm_on_held_out(verdict, ev.test.effect, ev.test.var, period_var, confirmation_level(th.alpha, m),
                                    test_df=ev.test.df, period_df=period_df)
         verdict = held.verdict
-    f_lo = f_hi = f_ok = None
+    final, f_lo, f_hi, f_ok = verdict, None, None, None
     if ev.selection is not None:  # a search's choice on one history: the selection-adjusted gate
         t = np.broadcast_to(np.asarray(ev.selection, float), (s, e))
         with np.errstate(invalid="ignore"):
@@ -271,7 +278,12 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
             else:
                 f_lo, f_hi = selection_adjusted_bounds(est, lo, hi, m_lo, m_hi, 2 * tail, t)
                 f_ok = available
-        verdict = final_on_one_history(verdict, f_lo, f_hi, f_ok)
-    return Decision(verdict, seed_verdict, market_verdict, discovery, est, p, pt, rule.p_adjusted, rule.tost_p_adjusted,
-                    rule.magnitude_p_adjusted, rule.magnitude_at_null, n_inf, tied, level, lo, hi, m_lo, m_hi,
-                    available, c_lo, c_hi, applied, pooled, period, hp, held, f_lo, f_hi, f_ok)
+        final = final_on_one_history(verdict, f_lo, f_hi, f_ok)
+    return Decision(verdict=verdict, final_verdict=final, seed_verdict=seed_verdict, market_verdict=market_verdict,
+                    discovery_verdict=discovery, estimate=est, p=p, p_tost=pt, p_adjusted=rule.p_adjusted,
+                    tost_p_adjusted=rule.tost_p_adjusted, magnitude_p_adjusted=rule.magnitude_p_adjusted,
+                    magnitude_at_null=rule.magnitude_at_null, n_informative=n_inf, tied_share=tied, level=level,
+                    low=lo, high=hi, market_low=m_lo, market_high=m_hi, market_available=available,
+                    combined_low=c_lo, combined_high=c_hi, gate_applied=applied, market_table=market_table,
+                    pooled=pooled, period=period, histories=hp, held_out=held, final_low=f_lo, final_high=f_hi,
+                    final_available=f_ok)

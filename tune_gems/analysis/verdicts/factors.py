@@ -34,13 +34,12 @@ import pandas as pd
 from tune_gems.analysis.pairs.pairing import Cells, Paired
 from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import is_tie
 from tune_gems.analysis.rules.words import (
     DECISIVE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP, NOT_CONFIRMED,
 )
 from tune_gems.analysis.text import format_number
 from tune_gems.analysis.verdicts.family import (
-    FACTOR, GEM, Contrast, DesignFamily, contrast_pairs, design_family, divergence_rate, informative_spread,
+    FACTOR, GEM, Contrast, DesignFamily, contrast_pairs, design_family,
 )
 from tune_gems.analysis.verdicts.held_out import held_out_columns
 from tune_gems.analysis.verdicts.verdict_market_noise import EvalReturnsLookup
@@ -118,44 +117,19 @@ def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds |
 
 
 def _row(family: DesignFamily, j: int, th: Thresholds) -> dict:
-    """One contrast's row of factors.csv: the family's decision and power statement for it, the
-    numbers verdicts.csv shows for a gem (at K >= 2 or over histories the pooled test's, `family.power`;
-    at K = 1 the seed rule's with the market-noise part on one history, `family.seed_power`)."""
-    c, pr, dec, fam, power = family.contrasts[j], family.pairs[j], family.decision, family.folds, family.power
-    verdict = family.word(j)
-    market = family.market[j]
+    """One contrast's row of factors.csv: its reading of the family's decision (`DesignFamily.view`:
+    the numbers verdicts.csv shows for a gem, the pooled test's where it decides) and its pairs."""
+    c, view = family.contrasts[j], family.view(j)
     row = {col: math.nan for col in FACTOR_COLUMNS}
-    row.update(held_out_columns(dec.held_out, family.test, j, family.discovery(j), family.column))
-    row.update(kind=c.kind, factor=c.key, contrast=c.label, verdict=verdict, seed_verdict=str(dec.seed_verdict[0, j]),
-               discovery_verdict=family.discovery(j),
-               n_seeds=pr.n, n_pairs=pr.n_pairs, family_size=family.size, folds=family.k_folds, design=pr.design(),
-               fix=pr.fix, fold_effects="", market_noise=market.get("market_noise", ""))
-    if not pr.n:
-        row["reading"] = _reading(c, verdict, row["mde"], th.rope)
-        return row
-    fin = pr.diffs[np.isfinite(pr.diffs)]
-    ps = family.seed_power[j]
-    row.update(effect=dec.estimate[0, j], mean_effect=float(fin.mean()) if fin.size else math.nan,
-               ci_low=dec.low[0, j], ci_high=dec.high[0, j], ci_level=1 - dec.level[0, j], p_value=dec.p[0, j],
-               p_adjusted=dec.p_adjusted[0, j], tost_p_adjusted=dec.tost_p_adjusted[0, j],
-               sd_diff=informative_spread(pr.diffs[~is_tie(pr.diffs)]), divergence_rate=divergence_rate(pr),
-               tied_share=float(dec.tied_share[0, j]), market_ci_low=dec.market_low[0, j],
-               market_ci_high=dec.market_high[0, j], combined_ci_low=dec.combined_low[0, j],
-               combined_ci_high=dec.combined_high[0, j], mde=ps.mde, mde_floor=ps.floor if ps.note else math.nan,
-               power_note=ps.note)
-    if family.pooled_at(j) and dec.pooled is not None:
-        pooled, rule, hf = dec.pooled, dec.period, family.histories
-        row.update(pooled_effect=pooled["mu"][0, j], pooled_ci_low=rule.low[0, j],
-                   pooled_ci_high=rule.high[0, j], pooled_p_adjusted=rule.p_adjusted[0, j],
-                   tau2=pooled["tau2"][0, j], i2=pooled["i2"][0, j], q_p_adjusted=rule.q_p_adjusted[0, j],
-                   periods_informative=int(pooled["periods"][0, j]), tied_share=(hf if hf is not None else fam).tied_share[j],
-                   fold_overlap=power["overlap"][j],
-                   mde=power["mde"][j], mde_floor=power["floor"][j], power_note=power["note"][j],
-                   # over histories: the (history, fold) effects the nested rule pooled
-                   fold_effects=hf.effects_text(j) if hf is not None else
-                   "; ".join(f"fold {f}: {_fmt(fam.theta[0, j, fam.fold_ids.index(f)])} ({p.n} seeds)"
-                             for f, p in fam.folds[j]))
-    row["reading"] = _reading(c, verdict, row["mde"], th.rope)
+    row.update(held_out_columns(family.decision.held_out, family.test, j, view.discovery_verdict, family.column))
+    row.update(kind=c.kind, factor=c.key, contrast=c.label, family_size=family.size, folds=family.k_folds,
+               fold_effects="", market_noise=family.market[j].get("market_noise", ""))
+    row.update({k: v for k, v in {**family.pair_columns(j), **view.columns()}.items() if k in row})
+    if view.pooled is not None and family.folds is not None:  # each fold's effect the pooled test read
+        fam = family.folds
+        row["fold_effects"] = "; ".join(f"fold {f}: {_fmt(fam.theta[0, j, fam.fold_ids.index(f)])} ({p.n} seeds)"
+                                        for f, p in fam.folds[j])
+    row["reading"] = _reading(c, view.verdict, row["mde"], th.rope)
     return row
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 import numpy as np
@@ -32,12 +32,16 @@ from tune_gems.analysis.rules.power import PowerInputs, PowerStatement, market_s
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import is_tie
 from tune_gems.analysis.verdicts.held_out import held_out_segment
-from tune_gems.analysis.verdicts.history_verdicts import HistoryFamily, history_family, history_power
+from tune_gems.analysis.verdicts.history_verdicts import (
+    HistoryFamily, history_family, history_fold_rows, history_period_text, history_power,
+)
 from tune_gems.analysis.verdicts.verdict_market_noise import (
     OK as MARKET_OK, UNAVAILABLE, EvalReturnsLookup, MarketEvidence, market_evidence, market_window,
 )
 from tune_gems.analysis.rules.overlap import FoldOverlap
-from tune_gems.analysis.verdicts.walk_forward import FOLD, FamilyFolds, fold_count, gem_folds, overlap_for, pooled_power
+from tune_gems.analysis.verdicts.walk_forward import (
+    ADD_FOLDS, FOLD, FamilyFolds, fold_count, fold_rows, fold_text, gem_folds, median_fold_spread, overlap_for, pooled_power,
+)
 from tune_gems.contracts.gem_manifest import GemEntry
 
 GEM, FACTOR = "gem", "factor"
@@ -167,6 +171,101 @@ def one_row_per_unpaired_key(contrasts: list[Contrast], prs: list[Paired]) -> tu
 # -- the family, decided once ------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class SeedReading:
+    """The seed rule's numbers of one contrast, named as verdicts.csv names them: its estimate and
+    interval at its Holm level, its p-values, the informative pairs and ties, and the power
+    statement of the rule at one period (`rules.power.statement`: the seeds', with the
+    market-noise part on one price history). NaN where the contrast has no pairs."""
+
+    effect: float
+    ci_low: float
+    ci_high: float
+    ci_level: float
+    p_value: float
+    p_adjusted: float
+    tost_p: float
+    tost_p_adjusted: float
+    n_informative: float
+    tied_share: float
+    mde: float
+    seeds_needed: float
+    mde_floor: float
+    power_note: str
+
+
+@dataclass(frozen=True)
+class PooledReading:
+    """The pooled test's numbers of one contrast (over walk-forward periods, or the nested rule over
+    price histories), named as verdicts.csv names them, with the power statement of that test and
+    the per-period evidence it pooled (`fold_effects`, `period` in words)."""
+
+    pooled_effect: float
+    pooled_ci_low: float
+    pooled_ci_high: float
+    pooled_ci_level: float
+    pooled_p: float
+    pooled_p_adjusted: float
+    pooled_tost_p_adjusted: float
+    pooled_df: float
+    tau_shared: bool
+    tau2: float
+    i2: float
+    q_p: float
+    q_p_adjusted: float
+    periods_informative: float
+    fold_sd_diff: float
+    var_seed: float
+    var_within: float
+    var_period: float
+    fold_overlap: float
+    mde: float
+    seeds_needed: float
+    mde_floor: float
+    power_note: str
+    tied_share: float
+    n_informative: int
+    fold_effects: str
+    period: str
+    var_history: float = math.nan
+
+
+@dataclass(frozen=True)
+class ContrastView:
+    """One contrast's reading of the family's decision: its words (`verdict` the word every table
+    prints, the record's own), the seed rule's numbers (`seeds`), the pooled test's where one
+    decides (`pooled`), the one-period intervals, the selection-adjusted final interval and the
+    halves of `delete`. `columns()` names them as verdicts.csv and factors.csv do."""
+
+    verdict: str
+    final_verdict: str
+    discovery_verdict: str
+    seed_verdict: str
+    market_verdict: str
+    seeds: SeedReading
+    pooled: PooledReading | None
+    market_ci_low: float
+    market_ci_high: float
+    combined_ci_low: float
+    combined_ci_high: float
+    gate_applied: bool
+    final_ci_low: float
+    final_ci_high: float
+    magnitude_at_null: bool
+    excess_tost_p_adjusted: float
+
+    def columns(self) -> dict:
+        """The table columns this view states: the seed rule's numbers, then the pooled test's
+        where it decides (its MDE, ties and informative pairs in place of the seeds')."""
+        out = dict(verdict=self.verdict, discovery_verdict=self.discovery_verdict, seed_verdict=self.seed_verdict,
+                   **asdict(self.seeds), market_ci_low=self.market_ci_low, market_ci_high=self.market_ci_high,
+                   combined_ci_low=self.combined_ci_low, combined_ci_high=self.combined_ci_high,
+                   excess_tost_p_adjusted=self.excess_tost_p_adjusted)
+        if self.pooled is not None:
+            out.update({k: v for k, v in asdict(self.pooled).items() if k != "var_history"})
+        return out
+
+
 @dataclass
 class DesignFamily:
     """A design's family (module docstring): its `contrasts` with their `pairs`, the rule's
@@ -174,7 +273,8 @@ class DesignFamily:
     (`folds`, K >= 2 on one price history) or over several price histories (`histories`, the
     nested rule's: `history_verdicts.history_family`) and the pooled test's power statement
     (`power`: `walk_forward.pooled_power`, `history_verdicts.history_power`), each contrast's
-    market-noise columns (`market`) and the verdict metric `column`."""
+    market-noise columns (`market`), the verdict metric `column`, the `cells` it paired and the
+    settings `thresholds` it was decided at; `view(j)` reads contrast j."""
 
     contrasts: list[Contrast]
     pairs: list[Paired]
@@ -187,6 +287,8 @@ class DesignFamily:
     seed_power: list[PowerStatement | None]
     """Per contrast with pairs, the power statement of the rule at one period (`rules.power.statement`:
     the seeds', with the market-noise part on one price history); over periods `power` states it."""
+    cells: Cells
+    thresholds: Thresholds
     test: TestSegment | None = None
     """The held-out test segment's effects, the rule's second stage (`held_out.held_out_segment`;
     None: the results have no test-segment metric)."""
@@ -204,18 +306,6 @@ class DesignFamily:
             return bool(self.histories.parts[j])
         return self.folds is not None and bool(self.folds.folds[j])
 
-    def word(self, j: int) -> str:
-        """The word every table prints for contrast j: the discovery's where the test segment
-        confirmed it (or there is none), else `not confirmed on held-out data` (the second stage:
-        `rules.held_out_rule`); the selection-adjusted final verdict of a confirmation on one
-        history is its own column."""
-        held = self.decision.held_out
-        return str((held.verdict if held is not None else self.decision.discovery_verdict)[0, j])
-
-    def discovery(self, j: int) -> str:
-        """The discovery's word for contrast j (before the held-out stage)."""
-        return str(self.decision.discovery_verdict[0, j])
-
     @property
     def size(self) -> int:
         """How many contrasts the family's Holm runs over (those with a test)."""
@@ -225,6 +315,84 @@ class DesignFamily:
         """The column of a gem's wiring contrast."""
         key = f"gems.{gem}.mode"
         return next((j for j, c in enumerate(self.contrasts) if c.kind == GEM and c.key == key), None)
+
+    def fold_rows(self, j: int, name: str) -> list[dict]:
+        """Contrast j's per-period rows (`walk_forward.FOLD_ROW_COLUMNS`, over histories
+        `history_verdicts.HISTORY_ROW_COLUMNS`) under `name`: the effect the pooled test read in each
+        fold, with its interval at the fold's Holm level; none where no pooled test decides."""
+        if not self.pooled_at(j):
+            return []
+        rule = self.decision.period
+        if self.histories is not None:
+            return history_fold_rows(name, self.histories, j, rule, self.thresholds)
+        return fold_rows(name, self.folds, j, rule, self.thresholds)
+
+    def pair_columns(self, j: int) -> dict:
+        """What contrast j's pairs are, named as verdicts.csv and factors.csv name it: seeds, pairs,
+        design, fix, divergence and the mean and spread of the finite differences."""
+        pr = self.pairs[j]
+        out = dict(n_seeds=pr.n, n_pairs=pr.n_pairs, design=pr.design(), fix=pr.fix, wired_diverged=pr.hi_diverged,
+                   measured_diverged=pr.lo_diverged, wired_members=pr.hi_cells, measured_members=pr.lo_cells)
+        if pr.n:
+            fin = pr.diffs[np.isfinite(pr.diffs)]
+            out.update(mean_effect=float(fin.mean()) if fin.size else math.nan,
+                       sd_diff=informative_spread(pr.diffs[~is_tie(pr.diffs)]), divergence_rate=divergence_rate(pr))
+        return out
+
+    def view(self, j: int) -> ContrastView:
+        """Contrast j's reading of the decision (`ContrastView`)."""
+        dec, pr, ps = self.decision, self.pairs[j], self.seed_power[j]
+        at = (0, j)
+        paired = bool(pr.n)
+        seeds = SeedReading(
+            effect=float(dec.estimate[at]), ci_low=float(dec.low[at]), ci_high=float(dec.high[at]),
+            ci_level=1 - float(dec.level[at]) if paired else math.nan, p_value=float(dec.p[at]),
+            p_adjusted=float(dec.p_adjusted[at]), tost_p=float(dec.p_tost[at]), tost_p_adjusted=float(dec.tost_p_adjusted[at]),
+            n_informative=int(dec.n_informative[at]) if paired else math.nan,
+            tied_share=float(dec.tied_share[at]) if paired else math.nan,
+            mde=ps.mde if ps else math.nan, seeds_needed=ps.seeds_needed if ps else math.nan,
+            mde_floor=ps.floor if ps and ps.note else math.nan, power_note=ps.note if ps else "")
+        final_low = dec.final_low[at] if dec.final_low is not None else math.nan
+        final_high = dec.final_high[at] if dec.final_high is not None else math.nan
+        return ContrastView(
+            verdict=str(dec.verdict[at]), final_verdict=str(dec.final_verdict[at]),
+            discovery_verdict=str(dec.discovery_verdict[at]), seed_verdict=str(dec.seed_verdict[at]),
+            market_verdict=str(dec.market_verdict[at]), seeds=seeds, pooled=self._pooled_reading(j),
+            market_ci_low=float(dec.market_low[at]), market_ci_high=float(dec.market_high[at]),
+            combined_ci_low=float(dec.combined_low[at]), combined_ci_high=float(dec.combined_high[at]),
+            gate_applied=bool(dec.gate_applied[at]), final_ci_low=float(final_low), final_ci_high=float(final_high),
+            magnitude_at_null=bool(dec.magnitude_at_null[at]),
+            excess_tost_p_adjusted=float(dec.magnitude_p_adjusted[at]))
+
+    def _pooled_reading(self, j: int) -> PooledReading | None:
+        """The pooled test's reading of contrast j (None where none decides it)."""
+        if not self.pooled_at(j) or self.decision.pooled is None:
+            return None
+        pooled, rule, power, hf, th = self.decision.pooled, self.decision.period, self.power, self.histories, self.thresholds
+        at = (0, j)
+        level = float(rule.level[at])
+        k_inf, shared, too_few = int(pooled["periods"][at]), bool(pooled["shared"][at]), bool(rule.too_few_periods[at])
+        if hf is not None:
+            tied, n_inf = hf.tied_share[j], int(sum(fd.n_informative[0, j].sum() for fd in hf.data.folds))
+            effects, spread = hf.effects_text(j), math.nan
+            period = history_period_text(hf, k_inf, shared, too_few)
+        else:
+            fam = self.folds
+            tied, n_inf = fam.tied_share[j], int(fam.n_informative[0, j].sum())
+            effects, spread = "; ".join(fold_text(r) for r in self.fold_rows(j, "")), median_fold_spread(fam.folds[j])
+            period = (f"pooled over {k_inf} validation periods (random effects, HKSJ"
+                      f"{', tau shared across the family' if shared else ''})" if not too_few else
+                      f"too few periods (K={k_inf}, need >= {th.min_periods}; {ADD_FOLDS})")
+        return PooledReading(
+            pooled_effect=pooled["mu"][at], pooled_ci_low=rule.low[at], pooled_ci_high=rule.high[at],
+            pooled_ci_level=1 - level if np.isfinite(level) else math.nan, pooled_p=pooled["p"][at],
+            pooled_p_adjusted=rule.p_adjusted[at], pooled_tost_p_adjusted=rule.tost_p_adjusted[at],
+            pooled_df=pooled["df"][at], tau_shared=shared, tau2=pooled["tau2"][at], i2=pooled["i2"][at],
+            q_p=pooled["q_p"][at], q_p_adjusted=rule.q_p_adjusted[at], periods_informative=float(k_inf),
+            fold_sd_diff=spread, var_seed=power["seed"][j], var_within=power["within"][j], var_period=power["period"][j],
+            fold_overlap=power["overlap"][j], mde=power["mde"][j], seeds_needed=power["seeds_needed"][j],
+            mde_floor=power["floor"][j], power_note=power["note"][j], tied_share=tied, n_informative=n_inf,
+            fold_effects=effects, period=period, var_history=power["history"][j] if hf is not None else math.nan)
 
 
 def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column: str,
@@ -244,11 +412,12 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
     k_folds = fold_count(cells)
     hf = history_family(prs, cells)  # several price histories: the nested rule decides (None: one history)
     fam = gem_folds(prs, cells) if k_folds > 1 and hf is None else None  # the same pairs inside each fold
-    market_columns: list[dict] = [{} for _ in prs]
 
     def market(tail: np.ndarray):
-        """Each compared contrast's market-noise interval at its seed interval's per-side tail."""
+        """Each compared contrast's market-noise interval at its seed interval's per-side tail, and
+        the evidence's columns per contrast (the verdicts' market-noise columns)."""
         lo, hi, ok = np.full(tail.shape, np.nan), np.full(tail.shape, np.nan), np.zeros(tail.shape, bool)
+        table: list[dict] = [{} for _ in prs]
         for j, pr in enumerate(prs):
             if not pr.n:
                 continue
@@ -257,10 +426,10 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
                                         confidence=1 - 2 * float(tail[0, j]), n_boot=th.n_boot, seed=th.seed)
                         if k_market is not None else
                         MarketEvidence(f"{UNAVAILABLE}: the pairs' verdict windows differ in length ({th.window_text()})"))
-            market_columns[j] = evidence.columns()
+            table[j] = evidence.columns()
             if evidence.ok:
                 lo[0, j], hi[0, j], ok[0, j] = evidence.interval.low, evidence.interval.high, True
-        return lo, hi, ok
+        return lo, hi, ok, table
 
     def gem_of(c: Contrast) -> str | None:
         return c.key.split(".")[1] if c.kind == GEM else None
@@ -281,6 +450,7 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
                              overlap_for(overlap, hf.folds) if hf is not None else 0.0), test=test,
                   selection=None if selection is None else [max(int(chosen.get(gem_of(c), 1)), 1) for c in contrasts])
     dec = decide(ev, th)
+    market_columns = list(dec.market_table or [{} for _ in prs])
     power = (pooled_power(fam, dec.pooled, th) if fam is not None else
              history_power(hf, dec, th) if hf is not None else None)
     m = int(np.isfinite(dec.p[0]).sum())
@@ -298,7 +468,7 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
         seed_power.append(statement(PowerInputs(int(dec.n_informative[0, j]), informative_spread(informative),
                                                 divergence_rate(pr), market_se=max(market_se, 0.0)),
                                     th.rope, two_sided, th.power, tied=float(dec.tied_share[0, j])))
-    return DesignFamily(contrasts, prs, dec, k_folds, fam, power, market_columns, column, seed_power, test, hf)
+    return DesignFamily(contrasts, prs, dec, k_folds, fam, power, market_columns, column, seed_power, cells, th, test, hf)
 
 
 def informative_spread(d: np.ndarray) -> float:

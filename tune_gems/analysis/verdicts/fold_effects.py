@@ -2,7 +2,7 @@
 `fold_effects.csv`, report.md's per-fold table and the forest plot show.
 
 Why its own module. The per-fold effects and intervals are the period rule's own
-(`walk_forward.add_period_columns` returns the rows it decided on), and the pooled
+(`family.DesignFamily.fold_rows`: the rows it decided on), and the pooled
 estimate of each gem is read from the verdict table (`pooled_effect`, `pooled_ci_low`,
 `pooled_ci_high`: verdicts.csv's numbers), so a reader sees beside each word the intervals that
 produced it; nothing is recomputed here. What this module adds is the reader's context: the

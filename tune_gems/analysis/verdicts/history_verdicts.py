@@ -28,7 +28,7 @@ from tune_gems.analysis.rules.power import HistoryComponents, PowerInputs, state
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
 from tune_gems.analysis.text import format_number
-from tune_gems.analysis.verdicts.walk_forward import overlap_lambda, verdict_pairs, write_pooled
+from tune_gems.analysis.verdicts.walk_forward import overlap_lambda, verdict_pairs
 
 HISTORY = "history"
 HISTORY_ROW_COLUMNS = ["gem", HISTORY, "fold", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs", "ties",
@@ -36,6 +36,9 @@ HISTORY_ROW_COLUMNS = ["gem", HISTORY, "fold", "effect", "ci_low", "ci_high", "c
 """The per-(history, fold) rows of the nested rule: the fold rows of one history
 (`walk_forward.FOLD_ROW_COLUMNS`) with the history they belong to; the interval is at the history's
 Holm level (the one the sign-change test between histories reads)."""
+HISTORY_COLUMNS = ["histories", "var_history"]
+"""The verdict table's columns over several histories (after the period columns): how many, and
+the spread between them (what confirm plans with)."""
 ADD_HISTORIES = "add price histories: data.price_columns or data.histories"
 """What a verdict with too few histories says to do."""
 
@@ -147,38 +150,21 @@ def history_inputs(n: float, histories: int, folds: int, c: HistoryComponents, d
                        history_tau2=c.history, overlap=c.overlap)
 
 
-def add_history_columns(v: pd.DataFrame, family, cols: list[int], th: Thresholds) -> pd.DataFrame:
-    """The verdict table's period columns (`walk_forward.PERIOD_COLUMNS`, filled by
-    `walk_forward.add_period_columns` first) from the family's nested-rule decision
-    (`family.DesignFamily` over several histories: `rules.decision.decide` with `Evidence.histories`,
-    its power `history_power`; `cols[i]` the family column of row i of `v`), a `histories` column,
-    and the per-(history, fold) rows behind them (HISTORY_ROW_COLUMNS)."""
-    hf, dec, power = family.histories, family.decision, family.power
-    v["folds"], v["histories"], v["var_history"] = len(hf.folds), len(hf.histories), np.nan
-    pooled, rule = dec.pooled, dec.period
-    all_rows = []
-    for i, j in zip(v.index, cols):
-        if not hf.parts[j]:
-            continue
-        for (h, f), pr in hf.parts[j]:
-            lvl = rule.fold_level[0, j, hf.histories.index(h)]
-            tail = lvl / 2 if np.isfinite(lvl) else th.alpha / 2
-            ri = informative_rank_test(pr.diffs[None, :], tail=tail)
-            n_tie = int(is_tie(pr.diffs).sum())
-            fd = hf.data.folds[hf.histories.index(h)]
-            all_rows.append({"gem": str(v.at[i, "gem"]) if "gem" in v.columns else str(j), HISTORY: h, "fold": f,
-                             "effect": float(fd.theta[0, j, hf.folds.index(f)]), "ci_low": float(ri["low"][0]),
-                             "ci_high": float(ri["high"][0]), "ci_level": 1 - 2 * tail,
-                             "seeds": int(fd.n_informative[0, j, hf.folds.index(f)]), "pairs": int(pr.n),
-                             "ties": n_tie, "tied_share": n_tie / pr.n if pr.n else math.nan})
-        write_pooled(v, i, j, pooled, rule, power)
-        v.at[i, "var_history"] = power["history"][j]  # the spread between histories (what confirm plans with)
-        v.at[i, "fold_effects"] = hf.effects_text(j)
-        v.at[i, "tied_share"] = hf.tied_share[j]
-        v.at[i, "n_informative"] = int(sum(fd.n_informative[0, j].sum() for fd in hf.data.folds))
-        v.at[i, "period"] = history_period_text(hf, int(pooled["periods"][0, j]), bool(pooled["shared"][0, j]),
-                                                bool(rule.too_few_periods[0, j]))
-    return pd.DataFrame(all_rows, columns=HISTORY_ROW_COLUMNS)
+def history_fold_rows(gem: str, hf: HistoryFamily, j: int, rule, th: Thresholds) -> list[dict]:
+    """Contrast j's per-(history, fold) rows (HISTORY_ROW_COLUMNS) under `gem`: the effect the nested
+    rule pooled in each fold of each history, with its interval at the history's Holm level."""
+    rows = []
+    for (h, f), pr in hf.parts[j]:
+        lvl = rule.fold_level[0, j, hf.histories.index(h)]
+        tail = lvl / 2 if np.isfinite(lvl) else th.alpha / 2
+        ri = informative_rank_test(pr.diffs[None, :], tail=tail)
+        n_tie = int(is_tie(pr.diffs).sum())
+        fd = hf.data.folds[hf.histories.index(h)]
+        rows.append({"gem": gem, HISTORY: h, "fold": f, "effect": float(fd.theta[0, j, hf.folds.index(f)]),
+                     "ci_low": float(ri.low[0]), "ci_high": float(ri.high[0]), "ci_level": 1 - 2 * tail,
+                     "seeds": int(fd.n_informative[0, j, hf.folds.index(f)]), "pairs": int(pr.n), "ties": n_tie,
+                     "tied_share": n_tie / pr.n if pr.n else math.nan})
+    return rows
 
 
 def history_period_text(hf: HistoryFamily, informative: int, shared: bool, too_few: bool) -> str:
