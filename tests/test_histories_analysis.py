@@ -111,7 +111,8 @@ def test_a_family_over_histories_is_decided_by_the_nested_rule(tmp_path, effects
     assert row["mde"] == pytest.approx(want, rel=1e-9)
     assert sorted(set(zip(fold_rows["history"], fold_rows["fold"]))) == [(a, b) for a in range(h) for b in range(2)]
     # the console's first line and the advice name the histories (the floor is the histories' spread: 0.19 / 0.66 > ROPE)
-    assert f"over {h} histories);" in verdict_line(row.to_dict() | {"gem": GEM})
+    named = f"pooled over {h} histories x 2 folds:" if word == "keep wired" else "(too few histories;"
+    assert named in verdict_line(row.to_dict() | {"gem": GEM})
     assert row["mde_floor"] > th.rope and row["power_note"].endswith("more price histories, not more seeds")
 
 

@@ -312,7 +312,7 @@ def test_a_verdict_resting_on_ties_reads_insufficient_data(root):
     assert "too few informative pairs" in g["reason"] and "never traded" in g["reason"]
     from tune_gems.analysis.render.report import evidence_line
 
-    assert "78% tie (4 informative)" in evidence_line(g.rename({"gem": "g"}).to_dict() | {"gem": "g12"})
+    assert "78% of the pairs tie exactly (4 of 18 informative" in evidence_line(g.rename({"gem": "g"}).to_dict() | {"gem": "g12"})
 
 
 def test_ties_carry_no_weight_in_the_effect(root):

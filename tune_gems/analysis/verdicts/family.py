@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -27,20 +27,26 @@ import pandas as pd
 
 from tune_gems.analysis.pairs.pairing import Cells, Paired, paired
 from tune_gems.analysis.pairs.selectors import MEASURE, WIRE, placebo_selectors
-from tune_gems.analysis.rules.decision import Decision, Evidence, TestSegment, decide
+from tune_gems.analysis.rules.decision import MIN_POOLED_DF, Decision, Evidence, TestSegment, decide
 from tune_gems.analysis.rules.power import PowerInputs, PowerStatement, market_se_of, statement
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import is_tie
+from tune_gems.analysis.rules.seed import cannot_reach
+from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
+from tune_gems.analysis.rules.words import DECISIVE, DELETE, EQUIVALENT, INSUFFICIENT, NOT_CONFIRMED
+from tune_gems.analysis.text import format_number
 from tune_gems.analysis.verdicts.held_out import held_out_segment
+from tune_gems.analysis.verdicts.readings import (
+    INSUFFICIENT_BY, SEEDS, ContrastView, Decided, PooledReading, SeedReading,
+)
 from tune_gems.analysis.verdicts.history_verdicts import (
-    HistoryFamily, history_family, history_fold_rows, history_period_text, history_power,
+    ADD_HISTORIES, HISTORY, HistoryFamily, history_family, history_period_text, history_power,
 )
 from tune_gems.analysis.verdicts.verdict_market_noise import (
     OK as MARKET_OK, UNAVAILABLE, EvalReturnsLookup, MarketEvidence, market_evidence, market_window,
 )
 from tune_gems.analysis.rules.overlap import FoldOverlap
 from tune_gems.analysis.verdicts.walk_forward import (
-    ADD_FOLDS, FOLD, FamilyFolds, fold_count, fold_rows, fold_text, gem_folds, median_fold_spread, overlap_for, pooled_power,
+    ADD_FOLDS, FOLD, FamilyFolds, fold_count, fold_text, gem_folds, median_fold_spread, overlap_for, pooled_power,
 )
 from tune_gems.contracts.gem_manifest import GemEntry
 
@@ -171,101 +177,6 @@ def one_row_per_unpaired_key(contrasts: list[Contrast], prs: list[Paired]) -> tu
 # -- the family, decided once ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SeedReading:
-    """The seed rule's numbers of one contrast, named as verdicts.csv names them: its estimate and
-    interval at its Holm level, its p-values, the informative pairs and ties, and the power
-    statement of the rule at one period (`rules.power.statement`: the seeds', with the
-    market-noise part on one price history). NaN where the contrast has no pairs."""
-
-    effect: float
-    ci_low: float
-    ci_high: float
-    ci_level: float
-    p_value: float
-    p_adjusted: float
-    tost_p: float
-    tost_p_adjusted: float
-    n_informative: float
-    tied_share: float
-    mde: float
-    seeds_needed: float
-    mde_floor: float
-    power_note: str
-
-
-@dataclass(frozen=True)
-class PooledReading:
-    """The pooled test's numbers of one contrast (over walk-forward periods, or the nested rule over
-    price histories), named as verdicts.csv names them, with the power statement of that test and
-    the per-period evidence it pooled (`fold_effects`, `period` in words)."""
-
-    pooled_effect: float
-    pooled_ci_low: float
-    pooled_ci_high: float
-    pooled_ci_level: float
-    pooled_p: float
-    pooled_p_adjusted: float
-    pooled_tost_p_adjusted: float
-    pooled_df: float
-    tau_shared: bool
-    tau2: float
-    i2: float
-    q_p: float
-    q_p_adjusted: float
-    periods_informative: float
-    fold_sd_diff: float
-    var_seed: float
-    var_within: float
-    var_period: float
-    fold_overlap: float
-    mde: float
-    seeds_needed: float
-    mde_floor: float
-    power_note: str
-    tied_share: float
-    n_informative: int
-    fold_effects: str
-    period: str
-    var_history: float = math.nan
-
-
-@dataclass(frozen=True)
-class ContrastView:
-    """One contrast's reading of the family's decision: its words (`verdict` the word every table
-    prints, the record's own), the seed rule's numbers (`seeds`), the pooled test's where one
-    decides (`pooled`), the one-period intervals, the selection-adjusted final interval and the
-    halves of `delete`. `columns()` names them as verdicts.csv and factors.csv do."""
-
-    verdict: str
-    final_verdict: str
-    discovery_verdict: str
-    seed_verdict: str
-    market_verdict: str
-    seeds: SeedReading
-    pooled: PooledReading | None
-    market_ci_low: float
-    market_ci_high: float
-    combined_ci_low: float
-    combined_ci_high: float
-    gate_applied: bool
-    final_ci_low: float
-    final_ci_high: float
-    magnitude_at_null: bool
-    excess_tost_p_adjusted: float
-
-    def columns(self) -> dict:
-        """The table columns this view states: the seed rule's numbers, then the pooled test's
-        where it decides (its MDE, ties and informative pairs in place of the seeds')."""
-        out = dict(verdict=self.verdict, discovery_verdict=self.discovery_verdict, seed_verdict=self.seed_verdict,
-                   **asdict(self.seeds), market_ci_low=self.market_ci_low, market_ci_high=self.market_ci_high,
-                   combined_ci_low=self.combined_ci_low, combined_ci_high=self.combined_ci_high,
-                   excess_tost_p_adjusted=self.excess_tost_p_adjusted)
-        if self.pooled is not None:
-            out.update({k: v for k, v in asdict(self.pooled).items() if k != "var_history"})
-        return out
-
-
 @dataclass
 class DesignFamily:
     """A design's family (module docstring): its `contrasts` with their `pairs`, the rule's
@@ -319,13 +230,23 @@ class DesignFamily:
     def fold_rows(self, j: int, name: str) -> list[dict]:
         """Contrast j's per-period rows (`walk_forward.FOLD_ROW_COLUMNS`, over histories
         `history_verdicts.HISTORY_ROW_COLUMNS`) under `name`: the effect the pooled test read in each
-        fold, with its interval at the fold's Holm level; none where no pooled test decides."""
+        fold (of each history), with its signed-rank interval at the level the sign-change test read
+        it (the fold's Holm level; over histories the history's); none where no pooled test decides."""
         if not self.pooled_at(j):
             return []
-        rule = self.decision.period
-        if self.histories is not None:
-            return history_fold_rows(name, self.histories, j, rule, self.thresholds)
-        return fold_rows(name, self.folds, j, rule, self.thresholds)
+        hf, level, rows = self.histories, self.decision.period.fold_level[0, j], []
+        parts = hf.parts[j] if hf is not None else [((None, f), pr) for f, pr in self.folds.folds[j]]
+        for (h, f), pr in parts:
+            fd, slot = ((hf.data.folds[hf.histories.index(h)], hf.folds.index(f)) if hf is not None else
+                        (self.folds, self.folds.fold_ids.index(f)))
+            lvl = level[hf.histories.index(h) if hf is not None else slot]
+            tail = lvl / 2 if np.isfinite(lvl) else self.thresholds.alpha / 2
+            ri, ties = informative_rank_test(pr.diffs[None, :], tail=tail), int(is_tie(pr.diffs).sum())
+            rows.append({"gem": name, **({HISTORY: h} if hf is not None else {}), "fold": int(f),
+                         "effect": float(fd.theta[0, j, slot]), "ci_low": float(ri.low[0]), "ci_high": float(ri.high[0]),
+                         "ci_level": 1 - 2 * tail, "seeds": int(fd.n_informative[0, j, slot]), "pairs": int(pr.n),
+                         "ties": ties, "tied_share": ties / pr.n if pr.n else math.nan})
+        return rows
 
     def pair_columns(self, j: int) -> dict:
         """What contrast j's pairs are, named as verdicts.csv and factors.csv name it: seeds, pairs,
@@ -352,17 +273,62 @@ class DesignFamily:
             tied_share=float(dec.tied_share[at]) if paired else math.nan,
             mde=ps.mde if ps else math.nan, seeds_needed=ps.seeds_needed if ps else math.nan,
             mde_floor=ps.floor if ps and ps.note else math.nan, power_note=ps.note if ps else "")
-        final_low = dec.final_low[at] if dec.final_low is not None else math.nan
-        final_high = dec.final_high[at] if dec.final_high is not None else math.nan
+        pooled = self._pooled_reading(j)
+        decided = self._decided(j, seeds, pooled)
+        final_low, final_high = decided.decided_ci_low, decided.decided_ci_high
+        if dec.final_low is not None and dec.verdict[at] in DECISIVE:  # the selection-adjusted gate decided
+            final_low, final_high = dec.final_low[at], dec.final_high[at]
         return ContrastView(
             verdict=str(dec.verdict[at]), final_verdict=str(dec.final_verdict[at]),
             discovery_verdict=str(dec.discovery_verdict[at]), seed_verdict=str(dec.seed_verdict[at]),
-            market_verdict=str(dec.market_verdict[at]), seeds=seeds, pooled=self._pooled_reading(j),
+            market_verdict=str(dec.market_verdict[at]), seeds=seeds, pooled=pooled, decided=decided,
             market_ci_low=float(dec.market_low[at]), market_ci_high=float(dec.market_high[at]),
             combined_ci_low=float(dec.combined_low[at]), combined_ci_high=float(dec.combined_high[at]),
             gate_applied=bool(dec.gate_applied[at]), final_ci_low=float(final_low), final_ci_high=float(final_high),
             magnitude_at_null=bool(dec.magnitude_at_null[at]),
             excess_tost_p_adjusted=float(dec.magnitude_p_adjusted[at]))
+
+    def _decided(self, j: int, seeds: SeedReading, pooled: PooledReading | None) -> Decided:
+        """Contrast j's `Decided`: the test that gave its word (its docstring says which)."""
+        dec, at, word = self.decision, (0, j), str(self.decision.verdict[0, j])
+        if not self.pairs[j].n:
+            return Decided("no design", math.nan)
+        if word == NOT_CONFIRMED:  # the second stage withheld the discovery: its one-sided test at alpha / m
+            held = dec.held_out
+            return Decided("held-out test segment", float(self.test.effect[at]), float(held.low[at]), float(held.high[at]),
+                           1 - 2 * float(held.level[at]), float(np.fmin(1.0, held.p[at] * max(self.size, 1))))
+        effect = pooled.pooled_effect if pooled is not None else seeds.effect
+        if word == INSUFFICIENT:
+            return Decided(INSUFFICIENT_BY + self._insufficient(seeds, pooled), effect)
+        equivalence = word in (EQUIVALENT, DELETE)
+        if bool(dec.gate_applied[at]):  # one history: the seed and market-noise intervals combined
+            return Decided("seeds and market noise", effect, float(dec.combined_low[at]), float(dec.combined_high[at]),
+                           seeds.ci_level, seeds.tost_p_adjusted if equivalence else seeds.p_adjusted)
+        by = self.pooled_by(pooled) if pooled is not None else SEEDS
+        if equivalence:  # the TOST's interval at its Holm level, inside +-rope
+            return Decided(by, effect, float(dec.equivalence_low[at]), float(dec.equivalence_high[at]),
+                           1 - 2 * float(dec.equivalence_level[at]),
+                           pooled.pooled_tost_p_adjusted if pooled is not None else seeds.tost_p_adjusted)
+        if pooled is not None:
+            return Decided(by, effect, pooled.pooled_ci_low, pooled.pooled_ci_high, pooled.pooled_ci_level,
+                           pooled.pooled_p_adjusted)
+        return Decided(by, effect, seeds.ci_low, seeds.ci_high, seeds.ci_level, seeds.p_adjusted)
+
+    def _insufficient(self, seeds: SeedReading, pooled: PooledReading | None) -> str:
+        """Why a word is `insufficient data`, in a few words (`decided_by`)."""
+        if pooled is not None and pooled.too_few:
+            return f"too few {'histories' if self.histories is not None else 'periods'}"
+        if pooled is not None and pooled.unestimable:
+            return f"pooled df {format_number(pooled.pooled_df, '.3g')} < {MIN_POOLED_DF:g}"
+        if cannot_reach(int(np.nan_to_num(seeds.n_informative)), 2 * self.thresholds.alpha):
+            return "too few informative pairs"
+        return "mostly tied"
+
+    def pooled_by(self, pooled: PooledReading) -> str:
+        """Which pooled test decided, in words (`decided_by`)."""
+        if self.histories is not None:
+            return f"pooled over {self.histories.shape_text()}"
+        return f"pooled over {int(pooled.periods_informative)} periods"
 
     def _pooled_reading(self, j: int) -> PooledReading | None:
         """The pooled test's reading of contrast j (None where none decides it)."""
@@ -372,14 +338,20 @@ class DesignFamily:
         at = (0, j)
         level = float(rule.level[at])
         k_inf, shared, too_few = int(pooled["periods"][at]), bool(pooled["shared"][at]), bool(rule.too_few_periods[at])
+        unestimable = str(rule.verdict[at]) == INSUFFICIENT and not too_few  # below MIN_POOLED_DF
+        mde = {key: power[key][j] for key in ("mde", "seeds_needed", "floor", "note")}
+        if unestimable:
+            mde = dict(mde=math.nan, seeds_needed=math.nan, floor=math.nan,
+                       note=f"no MDE: the pooled variance has {format_number(pooled['df'][at], '.3g')} df")
+        parts = hf.parts[j] if hf is not None else self.folds.folds[j]
+        effects = "; ".join(fold_text(r) for r in self.fold_rows(j, ""))
         if hf is not None:
             tied, n_inf = hf.tied_share[j], int(sum(fd.n_informative[0, j].sum() for fd in hf.data.folds))
-            effects, spread = hf.effects_text(j), math.nan
-            period = history_period_text(hf, k_inf, shared, too_few)
+            spread, period = math.nan, history_period_text(hf, k_inf, shared, too_few)
         else:
             fam = self.folds
             tied, n_inf = fam.tied_share[j], int(fam.n_informative[0, j].sum())
-            effects, spread = "; ".join(fold_text(r) for r in self.fold_rows(j, "")), median_fold_spread(fam.folds[j])
+            spread = median_fold_spread(fam.folds[j])
             period = (f"pooled over {k_inf} validation periods (random effects, HKSJ"
                       f"{', tau shared across the family' if shared else ''})" if not too_few else
                       f"too few periods (K={k_inf}, need >= {th.min_periods}; {ADD_FOLDS})")
@@ -390,9 +362,12 @@ class DesignFamily:
             pooled_df=pooled["df"][at], tau_shared=shared, tau2=pooled["tau2"][at], i2=pooled["i2"][at],
             q_p=pooled["q_p"][at], q_p_adjusted=rule.q_p_adjusted[at], periods_informative=float(k_inf),
             fold_sd_diff=spread, var_seed=power["seed"][j], var_within=power["within"][j], var_period=power["period"][j],
-            fold_overlap=power["overlap"][j], mde=power["mde"][j], seeds_needed=power["seeds_needed"][j],
-            mde_floor=power["floor"][j], power_note=power["note"][j], tied_share=tied, n_informative=n_inf,
-            fold_effects=effects, period=period, var_history=power["history"][j] if hf is not None else math.nan)
+            fold_overlap=power["overlap"][j], mde=mde["mde"], seeds_needed=mde["seeds_needed"], mde_floor=mde["floor"],
+            power_note=mde["note"], tied_share=tied, n_informative=n_inf, period_pairs=sum(pr.n for _, pr in parts),
+            fold_effects=effects,
+            period=f"the pooled variance has {format_number(pooled['df'][at], '.3g')} df (< {MIN_POOLED_DF:g}): its interval cannot be "
+                   f"estimated ({ADD_HISTORIES if hf is not None else ADD_FOLDS})" if unestimable else period,
+            too_few=too_few, unestimable=unestimable, var_history=power["history"][j] if hf is not None else math.nan)
 
 
 def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column: str,

@@ -59,7 +59,10 @@ from tune_gems.stats.inference import rank_test
 from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.verdicts.held_out import HELD_OUT_COLUMNS, held_out_columns
 from tune_gems.analysis.verdicts.verdict_reasons import compose_reason, selection_rule
-from tune_gems.analysis.verdicts.family import AA_BASE, AA_FACTOR, DesignFamily, design_family
+from tune_gems.analysis.verdicts.family import (
+    AA_BASE, AA_FACTOR, DesignFamily, design_family, informative_spread,
+)
+from tune_gems.analysis.verdicts.readings import DECIDED_COLUMNS
 from tune_gems.analysis.verdicts.walk_forward import FOLD_ROW_COLUMNS, PERIOD_COLUMNS
 from tune_gems.analysis.verdicts.history_verdicts import HISTORY_COLUMNS, HISTORY_ROW_COLUMNS
 from tune_gems.analysis.verdicts.search_choice import FINAL_COLUMNS
@@ -73,7 +76,7 @@ from tune_gems.analysis.pairs.selectors import MEASURE, placebo_selectors, wirin
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 
 VERDICT_COLUMNS = [
-    "gem", "metric", "verdict", "reason", "why", "discovery_verdict", "design", "outcome", "n_seeds", "n_pairs",
+    "gem", "metric", "verdict", *DECIDED_COLUMNS, "reason", "why", "discovery_verdict", "design", "outcome", "n_seeds", "n_pairs",
     "estimand", "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p", "tost_p_adjusted",
     "rope", "alpha", "family_size", "sd_diff", "divergence_rate", "mde", "seeds_needed", "mde_floor", "power_note",
     "n_informative", "tied_share", "zero_turnover_share", "window", "wired_diverged", "measured_diverged",
@@ -120,11 +123,6 @@ def zero_turnover_share(pr: Paired, cells: Cells, window) -> float:
     vals = window_values(cells.long[cells.long["cell"].isin(end.index)], TURNOVER, end, window)["value"]
     vals = vals[np.isfinite(vals)]
     return float((vals == 0).mean()) if len(vals) else math.nan
-
-
-def _spread(d: np.ndarray) -> float:
-    fin = d[np.isfinite(d)]
-    return float(np.std(fin, ddof=1)) if fin.size > 1 else math.nan
 
 
 def gem_verdicts(trials: pd.DataFrame, history: pd.DataFrame | None, members: pd.DataFrame, *,
@@ -292,7 +290,7 @@ def _null_row(pr: Paired, gem: str, column: str, th: Thresholds, kind: str) -> d
     tied = float(np.mean(pr.diffs == 0.0))
     return dict(gem=gem, verdict=str(dec.verdict[0, 0]), n_seeds=pr.n, effect=float(dec.estimate[0, 0]),
                 ci_low=float(dec.low[0, 0]), ci_high=float(dec.high[0, 0]), p_value=float(dec.p[0, 0]),
-                tost_p=float(dec.p_tost[0, 0]), sd_diff=_spread(pr.diffs), iqr_diff=float(q[1] - q[0]),
+                tost_p=float(dec.p_tost[0, 0]), sd_diff=informative_spread(pr.diffs), iqr_diff=float(q[1] - q[0]),
                 min_diff=float(fin.min()) if fin.size else math.nan, max_diff=float(fin.max()) if fin.size else math.nan,
                 outcome=column, kind=kind, tied_share=tied,
                 informative=tied <= UNINFORMATIVE_TIES and str(dec.verdict[0, 0]) != INSUFFICIENT)

@@ -26,8 +26,7 @@ from tune_gems.analysis.pairs.pairing import Cells, Paired, by_history_fold, his
 from tune_gems.analysis.rules.histories import HistoryData, history_components, history_data, pool_histories
 from tune_gems.analysis.rules.power import HistoryComponents, PowerInputs, statement
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
-from tune_gems.analysis.text import format_number
+from tune_gems.analysis.rules.ties import is_tie
 from tune_gems.analysis.verdicts.walk_forward import overlap_lambda, verdict_pairs
 
 HISTORY = "history"
@@ -63,15 +62,6 @@ class HistoryFamily:
     def shape_text(self) -> str:
         """`2 histories x 2 folds`: the design the nested rule pools."""
         return f"{len(self.histories)} histories x {len(self.folds)} fold{'s' if len(self.folds) != 1 else ''}"
-
-    def effects_text(self, j: int) -> str:
-        """Contrast j's effect in each fold of each history, in words (verdicts.csv's `fold_effects`)."""
-        out = []
-        for (h, f), pr in self.parts[j]:
-            fd = self.data.folds[self.histories.index(h)]
-            theta = fd.theta[0, j, self.folds.index(f)]
-            out.append(f"history {h} fold {f}: {format_number(theta, '+.3g', missing='nan')} ({pr.n} seeds)")
-        return "; ".join(out)
 
 
 def history_family(prs: list[Paired], cells: Cells) -> HistoryFamily | None:
@@ -150,31 +140,15 @@ def history_inputs(n: float, histories: int, folds: int, c: HistoryComponents, d
                        history_tau2=c.history, overlap=c.overlap)
 
 
-def history_fold_rows(gem: str, hf: HistoryFamily, j: int, rule, th: Thresholds) -> list[dict]:
-    """Contrast j's per-(history, fold) rows (HISTORY_ROW_COLUMNS) under `gem`: the effect the nested
-    rule pooled in each fold of each history, with its interval at the history's Holm level."""
-    rows = []
-    for (h, f), pr in hf.parts[j]:
-        lvl = rule.fold_level[0, j, hf.histories.index(h)]
-        tail = lvl / 2 if np.isfinite(lvl) else th.alpha / 2
-        ri = informative_rank_test(pr.diffs[None, :], tail=tail)
-        n_tie = int(is_tie(pr.diffs).sum())
-        fd = hf.data.folds[hf.histories.index(h)]
-        rows.append({"gem": gem, HISTORY: h, "fold": f, "effect": float(fd.theta[0, j, hf.folds.index(f)]),
-                     "ci_low": float(ri.low[0]), "ci_high": float(ri.high[0]), "ci_level": 1 - 2 * tail,
-                     "seeds": int(fd.n_informative[0, j, hf.folds.index(f)]), "pairs": int(pr.n), "ties": n_tie,
-                     "tied_share": n_tie / pr.n if pr.n else math.nan})
-    return rows
-
-
 def history_period_text(hf: HistoryFamily, informative: int, shared: bool, too_few: bool) -> str:
     """What the verdict table's `period` column says of the nested rule (the reason line leads with
     it where there are too few histories)."""
+    with_effect = f"{informative} {'history' if informative == 1 else 'histories'}"
     if too_few:
-        return (f"too few periods over {hf.shape_text()} ({informative} histories with an effect, need >= "
+        return (f"too few periods over {hf.shape_text()} ({with_effect} with an effect, need >= "
                 f"{defaults.MIN_HISTORIES}; {ADD_HISTORIES})")
     return (f"pooled over {hf.shape_text()} (each history's folds pooled, then random effects over "
-            f"{informative} histories, HKSJ{', tau shared across the family' if shared else ''})")
+            f"{with_effect}, HKSJ{', tau shared across the family' if shared else ''})")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.words import (
     CONFOUNDED, DECISIVE, DELETE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP,
 )
-from tune_gems.analysis.verdicts.family import ContrastView
+from tune_gems.analysis.verdicts.readings import ContrastView
 from tune_gems.analysis.verdicts.held_out import ONE_TEST_PERIOD
 from tune_gems.analysis.verdicts.verdict_market_noise import ACROSS_HISTORIES, ACROSS_PERIODS, NOT_NEEDED, OK as MARKET_OK
 from tune_gems.analysis.verdicts.walk_forward import ONE_PERIOD
@@ -31,13 +31,26 @@ def _fmt(x, f: str = ".3g") -> str:
     return format_number(x, f, missing="-")
 
 
-def ties_text(row) -> str:
-    """The ties and the members that never traded, when there are any."""
-    tied, zero = row.get("tied_share", math.nan), row.get("zero_turnover_share", math.nan)
+def percent(share) -> str:
+    """A share as a whole percentage, `-` where it is unknown (never `-%`)."""
+    text = _fmt(100 * share if isinstance(share, (int, float, np.floating)) else share, ".0f")
+    return text if text == "-" else f"{text}%"
+
+
+def counted(n, noun: str) -> str:
+    """`1 history`, `3 histories`, `2 periods`: a count with its noun in the number it needs."""
+    plural = noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
+    return f"{_fmt(n, '.0f')} {noun if _fmt(n, '.0f') == '1' else plural}"
+
+
+def ties_text(tied: float, informative, pairs, zero: float) -> str:
+    """The ties of a comparison, once (the share of its `pairs` that tie, the `informative` rest:
+    over every fold pair where a pooled test decides, else over its seeds) and the members that
+    never traded (`zero`), when there are any."""
     parts = []
     if np.isfinite(tied) and tied > 0:
-        parts.append(f"{tied:.0%} of the pairs tie exactly (left out: {_fmt(row.get('n_informative'), '.0f')} "
-                     "informative)")
+        parts.append(f"{tied:.0%} of the pairs tie exactly ({_fmt(informative, '.0f')} of {_fmt(pairs, '.0f')} "
+                     "informative, the rest left out)")
     if np.isfinite(zero) and zero > 0:
         parts.append(f"{zero:.0%} of the members never traded in the window (validation turnover 0)")
     return ("; " + ", ".join(parts)) if parts else ""
@@ -74,7 +87,7 @@ def _seeds_text(row: dict) -> str:
 
 
 def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, th: Thresholds, m: int,
-                seed_power: bool = True) -> tuple[str, str]:
+                seed_power: bool = True, ties: str = "") -> tuple[str, str]:
     """(reason, why) of the seed rule's `verdict` (`rules.seed.decide_family`'s) from one gem's
     evidence at the settings `th`; `at_null` whether its measured magnitude is at its null (the
     rule's); `seed_power` whether the seed rule's MDE is the power statement (one period: it decides).
@@ -93,7 +106,7 @@ def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, th: Th
         ev = (f"{row['outcome']} effect {_fmt(row['effect'], '+.3g')}, {row['ci_level']:.1%} {sided}CI "
               f"[{_fmt(row['ci_low'])}, {_fmt(row['ci_high'])}], Holm p {sided}{_fmt(row['p_adjusted'], '.2g')} "
               f"({row['n_seeds']} seeds; {row['design']})")
-        ev += ties_text(row)
+        ev += ties
         diverged = ""
         if row["wired_diverged"] or row["measured_diverged"]:
             diverged = f"; diverged (counted as worst): wired {int(row['wired_diverged'])}, measured {int(row['measured_diverged'])}"
@@ -195,7 +208,7 @@ def pooled_text(r) -> str:
     return (f"pooled {over} {_fmt(r['pooled_effect'], '+.3g')}, {r['pooled_ci_level']:.1%} CI "
             f"[{_fmt(r['pooled_ci_low'], '.3g')}, {_fmt(r['pooled_ci_high'], '.3g')}] (HKSJ, t with "
             f"{_fmt(r['pooled_df'], '.3g')} df{shared}{overlap}, Holm p {_fmt(r['pooled_p_adjusted'], '.2g')}), "
-            f"tau^2 {_fmt(r['tau2'], '.3g')}, I^2 {_fmt(100 * r['i2'], '.0f')}% (Q Holm p "
+            f"tau^2 {_fmt(r['tau2'], '.3g')}, I^2 {percent(r['i2'])} (Q Holm p "
             f"{_fmt(r['q_p_adjusted'], '.2g')}); per {'history and fold' if nested else 'fold'}: {r['fold_effects']}")
 
 
@@ -204,9 +217,9 @@ def power_text(r) -> str:
     if not np.isfinite(r.get("mde", math.nan)) or not isinstance(r.get("power_note"), str) or not r["power_note"]:
         return ""
     histories = r.get("histories", 1)  # the nested rule: its periods are the histories with an effect
-    what = "histories" if histories == histories and histories >= 2 else "periods"
-    return (f"the pooled test detects |effect| >= {_fmt(r['mde'], '.3g')} at 80% power with these "
-            f"{_fmt(r['periods_informative'], '.0f')} {what} (floor with infinitely many seeds "
+    what = "history" if histories == histories and histories >= 2 else "period"
+    return (f"the pooled test detects |effect| >= {_fmt(r['mde'], '.3g')} at 80% power with "
+            f"{counted(r['periods_informative'], what)} (floor with infinitely many seeds "
             f"{_fmt(r['mde_floor'], '.3g')}): {r['power_note']}")
 
 
@@ -217,7 +230,7 @@ def period_reason(r, seed_verdict: str, verdict: str, rope: float, seeds: str, s
     `seeds`, `seed_why` the seed rule's reason and why."""
     seed_why = seed_why if seed_why else seeds
     alone = f"seeds alone: {seed_why}"
-    if verdict == INSUFFICIENT and r["period"].startswith("too few periods"):
+    if verdict == INSUFFICIENT and not r["period"].startswith("pooled over"):  # too few periods, or no interval
         return f"{r['period']}; per fold: {r['fold_effects']}; seeds alone: {seed_verdict}; {seeds}", f"{r['period']}; {alone}"
     pooled = pooled_text(r) if np.isfinite(r["pooled_effect"]) else (
         f"no pooled effect (a fold's pairs mostly diverged one way); per fold: {r['fold_effects']}")
@@ -233,11 +246,11 @@ def period_reason(r, seed_verdict: str, verdict: str, rope: float, seeds: str, s
         lead = "the periods differ"
         tail = "but no sign change is shown and the pooled effect decides nothing"
         return (f"{lead} (heterogeneity Holm p {_fmt(r['q_p_adjusted'], '.2g')}, I^2 "
-                f"{_fmt(100 * r['i2'], '.0f')}%, tau {_fmt(math.sqrt(r['tau2']) if r['tau2'] >= 0 else math.nan, '.3g')}) "
+                f"{percent(r['i2'])}, tau {_fmt(math.sqrt(r['tau2']) if r['tau2'] >= 0 else math.nan, '.3g')}) "
                 f"{tail}: {pooled}{power}; seeds: {seeds}", f"{lead} {tail}{no_pool}; {alone}")
     if verdict in DECISIVE:
         lead = f"wiring {'helps' if verdict == KEEP else 'hurts'} across periods"
-        return f"{lead}: {pooled}; seeds alone: {seed_verdict}; {seeds}", f"{lead}; {alone}"
+        return f"{lead}: {pooled}{power}; seeds alone: {seed_verdict}; {seeds}", f"{lead}; {alone}"
     if verdict in (EQUIVALENT, DELETE):
         lead = (f"equivalent to none across periods (pooled TOST Holm p {_fmt(r['pooled_tost_p_adjusted'], '.2g')} "
                 f"within +-{rope:g})")
@@ -272,8 +285,11 @@ def compose_reason(view: ContrastView, row: dict, *, th: Thresholds, metric_note
     (`folds` 1), or the pooled test over several, then the held-out test segment's second stage of
     a discovery keep / harmful."""
     seed_row = {**row, **asdict(view.seeds)}
+    # the comparison's ties, once: over every fold pair where the pooled test decides, else over the seeds
+    over = (row["tied_share"], row["n_informative"], view.pooled.period_pairs) if view.pooled is not None else (
+        view.seeds.tied_share, view.seeds.n_informative, row["n_seeds"])
     reason, why = seed_reason(seed_row, view.seed_verdict, view.magnitude_at_null, metric_note, th, m,
-                              seed_power=folds == 1)
+                              seed_power=folds == 1, ties=ties_text(*over, row.get("zero_turnover_share", math.nan)))
     reason, why = market_gate_reason(row, view.seed_verdict, view.market_verdict, reason, why)
     if folds == 1:
         reason, why = one_period_reason(row, view.market_verdict, view.discovery_verdict, view.gate_applied, reason, why)

@@ -56,7 +56,7 @@ from tune_gems.analysis.rules.period_family import FoldData, fold_components, in
 from tune_gems.analysis.rules.pooling import fold_estimates, seed_anova, shared_seed_variance
 from tune_gems.analysis.rules.power import PooledComponents, PowerInputs, statement
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
+from tune_gems.analysis.rules.ties import is_tie
 from tune_gems.analysis.pairs.selectors import placebo_selectors, wiring_pairs
 
 FOLD = "fold"
@@ -224,27 +224,13 @@ effect the rule pooled, its signed-rank interval at the fold's Holm level (the o
 change test reads), the informative pairs (`seeds`), every pair, the ties and their share."""
 
 
-def fold_rows(gem: str, fam: FamilyFolds, j: int, rule, th: Thresholds) -> list[dict]:
-    """One gem's fold rows (FOLD_ROW_COLUMNS), from the fold data and the decision the verdict made."""
-    rows = []
-    for f, pr in fam.folds[j]:
-        slot = fam.fold_ids.index(f)
-        lvl = rule.fold_level[0, j, slot]
-        tail = lvl / 2 if np.isfinite(lvl) else th.alpha / 2
-        ri = informative_rank_test(pr.diffs[None, :], tail=tail)
-        n_tie = int(is_tie(pr.diffs).sum())
-        rows.append({"gem": gem, "fold": int(f), "effect": float(fam.theta[0, j, slot]), "ci_low": float(ri.low[0]),
-                     "ci_high": float(ri.high[0]), "ci_level": 1 - 2 * tail,
-                     "seeds": int(fam.n_informative[0, j, slot]), "pairs": int(pr.n), "ties": n_tie,
-                     "tied_share": n_tie / pr.n if pr.n else math.nan})
-    return rows
-
-
 def fold_text(r) -> str:
-    """One fold row in words (verdicts.csv's `fold_effects` joins them)."""
+    """One fold row (of a history) in words (verdicts.csv's `fold_effects` joins them)."""
+    where = f"history {r['history']} fold {int(r['fold'])}" if "history" in r else f"fold {int(r['fold'])}"
+    if not np.isfinite(r["effect"]):
+        return f"{where}: every pair tied ({int(r['pairs'])} seeds)"
     ties = f", {int(r['ties'])} tie" if r["ties"] else ""
-    return (f"fold {int(r['fold'])}: {_fmt(r['effect'])} [{_fmt(r['ci_low'], '.3g')}, {_fmt(r['ci_high'], '.3g')}] "
-            f"({int(r['pairs'])} seeds{ties})")
+    return f"{where}: {_fmt(r['effect'])} [{_fmt(r['ci_low'], '.3g')}, {_fmt(r['ci_high'], '.3g')}] ({int(r['pairs'])} seeds{ties})"
 
 
 def gem_folds(prs: list[Paired], cells: Cells) -> FamilyFolds:
