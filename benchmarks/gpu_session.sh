@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
-# stages: env build tests startup startup-sweep tests-nokernels arms folds folds-gpu probe kbench tbench armsbench noisy efficiency sweep sweep2 moonshot perf floor triton triton-perf triton-tests
+# stages: env build tests layers startup startup-sweep tests-nokernels arms folds-gpu probe kbench tbench efficiency sweep sweep2 moonshot perf triton triton-perf triton-tests
 #         blocks1 blocks (issue 25: the moonshot shape as seed blocks, one GPU, then every visible GPU;
 #         BLOCKS_EPOCHS=50 by default; run blocks1 first, in its own call: each takes about 5 minutes)
 # perf (issue 22, about 8 minutes): build, the fused-head and tensor-core GPU tests, kernels.py
 # (dueling_c51, c51_loss, all at P=1,8,64,256), train_step.py (P=1,64,256 x fp32/tf32/bf16, P=768
-# as 12x64 blocks, profiles per precision) and matmul_floor.py; one log (perf.log) and three JSON
-# files in $OUT, a short table printed last.
-# floor (issue 33, about 6 minutes): benchmarks/floor_device.sh: build, gemm_batch_probe.py, the target-copy and
-# seed-block GPU tests, train_step.py before/after at the moonshot's own shape, the arms GPU tests, a table last.
+# as 12x64 blocks, profiles per precision); one log (perf.log) and two JSON files in $OUT, a short
+# table printed last.
 # triton (issue 40 item 3, one call of at most 9.5 minutes, TRITON_BUDGET_S=540): the extension build, train_step.py with
 # model.layer_kernel torch and triton side by side (P=1,64,256 and the moonshot's iteration, tf32, graphed; the
 # first triton case compiles the kernels), one profile per layer kernel at P=1 and 64 (launch counts), then the
@@ -17,6 +15,9 @@
 # bit for bit against the torch path's, the learner's
 # seed-block and arms invariants, bits, resume, tf32 agreement) in the time left; triton.log, train_step_triton.json
 # and a short table last. triton-tests / triton-perf: the two halves alone.
+# layers (issue 43, about 6 minutes, PROBE_BUDGET_S=240): benchmarks/layer_gemm_probe.py (every layer product of the
+# P=64 and moonshot iterations: Triton launch variants against bmm, tf32 and bf16, each compiled kernel's dot, registers,
+# spills), then tests/gpu/test_triton_layers_gpu.py; layer_gemm_probe.{log,json}, triton_layers_gpu.log, tables last.
 # Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +29,6 @@ fi
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
 export TUNE_GEMS_EXTENSIONS_DIR=$PWD/.torch_extensions
 export CUBLAS_WORKSPACE_CONFIG=:4096:8
-export TUNE_GEMS_GPU_SESSION=1  # benchmarks/floor_device.sh runs in this environment
 
 stage() { echo; echo "=== $1 ($(date +%T))"; }
 for s in "$@"; do
@@ -72,16 +72,11 @@ for s in "$@"; do
       rm -rf /tmp/gpu-exp2
       timeout 300 python3 -m tune_gems sweep sweeps/measure_gems.yaml --storage /tmp/gpu-exp2 --name measure-2gpu \
         num_samples=4 config.trainer.epochs=4 config.trainer.iterations_per_epoch=300 2>&1 | tee "$OUT/sweep2.log" | grep -v "^\s*$" | tail -14
-      python3 benchmarks/concurrency_report.py /tmp/gpu-exp2/measure-2gpu 2>&1 | tee "$OUT/concurrency.log"
       cp /tmp/gpu-exp2/measure-2gpu/trials.parquet "$OUT/trials_2gpu.parquet" 2>/dev/null
       ;;
     arms)
       stage "arms invariant on the GPU"
       timeout 240 python3 -m pytest tests/gpu/test_arms_gpu.py -m gpu -q -rfE -p no:cacheprovider 2>&1 | tee "$OUT/arms_gpu.log" | tail -15
-      ;;
-    folds)
-      stage "walk-forward folds: P, iteration time and memory per member, 4 folds x 3 arms x 64 seeds against 1 fold (issue 20)"
-      timeout 400 python3 benchmarks/folds_cost.py --folds 4 --arms 3 --seeds 64 --out "$OUT/folds_cost.json" 2>&1 | tee "$OUT/folds_cost.log"
       ;;
     folds-gpu)
       stage "folds invariant on the GPU (issue 20)"
@@ -101,14 +96,6 @@ for s in "$@"; do
       stage "which ops depend on the population size (issue 12)"
       timeout 200 python3 benchmarks/p_invariance_probe.py --out "$OUT/probe.json" 2>&1 | tee "$OUT/probe.log"
       ;;
-    armsbench)
-      stage "3 arms x 64 seeds in one trainer against three trainers of 64 (issue 12)"
-      timeout 300 python3 benchmarks/arms_vs_trials.py --epochs 2 --out "$OUT/arms_vs_trials.json" 2>&1 | tee "$OUT/arms_vs_trials.log"
-      ;;
-    noisy)
-      stage "NoisyNet layers: materialised weights against factorised matmuls (issue 15)"
-      timeout 120 python3 benchmarks/noisy_product.py --out "$OUT/noisy_product.json" 2>&1 | tee "$OUT/noisy_product.log"
-      ;;
     efficiency)
       stage "sweep efficiency: measure_gems-shaped trials one per GPU, then packed 3 per GPU (issue 15)"
       for how in "1" "0.34"; do
@@ -123,7 +110,7 @@ for s in "$@"; do
       done
       ;;
     perf)
-      stage "perf: fused dueling-C51 head, tensor cores, matmul floor (issue 22)"
+      stage "perf: fused dueling-C51 head, tensor cores (issue 22)"
       log="$OUT/perf.log"
       : > "$log"
       step() { echo "=== $1 ($(date +%T))" >> "$log"; }
@@ -137,8 +124,6 @@ for s in "$@"; do
       step train_step.py
       timeout 240 python3 benchmarks/train_step.py --populations 1,64,256 --blocks --moonshot --reps 50 --rounds 3 --profile \
         --profile-precisions fp32,tf32,bf16 --out "$OUT/train_step.json" >> "$log" 2>&1
-      step matmul_floor.py
-      timeout 120 python3 benchmarks/matmul_floor.py --train-step "$OUT/train_step.json" --reps 30 --rounds 3 --out "$OUT/matmul_floor.json" >> "$log" 2>&1
       step done
       echo "--- stage times"; grep "^=== " "$log"
       echo "--- tests"; grep -E "passed|failed|error|FAILED|ERROR" "$log" | grep -v "^E " | tail -8
@@ -146,7 +131,6 @@ for s in "$@"; do
       echo "--- SIMT GEMMs per profile"; grep -E "^profile P=" "$log" | sed 's/ kernel launches, / launches, /'
       echo "--- op census (dispatched ops per iteration; where/copy_/cat/fill_ counts)"
       grep -E "^op census|aten\.(where|copy_|_to_copy|clone|cat|fill_|sum)\.|tune_gems\." "$log" | head -60
-      echo "--- iteration vs matmul floor"; sed -n '/^case /,/^wrote/p' "$log" | grep -v "^wrote"
       ;;
     triton|triton-perf|triton-tests)
       stage "Triton layer kernels against the torch path (issue 40 item 3): $s"
@@ -178,6 +162,17 @@ for s in "$@"; do
       echo "--- triton / torch"; grep -E "^summary:" "$log" | tr ',' '\n' | grep -E "triton|moonshot"
       echo "--- launches per iteration"; grep -E "^profile P=" "$log" | sed 's/ kernel launches, / launches, /'
       ;;
+    layers)
+      stage "layer GEMMs: the Triton layer kernels' launch variants against bmm, per layer shape (issue 43)"
+      timeout $(( ${PROBE_BUDGET_S:-240} + 120 )) python3 benchmarks/layer_gemm_probe.py --budget "${PROBE_BUDGET_S:-240}" \
+        --out "$OUT/layer_gemm_probe.json" > "$OUT/layer_gemm_probe.log" 2>&1
+      echo "probe exit $?"
+      timeout 240 python3 -m pytest tests/gpu/test_triton_layers_gpu.py -m gpu -q -rfE --timeout 200 -p no:cacheprovider \
+        > "$OUT/triton_layers_gpu.log" 2>&1
+      echo "--- tests"; grep -E "passed|failed|error|FAILED|ERROR" "$OUT/triton_layers_gpu.log" | grep -v "^E " | tail -12
+      echo "--- probe: GEMM us per iteration per variant (ratio to torch's bmm)"; grep -E "GEMM us per iteration|^probe|compiled the variants|failed" "$OUT/layer_gemm_probe.log"
+      echo "--- probe: tf32 TF/s per product"; sed -n '/^== tf32/,/^== bf16/p' "$OUT/layer_gemm_probe.log" | grep -vE "^== bf16|GEMM us" | cut -c1-190 | head -75
+      ;;
     startup)
       stage "a trial's fixed start-up, phase by phase: cold (a fresh process), then warm trials in it (issue 33 item 4)"
       timeout 240 python3 benchmarks/startup.py --trials 3 --out "$OUT/startup.json" 2>&1 | tee "$OUT/startup.log" | tail -32
@@ -185,10 +180,6 @@ for s in "$@"; do
     startup-sweep)
       stage "a real 4-trial sweep: each trial's gap, start-up and worker process (reused actors, issue 33 item 4)"
       timeout 300 python3 benchmarks/startup.py --trials 1 --sweep 4 --out "$OUT/startup_sweep.json" 2>&1 | tee "$OUT/startup_sweep.log" | tail -40
-      ;;
-    floor)
-      stage "floor: the host-scheduled target copy, what a member's bits depend on, the moonshot's own shape (issue 33)"
-      bash benchmarks/floor_device.sh
       ;;
     blocks1|blocks)
       # One block per GPU (sweeps/seed_blocks.yaml: 3 arms x 64 seeds per block, the moonshot's

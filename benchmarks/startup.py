@@ -140,7 +140,6 @@ def instrument(clock: PhaseClock) -> None:
         expands, evaluates = (learner, "expand_arms"), (trainer_cls, "evaluate")
     wraps = [
         (trainable, "trial_config", "config validation + arms"),
-        (trainable, "apply_spec_design", "config validation + arms"),
         (*expands, "config validation + arms"),
         (trainable, "check_training_fits", "memory check"),
         (series, "load_paths", "market paths"),

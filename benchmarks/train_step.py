@@ -33,8 +33,8 @@ warm-up), repeated `rounds` times; the median is reported.
         [--populations 1,64,256] [--blocks] [--moonshot | --moonshot-only]
         [--profile [--profile-precisions fp32,tf32,bf16]] [--layer-kernels torch,triton]
 
-Runs against whichever `tune_gems` is first on PYTHONPATH (floor_device.sh times an older tree
-beside this one).
+Runs against whichever `tune_gems` is first on PYTHONPATH (so an older tree beside this one can
+be timed the same way).
 """
 
 from __future__ import annotations

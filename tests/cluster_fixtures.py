@@ -228,7 +228,7 @@ def assert_trial_matches_uninterrupted(exp: Path, trial_id: str) -> None:
     """The trial's history and members rows equal an uninterrupted run of its config."""
     import yaml
 
-    from tune_gems.sweep.spec_load import apply_spec_design
+    from tune_gems.design.arm_sets import apply_design
 
     trials = pd.read_parquet(exp / "trials.parquet").set_index("trial_id")
     history = pd.read_parquet(exp / "history.parquet")
@@ -238,7 +238,8 @@ def assert_trial_matches_uninterrupted(exp: Path, trial_id: str) -> None:
     arms = (spec.get("config") or {}).get("arms")
     if arms is not None:  # the spec's own arms (not config columns of trials.parquet)
         cfg = build_config({**cfg.to_dict(), "arms": arms}, "spec.yaml arms")
-    cfg = apply_spec_design(cfg, spec.get("design", "none"))  # the design's arms
+    if spec.get("design", "none") != "none":
+        cfg = apply_design(cfg, spec["design"])  # the design's arms
     want_h, want_m = reference_run(cfg)
     got_h = history[history["trial_id"] == trial_id].sort_values("epoch")
     got_m = members[members["trial_id"] == trial_id].sort_values(["epoch", "member"])

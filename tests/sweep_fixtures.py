@@ -93,9 +93,13 @@ def cli_in_process(*args: str, env: dict[str, str] | None = None, cwd: Path = RE
 
 def store_spec(folder: Path, text: bytes) -> None:
     """`folder/spec.yaml` as a sweep stores it: the spec's bytes and the marker recording their
-    checksum (analyze and compare refuse a stored spec no marker vouches for, fail-closed)."""
+    checksum (analyze and compare refuse a stored spec no marker vouches for, fail-closed) and
+    the tables' (confirm refuses tables no marker vouches for): call it after the tables are
+    final."""
     from tune_gems.contracts.outputs import write_marker
-    from tune_gems.contracts.run_record import CHECKSUMS_KEY, checksums
+    from tune_gems.contracts.result_files import TABLE_FILES
+    from tune_gems.contracts.run_record import CHECKSUMS_KEY, checksums, table_checksums
 
     (folder / "spec.yaml").write_bytes(text)
-    write_marker(folder, "sweep", **{CHECKSUMS_KEY: checksums(None, **{"spec.yaml": text})})
+    tables = table_checksums({n: (folder / n).read_bytes() for n in TABLE_FILES if (folder / n).is_file()})
+    write_marker(folder, "sweep", **{CHECKSUMS_KEY: checksums(None, **{"spec.yaml": text})}, **tables)

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fake_results as fr  # noqa: E402
 
-from sweep_fixtures import SMOKE  # noqa: E402
+from sweep_fixtures import SMOKE, store_spec  # noqa: E402
 from tune_gems.analysis.calibrate.calibration import SearchShape, mc_tolerance, search_confirm_rates  # noqa: E402
 from tune_gems.analysis.rules.power import PowerInputs, fewest_seeds, finite_interval, floor, mde  # noqa: E402
 from tune_gems.analysis.rules.selection import final_on_one_history  # noqa: E402
@@ -124,9 +123,6 @@ def test_on_one_history_the_market_floor_can_make_any_seed_count_too_few():
 def _search_folder(tmp_path: Path, shared: bool) -> Path:
     """A finished wire_search as `tune-gems confirm` reads it: the smoke spec (recorded in the
     marker) and a one-trial experiment whose proposal wires g12 beside its control (16 seeds)."""
-    from tune_gems.contracts.outputs import write_marker
-    from tune_gems.contracts.result_files import SPEC_FILE
-
     folder = fr.wire_scenario(tmp_path / "search", effect=0.3, noise=0.2)
     t = pd.read_parquet(folder / "trials.parquet")
     t["gems.g12.mode"], t["verdict_gain_g12"] = "wire", 0.3
@@ -136,8 +132,7 @@ def _search_folder(tmp_path: Path, shared: bool) -> Path:
     spec = SMOKE.read_text()
     if shared:
         spec = spec.replace("      n: 3000\n", "      n: 3000\n      paths: shared\n")
-    (folder / SPEC_FILE).write_bytes(spec.encode())
-    write_marker(folder, "sweep", checksums={SPEC_FILE: hashlib.sha256(spec.encode()).hexdigest()})
+    store_spec(folder, spec.encode())
     return folder
 
 

@@ -83,3 +83,49 @@ def test_the_test_effect_is_the_seeds_fold_averaged_differences():
     np.testing.assert_allclose(got["theta"], ref["theta"])
     np.testing.assert_allclose(got["var"], ref["var"])
     assert (got["n"] == 12).all() and got["df"][0] == pytest.approx(0.8 * 11)
+
+
+def test_over_histories_the_test_reads_their_spread_on_the_test_itself():
+    """Several histories: the mean of the histories' test effects, se^2 their sample variance / H plus
+    the seeds' part common to every history, H - 1 df from the spread (never a DerSimonian-Laird 0)."""
+    from tune_gems.analysis.rules.held_out_rule import history_test
+
+    rng = np.random.default_rng(2)
+    d = rng.normal(0.0, 1.0, (2000, 2, 6, 12)) + rng.normal(0.0, 0.5, (2000, 2, 6, 1))
+    r = history_test(d)
+    th = fold_estimates(d.reshape(-1, 12))["theta"].reshape(2000, 2, 6)
+    np.testing.assert_allclose(r["theta"], th.mean(-1))
+    assert (r["var"] >= th.var(-1, ddof=1) / 6 - 1e-12).all()
+    assert np.mean(r["var"]) == pytest.approx(np.var(r["theta"]), rel=0.1)
+    assert np.isnan(history_test(d[:, :, :1])["var"]).all()  # one history: no spread to read
+
+
+def test_on_one_history_the_period_spread_has_a_floor_where_dl_reads_zero():
+    from tune_gems.analysis import defaults
+    from tune_gems.analysis.rules.held_out_rule import TestSegment, held_out_stage
+
+    test = TestSegment(np.array([[0.5]]), np.array([[0.01]]), np.array([[20.0]]))
+    pooled = {"tau2": np.array([[0.0]]), "df": np.array([[9.0]])}
+    fold_var = np.full((1, 1, 4), 0.08)
+    r = held_out_stage(np.array([[KEEP]], dtype=object), test, 0.05 / 3, pooled=pooled, fold_var=fold_var)
+    assert r.se[0, 0] == pytest.approx(np.sqrt(0.01 + defaults.HELD_OUT_PERIOD_FLOOR * 0.08))
+    pooled["tau2"] = np.array([[0.2]])  # a spread above the floor is carried as it is
+    assert held_out_stage(np.array([[KEEP]], dtype=object), test, 0.05 / 3, pooled=pooled,
+                          fold_var=fold_var).se[0, 0] == pytest.approx(np.sqrt(0.21))
+
+
+def test_on_one_calendar_the_test_carries_the_calendar_part_and_needs_enough_shared_periods():
+    from tune_gems.analysis.rules.calendar import calendar_part, one_calendar, own_calendars
+    from tune_gems.analysis.rules.held_out_rule import TestSegment, held_out_stage
+
+    rng = np.random.default_rng(3)
+    by_history = rng.normal(0.3, 1.0, (1, 1, 8, 12))
+    test = TestSegment(np.array([[0.3]]), np.array([[0.01]]), np.array([[9.0]]), by_history=by_history)
+    keep = np.array([[KEEP]], dtype=object)
+    cells = rng.normal(0.0, 1.0, (1, 1, 8, 6))
+    shared, apart = calendar_part(cells, one_calendar(8, 6)), calendar_part(cells, own_calendars(8, 6))
+    on_one = held_out_stage(keep, test, 0.05 / 3, calendar=shared)
+    on_own = held_out_stage(keep, test, 0.05 / 3, calendar=apart)
+    assert on_one.se[0, 0] ** 2 == pytest.approx(on_own.se[0, 0] ** 2 + shared.means_var[0, 0])
+    few = calendar_part(cells[..., :4], one_calendar(8, 4))
+    assert held_out_stage(keep, test, 0.05 / 3, calendar=few).verdict[0, 0] == NOT_CONFIRMED

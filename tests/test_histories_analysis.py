@@ -5,7 +5,6 @@ evidence and the plot tables key per history, and `plan` prices designs with his
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -83,37 +82,44 @@ def test_one_history_pairs_exactly_as_without_a_history_column(tmp_path):
     assert with_col.design() == without.design()
 
 
-THREE = [[0.5, 0.45], [0.6, 0.55], [0.4, 0.5]]
-"""A planted effect that varies a little between histories and folds (the spreads are estimated)."""
+THREE = [[0.5, 0.45, 0.5, 0.55, 0.45, 0.5], [0.6, 0.55, 0.6, 0.5, 0.55, 0.6], [0.4, 0.5, 0.45, 0.4, 0.5, 0.45]]
+"""A planted effect that varies a little between histories and folds (the spreads, the calendar part
+of the 6 periods the histories share included, are estimated)."""
 
 
-@pytest.mark.parametrize("effects,word", [(THREE, "keep wired"), (THREE[:2], "insufficient data")])
-def test_a_family_over_histories_is_decided_by_the_nested_rule(tmp_path, effects, word):
+@pytest.mark.parametrize("effects,word,why", [
+    (THREE, "keep wired", "pooled over 3 histories x 6 folds"),
+    ([h[:2] for h in THREE], "insufficient data", "too few periods over 3 histories x 2 folds"),
+    (THREE[:2], "insufficient data", "too few periods over 2 histories x 6 folds")])
+def test_a_family_over_histories_is_decided_by_the_nested_rule(tmp_path, effects, word, why):
     exp, cells = _cells(history_scenario(tmp_path / "h", effects, noise=0.2))
     th = Thresholds()
     v, fold_rows, _family = gem_verdict_tables(cells, list(exp.gems), th, exp.members)
     row = v.set_index("gem").loc[GEM]
-    h = len(effects)
+    h, k = len(effects), len(effects[0])
     # the same decision straight from the rule on the same pairs: the verdict is decide()'s nested branch
     pr = wiring_pairs(cells, GEM, column=COLUMN, k=th.window_length)
     hf = history_family([pr], cells)
     dec = decide(Evidence(diffs=[pr.diffs[None, :]], histories=hf.data), th)
     assert row["verdict"] == str(dec.verdict[0, 0]) == word
     assert row["pooled_effect"] == pytest.approx(float(dec.pooled["mu"][0, 0]))
-    assert row["histories"] == h and row["folds"] == 2
-    over = f"over {h} histories x 2 folds"
-    assert over in row["period"] and over in row["reason"], row["reason"]
-    # its MDE is the nested rule's (`history_mde` on the components the rule pooled), never the seed rule's
+    assert row["histories"] == h and row["folds"] == k
+    assert row["period"].startswith(why) and why in row["reason"], row["reason"]
+    assert row["calendar_periods"] == k  # the columns of one file: fold k of every history is one period
+    # its MDE is the nested rule's (`history_mde` on the components the rule pooled, the calendar part
+    # included), never the seed rule's, and the two-stage MDE stands beside it
     c = history_components(hf.data, dec.histories)
-    comp = HistoryComponents(*(float(np.asarray(x)[0, 0]) for x in (c.history, c.period, c.within, c.seed)), c.overlap)
+    comp = HistoryComponents(*(float(np.asarray(x)[0, 0]) for x in (c.history, c.period, c.within, c.seed, c.calendar)),
+                             bool(c.shared[0, 0]))
+    assert comp.shared and row["var_calendar"] == pytest.approx(comp.calendar)
     n = float(np.mean([fd.n_informative[0, 0][fd.n_informative[0, 0] > 0].mean() for fd in hf.data.folds]))
-    want = history_mde(comp, h, 2, n, df=float(dec.pooled["df"][0, 0]), level=th.alpha, power=th.power)
+    want = history_mde(comp, h, k, n, df=float(dec.pooled["df"][0, 0]), level=th.alpha, power=th.power)
     assert row["mde"] == pytest.approx(want, rel=1e-9)
-    assert sorted(set(zip(fold_rows["history"], fold_rows["fold"]))) == [(a, b) for a in range(h) for b in range(2)]
-    # the console's first line and the advice name the histories (the floor is the histories' spread: 0.19 / 0.66 > ROPE)
-    named = f"pooled over {h} histories x 2 folds:" if word == "keep wired" else "(too few histories;"
+    assert row["mde_two_stage"] > row["mde"]
+    assert sorted(set(zip(fold_rows["history"], fold_rows["fold"]))) == [(a, b) for a in range(h) for b in range(k)]
+    # the console's first line names the histories, or why there are too few
+    named = f"pooled over {h} histories x {k} folds:" if word == "keep wired" else "(too few "
     assert named in verdict_line(row.to_dict() | {"gem": GEM})
-    assert row["mde_floor"] > th.rope and row["power_note"].endswith("more price histories, not more seeds")
 
 
 def test_market_evidence_over_two_histories_is_the_pooled_rules_and_a_member_is_found_in_its_history(tmp_path):
@@ -145,7 +151,7 @@ def test_the_plot_tables_key_per_history(tmp_path):
 def test_plan_prices_designs_with_histories_and_its_pilot_design_states_the_verdicts_mde(tmp_path):
     from tune_gems.analysis.plan import HISTORIES, format_plan, plan
 
-    folder = history_scenario(tmp_path / "pilot", THREE, noise=0.2)
+    folder = history_scenario(tmp_path / "pilot", [h[:2] for h in THREE], noise=0.2)
     p = plan(folder)
     exp, cells = _cells(folder)
     v = gem_verdict_tables(cells, list(exp.gems), Thresholds(), exp.members)[0]
@@ -182,11 +188,12 @@ def test_confirm_plans_its_seeds_with_the_nested_rules_mde(tmp_path):
     v = gem_verdict_tables(cells, list(exp.gems), Thresholds(), exp.members)[0]
     row = v.set_index("gem").loc[GEM]
     inputs = discovery_power_inputs(row.to_dict() | {"gem": GEM})
-    assert (inputs.histories, inputs.folds, inputs.history_tau2) == (3, 2, pytest.approx(float(row["var_history"])))
+    assert (inputs.histories, inputs.folds, inputs.history_tau2) == (3, 6, pytest.approx(float(row["var_history"])))
+    assert inputs.calendar == pytest.approx(float(row["var_calendar"]))  # the calendar part the verdict carried
     (plan,) = confirmation_power(v.assign(p_value=v["p_value"]), exp.trials, [GEM], one_history=True, alpha=th.alpha,
                                  power=th.power, seeds=None, default_seeds=12)
     assert plan.discovery_mde == pytest.approx(float(row["mde"]), rel=1e-9)  # the verdict's own, history_mde's
-    assert plan.note.startswith("the confirmation (3 histories x 2 fold(s), the same price histories")
+    assert plan.note.startswith("the confirmation (3 histories x 6 fold(s), the same price histories")
     assert plan.confirmation_mde <= plan.discovery_mde
 
 
@@ -196,58 +203,71 @@ EXPANDING = pd.DataFrame(dict(fold=[0, 1], train_runs=["0:2260", "0:3260"], trai
 run's layout): both train from row 0, so they share training rows."""
 
 
-def test_a_historys_folds_that_share_training_rows_carry_their_overlap_in_the_nested_rules_first_stage(tmp_path):
-    from tune_gems.analysis.rules.overlap import fold_overlap
-    from tune_gems.analysis.verdicts.search_choice import discovery_power_inputs
+def test_a_historys_folds_that_share_training_rows_need_no_factor_over_histories(tmp_path):
+    """Expanding folds share training rows; over several histories the spread between them measures what
+    a history's folds share, so no Nadeau-Bengio factor is put on anything: the verdict with the fold
+    table is the verdict without it."""
     from tune_gems.analysis.verdicts.walk_forward import experiment_overlap
 
-    folder = history_scenario(tmp_path / "h", THREE, noise=0.2)
+    folder = history_scenario(tmp_path / "h", [h[:2] for h in THREE], noise=0.2)
     exp, cells = _cells(folder)
-    th = Thresholds()
 
     def verdict(overlap):
-        return gem_verdict_tables(cells, list(exp.gems), th, exp.members, overlap=overlap)[0].set_index("gem").loc[GEM]
+        return gem_verdict_tables(cells, list(exp.gems), Thresholds(), exp.members, overlap=overlap)[0].set_index("gem").loc[GEM]
 
-    bare = verdict(experiment_overlap(exp.paths, exp.labels))  # no fold table: no correction
+    bare = verdict(experiment_overlap(exp.folds.table))
     EXPANDING.assign(experiment=folder.name, trial_id="t0").to_parquet(folder / "folds.parquet", index=False)
-    overlap = experiment_overlap(exp.paths, exp.labels)
-    row = verdict(overlap)
-    np.testing.assert_allclose(overlap.corr, fold_overlap(EXPANDING).corr)
-    # the same decision straight from the rule, the layout's correlation in each history's folds
-    pr = wiring_pairs(cells, GEM, column=COLUMN, k=th.window_length)
-    hf = history_family([pr], cells)
-    dec = decide(Evidence(diffs=[pr.diffs[None, :]], histories=hf.data, fold_corr=fold_overlap(EXPANDING).corr), th)
-    plain = decide(Evidence(diffs=[pr.diffs[None, :]], histories=hf.data), th)
-    for with_overlap, without in zip(dec.histories.by_history, plain.histories.by_history):
-        assert with_overlap["overlap"][0, 0] > 1.0 == without["overlap"][0, 0]
-        assert with_overlap["se"][0, 0] > without["se"][0, 0]  # each history's pooled variance carries it
-    f = float(np.mean([r["overlap"][0, 0] for r in dec.histories.by_history]))
-    assert bare["fold_overlap"] == 1.0 and row["fold_overlap"] == pytest.approx(f) and f > 1.3
-    assert (row["verdict"], row["pooled_ci_low"], row["pooled_ci_high"]) == (
-        str(dec.verdict[0, 0]), pytest.approx(float(dec.period.low[0, 0])), pytest.approx(float(dec.period.high[0, 0])))
-    assert f"each history's variance x{f:.2f} for folds that share training rows" in row["reason"], row["reason"]
-    assert "share training rows" not in bare["reason"]
-    # the MDE: history_mde with the first stage's lambda = (F - 1) / K, as the one-history pooled power
-    c = history_components(hf.data, dec.histories)
-    comp = HistoryComponents(*(float(np.asarray(x)[0, 0]) for x in (c.history, c.period, c.within, c.seed)), (f - 1) / 2)
-    n = float(np.mean([fd.n_informative[0, 0][fd.n_informative[0, 0] > 0].mean() for fd in hf.data.folds]))
-    want = history_mde(comp, 3, 2, n, df=float(dec.pooled["df"][0, 0]), level=th.alpha, power=th.power)
-    assert row["mde"] == pytest.approx(want, rel=1e-9)
-    assert replace(comp, overlap=0.0).se(3, 2, n) < comp.se(3, 2, n)
-    # confirm reads the same power back from the verdict row (fold_overlap -> lambda)
-    inputs = discovery_power_inputs(row.to_dict() | {"gem": GEM})
-    assert inputs.overlap == pytest.approx((f - 1) / 2) and inputs.history_components().overlap == inputs.overlap
+    row = verdict(experiment_overlap(load_experiment(folder).folds.table))
+    keys = ["verdict", "pooled_effect", "pooled_ci_low", "pooled_ci_high", "mde", "fold_overlap", "reason"]
+    pd.testing.assert_series_equal(row[keys], bare[keys])
+    assert row["fold_overlap"] == 1.0
+    assert "share training rows" not in row["reason"]
 
 
 def test_a_fold_table_over_several_histories_is_read_per_history_the_largest_overlap_per_pair(tmp_path):
     from tune_gems.analysis.rules.overlap import fold_overlap
     from tune_gems.analysis.verdicts.walk_forward import experiment_overlap
 
-    folder = history_scenario(tmp_path / "h", THREE[:2])
+    folder = history_scenario(tmp_path / "h", [h[:2] for h in THREE[:2]])
     short = EXPANDING.assign(train_runs=["0:1000", "0:2000"], train_rows=[1000, 2000])  # a shorter history
     pd.concat([EXPANDING.assign(history=0), short.assign(history=1)]).assign(
         experiment=folder.name, trial_id="t0").to_parquet(folder / "folds.parquet", index=False)
     exp = load_experiment(folder)
-    found = experiment_overlap(exp.paths, exp.labels)
+    found = experiment_overlap(exp.folds.table)
     np.testing.assert_allclose(found.corr, np.maximum(fold_overlap(EXPANDING).corr, fold_overlap(short).corr))
     assert found.folds == (0, 1)
+
+
+def test_the_analysis_records_each_history_pairs_return_correlation_per_window(tmp_path):
+    """history_correlations.csv: per validation window and the test segment, each pair of histories'
+    daily return correlation, read from the price files the history table names (beside the
+    experiment when the run's path is relative), and the verdict rows carry the medians."""
+    from tune_gems.analysis.analyze import analyze
+    from tune_gems.analysis.describe.history_returns import history_correlations
+
+    folder = history_scenario(tmp_path / "runs" / "h", THREE, noise=0.2)
+    rng = np.random.default_rng(0)
+    common, own = rng.normal(0, 0.01, 700), rng.normal(0, 0.01, (3, 700))
+    r = np.stack([common + 0.3 * own[0], common + 0.3 * own[1], own[2]])  # a and b move together, c alone
+    prices = pd.DataFrame(100 * np.exp(np.cumsum(r, 1)).T, columns=["a", "b", "c"])
+    prices.insert(0, "date", pd.bdate_range("2010-01-01", periods=700))
+    prices.to_csv(tmp_path / "runs" / "closes.csv", index=False)  # the run read "closes.csv" from runs/
+    pd.DataFrame({"history": [0, 1, 2], "name": ["a", "b", "c"], "source": "closes.csv", "column": ["a", "b", "c"],
+                  "first": "", "last": "", "rows": 700}).to_csv(folder / "histories.csv", index=False)
+    starts = np.arange(6) * 80 + 100
+    pd.DataFrame({"fold": range(6), "val_start": starts, "val_end": starts + 80, "test_start": 620,
+                  "test_end": 700}).to_csv(folder / "folds.csv", index=False)
+    def table():
+        exp = load_experiment(folder)
+        return history_correlations(exp.histories, exp.folds.dates, exp.paths, exp.labels)
+
+    t = table()
+    assert len(t) == 3 * 7 and set(t["segment"]) == {"validation", "test"} and (t["note"] == "").all()
+    by_pair = t.groupby(["name_a", "name_b"])["correlation"]
+    assert by_pair.min()[("a", "b")] > 0.8 and by_pair.max()[("a", "c")] < 0.5
+    row = analyze(folder).verdicts.set_index("gem").loc[GEM]
+    assert row["return_corr_val"] == pytest.approx(t[t["segment"] == "validation"]["correlation"].median())
+    pd.DataFrame({"history": [0, 1, 2], "name": ["a", "b", "c"], "source": "gone.csv", "column": ["a", "b", "c"]}) \
+        .to_csv(folder / "histories.csv", index=False)
+    gone = table()
+    assert gone["correlation"].isna().all() and (gone["note"] == "price file not found").all()

@@ -16,7 +16,6 @@ import torch
 
 from tune_gems.config.load import load_config
 from tune_gems.contracts.errors import ConfigError, DataError
-from tune_gems.data.histories import history_specs
 from tune_gems.data.series import load_histories
 from tune_gems.trainer.run_setup import load_run_prices, prepare_market
 
@@ -50,20 +49,20 @@ def daily(tmp_path) -> Path:
 
 def test_price_columns_name_one_history_per_column_of_one_file(daily):
     cfg = load_config(None, ["data.source=file", f"data.path={daily}", "data.price_columns=[sp500, nasdaq, wti]"])
-    specs = history_specs(cfg.data)
+    specs = cfg.data.price_histories
     assert [(s.name, s.path, s.price_column) for s in specs] == [(c, str(daily), c) for c in ("sp500", "nasdaq", "wti")]
 
 
 def test_histories_entries_default_from_the_data_section(tmp_path):
     cfg = load_config(None, ["data.source=file", "data.path=shared.csv", "data.price_column=Close", "data.time_column=Date",
                              "data.histories=[{path: a/spx.csv.gz}, {name: oil, price_column: wti}, {price_column: ndx, time_column: t}]"])
-    specs = [(s.name, s.path, s.price_column, s.time_column) for s in history_specs(cfg.data)]
+    specs = [(s.name, s.path, s.price_column, s.time_column) for s in cfg.data.price_histories]
     assert specs == [("spx", "a/spx.csv.gz", "Close", "Date"), ("oil", "shared.csv", "wti", "Date"), ("ndx", "shared.csv", "ndx", "t")]
 
 
 def test_one_history_is_named_after_its_file_and_the_synthetic_series_is_one_history():
-    assert [s.name for s in history_specs(load_config(None, ["data.source=file", "data.path=d/sp500.csv"]).data)] == ["sp500"]
-    assert [(s.name, s.path) for s in history_specs(load_config(None, []).data)] == [("synthetic", None)]
+    assert [s.name for s in load_config(None, ["data.source=file", "data.path=d/sp500.csv"]).data.price_histories] == ["sp500"]
+    assert [(s.name, s.path) for s in load_config(None, []).data.price_histories] == [("synthetic", None)]
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -86,7 +85,8 @@ def test_one_history_is_named_after_its_file_and_the_synthetic_series_is_one_his
      "config: data: data.histories.1.path is required when data.source is file (or set data.path, the file of every entry "
      "without one)"),
     (["data.source=file", "data.path=x.csv", "data.histories=[{name: 'a|b'}]"],
-     "config: data: data.histories.0: history name 'a|b' holds '|' (a name may not hold control characters or any of |/[])"),
+     "config: data: data.histories.0: history name 'a|b' holds '|' (U+007C; a name is printable and unambiguous: no "
+     "control, zero-width, right-to-left or unassigned character, no space but ' ', none of |/[])"),
     (["data.source=file", "data.path=x.csv", "data.histories=[{colour: red}]"], "config: data.histories.0.colour: unknown key"),
 ], ids=["synthetic", "both", "empty", "duplicate-column", "duplicate-stem", "price-column", "no-path", "entry-path", "name",
         "unknown-key"])  # fmt: skip

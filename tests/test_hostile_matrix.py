@@ -285,16 +285,12 @@ def _stored_sweep(rel: str) -> Callable[[Path], None]:
     def go(d: Path) -> None:
         import yaml
 
+        from sweep_fixtures import store_spec
         from tune_gems.sweep.spec_load import load_spec
-
-        from tune_gems.contracts.outputs import write_marker
-        from tune_gems.contracts.run_record import CHECKSUMS_KEY, checksums
 
         spec = load_spec(SMOKE, TINY_SWEEP)
         _paired(d / rel)
-        text = yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode()
-        (d / rel / "spec.yaml").write_bytes(text)
-        write_marker(d / rel, "sweep", **{CHECKSUMS_KEY: checksums(None, **{"spec.yaml": text})})  # as a sweep records it
+        store_spec(d / rel, yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False).encode())  # as a sweep records it
 
     return go
 
@@ -663,8 +659,9 @@ def run_in_process(case: Case, sandbox: Path) -> tuple[int, str, str]:
     return res.returncode, res.stdout, res.stderr
 
 
-def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, str]] = lambda c: {}) -> dict[str, Outcome]:
-    """Every case in a sandbox `root/<id>` (set up and snapshotted here), the IN_PROCESS
+def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, str]] = lambda c: {},
+              in_process: tuple[str, ...] = IN_PROCESS) -> dict[str, Outcome]:
+    """Every case in a sandbox `root/<id>` (set up and snapshotted here), the `in_process`
     families in this process, the others through `tune_gems.commands.cli.main` in children forked from a
     server that imported the heavy modules once (`env_of(case)`: extra environment)."""
     from cluster_fixtures import cli_in_child, forked_cli_pool
@@ -677,7 +674,7 @@ def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, 
         c.setup(root / c.id)
         befores[c.id] = _snap(root / c.id)
     results: dict[str, tuple] = {}
-    forked = [c for c in cases if c.family not in IN_PROCESS]
+    forked = [c for c in cases if c.family not in in_process]
     with forked_cli_pool(PARALLEL) as pool:
         futures = {
             c.id: pool.submit(cli_in_child, _args(c, root / c.id), str(root / c.id), {**_env(root / c.id), **env_of(c)},
@@ -685,7 +682,7 @@ def run_cases(cases: list[Case], root: Path, env_of: Callable[[Case], dict[str, 
             for c in forked
         }
         for c in cases:  # meanwhile, the in-process families here
-            if c.family in IN_PROCESS:
+            if c.family in in_process:
                 results[c.id] = run_in_process(c, root / c.id)
         for c in forked:
             try:
@@ -740,7 +737,15 @@ def test_case_counts():
     counts: dict[str, int] = {}
     for c in CASES:
         counts[c.family] = counts.get(c.family, 0) + 1
-    print(f"\nhostile-input matrix: {len(CASES)} cases {counts}")
+    import test_bad_input
+    import test_hostile_round3
+    import test_hostile_round4
+    import test_hostile_round6
+
+    rounds = {"ray_address": len(RAY_ADDRESS_CASES), "bad_input": len(test_bad_input.CASES),
+              **{f"round{r}": len(m.CASES) for r, m in ((3, test_hostile_round3), (4, test_hostile_round4), (6, test_hostile_round6))}}
+    print(f"\nhostile-input matrix: {len(CASES)} cases {counts}; with the rounds {rounds}: "
+          f"{len(CASES) + sum(rounds.values())} hostile inputs")
     keys = {k for k, *_ in leaves()}
     covered = {c.id.split("-")[1] for c in CASES if c.family == "config"}
     assert keys <= covered, sorted(keys - covered)

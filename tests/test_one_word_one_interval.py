@@ -25,19 +25,19 @@ from tune_gems.analysis.render.report import format_verdict_table, verdict_line
 FAST = dict(n_boot=50)
 
 
-def two_gems_over_histories(folder: Path, *, seed: int, n: int = 8) -> Path:
-    """g6 and g12 each wired in its own arm over 3 histories x 2 folds, per-seed differences
+def two_gems_over_histories(folder: Path, *, seed: int, n: int = 8, folds: int = 6) -> Path:
+    """g6 and g12 each wired in its own arm over 3 histories x `folds` folds, per-seed differences
     N(0, 1): a family of two whose shared pooled variance can have under one degree of freedom."""
     rng = np.random.default_rng(seed)
     arms = {"control": {}, "w6": {"gems.g6.mode": "wire", "gems.g6.weight": 0.1},
             "w12": {"gems.g12.mode": "wire", "gems.g12.weight": 0.1}}
     frames, first = [], None
     for h in range(3):
-        for k in range(2):
+        for k in range(folds):
             base = seed_values(n, seed=100) + 0.3 * k - 0.7 * h
             vals = {"control": list(base), "w6": list(base + rng.normal(0, 1, n)), "w12": list(base + rng.normal(0, 1, n))}
             tables = _arm_tables(folder.name, [ArmTrial("t0", arms, vals, seed=3)], True)
-            frames.append(tables[2].assign(fold=k, history=h, member=tables[2]["member"] + (2 * h + k) * 3 * n))
+            frames.append(tables[2].assign(fold=k, history=h, member=tables[2]["member"] + (folds * h + k) * 3 * n))
             first = first or tables
     write_arms_experiment(folder, [ArmTrial("t0", {"control": {}}, {"control": [0.0] * n}, seed=3)])
     for table, name in zip((first[0], first[1], first[3]), ("trials", "history", "arms")):
@@ -47,7 +47,7 @@ def two_gems_over_histories(folder: Path, *, seed: int, n: int = 8) -> Path:
 
 
 def test_a_pooled_variance_under_one_df_reads_insufficient_data_and_is_never_drawn(tmp_path):
-    res = analyze(two_gems_over_histories(tmp_path / "h", seed=28), **FAST)
+    res = analyze(two_gems_over_histories(tmp_path / "h", seed=11), **FAST)
     g = res.verdicts.set_index("gem").loc["g12"]
     assert g["pooled_df"] < 1 and g["verdict"] == "insufficient data" and g["discovery_verdict"] == "insufficient data"
     assert g["decided_by"] == f"insufficient: pooled df {g['pooled_df']:.3g} < 1"
@@ -95,7 +95,7 @@ def test_an_unmeasured_held_out_effect_is_empty_with_its_reason(tmp_path):
 
 
 def test_counts_name_their_noun_in_the_number_they_need():
-    from tune_gems.analysis.verdicts.verdict_reasons import counted
+    from tune_gems.analysis.text import counted
 
     assert (counted(1, "history"), counted(3.0, "history"), counted(1, "period"), counted(4, "period")) == (
         "1 history", "3 histories", "1 period", "4 periods")

@@ -181,7 +181,8 @@ def test_folds_that_share_training_rows_widen_the_pooled_interval_by_their_overl
     before, after = analyze(bare, n_boot=50), analyze(laid, n_boot=50)
     expected = fold_overlap(_table(scheme, 4, layout)).factor
     v0, v1 = before.verdicts.set_index("gem").loc["g12"], after.verdicts.set_index("gem").loc["g12"]
-    assert v0["fold_overlap"] == 1.0 and v1["fold_overlap"] > 1.0
+    assert np.isnan(v0["fold_overlap"]) and v1["fold_overlap"] > 1.0  # no fold table: not corrected, and said
+    assert "fold overlap not corrected (" in v0["reason"] and "has no fold table" in v0["reason"]
     assert v1["fold_overlap"] == pytest.approx(expected, rel=0.2)  # NB's factor at the rule's own weights
     assert "for folds that share training rows" in v1["reason"] and "share training rows" not in v0["reason"]
     assert v1["pooled_effect"] == pytest.approx(v0["pooled_effect"])

@@ -1,11 +1,17 @@
-"""The Triton layer kernels compile for the H200 (sm_90) on a machine without a GPU.
+"""The Triton layer kernels compile for the H200 (sm_90) on a machine without a GPU, into what
+they are meant to be.
 
 The interpreter (tests/test_triton_layers.py) runs the kernels' Python; the compiler checks what
 the interpreter does not (types, constexpr branches, layouts) and ends in ptxas, which Triton
 ships. Every launch one layer product and its backward make, for each kind of layer and each
 precision, and the noise kernel's launches, are recorded with their real arguments (the kernels
-stubbed out) and compiled with the signature those arguments give, so the GPU session starts
-from kernels that build.
+stubbed out) and compiled with the specialisation those arguments get on the GPU
+(tune_gems.ops.triton_inspect), so the GPU session starts from kernels that build.
+
+The gate: at the network's real shapes, every tf32 and bf16 product compiles to a tensor-core dot
+at its precision (never fp32 FMA), spills nothing, and keeps ptxas's wgmma pipeline (no
+"wgmma serialized" warning: a K-loop ptxas cannot prove non-empty cost that), and its copies are
+16 bytes wide where the operand allows it (aligned parameters: tune_gems.model.flat).
 """
 
 from __future__ import annotations
@@ -16,7 +22,6 @@ import torch
 from test_triton_layers import build_layer, fresh_kernel_modules, member_inputs
 
 KERNELS = ("_rows_kernel", "_weight_grad_kernel", "_sigma_grad_kernel", "_spectral_kernel", "_noise_factors_kernel")
-H200 = ("cuda", 90, 32)
 CASES = [  # (layer kind, ReLU, precision): every kernel variant the network launches, each precision once
     ("plain", True, "tf32"),
     ("spectral", True, "ieee"),
@@ -65,47 +70,70 @@ def _layer_product(module, monkeypatch, kind: str, relu: bool, precision: str):
         layer.apply(x, layer.weights("target"), relu)
 
 
-def _compile_all(launches: list[tuple]) -> set:
-    """Compile every distinct (kernel, constexprs) of `launches` for the H200; their keys."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+def _compile_all(launches: list[tuple]) -> dict:
+    """Compile every distinct launch of `launches` for the H200: {(kernel, constexprs): compiled}."""
+    from tune_gems.ops.triton_inspect import compile_for_h100
 
-    seen = set()
+    compiled = {}
     for fn, args, kwargs in launches:
-        sig, constexprs = _signature(fn, args, kwargs)
-        key = (fn.__name__, tuple(sorted(constexprs.items())))
-        if key in seen:
-            continue
-        seen.add(key)
-        options = {"num_warps": kwargs["num_warps"]} if "num_warps" in kwargs else {}
-        kernel = triton.compile(ASTSource(fn, signature=sig, constexprs=constexprs), target=GPUTarget(*H200), options=options)
-        assert kernel.asm["cubin"], key
-    return seen
-
-
-def _signature(fn, args, kwargs) -> tuple[dict, dict]:
-    constexprs = {k: v for k, v in kwargs.items() if k != "num_warps"}
-    types = {torch.float32: "*fp32", torch.bool: "*i1"}
-    sig = {}
-    for name, a in zip(fn.arg_names, args):
-        if isinstance(a, torch.Tensor):
-            sig[name] = types[a.dtype]
-        elif isinstance(a, float):
-            sig[name] = "fp32"
-        else:
-            sig[name] = "i32" if -(2**31) <= a < 2**31 else "i64"
-    sig.update({k: "constexpr" for k in constexprs})
-    return sig, constexprs
+        key = (fn.__name__, tuple(sorted(kwargs.items())))
+        if key not in compiled:
+            compiled[key] = compile_for_h100(fn, args, kwargs)
+            assert compiled[key].asm["cubin"], key
+    return compiled
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_every_kernel_variant_a_layer_launches_compiles_for_the_h200(compiled_kernels, monkeypatch, case):
     launches = _recorded_launches(compiled_kernels, monkeypatch, lambda: _layer_product(compiled_kernels, monkeypatch, *case))
-    names = {k[0] for k in _compile_all(launches)}
+    names = {name for name, _ in _compile_all(launches)}
     expected = {"_rows_kernel", "_weight_grad_kernel"}
     expected |= {"_sigma_grad_kernel", "_spectral_kernel"} if case[0] == "spectral" else set()
     assert names == expected
+
+
+# The network's layers at train_step.py's shapes (hidden 256, stream 64, 51 atoms, 2 branches of 3
+# sub-actions, batch 256: 2B = 512 rows with autograd), and the act step's 16 rows.
+REAL_SHAPES = [  # (kind, replicas, rows N, inputs K, outputs O, ReLU)
+    ("spectral", 1, 512, 256, 256, True),  # trunk1
+    ("noisy", 1, 512, 256, 192, True),  # stream_in
+    ("noisy", 2, 512, 64, 153, False),  # adv_out: odd outputs, so its rows are not 16-byte aligned
+    ("plain", 1, 256, 128, 256, False),  # G12's pred_out
+    ("spectral", 1, 16, 256, 256, True),  # trunk1 when acting (16 environments)
+]
+DOT = {"tf32": "tf32", "bf16": "bf16"}
+
+
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+@pytest.mark.parametrize("shape", REAL_SHAPES, ids=lambda s: f"{s[0]}-{s[2]}x{s[3]}x{s[4]}")
+def test_at_real_shapes_every_product_is_a_pipelined_tensor_core_dot_without_spills(compiled_kernels, monkeypatch, shape, precision):
+    from tune_gems.ops.triton_inspect import describe
+
+    kind, reps, N, K, O, relu = shape
+    monkeypatch.setattr(compiled_kernels, "dot_precision", lambda t: precision)
+
+    def product():
+        layer, flat = build_layer(kind, [1, 2], reps, K, O)
+        x, dy = member_inputs([1, 2], reps, N, K, O, salt=0)
+        x.requires_grad_()
+        torch.autograd.grad(layer.apply(x, layer.weights("train"), relu), [x, *flat.params], dy)
+
+    compiled = _compile_all(_recorded_launches(compiled_kernels, monkeypatch, product))
+    for (name, flags), kernel in compiled.items():
+        d, where = describe(kernel), f"{name} {dict(flags)}"
+        assert d["spills"] == 0, f"{where}: {d['spills']} bytes spilled"
+        if name in ("_sigma_grad_kernel", "_spectral_kernel"):  # no product: rank-one updates and matvecs
+            continue
+        assert d["dot"] in (f"wgmma.{DOT[precision]}", f"mma.{DOT[precision]}"), f"{where}: dot {d['dot']}"
+        assert d["dot"].startswith("wgmma") or dict(flags)["BM"] < 64, f"{where}: {d['dot']} where a wgmma fits"
+        assert not d["wgmma_serialized"], f"{where}: ptxas serialised the wgmma pipeline"
+        if name != "_rows_kernel" or K % 4 or O % 4:
+            continue  # dW's operands run along the batch rows (MN-major: tf32's wgmma copies them transposed)
+        # the forward's x and dx's dy are K-major, their rows 16-byte aligned: 16-byte copies
+        assert d["copies"].get("16", 0) > 0, f"{where}: no 16-byte copy ({d['copies']})"
+        if dict(flags)["BACKWARD"] and kind != "noisy" and precision == "tf32":
+            # dx = dy' @ W^T: W's [in, out] rows run along the K-loop too, so no operand is copied 4 bytes at a time
+            assert d["copies"].get("4", 0) == 0, f"{where}: 4-byte copies of K-major operands ({d['copies']})"
 
 
 def test_the_noise_kernel_compiles_for_the_h200(compiled_kernels, monkeypatch):
@@ -114,4 +142,4 @@ def test_the_noise_kernel_compiles_for_the_h200(compiled_kernels, monkeypatch):
     _, net = _nets([1, 2], [True, False])
     launches = _recorded_launches(compiled_kernels, monkeypatch, lambda: net.resample_noise_from_uniforms(_uniforms(net, [1, 2])))
     assert len(launches) == len(net.noisy_layers())
-    assert {k[0] for k in _compile_all(launches)} == {"_noise_factors_kernel"}
+    assert {name for name, _ in _compile_all(launches)} == {"_noise_factors_kernel"}

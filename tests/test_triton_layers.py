@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from tune_gems.model.flat import FlatParameters
-from tune_gems.model.layers import NoisyPopLinear, PopLinear
+from tune_gems.model.layers import NoisyPopLinear, PopLinear, layer_products
 
 pytestmark = pytest.mark.filterwarnings(  # the interpreter's own use of a one-element array as an index
     "ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning"
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.filterwarnings(  # the interpreter's own use of a one-e
 U32 = 2.0**-24
 """float32's unit roundoff."""
 SIGMA0 = 0.5
-KERNEL_MODULES = ("triton_noise", "triton_layers", "triton_layer_kernels")
+KERNEL_MODULES = ("triton_layers", "triton_layer_kernels")
 
 
 def fresh_kernel_modules(interpret: bool):
@@ -71,9 +71,9 @@ KINDS = ("plain", "spectral", "noisy")
 
 def build_layer(kind: str, seeds: list[int], reps: int, K: int, O: int, kernel: str = "triton", device: str = "cpu"):
     """(layer, flat parameters): a population layer of `kind` for members with these seeds on
-    `device`, its parameters in a flat matrix (as the learner's are), noise resampled and
-    spectral-norm switches set per member from the seed (so a member's switch is its own, alone
-    or in a population)."""
+    `device`, its parameters in a flat matrix laid out as the learner lays it out for `kernel`
+    (aligned columns on the triton path), noise resampled and spectral-norm switches set per
+    member from the seed (so a member's switch is its own, alone or in a population)."""
     gens = [torch.Generator().manual_seed(s) for s in seeds]
     on = [s % 3 != 1 for s in seeds]
     if kind == "noisy":
@@ -82,9 +82,10 @@ def build_layer(kind: str, seeds: list[int], reps: int, K: int, O: int, kernel: 
         layer.resample(NoisyPopLinear.scale_noise(eps))
     else:
         layer = PopLinear(gens, reps, K, O, spectral_norm=on if kind == "spectral" else None)
-    layer.set_layer_kernel(kernel)
+    products = layer_products(kernel)
+    layer.set_layer_products(products)
     layer.to(device)
-    return layer, FlatParameters(layer, len(seeds))
+    return layer, FlatParameters(layer, len(seeds), align=products.parameter_align)
 
 
 def member_inputs(seeds: list[int], reps: int, N: int, K: int, O: int, salt: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,12 +100,12 @@ def member_inputs(seeds: list[int], reps: int, N: int, K: int, O: int, salt: int
 
 def run_layer(layer, flat, x: torch.Tensor, dy: torch.Tensor, relu: bool, mode: str = "train"):
     """One product with autograd, its gradients gathered into the flat matrix as the learner
-    does: (y, dx, flat gradient)."""
+    does: (y, dx, flat gradient without the layout's alignment gaps)."""
     x = x.clone().requires_grad_()
     y = layer.apply(x, layer.weights(mode), relu)
     grads = torch.autograd.grad(y, [x, *flat.params], dy, allow_unused=True)
     flat.gather_grads(grads[1:])
-    return y.detach(), grads[0], flat.grad.clone()
+    return y.detach(), grads[0], flat.unpack(flat.grad).clone()
 
 
 # -- the float64 oracle and the error bound --------------------------------------------------------
@@ -182,7 +183,7 @@ def assert_within_bound(
 
 SHAPES = [  # (members, replicas, rows N, inputs K, outputs O): odd sizes, masked tiles, several tiles
     (3, 1, 37, 33, 51),
-    (2, 2, 70, 33, 80),
+    (2, 2, 150, 70, 140),  # 2 x 2 output tiles of 128 in every product, K-loops of 3 to 5 steps
     (2, 3, 5, 7, 9),
 ]
 
@@ -289,7 +290,7 @@ def test_gradients_are_written_into_the_flat_slots_and_a_layer_used_twice_sums_i
     flat2.gather_grads(grads2)
     layer3, flat3 = build_layer("noisy", seeds, reps, K, O)
     _, _, half = run_layer(layer3, flat3, x * 0.5, dy, relu=True)
-    assert torch.allclose(flat2.grad, once + half, rtol=1e-6, atol=1e-7)
+    assert torch.allclose(flat2.unpack(flat2.grad), flat.unpack(once) + half, rtol=1e-6, atol=1e-7)
 
 
 def test_a_cpu_run_without_the_interpreter_is_refused_in_one_line(triton_interpreter, monkeypatch):
@@ -302,7 +303,7 @@ def test_a_cpu_run_without_the_interpreter_is_refused_in_one_line(triton_interpr
 
 
 def test_tiles_follow_the_shape_and_cover_small_products(triton_interpreter):
-    tiles = triton_interpreter.tiles
-    assert tiles(37, 33, 51) == triton_interpreter.Tiles(rows=64, cols=64, inner=32)
-    assert tiles(5, 7, 9) == triton_interpreter.Tiles(rows=16, cols=16, inner=16)  # tl.dot's smallest
-    assert tiles(512, 256, 256) == triton_interpreter.Tiles(rows=64, cols=64, inner=32)
+    tiles, Tiles = triton_interpreter.tiles, triton_interpreter.Tiles
+    assert tiles(37, 33, 51) == Tiles(rows=64, cols=64, inner=32, warps=4, stages=3, group_axis=1)
+    assert tiles(5, 7, 9) == Tiles(rows=16, cols=16, inner=16, warps=4, stages=3, group_axis=1)  # tl.dot's smallest
+    assert tiles(512, 256, 256) == Tiles(rows=128, cols=128, inner=32, warps=8, stages=3, group_axis=1)

@@ -11,7 +11,7 @@ import torch
 from learner_fixtures import all_wired, tiny_config
 from test_triton_layers import triton_interpreter  # noqa: F401  (the module's interpreter fixture)
 from tune_gems.ops import resolve_backend
-from tune_gems.trainer.learner import Learner
+from tune_gems.trainer.learner import FLAT_STATE, Learner
 from tune_gems.trainer.run_setup import prepare_market
 
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning")
@@ -38,12 +38,12 @@ def test_a_short_run_on_triton_stays_within_tf32_tolerance_of_the_torch_path():
     accumulated loss, q_mean and gradient norm within 2^-11 relative, and the replay and
     environments (driven by the actions both nets chose) equal."""
     torch_run, triton_run = _learner("torch"), _learner("triton")
-    assert triton_run.online.trunk[0].kernel == "triton" and torch_run.online.trunk[0].kernel == "torch"
+    assert triton_run.online.trunk[0].products.name == "triton" and torch_run.online.trunk[0].products.name == "torch"
     lr = torch_run.cfg.trainer.lr
     for i in range(1, ITERATIONS + 1):
         torch_run.iteration()
         triton_run.iteration()
-        a, b = torch_run.online_flat.data, triton_run.online_flat.data
+        a, b = torch_run.online_flat.data, triton_run.online_flat.unpack(triton_run.online_flat.data)  # the triton path's has aligned columns
         assert (a - b).abs().max().item() <= i * lr * TF32, f"parameters after {i} iterations"
         for row in ("loss", "q_mean", "grad_norm"):
             k = torch_run.acc_rows.index(row)
@@ -53,3 +53,25 @@ def test_a_short_run_on_triton_stays_within_tf32_tolerance_of_the_torch_path():
     for key in ours:
         if key.startswith(("replay.", "env.")):
             assert torch.equal(ours[key], theirs[key]), key
+    flat = triton_run.online_flat
+    gaps = torch.ones(flat.data.shape[1], dtype=torch.bool)
+    for n, o in zip(flat.sizes, flat.offsets):
+        gaps[o : o + n] = False
+    assert flat.padded and gaps.any()
+    for key in FLAT_STATE:  # the alignment gaps stay zero: no gradient reaches them, so Adam never moves them
+        assert not theirs[key][:, gaps].any(), key
+
+
+def test_a_checkpoint_saved_without_aligned_columns_loads_into_them():
+    """A version-1 checkpoint of the triton path (its flat matrices without alignment gaps) is
+    laid out with them on load, so a run resumes from it."""
+    learner = _learner("triton")
+    learner.iteration()
+    state = {k: v.clone() for k, v in learner.state_tensors().items()}
+    flat = learner.online_flat
+    version_1 = {k: flat.unpack(v) if k in FLAT_STATE else v for k, v in state.items()}
+    assert version_1["online.params"].shape[1] == sum(flat.sizes) < state["online.params"].shape[1]
+    loaded = learner.from_checkpoint(version_1)
+    assert loaded.keys() == state.keys()
+    for k, v in state.items():
+        assert torch.equal(loaded[k], v), k

@@ -1,4 +1,4 @@
-"""The NoisyNet noise on Triton (tune_gems.ops.triton_noise, `model.layer_kernel: triton`) on the
+"""The NoisyNet noise on Triton (tune_gems.ops.triton_layers `noise_factors`, `model.layer_kernel: triton`) on the
 CPU through Triton's interpreter: from a net's uniforms straight into every noisy layer's noise
 factors, against the torch path (tune_gems.rng.box_muller, then `resample_noise`).
 

@@ -364,7 +364,7 @@ def test_period_calibration_command_prints_the_table_and_refuses_bad_input(capsy
 def test_an_unknown_heterogeneity_share_reads_a_dash_not_a_dash_percent():
     """I^2 is NaN where no fold's rank interval gives a variance (tau^2 unknown): the verdict's
     text says `I^2 -`, as tau^2 says `-`, not `-%`."""
-    from tune_gems.analysis.verdicts.verdict_reasons import percent
+    from tune_gems.analysis.text import percent
 
     assert percent(float("nan")) == "-" and percent(None) == "-"
     assert percent(0.0) == "0%" and percent(0.456) == "46%"

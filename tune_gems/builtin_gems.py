@@ -20,8 +20,8 @@ Nulls (docs/gems.md, "Nulls"):
   same batch (a cyclic shift by one along the batch, masked by that successor's not-done):
   the squared change of expected Q between unrelated states of the same policy and the same
   reward scale. Value and null scale together (x c^2 when Q scales by c), so G10 / null and the
-  verdicts' excess test against it no longer grow with training length or reward units; a
-  negative excess means successive states agree more than unrelated ones (issue 21).
+  verdicts' excess test against it do not grow with training length or reward units; a
+  negative excess means successive states agree more than unrelated ones.
 - G12: the better of two trivial predictors of h_{t+1} on the same batch and mask: predicting
   h_t (persistence) and predicting zero. Excess < 0 means the predictor beats both.
 """

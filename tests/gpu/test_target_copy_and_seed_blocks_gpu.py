@@ -11,14 +11,14 @@ the operands' alignment, so an arm's member blocks (tune_gems.model.layers) give
 bits of a run of that arm alone (tests/gpu/test_arms_gpu.py, test_folds_gpu.py), but not those
 of the same seed in a run with more seeds per arm, or in another seed block. Member tiles of a
 fixed size and fixed-order reductions were tried and taken out (benchmarks/RESULTS.md,
-2026-12-01 session 14: no cuBLAS variant tested made every product P-invariant;
-benchmarks/gemm_batch_probe.py lists the products that depend on P). The two invariants issue 33
+2026-12-01 session 14: no cuBLAS variant tested made every product P-invariant, and the
+products that depend on P are listed there). The two invariants issue 33
 item 3 asked for are kept here as strict expected failures: the day they pass (a BLAS or a
 kernel whose tiling does not depend on the member count), pytest reports them as XPASS and
 fails, and the xfail comes off.
 
 Run on the GPU machine: `pytest -m gpu tests/gpu/test_target_copy_and_seed_blocks_gpu.py -q -rxX`
-(skipped without CUDA); `bash benchmarks/floor_device.sh` runs it.
+(skipped without CUDA); `bash benchmarks/gpu_session.sh tests` runs it with the other GPU tests.
 
 Every state tensor of every member is compared (parameters, Adam moments, spectral-norm state,
 replay, environments) and the accumulator's rows but the nulls (the gems' nulls are reduced per
@@ -59,7 +59,7 @@ P_DEPENDENT = pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
     reason="known: cuBLAS's batched GEMM rounds a member by the number of members in its call "
-    "(member blocks keep an arm's bits, not a seed's across seed counts; benchmarks/gemm_batch_probe.py)",
+    "(member blocks keep an arm's bits, not a seed's across seed counts; benchmarks/RESULTS.md)",
 )
 
 

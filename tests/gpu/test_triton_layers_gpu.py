@@ -8,7 +8,10 @@ compiled and at every precision.
 - two runs are bit-equal;
 - values and gradients are within the float64 torch path's error bound, widened by the rounding
   of the products' operands (tf32: 2 x 2^-11, bf16: 2 x 2^-8 of the magnitude);
-- a product and its backward replay in a CUDA graph with the eager bits.
+- a product and its backward replay in a CUDA graph with the eager bits;
+- the kernels the driver loaded are tensor-core dots at the product's precision, with no spills
+  (the driver's own count) and ptxas's wgmma pipeline kept (tests/test_triton_compile.py checks
+  the same on the CPU's compile).
 
 Run on the GPU machine: `pytest -m gpu tests/gpu/test_triton_layers_gpu.py -q` (skipped without
 CUDA); `bash benchmarks/gpu_session.sh triton` runs it.
@@ -128,3 +131,29 @@ def test_a_product_and_its_backward_replay_in_a_cuda_graph_with_the_eager_bits(k
         torch.cuda.synchronize()
         for a, b in zip(eager, captured):
             assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("prec", ["tf32", "bf16"])
+@pytest.mark.parametrize("kind", ["plain", "spectral", "noisy"])
+def test_the_loaded_kernels_are_pipelined_tensor_core_dots_without_spills(kind, prec, monkeypatch):
+    from tune_gems.ops import triton_layers
+    from tune_gems.ops.triton_inspect import describe
+
+    loaded = []
+
+    class Logged:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def __getitem__(self, grid):
+            launch = self.fn[grid]
+            return lambda *args, **kwargs: loaded.append(launch(*args, **kwargs))
+
+    for name in ("_rows_kernel", "_weight_grad_kernel"):
+        monkeypatch.setattr(triton_layers.kernels, name, Logged(getattr(triton_layers.kernels, name)))
+    _run(kind, [1, 2, 3], prec)
+    assert len(loaded) == 3  # forward, dx, dW
+    for kernel in loaded:
+        d = describe(kernel)
+        assert d["dot"] == f"wgmma.{prec}", (kernel.name, d)
+        assert d["spills"] == 0 and not d["wgmma_serialized"], (kernel.name, d)

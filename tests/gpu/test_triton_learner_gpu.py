@@ -112,7 +112,7 @@ def test_one_epoch_stays_within_tf32_tolerance_of_the_torch_path():
     triton_run = Trainer(_trainer_cfg(TRITON, *WIRED, "trainer.epochs=1", "trainer.precision=tf32"), log=None)
     train_epochs(torch_run)
     train_epochs(triton_run)
-    assert triton_run.learner.online.trunk[0].kernel == "triton"
+    assert triton_run.learner.online.trunk[0].products.name == "triton"
     ht, hr = torch_run.history[0], triton_run.history[0]
     for k in ("loss", "q_mean", "grad_norm", "g6_branch_indep", "g10_temporal", "g12_predictive"):
         assert math.isclose(ht[k], hr[k], rel_tol=1e-3, abs_tol=1e-6), (k, ht[k], hr[k])

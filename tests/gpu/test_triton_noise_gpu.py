@@ -1,4 +1,4 @@
-"""The NoisyNet noise on Triton (tune_gems.ops.triton_noise) on the GPU: from a net's uniforms
+"""The NoisyNet noise on Triton (tune_gems.ops.triton_layers `noise_factors`) on the GPU: from a net's uniforms
 straight into every noisy layer's factors, bit for bit the torch path's (tune_gems.rng.box_muller
 and `resample_noise`: the same float32 operations, the CUDA math library's logf and cosf on both
 sides), at train_step.py's widths with NoisyNets on and off among the members; and the learner's

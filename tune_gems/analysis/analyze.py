@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -31,11 +30,12 @@ from tune_gems.analysis.verdicts.held_out import skill_context
 from tune_gems.analysis.verdicts.factors import factor_table
 from tune_gems.analysis.verdicts.family import DesignFamily
 from tune_gems.analysis.verdicts.fold_effects import fold_dates, fold_effects_table
-from tune_gems.analysis.verdicts.walk_forward import experiment_overlap
+from tune_gems.analysis.verdicts.walk_forward import experiment_overlap, state_uncorrected
 from tune_gems.analysis.describe.variance import sharpe_variance, split_arms
 from tune_gems.analysis.describe.magnitudes import gem_magnitudes, gem_trajectories
 from tune_gems.analysis.describe.importance import param_importances
 from tune_gems.analysis.describe.objective import objective_notes
+from tune_gems.analysis.describe.history_returns import history_correlations, median_correlations
 from tune_gems.analysis.render import plots
 from tune_gems.analysis.render.figures import analysis_figures, plot_tables
 from tune_gems.analysis.render.report import lead_verdict_columns, render_factor_section, render_report
@@ -55,6 +55,7 @@ CSV_FILES = {
     "redundancy": "redundancy.csv",
     "importances": "importances.csv",
     "trial_outcomes": "trial_outcomes.csv",
+    "history_correlations": "history_correlations.csv",
 }
 REPORT_FILE = "report.md"
 
@@ -77,6 +78,9 @@ class AnalysisResult:
     fold_effects: pd.DataFrame = field(default_factory=pd.DataFrame)
     """One row per gem and walk-forward fold: the period rule's per-fold effects beside the
     verdict's pooled estimate (`fold_effects.fold_effects_table`; empty with one fold)."""
+    history_correlations: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """Each pair of price histories' return correlation per validation window and test segment
+    (`describe.history_returns`; empty with one history)."""
     settings: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     family: DesignFamily | None = None
@@ -114,13 +118,18 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
     red = redundancy_table(cells, gems, thresholds=th, excess=excess)
     lookup = EvalReturnsLookup(exp.paths, exp.labels, t)
     verdicts, fold_rows, family = gem_verdict_tables(cells, gems, th, m, redundancy=red, eval_returns=lookup,
-                                                     selection=selection,
-                                                     overlap=experiment_overlap(exp.paths, exp.labels))
+                                                     selection=selection, overlap=experiment_overlap(exp.folds.table))
+    verdicts = state_uncorrected(verdicts, exp.folds.uncorrected)  # several folds, no layout: said, not dropped
     verdicts["skill"] = skill_context(exp)
-    verdicts = lead_verdict_columns(verdicts)  # the numbers a user decides by first (issue 37 item 5)
+    correlations = history_correlations(exp.histories, exp.folds.dates, exp.paths, exp.labels)
+    if len(correlations) and "histories" in verdicts.columns:  # beside the calendar part the rule estimated
+        for key, value in median_correlations(correlations).items():
+            verdicts[key] = pd.Series(value, index=verdicts.index).where(verdicts["histories"] >= 2)
+    verdicts = lead_verdict_columns(verdicts)  # the numbers a user decides by first 
     placebo = placebo_verdicts(cells, gems, m, thresholds=th)
     column, metric_note = verdict_metric(m)
-    factors = factor_table(cells, gems, thresholds=th, column=column, family=family)  # the same family, decided once
+    factors = state_uncorrected(factor_table(cells, gems, thresholds=th, column=column, family=family),  # decided once
+                                exp.folds.uncorrected)
     notes = list(cells.notes) + ([metric_note] if metric_note else []) + objective_notes(exp.paths, exp.labels, exp.trials)
     return AnalysisResult(
         experiment=exp,
@@ -134,7 +143,8 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
         placebo=placebo,
         redundancy=red,
         factors=factors,
-        fold_effects=fold_effects_table(fold_rows, verdicts, fold_dates(exp.paths, exp.labels)),
+        fold_effects=fold_effects_table(fold_rows, verdicts, fold_dates(exp.folds.dates)),
+        history_correlations=correlations,
         settings=th.settings(),
         notes=notes,
         family=family,
@@ -145,12 +155,6 @@ def default_out_dir(paths: str | Path | Iterable[str | Path]) -> Path:
     """`<first experiment folder>/analysis`."""
     first = paths if isinstance(paths, (str, Path)) else next(iter(paths))
     return Path(first) / DEFAULT_OUT
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def check_out(out: str | Path, inputs: list[str | Path], overwrite: bool) -> Path:
@@ -172,12 +176,14 @@ def check_out(out: str | Path, inputs: list[str | Path], overwrite: bool) -> Pat
 def write_result(result: AnalysisResult, out_dir: str | Path, *, overwrite: bool = False,
                  plot: bool = True) -> AnalysisResult:
     """Write the CSVs, PNGs and report.md of `result` into `out_dir` (all or nothing)."""
-    from tune_gems.contracts.outputs import MARKER_FILES_KEY, publish_folder, update_marker, write_marker, written_files
+    from tune_gems.contracts.outputs import (
+        MARKER_FILES_KEY, clear_stale_temporaries, publish_folder, temporary_folder, update_marker, write_marker, written_files,
+    )
 
     out = check_out(out_dir, list(result.experiment.paths), overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; give it a normal folder's mode
+    clear_stale_temporaries(out, "analyze")  # an analysis killed outright left its temporary folder
+    tmp, held = temporary_folder(out)
     try:
         write_marker(tmp, "analyze")
         files = []
@@ -203,6 +209,8 @@ def write_result(result: AnalysisResult, out_dir: str | Path, *, overwrite: bool
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        os.close(held)
     result.out_dir = out
     result.files = files
     return result

@@ -308,8 +308,8 @@ def calibrate_confirm_main(argv: list[str] | None = None) -> int:
 
 
 def calibrate_decisions_main(argv: list[str] | None = None) -> int:
-    """`python analysis/calibrate_decisions.py`: the calibration of issue 37's decision components,
-    through the rule's own functions (docs/analysis.md "The overlap of folds", "The held-out
+    """`python analysis/calibrate_decisions.py`: the calibration of the decision components of folds
+    and histories, through the rule's own functions (docs/analysis.md "The overlap of folds", "The held-out
     confirmation", "Several price histories", "Isolating a heterogeneous contrast")."""
     import time
 

@@ -44,6 +44,14 @@ MIN_HISTORIES = 3
 family of three contrasts shares the histories' spread over 3 (H - 1) = 6 degrees of freedom at
 H = 3 (the MDE at 3 histories: docs/analysis.md "Several price histories")."""
 
+MIN_SHARED_PERIODS = 6
+"""Fewest calendar periods histories that share a calendar (the columns of one file) decide with,
+whatever `--min-periods` says: the part common to them (`rules.calendar`) is estimated over those
+periods, with at most K - 1 degrees of freedom, and below 6 the rule does not hold its level (4
+periods: family-wise 0.06-0.07 at 8 histories and a calendar part of 0.05-0.10 Sharpe; an exact
+sign-flip test over 4 periods cannot go below p = 0.125 two-sided; docs/analysis.md "Histories on
+one calendar")."""
+
 SHARE_TAU = True
 """Estimate the period-to-period spread (tau^2, and the HKSJ scale) once across the family's
 contrasts (`rules.pooling.pool_family`) when they agree (Bartlett's test, `TAU_SHARE_LEVEL`)."""
@@ -55,12 +63,12 @@ contrast is pooled on its own (K - 1 degrees of freedom)."""
 MAX_TIED_SHARE = 0.5
 """A contrast whose pairs tie (identical outcomes: wired and measured policies that never
 differed, members that never traded) more often than this cannot read `equivalent` or `delete`:
-it reads `insufficient data` and says why (issue 38 item 2: 56 seeds, 94% tied, 14 informative
+it reads `insufficient data` and says why (56 seeds, 94% tied, 14 informative would otherwise
 read `equivalent`). Ties carry no weight in the tests, so such a word would rest on the few
 pairs that did differ while the design compared mostly identical policies."""
 
 ISOLATE_FLAGGED = False
-"""Opt-in (issue 37, item 1): a contrast whose own scale significantly exceeds the family's (the
+"""Opt-in: a contrast whose own scale significantly exceeds the family's (the
 share test at `ISOLATE_LEVEL`) leaves the family's shared tau^2 and HKSJ scale, and the others
 are tested again against each other (`rules.pooling.pool_family`). Off by default: removing the
 largest scale after a test that found it is a selection that biases the others' scale low, and
@@ -72,6 +80,15 @@ ISOLATE_LEVEL = 0.1
 """Level of the share test at which a flagged contrast leaves the family's tau^2 and scale
 (`ISOLATE_FLAGGED`); the calibration compares 0.1 (the share test's) and 0.01."""
 
+HELD_OUT_PERIOD_FLOOR = 0.1
+"""On one history the held-out stage carries the test period's spread as at least this share of one
+fold's seed variance (the part that varies between folds; `rules.held_out_rule`): where
+DerSimonian-Laird reads tau^2 = 0, K folds cannot tell a small spread from none, and without a floor
+the stage alone confirms up to 1.7x its level alpha / m at a spread of 0.5-1 seed SE. 0.1 (with the
+DL estimate's own degrees of freedom) keeps it within its level at 8 x 12 and 6 x 16, spreads 0-2
+seed SE, for 0.55 two-stage power at the one-stage MDE without spread (0.70 without the floor, 0.41
+at 0.3; docs/analysis.md "The held-out confirmation")."""
+
 ONE_SIDED_KEEP = False
 """Opt-in: test `keep wired` one-sided (effect > 0) at alpha; `harmful` is then not claimed."""
 
@@ -82,7 +99,7 @@ PLACEBO_WEIGHT = 1e-6
 """A gem wired at a weight at or below this is a placebo arm (the learner's null), not a wiring."""
 
 METRIC = "val_alpha_sharpe"
-"""The verdict metric (issue 14): validation alpha Sharpe, market exposure removed."""
+"""The verdict metric: validation alpha Sharpe, market exposure removed (raw Sharpe rewards beta)."""
 
 FALLBACK_METRIC = "val_sharpe"
 """Used, with a note, when results have no finite `METRIC` (older runs)."""
@@ -94,8 +111,8 @@ CALIBRATION_SEEDS = (8, 16, 32)
 """Seed counts the calibration reports besides the experiment's own."""
 
 CALIBRATION_FOLDS = (1, 3, 4, 6, 8)
-"""Walk-forward fold counts the period calibration reports (issue 20; 8: issue 30's longer
-layouts; K = 3 shows the refusal below `MIN_PERIODS`)."""
+"""Walk-forward fold counts the period calibration reports (8: the longer layouts; K = 3 shows
+the refusal below `MIN_PERIODS`)."""
 
 CALIBRATION_TAUS = (0.0, 1.0, 3.0)
 """Period-to-period spread of the difference (mean zero) the period calibration simulates, in

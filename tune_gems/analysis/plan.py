@@ -1,5 +1,5 @@
 """The plan step: from a finished pilot, the designs (periods x seeds x epochs) that reach a
-target MDE with the rule that decides, and what they cost (`tune-gems plan EXP`, issue 30).
+target MDE with the rule that decides, and what they cost (`tune-gems plan EXP`).
 
 Why. With several validation periods the pooled test decides, and its MDE has a part no seed
 count removes (the periods' spread). Which lever pays (more periods, more seeds, a longer
@@ -29,7 +29,7 @@ Each design's MDE is `rules.power.pooled_mde` (the function the verdicts state t
 the first Holm step over the pilot's gems, the family's worst gem deciding whether it reaches
 the target.
 
-A pilot over several price histories (members with a `history` id, issue 37) is decided by the
+A pilot over several price histories (members with a `history` id) is decided by the
 nested rule, so its designs are histories x periods x seeds x epochs priced with
 `rules.power.history_mde` (the function the verdicts state theirs with over histories), from the
 parts the nested rule pools (`history_verdicts.pilot_history_parts`: the spread between histories,

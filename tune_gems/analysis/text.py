@@ -71,6 +71,18 @@ def text_table(header: list[str], rows: list[list[str]], groups: dict[int, str] 
     return [top.rstrip()] + lines if top else lines
 
 
+def percent(share: Any) -> str:
+    """A share as a whole percentage, `-` where it is unknown (never `-%`)."""
+    text = format_number(100 * share if isinstance(share, (int, float, np.floating)) else share, ".0f")
+    return text if text == "-" else f"{text}%"
+
+
+def counted(n: Any, noun: str) -> str:
+    """`1 history`, `3 histories`, `2 periods`: a count with its noun in the number it needs."""
+    plural = noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
+    return f"{format_number(n, '.0f')} {noun if format_number(n, '.0f') == '1' else plural}"
+
+
 def format_interval(lo: Any, hi: Any) -> str:
     """`[lo, hi]` in `format_number`'s words, `-` where both ends are missing."""
     return "-" if format_number(lo) == "-" and format_number(hi) == "-" else f"[{format_number(lo)}, {format_number(hi)}]"

@@ -1,70 +1,24 @@
 """`tune-gems confirm EXP`: re-test each gem's chosen configuration once, on fresh seeds and paths.
 
-Why (issue 21): a search keeps its best trial, and the best of many noisy trials is inflated;
-with paths shared across trials a configuration can also win by suiting those paths. So the
-winner is trained again, once, beside its control, on data the search never saw:
-
-- **the choice** (`analysis.confirmation.choose_per_gem`): per gem, the finished trial wiring it
-  with the largest `verdict_gain_<gem>` (the verdict's statistic; `gain_<gem>` for older results);
-- **fresh member seeds and seed indices**: trial seed past every seed of the discovery (member
-  seeds are a hash of the trial seed and the seed index, so they share nothing with it), and
-  seed indices (`first_seed_index`) past every index the discovery used, a disjoint block per gem;
-- **fresh synthetic paths** (`data.synthetic.paths: per_seed`): the path of seed index s is
-  `data.synthetic.seed + s`, so with the discovery's largest `data.synthetic.seed` and the fresh
-  indices every path is one the discovery never trained on. On one price history (a file or
-  `paths: shared`) the history is necessarily the same: the report says the confirmation is
-  conditional on it;
-- **the gem's own comparison** (`arm_designs.confirmation_arms`): the chosen configuration as
-  `proposal` beside itself with only that gem measured (`control`, also named `without-<gem>`),
-  the comparison the gem's verdict makes; every other wired gem stays wired on both sides, so a
-  confirmation trial holds pairs for its own gem only, and each gem's final verdict rests on its
-  own fresh trial (the same data, epochs and everything else of the chosen trial).
-
-**With power** (issue 30, item 7): each gem's confirmation trains the seeds per arm that make its
-MDE at most the discovery's, by the same rule and in the same units (`search_choice.
-confirmation_power`, `rules.power.mde`), and says so before training; `--seeds` that cannot
-give a finite interval or reach that MDE, or a design no seed count can bring there (a floor of
-periods, or of one history's market noise), is refused in one line before anything is trained or
-claimed, so the search's one confirmation is never spent on a run that cannot decide. **On one
-price history** the confirmation inherits the history's luck of the configuration the search
-chose for it, so its final verdict needs the selection-adjusted gate (`search_choice.
-one_history_final`: the market-noise part, or over periods the pooled interval, at the verdict's
-level / the trials the search chose among; no market-noise interval, nothing final).
-
-The confirmation runs once per search: `EXP/confirmed.json` records it (claimed before the first
-trial trains, removed again if the confirmation fails or is stopped by Ctrl-C or SIGTERM), and a
-second `confirm` of the search is refused whatever its `--out`, so a search cannot be
-re-confirmed until a run passes. While it trains, `confirm` holds the search folder's one-writer
-lock (tune_gems.contracts.output_lock): a second `confirm` (or a `sweep --resume`) is refused
-naming its pid, and a confirmation killed outright (SIGKILL, a lost machine) leaves a "running"
-record and a `.confirmation.tmp-*` folder that the next `confirm` finds unheld and clears.
-Its folder (default `EXP/confirmation`) is never overwritten.
-
-What it reads is verified first, fail-closed (tune_gems.contracts.run_record): the search's
-marker must record the checksums of its `spec.yaml` (and of its data file), and both must
-match; a marker missing, unreadable or without them, an edited spec or a changed data file is
-refused in one line, since the confirmation would otherwise train another configuration than
-the discovery's while its table shows the two side by side. `confirmed.json` is read only as a
-regular file (non-blocking, bounded); a verdict gain of +inf in the trials table (no run
-reports one: divergence scores -inf) is refused as a forged table. It is
-an experiment folder like a sweep's (trials/history/members/arms parquet, eval_returns, gems.json,
-so `tune-gems analyze EXP/confirmation` gives its full tables), plus `choices.json` (what was
-chosen and the fresh seeds), `confirmation.csv` (discovery and confirmation side by side, with
-the shrinkage), `verdicts.csv` (the confirmation's verdicts, the final ones), `report.md` and
-`tensorboard/<trial id>` (each confirmation trial's epochs, tagged as `train` tags them). While it
-trains it prints a line per finished trial with an ETA, as a sweep does.
-
-The parts: the plan (tune_gems.commands.confirm_plan), the record and its clean-up
-(tune_gems.commands.confirm_record), the training (tune_gems.commands.confirm_trials); this module
-checks what it reads, runs them in order and writes the summary.
+Why: a search keeps its best trial, and the best of many noisy trials is inflated; with paths
+shared across trials a configuration can also win by suiting those paths. So the winner is
+trained again, once, beside its control (the gem measured), on seeds, seed indices and synthetic
+paths the search never saw, with the seeds per arm that make its MDE at most the discovery's
+(`search_choice.confirmation_power`); its verdicts are the final ones. The confirmation runs
+once per search (`confirmed.json`), under the search folder's one-writer lock, and only on a
+search whose spec, data and tables still match the checksums its marker recorded (a members
+table cut or a fold table deleted would change what is planned). docs/analysis.md "Search, then
+confirm" is the manual. The parts: the plan (tune_gems.commands.confirm_plan), the record and its clean-up
+(tune_gems.commands.confirm_record), the training (tune_gems.commands.confirm_trials); this
+module checks what it reads, runs them in order and writes the summary.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -82,10 +36,10 @@ from tune_gems.contracts.errors import ConfigError, DataError
 from tune_gems.contracts.output_lock import OutputLock
 from tune_gems.contracts.outputs import MARKER_FILE, check_top_entries, marker_kind, marker_state
 from tune_gems.contracts.paths import check_input_path
-from tune_gems.contracts.run_record import check_data_unchanged, check_stored_unchanged, require_record
-from tune_gems.contracts.result_files import SPEC_FILE, TRIALS_FILE
+from tune_gems.contracts.run_record import check_data_unchanged, check_stored_unchanged, check_tables_unchanged, require_record
+from tune_gems.contracts.result_files import SPEC_FILE, TABLE_FILES, TRIALS_FILE
 from tune_gems.contracts.safe_files import read_regular
-from tune_gems.stats.metrics import GEM_GAIN_PREFIX, VERDICT_GAIN_PREFIX
+from tune_gems.stats.metrics import VERDICT_GAIN_PREFIX
 from tune_gems.sweep.spec import SweepSpec
 from tune_gems.sweep.spec_load import load_spec
 from tune_gems.sweep.results import write_tables
@@ -141,7 +95,6 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
     discovery = analyze(exp, **settings)
     gems = list(discovery.verdicts["gem"])
     trials = discovery.experiment.trials
-    _check_gains_finite(trials, gems, exp)
     plans, notes, build = plan_confirmation(spec, trials, discovery.experiment.members, gems, population)
     if not plans:
         raise DataError(f"{exp}: no finished trial of the search wired any gem; nothing to confirm")
@@ -184,14 +137,14 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
     )
     from tune_gems.analysis.render.report import format_verdict_table
     from tune_gems.analysis.analyze import analyze
-    from tune_gems.contracts.outputs import check_output_folder, publish_folder, write_marker
+    from tune_gems.contracts.outputs import check_output_folder, publish_folder, temporary_folder, write_marker
 
     plans, notes, gems = planned.plans, planned.notes, list(discovery.verdicts["gem"])
     if check_not_confirmed(exp):  # under the lock: a "running" record is a dead confirmation's
         clear_stale(exp, out_path, log)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     record = claim_confirmation(exp, out_path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_path.name}.tmp-", dir=out_path.parent))
+    tmp, held = temporary_folder(out_path)  # held while it trains: a later confirm tells it from a dead one's
     try:
         write_marker(tmp, KIND)
         name = f"{discovery.experiment.labels[0]}-confirmation"
@@ -221,6 +174,8 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
         if not out_path.exists():  # nothing was published: the search is not confirmed
             record.unlink(missing_ok=True)
         raise
+    finally:
+        os.close(held)
     return ConfirmOutcome(out_path, table, confirmed.verdicts, general)
 
 
@@ -237,22 +192,8 @@ def _recorded_spec(exp: Path) -> SweepSpec:
     data = spec.base_config().data
     require_record(marker, problem, where, files=[SPEC_FILE], data=data, fix=RECORD_FIX)
     check_data_unchanged(marker, data, str(exp))
+    check_tables_unchanged(exp, marker, TABLE_FILES, RECORD_FIX)  # the seeds and folds it plans from are the search's
     return spec
-
-
-def _check_gains_finite(trials: pd.DataFrame, gems: list[str], exp: Path) -> None:
-    """DataError naming the trials table when a gem's gain (the choice's score) is +inf: no run
-    reports one (a diverged trial scores -inf), so the table was changed, and a forged +inf
-    would choose the configuration that gets confirmed."""
-    for gem in gems:
-        for col in (f"{VERDICT_GAIN_PREFIX}{gem}", f"{GEM_GAIN_PREFIX}{gem}"):
-            if col not in trials.columns:
-                continue
-            values = pd.to_numeric(trials[col], errors="coerce")
-            forged = trials.loc[values == math.inf, "trial_id"] if "trial_id" in trials.columns else values[values == math.inf]
-            if len(forged):
-                raise DataError(f"{exp / TRIALS_FILE}: {col} of trial {forged.iloc[0]} is +inf, which no run reports "
-                                "(divergence scores -inf); the table was changed: restore it, or run the search again")
 
 
 def _final(history: pd.DataFrame, trial_id: str, column: str) -> float:

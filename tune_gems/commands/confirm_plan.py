@@ -18,7 +18,6 @@ import pandas as pd
 
 from tune_gems.analysis.verdicts.search_choice import Choice, choose_per_gem
 from tune_gems.config.schema import Config
-from tune_gems.data.histories import n_histories
 from tune_gems.design.arm_sets import confirmation_arms, with_arms
 from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec
 from tune_gems.sweep.spec_load import trial_config
@@ -103,7 +102,7 @@ def plan_confirmation(spec: SweepSpec, trials: pd.DataFrame, members: pd.DataFra
         cfg = trial_config(spec.config, params)
         return with_arms(cfg, confirmation_arms(cfg, plan.gem), f"confirmation of {plan.gem}")
 
-    histories = n_histories(base.data)
+    histories = len(base.data.price_histories)
     if not per_seed and histories >= 2:  # the discovery's histories, kept: trial_config leaves data as the spec has it
         notes.append(f"the search's {histories} price histories: the confirmation has fresh seeds on the same histories "
                      "(each its own market, folds and test segment), so it is conditional on them")

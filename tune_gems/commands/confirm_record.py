@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import threading
@@ -25,8 +24,8 @@ from tune_gems.commands.confirm_plan import Plan
 from tune_gems.contracts.cpu_environment import cpu_record
 from tune_gems.contracts.errors import DataError, OutputInUseError
 from tune_gems.contracts.output_lock import OutputLock
-from tune_gems.contracts.outputs import MARKER_FILE, marker_kind
-from tune_gems.contracts.safe_files import entry_kind, read_regular, tmp_name, write_atomic
+from tune_gems.contracts.outputs import clear_stale_temporaries
+from tune_gems.contracts.safe_files import entry_kind, read_regular, write_atomic
 
 KIND = "confirm"
 """The marker kind of a confirmation folder (and of its temporary folders)."""
@@ -63,25 +62,13 @@ def stops_raise():
             signal.signal(s, handler)
 
 
-def _left_by_confirm(tmp: Path) -> bool:
-    """Whether a temporary folder is one a confirmation made: it carries confirm's marker, or
-    holds nothing but (at most) the marker's own temporary file (killed while writing it)."""
-    return marker_kind(tmp) == KIND or {p.name for p in tmp.iterdir()} <= {tmp_name(tmp / MARKER_FILE).name}
-
-
 def clear_stale(exp: Path, out: Path, log: Callable[[str], None]) -> None:
     """Remove what a confirmation killed outright left (its lock is free, so it is dead): the
-    "running" record, and its temporary folders beside `out` (those holding nothing, or only
-    their marker's temporary file, or carrying confirm's marker and nothing else than it
-    writes); anything else stays."""
+    "running" record, and its temporary folders beside `out` (`outputs.clear_stale_temporaries`:
+    unheld, carrying confirm's marker or holding nothing but the marker's temporary file);
+    anything else stays."""
     (exp / CONFIRMED_FILE).unlink(missing_ok=True)
-    cleared = 0
-    for tmp in sorted(out.parent.glob(f".{out.name}.tmp-*")) if out.parent.is_dir() else []:
-        if entry_kind(tmp) != "folder":
-            continue
-        if _left_by_confirm(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
-            cleared += 1
+    cleared = clear_stale_temporaries(out, KIND)
     log(f"tune-gems confirm: a confirmation of {exp} was killed before it finished (its lock is free); "
         f"cleared its record{f' and {cleared} temporary folder(s)' if cleared else ''}, starting again")
 

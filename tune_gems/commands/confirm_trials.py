@@ -24,7 +24,7 @@ from tune_gems.commands.confirm_plan import Plan
 from tune_gems.config.dotted import flatten
 from tune_gems.config.schema import Config
 from tune_gems.contracts.result_files import EVAL_RETURNS_FILE
-from tune_gems.design.arm_sets import also_named, arm_aliases
+from tune_gems.design.arm_sets import also_named
 from tune_gems.stats.metrics import MEMBER_IDS, VERDICT_GAIN_PREFIX, epoch_metrics, member_metrics
 from tune_gems.sweep.results import TERMINATED, SweepTables
 
@@ -36,7 +36,7 @@ def trial_tables(trainer, plan: Plan, experiment: str) -> dict[str, Any]:
     cfg = trainer.cfg
     label = cfg.label()
     arm_names = trainer.arms.names if cfg.arms is not None else ()
-    cols = epoch_metrics(cfg.plugins, arm_names, histories=range(len(trainer.history_names)))
+    cols = epoch_metrics(cfg.plugins, arm_names, histories=range(len(trainer.ids.histories)))
     ids = {"experiment": experiment, "trial_id": plan.trial_id, "config_label": label}
     history = [{**ids, **{m: r.get(m) for m in cols}} for r in trainer.history]
     members = [{**ids, **{k: r.get(k) for k in MEMBER_IDS}, **{m: r.get(m) for m in member_metrics(cfg.plugins)}}
@@ -46,15 +46,17 @@ def trial_tables(trainer, plan: Plan, experiment: str) -> dict[str, Any]:
              "epochs_done": len(trainer.history), "config_label": label, "seed": cfg.seed,
              **flatten(cfg.to_dict()), **{m: last.get(m, math.nan) for m in cols},
              "objective": last.get(f"{VERDICT_GAIN_PREFIX}{plan.gem}", math.nan), "node_id": None, "gpu_ids": None}
-    aliases = arm_aliases(cfg)  # the control is also without-<gem> (arm_designs.confirmation_arms)
+    aliases = trainer.ids.aliases  # the control is also without-<gem> (arm_sets.confirmation_arms)
     arms = [{"trial_id": plan.trial_id, "arm": a.name, **({"also_named": also_named(aliases, a.name)} if aliases else {}),
              **resolved_settings(a.config)} for a in trainer.arms.arms]
     baselines = [{"experiment": experiment, "trial_id": plan.trial_id, **b} for b in trainer.baselines().to_dict("records")]
-    histories = [{"experiment": experiment, "trial_id": plan.trial_id, **h} for h in trainer.history_table().to_dict("records")]
+    histories, folds = ([{"experiment": experiment, "trial_id": plan.trial_id, **row} for row in table.to_dict("records")]
+                        for table in (trainer.history_table(), trainer.fold_table()))  # the layout its overlap is read from
     with tempfile.TemporaryDirectory() as d:
         trainer.window.write(d)
         returns = (Path(d) / EVAL_RETURNS_FILE).read_bytes()
-    return dict(trial=trial, history=history, members=members, arms=arms, baselines=baselines, histories=histories, returns=returns)
+    return dict(trial=trial, history=history, members=members, arms=arms, baselines=baselines, histories=histories,
+                folds=folds, returns=returns)
 
 
 def finished_line(done: int, total: int, plan: Plan, trainer, durations: list[float], elapsed: float) -> str:
@@ -111,7 +113,8 @@ def run_plans(plans: list[Plan], build: Callable[[Plan], Config], experiment: st
     arms = [run_arms(cfg) for cfg in configs]  # each run's arms, expanded once
     for cfg, run in zip(configs, arms):  # every config and its memory checked before the first trains
         check_training_fits(cfg, members=run.members)
-    parts: dict[str, list] = {"trial": [], "history": [], "members": [], "arms": [], "baselines": [], "histories": []}
+    parts: dict[str, list] = {"trial": [], "history": [], "members": [], "arms": [], "baselines": [], "histories": [],
+                             "folds": []}
     returns: dict[str, bytes] = {}
     start, durations = clock(), []
     for done, (plan, cfg, run) in enumerate(zip(plans, configs, arms), start=1):
@@ -141,4 +144,4 @@ def run_plans(plans: list[Plan], build: Callable[[Plan], Config], experiment: st
     return SweepTables(trials=pd.DataFrame(parts["trial"]), history=pd.DataFrame(parts["history"]),
                        members=pd.DataFrame(parts["members"]), arms=pd.DataFrame(parts["arms"]),
                        baselines=pd.DataFrame(parts["baselines"]), gems=manifest(plugins), eval_returns=returns,
-                       histories=pd.DataFrame(parts["histories"]))
+                       histories=pd.DataFrame(parts["histories"]), folds=pd.DataFrame(parts["folds"]))

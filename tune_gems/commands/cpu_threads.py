@@ -3,13 +3,13 @@ trials, unless asked.
 
 Why: torch's default is one thread per core of the machine, whatever share of it the process
 may use, and even the process's own share is too many where other jobs hold a core. On a
-shared 2-core box a `train` took 250.6 s at torch's default and 14.1 s with one thread (issue
-31); `tune-gems confirm experiments/smoke` took 606 s at the process's 2 CPUs while another job
-held a core, 87 s with one thread (issue 38): threads that outnumber the free CPUs only wait
-for each other. A sweep's trials run one thread per CPU of `resources.cpu` (1 by default: Ray
-sets it), and every command whose work runs in this process (`train`, `confirm`, `analyze`,
-`compare`, `plan` and the dry runs) now takes the same count, set once at the start of the CLI
-(before torch is imported).
+shared 2-core box a `train` took 250.6 s at torch's default and 14.1 s with one thread;
+`tune-gems confirm experiments/smoke` took 606 s at the process's 2 CPUs while another job
+held a core, 87 s with one thread: threads that outnumber the free CPUs only wait for each
+other. A sweep's trials run one thread per CPU of `resources.cpu` (1 by default: Ray sets it),
+and every command whose work runs in this process (`train`, `confirm`, `analyze`, `compare`,
+`plan` and the dry runs) takes the same count, set once at the start of the CLI (before torch
+is imported).
 
 The count, first that applies: the command's `--threads`; the user's own OMP_NUM_THREADS or
 MKL_NUM_THREADS (kept as set); else one (`one_per_process`, whose words name the CPUs this

@@ -17,7 +17,7 @@ DEFAULT_ARM = "default"
 """The name of the one arm of a run without `arms`."""
 
 MODEL_SWITCHES = ("model.spectral_norm", "model.noisy", "trainer.lr", "trainer.replay_stream")
-"""Per-member keys besides the gems' `mode` and `weight` (issue 12: everything else is per trial)."""
+"""Per-member keys besides the gems' `mode` and `weight` (everything else is per trial)."""
 
 GEM_FIELDS = ("mode", "weight")
 MAX_ARMS = 256

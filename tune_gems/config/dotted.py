@@ -12,6 +12,7 @@ two values would be dropped without a word.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from tune_gems.contracts.errors import ConfigError
@@ -48,6 +49,14 @@ def check_one_form(tree: Any, prefix: str = "") -> None:
     for key, leaf in flatten(tree, prefix).items():
         if isinstance(leaf, list):
             check_one_form(leaf, f"{key}.")
+
+
+def with_dotted(tree: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `tree` with each dotted key of `values` set (`tree` itself unchanged)."""
+    out = copy.deepcopy(tree)
+    for key, value in values.items():
+        set_dotted(out, key, value)
+    return out
 
 
 def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:

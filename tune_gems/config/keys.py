@@ -57,6 +57,16 @@ def _key(name: str, field: Any) -> str:
     return field.alias or name
 
 
+def _is_list(annotation: Any) -> bool:
+    """Whether an annotation is a list of models (`list[X]`, `list[X] | None`): its entries are
+    addressed by index (`data.histories.0.name`)."""
+    if typing.get_origin(annotation) is list:
+        return _submodel(annotation) is not None
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and any(
+        _is_list(a) for a in typing.get_args(annotation)
+    )
+
+
 def _is_mapping(annotation: Any) -> bool:
     """Whether an annotation is a mapping of names to models (`dict[str, X]`, `dict[...] | None`):
     its keys are the user's (a gem's name, a dotted config key), not the model's."""
@@ -99,7 +109,8 @@ def key_rows(model: type[BaseModel], prefix: str = "") -> list[KeyRow]:
 def known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     """The keys accepted beside the last element of `loc` (a pydantic error location): the
     fields of the model that holds it, or [] where the location leaves the models. A mapping's
-    own key (a gem's name under `search.gems`) is stepped over."""
+    own key (a gem's name under `search.gems`) and a list's index (`data.histories.0`) are
+    stepped over."""
     parts = list(loc[:-1])
     while parts:
         part = parts.pop(0)
@@ -109,10 +120,10 @@ def known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
         sub = _submodel(fields[part].annotation)
         if sub is None:
             return []
-        if _is_mapping(fields[part].annotation):
+        if _is_mapping(fields[part].annotation) or _is_list(fields[part].annotation):
             if not parts:
                 return []
-            parts.pop(0)  # the user's key: any name
+            parts.pop(0)  # the user's key (any name) or the entry's index
         model = sub
     return [_key(n, f) for n, f in model.model_fields.items()]
 
@@ -123,7 +134,11 @@ def did_you_mean(model: type[BaseModel] | None, loc: tuple[Any, ...], prefix: st
     spec, whose config section is validated on its own)."""
     if model is None or not loc or not isinstance(loc[-1], str):
         return ""
-    close = difflib.get_close_matches(loc[-1], known_keys(model, tuple(loc)), n=1, cutoff=SUGGEST_CUTOFF)
+    known = known_keys(model, tuple(loc))
+    close = difflib.get_close_matches(loc[-1], known, n=1, cutoff=SUGGEST_CUTOFF)
+    if not close:  # a key's first word (`prices` for `price_column`)
+        words = {k.split("_")[0]: k for k in known if "_" in k}
+        close = [words[w] for w in difflib.get_close_matches(loc[-1], list(words), n=1, cutoff=SUGGEST_CUTOFF)]
     if not close:
         return ""
     return f" (did you mean {prefix}{''.join(f'{p}.' for p in loc[:-1])}{close[0]}?)"

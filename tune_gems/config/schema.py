@@ -9,6 +9,7 @@ default.
 from __future__ import annotations
 
 import datetime as _dt
+from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
@@ -16,7 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from tune_gems.config.arms_section import ArmsConfig
 from tune_gems.data.series import DEFAULT_EDGE
 from tune_gems.data.segments import MAX_FOLDS
-from tune_gems.data.histories import MAX_HISTORIES, specs_problem
+from tune_gems.data.histories import MAX_HISTORIES, SYNTHETIC_NAME, HistorySpec, specs_problem
 from tune_gems.gems import registry
 from tune_gems.contracts.paths import path_problem
 
@@ -159,6 +160,12 @@ def _printable(v: str | None) -> str | None:
     return v
 
 
+def _stem(path: str) -> str:
+    """A file's name without its suffixes (`data/sp500.csv.gz` -> `sp500`)."""
+    name = Path(path).name
+    return name.split(".", 1)[0] or name
+
+
 def _path_within_limits(v: str | None) -> str | None:
     """A path the filesystem takes (a URL is read by its own reader)."""
     problem = path_problem(v) if v is not None and "://" not in v else None
@@ -233,6 +240,33 @@ class DataConfig(_Strict):
 
     _text = field_validator("path", "price_column", "time_column")(_printable)
     _path = field_validator("path")(_path_within_limits)
+
+    @property
+    def price_histories(self) -> tuple[HistorySpec, ...]:
+        """The price histories this config names, in order (the members' history index; no file
+        is read): the synthetic series, or `path`'s `price_column` (one history), or one per
+        `price_columns` entry (named after its column; the file, time column shared), or one per
+        `histories` entry (its path, price and time columns defaulting to `path`, `price_column`,
+        `time_column`; named `name`, else its file's stem when it has its own file, else its
+        column). The validation refuses duplicate or malformed names."""
+        if self.source == "synthetic":
+            return (HistorySpec(SYNTHETIC_NAME, None, self.price_column, None),)
+        if self.price_columns:
+            return tuple(HistorySpec(c.strip(), self.path, c, self.time_column) for c in self.price_columns)
+        if not self.histories:
+            return (HistorySpec(_stem(self.path) if self.path else self.price_column, self.path, self.price_column, self.time_column),)
+        out = []
+        for h in self.histories:
+            column = h.price_column or self.price_column
+            name = h.name if h.name is not None else _stem(h.path) if h.path else column
+            out.append(HistorySpec(name.strip(), h.path or self.path, column, self.time_column if h.time_column is None else h.time_column))
+        return tuple(out)
+
+    @property
+    def histories_key(self) -> str:
+        """The config key that lists the histories (for messages): `data.price_columns`,
+        `data.histories`, or `data.path` for one history."""
+        return "data.price_columns" if self.price_columns else "data.histories" if self.histories else "data.path"
 
     @field_validator("price_columns")
     @classmethod

@@ -3,7 +3,7 @@
 A configuration's label is per-gem mode and the model switches, `g6=measure g10=wire g12=off
 sn=on noisy=on` (`Config.label`). With arms on the population axis, a trial's members are not
 all its base config: the arm that wires g12 is not `g12=measure`, and a confirmation's control
-is not `g6=wire` (issue 31). So every label is built from the members it names:
+is not `g6=wire`. So every label is built from the members it names:
 
 - an arm's label (`arm_label`) is the trial's label with the arm's per-member settings applied
   (the `gems.<g>.mode`, `model.spectral_norm` and `model.noisy` of its arms-table row);

@@ -446,6 +446,60 @@ def check_ancestors_free(out: Path, field: str) -> None:
             OutputLock(parent, field).check_free()
 
 
+def temporary_folder(out: Path) -> tuple[Path, int]:
+    """(a fresh `.<out>.tmp-*` folder beside `out` with a normal folder's mode, an open descriptor
+    holding an exclusive flock on it): the folder a command builds before `publish_folder`
+    swaps it in. The kernel drops the flock when the holder dies, however it dies, so a folder
+    whose flock is free was left by a command killed outright (`clear_stale_temporaries`);
+    close the descriptor when done."""
+    import fcntl
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes it private
+    fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return tmp, fd
+
+
+def _held(folder: Path) -> bool:
+    """Whether a live process holds `folder`'s flock (`temporary_folder`)."""
+    import fcntl
+
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return True  # not ours to judge: left alone
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # releases the probe's own flock
+
+
+def clear_stale_temporaries(out: Path, kind: str) -> int:
+    """Remove the temporary folders beside `out` that a `kind` command killed outright left
+    (SIGKILL, or a SIGTERM it did not catch): a real folder named `.<out>.tmp-*`, no live
+    process holding its flock, carrying `kind`'s marker or nothing but (at most) the marker's
+    own temporary file (killed while writing it). Anything else stays: a user's folder, another
+    command's, one being built. The number removed."""
+    import shutil
+
+    from tune_gems.contracts.safe_files import tmp_name
+
+    cleared = 0
+    for tmp in sorted(out.parent.glob(f".{out.name}.tmp-*")) if out.parent.is_dir() else []:
+        if entry_kind(tmp) != "folder" or _held(tmp):
+            continue
+        if marker_kind(tmp) == kind or {p.name for p in tmp.iterdir()} <= {tmp_name(tmp / MARKER_FILE).name}:
+            shutil.rmtree(tmp, ignore_errors=True)
+            cleared += 1
+    return cleared
+
+
 def publish_folder(tmp: str | Path, out: str | Path, *, kind: str, overwrite: bool = False) -> Path:
     """Move the finished folder `tmp` (which must carry `kind`'s marker) to `out`. An existing
     `out` is replaced only with `overwrite` and only when it carries `kind`'s marker (checked

@@ -1,7 +1,7 @@
 """The names of the files a run writes and of the id columns of its tables, in one place.
 
 A leaf module (it imports nothing of tune_gems), shared by the writers (`tune_gems.sweep`,
-`tune_gems.trainer.train_command`) and the reader (`tune_gems.analysis.load`), so a renamed file cannot
+`tune_gems.trainer.train_command`) and the reader (`tune_gems.analysis.read.load`), so a renamed file cannot
 leave the analysis looking for the old name. docs/results.md describes every file.
 """
 
@@ -100,3 +100,7 @@ HISTORIES_FILES = (HISTORIES_PARQUET, HISTORIES_CSV)
 """One row per price history (tune_gems.data.histories.HISTORY_TABLE_COLUMNS; a sweep's adds
 experiment and trial_id); absent in folders written before histories (one history)."""
 BASELINES_FILES = (BASELINES_PARQUET, BASELINES_CSV)
+TABLE_FILES = (TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE, *ARMS_FILES, *FOLDS_FILES, *HISTORIES_FILES, *BASELINES_FILES,
+               GEMS_FILE)
+"""Every table the analysis reads from a folder (a sweep writes the parquet ones and gems.json once, at
+its end, and records their checksums: tune_gems.contracts.run_record.TABLES_KEY)."""

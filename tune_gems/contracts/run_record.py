@@ -15,9 +15,12 @@ or without the checksum of a file the command relies on (a folder written before
 existed, or whose marker was deleted or edited) is refused in one line naming the marker and
 the fix, since nothing then shows that the stored files are the run's. `--resume` and `confirm`
 check the stored file and the data file they train on; `analyze` and `compare`, which read the
-stored spec or config but train nothing, check those (`check_recorded_files`). The result
-tables themselves are rewritten every epoch and have no recorded checksum: their columns and
-values are validated by the analysis's loader.
+stored spec or config but train nothing, check those (`check_recorded_files`). A sweep's (and a
+confirmation's) tables are written once, when it finishes: their checksums are recorded then
+(`TABLES_KEY`), and `confirm`, which trains the search's choice with the seeds its members and fold
+and history tables imply, checks them (`check_tables_unchanged`): a table cut, edited, deleted or
+added is refused. A train run's tables are rewritten every epoch and carry no checksum; every
+table's columns and values are validated by the analysis's loader.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ CHECKSUMS_KEY = "checksums"
 """Marker field: {stored file name: SHA-256 of its bytes as the command wrote them}."""
 DATA_KEY = "data"
 """Marker field: {"path": the data file as given, "sha256": of its bytes} (file data only)."""
+TABLES_KEY = "tables"
+"""Marker field: {table file name: SHA-256 of its bytes} of every table a sweep or confirmation
+wrote when it finished (trials, history, members and the side tables: arms, folds, histories,
+baselines, gems.json), replaced whole at each writing: exactly the tables of the last one."""
 STORED_MAX_BYTES = 1 << 20
 """Largest stored config or spec read to verify it (the bound of a config file)."""
 READ_FIX = ("the run's records were changed or are gone, so its results cannot be shown to be its own: restore them, "
@@ -57,18 +64,20 @@ def records_data(data: Any) -> bool:
     return all(paths) and not any("://" in str(p) for p in paths)
 
 
-def data_fingerprint(data: Any) -> dict[str, str] | None:
+def data_fingerprint(data: Any) -> dict[str, Any] | None:
     """The record of a run's data file (a `DataConfig`), or None for synthetic data; with several
-    price histories in several files, their paths and one checksum over theirs in order. A file
-    must be a regular file (opened non-blocking: a FIFO or `/dev/zero` in its place is refused
-    in one line, never read)."""
+    price histories in several files, their paths, one checksum over theirs in order, and each
+    file's own under its key (`files`: so a changed one is named by the key that reads it). A
+    file must be a regular file (opened non-blocking: a FIFO or `/dev/zero` in its place is
+    refused in one line, never read)."""
     if not records_data(data):
         return None
     files = _data_files(data)
     digests = [sha256_regular(path, key, DataError) for path, key in files.items()]
     if len(files) == 1:
         return {"path": str(next(iter(files))), "sha256": digests[0]}
-    return {"path": ", ".join(map(str, files)), "sha256": sha256_bytes(" ".join(digests).encode())}
+    return {"path": ", ".join(map(str, files)), "sha256": sha256_bytes(" ".join(digests).encode()),
+            "files": [{"key": key, "path": str(path), "sha256": d} for (path, key), d in zip(files.items(), digests)]}
 
 
 def require_record(marker: dict[str, Any] | None, problem: str | None, marker_path: str, *, files: Iterable[str],
@@ -95,18 +104,25 @@ def require_record(marker: dict[str, Any] | None, problem: str | None, marker_pa
 
 
 def check_data_unchanged(marker: dict[str, Any] | None, data: Any, where: str) -> None:
-    """DataError naming the data file when it differs from the one the run in `where` read (a
-    marker without a data record is `require_record`'s to refuse)."""
+    """DataError naming the data file, under the config key that reads it, when it differs from
+    the one the run in `where` read (a marker without a data record is `require_record`'s to
+    refuse)."""
     recorded = (marker or {}).get(DATA_KEY)
     if not isinstance(recorded, dict) or not isinstance(recorded.get("sha256"), str):
         return
-    now = data_fingerprint(data)
-    if now is None or now["sha256"] != recorded["sha256"]:
-        raise DataError(
-            f"data.path: {(now or recorded).get('path')} changed since the run in {where} read it "
-            f"(sha256 {recorded['sha256'][:12]}..., now {(now or {}).get('sha256', 'none')[:12]}...); the run's records "
-            "hold the data it started on: restore that file, or start a new run"
-        )
+    now = data_fingerprint(data) or {}
+    if now.get("sha256") == recorded["sha256"]:
+        return
+    files = _data_files(data)
+    was = {f.get("key"): f.get("sha256") for f in recorded.get("files") or () if isinstance(f, dict)}
+    changed = [f for f in now.get("files") or () if f["key"] in was and was[f["key"]] != f["sha256"]]
+    key, path, before, after = ((changed[0]["key"], changed[0]["path"], was[changed[0]["key"]], changed[0]["sha256"])
+                                if changed else
+                                (next(iter(files.values())) if len(files) == 1 else "data.histories",
+                                 now.get("path", recorded.get("path")), recorded["sha256"], now.get("sha256", "none")))
+    raise DataError(f"{key}: {path} changed since the run in {where} read it (sha256 {str(before)[:12]}..., now "
+                    f"{str(after)[:12]}...); the run's records hold the data it started on: restore that file, or start a "
+                    "new run")
 
 
 def check_stored_unchanged(marker: dict[str, Any] | None, name: str, content: bytes, where: str) -> None:
@@ -171,3 +187,32 @@ def check_recorded_run(folder: str | Path, stored: Iterable[str]) -> None:
         if not regular:
             raise DataError(f"{path} is not a regular file (a FIFO, a device or a folder); give the run's own file")
     check_recorded_files(folder, stored)
+
+
+def table_checksums(written: dict[str, bytes]) -> dict[str, dict[str, str]]:
+    """The marker field that records the tables just written ({name: bytes}, `TABLES_KEY`)."""
+    return {TABLES_KEY: {name: sha256_bytes(content) for name, content in sorted(written.items())}}
+
+
+def check_tables_unchanged(folder: str | Path, marker: dict[str, Any], names: Iterable[str], fix: str) -> None:
+    """DataError (one line naming the table) unless the tables of `folder` among `names` are
+    exactly those its marker recorded (`TABLES_KEY`), byte for byte: none edited or cut, deleted,
+    or put there since. Fail-closed: a marker without the record is refused (ConfigError)."""
+    from tune_gems.contracts.outputs import MARKER_FILE
+
+    folder = Path(folder)
+    recorded = marker.get(TABLES_KEY)
+    if not isinstance(recorded, dict) or not all(isinstance(v, str) for v in recorded.values()):
+        raise ConfigError(f"{folder / MARKER_FILE}: records no checksum of the result tables (written before tune-gems "
+                          f"recorded them, or edited), so they cannot be verified: {fix}")
+    for name in sorted(set(names) | set(recorded)):
+        path = folder / name
+        if name not in recorded:
+            if entry_kind(path) is not None:
+                raise DataError(f"{path}: not written by the run (its marker records no such table); remove it: {fix}")
+            continue
+        if entry_kind(path) is None:
+            raise DataError(f"{path}: deleted since tune-gems wrote it (its marker records its checksum): {fix}")
+        if sha256_regular(path, None, DataError) != recorded[name]:
+            raise DataError(f"{path}: edited since tune-gems wrote it (cut, changed or replaced: its sha256 differs from "
+                            f"the one in the folder's marker): {fix}")

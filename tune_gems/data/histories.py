@@ -4,16 +4,17 @@ histories a data config names, and what each is called.
 A run trains on one history (a price file, or the synthetic series) or on several: the columns of
 one multi-asset file (`data.price_columns`) or one entry per file or column (`data.histories`).
 Each history is its own market (its own normalisation, folds, test segment and episodes);
-members = histories x folds x arms x seeds (tune_gems.design.arms.MemberLayout). This module
-resolves the config into one `HistorySpec` per history (its name, file and columns), with no I/O:
-the config's validation, the member layout and the loader (tune_gems.data.series.load_histories)
-all read the same list.
+members = histories x folds x arms x seeds (tune_gems.design.arms.MemberLayout). The data config
+resolves itself into one `HistorySpec` per history (its name, file and columns), with no I/O
+(`DataConfig.price_histories`, tune_gems.config.schema): the config's validation, the member
+layout and the loader (tune_gems.data.series.load_histories) all read that one list. This module
+holds the record, the names' rules and the limits, below the schema.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 MAX_HISTORIES = 64
@@ -22,6 +23,15 @@ MAX_HISTORIES = 64
 NAME_RESERVED = "|/[]"
 """Characters a history name may not hold: they structure the HEALTH_DIAG line's fold block
 (`folds [<history>/<fold>: ... | ...]`)."""
+UNSEEN_CATEGORIES = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs")
+"""Unicode categories a history name may not hold (the plain space excepted): control and format
+characters (zero-width spaces and joiners, right-to-left overrides), surrogates, private and
+unassigned code points, and separators other than the space. Each prints as nothing or moves the
+text around it, so two different histories could print as one name (`AAPL` and `AA\u200bPL`)."""
+FORMULA_LEADS = "=+-@"
+"""First characters a history name may not start with: a spreadsheet opening a result table reads
+such a cell as a formula (CSV injection). Refused rather than escaped on write, so every table and
+line shows the name the config gave."""
 
 HISTORY_TABLE_COLUMNS = ("history", "name", "source", "column", "first", "last", "rows")
 """The history table (histories.csv / histories.parquet, tune_gems.data.summary.history_table): per
@@ -50,71 +60,38 @@ class HistorySpec:
         return SYNTHETIC_NAME if self.path is None else f"{self.path}, column {self.price_column!r}"
 
 
-def _stem(path: str) -> str:
-    """A file's name without its suffixes (`data/sp500.csv.gz` -> `sp500`)."""
-    name = Path(path).name
-    return name.split(".", 1)[0] or name
-
-
-def history_specs(data: Any) -> tuple[HistorySpec, ...]:
-    """The histories a `DataConfig` names, in order (the members' history index): the synthetic
-    series, or `data.path`'s `data.price_column` (one history, as before histories existed), or one
-    per `data.price_columns` entry (named after its column; the file, time column shared), or one
-    per `data.histories` entry (its path, price and time columns defaulting to `data.path`,
-    `data.price_column`, `data.time_column`; named `name`, else its file's stem when it has its
-    own file, else its column). The config's validation refuses duplicate or malformed names."""
-    if data.source == "synthetic":
-        return (HistorySpec(SYNTHETIC_NAME, None, data.price_column, None),)
-    columns = getattr(data, "price_columns", None)
-    entries = getattr(data, "histories", None)
-    if columns:
-        return tuple(HistorySpec(c.strip(), data.path, c, data.time_column) for c in columns)
-    if entries:
-        out = []
-        for h in entries:
-            column = h.price_column or data.price_column
-            name = h.name if h.name is not None else _stem(h.path) if h.path else column
-            time_column = h.time_column if h.time_column is not None else data.time_column
-            out.append(HistorySpec(name.strip(), h.path or data.path, column, time_column))
-        return tuple(out)
-    return (HistorySpec(_stem(data.path or "") if data.path else data.price_column, data.path, data.price_column, data.time_column),)
-
-
-def n_histories(data: Any) -> int:
-    """How many histories a `DataConfig` names (no file is read)."""
-    return len(history_specs(data))
-
-
-def history_key(data: Any) -> str:
-    """The config key that lists the histories (for messages): `data.price_columns`,
-    `data.histories`, or `data.path` for one history."""
-    if getattr(data, "price_columns", None):
-        return "data.price_columns"
-    return "data.histories" if getattr(data, "histories", None) else "data.path"
-
-
 def name_problem(name: str) -> str | None:
-    """Why `name` cannot name a history, or None."""
+    """Why `name` cannot name a history, or None: a name is printable and unambiguous
+    (UNSEEN_CATEGORIES, NAME_RESERVED) and reads as text in a spreadsheet (FORMULA_LEADS)."""
     if not name.strip():
         return "is empty"
-    bad = [c for c in name if c in NAME_RESERVED or ord(c) < 32 or 127 <= ord(c) < 160]
+    bad = [c for c in name if c in NAME_RESERVED or (unicodedata.category(c) in UNSEEN_CATEGORIES and c != " ")]
     if bad:
-        return f"holds {bad[0]!r} (a name may not hold control characters or any of {NAME_RESERVED})"
+        return (f"holds {bad[0]!r} (U+{ord(bad[0]):04X}; a name is printable and unambiguous: no control, zero-width, "
+                f"right-to-left or unassigned character, no space but ' ', none of {NAME_RESERVED})")
+    if name.strip()[0] in FORMULA_LEADS:
+        return f"starts with {name.strip()[0]!r}, which a spreadsheet reads as a formula; start it with a letter or digit"
     return None
+
+
+def name_key(name: str) -> str:
+    """What two history names are compared by: their NFKC form (fullwidth `ＡＡＰＬ` is `AAPL`),
+    ignoring case (as the file's columns match)."""
+    return unicodedata.normalize("NFKC", name.strip()).casefold()
 
 
 def specs_problem(data: Any) -> str | None:
     """The first problem of a data config's histories (one line naming the key), or None: a name
-    that cannot be one, two histories of one name (names compare ignoring case, as the file's
-    columns do). Their number is bounded by the config's fields (MAX_HISTORIES)."""
-    specs = history_specs(data)
-    key = history_key(data)
+    that cannot be one (`name_problem`), two histories of one name (`name_key`: ignoring case, as
+    the file's columns match, and Unicode compatibility forms). Their number is bounded by the
+    config's fields (MAX_HISTORIES)."""
+    specs, key = data.price_histories, data.histories_key
     seen: dict[str, int] = {}
     for i, spec in enumerate(specs):
         problem = name_problem(spec.name)
         if problem is not None:
             return f"{key}.{i}: history name {spec.name!r} {problem}"
-        first = seen.setdefault(spec.name.lower(), i)
+        first = seen.setdefault(name_key(spec.name), i)
         if first != i:
             fix = "give each history its own column" if key == "data.price_columns" else "give each entry its own `name`"
             return f"{key}.{i}: a second history named {spec.name!r} (entry {first} has it): {fix}"

@@ -10,6 +10,7 @@ strictly increasing time order.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -17,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.contracts.errors import DataError
-from tune_gems.data.histories import HistorySpec, history_key, history_specs
+from tune_gems.data.histories import HistorySpec
 
 CSV_SUFFIXES = (".csv", ".csv.gz", ".txt")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -31,11 +32,30 @@ HISTORY_ATTR = "history"
 DEFAULT_REGIMES = ((0.006, 0.0005), (0.010, 0.0), (0.020, -0.0005))
 """(daily volatility, daily drift at edge=1) of the synthetic regimes: calm-up, choppy, stressed."""
 
+@dataclass(frozen=True)
+class SyntheticShape:
+    """The synthetic series beside its edge (`synthetic_prices`): its regimes (daily volatility,
+    daily drift at edge=1), how long a regime and the trend persist, the trend's largest share of
+    a return's variance, the first business day and the first price."""
+
+    regimes: Sequence[tuple[float, float]] = DEFAULT_REGIMES
+    regime_persistence: float = 0.98
+    trend_persistence: float = 0.95
+    max_trend_share: float = 0.2
+    start: str = "2000-01-03"
+    start_price: float = 100.0
+
+
 DEFAULT_EDGE = 0.8
 """The one default strength of the synthetic momentum edge (`data.synthetic.edge` and
 `synthetic_prices`). What it implies (docs/data.md, checked by tests/test_data.py): lag-1
 autocorrelation of daily returns 0.15 (real daily series: about 0) and no drift in expectation
 (mean simple return 0; mean log return about -1.2e-4 a day, the volatility drag)."""
+
+MAX_STEP_FACTOR = 1000.0
+"""The most a price may move in one step, up or down (a factor): more is a data error (a sentinel
+such as 1e308, a lost decimal point, an unadjusted split), never a market; one such row makes every
+member of every history diverge (1e308) or trains on nonsense (1e-300)."""
 
 _SNIFF_BYTES = 8192  # how much of a CSV to look at for NUL bytes (a binary file)
 _MAX_SHOWN = 40  # longest value quoted in a message, so the message stays one short line
@@ -72,7 +92,11 @@ def _read_frame(path: Path) -> pd.DataFrame:
             with open(path, "rb") as fh:
                 if b"\x00" in fh.read(_SNIFF_BYTES):
                     raise _fail(path, "not a text file (binary content); expected CSV text")
-        return pd.read_csv(path, skipinitialspace=True, low_memory=False)
+        frame = pd.read_csv(path, skipinitialspace=True, low_memory=False)
+        header = pd.read_csv(path, header=None, nrows=1, dtype=str, skipinitialspace=True, keep_default_na=False)
+        if header.shape[1] == frame.shape[1]:  # the names as written: pandas renames a repeated one `AAPL.1`
+            frame.columns = [raw if raw else str(c) for raw, c in zip(header.iloc[0].tolist(), frame.columns)]
+        return frame
     except DataError:
         raise
     except pd.errors.EmptyDataError:
@@ -141,8 +165,9 @@ def _parse_times(raw: pd.Series, path: Path) -> pd.DatetimeIndex:
     return times
 
 
-def _parse_prices(raw: pd.Series, times: pd.DatetimeIndex | None, path: Path) -> np.ndarray:
-    """Float64 prices; the first non-numeric, missing, non-finite or non-positive one is an error."""
+def _parse_prices(raw: pd.Series, times: pd.DatetimeIndex | None, path: Path, column: str) -> np.ndarray:
+    """Float64 prices; the first non-numeric, missing, non-finite or non-positive one is an error,
+    and so is one more than MAX_STEP_FACTOR times (or less than 1 / it) the price before it."""
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     missing = raw.isna().to_numpy()
     bad = np.flatnonzero(np.isnan(values) & ~missing)
@@ -158,6 +183,14 @@ def _parse_prices(raw: pd.Series, times: pd.DatetimeIndex | None, path: Path) ->
     if len(bad):
         i = int(bad[0])
         raise _fail(path, f"non-positive price {values[i]:g} in {_where(i, times)}")
+    with np.errstate(over="ignore", under="ignore"):
+        step = values[1:] / values[:-1]
+    bad = np.flatnonzero((step > MAX_STEP_FACTOR) | (step < 1.0 / MAX_STEP_FACTOR))
+    if len(bad):
+        i = int(bad[0]) + 1
+        raise _fail(path, f"price {values[i]:g} in {_where(i, times)} of column {column!r} is {step[i - 1]:.3g} times the "
+                          f"price before it ({values[i - 1]:g}); a step of more than {MAX_STEP_FACTOR:g}x either way is a "
+                          "data error (a sentinel value, a lost decimal point, an unadjusted split): fix that row")
     return values
 
 
@@ -178,6 +211,11 @@ def load_prices(
         raise _fail(path, "not a file")
     frame = _read_frame(p)
     frame.columns = [str(c).strip() for c in frame.columns]
+    twice = frame.columns[frame.columns.duplicated()]
+    if len(twice):  # one name twice: which column holds its prices is anyone's guess (case variants: `_find_column`)
+        at = [i + 1 for i, c in enumerate(frame.columns) if c == twice[0]]
+        raise _fail(path, f"column {twice[0]!r} appears {len(at)} times in the header (columns {', '.join(map(str, at))}); "
+                          "give each column its own name")
     if len(frame) == 0:
         raise _fail(path, "no data rows")
     price_col = _find_column(frame, price_column, "price", path)
@@ -186,7 +224,7 @@ def load_prices(
     else:
         time_col = next((c for c in frame.columns if c.lower() in TIME_NAMES), None)
     times = _parse_times(frame[time_col], path) if time_col is not None else None
-    values = _parse_prices(frame[price_col], times, path)
+    values = _parse_prices(frame[price_col], times, path, price_col)
     if len(values) < min_rows:
         raise _fail(path, f"{len(values)} rows, need at least {min_rows}")
     if len(values) > 1 and np.all(values == values[0]):  # every log return 0: nothing to normalise or learn
@@ -197,7 +235,8 @@ def load_prices(
     return series
 
 
-def synthetic_prices(n: int, seed: int, edge: float = DEFAULT_EDGE, **shape: Any) -> pd.Series:
+def synthetic_prices(n: int, seed: int, edge: float = DEFAULT_EDGE, edge_periods: Sequence[Sequence[float]] | None = None,
+                     shape: SyntheticShape = SyntheticShape()) -> pd.Series:
     """A seeded regime-switching price series with a weak momentum edge a learner can find.
 
     Why this shape: the embedded run must have something to learn (so a policy reading past
@@ -221,25 +260,13 @@ def synthetic_prices(n: int, seed: int, edge: float = DEFAULT_EDGE, **shape: Any
       regimes, trend and noise whatever the edges.
     Prices compound simple returns with multiplications only (no exp), so the same (n, seed,
     edge) gives the same bits on every machine. Indexed by business days from `start`.
-    `shape`: the other keywords of `synthetic_paths` (regimes, edge_periods, regime_persistence,
-    trend_persistence, max_trend_share, start, start_price), which builds it.
+    `shape` (SyntheticShape): regimes, persistences, trend share, start; built by `synthetic_paths`.
     """
-    return synthetic_paths(n, [seed], edge, **shape)[0]
+    return synthetic_paths(n, [seed], edge, edge_periods, shape)[0]
 
 
-def synthetic_paths(
-    n: int,
-    seeds: Sequence[int],
-    edge: float = DEFAULT_EDGE,
-    *,
-    regimes: Sequence[tuple[float, float]] = DEFAULT_REGIMES,
-    edge_periods: Sequence[Sequence[float]] | None = None,
-    regime_persistence: float = 0.98,
-    trend_persistence: float = 0.95,
-    max_trend_share: float = 0.2,
-    start: str = "2000-01-03",
-    start_price: float = 100.0,
-) -> list[pd.Series]:
+def synthetic_paths(n: int, seeds: Sequence[int], edge: float = DEFAULT_EDGE, edge_periods: Sequence[Sequence[float]] | None = None,
+                    shape: SyntheticShape = SyntheticShape()) -> list[pd.Series]:
     """`synthetic_prices` of each seed, built together: each path draws from its own seed's
     generator, as alone, then every path's regime chain and trend are walked in one loop over
     the rows (a vector of paths per row), the returns and prices computed for all paths at
@@ -250,13 +277,13 @@ def synthetic_paths(
     if not len(seeds):
         raise ValueError("synthetic_paths: no seeds")
     edge_of_row = edge if edge_periods is None else _edge_of_row(n, edge_periods)
-    for share_value in np.unique(np.atleast_1d(np.asarray(edge_of_row, dtype=np.float64) * max_trend_share)):
+    for share_value in np.unique(np.atleast_1d(np.asarray(edge_of_row, dtype=np.float64) * shape.max_trend_share)):
         if not 0.0 <= share_value <= 1.0:
             raise ValueError(f"edge * max_trend_share must lie in [0, 1], got {float(share_value)}")
-    vol, drift = (np.asarray(col, dtype=np.float64) for col in zip(*regimes))
+    vol, drift = (np.asarray(col, dtype=np.float64) for col in zip(*shape.regimes))
     k = len(vol)
-    leave = (1.0 - regime_persistence) / max(k - 1, 1)
-    transition = np.where(np.eye(k, dtype=bool), regime_persistence if k > 1 else 1.0, leave)
+    stay = shape.regime_persistence if k > 1 else 1.0
+    transition = np.where(np.eye(k, dtype=bool), stay, (1.0 - shape.regime_persistence) / max(k - 1, 1))
     cumulative = np.cumsum(transition, axis=1)
     jumps, trend_shocks, noise = (np.empty((len(seeds), n)) for _ in range(3))
     first = np.empty(len(seeds), dtype=np.int64)
@@ -265,14 +292,14 @@ def synthetic_paths(
         jumps[p], trend_shocks[p], noise[p] = rng.random(n), rng.standard_normal(n), rng.standard_normal(n)
         first[p] = rng.integers(k)
     state = _regime_chain(cumulative, jumps, first)
-    trend = _ar1(trend_shocks, trend_persistence, np.sqrt(1.0 - trend_persistence**2))
+    trend = _ar1(trend_shocks, shape.trend_persistence, np.sqrt(1.0 - shape.trend_persistence**2))
 
-    share = edge_of_row * max_trend_share
+    share = edge_of_row * shape.max_trend_share
     returns = drift[state] * edge_of_row + vol[state] * (np.sqrt(share) * trend + np.sqrt(1.0 - share) * noise)
-    returns[:, 0] = 0.0  # the first price is start_price itself
+    returns[:, 0] = 0.0  # the first price is the start price itself
     # Strictly positive prices: no regime here comes near a -100% day, the floor only makes it certain.
-    prices = start_price * np.cumprod(1.0 + np.maximum(returns, -0.5), axis=1)
-    index = pd.bdate_range(start=start, periods=n)
+    prices = shape.start_price * np.cumprod(1.0 + np.maximum(returns, -0.5), axis=1)
+    index = pd.bdate_range(start=shape.start, periods=n)
     return [pd.Series(row, index=index, name="close", dtype=np.float64) for row in prices]
 
 
@@ -282,8 +309,7 @@ def _regime_chain(cumulative: np.ndarray, jumps: np.ndarray, start: int | np.nda
     regime whose cumulative transition probability (row s of `cumulative`) exceeds jumps[t]
     (numpy's searchsorted, side "right", capped at the last regime). Every row's move from
     every regime is computed at once; only the walk through them is a loop over the rows, each
-    step one lookup for every path (issue 33: the per-row searchsorted made 64 paths a 6 s
-    start-up)."""
+    step one lookup for every path (a searchsorted per row makes 64 paths a 6 s start-up)."""
     k = cumulative.shape[0]
     many = np.atleast_2d(jumps)
     P, n = many.shape
@@ -322,11 +348,6 @@ def _edge_of_row(n: int, periods: Sequence[Sequence[float]]) -> np.ndarray:
     return edges[np.searchsorted(starts, np.arange(n), side="right") - 1]
 
 
-def _synthetic(syn: Any, seed: int) -> pd.Series:
-    """One path of a `SyntheticConfig` (its edge, or its regimes in time) at `seed`."""
-    return synthetic_prices(syn.n, seed, syn.edge, edge_periods=syn.edge_periods)
-
-
 def load_series(cfg: Any, min_rows: int = 0) -> pd.Series:
     """The series a `DataConfig` names: the synthetic one, or a validated price file (its one
     history; a config of several histories: `load_histories`)."""
@@ -334,9 +355,9 @@ def load_series(cfg: Any, min_rows: int = 0) -> pd.Series:
         syn = cfg.synthetic
         if syn.n < min_rows:
             raise DataError(f"data.synthetic.n: {syn.n} rows, need at least {min_rows}")
-        return _synthetic(syn, syn.seed)
-    if len(history_specs(cfg)) != 1:
-        raise ValueError(f"load_series: {history_key(cfg)} names {len(history_specs(cfg))} histories; load them with load_histories")
+        return synthetic_prices(syn.n, syn.seed, syn.edge, syn.edge_periods)
+    if len(cfg.price_histories) != 1:
+        raise ValueError(f"load_series: {cfg.histories_key} names {len(cfg.price_histories)} histories; load them with load_histories")
     return load_histories(cfg, min_rows)[0]
 
 
@@ -354,15 +375,27 @@ def _load_history(spec: HistorySpec, min_rows: int, several: bool) -> pd.Series:
 
 
 def load_histories(cfg: Any, min_rows: int = 0) -> list[pd.Series]:
-    """Every price history of a file `DataConfig` (tune_gems.data.histories.history_specs: one, or
+    """Every price history of a file `DataConfig` (`DataConfig.price_histories`: one, or
     one per `data.price_columns` / `data.histories` entry), validated one by one (`load_prices`,
     a problem naming the history) and then against each other: histories share one calendar (the
     same timestamps, or the same number of rows without a time column), so every fold, segment
     and date means the same rows in each (`check_one_calendar`)."""
-    specs = history_specs(cfg)
+    specs = cfg.price_histories
     series = [_load_history(spec, min_rows, len(specs) > 1) for spec in specs]
-    check_one_calendar(specs, series, history_key(cfg))
+    check_one_calendar(specs, series, cfg.histories_key)
+    check_distinct_markets(specs, series, cfg.histories_key)
     return series
+
+
+def check_distinct_markets(specs: Sequence[HistorySpec], series: Sequence[pd.Series], key: str) -> None:
+    """DataError naming both histories when two hold the same price in every row: one market
+    counted twice, whose seeds would pass for two histories' independent evidence."""
+    for j in range(1, len(series)):
+        for i in range(j):
+            if np.array_equal(series[i].to_numpy(), series[j].to_numpy()):
+                raise DataError(f"{key}.{j}: history {specs[j].name!r} ({specs[j].where}) holds the same price in every row "
+                                f"as history {specs[i].name!r} ({specs[i].where}): one market counted twice; give each "
+                                "history its own market")
 
 
 def _calendar_text(index: pd.Index, i: int) -> str:
@@ -420,12 +453,10 @@ def load_paths(cfg: Any, n_seed_indices: int = 1, min_rows: int = 0, first_seed_
         raise ValueError(f"n_seed_indices must be >= 1, got {n_seed_indices}")
     if cfg.source != "synthetic":
         return load_histories(cfg, min_rows=min_rows)
-    if cfg.synthetic.paths == "shared":
-        return [load_series(cfg, min_rows=min_rows)]
     syn = cfg.synthetic
     if syn.n < min_rows:
         raise DataError(f"data.synthetic.n: {syn.n} rows, need at least {min_rows}")
-    return synthetic_paths(syn.n, path_seeds(syn, n_seed_indices, first_seed_index), syn.edge, edge_periods=syn.edge_periods)
+    return synthetic_paths(syn.n, path_seeds(syn, n_seed_indices, first_seed_index), syn.edge, syn.edge_periods)
 
 
 def path_of_member(cfg: Any, seed_slot_of_member: Sequence[int], history_of_member: Sequence[int] | None = None) -> list[int]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from tune_gems.data.histories import HISTORY_TABLE_COLUMNS, history_specs
+from tune_gems.data.histories import HISTORY_TABLE_COLUMNS
 from tune_gems.data.series import format_when
 
 SEGMENT_LABELS = (("train", "train"), ("val", "validation"), ("test", "test"))
@@ -32,7 +32,7 @@ def source_line(data_cfg: Any, market: Any) -> str:
         syn = data_cfg.synthetic
         paths = "one path per seed index" if syn.paths == "per_seed" else "one shared path"
         return f"data: synthetic series, {market.n} prices, seed {syn.seed}, edge {syn.edge:g}, {paths}"
-    specs = history_specs(data_cfg)
+    specs = data_cfg.price_histories
     if len(specs) == 1:
         return f"data: {specs[0].path}, {_column(specs[0], market.column)}, {market.n} rows"
     one_file = len({spec.path for spec in specs}) == 1
@@ -48,7 +48,7 @@ def history_table(data_cfg: Any, market: Any) -> pd.DataFrame:
     times = market.times
     first, last = (format_when(times[0]), format_when(times[-1])) if times is not None else ("row 1", f"row {market.n}")
     rows = []
-    for h, spec in enumerate(history_specs(data_cfg)):
+    for h, spec in enumerate(data_cfg.price_histories):
         found = market.columns[h] if data_cfg.source != "synthetic" else None
         rows.append({"history": h, "name": spec.name, "source": spec.path or "synthetic", "column": found,
                      "first": first, "last": last, "rows": int(market.n)})

@@ -1,4 +1,4 @@
-"""Designed arms sets, and the paired gains they support (issue 12, "wire_search").
+"""Designed arms sets, and the paired gains they support ("wire_search").
 
 Optuna proposes per gem a mode (off / measure / wire) and a weight. Comparing that proposal with
 other trials confounds the gem with everything else that differs between trials. The
@@ -60,9 +60,9 @@ PROPOSAL = "proposal"
 CONTROL = "control"
 WITHOUT_PREFIX = "without-"
 AA_ARM = "control-aa"
-"""The A/A arm (issue 21): the control with replay batches drawn from an independent stream
+"""The A/A arm: the control with replay batches drawn from an independent stream
 (`trainer.replay_stream`), everything else equal. The analysis pairs it with the control
-(`verdicts.placebo_verdicts`, kind a/a): the learner's own null spread, which must read
+(`gem_verdicts.placebo_verdicts`, kind a/a): the learner's own null spread, which must read
 equivalent or inconclusive."""
 AA_STREAM = 1
 
@@ -120,15 +120,11 @@ def arm_aliases(cfg: "Config") -> dict[str, str]:
 
 
 def with_arms(cfg: "Config", arms: ArmsConfig, source: str) -> "Config":
-    """`cfg` with its arms set to `arms` (a config that has arms already cannot take others:
-    the two would fight over the population axis)."""
-    from tune_gems.config.load import build_config
-
+    """`cfg` with its arms set to `arms`, validated already, so the config is not built again (a
+    config that has arms already cannot take others: the two would fight over the population axis)."""
     if cfg.arms is not None:
         raise ConfigError(f"{source} sets the arms itself; remove config.arms")
-    tree = cfg.to_dict()
-    tree["arms"] = arms.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return build_config(tree, source)
+    return cfg.model_copy(update={"arms": arms})
 
 
 def also_named(aliases: dict[str, str], arm: str) -> str:
@@ -144,9 +140,7 @@ def apply_design(cfg: "Config", design: str) -> "Config":
     """
     if design not in DESIGNS:
         raise ConfigError(f"design: unknown design {design!r} (known: {', '.join(DESIGNS)})")
-    if cfg.arms is not None:
-        raise ConfigError(f"design: {design} sets the arms itself; remove config.arms")
-    return with_arms(cfg, wire_search_arms(cfg, aa=design == WIRE_SEARCH_AA), f"design {design}")
+    return with_arms(cfg, wire_search_arms(cfg, aa=design == WIRE_SEARCH_AA), f"design: {design}")
 
 
 has_gains = has_gain_arms
@@ -154,16 +148,23 @@ has_gains = has_gain_arms
 is the one-arm design of a proposal that wires nothing (`control` alone, gains 0)."""
 
 
+def _pairs(arm_of: np.ndarray, seed_index: np.ndarray, a: str, b: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """The members of arms a and b in seed-index order (one pair per seed index); None when a has
+    none or the arms do not cover the same seed indices."""
+    in_a, in_b = np.flatnonzero(arm_of == a), np.flatnonzero(arm_of == b)
+    sa, sb = seed_index[in_a], seed_index[in_b]
+    if not len(in_a) or sorted(sa.tolist()) != sorted(sb.tolist()):
+        return None
+    return in_a[np.argsort(sa, kind="stable")], in_b[np.argsort(sb, kind="stable")]
+
+
 def _pair_mean(values: np.ndarray, arm_of: np.ndarray, seed_index: np.ndarray, a: str, b: str) -> float:
     """Mean over seed indices of values[arm a, s] - values[arm b, s]; NaN when any pair has a NaN
     (a diverged member) or the arms do not cover the same seed indices."""
-    in_a, in_b = arm_of == a, arm_of == b
-    sa, sb = seed_index[in_a], seed_index[in_b]
-    if not in_a.any() or sorted(sa.tolist()) != sorted(sb.tolist()):
+    pairs = _pairs(arm_of, seed_index, a, b)
+    if pairs is None:
         return math.nan
-    va = values[in_a][np.argsort(sa, kind="stable")]
-    vb = values[in_b][np.argsort(sb, kind="stable")]
-    diff = va - vb
+    diff = values[pairs[0]] - values[pairs[1]]
     return float(diff.mean()) if np.isfinite(diff).all() else math.nan
 
 
@@ -205,13 +206,11 @@ def _pair_hodges_lehmann(values: np.ndarray, diverged: np.ndarray, arm_of: np.nd
     member the worst outcome; NaN when the arms do not cover the same seed indices."""
     from tune_gems.stats.inference import hodges_lehmann, worst_outcome_difference
 
-    in_a, in_b = arm_of == a, arm_of == b
-    sa, sb = seed_index[in_a], seed_index[in_b]
-    if not in_a.any() or sorted(sa.tolist()) != sorted(sb.tolist()):
+    pairs = _pairs(arm_of, seed_index, a, b)
+    if pairs is None:
         return math.nan
-    oa, ob = np.argsort(sa, kind="stable"), np.argsort(sb, kind="stable")
-    d = worst_outcome_difference(values[in_a][oa], values[in_b][ob], diverged[in_a][oa], diverged[in_b][ob])
-    return hodges_lehmann(d)
+    ia, ib = pairs
+    return hodges_lehmann(worst_outcome_difference(values[ia], values[ib], diverged[ia], diverged[ib]))
 
 
 def verdict_gains(
@@ -227,7 +226,7 @@ def verdict_gains(
     `window` [k, P]: each member's validation alpha Sharpe at the last k epochs (k = min(
     `trainer.objective_last_k`, epochs so far), the verdict's window); `window_diverged` [k, P]
     its divergence flags. A member's value is its window mean; it counts as diverged when it
-    diverged in the window or has a non-finite value there (as `analysis.designs.window_values`).
+    diverged in the window or has a non-finite value there (as `pairing.window_values`).
     Returns `verdict_gain` (proposal - control) and `verdict_gain_<g>` (proposal - without-<g>;
     NaN where the run has no without-<g> arm; `aliases` as in paired_gains). The one-arm design:
     0.0 and NaN per gem."""

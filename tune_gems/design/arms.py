@@ -21,7 +21,6 @@ validates the same config again.
 
 from __future__ import annotations
 
-import copy
 import itertools
 import dataclasses
 import math
@@ -33,9 +32,9 @@ from tune_gems.config.arms_section import (  # noqa: F401 - re-exported: the arm
 )
 from tune_gems.config.schema import Config
 from tune_gems.config.load import build_config
-from tune_gems.config.dotted import flatten, set_dotted
+from tune_gems.config.dotted import flatten, with_dotted
+from tune_gems.contracts.config_label import trial_label
 from tune_gems.contracts.errors import ConfigError, control_characters
-from tune_gems.data.histories import n_histories
 
 @dataclass(frozen=True)
 class Arm:
@@ -64,44 +63,36 @@ def _level_text(v: Any) -> str:
     return {True: "true", False: "false"}.get(v, str(v)) if isinstance(v, bool) else str(v)
 
 
-def factorial_size(factors: dict[str, list[Any]]) -> int:
-    """The number of arms of a full factorial (the product of the level counts), computed
-    without building one combination (exact integer arithmetic)."""
-    return math.prod(len(levels) for levels in factors.values())
-
-
-def _check_key(key: str, allowed: tuple[str, ...], all_keys: set[str], where: str) -> None:
+def _check_key(key: str, allowed: tuple[str, ...], base: dict[str, Any], where: str) -> None:
     if key in allowed:
         return
-    if key in all_keys:
+    if key in flatten(base):
         raise ConfigError(f"{where}.{key}: cannot vary per member (per-member keys: {', '.join(allowed)})")
     raise ConfigError(f"{where}.{key}: unknown key")
 
 
 def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "config") -> list[Arm]:
-    """The named arms of a run. Without `arms`, one arm named `default` (the run itself).
+    """The named arms of a run. Without `arms`, one arm named `default`: the run itself, its
+    config as it is.
 
     Each arm's config is the base config with that arm's settings applied and `arms` removed,
     validated as a whole: a level that fails validation is reported with the arm and key.
     """
-    arms = arms if arms is not None else getattr(cfg, "arms", None)
+    arms = arms if arms is not None else cfg.arms
+    if arms is None:
+        return [Arm(DEFAULT_ARM, {}, cfg)]
     base = cfg.to_dict()
     base.pop("arms", None)
-    if arms is None:
-        return [Arm(DEFAULT_ARM, {}, build_config(base, source))]
     allowed = per_member_keys(cfg)
-    all_keys = set(flatten(base))
     specs: list[tuple[str, dict[str, Any]]] = []
     if arms.factors is not None:
         for key in arms.factors:
-            _check_key(key, allowed, all_keys, "arms.factors")
+            _check_key(key, allowed, base, "arms.factors")
         keys = list(arms.factors)
-        count = factorial_size(arms.factors)  # counted before anything is built: 1e12 arms is a typo
+        count = math.prod(len(levels) for levels in arms.factors.values())  # before anything is built: 1e12 arms is a typo
         if count > MAX_ARMS:
             raise ConfigError(f"arms.factors: {count:g} arms (the product of the levels); at most {MAX_ARMS}")
-        combos = list(itertools.product(*(arms.factors[k] for k in keys)))
-        for combo in combos:
-            specs.append(("", dict(zip(keys, combo))))  # named below, from the validated levels
+        specs = [("", dict(zip(keys, combo))) for combo in itertools.product(*(arms.factors[k] for k in keys))]  # named below
     else:
         if len(arms.list_) > MAX_ARMS:
             raise ConfigError(f"arms.list: {len(arms.list_)} arms; at most {MAX_ARMS}")
@@ -113,17 +104,15 @@ def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "conf
             if control_characters(name):  # a name becomes a label, a column suffix and a TensorBoard tag
                 raise ConfigError(f"arms.list.{i}.name: {name!r} holds a control character ({control_characters(name)[0]})")
             for key in entry:
-                _check_key(key, allowed, all_keys, f"arms.list.{i}")
+                _check_key(key, allowed, base, f"arms.list.{i}")
             specs.append((name.strip(), entry))
     seen: set[str] = set()
     out: list[Arm] = []
     for name, settings in specs:
-        tree = copy.deepcopy(base)
-        for key, value in settings.items():
-            set_dotted(tree, key, value)
         label = name or ",".join(f"{k}={_level_text(v)}" for k, v in settings.items())
-        arm_cfg = build_config(tree, f"{source}: arm {label!r}")
-        resolved = {k: flatten(arm_cfg.to_dict())[k] for k in settings}
+        arm_cfg = build_config(with_dotted(base, settings), f"{source}: arm {label!r}")
+        flat = flatten(arm_cfg.to_dict())
+        resolved = {k: flat[k] for k in settings}
         name = name or ",".join(f"{k}={_level_text(v)}" for k, v in resolved.items())
         if name in seen:
             raise ConfigError(f"arms: duplicate arm {name!r}")
@@ -213,6 +202,16 @@ class RunArms:
     def members(self) -> int:
         return self.layout.members
 
+    @property
+    def labels(self) -> dict[str, str]:
+        """{arm name: the label of its members} (the run's config with the arm's settings applied)."""
+        return {a.name: a.config.label() for a in self.arms}
+
+    @property
+    def label(self) -> str:
+        """The label of the run's members (tune_gems.contracts.config_label): its one arm's, or its arms'."""
+        return trial_label(list(self.labels.items()))
+
     def with_folds(self, folds: int) -> RunArms:
         """The same arms laid out over `folds` walk-forward folds (a market that holds some of
         the config's folds: the folds invariant's reference run of one fold)."""
@@ -223,7 +222,7 @@ class RunArms:
 
 def run_arms(cfg: Config, arms: RunArms | Sequence[Arm] | None = None) -> RunArms:
     """The arms record of a run of `cfg`: over the config's price histories
-    (tune_gems.data.histories.n_histories), folds (`data.folds.k`) and seeds (`trainer.population`,
+    (`DataConfig.price_histories`), folds (`data.folds.k`) and seeds (`trainer.population`,
     from `first_seed_index`), with `arms` (default: expanded from `cfg` here, once; a record,
     made by this function for the same config, is returned as it is)."""
     if isinstance(arms, RunArms):
@@ -234,5 +233,5 @@ def run_arms(cfg: Config, arms: RunArms | Sequence[Arm] | None = None) -> RunArm
         return arms
     arms = tuple(arms) if arms is not None else tuple(expand_arms(cfg))
     layout = MemberLayout(tuple(a.name for a in arms), cfg.trainer.population, cfg.first_seed_index, folds=cfg.data.folds.k,
-                          histories=n_histories(cfg.data))
+                          histories=len(cfg.data.price_histories))
     return RunArms(arms, layout)

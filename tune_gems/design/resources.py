@@ -32,7 +32,7 @@ from typing import Any
 
 from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import ResourceError
-from tune_gems.data.histories import history_specs, n_histories
+from tune_gems.design.arms import run_arms
 
 FLOAT = 4
 INDEX = 8
@@ -63,6 +63,8 @@ class MemoryEstimate:
     activations: int
     series: int
     market: int = 0
+    series_key: str = "data.synthetic.n"
+    """The key that sets the series' length: `data.synthetic.n`, or the key of the largest price file."""
 
     @property
     def device(self) -> int:
@@ -103,16 +105,10 @@ def param_count(cfg: Config) -> int:
 
 
 def default_members(cfg: Config) -> int:
-    """Members a run of `cfg` trains: histories x folds x arms x population (one history without
-    `data.histories` / `data.price_columns`, one arm without `arms`, one fold without
-    `data.folds`). It expands the arms: a run that has its arms record (`design.arms.run_arms`)
-    passes `members=` instead."""
-    cells = n_histories(cfg.data) * cfg.data.folds.k
-    if getattr(cfg, "arms", None) is None:
-        return cells * cfg.trainer.population
-    from tune_gems.design.arms import expand_arms
-
-    return cells * cfg.trainer.population * len(expand_arms(cfg))
+    """Members a run of `cfg` trains: histories x folds x arms x population, its member layout's
+    (`design.arms.run_arms`, which expands the arms: a run that has its arms record passes
+    `members=` instead)."""
+    return run_arms(cfg).members
 
 
 def estimate_memory(cfg: Config, members: int | None = None, on_cuda: bool = False) -> MemoryEstimate:
@@ -133,28 +129,30 @@ def estimate_memory(cfg: Config, members: int | None = None, on_cuda: bool = Fal
         + mc.hidden
     )
     projection = tc.batch_size * K * mc.atoms * mc.atoms  # C51 target projection, worst case
-    series_len = _series_length(cfg)
+    series_len, series_key = _series_length(cfg)
     evaluation = 2 * series_len * FLOAT  # returns and positions per member over a segment
     activations = P * ((rows * per_row + projection) * FLOAT * ACTIVATION_COPIES + evaluation)
-    paths = n_histories(cfg.data) if cfg.data.source != "synthetic" else 1
+    paths = len(cfg.data.price_histories) if cfg.data.source != "synthetic" else 1
     series = series_len * 8 * SERIES_COPIES * paths
     market = 2 * cfg.data.folds.k * paths * series_len * FLOAT  # features and next-step returns per (fold, history)
-    return MemoryEstimate(P, on_cuda, int(replay), int(params), int(activations), int(series), int(market))
+    return MemoryEstimate(P, on_cuda, int(replay), int(params), int(activations), int(series), int(market), series_key)
 
 
-def _series_length(cfg: Config) -> int:
-    """Rows of one path: the synthetic series' length, or a bound from the largest history file's
-    size (a price row has at least a few bytes; histories share one calendar)."""
+def _series_length(cfg: Config) -> tuple[int, str]:
+    """(rows of one path, the key that sets them): the synthetic series' length, or a bound from
+    the largest history file's size (a price row has at least a few bytes; histories share one
+    calendar) and the key that names that file."""
     data = cfg.data
     if data.source == "synthetic":
-        return data.synthetic.n
-    sizes = []
-    for spec in history_specs(data):
+        return data.synthetic.n, "data.synthetic.n"
+    sizes = [(1, "data.path")]
+    for i, spec in enumerate(data.price_histories):
+        key = f"data.histories.{i}.path" if data.histories and data.histories[i].path else "data.path"
         try:
-            sizes.append(Path(spec.path or "").stat().st_size // 4)
+            sizes.append((Path(spec.path or "").stat().st_size // 4, key))
         except OSError:
             continue
-    return max([1, *sizes])
+    return max(sizes, key=lambda s: s[0])
 
 
 def host_available() -> int | None:
@@ -204,13 +202,19 @@ _KEYS = {
     "parameters+optimizer": "model.hidden",
     "activations": "trainer.batch_size",
     "market": "data.folds.k",
-    "price series": "data.synthetic.n",
 }
+
+
+def _key(est: MemoryEstimate, part: str) -> str:
+    """The key that sets a part's size (the price series': the estimate's `series_key`)."""
+    return est.series_key if part == "price series" else _KEYS[part]
 
 
 def _advice(est: MemoryEstimate, parts: dict[str, int]) -> str:
     biggest = max(parts, key=parts.get)
-    key = _KEYS[biggest]
+    key = _key(est, biggest)
+    if key != "data.synthetic.n" and biggest == "price series":
+        return f"give a shorter price file at {key} (the series is read whole, its size bounds its rows)"
     if biggest == "activations" and est.activations and est.members > 1:
         key = "trainer.batch_size or model.atoms"
     members = "trainer.population" if est.members > 1 else None
@@ -233,7 +237,7 @@ def check_fits(est: MemoryEstimate, host: int | None, device: int | None, where:
         if need > HEADROOM * have:
             shown = ", ".join(f"{k} {_fmt(v)}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v)
             raise ResourceError(
-                f"{_KEYS[max(parts, key=parts.get)]}: {where}the run needs about {_fmt(need)} of {what} for "
+                f"{_key(est, max(parts, key=parts.get))}: {where}the run needs about {_fmt(need)} of {what} for "
                 f"{est.members} member(s) ({shown}) but {_fmt(have)} is available; {_advice(est, parts)}"
             )
 
@@ -246,20 +250,13 @@ def check_training_fits(
     `gpu_trial`: a sweep trial that asks for a GPU (`resources.gpu`), which runs on CUDA wherever
     the driver checking it runs: estimated as a CUDA run, its GPU memory checked only where this
     machine has one (a driver without a GPU, `--dry-run` on a laptop, knows no trial's GPU)."""
-    on_cuda = gpu_trial
     if device is not None:
         on_cuda = getattr(device, "type", str(device)) == "cuda"
-    elif cfg.device == "cuda":
-        on_cuda = True
-    elif cfg.device == "auto":
+    else:
         import torch
 
-        on_cuda = gpu_trial or torch.cuda.is_available()
-        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
-    if on_cuda and device is None:
-        import torch
-
-        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+        on_cuda = gpu_trial or cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+        device = torch.device("cuda", torch.cuda.current_device()) if on_cuda and torch.cuda.is_available() else None
     est = estimate_memory(cfg, members, on_cuda=on_cuda)
     check_fits(est, host_available(), device_available(device) if on_cuda else None, where)
     return est

@@ -54,7 +54,7 @@ RESIDUAL_RTOL_EPS = 1000.0
 """A beta-residual whose std is below this many machine epsilons of the net return's std is
 rounding noise (the strategy is a pure multiple of the asset to working precision): its alpha
 Sharpe is 0.0, not the Sharpe of the noise. Also used by the numpy twin in
-`tune_gems.analysis.market_noise`."""
+`tune_gems.analysis.verdicts.market_noise`."""
 
 BASELINES = ("flat", "buy_and_hold", "momentum")
 """The baseline strategies, in row order of `baseline_stats`."""

@@ -1,5 +1,5 @@
-"""Markets already built in this process (issue 33: a reused Ray actor's next trial of the same
-data config and seed set does not rebuild its paths and features), keyed by what builds them."""
+"""Markets already built in this process (so a reused Ray actor's next trial of the same data
+config and seed set does not rebuild its paths and features), keyed by what builds them."""
 
 from __future__ import annotations
 
@@ -45,9 +45,7 @@ def market_key(cfg: Config, device: torch.device | str, prices: pd.Series | None
 
 
 class MarketCache:
-    """Markets already built in this process, by `market_key` (issue 33: a Ray actor reused for
-    the next trial of the same data config and seed set does not rebuild its paths and
-    features). Sharing is safe because nothing writes to a Market after construction: the
+    """Markets already built in this process, by `market_key`. Sharing is safe because nothing writes to a Market after construction: the
     environments, evaluators, replay and baselines only read its tensors. Holds the `limit`
     most recently used markets; thread-safe (a build runs under the lock: one trial at a time
     builds a given market)."""

@@ -8,16 +8,36 @@ per-member gradient norm is one row-wise reduction, the Adam step one fused upda
 target-network update one lerp. Each parameter carries `grad_slot`, its columns of `grad` in its
 own shape: a kernel may write the parameter's gradient there itself (the Triton layer kernels,
 tune_gems.ops.triton_layers), and `gather_grads` then leaves that slot as it is.
+
+`align`: each parameter starts at a multiple of `align` columns and the row length is one too
+(the gaps hold zeros, whose gradient is zero, so Adam leaves them zero), so every member's
+parameter starts at the same address alignment: the Triton kernels then copy 16-byte vectors.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 from torch import Tensor, nn
 
 
+def column_layout(sizes: Sequence[int], align: int = 1) -> tuple[list[int], int]:
+    """(each parameter's first column, the row length) of parameters of these per-member sizes
+    laid out in order, each starting at a multiple of `align` columns."""
+    offsets, end = [], 0
+    for n in sizes:
+        offsets.append(_round_up(end, align))
+        end = offsets[-1] + n
+    return offsets, _round_up(end, align)
+
+
+def _round_up(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
 class FlatParameters:
-    def __init__(self, module: nn.Module, population: int, with_grad: bool = True):
+    def __init__(self, module: nn.Module, population: int, with_grad: bool = True, align: int = 1):
         P = population
         slots: list[tuple[nn.Module, str, Tensor]] = []
         for mod in module.modules():
@@ -25,32 +45,51 @@ class FlatParameters:
                 if p.shape[0] != P:
                     raise ValueError(f"parameter {name} has leading size {p.shape[0]}, not the population {P}")
                 slots.append((mod, name, p))
-        self.population = P
+        self.population, self.align = P, align
         self.sizes = [p.numel() // P for _, _, p in slots]
+        self.offsets, width = column_layout(self.sizes, align)
+        self.padded = width != sum(self.sizes)
         with torch.no_grad():
-            self.data = torch.cat([p.detach().reshape(P, -1) for _, _, p in slots], dim=1).contiguous()
+            self.data = self.pack(torch.cat([p.detach().reshape(P, -1) for _, _, p in slots], dim=1))
         self.grad = torch.zeros_like(self.data) if with_grad else None
         self.params: list[nn.Parameter] = []
         self._columns: dict[int, slice] = {}  # id(parameter) -> its columns of `data`
-        offset = 0
-        for (mod, name, p), n in zip(slots, self.sizes):
+        for (mod, name, p), n, offset in zip(slots, self.sizes, self.offsets):
             param = nn.Parameter(self.data[:, offset : offset + n].view(p.shape), requires_grad=with_grad)
             if self.grad is not None:
                 param.grad_slot = self.grad[:, offset : offset + n].view(p.shape)
             setattr(mod, name, param)  # nn.Module registers a Parameter in place of the old one
             self.params.append(param)
             self._columns[id(param)] = slice(offset, offset + n)
-            offset += n
         self._zeros = [torch.zeros(P, n, device=self.data.device) for n in self.sizes]
+
+    def pack(self, packed: Tensor) -> Tensor:
+        """A [P, sum(sizes)] matrix of the parameters side by side (no gaps: the layout of
+        align 1) in this layout (a fresh matrix; the same one when there are no gaps)."""
+        if not self.padded:
+            return packed.contiguous()
+        out = packed.new_zeros(packed.shape[0], column_layout(self.sizes, self.align)[1])
+        start = 0
+        for n, offset in zip(self.sizes, self.offsets):
+            out[:, offset : offset + n] = packed[:, start : start + n]
+            start += n
+        return out
+
+    def unpack(self, matrix: Tensor) -> Tensor:
+        """`pack`'s inverse: a [P, columns] matrix of this layout without its gaps."""
+        if not self.padded:
+            return matrix
+        return torch.cat([matrix[:, o : o + n] for n, o in zip(self.sizes, self.offsets)], dim=1)
 
     def columns_of(self, param: Tensor) -> slice:
         """The columns of `data` holding one parameter."""
         return self._columns[id(param)]
 
     def columns(self, module: nn.Module) -> slice:
-        """The columns of `data` holding a submodule's parameters (one contiguous range: a
-        module's parameters are laid out together, in `module.modules()` order)."""
-        spans = sorted((self._columns[id(p)].start, self._columns[id(p)].stop) for p in module.parameters())
+        """The columns of `data` holding a submodule's parameters and the alignment gaps after
+        them (one contiguous range: a module's parameters are laid out together, in
+        `module.modules()` order)."""
+        spans = sorted((c.start, _round_up(c.stop, self.align)) for c in (self._columns[id(p)] for p in module.parameters()))
         if not spans:
             return slice(0, 0)
         if any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
@@ -63,7 +102,7 @@ class FlatParameters:
         kernel), a copy of each of the others into its slot (zeros for None)."""
         P = self.population
         in_place = [g is not None and _is_view_of(g, p.grad_slot) for g, p in zip(grads, self.params)]
-        if not any(in_place):
+        if not any(in_place) and not self.padded:
             parts = [g.reshape(P, -1) if g is not None else z for g, z in zip(grads, self._zeros)]
             torch.cat(parts, dim=1, out=self.grad)
             return

@@ -22,15 +22,17 @@ instead of once over all P. The members' numbers are then computed by matmuls of
 shapes of a single-arm run: a GPU BLAS may pick its algorithm (e.g. split-K) from the batch
 count, and would otherwise round an arm's members differently from a run of that arm alone.
 
-Two implementations of the products (`set_layer_kernel`, the config's `model.layer_kernel`):
-"torch" (the default and the oracle: baddbmm on effective weights computed here, member
-blocks as above) and "triton" (tune_gems.ops.triton_layers: the effective weight built inside
-the kernel's K-loop from the raw parameters, the noise factors and spectral norm's 1/sigma, the
-bias and ReLU in its epilogue, the parameters' gradients written into the flat gradient; its
-tiles depend on the matrix shape only, so it needs no member blocks). On the triton path
-`weights("train" | "target")` returns the kernels' `LayerWeights` instead of an `Affine`;
-`weights("eval")` still returns an `Affine` (materialised noise-free weights, which the
-evaluator copies into fixed buffers) whose products also run on Triton.
+Two implementations of the products, a strategy chosen once per network from the config's
+`model.layer_kernel` (`layer_products`, `set_layer_products`): `TorchProducts` (the default and
+the oracle: baddbmm on effective weights computed here, member blocks as above) and
+tune_gems.ops.triton_layers.TritonProducts (the effective weight built inside the kernel's
+K-loop from the raw parameters, the noise factors and spectral norm's 1/sigma, the bias and
+ReLU in its epilogue, the parameters' gradients written into the flat gradient; its tiles
+depend on the matrix shape only, so it needs no member blocks). With a strategy that builds
+the effective weights itself (`fused`), `weights("train" | "target")` returns its
+`LayerWeights` instead of an `Affine`; `weights("eval")` still returns an `Affine`
+(materialised noise-free weights, which the evaluator copies into fixed buffers) whose products
+run on the same strategy.
 """
 
 from __future__ import annotations
@@ -49,9 +51,6 @@ WeightMode = Literal["train", "target", "eval"]
 """train: noise on, spectral-norm power iteration advances; target: noise on, power iteration
 frozen; eval: noise off (mean weights), power iteration frozen."""
 
-LayerKernel = Literal["torch", "triton"]
-LAYER_KERNELS: tuple[str, ...] = ("torch", "triton")
-"""model.layer_kernel: which implementation runs the products (module docstring)."""
 
 _NORM_EPS = 1e-12
 SN_INIT_ITERATIONS = 15
@@ -94,32 +93,63 @@ def member_flags(flags: bool | Sequence[bool], population: int, what: str) -> li
     return out
 
 
-def _triton():
-    """tune_gems.ops.triton_layers, imported on first use (only the triton path needs Triton).
-    Looked up at each call, so a test that imports it afresh under Triton's CPU interpreter
-    (TRITON_INTERPRET=1, read when the kernels are defined) is the one the layers call."""
-    return importlib.import_module("tune_gems.ops.triton_layers")
+class TorchProducts:
+    """The layers' products on torch: `weights()` materialises the effective weights and every
+    product is a baddbmm, once per member block (`model.layer_kernel: torch`)."""
+
+    name = "torch"
+    fused = False
+    """Whether the products build the effective weight from the raw parameters themselves."""
+    parameter_align = 1
+    """Columns at which each parameter starts in the flat matrix (tune_gems.model.flat)."""
+    row_norms = None
+    """Per-member gradient norms for the optimizer's clip; None: torch's (PopulationAdam)."""
+    row_means = None
+    """Per-member means of a [P, n] matrix in an order that does not depend on P; None: torch's."""
+
+    @staticmethod
+    def product(x: Tensor, wb: tuple[Tensor, Tensor], relu: bool) -> Tensor:
+        w, b = wb
+        y = _blockwise(lambda b_, x_, w_: torch.baddbmm(b_, x_, w_), getattr(wb, "chunk", None), b, x, w)
+        return torch.relu(y) if relu else y
+
+    @staticmethod
+    def resample_noise(net, draws, stream: str) -> None:
+        """Fresh NoisyNet noise for `net` from the iteration's draws of `stream`."""
+        net.resample_noise(draws.normal(stream))
+
+
+TORCH = TorchProducts()
+
+
+def layer_products(name: str):
+    """The strategy `model.layer_kernel` names. The triton one is imported on first use (only
+    that path needs Triton), at each call, so a test that imports it afresh under Triton's CPU
+    interpreter (TRITON_INTERPRET=1, read when the kernels are defined) gets the fresh one."""
+    strategies = {"torch": lambda: TORCH, "triton": lambda: importlib.import_module("tune_gems.ops.triton_layers").TRITON}
+    if name not in strategies:
+        raise ValueError(f"layer kernel {name!r} is not one of {tuple(strategies)}")
+    return strategies[name]()
 
 
 class Affine(tuple):
     """A layer's effective weights for one iteration, (W [G,in,out], b [G,1,out]), unpacking like
     a pair; `chunk`: the groups per member block that matmuls keep apart (None: one block);
-    `kernel`: the implementation its products run on."""
+    `products`: the strategy its products run on."""
 
     chunk: int | None
-    kernel: LayerKernel
 
-    def __new__(cls, w: Tensor, b: Tensor, chunk: int | None = None, kernel: LayerKernel = "torch") -> "Affine":
+    def __new__(cls, w: Tensor, b: Tensor, chunk: int | None = None, products=TORCH) -> "Affine":
         obj = super().__new__(cls, (w, b))
         obj.chunk = chunk
-        obj.kernel = kernel
+        obj.products = products
         return obj
 
     @classmethod
     def copy_of(cls, wb: tuple[Tensor, Tensor]) -> "Affine":
-        """Fresh copies of the tensors of `wb` (an Affine or a plain pair), with its chunk and kernel."""
+        """Fresh copies of the tensors of `wb` (an Affine or a plain pair), with its chunk and strategy."""
         w, b = wb
-        return cls(w.clone(), b.clone(), getattr(wb, "chunk", None), getattr(wb, "kernel", "torch"))
+        return cls(w.clone(), b.clone(), getattr(wb, "chunk", None), getattr(wb, "products", TORCH))
 
 
 def _blockwise(op, chunk: int | None, *tensors: Tensor) -> Tensor:
@@ -158,7 +188,7 @@ class PopLinear(nn.Module):
         bound = 1.0 / math.sqrt(in_f)
         self.groups, self.reps, self.in_f, self.out_f = len(gens) * reps, reps, in_f, out_f
         self.chunk: int | None = None  # groups per member block (set_member_block)
-        self.kernel: LayerKernel = "torch"  # set_layer_kernel
+        self.products = TORCH  # set_layer_products
         self.weight = nn.Parameter(_uniform(gens, reps, (in_f, out_f), bound))
         self.bias = nn.Parameter(_uniform(gens, reps, (1, out_f), bound))
         self.has_spectral_norm = spectral_norm is not None
@@ -179,11 +209,9 @@ class PopLinear(nn.Module):
         """Keep blocks of `members` consecutive members apart in every matmul (None: one block)."""
         self.chunk = None if members is None else members * self.reps
 
-    def set_layer_kernel(self, kernel: LayerKernel) -> None:
-        """Run this layer's products with `kernel` (module docstring)."""
-        if kernel not in LAYER_KERNELS:
-            raise ValueError(f"layer kernel {kernel!r} is not one of {LAYER_KERNELS}")
-        self.kernel = kernel
+    def set_layer_products(self, products) -> None:
+        """Run this layer's products on `products` (module docstring; `layer_products`)."""
+        self.products = products
 
     @torch.no_grad()
     def _power_iteration(self) -> None:
@@ -194,8 +222,8 @@ class PopLinear(nn.Module):
         self.sn_u.copy_(u)
 
     def weights(self, mode: WeightMode) -> Affine:
-        if self.kernel == "triton":
-            return self._triton_weights(mode)
+        if self.products.fused:
+            return self._fused_weights(mode)
         w, b = self._grouped(self.weight, self.in_f), self._grouped(self.bias, 1)
         if not self.has_spectral_norm:
             return Affine(w, b, self.chunk)
@@ -217,31 +245,28 @@ class PopLinear(nn.Module):
 
     @torch.no_grad()
     def _spectral_scale(self, iterate: bool) -> Tensor:
-        """The triton path's spectral norm: [G, 2] = (1/sigma, -1/sigma^2), (1, 0) for members
+        """The fused products' spectral norm: [G, 2] = (1/sigma, -1/sigma^2), (1, 0) for members
         whose switch is off; `iterate`: one power iteration first (train mode)."""
-        return _triton().spectral_scale(self.weight, self.reps, self.sn_u, self.sn_v, self.sn_on.view(-1), iterate)
+        return self.products.spectral_scale(self.weight, self.reps, self.sn_u, self.sn_v, self.sn_on.view(-1), iterate)
 
-    def _triton_weights(self, mode: WeightMode):
-        tri = _triton()
+    def _fused_weights(self, mode: WeightMode):
+        """The raw parameters for products that build the effective weight themselves."""
+        fused = self.products
         if not self.has_spectral_norm:
             if mode == "eval":
-                return Affine(self._grouped(self.weight, self.in_f), self._grouped(self.bias, 1), kernel="triton")
-            return tri.LayerWeights(self.weight, self.bias, self.reps)
+                return Affine(self._grouped(self.weight, self.in_f), self._grouped(self.bias, 1), products=fused)
+            return fused.LayerWeights(self.weight, self.bias, self.reps)
         scale = self._spectral_scale(iterate=mode == "train")
         if mode == "eval":  # materialised, for the evaluator's fixed buffers
             w = self._grouped(self.weight, self.in_f) * scale[:, :1, None]
-            return Affine(w, self._grouped(self.bias, 1), kernel="triton")
-        return tri.LayerWeights(self.weight, self.bias, self.reps, scale=scale, sn_u=self.sn_u, sn_v=self.sn_v)
+            return Affine(w, self._grouped(self.bias, 1), products=fused)
+        return fused.LayerWeights(self.weight, self.bias, self.reps, scale=scale, sn_u=self.sn_u, sn_v=self.sn_v)
 
     @staticmethod
     def apply(x: Tensor, wb: tuple[Tensor, Tensor], relu: bool = False) -> Tensor:
-        """x [G,N,in] -> x @ W + b [G,N,out] (then ReLU when `relu`), per member block when `wb`
-        is an Affine with a chunk; on Triton when `wb` is the triton path's."""
-        if getattr(wb, "kernel", "torch") == "triton":
-            return _triton().layer_product(x, wb, relu)
-        w, b = wb
-        y = _blockwise(lambda b_, x_, w_: torch.baddbmm(b_, x_, w_), getattr(wb, "chunk", None), b, x, w)
-        return torch.relu(y) if relu else y
+        """x [G,N,in] -> x @ W + b [G,N,out] (then ReLU when `relu`), on the strategy `wb`
+        carries (torch's for a plain pair), per member block when `wb` is an Affine with a chunk."""
+        return getattr(wb, "products", TORCH).product(x, wb, relu)
 
 
 class NoisyPopLinear(nn.Module):
@@ -271,7 +296,7 @@ class NoisyPopLinear(nn.Module):
         P = len(gens)
         self.P, self.reps, self.in_f, self.out_f = P, reps, in_f, out_f
         self.chunk: int | None = None  # groups per member block (set_member_block)
-        self.kernel: LayerKernel = "torch"  # set_layer_kernel
+        self.products = TORCH  # set_layer_products
         self.mu_w = nn.Parameter(_uniform(gens, reps, (in_f, out_f), bound))
         self.mu_b = nn.Parameter(_uniform(gens, reps, (1, out_f), bound))
         self.sigma_w = nn.Parameter(torch.full((P, reps, in_f, out_f), sigma0 / math.sqrt(in_f)))
@@ -300,21 +325,21 @@ class NoisyPopLinear(nn.Module):
         self.f_out.copy_(f[..., self.in_f :].unsqueeze(-2))
 
     def resample_from_uniforms(self, u: Tensor, offset: int) -> None:
-        """The triton path's `resample`: f(eps) straight from the net's uniforms u [P, 2n]
+        """The fused products' `resample`: f(eps) straight from the net's uniforms u [P, 2n]
         (Box-Muller's pairs, this layer's normals at `offset`), one kernel
-        (tune_gems.ops.triton_noise)."""
-        importlib.import_module("tune_gems.ops.triton_noise").noise_factors(u, offset, self.noise_on.view(-1), self.f_in, self.f_out)
+        (tune_gems.ops.triton_layers `noise_factors`)."""
+        self.products.noise_factors(u, offset, self.noise_on.view(-1), self.f_in, self.f_out)
 
     set_member_block = PopLinear.set_member_block
-    set_layer_kernel = PopLinear.set_layer_kernel
+    set_layer_products = PopLinear.set_layer_products
 
     def weights(self, mode: WeightMode) -> Affine:
         G = self.P * self.reps
         if mode == "eval":
             w, b = self.mu_w.reshape(G, self.in_f, self.out_f), self.mu_b.reshape(G, 1, self.out_f)
-            return Affine(w, b, self.chunk, self.kernel)
-        if self.kernel == "triton":  # the noise is applied inside the kernels
-            return _triton().LayerWeights(self.mu_w, self.mu_b, self.reps, self.sigma_w, self.sigma_b, self.f_in, self.f_out)
+            return Affine(w, b, self.chunk, self.products)
+        if self.products.fused:  # the noise is applied inside the kernels
+            return self.products.LayerWeights(self.mu_w, self.mu_b, self.reps, self.sigma_w, self.sigma_b, self.f_in, self.f_out)
         w = torch.addcmul(self.mu_w, self.sigma_w, self.f_in * self.f_out)  # fresh, contiguous
         b = torch.addcmul(self.mu_b, self.sigma_b, self.f_out)
         return Affine(w.view(G, self.in_f, self.out_f), b.view(G, 1, self.out_f), self.chunk)

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from tune_gems.config.schema import ModelConfig
 from tune_gems.model.heads import HeadContext
-from tune_gems.model.layers import NoisyPopLinear, PopLinear, WeightMode
+from tune_gems.model.layers import NoisyPopLinear, PopLinear, WeightMode, layer_products
 from tune_gems.ops.dueling_head import combined_logits
 
 HeadFactory = Callable[[HeadContext], nn.Module]
@@ -76,11 +76,12 @@ class BranchingC51(nn.Module):
         self.register_buffer("support", torch.linspace(cfg.v_min, cfg.v_max, atoms))
         if member_block is not None and (member_block < 1 or self.P % member_block):
             raise ValueError(f"member blocks of {member_block} do not divide the population {self.P}")
+        self.products = layer_products(cfg.layer_kernel)  # the layers' products, chosen once
         for layer in self.weight_layers().values():
             if hasattr(layer, "set_member_block"):  # a plug-in head's own layer type may lack it
                 layer.set_member_block(member_block)
-            if hasattr(layer, "set_layer_kernel"):
-                layer.set_layer_kernel(cfg.layer_kernel)
+            if hasattr(layer, "set_layer_products"):
+                layer.set_layer_products(self.products)
 
     # -- effective weights -------------------------------------------------------------------
     def weight_layers(self) -> dict[str, nn.Module]:
@@ -111,9 +112,9 @@ class BranchingC51(nn.Module):
             offset += layer.noise_size
 
     def resample_noise_from_uniforms(self, u: Tensor) -> None:
-        """The triton path (`model.layer_kernel: triton`): install fresh factorised noise from the
-        uniforms u [P, 2 x noise_size] that tune_gems.rng.box_muller would turn into the normals
-        of `resample_noise`, one kernel per noisy layer (Box-Muller and f(eps) inside it)."""
+        """The fused products' noise (`model.layer_kernel: triton`): install fresh factorised noise
+        from the uniforms u [P, 2 x noise_size] that tune_gems.rng.box_muller would turn into the
+        normals of `resample_noise`, one kernel per noisy layer (Box-Muller and f(eps) inside it)."""
         offset = 0
         for layer in self.noisy_layers():
             layer.resample_from_uniforms(u, offset)

@@ -7,7 +7,7 @@ and the flags, so a node reuses a finished build and a changed source gets a fre
 torch's file lock in that folder makes concurrent Ray workers on one node wait for one build
 instead of each building.
 
-A finished build is loaded directly (issue 33: a trial's start-up): after a build succeeds and
+A finished build is loaded directly, to keep a trial's start-up short: after a build succeeds and
 imports, a record (`BUILT_RECORD`: the key and the library's sha256) is written beside the
 library, and a later process whose key has a record matching its library imports that file
 itself. No ninja run, no compiler probes, no import of torch.utils.cpp_extension: only a

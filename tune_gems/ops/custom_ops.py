@@ -90,7 +90,7 @@ def _define(name: str, reference_impl: Callable, extension_function: str, fake: 
 
     Registered through torch.library's low-level `Library` rather than `torch.library.custom_op`:
     custom_op wraps every kernel in `torch._disable_dynamo`, whose first call imports
-    torch._dynamo (seconds of a trial's start-up, issue 33) although nothing here compiles.
+    torch._dynamo (seconds of a trial's start-up) although nothing here compiles.
     The same functions run under the same dispatch keys and the same autograd machinery
     (`torch.library.register_autograd`), so the results are the same bits."""
     schema = torch.library.infer_schema(reference_impl, mutates_args=())

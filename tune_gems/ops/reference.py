@@ -13,9 +13,9 @@ from torch import Tensor
 
 G6_EPS_REL = 1e-3
 """Variance floor of the G6 standardisation, relative to the branch's mean feature variance over
-the batch (issue 21): with an absolute floor (1e-5 before) wiring G6 could lower it by shrinking
-the features towards the floor instead of decorrelating them; relative to the branch's own
-scale, G6 of c x f equals G6 of f. The floor is part of the function (its gradient flows)."""
+the batch: with an absolute floor, wiring G6 could lower it by shrinking the features towards
+the floor instead of decorrelating them; relative to the branch's own scale, G6 of c x f
+equals G6 of f. The floor is part of the function (its gradient flows)."""
 G6_EPS_FLOOR = 1e-12
 """Absolute floor under the relative one, so an all-constant branch standardises to 0, not 0/0;
 G6 is scale-free while the branch's variances stay far above G6_EPS_FLOOR / G6_EPS_REL = 1e-9."""

@@ -2,11 +2,17 @@
 and kernels"): a group's product y = act((x @ W_eff) * s + b_eff) and its backward, with no
 member blocks.
 
-Why no member blocks are needed: every kernel's grid is (group, tile) and a program computes
-one tile of one group with a K-loop in a fixed order; the tile sizes are chosen from the
-matrix shape only (tune_gems.ops.triton_layers.tiles), never from the number of groups. So
-group g's bits are those of the same group computed alone, whatever the member count of the
-call (the P-invariance cuBLAS's batched GEMM does not give: benchmarks/RESULTS.md, session 14).
+Why no member blocks are needed: a program computes one tile of one group with a K-loop in a
+fixed order (the grid is (tile, group), so a group's tiles run side by side and share its
+weight in L2; GROUP_AXIS 0 swaps the axes); the tile sizes are chosen from the matrix shape
+only (tune_gems.ops.triton_layers.tiles), never from the number of groups. So group g's bits
+are those of the same group computed alone, whatever the member count of the call (the
+P-invariance cuBLAS's batched GEMM does not give: benchmarks/RESULTS.md, session 14).
+
+The K-loops assume a non-empty trip count (tl.assume): a loop that may run zero times makes
+ptxas serialise the wgmma pipeline ("non wgmma instructions defining accumulator registers"),
+as it did for the input gradient's kernel (tests/test_triton_compile.py holds the line);
+EMPTY_LOOP_OK compiles the old form, for benchmarks/layer_gemm_probe.py's "before".
 
 The operands a group's weight tile is built from, inside the K-loop (never materialised):
 - plain: W [in, out];
@@ -28,7 +34,7 @@ every row, so the clip (and the reported grad_norm and q_mean) of a member does 
 count either (torch.linalg.vector_norm's reduction is split by the shape of its call).
 
 The NoisyNet layers' noise factors come from `_noise_factors_kernel` (launched by
-tune_gems.ops.triton_noise): the iteration's uniforms, Box-Muller and f(eps) in one pass.
+tune_gems.ops.triton_layers `noise_factors`): the iteration's uniforms, Box-Muller and f(eps) in one pass.
 """
 
 from __future__ import annotations
@@ -115,21 +121,24 @@ def _rows_kernel(
     N, K, O,
     BACKWARD: tl.constexpr,
     REPS: tl.constexpr, NOISY: tl.constexpr, SCALED: tl.constexpr, RELU: tl.constexpr, DOT: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_AXIS: tl.constexpr, EMPTY_LOOP_OK: tl.constexpr,
 ):  # fmt: skip
-    """A product over the batch rows, grid (G, row tiles x column tiles):
+    """A product over the batch rows, grid (row tiles x column tiles, G), or (G, tiles) with
+    GROUP_AXIS 0:
     forward:  out[g] = act((a[g] @ W_eff[g]) * s[g] + b_eff[g]), a = x [G, N, K], out [G, N, O];
     BACKWARD: out[g] = s[g] * ((a[g] * relu'(y[g])) @ W_eff[g]^T), a = dy [G, N, O] sharing y's
     strides, out = dx [G, N, K] (no bias: its operands are placeholders)."""
-    g = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(GROUP_AXIS).to(tl.int64)
     cols = K if BACKWARD else O
     inner = O if BACKWARD else K
-    rn, rc = _tile_ranges(tl.program_id(1), cols, BM, BN)
+    rn, rc = _tile_ranges(tl.program_id(1 - GROUP_AXIS), cols, BM, BN)
     ri = tl.arange(0, BK)
     a_off = g * sa_g
     w_off, fi_off, fo_off = _weight_offsets(g, REPS, sw_p, sw_r, sfi_p, sfi_r, sfo_p, sfo_r)
     mn, mc = rn[:, None] < N, rc[None, :] < cols
     acc = tl.full((BM, BN), 0.0, tl.float32)
+    if not EMPTY_LOOP_OK:
+        tl.assume(inner > 0)
     for i0 in range(0, inner, BK):
         ii = i0 + ri
         a_mask = mn & (ii[None, :] < inner)
@@ -169,17 +178,18 @@ def _weight_grad_kernel(
     db, db_sigma, sdb_p, sdb_r, sdb_o,
     N, K, O,
     REPS: tl.constexpr, NOISY: tl.constexpr, SCALED: tl.constexpr, RELU: tl.constexpr, DOT: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_AXIS: tl.constexpr, EMPTY_LOOP_OK: tl.constexpr,
 ):  # fmt: skip
     """G[g] = x[g]^T @ dy_pre[g] (the gradient of the effective weight) and its consequences,
-    written straight into the parameters' gradients; grid (G, input tiles x output tiles).
+    written straight into the parameters' gradients; grid (input tiles x output tiles, G), or
+    (G, tiles) with GROUP_AXIS 0.
 
     NOISY: d mu = G, d sigma = G * (f_in f_out^T); d mu_b = sum_n dy_pre, d sigma_b = d mu_b * f_out.
     Plain: dW = s G (SCALED) or G, db = sum_n dy_pre; SCALED also writes this tile's <G, W> to
     `partials` [G, tiles] for `_sigma_grad_kernel`. The bias sums run in the programs of the
     first input tile, over the rows in the K-loop's fixed order."""
-    g = tl.program_id(0).to(tl.int64)
-    tile = tl.program_id(1)
+    g = tl.program_id(GROUP_AXIS).to(tl.int64)
+    tile = tl.program_id(1 - GROUP_AXIS)
     rk, ro = _tile_ranges(tile, O, BM, BN)
     ti = tile // ((O + BN - 1) // BN)  # the input tile: the bias sums run where it is 0
     rn = tl.arange(0, BK)
@@ -188,6 +198,8 @@ def _weight_grad_kernel(
     mk, mo = rk[:, None] < K, ro[None, :] < O
     acc = tl.full((BM, BN), 0.0, tl.float32)
     bias_acc = tl.full((BN,), 0.0, tl.float32)
+    if not EMPTY_LOOP_OK:
+        tl.assume(N > 0)
     for n0 in range(0, N, BK):
         nn = n0 + rn
         xt = tl.load(x + x_off + rk[:, None] * sx_k + nn[None, :] * sx_n, mask=mk & (nn[None, :] < N), other=0.0)
@@ -210,7 +222,7 @@ def _weight_grad_kernel(
     else:
         if SCALED:
             wt = tl.load(w + w_off + rk[:, None] * sw_i + ro[None, :] * sw_o, mask=mk & mo, other=0.0)
-            tl.store(partials + g * tl.num_programs(1) + tile, _sum(_sum(acc * wt, axis=1), axis=0))
+            tl.store(partials + g * tl.num_programs(1 - GROUP_AXIS) + tile, _sum(_sum(acc * wt, axis=1), axis=0))
             acc = acc * tl.load(scale + 2 * g)
         tl.store(dw + out, acc, mask=mk & mo)
         if ti == 0:
@@ -222,14 +234,14 @@ def _sigma_grad_kernel(
     dw, sdw_p, sdw_r, sdw_i, sdw_o,
     partials, scale, u, su_g, v, sv_g,
     K, O, TILES,
-    REPS: tl.constexpr, TILES_P2: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    REPS: tl.constexpr, TILES_P2: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, GROUP_AXIS: tl.constexpr,
 ):  # fmt: skip
     """Spectral norm's term through sigma: dW[g] += <G, W>[g] * ds/dsigma[g] * v u^T, with
     sigma = v . (W u) (u, v the power iteration's vectors, no gradient) and ds/dsigma = -1/sigma^2
     (0 for a member whose switch is off). <G, W> is the sum of the weight-gradient kernel's
     partials in one fixed order (every program of a group sums the same tiles alike)."""
-    g = tl.program_id(0).to(tl.int64)
-    tile = tl.program_id(1)
+    g = tl.program_id(GROUP_AXIS).to(tl.int64)
+    tile = tl.program_id(1 - GROUP_AXIS)
     t = tl.arange(0, TILES_P2)
     c = _sum(tl.load(partials + g * TILES + t, mask=t < TILES, other=0.0), axis=0)
     coef = c * tl.load(scale + 2 * g + 1)

@@ -17,7 +17,9 @@ autocast to bfloat16 (the backward keeps the forward's bf16).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -31,12 +33,18 @@ except ModuleNotFoundError as e:  # the one dependency only this path has
         raise
     raise ConfigError("model.layer_kernel=triton needs the triton package (pip install triton)") from None
 
-ROW_TILE = 64
-"""Largest tile along a product's output rows (the batch rows, or a weight's inputs in dW)."""
-COL_TILE = 64
+ROW_TILE = 128
+"""Largest tile along a product's output rows (the batch rows, or a weight's inputs in dW):
+two warpgroups' 64-row wgmma."""
+COL_TILE = 128
 """Largest tile along a product's output columns."""
 INNER_TILE = 32
-"""Largest step of the K-loop."""
+"""Largest step of the K-loop (fp32 operands: 16 KB per operand and stage at 128 x 32)."""
+STAGES = 3
+"""Software-pipeline stages of the K-loop (96 KB of operands at 128 x 128 x 32: two programs
+per SM)."""
+WIDE_TILE = 128 * 64
+"""Tiles of at least this many outputs run 8 warps (two warpgroups), smaller ones 4."""
 DOT_MIN = 16
 """tl.dot's smallest operand side: smaller products are padded (masked) up to it."""
 VECTOR_TILE = 64
@@ -45,17 +53,32 @@ NORM_EPS = 1e-12
 """normalize(x) = x / max(|x|, eps), the torch path's (tune_gems.model.layers._NORM_EPS)."""
 ROW_REDUCE_TILE = 1024
 """Columns a program of the row-reduction kernel reads per step (its lanes)."""
+PARAMETER_ALIGN = 32
+"""Columns (128 bytes) at which each parameter starts in the flat matrix on this path
+(tune_gems.model.flat): every member's weight then starts 16-byte aligned, so its tiles are
+copied in 16-byte vectors, not 4-byte ones."""
 NUM_WARPS = 4
-"""Warps per program of every layer kernel (a 64 x 64 tile at 4 warps: Triton's usual choice)."""
+"""Warps per program of the layer kernels with tiles under WIDE_TILE, and of the others."""
 
 
 @dataclass(frozen=True)
 class Tiles:
-    """A product's tile: rows x cols of the output, `inner` the K-loop's step."""
+    """A product's launch: a tile of rows x cols of the output, `inner` the K-loop's step, the
+    warps of a program and the stages of its software pipeline; `group_axis` 1 puts the groups
+    on the grid's slow axis (a group's tiles run side by side and share its weights in L2), 0
+    on its fast axis."""
 
     rows: int
     cols: int
     inner: int
+    warps: int = NUM_WARPS
+    stages: int = 3
+    group_axis: int = 1
+    empty_loop_ok: bool = False
+
+
+Policy = Callable[[int, int, int], Tiles]
+"""(rows, inner, cols) of a per-group product -> its Tiles: a function of the shape alone."""
 
 
 def _fit(n: int, largest: int, smallest: int = DOT_MIN) -> int:
@@ -64,10 +87,12 @@ def _fit(n: int, largest: int, smallest: int = DOT_MIN) -> int:
 
 
 def tiles(rows: int, inner: int, cols: int) -> Tiles:
-    """The tile of a per-group product [rows, inner] @ [inner, cols]: a function of the shape
+    """The launch of a per-group product [rows, inner] @ [inner, cols]: a function of the shape
     alone, never of the number of groups, so each group's K-loop (and its bits) is the same in
-    a call over any number of groups."""
-    return Tiles(_fit(rows, ROW_TILE), _fit(cols, COL_TILE), _fit(inner, INNER_TILE))
+    a call over any number of groups. The groups are the grid's slow axis (a group's tiles run
+    side by side, sharing its weight in L2)."""
+    r, c = _fit(rows, ROW_TILE), _fit(cols, COL_TILE)
+    return Tiles(r, c, _fit(inner, INNER_TILE), warps=8 if r * c >= WIDE_TILE else NUM_WARPS, stages=STAGES)
 
 
 @dataclass
@@ -93,7 +118,11 @@ class LayerWeights:
     sn_u: Tensor | None = None
     sn_v: Tensor | None = None
     uses: int = 0
-    kernel = "triton"  # what tune_gems.model.layers dispatches a product on
+
+    @property
+    def products(self) -> "TritonProducts":
+        """The strategy tune_gems.model.layers runs a product on."""
+        return TRITON
 
     @property
     def noisy(self) -> bool:
@@ -141,20 +170,31 @@ def dot_precision(t: Tensor) -> str:
 
 def _flags(lw: LayerWeights, relu: bool, dot: str, t: Tiles) -> dict:
     return dict(REPS=lw.reps, NOISY=lw.noisy, SCALED=lw.scaled, RELU=relu, DOT=dot, BM=t.rows, BN=t.cols, BK=t.inner,
-                num_warps=NUM_WARPS)  # fmt: skip
+                GROUP_AXIS=t.group_axis, EMPTY_LOOP_OK=t.empty_loop_ok, num_warps=t.warps, num_stages=t.stages)  # fmt: skip
+
+
+def _grid(groups: int, tiles: int, t: Tiles) -> tuple[int, int]:
+    return (tiles, groups) if t.group_axis == 1 else (groups, tiles)
 
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def check_device(t: Tensor) -> None:
-    """Refuse, in one line, a CPU tensor when the kernels are compiled (not interpreted)."""
-    if t.device.type == "cpu" and not kernels.INTERPRETED:
+def check_runs_on(device_type: str) -> None:
+    """Refuse, in one line, the CPU when the kernels are compiled (not interpreted): the one check
+    of where the layers run, made on each tensor (`check_device`) and by a sweep for its trials'
+    device before Ray starts (tune_gems.sweep.preflight.check_layer_kernel)."""
+    if device_type == "cpu" and not kernels.INTERPRETED:
         raise ConfigError(
             "model.layer_kernel=triton on the CPU runs Triton's interpreter: set TRITON_INTERPRET=1 in the run's "
             "environment (slow, meant for tests), or train on CUDA"
         )
+
+
+def check_device(t: Tensor) -> None:
+    """`check_runs_on` the tensor's device."""
+    check_runs_on(t.device.type)
 
 
 def _row_reduce(rows: Tensor, square: bool) -> Tensor:
@@ -191,31 +231,31 @@ def _check(x: Tensor, lw: LayerWeights) -> None:
         raise ValueError(f"the Triton layer kernels take float32 tensors, not {x.dtype} and {lw.weight.dtype}")
 
 
-def _rows_product(a: Tensor, y: Tensor, lw: LayerWeights, backward: bool, relu: bool, dot: str) -> Tensor:
+def _rows_product(a: Tensor, y: Tensor, lw: LayerWeights, backward: bool, relu: bool, dot: str, policy: Policy) -> Tensor:
     """The kernel over the batch rows: the forward (a = x [G, N, in] -> [G, N, out]) or dx
     (a = dy [G, N, out], with y's strides -> [G, N, in])."""
     G, N, _ = a.shape
     K, O = lw.shape
     cols, inner = (K, O) if backward else (O, K)
     out = torch.empty(G, N, cols, device=a.device, dtype=torch.float32)
-    t = tiles(N, inner, cols)
+    t = policy(N, inner, cols)
     weight, noise, bias = _operand_args(lw)
-    kernels._rows_kernel[(G, _cdiv(N, t.rows) * _cdiv(cols, t.cols))](
+    kernels._rows_kernel[_grid(G, _cdiv(N, t.rows) * _cdiv(cols, t.cols), t)](
         a, y, *a.stride(), *weight, *noise, *bias, lw.scale if lw.scaled else out, out, *out.stride(), N, K, O,
         BACKWARD=backward, **_flags(lw, relu, dot, t),
     )  # fmt: skip
     return out
 
 
-def forward(x: Tensor, lw: LayerWeights, relu: bool, dot: str) -> Tensor:
+def forward(x: Tensor, lw: LayerWeights, relu: bool, dot: str, policy: Policy = tiles) -> Tensor:
     """y [G, N, out] = act((x @ W_eff) * s + b_eff) for x [G, N, in]."""
     _check(x, lw)
-    return _rows_product(x, x, lw, False, relu, dot)
+    return _rows_product(x, x, lw, False, relu, dot, policy)
 
 
-def input_grad(dy: Tensor, y: Tensor, lw: LayerWeights, relu: bool, dot: str) -> Tensor:
+def input_grad(dy: Tensor, y: Tensor, lw: LayerWeights, relu: bool, dot: str, policy: Policy = tiles) -> Tensor:
     """dx [G, N, in] = s * ((dy * relu'(y)) @ W_eff^T); `dy` and `y` contiguous."""
-    return _rows_product(dy, y, lw, True, relu, dot)
+    return _rows_product(dy, y, lw, True, relu, dot, policy)
 
 
 def _grad_buffer(param: Tensor, direct: bool) -> Tensor:
@@ -227,12 +267,12 @@ def _grad_buffer(param: Tensor, direct: bool) -> Tensor:
     return torch.empty(param.shape, device=param.device, dtype=param.dtype)
 
 
-def weight_grads(x: Tensor, dy: Tensor, y: Tensor, lw: LayerWeights, relu: bool, dot: str, direct: bool) -> tuple:
+def weight_grads(x: Tensor, dy: Tensor, y: Tensor, lw: LayerWeights, relu: bool, dot: str, direct: bool, policy: Policy = tiles) -> tuple:
     """(dW, dW_sigma, db, db_sigma) of one product (the sigma ones None for a plain layer);
     `dy` and `y` contiguous. With spectral norm, dW includes the term through sigma."""
     G, N, K = x.shape
     O = lw.shape[1]
-    t = tiles(K, N, O)
+    t = policy(K, N, O)
     n_tiles = _cdiv(K, t.rows) * _cdiv(O, t.cols)
     dw = _grad_buffer(lw.weight, direct)
     db = _grad_buffer(lw.bias, direct)
@@ -241,15 +281,15 @@ def weight_grads(x: Tensor, dy: Tensor, y: Tensor, lw: LayerWeights, relu: bool,
     partials = torch.empty(G, n_tiles, device=x.device, dtype=torch.float32) if lw.scaled else x
     sdw, sdb = _member_strides(dw), _member_strides(db)
     weight, noise, _ = _operand_args(lw)
-    kernels._weight_grad_kernel[(G, n_tiles)](
+    kernels._weight_grad_kernel[_grid(G, n_tiles, t)](
         x, *x.stride(), dy, y, *dy.stride(), weight[0], *weight[2:], *noise,
         lw.scale if lw.scaled else x, partials,
         dw, dws, *sdw, db, dbs, sdb[0], sdb[1], sdb[3], N, K, O, **_flags(lw, relu, dot, t),
     )  # fmt: skip
     if lw.scaled:
-        kernels._sigma_grad_kernel[(G, n_tiles)](
-            dw, *sdw, partials, lw.scale, lw.sn_u, lw.sn_u.stride(0), lw.sn_v, lw.sn_v.stride(0),
-            K, O, n_tiles, REPS=lw.reps, TILES_P2=_fit(n_tiles, n_tiles, 1), BM=t.rows, BN=t.cols, num_warps=NUM_WARPS,
+        kernels._sigma_grad_kernel[_grid(G, n_tiles, t)](
+            dw, *sdw, partials, lw.scale, lw.sn_u, lw.sn_u.stride(0), lw.sn_v, lw.sn_v.stride(0), K, O, n_tiles,
+            REPS=lw.reps, TILES_P2=_fit(n_tiles, n_tiles, 1), BM=t.rows, BN=t.cols, GROUP_AXIS=t.group_axis, num_warps=t.warps,
         )  # fmt: skip
     return dw, dws if lw.noisy else None, db, dbs if lw.noisy else None
 
@@ -311,3 +351,59 @@ def layer_product(x: Tensor, lw: LayerWeights | tuple[Tensor, Tensor], relu: boo
         lw.uses += 1
         return _LayerProduct.apply(x, *params, lw, relu, dot)
     return forward(x, lw, relu, dot)
+
+
+# NoisyNet noise: the torch path's Box-Muller and f(eps) (tune_gems.rng.box_muller,
+# NoisyPopLinear.resample) in the same order of operations in one pass per layer, so on CUDA,
+# where both use the CUDA math library's logf and cosf, the factors equal the torch path's bit
+# for bit (tests/gpu/test_triton_noise_gpu.py); the interpreter's numpy log/cos round within a
+# few ulp (tests/test_triton_noise.py). Every factor is written by exactly one program.
+
+NOISE_BLOCK = 256
+"""Normals per program of the noise kernel."""
+TWO_PI = 2.0 * math.pi
+
+
+def noise_factors(u: Tensor, offset: int, on: Tensor, f_in: Tensor, f_out: Tensor) -> None:
+    """Write f(eps) of one layer into `f_in` [P, reps, in, 1] and `f_out` [P, reps, 1, out]
+    from a net's uniforms u [P, 2n] (the layer's normals are the net's offset .. offset +
+    reps x (in + out)); `on` [P]: the members with NoisyNets (the others get zeros)."""
+    P, reps, K, _ = f_in.shape
+    O = f_out.shape[-1]
+    size = reps * (K + O)
+    check_device(u)
+    if u.stride(-1) != 1:
+        raise ValueError("the uniforms' rows must be contiguous")
+    kernels._noise_factors_kernel[(P, -(-size // NOISE_BLOCK))](
+        u, u.stride(0), on,
+        f_in, f_in.stride(0), f_in.stride(1), f_in.stride(2),
+        f_out, f_out.stride(0), f_out.stride(1), f_out.stride(3),
+        offset, u.shape[1] // 2, size, K, O,
+        TWO_PI_F=float(torch.tensor(TWO_PI, dtype=torch.float32)), BLOCK_N=NOISE_BLOCK,
+    )  # fmt: skip
+
+
+class TritonProducts:
+    """The layers' products on these kernels (`model.layer_kernel: triton`), the strategy
+    tune_gems.model.layers.layer_products returns: the layers hand over their raw parameters
+    (`fused`), which sit at aligned columns of the flat matrix, and the learner's per-member
+    reductions run in a fixed order."""
+
+    name = "triton"
+    fused = True
+    parameter_align = PARAMETER_ALIGN
+    LayerWeights = LayerWeights
+    product = staticmethod(layer_product)
+    spectral_scale = staticmethod(spectral_scale)
+    row_norms = staticmethod(row_norms)
+    row_means = staticmethod(row_means)
+
+    noise_factors = staticmethod(noise_factors)
+
+    @staticmethod
+    def resample_noise(net, draws, stream: str) -> None:
+        """Box-Muller and f(eps) in one kernel per noisy layer, from the iteration's uniforms."""
+        net.resample_noise_from_uniforms(draws.uniform(stream))
+
+
+TRITON = TritonProducts()

@@ -1,12 +1,9 @@
 """Where a run stands out of sample, in one statement: the end of `train`, the first line of the
 analysis report and of `tune-gems analyze`, and the verdicts' `skill` flag.
 
-Why one statement (issue 30, item 8). The report used to open with a validation-Sharpe
-comparison against buy-and-hold ("every configuration trails buy_and_hold") while every verdict
-line closed with a test-alpha-Sharpe one against momentum ("every arm trails the momentum
-baseline"): two metrics, two segments, two baselines, no interval, and a buy-and-hold whose alpha
-Sharpe is an artefact of its entry cost (docs/evaluation.md). Now both say the same thing, on
-one metric with an interval:
+Why one statement: the report's opening and every verdict line say the same thing, on one
+metric with an interval (two metrics, segments or baselines would disagree, and buy-and-hold's
+alpha Sharpe is an artefact of its entry cost, docs/evaluation.md):
 
 - **the metric**: each configuration's test alpha Sharpe at the final epoch (test Sharpe for
   results without it, said so), per member seed (averaged over walk-forward folds: every fold

@@ -136,7 +136,7 @@ GAIN_OBJECTIVES = tuple(f"{g}_lastk" for g in GAIN_METRICS)
 OBJECTIVES); `val_sharpe_gain_lastk` or `val_alpha_sharpe_gain_lastk` for a less noisy objective."""
 GEM_GAIN_PREFIX = "gain_"
 VERDICT_GAIN = "verdict_gain"
-"""The verdict's own metric as a trial's gain (issue 21): per seed index, validation alpha Sharpe
+"""The verdict's own metric as a trial's gain, so a search optimises what decides: per seed index, validation alpha Sharpe
 averaged over the last min(k, epochs so far) epochs, proposal minus control, a diverged member
 the worst outcome (-inf / +inf / a tie), summarised by the Hodges-Lehmann pseudo-median: the
 statistic `tune-gems analyze` decides with (tune_gems.design.arm_sets.verdict_gains). Per gem:

@@ -38,7 +38,7 @@ from tune_gems.data.summary import data_lines
 from tune_gems.sweep.console import quiet_driver
 from tune_gems.sweep.local_ray import check_ray_address, probe_cluster, start_or_join
 from tune_gems.sweep.outcome import SweepOutcome, finish_sweep
-from tune_gems.sweep.preflight import check_memory, check_plugins_dry, check_trial_resources, prepare_store
+from tune_gems.sweep.preflight import check_layer_kernel, check_memory, check_plugins_dry, check_trial_resources, prepare_store
 from tune_gems.sweep.resume import resolved_spec, restart_lines, resume_command, stored_spec, write_record
 from tune_gems.sweep.search import clear_stale_journal_lock
 from tune_gems.sweep.spec import SweepSpec
@@ -107,6 +107,7 @@ def run_sweep(
         spec = stored_spec(store, overrides, spec, spec_path)
     base_cfg = spec.base_config()
     check_memory(spec, str(spec_path))
+    check_layer_kernel(spec, str(spec_path))  # trials on the CPU without Triton's interpreter: refused before Ray
     prices = load_run_prices(base_cfg)
     # validates splits and segment lengths now, on the series' one path: every path has its length and
     # dates, and the trials build their own markets (their P paths) where they run

@@ -4,6 +4,7 @@ cluster is joined) a node that can hold one trial. A refusal is one line naming 
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -32,6 +33,37 @@ def check_memory(spec: SweepSpec, source: str) -> None:
         for value in space.ends():
             cfg = designed_config(spec, {**widest, key: value})
             check_training_fits(cfg, where=f"{source}: with search.params.{key}={value!r} ", gpu_trial=gpu_trial)
+
+
+def trials_on_cpu(spec: SweepSpec) -> bool:
+    """Whether the sweep's trials run on the CPU: `config.device: cpu`, `resources.gpu: 0`, or
+    no GPU asked, none on this machine and no cluster named (`RAY_ADDRESS`: a cluster's GPUs are
+    known only once joined)."""
+    if spec.base_config().device == "cpu" or spec.resources.gpu == 0:
+        return True
+    if spec.resources.gpu is not None or os.environ.get("RAY_ADDRESS"):
+        return False
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def check_layer_kernel(spec: SweepSpec, source: str) -> None:
+    """`model.layer_kernel: triton`, set or searched, where the trials run on the CPU (`trials_on_cpu`)
+    without Triton's interpreter: every trial would fail once Ray started, so it is refused here,
+    by the check `train` and the dry runs make (tune_gems.ops.triton_layers.check_runs_on)."""
+    space = spec.search.params.get("model.layer_kernel")
+    keys = [("config.model.layer_kernel", spec.base_config().model.layer_kernel)]
+    keys += [("search.params.model.layer_kernel", c) for c in (space.choices or () if space is not None else ())]
+    for key, kernel in keys:
+        if kernel != "triton" or not trials_on_cpu(spec):
+            continue
+        from tune_gems.ops.triton_layers import check_runs_on  # imports triton: only for a triton sweep
+
+        try:
+            check_runs_on("cpu")
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {key}: {str(e).removeprefix('model.layer_kernel=')}") from None
 
 
 def check_plugins_dry(spec: SweepSpec, prices, source: str) -> None:

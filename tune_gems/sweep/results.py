@@ -26,15 +26,13 @@ from typing import Any
 import pandas as pd
 
 from tune_gems.design.arm_sets import also_named, arm_aliases
-from tune_gems.design.arms import expand_arms, resolved_settings
+from tune_gems.design.arms import resolved_settings, run_arms
 from tune_gems.config.dotted import flatten
-from tune_gems.contracts.config_label import trial_label
 from tune_gems.contracts.errors import ConfigError
-from tune_gems.data.histories import n_histories
 from tune_gems.contracts.gem_manifest import GemEntry, manifest_text
 from tune_gems.gems import manifest
 from tune_gems.stats.metrics import MEMBER_IDS, epoch_metrics, member_metrics
-from tune_gems.sweep.spec_load import apply_spec_design, trial_config
+from tune_gems.sweep.spec_load import trial_config
 from tune_gems.contracts.result_files import (
     ARMS_PARQUET, BASELINES_KEY, BASELINES_PARQUET, CHECKPOINT_HISTORY_FILE, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE,
     FOLDS_KEY, FOLDS_PARQUET, GEMS_FILE, HISTORIES_KEY, HISTORIES_PARQUET, HISTORY_FILE, ID_COLUMNS, MEMBERS_FILE, MEMBERS_KEY,
@@ -47,17 +45,6 @@ TERMINATED, ERROR, UNFINISHED = "TERMINATED", "ERROR", "UNFINISHED"
 """Values of trials.parquet's `status`: ran to its end (or was stopped early by the scheduler);
 failed after its retries; not finished when the sweep stopped (Ctrl-C, a lost driver):
 `--resume` continues it, and the analysis must not score its partial epochs as a result."""
-
-
-def arm_config_labels(arm_list) -> dict[str, str]:
-    """{arm name: the label of its members} (the trial's config with the arm's settings applied)."""
-    return {a.name: a.config.label() for a in arm_list}
-
-
-def config_label(cfg) -> str:
-    """The label of a trial's members (tune_gems.contracts.config_label): its one arm's, or its
-    arms' (each with its settings applied)."""
-    return trial_label(list(arm_config_labels(expand_arms(cfg)).items()))
 
 
 def trial_status(tune_status: str | None, error: BaseException | None) -> str:
@@ -185,18 +172,16 @@ def collect_tables(
         fold_ids: tuple[int, ...] = ()
         history_ids: tuple[int, ...] = ()
         try:
-            cfg = apply_spec_design(trial_config(base, params), design)
+            cfg = trial_config(base, params, design)
             flat_cfg, seed = flatten(cfg.to_dict()), cfg.seed
             plugins = list(cfg.plugins)
-            arm_list = expand_arms(cfg)
-            arm_labels = arm_config_labels(arm_list)  # each arm's members, its settings applied
-            label = trial_label(list(arm_labels.items()))
-            arm_names = tuple(a.name for a in arm_list) if getattr(cfg, "arms", None) is not None else ()
-            fold_ids = tuple(range(cfg.data.folds.k))
-            history_ids = tuple(range(n_histories(cfg.data)))
+            run = run_arms(cfg)
+            arm_labels, label = run.labels, run.label  # each arm's members, its settings applied
+            arm_names = run.names if cfg.arms is not None else ()
+            fold_ids, history_ids = tuple(range(run.layout.folds)), tuple(range(run.layout.histories))
             aliases = arm_aliases(cfg)  # a duplicate arm trained once: its other name (tune_gems.design.arm_sets)
             arms.extend({"trial_id": trial_id, "arm": a.name, "also_named": also_named(aliases, a.name),
-                         **resolved_settings(a.config)} for a in arm_list)
+                         **resolved_settings(a.config)} for a in run.arms)
         except ConfigError:
             flat_cfg, label, seed = {}, "invalid config", params.get("seed")
             arm_labels = {}
@@ -265,11 +250,15 @@ def _safe_name(trial_id: str) -> bool:
     return bool(trial_id) and "/" not in trial_id and "\\" not in trial_id and not trial_id.startswith(".")
 
 
-def write_frames(store: ExperimentStore, frames: dict[str, pd.DataFrame]) -> None:
+def write_frames(store: ExperimentStore, frames: dict[str, pd.DataFrame]) -> dict[str, bytes]:
+    """Each frame as parquet; {name: the bytes written}."""
+    written = {}
     for name, frame in frames.items():
         buf = io.BytesIO()
         frame.to_parquet(buf, index=False)
-        store.write_bytes(name, buf.getvalue())
+        written[name] = buf.getvalue()
+        store.write_bytes(name, written[name])
+    return written
 
 
 def write_eval_returns(store: ExperimentStore, eval_returns: dict[str, bytes]) -> None:
@@ -289,7 +278,8 @@ def write_eval_returns(store: ExperimentStore, eval_returns: dict[str, bytes]) -
 
 def write_tables(store: ExperimentStore, tables: SweepTables) -> None:
     """trials/history/members/arms/baselines/folds/histories parquet, gems.json and each trial's
-    eval returns, each written atomically (the side tables only when there are rows)."""
+    eval returns, each written atomically (the side tables only when there are rows), then the
+    tables' checksums in the marker."""
     frames = {TRIALS_FILE: tables.trials, HISTORY_FILE: tables.history, MEMBERS_FILE: tables.members}
     if len(tables.arms):
         frames[ARMS_PARQUET] = tables.arms
@@ -299,6 +289,9 @@ def write_tables(store: ExperimentStore, tables: SweepTables) -> None:
         frames[FOLDS_PARQUET] = tables.folds
     if len(tables.histories):
         frames[HISTORIES_PARQUET] = tables.histories
-    write_frames(store, frames)
-    store.write_bytes(GEMS_FILE, manifest_text(tables.gems).encode())
+    from tune_gems.sweep.resume import record_tables
+
+    written = {**write_frames(store, frames), GEMS_FILE: manifest_text(tables.gems).encode()}
+    store.write_bytes(GEMS_FILE, written[GEMS_FILE])
     write_eval_returns(store, tables.eval_returns)
+    record_tables(store, written)  # what `confirm` verifies them against (tune_gems.contracts.run_record)

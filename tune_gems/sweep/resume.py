@@ -16,10 +16,10 @@ from tune_gems.config.dotted import flatten
 from tune_gems.config.load import format_validation_error
 from tune_gems.config.yaml_io import apply_overrides, yaml_mapping
 from tune_gems.contracts.errors import ConfigError
-from tune_gems.contracts.outputs import MARKER_FILE, marker_body, marker_state, parse_marker, write_marker
+from tune_gems.contracts.outputs import MARKER_FILE, marker_body, marker_state, parse_marker, update_marker, write_marker
 from tune_gems.contracts.result_files import SPEC_FILE
 from tune_gems.contracts.run_record import (
-    CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged, checksums, require_record,
+    CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged, checksums, require_record, table_checksums,
 )
 from tune_gems.sweep.spec import SweepSpec
 from tune_gems.sweep.spec_load import import_spec_plugins
@@ -115,6 +115,17 @@ def write_record(store: ExperimentStore, spec_text: bytes, data_record: dict[str
     else:
         store.write_bytes(MARKER_FILE, (json.dumps(marker_body("sweep", **fields)) + "\n").encode())
     store.write_bytes(SPEC_FILE, spec_text)
+
+
+def record_tables(store: ExperimentStore, written: dict[str, bytes]) -> None:
+    """The checksums of the tables just written ({name: bytes}) in the experiment's marker
+    (`run_record.TABLES_KEY`), what `confirm` verifies them against."""
+    fields = table_checksums(written)
+    marker, _problem = stored_marker(store)
+    if store.disk_dir is not None and marker is not None:
+        update_marker(store.disk_dir, **fields)
+        return
+    store.write_bytes(MARKER_FILE, (json.dumps({**(marker or marker_body("sweep")), **fields}) + "\n").encode())
 
 
 def resume_command(spec_path: Path, store: ExperimentStore, name: str) -> str:

@@ -9,17 +9,16 @@ impossible value fails here, not in a trial an hour later.
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from tune_gems.config.schema import Config
-from tune_gems.design.arm_sets import AA_STREAM
+from tune_gems.design.arm_sets import AA_STREAM, apply_design
 from tune_gems.config.yaml_io import apply_overrides, read_yaml
 from tune_gems.config.load import build_config, format_validation_error
-from tune_gems.config.dotted import set_dotted
+from tune_gems.config.dotted import with_dotted
 from tune_gems.contracts.errors import ConfigError
 from tune_gems.sweep.spec import DESIGN_NONE, FIRST_SEED_INDEX, SweepSpec
 from tune_gems.sweep.tracking import check_tracking
@@ -53,12 +52,11 @@ def block_grid(spec: SweepSpec) -> dict[str, list[Any]]:
     return {FIRST_SEED_INDEX: [first + b * stride for b in range(spec.blocks.seed_blocks)]}
 
 
-def trial_config(base: dict[str, Any], params: dict[str, Any]) -> Config:
-    """The full config of one trial: the base tree with the trial's dotted parameters applied."""
-    tree = copy.deepcopy(base)
-    for key, value in params.items():
-        set_dotted(tree, key, value)
-    return build_config(tree, "trial config")
+def trial_config(base: dict[str, Any], params: dict[str, Any], design: str = DESIGN_NONE) -> Config:
+    """The full config of one trial: the base tree with the trial's dotted parameters applied,
+    validated once, with the design's arms set (tune_gems.design.arm_sets.apply_design)."""
+    cfg = build_config(with_dotted(base, params), "trial config")
+    return cfg if design == DESIGN_NONE else apply_design(cfg, design)
 
 
 def arms_keys(config: dict[str, Any]) -> set[str]:
@@ -176,16 +174,7 @@ def import_spec_plugins(tree: dict[str, Any], source: str) -> None:
 
 def designed_config(spec: SweepSpec, params: dict[str, Any]) -> Config:
     """A trial's full config with the spec's design applied (its arms set)."""
-    cfg = trial_config(spec.config, params)
-    return apply_spec_design(cfg, spec.design)
-
-
-def apply_spec_design(cfg: Config, design: str) -> Config:
-    if design == DESIGN_NONE:
-        return cfg
-    from tune_gems.design.arm_sets import apply_design
-
-    return apply_design(cfg, design)
+    return trial_config(spec.config, params, spec.design)
 
 
 def widest_trial(spec: SweepSpec) -> dict[str, Any]:

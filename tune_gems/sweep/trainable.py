@@ -52,8 +52,7 @@ from tune_gems.contracts.result_files import CHECKPOINT_FILE, CHECKPOINT_HISTORY
 from tune_gems.market.market_cache import MarketCache, market_key
 from tune_gems.sweep.console import quiet_trial
 from tune_gems.sweep.progress import HEALTH_KEY
-from tune_gems.sweep.results import config_label
-from tune_gems.sweep.spec_load import apply_spec_design, trial_config
+from tune_gems.sweep.spec_load import trial_config
 from tune_gems.sweep.trial_files import TRIAL_BASELINES, TRIAL_FOLDS, TRIAL_HISTORIES, TrialFiles, member_file
 from tune_gems.trainer.async_checkpoint import AsyncCheckpointWriter
 from tune_gems.trainer.epoch_loop import train_epochs
@@ -223,8 +222,8 @@ def trial_trainer(
     (before allocating), the market from this process's cache. Also what benchmarks/startup.py
     times."""
     release_finished_trials()
-    cfg = apply_spec_design(trial_config(base, params), design)  # the design's arms, per trial
-    arms = run_arms(cfg)  # the trial's arms, expanded once for the memory check and the trainer
+    cfg = trial_config(base, params, design)  # validated once, with the design's arms
+    arms = run_arms(cfg)  # expanded once: the memory check, the trainer and the trial's label
     check_training_fits(cfg, members=arms.members, where="this trial's node: ")
     device = run_device(cfg)
     market = markets.get(
@@ -250,10 +249,10 @@ def train_trial(
     cfg = trainer.cfg
     where = placement()
     files = TrialFiles.of_session(tune)
-    label = config_label(cfg)  # its arms' settings applied (Optuna's user attribute too)
-    files.write_json(TRIAL_BASELINES, trainer.baselines().to_dict("records"))
-    files.write_json(TRIAL_FOLDS, trainer.fold_table().to_dict("records"))
-    files.write_json(TRIAL_HISTORIES, trainer.history_table().to_dict("records"))
+    label = trainer.arms.label  # its arms' settings applied (Optuna's user attribute too)
+    for name, table in ((TRIAL_BASELINES, trainer.baselines()), (TRIAL_FOLDS, trainer.fold_table()),
+                        (TRIAL_HISTORIES, trainer.history_table())):
+        files.write_json(name, table.to_dict("records"))
     reports = CheckpointReports(trainer)
 
     def report(result: EpochResult, checkpoint_due: bool) -> None:

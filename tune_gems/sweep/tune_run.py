@@ -39,7 +39,8 @@ def fit_tuner(spec: SweepSpec, store: ExperimentStore, name: str, prices, resour
                 num_samples=1 if blocks else spec.num_samples,
                 max_concurrent_trials=spec.max_concurrent_trials,
                 # one actor runs trial after trial: its process, imports, CUDA context, loaded
-                # extension and markets stay (issue 33; what a trial may leave: trainable.py)
+                # extension and markets stay, sparing each trial's start-up (what a trial may
+                # leave: trainable.py)
                 reuse_actors=True,
             ),
             run_config=tune.RunConfig(

@@ -12,7 +12,10 @@ CheckpointError naming the field, never a KeyError deep in the trainer):
               "prefilled": bool, "history": [dict], "member_history": [dict], "config": dict, ...},
      "state": {str: Tensor}}
 
-Files written before the version field existed are read as version 1. Beyond the schema, a
+Files written before the version field existed are read as version 1. Version 2: the flat
+parameter matrices of a `model.layer_kernel: triton` run have alignment gaps
+(tune_gems.model.flat); a version-1 file is laid out with them on load
+(tune_gems.trainer.learner.Learner.from_checkpoint). Beyond the schema, a
 checkpoint must agree with itself (`check_consistent`): its history holds one row per epoch
 1..epoch with the same columns throughout, its epoch is within its config's `trainer.epochs`,
 and the weights and optimizer state are finite unless the run diverged.
@@ -33,9 +36,9 @@ from tune_gems.contracts.errors import CheckpointError
 from tune_gems.contracts.safe_files import open_atomic
 
 FORMAT = "tune-gems-checkpoint-v1"
-VERSION = 1
+VERSION = 2
 """Schema version written in every checkpoint; a reader refuses versions it does not know."""
-SUPPORTED_VERSIONS = (1,)
+SUPPORTED_VERSIONS = (1, 2)
 META_SCHEMA: dict[str, tuple[type, ...]] = {
     "epoch": (int,),
     "env_steps": (int,),

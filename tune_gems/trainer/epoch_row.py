@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tune_gems.config.schema import Config
-from tune_gems.design.arm_sets import arm_aliases, has_gains, paired_gains, verdict_gains
+from tune_gems.design.arm_sets import has_gains, paired_gains, verdict_gains
 from tune_gems.gems.registry import Gem
 from tune_gems.stats.metrics import (
     ARM_SEPARATOR, EVAL_STATS, FOLD_METRICS, FOLD_PREFIX, GAIN_METRICS, GAIN_OBJECTIVES, GEM_GAIN_PREFIX, SEGMENTS, epoch_metrics,
@@ -157,7 +157,7 @@ def _gains(
     pair diverged), the gains' last-k means (the same k and window as the other objectives;
     NaN if any epoch in the window is NaN), and the verdict's statistic on the same window
     (tune_gems.design.arm_sets.verdict_gains, from the members' last-k rows)."""
-    gems, aliases, val = cfg.gem_names(), arm_aliases(cfg), e.evals["val"]
+    gems, aliases, val = cfg.gem_names(), ids.aliases, e.evals["val"]
     arm_of, pair_key = list(ids.arm), list(ids.pair)
     g = paired_gains(gems, arm_of, pair_key, val["sharpe"], val["alpha_sharpe"], aliases=aliases)
     k = cfg.trainer.objective_last_k

@@ -8,6 +8,7 @@ from typing import Any
 
 from tune_gems.stats.metrics import FOLD_PREFIX, history_fold_suffix
 from tune_gems.trainer.member_gems import MemberGems
+from tune_gems.trainer.member_ids import MemberIds
 
 
 def _num(x: float, fmt: str = ".4f") -> str:
@@ -40,22 +41,20 @@ def _fold_cells(folds: tuple[int, ...], histories: tuple[str, ...]) -> list[tupl
     return [(f"{name}/{k}", history_fold_suffix(h, k)) for h, name in enumerate(histories) for k in folds]
 
 
-def health_line(
-    m: dict[str, Any], gems: MemberGems, arms: tuple[str, ...] = (), folds: tuple[int, ...] = (),
-    aliases: dict[str, str] | None = None, histories: tuple[str, ...] = (),
-) -> str:
+def health_line(m: dict[str, Any], gems: MemberGems, ids: MemberIds) -> str:
     """The line: every gem's value, or `off` where the run has it off (`MemberGems.summary_mode`).
     With >= 2 walk-forward folds it then has one compact part per fold,
     ` folds [<k>: vs=<val sharpe mean> va=<val alpha sharpe mean> | ...]` (and `ts=<test sharpe
-    mean>` once the test segment is evaluated); with >= 2 price histories (`histories`: their
-    names) one per history and fold, `<name>/<k>: ...` (`<name>: ...` with one fold); with >= 2
+    mean>` once the test segment is evaluated); with >= 2 price histories (`MemberIds.histories`:
+    their names) one per history and fold, `<name>/<k>: ...` (`<name>: ...` with one fold); with >= 2
     arms it ends with one compact part per arm:
     ` arms [<arm>: vs=<val sharpe mean> <metric>=<v> ... | <arm>: ...]` (`off` for the gems the
     arm has off, `MemberGems.off_by_arm`). A designed run (proposal/control arms) adds, before the
     arms part, ` gain [sharpe=<val_sharpe_gain> alpha=<val_alpha_sharpe_gain> verdict=<verdict_gain>
     <gem>=<gain_<gem>> ...]` for each gem with a without-<gem> arm (or an arm trained under another
-    name: `aliases`, tune_gems.design.arm_sets.arm_aliases)."""
-    named = set(arms) | set(aliases or {})
+    name: `MemberIds.aliases`)."""
+    arms, folds, histories = ids.arms, ids.folds, ids.histories
+    named = set(arms) | set(ids.aliases)
     parts = [
         f"HEALTH_DIAG epoch={m['epoch']}",
         f"loss={_num(m['loss'])}",

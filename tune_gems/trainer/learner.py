@@ -103,14 +103,16 @@ class Learner:
         switches = {"spectral_norm": self.spectral_norm, "noisy": self.noisy, "member_block": member_block}
         self.online = BranchingC51(mc, market.obs_dim, K, A, self.seeds, heads, **switches).to(device)
         self.target = copy.deepcopy(self.online)  # the online net's weights and state, not drawn a second time
-        self.online_flat = FlatParameters(self.online, P)
-        self.target_flat = FlatParameters(self.target, P, with_grad=False)
+        self.products = products = self.online.products  # the layers' products: torch's, or fused kernels
+        self.online_flat = FlatParameters(self.online, P, align=products.parameter_align)
+        self.target_flat = FlatParameters(self.target, P, with_grad=False, align=products.parameter_align)
         self.replay = ReplayBuffer(P, tc.replay_capacity, market.obs_dim, K, tc.n_envs, tc.n_step, tc.gamma, device, source=self.env)
         E, noise = tc.n_envs, self.online.noise_size
         # one block of uniforms per iteration and member; each consumer reads its own slice.
         # Every slice is reserved whatever the member's switches (noise for members without
         # NoisyNets, exploration for members with them), so a member's draws never depend on
-        # them; the exploration slices come last, so runs with NoisyNets draw as before.
+        # them; the exploration slices come last, so the noise slices keep their offsets (a NoisyNets
+        # run's draws do not depend on them).
         self.plan = DrawPlan(
             {
                 "noise_online": 2 * noise,  # Box-Muller: two uniforms per normal
@@ -128,11 +130,9 @@ class Learner:
         ends = [shared, *heads]
         if any(a.stop != b.start for a, b in zip(ends, heads)) or ends[-1].stop != self.online_flat.data.shape[1]:
             raise ValueError("gem heads must follow the shared network in the flat parameter matrix")
-        # the triton path's per-member reductions in a fixed order (its member's bits do not depend on P)
-        self._fixed_order = _fixed_order_reductions() if cfg.model.layer_kernel == "triton" else None
         self.optim = PopulationAdam(
             self.online_flat, self.lr, tc.adam_eps, tc.grad_clip, clip_groups=[shared, *heads], blocks=self.layout.blocks,
-            row_norms=self._fixed_order.row_norms if self._fixed_order else None,
+            row_norms=products.row_norms,  # the fused path's: in an order that does not depend on P
         )
         self.member_gems = MemberGems([a.config.gems for a in self.arms], self.layout, device, cfg.plugins, fused=ops.fused)
         names = self.member_gems.names
@@ -174,6 +174,14 @@ class Learner:
         state.update({"rng.counter": self.rng.counter, "counters.updates": self.updates})
         state.update({"counters.collect_steps": self.collect_steps, "metrics.acc": self.acc})
         return state
+
+    def from_checkpoint(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """A checkpoint's state in this learner's layout: flat matrices saved without alignment
+        gaps (checkpoint version 1, before the triton path's parameters were aligned) get them."""
+        flat = self.online_flat
+        unaligned = sum(flat.sizes)
+        return {k: flat.pack(t) if k in FLAT_STATE and flat.padded and t.dim() == 2 and t.shape[1] == unaligned else t
+                for k, t in state.items()}  # fmt: skip
 
     def _pair_target_tensors(self) -> list[tuple[Tensor, Tensor, bool]]:
         """(target, online, follows_tau): all parameters as one flat pair, and the
@@ -235,10 +243,7 @@ class Learner:
         self.rng.advance()
         draws = self.rng.draw(self.plan)
         for net, name in ((self.online, "noise_online"), (self.target, "noise_target")):
-            if self.cfg.model.layer_kernel == "triton":  # Box-Muller and f(eps) in one kernel per layer
-                net.resample_noise_from_uniforms(draws.uniform(name))
-            else:
-                net.resample_noise(draws.normal(name))
+            self.products.resample_noise(net, draws, name)
         return draws
 
     def reset_envs(self) -> None:
@@ -261,7 +266,7 @@ class Learner:
     # -- one iteration -----------------------------------------------------------------------
     @functools.cached_property
     def iteration(self) -> SplitStep:
-        """One training iteration, called as `learner.iteration()`: the capturable part
+        """One training iteration, called as `Learner.iteration()`: the capturable part
         (`_iteration_on_device`) and the host-scheduled hard target copy (`_after_iteration`),
         after the device part of each iteration; `StepRunner` captures the first and runs the
         second between replays, counting iterations on the host."""
@@ -292,7 +297,7 @@ class Learner:
         with kernels=cuda, its reference otherwise): expected Q over [s_t, s_{t+1}] and the
         taken action's log-probabilities at s_t straight from the value and advantage logits,
         so the [P,2B,K,A,atoms] dueling logits and their gradient are never materialised. The
-        head runs in float32 outside autocast (bf16 stream outputs are cast up, as before).
+        head runs in float32 outside autocast (bf16 stream outputs are cast up).
         """
         B = self.cfg.trainer.batch_size
         stacked = b.stacked_obs  # [P,3B,obs_dim] = cat[s_t, s_{t+1}, s_{t+n}]
@@ -407,8 +412,8 @@ class Learner:
 
     def _accumulate(self, c51: Tensor, finite: Tensor, q_t: Tensor, grad_norm: Tensor, values: dict, nulls: dict) -> None:
         mg = self.member_gems
-        if self._fixed_order:  # one call over every member: its rows are reduced each alone
-            q_mean = self._fixed_order.row_means(q_t.detach().flatten(1).float())
+        if self.products.row_means is not None:  # one call over every member: its rows are reduced each alone
+            q_mean = self.products.row_means(q_t.detach().flatten(1).float())
         else:
             q_mean = torch.cat([q_t[rows].detach().mean(dim=(1, 2, 3)) for rows in mg.blocks])  # per arm (see nulls)
         rows = [c51.detach(), q_mean, grad_norm]
@@ -417,6 +422,10 @@ class Learner:
         rows += [mg.reported(n, nulls[n], c51) for n in mg.names]
         rows.append((~finite).float())
         self.acc.add_(torch.stack(rows))
+
+
+FLAT_STATE = ("online.params", "target.params", "optim.exp_avg", "optim.exp_avg_sq")
+"""State tensors laid out as the flat parameter matrix [P, columns]."""
 
 
 def _state_buffers(net: torch.nn.Module) -> list[tuple[str, Tensor]]:
@@ -440,10 +449,3 @@ class _Float32MatmulPrecision:
         torch.set_float32_matmul_precision(self.previous)
         return False
 
-
-def _fixed_order_reductions():
-    """The triton path's fixed-order per-member reductions, tune_gems.ops.triton_layers
-    (row_norms, row_means; imported here: only that path needs Triton)."""
-    from tune_gems.ops import triton_layers
-
-    return triton_layers

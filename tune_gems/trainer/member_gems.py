@@ -20,8 +20,8 @@ tensors and the graph's structure never depends on them:
 - the loss term is `where(wire, weight x value, 0)`, summed over the gems any member wires;
 - a gem that owns a head (G12's predictor) trains it in `measure` mode with the value as its
   loss: `where(measure, value, 0)`, summed over the gems any member measures; in `wire` mode
-  the head trains at the same rate whatever the gem's weight (issue 21: at weight 0.01 the
-  weighted gradient sank under Adam's epsilon and the predictor barely trained): the loss adds
+  the head trains at the same rate whatever the gem's weight (a weighted gradient at weight
+  0.01 sinks under Adam's epsilon and the predictor barely trains): the loss adds
   `where(wire, (1 - weight) x value_on_cut_inputs, 0)`, so the head's gradient is weight x g
   through the live inputs plus (1 - weight) x g through the cut ones = g, while the shared
   network still gets weight x its gradient.

@@ -3,8 +3,9 @@ the result rows and `eval_returns.npz` name it (docs/results.md; the layout: tun
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from tune_gems.design.arm_sets import arm_aliases
 from tune_gems.market.features import Market
 from tune_gems.trainer.learner import Learner
 
@@ -15,7 +16,8 @@ class MemberIds:
     order): its arm, seed index (the unit the analysis pairs and pools by), seed, price path,
     fold (the config's fold index, `data.folds`), price history (its index into `histories`)
     and pair key (the same seed index in the same history and fold: what a designed run's paired
-    gains pair). Plain Python values: checkpoints load weights-only."""
+    gains pair); `aliases`: an arm's other names (tune_gems.design.arm_sets.arm_aliases). Plain
+    Python values: checkpoints load weights-only."""
 
     arms: tuple[str, ...]
     folds: tuple[int, ...]
@@ -27,18 +29,17 @@ class MemberIds:
     pair: tuple[int, ...]
     histories: tuple[str, ...] = ("",)
     history: tuple[int, ...] = ()
+    aliases: dict[str, str] = field(default_factory=dict)
 
     @property
     def members(self) -> int:
         return len(self.arm)
 
 
-def member_ids(learner: Learner, market: Market, histories: tuple[str, ...] = ("",)) -> MemberIds:
-    """The identities of `learner`'s members (its arms record's layout) on `market`'s folds;
-    `histories`: the names of the run's price histories (tune_gems.data.histories.history_specs)."""
+def member_ids(learner: Learner, market: Market) -> MemberIds:
+    """The identities of `learner`'s members (its arms record's layout) on `market`'s folds, its
+    config's price histories named (`DataConfig.price_histories`)."""
     layout, members = learner.layout, range(learner.P)
-    if len(histories) != layout.histories:
-        raise ValueError(f"{len(histories)} history names for a layout of {layout.histories} histories")
     cell = [layout.history_index(m) * layout.folds + learner.fold_of_member[m] for m in members]
     return MemberIds(
         arms=tuple(str(a) for a in layout.arms),
@@ -49,6 +50,7 @@ def member_ids(learner: Learner, market: Market, histories: tuple[str, ...] = ("
         path=tuple(int(p) for p in learner.path_of_member),
         fold=tuple(int(market.fold_ids[learner.fold_of_member[m]]) for m in members),
         pair=tuple(cell[m] * layout.seeds_per_arm + layout.seed_slot(m) for m in members),
-        histories=tuple(histories),
+        histories=tuple(spec.name for spec in learner.cfg.data.price_histories),
         history=tuple(int(layout.history_index(m)) for m in members),
+        aliases=arm_aliases(learner.cfg),
     )

@@ -21,7 +21,7 @@ call, so there is one call per distinct learning rate, over that rate's blocks (
 contiguous row range of the matrix, passed as its own tensor). The kernel is elementwise and
 processes each tensor of its list on its own, so a block's bits are those of a run whose whole
 matrix is that block: the members of an arm step exactly as in a run of that arm alone, and a
-run with one learning rate makes the same single call as before. Clipping norms are reduced
+run with one learning rate makes a single call. Clipping norms are reduced
 per block as well, so their reduction never sees a different number of rows than in a
 single-arm run. A parameter whose gradient is exactly zero from the start keeps zero moments and
 is left unchanged (a NoisyNet sigma of a member without NoisyNets; tests/test_optim.py).

@@ -7,7 +7,7 @@ bookkeeping (end, terminal). Sampling gathers those and rebuilds the observation
 device-resident market features through the environment that produced them
 (`VecTradingEnv.observe_at`), with the same arithmetic the environment used, so the rebuilt
 observations are bit-identical to the ones the environment returned. At window 32 and two
-branches that is 16 bytes per transition instead of 286 (`benchmarks/replay_size.py`).
+branches that is 16 bytes per transition instead of 286 (benchmarks/RESULTS.md, "Compact replay").
 
 Every iteration inserts one transition per environment (E per member) at the same ring slots
 for all members, so the insertion index is shared and lives on the device; the global insert

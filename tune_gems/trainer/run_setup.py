@@ -7,9 +7,8 @@ folds invariant's reference run builds a market of one fold (tests/test_folds.py
 
 from __future__ import annotations
 
-import contextlib
 import os
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -18,7 +17,6 @@ import torch
 from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import ConfigError, DataError
 from tune_gems.data import series as data_mod
-from tune_gems.data.histories import history_specs, n_histories
 from tune_gems.data.segments import TrainingReach, fold_bounds
 from tune_gems.market.features import Market
 
@@ -53,7 +51,7 @@ def load_run_prices(cfg: Config) -> pd.Series | list[pd.Series]:
     (what `prepare_market` takes as `prices`; tune_gems.data.series.load_prices reads a file):
     one series, or with several price histories (`data.price_columns`, `data.histories`) one
     per history, on one calendar (tune_gems.data.series.load_histories)."""
-    if n_histories(cfg.data) > 1:
+    if len(cfg.data.price_histories) > 1:
         return data_mod.load_histories(cfg.data, min_rows=_min_rows(cfg))
     return data_mod.load_series(cfg.data, min_rows=_min_rows(cfg))
 
@@ -90,8 +88,8 @@ def prepare_market(
     per_seed = cfg.data.source == "synthetic" and cfg.data.synthetic.paths == "per_seed"
     if prices is not None and not per_seed:
         paths = [prices] if isinstance(prices, pd.Series) else list(prices)
-        if len(paths) != n_histories(cfg.data):
-            raise ValueError(f"prepare_market: {len(paths)} price series for the config's {n_histories(cfg.data)} histories")
+        if len(paths) != len(cfg.data.price_histories):
+            raise ValueError(f"prepare_market: {len(paths)} price series for the config's {len(cfg.data.price_histories)} histories")
     else:
         first = cfg.first_seed_index
         paths = data_mod.load_paths(cfg.data, n_seed_indices, min_rows=_min_rows(cfg), first_seed_index=first)
@@ -99,26 +97,17 @@ def prepare_market(
         if prices is not None and not np.array_equal(np.asarray(prices, dtype=np.float64), np.asarray(path0, dtype=np.float64)):
             raise ValueError("prepare_market: the given prices are not the path of seed index 0 of the config's per_seed synthetic paths")
     reach = TrainingReach(cfg.env.window, cfg.trainer.n_step, cfg.env.episode_length)  # what purged folds keep clear
-    with _naming_histories(cfg, len(paths[0])):  # one calendar: the layout is the same for every history
+    try:  # one calendar: the layout is the same for every history
         bounds = fold_bounds(paths[0], cfg.data.splits, cfg.data.folds, min_len=cfg.env.window + 2, reach=reach)
         fold_ids = list(range(len(bounds))) if folds is None else [int(f) for f in folds]
         if any(not 0 <= f < len(bounds) for f in fold_ids):
             raise ValueError(f"prepare_market: folds {fold_ids} outside the config's {len(bounds)} folds")
         market = Market(paths, [bounds[f] for f in fold_ids], cfg.env.window, device, fold_ids=fold_ids)
         market.check_lengths(cfg.env.episode_length)
-    return market
-
-
-@contextlib.contextmanager
-def _naming_histories(cfg: Config, rows: int) -> Iterator[None]:
-    """With several price histories, a layout that does not fit their common calendar is one
-    line naming them first (`histories 'a', 'b' (one calendar of <n> rows): data.folds: ...`);
-    with one, the message stays as it is."""
-    specs = history_specs(cfg.data)
-    try:
-        yield
-    except (ConfigError, DataError) as e:
+    except (ConfigError, DataError) as e:  # with several histories, a layout that does not fit names them first
+        specs = cfg.data.price_histories
         if len(specs) < 2:
             raise
         names = ", ".join(repr(s.name) for s in specs)
-        raise type(e)(f"histories {names} (one calendar of {rows} rows): {e}") from None
+        raise type(e)(f"histories {names} (one calendar of {len(paths[0])} rows): {e}") from None
+    return market

@@ -87,14 +87,14 @@ def write_run_files(trainer: Trainer, out: Path) -> None:
     folds.csv (one row per walk-forward fold: its windows), histories.csv (one row per price
     history: its name, source and calendar) and baselines.csv (flat / buy-and-hold / momentum on
     the evaluation segments, per fold and history)."""
-    from tune_gems.design.arm_sets import also_named, arm_aliases
+    from tune_gems.design.arm_sets import also_named
     from tune_gems.design.arms import resolved_settings
     from tune_gems.contracts.gem_manifest import manifest_text
     from tune_gems.gems import manifest
 
     cfg = trainer.cfg
     _write_atomic(out / GEMS_FILE, manifest_text(manifest(cfg.plugins)))
-    aliases = arm_aliases(cfg)  # a duplicate arm trained once: its other name (tune_gems.design.arm_sets)
+    aliases = trainer.ids.aliases  # a duplicate arm trained once: its other name (tune_gems.design.arm_sets)
     arms = pd.DataFrame([{"arm": a.name, **({"also_named": also_named(aliases, a.name)} if aliases else {}),
                           **resolved_settings(a.config)} for a in trainer.arms.arms])
     for name, frame in ((ARMS_CSV, arms), (FOLDS_CSV, trainer.fold_table()), (HISTORIES_CSV, trainer.history_table()),

@@ -24,10 +24,8 @@ import torch
 from tune_gems.config.dotted import flatten
 from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import CheckpointError
-from tune_gems.data.histories import history_specs
 from tune_gems.data.segments import fold_table
 from tune_gems.data.summary import history_table
-from tune_gems.design.arm_sets import arm_aliases
 from tune_gems.design.arms import RunArms
 from tune_gems.market.features import Market
 from tune_gems.market.evaluation import baseline_stats
@@ -70,11 +68,10 @@ class Trainer:
         use_graph = self.device.type == "cuda" and cfg.trainer.graph != "off"
         self.runner = StepRunner(self.learner.iteration, self.learner.state_tensors, use_graph)
         self.evaluator = GreedyEvaluator(self.learner, self.market, cfg.env, use_graph)
-        self.history_names = tuple(spec.name for spec in history_specs(cfg.data))
-        """The run's price histories, by index (tune_gems.data.histories; one for every run before them)."""
-        self.ids = member_ids(self.learner, self.market, self.history_names)
+        self.ids = member_ids(self.learner, self.market)
+        """Who each member is: arm, seed index, fold, price history (the run's histories named, by index)."""
         self.window = EvalWindow.of_run(cfg, self.ids, self.market, self.evaluator)
-        """The last `trainer.objective_last_k` validation evaluations: what `window.write` writes
+        """The last `trainer.objective_last_k` validation evaluations: what `EvalWindow.write` writes
         as eval_returns.npz; part of every checkpoint."""
         self.epoch = 0
         self.env_steps = 0
@@ -232,7 +229,7 @@ class Trainer:
         result = epoch_result(self.cfg, self.ids, gems.gems, measures, self.history, self.member_history)
         self.history.append(result.metrics)
         self.member_history.extend(result.members)
-        self.log(health_line(result.metrics, gems, self.arms.names, self.market.fold_ids, arm_aliases(self.cfg), self.history_names))
+        self.log(health_line(result.metrics, gems, self.ids))
         return result
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -253,7 +250,7 @@ class Trainer:
         """(state tensors, metadata): everything a checkpoint holds. The tensors are the live
         device state (a writer that works in the background must snapshot them before the next
         iteration); the metadata is host data, built fresh on each call (it includes the kept
-        validation evaluations, `window.kept`, as host tensors under EVAL_WINDOW_KEY). Refused
+        validation evaluations, `EvalWindow.kept`, as host tensors under EVAL_WINDOW_KEY). Refused
         while an epoch is queued: its iterations change the state past `epoch`."""
         if self._queued is not None:
             raise RuntimeError(f"a checkpoint of epoch {self.epoch} asked after epoch {self.epoch + 1} was queued")
@@ -268,7 +265,7 @@ class Trainer:
         state, meta = ckpt.load(path)
         _check_compatible(path, meta.get("config", {}), self.cfg.to_dict())
         window = self.window.saved(path, meta.get(EVAL_WINDOW_KEY))
-        ckpt.restore_into(path, self.learner.state_tensors(), state)
+        ckpt.restore_into(path, self.learner.state_tensors(), self.learner.from_checkpoint(state))
         self.runner.invalidate()
         self.epoch, self.env_steps, self.updates = int(meta["epoch"]), int(meta["env_steps"]), int(meta["updates"])
         self.diverged, self._prefilled = bool(meta["diverged"]), bool(meta["prefilled"])

@@ -213,7 +213,7 @@ def format_calibration(table: pd.DataFrame, shapes: list[Shape], note: str = "",
     return "\n".join(lines)
 
 
-# -- search, then confirm (issue 21) ---------------------------------------------------------------
+# -- search, then confirm --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -287,5 +287,5 @@ def delete_verdicts(shapes: list[Shape], effect: float, rope: float = defaults.R
 def delete_rate(shapes: list[Shape], effect: float, rope: float = defaults.ROPE, n_sim: int = defaults.N_SIM, *,
                 dist: str = "normal", alpha: float = defaults.ALPHA, seed: int = defaults.SEED) -> float:
     """P(the first gem reads `delete`) in `delete_verdicts`. A true wiring effect at the ROPE or
-    beyond must read `delete` at most alpha of the time (issue 21)."""
+    beyond must read `delete` at most alpha of the time: a gem whose wiring matters is kept."""
     return float((delete_verdicts(shapes, effect, rope, n_sim, dist=dist, alpha=alpha, seed=seed) == DELETE).mean())

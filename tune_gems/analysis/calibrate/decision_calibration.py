@@ -1,5 +1,5 @@
-"""Calibration of issue 37's rule components: the fold overlap, the held-out confirmation, several
-price histories, and a heterogeneous contrast leaving the family's shared spread.
+"""Calibration of the rule's components for folds and histories: the fold overlap, the held-out
+confirmation, several price histories, and a heterogeneous contrast leaving the family's shared spread.
 
 A statistic ships with its calibration: each table here runs the very function a verdict calls
 (`rules.decision.decide`, with the fold data `rules.period_family.fold_data` and `rules.overlap`'s
@@ -28,12 +28,12 @@ fold, period spreads in one fold's seed standard errors sd / sqrt(n), as
   (`test_effect`), or different per history (`history_pattern`: a mean-zero flip across the
   histories, or one history of the opposite sign).
 
-**The real shapes** (issue 37): 8 purged groups x 12 seeds and 6 x 16 (96 members per arm each),
+**The real shapes** (the S&P 500 runs'): 8 purged groups x 12 seeds and 6 x 16 (96 members per arm each),
 a family of 3 contrasts; 4 and 3 histories x 4 purged groups x 6 seeds. NB's correlation of each
 layout is read off its fold table (`rules.overlap.fold_overlap` of `data.segments.fold_bounds`)
 on `LAYOUT_ROWS` daily rows, split 70 / 15 / 15 with the trainer's default reach (env.window 32,
 n_step 3, episode_length 256) and an embargo of 5: the factors 2.14 (8 groups) and 2.20 (6)
-the issue measured on the real layouts. The period spread is one seed standard error (`tau`
+of the real layouts (docs/analysis.md "The overlap of folds"). The period spread is one seed standard error (`tau`
 1: the rule's period calibration's middle row; the real runs' tau was 0 for g6 and up to 0.3
 Sharpe for NoisyNets, wide bounds), no seed share.
 
@@ -54,14 +54,17 @@ import pandas as pd
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.calibrate.calibration import mc_tolerance
+from tune_gems.analysis.rules.calendar import one_calendar, own_calendars
 from tune_gems.analysis.rules.decision import Evidence, TestSegment, decide
-from tune_gems.analysis.rules.held_out_rule import seed_level_effect
+from tune_gems.analysis.rules.held_out_rule import confirmation_level, held_out_alone, seed_level_effect
 from tune_gems.analysis.rules.histories import history_components, history_data
 from tune_gems.analysis.rules.overlap import fold_overlap, nb_factor
 from tune_gems.analysis.rules.period_family import fold_components, fold_data
-from tune_gems.analysis.rules.power import HistoryComponents, history_mde, pooled_mde, t_multiplier
+from tune_gems.analysis.rules.power import HistoryComponents, history_mde, pooled_mde, t_multiplier, two_stage_mde
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import HARMFUL_CODE, KEEP_CODE, NOT_CONFIRMED_CODE, verdict_codes
+from tune_gems.analysis.rules.words import (
+    HARMFUL_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, KEEP_CODE, NOT_CONFIRMED_CODE, verdict_codes,
+)
 from tune_gems.data.segments import TrainingReach, fold_bounds, fold_table
 
 LAYOUT_ROWS = 6000
@@ -85,6 +88,10 @@ class World:
     carry: float = 0.0
     tau_history: float = 0.0
     history_pattern: tuple[float, ...] | None = None
+    calendar: float = 0.0
+    """The calendar part (in seed SE): one draw per calendar period and contrast, common to every
+    history whose fold validates on that period (and to every history's test segment where they
+    share one calendar): what histories on one calendar share and their spread cannot show."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,9 @@ class Design:
     contrasts: int = 3
     histories: int = 1
     nb_rho: float = 0.0
+    one_calendar: bool = True
+    """The histories' folds validate on the same calendar periods, and their test segments on one
+    (the columns of one file); False: each history its own calendar (another era, another market)."""
 
 
 def layout_rho(folds: int) -> float:
@@ -119,10 +129,12 @@ def real_designs() -> tuple[Design, ...]:
 
 
 def history_designs() -> tuple[Design, ...]:
-    """The issue's reference design with histories (4 x 4 purged groups x 6 seeds) and 3 histories."""
+    """Histories on their own calendars: 4 and 3 histories x 4 purged groups x 6 seeds, and one period
+    per history, 8 x 1 x 12 (96 members per arm each but 3 x 4 x 6)."""
     rho = layout_rho(4)
-    return (Design("4 histories x 4 groups x 6 seeds", 4, 6, histories=4, nb_rho=rho),
-            Design("3 histories x 4 groups x 6 seeds", 4, 6, histories=3, nb_rho=rho))
+    return (Design("4 histories x 4 groups x 6 seeds", 4, 6, histories=4, nb_rho=rho, one_calendar=False),
+            Design("3 histories x 4 groups x 6 seeds", 4, 6, histories=3, nb_rho=rho, one_calendar=False),
+            Design("8 histories x 1 period x 12 seeds", 1, 12, histories=8, one_calendar=False))
 
 
 def simulate(rng, n_sim: int, design: Design, world: World) -> tuple[np.ndarray, np.ndarray]:
@@ -147,6 +159,10 @@ def simulate(rng, n_sim: int, design: Design, world: World) -> tuple[np.ndarray,
          + seed_part + own * rng.standard_normal((s, m, h, k, n)))
     d_test = (test_effect * shape + history + taus * se * rng.standard_normal((s, m, h, 1, 1)) + world.carry * z
               + seed_part + own * rng.standard_normal((s, m, h, k, n)))
+    if world.calendar > 0:  # one draw per calendar period: shared by the histories on one calendar
+        width = 1 if design.one_calendar else h
+        d = d + world.calendar * se * rng.standard_normal((s, m, width, k, 1))
+        d_test = d_test + world.calendar * se * rng.standard_normal((s, m, width, 1, 1))
     return d, d_test
 
 
@@ -157,11 +173,13 @@ def _fwer(codes: np.ndarray) -> float:
 @dataclass(frozen=True)
 class OneHistoryRun:
     """The one-history rule on simulated families: discovery codes [S, m], the MDE it states [S]
-    (first contrast, `power.pooled_mde` with the overlap when corrected) and the two-stage codes."""
+    (first contrast, `power.pooled_mde` with the overlap when corrected), the two-stage codes and
+    `alone` [S, m] where the held-out stage on every contrast confirms it (`held_out_alone`)."""
 
     codes: np.ndarray
     mde: np.ndarray
     final: np.ndarray
+    alone: np.ndarray
 
 
 def one_history_run(design: Design, world: World, *, n_sim: int, seed: int, corrected: bool,
@@ -180,7 +198,12 @@ def one_history_run(design: Design, world: World, *, n_sim: int, seed: int, corr
     comp = replace(fold_components(fd, dec.pooled["tau2"]), overlap=rho / (1.0 - rho))
     mde = pooled_mde(comp, dec.pooled["periods"], np.maximum(fd.n_informative.mean(-1), 1), df=dec.pooled["df"],
                      level=th.alpha / m, power=th.power, one_sided=th.one_sided_keep)
-    return OneHistoryRun(verdict_codes(dec.discovery_verdict), np.asarray(mde, float)[:, 0], verdict_codes(dec.verdict))
+    # the stage alone, on the evidence `decide` gives it over folds
+    alone = held_out_alone(segment, confirmation_level(th.alpha, m), pooled=dec.pooled,
+                           fold_var=fd.var * (1 - fd.seed_share[..., None]), fold_n=fd.n_informative,
+                           fold_theta=fd.theta)
+    return OneHistoryRun(verdict_codes(dec.discovery_verdict), np.asarray(mde, float)[:, 0], verdict_codes(dec.verdict),
+                         alone)
 
 
 def _unit_diffs(d: np.ndarray) -> list[np.ndarray]:
@@ -196,7 +219,7 @@ def _median(x: np.ndarray) -> float:
     return float(np.nanmedian(x)) if np.isfinite(x).any() else math.nan
 
 
-# ---- item 2: the overlap of folds -----------------------------------------------------------------
+# ---- the overlap of folds -------------------------------------------------------------------------
 
 
 def overlap_table(th: Thresholds, designs=None, taus=(0.0, 1.0)) -> pd.DataFrame:
@@ -249,15 +272,16 @@ def format_overlap(t: pd.DataFrame, alpha: float) -> str:
     return "\n".join(lines)
 
 
-# ---- item 4: the held-out confirmation ----------------------------------------------------------
+# ---- the held-out confirmation ------------------------------------------------------------------
 
 
-def held_out_table(th: Thresholds, designs=None, taus=(0.0, 1.0)) -> pd.DataFrame:
+def held_out_table(th: Thresholds, designs=None, taus=(0.0, 1.0, 2.0)) -> pd.DataFrame:
     """Per design, period spread and world: the one-stage (the pooled rule, no overlap
-    correction, as shipped) and two-stage (`confirm_on_held_out`) family-wise false rates under
-    the null at c = 0, NB's and 0.35 (the common part not carried to the test segment, and
-    carried: outside the promise), the first contrast's keep rate at the one-stage rule's MDE in
-    both stages, and with that effect flipped on the test segment."""
+    correction) and two-stage family-wise false rates under the null at c = 0, NB's and 0.35 (the
+    common part not carried to the test segment, and carried: outside the promise), the held-out
+    stage alone (`held_out_alone`: every contrast as a keep, per contrast; promise alpha / m), the
+    first contrast's keep rate at the one-stage rule's MDE in both stages, and with that effect
+    flipped on the test segment."""
     rows = []
     for design in designs or real_designs():
         for tau in taus:
@@ -275,164 +299,155 @@ def held_out_table(th: Thresholds, designs=None, taus=(0.0, 1.0)) -> pd.DataFram
                                                           corrected=False, th=th)
                 rows.append(dict(design=design.label, tau=tau, world=label, planted=world.effect != 0,
                                  carried=world.carry > 0, n_sim=th.n_sim, fwer_one=_fwer(r.codes), fwer_two=_fwer(r.final),
-                                 keep_one=float((r.codes[:, 0] == KEEP_CODE).mean()),
+                                 alone=float(r.alone.mean()), keep_one=float((r.codes[:, 0] == KEEP_CODE).mean()),
                                  keep_two=float((r.final[:, 0] == KEEP_CODE).mean()),
                                  not_confirmed=float((r.final == NOT_CONFIRMED_CODE).any(1).mean())))
     return pd.DataFrame(rows)
 
 
-def format_held_out(t: pd.DataFrame, alpha: float) -> str:
-    lines = [f"The held-out confirmation (the pooled rule as shipped, then the test segment one-sided at alpha / 3 with "
-             f"the test period's spread; 3 contrasts; tau: period spread in seed SE; {int(t['n_sim'].iloc[0])} families "
-             "per row; FWER: any keep / harmful; keep: the first contrast reads keep wired; not confirmed: any)"]
-    head = ["design", "tau", "world", "FWER one-stage", "FWER two-stage", "keep one-stage", "keep two-stage",
-            "not confirmed"]
+def format_held_out(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
+    lines = [f"The held-out confirmation on one history (the pooled rule, then the test segment one-sided at alpha / "
+             f"{contrasts} with the test period's spread, at least {defaults.HELD_OUT_PERIOD_FLOOR} x one fold's seed "
+             f"variance; {contrasts} contrasts; tau: period spread in seed SE; {int(t['n_sim'].iloc[0])} families per "
+             "row; FWER: any keep / harmful; held-out alone: the test stage on every contrast, per contrast; keep: the "
+             "first contrast reads keep wired; not confirmed: any)"]
+    head = ["design", "tau", "world", "FWER one-stage", "FWER two-stage", "held-out alone", "keep one-stage",
+            "keep two-stage", "not confirmed"]
     rows = [[r["design"], f"{r['tau']:g}", r["world"], f"{r['fwer_one']:.3f}", f"{r['fwer_two']:.3f}",
-             f"{r['keep_one']:.3f}", f"{r['keep_two']:.3f}", f"{r['not_confirmed']:.3f}"] for _, r in t.iterrows()]
+             f"{r['alone']:.4f}", f"{r['keep_one']:.3f}", f"{r['keep_two']:.3f}", f"{r['not_confirmed']:.3f}"]
+            for _, r in t.iterrows()]
     lines += _text_table(head, rows)
     promise = t[~t["planted"] & ~t["carried"]]
-    worst = float(promise["fwer_two"].max())
     flips = t[t["world"].str.contains("flipped")]
-    tol = mc_tolerance(alpha, int(t["n_sim"].iloc[0]))
-    lines.append(f"worst two-stage FWER under the null, the test segment's luck its own: {worst:.3f}; keep of an effect "
-                 f"flipped on the test: {float(flips['keep_two'].max()):.3f} (promise <= {alpha:g}; Monte-Carlo "
-                 f"allowance +{tol:.3f})" + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **")
-                 + f"; a common part carried to the test: {float(t[t['carried']]['fwer_two'].max()):.3f} "
-                 "(outside the promise: several histories)")
+    lines.append(_promise(alpha, int(t["n_sim"].iloc[0]), contrasts, float(promise["fwer_two"].max()),
+                          float(promise["alone"].max()))
+                 + f" (two-stage); keep of an effect flipped on the test {float(flips['keep_two'].max()):.3f}; a common "
+                 f"part carried to the test: two-stage {float(t[t['carried']]['fwer_two'].max()):.3f}, alone "
+                 f"{float(t[t['carried']]['alone'].max()):.4f} (outside the promise: it is the history's own, "
+                 "several histories measure it)")
     return "\n".join(lines)
 
 
-# ---- item 3: several price histories ------------------------------------------------------------
+# ---- several price histories --------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class HistoryRun:
-    """The nested rule on simulated families: codes [S, m] and the MDE it states [S] (first contrast)."""
+    """The nested rule on simulated families: codes [S, m], the MDE it states [S] (first contrast),
+    the two-stage codes (the test segment as the rule's second stage), `alone` [S, m] where the
+    held-out stage applied to every contrast (as if each were a discovery keep) confirms it (its
+    false rate alone under the null: <= alpha / m) and `two_stage` [S] the two-stage MDE it states."""
 
     codes: np.ndarray
     mde: np.ndarray
+    final: np.ndarray
+    alone: np.ndarray
+    two_stage: np.ndarray
 
 
-def history_run(design: Design, world: World, *, n_sim: int, seed: int, th: Thresholds, corrected: bool = True) -> HistoryRun:
-    """The rule over histories (`rules.decision.decide` with the histories' data: each history's
-    folds with NB's correlation of its layout when `corrected`) and `history_mde` on `n_sim`
-    families of `design` in `world`."""
+def history_run(design: Design, world: World, *, n_sim: int, seed: int, th: Thresholds) -> HistoryRun:
+    """The rule over histories (`rules.decision.decide` with the histories' data on the design's
+    calendar and the test segment), the held-out stage alone (`held_out_rule.held_out_stage`, the
+    function `decide` applies, on every contrast) and the power statement each verdict row makes
+    (`power.history_mde` and `power.two_stage_mde` on `histories.history_components`, at the first Holm
+    step) on `n_sim` families of `design` in `world`."""
     rng = np.random.default_rng(seed)
-    d, _ = simulate(rng, n_sim, design, world)
-    hd = history_data(d)
-    rho = design.nb_rho if corrected else 0.0
-    dec = decide(Evidence(_unit_diffs(d), histories=hd, fold_corr=rho), th)
+    d, d_test = simulate(rng, n_sim, design, world)
+    h, k, m = design.histories, design.folds, design.contrasts
+    hd = history_data(d, one_calendar(h, k) if design.one_calendar else own_calendars(h, k))
+    segment = test_segment(d_test)
+    dec = decide(Evidence(_unit_diffs(d), histories=hd, test=segment), th)
     hp = dec.histories
-    comp = history_components(hd, hp, rho)
-    seeds = np.maximum(np.mean([fd.n_informative.mean(-1) for fd in hd.folds], 0), 1)
-    mde = history_mde(comp, hp.pooled["periods"], design.folds, seeds, df=hp.pooled["df"],
-                      level=th.alpha / design.contrasts, power=th.power, one_sided=th.one_sided_keep)
-    return HistoryRun(verdict_codes(dec.verdict), np.asarray(mde, float)[:, 0])
+    level = confirmation_level(th.alpha, m)
+    alone = held_out_alone(segment, level, calendar=hp.calendar)
+    comp = history_components(hd, hp)
+    seeds = np.mean([fd.n_informative[:, 0].mean(-1) for fd in hd.folds], 0)
+    c = HistoryComponents(*(np.asarray(getattr(comp, key))[:, 0] for key in ("history", "period", "within", "seed",
+                                                                             "calendar", "shared")))
+    df = hp.pooled["df"][:, 0]
+    level = th.alpha / m
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mde = history_mde(c, h, k, seeds, df=df, level=level, power=th.power, one_sided=th.one_sided_keep)
+        both = two_stage_mde(c.se(h, k, seeds), df, c.test_se(h, k, seeds), c.test_df(h, k, seeds), level=level,
+                             test_level=level, power=th.power, one_sided=th.one_sided_keep)
+    return HistoryRun(verdict_codes(dec.discovery_verdict), mde, verdict_codes(dec.verdict), alone, both)
+
+
+def test_segment(d_test: np.ndarray) -> TestSegment:
+    """The held-out test segment of per-seed test differences d_test [S, m, H, K, n], as the verdicts
+    gather it (`held_out.held_out_segment`): each seed's differences over every history and fold, and
+    over several histories each seed's over its folds in each history (`by_history`)."""
+    s, m, h, k, n = d_test.shape
+    test = [seed_level_effect(d_test[:, g].reshape(s, h * k, n)) for g in range(m)]
+    with np.errstate(invalid="ignore"):
+        by_history = np.nanmean(d_test, 3) if h >= 2 else None
+    return TestSegment(*(np.stack([t[key] for t in test], 1) for key in ("theta", "var", "df")), by_history=by_history)
 
 
 def histories_table(th: Thresholds, designs=None, tau: float = 1.0, tau_history: float = 1.0) -> pd.DataFrame:
-    """Per history design: the nested rule's family-wise false rate under the null (c 0, NB's,
-    0.35 inside each history), its stated MDE and the power there, the power with the folds'
-    overlap left out of stage 1, and the first contrast's keep / harmful / inconsistent rates
-    where its effect flips across the histories (mean zero) and where one history has the
-    opposite sign."""
+    """Per history design (histories on their own calendars): the nested rule's family-wise false rate
+    under the null (a part common to a history's folds at c 0, NB's, 0.35), discovery and two-stage, the
+    held-out stage alone (per contrast, applied to every one), its stated MDE and the power there, and
+    the first contrast's keep / harmful / inconsistent rates where its effect flips across the
+    histories (mean zero) and where one history has the opposite sign."""
     rows = []
     for design in designs or history_designs():
         h = design.histories
-        null = history_run(design, World(tau=tau, tau_history=tau_history, common=design.nb_rho), n_sim=th.n_sim,
-                           seed=th.seed, th=th)
+        base = dict(tau=tau, tau_history=tau_history)
+        null = history_run(design, World(**base, common=design.nb_rho), n_sim=th.n_sim, seed=th.seed, th=th)
         mde = _median(null.mde)
-        worlds = [("null, c 0", World(tau=tau, tau_history=tau_history)),
+        worlds = [("null, c 0", World(**base)),
                   (f"null, c {design.nb_rho:.3f} (NB)", None),
-                  ("null, c 0.35", World(tau=tau, tau_history=tau_history, common=0.35)),
-                  (f"effect {mde:.3f} (the MDE)", World(tau=tau, tau_history=tau_history, common=design.nb_rho,
-                                                        effect=mde)),
-                  (f"effect {mde:.3f}, no overlap in stage 1", World(tau=tau, tau_history=tau_history,
-                                                                     common=design.nb_rho, effect=mde)),
+                  ("null, c 0.35", World(**base, common=0.35)),
+                  (f"effect {mde:.3f} (the MDE)", World(**base, common=design.nb_rho, effect=mde)),
                   (f"+-{3 * mde:.3f} across histories (mean 0)",
-                   World(tau=tau, tau_history=tau_history, common=design.nb_rho, effect=3 * mde,
-                         history_pattern=tuple(np.linspace(1.0, -1.0, h)))),
+                   World(**base, common=design.nb_rho, effect=3 * mde, history_pattern=tuple(np.linspace(1.0, -1.0, h)))),
                   (f"{3 * mde:.3f}, one history {-3 * mde:.3f}",
-                   World(tau=tau, tau_history=tau_history, common=design.nb_rho, effect=3 * mde,
-                         history_pattern=(1.0,) * (h - 1) + (-1.0,)))]
+                   World(**base, common=design.nb_rho, effect=3 * mde, history_pattern=(1.0,) * (h - 1) + (-1.0,)))]
+        if design.folds == 1:  # no folds to share a part
+            worlds = [w for w in worlds if not w[0].startswith("null, c") or w[0] == "null, c 0"]
         for i, (label, world) in enumerate(worlds):
-            r = null if world is None else history_run(design, world, n_sim=th.n_sim, seed=th.seed + 10 + i, th=th,
-                                                       corrected="no overlap" not in label)
+            r = null if world is None else history_run(design, world, n_sim=th.n_sim, seed=th.seed + 10 + i, th=th)
             first = r.codes[:, 0]
             rows.append(dict(design=design.label, world=label, planted=world is not None and world.effect != 0,
-                             flip="across" in label, n_sim=th.n_sim, fwer=_fwer(r.codes),
-                             keep=float((first == KEEP_CODE).mean()), harm=float((first == HARMFUL_CODE).mean()),
-                             inconsistent=float((first == 3).mean()), mde=mde))
+                             flip="across" in label, n_sim=th.n_sim, fwer=_fwer(r.codes), fwer_two=_fwer(r.final),
+                             alone=float(r.alone.mean()), keep=float((first == KEEP_CODE).mean()),
+                             keep_two=float((r.final[:, 0] == KEEP_CODE).mean()),
+                             harm=float((first == HARMFUL_CODE).mean()),
+                             inconsistent=float((first == INCONSISTENT_CODE).mean()), mde=mde))
     return pd.DataFrame(rows)
 
 
-def format_histories(t: pd.DataFrame, alpha: float) -> str:
-    lines = [f"Several price histories (the nested rule: each history's folds pooled with NB's overlap, then random "
-             f"effects over the histories, HKSJ, Holm over 3 contrasts; tau 1 and tau_history 1 seed SE; "
-             f"{int(t['n_sim'].iloc[0])} families per row; MDE in sd; keep / harm / inconsistent: the first "
-             "contrast's)"]
-    head = ["design", "world", "FWER", "keep", "harm", "inconsistent"]
-    rows = [[r["design"], r["world"], f"{r['fwer']:.3f}", f"{r['keep']:.3f}", f"{r['harm']:.3f}",
-             f"{r['inconsistent']:.3f}"] for _, r in t.iterrows()]
+def format_histories(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
+    lines = [f"Several price histories on their own calendars (the nested rule: each history's seed-level effect over "
+             f"its folds, random effects over the histories, HKSJ, Holm over {contrasts} contrasts; tau 1 and "
+             f"tau_history 1 seed SE; c: a part common to a history's folds; {int(t['n_sim'].iloc[0])} families per "
+             "row; MDE in sd; held-out alone: the test stage on every contrast, per contrast, promise <= alpha / "
+             f"{contrasts}; keep / harm / inconsistent: the first contrast's)"]
+    head = ["design", "world", "FWER", "FWER two-stage", "held-out alone", "keep", "keep two-stage", "harm",
+            "inconsistent"]
+    rows = [[r["design"], r["world"], f"{r['fwer']:.3f}", f"{r['fwer_two']:.3f}", f"{r['alone']:.4f}", f"{r['keep']:.3f}",
+             f"{r['keep_two']:.3f}", f"{r['harm']:.3f}", f"{r['inconsistent']:.3f}"] for _, r in t.iterrows()]
     lines += _text_table(head, rows)
     null = t[~t["planted"]]
-    worst = float(null["fwer"].max())
     flips = t[t["flip"]]
     worst_flip = float((flips["keep"] + flips["harm"]).max()) if len(flips) else 0.0
-    tol = mc_tolerance(alpha, int(t["n_sim"].iloc[0]))
-    lines.append(f"worst null FWER {worst:.3f}, worst keep / harmful of a mean-zero flip {worst_flip:.3f} "
-                 f"(promise <= {alpha:g}; Monte-Carlo allowance +{tol:.3f})"
-                 + ("" if max(worst, worst_flip) <= alpha + tol else "  ** ABOVE THE PROMISE **"))
+    lines.append(_promise(alpha, int(t["n_sim"].iloc[0]), contrasts, float(null["fwer"].max()),
+                          float(null["alone"].max())) + f"; worst keep / harmful of a mean-zero flip {worst_flip:.3f}")
     return "\n".join(lines)
 
 
-REFERENCE_MDE = 0.148
-"""The real run's pooled g6 MDE at 8 purged groups x 12 seeds (issue 37, S&P 500, Sharpe units)."""
+def _promise(alpha: float, n_sim: int, contrasts: int, fwer: float, alone: float) -> str:
+    """The line under a table: the worst null family-wise rate and held-out stage alone against their
+    promises, with the Monte-Carlo allowance (the stage alone is a rate over n_sim x contrasts)."""
+    tol, tol_alone = mc_tolerance(alpha, n_sim), mc_tolerance(alpha / contrasts, n_sim * contrasts)
+    bad = fwer > alpha + tol or alone > alpha / contrasts + tol_alone
+    return (f"worst null FWER {fwer:.3f} (promise <= {alpha:g}, allowance +{tol:.3f}); worst held-out stage alone "
+            f"{alone:.4f} (promise <= {alpha / contrasts:.4f}, allowance +{tol_alone:.4f})"
+            + ("  ** ABOVE THE PROMISE **" if bad else ""))
 
 
-def reference_components(reference_mde: float = REFERENCE_MDE, alpha: float = defaults.ALPHA,
-                         power: float = defaults.POWER) -> HistoryComponents:
-    """The Sharpe-unit components behind the history MDE statement: one seed's variance inside
-    an 8-group fold read off the real run's MDE (a family of one, df 7, no period spread: g6's
-    tau^2 was 0, no seed share), halved for a fold of 4 groups per history (windows twice as
-    long: a Sharpe's variance is inverse in its length); no spread between histories or periods
-    (the rule's floor is then the seeds'); the overlap of 4 purged groups."""
-    within8 = 12 * 8 * (reference_mde / t_multiplier(7, alpha, power)) ** 2
-    rho = layout_rho(4)
-    return HistoryComponents(history=0.0, period=0.0, within=within8 / 2, seed=0.0, overlap=rho / (1 - rho))
-
-
-def history_mde_table(alpha: float = defaults.ALPHA, power: float = defaults.POWER) -> pd.DataFrame:
-    """`power.history_mde` at the reference components (Sharpe units) for 4 and 3 histories x 4
-    groups x 6 seeds and 3 x 4 x 8 (96 members per arm, as 4 x 4 x 6 and the one-history 8 x
-    12), two-sided and one-sided, at the first Holm step of a 3-contrast family (df 3 (H - 1),
-    the histories' spread shared) and at alpha (the level of the issue's 0.10 / 0.09)."""
-    c = reference_components(alpha=alpha, power=power)
-    rows = []
-    for h, k, n in ((4, 4, 6), (3, 4, 6), (3, 4, 8)):
-        for one_sided in (False, True):
-            for m in (3, 1):
-                rows.append(dict(histories=h, folds=k, seeds=n, members=h * k * n, one_sided=one_sided, level_m=m,
-                                 df=3 * (h - 1), mde=history_mde(c, h, k, n, df=3 * (h - 1), level=alpha / m,
-                                                                 power=power, one_sided=one_sided),
-                                 mde_no_overlap=history_mde(replace(c, overlap=0.0), h, k, n, df=3 * (h - 1),
-                                                            level=alpha / m, power=power, one_sided=one_sided)))
-    return pd.DataFrame(rows)
-
-
-def format_history_mde(t: pd.DataFrame) -> str:
-    c = reference_components()
-    lines = [f"The nested rule's MDE in Sharpe units (power.history_mde; one seed's variance in a 4-group fold "
-             f"{c.within:.4f}, from the real 8 x 12 run's MDE {REFERENCE_MDE}; overlap lambda {c.overlap:.3f}; no "
-             "spread between histories or periods; df 3 (H - 1): the histories' spread shared by 3 contrasts)"]
-    head = ["histories x groups x seeds", "members", "test", "level", "MDE", "MDE without the overlap"]
-    rows = [[f"{r['histories']} x {r['folds']} x {r['seeds']}", f"{r['members']}",
-             "one-sided" if r["one_sided"] else "two-sided", "alpha / 3" if r["level_m"] == 3 else "alpha",
-             f"{r['mde']:.3f}", f"{r['mde_no_overlap']:.3f}"] for _, r in t.iterrows()]
-    return "\n".join(lines + _text_table(head, rows))
-
-
-# ---- item 5 (issue 37 item 1): a heterogeneous contrast leaving the family's spread -----------------
+# ---- a heterogeneous contrast leaving the family's spread -----------------------------------------
 
 
 ISOLATION_WORLDS = (
@@ -490,10 +505,272 @@ def format_isolation(t: pd.DataFrame, alpha: float, effect: float = 1.0) -> str:
     return "\n".join(lines)
 
 
+# ---- histories that share a calendar ------------------------------------------------------------
+
+
+REAL_ROWS = 5012
+"""Daily rows of the shipped price file (`examples/daily_closes.csv`: S&P 500, NASDAQ, WTI on one
+calendar, 1999-2018) the real three-history run cut its folds from."""
+REAL_FOLD_ROWS = 1000
+"""The real three-history run's validation windows: 2 expanding folds of 1000 days."""
+CALENDAR_SDS = (0.0, 0.05, 0.10)
+"""The calendar part's sd in Sharpe units: none, about one window's period spread shared at r = 0.9
+(S&P 500 / NASDAQ daily returns correlate 0.89-0.97), twice that."""
+OWN_PERIOD_SD = 0.0167
+"""A history's own part of a window's period spread, in Sharpe units (what r = 0.9 leaves beside a
+calendar part of 0.05)."""
+CALENDAR_HISTORIES = (3, 4, 6, 8)
+
+
+REFERENCE_MDE = 0.148
+"""The real run's pooled g6 MDE at 8 purged groups x 12 seeds (S&P 500, Sharpe units): the scale of
+one seed's noise behind every Sharpe-unit statement here."""
+VALIDATION_ROWS = round(REAL_ROWS * LAYOUT_SPLITS[1])
+"""The validation window of one period on the shipped file at the default split (752 rows): one fold
+per history, and each walk-forward fold at the default `data.folds.val_length`."""
+
+
+def within_sharpe(window_rows: float, reference_mde: float = REFERENCE_MDE, alpha: float = defaults.ALPHA,
+                  power: float = defaults.POWER) -> float:
+    """One seed's variance of a per-period difference as the rule reads it (n x the squared standard
+    error of a Hodges-Lehmann effect, `power.PooledComponents.within`) in Sharpe units, for a validation
+    window of `window_rows` rows: read off the real run's MDE (8 purged groups x 12 seeds, a family of
+    one, df 7, no period spread or seed share: 12 x 8 x (MDE / t_multiplier)^2 for an 8-group window
+    of (0.85 LAYOUT_ROWS - 32) / 8 rows) and scaled by window length (a Sharpe's variance is inverse
+    in its length)."""
+    within8 = 12 * 8 * (reference_mde / t_multiplier(7, alpha, power)) ** 2
+    window8 = (LAYOUT_ROWS * (LAYOUT_SPLITS[0] + LAYOUT_SPLITS[1]) - LAYOUT_REACH.window) / 8
+    return within8 * window8 / window_rows
+
+
+def seed_sd_sharpe(window_rows: float) -> float:
+    """The sd of one seed's per-period difference in Sharpe units (normal noise: `within_sharpe` over
+    the rank test's efficiency pi / 3)."""
+    return math.sqrt(within_sharpe(window_rows) / (math.pi / 3))
+
+
+def walk_forward_rho(folds: int, val_length: int = REAL_FOLD_ROWS, rows: int = REAL_ROWS) -> float:
+    """NB's correlation of `folds` expanding walk-forward windows of `val_length` rows on `rows`
+    (the equal-fold reading of the layout's factor, as `layout_rho`): 0.27 for the real run's 2 x 1000
+    (its factor 1.75)."""
+    prices = pd.Series(np.arange(rows, dtype=float))
+    spec = SimpleNamespace(scheme="walk_forward", k=folds, gap=0, val_length=val_length, layout="expanding",
+                           train_length=None)
+    ov = fold_overlap(fold_table(prices.index, fold_bounds(prices, list(LAYOUT_SPLITS), spec, 64), "expanding"))
+    lam = (ov.factor - 1.0) / folds
+    return float(lam / (1.0 + lam))
+
+
+def calendar_design(histories: int, folds: int = 2, seeds: int = 16, *, one_calendar: bool = True,
+                    window: int = REAL_FOLD_ROWS) -> Design:
+    """`histories` x `folds` expanding windows of `window` rows x `seeds` (the real run: 3 x 2 x 16 of
+    1000 days), on one calendar or each history on its own."""
+    where = "one calendar" if one_calendar else "own calendars"
+    return Design(f"{histories} x {folds} x {seeds}, {where}", folds, seeds, histories=histories,
+                  nb_rho=walk_forward_rho(folds, window) if folds >= 2 else 0.0, one_calendar=one_calendar)
+
+
+def calendar_world(design: Design, calendar_sd: float, effect: float = 0.0, window: int = REAL_FOLD_ROWS) -> World:
+    """A world in Sharpe units for `design` (its seed sd `seed_sd_sharpe(window)`): a calendar part of
+    sd `calendar_sd`, each history's own period part OWN_PERIOD_SD, a planted `effect` (Sharpe)."""
+    sd = seed_sd_sharpe(window)
+    se = sd / math.sqrt(design.seeds)
+    return World(effect=effect / sd, tau=OWN_PERIOD_SD / se, calendar=calendar_sd / se)
+
+
+CALENDAR_LAYOUTS = ((2, 16, True, REAL_FOLD_ROWS), (6, 8, True, 600), (1, 12, False, VALIDATION_ROWS))
+"""(folds, seeds, one calendar, window rows): the real run's layout (2 expanding 1000-day folds, 16
+seeds, one calendar), one calendar with MIN_SHARED_PERIODS folds of 600 days x 8 seeds, and one period
+per history on its own calendar (the default split's validation segment, 12 seeds)."""
+
+
+def calendar_table(th: Thresholds, histories=CALENDAR_HISTORIES, sds=CALENDAR_SDS, layouts=CALENDAR_LAYOUTS,
+                   planted_sd: float = 0.05) -> pd.DataFrame:
+    """Per layout, number of histories and calendar sd (Sharpe): the nested rule's family-wise false
+    rate (discovery and two-stage), the held-out stage alone (per contrast), the share of contrasts read
+    `insufficient data`, the MDE and two-stage MDE it states (median, Sharpe); and at the calendar sd
+    `planted_sd` the first contrast's power (one- and two-stage) at the MDE stated there."""
+    rows = []
+    for folds, seeds, one, window in layouts:
+        for h in histories:
+            design = calendar_design(h, folds, seeds, one_calendar=one, window=window)
+            sd = seed_sd_sharpe(window)
+            for i, c in enumerate(sds):
+                r = history_run(design, calendar_world(design, c, window=window), n_sim=th.n_sim,
+                                seed=th.seed + 100 * h + 10 * folds + i, th=th)
+                row = dict(design=design.label, histories=h, calendar_sd=c, n_sim=th.n_sim, fwer=_fwer(r.codes),
+                           fwer_two=_fwer(r.final), alone=float(r.alone.mean()),
+                           insufficient=float((r.codes == INSUFFICIENT_CODE).mean()), mde=_median(r.mde) * sd,
+                           two_stage=_median(r.two_stage) * sd, power=math.nan, power_two=math.nan)
+                if c == planted_sd and math.isfinite(row["mde"]):
+                    p = history_run(design, calendar_world(design, c, effect=row["mde"], window=window), n_sim=th.n_sim,
+                                    seed=th.seed + 100 * h + 10 * folds + 9, th=th)
+                    row.update(power=float((p.codes[:, 0] == KEEP_CODE).mean()),
+                               power_two=float((p.final[:, 0] == KEEP_CODE).mean()))
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def format_calendar(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
+    lines = [f"Histories that share a calendar, and histories on their own (the nested rule with the calendar part; "
+             f"{contrasts} contrasts, Holm; a calendar part of the given sd (Sharpe) common to the histories in each "
+             f"period they share, each history's own period part {OWN_PERIOD_SD}; {int(t['n_sim'].iloc[0])} families "
+             "per row; FWER: any keep / harmful; held-out alone: the test stage on every contrast, per contrast; "
+             "insufficient: contrasts read insufficient data; MDE and two-stage MDE: what the rule states "
+             "(median, Sharpe, one seed's sd from the real run scaled to the window); power: the first contrast "
+             "keeps at that MDE, one-stage / two-stage)"]
+    head = ["design", "calendar sd", "FWER", "FWER two-stage", "held-out alone", "insufficient", "MDE", "two-stage MDE",
+            "power", "power two-stage"]
+
+    def num(x, fmt):
+        return f"{x:{fmt}}" if math.isfinite(x) else "-"
+
+    rows = [[r["design"], f"{r['calendar_sd']:.2f}", f"{r['fwer']:.3f}", f"{r['fwer_two']:.3f}", f"{r['alone']:.4f}",
+             f"{r['insufficient']:.2f}", num(r["mde"], ".3f"), num(r["two_stage"], ".3f"), num(r["power"], ".2f"),
+             num(r["power_two"], ".2f")] for _, r in t.iterrows()]
+    lines += _text_table(head, rows)
+    lines.append(_promise(alpha, int(t["n_sim"].iloc[0]), contrasts, float(t["fwer"].max()), float(t["alone"].max())))
+    return "\n".join(lines)
+
+
+MDE_DESIGNS = ((8, 1, 12, False), (12, 1, 8, False), (16, 1, 6, False), (6, 1, 16, False), (6, 2, 8, False),
+               (4, 4, 6, False), (3, 2, 16, False), (8, 1, 12, True), (3, 2, 16, True), (3, 6, 5, True),
+               (4, 6, 4, True))
+"""(histories, periods, seeds, one calendar): layouts of 96 members per arm (768 at 8 arms)."""
+
+
+def _design_se(c: HistoryComponents, h: int, k: int, n: int, contrasts: int):
+    """(se, df, test se, test df) of the nested rule at a design: the histories' spread shared by the
+    family (contrasts (H - 1) df), the calendar part on K - 1."""
+    from tune_gems.analysis.rules.pooling import satterthwaite
+
+    cal_df = k - 1.0 if c.calendar > 0 else math.inf
+    hist = c.se(h, k, n) ** 2 - c.calendar / k
+    df = float(satterthwaite([hist, c.calendar / k], [contrasts * (h - 1.0), cal_df]))
+    return c.se(h, k, n), df, c.test_se(h, k, n), float(c.test_df(h, k, n))
+
+
+def _power_at(design: Design, effect: float, spread: bool, th: Thresholds, window: int, seed: int,
+              one_sided: bool) -> tuple[float, float]:
+    """(one-stage, two-stage) power of the first contrast at a planted `effect` (Sharpe) through the
+    shipped rule (`history_run`), the world of `mde_table`'s spread (none: no period spread)."""
+    world = calendar_world(design, 0.05 if spread else 0.0, effect=effect, window=window)
+    if not spread:
+        world = replace(world, tau=0.0)
+    r = history_run(design, world, n_sim=th.n_sim, seed=seed, th=replace(th, one_sided_keep=one_sided))
+    return float((r.codes[:, 0] == KEEP_CODE).mean()), float((r.final[:, 0] == KEEP_CODE).mean())
+
+
+def mde_table(th: Thresholds, contrasts: int = 3, designs=MDE_DESIGNS, window: int = VALIDATION_ROWS) -> pd.DataFrame:
+    """The nested rule's MDE in Sharpe units at the first Holm step of a family of `contrasts`
+    (`power.history_mde`, the verdicts' statement), two-sided and one-sided, and the two-stage MDE
+    (`power.two_stage_mde`: the keep must also pass the held-out stage one-sided at alpha / m), per
+    layout, without spreads and with one window's period spread (own calendars: all the history's own,
+    OWN_PERIOD_SD and the calendar part 0.05 together; one calendar: the calendar part 0.05 shared);
+    one seed's variance `within_sharpe(window)`; and the simulated power of the shipped rule at the
+    one-sided MDE (one- and two-stage: `history_run` with the one-sided keep test). A layout the rule
+    cannot decide (one calendar with fewer than MIN_SHARED_PERIODS periods) reads NaN. K periods of a
+    history validate on windows of `window` rows, at most FOLDS_ROWS / K."""
+    level = th.alpha / contrasts
+    rows = []
+    for i, (h, k, n, one) in enumerate(designs):
+        win = min(window, FOLDS_ROWS // k)  # K walk-forward windows must fit before the test segment
+        w = within_sharpe(win)
+        design = calendar_design(h, k, n, one_calendar=one, window=win)
+        for spread in (False, True):
+            cal = 0.05**2 if spread and one else 0.0
+            own = (OWN_PERIOD_SD**2 if one else OWN_PERIOD_SD**2 + 0.05**2) if spread else 0.0
+            c = HistoryComponents(history=0.0, period=own, within=w, seed=0.0, calendar=cal, shared=one)
+            se, df, test_se, test_df = _design_se(c, h, k, n, contrasts)
+            row = dict(histories=h, periods=k, seeds=n, members=h * k * n, one_calendar=one, spread=spread, df=df,
+                       window=win)
+            decides = not one or k >= defaults.MIN_SHARED_PERIODS
+            for sided, key in ((False, "two"), (True, "one")):
+                row[f"mde_{key}"] = history_mde(c, h, k, n, df=df, level=level, power=th.power,
+                                                one_sided=sided) if decides else math.nan
+                row[f"two_stage_{key}"] = two_stage_mde(se, df, test_se, test_df, level=level, test_level=level,
+                                                        power=th.power, one_sided=sided) if decides else math.nan
+            row["power"], row["power_two"] = (_power_at(design, row["mde_one"], spread, th, win, th.seed + 10 * i,
+                                                        True) if decides else (math.nan, math.nan))
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def simulated_mde(design: Design, th: Thresholds, *, spread: bool = False, window: int = VALIDATION_ROWS,
+                  two_stage: bool = False, steps: int = 7) -> float:
+    """The planted effect (Sharpe) at which the shipped rule keeps the first contrast with power
+    `th.power` (one-sided keep test; `two_stage`: after the held-out stage too), by bisection on
+    `_power_at` over [0, 0.6] Sharpe: what a layout really detects, to set beside the MDE it states."""
+    lo, hi = 0.0, 0.6
+    for j in range(steps):
+        mid = 0.5 * (lo + hi)
+        p = _power_at(design, mid, spread, th, window, th.seed + 1000 + j, True)[1 if two_stage else 0]
+        lo, hi = (mid, hi) if p < th.power else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def best_layout(alpha: float = defaults.ALPHA, power: float = defaults.POWER, contrasts: int = 3, members: int = 96,
+                window: int = VALIDATION_ROWS, spread: bool = False) -> dict:
+    """The layout of at most `members` per arm on histories of their own calendars with the smallest
+    one-sided MDE at the first Holm step (histories 3-48, periods 1-8, at least 6 seeds: a history's
+    seed-level effect needs a 95% rank interval), as `mde_table` states it."""
+    w = within_sharpe(window)
+    c = HistoryComponents(0.0, OWN_PERIOD_SD**2 + 0.05**2 if spread else 0.0, w)
+    best = dict(mde=math.inf)
+    for h in range(3, 49):
+        for k in (1, 2, 3, 4, 6, 8):
+            n = members // (h * k)
+            if n < 6:
+                continue
+            _, df, _, _ = _design_se(c, h, k, n, contrasts)
+            m = history_mde(c, h, k, n, df=df, level=alpha / contrasts, power=power, one_sided=True)
+            if m < best["mde"]:
+                best = dict(histories=h, periods=k, seeds=n, mde=float(m))
+    return best
+
+
+FOLDS_ROWS = 3600
+"""Rows before the shipped file's test segment that walk-forward windows may take (of 4260: the
+first window's training needs the rest)."""
+SIMULATED_MDE_DESIGNS = ((8, 1, 12), (12, 1, 8), (16, 1, 6))
+"""Own-calendar layouts of 96 members per arm whose detectable effect `format_mde` simulates."""
+
+
+def format_mde(t: pd.DataFrame, th: Thresholds, contrasts: int = 3) -> str:
+    lines = [f"The nested rule's MDE in Sharpe units at the family's first Holm step (alpha / {contrasts}; power.history_mde "
+             f"as every verdict states it, the histories' spread shared by the family; one seed's variance "
+             f"{within_sharpe(VALIDATION_ROWS):.4f} for a {VALIDATION_ROWS}-day window (x {VALIDATION_ROWS} / window), "
+             "from the real run's MDE "
+             f"{REFERENCE_MDE}; spread: one window's period spread, {OWN_PERIOD_SD} + 0.05 Sharpe, all the history's "
+             "own on its own calendar, 0.05 of it shared on one calendar; two-stage: the keep also passes the "
+             f"held-out stage at alpha / {contrasts}; power: the shipped rule's simulated power at the one-sided MDE, "
+             f"one-stage / two-stage, {th.n_sim} families; '-': the rule does not decide that layout)"]
+    head = ["histories x periods x seeds", "window", "calendar", "spread", "df", "MDE two-sided", "MDE one-sided",
+            "two-stage two-sided", "two-stage one-sided", "power", "power two-stage"]
+
+    def num(x, fmt=".3f"):
+        return f"{x:{fmt}}" if math.isfinite(x) else "-"
+
+    rows = [[f"{r['histories']} x {r['periods']} x {r['seeds']}", f"{r['window']}", "one" if r["one_calendar"] else "own",
+             "window's" if r["spread"] else "none", f"{r['df']:.1f}", num(r["mde_two"]), num(r["mde_one"]),
+             num(r["two_stage_two"]), num(r["two_stage_one"]), num(r["power"], ".2f"), num(r["power_two"], ".2f")]
+            for _, r in t.iterrows()]
+    lines += _text_table(head, rows)
+    b = best_layout(th.alpha, th.power, contrasts=contrasts)
+    lines.append(f"the formula's best of at most 96 members per arm on own calendars (no spread): {b['histories']} x "
+                 f"{b['periods']} x {b['seeds']}, one-sided MDE {b['mde']:.3f}")
+    for h, k, n in SIMULATED_MDE_DESIGNS:
+        design = calendar_design(h, k, n, one_calendar=False, window=VALIDATION_ROWS)
+        one, two = simulated_mde(design, th), simulated_mde(design, th, two_stage=True)
+        lines.append(f"simulated: {h} x {k} x {n} on own calendars (no spread) keeps at 80% power from {one:.3f} "
+                     f"(one-sided), {two:.3f} through both stages")
+    return "\n".join(lines)
+
+
 # ---- the tables by name (the door: `python analysis/calibrate_decisions.py`, tune_gems.analysis.cli) ----
 
 
-TABLES = ("overlap", "held-out", "histories", "isolation")
+TABLES = ("overlap", "held-out", "histories", "isolation", "calendar", "mde")
 
 
 def table_text(name: str, th: Thresholds) -> str:
@@ -503,5 +780,9 @@ def table_text(name: str, th: Thresholds) -> str:
     if name == "held-out":
         return format_held_out(held_out_table(th), th.alpha)
     if name == "histories":
-        return format_histories(histories_table(th), th.alpha) + "\n\n" + format_history_mde(history_mde_table())
+        return format_histories(histories_table(th), th.alpha)
+    if name == "calendar":
+        return format_calendar(calendar_table(th), th.alpha)
+    if name == "mde":
+        return format_mde(mde_table(th), th)
     return format_isolation(isolation_table(th), th.alpha)

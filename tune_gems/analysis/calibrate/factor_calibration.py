@@ -1,4 +1,4 @@
-"""Calibration of the factor table (issue 30, item 4): the family of gems and factors together.
+"""Calibration of the factor table: the family of gems and factors together.
 
 A statistic ships with its calibration through the function the shipped table calls: here
 `rules.decision.decide`, the rule `factors.factor_table` runs on a design's gems and factors (the

@@ -1,4 +1,4 @@
-"""The calibration of a confirmation on one price history (issue 30, item 7): a simulated search,
+"""The calibration of a confirmation on one price history: a simulated search,
 then the confirmation by the rules `tune-gems confirm` ships.
 
 Why. On one price history (a real file, or synthetic `paths: shared`) a confirmation on fresh

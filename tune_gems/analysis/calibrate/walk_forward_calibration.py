@@ -1,4 +1,4 @@
-"""Calibration of the verdict rule as it is used over periods (issue 20, deliver 3; issue 30).
+"""Calibration of the verdict rule as it is used over periods.
 
 The simulation gives each gem's comparison what a verdict faces:
 

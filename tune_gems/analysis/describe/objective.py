@@ -1,4 +1,4 @@
-"""Whether a sweep searched on the verdict's own metric (issue 21): the note its report carries.
+"""Whether a sweep searched on the verdict's own metric: the note its report carries.
 
 The verdicts decide on the per-seed paired gain in validation alpha Sharpe over the last k
 epochs, a diverged member the worst outcome, summarised by the Hodges-Lehmann pseudo-median;

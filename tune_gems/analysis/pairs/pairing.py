@@ -4,7 +4,7 @@ A gem's effect is estimated only between members whose full configurations are i
 for that gem's mode (wire vs measure; its weight belongs to the wired side), at the same seed.
 Two ways a result set provides such pairs:
 
-- **arms of one trial** (issue 12): every arm at seed index s starts from the same weights and
+- **arms of one trial**: every arm at seed index s starts from the same weights and
   draws the same random numbers; arms that differ only in the gem pair exactly. In a full
   factorial the per-seed differences of the simple effects are averaged over the other
   factors' levels: the factorial's main effect.
@@ -19,11 +19,11 @@ Two ways a result set provides such pairs:
 
 Anything else is confounded: no verdict, and the evidence says what would fix it.
 
-The unit of inference is the member seed (`members.seed`: the same value is the same initial
+The unit of inference is the member seed (the members table's `seed`: the same value is the same initial
 weights, noise, replay draws and environment starts). Differences that share a member seed (one
 seed paired in two trials with the same trial seed, or in several contexts of a factorial) are
 averaged into one unit: they are not independent. With `data.synthetic.paths: per_seed` the
-market path of seed index s (the design's index, `members.seed_index`, which counts on across
+market path of seed index s (the design's index, the members table's `seed_index`, which counts on across
 seed blocks) is `data.synthetic.seed + s`, and units that share a path are merged
 too (union-find). With one shared path (or a real price file) every unit sees the same market:
 the inference is then conditional on that path, which the evidence says.
@@ -46,7 +46,7 @@ from tune_gems.contracts.errors import DataError
 DEFAULT_ARM = "default"
 CELL = ["experiment", "trial_id", "arm", "history", "fold", "seed_index"]
 """A member of a comparison: `history` is its price history (0 without a history column: one
-history, issue 37) and `fold` its walk-forward fold in that history (0 without folds, issue 20): a
+history) and `fold` its walk-forward fold in that history (0 without folds): a
 (history, fold) is its own context, so differences pair only within one fold of one history (the
 members of two histories never pair with each other) and a unit's are averaged over them (seed index
 s is the same member seed in every history and fold: seed-paired across histories)."""

@@ -6,7 +6,7 @@ gem's mode share the same *context* for that gem: the label with that gem's toke
 Members of such configurations with the same seed started from the same init, noise and replay
 stream, so they can be compared pairwise.
 
-Labels describe the members they name (issue 31; tune_gems.contracts.config_label): a member's
+Labels describe the members they name (tune_gems.contracts.config_label): a member's
 label is its arm's (the arms table's settings applied), a trial's the labels of its arms.
 `apply_arm_labels` gives results written before that (whose every label was the trial's base
 config) the same labels as new ones, and leaves new ones as they are.

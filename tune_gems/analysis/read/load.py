@@ -22,12 +22,13 @@ from typing import Any, Iterable
 import pandas as pd
 
 from tune_gems.analysis.read.labels import apply_arm_labels
+from tune_gems.analysis.read.side_tables import FoldLayouts, read_layouts, read_table
 from tune_gems.analysis.read.table_schema import as_bool, refuse_duplicates, validate_table
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.paths import check_input_path
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry, disagreement, folder_manifest, manifest_source
 from tune_gems.contracts.result_files import (
-    ARMS_FILES, BASELINES_FILES, FOLDS_FILES, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE,
+    ARMS_FILES, BASELINES_FILES, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE,
     TRIALS_FILE,
 )
 
@@ -59,6 +60,13 @@ class Experiment:
     baselines: pd.DataFrame | None = None
     """Flat, buy-and-hold and momentum on each segment (baselines.parquet / baselines.csv, written
     once per run; docs/evaluation.md), `experiment` set; None when no folder has one."""
+    folds: FoldLayouts = field(default_factory=FoldLayouts)
+    """The walk-forward fold tables (folds.parquet / folds.csv), validated against the members
+    (`side_tables.read_folds`): the layout the overlap of folds is read from, the windows' dates,
+    and why the overlap could not be read where the members span several folds."""
+    histories: pd.DataFrame | None = None
+    """The price-history tables (histories.parquet / histories.csv), validated against the
+    members (`side_tables.read_histories`), `experiment` set; None when no folder has one."""
     gems: tuple[GemEntry, ...] = LEGACY_MANIFEST
     """The gems of the experiment (every folder's gems.json lists the same ones; a folder
     without one: the three built-ins, `gem_manifest.folder_manifest`): what every analysis
@@ -77,22 +85,9 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
-def _read_side_table(folder: Path, names: tuple[str, ...]) -> tuple[Path, pd.DataFrame] | None:
-    """The first of `names` present in `folder`, read as parquet or CSV, or None."""
-    for name in names:
-        path = folder / name
-        if not path.is_file():
-            continue
-        try:
-            return path, (pd.read_parquet(path) if name.endswith(".parquet") else pd.read_csv(path))
-        except Exception as err:  # noqa: BLE001 - pyarrow / pandas raise many types
-            raise DataError(f"{path}: not a readable table ({_one_line(err)})") from None
-    return None
-
-
 def _side_table_with(folder: Path, names: tuple[str, ...], required: tuple[str, ...]) -> tuple[Path, pd.DataFrame] | None:
-    """`_read_side_table`, refused in one line naming the file when a `required` column is missing."""
-    found = _read_side_table(folder, names)
+    """`side_tables.read_table`, refused in one line naming the file when a `required` column is missing."""
+    found = read_table(folder, names)
     if found is None:
         return None
     path, df = found
@@ -113,18 +108,6 @@ def read_arms(folder: Path, label: str) -> pd.DataFrame | None:
     df.insert(0, "experiment", label)
     if "trial_id" in df.columns:
         df["trial_id"] = df["trial_id"].astype(str)
-    return df
-
-
-def read_fold_windows(folder: Path, label: str) -> pd.DataFrame | None:
-    """The walk-forward fold table of a folder (folds.parquet of a sweep, folds.csv of a train
-    run; docs/results.md), `experiment` set, or None. It needs `fold`; the windows' dates
-    (`val_first`, `val_last`) are read where present."""
-    found = _side_table_with(folder, FOLDS_FILES, ("fold",))
-    if found is None:
-        return None
-    df = found[1].drop(columns=["experiment"], errors="ignore")
-    df.insert(0, "experiment", label)
     return df
 
 
@@ -311,6 +294,7 @@ def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
             parts["baselines"].append(baselines)
         studies.update(found)
     refuse_repeated_trials(folders, parts["members"])
+    folds, histories = read_layouts(folders, labels, parts["members"])
 
     def cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
         frames = [f for f in frames if len(f.columns)]
@@ -325,6 +309,8 @@ def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
         labels=labels,
         arms=cat(parts["arms"]) if parts["arms"] else None,
         baselines=cat(parts["baselines"]) if parts["baselines"] else None,
+        folds=folds,
+        histories=histories,
         gems=gems,
     )
 

@@ -65,6 +65,24 @@ def _numeric(path: Path, df: pd.DataFrame, col: str) -> pd.Series:
     return converted.astype(float)
 
 
+def whole_numbers(path: Path, df: pd.DataFrame, name: str, low: int, nullable: bool = False) -> pd.Series:
+    """Column `name` of `df` as whole numbers >= `low` (converted in place; missing values only
+    where `nullable`), else a DataError naming `path`, the column and the first bad value."""
+    values = _numeric(path, df, name)
+    present = values.dropna()
+    if len(present) < len(values) and not nullable:
+        raise DataError(f"{path}: column {name} has missing values (row {values[values.isna()].index[0]})")
+    if len(present):
+        finite = present.map(lambda v: float(v) == float(v) and abs(float(v)) != float("inf"))
+        whole = present[finite].map(lambda v: float(v).is_integer())
+        if not finite.all() or not whole.all():
+            raise DataError(f"{path}: column {name} holds {_shown(present[~finite].iloc[0] if not finite.all() else present[finite][~whole].iloc[0])}, expected whole numbers")
+        if (present < low).any():
+            raise DataError(f"{path}: column {name} holds {_shown(present[present < low].iloc[0])}, expected >= {low}")
+    df[name] = values
+    return values
+
+
 def validate_table(path: Path, df: pd.DataFrame, table: str, gem_columns: Iterable[str] = ()) -> None:
     """Refuse (DataError naming file and column) a table that breaks the column schema of
     docs/results.md; converts text-held numbers in place. Columns the schema does not name
@@ -73,19 +91,7 @@ def validate_table(path: Path, df: pd.DataFrame, table: str, gem_columns: Iterab
     for col in list(df.columns):
         name = str(col)
         if name in INT_COLUMNS:
-            values = _numeric(path, df, name)
-            present = values.dropna()
-            if len(present) < len(values) and (table, name) not in NULLABLE_INT:
-                raise DataError(f"{path}: column {name} has missing values (row {values[values.isna()].index[0]})")
-            if len(present):
-                finite = present.map(lambda v: float(v) == float(v) and abs(float(v)) != float("inf"))
-                whole = present[finite].map(lambda v: float(v).is_integer())
-                if not finite.all() or not whole.all():
-                    raise DataError(f"{path}: column {name} holds {_shown(present[~finite].iloc[0] if not finite.all() else present[finite][~whole].iloc[0])}, expected whole numbers")
-                low = INT_COLUMNS[name]
-                if (present < low).any():
-                    raise DataError(f"{path}: column {name} holds {_shown(present[present < low].iloc[0])}, expected >= {low}")
-            df[name] = values
+            whole_numbers(path, df, name, INT_COLUMNS[name], nullable=(table, name) in NULLABLE_INT)
         elif name in FLAG_COLUMNS:
             values = df[name]
             if not pd.api.types.is_bool_dtype(values) and not pd.api.types.is_numeric_dtype(values):

@@ -50,7 +50,7 @@ def _config(folder: Path) -> tuple[Any, dict[str, Any]]:
     plug-in's module is not importable here, the config is validated without the plug-ins (and
     the arms, which may name them: arms.csv holds every arm's settings), and the plug-in gems'
     settings come from the stored file as written: the tables hold every number the analysis
-    needs, and only a re-run needs the plug-in's code (issue 31)."""
+    needs, and only a re-run needs the plug-in's code."""
     from tune_gems.config.load import load_config
 
     path = folder / CONFIG_FILE

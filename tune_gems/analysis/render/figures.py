@@ -2,9 +2,9 @@
 `write_result` writes.
 
 The lead plots of report.md (`LEAD_PLOTS`, read before the tables) carry a one-line caption,
-and `lead_section` writes the section of report.md that opens with them (issue 31 item 4); the
-first is the decisive picture, the final verdicts with the intervals that decided them (issue 38
-item 4: a reader sees what was decided, and on what, before how the seeds behaved).
+and `lead_section` writes the section of report.md that opens with them; the first is the
+decisive picture, the final verdicts with the intervals that decided them (a reader sees what
+was decided, and on what, before how the seeds behaved).
 `plot_tables` computes the tables (tune_gems.analysis.render.plot_tables; written as CSV even
 with --no-plots: they are numbers), `analysis_figures` draws every figure from them and from
 the analysis's own tables (tune_gems.analysis.render.plots): the lead plots and the figures of

@@ -12,7 +12,7 @@ naming the table row(s) it draws, so a figure can be read back and checked again
 - the rliable-style performance profiles and probability of improvement (Agarwal et al. 2021;
   descriptions of the verdict's seed pairs, not tests: the verdict decides):
   `profile:<gem>:<side>`, `poi:<gem>`;
-- the per-fold forest plot of walk-forward verdicts (issue 31 item 3): each fold's effect with
+- the per-fold forest plot of walk-forward verdicts: each fold's effect with
   its interval and the pooled estimate as a diamond, the intervals the verdict itself used,
   given by its caller, never recomputed here; infinite bounds (an interval the seeds cannot
   close) drawn to the axis edge with an arrow: `fold:<gem>:<fold>` (the interval),

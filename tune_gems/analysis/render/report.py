@@ -172,7 +172,7 @@ def _fold_table(folds: pd.DataFrame | None) -> list[str]:
 
 def _periods_section(v: pd.DataFrame, folds: pd.DataFrame | None = None) -> list[str]:
     """Report lines: the verdicts over periods (walk-forward folds) with the per-fold table, the
-    held-out test check and the learner's skill in context (issue 20; docs/analysis.md
+    held-out test check and the learner's skill in context (docs/analysis.md
     "Verdicts over periods")."""
     if not len(v) or "folds" not in v.columns:
         return []
@@ -331,7 +331,7 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
     return "\n".join(lines) + "\n"
 
 
-# --- report.md's factor section (factors.csv; issue 30 item 4): every factor of the design judged in one
+# --- report.md's factor section (factors.csv): every factor of the design judged in one
 # Holm family with the gems, largest effects first, and the factorial's interactions; it follows the
 # verdict sections in the report.
 

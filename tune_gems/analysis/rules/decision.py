@@ -42,9 +42,9 @@ from scipy import stats as sps
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.rules.gates import market_gate, one_period_gate
-from tune_gems.analysis.rules.held_out_rule import HeldOutDecision, confirm_on_held_out, confirmation_level
+from tune_gems.analysis.rules.held_out_rule import HeldOutDecision, TestSegment, confirmation_level, held_out_stage
 from tune_gems.analysis.rules.histories import HistoryData, HistoryPooled, decide_histories
-from tune_gems.analysis.rules.period_family import FoldData, decide_fold_data, sample_variance
+from tune_gems.analysis.rules.period_family import FoldData, decide_fold_data
 from tune_gems.analysis.rules.periods import PeriodDecision
 from tune_gems.analysis.rules.pooling import pooled_bounds
 from tune_gems.analysis.rules.seed import decide_family
@@ -53,20 +53,6 @@ from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import informative_rank_test
 from tune_gems.analysis.rules.words import DELETE, EQUIVALENT, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT
 from tune_gems.stats.inference import holm_levels
-
-@dataclass(frozen=True)
-class TestSegment:
-    """The held-out test segment's effect of each contrast, [S, E]: `effect`, its seeds' squared
-    standard error `var` and that variance's degrees of freedom `df`
-    (`held_out_rule.seed_level_effect`; NaN effect: no test pairs); `spread_in_seeds` [S, E] (or
-    one bool) where the seeds' variance already holds the test period's luck (per-seed synthetic
-    paths: each seed its own market), so at one period no market-noise part is added."""
-
-    effect: np.ndarray
-    var: np.ndarray
-    df: np.ndarray
-    spread_in_seeds: np.ndarray | bool = False
-
 
 MarketLookup = Callable[[np.ndarray], tuple]
 """Per-side tails [S, E] (each contrast's seed-interval tail: its Holm level over the sides) ->
@@ -88,8 +74,9 @@ class Evidence:
     diverged (the market gate does not apply: divergence is not market noise; default: a
     non-finite unit difference); `market` the market-noise intervals (K = 1, one price history);
     `periods` the family's fold data (K >= 2 on one history), `histories` its data over several
-    price histories (the nested rule), `fold_corr` the overlap of folds that share training rows
-    (`rules.overlap`: a number, a [K, K] matrix, or one per history; 0: none); `test` the held-out
+    price histories (the nested rule), `fold_corr` the overlap of one history's folds that share
+    training rows (`rules.overlap`: a number or a [K, K] matrix; 0: none; over several histories
+    their spread measures it); `test` the held-out
     test segment's effects (the second stage: a discovery keep / harmful is final only where they
     agree; None: no second stage); `selection` [E] or [S, E] how many configurations a search
     chose each contrast's among, on one history (None: fresh data, no selection gate)."""
@@ -167,13 +154,6 @@ class Decision:
 
 def _nan(shape) -> np.ndarray:
     return np.full(shape, np.nan)
-
-
-def _spread_over_folds(theta: np.ndarray) -> np.ndarray:
-    """The sample variance of the finite fold effects along the last axis (NaN with fewer than
-    two): the period spread where the pooled rule has no tau^2, seed noise included (cautious)."""
-    theta = np.asarray(theta, float)
-    return sample_variance(theta, np.isfinite(theta))
 
 
 def _not_on_ties(verdict: np.ndarray, tied: np.ndarray) -> np.ndarray:
@@ -275,15 +255,14 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
             red = np.broadcast_to(False if ev.redundant is None else np.asarray(ev.redundant, bool), (s, e))
             removable = rule.magnitude_at_null | red
         common = dict(alpha=th.alpha, rope=th.rope, tested=tested, seed_verdict=seed_verdict, removable=removable,
-                      share=th.share_tau, one_sided=th.one_sided_keep, fold_corr=ev.fold_corr,
-                      isolate_flagged=isolate_flagged)
+                      share=th.share_tau, one_sided=th.one_sided_keep, min_periods=th.min_periods,
+                      isolate_flagged=isolate_flagged, isolate_level=isolate_level)
         with np.errstate(over="ignore", invalid="ignore"):
-            if ev.histories is not None:  # the nested rule: each history over its folds, then over histories
-                hp, period = decide_histories(ev.histories, min_histories=defaults.MIN_HISTORIES, **common)
+            if ev.histories is not None:  # the nested rule: each history's effect, then over histories and calendar
+                hp, period = decide_histories(ev.histories, **common)
                 pooled = hp.pooled
             else:
-                pooled, period = decide_fold_data(ev.periods, min_periods=th.min_periods, isolate_level=isolate_level,
-                                                  **common)
+                pooled, period = decide_fold_data(ev.periods, fold_corr=ev.fold_corr, **common)
             period, pooled_eq = _estimable(period, pooled, tested, th.alpha)
         decided = tested & ~period.too_few_periods
         eq_lo, eq_hi, eq_level = (np.where(decided, a, b) for a, b in zip(pooled_eq, (eq_lo, eq_hi, eq_level)))
@@ -301,19 +280,15 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
     verdict = discovery
     held = None
     if ev.test is not None:  # the held-out test segment, a pre-registered second stage
-        if pooled is not None:  # the test period's spread: the periods' tau^2 (over histories, theirs)
-            period_var, period_df = pooled["tau2"], pooled["df"]
-            if ev.periods is not None:  # pooled with equal weights (a fold's variance unknown): no tau^2,
-                period_var = np.where(np.isfinite(period_var), period_var,  # the fold effects' own spread
-                                      _spread_over_folds(ev.periods.theta))
-        else:  # one period: the history's luck, the market-noise variance (none: nothing is confirmed)
-            with np.errstate(invalid="ignore"):
-                period_var = ((m_hi - m_lo) / (2 * sps.norm.ppf(1 - tail))) ** 2
-            period_var = np.where(np.broadcast_to(np.asarray(ev.test.spread_in_seeds, bool), (s, e)), 0.0, period_var)
-            period_df = np.inf
         m = np.isfinite(p).sum(-1, keepdims=True)
-        held = confirm_on_held_out(verdict, ev.test.effect, ev.test.var, period_var, confirmation_level(th.alpha, m),
-                                   test_df=ev.test.df, period_df=period_df)
+        with np.errstate(invalid="ignore"):
+            market_var = ((m_hi - m_lo) / (2 * sps.norm.ppf(1 - tail))) ** 2
+        fd = ev.periods
+        held = held_out_stage(verdict, ev.test, confirmation_level(th.alpha, m),
+                              calendar=hp.calendar if hp is not None else None, pooled=pooled,
+                              fold_var=None if fd is None else fd.var * (1 - fd.seed_share[..., None]),
+                              fold_n=None if fd is None else fd.n_informative,
+                              fold_theta=None if fd is None else fd.theta, market_var=market_var)
         verdict = held.verdict
     final, f_lo, f_hi, f_ok = verdict, None, None, None
     if ev.selection is not None:  # a search's choice on one history: the selection-adjusted gate

@@ -1,4 +1,4 @@
-"""The overlap of folds that share training rows, in the pooled variance (issue 37, item 2).
+"""The overlap of folds that share training rows, in the pooled variance.
 
 Why. The validation periods of the folds are disjoint, but a purged fold trains on the other
 groups and an expanding walk-forward window starts where every other one starts: learners
@@ -6,45 +6,25 @@ trained on mostly the same rows make fold effects that share a part. The fold di
 cannot see a part common to every fold (it cancels in the residuals), so the pooled variance
 read off the dispersion is too small: simulated at the real shapes, the family-wise false
 rate of the pooled rule is 2-7x its level at Nadeau and Bengio's correlation
-(`decision_calibration`, docs/analysis.md "The overlap of folds").
+(`decision_calibration`, docs/analysis.md "The overlap of folds", which derives what follows).
 
-The correction (Nadeau & Bengio 2003, "Inference for the generalization error"): K fold
-effects, each with variance sigma^2 and pairwise correlation rho, have a mean whose variance is
-sigma^2 (1 - rho) (1/K + rho / (1 - rho)); the dispersion of the fold effects estimates sigma^2
-(1 - rho), so the variance read off the dispersion, sigma_hat^2 / K, is multiplied by
-
-    1 + K rho / (1 - rho) = 1 + K n2 / n1        (rho = n2 / (n1 + n2), their heuristic)
-
-with n1 the training rows and n2 the validation rows of a fold (2.14 at 8 purged groups, 2.2
-at 6). It is a heuristic: the correlation of two folds' errors is not estimable from one
-history's folds (the part they share is the history's own), so it is taken from the layout.
-
-**Unequal folds** (expanding windows, the purged groups at the ends, partial overlaps) as a
-common part with loadings: fold k's error is its own part (variance s_k^2, what the dispersion
-and the seeds see) plus a part it shares with the folds whose training rows meet its own, of
-variance lambda_k s_k^2, lambda_k = n2_k / n1_k (NB's rho_k / (1 - rho_k)); two folds that share
-training rows have common covariance sqrt(lambda_k lambda_l) s_k s_l, two that share none
-have none (rolling windows that do not overlap: no correction), and a fold that shares rows
-with no other has no common part. With weights a_k (summing to 1) the pooled mean's variance
-then grows from sum a_k^2 s_k^2 by sum_kl a_k a_l s_k s_l Lambda_kl, Lambda the matrix above;
-with the random-effects weights w_k = 1 / s_k^2 that is a factor
+The correction (Nadeau & Bengio 2003, "Inference for the generalization error"): the variance
+read off the dispersion is multiplied by 1 + K n2 / n1 (n1 training rows, n2 validation rows of
+a fold). The correlation of two folds' errors is not estimable from one history's folds, so it
+is taken from the layout. Unequal or partly overlapping folds load a common part with
+lambda_k = n2_k / n1_k, shared only by folds whose training rows meet; with the random-effects
+weights w the factor is
 
     F = 1 + (sqrt w)' Lambda (sqrt w) / sum w        (`overlap_factor`)
 
-which is NB's 1 + K n2 / n1 for K equal folds that all share rows. NB's heuristic does not
-grade a partial overlap; a pair that shares any training row is taken at the pair's full value
+NB's factor for K equal folds that all share rows; a pair that shares any row counts in full
 (conservative for windows that barely meet).
 
-**Which part of the pooled variance.** `pooling.pool_family` multiplies by F the part of the
-pooled variance that the fold dispersion measures: the HKSJ variance (the scale over the sum
-of weights, tau^2 included) and the DerSimonian-Laird one (1 / sum of weights). Not the seeds'
-common share: the part of a seed that every fold shares (same initial weights) is estimated
-from the seeds x folds ANOVA and already added whole (averaging folds does not shrink it);
-what the overlap adds is a part common to the folds as *periods* (the learners' training
-luck on the rows they share), invisible to that ANOVA and to the dispersion alike. Not tau^2
-alone: on one history tau^2 is often estimated at 0 while the folds' effects still share
-their training (the real runs: 0 for g6), and NB's correlation is one of the fold effects as
-estimated, seed noise included.
+`pooling.pool_family` multiplies by F the part of the pooled variance the fold dispersion
+measures (the HKSJ and DerSimonian-Laird variances, tau^2 included), not the seeds' common
+share, which the seeds x folds ANOVA already adds whole: the overlap is a part common to the
+folds as periods (training luck on shared rows), invisible to that ANOVA and to the
+dispersion alike, present even where tau^2 is estimated at 0.
 
 Pure numpy; a fold table (`folds.parquet`, `data.segments.fold_table`) gives the matrix in one
 call (`fold_overlap`).

@@ -5,10 +5,9 @@ factor table, `confirm` and every calibration call) decides a family of contrast
 through it: the per-fold effects on their informative pairs
 (`pooling.fold_estimates`), the seeds' part shared by every fold (`pooling.seed_anova`,
 `pooling.shared_seed_variance`), the family pooled with tau shared where the contrasts agree
-(`pooling.pool_family`) and the period rule (`periods.decide_periods`). Before this module each
-caller strung these together itself, and two callers written against an older pooling drifted
-from the verdicts (a per-contrast HKSJ with K - 1 df and the seed test as a second gate). Now they
-hold `FoldData` and call `decide_fold_data`; the tests of "one rule" (tests/test_rules.py) check
+(`pooling.pool_family`) and the period rule (`periods.decide_periods`). A caller that strung
+these together itself would drift from the verdicts, so every caller holds `FoldData` and calls
+`decide_fold_data`; the tests of "one rule" (tests/test_rules.py) check
 that every caller holds these objects.
 """
 

@@ -20,11 +20,11 @@ Holm over the gems). Per gem of a family with a wiring comparison (`tested`):
 - `inconclusive` otherwise. A gem without a pooled effect (its fold effects undefined: pairs
   mostly diverged one way) reads `inconclusive`.
 
-The seeds' own verdict (the seed rule on the fold-averaged per-seed differences) is no longer
-a second gate: it is conditional on the K periods (their luck is common to every seed), so the
+The seeds' own verdict (the seed rule on the fold-averaged per-seed differences) is not a
+second gate: it is conditional on the K periods (their luck is common to every seed), so the
 pooled test, which carries the periods' spread, is the one that can be wrong only at its level;
 requiring both stacked two tests and put the rule far below its level (false keep 0.000 at K =
-4-6, issue 30). A gem without a wiring comparison keeps its seed-rule word (what it lacks).
+4-6). A gem without a wiring comparison keeps its seed-rule word (what it lacks).
 
 Because the heterogeneity test gates both `inconsistent` and `heterogeneous`, their family-wise
 false-alarm rate in pure noise is the Holm-adjusted Q test's: at most alpha.
@@ -84,17 +84,18 @@ def sign_change_shown(fold_effect, fold_p, alpha: float) -> tuple[np.ndarray, np
 
 def decide_periods(tested, p, p_tost, mu, se, se_fixed, df, q_p, periods, fold_effect, fold_p, *, alpha: float,
                    seed_verdict=None, removable=None, min_periods: int = defaults.MIN_PERIODS,
-                   one_sided: bool = False, df_fixed=np.inf) -> PeriodDecision:
+                   one_sided: bool = False, df_fixed=np.inf, enough=None) -> PeriodDecision:
     """The period rule (module docstring). [S, m] per gem: `tested` whether it has a wiring
     comparison; `p` (one-sided when `one_sided`), `p_tost`, `mu`, `se`, `se_fixed`, `df`, `df_fixed`, `q_p`, `periods`
     (folds carrying informative pairs) its pooled test (`pooling.pool_family`; NaN p: no pooled
     effect); `seed_verdict` the words kept where not `tested`; `removable` the magnitude half of
     `delete`. [S, m, K]: `fold_effect`, `fold_p` each fold's own effect and signed-rank p (NaN:
-    the fold does not pair the gem)."""
+    the fold does not pair the gem). `enough` [S, m]: where the design can decide, in place of
+    `periods >= min_periods` (the nested rule over histories counts histories and calendar periods)."""
     tested = np.asarray(tested, bool)
     p, p_tost, mu, se, se_fixed, df, q_p = (np.asarray(x, float) for x in (p, p_tost, mu, se, se_fixed, df, q_p))
     periods = np.asarray(periods)
-    enough = tested & (periods >= min_periods)
+    enough = tested & (periods >= min_periods if enough is None else np.asarray(enough, bool))
     few = tested & ~enough
     p_in = np.where(enough, p, np.nan)
     p_adj, pt_adj = holm(p_in), holm(np.where(enough, p_tost, np.nan))

@@ -9,9 +9,8 @@
 - `pool_family`: the random-effects combination of each contrast's K fold effects with the
   Hartung-Knapp-Sidik-Jonkman interval (DerSimonian-Laird tau^2, the t with the scale's degrees
   of freedom), never narrower than the DerSimonian-Laird interval (normal quantile, the fold
-  variances taken as known): the variant of Jackson et al. (2017). The older "modified" HKSJ
-  floored the scale at 1 but kept the t quantile, which is the t's width on a variance that is
-  then nearly known: 14x below its level at K = 4 without period spread (issue 30). The seeds'
+  variances taken as known): the variant of Jackson et al. (2017) ("modified" HKSJ, the scale
+  floored at 1 with the t quantile, is 14x below its level at K = 4 without period spread). The seeds'
   common share is split off each fold variance (tau^2, the scale and Q read the rest) and added
   whole to both; each test's t has the degrees of freedom of the seed-level estimates behind its
   variance (Welch-Satterthwaite). For a whole family of contrasts at once: with `share`, tau^2 and the HKSJ scale are
@@ -23,8 +22,8 @@
   freedom are cut by the contrasts' residual correlation (Satterthwaite: m df / (1 + (m - 1)
   r^2), r^2 the mean squared correlation of their standardised fold residuals, debiased), since
   contrasts that share arms or periods carry less independent information about the scale;
-  a flagged contrast also leaves the family's tau^2 and scale (`isolate_flagged`, issue 37: a
-  heterogeneous one had widened every other contrast's interval); `fold_corr` puts the overlap
+  a flagged contrast also leaves the family's tau^2 and scale (`isolate_flagged`: a
+  heterogeneous one widens every other contrast's interval); `fold_corr` puts the overlap
   of folds that share training rows into the variance (`rules.overlap`);
 - `hksj`: the same for one contrast per row (K - 1 df);
 - `pooled_bounds`: the pooled interval at any per-side tail (the Holm level's, for the
@@ -180,7 +179,7 @@ def pool_family(theta: np.ndarray, var: np.ndarray, *, seed_share=0.0, seed_var=
                 share: bool = defaults.SHARE_TAU, share_level: float = defaults.TAU_SHARE_LEVEL,
                 one_sided: bool = False, fold_n=None, seed_df=None, fold_corr=0.0,
                 isolate_flagged: bool = defaults.ISOLATE_FLAGGED,
-                isolate_level: float = defaults.ISOLATE_LEVEL) -> dict[str, np.ndarray]:
+                isolate_level: float = defaults.ISOLATE_LEVEL, extra_var=0.0, extra_df=np.inf) -> dict[str, np.ndarray]:
     """Random-effects pooling of each contrast's fold effects, a family per row (module docstring).
 
     `theta`, `var` [S, m, K]: fold effects and their squared standard errors (theta NaN: the fold
@@ -205,11 +204,14 @@ def pool_family(theta: np.ndarray, var: np.ndarray, *, seed_share=0.0, seed_var=
     leaves the family's tau^2 and scale, which are estimated again over the others, and those are
     tested again against each other until none is flagged (False, the default: the shared fit
     keeps every contrast's residuals; docs/analysis.md "Isolating a heterogeneous contrast").
+    `extra_var` [S, m] a variance of the pooled mean that no period's dispersion shows (the calendar
+    part of histories that share validation periods, `rules.calendar`), added whole to both tests
+    like the seeds' common part, with its degrees of freedom `extra_df` in theirs.
 
     Returns arrays [S, m]: mu, se (HKSJ), se_fixed (DerSimonian-Laird; 0 with equal weights),
     df, df_fixed, p (the larger of the two tests' p), p_two_sided, p_tost (+-rope), tau2 (the
     one used), tau2_own (the contrast's own DL estimate), i2 (its own), q_p (Cochran's Q test,
-    its own), common (the common seed variance added), periods (folds that carry weight), shared
+    its own), common (the common seed variance added; `extra_var` included), periods (folds that carry weight), shared
     (pooled with the family's tau^2 and scale), share_p (the test of its scale exceeding the
     family's, `_scale_excess_p`; NaN: not tested), overlap (the factor the fold overlap put on
     its variance; 1: none); and [S] r2 (the residual correlation the df were cut by)."""
@@ -298,7 +300,9 @@ def pool_family(theta: np.ndarray, var: np.ndarray, *, seed_share=0.0, seed_var=
         vary_own, fixed_own, vary_sh, fixed_sh = vary_own * f_own, fixed_own * f_own, vary_sh * f_sh, fixed_sh * f_sh
         overlap = np.where(shared, f_sh, f_own)
     mu = np.where(shared, mu_sh, mu_own)
-    common = np.where(shared, common_sh, common_own)
+    extra = np.nan_to_num(np.broadcast_to(np.asarray(extra_var, float), (s, m)), nan=np.inf)
+    common_seed = np.where(shared, common_sh, common_own)
+    common = common_seed + extra
     vary = np.where(shared, vary_sh, vary_own)
     vary_fixed = np.where(shared, fixed_sh, fixed_own)
     se, se_fixed = np.sqrt(vary + common), np.where(bad, 0.0, np.sqrt(vary_fixed + common))
@@ -306,8 +310,10 @@ def pool_family(theta: np.ndarray, var: np.ndarray, *, seed_share=0.0, seed_var=
     tau2 = np.where(shared, np.broadcast_to(tau2_sh[:, None], (s, m)), tau2_own)
     # the degrees of freedom of the seed-level estimates behind the variances
     n_fold = np.full(theta.shape, np.inf) if fold_n is None else np.asarray(fold_n, float)
-    df_common = np.full((s, m), np.inf) if seed_df is None else np.asarray(seed_df, float)
+    df_seed = np.full((s, m), np.inf) if seed_df is None else np.asarray(seed_df, float)
+    df_extra = np.broadcast_to(np.asarray(extra_df, float), (s, m))
     with np.errstate(invalid="ignore", divide="ignore"):
+        df_common = satterthwaite([common_seed, extra], [df_seed, df_extra])  # the parts added whole
         df_within = np.where(inc, FOLD_VAR_DF * (n_fold - 1), 0).sum(-1)
         df_fixed = satterthwaite([vary_fixed, common], [df_within, df_common])
         # Cochran's Q against F(K - 1, one fold variance's df), not chi2: each term divides by its

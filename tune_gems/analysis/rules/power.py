@@ -1,41 +1,31 @@
 """The power of the rule that decides, in one place: its minimum detectable effect, the seeds it
-needs, and the floor no seed count beats (issue 36 item 3).
+needs, and the floor no seed count beats.
 
 Why one module. Every statement of power (the MDE beside a verdict, the seeds that would reach
 the ROPE, the floor of periods or of one history's market noise, the seeds `tune-gems confirm`
 trains, the designs `tune-gems plan` prices, the MDE the calibrations check by simulation) must
 be the power of the test that decides, in the same units, or a user buys seeds that cannot help
-(issue 30: "0.173, about 68 seeds would detect +-0.1" where the deciding test's MDE was 0.38 and
-no seed count got below 0.29). Before, about twelve solvers in seven modules each did part of it;
-here one description of a comparison (`PowerInputs`), one MDE (`mde`), one floor (`floor`), one
-solver (`fewest_seeds`), one tie scaling (`seeds_to_run`) and one statement of all of them for
-a verdict row (`statement`).
+(the seed test's "about 68 seeds would detect +-0.1" where the deciding test's MDE is 0.38 and no
+seed count gets below 0.29). So there is one description of a comparison (`PowerInputs`), one MDE
+(`mde`), one floor (`floor`), one solver (`fewest_seeds`), one tie scaling (`seeds_to_run`) and one
+statement of them all for a verdict row (`statement`).
 
 The rule that decides, and so its MDE at power 1 - beta and first-Holm-step level a:
 
-- **one period (K = 1)**: the seed rule's signed-rank test (`inference.min_detectable_effect`: the
-  t quantiles with n - 1 df times the rank test's efficiency, divergence accounted for); on one
-  price history the verdict must also hold for the combined seed + market-noise interval (the
-  one-period gate), so the market-noise standard error adds its variance:
-  sqrt(seed MDE^2 + ((z_level + z_power) x market se)^2), the market part at `history_level` (a
-  confirmation on the search's one history takes it at the selection-adjusted level);
-- **K >= 2 periods**: the pooled test (`periods.decide_periods`; the seed test is no second gate),
-  with the variance parts of `PooledComponents`:
+- **one period (K = 1)**: the seed rule's signed-rank test (`inference.min_detectable_effect`); on
+  one price history the market-noise standard error adds its variance (the one-period gate), at
+  `history_level` (selection-adjusted for a confirmation on the search's one history);
+- **K >= 2 periods**: the pooled test, with the variance parts of `PooledComponents`:
 
       se^2(K, n) = (tau^2 + (within - seed) / n) (1/K + lambda) + seed / n
 
-  (`period` tau^2 the period-to-period spread; `within` one seed's variance inside a fold;
-  `seed` its part common to every fold, which averaging folds does not shrink; lambda the folds'
-  overlap, NB's n2 / n1, 0 without) and the MDE (t_{1-a/2, df} + t_{1-beta, df}) x se, df the
-  rule's degrees of freedom (one-sided: t_{1-a}). With seeds -> infinity it falls to the **floor**
-  (t + t) x tau / sqrt(K): when that exceeds the target, only more periods help ("more periods,
-  not more seeds");
+  (lambda the folds' overlap, 0 without) and the MDE (t_{1-a/2, df} + t_{1-beta, df}) x se. With
+  seeds -> infinity it falls to the **floor** (t + t) x tau / sqrt(K): above the target only more
+  periods help;
 - **several price histories**: the nested rule's `history_mde` (`HistoryComponents`).
 
-These are large-sample statements of a rule that is itself checked by simulation (the
-calibrations' power at the stated MDE); they say which design can decide, not the exact power.
-Pure functions of numbers: the verdicts, the factor table, `confirm`, `plan` and the
-calibrations call them.
+Large-sample statements of a rule that is itself checked by simulation: they say which design
+can decide, not the exact power.
 """
 
 from __future__ import annotations
@@ -172,25 +162,52 @@ def advice(mde: float, floor: float, target: float, seeds_needed: float, *, mark
 @dataclass(frozen=True)
 class HistoryComponents:
     """The variance parts of the nested rule's pooled effect over H histories of K folds
-    (`rules.histories`), per-seed-difference units^2: `history` tau_H^2 (the spread between
-    histories), `period` tau^2 (between the folds of a history), `within` one seed's variance
-    inside a fold, `seed` its part common to every history and fold (seed-paired), `overlap` the
-    folds' lambda = n2 / n1 inside a history:
+    (`rules.histories`), per-seed-difference units^2: `history` tau_H^2 (the lasting spread between
+    histories), `period` a history's own spread between its folds, `within` one seed's variance
+    inside a fold, `seed` its part common to every history and fold (seed-paired), `calendar` the
+    spread of the calendar periods the histories share (`rules.calendar`; 0 on their own calendars,
+    where each history's calendar luck is in `period`), `shared` whether they share one calendar:
 
-        se^2(H, K, n) = tau_H^2 / H + (tau^2 + (within - seed) / n) (1/K + lambda) / H + seed / n
+        se^2(H, K, n) = tau_H^2 / H + (tau^2 + (within - seed) / n) / (K H) + calendar / K + seed / n
+
+    and the held-out stage's (`test_se`: one test period per history, their spread on the test over
+    H; on one calendar the test period is one period of all, whose part the stage reads off the
+    spread of the validation periods' means, calendar + (tau^2 + (within - seed) / n) / H):
+
+        se_test^2(H, K, n) = (tau_H^2 + tau^2 + (within - seed) / (K n)) / H + seed / n [+ that part]
     """
 
     history: float
     period: float
     within: float
     seed: float = 0.0
-    overlap: float = 0.0
+    calendar: float = 0.0
+    shared: bool | np.ndarray = False
 
     def se(self, histories, folds, seeds):
         """The nested rule's standard error with `histories` x `folds` x `seeds` (numbers or arrays)."""
-        per_history = PooledComponents(self.period, self.within, self.seed, self.overlap)
-        one = per_history.se(folds, seeds) ** 2 - self.seed / seeds  # a history's variance less the seeds' common part
-        return np.sqrt((self.history + one) / histories + self.seed / seeds)
+        fold_level = self.period + (self.within - self.seed) / seeds
+        return np.sqrt(self.history / histories + fold_level / (folds * histories) + self.calendar / folds
+                       + self.seed / seeds)
+
+    def test_parts(self, histories, folds, seeds):
+        """(the histories' spread on the test / H with the seeds' common part, the calendar part):
+        the held-out stage's two variances (module docstring), on H - 1 and K - 1 df."""
+        spread = (self.history + self.period + (self.within - self.seed) / (folds * seeds)) / histories + self.seed / seeds
+        means = np.where(self.shared, self.calendar + (self.period + (self.within - self.seed) / seeds) / histories, 0.0)
+        return spread, means
+
+    def test_se(self, histories, folds, seeds):
+        """The held-out stage's standard error with `histories` x `folds` x `seeds`."""
+        return np.sqrt(sum(self.test_parts(histories, folds, seeds)))
+
+    def test_df(self, histories, folds, seeds):
+        """The held-out stage's degrees of freedom (Welch-Satterthwaite of `test_parts`)."""
+        spread, means = self.test_parts(histories, folds, seeds)
+        num = (spread + means) ** 2
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return num / (spread**2 / np.maximum(histories - 1.0, 1e-12)
+                          + np.where(self.shared, means**2 / np.maximum(folds - 1.0, 1e-12), 0.0))
 
 
 def history_mde(c: HistoryComponents, histories, folds, seeds, *, df, level, power: float, one_sided: bool = False):
@@ -219,8 +236,9 @@ class PowerInputs:
     standard error of the difference (0: none, e.g. per-seed paths). Over `histories` >= 2 price
     histories the nested rule decides (`history_mde`): `history_tau2` the spread between histories,
     `tau2` and `within` a history's fold components, `seed` the part common to every history and
-    fold, `df` the histories' degrees of freedom (NaN: H - 1), `n` the seeds per fold of a history,
-    `overlap` the lambda of a history's folds (the first stage's)."""
+    fold, `calendar` the calendar part the histories share (`rules.calendar`; NaN: on their own
+    calendars, nothing shared), `df` the histories' degrees of freedom (NaN: H - 1), `n` the seeds per
+    fold of a history."""
 
     n: float
     sd: float = math.nan
@@ -235,6 +253,7 @@ class PowerInputs:
     overlap: float = 0.0
     histories: int = 1
     history_tau2: float = 0.0
+    calendar: float = math.nan
 
     @property
     def pooled_over(self) -> bool:
@@ -245,7 +264,8 @@ class PowerInputs:
         """The nested rule's components of the comparison (several price histories)."""
         c = self.components()
         return HistoryComponents(self.history_tau2 if math.isfinite(self.history_tau2) else 0.0, c.period, c.within,
-                                 c.seed, c.overlap)
+                                 c.seed, self.calendar if math.isfinite(self.calendar) else 0.0,
+                                 math.isfinite(self.calendar))
 
     @property
     def history_df(self) -> float:
@@ -264,6 +284,13 @@ class PowerInputs:
     @property
     def pooled_df(self) -> float:
         return float(self.df) if math.isfinite(self.df) and self.df > 0 else float(self.folds - 1)
+
+
+def history_inputs(n: float, histories: int, folds: int, c: HistoryComponents, df: float) -> PowerInputs:
+    """The power inputs of a comparison the nested rule decides: `n` informative seeds per fold of a
+    history, the components `c` (the calendar part included), the histories' degrees of freedom `df`."""
+    return PowerInputs(n, folds=folds, tau2=c.period, within=c.within, seed=c.seed, df=df, histories=histories,
+                       history_tau2=c.history, calendar=c.calendar if c.shared else math.nan)
 
 
 def _z(level: float, power: float) -> float:
@@ -371,30 +398,95 @@ def market_se_of(low: float, high: float, two_sided_level: float) -> float:
     return float((high - low) / (2 * sps.norm.ppf(1 - two_sided_level / 2)))
 
 
+def two_stage_mde(se1, df1, se2, df2, *, level: float, test_level: float, power: float, one_sided: bool = False):
+    """The effect that reads `keep wired` through both stages with probability `power`: the
+    discovery at `level` (the first Holm step; two-sided unless `one_sided`), standard error `se1`
+    with `df1`, and the held-out stage one-sided at `test_level` (alpha / m), `se2` with `df2`, each
+    stage's power read as its MDE reads it (a t shifted by effect / se) and the two taken as
+    independent: P1 P2 = power. Positive dependence (the seeds' common part, a history's lasting
+    part) only raises the joint power, so this is the larger, safe statement. Numbers or arrays
+    (broadcast); NaN where a part is missing."""
+    se1, df1, se2, df2 = np.broadcast_arrays(*(np.asarray(x, float) for x in (se1, df1, se2, df2)))
+    ok = np.isfinite(se1) & np.isfinite(se2) & (se1 > 0) & (se2 > 0) & (df1 > 0) & (df2 > 0)
+    d1, d2 = np.where(ok, df1, 1.0), np.where(ok, df2, 1.0)
+    s1, s2 = np.where(ok, se1, 1.0), np.where(ok, se2, 1.0)
+    c1 = sps.t.ppf(1 - (level if one_sided else level / 2), d1)
+    c2 = sps.t.ppf(1 - test_level, d2)
+
+    def joint(delta):
+        return sps.t.cdf(delta / s1 - c1, d1) * sps.t.cdf(delta / s2 - c2, d2) - power
+
+    lo = np.fmax(t_multiplier(d1, level, power, one_sided) * s1, t_multiplier(d2, test_level, power, True) * s2)
+    hi = 2 * lo
+    for _ in range(64):  # the joint power at 2^64 x the larger MDE: reached
+        low = joint(hi) < 0
+        if not low.any():
+            break
+        lo, hi = np.where(low, hi, lo), np.where(low, 2 * hi, hi)
+    for _ in range(50):  # bisection: the joint power rises with the effect
+        mid = 0.5 * (lo + hi)
+        below = joint(mid) < 0
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    out = np.where(ok, hi, np.nan)
+    return float(out) if out.ndim == 0 else out
+
+
+def two_stage(d: PowerInputs, level: float, power: float, *, test_level: float | None = None,
+              period_floor: float = 0.0, one_sided: bool = False) -> float:
+    """`two_stage_mde` of comparison `d` at its design (the discovery's se from the components
+    `mde` reads; the held-out stage's: one period per history, `HistoryComponents.test_se`, with the
+    histories' spread on H - 1 df; on one history over folds the seeds' variance of the test effect
+    plus tau^2, at least `period_floor` x one fold's seed variance, on the pooled df; at one period
+    the seeds' variance plus the market-noise variance). `test_level` defaults to `level`."""
+    t_level = level if test_level is None else test_level
+    if d.histories >= 2:
+        c = d.history_components()
+        k = max(d.folds, 1)
+        return two_stage_mde(c.se(d.histories, k, d.n), d.history_df, c.test_se(d.histories, k, d.n),
+                             c.test_df(d.histories, k, d.n), level=level, test_level=t_level, power=power,
+                             one_sided=one_sided)
+    if d.folds >= 2:
+        c = d.components()
+        fold_var = (c.within - c.seed) / d.n
+        se2 = math.sqrt(max(c.period, period_floor * fold_var) + fold_var / d.folds + c.seed / d.n)
+        return two_stage_mde(c.se(d.folds, d.n), d.pooled_df, se2, d.pooled_df, level=level, test_level=t_level,
+                             power=power, one_sided=one_sided)
+    if d.n < 2 or not math.isfinite(d.sd):
+        return math.nan
+    one = mde(d, level, power, one_sided=one_sided)
+    seed_var = d.sd**2 * RANK_EFFICIENCY / d.n
+    return two_stage_mde(one / _z(level, power), 1e12, math.sqrt(seed_var + d.market_se**2), 1e12,
+                         level=level, test_level=t_level, power=power, one_sided=one_sided)
+
+
 @dataclass(frozen=True)
 class PowerStatement:
     """A verdict row's power statement: the deciding rule's `mde`, its `floor` (infinitely many
     seeds; NaN where the seeds alone decide), the `seeds_needed` for the target (with the ties'
-    share scaled in) and the `note` in words (`advice`)."""
+    share scaled in), the `note` in words (`advice`) and `two_stage` the MDE of a keep that must
+    also pass the held-out stage (`two_stage`; NaN: not stated)."""
 
     mde: float
     floor: float
     seeds_needed: float
     note: str
+    two_stage: float = math.nan
 
 
 def statement(d: PowerInputs, target: float, level: float, power: float, *, tied: float = 0.0,
-              one_sided: bool = False) -> PowerStatement:
+              one_sided: bool = False, test_level: float | None = None, period_floor: float = 0.0) -> PowerStatement:
     """The power statement of comparison `d` at the first Holm step `level` for the `target`
     (the ROPE): over periods the pooled test's with its floor and advice; on one history with a
     market-noise interval the seed and market-noise rule's with its floor; else the seed rule's
-    (no floor, no note: the verdict's reason says how many seeds would detect the target)."""
+    (no floor, no note: the verdict's reason says how many seeds would detect the target); with
+    the two-stage MDE (`two_stage` at `test_level`, the held-out stage's level, and `period_floor`)."""
     m = mde(d, level, power, one_sided=one_sided)
     needed = seeds_to_run(fewest_seeds(d, target, level, power, one_sided=one_sided), tied)
+    both = two_stage(d, level, power, test_level=test_level, period_floor=period_floor, one_sided=one_sided)
     if d.pooled_over:
         fl = floor(d, level, power, one_sided=one_sided)
-        return PowerStatement(m, fl, needed, advice(m, fl, target, needed, histories=d.histories >= 2))
+        return PowerStatement(m, fl, needed, advice(m, fl, target, needed, histories=d.histories >= 2), both)
     if d.market_se > 0:
         fl = floor(d, level, power)
-        return PowerStatement(m, fl, needed, advice(m, fl, target, needed, market=True))
-    return PowerStatement(m, math.nan, needed, "")
+        return PowerStatement(m, fl, needed, advice(m, fl, target, needed, market=True), both)
+    return PowerStatement(m, math.nan, needed, "", both)

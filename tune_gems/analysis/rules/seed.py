@@ -5,14 +5,15 @@ Per gem with a wiring comparison, Holm over the gems of the family (`inference.h
 - `keep wired`: Holm-adjusted p <= alpha and effect > 0; `harmful`: the same with effect < 0;
 - `delete`: otherwise, the wiring effect equivalent to zero (Holm-adjusted TOST p <= alpha)
   **and** the measured magnitude at its null (Holm-adjusted magnitude TOST p <= alpha) or a
-  model feature removing it (`redundant`): both halves (issue 21);
+  model feature removing it (`redundant`): both halves, since a magnitude at its null says
+  nothing about what wiring does;
 - `equivalent`: the wiring TOST alone; `inconclusive`: none of these;
 - without a wiring test (given which members exist): `insufficient: confounded` (wired and
   measured members exist but never differ in this gem alone), `insufficient data` (only one
   side), `no data` (neither);
 - `insufficient data` too when its informative pairs (ties dropped, `rules.ties`) are too few
   for any of its tests to reach alpha even with every sign equal (`ties.cannot_decide`): never
-  `equivalent` or `delete` on ties (issue 30).
+  `equivalent` or `delete` on ties.
 
 With `one_sided` (the opt-in one-sided keep test) `p` is the one-sided p of effect > 0 and no
 `harmful` is claimed.

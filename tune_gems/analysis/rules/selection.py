@@ -1,6 +1,6 @@
 """The confirmation's last gate on one price history: a verdict must survive the search's selection.
 
-Why (issue 30, item 7). A search keeps, per gem, the best of the T trials that wired it. On one
+Why. A search keeps, per gem, the best of the T trials that wired it. On one
 price history (a real file, or synthetic `paths: shared`) the confirmation can only refresh the
 seeds: each configuration's luck on that history (the market noise of its validation period,
 or of each walk-forward period) is the same in the confirmation as in the discovery, and the

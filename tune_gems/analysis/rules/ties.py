@@ -2,10 +2,10 @@
 
 Why. A pair whose two members have exactly the same outcome (both never traded: Sharpe exactly 0
 on both sides; both diverged: a tie by the worst-outcome rule) says nothing about the direction
-of a wiring's effect. Counted as the signed-rank statistic's "half above, half below" (the rule
-before issue 30) they pulled the Hodges-Lehmann estimate to 0 and shrank the interval to [0, 0],
-so 14 tied pairs of 18 read `equivalent` on 2 informative seeds, and a fold whose interval
-collapsed from ties got almost all the pooled weight. Here a tie is dropped before the test
+of a wiring's effect. Counted as the signed-rank statistic's "half above, half below" they pull the Hodges-Lehmann
+estimate to 0 and shrink the interval to [0, 0], so 14 tied pairs of 18 would read `equivalent`
+on 2 informative seeds, and a fold whose interval collapsed from ties would get almost all the
+pooled weight. Here a tie is dropped before the test
 (Wilcoxon's zero treatment: conditional on the number of ties, the signs of the other pairs are
 still exchangeable under "no effect", so the exact test stays exact), in every fold and in the
 seed rule, and what remains is counted: `n_informative` and `tied_share` travel with every

@@ -24,7 +24,7 @@ HETEROGENEOUS = "inconclusive: heterogeneous across periods"
 effect decides nothing: more seeds will not settle it, more periods may."""
 NOT_CONFIRMED = "not confirmed on held-out data"
 """A discovery `keep wired` / `harmful` whose test-segment effect, with the test period's spread in
-its standard error, does not agree at the family's level (`rules.held_out_rule`, issue 37)."""
+its standard error, does not agree at the family's level (`rules.held_out_rule`)."""
 CONFOUNDED = "insufficient: confounded"
 INSUFFICIENT = "insufficient data"
 NO_DATA = "no data"

@@ -1,4 +1,4 @@
-"""Every factor of a design judged (issue 30, item 4): gems and non-gem factors in one family.
+"""Every factor of a design judged: gems and non-gem factors in one family.
 
 Why. The largest effects of a factorial are often not gems: on real S&P 500 closes NoisyNets
 (`model.noisy`) and spectral norm moved the validation alpha Sharpe more than any gem, and the
@@ -58,7 +58,7 @@ SHOWN, NOT_SHOWN = "interaction shown", "no interaction shown"
 FACTOR_COLUMNS = [
     "kind", "factor", "contrast", "verdict", *DECIDED_COLUMNS, "reading", "seed_verdict", "n_seeds", "n_pairs",
     "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p_adjusted",
-    "family_size", "mde", "sd_diff", "divergence_rate", "folds", "fold_effects", "pooled_effect", "pooled_ci_low",
+    "family_size", "mde", "mde_two_stage", "sd_diff", "divergence_rate", "folds", "fold_effects", "pooled_effect", "pooled_ci_low",
     "pooled_ci_high", "pooled_p_adjusted", "tau2", "i2", "q_p_adjusted", "periods_informative", "fold_overlap",
     "mde_floor", "power_note", "tied_share", "market_noise", "market_ci_low", "market_ci_high", "combined_ci_low",
     "combined_ci_high", "discovery_verdict", "test_effect", "test_ci_low", "test_ci_high", "held_out", "design", "fix",

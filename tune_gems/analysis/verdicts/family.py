@@ -1,4 +1,4 @@
-"""The family of a design: every main effect it varies, its pairs, and one decision (issue 37 item 1).
+"""The family of a design: every main effect it varies, its pairs, and one decision.
 
 Why one family. The contrasts a design was built to judge are its main effects: every gem's
 wiring (wire vs measure, its weight belonging to the wired side, paired as the gem's verdict
@@ -39,7 +39,7 @@ from tune_gems.analysis.verdicts.readings import (
     INSUFFICIENT_BY, SEEDS, ContrastView, Decided, PooledReading, SeedReading,
 )
 from tune_gems.analysis.verdicts.history_verdicts import (
-    ADD_HISTORIES, HISTORY, HistoryFamily, history_family, history_period_text, history_power,
+    ADD_HISTORIES, CALENDAR_COLUMNS, HISTORY, HistoryFamily, history_family, history_period_text, history_power,
 )
 from tune_gems.analysis.verdicts.verdict_market_noise import (
     OK as MARKET_OK, UNAVAILABLE, EvalReturnsLookup, MarketEvidence, market_evidence, market_window,
@@ -271,7 +271,8 @@ class DesignFamily:
             p_adjusted=float(dec.p_adjusted[at]), tost_p=float(dec.p_tost[at]), tost_p_adjusted=float(dec.tost_p_adjusted[at]),
             n_informative=int(dec.n_informative[at]) if paired else math.nan,
             tied_share=float(dec.tied_share[at]) if paired else math.nan,
-            mde=ps.mde if ps else math.nan, seeds_needed=ps.seeds_needed if ps else math.nan,
+            mde=ps.mde if ps else math.nan, mde_two_stage=ps.two_stage if ps else math.nan,
+            seeds_needed=ps.seeds_needed if ps else math.nan,
             mde_floor=ps.floor if ps and ps.note else math.nan, power_note=ps.note if ps else "")
         pooled = self._pooled_reading(j)
         decided = self._decided(j, seeds, pooled)
@@ -299,7 +300,7 @@ class DesignFamily:
                            1 - 2 * float(held.level[at]), float(np.fmin(1.0, held.p[at] * max(self.size, 1))))
         effect = pooled.pooled_effect if pooled is not None else seeds.effect
         if word == INSUFFICIENT:
-            return Decided(INSUFFICIENT_BY + self._insufficient(seeds, pooled), effect)
+            return Decided(INSUFFICIENT_BY + self._insufficient(j, seeds, pooled), effect)
         equivalence = word in (EQUIVALENT, DELETE)
         if bool(dec.gate_applied[at]):  # one history: the seed and market-noise intervals combined
             return Decided("seeds and market noise", effect, float(dec.combined_low[at]), float(dec.combined_high[at]),
@@ -314,10 +315,11 @@ class DesignFamily:
                            pooled.pooled_p_adjusted)
         return Decided(by, effect, seeds.ci_low, seeds.ci_high, seeds.ci_level, seeds.p_adjusted)
 
-    def _insufficient(self, seeds: SeedReading, pooled: PooledReading | None) -> str:
+    def _insufficient(self, j: int, seeds: SeedReading, pooled: PooledReading | None) -> str:
         """Why a word is `insufficient data`, in a few words (`decided_by`)."""
         if pooled is not None and pooled.too_few:
-            return f"too few {'histories' if self.histories is not None else 'periods'}"
+            few_histories = self.histories is not None and bool(self.decision.histories.too_few_histories[0, j])
+            return f"too few {'histories' if few_histories else 'periods'}"
         if pooled is not None and pooled.unestimable:
             return f"pooled df {format_number(pooled.pooled_df, '.3g')} < {MIN_POOLED_DF:g}"
         if cannot_reach(int(np.nan_to_num(seeds.n_informative)), 2 * self.thresholds.alpha):
@@ -339,15 +341,15 @@ class DesignFamily:
         level = float(rule.level[at])
         k_inf, shared, too_few = int(pooled["periods"][at]), bool(pooled["shared"][at]), bool(rule.too_few_periods[at])
         unestimable = str(rule.verdict[at]) == INSUFFICIENT and not too_few  # below MIN_POOLED_DF
-        mde = {key: power[key][j] for key in ("mde", "seeds_needed", "floor", "note")}
+        mde = {key: power[key][j] for key in ("mde", "two_stage", "seeds_needed", "floor", "note")}
         if unestimable:
-            mde = dict(mde=math.nan, seeds_needed=math.nan, floor=math.nan,
+            mde = dict(mde=math.nan, two_stage=math.nan, seeds_needed=math.nan, floor=math.nan,
                        note=f"no MDE: the pooled variance has {format_number(pooled['df'][at], '.3g')} df")
         parts = hf.parts[j] if hf is not None else self.folds.folds[j]
         effects = "; ".join(fold_text(r) for r in self.fold_rows(j, ""))
         if hf is not None:
             tied, n_inf = hf.tied_share[j], int(sum(fd.n_informative[0, j].sum() for fd in hf.data.folds))
-            spread, period = math.nan, history_period_text(hf, k_inf, shared, too_few)
+            spread, period = math.nan, history_period_text(hf, self.decision.histories, j, th.min_periods)
         else:
             fam = self.folds
             tied, n_inf = fam.tied_share[j], int(fam.n_informative[0, j].sum())
@@ -362,12 +364,21 @@ class DesignFamily:
             pooled_df=pooled["df"][at], tau_shared=shared, tau2=pooled["tau2"][at], i2=pooled["i2"][at],
             q_p=pooled["q_p"][at], q_p_adjusted=rule.q_p_adjusted[at], periods_informative=float(k_inf),
             fold_sd_diff=spread, var_seed=power["seed"][j], var_within=power["within"][j], var_period=power["period"][j],
-            fold_overlap=power["overlap"][j], mde=mde["mde"], seeds_needed=mde["seeds_needed"], mde_floor=mde["floor"],
+            fold_overlap=power["overlap"][j], mde=mde["mde"], mde_two_stage=mde["two_stage"],
+            seeds_needed=mde["seeds_needed"], mde_floor=mde["floor"],
             power_note=mde["note"], tied_share=tied, n_informative=n_inf, period_pairs=sum(pr.n for _, pr in parts),
             fold_effects=effects,
             period=f"the pooled variance has {format_number(pooled['df'][at], '.3g')} df (< {MIN_POOLED_DF:g}): its interval cannot be "
                    f"estimated ({ADD_HISTORIES if hf is not None else ADD_FOLDS})" if unestimable else period,
-            too_few=too_few, unestimable=unestimable, var_history=power["history"][j] if hf is not None else math.nan)
+            too_few=too_few, unestimable=unestimable, calendar=self._calendar(j) if hf is not None else {})
+
+    def _calendar(self, j: int) -> dict:
+        """Over several histories, contrast j's spread between them and the calendar part they share
+        (`history_verdicts.CALENDAR_COLUMNS`; NaN calendar columns: the histories share no period)."""
+        cal, power = self.decision.histories.calendar, self.power
+        shared = bool(cal.shared[0, j])
+        return dict(zip(CALENDAR_COLUMNS, (power["history"][j], power["calendar"][j] if shared else math.nan,
+                                           cal.df[0, j] if shared else math.nan, float(cal.periods[0, j]))))
 
 
 def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column: str,
@@ -379,8 +390,8 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
     of `delete`, a gem's alone); `selection` per gem the configurations a search chose among (a
     confirmation on one price history); `eval_returns` the saved returns behind the market-noise
     intervals; `overlap` the experiment's folds that share training rows
-    (`walk_forward.experiment_overlap`): over periods the pooled variance carries it (`rules.overlap`),
-    over several price histories each history's pooled variance in the nested rule's first stage."""
+    (`walk_forward.experiment_overlap`): over periods the pooled variance carries it (`rules.overlap`;
+    over several price histories their spread measures it)."""
     contrasts = design_contrasts(cells, gems, th.placebo_weight)
     prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]
     contrasts, prs = one_row_per_unpaired_key(contrasts, prs)
@@ -420,9 +431,7 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
                   diverged=np.array([[bool(pr.hi_diverged or pr.lo_diverged) for pr in prs]]),
                   market=market, periods=None if fam is None else fam.data,
                   histories=None if hf is None else hf.data,
-                  # a history's folds that share training rows: the nested rule's first stage carries it too
-                  fold_corr=(overlap_for(overlap, fam.fold_ids) if fam is not None else
-                             overlap_for(overlap, hf.folds) if hf is not None else 0.0), test=test,
+                  fold_corr=overlap_for(overlap, fam.fold_ids) if fam is not None else 0.0, test=test,
                   selection=None if selection is None else [max(int(chosen.get(gem_of(c), 1)), 1) for c in contrasts])
     dec = decide(ev, th)
     market_columns = list(dec.market_table or [{} for _ in prs])
@@ -442,7 +451,8 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
                      if mk.get("market_noise") == MARKET_OK else 0.0)
         seed_power.append(statement(PowerInputs(int(dec.n_informative[0, j]), informative_spread(informative),
                                                 divergence_rate(pr), market_se=max(market_se, 0.0)),
-                                    th.rope, two_sided, th.power, tied=float(dec.tied_share[0, j])))
+                                    th.rope, two_sided, th.power, tied=float(dec.tied_share[0, j]),
+                                    test_level=th.alpha / max(m, 1)))
     return DesignFamily(contrasts, prs, dec, k_folds, fam, power, market_columns, column, seed_power, cells, th, test, hf)
 
 

@@ -1,4 +1,4 @@
-"""The walk-forward results as a table, one row per gem and fold (issue 31 item 3): what
+"""The walk-forward results as a table, one row per gem and fold: what
 `fold_effects.csv`, report.md's per-fold table and the forest plot show.
 
 Why its own module. The per-fold effects and intervals are the period rule's own
@@ -11,12 +11,8 @@ dates of each fold's validation window (folds.parquet / folds.csv) and the gem's
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Iterable
-
 import pandas as pd
 
-from tune_gems.analysis.read.load import read_fold_windows
 from tune_gems.analysis.verdicts.walk_forward import FOLD_ROW_COLUMNS
 
 POOLED_COLUMNS = ["pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_ci_level"]
@@ -27,14 +23,12 @@ DATE_SEPARATOR = " / "
 """Between two different dates of one fold (experiments whose data differ)."""
 
 
-def fold_dates(paths: Iterable[str | Path], labels: Iterable[str]) -> pd.DataFrame:
+def fold_dates(folds: pd.DataFrame | None) -> pd.DataFrame:
     """Per fold its validation window's first and last date (`start`, `end`: folds.parquet's
-    `val_first`, `val_last`) over the folders read; empty without a fold table. Folds whose
-    windows differ between trials or experiments list each date once."""
-    frames = [f for p, lab in zip(paths, labels) if (f := read_fold_windows(Path(p), lab)) is not None]
-    if not frames:
+    `val_first`, `val_last`) over the experiment's fold tables (`Experiment.folds.dates`); empty
+    without one. Folds whose windows differ between trials or experiments list each date once."""
+    if folds is None or not len(folds):
         return pd.DataFrame(columns=["fold", "start", "end"])
-    folds = pd.concat(frames, ignore_index=True)
 
     def dates(values: pd.Series) -> str:
         return DATE_SEPARATOR.join(dict.fromkeys(str(v) for v in values.dropna() if str(v)))

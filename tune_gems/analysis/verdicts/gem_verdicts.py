@@ -4,44 +4,25 @@ Per gem (docs/analysis.md "Verdicts" has the full text):
 
 1. **The wiring effect.** Members that differ only in this gem's mode (wire vs measure; the
    weight belongs to the wired side), paired by member seed (`selectors.wiring_pairs`): per-seed
-   differences of the verdict metric (validation alpha Sharpe averaged over the last k epochs;
-   validation Sharpe, said so, for older results), a diverged member counted as the worst
-   outcome. The signed-rank rule (`inference.rank_test`) gives the Hodges-Lehmann effect, p and
-   the TOST p for +-ROPE; Holm over the gems that have a design.
-   - `keep wired`: Holm-adjusted p <= alpha and effect > 0;
-   - `harmful`: Holm-adjusted p <= alpha and effect < 0;
-   - `equivalent`: Holm-adjusted TOST p <= alpha (the effect lies within +-ROPE);
-   - `inconclusive`: none of these; the evidence gives the minimum detectable effect at the
-     stated power for the seeds used, and the seeds that would detect an effect of one ROPE.
-2. **delete** replaces `equivalent` when, besides the wiring effect being equivalent to zero
-   (its TOST), the gem's measured magnitude is at its null (TOST of the per-seed excess over
-   the null, relative to the C51 loss, within +-`rel_threshold`, Holm over gems) or the
+   differences of the verdict metric, a diverged member the worst outcome, through the
+   signed-rank rule (`inference.rank_test`), Holm over the gems that have a design: `keep
+   wired`, `harmful`, `equivalent` (TOST within +-ROPE) or `inconclusive` with its MDE.
+2. **delete** replaces `equivalent` when the gem's measured magnitude is also at its null, or the
    redundancy factorial shows a model feature removes it (`redundancy.py`). Both halves are
-   needed (issue 21): a magnitude at its null says nothing about what wiring does, and a gem
-   whose wiring helps must not read `delete`; without a wiring comparison the evidence is
-   `insufficient data` (the magnitude finding stated), with an unsettled one `inconclusive`.
-3. **Market noise** (one price history: a real series or synthetic `paths: shared`): beside the
-   seed interval, the market-noise interval of the same difference (`verdict_market_noise`: a
-   stationary block bootstrap of the validation period over the saved per-step returns, at the
-   seed interval's level). A `keep wired` / `harmful` by the seeds whose market-noise interval
-   includes 0 (or lies on the other side) becomes `inconclusive`: the seeds agree, but on this
-   one history the difference may be the market's luck (`seed_verdict` keeps the seed rule's
-   word). A comparison with diverged members keeps its seed verdict (divergence is not market
-   noise); the interval then covers the surviving pairs. With per-seed paths the seed interval
-   already holds the market's variance and no market-noise interval is computed.
-4. No design: `insufficient: confounded` (wired and measured members exist but never differ
-   in this gem alone; the evidence says what to add), `insufficient data` (only one side), or
-   `no data` (never measured nor wired in a trial that finished).
+   needed: a magnitude at its null says nothing about what wiring does, and a gem whose wiring
+   helps must not read `delete`.
+3. **Market noise** (one price history): a `keep wired` / `harmful` whose market-noise interval
+   (`verdict_market_noise`) includes 0 or lies on the other side becomes `inconclusive`: the
+   seeds agree, but on one history the difference may be the market's luck. With per-seed paths
+   the seed interval already holds the market's variance.
+4. No design: `insufficient: confounded`, `insufficient data` or `no data`, saying what to add.
 
-A placebo arm (the gem wired at weight <= `placebo_weight`) is not a wiring: its comparison
-with the measured arm is reported separately (`placebo_verdicts`) as the learner's own null;
-its verdict must come out `equivalent` or `inconclusive`. An A/A arm (the control with another
-`trainer.replay_stream`: independent replay draws, nothing else) is reported there too; a null
-arm whose pairs mostly tie is flagged uninformative (it tests nothing).
+Null arms (a placebo weight <= `placebo_weight`, an A/A arm on another `trainer.replay_stream`)
+are reported apart (`placebo_verdicts`): the learner's own null, which must read `equivalent` or
+`inconclusive`.
 
-This module gathers the evidence and writes the reasons; every decision above is a function of
-the rule module (`tune_gems.analysis.rules`: `seed.decide_family`, `gates.market_gate`, then
-`walk_forward.py`'s period and one-period rules), the same functions the calibrations run.
+This module gathers the evidence and writes the reasons; every decision is the rule module's
+(`tune_gems.analysis.rules`, through `rules.decision.decide`), the functions the calibrations run.
 """
 
 from __future__ import annotations
@@ -78,7 +59,8 @@ from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 VERDICT_COLUMNS = [
     "gem", "metric", "verdict", *DECIDED_COLUMNS, "reason", "why", "discovery_verdict", "design", "outcome", "n_seeds", "n_pairs",
     "estimand", "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p", "tost_p_adjusted",
-    "rope", "alpha", "family_size", "sd_diff", "divergence_rate", "mde", "seeds_needed", "mde_floor", "power_note",
+    "rope", "alpha", "family_size", "sd_diff", "divergence_rate", "mde", "mde_two_stage", "seeds_needed", "mde_floor",
+    "power_note",
     "n_informative", "tied_share", "zero_turnover_share", "window", "wired_diverged", "measured_diverged",
     "wired_members", "measured_members", "test_effect", "fix",
     "excess_n", "excess_median", "excess_ci_low", "excess_ci_high", "excess_tost_p_adjusted",
@@ -188,8 +170,8 @@ def gem_verdict_tables(cells: Cells, gems: list[GemEntry], th: Thresholds, membe
         if pr.n:
             row.update(estimand=ESTIMAND, zero_turnover_share=zero_turnover_share(pr, cells, th.window_length),
                        **family.market[j])
-        if view.pooled is not None and hf is not None:
-            row["var_history"] = view.pooled.var_history  # the spread between histories (what confirm plans with)
+        if view.pooled is not None:  # over histories: their spread and calendar part (what confirm plans with)
+            row.update(view.pooled.calendar)
         row.update(held_out_columns(family.decision.held_out, family.test, j, view.discovery_verdict, column))
         row["reason"], row["why"] = compose_reason(view, row, th=th, metric_note=metric_note, m=family.size,
                                                    folds=family.periods)
@@ -251,7 +233,7 @@ def placebo_verdicts(
 ) -> pd.DataFrame:
     """The null arms, by the same rule without Holm (the stricter check: each arm its own family
     of one in `rules.seed.decide_family`): per gem with a
-    placebo arm, placebo minus measured (`kind` placebo), and per A/A arm (issue 21: the control
+    placebo arm, placebo minus measured (`kind` placebo), and per A/A arm (the control
     with another `trainer.replay_stream`, an independent nuisance stream and nothing else),
     A/A minus its stream-0 twin (`kind` a/a, gem `-`). Their verdict must be `equivalent` or
     `inconclusive`; `keep wired` or `harmful` means the learner's outcome moves with nuisance

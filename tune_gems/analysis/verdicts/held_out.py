@@ -1,11 +1,9 @@
 """Out of sample: the test segment as the confirmation of each decisive verdict, and the
-learner's skill in context (issue 20, deliver 4 and 5; issue 37 item 4).
+learner's skill in context.
 
-Why. A verdict is reached on the validation period(s); the test segment is untouched by it.
-Before, each `keep wired` / `harmful` was re-estimated on the test segment and only printed
-beside the verdict ("does not agree"): across one history's runs 1 of 5 validation keeps held
-there and no word changed. Now the test segment is the pre-registered second stage of the rule
-(`rules.held_out_rule.confirm_on_held_out`, run by the one composition `rules.decision.decide`):
+Why. A verdict is reached on the validation period(s); the test segment is untouched by it, so
+it is the pre-registered second stage of the rule (a check only printed beside the verdict
+changes no word: `rules.held_out_rule.confirm_on_held_out`, run by `rules.decision.decide`):
 a discovery `keep wired` / `harmful` is final only where the test-segment effect (the same
 member pairs, the verdict metric's test twin at the pairs' common final epoch, each seed's
 differences averaged over its folds) agrees, one-sided at alpha / m with the test period's
@@ -29,9 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from tune_gems.analysis.pairs.pairing import Cells, Paired, revalue
-from tune_gems.analysis.rules.decision import TestSegment
-from tune_gems.analysis.rules.held_out_rule import HeldOutDecision, seed_level_effect
+from tune_gems.analysis.pairs.pairing import Cells, Paired, by_history_fold, history_count, revalue
+from tune_gems.analysis.rules.held_out_rule import HeldOutDecision, TestSegment, seed_level_effect
 from tune_gems.analysis.rules.words import DECISIVE, KEEP
 from tune_gems.stats.baseline_headline import baseline_comparison, skill_flag
 
@@ -41,7 +38,7 @@ CONFIRMED = "confirmed"
 """What the `held_out` column says where the test segment confirmed the discovery."""
 ONE_TEST_PERIOD = ("conditional on one test period: the test segment is common to every fold, one more period, "
                    "not a replication")
-"""What the held-out check is (issue 30, item 8): it says so wherever it is shown."""
+"""What the held-out check is: it says so wherever it is shown."""
 
 
 def held_out_column(outcome: str) -> str:
@@ -59,13 +56,33 @@ def held_out_segment(prs: list[Paired], cells: Cells, outcome: str) -> TestSegme
         return None
     e = len(prs)
     effect, var, df = np.full((1, e), np.nan), np.full((1, e), np.nan), np.full((1, e), np.nan)
-    for j, pr in enumerate(prs):
-        test = revalue(pr, cells, column, 1) if pr.n else None
+    tests = [revalue(pr, cells, column, 1) if pr.n else None for pr in prs]
+    for j, (test, pr) in enumerate(zip(tests, prs)):
         if test is None or not test.n or _unmeasured(test, pr):  # NaN: no test-segment effect to confirm with
             continue
         r = seed_level_effect(test.diffs[None, None, :])
         effect[0, j], var[0, j], df[0, j] = r["theta"][0], r["var"][0], r["df"][0]
-    return TestSegment(effect, var, df, spread_in_seeds=not cells.shared_path)
+    by_history = per_history(tests, cells) if history_count(cells) >= 2 else None
+    return TestSegment(effect, var, df, spread_in_seeds=not cells.shared_path, by_history=by_history)
+
+
+def per_history(tests: list[Paired | None], cells: Cells) -> np.ndarray:
+    """[1, E, H, n]: each seed's test differences averaged over its folds in each history (the same
+    pairs, split per (history, fold) without pairing again; seeds aligned across the histories; NaN:
+    no pair), what the held-out stage reads the spread between histories from."""
+    histories = sorted(int(h) for h in cells.table["history"].unique())
+    parts = [by_history_fold(t, cells) if t is not None and t.n else [] for t in tests]
+    units = sorted({u for per in parts for _, pr in per for u in pr.units})
+    slot = {u: i for i, u in enumerate(units)}
+    total = np.zeros((1, len(tests), len(histories), len(units)))
+    count = np.zeros(total.shape)
+    for j, per in enumerate(parts):
+        for (h, _), pr in per:
+            at = [slot[u] for u in pr.units]
+            total[0, j, histories.index(h), at] += pr.diffs
+            count[0, j, histories.index(h), at] += 1
+    with np.errstate(invalid="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
 def _unmeasured(test: Paired, pr: Paired) -> bool:

@@ -1,15 +1,18 @@
-"""Verdicts over several price histories (issue 37 item 3): the nested rule's evidence and columns.
+"""Verdicts over several price histories: the nested rule's evidence and columns.
 
 Why a layer of its own. With H >= 2 price histories (members carry a `history` id, each history its
 own market, folds and test segment) the replication unit is the history, not the fold: the rule
-that decides is `rules.histories.decide_histories` (each history's folds pooled first, then random
-effects over the histories, seed-paired), reached through `rules.decision.decide` like every other
-rule (`Evidence.histories`). This module gathers that evidence from the verdicts' own pairs
-(`pairing.by_history_fold`: the same pairs inside each fold of each history, not paired again;
-seed index s is the same unit in every history and fold) and writes what the decision says into
-the verdict table's period columns, with the power statement of the nested rule
-(`power.history_mde`), so `verdicts.csv`, `factors.csv`, the console and `report.md` state the rule
-that decided. One history (every run before issue 37) never comes here: `history_family` is None.
+that decides is `rules.histories.decide_histories` (each history's effect over its folds, then
+random effects over the histories, seed-paired, with the calendar part the histories share),
+reached through `rules.decision.decide` like every other rule (`Evidence.histories`). This module
+gathers that evidence from the verdicts' own pairs (`pairing.by_history_fold`: the same pairs
+inside each fold of each history, not paired again; seed index s is the same unit in every history
+and fold) and writes what the decision says into the verdict table's period columns, with the power
+statement of the nested rule (`power.history_mde`), so `verdicts.csv`, `factors.csv`, the console
+and `report.md` state the rule that decided. One history never comes here: `history_family` is None.
+
+The histories of one run share one calendar (`data.series.load_histories` refuses others): fold k of
+every history validates on the same dates, so the calendar is `rules.calendar.one_calendar`.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ import pandas as pd
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, by_history_fold, history_count
 from tune_gems.analysis.rules.histories import HistoryData, history_components, history_data, pool_histories
-from tune_gems.analysis.rules.power import HistoryComponents, PowerInputs, statement
+from tune_gems.analysis.rules.power import HistoryComponents, history_inputs, statement
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import is_tie
-from tune_gems.analysis.verdicts.walk_forward import overlap_lambda, verdict_pairs
+from tune_gems.analysis.text import counted, format_number
+from tune_gems.analysis.verdicts.walk_forward import verdict_pairs
 
 HISTORY = "history"
 HISTORY_ROW_COLUMNS = ["gem", HISTORY, "fold", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs", "ties",
@@ -35,11 +39,17 @@ HISTORY_ROW_COLUMNS = ["gem", HISTORY, "fold", "effect", "ci_low", "ci_high", "c
 """The per-(history, fold) rows of the nested rule: the fold rows of one history
 (`walk_forward.FOLD_ROW_COLUMNS`) with the history they belong to; the interval is at the history's
 Holm level (the one the sign-change test between histories reads)."""
-HISTORY_COLUMNS = ["histories", "var_history"]
-"""The verdict table's columns over several histories (after the period columns): how many, and
-the spread between them (what confirm plans with)."""
 ADD_HISTORIES = "add price histories: data.price_columns or data.histories"
 """What a verdict with too few histories says to do."""
+ADD_PERIODS = "add folds (data.folds.k) or histories on other calendars"
+"""What a verdict with too few calendar periods says to do."""
+CALENDAR_COLUMNS = ["var_history", "var_calendar", "calendar_df", "calendar_periods"]
+"""verdicts.csv's columns of the nested rule's spread between histories and its calendar part
+(`rules.calendar`: the variance of the part the histories share in each calendar period, its df and
+the calendar periods with an effect)."""
+HISTORY_COLUMNS = ["histories", *CALENDAR_COLUMNS]
+"""The verdict table's columns over several histories (after the period columns): how many, and
+the spread between them and their calendar part (what confirm plans with)."""
 
 
 @dataclass
@@ -87,68 +97,73 @@ def history_family(prs: list[Paired], cells: Cells) -> HistoryFamily | None:
     return HistoryFamily(parts, histories, folds, data, tied)
 
 
-def stage_one_overlap(hp) -> np.ndarray:
-    """Per contrast [m]: the overlap factor F the nested rule's first stage put on a history's
-    pooled variance (its folds that share training rows, `rules.overlap`), the mean over the
-    histories with an effect (NaN: none; 1.0: no overlap). Its lambda in the MDE is the
-    one-history pooled power's reading, (F - 1) / K over a history's K folds
-    (`walk_forward.overlap_lambda`), and confirm reads it back from `fold_overlap` the same way."""
-    f = np.stack([np.asarray(r.get("overlap", np.ones_like(r["mu"])), float)[0] for r in hp.by_history])  # [H, m]
-    ok = np.isfinite(f)
-    n = ok.sum(0)
-    return np.where(n > 0, np.where(ok, f, 0.0).sum(0) / np.maximum(n, 1), np.nan)
-
-
 def history_power(hf: HistoryFamily, dec, th: Thresholds) -> dict[str, np.ndarray]:
     """Per contrast: the nested rule's power statement (`power.history_mde` at the first Holm step
-    over the contrasts it tested, at the histories' degrees of freedom): its MDE, the seeds that
-    would reach +-ROPE, the floor no seed count beats and the advice, with the components behind
-    them (history, period, within, seed: verdicts.csv's var_* columns) and the folds' overlap the
-    first stage carried (`overlap`: F, verdicts.csv's fold_overlap; its lambda in the MDE:
-    `stage_one_overlap`)."""
+    over the contrasts it tested, at the histories' degrees of freedom): its MDE, the two-stage MDE
+    (with the held-out stage at alpha / m), the seeds that would reach +-ROPE, the floor no seed
+    count beats and the advice, with the components behind them (history, period, within, seed,
+    calendar: verdicts.csv's var_* columns). `overlap` is 1: the spread between histories measures
+    what a history's folds share, so no factor is put on a history's variance."""
     pooled = dec.pooled
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a contrast without pairs: a mean of nothing, NaN
         comp = history_components(hf.data, dec.histories)
-    factor = stage_one_overlap(dec.histories)
-    lam = overlap_lambda(factor, len(hf.folds))
     m = len(hf.parts)
     level = th.alpha / max(int(np.isfinite(pooled["p"][0]).sum()), 1)
-    out = {key: np.full(m, np.nan) for key in ("mde", "seeds_needed", "floor", "history", "seed", "within", "period")}
+    keys = ("mde", "two_stage", "seeds_needed", "floor", "history", "seed", "within", "period", "calendar")
+    out = {key: np.full(m, np.nan) for key in keys}
     out["note"] = np.full(m, "", dtype=object)
-    out["overlap"] = factor
+    out["overlap"] = np.ones(m)
     for j in range(m):
-        c = HistoryComponents(float(comp.history[0, j]), float(comp.period[0, j]), float(comp.within[0, j]),
-                              float(comp.seed[0, j]), float(lam[j]))
-        out["history"][j], out["period"][j], out["within"][j], out["seed"][j] = c.history, c.period, c.within, c.seed
+        c = HistoryComponents(*(float(getattr(comp, key)[0, j]) for key in ("history", "period", "within", "seed",
+                                                                             "calendar")), bool(comp.shared[0, j]))
+        for key in ("history", "period", "within", "seed", "calendar"):
+            out[key][j] = getattr(c, key)
         inf = np.concatenate([fd.n_informative[0, j].ravel() for fd in hf.data.folds])
         n = float(inf[inf > 0].mean()) if (inf > 0).any() else math.nan
         df = float(pooled["df"][0, j])
-        if not (all(np.isfinite([c.history, c.period, c.within])) and np.isfinite(df) and n > 0):
+        if not (all(np.isfinite([c.history, c.period, c.within, c.calendar])) and np.isfinite(df) and n > 0):
             continue
         ps = statement(history_inputs(n, len(hf.histories), len(hf.folds), c, df), th.rope, level, th.power,
                        tied=float(hf.tied_share[j]), one_sided=th.one_sided_keep)
         out["mde"][j], out["floor"][j], out["seeds_needed"][j], out["note"][j] = ps.mde, ps.floor, ps.seeds_needed, ps.note
+        out["two_stage"][j] = ps.two_stage
     return out
 
 
-def history_inputs(n: float, histories: int, folds: int, c: HistoryComponents, df: float) -> PowerInputs:
-    """The power inputs of a comparison the nested rule decides (`power.PowerInputs` over
-    histories): `n` informative seeds per fold of a history, the components `c` (the overlap of a
-    history's folds included), the histories' degrees of freedom `df`."""
-    return PowerInputs(n, folds=folds, tau2=c.period, within=c.within, seed=c.seed, df=df, histories=histories,
-                       history_tau2=c.history, overlap=c.overlap)
+def calendar_text(hf: HistoryFamily, hp, j: int) -> str:
+    """What the nested rule did with the calendar the histories share, in words."""
+    cal = hp.calendar
+    k = int(cal.periods[0, j])
+    if not bool(cal.shared[0, j]):
+        return "the histories on their own calendars (no period shared: pooled as independent)"
+    if k < 2 or not np.isfinite(cal.var[0, j]):
+        return (f"the {len(hf.histories)} histories share {k} calendar period{'s' if k != 1 else ''}: the calendar "
+                "part common to them cannot be separated from the effect")
+    var, df = float(cal.var[0, j]), float(cal.df[0, j])
+    size = (f"variance {format_number(var, '.3g')} on {format_number(df, '.3g')} df" if var > 0 else
+            f"estimated at 0 from its {k - 1} df")
+    return f"the calendar part the histories share over {k} periods: {size}"
 
 
-def history_period_text(hf: HistoryFamily, informative: int, shared: bool, too_few: bool) -> str:
+def history_period_text(hf: HistoryFamily, hp, j: int, min_periods: int) -> str:
     """What the verdict table's `period` column says of the nested rule (the reason line leads with
-    it where there are too few histories)."""
-    with_effect = f"{informative} {'history' if informative == 1 else 'histories'}"
-    if too_few:
-        return (f"too few periods over {hf.shape_text()} ({with_effect} with an effect, need >= "
+    it where there are too few histories or too few calendar periods, `--min-periods`)."""
+    pooled = hp.pooled
+    informative, shared = int(pooled["periods"][0, j]), bool(pooled["shared"][0, j])
+    calendar = calendar_text(hf, hp, j)
+    if hp.too_few_histories[0, j]:
+        return (f"too few periods over {hf.shape_text()} ({counted(informative, 'history')} with an effect, need >= "
                 f"{defaults.MIN_HISTORIES}; {ADD_HISTORIES})")
-    return (f"pooled over {hf.shape_text()} (each history's folds pooled, then random effects over "
-            f"{with_effect}, HKSJ{', tau shared across the family' if shared else ''})")
+    if hp.too_few_periods[0, j]:
+        shared = bool(hp.calendar.shared[0, j])
+        need = max(min_periods, defaults.MIN_SHARED_PERIODS) if shared else min_periods
+        why = (f" on a shared calendar, where below {defaults.MIN_SHARED_PERIODS} the calendar part is not bounded: "
+               f"an exact sign-flip test over 4 periods cannot go below p = 0.125" if shared else "")
+        return (f"too few periods over {hf.shape_text()} ({calendar}; {int(hp.calendar.periods[0, j])} calendar "
+                f"periods with an effect, need >= {need}{why}; {ADD_PERIODS})")
+    return (f"pooled over {hf.shape_text()} (each history's effect over its folds, then random effects over "
+            f"{counted(informative, 'history')}, HKSJ{', tau shared across the family' if shared else ''}; {calendar})")
 
 
 @dataclass(frozen=True)
@@ -180,9 +195,9 @@ def pilot_history_parts(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> 
     parts = []
     for j, name in enumerate(names):
         h = int(hp.pooled["periods"][0, j])
-        parts.append(HistoryParts(name, HistoryComponents(float(comp.history[0, j]), float(comp.period[0, j]),
-                                                          float(comp.within[0, j]), float(comp.seed[0, j]),
-                                                          comp.overlap),
+        parts.append(HistoryParts(name, HistoryComponents(*(float(getattr(comp, key)[0, j]) for key in
+                                                            ("history", "period", "within", "seed", "calendar")),
+                                                          bool(comp.shared[0, j])),
                                   float(np.nan_to_num(hf.tied_share[j])),
                                   float(hp.pooled["df"][0, j]) / (h - 1) if h >= 2 else math.nan))
     inf = np.concatenate([fd.n_informative[0].ravel() for fd in hf.data.folds])

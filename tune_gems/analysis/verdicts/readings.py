@@ -10,7 +10,7 @@ records once, and the tables are written from them, so no table unpacks the reco
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 SEEDS = "seeds"
 """`decided_by` of a word the seed rule gave (one period, or a contrast no pooled test decides)."""
@@ -36,6 +36,7 @@ class SeedReading:
     n_informative: float
     tied_share: float
     mde: float
+    mde_two_stage: float
     seeds_needed: float
     mde_floor: float
     power_note: str
@@ -67,6 +68,7 @@ class PooledReading:
     var_period: float
     fold_overlap: float
     mde: float
+    mde_two_stage: float
     seeds_needed: float
     mde_floor: float
     power_note: str
@@ -77,7 +79,9 @@ class PooledReading:
     period: str
     too_few: bool
     unestimable: bool
-    var_history: float = math.nan
+    calendar: dict = field(default_factory=dict)
+    """Over several histories: the spread between them and their calendar part
+    (`history_verdicts.CALENDAR_COLUMNS`)."""
 
 
 @dataclass(frozen=True)
@@ -134,5 +138,5 @@ class ContrastView:
                    market_ci_high=self.market_ci_high, combined_ci_low=self.combined_ci_low,
                    combined_ci_high=self.combined_ci_high, excess_tost_p_adjusted=self.excess_tost_p_adjusted)
         if self.pooled is not None:
-            out.update({k: v for k, v in asdict(self.pooled).items() if k != "var_history"})
+            out.update({k: v for k, v in asdict(self.pooled).items() if k != "calendar"})
         return out

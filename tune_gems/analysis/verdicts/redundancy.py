@@ -32,7 +32,7 @@ from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.stats.inference import holm, rank_test
 
 PAIRS = (("g10", "model.spectral_norm"), ("g6", "model.noisy"))
-"""The redundancy questions of issue 12: G10 vs spectral norm, G6 vs NoisyNets."""
+"""The redundancy questions: G10 vs spectral norm, G6 vs NoisyNets (each may do the other's job)."""
 
 COLUMNS = ["gem", "feature", "finding", "n_seeds", "excess_off", "excess_on", "change", "ci_low", "ci_high",
            "p_adjusted", "on_tost_p_adjusted", "rel_threshold", "note"]

@@ -1,4 +1,4 @@
-"""Search, then confirm (issue 21): which configuration a search chose per gem, and the side-by-side
+"""Search, then confirm: which configuration a search chose per gem, and the side-by-side
 table of its discovery and its confirmation.
 
 Why. The search keeps the trial whose paired gain was largest. With several trials that maximum
@@ -200,7 +200,7 @@ def format_confirmation(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-# -- a confirmation with power (issue 30, item 7) ---------------------------------------------------
+# -- a confirmation with power ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -250,11 +250,9 @@ def discovery_power_inputs(row: dict[str, Any]) -> PowerInputs:
     histories = count("histories", 1)
     if histories >= 2 and math.isfinite(num("pooled_effect")):  # the nested rule's (`history_verdicts.history_power`)
         per_fold = num("n_informative") / (histories * folds) if math.isfinite(num("n_informative")) else n
-        f = num("fold_overlap", 1.0)  # a history's folds' overlap the first stage carried (lambda = (F - 1) / K)
         return PowerInputs(per_fold, sd, p_div, folds=folds, tau2=num("var_period", 0.0), within=num("var_within"),
                            seed=num("var_seed", 0.0), df=num("pooled_df"), histories=histories,
-                           history_tau2=num("var_history", 0.0),
-                           overlap=(f - 1.0) / folds if math.isfinite(f) and f > 1.0 else 0.0)
+                           history_tau2=num("var_history", 0.0), calendar=num("var_calendar", 0.0))
     if folds >= 2 and math.isfinite(num("pooled_effect")):
         # the pooled components the verdict row states (`walk_forward.pooled_power`): its MDE is the
         # row's `mde`, with n the informative pairs per period (a mean: not always whole)

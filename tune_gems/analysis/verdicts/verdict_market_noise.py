@@ -47,10 +47,10 @@ OK = "ok"
 NOT_NEEDED = "not needed: per-seed paths (the seed interval includes the market's variance)"
 UNAVAILABLE = "unavailable"
 ACROSS_PERIODS = "not needed: several validation periods (the pooled interval carries their market noise)"
-"""Pairs in several walk-forward folds (issue 20): each fold's period luck is in the spread of the
+"""Pairs in several walk-forward folds: each fold's period luck is in the spread of the
 fold effects that the pooled interval carries (walk_forward.py), so no bootstrap is run."""
 ACROSS_HISTORIES = "not needed: several price histories (the pooled interval carries their market noise)"
-"""Pairs in several price histories (issue 37): each history is its own market, and the nested rule
+"""Pairs in several price histories: each history is its own market, and the nested rule
 over histories (`rules.histories`) carries each history's luck in the spread between them, so no
 bootstrap is run (nor could one: the histories' asset returns differ)."""
 

@@ -13,7 +13,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from tune_gems.analysis.text import format_number
+from tune_gems.analysis.text import counted, format_number, percent
 from tune_gems.analysis.rules.power import seeds_would_detect
 from tune_gems.analysis.defaults import MAX_TIED_SHARE
 from tune_gems.analysis.rules.seed import cannot_reach
@@ -29,18 +29,6 @@ from tune_gems.analysis.verdicts.walk_forward import ONE_PERIOD
 
 def _fmt(x, f: str = ".3g") -> str:
     return format_number(x, f, missing="-")
-
-
-def percent(share) -> str:
-    """A share as a whole percentage, `-` where it is unknown (never `-%`)."""
-    text = _fmt(100 * share if isinstance(share, (int, float, np.floating)) else share, ".0f")
-    return text if text == "-" else f"{text}%"
-
-
-def counted(n, noun: str) -> str:
-    """`1 history`, `3 histories`, `2 periods`: a count with its noun in the number it needs."""
-    plural = noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
-    return f"{_fmt(n, '.0f')} {noun if _fmt(n, '.0f') == '1' else plural}"
 
 
 def ties_text(tied: float, informative, pairs, zero: float) -> str:

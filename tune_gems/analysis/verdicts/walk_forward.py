@@ -1,56 +1,37 @@
 """Verdicts over periods: per-fold effects and one pooled effect that carries period-to-period
-variation (walk-forward folds, issue 20; the deciding test and its power, issue 30), and the
-one-period rule when there is one fold.
+variation (walk-forward folds: the deciding test and its power), and the one-period rule when
+there is one fold.
 
 Why. The seed rule (`gem_verdicts.py`) says how an arm difference varies over seeds. On one price
 history every seed sees the same validation period, so the seed interval cannot see whether the
-effect holds in another period. With walk-forward folds (`data.folds`: members carry an integer
-`fold`, each fold evaluated on its own validation window, seed index s shared across folds and
-arms) the periods are replicated, and the verdict becomes:
+effect holds in another period. With walk-forward folds (`data.folds`) the periods are
+replicated: the per-fold effects (`selectors.wiring_pairs` on the fold's cells, ties carrying no
+weight), their random-effects combination over the family (`rules.pooling.pool_family`), the
+pooled test deciding (`rules.periods.decide_periods`), and its power (`rules.power`).
 
-- **per-fold effects**: the gem's seed-paired differences inside fold k (`selectors.wiring_pairs`
-  on the fold's cells), their Hodges-Lehmann effect and signed-rank interval on the fold's
-  informative pairs (ties carry no weight);
-- **the pooled effect**: a random-effects combination of the fold effects over the family of
-  gems (`rules.pooling.pool_family`: DerSimonian-Laird tau^2 and the HKSJ scale shared across
-  the gems when they agree, never narrower than the DerSimonian-Laird interval, plus the
-  variance of the seeds' part that every fold shares);
-- **the verdict**: the pooled test decides (`rules.periods.decide_periods`: Holm over the gems;
-  `insufficient data: too few periods` below `min_periods`; `inconsistent across periods` only
-  when fold intervals lie on both sides of 0; `heterogeneous across periods` when the periods
-  differ and nothing else is decided);
-- **its power**: the MDE, the seeds that would reach the ROPE and the floor no seed count beats,
-  all of the pooled test (`rules.power`), with the advice they imply.
+With one fold the verdict is the seed rule's with the market-noise gate of one history, made
+calibrated: the seed and market-noise intervals are two variances of one difference, so a
+`keep wired` / `harmful` / `equivalent` must hold for the combined interval (each side
+sqrt(seed side^2 + market half-width^2)); requiring each interval alone to exclude 0 is up to
+~3x too liberal when the two are of similar size. Its reason says the verdict is conditional on
+one validation period. docs/analysis.md "Verdicts over periods" has the full rule.
 
-With one fold (every run before issue 20, or `data.folds` with K = 1) the verdict is the seed
-rule's with the market-noise gate of one history, made calibrated: the seed interval and the
-market-noise interval are two variances of one difference (seeds on a fixed history; the
-history's luck for fixed policies), so a `keep wired` / `harmful` / `equivalent` must hold for
-the combined interval, each side sqrt(seed side^2 + market half-width^2) from the effect at the
-same level; requiring each interval alone to exclude 0 is up to ~3x too liberal when the two
-are of similar size. The gate applies with diverged members too (the market interval then
-covers the surviving pairs; an infinite seed side stays infinite). Its reason says the
-verdict is conditional on one validation period.
-
-This layer gathers the evidence and writes the reasons; the decisions are the rule module's
-(`rules.pooling`, `rules.periods.decide_periods` for K >= 2, `rules.gates.one_period_gate` for
-K = 1, `rules.power` for the power statement), the functions `walk_forward_calibration.py` runs
-on its simulated families.
+This layer gathers the evidence and writes the reasons; the decisions are the rule module's,
+the functions `walk_forward_calibration.py` runs on its simulated families.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
+from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, by_fold
-from tune_gems.analysis.read.load import read_fold_windows
-from tune_gems.analysis.rules.overlap import FOLD_TABLE_NEEDS, FoldOverlap, fold_overlap, nb_factor
+from tune_gems.analysis.rules.overlap import FoldOverlap, fold_overlap, nb_factor
 from tune_gems.analysis.text import format_number
 from tune_gems.analysis.rules.period_family import FoldData, fold_components, informative_variance, pool_fold_data
 from tune_gems.analysis.rules.pooling import fold_estimates, seed_anova, shared_seed_variance
@@ -73,33 +54,48 @@ ADD_FOLDS = "add folds: data.folds.k or the purged scheme"
 """What a verdict with too few periods says to do."""
 
 
-def experiment_overlap(paths: Sequence, labels: Sequence[str]) -> FoldOverlap | None:
-    """The overlap of the experiment's folds that share training rows (issue 37 item 2): its fold
-    table (folds.parquet / folds.csv, `read.load.read_fold_windows`) through
+def experiment_overlap(folds: pd.DataFrame | None) -> FoldOverlap | None:
+    """The overlap of the experiment's folds that share training rows: its fold tables with the
+    layout (`Experiment.folds.table`, read and validated by `read.side_tables`) through
     `rules.overlap.fold_overlap` (Nadeau-Bengio's correlation per pair of folds whose training
-    runs meet). Several experiments or trials: per pair of folds the largest correlation any of
-    them gives (the cautious one). A table that spans several price histories is read per history
-    (folds of two histories share no rows; each history's own layout, `fold_overlap(history=h)`),
-    per pair of fold ids the largest of them: the nested rule's first stage carries it in each
-    history's folds (`Evidence.fold_corr`). None where no table carries the layout
-    (`FOLD_TABLE_NEEDS`: results written before the fold table recorded it)."""
-    found = []
-    for p, lab in zip(paths, labels):
-        t = read_fold_windows(Path(p), lab)
-        if t is None or any(c not in t.columns for c in FOLD_TABLE_NEEDS) or t[list(FOLD_TABLE_NEEDS)].isna().any().any():
-            continue
-        # a sweep's table has a row per trial and fold (and history): each trial's (history's) layout on its own
-        by = [c for c in ("trial_id", "history") if c in t.columns]
-        groups = [g for _, g in t.groupby(by, sort=False)] if by else [t]
-        found += [fold_overlap(g.drop(columns=["history"], errors="ignore").drop_duplicates("fold")) for g in groups]
-    if not found:
+    runs meet). Each experiment's, trial's and history's layout is read on its own (folds of two
+    histories share no rows): per pair of fold ids the largest correlation any of them gives
+    (the cautious one; over histories the nested rule's first stage carries it in each history's
+    folds, `Evidence.fold_corr`). None without a layout (`FoldLayouts.uncorrected` says why)."""
+    if folds is None or not len(folds):
         return None
-    folds = tuple(sorted({f for ov in found for f in ov.folds}))
-    corr = np.zeros((len(folds), len(folds)))
+    by = [c for c in ("experiment", "trial_id", "history") if c in folds.columns]
+    found = [fold_overlap(g.drop(columns=["history"], errors="ignore")) for _, g in folds.groupby(by, sort=False, dropna=False)]
+    ids = tuple(sorted({f for ov in found for f in ov.folds}))
+    corr = np.zeros((len(ids), len(ids)))
     for ov in found:
-        at = [folds.index(f) for f in ov.folds]
+        at = [ids.index(f) for f in ov.folds]
         corr[np.ix_(at, at)] = np.maximum(corr[np.ix_(at, at)], ov.corr)
-    return FoldOverlap(folds, corr, nb_factor(corr) if len(folds) else 1.0)
+    return FoldOverlap(ids, corr, nb_factor(corr) if len(ids) else 1.0)
+
+
+NOT_CORRECTED = "fold overlap not corrected"
+"""What a verdict over several folds says when the experiment's fold layout could not be read."""
+
+
+def state_uncorrected(table: pd.DataFrame, why: Sequence[str]) -> pd.DataFrame:
+    """`table` (verdicts or factors) with every row over several folds saying that the overlap of
+    its folds was not corrected and why (`FoldLayouts.uncorrected`): its reason (and `why`) end
+    with NOT_CORRECTED, and `fold_overlap` is NaN (not known), never the 1.0 of folds that share
+    no training rows. Rows over several price histories are left as they are: the spread between
+    histories measures what a history's folds share, so no correction applies there."""
+    if not why or "folds" not in table.columns or not len(table):
+        return table
+    several = pd.to_numeric(table["folds"], errors="coerce") >= 2
+    if "histories" in table.columns:
+        several &= ~(pd.to_numeric(table["histories"], errors="coerce") >= 2)
+    rows = table.index[several]
+    text = f"; {NOT_CORRECTED} ({'; '.join(why)})"
+    table.loc[rows, "fold_overlap"] = np.nan
+    for col in ("reason", "why"):
+        if col in table.columns:
+            table.loc[rows, col] = table.loc[rows, col].fillna("").astype(str) + text
+    return table
 
 
 def overlap_for(overlap: FoldOverlap | None, fold_ids: Sequence[int]) -> np.ndarray | float:
@@ -260,7 +256,7 @@ def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np
     m = len(fam.rows)
     tested = int(np.isfinite(pooled["p"][0]).sum())
     level = th.alpha / max(tested, 1)
-    out = {key: np.full(m, np.nan) for key in ("mde", "seeds_needed", "floor", "seed", "within", "period")}
+    out = {key: np.full(m, np.nan) for key in ("mde", "two_stage", "seeds_needed", "floor", "seed", "within", "period")}
     out["note"] = np.full(m, "", dtype=object)
     out["overlap"] = pooled.get("overlap", np.ones_like(pooled["mu"]))[0]  # F, verdicts.csv's fold_overlap
     for j in range(m):
@@ -274,8 +270,10 @@ def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np
         if not (np.isfinite(c.period) and np.isfinite(c.within) and k >= 2 and np.isfinite(df) and n > 0):
             continue
         ps = statement(PowerInputs(n, folds=k, tau2=c.period, within=c.within, seed=c.seed, df=df, overlap=lam),
-                       th.rope, level, th.power, tied=fam.tied_share[j], one_sided=th.one_sided_keep)
+                       th.rope, level, th.power, tied=fam.tied_share[j], one_sided=th.one_sided_keep,
+                       period_floor=defaults.HELD_OUT_PERIOD_FLOOR)
         out["mde"][j], out["floor"][j], out["seeds_needed"][j], out["note"][j] = ps.mde, ps.floor, ps.seeds_needed, ps.note
+        out["two_stage"][j] = ps.two_stage
     return out
 
 
