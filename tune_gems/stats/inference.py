@@ -21,6 +21,7 @@ exact null distribution is an approximation (slightly conservative for ties at 0
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -108,21 +109,36 @@ def walsh_interval(sorted_w: np.ndarray, n: int, tail: np.ndarray | float) -> tu
     return lo, hi
 
 
-def rank_test(d: np.ndarray, *, rope: float = 0.0, tail: np.ndarray | float = 0.025) -> dict[str, np.ndarray]:
-    """The signed-rank rule on each row of d [S, n] (n >= 1; every row the same n, no NaN).
-
-    Returns arrays of length S:
+@dataclass(frozen=True)
+class RankTest:
+    """The signed-rank rule's statistics, one per row of the differences (arrays [S]):
     - `estimate`: Hodges-Lehmann shift (median of the Walsh averages);
     - `p`: two-sided exact p of H0 "shift = 0";
     - `p_greater` / `p_less`: one-sided p of H0 "shift <= -rope" / "shift >= +rope" (the two
       one-sided tests of TOST); `p_tost` = their max (equivalence within +-rope when small);
-    - `low`, `high`: the interval at `tail` per side (inversion of the same test).
-    """
+    - `low`, `high`: the interval at `tail` per side (inversion of the same test);
+    - on the informative pairs (`rules.ties.informative_rank_test`): `n_informative` and
+      `tied_share` (ties / pairs)."""
+
+    estimate: np.ndarray
+    p: np.ndarray
+    p_greater: np.ndarray
+    p_less: np.ndarray
+    p_tost: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    n_informative: np.ndarray | None = None
+    tied_share: np.ndarray | None = None
+
+
+def rank_test(d: np.ndarray, *, rope: float = 0.0, tail: np.ndarray | float = 0.025) -> RankTest:
+    """The signed-rank rule on each row of d [S, n] (n >= 1; every row the same n, no NaN): the
+    `RankTest` of each row, its interval at `tail` per side."""
     d = np.atleast_2d(np.asarray(d, float))
     s, n = d.shape
     if n == 0:
         nan = np.full(s, np.nan)
-        return dict(estimate=nan, p=nan, p_greater=nan, p_less=nan, p_tost=nan, low=nan, high=nan)
+        return RankTest(estimate=nan, p=nan, p_greater=nan, p_less=nan, p_tost=nan, low=nan, high=nan)
     cdf = signed_rank_cdf(n)
     w = walsh_averages(d)
     sw = np.sort(w, axis=1)
@@ -134,8 +150,8 @@ def rank_test(d: np.ndarray, *, rope: float = 0.0, tail: np.ndarray | float = 0.
     p_greater = _sf_at(cdf, _count_above(w, zero - rope))  # large count above -rope: shift > -rope
     p_less = _cdf_at(cdf, _count_above(w, zero + rope))  # small count above +rope: shift < +rope
     lo, hi = walsh_interval(sw, n, tail)
-    return dict(estimate=est, p=p, p_greater=p_greater, p_less=p_less,
-                p_tost=np.maximum(p_greater, p_less), low=lo, high=hi)
+    return RankTest(estimate=est, p=p, p_greater=p_greater, p_less=p_less, p_tost=np.maximum(p_greater, p_less),
+                    low=lo, high=hi)
 
 
 def worst_outcome_difference(hi: np.ndarray, lo: np.ndarray, hi_div: np.ndarray, lo_div: np.ndarray) -> np.ndarray:
@@ -153,7 +169,7 @@ def hodges_lehmann(d: np.ndarray) -> float:
     """The estimand of the verdicts: the Hodges-Lehmann pseudo-median of per-seed differences
     (median of the Walsh averages; +-inf allowed, a +inf/-inf average a tie); NaN for none."""
     d = np.asarray(d, float).ravel()
-    return float(rank_test(d[None, :])["estimate"][0]) if d.size else math.nan
+    return float(rank_test(d[None, :]).estimate[0]) if d.size else math.nan
 
 
 def _holm_steps(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
