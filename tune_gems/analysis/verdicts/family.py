@@ -39,7 +39,7 @@ from tune_gems.analysis.verdicts.readings import (
     INSUFFICIENT_BY, SEEDS, ContrastView, Decided, PooledReading, SeedReading,
 )
 from tune_gems.analysis.verdicts.history_verdicts import (
-    ADD_HISTORIES, CALENDAR_COLUMNS, HISTORY, HistoryFamily, history_family, history_period_text, history_power,
+    ADD_HISTORIES, CALENDAR_COLUMNS, HISTORY, CalendarOf, HistoryFamily, history_family, history_period_text, history_power,
 )
 from tune_gems.analysis.verdicts.verdict_market_noise import (
     OK as MARKET_OK, UNAVAILABLE, EvalReturnsLookup, MarketEvidence, market_evidence, market_window,
@@ -384,19 +384,20 @@ class DesignFamily:
 def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column: str,
                   eval_returns: EvalReturnsLookup | None = None, magnitude_p: dict[str, float] | None = None,
                   redundant: dict[str, bool] | None = None, selection: dict[str, int] | None = None,
-                  overlap: FoldOverlap | None = None) -> DesignFamily:
+                  overlap: FoldOverlap | None = None, calendar_of: CalendarOf | None = None) -> DesignFamily:
     """The design's family decided once (module docstring). `magnitude_p` per gem the TOST p of its
     measured magnitude at its null and `redundant` whether a model feature removes it (the halves
     of `delete`, a gem's alone); `selection` per gem the configurations a search chose among (a
     confirmation on one price history); `eval_returns` the saved returns behind the market-noise
     intervals; `overlap` the experiment's folds that share training rows
     (`walk_forward.experiment_overlap`): over periods the pooled variance carries it (`rules.overlap`;
-    over several price histories their spread measures it)."""
+    over several price histories their spread measures it); `calendar_of` which of their windows share
+    a calendar period (`history_verdicts.history_family`)."""
     contrasts = design_contrasts(cells, gems, th.placebo_weight)
     prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]
     contrasts, prs = one_row_per_unpaired_key(contrasts, prs)
     k_folds = fold_count(cells)
-    hf = history_family(prs, cells)  # several price histories: the nested rule decides (None: one history)
+    hf = history_family(prs, cells, calendar_of)  # several price histories: the nested rule decides (None: one history)
     fam = gem_folds(prs, cells) if k_folds > 1 and hf is None else None  # the same pairs inside each fold
 
     def market(tail: np.ndarray):

@@ -45,7 +45,7 @@ from tune_gems.analysis.verdicts.family import (
 )
 from tune_gems.analysis.verdicts.readings import DECIDED_COLUMNS
 from tune_gems.analysis.verdicts.walk_forward import FOLD_ROW_COLUMNS, PERIOD_COLUMNS
-from tune_gems.analysis.verdicts.history_verdicts import HISTORY_COLUMNS, HISTORY_ROW_COLUMNS
+from tune_gems.analysis.verdicts.history_verdicts import HISTORY_COLUMNS, HISTORY_ROW_COLUMNS, CalendarOf
 from tune_gems.analysis.verdicts.search_choice import FINAL_COLUMNS
 from tune_gems.analysis.verdicts.verdict_market_noise import MARKET_COLUMNS, EvalReturnsLookup
 from tune_gems.analysis.verdicts.redundancy import redundancy_table
@@ -122,7 +122,8 @@ def gem_verdicts(trials: pd.DataFrame, history: pd.DataFrame | None, members: pd
 def gem_verdict_tables(cells: Cells, gems: list[GemEntry], th: Thresholds, members: pd.DataFrame, *,
                        metric: str = defaults.METRIC, redundancy: pd.DataFrame | None = None,
                        eval_returns: EvalReturnsLookup | None = None, selection: dict[str, int] | None = None,
-                       overlap: FoldOverlap | None = None) -> tuple[pd.DataFrame, pd.DataFrame, DesignFamily]:
+                       overlap: FoldOverlap | None = None, calendar_of: CalendarOf | None = None,
+                       ) -> tuple[pd.DataFrame, pd.DataFrame, DesignFamily]:
     """(one row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS, then the
     period and held-out columns); the per-period rows the pooled test read
     (`walk_forward.FOLD_ROW_COLUMNS`, over histories `history_verdicts.HISTORY_ROW_COLUMNS`; none
@@ -136,7 +137,8 @@ def gem_verdict_tables(cells: Cells, gems: list[GemEntry], th: Thresholds, membe
     confirm`): per gem the configurations its search chose among; the table then has FINAL_COLUMNS,
     the verdict after the selection-adjusted gate (`rules.selection`). `overlap` the experiment's
     folds that share training rows (`walk_forward.experiment_overlap`: the pooled variance carries
-    it, `fold_overlap` column)."""
+    it, `fold_overlap` column); `calendar_of` which windows of several histories share a calendar
+    period (`history_verdicts.history_family`)."""
     column, metric_note = verdict_metric(members, metric)
     excess = add_excess_columns(cells.long, gems)
     if redundancy is None:
@@ -149,7 +151,7 @@ def gem_verdict_tables(cells: Cells, gems: list[GemEntry], th: Thresholds, membe
     family = design_family(cells, gems, th, column=column, eval_returns=eval_returns,
                            magnitude_p={g: mag.pop("tost_p", np.nan) for g, mag in magnitude.items()},
                            redundant={g: bool(text) for g, text in removes.items()}, selection=selection,
-                           overlap=overlap)
+                           overlap=overlap, calendar_of=calendar_of)
     hf = family.histories
     columns = list(dict.fromkeys(VERDICT_COLUMNS + PERIOD_COLUMNS + (HISTORY_COLUMNS if hf is not None else [])
                                  + HELD_OUT_COLUMNS))

@@ -11,8 +11,9 @@ and fold) and writes what the decision says into the verdict table's period colu
 statement of the nested rule (`power.history_mde`), so `verdicts.csv`, `factors.csv`, the console
 and `report.md` state the rule that decided. One history never comes here: `history_family` is None.
 
-The histories of one run share one calendar (`data.series.load_histories` refuses others): fold k of
-every history validates on the same dates, so the calendar is `rules.calendar.one_calendar`.
+Which (history, fold) windows are one calendar period comes from the experiment's fold tables
+(`CalendarOf`, given by the analysis: `read.calendars.validation_calendar`); without it fold k of
+every history validates on the same dates (`rules.calendar.one_calendar`), as the columns of one file do.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -34,6 +36,8 @@ from tune_gems.analysis.text import counted, format_number
 from tune_gems.analysis.verdicts.walk_forward import verdict_pairs
 
 HISTORY = "history"
+CalendarOf = Callable[[Sequence[int], Sequence[int]], np.ndarray]
+"""(history ids, fold ids) -> calendar [H, K]: the period each (history, fold) validates on."""
 HISTORY_ROW_COLUMNS = ["gem", HISTORY, "fold", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs", "ties",
                        "tied_share"]
 """The per-(history, fold) rows of the nested rule: the fold rows of one history
@@ -74,9 +78,10 @@ class HistoryFamily:
         return f"{len(self.histories)} histories x {len(self.folds)} fold{'s' if len(self.folds) != 1 else ''}"
 
 
-def history_family(prs: list[Paired], cells: Cells) -> HistoryFamily | None:
+def history_family(prs: list[Paired], cells: Cells, calendar_of: CalendarOf | None = None) -> HistoryFamily | None:
     """The nested rule's evidence of a family of comparisons (one per contrast, in order), or None on
-    one price history (the fold or one-period rules decide)."""
+    one price history (the fold or one-period rules decide); `calendar_of` which windows share a
+    calendar period (None: fold k of every history is one period)."""
     if history_count(cells) < 2:
         return None
     histories = sorted(int(h) for h in cells.table[HISTORY].unique())
@@ -93,7 +98,7 @@ def history_family(prs: list[Paired], cells: Cells) -> HistoryFamily | None:
             ties, pairs = ties + int(is_tie(pr.diffs).sum()), pairs + pr.n
         tied[j] = ties / pairs if pairs else math.nan
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        data = history_data(d)
+        data = history_data(d, calendar_of(histories, folds) if calendar_of is not None else None)
     return HistoryFamily(parts, histories, folds, data, tied)
 
 

@@ -81,7 +81,7 @@ def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, th: Th
     rule's); `seed_power` whether the seed rule's MDE is the power statement (one period: it decides).
     The reason is verdicts.csv's one line with the evidence; `why` the same reason without the
     numbers the row's columns hold (effect, interval, Holm p, seeds, design, ties, market noise,
-    MDE), which the console's and report's gem block print once (`report.why_line`)."""
+    MDE), which the console's and report's gem block print once (`report.short_why`)."""
     a = row["alpha"]
     extra = f"; {metric_note}" if metric_note else ""
     mag_text = (f"measured excess over its null ~0: median {_fmt(row['excess_median'])} x loss, CI "
@@ -214,7 +214,7 @@ def power_text(r) -> str:
 def period_reason(r, seed_verdict: str, verdict: str, rope: float, seeds: str, seed_why: str) -> tuple[str, str]:
     """(reason, why) of one gem's verdict across K >= 2 periods: the reason with every number,
     `why` without those the row's columns hold (the pooled estimate, its interval and
-    heterogeneity, the fold effects, the power statement; `report.why_line` prints them once).
+    heterogeneity, the fold effects, the power statement; `report.short_why` prints them once).
     `seeds`, `seed_why` the seed rule's reason and why."""
     seed_why = seed_why if seed_why else seeds
     alone = f"seeds alone: {seed_why}"
