@@ -181,7 +181,8 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
     from tune_gems.analysis.rules import decision
     from tune_gems.analysis.pairs import pairing
     from tune_gems.analysis.verdicts import factors, family, gem_verdicts, held_out, redundancy, search_choice, walk_forward
-    from tune_gems.analysis.rules import period_family, periods, pooling, power, seed, ties
+    from tune_gems.analysis import analyze
+    from tune_gems.analysis.rules import period_family, periods, pooling, power, seed, ties, variance_parts
 
     uses = {
         # the one composition: the gem verdicts (and so over periods and `confirm`'s final verdicts),
@@ -190,7 +191,7 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
                           one_history_calibration, decision_calibration),
         family.design_family: (gem_verdicts, factors),
         period_family.decide_fold_data: (decision,),
-        period_family.pool_fold_data: (walk_forward,),
+        period_family.pool_fold_data: (power,),  # the power statement draws the rule's own pooling
         period_family.fold_data: (walk_forward_calibration, factor_calibration, one_history_calibration),
         walk_forward.gem_folds: (family,),
         pairing.by_fold: (walk_forward,),
@@ -203,12 +204,16 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
         pooling.seed_anova: (walk_forward, period_family),
         ties.informative_rank_test: (decision, family),
         # the power statement: the verdicts', the plan's, the calibration's and confirm's MDE
-        power.mde: (search_choice, calibration),
+        power.mde: (search_choice, calibration, plan, decision_calibration),
+        power.two_stage: (plan, decision_calibration),
         power.statement: (family, walk_forward),
         power.fewest_seeds: (search_choice,),
-        power.pooled_mde: (walk_forward_calibration, decision_calibration, plan),
-        period_family.fold_components: (walk_forward, walk_forward_calibration, plan),
-        power.components: (period_family,),
+        power.pooled_mde: (walk_forward_calibration, decision_calibration),
+        period_family.fold_components: (walk_forward, walk_forward_calibration),
+        variance_parts.components: (period_family,),
+        # the plan reads its pilot as `analyze` does: the same family, fold overlap and calendar periods
+        gem_verdicts.gem_verdict_tables: (plan,),
+        walk_forward.experiment_overlap: (plan, analyze),
         seed.redundancy_finding: (redundancy,),
     }
     for fn, modules in uses.items():

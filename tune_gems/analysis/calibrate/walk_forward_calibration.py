@@ -23,7 +23,7 @@ On these it runs the rule the verdicts ship, through the one function that compo
 (`rules.decision.decide`: the seed rule on the informative pairs, the market gate and the
 one-period gate at K = 1, the period rule on the fold data `period_family.fold_data` at K >= 2:
 what the gem verdicts, the factor table and `confirm` call) and the power statement
-`power.pooled_mde`, vectorised over datasets: what the simulation adds is only the data and the market-noise interval it
+`power.pooled_mde` at the datasets' median parts: what the simulation adds is only the data and the market-noise interval it
 models. Codes per dataset and gem (`rules.words.verdict_codes`): +1 keep wired, -1 harmful, 2
 equivalent, 3 inconsistent across periods, 4 insufficient data, 5 heterogeneous, 0 otherwise.
 """
@@ -38,7 +38,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.calibrate.calibration import Shape, _draws, mc_tolerance
+from tune_gems.analysis.calibrate.calibration import Shape, _draws, mc_tolerance, median_parts
 from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.period_family import fold_components, fold_data
 from tune_gems.analysis.rules.power import pooled_mde
@@ -133,10 +133,11 @@ def rule_one_period(d: np.ndarray, tau: float, sd: float, *, rope: float, alpha:
 
 @dataclass(frozen=True)
 class PeriodRun:
-    """The K >= 2 rule on simulated families: codes [S, m] and the MDE each dataset states."""
+    """The K >= 2 rule on simulated families: codes [S, m] and the MDE the rule states for the first
+    contrast at the datasets' median parts (`calibration.median_parts`)."""
 
     codes: np.ndarray
-    mde: np.ndarray
+    mde: float
 
 
 def run_periods(d: np.ndarray, *, rope: float, alpha: float, power: float = defaults.POWER,
@@ -154,10 +155,10 @@ def run_periods(d: np.ndarray, *, rope: float, alpha: float, power: float = defa
     fd = fold_data(d)
     th = Thresholds(alpha=alpha, rope=rope, min_periods=min_periods, share_tau=share, one_sided_keep=one_sided)
     dec = decide(Evidence([unit[:, g] for g in range(m)], periods=fd), th)
-    comp = fold_components(fd, dec.pooled["tau2"])
-    mde = pooled_mde(comp, dec.pooled["periods"], np.maximum(fd.n_informative.mean(-1), 1), df=dec.pooled["df"],
+    comp = median_parts(fold_components(fd, dec.pooled["tau2"]))
+    mde = pooled_mde(comp, k, float(np.nanmedian(fd.n_informative[:, 0].mean(-1))), contrasts=m if share else 1,
                      level=alpha / m, power=power, one_sided=one_sided)
-    return PeriodRun(verdict_codes(dec.verdict), np.asarray(mde, float))
+    return PeriodRun(verdict_codes(dec.verdict), mde)
 
 
 def rule_periods(d: np.ndarray, *, rope: float, alpha: float, **rule) -> np.ndarray:
@@ -180,7 +181,7 @@ def period_run(shapes: list[Shape], n_sim: int, folds: int, scenario: Scenario, 
             tau = scenario.tau if scenario.tau_first is None else scenario.tau_first
             codes = rule_one_period(d[:, :, 0], tau, shapes[0].sd, rope=th.rope, alpha=th.alpha,
                                     one_sided=th.one_sided_keep)
-            return PeriodRun(codes, np.full(codes.shape, np.nan))
+            return PeriodRun(codes, math.nan)
         return run_periods(d, rope=th.rope, alpha=th.alpha, **_rule_settings(th))
 
 
@@ -239,7 +240,7 @@ def period_calibration_table(shapes: list[Shape], *, thresholds: Thresholds | No
                 row["false_equivalent@rope"] = float((eq.codes[:, 0] == 2).mean())
                 for mult in effects:
                     row[f"power@{mult:g} sd"] = float((run(2, effect=mult * sd).codes[:, 0] == KEEP_CODE).mean())
-                mde = float(np.nanmedian(null.mde[:, 0])) if np.isfinite(null.mde[:, 0]).any() else math.nan
+                mde = null.mde
                 row["mde_sd"] = mde / sd
                 row["power@mde"] = (float((run(4, effect=mde).codes[:, 0] == KEEP_CODE).mean())
                                     if np.isfinite(mde) else math.nan)
@@ -334,7 +335,7 @@ def period_sensitivity_table(shapes: list[Shape], *, thresholds: Thresholds | No
         null = period_run(shapes, th.n_sim, k, Scenario(dist=dist, **fields), thresholds=th_row, seed=th.seed)
         row = dict(scenario=label, folds=k, n_seeds=shapes[0].n, gems=len(shapes), n_sim=th.n_sim, dist=dist,
                    **_rates(null.codes), mc_tolerance=mc_tolerance(th.alpha, th.n_sim),
-                   mde_sd=float(np.nanmedian(null.mde[:, 0])) / sd if np.isfinite(null.mde[:, 0]).any() else math.nan)
+                   mde_sd=null.mde / sd)
         for mult in effects:
             run = period_run(shapes, th.n_sim, k, Scenario(dist=dist, effect=mult * sd, **fields), thresholds=th_row,
                              seed=th.seed + 2)

@@ -52,7 +52,7 @@ from tune_gems.analysis.rules.held_out_rule import seed_level_effect
 from tune_gems.analysis.rules.period_family import FoldData, fold_components, fold_data, pool_fold_data, sample_variance
 from tune_gems.analysis.rules.periods import PeriodDecision, decide_periods
 from tune_gems.analysis.rules.pooling import FOLD_VAR_DF, pool_family, seed_anova
-from tune_gems.analysis.rules.power import RANK_EFFICIENCY, HistoryComponents
+from tune_gems.analysis.rules.variance_parts import RANK_EFFICIENCY, HistoryComponents
 from tune_gems.analysis.rules.ties import is_tie
 
 
@@ -169,7 +169,7 @@ def decide_histories(hd: HistoryData, *, alpha: float, rope: float, tested=None,
 
 
 def history_components(hd: HistoryData, hp: HistoryPooled) -> HistoryComponents:
-    """The variance parts of the nested rule's pooled effect ([S, m] each; `power.HistoryComponents`):
+    """The variance parts of the nested rule's pooled effect ([S, m] each; `variance_parts.HistoryComponents`):
     `within` one seed's variance inside a fold and `period` the spread of a history's folds that is
     its own (each history's folds pooled, `period_family.pool_fold_data`, their mean over the
     histories, the calendar part taken out where histories share it), `calendar` the calendar part

@@ -20,7 +20,7 @@ import numpy as np
 from tune_gems.analysis import defaults
 from tune_gems.analysis.rules.periods import PeriodDecision, decide_periods
 from tune_gems.analysis.rules.pooling import fold_estimates, pool_family, seed_anova, shared_seed_variance
-from tune_gems.analysis.rules.power import PooledComponents, components
+from tune_gems.analysis.rules.variance_parts import PooledComponents, components
 from tune_gems.analysis.rules.ties import is_tie
 
 
@@ -45,7 +45,7 @@ class FoldData:
 
 
 def fold_components(fd: FoldData, tau2) -> PooledComponents:
-    """The pooled components of a family's fold data (`power.components`, a fold without a rank
+    """The pooled components of a family's fold data (`variance_parts.components`, a fold without a rank
     interval read by its sample variance): what the verdicts, the plan and the calibration state
     their power with."""
     return components(fd.var, fd.n_informative, fd.seed_share, tau2, fd.theta, sample_var=fd.sample_var)
