@@ -265,8 +265,8 @@ def plan(experiment: Experiment | str | Path | Iterable[str | Path], *, target_m
 def _layout_row(p: Plan, histories: int, periods: int, calendar: str | None, seeds: list[int], th: Thresholds,
                 pilot: bool) -> dict:
     """One layout: why the rule refuses it, or the fewest seeds whose worst MDE (and two-stage MDE)
-    reaches the target, with the MDEs there and what it costs; the pilot's own layout also states
-    the verdict's MDEs at the pilot's seeds."""
+    reaches the target, with the MDEs there and what it costs (at the pilot's own design the
+    verdicts' MDEs)."""
     row = dict(histories=histories, calendars=calendar or "", periods=periods, pilot=pilot,
                refused=_refusal(histories, periods, calendar, th))
     members = row["members per seed"] = histories * periods * p.arms
@@ -298,8 +298,6 @@ def _layout_row(p: Plan, histories: int, periods: int, calendar: str | None, see
         row[f"{key}members"] = members * shown
         row[f"{key}member-iterations"] = members * shown * p.epochs * (p.cost.iterations_per_epoch if p.cost else math.nan)
         row[f"{key}seconds"] = p.cost.seconds(members * shown, p.epochs) if p.cost else math.nan
-    if pilot:
-        row["pilot mde"], row["pilot two-stage"] = at(p.seeds)
     return row
 
 

@@ -15,27 +15,20 @@ The rule that decides, and so its MDE at power 1 - beta and first-Holm-step leve
   one price history the market-noise standard error adds its variance (the one-period gate), at
   `history_level` (selection-adjusted for a confirmation on the search's one history);
 - **K >= 2 periods, or several price histories**: the pooled test, whose MDE is the effect its
-  first contrast is kept from in a share `power` of the families the rule will see at that
-  design (`pooled_mde`, `history_mde`). Those families are drawn from the variance parts
-  (`variance_parts`): each period's or history's effect and the variance the rule reads for it (a
-  scaled chi^2 on its own df), the seeds x periods ANOVA behind the seeds' common part and, where
-  histories share a calendar, the histories x periods ANOVA behind the calendar part, for a
-  family of `contrasts` alike; they are pooled by the rule's own stage 2
-  (`period_family.pool_fold_data`, `histories.pool_histories`). The pooled estimate moves with the
-  effect and its se and df do not, so each drawn family keeps from one effect on (its p at the
-  first Holm step; below `decision.MIN_POOLED_DF` never), and the MDE is the `power`-quantile of
-  those effects. The closed form (t_{1-a, df} + t_{power, df}) x se read 0.51-0.68 power at the
-  MDE it stated (768 members; docs/analysis.md "The MDE of a layout"): it took the df and the
-  variance as known, where the rule estimates both, and that costs in five ways: the seeds'
-  common part and the calendar part are estimated from few degrees of freedom (truncated at 0,
-  so positive even where they are 0) and added whole, cutting the df; the shared scale's df are
-  cut by the contrasts' residual correlation, which the rule estimates too; each period's
-  variance is an estimate (its weight random, the HKSJ scale an F rather than a chi^2); and the
-  test is the larger p of HKSJ and DerSimonian-Laird. Drawing what the rule estimates carries all
-  of them, through the functions that decide.
-
-With seeds -> infinity the MDE falls to the **floor**, set by the periods' and histories'
-spreads: above the target only more periods (or histories) help.
+  first contrast is kept from in a share `power` of the families the rule will see at that design
+  (`pooled_mde`, `history_mde`): families drawn from the variance parts (`variance_parts`: each
+  period's or history's effect and the variance the rule reads for it, the seeds' and the
+  calendar's ANOVA) and pooled by the rule's own stage 2 (`period_family.pool_fold_data`,
+  `histories.pool_histories`). The pooled estimate moves with the effect, its se and df do not, so
+  each family keeps from one effect on, and the MDE is the `power`-quantile of those effects. The
+  closed form (t_a + t_power) x se, on the df the design would have if the rule knew its variances,
+  is optimistic (0.51-0.68 power at 768 members, docs/analysis.md "The MDE of a layout"): the rule
+  estimates the seeds' common part and the calendar part from few df (truncated at 0: positive
+  where they are 0) and adds them whole, cutting its df; it cuts the shared scale's df by the
+  contrasts' estimated correlation; each period's variance is an estimate (random weights, an
+  F-like scale); and it tests the larger p of HKSJ and DerSimonian-Laird. The draws carry all five.
+  The floor, with the seeds' noise gone, is set by the periods' and histories' spreads: above the
+  target only more periods (or histories) help.
 """
 
 from __future__ import annotations
