@@ -1,11 +1,7 @@
-"""A gymnasium-compatible single trading environment over one segment of a price series.
-
-It uses the same features (Market.observe) and the same reward as the vectorised learner
-environment, so an agent from another RL library sees exactly what tune-gems' DQN sees.
-Observation: Box(W+1) float32 (normalised log-return window + current position). Action:
-MultiDiscrete([A, A]): direction index and size index. Episodes are truncated after
-`episode_length` steps or at the end of the segment; they never terminate otherwise.
-"""
+"""A Gymnasium environment over one segment: the features and reward of the vectorised one, so an
+agent of another RL library sees what tune-gems' DQN sees. Observation Box(W+1) float32; action
+MultiDiscrete([A, A]) (direction, size); truncated after `episode_length` steps or at the segment's
+end."""
 
 from __future__ import annotations
 
