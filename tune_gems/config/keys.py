@@ -1,10 +1,6 @@
-"""The config's and the sweep spec's keys as a user sees them: every dotted key with its type,
-default and description (`tune-gems config`), and the "did you mean" for a mistyped one.
-
-Read from the pydantic models themselves (tune_gems.config.schema, tune_gems.sweep.spec), so the
-listing can never drift from what validation accepts: a plug-in's gems appear when its module
-is named, and a mapping's user-chosen keys show as a placeholder (`search.gems.<gem>.modes`).
-"""
+"""The config's and the sweep spec's keys as a user sees them (`tune-gems config`) and the "did you
+mean" for a mistyped one, read from the pydantic models so the listing never drifts from validation;
+a mapping's user-chosen keys show as a placeholder (`search.gems.<gem>.modes`)."""
 
 from __future__ import annotations
 
@@ -58,8 +54,7 @@ def _key(name: str, field: Any) -> str:
 
 
 def _is_list(annotation: Any) -> bool:
-    """Whether an annotation is a list of models (`list[X]`, `list[X] | None`): its entries are
-    addressed by index (`data.histories.0.name`)."""
+    """Whether an annotation is a list of models, addressed by index (`data.histories.0.name`)."""
     if typing.get_origin(annotation) is list:
         return _submodel(annotation) is not None
     return typing.get_origin(annotation) in (typing.Union, types.UnionType) and any(
@@ -68,8 +63,7 @@ def _is_list(annotation: Any) -> bool:
 
 
 def _is_mapping(annotation: Any) -> bool:
-    """Whether an annotation is a mapping of names to models (`dict[str, X]`, `dict[...] | None`):
-    its keys are the user's (a gem's name, a dotted config key), not the model's."""
+    """Whether an annotation is a mapping whose keys are the user's (a gem's name, a dotted key)."""
     if typing.get_origin(annotation) is dict:
         return True
     return typing.get_origin(annotation) in (typing.Union, types.UnionType) and any(
@@ -78,7 +72,6 @@ def _is_mapping(annotation: Any) -> bool:
 
 
 def _placeholder(field: Any) -> str:
-    """The name shown for a mapping's user-chosen key (`search.gems.<gem>.modes`)."""
     return f"<{(field.json_schema_extra or {}).get('key_name', 'key')}>"
 
 
@@ -90,8 +83,8 @@ def _default(field: Any) -> str:
 
 
 def key_rows(model: type[BaseModel], prefix: str = "") -> list[KeyRow]:
-    """One row per leaf key of `model`, in declaration order; a nested model's keys follow its
-    name (`trainer.lr`), a mapping's keys its name and a placeholder (`search.gems.<gem>.modes`)."""
+    """One row per leaf key of `model`, in declaration order (`trainer.lr`,
+    `search.gems.<gem>.modes`)."""
     rows: list[KeyRow] = []
     for name, field in model.model_fields.items():
         key = f"{prefix}{_key(name, field)}"
@@ -107,10 +100,8 @@ def key_rows(model: type[BaseModel], prefix: str = "") -> list[KeyRow]:
 
 
 def known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The keys accepted beside the last element of `loc` (a pydantic error location): the
-    fields of the model that holds it, or [] where the location leaves the models. A mapping's
-    own key (a gem's name under `search.gems`) and a list's index (`data.histories.0`) are
-    stepped over."""
+    """The keys accepted beside the last element of `loc` (a pydantic error location), [] where it
+    leaves the models; a mapping's own key and a list's index are stepped over."""
     parts = list(loc[:-1])
     while parts:
         part = parts.pop(0)
@@ -129,9 +120,8 @@ def known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
 
 
 def did_you_mean(model: type[BaseModel] | None, loc: tuple[Any, ...], prefix: str = "") -> str:
-    """` (did you mean <key>?)` for an unknown key at `loc` close to a known one, else ''. The
-    suggestion is written as the error names the key: after `prefix` (`config.` in a sweep
-    spec, whose config section is validated on its own)."""
+    """` (did you mean <key>?)` for an unknown key at `loc` close to a known one, else '', written
+    after `prefix` as the error names it."""
     if model is None or not loc or not isinstance(loc[-1], str):
         return ""
     known = known_keys(model, tuple(loc))
@@ -145,7 +135,6 @@ def did_you_mean(model: type[BaseModel] | None, loc: tuple[Any, ...], prefix: st
 
 
 def format_rows(rows: list[KeyRow]) -> str:
-    """The listing as aligned text columns: key, type, default, description."""
     table = [("key", "type", "default", "description"), *((r.key, r.type, r.default, r.description) for r in rows)]
     widths = [max(len(row[i]) for row in table) for i in range(3)]
     return "\n".join(

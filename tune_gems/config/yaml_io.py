@@ -1,17 +1,11 @@
 """YAML in and out for configs and sweep specs: a safe loader that refuses duplicate keys and reads
-`1e-3` as a number, bounds on what it reads, dotted `key=value` overrides, and the resolved config
-written back. A key given both nested and dotted in one file is refused naming the file and the
-key (tune_gems.config.dotted.check_one_form), as plain YAML's repeated key is.
+`1e-3` as a number, dotted `key=value` overrides, and the resolved config written back.
 
-Bounds, so that no input can stall validation: the file must be a regular file (opened
-non-blocking: a FIFO or `/dev/zero` given as a config is refused, never read), at most
-`MAX_YAML_BYTES`, its path within the filesystem's limits; and aliases are bounded *before*
-they are expanded: the document's node graph is measured as the tree it stands for (every alias
-counted as a copy of what it names) and refused past `MAX_YAML_NODES` nodes, and a recursive
-alias is refused, so a "billion laughs" alias bomb of a few hundred bytes is one line, not a
-process that grows until it is killed. Every failure is one ConfigError naming the file (or the
-override).
-"""
+Bounded so that no input can stall validation: a regular file (opened non-blocking) of at most
+`MAX_YAML_BYTES`, and aliases measured on the node graph *before* expansion (`expanded_size`,
+refused past `MAX_YAML_NODES` or when recursive): an alias bomb is one line, not a process that
+grows until it is killed. A key given nested and dotted is refused (`dotted.check_one_form`). Every
+failure is one ConfigError naming the file or override."""
 
 from __future__ import annotations
 
@@ -29,18 +23,16 @@ if TYPE_CHECKING:
     from tune_gems.config.schema import Config
 
 MAX_YAML_BYTES = 1 << 20
-"""Largest config or spec file read (1 MiB; a real one is a few KiB): a larger file is refused
-before it is parsed, so a huge file cannot stall validation."""
+"""Largest config or spec file read (a real one is a few KiB), refused before parsing."""
 MAX_YAML_NODES = 100_000
-"""Most nodes a YAML document may stand for once its aliases are expanded (a real config or spec
-has a few hundred; a 256-arm factorial a few thousand)."""
+"""Most nodes a document may stand for once its aliases are expanded (a 256-arm factorial:
+thousands)."""
 MAX_YAML_DEPTH = 200
-"""Deepest nesting of a YAML document (PyYAML composes recursively; a real config nests 4 deep)."""
+"""Deepest nesting (PyYAML composes recursively; a real config nests 4 deep)."""
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """The safe loader, refusing a mapping that repeats a key (plain YAML keeps the last one
-    silently, so a typo'd duplicate would change a run unseen)."""
+    """The safe loader, refusing a repeated key (plain YAML silently keeps the last)."""
 
     def construct_mapping(self, node, deep=False):
         seen: set = set()
@@ -71,9 +63,8 @@ _UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("
 
 
 class _Dumper(yaml.SafeDumper):
-    """The safe dumper, knowing that the loader reads `1e-3` as a number: a string that looks
-    like one (`"1e5"`, a column name) is written quoted, so what tune-gems stores reads back as
-    it was (a stored config.yaml or spec.yaml)."""
+    """The safe dumper, quoting strings the loader would read as numbers (`"1e5"`), so a stored
+    config reads back as it was."""
 
 
 _Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
@@ -89,10 +80,9 @@ class YAMLBoundError(yaml.YAMLError):
 
 
 def expanded_size(root: yaml.Node, bound: int = MAX_YAML_NODES) -> int:
-    """The number of nodes of the tree that `root`'s graph stands for, every alias counted as a
-    full copy of its anchor's subtree; computed on the graph (each node once, shared subtrees
-    by their memoised size), so it takes time linear in the document's text however large the
-    expansion. YAMLBoundError past `bound` or for a recursive alias (a node inside itself)."""
+    """The number of nodes of the tree `root`'s graph stands for, every alias a full copy, computed
+    on the graph (linear in the text however large the expansion); YAMLBoundError past `bound` or
+    for a recursive alias."""
     size: dict[int, int] = {}
     on_path: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
@@ -127,8 +117,8 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 
 def safe_load_yaml(text: str) -> Any:
-    """yaml.safe_load that refuses duplicate keys and documents over the bounds (`expanded_size`,
-    checked on the composed node graph before anything is constructed)."""
+    """yaml.safe_load refusing duplicate keys and documents over the bounds, checked before
+    construction."""
     loader = _UniqueKeyLoader(text)  # a SafeLoader subclass: no Python tags
     try:
         try:
@@ -144,16 +134,15 @@ def safe_load_yaml(text: str) -> Any:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML mapping from a file, through the safe loader; ConfigError naming the file otherwise
-    (see the module docstring for the bounds)."""
+    """A YAML mapping from a file through the bounded safe loader; ConfigError naming the file
+    otherwise."""
     p = Path(path)
     raw = read_regular(p, MAX_YAML_BYTES, None, ConfigError)
     return yaml_mapping(raw, str(p))
 
 
 def yaml_mapping(raw: bytes, where: str) -> dict[str, Any]:
-    """The YAML mapping in `raw` (the bytes of `where`, a file or a stored spec), through the
-    safe loader and its bounds; ConfigError naming `where` otherwise."""
+    """The YAML mapping in `raw` (the bytes of `where`); ConfigError naming `where` otherwise."""
     p = where
     try:
         data = safe_load_yaml(raw.decode("utf-8"))
