@@ -310,16 +310,8 @@ def _relation(out: Path, other: Path) -> str | None:
     return None
 
 
-def check_output_folder(
-    folder: str | Path,
-    *,
-    kind: str,
-    field: str = "--out",
-    inputs: Iterable[str | Path] = (),
-    overwrite: bool = False,
-    resume: bool = False,
-    allow_inside: Iterable[str | Path] = (),
-) -> Path:
+def check_output_folder(folder: str | Path, *, kind: str, field: str = "--out", inputs: Iterable[str | Path] = (),
+        overwrite: bool = False, resume: bool = False, allow_inside: Iterable[str | Path] = ()) -> Path:
     """Every up-front check of an output folder; returns its resolved path and writes nothing. The
     output may not be, contain or lie inside one of `inputs`, nor lie inside results other than the
     folders of `allow_inside`, nor hold other results to `SCAN_DEPTH`. A non-empty one is refused

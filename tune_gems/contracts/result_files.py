@@ -47,10 +47,8 @@ EVAL_RETURNS_FILE = "eval_returns.npz"
 (`eval_window.EvalWindow`): what the market-noise interval resamples."""
 EVAL_RETURNS_FORMAT = 1
 """The file's layout version (its `format` array); a reader refuses versions it does not know."""
-EVAL_RETURNS_ARRAYS = (
-    "format", "epochs", "returns", "positions", "diverged", "asset", "member", "arm", "seed_index",
-    "seed", "path", "cost", "periods_per_year", "segment",
-)
+EVAL_RETURNS_ARRAYS = ("format", "epochs", "returns", "positions", "diverged", "asset", "member", "arm", "seed_index",
+    "seed", "path", "cost", "periods_per_year", "segment")
 EVAL_RETURNS_FOLD_ARRAYS = ("fold", "window_start")
 """Arrays of a file written with folds: `fold` [P] int64 and `window_start` [P] int64 (the series
 row of the validation window's first decision); without them, one fold."""

@@ -129,14 +129,8 @@ def _pair_mean(values: np.ndarray, arm_of: np.ndarray, seed_index: np.ndarray, a
     return float(diff.mean()) if np.isfinite(diff).all() else math.nan
 
 
-def paired_gains(
-    gems: Sequence[str],
-    arm_of: Sequence[str],
-    seed_index: Sequence[int],
-    val_sharpe: Sequence[float],
-    val_alpha_sharpe: Sequence[float],
-    aliases: dict[str, str] | None = None,
-) -> dict[str, float]:
+def paired_gains(gems: Sequence[str], arm_of: Sequence[str], seed_index: Sequence[int], val_sharpe: Sequence[float],
+        val_alpha_sharpe: Sequence[float], aliases: dict[str, str] | None = None) -> dict[str, float]:
     """The epoch's paired gains from per-member validation columns (diverged members NaN):
     `val_sharpe_gain`, `val_alpha_sharpe_gain` (proposal - control) and `gain_<g>` (proposal -
     without-<g> on val_alpha_sharpe; NaN without that arm). The one-arm design: 0.0 overall, NaN per
@@ -172,14 +166,8 @@ def _pair_hodges_lehmann(values: np.ndarray, diverged: np.ndarray, arm_of: np.nd
     return hodges_lehmann(worst_outcome_difference(values[ia], values[ib], diverged[ia], diverged[ib]))
 
 
-def verdict_gains(
-    gems: Sequence[str],
-    arm_of: Sequence[str],
-    seed_index: Sequence[int],
-    window: np.ndarray,
-    window_diverged: np.ndarray,
-    aliases: dict[str, str] | None = None,
-) -> dict[str, float]:
+def verdict_gains(gems: Sequence[str], arm_of: Sequence[str], seed_index: Sequence[int], window: np.ndarray,
+        window_diverged: np.ndarray, aliases: dict[str, str] | None = None) -> dict[str, float]:
     """The verdict's statistic on one trial's arms (`VERDICT_GAIN`): `window` [k, P] each member's
     validation alpha Sharpe over the verdict's last k epochs, `window_diverged` [k, P] its flags. A
     member's value is its window mean, diverged when it diverged or has a non-finite value there (as

@@ -178,12 +178,8 @@ def device_available(device: Any) -> int | None:
         return None
 
 
-_KEYS = {
-    "replay": "trainer.replay_capacity",
-    "parameters+optimizer": "model.hidden",
-    "activations": "trainer.batch_size",
-    "market": "data.folds.k",
-}
+_KEYS = {"replay": "trainer.replay_capacity", "parameters+optimizer": "model.hidden",
+    "activations": "trainer.batch_size", "market": "data.folds.k"}
 
 
 def _key(est: MemoryEstimate, part: str) -> str:
@@ -222,9 +218,8 @@ def check_fits(est: MemoryEstimate, host: int | None, device: int | None, where:
             )
 
 
-def check_training_fits(
-    cfg: Config, members: int | None = None, device: Any = None, where: str = "", gpu_trial: bool = False
-) -> MemoryEstimate:
+def check_training_fits(cfg: Config, members: int | None = None, device: Any = None, where: str = "",
+        gpu_trial: bool = False) -> MemoryEstimate:
     """The estimate for `cfg`, checked against this machine (host, and the CUDA device the run will
     use, inferred without initialising CUDA). `gpu_trial`: a sweep trial asking for a GPU, estimated
     as a CUDA run, its GPU memory checked only where this machine has one."""

@@ -55,15 +55,8 @@ class VecTradingEnv:
     """P members x E environments stepping in lockstep on the training segment, in preallocated
     tensors (graph-capturable). Episode starts come from uniforms [P,E] of each member's own RNG."""
 
-    def __init__(
-        self,
-        market: Market,
-        cfg: EnvConfig,
-        population: int,
-        n_envs: int,
-        path_of_member: Sequence[int] | Tensor | None = None,
-        fold_of_member: Sequence[int] | Tensor | None = None,
-    ):
+    def __init__(self, market: Market, cfg: EnvConfig, population: int, n_envs: int,
+            path_of_member: Sequence[int] | Tensor | None = None, fold_of_member: Sequence[int] | Tensor | None = None):
         """`path_of_member`, `fold_of_member` [P]: each member's path and fold (default 0)."""
         self.market, self.cfg = market, cfg
         self.actions = ActionMap(cfg, market.device)

@@ -65,9 +65,8 @@ def position_changes(positions: Tensor, initial_position: float = 0.0) -> Tensor
     return (positions - prev).abs()
 
 
-def net_returns(
-    positions: Tensor, asset_returns: Tensor, cost: float, initial_position: float = 0.0, dtype: torch.dtype = torch.float64
-) -> Tensor:
+def net_returns(positions: Tensor, asset_returns: Tensor, cost: float, initial_position: float = 0.0,
+        dtype: torch.dtype = torch.float64) -> Tensor:
     """Per-step net returns [P,T] at cost `cost`: the env's reward before reward_scale."""
     pos = _check_positions(positions).to(dtype)
     P, T = pos.shape
@@ -121,15 +120,8 @@ def _max_drawdown(net: Tensor) -> Tensor:
     return (1.0 - equity / peak).amax(dim=1)
 
 
-def evaluation_stats(
-    positions: Tensor,
-    asset_returns: Tensor,
-    cost: float,
-    periods_per_year: float,
-    *,
-    initial_position: float = 0.0,
-    dtype: torch.dtype = torch.float64,
-) -> dict[str, Tensor]:
+def evaluation_stats(positions: Tensor, asset_returns: Tensor, cost: float, periods_per_year: float, *,
+        initial_position: float = 0.0, dtype: torch.dtype = torch.float64) -> dict[str, Tensor]:
     """Per-member statistics of one segment: {name: Tensor[P]} for every name of EVAL_STATS.
 
     positions [P,T] (`SegmentEvaluator.positions`); asset_returns [T] or [P,T] (a path per member:
@@ -157,14 +149,9 @@ def evaluation_stats(
     moved = turnover > 0
     safe_turnover = torch.where(moved, turnover, torch.ones_like(turnover))
     idle = torch.where(gross_mean > 0, torch.full_like(gross_mean, math.inf), torch.full_like(gross_mean, math.nan))
-    out.update(
-        sharpe=out["sharpe_cost1"],
-        beta=beta,
-        alpha_sharpe=_sharpe_rows(resid, periods_per_year, real),
-        turnover=turnover,
-        max_drawdown=_max_drawdown(net),
-        breakeven_cost_bps=torch.where(moved, BPS_PER_UNIT * gross_mean / safe_turnover, idle),
-    )
+    out.update(sharpe=out["sharpe_cost1"], beta=beta, alpha_sharpe=_sharpe_rows(resid, periods_per_year, real),
+        turnover=turnover, max_drawdown=_max_drawdown(net),
+        breakeven_cost_bps=torch.where(moved, BPS_PER_UNIT * gross_mean / safe_turnover, idle))
     return {k: out[k] for k in EVAL_STATS}
 
 
@@ -224,22 +211,13 @@ def baseline_positions(ret_next: Any, segment: _Range | tuple[int, int], momentu
     if not 0 <= lo < hi <= x.shape[-1]:
         raise ValueError(f"segment [{lo}, {hi}) is not inside a series of {x.shape[-1]} steps")
     shape = x[..., lo:hi].shape
-    return {
-        "flat": np.zeros(shape),
-        "buy_and_hold": np.ones(shape),
-        "momentum": np.sign(momentum_signal(x, momentum_span)[..., lo:hi]),
-    }
+    return {"flat": np.zeros(shape), "buy_and_hold": np.ones(shape),
+        "momentum": np.sign(momentum_signal(x, momentum_span)[..., lo:hi])}
 
 
-def baseline_stats(
-    ret_next: Any,
-    segments: Mapping[str, _Range | tuple[int, int]],
-    cost: float,
-    periods_per_year: float,
-    *,
-    momentum_span: float = DEFAULT_MOMENTUM_SPAN,
-    device: torch.device | str | None = None,
-) -> pd.DataFrame:
+def baseline_stats(ret_next: Any, segments: Mapping[str, _Range | tuple[int, int]], cost: float,
+        periods_per_year: float, *, momentum_span: float = DEFAULT_MOMENTUM_SPAN,
+        device: torch.device | str | None = None) -> pd.DataFrame:
     """EVAL_STATS of every baseline on every segment, the members' cost model, through
     `evaluation_stats` on `device` (default ret_next's). ret_next: [N] or [S,N] (a path per seed
     index); one row per (segment, baseline, path)."""

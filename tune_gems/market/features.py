@@ -47,14 +47,8 @@ class Market:
     ranges, `fold_ranges[f]` fold f's; `train_runs[f]` fold f's runs of training rows (one, except
     under purged cross-validation: episodes start only in the runs)."""
 
-    def __init__(
-        self,
-        prices: pd.Series | Sequence[pd.Series],
-        bounds,
-        window: int,
-        device: torch.device | str = "cpu",
-        fold_ids: Sequence[int] | None = None,
-    ):
+    def __init__(self, prices: pd.Series | Sequence[pd.Series], bounds, window: int, device: torch.device | str = "cpu",
+            fold_ids: Sequence[int] | None = None):
         """`fold_ids`: the run's index of each fold given (default 0..F-1; a market of fold k alone
         reports k)."""
         paths = [prices] if isinstance(prices, pd.Series) else list(prices)

@@ -20,14 +20,8 @@ from tune_gems.market.features import Market
 class TradingEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(
-        self,
-        prices: pd.Series,
-        bounds,
-        cfg: EnvConfig | None = None,
-        segment: str = "train",
-        random_start: bool = True,
-    ):
+    def __init__(self, prices: pd.Series, bounds, cfg: EnvConfig | None = None, segment: str = "train",
+            random_start: bool = True):
         self.cfg = cfg or EnvConfig()
         self.market = Market(prices, bounds, self.cfg.window, "cpu")
         self.actions = ActionMap(self.cfg, "cpu")

@@ -17,17 +17,9 @@ class SegmentEvaluator:
     (`graph.StepRunner`), or run eagerly. `policy` maps [P,1,obs_dim] to actions [P,1,K] and reads
     the live parameters inside the call."""
 
-    def __init__(
-        self,
-        market: Market,
-        actions: ActionMap,
-        cost: float,
-        policy: Callable[[Tensor], Tensor],
-        population: int,
-        segment: str,
-        path_of_member: Sequence[int] | Tensor | None = None,
-        fold_of_member: Sequence[int] | Tensor | None = None,
-    ):
+    def __init__(self, market: Market, actions: ActionMap, cost: float, policy: Callable[[Tensor], Tensor],
+            population: int, segment: str, path_of_member: Sequence[int] | Tensor | None = None,
+            fold_of_member: Sequence[int] | Tensor | None = None):
         """`path_of_member`, `fold_of_member` [P]: each member's path and fold (default 0); it walks
         its fold's window of `segment`."""
         dev = market.device

@@ -123,10 +123,8 @@ def gain_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...
             VERDICT_GAIN, *(f"{VERDICT_GAIN_PREFIX}{g}" for g in names))
 
 
-def epoch_metrics(
-    plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...] | list[str] = (), folds: tuple[int, ...] | list[int] = (),
-    histories: tuple[int, ...] | list[int] = (),
-) -> tuple[str, ...]:
+def epoch_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...] | list[str] = (),
+        folds: tuple[int, ...] | list[int] = (), histories: tuple[int, ...] | list[int] = ()) -> tuple[str, ...]:
     """One row of history / one Tune result, in this order (gem columns: means over members)."""
     return (
         *_RUN_HEAD, *_SHARPE, *EVAL_HISTORY, *OBJECTIVES, *gem_columns(plugins), "diverged", "sps", *TIMING,
