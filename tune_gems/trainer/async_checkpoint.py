@@ -1,26 +1,12 @@
 """Checkpoints written in the background while training goes on (docs/checkpoints.md).
 
-A checkpoint has two costs: reading the device state back, and serialising it to a file. Only
-the first must happen at the epoch boundary, because training changes the state from the next
-iteration on. So `AsyncCheckpointWriter.save` takes a snapshot and returns; one background
-thread writes it:
-
-- Snapshot, CUDA: every state tensor is copied into a pinned host buffer with a non-blocking
-  copy on a side stream that first waits for the work already queued on the training stream.
-  An event marks the copies' end; the training stream waits on that event before its next
-  kernel (training must not change a tensor still being read), and the writer thread waits on
-  it before serialising. The host never blocks on the copy; the device stream pauses only for
-  the device-to-host transfer, never for serialisation or the file system.
-- Snapshot, CPU: a plain copy into reused host buffers (what `clone` does, without allocating).
-- The metadata's history lists are copied row by row at snapshot time, so epochs trained while
-  the file is written never leak into it.
-- The buffers are allocated once (pinning memory is slow) and reused: a snapshot first waits
-  for the previous write to finish, so a buffer being serialised is never overwritten. At most
-  one write is in flight, and writes happen in the order of the `save` calls.
-- The file itself is written by `tune_gems.trainer.checkpoint.save` (same format, temporary
-  file + rename), so a crash mid-write leaves the previous checkpoint in place.
-- A write that fails raises its error at the next `save`, `wait` or `close`.
-"""
+Only reading the state back must happen at the epoch boundary; `AsyncCheckpointWriter.save`
+snapshots and returns, and one thread serialises. On CUDA the snapshot copies into pinned host
+buffers on a side stream behind the queued training work; the training stream waits on its event
+before changing a tensor, the writer before reading. The metadata is copied row by row. Buffers are
+allocated once and reused: a snapshot waits for the previous write, so at most one is in flight, in
+order. The file is written by `checkpoint.save` (temporary file + rename); a failed write raises at
+the next `save`, `wait` or `close`."""
 
 from __future__ import annotations
 
@@ -40,9 +26,8 @@ AfterFn = Callable[[dict[str, Any]], None]
 
 
 def snapshot_meta(meta: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a checkpoint's metadata that later training cannot change: lists (the
-    history rows) are copied row by row, mappings deeply (tensors in them cloned to the host),
-    scalars are kept."""
+    """A copy of a checkpoint's metadata later training cannot change (lists and mappings copied,
+    tensors cloned)."""
     out: dict[str, Any] = {}
     for key, value in meta.items():
         if isinstance(value, list):
@@ -66,9 +51,8 @@ def _deep_copy(value: Any) -> Any:
 
 @dataclass
 class HostBuffers:
-    """Host tensors shaped like the state, allocated once and refilled by each snapshot (pinned
-    for CUDA state, so the copy can be asynchronous). A tensor whose shape or dtype changed
-    gets a new buffer."""
+    """Host tensors shaped like the state, allocated once (pinned for CUDA state) and refilled by
+    each snapshot."""
 
     buffers: dict[str, Tensor] = field(default_factory=dict)
     _streams: dict[torch.device, Any] = field(default_factory=dict)
@@ -86,8 +70,8 @@ class HostBuffers:
         return self._streams[device]
 
     def fill(self, state: dict[str, Tensor]) -> Callable[[], None]:
-        """Copy `state` into the buffers; returns what the writer calls before reading them
-        (waits for the asynchronous CUDA copies; nothing for CPU state)."""
+        """Copy `state` into the buffers; returns what the writer calls before reading them (waits
+        for the copies)."""
         for name in set(self.buffers) - set(state):
             del self.buffers[name]
         events = []
@@ -123,8 +107,8 @@ class HostBuffers:
 
 
 class AsyncCheckpointWriter:
-    """One background thread writing checkpoints from snapshots (module doc). Use as a context
-    manager, or call `close()`: both wait for the write in flight."""
+    """One background thread writing checkpoints from snapshots; `close()` (or the context) waits
+    for it."""
 
     def __init__(self, save: SaveFn = ckpt.save) -> None:
         self._save = save
@@ -133,14 +117,11 @@ class AsyncCheckpointWriter:
         self._pending: Future | None = None
         self._lock = threading.Lock()  # save() from two threads: one snapshot at a time
 
-    def save(
-        self, path: str | Path | None, state: dict[str, Tensor], meta: dict[str, Any], after: AfterFn | None = None
-    ) -> Future:
-        """Snapshot `state` and `meta` now and write them to `path` in the background; `after`
-        runs in the writer thread once the file is in place, with the snapshot's metadata
-        (e.g. to write a history file beside it). Waits first for the previous write. With
-        `path` None no checkpoint file is written, only `after` runs (the files beside a final
-        checkpoint that nothing resumes from: tune_gems.sweep.trainable)."""
+    def save(self, path: str | Path | None, state: dict[str, Tensor], meta: dict[str, Any],
+            after: AfterFn | None = None) -> Future:
+        """Snapshot `state` and `meta` now and write them to `path` in the background (after the
+        previous write); `after(meta)` runs in the writer once the file is in place. With `path`
+        None only `after` runs (a final checkpoint nothing resumes from)."""
         with self._lock:
             self.wait()
             ready = self._buffers.fill(state)
@@ -150,9 +131,8 @@ class AsyncCheckpointWriter:
             self._pending = self._pool.submit(self._write, target, tensors, meta_copy, ready, after)
             return self._pending
 
-    def _write(
-        self, path: Path | None, tensors: dict[str, Tensor], meta: dict[str, Any], ready: Callable[[], None], after: AfterFn | None
-    ) -> None:
+    def _write(self, path: Path | None, tensors: dict[str, Tensor], meta: dict[str, Any], ready: Callable[[], None],
+            after: AfterFn | None) -> None:
         ready()
         if path is not None:
             self._save(path, tensors, meta)
@@ -161,7 +141,6 @@ class AsyncCheckpointWriter:
 
     @property
     def busy(self) -> bool:
-        """A write is in flight."""
         return self._pending is not None and not self._pending.done()
 
     def wait(self) -> None:

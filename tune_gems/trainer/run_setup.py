@@ -1,9 +1,5 @@
-"""What a run needs before its trainer: the device, the price series and the market.
-
-Apart from the trainer because others need it without one: the sweep driver loads the series
-once for every trial and prepares a market to validate the splits before Ray starts, and the
-folds invariant's reference run builds a market of one fold (tests/test_folds.py).
-"""
+"""What a run needs before its trainer: the device, the price series and the market (the sweep
+driver needs them without one: it loads the series once and validates the splits before Ray)."""
 
 from __future__ import annotations
 
@@ -21,11 +17,10 @@ from tune_gems.data.segments import TrainingReach, fold_bounds
 from tune_gems.market.features import Market
 
 CUBLAS_DETERMINISTIC = ":4096:8"
-"""cuBLAS workspace setting under which its reduction orders are the same run to run."""
+"""cuBLAS workspace setting under which its reduction orders repeat run to run."""
 
 
 def resolve_device(name: str) -> torch.device:
-    """The device of config key `device` (cpu | cuda | auto)."""
     if name == "cpu":
         return torch.device("cpu")
     if name == "cuda" and not torch.cuda.is_available():
@@ -36,8 +31,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def run_device(cfg: Config) -> torch.device:
-    """The run's device, checked against `trainer.graph`; on CUDA, cuBLAS set to reduce in a
-    fixed order (it picks orders that vary run to run unless given a fixed workspace)."""
+    """The run's device, checked against `trainer.graph`; on CUDA, cuBLAS set to reduce in a fixed
+    order."""
     device = resolve_device(cfg.device)
     if cfg.trainer.graph == "on" and device.type != "cuda":
         raise ConfigError("trainer.graph: 'on' needs a CUDA device (use auto or off)")
@@ -47,10 +42,8 @@ def run_device(cfg: Config) -> torch.device:
 
 
 def load_run_prices(cfg: Config) -> pd.Series | list[pd.Series]:
-    """The configured price series, with enough rows for a window, an episode and three segments
-    (what `prepare_market` takes as `prices`; tune_gems.data.series.load_prices reads a file):
-    one series, or with several price histories (`data.price_columns`, `data.histories`) one
-    per history, on one calendar (tune_gems.data.series.load_histories)."""
+    """The configured price series with enough rows for a window, an episode and three segments: one
+    series, or one per price history on one calendar."""
     if len(cfg.data.price_histories) > 1:
         return data_mod.load_histories(cfg.data, min_rows=_min_rows(cfg))
     return data_mod.load_series(cfg.data, min_rows=_min_rows(cfg))
@@ -61,29 +54,15 @@ def _min_rows(cfg: Config) -> int:
     return cfg.env.window + cfg.env.episode_length + 3 * min_len
 
 
-def prepare_market(
-    cfg: Config,
-    device: torch.device,
-    prices: pd.Series | Sequence[pd.Series] | None = None,
-    n_seed_indices: int | None = None,
-    folds: Sequence[int] | None = None,
-) -> Market:
-    """Load (or take) the price paths, split them into the run's folds and build the device-side
-    features.
+def prepare_market(cfg: Config, device: torch.device, prices: pd.Series | Sequence[pd.Series] | None = None,
+        n_seed_indices: int | None = None, folds: Sequence[int] | None = None) -> Market:
+    """Load (or take) the price paths, split them into the run's folds and build the market.
 
-    `n_seed_indices`: the distinct seed indices of the run (default: its population, the seeds
-    per arm), from `cfg.first_seed_index` on; with synthetic `per_seed` paths each gets its own
-    path (tune_gems.data.series.load_paths), else one is shared. `prices` (a sweep's driver loads the
-    series once for every trial) is that one shared path; with synthetic `per_seed` paths the
-    paths are generated here instead (they are a function of the config alone; one path could
-    not serve every seed index), and `prices` must be the path of seed index 0. With several
-    price histories the market holds one path per history (each its own normalisation, folds
-    and episodes; `prices`, when given, is `load_run_prices`'s list of them), and a fold layout
-    that does not fit their common calendar names them. `folds`: which of the config's folds
-    (`data.folds`, tune_gems.data.segments.fold_bounds) the market holds (default all; one fold
-    alone is the reference run of the folds invariant, tests/test_folds.py; one history alone is
-    a config of that history, tests/test_histories.py).
-    """
+    `n_seed_indices` (default the population) from `cfg.first_seed_index`: with synthetic `per_seed`
+    paths each gets its own path, generated here (`prices`, when given, must be seed index 0's);
+    else `prices` is the shared path, or `load_run_prices`'s list with several histories. `folds`:
+    which of the config's folds the market holds (default all; one alone is the folds invariant's
+    reference run). A fold layout that does not fit the histories' calendar names them."""
     n_seed_indices = cfg.trainer.population if n_seed_indices is None else n_seed_indices
     per_seed = cfg.data.source == "synthetic" and cfg.data.synthetic.paths == "per_seed"
     if prices is not None and not per_seed:
