@@ -1,13 +1,7 @@
-"""The plan of a confirmation (`tune-gems confirm`): per gem, the discovery trial it re-tests,
-its fresh trial seed, its block of fresh seed indices and the synthetic seed its paths count
-from, and the function that builds each plan's config.
-
-Why a module of its own: what is planned is what makes the confirmation independent of the
-search (fresh member seeds, fresh seed indices, fresh paths), so it is read and tested apart
-from the training and the record keeping (tests/test_confirm_plan.py). It stays in the command
-line's layer because the choice per gem is the analysis' (`search_choice.choose_per_gem`), which
-the sweep's layer may not import.
-"""
+"""The plan of a confirmation (`tune-gems confirm`): per gem, the discovery trial it re-tests, its
+fresh trial seed, seed indices and paths, and the function that builds each plan's config. What is
+planned is what makes the confirmation independent of the search; it stays in the command line's
+layer because the choice per gem is the analysis's (`search_choice.choose_per_gem`)."""
 
 from __future__ import annotations
 
@@ -28,8 +22,6 @@ MIN_SEEDS = 2
 
 @dataclass(frozen=True)
 class Plan:
-    """One confirmation trial: the gem, the discovery trial it re-tests, its fresh trial seed,
-    first seed index and (with per-seed synthetic paths) the synthetic seed its paths count from."""
 
     gem: str
     trial_id: str
@@ -56,9 +48,8 @@ def searched_keys(spec: SweepSpec) -> list[str]:
 
 
 def _fresh_bases(trials: pd.DataFrame, members: pd.DataFrame) -> tuple[int, int, int | None]:
-    """(first unused trial seed, first unused seed index, largest synthetic seed) of the
-    discovery: a path is synthetic seed + seed index, so fresh indices over the largest
-    synthetic seed give paths past every discovery path."""
+    """(first unused trial seed, first unused seed index, largest synthetic seed) of the discovery:
+    fresh indices over the largest synthetic seed give paths past every discovery path."""
     seeds = pd.to_numeric(trials.get("seed", pd.Series(dtype=float)), errors="coerce").dropna()
     seed_base = int(seeds.max()) + 1 if len(seeds) else 1
     syn = pd.to_numeric(trials.get("data.synthetic.seed", pd.Series(dtype=float)), errors="coerce").dropna()
@@ -69,18 +60,16 @@ def _fresh_bases(trials: pd.DataFrame, members: pd.DataFrame) -> tuple[int, int,
 
 
 def fresh_paths(spec: SweepSpec) -> bool:
-    """Whether a confirmation of this search trains on paths the search never saw (synthetic
-    per-seed paths); otherwise it is on the search's one price history."""
+    """Whether a confirmation trains on paths the search never saw (synthetic per-seed paths)."""
     data = spec.base_config().data
     return data.source == "synthetic" and data.synthetic.paths == "per_seed"
 
 
 def plan_confirmation(spec: SweepSpec, trials: pd.DataFrame, members: pd.DataFrame, gems: list[str],
                       population: int | dict[str, int] | None = None) -> tuple[list[Plan], list[str], Callable[[Plan], Config]]:
-    """The confirmation trials (one per gem the search wired), the notes for the others, and the
-    function that builds a plan's config (the chosen trial's, fresh seeds, the spec's design).
-    `population`: seeds per arm, for every gem or per gem (default: the spec's); each gem's block
-    of fresh seed indices follows the previous one's."""
+    """The confirmation trials (one per gem the search wired), notes for the others, and the builder
+    of a plan's config (the chosen trial's, fresh seeds). `population`: seeds per arm, for all or
+    per gem (default the spec's); each gem's block of seed indices follows the previous one's."""
     choices, notes = choose_per_gem(trials, gems, searched_keys(spec))
     seed_base, index_base, synthetic_seed = _fresh_bases(trials, members)
     base = spec.base_config()

@@ -1,12 +1,6 @@
-"""The once-per-search record of a confirmation: `EXP/confirmed.json`, claimed before the first
-confirmation trial trains, completed when its folder is published, and what a confirmation that
-died leaves behind, cleared by the next one.
-
-Why a module of its own: a search's one confirmation is what makes its verdict final, so the
-rules that keep it one (an exclusive claim, a record read only as a bounded regular file, the
-search folder's lock telling a live confirmation from a dead one, SIGTERM turned into the same
-clean-up as Ctrl-C) are kept together and apart from what is trained.
-"""
+"""The once-per-search record of a confirmation, `EXP/confirmed.json`: claimed exclusively before
+the first trial trains, completed when the folder is published, and cleared by the next confirmation
+when its writer died (the search folder's lock tells a live one from a dead one)."""
 
 from __future__ import annotations
 
@@ -28,13 +22,10 @@ from tune_gems.contracts.outputs import clear_stale_temporaries
 from tune_gems.contracts.safe_files import entry_kind, read_regular, write_atomic
 
 KIND = "confirm"
-"""The marker kind of a confirmation folder (and of its temporary folders)."""
 FIELD = "EXPERIMENT_DIR"
-"""The argument that errors about the search folder name."""
 CONFIRMED_FILE = "confirmed.json"
 """In the search's folder: the record that it was confirmed (where, when, what was chosen)."""
 RECORD_MAX_BYTES = 1 << 16
-"""Largest `confirmed.json` read (one line per gem: a few hundred bytes)."""
 
 
 def _now() -> str:
@@ -44,8 +35,7 @@ def _now() -> str:
 @contextlib.contextmanager
 def stops_raise():
     """SIGTERM (and SIGHUP) raise SystemExit(128 + signal) while a confirmation trains, so its
-    clean-up runs (the temporary folder removed, the "running" record withdrawn) as for Ctrl-C;
-    only in the main thread, where Python delivers signals."""
+    clean-up runs as for Ctrl-C (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -63,10 +53,8 @@ def stops_raise():
 
 
 def clear_stale(exp: Path, out: Path, log: Callable[[str], None]) -> None:
-    """Remove what a confirmation killed outright left (its lock is free, so it is dead): the
-    "running" record, and its temporary folders beside `out` (`outputs.clear_stale_temporaries`:
-    unheld, carrying confirm's marker or holding nothing but the marker's temporary file);
-    anything else stays."""
+    """Remove what a confirmation killed outright left (its lock is free): the "running" record and
+    its temporary folders beside `out` (`outputs.clear_stale_temporaries`)."""
     (exp / CONFIRMED_FILE).unlink(missing_ok=True)
     cleared = clear_stale_temporaries(out, KIND)
     log(f"tune-gems confirm: a confirmation of {exp} was killed before it finished (its lock is free); "
@@ -74,11 +62,8 @@ def clear_stale(exp: Path, out: Path, log: Callable[[str], None]) -> None:
 
 
 def check_not_confirmed(exp: Path) -> bool:
-    """DataError when the search was confirmed already, or is being confirmed by a live process;
-    True when a "running" record of a dead confirmation is there (its lock is free: the next
-    confirmation clears it), False when there is no record. The record is read only as a
-    regular file (never through a link, non-blocking, bounded): a FIFO or a link to /dev/zero
-    in its place is refused, not waited on."""
+    """DataError when the search was confirmed already or is being confirmed by a live process; True
+    for a dead confirmation's "running" record, False for none. Read only as a bounded regular file."""
     record = exp / CONFIRMED_FILE
     kind = entry_kind(record)
     if kind is None:
@@ -115,8 +100,8 @@ def claim_confirmation(exp: Path, out: Path) -> Path:
 
 
 def write_record(record: Path, out: Path, plans: Iterable[Plan]) -> None:
-    """The claim completed: where the confirmation is, the CPU environment it trained under
-    (tune_gems.contracts.cpu_environment) and, per gem, what it re-tested on which seeds."""
+    """The claim completed: where, the CPU environment, and per gem what it re-tested on which
+    seeds."""
     text = json.dumps({"out": str(out), "status": "done", "finished": _now(), "cpu_environment": cpu_record(),
                        "trials": {p.gem: {"discovery_trial": p.discovery_trial, "confirmation_trial": p.trial_id,
                                           "seed": p.seed, "first_seed_index": p.first_seed_index,
