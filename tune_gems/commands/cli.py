@@ -1,10 +1,8 @@
 """The `tune-gems` command line: train, sweep, analyze.
 
-Bad input (a TuneGemsError) is one line on stderr and exit 2, before anything is written; any other
-exception is a bug: one line naming it and the file with its traceback, exit 1 (`--debug` or
-TUNE_GEMS_DEBUG=1: inline). Ctrl-C exits 130 (docs/robustness.md "Exit statuses"). Engines are
-imported lazily (`train` never imports Ray). The CPU variables are checked first, then the threads
-set, then torch loaded by the CPU code-path pins."""
+Bad input is one line and exit 2, before anything is written; any other exception is a bug, one line
+naming it and its traceback's file, exit 1 (`--debug` or TUNE_GEMS_DEBUG=1: inline). Engines are
+imported lazily; the CPU variables are checked and the threads set before torch is loaded."""
 
 from __future__ import annotations
 
@@ -92,8 +90,6 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- checking a run before starting it: --dry-run, `tune-gems config`, --version -----------------
-
 DRY_RUN_HELP = (
     "check everything, then print the members, trials, data split, memory estimate and a measured time estimate; "
     "write nothing but the resolved config, to a temporary file it names"
@@ -113,8 +109,7 @@ SPEC_KEYS_HEADING = "sweep spec keys (a spec's `config:` section holds the confi
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    """`tune-gems config [PREFIX] [--plugin MODULE ...]`: every config and sweep spec key, from the
-    models."""
+    """`tune-gems config [PREFIX] [--plugin MODULE ...]`: every config and sweep spec key."""
     from tune_gems.config.schema import Config
     from tune_gems.config.load import config_model
     from tune_gems.config.keys import format_rows, key_rows
@@ -160,9 +155,6 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-# -- two experiments side by side: `tune-gems compare A B` ----------------------------------------
-
-
 def _cmd_compare(args: argparse.Namespace) -> int:
     from tune_gems.analysis.analyze import check_settings
     from tune_gems.analysis.cli import analysis_settings
@@ -182,9 +174,6 @@ def _add_compare_parser(sub) -> argparse.ArgumentParser:
     _add_threads_option(c)
     c.set_defaults(fn=_cmd_compare)
     return c
-
-
-# -- search, then confirm: `tune-gems confirm EXP` --------------------------------------------
 
 
 def _cmd_confirm(args: argparse.Namespace) -> int:
@@ -238,8 +227,7 @@ def _runs_outside_ray(args: argparse.Namespace) -> bool:
 
 
 def _set_threads(args: argparse.Namespace) -> None:
-    """Set this process's CPU threads (`args.thread_choice`). A sweep's dry run times a trial, so by
-    default with a trial's threads (its spec's resources.cpu)."""
+    """Set this process's CPU threads (`args.thread_choice`; a sweep's dry run: a trial's by default)."""
     threads = getattr(args, "threads", None)
     args.thread_choice = None
     if threads is not None:  # the value first, before the spec is read for a sweep's default
@@ -254,9 +242,6 @@ def _set_threads(args: argparse.Namespace) -> None:
     elif threads is not None:
         raise TuneGemsError(f"{THREADS_FLAG}: a sweep's trials get their threads from resources.cpu (Ray sets one "
                             f"per CPU); {THREADS_FLAG} applies to --dry-run")
-
-
-# -- what a design needs, from a pilot: `tune-gems plan EXP` -----------------------------------
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:

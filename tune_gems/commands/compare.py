@@ -1,6 +1,5 @@
-"""`tune-gems compare A B`: two experiments side by side, each analysed on its own (`analyze A B`
-pools them), with the keys their specs differ in. A side may be a sweep, a `train` or a confirmation
-folder. Writes nothing."""
+"""`tune-gems compare A B`: two experiments (sweep, train or confirmation folders) side by side,
+each analysed on its own, with the keys their specs differ in. Writes nothing."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ from tune_gems.contracts.paths import check_input_path
 from tune_gems.contracts.result_files import CONFIG_FILE, SPEC_FILE, TRIALS_FILE
 
 VERDICT_COLUMNS = ("verdict", "seeds", "decided_by", "effect", "ci_low", "ci_high")
-"""Each gem's final word and the decided estimate and interval (`plot_tables.final_verdict_table`),
-as each side's own analysis states them."""
+"""Each gem's final word and decided estimate and interval, as each side's analysis states them."""
 SHARPE_COLUMNS = ("n_members", "val_sharpe_mean", "val_sharpe_std", "test_sharpe_mean")
 RUN_ONLY_KEYS = ("name", "storage", "description")
 """Spec keys that name where a run went, not what it did: left out of the differences."""
@@ -34,8 +32,8 @@ class Comparison:
 
 
 def _resolved(tree: Any, is_spec: bool) -> dict[str, Any]:
-    """The tree with every default filled in, as the run's own validation resolves it; as stored
-    where it no longer validates (e.g. a plug-in not importable here)."""
+    """The tree with its defaults filled in as validation resolves it (as stored where it no longer
+    validates)."""
     from tune_gems.config.load import build_config
 
     if not isinstance(tree, dict):
@@ -54,8 +52,7 @@ def _resolved(tree: Any, is_spec: bool) -> dict[str, Any]:
 
 
 def run_settings(folder: Path) -> dict[str, Any]:
-    """A run's settings as dotted keys in spec terms, defaults filled in: spec.yaml, a train run's
-    config.yaml under `config.`, or a confirmation's trials table (`trial_settings`)."""
+    """A run's settings as dotted spec keys, defaults filled in: spec.yaml, config.yaml, or a trials table."""
     from tune_gems.config.dotted import flatten
     from tune_gems.config.yaml_io import safe_load_yaml
 
@@ -81,8 +78,8 @@ def _plain(v: Any) -> Any:
 
 
 def trial_settings(path: Path) -> dict[str, Any]:
-    """`config.<key>` for every config column of a trials table: the value all trials share, else
-    their values joined by ` | ` (a confirmation re-runs each gem's own choice)."""
+    """`config.<key>` per config column of a trials table: the shared value, else the values joined
+    by ` | `."""
     from tune_gems.analysis.pairs.pairing import config_columns
     from tune_gems.config.dotted import flatten
     from tune_gems.config.load import load_config
@@ -100,8 +97,7 @@ def trial_settings(path: Path) -> dict[str, Any]:
 
 
 def differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(key, value in A, value in B) for every key set differently (missing: None); beside a train
-    run (no spec) only the `config.` keys."""
+    """(key, A's value, B's value) per key set differently; beside a train run only `config.` keys."""
     keys = set(a) | set(b)
     if not all(any(k.split(".")[0] != "config" for k in side) for side in (a, b)):
         keys = {k for k in keys if k.startswith("config.")}
@@ -124,8 +120,7 @@ def _side_by_side(left: pd.DataFrame, right: pd.DataFrame, key: str, cols: tuple
 
 
 def decided(verdicts: pd.DataFrame) -> pd.DataFrame:
-    """One row per gem: its word and decided estimate and interval, read from the verdict table,
-    never recomputed."""
+    """One row per gem: its word and decided estimate and interval, read from the verdict table."""
     from tune_gems.analysis.render.plot_tables import final_verdict_table
 
     return final_verdict_table(verdicts).rename(columns={"contrast": "gem"})

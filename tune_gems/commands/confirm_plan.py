@@ -1,7 +1,6 @@
-"""The plan of a confirmation (`tune-gems confirm`): per gem, the discovery trial it re-tests, its
-fresh trial seed, seed indices and paths, and the function that builds each plan's config. What is
-planned is what makes the confirmation independent of the search; it stays in the command line's
-layer because the choice per gem is the analysis's (`search_choice.choose_per_gem`)."""
+"""The plan of a confirmation: per gem the discovery trial it re-tests, with fresh seeds, seed
+indices and paths (what makes it independent of the search), and the builder of its config. In the
+command line's layer because the choice is the analysis's (`search_choice.choose_per_gem`)."""
 
 from __future__ import annotations
 
@@ -48,8 +47,7 @@ def searched_keys(spec: SweepSpec) -> list[str]:
 
 
 def _fresh_bases(trials: pd.DataFrame, members: pd.DataFrame) -> tuple[int, int, int | None]:
-    """(first unused trial seed, first unused seed index, largest synthetic seed) of the discovery:
-    fresh indices over the largest synthetic seed give paths past every discovery path."""
+    """(first unused trial seed, first unused seed index, largest synthetic seed) of the discovery."""
     seeds = pd.to_numeric(trials.get("seed", pd.Series(dtype=float)), errors="coerce").dropna()
     seed_base = int(seeds.max()) + 1 if len(seeds) else 1
     syn = pd.to_numeric(trials.get("data.synthetic.seed", pd.Series(dtype=float)), errors="coerce").dropna()
@@ -67,9 +65,9 @@ def fresh_paths(spec: SweepSpec) -> bool:
 
 def plan_confirmation(spec: SweepSpec, trials: pd.DataFrame, members: pd.DataFrame, gems: list[str],
                       population: int | dict[str, int] | None = None) -> tuple[list[Plan], list[str], Callable[[Plan], Config]]:
-    """The confirmation trials (one per gem the search wired), notes for the others, and the builder
-    of a plan's config (the chosen trial's, fresh seeds). `population`: seeds per arm, for all or
-    per gem (default the spec's); each gem's block of seed indices follows the previous one's."""
+    """The confirmation trials (one per wired gem), notes for the others, and a plan's config
+    builder. `population`: seeds per arm for all or per gem; each gem's seed indices follow the
+    previous one's."""
     choices, notes = choose_per_gem(trials, gems, searched_keys(spec))
     seed_base, index_base, synthetic_seed = _fresh_bases(trials, members)
     base = spec.base_config()

@@ -1,6 +1,6 @@
-"""The once-per-search record of a confirmation, `EXP/confirmed.json`: claimed exclusively before
-the first trial trains, completed when the folder is published, and cleared by the next confirmation
-when its writer died (the search folder's lock tells a live one from a dead one)."""
+"""The once-per-search record of a confirmation, `EXP/confirmed.json`: claimed exclusively,
+completed on publishing, cleared by the next confirmation when its writer died (the search's lock is
+free)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def _now() -> str:
 
 @contextlib.contextmanager
 def stops_raise():
-    """SIGTERM (and SIGHUP) raise SystemExit(128 + signal) while a confirmation trains, so its
-    clean-up runs as for Ctrl-C (main thread only)."""
+    """SIGTERM and SIGHUP raise SystemExit(128 + signal) while training, so the clean-up runs as for
+    Ctrl-C."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -53,8 +53,7 @@ def stops_raise():
 
 
 def clear_stale(exp: Path, out: Path, log: Callable[[str], None]) -> None:
-    """Remove what a confirmation killed outright left (its lock is free): the "running" record and
-    its temporary folders beside `out` (`outputs.clear_stale_temporaries`)."""
+    """Remove a killed confirmation's "running" record and temporary folders (its lock is free)."""
     (exp / CONFIRMED_FILE).unlink(missing_ok=True)
     cleared = clear_stale_temporaries(out, KIND)
     log(f"tune-gems confirm: a confirmation of {exp} was killed before it finished (its lock is free); "
@@ -62,8 +61,8 @@ def clear_stale(exp: Path, out: Path, log: Callable[[str], None]) -> None:
 
 
 def check_not_confirmed(exp: Path) -> bool:
-    """DataError when the search was confirmed already or is being confirmed by a live process; True
-    for a dead confirmation's "running" record, False for none. Read only as a bounded regular file."""
+    """DataError when the search was confirmed or is being confirmed; True for a dead one's record,
+    False for none (read only as a bounded regular file)."""
     record = exp / CONFIRMED_FILE
     kind = entry_kind(record)
     if kind is None:
@@ -100,8 +99,7 @@ def claim_confirmation(exp: Path, out: Path) -> Path:
 
 
 def write_record(record: Path, out: Path, plans: Iterable[Plan]) -> None:
-    """The claim completed: where, the CPU environment, and per gem what it re-tested on which
-    seeds."""
+    """The claim completed: where, the CPU environment, and per gem what it re-tested."""
     text = json.dumps({"out": str(out), "status": "done", "finished": _now(), "cpu_environment": cpu_record(),
                        "trials": {p.gem: {"discovery_trial": p.discovery_trial, "confirmation_trial": p.trial_id,
                                           "seed": p.seed, "first_seed_index": p.first_seed_index,

@@ -1,6 +1,5 @@
-"""Training a confirmation's trials (`tune-gems confirm`): each plan once, in turn, in this process
-(its seeds and arms are fixed, its lock and record stay here), into the tables a sweep writes,
-reusing the sweep's ETA line, TensorBoard layout and table shapes."""
+"""Training a confirmation's trials in this process (its seeds, arms, lock and record are fixed
+here), into the tables a sweep writes, with the sweep's ETA line and TensorBoard layout."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ def trial_tables(trainer, plan: Plan, experiment: str) -> dict[str, Any]:
 
 
 def finished_line(done: int, total: int, plan: Plan, trainer, durations: list[float], elapsed: float) -> str:
-    """The console line of a finished trial, as the sweep's, the ETA with the rest pending
-    (`progress.eta_seconds`)."""
+    """The console line of a finished trial, with the sweep's ETA rule."""
     from tune_gems.sweep.progress import eta_seconds, format_seconds
 
     left = max(0, total - done)
@@ -74,9 +72,7 @@ def _announce(plan: Plan, cfg: Config) -> str:
 
 def run_plans(plans: list[Plan], build: Callable[[Plan], Config], experiment: str, log: Callable[[str], None],
               events_out: Path | None = None, clock: Callable[[], float] = time.monotonic) -> SweepTables:
-    """Train every plan once, in turn; the tables of all of them. HEALTH_DIAG lines lose their
-    per-arm part (as the sweep console shows them); with `events_out`, TensorBoard scalars per
-    trial."""
+    """Train every plan once, in turn; their tables (HEALTH_DIAG short; TensorBoard with `events_out`)."""
     from tune_gems.gems import manifest
     from tune_gems.design.arms import run_arms
     from tune_gems.design.resources import check_training_fits

@@ -1,12 +1,8 @@
 """How many intra-op threads a CPU run outside Ray uses: one per process, as each of a sweep's
-trials, unless asked (docs/robustness.md "Environment values"): torch's default of one per core of the machine
-only waits where the process's share is smaller (a `train` on a shared 2-core box took 250.6 s at
-the default, 14.1 s with one thread).
-
-The count, first that applies: `--threads`; the user's OMP_NUM_THREADS or MKL_NUM_THREADS; else one
-(`one_per_process`, whose words name the CPUs this process may use: its affinity capped by a cgroup
-quota). A sweep's dry run measures a trial, so its default is a trial's (`trial_threads`). Counts
-are checked by `cpu_environment`. The count changes speed, not bits (tests/test_cpu_threads.py)."""
+trials, unless asked: torch's one per core only waits where the process's share is smaller (a
+`train` on a shared 2-core box: 250.6 s at the default, 14.1 s with one). First that applies:
+`--threads`, OMP_NUM_THREADS or MKL_NUM_THREADS, else one (a sweep's dry run: a trial's). Speed, not
+bits (tests/test_cpu_threads.py)."""
 
 from __future__ import annotations
 
@@ -35,8 +31,7 @@ class ThreadChoice:
 
 
 def _cgroup_dirs(proc_cgroup: Path, root: Path) -> list[Path]:
-    """The folders of this process's cgroup under `root` and every one above it to the mount root (a
-    quota higher up caps it too); v2 `0::/path`, v1 the `cpu` controller's line."""
+    """This process's cgroup folders under `root` and those above them (a quota higher up caps it too)."""
     try:
         lines = proc_cgroup.read_text().splitlines()
     except OSError:
@@ -111,8 +106,7 @@ def one_per_process(allowance: Callable[[], tuple[int, str]] = cpu_allowance) ->
 
 def choose_threads(flag: int | None, environ: MutableMapping[str, str] = os.environ,
                    default: Callable[[], tuple[int, str]] = one_per_process) -> ThreadChoice:
-    """The thread count (the module docstring's order; `default` when neither the flag nor a
-    variable sets it); a bad value refused in one line naming it."""
+    """The thread count in the module docstring's order (`default` last); a bad value refused."""
     if flag is not None:
         return ThreadChoice(thread_count(flag, THREADS_FLAG), THREADS_FLAG)
     for name in THREAD_ENVS:
@@ -123,8 +117,7 @@ def choose_threads(flag: int | None, environ: MutableMapping[str, str] = os.envi
 
 
 def apply_threads(choice: ThreadChoice, environ: MutableMapping[str, str] = os.environ) -> None:
-    """Make `choice` the count of torch, OpenMP and MKL here: every variable they read when they
-    load (with OMP_NUM_THREADS=1 and MKL_NUM_THREADS=2 torch would take 2), and torch itself if
+    """Make `choice` the count of torch, OpenMP and MKL here: every variable they read, and torch if
     loaded."""
     for name in THREAD_ENVS:
         environ[name] = str(choice.threads)
@@ -134,8 +127,7 @@ def apply_threads(choice: ThreadChoice, environ: MutableMapping[str, str] = os.e
 
 
 def trial_threads(cpu: float) -> tuple[int, str]:
-    """The threads Ray gives a trial of `cpu` CPUs (one per whole CPU): what a sweep's dry run
-    measures with."""
+    """The threads Ray gives a trial of `cpu` CPUs (one per whole CPU)."""
     n = max(1, math.floor(cpu))
     return n, f"a trial's resources.cpu={cpu:g}: Ray gives a trial one thread per CPU"
 

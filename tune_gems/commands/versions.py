@@ -1,6 +1,5 @@
-"""What `tune-gems --version` prints: the versions a result depends on, in one line. The libraries'
-from their installed metadata (importing torch and Ray takes seconds), the commit from `git` in the
-package's folder (`-dirty` when tracked files differ; nothing outside a checkout)."""
+"""What `tune-gems --version` prints: the library versions from their metadata (no slow imports) and
+the package's git commit (`-dirty` when changed; nothing outside a checkout)."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ def _git(args: list[str], where: Path) -> subprocess.CompletedProcess | None:
 
 
 def git_commit(where: Path | None = None) -> str | None:
-    """The short commit of the checkout holding `where` (default this package), `-dirty` when
-    changed; None outside one."""
+    """The short commit of the checkout holding `where` (default this package), or None."""
     where = where or Path(__file__).resolve().parents[1]
     top = _git(["rev-parse", "--show-toplevel"], where)
     if top is None or top.returncode != 0 or (Path(top.stdout.strip()) / where.name).resolve() != where.resolve():

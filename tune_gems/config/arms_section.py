@@ -1,5 +1,4 @@
-"""The `arms:` section of a config (docs/design.md "Arms"): its model and limits, below the schema
-that holds it (`design.arms` expands it with the schema)."""
+"""The `arms:` section of a config (docs/design.md "Arms"): its model and limits, below the schema."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ MAX_ARMS = 256
 
 
 class ArmsConfig(BaseModel):
-    """`arms:`: `factors` (every combination of levels is an arm) or `list` (each a `name` and
-    dotted per-member keys)."""
+    """`arms:`: `factors` (every combination of levels an arm) or `list` (each a `name` and dotted keys)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 

@@ -1,7 +1,6 @@
-"""Dotted keys (`trainer.lr`) over nested mappings: the one notation of overrides, arms factors,
-search spaces and trials.parquet's flat columns. A leaf the schema and the arms model share. One
-key, one form: a key given both nested and dotted is refused (`flatten`), since flattening would
-silently drop one of the two values."""
+"""Dotted keys (`trainer.lr`) over nested mappings: the one notation of overrides, factors, search
+spaces and flat columns. A key given both nested and dotted is refused (flattening would silently
+drop one of the values)."""
 
 from __future__ import annotations
 

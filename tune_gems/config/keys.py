@@ -1,6 +1,5 @@
-"""The config's and the sweep spec's keys as a user sees them (`tune-gems config`) and the "did you
-mean" for a mistyped one, read from the pydantic models so the listing never drifts from validation;
-a mapping's user-chosen keys show as a placeholder (`search.gems.<gem>.modes`)."""
+"""The config's and the sweep spec's keys as a user sees them (`tune-gems config`) and "did you
+mean", read from the pydantic models so the listing never drifts from validation."""
 
 from __future__ import annotations
 
@@ -71,10 +70,6 @@ def _is_mapping(annotation: Any) -> bool:
     )
 
 
-def _placeholder(field: Any) -> str:
-    return f"<{(field.json_schema_extra or {}).get('key_name', 'key')}>"
-
-
 def _default(field: Any) -> str:
     if field.is_required():
         return "required"
@@ -83,8 +78,7 @@ def _default(field: Any) -> str:
 
 
 def key_rows(model: type[BaseModel], prefix: str = "") -> list[KeyRow]:
-    """One row per leaf key of `model`, in declaration order (`trainer.lr`,
-    `search.gems.<gem>.modes`)."""
+    """One row per leaf key of `model`, in declaration order (a mapping's keys as `<placeholder>`)."""
     rows: list[KeyRow] = []
     for name, field in model.model_fields.items():
         key = f"{prefix}{_key(name, field)}"
@@ -92,7 +86,8 @@ def key_rows(model: type[BaseModel], prefix: str = "") -> list[KeyRow]:
         if sub is not None:
             if field.description:
                 rows.append(KeyRow(key, "section", "-" if field.default is None else "", field.description))
-            below = f"{key}.{_placeholder(field)}." if _is_mapping(field.annotation) else f"{key}."
+            placeholder = f"<{(field.json_schema_extra or {}).get('key_name', 'key')}>"  # a mapping's user-chosen key
+            below = f"{key}.{placeholder}." if _is_mapping(field.annotation) else f"{key}."
             rows.extend(key_rows(sub, below))
             continue
         rows.append(KeyRow(key, _type_name(field.annotation), _default(field), field.description or ""))
@@ -100,8 +95,8 @@ def key_rows(model: type[BaseModel], prefix: str = "") -> list[KeyRow]:
 
 
 def known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The keys accepted beside the last element of `loc` (a pydantic error location), [] where it
-    leaves the models; a mapping's own key and a list's index are stepped over."""
+    """The keys accepted beside the last element of the pydantic error location `loc` ([] outside
+    the models)."""
     parts = list(loc[:-1])
     while parts:
         part = parts.pop(0)
@@ -120,8 +115,7 @@ def known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
 
 
 def did_you_mean(model: type[BaseModel] | None, loc: tuple[Any, ...], prefix: str = "") -> str:
-    """` (did you mean <key>?)` for an unknown key at `loc` close to a known one, else '', written
-    after `prefix` as the error names it."""
+    """` (did you mean <key>?)` for an unknown key at `loc` close to a known one (after `prefix`), else ''."""
     if model is None or not loc or not isinstance(loc[-1], str):
         return ""
     known = known_keys(model, tuple(loc))

@@ -1,7 +1,6 @@
 """A config tree validated into a Config: the run's plug-ins imported first (their gems become
-`gems.<name>` keys of a Config subclass made for them), then pydantic, every failure one line
-(`source: key: message`, did-you-mean included); `load_config` is file + overrides + validation.
-"""
+`gems.<name>` keys), then pydantic, every failure one line; `load_config` adds the file and
+overrides."""
 
 from __future__ import annotations
 
@@ -18,8 +17,8 @@ from tune_gems.gems import registry
 
 
 def format_validation_error(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
-    """The first problem of a pydantic error as one line `field.path: message`, an unknown key first
-    (a mistyped key is also why the real one is missing), with "(did you mean ...?)"."""
+    """The first problem of a pydantic error as `field.path: message`, an unknown key first, with
+    did-you-mean."""
     from tune_gems.config.keys import did_you_mean
 
     first = next((e for e in err.errors() if e["type"] == "extra_forbidden"), err.errors()[0])
@@ -33,8 +32,7 @@ def format_validation_error(err: ValidationError, prefix: str = "", model: type[
 
 
 def config_model(plugins: tuple[str, ...] = ()) -> type[Config]:
-    """The Config model of a run with these (imported) plug-ins: Config, or a subclass knowing their
-    gems."""
+    """The Config model of a run with these (imported) plug-ins."""
     if not plugins:
         return Config
     if plugins not in _CONFIG_MODELS:
@@ -49,9 +47,8 @@ _CONFIG_MODELS: dict[tuple[str, ...], type[Config]] = {}
 
 
 def build_config(tree: dict[str, Any], source: str = "config", key_prefix: str = "") -> Config:
-    """Validate a config tree: import its `plugins` first, then validate against the model that
-    knows their gems. Every failure one ConfigError, `source: key: message`, or with `key_prefix` (a
-    config inside a spec: `config.`) the key in full."""
+    """Validate a config tree (its `plugins` imported first); one ConfigError `source: key:
+    message`, or with `key_prefix` (`config.` in a spec) the key in full."""
     plugins = tree.get("plugins") if isinstance(tree, dict) else None
     where = key_prefix or f"{source}: "
     try:

@@ -1,6 +1,5 @@
-"""The validated configuration of one training run (YAML: `yaml_io.py`; validation with plug-ins:
-`load.py`). Every default is the embedded run on the synthetic series; unknown keys are refused
-everywhere, so a typo never becomes a default."""
+"""The validated configuration of one training run. Every default is the embedded run on the
+synthetic series; unknown keys are refused everywhere, so a typo never becomes a default."""
 
 from __future__ import annotations
 
@@ -362,8 +361,7 @@ class GemConfig(_Strict):
 
 
 def gems_model(plugins: tuple[str, ...] = ()) -> type[_Strict]:
-    """The `gems` section of a run with these plug-ins: a GemConfig per gem it knows, in registry
-    order."""
+    """The `gems` section of a run with these plug-ins: a GemConfig per gem, in registry order."""
     names = tuple(g.name for g in registry.run_gems(plugins))
     key = (tuple(plugins), names)
     if key not in _GEMS_MODELS:
@@ -453,16 +451,14 @@ class Config(_Strict):
         return tuple(type(self.gems).model_fields)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (aliases as in YAML; no `arms` key without arms): build_config(to_dict()) ==
-        self."""
+        """Plain data (aliases as in YAML; no `arms` key without arms): build_config(to_dict()) == self."""
         d = self.model_dump(mode="json", by_alias=True)
         if d.get("arms") is None:
             d.pop("arms", None)
         return d
 
     def label(self) -> str:
-        """The configuration a run belongs to for analysis: gem modes and model switches (weights
-        vary continuously under search: columns, not the label)."""
+        """The configuration a run belongs to for analysis: gem modes and switches (weights are columns)."""
         gems = " ".join(f"{n}={self.gem(n).mode}" for n in self.gem_names())
         onoff = {True: "on", False: "off"}
         return f"{gems} sn={onoff[self.model.spectral_norm]} noisy={onoff[self.model.noisy]}"

@@ -1,11 +1,7 @@
-"""YAML in and out for configs and sweep specs: a safe loader that refuses duplicate keys and reads
-`1e-3` as a number, dotted `key=value` overrides, and the resolved config written back.
-
-Bounded so that no input can stall validation: a regular file (opened non-blocking) of at most
-`MAX_YAML_BYTES`, and aliases measured on the node graph *before* expansion (`expanded_size`,
-refused past `MAX_YAML_NODES` or when recursive): an alias bomb is one line, not a process that
-grows until it is killed. A key given nested and dotted is refused (`dotted.check_one_form`). Every
-failure is one ConfigError naming the file or override."""
+"""YAML in and out for configs and specs: a safe loader refusing duplicate keys and reading `1e-3`
+as a number, `key=value` overrides, the resolved config written back. Bounded so no input can stall
+validation (a regular file of at most `MAX_YAML_BYTES`; aliases measured before expansion,
+`expanded_size`: an alias bomb is one line). Every failure names the file or override."""
 
 from __future__ import annotations
 
@@ -25,8 +21,7 @@ if TYPE_CHECKING:
 MAX_YAML_BYTES = 1 << 20
 """Largest config or spec file read (a real one is a few KiB), refused before parsing."""
 MAX_YAML_NODES = 100_000
-"""Most nodes a document may stand for once its aliases are expanded (a 256-arm factorial:
-thousands)."""
+"""Most nodes a document may stand for once its aliases are expanded (a 256-arm factorial: thousands)."""
 MAX_YAML_DEPTH = 200
 """Deepest nesting (PyYAML composes recursively; a real config nests 4 deep)."""
 
@@ -61,8 +56,8 @@ _UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("
 
 
 class _Dumper(yaml.SafeDumper):
-    """The safe dumper, quoting strings the loader would read as numbers (`"1e5"`), so a stored
-    config reads back as it was."""
+    """The safe dumper, quoting strings the loader would read as numbers, so a stored config reads
+    back alike."""
 
 
 _Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
@@ -78,9 +73,8 @@ class YAMLBoundError(yaml.YAMLError):
 
 
 def expanded_size(root: yaml.Node, bound: int = MAX_YAML_NODES) -> int:
-    """The number of nodes of the tree `root`'s graph stands for, every alias a full copy, computed
-    on the graph (linear in the text however large the expansion); YAMLBoundError past `bound` or
-    for a recursive alias."""
+    """The nodes `root`'s graph stands for, every alias a full copy, in time linear in the text;
+    YAMLBoundError past `bound` or for a recursive alias."""
     size: dict[int, int] = {}
     on_path: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
@@ -115,8 +109,7 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 
 def safe_load_yaml(text: str) -> Any:
-    """yaml.safe_load refusing duplicate keys and documents over the bounds, checked before
-    construction."""
+    """yaml.safe_load refusing duplicate keys and documents over the bounds (before construction)."""
     loader = _UniqueKeyLoader(text)  # a SafeLoader subclass: no Python tags
     try:
         try:
@@ -132,8 +125,7 @@ def safe_load_yaml(text: str) -> Any:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML mapping from a file through the bounded safe loader; ConfigError naming the file
-    otherwise."""
+    """A YAML mapping from a file through the bounded safe loader; ConfigError naming the file otherwise."""
     p = Path(path)
     raw = read_regular(p, MAX_YAML_BYTES, None, ConfigError)
     return yaml_mapping(raw, str(p))

@@ -1,11 +1,7 @@
-"""The text of a `config_label` (docs/results.md): what a label says about the members it names.
-
-A configuration's label is its gem modes and model switches (`g6=measure g10=wire g12=off sn=on
-noisy=on`, `Config.label`). With arms, a trial's members are not all its base config, so every label
-is built from the members it names: an arm's (`arm_label`) applies the arm's settings; a trial's
-(`trial_label`) is its one arm's, or the tokens every arm shares, then per arm its own (`g10=measure
-sn=on noisy=on | proposal: g6=wire g12=wire; control: g6=measure g12=measure`); a plot's
-(`short_labels`) keeps only the tokens that tell its labels apart."""
+"""The text of a `config_label` (docs/results.md): gem modes and model switches (`Config.label`),
+built from the members a label names: an arm's applies its settings (`arm_label`), a trial's is its
+one arm's or the shared tokens then each arm's own (`trial_label`), a plot's keeps the tokens that
+tell its labels apart (`short_labels`)."""
 
 from __future__ import annotations
 
@@ -85,8 +81,7 @@ def split_arm_suffix(label: str) -> tuple[str, str | None]:
 
 
 def short_labels(labels: Sequence[str]) -> list[str]:
-    """The labels without the tokens all share; an arm suffix becomes `[arm]`; labels all alike keep
-    their arm name or full text."""
+    """The labels without their shared tokens, an arm suffix as `[arm]` (all alike: arm name or full text)."""
     parts = [split_arm_suffix(label) for label in labels]
     token_lists = [label_tokens(head) for head, _ in parts]
     common = set.intersection(*(set(t) for t in token_lists)) if token_lists and len(token_lists) > 1 else set()

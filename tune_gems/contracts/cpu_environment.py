@@ -1,13 +1,8 @@
-"""The environment variables of tune-gems's CPU work, checked where they are read and recorded in
-the run's marker (`cpu_record`).
-
-Torch, OpenMP and MKL crash on a bad value or ignore it silently (a huge `OMP_NUM_THREADS` aborts
-libgomp allocating its threads; an unknown `ATEN_CPU_CAPABILITY` or MKL branch loses the pin of
-`cpu_code_path` and changes the bits). So each is checked before torch is imported (by the CLI, and
-again in every sweep worker through `pin_cpu_code_path`), a bad one being one line naming the
-variable: thread counts are ASCII digits in 1..`max_threads()`; a kernel width one torch knows and
-this CPU runs (`kernel_widths`); `MKL_CBWR` is `[BRANCH=]<branch>[,STRICT]` with a branch of
-`MKL_BRANCHES`. An unset variable is recorded as null."""
+"""The environment variables of the CPU work, checked where they are read and recorded in the run's
+marker (`cpu_record`). Torch, OpenMP and MKL crash on a bad value or silently ignore it (losing
+`cpu_code_path`'s pin), so each is checked before torch is imported (by the CLI, and in every sweep
+worker by `pin_cpu_code_path`), a bad one refused in one line naming it (docs/robustness.md
+"Environment values")."""
 
 from __future__ import annotations
 
@@ -50,8 +45,7 @@ def max_threads(cpus: Callable[[], int] = machine_cpus) -> int:
 
 
 def thread_count(text: object, where: str, cpus: Callable[[], int] = machine_cpus) -> int:
-    """`text` as a thread count; ConfigError naming `where` unless ASCII digits giving
-    1..`max_threads()`."""
+    """`text` as a thread count; ConfigError naming `where` unless ASCII digits in 1..`max_threads()`."""
     raw = str(text)
     digits = raw.strip().lstrip("+")
     n = 0 if not _DIGITS.fullmatch(raw) else int(digits) if len(digits) <= _MAX_DIGITS else math.inf
@@ -66,8 +60,7 @@ def thread_count(text: object, where: str, cpus: Callable[[], int] = machine_cpu
 
 
 def cpu_flags(read: Callable[[], str] | None = None) -> frozenset[str]:
-    """The first CPU's feature flags from /proc/cpuinfo, empty where unreadable; `read` replaces the
-    file."""
+    """The first CPU's flags from /proc/cpuinfo (empty where unreadable); `read` replaces the file."""
     if read is None:
         def read() -> str:
             with open(CPU_FLAGS_FILE, encoding="ascii", errors="replace") as f:
@@ -113,8 +106,7 @@ def check_blas_path(value: str) -> None:
 
 def check_cpu_environment(environ: Mapping[str, str] = os.environ, widths: Callable[[], tuple[str, ...]] = kernel_widths,
                           cpus: Callable[[], int] = machine_cpus) -> None:
-    """ConfigError naming the first variable of `CPU_ENVS` that torch, OpenMP or MKL would crash on
-    or ignore; unset or empty ones are fine."""
+    """ConfigError naming the first variable of `CPU_ENVS` that torch, OpenMP or MKL would not take."""
     for name in THREAD_ENVS:
         value = environ.get(name, "")
         if value.strip():

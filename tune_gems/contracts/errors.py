@@ -1,11 +1,10 @@
-"""Errors a user sees for bad input: one line naming the bad field or file (the CLI prints it and
-exits 2). A message quotes what the user gave, which may hold control characters (an escape drives
-the terminal, a newline makes two lines), so every message is made `printable` here, once."""
+"""Errors a user sees for bad input: one line naming the bad field or file (exit 2), made
+`printable` here once, since what the user gave may hold control characters."""
 
 
 def printable(text: str) -> str:
-    """`text` as one printable line: CR, LF and TAB as spaces, every other C0/C1 control character
-    and DEL as `\\xNN` (idempotent)."""
+    """`text` as one printable line: CR, LF, TAB as spaces, other control characters as `\\xNN`
+    (idempotent)."""
     out = []
     for ch in text:
         code = ord(ch)
@@ -63,8 +62,7 @@ class StorageError(TuneGemsError):
 
 
 class ResourceError(TuneGemsError):
-    """The run cannot fit: its estimated memory or requested trial resources exceed the machine
-    or the cluster."""
+    """The run cannot fit: its memory or trial resources exceed the machine or the cluster."""
 
 
 class KernelBuildError(TuneGemsError):

@@ -1,6 +1,5 @@
-"""The `gems.json` manifest: which gems a run knew, one record type, one reader. The analysis takes
-its gem list from each folder's own manifest, so a plug-in gem reaches every table and plot. A
-torch-free leaf (docs/results.md "gems.json")."""
+"""The `gems.json` manifest (docs/results.md): which gems a run knew, one record type and one
+reader, so a plug-in gem reaches every table and plot of the analysis."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ from tune_gems.contracts.result_files import GEMS_FILE
 
 @dataclass(frozen=True)
 class GemEntry:
-    """One gem of a run: its name (`gems.<name>` key), metric column, description, and whether it
-    has a null (`<metric>_null` / `<metric>_excess` hold numbers)."""
+    """One gem of a run: name, metric column, description, and whether it has a null."""
 
     name: str
     metric: str
@@ -37,12 +35,10 @@ LEGACY_MANIFEST: tuple[GemEntry, ...] = (
     GemEntry("g10", "g10_temporal", "temporal consistency", False),
     GemEntry("g12", "g12_predictive", "predictive coding", True),
 )
-"""The gems of results written before gems.json: the three built-ins (checked by
-tests/test_layering.py)."""
+"""The gems of results written before gems.json: the built-ins (tests/test_layering.py checks them)."""
 
 
 def manifest_text(entries: Iterable[GemEntry]) -> str:
-    """The content of a gems.json file."""
     return json.dumps([e.to_json() for e in entries], indent=2) + "\n"
 
 

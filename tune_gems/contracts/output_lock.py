@@ -1,5 +1,4 @@
-"""The one-writer lock of an output folder (`OutputLock`), held by every writing command for as long
-as it writes (docs/robustness.md "One writer")."""
+"""The one-writer lock of an output folder (docs/robustness.md "Output folders")."""
 
 from __future__ import annotations
 
@@ -31,12 +30,9 @@ def _pid_alive(pid: int) -> bool:
 
 
 class OutputLock:
-    """The one-writer lock of an output folder, as a context manager (or acquire/release).
-
-    A `filelock.FileLock` (an `fcntl.flock`), which the kernel releases when the holder dies, so a
-    killed run never blocks the next. Where flock is unsupported (some network filesystems), the
-    recorded pid decides: a live pid on this host holds it. The file stays after release (removing a
-    flock'd file races with a waiting writer)."""
+    """The one-writer lock of an output folder: a `filelock.FileLock` (an `fcntl.flock`, released by
+    the kernel when the holder dies); where flock is unsupported the recorded pid decides. The file
+    stays after release (removing it races with a waiting writer)."""
 
     def __init__(self, folder: str | Path, field: str = "--out"):
         self.folder = Path(folder)
@@ -63,14 +59,12 @@ class OutputLock:
         return OutputInUseError(f"{self.field}: {self.folder} is being written by {holder}; wait for it or choose another folder")
 
     def _ours(self) -> bool:
-        """Whether the recorded holder is this process (a confirmation re-checking its output inside
-        the search it holds)."""
+        """Whether the recorded holder is this process (a confirmation inside the search it holds)."""
         info = self._info()
         return info.get("pid") == os.getpid() and info.get("host") == socket.gethostname()
 
     def _open(self, flags: int) -> int:
-        """The lock file's descriptor, never through a symlink; OutputError when the path is
-        anything but a regular file."""
+        """The lock file's descriptor, never through a symlink; OutputError unless a regular file."""
         require_regular(self.path, self.field, "lock file")
         try:
             fd = os.open(self.path, flags | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK, 0o644)

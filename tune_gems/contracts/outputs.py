@@ -1,19 +1,7 @@
-"""Output folders that are safe to write: the one module every writing command goes through.
-
-The rules (marker, inputs never outputs, writable up front, one writer, names, no symlinks,
-`--overwrite` removes only listed files, format version, CPU environment) are docs/robustness.md
-"Output folders". Every refusal is a `TuneGemsError` of one line naming the field and the path (exit
-2).
-
-A command writing a fresh folder, or continuing its own::
-
-    out = check_output_folder(out, kind="train", field="--out", resume=resume)
-    make_output_folder(out, kind="train")
-    with OutputLock(out, field="--out"):
-        ...write...
-
-One that builds its result aside and publishes it at the end (analysis): `temporary_folder`,
-`write_marker`, then `publish_folder`."""
+"""Output folders that are safe to write: the one module every writing command goes through. The
+rules are docs/robustness.md "Output folders"; every refusal is one line naming the field and path.
+A command checks (`check_output_folder`), creates (`make_output_folder`) and holds (`OutputLock`)
+its folder, or builds it aside (`temporary_folder`) and publishes it at the end (`publish_folder`)."""
 
 from __future__ import annotations
 
@@ -54,11 +42,7 @@ SCAN_LIMIT = 2000
 """At most this many folders or entries looked at by a scan (a huge tree is refused, not walked)."""
 
 
-# -- markers -------------------------------------------------------------------------------------
-
-
 def marker_body(kind: str, **fields: Any) -> dict[str, Any]:
-    """The marker of a `tune-gems <kind>` folder, with extra `fields`."""
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
     cpu = {CPU_KEY: [cpu_record()]} if kind in TRAINING_KINDS else {}
@@ -71,8 +55,7 @@ def write_marker(folder: str | Path, kind: str, **fields: Any) -> None:
 
 
 def update_marker(folder: str | Path, **fields: Any) -> None:
-    """Add or replace `fields` in `folder`'s marker; a training kind's marker also gets this
-    process's CPU environment where it differs from the last one recorded (a resume)."""
+    """Add `fields` to `folder`'s marker (a training kind's also records a changed CPU environment)."""
     body = read_marker(folder)
     if body is None:
         raise ValueError(f"{folder}: no tune-gems marker to update")
@@ -101,8 +84,7 @@ def parse_marker(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def marker_state(folder: str | Path) -> tuple[dict[str, Any] | None, str | None]:
-    """(the marker of `folder`, None), or (None, why there is none). Opened non-blocking and without
-    following links: a FIFO there never hangs, a symlink never reads elsewhere."""
+    """(the marker of `folder`, None), or (None, why not); read non-blocking, never through a link."""
     path = Path(folder, MARKER_FILE)
     kind = entry_kind(path)
     if kind is None:
@@ -117,8 +99,7 @@ def marker_state(folder: str | Path) -> tuple[dict[str, Any] | None, str | None]
 
 
 def read_marker(folder: str | Path) -> dict[str, Any] | None:
-    """The marker of `folder`, or None (absent, unreadable or foreign: it never authorises a
-    replacement)."""
+    """The marker of `folder`, or None (absent, unreadable or foreign: never authorising a replacement)."""
     return marker_state(folder)[0]
 
 
@@ -128,8 +109,7 @@ def marker_kind(folder: str | Path) -> str | None:
 
 
 def make_output_folder(folder: str | Path, kind: str) -> Path:
-    """Create and mark `folder`; an existing one keeps its marker, or gets one when empty (bar a
-    lock)."""
+    """Create and mark `folder` (an existing one keeps its marker, or gets one when empty)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if read_marker(folder) is None and not _entries(folder, ignore=(LOCK_FILE, MARKER_FILE)):
@@ -137,12 +117,9 @@ def make_output_folder(folder: str | Path, kind: str) -> Path:
     return folder
 
 
-# -- what a folder holds -------------------------------------------------------------------------
-
-
 def results_kind(folder: str | Path) -> str | None:
-    """'sweep', 'train' or 'analyze' when `folder` holds that command's results (by marker, or by
-    the files of results written before markers); else None."""
+    """'sweep', 'train' or 'analyze' when `folder` holds that command's results (marker or files),
+    else None."""
     folder = Path(folder)
     kind = marker_kind(folder)
     if kind is not None:
@@ -164,8 +141,7 @@ def _entries(folder: Path, ignore: Iterable[str] = ()) -> list[str]:
 
 
 def _results_below(folder: Path, own_kind: str | None) -> Path | None:
-    """The first folder at or below `folder` holding results other than an `own_kind` folder's own,
-    or None."""
+    """The first folder at or below `folder` with results other than an `own_kind` folder's own, or None."""
     seen = 0
     level = [folder]
     for depth in range(SCAN_DEPTH + 1):
@@ -187,8 +163,7 @@ def _results_below(folder: Path, own_kind: str | None) -> Path | None:
 
 
 def check_top_entries(folder: Path, field: str) -> None:
-    """OutputError naming the first symlink, FIFO, socket or device in `folder` or below it (to
-    `SCAN_DEPTH`): nothing is ever written through one."""
+    """OutputError naming the first symlink, FIFO, socket or device in `folder` (to `SCAN_DEPTH`)."""
     level, seen = [folder], 0
     for _depth in range(SCAN_DEPTH + 1):
         nxt: list[Path] = []
@@ -210,8 +185,7 @@ def check_top_entries(folder: Path, field: str) -> None:
 
 
 def is_journal_lock(path: Path) -> bool:
-    """Whether `path` is Optuna's own journal lock, a symlink to the journal beside it (a driver
-    killed mid-write leaves it; `--resume` removes it: `search.clear_stale_journal_lock`)."""
+    """Whether `path` is Optuna's journal lock, a symlink to the journal beside it."""
     if path.name != JOURNAL_FILE + JOURNAL_LOCK_SUFFIX or not path.is_symlink():
         return False
     try:
@@ -222,10 +196,9 @@ def is_journal_lock(path: Path) -> bool:
 
 
 def listed_files(folder: str | Path, field: str = "--out") -> list[str]:
-    """The files `folder`'s marker lists (`MARKER_FILES_KEY`), each a plain relative path inside
-    `folder`; OutputError naming the marker for the first that is not (absolute, `..`, through a
-    symlink or a loop), checked before anything is deleted: `folder / rel` with an absolute `rel` is
-    `rel` itself."""
+    """The files `folder`'s marker lists (`MARKER_FILES_KEY`); OutputError naming the marker for one
+    that is no plain relative path inside `folder` (`folder / "/abs"` is "/abs"), before anything is
+    deleted."""
     folder = Path(folder)
     listed = (read_marker(folder) or {}).get(MARKER_FILES_KEY)
     if listed is None:
@@ -267,8 +240,7 @@ def _listed_path_problem(root: Path, rel: Any) -> str | None:
 
 
 def unlisted_files(folder: Path) -> list[str]:
-    """Paths below `folder` that its marker does not list (special files included; marker and lock
-    excepted)."""
+    """Paths below `folder` its marker does not list (special files included; marker and lock excepted)."""
     body = read_marker(folder) or {}
     listed = body.get(MARKER_FILES_KEY)
     listed = {str(p) for p in listed} if isinstance(listed, list) else set()
@@ -297,9 +269,6 @@ def written_files(folder: Path) -> list[str]:
     return sorted(out)
 
 
-# -- the combined check --------------------------------------------------------------------------
-
-
 def _relation(out: Path, other: Path) -> str | None:
     if out == other:
         return "is"
@@ -312,11 +281,9 @@ def _relation(out: Path, other: Path) -> str | None:
 
 def check_output_folder(folder: str | Path, *, kind: str, field: str = "--out", inputs: Iterable[str | Path] = (),
         overwrite: bool = False, resume: bool = False, allow_inside: Iterable[str | Path] = ()) -> Path:
-    """Every up-front check of an output folder; returns its resolved path and writes nothing. The
-    output may not be, contain or lie inside one of `inputs`, nor lie inside results other than the
-    folders of `allow_inside`, nor hold other results to `SCAN_DEPTH`. A non-empty one is refused
-    (`OutputExistsError`) unless `resume` (it holds this kind's results) or `overwrite` (it carries
-    this kind's marker and nothing unlisted)."""
+    """Every up-front check of an output folder; its resolved path, nothing written. A non-empty one
+    is refused unless `resume` (this kind's results) or `overwrite` (this kind's marker, nothing
+    unlisted)."""
     check_path_length(Path(folder).expanduser(), field)
     if Path(folder).expanduser().is_symlink():
         raise OutputError(f"{field}: {folder} is a symlink; give the folder itself (tune-gems never writes through a symlink)")
@@ -372,18 +339,16 @@ def check_output_folder(folder: str | Path, *, kind: str, field: str = "--out", 
 
 
 def check_ancestors_free(out: Path, field: str) -> None:
-    """OutputInUseError when a folder above `out` is held by a live writer: nothing is written
-    inside a folder someone else writes (`analyze` of a train run still training)."""
+    """OutputInUseError when a folder above `out` is held by a live writer."""
     for parent in out.parents:
         if entry_kind(parent / LOCK_FILE) is not None:
             OutputLock(parent, field).check_free()
 
 
 def temporary_folder(out: Path) -> tuple[Path, int]:
-    """(a fresh `.<out>.tmp-*` folder beside `out`, a descriptor holding an exclusive flock on it):
-    where a command builds its result before `publish_folder`. The kernel drops the flock when the
-    holder dies, so a free one marks a folder left by a killed command (`clear_stale_temporaries`).
-    Close the descriptor when done."""
+    """(a fresh `.<out>.tmp-*` folder beside `out`, a descriptor holding its flock): the kernel
+    drops the flock with its holder, so a free one marks a killed command's folder. Close the
+    descriptor."""
     import fcntl
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
@@ -412,9 +377,7 @@ def _held(folder: Path) -> bool:
 
 
 def clear_stale_temporaries(out: Path, kind: str) -> int:
-    """Remove the `.<out>.tmp-*` folders that a killed `kind` command left (flock free, carrying
-    `kind`'s marker or nothing but the marker's temporary file); anything else stays. The number
-    removed."""
+    """Remove the `.<out>.tmp-*` folders a killed `kind` command left (flock free); how many."""
     import shutil
 
     from tune_gems.contracts.safe_files import tmp_name
@@ -430,9 +393,8 @@ def clear_stale_temporaries(out: Path, kind: str) -> int:
 
 
 def publish_folder(tmp: str | Path, out: str | Path, *, kind: str, overwrite: bool = False) -> Path:
-    """Move the finished folder `tmp` (carrying `kind`'s marker) to `out`. An existing `out` is
-    replaced only with `overwrite` and `kind`'s marker, checked again here: renamed aside, `tmp`
-    renamed in, the old one's listed files deleted."""
+    """Move the finished `tmp` (with `kind`'s marker) to `out`; an existing `out` is replaced only
+    with `overwrite` and `kind`'s marker (checked again), its listed files deleted."""
     tmp, out = Path(tmp), Path(out)
     if marker_kind(tmp) != kind:
         raise ValueError(f"{tmp}: the folder to publish carries no {kind} marker")
@@ -457,13 +419,9 @@ def publish_folder(tmp: str | Path, out: str | Path, *, kind: str, overwrite: bo
     return out
 
 
-# -- one writer ----------------------------------------------------------------------------------
-
-
 def _remove_listed(folder: Path) -> None:
-    """Delete the files `folder`'s marker lists (regular files, never through a symlink), the
-    marker, the lock and the folders left empty. A list with a path outside `folder` deletes
-    nothing."""
+    """Delete the listed files (never through a link), marker, lock and emptied folders; nothing for
+    a bad list."""
     try:
         listed = listed_files(folder)
     except OutputError:

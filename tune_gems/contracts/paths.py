@@ -1,6 +1,5 @@
-"""Paths a user names: one portable folder name (`check_name`), lengths and text a filesystem takes
-(`path_problem`), folders that can really be written (`check_writable`). Outputs and inputs go
-through the same checks."""
+"""Paths a user names: portable names (`check_name`), lengths and text (`path_problem`), writable
+folders."""
 
 from __future__ import annotations
 
@@ -30,13 +29,9 @@ PSEUDO_ROOTS = (Path("/proc"), Path("/sys"))
 """Refused by path even where the mount table is unreadable."""
 
 
-# -- names ---------------------------------------------------------------------------------------
-
-
 def check_name(name: str, field: str, root: str | Path | None = None) -> str:
-    """`name` if it is one portable path component (letters, digits, '.', '_', '-', starting with a
-    letter or digit, at most `NAME_MAX` characters, no Windows device name), else `BadNameError`
-    naming `field`. With `root`, the resolved `root/name` must lie directly inside `root`."""
+    """`name` if one portable path component (letters, digits, '.', '_', '-', at most `NAME_MAX`, no
+    Windows device name; with `root`, lying directly inside it), else `BadNameError` naming `field`."""
     if not isinstance(name, str) or not name:
         raise BadNameError(f"{field}: empty name")
     shown = name if len(name) <= 60 else name[:57] + "..."
@@ -59,9 +54,6 @@ def check_name(name: str, field: str, root: str | Path | None = None) -> str:
         if target.parent != base:
             raise BadNameError(f"{field}: {shown!r} resolves to {target}, outside {base}")
     return name
-
-
-# -- filesystems ---------------------------------------------------------------------------------
 
 
 def _mount_table() -> list[tuple[Path, str]]:
@@ -94,9 +86,8 @@ def is_pseudo_filesystem(path: str | Path) -> bool:
 
 
 def check_writable(folder: str | Path, field: str = "--out") -> Path:
-    """The resolved `folder` if it can be created or written; `OutputError` naming the field
-    otherwise (a file, under a file, a pseudo-filesystem, read-only, unlistable). Probes with a real
-    file: os.access misses read-only mounts."""
+    """The resolved `folder` if it can be created or written, else `OutputError` naming the field;
+    probes with a real file (os.access misses read-only mounts)."""
     path = Path(folder).expanduser()
     check_path_length(path, field)
     try:
@@ -126,9 +117,8 @@ def check_writable(folder: str | Path, field: str = "--out") -> Path:
 
 
 def path_problem(path: str | Path) -> str | None:
-    """Why `path` cannot be a path tune-gems reads or writes, or None: a control character (it
-    breaks every line that shows it), a component over `COMPONENT_MAX` bytes, or over `PATH_MAX`
-    bytes in all (the filesystem would refuse it half-way)."""
+    """Why `path` cannot be read or written, or None: a control character, a component over
+    `COMPONENT_MAX` bytes, or over `PATH_MAX` in all (refused half-way otherwise)."""
     raw = os.fspath(path)
     bad = control_characters(raw)
     if bad:
@@ -150,8 +140,7 @@ def check_path_length(path: str | Path, field: str) -> None:
 
 
 def check_input_path(path: str | Path, field: str, error: type[TuneGemsError] = ConfigError) -> None:
-    """`error` naming `field` when the input `path` fails `path_problem` or cannot be resolved
-    (`resolve_problem`)."""
+    """`error` naming `field` when the input `path` fails `path_problem` or `resolve_problem`."""
     problem = path_problem(path) or resolve_problem(path)
     if problem is not None:
         raise error(f"{field}: {problem}")

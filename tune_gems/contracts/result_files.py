@@ -1,5 +1,5 @@
-"""The names of the files a run writes and of its tables' id columns, in one place, shared by the
-writers and the analysis's reader (docs/results.md describes every file)."""
+"""The names of the files a run writes and of its tables' id columns, in one place
+(docs/results.md)."""
 
 from __future__ import annotations
 
@@ -43,18 +43,15 @@ CHECKPOINT_FILE = "checkpoint.pt"
 
 # -- both ------------------------------------------------------------------------------------------
 EVAL_RETURNS_FILE = "eval_returns.npz"
-"""The per-step validation returns and positions of the last `trainer.objective_last_k` evaluations
-(`eval_window.EvalWindow`): what the market-noise interval resamples."""
+"""The last `trainer.objective_last_k` validation returns and positions (`eval_window.EvalWindow`)."""
 EVAL_RETURNS_FORMAT = 1
 """The file's layout version (its `format` array); a reader refuses versions it does not know."""
 EVAL_RETURNS_ARRAYS = ("format", "epochs", "returns", "positions", "diverged", "asset", "member", "arm", "seed_index",
     "seed", "path", "cost", "periods_per_year", "segment")
 EVAL_RETURNS_FOLD_ARRAYS = ("fold", "window_start")
-"""Arrays of a file written with folds: `fold` [P] int64 and `window_start` [P] int64 (the series
-row of the validation window's first decision); without them, one fold."""
+"""Arrays of a file with folds: `fold`, `window_start` [P] int64; without them, one fold."""
 EVAL_RETURNS_HISTORY_ARRAYS = ("history",)
-"""Arrays of a file written with price histories: `history` [P] int64 (members history-major, then
-fold, arm, seed: `arms.MemberLayout`); without it, one history."""
+"""Arrays of a file with price histories: `history` [P] int64; without it, one history."""
 GEMS_FILE = "gems.json"
 READ_FILES = (SPEC_FILE, TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE, ARMS_PARQUET, FOLDS_PARQUET, HISTORIES_PARQUET, BASELINES_PARQUET,
               JOURNAL_FILE, CONFIG_FILE, HISTORY_CSV, MEMBERS_CSV, ARMS_CSV, FOLDS_CSV, HISTORIES_CSV, BASELINES_CSV, SUMMARY_FILE,

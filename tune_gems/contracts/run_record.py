@@ -1,14 +1,8 @@
-"""What a run recorded about its inputs, so a command that reads a recorded run acts only on what
-the run did.
-
-A `--resume` continues from the stored config or spec on the data it read, and `confirm` re-trains a
-search's winners from its stored spec: a stored file edited by hand, or a price file changed in
-place, would make the tables claim settings or data the run never had. So the marker records the
-SHA-256 of the stored file (`CHECKSUMS_KEY`), of the data file (`DATA_KEY`) and of a finished
-sweep's tables (`TABLES_KEY`); a command relying on them recomputes and refuses a mismatch in one
-line naming the file. The check fails closed (`require_record`): a marker missing, unreadable,
-foreign or without the checksum is refused, since nothing then shows the files are the run's. A
-train run's tables are rewritten every epoch and carry no checksum."""
+"""What a run recorded about its inputs, so a command reading a recorded run acts only on what it
+did: the marker holds the SHA-256 of the stored config or spec (`CHECKSUMS_KEY`), the data file
+(`DATA_KEY`) and a finished sweep's tables (`TABLES_KEY`), and a command relying on them refuses a
+mismatch in one line, failing closed where the record is missing (`require_record`;
+docs/robustness.md "Records that do not lie")."""
 
 from __future__ import annotations
 
@@ -23,8 +17,7 @@ CHECKSUMS_KEY = "checksums"
 DATA_KEY = "data"
 """Marker field: {"path": the data file as given, "sha256": of its bytes} (file data only)."""
 TABLES_KEY = "tables"
-"""Marker field: {table file name: SHA-256} of every table a sweep or confirmation wrote when it
-finished, replaced whole at each writing."""
+"""Marker field: {table: SHA-256} of the tables a sweep or confirmation wrote last."""
 STORED_MAX_BYTES = 1 << 20
 """Largest stored config or spec read to verify it (the bound of a config file)."""
 READ_FIX = ("the run's records were changed or are gone, so its results cannot be shown to be its own: restore them, "
@@ -32,8 +25,7 @@ READ_FIX = ("the run's records were changed or are gone, so its results cannot b
 
 
 def _data_files(data: Any) -> dict[str, str]:
-    """{path: its config key} of every file a `DataConfig` reads (data.path, or each history's own),
-    each once."""
+    """{path: its config key} of every file a `DataConfig` reads, each once."""
     entries = getattr(data, "histories", None) or ()
     files = [(h.path or data.path, f"data.histories.{i}.path" if h.path else "data.path") for i, h in enumerate(entries)]
     out: dict[str, str] = {}
@@ -51,9 +43,8 @@ def records_data(data: Any) -> bool:
 
 
 def data_fingerprint(data: Any) -> dict[str, Any] | None:
-    """The record of a run's data files, or None for synthetic data; with several files, one
-    checksum over theirs in order and each file's own under its key (`files`), so a changed one is
-    named."""
+    """The record of a run's data files (None for synthetic data); with several, one checksum over
+    all and each file's under its key (`files`)."""
     if not records_data(data):
         return None
     files = _data_files(data)
@@ -66,9 +57,8 @@ def data_fingerprint(data: Any) -> dict[str, Any] | None:
 
 def require_record(marker: dict[str, Any] | None, problem: str | None, marker_path: str, *, files: Iterable[str],
                    data: Any = None, fix: str) -> dict[str, Any]:
-    """The marker of a recorded run that a command relies on, fail-closed: ConfigError naming
-    `marker_path` and the `fix` when it is missing or unreadable (`problem`), has no checksum for
-    one of `files`, or no record of the data file of `data`."""
+    """The marker a command relies on, fail-closed: ConfigError naming `marker_path` and `fix` when
+    it is missing (`problem`) or lacks the checksum of one of `files` or of `data`'s file."""
     if marker is None:
         raise ConfigError(f"{marker_path}: {problem or 'missing'}; it holds the checksums that show the run's stored files "
                           f"and data are what the run used, so nothing can be verified without it: {fix}")
@@ -86,8 +76,7 @@ def require_record(marker: dict[str, Any] | None, problem: str | None, marker_pa
 
 
 def check_data_unchanged(marker: dict[str, Any] | None, data: Any, where: str) -> None:
-    """DataError naming the data file, under the key that reads it, when it differs from the one the
-    run in `where` read."""
+    """DataError naming the data file's key when it differs from what the run in `where` read."""
     recorded = (marker or {}).get(DATA_KEY)
     if not isinstance(recorded, dict) or not isinstance(recorded.get("sha256"), str):
         return
@@ -124,8 +113,7 @@ def checksums(marker: dict[str, Any] | None, **files: bytes) -> dict[str, str]:
 
 
 def check_recorded_files(folder: str | Path, names: Iterable[str], fix: str = READ_FIX) -> None:
-    """Each of `names` that `folder` holds (a sweep's spec.yaml, a train run's config.yaml) must be
-    recorded by its marker (`require_record`) and match it (`check_stored_unchanged`)."""
+    """Each of `names` that `folder` holds must be recorded in its marker and match it."""
     from tune_gems.contracts.outputs import MARKER_FILE, marker_state
 
     folder = Path(folder)
@@ -140,8 +128,7 @@ def check_recorded_files(folder: str | Path, names: Iterable[str], fix: str = RE
 
 
 def check_recorded_run(folder: str | Path, stored: Iterable[str]) -> None:
-    """What `analyze` and `compare` check before reading a run folder: every file of `READ_FILES`
-    there is a regular file (or a link to one), and its `stored` files match the marker."""
+    """What `analyze` and `compare` check of a run folder: regular files, stored files as recorded."""
     import os
     import stat
 
@@ -168,8 +155,8 @@ def table_checksums(written: dict[str, bytes]) -> dict[str, dict[str, str]]:
 
 
 def check_tables_unchanged(folder: str | Path, marker: dict[str, Any], names: Iterable[str], fix: str) -> None:
-    """DataError naming the table unless `folder`'s tables among `names` are exactly those its
-    marker recorded (`TABLES_KEY`), byte for byte; ConfigError for a marker without the record."""
+    """DataError naming the table unless `folder`'s tables are exactly those recorded
+    (`TABLES_KEY`); ConfigError for a marker without the record."""
     from tune_gems.contracts.outputs import MARKER_FILE
 
     folder = Path(folder)

@@ -1,11 +1,7 @@
-"""Files in an output folder written and read without ever going through a symlink.
-
-A symlink planted under a name the tool writes (or its temporary name) would make a command write
-into what it points to. Every write goes to a temporary name opened `O_CREAT | O_EXCL | O_NOFOLLOW`
-(a stale entry unlinked first: that removes a link, never its target) and is renamed over the final
-name (a rename replaces a link, never follows it). Reads (`read_regular`, `sha256_regular`) open
-`O_NONBLOCK`, require a regular file once open (a FIFO would block, a device never end) and are
-bounded in bytes."""
+"""Files in an output folder written and read without going through a symlink: writes go to a
+temporary name opened `O_CREAT | O_EXCL | O_NOFOLLOW` and are renamed into place (a rename replaces
+a link, never follows it); reads are non-blocking, bounded, and of regular files only (a FIFO would
+block, a device never end)."""
 
 from __future__ import annotations
 
@@ -22,8 +18,7 @@ HASH_CHUNK = 1 << 20
 
 
 def entry_kind(path: str | Path) -> str | None:
-    """What `path` is, not followed: 'file', 'folder', 'symlink', 'FIFO', 'socket', 'device', or
-    None."""
+    """What `path` is, not followed: 'file', 'folder', 'symlink', 'FIFO', 'socket', 'device' or None."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -63,8 +58,7 @@ def tmp_name(path: Path) -> Path:
 
 @contextlib.contextmanager
 def open_atomic(path: str | Path, tmp: str | Path | None = None, field: str = "--out") -> Iterator[IO[bytes]]:
-    """A binary file that becomes `path` when the block ends without an error (renamed from `tmp`,
-    default `tmp_name(path)`); never follows a symlink at either name."""
+    """A binary file that becomes `path` when the block ends without error; never through a link."""
     path = Path(path)
     tmp = Path(tmp) if tmp is not None else tmp_name(path)
     if entry_kind(tmp) == "folder":
@@ -96,9 +90,8 @@ def _where(path: str | Path, field: str | None) -> str:
 
 
 def _open_regular(path: str | Path, field: str | None, error: type[TuneGemsError], follow: bool) -> tuple[int, os.stat_result]:
-    """A read-only descriptor of the regular file `path` and its status; `error` naming `field`
-    otherwise. Non-blocking (a FIFO opens at once, then is refused by its status); unless `follow`,
-    a symlink is refused."""
+    """A read-only descriptor and status of the regular file `path`, else `error` (`follow`: links
+    allowed)."""
     from tune_gems.contracts.paths import path_problem
 
     where = _where(path, field)
@@ -125,8 +118,7 @@ def _open_regular(path: str | Path, field: str | None, error: type[TuneGemsError
 
 def read_regular(path: str | Path, max_bytes: int, field: str | None, error: type[TuneGemsError] = DataError,
                  follow: bool = True) -> bytes:
-    """The bytes of the regular file `path`, at most `max_bytes`; `error` naming `field` and the
-    file for anything else (see `_open_regular`, or larger, also by growing while read)."""
+    """The bytes of the regular file `path`, at most `max_bytes`, else `error` naming `field`."""
     fd, st = _open_regular(path, field, error, follow)
     with os.fdopen(fd, "rb") as f:
         if st.st_size > max_bytes:
@@ -138,8 +130,7 @@ def read_regular(path: str | Path, max_bytes: int, field: str | None, error: typ
 
 
 def sha256_regular(path: str | Path, field: str | None, error: type[TuneGemsError] = DataError) -> str:
-    """The SHA-256 (hex) of the regular file `path` (symlinks followed); `error` naming `field` when
-    it is not one or grows while read (a file being appended to has no one content)."""
+    """The SHA-256 (hex) of the regular file `path`, else `error` (also when it grows while read)."""
     fd, st = _open_regular(path, field, error, follow=True)
     h = hashlib.sha256()
     total = 0

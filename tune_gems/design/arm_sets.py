@@ -1,17 +1,10 @@
-"""Designed arm sets, and the paired gains they support ("wire_search", docs/analysis.md).
-
-Comparing Optuna's proposals across trials confounds a gem with everything else that differs.
-`wire_search` trains inside one trial, on the same seed indices: `proposal` (as Optuna chose it),
-`control` (every wired gem measured) and `without-<g>` per wired gem g (only g measured). Seed index
-s of every arm starts from the same weights and draws the same numbers (`design.arms`), so `proposal
-- control` at s is the wiring's alone. The trial reports the paired gains every epoch; the shipped
-searches optimise `verdict_gain`, the verdict's own statistic, so the search optimises what
-`tune-gems analyze` decides on.
-
-A proposal that wires nothing is its control: one arm, every gain 0. With one wired gem g,
-`without-<g>` is `control`, trained once and also named so (`arm_aliases`). A mean gain over pairs
-with a diverged member is NaN (never a mean over the survivors); `verdict_gain` scores divergence as
-the worst outcome, as the analysis does."""
+"""Designed arm sets and the paired gains they support (docs/analysis.md, docs/workflow.md).
+Comparing proposals across trials confounds a gem with everything else, so `wire_search` trains, in
+one trial and on the same seed indices, `proposal`, `control` (every wired gem measured) and
+`without-<g>` per wired gem: `proposal - control` at a seed is the wiring's alone. A proposal wiring
+nothing is its own control (one arm, gains 0); with one wired gem `without-<g>` is `control`,
+trained once (`arm_aliases`). A mean gain over a diverged pair is NaN; `verdict_gain` scores
+divergence as the worst outcome, as the analysis does."""
 
 from __future__ import annotations
 
@@ -31,16 +24,14 @@ if TYPE_CHECKING:  # pragma: no cover
 WIRE_SEARCH = "wire_search"
 WIRE_SEARCH_AA = "wire_search_aa"
 DESIGNS = (WIRE_SEARCH, WIRE_SEARCH_AA)
-"""Known designs (a sweep spec's `design`); `wire_search_aa` adds the A/A arm to every trial with a
-proposal."""
+"""Known designs (a spec's `design`); `wire_search_aa` adds the A/A arm to every trial with a proposal."""
 
 PROPOSAL = "proposal"
 CONTROL = "control"
 WITHOUT_PREFIX = "without-"
 AA_ARM = "control-aa"
-"""The A/A arm: the control with replay batches from an independent stream
-(`trainer.replay_stream`); paired with the control by `gem_verdicts.placebo_verdicts`: the learner's
-own null spread."""
+"""The A/A arm: the control on an independent replay stream, the learner's own null spread
+(`placebo_verdicts`)."""
 AA_STREAM = 1
 
 
@@ -53,8 +44,7 @@ def wired_gems(cfg: "Config") -> tuple[str, ...]:
 
 
 def wire_search_arms(cfg: "Config", aa: bool = False) -> ArmsConfig:
-    """The wire_search arms of a proposal config: [proposal, control, without-<g> per wired g] (or
-    [control] when nothing is wired); `aa` adds `AA_ARM` when something is wired."""
+    """[proposal, control, without-<g> per wired g] (nothing wired: [control]); `aa` adds `AA_ARM`."""
     wired = wired_gems(cfg)
     if not wired:
         return ArmsConfig.model_validate({"list": [{"name": CONTROL}]})
@@ -69,17 +59,15 @@ def wire_search_arms(cfg: "Config", aa: bool = False) -> ArmsConfig:
 
 
 def confirmation_arms(cfg: "Config", gem: str) -> ArmsConfig:
-    """The arms of a confirmation of `gem`: the proposal, and the proposal with only `gem` measured
-    as `control` (also `without-<gem>`): the one comparison `gem`'s verdict makes, every other wired
-    gem wired on both sides."""
+    """A confirmation of `gem`: the proposal, and as `control` the proposal with only `gem` measured
+    (the one comparison its verdict makes)."""
     if gem not in wired_gems(cfg):
         raise ConfigError(f"confirmation of {gem}: the chosen configuration does not wire it")
     return ArmsConfig.model_validate({"list": [{"name": PROPOSAL}, {"name": CONTROL, f"gems.{gem}.mode": "measure"}]})
 
 
 def arm_aliases(cfg: "Config") -> dict[str, str]:
-    """{"without-<g>": "control"} for a two-arm run [proposal, control] whose control measures
-    exactly one wired gem g (the two are one configuration, trained once); empty otherwise."""
+    """{"without-<g>": "control"} for a run [proposal, control] measuring one wired gem g; else empty."""
     entries = [a for a in (cfg.arms.list_ or []) if a.get("name") != AA_ARM] if cfg.arms is not None else []
     if [a.get("name") for a in entries] != [PROPOSAL, CONTROL]:
         return {}
@@ -111,8 +99,7 @@ has_gains = has_gain_arms
 
 
 def _pairs(arm_of: np.ndarray, seed_index: np.ndarray, a: str, b: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """The members of arms a and b in seed-index order; None when a has none or the arms cover
-    different seed indices."""
+    """The members of arms a and b in seed-index order; None when a has none or they cover other indices."""
     in_a, in_b = np.flatnonzero(arm_of == a), np.flatnonzero(arm_of == b)
     sa, sb = seed_index[in_a], seed_index[in_b]
     if not len(in_a) or sorted(sa.tolist()) != sorted(sb.tolist()):
@@ -131,10 +118,9 @@ def _pair_mean(values: np.ndarray, arm_of: np.ndarray, seed_index: np.ndarray, a
 
 def paired_gains(gems: Sequence[str], arm_of: Sequence[str], seed_index: Sequence[int], val_sharpe: Sequence[float],
         val_alpha_sharpe: Sequence[float], aliases: dict[str, str] | None = None) -> dict[str, float]:
-    """The epoch's paired gains from per-member validation columns (diverged members NaN):
-    `val_sharpe_gain`, `val_alpha_sharpe_gain` (proposal - control) and `gain_<g>` (proposal -
-    without-<g> on val_alpha_sharpe; NaN without that arm). The one-arm design: 0.0 overall, NaN per
-    gem. `aliases` (`arm_aliases`): a `without-<g>` trained under another name."""
+    """The epoch's gains from per-member validation columns (diverged NaN): proposal - control on
+    Sharpe and alpha Sharpe, `gain_<g>` proposal - without-<g> (NaN without that arm; `aliases`
+    rename it)."""
     arm_arr = np.asarray(arm_of, dtype=object)
     seeds = np.asarray(seed_index, dtype=np.int64)
     vs, va = np.asarray(val_sharpe, dtype=np.float64), np.asarray(val_alpha_sharpe, dtype=np.float64)
@@ -155,8 +141,7 @@ def paired_gains(gems: Sequence[str], arm_of: Sequence[str], seed_index: Sequenc
 
 def _pair_hodges_lehmann(values: np.ndarray, diverged: np.ndarray, arm_of: np.ndarray, seed_index: np.ndarray,
                          a: str, b: str) -> float:
-    """Hodges-Lehmann pseudo-median over seed indices of values[a, s] - values[b, s], divergence the
-    worst outcome; NaN for unpaired arms."""
+    """Hodges-Lehmann pseudo-median of values[a, s] - values[b, s], divergence the worst outcome."""
     from tune_gems.stats.inference import hodges_lehmann, worst_outcome_difference
 
     pairs = _pairs(arm_of, seed_index, a, b)
@@ -168,10 +153,9 @@ def _pair_hodges_lehmann(values: np.ndarray, diverged: np.ndarray, arm_of: np.nd
 
 def verdict_gains(gems: Sequence[str], arm_of: Sequence[str], seed_index: Sequence[int], window: np.ndarray,
         window_diverged: np.ndarray, aliases: dict[str, str] | None = None) -> dict[str, float]:
-    """The verdict's statistic on one trial's arms (`VERDICT_GAIN`): `window` [k, P] each member's
-    validation alpha Sharpe over the verdict's last k epochs, `window_diverged` [k, P] its flags. A
-    member's value is its window mean, diverged when it diverged or has a non-finite value there (as
-    `pairing.window_values`). Returns `verdict_gain` and `verdict_gain_<g>` as `paired_gains`."""
+    """The verdict's statistic on a trial's arms: `window` [k, P] validation alpha Sharpe over the
+    last k epochs, `window_diverged` [k, P]; a member's window mean, diverged if anywhere non-finite
+    (`pairing.window_values`)."""
     arm_arr = np.asarray(arm_of, dtype=object)
     seeds = np.asarray(seed_index, dtype=np.int64)
     w = np.asarray(window, dtype=np.float64).reshape(-1, arm_arr.size)

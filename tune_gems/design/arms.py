@@ -1,11 +1,6 @@
-"""Arms: several configurations on the population axis of one run (docs/design.md "Arms").
-
-An arm is one setting of the per-member keys (gem modes and weights, spectral norm, NoisyNets,
-learning rate); seed index s gets the same member seed in every arm, so every difference between two
-arms at one seed is the arms'. This module expands the `arms:` model (`arms_section.ArmsConfig`,
-below the schema) into validated named arms with the schema, and lays out the members. A run expands
-its arms once, where it starts (`run_arms`), and hands the frozen `RunArms` to the memory estimate,
-the trainer and the learner."""
+"""Arms: several configurations on the population axis of one run (docs/design.md "Arms"): the
+`arms:` model expanded into validated named arms, and the member layout. A run expands its arms once
+(`run_arms`) and hands the frozen `RunArms` to the estimate, the trainer and the learner."""
 
 from __future__ import annotations
 
@@ -26,8 +21,7 @@ from tune_gems.contracts.errors import ConfigError, control_characters
 
 @dataclass(frozen=True)
 class Arm:
-    """One configuration of the population axis: its name, the dotted keys it sets, its full
-    single-arm config."""
+    """One configuration of the population axis: name, the dotted keys it sets, its single-arm config."""
 
     name: str
     settings: dict[str, Any]
@@ -58,9 +52,7 @@ def _check_key(key: str, allowed: tuple[str, ...], base: dict[str, Any], where: 
 
 
 def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "config") -> list[Arm]:
-    """The named arms of a run (without `arms`, the one arm `default`: the config itself). Each
-    arm's config is the base with the arm's settings applied, validated whole: a bad level is
-    reported with the arm and key."""
+    """The named arms of a run (none: `default`), each validated whole, a bad level named with its arm."""
     arms = arms if arms is not None else cfg.arms
     if arms is None:
         return [Arm(DEFAULT_ARM, {}, cfg)]
@@ -106,9 +98,8 @@ def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "conf
 
 @dataclass(frozen=True)
 class MemberLayout:
-    """Which history, fold, arm and seed index each of the P = histories x folds x arms x seeds
-    members has: history-major, then fold, arm, seed (one history and one fold: arm-major). Member m
-    has the design's seed index `first_seed_index + seed_slot(m)` in every history and fold."""
+    """Which history, fold, arm and seed index each of the P = H x F x A x S members has, in that
+    order of nesting; member m has seed index `first_seed_index + seed_slot(m)` everywhere."""
 
     arms: tuple[str, ...]
     seeds_per_arm: int
@@ -141,8 +132,7 @@ class MemberLayout:
 
     @property
     def blocks(self) -> list[slice]:
-        """The rows of each (history, fold, arm) block of S consecutive members: what runs with a
-        single-arm run's shapes."""
+        """The rows of each (history, fold, arm) block of S members: what runs with a single arm's shapes."""
         S = self.seeds_per_arm
         return [slice(b * S, (b + 1) * S) for b in range(self.histories * self.folds * len(self.arms))]
 
@@ -191,8 +181,7 @@ class RunArms:
 
 
 def run_arms(cfg: Config, arms: RunArms | Sequence[Arm] | None = None) -> RunArms:
-    """The arms record of a run of `cfg` over its price histories, folds and seeds, with `arms`
-    (default: expanded from `cfg`, once; a record is returned as it is, checked against `cfg`)."""
+    """The arms record of a run of `cfg` (default expanded from it; a given record checked against it)."""
     if isinstance(arms, RunArms):
         layout = arms.layout
         if (layout.seeds_per_arm, layout.first_seed_index) != (cfg.trainer.population, cfg.first_seed_index):

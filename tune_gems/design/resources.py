@@ -1,12 +1,7 @@
-"""Will a run fit? A memory estimate from the config's shapes, checked before anything is allocated:
-an impossible size otherwise fails minutes later in the allocator or the OOM killer.
-
-It counts what the learner allocates for `members` members (a run passes its arms record's count;
-else `default_members` expands the arms): the replay (transitions store time indices, not
-observations), parameters with their copies, a batch's activations and the evaluation buffers, the
-market on the device (a row per fold and history) and the price series on the host. Deliberately
-generous (the factors below), so a run it passes fits and only sizes far from the machine's are
-refused. On the CPU, device bytes are host bytes."""
+"""Will a run fit? A memory estimate from the config's shapes, checked before anything is allocated
+(else it fails minutes later in the allocator or the OOM killer): replay, parameters and their
+copies, activations, evaluation buffers, the market and the host's series, for `members` members.
+Deliberately generous, so only sizes far from the machine's are refused."""
 
 from __future__ import annotations
 
@@ -64,8 +59,7 @@ class MemoryEstimate:
 
 
 def replay_transition_bytes(branches: int = BRANCHES) -> int:
-    """Bytes of one stored transition (time index, position, actions, reward, two flags), with
-    slack."""
+    """Bytes of one stored transition (time, position, actions, reward, two flags), with slack."""
     return int((INDEX + FLOAT + branches * INDEX + FLOAT + 2) * REPLAY_SLACK)
 
 
@@ -121,8 +115,7 @@ def estimate_memory(cfg: Config, members: int | None = None, on_cuda: bool = Fal
 
 
 def _series_length(cfg: Config) -> tuple[int, str]:
-    """(rows of one path, the key that sets them): the synthetic length, or a bound from the largest
-    history file's size."""
+    """(rows of one path, the key that sets them): synthetic length, or a bound from the largest file."""
     data = cfg.data
     if data.source == "synthetic":
         return data.synthetic.n, "data.synthetic.n"
@@ -202,8 +195,7 @@ def _fmt(n: int) -> str:
 
 
 def check_fits(est: MemoryEstimate, host: int | None, device: int | None, where: str = "") -> None:
-    """ResourceError naming the numbers and the key to lower when the estimate exceeds `HEADROOM` of
-    what is available (None: not checked)."""
+    """ResourceError naming the numbers and the key to lower past `HEADROOM` of what is available."""
     checks = []
     if host is not None:
         checks.append(("host memory", est.host, host, est.parts() if not est.on_cuda else {"price series": est.series}))
@@ -220,9 +212,9 @@ def check_fits(est: MemoryEstimate, host: int | None, device: int | None, where:
 
 def check_training_fits(cfg: Config, members: int | None = None, device: Any = None, where: str = "",
         gpu_trial: bool = False) -> MemoryEstimate:
-    """The estimate for `cfg`, checked against this machine (host, and the CUDA device the run will
-    use, inferred without initialising CUDA). `gpu_trial`: a sweep trial asking for a GPU, estimated
-    as a CUDA run, its GPU memory checked only where this machine has one."""
+    """The estimate for `cfg` against this machine (host, and the CUDA device, found without
+    initialising CUDA). `gpu_trial`: a sweep trial asking for a GPU: estimated as CUDA, its GPU
+    checked where one is."""
     if device is not None:
         on_cuda = getattr(device, "type", str(device)) == "cuda"
     else:

@@ -1,5 +1,4 @@
-"""The gems: a torch-free registry of definitions (built-ins and plug-ins, docs/gems.md) and the
-inputs a gem receives; a run's gems under their modes are `member_gems.MemberGems`."""
+"""The gems: a torch-free registry of definitions (docs/gems.md) and the inputs a gem receives."""
 
 from tune_gems.gems.inputs import GemInputs
 from tune_gems.gems.registry import Gem, builtin_gems, get, import_plugins, manifest, register, registered, run_gems

@@ -1,6 +1,5 @@
-"""What a gem function receives: one object of population-first tensors (docs/gems.md gives the
-shapes and meanings). A gem must not reduce across the member axis: member p's value depends on
-member p's slice alone."""
+"""What a gem function receives: population-first tensors (docs/gems.md). A gem must not reduce
+across the member axis."""
 
 from __future__ import annotations
 
@@ -11,10 +10,8 @@ from typing import Any, Callable, Optional
 
 @dataclass(frozen=True)
 class GemInputs:
-    """One iteration's sampled transitions as the learner sees them: q_t, q_tp1 [P,B,K,A], h_t,
-    h_tp1 [P,B,H] (h_tp1 from the target network, never carrying gradient), adv_features [P,K,B,D],
-    action [P,B,K], reward and not_done [P,B] (mask with it where s_{t+1} is meaningless), and
-    `head`, the gem's own parameters bound to this iteration's weights (or None)."""
+    """One iteration's transitions as the learner sees them (docs/gems.md "The inputs");
+    `head`: the gem's parameters bound to this iteration's weights (or None)."""
 
     q_t: Any
     q_tp1: Any

@@ -1,11 +1,7 @@
-"""The gem registry: one definition per gem, from which the config model, the accumulator rows, the
-metric columns, the HEALTH_DIAG order, the config label and `gems.json` derive (docs/design.md "The
-gem registry"). Built-ins register in `builtin_gems`; a plug-in when the config's `plugins` imports
-it. A run knows the built-ins plus its own plug-ins' gems (`run_gems`), so one run's plug-in never
-adds columns to another's. Torch-free: a config validates before torch is imported.
-
-A plug-in is trusted code; before it is imported into the command it is probed in a throwaway forked
-child (`probe_plugin`; docs/robustness.md "Plug-ins are trusted code")."""
+"""The gem registry: one definition per gem, from which every column, config key and manifest
+derives (docs/design.md "The gem registry"). A run knows the built-ins and its own plug-ins' gems
+(`run_gems`). Torch-free. A plug-in is trusted code, probed in a throwaway child first
+(`probe_plugin`; docs/robustness.md)."""
 
 from __future__ import annotations
 
@@ -48,17 +44,9 @@ MODULE_NAME_MAX = 200
 
 @dataclass(frozen=True)
 class Gem:
-    """One gem's definition (docs/gems.md).
-
-    - `name` (config key `gems.<name>`) and `metric` (its column); `description`: one line.
-    - `reference(x: GemInputs) -> Tensor [P]`: the value per member in plain torch, members never
-      mixing; `wire` mode backpropagates it.
-    - `fused(x)` (optional): the same through a `tune_gems::` custom op, unless `kernels=reference`.
-    - `null(x)` (optional): the value with no structure to find, the analysis's zero for the gem
-      (`<metric>_null`, `<metric>_excess`); None: those columns are NaN.
-    - `head(ctx) -> nn.Module` (optional): parameters the gem owns (`heads.HeadContext`), called as
-      `x.head(*args)`; trained in `measure` mode on stop-gradient inputs, in `wire` with the net.
-    - `origin`: the module that registered it."""
+    """One gem's definition (docs/gems.md): `name` and `metric`; `reference(x) -> [P]` in plain
+    torch; optional `fused` (a custom op), `null` (its value with no structure: the analysis's zero)
+    and `head` (parameters it owns); `origin`, the module that registered it."""
 
     name: str
     metric: str
@@ -80,9 +68,8 @@ _IMPORTING = threading.local()  # the plugins entry being imported (origin of wh
 
 
 def register(gem: Gem) -> Gem:
-    """Add a gem to the registry (a plug-in calls it at import). ConfigError for a malformed
-    definition or a name or metric that clashes with another module's gem; the same module
-    registering a name again replaces it (a reloaded module)."""
+    """Add a gem (a plug-in calls it at import); ConfigError for a malformed definition or a clash
+    with another module's gem (the same module may replace its own)."""
     origin = gem.origin if gem.origin == BUILTIN_ORIGIN else None
     origin = origin or getattr(_IMPORTING, "module", None) or gem.origin or getattr(gem.reference, "__module__", "") or ""
     gem = Gem(**{**gem.__dict__, "origin": origin})
@@ -126,8 +113,7 @@ class PluginImportTimeout(Exception):
 
 @contextlib.contextmanager
 def _time_bound(seconds: float, module: str):
-    """Raise PluginImportTimeout in the block after `seconds` (a real-time timer, main thread only;
-    elsewhere the driver has imported the plug-in already)."""
+    """Raise PluginImportTimeout after `seconds` (a real-time timer, in the main thread only)."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield
         return
@@ -160,8 +146,7 @@ def builtin_gems() -> list[Gem]:
 
 
 def run_gems(plugins: Iterable[str] = ()) -> list[Gem]:
-    """The gems a run knows: the built-ins, then its `plugins` modules' in list order (imported
-    already)."""
+    """The gems a run knows: the built-ins, then its (imported) `plugins` modules' in list order."""
     plugins = list(plugins)
     gems = registered()
     out = [g for g in gems if g.builtin]
@@ -171,8 +156,7 @@ def run_gems(plugins: Iterable[str] = ()) -> list[Gem]:
 
 
 def _check_entries(plugins: Sequence[Any]) -> None:
-    """ConfigError naming `plugins` for an entry that is no dotted module name, repeats, or is
-    tune-gems's."""
+    """ConfigError naming `plugins` for an entry that is no module name, repeats, or is tune-gems's."""
     for i, module in enumerate(plugins):
         if not isinstance(module, str) or not re.match(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$", module) or len(module) > MODULE_NAME_MAX:
             raise ConfigError(f"plugins: {str(module)[:80]!r} is not a dotted module name (at most {MODULE_NAME_MAX} characters)")
@@ -205,9 +189,9 @@ def _import_one(module: str, timeout: float) -> list[Gem]:
 
 
 def import_plugins(plugins: Sequence[Any], validate: Callable[[list[str]], None] | None = None) -> list[Gem]:
-    """Import the `plugins` modules; the plug-in gems, in order. ConfigError naming `plugins` for a
-    bad entry, a failed import, a module registering nothing, a clash, or what `validate(plugins)`
-    refuses. A module not imported yet is probed first (`probe_plugin`)."""
+    """Import the `plugins` modules (probed first); their gems, in order. ConfigError naming
+    `plugins` for a bad entry, a failed import, no gem, a clash, or what `validate(plugins)`
+    refuses."""
     _ensure_builtins()
     if plugins is None:
         return []
@@ -237,9 +221,8 @@ def _may_probe() -> bool:
 
 
 def probe_plugin(plugins: list[str], timeout: float, validate: Callable[[list[str]], None] | None = None) -> None:
-    """Import `plugins` in a forked child (its cwd an empty temporary folder, deleted afterwards;
-    its output discarded) and run `validate` there; ConfigError with the child's line when that
-    fails. Nothing where probing is not possible (`_may_probe`)."""
+    """Import `plugins` in a forked child (cwd an empty temporary folder, output discarded) and run
+    `validate` there; ConfigError with the child's line. Nothing where `_may_probe` says no."""
     if not _may_probe():
         return
     cwd = os.getcwd()
@@ -303,8 +286,7 @@ def _read_reply(fd: int, seconds: float) -> str:
 
 
 def manifest(plugins: Iterable[str] = ()) -> list[GemEntry]:
-    """The `gems.json` entries of a run with these plugins (`gem_manifest.manifest_text` writes
-    them)."""
+    """The `gems.json` entries of a run with these plugins."""
     return [GemEntry(g.name, g.metric, g.description, g.null is not None) for g in run_gems(plugins)]
 
 

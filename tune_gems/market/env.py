@@ -1,7 +1,6 @@
-"""The training environment on torch tensors: P members x E environments with fixed shapes and no
-host sync in `step`, each member on its own path and fold of a `Market`. Episodes start in the
-member's fold's training window; under purged folds, in one of its runs, wholly inside it
-(`run_start_tables`), so no episode steps into the purge, the embargo or the validation group."""
+"""The training environment on torch tensors: P members x E environments, fixed shapes, no host
+sync; each member on its own path and fold, its episodes wholly inside its fold's training rows
+(under purged folds, inside one run: `run_start_tables`)."""
 
 from __future__ import annotations
 
@@ -17,10 +16,8 @@ from tune_gems.rng import to_integers
 
 
 def run_start_tables(train_runs: Sequence[Sequence[DecisionRange]], episode_length: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Per fold, the episode starts its runs allow, for `VecTradingEnv._starts`: (first start of
-    each run [F, R], allowed starts before each run [F, R], allowed starts in all [F]). A start is
-    allowed when the whole episode stays inside its run; a fold with fewer runs gets runs of no
-    starts."""
+    """Per fold, the episode starts its runs allow (the whole episode inside the run): first start
+    of each run [F, R], allowed starts before each run [F, R], allowed starts in all [F]."""
     R = max(len(runs) for runs in train_runs)
     lo = torch.zeros(len(train_runs), R, dtype=torch.int64)
     span = torch.zeros(len(train_runs), R, dtype=torch.int64)
@@ -33,10 +30,8 @@ def run_start_tables(train_runs: Sequence[Sequence[DecisionRange]], episode_leng
 
 
 class Transition:
-    """One vectorised step, [P,E,...] each. `end` marks an episode's last step (a time limit:
-    bootstrap); `terminal` a true end. Stored compactly as the decision time `t`, the position held
-    `pos` and the one chosen `new_pos`: `obs` and `next_obs` are rebuilt by `source`, as replay
-    does."""
+    """One vectorised step, [P,E,...] each; `end` a time limit (bootstrap), `terminal` a true end.
+    Stored as (t, pos, new_pos): `obs` and `next_obs` are rebuilt by `source`, as replay does."""
 
     def __init__(self, action, reward, end, terminal, net_return, t, pos, new_pos, source: "VecTradingEnv"):
         self.action, self.reward, self.end, self.terminal, self.net_return = action, reward, end, terminal, net_return
@@ -52,8 +47,7 @@ class Transition:
 
 
 class VecTradingEnv:
-    """P members x E environments stepping in lockstep on the training segment, in preallocated
-    tensors (graph-capturable). Episode starts come from uniforms [P,E] of each member's own RNG."""
+    """P members x E environments in lockstep, in preallocated tensors; starts from each member's uniforms."""
 
     def __init__(self, market: Market, cfg: EnvConfig, population: int, n_envs: int,
             path_of_member: Sequence[int] | Tensor | None = None, fold_of_member: Sequence[int] | Tensor | None = None):
@@ -94,8 +88,7 @@ class VecTradingEnv:
         self.steps.zero_()
 
     def _starts(self, start_u: Tensor) -> Tensor:
-        """Episode starts [P, E] from uniforms [P, E]: an offset j among the member's allowed
-        starts; with several runs, j past run r's first allowed start falls in run r."""
+        """Episode starts [P, E] from uniforms: offset j among the allowed starts, in run r past its first."""
         j = to_integers(start_u, self._start_span)
         start = self._start_lo + j
         if self._run_lo is not None:
@@ -112,8 +105,7 @@ class VecTradingEnv:
         return self.market.observe(self.t, self.pos, self._path)
 
     def observe_at(self, t: Tensor, pos: Tensor) -> Tensor:
-        """Observations [P, ..., obs_dim] at times t[p, ...] holding pos[p, ...], on member p's
-        path."""
+        """Observations [P, ..., obs_dim] at times t holding pos, on each member's path."""
         return self.market.observe(t, pos, None if self._paths is None else self._paths.view(-1, *([1] * (t.dim() - 1))))
 
     def step(self, action: Tensor, start_u: Tensor) -> Transition:

@@ -1,13 +1,8 @@
 """Evaluation statistics of a greedy policy over one segment, and the baselines they are judged
-against, as device-side torch code.
-
-A raw Sharpe rewards market exposure as much as skill, so each evaluation reports what the Sharpe is
-made of: exposure (`beta`), what is left after it (`alpha_sharpe`), trading (`turnover`) and cost
-sensitivity (`sharpe_cost0/1/2`, `breakeven_cost_bps`); the baselines go through the same function.
-`positions[p, t]` is held from t to t+1 and earns `asset_returns[t]`; the net return is the env's
-reward before `reward_scale`, starting flat. `evaluation_stats` is a fixed-shape tensor expression
-(no host sync, graph-capturable), in float64 by default; read its results back once with
-`read_back`. docs/evaluation.md gives every estimator and convention."""
+against, as device-side torch code (docs/evaluation.md gives every estimator and convention). A raw
+Sharpe rewards exposure as much as skill, so each evaluation also reports beta, alpha Sharpe,
+turnover and cost sensitivity. `evaluation_stats` is a fixed-shape tensor expression
+(graph-capturable), float64 by default; `read_back` reads it once."""
 
 from __future__ import annotations
 
@@ -30,8 +25,7 @@ COST_MULTIPLES = {"sharpe_cost0": 0.0, "sharpe_cost1": 1.0, "sharpe_cost2": 2.0}
 BPS_PER_UNIT = 1e4
 
 RESIDUAL_RTOL_EPS = 1000.0
-"""A beta residual whose std is below this many machine epsilons of the net return's is rounding
-noise: its alpha Sharpe is 0.0 (also read by `market_noise`'s numpy twin)."""
+"""A beta residual under this many epsilons of the net return's std is rounding noise: alpha Sharpe 0."""
 
 BASELINES = ("flat", "buy_and_hold", "momentum")
 """The baseline strategies, in row order of `baseline_stats`."""
@@ -43,9 +37,6 @@ DEFAULT_MOMENTUM_SPAN = 20.0
 class _Range(Protocol):
     lo: int
     hi: int
-
-
-# --- per-member statistics -------------------------------------------------------------------
 
 
 def _broadcast_asset(asset_returns: Tensor, P: int, T: int, dtype: torch.dtype) -> Tensor:
@@ -85,8 +76,7 @@ def _range(x: Tensor) -> Tensor:
 
 
 def _sharpe_rows(x: Tensor, periods_per_year: float, nonconstant: Tensor | None = None) -> Tensor:
-    """Row Sharpe ratios with `metrics.sharpe`'s convention (0.0 for constant rows or T < 2);
-    `nonconstant` [P] is and-ed into the non-constant mask."""
+    """Row Sharpe ratios as `metrics.sharpe` (0.0 for constant rows or T < 2), `nonconstant` [P] and-ed in."""
     P, T = x.shape
     if T < 2:  # shape, not data: a fixed decision at trace time
         return torch.zeros(P, dtype=x.dtype, device=x.device)
@@ -100,8 +90,7 @@ def _sharpe_rows(x: Tensor, periods_per_year: float, nonconstant: Tensor | None 
 
 
 def _beta(net: Tensor, a: Tensor) -> Tensor:
-    """OLS slope (with intercept) of each row of `net` on `a`'s; 0.0 where the asset return is
-    constant."""
+    """OLS slope (with intercept) of each row of `net` on `a`'s; 0.0 where the asset return is constant."""
     a_c = a - a.mean(dim=1, keepdim=True)
     n_c = net - net.mean(dim=1, keepdim=True)
     var = (a_c * a_c).sum(dim=1)
@@ -112,8 +101,7 @@ def _beta(net: Tensor, a: Tensor) -> Tensor:
 
 
 def _max_drawdown(net: Tensor) -> Tensor:
-    """Largest fall of the equity curve prod(1 + r) from 1, as a positive fraction
-    (`metrics.max_drawdown`)."""
+    """Largest fall of prod(1 + r) from 1, as a positive fraction (`metrics.max_drawdown`)."""
     equity = torch.cumprod(1.0 + net, dim=1)
     equity = torch.cat([torch.ones_like(equity[:, :1]), equity], dim=1)
     peak = torch.cummax(equity, dim=1).values
@@ -122,12 +110,9 @@ def _max_drawdown(net: Tensor) -> Tensor:
 
 def evaluation_stats(positions: Tensor, asset_returns: Tensor, cost: float, periods_per_year: float, *,
         initial_position: float = 0.0, dtype: torch.dtype = torch.float64) -> dict[str, Tensor]:
-    """Per-member statistics of one segment: {name: Tensor[P]} for every name of EVAL_STATS.
-
-    positions [P,T] (`SegmentEvaluator.positions`); asset_returns [T] or [P,T] (a path per member:
-    `segment_asset_returns`); cost a fraction of |position change| (`env.cost`). breakeven_cost_bps
-    is signed (negative when the policy loses before costs); with no turnover it is +inf for a
-    positive gross mean, else NaN (docs/evaluation.md)."""
+    """{name: Tensor[P]} for every name of EVAL_STATS: positions [P,T], asset_returns [T] or [P,T]
+    (`segment_asset_returns`), cost a fraction of |position change|. breakeven_cost_bps is signed;
+    with no turnover +inf for a positive gross mean, else NaN."""
     pos = _check_positions(positions).to(dtype)
     P, T = pos.shape
     a = _broadcast_asset(asset_returns, P, T, dtype)
@@ -162,8 +147,7 @@ def read_back(stats: Mapping[str, Tensor]) -> dict[str, np.ndarray]:
 
 
 def segment_asset_returns(market: Any, segment: str, path_of_member: Any = None, fold_of_member: Any = None) -> Tensor:
-    """The asset's simple returns at a segment's decisions as the SegmentEvaluator walks it: [T] (a
-    view) with one path and fold or no member mapping, else [P, T] (each member's path and fold)."""
+    """The asset's returns at a segment's decisions: [T] (a view) for one path and fold, else [P, T]."""
     r = market.ranges[segment]
     if getattr(market, "n_folds", 1) > 1 and (path_of_member is not None or fold_of_member is not None):
         population = len(path_of_member if path_of_member is not None else fold_of_member)
@@ -177,9 +161,6 @@ def segment_asset_returns(market: Any, segment: str, path_of_member: Any = None,
     return market.returns_next[:, r.lo : r.hi][index]
 
 
-# --- baselines -------------------------------------------------------------------------------
-
-
 def _as_numpy(x: Any) -> np.ndarray:
     if isinstance(x, Tensor):
         return x.detach().to("cpu", torch.float64).numpy()
@@ -187,8 +168,7 @@ def _as_numpy(x: Any) -> np.ndarray:
 
 
 def momentum_signal(ret_next: Any, span: float = DEFAULT_MOMENTUM_SPAN) -> np.ndarray:
-    """EWMA (pandas `ewm(span, adjust=False)`) of the returns known at each decision time, float64
-    [..., N]: at t, of ret_next[0..t-1]; 0.0 at t = 0."""
+    """EWMA (pandas `ewm(span, adjust=False)`) of the returns known at each decision (0.0 at t = 0)."""
     if not span >= 1.0:
         raise ValueError(f"momentum span must be >= 1 step, got {span}")
     x = _as_numpy(ret_next)
@@ -203,9 +183,8 @@ def momentum_signal(ret_next: Any, span: float = DEFAULT_MOMENTUM_SPAN) -> np.nd
 
 
 def baseline_positions(ret_next: Any, segment: _Range | tuple[int, int], momentum_span: float = DEFAULT_MOMENTUM_SPAN) -> dict[str, np.ndarray]:
-    """Positions [..., T] of each baseline at the decisions [lo, hi) of a segment: flat 0,
-    buy_and_hold +1, momentum the sign of `momentum_signal` (warmed up on the series before the
-    segment: past data only)."""
+    """Positions [..., T] of each baseline over [lo, hi): flat 0, buy_and_hold +1, momentum the sign
+    of `momentum_signal` (warmed up on the series before: past data only)."""
     lo, hi = (segment.lo, segment.hi) if hasattr(segment, "lo") else segment
     x = _as_numpy(ret_next)
     if not 0 <= lo < hi <= x.shape[-1]:
@@ -218,9 +197,8 @@ def baseline_positions(ret_next: Any, segment: _Range | tuple[int, int], momentu
 def baseline_stats(ret_next: Any, segments: Mapping[str, _Range | tuple[int, int]], cost: float,
         periods_per_year: float, *, momentum_span: float = DEFAULT_MOMENTUM_SPAN,
         device: torch.device | str | None = None) -> pd.DataFrame:
-    """EVAL_STATS of every baseline on every segment, the members' cost model, through
-    `evaluation_stats` on `device` (default ret_next's). ret_next: [N] or [S,N] (a path per seed
-    index); one row per (segment, baseline, path)."""
+    """EVAL_STATS of every baseline on every segment, through `evaluation_stats` on `device`;
+    ret_next [N] or [S,N]; one row per (segment, baseline, path)."""
     if device is None:
         device = ret_next.device if isinstance(ret_next, Tensor) else "cpu"
     x = _as_numpy(ret_next)

@@ -1,13 +1,7 @@
-"""The Market: price paths prepared once as device tensors of features without look-ahead and
-next-step returns, one row per (fold, path), read (never written) by the environments, evaluators,
-replay and baselines.
-
-Time convention: the observation at decision time t holds the W log returns up to and including p_t
-and the position held; the position chosen at t earns p_{t+1}/p_t - 1, less cost x |change|. Log
-returns are normalised on each fold's training rows only (under purged folds, on its runs together).
-Member p reads row `row(fold_of_member[p], path_of_member[p])`: a path per seed index (synthetic) or
-per price history (a file); one fold and one path is the one-split market. docs/data.md holds the
-splits and folds."""
+"""The Market: price paths prepared once as device tensors of look-ahead-free features and next-step
+returns, one row per (fold, path), read-only for every consumer. The observation at t holds the W
+log returns up to p_t and the position; the position chosen at t earns p_{t+1}/p_t - 1. Each fold is
+normalised on its own training rows (docs/data.md)."""
 
 from __future__ import annotations
 
@@ -39,18 +33,14 @@ class DecisionRange:
 
 
 class Market:
-    """Price paths prepared as device tensors: normalised log returns and next-step returns.
-
-    `prices`: one series or several of equal length (one per path); `bounds`: the split, or one per
-    fold (sharing the test segment). `features` and `returns_next` are [folds x paths, n],
-    fold-major (`row`); `logret_norm` and `ret_next` are row 0. `ranges` are fold 0's decision
-    ranges, `fold_ranges[f]` fold f's; `train_runs[f]` fold f's runs of training rows (one, except
-    under purged cross-validation: episodes start only in the runs)."""
+    """Price paths as device tensors. `prices`: one series or several of equal length; `bounds`: the
+    split or one per fold (sharing the test). `features`, `returns_next` [folds x paths, n],
+    fold-major (`row`); `ranges` fold 0's decision ranges, `fold_ranges[f]` fold f's,
+    `train_runs[f]` its runs of training rows (several only under purging)."""
 
     def __init__(self, prices: pd.Series | Sequence[pd.Series], bounds, window: int, device: torch.device | str = "cpu",
             fold_ids: Sequence[int] | None = None):
-        """`fold_ids`: the run's index of each fold given (default 0..F-1; a market of fold k alone
-        reports k)."""
+        """`fold_ids`: the run's index of each fold given (default 0..F-1)."""
         paths = [prices] if isinstance(prices, pd.Series) else list(prices)
         folds = [bounds] if hasattr(bounds, "train") else list(bounds)
         if not paths:
@@ -124,15 +114,13 @@ class Market:
         return fold * self.n_paths + path
 
     def member_rows(self, population: int, path_of_member=None, fold_of_member=None) -> Tensor:
-        """Each member's feature row [P] int64 on the device (None: path 0, fold 0), checked on the
-        host."""
+        """Each member's feature row [P] int64 on the device (None: path 0, fold 0)."""
         paths = member_index(path_of_member, population, self.n_paths, "path_of_member", "paths")
         folds = member_index(fold_of_member, population, self.n_folds, "fold_of_member", "folds")
         return (folds * self.n_paths + paths).to(self.device)
 
     def member_windows(self, segment: str, population: int, fold_of_member=None) -> tuple[Tensor, int]:
-        """(first decision time of each member's `segment` window [P] int64 on the device, the
-        common number of decisions T): every fold's window of a segment has the same length."""
+        """(first decision time of each member's `segment` window [P], the common length T)."""
         folds = member_index(fold_of_member, population, self.n_folds, "fold_of_member", "folds")
         ranges = [r[segment] for r in self.fold_ranges]
         if len({r.length for r in ranges}) != 1:
@@ -145,8 +133,7 @@ class Market:
         return self.features.device
 
     def check_lengths(self, episode_length: int) -> None:
-        """Every segment of every fold has decisions; training fits one episode (in one run, under
-        purging)."""
+        """Every segment of every fold has decisions; training fits one episode (in one run)."""
         for f, ranges in enumerate(self.fold_ranges):
             where = "" if self.n_folds == 1 else f"fold {f}'s "
             for name, r in ranges.items():
@@ -164,8 +151,7 @@ class Market:
                 )
 
     def observe(self, t: Tensor, pos: Tensor, path: Tensor | None = None) -> Tensor:
-        """Observations [..., W+1] at decision times t [...] with positions pos [...]; `path`
-        (broadcastable to t) picks each one's path, None path 0."""
+        """Observations [..., W+1] at times t with positions pos; `path` per element (None: path 0)."""
         row = t - (self.window - 1)
         window = self._windows[0, row] if path is None else self._windows[path, row]
         return torch.cat([window, pos.unsqueeze(-1)], dim=-1)
@@ -179,8 +165,7 @@ class Market:
 
 
 def member_index(values: Sequence[int] | Tensor | None, population: int, limit: int, name: str, what: str) -> Tensor:
-    """A per-member index (path or fold) as an int64 CPU tensor [P], None giving 0 to everyone;
-    checked once on the host."""
+    """A per-member path or fold index, an int64 CPU tensor [P] (None: 0), checked on the host."""
     if values is None:
         return torch.zeros(population, dtype=torch.int64)
     idx = torch.as_tensor(values, dtype=torch.int64).flatten().cpu()
@@ -196,7 +181,6 @@ def member_paths(path_of_member: Sequence[int] | Tensor | None, population: int,
 
 
 def path_index(market: Market, rows: Tensor) -> Tensor | None:
-    """What to index the market with: None on a one-row market (the cheaper 1-D lookup), else
-    `rows`."""
+    """What to index the market with: None on a one-row market (a 1-D lookup), else `rows`."""
     return None if market.n_rows == 1 else rows
 

@@ -1,7 +1,5 @@
-"""A Gymnasium environment over one segment: the features and reward of the vectorised one, so an
-agent of another RL library sees what tune-gems' DQN sees. Observation Box(W+1) float32; action
-MultiDiscrete([A, A]) (direction, size); truncated after `episode_length` steps or at the segment's
-end."""
+"""A Gymnasium environment over one segment, with the vectorised one's features and reward: Box(W+1)
+observations, MultiDiscrete([A, A]) actions, truncated after `episode_length` steps."""
 
 from __future__ import annotations
 

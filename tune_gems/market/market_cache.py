@@ -1,5 +1,4 @@
-"""Markets already built in this process (a reused Ray actor's next trial on the same data does not
-rebuild them), keyed by what builds them."""
+"""Markets already built in this process (a reused Ray actor's next trial does not rebuild them)."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ MARKETS_KEPT = 4
 
 
 def _series_digest(prices: pd.Series | list[pd.Series] | None) -> str | None:
-    """A digest of what a Market reads from a price series (or several): values, index, name,
-    attributes."""
+    """A digest of what a Market reads from price series: values, index, name, attributes."""
     if prices is None:
         return None
     if not isinstance(prices, pd.Series):
@@ -32,18 +30,14 @@ def _series_digest(prices: pd.Series | list[pd.Series] | None) -> str | None:
 
 
 def market_key(cfg: Config, device: torch.device | str, prices: pd.Series | None, n_seed_indices: int | None = None) -> tuple:
-    """What `run_setup.prepare_market` builds its market from, as a hashable key (the data section,
-    window, episode length, seed indices, device, a digest of given prices): equal keys, equal
-    markets."""
+    """What `run_setup.prepare_market` builds from, as a hashable key: equal keys, equal markets."""
     n = cfg.trainer.population if n_seed_indices is None else int(n_seed_indices)
     data = json.dumps(cfg.data.model_dump(mode="json"), sort_keys=True)
     return (data, cfg.env.window, cfg.env.episode_length, cfg.first_seed_index, n, str(torch.device(device)), _series_digest(prices))
 
 
 class MarketCache:
-    """Markets already built in this process, by `market_key`; safe to share because nothing writes
-    to a Market after construction. Holds the `limit` most recently used; a build runs under the
-    lock."""
+    """The `limit` most recently used markets by `market_key` (a Market is never written: safe to share)."""
 
     def __init__(self, limit: int = MARKETS_KEPT):
         if limit < 1:

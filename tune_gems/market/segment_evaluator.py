@@ -12,16 +12,13 @@ from tune_gems.market.features import Market, member_paths, path_index
 
 
 class SegmentEvaluator:
-    """Runs a greedy policy over a whole segment for every member, from a flat position, as
-    fixed-shape in-place steps: `step()` is captured once as a CUDA graph and replayed
-    (`graph.StepRunner`), or run eagerly. `policy` maps [P,1,obs_dim] to actions [P,1,K] and reads
-    the live parameters inside the call."""
+    """A greedy policy over a segment for every member from flat, as fixed-shape in-place steps
+    (`graph.StepRunner` captures `step()`); `policy` ([P,1,obs_dim] -> [P,1,K]) reads live weights."""
 
     def __init__(self, market: Market, actions: ActionMap, cost: float, policy: Callable[[Tensor], Tensor],
             population: int, segment: str, path_of_member: Sequence[int] | Tensor | None = None,
             fold_of_member: Sequence[int] | Tensor | None = None):
-        """`path_of_member`, `fold_of_member` [P]: each member's path and fold (default 0); it walks
-        its fold's window of `segment`."""
+        """`path_of_member`, `fold_of_member` [P]: each member's path and fold (default 0)."""
         dev = market.device
         self.market, self.actions, self.cost, self.policy = market, actions, cost, policy
         self.path_of_member = member_paths(path_of_member, population, market)
@@ -55,8 +52,7 @@ class SegmentEvaluator:
 
 
 def evaluate_segment(*args, **kwargs) -> tuple[Tensor, Tensor]:
-    """Eager one-off evaluation (the arguments of `SegmentEvaluator`): per-step net returns and
-    positions, both [P,T]."""
+    """Eager evaluation (`SegmentEvaluator`'s arguments): net returns and positions, both [P,T]."""
     ev = SegmentEvaluator(*args, **kwargs)
     for _ in range(ev.T):
         ev.step()

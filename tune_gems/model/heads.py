@@ -1,7 +1,5 @@
-"""Parameters a gem owns (`Gem.head`), built with the network from the member generators. A head's
-direct children are population layers, whose effective weights the network computes with its own
-each iteration (one flat parameter matrix, optimizer step and graph); `forward(*args, weights)`
-receives {child name: (W, b)}."""
+"""Parameters a gem owns (`Gem.head`): population layers whose effective weights the network
+computes with its own (one parameter matrix, optimizer step and graph); `forward(*args, weights)`."""
 
 from __future__ import annotations
 
@@ -16,8 +14,7 @@ from tune_gems.model.layers import PopLinear
 
 @dataclass(frozen=True)
 class HeadContext:
-    """What a head factory gets: the member generators (consumed in a fixed order for the initial
-    weights), the model config, the trunk width H, branches K and sub-actions A."""
+    """What a head factory gets: the member generators, the model config, H, K and A."""
 
     generators: list[torch.Generator]
     model: ModelConfig

@@ -1,10 +1,6 @@
-"""Per-member selections skipped when every member chooses alike.
-
-Arms select each member's side with `torch.where(mask, a, b)`; when every member has the same switch
-(every single-arm run), the mask is known on the host before capture and `select` returns that side
-itself: the same bits, one elementwise pass (and its backward) fewer. The side not chosen gets no
-gradient instead of an exact zero, which changes no sum (the arms invariant,
-tests/test_arms_learner.py)."""
+"""Per-member selections skipped when every member chooses alike: the mask is then a host fact and
+`select` returns that side itself (the same bits, one elementwise pass fewer; an unchosen side gets
+no gradient instead of an exact zero: tests/test_arms_learner.py)."""
 
 from __future__ import annotations
 
@@ -23,8 +19,7 @@ def uniform(flags: Sequence[bool]) -> Uniform:
 
 
 def select(common: Uniform, mask: Tensor, a: Tensor, b: Tensor | float) -> Tensor:
-    """torch.where(mask, a, b), or the chosen side itself when `common` says every member
-    chooses alike (a float `b` is then broadcast to a's shape)."""
+    """torch.where(mask, a, b), or the chosen side itself when `common` says all agree."""
     if common is True:
         return a
     if common is False:

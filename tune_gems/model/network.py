@@ -1,11 +1,7 @@
-"""The population-batched branching dueling C51 network.
-
-obs [P,N,obs_dim] -> trunk (spectral-normed linear layers) -> h [P,N,H] -> one fused first stream
-layer (value + K advantage streams, NoisyNet) -> value logits [P,N,atoms] and advantage logits
-[P,K,N,A,atoms] -> dueling per branch [P,N,K,A,atoms]. The branches' advantage features [P,K,N,Hs]
-are G6's input; gem heads (`model.heads`) share the member generators and the flat parameter matrix.
-Spectral norm and NoisyNets are per-member switches: every member carries both states, so the
-architecture, a seed's initial weights and its noise do not depend on them."""
+"""The population-batched branching dueling C51 network: obs [P,N,obs_dim] -> trunk -> h [P,N,H] ->
+one fused stream layer -> value logits [P,N,atoms] and advantage logits [P,K,N,A,atoms] -> dueling
+[P,N,K,A,atoms]; the advantage features [P,K,N,Hs] are G6's input. Spectral norm and NoisyNets are
+per-member switches over one architecture, so a seed's weights and noise do not depend on them."""
 
 from __future__ import annotations
 
@@ -36,9 +32,8 @@ class BranchingC51(nn.Module):
     def __init__(self, cfg: ModelConfig, obs_dim: int, branches: int, sub_actions: int, seeds: list[int],
                  heads: dict[str, HeadFactory] | None = None, spectral_norm: Sequence[bool] | None = None,
                  noisy: Sequence[bool] | None = None, member_block: int | None = None):
-        """`heads`: gem name -> factory of its parameters (`Gem.head`). `spectral_norm`, `noisy`: P
-        per-member switches (default: the config's for all). `member_block`: members per arm, kept
-        apart in every matmul (None: one block)."""
+        """`heads`: gem name -> factory of its parameters; `spectral_norm`, `noisy`: P per-member
+        switches (default the config's); `member_block`: members per arm, apart in every matmul."""
         super().__init__()
         self.cfg, self.K, self.A, self.P = cfg, branches, sub_actions, len(seeds)
         gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
@@ -66,7 +61,6 @@ class BranchingC51(nn.Module):
             if hasattr(layer, "set_layer_products"):
                 layer.set_layer_products(self.products)
 
-    # -- effective weights -------------------------------------------------------------------
     def weight_layers(self) -> dict[str, nn.Module]:
         layers = {f"trunk{i}": m for i, m in enumerate(self.trunk)}
         layers.update(stream_in=self.stream_in, value_out=self.value_out, adv_out=self.adv_out)
@@ -94,17 +88,14 @@ class BranchingC51(nn.Module):
             offset += layer.noise_size
 
     def resample_noise_from_uniforms(self, u: Tensor) -> None:
-        """The Triton path's noise (`model.layer_kernel: triton`): fresh factorised noise from
-        uniforms u [P, 2 x noise_size], Box-Muller and f(eps) inside one kernel per noisy layer."""
+        """The Triton path's noise from uniforms u [P, 2 x noise_size], one kernel per noisy layer."""
         offset = 0
         for layer in self.noisy_layers():
             layer.resample_from_uniforms(u, offset)
             offset += layer.noise_size
 
-    # -- forward -----------------------------------------------------------------------------
     def forward(self, obs: Tensor, w: dict[str, tuple[Tensor, Tensor]], logits: bool = True) -> NetOutput:
-        """The outputs on obs [P,N,obs_dim]; `logits=False` leaves the dueling logits out, for a
-        caller that feeds value/adv to the fused dueling-C51 head."""
+        """The outputs on obs [P,N,obs_dim]; `logits=False` leaves the dueling logits out (the fused head)."""
         P, N, _ = obs.shape
         K, A, Hs = self.K, self.A, self.cfg.stream_hidden
         x = obs

@@ -1,6 +1,4 @@
-"""Graph-safe, deterministic ops for the gems and the C51 head, and the choice of backend. Importing
-it registers the `tune_gems::*` custom ops; a learner calls `resolve_backend(config.kernels,
-device)` once at setup and uses the returned `GemOps`."""
+"""Graph-safe, deterministic ops for the gems and the C51 head, and the backend chosen once per run."""
 
 from tune_gems.ops.backend import KERNEL_CHOICES, GemOps, custom_op_ops, reference_ops, resolve_backend
 from tune_gems.ops.build import kernels_dir, load_extension

@@ -1,8 +1,6 @@
 """The implementation of the gems and C51 ops for one learner, chosen once before capture
-(`resolve_backend`): kernels="reference" the plain reference functions; "cuda" the custom ops on the
-built extension (KernelBuildError without); "auto" the custom ops on CPU (their CPU implementation
-is the reference), the extension on CUDA if it builds, else the reference with one warning per
-process."""
+(`resolve_backend`): "reference" plain functions; "cuda" the custom ops on the built extension;
+"auto" the custom ops on CPU, the extension on CUDA if it builds, else the reference (warned once)."""
 
 from __future__ import annotations
 
@@ -22,9 +20,9 @@ REFERENCE_BACKEND = "reference"
 
 
 class GemOps:
-    """The functions of one backend: one attribute per row of `custom_ops.OP_TABLE`, each with its
-    reference's signature. `name`: "cuda" when the CUDA kernels run, else "reference"; `fused`: the
-    calls go through the custom ops (a gem's own `fused` is used exactly then)."""
+    """One backend's functions: an attribute per row of `custom_ops.OP_TABLE`; `name` says which
+    math runs, `fused` whether the calls go through the custom ops (a gem's `fused` is used exactly
+    then)."""
 
     def __init__(self, name: str, fused: bool):
         self.name, self.fused = name, fused
@@ -47,9 +45,7 @@ def custom_op_ops(name: str) -> GemOps:
 
 
 def resolve_backend(kernels: str, device: torch.device | str) -> GemOps:
-    """The GemOps for `kernels` (auto|cuda|reference) on `device`; ConfigError for an unknown
-    choice, KernelBuildError when "cuda" cannot be honoured. May build the extension (minutes, once
-    per node)."""
+    """The GemOps for `kernels` on `device` (may build the extension: minutes, once per node)."""
     if kernels not in KERNEL_CHOICES:
         raise ConfigError(f"kernels: expected one of {'|'.join(KERNEL_CHOICES)}, got {kernels!r}")
     device = torch.device(device)

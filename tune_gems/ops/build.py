@@ -1,12 +1,8 @@
-"""JIT build and process-level cache of the CUDA extension (kernels/binding.cpp + kernels/*.cu).
-
-Built once per node for the device's architecture: the build folder is keyed by a hash of the
-sources, versions, arch and flags, and torch's file lock there makes concurrent workers wait for one
-build. A finished build that imported writes a record (`BUILT_RECORD`: key and sha256), and a later
-process with a matching record imports the library itself: no ninja, no compiler probes, no
-torch.utils.cpp_extension, a short trial start-up. `_CACHE` is the one mutable state of
-tune_gems.ops: the loaded extension or the build failure per architecture, so a failing build is
-tried and warned about once."""
+"""JIT build and process-level cache of the CUDA extension (kernels/). Built once per node into a
+folder keyed by a hash of sources, versions, arch and flags; a build that imported records its
+library's sha256 (`BUILT_RECORD`), and a later process with a matching record imports it directly
+(no ninja, no compiler probes: a short trial start-up). `_CACHE` holds the extension or the failure
+per architecture, so a failing build is tried and warned about once."""
 
 from __future__ import annotations
 
@@ -110,8 +106,7 @@ def _library_path(build_dir: Path, name: str) -> Path:
 
 
 def built_library(build_dir: Path, name: str, key: str) -> Path | None:
-    """The library of a finished build of `key`, or None: no record, another key or file, or bytes
-    not the recorded ones."""
+    """The library of a finished build of `key`, or None (no record, another key, other bytes)."""
     try:
         record = json.loads((build_dir / BUILT_RECORD).read_text())
     except (OSError, ValueError, UnicodeDecodeError):
@@ -126,8 +121,7 @@ def built_library(build_dir: Path, name: str, key: str) -> Path | None:
 
 
 def _record_build(build_dir: Path, name: str, key: str) -> None:
-    """Write BUILT_RECORD for the library just built and imported (a failure only costs the next
-    start-up)."""
+    """Write BUILT_RECORD for the library just built and imported (a failure costs only a start-up)."""
     library = _library_path(build_dir, name)
     try:
         body = json.dumps({"key": key, "library": library.name, "sha256": sha256_regular(library, None, KernelBuildError)})
@@ -146,8 +140,7 @@ def _import_library(name: str, library: Path) -> types.ModuleType:
 
 
 def _compile(arch: str) -> types.ModuleType:
-    """Import the finished build of `arch` when its record matches, else build (or reuse) it through
-    torch; KernelBuildError on any failure."""
+    """Import the recorded build of `arch`, else build it through torch; KernelBuildError on any failure."""
     folder = kernels_dir()
     sources, _ = _source_files(folder)
     key = build_key(arch, folder)
@@ -208,8 +201,7 @@ def _cuda_device(device: torch.device | str | int) -> torch.device:
 
 
 def load_extension(device: torch.device | str | int = "cuda") -> types.ModuleType:
-    """The compiled extension for `device`, built on first use (KernelBuildError); a failed build is
-    not retried."""
+    """The compiled extension for `device`, built on first use; a failed build is not retried."""
     device = _cuda_device(device)
     arch = device_arch(device)
     with _CACHE.lock:

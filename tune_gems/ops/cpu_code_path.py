@@ -1,13 +1,9 @@
-"""One CPU code path on every x86 CPU, so a CPU run's bits do not depend on the machine.
-
-MKL picks AVX2 or AVX-512 kernels and, outside its strict mode, rounds with the operands' alignment
-(an arm's slice of a several-arm network differed by an ulp from the arm alone on AVX-512); ATen's
-own kernels add in different orders at the two widths (the README's sweep objectives differed in the
-second digit). Both are pinned to AVX2 (`MKL_CBWR=AVX2,STRICT`, `ATEN_CPU_CAPABILITY=avx2`) before
-any tensor work: by the CLI, inherited by its Ray workers, and again in each trial (a worker of a
-cluster started elsewhere has neither). A value the user set is kept once checked
-(`cpu_environment`); a CPU without AVX2 keeps ATen's choice (naming a width the CPU lacks would
-crash it)."""
+"""One CPU code path on every x86 CPU, so a CPU run's bits do not depend on the machine: MKL's
+kernels round with the operands' alignment outside its strict mode, and ATen's add in other orders
+at AVX-512 than at AVX2 (the README's sweep objectives differed in the second digit). Both are
+pinned to AVX2 before any tensor work, by the CLI and again in each trial (a worker of a cluster
+started elsewhere has neither pin). A user's own value is kept once checked; a CPU without AVX2
+keeps ATen's choice."""
 
 from __future__ import annotations
 
@@ -33,8 +29,8 @@ def cpu_has_avx2(read: Callable[[], str] | None = None) -> bool:
 
 
 def pin_cpu_code_path(environ: MutableMapping[str, str] = os.environ, has_avx2: Callable[[], bool] = cpu_has_avx2) -> str:
-    """Check `environ`'s CPU variables (ConfigError naming a bad one), then set MKL's path and, on
-    an AVX2 CPU, ATen's width, unless the user chose them; MKL's path in force."""
+    """Check `environ`'s CPU variables, then pin MKL's path and (on AVX2) ATen's width unless set;
+    MKL's path."""
     check_cpu_environment(environ)
     if CPU_KERNEL_WIDTH_ENV not in environ and has_avx2():
         environ[CPU_KERNEL_WIDTH_ENV] = CPU_KERNEL_WIDTH

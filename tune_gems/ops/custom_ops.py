@@ -51,8 +51,8 @@ def _contiguous(args: tuple) -> list:
 
 
 def _cuda_or_reference(reference_impl: Callable, extension_function: str) -> Callable:
-    """An op's CUDA implementation: the extension's function when it is loaded for the device, else
-    the reference."""
+    """An op's CUDA implementation: the extension's function once loaded for the device, else the
+    reference."""
 
     def cuda_impl(*args):
         device = next(a.device for a in args if isinstance(a, Tensor))
@@ -68,10 +68,9 @@ _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
 
 
 def _define(name: str, reference_impl: Callable, extension_function: str, fake: Callable) -> torch._ops.OpOverload:
-    """One custom op `tune_gems::<name>` (schema from reference_impl's annotations): the reference
-    for every device, the extension on CUDA, the fake. Through the low-level `Library`, not
-    `torch.library.custom_op`, whose `torch._disable_dynamo` wrapper imports torch._dynamo (seconds
-    of start-up); the same dispatch keys and autograd, the same bits."""
+    """One custom op `tune_gems::<name>`: the reference for every device, the extension on CUDA, the
+    fake. Through the low-level `Library`, not `custom_op`, whose wrapper imports torch._dynamo
+    (seconds)."""
     schema = torch.library.infer_schema(reference_impl, mutates_args=())
     _LIBRARY.define(f"{name}{schema}")
     _LIBRARY.impl(name, reference_impl, "CompositeExplicitAutograd")
@@ -89,8 +88,8 @@ def _saved_inputs(inputs: tuple, output) -> tuple:
 
 
 def _value_grad(grad_per_sample: Optional[Tensor], grad_value: Optional[Tensor], shape_of: Tensor):
-    """(grad_per_sample or None, grad_value or zeros [P]): grads are not materialised, and a
-    backward op takes None only for the per-sample one."""
+    """(grad_per_sample or None, grad_value or zeros [P]): a backward op takes None for the
+    per-sample one only."""
     if grad_value is None:
         grad_value = grad_per_sample.new_zeros(shape_of.shape[0])
     return grad_per_sample, grad_value
@@ -98,10 +97,8 @@ def _value_grad(grad_per_sample: Optional[Tensor], grad_value: Optional[Tensor],
 
 def _define_differentiable(forward_op, backward_op, n_inputs: int, saved: Callable = _saved_inputs,
         differentiable_outputs: int = 0, per_sample_value: bool = True) -> None:
-    """Autograd of forward_op through backward_op(*grad_outputs, *saved(inputs, output)), whose
-    outputs are the gradients of the leading inputs (the rest get None). Only the first
-    `differentiable_outputs` outputs (0: all) carry a gradient; with per_sample_value=False the
-    gradients reach the backward op as they are."""
+    """Autograd of forward_op through backward_op(*grads, *saved(inputs, output)), whose outputs are
+    the leading inputs' gradients; only the first `differentiable_outputs` (0: all) carry one."""
 
     def setup_context(ctx, inputs, output) -> None:
         ctx.set_materialize_grads(False)
@@ -135,10 +132,6 @@ def _like(*shapes_of: int) -> Callable:
         return out[0] if len(out) == 1 else out
 
     return fake
-
-
-# ---------------------------------------------------------------- reference implementations
-# (real annotations: torch.library infers each op's schema from them)
 
 
 def _g6_reference(f: Tensor) -> Tensor:
@@ -206,8 +199,6 @@ def _c51_loss_fake(logits: Tensor, m: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return per_sample, value, logits.new_empty(logits.shape)
 
 
-# ---------------------------------------------------------------- the ops
-
 g6_branch_indep = _define("g6_branch_indep", _g6_reference, "g6_forward", lambda f: f.new_empty((f.shape[0],)))
 g6_branch_indep_backward = _define("g6_branch_indep_backward", _g6_backward_reference, "g6_backward", _like(1))
 _define_differentiable(g6_branch_indep, g6_branch_indep_backward, n_inputs=1)
@@ -257,8 +248,7 @@ _define_differentiable(dueling_c51, dueling_c51_backward, n_inputs=4, per_sample
 
 
 def _fused_c51_target(online_logits: Tensor, target_logits: Tensor, support: Tensor) -> Tensor:
-    """tune_gems::c51_target on logits [..., K, A, atoms] (leading dims flattened), in
-    online_logits' dtype."""
+    """tune_gems::c51_target on logits [..., K, A, atoms], in online_logits' dtype."""
     *lead, K, A, atoms = online_logits.shape
     dtype = online_logits.dtype
     p_next = torch.ops.tune_gems.c51_target(online_logits.reshape(-1, K, A, atoms),
@@ -266,13 +256,9 @@ def _fused_c51_target(online_logits: Tensor, target_logits: Tensor, support: Ten
     return p_next.view(*lead, K, atoms)
 
 
-# ---------------------------------------------------------------- the op table
-
-
 @dataclass(frozen=True)
 class OpCall:
-    """One op with its plain reference's signature and return: that reference, and the call through
-    the custom op (`fused`), masks and rewards cast to the main input's dtype."""
+    """One op: its plain reference and the custom-op call (`fused`), masks and rewards cast to one dtype."""
 
     reference: Callable
     fused: Callable
@@ -297,5 +283,4 @@ OP_TABLE: dict[str, OpCall] = {
         torch.ops.tune_gems.dueling_c51(value, adv.to(value.dtype), support.to(value.dtype), action)
     )),
 }
-"""Every op, once: the backend builds its functions from it (`resolve_backend`) and a built-in gem's
-`fused` is its row, so a new fused op is one row (docs/gems.md "A CUDA kernel for a gem")."""
+"""Every op, once: the backend's functions and the built-in gems' `fused` are its rows (docs/gems.md)."""

@@ -1,5 +1,5 @@
-"""The double-DQN C51 target in plain torch, the reference of `tune_gems::c51_target`: the online
-network selects (argmax of expected Q, first maximum on a tie), the target network evaluates."""
+"""The double-DQN C51 target, `tune_gems::c51_target`'s reference: the online net selects, the
+target evaluates."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import torch
 
 
 def c51_target(online_logits: Tensor, target_logits: Tensor, support: Tensor) -> Tensor:
-    """p_next [..., K, atoms] from logits [..., K, A, atoms] and support [atoms]. No gradient (a
-    target)."""
+    """p_next [..., K, atoms] from logits [..., K, A, atoms] and support [atoms] (first maximum on a tie)."""
     q = (torch.softmax(online_logits, dim=-1) * support).sum(-1)  # [..., K, A]
     a_star = q.argmax(dim=-1)  # [..., K]: double DQN, the online net selects
     p = torch.softmax(target_logits, dim=-1)  # the target net evaluates

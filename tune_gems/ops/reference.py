@@ -1,6 +1,5 @@
-"""Plain-torch references of the gems, the C51 projection and the C51 loss: the exact math of
-docs/design.md "The gems", the oracle of every CUDA kernel, and what the custom ops run on CPU. `nd`
-is the not-done mask [P,B]; nothing reduces across the population axis P."""
+"""Plain-torch references of the gems and C51 (docs/design.md "The gems"): every kernel's oracle and
+what the custom ops run on CPU. `nd` is the not-done mask [P,B]; nothing reduces across P."""
 
 from __future__ import annotations
 
@@ -8,22 +7,19 @@ import torch
 from torch import Tensor
 
 G6_EPS_REL = 1e-3
-"""G6's variance floor relative to the branch's mean feature variance: with an absolute floor,
-wiring could lower G6 by shrinking features instead of decorrelating them; relative, G6(c f) =
-G6(f). Part of the function (its gradient flows)."""
+"""G6's variance floor relative to the branch's mean feature variance, so G6(c f) = G6(f): with an
+absolute one, wiring could lower G6 by shrinking the features. Its gradient flows."""
 G6_EPS_FLOOR = 1e-12
 """Absolute floor under the relative one, so a constant branch standardises to 0, not 0/0."""
 
 
 def g6_eps(var: Tensor) -> Tensor:
-    """The floor per member and branch: G6_EPS_REL x the mean of `var` [P,K,1,D] over features +
-    G6_EPS_FLOOR."""
+    """The floor per member and branch: G6_EPS_REL x the mean of `var` [P,K,1,D] + G6_EPS_FLOOR."""
     return (G6_EPS_REL * var.mean(dim=3, keepdim=True)) + G6_EPS_FLOOR
 
 
 def g6_branch_indep(f: Tensor) -> tuple[None, Tensor]:
-    """G6 branch independence, f [P,K,B,D] -> (None, value [P]): each feature standardised over the
-    batch (floored by `g6_eps`), then the mean of R_kl[i,j]^2 over branch pairs k<l and i,j."""
+    """G6, f [P,K,B,D] -> (None, value [P]): mean R_kl[i,j]^2 over branch pairs of standardised features."""
     P, K, B, D = f.shape
     if K < 2:
         return None, f.new_zeros(P)
@@ -52,8 +48,7 @@ def g12_predictive(pred: Tensor, target: Tensor, nd: Tensor) -> tuple[Tensor, Te
 
 
 def c51_project(p: Tensor, r: Tensor, g: Tensor, v_min: float, v_max: float) -> Tensor:
-    """Categorical projection of r + g*z onto the support (gather form), p [N,atoms], r, g [N] (g =
-    gamma^n * nd)."""
+    """Categorical projection of r + g*z onto the support (gather form), p [N,atoms], r, g [N]."""
     atoms = p.shape[-1]
     dz = (v_max - v_min) / (atoms - 1)
     z = v_min + dz * torch.arange(atoms, device=p.device, dtype=p.dtype)

@@ -1,7 +1,5 @@
-"""Closed-form gradients of the reference gems and C51 loss, what the backward ops run on CPU: an op
-implementation runs below autograd's dispatch key, so they are written out (the formulas the CUDA
-kernels implement; tested against torch.autograd and gradcheck). `grad_per_sample` [P,B] may be
-None; `grad_value` [P]."""
+"""Closed-form gradients of the reference gems and C51 loss, what the backward ops run on CPU (an op
+runs below autograd's dispatch key); tested against torch.autograd and gradcheck."""
 
 from __future__ import annotations
 
@@ -20,9 +18,8 @@ def sample_weight(grad_per_sample: Tensor | None, grad_value: Tensor, B: int) ->
 
 
 def g6_branch_indep_grad(grad_value: Tensor, f: Tensor) -> Tensor:
-    """d/df of grad_value . g6_branch_indep(f), f [P,K,B,D]: through R_kl = z_k^T z_l / B, then z =
-    (f - mean) / sd (dL/df_b = (g_b - mean_B g - z_b mean_B(g z)) / sd), plus the path through the
-    floor eps (`reference.g6_eps`)."""
+    """d/df of grad_value . g6_branch_indep(f), through z = (f - mean) / sd and the floor
+    `reference.g6_eps`."""
     P, K, B, D = f.shape
     if K < 2:
         return torch.zeros_like(f, memory_format=torch.contiguous_format)

@@ -1,9 +1,7 @@
-"""Where a run stands out of sample, in one statement: the end of `train`, the first line of the
-analysis report, and the verdicts' `skill` flag. The metric is each configuration's test alpha
-Sharpe at the final epoch per member seed (test Sharpe for older results), diverged members out; the
-reference is flat (exactly 0); the interval is the signed-rank one at 95% ("below flat" per arm,
-"above flat" at Bonferroni over the configurations: the best of several is selected); conditional on
-the one test period. The baseline rows stay as a description (docs/evaluation.md "Baselines")."""
+"""Where a run stands out of sample, in one statement (the end of `train`, the report's first line,
+the verdicts' `skill` flag): each configuration's final test alpha Sharpe per seed against flat
+(exactly 0), the signed-rank interval at 95% ("above flat" at Bonferroni over the configurations),
+conditional on the one test period (docs/evaluation.md "Baselines")."""
 
 from __future__ import annotations
 
@@ -20,20 +18,14 @@ SKILL_METRICS = ("test_alpha_sharpe", "test_sharpe")
 SKILL_CONFIDENCE = 0.95
 BASELINE_PREFIX = "baseline: "
 SKILL_COLUMNS = ("skill_metric", "skill_seeds", "skill_estimate", "skill_ci_low", "skill_ci_high", "skill_ci_low_adjusted")
-"""Columns `baseline_comparison` adds per configuration: the metric, its seeds, the estimate, the
-interval and the lower bound at Bonferroni over the configurations (NaN on baseline rows)."""
-
-
-def _configurations(table: pd.DataFrame) -> pd.DataFrame:
-    is_base = table["configuration"].astype(str).str.startswith(BASELINE_PREFIX)
-    return table[~is_base]
+"""Columns added per configuration: metric, seeds, estimate, interval, Bonferroni lower bound."""
 
 
 def _standing(table: pd.DataFrame) -> tuple[str, pd.DataFrame, str] | None:
     """(metric, the configurations with an estimate, their standing against flat), or None."""
     if table is None or table.empty or "skill_estimate" not in table.columns:
         return None
-    configs = _configurations(table).dropna(subset=["skill_estimate"])
+    configs = table[~table["configuration"].astype(str).str.startswith(BASELINE_PREFIX)].dropna(subset=["skill_estimate"])
     if configs.empty:
         return None
     metric = str(configs["skill_metric"].iloc[0])
@@ -73,8 +65,7 @@ def baseline_headline(table: pd.DataFrame) -> str:
 
 
 def skill_flag(table: pd.DataFrame) -> str:
-    """The verdicts' `skill` flag: the statement, said only when every arm lies below flat (a
-    verdict then says whether wiring helps this learner, not that it has skill); '' otherwise."""
+    """The statement, said only when every arm lies below flat; '' otherwise."""
     found = _standing(table)
     if found is None:
         return ""
@@ -93,8 +84,7 @@ def _num(x: float, fmt: str = ".2f") -> str:
 
 
 def _skill_columns(g: pd.DataFrame, metric: str | None) -> dict[str, Any]:
-    """One configuration's per-seed values of the metric and their interval (the adjusted bound
-    comes later)."""
+    """One configuration's per-seed values of the metric and their interval."""
     out: dict[str, Any] = {c: math.nan for c in SKILL_COLUMNS}
     if metric is None or metric not in g.columns:
         return out
@@ -111,8 +101,7 @@ def _skill_columns(g: pd.DataFrame, metric: str | None) -> dict[str, Any]:
 
 def baseline_comparison(exp: Any) -> pd.DataFrame:
     """Each configuration (experiment, trial's label, arm) at its final epoch beside the baselines
-    of the same segments: mean val/test Sharpe and alpha Sharpe over non-diverged members, the
-    baseline rows (averaged over paths), and per configuration SKILL_COLUMNS."""
+    of the same segments: mean Sharpe and alpha Sharpe over non-diverged members, and SKILL_COLUMNS."""
     cols = ("val_sharpe", "val_alpha_sharpe", "test_sharpe", "test_alpha_sharpe")
     rows: list[dict[str, Any]] = []
     m = exp.members

@@ -1,9 +1,7 @@
-"""The one statistical rule of the verdicts: the Wilcoxon signed-rank test on per-seed paired
-differences, its Hodges-Lehmann estimate and the interval that inverts the same test, exact for any
-n, with a diverged member entering as the worst outcome (docs/analysis.md "The rule"). Vectorised
-over a leading axis of datasets, so the calibrations run the very code the verdicts use. Ties:
-W(theta) = #{Walsh averages > theta} + 0.5 #{== theta}, a +inf/-inf average a tie at every theta
-(the exact null is then slightly conservative)."""
+"""The one rule of the verdicts: the exact Wilcoxon signed-rank test on per-seed paired differences,
+its Hodges-Lehmann estimate and the interval that inverts it, a diverged member the worst outcome
+(docs/analysis.md "The rule"), vectorised over datasets so the calibrations run this very code.
+W(theta) counts Walsh averages > theta plus half of those == theta (+inf/-inf: a tie)."""
 
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ import numpy as np
 from scipy import stats as sps
 
 EXACT_MAX_N = 400
-"""Exact null distribution up to this many seeds (O(n^3) once per n); normal with continuity
-correction beyond."""
+"""Exact null distribution up to this many seeds; a continuity-corrected normal beyond."""
 
 
 @lru_cache(maxsize=64)
@@ -49,8 +46,7 @@ def _sf_at(cdf: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def walsh_averages(d: np.ndarray) -> np.ndarray:
-    """[S, n(n+1)/2] Walsh averages (d_i + d_j) / 2, i <= j, of each row of d [S, n]; NaN where +inf
-    meets -inf."""
+    """[S, n(n+1)/2] Walsh averages of each row of d [S, n]; NaN where +inf meets -inf."""
     n = d.shape[1]
     i, j = np.triu_indices(n)
     with np.errstate(invalid="ignore"):
@@ -71,8 +67,8 @@ def critical_count(n: int, tail: float) -> int:
 
 
 def walsh_interval(sorted_w: np.ndarray, n: int, tail: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
-    """Shifts not rejected by the two-sided test with `tail` in each tail: (low, high) [S] from the
-    row-sorted Walsh averages `sorted_w` [S, N] (NaN last); -inf / +inf where too few seeds."""
+    """(low, high) [S] of the shifts the two-sided test at `tail` per side keeps, from row-sorted
+    Walsh averages (NaN last); -inf / +inf where too few seeds."""
     s, total = sorted_w.shape
     tails = np.broadcast_to(np.asarray(tail, float), (s,))
     if np.ndim(tail) == 0:
@@ -91,10 +87,8 @@ def walsh_interval(sorted_w: np.ndarray, n: int, tail: np.ndarray | float) -> tu
 
 
 def rank_test(d: np.ndarray, *, rope: float = 0.0, tail: np.ndarray | float = 0.025) -> dict[str, np.ndarray]:
-    """The signed-rank rule on each row of d [S, n] (every row the same n, no NaN): arrays [S] of
-    `estimate` (Hodges-Lehmann), `p` (two-sided, shift = 0), `p_greater` / `p_less` (one-sided
-    against -rope / +rope, TOST's two tests; `p_tost` their max) and `low`, `high` (the interval at
-    `tail` per side)."""
+    """The rule on each row of d [S, n]: arrays [S] of `estimate`, `p` (two-sided), `p_greater` /
+    `p_less` (TOST against -rope / +rope; `p_tost` their max), `low`, `high` (at `tail` per side)."""
     d = np.atleast_2d(np.asarray(d, float))
     s, n = d.shape
     if n == 0:
@@ -116,8 +110,7 @@ def rank_test(d: np.ndarray, *, rope: float = 0.0, tail: np.ndarray | float = 0.
 
 
 def worst_outcome_difference(hi: np.ndarray, lo: np.ndarray, hi_div: np.ndarray, lo_div: np.ndarray) -> np.ndarray:
-    """hi - lo per pair with divergence the worst outcome: -inf when only the hi side diverged, +inf
-    when only the lo side did, a tie (0) when both did (`verdict_gain` and the verdicts use this)."""
+    """hi - lo per pair, divergence the worst outcome (-inf, +inf, or a tie when both diverged)."""
     hi, lo = np.asarray(hi, float), np.asarray(lo, float)
     hi_div, lo_div = np.asarray(hi_div, bool), np.asarray(lo_div, bool)
     with np.errstate(invalid="ignore"):
@@ -126,15 +119,13 @@ def worst_outcome_difference(hi: np.ndarray, lo: np.ndarray, hi_div: np.ndarray,
 
 
 def hodges_lehmann(d: np.ndarray) -> float:
-    """The verdicts' estimand: the Hodges-Lehmann pseudo-median of per-seed differences; NaN for
-    none."""
+    """The Hodges-Lehmann pseudo-median of per-seed differences (NaN for none)."""
     d = np.asarray(d, float).ravel()
     return float(rank_test(d[None, :])["estimate"][0]) if d.size else math.nan
 
 
 def _holm_steps(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Holm's step-down per row of p [S, m], NaN left out of the family: (order, sorted p,
-    multiplier m_row - j at sorted position j; <= 0 past the family)."""
+    """Holm's step-down per row of p [S, m], NaN out: (order, sorted p, multiplier m_row - j)."""
     order = np.argsort(p, axis=1, kind="stable")
     ps = np.take_along_axis(p, order, 1)
     family = (~np.isnan(p)).sum(1, keepdims=True)
@@ -148,8 +139,8 @@ def _unsort(values: np.ndarray, order: np.ndarray) -> np.ndarray:
 
 
 def holm_batch(p: np.ndarray) -> np.ndarray:
-    """Holm-adjusted p along the last axis of p [S, m], vectorised over rows (NaN out of the family,
-    staying NaN); checked against statsmodels by tests/test_libraries.py."""
+    """Holm-adjusted p along the last axis of p [S, m], NaN out of the family (checked against
+    statsmodels)."""
     p = np.asarray(p, float)
     order, ps, steps = _holm_steps(p)
     adj = np.minimum(np.maximum.accumulate(ps * steps, axis=1), 1.0)  # NaN past the family: sorted last
@@ -165,9 +156,8 @@ def holm(p: np.ndarray) -> np.ndarray:
 
 
 def holm_levels(p: np.ndarray, alpha: float) -> np.ndarray:
-    """Per-test two-sided level whose interval agrees with Holm's decision at family level alpha,
-    along the last axis of p: alpha / (m - j) at sorted step j while the earlier steps rejected,
-    alpha / m after a failed step (those intervals cannot exclude 0, like their Holm decisions)."""
+    """Per-test level whose interval agrees with Holm at family level alpha: alpha / (m - j) at step
+    j while the earlier steps rejected, alpha / m after a failed step."""
     p = np.asarray(p, float)
     if not p.size:
         return p.copy()
@@ -190,9 +180,8 @@ _HERMITE = np.polynomial.hermite_e.hermegauss(40)
 
 
 def _rank_power(shift: float, n: int, alpha: float, p_div: float) -> float:
-    """Large-sample power of the two-sided signed-rank test at `alpha` for n units of difference
-    `shift` + N(0, 1), each side diverging with probability `p_div` (the worst outcome): the
-    Walsh-average count as a U-statistic (Hoeffding's variance) against the null's mean and spread."""
+    """Large-sample power of the test at `alpha` for n units of difference `shift` + N(0, 1), each
+    side diverging with probability `p_div`: the Walsh count as a U-statistic."""
     r, a, c = (1 - p_div) ** 2, p_div * (1 - p_div), p_div**2  # normal; -inf (= +inf rate); tie
     x, w = _HERMITE
     w = w / w.sum()
@@ -226,10 +215,8 @@ def _rank_shift(n: int, alpha: float, power: float, p_div: float) -> float:
 
 
 def min_detectable_effect(sd: float, n: int, alpha: float, power: float, p_div: float = 0.0) -> float:
-    """Shift the signed-rank test detects with probability `power` at two-sided `alpha` with n seeds
-    of paired-difference sd `sd`: the t-test's times sqrt(pi/3), scaled by `_rank_power`'s ratio for
-    divergence at rate `p_div`; +inf when n seeds cannot reach `alpha`. Checked against simulation
-    by tests/test_calibration.py."""
+    """Shift the test detects with probability `power` at `alpha` with n seeds of paired sd `sd`:
+    the t-test's x sqrt(pi/3), scaled for divergence at `p_div`; +inf when n cannot reach `alpha`."""
     if n < 2 or not np.isfinite(sd):
         return math.nan
     if smallest_p(n) > alpha:  # even a unanimous sign cannot reject: nothing is detectable

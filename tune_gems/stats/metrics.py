@@ -1,6 +1,5 @@
 """Trading metrics and the names of every column a run reports (docs/design.md "Reported metric
-names"): Tune results, the tables and HEALTH_DIAG use them, the analysis reads them without the
-trainer. A metric takes per-step net returns: 1-D gives a float, [P,T] one value per row."""
+names"). A metric takes per-step net returns: 1-D gives a float, [P,T] one value per row."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ EVAL_STATS = ("sharpe", "beta", "alpha_sharpe", "turnover", "max_drawdown", "sha
 EVAL_HISTORY = tuple(
     f"{seg}_{stat}_mean" for seg in SEGMENTS for stat in EVAL_STATS if stat != "sharpe"
 ) + tuple(f"{seg}_alpha_sharpe_std" for seg in SEGMENTS) + tuple(f"{seg}_breakeven_cost_bps_median" for seg in SEGMENTS)
-"""History aggregates of the evaluation statistics over non-diverged members: means (breakeven over
-finite values only), the alpha Sharpe's spread and the breakeven cost's median (heavy-tailed)."""
+"""History aggregates over non-diverged members: means, the alpha Sharpe's spread, breakeven's median."""
 
 OBJECTIVES = ("val_sharpe_mean_lastk", "val_alpha_sharpe_mean_lastk")
 """Search objectives: means over the last min(k, epochs) epochs, k = `trainer.objective_last_k`."""
@@ -43,8 +41,7 @@ def gem_metrics(plugins: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
 
 
 def gem_columns(plugins: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
-    """Per gem metric M: M, then every M_rel (M / C51 loss), M_null (NaN without a null) and
-    M_excess (M - M_null)."""
+    """Per gem metric M: M, then every M_rel (M / C51 loss), M_null and M_excess (M - M_null)."""
     gems = gem_metrics(plugins)
     return (*gems, *(f"{g}_rel" for g in gems), *(f"{g}_null" for g in gems), *(f"{g}_excess" for g in gems))
 
@@ -74,8 +71,7 @@ def fold_metrics(folds: tuple[int, ...] | list[int] = ()) -> tuple[str, ...]:
 
 HISTORY_PREFIX = "history"
 HISTORY_FOLD_JOIN = "."
-"""Per-history columns with >= 2 histories: `<metric>@history<h>`, and with >= 2 folds
-`<metric>@history<h>.fold<k>`; `@fold<k>` stays the mean over every history's fold k."""
+"""Per-history columns: `<metric>@history<h>`, with folds `<metric>@history<h>.fold<k>`."""
 
 
 def history_fold_suffix(history: int, fold: int | None = None) -> str:
@@ -91,19 +87,16 @@ def history_metrics(histories: tuple[int, ...] | list[int] = (), folds: tuple[in
 
 
 GAIN_METRICS = ("val_sharpe_gain", "val_alpha_sharpe_gain")
-"""Paired gains of a designed run: mean over seed indices of `proposal` minus `control` validation
-Sharpe / alpha Sharpe (NaN where a member of a pair diverged)."""
+"""Paired gains: mean over seed indices of proposal minus control (NaN where a pair diverged)."""
 GAIN_OBJECTIVES = tuple(f"{g}_lastk" for g in GAIN_METRICS)
 """Their means over the last min(k, epochs) epochs (as OBJECTIVES)."""
 GEM_GAIN_PREFIX = "gain_"
 VERDICT_GAIN = "verdict_gain"
-"""The verdict's own statistic as a trial's gain, so a search optimises what decides
-(`arm_sets.verdict_gains`); per gem `verdict_gain_<gem>`, proposal minus without-<gem>."""
+"""The verdict's statistic as a trial's gain (`arm_sets.verdict_gains`), so a search optimises it."""
 VERDICT_GAIN_PREFIX = f"{VERDICT_GAIN}_"
 SEARCHABLE_GAINS = (*GAIN_METRICS, *GAIN_OBJECTIVES, VERDICT_GAIN)
 DIVERGENCE_SCORED = (VERDICT_GAIN,)
-"""Objectives that score divergence themselves (the worst outcome): a diverged trial reports them as
-they are, and Optuna records it COMPLETE at that value."""
+"""Objectives that score divergence themselves: reported as they are, COMPLETE in Optuna."""
 
 
 def has_gain_arms(arms: tuple[str, ...] | list[str]) -> bool:
@@ -113,9 +106,7 @@ def has_gain_arms(arms: tuple[str, ...] | list[str]) -> bool:
 
 
 def gain_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
-    """The gain columns of a run with these arms (none without a design): GAIN_METRICS,
-    GAIN_OBJECTIVES, `gain_<gem>` per gem of the run, VERDICT_GAIN and `verdict_gain_<gem>`: fixed
-    per run, whatever Optuna proposes."""
+    """The gain columns of a run with these arms (none without a design), fixed per run by the registry."""
     if not has_gain_arms(arms):
         return ()
     names = [g.name for g in registry.run_gems(plugins)]
@@ -194,8 +185,7 @@ def sortino(returns: Any, periods_per_year: float = 252) -> Any:
 
 
 def max_drawdown(returns: Any) -> Any:
-    """Largest fall of the equity curve prod(1 + r) from 1 (a first-step loss counts), as a positive
-    fraction."""
+    """Largest fall of prod(1 + r) from 1 (a first-step loss counts), as a positive fraction."""
     arr, one = _as_2d(returns)
     equity = np.cumprod(1.0 + arr, axis=1)
     equity = np.concatenate([np.ones((arr.shape[0], 1)), equity], axis=1)
@@ -223,8 +213,7 @@ RESERVED_PREFIXES = ("val_", "test_", "train_", "gain_")
 
 
 def check_plugin_columns(plugins: tuple[str, ...] | list[str]) -> None:
-    """ConfigError when a plug-in gem's metric (or a derived column) is, or reads as, a column the
-    tables already have."""
+    """ConfigError when a plug-in gem's metric or derived column is, or reads as, a table's column."""
     from tune_gems.contracts.errors import ConfigError
     from tune_gems.contracts.result_files import ID_COLUMNS, TRIAL_COLUMNS
 

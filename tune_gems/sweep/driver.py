@@ -1,10 +1,6 @@
-"""`tune-gems sweep`: validate, start or join Ray, run Tune + Optuna, write the result tables.
-
-Everything a user can get wrong is checked before Ray starts and nothing is written until it passes.
-A local run starts a private Ray on loopback that dies with the driver; RAY_ADDRESS joins a cluster.
-`--resume` continues the stored run (differing overrides refused); Ctrl-C saves Tune's state, writes
-the tables with the unfinished trials `UNFINISHED` and exits 130. One driver per local experiment
-folder. The steps: `preflight`, `resume`, `tune_run`, `outcome`."""
+"""`tune-gems sweep`: validate everything before Ray starts, start a private loopback Ray or join
+RAY_ADDRESS, run Tune + Optuna, write the tables; Ctrl-C saves Tune's state and exits 130 for
+`--resume`. The steps live in `preflight`, `resume`, `tune_run` and `outcome`."""
 
 from __future__ import annotations
 
@@ -38,8 +34,7 @@ RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 
 def _resolve_data_path(spec: SweepSpec, spec_path: Path) -> None:
-    """Relative data paths made absolute against the current directory, wherever Ray runs the
-    driver."""
+    """Relative data paths made absolute here, wherever Ray runs the driver."""
     data = spec.config.get("data") or {}
     entries = data.get("histories") if isinstance(data.get("histories"), list) else []
     for where in (data, *(h for h in entries if isinstance(h, dict))):  # data.path and every history's own
@@ -59,9 +54,7 @@ def _gpus_per_trial(spec: SweepSpec) -> float:
 def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, storage: str | None = None,
         name: str | None = None, resume: bool = False, verbose: bool = False,
         dry_run: bool = False) -> SweepOutcome | None:
-    """Run (or with `resume`, finish) the sweep; `verbose` shows Ray's per-checkpoint lines and
-    warnings. `dry_run`: every check, then the plan (`dry_run.sweep_plan`) instead of the sweep;
-    returns None."""
+    """Run (or with `resume`, finish) the sweep; `dry_run`: every check, then the plan, returning None."""
     check_ray_address()  # a RAY_ADDRESS Ray cannot take, refused before anything else
     spec_path = Path(spec_path)
     overrides = list(overrides or [])

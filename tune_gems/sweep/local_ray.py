@@ -1,14 +1,8 @@
-"""Where a sweep's Ray runs: a cluster named by RAY_ADDRESS, or a private local instance on loopback
-that dies with the driver (docs/cluster.md "Local runs"): `ray.init()` on Linux binds to the network
-address, and a SIGKILLed driver's agents outlive it.
-
-RAY_ADDRESS is checked first (`ray_address_endpoint`) and a host:port must accept a TCP connection
-within ADDRESS_PROBE_S (Ray's client waits silently for minutes). A local instance is
-`address="local"` with its node address on loopback (the cluster switch turned off), guarded by a
-watchdog process (`sweep.watchdog`) and a watch thread (`RayWatch`): when a core process ends under
-a running sweep, one line says how `--resume` continues and the driver exits `EXIT_RAY_LOST`. Two
-private Ray names remain for want of public ones: `ray._private.ray_constants.ENABLE_RAY_CLUSTER`
-and `ray.init(_node_ip_address=...)`."""
+"""Where a sweep's Ray runs: a cluster named by RAY_ADDRESS (checked, and its host:port probed,
+before Ray's client waits silently for minutes), or a private instance on loopback guarded by a
+watchdog process and a `RayWatch` thread, dying with the driver (docs/cluster.md "Local runs"). Two
+private Ray names have no public equivalent: `ray_constants.ENABLE_RAY_CLUSTER` and
+`ray.init(_node_ip_address=...)`."""
 
 from __future__ import annotations
 
@@ -31,8 +25,7 @@ RAY_CORE_PROCESSES = ("gcs_server", "raylet")
 """The processes of a local Ray without which it is gone."""
 WATCH_POLL_S = 1.0
 EXIT_RAY_LOST = 75
-"""Exit status of a sweep whose Ray stopped under it (sysexits' EX_TEMPFAIL: try again with
---resume)."""
+"""Exit status of a sweep whose Ray stopped under it (EX_TEMPFAIL: try again with --resume)."""
 
 
 LOCAL_ADDRESS = "local"
@@ -51,8 +44,7 @@ def joining_cluster() -> bool:
 
 
 def ray_address_endpoint(address: str) -> tuple[str, int] | None:
-    """(host, port) of a RAY_ADDRESS value to probe, None for `auto` and `local`; anything but
-    host:port or ray://host:port is refused in one line."""
+    """(host, port) of a RAY_ADDRESS to probe (None for `auto`, `local`); anything else refused."""
     if address in (AUTO_ADDRESS, LOCAL_ADDRESS):
         return None
     rest = address.removeprefix(CLIENT_SCHEME)
@@ -67,9 +59,7 @@ def ray_address_endpoint(address: str) -> tuple[str, int] | None:
 
 
 def loopback_cluster() -> bool:
-    """Whether RAY_ADDRESS names a cluster on this machine's loopback (a head started with
-    `--node-ip-address 127.0.0.1`): Ray would resolve it to the network address, where it does not
-    listen."""
+    """Whether RAY_ADDRESS names a cluster on this machine's loopback (Ray would resolve it away)."""
     import ipaddress
 
     endpoint = ray_address_endpoint(os.environ[ADDRESS_ENV]) if joining_cluster() else None
@@ -89,8 +79,7 @@ def check_ray_address() -> None:
 
 
 def probe_ray_address(address: str, timeout_s: float = ADDRESS_PROBE_S) -> None:
-    """Refuse, naming it, a cluster address where nothing accepts a TCP connection within
-    `timeout_s`."""
+    """Refuse a cluster address where nothing accepts a TCP connection within `timeout_s`."""
     endpoint = ray_address_endpoint(address)
     if endpoint is None:
         return
@@ -112,8 +101,7 @@ def probe_cluster() -> None:
 
 
 def prepare_loopback() -> None:
-    """Before Ray is imported: a bad RAY_ADDRESS refused, and a local instance (or the driver of a
-    loopback cluster) kept on loopback."""
+    """Before Ray is imported: a bad RAY_ADDRESS refused, a local instance kept on loopback."""
     check_ray_address()
     if not joining_cluster() or loopback_cluster():
         os.environ[CLUSTER_SWITCH_ENV] = "0"
@@ -143,8 +131,8 @@ def core_processes(pids: set[int]) -> dict[int, str]:
 
 
 class RayWatch(threading.Thread):
-    """Polls `watched` ({pid: name}); the first that ends calls `on_lost(name, pid)` once. `stop()`
-    ends the watch first, so a shutdown is not reported as a loss."""
+    """Polls `watched` ({pid: name}); the first that ends calls `on_lost(name, pid)` once (not after
+    `stop()`)."""
 
     def __init__(self, watched: dict[int, str], on_lost: Callable[[str, int], None], poll_s: float = WATCH_POLL_S) -> None:
         super().__init__(name="tune-gems-ray-watch", daemon=True)
@@ -183,8 +171,7 @@ class RayWatch(threading.Thread):
 
 
 def report_lost_and_exit(hint: str) -> Callable[[str, int], None]:
-    """When the driver's Ray is lost: one line on stderr, then exit EXIT_RAY_LOST at once (Ray's
-    client would wait for the GCS, then kill the process itself)."""
+    """One line on stderr and exit EXIT_RAY_LOST at once (Ray's client would wait, then kill)."""
 
     def lost(name: str, pid: int) -> None:
         sys.stdout.flush()
@@ -223,8 +210,7 @@ class RaySession:
 
 
 def start_or_join(log_to_driver: bool = True, lost_hint: str | None = None) -> RaySession:
-    """Join RAY_ADDRESS, or start a private loopback instance with its watchdog; an initialised Ray
-    is used as it is. With `lost_hint` (e.g. the --resume command) a private instance is watched."""
+    """Join RAY_ADDRESS or start a private watched instance (an initialised Ray is used as it is)."""
     import ray
 
     if ray.is_initialized():

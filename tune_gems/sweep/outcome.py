@@ -1,5 +1,4 @@
-"""The end of a sweep: Tune's finished trials, the Optuna journal tidied and joined, the tables
-written, the summary printed, the SweepOutcome returned."""
+"""The end of a sweep: the journal tidied and joined, the tables written, the summary printed."""
 
 from __future__ import annotations
 
@@ -30,8 +29,6 @@ class SweepOutcome:
 
 
 def print_summary(trials: pd.DataFrame, experiment: str, mode: str = "max", metric: str = "objective") -> None:
-    """The closing table (best objective first, a note when every objective ties), then where the
-    results are."""
     table = closing_table(trials, mode)  # the best objective first (tune_gems.sweep.console)
     note = tie_note(trials, metric)
     table += f"\nnote: {note}" if note else ""
@@ -40,8 +37,7 @@ def print_summary(trials: pd.DataFrame, experiment: str, mode: str = "max", metr
 
 
 def finish_sweep(results, spec: SweepSpec, store: ExperimentStore, name: str, spec_path: Path) -> SweepOutcome:
-    """Tables and summary from Tune's ResultGrid `results`; an interrupted sweep's unfinished trials
-    are marked UNFINISHED and left, with their Optuna trials, to `--resume`."""
+    """Tables and summary from Tune's ResultGrid; unfinished trials are marked UNFINISHED for `--resume`."""
     statuses = stored_trial_statuses(store)
     interrupted = any(s not in ("TERMINATED", "ERROR") for s in statuses.values())
     journal = store.journal_path(JOURNAL_FILE)

@@ -1,6 +1,5 @@
-"""The sweep's checks before anything is written: memory at both ends of every searched parameter,
-the plug-in gems' dry evaluation, the storage and experiment folder, and once joined a node that
-holds one trial; each refusal one line naming the key."""
+"""The sweep's checks before anything is written or Ray starts, each refusal one line naming the
+key."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ NODE_POLL_S = 1.0
 
 
 def check_memory(spec: SweepSpec, source: str) -> None:
-    """One trial's memory, at the base config and at both ends of every searched parameter, with the
-    design's widest arms."""
+    """One trial's memory at the base config and at both ends of every searched parameter, widest arms."""
     widest = widest_trial(spec) if spec.design != "none" else {}
     gpu_trial = bool(spec.resources.gpu)  # its trials run on a GPU node, whatever this machine has
     check_training_fits(designed_config(spec, widest), where=f"{source}: ", gpu_trial=gpu_trial)
@@ -34,8 +32,7 @@ def check_memory(spec: SweepSpec, source: str) -> None:
 
 
 def trials_on_cpu(spec: SweepSpec) -> bool:
-    """Whether the trials run on the CPU: `config.device: cpu`, `resources.gpu: 0`, or no GPU asked,
-    none here and no cluster named (a cluster's GPUs are known only once joined)."""
+    """Whether the trials run on the CPU (a cluster's GPUs are known only once joined)."""
     if spec.base_config().device == "cpu" or spec.resources.gpu == 0:
         return True
     if spec.resources.gpu is not None or os.environ.get("RAY_ADDRESS"):
@@ -46,9 +43,7 @@ def trials_on_cpu(spec: SweepSpec) -> bool:
 
 
 def check_layer_kernel(spec: SweepSpec, source: str) -> None:
-    """`model.layer_kernel: triton`, set or searched, for trials on the CPU without Triton's
-    interpreter is refused here (`triton_layers.check_runs_on`): every trial would fail once Ray
-    started."""
+    """`model.layer_kernel: triton` for trials on the CPU without Triton's interpreter: refused now."""
     space = spec.search.params.get("model.layer_kernel")
     keys = [("config.model.layer_kernel", spec.base_config().model.layer_kernel)]
     keys += [("search.params.model.layer_kernel", c) for c in (space.choices or () if space is not None else ())]
@@ -64,8 +59,7 @@ def check_layer_kernel(spec: SweepSpec, source: str) -> None:
 
 
 def check_plugins_dry(spec: SweepSpec, prices, source: str) -> None:
-    """The plug-in gems' dry evaluation before Ray starts, as a trial runs it, on the widest trial
-    with every plug-in gem at least measured, shrunk to one seed and a minimal replay on the CPU."""
+    """The plug-in gems' dry evaluation before Ray starts, on the widest trial shrunk to the CPU."""
     from tune_gems.config.load import build_config
     from tune_gems.gems import run_gems
     from tune_gems.trainer.trainer import Trainer
@@ -92,8 +86,7 @@ def _fits(node: dict[str, Any], cpu: float, gpu: float) -> bool:
 
 
 def check_trial_resources(cpu: float, gpu: float, wait_s: float) -> None:
-    """A node of the cluster must hold one trial, or Tune waits forever; with
-    `resources.wait_for_nodes_s` > 0, warn and wait that long for an autoscaler."""
+    """A node must hold one trial, or Tune waits forever (`resources.wait_for_nodes_s`: wait for one)."""
     import ray
 
     def nodes() -> list[dict[str, Any]]:

@@ -1,8 +1,6 @@
-"""Tune's results into the experiment's tables (docs/results.md). History rows come from every
-result a trial reported, the last report of an epoch winning, and an epoch whose report was lost
-from the history beside the latest checkpoint; member rows and side tables from the trial's own
-files (`sweep.trial_files`) or that history. Each trial's `eval_returns.npz` is copied to
-`eval_returns/<trial_id>.npz`, where the market-noise interval reads it."""
+"""Tune's results into the experiment's tables (docs/results.md): the last report of an epoch wins,
+a lost one comes from the history beside the latest checkpoint, member rows and side tables from the
+trial's files (`sweep.trial_files`); each trial's eval returns are copied out."""
 
 from __future__ import annotations
 
@@ -53,8 +51,7 @@ def _one_line(error: BaseException | None) -> str | None:
 
 
 def _checkpoint_files(result) -> tuple[dict[str, Any] | None, bytes | None]:
-    """(the history beside the trial's latest checkpoint, its eval_returns.npz bytes), each None
-    when absent; the checkpoint opened once (a remote one is downloaded)."""
+    """(the history beside the latest checkpoint, its eval_returns.npz bytes), each None if absent."""
     checkpoint = getattr(result, "checkpoint", None)
     if checkpoint is None:
         return None, None
@@ -82,8 +79,7 @@ def _fill_from_checkpoint(rows: list[dict[str, Any]], saved: dict[str, Any] | No
 
 
 def _members_by_epoch(rows: list[dict[str, Any]], saved: dict[str, Any] | None, files: TrialFiles) -> dict[int, list[dict]]:
-    """Each epoch's member rows: from the latest checkpoint's history where it holds the epoch, else
-    the epoch's file, else the report itself (older results). Resume is exact, so sources agree."""
+    """Each epoch's member rows: the checkpoint's history, else the epoch's file, else the report."""
     checkpointed: dict[int, list[dict]] = {}
     for m in (saved or {}).get("members", []):
         checkpointed.setdefault(int(m["epoch"]), []).append(m)
@@ -102,8 +98,7 @@ def _members_by_epoch(rows: list[dict[str, Any]], saved: dict[str, Any] | None, 
 
 
 def _trial_table(files: TrialFiles, name: str, df: pd.DataFrame | None, key: str) -> list[dict]:
-    """A trial's side-table records: its file, else the first report that carried them (older
-    results)."""
+    """A trial's side-table records: its file, else the first report that carried them."""
     table = files.read_json(name)
     if isinstance(table, list):
         return table
@@ -127,17 +122,8 @@ class SweepTables:
     histories: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def _ordered_union(seqs: list[tuple[str, ...]]) -> list[str]:
-    out: dict[str, None] = {}
-    for seq in seqs:
-        out.update(dict.fromkeys(seq))
-    return list(out)
-
-
 def collect_tables(result_grid, base: dict[str, Any], experiment: str, statuses: dict[str, str] | None = None,
         design: str = "none") -> SweepTables:
-    """The tables of a sweep from Tune's results; `statuses`: Tune's persisted status per trial id
-    (missing: finished); `design`: the spec's, applied to every trial's config."""
     trials, history, members, arms, baselines, folds, histories = [], [], [], [], [], [], []
     eval_returns: dict[str, bytes] = {}
     history_cols: list[tuple[str, ...]] = []
@@ -193,7 +179,7 @@ def collect_tables(result_grid, base: dict[str, Any], experiment: str, statuses:
         trial["objective"] = last.get("objective", math.nan)
         trial["node_id"], trial["gpu_ids"] = last.get("node_id"), last.get("gpu_ids")
         trials.append(trial)
-    epoch_cols = _ordered_union(history_cols) or list(epoch_metrics(plugins))
+    epoch_cols = list(dict.fromkeys(c for cols in history_cols for c in cols)) or list(epoch_metrics(plugins))
     th = pd.DataFrame(trials)
     hist = pd.DataFrame(history, columns=[*ID_COLUMNS, *epoch_cols])
     mem = pd.DataFrame(members, columns=[*ID_COLUMNS, *MEMBER_IDS, *member_metrics(plugins)])
@@ -226,8 +212,7 @@ def write_frames(store: ExperimentStore, frames: dict[str, pd.DataFrame]) -> dic
 
 
 def write_tables(store: ExperimentStore, tables: SweepTables) -> None:
-    """Every table as parquet (side tables only with rows), gems.json and each trial's eval returns,
-    each atomically, then the tables' checksums in the marker."""
+    """Every table and gems.json and the eval returns, each atomically, then their checksums."""
     frames = {TRIALS_FILE: tables.trials, HISTORY_FILE: tables.history, MEMBERS_FILE: tables.members}
     if len(tables.arms):
         frames[ARMS_PARQUET] = tables.arms

@@ -1,7 +1,5 @@
-"""What `--resume` continues from: the experiment's record (the marker with the spec's and data's
-checksums, then spec.yaml), written by a first run and checked by the run that resumes it (an
-override that changes the stored spec is refused, naming the key), and which trials are unfinished
-and from which epoch each restarts (`restart_lines`)."""
+"""What `--resume` continues from: the experiment's record (marker checksums, spec.yaml), checked
+before it resumes (a changed stored spec or data refused), and where each unfinished trial restarts."""
 
 from __future__ import annotations
 
@@ -44,9 +42,8 @@ def resolved_spec(spec: SweepSpec) -> dict[str, Any]:
 
 
 def stored_spec(store: ExperimentStore, overrides: list[str], given: SweepSpec, spec_path: Path) -> SweepSpec:
-    """The spec a `--resume` continues with: the stored spec.yaml, overrides that change it refused;
-    a SPEC file that differs is noted (the stored one runs). Refused fail-closed when the stored
-    spec or data changed or the marker lacks the checksums (`run_record`)."""
+    """The stored spec.yaml, overrides that change it refused (a differing SPEC file noted); refused
+    fail-closed when the spec or data changed or the checksums are missing."""
     from pydantic import ValidationError
 
     where = f"{store.uri}/{SPEC_FILE}"
@@ -110,8 +107,7 @@ def write_record(store: ExperimentStore, spec_text: bytes, data_record: dict[str
 
 
 def record_tables(store: ExperimentStore, written: dict[str, bytes]) -> None:
-    """The checksums of the tables just written in the marker (`run_record.TABLES_KEY`): what
-    `confirm` verifies."""
+    """The checksums of the tables just written, in the marker: what `confirm` verifies."""
     fields = table_checksums(written)
     marker, _problem = stored_marker(store)
     if store.disk_dir is not None and marker is not None:
@@ -126,8 +122,7 @@ def resume_command(spec_path: Path, store: ExperimentStore, name: str) -> str:
 
 @dataclass(frozen=True)
 class StoredTrial:
-    """A trial in Tune's newest persisted experiment state: its status, last processed result and
-    folder."""
+    """A trial in Tune's newest persisted state: status, last processed result, folder."""
 
     status: str
     last_result: dict[str, Any]
@@ -135,9 +130,8 @@ class StoredTrial:
 
 
 def stored_trials(store: ExperimentStore) -> dict[str, StoredTrial]:
-    """{trial_id: StoredTrial} from Tune's newest persisted experiment state ({} without one). Tune
-    writes it a last time on interruption, then marks its in-memory trials TERMINATED, so the file,
-    not the ResultGrid, tells an interrupted trial from a finished one."""
+    """{trial_id: StoredTrial} from Tune's newest persisted state: the file, not the ResultGrid
+    (which marks interrupted trials TERMINATED), tells an interrupted trial from a finished one."""
     import pyarrow.fs as pafs
 
     try:
@@ -169,10 +163,8 @@ RESULTS_FILE = "result.json"
 
 
 def checkpoint_epoch(store: ExperimentStore, trial: StoredTrial) -> int | None:
-    """The epoch a resumed `trial` restarts after: its newest checkpoint Tune registered (in the
-    last result, else the last in its result.json before it), or None. Not the newest checkpoint
-    folder: one written while Ctrl-C stopped the sweep was never registered, and Tune does not
-    restore it."""
+    """The epoch a resumed `trial` restarts after: its newest checkpoint Tune registered (not the
+    newest folder: one written while Ctrl-C stopped the sweep is not restored), or None."""
     last = trial.last_result
     if last.get(CHECKPOINT_KEY):
         return int(last["epoch"])
@@ -191,8 +183,7 @@ def checkpoint_epoch(store: ExperimentStore, trial: StoredTrial) -> int | None:
 
 
 def restart_lines(store: ExperimentStore, spec: SweepSpec) -> list[str]:
-    """What a `--resume` continues: the finished trials kept, and per unfinished trial the epoch it
-    restarts from."""
+    """What a `--resume` continues: finished trials kept, the epoch each unfinished one restarts from."""
     trials = stored_trials(store)
     if not trials:
         return [f"resuming {store.name}: Tune's stored state lists no trial yet; the sweep starts its trials"]

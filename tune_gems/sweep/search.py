@@ -1,11 +1,7 @@
-"""Optuna through Ray Tune's OptunaSearch: a define-by-run space and a persisted study.
-
-Per gem Optuna picks a mode and, only when `wire`, a log-scale weight (a conditional parameter: what
-define-by-run is for). The seeds are returned as constants, not searched (`trial_constants`), so
-they are reproducible and visible without polluting importances. The study is a journal in the
-experiment folder (`optuna.load_study` with a `JournalFileBackend`, optuna-dashboard). The private
-names used are OptunaSearch's own state, which Ray exposes no accessor for: `_ot_study`,
-`_ot_trials`, `_storage`, `_sampler`, `_study_name`, `_completed_trials`."""
+"""Optuna through Ray Tune's OptunaSearch: a define-by-run space (a weight only where a gem is
+wired; the seeds returned as constants) and a journal study in the experiment folder. The private
+names used are OptunaSearch's own state (`_ot_study`, `_ot_trials`, `_storage`, `_sampler`,
+`_study_name`, `_completed_trials`): Ray exposes no accessor."""
 
 from __future__ import annotations
 
@@ -37,8 +33,7 @@ def journal_storage(path: str | Path) -> JournalStorage:
 
 
 def clear_stale_journal_lock(journal: Path) -> bool:
-    """Remove Optuna's journal lock a killed driver left; True when one was there. Only under the
-    experiment's writer lock (`--resume`), where it is stale (Optuna would wait out 30 s)."""
+    """Remove Optuna's journal lock a killed driver left (under the writer lock only); True if one was."""
     from tune_gems.contracts.outputs import is_journal_lock
 
     lock = journal.with_name(journal.name + JOURNAL_LOCK_SUFFIX)
@@ -76,17 +71,10 @@ class DefineByRun:
 
 
 class DivergenceAwareOptunaSearch(OptunaSearch):
-    """OptunaSearch made safe for divergence and driver restarts.
-
-    - A diverged trial (NaN objective) is told FAIL, not left RUNNING.
-    - An epoch a resumed trial trains again is not reported twice (`_reported_already`).
-    - After a crash and `Tuner.restore`, a trial the journal finished already is skipped, not an
-      UpdateFinishedTrialError.
-    - A trial Optuna handed out after Tune's last snapshot is adopted by the next trial Tune asks
-      for (`_adopt`): re-run with its number and parameters, the sampler moved past its draws, so
-      the resumed sweep asks what an uninterrupted one would.
-    - `journal_mirror` = (storage URI, experiment): the journal is copied there after every trial
-      asked and finished (pickled with the searcher, so a resumed sweep keeps copying)."""
+    """OptunaSearch made safe for divergence and driver restarts: a diverged trial is told FAIL; a
+    resumed trial's repeated epochs and trials the journal finished are not told again; a trial
+    handed out after Tune's last snapshot is adopted by the next (`_adopt`); with `journal_mirror`
+    the journal is copied to the experiment after every trial asked and finished."""
 
     journal_mirror: tuple[str, str] | None = None
     objective_name: str | None = None
@@ -123,8 +111,7 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         super().on_trial_result(trial_id, result)
 
     def _reported_already(self, trial_id: str, result: dict) -> bool:
-        """Whether the Optuna trial holds this result's step already (a resumed trial reports those
-        epochs again, with the same values, and Optuna would warn once per step)."""
+        """Whether the Optuna trial holds this step already (a resumed trial reports it again)."""
         ot_trial = self._ot_trials.get(trial_id)
         step = result.get(TRAINING_ITERATION)
         if ot_trial is None or step is None:
@@ -137,8 +124,7 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         self._push_journal()
 
     def suggest(self, trial_id: str):
-        """A new trial adopts the first orphan, if any; the journal is copied after a trial is
-        asked, so Tune's state never names an Optuna trial the copied journal lacks."""
+        """Adopt the first orphan; copy the journal after each trial is asked."""
         if callable(self._space) and self._ot_study is not None and trial_id not in self._ot_trials:
             orphan = self._first_orphan()
             if orphan is not None:
@@ -151,16 +137,14 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         return config
 
     def _first_orphan(self) -> optuna.trial.FrozenTrial | None:
-        """The lowest-numbered trial no Tune trial holds and no earlier sweep closed: asked by a
-        driver killed before Tune saved it."""
+        """The lowest-numbered trial no Tune trial holds and no sweep closed."""
         held = {t.number for t in self._ot_trials.values()}
         free = [t for t in self._ot_study.get_trials(deepcopy=False) if t.number not in held and ORPHAN_ATTR not in t.user_attrs]
         return min(free, key=lambda t: t.number) if free else None
 
     def _adopt(self, orphan: optuna.trial.FrozenTrial) -> optuna.trial.Trial:
-        """The orphan to run again: the define-by-run space reads its stored parameters back, and
-        the sampler draws each once more, in order, so its random state moves on as at the first
-        asking."""
+        """The orphan to run again: its stored parameters are read back, the sampler draws each once
+        more so its state moves on as at the first asking."""
         sampler = self._ot_study.sampler
         for name, dist in orphan.distributions.items():
             if not dist.single():
@@ -168,8 +152,7 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         return optuna.trial.Trial(self._ot_study, _trial_id(self._storage, self._study_name, orphan.number))
 
     def _record_tune_id(self, trial_id: str) -> None:
-        """The Tune trial id of its Optuna trial: a user attribute of the trial, or of the study (an
-        adopted trial that finished already cannot take one)."""
+        """The Tune trial id on its Optuna trial, or on the study (a finished adopted trial)."""
         ot_trial = self._ot_trials[trial_id]
         if _stored_trial(self._ot_study, ot_trial.number).state.is_finished():
             self._ot_study.set_user_attr(f"{TUNE_TRIAL_ATTR}:{trial_id}", ot_trial.number)
@@ -177,8 +160,6 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
             ot_trial.set_user_attr(TUNE_TRIAL_ATTR, trial_id)
 
     def restore(self, checkpoint_path: str) -> None:
-        """Point the restored searcher at this driver's journal mirror (pulled from the experiment
-        folder first), not the saving driver's."""
         super().restore(checkpoint_path)
         self._rebind_journal()
 
@@ -229,8 +210,7 @@ def _trial_id(storage: optuna.storages.BaseStorage, study_name: str, number: int
 
 
 def optuna_trial_numbers(study_name: str, journal_path: Path) -> dict[str, int]:
-    """{Tune trial id: Optuna trial number} from the study's user attributes (trials.parquet's
-    `optuna_trial`)."""
+    """{Tune trial id: Optuna trial number} (trials.parquet's `optuna_trial`)."""
     study = optuna.load_study(study_name=study_name, storage=journal_storage(journal_path))
     out = {str(t.user_attrs[TUNE_TRIAL_ATTR]): t.number for t in study.get_trials(deepcopy=False) if TUNE_TRIAL_ATTR in t.user_attrs}
     prefix = f"{TUNE_TRIAL_ATTR}:"  # adopted trials that had finished (DivergenceAwareOptunaSearch._record_tune_id)
@@ -244,9 +224,8 @@ ORPHAN_ATTR = "orphaned"
 
 
 def close_orphaned_trials(study_name: str, journal_path: Path) -> int:
-    """After a sweep that finished every Tune trial: Optuna trials still RUNNING were asked by a
-    driver killed before Tune saved its state; mark them FAIL with a note; how many. Never after an
-    interrupted sweep, whose unfinished trials `--resume` finishes."""
+    """Mark FAIL the Optuna trials still RUNNING after a sweep finished every Tune trial (asked by a
+    killed driver); how many. Never after an interrupted sweep."""
     storage = journal_storage(journal_path)
     study = optuna.load_study(study_name=study_name, storage=storage)
     orphans = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING]

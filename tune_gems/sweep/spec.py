@@ -50,8 +50,7 @@ TRIAL_SET_KEYS = {
     "stride, or the block's); Optuna's value would be recorded while the design's trained: set "
     "config.first_seed_index instead",
 }
-"""Config keys the design sets per trial: Ray's OptunaSearch merges those constants over Optuna's
-suggestions, so a searched one would be recorded (and learnt from) while another value trained."""
+"""Config keys the design sets per trial: searched, one value would be recorded while another trained."""
 
 
 class ParamSpace(_Strict):
@@ -156,8 +155,7 @@ MAX_BLOCKS = 4096
 
 
 class BlocksSpec(_Strict):
-    """`blocks:` one design split into trials, one Ray Tune trial (and GPU) per block; today the
-    seed block (`first_seed_index`)."""
+    """`blocks:` one design split into seed blocks, one trial (and GPU) per block."""
 
     seed_blocks: int = Field(..., ge=1, le=MAX_BLOCKS,
         description="trial b trains seed indices [f + b*S, f + (b+1)*S), S = config.trainer.population, f = config.first_seed_index "
@@ -194,8 +192,7 @@ class SweepSpec(_Strict):
 
     @model_validator(mode="after")
     def _known_names(self) -> "SweepSpec":
-        """Gems and the objective checked against the run's own registry (plug-ins included) and
-        design."""
+        """Gems and the objective checked against the run's own registry and design."""
         from tune_gems.gems import run_gems
 
         plugins = list((self.config or {}).get("plugins") or [])

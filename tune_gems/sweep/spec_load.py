@@ -1,7 +1,5 @@
-"""A sweep spec loaded and checked before Ray starts (`load_spec`), and what it implies per trial:
-the keys the design sets (`trial_constants`, `block_grid`), a trial's config, the widest trial.
-Every searched key is checked against the config at both ends of its range and may not be one the
-design or the arms set: a typo fails here, not in a trial an hour later."""
+"""A sweep spec loaded and checked before Ray starts (`load_spec`: every searched key at both ends
+of its range), and what it implies per trial: the design's keys, a trial's config, the widest trial."""
 
 from __future__ import annotations
 
@@ -29,17 +27,14 @@ def seed_stride(spec: SweepSpec) -> int:
 
 
 def trial_constants(spec: SweepSpec, number: int) -> dict[str, int]:
-    """The config keys the design sets for Optuna's trial `number` (per_trial: seed = base + n,
-    first seed index = base + n x `seed_stride`; common: the bases), as `search.DefineByRun` returns
-    them."""
+    """The config keys the design sets for Optuna's trial `number` (`search.DefineByRun` returns them)."""
     base = spec.base_config()
     n = number if spec.seeds == "per_trial" else 0
     return {"seed": base.seed + n, FIRST_SEED_INDEX: base.first_seed_index + n * seed_stride(spec)}
 
 
 def block_grid(spec: SweepSpec) -> dict[str, list[Any]]:
-    """Per block key its values, one trial per combination (Tune's grid): today the seed block's
-    first seed index."""
+    """Per block key its values, one trial per combination (Tune's grid)."""
     if spec.blocks is None:
         return {}
     first, stride = spec.base_config().first_seed_index, seed_stride(spec)
@@ -69,8 +64,7 @@ def arms_keys(config: dict[str, Any]) -> set[str]:
 
 
 def _check_search_not_set_by_arms(spec: SweepSpec, source: str) -> None:
-    """A key both searched and set by the arms would be recorded per trial while the arms' value
-    trained: refused."""
+    """A key both searched and set by the arms is refused (the arms' value would train)."""
     set_by_arms = arms_keys(spec.config)
     searched = [(f"search.params.{k}", k) for k in spec.search.params]
     searched += [(f"search.gems.{g}", f"gems.{g}.{f}") for g in spec.search.gems for f in ("mode", "weight")]
@@ -124,8 +118,7 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
 
 
 def _check_config_keys_at_top(tree: dict[str, Any], source: str) -> None:
-    """A config key at the spec's top level (`trainer.epochs=3`, `train`'s habit) is refused naming
-    the key it means, `config.trainer.epochs`, not the closest spec key."""
+    """A config key at the spec's top level is refused naming `config.<key>`."""
     from tune_gems.config.dotted import flatten
     from tune_gems.config.keys import did_you_mean, known_keys
 
@@ -167,8 +160,7 @@ def designed_config(spec: SweepSpec, params: dict[str, Any]) -> Config:
 
 
 def widest_trial(spec: SweepSpec) -> dict[str, Any]:
-    """The parameters with the most arms under the design: every searched gem wired at its highest
-    weight."""
+    """The parameters with the most arms: every searched gem wired at its highest weight."""
     params: dict[str, Any] = {}
     for gem, gs in spec.search.gems.items():
         if "wire" in gs.modes:
@@ -214,8 +206,7 @@ def _check_design_keys(spec: SweepSpec, source: str) -> None:
 
 
 def _check_trial_grid(spec: SweepSpec, source: str) -> None:
-    """Every trial's design-set keys valid before Ray starts: the last trial or block has the
-    largest, so its widest config is built, and a refusal names the count that reaches it."""
+    """The last trial or block's design-set keys (the largest) valid before Ray starts."""
     if spec.blocks is not None:
         values = block_grid(spec)[FIRST_SEED_INDEX]
         constants, field, what = {FIRST_SEED_INDEX: values[-1]}, "blocks.seed_blocks", f"block {len(values) - 1}"
@@ -231,8 +222,7 @@ def _check_trial_grid(spec: SweepSpec, source: str) -> None:
 
 
 def _check_scheduler(spec: SweepSpec, source: str) -> None:
-    """ASHA's rungs run up to the run's epochs: a grace period past the end stops nothing, and
-    searched epochs would move the end."""
+    """ASHA's grace period must be shorter than the run, whose epochs must not be searched."""
     if spec.scheduler.type != "asha":
         return
     if "trainer.epochs" in spec.search.params:

@@ -1,8 +1,6 @@
-"""Where an experiment lives: a local folder or a URI Ray's storage understands (file://, s3://,
-gs://, any pyarrow filesystem); this class writes our own files beside Tune's. Optuna's journal
-needs a real locked file, so for a URI it lives in a local mirror, copied to the experiment after
-every finished trial and at the end (and back before a resume). `check_storage` refuses an unknown
-scheme, a missing runtime or an unreachable or read-only place before Ray starts."""
+"""Where an experiment lives: a local folder or a URI Ray's storage understands; our files go beside
+Tune's. For a URI, Optuna's journal (which needs a locked file) lives in a local mirror copied to
+the experiment after every trial. `check_storage` refuses a bad URI before Ray starts."""
 
 from __future__ import annotations
 
@@ -45,8 +43,7 @@ def open_uri(storage: str, field: str = "--storage") -> tuple[pafs.FileSystem, s
 
 
 def _within(seconds: float, call, what: str):
-    """`call()`'s result, or StorageError when it has not returned within `seconds` (its daemon
-    thread is left behind: a client waiting for an absent network cannot be interrupted)."""
+    """`call()`'s result, or StorageError after `seconds` (its daemon thread left behind)."""
     import threading
 
     box: dict[str, object] = {}
@@ -68,8 +65,7 @@ def _within(seconds: float, call, what: str):
 
 
 def check_storage(storage: str, field: str = "--storage", timeout_s: float = STORAGE_TIMEOUT_S) -> None:
-    """A URI's filesystem is known, reachable and writable: a probe file written at its root and
-    removed, within `timeout_s`. Local paths are `outputs`'s to check."""
+    """A URI's filesystem known, reachable and writable (a probe file), within `timeout_s`."""
     if not is_uri(storage):
         return
     if scheme_of(storage) != "file":
@@ -108,9 +104,8 @@ def _probe(storage: str, field: str) -> None:
 
 
 class ExperimentStore:
-    """`local_dir`: the experiment folder for a plain local path (the journal lives in it);
-    `disk_dir`: the folder on this machine for a local path or file:// URI (checked and locked like
-    any output), None for remote storage."""
+    """`local_dir`: the experiment folder for a local path; `disk_dir`: it on this machine's disk
+    (also for file://), None for remote storage."""
 
     def __init__(self, storage: str, name: str):
         self.name = name
@@ -146,8 +141,7 @@ class ExperimentStore:
             return f.read()
 
     def write_bytes(self, relative: str, data: bytes) -> None:
-        """Write through a temporary name in the same folder and rename (readers never see a partial
-        file)."""
+        """Write through a temporary name beside the file, then rename."""
         final = f"{self.root}/{relative}"
         folder, _, leaf = final.rpartition("/")
         tmp = f"{folder}/.{leaf}.tmp"
@@ -168,7 +162,5 @@ class ExperimentStore:
             pafs.copy_files(f"{self.root}/{filename}", str(self.journal_path(filename)), source_filesystem=self.fs)
 
     def push_journal(self, filename: str) -> None:
-        """Copy the local journal to the experiment folder (atomically: a lost driver leaves the
-        last copy whole)."""
         if self.local_dir is None and self.journal_path(filename).is_file():
             self.write_bytes(filename, self.journal_path(filename).read_bytes())

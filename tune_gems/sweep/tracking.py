@@ -1,7 +1,5 @@
-"""Experiment tracking for sweeps: Ray Tune's logger callbacks (Weights & Biases, MLflow) from the
-spec's `tracking` section, since a command line cannot pass callbacks. A tracker that is not
-installed, or an argument its callback does not take, is refused before Ray starts. TensorBoard
-needs no key (docs/workflow.md "Tracking")."""
+"""Experiment tracking: Ray Tune's logger callbacks (W&B, MLflow) from the spec's `tracking`,
+checked before Ray starts (docs/workflow.md "Tracking")."""
 
 from __future__ import annotations
 
@@ -39,7 +37,7 @@ def _callback_class(key: str, source: str):
 
 
 def check_tracking(tracking: TrackingSpec, source: str) -> None:
-    """Every tracker the spec names is installed and takes the given arguments (before Ray)."""
+    """Every tracker the spec names is installed and takes the given arguments."""
     for key, kwargs in _wanted(tracking):
         params = inspect.signature(_callback_class(key, source)).parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())

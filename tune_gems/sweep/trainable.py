@@ -1,12 +1,7 @@
-"""The Ray Tune function trainable: one trial = one Trainer for P seeds on its own device.
-
-Each epoch is reported with `ray.tune.report`, and when due an exact checkpoint is written in the
-background (`CheckpointReports`), so a retried trial resumes from `tune.get_checkpoint()`
-bit-identical. The reports carry scalars; member rows and side tables go to the trial's folder
-(`sweep.trial_files`), and each checkpoint carries the history so far, from which the tables fill an
-epoch whose report was lost. One actor runs trial after trial (`reuse_actors`): what a trial builds
-is its own and released before the next measures its memory; the one thing left to the next is the
-read-only market cache (`MARKETS`)."""
+"""The Ray Tune function trainable: one trial = one Trainer for P seeds on its own device, each
+epoch reported (`ray.tune.report`), exact checkpoints written in the background, so a retried trial
+resumes bit-identical. Member rows go to the trial's files. A reused actor keeps only the read-only
+market cache (`MARKETS`) from one trial to the next."""
 
 from __future__ import annotations
 
@@ -43,20 +38,14 @@ from tune_gems.trainer.run_setup import prepare_market, run_device
 from tune_gems.trainer.trainer import Trainer
 
 FINAL_MARK = "final.json"
-"""In a trial's final checkpoint, in place of the checkpoint file: its epoch and divergence. A trial
-restored from it has finished (`finished_checkpoint`)."""
+"""In a final checkpoint instead of the state: its epoch and divergence (`finished_checkpoint`)."""
 
 MARKETS = MarketCache()
 """This process's markets, by what built them (`market_cache.market_key`)."""
 
 
-def _finite_or_nan(x: Any) -> float:
-    return float(x) if x is not None and math.isfinite(float(x)) else math.nan
-
-
 def placement() -> dict[str, Any]:
-    """Where this trial runs: Ray node id, its GPU ids and CUDA_VISIBLE_DEVICES (in Tune's
-    result.json, read by benchmarks/seed_blocks.py)."""
+    """Where this trial runs: Ray node, GPU ids, CUDA_VISIBLE_DEVICES (read by benchmarks/seed_blocks.py)."""
     import ray
 
     ctx = ray.get_runtime_context()
@@ -65,8 +54,7 @@ def placement() -> dict[str, Any]:
 
 
 def write_history(path: Path, history: list[dict[str, Any]], members: list[dict[str, Any]]) -> None:
-    """Every epoch up to the checkpoint beside it: a result Tune lost is recovered from the next
-    checkpoint."""
+    """Every epoch up to the checkpoint beside it: a result Tune lost is recovered from it."""
     path.write_text(json.dumps({"history": history, "members": members}))
 
 
@@ -78,12 +66,9 @@ class PendingCheckpoint:
 
 
 class CheckpointReports:
-    """Reports to Tune, checkpoints written in the background (docs/checkpoints.md). Tune copies a
-    checkpoint's directory when it is reported, so a due checkpoint is snapshotted at its boundary,
-    written into a temporary directory while the next epoch trains, and its report held back and
-    sent with it before the next one (at once at the end or on failure): reports stay in epoch order
-    and `training_iteration` equals the trainer's epoch. A finished trainer's checkpoint is final:
-    the files beside it and FINAL_MARK, no training state."""
+    """Reports to Tune with checkpoints written in the background (docs/checkpoints.md): a due
+    checkpoint's report is held until its files are written, then sent before the next, so reports
+    stay in epoch order. A finished trainer's checkpoint holds only the files beside it."""
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
@@ -147,19 +132,16 @@ def finished_checkpoint(d: Path) -> bool:
 
 
 def trial_objective(metrics: dict[str, Any], objective: str, diverged: bool) -> float:
-    """What Optuna is told: an objective in DIVERGENCE_SCORED as it is; any other NaN when the trial
-    diverged (Optuna records a failure) or not finite."""
+    """What Optuna is told: DIVERGENCE_SCORED objectives as they are; others NaN if diverged or not finite."""
     value = float(metrics[objective])
     if objective in DIVERGENCE_SCORED:
         return value
-    return math.nan if diverged else _finite_or_nan(value)
+    return math.nan if diverged or not math.isfinite(value) else value
 
 
 def release_finished_trials() -> None:
-    """Free what earlier trials of this process left before a trial measures its memory (a finished
-    Trainer lingers until the cyclic collector runs; the caching allocator keeps freed blocks). What
-    lives at a trial's start is frozen out of later collections (`gc.freeze`), so each collection
-    scans only what came since."""
+    """Free what earlier trials left before a trial measures its memory, and freeze what lives now
+    out of later collections (`gc.freeze`: each collection scans only what came since)."""
     if gc.get_freeze_count():
         gc.collect()
         if torch.cuda.is_initialized():
@@ -169,9 +151,7 @@ def release_finished_trials() -> None:
 
 def trial_trainer(params: dict[str, Any], *, base: dict[str, Any], prices: pd.Series, design: str = "none",
         log: Callable[[str], None] | None = None, markets: MarketCache = MARKETS) -> Trainer:
-    """A trial's Trainer as `train_trial` builds it: earlier trials released, the config with the
-    design's arms, the memory check on this node, the market from the cache (benchmarks/startup.py
-    times it)."""
+    """A trial's Trainer as `train_trial` builds it (benchmarks/startup.py times it)."""
     release_finished_trials()
     cfg = trial_config(base, params, design)  # validated once, with the design's arms
     arms = run_arms(cfg)  # expanded once: the memory check, the trainer and the trial's label

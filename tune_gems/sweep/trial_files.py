@@ -1,9 +1,6 @@
-"""A sweep trial's own files in its folder: each epoch's member rows and the trial's baselines,
-folds and histories tables (read back by `sweep.results`). Not in the Tune reports: Tune hands every
-report to every driver callback and keeps it in its state, and a member table in every report was
-most of what the driver did per epoch. Written through the filesystem Tune persists the trial's
-checkpoints with, each under a temporary name and renamed; a retried epoch's file is written again,
-last write wins."""
+"""A sweep trial's own files: each epoch's member rows and its side tables (read by
+`sweep.results`), kept out of the reports that Tune hands to every callback; written atomically
+through the filesystem of the trial's checkpoints, last write wins."""
 
 from __future__ import annotations
 
@@ -25,7 +22,6 @@ def member_file(epoch: int) -> str:
 
 
 class TrialFiles:
-    """A trial's folder `folder` on the filesystem `fs` (pyarrow)."""
 
     def __init__(self, fs: pafs.FileSystem, folder: str) -> None:
         self.fs, self.folder = fs, folder.rstrip("/")

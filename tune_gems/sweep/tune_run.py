@@ -1,5 +1,4 @@
-"""The Tune run of a sweep: the Tuner, new or restored, with the trial function, resources, search
-or block grid, scheduler and callbacks."""
+"""The Tune run of a sweep: the Tuner, new or restored, with the trial function and its callbacks."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ from tune_gems.sweep.storage import ExperimentStore
 
 
 def fit_tuner(spec: SweepSpec, store: ExperimentStore, name: str, prices, resources: dict, resume: bool, verbose: bool = False):
-    """Run the sweep's trials to the end (or to Ctrl-C, Tune's state saved); Tune's ResultGrid.
-    `resume` restores the stored run and finishes its unfinished and errored trials."""
+    """Run the trials to the end (or Ctrl-C); `resume` restores and finishes unfinished and errored ones."""
     from ray import tune
 
     from tune_gems.sweep.progress import SweepConsole, TrialEvents, ray_verbosity

@@ -1,7 +1,6 @@
 """`python -m tune_gems.sweep.watchdog DRIVER_PID [EXCLUDED_PID ...]`: end a local Ray with its
-driver (docs/cluster.md "Local runs"). It remembers every descendant of the driver but the EXCLUDED
-children it had before Ray, and when the driver is gone (or on SIGTERM) sends SIGTERM, then after
-`GRACE_S` SIGKILL, to those still alive (psutil checks creation times: never a recycled pid)."""
+driver (docs/cluster.md "Local runs"): SIGTERM then SIGKILL to every descendant it saw (creation
+times checked), once the driver is gone."""
 
 from __future__ import annotations
 

@@ -1,2 +1,1 @@
-"""The learner and its training loop (knows nothing of Ray or Optuna); import each name from its
-module."""
+"""The learner and its training loop (knows nothing of Ray or Optuna)."""

@@ -1,12 +1,7 @@
-"""Checkpoints written in the background while training goes on (docs/checkpoints.md).
-
-Only reading the state back must happen at the epoch boundary; `AsyncCheckpointWriter.save`
-snapshots and returns, and one thread serialises. On CUDA the snapshot copies into pinned host
-buffers on a side stream behind the queued training work; the training stream waits on its event
-before changing a tensor, the writer before reading. The metadata is copied row by row. Buffers are
-allocated once and reused: a snapshot waits for the previous write, so at most one is in flight, in
-order. The file is written by `checkpoint.save` (temporary file + rename); a failed write raises at
-the next `save`, `wait` or `close`."""
+"""Checkpoints written in the background while training goes on (docs/checkpoints.md): `save`
+snapshots the state at the boundary (on CUDA into pinned buffers on a side stream the training
+stream then waits for) and one thread serialises it with `checkpoint.save`; one write in flight, in
+order, its error raised at the next `save`, `wait` or `close`."""
 
 from __future__ import annotations
 
@@ -26,8 +21,7 @@ AfterFn = Callable[[dict[str, Any]], None]
 
 
 def snapshot_meta(meta: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a checkpoint's metadata later training cannot change (lists and mappings copied,
-    tensors cloned)."""
+    """A copy of a checkpoint's metadata later training cannot change."""
     out: dict[str, Any] = {}
     for key, value in meta.items():
         if isinstance(value, list):
@@ -51,8 +45,7 @@ def _deep_copy(value: Any) -> Any:
 
 @dataclass
 class HostBuffers:
-    """Host tensors shaped like the state, allocated once (pinned for CUDA state) and refilled by
-    each snapshot."""
+    """Host tensors shaped like the state, allocated once (pinned for CUDA state), refilled per snapshot."""
 
     buffers: dict[str, Tensor] = field(default_factory=dict)
     _streams: dict[torch.device, Any] = field(default_factory=dict)
@@ -70,8 +63,7 @@ class HostBuffers:
         return self._streams[device]
 
     def fill(self, state: dict[str, Tensor]) -> Callable[[], None]:
-        """Copy `state` into the buffers; returns what the writer calls before reading them (waits
-        for the copies)."""
+        """Copy `state` into the buffers; returns what the writer calls before reading them."""
         for name in set(self.buffers) - set(state):
             del self.buffers[name]
         events = []
@@ -107,8 +99,7 @@ class HostBuffers:
 
 
 class AsyncCheckpointWriter:
-    """One background thread writing checkpoints from snapshots; `close()` (or the context) waits
-    for it."""
+    """One background thread writing checkpoints from snapshots; `close()` waits for it."""
 
     def __init__(self, save: SaveFn = ckpt.save) -> None:
         self._save = save
@@ -119,9 +110,8 @@ class AsyncCheckpointWriter:
 
     def save(self, path: str | Path | None, state: dict[str, Tensor], meta: dict[str, Any],
             after: AfterFn | None = None) -> Future:
-        """Snapshot `state` and `meta` now and write them to `path` in the background (after the
-        previous write); `after(meta)` runs in the writer once the file is in place. With `path`
-        None only `after` runs (a final checkpoint nothing resumes from)."""
+        """Snapshot `state` and `meta` now and write them to `path` in the background; `after(meta)`
+        runs in the writer once the file is in place (with `path` None, alone: a final checkpoint)."""
         with self._lock:
             self.wait()
             ready = self._buffers.fill(state)
@@ -144,7 +134,7 @@ class AsyncCheckpointWriter:
         return self._pending is not None and not self._pending.done()
 
     def wait(self) -> None:
-        """Until the write in flight (if any) is done; raises its error."""
+        """Until the write in flight is done; raises its error."""
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()

@@ -1,7 +1,6 @@
-"""`--dry-run` for `train` and `sweep`: check a run and say what it would do, writing nothing where
-the run would write: the resolved config's file (in a temporary folder), the members, trials, data,
-the memory estimate the real run checks, the output folder, and a time extrapolated from a
-throw-away Trainer's measured prefill, iterations and validation pass (`Trainer.sample_timings`)."""
+"""`--dry-run` for `train` and `sweep`: every check, then what the run would do, nothing written
+where it would write; its time is extrapolated from a throw-away Trainer's measured sample
+(`Trainer.sample_timings`)."""
 
 from __future__ import annotations
 
@@ -91,8 +90,8 @@ RESOLVED_PREFIX = "tune-gems-dry-run-"
 
 
 def resolved_file(tree: dict, title: str, file_name: str) -> str:
-    """The line naming the file that holds the resolved config `tree` (~150 lines that would bury
-    the plan), written to a new temporary folder."""
+    """The line naming the resolved config's file (~150 lines that would bury the plan), in a
+    temporary folder."""
     import tempfile
 
     text = yaml.safe_dump(tree, sort_keys=False)
@@ -102,8 +101,6 @@ def resolved_file(tree: dict, title: str, file_name: str) -> str:
 
 
 def train_plan(cfg: Config, out: Path, resume: bool = False, threads: str | None = None) -> list[str]:
-    """The lines of `tune-gems train --dry-run` (config and folder validated as the real command
-    does)."""
     arms = run_arms(cfg)  # expanded once, for the estimates and the throw-away trainer
     est = check_training_fits(cfg, members=arms.members)
     timing, market = estimate_time(cfg, arms=arms)
@@ -127,14 +124,15 @@ def concurrent_trials(cpu_per_trial: float, gpu_per_trial: float, max_concurrent
 
 
 def sweep_plan(spec, resolved: dict, widest: Config, prices) -> list[str]:
-    """The lines of `tune-gems sweep --dry-run` after the data lines: the spec, the widest trial's
-    members, memory and time, and the sweep's time at this machine's concurrency."""
+    import torch
+
     arms = run_arms(widest)
     est = check_training_fits(widest, members=arms.members, gpu_trial=bool(spec.resources.gpu))
-    gpu = spec.resources.gpu if spec.resources.gpu is not None else (1.0 if _has_cuda() else 0.0)
+    has_cuda = torch.cuda.is_available()
+    gpu = spec.resources.gpu if spec.resources.gpu is not None else (1.0 if has_cuda else 0.0)
     early = "; at most, ASHA stops some trials early" if spec.scheduler.type != "none" else ""
     searched = [*(f"gems.{g}" for g in spec.search.gems), *spec.search.params]
-    if gpu and not _has_cuda():  # a GPU trial's time on this machine's CPU would say nothing of it
+    if gpu and not has_cuda:  # a GPU trial's time on this machine's CPU would say nothing of it
         timed = [f"time: not measured: a trial asks for {gpu:g} GPU (resources.gpu) and this machine has none; "
                  "run the dry run on a GPU node for the trial's time"]
     else:
@@ -153,9 +151,3 @@ def sweep_plan(spec, resolved: dict, widest: Config, prices) -> list[str]:
         *timed,
         "dry run: nothing else was written, Ray was not started",
     ]
-
-
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()

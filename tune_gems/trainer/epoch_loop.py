@@ -1,8 +1,6 @@
-"""The one epoch loop of `tune-gems train`, a sweep's trial and a confirmation, with its checkpoint
-schedule. Two callbacks, because on CUDA the loop queues the next epoch between them: the snapshot
-of epoch e (`at_boundary`) is taken before e+1 is queued, then the GPU trains e+1 while the host
-reports e (`on_epoch`; docs/checkpoints.md "The next epoch queued before the report"). On the CPU
-queuing runs the epoch, so nothing is queued ahead there."""
+"""The one epoch loop (`train`, a sweep's trial, a confirmation) and its checkpoint schedule. On
+CUDA it queues epoch e+1 between its two callbacks, so the GPU trains while the host reports e
+(docs/checkpoints.md "The next epoch queued before the report")."""
 
 from __future__ import annotations
 
@@ -16,8 +14,8 @@ EpochHook = Callable[[EpochResult, bool], None]
 
 
 class CheckpointSchedule:
-    """When a checkpoint is due at an epoch boundary: `checkpoint_interval_s` after the last one,
-    every `checkpoint_every` epochs, and at the end or when stopping (0 turns a trigger off)."""
+    """When a checkpoint is due: `checkpoint_interval_s` after the last, every `checkpoint_every`
+    epochs, at the end."""
 
     def __init__(self, interval_s: float, every: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval_s, self.every, self._clock = interval_s, every, clock
@@ -36,11 +34,9 @@ class CheckpointSchedule:
 def train_epochs(trainer: Trainer, on_epoch: EpochHook | None = None, stop: Callable[[], bool] | None = None,
         clock: Callable[[], float] = time.monotonic, *, at_boundary: EpochHook | None = None,
         queue_ahead: bool | None = None) -> bool:
-    """Run epochs until the trainer is done. After each: `at_boundary(result, due)` (work that must
-    see this epoch's device state), then with `queue_ahead` (default `trainer.queues_ahead`) the
-    next epoch is queued, then `on_epoch(result, due)` (work that may block the host). `stop()` is
-    asked at each boundary: then the checkpoint is due, nothing is queued and the loop ends. Returns
-    whether it stopped early. If `on_epoch` raises, a queued epoch is discarded with the trainer."""
+    """Run epochs until the trainer is done; after each, `at_boundary(result, due)` (before the next
+    epoch is queued: `queue_ahead`, default `trainer.queues_ahead`), then `on_epoch(result, due)`. A
+    true `stop()` makes the checkpoint due and ends the loop; returns whether it did."""
     tc = trainer.cfg.trainer
     ahead = trainer.queues_ahead if queue_ahead is None else queue_ahead
     schedule = CheckpointSchedule(tc.checkpoint_interval_s, tc.checkpoint_every, clock)

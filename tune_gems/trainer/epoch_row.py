@@ -1,6 +1,5 @@
-"""An epoch's rows, the history row (means over members) and one row per member, in the column order
-of `stats.metrics`: a pure function of what the epoch measured, the members and the rows before it
-(the last-k objectives look back), the one place that builds a row."""
+"""An epoch's rows (history: means over members; one per member) in `stats.metrics`' column order: a
+pure function of what the epoch measured and the rows before it, the one place that builds a row."""
 
 from __future__ import annotations
 
@@ -28,9 +27,9 @@ class EpochResult:
 
 @dataclass(frozen=True)
 class EpochMeasures:
-    """What one epoch measured: the accumulator's per-member means (`rows`, {name: [P]}), `evals`
-    {segment: {stat: [P]}} (NaN where not evaluated or diverged), `member_diverged` [P], the
-    counters, the noise scale, the speed and the seconds of training and evaluation."""
+    """What one epoch measured: per-member accumulator means (`rows`), `evals` {segment: {stat:
+    [P]}} (NaN where not evaluated or diverged), `member_diverged`, counters, noise, speed and
+    seconds."""
 
     epoch: int
     env_steps: int
@@ -69,8 +68,7 @@ def epoch_result(
     cfg: Config, ids: MemberIds, gems: Sequence[Gem], e: EpochMeasures,
     history: list[dict[str, Any]], member_history: list[dict[str, Any]],
 ) -> EpochResult:  # fmt: skip
-    """The epoch's history and member rows, after `history` and `member_history` (the epochs
-    before)."""
+    """The epoch's history and member rows, after `history` and `member_history`."""
     rows, evals, member_diverged = e.rows, e.evals, e.member_diverged
     loss = rows["loss"]
     gem_values = {g.metric: rows[g.name] for g in gems}
@@ -143,9 +141,7 @@ def epoch_result(
 def _gains(
     cfg: Config, ids: MemberIds, e: EpochMeasures, history: list[dict[str, Any]], member_history: list[dict[str, Any]],
 ) -> dict[str, float]:  # fmt: skip
-    """A designed run's paired gains (`arm_sets.paired_gains`, per pair key), their last-k means
-    (NaN if any epoch of the window is) and the verdict's statistic on the same window
-    (`arm_sets.verdict_gains`)."""
+    """A designed run's paired gains, their last-k means and the verdict's statistic (`arm_sets`)."""
     gems, aliases, val = cfg.gem_names(), ids.aliases, e.evals["val"]
     arm_of, pair_key = list(ids.arm), list(ids.pair)
     g = paired_gains(gems, arm_of, pair_key, val["sharpe"], val["alpha_sharpe"], aliases=aliases)

@@ -1,8 +1,6 @@
-"""The kept validation evaluations: per-step net returns and positions of the last
-`trainer.objective_last_k` passes, from which the analysis draws its market-noise intervals
-(docs/results.md "eval_returns.npz"). They travel with every checkpoint (validated on resume) and
-are written beside it from that checkpoint's own metadata in the writer's thread, so the device
-facts are read once, at construction, on the training thread."""
+"""The kept validation evaluations of the last `trainer.objective_last_k` passes, for the
+market-noise interval (docs/results.md "eval_returns.npz"): in every checkpoint, and written beside
+it from its metadata in the writer's thread (the device facts read once, at construction)."""
 
 from __future__ import annotations
 
@@ -28,8 +26,7 @@ WINDOW_FIELDS = ("epochs", "returns", "positions", "diverged")
 
 @dataclass(frozen=True)
 class KeptEvaluation:
-    """One kept validation evaluation: the epoch, the per-step net returns and positions ([P,T]
-    float32) and which members had diverged ([P] bool)."""
+    """One kept evaluation: epoch, net returns and positions [P,T] float32, diverged [P]."""
 
     epoch: int
     returns: torch.Tensor
@@ -38,9 +35,7 @@ class KeptEvaluation:
 
 
 class EvalWindow:
-    """The last `last_k` kept evaluations (oldest first) and what EVAL_RETURNS_FILE writes beside
-    them: the members' identities, the asset returns the positions earn ([P,T]), each member's first
-    validation row ([P]), the cost and annualisation."""
+    """The last `last_k` kept evaluations and what EVAL_RETURNS_FILE writes beside them."""
 
     def __init__(self, cfg: Config, ids: MemberIds, asset: np.ndarray, window_start: np.ndarray):
         self.last_k, self.cost, self.periods_per_year = cfg.trainer.objective_last_k, cfg.env.cost, cfg.env.periods_per_year
@@ -50,8 +45,7 @@ class EvalWindow:
 
     @classmethod
     def of_run(cls, cfg: Config, ids: MemberIds, market: Market, evaluator: GreedyEvaluator) -> EvalWindow:
-        """The window of a run, its device facts read now (a background writer must not touch the
-        device)."""
+        """The window of a run, its device facts read now (a background writer must not touch the device)."""
         P, T = ids.members, market.ranges[EVAL_SEGMENT].length
         asset = evaluator.asset_returns(EVAL_SEGMENT)  # each member's own path and fold window
         asset = asset.expand(P, T) if asset.ndim == 1 else asset
@@ -60,7 +54,7 @@ class EvalWindow:
         return cls(cfg, ids, host, lo.cpu().numpy().astype(np.int64))
 
     def keep(self, epoch: int, returns: torch.Tensor, positions: torch.Tensor, member_diverged: np.ndarray) -> None:
-        """Append this epoch's validation series (to the host) and keep the last `last_k`."""
+        """Append this epoch's validation series (moved to the host) and keep the last `last_k`."""
         kept = KeptEvaluation(epoch, returns.detach().to("cpu", torch.float32).clone(),
             positions.detach().to("cpu", torch.float32).clone(),
             torch.as_tensor(np.asarray(member_diverged, dtype=bool)).clone())
@@ -75,8 +69,7 @@ class EvalWindow:
             "positions": torch.stack([e.positions for e in w]), "diverged": torch.stack([e.diverged for e in w])}
 
     def saved(self, path, saved: Any) -> list[KeptEvaluation]:
-        """The kept evaluations of a checkpoint's metadata, checked against this run's shapes (none
-        in an older checkpoint); installed by the caller once the whole checkpoint passed."""
+        """The kept evaluations of a checkpoint's metadata, checked against this run's shapes."""
         if saved is None:
             return []
         P, T = self.P, self.T
@@ -99,8 +92,7 @@ class EvalWindow:
         ]
 
     def arrays(self, meta: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
-        """The arrays of EVAL_RETURNS_FILE (docs/results.md "eval_returns.npz"), from the live
-        window or a checkpoint payload's `meta` (host data only)."""
+        """The arrays of EVAL_RETURNS_FILE, from the live window or a checkpoint's `meta`."""
         window = self.meta() if meta is None else meta.get(EVAL_WINDOW_KEY)
         if window is None:
             raise ValueError(f"eval_returns: the metadata has no {EVAL_WINDOW_KEY!r}")
@@ -119,7 +111,6 @@ class EvalWindow:
             "segment": np.asarray(EVAL_SEGMENT)}
 
     def write(self, directory: str | Path, meta: dict[str, Any] | None = None) -> None:
-        """Write `<directory>/eval_returns.npz` atomically from the arrays of `arrays`."""
         arrays = self.arrays(meta)
         with open_atomic(Path(directory) / EVAL_RETURNS_FILE) as f:  # never through a planted symlink
             np.savez_compressed(f, **arrays)

@@ -1,6 +1,5 @@
-"""Greedy, noise-free evaluation of the online network over a whole segment (docs/design.md "One
-iteration and the graph"): the weights computed once per pass, the steps replayed
-EVAL_STEPS_PER_GRAPH per captured graph, the statistics back in one transfer."""
+"""Greedy, noise-free evaluation over a whole segment: the weights computed once per pass, the steps
+replayed EVAL_STEPS_PER_GRAPH per captured graph, the statistics back in one transfer."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ EVAL_STEPS_PER_GRAPH = 32
 
 
 class GreedyEvaluator:
-    """The greedy policy of `learner`'s online net on `market`'s segments (their evaluators and
-    runners built on first use); `use_graph`: as the training runner."""
+    """The greedy policy of `learner`'s online net on `market`'s segments (runners built on first use)."""
 
     def __init__(self, learner: Learner, market: Market, env: EnvConfig, use_graph: bool):
         self.learner, self.market, self.env, self.use_graph = learner, market, env, use_graph
@@ -39,8 +37,7 @@ class GreedyEvaluator:
         return self._eval_w
 
     def _refresh_weights(self) -> None:
-        """The noise-free weights, computed once per pass into the fixed buffers the captured steps
-        read (the same ops on the same inputs as per step: the same bits)."""
+        """The noise-free weights, once per pass into the buffers the captured steps read (the same bits)."""
         net = self.learner.online
         with self.learner.matmul_precision():
             fresh = net.weights("eval")
@@ -52,7 +49,6 @@ class GreedyEvaluator:
                 self._eval_w[k][1].copy_(b)
 
     def runners(self, segment: str) -> tuple[SegmentEvaluator, list[tuple[StepRunner, int]]]:
-        """A segment's evaluator and its (runner, calls) pairs covering its T steps."""
         if segment not in self._segments:
             learner = self.learner
             ev = SegmentEvaluator(
@@ -70,8 +66,7 @@ class GreedyEvaluator:
 
     @torch.no_grad()
     def evaluate(self, segment: str) -> tuple[dict[str, np.ndarray], torch.Tensor, torch.Tensor]:
-        """The greedy policy over a whole segment: ({stat: [P]} for `metrics.EVAL_STATS`, net
-        returns [P,T], positions [P,T])."""
+        """The greedy policy over a segment: ({stat: [P]}, net returns [P,T], positions [P,T])."""
         ev, runners = self.runners(segment)
         self._refresh_weights()
         ev.reset()

@@ -1,7 +1,6 @@
-"""The dry evaluation of a gem at trainer construction (docs/gems.md "What is refused"): its value
-and null on sample inputs of the run's shapes without gradient, and the value again with gradient; a
-gem that raises, returns anything but a finite [P] tensor of the inputs' dtype, is refused in one
-line naming `gems.<name>` before anything is written."""
+"""The dry evaluation of a gem at trainer construction (docs/gems.md "What is refused"): value and
+null without gradient, the value again with; one that raises or returns anything but a finite [P]
+tensor of the inputs' dtype is refused in one line naming `gems.<name>`."""
 
 from __future__ import annotations
 
@@ -46,8 +45,8 @@ def _check_value(where: str, what: str, v: Any, P: int, dtype: torch.dtype) -> N
 
 
 def _with_gradients(fn: Callable[[GemInputs], Tensor], x: GemInputs) -> None:
-    """`fn` on float inputs that require gradient, and the gradient of its sum with respect to them
-    (torch.autograd.grad: no parameter's .grad is touched)."""
+    """`fn` on float inputs that require gradient, and the gradient of its sum (no parameter's .grad
+    touched)."""
     live = {k: getattr(x, k).detach().clone().requires_grad_(True) for k in ("q_t", "q_tp1", "h_t", "adv_features")}
     with torch.enable_grad():
         v = fn(dataclasses.replace(x, **live))

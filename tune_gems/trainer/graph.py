@@ -1,10 +1,7 @@
-"""Runs the training iteration eagerly, or as one captured CUDA graph replayed in place.
-
-Capture needs warm-up iterations, which would advance the state: it is snapshotted before them and
-restored after, so every real iteration runs through the graph and a resumed run is bit-identical to
-an uninterrupted one. A `SplitStep` adds host work between replays from a host count of them (the
-hard target update: a copy when due instead of a lerp in every replay); the count is read from the
-device once per capture or `invalidate`, so no replay waits for it."""
+"""Runs the training iteration eagerly, or as one captured CUDA graph replayed in place. The state
+is restored after capture's warm-up, so every real iteration runs through the graph and a resumed
+run is bit-identical. A `SplitStep` adds host work between replays (the hard target update), counted
+on the host."""
 
 from __future__ import annotations
 
@@ -15,10 +12,9 @@ from torch import Tensor
 
 
 class SplitStep:
-    """A step whose device part a graph captures and whose host part runs after it. `device()`
-    advances a 0-dim device counter (`counter()`, part of the state) by one; `host(n)` runs after
-    the call that brought it to n, launching but never reading device work. Off CUDA the counter is
-    read every eager call (free there)."""
+    """A step whose device part a graph captures (`device()`, advancing the 0-dim `counter()`) and
+    whose host part `host(n)` runs after; the count is read from the device once per capture (every
+    eager call off CUDA)."""
 
     def __init__(self, device: Callable[[], None], host: Callable[[int], None], counter: Callable[[], Tensor]):
         self.device, self.host, self._counter = device, host, counter
@@ -44,8 +40,7 @@ class SplitStep:
 class StepRunner:
     def __init__(self, step: Callable[[], None], state: Callable[[], dict[str, Tensor]], use_graph: bool,
             warmup: int = 3, steps: int = 1):
-        """`steps`: calls of `step` per call (per replay), captured together (the evaluation's many
-        small steps)."""
+        """`steps`: calls of `step` per call, captured together (the evaluation's many small steps)."""
         if steps < 1:
             raise ValueError(f"steps must be >= 1, got {steps}")
         if isinstance(step, SplitStep) and steps != 1:
@@ -74,8 +69,7 @@ class StepRunner:
             self._split.replayed()
 
     def invalidate(self) -> None:
-        """Drop the captured graph (state replaced or loaded): the next call captures again and
-        re-reads the step's counter."""
+        """Drop the captured graph (state replaced or loaded): the next call captures again."""
         self._graph = None
         if self._split is not None:
             self._split.forget()

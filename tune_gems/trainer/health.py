@@ -18,8 +18,7 @@ ARMS_PART = " arms ["
 
 
 def without_arm_detail(line: str) -> str:
-    """The line without its per-arm part (most of a designed run's line): the sweep console's short
-    form; the per-arm values are in history.parquet and behind `--verbose`."""
+    """The line without its per-arm part: the sweep console's short form (the rest behind `--verbose`)."""
     head, sep, tail = line.partition(ARMS_PART)
     if not sep:
         return line
@@ -28,8 +27,7 @@ def without_arm_detail(line: str) -> str:
 
 
 def _fold_cells(folds: tuple[int, ...], histories: tuple[str, ...]) -> list[tuple[str, str]]:
-    """(label, column suffix) of each part of the fold block: per fold `<k>`; with several histories
-    per history and fold `<name>/<k>`, or per history `<name>` with one fold."""
+    """(label, column suffix) per part of the fold block: `<k>`, `<name>/<k>`, or `<name>` with one fold."""
     if len(histories) < 2:
         return [(str(k), f"{FOLD_PREFIX}{k}") for k in folds] if len(folds) > 1 else []
     if len(folds) < 2:
@@ -38,9 +36,8 @@ def _fold_cells(folds: tuple[int, ...], histories: tuple[str, ...]) -> list[tupl
 
 
 def health_line(m: dict[str, Any], gems: MemberGems, ids: MemberIds) -> str:
-    """The line (docs/design.md "Reported metric names"): every gem's value or `off`; with >= 2
-    folds or histories a `folds [...]` part (vs, va, and ts once tested); a designed run's `gain
-    [...]`; with >= 2 arms an `arms [...]` part (`off` for an arm's gems that are off)."""
+    """The line: every gem's value (or `off`), then with several folds or histories `folds [...]`, a
+    designed run's `gain [...]`, with several arms `arms [...]`."""
     arms, folds, histories = ids.arms, ids.folds, ids.histories
     named = set(arms) | set(ids.aliases)
     parts = [f"HEALTH_DIAG epoch={m['epoch']}", f"loss={_num(m['loss'])}", f"q_mean={_num(m['q_mean'])}",

@@ -1,16 +1,13 @@
 """The run's gems under their modes, a mode and a weight per member: the one class that evaluates
-gems (docs/design.md "The gem registry" and "Arms"; one arm is the case A = 1).
+gems (docs/design.md "The gem registry" and "Arms").
 
-`measure` evaluates a gem on stop-gradient inputs (a head it owns still trains on them, its value as
-the loss: `head_loss`); `wire` on the live inputs, weight x value added to the loss. Modes and
-weights are [P] tensors, so the graph's structure never depends on them: a gem runs when any member
-has it on; inputs are live for wiring members, cut for the others; the loss term is where(wire,
-weight x value, 0). A wired head trains at a weight-free rate: the loss adds where(wire, (1 -
-weight) x value on cut inputs, 0), so the head's gradient is g while the net gets weight x its own
-(at weight 0.01 a weighted head would sink under Adam's epsilon). `torch.where`, not a 0/1 product
-(NaN x 0 is NaN), skipped where every member agrees (`member_select`): a member computes what it
-computes alone (tests/test_arms_learner.py). The nulls run once per (fold, arm) block, so a
-reduction never sees another member count."""
+`measure` evaluates on stop-gradient inputs (an owned head still trains on them: `head_loss`);
+`wire` on the live inputs, weight x value added to the loss. Modes and weights are [P] tensors, so
+the graph never depends on them: a gem runs when any member has it on, selected per member by
+`torch.where` (not a 0/1 product: NaN x 0 is NaN), skipped where all agree (`member_select`). A
+wired head trains at a weight-free rate (the loss adds (1 - weight) x value on cut inputs; at weight
+0.01 it would sink under Adam's epsilon). The nulls run per (fold, arm) block, so a reduction never
+sees another member count (tests/test_arms_learner.py)."""
 
 from __future__ import annotations
 
@@ -35,9 +32,8 @@ def member_rows(x: GemInputs, rows: slice) -> GemInputs:
 
 
 class MemberGems:
-    """Per-member modes and weights of the run's gems, in registry order. `arm_gems`: each arm's
-    `gems` section, in layout order; `plugins`: the run's plug-ins; `fused`: call a gem's custom op
-    where it has one."""
+    """Per-member modes and weights of the run's gems, in registry order: `arm_gems` each arm's
+    `gems` section; `fused`: call a gem's custom op where it has one."""
 
     def __init__(
         self, arm_gems: Sequence[Any], layout: MemberLayout, device: torch.device | str,
@@ -77,7 +73,6 @@ class MemberGems:
                 "measure": uniform([m == "measure" for m in modes]),
             }
 
-    # -- which gems run (host facts, fixed for the run) ------------------------------------------
     def computed(self, name: str) -> bool:
         return any(m != "off" for m in self.modes[name])
 
@@ -88,16 +83,14 @@ class MemberGems:
         return "measure" in self.modes[name]
 
     def summary_mode(self, name: str) -> str:
-        """One mode per run (HEALTH_DIAG): wire if any member wires, else measure if any measures,
-        else off."""
+        """One mode per run (HEALTH_DIAG): wire if any member wires, else measure if any does, else off."""
         return "wire" if self.any_wired(name) else "measure" if self.any_measured(name) else "off"
 
     def off_by_arm(self) -> dict[str, set[str]]:
         return {arm: {n for n, mode in modes.items() if mode == "off"} for arm, modes in self.arm_modes.items()}
 
     def function(self, name: str) -> Callable[[GemInputs], Tensor]:
-        """The gem's function in this run: its fused op where the backend fuses and it has one, else
-        its reference."""
+        """The gem's function in this run: its fused op where the backend fuses, else its reference."""
         gem = self._gem[name]
         return gem.fused if (self.fused and gem.fused is not None) else gem.reference
 
@@ -108,7 +101,6 @@ class MemberGems:
         by_dtype = self._weight[name]
         return by_dtype[dtype] if dtype in by_dtype else by_dtype[torch.float64].to(dtype)
 
-    # -- the iteration ---------------------------------------------------------------------------
     def _live_where(self, name: str, x: GemInputs) -> GemInputs:
         mask, common = self._wire[name], self._common[name]["wire"]
 
@@ -120,8 +112,7 @@ class MemberGems:
         return dataclasses.replace(x, **{k: pick(getattr(x, k)) for k in GemInputs.TENSORS})
 
     def evaluate(self, name: str, x: GemInputs) -> Tensor | None:
-        """Gem `name`'s value [P] on `x` (None when no member has it on), with a graph only where a
-        member wires it or measures its head."""
+        """Gem `name`'s value [P] (None when all have it off), with a graph only where it is needed."""
         if not self.computed(name):
             return None
         needs_graph = self.any_wired(name) or (self._has_head(name) and self.any_measured(name))
@@ -163,8 +154,8 @@ class MemberGems:
         return out
 
     def head_loss(self, values: dict[str, Tensor | None], wired_heads: dict[str, Tensor | None] | None = None) -> Tensor | None:
-        """Per member [P]: the sum over gems with a head of where(measure, value, 0) and, from
-        `wired_head_values`, where(wire, (1 - weight) x value, 0) (the module docstring)."""
+        """Per member: where(measure, value, 0) over gems with a head, plus the wired heads'
+        weight-free term."""
         terms = [
             select(self._common[n]["measure"], self._measure[n], v, 0.0)
             for n, v in values.items()

@@ -11,10 +11,8 @@ from tune_gems.trainer.learner import Learner
 
 @dataclass(frozen=True)
 class MemberIds:
-    """The run's arm names, fold ids and history names, and per member (member order): arm, seed
-    index, seed, price path, fold (the config's index), history (index into `histories`) and pair
-    key (seed index within history and fold: what paired gains pair); `aliases`:
-    `arm_sets.arm_aliases`. Plain Python values: checkpoints load weights-only."""
+    """The run's arm names, fold ids and history names, and per member its arm, seed index, seed,
+    path, fold, history and pair key (what paired gains pair); `aliases`: `arm_sets.arm_aliases`."""
 
     arms: tuple[str, ...]
     folds: tuple[int, ...]

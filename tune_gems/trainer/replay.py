@@ -1,12 +1,7 @@
-"""A device-resident replay ring buffer per member, n-step returns formed at sample time.
-
-A transition is stored as what the environment rebuilds it from: the decision time (int32), the
-position held (float32), the action (uint8 per branch), the reward and the end flags; sampling
-rebuilds the observations through `VecTradingEnv.observe_at`, bit-identical to what the environment
-returned (16 bytes per transition instead of 286: benchmarks/RESULTS.md "Compact replay"). All
-members insert at the same slots each iteration, so the insert index is shared on the device.
-Sampling maps each member's uniforms to positions, walks n steps, stops at the first episode end and
-never reads past what was written. Fixed shapes, no host sync."""
+"""A device-resident replay ring buffer per member, n-step returns formed at sample time. A
+transition is stored as what the environment rebuilds it from (time, position, action, reward,
+flags: 16 bytes instead of 286, benchmarks/RESULTS.md "Compact replay"), its observations rebuilt
+bit-identically by `VecTradingEnv.observe_at`. Fixed shapes, no host sync."""
 
 from __future__ import annotations
 
@@ -41,9 +36,8 @@ class ObservationSource(Protocol):
 
 @dataclass
 class Batch:
-    """A sampled batch per member. `stacked_obs` [P,3B,obs_dim] = cat[obs, succ_obs, next_obs] (what
-    one forward pass takes); the thirds are copied on first access and kept (inside a capture,
-    access them inside it)."""
+    """A sampled batch per member; `stacked_obs` [P,3B,obs_dim] = cat[obs, succ_obs, next_obs], its
+    thirds copied on first access (inside a capture, access them there)."""
 
     action: Tensor  # [P,B,K] int64
     reward: Tensor  # [P,B] n-step discounted reward sum
@@ -68,8 +62,7 @@ class Batch:
 
     @cached_property
     def next_obs(self) -> Tensor:
-        """[P,B,obs_dim] the state the n-step target bootstraps from, s_{t+m} (m <= n steps:
-        fewer where the episode ended)."""
+        """[P,B,obs_dim] the n-step target's state s_{t+m} (m <= n: fewer where the episode ended)."""
         return self._third(2)
 
 

@@ -1,5 +1,5 @@
-"""What a run needs before its trainer: the device, the price series and the market (the sweep
-driver needs them without one: it loads the series once and validates the splits before Ray)."""
+"""What a run needs before its trainer (and the sweep driver without one): device, price series,
+market."""
 
 from __future__ import annotations
 
@@ -31,8 +31,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def run_device(cfg: Config) -> torch.device:
-    """The run's device, checked against `trainer.graph`; on CUDA, cuBLAS set to reduce in a fixed
-    order."""
+    """The run's device, checked against `trainer.graph`; on CUDA, cuBLAS set to a fixed reduction order."""
     device = resolve_device(cfg.device)
     if cfg.trainer.graph == "on" and device.type != "cuda":
         raise ConfigError("trainer.graph: 'on' needs a CUDA device (use auto or off)")
@@ -42,8 +41,7 @@ def run_device(cfg: Config) -> torch.device:
 
 
 def load_run_prices(cfg: Config) -> pd.Series | list[pd.Series]:
-    """The configured price series with enough rows for a window, an episode and three segments: one
-    series, or one per price history on one calendar."""
+    """The configured price series (one per history, on one calendar), long enough for the segments."""
     if len(cfg.data.price_histories) > 1:
         return data_mod.load_histories(cfg.data, min_rows=_min_rows(cfg))
     return data_mod.load_series(cfg.data, min_rows=_min_rows(cfg))
@@ -56,13 +54,10 @@ def _min_rows(cfg: Config) -> int:
 
 def prepare_market(cfg: Config, device: torch.device, prices: pd.Series | Sequence[pd.Series] | None = None,
         n_seed_indices: int | None = None, folds: Sequence[int] | None = None) -> Market:
-    """Load (or take) the price paths, split them into the run's folds and build the market.
-
-    `n_seed_indices` (default the population) from `cfg.first_seed_index`: with synthetic `per_seed`
-    paths each gets its own path, generated here (`prices`, when given, must be seed index 0's);
-    else `prices` is the shared path, or `load_run_prices`'s list with several histories. `folds`:
-    which of the config's folds the market holds (default all; one alone is the folds invariant's
-    reference run). A fold layout that does not fit the histories' calendar names them."""
+    """Load (or take) the price paths, split them into folds and build the market. Synthetic
+    `per_seed` paths are generated here, one per seed index (`prices`, if given, must be seed index
+    0's); else `prices` is the shared path or history list. `folds`: which of the config's folds it
+    holds."""
     n_seed_indices = cfg.trainer.population if n_seed_indices is None else n_seed_indices
     per_seed = cfg.data.source == "synthetic" and cfg.data.synthetic.paths == "per_seed"
     if prices is not None and not per_seed:

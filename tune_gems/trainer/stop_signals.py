@@ -1,6 +1,5 @@
 """SIGTERM / SIGINT during `tune-gems train`: stop at the next epoch boundary with a checkpoint
-(exit 128 + the signal), so a scheduler's signal costs at most the epoch in progress. A second
-signal stops at once (the last checkpoint stays). Installed only from the main thread."""
+(exit 128 + the signal); a second signal stops at once. Installed from the main thread only."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""TensorBoard event files: each epoch's numbers as scalars, one run per folder. A `train` run
-writes <out>/tensorboard, a sweep <experiment>/tensorboard/<trial id> through the same class, so the
-two overlay tag for tag. Per-arm columns `<metric>@<arm>` become `<metric>/<arm>` (grouped under the
-metric); non-finite values are left out."""
+"""TensorBoard event files, one run per folder: `train`'s <out>/tensorboard and a sweep's
+<experiment>/tensorboard/<trial id> share tags; `<metric>@<arm>` becomes `<metric>/<arm>`."""
 
 from __future__ import annotations
 
@@ -13,7 +11,6 @@ EVENTS_DIR = "tensorboard"
 
 
 class EpochEvents:
-    """The event files of one run: `out/tensorboard`, or `out/tensorboard/<run>` (a sweep's trial)."""
 
     def __init__(self, out: Path, run: str | None = None) -> None:
         from tensorboardX import SummaryWriter

@@ -1,8 +1,5 @@
-"""`tune-gems train`: one training run written to a result folder. Everything is validated before
-anything is written; the folder is marked and held by one writer. An existing run is continued only
-with `--resume`, from its stored config.yaml (differing overrides refused but the resumable keys)
-and checkpoint, and only as recorded (`run_record`: an edited config, a changed data file or tables
-contradicting the checkpoint are refused, fail-closed)."""
+"""`tune-gems train`: one training run written to a result folder, everything validated before a
+write; continued only with `--resume`, as recorded (`run_record`, fail-closed)."""
 
 from __future__ import annotations
 
@@ -53,10 +50,6 @@ def default_out_dir(root: str | Path = "runs") -> Path:
     return Path(root) / f"train-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
-def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
-
-
 def _write_csv(path: Path, frame: pd.DataFrame) -> None:
     write_atomic(path, frame.to_csv(index=False))
 
@@ -68,8 +61,7 @@ def write_tables(trainer: Trainer, out: Path) -> None:
 
 
 def write_run_files(trainer: Trainer, out: Path) -> None:
-    """The files beside the tables that do not change per epoch (docs/results.md): gems.json,
-    arms.csv, folds.csv, histories.csv, baselines.csv."""
+    """The files beside the tables that do not change per epoch (docs/results.md)."""
     from tune_gems.design.arm_sets import also_named
     from tune_gems.design.arms import resolved_settings
     from tune_gems.contracts.gem_manifest import manifest_text
@@ -95,8 +87,7 @@ def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def resume_config(out: str | Path, path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """The config a `--resume` continues with: the stored config.yaml plus what the command line
-    gives; a difference outside `RESUMABLE_CHANGES` is refused naming the key."""
+    """The stored config.yaml plus the command line's; a change outside `RESUMABLE_CHANGES` is refused."""
     out = Path(out)
     check_train_out(out, resume=True)  # a folder that is not a train run's is refused first
     stored_path = out / CONFIG_FILE
@@ -123,8 +114,7 @@ RESUME_FIX = "start a new run with another --out"
 
 
 def resume_record(out: Path, data: Any = None) -> dict[str, Any]:
-    """The marker of the run in `out` that a `--resume` relies on, fail-closed
-    (`run_record.require_record`): config.yaml's checksum and, with `data`, the data file's."""
+    """The marker a `--resume` relies on, fail-closed: config.yaml's checksum and with `data` its file's."""
     marker, problem = marker_state(out)
     return require_record(marker, problem, str(out / MARKER_FILE), files=[CONFIG_FILE], data=data, fix=RESUME_FIX)
 
@@ -138,7 +128,6 @@ def _file_id(path: Path) -> tuple[int, int] | None:
 
 
 def _load_if_any(trainer: Trainer, ckpt_path: Path) -> tuple[int, int] | None:
-    """Load the checkpoint when there is one; its identity (mtime, size), or None."""
     ident = _file_id(ckpt_path)
     if ident is not None:
         trainer.load_checkpoint(ckpt_path)
@@ -147,8 +136,7 @@ def _load_if_any(trainer: Trainer, ckpt_path: Path) -> tuple[int, int] | None:
 
 def check_tables_against_checkpoint(out: Path, trainer: Trainer) -> None:
     """CheckpointError naming the table when history.csv / members.csv contradict the checkpoint
-    just loaded (more epochs than the run has, epochs not 1..n, other columns); rows past the
-    checkpoint's epoch are normal and re-done."""
+    (more epochs than the run, not 1..n, other columns); rows past its epoch are re-done."""
     planned = trainer.cfg.trainer.epochs
     for name, rows in zip(TABLE_FILES, (trainer.history, trainer.member_history)):
         path = out / name
@@ -178,8 +166,7 @@ def _own_entries(out: Path) -> list[str]:
 
 
 def check_train_out(out: str | Path | None, resume: bool) -> Path:
-    """The output folder's up-front checks (the default folder when `out` is None), with train's
-    advice; returns the resolved folder and writes nothing (`--dry-run` runs it too)."""
+    """The output folder's up-front checks with train's advice; the resolved folder, nothing written."""
     out = Path(out) if out is not None else default_out_dir()
     try:
         folder = check_output_folder(out, kind="train", field=OUT_FIELD, resume=resume)
@@ -193,9 +180,8 @@ def check_train_out(out: str | Path | None, resume: bool) -> Path:
 
 def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: bool | None = None,
                  threads: str | None = None) -> dict[str, Any]:
-    """Train to the configured epochs; the final metrics. Checkpoints are written in the background
-    when due; a SIGTERM or SIGINT stops at the next boundary with one and raises TrainingStopped.
-    `threads`: the CLI's thread count in words, printed first."""
+    """Train to the configured epochs; the final metrics. Checkpoints go in the background; a
+    SIGTERM or SIGINT stops at the next boundary with one (TrainingStopped)."""
     out = check_train_out(out, resume)
     arms = run_arms(cfg)  # the arms expanded once, for the memory estimate and the trainer
     check_training_fits(cfg, members=arms.members)  # memory from the shapes, before anything is allocated
@@ -287,7 +273,8 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
                 f"checkpoint written; continue with: tune-gems train --out {out} --resume",
             )
         final = trainer.history[-1]
-        summary = {"out": str(out), "device": str(trainer.device), "kernels": trainer.ops.name, **_jsonable(final)}
+        summary = {"out": str(out), "device": str(trainer.device), "kernels": trainer.ops.name,
+                   **{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in final.items()}}
         write_atomic(out / SUMMARY_FILE, json.dumps(summary, indent=2))
     if trainer.diverged:
         print(f"tune-gems train: diverged at epoch {trainer.epoch}; results in {out}", flush=True)
@@ -300,8 +287,6 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
 
 
 def train_headline(trainer: Trainer) -> str:
-    """The run's arms beside the baselines (`baseline_headline`), through the analysis report's
-    table."""
     from types import SimpleNamespace
 
     from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
@@ -311,5 +296,4 @@ def train_headline(trainer: Trainer) -> str:
 
 
 def _dump(cfg: Config) -> str:
-    """config.yaml's text (strings that read as numbers quoted)."""
     return dump_yaml(cfg.to_dict())

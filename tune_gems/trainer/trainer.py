@@ -1,8 +1,6 @@
-"""The trainer: one process, one device, P members. Epochs of fixed iterations, the epoch's
-evaluation and rows, the HEALTH_DIAG line, divergence and exact checkpoints. Within an epoch nothing
-syncs with the host; the boundary reads the accumulators back once. An epoch is queued
-(`begin_epoch`) apart from its boundary (`finish_epoch`), so the epoch loop can queue the next one
-before it reports the last."""
+"""The trainer: one process, one device, P members; epochs of fixed iterations with nothing synced
+within, their evaluation, rows and HEALTH_DIAG line, divergence and exact checkpoints. An epoch is
+queued (`begin_epoch`) apart from its boundary (`finish_epoch`)."""
 
 from __future__ import annotations
 
@@ -40,15 +38,12 @@ RESUMABLE_CHANGES = ("trainer.epochs", "trainer.checkpoint_every", "trainer.chec
 
 
 class Trainer:
-    """One run of `cfg` on its device. `prices`: the shared price path a sweep's driver loaded once;
-    `arms`: the run's arms record (default: expanded here)."""
+    """One run of `cfg`; `prices`: a sweep driver's shared path; `arms`: the run's arms record."""
 
     def __init__(
         self, cfg: Config, *, prices: pd.Series | None = None, log: Callable[[str], None] | None = print,
         arms: RunArms | None = None, market: Market | None = None,
     ):  # fmt: skip
-        """`market`: the one `prepare_market(cfg, device, prices)` builds, already built (a reused
-        sweep actor's)."""
         self.cfg, self.log = cfg, log or (lambda _msg: None)
         self.on_iteration: Callable[[], None] | None = None  # after each iteration (train's progress bar)
         self.device = run_device(cfg)
@@ -70,15 +65,13 @@ class Trainer:
         self._prefilled = False
         self._queued: EpochClock | None = None  # the clock of the epoch begun and not finished
 
-    # -- progress ----------------------------------------------------------------------------
     @property
     def done(self) -> bool:
         return self.diverged or self.epoch >= self.cfg.trainer.epochs
 
     @property
     def queues_ahead(self) -> bool:
-        """Whether queuing an epoch returns before it has trained: on CUDA the host only enqueues
-        the iterations, on the CPU `begin_epoch` runs them."""
+        """Whether queuing an epoch returns before it has trained (on CUDA)."""
         return self.device.type == "cuda"
 
     @property
@@ -100,11 +93,8 @@ class Trainer:
         self.env_steps += n * self.steps_per_iteration
         self._prefilled = True
 
-    # -- the run's market --------------------------------------------------------------------
     def baselines(self) -> pd.DataFrame:
-        """The flat, buy-and-hold and momentum baselines on the validation and test segments, one
-        row per fold, segment, baseline and path (`evaluation.baseline_stats`); `history` is the
-        path's history (synthetic paths: 0)."""
+        """The baselines on the validation and test segments, a row per fold, segment, baseline and path."""
         env = self.cfg.env
         returns = self.market.returns_next[: self.market.n_paths]  # raw returns: the same under every fold
         frames = []
@@ -123,9 +113,8 @@ class Trainer:
         return history_table(self.cfg.data, self.market)
 
     def sample_timings(self, iterations: int) -> tuple[float, float, float]:
-        """(prefill s, s per iteration, s per validation pass) measured on this device after one
-        untimed iteration: what `--dry-run` extrapolates from. Moves the trainer on: a throw-away
-        instance only."""
+        """(prefill s, s per iteration, s per validation pass) measured on this device after a
+        warm-up: what `--dry-run` extrapolates from. A throw-away trainer only."""
         def sync() -> None:
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
@@ -146,14 +135,12 @@ class Trainer:
         sync()
         return prefill_s, per_iteration_s, time.perf_counter() - t2
 
-    # -- one epoch ---------------------------------------------------------------------------
     def run_epoch(self) -> EpochResult:
         self.begin_epoch()
         return self.finish_epoch()
 
     def begin_epoch(self) -> None:
-        """Queue the next epoch's iterations (the replay prefilled first, once); on CUDA only
-        enqueued, behind a checkpoint snapshot's copies, nothing waiting for the device."""
+        """Queue the next epoch's iterations (prefilling once); on CUDA only enqueued."""
         if self.done:
             raise RuntimeError("training is finished")
         if self._queued is not None:
@@ -172,8 +159,7 @@ class Trainer:
         self._queued = clock
 
     def finish_epoch(self) -> EpochResult:
-        """The queued epoch's boundary: its accumulators read back (waiting for its iterations), the
-        validation evaluation, the rows and the HEALTH_DIAG line."""
+        """The queued epoch's boundary: accumulators read back, evaluation, rows, HEALTH_DIAG."""
         if self._queued is None:
             raise RuntimeError("no epoch is queued; begin_epoch first")
         tc = self.cfg.trainer
@@ -205,15 +191,13 @@ class Trainer:
         self.log(health_line(result.metrics, gems, self.ids))
         return result
 
-    # -- checkpoints -------------------------------------------------------------------------
     def _meta(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "env_steps": self.env_steps, "updates": self.updates, "diverged": self.diverged,
             "prefilled": self._prefilled, "history": self.history, "member_history": self.member_history,
             "config": self.cfg.to_dict(), EVAL_WINDOW_KEY: self.window.meta()}
 
     def checkpoint_payload(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """(state tensors, metadata): the live device state (a background writer snapshots it) and
-        host metadata built fresh, the kept evaluations included. Refused while an epoch is queued."""
+        """(live state tensors, fresh host metadata); refused while an epoch is queued."""
         if self._queued is not None:
             raise RuntimeError(f"a checkpoint of epoch {self.epoch} asked after epoch {self.epoch + 1} was queued")
         return self.learner.state_tensors(), self._meta()
@@ -236,8 +220,7 @@ class Trainer:
 
 
 class EpochClock:
-    """An epoch's training seconds: on CUDA two events on the current stream (the device's seconds
-    even while the host reports another epoch), on the CPU the host's clock."""
+    """An epoch's training seconds: two CUDA events on the stream (the device's), else the host's clock."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
@@ -261,8 +244,7 @@ class EpochClock:
 
 
 def _check_compatible(path, saved: dict[str, Any], current: dict[str, Any]) -> None:
-    """Every config key equal but RESUMABLE_CHANGES; a key the checkpoint lacks (older than the key)
-    is compatible at its default."""
+    """Every config key equal but RESUMABLE_CHANGES (a key the checkpoint lacks: at its default)."""
     a, b = flatten(saved), flatten(current)
     defaults = flatten(Config().to_dict())
     for key in sorted(set(a) | set(b)):
