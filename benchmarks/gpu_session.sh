@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
-# stages: env build tests layers startup startup-sweep tests-nokernels arms folds-gpu probe kbench tbench efficiency sweep sweep2 moonshot perf triton triton-perf triton-tests
+# stages: env build tests layers floor43 startup startup-sweep tests-nokernels arms folds-gpu probe kbench tbench efficiency sweep sweep2 moonshot perf triton triton-perf triton-tests
 #         blocks1 blocks (issue 25: the moonshot shape as seed blocks, one GPU, then every visible GPU;
 #         BLOCKS_EPOCHS=50 by default; run blocks1 first, in its own call: each takes about 5 minutes)
 # perf (issue 22, about 8 minutes): build, the fused-head and tensor-core GPU tests, kernels.py
@@ -18,6 +18,11 @@
 # layers (issue 43, about 6 minutes, PROBE_BUDGET_S=240): benchmarks/layer_gemm_probe.py (every layer product of the
 # P=64 and moonshot iterations: Triton launch variants against bmm, tf32 and bf16, each compiled kernel's dot, registers,
 # spills), then tests/gpu/test_triton_layers_gpu.py; layer_gemm_probe.{log,json}, triton_layers_gpu.log, tables last.
+# floor43 (issue 43, one call of at most 9 minutes, FLOOR_BUDGET_S=530): the extension build in the background while
+# layer_gemm_probe.py runs (PROBE_BUDGET_S=150), then train_step.py with model.layer_kernel torch, triton and
+# triton-w-out-in side by side (P=1,64,256 and the moonshot, tf32, graphed), then the triton path's GPU tests
+# (tests/gpu/test_triton_*_gpu.py: the optimizer kernel against torch's fused Adam, noise, layers, the learner's
+# invariants) in the time left; floor43.log, layer_gemm_probe.{log,json}, train_step_triton.json, a short table last.
 # Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -172,6 +177,35 @@ for s in "$@"; do
       echo "--- tests"; grep -E "passed|failed|error|FAILED|ERROR" "$OUT/triton_layers_gpu.log" | grep -v "^E " | tail -12
       echo "--- probe: GEMM us per iteration per variant (ratio to torch's bmm)"; grep -E "GEMM us per iteration|^probe|compiled the variants|failed" "$OUT/layer_gemm_probe.log"
       echo "--- probe: tf32 TF/s per product"; sed -n '/^== tf32/,/^== bf16/p' "$OUT/layer_gemm_probe.log" | grep -vE "^== bf16|GEMM us" | cut -c1-190 | head -75
+      ;;
+    floor43)
+      stage "issue 43: layer probe, torch vs triton iterations, the triton path's GPU tests"
+      log="$OUT/floor43.log"
+      : > "$log"
+      step() { echo "=== $1 ($(date +%T))" >> "$log"; }
+      t0=$SECONDS
+      timeout 150 python3 -c "import torch; from tune_gems.ops import load_extension; print('loaded', load_extension(torch.device('cuda')))" \
+        > "$OUT/build.log" 2>&1 &
+      build=$!
+      step "layer_gemm_probe.py (the build beside it)"
+      timeout $(( ${PROBE_BUDGET_S:-150} + 60 )) python3 benchmarks/layer_gemm_probe.py --budget "${PROBE_BUDGET_S:-150}" \
+        --out "$OUT/layer_gemm_probe.json" > "$OUT/layer_gemm_probe.log" 2>&1
+      echo "probe exit $?" >> "$log"
+      wait $build; echo "build exit $?" >> "$log"
+      step "train_step.py, layer kernels side by side"
+      timeout 200 python3 benchmarks/train_step.py --core --populations 1,64,256 --precisions tf32 --moonshot \
+        --layer-kernels torch,triton,triton-w-out-in --reps 50 --rounds 3 --out "$OUT/train_step_triton.json" >> "$log" 2>&1
+      step "gpu tests of the triton path"
+      left=$(( ${FLOOR_BUDGET_S:-530} - (SECONDS - t0) ))
+      [ "$left" -lt 60 ] && left=60
+      timeout "$left" python3 -m pytest tests/gpu/test_triton_optim_gpu.py tests/gpu/test_triton_noise_gpu.py \
+        tests/gpu/test_triton_layers_gpu.py tests/gpu/test_triton_learner_gpu.py -m gpu -q -rfE --timeout 200 -p no:cacheprovider >> "$log" 2>&1
+      step done
+      echo "--- stage times"; grep "^=== \|exit" "$log"
+      echo "--- probe: GEMM us per iteration per variant (ratio to torch's bmm)"; grep -E "GEMM us per iteration|^probe|compiled the variants" "$OUT/layer_gemm_probe.log"
+      echo "--- iteration us (graph, tf32)"; grep -E "^(train_step|moonshot) " "$log"
+      echo "--- triton / torch"; grep -E "^summary:" "$log" | tr ',' '\n' | grep -E "over_torch|moonshot"
+      echo "--- tests"; grep -E "passed|failed|skipped|error|FAILED|ERROR|clip\+adam vs" "$log" | grep -v "^E " | tail -24
       ;;
     startup)
       stage "a trial's fixed start-up, phase by phase: cold (a fresh process), then warm trials in it (issue 33 item 4)"

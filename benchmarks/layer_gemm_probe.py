@@ -13,7 +13,7 @@ multiple of PARAMETER_ALIGN columns, tune_gems.model.flat.column_layout) or "ali
 W stored [out, in]: the forward's B operand K-major, as tf32 wgmma wants it). Times are CUDA
 events around a CUDA graph of `--reps` calls (the iteration runs as a graph: no launch overhead),
 the median of `--rounds` replays; TF/s = 2 G N K O / time. Each launched kernel is described
-(tune_gems.ops.triton_inspect: dot instruction and precision, registers, spills, wgmma
+(benchmarks/triton_inspect.py: dot instruction and precision, registers, spills, wgmma
 serialisation, copy widths), so no variant runs "ieee" or spilled without it showing.
 
     python benchmarks/layer_gemm_probe.py [--configs p64,moonshot] [--precisions tf32,bf16]
@@ -445,7 +445,7 @@ def describe_all(compiled: dict, threads: int) -> dict:
     """hash -> description of each compiled kernel (ptxas runs once per kernel, in threads)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tune_gems.ops.triton_inspect import describe
+    from triton_inspect import describe
 
     def one(item):
         h, k = item
@@ -685,7 +685,7 @@ def print_kernels(rows: list[dict]) -> None:
 
 def compile_only(products: list[Product], variants: list[Variant], precisions: list[str]) -> list[dict]:
     """Every variant's kernels for every product, compiled for sm_90 on this machine."""
-    from tune_gems.ops.triton_inspect import compile_for_h100, describe
+    from triton_inspect import compile_for_h100, describe
 
     rows, seen = [], {}
     for v in variants:

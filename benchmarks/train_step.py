@@ -310,17 +310,18 @@ def cases(
 
 
 def layer_kernel_ratios(rows: list[dict]) -> dict[str, float]:
-    """triton / torch iteration time of every case timed with both layer kernels (the rows that
-    differ only in `layer_kernel`), keyed `triton_over_torch_<case>_P<P>_<precision>_<gems>`."""
+    """<kernel> / torch iteration time of every case timed with a triton layer kernel and torch's
+    (the rows that differ only in `layer_kernel`), keyed `<kernel>_over_torch_<case>_P<P>_<precision>_<gems>`."""
     def key(r):
         return tuple((k, v) for k, v in r.items() if k in ("case", "P", "batch", "blocks", "precision", "mode", "gems", "kernels"))
 
     torch_rows = {key(r): r for r in rows if r["layer_kernel"] == "torch"}
     out = {}
     for r in rows:
-        ref = torch_rows.get(key(r)) if r["layer_kernel"] == "triton" else None
+        ref = torch_rows.get(key(r)) if r["layer_kernel"] != "torch" else None
         if ref:
-            out[f"triton_over_torch_{r['case']}_P{r['P']}_{r['precision']}_{r['gems']}"] = round(r["iter_us"] / ref["iter_us"], 3)
+            name = f"{r['layer_kernel'].replace('-', '_')}_over_torch_{r['case']}_P{r['P']}_{r['precision']}_{r['gems']}"
+            out[name] = round(r["iter_us"] / ref["iter_us"], 3)
     return out
 
 
@@ -382,14 +383,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         todo = list(cases(a.quick, populations, a.blocks, a.moonshot, precisions, a.core))
     todo = [dict(c, layer_kernel=lk) for c in todo for lk in layer_kernels]  # side by side
-    print(f"{'config':10} {'mode':6} {'P':>4} {'batch':>5} {'arms':>4} {'prec':5} {'gems':8} {'kernels':9} {'layers':7} {'iter_us':>9} "
+    print(f"{'config':10} {'mode':6} {'P':>4} {'batch':>5} {'arms':>4} {'prec':5} {'gems':8} {'kernels':9} {'layers':15} {'iter_us':>9} "
           f"{'seed-steps/s':>13} {'MB/member':>9}")  # fmt: skip
     for c in todo:
         r = run_case(**c, warmup=a.warmup, reps=a.reps, rounds=a.rounds)
         rows.append(r)
         write_result(a.out, rows, {}, [])
         print(f"{r['case']:10} {r['mode']:6} {r['P']:>4} {r['batch']:>5} {r['blocks']:>4} {r['precision']:5} "
-              f"{r['gems']:8} {r['kernels']:9} {r['layer_kernel']:7} {r['iter_us']:>9.1f} {r['seed_steps_per_s']:>13,} "
+              f"{r['gems']:8} {r['kernels']:9} {r['layer_kernel']:15} {r['iter_us']:>9.1f} {r['seed_steps_per_s']:>13,} "
               f"{r['mem_per_member_mb']:>9.2f}", flush=True)  # fmt: skip
 
     def find(**kw):

@@ -22,7 +22,7 @@ from tune_gems.analysis.describe.magnitudes import gem_magnitudes, gem_trajector
 from tune_gems.analysis.describe.variance import final_members, sharpe_variance  # noqa: E402
 from tune_gems.analysis.read.load import load_experiment  # noqa: E402
 from tune_gems.analysis.read.outcomes import trial_outcomes  # noqa: E402
-from tune_gems.analysis.render.report import format_verdict_table  # noqa: E402
+from tune_gems.analysis.render.report import evidence_line, format_verdict_table  # noqa: E402
 from tune_gems.analysis.verdicts.gem_verdicts import gem_verdicts  # noqa: E402
 from tune_gems.analysis.cli import report_main, verdicts_main  # noqa: E402
 from tune_gems.contracts.errors import DataError, OutputExistsError  # noqa: E402
@@ -286,11 +286,13 @@ def test_wired_only_is_insufficient_data(root):
 
 def test_format_verdict_table(helps):
     text = format_verdict_table(verdicts(helps))
-    assert "keep wired" in text and "delete" in text and "insufficient data" in text
-    # issue 31 item 7: the verdict line says the word, the effect, its interval and the MDE; the
-    # why line the rest, each number once (the design and seeds moved from the first line)
-    assert "g12: not confirmed on held-out data (the discovery: keep wired) - effect +2 [" in text and "; MDE " in text
-    assert "design: across trials" in text and "seeds 12" in text and "Holm p" in text
+    assert "keep wired" in text and "insufficient data" in text
+    # the verdict line says the word, the test that decided it (here the held-out stage, which has no
+    # measure of the test period's spread) with its estimate and the MDE; report.md's why line the rest
+    assert "g12: not confirmed on held-out data (the discovery: keep wired) - held-out test segment: +2, no interval" in text
+    assert "; MDE " in text and "Holm p" in text
+    line = evidence_line(verdicts(helps).set_index("gem").loc["g12"].to_dict() | {"gem": "g12"})
+    assert "12 seeds; across trials" in line
 
 
 # ---- importances ------------------------------------------------------------------------------
@@ -341,7 +343,7 @@ def test_run_analysis_writes_everything_and_refuses_overwrite(root, helps, no_he
     for needle in ("## Verdicts", "gem_effects.png", "sharpe_distributions.png", "gem_magnitudes.png",
                    "importances.png", "## Null arms (placebo, A/A)", "## Redundancy", str(helps), str(no_help),
                    "2 failed, 2 diverged of 16 trials", "out of memory",
-                   "g12: not confirmed on held-out data (the discovery: keep wired) - effect +", "the discovery read keep wired: wiring helps;", "design: across trials"):  # issue 31: the design moved to the why line
+                   "g12: not confirmed on held-out data (the discovery: keep wired) - held-out test segment: +", "(the discovery read keep wired)", "12 seeds; across trials"):  # issue 31: the design moved to the why line
         assert needle in report
     for png in (out / n for n in names if n.endswith(".png")):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

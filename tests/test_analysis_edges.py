@@ -118,7 +118,7 @@ def test_compare_lists_the_interval_that_decided(tmp_path):
         assert np.isfinite(v["pooled_effect"]) and v["effect"] != v["pooled_effect"]  # seeds alone differ
         assert row[f"decided_by [{side}]"] == "pooled over 5 periods"
         assert (row[f"effect [{side}]"], row[f"ci_low [{side}]"], row[f"ci_high [{side}]"]) == pytest.approx(
-            (v["pooled_effect"], v["pooled_ci_low"], v["pooled_ci_high"]))
+            (v["decided_effect"], v["decided_ci_low"], v["decided_ci_high"]))  # equivalent: the TOST's interval
         assert row[f"verdict [{side}]"] == v["verdict"]
     assert "decided_by [a]" in format_comparison(c)
 
@@ -132,8 +132,8 @@ def test_the_full_chain_is_printed_with_verbose(tmp_path, capsys):
     folder = fr.wire_scenario(tmp_path / "w", n=6)
     assert main(["analyze", str(folder), "--no-plots", "--n-boot", "50"]) == 0
     plain = capsys.readouterr().out
-    assert "g12: keep wired - effect +" in plain and "    why: " not in plain
+    assert "g12: keep wired - seeds: +" in plain and "    why: " not in plain
     assert main(["analyze", str(folder), "--no-plots", "--n-boot", "50", "--overwrite", "--verbose"]) == 0
     verbose = capsys.readouterr().out
-    assert "g12: keep wired - effect +" in verbose and "    why: wiring helps;" in verbose
-    assert "- why: wiring helps;" in (folder / "analysis" / "report.md").read_text()  # the report keeps the chain
+    assert "g12: keep wired - seeds: +" in verbose and "    why: wiring helps;" in verbose
+    assert "  - wiring helps: " in (folder / "analysis" / "report.md").read_text()  # the report keeps the chain

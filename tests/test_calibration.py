@@ -53,7 +53,7 @@ def test_signed_rank_null_distribution_and_p_match_scipy_exact():
     rng = np.random.default_rng(0)
     for n in (3, 6, 10, 20):
         d = rng.normal(0.4, 1.0, (50, n))
-        ours = rank_test(d)["p"]
+        ours = rank_test(d).p
         ref = [sps.wilcoxon(x, method="exact").pvalue for x in d]
         np.testing.assert_allclose(ours, ref, rtol=1e-9)
 
@@ -62,7 +62,7 @@ def test_hodges_lehmann_estimate_and_interval_by_brute_force():
     rng = np.random.default_rng(1)
     d = rng.normal(0.2, 1.0, (5, 9))
     r = rank_test(d, tail=0.025)
-    for x, est, lo, hi in zip(d, r["estimate"], r["low"], r["high"]):
+    for x, est, lo, hi in zip(d, r.estimate, r.low, r.high):
         walsh = np.sort([(x[i] + x[j]) / 2 for i in range(9) for j in range(i, 9)])
         assert est == pytest.approx(np.median(walsh))
         # the interval is the set of shifts the same exact test does not reject at 5%: test
@@ -77,12 +77,12 @@ def test_interval_and_test_agree(n):
     rng = np.random.default_rng(n)
     d = rng.normal(rng.uniform(-1, 1, (3000, 1)), 1.0, (3000, n))
     r = rank_test(d, rope=0.3, tail=ALPHA / 2)
-    excludes = (r["low"] > 0) | (r["high"] < 0)
-    assert np.array_equal(excludes, r["p"] <= ALPHA)
+    excludes = (r.low > 0) | (r.high < 0)
+    assert np.array_equal(excludes, r.p <= ALPHA)
     # TOST: equivalence at alpha <=> the (1 - 2 alpha) interval lies inside +-rope
     r90 = rank_test(d, rope=0.3, tail=ALPHA)
-    inside = (r90["low"] > -0.3) & (r90["high"] < 0.3)
-    assert np.array_equal(inside, r["p_tost"] <= ALPHA)
+    inside = (r90.low > -0.3) & (r90.high < 0.3)
+    assert np.array_equal(inside, r.p_tost <= ALPHA)
 
 
 def test_holm_adjustment_and_levels():
@@ -98,9 +98,9 @@ def test_holm_adjustment_and_levels():
 def test_divergence_enters_as_worst_and_ties():
     d = np.array([[0.1, 0.2, -np.inf, -np.inf, -np.inf, -np.inf, -np.inf, -np.inf]])
     r = rank_test(d)
-    assert r["estimate"][0] == -np.inf and r["high"][0] <= 0.2
+    assert r.estimate[0] == -np.inf and r.high[0] <= 0.2
     both = np.array([[np.inf, -np.inf, 0.3, -0.3, 0.1, -0.1]])  # symmetric: no evidence
-    assert rank_test(both)["p"][0] == pytest.approx(1.0)
+    assert rank_test(both).p[0] == pytest.approx(1.0)
 
 
 # ---- calibration: family-wise error under the null, power under planted effects --------------
@@ -173,4 +173,4 @@ def test_false_equivalence_at_most_alpha(n):
     for draws in (rng.standard_normal((N_SIM, n)), rng.standard_t(3, (N_SIM, n)) / math.sqrt(3)):
         for sign in (1, -1):
             r = rank_test(sign * rope + draws, rope=rope, tail=ALPHA)
-            assert (r["p_tost"] <= ALPHA).mean() <= ALPHA + TOL
+            assert (r.p_tost <= ALPHA).mean() <= ALPHA + TOL

@@ -194,8 +194,8 @@ def test_the_final_gate_is_the_rules_last_stage_on_one_history():
 
     dec = final([8, 8, 8])
     assert list(dec.discovery_verdict[0]) == [KEEP, KEEP, KEEP]  # (c: no market-noise interval, no gate)
-    assert list(dec.verdict[0]) == [KEEP, INCONCLUSIVE, INCONCLUSIVE]
-    assert list(final([1, 1, 1]).verdict[0]) == [KEEP, KEEP, INCONCLUSIVE]  # c is never final on one history
+    assert list(dec.final_verdict[0]) == [KEEP, INCONCLUSIVE, INCONCLUSIVE]
+    assert list(final([1, 1, 1]).final_verdict[0]) == [KEEP, KEEP, INCONCLUSIVE]  # c is never final on one history
 
 
 def test_one_history_final_reads_what_the_rule_wrote(tmp_path):

@@ -1,8 +1,10 @@
 """The shipped eight-history price file (examples/eight_histories.csv) and its CPU example
 (sweeps/eight_histories_cpu.yaml): the file is what examples/make_daily_closes.py builds from the
-packages that ship its data, its S&P 500 and WTI columns are arch's prices, its four calendars
-have the disjoint validation and test windows docs/data.md states at the example's split, and
-the example runs end to end (`tune-gems sweep`, then `tune-gems analyze`) at test size."""
+packages that ship its data, its S&P 500 and WTI columns are arch's prices; the example reads each
+history on its own calendar's dates, where the loader cuts the windows docs/data.md states (the
+same rows of every history, disjoint dates across the four calendars, one period per NYSE era's
+three histories: `read.calendars`), and runs end to end (`tune-gems sweep`, then `tune-gems
+analyze`) at test size, its folds.parquet carrying each history's dates."""
 
 from __future__ import annotations
 
@@ -14,10 +16,16 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 from sweep_fixtures import REPO, cli_in_process, ray_address  # noqa: F401 (fixture)
-from tune_gems.data.segments import split_bounds
+from tune_gems.analysis.read.calendars import held_out_calendar, validation_calendar
+from tune_gems.analysis.read.load import load_experiment
+from tune_gems.config.load import build_config
+from tune_gems.data.segments import fold_table
+from tune_gems.data.summary import history_table
+from tune_gems.trainer.run_setup import load_run_prices, prepare_market
 
 pytestmark = pytest.mark.slow
 
@@ -30,6 +38,17 @@ CALENDARS = {  # date column -> the histories on it
     "date_wti_2003": ["wti_2003"],
 }
 HISTORIES = [h for names in CALENDARS.values() for h in names]
+WINDOWS = {  # docs/data.md "Eight histories in four calendars": each calendar's validation and test window
+    "date_nyse_1990": {"val": ("1998-09-15", "2002-09-06"), "test": ("2002-09-09", "2005-11-08")},
+    "date_nyse_2007": {"val": ("2015-11-04", "2019-10-24"), "test": ("2019-10-25", "2022-12-28")},
+    "date_wti_1986": {"val": ("1994-08-22", "1998-08-10"), "test": ("1998-08-11", "2001-10-16")},
+    "date_wti_2003": {"val": ("2011-11-04", "2015-10-23"), "test": ("2015-10-26", "2019-01-03")},
+}
+PERIODS = [1, 1, 1, 3, 3, 3, 0, 2]
+"""The calendar period of each history's one validation window, and of its test segment: the three
+histories of one NYSE era share theirs, the four calendars none (ids in time order)."""
+FIRST_DAY = {"date_nyse_1990": "1990-01-02", "date_nyse_2007": "2007-02-09", "date_wti_1986": "1986-01-02",
+             "date_wti_2003": "2003-02-03"}
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +76,8 @@ def test_the_file_holds_eight_histories_in_four_calendars_and_its_index_and_oil_
 
     assert list(frame.columns) == [c for calendar, names in CALENDARS.items() for c in (calendar, *names)]
     assert len(frame) == 4000 and frame.notna().all().all()
-    spans = {c: (frame[c].iloc[0], frame[c].iloc[-1]) for c in CALENDARS}
-    assert spans == {"date_nyse_1990": ("1990-01-02", "2005-11-08"), "date_nyse_2007": ("2007-02-09", "2022-12-28"),
-                     "date_wti_1986": ("1986-01-02", "2001-10-16"), "date_wti_2003": ("2003-02-03", "2019-01-03")}
+    assert {c: frame[c].iloc[0] for c in CALENDARS} == FIRST_DAY
+    assert {c: frame[c].iloc[-1] for c in CALENDARS} == {c: w["test"][1] for c, w in WINDOWS.items()}
     for name in HISTORIES:
         series = history(frame, name)
         assert series.index.is_monotonic_increasing and series.index.is_unique and (series > 0).all()
@@ -79,23 +97,24 @@ def test_the_file_holds_eight_histories_in_four_calendars_and_its_index_and_oil_
         assert (corr.min(), corr.max()) == (low, high)
 
 
-def test_at_the_examples_split_the_four_calendars_validation_and_test_windows_are_disjoint(frame):
-    splits = yaml.safe_load(SPEC.read_text())["config"]["data"]["splits"]
-    windows = {}  # calendar -> {segment: (first day, last day)} of the segments the loader cuts
-    for calendar, names in CALENDARS.items():
-        series = history(frame, names[0])
-        bounds = split_bounds(series, splits, min_len=1)
-        days = series.index.strftime("%Y-%m-%d")
-        windows[calendar] = {seg: (days[getattr(bounds, seg)[0]], days[getattr(bounds, seg)[1] - 1]) for seg in ("val", "test")}
-    assert windows == {  # docs/data.md "Eight histories in four calendars"
-        "date_nyse_1990": {"val": ("1998-09-15", "2002-09-06"), "test": ("2002-09-09", "2005-11-08")},
-        "date_nyse_2007": {"val": ("2015-11-04", "2019-10-24"), "test": ("2019-10-25", "2022-12-28")},
-        "date_wti_1986": {"val": ("1994-08-22", "1998-08-10"), "test": ("1998-08-11", "2001-10-16")},
-        "date_wti_2003": {"val": ("2011-11-04", "2015-10-23"), "test": ("2015-10-26", "2019-01-03")},
-    }
-    for seg in ("val", "test"):
+def test_at_the_examples_split_each_history_has_its_calendars_windows_and_only_one_eras_histories_share_them():
+    cfg = build_config(yaml.safe_load(SPEC.read_text())["config"])
+    assert [(h.name, h.time_column) for h in cfg.data.price_histories] == [
+        (name, calendar) for calendar, names in CALENDARS.items() for name in names]
+    market = prepare_market(cfg, torch.device("cpu"), load_run_prices(cfg))
+    folds = fold_table(market.indexes, market.bounds, cfg.data.folds.layout, market.fold_ids)
+    assert folds["history"].tolist() == list(range(8)) and folds["fold"].eq(0).all()
+    for (h, name), row in zip(enumerate(HISTORIES), folds.itertuples()):
+        calendar = next(c for c, names in CALENDARS.items() if name in names)
+        assert (row.val_first, row.val_last) == WINDOWS[calendar]["val"], name
+        assert (row.test_first, row.test_last) == WINDOWS[calendar]["test"], name
+        assert (row.val_start, row.val_end, row.test_start) == (2200, 3200, 3200)  # the same rows of every history
+    histories = history_table(cfg.data, market)
+    assert validation_calendar(folds, histories, range(8), [0])[:, 0].tolist() == PERIODS
+    assert held_out_calendar(folds, histories, range(8)).tolist() == PERIODS
+    for seg in ("val", "test"):  # the four calendars' windows are disjoint
         for a, b in combinations(CALENDARS, 2):
-            (a0, a1), (b0, b1) = windows[a][seg], windows[b][seg]
+            (a0, a1), (b0, b1) = WINDOWS[a][seg], WINDOWS[b][seg]
             assert a1 < b0 or b1 < a0, (seg, a, b)
 
 
@@ -118,13 +137,24 @@ def analysed(tmp_path_factory, ray_address):
     return sweep, root / "eight", root / "analysis"
 
 
-def test_the_cpu_example_sweeps_and_is_analysed_over_its_eight_named_histories(analysed):
+def test_the_cpu_example_sweeps_on_four_calendars_and_is_analysed_over_its_eight_named_histories(analysed):
     sweep, exp, out = analysed
-    line = next(x for x in sweep.stdout.splitlines() if x.startswith("tune-gems sweep: data: "))
-    assert "8 histories" in line and all(f"{h} (price column '{h}')" in line for h in HISTORIES), line
-    assert pd.read_parquet(exp / "histories.parquet")["name"].tolist() == HISTORIES
+    lines = [x.removeprefix("tune-gems sweep: ") for x in sweep.stdout.splitlines() if x.startswith("tune-gems sweep: ")]
+    source = next(x for x in lines if x.startswith("data: "))
+    assert "8 histories on 4 calendars, 4000 rows each" in source
+    assert all(f"{h} (price column '{h}', time column '{c}')" in source for c, names in CALENDARS.items() for h in names)
+    splits = [x for x in lines if x.startswith("split")]
+    assert [x.split(":")[0] for x in splits] == [f"split of {', '.join(names)}" for names in CALENDARS.values()]
+    for line, window in zip(splits, WINDOWS.values()):
+        assert f"validation 1000 rows ({'..'.join(window['val'])}) | test 800 rows ({'..'.join(window['test'])})" in line
+    histories = pd.read_parquet(exp / "histories.parquet")
+    assert histories["name"].tolist() == HISTORIES
+    assert histories["first"].tolist() == [FIRST_DAY[c] for c, names in CALENDARS.items() for _ in names]
     members = pd.read_parquet(exp / "members.parquet")
     assert sorted(set(members["history"])) == list(range(8)) and set(members["fold"]) == {0}
+    loaded = load_experiment(exp)  # the analysis's validated tables: each history's own window dates
+    assert validation_calendar(loaded.folds.dates, loaded.histories, range(8), [0])[:, 0].tolist() == PERIODS
+    assert held_out_calendar(loaded.folds.dates, loaded.histories, range(8)).tolist() == PERIODS
     g6 = pd.read_csv(out / "verdicts.csv").set_index("gem").loc["g6"]
     assert g6["histories"] == 8 and g6["folds"] == 1 and isinstance(g6["verdict"], str)
     effects = pd.read_csv(out / "fold_effects.csv")

@@ -189,7 +189,7 @@ def test_the_analysis_writes_factors_csv_the_report_section_and_prints_the_table
     assert "## Every factor judged" in report and "### Interactions of the factorial" in report
     assert "model.noisy" in report.split("## Every factor judged")[1]
     text = format_factor_table(res.factors)
-    assert text.splitlines()[3].startswith("model.noisy") and "not judged (no design): gems.g6.mode" in text
+    assert text.splitlines()[4].startswith("model.noisy")  # under the heading line, the header and its rule and "not judged (no design): gems.g6.mode" in text
     from tune_gems.commands.cli import main
 
     assert main(["analyze", str(folder), "--out", str(tmp_path / "out2"), "--no-plots"]) == 0

@@ -170,7 +170,7 @@ def test_baselines_are_per_history_and_fold_and_the_history_table_names_each(his
     table = t.history_table()
     assert table["history"].tolist() == [0, 1] and table["name"].tolist() == ["spx", "ndx"]
     assert table["column"].tolist() == ["spx", "ndx"] and table["source"].nunique() == 1
-    assert table["rows"].tolist() == [t.market.n] * 2 and table["first"].tolist() == [str(t.market.times[0].date())] * 2
+    assert table["rows"].tolist() == [t.market.n] * 2 and table["first"].tolist() == [str(t.market.index[0].date())] * 2
 
 
 def test_a_run_of_one_history_writes_a_one_row_history_table_and_history_zero():

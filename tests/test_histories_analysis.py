@@ -94,8 +94,7 @@ of the 6 periods the histories share included, are estimated)."""
 def test_a_family_over_histories_is_decided_by_the_nested_rule(tmp_path, effects, word, why):
     exp, cells = _cells(history_scenario(tmp_path / "h", effects, noise=0.2))
     th = Thresholds()
-    v, fold_rows, _family = gem_verdict_tables(exp.trials, exp.history, exp.members, arms=exp.arms,
-                                               gems=list(exp.gems), thresholds=th, cells=cells)
+    v, fold_rows, _family = gem_verdict_tables(cells, list(exp.gems), th, exp.members)
     row = v.set_index("gem").loc[GEM]
     h, k = len(effects), len(effects[0])
     # the same decision straight from the rule on the same pairs: the verdict is decide()'s nested branch
@@ -118,8 +117,9 @@ def test_a_family_over_histories_is_decided_by_the_nested_rule(tmp_path, effects
     assert row["mde"] == pytest.approx(want, rel=1e-9)
     assert row["mde_two_stage"] > row["mde"]
     assert sorted(set(zip(fold_rows["history"], fold_rows["fold"]))) == [(a, b) for a in range(h) for b in range(k)]
-    # the console's first line names the histories
-    assert f"over {h} histories);" in verdict_line(row.to_dict() | {"gem": GEM})
+    # the console's first line names the histories, or why there are too few
+    named = f"pooled over {h} histories x {k} folds:" if word == "keep wired" else "(too few "
+    assert named in verdict_line(row.to_dict() | {"gem": GEM})
 
 
 def test_market_evidence_over_two_histories_is_the_pooled_rules_and_a_member_is_found_in_its_history(tmp_path):
@@ -138,7 +138,7 @@ def test_market_evidence_over_two_histories_is_the_pooled_rules_and_a_member_is_
 
 def test_the_plot_tables_key_per_history(tmp_path):
     exp, cells = _cells(history_scenario(tmp_path / "two", [[0.4, 0.4], [-0.2, -0.2]]))
-    pairs = paired_seed_table(cells, [g for g in exp.gems if g.name == GEM], exp.members, last_k=1)
+    pairs = paired_seed_table(gem_verdict_tables(cells, list(exp.gems), Thresholds(last_k=1), exp.members)[2])
     assert sorted(set(zip(pairs["history"], pairs["fold"]))) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     np.testing.assert_allclose(pairs.groupby("history")["difference"].median().to_numpy(), [0.4, -0.2], atol=0.05)
     curves = learning_curve_table(exp.members)
@@ -154,7 +154,7 @@ def test_plan_prices_designs_with_histories_and_its_pilot_design_states_the_verd
     folder = history_scenario(tmp_path / "pilot", [h[:2] for h in THREE], noise=0.2)
     p = plan(folder)
     exp, cells = _cells(folder)
-    v = gem_verdict_tables(exp.trials, exp.history, exp.members, arms=exp.arms, gems=list(exp.gems), cells=cells)[0]
+    v = gem_verdict_tables(cells, list(exp.gems), Thresholds(), exp.members)[0]
     d = p.designs
     assert p.histories == 3 and sorted(d["histories"].unique()) == sorted({3, *HISTORIES})
     assert (d["members"] == d["histories"] * d["periods"] * d["seeds"] * 2).all()  # 2 arms
@@ -185,7 +185,7 @@ def test_confirm_plans_its_seeds_with_the_nested_rules_mde(tmp_path):
 
     exp, cells = _cells(history_scenario(tmp_path / "search", THREE, noise=0.2))
     th = Thresholds()
-    v = gem_verdict_tables(exp.trials, exp.history, exp.members, arms=exp.arms, gems=list(exp.gems), cells=cells)[0]
+    v = gem_verdict_tables(cells, list(exp.gems), Thresholds(), exp.members)[0]
     row = v.set_index("gem").loc[GEM]
     inputs = discovery_power_inputs(row.to_dict() | {"gem": GEM})
     assert (inputs.histories, inputs.folds, inputs.history_tau2) == (3, 6, pytest.approx(float(row["var_history"])))
@@ -213,8 +213,7 @@ def test_a_historys_folds_that_share_training_rows_need_no_factor_over_histories
     exp, cells = _cells(folder)
 
     def verdict(overlap):
-        return gem_verdict_tables(exp.trials, exp.history, exp.members, arms=exp.arms, gems=list(exp.gems),
-                                  cells=cells, overlap=overlap)[0].set_index("gem").loc[GEM]
+        return gem_verdict_tables(cells, list(exp.gems), Thresholds(), exp.members, overlap=overlap)[0].set_index("gem").loc[GEM]
 
     bare = verdict(experiment_overlap(exp.folds.table))
     EXPANDING.assign(experiment=folder.name, trial_id="t0").to_parquet(folder / "folds.parquet", index=False)

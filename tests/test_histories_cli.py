@@ -75,12 +75,11 @@ def test_train_dry_run_counts_the_histories_in_the_members(tmp_path, daily):
 @pytest.mark.parametrize("case", ["calendar", "constant"])
 def test_bad_histories_stop_train_with_one_line_and_write_nothing(tmp_path, daily, case):
     frame = pd.read_csv(daily)
-    if case == "calendar":  # a second file with one day missing
+    if case == "calendar":  # a second file with one day missing: a row fewer
         frame.drop(index=10)[["date", "wti"]].to_csv(tmp_path / "oil.csv", index=False)
         data = [f"data.histories=[{{path: {daily}, price_column: sp500}}, {{path: {tmp_path / 'oil.csv'}, price_column: wti}}]"]
-        want = (f"data.histories: history 'oil' ({tmp_path / 'oil.csv'}, column 'wti') has 1999-01-20 in row 11 where "
-                "history 'daily' has 1999-01-19; histories must share one calendar: align them first (docs/data.md "
-                '"Several price histories")')
+        want = (f"data.histories: history 'oil' ({tmp_path / 'oil.csv'}, column 'wti') has 899 rows, history 'daily' 900: "
+                "the members put row t of every history side by side, so histories need as many rows; cut the longer ones")
     else:
         frame.assign(wti=30.0).to_csv(tmp_path / "flat.csv", index=False)
         data = [f"data.path={tmp_path / 'flat.csv'}", "data.price_columns=[sp500,wti]"]

@@ -1,8 +1,9 @@
-"""Several price histories (issue 37 item 3), the data side: the config's two shapes
-(`data.price_columns`, `data.histories`) and their one-line errors, the loader's checks (one
-calendar, a column that is not a price, a file too short for the fold layout: each naming the
-history), the start-up line and history table, the memory estimate, the resume record of several
-files, and the shipped real series (examples/daily_closes.csv, built from `arch`'s data)."""
+"""Several price histories, the data side: the config's two shapes (`data.price_columns`,
+`data.histories`) and their one-line errors, the loader's checks (as many rows, timestamps in every
+history or none, a column that is not a price, a file too short for the fold layout: each naming
+the history), histories on several calendars (each at its own dates, a date split refused), the
+start-up lines and history table, the memory estimate, the resume record of several files, and the
+shipped real series (examples/daily_closes.csv, built from `arch`'s data)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 DAILY = REPO / "examples" / "daily_closes.csv"
 SP500 = REPO / "examples" / "sp500_closes.csv"
 SMALL = ["env.window=8", "env.episode_length=32"]
-ALIGN = 'histories must share one calendar: align them first (docs/data.md "Several price histories")'
+SIDE_BY_SIDE = "the members put row t of every history side by side, so histories need as many rows; cut the longer ones"
 
 
 def market_error(*overrides: str) -> str:
@@ -96,7 +97,7 @@ def test_a_bad_histories_config_is_one_line_naming_the_key(overrides, message):
     assert str(info.value) == message
 
 
-# --- loading: each history validated, then one calendar --------------------------------------------
+# --- loading: each history validated, then side by side --------------------------------------------
 
 
 def test_histories_load_on_one_calendar_each_with_its_name_and_column(daily):
@@ -107,16 +108,43 @@ def test_histories_load_on_one_calendar_each_with_its_name_and_column(daily):
     assert b.iloc[0] == pd.read_csv(daily)["wti"].iloc[0]
 
 
-def test_wti_beside_the_sp500_closes_is_refused_at_the_first_date_that_differs(tmp_path):
+def test_wti_beside_the_sp500_closes_runs_on_its_own_dates_once_it_has_as_many_rows(tmp_path):
     """The real case: FRED's WTI series trades on days the exchanges were shut (and not on some
-    they were open); its first departure from the S&P 500's calendar is named."""
+    they were open). Beside the S&P 500 closes it is another calendar: 5,020 days against 5,031 is
+    refused with both counts; cut to as many rows, each history keeps its own dates and the same
+    rows (a fold is row for row the same in both), the start-up lines say both calendars, and
+    the analysis reads every fold of both as one period (docs/data.md "The real series shipped")."""
     arch_data = pytest.importorskip("arch.data.wti")
+    from tune_gems.analysis.read.calendars import validation_calendar
+    from tune_gems.data.segments import fold_table
+    from tune_gems.data.summary import data_lines, history_table
+
     wti = arch_data.load()["DCOILWTICO"].loc["1999":"2018"].dropna()
     path = tmp_path / "wti.csv"
     pd.DataFrame({"date": wti.index.strftime("%Y-%m-%d"), "close": wti.to_numpy()}).to_csv(path, index=False)
-    msg = market_error("data.source=file", f"data.histories=[{{path: {SP500}}}, {{path: {path}}}]")
-    assert msg == (f"data.histories: history 'wti' ({path}, column 'close') has 2000-01-04 in row 252 where history "
-                   f"'sp500_closes' has 1999-12-31; {ALIGN}")
+    both = f"data.histories=[{{path: {SP500}}}, {{path: {path}}}]"
+    msg = market_error("data.source=file", both)
+    assert msg == (f"data.histories: history 'wti' ({path}, column 'close') has 5020 rows, history 'sp500_closes' 5031: "
+                   f"{SIDE_BY_SIDE}")
+    pd.read_csv(SP500).head(5020).to_csv(tmp_path / "sp500.csv", index=False)
+    cfg = load_config(None, ["data.source=file", f"data.histories=[{{path: {tmp_path / 'sp500.csv'}}}, {{path: {path}}}]",
+                             "data.splits=[0.8, 0.1, 0.1]"])
+    sp, oil = load_run_prices(cfg)
+    assert len(sp) == len(oil) == 5020 and str(sp.index[251].date()) == "1999-12-31" and str(oil.index[251].date()) == "2000-01-04"
+    lines = data_lines(cfg.data, prepare_market(cfg, torch.device("cpu"), [sp, oil]))
+    assert lines[0].startswith("data: 2 histories on 2 calendars, 5020 rows each: sp500 (")
+    assert lines[0].endswith(f"wti ({path}, price column 'close', time column 'date')")
+    assert lines[1:] == ["split of sp500: train 4016 rows (1999-01-04..2014-12-17) | validation 502 rows "
+                         "(2014-12-18..2016-12-14) | test 502 rows (2016-12-15..2018-12-13)",
+                         "split of wti: train 4016 rows (1999-01-04..2014-12-30) | validation 502 rows "
+                         "(2014-12-31..2016-12-27) | test 502 rows (2016-12-28..2018-12-28)"]
+    four = load_config(None, ["data.source=file", f"data.histories=[{{path: {tmp_path / 'sp500.csv'}}}, {{path: {path}}}]",
+                              "data.folds.k=4"])
+    market = prepare_market(four, torch.device("cpu"), [sp, oil])  # days apart, never a window apart: one period
+    folds = fold_table(market.indexes, market.bounds, "expanding", market.fold_ids)
+    table = history_table(four.data, market)
+    assert (validation_calendar(folds, table, range(2), range(4)) == 0).all()
+    assert validation_calendar(folds, table, range(2), range(4), min_share=0.5).tolist() == [[0, 1, 2, 3]] * 2
 
 
 def test_a_shorter_history_and_one_without_times_are_refused(tmp_path, daily):
@@ -125,11 +153,50 @@ def test_a_shorter_history_and_one_without_times_are_refused(tmp_path, daily):
     frame[["sp500"]].to_csv(tmp_path / "rows.csv", index=False)
     both = "data.histories=[{{path: {a}, price_column: sp500}}, {{path: {b}, price_column: {c}}}]"
     msg = market_error("data.source=file", both.format(a=daily, b=tmp_path / "short.csv", c="nasdaq"), *SMALL)
-    assert msg == (f"data.histories: history 'short' ({tmp_path / 'short.csv'}, column 'nasdaq'): 800 rows, history "
-                   f"'daily' 900: 'daily' goes on at 2002-03-20 after 'short' ends; {ALIGN}")
+    assert msg == (f"data.histories: history 'short' ({tmp_path / 'short.csv'}, column 'nasdaq') has 800 rows, history "
+                   f"'daily' 900: {SIDE_BY_SIDE}")
     msg = market_error("data.source=file", both.format(a=daily, b=tmp_path / "rows.csv", c="sp500"), *SMALL)
     assert msg == (f"data.histories: history 'rows' ({tmp_path / 'rows.csv'}, column 'sp500'): history 'daily' has "
-                   f"timestamps and 'rows' none; {ALIGN}")
+                   "timestamps and 'rows' none; give every history a time column, or none")
+    frame.assign(date=pd.to_datetime(frame["date"]).dt.tz_localize("UTC")).to_csv(tmp_path / "utc.csv", index=False)
+    msg = market_error("data.source=file", both.format(a=daily, b=tmp_path / "utc.csv", c="wti"), *SMALL)
+    assert msg == (f"data.histories: history 'utc' ({tmp_path / 'utc.csv'}, column 'wti'): timestamps in UTC, history "
+                   "'daily''s in no timezone; give every history timezone-aware timestamps, or none")
+
+
+def test_histories_on_two_calendars_keep_their_dates_and_date_splits_are_refused(tmp_path, daily):
+    """Another era of a market beside the first: the same rows, each at its own dates, in the
+    split lines, the history table and a fold table of a row per history and fold; a date split
+    would cut each calendar at other rows, so it is refused naming the key."""
+    from tune_gems.data.segments import fold_table
+    from tune_gems.data.summary import history_table, split_lines
+
+    later = pd.read_csv(DAILY).iloc[2000:2900]
+    later.rename(columns={"date": "day"}).to_csv(tmp_path / "later.csv", index=False)
+    two = (f"data.histories=[{{path: {daily}, price_column: sp500}}, {{path: {tmp_path / 'later.csv'}, price_column: sp500, "
+           "time_column: day, name: sp500_2007}]")
+    cfg = load_config(None, ["data.source=file", two, *SMALL, "data.folds.k=2"])
+    market = prepare_market(cfg, torch.device("cpu"))
+    assert [str(i[0].date()) for i in market.indexes] == ["1999-01-04", "2007-01-09"]
+    assert split_lines(cfg.data, market) == [
+        "split of daily: fold 0: train 495 rows (1999-01-04..2000-12-20), validation 135 rows (2000-12-21..2001-07-06) | "
+        "fold 1: train 630 rows (1999-01-04..2001-07-06), validation 135 rows (2001-07-09..2002-01-28) | test 135 rows "
+        "(2002-01-29..2002-08-12)",
+        "split of sp500_2007: fold 0: train 495 rows (2007-01-09..2008-12-23), validation 135 rows (2008-12-24..2009-07-09) "
+        "| fold 1: train 630 rows (2007-01-09..2009-07-09), validation 135 rows (2009-07-10..2010-01-21) | test 135 rows "
+        "(2010-01-22..2010-08-04)"]
+    table = history_table(cfg.data, market)
+    assert table[["name", "first", "last", "rows"]].values.tolist() == [["daily", "1999-01-04", "2002-08-12", 900],
+                                                                        ["sp500_2007", "2007-01-09", "2010-08-04", 900]]
+    folds = fold_table(market.indexes, market.bounds, "expanding", market.fold_ids)
+    assert folds[["history", "fold", "val_start", "val_first"]].values.tolist() == [
+        [0, 0, 495, "2000-12-21"], [0, 1, 630, "2001-07-09"], [1, 0, 495, "2008-12-24"], [1, 1, 630, "2009-07-10"]]
+    msg = market_error("data.source=file", two, *SMALL, "data.splits=[2001-01-01, 2002-01-01]")
+    assert msg == ("data.splits: dates ['2001-01-01', '2002-01-01'] cut each calendar at other rows, and the 2 histories are "
+                   "on 2 calendars (those of 'daily', 'sp500_2007'): a fold is the same rows of every history, so give three "
+                   "fractions")
+    one = load_config(None, ["data.source=file", f"data.path={daily}", "data.price_columns=[sp500, wti]", *SMALL])
+    assert fold_table(prepare_market(one, torch.device("cpu")).indexes, market.bounds, "expanding").columns[0] == "fold"
 
 
 @pytest.mark.parametrize("column, value, problem", [

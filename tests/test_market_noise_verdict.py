@@ -336,7 +336,7 @@ def test_the_report_and_terminal_table_state_both_intervals(root):
 
     res = analyze(root / "luck", n_boot=400)
     text = format_verdict_table(res.verdicts)
-    assert "market CI" in text.splitlines()[0]
+    assert "market CI" in text.splitlines()[1]
     line = evidence_line(res.verdicts[res.verdicts["gem"] == "g12"].iloc[0])
     assert "(seeds alone: keep wired)" in line and "market-noise interval [" in line
 

@@ -18,9 +18,7 @@ from tune_gems.analysis.render.figures import (
     analysis_figures, confirmation_data, plot_tables,
 )
 from tune_gems.analysis.pairs.pairing import build_cells, paired
-from tune_gems.analysis.render.plot_tables import (
-    VERDICT_READ, final_verdict_table, learning_curve_table, probability_of_improvement,
-)
+from tune_gems.analysis.render.plot_tables import final_verdict_table, learning_curve_table, probability_of_improvement
 from tune_gems.analysis.render.plots import (
     FRESH_SEEDS, FRESH_SEEDS_AND_PATHS, IMPORTANCE_FEW_TRIALS, confirmation_shrinkage, final_verdicts, fold_color,
     fold_forest, importance_bars, learning_curves, paired_seeds, sharpe_distributions,
@@ -243,9 +241,10 @@ def test_the_final_verdicts_plot_draws_the_interval_that_decided(folded, tmp_pat
     v = res.verdicts.set_index("gem")
     for _, r in table[table["kind"] == "gem"].iterrows():
         g = v.loc[r["contrast"]]
-        pooled = np.isfinite(g[VERDICT_READ.pooled_effect])
-        want = [g[c] for c in (("pooled_effect", "pooled_ci_low", "pooled_ci_high") if pooled else ("effect", "ci_low", "ci_high"))]
-        np.testing.assert_allclose([r["effect"], r["ci_low"], r["ci_high"]], want)  # the columns the rule decided with
+        want = [g[c] for c in ("decided_effect", "decided_ci_low", "decided_ci_high")]
+        np.testing.assert_allclose([r["effect"], r["ci_low"], r["ci_high"]], want)  # the interval the rule decided with
+        if str(g["decided_by"]).startswith("pooled") and g["verdict"] not in ("equivalent", "delete"):
+            np.testing.assert_allclose(want, [g[c] for c in ("pooled_effect", "pooled_ci_low", "pooled_ci_high")])
         assert r["verdict"] == g["verdict"] and r["held_out_effect"] == pytest.approx(g["test_effect"], nan_ok=True)
     # a walk-forward run with enough periods: the pooled interval decides, not the seeds alone
     five = analyze(fr.fold_scenario(tmp_path / "five", [0.3, 0.1, 0.2, 0.25, 0.15], n=6), **FAST)

@@ -201,7 +201,7 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
         pooling.fold_estimates: (walk_forward, period_family),
         pooling.shared_seed_variance: (walk_forward, period_family),
         pooling.seed_anova: (walk_forward, period_family),
-        ties.informative_rank_test: (decision, walk_forward),
+        ties.informative_rank_test: (decision, family),
         # the power statement: the verdicts', the plan's, the calibration's and confirm's MDE
         power.mde: (search_choice, calibration),
         power.statement: (family, walk_forward),

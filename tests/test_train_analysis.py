@@ -43,8 +43,9 @@ def test_analyze_takes_a_train_folder_and_uses_its_arms_as_the_design(runs, tmp_
     assert v.loc["g10", "verdict"] == "insufficient data"  # never wired in this run
     report = (tmp_path / "ana" / "report.md").read_text()
     # the report's verdict summary is narrow, the numbers a user decides by first; the evidence stays in verdicts.csv
-    assert ("| gem | verdict | decided_by | decided_effect | decided_ci_low | decided_ci_high | mde | test_effect | "
-            "held_out | family_size | n_seeds | tied_share | p_adjusted |") in report
+    assert ("| gem | verdict | decided_by | decided_effect | decided_ci_low | decided_ci_high | decided_ci_level | "
+            "decided_p_adjusted | mde | test_effect | held_out | family_size | n_seeds | tied_share | seeds: verdict | "
+            "seeds: effect | seeds: ci_low | seeds: ci_high | seeds: Holm p |") in report  # the seeds alone, headed so
     assert {"seed_verdict", "tost_p_adjusted", "seeds_needed", "excess_median", "redundancy"} <= set(v.columns)
 
 

@@ -6,7 +6,7 @@ the interpreter does not (types, constexpr branches, layouts) and ends in ptxas,
 ships. Every launch one layer product and its backward make, for each kind of layer and each
 precision, and the noise kernel's launches, are recorded with their real arguments (the kernels
 stubbed out) and compiled with the specialisation those arguments get on the GPU
-(tune_gems.ops.triton_inspect), so the GPU session starts from kernels that build.
+(benchmarks/triton_inspect.py), so the GPU session starts from kernels that build.
 
 The gate: at the network's real shapes, every tf32 and bf16 product compiles to a tensor-core dot
 at its precision (never fp32 FMA), spills nothing, and keeps ptxas's wgmma pipeline (no
@@ -16,12 +16,20 @@ at its precision (never fp32 FMA), spills nothing, and keeps ptxas's wgmma pipel
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from test_triton_layers import build_layer, fresh_kernel_modules, member_inputs
+from tune_gems.model.flat import FlatParameters
+from tune_gems.trainer.optim import PopulationAdam
 
-KERNELS = ("_rows_kernel", "_weight_grad_kernel", "_sigma_grad_kernel", "_spectral_kernel", "_noise_factors_kernel")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # triton_inspect.py
+
+KERNELS = ("_rows_kernel", "_weight_grad_kernel", "_sigma_grad_kernel", "_spectral_kernel", "_noise_factors_kernel", "_row_reduce_kernel",
+           "_clip_adam_kernel")
 CASES = [  # (layer kind, ReLU, precision): every kernel variant the network launches, each precision once
     ("plain", True, "tf32"),
     ("spectral", True, "ieee"),
@@ -72,7 +80,7 @@ def _layer_product(module, monkeypatch, kind: str, relu: bool, precision: str):
 
 def _compile_all(launches: list[tuple]) -> dict:
     """Compile every distinct launch of `launches` for the H200: {(kernel, constexprs): compiled}."""
-    from tune_gems.ops.triton_inspect import compile_for_h100
+    from triton_inspect import compile_for_h100
 
     compiled = {}
     for fn, args, kwargs in launches:
@@ -107,7 +115,7 @@ DOT = {"tf32": "tf32", "bf16": "bf16"}
 @pytest.mark.parametrize("precision", ["tf32", "bf16"])
 @pytest.mark.parametrize("shape", REAL_SHAPES, ids=lambda s: f"{s[0]}-{s[2]}x{s[3]}x{s[4]}")
 def test_at_real_shapes_every_product_is_a_pipelined_tensor_core_dot_without_spills(compiled_kernels, monkeypatch, shape, precision):
-    from tune_gems.ops.triton_inspect import describe
+    from triton_inspect import describe
 
     kind, reps, N, K, O, relu = shape
     monkeypatch.setattr(compiled_kernels, "dot_precision", lambda t: precision)
@@ -143,3 +151,33 @@ def test_the_noise_kernel_compiles_for_the_h200(compiled_kernels, monkeypatch):
     launches = _recorded_launches(compiled_kernels, monkeypatch, lambda: net.resample_noise_from_uniforms(_uniforms(net, [1, 2])))
     assert len(launches) == len(net.noisy_layers())
     assert {name for name, _ in _compile_all(launches)} == {"_noise_factors_kernel"}
+
+
+def test_the_optimizer_step_compiles_to_ieee_arithmetic_and_16_byte_loads(compiled_kernels, monkeypatch):
+    """The clip-group norms and the clip-and-Adam kernel at a network's width (clip groups at
+    aligned columns): no spills, 16-byte loads, and the float32 divisions and square roots
+    IEEE-rounded (Triton's `/` and tl.sqrt are approximate ones), as torch's fused Adam computes."""
+    import re
+
+    from triton_inspect import describe
+
+    class Rows(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(3, 286304))
+
+    def step():
+        flat = FlatParameters(Rows(), 3)
+        opt = PopulationAdam(flat, 1e-4, 1e-8, 10.0, clip_groups=[slice(0, 200000), slice(200000, 286304)],
+                             clip_adam=compiled_kernels.ClipAdam)  # fmt: skip
+        opt.step_groups()
+
+    compiled = _compile_all(_recorded_launches(compiled_kernels, monkeypatch, step))
+    assert {name for name, _ in compiled} == {"_row_reduce_kernel", "_clip_adam_kernel"}
+    for (name, _), kernel in compiled.items():
+        d = describe(kernel)
+        assert d["spills"] == 0 and d["loads"].get("16", 0) > 0, (name, d)
+        if name == "_clip_adam_kernel":
+            ptx = kernel.asm["ptx"]
+            assert not re.search(r"div\.(full|approx)\.|sqrt\.approx|rcp\.approx", ptx), "an approximate division or square root"
+            assert {"div.rn.f32", "sqrt.rn.f32", "div.rn.f64", "sqrt.rn.f64"} <= set(re.findall(r"(?:div|sqrt)\.rn\.f\d\d", ptx))

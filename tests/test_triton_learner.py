@@ -62,10 +62,28 @@ def test_a_short_run_on_triton_stays_within_tf32_tolerance_of_the_torch_path():
         assert not theirs[key][:, gaps].any(), key
 
 
-def test_a_checkpoint_saved_without_aligned_columns_loads_into_them():
+def test_weights_stored_out_in_give_the_bits_of_weights_stored_in_out():
+    """`triton-w-out-in` stores the weight matrices transposed in the flat matrix (the kernels
+    read them through their strides): the same tiles, so on the interpreter the same bits."""
+    ours, theirs = _learner("triton-w-out-in"), _learner("triton")
+    assert ours.online.trunk[0].weight.stride(-2) == 1 and theirs.online.trunk[0].weight.stride(-1) == 1
+    assert ours.online.trunk[0].weight.shape == theirs.online.trunk[0].weight.shape
+    assert not torch.equal(ours.online_flat.data, theirs.online_flat.data)
+    for _ in range(2):
+        ours.iteration()
+        theirs.iteration()
+    a, b = ours.state_tensors(), theirs.state_tensors()
+    for key in a:
+        plain = ours.online_flat.unpack if key in FLAT_STATE else lambda t: t
+        other = theirs.online_flat.unpack if key in FLAT_STATE else lambda t: t
+        assert torch.equal(plain(a[key]), other(b[key])), key
+
+
+@pytest.mark.parametrize("kernel", ["triton", "triton-w-out-in"])
+def test_a_checkpoint_saved_without_aligned_columns_loads_into_them(kernel):
     """A version-1 checkpoint of the triton path (its flat matrices without alignment gaps) is
     laid out with them on load, so a run resumes from it."""
-    learner = _learner("triton")
+    learner = _learner(kernel)
     learner.iteration()
     state = {k: v.clone() for k, v in learner.state_tensors().items()}
     flat = learner.online_flat

@@ -364,10 +364,10 @@ def test_period_calibration_command_prints_the_table_and_refuses_bad_input(capsy
 def test_an_unknown_heterogeneity_share_reads_a_dash_not_a_dash_percent():
     """I^2 is NaN where no fold's rank interval gives a variance (tau^2 unknown): the verdict's
     text says `I^2 -`, as tau^2 says `-`, not `-%`."""
-    from tune_gems.analysis.render.report import _percent
+    from tune_gems.analysis.text import percent
 
-    assert _percent(float("nan")) == "-" and _percent(None) == "-"
-    assert _percent(0.0) == "0%" and _percent(0.456) == "46%"
+    assert percent(float("nan")) == "-" and percent(None) == "-"
+    assert percent(0.0) == "0%" and percent(0.456) == "46%"
 
 
 def test_the_numbers_a_user_decides_by_lead_every_verdict_table(tmp_path):
@@ -382,7 +382,9 @@ def test_the_numbers_a_user_decides_by_lead_every_verdict_table(tmp_path):
     g = v.set_index("gem").loc["g12"]
     assert g["decided_by"] == "pooled over 4 periods"
     assert (g["decided_effect"], g["decided_ci_low"]) == (g["pooled_effect"], g["pooled_ci_low"])
-    head = format_verdict_table(v, res.placebo).splitlines()[0].split()
-    assert head[:9] == ["gem", "verdict", "effect", "CI", "decided", "by", "MDE", "held-out", "family"]
+    group, head = (line.split() for line in format_verdict_table(v, res.placebo).splitlines()[:2])
+    assert head[:11] == ["gem", "verdict", "effect", "CI", "Holm", "p", "decided", "by", "MDE", "held-out", "family"]
+    assert group == ["the", "test", "that", "decided", "the", "word:", "seeds", "alone:"]  # the seeds' own heading
     report = render_report(res, {}, res.settings)
-    assert "| gem | verdict | decided_by | decided_effect | decided_ci_low | decided_ci_high | mde | test_effect |" in report
+    assert ("| gem | verdict | decided_by | decided_effect | decided_ci_low | decided_ci_high | decided_ci_level | "
+            "decided_p_adjusted | mde | test_effect |") in report

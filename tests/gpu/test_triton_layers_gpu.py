@@ -20,11 +20,15 @@ CUDA); `bash benchmarks/gpu_session.sh triton` runs it.
 from __future__ import annotations
 
 import contextlib
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from test_triton_layers import Magnitudes, assert_within_bound, build_layer, float64_reference, member_inputs, run_layer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # triton_inspect.py
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 triton = pytest.importorskip("triton")
@@ -137,7 +141,7 @@ def test_a_product_and_its_backward_replay_in_a_cuda_graph_with_the_eager_bits(k
 @pytest.mark.parametrize("kind", ["plain", "spectral", "noisy"])
 def test_the_loaded_kernels_are_pipelined_tensor_core_dots_without_spills(kind, prec, monkeypatch):
     from tune_gems.ops import triton_layers
-    from tune_gems.ops.triton_inspect import describe
+    from triton_inspect import describe
 
     loaded = []
 

@@ -13,7 +13,7 @@ depend on the matrix shape only:
 The layer products are not the only per-member computation whose bits could depend on P: the
 gradient-clip norm (the reported grad_norm) and q_mean are reductions that torch splits by the
 shape of its call, so this path computes them with a fixed-order kernel per member
-(tune_gems.ops.triton_layers.row_norms, row_means; benchmarks/RESULTS.md, 2026-12-05). A failure
+(tune_gems.ops.triton_layers.ClipAdam, row_means; benchmarks/RESULTS.md, 2026-12-05). A failure
 names the first iteration and state tensors that differ, which tells which part depends on P.
 
 Run on the GPU machine: `pytest -m gpu tests/gpu/test_triton_learner_gpu.py -q -rfE` (skipped

@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
 
 # the table of contents, in reading order: read -> pair -> decide -> describe -> render
+from tune_gems.analysis.read.calendars import validation_calendar
 from tune_gems.analysis.read.load import Experiment, load_experiment
 from tune_gems.analysis.read.outcomes import last_evaluated_epochs, trial_outcomes
 from tune_gems.analysis.pairs.pairing import build_cells
@@ -28,6 +30,7 @@ from tune_gems.analysis.verdicts.redundancy import redundancy_table
 from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables, placebo_verdicts, verdict_metric
 from tune_gems.analysis.verdicts.held_out import skill_context
 from tune_gems.analysis.verdicts.factors import factor_table
+from tune_gems.analysis.verdicts.family import DesignFamily
 from tune_gems.analysis.verdicts.fold_effects import fold_dates, fold_effects_table
 from tune_gems.analysis.verdicts.walk_forward import experiment_overlap, state_uncorrected
 from tune_gems.analysis.describe.variance import sharpe_variance, split_arms
@@ -82,6 +85,8 @@ class AnalysisResult:
     (`describe.history_returns`; empty with one history)."""
     settings: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    family: DesignFamily | None = None
+    """The design's family the verdicts and factors were decided in (its pairs are what the plots draw)."""
     out_dir: Path | None = None
     files: list[str] = field(default_factory=list)
 
@@ -114,9 +119,9 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
     excess = add_excess_columns(cells.long, gems)
     red = redundancy_table(cells, gems, thresholds=th, excess=excess)
     lookup = EvalReturnsLookup(exp.paths, exp.labels, t)
-    verdicts, fold_rows, family = gem_verdict_tables(t, h, m, arms=arms, gems=gems, thresholds=th, redundancy=red,
-                                                     cells=cells, eval_returns=lookup, selection=selection,
-                                                     overlap=experiment_overlap(exp.folds.table))
+    verdicts, fold_rows, family = gem_verdict_tables(cells, gems, th, m, redundancy=red, eval_returns=lookup,
+                                                     selection=selection, overlap=experiment_overlap(exp.folds.table),
+                                                     calendar_of=partial(validation_calendar, exp.folds.dates, exp.histories))
     verdicts = state_uncorrected(verdicts, exp.folds.uncorrected)  # several folds, no layout: said, not dropped
     verdicts["skill"] = skill_context(exp)
     correlations = history_correlations(exp.histories, exp.folds.dates, exp.paths, exp.labels)
@@ -145,6 +150,7 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
         history_correlations=correlations,
         settings=th.settings(),
         notes=notes,
+        family=family,
     )
 
 

@@ -58,6 +58,31 @@ def format_number(v: Any, fmt: str = ".3g", missing: str = "-") -> str:
     return missing if np.isnan(f) else format(f, fmt)
 
 
+def text_table(header: list[str], rows: list[list[str]], groups: dict[int, str] | None = None) -> list[str]:
+    """Rows aligned in columns for a terminal: the header, a rule, the rows; `groups` (first column
+    -> title) a line above the header naming the columns from there on (e.g. "seeds alone:")."""
+    table = [header, *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    top = ""
+    for i, title in sorted((groups or {}).items()):
+        top = top.ljust(sum(w + 2 for w in widths[:i])) + title
+    return [top.rstrip()] + lines if top else lines
+
+
+def percent(share: Any) -> str:
+    """A share as a whole percentage, `-` where it is unknown (never `-%`)."""
+    text = format_number(100 * share if isinstance(share, (int, float, np.floating)) else share, ".0f")
+    return text if text == "-" else f"{text}%"
+
+
+def counted(n: Any, noun: str) -> str:
+    """`1 history`, `3 histories`, `2 periods`: a count with its noun in the number it needs."""
+    plural = noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
+    return f"{format_number(n, '.0f')} {noun if format_number(n, '.0f') == '1' else plural}"
+
+
 def format_interval(lo: Any, hi: Any) -> str:
     """`[lo, hi]` in `format_number`'s words, `-` where both ends are missing."""
     return "-" if format_number(lo) == "-" and format_number(hi) == "-" else f"[{format_number(lo)}, {format_number(hi)}]"

@@ -111,15 +111,26 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
     lock = OutputLock(exp, FIELD).acquire()  # a second confirmation started meanwhile is refused here
     try:
         with stops_raise():
-            return _run_confirmation(exp, out_path, default, spec, plans, notes, build, gems, discovery, log, settings,
-                                     power)
+            return _run_confirmation(exp, out_path, default, spec, Planned(plans, notes, build, power), discovery, log,
+                                     settings)
     finally:
         lock.release()
 
 
-def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec, plans: list[Plan], notes: list[str],
-                      build: Callable[[Plan], Config], gems: list[str], discovery, log: Callable[[str], None],
-                      settings: dict[str, Any], power: list) -> "ConfirmOutcome":
+@dataclass(frozen=True)
+class Planned:
+    """What a confirmation will train: its `plans` (one trial per gem), the `notes` for the gems it
+    cannot confirm and the search as a whole, the function that `build`s a plan's config and each
+    gem's `power` plan (`search_choice.confirmation_power`)."""
+
+    plans: list[Plan]
+    notes: list[str]
+    build: Callable[[Plan], Config]
+    power: list
+
+
+def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec, planned: Planned, discovery,
+                      log: Callable[[str], None], settings: dict[str, Any]) -> "ConfirmOutcome":
     """Train the plans and publish the folder, holding the search's lock (`confirm`)."""
     from tune_gems.analysis.verdicts.search_choice import (
         FINAL_COLUMNS, candidate_count, format_confirmation, one_history_final, side_by_side,
@@ -128,6 +139,7 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
     from tune_gems.analysis.analyze import analyze
     from tune_gems.contracts.outputs import check_output_folder, publish_folder, temporary_folder, write_marker
 
+    plans, notes, gems = planned.plans, planned.notes, list(discovery.verdicts["gem"])
     if check_not_confirmed(exp):  # under the lock: a "running" record is a dead confirmation's
         clear_stale(exp, out_path, log)
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,7 +148,7 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
     try:
         write_marker(tmp, KIND)
         name = f"{discovery.experiment.labels[0]}-confirmation"
-        write_tables(ExperimentStore(str(tmp.parent), tmp.name), run_plans(plans, build, name, log, events_out=tmp))
+        write_tables(ExperimentStore(str(tmp.parent), tmp.name), run_plans(plans, planned.build, name, log, events_out=tmp))
         # on one price history the rule's last stage is the search's selection (`rules.selection`)
         selection = None if fresh_paths(spec) else {p.gem: candidate_count(discovery.experiment.trials, p.gem)
                                                     for p in plans}
@@ -145,14 +157,15 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
         per_gem = {n.split(":", 1)[0]: n.split(": ", 1)[1] for n in notes if ":" in n and n.split(":", 1)[0] in gems}
         final = None if selection is None else one_history_final(confirmed.verdicts, selection)
         table = side_by_side([p.choice for p in plans], discovery.verdicts, confirmed.verdicts, gains, per_gem,
-                             power=power, final=final)
+                             power=planned.power, final=final)
         general = [n for n in notes if n.split(":", 1)[0] not in gems]
         (tmp / CHOICES_FILE).write_text(json.dumps([asdict(p) for p in plans], indent=2, default=str) + "\n")
         table.to_csv(tmp / TABLE_FILE, index=False)
         confirmed.verdicts.drop(columns=FINAL_COLUMNS[1:], errors="ignore").to_csv(tmp / VERDICTS_FILE, index=False)
         text = format_confirmation(table)
         (tmp / REPORT_FILE).write_text(_report(exp, text, format_verdict_table(confirmed.verdicts, confirmed.placebo,
-                                                                               confirmed.redundancy), general))
+                                                                               confirmed.redundancy), general,
+                                               fresh_paths(spec)))
         check_output_folder(out_path, kind=KIND, field="--out", inputs=[exp], allow_inside=[exp] if default else ())
         publish_folder(tmp, out_path, kind=KIND)
         write_record(record, out_path, plans)
@@ -190,10 +203,11 @@ def _final(history: pd.DataFrame, trial_id: str, column: str) -> float:
     return float(h.sort_values("epoch")[column].iloc[-1])
 
 
-def _report(exp: Path, table: str, verdicts: str, notes: list[str]) -> str:
+def _report(exp: Path, table: str, verdicts: str, notes: list[str], fresh: bool) -> str:
+    data = "fresh synthetic paths" if fresh else "the search's own price data (so it is conditional on it)"
     lines = [f"# Confirmation of {exp}", "",
              "Each gem's chosen configuration (the search's best `verdict_gain_<gem>`), trained once more beside its "
-             "control on fresh member seeds and fresh synthetic paths. `discovery gain` is the chosen trial's own "
+             f"control on fresh member seeds and {data}. `discovery gain` is the chosen trial's own "
              "(selected, so inflated) gain; `confirmation gain` the same statistic on the fresh run; `shrinkage` their "
              "difference. Each gem's confirmation trained the seeds that make its MDE at most the discovery's (same "
              "rule, same units: `discovery_mde`, `confirmation_mde`, `confirmation_seeds`). The final verdict is the "

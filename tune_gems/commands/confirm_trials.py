@@ -63,6 +63,18 @@ def finished_line(done: int, total: int, plan: Plan, trainer, durations: list[fl
             f"{len(trainer.history)} epoch(s), {metric}={value:.3f} | {format_seconds(elapsed)} elapsed, ETA {eta}")
 
 
+def epoch_line(plan: Plan, trainer, ran: float) -> str:
+    """The console line after each epoch of a confirmation trial: the epoch, the time the trial has
+    run (`ran` seconds) and its ETA at that pace (a long trial says where it is between its
+    finished-trial lines)."""
+    from tune_gems.sweep.progress import format_seconds
+
+    done, total = trainer.epoch, trainer.cfg.trainer.epochs
+    left = ran / done * (total - done) if done else math.nan
+    eta = format_seconds(left) if math.isfinite(left) else "-"
+    return f"tune-gems confirm: {plan.trial_id}: epoch {done}/{total} | {format_seconds(ran)} in this trial, ETA {eta}"
+
+
 def _announce(plan: Plan, cfg: Config) -> str:
     last = plan.first_seed_index + plan.population - 1
     return (f"tune-gems confirm: {plan.gem}: trial {plan.discovery_trial}'s configuration ({cfg.label()}) against "
@@ -72,7 +84,8 @@ def _announce(plan: Plan, cfg: Config) -> str:
 
 def run_plans(plans: list[Plan], build: Callable[[Plan], Config], experiment: str, log: Callable[[str], None],
               events_out: Path | None = None, clock: Callable[[], float] = time.monotonic) -> SweepTables:
-    """Train every plan once, in turn; their tables (HEALTH_DIAG short; TensorBoard with `events_out`)."""
+    """Train every plan once, in turn; their tables (HEALTH_DIAG short, epoch and trial lines with ETAs
+    (`epoch_line`, `finished_line`); TensorBoard with `events_out`)."""
     from tune_gems.gems import manifest
     from tune_gems.design.arms import run_arms
     from tune_gems.design.resources import check_training_fits
@@ -94,8 +107,14 @@ def run_plans(plans: list[Plan], build: Callable[[Plan], Config], experiment: st
         began = clock()
         trainer = Trainer(cfg, log=lambda line: log(without_arm_detail(line)), arms=run)  # the sweep console's short line
         events = EpochEvents(events_out, plan.trial_id) if events_out is not None else None
+
+        def after_epoch(_result, _due, trainer=trainer, plan=plan, events=events, began=began):
+            if events is not None:
+                events.write(trainer.history[-1], trainer.epoch)
+            log(epoch_line(plan, trainer, clock() - began))
+
         try:
-            train_epochs(trainer, None if events is None else lambda _r, _due: events.write(trainer.history[-1], trainer.epoch))
+            train_epochs(trainer, after_epoch)
         finally:
             if events is not None:
                 events.close()

@@ -202,7 +202,8 @@ class DataConfig(_Strict):
         None,
         max_length=MAX_HISTORIES,
         description="several price histories, one entry each ({name, path, price_column, time_column}, defaults from "
-        "data.path, data.price_column, data.time_column): several files, or columns of one; every history on one calendar",
+        "data.path, data.price_column, data.time_column): several files, or columns of one; each on its own dates or "
+        "one calendar, every history as many rows (a fold is the same rows of each)",
     )
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
     folds: FoldsConfig = Field(default_factory=FoldsConfig)
@@ -342,10 +343,10 @@ class ModelConfig(_Strict):
     noisy: bool = Field(True, description="NoisyNet layers in the value and advantage streams (off: epsilon-greedy; a per-member key)")
     noisy_sigma0: float = Field(0.5, gt=0.0, le=100.0, description="initial NoisyNet noise scale (sigma = sigma0 / sqrt(inputs))")
     predictor_hidden: int = Field(128, ge=4, description="hidden width of the G12 predictor head")
-    layer_kernel: Literal["torch", "triton"] = Field("torch",
+    layer_kernel: Literal["torch", "triton", "triton-w-out-in"] = Field("torch",
         description="the layers' products: torch (batched matmuls in member blocks; the reference) or triton (Triton kernels with the "
         "NoisyNet weight, spectral norm's 1/sigma, bias and ReLU fused and no member blocks; needs the triton package, and CUDA or "
-        "TRITON_INTERPRET=1)")
+        "TRITON_INTERPRET=1); triton-w-out-in: triton with the weights stored [out, in] (experimental)")
 
     @model_validator(mode="after")
     def _support(self) -> "ModelConfig":

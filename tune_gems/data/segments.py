@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from tune_gems.contracts.errors import ConfigError, DataError
-from tune_gems.data.series import format_when
+from tune_gems.data.series import calendar_groups, format_when
 
 MAX_FOLDS = 64
 """Most walk-forward folds a run may have (`data.folds.k`): more is a typo, not a design."""
@@ -25,7 +25,8 @@ FOLD_TABLE_COLUMNS = (
 )
 """The fold table (`fold_table`, folds.csv / folds.parquet): per fold its half-open row ranges
 [start, end) into the series and the times of each window's first and last row (None without
-a time index), then the layout: the scheme (walk_forward, purged), the rows the fold trains on
+a time index; histories on several calendars: a row per history and fold, `history` first, each
+with its own times), then the layout: the scheme (walk_forward, purged), the rows the fold trains on
 and their runs (`start:end` half-open, space-separated: two under purged cross-validation, one
 before and one after the validation group), the validation window's rows, the rows left out
 before it (walk-forward: the gap) and after it (purged: the purge, then the embargo). Under
@@ -101,6 +102,11 @@ def _date_cut(index: pd.DatetimeIndex, when: Any) -> int:
     return int(index.searchsorted(ts, side="left"))
 
 
+def is_date_split(splits: Sequence) -> bool:
+    """Whether `splits` are two dates [val_start, test_start] (else three fractions)."""
+    return len(splits) == 2 and all(isinstance(x, (str, _dt.date)) for x in splits)
+
+
 def split_bounds(prices: pd.Series, splits: list, min_len: int, source: str = "data.splits") -> SegmentBounds:
     """Chronological, contiguous, non-overlapping train/val/test bounds covering `prices`.
 
@@ -114,7 +120,7 @@ def split_bounds(prices: pd.Series, splits: list, min_len: int, source: str = "d
         if min(f0, f1, f2) <= 0 or abs(f0 + f1 + f2 - 1.0) > 1e-6:
             raise ConfigError(f"{source}: fractions must be > 0 and sum to 1, got {list(splits)}")
         a, b = round(n * f0), round(n * (f0 + f1))
-    elif len(splits) == 2 and all(isinstance(x, (str, _dt.date)) for x in splits):
+    elif is_date_split(splits):
         if not isinstance(prices.index, pd.DatetimeIndex):
             raise ConfigError(f"{source}: date splits need a time column in the data (or give three fractions)")
         try:
@@ -248,12 +254,20 @@ def format_runs(runs: Sequence[tuple[int, int]]) -> str:
     return " ".join(f"{int(lo)}:{int(hi)}" for lo, hi in runs)
 
 
-def fold_table(index: pd.Index, folds: Sequence[SegmentBounds], layout: str, fold_ids: Sequence[int] | None = None) -> pd.DataFrame:
+def fold_table(index: pd.Index | Sequence[pd.Index], folds: Sequence[SegmentBounds], layout: str,
+               fold_ids: Sequence[int] | None = None) -> pd.DataFrame:
     """One row per fold (FOLD_TABLE_COLUMNS): its row ranges, the times of each window's first
-    and last row (`index`: the series' index) and its layout (scheme, training runs, rows left
-    out around the validation window), for the result files beside members (which carry the
-    `fold` index). `layout` is the walk-forward layout (config `data.folds.layout`); purged
-    folds (`SegmentBounds.purged`) write none."""
+    and last row and its layout (scheme, training runs, rows left out around the validation
+    window), for the result files beside members (which carry the `fold` index). `index`: the
+    series' index, or each history's (`Market.indexes`): on several calendars
+    (`series.calendar_groups`) one row per history and fold, its `history` first and its dates
+    its own (the rows are every history's). `layout` is the walk-forward layout (config
+    `data.folds.layout`); purged folds (`SegmentBounds.purged`) write none."""
+    indexes = [index] if isinstance(index, pd.Index) else list(index)
+    if len(calendar_groups(indexes)) > 1:
+        per = [fold_table(idx, folds, layout, fold_ids) for idx in indexes]
+        return pd.concat([t.assign(history=h) for h, t in enumerate(per)], ignore_index=True)[["history", *FOLD_TABLE_COLUMNS]]
+    index = indexes[0]
     timed = isinstance(index, pd.DatetimeIndex)
     ids = list(range(len(folds))) if fold_ids is None else list(fold_ids)
     rows = []

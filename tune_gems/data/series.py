@@ -377,12 +377,13 @@ def _load_history(spec: HistorySpec, min_rows: int, several: bool) -> pd.Series:
 def load_histories(cfg: Any, min_rows: int = 0) -> list[pd.Series]:
     """Every price history of a file `DataConfig` (`DataConfig.price_histories`: one, or
     one per `data.price_columns` / `data.histories` entry), validated one by one (`load_prices`,
-    a problem naming the history) and then against each other: histories share one calendar (the
-    same timestamps, or the same number of rows without a time column), so every fold, segment
-    and date means the same rows in each (`check_one_calendar`)."""
+    a problem naming the history) and then against each other (`check_side_by_side`,
+    `check_distinct_markets`). Each keeps its own index: histories may come from different
+    calendars (`calendar_groups`), and every fold and segment is the same rows of each, at that
+    history's own dates."""
     specs = cfg.price_histories
     series = [_load_history(spec, min_rows, len(specs) > 1) for spec in specs]
-    check_one_calendar(specs, series, cfg.histories_key)
+    check_side_by_side(specs, series, cfg.histories_key)
     check_distinct_markets(specs, series, cfg.histories_key)
     return series
 
@@ -398,37 +399,37 @@ def check_distinct_markets(specs: Sequence[HistorySpec], series: Sequence[pd.Ser
                                 "history its own market")
 
 
-def _calendar_text(index: pd.Index, i: int) -> str:
-    return format_when(index[i]) if isinstance(index, pd.DatetimeIndex) else f"row {i + 1}"
-
-
-def check_one_calendar(specs: Sequence[HistorySpec], series: Sequence[pd.Series], key: str) -> None:
-    """DataError naming the history and the first timestamp where it leaves the first history's
-    calendar (histories must be aligned before a run: docs/data.md "Several price histories")."""
-    if len(series) < 2:
-        return
+def check_side_by_side(specs: Sequence[HistorySpec], series: Sequence[pd.Series], key: str) -> None:
+    """DataError naming the history that cannot stand beside the first: the member layout puts
+    row t of every history side by side (one fold is the same rows of each), so every history
+    needs as many rows; and their windows' dates are compared by the analysis (which histories
+    share a period), so either every history has timestamps, all naive or all timezone-aware,
+    or none has (row numbers)."""
     ref, first = series[0].index, specs[0]
-    fix = 'histories must share one calendar: align them first (docs/data.md "Several price histories")'
     for spec, s in zip(specs[1:], series[1:]):
         idx = s.index
         here = f"{key}: history {spec.name!r} ({spec.where})"
         timed = (isinstance(ref, pd.DatetimeIndex), isinstance(idx, pd.DatetimeIndex))
         if timed[0] != timed[1]:
             has, lacks = (first.name, spec.name) if timed[0] else (spec.name, first.name)
-            raise DataError(f"{here}: history {has!r} has timestamps and {lacks!r} none; {fix}")
+            raise DataError(f"{here}: history {has!r} has timestamps and {lacks!r} none; give every history a time "
+                            "column, or none")
         if all(timed) and (ref.tz is None) != (idx.tz is None):
-            raise DataError(f"{here}: timestamps in {idx.tz or 'no timezone'}, history {first.name!r}'s in {ref.tz or 'no timezone'}; {fix}")
-        n = min(len(ref), len(idx))
-        differ = np.flatnonzero(ref[:n].as_unit("ns").asi8 != idx[:n].as_unit("ns").asi8) if all(timed) else np.array([], dtype=np.int64)
-        if len(differ):
-            i = int(differ[0])
-            raise DataError(f"{here} has {_calendar_text(idx, i)} in row {i + 1} where history {first.name!r} has "
-                            f"{_calendar_text(ref, i)}; {fix}")
+            raise DataError(f"{here}: timestamps in {idx.tz or 'no timezone'}, history {first.name!r}'s in "
+                            f"{ref.tz or 'no timezone'}; give every history timezone-aware timestamps, or none")
         if len(idx) != len(ref):
-            longer, shorter = (spec.name, first.name) if len(idx) > len(ref) else (first.name, spec.name)
-            extra = idx if len(idx) > len(ref) else ref
-            raise DataError(f"{here}: {len(idx)} rows, history {first.name!r} {len(ref)}: {longer!r} goes on at "
-                            f"{_calendar_text(extra, n)} after {shorter!r} ends; {fix}")
+            raise DataError(f"{here} has {len(idx)} rows, history {first.name!r} {len(ref)}: the members put row t of "
+                            "every history side by side, so histories need as many rows; cut the longer ones")
+
+
+def calendar_groups(indexes: Sequence[pd.Index]) -> list[list[int]]:
+    """The histories (positions in `indexes`, each history's index) grouped by calendar, in order
+    of their first history: histories of one calendar have the same index, row for row (the
+    columns of one file on its date column; every history without timestamps)."""
+    groups: dict[int, list[int]] = {}
+    for h, idx in enumerate(indexes):
+        groups.setdefault(next((g for g in groups if indexes[g].equals(idx)), h), []).append(h)
+    return list(groups.values())
 
 
 def path_seeds(syn: Any, n_seed_indices: int, first_seed_index: int = 0) -> list[int]:
@@ -447,7 +448,7 @@ def load_paths(cfg: Any, n_seed_indices: int = 1, min_rows: int = 0, first_seed_
     `data.synthetic.seed + s`), so seed indices differ in market as well as in initial weights,
     and a seed block's paths are those of the same seed indices in a run of every index;
     `shared` gives one path; price files give one path per history (`load_histories`: one, or
-    several on one calendar). Index the result with `path_of_member`.
+    several of as many rows). Index the result with `path_of_member`.
     """
     if n_seed_indices < 1:
         raise ValueError(f"n_seed_indices must be >= 1, got {n_seed_indices}")

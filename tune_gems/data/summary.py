@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from tune_gems.data.histories import HISTORY_TABLE_COLUMNS
-from tune_gems.data.series import format_when
+from tune_gems.data.series import calendar_groups, format_when
 
 SEGMENT_LABELS = (("train", "train"), ("val", "validation"), ("test", "test"))
 
@@ -27,63 +27,81 @@ def _column(spec: Any, found: str | None) -> str:
 def source_line(data_cfg: Any, market: Any) -> str:
     """`data: <file>, price column 'Close' (asked 'close'), <n> rows` or the synthetic series;
     several histories: `data: <file>, <k> histories on one calendar, <n> rows each: <name> (price
-    column '<c>') | ...` (histories in several files: `<name> (<file>, price column '<c>')`)."""
+    column '<c>') | ...` (histories in several files: `<name> (<file>, price column '<c>')`; on
+    several calendars, `<k> histories on <c> calendars` and each history's time column)."""
     if data_cfg.source == "synthetic":
         syn = data_cfg.synthetic
         paths = "one path per seed index" if syn.paths == "per_seed" else "one shared path"
         return f"data: synthetic series, {market.n} prices, seed {syn.seed}, edge {syn.edge:g}, {paths}"
     specs = data_cfg.price_histories
     if len(specs) == 1:
-        return f"data: {specs[0].path}, {_column(specs[0], market.column)}, {market.n} rows"
+        return f"data: {specs[0].path}, {_column(specs[0], market.columns[0])}, {market.n} rows"
     one_file = len({spec.path for spec in specs}) == 1
-    each = [f"{spec.name} ({'' if one_file else f'{spec.path}, '}{_column(spec, found)})" for spec, found in zip(specs, market.columns)]
+    calendars = len(calendar_groups(market.indexes))
+    each = [f"{spec.name} ({'' if one_file else f'{spec.path}, '}{_column(spec, found)}"
+            f"{f', time column {idx.name!r}' if calendars > 1 and idx.name is not None else ''})"
+            for spec, found, idx in zip(specs, market.columns, market.indexes)]
     where = f"{specs[0].path}, " if one_file else ""
-    return f"data: {where}{len(specs)} histories on one calendar, {market.n} rows each: {' | '.join(each)}"
+    on = "one calendar" if calendars == 1 else f"{calendars} calendars"
+    return f"data: {where}{len(specs)} histories on {on}, {market.n} rows each: {' | '.join(each)}"
 
 
 def history_table(data_cfg: Any, market: Any) -> pd.DataFrame:
     """One row per history of the run (HISTORY_TABLE_COLUMNS): its index (the members'
     `history`), name, source file and price column (as the file spells it), the first and last
-    timestamp of the common calendar (`row 1`, `row <n>` without one) and its rows."""
-    times = market.times
-    first, last = (format_when(times[0]), format_when(times[-1])) if times is not None else ("row 1", f"row {market.n}")
+    timestamp of its own calendar (`row 1`, `row <n>` without one) and its rows."""
     rows = []
     for h, spec in enumerate(data_cfg.price_histories):
         found = market.columns[h] if data_cfg.source != "synthetic" else None
         rows.append({"history": h, "name": spec.name, "source": spec.path or "synthetic", "column": found,
-                     "first": first, "last": last, "rows": int(market.n)})
+                     "first": _when(market.indexes[h], 0), "last": _when(market.indexes[h], market.n - 1), "rows": int(market.n)})
     return pd.DataFrame(rows, columns=list(HISTORY_TABLE_COLUMNS))
 
 
-def _segment(market: Any, label: str, rows: tuple[int, int]) -> str:
-    lo, hi = rows
-    dates = f" ({format_when(market.times[lo])}..{format_when(market.times[hi - 1])})" if market.times is not None else f" (rows {lo}..{hi - 1})"
-    return f"{label} {hi - lo} rows{dates}"
+def _when(index: pd.Index, i: int) -> str:
+    """Row i's timestamp, or `row <i + 1>` without a time column."""
+    return format_when(index[i]) if isinstance(index, pd.DatetimeIndex) else f"row {i + 1}"
 
 
-def _runs(market: Any, runs: tuple[tuple[int, int], ...]) -> str:
+def _span(index: pd.Index, lo: int, hi: int) -> str:
+    """Rows [lo, hi) as dates, `<first>..<last>`, or `rows <lo>..<hi - 1>` without a time column."""
+    return f"{format_when(index[lo])}..{format_when(index[hi - 1])}" if isinstance(index, pd.DatetimeIndex) else f"rows {lo}..{hi - 1}"
+
+
+def _segment(index: pd.Index, label: str, rows: tuple[int, int]) -> str:
+    return f"{label} {rows[1] - rows[0]} rows ({_span(index, *rows)})"
+
+
+def _runs(index: pd.Index, runs: tuple[tuple[int, int], ...]) -> str:
     """A purged fold's training rows: `train <rows> rows in <n> run(s) (<first>..<last> + ...)`."""
-    spans = [
-        f"{format_when(market.times[lo])}..{format_when(market.times[hi - 1])}" if market.times is not None else f"rows {lo}..{hi - 1}"
-        for lo, hi in runs
-    ]
     rows = sum(hi - lo for lo, hi in runs)
-    return f"train {rows} rows in {len(runs)} run(s) ({' + '.join(spans)})"
+    return f"train {rows} rows in {len(runs)} run(s) ({' + '.join(_span(index, lo, hi) for lo, hi in runs)})"
 
 
-def split_line(market: Any) -> str:
-    """`split: train <rows> rows (<first>..<last>) | validation ... | test ...`; dates only
-    where the data has a time column. With folds, each fold's training rows and validation
-    window (`fold <k>: train ... validation ...`; a purged fold's training runs), then the
-    common test segment."""
+def split_line(market: Any, index: pd.Index | None = None, head: str = "split") -> str:
+    """`split: train <rows> rows (<first>..<last>) | validation ... | test ...` at `index`'s dates
+    (default the market's first history's); dates only where the data has a time column. With
+    folds, each fold's training rows and validation window (`fold <k>: train ... validation ...`;
+    a purged fold's training runs), then the common test segment."""
+    index = market.index if index is None else index
     folds = market.bounds
     if len(folds) == 1 and not folds[0].purged:
-        return "split: " + " | ".join(_segment(market, label, getattr(folds[0], key)) for key, label in SEGMENT_LABELS)
+        return f"{head}: " + " | ".join(_segment(index, label, getattr(folds[0], key)) for key, label in SEGMENT_LABELS)
     parts = [
-        f"fold {k}: {_runs(market, f.runs) if f.purged else _segment(market, 'train', f.train)}, {_segment(market, 'validation', f.val)}"
+        f"fold {k}: {_runs(index, f.runs) if f.purged else _segment(index, 'train', f.train)}, {_segment(index, 'validation', f.val)}"
         for k, f in zip(market.fold_ids, folds)
     ]
-    return "split: " + " | ".join([*parts, _segment(market, "test", folds[0].test)])
+    return f"{head}: " + " | ".join([*parts, _segment(index, "test", folds[0].test)])
+
+
+def split_lines(data_cfg: Any, market: Any) -> list[str]:
+    """The split line (`split_line`); histories on several calendars: one per calendar, at its
+    dates (`split of <name>, <name>: ...`; the rows are every history's)."""
+    groups = calendar_groups(market.indexes)
+    if len(groups) == 1:
+        return [split_line(market)]
+    names = [spec.name for spec in data_cfg.price_histories]
+    return [split_line(market, market.indexes[g[0]], f"split of {', '.join(names[h] for h in g)}") for g in groups]
 
 
 def layout_line(market: Any) -> str | None:
@@ -104,4 +122,4 @@ def layout_line(market: Any) -> str | None:
 
 def data_lines(data_cfg: Any, market: Any) -> list[str]:
     layout = layout_line(market)
-    return [source_line(data_cfg, market), *([layout] if layout else []), split_line(market)]
+    return [source_line(data_cfg, market), *([layout] if layout else []), *split_lines(data_cfg, market)]

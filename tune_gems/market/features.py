@@ -1,6 +1,7 @@
 """The Market: price paths prepared once as device tensors of look-ahead-free features and next-step
-returns, one row per (fold, path), read-only for every consumer. The observation at t holds the W
-log returns up to p_t and the position; the position chosen at t earns p_{t+1}/p_t - 1. Each fold is
+returns, one row per (fold, path), read-only for every consumer. A path is a seed index's
+(synthetic) or a price history's (each at its own dates). The observation at t holds the W log
+returns up to p_t and the position; the position chosen at t earns p_{t+1}/p_t - 1. Each fold is
 normalised on its own training rows (docs/data.md)."""
 
 from __future__ import annotations
@@ -54,16 +55,14 @@ class Market:
             raise DataError(f"data: {n} prices, fewer than the {window}-step observation window (env.window)")
         self.window = window
         self.n = n
-        self.index = paths[0].index if isinstance(paths[0], pd.Series) else pd.RangeIndex(n)
+        self.indexes = tuple(p.index if isinstance(p, pd.Series) else pd.RangeIndex(n) for p in paths)  # own dates, or rows
+        self.index = self.indexes[0]
         self.bounds = tuple(folds)  # the SegmentBounds of each fold held
         self.n_paths, self.n_folds = len(paths), len(folds)
         self.fold_ids = tuple(range(len(folds))) if fold_ids is None else tuple(int(f) for f in fold_ids)
         if len(self.fold_ids) != len(folds):
             raise ValueError(f"{len(self.fold_ids)} fold ids for {len(folds)} folds")
-        first = paths[0]
-        self.times = first.index if isinstance(getattr(first, "index", None), pd.DatetimeIndex) else None
         self.columns = tuple(getattr(p, "attrs", {}).get(SOURCE_COLUMN_ATTR) for p in paths)  # as the file spells it
-        self.column = self.columns[0]
         raw = []
         for path in paths:
             p = np.asarray(path, dtype=np.float64)

@@ -12,6 +12,9 @@ tune_gems.ops.triton_layers), and `gather_grads` then leaves that slot as it is.
 `align`: each parameter starts at a multiple of `align` columns and the row length is one too
 (the gaps hold zeros, whose gradient is zero, so Adam leaves them zero), so every member's
 parameter starts at the same address alignment: the Triton kernels then copy 16-byte vectors.
+`transposed`: the weight matrices a layer names in its `matrices` ([..., in, out] parameters)
+are stored [..., out, in] and exposed as transposed views of the same shape (the Triton
+kernels take any strides). `pack` and `unpack` convert between a layout and the plain one.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ def _round_up(n: int, align: int) -> int:
 
 
 class FlatParameters:
-    def __init__(self, module: nn.Module, population: int, with_grad: bool = True, align: int = 1):
+    def __init__(self, module: nn.Module, population: int, with_grad: bool = True, align: int = 1, transposed: bool = False):
         P = population
         slots: list[tuple[nn.Module, str, Tensor]] = []
         for mod in module.modules():
@@ -47,39 +50,44 @@ class FlatParameters:
                 slots.append((mod, name, p))
         self.population, self.align = P, align
         self.sizes = [p.numel() // P for _, _, p in slots]
+        self.shapes = [p.shape for _, _, p in slots]
+        self.flipped = [transposed and name in getattr(mod, "matrices", ()) for mod, name, _ in slots]
         self.offsets, width = column_layout(self.sizes, align)
         self.padded = width != sum(self.sizes)
+        self.plain = not self.padded and not any(self.flipped)  # the parameters side by side as they are
         with torch.no_grad():
             self.data = self.pack(torch.cat([p.detach().reshape(P, -1) for _, _, p in slots], dim=1))
         self.grad = torch.zeros_like(self.data) if with_grad else None
         self.params: list[nn.Parameter] = []
         self._columns: dict[int, slice] = {}  # id(parameter) -> its columns of `data`
-        for (mod, name, p), n, offset in zip(slots, self.sizes, self.offsets):
-            param = nn.Parameter(self.data[:, offset : offset + n].view(p.shape), requires_grad=with_grad)
+        for (mod, name, p), n, offset, flip in zip(slots, self.sizes, self.offsets, self.flipped):
+            param = nn.Parameter(_view(self.data[:, offset : offset + n], p.shape, flip), requires_grad=with_grad)
             if self.grad is not None:
-                param.grad_slot = self.grad[:, offset : offset + n].view(p.shape)
+                param.grad_slot = _view(self.grad[:, offset : offset + n], p.shape, flip)
             setattr(mod, name, param)  # nn.Module registers a Parameter in place of the old one
             self.params.append(param)
             self._columns[id(param)] = slice(offset, offset + n)
         self._zeros = [torch.zeros(P, n, device=self.data.device) for n in self.sizes]
 
     def pack(self, packed: Tensor) -> Tensor:
-        """A [P, sum(sizes)] matrix of the parameters side by side (no gaps: the layout of
-        align 1) in this layout (a fresh matrix; the same one when there are no gaps)."""
-        if not self.padded:
+        """A [P, sum(sizes)] matrix of the parameters side by side as they are (the plain layout:
+        no gaps, nothing transposed) in this layout (a fresh matrix; the same one when plain)."""
+        if self.plain:
             return packed.contiguous()
         out = packed.new_zeros(packed.shape[0], column_layout(self.sizes, self.align)[1])
         start = 0
-        for n, offset in zip(self.sizes, self.offsets):
-            out[:, offset : offset + n] = packed[:, start : start + n]
+        for n, offset, shape, flip in zip(self.sizes, self.offsets, self.shapes, self.flipped):
+            _view(out[:, offset : offset + n], shape, flip).copy_(packed[:, start : start + n].view(shape))
             start += n
         return out
 
     def unpack(self, matrix: Tensor) -> Tensor:
-        """`pack`'s inverse: a [P, columns] matrix of this layout without its gaps."""
-        if not self.padded:
+        """`pack`'s inverse: a [P, columns] matrix of this layout in the plain one."""
+        if self.plain:
             return matrix
-        return torch.cat([matrix[:, o : o + n] for n, o in zip(self.sizes, self.offsets)], dim=1)
+        P = matrix.shape[0]
+        return torch.cat([_view(matrix[:, o : o + n], shape, flip).reshape(P, n)
+                          for n, o, shape, flip in zip(self.sizes, self.offsets, self.shapes, self.flipped)], dim=1)  # fmt: skip
 
     def columns_of(self, param: Tensor) -> slice:
         """The columns of `data` holding one parameter."""
@@ -102,13 +110,21 @@ class FlatParameters:
         kernel), a copy of each of the others into its slot (zeros for None)."""
         P = self.population
         in_place = [g is not None and _is_view_of(g, p.grad_slot) for g, p in zip(grads, self.params)]
-        if not any(in_place) and not self.padded:
+        if not any(in_place) and self.plain:
             parts = [g.reshape(P, -1) if g is not None else z for g, z in zip(grads, self._zeros)]
             torch.cat(parts, dim=1, out=self.grad)
             return
         for g, p, z, done in zip(grads, self.params, self._zeros, in_place):
             if not done:
                 p.grad_slot.copy_(g if g is not None else z.view(p.shape))
+
+
+def _view(cols: Tensor, shape: torch.Size, flip: bool) -> Tensor:
+    """A [P, n] block of columns as a parameter of `shape`, stored as is or, `flip`, with its
+    last two axes swapped (a transposed view)."""
+    if not flip:
+        return cols.view(shape)
+    return cols.view(*shape[:-2], shape[-1], shape[-2]).transpose(-1, -2)
 
 
 def _is_view_of(t: Tensor, slot: Tensor) -> bool:

@@ -4,35 +4,27 @@ layers run as one kernel and never mix.
 
 A layer's forward takes its *effective* weights, computed once per iteration by `weights()`:
 that is where spectral norm runs its power iteration and NoisyNets apply their noise. Computing
-them once and reusing them for every batch of the iteration keeps the power-iteration state
-update out of the backward graph (the failure mode of torch's spectral-norm parametrization
-when one module runs twice) and lets s_t and s_{t+1} share one noise sample.
+them once keeps the power-iteration state update out of the backward graph (the failure mode of
+torch's spectral-norm parametrization when one module runs twice) and lets s_t and s_{t+1}
+share one noise sample.
 
-Spectral norm and NoisyNets are switched per member (arms put different configurations on the
-population axis, docs/design.md "Arms"): the machinery is always built and always runs, and a
-per-member mask (a constant buffer) selects its effect with `torch.where`, never a Python branch
-on a member's value (when all members agree the where is skipped: tune_gems.model.member_select).
-So a member's computation, its initial weights (the generator consumes the same draws whatever
-the switches) and its random numbers do not depend on its own or any other member's switches,
-and a member equals, bit for bit, the same member in a run where every member has its setting.
+Spectral norm and NoisyNets are switched per member (arms, docs/design.md "Arms"): the machinery
+always runs and a per-member mask (a constant buffer) selects its effect with `torch.where`,
+never a Python branch on a member's value (skipped when all members agree: member_select). So a
+member's computation, initial weights and random numbers do not depend on any member's switches.
 
 Member blocks: with several arms, `set_member_block(n)` makes every batched matmul of a layer
-(forward, backward, power iteration) run once per block of n consecutive members (an arm)
-instead of once over all P. The members' numbers are then computed by matmuls of exactly the
-shapes of a single-arm run: a GPU BLAS may pick its algorithm (e.g. split-K) from the batch
-count, and would otherwise round an arm's members differently from a run of that arm alone.
+run once per block of n consecutive members (an arm), with exactly the shapes of a single-arm
+run: a GPU BLAS may pick its algorithm (e.g. split-K) from the batch count.
 
-Two implementations of the products, a strategy chosen once per network from the config's
-`model.layer_kernel` (`layer_products`, `set_layer_products`): `TorchProducts` (the default and
-the oracle: baddbmm on effective weights computed here, member blocks as above) and
-tune_gems.ops.triton_layers.TritonProducts (the effective weight built inside the kernel's
-K-loop from the raw parameters, the noise factors and spectral norm's 1/sigma, the bias and
-ReLU in its epilogue, the parameters' gradients written into the flat gradient; its tiles
-depend on the matrix shape only, so it needs no member blocks). With a strategy that builds
-the effective weights itself (`fused`), `weights("train" | "target")` returns its
-`LayerWeights` instead of an `Affine`; `weights("eval")` still returns an `Affine`
-(materialised noise-free weights, which the evaluator copies into fixed buffers) whose products
-run on the same strategy.
+Two implementations of the products, a strategy chosen once per network from
+`model.layer_kernel` (`layer_products`): `TorchProducts` (the default and the oracle: baddbmm on
+effective weights computed here, member blocks as above) and
+tune_gems.ops.triton_layers.TritonProducts (`fused`: the effective weight built inside the
+kernel's K-loop from the raw parameters, which `weights("train" | "target")` returns as its
+`LayerWeights`; tiles from the matrix shape only, so no member blocks). `weights("eval")` still
+returns an `Affine` (materialised noise-free weights, which the evaluator copies into fixed
+buffers) whose products run on the same strategy.
 """
 
 from __future__ import annotations
@@ -102,8 +94,10 @@ class TorchProducts:
     """Whether the products build the effective weight from the raw parameters themselves."""
     parameter_align = 1
     """Columns at which each parameter starts in the flat matrix (tune_gems.model.flat)."""
-    row_norms = None
-    """Per-member gradient norms for the optimizer's clip; None: torch's (PopulationAdam)."""
+    weights_out_in = False
+    """Whether the flat matrix stores the weight matrices [out, in] (tune_gems.model.flat `transposed`)."""
+    clip_adam = None
+    """The optimizer's fused clip-and-Adam step (PopulationAdam `clip_adam`); None: torch's calls."""
     row_means = None
     """Per-member means of a [P, n] matrix in an order that does not depend on P; None: torch's."""
 
@@ -123,13 +117,15 @@ TORCH = TorchProducts()
 
 
 def layer_products(name: str):
-    """The strategy `model.layer_kernel` names. The triton one is imported on first use (only
-    that path needs Triton), at each call, so a test that imports it afresh under Triton's CPU
-    interpreter (TRITON_INTERPRET=1, read when the kernels are defined) gets the fresh one."""
-    strategies = {"torch": lambda: TORCH, "triton": lambda: importlib.import_module("tune_gems.ops.triton_layers").TRITON}
-    if name not in strategies:
-        raise ValueError(f"layer kernel {name!r} is not one of {tuple(strategies)}")
-    return strategies[name]()
+    """The strategy `model.layer_kernel` names. The triton ones are imported on first use (only
+    that path needs Triton), at each call, so a test that imports them afresh under Triton's CPU
+    interpreter (TRITON_INTERPRET=1, read when the kernels are defined) gets the fresh ones."""
+    if name == "torch":
+        return TORCH
+    triton = importlib.import_module("tune_gems.ops.triton_layers").STRATEGIES
+    if name not in triton:
+        raise ValueError(f"layer kernel {name!r} is not one of {('torch', *triton)}")
+    return triton[name]
 
 
 class Affine(tuple):
@@ -175,6 +171,9 @@ class PopLinear(nn.Module):
     built and advanced for every member, and a member whose switch is off uses its raw weights
     (W / 1); its initial weights are the same either way.
     """
+
+    matrices = ("weight",)
+    """The [.., in, out] parameters (a flat matrix may store them transposed: tune_gems.model.flat)."""
 
     def __init__(
         self,
@@ -281,6 +280,8 @@ class NoisyPopLinear(nn.Module):
     gets exactly zero gradient (Adam then leaves it unchanged). The initial mu draws the same
     numbers as a PopLinear of the same shape would.
     """
+
+    matrices = ("mu_w", "sigma_w")
 
     def __init__(
         self,

@@ -28,10 +28,10 @@ is member g // REPS, replica g % REPS. Every output element is written by exactl
 graph. Under TRITON_INTERPRET=1 (set before this module is imported) they run on the CPU
 through Triton's interpreter; the tests do that (tests/test_triton_layers.py).
 
-The optimizer's per-member gradient norms on this path and per-member means come from
-`_row_reduce_kernel` (launched by tune_gems.ops.triton_layers.row_norms, row_means): one program per member row, the same fixed order for
-every row, so the clip (and the reported grad_norm and q_mean) of a member does not depend on the member
-count either (torch.linalg.vector_norm's reduction is split by the shape of its call).
+The optimizer's step on this path is `_row_reduce_kernel` (every member's clip-group gradient
+norms, and the learner's q_mean, in a fixed order per row) and `_clip_adam_kernel` (the clip and
+Adam per element), launched by tune_gems.ops.triton_layers.ClipAdam: a member's clip, step and
+reported grad_norm never depend on the member count.
 
 The NoisyNet layers' noise factors come from `_noise_factors_kernel` (launched by
 tune_gems.ops.triton_layers `noise_factors`): the iteration's uniforms, Box-Muller and f(eps) in one pass.
@@ -338,6 +338,80 @@ def _noise_factors_kernel(
     tl.store(f_out + p * sfo_p + rep * sfo_r + (c - IN) * sfo_o, f, mask=m & (c >= IN))
 
 
+@triton.jit
+def _row_reduce_kernel(g, s_row, bounds, out, n, GROUPED: tl.constexpr, SQUARE: tl.constexpr, BLOCK: tl.constexpr,
+                       UNIT: tl.constexpr = 1):  # fmt: skip
+    """out[c, r] = sqrt(sum_j g[r, j]^2) (SQUARE) or sum_j g[r, j] over row r's columns
+    UNIT x bounds[c] .. UNIT x bounds[c + 1] (GROUPED; else 0 .. n, one range), grid (rows,
+    ranges): BLOCK lanes accumulate in column order from the range's first column, then one
+    fixed tree sums the lanes. A row's bits are those of the row alone, in a call over any number
+    of rows. (UNIT 4 lets the compiler see 16-byte aligned ranges: vector loads.)"""
+    r = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1)
+    start = 0
+    if GROUPED:
+        start = tl.load(bounds + c) * UNIT
+        n = tl.load(bounds + c + 1) * UNIT - start
+    acc = tl.full([BLOCK], 0.0, tl.float32)
+    for s in range(0, n, BLOCK):
+        idx = s + tl.arange(0, BLOCK)
+        x = tl.load(g + r * s_row + start + idx, mask=idx < n, other=0.0).to(tl.float32)
+        if SQUARE:
+            acc += x * x
+        else:
+            acc += x
+    total = _sum(acc, 0)
+    if SQUARE:
+        total = tl.sqrt(total)
+    tl.store(out + c * tl.num_programs(0) + r, total)
+
+
+@triton.jit
+def _clip_coefficient(norms, c, P, r, max_norm, clip_eps):
+    """torch's (max_norm / (norm + eps)).clamp(max=1) in float32 for range c of row r: the
+    reciprocal times max_norm (torch's scalar / tensor), NaN kept."""
+    coef = tl.div_rn(1.0, tl.load(norms + c * P + r) + clip_eps) * max_norm
+    return tl.where(coef > 1.0, 1.0, coef)
+
+
+@triton.jit
+def _clip_adam_kernel(
+    p, g, m, v, s_row, col0, ncols,
+    norms, bounds, P, max_norm, clip_eps,
+    lr, pows, hyper,
+    GROUPS: tl.constexpr, UNIT: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Grid (rows, blocks of columns col0 .. col0 + ncols): each gradient element times its
+    clip group's coefficient (groups start at UNIT x bounds[0..GROUPS), `norms` [GROUPS, P]
+    their norms), then Adam on it, in the operations of torch's CUDA `_fused_adam_` in their types:
+    moments and the denominator's eps in float64, rounded to float32; the step size lr /
+    bias_correction1 in float64; the rest in float32 with IEEE division and square root.
+    `lr` [P] float64; `pows` [2] float64 = beta1^step, beta2^step; `hyper` float64 =
+    (beta1, 1 - beta1, beta2, 1 - beta2, eps)."""
+    r = tl.program_id(0).to(tl.int64)
+    cols = col0 + tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < col0 + ncols
+    coef = tl.full([BLOCK], 0.0, tl.float32) + _clip_coefficient(norms, 0, P, r, max_norm, clip_eps)
+    for c in tl.static_range(1, GROUPS):
+        coef = tl.where(cols >= tl.load(bounds + c) * UNIT, _clip_coefficient(norms, c, P, r, max_norm, clip_eps), coef)
+    idx = r * s_row + cols
+    grad = (tl.load(g + idx, mask=mask, other=0.0) * coef).to(tl.float64)
+    beta1, one_minus_beta1 = tl.load(hyper), tl.load(hyper + 1)
+    beta2, one_minus_beta2, eps = tl.load(hyper + 2), tl.load(hyper + 3), tl.load(hyper + 4)
+    bias_correction1 = (1.0 - tl.load(pows)).to(tl.float32)
+    bias_correction2_sqrt = tl.sqrt(1.0 - tl.load(pows + 1)).to(tl.float32)
+    step_size = (tl.load(lr + r) / bias_correction1.to(tl.float64)).to(tl.float32)
+    exp_avg = beta1 * tl.load(m + idx, mask=mask, other=0.0).to(tl.float64) + one_minus_beta1 * grad
+    exp_avg = exp_avg.to(tl.float32)
+    exp_avg_sq = beta2 * tl.load(v + idx, mask=mask, other=0.0).to(tl.float64) + one_minus_beta2 * grad * grad
+    exp_avg_sq = exp_avg_sq.to(tl.float32)
+    denom = (tl.div_rn(tl.sqrt_rn(exp_avg_sq), bias_correction2_sqrt).to(tl.float64) + eps).to(tl.float32)
+    param = tl.load(p + idx, mask=mask, other=0.0) - tl.div_rn(step_size * exp_avg, denom)
+    tl.store(p + idx, param, mask=mask)
+    tl.store(m + idx, exp_avg, mask=mask)
+    tl.store(v + idx, exp_avg_sq, mask=mask)
+
+
 INTERPRETED = isinstance(_rows_kernel, InterpretedFunction)
 """Whether this module's kernels run on Triton's CPU interpreter (TRITON_INTERPRET=1 when it
 was imported)."""
@@ -347,26 +421,6 @@ if INTERPRETED:
     # InterpretedFunction patches it again at every call (milliseconds each, most of a small
     # kernel's time), so under the interpreter the kernels call the helpers' rewritten plain
     # functions, which run inside the launch's patch. The same code runs, only sooner.
-    for _helper in (_sum, _group_offset, _tile_ranges, _weight_offsets, _dot, _weight_tile, _relu_grad, _matvec, _divide_in_place):
+    for _helper in (_sum, _group_offset, _tile_ranges, _weight_offsets, _dot, _weight_tile, _relu_grad, _matvec, _divide_in_place,
+                    _clip_coefficient):
         globals()[_helper.__name__] = _helper.rewrite()
-
-
-@triton.jit
-def _row_reduce_kernel(g, s_row, out, n, SQUARE: tl.constexpr, BLOCK: tl.constexpr):
-    """out[r] = sqrt(sum_j g[r, j]^2) (SQUARE) or sum_j g[r, j] over a row's n contiguous
-    columns: BLOCK lanes accumulate in column order, then one fixed tree sums the lanes. One
-    program per row, so a row's bits are those of the row alone, in a call over any number of
-    rows."""
-    r = tl.program_id(0).to(tl.int64)
-    acc = tl.full([BLOCK], 0.0, tl.float32)
-    for start in range(0, n, BLOCK):
-        idx = start + tl.arange(0, BLOCK)
-        x = tl.load(g + r * s_row + idx, mask=idx < n, other=0.0).to(tl.float32)
-        if SQUARE:
-            acc += x * x
-        else:
-            acc += x
-    total = _sum(acc, 0)
-    if SQUARE:
-        total = tl.sqrt(total)
-    tl.store(out + r, total)

@@ -53,6 +53,8 @@ NORM_EPS = 1e-12
 """normalize(x) = x / max(|x|, eps), the torch path's (tune_gems.model.layers._NORM_EPS)."""
 ROW_REDUCE_TILE = 1024
 """Columns a program of the row-reduction kernel reads per step (its lanes)."""
+ADAM_TILE = 1024
+"""Columns a program of the clip-and-Adam kernel updates."""
 PARAMETER_ALIGN = 32
 """Columns (128 bytes) at which each parameter starts in the flat matrix on this path
 (tune_gems.model.flat): every member's weight then starts 16-byte aligned, so its tiles are
@@ -197,28 +199,62 @@ def check_device(t: Tensor) -> None:
     check_runs_on(t.device.type)
 
 
-def _row_reduce(rows: Tensor, square: bool) -> Tensor:
+def row_means(rows: Tensor) -> Tensor:
+    """The mean of each row of a [R, n] float32 matrix whose rows are contiguous, in an order
+    that does not depend on R: the learner's reported q_mean on this path."""
     check_device(rows)
     if rows.dim() != 2 or rows.stride(1) != 1 or rows.dtype != torch.float32:
         raise ValueError(f"a row reduction takes a float32 [rows, n] matrix with contiguous rows: got {tuple(rows.shape)} {rows.dtype}")
     out = torch.empty(rows.shape[0], device=rows.device, dtype=torch.float32)
-    kernels._row_reduce_kernel[(rows.shape[0],)](
-        rows, rows.stride(0), out, rows.shape[1], SQUARE=square, BLOCK=ROW_REDUCE_TILE, num_warps=NUM_WARPS
+    kernels._row_reduce_kernel[(rows.shape[0], 1)](
+        rows, rows.stride(0), out, out, rows.shape[1], GROUPED=False, SQUARE=False, BLOCK=ROW_REDUCE_TILE, num_warps=NUM_WARPS
     )  # fmt: skip
-    return out
+    return out / rows.shape[1]
 
 
-def row_norms(rows: Tensor) -> Tensor:
-    """The Euclidean norm of each row of a [R, n] float32 matrix whose rows are contiguous (a
-    member block's columns of the flat gradient), in an order that does not depend on R: the
-    optimizer's clip norm on this path (tune_gems.trainer.optim.PopulationAdam)."""
-    return _row_reduce(rows, square=True)
+class ClipAdam:
+    """The optimizer's step on this path (tune_gems.trainer.optim.PopulationAdam's `clip_adam`):
+    one launch of `_row_reduce_kernel` writes every member's gradient norm per clip group (each
+    group a column range, reduced in a fixed order), then `_clip_adam_kernel` clips and steps
+    every element, reading its member's coefficients (one launch per run of updated columns).
+    No atomics, no memset, nothing read back: it replays in a CUDA graph; every member row is
+    computed alone, so its bits do not depend on the member count or on the arms' blocks."""
 
+    def __init__(self, data: Tensor, lrs, clip_groups: list[slice], betas, eps: float, max_norm: float, clip_eps: float):
+        check_device(data)
+        width = data.shape[1]
+        if clip_groups[0].start != 0 or clip_groups[-1].stop != width or any(a.stop != b.start for a, b in zip(clip_groups, clip_groups[1:])):
+            raise ValueError(f"the clip groups must be consecutive column ranges covering 0..{width}: got {clip_groups}")
+        dev, f64 = data.device, torch.float64
+        beta1, beta2 = betas
+        bounds = [c.start for c in clip_groups] + [width]
+        self.unit = 4 if all(b % 4 == 0 for b in bounds) else 1  # 16-byte aligned groups: the kernels see it
+        self.bounds = torch.tensor([b // self.unit for b in bounds], device=dev)
+        self.lr = torch.tensor(lrs, dtype=f64, device=dev)
+        self.betas = torch.tensor(betas, dtype=f64, device=dev)
+        self.hyper = torch.tensor([beta1, 1 - beta1, beta2, 1 - beta2, eps], dtype=f64, device=dev)
+        self.max_norm, self.clip_eps = float(max_norm), float(clip_eps)
 
-def row_means(rows: Tensor) -> Tensor:
-    """The mean of each row of a [R, n] float32 matrix whose rows are contiguous, in an order
-    that does not depend on R: the learner's reported q_mean on this path."""
-    return _row_reduce(rows, square=False) / rows.shape[1]
+    def __call__(self, p: Tensor, g: Tensor, m: Tensor, v: Tensor, step: Tensor, kept: list[slice]) -> Tensor:
+        """Clip and step [P, columns] parameters `p` by gradients `g` with moments `m`, `v`
+        at the (already advanced) step count `step`, the columns `kept` only; returns the
+        pre-clip norms [groups, P]."""
+        if not all(t.is_contiguous() for t in (p, g, m, v)):
+            raise ValueError("the optimizer's matrices must be contiguous")
+        P, groups = p.shape[0], len(self.bounds) - 1
+        norms = torch.empty(groups, P, device=p.device, dtype=torch.float32)
+        kernels._row_reduce_kernel[(P, groups)](
+            g, g.stride(0), self.bounds, norms, 0, GROUPED=True, SQUARE=True, BLOCK=ROW_REDUCE_TILE, UNIT=self.unit,
+            num_warps=NUM_WARPS,
+        )  # fmt: skip
+        pows = torch.pow(self.betas, step)  # beta^step in float64, as the fused Adam computes it
+        for cols in kept:
+            n = cols.stop - cols.start
+            kernels._clip_adam_kernel[(P, _cdiv(n, ADAM_TILE))](
+                p, g, m, v, p.stride(0), cols.start, n, norms, self.bounds, P, self.max_norm, self.clip_eps,
+                self.lr, pows, self.hyper, GROUPS=groups, UNIT=self.unit, BLOCK=ADAM_TILE, num_warps=NUM_WARPS,
+            )  # fmt: skip
+        return norms
 
 
 def _check(x: Tensor, lw: LayerWeights) -> None:
@@ -387,18 +423,24 @@ class TritonProducts:
     """The layers' products on these kernels (`model.layer_kernel: triton`), the strategy
     tune_gems.model.layers.layer_products returns: the layers hand over their raw parameters
     (`fused`), which sit at aligned columns of the flat matrix, and the learner's per-member
-    reductions run in a fixed order."""
+    reductions and optimizer step run in a fixed order.
 
-    name = "triton"
+    `weights_out_in` (`model.layer_kernel: triton-w-out-in`, experimental): the flat matrix
+    stores the weights [out, in]: K-major for the forward's tf32 wgmma, but MN-major for dx's
+    (docs/design.md); the kernels read either layout through its strides, with the same bits."""
+
     fused = True
     parameter_align = PARAMETER_ALIGN
     LayerWeights = LayerWeights
     product = staticmethod(layer_product)
     spectral_scale = staticmethod(spectral_scale)
-    row_norms = staticmethod(row_norms)
     row_means = staticmethod(row_means)
+    clip_adam = ClipAdam
 
     noise_factors = staticmethod(noise_factors)
+
+    def __init__(self, name: str = "triton", weights_out_in: bool = False):
+        self.name, self.weights_out_in = name, weights_out_in
 
     @staticmethod
     def resample_noise(net, draws, stream: str) -> None:
@@ -407,3 +449,5 @@ class TritonProducts:
 
 
 TRITON = TritonProducts()
+STRATEGIES = {"triton": TRITON, "triton-w-out-in": TritonProducts("triton-w-out-in", weights_out_in=True)}
+"""The `model.layer_kernel` values these kernels serve."""

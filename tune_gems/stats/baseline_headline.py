@@ -94,7 +94,7 @@ def _skill_columns(g: pd.DataFrame, metric: str | None) -> dict[str, Any]:
     out.update(skill_metric=metric, skill_seeds=int(x.size))
     if x.size:
         r = rank_test(x[None, :], tail=(1 - SKILL_CONFIDENCE) / 2)
-        out.update(skill_estimate=float(r["estimate"][0]), skill_ci_low=float(r["low"][0]), skill_ci_high=float(r["high"][0]),
+        out.update(skill_estimate=float(r.estimate[0]), skill_ci_low=float(r.low[0]), skill_ci_high=float(r.high[0]),
                    _values=x)
     return out
 
@@ -132,7 +132,7 @@ def baseline_comparison(exp: Any) -> pd.DataFrame:
             x = r.pop("_values", None)
             if x is not None:
                 tail = (1 - SKILL_CONFIDENCE) / (2 * n_configs)
-                r["skill_ci_low_adjusted"] = float(rank_test(x[None, :], tail=tail)["low"][0])
+                r["skill_ci_low_adjusted"] = float(rank_test(x[None, :], tail=tail).low[0])
     b = getattr(exp, "baselines", None)
     if b is not None and len(b):
         agg = b.groupby(["segment", "baseline"], sort=False)[["sharpe", "alpha_sharpe"]].mean().reset_index()

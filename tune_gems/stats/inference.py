@@ -6,6 +6,7 @@ W(theta) counts Walsh averages > theta plus half of those == theta (+inf/-inf: a
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -86,14 +87,31 @@ def walsh_interval(sorted_w: np.ndarray, n: int, tail: np.ndarray | float) -> tu
     return lo, hi
 
 
-def rank_test(d: np.ndarray, *, rope: float = 0.0, tail: np.ndarray | float = 0.025) -> dict[str, np.ndarray]:
-    """The rule on each row of d [S, n]: arrays [S] of `estimate`, `p` (two-sided), `p_greater` /
-    `p_less` (TOST against -rope / +rope; `p_tost` their max), `low`, `high` (at `tail` per side)."""
+@dataclass(frozen=True)
+class RankTest:
+    """The rule's statistics, one per row (arrays [S]): `estimate` (Hodges-Lehmann), `p` (two-sided),
+    `p_greater` / `p_less` (TOST against -rope / +rope; `p_tost` their max), `low`, `high` (the
+    interval at `tail` per side); on the informative pairs (`rules.ties.informative_rank_test`)
+    `n_informative` and `tied_share` (ties / pairs)."""
+
+    estimate: np.ndarray
+    p: np.ndarray
+    p_greater: np.ndarray
+    p_less: np.ndarray
+    p_tost: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    n_informative: np.ndarray | None = None
+    tied_share: np.ndarray | None = None
+
+
+def rank_test(d: np.ndarray, *, rope: float = 0.0, tail: np.ndarray | float = 0.025) -> RankTest:
+    """The rule on each row of d [S, n] (every row the same n, no NaN)."""
     d = np.atleast_2d(np.asarray(d, float))
     s, n = d.shape
     if n == 0:
         nan = np.full(s, np.nan)
-        return dict(estimate=nan, p=nan, p_greater=nan, p_less=nan, p_tost=nan, low=nan, high=nan)
+        return RankTest(estimate=nan, p=nan, p_greater=nan, p_less=nan, p_tost=nan, low=nan, high=nan)
     cdf = signed_rank_cdf(n)
     w = walsh_averages(d)
     sw = np.sort(w, axis=1)
@@ -105,8 +123,8 @@ def rank_test(d: np.ndarray, *, rope: float = 0.0, tail: np.ndarray | float = 0.
     p_greater = _sf_at(cdf, _count_above(w, zero - rope))  # large count above -rope: shift > -rope
     p_less = _cdf_at(cdf, _count_above(w, zero + rope))  # small count above +rope: shift < +rope
     lo, hi = walsh_interval(sw, n, tail)
-    return dict(estimate=est, p=p, p_greater=p_greater, p_less=p_less,
-                p_tost=np.maximum(p_greater, p_less), low=lo, high=hi)
+    return RankTest(estimate=est, p=p, p_greater=p_greater, p_less=p_less, p_tost=np.maximum(p_greater, p_less),
+                    low=lo, high=hi)
 
 
 def worst_outcome_difference(hi: np.ndarray, lo: np.ndarray, hi_div: np.ndarray, lo_div: np.ndarray) -> np.ndarray:
@@ -121,7 +139,7 @@ def worst_outcome_difference(hi: np.ndarray, lo: np.ndarray, hi_div: np.ndarray,
 def hodges_lehmann(d: np.ndarray) -> float:
     """The Hodges-Lehmann pseudo-median of per-seed differences (NaN for none)."""
     d = np.asarray(d, float).ravel()
-    return float(rank_test(d[None, :])["estimate"][0]) if d.size else math.nan
+    return float(rank_test(d[None, :]).estimate[0]) if d.size else math.nan
 
 
 def _holm_steps(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -148,7 +148,7 @@ def closing_table(trials, mode: str = "max") -> str:
         width = max(len("config_label"), int(t["config_label"].astype(str).str.len().max()))
         t = t.rename(columns={"config_label": "config_label".ljust(width)})
         t[t.columns[-1]] = t[t.columns[-1]].astype(str).str.ljust(width)
-    text = t.to_string(index=False, float_format=lambda x: f"{x:.3f}")
+    text = t.to_string(index=False, na_rep="-", float_format=lambda x: "-" if math.isnan(x) else f"{x:.3f}")
     return "\n".join(line.rstrip() for line in text.splitlines())
 
 
@@ -163,6 +163,8 @@ def objective_tie(values) -> float | None:
     return finite[0]
 
 
+SCORED = "TERMINATED"
+"""The status of a trial that ran all its epochs (trials.parquet)."""
 TIED_GAIN_CAUSE = ("for a verdict gain of 0: every seed pair tied, the wired and measured policies traded alike "
                    "(a weight too small to change the policy, or members that never trade)")
 """Why a `verdict_gain*` objective of exactly 0 ties: its pseudo-median over seed pairs is 0 when
@@ -170,13 +172,15 @@ no pair differs (tune_gems.stats.metrics)."""
 
 
 def tie_note(trials, metric: str) -> str | None:
-    """The closing table's note when every scored trial's objective is the same number (no
-    signal, `objective_tie`), with the likely cause for a verdict gain of 0; else None."""
+    """The closing table's note when every finished trial's objective is the same number (no
+    signal, `objective_tie`), with the likely cause for a verdict gain of 0; else None. A trial an
+    interrupted sweep left (not TERMINATED) has not been scored yet: it counts for nothing."""
     import pandas as pd
 
     if "objective" not in trials.columns:
         return None
-    values = pd.to_numeric(trials["objective"], errors="coerce").tolist()
+    done = trials[trials["status"] == SCORED] if "status" in trials.columns else trials
+    values = pd.to_numeric(done["objective"], errors="coerce").tolist()
     tied = objective_tie(values)
     if tied is None:
         return None

@@ -48,7 +48,7 @@ def check_layer_kernel(spec: SweepSpec, source: str) -> None:
     keys = [("config.model.layer_kernel", spec.base_config().model.layer_kernel)]
     keys += [("search.params.model.layer_kernel", c) for c in (space.choices or () if space is not None else ())]
     for key, kernel in keys:
-        if kernel != "triton" or not trials_on_cpu(spec):
+        if not kernel.startswith("triton") or not trials_on_cpu(spec):
             continue
         from tune_gems.ops.triton_layers import check_runs_on  # imports triton: only for a triton sweep
 

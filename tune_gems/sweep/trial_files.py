@@ -14,6 +14,7 @@ MEMBERS_DIR = "members"
 TRIAL_BASELINES = "baselines.json"
 """`<trial folder>/baselines.json`: Trainer.baselines() as JSON records (likewise the two below)."""
 TRIAL_FOLDS = "folds.json"
+"""`<trial folder>/folds.json`: a row per fold, or per history and fold on several calendars."""
 TRIAL_HISTORIES = "histories.json"
 
 

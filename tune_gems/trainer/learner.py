@@ -104,8 +104,9 @@ class Learner:
         self.online = BranchingC51(mc, market.obs_dim, K, A, self.seeds, heads, **switches).to(device)
         self.target = copy.deepcopy(self.online)  # the online net's weights and state, not drawn a second time
         self.products = products = self.online.products  # the layers' products: torch's, or fused kernels
-        self.online_flat = FlatParameters(self.online, P, align=products.parameter_align)
-        self.target_flat = FlatParameters(self.target, P, with_grad=False, align=products.parameter_align)
+        layout = dict(align=products.parameter_align, transposed=products.weights_out_in)
+        self.online_flat = FlatParameters(self.online, P, **layout)
+        self.target_flat = FlatParameters(self.target, P, with_grad=False, **layout)
         self.replay = ReplayBuffer(P, tc.replay_capacity, market.obs_dim, K, tc.n_envs, tc.n_step, tc.gamma, device, source=self.env)
         E, noise = tc.n_envs, self.online.noise_size
         # one block of uniforms per iteration and member; each consumer reads its own slice.
@@ -132,7 +133,7 @@ class Learner:
             raise ValueError("gem heads must follow the shared network in the flat parameter matrix")
         self.optim = PopulationAdam(
             self.online_flat, self.lr, tc.adam_eps, tc.grad_clip, clip_groups=[shared, *heads], blocks=self.layout.blocks,
-            row_norms=products.row_norms,  # the fused path's: in an order that does not depend on P
+            clip_adam=products.clip_adam,  # the fused path's: norms in an order that does not depend on P
         )
         self.member_gems = MemberGems([a.config.gems for a in self.arms], self.layout, device, cfg.plugins, fused=ops.fused)
         names = self.member_gems.names
@@ -180,7 +181,7 @@ class Learner:
         gaps (checkpoint version 1, before the triton path's parameters were aligned) get them."""
         flat = self.online_flat
         unaligned = sum(flat.sizes)
-        return {k: flat.pack(t) if k in FLAT_STATE and flat.padded and t.dim() == 2 and t.shape[1] == unaligned else t
+        return {k: flat.pack(t) if k in FLAT_STATE and t.dim() == 2 and t.shape[1] == unaligned != flat.data.shape[1] else t
                 for k, t in state.items()}  # fmt: skip
 
     def _pair_target_tensors(self) -> list[tuple[Tensor, Tensor, bool]]:

@@ -2,37 +2,31 @@
 
 The parameters live in one member-major matrix [P, total] (tune_gems.model.flat), so the
 per-member gradient norm is one row-wise reduction, the clipping one in-place scale, and the
-Adam update one fused kernel (torch's `_fused_adam_`, the kernel behind
-`torch.optim.Adam(fused=True)`) over the whole matrix; every step is elementwise or row-wise,
-so members never mix. The step counter is a device tensor: the whole step is capturable in a
-CUDA graph, and it follows torch.optim.Adam's update rule (see tests).
-
-Why the private `torch._fused_adam_` and not `torch.optim.Adam(fused=True, capturable=True)`:
-the public optimizer runs the same kernel (same bits) but wants the parameters as leaf tensors
-with `.grad` set and keeps its state in its own dict; one public step over the flat matrix is
-possible, yet per-member learning rates (the arms issue) are not: a tensor `lr` must be 0-dim,
-and one param group per member means P kernel launches per step. The private op is called with
-the same arguments by the public optimizer in torch 2.11 and 2.13; `_composite_step` is the
-plain-torch fallback when a build lacks it.
+Adam update torch's `_fused_adam_` (the kernel of `torch.optim.Adam(fused=True)`, same bits,
+called with the public optimizer's arguments) over row blocks of the matrix: every step is
+elementwise or row-wise, so members never mix. The step counter is a device tensor, so the
+whole step is capturable in a CUDA graph. The private op because the public optimizer's tensor
+`lr` must be 0-dim: per-member learning rates would cost one launch per member.
 
 Per-member learning rates (arms): the members come in *blocks* of consecutive rows (an arm's
-members, arm-major), one learning rate per block. The fused kernel takes one scalar lr per
-call, so there is one call per distinct learning rate, over that rate's blocks (each block a
-contiguous row range of the matrix, passed as its own tensor). The kernel is elementwise and
-processes each tensor of its list on its own, so a block's bits are those of a run whose whole
-matrix is that block: the members of an arm step exactly as in a run of that arm alone, and a
-run with one learning rate makes a single call. Clipping norms are reduced
-per block as well, so their reduction never sees a different number of rows than in a
-single-arm run. A parameter whose gradient is exactly zero from the start keeps zero moments and
-is left unchanged (a NoisyNet sigma of a member without NoisyNets; tests/test_optim.py).
+members), one learning rate per block; one fused call per distinct rate, over that rate's blocks,
+each passed as its own tensor. The kernel processes each tensor of its list on its own, so a
+block's bits are those of a run whose whole matrix is that block, and clipping norms are reduced
+per block for the same reason. A parameter whose gradient is exactly zero from the start keeps
+zero moments and its value (a NoisyNet sigma of a member without NoisyNets; tests/test_optim.py).
+
+`clip_adam` (the triton path's, tune_gems.ops.triton_layers.ClipAdam) replaces all of the above
+with two kernels: every member's clip-group norms in a fixed order, then the clip and the Adam
+step of every element in one pass that reads the member's coefficient; each member row is
+processed alone, so its bits never depend on P or on the blocks.
 """
 
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
 import torch
 from torch import Tensor
-
-from typing import Callable, Sequence
 
 from tune_gems.model.flat import FlatParameters
 
@@ -70,60 +64,45 @@ class PopulationAdam:
         betas: tuple[float, float] = (0.9, 0.999),
         clip_groups: list[slice] | None = None,
         blocks: Sequence[slice] | None = None,
-        row_norms: Callable[[Tensor], Tensor] | None = None,
+        clip_adam: Callable | None = None,
     ):
         """`lr`: one learning rate, or one per member (P floats). `blocks`: the members in
         consecutive row ranges (an arm's members), the lr constant within each; every
         reduction and fused call sees one block at a time (default: the runs of equal lr).
         `clip_groups`: column ranges of the flat matrix clipped each on its own (the shared
         network, and each gem head, whose gradient must not change the shared network's clip
-        in `measure` mode); default: one group, the whole matrix. `row_norms`: each member's
-        gradient norm from its rows [R, n] (default torch.linalg.vector_norm over dim 1, whose
-        reduction order depends on R on CUDA; the triton path passes a fixed-order kernel,
-        tune_gems.ops.triton_layers.row_norms, so a member's clip does not depend on P)."""
+        in `measure` mode); default: one group, the whole matrix. `clip_adam`: a factory
+        (data, lrs, clip groups, betas, eps, max_grad_norm, CLIP_EPS) -> the fused step (module doc)."""
         self.flat = flat
         P = flat.population
         lrs = [float(lr)] * P if isinstance(lr, (int, float)) else [float(x) for x in lr]
         if len(lrs) != P:
             raise ValueError(f"{len(lrs)} learning rates for a population of {P}")
         self.blocks = member_blocks(lrs, blocks)
-        self.clip_groups = list(clip_groups) if clip_groups else [slice(None)]
+        width = flat.data.shape[1]
+        self.clip_groups = [slice(*c.indices(width)[:2]) for c in clip_groups or [slice(None)]]
         self.eps, self.max_grad_norm = eps, max_grad_norm
-        self.row_norms = row_norms or (lambda rows: torch.linalg.vector_norm(rows, dim=1))
-        self.lr = torch.tensor(lrs, device=flat.data.device)  # [P], for the composite step
         self.beta1, self.beta2 = betas
         self.exp_avg = torch.zeros_like(flat.data)
         self.exp_avg_sq = torch.zeros_like(flat.data)
         self.step_count = torch.zeros((), device=flat.data.device)
-        self._fused = hasattr(torch, "_fused_adam_")
+        self.kernel = clip_adam(flat.data, lrs, self.clip_groups, betas, eps, max_grad_norm, CLIP_EPS) if clip_adam else None
         self.frozen: tuple[slice, ...] = ()
-        self._calls = self._fused_calls(())
+        self.kept = [slice(0, width)]  # the columns Adam updates
+        self._calls = self._fused_calls()
 
-    def _fused_calls(self, frozen: Sequence[slice]) -> list:
-        """Per distinct lr: (rate, params, grads, avgs, avg_sqs) as lists of views, made once.
-        Without frozen columns a view is a whole row block (one contiguous tensor); with them,
-        each row's runs of updated columns (contiguous too, as the fused kernel needs)."""
-        width = self.flat.data.shape[1]
-        keep, start = [], 0
-        for cols in sorted(frozen, key=lambda c: c.start):
-            if cols.start > start:
-                keep.append(slice(start, cols.start))
-            start = max(start, cols.stop)
-        if start < width:
-            keep.append(slice(start, width))
+    def _fused_calls(self) -> list:
+        """Per distinct lr: (rate, params, grads, avgs, avg_sqs) as lists of views, made once:
+        whole row blocks (one contiguous tensor each), or with frozen columns each row's runs of
+        `kept` columns (contiguous too, as the fused kernel needs)."""
         by_lr: dict[float, list[slice]] = {}
-        for rows, rate in self.blocks:
+        for rows, rate in self.blocks if self.kernel is None else ():
             by_lr.setdefault(rate, []).append(rows)
         mats = (self.flat.data, self.flat.grad, self.exp_avg, self.exp_avg_sq)
-        calls = []
-        for rate, rows_list in by_lr.items():
-            if not frozen:
-                views = [[m[rows] for rows in rows_list] for m in mats]
-            else:
-                members = [r for rows in rows_list for r in range(rows.start, rows.stop)]
-                views = [[m[r, cols] for r in members for cols in keep] for m in mats]
-            calls.append((rate, *views))
-        return calls
+        if not self.frozen:
+            return [(rate, *([m[rows] for rows in rows_list] for m in mats)) for rate, rows_list in by_lr.items()]
+        members = {rate: [r for rows in rows_list for r in range(rows.start, rows.stop)] for rate, rows_list in by_lr.items()}
+        return [(rate, *([m[r, cols] for r in rs for cols in self.kept] for m in mats)) for rate, rs in members.items()]
 
     def freeze_columns(self, frozen: Sequence[slice]) -> None:
         """Leave these columns out of every Adam update: parameters that no gradient reaches
@@ -131,15 +110,22 @@ class PopulationAdam:
         would leave them unchanged anyway (moments stay 0, the step is 0 / (0 + eps)); skipping
         them saves the memory traffic and the bits are the same (tests/gpu/test_optim_gpu.py).
 
-        CUDA only: the CPU fused kernel runs a vectorised body and a scalar tail whose roundings
-        differ, so splitting a row into shorter views would move elements between the two and
-        change bits (and the arms invariant); on the CPU every row stays whole."""
-        if not self.flat.data.is_cuda:
+        CUDA or `clip_adam` only: the CPU fused kernel runs a vectorised body and a scalar tail
+        whose roundings differ, so splitting a row into shorter views would move elements between
+        the two and change bits (and the arms invariant); on the CPU every row stays whole there."""
+        if not self.flat.data.is_cuda and self.kernel is None:
             return
         frozen = tuple(c for c in frozen if c.stop > c.start)
         if frozen != self.frozen:
             self.frozen = frozen
-            self._calls = self._fused_calls(frozen)
+            self.kept, start = [], 0
+            for cols in sorted(frozen, key=lambda c: c.start):
+                if cols.start > start:
+                    self.kept.append(slice(start, cols.start))
+                start = max(start, cols.stop)
+            if start < self.flat.data.shape[1]:
+                self.kept.append(slice(start, self.flat.data.shape[1]))
+            self._calls = self._fused_calls()
 
     def step(self) -> Tensor:
         """Clip each member's gradient to max_grad_norm (per clip group), take an Adam step;
@@ -150,36 +136,26 @@ class PopulationAdam:
     def step_groups(self) -> Tensor:
         """`step`, returning the pre-clip gradient norms of every clip group [groups, P]."""
         p, g = self.flat.data, self.flat.grad
+        if self.kernel is not None:
+            self.step_count.add_(1)
+            return self.kernel(p, g, self.exp_avg, self.exp_avg_sq, self.step_count, self.kept)
         norms = []
         for cols in self.clip_groups:
             parts = []
             for rows, _ in self.blocks:
                 part = g[rows, cols]
-                norm = self.row_norms(part)
+                norm = torch.linalg.vector_norm(part, dim=1)
                 coef = (self.max_grad_norm / (norm + CLIP_EPS)).clamp(max=1.0)
                 part.mul_(coef.unsqueeze(1))
                 parts.append(norm)
             norms.append(torch.cat(parts) if len(parts) > 1 else parts[0])
         self.step_count.add_(1)
-        if self._fused:
-            for rate, params, grads, avgs, avg_sqs in self._calls:
-                torch._fused_adam_(
-                    params, grads, avgs, avg_sqs, [], [self.step_count] * len(params),
-                    lr=rate, beta1=self.beta1, beta2=self.beta2, weight_decay=0.0, eps=self.eps,
-                    amsgrad=False, maximize=False,
-                )  # fmt: skip
-        else:
-            self._composite_step(p, g)
+        for rate, params, grads, avgs, avg_sqs in self._calls:
+            torch._fused_adam_(
+                params, grads, avgs, avg_sqs, [], [self.step_count] * len(params),
+                lr=rate, beta1=self.beta1, beta2=self.beta2, weight_decay=0.0, eps=self.eps, amsgrad=False, maximize=False,
+            )  # fmt: skip
         return torch.stack(norms)
-
-    def _composite_step(self, p: Tensor, g: Tensor) -> None:
-        """The same update in plain torch ops, for builds without the fused kernel."""
-        self.exp_avg.lerp_(g, 1 - self.beta1)
-        self.exp_avg_sq.mul_(self.beta2).addcmul_(g, g, value=1 - self.beta2)
-        bc1 = 1 - torch.pow(self.beta1, self.step_count)
-        bc2_sqrt = torch.sqrt(1 - torch.pow(self.beta2, self.step_count))
-        denom = (self.exp_avg_sq.sqrt() / bc2_sqrt).add_(self.eps)
-        p.add_((self.exp_avg / denom) * (-self.lr.unsqueeze(1) / bc1))
 
     def state_tensors(self) -> dict[str, Tensor]:
         return {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "step": self.step_count}

@@ -13,7 +13,7 @@ import torch
 from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import ConfigError, DataError
 from tune_gems.data import series as data_mod
-from tune_gems.data.segments import TrainingReach, fold_bounds
+from tune_gems.data.segments import TrainingReach, fold_bounds, is_date_split
 from tune_gems.market.features import Market
 
 CUBLAS_DETERMINISTIC = ":4096:8"
@@ -41,7 +41,7 @@ def run_device(cfg: Config) -> torch.device:
 
 
 def load_run_prices(cfg: Config) -> pd.Series | list[pd.Series]:
-    """The configured price series (one per history, on one calendar), long enough for the segments."""
+    """The configured price series (one per history, each with as many rows), long enough for the segments."""
     if len(cfg.data.price_histories) > 1:
         return data_mod.load_histories(cfg.data, min_rows=_min_rows(cfg))
     return data_mod.load_series(cfg.data, min_rows=_min_rows(cfg))
@@ -56,8 +56,9 @@ def prepare_market(cfg: Config, device: torch.device, prices: pd.Series | Sequen
         n_seed_indices: int | None = None, folds: Sequence[int] | None = None) -> Market:
     """Load (or take) the price paths, split them into folds and build the market. Synthetic
     `per_seed` paths are generated here, one per seed index (`prices`, if given, must be seed index
-    0's); else `prices` is the shared path or history list. `folds`: which of the config's folds it
-    holds."""
+    0's); else `prices` is the shared path or history list. Every fold is the same rows of each
+    history at its own dates (date splits over several calendars are refused). `folds`: which of
+    the config's folds it holds."""
     n_seed_indices = cfg.trainer.population if n_seed_indices is None else n_seed_indices
     per_seed = cfg.data.source == "synthetic" and cfg.data.synthetic.paths == "per_seed"
     if prices is not None and not per_seed:
@@ -71,7 +72,14 @@ def prepare_market(cfg: Config, device: torch.device, prices: pd.Series | Sequen
         if prices is not None and not np.array_equal(np.asarray(prices, dtype=np.float64), np.asarray(path0, dtype=np.float64)):
             raise ValueError("prepare_market: the given prices are not the path of seed index 0 of the config's per_seed synthetic paths")
     reach = TrainingReach(cfg.env.window, cfg.trainer.n_step, cfg.env.episode_length)  # what purged folds keep clear
-    try:  # one calendar: the layout is the same for every history
+    specs = cfg.data.price_histories
+    calendars = data_mod.calendar_groups([p.index for p in paths])
+    if len(calendars) > 1 and is_date_split(cfg.data.splits):
+        names = ", ".join(repr(specs[g[0]].name) for g in calendars)
+        raise ConfigError(f"data.splits: dates {list(cfg.data.splits)} cut each calendar at other rows, and the {len(specs)} "
+                          f"histories are on {len(calendars)} calendars (those of {names}): a fold is the same rows of every "
+                          "history, so give three fractions")
+    try:  # the layout is in rows, the same for every history
         bounds = fold_bounds(paths[0], cfg.data.splits, cfg.data.folds, min_len=cfg.env.window + 2, reach=reach)
         fold_ids = list(range(len(bounds))) if folds is None else [int(f) for f in folds]
         if any(not 0 <= f < len(bounds) for f in fold_ids):
@@ -79,9 +87,9 @@ def prepare_market(cfg: Config, device: torch.device, prices: pd.Series | Sequen
         market = Market(paths, [bounds[f] for f in fold_ids], cfg.env.window, device, fold_ids=fold_ids)
         market.check_lengths(cfg.env.episode_length)
     except (ConfigError, DataError) as e:  # with several histories, a layout that does not fit names them first
-        specs = cfg.data.price_histories
         if len(specs) < 2:
             raise
         names = ", ".join(repr(s.name) for s in specs)
-        raise type(e)(f"histories {names} (one calendar of {len(paths[0])} rows): {e}") from None
+        on = "one calendar" if len(calendars) == 1 else f"{len(calendars)} calendars"
+        raise type(e)(f"histories {names} ({on} of {len(paths[0])} rows): {e}") from None
     return market

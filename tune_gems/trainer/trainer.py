@@ -106,8 +106,9 @@ class Trainer:
         return table.assign(history=table["path"] if self.cfg.data.source != "synthetic" else 0)
 
     def fold_table(self) -> pd.DataFrame:
+        """One row per fold (per history and fold on several calendars), for folds.csv."""
         m = self.market
-        return fold_table(m.index, m.bounds, self.cfg.data.folds.layout, m.fold_ids)
+        return fold_table(m.indexes, m.bounds, self.cfg.data.folds.layout, m.fold_ids)
 
     def history_table(self) -> pd.DataFrame:
         return history_table(self.cfg.data, self.market)

@@ -253,7 +253,7 @@ def search_confirm_rates(shape: SearchShape, effect: float = 0.0, n_sim: int = d
     delta[0] = effect
     path = shape.path_sd * _draws(rng, (n_sim, 1, m, n), dist)  # shared by the trials of one search
     d = delta[None, None, :, None] + path + shape.noise_sd * _draws(rng, (n_sim, T, m, n), dist)
-    score = rank_test(d.reshape(-1, n))["estimate"].reshape(n_sim, T, m)
+    score = rank_test(d.reshape(-1, n)).estimate.reshape(n_sim, T, m)
     best, chosen = best_trial(score, wired, axis=1)  # [n_sim, m]
     picked = np.take_along_axis(d, best[:, None, :, None], axis=1)[:, 0]  # [n_sim, m, n]
     fresh = delta[None, :, None] + shape.sd * _draws(rng, (n_sim, m, nc), dist)

@@ -76,7 +76,7 @@ def one_history_search_rates(shape: OneHistoryShape, effect: float = 0.0, n_sim:
     path = math.sqrt(shape.shared) * shape.sd * _draws(rng, (n_sim, 1, m, 1, n), dist)
     noise = math.sqrt(1 - shape.shared) * shape.sd * _draws(rng, (n_sim, T, m, k, n), dist)
     d = delta[None, None, :, None, None] + luck + path + noise
-    score = rank_test(d.mean(3).reshape(-1, n))["estimate"].reshape(n_sim, T, m)
+    score = rank_test(d.mean(3).reshape(-1, n)).estimate.reshape(n_sim, T, m)
     best, chosen = best_trial(score, wired, axis=1)
     candidates = wired.sum(1)
     kept = np.take_along_axis(luck[..., 0], best[:, None, :, None], axis=1)[:, 0]  # [S, m, K]
@@ -95,7 +95,7 @@ def one_history_search_rates(shape: OneHistoryShape, effect: float = 0.0, n_sim:
     else:  # the gem verdicts' period rule on the confirmation's fold data
         ev = Evidence(diffs, tested=chosen, periods=fold_data(fresh), selection=candidates)
     dec = decide(ev, th)
-    seeds_only, gated, final = dec.seed_verdict, dec.discovery_verdict, dec.verdict
+    seeds_only, gated, final = dec.seed_verdict, dec.discovery_verdict, dec.final_verdict
     out = {}
     for name, v in (("seeds", seeds_only), ("gated", gated), ("final", final)):
         decisive = (v == KEEP) | (v == HARMFUL)

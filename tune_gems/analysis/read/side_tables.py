@@ -15,7 +15,11 @@ So every row is checked where it is read (one line naming the file, the column a
 - agreement: `train_rows` is the runs' rows, `group_rows` the validation window's, the runs span
   `train_start`..`train_end`, no run meets the validation window or reaches the test segment, the
   test segment ends within the history's rows (histories table);
-- one row per (trial, history, fold), and a row for every fold the members train in.
+- one row per (trial, history, fold) (a `history` column on histories of several calendars: each
+  history's own dates; without it the row is every history's), and a row for every fold the
+  members train in;
+- dates (`calendars.DATE_COLUMNS`, what the calendar periods are read from): in a row all or none
+  (none: no time column), each a time, the validation window before the test segment.
 
 A table with none of the layout columns (`LAYOUT_COLUMNS`: written before the fold table
 recorded them), or no table at all, is no error, but it is said: an experiment whose members span
@@ -30,6 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tune_gems.analysis.read.calendars import DATE_COLUMNS, window_time
 from tune_gems.analysis.read.table_schema import refuse_duplicates, whole_numbers
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.result_files import FOLDS_FILES, HISTORIES_FILES
@@ -160,6 +165,30 @@ def _check_row(path: Path, row, r: pd.Series, rows_of_history: int | None) -> No
                   f"row {end} is past the history's {rows_of_history} rows (histories table)")
 
 
+def _check_dates(path: Path, row, r: pd.Series) -> None:
+    """One fold row's window dates (those of DATE_COLUMNS the table has): all or none, times, in
+    time order."""
+    present = [c for c in DATE_COLUMNS if c in r.index]
+    given = [c for c in present if isinstance(r[c], str) and r[c].strip()]
+    if not given:
+        return
+    def bad(col: str, why: str) -> DataError:
+        return DataError(f"{path}: column {col}, row {row}: {why}; a fold table is written by the run, never edited")
+
+    if len(given) < len(present):
+        missing = next(c for c in present if c not in given)
+        raise bad(missing, f"no date beside {given[0]} {r[given[0]]!r} (a row has every window date or none)")
+    times = []
+    for c in present:
+        try:
+            times.append(window_time(r[c]))
+        except ValueError:
+            raise bad(c, f"{r[c]!r} is not a time") from None
+    if times != sorted(times):
+        shown = ", ".join(f"{c} {r[c]}" for c in present)
+        raise bad(present[0], f"the windows' dates are not in time order ({shown})")
+
+
 def read_folds(folder: Path, label: str, members: pd.DataFrame, histories: pd.DataFrame | None) -> tuple[pd.DataFrame | None, str | None]:
     """(the folder's fold table, validated, `experiment` set, or None without one; why its
     layout cannot be read, where the members span several folds, or None). `histories` the
@@ -185,6 +214,8 @@ def read_folds(folder: Path, label: str, members: pd.DataFrame, histories: pd.Da
         if len(odd):
             raise DataError(f"{path}: column scheme, row {odd[0]}: {df.at[odd[0], 'scheme']!r} is not one of {', '.join(SCHEMES)}")
     refuse_duplicates(path, df, [*_ids(df), "fold"], "fold")
+    for row, r in df.iterrows():
+        _check_dates(path, row, r)
     if "fold" in members.columns:
         _refuse_unlisted(path, df, members, "fold")
     layout = [c for c in LAYOUT_COLUMNS if c in df.columns]
@@ -203,7 +234,7 @@ def read_folds(folder: Path, label: str, members: pd.DataFrame, histories: pd.Da
 
 def _history_rows(histories: pd.DataFrame | None) -> dict:
     """{trial_id (None for a train run's table): the fewest rows of its histories} from a validated
-    history table (histories share one calendar)."""
+    history table (a run's histories have as many rows)."""
     if histories is None or "rows" not in histories.columns:
         return {}
     if "trial_id" not in histories.columns:

@@ -22,10 +22,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.describe.objective import searched_mode
 from tune_gems.analysis.describe.variance import final_members
-from tune_gems.analysis.pairs.pairing import build_cells
 from tune_gems.analysis.render import plots
 from tune_gems.analysis.render.plot_tables import (
     final_verdict_table, improvement_table, learning_curve_table, paired_seed_table, performance_profile_table,
@@ -90,10 +88,8 @@ def lead_section(images: dict[str, str]) -> list[str]:
 
 def plot_tables(result: Any) -> dict[str, pd.DataFrame]:
     """{CSV name: table} of the lead plots for an `AnalysisResult` (its experiment and settings)."""
-    exp, s = result.experiment, result.settings
-    cells = build_cells(exp.trials, exp.members, exp.arms)
-    pairs = paired_seed_table(cells, list(exp.gems), exp.members, last_k=Thresholds.of_settings(s).window_length,
-                              placebo_weight=s.get("placebo_weight", defaults.PLACEBO_WEIGHT))
+    exp = result.experiment
+    pairs = paired_seed_table(result.family)
     return {
         FINAL_VERDICTS_CSV: final_verdict_table(result.verdicts, getattr(result, "placebo", None)),
         PAIRED_SEEDS_CSV: pairs,

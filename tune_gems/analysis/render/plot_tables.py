@@ -3,10 +3,9 @@
 Each plot draws one of these tables and nothing else, so a reader can check a figure against
 its numbers and a test can read the plotted data back from the figure and compare:
 
-- `paired_seed_table`: per gem, every seed pair of the verdict's own comparison (the same cells,
-  metric, epoch window and placebo filter as `verdicts.gem_verdicts`, through
-  `pairing.paired`): the measured and the wired member's value, their fold and seed, whether
-  either diverged, whether the pair ties;
+- `paired_seed_table`: per gem, every seed pair of the verdict's own comparison (the design
+  family's pairs, not paired again): the measured and the wired member's value, their fold and
+  seed, whether either diverged, whether the pair ties;
 - `learning_curve_table`: the verdict metric per epoch over each arm's seeds (median and
   interquartile range), per trial, arm and fold;
 - `performance_profile_table`: per gem and side of its comparison, the share of seed pairs
@@ -15,7 +14,7 @@ its numbers and a test can read the plotted data back from the figure and compar
 - `final_verdict_table`: one row per contrast (each gem, then the null arms): its final word, the
   interval of the test that decided it (the pooled interval over periods where the period rule
   decided, else the seeds' family-wise one), and the held-out test segment's re-estimate beside
-  it, read from the verdict table through `VERDICT_READ` (the decisive picture, and the
+  it, read from the verdict table's `decided_*` columns (the decisive picture, and the
   intervals `tune-gems compare` lists);
 - `improvement_table`: per gem, the probability of improvement P(wired > measured) of the same
   paper (the Mann-Whitney statistic with ties counted half, over every wired and measured member
@@ -27,54 +26,19 @@ its numbers and a test can read the plotted data back from the figure and compar
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.pairs.pairing import Cells, paired, window_values
-from tune_gems.analysis.pairs.selectors import MEASURE, WIRE, placebo_selectors
+from tune_gems.analysis.pairs.pairing import window_values
+from tune_gems.analysis.verdicts.family import GEM, DesignFamily
+from tune_gems.analysis.verdicts.readings import SEEDS
 from tune_gems.analysis.verdicts.gem_verdicts import verdict_metric
-from tune_gems.contracts.gem_manifest import GemEntry
 
-@dataclass(frozen=True)
-class VerdictColumns:
-    """The verdicts.csv (and placebo.csv) columns the decisive picture reads, in one place: a
-    renamed or added column of the verdict table is one edit here."""
-
-    contrast: str = "gem"
-    word: str = "verdict"
-    seeds: str = "n_seeds"
-    metric: str = "outcome"
-    rope: str = "rope"
-    seed_effect: str = "effect"
-    seed_low: str = "ci_low"
-    seed_high: str = "ci_high"
-    seed_level: str = "ci_level"
-    pooled_effect: str = "pooled_effect"
-    pooled_low: str = "pooled_ci_low"
-    pooled_high: str = "pooled_ci_high"
-    pooled_level: str = "pooled_ci_level"
-    periods: str = "periods_informative"
-    histories: str = "histories"
-    folds: str = "folds"
-    held_out_effect: str = "test_effect"
-    held_out_low: str = "test_ci_low"
-    held_out_high: str = "test_ci_high"
-    held_out_word: str = "held_out"
-    null_kind: str = "kind"
-
-
-VERDICT_READ = VerdictColumns()
-"""The columns `final_verdict_table` reads (today's names of verdicts.csv and placebo.csv)."""
 FINAL_COLUMNS = ["contrast", "kind", "verdict", "decided_by", "seeds", "periods", "effect", "ci_low", "ci_high",
                  "ci_level", "held_out_effect", "held_out_ci_low", "held_out_ci_high", "held_out", "metric", "rope"]
-SEEDS_DECIDED = "seeds"
-"""`decided_by` of a verdict the seed rule decided (one period, or too few to pool)."""
-NO_DESIGN_DECIDED = "no design"
-"""`decided_by` of a contrast without a designed comparison (no interval)."""
 
 PAIR_COLUMNS = ["gem", "metric", "experiment", "trial_id", "history", "fold", "seed", "seed_index", "arm_measured", "arm_wired",
                 "measured", "wired", "measured_diverged", "wired_diverged", "difference", "tied"]
@@ -93,25 +57,20 @@ TIE_TOLERANCE = 0.0
 """Two values closer than this tie (0: equal bits; an identical outcome is what makes a tie)."""
 
 
-def paired_seed_table(cells: Cells, gems: Sequence[GemEntry], members: pd.DataFrame, *,
-                      last_k=defaults.LAST_K, placebo_weight: float = defaults.PLACEBO_WEIGHT,
-                      metric: str = defaults.METRIC) -> pd.DataFrame:
-    """Every seed pair of each gem's wiring comparison (module docstring), one row per pair; `last_k`
-    the window's length, or the verdict's window (`Thresholds.window_length`)."""
-    column, _ = verdict_metric(members, metric)
+def paired_seed_table(family: DesignFamily) -> pd.DataFrame:
+    """Every seed pair of each gem's wiring comparison (module docstring), one row per pair: the
+    family's own pairs (`family.DesignFamily`), with each member's value over the verdict's window."""
+    cells, column, k = family.cells, family.column, family.thresholds.window_length
     t = cells.table.set_index("cell")
     rows = []
-    for g in gems:
-        mode = f"gems.{g.name}.mode"
-        real, _ = placebo_selectors(g, placebo_weight)
-        pr = paired(cells, mode, WIRE, MEASURE, column=column, k=last_k, ignore=(f"gems.{g.name}.weight",), select=real)
-        if not pr.n or pr.pairs is None or not len(pr.pairs):
+    for c, pr in zip(family.contrasts, family.pairs):
+        if c.kind != GEM or not pr.n or pr.pairs is None or not len(pr.pairs):
             continue
         pairs = pr.pairs
         ends = pd.concat([pd.Series(pairs["end_epoch"].to_numpy(), index=pairs["cell_hi"].to_numpy()),
                           pd.Series(pairs["end_epoch"].to_numpy(), index=pairs["cell_lo"].to_numpy())])
         ends = ends[~ends.index.duplicated()]
-        vals = window_values(cells.long[cells.long["cell"].isin(ends.index)], column, ends, last_k)
+        vals = window_values(cells.long[cells.long["cell"].isin(ends.index)], column, ends, k)
         for _, p in pairs.iterrows():
             hi, lo = t.loc[p["cell_hi"]], t.loc[p["cell_lo"]]
             vh, vl = vals.loc[p["cell_hi"]], vals.loc[p["cell_lo"]]
@@ -119,7 +78,7 @@ def paired_seed_table(cells: Cells, gems: Sequence[GemEntry], members: pd.DataFr
             measured = np.nan if vl["diverged"] else float(vl["value"])
             both = not vh["diverged"] and not vl["diverged"]
             rows.append({
-                "gem": g.name, "metric": column, "experiment": lo["experiment"], "trial_id": lo["trial_id"],
+                "gem": c.key.split(".")[1], "metric": column, "experiment": lo["experiment"], "trial_id": lo["trial_id"],
                 "history": int(lo["history"]), "fold": int(lo["fold"]), "seed": lo["seed"], "seed_index": int(lo["seed_index"]),
                 "arm_measured": lo["arm"], "arm_wired": hi["arm"], "measured": measured, "wired": wired,
                 "measured_diverged": bool(vl["diverged"]), "wired_diverged": bool(vh["diverged"]),
@@ -224,42 +183,25 @@ def _text(r: Any, column: str) -> str:
     return v if isinstance(v, str) else ""
 
 
-def decided_interval(r: Any, c: VerdictColumns = VERDICT_READ) -> dict[str, Any]:
-    """The estimate and interval of the test that decided one verdict row: the pooled ones where
-    the period rule pooled the periods (a finite pooled effect; its interval may be absent when
-    too few periods pool one), else the seeds' family-wise ones; `decided_by` says which."""
-    pooled = _value(r, c.pooled_effect)
-    if np.isfinite(pooled):
-        periods, histories = _value(r, c.periods), _value(r, c.histories)
-        over = (f"pooled over {int(histories)} histories x {int(_value(r, c.folds))} folds" if histories >= 2 else
-                f"pooled over {int(periods)} periods" if np.isfinite(periods) else "pooled over periods")
-        return dict(decided_by=over,
-                    effect=pooled, ci_low=_value(r, c.pooled_low), ci_high=_value(r, c.pooled_high),
-                    ci_level=_value(r, c.pooled_level), periods=periods)
-    seeds = _value(r, c.seeds)
-    return dict(decided_by=SEEDS_DECIDED if np.isfinite(seeds) and seeds > 0 else NO_DESIGN_DECIDED,
-                effect=_value(r, c.seed_effect), ci_low=_value(r, c.seed_low), ci_high=_value(r, c.seed_high),
-                ci_level=_value(r, c.seed_level), periods=np.nan)
-
-
-def final_verdict_table(verdicts: pd.DataFrame | None, placebo: pd.DataFrame | None = None,
-                        c: VerdictColumns = VERDICT_READ) -> pd.DataFrame:
-    """One row per contrast (module docstring): each verdict row, then each null arm (placebo or
-    A/A, decided by its seeds, nothing held out), in the columns of `FINAL_COLUMNS`."""
+def final_verdict_table(verdicts: pd.DataFrame | None, placebo: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per contrast (module docstring): each verdict row with the estimate and interval of
+    the test that decided it (its `decided_*` columns), then each null arm (placebo or A/A, decided
+    by its seeds, nothing held out), in the columns of `FINAL_COLUMNS`."""
     rows = []
     for _, r in (verdicts if verdicts is not None else pd.DataFrame()).iterrows():
-        rows.append({"contrast": str(r[c.contrast]), "kind": "gem", "verdict": _text(r, c.word),
-                     "seeds": _value(r, c.seeds), **decided_interval(r, c),
-                     "held_out_effect": _value(r, c.held_out_effect), "held_out_ci_low": _value(r, c.held_out_low),
-                     "held_out_ci_high": _value(r, c.held_out_high), "held_out": _text(r, c.held_out_word),
-                     "metric": _text(r, c.metric), "rope": _value(r, c.rope)})
+        rows.append({"contrast": str(r["gem"]), "kind": "gem", "verdict": _text(r, "verdict"), "seeds": _value(r, "n_seeds"),
+                     "decided_by": _text(r, "decided_by"), "periods": _value(r, "periods_informative"),
+                     **{k: _value(r, f"decided_{k}") for k in ("effect", "ci_low", "ci_high", "ci_level")},
+                     "held_out_effect": _value(r, "test_effect"), "held_out_ci_low": _value(r, "test_ci_low"),
+                     "held_out_ci_high": _value(r, "test_ci_high"), "held_out": _text(r, "held_out"),
+                     "metric": _text(r, "outcome"), "rope": _value(r, "rope")})
     rope = rows[0]["rope"] if rows else np.nan
     for _, r in (placebo if placebo is not None else pd.DataFrame()).iterrows():
-        kind = _text(r, c.null_kind) or "placebo"
-        rows.append({"contrast": f"{r[c.contrast]} placebo" if kind == "placebo" else kind, "kind": kind,
-                     "verdict": _text(r, c.word), "seeds": _value(r, c.seeds), "decided_by": SEEDS_DECIDED,
-                     "periods": np.nan, "effect": _value(r, c.seed_effect), "ci_low": _value(r, c.seed_low),
-                     "ci_high": _value(r, c.seed_high), "ci_level": _value(r, c.seed_level), "held_out_effect": np.nan,
+        kind = _text(r, "kind") or "placebo"
+        rows.append({"contrast": f"{r['gem']} placebo" if kind == "placebo" else kind, "kind": kind,
+                     "verdict": _text(r, "verdict"), "seeds": _value(r, "n_seeds"), "decided_by": SEEDS,
+                     "periods": np.nan, "effect": _value(r, "effect"), "ci_low": _value(r, "ci_low"),
+                     "ci_high": _value(r, "ci_high"), "ci_level": _value(r, "ci_level"), "held_out_effect": np.nan,
                      "held_out_ci_low": np.nan, "held_out_ci_high": np.nan, "held_out": "",
-                     "metric": _text(r, c.metric), "rope": rope})
+                     "metric": _text(r, "outcome"), "rope": rope})
     return pd.DataFrame(rows, columns=FINAL_COLUMNS)

@@ -37,6 +37,8 @@ from matplotlib.patches import Patch, Polygon
 from matplotlib.ticker import MaxNLocator
 
 from tune_gems.analysis import defaults
+from tune_gems.analysis.rules.words import INSUFFICIENT
+from tune_gems.analysis.verdicts.readings import INSUFFICIENT_BY
 from tune_gems.contracts.config_label import ARM_SUFFIX, short_labels
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 
@@ -201,7 +203,8 @@ def _final_label(r: pd.Series) -> str:
     if not np.isfinite(r["effect"]):
         how = f"{r['decided_by']}: no estimate"
     elif pd.isna(r["ci_low"]) or pd.isna(r["ci_high"]):
-        how = f"{r['decided_by']}, no interval"
+        how = str(r["decided_by"]).removeprefix(INSUFFICIENT_BY) if r["verdict"] == INSUFFICIENT else (
+            f"{r['decided_by']}, no interval")
     else:
         how = r["decided_by"]
     return f"{r['contrast']}: {r['verdict']}\n({how})"
@@ -211,9 +214,10 @@ def final_verdicts(table: pd.DataFrame) -> Figure | None:
     """The decisive picture (`plot_tables.final_verdict_table`): one row per contrast, labelled
     with its final word and which test decided it, the decided estimate and its interval, and
     below it the held-out test segment's re-estimate with its interval; the ROPE band. An
-    unbounded end is drawn to the axis edge with an arrow. Gids: `decided:<contrast>` (the
-    interval), `decided_effect:<contrast>` (the estimate), `held_out:<contrast>` and
-    `held_out_effect:<contrast>`."""
+    unbounded end is drawn to the axis edge with an arrow; a row without an interval (`insufficient
+    data`) is a hollow marker at its estimate, and the axis keeps the scale of the intervals that
+    decided. Gids: `decided:<contrast>` (the interval), `decided_effect:<contrast>` (the estimate),
+    `insufficient:<contrast>`, `held_out:<contrast>` and `held_out_effect:<contrast>`."""
     if table is None or not len(table):
         return None
     vals = table[["effect", "ci_low", "ci_high", "held_out_effect", "held_out_ci_low", "held_out_ci_high"]].to_numpy(float)
@@ -227,10 +231,12 @@ def final_verdicts(table: pd.DataFrame) -> Figure | None:
         y = len(table) - 1 - i
         color = "tab:blue" if r["kind"] == "gem" else "tab:grey"
         if np.isfinite(r["effect"]):
-            if pd.notna(r["ci_low"]) and pd.notna(r["ci_high"]):
+            bounded = pd.notna(r["ci_low"]) and pd.notna(r["ci_high"])
+            if bounded:
                 _interval(ax, r["ci_low"], r["ci_high"], y, span, color, f"decided:{r['contrast']}", 2.5)
-            (pt,) = ax.plot([_clip(r["effect"], span)], [y], "o", color=color, ms=6)
-            pt.set_gid(f"decided_effect:{r['contrast']}")
+            (pt,) = ax.plot([_clip(r["effect"], span)], [y], "o", color=color if bounded else "tab:grey", ms=6,
+                            mfc=None if bounded else "white")
+            pt.set_gid(f"decided_effect:{r['contrast']}" if bounded else f"insufficient:{r['contrast']}")
         if np.isfinite(r["held_out_effect"]):
             yh = y - HELD_OUT_OFFSET
             if pd.notna(r["held_out_ci_low"]) and pd.notna(r["held_out_ci_high"]):
@@ -251,6 +257,9 @@ def final_verdicts(table: pd.DataFrame) -> Figure | None:
     handles = [Patch(color="tab:green", alpha=0.12, label=f"ROPE +-{rope:g}"),
                Line2D([], [], color="tab:blue", lw=2.5, marker="o", label="the estimate and interval that decided"),
                Line2D([], [], color="tab:orange", lw=1.2, marker="D", mfc="white", label="held-out test segment")]
+    if (table["effect"].notna() & table["ci_low"].isna()).any():
+        handles.append(Line2D([], [], color="tab:grey", marker="o", mfc="white", ls="",
+                              label="insufficient data: no interval"))
     if (table["kind"] != "gem").any():
         handles.append(Line2D([], [], color="tab:grey", lw=2.5, marker="o", label="null arm (placebo, A/A)"))
     ax.legend(handles=handles, fontsize=8, loc="best")
@@ -494,7 +503,7 @@ def _clip(v: float, span: float) -> float:
 
 
 def _row_label(r: pd.Series) -> str:
-    dates = f" ({r['start']}..{r['end']})" if "start" in r and "end" in r and pd.notna(r["start"]) else ""
+    dates = f" ({r['start']}..{r['end']})" if "start" in r and "end" in r and pd.notna(r["start"]) and r["start"] else ""
     ties = f", {100 * float(r['tied_share']):.0f}% tie" if "tied_share" in r and pd.notna(r["tied_share"]) else ""
     seeds = int(r["pairs"]) if "pairs" in r and pd.notna(r["pairs"]) else int(r["seeds"])
     empty = "" if pd.notna(r["effect"]) or ties.endswith("100% tie") else ", no estimate"
@@ -507,10 +516,10 @@ def _draw_pooled(ax, p: pd.Series, gem: str, span: float) -> str:
     lo, e, hi = (float(p[c]) for c in ("ci_low", "effect", "ci_high"))
     if not np.isfinite(e):
         return "pooled: no estimate"
-    if np.isnan(lo) or np.isnan(hi):
-        (mark,) = ax.plot([_clip(e, span)], [0], "D", color="tab:red", ms=7, label="pooled (no interval)")
+    if np.isnan(lo) or np.isnan(hi):  # too few periods, or a variance whose interval cannot be estimated
+        (mark,) = ax.plot([_clip(e, span)], [0], "D", color="tab:red", ms=7, mfc="white", label="pooled (no interval)")
         mark.set_gid(f"pooled:{gem}")
-        return "pooled (no interval)"
+        return f"pooled: {p['verdict']}, no interval" if isinstance(p.get("verdict"), str) else "pooled (no interval)"
     lo, e, hi = (_clip(v, span) for v in (lo, e, hi))
     h = DIAMOND_HALF_HEIGHT
     diamond = Polygon([(lo, 0), (e, h), (hi, 0), (e, -h)], closed=True, color="tab:red", alpha=0.8,

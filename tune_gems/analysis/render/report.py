@@ -6,14 +6,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from tune_gems.analysis.rules.seed import NO_DESIGN
+from tune_gems.analysis.verdicts.readings import INSUFFICIENT_BY
 from tune_gems.analysis.rules.words import INSUFFICIENT, NULL_ARM_OK
 from tune_gems.analysis.render.figures import lead_section
-from tune_gems.analysis.render.plot_tables import decided_interval
-from tune_gems.analysis.text import format_interval, format_number, markdown_table
+from tune_gems.analysis.text import format_interval, format_number, markdown_table, text_table
 from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
 
 
@@ -23,25 +22,23 @@ def market_interval(r: Any) -> str:
     return format_interval(r.get("market_ci_low"), r.get("market_ci_high")) if status == "ok" else "-"
 
 
-def _market_part(r: Any) -> str:
-    status = r.get("market_noise")
-    if status == "ok":
-        return f"; market-noise interval {market_interval(r)} (same level)"
-    if isinstance(status, str) and status:
-        return f"; market noise: {status.split(':', 1)[0]}"
-    return ""
-
-
 def evidence_line(r: Any) -> str:
-    """One gem's evidence in one line, each number once: its verdict line and its why line."""
-    why = why_line(r)
-    return f"{verdict_line(r)}; {why}" if why else verdict_line(r)
+    """One gem's evidence in one line: its verdict line and `long_reason`."""
+    return f"{verdict_line(r)}; {long_reason(r)}"
+
+
+def long_reason(r: Any) -> str:
+    """report.md's long form of a verdict: the reason with every number of every stage
+    (verdicts.csv's `reason`) and the learner's skill in context."""
+    skill = f"; {r['skill']}" if isinstance(r.get("skill"), str) and r.get("skill") else ""
+    return f"{r.get('reason', '')}{skill}"
 
 
 def verdict_line(r: Any) -> str:
-    """The gem block's first line: the verdict's word (and the discovery's where the held-out
-    stage withheld it, else the seeds' where the gates changed it), the effect that decided with its interval, and the MDE of the test that decided (with
-    walk-forward folds the pooled estimate; else the seed rule's)."""
+    """The gem block's first line: the word (and the discovery's where the held-out stage withheld
+    it, else the seeds' where a later stage changed it), the estimate, interval and Holm p of the
+    test that decided it (`decided_*`), that rule's MDE, the folds' overlap its variance carried and
+    what the held-out stage found."""
     if format_number(r.get("n_seeds"), "g") in ("-", "0"):
         return f"{r['gem']}: {r['verdict']} - design: none"
     seed_word, found = r.get("seed_verdict"), r.get("discovery_verdict")
@@ -49,128 +46,64 @@ def verdict_line(r: Any) -> str:
         changed = f" (the discovery: {found})"
     else:
         changed = f" (seeds alone: {seed_word})" if isinstance(seed_word, str) and seed_word and seed_word != r["verdict"] else ""
-    if _finite(r, "pooled_effect"):
-        level = format_number(100 * float(r.get("pooled_ci_level", float("nan"))), ".1f")
-        interval = format_interval(r.get("pooled_ci_low"), r.get("pooled_ci_high"))
-        effect = (f"pooled effect {format_number(r.get('pooled_effect'), '+.3g')} "
-                  + (f"{interval} ({level}%, " if interval != "-" else "(no interval, ")
-                  + f"over {format_number(r.get('periods_informative'), '.0f')} "
-                  + ("histories)" if _finite(r, "histories") and float(r["histories"]) >= 2 else "periods)"))
+    by = str(r.get("decided_by"))
+    effect, interval = format_number(r.get("decided_effect"), "+.3g"), format_interval(r.get("decided_ci_low"), r.get("decided_ci_high"))
+    if by.startswith(INSUFFICIENT_BY):  # no interval: the line says why
+        changed = f" ({by.removeprefix(INSUFFICIENT_BY)}{'; ' + changed[2:-1] if changed else ''})"
+        decided = f"effect {effect}, no interval"
+    elif interval == "-":
+        decided = f"{by}: {effect}, no interval"
     else:
-        effect = (f"effect {format_number(r.get('effect'), '+.3g')} {format_interval(r.get('ci_low'), r.get('ci_high'))} "
-                  f"({format_number(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise, over seeds; pseudo-median)")
-    return f"{r['gem']}: {r['verdict']}{changed} - {effect}; MDE {format_number(r.get('mde'))}"
+        decided = (f"{by}: {effect} {interval} ({format_number(100 * _float(r, 'decided_ci_level'), '.1f')}%), Holm p "
+                   f"{format_number(r.get('decided_p_adjusted'), '.2g')}")
+    overlap = f"; folds' overlap x{_float(r, 'fold_overlap'):.2f}" if _float(r, "fold_overlap") > 1 else ""
+    held = f"; held-out: {r['held_out']}" if isinstance(r.get("held_out"), str) and r["held_out"] else ""
+    return f"{r['gem']}: {r['verdict']}{changed} - {decided}; MDE {format_number(r.get('mde'))}{overlap}{held}"
 
 
-def why_line(r: Any, *, per_fold: bool = True) -> str:
-    """The gem block's second line: why (verdicts.csv's `why`: the reason without its numbers),
-    then the evidence the verdict line does not state, each once: design, seeds and ties, the
-    seed effect where the pooled one decided, the mean, the market noise, Holm p, the power
-    statement, the periods' heterogeneity (and the fold effects, `per_fold`), the held-out test
-    and the skill in context. Without a `why` (a table written before it) the reason."""
-    why = r.get("why") if isinstance(r.get("why"), str) and r.get("why") else str(r.get("reason", ""))
-    if format_number(r.get("n_seeds"), "g") in ("-", "0"):
+SCREEN_WHY = 200
+"""Characters of a reason the terminal shows (`short_why`); report.md and verdicts.csv have it whole."""
+
+
+def short_why(r: Any, width: int = SCREEN_WHY) -> str:
+    """The `why` of a verdict row for a terminal: whole up to `width` characters, else cut at the
+    last clause that fits, saying where the rest is."""
+    why = str(r.get("why") if isinstance(r.get("why"), str) and r.get("why") else r.get("reason", ""))
+    if len(why) <= width:
         return why
-    seeds = ""
-    if _finite(r, "pooled_effect"):
-        seeds = (f"; over seeds {format_number(r.get('effect'), '+.3g')} {format_interval(r.get('ci_low'), r.get('ci_high'))} "
-                 f"({format_number(100 * float(r.get('ci_level', float('nan'))), '.1f')}% family-wise; pseudo-median)")
-    return (f"{why}; design: {r['design']}; seeds {int(r['n_seeds'])}{_ties_part(r)}{seeds}, mean "
-            f"{format_number(r.get('mean_effect'), '+.3g')}{_market_part(r)}; Holm p {format_number(r.get('p_adjusted'), '.2g')}"
-            f"{_power_part(r)}{_period_part(r, per_fold)}{_held_out_part(r)}{_skill_part(r)}")
+    cut = why[:width].rsplit("; ", 1)[0]
+    return f"{cut}; ... (report.md)"
 
 
-def _finite(r: Any, key: str) -> bool:
+def _float(r: Any, key: str) -> float:
     try:
-        return math.isfinite(float(r.get(key)))
+        return float(r.get(key))
     except (TypeError, ValueError):
-        return False
-
-
-def _ties_part(r: Any) -> str:
-    """Ties (left out of every test) and members that never traded, where there are any."""
-    parts = []
-    if _finite(r, "tied_share") and float(r["tied_share"]) > 0:
-        parts.append(f"{format_number(100 * float(r['tied_share']), '.0f')}% tie ({format_number(r.get('n_informative'), '.0f')} informative)")
-    if _finite(r, "zero_turnover_share") and float(r["zero_turnover_share"]) > 0:
-        parts.append(f"{format_number(100 * float(r['zero_turnover_share']), '.0f')}% of members never traded")
-    return f" ({', '.join(parts)})" if parts else ""
-
-
-def _power_part(r: Any) -> str:
-    """The power statement beyond the MDE (on the verdict line): with several periods the
-    floor with infinitely many seeds and what it implies, else the seeds that would reach the ROPE."""
-    rope = format_number(r.get("rope"), "g")
-    note = r.get("power_note") if isinstance(r.get("power_note"), str) and r.get("power_note") else ""
-    if not _finite(r, "mde_floor"):
-        return f"; seeds for +-{rope}: {format_number(r.get('seeds_needed'), '.0f')}"
-    advice = f": {note}" if note else f"; seeds per fold for +-{rope}: {format_number(r.get('seeds_needed'), '.0f')}"
-    return f"; MDE floor {format_number(r.get('mde_floor'))} with infinitely many seeds{advice}"
-
-
-def _period_part(r: Any, per_fold: bool = True) -> str:
-    """Walk-forward folds: the pooled test's heterogeneity and the fold effects; one
-    period: what the verdict is conditional on."""
-    if format_number(r.get("pooled_effect")) == "-":
-        period = r.get("period") if isinstance(r.get("period"), str) else ""
-        folds = r.get("fold_effects") if per_fold and isinstance(r.get("fold_effects"), str) else ""
-        return (f"; {period}" if period and period not in str(r.get("why", "")) else "") + (
-            f"; per fold: {folds}" if folds else "")
-    shared = ", tau shared" if bool(r.get("tau_shared")) else ""
-    folds = f"; per fold: {r['fold_effects']}" if per_fold and isinstance(r.get("fold_effects"), str) and r["fold_effects"] else ""
-    if not _finite(r, "pooled_p_adjusted"):  # too few periods: nothing was tested
-        return folds
-    return (f"; pooled by HKSJ with {format_number(r.get('pooled_df'), '.3g')} df{shared}, Holm p "
-            f"{format_number(r.get('pooled_p_adjusted'), '.2g')}, tau^2 {format_number(r.get('tau2'))}, I^2 "
-            f"{_percent(r.get('i2'))} (Q Holm p {format_number(r.get('q_p_adjusted'), '.2g')}){folds}")
-
-
-def _percent(share: Any) -> str:
-    """A share as a whole percentage, "-" where it is missing (no "-%")."""
-    text = format_number(100 * share if isinstance(share, (int, float, np.floating)) else share, ".0f")
-    return text if text == "-" else f"{text}%"
-
-
-def _held_out_part(r: Any) -> str:
-    """The held-out test segment's second stage of a keep wired / harmful: its
-    effect, its interval at the confirmation's level and what it found."""
-    held = r.get("held_out")
-    if not isinstance(held, str) or not held:
-        return ""
-    return f"; test segment {format_number(r.get('test_effect'), '+.3g')} {format_interval(r.get('test_ci_low'), r.get('test_ci_high'))}: {held}"
-
-
-def _skill_part(r: Any) -> str:
-    skill = r.get("skill")
-    return f"; {skill}" if isinstance(skill, str) and skill else ""
+        return math.nan
 
 
 def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
                          redundancy: pd.DataFrame | None = None, *, verbose: bool = True) -> str:
-    """The verdicts for a terminal: an aligned table, each gem's evidence line and reason, the
-    placebo arms and the redundancy findings. `verbose` False leaves out each gem's `why:` line
-    (the full chain, in verdicts.csv: `tune-gems analyze --verbose` prints it)."""
-    # the numbers a user decides by lead (LEAD_COLUMNS), the seeds' detail follows
-    header = ["gem", "verdict", "effect", "CI", "decided by", "MDE", "held-out", "family", "seeds", "seed effect", "mean",
-              "seed CI", "market CI", "Holm p", "TOST p", "excess/loss"]
-    rows = [header]
-    for _, r in df.iterrows():
-        d = decided_interval(r)
-        rows.append([str(r["gem"]), str(r["verdict"]), format_number(d["effect"], "+.3g"),
-                     format_interval(d["ci_low"], d["ci_high"]), str(d["decided_by"]), format_number(r.get("mde")),
-                     format_number(r.get("test_effect"), "+.3g"), format_number(r.get("family_size"), "g"),
-                     format_number(r.get("n_seeds"), "g"), format_number(r.get("effect"), "+.3g"),
-                     format_number(r.get("mean_effect"), "+.3g"),
-                     format_interval(r.get("ci_low"), r.get("ci_high")), market_interval(r), format_number(r.get("p_adjusted"), ".2g"),
-                     format_number(r.get("tost_p_adjusted"), ".2g"), format_number(r.get("excess_median"))])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    """The verdicts for a terminal: an aligned table (each word beside the estimate, interval and
+    Holm p of the test that decided it; the seeds-alone numbers under their own heading), each
+    gem's verdict line and (`verbose`) its reason in short (`short_why`; the whole chain is in
+    verdicts.csv and report.md), the placebo arms and the redundancy findings."""
+    header = ["gem", "verdict", "effect", "CI", "Holm p", "decided by", "MDE", "held-out", "family", "seeds", "effect",
+              "mean", "CI", "Holm p", "TOST p", "market CI", "excess/loss"]
+    rows = [[str(r["gem"]), str(r["verdict"]), format_number(r.get("decided_effect"), "+.3g"),
+             format_interval(r.get("decided_ci_low"), r.get("decided_ci_high")),
+             format_number(r.get("decided_p_adjusted"), ".2g"), str(r.get("decided_by")), format_number(r.get("mde")),
+             format_number(r.get("test_effect"), "+.3g"), format_number(r.get("family_size"), "g"),
+             format_number(r.get("n_seeds"), "g"), format_number(r.get("effect"), "+.3g"),
+             format_number(r.get("mean_effect"), "+.3g"), format_interval(r.get("ci_low"), r.get("ci_high")),
+             format_number(r.get("p_adjusted"), ".2g"), format_number(r.get("tost_p_adjusted"), ".2g"),
+             market_interval(r), format_number(r.get("excess_median"))] for _, r in df.iterrows()]
+    lines = text_table(header, rows, {2: "the test that decided the word:", 9: "seeds alone:"})
     lines.append("")
     for _, r in df.iterrows():
         lines.append(verdict_line(r))
         if verbose:
-            lines.append(f"    why: {why_line(r)}")
+            lines.append(f"    why: {short_why(r)}")
     if placebo is not None and len(placebo):
         lines.append("")
         for _, r in placebo.iterrows():
@@ -245,22 +178,12 @@ def _periods_section(v: pd.DataFrame, folds: pd.DataFrame | None = None) -> list
         return []
     k = int(v["folds"].max()) if v["folds"].notna().any() else 1
     lines = ["", "### Over periods and out of sample", ""]
-    if k > 1:
-        lines.append(f"{k} walk-forward validation periods. Per fold: the seed-paired effect inside the fold (ties "
-                     "left out); pooled: random effects with the Hartung-Knapp-Sidik-Jonkman interval at the Holm level "
-                     "(tau^2 and the scale shared across the gems where they agree; plus the seeds' share common to every "
-                     "fold), tau^2 and I^2 its heterogeneity. The pooled test decides: fewer than the minimum periods "
-                     "read `insufficient data: too few periods`; a sign change is claimed (`inconclusive: inconsistent "
-                     "across periods`) only when fold intervals lie on both sides of 0 at their Holm levels; periods "
-                     "that differ without a decision read `inconclusive: heterogeneous across periods`. `mde` is the "
-                     "pooled test's, `mde_floor` what no number of seeds beats.")
-    else:
-        lines.append("One validation period: every verdict is conditional on it (run walk-forward folds, `data.folds`, "
-                     "to see whether an effect holds in another period).")
-    lines.append("Each `keep wired` / `harmful` is re-estimated once on the untouched test segment with the same pairs, "
-                 "the pre-registered second stage: it stays final only where that effect agrees (one-sided at alpha / m, "
-                 "the test period's spread in its standard error), else it reads `not confirmed on held-out data` "
-                 "(`held_out`, `discovery_verdict`); the test segment chooses nothing else.")
+    lines.append(f"{k} walk-forward validation periods: the pooled test decides (random effects, HKSJ at the Holm "
+                 "level; `mde_floor` is what no number of seeds beats)." if k > 1 else
+                 "One validation period: every verdict is conditional on it (`data.folds` runs more).")
+    lines.append("A `keep wired` / `harmful` stays final only where the untouched test segment agrees (one-sided at "
+                 "alpha / m), else it reads `not confirmed on held-out data`; the test segment chooses nothing else "
+                 "(docs/analysis.md \"The held-out confirmation\").")
     cols = ["gem", "verdict", "folds", "fold_effects", "pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_df",
             "tau2", "i2", "mde", "mde_floor", "test_effect", "test_ci_low", "test_ci_high", "held_out"]
     per_period = ("fold_", "pooled", "tau", "i2", "mde")
@@ -281,26 +204,24 @@ def _window_words(settings: dict[str, Any]) -> str:
     return Thresholds.of_settings(settings).window_text()
 
 
-LEAD_COLUMNS = ("gem", "verdict", "decided_by", "decided_effect", "decided_ci_low", "decided_ci_high", "mde",
-                "test_effect", "held_out", "family_size")
-"""The numbers a user decides by, once: the final word, the estimate and
-interval of the test that decided it (`decided_by`: the pooled test over periods, or the seeds),
-the MDE of that rule, the held-out test segment's effect and what the second stage found, and
-the size of the family the word was decided in. verdicts.csv, the terminal table and report.md
-lead with them; the per-seed and per-fold detail follows."""
+LEAD_COLUMNS = ("gem", "verdict", "decided_by", "decided_effect", "decided_ci_low", "decided_ci_high",
+                "decided_ci_level", "decided_p_adjusted", "mde", "test_effect", "held_out", "family_size")
+"""The numbers a user decides by, once: the final word, the estimate, interval and Holm p of the
+test that decided it (`decided_by`: the pooled test over periods or histories, the seeds (with
+one history's market noise), the held-out stage; no interval for `insufficient data`), the MDE
+of that rule, the held-out test segment's effect and what the second stage found, and the size of
+the family the word was decided in. verdicts.csv, the terminal table and report.md lead with
+them; the per-seed and per-fold detail follows."""
 
-REPORT_VERDICT_COLUMNS = (*LEAD_COLUMNS, "n_seeds", "tied_share", "p_adjusted")
+SEEDS_ALONE = {"seed_verdict": "seeds: verdict", "effect": "seeds: effect", "ci_low": "seeds: ci_low",
+               "ci_high": "seeds: ci_high", "p_adjusted": "seeds: Holm p"}
+"""The seed rule's own columns as report.md's tables head them, after the deciding test's."""
+REPORT_VERDICT_COLUMNS = (*LEAD_COLUMNS, "n_seeds", "tied_share", *SEEDS_ALONE.values())
 """The report's verdict summary; the full evidence is verdicts.csv."""
 
 
 def lead_verdict_columns(v: pd.DataFrame) -> pd.DataFrame:
-    """verdicts.csv with the decided estimate and interval (`plot_tables.decided_interval`, the one
-    reading of which test decided) and LEAD_COLUMNS first, every other column after in its order."""
-    v = v.copy()
-    decided = [decided_interval(r) for _, r in v.iterrows()]
-    v["decided_by"] = [d["decided_by"] for d in decided]
-    for key in ("effect", "ci_low", "ci_high"):
-        v[f"decided_{key}"] = [d[key] for d in decided]
+    """verdicts.csv with LEAD_COLUMNS first, every other column after in its order."""
     lead = [c for c in LEAD_COLUMNS if c in v.columns]
     return v[lead + [c for c in v.columns if c not in lead]]
 
@@ -332,35 +253,22 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
         )
     lines.append(markdown_table(pd.DataFrame(rows)))
 
-    v = result.verdicts if "decided_by" in result.verdicts.columns else lead_verdict_columns(result.verdicts)
+    v = result.verdicts
     lines += ["", "## Verdicts", ""]
-    lines.append(
-        "Effects come only from designed comparisons: members that differ in one gem's mode alone, "
-        "paired by seed (docs/analysis.md). Metric: the validation alpha Sharpe averaged over "
-        f"{_window_words(settings)}, wired minus measured, a diverged member counted as the worst "
-        "outcome; pairs that tie exactly (identical outcomes) are left out of every test (`tied_share`, "
-        "`zero_turnover_share`), and too few informative pairs read `insufficient data`; "
-        "Wilcoxon signed-rank with its Hodges-Lehmann interval (the seed interval), Holm over the design's family "
-        "(every main effect it varies, gems and factors alike: `family_size`; factors.csv has the same words). "
-        "More than half of a contrast's pairs tied: no `equivalent` or `delete` (`insufficient data`, mostly tied). "
-        "The estimand (`effect`) is the pseudo-median of the per-seed differences (Hodges-Lehmann: the median of "
-        "their Walsh averages), not the mean; `mean_effect` beside it is the mean over the seeds where nobody diverged. "
-        "On one price history (a real series, or synthetic `paths: shared`) each difference also gets a "
-        "market-noise interval at the same level (`market_ci_low`, `market_ci_high`: a stationary block bootstrap "
-        "of the validation period over the saved per-step returns); a `keep wired` or `harmful` that it does "
-        "not confirm reads `inconclusive` (`seed_verdict` keeps the seeds' word). A discovery `keep wired` / "
-        "`harmful` is final only where the held-out test segment confirms it (one-sided at alpha / m, the test "
-        "period's spread in its standard error; else `not confirmed on held-out data`, `discovery_verdict` keeps "
-        "the discovery's word); the test segment chooses nothing else. Each row leads with the word, the estimate "
-        "and interval of the test that decided it (`decided_by`), that rule's MDE, the held-out effect and the "
-        "family size; the seeds' detail follows."
+    lines.append(  # the rule in full: docs/analysis.md "Verdicts"
+        "Designed comparisons only (members that differ in one contrast alone, paired by seed), the validation alpha "
+        f"Sharpe averaged over {_window_words(settings)}, ties left out; Holm over the design's family (`family_size`). Each "
+        "row leads with the word and the estimate, interval and Holm p of the test that decided it (`decided_by`: the "
+        "pooled test over periods or histories, the seeds with one history's market noise, or the held-out test "
+        "segment that withheld a discovery; none for `insufficient data`), that rule's MDE and the held-out effect; "
+        "the seed rule's own numbers follow under `seeds:`. How each stage decides: `docs/analysis.md`."
     )
     for note in getattr(result, "notes", []):
         lines += ["", f"Note: {note}."]
-    lines += ["", markdown_table(v, list(REPORT_VERDICT_COLUMNS)), "",
+    lines += ["", markdown_table(v.rename(columns=SEEDS_ALONE), list(REPORT_VERDICT_COLUMNS)), "",
               "Every column of the evidence (seed verdict, design, interval level, market-noise interval, TOST p, "
               "seeds needed, test effect, measured excess, redundancy) is in `verdicts.csv`.", ""]
-    lines.extend(f"- {verdict_line(r)}\n  - why: {why_line(r, per_fold=False)}" for _, r in v.iterrows())
+    lines.extend(f"- {verdict_line(r)}\n  - {long_reason(r)}" for _, r in v.iterrows())
     lines += _periods_section(v, getattr(result, "fold_effects", None))
     if "Gem effects" in images:
         lines += ["", f"![Gem effects]({images['Gem effects']})"]
@@ -428,8 +336,9 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
 # verdict sections in the report.
 
 
-FACTOR_REPORT_COLUMNS = ("kind", "factor", "contrast", "verdict", "reading", "n_seeds", "tied_share", "effect", "ci_low",
-                         "ci_high", "p_adjusted", "mde", "mde_floor", "pooled_effect", "pooled_ci_low", "pooled_ci_high")
+FACTOR_REPORT_COLUMNS = ("kind", "factor", "contrast", "verdict", "reading", "decided_by", "decided_effect",
+                         "decided_ci_low", "decided_ci_high", "decided_p_adjusted", "mde", "mde_floor", "n_seeds",
+                         "tied_share", "seeds: effect", "seeds: ci_low", "seeds: ci_high", "seeds: Holm p")
 """The report's factor table; every column is in factors.csv."""
 
 
@@ -449,7 +358,7 @@ def render_factor_section(factors: pd.DataFrame | None, settings: dict[str, Any]
              f"{m} contrasts of the family (every main effect of the design, gems and factors alike, alpha "
              f"{settings.get('alpha', '')}): a gem's row is its verdict above, the same word, interval and Holm p. "
              "Largest effects first; nothing is left out (factors.csv has every column).", "",
-             markdown_table(judged, list(FACTOR_REPORT_COLUMNS))]
+             markdown_table(judged.rename(columns=SEEDS_ALONE), list(FACTOR_REPORT_COLUMNS))]
     notes = [f"- {r['factor']} ({r['contrast']}): {r['power_note']}" for _, r in judged.iterrows()
              if isinstance(r.get("power_note"), str) and r["power_note"]]
     if notes:  # the pooled test's power statement (K >= 2): its MDE, the floor no seed count beats, the advice

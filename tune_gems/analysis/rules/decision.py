@@ -3,8 +3,9 @@
 Why one function. The gem verdicts, the walk-forward verdicts, the factor table, `confirm`'s final
 verdicts and every calibration must reach a word the same way, or one `analyze` prints `keep wired`
 in one table and `inconclusive` in another for the same contrast, and a calibration passes while
-the shipped rule drifts. So every caller gathers evidence (`Evidence`) and calls `decide`. `tests/test_rules.py` checks that no module outside the rules
-calls a stage of the rule, and that every caller calls `decide`.
+the shipped rule drifts. So every caller gathers evidence (`Evidence`) and calls `decide`;
+`tests/test_rules.py` checks that no module outside the rules calls a stage of the rule, and that
+every caller calls `decide`.
 
 The stages, in the order they run (each a function of its own module, each only ever making a
 word more cautious except where the deciding test changes):
@@ -15,12 +16,17 @@ word more cautious except where the deciding test changes):
    interval at each contrast's Holm level;
 2. **one period on one price history** (K = 1, a market-noise interval `market` gives): the market
    gate, then the one-period gate on the seed and market-noise intervals combined (`gates`);
-3. **several periods** (K >= 2, the family's fold data `periods`): the pooled test decides
-   (`period_family.decide_fold_data`: random effects, HKSJ, tau shared across the family, the
-   period rule with Holm);
-4. **a search's selection on one history** (`selection`: the configurations the search chose
+3. **several periods or price histories** (the family's fold data `periods`, or `histories`): the
+   pooled test decides (`period_family.decide_fold_data`, over histories the nested rule
+   `histories.decide_histories`), where its interval can be estimated (`MIN_POOLED_DF`; else
+   `insufficient data`, no interval);
+4. `equivalent` / `delete` stand on a finite interval inside +-rope (the TOST's at its Holm
+   level), and not on mostly tied pairs (`insufficient data`);
+5. **the held-out test segment** (`test`): a discovery keep / harmful is final only where it
+   agrees (`held_out_rule`): the record's `verdict`, the word every table prints;
+6. **a search's selection on one history** (`selection`: the configurations the search chose
    among, per contrast: `tune-gems confirm`'s final verdict): the interval with the history's part
-   at the selection-adjusted level must still exclude 0 (`selection`).
+   at the selection-adjusted level must still exclude 0 (`selection`): `final_verdict`.
 
 Vectorised over a leading axis of datasets: the verdicts call it on one family (S = 1), the
 calibrations on thousands of simulated ones.
@@ -28,7 +34,7 @@ calibrations on thousands of simulated ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -40,17 +46,19 @@ from tune_gems.analysis.rules.held_out_rule import HeldOutDecision, TestSegment,
 from tune_gems.analysis.rules.histories import HistoryData, HistoryPooled, decide_histories
 from tune_gems.analysis.rules.period_family import FoldData, decide_fold_data
 from tune_gems.analysis.rules.periods import PeriodDecision
+from tune_gems.analysis.rules.pooling import pooled_bounds
 from tune_gems.analysis.rules.seed import decide_family
 from tune_gems.analysis.rules.selection import final_on_one_history, pooled_adjusted_bounds, selection_adjusted_bounds
 from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.ties import informative_rank_test
-from tune_gems.analysis.rules.words import DELETE, EQUIVALENT, INSUFFICIENT
+from tune_gems.analysis.rules.words import DELETE, EQUIVALENT, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT
 from tune_gems.stats.inference import holm_levels
 
-MarketLookup = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+MarketLookup = Callable[[np.ndarray], tuple]
 """Per-side tails [S, E] (each contrast's seed-interval tail: its Holm level over the sides) ->
 (low, high, available) [S, E]: each contrast's market-noise interval at that tail (K = 1 on one
-price history)."""
+price history), optionally followed by the lookup's table of that evidence (per contrast: the
+verdicts' market-noise columns), which the record keeps as `market_table`."""
 
 
 @dataclass(frozen=True)
@@ -90,19 +98,26 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Decision:
-    """The rule's record of a family ([S, E] arrays): `verdict` the final word; `seed_verdict` the
-    seed rule's, `market_verdict` after the market gate, `discovery_verdict` the discovery's (after
-    the one-period gate, the period rule or the nested rule over histories; before the held-out
-    stage and the selection gate); the seed rule's numbers (`estimate`, `p`, `p_tost`,
-    `p_adjusted`, `tost_p_adjusted`, `magnitude_p_adjusted`, `magnitude_at_null`,
-    `n_informative`, `tied_share`, `level` the Holm level, `low`, `high` the seed interval at it);
-    K = 1: `market_low`, `market_high`, `market_available`, `combined_low`, `combined_high`,
-    `gate_applied`; K >= 2: `pooled` (`pool_family`'s arrays: over histories the second stage's)
-    and `period` (the period rule's decision), over histories `histories` (both stages); with a
-    test segment `held_out` (the second stage's record); with a selection: `final_low`,
-    `final_high`, `final_available`."""
+    """The rule's record of a family ([S, E] arrays), built by keyword. The words, in the order the
+    stages make them: `seed_verdict` the seed rule's, `market_verdict` after the market gate,
+    `discovery_verdict` after the one-period gate, the period rule or the nested rule over
+    histories, `verdict` after the held-out stage (the word verdicts.csv and factors.csv print),
+    `final_verdict` after a search's selection gate (a confirmation on one history; else
+    `verdict`). The seed rule's numbers (`estimate`, `p`, `p_tost`, `p_adjusted`,
+    `tost_p_adjusted`, `magnitude_p_adjusted`, `magnitude_at_null`, `n_informative`,
+    `tied_share`, `level` the Holm level, `low`, `high` the seed interval at it); K = 1:
+    `market_low`, `market_high`, `market_available`, `combined_low`, `combined_high`,
+    `gate_applied` and the market lookup's own table (`market_table`, where it returns one);
+    `equivalence_low`, `equivalence_high` the interval an `equivalent` / `delete` stands on (the
+    TOST's at its Holm level `equivalence_level` per side: the pooled test's where it decides,
+    else the seeds');
+    K >= 2: `pooled` (`pool_family`'s arrays: over histories the second stage's) and `period`
+    (the period rule's decision), over histories `histories` (both stages); with a test segment
+    `held_out` (the second stage's record); with a selection: `final_low`, `final_high`,
+    `final_available`."""
 
     verdict: np.ndarray
+    final_verdict: np.ndarray
     seed_verdict: np.ndarray
     market_verdict: np.ndarray
     discovery_verdict: np.ndarray
@@ -124,6 +139,10 @@ class Decision:
     combined_low: np.ndarray
     combined_high: np.ndarray
     gate_applied: np.ndarray
+    equivalence_low: np.ndarray
+    equivalence_high: np.ndarray
+    equivalence_level: np.ndarray
+    market_table: Sequence | None = None
     pooled: dict[str, np.ndarray] | None = None
     period: PeriodDecision | None = None
     histories: HistoryPooled | None = None
@@ -144,6 +163,38 @@ def _not_on_ties(verdict: np.ndarray, tied: np.ndarray) -> np.ndarray:
     return np.where(mostly_tied & np.isin(verdict, (EQUIVALENT, DELETE)), INSUFFICIENT, verdict)
 
 
+MIN_POOLED_DF = 1.0
+"""Fewest degrees of freedom a pooled variance decides with: below it the t quantile of its
+interval runs away (0.5 df: t_0.975 = 71, an interval of +-35 around a spread of 0.5), so the
+interval cannot be estimated and the contrast reads `insufficient data`."""
+
+
+def _estimable(period: PeriodDecision, pooled: dict, tested: np.ndarray, alpha: float):
+    """(the period rule's decision where its interval can be estimated: at least MIN_POOLED_DF
+    degrees of freedom and a finite bound, elsewhere `insufficient data` without an interval (a
+    sign change, shown by the folds' own intervals, stands); the pooled equivalence interval, the
+    TOST's at its Holm level, and that level per side)."""
+    decided = tested & ~period.too_few_periods & np.isfinite(pooled["mu"]) & (period.verdict != INCONSISTENT)
+    bad = decided & (~(pooled["df"] >= MIN_POOLED_DF) | ~np.isfinite(period.low))
+    level = holm_levels(np.where(tested & ~period.too_few_periods, pooled["p_tost"], np.nan), alpha)
+    level = np.nan_to_num(level, nan=alpha)
+    eq = pooled_bounds(pooled["mu"], pooled["se"], pooled["se_fixed"], pooled["df"], level, pooled["df_fixed"])
+    return replace(period, verdict=np.where(bad, INSUFFICIENT, period.verdict), low=np.where(bad, np.nan, period.low),
+                   high=np.where(bad, np.nan, period.high)), (*(np.where(bad, np.nan, b) for b in eq), level)
+
+
+def _seed_interval(ev: Evidence, tail: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each contrast's signed-rank interval on its informative pairs at `tail` [S, E] per side."""
+    s, e = tail.shape
+    lo, hi = _nan((s, e)), _nan((s, e))
+    for j, d in enumerate(ev.diffs):
+        if d.shape[1]:
+            with np.errstate(over="ignore", invalid="ignore"):
+                r = informative_rank_test(d, tail=tail[:, j])
+            lo[:, j], hi[:, j] = r.low, r.high
+    return lo, hi
+
+
 def _seed_stage(ev: Evidence, th: Thresholds, s: int, e: int):
     """The seed rule's tests on each contrast's informative pairs: (estimate, p, p_tost,
     n_informative, tied_share, paired) [S, E]."""
@@ -154,8 +205,8 @@ def _seed_stage(ev: Evidence, th: Thresholds, s: int, e: int):
         if d.shape[1]:
             with np.errstate(over="ignore", invalid="ignore"):
                 r = informative_rank_test(d, rope=th.rope, tail=th.alpha / 2)
-            est[:, j], p[:, j], pt[:, j], n_inf[:, j], tied[:, j] = (r["estimate"], r[p_key], r["p_tost"],
-                                                                     r["n_informative"], r["tied_share"])
+            est[:, j], p[:, j], pt[:, j], n_inf[:, j], tied[:, j] = (r.estimate, getattr(r, p_key), r.p_tost,
+                                                                     r.n_informative, r.tied_share)
     paired = np.stack([(~np.isnan(d)).sum(1) if d.shape[1] else np.zeros(s, int) for d in ev.diffs], 1)
     if ev.tested is not None:
         keep = np.broadcast_to(np.asarray(ev.tested, bool), (s, e))
@@ -178,22 +229,21 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
                          wired=ev.wired, measured=ev.measured, informative=n_inf, one_sided=th.one_sided_keep,
                          paired=paired)
     level = holm_levels(p, th.alpha)
-    lo, hi = _nan((s, e)), _nan((s, e))
-    for j, d in enumerate(ev.diffs):  # the seed interval at the contrast's Holm level
-        if d.shape[1]:
-            with np.errstate(over="ignore", invalid="ignore"):
-                r = informative_rank_test(d, tail=np.nan_to_num(level[:, j], nan=th.alpha) / sides)
-            lo[:, j], hi[:, j] = r["low"], r["high"]
+    lo, hi = _seed_interval(ev, np.nan_to_num(level, nan=th.alpha) / sides)  # at the contrast's Holm level
+    # equivalence: the TOST's two one-sided tests at its Holm level, an interval inside +-rope
+    eq_level = np.nan_to_num(holm_levels(pt, th.alpha), nan=th.alpha)
+    eq_lo, eq_hi = _seed_interval(ev, eq_level)
     if th.one_sided_keep:  # the one-sided keep interval [low, +inf)
         hi = np.where(np.stack([np.full(s, d.shape[1] > 0) for d in ev.diffs], 1), np.inf, np.nan)
     seed_verdict = _not_on_ties(rule.verdict, tied)
     market_verdict = discovery = seed_verdict
     m_lo, m_hi, c_lo, c_hi = (_nan((s, e)) for _ in range(4))
     available, applied = np.zeros((s, e), bool), np.zeros((s, e), bool)
-    pooled = period = hp = None
+    pooled = period = hp = market_table = None
     tail = np.nan_to_num(level, nan=th.alpha) / sides
     if ev.market is not None:
-        m_lo, m_hi, available = (np.asarray(x) for x in ev.market(tail))
+        m_lo, m_hi, available, *table = ev.market(tail)
+        m_lo, m_hi, available, market_table = np.asarray(m_lo), np.asarray(m_hi), np.asarray(available), next(iter(table), None)
         available = available.astype(bool) & np.isfinite(est)
         m_lo, m_hi = np.where(available, m_lo, np.nan), np.where(available, m_hi, np.nan)
     if ev.periods is not None or ev.histories is not None:  # K >= 2 or several histories: the pooled test decides
@@ -213,6 +263,9 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
                 pooled = hp.pooled
             else:
                 pooled, period = decide_fold_data(ev.periods, fold_corr=ev.fold_corr, **common)
+            period, pooled_eq = _estimable(period, pooled, tested, th.alpha)
+        decided = tested & ~period.too_few_periods
+        eq_lo, eq_hi, eq_level = (np.where(decided, a, b) for a, b in zip(pooled_eq, (eq_lo, eq_hi, eq_level)))
         discovery = period.verdict
     elif ev.market is not None:  # K = 1 on one price history: the market gate, then the one-period gate
         diverged = (np.stack([~np.isfinite(d).all(1) if d.shape[1] else np.zeros(s, bool) for d in ev.diffs], 1)
@@ -220,6 +273,9 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
         market_verdict = market_gate(seed_verdict, est, m_lo, m_hi, applies=available & ~diverged)
         gate = one_period_gate(market_verdict, est, lo, hi, m_lo, m_hi, rope=th.rope, applies=available)
         discovery, c_lo, c_hi, applied = gate.verdict, gate.low, gate.high, gate.applied
+    with np.errstate(invalid="ignore"):  # `equivalent` / `delete` stand on a finite interval inside +-rope
+        inside = (eq_lo > -th.rope) & (eq_hi < th.rope)
+    discovery = np.where(np.isin(discovery, (EQUIVALENT, DELETE)) & ~applied & ~inside, INCONCLUSIVE, discovery)
     discovery = _not_on_ties(discovery, tied)
     verdict = discovery
     held = None
@@ -234,7 +290,7 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
                               fold_n=None if fd is None else fd.n_informative,
                               fold_theta=None if fd is None else fd.theta, market_var=market_var)
         verdict = held.verdict
-    f_lo = f_hi = f_ok = None
+    final, f_lo, f_hi, f_ok = verdict, None, None, None
     if ev.selection is not None:  # a search's choice on one history: the selection-adjusted gate
         t = np.broadcast_to(np.asarray(ev.selection, float), (s, e))
         with np.errstate(invalid="ignore"):
@@ -244,7 +300,13 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
             else:
                 f_lo, f_hi = selection_adjusted_bounds(est, lo, hi, m_lo, m_hi, 2 * tail, t)
                 f_ok = available
-        verdict = final_on_one_history(verdict, f_lo, f_hi, f_ok)
-    return Decision(verdict, seed_verdict, market_verdict, discovery, est, p, pt, rule.p_adjusted, rule.tost_p_adjusted,
-                    rule.magnitude_p_adjusted, rule.magnitude_at_null, n_inf, tied, level, lo, hi, m_lo, m_hi,
-                    available, c_lo, c_hi, applied, pooled, period, hp, held, f_lo, f_hi, f_ok)
+        final = final_on_one_history(verdict, f_lo, f_hi, f_ok)
+    return Decision(verdict=verdict, final_verdict=final, seed_verdict=seed_verdict, market_verdict=market_verdict,
+                    discovery_verdict=discovery, estimate=est, p=p, p_tost=pt, p_adjusted=rule.p_adjusted,
+                    tost_p_adjusted=rule.tost_p_adjusted, magnitude_p_adjusted=rule.magnitude_p_adjusted,
+                    magnitude_at_null=rule.magnitude_at_null, n_informative=n_inf, tied_share=tied, level=level,
+                    low=lo, high=hi, market_low=m_lo, market_high=m_hi, market_available=available,
+                    combined_low=c_lo, combined_high=c_hi, gate_applied=applied, equivalence_low=eq_lo,
+                    equivalence_high=eq_hi, equivalence_level=eq_level, market_table=market_table,
+                    pooled=pooled, period=period, histories=hp, held_out=held, final_low=f_lo, final_high=f_hi,
+                    final_available=f_ok)

@@ -67,13 +67,13 @@ def fold_estimates(d: np.ndarray) -> dict[str, np.ndarray]:
     `tied_share`."""
     with np.errstate(over="ignore", invalid="ignore"):  # a diverged side: an infinite interval, no se
         r = informative_rank_test(d, tail=FOLD_SE_TAIL)
-        se = (r["high"] - r["low"]) / (2 * sps.norm.ppf(1 - FOLD_SE_TAIL))
+        se = (r.high - r.low) / (2 * sps.norm.ppf(1 - FOLD_SE_TAIL))
     with np.errstate(invalid="ignore"):
         # an interval that collapsed (every informative pair the same difference, up to rounding)
         # says nothing about the fold's spread: unknown, like one too short for its level
-        spread = np.isfinite(se) & (se > COLLAPSED * np.maximum(1.0, np.abs(np.nan_to_num(r["estimate"]))))
+        spread = np.isfinite(se) & (se > COLLAPSED * np.maximum(1.0, np.abs(np.nan_to_num(r.estimate))))
         var = np.where(spread, se**2, np.inf)
-    return dict(theta=r["estimate"], var=var, p=r["p"], n_informative=r["n_informative"], tied_share=r["tied_share"])
+    return dict(theta=r.estimate, var=var, p=r.p, n_informative=r.n_informative, tied_share=r.tied_share)
 
 
 def seed_anova(d: np.ndarray) -> dict[str, np.ndarray]:

@@ -147,6 +147,9 @@ def advice(mde: float, floor: float, target: float, seeds_needed: float, *, mark
         return ""
     if mde <= target:
         return f"the design detects +-{target:g}"
+    if not math.isfinite(seeds_needed) and floor <= target:  # the floor is no bar: the seeds' count is
+        return (f"with infinitely many seeds the MDE is {floor:.3g}, inside +-{target:g}, but no seed count "
+                "within reach gets there (mostly tied pairs, or a variance with few degrees of freedom)")
     if not math.isfinite(seeds_needed) or floor > target:
         if histories:
             return (f"no seed count reaches +-{target:g}: with infinitely many seeds the MDE is {floor:.3g} "

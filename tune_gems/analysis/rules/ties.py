@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tune_gems.stats.inference import rank_test, smallest_p
+from tune_gems.stats.inference import RankTest, rank_test, smallest_p
 
 KEYS = ("estimate", "p", "p_greater", "p_less", "p_tost", "low", "high")
 """The statistics of `inference.rank_test`, one per row."""
@@ -32,7 +32,7 @@ def is_tie(d) -> np.ndarray:
     return np.asarray(d, float) == 0.0
 
 
-def informative_rank_test(d, *, rope: float = 0.0, tail=0.025) -> dict[str, np.ndarray]:
+def informative_rank_test(d, *, rope: float = 0.0, tail=0.025) -> RankTest:
     """`inference.rank_test` on each row of d [S, n] after dropping its ties (and NaN: no pair);
     `tail` a float or one per row. Adds `n_informative` [S] and `tied_share` [S] (ties / pairs;
     NaN for a row without pairs). A row without informative pairs gets NaN statistics."""
@@ -51,11 +51,10 @@ def informative_rank_test(d, *, rope: float = 0.0, tail=0.025) -> dict[str, np.n
         t = tails[rows]
         r = rank_test(sub, rope=rope, tail=t if np.unique(t).size > 1 else float(t[0]))
         for k in KEYS:
-            out[k][rows] = r[k]
+            out[k][rows] = getattr(r, k)
     with np.errstate(invalid="ignore", divide="ignore"):
-        out["tied_share"] = np.where(present.sum(1) > 0, (present & ~keep).sum(1) / present.sum(1), np.nan)
-    out["n_informative"] = counts
-    return out
+        tied = np.where(present.sum(1) > 0, (present & ~keep).sum(1) / present.sum(1), np.nan)
+    return RankTest(**out, n_informative=counts, tied_share=tied)
 
 
 def cannot_decide(n_informative, level) -> np.ndarray:

@@ -34,14 +34,14 @@ import pandas as pd
 from tune_gems.analysis.pairs.pairing import Cells, Paired
 from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import is_tie
 from tune_gems.analysis.rules.words import (
     DECISIVE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP, NOT_CONFIRMED,
 )
-from tune_gems.analysis.text import format_number
+from tune_gems.analysis.text import format_interval, format_number, text_table
 from tune_gems.analysis.verdicts.family import (
-    FACTOR, GEM, Contrast, DesignFamily, contrast_pairs, design_family, divergence_rate, informative_spread,
+    FACTOR, GEM, Contrast, DesignFamily, contrast_pairs, design_family, informative_spread,
 )
+from tune_gems.analysis.verdicts.readings import DECIDED_COLUMNS, SEEDS
 from tune_gems.analysis.verdicts.held_out import held_out_columns
 from tune_gems.analysis.verdicts.verdict_market_noise import EvalReturnsLookup
 from tune_gems.analysis.verdicts.walk_forward import fold_count
@@ -56,7 +56,7 @@ SHOWN, NOT_SHOWN = "interaction shown", "no interaction shown"
 """An interaction's finding (Holm over the interactions): a statement, not a verdict."""
 
 FACTOR_COLUMNS = [
-    "kind", "factor", "contrast", "verdict", "reading", "seed_verdict", "n_seeds", "n_pairs",
+    "kind", "factor", "contrast", "verdict", *DECIDED_COLUMNS, "reading", "seed_verdict", "n_seeds", "n_pairs",
     "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p_adjusted",
     "family_size", "mde", "mde_two_stage", "sd_diff", "divergence_rate", "folds", "fold_effects", "pooled_effect", "pooled_ci_low",
     "pooled_ci_high", "pooled_p_adjusted", "tau2", "i2", "q_p_adjusted", "periods_informative", "fold_overlap",
@@ -67,11 +67,6 @@ FACTOR_COLUMNS = [
 
 
 # -- the table --------------------------------------------------------------------------------------
-
-
-def _spread(d: np.ndarray) -> float:
-    fin = d[np.isfinite(d)]
-    return float(np.std(fin, ddof=1)) if fin.size > 1 else math.nan
 
 
 def _fmt(x, f: str = "+.3g") -> str:
@@ -118,46 +113,15 @@ def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds |
 
 
 def _row(family: DesignFamily, j: int, th: Thresholds) -> dict:
-    """One contrast's row of factors.csv: the family's decision and power statement for it, the
-    numbers verdicts.csv shows for a gem (at K >= 2 or over histories the pooled test's, `family.power`;
-    at K = 1 the seed rule's with the market-noise part on one history, `family.seed_power`)."""
-    c, pr, dec, fam, power = family.contrasts[j], family.pairs[j], family.decision, family.folds, family.power
-    verdict = family.word(j)
-    market = family.market[j]
+    """One contrast's row of factors.csv: its reading of the family's decision (`DesignFamily.view`:
+    the numbers verdicts.csv shows for a gem, the pooled test's where it decides) and its pairs."""
+    c, view = family.contrasts[j], family.view(j)
     row = {col: math.nan for col in FACTOR_COLUMNS}
-    row.update(held_out_columns(dec.held_out, family.test, j, family.discovery(j), family.column))
-    row.update(kind=c.kind, factor=c.key, contrast=c.label, verdict=verdict, seed_verdict=str(dec.seed_verdict[0, j]),
-               discovery_verdict=family.discovery(j),
-               n_seeds=pr.n, n_pairs=pr.n_pairs, family_size=family.size, folds=family.k_folds, design=pr.design(),
-               fix=pr.fix, fold_effects="", market_noise=market.get("market_noise", ""))
-    if not pr.n:
-        row["reading"] = _reading(c, verdict, row["mde"], th.rope)
-        return row
-    fin = pr.diffs[np.isfinite(pr.diffs)]
-    ps = family.seed_power[j]
-    row.update(effect=dec.estimate[0, j], mean_effect=float(fin.mean()) if fin.size else math.nan,
-               ci_low=dec.low[0, j], ci_high=dec.high[0, j], ci_level=1 - dec.level[0, j], p_value=dec.p[0, j],
-               p_adjusted=dec.p_adjusted[0, j], tost_p_adjusted=dec.tost_p_adjusted[0, j],
-               sd_diff=informative_spread(pr.diffs[~is_tie(pr.diffs)]), divergence_rate=divergence_rate(pr),
-               tied_share=float(dec.tied_share[0, j]), market_ci_low=dec.market_low[0, j],
-               market_ci_high=dec.market_high[0, j], combined_ci_low=dec.combined_low[0, j],
-               combined_ci_high=dec.combined_high[0, j], mde=ps.mde, mde_two_stage=ps.two_stage,
-               mde_floor=ps.floor if ps.note else math.nan,
-               power_note=ps.note)
-    if family.pooled_at(j) and dec.pooled is not None:
-        pooled, rule, hf = dec.pooled, dec.period, family.histories
-        row.update(pooled_effect=pooled["mu"][0, j], pooled_ci_low=rule.low[0, j],
-                   pooled_ci_high=rule.high[0, j], pooled_p_adjusted=rule.p_adjusted[0, j],
-                   tau2=pooled["tau2"][0, j], i2=pooled["i2"][0, j], q_p_adjusted=rule.q_p_adjusted[0, j],
-                   periods_informative=int(pooled["periods"][0, j]), tied_share=(hf if hf is not None else fam).tied_share[j],
-                   fold_overlap=power["overlap"][j],
-                   mde=power["mde"][j], mde_two_stage=power["two_stage"][j], mde_floor=power["floor"][j],
-                   power_note=power["note"][j],
-                   # over histories: the (history, fold) effects the nested rule pooled
-                   fold_effects=hf.effects_text(j) if hf is not None else
-                   "; ".join(f"fold {f}: {_fmt(fam.theta[0, j, fam.fold_ids.index(f)])} ({p.n} seeds)"
-                             for f, p in fam.folds[j]))
-    row["reading"] = _reading(c, verdict, row["mde"], th.rope)
+    row.update(held_out_columns(family.decision.held_out, family.test, j, view.discovery_verdict, family.column))
+    row.update(kind=c.kind, factor=c.key, contrast=c.label, family_size=family.size, folds=family.k_folds,
+               fold_effects="", market_noise=family.market[j].get("market_noise", ""))
+    row.update({k: v for k, v in {**family.pair_columns(j), **view.columns()}.items() if k in row})
+    row["reading"] = _reading(c, view.verdict, row["mde"], th.rope)
     return row
 
 
@@ -210,7 +174,10 @@ def interaction_rows(cells: Cells, contrasts: list[Contrast], prs: list[Paired],
                    n_seeds=int(d.size), n_pairs=int(sum(s.n_pairs for s in sides)), effect=est,
                    mean_effect=float(d.mean()), ci_low=float(dec.low[0, j]), ci_high=float(dec.high[0, j]),
                    ci_level=1 - dec.level[0, j], p_value=dec.p[0, j], p_adjusted=dec.p_adjusted[0, j],
-                   family_size=int(np.isfinite(dec.p[0]).sum()), sd_diff=_spread(d), tied_share=float(dec.tied_share[0, j]),
+                   decided_by=SEEDS, decided_effect=est, decided_ci_low=float(dec.low[0, j]),
+                   decided_ci_high=float(dec.high[0, j]), decided_ci_level=1 - dec.level[0, j],
+                   decided_p_adjusted=dec.p_adjusted[0, j],
+                   family_size=int(np.isfinite(dec.p[0]).sum()), sd_diff=informative_spread(d), tied_share=float(dec.tied_share[0, j]),
                    folds=fold_count(cells), fold_effects="", market_noise="",
                    design=f"{a.key} within each level of {b.key}, paired by member seed", fix="")
         rows.append(row)
@@ -221,30 +188,24 @@ def interaction_rows(cells: Cells, contrasts: list[Contrast], prs: list[Paired],
 
 
 def format_factor_table(table: pd.DataFrame) -> str:
-    """The compact factor table for a terminal (`tune-gems analyze`): every row, largest effects first."""
+    """The compact factor table for a terminal (`tune-gems analyze`): every row, largest effects
+    first, each word beside the estimate, interval and Holm p of the test that decided it, the
+    seeds-alone numbers under their own heading."""
     if table is None or not len(table):
         return ""
-
-    def num(x, f="+.3g"):
-        return format_number(x, f)
-
     judged = table[table["kind"] != INTERACTION]
     tested = judged[judged["n_seeds"].fillna(0).astype(float) > 0]
     untested = judged[judged["n_seeds"].fillna(0).astype(float) == 0]
-    inter = table[table["kind"] == INTERACTION]
-    head = ["factor", "contrast", "verdict", "seeds", "effect", "CI", "Holm p", "MDE", "over periods"]
-    rows = [head]
-    for _, r in pd.concat([tested, inter]).iterrows():
-        periods = (f"{num(r['pooled_effect'])} [{num(r['pooled_ci_low'], '.3g')}, {num(r['pooled_ci_high'], '.3g')}]"
-                   if np.isfinite(float(r["pooled_effect"])) else "-")
-        rows.append([str(r["factor"]), str(r["contrast"]), str(r["verdict"]), num(r["n_seeds"], ".0f"), num(r["effect"]),
-                     f"[{num(r['ci_low'], '.3g')}, {num(r['ci_high'], '.3g')}]", num(r["p_adjusted"], ".2g"),
-                     num(r["mde"], ".3g"), periods])
-    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
+    head = ["factor", "contrast", "verdict", "effect", "CI", "Holm p", "decided by", "MDE", "seeds", "effect", "CI",
+            "Holm p"]
+    rows = [[str(r["factor"]), str(r["contrast"]), str(r["verdict"]), _fmt(r["decided_effect"]),
+             format_interval(r["decided_ci_low"], r["decided_ci_high"]), _fmt(r["decided_p_adjusted"], ".2g"),
+             str(r["decided_by"]), _fmt(r["mde"], ".3g"), _fmt(r["n_seeds"], ".0f"), _fmt(r["effect"]),
+             format_interval(r["ci_low"], r["ci_high"]), _fmt(r["p_adjusted"], ".2g")]
+            for _, r in pd.concat([tested, table[table["kind"] == INTERACTION]]).iterrows()]
     lines = [f"factors (gems and factors one family, Holm over {int(judged['family_size'].max() or 0)}; "
              "interactions Holm over themselves; largest effects first):"]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
-    lines.insert(2, "  ".join("-" * w for w in widths))
+    lines += text_table(head, rows, {3: "the test that decided the word:", 8: "seeds alone:"})
     if len(untested):
         lines.append("not judged (no design): " + ", ".join(
             f"{r['factor']} ({r['contrast']}: {r['verdict']})" for _, r in untested.iterrows()))

@@ -2,7 +2,7 @@
 `fold_effects.csv`, report.md's per-fold table and the forest plot show.
 
 Why its own module. The per-fold effects and intervals are the period rule's own
-(`walk_forward.add_period_columns` returns the rows it decided on), and the pooled
+(`family.DesignFamily.fold_rows`: the rows it decided on), and the pooled
 estimate of each gem is read from the verdict table (`pooled_effect`, `pooled_ci_low`,
 `pooled_ci_high`: verdicts.csv's numbers), so a reader sees beside each word the intervals that
 produced it; nothing is recomputed here. What this module adds is the reader's context: the
@@ -56,9 +56,10 @@ def fold_effects_table(fold_rows: pd.DataFrame, verdicts: pd.DataFrame, dates: p
 
 
 def pooled_estimates(table: pd.DataFrame) -> pd.DataFrame:
-    """Per gem of a fold_effects table its pooled estimate (`gem, effect, ci_low, ci_high`): the
+    """Per gem of a fold_effects table its word and pooled estimate (`gem, verdict, effect, ci_low, ci_high`): the
     verdict's, which every fold row of the gem carries (what the forest plot's diamond draws)."""
     first = table.drop_duplicates("gem")
-    return pd.DataFrame({"gem": first["gem"].to_numpy(), "effect": first["pooled_effect"].to_numpy(float),
+    return pd.DataFrame({"gem": first["gem"].to_numpy(), "verdict": first["verdict"].to_numpy(),
+                         "effect": first["pooled_effect"].to_numpy(float),
                          "ci_low": first["pooled_ci_low"].to_numpy(float),
                          "ci_high": first["pooled_ci_high"].to_numpy(float)})

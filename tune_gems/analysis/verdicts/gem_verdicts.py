@@ -37,27 +37,27 @@ from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, build_cells, paired
 from tune_gems.analysis.pairs.excess import add_excess_columns
 from tune_gems.stats.inference import rank_test
-from tune_gems.analysis.text import format_number
 from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.verdicts.held_out import HELD_OUT_COLUMNS, held_out_columns
 from tune_gems.analysis.verdicts.verdict_reasons import compose_reason, selection_rule
 from tune_gems.analysis.verdicts.family import (
-    AA_BASE, AA_FACTOR, DesignFamily, design_family, divergence_rate, informative_spread,
+    AA_BASE, AA_FACTOR, DesignFamily, design_family, informative_spread,
 )
-from tune_gems.analysis.verdicts.walk_forward import add_period_columns
-from tune_gems.analysis.verdicts.history_verdicts import add_history_columns
-from tune_gems.analysis.verdicts.verdict_market_noise import MARKET_COLUMNS, OK as MARKET_OK, EvalReturnsLookup
+from tune_gems.analysis.verdicts.readings import DECIDED_COLUMNS
+from tune_gems.analysis.verdicts.walk_forward import FOLD_ROW_COLUMNS, PERIOD_COLUMNS
+from tune_gems.analysis.verdicts.history_verdicts import HISTORY_COLUMNS, HISTORY_ROW_COLUMNS, CalendarOf
+from tune_gems.analysis.verdicts.search_choice import FINAL_COLUMNS
+from tune_gems.analysis.verdicts.verdict_market_noise import MARKET_COLUMNS, EvalReturnsLookup
 from tune_gems.analysis.verdicts.redundancy import redundancy_table
 from tune_gems.analysis.rules.overlap import FoldOverlap
 from tune_gems.analysis.rules.seed import REMOVES
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import is_tie
 from tune_gems.analysis.rules.words import INSUFFICIENT
 from tune_gems.analysis.pairs.selectors import MEASURE, placebo_selectors, wiring_pairs
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 
 VERDICT_COLUMNS = [
-    "gem", "metric", "verdict", "reason", "why", "discovery_verdict", "design", "outcome", "n_seeds", "n_pairs",
+    "gem", "metric", "verdict", *DECIDED_COLUMNS, "reason", "why", "discovery_verdict", "design", "outcome", "n_seeds", "n_pairs",
     "estimand", "effect", "mean_effect", "ci_low", "ci_high", "ci_level", "p_value", "p_adjusted", "tost_p", "tost_p_adjusted",
     "rope", "alpha", "family_size", "sd_diff", "divergence_rate", "mde", "mde_two_stage", "seeds_needed", "mde_floor",
     "power_note",
@@ -83,21 +83,12 @@ def verdict_metric(members: pd.DataFrame, metric: str = defaults.METRIC,
     return fallback, f"{metric} absent (older results): {fallback} used instead"
 
 
-def _fmt(x, f: str = ".3g") -> str:
-    return format_number(x, f, missing="-")
-
-
 ESTIMAND = "pseudo-median (Hodges-Lehmann) of the per-seed differences"
 """What `effect` estimates: the median of the Walsh averages of the per-unit differences (a
 diverged member the worst outcome; pairs that tie exactly left out), the statistic the
 signed-rank test and its interval belong to, each member's verdict metric averaged over the
 analysis's epoch window (`Thresholds.window_text`). `mean_effect` beside it is the plain mean
 over the units where nobody diverged."""
-
-
-def _informative(d: np.ndarray) -> np.ndarray:
-    """The per-unit differences that are not ties (`rules.ties`): the ones every test reads."""
-    return d[~is_tie(d)]
 
 
 def zero_turnover_share(pr: Paired, cells: Cells, window) -> float:
@@ -116,140 +107,103 @@ def zero_turnover_share(pr: Paired, cells: Cells, window) -> float:
     return float((vals == 0).mean()) if len(vals) else math.nan
 
 
-def _finite_mean(d: np.ndarray) -> float:
-    """The mean of the finite per-unit differences (units with a diverged member left out)."""
-    fin = d[np.isfinite(d)]
-    return float(fin.mean()) if fin.size else math.nan
-
-
-def _spread(d: np.ndarray) -> float:
-    fin = d[np.isfinite(d)]
-    return float(np.std(fin, ddof=1)) if fin.size > 1 else math.nan
-
-
-def gem_verdicts(trials: pd.DataFrame, history: pd.DataFrame | None, members: pd.DataFrame, **kwargs) -> pd.DataFrame:
-    """One row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS):
-    the verdict table of `gem_verdict_tables` (its arguments)."""
-    return gem_verdict_tables(trials, history, members, **kwargs)[0]
-
-
-def gem_verdict_tables(
-    trials: pd.DataFrame,
-    history: pd.DataFrame | None,
-    members: pd.DataFrame,
-    *,
-    arms: pd.DataFrame | None = None,
-    gems: list[GemEntry] | None = None,
-    thresholds: Thresholds | None = None,
-    metric: str = defaults.METRIC,
-    redundancy: pd.DataFrame | None = None,
-    cells: Cells | None = None,
-    eval_returns: EvalReturnsLookup | None = None,
-    selection: dict[str, int] | None = None,
-    overlap: FoldOverlap | None = None,
-    **settings,
-) -> tuple[pd.DataFrame, pd.DataFrame, DesignFamily]:
-    """(one row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS);
-    with walk-forward folds the per-fold rows the period rule read,
-    `walk_forward.FOLD_ROW_COLUMNS`, else none; the design's family, decided once, whose gem
-    contrasts the rows are and whose every contrast factors.csv shows: `family.design_family`).
-
-    `thresholds` the analysis's settings (`Thresholds`; `settings` replace fields of it by name,
-    e.g. `alpha=0.01`). `history` is not needed (kept for the old call signature). `redundancy`
-    is the table of `redundancy.redundancy_table` (computed here when None). `eval_returns` finds
-    each trial's saved validation returns (the market-noise interval, its bootstrap of
-    `n_boot` resamples from `seed`; none: said unavailable). `selection` (a confirmation on one
-    price history, `tune-gems confirm`): per gem the configurations its search chose among; the
-    table then has FINAL_COLUMNS, the verdict after the selection-adjusted gate (`rules.selection`).
-    `overlap` the experiment's folds that share training rows (`walk_forward.experiment_overlap`:
-    the pooled variance carries it, `fold_overlap` column)."""
-    th = Thresholds.build(thresholds, **settings)
-    alpha, rope, power = th.alpha, th.rope, th.power
-    window = th.window_length
-    gems = list(gems or LEGACY_MANIFEST)
+def gem_verdicts(trials: pd.DataFrame, history: pd.DataFrame | None, members: pd.DataFrame, *,
+                 arms: pd.DataFrame | None = None, gems: list[GemEntry] | None = None,
+                 thresholds: Thresholds | None = None, metric: str = defaults.METRIC, cells: Cells | None = None,
+                 **settings) -> pd.DataFrame:
+    """One row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS), from the
+    trials' members (`history` is not read); `thresholds` the analysis's settings (`Thresholds`;
+    `settings` replace fields of it by name, e.g. `alpha=0.01`): `gem_verdict_tables`'s first table."""
     cells = cells or build_cells(trials, members, arms)
+    th = Thresholds.build(thresholds, **settings)
+    return gem_verdict_tables(cells, list(gems or LEGACY_MANIFEST), th, members, metric=metric)[0]
+
+
+def gem_verdict_tables(cells: Cells, gems: list[GemEntry], th: Thresholds, members: pd.DataFrame, *,
+                       metric: str = defaults.METRIC, redundancy: pd.DataFrame | None = None,
+                       eval_returns: EvalReturnsLookup | None = None, selection: dict[str, int] | None = None,
+                       overlap: FoldOverlap | None = None, calendar_of: CalendarOf | None = None,
+                       ) -> tuple[pd.DataFrame, pd.DataFrame, DesignFamily]:
+    """(one row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS, then the
+    period and held-out columns); the per-period rows the pooled test read
+    (`walk_forward.FOLD_ROW_COLUMNS`, over histories `history_verdicts.HISTORY_ROW_COLUMNS`; none
+    with one fold); the design's family, decided once, whose gem contrasts the rows are and whose
+    every contrast factors.csv shows: `family.design_family`).
+
+    `members` gives the verdict metric (`verdict_metric`). `redundancy` is the table of
+    `redundancy.redundancy_table` (computed here when None). `eval_returns` finds each trial's saved
+    validation returns (the market-noise interval, its bootstrap of `th.n_boot` resamples from
+    `th.seed`; none: said unavailable). `selection` (a confirmation on one price history, `tune-gems
+    confirm`): per gem the configurations its search chose among; the table then has FINAL_COLUMNS,
+    the verdict after the selection-adjusted gate (`rules.selection`). `overlap` the experiment's
+    folds that share training rows (`walk_forward.experiment_overlap`: the pooled variance carries
+    it, `fold_overlap` column); `calendar_of` which windows of several histories share a calendar
+    period (`history_verdicts.history_family`)."""
     column, metric_note = verdict_metric(members, metric)
     excess = add_excess_columns(cells.long, gems)
     if redundancy is None:
         redundancy = redundancy_table(cells, gems, thresholds=th, excess=excess)
-    rows = []
-    for g in gems:  # a gem's own evidence: its measured magnitude and the redundancy finding (delete's halves)
-        row = {c: math.nan for c in VERDICT_COLUMNS}
-        row.update(_one_sided=th.one_sided_keep)
-        row.update(gem=g.name, metric=g.metric, outcome=column, rope=rope, alpha=alpha,
-                   rel_threshold=th.rel_threshold, fix="", redundancy="", design="none", reason="", why="", power_note="",
-                   window=th.window_text(),
-                   market_path="conditional on one shared path" if cells.shared_path else "per-seed paths")
-        ecol, enote = excess[g.name]
-        mag = _unit_magnitudes(cells, g, ecol, window)
-        if mag.size:
-            r = rank_test(mag[None, :], rope=th.rel_threshold, tail=alpha)
-            row.update(excess_n=int(mag.size), excess_median=float(r["estimate"][0]),
-                       excess_ci_low=float(r["low"][0]), excess_ci_high=float(r["high"][0]),
-                       _excess_tost=float(r["p_tost"][0]), _excess_note=enote)
-        red = (redundancy[(redundancy["gem"] == g.name) & (redundancy["finding"] == REMOVES)]
-               if len(redundancy) else redundancy)
-        if len(red):
-            row["redundancy"] = "; ".join(f"{f} removes it" for f in red["feature"])
-        rows.append(row)
+    # a gem's own evidence: its measured magnitude and the redundancy finding (delete's halves)
+    magnitude = {g.name: _magnitude_columns(cells, g, excess[g.name][0], th) for g in gems}
+    removes = {g.name: _removes(redundancy, g.name) for g in gems}
     # the design's family (every main effect it varies, gems and factors), paired once and decided
     # once by the rule's one composition (`rules.decision.decide`): these rows are its gem contrasts
     family = design_family(cells, gems, th, column=column, eval_returns=eval_returns,
-                           magnitude_p={r["gem"]: r.get("_excess_tost", np.nan) for r in rows},
-                           redundant={r["gem"]: bool(r["redundancy"]) for r in rows}, selection=selection,
-                           overlap=overlap)
-    dec, cols = family.decision, [family.gem_index(g.name) for g in gems]
-    m = family.size
-    for row, j in zip(rows, cols):
-        pr = family.pairs[j]
-        row.update(wired_members=pr.hi_cells, measured_members=pr.lo_cells, n_seeds=pr.n, n_pairs=pr.n_pairs,
-                   design=pr.design(), fix=pr.fix, wired_diverged=pr.hi_diverged, measured_diverged=pr.lo_diverged,
-                   family_size=m)
-        row["excess_tost_p_adjusted"] = dec.magnitude_p_adjusted[0, j]
-        row.update(p_value=dec.p[0, j], p_adjusted=dec.p_adjusted[0, j], tost_p=dec.p_tost[0, j],
-                   tost_p_adjusted=dec.tost_p_adjusted[0, j])
+                           magnitude_p={g: mag.pop("tost_p", np.nan) for g, mag in magnitude.items()},
+                           redundant={g: bool(text) for g, text in removes.items()}, selection=selection,
+                           overlap=overlap, calendar_of=calendar_of)
+    hf = family.histories
+    columns = list(dict.fromkeys(VERDICT_COLUMNS + PERIOD_COLUMNS + (HISTORY_COLUMNS if hf is not None else [])
+                                 + HELD_OUT_COLUMNS))
+    rows, fold_rows = [], []
+    for g in gems:
+        j = family.gem_index(g.name)
+        view, pr = family.view(j), family.pairs[j]
+        row = {c: math.nan for c in columns}
+        row.update(gem=g.name, metric=g.metric, outcome=column, rope=th.rope, alpha=th.alpha,
+                   rel_threshold=th.rel_threshold, redundancy=removes[g.name], window=th.window_text(),
+                   market_path="conditional on one shared path" if cells.shared_path else "per-seed paths",
+                   family_size=family.size, period="conditional on one validation period" if family.k_folds == 1 else "",
+                   fold_effects="", tau_shared=False, folds=family.k_folds, held_out="", **magnitude[g.name])
+        if hf is not None:
+            row.update(folds=len(hf.folds), histories=len(hf.histories))
+        row.update(family.pair_columns(j))
+        row.update(view.columns())
         if pr.n:
-            ps = family.seed_power[j]  # the rule's power at one period (over periods: the period columns')
-            row.update(estimand=ESTIMAND, effect=float(dec.estimate[0, j]), mean_effect=_finite_mean(pr.diffs),
-                       ci_low=float(dec.low[0, j]), ci_high=float(dec.high[0, j]), ci_level=1 - float(dec.level[0, j]),
-                       sd_diff=informative_spread(_informative(pr.diffs)), divergence_rate=divergence_rate(pr),
-                       n_informative=int(dec.n_informative[0, j]), tied_share=float(dec.tied_share[0, j]),
-                       zero_turnover_share=zero_turnover_share(pr, cells, window), mde=ps.mde, seeds_needed=ps.seeds_needed,
-                       mde_two_stage=ps.two_stage)
-            row.update(family.market[j])
-            if row.get("market_noise") == MARKET_OK and ps.note:  # the market gate's part in the power statement
-                row.update(mde_floor=ps.floor, power_note=ps.note)
-        row["seed_verdict"] = str(dec.seed_verdict[0, j])
-        row["discovery_verdict"] = family.discovery(j)
-        row["verdict"] = family.discovery(j)  # the stages' reasons read the discovery's word; the final below
-        row["_at_null"] = bool(dec.magnitude_at_null[0, j])
-    table = pd.DataFrame(rows, columns=VERDICT_COLUMNS)
-    fold_rows = add_period_columns(table, family, cols, th)
-    if family.histories is not None:  # several price histories: the nested rule's columns and rows
-        fold_rows = add_history_columns(table, family, cols, th)
-    for c in HELD_OUT_COLUMNS:
-        if c not in table.columns:
-            table[c] = np.nan
-    table["held_out"] = ""
-    table["held_out"] = table["held_out"].astype(object)
-    for n, (i, j) in enumerate(zip(table.index, cols)):
-        # the second stage (the held-out test segment), as the rule's record has it
-        for c, x in held_out_columns(dec.held_out, family.test, j, family.discovery(j), str(table.at[i, "outcome"])).items():
-            table.at[i, c] = x
-        table.at[i, "reason"], table.at[i, "why"] = compose_reason(
-            rows[n], table.loc[i], seed_verdict=str(dec.seed_verdict[0, j]), market_verdict=str(dec.market_verdict[0, j]),
-            gate_applied=bool(dec.gate_applied[0, j]), folds=family.periods, pooled=family.pooled_at(j),
-            at_null=rows[n]["_at_null"],
-            metric_note=metric_note, power=power, m=m, rope=rope, final=family.word(j))
-        table.at[i, "verdict"] = family.word(j)
-    if selection is not None:
-        table = table.assign(final_verdict="", final_ci_low=np.nan, final_ci_high=np.nan, final_rule="")
-        for i, j in zip(table.index, cols):
-            t = max(int(selection.get(table.at[i, "gem"], 1)), 1)
-            table.at[i, "final_verdict"] = str(dec.verdict[0, j])
-            table.at[i, "final_ci_low"], table.at[i, "final_ci_high"] = dec.final_low[0, j], dec.final_high[0, j]
-            table.at[i, "final_rule"] = selection_rule(table.loc[i], t)
-    return table, fold_rows, family
+            row.update(estimand=ESTIMAND, zero_turnover_share=zero_turnover_share(pr, cells, th.window_length),
+                       **family.market[j])
+        if view.pooled is not None:  # over histories: their spread and calendar part (what confirm plans with)
+            row.update(view.pooled.calendar)
+        row.update(held_out_columns(family.decision.held_out, family.test, j, view.discovery_verdict, column))
+        row["reason"], row["why"] = compose_reason(view, row, th=th, metric_note=metric_note, m=family.size,
+                                                   folds=family.periods)
+        if selection is not None:
+            row.update(final_verdict=view.final_verdict, final_ci_low=view.final_ci_low,
+                       final_ci_high=view.final_ci_high,
+                       final_rule=selection_rule(row, max(int(selection.get(g.name, 1)), 1)))
+        rows.append(row)
+        fold_rows += family.fold_rows(j, g.name)
+    final = FINAL_COLUMNS[1:] if selection is not None else []
+    return (pd.DataFrame(rows, columns=columns + final),
+            pd.DataFrame(fold_rows, columns=HISTORY_ROW_COLUMNS if hf is not None else FOLD_ROW_COLUMNS), family)
+
+
+def _magnitude_columns(cells: Cells, g: GemEntry, column: str, th: Thresholds) -> dict:
+    """A gem's measured magnitude at its null: the signed-rank median and (1 - 2 alpha) interval of
+    its per-seed excess, and the TOST p within +-`rel_threshold` (`tost_p`: delete's first half)."""
+    mag = _unit_magnitudes(cells, g, column, th.window_length)
+    if not mag.size:
+        return {}
+    r = rank_test(mag[None, :], rope=th.rel_threshold, tail=th.alpha)
+    return dict(excess_n=int(mag.size), excess_median=float(r.estimate[0]), excess_ci_low=float(r.low[0]),
+                excess_ci_high=float(r.high[0]), tost_p=float(r.p_tost[0]))
+
+
+def _removes(redundancy: pd.DataFrame, gem: str) -> str:
+    """The redundancy finding that makes a gem's verdict `delete` (a model feature removes its
+    excess), in words; "" where none does."""
+    red = redundancy[(redundancy["gem"] == gem) & (redundancy["finding"] == REMOVES)] if len(redundancy) else redundancy
+    return "; ".join(f"{f} removes it" for f in red["feature"]) if len(red) else ""
 
 
 def _unit_magnitudes(cells: Cells, g: GemEntry, column: str, k: int) -> np.ndarray:
@@ -320,7 +274,7 @@ def _null_row(pr: Paired, gem: str, column: str, th: Thresholds, kind: str) -> d
     tied = float(np.mean(pr.diffs == 0.0))
     return dict(gem=gem, verdict=str(dec.verdict[0, 0]), n_seeds=pr.n, effect=float(dec.estimate[0, 0]),
                 ci_low=float(dec.low[0, 0]), ci_high=float(dec.high[0, 0]), p_value=float(dec.p[0, 0]),
-                tost_p=float(dec.p_tost[0, 0]), sd_diff=_spread(pr.diffs), iqr_diff=float(q[1] - q[0]),
+                tost_p=float(dec.p_tost[0, 0]), sd_diff=informative_spread(pr.diffs), iqr_diff=float(q[1] - q[0]),
                 min_diff=float(fin.min()) if fin.size else math.nan, max_diff=float(fin.max()) if fin.size else math.nan,
                 outcome=column, kind=kind, tied_share=tied,
                 informative=tied <= UNINFORMATIVE_TIES and str(dec.verdict[0, 0]) != INSUFFICIENT)

@@ -57,10 +57,11 @@ def held_out_segment(prs: list[Paired], cells: Cells, outcome: str) -> TestSegme
     e = len(prs)
     effect, var, df = np.full((1, e), np.nan), np.full((1, e), np.nan), np.full((1, e), np.nan)
     tests = [revalue(pr, cells, column, 1) if pr.n else None for pr in prs]
-    for j, test in enumerate(tests):
-        if test is not None and test.n:
-            r = seed_level_effect(test.diffs[None, None, :])
-            effect[0, j], var[0, j], df[0, j] = r["theta"][0], r["var"][0], r["df"][0]
+    for j, (test, pr) in enumerate(zip(tests, prs)):
+        if test is None or not test.n or _unmeasured(test, pr):  # NaN: no test-segment effect to confirm with
+            continue
+        r = seed_level_effect(test.diffs[None, None, :])
+        effect[0, j], var[0, j], df[0, j] = r["theta"][0], r["var"][0], r["df"][0]
     by_history = per_history(tests, cells) if history_count(cells) >= 2 else None
     return TestSegment(effect, var, df, spread_in_seeds=not cells.shared_path, by_history=by_history)
 
@@ -84,6 +85,13 @@ def per_history(tests: list[Paired | None], cells: Cells) -> np.ndarray:
         return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
+def _unmeasured(test: Paired, pr: Paired) -> bool:
+    """Whether a pair has no test-segment value where its validation one is finite: the test
+    metric was not measured (a missing value would otherwise read as divergence, the worst
+    outcome, and the effect as -inf)."""
+    return test.units == pr.units and bool((~np.isfinite(test.diffs) & np.isfinite(pr.diffs)).any())
+
+
 def held_out_columns(held: HeldOutDecision | None, test: TestSegment | None, j: int, discovery: str,
                      outcome: str) -> dict[str, Any]:
     """Contrast j's HELD_OUT_COLUMNS from the second stage's record: the test-segment effect
@@ -100,7 +108,7 @@ def held_out_columns(held: HeldOutDecision | None, test: TestSegment | None, j: 
     if held.confirmed[0, j]:
         out["held_out"] = CONFIRMED
     elif not np.isfinite(effect):
-        out["held_out"] = f"not confirmed: no test-segment pairs ({held_out_column(outcome)})"
+        out["held_out"] = f"not confirmed: no test-segment measure of every pair ({held_out_column(outcome)})"
     elif not np.isfinite(held.se[0, j]):
         out["held_out"] = "not confirmed: no measure of the test period's spread (market noise unavailable)"
     elif np.sign(effect) == (-1.0 if discovery == KEEP else 1.0) and not (low <= 0 <= high):

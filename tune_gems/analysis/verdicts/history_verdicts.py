@@ -11,8 +11,9 @@ and fold) and writes what the decision says into the verdict table's period colu
 statement of the nested rule (`power.history_mde`), so `verdicts.csv`, `factors.csv`, the console
 and `report.md` state the rule that decided. One history never comes here: `history_family` is None.
 
-The histories of one run share one calendar (`data.series.load_histories` refuses others): fold k of
-every history validates on the same dates, so the calendar is `rules.calendar.one_calendar`.
+Which (history, fold) windows are one calendar period comes from the experiment's fold tables
+(`CalendarOf`, given by the analysis: `read.calendars.validation_calendar`); without it fold k of
+every history validates on the same dates (`rules.calendar.one_calendar`), as the columns of one file do.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,11 +31,13 @@ from tune_gems.analysis.pairs.pairing import Cells, Paired, by_history_fold, his
 from tune_gems.analysis.rules.histories import HistoryData, history_components, history_data, pool_histories
 from tune_gems.analysis.rules.power import HistoryComponents, history_inputs, statement
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
-from tune_gems.analysis.text import format_number
-from tune_gems.analysis.verdicts.walk_forward import verdict_pairs, write_pooled
+from tune_gems.analysis.rules.ties import is_tie
+from tune_gems.analysis.text import counted, format_number
+from tune_gems.analysis.verdicts.walk_forward import verdict_pairs
 
 HISTORY = "history"
+CalendarOf = Callable[[Sequence[int], Sequence[int]], np.ndarray]
+"""(history ids, fold ids) -> calendar [H, K]: the period each (history, fold) validates on."""
 HISTORY_ROW_COLUMNS = ["gem", HISTORY, "fold", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs", "ties",
                        "tied_share"]
 """The per-(history, fold) rows of the nested rule: the fold rows of one history
@@ -47,6 +51,9 @@ CALENDAR_COLUMNS = ["var_history", "var_calendar", "calendar_df", "calendar_peri
 """verdicts.csv's columns of the nested rule's spread between histories and its calendar part
 (`rules.calendar`: the variance of the part the histories share in each calendar period, its df and
 the calendar periods with an effect)."""
+HISTORY_COLUMNS = ["histories", *CALENDAR_COLUMNS]
+"""The verdict table's columns over several histories (after the period columns): how many, and
+the spread between them and their calendar part (what confirm plans with)."""
 
 
 @dataclass
@@ -70,19 +77,11 @@ class HistoryFamily:
         """`2 histories x 2 folds`: the design the nested rule pools."""
         return f"{len(self.histories)} histories x {len(self.folds)} fold{'s' if len(self.folds) != 1 else ''}"
 
-    def effects_text(self, j: int) -> str:
-        """Contrast j's effect in each fold of each history, in words (verdicts.csv's `fold_effects`)."""
-        out = []
-        for (h, f), pr in self.parts[j]:
-            fd = self.data.folds[self.histories.index(h)]
-            theta = fd.theta[0, j, self.folds.index(f)]
-            out.append(f"history {h} fold {f}: {format_number(theta, '+.3g', missing='nan')} ({pr.n} seeds)")
-        return "; ".join(out)
 
-
-def history_family(prs: list[Paired], cells: Cells) -> HistoryFamily | None:
+def history_family(prs: list[Paired], cells: Cells, calendar_of: CalendarOf | None = None) -> HistoryFamily | None:
     """The nested rule's evidence of a family of comparisons (one per contrast, in order), or None on
-    one price history (the fold or one-period rules decide)."""
+    one price history (the fold or one-period rules decide); `calendar_of` which windows share a
+    calendar period (None: fold k of every history is one period)."""
     if history_count(cells) < 2:
         return None
     histories = sorted(int(h) for h in cells.table[HISTORY].unique())
@@ -99,7 +98,7 @@ def history_family(prs: list[Paired], cells: Cells) -> HistoryFamily | None:
             ties, pairs = ties + int(is_tie(pr.diffs).sum()), pairs + pr.n
         tied[j] = ties / pairs if pairs else math.nan
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        data = history_data(d)
+        data = history_data(d, calendar_of(histories, folds) if calendar_of is not None else None)
     return HistoryFamily(parts, histories, folds, data, tied)
 
 
@@ -137,45 +136,6 @@ def history_power(hf: HistoryFamily, dec, th: Thresholds) -> dict[str, np.ndarra
     return out
 
 
-def add_history_columns(v: pd.DataFrame, family, cols: list[int], th: Thresholds) -> pd.DataFrame:
-    """The verdict table's period columns (`walk_forward.PERIOD_COLUMNS`, filled by
-    `walk_forward.add_period_columns` first) from the family's nested-rule decision
-    (`family.DesignFamily` over several histories: `rules.decision.decide` with `Evidence.histories`,
-    its power `history_power`; `cols[i]` the family column of row i of `v`), a `histories` column,
-    and the per-(history, fold) rows behind them (HISTORY_ROW_COLUMNS)."""
-    hf, dec, power = family.histories, family.decision, family.power
-    v["folds"], v["histories"] = len(hf.folds), len(hf.histories)
-    for key in CALENDAR_COLUMNS:
-        v[key] = np.nan
-    pooled, rule = dec.pooled, dec.period
-    all_rows = []
-    for i, j in zip(v.index, cols):
-        if not hf.parts[j]:
-            continue
-        for (h, f), pr in hf.parts[j]:
-            lvl = rule.fold_level[0, j, hf.histories.index(h)]
-            tail = lvl / 2 if np.isfinite(lvl) else th.alpha / 2
-            ri = informative_rank_test(pr.diffs[None, :], tail=tail)
-            n_tie = int(is_tie(pr.diffs).sum())
-            fd = hf.data.folds[hf.histories.index(h)]
-            all_rows.append({"gem": str(v.at[i, "gem"]) if "gem" in v.columns else str(j), HISTORY: h, "fold": f,
-                             "effect": float(fd.theta[0, j, hf.folds.index(f)]), "ci_low": float(ri["low"][0]),
-                             "ci_high": float(ri["high"][0]), "ci_level": 1 - 2 * tail,
-                             "seeds": int(fd.n_informative[0, j, hf.folds.index(f)]), "pairs": int(pr.n),
-                             "ties": n_tie, "tied_share": n_tie / pr.n if pr.n else math.nan})
-        write_pooled(v, i, j, pooled, rule, power)
-        cal = dec.histories.calendar
-        # the spread between histories and the calendar part (what confirm plans with)
-        shared = bool(cal.shared[0, j])  # NaN calendar columns: the histories share no period
-        v.loc[i, CALENDAR_COLUMNS] = [power["history"][j], power["calendar"][j] if shared else np.nan,
-                                      cal.df[0, j] if shared else np.nan, int(cal.periods[0, j])]
-        v.at[i, "fold_effects"] = hf.effects_text(j)
-        v.at[i, "tied_share"] = hf.tied_share[j]
-        v.at[i, "n_informative"] = int(sum(fd.n_informative[0, j].sum() for fd in hf.data.folds))
-        v.at[i, "period"] = history_period_text(hf, dec.histories, j, th.min_periods)
-    return pd.DataFrame(all_rows, columns=HISTORY_ROW_COLUMNS)
-
-
 def calendar_text(hf: HistoryFamily, hp, j: int) -> str:
     """What the nested rule did with the calendar the histories share, in words."""
     cal = hp.calendar
@@ -198,7 +158,7 @@ def history_period_text(hf: HistoryFamily, hp, j: int, min_periods: int) -> str:
     informative, shared = int(pooled["periods"][0, j]), bool(pooled["shared"][0, j])
     calendar = calendar_text(hf, hp, j)
     if hp.too_few_histories[0, j]:
-        return (f"too few periods over {hf.shape_text()} ({informative} histories with an effect, need >= "
+        return (f"too few periods over {hf.shape_text()} ({counted(informative, 'history')} with an effect, need >= "
                 f"{defaults.MIN_HISTORIES}; {ADD_HISTORIES})")
     if hp.too_few_periods[0, j]:
         shared = bool(hp.calendar.shared[0, j])
@@ -208,7 +168,7 @@ def history_period_text(hf: HistoryFamily, hp, j: int, min_periods: int) -> str:
         return (f"too few periods over {hf.shape_text()} ({calendar}; {int(hp.calendar.periods[0, j])} calendar "
                 f"periods with an effect, need >= {need}{why}; {ADD_PERIODS})")
     return (f"pooled over {hf.shape_text()} (each history's effect over its folds, then random effects over "
-            f"{informative} histories, HKSJ{', tau shared across the family' if shared else ''}; {calendar})")
+            f"{counted(informative, 'history')}, HKSJ{', tau shared across the family' if shared else ''}; {calendar})")
 
 
 @dataclass(frozen=True)

@@ -70,11 +70,11 @@ def redundancy_table(
                 on = pr.hi_values[np.isfinite(pr.hi_values)]
                 ron = rank_test(on[None, :], rope=rel_threshold) if on.size else None
                 off = pr.lo_values[np.isfinite(pr.lo_values)]
-                row.update(n_seeds=pr.n, change=float(r["estimate"][0]), ci_low=float(r["low"][0]),
-                           ci_high=float(r["high"][0]), excess_on=float(np.median(on)) if on.size else math.nan,
+                row.update(n_seeds=pr.n, change=float(r.estimate[0]), ci_low=float(r.low[0]),
+                           ci_high=float(r.high[0]), excess_on=float(np.median(on)) if on.size else math.nan,
                            excess_off=float(np.median(off)) if off.size else math.nan)
-                ps.append(float(r["p"][0]))
-                pts.append(float(ron["p_tost"][0]) if ron is not None else math.nan)
+                ps.append(float(r.p[0]))
+                pts.append(float(ron.p_tost[0]) if ron is not None else math.nan)
                 row["_i"] = len(ps) - 1
         rows.append(row)
     pa, pta = holm(np.array(ps)) if ps else [], holm(np.array(pts)) if pts else []

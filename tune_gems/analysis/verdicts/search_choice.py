@@ -34,8 +34,8 @@ from tune_gems.stats.metrics import GEM_GAIN_PREFIX, VERDICT_GAIN_PREFIX
 OK_STATUS = "TERMINATED"
 CONFIRMATION_COLUMNS = [
     "gem", "chosen_trial", "chosen_config", "score_column", "discovery_gain", "confirmation_gain",
-    "shrinkage", "discovery_verdict", "discovery_effect", "discovery_ci_low", "discovery_ci_high",
-    "discovery_n_seeds", "confirmation_verdict", "confirmation_effect", "confirmation_ci_low",
+    "shrinkage", "discovery_verdict", "discovery_decided_by", "discovery_effect", "discovery_ci_low", "discovery_ci_high",
+    "discovery_n_seeds", "confirmation_verdict", "confirmation_decided_by", "confirmation_effect", "confirmation_ci_low",
     "confirmation_ci_high", "confirmation_mean_effect", "confirmation_n_seeds", "confirmation_p_adjusted",
     "discovery_mde", "confirmation_mde", "confirmation_seeds", "candidates", "final_verdict", "final_ci_low",
     "final_ci_high", "final_rule", "note",
@@ -137,9 +137,10 @@ def side_by_side(choices: list[Choice], discovery: pd.DataFrame, confirmation: p
                  power: list[PowerPlan] | None = None, final: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per gem of the discovery verdicts: the chosen trial and its (selected) discovery
     gain, the same statistic on the confirmation run (`confirmation_gains[gem]`), the shrinkage
-    (discovery - confirmation), both verdicts with their effects and intervals, the power plan
-    (`confirmation_power`: both MDEs, the seeds) and the final verdict: the confirmation's, or on
-    one price history `final`'s (`one_history_final`: the selection-adjusted gate)."""
+    (discovery - confirmation), both verdicts each with the estimate, interval and Holm p of the
+    test that decided it (`decided_*`), the power plan (`confirmation_power`: both MDEs, the seeds)
+    and the final verdict with the interval that decided it: the confirmation's, or on the
+    search's price data `final`'s (`one_history_final`: the selection-adjusted gate)."""
     chosen = {c.gem: c for c in choices}
     notes = notes or {}
     plan = {p.gem: p for p in power or []}
@@ -154,17 +155,19 @@ def side_by_side(choices: list[Choice], discovery: pd.DataFrame, confirmation: p
             gem=gem, chosen_trial=ch.trial_id if ch else "", chosen_config=ch.config_label if ch else "",
             score_column=ch.score_column if ch else "", discovery_gain=disc_gain, confirmation_gain=conf_gain,
             shrinkage=disc_gain - conf_gain if np.isfinite(disc_gain) and np.isfinite(conf_gain) else math.nan,
-            discovery_verdict=d.get("verdict", ""), discovery_effect=d.get("effect", math.nan),
-            discovery_ci_low=d.get("ci_low", math.nan), discovery_ci_high=d.get("ci_high", math.nan),
-            discovery_n_seeds=d.get("n_seeds", math.nan),
-            confirmation_verdict=c.get("verdict", NO_DATA), confirmation_effect=c.get("effect", math.nan),
-            confirmation_ci_low=c.get("ci_low", math.nan), confirmation_ci_high=c.get("ci_high", math.nan),
+            discovery_verdict=d.get("verdict", ""), discovery_decided_by=d.get("decided_by", ""),
+            discovery_effect=d.get("decided_effect", math.nan), discovery_ci_low=d.get("decided_ci_low", math.nan),
+            discovery_ci_high=d.get("decided_ci_high", math.nan), discovery_n_seeds=d.get("n_seeds", math.nan),
+            confirmation_verdict=c.get("verdict", NO_DATA), confirmation_decided_by=c.get("decided_by", ""),
+            confirmation_effect=c.get("decided_effect", math.nan), confirmation_ci_low=c.get("decided_ci_low", math.nan),
+            confirmation_ci_high=c.get("decided_ci_high", math.nan),
             confirmation_mean_effect=c.get("mean_effect", math.nan), confirmation_n_seeds=c.get("n_seeds", math.nan),
-            confirmation_p_adjusted=c.get("p_adjusted", math.nan),
+            confirmation_p_adjusted=c.get("decided_p_adjusted", math.nan),
             discovery_mde=pp.discovery_mde if pp else math.nan, confirmation_mde=pp.confirmation_mde if pp else math.nan,
             confirmation_seeds=pp.seeds if pp else math.nan, candidates=pp.candidates if pp else math.nan,
             final_verdict=fin.get("final_verdict", c.get("verdict", NO_DATA)),
-            final_ci_low=fin.get("final_ci_low", math.nan), final_ci_high=fin.get("final_ci_high", math.nan),
+            final_ci_low=fin.get("final_ci_low", c.get("decided_ci_low", math.nan)),
+            final_ci_high=fin.get("final_ci_high", c.get("decided_ci_high", math.nan)),
             final_rule=fin.get("final_rule", ONE_RUN_FINAL if c else ""),
             note="; ".join(x for x in (notes.get(gem, ""), pp.note if pp else "") if x),
         ))
@@ -173,27 +176,24 @@ def side_by_side(choices: list[Choice], discovery: pd.DataFrame, confirmation: p
 
 def format_confirmation(table: pd.DataFrame) -> str:
     """The side-by-side table as text for a terminal (what `tune-gems confirm` prints)."""
-    from tune_gems.analysis.text import format_number
+    from tune_gems.analysis.text import format_number, text_table
 
     def f(x, spec="+.3g"):
         return format_number(x, spec, missing="-")
 
-    def ci(lo, hi):
-        return "-" if np.isnan(lo) and np.isnan(hi) else f"[{f(lo, '.3g')}, {f(hi, '.3g')}]"
+    def decided(effect, lo, hi):  # a word's estimate with the interval that decided it
+        if np.isnan(lo) and np.isnan(hi):
+            return "-" if np.isnan(effect) else f"{f(effect)} (no interval)"
+        return f"{f(effect)} [{f(lo, '.3g')}, {f(hi, '.3g')}]"
 
     head = ["gem", "chosen trial", "discovery gain", "confirmation gain", "shrinkage", "discovery verdict",
-            "discovery effect [CI]", "confirmation effect [CI]", "seeds", "MDE (discovery)", "final verdict"]
-    rows = [head]
-    for _, r in table.iterrows():
-        rows.append([r["gem"], r["chosen_trial"] or "-", f(r["discovery_gain"]), f(r["confirmation_gain"]),
-                     f(r["shrinkage"]), r["discovery_verdict"] or "-",
-                     f"{f(r['discovery_effect'])} {ci(r['discovery_ci_low'], r['discovery_ci_high'])}",
-                     f"{f(r['confirmation_effect'])} {ci(r['confirmation_ci_low'], r['confirmation_ci_high'])}",
-                     f(r["confirmation_n_seeds"], ".0f"),
-                     f"{f(r['confirmation_mde'], '.3g')} ({f(r['discovery_mde'], '.3g')})", r["final_verdict"]])
-    widths = [max(len(str(x[i])) for x in rows) for i in range(len(head))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+            "its effect [CI]", "seeds", "MDE (discovery)", "final verdict", "its effect [CI]"]
+    rows = [[r["gem"], r["chosen_trial"] or "-", f(r["discovery_gain"]), f(r["confirmation_gain"]), f(r["shrinkage"]),
+             r["discovery_verdict"] or "-", decided(r["discovery_effect"], r["discovery_ci_low"], r["discovery_ci_high"]),
+             f(r["confirmation_n_seeds"], ".0f"), f"{f(r['confirmation_mde'], '.3g')} ({f(r['discovery_mde'], '.3g')})",
+             r["final_verdict"], decided(r["confirmation_effect"], r["final_ci_low"], r["final_ci_high"])]
+            for _, r in table.iterrows()]
+    lines = text_table(head, rows)
     lines += [f"{r['gem']}: {r['note']}" for _, r in table.iterrows() if isinstance(r["note"], str) and r["note"]]
     lines += [f"{r['gem']}: final verdict on the search's price data: {r['final_rule']}" for _, r in table.iterrows()
               if isinstance(r.get("final_rule"), str) and r["final_rule"] and r["final_rule"] != ONE_RUN_FINAL]
@@ -269,6 +269,15 @@ def discovery_power_inputs(row: dict[str, Any]) -> PowerInputs:
     return PowerInputs(n, sd, p_div, market_se=market_se if math.isfinite(market_se) else 0.0)
 
 
+def _count(row: dict[str, Any], key: str) -> int:
+    """A whole count of the discovery's row (its `histories`, `folds`): 1 where it states none."""
+    try:
+        v = float(row.get(key, 1))
+    except (TypeError, ValueError):
+        return 1
+    return int(v) if math.isfinite(v) and v >= 1 else 1
+
+
 def _tied_share(row: dict[str, Any]) -> float:
     """The discovery's share of tied seed pairs (0 where the row does not state one)."""
     try:
@@ -308,10 +317,10 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
             return mde(inputs.with_seeds(informative_of(seeds, tie)), level_c, power, history_level=h_level)
 
         smallest = int(seeds_to_run(next(n for n in range(2, 64) if finite_interval(n, level_c)), tie))
-        data = (f"{'the same price histories' if inputs.histories >= 2 else 'one price history'}, the history's part "
+        histories, folds = _count(row, "histories"), _count(row, "folds")  # the design's, whatever its MDE
+        data = (f"{'the same price histories' if histories >= 2 else 'one price history'}, the history's part "
                 f"at level / {t_g} for the {t_g} configurations the search chose among" if one_history else "fresh paths")
-        periods = (f"{inputs.histories} histories x {inputs.folds} fold(s)" if inputs.histories >= 2 else
-                   f"{inputs.folds} period(s)")
+        periods = f"{histories} histories x {folds} fold(s)" if histories >= 2 else f"{folds} period(s)"
         what = f"the confirmation ({periods}, {data}) "
         where = f"{gem}: {what}"
         if seeds is not None and not finite_interval(informative_of(seeds, tie), level_c):

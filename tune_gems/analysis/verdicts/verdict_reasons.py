@@ -9,16 +9,19 @@ design lacks) is text about a finished row, written here so the two jobs stay ap
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 import numpy as np
 
-from tune_gems.analysis.text import format_number
+from tune_gems.analysis.text import counted, format_number, percent
 from tune_gems.analysis.rules.power import seeds_would_detect
 from tune_gems.analysis.defaults import MAX_TIED_SHARE
 from tune_gems.analysis.rules.seed import cannot_reach
+from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.rules.words import (
     CONFOUNDED, DECISIVE, DELETE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP,
 )
+from tune_gems.analysis.verdicts.readings import ContrastView
 from tune_gems.analysis.verdicts.held_out import ONE_TEST_PERIOD
 from tune_gems.analysis.verdicts.verdict_market_noise import ACROSS_HISTORIES, ACROSS_PERIODS, NOT_NEEDED, OK as MARKET_OK
 from tune_gems.analysis.verdicts.walk_forward import ONE_PERIOD
@@ -28,13 +31,14 @@ def _fmt(x, f: str = ".3g") -> str:
     return format_number(x, f, missing="-")
 
 
-def ties_text(row) -> str:
-    """The ties and the members that never traded, when there are any."""
-    tied, zero = row.get("tied_share", math.nan), row.get("zero_turnover_share", math.nan)
+def ties_text(tied: float, informative, pairs, zero: float) -> str:
+    """The ties of a comparison, once (the share of its `pairs` that tie, the `informative` rest:
+    over every fold pair where a pooled test decides, else over its seeds) and the members that
+    never traded (`zero`), when there are any."""
     parts = []
     if np.isfinite(tied) and tied > 0:
-        parts.append(f"{tied:.0%} of the pairs tie exactly (left out: {_fmt(row.get('n_informative'), '.0f')} "
-                     "informative)")
+        parts.append(f"{tied:.0%} of the pairs tie exactly ({_fmt(informative, '.0f')} of {_fmt(pairs, '.0f')} "
+                     "informative, the rest left out)")
     if np.isfinite(zero) and zero > 0:
         parts.append(f"{zero:.0%} of the members never traded in the window (validation turnover 0)")
     return ("; " + ", ".join(parts)) if parts else ""
@@ -70,14 +74,14 @@ def _seeds_text(row: dict) -> str:
     return seeds_would_detect(row["seeds_needed"], row["rope"])
 
 
-def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, power: float, m: int,
-                seed_power: bool = True) -> tuple[str, str]:
+def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, th: Thresholds, m: int,
+                seed_power: bool = True, ties: str = "") -> tuple[str, str]:
     """(reason, why) of the seed rule's `verdict` (`rules.seed.decide_family`'s) from one gem's
-    evidence; `at_null` whether its measured magnitude is at its null (the rule's);
-    `seed_power` whether the seed rule's MDE is the power statement (one period: it decides).
+    evidence at the settings `th`; `at_null` whether its measured magnitude is at its null (the
+    rule's); `seed_power` whether the seed rule's MDE is the power statement (one period: it decides).
     The reason is verdicts.csv's one line with the evidence; `why` the same reason without the
     numbers the row's columns hold (effect, interval, Holm p, seeds, design, ties, market noise,
-    MDE), which the console's and report's gem block print once (`report.why_line`)."""
+    MDE), which the console's and report's gem block print once (`report.short_why`)."""
     a = row["alpha"]
     extra = f"; {metric_note}" if metric_note else ""
     mag_text = (f"measured excess over its null ~0: median {_fmt(row['excess_median'])} x loss, CI "
@@ -86,11 +90,11 @@ def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, power:
     delete_red = bool(row["redundancy"])
     tested = bool(row["n_seeds"]) and np.isfinite(row["n_seeds"]) and row["n_seeds"] > 0
     if verdict in (KEEP, HARMFUL, DELETE, EQUIVALENT, INCONCLUSIVE) or (verdict == INSUFFICIENT and tested):
-        sided = "one-sided " if row.get("_one_sided") else ""
+        sided = "one-sided " if th.one_sided_keep else ""
         ev = (f"{row['outcome']} effect {_fmt(row['effect'], '+.3g')}, {row['ci_level']:.1%} {sided}CI "
               f"[{_fmt(row['ci_low'])}, {_fmt(row['ci_high'])}], Holm p {sided}{_fmt(row['p_adjusted'], '.2g')} "
               f"({row['n_seeds']} seeds; {row['design']})")
-        ev += ties_text(row)
+        ev += ties
         diverged = ""
         if row["wired_diverged"] or row["measured_diverged"]:
             diverged = f"; diverged (counted as worst): wired {int(row['wired_diverged'])}, measured {int(row['measured_diverged'])}"
@@ -116,7 +120,7 @@ def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, power:
         if verdict == EQUIVALENT:
             lead = f"no practical difference: {tost}"
             return f"{lead}; {ev}{extra}", f"{lead}{diverged}{extra}"
-        level = (2 if row.get("_one_sided") else 1) * a / max(m, 1)
+        level = (2 if th.one_sided_keep else 1) * a / max(m, 1)
         hint = (f"; {int(row['n_informative'])} informative seeds cannot reach p <= {a / max(m, 1):.2g} at all"
                 if cannot_reach(int(row["n_informative"]), level) else "")
         div = row.get("divergence_rate", 0.0)
@@ -125,7 +129,7 @@ def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, power:
                 "is not shown equivalent to none (delete needs both)" if at_null or delete_red else "")
         if not seed_power:
             return f"{ev}{held}{extra}", f"not decided by the seeds{diverged}{held}{extra}"
-        return (f"{ev}; detectable at {power:.0%} power{div_text}: |effect| >= {_fmt(row['mde'])} "
+        return (f"{ev}; detectable at {th.power:.0%} power{div_text}: |effect| >= {_fmt(row['mde'])} "
                 f"({_seeds_text(row)}){hint}{held}{extra}",
                 f"not decided: neither a difference from 0 nor equivalence within +-{row['rope']:g} is shown{div_text}{diverged}{hint}{held}{extra}")
     no_wiring = "; not delete: wiring was never compared with measuring (delete needs both: add an arm with it wired)"
@@ -192,7 +196,7 @@ def pooled_text(r) -> str:
     return (f"pooled {over} {_fmt(r['pooled_effect'], '+.3g')}, {r['pooled_ci_level']:.1%} CI "
             f"[{_fmt(r['pooled_ci_low'], '.3g')}, {_fmt(r['pooled_ci_high'], '.3g')}] (HKSJ, t with "
             f"{_fmt(r['pooled_df'], '.3g')} df{shared}{overlap}, Holm p {_fmt(r['pooled_p_adjusted'], '.2g')}), "
-            f"tau^2 {_fmt(r['tau2'], '.3g')}, I^2 {_fmt(100 * r['i2'], '.0f')}% (Q Holm p "
+            f"tau^2 {_fmt(r['tau2'], '.3g')}, I^2 {percent(r['i2'])} (Q Holm p "
             f"{_fmt(r['q_p_adjusted'], '.2g')}); per {'history and fold' if nested else 'fold'}: {r['fold_effects']}")
 
 
@@ -201,20 +205,20 @@ def power_text(r) -> str:
     if not np.isfinite(r.get("mde", math.nan)) or not isinstance(r.get("power_note"), str) or not r["power_note"]:
         return ""
     histories = r.get("histories", 1)  # the nested rule: its periods are the histories with an effect
-    what = "histories" if histories == histories and histories >= 2 else "periods"
-    return (f"the pooled test detects |effect| >= {_fmt(r['mde'], '.3g')} at 80% power with these "
-            f"{_fmt(r['periods_informative'], '.0f')} {what} (floor with infinitely many seeds "
+    what = "history" if histories == histories and histories >= 2 else "period"
+    return (f"the pooled test detects |effect| >= {_fmt(r['mde'], '.3g')} at 80% power with "
+            f"{counted(r['periods_informative'], what)} (floor with infinitely many seeds "
             f"{_fmt(r['mde_floor'], '.3g')}): {r['power_note']}")
 
 
 def period_reason(r, seed_verdict: str, verdict: str, rope: float, seeds: str, seed_why: str) -> tuple[str, str]:
     """(reason, why) of one gem's verdict across K >= 2 periods: the reason with every number,
     `why` without those the row's columns hold (the pooled estimate, its interval and
-    heterogeneity, the fold effects, the power statement; `report.why_line` prints them once).
+    heterogeneity, the fold effects, the power statement; `report.short_why` prints them once).
     `seeds`, `seed_why` the seed rule's reason and why."""
     seed_why = seed_why if seed_why else seeds
     alone = f"seeds alone: {seed_why}"
-    if verdict == INSUFFICIENT and r["period"].startswith("too few periods"):
+    if verdict == INSUFFICIENT and not r["period"].startswith("pooled over"):  # too few periods, or no interval
         return f"{r['period']}; per fold: {r['fold_effects']}; seeds alone: {seed_verdict}; {seeds}", f"{r['period']}; {alone}"
     pooled = pooled_text(r) if np.isfinite(r["pooled_effect"]) else (
         f"no pooled effect (a fold's pairs mostly diverged one way); per fold: {r['fold_effects']}")
@@ -230,11 +234,11 @@ def period_reason(r, seed_verdict: str, verdict: str, rope: float, seeds: str, s
         lead = "the periods differ"
         tail = "but no sign change is shown and the pooled effect decides nothing"
         return (f"{lead} (heterogeneity Holm p {_fmt(r['q_p_adjusted'], '.2g')}, I^2 "
-                f"{_fmt(100 * r['i2'], '.0f')}%, tau {_fmt(math.sqrt(r['tau2']) if r['tau2'] >= 0 else math.nan, '.3g')}) "
+                f"{percent(r['i2'])}, tau {_fmt(math.sqrt(r['tau2']) if r['tau2'] >= 0 else math.nan, '.3g')}) "
                 f"{tail}: {pooled}{power}; seeds: {seeds}", f"{lead} {tail}{no_pool}; {alone}")
     if verdict in DECISIVE:
         lead = f"wiring {'helps' if verdict == KEEP else 'hurts'} across periods"
-        return f"{lead}: {pooled}; seeds alone: {seed_verdict}; {seeds}", f"{lead}; {alone}"
+        return f"{lead}: {pooled}{power}; seeds alone: {seed_verdict}; {seeds}", f"{lead}; {alone}"
     if verdict in (EQUIVALENT, DELETE):
         lead = (f"equivalent to none across periods (pooled TOST Holm p {_fmt(r['pooled_tost_p_adjusted'], '.2g')} "
                 f"within +-{rope:g})")
@@ -243,40 +247,43 @@ def period_reason(r, seed_verdict: str, verdict: str, rope: float, seeds: str, s
     return f"{lead}: {pooled}{power}; seeds alone: {seed_verdict}; {seeds}", f"{lead}{no_pool}; {alone}"
 
 
-def held_out_reason(row, final: str, reason: str, why: str) -> tuple[str, str]:
-    """The reason with the second stage of a discovery keep wired / harmful (the held-out test
+def held_out_reason(row, discovery: str, final: str, reason: str, why: str) -> tuple[str, str]:
+    """The reason with the second stage of a `discovery` keep wired / harmful (the held-out test
     segment, the same pairs, once: `held_out.held_out_columns`): confirmed, it follows the
-    discovery's reason; not confirmed, the line leads with the final word and keeps both
+    discovery's reason; not confirmed, the line leads with the `final` word and keeps both
     intervals (the discovery's in `reason`, the test segment's here). Unchanged without a stage."""
-    if row["verdict"] not in DECISIVE or not isinstance(row.get("held_out"), str) or not row["held_out"]:
+    if discovery not in DECISIVE or not isinstance(row.get("held_out"), str) or not row["held_out"]:
         return reason, why
     level = row.get("test_level", math.nan)
     test = (f"held-out test segment ({ONE_TEST_PERIOD}): {format_number(row.get('test_effect', math.nan), '+.3g')} "
             f"[{format_number(row.get('test_ci_low', math.nan))}, {format_number(row.get('test_ci_high', math.nan))}] "
             f"(one-sided at alpha/m {format_number(level, '.2g')}, the test period's spread in its SE), "
             f"p {format_number(row.get('test_p_value', math.nan), '.2g')}: {row['held_out']}")
-    if final == row["verdict"]:
+    if final == discovery:
         return f"{reason}; {test}", why
-    return (f"{final} (the discovery read {row['verdict']}): {test}; the discovery: {reason}",
-            f"{final}: {row['held_out'].removeprefix('not confirmed: ')}; the discovery read {row['verdict']}: {why}")
+    return (f"{final} (the discovery read {discovery}): {test}; the discovery: {reason}",
+            f"{final}: {row['held_out'].removeprefix('not confirmed: ')}; the discovery read {discovery}: {why}")
 
 
-def compose_reason(seed_row, row, *, seed_verdict: str, market_verdict: str, gate_applied: bool, folds: int,
-                   pooled: bool, at_null: bool, metric_note: str, power: float, m: int, rope: float,
-                   final: str | None = None) -> tuple[str, str]:
-    """(reason, why) of one gem's row, composed once from the rule's decision record: the seed
-    rule's evidence (`seed_reason` on `seed_row`, the row as the seed rule left it), then what each
-    later stage did to the word (`row`, the finished row): the market gate and the one-period gate
-    on one validation period, or the period rule over several (`pooled`: the gem is in the pooled
-    family), then the held-out test segment's second stage of a discovery keep / harmful (`row`'s
-    verdict is the discovery's; `final` the word after that stage, default the same)."""
-    reason, why = seed_reason(seed_row, seed_verdict, at_null, metric_note, power, m, seed_power=folds == 1)
-    reason, why = market_gate_reason(row, seed_verdict, market_verdict, reason, why)
+def compose_reason(view: ContrastView, row: dict, *, th: Thresholds, metric_note: str, m: int,
+                   folds: int) -> tuple[str, str]:
+    """(reason, why) of one gem's `row`, composed once from its reading of the decision (`view`):
+    the seed rule's evidence (`seed_reason` on the row with the seed rule's numbers), then what each
+    later stage did to the word: the market gate and the one-period gate on one validation period
+    (`folds` 1), or the pooled test over several, then the held-out test segment's second stage of
+    a discovery keep / harmful."""
+    seed_row = {**row, **asdict(view.seeds)}
+    # the comparison's ties, once: over every fold pair where the pooled test decides, else over the seeds
+    over = (row["tied_share"], row["n_informative"], view.pooled.period_pairs) if view.pooled is not None else (
+        view.seeds.tied_share, view.seeds.n_informative, row["n_seeds"])
+    reason, why = seed_reason(seed_row, view.seed_verdict, view.magnitude_at_null, metric_note, th, m,
+                              seed_power=folds == 1, ties=ties_text(*over, row.get("zero_turnover_share", math.nan)))
+    reason, why = market_gate_reason(row, view.seed_verdict, view.market_verdict, reason, why)
     if folds == 1:
-        reason, why = one_period_reason(row, market_verdict, row["verdict"], gate_applied, reason, why)
-    elif pooled:
-        reason, why = period_reason(row, market_verdict, row["verdict"], rope, reason, why)
-    return held_out_reason(row, row["verdict"] if final is None else final, reason, why)
+        reason, why = one_period_reason(row, view.market_verdict, view.discovery_verdict, view.gate_applied, reason, why)
+    elif view.pooled is not None:
+        reason, why = period_reason(row, view.market_verdict, view.discovery_verdict, th.rope, reason, why)
+    return held_out_reason(row, view.discovery_verdict, view.verdict, reason, why)
 
 
 def selection_rule(row, candidates: int) -> str:

@@ -37,7 +37,7 @@ from tune_gems.analysis.rules.period_family import FoldData, fold_components, in
 from tune_gems.analysis.rules.pooling import fold_estimates, seed_anova, shared_seed_variance
 from tune_gems.analysis.rules.power import PooledComponents, PowerInputs, statement
 from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
+from tune_gems.analysis.rules.ties import is_tie
 from tune_gems.analysis.pairs.selectors import placebo_selectors, wiring_pairs
 
 FOLD = "fold"
@@ -215,32 +215,18 @@ def pool_family_of(fam: FamilyFolds, th: Thresholds) -> dict[str, np.ndarray]:
 
 
 FOLD_ROW_COLUMNS = ["gem", "fold", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs", "ties", "tied_share"]
-"""The per-fold rows of the period rule (`add_period_columns`): per gem and fold the
+"""The per-fold rows of the period rule (`family.DesignFamily.fold_rows`): per gem and fold the
 effect the rule pooled, its signed-rank interval at the fold's Holm level (the one the sign
 change test reads), the informative pairs (`seeds`), every pair, the ties and their share."""
 
 
-def _fold_rows(gem: str, fam: FamilyFolds, j: int, rule, th: Thresholds) -> list[dict]:
-    """One gem's fold rows (FOLD_ROW_COLUMNS), from the fold data and the decision the verdict made."""
-    rows = []
-    for f, pr in fam.folds[j]:
-        slot = fam.fold_ids.index(f)
-        lvl = rule.fold_level[0, j, slot]
-        tail = lvl / 2 if np.isfinite(lvl) else th.alpha / 2
-        ri = informative_rank_test(pr.diffs[None, :], tail=tail)
-        n_tie = int(is_tie(pr.diffs).sum())
-        rows.append({"gem": gem, "fold": int(f), "effect": float(fam.theta[0, j, slot]), "ci_low": float(ri["low"][0]),
-                     "ci_high": float(ri["high"][0]), "ci_level": 1 - 2 * tail,
-                     "seeds": int(fam.n_informative[0, j, slot]), "pairs": int(pr.n), "ties": n_tie,
-                     "tied_share": n_tie / pr.n if pr.n else math.nan})
-    return rows
-
-
 def fold_text(r) -> str:
-    """One fold row in words (verdicts.csv's `fold_effects` joins them)."""
+    """One fold row (of a history) in words (verdicts.csv's `fold_effects` joins them)."""
+    where = f"history {r['history']} fold {int(r['fold'])}" if "history" in r else f"fold {int(r['fold'])}"
+    if not np.isfinite(r["effect"]):
+        return f"{where}: every pair tied ({int(r['pairs'])} seeds)"
     ties = f", {int(r['ties'])} tie" if r["ties"] else ""
-    return (f"fold {int(r['fold'])}: {_fmt(r['effect'])} [{_fmt(r['ci_low'], '.3g')}, {_fmt(r['ci_high'], '.3g')}] "
-            f"({int(r['pairs'])} seeds{ties})")
+    return f"{where}: {_fmt(r['effect'])} [{_fmt(r['ci_low'], '.3g')}, {_fmt(r['ci_high'], '.3g')}] ({int(r['pairs'])} seeds{ties})"
 
 
 def gem_folds(prs: list[Paired], cells: Cells) -> FamilyFolds:
@@ -249,67 +235,6 @@ def gem_folds(prs: list[Paired], cells: Cells) -> FamilyFolds:
     pairs, not paired again)."""
     return folds_family(list(range(len(prs))), [by_fold(pr, cells) for pr in prs],
                         sorted(int(f) for f in cells.table[FOLD].unique()))
-
-
-def add_period_columns(v: pd.DataFrame, family, cols: list[int], th: Thresholds) -> pd.DataFrame:
-    """The verdict table's PERIOD_COLUMNS from the family's decision (`family.DesignFamily`: the
-    rule's record, `rules.decision.decide`; `cols[i]` the family column of row i of `v`), and the
-    fold rows behind them (FOLD_ROW_COLUMNS; none with one fold): with K >= 2 folds the pooled
-    test's numbers and its power (`pooled_power`), with one fold the combined seed + market-noise
-    interval of the one-period gate."""
-    k_folds, fam, dec = family.k_folds, family.folds, family.decision
-    no_folds = pd.DataFrame(columns=FOLD_ROW_COLUMNS)
-    for c in PERIOD_COLUMNS:
-        v[c] = np.nan if c not in ("period", "fold_effects") else ""
-    v["period"] = v["period"].astype(object)
-    v["fold_effects"] = v["fold_effects"].astype(object)
-    v["tau_shared"] = False
-    v["folds"] = k_folds
-    if k_folds == 1:
-        for i, j in zip(v.index, cols):
-            v.at[i, "period"] = "conditional on one validation period"
-            if dec.gate_applied[0, j]:
-                v.at[i, "combined_ci_low"], v.at[i, "combined_ci_high"] = dec.combined_low[0, j], dec.combined_high[0, j]
-        return no_folds
-    rows_of = [(i, j) for i, j in zip(v.index, cols) if fam is not None and fam.folds[j]]
-    if not rows_of:
-        return no_folds
-    pooled, rule, power = dec.pooled, dec.period, family.power
-    all_rows = []
-    for i, j in rows_of:
-        rows = _fold_rows(str(v.at[i, "gem"]), fam, j, rule, th)
-        all_rows += rows
-        write_pooled(v, i, j, pooled, rule, power)
-        v.at[i, "fold_effects"] = "; ".join(fold_text(r) for r in rows)
-        v.at[i, "fold_sd_diff"] = _median_fold_spread(fam.folds[j])
-        v.at[i, "tied_share"] = fam.tied_share[j]
-        v.at[i, "n_informative"] = int(fam.n_informative[0, j].sum())
-        k_inf = int(pooled["periods"][0, j])
-        v.at[i, "period"] = (f"pooled over {k_inf} validation periods (random effects, HKSJ"
-                             f"{', tau shared across the family' if pooled['shared'][0, j] else ''})"
-                             if not rule.too_few_periods[0, j] else
-                             f"too few periods (K={k_inf}, need >= {th.min_periods}; {ADD_FOLDS})")
-    return pd.DataFrame(all_rows, columns=FOLD_ROW_COLUMNS)
-
-
-def write_pooled(v: pd.DataFrame, i, j: int, pooled: dict, rule, power: dict) -> None:
-    """Row `i` of the verdict table (contrast j of the family) from the pooled test: its numbers
-    (`pooled`, the rule's decision `rule`) and the power statement of the test that decides
-    (`power`; never the seed rule's, which would understate it; its `overlap` the folds' factor F the pooled
-    variance carried, `fold_overlap`). Over periods and over histories alike."""
-    level = float(rule.level[0, j])
-    v.loc[i, ["pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_ci_level", "pooled_p",
-              "pooled_p_adjusted", "pooled_tost_p_adjusted", "pooled_df", "tau2", "i2", "q_p",
-              "q_p_adjusted", "periods_informative", "var_seed", "var_within", "var_period", "fold_overlap"]] = [
-        pooled["mu"][0, j], rule.low[0, j], rule.high[0, j], 1 - level if np.isfinite(level) else np.nan,
-        pooled["p"][0, j], rule.p_adjusted[0, j], rule.tost_p_adjusted[0, j], pooled["df"][0, j],
-        pooled["tau2"][0, j], pooled["i2"][0, j], pooled["q_p"][0, j],
-        rule.q_p_adjusted[0, j], int(pooled["periods"][0, j]), power["seed"][j], power["within"][j],
-        power["period"][j], power["overlap"][j]]
-    v.at[i, "tau_shared"] = bool(pooled["shared"][0, j])
-    v.at[i, "mde"], v.at[i, "seeds_needed"] = power["mde"][j], power["seeds_needed"][j]
-    v.at[i, "mde_two_stage"] = power["two_stage"][j]
-    v.at[i, "mde_floor"], v.at[i, "power_note"] = power["floor"][j], power["note"][j]
 
 
 def overlap_lambda(factor, periods):
@@ -352,7 +277,7 @@ def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np
     return out
 
 
-def _median_fold_spread(folds: list[tuple[int, Paired]]) -> float:
+def median_fold_spread(folds: list[tuple[int, Paired]]) -> float:
     """The median over folds of the sd of a fold's finite informative per-seed differences (the
     shape of one fold's comparison, for the period calibration)."""
     sds = []

@@ -1,0 +1,142 @@
+"""One contrast's reading of its family's decision, named as the tables name it.
+
+Why a record per reading. Every table that prints a word (verdicts.csv, factors.csv, the
+terminal, report.md, the plots, confirm) must show beside it the numbers of the test that gave
+it, and the seed rule's own numbers apart. The rule's record (`rules.decision.Decision`) holds
+arrays over the whole family; `family.DesignFamily.view` reads one contrast out of it into these
+records once, and the tables are written from them, so no table unpacks the record by hand.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+SEEDS = "seeds"
+"""`decided_by` of a word the seed rule gave (one period, or a contrast no pooled test decides)."""
+INSUFFICIENT_BY = "insufficient: "
+"""How `decided_by` starts where the word is `insufficient data` (no interval; the rest says why)."""
+
+
+@dataclass(frozen=True)
+class SeedReading:
+    """The seed rule's numbers of one contrast, named as verdicts.csv names them: its estimate and
+    interval at its Holm level, its p-values, the informative pairs and ties, and the power
+    statement of the rule at one period (`rules.power.statement`: the seeds', with the
+    market-noise part on one price history). NaN where the contrast has no pairs."""
+
+    effect: float
+    ci_low: float
+    ci_high: float
+    ci_level: float
+    p_value: float
+    p_adjusted: float
+    tost_p: float
+    tost_p_adjusted: float
+    n_informative: float
+    tied_share: float
+    mde: float
+    mde_two_stage: float
+    seeds_needed: float
+    mde_floor: float
+    power_note: str
+
+
+@dataclass(frozen=True)
+class PooledReading:
+    """The pooled test's numbers of one contrast (over walk-forward periods, or the nested rule over
+    price histories), named as verdicts.csv names them, with the power statement of that test and
+    the per-period evidence it pooled (`fold_effects`, `period` in words)."""
+
+    pooled_effect: float
+    pooled_ci_low: float
+    pooled_ci_high: float
+    pooled_ci_level: float
+    pooled_p: float
+    pooled_p_adjusted: float
+    pooled_tost_p_adjusted: float
+    pooled_df: float
+    tau_shared: bool
+    tau2: float
+    i2: float
+    q_p: float
+    q_p_adjusted: float
+    periods_informative: float
+    fold_sd_diff: float
+    var_seed: float
+    var_within: float
+    var_period: float
+    fold_overlap: float
+    mde: float
+    mde_two_stage: float
+    seeds_needed: float
+    mde_floor: float
+    power_note: str
+    tied_share: float
+    n_informative: int
+    period_pairs: int
+    fold_effects: str
+    period: str
+    too_few: bool
+    unestimable: bool
+    calendar: dict = field(default_factory=dict)
+    """Over several histories: the spread between them and their calendar part
+    (`history_verdicts.CALENDAR_COLUMNS`)."""
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What stands beside a word: the estimate, interval (its confidence) and Holm-adjusted p of
+    the test that gave it (`decided_by`): the pooled test over periods or histories, the seeds
+    (with the market noise of one history where the one-period gate applied), the held-out test
+    segment where it withheld a discovery; for `equivalent` / `delete` the equivalence interval
+    and TOST p. No interval where the word is `insufficient data` (`decided_by` says why) or
+    there is no design."""
+
+    decided_by: str
+    decided_effect: float
+    decided_ci_low: float = math.nan
+    decided_ci_high: float = math.nan
+    decided_ci_level: float = math.nan
+    decided_p_adjusted: float = math.nan
+
+
+DECIDED_COLUMNS = [f.name for f in fields(Decided)]
+"""verdicts.csv's and factors.csv's columns of the test that decided each word (after `verdict`)."""
+
+
+@dataclass(frozen=True)
+class ContrastView:
+    """One contrast's reading of the family's decision: its words (`verdict` the word every table
+    prints, the record's own), the seed rule's numbers (`seeds`), the pooled test's where one
+    decides (`pooled`), the one-period intervals, the selection-adjusted final interval and the
+    halves of `delete`. `columns()` names them as verdicts.csv and factors.csv do."""
+
+    verdict: str
+    final_verdict: str
+    discovery_verdict: str
+    seed_verdict: str
+    market_verdict: str
+    seeds: SeedReading
+    pooled: PooledReading | None
+    decided: Decided
+    market_ci_low: float
+    market_ci_high: float
+    combined_ci_low: float
+    combined_ci_high: float
+    gate_applied: bool
+    final_ci_low: float
+    final_ci_high: float
+    magnitude_at_null: bool
+    excess_tost_p_adjusted: float
+
+    def columns(self) -> dict:
+        """The table columns this view states: the seed rule's numbers, then the pooled test's
+        where it decides (its MDE, ties and informative pairs in place of the seeds')."""
+        out = dict(verdict=self.verdict, **asdict(self.decided), discovery_verdict=self.discovery_verdict,
+                   seed_verdict=self.seed_verdict, **asdict(self.seeds), market_ci_low=self.market_ci_low,
+                   market_ci_high=self.market_ci_high, combined_ci_low=self.combined_ci_low,
+                   combined_ci_high=self.combined_ci_high, excess_tost_p_adjusted=self.excess_tost_p_adjusted)
+        if self.pooled is not None:
+            out.update({k: v for k, v in asdict(self.pooled).items() if k != "calendar"})
+        return out
