@@ -32,8 +32,7 @@ class Comparison:
 
 
 def _resolved(tree: Any, is_spec: bool) -> dict[str, Any]:
-    """The tree with its defaults filled in as validation resolves it (as stored where it no longer
-    validates)."""
+    """The tree with its defaults filled in (as stored where it no longer validates)."""
     from tune_gems.config.load import build_config
 
     if not isinstance(tree, dict):
@@ -78,8 +77,7 @@ def _plain(v: Any) -> Any:
 
 
 def trial_settings(path: Path) -> dict[str, Any]:
-    """`config.<key>` per config column of a trials table: the shared value, else the values joined
-    by ` | `."""
+    """`config.<key>` per config column of a trials table: the shared value, else the values joined."""
     from tune_gems.analysis.pairs.pairing import config_columns
     from tune_gems.config.dotted import flatten
     from tune_gems.config.load import load_config

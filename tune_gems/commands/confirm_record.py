@@ -34,8 +34,7 @@ def _now() -> str:
 
 @contextlib.contextmanager
 def stops_raise():
-    """SIGTERM and SIGHUP raise SystemExit(128 + signal) while training, so the clean-up runs as for
-    Ctrl-C."""
+    """SIGTERM and SIGHUP raise SystemExit(128 + signal) while training: the clean-up runs as for Ctrl-C."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -61,8 +60,7 @@ def clear_stale(exp: Path, out: Path, log: Callable[[str], None]) -> None:
 
 
 def check_not_confirmed(exp: Path) -> bool:
-    """DataError when the search was confirmed or is being confirmed; True for a dead one's record,
-    False for none (read only as a bounded regular file)."""
+    """DataError when the search was or is being confirmed; True for a dead one's record, else False."""
     record = exp / CONFIRMED_FILE
     kind = entry_kind(record)
     if kind is None:

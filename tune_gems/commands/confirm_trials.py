@@ -84,8 +84,8 @@ def _announce(plan: Plan, cfg: Config) -> str:
 
 def run_plans(plans: list[Plan], build: Callable[[Plan], Config], experiment: str, log: Callable[[str], None],
               events_out: Path | None = None, clock: Callable[[], float] = time.monotonic) -> SweepTables:
-    """Train every plan once, in turn; their tables (HEALTH_DIAG short, epoch and trial lines with ETAs
-    (`epoch_line`, `finished_line`); TensorBoard with `events_out`)."""
+    """Train every plan once, in turn; their tables (console lines with ETAs; TensorBoard with
+    `events_out`)."""
     from tune_gems.gems import manifest
     from tune_gems.design.arms import run_arms
     from tune_gems.design.resources import check_training_fits

@@ -117,8 +117,7 @@ def choose_threads(flag: int | None, environ: MutableMapping[str, str] = os.envi
 
 
 def apply_threads(choice: ThreadChoice, environ: MutableMapping[str, str] = os.environ) -> None:
-    """Make `choice` the count of torch, OpenMP and MKL here: every variable they read, and torch if
-    loaded."""
+    """Make `choice` the count of torch, OpenMP and MKL: every variable they read, and torch if loaded."""
     for name in THREAD_ENVS:
         environ[name] = str(choice.threads)
     torch = sys.modules.get("torch")

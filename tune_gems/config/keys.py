@@ -95,8 +95,7 @@ def key_rows(model: type[BaseModel], prefix: str = "") -> list[KeyRow]:
 
 
 def known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The keys accepted beside the last element of the pydantic error location `loc` ([] outside
-    the models)."""
+    """The keys accepted beside the last element of the pydantic error location `loc` ([] outside)."""
     parts = list(loc[:-1])
     while parts:
         part = parts.pop(0)

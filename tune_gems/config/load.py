@@ -17,8 +17,7 @@ from tune_gems.gems import registry
 
 
 def format_validation_error(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
-    """The first problem of a pydantic error as `field.path: message`, an unknown key first, with
-    did-you-mean."""
+    """The first problem of a pydantic error as `field.path: message` (an unknown key first)."""
     from tune_gems.config.keys import did_you_mean
 
     first = next((e for e in err.errors() if e["type"] == "extra_forbidden"), err.errors()[0])
@@ -47,8 +46,7 @@ _CONFIG_MODELS: dict[tuple[str, ...], type[Config]] = {}
 
 
 def build_config(tree: dict[str, Any], source: str = "config", key_prefix: str = "") -> Config:
-    """Validate a config tree (its `plugins` imported first); one ConfigError `source: key:
-    message`, or with `key_prefix` (`config.` in a spec) the key in full."""
+    """Validate a config tree (`plugins` imported first); one ConfigError `source: key: message`."""
     plugins = tree.get("plugins") if isinstance(tree, dict) else None
     where = key_prefix or f"{source}: "
     try:

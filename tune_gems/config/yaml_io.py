@@ -56,8 +56,7 @@ _UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("
 
 
 class _Dumper(yaml.SafeDumper):
-    """The safe dumper, quoting strings the loader would read as numbers, so a stored config reads
-    back alike."""
+    """The safe dumper, quoting strings the loader would read as numbers."""
 
 
 _Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
@@ -73,8 +72,8 @@ class YAMLBoundError(yaml.YAMLError):
 
 
 def expanded_size(root: yaml.Node, bound: int = MAX_YAML_NODES) -> int:
-    """The nodes `root`'s graph stands for, every alias a full copy, in time linear in the text;
-    YAMLBoundError past `bound` or for a recursive alias."""
+    """The nodes `root`'s graph stands for (aliases as copies), in linear time; YAMLBoundError past
+    `bound`."""
     size: dict[int, int] = {}
     on_path: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]

@@ -1,8 +1,6 @@
-"""The environment variables of the CPU work, checked where they are read and recorded in the run's
-marker (`cpu_record`). Torch, OpenMP and MKL crash on a bad value or silently ignore it (losing
-`cpu_code_path`'s pin), so each is checked before torch is imported (by the CLI, and in every sweep
-worker by `pin_cpu_code_path`), a bad one refused in one line naming it (docs/robustness.md
-"Environment values")."""
+"""The environment variables of the CPU work, checked before torch is imported (torch, OpenMP and
+MKL crash on a bad value or silently ignore it) and recorded in the run's marker (`cpu_record`;
+docs/robustness.md "Environment values")."""
 
 from __future__ import annotations
 

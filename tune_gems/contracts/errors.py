@@ -3,8 +3,7 @@
 
 
 def printable(text: str) -> str:
-    """`text` as one printable line: CR, LF, TAB as spaces, other control characters as `\\xNN`
-    (idempotent)."""
+    """`text` as one printable line: CR, LF, TAB as spaces, other controls as `\\xNN` (idempotent)."""
     out = []
     for ch in text:
         code = ord(ch)

@@ -118,8 +118,7 @@ def make_output_folder(folder: str | Path, kind: str) -> Path:
 
 
 def results_kind(folder: str | Path) -> str | None:
-    """'sweep', 'train' or 'analyze' when `folder` holds that command's results (marker or files),
-    else None."""
+    """'sweep', 'train' or 'analyze' when `folder` holds that command's results, else None."""
     folder = Path(folder)
     kind = marker_kind(folder)
     if kind is not None:
@@ -393,8 +392,8 @@ def clear_stale_temporaries(out: Path, kind: str) -> int:
 
 
 def publish_folder(tmp: str | Path, out: str | Path, *, kind: str, overwrite: bool = False) -> Path:
-    """Move the finished `tmp` (with `kind`'s marker) to `out`; an existing `out` is replaced only
-    with `overwrite` and `kind`'s marker (checked again), its listed files deleted."""
+    """Move the finished `tmp` to `out`, replacing an existing `out` only with `overwrite` and
+    `kind`'s marker."""
     tmp, out = Path(tmp), Path(out)
     if marker_kind(tmp) != kind:
         raise ValueError(f"{tmp}: the folder to publish carries no {kind} marker")
@@ -420,8 +419,7 @@ def publish_folder(tmp: str | Path, out: str | Path, *, kind: str, overwrite: bo
 
 
 def _remove_listed(folder: Path) -> None:
-    """Delete the listed files (never through a link), marker, lock and emptied folders; nothing for
-    a bad list."""
+    """Delete the listed files (never through a link), marker, lock and emptied folders."""
     try:
         listed = listed_files(folder)
     except OutputError:

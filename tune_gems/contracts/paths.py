@@ -86,8 +86,7 @@ def is_pseudo_filesystem(path: str | Path) -> bool:
 
 
 def check_writable(folder: str | Path, field: str = "--out") -> Path:
-    """The resolved `folder` if it can be created or written, else `OutputError` naming the field;
-    probes with a real file (os.access misses read-only mounts)."""
+    """The resolved `folder` if it can be created or written (probed with a real file), else `OutputError`."""
     path = Path(folder).expanduser()
     check_path_length(path, field)
     try:
@@ -117,8 +116,8 @@ def check_writable(folder: str | Path, field: str = "--out") -> Path:
 
 
 def path_problem(path: str | Path) -> str | None:
-    """Why `path` cannot be read or written, or None: a control character, a component over
-    `COMPONENT_MAX` bytes, or over `PATH_MAX` in all (refused half-way otherwise)."""
+    """Why `path` cannot be used, or None: a control character, or a component or path over the byte
+    limits."""
     raw = os.fspath(path)
     bad = control_characters(raw)
     if bad:

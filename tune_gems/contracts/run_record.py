@@ -1,8 +1,6 @@
-"""What a run recorded about its inputs, so a command reading a recorded run acts only on what it
-did: the marker holds the SHA-256 of the stored config or spec (`CHECKSUMS_KEY`), the data file
-(`DATA_KEY`) and a finished sweep's tables (`TABLES_KEY`), and a command relying on them refuses a
-mismatch in one line, failing closed where the record is missing (`require_record`;
-docs/robustness.md "Records that do not lie")."""
+"""What a run recorded about its inputs: the SHA-256 of its stored config or spec, data file and
+final tables in its marker, which a command relying on them checks, failing closed
+(`require_record`; docs/robustness.md "Records that do not lie")."""
 
 from __future__ import annotations
 
@@ -43,8 +41,7 @@ def records_data(data: Any) -> bool:
 
 
 def data_fingerprint(data: Any) -> dict[str, Any] | None:
-    """The record of a run's data files (None for synthetic data); with several, one checksum over
-    all and each file's under its key (`files`)."""
+    """The record of a run's data files (None for synthetic data), each file's under its key (`files`)."""
     if not records_data(data):
         return None
     files = _data_files(data)
@@ -155,8 +152,7 @@ def table_checksums(written: dict[str, bytes]) -> dict[str, dict[str, str]]:
 
 
 def check_tables_unchanged(folder: str | Path, marker: dict[str, Any], names: Iterable[str], fix: str) -> None:
-    """DataError naming the table unless `folder`'s tables are exactly those recorded
-    (`TABLES_KEY`); ConfigError for a marker without the record."""
+    """DataError naming the table unless `folder`'s tables are exactly those recorded (`TABLES_KEY`)."""
     from tune_gems.contracts.outputs import MARKER_FILE
 
     folder = Path(folder)

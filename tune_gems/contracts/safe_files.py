@@ -90,8 +90,7 @@ def _where(path: str | Path, field: str | None) -> str:
 
 
 def _open_regular(path: str | Path, field: str | None, error: type[TuneGemsError], follow: bool) -> tuple[int, os.stat_result]:
-    """A read-only descriptor and status of the regular file `path`, else `error` (`follow`: links
-    allowed)."""
+    """A read-only descriptor and status of the regular file `path`, else `error` (`follow`: links)."""
     from tune_gems.contracts.paths import path_problem
 
     where = _where(path, field)

@@ -30,8 +30,7 @@ PROPOSAL = "proposal"
 CONTROL = "control"
 WITHOUT_PREFIX = "without-"
 AA_ARM = "control-aa"
-"""The A/A arm: the control on an independent replay stream, the learner's own null spread
-(`placebo_verdicts`)."""
+"""The A/A arm: the control on an independent replay stream, the learner's own null spread."""
 AA_STREAM = 1
 
 
@@ -59,8 +58,7 @@ def wire_search_arms(cfg: "Config", aa: bool = False) -> ArmsConfig:
 
 
 def confirmation_arms(cfg: "Config", gem: str) -> ArmsConfig:
-    """A confirmation of `gem`: the proposal, and as `control` the proposal with only `gem` measured
-    (the one comparison its verdict makes)."""
+    """A confirmation of `gem`: the proposal, and as `control` the proposal with only `gem` measured."""
     if gem not in wired_gems(cfg):
         raise ConfigError(f"confirmation of {gem}: the chosen configuration does not wire it")
     return ArmsConfig.model_validate({"list": [{"name": PROPOSAL}, {"name": CONTROL, f"gems.{gem}.mode": "measure"}]})

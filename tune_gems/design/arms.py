@@ -98,8 +98,7 @@ def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "conf
 
 @dataclass(frozen=True)
 class MemberLayout:
-    """Which history, fold, arm and seed index each of the P = H x F x A x S members has, in that
-    order of nesting; member m has seed index `first_seed_index + seed_slot(m)` everywhere."""
+    """History, fold, arm and seed slot of each of the P = H x F x A x S members, nested in that order."""
 
     arms: tuple[str, ...]
     seeds_per_arm: int

@@ -10,8 +10,7 @@ from typing import Any, Callable, Optional
 
 @dataclass(frozen=True)
 class GemInputs:
-    """One iteration's transitions as the learner sees them (docs/gems.md "The inputs");
-    `head`: the gem's parameters bound to this iteration's weights (or None)."""
+    """One iteration's transitions as the learner sees them (docs/gems.md "The inputs"), `head` bound."""
 
     q_t: Any
     q_tp1: Any

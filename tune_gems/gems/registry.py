@@ -68,8 +68,7 @@ _IMPORTING = threading.local()  # the plugins entry being imported (origin of wh
 
 
 def register(gem: Gem) -> Gem:
-    """Add a gem (a plug-in calls it at import); ConfigError for a malformed definition or a clash
-    with another module's gem (the same module may replace its own)."""
+    """Add a gem at import; ConfigError for a malformed one or a clash with another module's gem."""
     origin = gem.origin if gem.origin == BUILTIN_ORIGIN else None
     origin = origin or getattr(_IMPORTING, "module", None) or gem.origin or getattr(gem.reference, "__module__", "") or ""
     gem = Gem(**{**gem.__dict__, "origin": origin})
@@ -221,8 +220,7 @@ def _may_probe() -> bool:
 
 
 def probe_plugin(plugins: list[str], timeout: float, validate: Callable[[list[str]], None] | None = None) -> None:
-    """Import `plugins` in a forked child (cwd an empty temporary folder, output discarded) and run
-    `validate` there; ConfigError with the child's line. Nothing where `_may_probe` says no."""
+    """Import `plugins` and run `validate` in a forked child in an empty folder; ConfigError with its line."""
     if not _may_probe():
         return
     cwd = os.getcwd()

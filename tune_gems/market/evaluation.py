@@ -1,8 +1,6 @@
-"""Evaluation statistics of a greedy policy over one segment, and the baselines they are judged
-against, as device-side torch code (docs/evaluation.md gives every estimator and convention). A raw
-Sharpe rewards exposure as much as skill, so each evaluation also reports beta, alpha Sharpe,
-turnover and cost sensitivity. `evaluation_stats` is a fixed-shape tensor expression
-(graph-capturable), float64 by default; `read_back` reads it once."""
+"""Evaluation statistics of a greedy policy over a segment and the baselines they are judged
+against, as graph-capturable tensor code (docs/evaluation.md): beside the Sharpe, what it is made of
+(beta, alpha Sharpe, turnover, cost sensitivity), since exposure earns a Sharpe as much as skill."""
 
 from __future__ import annotations
 
@@ -183,8 +181,7 @@ def momentum_signal(ret_next: Any, span: float = DEFAULT_MOMENTUM_SPAN) -> np.nd
 
 
 def baseline_positions(ret_next: Any, segment: _Range | tuple[int, int], momentum_span: float = DEFAULT_MOMENTUM_SPAN) -> dict[str, np.ndarray]:
-    """Positions [..., T] of each baseline over [lo, hi): flat 0, buy_and_hold +1, momentum the sign
-    of `momentum_signal` (warmed up on the series before: past data only)."""
+    """Positions [..., T] over [lo, hi): flat 0, buy_and_hold +1, momentum `momentum_signal`'s sign."""
     lo, hi = (segment.lo, segment.hi) if hasattr(segment, "lo") else segment
     x = _as_numpy(ret_next)
     if not 0 <= lo < hi <= x.shape[-1]:
@@ -197,8 +194,7 @@ def baseline_positions(ret_next: Any, segment: _Range | tuple[int, int], momentu
 def baseline_stats(ret_next: Any, segments: Mapping[str, _Range | tuple[int, int]], cost: float,
         periods_per_year: float, *, momentum_span: float = DEFAULT_MOMENTUM_SPAN,
         device: torch.device | str | None = None) -> pd.DataFrame:
-    """EVAL_STATS of every baseline on every segment, through `evaluation_stats` on `device`;
-    ret_next [N] or [S,N]; one row per (segment, baseline, path)."""
+    """EVAL_STATS of every baseline on every segment: a row per segment, baseline and path."""
     if device is None:
         device = ret_next.device if isinstance(ret_next, Tensor) else "cpu"
     x = _as_numpy(ret_next)

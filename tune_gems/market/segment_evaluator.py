@@ -12,8 +12,7 @@ from tune_gems.market.features import Market, member_paths, path_index
 
 
 class SegmentEvaluator:
-    """A greedy policy over a segment for every member from flat, as fixed-shape in-place steps
-    (`graph.StepRunner` captures `step()`); `policy` ([P,1,obs_dim] -> [P,1,K]) reads live weights."""
+    """A greedy policy over a segment for every member from flat, as in-place steps a graph captures."""
 
     def __init__(self, market: Market, actions: ActionMap, cost: float, policy: Callable[[Tensor], Tensor],
             population: int, segment: str, path_of_member: Sequence[int] | Tensor | None = None,

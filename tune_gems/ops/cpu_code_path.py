@@ -29,8 +29,7 @@ def cpu_has_avx2(read: Callable[[], str] | None = None) -> bool:
 
 
 def pin_cpu_code_path(environ: MutableMapping[str, str] = os.environ, has_avx2: Callable[[], bool] = cpu_has_avx2) -> str:
-    """Check `environ`'s CPU variables, then pin MKL's path and (on AVX2) ATen's width unless set;
-    MKL's path."""
+    """Check `environ`'s CPU variables, then pin MKL's path and (AVX2) ATen's width unless set."""
     check_cpu_environment(environ)
     if CPU_KERNEL_WIDTH_ENV not in environ and has_avx2():
         environ[CPU_KERNEL_WIDTH_ENV] = CPU_KERNEL_WIDTH

@@ -51,8 +51,7 @@ def _contiguous(args: tuple) -> list:
 
 
 def _cuda_or_reference(reference_impl: Callable, extension_function: str) -> Callable:
-    """An op's CUDA implementation: the extension's function once loaded for the device, else the
-    reference."""
+    """An op's CUDA implementation: the extension's function once loaded, else the reference."""
 
     def cuda_impl(*args):
         device = next(a.device for a in args if isinstance(a, Tensor))
@@ -88,8 +87,7 @@ def _saved_inputs(inputs: tuple, output) -> tuple:
 
 
 def _value_grad(grad_per_sample: Optional[Tensor], grad_value: Optional[Tensor], shape_of: Tensor):
-    """(grad_per_sample or None, grad_value or zeros [P]): a backward op takes None for the
-    per-sample one only."""
+    """(grad_per_sample or None, grad_value or zeros [P]): only a per-sample gradient may be None."""
     if grad_value is None:
         grad_value = grad_per_sample.new_zeros(shape_of.shape[0])
     return grad_per_sample, grad_value
@@ -97,8 +95,8 @@ def _value_grad(grad_per_sample: Optional[Tensor], grad_value: Optional[Tensor],
 
 def _define_differentiable(forward_op, backward_op, n_inputs: int, saved: Callable = _saved_inputs,
         differentiable_outputs: int = 0, per_sample_value: bool = True) -> None:
-    """Autograd of forward_op through backward_op(*grads, *saved(inputs, output)), whose outputs are
-    the leading inputs' gradients; only the first `differentiable_outputs` (0: all) carry one."""
+    """Autograd of forward_op through backward_op; only the first `differentiable_outputs` (0: all)
+    carry one."""
 
     def setup_context(ctx, inputs, output) -> None:
         ctx.set_materialize_grads(False)

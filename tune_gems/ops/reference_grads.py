@@ -18,8 +18,7 @@ def sample_weight(grad_per_sample: Tensor | None, grad_value: Tensor, B: int) ->
 
 
 def g6_branch_indep_grad(grad_value: Tensor, f: Tensor) -> Tensor:
-    """d/df of grad_value . g6_branch_indep(f), through z = (f - mean) / sd and the floor
-    `reference.g6_eps`."""
+    """d/df of grad_value . g6_branch_indep(f), through z = (f - mean) / sd and `reference.g6_eps`."""
     P, K, B, D = f.shape
     if K < 2:
         return torch.zeros_like(f, memory_format=torch.contiguous_format)

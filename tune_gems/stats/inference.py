@@ -68,8 +68,7 @@ def critical_count(n: int, tail: float) -> int:
 
 
 def walsh_interval(sorted_w: np.ndarray, n: int, tail: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) [S] of the shifts the two-sided test at `tail` per side keeps, from row-sorted
-    Walsh averages (NaN last); -inf / +inf where too few seeds."""
+    """(low, high) [S] the test keeps at `tail` per side, from row-sorted Walsh averages (NaN last)."""
     s, total = sorted_w.shape
     tails = np.broadcast_to(np.asarray(tail, float), (s,))
     if np.ndim(tail) == 0:
@@ -157,8 +156,7 @@ def _unsort(values: np.ndarray, order: np.ndarray) -> np.ndarray:
 
 
 def holm_batch(p: np.ndarray) -> np.ndarray:
-    """Holm-adjusted p along the last axis of p [S, m], NaN out of the family (checked against
-    statsmodels)."""
+    """Holm-adjusted p along the last axis of p [S, m], NaN out of the family (as statsmodels')."""
     p = np.asarray(p, float)
     order, ps, steps = _holm_steps(p)
     adj = np.minimum(np.maximum.accumulate(ps * steps, axis=1), 1.0)  # NaN past the family: sorted last

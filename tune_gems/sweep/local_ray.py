@@ -1,7 +1,6 @@
-"""Where a sweep's Ray runs: a cluster named by RAY_ADDRESS (checked, and its host:port probed,
-before Ray's client waits silently for minutes), or a private instance on loopback guarded by a
-watchdog process and a `RayWatch` thread, dying with the driver (docs/cluster.md "Local runs"). Two
-private Ray names have no public equivalent: `ray_constants.ENABLE_RAY_CLUSTER` and
+"""Where a sweep's Ray runs: a cluster named by RAY_ADDRESS (checked and probed first), or a private
+instance on loopback guarded by a watchdog and `RayWatch`, dying with the driver (docs/cluster.md
+"Local runs"). Private Ray names used for want of public ones: `ray_constants.ENABLE_RAY_CLUSTER`,
 `ray.init(_node_ip_address=...)`."""
 
 from __future__ import annotations
@@ -131,8 +130,7 @@ def core_processes(pids: set[int]) -> dict[int, str]:
 
 
 class RayWatch(threading.Thread):
-    """Polls `watched` ({pid: name}); the first that ends calls `on_lost(name, pid)` once (not after
-    `stop()`)."""
+    """Polls `watched` ({pid: name}); the first that ends calls `on_lost(name, pid)` once."""
 
     def __init__(self, watched: dict[int, str], on_lost: Callable[[str, int], None], poll_s: float = WATCH_POLL_S) -> None:
         super().__init__(name="tune-gems-ray-watch", daemon=True)

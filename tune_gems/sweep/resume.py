@@ -42,8 +42,8 @@ def resolved_spec(spec: SweepSpec) -> dict[str, Any]:
 
 
 def stored_spec(store: ExperimentStore, overrides: list[str], given: SweepSpec, spec_path: Path) -> SweepSpec:
-    """The stored spec.yaml, overrides that change it refused (a differing SPEC file noted); refused
-    fail-closed when the spec or data changed or the checksums are missing."""
+    """The stored spec.yaml, overrides that change it refused; refused fail-closed when it or the
+    data changed."""
     from pydantic import ValidationError
 
     where = f"{store.uri}/{SPEC_FILE}"
@@ -130,8 +130,7 @@ class StoredTrial:
 
 
 def stored_trials(store: ExperimentStore) -> dict[str, StoredTrial]:
-    """{trial_id: StoredTrial} from Tune's newest persisted state: the file, not the ResultGrid
-    (which marks interrupted trials TERMINATED), tells an interrupted trial from a finished one."""
+    """{trial_id: StoredTrial} from Tune's newest persisted state (which tells interrupted from finished)."""
     import pyarrow.fs as pafs
 
     try:
@@ -163,8 +162,7 @@ RESULTS_FILE = "result.json"
 
 
 def checkpoint_epoch(store: ExperimentStore, trial: StoredTrial) -> int | None:
-    """The epoch a resumed `trial` restarts after: its newest checkpoint Tune registered (not the
-    newest folder: one written while Ctrl-C stopped the sweep is not restored), or None."""
+    """The epoch a resumed `trial` restarts after: its newest checkpoint Tune registered, or None."""
     last = trial.last_result
     if last.get(CHECKPOINT_KEY):
         return int(last["epoch"])

@@ -143,8 +143,7 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         return min(free, key=lambda t: t.number) if free else None
 
     def _adopt(self, orphan: optuna.trial.FrozenTrial) -> optuna.trial.Trial:
-        """The orphan to run again: its stored parameters are read back, the sampler draws each once
-        more so its state moves on as at the first asking."""
+        """Run the orphan again: its parameters read back, the sampler moved past its draws as at first."""
         sampler = self._ot_study.sampler
         for name, dist in orphan.distributions.items():
             if not dist.single():
@@ -224,8 +223,7 @@ ORPHAN_ATTR = "orphaned"
 
 
 def close_orphaned_trials(study_name: str, journal_path: Path) -> int:
-    """Mark FAIL the Optuna trials still RUNNING after a sweep finished every Tune trial (asked by a
-    killed driver); how many. Never after an interrupted sweep."""
+    """Mark FAIL the trials still RUNNING after a finished sweep (asked by a killed driver); how many."""
     storage = journal_storage(journal_path)
     study = optuna.load_study(study_name=study_name, storage=storage)
     orphans = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING]

@@ -42,8 +42,7 @@ def block_grid(spec: SweepSpec) -> dict[str, list[Any]]:
 
 
 def trial_config(base: dict[str, Any], params: dict[str, Any], design: str = DESIGN_NONE) -> Config:
-    """One trial's config: the base tree with its dotted parameters, validated once, with the
-    design's arms."""
+    """One trial's config: the base with its dotted parameters, validated once, with the design's arms."""
     cfg = build_config(with_dotted(base, params), "trial config")
     return cfg if design == DESIGN_NONE else apply_design(cfg, design)
 

@@ -104,8 +104,7 @@ def _probe(storage: str, field: str) -> None:
 
 
 class ExperimentStore:
-    """`local_dir`: the experiment folder for a local path; `disk_dir`: it on this machine's disk
-    (also for file://), None for remote storage."""
+    """`local_dir`: the folder of a local path; `disk_dir`: on this machine (file:// too), else None."""
 
     def __init__(self, storage: str, name: str):
         self.name = name

@@ -140,8 +140,7 @@ def trial_objective(metrics: dict[str, Any], objective: str, diverged: bool) -> 
 
 
 def release_finished_trials() -> None:
-    """Free what earlier trials left before a trial measures its memory, and freeze what lives now
-    out of later collections (`gc.freeze`: each collection scans only what came since)."""
+    """Free what earlier trials left before a trial measures its memory; `gc.freeze` what lives now."""
     if gc.get_freeze_count():
         gc.collect()
         if torch.cuda.is_initialized():

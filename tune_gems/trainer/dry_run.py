@@ -78,8 +78,7 @@ def time_line(t: TimeEstimate, what: str = "the run") -> str:
 
 
 def members_line(cfg: Config, run: RunArms) -> str:
-    """`members: H history(ies) x F fold(s) x A arm(s) x S seed(s) = P (arm names)`, factors of one
-    left out."""
+    """`members: H history(ies) x F fold(s) x A arm(s) x S seed(s) = P (arms)`, factors of one left out."""
     arms = list(run.names)
     p, folds, histories = cfg.trainer.population, run.layout.folds, run.layout.histories
     per_fold = (f"{histories} histories x " if histories > 1 else "") + (f"{folds} fold(s) x " if folds > 1 else "")
@@ -90,8 +89,7 @@ RESOLVED_PREFIX = "tune-gems-dry-run-"
 
 
 def resolved_file(tree: dict, title: str, file_name: str) -> str:
-    """The line naming the resolved config's file (~150 lines that would bury the plan), in a
-    temporary folder."""
+    """The line naming the resolved config's file (~150 lines would bury the plan), in a temporary folder."""
     import tempfile
 
     text = yaml.safe_dump(tree, sort_keys=False)

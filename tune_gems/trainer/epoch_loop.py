@@ -14,8 +14,7 @@ EpochHook = Callable[[EpochResult, bool], None]
 
 
 class CheckpointSchedule:
-    """When a checkpoint is due: `checkpoint_interval_s` after the last, every `checkpoint_every`
-    epochs, at the end."""
+    """When a checkpoint is due: after `checkpoint_interval_s`, every `checkpoint_every`, at the end."""
 
     def __init__(self, interval_s: float, every: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval_s, self.every, self._clock = interval_s, every, clock

@@ -45,8 +45,7 @@ def _check_value(where: str, what: str, v: Any, P: int, dtype: torch.dtype) -> N
 
 
 def _with_gradients(fn: Callable[[GemInputs], Tensor], x: GemInputs) -> None:
-    """`fn` on float inputs that require gradient, and the gradient of its sum (no parameter's .grad
-    touched)."""
+    """`fn` on float inputs requiring gradient, and its sum's gradient (no parameter's .grad touched)."""
     live = {k: getattr(x, k).detach().clone().requires_grad_(True) for k in ("q_t", "q_tp1", "h_t", "adv_features")}
     with torch.enable_grad():
         v = fn(dataclasses.replace(x, **live))

@@ -36,8 +36,7 @@ def _fold_cells(folds: tuple[int, ...], histories: tuple[str, ...]) -> list[tupl
 
 
 def health_line(m: dict[str, Any], gems: MemberGems, ids: MemberIds) -> str:
-    """The line: every gem's value (or `off`), then with several folds or histories `folds [...]`, a
-    designed run's `gain [...]`, with several arms `arms [...]`."""
+    """The line: every gem's value (or `off`), then `folds [...]`, `gain [...]` and `arms [...]`."""
     arms, folds, histories = ids.arms, ids.folds, ids.histories
     named = set(arms) | set(ids.aliases)
     parts = [f"HEALTH_DIAG epoch={m['epoch']}", f"loss={_num(m['loss'])}", f"q_mean={_num(m['q_mean'])}",

@@ -32,8 +32,7 @@ def member_rows(x: GemInputs, rows: slice) -> GemInputs:
 
 
 class MemberGems:
-    """Per-member modes and weights of the run's gems, in registry order: `arm_gems` each arm's
-    `gems` section; `fused`: call a gem's custom op where it has one."""
+    """Per-member modes and weights of the run's gems, in registry order, from each arm's `gems` section."""
 
     def __init__(
         self, arm_gems: Sequence[Any], layout: MemberLayout, device: torch.device | str,
@@ -154,8 +153,7 @@ class MemberGems:
         return out
 
     def head_loss(self, values: dict[str, Tensor | None], wired_heads: dict[str, Tensor | None] | None = None) -> Tensor | None:
-        """Per member: where(measure, value, 0) over gems with a head, plus the wired heads'
-        weight-free term."""
+        """Per member: where(measure, value, 0) over gems with a head, plus wired heads' weight-free term."""
         terms = [
             select(self._common[n]["measure"], self._measure[n], v, 0.0)
             for n, v in values.items()

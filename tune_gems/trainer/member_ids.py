@@ -11,8 +11,8 @@ from tune_gems.trainer.learner import Learner
 
 @dataclass(frozen=True)
 class MemberIds:
-    """The run's arm names, fold ids and history names, and per member its arm, seed index, seed,
-    path, fold, history and pair key (what paired gains pair); `aliases`: `arm_sets.arm_aliases`."""
+    """The run's arms, folds and histories, and per member its arm, seed index, seed, path, fold,
+    history, pair."""
 
     arms: tuple[str, ...]
     folds: tuple[int, ...]

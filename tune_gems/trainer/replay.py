@@ -36,8 +36,8 @@ class ObservationSource(Protocol):
 
 @dataclass
 class Batch:
-    """A sampled batch per member; `stacked_obs` [P,3B,obs_dim] = cat[obs, succ_obs, next_obs], its
-    thirds copied on first access (inside a capture, access them there)."""
+    """A sampled batch per member: `stacked_obs` [P,3B,obs_dim] = cat[obs, succ_obs, next_obs],
+    thirds copied lazily."""
 
     action: Tensor  # [P,B,K] int64
     reward: Tensor  # [P,B] n-step discounted reward sum

@@ -135,8 +135,7 @@ def _load_if_any(trainer: Trainer, ckpt_path: Path) -> tuple[int, int] | None:
 
 
 def check_tables_against_checkpoint(out: Path, trainer: Trainer) -> None:
-    """CheckpointError naming the table when history.csv / members.csv contradict the checkpoint
-    (more epochs than the run, not 1..n, other columns); rows past its epoch are re-done."""
+    """CheckpointError naming history.csv or members.csv where it contradicts the checkpoint."""
     planned = trainer.cfg.trainer.epochs
     for name, rows in zip(TABLE_FILES, (trainer.history, trainer.member_history)):
         path = out / name
@@ -180,8 +179,8 @@ def check_train_out(out: str | Path | None, resume: bool) -> Path:
 
 def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: bool | None = None,
                  threads: str | None = None) -> dict[str, Any]:
-    """Train to the configured epochs; the final metrics. Checkpoints go in the background; a
-    SIGTERM or SIGINT stops at the next boundary with one (TrainingStopped)."""
+    """Train to the configured epochs; the final metrics. A SIGTERM or SIGINT stops at a boundary
+    (TrainingStopped)."""
     out = check_train_out(out, resume)
     arms = run_arms(cfg)  # the arms expanded once, for the memory estimate and the trainer
     check_training_fits(cfg, members=arms.members)  # memory from the shapes, before anything is allocated

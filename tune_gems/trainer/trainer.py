@@ -114,8 +114,8 @@ class Trainer:
         return history_table(self.cfg.data, self.market)
 
     def sample_timings(self, iterations: int) -> tuple[float, float, float]:
-        """(prefill s, s per iteration, s per validation pass) measured on this device after a
-        warm-up: what `--dry-run` extrapolates from. A throw-away trainer only."""
+        """(prefill s, s per iteration, s per validation pass) on this device: for `--dry-run`; a
+        throw-away only."""
         def sync() -> None:
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
