@@ -195,8 +195,22 @@ def test_the_seal_opens_once_then_only_labelled_not_pre_registered(sealed_search
     assert seeds[1] > seeds[0]  # the second opening kept clear of the first's seeds
 
 
-def test_a_broken_seal_is_refused_in_one_line_naming_the_data(sealed_search, tmp_path):
+def test_bad_seals_are_one_line_exit_2_naming_the_key_or_file(sealed_search, tmp_path):
+    """Too many rows sealed for a run (through `train`); --final on a search that sealed nothing
+    (the hostile matrix's confirmable search: synthetic data) or whose record of the seal no
+    longer matches its data: one line, exit 2, no opening recorded, nothing written."""
     import shutil
+
+    from test_hostile_round4 import confirmable
+
+    res = cli_in_process("train", *TINY, "data.source=file", f"data.path={sealed_search.parent / 'p.csv'}",
+                         "data.sealed=880", "--out", str(tmp_path / "run"))
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "data.sealed: sealing 880 of the 900 rows" in res.stderr
+    assert not (tmp_path / "run").exists()
+    confirmable()(tmp_path / "plain")
+    res = cli_in_process("confirm", str(tmp_path / "plain" / "exp"), "--final")
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "records no seal; --final opens" in res.stderr
+    assert not (tmp_path / "plain" / "exp" / "final-confirmation").exists()
 
     exp = tmp_path / "exp"
     shutil.copytree(sealed_search, exp)
