@@ -20,7 +20,9 @@ confirmation's) tables are written once, when it finishes: their checksums are r
 (`TABLES_KEY`), and `confirm`, which trains the search's choice with the seeds its members and fold
 and history tables imply, checks them (`check_tables_unchanged`): a table cut, edited, deleted or
 added is refused. A train run's tables are rewritten every epoch and carry no checksum; every
-table's columns and values are validated by the analysis's loader.
+table's columns and values are validated by the analysis's loader. A sweep on sealed data
+(`data.sealed`) records the seal in its data record (`SEAL_KEY`): the sealed rows' SHA-256 and
+their openings, which `confirm --final` checks and appends to (tune_gems.commands.confirm_record).
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ TABLES_KEY = "tables"
 """Marker field: {table file name: SHA-256 of its bytes} of every table a sweep or confirmation
 wrote when it finished (trials, history, members and the side tables: arms, folds, histories,
 baselines, gems.json), replaced whole at each writing: exactly the tables of the last one."""
+SEAL_KEY = "seal"
+"""Data record field: the seal (tune_gems.data.segments.seal_digest: its rows, their SHA-256, the
+`openings` of it so far)."""
 STORED_MAX_BYTES = 1 << 20
 """Largest stored config or spec read to verify it (the bound of a config file)."""
 READ_FIX = ("the run's records were changed or are gone, so its results cannot be shown to be its own: restore them, "
@@ -64,19 +69,20 @@ def records_data(data: Any) -> bool:
     return all(paths) and not any("://" in str(p) for p in paths)
 
 
-def data_fingerprint(data: Any) -> dict[str, Any] | None:
+def data_fingerprint(data: Any, seal: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The record of a run's data file (a `DataConfig`), or None for synthetic data; with several
     price histories in several files, their paths, one checksum over theirs in order, and each
-    file's own under its key (`files`: so a changed one is named by the key that reads it). A
-    file must be a regular file (opened non-blocking: a FIFO or `/dev/zero` in its place is
-    refused in one line, never read)."""
+    file's own under its key (`files`: so a changed one is named by the key that reads it); and
+    the `seal` of its last rows, if any (`SEAL_KEY`). A file must be a regular file (opened
+    non-blocking: a FIFO or `/dev/zero` in its place is refused in one line, never read)."""
     if not records_data(data):
         return None
     files = _data_files(data)
     digests = [sha256_regular(path, key, DataError) for path, key in files.items()]
+    sealed = {SEAL_KEY: seal} if seal else {}
     if len(files) == 1:
-        return {"path": str(next(iter(files))), "sha256": digests[0]}
-    return {"path": ", ".join(map(str, files)), "sha256": sha256_bytes(" ".join(digests).encode()),
+        return {"path": str(next(iter(files))), "sha256": digests[0], **sealed}
+    return {"path": ", ".join(map(str, files)), "sha256": sha256_bytes(" ".join(digests).encode()), **sealed,
             "files": [{"key": key, "path": str(path), "sha256": d} for (path, key), d in zip(files.items(), digests)]}
 
 

@@ -66,19 +66,3 @@ class SegmentEvaluator:
         self.t.add_(1)
         self.i.add_(1)
 
-
-def evaluate_segment(
-    market: Market,
-    actions: ActionMap,
-    cost: float,
-    policy: Callable[[Tensor], Tensor],
-    population: int,
-    segment: str,
-    path_of_member: Sequence[int] | Tensor | None = None,
-    fold_of_member: Sequence[int] | Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
-    """Eager one-off evaluation: per-step net returns and positions, both [P,T]."""
-    ev = SegmentEvaluator(market, actions, cost, policy, population, segment, path_of_member, fold_of_member)
-    for _ in range(ev.T):
-        ev.step()
-    return ev.returns.clone(), ev.positions.clone()

@@ -15,7 +15,10 @@ alpha Sharpe is an artefact of its entry cost, docs/evaluation.md):
   below 0 (each at 95%: an intersection, valid as it is); "above flat" needs the lower bound
   above 0 at 95% Bonferroni over the configurations (the best of several is selected);
 - **conditional on one test period**: the test segment is one stretch of one history, common to
-  every fold; the statement is about that period, not about the learner in general.
+  every fold; the statement is about that period, not about the learner in general;
+- **the best arm is chosen on validation**: the largest mean of the metric on the validation
+  segment, then its test interval; the test segment chooses nothing, so that interval is not the
+  largest of several noisy ones.
 
 The baseline rows (buy-and-hold, momentum) stay in the report's table with their values on the
 same segments, as a description.
@@ -71,10 +74,22 @@ def _standing(table: pd.DataFrame) -> tuple[str, pd.DataFrame, str] | None:
     return metric, configs, standing
 
 
-def _best(configs: pd.DataFrame) -> str:
-    b = configs.loc[configs["skill_estimate"].idxmax()]
-    return (f"best {b['configuration']} {_num(b['skill_estimate'], '+.2f')} [{_num(b['skill_ci_low'])}, "
-            f"{_num(b['skill_ci_high'])}] over {int(b['skill_seeds'])} seed(s)")
+def best_arm(configs: pd.DataFrame, metric: str) -> pd.Series | None:
+    """The configuration validation picks (module docstring): the largest finite mean of the
+    metric's validation column; None without one."""
+    val = metric.replace("test_", "val_", 1)
+    scores = configs[val].astype(float) if val in configs.columns else pd.Series(dtype=float)
+    scores = scores[np.isfinite(scores)]
+    return None if scores.empty else configs.loc[scores.idxmax()]
+
+
+def _best(configs: pd.DataFrame, metric: str) -> str:
+    b, val = best_arm(configs, metric), metric.replace("test_", "val_", 1)
+    if b is None:
+        return f"no best arm named (no {val} to choose on)"
+    return (f"best on validation {b['configuration']} ({val} {_num(b[val], '+.2f')}): test "
+            f"{_num(b['skill_estimate'], '+.2f')} [{_num(b['skill_ci_low'])}, {_num(b['skill_ci_high'])}] over "
+            f"{int(b['skill_seeds'])} seed(s)")
 
 
 def _what(metric: str) -> str:
@@ -84,13 +99,14 @@ def _what(metric: str) -> str:
 
 
 def baseline_headline(table: pd.DataFrame) -> str:
-    """From a `baseline_comparison` table: `against the baselines (<what>): <standing>; best
-    <config> <estimate> [low, high] over <n> seed(s)`, or '' without a configuration to state."""
+    """From a `baseline_comparison` table: `against the baselines (<what>): <standing>; best on
+    validation <config> (<val metric> <mean>): test <estimate> [low, high] over <n> seed(s)`, or ''
+    without a configuration to state."""
     found = _standing(table)
     if found is None:
         return ""
     metric, configs, standing = found
-    return f"against the baselines ({_what(metric)}): {standing}; {_best(configs)}"
+    return f"against the baselines ({_what(metric)}): {standing}; {_best(configs, metric)}"
 
 
 def skill_flag(table: pd.DataFrame) -> str:
@@ -103,7 +119,7 @@ def skill_flag(table: pd.DataFrame) -> str:
     metric, configs, _ = found
     if not (configs["skill_ci_high"] < 0).all():
         return ""
-    return (f"out of sample every arm lies below flat ({_what(metric)}; {_best(configs)}): a verdict says whether "
+    return (f"out of sample every arm lies below flat ({_what(metric)}; {_best(configs, metric)}): a verdict says whether "
             "wiring helps this learner, not that the learner has skill")
 
 
