@@ -180,9 +180,15 @@ def _cmd_confirm(args: argparse.Namespace) -> int:
     from tune_gems.analysis.verdicts.search_choice import format_confirmation
     from tune_gems.analysis.cli import analysis_settings
     from tune_gems.commands.confirm import confirm
+    from tune_gems.contracts.errors import ConfigError
 
+    if args.not_pre_registered and not args.final:
+        raise ConfigError("--not-pre-registered: labels a second opening of the seal; it goes with --final")
     res = confirm(args.experiment, args.out, population=args.seeds, log=lambda line: print(line, flush=True),
-        threads=_threads_words(args), **analysis_settings(args))
+                  threads=_threads_words(args), final=args.final, not_pre_registered=args.not_pre_registered,
+                  **analysis_settings(args))
+    if res.label:
+        print(f"final confirmation on the sealed rows, {res.label}")
     print(format_confirmation(res.table))
     for note in res.notes:
         print(f"note: {note}")
@@ -199,6 +205,11 @@ def _add_confirm_parser(sub) -> None:
     c.add_argument("--seeds", type=int, default=None,
                    help="seeds per arm of each confirmation run (default: the fewest whose MDE is at most the "
                         "discovery's; refused when too few to decide)")
+    c.add_argument("--final", action="store_true",
+                   help="open the search's sealed rows (data.sealed) once: train on fresh seeds, test on them "
+                        "(default --out: EXPERIMENT_DIR/final-confirmation)")
+    c.add_argument("--not-pre-registered", action="store_true",
+                   help="with --final: open a seal opened before, every output labelled not pre-registered")
     add_settings(c)
     _add_threads_option(c)
     c.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

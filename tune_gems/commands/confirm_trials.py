@@ -83,15 +83,17 @@ def _announce(plan: Plan, cfg: Config) -> str:
 
 
 def run_plans(plans: list[Plan], build: Callable[[Plan], Config], experiment: str, log: Callable[[str], None],
-              events_out: Path | None = None, clock: Callable[[], float] = time.monotonic) -> SweepTables:
+              events_out: Path | None = None, clock: Callable[[], float] = time.monotonic,
+              open_seal: bool = False) -> SweepTables:
     """Train every plan once, in turn; their tables (console lines with ETAs; TensorBoard with
-    `events_out`)."""
+    `events_out`). `open_seal` (`confirm --final`): each trial's test is the sealed rows."""
     from tune_gems.gems import manifest
     from tune_gems.design.arms import run_arms
     from tune_gems.design.resources import check_training_fits
     from tune_gems.trainer.health import without_arm_detail
     from tune_gems.trainer.tensorboard import EpochEvents
     from tune_gems.trainer.epoch_loop import train_epochs
+    from tune_gems.trainer.run_setup import prepare_market, run_device
     from tune_gems.trainer.trainer import Trainer
 
     configs = [build(p) for p in plans]
@@ -105,7 +107,8 @@ def run_plans(plans: list[Plan], build: Callable[[Plan], Config], experiment: st
     for done, (plan, cfg, run) in enumerate(zip(plans, configs, arms), start=1):
         log(_announce(plan, cfg))
         began = clock()
-        trainer = Trainer(cfg, log=lambda line: log(without_arm_detail(line)), arms=run)  # the sweep console's short line
+        market = prepare_market(cfg, run_device(cfg), open_seal=True) if open_seal else None
+        trainer = Trainer(cfg, log=lambda line: log(without_arm_detail(line)), arms=run, market=market)  # the sweep console's short line
         events = EpochEvents(events_out, plan.trial_id) if events_out is not None else None
 
         def after_epoch(_result, _due, trainer=trainer, plan=plan, events=events, began=began):

@@ -4,6 +4,7 @@ synthetic series; unknown keys are refused everywhere, so a typo never becomes a
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -207,6 +208,11 @@ class DataConfig(_Strict):
     )
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
     folds: FoldsConfig = Field(default_factory=FoldsConfig)
+    sealed: Union[int, float] = Field(
+        0,
+        description="rows kept from the search at the end of every history, a fraction (0.15) or a count (750); data.splits "
+        "cut the rows before them; opened once by `tune-gems confirm --final` (docs/data.md \"The sealed segment\"); 0: none",
+    )
 
     @field_validator("splits", mode="before")
     @classmethod
@@ -228,6 +234,13 @@ class DataConfig(_Strict):
                 raise ValueError("validation start must be before test start")
             return [str(x)[:10] for x in v]
         raise ValueError("give three fractions [train, val, test] or two ISO dates [val_start, test_start]")
+
+    @field_validator("sealed", mode="before")
+    @classmethod
+    def _check_sealed(cls, v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < (1 if isinstance(v, float) else math.inf):
+            raise ValueError("give a fraction of the rows in [0, 1) or a whole number of rows >= 0")
+        return v
 
     _text = field_validator("path", "price_column", "time_column")(_printable)
     _path = field_validator("path")(_path_within_limits)
@@ -300,6 +313,9 @@ class DataConfig(_Strict):
             if without:
                 raise ValueError(f"data.histories.{without[0]}.path is required when data.source is file "
                                  "(or set data.path, the file of every entry without one)")
+        if self.sealed and self.source != "file":
+            raise ValueError("data.sealed seals rows of a price file (data.source=file); a synthetic series is regenerated "
+                             "from its seed, and confirm gives per-seed paths the search never saw")
         if self.source == "file" and self.synthetic.edge_periods is not None:  # else ignored without a word
             raise ValueError("data.synthetic.edge_periods shapes the synthetic series, but data.source is file: "
                              "drop it (a price file has its own regimes)")

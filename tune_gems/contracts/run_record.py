@@ -1,6 +1,7 @@
 """What a run recorded about its inputs: the SHA-256 of its stored config or spec, data file and
 final tables in its marker, which a command relying on them checks, failing closed
-(`require_record`; docs/robustness.md "Records that do not lie")."""
+(`require_record`; docs/robustness.md "Records that do not lie"). Sealed data's record holds the
+seal (`SEAL_KEY`): its rows' SHA-256 and openings, checked and appended to by `confirm --final`."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ DATA_KEY = "data"
 """Marker field: {"path": the data file as given, "sha256": of its bytes} (file data only)."""
 TABLES_KEY = "tables"
 """Marker field: {table: SHA-256} of the tables a sweep or confirmation wrote last."""
+SEAL_KEY = "seal"
+"""Data record field: the seal (`segments.seal_digest`: its rows, their SHA-256, its `openings`)."""
 STORED_MAX_BYTES = 1 << 20
 """Largest stored config or spec read to verify it (the bound of a config file)."""
 READ_FIX = ("the run's records were changed or are gone, so its results cannot be shown to be its own: restore them, "
@@ -40,15 +43,17 @@ def records_data(data: Any) -> bool:
     return all(paths) and not any("://" in str(p) for p in paths)
 
 
-def data_fingerprint(data: Any) -> dict[str, Any] | None:
-    """The record of a run's data files (None for synthetic data), each file's under its key (`files`)."""
+def data_fingerprint(data: Any, seal: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The record of a run's data files (None for synthetic data), each file's under its key
+    (`files`), and the seal of its last rows, if any (`SEAL_KEY`)."""
     if not records_data(data):
         return None
     files = _data_files(data)
     digests = [sha256_regular(path, key, DataError) for path, key in files.items()]
+    sealed = {SEAL_KEY: seal} if seal else {}
     if len(files) == 1:
-        return {"path": str(next(iter(files))), "sha256": digests[0]}
-    return {"path": ", ".join(map(str, files)), "sha256": sha256_bytes(" ".join(digests).encode()),
+        return {"path": str(next(iter(files))), "sha256": digests[0], **sealed}
+    return {"path": ", ".join(map(str, files)), "sha256": sha256_bytes(" ".join(digests).encode()), **sealed,
             "files": [{"key": key, "path": str(path), "sha256": d} for (path, key), d in zip(files.items(), digests)]}
 
 

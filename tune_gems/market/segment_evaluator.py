@@ -49,10 +49,3 @@ class SegmentEvaluator:
         self.t.add_(1)
         self.i.add_(1)
 
-
-def evaluate_segment(*args, **kwargs) -> tuple[Tensor, Tensor]:
-    """Eager evaluation (`SegmentEvaluator`'s arguments): net returns and positions, both [P,T]."""
-    ev = SegmentEvaluator(*args, **kwargs)
-    for _ in range(ev.T):
-        ev.step()
-    return ev.returns.clone(), ev.positions.clone()

@@ -1,7 +1,8 @@
 """Where a run stands out of sample, in one statement (the end of `train`, the report's first line,
 the verdicts' `skill` flag): each configuration's final test alpha Sharpe per seed against flat
 (exactly 0), the signed-rank interval at 95% ("above flat" at Bonferroni over the configurations),
-conditional on the one test period (docs/evaluation.md "Baselines")."""
+conditional on the one test period; the best arm is the one validation picks, then its test interval
+(docs/evaluation.md "Baselines")."""
 
 from __future__ import annotations
 
@@ -43,10 +44,22 @@ def _standing(table: pd.DataFrame) -> tuple[str, pd.DataFrame, str] | None:
     return metric, configs, standing
 
 
-def _best(configs: pd.DataFrame) -> str:
-    b = configs.loc[configs["skill_estimate"].idxmax()]
-    return (f"best {b['configuration']} {_num(b['skill_estimate'], '+.2f')} [{_num(b['skill_ci_low'])}, "
-            f"{_num(b['skill_ci_high'])}] over {int(b['skill_seeds'])} seed(s)")
+def best_arm(configs: pd.DataFrame, metric: str) -> pd.Series | None:
+    """The configuration validation picks: the largest finite mean of the metric's validation
+    column, or None."""
+    val = metric.replace("test_", "val_", 1)
+    scores = configs[val].astype(float) if val in configs.columns else pd.Series(dtype=float)
+    scores = scores[np.isfinite(scores)]
+    return None if scores.empty else configs.loc[scores.idxmax()]
+
+
+def _best(configs: pd.DataFrame, metric: str) -> str:
+    b, val = best_arm(configs, metric), metric.replace("test_", "val_", 1)
+    if b is None:
+        return f"no best arm named (no {val} to choose on)"
+    return (f"best on validation {b['configuration']} ({val} {_num(b[val], '+.2f')}): test "
+            f"{_num(b['skill_estimate'], '+.2f')} [{_num(b['skill_ci_low'])}, {_num(b['skill_ci_high'])}] over "
+            f"{int(b['skill_seeds'])} seed(s)")
 
 
 def _what(metric: str) -> str:
@@ -61,7 +74,7 @@ def baseline_headline(table: pd.DataFrame) -> str:
     if found is None:
         return ""
     metric, configs, standing = found
-    return f"against the baselines ({_what(metric)}): {standing}; {_best(configs)}"
+    return f"against the baselines ({_what(metric)}): {standing}; {_best(configs, metric)}"
 
 
 def skill_flag(table: pd.DataFrame) -> str:
@@ -72,7 +85,7 @@ def skill_flag(table: pd.DataFrame) -> str:
     metric, configs, _ = found
     if not (configs["skill_ci_high"] < 0).all():
         return ""
-    return (f"out of sample every arm lies below flat ({_what(metric)}; {_best(configs)}): a verdict says whether "
+    return (f"out of sample every arm lies below flat ({_what(metric)}; {_best(configs, metric)}): a verdict says whether "
             "wiring helps this learner, not that the learner has skill")
 
 

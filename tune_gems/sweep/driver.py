@@ -28,7 +28,7 @@ from tune_gems.sweep.spec import SweepSpec
 from tune_gems.sweep.spec_load import designed_config, load_spec, widest_trial
 from tune_gems.sweep.storage import is_uri
 from tune_gems.sweep.tune_run import fit_tuner
-from tune_gems.trainer.run_setup import load_run_prices, prepare_market
+from tune_gems.trainer.run_setup import load_run_prices, prepare_market, seal_record
 
 RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
@@ -85,7 +85,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, storage
     # dates, and the trials build their own markets (their P paths) where they run
     market = prepare_market(base_cfg, torch.device("cpu"), prices, n_seed_indices=1)
     check_plugins_dry(spec, prices, str(spec_path))  # before anything is printed: a refusal is one line
-    data_record = None if resume else data_fingerprint(base_cfg.data)  # the bytes just read
+    data_record = None if resume else data_fingerprint(base_cfg.data, seal_record(base_cfg, prices))  # the bytes just read
     if not dry_run:
         probe_cluster()  # RAY_ADDRESS answers, or one line now, before any output (Ray's client would wait minutes)
     for line in [*data_lines(base_cfg.data, market), *(restart_lines(store, spec) if resume else [])]:
