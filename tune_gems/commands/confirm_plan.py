@@ -1,13 +1,6 @@
-"""The plan of a confirmation (`tune-gems confirm`): per gem, the discovery trial it re-tests,
-its fresh trial seed, its block of fresh seed indices and the synthetic seed its paths count
-from, and the function that builds each plan's config.
-
-Why a module of its own: what is planned is what makes the confirmation independent of the
-search (fresh member seeds, fresh seed indices, fresh paths), so it is read and tested apart
-from the training and the record keeping (tests/test_confirm_plan.py). It stays in the command
-line's layer because the choice per gem is the analysis' (`search_choice.choose_per_gem`), which
-the sweep's layer may not import.
-"""
+"""The plan of a confirmation: per gem the discovery trial it re-tests, with fresh seeds, seed
+indices and paths (what makes it independent of the search), and the builder of its config. In the
+command line's layer because the choice is the analysis's (`search_choice.choose_per_gem`)."""
 
 from __future__ import annotations
 
@@ -37,8 +30,6 @@ class Taken(NamedTuple):
 
 @dataclass(frozen=True)
 class Plan:
-    """One confirmation trial: the gem, the discovery trial it re-tests, its fresh trial seed,
-    first seed index and (with per-seed synthetic paths) the synthetic seed its paths count from."""
 
     gem: str
     trial_id: str
@@ -65,10 +56,8 @@ def searched_keys(spec: SweepSpec) -> list[str]:
 
 
 def _fresh_bases(trials: pd.DataFrame, members: pd.DataFrame, taken: Sequence[Taken]) -> tuple[int, int, int | None]:
-    """(first unused trial seed, first unused seed index, largest synthetic seed) of the
-    discovery and of the confirmations before this one (`taken`): a path is synthetic seed +
-    seed index, so fresh indices over the largest synthetic seed give paths past every discovery
-    path."""
+    """(first unused trial seed, first unused seed index, largest synthetic seed) after the
+    discovery and `taken`."""
     seeds = pd.to_numeric(trials.get("seed", pd.Series(dtype=float)), errors="coerce").dropna()
     seed_base = max([int(seeds.max()) if len(seeds) else 0, *(t.seed for t in taken)]) + 1
     syn = pd.to_numeric(trials.get("data.synthetic.seed", pd.Series(dtype=float)), errors="coerce").dropna()
@@ -79,15 +68,13 @@ def _fresh_bases(trials: pd.DataFrame, members: pd.DataFrame, taken: Sequence[Ta
 
 
 def used_member_seeds(members: pd.DataFrame, taken: Sequence[Taken]) -> set[int]:
-    """Every member seed the search trained (its members table's `seed`, a column the loader
-    requires) and every earlier confirmation's (`rng.member_seeds`, as the trainer derives them)."""
+    """Every member seed the search and the earlier confirmations (`taken`) trained."""
     used = set(pd.to_numeric(members["seed"], errors="coerce").dropna().astype(int)) if "seed" in members else set()
     return used.union(*(member_seeds(t.seed, t.population, t.first_seed_index) for t in taken))
 
 
 def fresh_paths(spec: SweepSpec) -> bool:
-    """Whether a confirmation of this search trains on paths the search never saw (synthetic
-    per-seed paths); otherwise it is on the search's one price history."""
+    """Whether a confirmation trains on paths the search never saw (synthetic per-seed paths)."""
     data = spec.base_config().data
     return data.source == "synthetic" and data.synthetic.paths == "per_seed"
 
@@ -95,13 +82,10 @@ def fresh_paths(spec: SweepSpec) -> bool:
 def plan_confirmation(spec: SweepSpec, trials: pd.DataFrame, members: pd.DataFrame, gems: list[str],
                       population: int | dict[str, int] | None = None, taken: Sequence[Taken] = (),
                       ) -> tuple[list[Plan], list[str], Callable[[Plan], Config]]:
-    """The confirmation trials (one per gem the search wired), the notes for the others, and the
-    function that builds a plan's config (the chosen trial's, fresh seeds, the spec's design).
-    `population`: seeds per arm, for every gem or per gem (default: the spec's); each gem's block
-    of fresh seed indices follows the previous one's. `taken`: the confirmations of the search
-    so far. No member seed of a plan is one the search or an earlier confirmation trained, nor
-    another plan's: member seeds are 31-bit hashes, so a trial seed whose block would meet one is
-    passed over for the next."""
+    """The confirmation trials (one per wired gem), notes for the others, and a plan's config
+    builder. `population`: seeds per arm for all or per gem; `taken`: the earlier confirmations. No
+    plan's member seed is one trained before or another plan's (a trial seed whose block meets one
+    is passed over)."""
     choices, notes = choose_per_gem(trials, gems, searched_keys(spec))
     seed_base, index_base, synthetic_seed = _fresh_bases(trials, members, taken)
     used = used_member_seeds(members, taken)

@@ -1,13 +1,7 @@
-"""The once-per-search records of a confirmation: `EXP/confirmed.json`, claimed before the first
-confirmation trial trains, completed when its folder is published, and what a confirmation that
-died leaves behind, cleared by the next one (`Confirmed`); and the seal's openings in the search's
-marker, one per `confirm --final`, never withdrawn (`SealOpening`).
-
-Why a module of its own: a search's one confirmation is what makes its verdict final, so the
-rules that keep it one (an exclusive claim, a record read only as a bounded regular file, the
-search folder's lock telling a live confirmation from a dead one, SIGTERM turned into the same
-clean-up as Ctrl-C) are kept together and apart from what is trained.
-"""
+"""The once-per-search records of a confirmation: `EXP/confirmed.json`, claimed exclusively,
+completed on publishing, cleared by the next confirmation when its writer died (`Confirmed`); and
+the seal's openings in the search's marker, one per `confirm --final`, never withdrawn
+(`SealOpening`)."""
 
 from __future__ import annotations
 
@@ -30,13 +24,10 @@ from tune_gems.contracts.run_record import DATA_KEY, SEAL_KEY
 from tune_gems.contracts.safe_files import entry_kind, read_regular, sha256_bytes, write_atomic
 
 KIND = "confirm"
-"""The marker kind of a confirmation folder (and of its temporary folders)."""
 FIELD = "EXPERIMENT_DIR"
-"""The argument that errors about the search folder name."""
 CONFIRMED_FILE = "confirmed.json"
 """In the search's folder: the record that it was confirmed (where, when, what was chosen)."""
 RECORD_MAX_BYTES = 1 << 16
-"""Largest `confirmed.json` read (one line per gem: a few hundred bytes)."""
 
 
 def _now() -> str:
@@ -45,9 +36,7 @@ def _now() -> str:
 
 @contextlib.contextmanager
 def stops_raise():
-    """SIGTERM (and SIGHUP) raise SystemExit(128 + signal) while a confirmation trains, so its
-    clean-up runs (the temporary folder removed, the "running" record withdrawn) as for Ctrl-C;
-    only in the main thread, where Python delivers signals."""
+    """SIGTERM and SIGHUP raise SystemExit(128 + signal) while training: the clean-up runs as for Ctrl-C."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -65,10 +54,7 @@ def stops_raise():
 
 
 def clear_stale(exp: Path, out: Path, log: Callable[[str], None]) -> None:
-    """Remove what a confirmation killed outright left (its lock is free, so it is dead): the
-    "running" record, and its temporary folders beside `out` (`outputs.clear_stale_temporaries`:
-    unheld, carrying confirm's marker or holding nothing but the marker's temporary file);
-    anything else stays."""
+    """Remove a killed confirmation's "running" record and temporary folders (its lock is free)."""
     (exp / CONFIRMED_FILE).unlink(missing_ok=True)
     cleared = clear_stale_temporaries(out, KIND)
     log(f"tune-gems confirm: a confirmation of {exp} was killed before it finished (its lock is free); "
@@ -83,8 +69,7 @@ def _trials(plans: Iterable[Plan]) -> dict:
 
 
 def _read_record(record: Path) -> dict:
-    """`confirmed.json`, read only as a bounded regular file (never through a link, non-blocking:
-    a FIFO or a link to /dev/zero in its place is refused, not waited on); {} where unparsable."""
+    """`confirmed.json`, read only as a bounded regular file; {} where unparsable."""
     kind = entry_kind(record)
     if kind != "file":
         raise DataError(f"{record} is a {kind}, not the record tune-gems writes; remove it (confirm keeps its record there)")
@@ -110,10 +95,8 @@ def taken_seeds(exp: Path) -> list[Taken]:
 
 
 class Confirmed:
-    """The search's one confirmation (`confirm` without --final): `EXP/confirmed.json`, claimed
-    exclusively before the first trial trains (two confirms at once: one wins), completed with
-    where it is, the CPU environment it trained under and each gem's seeds, removed if nothing
-    was published."""
+    """The search's one confirmation (without --final): `confirmed.json`, claimed exclusively before
+    the first trial trains, completed with where, the CPU environment and each gem's seeds."""
 
     opens_seal, pre_registered, label = False, True, ""
 
@@ -121,9 +104,7 @@ class Confirmed:
         self.exp, self.file = exp, exp / CONFIRMED_FILE
 
     def check(self) -> bool:
-        """DataError when the search was confirmed already, or is being confirmed by a live
-        process; True when a "running" record of a dead confirmation is there (its lock is free:
-        the next confirmation clears it), False when there is no record."""
+        """DataError when the search was or is being confirmed; True for a dead one's record, else False."""
         if entry_kind(self.file) is None:
             return False
         info = _read_record(self.file)
@@ -164,11 +145,9 @@ class Confirmed:
 
 
 class SealOpening:
-    """An opening of the search's seal (`confirm --final`), in its marker's data record
-    (`run_record.SEAL_KEY`: `openings`, each with when, by what, into where, its status, seeds and
-    the SHA-256 of its results). The first is pre-registered; another only with `again`
-    (`--not-pre-registered`), and labelled so. An opening counts once it is claimed, finished or
-    not: a trial's last epoch prints its sealed numbers."""
+    """An opening of the search's seal (`confirm --final`) in its marker's data record: when, by
+    what, where, status, seeds, results' SHA-256. The first is pre-registered; another only with
+    `again` (`--not-pre-registered`), labelled so. An opening counts once claimed."""
 
     opens_seal = True
 
