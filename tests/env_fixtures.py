@@ -1,11 +1,22 @@
-"""Helpers shared by the environment tests of folds (walk-forward and purged)."""
+"""Helpers shared by the environment tests: episodes walked at random, and a policy evaluated
+eagerly over a whole segment."""
 
 from __future__ import annotations
 
 import torch
 
 from tune_gems.market.env import VecTradingEnv
+from tune_gems.market.segment_evaluator import SegmentEvaluator
 from tune_gems.rng import CounterRNG, member_seeds
+
+
+def evaluate_segment(market, actions, cost, policy, population, segment, path_of_member=None, fold_of_member=None):
+    """Eager one-off evaluation (`SegmentEvaluator` stepped T times): per-step net returns and
+    positions, both [P,T]."""
+    ev = SegmentEvaluator(market, actions, cost, policy, population, segment, path_of_member, fold_of_member)
+    for _ in range(ev.T):
+        ev.step()
+    return ev.returns.clone(), ev.positions.clone()
 
 
 def walk_episodes(env: VecTradingEnv, seed: int, steps: int) -> tuple[list[set[int]], list[list[int]]]:

@@ -10,7 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+
 from gymnasium.utils.env_checker import check_env
+
+from env_fixtures import evaluate_segment
 
 from tune_gems.config.schema import EnvConfig
 from tune_gems.data.segments import split_bounds
@@ -18,7 +21,6 @@ from tune_gems.data.series import synthetic_prices
 from tune_gems.market.actions import ActionMap
 from tune_gems.market.env import VecTradingEnv
 from tune_gems.market.features import Market
-from tune_gems.market.segment_evaluator import evaluate_segment
 from tune_gems.contracts.errors import DataError
 from tune_gems.ops.reference import c51_project
 from tune_gems.market.gym_env import TradingEnv

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from env_fixtures import walk_episodes
+from env_fixtures import evaluate_segment, walk_episodes
 from tune_gems.config.schema import DataConfig, EnvConfig, FoldsConfig
 from tune_gems.config.load import load_config
 from tune_gems.data.segments import fold_bounds, fold_table, split_bounds
@@ -18,7 +18,6 @@ from tune_gems.data.series import synthetic_prices
 from tune_gems.market.actions import ActionMap
 from tune_gems.market.env import VecTradingEnv
 from tune_gems.market.features import Market
-from tune_gems.market.segment_evaluator import evaluate_segment
 from tune_gems.contracts.errors import ConfigError, DataError
 from tune_gems.market.evaluation import segment_asset_returns
 

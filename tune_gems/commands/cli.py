@@ -1,17 +1,8 @@
 """The `tune-gems` command line: train, sweep, analyze.
 
-Bad input (a TuneGemsError) prints one line on stderr naming the field or file and exits 2,
-before anything is written. Any other exception is a bug: the last line of defence prints one
-line naming it and the file holding its full traceback, and exits 1 (`--debug`, or
-TUNE_GEMS_DEBUG=1, shows the traceback inline instead). Ctrl-C exits 130; `train` stopped by
-SIGTERM/SIGINT checkpoints at the epoch boundary and exits 128 + the signal; a sweep whose local
-Ray stops under it says so in one line with its `--resume` command and exits 75
-(tune_gems.sweep.local_ray). Subcommands import their engines lazily, so `train` never imports
-Ray. The CPU environment variables are checked first, before torch is imported
-(tune_gems.contracts.cpu_environment), then commands whose work runs in this process set their
-CPU threads (tune_gems.commands.cpu_threads), and only then is torch loaded, by the CPU
-code-path pins (tune_gems.ops.cpu_code_path).
-"""
+Bad input is one line and exit 2, before anything is written; any other exception is a bug, one line
+naming it and its traceback's file, exit 1 (`--debug` or TUNE_GEMS_DEBUG=1: inline). Engines are
+imported lazily; the CPU variables are checked and the threads set before torch is loaded."""
 
 from __future__ import annotations
 
@@ -32,12 +23,11 @@ EXIT_BAD_INPUT = 2
 EXIT_BUG = 1
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
-"""128 + SIGPIPE, what a shell reports for a command whose reader closed the pipe."""
+"""128 + SIGPIPE: a command whose reader closed the pipe."""
 DEBUG_ENV = "TUNE_GEMS_DEBUG"
 
 
 def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]]:
-    """`[CONFIG.yaml] [key=value ...]`: the first item is a config file unless it has '='."""
     if items and "=" not in items[0]:
         return items[0], items[1:]
     return None, items
@@ -83,10 +73,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"tune-gems sweep: threads: {args.thread_choice.line()}", flush=True)
     from tune_gems.sweep.driver import run_sweep
 
-    outcome = run_sweep(
-        args.spec, overrides=args.overrides, storage=args.storage, name=args.name, resume=args.resume, verbose=args.verbose,
-        dry_run=args.dry_run,
-    )
+    outcome = run_sweep(args.spec, overrides=args.overrides, storage=args.storage, name=args.name, resume=args.resume,
+        verbose=args.verbose, dry_run=args.dry_run)
     if outcome is None:  # --dry-run: the plan is printed
         return 0
     if outcome.interrupted:
@@ -101,8 +89,6 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     run_report(args)
     return 0
 
-
-# -- checking a run before starting it: --dry-run, `tune-gems config`, --version -----------------
 
 DRY_RUN_HELP = (
     "check everything, then print the members, trials, data split, memory estimate and a measured time estimate; "
@@ -123,8 +109,7 @@ SPEC_KEYS_HEADING = "sweep spec keys (a spec's `config:` section holds the confi
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    """`tune-gems config [PREFIX] [--plugin MODULE ...]`: every config key, then every sweep
-    spec key, with type, default and description, read from the models validation uses."""
+    """`tune-gems config [PREFIX] [--plugin MODULE ...]`: every config and sweep spec key."""
     from tune_gems.config.schema import Config
     from tune_gems.config.load import config_model
     from tune_gems.config.keys import format_rows, key_rows
@@ -157,27 +142,17 @@ def _add_config_parser(sub) -> argparse.ArgumentParser:
     return c
 
 
-def _version() -> str:
-    """`tune-gems --version`: this package, Python, torch, Ray and Optuna (their installed
-    versions, read without importing them) and the git commit of the checkout the package runs
-    from, when it is one (tune_gems.commands.versions)."""
-    from tune_gems.commands.versions import version_text
-
-    return version_text()
-
-
 class _VersionAction(argparse.Action):
-    """`--version`, computed when asked (it runs git), not each time the parser is built."""
+    """`--version`, computed when asked (it runs git)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None) -> typing.NoReturn:
-        print(_version(), flush=True)
+        from tune_gems.commands.versions import version_text
+
+        print(version_text(), flush=True)
         parser.exit()
-
-
-# -- two experiments side by side: `tune-gems compare A B` ----------------------------------------
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -201,18 +176,19 @@ def _add_compare_parser(sub) -> argparse.ArgumentParser:
     return c
 
 
-# -- search, then confirm: `tune-gems confirm EXP` --------------------------------------------
-
-
 def _cmd_confirm(args: argparse.Namespace) -> int:
-    """`tune-gems confirm EXP`: re-test each gem's chosen configuration on fresh seeds and paths."""
     from tune_gems.analysis.verdicts.search_choice import format_confirmation
     from tune_gems.analysis.cli import analysis_settings
     from tune_gems.commands.confirm import confirm
+    from tune_gems.contracts.errors import ConfigError
 
+    if args.not_pre_registered and not args.final:
+        raise ConfigError("--not-pre-registered: labels a second opening of the seal; it goes with --final")
     res = confirm(args.experiment, args.out, population=args.seeds, log=lambda line: print(line, flush=True),
-                  threads=_threads_words(args),
+                  threads=_threads_words(args), final=args.final, not_pre_registered=args.not_pre_registered,
                   **analysis_settings(args))
+    if res.label:
+        print(f"final confirmation on the sealed rows, {res.label}")
     print(format_confirmation(res.table))
     for note in res.notes:
         print(f"note: {note}")
@@ -229,6 +205,11 @@ def _add_confirm_parser(sub) -> None:
     c.add_argument("--seeds", type=int, default=None,
                    help="seeds per arm of each confirmation run (default: the fewest whose MDE is at most the "
                         "discovery's; refused when too few to decide)")
+    c.add_argument("--final", action="store_true",
+                   help="open the search's sealed rows (data.sealed) once: train on fresh seeds, test on them "
+                        "(default --out: EXPERIMENT_DIR/final-confirmation)")
+    c.add_argument("--not-pre-registered", action="store_true",
+                   help="with --final: open a seal opened before, every output labelled not pre-registered")
     add_settings(c)
     _add_threads_option(c)
     c.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -243,8 +224,6 @@ THREADS_HELP = (
 
 
 def _threads_words(args: argparse.Namespace) -> str | None:
-    """The thread count this command uses and why, as the dry runs' `threads:` line says it; a
-    command that trains in this process prints it among its first lines, once its checks passed."""
     choice = getattr(args, "thread_choice", None)
     return choice.line() if choice is not None else None
 
@@ -254,15 +233,12 @@ def _add_threads_option(p: argparse.ArgumentParser, help: str = THREADS_HELP) ->
 
 
 def _runs_outside_ray(args: argparse.Namespace) -> bool:
-    """Commands whose CPU work runs in this process (a sweep's trials run in Ray's workers,
-    one thread per CPU of resources.cpu: Ray sets that, and the driver must not)."""
+    """Commands whose CPU work runs in this process (a sweep's trials get their threads from Ray)."""
     return args.command in ("train", "analyze", "compare", "confirm", "plan") or (args.command == "sweep" and args.dry_run)
 
 
 def _set_threads(args: argparse.Namespace) -> None:
-    """Set this process's CPU threads (`args.thread_choice`: what was chosen and why). A sweep's
-    dry run times a trial, so by default with a trial's threads (its spec's resources.cpu: a
-    bad spec is refused here as the sweep itself would refuse it)."""
+    """Set this process's CPU threads (`args.thread_choice`; a sweep's dry run: a trial's by default)."""
     threads = getattr(args, "threads", None)
     args.thread_choice = None
     if threads is not None:  # the value first, before the spec is read for a sweep's default
@@ -279,11 +255,7 @@ def _set_threads(args: argparse.Namespace) -> None:
                             f"per CPU); {THREADS_FLAG} applies to --dry-run")
 
 
-# -- what a design needs, from a pilot: `tune-gems plan EXP` -----------------------------------
-
-
 def _cmd_plan(args: argparse.Namespace) -> int:
-    """`tune-gems plan EXP`: the designs (periods x seeds x epochs) that reach a target MDE."""
     from tune_gems.analysis.plan import format_plan, plan
     from tune_gems.analysis.cli import analysis_settings
 
@@ -304,8 +276,7 @@ def _add_plan_parser(sub) -> argparse.ArgumentParser:
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (naming the argument) and exit status 2, like
-    every other bad input; `--help` still prints the full usage."""
+    """argparse with a usage error as one line and exit 2; `--help` still prints the full usage."""
 
     def error(self, message: str) -> typing.NoReturn:
         print(f"tune-gems: error: {' '.join(message.split())} (see {self.prog} --help)", file=sys.stderr)
@@ -361,7 +332,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _report_bug(err: BaseException, debug: bool) -> int:
-    """The last line of defence: one line naming the error and where its traceback went."""
     text = "".join(traceback.format_exception(err))
     first = (str(err).strip().splitlines() or [""])[0][:300]
     what = f"{type(err).__name__}: {first}" if first else type(err).__name__
@@ -414,7 +384,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _one_line(err: BaseException) -> str:
-    """A TuneGemsError's message, kept to one line even when a wrapped message was not."""
     return " ".join(str(err).split("\n")).strip() or type(err).__name__
 
 

@@ -1,11 +1,5 @@
-"""`tune-gems compare A B`: two experiments side by side, each analysed on its own.
-
-Why: `tune-gems analyze A B` pools the folders into one analysis (more seeds for one question);
-comparing two runs (another learning rate, another data file) needs each one's own verdicts
-and Sharpe table beside the other's, and the keys their specs differ in. Either side may be a
-sweep's experiment folder, a `train` folder (tune_gems.analysis.read.train_run) or a confirmation
-folder (its settings from its trials table). Writes nothing.
-"""
+"""`tune-gems compare A B`: two experiments (sweep, train or confirmation folders) side by side,
+each analysed on its own, with the keys their specs differ in. Writes nothing."""
 
 from __future__ import annotations
 
@@ -22,9 +16,7 @@ from tune_gems.contracts.paths import check_input_path
 from tune_gems.contracts.result_files import CONFIG_FILE, SPEC_FILE, TRIALS_FILE
 
 VERDICT_COLUMNS = ("verdict", "seeds", "decided_by", "effect", "ci_low", "ci_high")
-"""Each gem's final word and the estimate and interval of the test that decided it (the pooled
-ones over periods where the period rule decided: `plot_tables.final_verdict_table`, the table
-the decisive picture draws), as each side's own analysis states them."""
+"""Each gem's final word and decided estimate and interval, as each side's analysis states them."""
 SHARPE_COLUMNS = ("n_members", "val_sharpe_mean", "val_sharpe_std", "test_sharpe_mean")
 RUN_ONLY_KEYS = ("name", "storage", "description")
 """Spec keys that name where a run went, not what it did: left out of the differences."""
@@ -40,9 +32,7 @@ class Comparison:
 
 
 def _resolved(tree: Any, is_spec: bool) -> dict[str, Any]:
-    """The tree with every default filled in (a spec's stored config holds only what was given),
-    as the run's own validation resolves it; the tree as stored where it no longer validates
-    (e.g. a plug-in that is not importable here)."""
+    """The tree with its defaults filled in (as stored where it no longer validates)."""
     from tune_gems.config.load import build_config
 
     if not isinstance(tree, dict):
@@ -61,9 +51,7 @@ def _resolved(tree: Any, is_spec: bool) -> dict[str, Any]:
 
 
 def run_settings(folder: Path) -> dict[str, Any]:
-    """A run's settings as dotted keys in spec terms, defaults filled in: a sweep's spec.yaml,
-    a train run's config.yaml under `config.` (the key a spec gives it), or, for a folder with
-    neither (a confirmation's, `tune-gems confirm`), its trials table (`trial_settings`)."""
+    """A run's settings as dotted spec keys, defaults filled in: spec.yaml, config.yaml, or a trials table."""
     from tune_gems.config.dotted import flatten
     from tune_gems.config.yaml_io import safe_load_yaml
 
@@ -81,7 +69,6 @@ def run_settings(folder: Path) -> dict[str, Any]:
 
 
 def _plain(v: Any) -> Any:
-    """A table cell as the YAML value it was (numpy scalars and arrays unwrapped, NaN: not set)."""
     if isinstance(v, np.ndarray):
         return v.tolist()
     if isinstance(v, np.generic):
@@ -90,10 +77,7 @@ def _plain(v: Any) -> Any:
 
 
 def trial_settings(path: Path) -> dict[str, Any]:
-    """`config.<key>` for every config column of a trials table (the config's top-level keys and
-    its dotted ones, tune_gems.analysis.pairs.pairing; the arms are arms.parquet's): its value where
-    every trial has the same, else the trials' values joined by ` | ` (a confirmation re-runs
-    each gem's own choice)."""
+    """`config.<key>` per config column of a trials table: the shared value, else the values joined."""
     from tune_gems.analysis.pairs.pairing import config_columns
     from tune_gems.config.dotted import flatten
     from tune_gems.config.load import load_config
@@ -111,8 +95,7 @@ def trial_settings(path: Path) -> dict[str, Any]:
 
 
 def differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(key, value in A, value in B) for every key the two runs set differently (missing: None).
-    A train run has no spec: beside one, only the `config.` keys are compared."""
+    """(key, A's value, B's value) per key set differently; beside a train run only `config.` keys."""
     keys = set(a) | set(b)
     if not all(any(k.split(".")[0] != "config" for k in side) for side in (a, b)):
         keys = {k for k in keys if k.startswith("config.")}
@@ -135,8 +118,7 @@ def _side_by_side(left: pd.DataFrame, right: pd.DataFrame, key: str, cols: tuple
 
 
 def decided(verdicts: pd.DataFrame) -> pd.DataFrame:
-    """One row per gem: its word and the decided estimate and interval (`VERDICT_COLUMNS`), read
-    from the analysis's verdict table, never recomputed."""
+    """One row per gem: its word and decided estimate and interval, read from the verdict table."""
     from tune_gems.analysis.render.plot_tables import final_verdict_table
 
     return final_verdict_table(verdicts).rename(columns={"contrast": "gem"})

@@ -27,8 +27,7 @@ import pandas as pd
 
 from tune_gems.analysis.verdicts.search_choice import confirmation_power
 from tune_gems.commands.confirm_plan import MIN_SEEDS, Plan, fresh_paths, plan_confirmation
-from tune_gems.commands.confirm_record import (FIELD, KIND, check_not_confirmed, claim_confirmation, clear_stale,
-                                               stops_raise, write_record)
+from tune_gems.commands.confirm_record import FIELD, KIND, Confirmed, SealOpening, stops_raise, taken_seeds
 from tune_gems.commands.confirm_trials import run_plans
 from tune_gems.config.schema import Config
 from tune_gems.config.yaml_io import MAX_YAML_BYTES
@@ -46,6 +45,7 @@ from tune_gems.sweep.results import write_tables
 from tune_gems.sweep.storage import ExperimentStore
 
 DEFAULT_OUT = "confirmation"
+FINAL_OUT = "final-confirmation"
 CHOICES_FILE = "choices.json"
 TABLE_FILE = "confirmation.csv"
 VERDICTS_FILE = "verdicts.csv"
@@ -63,15 +63,19 @@ class ConfirmOutcome:
     table: pd.DataFrame
     verdicts: pd.DataFrame
     notes: list[str]
+    label: str = ""
 
 
 def confirm(experiment: str | Path, out: str | Path | None = None, *, population: int | None = None,
-            log: Callable[[str], None] = print, threads: str | None = None, **settings: Any) -> ConfirmOutcome:
+            log: Callable[[str], None] = print, threads: str | None = None, final: bool = False,
+            not_pre_registered: bool = False, **settings: Any) -> ConfirmOutcome:
     """Confirm the search in `experiment` (see the module docstring); `settings` are the
     analysis settings (alpha, rope, last_k, ...), used for both the discovery and the
     confirmation verdicts. Everything is checked before training (the search's records first,
     fail-closed); the folder appears whole. `threads`: the CLI's thread count in words
-    (tune_gems.commands.cpu_threads), logged first once the checks passed."""
+    (tune_gems.commands.cpu_threads), logged first once the checks passed. `final`: train on the
+    search's sealed rows as the test segment (`data.sealed`, docs/analysis.md "The sealed
+    segment"), once; again only `not_pre_registered`, every output labelled so."""
     from tune_gems.analysis.analyze import analyze, check_settings
     from tune_gems.contracts.outputs import check_output_folder
 
@@ -85,17 +89,22 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
         raise DataError(f"{exp}: not a sweep folder (missing {SPEC_FILE}); confirm re-tests a search")
     check_top_entries(exp, FIELD)  # confirm writes here (its record, its lock): no link or FIFO is written through
     OutputLock(exp, FIELD).check_free()  # a sweep or another confirmation writing the search is named first
-    check_not_confirmed(exp)
+    record = SealOpening(exp, not_pre_registered) if final else Confirmed(exp)
+    record.check()
+    if not record.pre_registered:  # every line of this run says so
+        log = (lambda line, log=log: log(f"[not pre-registered] {line}"))
     spec = _recorded_spec(exp)
+    record.verify(spec.base_config())
     if spec.design == "none":
         raise ConfigError(f"{spec_file}: design: confirm needs a designed search (design: wire_search), not none")
     default = out is None
-    out_path = check_output_folder(exp / DEFAULT_OUT if default else Path(out), kind=KIND, field="--out",
+    out_path = check_output_folder(exp / (FINAL_OUT if final else DEFAULT_OUT) if default else Path(out), kind=KIND, field="--out",
                                    inputs=[exp], allow_inside=[exp] if default else ())
     discovery = analyze(exp, **settings)
     gems = list(discovery.verdicts["gem"])
     trials = discovery.experiment.trials
-    plans, notes, build = plan_confirmation(spec, trials, discovery.experiment.members, gems, population)
+    taken = taken_seeds(exp)
+    plans, notes, build = plan_confirmation(spec, trials, discovery.experiment.members, gems, population, taken)
     if not plans:
         raise DataError(f"{exp}: no finished trial of the search wired any gem; nothing to confirm")
     th = check_settings(**settings)
@@ -103,7 +112,7 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
                                alpha=th.alpha, power=th.power, seeds=population,
                                default_seeds=spec.base_config().trainer.population)  # refuses before anything is claimed
     plans, notes, build = plan_confirmation(spec, trials, discovery.experiment.members, gems,
-                                            {p.gem: p.seeds for p in power})
+                                            {p.gem: p.seeds for p in power}, taken)
     if threads:
         log(f"tune-gems confirm: threads: {threads}")
     for p in power:
@@ -112,7 +121,7 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
     try:
         with stops_raise():
             return _run_confirmation(exp, out_path, default, spec, Planned(plans, notes, build, power), discovery, log,
-                                     settings)
+                                     settings, record)
     finally:
         lock.release()
 
@@ -130,7 +139,7 @@ class Planned:
 
 
 def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec, planned: Planned, discovery,
-                      log: Callable[[str], None], settings: dict[str, Any]) -> "ConfirmOutcome":
+                      log: Callable[[str], None], settings: dict[str, Any], record) -> "ConfirmOutcome":
     """Train the plans and publish the folder, holding the search's lock (`confirm`)."""
     from tune_gems.analysis.verdicts.search_choice import (
         FINAL_COLUMNS, candidate_count, format_confirmation, one_history_final, side_by_side,
@@ -140,15 +149,13 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
     from tune_gems.contracts.outputs import check_output_folder, publish_folder, temporary_folder, write_marker
 
     plans, notes, gems = planned.plans, planned.notes, list(discovery.verdicts["gem"])
-    if check_not_confirmed(exp):  # under the lock: a "running" record is a dead confirmation's
-        clear_stale(exp, out_path, log)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    record = claim_confirmation(exp, out_path)
+    record.claim(out_path, log)
     tmp, held = temporary_folder(out_path)  # held while it trains: a later confirm tells it from a dead one's
     try:
-        write_marker(tmp, KIND)
+        write_marker(tmp, KIND, **({"seal_opening": record.label} if record.label else {}))
         name = f"{discovery.experiment.labels[0]}-confirmation"
-        write_tables(ExperimentStore(str(tmp.parent), tmp.name), run_plans(plans, planned.build, name, log, events_out=tmp))
+        write_tables(ExperimentStore(str(tmp.parent), tmp.name), run_plans(plans, planned.build, name, log, events_out=tmp,
+                                                                             open_seal=record.opens_seal))
         # on one price history the rule's last stage is the search's selection (`rules.selection`)
         selection = None if fresh_paths(spec) else {p.gem: candidate_count(discovery.experiment.trials, p.gem)
                                                     for p in plans}
@@ -160,23 +167,23 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
                              power=planned.power, final=final)
         general = [n for n in notes if n.split(":", 1)[0] not in gems]
         (tmp / CHOICES_FILE).write_text(json.dumps([asdict(p) for p in plans], indent=2, default=str) + "\n")
-        table.to_csv(tmp / TABLE_FILE, index=False)
-        confirmed.verdicts.drop(columns=FINAL_COLUMNS[1:], errors="ignore").to_csv(tmp / VERDICTS_FILE, index=False)
+        labelled = {"seal_opening": record.label} if record.label else {}
+        table.assign(**labelled).to_csv(tmp / TABLE_FILE, index=False)
+        confirmed.verdicts.drop(columns=FINAL_COLUMNS[1:], errors="ignore").assign(**labelled).to_csv(tmp / VERDICTS_FILE, index=False)
         text = format_confirmation(table)
         (tmp / REPORT_FILE).write_text(_report(exp, text, format_verdict_table(confirmed.verdicts, confirmed.placebo,
                                                                                confirmed.redundancy), general,
-                                               fresh_paths(spec)))
+                                               fresh_paths(spec), record.label))
         check_output_folder(out_path, kind=KIND, field="--out", inputs=[exp], allow_inside=[exp] if default else ())
         publish_folder(tmp, out_path, kind=KIND)
-        write_record(record, out_path, plans)
+        record.complete(out_path, plans, {n: (out_path / n).read_bytes() for n in (TABLE_FILE, VERDICTS_FILE)})
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if not out_path.exists():  # nothing was published: the search is not confirmed
-            record.unlink(missing_ok=True)
+        record.withdraw(out_path)
         raise
     finally:
         os.close(held)
-    return ConfirmOutcome(out_path, table, confirmed.verdicts, general)
+    return ConfirmOutcome(out_path, table, confirmed.verdicts, general, record.label)
 
 
 def _recorded_spec(exp: Path) -> SweepSpec:
@@ -203,9 +210,10 @@ def _final(history: pd.DataFrame, trial_id: str, column: str) -> float:
     return float(h.sort_values("epoch")[column].iloc[-1])
 
 
-def _report(exp: Path, table: str, verdicts: str, notes: list[str], fresh: bool) -> str:
+def _report(exp: Path, table: str, verdicts: str, notes: list[str], fresh: bool, label: str = "") -> str:
     data = "fresh synthetic paths" if fresh else "the search's own price data (so it is conditional on it)"
-    lines = [f"# Confirmation of {exp}", "",
+    sealed = [f"Final confirmation: its test segment is the search's sealed rows, {label}.", ""] if label else []
+    lines = [f"# Confirmation of {exp}", "", *sealed,
              "Each gem's chosen configuration (the search's best `verdict_gain_<gem>`), trained once more beside its "
              f"control on fresh member seeds and {data}. `discovery gain` is the chosen trial's own "
              "(selected, so inflated) gain; `confirmation gain` the same statistic on the fresh run; `shrinkage` their "

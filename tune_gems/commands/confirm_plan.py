@@ -1,24 +1,18 @@
-"""The plan of a confirmation (`tune-gems confirm`): per gem, the discovery trial it re-tests,
-its fresh trial seed, its block of fresh seed indices and the synthetic seed its paths count
-from, and the function that builds each plan's config.
-
-Why a module of its own: what is planned is what makes the confirmation independent of the
-search (fresh member seeds, fresh seed indices, fresh paths), so it is read and tested apart
-from the training and the record keeping (tests/test_confirm_plan.py). It stays in the command
-line's layer because the choice per gem is the analysis' (`search_choice.choose_per_gem`), which
-the sweep's layer may not import.
-"""
+"""The plan of a confirmation: per gem the discovery trial it re-tests, with fresh seeds, seed
+indices and paths (what makes it independent of the search), and the builder of its config. In the
+command line's layer because the choice is the analysis's (`search_choice.choose_per_gem`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple, Sequence
 
 import pandas as pd
 
 from tune_gems.analysis.verdicts.search_choice import Choice, choose_per_gem
 from tune_gems.config.schema import Config
 from tune_gems.design.arm_sets import confirmation_arms, with_arms
+from tune_gems.rng import member_seeds
 from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec
 from tune_gems.sweep.spec_load import trial_config
 
@@ -26,10 +20,16 @@ MIN_SEEDS = 2
 """Fewest seeds per arm a confirmation may ask for (one seed gives no paired test)."""
 
 
+class Taken(NamedTuple):
+    """An earlier confirmation trial's seeds: its trial seed and its block of seed indices."""
+
+    seed: int
+    first_seed_index: int
+    population: int
+
+
 @dataclass(frozen=True)
 class Plan:
-    """One confirmation trial: the gem, the discovery trial it re-tests, its fresh trial seed,
-    first seed index and (with per-seed synthetic paths) the synthetic seed its paths count from."""
 
     gem: str
     trial_id: str
@@ -55,43 +55,54 @@ def searched_keys(spec: SweepSpec) -> list[str]:
     return keys + list(spec.search.params)
 
 
-def _fresh_bases(trials: pd.DataFrame, members: pd.DataFrame) -> tuple[int, int, int | None]:
-    """(first unused trial seed, first unused seed index, largest synthetic seed) of the
-    discovery: a path is synthetic seed + seed index, so fresh indices over the largest
-    synthetic seed give paths past every discovery path."""
+def _fresh_bases(trials: pd.DataFrame, members: pd.DataFrame, taken: Sequence[Taken]) -> tuple[int, int, int | None]:
+    """(first unused trial seed, first unused seed index, largest synthetic seed) after the
+    discovery and `taken`."""
     seeds = pd.to_numeric(trials.get("seed", pd.Series(dtype=float)), errors="coerce").dropna()
-    seed_base = int(seeds.max()) + 1 if len(seeds) else 1
+    seed_base = max([int(seeds.max()) if len(seeds) else 0, *(t.seed for t in taken)]) + 1
     syn = pd.to_numeric(trials.get("data.synthetic.seed", pd.Series(dtype=float)), errors="coerce").dropna()
     top_index = pd.to_numeric(members.get("seed_index", members.get("member", pd.Series(dtype=float))),
                               errors="coerce").max()
-    index_base = int(top_index) + 1 if pd.notna(top_index) else 0
+    index_base = max([int(top_index) + 1 if pd.notna(top_index) else 0, *(t.first_seed_index + t.population for t in taken)])
     return seed_base, index_base, (int(syn.max()) if len(syn) else None)
 
 
+def used_member_seeds(members: pd.DataFrame, taken: Sequence[Taken]) -> set[int]:
+    """Every member seed the search and the earlier confirmations (`taken`) trained."""
+    used = set(pd.to_numeric(members["seed"], errors="coerce").dropna().astype(int)) if "seed" in members else set()
+    return used.union(*(member_seeds(t.seed, t.population, t.first_seed_index) for t in taken))
+
+
 def fresh_paths(spec: SweepSpec) -> bool:
-    """Whether a confirmation of this search trains on paths the search never saw (synthetic
-    per-seed paths); otherwise it is on the search's one price history."""
+    """Whether a confirmation trains on paths the search never saw (synthetic per-seed paths)."""
     data = spec.base_config().data
     return data.source == "synthetic" and data.synthetic.paths == "per_seed"
 
 
 def plan_confirmation(spec: SweepSpec, trials: pd.DataFrame, members: pd.DataFrame, gems: list[str],
-                      population: int | dict[str, int] | None = None) -> tuple[list[Plan], list[str], Callable[[Plan], Config]]:
-    """The confirmation trials (one per gem the search wired), the notes for the others, and the
-    function that builds a plan's config (the chosen trial's, fresh seeds, the spec's design).
-    `population`: seeds per arm, for every gem or per gem (default: the spec's); each gem's block
-    of fresh seed indices follows the previous one's."""
+                      population: int | dict[str, int] | None = None, taken: Sequence[Taken] = (),
+                      ) -> tuple[list[Plan], list[str], Callable[[Plan], Config]]:
+    """The confirmation trials (one per wired gem), notes for the others, and a plan's config
+    builder. `population`: seeds per arm for all or per gem; `taken`: the earlier confirmations. No
+    plan's member seed is one trained before or another plan's (a trial seed whose block meets one
+    is passed over)."""
     choices, notes = choose_per_gem(trials, gems, searched_keys(spec))
-    seed_base, index_base, synthetic_seed = _fresh_bases(trials, members)
+    seed_base, index_base, synthetic_seed = _fresh_bases(trials, members, taken)
+    used = used_member_seeds(members, taken)
     base = spec.base_config()
     per_seed = fresh_paths(spec)
     sizes = [int(population.get(c.gem, base.trainer.population)) if isinstance(population, dict)
              else int(population or base.trainer.population) for c in choices]
     starts = [index_base + sum(sizes[:j]) for j in range(len(choices))]
-    plans = [Plan(c.gem, f"confirm-{c.gem}", seed_base + j, starts[j],
-                  (base.data.synthetic.seed if synthetic_seed is None else synthetic_seed) if per_seed else None, c,
-                  sizes[j])
-             for j, c in enumerate(choices)]
+    plans, seed = [], seed_base
+    for c, size, start in zip(choices, sizes, starts):
+        while used & set(block := member_seeds(seed, size, start)):
+            seed += 1
+        used |= set(block)
+        plans.append(Plan(c.gem, f"confirm-{c.gem}", seed, start,
+                          (base.data.synthetic.seed if synthetic_seed is None else synthetic_seed) if per_seed else None,
+                          c, size))
+        seed += 1
 
     def build(plan: Plan) -> Config:
         params = {**plan.choice.params, "seed": plan.seed, FIRST_SEED_INDEX: plan.first_seed_index}

@@ -1,14 +1,5 @@
-"""Training a confirmation's trials (`tune-gems confirm`): each plan once, in turn, in this
-process, into the experiment tables a sweep writes, with a console line per finished trial
-(trial i of N, its gem, elapsed, an ETA) and TensorBoard event files per trial.
-
-Why not through the sweep's Tuner: a confirmation is a handful of trials whose seeds, indices
-and arms are fixed by its plan (tune_gems.commands.confirm_plan), and its lock and once-only
-record must stay with this process; so it trains here, and reuses the sweep's pieces instead:
-the ETA rule and its formatting (tune_gems.sweep.progress), the event files' class and layout
-(`<out>/tensorboard/<trial id>`, the tags `train` writes: tune_gems.trainer.tensorboard), and the
-table shapes (tune_gems.sweep.results).
-"""
+"""Training a confirmation's trials in this process (its seeds, arms, lock and record are fixed
+here), into the tables a sweep writes, with the sweep's ETA line and TensorBoard layout."""
 
 from __future__ import annotations
 
@@ -30,7 +21,6 @@ from tune_gems.sweep.results import TERMINATED, SweepTables
 
 
 def trial_tables(trainer, plan: Plan, experiment: str) -> dict[str, Any]:
-    """One trainer's rows for the experiment tables (the shapes `sweep.results.collect_tables` writes)."""
     from tune_gems.design.arms import resolved_settings
 
     cfg = trainer.cfg
@@ -60,9 +50,7 @@ def trial_tables(trainer, plan: Plan, experiment: str) -> dict[str, Any]:
 
 
 def finished_line(done: int, total: int, plan: Plan, trainer, durations: list[float], elapsed: float) -> str:
-    """The console line of a finished confirmation trial, like the sweep's
-    (tune_gems.sweep.progress.SweepConsole): the trials run one after another, so the ETA is
-    `eta_seconds` with no trial running beside and the rest pending."""
+    """The console line of a finished trial, with the sweep's ETA rule."""
     from tune_gems.sweep.progress import eta_seconds, format_seconds
 
     left = max(0, total - done)
@@ -95,18 +83,17 @@ def _announce(plan: Plan, cfg: Config) -> str:
 
 
 def run_plans(plans: list[Plan], build: Callable[[Plan], Config], experiment: str, log: Callable[[str], None],
-              events_out: Path | None = None, clock: Callable[[], float] = time.monotonic) -> SweepTables:
-    """Train every plan once, in turn, in this process; the experiment tables of all of them.
-    Each epoch's HEALTH_DIAG line is logged without its per-arm part, as the sweep console shows
-    it (the per-arm values are in the history table), and each finished trial with an ETA
-    (`finished_line`), each epoch with the trial's own ETA (`epoch_line`); with `events_out`, each trial's
-    epochs are written as TensorBoard scalars to `events_out/tensorboard/<trial id>`."""
+              events_out: Path | None = None, clock: Callable[[], float] = time.monotonic,
+              open_seal: bool = False) -> SweepTables:
+    """Train every plan once, in turn; their tables (console lines with ETAs; TensorBoard with
+    `events_out`). `open_seal` (`confirm --final`): each trial's test is the sealed rows."""
     from tune_gems.gems import manifest
     from tune_gems.design.arms import run_arms
     from tune_gems.design.resources import check_training_fits
     from tune_gems.trainer.health import without_arm_detail
     from tune_gems.trainer.tensorboard import EpochEvents
     from tune_gems.trainer.epoch_loop import train_epochs
+    from tune_gems.trainer.run_setup import prepare_market, run_device
     from tune_gems.trainer.trainer import Trainer
 
     configs = [build(p) for p in plans]
@@ -120,7 +107,8 @@ def run_plans(plans: list[Plan], build: Callable[[Plan], Config], experiment: st
     for done, (plan, cfg, run) in enumerate(zip(plans, configs, arms), start=1):
         log(_announce(plan, cfg))
         began = clock()
-        trainer = Trainer(cfg, log=lambda line: log(without_arm_detail(line)), arms=run)  # the sweep console's short line
+        market = prepare_market(cfg, run_device(cfg), open_seal=True) if open_seal else None
+        trainer = Trainer(cfg, log=lambda line: log(without_arm_detail(line)), arms=run, market=market)  # the sweep console's short line
         events = EpochEvents(events_out, plan.trial_id) if events_out is not None else None
 
         def after_epoch(_result, _due, trainer=trainer, plan=plan, events=events, began=began):

@@ -1,28 +1,8 @@
 """How many intra-op threads a CPU run outside Ray uses: one per process, as each of a sweep's
-trials, unless asked.
-
-Why: torch's default is one thread per core of the machine, whatever share of it the process
-may use, and even the process's own share is too many where other jobs hold a core. On a
-shared 2-core box a `train` took 250.6 s at torch's default and 14.1 s with one thread;
-`tune-gems confirm experiments/smoke` took 606 s at the process's 2 CPUs while another job
-held a core, 87 s with one thread: threads that outnumber the free CPUs only wait for each
-other. A sweep's trials run one thread per CPU of `resources.cpu` (1 by default: Ray sets it),
-and every command whose work runs in this process (`train`, `confirm`, `analyze`, `compare`,
-`plan` and the dry runs) takes the same count, set once at the start of the CLI (before torch
-is imported).
-
-The count, first that applies: the command's `--threads`; the user's own OMP_NUM_THREADS or
-MKL_NUM_THREADS (kept as set); else one (`one_per_process`, whose words name the CPUs this
-process may use, the smaller of its CPU affinity (`os.sched_getaffinity`) and its cgroup's CPU
-quota where one is set and readable (cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us` /
-`cpu.cfs_period_us`), and how to use them). A sweep's dry run measures a trial, so its default
-is what Ray gives a trial instead (`trial_threads`: one per CPU of `resources.cpu`). Every
-count is checked by tune_gems.contracts.cpu_environment (whole, >= 1, at most
-`THREADS_PER_CPU_MAX` x the machine's CPUs). The thread count changes speed, not bits: the CPU
-BLAS path is pinned (tune_gems.ops.cpu_code_path: MKL's strict reproducible mode) and the
-learner's own reductions are smaller than one thread's share of work
-(`tests/test_cpu_threads.py` compares the members of a run at 1 and 2 threads bit for bit).
-"""
+trials, unless asked: torch's one per core only waits where the process's share is smaller (a
+`train` on a shared 2-core box: 250.6 s at the default, 14.1 s with one). First that applies:
+`--threads`, OMP_NUM_THREADS or MKL_NUM_THREADS, else one (a sweep's dry run: a trial's). Speed, not
+bits (tests/test_cpu_threads.py)."""
 
 from __future__ import annotations
 
@@ -41,7 +21,7 @@ THREADS_FLAG = "--threads"
 
 @dataclass(frozen=True)
 class ThreadChoice:
-    """The intra-op thread count of this process and where it came from (one phrase)."""
+    """This process's intra-op thread count and where it came from (one phrase)."""
 
     threads: int
     source: str
@@ -51,9 +31,7 @@ class ThreadChoice:
 
 
 def _cgroup_dirs(proc_cgroup: Path, root: Path) -> list[Path]:
-    """The folders of this process's cgroup under `root` and every folder above it up to the
-    mount root (a quota set higher up caps it too; a container sees its own cgroup at the root).
-    v2: the line `0::/path`; v1: the line of the `cpu` controller."""
+    """This process's cgroup folders under `root` and those above them (a quota higher up caps it too)."""
     try:
         lines = proc_cgroup.read_text().splitlines()
     except OSError:
@@ -80,7 +58,6 @@ def _cgroup_dirs(proc_cgroup: Path, root: Path) -> list[Path]:
 
 
 def _quota_in(d: Path) -> float | None:
-    """The CPU quota written in one cgroup folder (v2 `cpu.max`, v1 the cfs pair), or None."""
     try:
         text = (d / "cpu.max").read_text().split()
         if len(text) == 2 and text[0] != "max" and float(text[0]) > 0 and float(text[1]) > 0:
@@ -97,8 +74,7 @@ def _quota_in(d: Path) -> float | None:
 
 
 def cgroup_cpu_quota(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = CGROUP_ROOT) -> float | None:
-    """The process's cgroup CPU quota in CPUs (e.g. 1.5: the smallest on its way to the root),
-    or None where none is set or readable."""
+    """The process's cgroup CPU quota in CPUs (the smallest on its way to the root), or None."""
     found = [q for q in map(_quota_in, _cgroup_dirs(proc_cgroup, root)) if q is not None]
     return min(found) if found else None
 
@@ -119,12 +95,10 @@ def cpu_allowance(affinity: Callable[[], set[int]] | None = None,
 
 
 DEFAULT_THREADS = 1
-"""A run outside Ray's count unless asked: one, as each of a sweep's trials (resources.cpu=1)."""
 
 
 def one_per_process(allowance: Callable[[], tuple[int, str]] = cpu_allowance) -> tuple[int, str]:
-    """(`DEFAULT_THREADS`, in words): the default thread count of a run outside Ray, with how to
-    use more where the process may."""
+    """(`DEFAULT_THREADS`, in words, with how to use more where the process may)."""
     n, _how = allowance()
     more = f"; this process may use {n} CPU(s): {THREADS_FLAG} {n} or OMP_NUM_THREADS={n} to use them" if n > DEFAULT_THREADS else ""
     return DEFAULT_THREADS, f"one per process, as each of a sweep's trials{more}"
@@ -132,9 +106,7 @@ def one_per_process(allowance: Callable[[], tuple[int, str]] = cpu_allowance) ->
 
 def choose_threads(flag: int | None, environ: MutableMapping[str, str] = os.environ,
                    default: Callable[[], tuple[int, str]] = one_per_process) -> ThreadChoice:
-    """The thread count (module docstring's order; `default`: the count and its reason when
-    neither the flag nor a variable sets it); a bad `--threads` or variable is refused in one
-    line naming it."""
+    """The thread count in the module docstring's order (`default` last); a bad value refused."""
     if flag is not None:
         return ThreadChoice(thread_count(flag, THREADS_FLAG), THREADS_FLAG)
     for name in THREAD_ENVS:
@@ -145,10 +117,7 @@ def choose_threads(flag: int | None, environ: MutableMapping[str, str] = os.envi
 
 
 def apply_threads(choice: ThreadChoice, environ: MutableMapping[str, str] = os.environ) -> None:
-    """Make `choice` the count of torch, OpenMP and MKL in this process: through the variables
-    they read when they load (every one of them: with OMP_NUM_THREADS=1 and MKL_NUM_THREADS=2
-    torch would take MKL's 2 while the run says 1; the variable that decided keeps its value),
-    and through torch itself when it is loaded already (a library caller of the CLI's `main`)."""
+    """Make `choice` the count of torch, OpenMP and MKL: every variable they read, and torch if loaded."""
     for name in THREAD_ENVS:
         environ[name] = str(choice.threads)
     torch = sys.modules.get("torch")
@@ -157,16 +126,14 @@ def apply_threads(choice: ThreadChoice, environ: MutableMapping[str, str] = os.e
 
 
 def trial_threads(cpu: float) -> tuple[int, str]:
-    """The threads Ray gives a trial of `cpu` CPUs (one per whole CPU, at least one): what a
-    sweep's dry run measures with, so that its estimate is of the trials as they will run."""
+    """The threads Ray gives a trial of `cpu` CPUs (one per whole CPU)."""
     n = max(1, math.floor(cpu))
     return n, f"a trial's resources.cpu={cpu:g}: Ray gives a trial one thread per CPU"
 
 
 def set_cpu_threads(flag: int | None, environ: MutableMapping[str, str] = os.environ,
                     default: Callable[[], tuple[int, str]] = one_per_process) -> ThreadChoice:
-    """Choose and apply this process's thread count (once, at the start of the CLI); `default`
-    replaces one per process (a sweep's dry run: `trial_threads`)."""
+    """Choose and apply this process's thread count (once, at the start of the CLI)."""
     choice = choose_threads(flag, environ, default)
     apply_threads(choice, environ)
     return choice

@@ -1,13 +1,5 @@
-"""What `tune-gems --version` prints: the versions a result depends on, in one line.
-
-Why: a bug report or a result folder is read against the code that made it; "tune-gems 0.1.0"
-says little when torch, Ray and Optuna change bits, schedules and samplers between releases,
-and the package is installed editable from a checkout whose commit is the real version. The
-libraries' versions come from their installed metadata (importing torch and Ray would take
-seconds); the commit from `git` in the folder the package is imported from, with `-dirty`
-when tracked files differ from it, and nothing where that is not a git checkout or git is
-absent.
-"""
+"""What `tune-gems --version` prints: the library versions from their metadata (no slow imports) and
+the package's git commit (`-dirty` when changed; nothing outside a checkout)."""
 
 from __future__ import annotations
 
@@ -17,7 +9,6 @@ from importlib import metadata
 from pathlib import Path
 
 LIBRARIES = (("torch", "torch"), ("ray", "Ray"), ("optuna", "Optuna"))
-"""(distribution name, how the line names it)."""
 GIT_TIMEOUT_S = 5.0
 
 
@@ -36,8 +27,7 @@ def _git(args: list[str], where: Path) -> subprocess.CompletedProcess | None:
 
 
 def git_commit(where: Path | None = None) -> str | None:
-    """The short commit of the git checkout holding `where` (default: this package), `-dirty`
-    when its tracked files differ from it; None outside a checkout."""
+    """The short commit of the checkout holding `where` (default this package), or None."""
     where = where or Path(__file__).resolve().parents[1]
     top = _git(["rev-parse", "--show-toplevel"], where)
     if top is None or top.returncode != 0 or (Path(top.stdout.strip()) / where.name).resolve() != where.resolve():

@@ -1,9 +1,4 @@
-"""The `arms:` section of a config (docs/design.md, "Arms"): its pydantic model and limits.
-
-Below the config schema, which holds an `arms` field of this type; `tune_gems.design.arms` expands it
-into validated per-arm configs with that schema (so it imports config, and config imports only
-this module).
-"""
+"""The `arms:` section of a config (docs/design.md "Arms"): its model and limits, below the schema."""
 
 from __future__ import annotations
 
@@ -14,7 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tune_gems.config.dotted import flatten
 
 DEFAULT_ARM = "default"
-"""The name of the one arm of a run without `arms`."""
 
 MODEL_SWITCHES = ("model.spectral_norm", "model.noisy", "trainer.lr", "trainer.replay_stream")
 """Per-member keys besides the gems' `mode` and `weight` (everything else is per trial)."""
@@ -25,8 +19,7 @@ MAX_ARMS = 256
 
 
 class ArmsConfig(BaseModel):
-    """`arms:` in a config or a sweep spec's `config`: `factors` (every combination of levels is
-    one arm) or `list` (explicit arms, each a `name` and dotted per-member keys)."""
+    """`arms:`: `factors` (every combination of levels an arm) or `list` (each a `name` and dotted keys)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
@@ -36,7 +29,7 @@ class ArmsConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _flatten_nested_factors(cls, data: Any) -> Any:
-        """`arms.factors.gems.g10.mode=[..]` on the command line nests the dotted key: flatten it."""
+        """`arms.factors.gems.g10.mode=[..]` on the command line nests the key: flatten it."""
         if isinstance(data, dict) and isinstance(data.get("factors"), dict):
             data = {**data, "factors": flatten(data["factors"])}
         return data

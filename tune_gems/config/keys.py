@@ -1,10 +1,5 @@
-"""The config's and the sweep spec's keys as a user sees them: every dotted key with its type,
-default and description (`tune-gems config`), and the "did you mean" for a mistyped one.
-
-Read from the pydantic models themselves (tune_gems.config.schema, tune_gems.sweep.spec), so the
-listing can never drift from what validation accepts: a plug-in's gems appear when its module
-is named, and a mapping's user-chosen keys show as a placeholder (`search.gems.<gem>.modes`).
-"""
+"""The config's and the sweep spec's keys as a user sees them (`tune-gems config`) and "did you
+mean", read from the pydantic models so the listing never drifts from validation."""
 
 from __future__ import annotations
 
@@ -58,8 +53,7 @@ def _key(name: str, field: Any) -> str:
 
 
 def _is_list(annotation: Any) -> bool:
-    """Whether an annotation is a list of models (`list[X]`, `list[X] | None`): its entries are
-    addressed by index (`data.histories.0.name`)."""
+    """Whether an annotation is a list of models, addressed by index (`data.histories.0.name`)."""
     if typing.get_origin(annotation) is list:
         return _submodel(annotation) is not None
     return typing.get_origin(annotation) in (typing.Union, types.UnionType) and any(
@@ -68,18 +62,12 @@ def _is_list(annotation: Any) -> bool:
 
 
 def _is_mapping(annotation: Any) -> bool:
-    """Whether an annotation is a mapping of names to models (`dict[str, X]`, `dict[...] | None`):
-    its keys are the user's (a gem's name, a dotted config key), not the model's."""
+    """Whether an annotation is a mapping whose keys are the user's (a gem's name, a dotted key)."""
     if typing.get_origin(annotation) is dict:
         return True
     return typing.get_origin(annotation) in (typing.Union, types.UnionType) and any(
         _is_mapping(a) for a in typing.get_args(annotation)
     )
-
-
-def _placeholder(field: Any) -> str:
-    """The name shown for a mapping's user-chosen key (`search.gems.<gem>.modes`)."""
-    return f"<{(field.json_schema_extra or {}).get('key_name', 'key')}>"
 
 
 def _default(field: Any) -> str:
@@ -90,8 +78,7 @@ def _default(field: Any) -> str:
 
 
 def key_rows(model: type[BaseModel], prefix: str = "") -> list[KeyRow]:
-    """One row per leaf key of `model`, in declaration order; a nested model's keys follow its
-    name (`trainer.lr`), a mapping's keys its name and a placeholder (`search.gems.<gem>.modes`)."""
+    """One row per leaf key of `model`, in declaration order (a mapping's keys as `<placeholder>`)."""
     rows: list[KeyRow] = []
     for name, field in model.model_fields.items():
         key = f"{prefix}{_key(name, field)}"
@@ -99,7 +86,8 @@ def key_rows(model: type[BaseModel], prefix: str = "") -> list[KeyRow]:
         if sub is not None:
             if field.description:
                 rows.append(KeyRow(key, "section", "-" if field.default is None else "", field.description))
-            below = f"{key}.{_placeholder(field)}." if _is_mapping(field.annotation) else f"{key}."
+            placeholder = f"<{(field.json_schema_extra or {}).get('key_name', 'key')}>"  # a mapping's user-chosen key
+            below = f"{key}.{placeholder}." if _is_mapping(field.annotation) else f"{key}."
             rows.extend(key_rows(sub, below))
             continue
         rows.append(KeyRow(key, _type_name(field.annotation), _default(field), field.description or ""))
@@ -107,10 +95,7 @@ def key_rows(model: type[BaseModel], prefix: str = "") -> list[KeyRow]:
 
 
 def known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The keys accepted beside the last element of `loc` (a pydantic error location): the
-    fields of the model that holds it, or [] where the location leaves the models. A mapping's
-    own key (a gem's name under `search.gems`) and a list's index (`data.histories.0`) are
-    stepped over."""
+    """The keys accepted beside the last element of the pydantic error location `loc` ([] outside)."""
     parts = list(loc[:-1])
     while parts:
         part = parts.pop(0)
@@ -129,9 +114,7 @@ def known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
 
 
 def did_you_mean(model: type[BaseModel] | None, loc: tuple[Any, ...], prefix: str = "") -> str:
-    """` (did you mean <key>?)` for an unknown key at `loc` close to a known one, else ''. The
-    suggestion is written as the error names the key: after `prefix` (`config.` in a sweep
-    spec, whose config section is validated on its own)."""
+    """` (did you mean <key>?)` for an unknown key at `loc` close to a known one (after `prefix`), else ''."""
     if model is None or not loc or not isinstance(loc[-1], str):
         return ""
     known = known_keys(model, tuple(loc))
@@ -145,7 +128,6 @@ def did_you_mean(model: type[BaseModel] | None, loc: tuple[Any, ...], prefix: st
 
 
 def format_rows(rows: list[KeyRow]) -> str:
-    """The listing as aligned text columns: key, type, default, description."""
     table = [("key", "type", "default", "description"), *((r.key, r.type, r.default, r.description) for r in rows)]
     widths = [max(len(row[i]) for row in table) for i in range(3)]
     return "\n".join(

@@ -1,7 +1,6 @@
 """A config tree validated into a Config: the run's plug-ins imported first (their gems become
-`gems.<name>` keys of a Config subclass made for them), then pydantic, every failure one line
-(`source: key: message`, did-you-mean included); `load_config` is file + overrides + validation.
-"""
+`gems.<name>` keys), then pydantic, every failure one line; `load_config` adds the file and
+overrides."""
 
 from __future__ import annotations
 
@@ -18,9 +17,7 @@ from tune_gems.gems import registry
 
 
 def format_validation_error(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
-    """The first problem of a pydantic error as one line: `field.path: message`; an unknown key
-    of `model` close to a known one gets "(did you mean ...?)". An unknown key is named before
-    any other problem: a mistyped key (`typ`) is also why the real one (`type`) is missing."""
+    """The first problem of a pydantic error as `field.path: message` (an unknown key first)."""
     from tune_gems.config.keys import did_you_mean
 
     first = next((e for e in err.errors() if e["type"] == "extra_forbidden"), err.errors()[0])
@@ -34,8 +31,7 @@ def format_validation_error(err: ValidationError, prefix: str = "", model: type[
 
 
 def config_model(plugins: tuple[str, ...] = ()) -> type[Config]:
-    """The Config model of a run with these plug-ins (imported already): Config itself, or a
-    subclass whose `gems` section also has the plug-ins' gems."""
+    """The Config model of a run with these (imported) plug-ins."""
     if not plugins:
         return Config
     if plugins not in _CONFIG_MODELS:
@@ -50,10 +46,7 @@ _CONFIG_MODELS: dict[tuple[str, ...], type[Config]] = {}
 
 
 def build_config(tree: dict[str, Any], source: str = "config", key_prefix: str = "") -> Config:
-    """Validate a config tree: first import its `plugins` (their gems become `gems.<name>`
-    keys), then validate against the model that knows them. Every failure: one ConfigError,
-    `source: key: message`, or with `key_prefix` (a config inside a spec: `config.`) the key
-    written in full instead, `config.trainer.lr: message`, did-you-mean included."""
+    """Validate a config tree (`plugins` imported first); one ConfigError `source: key: message`."""
     plugins = tree.get("plugins") if isinstance(tree, dict) else None
     where = key_prefix or f"{source}: "
     try:

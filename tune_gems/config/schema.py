@@ -1,14 +1,10 @@
-"""The validated configuration of one training run: its pydantic models (YAML I/O: `yaml_io.py`;
-validation with plug-ins and one-line errors: `load.py`).
-
-Every default here is the embedded run: `tune-gems train` with no arguments trains on the
-synthetic series. Unknown keys are rejected everywhere, so a typo never silently becomes a
-default.
-"""
+"""The validated configuration of one training run. Every default is the embedded run on the
+synthetic series; unknown keys are refused everywhere, so a typo never becomes a default."""
 
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -22,26 +18,22 @@ from tune_gems.gems import registry
 from tune_gems.contracts.paths import path_problem
 
 DEFAULT_MOMENTUM_SPAN = 20.0
-"""The momentum baseline's default EWMA span (tune_gems.market.evaluation.DEFAULT_MOMENTUM_SPAN: the
-same value; config stays free of torch, so it is not imported from there)."""
+"""`evaluation.DEFAULT_MOMENTUM_SPAN`'s value (the config stays free of torch)."""
 
 MAX_COUNT = 10**9
 """Upper bound of epoch / iteration / period counts: beyond it a run is a typo, not a plan."""
 
 MAX_CHECKPOINT_INTERVAL_S = 1e9
-"""Upper bound of `trainer.checkpoint_interval_s` (about 30 years: a larger value is a typo)."""
 
 MAX_TEXT = 4096
-"""Longest string value anywhere in a config or spec (a path, a column name, a description): a
-longer one is a pasted file, not a setting."""
+"""Longest string value in a config or spec: a longer one is a pasted file, not a setting."""
 
 
 MAX_SYNTHETIC_N = 1_000_000
-"""Most synthetic prices (about 4,000 years of business days): the generator is a Python loop
-(about 3 s per million prices and path) and each epoch evaluates whole segments."""
+"""Most synthetic prices: the generator is a Python loop (about 3 s per million prices and path)."""
 
 SUPPORT_LIMIT = 1e6
-"""Largest |v_min|, |v_max| of the C51 support: beyond it the atom spacing overflows float32 math."""
+"""Largest |v_min|, |v_max| of the C51 support: beyond it the atom spacing overflows float32."""
 
 
 def _yaml_switch(v: Any) -> Any:
@@ -53,8 +45,7 @@ GemMode = Annotated[Literal["off", "measure", "wire"], BeforeValidator(_yaml_swi
 
 
 class _Strict(BaseModel):
-    """Base of every config model: unknown keys refused, no NaN or infinity in any float, and no
-    silent coercion (a boolean is not an integer, a string is not a number)."""
+    """Base of every config model: unknown keys, NaN, infinity and silent coercion refused."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True, str_max_length=MAX_TEXT)
 
@@ -217,6 +208,11 @@ class DataConfig(_Strict):
     )
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
     folds: FoldsConfig = Field(default_factory=FoldsConfig)
+    sealed: Union[int, float] = Field(
+        0,
+        description="rows kept from the search at the end of every history, a fraction (0.15) or a count (750); data.splits "
+        "cut the rows before them; opened once by `tune-gems confirm --final` (docs/data.md \"The sealed segment\"); 0: none",
+    )
 
     @field_validator("splits", mode="before")
     @classmethod
@@ -238,6 +234,13 @@ class DataConfig(_Strict):
                 raise ValueError("validation start must be before test start")
             return [str(x)[:10] for x in v]
         raise ValueError("give three fractions [train, val, test] or two ISO dates [val_start, test_start]")
+
+    @field_validator("sealed", mode="before")
+    @classmethod
+    def _check_sealed(cls, v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < (1 if isinstance(v, float) else math.inf):
+            raise ValueError("give a fraction of the rows in [0, 1) or a whole number of rows >= 0")
+        return v
 
     _text = field_validator("path", "price_column", "time_column")(_printable)
     _path = field_validator("path")(_path_within_limits)
@@ -310,6 +313,9 @@ class DataConfig(_Strict):
             if without:
                 raise ValueError(f"data.histories.{without[0]}.path is required when data.source is file "
                                  "(or set data.path, the file of every entry without one)")
+        if self.sealed and self.source != "file":
+            raise ValueError("data.sealed seals rows of a price file (data.source=file); a synthetic series is regenerated "
+                             "from its seed, and confirm gives per-seed paths the search never saw")
         if self.source == "file" and self.synthetic.edge_periods is not None:  # else ignored without a word
             raise ValueError("data.synthetic.edge_periods shapes the synthetic series, but data.source is file: "
                              "drop it (a price file has its own regimes)")
@@ -326,17 +332,12 @@ class EnvConfig(_Strict):
     episode_length: int = Field(256, ge=8, description="steps before an environment restarts")
     cost: float = Field(5e-4, ge=0.0, lt=0.1, description="transaction cost, fraction of |position change|")
     reward_scale: float = Field(100.0, gt=0.0, le=1e6, description="reward multiplier for learning (returns are tiny)")
-    directions: list[float] = Field(
-        default_factory=lambda: [-1.0, 0.0, 1.0], description="position directions of the first action branch, each in [-1, 1]"
-    )
-    sizes: list[float] = Field(
-        default_factory=lambda: [1 / 3, 2 / 3, 1.0],
-        description="position sizes of the second action branch, each in (0, 1]; position = direction x size",
-    )
+    directions: list[float] = Field(default_factory=lambda: [-1.0, 0.0, 1.0],
+        description="position directions of the first action branch, each in [-1, 1]")
+    sizes: list[float] = Field(default_factory=lambda: [1 / 3, 2 / 3, 1.0],
+        description="position sizes of the second action branch, each in (0, 1]; position = direction x size")
     periods_per_year: float = Field(252.0, gt=0.0, le=1e8, description="price periods per year, to annualise Sharpe ratios (252: daily)")
-    momentum_span: float = Field(
-        DEFAULT_MOMENTUM_SPAN, ge=1.0, le=1e6, description="EWMA span (steps) of the momentum baseline"
-    )
+    momentum_span: float = Field(DEFAULT_MOMENTUM_SPAN, ge=1.0, le=1e6, description="EWMA span (steps) of the momentum baseline")
 
     @model_validator(mode="after")
     def _same_width(self) -> "EnvConfig":
@@ -358,12 +359,10 @@ class ModelConfig(_Strict):
     noisy: bool = Field(True, description="NoisyNet layers in the value and advantage streams (off: epsilon-greedy; a per-member key)")
     noisy_sigma0: float = Field(0.5, gt=0.0, le=100.0, description="initial NoisyNet noise scale (sigma = sigma0 / sqrt(inputs))")
     predictor_hidden: int = Field(128, ge=4, description="hidden width of the G12 predictor head")
-    layer_kernel: Literal["torch", "triton", "triton-w-out-in"] = Field(
-        "torch",
-        description="the layers' products: torch (batched matmuls in member blocks; the reference) or triton (Triton kernels "
-        "with the NoisyNet weight, spectral norm's 1/sigma, bias and ReLU fused and no member blocks; needs the triton "
-        "package, and CUDA or TRITON_INTERPRET=1); triton-w-out-in: triton with the weights stored [out, in] (experimental)",
-    )
+    layer_kernel: Literal["torch", "triton", "triton-w-out-in"] = Field("torch",
+        description="the layers' products: torch (batched matmuls in member blocks; the reference) or triton (Triton kernels with the "
+        "NoisyNet weight, spectral norm's 1/sigma, bias and ReLU fused and no member blocks; needs the triton package, and CUDA or "
+        "TRITON_INTERPRET=1); triton-w-out-in: triton with the weights stored [out, in] (experimental)")
 
     @model_validator(mode="after")
     def _support(self) -> "ModelConfig":
@@ -373,16 +372,13 @@ class ModelConfig(_Strict):
 
 
 class GemConfig(_Strict):
-    mode: GemMode = Field(
-        "measure",
-        description="off: not computed; measure: computed and logged, training untouched; wire: weight x value added to the loss",
-    )
+    mode: GemMode = Field("measure",
+        description="off: not computed; measure: computed and logged, training untouched; wire: weight x value added to the loss")
     weight: float = Field(0.1, ge=0.0, le=1e3, description="the gem's loss weight when wired (unused otherwise)")
 
 
 def gems_model(plugins: tuple[str, ...] = ()) -> type[_Strict]:
-    """The `gems` section for a run with these plug-ins: one GemConfig field per gem it knows
-    (tune_gems.gems.registry.run_gems), in registry order."""
+    """The `gems` section of a run with these plug-ins: a GemConfig per gem, in registry order."""
     names = tuple(g.name for g in registry.run_gems(plugins))
     key = (tuple(plugins), names)
     if key not in _GEMS_MODELS:
@@ -396,13 +392,11 @@ def gems_model(plugins: tuple[str, ...] = ()) -> type[_Strict]:
 
 _GEMS_MODELS: dict[tuple, type[_Strict]] = {}
 GemsConfig = gems_model()
-"""The `gems` section of a run without plug-ins (the three built-ins)."""
 
 
 class TrainerConfig(_Strict):
-    population: int = Field(
-        4, ge=1, le=4096, description="seeds per arm and fold: a run trains P = folds x arms x population members in lockstep"
-    )
+    population: int = Field(4, ge=1, le=4096,
+        description="seeds per arm and fold: a run trains P = folds x arms x population members in lockstep")
     epochs: int = Field(6, ge=1, le=MAX_COUNT, description="epochs of the run; each ends with a validation pass")
     iterations_per_epoch: int = Field(150, ge=1, le=MAX_COUNT, description="training iterations (collect + learn) per epoch")
     batch_size: int = Field(64, ge=2, description="replay transitions per member per learning step")
@@ -413,43 +407,28 @@ class TrainerConfig(_Strict):
     gamma: float = Field(0.97, gt=0.0, le=1.0, description="discount factor per step")
     lr: float = Field(5e-4, gt=0.0, le=10.0, description="Adam learning rate (a per-member key, arms may differ)")
     adam_eps: float = Field(1.5e-4, gt=0.0, le=1.0, description="Adam's epsilon")
-    replay_stream: int = Field(
-        0, ge=0, le=2**20,
-        description="nuisance stream of replay sampling: 0 = the member seed's own draws; another value samples the "
-        "replay batches from an independent stream, everything else equal (an A/A arm: the learner's own null "
-        "spread, docs/analysis.md)",
-    )
-    grad_clip: float = Field(
-        10.0, gt=0.0, le=1e6, description="max gradient norm, per member and per group (the shared network; each gem head)"
-    )
+    replay_stream: int = Field(0, ge=0, le=2**20,
+        description="nuisance stream of replay sampling: 0 = the member seed's own draws; another value samples the replay batches from an "
+        "independent stream, everything else equal (an A/A arm: the learner's own null spread, docs/analysis.md)")
+    grad_clip: float = Field(10.0, gt=0.0, le=1e6,
+        description="max gradient norm, per member and per group (the shared network; each gem head)")
     target_update: int = Field(200, ge=1, le=MAX_COUNT, description="hard target update period in iterations (used when tau is 0)")
     tau: float = Field(0.0, ge=0.0, le=1.0, description="Polyak rate per iteration; 0 = hard updates")
     epsilon_start: float = Field(1.0, ge=0.0, le=1.0, description="epsilon-greedy start (NoisyNets off only)")
     epsilon_end: float = Field(0.05, ge=0.0, le=1.0, description="epsilon-greedy floor (NoisyNets off only)")
-    epsilon_decay_iterations: int = Field(
-        2000, ge=1, le=MAX_COUNT, description="iterations over which epsilon falls linearly from epsilon_start to epsilon_end"
-    )
-    precision: Literal["fp32", "tf32", "bf16"] = Field(
-        "tf32",
-        description="matmul precision on CUDA (tensor cores; fp32 for exact comparisons); "
-        "gem, loss and optimizer math stay fp32; CPU always runs fp32",
-    )
+    epsilon_decay_iterations: int = Field(2000, ge=1, le=MAX_COUNT,
+        description="iterations over which epsilon falls linearly from epsilon_start to epsilon_end")
+    precision: Literal["fp32", "tf32", "bf16"] = Field("tf32",
+        description="matmul precision on CUDA (tensor cores; fp32 for exact comparisons); gem, loss and optimizer math stay fp32; CPU "
+        "always runs fp32")
     graph: Annotated[Literal["auto", "on", "off"], BeforeValidator(_yaml_switch)] = Field("auto", description="CUDA graph capture of the iteration")
-    checkpoint_interval_s: float = Field(
-        300.0,
-        ge=0.0,
-        le=MAX_CHECKPOINT_INTERVAL_S,
-        description="seconds of training between checkpoints: one is written at the first epoch boundary this long "
-        "after the last (0: no time trigger); one is always written at the end and on SIGTERM/SIGINT "
-        "(docs/checkpoints.md)",
-    )
-    checkpoint_every: int = Field(
-        0, ge=0, le=MAX_COUNT, description="also checkpoint every this many epochs (0: no epoch trigger; 1: every epoch)"
-    )
+    checkpoint_interval_s: float = Field(300.0, ge=0.0, le=MAX_CHECKPOINT_INTERVAL_S,
+        description="seconds of training between checkpoints: one is written at the first epoch boundary this long after the last (0: no "
+        "time trigger); one is always written at the end and on SIGTERM/SIGINT (docs/checkpoints.md)")
+    checkpoint_every: int = Field(0, ge=0, le=MAX_COUNT,
+        description="also checkpoint every this many epochs (0: no epoch trigger; 1: every epoch)")
     divergence_threshold: float = Field(1e6, gt=0.0, le=1e30, description="|loss| above this counts as diverged")
-    objective_last_k: int = Field(
-        3, ge=1, description="epochs averaged by the *_lastk search objectives (the last min(k, epochs so far))"
-    )
+    objective_last_k: int = Field(3, ge=1, description="epochs averaged by the *_lastk search objectives (the last min(k, epochs so far))")
 
     @model_validator(mode="after")
     def _fits(self) -> "TrainerConfig":
@@ -461,35 +440,25 @@ class TrainerConfig(_Strict):
 
 
 MAX_SEED_INDEX = 2**31
-"""Largest first seed index of a run (its seed indices must stay far below int64)."""
 
 
 class Config(_Strict):
     seed: int = Field(0, ge=0, description="seed of the member seeds: runs with the same seed pair their members seed by seed")
-    first_seed_index: int = Field(
-        0,
-        ge=0,
-        le=MAX_SEED_INDEX,
-        description="the design's seed index of this run's first seed: the run trains seed indices "
-        "[first_seed_index, first_seed_index + trainer.population), and seed index s gets the member seed, "
-        "synthetic path and `seed_index` of seed index s of a run with every seed (a seed block, docs/cluster.md)",
-    )
+    first_seed_index: int = Field(0, ge=0, le=MAX_SEED_INDEX,
+        description="the design's seed index of this run's first seed: the run trains seed indices [first_seed_index, first_seed_index + "
+        "trainer.population), and seed index s gets the member seed, synthetic path and `seed_index` of seed index s of a run with every "
+        "seed (a seed block, docs/cluster.md)")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where to train; auto: the current CUDA device if there is one, else the CPU")
-    kernels: Literal["auto", "cuda", "reference"] = Field(
-        "auto", description="gem ops: cuda (the built kernels), reference (plain torch); auto: cuda where it builds, else reference"
-    )
+    kernels: Literal["auto", "cuda", "reference"] = Field("auto",
+        description="gem ops: cuda (the built kernels), reference (plain torch); auto: cuda where it builds, else reference")
     data: DataConfig = Field(default_factory=DataConfig)
     env: EnvConfig = Field(default_factory=EnvConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     gems: GemsConfig = Field(default_factory=GemsConfig)
-    plugins: list[str] = Field(
-        default_factory=list,
-        description="modules imported before validation; each registers gems (docs/gems.md)",
-    )
-    arms: ArmsConfig | None = Field(
-        None, description="several configurations on the population axis (tune_gems.design.arms); none: one arm"
-    )
+    plugins: list[str] = Field(default_factory=list, description="modules imported before validation; each registers gems (docs/gems.md)")
+    arms: ArmsConfig | None = Field(None,
+        description="several configurations on the population axis (tune_gems.design.arms); none: one arm")
 
     def gem(self, name: str) -> GemConfig:
         return getattr(self.gems, name)
@@ -499,16 +468,14 @@ class Config(_Strict):
         return tuple(type(self.gems).model_fields)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (aliases as written in YAML, e.g. `arms.list`; no `arms` key for a run without
-        arms): build_config(to_dict()) == self."""
+        """Plain data (aliases as in YAML; no `arms` key without arms): build_config(to_dict()) == self."""
         d = self.model_dump(mode="json", by_alias=True)
         if d.get("arms") is None:
             d.pop("arms", None)
         return d
 
     def label(self) -> str:
-        """The configuration a run belongs to for analysis: per-gem mode and model switches
-        (weights are continuous under search, so they are columns, not part of the label)."""
+        """The configuration a run belongs to for analysis: gem modes and switches (weights are columns)."""
         gems = " ".join(f"{n}={self.gem(n).mode}" for n in self.gem_names())
         onoff = {True: "on", False: "off"}
         return f"{gems} sn={onoff[self.model.spectral_norm]} noisy={onoff[self.model.noisy]}"

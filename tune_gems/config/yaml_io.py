@@ -1,17 +1,7 @@
-"""YAML in and out for configs and sweep specs: a safe loader that refuses duplicate keys and reads
-`1e-3` as a number, bounds on what it reads, dotted `key=value` overrides, and the resolved config
-written back. A key given both nested and dotted in one file is refused naming the file and the
-key (tune_gems.config.dotted.check_one_form), as plain YAML's repeated key is.
-
-Bounds, so that no input can stall validation: the file must be a regular file (opened
-non-blocking: a FIFO or `/dev/zero` given as a config is refused, never read), at most
-`MAX_YAML_BYTES`, its path within the filesystem's limits; and aliases are bounded *before*
-they are expanded: the document's node graph is measured as the tree it stands for (every alias
-counted as a copy of what it names) and refused past `MAX_YAML_NODES` nodes, and a recursive
-alias is refused, so a "billion laughs" alias bomb of a few hundred bytes is one line, not a
-process that grows until it is killed. Every failure is one ConfigError naming the file (or the
-override).
-"""
+"""YAML in and out for configs and specs: a safe loader refusing duplicate keys and reading `1e-3`
+as a number, `key=value` overrides, the resolved config written back. Bounded so no input can stall
+validation (a regular file of at most `MAX_YAML_BYTES`; aliases measured before expansion,
+`expanded_size`: an alias bomb is one line). Every failure names the file or override."""
 
 from __future__ import annotations
 
@@ -29,18 +19,15 @@ if TYPE_CHECKING:
     from tune_gems.config.schema import Config
 
 MAX_YAML_BYTES = 1 << 20
-"""Largest config or spec file read (1 MiB; a real one is a few KiB): a larger file is refused
-before it is parsed, so a huge file cannot stall validation."""
+"""Largest config or spec file read (a real one is a few KiB), refused before parsing."""
 MAX_YAML_NODES = 100_000
-"""Most nodes a YAML document may stand for once its aliases are expanded (a real config or spec
-has a few hundred; a 256-arm factorial a few thousand)."""
+"""Most nodes a document may stand for once its aliases are expanded (a 256-arm factorial: thousands)."""
 MAX_YAML_DEPTH = 200
-"""Deepest nesting of a YAML document (PyYAML composes recursively; a real config nests 4 deep)."""
+"""Deepest nesting (PyYAML composes recursively; a real config nests 4 deep)."""
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """The safe loader, refusing a mapping that repeats a key (plain YAML keeps the last one
-    silently, so a typo'd duplicate would change a run unseen)."""
+    """The safe loader, refusing a repeated key (plain YAML silently keeps the last)."""
 
     def construct_mapping(self, node, deep=False):
         seen: set = set()
@@ -51,9 +38,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: let the base class report it
                 break
             if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -71,9 +56,7 @@ _UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("
 
 
 class _Dumper(yaml.SafeDumper):
-    """The safe dumper, knowing that the loader reads `1e-3` as a number: a string that looks
-    like one (`"1e5"`, a column name) is written quoted, so what tune-gems stores reads back as
-    it was (a stored config.yaml or spec.yaml)."""
+    """The safe dumper, quoting strings the loader would read as numbers."""
 
 
 _Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
@@ -89,10 +72,8 @@ class YAMLBoundError(yaml.YAMLError):
 
 
 def expanded_size(root: yaml.Node, bound: int = MAX_YAML_NODES) -> int:
-    """The number of nodes of the tree that `root`'s graph stands for, every alias counted as a
-    full copy of its anchor's subtree; computed on the graph (each node once, shared subtrees
-    by their memoised size), so it takes time linear in the document's text however large the
-    expansion. YAMLBoundError past `bound` or for a recursive alias (a node inside itself)."""
+    """The nodes `root`'s graph stands for (aliases as copies), in linear time; YAMLBoundError past
+    `bound`."""
     size: dict[int, int] = {}
     on_path: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
@@ -127,8 +108,7 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 
 def safe_load_yaml(text: str) -> Any:
-    """yaml.safe_load that refuses duplicate keys and documents over the bounds (`expanded_size`,
-    checked on the composed node graph before anything is constructed)."""
+    """yaml.safe_load refusing duplicate keys and documents over the bounds (before construction)."""
     loader = _UniqueKeyLoader(text)  # a SafeLoader subclass: no Python tags
     try:
         try:
@@ -144,16 +124,14 @@ def safe_load_yaml(text: str) -> Any:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML mapping from a file, through the safe loader; ConfigError naming the file otherwise
-    (see the module docstring for the bounds)."""
+    """A YAML mapping from a file through the bounded safe loader; ConfigError naming the file otherwise."""
     p = Path(path)
     raw = read_regular(p, MAX_YAML_BYTES, None, ConfigError)
     return yaml_mapping(raw, str(p))
 
 
 def yaml_mapping(raw: bytes, where: str) -> dict[str, Any]:
-    """The YAML mapping in `raw` (the bytes of `where`, a file or a stored spec), through the
-    safe loader and its bounds; ConfigError naming `where` otherwise."""
+    """The YAML mapping in `raw` (the bytes of `where`); ConfigError naming `where` otherwise."""
     p = where
     try:
         data = safe_load_yaml(raw.decode("utf-8"))

@@ -1,20 +1,7 @@
-"""The text of a `config_label` (docs/results.md): what a label says about the members it names.
-
-A configuration's label is per-gem mode and the model switches, `g6=measure g10=wire g12=off
-sn=on noisy=on` (`Config.label`). With arms on the population axis, a trial's members are not
-all its base config: the arm that wires g12 is not `g12=measure`, and a confirmation's control
-is not `g6=wire`. So every label is built from the members it names:
-
-- an arm's label (`arm_label`) is the trial's label with the arm's per-member settings applied
-  (the `gems.<g>.mode`, `model.spectral_norm` and `model.noisy` of its arms-table row);
-- a trial's label (`trial_label`) is its one arm's label, or, for several arms, the tokens every
-  arm shares, then per arm the tokens it sets otherwise:
-  `g10=measure sn=on noisy=on | proposal: g6=wire g12=wire; control: g6=measure g12=measure`;
-- a plot's short labels (`short_labels`) keep only the tokens that tell its labels apart.
-
-Text in, text out: the sweep (writing the tables), the analysis (reading older ones, whose
-labels were the base config's) and the plots share these rules.
-"""
+"""The text of a `config_label` (docs/results.md): gem modes and model switches (`Config.label`),
+built from the members a label names: an arm's applies its settings (`arm_label`), a trial's is its
+one arm's or the shared tokens then each arm's own (`trial_label`), a plot's keeps the tokens that
+tell its labels apart (`short_labels`)."""
 
 from __future__ import annotations
 
@@ -22,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 SWITCH_TOKENS = {"model.spectral_norm": "sn", "model.noisy": "noisy"}
-"""Per-member config keys written in a label as an on/off token, and the token's name."""
+"""Per-member config keys written as an on/off token, and the token's name."""
 ARMS_SEPARATOR = " | "
 ARM_SUFFIX = " | arm "
 """How the analysis names one arm of a multi-arm trial: `<arm label> | arm <name>`."""
@@ -62,7 +49,6 @@ def setting_tokens(settings: Mapping[str, Any]) -> dict[str, str]:
 
 
 def arm_label(label: str, settings: Mapping[str, Any]) -> str:
-    """`label` (a trial's base config label) with an arm's per-member settings applied."""
     wanted = setting_tokens(settings)
     tokens = []
     for token in label_tokens(label):
@@ -77,8 +63,7 @@ def arm_label(label: str, settings: Mapping[str, Any]) -> str:
 
 
 def trial_label(arms: Sequence[tuple[str, str]]) -> str:
-    """The label of a trial whose arms are (name, arm label) pairs, in the arms' order (module
-    docstring); one arm, or arms that all read alike: that label."""
+    """The label of a trial whose arms are (name, arm label) pairs (module docstring)."""
     labels = list(dict.fromkeys(label for _, label in arms))
     if len(labels) <= 1:
         return labels[0] if labels else ""
@@ -90,16 +75,13 @@ def trial_label(arms: Sequence[tuple[str, str]]) -> str:
 
 
 def split_arm_suffix(label: str) -> tuple[str, str | None]:
-    """(`<arm label>`, arm name) of an analysis label `<arm label> | arm <name>`; (label, None)
-    for a label without one."""
+    """(arm label, arm name) of `<arm label> | arm <name>`; (label, None) without one."""
     head, sep, arm = str(label).rpartition(ARM_SUFFIX)
     return (head, arm) if sep else (str(label), None)
 
 
 def short_labels(labels: Sequence[str]) -> list[str]:
-    """The labels with every token that all of them share left out (a plot's axis names one
-    configuration in a few words); an arm suffix becomes `[arm]`. Labels that are all alike
-    keep their arm name, or their full text when there is nothing else."""
+    """The labels without their shared tokens, an arm suffix as `[arm]` (all alike: arm name or full text)."""
     parts = [split_arm_suffix(label) for label in labels]
     token_lists = [label_tokens(head) for head, _ in parts]
     common = set.intersection(*(set(t) for t in token_lists)) if token_lists and len(token_lists) > 1 else set()

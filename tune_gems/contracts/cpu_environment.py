@@ -1,29 +1,6 @@
-"""The environment variables tune-gems reads for its CPU work, checked where they are read and
-recorded in the run's files.
-
-Why: these values go straight into torch, OpenMP (libgomp) and MKL, which either crash on a bad
-one or ignore it without a word. `OMP_NUM_THREADS=1000000000` made libgomp abort allocating
-216 GB with nothing printed; 2^70 overflowed `torch.set_num_threads`; an `ATEN_CPU_CAPABILITY`
-torch does not know (`AVX2`, `garbage`) is ignored with a warning nobody sees, so the AVX2 pin
-of tune_gems.ops.cpu_code_path is lost and the bits differ from a pinned run; an MKL branch MKL
-does not know is ignored the same way. So every value is checked before torch is imported (the
-CLI calls `check_cpu_environment` first; each sweep trial calls it again in its worker through
-`pin_cpu_code_path`, as a worker of a cluster started elsewhere has its own environment), and a
-bad one is one line naming the variable, exit 2:
-
-- `OMP_NUM_THREADS`, `MKL_NUM_THREADS` (and the CLI's `--threads`): a whole number written in
-  ASCII digits, at least 1 and at most `THREADS_PER_CPU_MAX` times the machine's CPUs
-  (`os.cpu_count()`); empty counts as unset. More threads than that only wait for each other.
-- `ATEN_CPU_CAPABILITY`: one of the kernel widths torch knows, spelt as torch compares them
-  (lower case), that this CPU can run (`kernel_widths`): naming one it lacks would crash torch
-  with an illegal instruction.
-- `MKL_CBWR`: `[BRANCH=]<branch>[,STRICT]` with a branch of MKL's documented list
-  (`MKL_BRANCHES`), spelt as MKL documents them (upper case).
-
-What a run used is recorded in its marker (`cpu_record`, tune_gems.contracts.outputs): the four
-values after the CLI applied its thread count and pins (a variable left unset is recorded as
-null; for a sweep's trials, Ray then sets one thread per CPU of `resources.cpu`).
-"""
+"""The environment variables of the CPU work, checked before torch is imported (torch, OpenMP and
+MKL crash on a bad value or silently ignore it) and recorded in the run's marker (`cpu_record`;
+docs/robustness.md "Environment values")."""
 
 from __future__ import annotations
 
@@ -40,10 +17,8 @@ THREAD_ENVS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 CPU_BLAS_PATH_ENV = "MKL_CBWR"
 CPU_KERNEL_WIDTH_ENV = "ATEN_CPU_CAPABILITY"
 CPU_ENVS = (*THREAD_ENVS, CPU_BLAS_PATH_ENV, CPU_KERNEL_WIDTH_ENV)
-"""Every environment variable of the CPU work that tune-gems checks and records."""
 THREADS_PER_CPU_MAX = 4
-"""At most this many threads per CPU of the machine: more only wait for each other, and a huge
-count aborts OpenMP while it allocates its threads."""
+"""At most this many threads per CPU: more only wait for each other."""
 CPU_FLAGS_FILE = "/proc/cpuinfo"
 X86_MACHINES = ("x86_64", "amd64")
 AVX2_FLAGS = frozenset({"avx2"})
@@ -52,27 +27,23 @@ AVX512_FLAGS = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
 SVE_FLAGS = frozenset({"sve"})
 MKL_BRANCHES = ("AUTO", "COMPATIBLE", "SSE2", "SSE3", "SSSE3", "SSE4_1", "SSE4_2", "AVX", "AVX2", "AVX512",
                 "AVX512_E1", "AVX512_MIC", "AVX512_MIC_E1")
-"""The code branches MKL's `MKL_CBWR` takes (oneMKL developer guide, "Specifying code branches")."""
+"""The code branches of `MKL_CBWR` (oneMKL developer guide, "Specifying code branches")."""
 MKL_STRICT = "STRICT"
 _DIGITS = re.compile(r"\s*\+?[0-9]+\s*")
 _MAX_DIGITS = 18
-"""Longer digit strings are refused as too many without being converted (Python refuses to
-convert over 4300 digits, with an error of its own)."""
+"""Longer digit strings are too many threads, refused unconverted (Python refuses over 4300 digits)."""
 
 
 def machine_cpus() -> int:
-    """The machine's CPUs (logical), the base of the thread bound."""
     return os.cpu_count() or 1
 
 
 def max_threads(cpus: Callable[[], int] = machine_cpus) -> int:
-    """The largest thread count accepted on this machine."""
     return THREADS_PER_CPU_MAX * max(1, cpus())
 
 
 def thread_count(text: object, where: str, cpus: Callable[[], int] = machine_cpus) -> int:
-    """`text` (a variable's value or `--threads`) as a thread count; ConfigError naming `where`
-    for anything but ASCII digits giving 1..`max_threads()`."""
+    """`text` as a thread count; ConfigError naming `where` unless ASCII digits in 1..`max_threads()`."""
     raw = str(text)
     digits = raw.strip().lstrip("+")
     n = 0 if not _DIGITS.fullmatch(raw) else int(digits) if len(digits) <= _MAX_DIGITS else math.inf
@@ -87,8 +58,7 @@ def thread_count(text: object, where: str, cpus: Callable[[], int] = machine_cpu
 
 
 def cpu_flags(read: Callable[[], str] | None = None) -> frozenset[str]:
-    """The CPU's feature flags (Linux's /proc/cpuinfo `flags` or `Features` line, first CPU),
-    empty where they cannot be read; `read` replaces the file."""
+    """The first CPU's flags from /proc/cpuinfo (empty where unreadable); `read` replaces the file."""
     if read is None:
         def read() -> str:
             with open(CPU_FLAGS_FILE, encoding="ascii", errors="replace") as f:
@@ -134,8 +104,7 @@ def check_blas_path(value: str) -> None:
 
 def check_cpu_environment(environ: Mapping[str, str] = os.environ, widths: Callable[[], tuple[str, ...]] = kernel_widths,
                           cpus: Callable[[], int] = machine_cpus) -> None:
-    """ConfigError naming the first variable of `CPU_ENVS` whose value torch, OpenMP or MKL
-    would crash on or ignore (module docstring); unset or empty variables are fine."""
+    """ConfigError naming the first variable of `CPU_ENVS` that torch, OpenMP or MKL would not take."""
     for name in THREAD_ENVS:
         value = environ.get(name, "")
         if value.strip():
@@ -149,5 +118,4 @@ def check_cpu_environment(environ: Mapping[str, str] = os.environ, widths: Calla
 
 
 def cpu_record(environ: Mapping[str, str] = os.environ) -> dict[str, str | None]:
-    """The values of `CPU_ENVS` in force (None: unset), as a run's marker records them."""
     return {name: environ.get(name) for name in CPU_ENVS}

@@ -1,16 +1,9 @@
-"""Errors a user sees for bad input. Each carries one line that names the bad field or file.
-
-The CLI turns any of these into that line on stderr and exit status 2, before anything is
-written. A message quotes what the user gave (a key, a path, a name), and what the user gave
-may hold control characters: an escape sequence would drive the user's terminal, a newline
-would make the one line two. So every message is made printable here, once, for every error
-(`printable`): line breaks become spaces, any other control character its `\\xNN` escape.
-"""
+"""Errors a user sees for bad input: one line naming the bad field or file (exit 2), made
+`printable` here once, since what the user gave may hold control characters."""
 
 
 def printable(text: str) -> str:
-    """`text` as one printable line: CR, LF and TAB as spaces, every other C0/C1 control
-    character and DEL as `\\xNN` (idempotent: an escape is printable already)."""
+    """`text` as one printable line: CR, LF, TAB as spaces, other controls as `\\xNN` (idempotent)."""
     out = []
     for ch in text:
         code = ord(ch)
@@ -24,12 +17,12 @@ def printable(text: str) -> str:
 
 
 def control_characters(text: str) -> list[str]:
-    """The control characters (C0, DEL, C1) in `text`, escaped (`\\x1b`), in order of appearance."""
+    """The control characters (C0, DEL, C1) in `text`, escaped (`\\x1b`), in order."""
     return [f"\\x{ord(c):02x}" for c in text if ord(c) < 32 or 127 <= ord(c) < 160]
 
 
 class TuneGemsError(Exception):
-    """Base of the user-facing errors: the message is one printable line, ready to print."""
+    """Base of the user-facing errors: the message is one printable line."""
 
     def __init__(self, message: object = "", *rest: object) -> None:
         super().__init__(printable(str(message)), *rest)
@@ -52,8 +45,7 @@ class OutputExistsError(TuneGemsError):
 
 
 class OutputError(TuneGemsError):
-    """An output folder cannot be used: not writable, a file, in a pseudo-filesystem, an input of
-    the same command, or a folder that this tool did not write (and so will not replace)."""
+    """An output folder cannot be used (not writable, an input, not written by this tool, ...)."""
 
 
 class OutputInUseError(OutputError):
@@ -69,8 +61,7 @@ class StorageError(TuneGemsError):
 
 
 class ResourceError(TuneGemsError):
-    """The run cannot fit: its estimated memory or requested trial resources exceed the machine
-    or the cluster."""
+    """The run cannot fit: its memory or trial resources exceed the machine or the cluster."""
 
 
 class KernelBuildError(TuneGemsError):

@@ -1,12 +1,5 @@
-"""The `gems.json` manifest: which gems a run knew, as one record type with one reader.
-
-The writers (`tune-gems train`, a sweep's result tables) write `manifest_text(...)` of the
-registry's entries (`tune_gems.gems.registry.manifest`); the analysis reads each experiment
-folder's own manifest (`folder_manifest`) and takes its gem list from it, so a plug-in gem
-flows into every table and plot without the analysis knowing its name. A torch-free leaf: it
-imports only `errors` and `result_files`, so the analysis can read results on a machine without
-torch (docs/results.md "gems.json").
-"""
+"""The `gems.json` manifest (docs/results.md): which gems a run knew, one record type and one
+reader, so a plug-in gem reaches every table and plot of the analysis."""
 
 from __future__ import annotations
 
@@ -21,8 +14,7 @@ from tune_gems.contracts.result_files import GEMS_FILE
 
 @dataclass(frozen=True)
 class GemEntry:
-    """One gem of a run: its name (`gems.<name>` config key), metric column, one-line
-    description, and whether it has a null (`<metric>_null` / `<metric>_excess` hold numbers)."""
+    """One gem of a run: name, metric column, description, and whether it has a null."""
 
     name: str
     metric: str
@@ -43,12 +35,10 @@ LEGACY_MANIFEST: tuple[GemEntry, ...] = (
     GemEntry("g10", "g10_temporal", "temporal consistency", False),
     GemEntry("g12", "g12_predictive", "predictive coding", True),
 )
-"""The gems of results written before gems.json existed: the three built-ins
-(tests/test_layering.py checks they equal the registry's built-ins)."""
+"""The gems of results written before gems.json: the built-ins (tests/test_layering.py checks them)."""
 
 
 def manifest_text(entries: Iterable[GemEntry]) -> str:
-    """The content of a gems.json file."""
     return json.dumps([e.to_json() for e in entries], indent=2) + "\n"
 
 
@@ -63,8 +53,7 @@ def _entry(item: Any) -> GemEntry:
 
 
 def read_manifest(folder: str | Path) -> tuple[GemEntry, ...] | None:
-    """The gems.json of `folder`, or None when it has none. An unreadable or malformed one is a
-    DataError naming the file."""
+    """The gems.json of `folder`, None without one; a malformed one is a DataError naming the file."""
     path = Path(folder) / GEMS_FILE
     if not path.is_file():
         return None
@@ -95,8 +84,7 @@ def manifest_source(folder: str | Path) -> str:
 
 
 def disagreement(a: Iterable[GemEntry], b: Iterable[GemEntry]) -> str:
-    """'' when two manifests list the same gems (name, metric, has_null; order aside); else what
-    differs, in a few words."""
+    """'' when two manifests list the same gems (order aside), else what differs in a few words."""
     ia, ib = {e.identity for e in a}, {e.identity for e in b}
     if ia == ib:
         return ""

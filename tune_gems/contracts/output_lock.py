@@ -1,9 +1,4 @@
-"""The one-writer lock of an output folder (`OutputLock`): every writing command holds it for as
-long as it writes (tune_gems.contracts.outputs, "One writer").
-
-Held through `filelock` (an `fcntl.flock`, released by the kernel when the holder dies); where
-flock is unsupported, the pid recorded in the lock file decides.
-"""
+"""The one-writer lock of an output folder (docs/robustness.md "Output folders")."""
 
 from __future__ import annotations
 
@@ -18,11 +13,10 @@ from tune_gems.contracts.errors import OutputError, OutputInUseError
 from tune_gems.contracts.safe_files import entry_kind, require_regular
 
 LOCK_FILE = ".tune-gems.lock"
-"""The one-writer lock of an output folder (holds the pid, host and start time of the writer)."""
+"""The lock file (holds the pid, host and start time of the writer)."""
 LOCK_ATTEMPTS = 5
 LOCK_RETRY_S = 0.02
 LOCK_INFO_MAX = 4096
-"""Bytes of the lock file read for its holder's description."""
 
 
 def _pid_alive(pid: int) -> bool:
@@ -31,18 +25,14 @@ def _pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
 class OutputLock:
-    """The one-writer lock of an output folder, as a context manager (or acquire/release).
-
-    Held through `filelock.FileLock` (an `fcntl.flock` on `folder/LOCK_FILE`), which the kernel
-    releases when the holder dies, so a lock file left by a killed run never blocks the next one. Where `flock` is not
-    supported (some network filesystems), the pid written in the file decides: a live pid on
-    this host holds the lock, a dead one is taken over. The file stays after release (removing
-    a flock'd file races with a waiting writer); its content describes the last holder."""
+    """The one-writer lock of an output folder: a `filelock.FileLock` (an `fcntl.flock`, released by
+    the kernel when the holder dies); where flock is unsupported the recorded pid decides. The file
+    stays after release (removing it races with a waiting writer)."""
 
     def __init__(self, folder: str | Path, field: str = "--out"):
         self.folder = Path(folder)
@@ -51,7 +41,6 @@ class OutputLock:
         self._lock = None  # the filelock.FileLock held (None: not held, or no flock on this filesystem)
 
     def _info(self) -> dict:
-        """The recorded holder ({pid, host, since}), or {} when unreadable."""
         try:
             fd = self._open(os.O_RDONLY)
         except OutputError:
@@ -64,21 +53,18 @@ class OutputLock:
             os.close(fd)
         return info if isinstance(info, dict) else {}
 
-    def _holder(self) -> str:
+    def _in_use(self) -> OutputInUseError:
         info = self._info()
-        if not info:
-            return "another process"
-        return f"pid {info.get('pid')} on {info.get('host')}, since {info.get('since')}"
+        holder = f"pid {info.get('pid')} on {info.get('host')}, since {info.get('since')}" if info else "another process"
+        return OutputInUseError(f"{self.field}: {self.folder} is being written by {holder}; wait for it or choose another folder")
 
     def _ours(self) -> bool:
-        """Whether the recorded holder is this very process (which may look at a folder it
-        holds itself: a confirmation re-checking its output inside the search it holds)."""
+        """Whether the recorded holder is this process (a confirmation inside the search it holds)."""
         info = self._info()
         return info.get("pid") == os.getpid() and info.get("host") == socket.gethostname()
 
     def _open(self, flags: int) -> int:
-        """The lock file's descriptor, opened without following a symlink; OutputError (one
-        line) when the lock path is a symlink, a folder, a FIFO or anything but a regular file."""
+        """The lock file's descriptor, never through a symlink; OutputError unless a regular file."""
         require_regular(self.path, self.field, "lock file")
         try:
             fd = os.open(self.path, flags | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK, 0o644)
@@ -100,9 +86,7 @@ class OutputLock:
         try:
             lock.acquire()  # a `check_free` probe holds it for microseconds: retried until the timeout
         except Timeout:
-            raise OutputInUseError(
-                f"{self.field}: {self.folder} is being written by {self._holder()}; wait for it or choose another folder"
-            ) from None
+            raise self._in_use() from None
         except OSError:  # no flock here: fall back to the recorded pid
             lock = None
             try:
@@ -111,9 +95,7 @@ class OutputLock:
                 info = {}
             pid = info.get("pid")
             if isinstance(pid, int) and pid != os.getpid() and info.get("host") == socket.gethostname() and _pid_alive(pid):
-                raise OutputInUseError(
-                    f"{self.field}: {self.folder} is being written by {self._holder()}; wait for it or choose another folder"
-                ) from None
+                raise self._in_use() from None
         body = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
         fd = self._open(os.O_RDWR | os.O_CREAT)
         try:
@@ -125,8 +107,7 @@ class OutputLock:
         return self
 
     def check_free(self) -> None:
-        """OutputInUseError when another live process holds the lock; takes nothing, writes
-        nothing (a folder without a lock file is free, and so is one this process holds)."""
+        """OutputInUseError when another live process holds the lock; takes and writes nothing."""
         if entry_kind(self.path) is None:
             return
         fd = self._open(os.O_RDONLY)
@@ -140,9 +121,7 @@ class OutputLock:
         except BlockingIOError:
             if self._ours():
                 return
-            raise OutputInUseError(
-                f"{self.field}: {self.folder} is being written by {self._holder()}; wait for it or choose another folder"
-            ) from None
+            raise self._in_use() from None
         except OSError:
             pass
         finally:

@@ -1,58 +1,7 @@
-"""Output folders that are safe to write: the one module every writing command goes through.
-
-Why: a results tool that deletes what its user owns, or lets two runs interleave their files in
-one folder, is worse than no tool. The rules, for `train`, `sweep` and `analyze` alike:
-
-- **Marker.** Every folder a command creates gets `MARKER_FILE` (JSON naming the tool and the
-  command kind). `--overwrite` only ever replaces a folder carrying the marker of the same kind:
-  anything else (a user's folder, an experiment, a train run) is refused, never deleted.
-- **Inputs and results are never outputs.** An output folder that is, contains or lies inside an
-  input of the command, or a folder holding sweep/train results, is refused.
-- **Writable, checked up front.** A path that is a file, lies under a file, is in a
-  pseudo-filesystem (/proc, /sys, ...), or whose nearest existing folder is read-only or cannot
-  be listed is refused before anything is computed.
-- **One writer.** `OutputLock` holds an advisory lock (`LOCK_FILE`, `filelock`: an `fcntl.flock`) for as long
-  as a command writes; a second writer is refused in one line naming the holder's pid. A lock
-  left by a dead process is no obstacle: the kernel releases `flock` locks with their process.
-  Nothing is written inside a folder a live process holds either (`check_ancestors_free`).
-- **Names are names.** `check_name` accepts one portable path component only; a path with a
-  component longer than `COMPONENT_MAX` bytes, longer than `PATH_MAX` bytes in all, or holding a
-  control character is refused.
-- **No symlinks.** An output folder given as a symlink, or one holding a symlink, FIFO, socket or
-  device at its top level (where the lock, the marker and every temporary file live), is
-  refused; the lock and the marker are opened with `O_NOFOLLOW` (tune_gems.contracts.safe_files),
-  the marker also non-blocking and bounded (`marker_state`: a FIFO there never hangs a command).
-- **`--overwrite` removes only what the command wrote.** An analysis lists every file it wrote
-  in its marker (`MARKER_FILES_KEY`); replacing that folder is refused while it holds anything
-  not listed (a user's notes, a run kept three levels down), and only listed files are deleted.
-  Every listed path must be a plain relative path that resolves inside the folder
-  (`listed_files`): one that is absolute, holds `..`, passes through a symlink (out of the
-  folder, or a loop) is refused in one line naming the marker, and nothing is deleted (an
-  absolute path in the list would otherwise be the path deleted: `folder / "/abs"` is "/abs").
-- **Format version.** A marker claiming a format `version` other than `MARKER_VERSION` (written
-  by a newer tune-gems, or edited) is no marker this tune-gems can trust: it never authorises a
-  replacement, and a command that relies on its record refuses it naming the marker.
-- **What the CPU work ran under.** The marker of a folder whose command trains (train, sweep,
-  confirm) records the CPU environment (`CPU_KEY`, tune_gems.contracts.cpu_environment), one
-  entry per distinct environment its commands ran under (a resume under other values adds one).
-
-All refusals are `TuneGemsError` subclasses with one line naming the field and the path, so the
-CLI prints them and exits 2.
-
-Typical use (a command that writes a fresh folder, or continues its own)::
-
-    out = check_output_folder(out, kind="train", field="--out", resume=resume)
-    make_output_folder(out, kind="train")
-    with OutputLock(out, field="--out"):
-        ...write...
-
-and for a command that builds its result in a temporary folder and publishes it at the end
-(analysis)::
-
-    out = check_output_folder(out, kind="analyze", inputs=experiments, overwrite=overwrite)
-    tmp = <temporary folder beside out>; write_marker(tmp, "analyze"); ...write into tmp...
-    publish_folder(tmp, out, kind="analyze", overwrite=overwrite)
-"""
+"""Output folders that are safe to write: the one module every writing command goes through. The
+rules are docs/robustness.md "Output folders"; every refusal is one line naming the field and path.
+A command checks (`check_output_folder`), creates (`make_output_folder`) and holds (`OutputLock`)
+its folder, or builds it aside (`temporary_folder`) and publishes it at the end (`publish_folder`)."""
 
 from __future__ import annotations
 
@@ -82,24 +31,18 @@ KINDS = ("train", "sweep", "analyze", "confirm")
 MARKER_FILES_KEY = "files"
 """The marker's list of the files (relative paths) its command wrote: what `--overwrite` may delete."""
 CPU_KEY = "cpu_environment"
-"""The marker's list of the CPU environments (`cpu_record`) its commands trained under."""
 TRAINING_KINDS = ("train", "sweep", "confirm")
-"""The kinds whose markers record the CPU environment (their commands train)."""
+"""The kinds whose markers record the CPU environment (`cpu_record`): their commands train."""
 SWEEP_SIGNS = (TRIALS_FILE, HISTORY_FILE, MEMBERS_FILE, "tuner.pkl", JOURNAL_FILE)
 """Files only a sweep's experiment folder holds (a spec.yaml alone may be a user's spec)."""
 TRAIN_SIGNS = (CHECKPOINT_FILE, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE)
 SCAN_DEPTH = 2
-"""How deep below an output folder `check_output_folder` looks for results it must not replace."""
+"""How deep below an output folder the checks look (results, symlinks)."""
 SCAN_LIMIT = 2000
-"""At most this many folders are inspected by that scan (a huge tree is refused, not walked)."""
-
-
-# -- markers -------------------------------------------------------------------------------------
+"""At most this many folders or entries looked at by a scan (a huge tree is refused, not walked)."""
 
 
 def marker_body(kind: str, **fields: Any) -> dict[str, Any]:
-    """The marker of a `tune-gems <kind>` folder, with extra `fields` (e.g. the files it wrote,
-    the checksums of what it recorded)."""
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
     cpu = {CPU_KEY: [cpu_record()]} if kind in TRAINING_KINDS else {}
@@ -108,14 +51,11 @@ def marker_body(kind: str, **fields: Any) -> dict[str, Any]:
 
 
 def write_marker(folder: str | Path, kind: str, **fields: Any) -> None:
-    """Mark `folder` as written by `tune-gems <kind>` (creating nothing else; never through a symlink)."""
     write_atomic(Path(folder, MARKER_FILE), json.dumps(marker_body(kind, **fields)) + "\n")
 
 
 def update_marker(folder: str | Path, **fields: Any) -> None:
-    """Add or replace `fields` in the marker of `folder` (which must carry one); a training
-    kind's marker also gets this process's CPU environment where it differs from the last one
-    recorded (a resume under other values)."""
+    """Add `fields` to `folder`'s marker (a training kind's also records a changed CPU environment)."""
     body = read_marker(folder)
     if body is None:
         raise ValueError(f"{folder}: no tune-gems marker to update")
@@ -126,7 +66,6 @@ def update_marker(folder: str | Path, **fields: Any) -> None:
 
 
 MARKER_MAX_BYTES = 1 << 20
-"""Largest marker read (an analysis's lists every file it wrote: a few KiB)."""
 
 
 def parse_marker(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
@@ -145,9 +84,7 @@ def parse_marker(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def marker_state(folder: str | Path) -> tuple[dict[str, Any] | None, str | None]:
-    """(the marker of `folder`, None), or (None, why there is none): "missing", a symlink, FIFO
-    or other non-file (opened non-blocking and without following links: reading it never
-    hangs and never reads elsewhere), too large, unreadable or foreign content."""
+    """(the marker of `folder`, None), or (None, why not); read non-blocking, never through a link."""
     path = Path(folder, MARKER_FILE)
     kind = entry_kind(path)
     if kind is None:
@@ -162,8 +99,7 @@ def marker_state(folder: str | Path) -> tuple[dict[str, Any] | None, str | None]
 
 
 def read_marker(folder: str | Path) -> dict[str, Any] | None:
-    """The marker of `folder`, or None when absent or unreadable (a foreign file of that name
-    counts as absent: it never authorises a replacement; a symlinked one is foreign)."""
+    """The marker of `folder`, or None (absent, unreadable or foreign: never authorising a replacement)."""
     return marker_state(folder)[0]
 
 
@@ -173,8 +109,7 @@ def marker_kind(folder: str | Path) -> str | None:
 
 
 def make_output_folder(folder: str | Path, kind: str) -> Path:
-    """Create `folder` (and parents) and mark it; an existing folder keeps its marker, or gets
-    one when it is empty (apart from a lock)."""
+    """Create and mark `folder` (an existing one keeps its marker, or gets one when empty)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if read_marker(folder) is None and not _entries(folder, ignore=(LOCK_FILE, MARKER_FILE)):
@@ -182,12 +117,8 @@ def make_output_folder(folder: str | Path, kind: str) -> Path:
     return folder
 
 
-# -- what a folder holds -------------------------------------------------------------------------
-
-
 def results_kind(folder: str | Path) -> str | None:
-    """'sweep', 'train' or 'analyze' when `folder` holds that command's results (by marker, or
-    by the files such results consist of, for folders written before markers existed); else None."""
+    """'sweep', 'train' or 'analyze' when `folder` holds that command's results, else None."""
     folder = Path(folder)
     kind = marker_kind(folder)
     if kind is not None:
@@ -209,8 +140,7 @@ def _entries(folder: Path, ignore: Iterable[str] = ()) -> list[str]:
 
 
 def _results_below(folder: Path, own_kind: str | None) -> Path | None:
-    """The first folder at or below `folder` (to `SCAN_DEPTH`) holding results other than a
-    `own_kind` folder's own; None when there is none."""
+    """The first folder at or below `folder` with results other than an `own_kind` folder's own, or None."""
     seen = 0
     level = [folder]
     for depth in range(SCAN_DEPTH + 1):
@@ -232,10 +162,7 @@ def _results_below(folder: Path, own_kind: str | None) -> Path | None:
 
 
 def check_top_entries(folder: Path, field: str) -> None:
-    """OutputError naming the first symlink, FIFO, socket or device in `folder` or up to
-    `SCAN_DEPTH` levels below it (at most `SCAN_LIMIT` entries looked at): the lock, the
-    marker, every temporary file of a command and a sweep's per-trial files live there, and
-    none may be written through (tune_gems.contracts.safe_files)."""
+    """OutputError naming the first symlink, FIFO, socket or device in `folder` (to `SCAN_DEPTH`)."""
     level, seen = [folder], 0
     for _depth in range(SCAN_DEPTH + 1):
         nxt: list[Path] = []
@@ -257,10 +184,7 @@ def check_top_entries(folder: Path, field: str) -> None:
 
 
 def is_journal_lock(path: Path) -> bool:
-    """Whether `path` is Optuna's own lock of the study journal beside it: a symlink
-    `optuna_journal.log.lock` pointing at `optuna_journal.log` (optuna's JournalFileSymlinkLock
-    creates it around every journal write, and a driver killed during one leaves it behind).
-    tune-gems never writes through it; `--resume` removes it (sweep.search.clear_stale_journal_lock)."""
+    """Whether `path` is Optuna's journal lock, a symlink to the journal beside it."""
     if path.name != JOURNAL_FILE + JOURNAL_LOCK_SUFFIX or not path.is_symlink():
         return False
     try:
@@ -271,11 +195,9 @@ def is_journal_lock(path: Path) -> bool:
 
 
 def listed_files(folder: str | Path, field: str = "--out") -> list[str]:
-    """The files `folder`'s marker lists as written by its command (`MARKER_FILES_KEY`; none
-    without a marker or a list), each a plain relative path that resolves inside `folder`;
-    OutputError naming the marker for the first that does not: not a path, absolute, holding
-    `..`, passing through a symlink (out of the folder, or a loop). Checked before anything is
-    deleted: `folder / rel` with an absolute `rel` is `rel` itself."""
+    """The files `folder`'s marker lists (`MARKER_FILES_KEY`); OutputError naming the marker for one
+    that is no plain relative path inside `folder` (`folder / "/abs"` is "/abs"), before anything is
+    deleted."""
     folder = Path(folder)
     listed = (read_marker(folder) or {}).get(MARKER_FILES_KEY)
     if listed is None:
@@ -317,8 +239,7 @@ def _listed_path_problem(root: Path, rel: Any) -> str | None:
 
 
 def unlisted_files(folder: Path) -> list[str]:
-    """Paths (relative) below `folder` that its marker does not list as written by its
-    command (symlinks and special files included; the marker and lock excepted)."""
+    """Paths below `folder` its marker does not list (special files included; marker and lock excepted)."""
     body = read_marker(folder) or {}
     listed = body.get(MARKER_FILES_KEY)
     listed = {str(p) for p in listed} if isinstance(listed, list) else set()
@@ -337,8 +258,7 @@ def unlisted_files(folder: Path) -> list[str]:
 
 
 def written_files(folder: Path) -> list[str]:
-    """Every regular file below `folder` (relative paths, sorted), bar the marker and lock:
-    what a command that built `folder` lists in its marker."""
+    """Every regular file below `folder` bar the marker and lock, sorted: what its marker lists."""
     out = []
     for root, _dirs, files in os.walk(folder, followlinks=False):
         for name in files:
@@ -346,9 +266,6 @@ def written_files(folder: Path) -> list[str]:
             if rel not in (MARKER_FILE, LOCK_FILE) and entry_kind(Path(root) / name) == "file":
                 out.append(rel)
     return sorted(out)
-
-
-# -- the combined check --------------------------------------------------------------------------
 
 
 def _relation(out: Path, other: Path) -> str | None:
@@ -361,28 +278,11 @@ def _relation(out: Path, other: Path) -> str | None:
     return None
 
 
-def check_output_folder(
-    folder: str | Path,
-    *,
-    kind: str,
-    field: str = "--out",
-    inputs: Iterable[str | Path] = (),
-    overwrite: bool = False,
-    resume: bool = False,
-    allow_inside: Iterable[str | Path] = (),
-) -> Path:
-    """Every up-front check of an output folder; returns its resolved path. Writes nothing.
-
-    - `inputs`: folders or files the command reads; the output may not be, contain or lie
-      inside any of them.
-    - No ancestor of the output may hold sweep/train results, except the folders listed in
-      `allow_inside` (e.g. analysis's default `<experiment>/analysis`).
-    - The output itself, or anything up to `SCAN_DEPTH` below it, may not hold results other
-      than its own kind's (so `--out` on a folder of experiments is refused).
-    - An existing non-empty output folder is refused (`OutputExistsError`) unless `resume`
-      (continue it: it must carry this kind's marker or hold this kind's results) or
-      `overwrite` (replace it: it must carry this kind's marker).
-    - Writability (`check_writable`)."""
+def check_output_folder(folder: str | Path, *, kind: str, field: str = "--out", inputs: Iterable[str | Path] = (),
+        overwrite: bool = False, resume: bool = False, allow_inside: Iterable[str | Path] = ()) -> Path:
+    """Every up-front check of an output folder; its resolved path, nothing written. A non-empty one
+    is refused unless `resume` (this kind's results) or `overwrite` (this kind's marker, nothing
+    unlisted)."""
     check_path_length(Path(folder).expanduser(), field)
     if Path(folder).expanduser().is_symlink():
         raise OutputError(f"{field}: {folder} is a symlink; give the folder itself (tune-gems never writes through a symlink)")
@@ -438,20 +338,16 @@ def check_output_folder(
 
 
 def check_ancestors_free(out: Path, field: str) -> None:
-    """OutputInUseError when a folder above `out` is held by a live writer (its lock): a folder
-    someone else is writing is never written into, not even a subfolder of it (`analyze` of a
-    train run that is still training, whose default output `<run>/analysis` lies inside it)."""
+    """OutputInUseError when a folder above `out` is held by a live writer."""
     for parent in out.parents:
         if entry_kind(parent / LOCK_FILE) is not None:
             OutputLock(parent, field).check_free()
 
 
 def temporary_folder(out: Path) -> tuple[Path, int]:
-    """(a fresh `.<out>.tmp-*` folder beside `out` with a normal folder's mode, an open descriptor
-    holding an exclusive flock on it): the folder a command builds before `publish_folder`
-    swaps it in. The kernel drops the flock when the holder dies, however it dies, so a folder
-    whose flock is free was left by a command killed outright (`clear_stale_temporaries`);
-    close the descriptor when done."""
+    """(a fresh `.<out>.tmp-*` folder beside `out`, a descriptor holding its flock): the kernel
+    drops the flock with its holder, so a free one marks a killed command's folder. Close the
+    descriptor."""
     import fcntl
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
@@ -464,7 +360,6 @@ def temporary_folder(out: Path) -> tuple[Path, int]:
 
 
 def _held(folder: Path) -> bool:
-    """Whether a live process holds `folder`'s flock (`temporary_folder`)."""
     import fcntl
 
     try:
@@ -481,11 +376,7 @@ def _held(folder: Path) -> bool:
 
 
 def clear_stale_temporaries(out: Path, kind: str) -> int:
-    """Remove the temporary folders beside `out` that a `kind` command killed outright left
-    (SIGKILL, or a SIGTERM it did not catch): a real folder named `.<out>.tmp-*`, no live
-    process holding its flock, carrying `kind`'s marker or nothing but (at most) the marker's
-    own temporary file (killed while writing it). Anything else stays: a user's folder, another
-    command's, one being built. The number removed."""
+    """Remove the `.<out>.tmp-*` folders a killed `kind` command left (flock free); how many."""
     import shutil
 
     from tune_gems.contracts.safe_files import tmp_name
@@ -501,9 +392,8 @@ def clear_stale_temporaries(out: Path, kind: str) -> int:
 
 
 def publish_folder(tmp: str | Path, out: str | Path, *, kind: str, overwrite: bool = False) -> Path:
-    """Move the finished folder `tmp` (which must carry `kind`'s marker) to `out`. An existing
-    `out` is replaced only with `overwrite` and only when it carries `kind`'s marker (checked
-    again here, just before): it is renamed aside, `tmp` renamed in, and the old one deleted."""
+    """Move the finished `tmp` to `out`, replacing an existing `out` only with `overwrite` and
+    `kind`'s marker."""
     tmp, out = Path(tmp), Path(out)
     if marker_kind(tmp) != kind:
         raise ValueError(f"{tmp}: the folder to publish carries no {kind} marker")
@@ -528,14 +418,8 @@ def publish_folder(tmp: str | Path, out: str | Path, *, kind: str, overwrite: bo
     return out
 
 
-# -- one writer ----------------------------------------------------------------------------------
-
-
 def _remove_listed(folder: Path) -> None:
-    """Delete the files `folder`'s marker lists (regular files only, never through a symlink),
-    then the marker, the lock and the folders left empty; anything else stays. A list with a
-    path that does not lie inside `folder` (changed since `publish_folder` checked it) deletes
-    nothing at all: the old folder stays aside."""
+    """Delete the listed files (never through a link), marker, lock and emptied folders."""
     try:
         listed = listed_files(folder)
     except OutputError:

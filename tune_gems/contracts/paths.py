@@ -1,9 +1,5 @@
-"""Paths a user names: one portable folder name (`check_name`), path lengths the filesystem takes
-and text (`path_problem`: no control characters; `check_path_length` for outputs,
-`check_input_path` for inputs), and folders that can really be written (`check_writable`: not a
-file, not a pseudo-filesystem such as /proc, not read-only). Outputs (tune_gems.contracts.outputs)
-and inputs (config and spec files, data files, experiment folders) go through the same checks.
-"""
+"""Paths a user names: portable names (`check_name`), lengths and text (`path_problem`), writable
+folders."""
 
 from __future__ import annotations
 
@@ -33,16 +29,9 @@ PSEUDO_ROOTS = (Path("/proc"), Path("/sys"))
 """Refused by path even where the mount table is unreadable."""
 
 
-# -- names ---------------------------------------------------------------------------------------
-
-
 def check_name(name: str, field: str, root: str | Path | None = None) -> str:
-    """`name` if it is one portable path component, else `BadNameError` naming `field`.
-
-    Portable: ASCII letters, digits, '.', '_' and '-', starting with a letter or digit (so
-    never '.', '..', hidden, or an option), at most `NAME_MAX` characters, not a Windows device
-    name. With `root`, the resolved `root/name` must also stay directly inside `root` (a
-    symlink named `name` pointing elsewhere is refused)."""
+    """`name` if one portable path component (letters, digits, '.', '_', '-', at most `NAME_MAX`, no
+    Windows device name; with `root`, lying directly inside it), else `BadNameError` naming `field`."""
     if not isinstance(name, str) or not name:
         raise BadNameError(f"{field}: empty name")
     shown = name if len(name) <= 60 else name[:57] + "..."
@@ -67,9 +56,6 @@ def check_name(name: str, field: str, root: str | Path | None = None) -> str:
     return name
 
 
-# -- filesystems ---------------------------------------------------------------------------------
-
-
 def _mount_table() -> list[tuple[Path, str]]:
     try:
         lines = Path("/proc/self/mounts").read_text().splitlines()
@@ -84,7 +70,6 @@ def _mount_table() -> list[tuple[Path, str]]:
 
 
 def filesystem_type(path: str | Path) -> str | None:
-    """The type of the filesystem `path` lies on (longest matching mount point), if known."""
     path = Path(path)
     best, fstype = -1, None
     for mount, kind in _mount_table():
@@ -101,10 +86,7 @@ def is_pseudo_filesystem(path: str | Path) -> bool:
 
 
 def check_writable(folder: str | Path, field: str = "--out") -> Path:
-    """The resolved `folder` if it can be created (or written) here; `OutputError` naming the
-    field otherwise: a file, under a file, a pseudo-filesystem, a read-only or unlistable
-    folder. Probes with a real temporary file (os.access alone misses read-only mounts), which
-    is removed at once."""
+    """The resolved `folder` if it can be created or written (probed with a real file), else `OutputError`."""
     path = Path(folder).expanduser()
     check_path_length(path, field)
     try:
@@ -134,11 +116,8 @@ def check_writable(folder: str | Path, field: str = "--out") -> Path:
 
 
 def path_problem(path: str | Path) -> str | None:
-    """Why `path` cannot be used as a path tune-gems reads or writes, or None: a control
-    character (a newline or an escape in a folder name breaks every line and label that shows
-    it), a component longer than `COMPONENT_MAX` bytes, or the whole (absolute) path longer than
-    `PATH_MAX` bytes (the filesystem would refuse it half-way through, `OSError: File name too
-    long`)."""
+    """Why `path` cannot be used, or None: a control character, or a component or path over the byte
+    limits."""
     raw = os.fspath(path)
     bad = control_characters(raw)
     if bad:
@@ -154,23 +133,20 @@ def path_problem(path: str | Path) -> str | None:
 
 
 def check_path_length(path: str | Path, field: str) -> None:
-    """OutputError naming `field` when `path` cannot be an output path (`path_problem`)."""
     problem = path_problem(path)
     if problem is not None:
         raise OutputError(f"{field}: {problem}")
 
 
 def check_input_path(path: str | Path, field: str, error: type[TuneGemsError] = ConfigError) -> None:
-    """`error` naming `field` when `path`, an input a command reads, cannot be a path
-    (`path_problem`: inputs are bounded like outputs, before any other filesystem call sees
-    them) or cannot be resolved (`resolve_problem`: a symlink loop such as `ln -s exp exp`)."""
+    """`error` naming `field` when the input `path` fails `path_problem` or `resolve_problem`."""
     problem = path_problem(path) or resolve_problem(path)
     if problem is not None:
         raise error(f"{field}: {problem}")
 
 
 def resolve_problem(path: str | Path) -> str | None:
-    """Why `path` cannot be resolved (a symlink loop on its way: `ln -s exp exp`), or None."""
+    """Why `path` cannot be resolved (a symlink loop: `ln -s exp exp`), or None."""
     try:
         Path(path).expanduser().resolve()
     except (OSError, RuntimeError):  # Python 3.11 raises RuntimeError for a loop, later ones OSError (ELOOP)

@@ -1,27 +1,7 @@
-"""What a run recorded about its inputs, so a command that reads a recorded run never acts on
-anything but what the run did.
-
-Why: a `--resume` continues a run from what it stored (train: config.yaml; sweep: spec.yaml)
-on the data it read, and `confirm` re-trains a search's winners from its stored spec. A stored
-file edited by hand, or a price file changed in place, would make the tables claim settings or
-data that the earlier epochs (or the discovery) never had. So when a command writes its stored
-config/spec it records the file's SHA-256, and when it starts it records the SHA-256 of the data
-file's bytes, both in the folder's marker (tune_gems.contracts.outputs, fields `CHECKSUMS_KEY`
-and `DATA_KEY`); a command that relies on them recomputes both and refuses a mismatch in one
-line naming the file.
-
-The check **fails closed** (`require_record`): a marker that is missing, unreadable, foreign,
-or without the checksum of a file the command relies on (a folder written before the checksums
-existed, or whose marker was deleted or edited) is refused in one line naming the marker and
-the fix, since nothing then shows that the stored files are the run's. `--resume` and `confirm`
-check the stored file and the data file they train on; `analyze` and `compare`, which read the
-stored spec or config but train nothing, check those (`check_recorded_files`). A sweep's (and a
-confirmation's) tables are written once, when it finishes: their checksums are recorded then
-(`TABLES_KEY`), and `confirm`, which trains the search's choice with the seeds its members and fold
-and history tables imply, checks them (`check_tables_unchanged`): a table cut, edited, deleted or
-added is refused. A train run's tables are rewritten every epoch and carry no checksum; every
-table's columns and values are validated by the analysis's loader.
-"""
+"""What a run recorded about its inputs: the SHA-256 of its stored config or spec, data file and
+final tables in its marker, which a command relying on them checks, failing closed
+(`require_record`; docs/robustness.md "Records that do not lie"). Sealed data's record holds the
+seal (`SEAL_KEY`): its rows' SHA-256 and openings, checked and appended to by `confirm --final`."""
 
 from __future__ import annotations
 
@@ -36,9 +16,9 @@ CHECKSUMS_KEY = "checksums"
 DATA_KEY = "data"
 """Marker field: {"path": the data file as given, "sha256": of its bytes} (file data only)."""
 TABLES_KEY = "tables"
-"""Marker field: {table file name: SHA-256 of its bytes} of every table a sweep or confirmation
-wrote when it finished (trials, history, members and the side tables: arms, folds, histories,
-baselines, gems.json), replaced whole at each writing: exactly the tables of the last one."""
+"""Marker field: {table: SHA-256} of the tables a sweep or confirmation wrote last."""
+SEAL_KEY = "seal"
+"""Data record field: the seal (`segments.seal_digest`: its rows, their SHA-256, its `openings`)."""
 STORED_MAX_BYTES = 1 << 20
 """Largest stored config or spec read to verify it (the bound of a config file)."""
 READ_FIX = ("the run's records were changed or are gone, so its results cannot be shown to be its own: restore them, "
@@ -46,8 +26,7 @@ READ_FIX = ("the run's records were changed or are gone, so its results cannot b
 
 
 def _data_files(data: Any) -> dict[str, str]:
-    """{path: its config key} of every file a `DataConfig` reads: data.path, or each of several
-    price histories' own file (`data.histories`), each once."""
+    """{path: its config key} of every file a `DataConfig` reads, each once."""
     entries = getattr(data, "histories", None) or ()
     files = [(h.path or data.path, f"data.histories.{i}.path" if h.path else "data.path") for i, h in enumerate(entries)]
     out: dict[str, str] = {}
@@ -57,36 +36,31 @@ def _data_files(data: Any) -> dict[str, str]:
 
 
 def records_data(data: Any) -> bool:
-    """Whether a run on `data` (a `DataConfig`) records its data files' checksum: local files."""
+    """Whether a run on `data` records its data files' checksum: local files only."""
     if getattr(data, "source", None) != "file":
         return False
     paths = list(_data_files(data))
     return all(paths) and not any("://" in str(p) for p in paths)
 
 
-def data_fingerprint(data: Any) -> dict[str, Any] | None:
-    """The record of a run's data file (a `DataConfig`), or None for synthetic data; with several
-    price histories in several files, their paths, one checksum over theirs in order, and each
-    file's own under its key (`files`: so a changed one is named by the key that reads it). A
-    file must be a regular file (opened non-blocking: a FIFO or `/dev/zero` in its place is
-    refused in one line, never read)."""
+def data_fingerprint(data: Any, seal: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The record of a run's data files (None for synthetic data), each file's under its key
+    (`files`), and the seal of its last rows, if any (`SEAL_KEY`)."""
     if not records_data(data):
         return None
     files = _data_files(data)
     digests = [sha256_regular(path, key, DataError) for path, key in files.items()]
+    sealed = {SEAL_KEY: seal} if seal else {}
     if len(files) == 1:
-        return {"path": str(next(iter(files))), "sha256": digests[0]}
-    return {"path": ", ".join(map(str, files)), "sha256": sha256_bytes(" ".join(digests).encode()),
+        return {"path": str(next(iter(files))), "sha256": digests[0], **sealed}
+    return {"path": ", ".join(map(str, files)), "sha256": sha256_bytes(" ".join(digests).encode()), **sealed,
             "files": [{"key": key, "path": str(path), "sha256": d} for (path, key), d in zip(files.items(), digests)]}
 
 
 def require_record(marker: dict[str, Any] | None, problem: str | None, marker_path: str, *, files: Iterable[str],
                    data: Any = None, fix: str) -> dict[str, Any]:
-    """The marker of a recorded run that a command relies on, fail-closed: ConfigError (one line
-    naming `marker_path` and the `fix`) when it is missing or unreadable (`problem`, from
-    tune_gems.contracts.outputs.marker_state), has no checksum for one of `files`, or (for a
-    run on a data file, `data`) no record of that file. The checksums themselves are compared by
-    `check_stored_unchanged` and `check_data_unchanged`."""
+    """The marker a command relies on, fail-closed: ConfigError naming `marker_path` and `fix` when
+    it is missing (`problem`) or lacks the checksum of one of `files` or of `data`'s file."""
     if marker is None:
         raise ConfigError(f"{marker_path}: {problem or 'missing'}; it holds the checksums that show the run's stored files "
                           f"and data are what the run used, so nothing can be verified without it: {fix}")
@@ -104,9 +78,7 @@ def require_record(marker: dict[str, Any] | None, problem: str | None, marker_pa
 
 
 def check_data_unchanged(marker: dict[str, Any] | None, data: Any, where: str) -> None:
-    """DataError naming the data file, under the config key that reads it, when it differs from
-    the one the run in `where` read (a marker without a data record is `require_record`'s to
-    refuse)."""
+    """DataError naming the data file's key when it differs from what the run in `where` read."""
     recorded = (marker or {}).get(DATA_KEY)
     if not isinstance(recorded, dict) or not isinstance(recorded.get("sha256"), str):
         return
@@ -126,8 +98,7 @@ def check_data_unchanged(marker: dict[str, Any] | None, data: Any, where: str) -
 
 
 def check_stored_unchanged(marker: dict[str, Any] | None, name: str, content: bytes, where: str) -> None:
-    """ConfigError naming `where` (the stored file) when its bytes differ from what the command
-    wrote there."""
+    """ConfigError naming `where` when the stored file's bytes differ from what the command wrote."""
     recorded = ((marker or {}).get(CHECKSUMS_KEY) or {}).get(name)
     if isinstance(recorded, str) and recorded != sha256_bytes(content):
         raise ConfigError(
@@ -138,18 +109,13 @@ def check_stored_unchanged(marker: dict[str, Any] | None, name: str, content: by
 
 
 def checksums(marker: dict[str, Any] | None, **files: bytes) -> dict[str, str]:
-    """The marker's checksums with `files` ({name: content}) recorded."""
     out = dict((marker or {}).get(CHECKSUMS_KEY) or {})
     out.update({name: sha256_bytes(content) for name, content in files.items()})
     return out
 
 
 def check_recorded_files(folder: str | Path, names: Iterable[str], fix: str = READ_FIX) -> None:
-    """For a command that reads a recorded run's stored files (`analyze`, `compare`: a sweep's
-    spec.yaml, a train run's config.yaml): each of `names` that `folder` holds must be verified
-    by the folder's marker, fail-closed (`require_record`: a marker missing, unreadable or without
-    its checksum is refused), and must match it (`check_stored_unchanged`). A folder holding none
-    of them (a folder of tables alone) has nothing of this kind to verify."""
+    """Each of `names` that `folder` holds must be recorded in its marker and match it."""
     from tune_gems.contracts.outputs import MARKER_FILE, marker_state
 
     folder = Path(folder)
@@ -164,10 +130,7 @@ def check_recorded_files(folder: str | Path, names: Iterable[str], fix: str = RE
 
 
 def check_recorded_run(folder: str | Path, stored: Iterable[str]) -> None:
-    """What `analyze` and `compare` check of a run folder before they read it: every file of it
-    they read (`result_files.READ_FILES`) that is there is a regular file, or a link to one (a
-    FIFO would block the reader, a device never end), and its `stored` files are verified by
-    its marker (`check_recorded_files`). DataError / ConfigError naming the file."""
+    """What `analyze` and `compare` check of a run folder: regular files, stored files as recorded."""
     import os
     import stat
 
@@ -190,14 +153,11 @@ def check_recorded_run(folder: str | Path, stored: Iterable[str]) -> None:
 
 
 def table_checksums(written: dict[str, bytes]) -> dict[str, dict[str, str]]:
-    """The marker field that records the tables just written ({name: bytes}, `TABLES_KEY`)."""
     return {TABLES_KEY: {name: sha256_bytes(content) for name, content in sorted(written.items())}}
 
 
 def check_tables_unchanged(folder: str | Path, marker: dict[str, Any], names: Iterable[str], fix: str) -> None:
-    """DataError (one line naming the table) unless the tables of `folder` among `names` are
-    exactly those its marker recorded (`TABLES_KEY`), byte for byte: none edited or cut, deleted,
-    or put there since. Fail-closed: a marker without the record is refused (ConfigError)."""
+    """DataError naming the table unless `folder`'s tables are exactly those recorded (`TABLES_KEY`)."""
     from tune_gems.contracts.outputs import MARKER_FILE
 
     folder = Path(folder)

@@ -1,20 +1,7 @@
-"""Writing a file inside an output folder without ever writing through a symlink.
-
-Why: a symlink (or a FIFO, a folder) planted in a run folder under the name of a file the tool
-writes, or of its temporary name (`.history.csv.tmp`, `checkpoint.pt.tmp`, ...), would make
-`train` or `sweep --resume` write into whatever it points to: a user's file, exit 0. Every
-write here goes to a temporary name opened with `O_CREAT | O_EXCL | O_NOFOLLOW` (after a stale
-entry of that name, which only the tool creates, is unlinked: unlinking a symlink removes the
-link, never its target) and is then renamed over the final name (a rename replaces a symlink
-itself, it does not follow it). `entry_kind` tells what a path is without following it, for the
-up-front refusals in tune_gems.contracts.outputs.
-
-Reading is guarded the same way (`read_regular`, `sha256_regular`): a file a check reads (a
-marker, `confirmed.json`, a config or spec, a data file to hash) is opened `O_NONBLOCK` and
-must be a regular file once open, so a FIFO (which would block the open or the read until a
-writer comes) or a device such as `/dev/zero` (endless) is refused in one line instead of
-hanging the command; what is read is bounded in bytes.
-"""
+"""Files in an output folder written and read without going through a symlink: writes go to a
+temporary name opened `O_CREAT | O_EXCL | O_NOFOLLOW` and are renamed into place (a rename replaces
+a link, never follows it); reads are non-blocking, bounded, and of regular files only (a FIFO would
+block, a device never end)."""
 
 from __future__ import annotations
 
@@ -28,12 +15,10 @@ from typing import IO, Iterator
 from tune_gems.contracts.errors import DataError, OutputError, TuneGemsError
 
 HASH_CHUNK = 1 << 20
-"""Bytes read at a time when hashing a file."""
 
 
 def entry_kind(path: str | Path) -> str | None:
-    """'file', 'folder', 'symlink', 'FIFO', 'socket', 'device' for what `path` is (not followed),
-    or None when nothing is there."""
+    """What `path` is, not followed: 'file', 'folder', 'symlink', 'FIFO', 'socket', 'device' or None."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -54,30 +39,26 @@ def entry_kind(path: str | Path) -> str | None:
 
 
 def require_regular(path: str | Path, field: str, what: str = "file") -> None:
-    """OutputError (one line naming `field` and the path) unless `path` is absent or a regular file."""
+    """OutputError naming `field` and the path unless `path` is absent or a regular file."""
     kind = entry_kind(path)
     if kind not in (None, "file"):
         raise OutputError(f"{field}: {path} is a {kind}, not a regular {what}; remove it (tune-gems never writes through it)")
 
 
 def require_folder(path: str | Path, field: str) -> None:
-    """OutputError (one line naming `field` and the path) unless `path` is absent or a real
-    folder (not a file, a symlink, a FIFO, ...): a folder a command writes into, such as a train
-    run's `tensorboard`, checked before anything is written."""
+    """OutputError naming `field` and the path unless `path` is absent or a real folder."""
     kind = entry_kind(path)
     if kind not in (None, "folder"):
         raise OutputError(f"{field}: {path} is a {kind}, where tune-gems keeps a folder; move it away")
 
 
 def tmp_name(path: Path) -> Path:
-    """The temporary name a file is written under before it is renamed into place."""
     return path.with_name(f".{path.name}.tmp")
 
 
 @contextlib.contextmanager
 def open_atomic(path: str | Path, tmp: str | Path | None = None, field: str = "--out") -> Iterator[IO[bytes]]:
-    """A binary file that becomes `path` when the block ends without an error (renamed from
-    `tmp`, default `tmp_name(path)`); never follows a symlink at either name."""
+    """A binary file that becomes `path` when the block ends without error; never through a link."""
     path = Path(path)
     tmp = Path(tmp) if tmp is not None else tmp_name(path)
     if entry_kind(tmp) == "folder":
@@ -100,7 +81,6 @@ def open_atomic(path: str | Path, tmp: str | Path | None = None, field: str = "-
 
 
 def write_atomic(path: str | Path, data: bytes | str, tmp: str | Path | None = None) -> None:
-    """Write `data` to `path` through `open_atomic`."""
     with open_atomic(path, tmp) as f:
         f.write(data.encode() if isinstance(data, str) else data)
 
@@ -110,10 +90,7 @@ def _where(path: str | Path, field: str | None) -> str:
 
 
 def _open_regular(path: str | Path, field: str | None, error: type[TuneGemsError], follow: bool) -> tuple[int, os.stat_result]:
-    """A read-only descriptor of `path` and its status, once it is known to be a regular file;
-    `error` naming `field` (or only the path, when None) otherwise. Opened non-blocking (a FIFO
-    without a writer opens at once and is then refused by its status) and, unless `follow`,
-    without following a symlink."""
+    """A read-only descriptor and status of the regular file `path`, else `error` (`follow`: links)."""
     from tune_gems.contracts.paths import path_problem
 
     where = _where(path, field)
@@ -140,10 +117,7 @@ def _open_regular(path: str | Path, field: str | None, error: type[TuneGemsError
 
 def read_regular(path: str | Path, max_bytes: int, field: str | None, error: type[TuneGemsError] = DataError,
                  follow: bool = True) -> bytes:
-    """The bytes of the regular file `path`, at most `max_bytes` of them; `error` (one line
-    naming `field` and the file) for anything else: missing, a FIFO, socket, device or folder,
-    a symlink when not `follow`, or larger than `max_bytes` (by its size, or by what a read
-    returns, for a file that grows)."""
+    """The bytes of the regular file `path`, at most `max_bytes`, else `error` naming `field`."""
     fd, st = _open_regular(path, field, error, follow)
     with os.fdopen(fd, "rb") as f:
         if st.st_size > max_bytes:
@@ -155,10 +129,7 @@ def read_regular(path: str | Path, max_bytes: int, field: str | None, error: typ
 
 
 def sha256_regular(path: str | Path, field: str | None, error: type[TuneGemsError] = DataError) -> str:
-    """The SHA-256 (hex) of the regular file `path` (symlinks followed: a data file may be one),
-    read in chunks to its end; `error` naming `field` when it is not a regular file
-    (`read_regular`), or when it grows past its size at open while being read (a file being
-    appended to has no one content to record)."""
+    """The SHA-256 (hex) of the regular file `path`, else `error` (also when it grows while read)."""
     fd, st = _open_regular(path, field, error, follow=True)
     h = hashlib.sha256()
     total = 0

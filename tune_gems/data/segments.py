@@ -1,15 +1,19 @@
-"""Where a price series is cut: the train / validation / test segments (`split_bounds`), and the
+"""Where a price series is cut: the train / validation / test segments (`split_bounds`), the
 folds of the population axis (`fold_bounds`): walk-forward windows, or purged cross-validation's
 groups with their purge and embargo (docs/data.md "Walk-forward folds", "Purged
-cross-validation"); the fold table folds.csv records (`fold_table`).
+cross-validation"); the fold table folds.csv records (`fold_table`); and the sealed segment at
+the end of every history that no search reads (`sealed_rows`, `seal_digest`; docs/data.md "The
+sealed segment").
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
 import pandas as pd
 
 from tune_gems.contracts.errors import ConfigError, DataError
@@ -42,7 +46,9 @@ class SegmentBounds:
     its validation group: `train_runs` holds them (and `train` their span, which then contains
     the validation group: read the runs, `runs`), `purge` the rows dropped (before, after) the
     group for what a training decision reads, `embargo` the further rows dropped after it.
-    Empty `train_runs` (every walk-forward fold and the plain split): the one run `train`."""
+    Empty `train_runs` (every walk-forward fold and the plain split): the one run `train`.
+    `sealed`: the rows after the test segment kept from the search (`data.sealed`); where the
+    seal is opened (`tune-gems confirm --final`) `test` is those rows."""
 
     train: tuple[int, int]
     val: tuple[int, int]
@@ -50,6 +56,7 @@ class SegmentBounds:
     train_runs: tuple[tuple[int, int], ...] = ()
     purge: tuple[int, int] = (0, 0)
     embargo: int = 0
+    sealed: int = 0
 
     @property
     def runs(self) -> tuple[tuple[int, int], ...]:
@@ -288,3 +295,32 @@ def fold_table(index: pd.Index | Sequence[pd.Index], folds: Sequence[SegmentBoun
         row["purge_before"], row["purge_after"], row["embargo"] = int(before), int(after), int(b.embargo)
         rows.append(row)
     return pd.DataFrame(rows, columns=list(FOLD_TABLE_COLUMNS))
+
+
+def sealed_rows(n: int, sealed: float | int, min_len: int) -> int:
+    """The rows `data.sealed` keeps apart at the end of a history of `n` rows: a fraction of them
+    (rounded) or a count; 0 for none. Opened, they are a test segment: `min_len` rows at least."""
+    rows = round(n * sealed) if isinstance(sealed, float) else int(sealed)
+    if rows and rows < min_len:
+        raise DataError(f"data.sealed: {sealed} seals {rows} of the {n} rows, need at least min_len={min_len} (opened, "
+                        "they are evaluated as a test segment)")
+    return rows
+
+
+def seal_digest(paths: Sequence[pd.Series], names: Sequence[str], rows: int) -> dict[str, Any]:
+    """What the experiment's record holds of a seal: its `rows`, the row they start at, each
+    history's span of them and the SHA-256 of every history's sealed rows (its name, the
+    timestamps as int64 nanoseconds or the row numbers, the prices as float64), in order; and
+    no opening yet."""
+    digest, spans = hashlib.sha256(), {}
+    n = len(paths[0])
+    for name, path in zip(names, paths):
+        tail = path.iloc[n - rows:]
+        index = tail.index
+        stamps = index.asi8 if isinstance(index, pd.DatetimeIndex) else np.arange(n - rows, n, dtype=np.int64)
+        digest.update(f"{name}\0".encode())
+        digest.update(np.ascontiguousarray(stamps, dtype="<i8").tobytes())
+        digest.update(np.ascontiguousarray(tail.to_numpy(), dtype="<f8").tobytes())
+        timed = isinstance(index, pd.DatetimeIndex)
+        spans[name] = f"{format_when(index[0])}..{format_when(index[-1])}" if timed else f"rows {n - rows}..{n - 1}"
+    return {"rows": int(rows), "first_row": int(n - rows), "sha256": digest.hexdigest(), "spans": spans, "openings": []}

@@ -85,13 +85,16 @@ def split_line(market: Any, index: pd.Index | None = None, head: str = "split") 
     a purged fold's training runs), then the common test segment."""
     index = market.index if index is None else index
     folds = market.bounds
+    sealed = [f"sealed {folds[0].sealed} rows after it (no search reads them; `tune-gems confirm --final` opens them)"]
+    sealed = sealed if folds[0].sealed else []
     if len(folds) == 1 and not folds[0].purged:
-        return f"{head}: " + " | ".join(_segment(index, label, getattr(folds[0], key)) for key, label in SEGMENT_LABELS)
+        segments = [_segment(index, label, getattr(folds[0], key)) for key, label in SEGMENT_LABELS]
+        return f"{head}: " + " | ".join([*segments, *sealed])
     parts = [
         f"fold {k}: {_runs(index, f.runs) if f.purged else _segment(index, 'train', f.train)}, {_segment(index, 'validation', f.val)}"
         for k, f in zip(market.fold_ids, folds)
     ]
-    return f"{head}: " + " | ".join([*parts, _segment(index, "test", folds[0].test)])
+    return f"{head}: " + " | ".join([*parts, _segment(index, "test", folds[0].test), *sealed])
 
 
 def split_lines(data_cfg: Any, market: Any) -> list[str]:

@@ -1,39 +1,10 @@
-"""Designed arms sets, and the paired gains they support ("wire_search").
-
-Optuna proposes per gem a mode (off / measure / wire) and a weight. Comparing that proposal with
-other trials confounds the gem with everything else that differs between trials. The
-`wire_search` design instead trains, inside the one trial and on the same seed indices:
-
-- `proposal`: the configuration as Optuna chose it;
-- `control`: the proposal with every wired gem measured (wire -> measure; off stays off, weights
-  are kept, they do nothing in measure mode);
-- `without-<g>`, for each gem g the proposal wires: the proposal with only g measured.
-
-Seed index s of every arm starts from the same weights and draws the same random numbers
-(tune_gems.design.arms), so `proposal - control` at seed s is caused by the wiring alone, and
-`proposal - without-<g>` by g's wiring given the others. The trial reports these paired gains
-every epoch (`paired_gains`; names in tune_gems.stats.metrics.gain_metrics). The objective of the
-shipped wire_search sweeps is `verdict_gain` (`verdict_gains`): the verdict's own statistic on
-the trial's arms (validation alpha Sharpe over the last k epochs per seed, paired by seed index,
-divergence the worst outcome, Hodges-Lehmann pseudo-median), so the search optimises what
-`tune-gems analyze` decides on, and the seed noise cancels in it.
-
-A proposal that wires no gem *is* its control: the design is then one arm, `control`, and every
-gain is exactly 0 (there is nothing to gain), so such trials are comparable with the others.
-
-The design never trains two identical arms: with exactly one wired gem g, `without-<g>` (only g
-measured) is the same configuration as `control` (every wired gem measured), so it is trained
-once, as `control`, and also answers to `without-<g>` (`arm_aliases`): `gain_<g>` is then
-proposal minus that arm, the arms table lists the other name (`also_named`), and no third of the
-trial's members trains a duplicate.
-
-Divergence: a diverged member has NaN evaluation columns, and a mean gain over pairs with a diverged
-member is NaN (never a mean over the surviving pairs, which would drop the destabilised side
-and change what is estimated). The trainer stops a run when any member diverges and reports
-`diverged`; a mean-gain objective of such a trial is NaN (Optuna records a failure), while
-`verdict_gain` scores the diverged seeds as the worst outcome, as the analysis does, so a
-configuration that diverges is penalised in the search instead of ignored.
-"""
+"""Designed arm sets and the paired gains they support (docs/analysis.md, docs/workflow.md).
+Comparing proposals across trials confounds a gem with everything else, so `wire_search` trains, in
+one trial and on the same seed indices, `proposal`, `control` (every wired gem measured) and
+`without-<g>` per wired gem: `proposal - control` at a seed is the wiring's alone. A proposal wiring
+nothing is its own control (one arm, gains 0); with one wired gem `without-<g>` is `control`,
+trained once (`arm_aliases`). A mean gain over a diverged pair is NaN; `verdict_gain` scores
+divergence as the worst outcome, as the analysis does."""
 
 from __future__ import annotations
 
@@ -53,35 +24,26 @@ if TYPE_CHECKING:  # pragma: no cover
 WIRE_SEARCH = "wire_search"
 WIRE_SEARCH_AA = "wire_search_aa"
 DESIGNS = (WIRE_SEARCH, WIRE_SEARCH_AA)
-"""Known designs (a sweep spec's `design`; "none" there means the config's own arms, if any).
-`wire_search_aa` adds the A/A arm (`AA_ARM`) to every trial with a proposal."""
+"""Known designs (a spec's `design`); `wire_search_aa` adds the A/A arm to every trial with a proposal."""
 
 PROPOSAL = "proposal"
 CONTROL = "control"
 WITHOUT_PREFIX = "without-"
 AA_ARM = "control-aa"
-"""The A/A arm: the control with replay batches drawn from an independent stream
-(`trainer.replay_stream`), everything else equal. The analysis pairs it with the control
-(`gem_verdicts.placebo_verdicts`, kind a/a): the learner's own null spread, which must read
-equivalent or inconclusive."""
+"""The A/A arm: the control on an independent replay stream, the learner's own null spread."""
 AA_STREAM = 1
 
 
 def without_arm(gem: str) -> str:
-    """The arm name of the proposal with only `gem` measured."""
     return f"{WITHOUT_PREFIX}{gem}"
 
 
 def wired_gems(cfg: "Config") -> tuple[str, ...]:
-    """The gems `cfg` wires, in registry order."""
     return tuple(g for g in cfg.gem_names() if cfg.gem(g).mode == "wire")
 
 
 def wire_search_arms(cfg: "Config", aa: bool = False) -> ArmsConfig:
-    """The wire_search arms of a proposal config (see the module docstring):
-    [proposal, control, without-<g> for each wired g], or [control] when nothing is wired;
-    `aa` (design wire_search_aa) adds the A/A arm `AA_ARM` after them when something is wired
-    (a trial without a proposal has no gain for the A/A spread to be held against)."""
+    """[proposal, control, without-<g> per wired g] (nothing wired: [control]); `aa` adds `AA_ARM`."""
     wired = wired_gems(cfg)
     if not wired:
         return ArmsConfig.model_validate({"list": [{"name": CONTROL}]})
@@ -96,21 +58,14 @@ def wire_search_arms(cfg: "Config", aa: bool = False) -> ArmsConfig:
 
 
 def confirmation_arms(cfg: "Config", gem: str) -> ArmsConfig:
-    """The arms of a confirmation of `gem` (tune_gems.commands.confirm): the proposal, and the proposal
-    with only `gem` measured as its `control` (also named `without-<gem>`, `arm_aliases`): the
-    one comparison `gem`'s verdict makes. Every other wired gem stays wired on both sides, so the
-    trial holds no pair for another gem, and each gem's final verdict rests on its own
-    confirmation trial alone (with one wired gem this is the wire_search design itself)."""
+    """A confirmation of `gem`: the proposal, and as `control` the proposal with only `gem` measured."""
     if gem not in wired_gems(cfg):
         raise ConfigError(f"confirmation of {gem}: the chosen configuration does not wire it")
     return ArmsConfig.model_validate({"list": [{"name": PROPOSAL}, {"name": CONTROL, f"gems.{gem}.mode": "measure"}]})
 
 
 def arm_aliases(cfg: "Config") -> dict[str, str]:
-    """{other name: the arm that trains it} for a two-arm run [proposal, control] whose control
-    measures exactly one of the proposal's wired gems g: {"without-<g>": "control"} (the two are
-    one configuration, trained once): the wire_search design of a proposal wiring one gem, and
-    every confirmation trial (`confirmation_arms`). Empty for any other run."""
+    """{"without-<g>": "control"} for a run [proposal, control] measuring one wired gem g; else empty."""
     entries = [a for a in (cfg.arms.list_ or []) if a.get("name") != AA_ARM] if cfg.arms is not None else []
     if [a.get("name") for a in entries] != [PROPOSAL, CONTROL]:
         return {}
@@ -120,37 +75,29 @@ def arm_aliases(cfg: "Config") -> dict[str, str]:
 
 
 def with_arms(cfg: "Config", arms: ArmsConfig, source: str) -> "Config":
-    """`cfg` with its arms set to `arms`, validated already, so the config is not built again (a
-    config that has arms already cannot take others: the two would fight over the population axis)."""
+    """`cfg` with its arms set to the validated `arms`; a config with arms of its own is refused."""
     if cfg.arms is not None:
         raise ConfigError(f"{source} sets the arms itself; remove config.arms")
     return cfg.model_copy(update={"arms": arms})
 
 
 def also_named(aliases: dict[str, str], arm: str) -> str:
-    """The other names of `arm` (comma-separated; '' when none): the arms table's `also_named`."""
+    """The other names of `arm`, comma-separated: the arms table's `also_named`."""
     return ",".join(other for other, trained in aliases.items() if trained == arm)
 
 
 def apply_design(cfg: "Config", design: str) -> "Config":
-    """`cfg` (one trial's validated config, e.g. Optuna's proposal) with the design's arms set.
-
-    The Tune trainable calls this on each trial's config before building the Trainer. A config
-    that already has arms cannot take a design (the two would fight over the population axis).
-    """
+    """`cfg` (one trial's validated config) with the design's arms set."""
     if design not in DESIGNS:
         raise ConfigError(f"design: unknown design {design!r} (known: {', '.join(DESIGNS)})")
     return with_arms(cfg, wire_search_arms(cfg, aa=design == WIRE_SEARCH_AA), f"design: {design}")
 
 
 has_gains = has_gain_arms
-"""Whether a run with these arms reports paired gains: it has `proposal` and `control` arms, or
-is the one-arm design of a proposal that wires nothing (`control` alone, gains 0)."""
 
 
 def _pairs(arm_of: np.ndarray, seed_index: np.ndarray, a: str, b: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """The members of arms a and b in seed-index order (one pair per seed index); None when a has
-    none or the arms do not cover the same seed indices."""
+    """The members of arms a and b in seed-index order; None when a has none or they cover other indices."""
     in_a, in_b = np.flatnonzero(arm_of == a), np.flatnonzero(arm_of == b)
     sa, sb = seed_index[in_a], seed_index[in_b]
     if not len(in_a) or sorted(sa.tolist()) != sorted(sb.tolist()):
@@ -159,8 +106,7 @@ def _pairs(arm_of: np.ndarray, seed_index: np.ndarray, a: str, b: str) -> tuple[
 
 
 def _pair_mean(values: np.ndarray, arm_of: np.ndarray, seed_index: np.ndarray, a: str, b: str) -> float:
-    """Mean over seed indices of values[arm a, s] - values[arm b, s]; NaN when any pair has a NaN
-    (a diverged member) or the arms do not cover the same seed indices."""
+    """Mean over seed indices of values[a, s] - values[b, s]; NaN for any NaN pair or unpaired arms."""
     pairs = _pairs(arm_of, seed_index, a, b)
     if pairs is None:
         return math.nan
@@ -168,20 +114,11 @@ def _pair_mean(values: np.ndarray, arm_of: np.ndarray, seed_index: np.ndarray, a
     return float(diff.mean()) if np.isfinite(diff).all() else math.nan
 
 
-def paired_gains(
-    gems: Sequence[str],
-    arm_of: Sequence[str],
-    seed_index: Sequence[int],
-    val_sharpe: Sequence[float],
-    val_alpha_sharpe: Sequence[float],
-    aliases: dict[str, str] | None = None,
-) -> dict[str, float]:
-    """The epoch's paired gains from per-member validation columns (diverged members NaN):
-    `val_sharpe_gain` and `val_alpha_sharpe_gain` (proposal - control), and `gain_<g>` for every
-    gem in `gems` (proposal - without-<g> on val_alpha_sharpe; NaN where the run has no
-    without-<g> arm, i.e. the proposal does not wire g). The one-arm design (`control` alone):
-    0.0 for the two overall gains, NaN per gem (no gem is wired). `aliases` (arm_aliases): an
-    absent `without-<g>` trained under another name."""
+def paired_gains(gems: Sequence[str], arm_of: Sequence[str], seed_index: Sequence[int], val_sharpe: Sequence[float],
+        val_alpha_sharpe: Sequence[float], aliases: dict[str, str] | None = None) -> dict[str, float]:
+    """The epoch's gains from per-member validation columns (diverged NaN): proposal - control on
+    Sharpe and alpha Sharpe, `gain_<g>` proposal - without-<g> (NaN without that arm; `aliases`
+    rename it)."""
     arm_arr = np.asarray(arm_of, dtype=object)
     seeds = np.asarray(seed_index, dtype=np.int64)
     vs, va = np.asarray(val_sharpe, dtype=np.float64), np.asarray(val_alpha_sharpe, dtype=np.float64)
@@ -202,8 +139,7 @@ def paired_gains(
 
 def _pair_hodges_lehmann(values: np.ndarray, diverged: np.ndarray, arm_of: np.ndarray, seed_index: np.ndarray,
                          a: str, b: str) -> float:
-    """Hodges-Lehmann pseudo-median over seed indices of values[a, s] - values[b, s], a diverged
-    member the worst outcome; NaN when the arms do not cover the same seed indices."""
+    """Hodges-Lehmann pseudo-median of values[a, s] - values[b, s], divergence the worst outcome."""
     from tune_gems.stats.inference import hodges_lehmann, worst_outcome_difference
 
     pairs = _pairs(arm_of, seed_index, a, b)
@@ -213,23 +149,11 @@ def _pair_hodges_lehmann(values: np.ndarray, diverged: np.ndarray, arm_of: np.nd
     return hodges_lehmann(worst_outcome_difference(values[ia], values[ib], diverged[ia], diverged[ib]))
 
 
-def verdict_gains(
-    gems: Sequence[str],
-    arm_of: Sequence[str],
-    seed_index: Sequence[int],
-    window: np.ndarray,
-    window_diverged: np.ndarray,
-    aliases: dict[str, str] | None = None,
-) -> dict[str, float]:
-    """The verdict's statistic on one trial's arms (tune_gems.stats.metrics.VERDICT_GAIN).
-
-    `window` [k, P]: each member's validation alpha Sharpe at the last k epochs (k = min(
-    `trainer.objective_last_k`, epochs so far), the verdict's window); `window_diverged` [k, P]
-    its divergence flags. A member's value is its window mean; it counts as diverged when it
-    diverged in the window or has a non-finite value there (as `pairing.window_values`).
-    Returns `verdict_gain` (proposal - control) and `verdict_gain_<g>` (proposal - without-<g>;
-    NaN where the run has no without-<g> arm; `aliases` as in paired_gains). The one-arm design:
-    0.0 and NaN per gem."""
+def verdict_gains(gems: Sequence[str], arm_of: Sequence[str], seed_index: Sequence[int], window: np.ndarray,
+        window_diverged: np.ndarray, aliases: dict[str, str] | None = None) -> dict[str, float]:
+    """The verdict's statistic on a trial's arms: `window` [k, P] validation alpha Sharpe over the
+    last k epochs, `window_diverged` [k, P]; a member's window mean, diverged if anywhere non-finite
+    (`pairing.window_values`)."""
     arm_arr = np.asarray(arm_of, dtype=object)
     seeds = np.asarray(seed_index, dtype=np.int64)
     w = np.asarray(window, dtype=np.float64).reshape(-1, arm_arr.size)

@@ -1,23 +1,6 @@
-"""Arms: several configurations on the population axis of one run (docs/design.md, "Arms").
-
-Members never mix, so the population axis can carry different configurations. An *arm* is one
-setting of the per-member keys (gem modes and weights, spectral norm, NoisyNets, learning rate);
-a run with A arms and `trainer.population` = S seeds trains P = A x S members in one graph.
-Member m belongs to arm m // S and seed index m % S (arm-major), and seed index s gets the same
-member seed in every arm (the seed that member s of a single-arm run with this `seed` gets), so
-seed s of every arm starts from the same weights and draws the same random numbers: every
-difference between two arms at one seed is caused by the arms alone.
-
-This module is the arms' configuration: the YAML model, the expansion of `factors` (a full
-factorial) or `list` into named arms, their validation (one line naming the bad key) and the
-member layout. The `arms:` model itself (`ArmsConfig`) lives in tune_gems.config.arms_section, below the
-config schema that holds it; this module expands it with the schema, so it sits above config.
-
-A run expands its arms once, where it starts (`run_arms`: the `tune-gems train` command, a sweep's
-trial, a confirmation, a dry run), and hands the frozen record (`RunArms`: the arms and the member
-layout) to the memory estimate, the trainer and the learner, so none of them expands and
-validates the same config again.
-"""
+"""Arms: several configurations on the population axis of one run (docs/design.md "Arms"): the
+`arms:` model expanded into validated named arms, and the member layout. A run expands its arms once
+(`run_arms`) and hands the frozen `RunArms` to the estimate, the trainer and the learner."""
 
 from __future__ import annotations
 
@@ -38,8 +21,7 @@ from tune_gems.contracts.errors import ConfigError, control_characters
 
 @dataclass(frozen=True)
 class Arm:
-    """One configuration of the population axis: its name, the per-member keys it sets (dotted),
-    and the full validated config of a single-arm run of it."""
+    """One configuration of the population axis: name, the dotted keys it sets, its single-arm config."""
 
     name: str
     settings: dict[str, Any]
@@ -47,8 +29,6 @@ class Arm:
 
 
 def per_member_keys(cfg: Config) -> tuple[str, ...]:
-    """Every key that may vary per member: each gem's mode and weight, the model switches, lr,
-    the replay nuisance stream (an A/A arm)."""
     gems = tuple(f"gems.{g}.{f}" for g in type(cfg.gems).model_fields for f in GEM_FIELDS)
     return gems + MODEL_SWITCHES
 
@@ -72,12 +52,7 @@ def _check_key(key: str, allowed: tuple[str, ...], base: dict[str, Any], where: 
 
 
 def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "config") -> list[Arm]:
-    """The named arms of a run. Without `arms`, one arm named `default`: the run itself, its
-    config as it is.
-
-    Each arm's config is the base config with that arm's settings applied and `arms` removed,
-    validated as a whole: a level that fails validation is reported with the arm and key.
-    """
+    """The named arms of a run (none: `default`), each validated whole, a bad level named with its arm."""
     arms = arms if arms is not None else cfg.arms
     if arms is None:
         return [Arm(DEFAULT_ARM, {}, cfg)]
@@ -123,15 +98,7 @@ def expand_arms(cfg: Config, arms: ArmsConfig | None = None, source: str = "conf
 
 @dataclass(frozen=True)
 class MemberLayout:
-    """Which history, fold, arm and seed index each of the P = histories x folds x arms x seeds
-    members has: history-major, then fold, then arm, then seed (member m: history m // (F A S),
-    fold (m // (A S)) % F, arm (m // S) % A, seed slot m % S). With one history (every run
-    before `data.histories`) that is the fold-major layout, and without folds (`data.folds.k` =
-    1) the arm-major one.
-
-    `first_seed_index` (config `first_seed_index`): a seed block's first seed index in the
-    design; member m is at position `seed_slot(m)` of its arm and has the design's seed index
-    `first_seed_index + seed_slot(m)`, in every history and fold."""
+    """History, fold, arm and seed slot of each of the P = H x F x A x S members, nested in that order."""
 
     arms: tuple[str, ...]
     seeds_per_arm: int
@@ -153,7 +120,6 @@ class MemberLayout:
         return (member // self.seeds_per_arm) % len(self.arms)
 
     def seed_slot(self, member: int) -> int:
-        """The member's position among this run's seeds (0 .. seeds_per_arm - 1)."""
         return member % self.seeds_per_arm
 
     def seed_index(self, member: int) -> int:
@@ -165,21 +131,18 @@ class MemberLayout:
 
     @property
     def blocks(self) -> list[slice]:
-        """The rows of each (history, fold, arm) block of S consecutive members, in member order:
-        what runs with a single-arm run's shapes (matmuls, per-group reductions, Adam calls)."""
+        """The rows of each (history, fold, arm) block of S members: what runs with a single arm's shapes."""
         S = self.seeds_per_arm
         return [slice(b * S, (b + 1) * S) for b in range(self.histories * self.folds * len(self.arms))]
 
     def member_seeds(self, seed: int) -> list[int]:
-        """Member seeds: seed index s gets member s's seed of a single-arm run of every seed
-        index, in every arm, fold and history (seed-paired across histories)."""
+        """Member seeds: seed index s gets a single-arm run's seed s in every arm, fold and history."""
         from tune_gems.rng import member_seeds
 
         per_seed = member_seeds(seed, self.seeds_per_arm, self.first_seed_index)
         return [per_seed[self.seed_slot(m)] for m in range(self.members)]
 
     def per_member(self, values_per_arm: list[Any]) -> list[Any]:
-        """Broadcast one value per arm to one value per member (the same in every fold and history)."""
         if len(values_per_arm) != len(self.arms):
             raise ValueError(f"{len(values_per_arm)} values for {len(self.arms)} arms")
         return [values_per_arm[self.arm_index(m)] for m in range(self.members)]
@@ -187,9 +150,7 @@ class MemberLayout:
 
 @dataclass(frozen=True)
 class RunArms:
-    """A run's arms, expanded and validated once (`run_arms`), and its member layout: what the
-    memory estimate (`members`), the trainer and the learner read instead of expanding the
-    config again."""
+    """A run's arms, expanded and validated once (`run_arms`), and its member layout."""
 
     arms: tuple[Arm, ...]
     layout: MemberLayout
@@ -204,27 +165,22 @@ class RunArms:
 
     @property
     def labels(self) -> dict[str, str]:
-        """{arm name: the label of its members} (the run's config with the arm's settings applied)."""
         return {a.name: a.config.label() for a in self.arms}
 
     @property
     def label(self) -> str:
-        """The label of the run's members (tune_gems.contracts.config_label): its one arm's, or its arms'."""
+        """The label of the run's members (`config_label.trial_label`)."""
         return trial_label(list(self.labels.items()))
 
     def with_folds(self, folds: int) -> RunArms:
-        """The same arms laid out over `folds` walk-forward folds (a market that holds some of
-        the config's folds: the folds invariant's reference run of one fold)."""
+        """The same arms laid out over `folds` folds (a market of some of the config's folds)."""
         if folds == self.layout.folds:
             return self
         return dataclasses.replace(self, layout=dataclasses.replace(self.layout, folds=folds))
 
 
 def run_arms(cfg: Config, arms: RunArms | Sequence[Arm] | None = None) -> RunArms:
-    """The arms record of a run of `cfg`: over the config's price histories
-    (`DataConfig.price_histories`), folds (`data.folds.k`) and seeds (`trainer.population`,
-    from `first_seed_index`), with `arms` (default: expanded from `cfg` here, once; a record,
-    made by this function for the same config, is returned as it is)."""
+    """The arms record of a run of `cfg` (default expanded from it; a given record checked against it)."""
     if isinstance(arms, RunArms):
         layout = arms.layout
         if (layout.seeds_per_arm, layout.first_seed_index) != (cfg.trainer.population, cfg.first_seed_index):

@@ -1,27 +1,7 @@
-"""Will a run fit? A memory estimate from the config's shapes, checked before anything is
-allocated.
-
-Why: an impossible size (population, replay capacity, batch, widths, series length) otherwise
-fails minutes later inside the allocator, or the kernel's OOM killer ends the process without
-a word. The estimate counts what the learner allocates for `members` members, histories x folds x
-arms x population: a run that starts passes its arms record's count (`design.arms.RunArms.members`,
-the arms expanded once); without one, `default_members` expands the config's arms (the sweep
-driver's check of each search point):
-
-- replay: per member `capacity x REPLAY_TRANSITION_BYTES(K)` (a transition stores its time index,
-  position, K actions, reward and two flags; observations are rebuilt from the series);
-- parameters: online + target + gradient + two Adam moments + the noisy weights of a step
-  (`PARAM_COPIES` copies of the parameter count, from the network's layer shapes);
-- activations: the forward/backward tensors of one batch (`ACTIVATION_COPIES` copies of a
-  batch's per-layer outputs, plus the C51 projection), and the evaluation buffers;
-- the market on the device: features and next-step returns, one float32 row each per (fold,
-  history) of the series' length (tune_gems.market.features.Market);
-- the price series and its features on the host (`SERIES_COPIES` float64 copies per history).
-
-It is an estimate: deliberately generous (factors named below), so a run it passes fits, and
-coarse enough that only sizes far from the machine's are refused. Where the device is the CPU,
-device bytes are host bytes.
-"""
+"""Will a run fit? A memory estimate from the config's shapes, checked before anything is allocated
+(else it fails minutes later in the allocator or the OOM killer): replay, parameters and their
+copies, activations, evaluation buffers, the market and the host's series, for `members` members.
+Deliberately generous, so only sizes far from the machine's are refused."""
 
 from __future__ import annotations
 
@@ -37,8 +17,7 @@ from tune_gems.design.arms import run_arms
 FLOAT = 4
 INDEX = 8
 PARAM_COPIES = 7
-"""online, target, gradient, Adam exp_avg and exp_avg_sq, and the materialised noisy weights of
-the online and target nets (an upper bound for runs without NoisyNets)."""
+"""Online, target, gradient, two Adam moments, and the noisy weights of both nets (an upper bound)."""
 ACTIVATION_COPIES = 6
 """Saved forward outputs, their gradients, and the target net's forward, with slack."""
 SERIES_COPIES = 16
@@ -64,7 +43,7 @@ class MemoryEstimate:
     series: int
     market: int = 0
     series_key: str = "data.synthetic.n"
-    """The key that sets the series' length: `data.synthetic.n`, or the key of the largest price file."""
+    """The key that sets the series' length: `data.synthetic.n`, or the largest price file's key."""
 
     @property
     def device(self) -> int:
@@ -80,8 +59,7 @@ class MemoryEstimate:
 
 
 def replay_transition_bytes(branches: int = BRANCHES) -> int:
-    """Bytes of one stored transition: time index, position, actions, reward, end/terminal
-    flags, times `REPLAY_SLACK` for the buffer's bookkeeping."""
+    """Bytes of one stored transition (time, position, actions, reward, two flags), with slack."""
     return int((INDEX + FLOAT + branches * INDEX + FLOAT + 2) * REPLAY_SLACK)
 
 
@@ -105,9 +83,7 @@ def param_count(cfg: Config) -> int:
 
 
 def default_members(cfg: Config) -> int:
-    """Members a run of `cfg` trains: histories x folds x arms x population, its member layout's
-    (`design.arms.run_arms`, which expands the arms: a run that has its arms record passes
-    `members=` instead)."""
+    """Members a run of `cfg` trains: histories x folds x arms x population (`arms.run_arms`)."""
     return run_arms(cfg).members
 
 
@@ -139,9 +115,7 @@ def estimate_memory(cfg: Config, members: int | None = None, on_cuda: bool = Fal
 
 
 def _series_length(cfg: Config) -> tuple[int, str]:
-    """(rows of one path, the key that sets them): the synthetic series' length, or a bound from
-    the largest history file's size (a price row has at least a few bytes; histories share one
-    calendar) and the key that names that file."""
+    """(rows of one path, the key that sets them): synthetic length, or a bound from the largest file."""
     data = cfg.data
     if data.source == "synthetic":
         return data.synthetic.n, "data.synthetic.n"
@@ -197,16 +171,11 @@ def device_available(device: Any) -> int | None:
         return None
 
 
-_KEYS = {
-    "replay": "trainer.replay_capacity",
-    "parameters+optimizer": "model.hidden",
-    "activations": "trainer.batch_size",
-    "market": "data.folds.k",
-}
+_KEYS = {"replay": "trainer.replay_capacity", "parameters+optimizer": "model.hidden",
+    "activations": "trainer.batch_size", "market": "data.folds.k"}
 
 
 def _key(est: MemoryEstimate, part: str) -> str:
-    """The key that sets a part's size (the price series': the estimate's `series_key`)."""
     return est.series_key if part == "price series" else _KEYS[part]
 
 
@@ -226,8 +195,7 @@ def _fmt(n: int) -> str:
 
 
 def check_fits(est: MemoryEstimate, host: int | None, device: int | None, where: str = "") -> None:
-    """ResourceError, naming the numbers and the key to lower, when the estimate exceeds
-    `HEADROOM` of what is available (None: unknown, not checked)."""
+    """ResourceError naming the numbers and the key to lower past `HEADROOM` of what is available."""
     checks = []
     if host is not None:
         checks.append(("host memory", est.host, host, est.parts() if not est.on_cuda else {"price series": est.series}))
@@ -242,14 +210,11 @@ def check_fits(est: MemoryEstimate, host: int | None, device: int | None, where:
             )
 
 
-def check_training_fits(
-    cfg: Config, members: int | None = None, device: Any = None, where: str = "", gpu_trial: bool = False
-) -> MemoryEstimate:
-    """The estimate for `cfg`, checked against this machine (host, and the CUDA device when the
-    run will use one: pass it, or it is inferred from cfg.device without initialising CUDA).
-    `gpu_trial`: a sweep trial that asks for a GPU (`resources.gpu`), which runs on CUDA wherever
-    the driver checking it runs: estimated as a CUDA run, its GPU memory checked only where this
-    machine has one (a driver without a GPU, `--dry-run` on a laptop, knows no trial's GPU)."""
+def check_training_fits(cfg: Config, members: int | None = None, device: Any = None, where: str = "",
+        gpu_trial: bool = False) -> MemoryEstimate:
+    """The estimate for `cfg` against this machine (host, and the CUDA device, found without
+    initialising CUDA). `gpu_trial`: a sweep trial asking for a GPU: estimated as CUDA, its GPU
+    checked where one is."""
     if device is not None:
         on_cuda = getattr(device, "type", str(device)) == "cuda"
     else:

@@ -1,31 +1,7 @@
-"""The gem registry: one definition per gem, from which everything else derives.
-
-A gem is registered once (`register(Gem(...))`) and from then on the config model
-(`gems.<name>.mode/weight`), the learner's accumulator rows, the metric columns of every
-result table, the HEALTH_DIAG order, the config label and the `gems.json` manifest all come
-from this registry (docs/design.md, "The gem registry"). The three built-in gems register in
-tune_gems.builtin_gems; a plug-in module registers its own when the config's `plugins` list
-imports it (`import_plugins`).
-
-Which gems a *run* knows is the built-ins plus the gems registered by the modules in its own
-`plugins` list (`run_gems(plugins)`), so a plug-in imported by one run never adds columns to
-another run in the same process.
-
-This module imports neither torch nor the rest of the package: the config validates (and the
-CLI refuses bad input) before torch is imported.
-
-**A plug-in is trusted code.** Importing a module runs it, with the user's rights: tune-gems
-cannot stop a plug-in from reading or writing any file. What it does (`probe_plugin`): before a
-plug-in is imported into the command, it is imported once in a throwaway child process (forked,
-its working directory an empty temporary folder that is deleted afterwards, its output
-discarded) and validated there: it must import within the time bound, register a gem, and pass
-the caller's checks (`validate`: the result-column names). Only a plug-in that passes is
-imported into the command, so a plug-in refused at that stage has written nothing into the
-user's working directory. A plug-in that writes by absolute path, or one that passes and fails
-a later check (its gem's dry evaluation), has run in the command. The probe is skipped where a
-fork is unsafe (a process running threads, e.g. a Ray worker, whose driver probed it already;
-CUDA initialised) or when `PLUGIN_PROBE_ENV` is 0.
-"""
+"""The gem registry: one definition per gem, from which every column, config key and manifest
+derives (docs/design.md "The gem registry"). A run knows the built-ins and its own plug-ins' gems
+(`run_gems`). Torch-free. A plug-in is trusted code, probed in a throwaway child first
+(`probe_plugin`; docs/robustness.md)."""
 
 from __future__ import annotations
 
@@ -55,39 +31,22 @@ RESERVED_METRICS = frozenset(
 )
 """Names a gem metric may not take: the trainer's own columns and accumulator rows."""
 PLUGIN_IMPORT_TIMEOUT_S = 60.0
-"""Default bound on one plug-in's import (a module that hangs at import is refused in one line);
-the environment variable `PLUGIN_IMPORT_TIMEOUT_ENV` sets another."""
+"""Default bound on one plug-in's import; `PLUGIN_IMPORT_TIMEOUT_ENV` sets another."""
 PLUGIN_IMPORT_TIMEOUT_ENV = "TUNE_GEMS_PLUGIN_IMPORT_TIMEOUT_S"
 PLUGIN_PROBE_ENV = "TUNE_GEMS_PLUGIN_PROBE"
-"""Set to 0 to import plug-ins without the throwaway child process first (`probe_plugin`)."""
+"""Set to 0 to import plug-ins without probing them first (`probe_plugin`)."""
 PROBE_GRACE_S = 10.0
 """Seconds the command waits for a probe child beyond the import's own time bound."""
 PROBE_REPLY_MAX = 4096
 PACKAGE = "tune_gems"
 MODULE_NAME_MAX = 200
-"""Longest `plugins` entry (a dotted module name)."""
 
 
 @dataclass(frozen=True)
 class Gem:
-    """One gem's definition.
-
-    - `name` (config key `gems.<name>`, e.g. "g6") and `metric` (its column, e.g.
-      "g6_branch_indep"); `description`: one line, shown in gems.json and docs.
-    - `reference(x: GemInputs) -> Tensor [P]`: the gem's value per member, in plain torch with the
-      population axis first; members never mix. Differentiable: `wire` mode backpropagates it.
-    - `fused(x) -> Tensor [P]` (optional): the same value through a `tune_gems::` custom op
-      (a CUDA kernel on CUDA, the reference math with closed-form gradients on CPU), used unless
-      `kernels=reference`; the reference is its oracle in the tests.
-    - `null(x) -> Tensor [P]` (optional): the gem's value when there is no structure to find
-      (e.g. G6 of independent features at this batch size); the analysis uses it as the gem's
-      zero (`<metric>_null`, `<metric>_excess`). None: no principled null (columns are NaN).
-    - `head(ctx) -> nn.Module` (optional): parameters the gem owns (G12's predictor), built with
-      the network from the member generators (tune_gems.model.heads.HeadContext). The gem
-      calls it as `x.head(*args)`; it trains in `measure` mode (on stop-gradient inputs, the
-      value as its loss) and in `wire` mode (weight x value, with the network).
-    - `origin`: the module that registered it (a `plugins` entry, or the built-ins).
-    """
+    """One gem's definition (docs/gems.md): `name` and `metric`; `reference(x) -> [P]` in plain
+    torch; optional `fused` (a custom op), `null` (its value with no structure: the analysis's zero)
+    and `head` (parameters it owns); `origin`, the module that registered it."""
 
     name: str
     metric: str
@@ -109,12 +68,7 @@ _IMPORTING = threading.local()  # the plugins entry being imported (origin of wh
 
 
 def register(gem: Gem) -> Gem:
-    """Add a gem to the registry (called at import time by a plug-in module).
-
-    Raises ConfigError (one line) for a malformed definition or a name / metric that clashes
-    with a gem already registered by another module. Registering the same name again from the
-    same module replaces the definition (a reloaded module).
-    """
+    """Add a gem at import; ConfigError for a malformed one or a clash with another module's gem."""
     origin = gem.origin if gem.origin == BUILTIN_ORIGIN else None
     origin = origin or getattr(_IMPORTING, "module", None) or gem.origin or getattr(gem.reference, "__module__", "") or ""
     gem = Gem(**{**gem.__dict__, "origin": origin})
@@ -153,13 +107,12 @@ def _import_timeout() -> float:
 
 
 class PluginImportTimeout(Exception):
-    """A plug-in's import ran past its time bound."""
+    pass
 
 
 @contextlib.contextmanager
 def _time_bound(seconds: float, module: str):
-    """Raise PluginImportTimeout in the block after `seconds` (a real-time timer: in the main
-    thread only; elsewhere, e.g. a Ray trial's thread, the driver has imported it already)."""
+    """Raise PluginImportTimeout after `seconds` (a real-time timer, in the main thread only)."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield
         return
@@ -177,7 +130,6 @@ def _time_bound(seconds: float, module: str):
 
 
 def registered() -> list[Gem]:
-    """Every registered gem: the built-ins first, then plug-ins in registration order."""
     _ensure_builtins()
     with _LOCK:
         return list(_GEMS.values())
@@ -193,8 +145,7 @@ def builtin_gems() -> list[Gem]:
 
 
 def run_gems(plugins: Iterable[str] = ()) -> list[Gem]:
-    """The gems a run knows: the built-ins, then those registered by its `plugins` modules
-    (in the order of the list). The modules must have been imported (`import_plugins`)."""
+    """The gems a run knows: the built-ins, then its (imported) `plugins` modules' in list order."""
     plugins = list(plugins)
     gems = registered()
     out = [g for g in gems if g.builtin]
@@ -204,8 +155,7 @@ def run_gems(plugins: Iterable[str] = ()) -> list[Gem]:
 
 
 def _check_entries(plugins: Sequence[Any]) -> None:
-    """ConfigError naming `plugins` for an entry that is not a dotted module name, is listed
-    twice, or is part of tune-gems (nothing is imported here)."""
+    """ConfigError naming `plugins` for an entry that is no module name, repeats, or is tune-gems's."""
     for i, module in enumerate(plugins):
         if not isinstance(module, str) or not re.match(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$", module) or len(module) > MODULE_NAME_MAX:
             raise ConfigError(f"plugins: {str(module)[:80]!r} is not a dotted module name (at most {MODULE_NAME_MAX} characters)")
@@ -216,8 +166,7 @@ def _check_entries(plugins: Sequence[Any]) -> None:
 
 
 def _import_one(module: str, timeout: float) -> list[Gem]:
-    """Import `module` under the time bound; its gems (ConfigError naming it when it fails to
-    import or registers none)."""
+    """Import `module` under the time bound; its gems (ConfigError when it fails or registers none)."""
     with _LOCK:
         _IMPORTING.module = module
         try:
@@ -239,14 +188,9 @@ def _import_one(module: str, timeout: float) -> list[Gem]:
 
 
 def import_plugins(plugins: Sequence[Any], validate: Callable[[list[str]], None] | None = None) -> list[Gem]:
-    """Import the `plugins` modules (each registers its gems); the plug-in gems, in order.
-
-    Refused in one line (ConfigError naming `plugins`): an entry that is not a dotted module
-    name, a module that does not import, one that registers nothing, a gem that clashes with a
-    built-in or another plug-in, and whatever `validate(plugins)` (run once they are imported)
-    refuses. A module not imported yet is first probed in a throwaway child (`probe_plugin`, the
-    module docstring): a plug-in refused there never runs in this process.
-    """
+    """Import the `plugins` modules (probed first); their gems, in order. ConfigError naming
+    `plugins` for a bad entry, a failed import, no gem, a clash, or what `validate(plugins)`
+    refuses."""
     _ensure_builtins()
     if plugins is None:
         return []
@@ -265,7 +209,7 @@ def import_plugins(plugins: Sequence[Any], validate: Callable[[list[str]], None]
 
 
 def _may_probe() -> bool:
-    """Whether a fork is safe and wanted here (see the module docstring)."""
+    """Whether a fork is safe and wanted here (no threads, no CUDA, `PLUGIN_PROBE_ENV` not 0)."""
     if os.environ.get(PLUGIN_PROBE_ENV, "1").strip() == "0" or not hasattr(os, "fork"):
         return False
     if threading.current_thread() is not threading.main_thread() or threading.active_count() > 1:
@@ -276,10 +220,7 @@ def _may_probe() -> bool:
 
 
 def probe_plugin(plugins: list[str], timeout: float, validate: Callable[[list[str]], None] | None = None) -> None:
-    """Import `plugins` (some not imported here yet) in a forked child whose working
-    directory is an empty temporary folder (deleted afterwards; the child's stdout and stderr
-    discarded), and run `validate` there; ConfigError with the child's one line when that fails.
-    Nothing when probing is not possible here (`_may_probe`)."""
+    """Import `plugins` and run `validate` in a forked child in an empty folder; ConfigError with its line."""
     if not _may_probe():
         return
     cwd = os.getcwd()
@@ -327,7 +268,6 @@ def probe_plugin(plugins: list[str], timeout: float, validate: Callable[[list[st
 
 
 def _read_reply(fd: int, seconds: float) -> str:
-    """What the probe child wrote before closing the pipe, waiting at most `seconds`."""
     deadline = time.monotonic() + seconds
     chunks: list[bytes] = []
     while True:
@@ -344,8 +284,7 @@ def _read_reply(fd: int, seconds: float) -> str:
 
 
 def manifest(plugins: Iterable[str] = ()) -> list[GemEntry]:
-    """The `gems.json` entries of a run with these plugins: one per gem it knows (written with
-    `tune_gems.contracts.gem_manifest.manifest_text`)."""
+    """The `gems.json` entries of a run with these plugins."""
     return [GemEntry(g.name, g.metric, g.description, g.null is not None) for g in run_gems(plugins)]
 
 

@@ -1,5 +1,4 @@
-"""The branching action space: a direction and a size per decision, mapped to a target position
-(read by the training environment, the greedy evaluator and the Gymnasium wrapper alike)."""
+"""The branching action space: a direction and a size per decision, mapped to a target position."""
 
 from __future__ import annotations
 

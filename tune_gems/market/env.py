@@ -1,13 +1,6 @@
-"""The training environment on torch tensors: a population x n_envs vectorised environment with
-fixed shapes and no host sync in `step`, stepping every member on its own path and fold of a
-`tune_gems.market.features.Market` (its time convention and normalisation are the market's).
-
-Episodes start in the member's fold's training window. Under purged cross-validation
-(`scheme: purged`) a fold trains on up to two runs of rows, and an episode starts in one run at
-an offset that leaves the whole episode inside that run (`VecTradingEnv`: one uniform picks an
-offset among every run's allowed starts, `run_start_tables`), so no episode steps into the
-purge, the embargo or the validation group.
-"""
+"""The training environment on torch tensors: P members x E environments, fixed shapes, no host
+sync; each member on its own path and fold, its episodes wholly inside its fold's training rows
+(under purged folds, inside one run: `run_start_tables`)."""
 
 from __future__ import annotations
 
@@ -23,11 +16,8 @@ from tune_gems.rng import to_integers
 
 
 def run_start_tables(train_runs: Sequence[Sequence[DecisionRange]], episode_length: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Per fold, the episode starts its runs allow, as int64 tables for `VecTradingEnv._starts`:
-    (first start of each run [F, R], allowed starts before each run [F, R], allowed starts in
-    all [F]); R is the most runs a fold has, a fold with fewer gets runs of no starts. A start s
-    in run r is allowed when the episode's last decision s + episode_length - 1 stays inside the
-    run (below its `hi`), as in a one-run fold; a run shorter than an episode allows none."""
+    """Per fold, the allowed episode starts: first start per run [F, R], starts before it [F, R],
+    total [F]."""
     R = max(len(runs) for runs in train_runs)
     lo = torch.zeros(len(train_runs), R, dtype=torch.int64)
     span = torch.zeros(len(train_runs), R, dtype=torch.int64)
@@ -39,23 +29,9 @@ def run_start_tables(train_runs: Sequence[Sequence[DecisionRange]], episode_leng
     return lo, offset, span.sum(dim=1)
 
 
-
-def _per_member(path: Tensor | None, like: Tensor) -> Tensor | None:
-    """Member paths [P] shaped to broadcast against a [P, ...] tensor (None stays None)."""
-    return None if path is None else path.view(-1, *([1] * (like.dim() - 1)))
-
-
-
 class Transition:
-    """One vectorised step, [P,E,...] each. `end` marks the last step of an episode (a time
-    limit: bootstrap from `next_obs`); `terminal` marks a true end (no bootstrap).
-
-    The step is stored compactly: the decision time `t` and the position `pos` held before
-    acting determine the observation, and the position the action chose (`new_pos`) with t+1
-    determines the next one. `obs` and `next_obs` are rebuilt on demand by `source` (the env
-    that made the step), exactly as the env would have built them; replay stores only t, pos,
-    action and the bookkeeping and rebuilds through the same source.
-    """
+    """One vectorised step, [P,E,...] each, stored as (t, pos, new_pos): `source` rebuilds `obs`,
+    `next_obs`."""
 
     def __init__(self, action, reward, end, terminal, net_return, t, pos, new_pos, source: "VecTradingEnv"):
         self.action, self.reward, self.end, self.terminal, self.net_return = action, reward, end, terminal, net_return
@@ -70,26 +46,12 @@ class Transition:
         return self.source.observe_at(self.t + 1, self.new_pos)
 
 
-
 class VecTradingEnv:
-    """P members x E environments stepping in lockstep on the training segment.
+    """P members x E environments in lockstep, in preallocated tensors; starts from each member's uniforms."""
 
-    State lives in preallocated tensors updated in place; `step` never reads a value back to
-    the host, so it can be captured in a CUDA graph. Episode starts come from uniforms [P,E]
-    the caller draws from each member's own RNG (one per environment, every step).
-    """
-
-    def __init__(
-        self,
-        market: Market,
-        cfg: EnvConfig,
-        population: int,
-        n_envs: int,
-        path_of_member: Sequence[int] | Tensor | None = None,
-        fold_of_member: Sequence[int] | Tensor | None = None,
-    ):
-        """`path_of_member` [P]: the market path each member trains on (default: path 0 for all);
-        `fold_of_member` [P]: its fold (default 0): episodes start in that fold's training window."""
+    def __init__(self, market: Market, cfg: EnvConfig, population: int, n_envs: int,
+            path_of_member: Sequence[int] | Tensor | None = None, fold_of_member: Sequence[int] | Tensor | None = None):
+        """`path_of_member`, `fold_of_member` [P]: each member's path and fold (default 0)."""
         self.market, self.cfg = market, cfg
         self.actions = ActionMap(cfg, market.device)
         P, E = population, n_envs
@@ -126,9 +88,7 @@ class VecTradingEnv:
         self.steps.zero_()
 
     def _starts(self, start_u: Tensor) -> Tensor:
-        """Episode starts [P, E] from uniforms [P, E]: an offset j among the member's allowed
-        starts, the first run's from its lo; with several runs (purged), offset j past run r's
-        first allowed start is a start in run r (fixed shapes, no host sync)."""
+        """Episode starts [P, E] from uniforms: offset j among the allowed starts, in run r past its first."""
         j = to_integers(start_u, self._start_span)
         start = self._start_lo + j
         if self._run_lo is not None:
@@ -145,12 +105,10 @@ class VecTradingEnv:
         return self.market.observe(self.t, self.pos, self._path)
 
     def observe_at(self, t: Tensor, pos: Tensor) -> Tensor:
-        """Observations [P, ..., obs_dim] of member p at times t[p, ...] holding positions pos[p, ...],
-        on member p's path: how replay rebuilds the observations it stored as (t, pos)."""
-        return self.market.observe(t, pos, _per_member(self._paths, t))
+        """Observations [P, ..., obs_dim] at times t holding pos, on each member's path."""
+        return self.market.observe(t, pos, None if self._paths is None else self._paths.view(-1, *([1] * (t.dim() - 1))))
 
     def step(self, action: Tensor, start_u: Tensor) -> Transition:
-        """Act, earn, advance; environments whose episode ends restart at `_starts(start_u)`."""
         t_now, pos_now = self.t.clone(), self.pos.clone()
         new_pos = self.actions.position(action)
         net = new_pos * self.market.returns_at(self.t, self._path) - self.cfg.cost * (new_pos - self.pos).abs()

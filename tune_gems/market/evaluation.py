@@ -1,33 +1,6 @@
-"""Evaluation statistics of a greedy policy over one segment, and the baselines they are judged
-against, as device-side torch code.
-
-Why: a raw Sharpe ratio rewards market exposure as much as skill (a long-biased member of a
-rising series looks good on validation and can be the worst on test). Each evaluation therefore
-reports, per member, what the Sharpe is made of: exposure to the asset (`beta`), what is left
-after removing it (`alpha_sharpe`), how much the policy trades (`turnover`) and how sensitive it
-is to the cost model (`sharpe_cost0/1/2`, `breakeven_cost_bps`). The baselines (flat,
-buy-and-hold, momentum) go through the same function, so every number has a yardstick.
-
-Conventions, shared with `tune_gems.market.env` (DESIGN.md "The learner"):
-
-- `positions[p, t]` is the position member p chose at decision time t (the t-th decision of the
-  segment); it is held from t to t+1 and earns `asset_returns[t]`, the simple return from t to
-  t+1 (`Market.ret_next[lo + t]`). The brief's `ret_{t+1}` is this `asset_returns[t]`.
-- Net return at cost c: `r_t = pos_t * asset_returns[t] - c * |pos_t - pos_{t-1}|`, with
-  `pos_{-1} = initial_position` (0.0: `SegmentEvaluator` starts every member flat, so the first
-  decision pays for entering its position). This is the env's reward before `reward_scale`.
-- Sharpe = mean(r) / std(r, ddof=1) * sqrt(periods_per_year); 0.0 where the returns are constant
-  (std 0 or max == min) or T < 2: the convention of `tune_gems.stats.metrics.sharpe`.
-
-Everything in `evaluation_stats` is a fixed-shape tensor expression of its inputs: no `.item()`,
-no data-dependent branch, no host sync, so it runs on the inputs' device and may be captured in a
-CUDA graph. Only the shapes are checked in Python. The statistics are computed in `dtype`
-(float64 by default: a [P,T] float64 pass is negligible next to the evaluation loop, and it keeps
-the beta regression and the drawdown product free of float32 rounding); results come back in
-that dtype, one [P] tensor per statistic. Read them back once with `read_back`.
-
-See docs/evaluation.md for every statistic's estimator and the reasons behind the conventions.
-"""
+"""Evaluation statistics of a greedy policy over a segment and the baselines they are judged
+against, as graph-capturable tensor code (docs/evaluation.md): beside the Sharpe, what it is made of
+(beta, alpha Sharpe, turnover, cost sensitivity), since exposure earns a Sharpe as much as skill."""
 
 from __future__ import annotations
 
@@ -48,28 +21,20 @@ COST_MULTIPLES = {"sharpe_cost0": 0.0, "sharpe_cost1": 1.0, "sharpe_cost2": 2.0}
 """The cost-sensitivity columns: Sharpe at these multiples of the configured cost."""
 
 BPS_PER_UNIT = 1e4
-"""Basis points per unit of fractional cost (1 bp = 0.0001)."""
 
 RESIDUAL_RTOL_EPS = 1000.0
-"""A beta-residual whose std is below this many machine epsilons of the net return's std is
-rounding noise (the strategy is a pure multiple of the asset to working precision): its alpha
-Sharpe is 0.0, not the Sharpe of the noise. Also used by the numpy twin in
-`tune_gems.analysis.verdicts.market_noise`."""
+"""A beta residual under this many epsilons of the net return's std is rounding noise: alpha Sharpe 0."""
 
 BASELINES = ("flat", "buy_and_hold", "momentum")
 """The baseline strategies, in row order of `baseline_stats`."""
 
 DEFAULT_MOMENTUM_SPAN = 20.0
-"""EWMA span (in steps) of the momentum baseline: alpha = 2 / (span + 1), pandas' convention;
-20 steps is about one month of daily data."""
+"""EWMA span (steps) of the momentum baseline, pandas' convention; about a month of daily data."""
 
 
 class _Range(Protocol):
     lo: int
     hi: int
-
-
-# --- per-member statistics -------------------------------------------------------------------
 
 
 def _broadcast_asset(asset_returns: Tensor, P: int, T: int, dtype: torch.dtype) -> Tensor:
@@ -84,15 +49,13 @@ def _broadcast_asset(asset_returns: Tensor, P: int, T: int, dtype: torch.dtype) 
 
 
 def position_changes(positions: Tensor, initial_position: float = 0.0) -> Tensor:
-    """|pos_t - pos_{t-1}| [P,T], with pos_{-1} = initial_position."""
     first = torch.full_like(positions[:, :1], initial_position)
     prev = torch.cat([first, positions[:, :-1]], dim=1)
     return (positions - prev).abs()
 
 
-def net_returns(
-    positions: Tensor, asset_returns: Tensor, cost: float, initial_position: float = 0.0, dtype: torch.dtype = torch.float64
-) -> Tensor:
+def net_returns(positions: Tensor, asset_returns: Tensor, cost: float, initial_position: float = 0.0,
+        dtype: torch.dtype = torch.float64) -> Tensor:
     """Per-step net returns [P,T] at cost `cost`: the env's reward before reward_scale."""
     pos = _check_positions(positions).to(dtype)
     P, T = pos.shape
@@ -111,10 +74,7 @@ def _range(x: Tensor) -> Tensor:
 
 
 def _sharpe_rows(x: Tensor, periods_per_year: float, nonconstant: Tensor | None = None) -> Tensor:
-    """Row Sharpe ratios with metrics.sharpe's convention (0.0 for constant rows or T < 2).
-
-    `nonconstant`, when given, is an extra [P] mask of rows to treat as non-constant (it is
-    and-ed with max > min and std > 0)."""
+    """Row Sharpe ratios as `metrics.sharpe` (0.0 for constant rows or T < 2), `nonconstant` [P] and-ed in."""
     P, T = x.shape
     if T < 2:  # shape, not data: a fixed decision at trace time
         return torch.zeros(P, dtype=x.dtype, device=x.device)
@@ -128,8 +88,7 @@ def _sharpe_rows(x: Tensor, periods_per_year: float, nonconstant: Tensor | None 
 
 
 def _beta(net: Tensor, a: Tensor) -> Tensor:
-    """OLS slope (with intercept) of each row of `net` on the same row of `a`; 0.0 where the
-    asset return is constant (no slope can be estimated)."""
+    """OLS slope (with intercept) of each row of `net` on `a`'s; 0.0 where the asset return is constant."""
     a_c = a - a.mean(dim=1, keepdim=True)
     n_c = net - net.mean(dim=1, keepdim=True)
     var = (a_c * a_c).sum(dim=1)
@@ -140,44 +99,18 @@ def _beta(net: Tensor, a: Tensor) -> Tensor:
 
 
 def _max_drawdown(net: Tensor) -> Tensor:
-    """Largest peak-to-trough fall of the compounded equity curve prod(1 + r), starting at 1
-    before the first return, as a positive fraction (tune_gems.stats.metrics.max_drawdown)."""
+    """Largest fall of prod(1 + r) from 1, as a positive fraction (`metrics.max_drawdown`)."""
     equity = torch.cumprod(1.0 + net, dim=1)
     equity = torch.cat([torch.ones_like(equity[:, :1]), equity], dim=1)
     peak = torch.cummax(equity, dim=1).values
     return (1.0 - equity / peak).amax(dim=1)
 
 
-def evaluation_stats(
-    positions: Tensor,
-    asset_returns: Tensor,
-    cost: float,
-    periods_per_year: float,
-    *,
-    initial_position: float = 0.0,
-    dtype: torch.dtype = torch.float64,
-) -> dict[str, Tensor]:
-    """Per-member statistics of one segment: {name: Tensor[P]} for every name in EVAL_STATS.
-
-    positions [P,T]: the position chosen at each decision (`SegmentEvaluator.positions`).
-    asset_returns [T] (one market for all members) or [P,T] (a path per member): the simple
-    return each position earns (`Market.ret_next[lo:hi]`, see `segment_asset_returns`).
-    cost: the configured cost, a fraction of |position change| (`env.cost`).
-
-    - sharpe: Sharpe of the net returns at `cost` (equals sharpe_cost1).
-    - beta: OLS slope, with intercept, of the net return (at `cost`) on the asset return,
-      estimated in-sample on this segment; 0.0 when the asset return is constant.
-    - alpha_sharpe: Sharpe of r_t - beta * asset_t (the intercept plus the OLS residual), i.e. the
-      annualised information ratio of the regression; 0.0 when that residual is constant to
-      working precision (RESIDUAL_RTOL_EPS).
-    - turnover: mean |pos_t - pos_{t-1}| per step (not annualised), the entry step included.
-    - max_drawdown: of the compounded equity curve of the net returns at `cost`.
-    - sharpe_cost0 / 1 / 2: Sharpe at 0x, 1x, 2x `cost`.
-    - breakeven_cost_bps: the cost, in basis points of |position change|, at which the mean net
-      return (hence the Sharpe) is 0: 1e4 * mean(pos_t * asset_t) / turnover. Signed: negative
-      when the policy loses before costs (no non-negative cost breaks even). Where turnover is
-      0: +inf if the gross mean is > 0 (costs never bite), NaN otherwise (nothing to break even).
-    """
+def evaluation_stats(positions: Tensor, asset_returns: Tensor, cost: float, periods_per_year: float, *,
+        initial_position: float = 0.0, dtype: torch.dtype = torch.float64) -> dict[str, Tensor]:
+    """{name: Tensor[P]} for every name of EVAL_STATS: positions [P,T], asset_returns [T] or [P,T]
+    (`segment_asset_returns`), cost a fraction of |position change|. breakeven_cost_bps is signed;
+    with no turnover +inf for a positive gross mean, else NaN."""
     pos = _check_positions(positions).to(dtype)
     P, T = pos.shape
     a = _broadcast_asset(asset_returns, P, T, dtype)
@@ -199,29 +132,20 @@ def evaluation_stats(
     moved = turnover > 0
     safe_turnover = torch.where(moved, turnover, torch.ones_like(turnover))
     idle = torch.where(gross_mean > 0, torch.full_like(gross_mean, math.inf), torch.full_like(gross_mean, math.nan))
-    out.update(
-        sharpe=out["sharpe_cost1"],
-        beta=beta,
-        alpha_sharpe=_sharpe_rows(resid, periods_per_year, real),
-        turnover=turnover,
-        max_drawdown=_max_drawdown(net),
-        breakeven_cost_bps=torch.where(moved, BPS_PER_UNIT * gross_mean / safe_turnover, idle),
-    )
+    out.update(sharpe=out["sharpe_cost1"], beta=beta, alpha_sharpe=_sharpe_rows(resid, periods_per_year, real),
+        turnover=turnover, max_drawdown=_max_drawdown(net),
+        breakeven_cost_bps=torch.where(moved, BPS_PER_UNIT * gross_mean / safe_turnover, idle))
     return {k: out[k] for k in EVAL_STATS}
 
 
 def read_back(stats: Mapping[str, Tensor]) -> dict[str, np.ndarray]:
-    """One device-to-host transfer of a stats dict: {name: float64 ndarray [P]}."""
     names = list(stats)
     stacked = torch.stack([stats[k].to(torch.float64) for k in names]).cpu().numpy()
     return {k: stacked[i] for i, k in enumerate(names)}
 
 
 def segment_asset_returns(market: Any, segment: str, path_of_member: Any = None, fold_of_member: Any = None) -> Tensor:
-    """The asset's simple returns earned at the decisions of a segment, as the SegmentEvaluator
-    walks it: [T] (`market.ret_next[lo:hi]`, a view) when the market has one path and one fold
-    or no member mapping is given; [P, T] (each member's own path, over its own fold's window of
-    the segment) otherwise."""
+    """The asset's returns at a segment's decisions: [T] (a view) for one path and fold, else [P, T]."""
     r = market.ranges[segment]
     if getattr(market, "n_folds", 1) > 1 and (path_of_member is not None or fold_of_member is not None):
         population = len(path_of_member if path_of_member is not None else fold_of_member)
@@ -235,9 +159,6 @@ def segment_asset_returns(market: Any, segment: str, path_of_member: Any = None,
     return market.returns_next[:, r.lo : r.hi][index]
 
 
-# --- baselines -------------------------------------------------------------------------------
-
-
 def _as_numpy(x: Any) -> np.ndarray:
     if isinstance(x, Tensor):
         return x.detach().to("cpu", torch.float64).numpy()
@@ -245,13 +166,7 @@ def _as_numpy(x: Any) -> np.ndarray:
 
 
 def momentum_signal(ret_next: Any, span: float = DEFAULT_MOMENTUM_SPAN) -> np.ndarray:
-    """EWMA of the returns known at each decision time, float64 [..., N].
-
-    `ret_next[..., s]` is the return from s to s+1 (Market.ret_next), known from time s+1 on.
-    The value at decision time t is the EWMA (pandas `ewm(span=span, adjust=False)`: m_1 = x_1,
-    m_s = (1 - alpha) m_{s-1} + alpha x_s, alpha = 2 / (span + 1)) of x_s = ret_next[s - 1],
-    s = 1..t: only prices up to and including t. At t = 0 nothing is known: 0.0.
-    """
+    """EWMA (pandas `ewm(span, adjust=False)`) of the returns known at each decision (0.0 at t = 0)."""
     if not span >= 1.0:
         raise ValueError(f"momentum span must be >= 1 step, got {span}")
     x = _as_numpy(ret_next)
@@ -266,44 +181,20 @@ def momentum_signal(ret_next: Any, span: float = DEFAULT_MOMENTUM_SPAN) -> np.nd
 
 
 def baseline_positions(ret_next: Any, segment: _Range | tuple[int, int], momentum_span: float = DEFAULT_MOMENTUM_SPAN) -> dict[str, np.ndarray]:
-    """Positions [..., T] of each baseline at the decisions t in [lo, hi) of a segment.
-
-    flat: always 0. buy_and_hold: always +1 (entered at the first decision, from flat, paying
-    the cost once). momentum: sign of `momentum_signal` at t (0 where it is exactly 0), so the
-    position held from t to t+1 uses only returns realised by t; its EWMA warms up on the whole
-    series before the segment (past data, not look-ahead).
-    """
+    """Positions [..., T] over [lo, hi): flat 0, buy_and_hold +1, momentum `momentum_signal`'s sign."""
     lo, hi = (segment.lo, segment.hi) if hasattr(segment, "lo") else segment
     x = _as_numpy(ret_next)
     if not 0 <= lo < hi <= x.shape[-1]:
         raise ValueError(f"segment [{lo}, {hi}) is not inside a series of {x.shape[-1]} steps")
     shape = x[..., lo:hi].shape
-    return {
-        "flat": np.zeros(shape),
-        "buy_and_hold": np.ones(shape),
-        "momentum": np.sign(momentum_signal(x, momentum_span)[..., lo:hi]),
-    }
+    return {"flat": np.zeros(shape), "buy_and_hold": np.ones(shape),
+        "momentum": np.sign(momentum_signal(x, momentum_span)[..., lo:hi])}
 
 
-def baseline_stats(
-    ret_next: Any,
-    segments: Mapping[str, _Range | tuple[int, int]],
-    cost: float,
-    periods_per_year: float,
-    *,
-    momentum_span: float = DEFAULT_MOMENTUM_SPAN,
-    device: torch.device | str | None = None,
-) -> pd.DataFrame:
-    """EVAL_STATS of every baseline on every segment, same cost model as the members.
-
-    ret_next: the full series' next-step simple returns, [N] (Market.ret_next) or [S,N] (one
-    synthetic path per seed index). segments: {name: range with lo/hi}, e.g.
-    `{s: market.ranges[s] for s in ("val", "test")}`. The statistics run through
-    `evaluation_stats` on `device` (default: ret_next's device, CPU for numpy input).
-
-    Returns one row per (segment, baseline, path): columns `segment`, `baseline`, `path` (index
-    along the leading axis of a [S,N] input; 0 for [N]), `momentum_span`, then EVAL_STATS.
-    """
+def baseline_stats(ret_next: Any, segments: Mapping[str, _Range | tuple[int, int]], cost: float,
+        periods_per_year: float, *, momentum_span: float = DEFAULT_MOMENTUM_SPAN,
+        device: torch.device | str | None = None) -> pd.DataFrame:
+    """EVAL_STATS of every baseline on every segment: a row per segment, baseline and path."""
     if device is None:
         device = ret_next.device if isinstance(ret_next, Tensor) else "cpu"
     x = _as_numpy(ret_next)
@@ -325,7 +216,6 @@ def baseline_stats(
 
 
 def member_rows(stats: Mapping[str, np.ndarray], segment: str, members: Sequence[int] | None = None) -> list[dict[str, float]]:
-    """Per-member column dicts `{f"{segment}_{name}": float}` from `read_back` output."""
     P = len(next(iter(stats.values())))
     idx = range(P) if members is None else members
     return [{f"{segment}_{k}": float(v[p]) for k, v in stats.items()} for p in idx]

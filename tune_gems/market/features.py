@@ -1,34 +1,8 @@
-"""The Market: price paths prepared once as device tensors of features without look-ahead and
-next-step returns, per fold and path, read (never written) by the environments, evaluators,
-replay and baselines.
-
-Time convention: prices p_0..p_{T-1}. The observation at decision time t holds the W log
-returns log(p_s / p_{s-1}) for s = t-W+1..t (prices up to and including t, never later) and
-the position held before acting. The position chosen at t earns the simple return from t to
-t+1: reward = pos_t * (p_{t+1}/p_t - 1) - cost * |pos_t - pos_{t-1}|.
-
-Log returns are normalised with the mean and std of the training segment only; validation and
-test data never influence the features.
-
-Paths: a Market may hold several price paths of the same length (per-seed synthetic paths, see
-`tune_gems.data.series.load_paths`); every consumer (env, evaluator, replay) reads member p's features
-from path `path_of_member[p]`, an explicit argument that defaults to path 0 for every member.
-A price file is one path per price history (tune_gems.data.series.load_histories: one, or several
-of as many rows, each at its own dates, `data.price_columns` / `data.histories`): member p reads its
-history's path.
-
-Folds (walk-forward, `tune_gems.data.segments.fold_bounds`): a Market may also hold several splits of
-the same paths, one per fold, which share the test segment. Each fold's features are
-normalised on that fold's own training window, so the market holds one row of features per
-(fold, path), fold-major (`Market.row`); member p reads row `row(fold_of_member[p],
-path_of_member[p])`, starts its episodes in its fold's training window and is evaluated on its
-fold's validation window. One fold (the default) is exactly the one-split market.
-
-Purged cross-validation (`scheme: purged`): a fold trains on up to two runs of rows, before and
-after its validation group (`SegmentBounds.runs`); it is normalised on the runs' log returns
-together (`Market.train_runs` keeps the runs; where episodes start in them:
-tune_gems.market.env).
-"""
+"""The Market: price paths prepared once as device tensors of look-ahead-free features and next-step
+returns, one row per (fold, path), read-only for every consumer. A path is a seed index's
+(synthetic) or a price history's (each at its own dates). The observation at t holds the W log
+returns up to p_t and the position; the position chosen at t earns p_{t+1}/p_t - 1. Each fold is
+normalised on its own training rows (docs/data.md)."""
 
 from __future__ import annotations
 
@@ -60,29 +34,14 @@ class DecisionRange:
 
 
 class Market:
-    """Price paths prepared as device tensors: normalised log returns and next-step returns.
+    """Price paths as device tensors. `prices`: one series or several of equal length; `bounds`: the
+    split or one per fold (sharing the test). `features`, `returns_next` [folds x paths, n],
+    fold-major (`row`); `ranges` fold 0's decision ranges, `fold_ranges[f]` fold f's,
+    `train_runs[f]` its runs of training rows (several only under purging)."""
 
-    `prices` is one series or a sequence of series of equal length (one per path); `bounds`
-    (the train/val/test split, or a sequence of them: one per fold, sharing the test segment)
-    applies to every path, and each path is normalised, per fold, with the mean and std of that
-    fold's training segment. `features` and `returns_next` are [folds x paths, n], fold-major
-    (`row`); `logret_norm` and `ret_next` are row 0 (fold 0, path 0: what a one-path caller
-    reads). `ranges` are fold 0's decision ranges, `fold_ranges[f]` fold f's; `train_runs[f]`
-    the decision ranges of fold f's runs of training rows (one, `fold_ranges[f]["train"]`,
-    except under purged cross-validation, where "train" spans the runs and the validation group
-    between them: episodes start only in the runs).
-    """
-
-    def __init__(
-        self,
-        prices: pd.Series | Sequence[pd.Series],
-        bounds,
-        window: int,
-        device: torch.device | str = "cpu",
-        fold_ids: Sequence[int] | None = None,
-    ):
-        """`fold_ids`: the run's fold index of each fold given (default 0..F-1); a market of
-        fold k alone (the arms-and-folds invariant's reference run) reports fold k."""
+    def __init__(self, prices: pd.Series | Sequence[pd.Series], bounds, window: int, device: torch.device | str = "cpu",
+            fold_ids: Sequence[int] | None = None):
+        """`fold_ids`: the run's index of each fold given (default 0..F-1)."""
         paths = [prices] if isinstance(prices, pd.Series) else list(prices)
         folds = [bounds] if hasattr(bounds, "train") else list(bounds)
         if not paths:
@@ -96,16 +55,14 @@ class Market:
             raise DataError(f"data: {n} prices, fewer than the {window}-step observation window (env.window)")
         self.window = window
         self.n = n
-        self.indexes = tuple(p.index if isinstance(p, pd.Series) else pd.RangeIndex(n) for p in paths)
-        """Each path's index: its own timestamps (histories on several calendars), or row numbers."""
+        self.indexes = tuple(p.index if isinstance(p, pd.Series) else pd.RangeIndex(n) for p in paths)  # own dates, or rows
         self.index = self.indexes[0]
         self.bounds = tuple(folds)  # the SegmentBounds of each fold held
         self.n_paths, self.n_folds = len(paths), len(folds)
         self.fold_ids = tuple(range(len(folds))) if fold_ids is None else tuple(int(f) for f in fold_ids)
         if len(self.fold_ids) != len(folds):
             raise ValueError(f"{len(self.fold_ids)} fold ids for {len(folds)} folds")
-        self.columns = tuple(getattr(p, "attrs", {}).get(SOURCE_COLUMN_ATTR) for p in paths)
-        """Each path's column in its file, as the file spells it (None for synthetic paths)."""
+        self.columns = tuple(getattr(p, "attrs", {}).get(SOURCE_COLUMN_ATTR) for p in paths)  # as the file spells it
         raw = []
         for path in paths:
             p = np.asarray(path, dtype=np.float64)
@@ -145,30 +102,24 @@ class Market:
         self.train_runs = tuple(
             tuple(DecisionRange(max(s, window), e - 1) for s, e in getattr(fold, "runs", (fold.train,))) for fold in folds
         )
-        # windows[k, s] = path k's features s..s+W-1 (a view, no copy): the observation at t is
-        # row t-W+1, one row gather instead of a gather of W indices per observation
+        # windows[k, s] = row k's features s..s+W-1 (a view): the observation at t is one row gather
         self._windows = self.features.unfold(1, window, 1)
 
     @property
     def n_rows(self) -> int:
-        """Rows of features: one per (fold, path)."""
         return self.features.shape[0]
 
     def row(self, fold: int, path: int) -> int:
-        """The feature row of `path` under fold `fold`'s normalisation."""
         return fold * self.n_paths + path
 
     def member_rows(self, population: int, path_of_member=None, fold_of_member=None) -> Tensor:
-        """Each member's feature row [P] (int64, on the market's device) from its path and fold
-        (None: path 0, fold 0 for everyone), checked once on the host."""
+        """Each member's feature row [P] int64 on the device (None: path 0, fold 0)."""
         paths = member_index(path_of_member, population, self.n_paths, "path_of_member", "paths")
         folds = member_index(fold_of_member, population, self.n_folds, "fold_of_member", "folds")
         return (folds * self.n_paths + paths).to(self.device)
 
     def member_windows(self, segment: str, population: int, fold_of_member=None) -> tuple[Tensor, int]:
-        """(first decision time of each member's `segment` window [P] int64 on the device, the
-        common number of decisions T): every fold's window of one segment has the same length
-        (fold_bounds gives every validation window `val_length` rows; the test is common)."""
+        """(first decision time of each member's `segment` window [P], the common length T)."""
         folds = member_index(fold_of_member, population, self.n_folds, "fold_of_member", "folds")
         ranges = [r[segment] for r in self.fold_ranges]
         if len({r.length for r in ranges}) != 1:
@@ -181,8 +132,7 @@ class Market:
         return self.features.device
 
     def check_lengths(self, episode_length: int) -> None:
-        """Each segment of every fold must have decision times; training must fit one episode
-        (under purged cross-validation: in one of the fold's runs at least)."""
+        """Every segment of every fold has decisions; training fits one episode (in one run)."""
         for f, ranges in enumerate(self.fold_ranges):
             where = "" if self.n_folds == 1 else f"fold {f}'s "
             for name, r in ranges.items():
@@ -200,14 +150,12 @@ class Market:
                 )
 
     def observe(self, t: Tensor, pos: Tensor, path: Tensor | None = None) -> Tensor:
-        """Observations [..., W+1] at decision times t [...] with current positions pos [...];
-        `path` (broadcastable to t) picks each one's path, None means path 0."""
+        """Observations [..., W+1] at times t with positions pos; `path` per element (None: path 0)."""
         row = t - (self.window - 1)
         window = self._windows[0, row] if path is None else self._windows[path, row]
         return torch.cat([window, pos.unsqueeze(-1)], dim=-1)
 
     def returns_at(self, t: Tensor, path: Tensor | None = None) -> Tensor:
-        """Simple returns from t to t+1 at decision times t [...], on `path` (None: path 0)."""
         return self.ret_next[t] if path is None else self.returns_next[path, t]
 
     @property
@@ -215,10 +163,8 @@ class Market:
         return self.window + 1
 
 
-
 def member_index(values: Sequence[int] | Tensor | None, population: int, limit: int, name: str, what: str) -> Tensor:
-    """A per-member index (path or fold) as an int64 CPU tensor [P]; None gives 0 to everyone.
-    Checked here, once, on the host: a wrong mapping is a caller's bug."""
+    """A per-member path or fold index, an int64 CPU tensor [P] (None: 0), checked on the host."""
     if values is None:
         return torch.zeros(population, dtype=torch.int64)
     idx = torch.as_tensor(values, dtype=torch.int64).flatten().cpu()
@@ -229,16 +175,11 @@ def member_index(values: Sequence[int] | Tensor | None, population: int, limit: 
     return idx
 
 
-
 def member_paths(path_of_member: Sequence[int] | Tensor | None, population: int, market: Market) -> Tensor:
-    """The path index of each member as an int64 tensor [P] on the market's device; None gives
-    path 0 to everyone."""
     return member_index(path_of_member, population, market.n_paths, "path_of_member", "paths").to(market.device)
 
 
-
 def path_index(market: Market, rows: Tensor) -> Tensor | None:
-    """What to index the market with: None on a one-row market (one path, one fold: the cheaper
-    1-D lookup, the same values), else the member rows."""
+    """What to index the market with: None on a one-row market (a 1-D lookup), else `rows`."""
     return None if market.n_rows == 1 else rows
 

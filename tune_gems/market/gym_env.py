@@ -1,11 +1,5 @@
-"""A gymnasium-compatible single trading environment over one segment of a price series.
-
-It uses the same features (Market.observe) and the same reward as the vectorised learner
-environment, so an agent from another RL library sees exactly what tune-gems' DQN sees.
-Observation: Box(W+1) float32 (normalised log-return window + current position). Action:
-MultiDiscrete([A, A]): direction index and size index. Episodes are truncated after
-`episode_length` steps or at the end of the segment; they never terminate otherwise.
-"""
+"""A Gymnasium environment over one segment, with the vectorised one's features and reward: Box(W+1)
+observations, MultiDiscrete([A, A]) actions, truncated after `episode_length` steps."""
 
 from __future__ import annotations
 
@@ -24,14 +18,8 @@ from tune_gems.market.features import Market
 class TradingEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(
-        self,
-        prices: pd.Series,
-        bounds,
-        cfg: EnvConfig | None = None,
-        segment: str = "train",
-        random_start: bool = True,
-    ):
+    def __init__(self, prices: pd.Series, bounds, cfg: EnvConfig | None = None, segment: str = "train",
+            random_start: bool = True):
         self.cfg = cfg or EnvConfig()
         self.market = Market(prices, bounds, self.cfg.window, "cpu")
         self.actions = ActionMap(self.cfg, "cpu")

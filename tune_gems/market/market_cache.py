@@ -1,5 +1,4 @@
-"""Markets already built in this process (so a reused Ray actor's next trial of the same data
-config and seed set does not rebuild its paths and features), keyed by what builds them."""
+"""Markets already built in this process (a reused Ray actor's next trial does not rebuild them)."""
 
 from __future__ import annotations
 
@@ -16,13 +15,11 @@ from tune_gems.config.schema import Config
 from tune_gems.market.features import Market
 
 MARKETS_KEPT = 4
-"""Markets a MarketCache holds by default (the most recently used): a few data configs of one
-sweep, each a few MB of device tensors."""
+"""Markets a MarketCache holds by default (the most recently used; each a few MB)."""
 
 
 def _series_digest(prices: pd.Series | list[pd.Series] | None) -> str | None:
-    """A digest of everything a Market reads from a given price series (or each of several price
-    histories): its values, its index (the times), its name and attributes (the source column)."""
+    """A digest of what a Market reads from price series: values, index, name, attributes."""
     if prices is None:
         return None
     if not isinstance(prices, pd.Series):
@@ -33,22 +30,14 @@ def _series_digest(prices: pd.Series | list[pd.Series] | None) -> str | None:
 
 
 def market_key(cfg: Config, device: torch.device | str, prices: pd.Series | None, n_seed_indices: int | None = None) -> tuple:
-    """What `tune_gems.trainer.run_setup.prepare_market(cfg, device, prices, n_seed_indices)` builds
-    its market from, as a hashable key: the whole data section (source, file, synthetic paths,
-    splits, folds), the observation window and episode length (the minimum rows, the
-    segments' check), the seed indices (first_seed_index and their number: per-seed paths)
-    and the device, with a digest of a given price series. Two calls with equal keys build
-    equal markets."""
+    """What `run_setup.prepare_market` builds from, as a hashable key: equal keys, equal markets."""
     n = cfg.trainer.population if n_seed_indices is None else int(n_seed_indices)
     data = json.dumps(cfg.data.model_dump(mode="json"), sort_keys=True)
     return (data, cfg.env.window, cfg.env.episode_length, cfg.first_seed_index, n, str(torch.device(device)), _series_digest(prices))
 
 
 class MarketCache:
-    """Markets already built in this process, by `market_key`. Sharing is safe because nothing writes to a Market after construction: the
-    environments, evaluators, replay and baselines only read its tensors. Holds the `limit`
-    most recently used markets; thread-safe (a build runs under the lock: one trial at a time
-    builds a given market)."""
+    """The `limit` most recently used markets by `market_key` (a Market is never written: safe to share)."""
 
     def __init__(self, limit: int = MARKETS_KEPT):
         if limit < 1:
@@ -61,7 +50,6 @@ class MarketCache:
         return len(self._markets)
 
     def get(self, key: Hashable, build: Callable[[], Market]) -> Market:
-        """The market of `key`: the cached one, or `build()`'s (then cached)."""
         with self._lock:
             market = self._markets.get(key)
             if market is None:

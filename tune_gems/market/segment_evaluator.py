@@ -1,5 +1,4 @@
-"""Greedy evaluation: a policy run over a whole segment for every member from a flat position, as
-fixed-shape in-place steps (captured once as a CUDA graph by tune_gems.trainer.graph.StepRunner)."""
+"""Greedy evaluation: a policy over a whole segment for every member from a flat position."""
 
 from __future__ import annotations
 
@@ -13,28 +12,12 @@ from tune_gems.market.features import Market, member_paths, path_index
 
 
 class SegmentEvaluator:
-    """Runs a greedy policy over a whole segment for every member, from a flat position.
+    """A greedy policy over a segment for every member from flat, as in-place steps a graph captures."""
 
-    The loop is sequential in time (the position feeds the next observation), so each step is
-    a fixed-shape update of preallocated state: `step()` can be captured once as a CUDA graph
-    and replayed T times (see tune_gems.trainer.graph.StepRunner), or run eagerly on CPU.
-    `policy` maps observations [P,1,obs_dim] to actions [P,1,K] and must read the live
-    parameters inside the call (so a captured graph sees later updates).
-    """
-
-    def __init__(
-        self,
-        market: Market,
-        actions: ActionMap,
-        cost: float,
-        policy: Callable[[Tensor], Tensor],
-        population: int,
-        segment: str,
-        path_of_member: Sequence[int] | Tensor | None = None,
-        fold_of_member: Sequence[int] | Tensor | None = None,
-    ):
-        """`path_of_member`, `fold_of_member` [P]: each member's path and fold (default 0): a
-        member walks its own fold's window of `segment` (every fold's has the same length)."""
+    def __init__(self, market: Market, actions: ActionMap, cost: float, policy: Callable[[Tensor], Tensor],
+            population: int, segment: str, path_of_member: Sequence[int] | Tensor | None = None,
+            fold_of_member: Sequence[int] | Tensor | None = None):
+        """`path_of_member`, `fold_of_member` [P]: each member's path and fold (default 0)."""
         dev = market.device
         self.market, self.actions, self.cost, self.policy = market, actions, cost, policy
         self.path_of_member = member_paths(path_of_member, population, market)
@@ -66,19 +49,3 @@ class SegmentEvaluator:
         self.t.add_(1)
         self.i.add_(1)
 
-
-def evaluate_segment(
-    market: Market,
-    actions: ActionMap,
-    cost: float,
-    policy: Callable[[Tensor], Tensor],
-    population: int,
-    segment: str,
-    path_of_member: Sequence[int] | Tensor | None = None,
-    fold_of_member: Sequence[int] | Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
-    """Eager one-off evaluation: per-step net returns and positions, both [P,T]."""
-    ev = SegmentEvaluator(market, actions, cost, policy, population, segment, path_of_member, fold_of_member)
-    for _ in range(ev.T):
-        ev.step()
-    return ev.returns.clone(), ev.positions.clone()

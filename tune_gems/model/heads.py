@@ -1,10 +1,5 @@
-"""Parameters a gem owns (`Gem.head`), built with the network from the member generators.
-
-A head is a module whose direct children are population layers (PopLinear / NoisyPopLinear);
-the network computes their effective weights with its own each iteration (so a head lives in
-the same flat parameter matrix, optimizer step and CUDA graph) and hands the gem the head bound
-to them (`GemInputs.head`). `forward(*args, weights)` receives {child name: (W, b)}.
-"""
+"""Parameters a gem owns (`Gem.head`): population layers whose effective weights the network
+computes with its own (one parameter matrix, optimizer step and graph); `forward(*args, weights)`."""
 
 from __future__ import annotations
 
@@ -19,8 +14,7 @@ from tune_gems.model.layers import PopLinear
 
 @dataclass(frozen=True)
 class HeadContext:
-    """What a head factory gets: the member generators (consume them for the initial weights,
-    in a fixed order), the model config, the trunk width H, the branches K and sub-actions A."""
+    """What a head factory gets: the member generators, the model config, H, K and A."""
 
     generators: list[torch.Generator]
     model: ModelConfig

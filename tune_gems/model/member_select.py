@@ -1,14 +1,6 @@
-"""Per-member selections that are skipped when every member chooses alike.
-
-Arms put per-member switches on the population axis, and the iteration selects each member's
-side with `torch.where(mask, a, b)` (tune_gems.model.layers, tune_gems.trainer.member_gems).
-When every member of the run has the same switch (every single-arm run, and arms that agree on
-it), the mask is a constant known on the host before capture, and the select is one full
-elementwise pass (plus its backward) that returns `a` or `b` unchanged: `select` returns that
-side itself. The values are the same bits; the side not chosen gets no gradient instead of an
-exact-zero one, and adding an exact zero to a gradient leaves it unchanged, so the members
-compute what they compute with the where (the arms invariant, tests/test_arms_learner.py).
-"""
+"""Per-member selections skipped when every member chooses alike: the mask is then a host fact and
+`select` returns that side itself (the same bits, one elementwise pass fewer; an unchosen side gets
+no gradient instead of an exact zero: tests/test_arms_learner.py)."""
 
 from __future__ import annotations
 
@@ -22,14 +14,12 @@ Uniform = bool | None
 
 
 def uniform(flags: Sequence[bool]) -> Uniform:
-    """The members' common switch, or None when they differ."""
     flags = [bool(f) for f in flags]
     return True if all(flags) else False if not any(flags) else None
 
 
 def select(common: Uniform, mask: Tensor, a: Tensor, b: Tensor | float) -> Tensor:
-    """torch.where(mask, a, b), or the chosen side itself when `common` says every member
-    chooses alike (a float `b` is then broadcast to a's shape)."""
+    """torch.where(mask, a, b), or the chosen side itself when `common` says all agree."""
     if common is True:
         return a
     if common is False:

@@ -1,18 +1,7 @@
-"""The population-batched branching dueling C51 network with a G12 predictor head.
-
-obs [P,N,obs_dim] -> trunk of (spectral-normed) linear layers -> latent h [P,N,H]
-  -> one fused first stream layer (value + K advantage streams, NoisyNet when enabled)
-  -> value logits [P,N,atoms] and per-branch advantage logits [P,K,N,A,atoms]
-  -> dueling per branch: logits = V + A - mean_a A  ->  [P,N,K,A,atoms]
-The advantage-stream features of each branch, [P,K,N,Hs], are G6's input. Gems that own
-parameters (G12's predictor) add *heads* (tune_gems.model.heads), built after the network's own
-layers from the same member generators and living in the same flat parameter matrix.
-
-Spectral norm and NoisyNets are per-member switches (arms): the trunk always carries the
-spectral-norm state and the streams are always NoisyNet layers; a member with a switch off uses
-its raw / mean weights (tune_gems.model.layers). The architecture, the initial weights of a seed
-and the noise it consumes are therefore the same whatever the switches.
-"""
+"""The population-batched branching dueling C51 network: obs [P,N,obs_dim] -> trunk -> h [P,N,H] ->
+one fused stream layer -> value logits [P,N,atoms] and advantage logits [P,K,N,A,atoms] -> dueling
+[P,N,K,A,atoms]; the advantage features [P,K,N,Hs] are G6's input. Spectral norm and NoisyNets are
+per-member switches over one architecture, so a seed's weights and noise do not depend on them."""
 
 from __future__ import annotations
 
@@ -40,22 +29,11 @@ class NetOutput:
 
 
 class BranchingC51(nn.Module):
-    def __init__(
-        self,
-        cfg: ModelConfig,
-        obs_dim: int,
-        branches: int,
-        sub_actions: int,
-        seeds: list[int],
-        heads: dict[str, HeadFactory] | None = None,
-        spectral_norm: Sequence[bool] | None = None,
-        noisy: Sequence[bool] | None = None,
-        member_block: int | None = None,
-    ):
-        """`heads`: gem name -> factory of the parameters that gem owns (`Gem.head`).
-        `spectral_norm`, `noisy`: the per-member switches (P bools each; default: the config's
-        `model.spectral_norm` / `model.noisy` for every member). `member_block`: members per
-        arm, kept apart in every matmul (tune_gems.model.layers; None: one block)."""
+    def __init__(self, cfg: ModelConfig, obs_dim: int, branches: int, sub_actions: int, seeds: list[int],
+                 heads: dict[str, HeadFactory] | None = None, spectral_norm: Sequence[bool] | None = None,
+                 noisy: Sequence[bool] | None = None, member_block: int | None = None):
+        """`heads`: gem name -> factory of its parameters; `spectral_norm`, `noisy`: P per-member
+        switches (default the config's); `member_block`: members per arm, apart in every matmul."""
         super().__init__()
         self.cfg, self.K, self.A, self.P = cfg, branches, sub_actions, len(seeds)
         gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
@@ -83,7 +61,6 @@ class BranchingC51(nn.Module):
             if hasattr(layer, "set_layer_products"):
                 layer.set_layer_products(self.products)
 
-    # -- effective weights -------------------------------------------------------------------
     def weight_layers(self) -> dict[str, nn.Module]:
         layers = {f"trunk{i}": m for i, m in enumerate(self.trunk)}
         layers.update(stream_in=self.stream_in, value_out=self.value_out, adv_out=self.adv_out)
@@ -95,7 +72,6 @@ class BranchingC51(nn.Module):
         return [m for m in self.weight_layers().values() if isinstance(m, NoisyPopLinear)]
 
     def weights(self, mode: WeightMode) -> dict[str, tuple[Tensor, Tensor]]:
-        """Effective weights of every layer for one iteration (see layers.py)."""
         return {name: m.weights(mode) for name, m in self.weight_layers().items()}
 
     @property
@@ -112,19 +88,14 @@ class BranchingC51(nn.Module):
             offset += layer.noise_size
 
     def resample_noise_from_uniforms(self, u: Tensor) -> None:
-        """The fused products' noise (`model.layer_kernel: triton`): install fresh factorised noise
-        from the uniforms u [P, 2 x noise_size] that tune_gems.rng.box_muller would turn into the
-        normals of `resample_noise`, one kernel per noisy layer (Box-Muller and f(eps) inside it)."""
+        """The Triton path's noise from uniforms u [P, 2 x noise_size], one kernel per noisy layer."""
         offset = 0
         for layer in self.noisy_layers():
             layer.resample_from_uniforms(u, offset)
             offset += layer.noise_size
 
-    # -- forward -----------------------------------------------------------------------------
     def forward(self, obs: Tensor, w: dict[str, tuple[Tensor, Tensor]], logits: bool = True) -> NetOutput:
-        """The network's outputs on obs [P,N,obs_dim]. `logits=False` leaves the dueling
-        logits out (NetOutput.logits is None): a caller that feeds value/adv to the fused
-        dueling-C51 head (tune_gems::dueling_c51) never materialises them."""
+        """The outputs on obs [P,N,obs_dim]; `logits=False` leaves the dueling logits out (the fused head)."""
         P, N, _ = obs.shape
         K, A, Hs = self.K, self.A, self.cfg.stream_hidden
         x = obs
@@ -154,7 +125,6 @@ class BranchingC51(nn.Module):
         return (torch.softmax(logits.float(), dim=-1) * self.support).sum(-1)
 
     def noisy_sigma(self) -> Tensor:
-        """Mean |sigma| of the NoisyNet weights per member, [P] (zeros for members whose
-        NoisyNets are off)."""
+        """Mean |sigma| of the NoisyNet weights per member, [P] (zeros where NoisyNets are off)."""
         per = [layer.mean_abs_sigma() for layer in self.noisy_layers()]
         return torch.stack(per).mean(0)

@@ -1,25 +1,7 @@
-"""Graph-safe, deterministic ops for the gems and the C51 head, and the choice of backend.
+"""Graph-safe, deterministic ops for the gems and the C51 head, and the backend chosen once per run."""
 
-Importing this package registers the `tune_gems::*` torch.library custom ops (see
-tune_gems.ops.custom_ops). A learner calls `resolve_backend(config.kernels, device)` once at
-setup and uses the returned `GemOps`, whose functions mirror tune_gems.ops.reference.
-"""
-
-from tune_gems.ops.backend import (
-    KERNEL_CHOICES,
-    GemOps,
-    custom_op_ops,
-    reference_ops,
-    resolve_backend,
-)
+from tune_gems.ops.backend import KERNEL_CHOICES, GemOps, custom_op_ops, reference_ops, resolve_backend
 from tune_gems.ops.build import kernels_dir, load_extension
 
-__all__ = [
-    "KERNEL_CHOICES",
-    "GemOps",
-    "custom_op_ops",
-    "reference_ops",
-    "kernels_dir",
-    "load_extension",
-    "resolve_backend",
-]
+__all__ = ["KERNEL_CHOICES", "GemOps", "custom_op_ops", "reference_ops", "kernels_dir", "load_extension",
+    "resolve_backend"]

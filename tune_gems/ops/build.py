@@ -1,22 +1,8 @@
-"""JIT build and process-level cache of the tune-gems CUDA extension.
-
-The extension (kernels/binding.cpp + kernels/*.cu) is compiled with
-`torch.utils.cpp_extension.load` for the current device's architecture, once per node: the
-build folder is keyed by a hash of the sources, the torch / CUDA / Python versions, the arch
-and the flags, so a node reuses a finished build and a changed source gets a fresh folder.
-torch's file lock in that folder makes concurrent Ray workers on one node wait for one build
-instead of each building.
-
-A finished build is loaded directly, to keep a trial's start-up short: after a build succeeds and
-imports, a record (`BUILT_RECORD`: the key and the library's sha256) is written beside the
-library, and a later process whose key has a record matching its library imports that file
-itself. No ninja run, no compiler probes, no import of torch.utils.cpp_extension: only a
-process without a matching record goes through torch's JIT build (which then writes one).
-
-The only mutable state of tune_gems.ops lives here: `_CACHE`, the loaded extension (or the
-build failure) per architecture for this process, so a failing build is tried once and
-warned about once.
-"""
+"""JIT build and process-level cache of the CUDA extension (kernels/). Built once per node into a
+folder keyed by a hash of sources, versions, arch and flags; a build that imported records its
+library's sha256 (`BUILT_RECORD`), and a later process with a matching record imports it directly
+(no ninja, no compiler probes: a short trial start-up). `_CACHE` holds the extension or the failure
+per architecture, so a failing build is tried and warned about once."""
 
 from __future__ import annotations
 
@@ -47,15 +33,13 @@ EXTRA_CXX_FLAGS = ("-O3",)
 BUILD_KEY_LENGTH = 16
 BUILD_LOG_NAME = "build_error.log"
 BUILT_RECORD = "built.json"
-"""Beside a finished build's library: {"key", "library", "sha256"}, written once it imported."""
 LIBRARY_SUFFIX = ".pyd" if sys.platform == "win32" else ".so"
-"""The file name ending torch.utils.cpp_extension gives the library it builds (its LIB_EXT)."""
+"""The library's file ending (torch.utils.cpp_extension's LIB_EXT)."""
 # Longest excerpt of a build failure quoted in the one-line KernelBuildError.
 MESSAGE_CHARS = 300
 
 
 def kernels_dir() -> Path:
-    """The folder holding binding.cpp and the .cu sources (TUNE_GEMS_KERNELS_DIR overrides)."""
     override = os.environ.get(KERNELS_DIR_ENV)
     if override:
         return Path(override).expanduser().resolve()
@@ -64,13 +48,11 @@ def kernels_dir() -> Path:
 
 
 def extensions_root() -> Path:
-    """Parent folder of the per-key build folders (TUNE_GEMS_EXTENSIONS_DIR overrides)."""
     override = os.environ.get(EXTENSIONS_DIR_ENV)
     return Path(override).expanduser() if override else DEFAULT_EXTENSIONS_DIR.expanduser()
 
 
 def device_arch(device: torch.device) -> str:
-    """Compute capability as nvcc spells it, e.g. "90" for an H200."""
     major, minor = torch.cuda.get_device_capability(device)
     return f"{major}{minor}"
 
@@ -81,7 +63,6 @@ def _cuda_flags(arch: str) -> list[str]:
 
 
 def _source_files(folder: Path) -> tuple[list[Path], list[Path]]:
-    """(compiled sources, headers) of the extension; raises KernelBuildError if missing."""
     binding = folder / BINDING_SOURCE
     cuda_sources = sorted(folder.glob("*.cu"))
     if not binding.is_file() or not cuda_sources:
@@ -94,7 +75,6 @@ def _source_files(folder: Path) -> tuple[list[Path], list[Path]]:
 
 
 def build_key(arch: str, folder: Path | None = None) -> str:
-    """Hash of everything the built library depends on: sources, toolchain versions, flags."""
     folder = folder or kernels_dir()
     sources, headers = _source_files(folder)
     digest = hashlib.sha256()
@@ -122,14 +102,11 @@ def _one_line(error: BaseException) -> str:
 
 
 def _library_path(build_dir: Path, name: str) -> Path:
-    """Where torch's JIT build writes the library of extension `name` in `build_dir`."""
     return build_dir / f"{name}{LIBRARY_SUFFIX}"
 
 
 def built_library(build_dir: Path, name: str, key: str) -> Path | None:
-    """The library of a finished build of `key` in `build_dir`, or None: no record, a record of
-    another key or file, or a library whose bytes are not the recorded ones (a build being
-    rewritten, a file replaced by hand)."""
+    """The library of a finished build of `key`, or None (no record, another key, other bytes)."""
     try:
         record = json.loads((build_dir / BUILT_RECORD).read_text())
     except (OSError, ValueError, UnicodeDecodeError):
@@ -144,8 +121,7 @@ def built_library(build_dir: Path, name: str, key: str) -> Path | None:
 
 
 def _record_build(build_dir: Path, name: str, key: str) -> None:
-    """Write BUILT_RECORD for the library just built and imported. A record that cannot be
-    written is no error: the next process goes through torch's build (a no-op) again."""
+    """Write BUILT_RECORD for the library just built and imported (a failure costs only a start-up)."""
     library = _library_path(build_dir, name)
     try:
         body = json.dumps({"key": key, "library": library.name, "sha256": sha256_regular(library, None, KernelBuildError)})
@@ -155,7 +131,6 @@ def _record_build(build_dir: Path, name: str, key: str) -> None:
 
 
 def _import_library(name: str, library: Path) -> types.ModuleType:
-    """Import a built extension module from its file (what torch's JIT load does last)."""
     spec = importlib.util.spec_from_file_location(name, library)
     if spec is None or spec.loader is None:
         raise ImportError(f"{library}: not an importable extension module")
@@ -165,8 +140,7 @@ def _import_library(name: str, library: Path) -> types.ModuleType:
 
 
 def _compile(arch: str) -> types.ModuleType:
-    """Load the finished build of `arch` directly when its record matches (built_library), else
-    build (or reuse) it through torch and import it; KernelBuildError on any failure."""
+    """Import the recorded build of `arch`, else build it through torch; KernelBuildError on any failure."""
     folder = kernels_dir()
     sources, _ = _source_files(folder)
     key = build_key(arch, folder)
@@ -188,33 +162,21 @@ def _compile(arch: str) -> types.ModuleType:
             where = f"; full output in {log}"
         except OSError:
             where = ""
-        raise KernelBuildError(
-            f"building the CUDA kernels for sm_{arch} failed: {_one_line(error)}{where}"
-        ) from error
+        raise KernelBuildError(f"building the CUDA kernels for sm_{arch} failed: {_one_line(error)}{where}") from error
     _record_build(build_dir, name, key)
     return module
 
 
 def _jit_load(name: str, sources: list[Path], folder: Path, build_dir: Path, arch: str) -> types.ModuleType:
-    """torch's JIT build and import of the extension (ninja, compiler checks, the build itself
-    when a source changed)."""
     from torch.utils import cpp_extension  # deferred: only a CUDA run without a finished build needs it
 
-    return cpp_extension.load(
-        name=name,
-        sources=[str(path) for path in sources],
-        extra_cflags=list(EXTRA_CXX_FLAGS),
-        extra_cuda_cflags=_cuda_flags(arch),
-        extra_include_paths=[str(folder)],
-        build_directory=str(build_dir),
-        with_cuda=True,
-        verbose=False,
-    )
+    return cpp_extension.load(name=name, sources=[str(path) for path in sources], extra_cflags=list(EXTRA_CXX_FLAGS),
+        extra_cuda_cflags=_cuda_flags(arch), extra_include_paths=[str(folder)], build_directory=str(build_dir),
+        with_cuda=True, verbose=False)
 
 
 @dataclass
 class _ExtensionCache:
-    """Per-process record of the extension per arch: the module, or the build failure."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     modules: dict[str, types.ModuleType] = field(default_factory=dict)
@@ -239,10 +201,7 @@ def _cuda_device(device: torch.device | str | int) -> torch.device:
 
 
 def load_extension(device: torch.device | str | int = "cuda") -> types.ModuleType:
-    """The compiled extension for `device`, built on first use; raises KernelBuildError.
-
-    Thread-safe; a failed build is remembered and not retried in this process.
-    """
+    """The compiled extension for `device`, built on first use; a failed build is not retried."""
     device = _cuda_device(device)
     arch = device_arch(device)
     with _CACHE.lock:
@@ -274,7 +233,6 @@ def loaded_extension(device: torch.device) -> types.ModuleType | None:
 
 
 def first_fallback_warning(arch_or_reason: str) -> bool:
-    """True the first time in this process a fallback for this reason is reported."""
     with _CACHE.lock:
         if arch_or_reason in _CACHE.warned_fallback:
             return False

@@ -1,9 +1,10 @@
-"""The `tune_gems::*` torch.library custom ops: gems, C51 target, projection and loss.
+"""The `tune_gems::*` torch.library custom ops: gems, C51 target, projection and loss
+(docs/design.md "Ops and kernels").
 
-Each differentiable op has a forward op and a backward op (both custom ops), a fake (meta)
-implementation for tracing, and an autograd registration that calls the backward op. The
-default implementation (CPU, and CUDA while the extension is not loaded) is the plain-torch
-reference; the CUDA implementation calls the JIT-built extension (tune_gems.ops.build).
+Each differentiable op is a forward and a backward custom op, a fake for tracing and an autograd
+registration; the reference runs on CPU (and on CUDA while the extension is not loaded), the CUDA
+implementation calls the JIT-built extension (`_cuda_or_reference`). Graph-safe: no host sync, no
+branch on tensor values.
 
 Ops (P members, B samples, K branches, A sub-actions, D features, N rows):
   g6_branch_indep(f [P,K,B,D]) -> value [P]
@@ -17,30 +18,13 @@ Ops (P members, B samples, K branches, A sub-actions, D features, N rows):
   c51_loss(logits, m [P,B,K,atoms]) -> (per_sample, value, residual [P,B,K,atoms])
   c51_loss_backward(grad_per_sample?, grad_value, residual) -> grad_logits
   dueling_c51(value [P,N,atoms], adv [P,K,N,A,atoms], support [atoms], action [P,R,K] int64)
-      -> (q [P,N,K,A], taken log-probabilities [P,R,K,atoms])   (tune_gems.ops.dueling_head)
+      -> (q [P,N,K,A], taken log-probabilities [P,R,K,atoms])
   dueling_c51_backward(grad_q?, grad_log_probs?, value, adv, support, action) -> (grad_value, grad_adv)
 
-Gradients flow into f, q_t and q_tp1, pred, and logits only: nd is a mask, the G12 target and
-the C51 target m come from the target network and get no gradient (None), and c51_target
-and c51_project have none at all (their backward raises). All inputs of one op share one float
-dtype.
-
-c51_loss saves its residual (softmax * sum_j m_j - m, each row's gradient before the upstream
-weight) as a third, non-differentiable output, so its backward is one multiply per element
-instead of a second softmax. Unused outputs get no materialised zero gradient: a backward op
-sees None for an unused per-sample output (no fill kernel), zeros only for an unused value.
-
-Every op is defined by one factory (`_define`): the reference implementation (CPU, and CUDA
-while the extension is not loaded), the extension function it calls on CUDA, its fake, and for
-a differentiable op the backward op and how the backward op's outputs map to the inputs. The
-CUDA-or-reference choice is one function (`_cuda_or_reference`).
-
-Graph-safe: no host sync, no .item(), no CPU tensors, no branching on tensor values; the
-Python branch on "extension loaded" is fixed for a process once the backend is resolved.
-
-This module has no annotations future-import on purpose: torch.library infers each op's
-schema from real type annotations.
-"""
+Gradients flow into f, q_t, q_tp1, pred, logits, value and adv only; c51_target and c51_project have
+none (their backward raises). c51_loss saves its residual as a non-differentiable output, so its
+backward is one multiply. An unused per-sample gradient stays None (no fill kernel). No annotations
+future-import: torch.library infers each op's schema from real annotations."""
 
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -67,8 +51,7 @@ def _contiguous(args: tuple) -> list:
 
 
 def _cuda_or_reference(reference_impl: Callable, extension_function: str) -> Callable:
-    """The CUDA implementation of an op: the extension's function when the extension is
-    loaded for the device of the first tensor argument, else the reference."""
+    """An op's CUDA implementation: the extension's function once loaded, else the reference."""
 
     def cuda_impl(*args):
         device = next(a.device for a in args if isinstance(a, Tensor))
@@ -81,18 +64,12 @@ def _cuda_or_reference(reference_impl: Callable, extension_function: str) -> Cal
 
 
 _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
-"""The registrations of the tune_gems:: ops (they live as long as this handle does)."""
 
 
 def _define(name: str, reference_impl: Callable, extension_function: str, fake: Callable) -> torch._ops.OpOverload:
-    """One custom op `tune_gems::<name>` (schema from reference_impl's annotations): the
-    reference for every device (CompositeExplicitAutograd), the extension on CUDA, the fake.
-
-    Registered through torch.library's low-level `Library` rather than `torch.library.custom_op`:
-    custom_op wraps every kernel in `torch._disable_dynamo`, whose first call imports
-    torch._dynamo (seconds of a trial's start-up) although nothing here compiles.
-    The same functions run under the same dispatch keys and the same autograd machinery
-    (`torch.library.register_autograd`), so the results are the same bits."""
+    """One custom op `tune_gems::<name>`: the reference for every device, the extension on CUDA, the
+    fake. Through the low-level `Library`, not `custom_op`, whose wrapper imports torch._dynamo
+    (seconds)."""
     schema = torch.library.infer_schema(reference_impl, mutates_args=())
     _LIBRARY.define(f"{name}{schema}")
     _LIBRARY.impl(name, reference_impl, "CompositeExplicitAutograd")
@@ -106,32 +83,20 @@ def _register_autograd(op: torch._ops.OpOverload, backward: Callable, setup_cont
 
 
 def _saved_inputs(inputs: tuple, output) -> tuple:
-    """What most backward ops read: the forward's tensor inputs."""
     return tuple(x for x in inputs if isinstance(x, Tensor))
 
 
 def _value_grad(grad_per_sample: Optional[Tensor], grad_value: Optional[Tensor], shape_of: Tensor):
-    """(grad_per_sample or None, grad_value or zeros [P]) of a (per_sample, value) op: grads
-    are not materialised, and only the per-sample one may be absent in a backward op."""
+    """(grad_per_sample or None, grad_value or zeros [P]): only a per-sample gradient may be None."""
     if grad_value is None:
         grad_value = grad_per_sample.new_zeros(shape_of.shape[0])
     return grad_per_sample, grad_value
 
 
-def _define_differentiable(
-    forward_op,
-    backward_op,
-    n_inputs: int,
-    saved: Callable = _saved_inputs,
-    differentiable_outputs: int = 0,
-    per_sample_value: bool = True,
-) -> None:
-    """Autograd of forward_op through backward_op(*grad_outputs, *saved(inputs, output)),
-    whose outputs are the gradients of the leading inputs (the rest, masks and targets, get
-    None). With differentiable_outputs = n, only the first n outputs carry a gradient: the
-    rest are saved-for-backward byproducts, marked non-differentiable. A (per_sample, value)
-    op with an unused value gets zeros for it; an unused per_sample stays None. With
-    per_sample_value=False the gradients reach the backward op as they are (None when unused)."""
+def _define_differentiable(forward_op, backward_op, n_inputs: int, saved: Callable = _saved_inputs,
+        differentiable_outputs: int = 0, per_sample_value: bool = True) -> None:
+    """Autograd of forward_op through backward_op; only the first `differentiable_outputs` (0: all)
+    carry one."""
 
     def setup_context(ctx, inputs, output) -> None:
         ctx.set_materialize_grads(False)
@@ -154,12 +119,11 @@ def _define_differentiable(
 
 
 def _per_sample_and_value(x: Tensor, *_: object) -> tuple[Tensor, Tensor]:
-    """Fake of a (per_sample [P,B], value [P]) op whose first input is [P,B,...]."""
     return x.new_empty((x.shape[0], x.shape[1])), x.new_empty((x.shape[0],))
 
 
 def _like(*shapes_of: int) -> Callable:
-    """Fake of a backward op: empty tensors shaped like the tensor arguments at these indices."""
+    """Fake of a backward op: empty tensors shaped like the arguments at these indices."""
 
     def fake(*args):
         out = tuple(args[i].new_empty(args[i].shape) for i in shapes_of)
@@ -168,81 +132,58 @@ def _like(*shapes_of: int) -> Callable:
     return fake
 
 
-# ---------------------------------------------------------------- reference implementations
-# (real annotations: torch.library infers each op's schema from them)
-
-
 def _g6_reference(f: Tensor) -> Tensor:
-    """G6 value [P] of f [P,K,B,D]."""
     return reference.g6_branch_indep(f)[1].contiguous()
 
 
 def _g6_backward_reference(grad_value: Tensor, f: Tensor) -> Tensor:
-    """grad_f [P,K,B,D] of G6 given grad_value [P]."""
     return reference_grads.g6_branch_indep_grad(grad_value, f)
 
 
 def _g10_reference(q_t: Tensor, q_tp1: Tensor, nd: Tensor) -> tuple[Tensor, Tensor]:
-    """G10 (per_sample [P,B], value [P]) of q_t, q_tp1 [P,B,K,A] and nd [P,B]."""
     per_sample, value = reference.g10_temporal(q_t, q_tp1, nd)
     return per_sample.contiguous(), value.contiguous()
 
 
-def _g10_backward_reference(
-    grad_per_sample: Optional[Tensor], grad_value: Tensor, q_t: Tensor, q_tp1: Tensor, nd: Tensor
-) -> tuple[Tensor, Tensor]:
-    """(grad_q_t, grad_q_tp1 = -grad_q_t) of G10."""
+def _g10_backward_reference(grad_per_sample: Optional[Tensor], grad_value: Tensor, q_t: Tensor, q_tp1: Tensor,
+        nd: Tensor) -> tuple[Tensor, Tensor]:
     return reference_grads.g10_temporal_grads(grad_per_sample, grad_value, q_t, q_tp1, nd)
 
 
 def _g12_reference(pred: Tensor, target: Tensor, nd: Tensor) -> tuple[Tensor, Tensor]:
-    """G12 (per_sample [P,B], value [P]) of pred, target [P,B,D] and nd [P,B]."""
     per_sample, value = reference.g12_predictive(pred, target, nd)
     return per_sample.contiguous(), value.contiguous()
 
 
-def _g12_backward_reference(
-    grad_per_sample: Optional[Tensor], grad_value: Tensor, pred: Tensor, target: Tensor, nd: Tensor
-) -> Tensor:
-    """grad_pred of G12 (target gets none)."""
+def _g12_backward_reference(grad_per_sample: Optional[Tensor], grad_value: Tensor, pred: Tensor, target: Tensor,
+        nd: Tensor) -> Tensor:
     return reference_grads.g12_predictive_grad(grad_per_sample, grad_value, pred, target, nd)
 
 
 def _c51_project_reference(p: Tensor, r: Tensor, g: Tensor, v_min: float, v_max: float) -> Tensor:
-    """Projected target distribution m [N,atoms] (gather form)."""
     return reference.c51_project(p, r, g, v_min, v_max).contiguous()
 
 
 def _c51_target_reference(online_logits: Tensor, target_logits: Tensor, support: Tensor) -> Tensor:
-    """Double-DQN next-state distribution p_next [N,K,atoms] of logits [N,K,A,atoms]."""
     return double_dqn.c51_target(online_logits, target_logits, support).contiguous()
 
 
 def _c51_loss_reference(logits: Tensor, m: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """C51 cross-entropy (per_sample [P,B], value [P], residual [P,B,K,atoms] saved for the
-    backward) of logits, m [P,B,K,atoms]."""
     per_sample, value = reference.c51_loss(logits, m)
     residual = reference_grads.c51_loss_residual(logits, m)
     return per_sample.contiguous(), value.contiguous(), residual
 
 
-def _c51_loss_backward_reference(
-    grad_per_sample: Optional[Tensor], grad_value: Tensor, residual: Tensor
-) -> Tensor:
-    """grad_logits of the C51 loss from its saved residual (m gets none)."""
+def _c51_loss_backward_reference(grad_per_sample: Optional[Tensor], grad_value: Tensor, residual: Tensor) -> Tensor:
     return reference_grads.c51_loss_grad_from_residual(grad_per_sample, grad_value, residual)
 
 
 def _dueling_c51_reference(value: Tensor, adv: Tensor, support: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
-    """(q [P,N,K,A], taken log-probabilities [P,R,K,atoms]) of the fused dueling-C51 head."""
     return dueling_head.dueling_c51(value, adv, support, action)
 
 
-def _dueling_c51_backward_reference(
-    grad_q: Optional[Tensor], grad_log_probs: Optional[Tensor], value: Tensor, adv: Tensor, support: Tensor,
-    action: Tensor,
-) -> tuple[Tensor, Tensor]:
-    """(grad_value, grad_adv) of the dueling-C51 head (support and action get none)."""
+def _dueling_c51_backward_reference(grad_q: Optional[Tensor], grad_log_probs: Optional[Tensor], value: Tensor,
+        adv: Tensor, support: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
     return dueling_head.dueling_c51_grads(grad_q, grad_log_probs, value, adv, support, action)
 
 
@@ -255,8 +196,6 @@ def _c51_loss_fake(logits: Tensor, m: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     per_sample, value = _per_sample_and_value(logits)
     return per_sample, value, logits.new_empty(logits.shape)
 
-
-# ---------------------------------------------------------------- the ops
 
 g6_branch_indep = _define("g6_branch_indep", _g6_reference, "g6_forward", lambda f: f.new_empty((f.shape[0],)))
 g6_branch_indep_backward = _define("g6_branch_indep_backward", _g6_backward_reference, "g6_backward", _like(1))
@@ -301,34 +240,23 @@ _define_differentiable(
 
 
 dueling_c51 = _define("dueling_c51", _dueling_c51_reference, "dueling_c51_forward", _dueling_c51_fake)
-dueling_c51_backward = _define(
-    "dueling_c51_backward", _dueling_c51_backward_reference, "dueling_c51_backward", _like(2, 3)
-)
+dueling_c51_backward = _define("dueling_c51_backward", _dueling_c51_backward_reference, "dueling_c51_backward",
+    _like(2, 3))
 _define_differentiable(dueling_c51, dueling_c51_backward, n_inputs=4, per_sample_value=False)
 
 
 def _fused_c51_target(online_logits: Tensor, target_logits: Tensor, support: Tensor) -> Tensor:
-    """tune_gems::c51_target on logits [..., K, A, atoms] (leading dims flattened into N), in
-    online_logits' dtype (the target logits and support are cast to it)."""
+    """tune_gems::c51_target on logits [..., K, A, atoms], in online_logits' dtype."""
     *lead, K, A, atoms = online_logits.shape
     dtype = online_logits.dtype
-    p_next = torch.ops.tune_gems.c51_target(
-        online_logits.reshape(-1, K, A, atoms),
-        target_logits.to(dtype).reshape(-1, K, A, atoms),
-        support.to(dtype),
-    )
+    p_next = torch.ops.tune_gems.c51_target(online_logits.reshape(-1, K, A, atoms),
+        target_logits.to(dtype).reshape(-1, K, A, atoms), support.to(dtype))
     return p_next.view(*lead, K, atoms)
-
-
-# ---------------------------------------------------------------- the op table
 
 
 @dataclass(frozen=True)
 class OpCall:
-    """One op with the signature and return of its plain reference (tune_gems.ops.reference):
-    that reference, and the same call through the `tune_gems::` custom op (`fused`). Masks,
-    rewards and discounts are cast to the main input's dtype (a no-op when they match): an op
-    takes one dtype."""
+    """One op: its plain reference and the custom-op call (`fused`), masks and rewards cast to one dtype."""
 
     reference: Callable
     fused: Callable
@@ -353,6 +281,4 @@ OP_TABLE: dict[str, OpCall] = {
         torch.ops.tune_gems.dueling_c51(value, adv.to(value.dtype), support.to(value.dtype), action)
     )),
 }
-"""Every op, once: its plain reference and its custom-op call, with one signature. The backend
-builds its functions from this table (`resolve_backend`), a built-in gem's `fused` is its row's
-custom-op call, so a new fused op is one row here (docs/gems.md, "A CUDA kernel for a gem")."""
+"""Every op, once: the backend's functions and the built-in gems' `fused` are its rows (docs/gems.md)."""

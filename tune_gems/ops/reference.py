@@ -1,10 +1,5 @@
-"""Plain-torch references of the gems, the C51 projection and the C51 loss.
-
-These are the exact math of docs/design.md ("The gems") and the oracle every CUDA kernel is tested
-against, in float64 on fresh random inputs. They are also what the custom ops run on CPU.
-Shapes: P members, B samples, K branches, A sub-actions, D feature width, `nd` the not-done
-mask [P,B] (1.0 / 0.0). Nothing here reduces across the population axis P.
-"""
+"""Plain-torch references of the gems and C51 (docs/design.md "The gems"): every kernel's oracle and
+what the custom ops run on CPU. `nd` is the not-done mask [P,B]; nothing reduces across P."""
 
 from __future__ import annotations
 
@@ -12,28 +7,19 @@ import torch
 from torch import Tensor
 
 G6_EPS_REL = 1e-3
-"""Variance floor of the G6 standardisation, relative to the branch's mean feature variance over
-the batch: with an absolute floor, wiring G6 could lower it by shrinking the features towards
-the floor instead of decorrelating them; relative to the branch's own scale, G6 of c x f
-equals G6 of f. The floor is part of the function (its gradient flows)."""
+"""G6's variance floor relative to the branch's mean feature variance, so G6(c f) = G6(f): with an
+absolute one, wiring could lower G6 by shrinking the features. Its gradient flows."""
 G6_EPS_FLOOR = 1e-12
-"""Absolute floor under the relative one, so an all-constant branch standardises to 0, not 0/0;
-G6 is scale-free while the branch's variances stay far above G6_EPS_FLOOR / G6_EPS_REL = 1e-9."""
+"""Absolute floor under the relative one, so a constant branch standardises to 0, not 0/0."""
 
 
 def g6_eps(var: Tensor) -> Tensor:
-    """The standardisation floor per member and branch: G6_EPS_REL x the mean over features of
-    `var` [P,K,1,D] (the features' batch variances), + G6_EPS_FLOOR; [P,K,1,1]."""
+    """The floor per member and branch: G6_EPS_REL x the mean of `var` [P,K,1,D] + G6_EPS_FLOOR."""
     return (G6_EPS_REL * var.mean(dim=3, keepdim=True)) + G6_EPS_FLOOR
 
 
 def g6_branch_indep(f: Tensor) -> tuple[None, Tensor]:
-    """G6 branch independence. f [P,K,B,D] -> (None, value [P]).
-
-    Standardise each feature over the batch (var with 1/B, floored by `g6_eps`: relative to the
-    branch's mean variance, so the value is scale-free), form the cross-correlation
-    R_kl = z_k^T z_l / B for every branch pair k<l and average R_kl[i,j]^2 over pairs and i,j.
-    """
+    """G6, f [P,K,B,D] -> (None, value [P]): mean R_kl[i,j]^2 over branch pairs of standardised features."""
     P, K, B, D = f.shape
     if K < 2:
         return None, f.new_zeros(P)
@@ -62,11 +48,7 @@ def g12_predictive(pred: Tensor, target: Tensor, nd: Tensor) -> tuple[Tensor, Te
 
 
 def c51_project(p: Tensor, r: Tensor, g: Tensor, v_min: float, v_max: float) -> Tensor:
-    """Categorical projection of r + g*z onto the support (gather form, no scatter).
-
-    p [N,atoms] next-state probabilities, r [N] rewards, g [N] discounts (gamma^n * nd).
-    m_j = sum_i p_i * max(0, 1 - |Tz_i - z_j| / dz), Tz_i = clamp(r + g*z_i, v_min, v_max).
-    """
+    """Categorical projection of r + g*z onto the support (gather form), p [N,atoms], r, g [N]."""
     atoms = p.shape[-1]
     dz = (v_max - v_min) / (atoms - 1)
     z = v_min + dz * torch.arange(atoms, device=p.device, dtype=p.dtype)
@@ -76,16 +58,12 @@ def c51_project(p: Tensor, r: Tensor, g: Tensor, v_min: float, v_max: float) -> 
 
 
 def c51_loss(logits: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
-    """C51 cross-entropy. logits, m [P,B,K,atoms] -> (per_sample [P,B], value [P]).
-
-    per_sample = mean over branches of -sum_j m_j log softmax(logits)_j; value = sum_b / B.
-    """
+    """C51 cross-entropy, logits, m [P,B,K,atoms] -> (per_sample [P,B], value [P])."""
     return c51_cross_entropy(torch.log_softmax(logits, dim=-1), m)
 
 
 def c51_cross_entropy(log_probs: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
-    """C51 cross-entropy of log-probabilities (what the fused dueling-C51 head returns).
-    log_probs, m [P,B,K,atoms] -> (per_sample [P,B], value [P]), as `c51_loss`."""
+    """`c51_loss` of log-probabilities (what the fused dueling-C51 head returns)."""
     B = log_probs.shape[1]
     per_sample = -(m * log_probs).sum(dim=-1).mean(dim=-1)
     return per_sample, per_sample.sum(dim=1) / B

@@ -1,13 +1,5 @@
-"""Closed-form gradients of the reference gems and C51 loss, in plain torch.
-
-The backward custom ops run these on CPU (and on CUDA when the extension is not loaded).
-They are written out, rather than obtained with torch.autograd on the reference, because an
-op implementation runs below the autograd dispatch key where autograd does not record. They
-are the same formulas the CUDA kernels implement, and the tests check them against
-torch.autograd on tune_gems.ops.reference and with gradcheck.
-
-`grad_per_sample` [P,B] may be None (the per-sample output was not used); `grad_value` [P].
-"""
+"""Closed-form gradients of the reference gems and C51 loss, what the backward ops run on CPU (an op
+runs below autograd's dispatch key); tested against torch.autograd and gradcheck."""
 
 from __future__ import annotations
 
@@ -26,13 +18,7 @@ def sample_weight(grad_per_sample: Tensor | None, grad_value: Tensor, B: int) ->
 
 
 def g6_branch_indep_grad(grad_value: Tensor, f: Tensor) -> Tensor:
-    """d/df of grad_value . g6_branch_indep(f). f [P,K,B,D] -> [P,K,B,D].
-
-    value = mean over pairs k<l and i,j of R_kl[i,j]^2 with R_kl = z_k^T z_l / B, so
-    dvalue/dz_k[b,i] = 2/(npairs D^2 B) sum_{l!=k} sum_j R_kl[i,j] z_l[b,j]; then through
-    z = (f - mean) / sd:  dL/df_b = (g_b - mean_B g - z_b mean_B(g z)) / sd, plus the path
-    through the branch's floor eps (reference.g6_eps), which depends on every feature's variance.
-    """
+    """d/df of grad_value . g6_branch_indep(f), through z = (f - mean) / sd and `reference.g6_eps`."""
     P, K, B, D = f.shape
     if K < 2:
         return torch.zeros_like(f, memory_format=torch.contiguous_format)
@@ -56,13 +42,8 @@ def g6_branch_indep_grad(grad_value: Tensor, f: Tensor) -> Tensor:
     return grad_f.contiguous()
 
 
-def masked_mse_grad(
-    grad_per_sample: Tensor | None, grad_value: Tensor, a: Tensor, b: Tensor, nd: Tensor
-) -> Tensor:
-    """d/da of the masked mean squared error behind G10 and G12 (d/db is its negative).
-
-    per_sample = nd * mean_{trailing dims} (a - b)^2; a, b [P,B,...], nd [P,B].
-    """
+def masked_mse_grad(grad_per_sample: Tensor | None, grad_value: Tensor, a: Tensor, b: Tensor, nd: Tensor) -> Tensor:
+    """d/da of per_sample = nd * mean_{trailing dims} (a - b)^2 (G10, G12); d/db is its negative."""
     B = a.shape[1]
     width = math.prod(a.shape[2:])
     weight = sample_weight(grad_per_sample, grad_value, B) * nd  # [P,B]
@@ -70,41 +51,29 @@ def masked_mse_grad(
     return (weight * (2.0 / width) * (a - b)).contiguous()
 
 
-def g10_temporal_grads(
-    grad_per_sample: Tensor | None, grad_value: Tensor, q_t: Tensor, q_tp1: Tensor, nd: Tensor
-) -> tuple[Tensor, Tensor]:
-    """(d/dq_t, d/dq_tp1) of G10; the second is the negative of the first."""
+def g10_temporal_grads(grad_per_sample: Tensor | None, grad_value: Tensor, q_t: Tensor, q_tp1: Tensor,
+        nd: Tensor) -> tuple[Tensor, Tensor]:
     grad_q_t = masked_mse_grad(grad_per_sample, grad_value, q_t, q_tp1, nd)
     return grad_q_t, -grad_q_t
 
 
-def g12_predictive_grad(
-    grad_per_sample: Tensor | None, grad_value: Tensor, pred: Tensor, target: Tensor, nd: Tensor
-) -> Tensor:
-    """d/dpred of G12 (the target is a fixed latent of the target net: no gradient)."""
+def g12_predictive_grad(grad_per_sample: Tensor | None, grad_value: Tensor, pred: Tensor, target: Tensor,
+        nd: Tensor) -> Tensor:
     return masked_mse_grad(grad_per_sample, grad_value, pred, target, nd)
 
 
 def c51_loss_residual(logits: Tensor, m: Tensor) -> Tensor:
-    """d/dlogits of each row's cross-entropy -sum_j m_j log softmax(logits)_j:
-    softmax * sum_j m_j - m, [P,B,K,atoms].
-
-    The C51 loss saves it in its forward, so the backward is one multiply per element."""
+    """d/dlogits of each row's cross-entropy: softmax * sum_j m_j - m, saved by the loss's forward."""
     softmax = torch.softmax(logits, dim=-1)
     return (softmax * m.sum(dim=-1, keepdim=True) - m).contiguous()
 
 
-def c51_loss_grad_from_residual(
-    grad_per_sample: Tensor | None, grad_value: Tensor, residual: Tensor
-) -> Tensor:
-    """d/dlogits of the C51 loss from its saved residual [P,B,K,atoms]: residual * weight / K."""
+def c51_loss_grad_from_residual(grad_per_sample: Tensor | None, grad_value: Tensor, residual: Tensor) -> Tensor:
     B, K = residual.shape[1], residual.shape[2]
     weight = sample_weight(grad_per_sample, grad_value, B)[..., None, None] / K
     return (weight * residual).contiguous()
 
 
-def c51_loss_grad(
-    grad_per_sample: Tensor | None, grad_value: Tensor, logits: Tensor, m: Tensor
-) -> Tensor:
-    """d/dlogits of the C51 loss: (softmax * sum_j m_j - m) * weight / K."""
+def c51_loss_grad(grad_per_sample: Tensor | None, grad_value: Tensor, logits: Tensor, m: Tensor) -> Tensor:
+    """d/dlogits of the C51 loss without a saved residual (the tests' oracle)."""
     return c51_loss_grad_from_residual(grad_per_sample, grad_value, c51_loss_residual(logits, m))

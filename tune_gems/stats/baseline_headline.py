@@ -1,25 +1,8 @@
-"""Where a run stands out of sample, in one statement: the end of `train`, the first line of the
-analysis report and of `tune-gems analyze`, and the verdicts' `skill` flag.
-
-Why one statement: the report's opening and every verdict line say the same thing, on one
-metric with an interval (two metrics, segments or baselines would disagree, and buy-and-hold's
-alpha Sharpe is an artefact of its entry cost, docs/evaluation.md):
-
-- **the metric**: each configuration's test alpha Sharpe at the final epoch (test Sharpe for
-  results without it, said so), per member seed (averaged over walk-forward folds: every fold
-  is evaluated on the same test segment), diverged members left out;
-- **the reference**: flat, whose alpha Sharpe (and Sharpe) is exactly 0: a fixed point that
-  needs no interval of its own;
-- **the interval**: the signed-rank (Hodges-Lehmann) interval of the per-seed values, 95%, the
-  one rule of `stats/inference.py`. "Every arm lies below flat" needs every arm's upper bound
-  below 0 (each at 95%: an intersection, valid as it is); "above flat" needs the lower bound
-  above 0 at 95% Bonferroni over the configurations (the best of several is selected);
-- **conditional on one test period**: the test segment is one stretch of one history, common to
-  every fold; the statement is about that period, not about the learner in general.
-
-The baseline rows (buy-and-hold, momentum) stay in the report's table with their values on the
-same segments, as a description.
-"""
+"""Where a run stands out of sample, in one statement (the end of `train`, the report's first line,
+the verdicts' `skill` flag): each configuration's final test alpha Sharpe per seed against flat
+(exactly 0), the signed-rank interval at 95% ("above flat" at Bonferroni over the configurations),
+conditional on the one test period; the best arm is the one validation picks, then its test interval
+(docs/evaluation.md "Baselines")."""
 
 from __future__ import annotations
 
@@ -32,28 +15,18 @@ import pandas as pd
 from tune_gems.stats.inference import rank_test
 
 SKILL_METRICS = ("test_alpha_sharpe", "test_sharpe")
-"""The metric of the statement, and its fallback for results without alpha Sharpe."""
+"""The statement's metric, and its fallback for results without alpha Sharpe."""
 SKILL_CONFIDENCE = 0.95
-"""Two-sided confidence of each configuration's interval."""
 BASELINE_PREFIX = "baseline: "
-"""How `baseline_comparison` names its baseline rows."""
 SKILL_COLUMNS = ("skill_metric", "skill_seeds", "skill_estimate", "skill_ci_low", "skill_ci_high", "skill_ci_low_adjusted")
-"""Columns `baseline_comparison` adds per configuration: the statement's metric, its seeds, the
-Hodges-Lehmann estimate, the 95% interval and the lower bound at 95% Bonferroni over the
-configurations (NaN on a baseline row: flat, the reference, is 0 by construction)."""
-
-
-def _configurations(table: pd.DataFrame) -> pd.DataFrame:
-    is_base = table["configuration"].astype(str).str.startswith(BASELINE_PREFIX)
-    return table[~is_base]
+"""Columns added per configuration: metric, seeds, estimate, interval, Bonferroni lower bound."""
 
 
 def _standing(table: pd.DataFrame) -> tuple[str, pd.DataFrame, str] | None:
-    """(metric, the configurations with an estimate, their standing against flat), or None
-    without one."""
+    """(metric, the configurations with an estimate, their standing against flat), or None."""
     if table is None or table.empty or "skill_estimate" not in table.columns:
         return None
-    configs = _configurations(table).dropna(subset=["skill_estimate"])
+    configs = table[~table["configuration"].astype(str).str.startswith(BASELINE_PREFIX)].dropna(subset=["skill_estimate"])
     if configs.empty:
         return None
     metric = str(configs["skill_metric"].iloc[0])
@@ -71,10 +44,22 @@ def _standing(table: pd.DataFrame) -> tuple[str, pd.DataFrame, str] | None:
     return metric, configs, standing
 
 
-def _best(configs: pd.DataFrame) -> str:
-    b = configs.loc[configs["skill_estimate"].idxmax()]
-    return (f"best {b['configuration']} {_num(b['skill_estimate'], '+.2f')} [{_num(b['skill_ci_low'])}, "
-            f"{_num(b['skill_ci_high'])}] over {int(b['skill_seeds'])} seed(s)")
+def best_arm(configs: pd.DataFrame, metric: str) -> pd.Series | None:
+    """The configuration validation picks: the largest finite mean of the metric's validation
+    column, or None."""
+    val = metric.replace("test_", "val_", 1)
+    scores = configs[val].astype(float) if val in configs.columns else pd.Series(dtype=float)
+    scores = scores[np.isfinite(scores)]
+    return None if scores.empty else configs.loc[scores.idxmax()]
+
+
+def _best(configs: pd.DataFrame, metric: str) -> str:
+    b, val = best_arm(configs, metric), metric.replace("test_", "val_", 1)
+    if b is None:
+        return f"no best arm named (no {val} to choose on)"
+    return (f"best on validation {b['configuration']} ({val} {_num(b[val], '+.2f')}): test "
+            f"{_num(b['skill_estimate'], '+.2f')} [{_num(b['skill_ci_low'])}, {_num(b['skill_ci_high'])}] over "
+            f"{int(b['skill_seeds'])} seed(s)")
 
 
 def _what(metric: str) -> str:
@@ -84,26 +69,23 @@ def _what(metric: str) -> str:
 
 
 def baseline_headline(table: pd.DataFrame) -> str:
-    """From a `baseline_comparison` table: `against the baselines (<what>): <standing>; best
-    <config> <estimate> [low, high] over <n> seed(s)`, or '' without a configuration to state."""
+    """From a `baseline_comparison` table: the statement in one line, or '' without a configuration."""
     found = _standing(table)
     if found is None:
         return ""
     metric, configs, standing = found
-    return f"against the baselines ({_what(metric)}): {standing}; {_best(configs)}"
+    return f"against the baselines ({_what(metric)}): {standing}; {_best(configs, metric)}"
 
 
 def skill_flag(table: pd.DataFrame) -> str:
-    """The verdicts' `skill` flag: the same statement as `baseline_headline`, said only when
-    every arm lies below flat out of sample (a verdict then says whether wiring helps this
-    learner, not that it has skill); '' otherwise."""
+    """The statement, said only when every arm lies below flat; '' otherwise."""
     found = _standing(table)
     if found is None:
         return ""
     metric, configs, _ = found
     if not (configs["skill_ci_high"] < 0).all():
         return ""
-    return (f"out of sample every arm lies below flat ({_what(metric)}; {_best(configs)}): a verdict says whether "
+    return (f"out of sample every arm lies below flat ({_what(metric)}; {_best(configs, metric)}): a verdict says whether "
             "wiring helps this learner, not that the learner has skill")
 
 
@@ -115,8 +97,7 @@ def _num(x: float, fmt: str = ".2f") -> str:
 
 
 def _skill_columns(g: pd.DataFrame, metric: str | None) -> dict[str, Any]:
-    """One configuration's per-seed values of the statement's metric and their interval (the
-    adjusted bound is filled in once the configurations are counted)."""
+    """One configuration's per-seed values of the metric and their interval."""
     out: dict[str, Any] = {c: math.nan for c in SKILL_COLUMNS}
     if metric is None or metric not in g.columns:
         return out
@@ -132,12 +113,8 @@ def _skill_columns(g: pd.DataFrame, metric: str | None) -> dict[str, Any]:
 
 
 def baseline_comparison(exp: Any) -> pd.DataFrame:
-    """Each configuration (experiment, trial's config label, arm) at its final epoch beside the
-    baselines of the same segments: mean validation and test Sharpe and alpha Sharpe over its
-    non-diverged members, then the baseline rows (flat, buy-and-hold, momentum; one row per path
-    averaged when paths differ); and per configuration the statement's columns (SKILL_COLUMNS:
-    module docstring). Skill shows as alpha Sharpe above flat's, not as raw Sharpe that market
-    exposure can buy (docs/evaluation.md)."""
+    """Each configuration (experiment, trial's label, arm) at its final epoch beside the baselines
+    of the same segments: mean Sharpe and alpha Sharpe over non-diverged members, and SKILL_COLUMNS."""
     cols = ("val_sharpe", "val_alpha_sharpe", "test_sharpe", "test_alpha_sharpe")
     rows: list[dict[str, Any]] = []
     m = exp.members

@@ -1,22 +1,7 @@
-"""The one statistical rule of the verdicts: Wilcoxon signed-rank on per-seed paired differences.
-
-Why this rule. A verdict compares two arms seed by seed: d_s = outcome(wired, s) - outcome(measured,
-s). Under "the gem has no effect" the two arms at one seed are exchangeable, so d_s is symmetric
-about 0 and every sign flip of the d_s is equally likely: the signed-rank test is then *exact*
-for any n (no bootstrap, no normality). It uses ranks, so a diverged member can enter as the
-worst outcome (d = -inf when only the wired side diverged, +inf when only the measured side did,
-a tie when both did) instead of being dropped. Its estimate is the Hodges-Lehmann median of the
-Walsh averages (d_i + d_j) / 2, i <= j, and its interval is the set of shifts theta the same test
-does not reject: interval and test are one rule, so "0 lies outside the interval" and "p <= alpha"
-are the same statement (exactly, unless a Walsh average equals the tested value).
-
-Everything here is vectorised over a leading axis of datasets, so the calibration
-(`calibration.py`) runs the very code the verdicts use on thousands of simulated datasets.
-
-Ties: the statistic is W(theta) = #{Walsh averages > theta} + 0.5 #{== theta}; a Walsh average of
-+inf and -inf (two seeds where opposite sides diverged) is a tie at every theta. With ties the
-exact null distribution is an approximation (slightly conservative for ties at 0).
-"""
+"""The one rule of the verdicts: the exact Wilcoxon signed-rank test on per-seed paired differences,
+its Hodges-Lehmann estimate and the interval that inverts it, a diverged member the worst outcome
+(docs/analysis.md "The rule"), vectorised over datasets so the calibrations run this very code.
+W(theta) counts Walsh averages > theta plus half of those == theta (+inf/-inf: a tie)."""
 
 from __future__ import annotations
 
@@ -28,8 +13,7 @@ import numpy as np
 from scipy import stats as sps
 
 EXACT_MAX_N = 400
-"""Exact null distribution up to this many seeds (O(n^3) once per n); a normal approximation
-with continuity correction beyond."""
+"""Exact null distribution up to this many seeds; a continuity-corrected normal beyond."""
 
 
 @lru_cache(maxsize=64)
@@ -51,23 +35,19 @@ def signed_rank_cdf(n: int) -> np.ndarray:
 
 
 def _cdf_at(cdf: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """P(W <= w) for possibly half-integer w (P(W <= floor(w)))."""
     idx = np.floor(w + 1e-9).astype(int)
     out = np.where(idx < 0, 0.0, cdf[np.clip(idx, 0, cdf.size - 1)])
     return out
 
 
 def _sf_at(cdf: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """P(W >= w) for possibly half-integer w (1 - P(W <= ceil(w) - 1))."""
     idx = np.ceil(w - 1e-9).astype(int) - 1
     below = np.where(idx < 0, 0.0, cdf[np.clip(idx, 0, cdf.size - 1)])
     return 1.0 - below
 
 
 def walsh_averages(d: np.ndarray) -> np.ndarray:
-    """[S, n(n+1)/2] Walsh averages (d_i + d_j) / 2, i <= j, of each row of d [S, n].
-
-    NaN where +inf meets -inf (a tie at every threshold)."""
+    """[S, n(n+1)/2] Walsh averages of each row of d [S, n]; NaN where +inf meets -inf."""
     n = d.shape[1]
     i, j = np.triu_indices(n)
     with np.errstate(invalid="ignore"):
@@ -88,10 +68,7 @@ def critical_count(n: int, tail: float) -> int:
 
 
 def walsh_interval(sorted_w: np.ndarray, n: int, tail: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
-    """Interval of shifts not rejected by the two-sided test with `tail` in each tail.
-
-    `sorted_w` [S, N]: Walsh averages sorted per row (NaN last). Returns (low, high) [S]; -inf /
-    +inf where no Walsh average can be excluded (too few seeds for that level)."""
+    """(low, high) [S] the test keeps at `tail` per side, from row-sorted Walsh averages (NaN last)."""
     s, total = sorted_w.shape
     tails = np.broadcast_to(np.asarray(tail, float), (s,))
     if np.ndim(tail) == 0:
@@ -111,14 +88,10 @@ def walsh_interval(sorted_w: np.ndarray, n: int, tail: np.ndarray | float) -> tu
 
 @dataclass(frozen=True)
 class RankTest:
-    """The signed-rank rule's statistics, one per row of the differences (arrays [S]):
-    - `estimate`: Hodges-Lehmann shift (median of the Walsh averages);
-    - `p`: two-sided exact p of H0 "shift = 0";
-    - `p_greater` / `p_less`: one-sided p of H0 "shift <= -rope" / "shift >= +rope" (the two
-      one-sided tests of TOST); `p_tost` = their max (equivalence within +-rope when small);
-    - `low`, `high`: the interval at `tail` per side (inversion of the same test);
-    - on the informative pairs (`rules.ties.informative_rank_test`): `n_informative` and
-      `tied_share` (ties / pairs)."""
+    """The rule's statistics, one per row (arrays [S]): `estimate` (Hodges-Lehmann), `p` (two-sided),
+    `p_greater` / `p_less` (TOST against -rope / +rope; `p_tost` their max), `low`, `high` (the
+    interval at `tail` per side); on the informative pairs (`rules.ties.informative_rank_test`)
+    `n_informative` and `tied_share` (ties / pairs)."""
 
     estimate: np.ndarray
     p: np.ndarray
@@ -132,8 +105,7 @@ class RankTest:
 
 
 def rank_test(d: np.ndarray, *, rope: float = 0.0, tail: np.ndarray | float = 0.025) -> RankTest:
-    """The signed-rank rule on each row of d [S, n] (n >= 1; every row the same n, no NaN): the
-    `RankTest` of each row, its interval at `tail` per side."""
+    """The rule on each row of d [S, n] (every row the same n, no NaN)."""
     d = np.atleast_2d(np.asarray(d, float))
     s, n = d.shape
     if n == 0:
@@ -155,9 +127,7 @@ def rank_test(d: np.ndarray, *, rope: float = 0.0, tail: np.ndarray | float = 0.
 
 
 def worst_outcome_difference(hi: np.ndarray, lo: np.ndarray, hi_div: np.ndarray, lo_div: np.ndarray) -> np.ndarray:
-    """hi - lo per pair with divergence as the worst outcome: -inf when only the hi side
-    diverged, +inf when only the lo side did, a tie (0) when both did (the rule of the module
-    docstring; the search objective `verdict_gain` and the verdicts use this one function)."""
+    """hi - lo per pair, divergence the worst outcome (-inf, +inf, or a tie when both diverged)."""
     hi, lo = np.asarray(hi, float), np.asarray(lo, float)
     hi_div, lo_div = np.asarray(hi_div, bool), np.asarray(lo_div, bool)
     with np.errstate(invalid="ignore"):
@@ -166,16 +136,13 @@ def worst_outcome_difference(hi: np.ndarray, lo: np.ndarray, hi_div: np.ndarray,
 
 
 def hodges_lehmann(d: np.ndarray) -> float:
-    """The estimand of the verdicts: the Hodges-Lehmann pseudo-median of per-seed differences
-    (median of the Walsh averages; +-inf allowed, a +inf/-inf average a tie); NaN for none."""
+    """The Hodges-Lehmann pseudo-median of per-seed differences (NaN for none)."""
     d = np.asarray(d, float).ravel()
     return float(rank_test(d[None, :]).estimate[0]) if d.size else math.nan
 
 
 def _holm_steps(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The one Holm step-down, per row of p [S, m] (NaN entries left out of their row's family):
-    (order, sorted p, the step's multiplier m_row - j for sorted position j). NaN sorts last, so
-    each row's family is its first m_row sorted entries; the multiplier is <= 0 past them."""
+    """Holm's step-down per row of p [S, m], NaN out: (order, sorted p, multiplier m_row - j)."""
     order = np.argsort(p, axis=1, kind="stable")
     ps = np.take_along_axis(p, order, 1)
     family = (~np.isnan(p)).sum(1, keepdims=True)
@@ -189,10 +156,7 @@ def _unsort(values: np.ndarray, order: np.ndarray) -> np.ndarray:
 
 
 def holm_batch(p: np.ndarray) -> np.ndarray:
-    """Holm-adjusted p along the last axis of p [S, m], vectorised over the rows (the calibration's
-    thousands of simulated families; a statsmodels call per row would dominate its run time).
-    tests/test_libraries.py checks it against statsmodels' `multipletests(method="holm")`. NaN
-    entries are left out of their row's family (and stay NaN)."""
+    """Holm-adjusted p along the last axis of p [S, m], NaN out of the family (as statsmodels')."""
     p = np.asarray(p, float)
     order, ps, steps = _holm_steps(p)
     adj = np.minimum(np.maximum.accumulate(ps * steps, axis=1), 1.0)  # NaN past the family: sorted last
@@ -200,7 +164,7 @@ def holm_batch(p: np.ndarray) -> np.ndarray:
 
 
 def holm(p: np.ndarray) -> np.ndarray:
-    """Holm-adjusted p-values along the last axis of p of any shape (a 1-D p is one family): `holm_batch`."""
+    """Holm-adjusted p along the last axis of p of any shape (`holm_batch`)."""
     p = np.asarray(p, float)
     if not p.size:
         return p.copy()
@@ -208,13 +172,8 @@ def holm(p: np.ndarray) -> np.ndarray:
 
 
 def holm_levels(p: np.ndarray, alpha: float) -> np.ndarray:
-    """Per-test two-sided level whose interval agrees with Holm's decision at family level alpha,
-    along the last axis of p (any shape), from the step-down of `holm_batch`.
-
-    Sorted by p, step j (0-based) of m tests uses alpha / (m - j) while every earlier step
-    rejected (the first step that fails too: its p exceeds its level); after a failed step the
-    rest use alpha / m (their p exceed it, so their intervals, like their Holm decisions,
-    cannot exclude 0). NaN entries stay NaN."""
+    """Per-test level whose interval agrees with Holm at family level alpha: alpha / (m - j) at step
+    j while the earlier steps rejected, alpha / m after a failed step."""
     p = np.asarray(p, float)
     if not p.size:
         return p.copy()
@@ -234,16 +193,11 @@ ARE_WILCOXON = math.sqrt(math.pi / 3.0)
 
 
 _HERMITE = np.polynomial.hermite_e.hermegauss(40)
-"""Gauss-Hermite nodes and weights (probabilists') for expectations over a standard normal."""
 
 
 def _rank_power(shift: float, n: int, alpha: float, p_div: float) -> float:
-    """Large-sample power of the two-sided signed-rank test at level `alpha` for n units whose
-    difference is `shift` + N(0, 1) when neither side diverged, and, each side diverging with
-    probability `p_div` independently, -inf (the wired side), +inf (the measured side) or a tie
-    (both). The Walsh-average count is a U-statistic: its mean and variance under that mixture
-    (Hoeffding: the pair kernel's variance and its conditional variance given one unit) against
-    the null's mean and spread."""
+    """Large-sample power of the test at `alpha` for n units of difference `shift` + N(0, 1), each
+    side diverging with probability `p_div`: the Walsh count as a U-statistic."""
     r, a, c = (1 - p_div) ** 2, p_div * (1 - p_div), p_div**2  # normal; -inf (= +inf rate); tie
     x, w = _HERMITE
     w = w / w.sum()
@@ -265,7 +219,6 @@ def _rank_power(shift: float, n: int, alpha: float, p_div: float) -> float:
 
 
 def _rank_shift(n: int, alpha: float, power: float, p_div: float) -> float:
-    """The shift (in sd units) at which `_rank_power` reaches `power` (bisection; +inf if never)."""
     lo, hi = 0.0, 1.0
     while _rank_power(hi, n, alpha, p_div) < power:
         hi *= 2
@@ -278,14 +231,8 @@ def _rank_shift(n: int, alpha: float, power: float, p_div: float) -> float:
 
 
 def min_detectable_effect(sd: float, n: int, alpha: float, power: float, p_div: float = 0.0) -> float:
-    """Shift the signed-rank test detects with probability `power` at two-sided level `alpha`
-    with n seeds whose paired differences have standard deviation `sd` (of the pairs where
-    neither side diverged): the t-test's (t quantiles with n - 1 degrees of freedom) times
-    sqrt(pi/3) for the rank test's efficiency under normal data; +inf when n seeds cannot reach
-    `alpha` at all. Divergence (each side of a pair diverging with probability `p_div`, scored as
-    the worst outcome) costs power: the shift is scaled by the ratio of the large-sample rank-test
-    shifts with and without it (`_rank_power`). Checked against simulation by
-    tests/test_calibration.py and tests/test_confirm.py."""
+    """Shift the test detects with probability `power` at `alpha` with n seeds of paired sd `sd`:
+    the t-test's x sqrt(pi/3), scaled for divergence at `p_div`; +inf when n cannot reach `alpha`."""
     if n < 2 or not np.isfinite(sd):
         return math.nan
     if smallest_p(n) > alpha:  # even a unanimous sign cannot reject: nothing is detectable
@@ -298,6 +245,5 @@ def min_detectable_effect(sd: float, n: int, alpha: float, power: float, p_div: 
 
 
 def smallest_p(n: int) -> float:
-    """The smallest two-sided p the exact test can give with n seeds (all signs equal):
-    2 P(W = 0) = 2 / 2^n, in closed form (no table of n(n+1)/2 entries)."""
+    """The smallest two-sided p of n seeds (all signs equal): 2 / 2^n."""
     return float(min(1.0, 2.0 ** (1 - n))) if n >= 1 else math.nan

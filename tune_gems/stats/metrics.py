@@ -1,13 +1,5 @@
-"""Trading metrics and the names of everything a run reports.
-
-The metric names are a contract (docs/design.md, "Reported metric names"): Tune results,
-history.parquet, members.parquet and the HEALTH_DIAG line all use them, and the analysis reads
-them back without importing the trainer. The gem columns come from the gem registry
-(tune_gems.gems.registry), which imports neither torch nor the trainer.
-
-Every metric takes per-step net returns. A 1-D input gives a float; a 2-D [P,T] tensor or array
-gives one value per row (per member), never mixing rows.
-"""
+"""Trading metrics and the names of every column a run reports (docs/design.md "Reported metric
+names"). A metric takes per-step net returns: 1-D gives a float, [P,T] one value per row."""
 
 from __future__ import annotations
 
@@ -24,57 +16,32 @@ _RUN_HEAD = ("epoch", "env_steps", "updates", "loss", "q_mean", "grad_norm", "no
 _SHARPE = ("val_sharpe_mean", "val_sharpe_std", "val_sharpe_min", "val_sharpe_max", "test_sharpe_mean", "test_sharpe_std")
 SEGMENTS = ("val", "test")
 
-EVAL_STATS = (
-    "sharpe",
-    "beta",
-    "alpha_sharpe",
-    "turnover",
-    "max_drawdown",
-    "sharpe_cost0",
-    "sharpe_cost1",
-    "sharpe_cost2",
-    "breakeven_cost_bps",
-)
-"""Per-member statistics of every evaluation (tune_gems.market.evaluation.EVAL_STATS, which docs/
-evaluation.md defines), as `<segment>_<stat>` member columns (val each epoch, test at the end)."""
+EVAL_STATS = ("sharpe", "beta", "alpha_sharpe", "turnover", "max_drawdown", "sharpe_cost0", "sharpe_cost1", "sharpe_cost2",
+              "breakeven_cost_bps")
+"""Per-member statistics of every evaluation (docs/evaluation.md), as `<segment>_<stat>` columns."""
 
 EVAL_HISTORY = tuple(
     f"{seg}_{stat}_mean" for seg in SEGMENTS for stat in EVAL_STATS if stat != "sharpe"
 ) + tuple(f"{seg}_alpha_sharpe_std" for seg in SEGMENTS) + tuple(f"{seg}_breakeven_cost_bps_median" for seg in SEGMENTS)
-"""History aggregates of the evaluation statistics over non-diverged members: means (the
-breakeven cost over finite values only: it is +inf for a member that never trades at a profit),
-the alpha Sharpe's spread, and the breakeven cost's median (heavy-tailed)."""
+"""History aggregates over non-diverged members: means, the alpha Sharpe's spread, breakeven's median."""
 
 OBJECTIVES = ("val_sharpe_mean_lastk", "val_alpha_sharpe_mean_lastk")
-"""Search objectives: the mean over the last min(k, epochs so far) epochs of the history's
-val_sharpe_mean / val_alpha_sharpe_mean, k = `trainer.objective_last_k`."""
+"""Search objectives: means over the last min(k, epochs) epochs, k = `trainer.objective_last_k`."""
 
 TIMING = ("train_s", "eval_s")
 """Seconds of the epoch's training iterations (what sps is computed from) and of its evaluation."""
 
-_MEMBER_HEAD = (
-    "val_sharpe",
-    "test_sharpe",
-    *(f"{seg}_{stat}" for seg in SEGMENTS for stat in EVAL_STATS if stat != "sharpe"),
-    "loss",
-    "q_mean",
-    "grad_norm",
-)
+_MEMBER_HEAD = ("val_sharpe", "test_sharpe", *(f"{seg}_{stat}" for seg in SEGMENTS for stat in EVAL_STATS if stat != "sharpe"),
+                "loss", "q_mean", "grad_norm")
 MEMBER_IDS = MEMBER_ID_COLUMNS
-"""Identity columns of a member row (before MEMBER_METRICS); `arm` is "default" in a run
-without arms, `seed_index` the member's seed index (the same initial weights, noise and data in
-every arm, fold and history), `fold` its walk-forward fold (0 without `data.folds`), `history`
-its price history (0 with one; `data.histories`, `data.price_columns`)."""
 
 
 def gem_metrics(plugins: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
-    """The gem value columns of a run with these plug-ins, in registry order."""
     return tuple(g.metric for g in registry.run_gems(plugins))
 
 
 def gem_columns(plugins: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
-    """Per gem metric M of the run: M (raw value), then every M_rel (M / C51 loss), M_null (the
-    gem's null: its value with no structure to find, NaN without one) and M_excess (M - M_null)."""
+    """Per gem metric M: M, then every M_rel (M / C51 loss), M_null and M_excess (M - M_null)."""
     gems = gem_metrics(plugins)
     return (*gems, *(f"{g}_rel" for g in gems), *(f"{g}_null" for g in gems), *(f"{g}_excess" for g in gems))
 
@@ -85,8 +52,6 @@ ARM_METRICS = ("val_sharpe_mean", "val_alpha_sharpe_mean")
 
 
 def arm_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
-    """Per-arm history columns `<metric>@<arm>` (means over that arm's non-diverged members):
-    none for a run of one arm."""
     if len(arms) < 2:
         return ()
     names = (*ARM_METRICS, *gem_metrics(plugins))
@@ -95,12 +60,10 @@ def arm_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...]
 
 FOLD_PREFIX = "fold"
 FOLD_METRICS = ("val_sharpe_mean", "val_alpha_sharpe_mean", "test_sharpe_mean", "test_alpha_sharpe_mean")
-"""History columns repeated per walk-forward fold (`<metric>@fold<k>`, means over that fold's
-non-diverged members; test ones NaN until the last epoch) in a run of >= 2 folds."""
+"""History columns repeated per fold (`<metric>@fold<k>`; test NaN until the end) with >= 2 folds."""
 
 
 def fold_metrics(folds: tuple[int, ...] | list[int] = ()) -> tuple[str, ...]:
-    """Per-fold history columns `<metric>@fold<k>` for the run's fold indices: none for one fold."""
     if len(folds) < 2:
         return ()
     return tuple(f"{m}{ARM_SEPARATOR}{FOLD_PREFIX}{k}" for k in folds for m in FOLD_METRICS)
@@ -108,19 +71,15 @@ def fold_metrics(folds: tuple[int, ...] | list[int] = ()) -> tuple[str, ...]:
 
 HISTORY_PREFIX = "history"
 HISTORY_FOLD_JOIN = "."
-"""Per-history columns (FOLD_METRICS over one price history's members) in a run of >= 2 histories:
-`<metric>@history<h>`, and with >= 2 folds `<metric>@history<h>.fold<k>` (one history's fold k,
-what the HEALTH_DIAG fold block prints); `@fold<k>` stays the mean over every history's fold k."""
+"""Per-history columns: `<metric>@history<h>`, with folds `<metric>@history<h>.fold<k>`."""
 
 
 def history_fold_suffix(history: int, fold: int | None = None) -> str:
-    """`history<h>` or `history<h>.fold<k>`: the part after ARM_SEPARATOR of a per-history column."""
     suffix = f"{HISTORY_PREFIX}{history}"
     return suffix if fold is None else f"{suffix}{HISTORY_FOLD_JOIN}{FOLD_PREFIX}{fold}"
 
 
 def history_metrics(histories: tuple[int, ...] | list[int] = (), folds: tuple[int, ...] | list[int] = ()) -> tuple[str, ...]:
-    """Per-history history columns for the run's history and fold indices: none for one history."""
     if len(histories) < 2:
         return ()
     cells = [(h, None) for h in histories] + ([(h, k) for h in histories for k in folds] if len(folds) > 1 else [])
@@ -128,40 +87,26 @@ def history_metrics(histories: tuple[int, ...] | list[int] = (), folds: tuple[in
 
 
 GAIN_METRICS = ("val_sharpe_gain", "val_alpha_sharpe_gain")
-"""Paired gains of a designed run (tune_gems.design.arm_sets): the mean over seed indices of the
-`proposal` arm's minus the `control` arm's validation Sharpe / alpha Sharpe at the same seed index
-(NaN when a member of a pair diverged)."""
+"""Paired gains: mean over seed indices of proposal minus control (NaN where a pair diverged)."""
 GAIN_OBJECTIVES = tuple(f"{g}_lastk" for g in GAIN_METRICS)
-"""Their means over the last min(k, epochs so far) epochs, k = `trainer.objective_last_k` (as
-OBJECTIVES); `val_sharpe_gain_lastk` or `val_alpha_sharpe_gain_lastk` for a less noisy objective."""
+"""Their means over the last min(k, epochs) epochs (as OBJECTIVES)."""
 GEM_GAIN_PREFIX = "gain_"
 VERDICT_GAIN = "verdict_gain"
-"""The verdict's own metric as a trial's gain, so a search optimises what decides: per seed index, validation alpha Sharpe
-averaged over the last min(k, epochs so far) epochs, proposal minus control, a diverged member
-the worst outcome (-inf / +inf / a tie), summarised by the Hodges-Lehmann pseudo-median: the
-statistic `tune-gems analyze` decides with (tune_gems.design.arm_sets.verdict_gains). Per gem:
-`verdict_gain_<gem>`, proposal minus without-<gem>. The shipped wire_search specs optimise it."""
+"""The verdict's statistic as a trial's gain (`arm_sets.verdict_gains`), so a search optimises it."""
 VERDICT_GAIN_PREFIX = f"{VERDICT_GAIN}_"
 SEARCHABLE_GAINS = (*GAIN_METRICS, *GAIN_OBJECTIVES, VERDICT_GAIN)
-"""The gain columns a wire_search sweep may use as its objective (present in every trial of it)."""
 DIVERGENCE_SCORED = (VERDICT_GAIN,)
-"""Objectives that score divergence themselves (as the worst outcome, possibly -inf): a diverged
-trial reports them as they are instead of NaN, and Optuna records it COMPLETE at that value."""
+"""Objectives that score divergence themselves: reported as they are, COMPLETE in Optuna."""
 
 
 def has_gain_arms(arms: tuple[str, ...] | list[str]) -> bool:
-    """Whether a run with these arms reports gains (tune_gems.design.arm_sets.has_gains, restated
-    here so the names need no import of the designs): `proposal` and `control`, or `control` alone."""
+    """Whether a run with these arms reports gains: `proposal` and `control`, or `control` alone."""
     arms = tuple(arms)
     return ("proposal" in arms and "control" in arms) or arms == ("control",)
 
 
 def gain_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
-    """The gain columns of a run with these arms: none without a `proposal`/`control` design;
-    else GAIN_METRICS, GAIN_OBJECTIVES and `gain_<gem>` for every gem of the run (registry order:
-    the proposal minus `without-<gem>` on val_alpha_sharpe, NaN for a gem the proposal does not
-    wire), then VERDICT_GAIN and `verdict_gain_<gem>` likewise, so the column set is fixed per
-    run by the registry, whatever Optuna proposes."""
+    """The gain columns of a run with these arms (none without a design), fixed per run by the registry."""
     if not has_gain_arms(arms):
         return ()
     names = [g.name for g in registry.run_gems(plugins)]
@@ -169,13 +114,9 @@ def gain_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...
             VERDICT_GAIN, *(f"{VERDICT_GAIN_PREFIX}{g}" for g in names))
 
 
-def epoch_metrics(
-    plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...] | list[str] = (), folds: tuple[int, ...] | list[int] = (),
-    histories: tuple[int, ...] | list[int] = (),
-) -> tuple[str, ...]:
-    """One row of history / one Tune result, in this order (gem columns: means over members);
-    `folds`: the run's walk-forward fold indices (per-fold columns with two or more);
-    `histories`: its price-history indices (per-history columns with two or more)."""
+def epoch_metrics(plugins: tuple[str, ...] | list[str] = (), arms: tuple[str, ...] | list[str] = (),
+        folds: tuple[int, ...] | list[int] = (), histories: tuple[int, ...] | list[int] = ()) -> tuple[str, ...]:
+    """One row of history / one Tune result, in this order (gem columns: means over members)."""
     return (
         *_RUN_HEAD, *_SHARPE, *EVAL_HISTORY, *OBJECTIVES, *gem_columns(plugins), "diverged", "sps", *TIMING,
         *arm_metrics(plugins, arms), *gain_metrics(plugins, arms), *fold_metrics(folds), *history_metrics(histories, folds),
@@ -183,19 +124,16 @@ def epoch_metrics(
 
 
 def member_metrics(plugins: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
-    """Per-member values of one epoch (members tables have trial_id, epoch, member, seed + these)."""
     return (*_MEMBER_HEAD, *gem_columns(plugins), "diverged")
 
 
-# The columns of a run without plug-ins (the built-in gems); a run with plug-ins: the functions.
+# the columns of a run without plug-ins
 EPOCH_METRICS = epoch_metrics()
-"""One row of history.parquet / one Tune result, in this order (no plug-ins)."""
 MEMBER_METRICS = member_metrics()
-"""Per-member values of one epoch (no plug-ins)."""
 
 
 def _is_tensor(x: Any) -> bool:
-    """A torch tensor, without importing torch (the analysis reads metrics without it)."""
+    """A torch tensor, without importing torch."""
     return type(x).__module__.startswith("torch") and hasattr(x, "detach")
 
 
@@ -235,11 +173,7 @@ def sharpe(returns: Any, periods_per_year: float = 252) -> Any:
 
 
 def sortino(returns: Any, periods_per_year: float = 252) -> Any:
-    """mean(r) / downside deviation * sqrt(periods_per_year).
-
-    Downside deviation = sqrt(mean(min(r, 0)^2)) over all periods (target return 0); 0.0 when it
-    is 0.
-    """
+    """mean(r) / sqrt(mean(min(r, 0)^2)) * sqrt(periods_per_year); 0.0 where the downside is 0."""
     arr, one = _as_2d(returns)
     out = np.zeros(arr.shape[0])
     if arr.shape[1] >= 1:
@@ -251,10 +185,7 @@ def sortino(returns: Any, periods_per_year: float = 252) -> Any:
 
 
 def max_drawdown(returns: Any) -> Any:
-    """Largest peak-to-trough fall of the compounded equity curve, as a positive fraction.
-
-    The curve starts at 1 before the first return, so a first-step loss counts.
-    """
+    """Largest fall of prod(1 + r) from 1 (a first-step loss counts), as a positive fraction."""
     arr, one = _as_2d(returns)
     equity = np.cumprod(1.0 + arr, axis=1)
     equity = np.concatenate([np.ones((arr.shape[0], 1)), equity], axis=1)
@@ -270,7 +201,6 @@ def total_return(returns: Any) -> Any:
 
 
 def turnover(positions: Any, initial_position: float = 0.0) -> Any:
-    """Mean absolute position change per step, counting the change from `initial_position`."""
     arr, one = _as_2d(positions)
     prev = np.concatenate([np.full((arr.shape[0], 1), initial_position), arr[:, :-1]], axis=1)
     if arr.shape[1] == 0:
@@ -279,14 +209,11 @@ def turnover(positions: Any, initial_position: float = 0.0) -> Any:
 
 
 RESERVED_PREFIXES = ("val_", "test_", "train_", "gain_")
-"""Prefixes of the evaluation, timing and paired-gain columns: a plug-in metric named like one
-would read as one of them (e.g. `val_sharpe`, `train_s`, `gain_g6`)."""
+"""Prefixes of the evaluation, timing and gain columns: a plug-in metric may not read as one."""
 
 
 def check_plugin_columns(plugins: tuple[str, ...] | list[str]) -> None:
-    """ConfigError when a plug-in gem's metric (or one of its derived columns) is, or reads
-    as, a column the result tables already have: one name would carry two meanings. Called
-    once the plug-ins are imported (tune_gems.config.load.build_config)."""
+    """ConfigError when a plug-in gem's metric or derived column is, or reads as, a table's column."""
     from tune_gems.contracts.errors import ConfigError
     from tune_gems.contracts.result_files import ID_COLUMNS, TRIAL_COLUMNS
 

@@ -1,23 +1,6 @@
-"""`tune-gems sweep`: validate, start or join Ray, run Tune + Optuna, write the result tables.
-
-Everything a user can get wrong (spec, search space, data, the experiment name and folder, the
-storage URI, memory for one trial) is checked before Ray starts, and nothing is written until
-it passes; the trial resources are checked against the cluster as soon as it is joined.
-
-- A local run starts a private Ray on loopback that dies with the driver
-  (`tune_gems.sweep.local_ray`); RAY_ADDRESS (set by the user, or by `ray job submit`) joins a
-  cluster instead.
-- `--resume` continues the stored run: it reads the experiment's spec.yaml and refuses
-  overrides that differ from it, naming the key, and says where each unfinished trial restarts.
-- Ctrl-C stops the sweep the way Tune does (its state saved), writes the tables with the
-  unfinished trials marked `UNFINISHED`, leaves their Optuna trials to `--resume`, and exits
-  130 like `train`.
-- One driver per local experiment folder (a lock, tune_gems.contracts.outputs).
-
-The steps live apart: the up-front checks in tune_gems.sweep.preflight, the experiment's record
-and its `--resume` checks in tune_gems.sweep.resume, the Tuner in tune_gems.sweep.tune_run, the
-tables and summary at the end in tune_gems.sweep.outcome; this module runs them in order.
-"""
+"""`tune-gems sweep`: validate everything before Ray starts, start a private loopback Ray or join
+RAY_ADDRESS, run Tune + Optuna, write the tables; Ctrl-C saves Tune's state and exits 130 for
+`--resume`. The steps live in `preflight`, `resume`, `tune_run` and `outcome`."""
 
 from __future__ import annotations
 
@@ -45,15 +28,13 @@ from tune_gems.sweep.spec import SweepSpec
 from tune_gems.sweep.spec_load import designed_config, load_spec, widest_trial
 from tune_gems.sweep.storage import is_uri
 from tune_gems.sweep.tune_run import fit_tuner
-from tune_gems.trainer.run_setup import load_run_prices, prepare_market
+from tune_gems.trainer.run_setup import load_run_prices, prepare_market, seal_record
 
 RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
-"""Set by Ray for the entrypoint of `ray job submit`."""
 
 
 def _resolve_data_path(spec: SweepSpec, spec_path: Path) -> None:
-    """Relative data paths are relative to the current directory (where the user runs the
-    command); made absolute here so the driver reads the same file wherever Ray runs it."""
+    """Relative data paths made absolute here, wherever Ray runs the driver."""
     data = spec.config.get("data") or {}
     entries = data.get("histories") if isinstance(data.get("histories"), list) else []
     for where in (data, *(h for h in entries if isinstance(h, dict))):  # data.path and every history's own
@@ -70,19 +51,10 @@ def _gpus_per_trial(spec: SweepSpec) -> float:
     return 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
 
 
-def run_sweep(
-    spec_path: str | Path,
-    overrides: list[str] | None = None,
-    storage: str | None = None,
-    name: str | None = None,
-    resume: bool = False,
-    verbose: bool = False,
-    dry_run: bool = False,
-) -> SweepOutcome | None:
-    """Run (or, with `resume`, finish) the sweep; `verbose` shows Ray's per-checkpoint lines and
-    experiment-snapshot warnings (tune_gems.sweep.console), hidden by default. `dry_run`: every
-    check, then the plan (tune_gems.trainer.dry_run) instead of the sweep; nothing written but the
-    resolved spec's temporary copy, returns None."""
+def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, storage: str | None = None,
+        name: str | None = None, resume: bool = False, verbose: bool = False,
+        dry_run: bool = False) -> SweepOutcome | None:
+    """Run (or with `resume`, finish) the sweep; `dry_run`: every check, then the plan, returning None."""
     check_ray_address()  # a RAY_ADDRESS Ray cannot take, refused before anything else
     spec_path = Path(spec_path)
     overrides = list(overrides or [])
@@ -113,7 +85,7 @@ def run_sweep(
     # dates, and the trials build their own markets (their P paths) where they run
     market = prepare_market(base_cfg, torch.device("cpu"), prices, n_seed_indices=1)
     check_plugins_dry(spec, prices, str(spec_path))  # before anything is printed: a refusal is one line
-    data_record = None if resume else data_fingerprint(base_cfg.data)  # the bytes just read
+    data_record = None if resume else data_fingerprint(base_cfg.data, seal_record(base_cfg, prices))  # the bytes just read
     if not dry_run:
         probe_cluster()  # RAY_ADDRESS answers, or one line now, before any output (Ray's client would wait minutes)
     for line in [*data_lines(base_cfg.data, market), *(restart_lines(store, spec) if resume else [])]:

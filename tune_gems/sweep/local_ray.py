@@ -1,36 +1,7 @@
-"""Where a sweep's Ray runs: a cluster named by RAY_ADDRESS, or a private local instance that
-listens on loopback only and dies with the driver.
-
-Why: `ray.init()` on Linux binds its servers and agents to the machine's network address, so a
-laptop sweep would expose Ray's unauthenticated-by-default services on the network; and when
-the driver is SIGKILLed, Ray's dashboard and runtime-env agents outlive it, still listening.
-
-- Joining a cluster is explicit: RAY_ADDRESS set (by the user, or by `ray job submit`); a
-  cluster on loopback (a head started with `--node-ip-address 127.0.0.1`) is joined at that
-  address, with the switch below, where Ray would resolve it to the network address. Its
-  value is checked before anything else (`ray_address_endpoint`: host:port, ray://host:port or
-  auto; `local` means the private instance below), and a host:port must answer a TCP connection
-  within ADDRESS_PROBE_S before `ray.init` is asked (`probe_ray_address`): Ray's own client
-  waits for a GCS that never answers for a minute and more, silently, then fails with a C++ log.
-- Otherwise a new instance (`address="local"`, never a stray `ray start` cluster found on the
-  machine), with its node address on loopback: Ray resolves "127.0.0.1" to the network address
-  unless `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER` is off, so that switch is turned off (in the
-  environment, for the processes Ray spawns, and in the already imported constant).
-- A watchdog process (`tune_gems.sweep.watchdog`, in a session of its own) records every
-  process the driver's Ray starts and ends them (SIGTERM, then SIGKILL) when the driver ends or
-  dies.
-- A watch thread in the driver (`RayWatch`) polls the local instance's core processes (the GCS
-  server and the raylet): when one ends under a running sweep (killed, out of memory), Ray's
-  own client would wait a minute for the GCS, print a C++ error and exit 1; instead the driver
-  says in one line that Ray stopped and how `--resume` continues, and exits `EXIT_RAY_LOST`
-  at once (Tune's state and the trials' checkpoints are already in the experiment folder; the
-  watchdog ends what is left of Ray, the kernel releases the folder's lock).
-
-Two private Ray names remain, each because Ray has no public way to do the same: the constant
-`ray._private.ray_constants.ENABLE_RAY_CLUSTER` (the switch above, read when Ray resolves the
-node address, imported before this module could set the environment) and
-`ray.init(_node_ip_address=...)` (the node address of a local instance).
-"""
+"""Where a sweep's Ray runs: a cluster named by RAY_ADDRESS (checked and probed first), or a private
+instance on loopback guarded by a watchdog and `RayWatch`, dying with the driver (docs/cluster.md
+"Local runs"). Private Ray names used for want of public ones: `ray_constants.ENABLE_RAY_CLUSTER`,
+`ray.init(_node_ip_address=...)`."""
 
 from __future__ import annotations
 
@@ -50,33 +21,29 @@ CLUSTER_SWITCH_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Ray's switch between "node address = loopback" (off) and "= the network address" (on)."""
 ADDRESS_ENV = "RAY_ADDRESS"
 RAY_CORE_PROCESSES = ("gcs_server", "raylet")
-"""The processes of a local Ray without which it is gone (their names as the system shows them)."""
+"""The processes of a local Ray without which it is gone."""
 WATCH_POLL_S = 1.0
 EXIT_RAY_LOST = 75
-"""The exit status of a sweep whose Ray stopped under it (sysexits' EX_TEMPFAIL: try again,
-with --resume)."""
+"""Exit status of a sweep whose Ray stopped under it (EX_TEMPFAIL: try again with --resume)."""
 
 
 LOCAL_ADDRESS = "local"
-"""RAY_ADDRESS's word for "start a new local instance" (here: the private loopback one)."""
+"""RAY_ADDRESS's word for a new local instance (here the private loopback one)."""
 AUTO_ADDRESS = "auto"
-"""RAY_ADDRESS's word for "the cluster `ray start` last started on this machine" (Ray finds it)."""
+"""RAY_ADDRESS's word for the cluster `ray start` last started on this machine."""
 CLIENT_SCHEME = "ray://"
 ADDRESS_PROBE_S = 5.0
-"""Seconds a cluster's address has to accept a TCP connection before the sweep is refused."""
 ADDRESS_FORMS = "host:port, ray://host:port, auto or local"
 JOIN_ADVICE = (f"start the cluster there (ray start --head), or unset {ADDRESS_ENV} to run on a private local Ray; "
                "a sweep that stopped with it continues with --resume once it answers")
 
 
 def joining_cluster() -> bool:
-    """Whether RAY_ADDRESS names a cluster to join (set, and not `local`)."""
     return os.environ.get(ADDRESS_ENV, "") not in ("", LOCAL_ADDRESS)
 
 
 def ray_address_endpoint(address: str) -> tuple[str, int] | None:
-    """(host, port) of a RAY_ADDRESS value to probe, None for `auto` and `local` (Ray resolves
-    them); anything else that is not host:port or ray://host:port is refused in one line."""
+    """(host, port) of a RAY_ADDRESS to probe (None for `auto`, `local`); anything else refused."""
     if address in (AUTO_ADDRESS, LOCAL_ADDRESS):
         return None
     rest = address.removeprefix(CLIENT_SCHEME)
@@ -91,10 +58,7 @@ def ray_address_endpoint(address: str) -> tuple[str, int] | None:
 
 
 def loopback_cluster() -> bool:
-    """Whether RAY_ADDRESS names a cluster on this machine's loopback (127.x, ::1, localhost): a
-    head started with `--node-ip-address 127.0.0.1` (docs/cluster.md). Ray would resolve the
-    address to the machine's network address, where that head does not listen, and wait for it;
-    the switch that keeps a local instance on loopback keeps the address as given."""
+    """Whether RAY_ADDRESS names a cluster on this machine's loopback (Ray would resolve it away)."""
     import ipaddress
 
     endpoint = ray_address_endpoint(os.environ[ADDRESS_ENV]) if joining_cluster() else None
@@ -109,15 +73,12 @@ def loopback_cluster() -> bool:
 
 
 def check_ray_address() -> None:
-    """RAY_ADDRESS, if set, is a value Ray takes (`ray_address_endpoint`); before anything else.
-    Set but empty is unset, as Ray reads it."""
     if os.environ.get(ADDRESS_ENV):
         ray_address_endpoint(os.environ[ADDRESS_ENV])
 
 
 def probe_ray_address(address: str, timeout_s: float = ADDRESS_PROBE_S) -> None:
-    """Refuse, in one line naming the address, a cluster address where nothing accepts a TCP
-    connection within `timeout_s` (closed port, no such host, a firewall that drops)."""
+    """Refuse a cluster address where nothing accepts a TCP connection within `timeout_s`."""
     endpoint = ray_address_endpoint(address)
     if endpoint is None:
         return
@@ -134,16 +95,12 @@ def probe_ray_address(address: str, timeout_s: float = ADDRESS_PROBE_S) -> None:
 
 
 def probe_cluster() -> None:
-    """When joining a cluster: its address answers (`probe_ray_address`), or the one-line refusal."""
     if joining_cluster():
         probe_ray_address(os.environ[ADDRESS_ENV])
 
 
 def prepare_loopback() -> None:
-    """Before Ray is imported (where possible): a RAY_ADDRESS Ray cannot take refused
-    (`check_ray_address`, seconds into the command rather than after its imports), and a local
-    instance kept on loopback, and so is the driver of a cluster on loopback (`loopback_cluster`);
-    nothing more when joining another cluster (whose nodes must reach this driver)."""
+    """Before Ray is imported: a bad RAY_ADDRESS refused, a local instance kept on loopback."""
     check_ray_address()
     if not joining_cluster() or loopback_cluster():
         os.environ[CLUSTER_SWITCH_ENV] = "0"
@@ -159,7 +116,6 @@ def _children(pid: int) -> set[int]:
 
 
 def core_processes(pids: set[int]) -> dict[int, str]:
-    """{pid: name} of the Ray core processes (RAY_CORE_PROCESSES) among `pids`."""
     import psutil
 
     out = {}
@@ -174,8 +130,7 @@ def core_processes(pids: set[int]) -> dict[int, str]:
 
 
 class RayWatch(threading.Thread):
-    """Polls `watched` ({pid: name}) every `poll_s`; the first that ends calls `on_lost(name, pid)`
-    (once). `stop()` ends the watch first, so a shutdown of Ray is not reported as its loss."""
+    """Polls `watched` ({pid: name}); the first that ends calls `on_lost(name, pid)` once."""
 
     def __init__(self, watched: dict[int, str], on_lost: Callable[[str, int], None], poll_s: float = WATCH_POLL_S) -> None:
         super().__init__(name="tune-gems-ray-watch", daemon=True)
@@ -214,8 +169,7 @@ class RayWatch(threading.Thread):
 
 
 def report_lost_and_exit(hint: str) -> Callable[[str, int], None]:
-    """What the driver does when its Ray is lost: one line on stderr, then exit EXIT_RAY_LOST
-    at once (Ray's client would otherwise wait for the GCS and then kill the process itself)."""
+    """One line on stderr and exit EXIT_RAY_LOST at once (Ray's client would wait, then kill)."""
 
     def lost(name: str, pid: int) -> None:
         sys.stdout.flush()
@@ -229,7 +183,6 @@ def report_lost_and_exit(hint: str) -> Callable[[str, int], None]:
 
 @dataclass
 class RaySession:
-    """What `start_or_join` did: whether this driver started Ray (and so must stop it)."""
 
     started: bool
     address: str
@@ -238,7 +191,6 @@ class RaySession:
     watch: RayWatch | None = None
 
     def stop(self) -> None:
-        """Shut down a Ray this driver started, then let the watchdog sweep up stragglers."""
         if self.watch is not None:
             self.watch.stop()
         if not self.started:
@@ -256,10 +208,7 @@ class RaySession:
 
 
 def start_or_join(log_to_driver: bool = True, lost_hint: str | None = None) -> RaySession:
-    """Join RAY_ADDRESS, or start a private loopback instance guarded by a watchdog. An already
-    initialised Ray (e.g. the caller's own) is used as it is. With `lost_hint` (what continues
-    the run, e.g. its --resume command) a private instance is watched (`RayWatch`): its loss is
-    reported in one line ending with the hint, and the process exits EXIT_RAY_LOST."""
+    """Join RAY_ADDRESS or start a private watched instance (an initialised Ray is used as it is)."""
     import ray
 
     if ray.is_initialized():

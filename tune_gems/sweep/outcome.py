@@ -1,6 +1,4 @@
-"""The end of a sweep: which trials Tune finished (its stored state), the Optuna journal tidied
-and joined, the result tables written, the summary printed, and the SweepOutcome returned (with
-the command that continues an interrupted sweep)."""
+"""The end of a sweep: the journal tidied and joined, the tables written, the summary printed."""
 
 from __future__ import annotations
 
@@ -20,8 +18,7 @@ from tune_gems.sweep.storage import ExperimentStore
 
 @dataclass
 class SweepOutcome:
-    """What `run_sweep` returns: the experiment folder, its three result tables, and whether Ctrl-C
-    stopped it early (then `resume_command` continues it)."""
+    """What `run_sweep` returns; `interrupted`: Ctrl-C stopped it (`resume_command` continues it)."""
 
     experiment: str  # folder (path or URI)
     trials: pd.DataFrame
@@ -32,8 +29,6 @@ class SweepOutcome:
 
 
 def print_summary(trials: pd.DataFrame, experiment: str, mode: str = "max", metric: str = "objective") -> None:
-    """The closing table, the best objective first, with a note under it when every trial's
-    objective is the same number (`console.tie_note`), then where the results are."""
     table = closing_table(trials, mode)  # the best objective first (tune_gems.sweep.console)
     note = tie_note(trials, metric)
     table += f"\nnote: {note}" if note else ""
@@ -42,8 +37,7 @@ def print_summary(trials: pd.DataFrame, experiment: str, mode: str = "max", metr
 
 
 def finish_sweep(results, spec: SweepSpec, store: ExperimentStore, name: str, spec_path: Path) -> SweepOutcome:
-    """Tables and summary from Tune's ResultGrid `results`; an interrupted sweep's unfinished trials
-    are marked UNFINISHED and left (with their Optuna trials) to `--resume`."""
+    """Tables and summary from Tune's ResultGrid; unfinished trials are marked UNFINISHED for `--resume`."""
     statuses = stored_trial_statuses(store)
     interrupted = any(s not in ("TERMINATED", "ERROR") for s in statuses.values())
     journal = store.journal_path(JOURNAL_FILE)

@@ -1,6 +1,5 @@
-"""The sweep's checks before anything is written: one trial's memory at both ends of every searched
-parameter, the plug-in gems' dry evaluation, the storage and experiment folder, and (once the
-cluster is joined) a node that can hold one trial. A refusal is one line naming the key."""
+"""The sweep's checks before anything is written or Ray starts, each refusal one line naming the
+key."""
 
 from __future__ import annotations
 
@@ -17,13 +16,10 @@ from tune_gems.sweep.spec_load import designed_config, widest_trial
 from tune_gems.sweep.storage import ExperimentStore, check_storage
 
 NODE_POLL_S = 1.0
-"""Seconds between looks at the cluster's nodes while waiting for one that fits a trial."""
 
 
 def check_memory(spec: SweepSpec, source: str) -> None:
-    """One trial's memory on this machine, at the base config and at both ends of every
-    searched parameter (a trial may land on either end), with the design's arms (the widest
-    proposal: every searched gem wired)."""
+    """One trial's memory at the base config and at both ends of every searched parameter, widest arms."""
     widest = widest_trial(spec) if spec.design != "none" else {}
     gpu_trial = bool(spec.resources.gpu)  # its trials run on a GPU node, whatever this machine has
     check_training_fits(designed_config(spec, widest), where=f"{source}: ", gpu_trial=gpu_trial)
@@ -36,9 +32,7 @@ def check_memory(spec: SweepSpec, source: str) -> None:
 
 
 def trials_on_cpu(spec: SweepSpec) -> bool:
-    """Whether the sweep's trials run on the CPU: `config.device: cpu`, `resources.gpu: 0`, or
-    no GPU asked, none on this machine and no cluster named (`RAY_ADDRESS`: a cluster's GPUs are
-    known only once joined)."""
+    """Whether the trials run on the CPU (a cluster's GPUs are known only once joined)."""
     if spec.base_config().device == "cpu" or spec.resources.gpu == 0:
         return True
     if spec.resources.gpu is not None or os.environ.get("RAY_ADDRESS"):
@@ -49,9 +43,7 @@ def trials_on_cpu(spec: SweepSpec) -> bool:
 
 
 def check_layer_kernel(spec: SweepSpec, source: str) -> None:
-    """`model.layer_kernel: triton`, set or searched, where the trials run on the CPU (`trials_on_cpu`)
-    without Triton's interpreter: every trial would fail once Ray started, so it is refused here,
-    by the check `train` and the dry runs make (tune_gems.ops.triton_layers.check_runs_on)."""
+    """`model.layer_kernel: triton` for trials on the CPU without Triton's interpreter: refused now."""
     space = spec.search.params.get("model.layer_kernel")
     keys = [("config.model.layer_kernel", spec.base_config().model.layer_kernel)]
     keys += [("search.params.model.layer_kernel", c) for c in (space.choices or () if space is not None else ())]
@@ -67,10 +59,7 @@ def check_layer_kernel(spec: SweepSpec, source: str) -> None:
 
 
 def check_plugins_dry(spec: SweepSpec, prices, source: str) -> None:
-    """The plug-in gems' dry evaluation (tune_gems.trainer.member_gems.MemberGems.check), run here before Ray
-    starts, as a trial would run it: on the widest trial (every searched gem wired), every
-    plug-in gem at least measured, shrunk to one seed per arm and a minimal replay on the CPU
-    (the check needs the shapes, not the size)."""
+    """The plug-in gems' dry evaluation before Ray starts, on the widest trial shrunk to the CPU."""
     from tune_gems.config.load import build_config
     from tune_gems.gems import run_gems
     from tune_gems.trainer.trainer import Trainer
@@ -97,8 +86,7 @@ def _fits(node: dict[str, Any], cpu: float, gpu: float) -> bool:
 
 
 def check_trial_resources(cpu: float, gpu: float, wait_s: float) -> None:
-    """A node of the cluster must be able to hold one trial, or Tune waits forever. With an
-    autoscaling cluster (`resources.wait_for_nodes_s` > 0) warn and wait that long for one."""
+    """A node must hold one trial, or Tune waits forever (`resources.wait_for_nodes_s`: wait for one)."""
     import ray
 
     def nodes() -> list[dict[str, Any]]:
@@ -126,7 +114,6 @@ def check_trial_resources(cpu: float, gpu: float, wait_s: float) -> None:
 
 
 def prepare_store(storage: str, name: str, name_field: str, resume: bool, spec: SweepSpec) -> ExperimentStore:
-    """Storage reachable and writable, the experiment folder fresh (or, resuming, a sweep's)."""
     check_storage(storage, timeout_s=spec.storage_timeout_s)
     store = ExperimentStore(storage, name)
     if resume:

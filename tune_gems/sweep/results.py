@@ -1,18 +1,6 @@
-"""Turn Tune's results into the experiment's three parquet files (docs/results.md).
-
-History rows come from every result each trial reported (Tune keeps them across retries and
-restores); a trial that re-ran an epoch after resuming from an older checkpoint reported it
-twice, and the last report wins, so every (trial, epoch) appears exactly once. An epoch whose
-report was lost is filled from the history beside the trial's latest checkpoint. Member rows,
-baselines, folds and histories are read from the trial's own files
-(tune_gems.sweep.trial_files; the reports carry scalars only), member rows from the latest
-checkpoint's history where it holds the epoch (one file per trial instead of one per epoch).
-
-Each trial's saved validation returns (`eval_returns.npz` in its latest checkpoint, written by
-`Trainer.window`, tune_gems.trainer.eval_window.EvalWindow.write) are copied to `eval_returns/<trial_id>.npz` in the experiment
-folder, where the analysis's market-noise interval reads them; a trial without one (results of
-an older version, a trial that never checkpointed) has none, and the analysis says so.
-"""
+"""Tune's results into the experiment's tables (docs/results.md): the last report of an epoch wins,
+a lost one comes from the history beside the latest checkpoint, member rows and side tables from the
+trial's files (`sweep.trial_files`); each trial's eval returns are copied out."""
 
 from __future__ import annotations
 
@@ -42,9 +30,8 @@ from tune_gems.sweep.storage import ExperimentStore
 from tune_gems.sweep.trial_files import TRIAL_BASELINES, TRIAL_FOLDS, TRIAL_HISTORIES, TrialFiles, member_file
 
 TERMINATED, ERROR, UNFINISHED = "TERMINATED", "ERROR", "UNFINISHED"
-"""Values of trials.parquet's `status`: ran to its end (or was stopped early by the scheduler);
-failed after its retries; not finished when the sweep stopped (Ctrl-C, a lost driver):
-`--resume` continues it, and the analysis must not score its partial epochs as a result."""
+"""trials.parquet's `status`: ran to its end (or was stopped early); failed after its retries; not
+finished when the sweep stopped (`--resume` continues it; its partial epochs are no result)."""
 
 
 def trial_status(tune_status: str | None, error: BaseException | None) -> str:
@@ -64,8 +51,7 @@ def _one_line(error: BaseException | None) -> str | None:
 
 
 def _checkpoint_files(result) -> tuple[dict[str, Any] | None, bytes | None]:
-    """(the history beside the trial's latest checkpoint, its eval_returns.npz bytes), each None
-    when absent or unreadable; the checkpoint folder is opened once (a remote one is downloaded)."""
+    """(the history beside the latest checkpoint, its eval_returns.npz bytes), each None if absent."""
     checkpoint = getattr(result, "checkpoint", None)
     if checkpoint is None:
         return None, None
@@ -85,7 +71,6 @@ def _checkpoint_files(result) -> tuple[dict[str, Any] | None, bytes | None]:
 
 
 def _fill_from_checkpoint(rows: list[dict[str, Any]], saved: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Add the epochs that the latest checkpoint's history (`saved`) holds but Tune's results lack."""
     if not saved:
         return rows
     have = {int(r["epoch"]) for r in rows}
@@ -94,11 +79,7 @@ def _fill_from_checkpoint(rows: list[dict[str, Any]], saved: dict[str, Any] | No
 
 
 def _members_by_epoch(rows: list[dict[str, Any]], saved: dict[str, Any] | None, files: TrialFiles) -> dict[int, list[dict]]:
-    """Each epoch's member rows: from the latest checkpoint's history where it holds the epoch
-    (one file for every epoch up to it), else from the epoch's file in the trial's folder
-    (tune_gems.sweep.trial_files: written before the epoch's report), else from the report itself
-    (results written before the member files existed). A retried epoch trains to the same
-    member rows (resume is exact), so the sources agree where they overlap."""
+    """Each epoch's member rows: the checkpoint's history, else the epoch's file, else the report."""
     checkpointed: dict[int, list[dict]] = {}
     for m in (saved or {}).get("members", []):
         checkpointed.setdefault(int(m["epoch"]), []).append(m)
@@ -117,8 +98,7 @@ def _members_by_epoch(rows: list[dict[str, Any]], saved: dict[str, Any] | None, 
 
 
 def _trial_table(files: TrialFiles, name: str, df: pd.DataFrame | None, key: str) -> list[dict]:
-    """A trial's baselines or folds records: its file (tune_gems.sweep.trial_files), else the
-    first report that carried them (results written before the files existed)."""
+    """A trial's side-table records: its file, else the first report that carried them."""
     table = files.read_json(name)
     if isinstance(table, list):
         return table
@@ -130,7 +110,6 @@ def _trial_table(files: TrialFiles, name: str, df: pd.DataFrame | None, key: str
 
 @dataclass
 class SweepTables:
-    """Every table a sweep writes beside Tune's folders (docs/results.md)."""
 
     trials: pd.DataFrame
     history: pd.DataFrame
@@ -139,26 +118,12 @@ class SweepTables:
     baselines: pd.DataFrame
     gems: list[GemEntry]
     eval_returns: dict[str, bytes] = field(default_factory=dict)
-    """trial_id -> the eval_returns.npz of its latest checkpoint (trials that have one)."""
     folds: pd.DataFrame = field(default_factory=pd.DataFrame)
-    """One row per trial and walk-forward fold (tune_gems.data.segments.FOLD_TABLE_COLUMNS)."""
     histories: pd.DataFrame = field(default_factory=pd.DataFrame)
-    """One row per trial and price history (tune_gems.data.histories.HISTORY_TABLE_COLUMNS)."""
 
 
-def _ordered_union(seqs: list[tuple[str, ...]]) -> list[str]:
-    out: dict[str, None] = {}
-    for seq in seqs:
-        out.update(dict.fromkeys(seq))
-    return list(out)
-
-
-def collect_tables(
-    result_grid, base: dict[str, Any], experiment: str, statuses: dict[str, str] | None = None, design: str = "none"
-) -> SweepTables:
-    """The tables of a sweep from Tune's results; `statuses` maps trial ids to Tune's persisted
-    trial status (a trial missing there reads as finished); `design` is the spec's, applied to
-    every trial's config (its arms)."""
+def collect_tables(result_grid, base: dict[str, Any], experiment: str, statuses: dict[str, str] | None = None,
+        design: str = "none") -> SweepTables:
     trials, history, members, arms, baselines, folds, histories = [], [], [], [], [], [], []
     eval_returns: dict[str, bytes] = {}
     history_cols: list[tuple[str, ...]] = []
@@ -206,21 +171,15 @@ def collect_tables(
                                 "config_label": arm_labels.get(str(mrow.get("arm")), label),
                                 **{k: mrow.get(k) for k in MEMBER_IDS}, **{m: mrow.get(m) for m in member_metrics(plugins)}})
         last = rows[-1] if rows else {}
-        trial = {
-            "experiment": experiment,
-            "trial_id": trial_id,
-            "status": trial_status(statuses.get(trial_id), result.error),
-            "error": _one_line(result.error),
-            "epochs_done": len(rows),
-            "config_label": label,
-            "seed": seed,
-        }
+        trial = {"experiment": experiment, "trial_id": trial_id,
+            "status": trial_status(statuses.get(trial_id), result.error), "error": _one_line(result.error),
+            "epochs_done": len(rows), "config_label": label, "seed": seed}
         trial.update(flat_cfg)
         trial.update({m: last.get(m, math.nan) for m in history_cols[-1]})
         trial["objective"] = last.get("objective", math.nan)
         trial["node_id"], trial["gpu_ids"] = last.get("node_id"), last.get("gpu_ids")
         trials.append(trial)
-    epoch_cols = _ordered_union(history_cols) or list(epoch_metrics(plugins))
+    epoch_cols = list(dict.fromkeys(c for cols in history_cols for c in cols)) or list(epoch_metrics(plugins))
     th = pd.DataFrame(trials)
     hist = pd.DataFrame(history, columns=[*ID_COLUMNS, *epoch_cols])
     mem = pd.DataFrame(members, columns=[*ID_COLUMNS, *MEMBER_IDS, *member_metrics(plugins)])
@@ -232,26 +191,17 @@ def collect_tables(
     arms_df = pd.DataFrame(arms)
     if len(arms_df):
         arms_df = arms_df.sort_values(["trial_id", "arm"], kind="stable").reset_index(drop=True)
-    return SweepTables(
-        trials=th,
-        history=hist.sort_values(["trial_id", "epoch"]).reset_index(drop=True),
-        members=mem.sort_values(["trial_id", "epoch", "member"]).reset_index(drop=True),
-        arms=arms_df,
-        baselines=pd.DataFrame(baselines),
-        gems=manifest(plugins),
-        eval_returns=eval_returns,
-        folds=pd.DataFrame(folds),
-        histories=pd.DataFrame(histories),
-    )
+    return SweepTables(trials=th, history=hist.sort_values(["trial_id", "epoch"]).reset_index(drop=True),
+        members=mem.sort_values(["trial_id", "epoch", "member"]).reset_index(drop=True), arms=arms_df,
+        baselines=pd.DataFrame(baselines), gems=manifest(plugins), eval_returns=eval_returns, folds=pd.DataFrame(folds),
+        histories=pd.DataFrame(histories))
 
 
 def _safe_name(trial_id: str) -> bool:
-    """A trial id usable as a file name (Tune's are; anything else is not written)."""
     return bool(trial_id) and "/" not in trial_id and "\\" not in trial_id and not trial_id.startswith(".")
 
 
 def write_frames(store: ExperimentStore, frames: dict[str, pd.DataFrame]) -> dict[str, bytes]:
-    """Each frame as parquet; {name: the bytes written}."""
     written = {}
     for name, frame in frames.items():
         buf = io.BytesIO()
@@ -261,25 +211,8 @@ def write_frames(store: ExperimentStore, frames: dict[str, pd.DataFrame]) -> dic
     return written
 
 
-def write_eval_returns(store: ExperimentStore, eval_returns: dict[str, bytes]) -> None:
-    """`eval_returns/<trial_id>.npz` per trial, each through a temporary name in that folder and
-    renamed, so a reader never sees a partial file."""
-    if not eval_returns:
-        return
-    folder = f"{store.root}/{EVAL_RETURNS_DIR}"
-    store.fs.create_dir(folder, recursive=True)
-    for trial_id, data in sorted(eval_returns.items()):
-        name = trial_eval_returns(trial_id)
-        final, tmp = f"{folder}/{name}", f"{folder}/.{name}.tmp"
-        with store.fs.open_output_stream(tmp) as out:
-            out.write(data)
-        store.fs.move(tmp, final)
-
-
 def write_tables(store: ExperimentStore, tables: SweepTables) -> None:
-    """trials/history/members/arms/baselines/folds/histories parquet, gems.json and each trial's
-    eval returns, each written atomically (the side tables only when there are rows), then the
-    tables' checksums in the marker."""
+    """Every table and gems.json and the eval returns, each atomically, then their checksums."""
     frames = {TRIALS_FILE: tables.trials, HISTORY_FILE: tables.history, MEMBERS_FILE: tables.members}
     if len(tables.arms):
         frames[ARMS_PARQUET] = tables.arms
@@ -293,5 +226,8 @@ def write_tables(store: ExperimentStore, tables: SweepTables) -> None:
 
     written = {**write_frames(store, frames), GEMS_FILE: manifest_text(tables.gems).encode()}
     store.write_bytes(GEMS_FILE, written[GEMS_FILE])
-    write_eval_returns(store, tables.eval_returns)
+    if tables.eval_returns:
+        store.fs.create_dir(f"{store.root}/{EVAL_RETURNS_DIR}", recursive=True)
+    for trial_id, data in sorted(tables.eval_returns.items()):
+        store.write_bytes(f"{EVAL_RETURNS_DIR}/{trial_eval_returns(trial_id)}", data)
     record_tables(store, written)  # what `confirm` verifies them against (tune_gems.contracts.run_record)

@@ -1,8 +1,5 @@
-"""What `--resume` continues from: the experiment's record (the marker with the spec's and the data
-file's checksums, then spec.yaml) that a first run writes, read back and checked by the run that
-resumes it. The stored spec is the run: an override that changes it is refused, naming the key.
-Tune's stored state says which trials are unfinished (`stored_trial_statuses`), and each one's
-newest checkpoint the epoch it continues from (`restart_lines`: said before it restarts)."""
+"""What `--resume` continues from: the experiment's record (marker checksums, spec.yaml), checked
+before it resumes (a changed stored spec or data refused), and where each unfinished trial restarts."""
 
 from __future__ import annotations
 
@@ -26,7 +23,6 @@ from tune_gems.sweep.spec_load import import_spec_plugins
 from tune_gems.sweep.storage import ExperimentStore
 
 RESUME_MAY_DIFFER = ("name", "storage", "storage_timeout_s", "description")
-"""Spec keys that may differ between the stored run and the command resuming it."""
 RESUME_FIX = "start a new sweep under another --name"
 
 
@@ -42,17 +38,12 @@ def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, A
 
 
 def resolved_spec(spec: SweepSpec) -> dict[str, Any]:
-    """The spec as a tree whose config is the full resolved trainer config (defaults filled in)."""
     return {**spec.model_dump(mode="json"), "config": spec.base_config().to_dict()}
 
 
 def stored_spec(store: ExperimentStore, overrides: list[str], given: SweepSpec, spec_path: Path) -> SweepSpec:
-    """The spec a `--resume` continues with: the experiment's stored spec.yaml. Overrides are
-    applied to it and any that changes it is refused, naming the key; a SPEC file that differs
-    from the stored one is noted (the stored one runs). A stored spec edited since the sweep
-    wrote it, or a data file changed since it read it, is refused, and so is an experiment whose
-    marker is missing, unreadable or records no checksums (fail-closed,
-    tune_gems.contracts.run_record)."""
+    """The stored spec.yaml, overrides that change it refused; refused fail-closed when it or the
+    data changed."""
     from pydantic import ValidationError
 
     where = f"{store.uri}/{SPEC_FILE}"
@@ -93,8 +84,7 @@ def stored_spec(store: ExperimentStore, overrides: list[str], given: SweepSpec, 
 
 
 def stored_marker(store: ExperimentStore) -> tuple[dict[str, Any] | None, str | None]:
-    """The experiment's marker (what it recorded: the spec's checksum, the data file's) and None,
-    or None and why there is none (tune_gems.contracts.outputs.marker_state)."""
+    """(the experiment's marker, None), or (None, why there is none)."""
     if store.disk_dir is not None:
         return marker_state(store.disk_dir)
     try:
@@ -106,7 +96,6 @@ def stored_marker(store: ExperimentStore) -> tuple[dict[str, Any] | None, str | 
 
 
 def write_record(store: ExperimentStore, spec_text: bytes, data_record: dict[str, str] | None) -> None:
-    """The experiment's marker, recording the spec's checksum and the data file's, then the spec."""
     fields: dict[str, Any] = {CHECKSUMS_KEY: checksums(None, **{SPEC_FILE: spec_text})}
     if data_record is not None:
         fields[DATA_KEY] = data_record
@@ -118,8 +107,7 @@ def write_record(store: ExperimentStore, spec_text: bytes, data_record: dict[str
 
 
 def record_tables(store: ExperimentStore, written: dict[str, bytes]) -> None:
-    """The checksums of the tables just written ({name: bytes}) in the experiment's marker
-    (`run_record.TABLES_KEY`), what `confirm` verifies them against."""
+    """The checksums of the tables just written, in the marker: what `confirm` verifies."""
     fields = table_checksums(written)
     marker, _problem = stored_marker(store)
     if store.disk_dir is not None and marker is not None:
@@ -129,15 +117,12 @@ def record_tables(store: ExperimentStore, written: dict[str, bytes]) -> None:
 
 
 def resume_command(spec_path: Path, store: ExperimentStore, name: str) -> str:
-    """The command that continues this sweep."""
     return f"tune-gems sweep {spec_path} --storage {store.storage} --name {name} --resume"
 
 
 @dataclass(frozen=True)
 class StoredTrial:
-    """A trial as Tune's newest persisted experiment state holds it: its status, its last
-    processed result (`epoch`, and `checkpoint_dir_name` when that result brought a checkpoint)
-    and its folder under the experiment."""
+    """A trial in Tune's newest persisted state: status, last processed result, folder."""
 
     status: str
     last_result: dict[str, Any]
@@ -145,11 +130,7 @@ class StoredTrial:
 
 
 def stored_trials(store: ExperimentStore) -> dict[str, StoredTrial]:
-    """{trial_id: StoredTrial} from Tune's newest persisted experiment state (what `--resume`
-    will read); {} when there is none or it cannot be read. Tune writes it one last time when a
-    sweep is interrupted, with the unfinished trials RUNNING or PENDING, then marks its in-memory
-    trials TERMINATED while cleaning up: so the file, not the ResultGrid, tells an interrupted
-    trial from a finished one."""
+    """{trial_id: StoredTrial} from Tune's newest persisted state (which tells interrupted from finished)."""
     import pyarrow.fs as pafs
 
     try:
@@ -171,24 +152,17 @@ def stored_trials(store: ExperimentStore) -> dict[str, StoredTrial]:
 
 
 def stored_trial_statuses(store: ExperimentStore) -> dict[str, str]:
-    """{trial_id: status} of Tune's newest persisted experiment state (`stored_trials`)."""
     return {trial_id: t.status for trial_id, t in stored_trials(store).items()}
 
 
 FINISHED_STATUS = "TERMINATED"
 NO_CHECKPOINT = "no checkpoint yet"
 CHECKPOINT_KEY = "checkpoint_dir_name"
-"""The key of a Tune result that brought a checkpoint (its folder's name)."""
 RESULTS_FILE = "result.json"
-"""Tune's per-trial log of processed results, one JSON object a line."""
 
 
 def checkpoint_epoch(store: ExperimentStore, trial: StoredTrial) -> int | None:
-    """The epoch a resumed `trial` restarts after: that of the newest checkpoint Tune registered
-    (its last result's, when that result brought one, else the last result before it in the
-    trial's result.json that did: a checkpoint is due only now and then), or None when it has
-    none (Tune then starts the trial again). Not the newest checkpoint folder: one written while
-    Ctrl-C stopped the sweep is there but was never registered, and Tune does not restore it."""
+    """The epoch a resumed `trial` restarts after: its newest checkpoint Tune registered, or None."""
     last = trial.last_result
     if last.get(CHECKPOINT_KEY):
         return int(last["epoch"])
@@ -207,9 +181,7 @@ def checkpoint_epoch(store: ExperimentStore, trial: StoredTrial) -> int | None:
 
 
 def restart_lines(store: ExperimentStore, spec: SweepSpec) -> list[str]:
-    """What a `--resume` continues, before it starts: the finished trials kept, and per unfinished
-    trial the epoch it restarts from and why (its newest checkpoint, or none yet: when the
-    config writes one), so a resumed sweep that retrains epochs says so."""
+    """What a `--resume` continues: finished trials kept, the epoch each unfinished one restarts from."""
     trials = stored_trials(store)
     if not trials:
         return [f"resuming {store.name}: Tune's stored state lists no trial yet; the sweep starts its trials"]

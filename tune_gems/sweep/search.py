@@ -1,23 +1,7 @@
-"""Optuna, through Ray Tune's OptunaSearch: a define-by-run space and a persisted study.
-
-Per gem, Optuna picks a mode among the spec's choices and, only when the mode is `wire`, a
-log-scale weight: the conditional parameter exists only where it means something, which is
-what define-by-run is for. The trial's seeds are not searched: they are returned as constants
-(per_trial: seed = base seed + Optuna's trial number n and first seed index = base + n x the
-spec's seed stride, so every trial has its own seed indices and synthetic paths and adds units
-to the analysis; common: the base seed and first seed index), so they are reproducible and
-visible in the study without polluting parameter importances.
-
-The study lives in Optuna's journal storage inside the experiment folder, readable with
-`optuna.load_study(study_name=<experiment>, storage=JournalStorage(JournalFileBackend(path)))`
-and optuna-dashboard.
-
-Optuna is used through its public API (studies, trials, and the storage's trial-id lookup).
-The private names left are OptunaSearch's own state, which `DivergenceAwareOptunaSearch`
-extends and which Ray exposes no accessor for: `_ot_study` (its study), `_ot_trials` (Tune
-trial id -> Optuna trial), `_storage`, `_sampler`, `_study_name` (rebuilding the study after a
-restore on another machine) and `_completed_trials` (trials it has told).
-"""
+"""Optuna through Ray Tune's OptunaSearch: a define-by-run space (a weight only where a gem is
+wired; the seeds returned as constants) and a journal study in the experiment folder. The private
+names used are OptunaSearch's own state (`_ot_study`, `_ot_trials`, `_storage`, `_sampler`,
+`_study_name`, `_completed_trials`): Ray exposes no accessor."""
 
 from __future__ import annotations
 
@@ -49,10 +33,7 @@ def journal_storage(path: str | Path) -> JournalStorage:
 
 
 def clear_stale_journal_lock(journal: Path) -> bool:
-    """Remove Optuna's journal lock a killed driver left (`outputs.is_journal_lock`); True when
-    one was there. Only for `--resume` with the experiment's writer lock held: no other driver
-    writes the journal then, so the lock is stale (Optuna itself would wait out its 30 s grace
-    period before breaking it)."""
+    """Remove Optuna's journal lock a killed driver left (under the writer lock only); True if one was."""
     from tune_gems.contracts.outputs import is_journal_lock
 
     lock = journal.with_name(journal.name + JOURNAL_LOCK_SUFFIX)
@@ -63,8 +44,7 @@ def clear_stale_journal_lock(journal: Path) -> bool:
 
 
 class DefineByRun:
-    """The search space as Optuna's define-by-run callable (a class, so that Tune can pickle
-    the searcher into its experiment state for resume)."""
+    """The search space as Optuna's define-by-run callable (a class: Tune pickles the searcher)."""
 
     def __init__(self, spec: SweepSpec):
         self.base_seed = int(spec.config.get("seed", 0))
@@ -91,45 +71,23 @@ class DefineByRun:
 
 
 class DivergenceAwareOptunaSearch(OptunaSearch):
-    """OptunaSearch made safe for divergence and for driver restarts.
-
-    - A diverged trial (NaN objective) is recorded as FAIL instead of staying RUNNING (Optuna
-      refuses NaN values; the base class only logs that).
-    - An epoch a resumed trial trains again is not reported twice (`_reported_already`).
-    - The journal is written at once, while Tune's saved state (with this searcher pickled in
-      it) lags by seconds. After a driver crash and `Tuner.restore`, Tune may re-run a trial
-      that the journal already finished; reports for it are skipped instead of aborting the
-      sweep with UpdateFinishedTrialError (the resumed run reproduces the same values).
-    - A trial Optuna handed out after Tune's last snapshot (the driver killed before Tune saved
-      its state: the journal has it, Tune's restored state does not) is *adopted* by the next
-      trial Tune asks for (`_adopt`): that trial re-runs it, with its own number (so its own
-      per-trial seed and seed indices) and its own parameters, and the sampler's random state is
-      moved past its draws as the uninterrupted driver's was. So the resumed sweep asks the same
-      trials, in the same order, as an uninterrupted one (exactly so wherever the uninterrupted
-      one is reproducible: the random start-up trials, or one trial at a time), and no orphan is
-      left for `close_orphaned_trials`.
-    - With `journal_mirror` = (storage URI, experiment name), the journal (kept in a local
-      mirror for URI storage) is copied to the experiment folder after every finished trial,
-      and after every trial it asks for, so a sweep whose driver machine is lost resumes with its
-      study (intermediate per-epoch values reported since the last copy may be missing from
-      it; final values are not). It is a plain attribute,
-      pickled with the searcher into Tune's state, so a resumed sweep keeps copying.
-    """
+    """OptunaSearch made safe for divergence and driver restarts: a diverged trial is told FAIL; a
+    resumed trial's repeated epochs and trials the journal finished are not told again; a trial
+    handed out after Tune's last snapshot is adopted by the next (`_adopt`); with `journal_mirror`
+    the journal is copied to the experiment after every trial asked and finished."""
 
     journal_mirror: tuple[str, str] | None = None
     objective_name: str | None = None
-    """The spec's objective metric: the study's metric name (Tune's side calls it `objective`)."""
+    """The spec's objective: the study's metric name (Tune calls it `objective`)."""
 
     def _name_study(self) -> None:
-        """The study's metric name (the dashboard says it instead of "Objective 0")."""
         if self.objective_name and self._ot_study is not None and self._ot_study.metric_names is None:
             with warnings.catch_warnings():  # "experimental" since Optuna 3.2; the name is worth it
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 self._ot_study.set_metric_names([self.objective_name])
 
     def _annotate(self, trial_id: str, result: dict | None) -> None:
-        """User attributes of the Optuna trial that join it to trials.parquet: the Tune trial id
-        (set when asked), then its config label and final metrics."""
+        """The Optuna trial's user attributes that join it to trials.parquet (label, final metrics)."""
         ot_trial = self._ot_trials.get(trial_id)
         if ot_trial is None or self._finished_in_journal(trial_id):
             return
@@ -153,10 +111,7 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         super().on_trial_result(trial_id, result)
 
     def _reported_already(self, trial_id: str, result: dict) -> bool:
-        """Whether the Optuna trial holds this result's step already: a trial that `--resume`
-        restarts from an earlier checkpoint (or from its start) reports those epochs again, with
-        the same values, and Optuna would warn once per step ("The reported value is ignored
-        because this `step=1` is already reported")."""
+        """Whether the Optuna trial holds this step already (a resumed trial reports it again)."""
         ot_trial = self._ot_trials.get(trial_id)
         step = result.get(TRAINING_ITERATION)
         if ot_trial is None or step is None:
@@ -169,9 +124,7 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         self._push_journal()
 
     def suggest(self, trial_id: str):
-        """A new trial adopts the first orphan, if any (see the class docstring). Also copied
-        after a trial is asked: Tune's state, saved after this, then never names an Optuna trial
-        the copied journal lacks (a resume could not `tell` it otherwise)."""
+        """Adopt the first orphan; copy the journal after each trial is asked."""
         if callable(self._space) and self._ot_study is not None and trial_id not in self._ot_trials:
             orphan = self._first_orphan()
             if orphan is not None:
@@ -184,18 +137,13 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         return config
 
     def _first_orphan(self) -> optuna.trial.FrozenTrial | None:
-        """The lowest-numbered trial of the study that no Tune trial of this searcher holds and
-        that no earlier sweep closed as orphaned: asked by a driver killed before Tune saved it."""
+        """The lowest-numbered trial no Tune trial holds and no sweep closed."""
         held = {t.number for t in self._ot_trials.values()}
         free = [t for t in self._ot_study.get_trials(deepcopy=False) if t.number not in held and ORPHAN_ATTR not in t.user_attrs]
         return min(free, key=lambda t: t.number) if free else None
 
     def _adopt(self, orphan: optuna.trial.FrozenTrial) -> optuna.trial.Trial:
-        """The orphan as a trial to run again: its stored parameters are what the define-by-run
-        space reads back (Optuna returns a parameter already suggested in a trial as it is), and
-        the sampler draws each of them once more, in the order they were suggested, so its random
-        state moves on exactly as when the orphan was first asked (the values drawn are the
-        stored ones; they are not used)."""
+        """Run the orphan again: its parameters read back, the sampler moved past its draws as at first."""
         sampler = self._ot_study.sampler
         for name, dist in orphan.distributions.items():
             if not dist.single():
@@ -203,8 +151,7 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
         return optuna.trial.Trial(self._ot_study, _trial_id(self._storage, self._study_name, orphan.number))
 
     def _record_tune_id(self, trial_id: str) -> None:
-        """The Tune trial id of trial `trial_id`'s Optuna trial: a user attribute of the trial, or
-        (an adopted trial that finished already cannot take one) of the study."""
+        """The Tune trial id on its Optuna trial, or on the study (a finished adopted trial)."""
         ot_trial = self._ot_trials[trial_id]
         if _stored_trial(self._ot_study, ot_trial.number).state.is_finished():
             self._ot_study.set_user_attr(f"{TUNE_TRIAL_ATTR}:{trial_id}", ot_trial.number)
@@ -212,9 +159,6 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
             ot_trial.set_user_attr(TUNE_TRIAL_ATTR, trial_id)
 
     def restore(self, checkpoint_path: str) -> None:
-        """Tune's saved searcher points at the journal mirror of the driver that saved it; a
-        driver on another machine (or with another cache) points it at its own mirror, pulled
-        from the experiment folder before the restore."""
         super().restore(checkpoint_path)
         self._rebind_journal()
 
@@ -257,18 +201,15 @@ class DivergenceAwareOptunaSearch(OptunaSearch):
 
 
 def _stored_trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
-    """Trial `number` of `study` as its storage holds it now."""
     return next(t for t in study.get_trials(deepcopy=False) if t.number == number)
 
 
 def _trial_id(storage: optuna.storages.BaseStorage, study_name: str, number: int) -> int:
-    """The storage's id of trial `number` of the study `study_name`."""
     return storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study_name), number)
 
 
 def optuna_trial_numbers(study_name: str, journal_path: Path) -> dict[str, int]:
-    """{Tune trial id: Optuna trial number} from the study's user attributes (trials.parquet's
-    `optuna_trial` column)."""
+    """{Tune trial id: Optuna trial number} (trials.parquet's `optuna_trial`)."""
     study = optuna.load_study(study_name=study_name, storage=journal_storage(journal_path))
     out = {str(t.user_attrs[TUNE_TRIAL_ATTR]): t.number for t in study.get_trials(deepcopy=False) if TUNE_TRIAL_ATTR in t.user_attrs}
     prefix = f"{TUNE_TRIAL_ATTR}:"  # adopted trials that had finished (DivergenceAwareOptunaSearch._record_tune_id)
@@ -282,11 +223,7 @@ ORPHAN_ATTR = "orphaned"
 
 
 def close_orphaned_trials(study_name: str, journal_path: Path) -> int:
-    """After a sweep that FINISHED every Tune trial: Optuna trials still RUNNING were asked by a
-    driver that was killed before Tune saved its state, so no Tune trial will ever report them.
-    Mark them FAIL (with a note) so the study holds no phantom running trials; returns how many.
-    Never call it after an interrupted sweep: its unfinished trials are still Tune's, and
-    `--resume` finishes them."""
+    """Mark FAIL the trials still RUNNING after a finished sweep (asked by a killed driver); how many."""
     storage = journal_storage(journal_path)
     study = optuna.load_study(study_name=study_name, storage=storage)
     orphans = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING]
@@ -298,14 +235,9 @@ def close_orphaned_trials(study_name: str, journal_path: Path) -> int:
 
 def make_searcher(spec: SweepSpec, study_name: str, journal_path: Path, mirror: tuple[str, str] | None = None) -> OptunaSearch:
     """The searcher; `mirror` = (storage URI, name) when the journal must be copied to a URI."""
-    searcher = DivergenceAwareOptunaSearch(
-        space=DefineByRun(spec),
-        metric="objective",
-        mode=spec.objective.mode,
-        sampler=optuna.samplers.TPESampler(seed=spec.sampler_seed),
-        study_name=study_name,
-        storage=journal_storage(journal_path),
-    )
+    searcher = DivergenceAwareOptunaSearch(space=DefineByRun(spec), metric="objective", mode=spec.objective.mode,
+        sampler=optuna.samplers.TPESampler(seed=spec.sampler_seed), study_name=study_name,
+        storage=journal_storage(journal_path))
     searcher.journal_mirror = mirror
     searcher.objective_name = spec.objective.metric
     return searcher

@@ -1,12 +1,4 @@
-"""Sweep specs: the pydantic models of a spec (loading and the checks across keys: `spec_load.py`).
-
-A spec holds the base trainer config, the search space (per gem: which modes Optuna may pick
-and the log-scale weight range when wired; any other config key as a float/int/categorical
-parameter), num_samples, the objective, resources per trial, the failure policy, an optional
-early-stopping scheduler, and where results go. Every key of the search space is checked
-against the trainer config at both ends of its range, so a typo or an impossible value fails
-here, not in a trial an hour later.
-"""
+"""Sweep specs: the pydantic models of a spec (loading and the checks across keys: `spec_load.py`)."""
 
 from __future__ import annotations
 
@@ -24,13 +16,12 @@ from tune_gems.sweep.storage import STORAGE_TIMEOUT_S
 
 DESIGN_NONE = "none"
 DEFAULT_OBJECTIVE = "val_alpha_sharpe_mean_lastk"
-"""The verdict metric: alpha Sharpe (market exposure removed), mean of the last k epochs."""
+"""The verdict metric: alpha Sharpe, mean of the last k epochs."""
 
 
 class GemSearch(_Strict):
-    modes: list[GemMode] = Field(
-        default_factory=lambda: ["measure", "wire"], description="the gem's modes Optuna chooses from (off, measure, wire)"
-    )
+    modes: list[GemMode] = Field(default_factory=lambda: ["measure", "wire"],
+        description="the gem's modes Optuna chooses from (off, measure, wire)")
     weight_low: float = Field(1e-3, gt=0.0, description="lowest weight Optuna proposes when the gem is wired (log scale)")
     weight_high: float = Field(1.0, gt=0.0, le=1e3, description="highest weight Optuna proposes when the gem is wired")
 
@@ -44,7 +35,7 @@ class GemSearch(_Strict):
 
 
 SAMPLER_SEED_MAX = 2**32 - 1
-"""Largest Optuna sampler seed (numpy's RandomState takes 0 .. 2**32 - 1)."""
+"""Largest Optuna sampler seed (numpy's RandomState range)."""
 INT_BOUND = 2**53
 """Largest |bound| of an int parameter (beyond it a float cannot hold every integer)."""
 SEARCH_REFUSED_PREFIXES = {
@@ -52,7 +43,6 @@ SEARCH_REFUSED_PREFIXES = {
     "data key would be recorded per trial but never used; run one sweep per data setting",
 }
 FIRST_SEED_INDEX = "first_seed_index"
-"""The config key a trial's seed block sets (tune_gems.config.schema.Config.first_seed_index)."""
 TRIAL_SET_KEYS = {
     "seed": "the design sets each trial's seed (the base `config.seed` + the trial's number, or the base for "
     "seeds: common); set config.seed and `seeds` instead",
@@ -60,9 +50,7 @@ TRIAL_SET_KEYS = {
     "stride, or the block's); Optuna's value would be recorded while the design's trained: set "
     "config.first_seed_index instead",
 }
-"""Config keys the design sets per trial (tune_gems.sweep.search.DefineByRun's constants, the
-blocks' grid): Ray's OptunaSearch merges those constants over Optuna's suggestions, so a searched
-one would be recorded by the study (and learnt from by its sampler) while another value trained."""
+"""Config keys the design sets per trial: searched, one value would be recorded while another trained."""
 
 
 class ParamSpace(_Strict):
@@ -103,16 +91,10 @@ class ParamSpace(_Strict):
 
 
 class SearchSpec(_Strict):
-    gems: dict[str, GemSearch] = Field(
-        default_factory=dict,
-        description="per gem (g6, g10, ... as in config.gems): its searched modes and weight range",
-        json_schema_extra={"key_name": "gem"},
-    )
-    params: dict[str, ParamSpace] = Field(
-        default_factory=dict,
-        description="per dotted config key (e.g. trainer.lr): its search space; data.* keys, seed, first_seed_index "
-        "and gems.* are refused",
-    )
+    gems: dict[str, GemSearch] = Field(default_factory=dict, json_schema_extra={"key_name": "gem"},
+        description="per gem (g6, g10, ... as in config.gems): its searched modes and weight range")
+    params: dict[str, ParamSpace] = Field(default_factory=dict,
+        description="per dotted config key (e.g. trainer.lr): its search space; data.* keys, seed, first_seed_index and gems.* are refused")
 
     @field_validator("params")
     @classmethod
@@ -129,11 +111,8 @@ class SearchSpec(_Strict):
 
 
 class ObjectiveSpec(_Strict):
-    metric: str = Field(
-        DEFAULT_OBJECTIVE,
-        description="the epoch metric Optuna optimises (no test_ metric; verdict_gain and the other gains only with "
-        "design wire_search)",
-    )
+    metric: str = Field(DEFAULT_OBJECTIVE,
+        description="the epoch metric Optuna optimises (no test_ metric; verdict_gain and the other gains only with design wire_search)")
     mode: Literal["max", "min"] = Field("max", description="maximise or minimise the metric")
 
     @field_validator("metric")
@@ -149,13 +128,9 @@ class ObjectiveSpec(_Strict):
 class ResourcesSpec(_Strict):
     cpu: float = Field(1.0, gt=0.0, le=1e4, description="CPUs per trial (Ray's resource request)")
     gpu: float | None = Field(None, ge=0.0, le=1e3, description="GPUs per trial; null = 1 when the cluster has GPUs, else 0")
-    wait_for_nodes_s: float = Field(
-        0.0,
-        ge=0.0,
-        le=86400.0,
-        description="when no node of the cluster can hold one trial: seconds to wait for an autoscaler to add "
-        "one (with a warning) before refusing; 0 refuses at once",
-    )
+    wait_for_nodes_s: float = Field(0.0, ge=0.0, le=86400.0,
+        description="when no node of the cluster can hold one trial: seconds to wait for an autoscaler to add one (with a warning) before "
+        "refusing; 0 refuses at once")
 
     @field_validator("gpu")
     @classmethod
@@ -177,46 +152,32 @@ class SchedulerSpec(_Strict):
 
 
 MAX_BLOCKS = 4096
-"""More blocks than this is almost surely a mistyped count (each block is a Ray trial)."""
 
 
 class BlocksSpec(_Strict):
-    """`blocks:` one design split into trials, one Ray Tune trial per block, each on its own
-    GPU. The block key is the set of config keys a trial's block sets: today the seed block
-    (`first_seed_index`); walk-forward folds join it as a second key, and Tune's grid then runs
-    every (seed block, fold) pair once."""
+    """`blocks:` one design split into seed blocks, one trial (and GPU) per block."""
 
-    seed_blocks: int = Field(
-        ...,
-        ge=1,
-        le=MAX_BLOCKS,
-        description="trial b trains seed indices [f + b*S, f + (b+1)*S), S = config.trainer.population, "
-        "f = config.first_seed_index (default 0); every block keeps the same arms",
-    )
+    seed_blocks: int = Field(..., ge=1, le=MAX_BLOCKS,
+        description="trial b trains seed indices [f + b*S, f + (b+1)*S), S = config.trainer.population, f = config.first_seed_index "
+        "(default 0); every block keeps the same arms")
 
 
 class SweepSpec(_Strict):
     name: str | None = Field(None, description="experiment folder under storage (--name wins); none: <spec name>-<time>")
     description: str = Field("", description="free text about the sweep, kept in its spec.yaml")
     storage: str = Field("experiments", description="where experiments live: a local folder or a URI Ray understands (--storage wins)")
-    storage_timeout_s: float = Field(
-        STORAGE_TIMEOUT_S, gt=0.0, le=3600.0, description="seconds to reach a remote storage URI before Ray starts (then refused)"
-    )
-    config: dict[str, Any] = Field(
-        default_factory=dict, description="the base config of every trial: the config keys (tune-gems config, first table)"
-    )
+    storage_timeout_s: float = Field(STORAGE_TIMEOUT_S, gt=0.0, le=3600.0,
+        description="seconds to reach a remote storage URI before Ray starts (then refused)")
+    config: dict[str, Any] = Field(default_factory=dict,
+        description="the base config of every trial: the config keys (tune-gems config, first table)")
     search: SearchSpec = Field(default_factory=SearchSpec)
     num_samples: int = Field(4, ge=1, description="trials Optuna proposes (with blocks: the number of blocks)")
     max_concurrent_trials: int | None = Field(None, ge=1, description="most trials running at once; none: as many as fit")
-    seeds: Literal["per_trial", "common"] = Field(
-        "per_trial",
-        description="per_trial: trial n uses seed+n and its own seed indices (and so its own synthetic paths), "
-        "[f + n*S, f + (n+1)*S) with S the largest trainer.population of the spec; common: every trial "
-        "uses the same member seeds and seed indices",
-    )
-    blocks: BlocksSpec | None = Field(
-        None, description="one design split into seed blocks, one trial (and GPU) per block; nothing searched"
-    )
+    seeds: Literal["per_trial", "common"] = Field("per_trial",
+        description="per_trial: trial n uses seed+n and its own seed indices (and so its own synthetic paths), [f + n*S, f + (n+1)*S) with "
+        "S the largest trainer.population of the spec; common: every trial uses the same member seeds and seed indices")
+    blocks: BlocksSpec | None = Field(None,
+        description="one design split into seed blocks, one trial (and GPU) per block; nothing searched")
     sampler_seed: int = Field(0, ge=0, le=SAMPLER_SEED_MAX, description="seed of Optuna's TPE sampler (numpy's range)")
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
@@ -224,18 +185,14 @@ class SweepSpec(_Strict):
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
     checkpoints_to_keep: int = Field(2, ge=1, description="checkpoints Ray keeps per trial (the newest)")
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
-    design: Literal["none", "wire_search", "wire_search_aa"] = Field(
-        DESIGN_NONE,
-        description="none: each trial is its config (and config.arms, if any); wire_search: each trial trains "
-        "Optuna's proposal, a control and one without-<gem> arm per wired gem, paired by seed (tune_gems.design.arm_sets); "
-        "wire_search_aa: the same and an A/A arm (the control with an independent replay stream: the learner's own "
-        "null spread, reported beside the verdicts)",
-    )
+    design: Literal["none", "wire_search", "wire_search_aa"] = Field(DESIGN_NONE,
+        description="none: each trial is its config (and config.arms, if any); wire_search: each trial trains Optuna's proposal, a control "
+        "and one without-<gem> arm per wired gem, paired by seed (tune_gems.design.arm_sets); wire_search_aa: the same and an A/A arm "
+        "(the control with an independent replay stream: the learner's own null spread, reported beside the verdicts)")
 
     @model_validator(mode="after")
     def _known_names(self) -> "SweepSpec":
-        """Gems and the objective are checked against the run's own registry (plug-ins
-        included) and design."""
+        """Gems and the objective checked against the run's own registry and design."""
         from tune_gems.gems import run_gems
 
         plugins = list((self.config or {}).get("plugins") or [])
@@ -253,8 +210,7 @@ class SweepSpec(_Strict):
 
     @model_validator(mode="after")
     def _blocks(self) -> "SweepSpec":
-        """A block sweep runs one design: nothing searched, nothing stopped early, one trial per
-        block (num_samples is the number of blocks)."""
+        """A block sweep runs one design: nothing searched or stopped early, one trial per block."""
         if self.blocks is None:
             return self
         n = self.blocks.seed_blocks
@@ -275,5 +231,4 @@ class SweepSpec(_Strict):
 
     @property
     def searches(self) -> bool:
-        """Whether Optuna proposes anything (gem modes/weights or parameters)."""
         return bool(self.search.gems or self.search.params)

@@ -1,11 +1,5 @@
-"""A sweep spec loaded and checked before Ray starts (`load_spec`), and what it implies per trial:
-the keys the design sets for trial n (`trial_constants`, `block_grid`), a trial's config
-(`trial_config`, `designed_config`), the widest trial for the dry run.
-
-Every key of the search space is checked against the trainer config at both ends of its range,
-and no searched key may be one the design sets per trial or the arms set, so a typo or an
-impossible value fails here, not in a trial an hour later.
-"""
+"""A sweep spec loaded and checked before Ray starts (`load_spec`: every searched key at both ends
+of its range), and what it implies per trial: the design's keys, a trial's config, the widest trial."""
 
 from __future__ import annotations
 
@@ -24,8 +18,7 @@ from tune_gems.sweep.spec import DESIGN_NONE, FIRST_SEED_INDEX, SweepSpec
 from tune_gems.sweep.tracking import check_tracking
 
 def seed_stride(spec: SweepSpec) -> int:
-    """Seed indices between the first seed index of one trial and the next (per_trial seeds,
-    blocks): the most seeds per arm a trial of the spec can have, so trials never share one."""
+    """Seed indices from one trial's first to the next: the most seeds per arm a trial can have."""
     stride = spec.base_config().trainer.population
     space = spec.search.params.get("trainer.population")
     if space is not None:
@@ -34,18 +27,14 @@ def seed_stride(spec: SweepSpec) -> int:
 
 
 def trial_constants(spec: SweepSpec, number: int) -> dict[str, int]:
-    """The config keys the design sets for trial `number` (Optuna's trial number; per_trial
-    seeds: seed = base seed + n, first seed index = base + n x `seed_stride`; common: the
-    bases). tune_gems.sweep.search.DefineByRun returns these, and `_check_trial_grid` validates
-    the largest before Ray starts."""
+    """The config keys the design sets for Optuna's trial `number` (`search.DefineByRun` returns them)."""
     base = spec.base_config()
     n = number if spec.seeds == "per_trial" else 0
     return {"seed": base.seed + n, FIRST_SEED_INDEX: base.first_seed_index + n * seed_stride(spec)}
 
 
 def block_grid(spec: SweepSpec) -> dict[str, list[Any]]:
-    """Per block key, its values: one trial per combination (Tune's grid). Today the seed block's
-    first seed index; a fold key joins here."""
+    """Per block key its values, one trial per combination (Tune's grid)."""
     if spec.blocks is None:
         return {}
     first, stride = spec.base_config().first_seed_index, seed_stride(spec)
@@ -53,14 +42,12 @@ def block_grid(spec: SweepSpec) -> dict[str, list[Any]]:
 
 
 def trial_config(base: dict[str, Any], params: dict[str, Any], design: str = DESIGN_NONE) -> Config:
-    """The full config of one trial: the base tree with the trial's dotted parameters applied,
-    validated once, with the design's arms set (tune_gems.design.arm_sets.apply_design)."""
+    """One trial's config: the base with its dotted parameters, validated once, with the design's arms."""
     cfg = build_config(with_dotted(base, params), "trial config")
     return cfg if design == DESIGN_NONE else apply_design(cfg, design)
 
 
 def arms_keys(config: dict[str, Any]) -> set[str]:
-    """The dotted keys the config's `arms` set (every factor, every key of a listed arm)."""
     from tune_gems.config.dotted import flatten
 
     arms = config.get("arms") if isinstance(config, dict) else None
@@ -76,8 +63,7 @@ def arms_keys(config: dict[str, Any]) -> set[str]:
 
 
 def _check_search_not_set_by_arms(spec: SweepSpec, source: str) -> None:
-    """A key both searched and set by the arms would be recorded per trial (Optuna's value)
-    while every member trained with the arms' value: refused."""
+    """A key both searched and set by the arms is refused (the arms' value would train)."""
     set_by_arms = arms_keys(spec.config)
     searched = [(f"search.params.{k}", k) for k in spec.search.params]
     searched += [(f"search.gems.{g}", f"gems.{g}.{f}") for g in spec.search.gems for f in ("mode", "weight")]
@@ -109,7 +95,6 @@ def _check_search_against_config(spec: SweepSpec, source: str) -> None:
 
 
 def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:
-    """Read, override (`key=value` on the spec tree, e.g. config.trainer.epochs=2) and validate."""
     tree = read_yaml(path)
     apply_overrides(tree, list(overrides or []))
     _check_config_keys_at_top(tree, str(path))
@@ -132,9 +117,7 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
 
 
 def _check_config_keys_at_top(tree: dict[str, Any], source: str) -> None:
-    """A config key given at the spec's top level (`trainer.epochs=3`, the habit of `tune-gems
-    train`) is refused naming the key it means, `config.trainer.epochs`, rather than the spec key
-    that happens to be closest to `trainer` (pydantic's did-you-mean over the spec's own keys)."""
+    """A config key at the spec's top level is refused naming `config.<key>`."""
     from tune_gems.config.dotted import flatten
     from tune_gems.config.keys import did_you_mean, known_keys
 
@@ -157,7 +140,6 @@ def _check_config_keys_at_top(tree: dict[str, Any], source: str) -> None:
 
 
 def import_spec_plugins(tree: dict[str, Any], source: str) -> None:
-    """Import the gem plug-ins the spec's config names, before its gems are validated."""
     from tune_gems.gems import import_plugins
 
     config = tree.get("config") if isinstance(tree, dict) else None
@@ -173,13 +155,11 @@ def import_spec_plugins(tree: dict[str, Any], source: str) -> None:
 
 
 def designed_config(spec: SweepSpec, params: dict[str, Any]) -> Config:
-    """A trial's full config with the spec's design applied (its arms set)."""
     return trial_config(spec.config, params, spec.design)
 
 
 def widest_trial(spec: SweepSpec) -> dict[str, Any]:
-    """The trial parameters with the most arms under the design: every searched gem wired at
-    its highest weight (what the memory check and the design check try)."""
+    """The parameters with the most arms: every searched gem wired at its highest weight."""
     params: dict[str, Any] = {}
     for gem, gs in spec.search.gems.items():
         if "wire" in gs.modes:
@@ -208,12 +188,10 @@ DESIGN_SET_KEYS = {
         f"(with {AA_STREAM}, the A/A arm would be the control itself)",
     },
 }
-"""Per design, the config keys its arms set (tune_gems.design.arm_sets): neither searched nor set
-in the base config, since either would change what the design's arms mean."""
+"""Per design, the config keys its arms set: neither searched nor set in the base config."""
 
 
 def _check_design_keys(spec: SweepSpec, source: str) -> None:
-    """A key the design sets per arm, searched or set in the base config: refused."""
     from tune_gems.config.dotted import flatten
 
     owned = DESIGN_SET_KEYS.get(spec.design, {})
@@ -227,10 +205,7 @@ def _check_design_keys(spec: SweepSpec, source: str) -> None:
 
 
 def _check_trial_grid(spec: SweepSpec, source: str) -> None:
-    """Every trial's design-set keys (the seed and first seed index of each trial or block)
-    valid before Ray starts, not in a trial: the last trial or block has the largest, so its
-    config is built (with the design's widest arms, every stream of them) and any refusal is
-    named as the count that reaches it."""
+    """The last trial or block's design-set keys (the largest) valid before Ray starts."""
     if spec.blocks is not None:
         values = block_grid(spec)[FIRST_SEED_INDEX]
         constants, field, what = {FIRST_SEED_INDEX: values[-1]}, "blocks.seed_blocks", f"block {len(values) - 1}"
@@ -246,8 +221,7 @@ def _check_trial_grid(spec: SweepSpec, source: str) -> None:
 
 
 def _check_scheduler(spec: SweepSpec, source: str) -> None:
-    """ASHA stops trials at rungs grace_period, grace_period*rf, ... up to the run's epochs: a
-    grace period past the end never stops anything, and searched epochs would move the end."""
+    """ASHA's grace period must be shorter than the run, whose epochs must not be searched."""
     if spec.scheduler.type != "asha":
         return
     if "trainer.epochs" in spec.search.params:

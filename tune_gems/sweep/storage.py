@@ -1,14 +1,6 @@
-"""Where an experiment lives: a local folder or a URI that Ray's storage understands
-(file://, s3://, gs://, or any pyarrow filesystem). Ray writes its trial folders there itself;
-this class writes our own files (spec, parquet tables, the Optuna journal) beside them.
-
-Optuna's journal needs a real file with locking, so for a URI it lives in a local mirror next
-to the driver and is copied to the experiment folder after every finished trial and at the end
-(and back before a resume), so a sweep whose driver machine is lost resumes with its study.
-
-`check_storage` refuses, in one line, a URI whose scheme is unknown, whose filesystem needs a
-runtime that is missing, or that cannot be reached or written, before Ray starts.
-"""
+"""Where an experiment lives: a local folder or a URI Ray's storage understands; our files go beside
+Tune's. For a URI, Optuna's journal (which needs a locked file) lives in a local mirror copied to
+the experiment after every trial. `check_storage` refuses a bad URI before Ray starts."""
 
 from __future__ import annotations
 
@@ -22,11 +14,10 @@ import pyarrow.fs as pafs
 from tune_gems.contracts.errors import StorageError
 
 KNOWN_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
-"""URI schemes pyarrow (and so Ray) can open; anything else is refused up front."""
 CACHE_ENV = "TUNE_GEMS_CACHE"
 PROBE_PREFIX = ".tune-gems-probe-"
 STORAGE_TIMEOUT_S = 30.0
-"""Default bound on reaching a remote storage URI before Ray starts (the spec's `storage_timeout_s`)."""
+"""Default bound on reaching a remote storage URI before Ray starts (`storage_timeout_s`)."""
 
 
 def is_uri(storage: str) -> bool:
@@ -52,9 +43,7 @@ def open_uri(storage: str, field: str = "--storage") -> tuple[pafs.FileSystem, s
 
 
 def _within(seconds: float, call, what: str):
-    """`call()`'s result, or StorageError when it has not returned within `seconds` (it runs
-    in a daemon thread, left behind: a filesystem client waiting for a network that is not
-    there cannot be interrupted)."""
+    """`call()`'s result, or StorageError after `seconds` (its daemon thread left behind)."""
     import threading
 
     box: dict[str, object] = {}
@@ -76,9 +65,7 @@ def _within(seconds: float, call, what: str):
 
 
 def check_storage(storage: str, field: str = "--storage", timeout_s: float = STORAGE_TIMEOUT_S) -> None:
-    """A URI's filesystem is known, reachable and writable: a probe file is written at the
-    storage root and removed at once, all within `timeout_s`. Local paths are checked by
-    tune_gems.contracts.outputs instead."""
+    """A URI's filesystem known, reachable and writable (a probe file), within `timeout_s`."""
     if not is_uri(storage):
         return
     if scheme_of(storage) != "file":
@@ -117,9 +104,7 @@ def _probe(storage: str, field: str) -> None:
 
 
 class ExperimentStore:
-    """`local_dir`: the experiment folder when storage is a plain local path (the journal lives
-    in it); `disk_dir`: the folder on this machine's disk for a local path or a file:// URI
-    (checked and locked like any output folder), None for remote storage."""
+    """`local_dir`: the folder of a local path; `disk_dir`: on this machine (file:// too), else None."""
 
     def __init__(self, storage: str, name: str):
         self.name = name
@@ -138,7 +123,6 @@ class ExperimentStore:
 
     @property
     def uri(self) -> str:
-        """The experiment folder as Ray and users address it."""
         return f"{self.storage}/{self.name}"
 
     def exists(self) -> bool:
@@ -156,9 +140,10 @@ class ExperimentStore:
             return f.read()
 
     def write_bytes(self, relative: str, data: bytes) -> None:
-        """Write through a temporary name and rename, so readers never see a partial file."""
+        """Write through a temporary name beside the file, then rename."""
         final = f"{self.root}/{relative}"
-        tmp = f"{self.root}/.{relative}.tmp"
+        folder, _, leaf = final.rpartition("/")
+        tmp = f"{folder}/.{leaf}.tmp"
         with self.fs.open_output_stream(tmp) as out:
             out.write(data)
         self.fs.move(tmp, final)
@@ -172,12 +157,9 @@ class ExperimentStore:
         return mirror / filename
 
     def pull_journal(self, filename: str) -> None:
-        """Before a resume from a URI: bring the journal back to the local mirror."""
         if self.local_dir is None and self.has(filename):
             pafs.copy_files(f"{self.root}/{filename}", str(self.journal_path(filename)), source_filesystem=self.fs)
 
     def push_journal(self, filename: str) -> None:
-        """Copy the local journal to the experiment folder (through a temporary name, so a
-        driver lost mid-copy leaves the previous copy whole)."""
         if self.local_dir is None and self.journal_path(filename).is_file():
             self.write_bytes(filename, self.journal_path(filename).read_bytes())

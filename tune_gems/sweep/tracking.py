@@ -1,14 +1,5 @@
-"""Experiment tracking for sweeps: Ray Tune's own logger callbacks (Weights & Biases, MLflow)
-from the spec's `tracking` section, checked before Ray starts.
-
-Why a spec key and not code: the sweep is started from the command line (or `ray job submit`),
-where a user cannot pass callbacks. A tracker that is not installed is refused in one line,
-naming the key and the package, rather than failing inside Tune after the cluster is up; the
-arguments are checked against the callback's own signature for the same reason. TensorBoard
-needs no key: every trial writes event files into `<experiment>/tensorboard/<trial id>` with
-`train`'s tags (tune_gems.sweep.progress.TrialEvents), so `tensorboard --logdir
-<experiment>/tensorboard` shows the sweep (docs/workflow.md "Tracking").
-"""
+"""Experiment tracking: Ray Tune's logger callbacks (W&B, MLflow) from the spec's `tracking`,
+checked before Ray starts (docs/workflow.md "Tracking")."""
 
 from __future__ import annotations
 
@@ -22,22 +13,16 @@ from pydantic import Field
 from tune_gems.config.schema import _Strict
 from tune_gems.contracts.errors import ConfigError
 
-CALLBACKS = {
-    "wandb": ("wandb", "ray.air.integrations.wandb", "WandbLoggerCallback"),
-    "mlflow": ("mlflow", "ray.air.integrations.mlflow", "MLflowLoggerCallback"),
-}
+CALLBACKS = {"wandb": ("wandb", "ray.air.integrations.wandb", "WandbLoggerCallback"),
+    "mlflow": ("mlflow", "ray.air.integrations.mlflow", "MLflowLoggerCallback")}
 """spec key -> (the package it needs, the module and class of Ray Tune's callback)."""
 
 
 class TrackingSpec(_Strict):
-    wandb: dict[str, Any] | None = Field(
-        None, description="arguments of Ray Tune's WandbLoggerCallback, e.g. {project: tune-gems}; needs the wandb package"
-    )
-    mlflow: dict[str, Any] | None = Field(
-        None,
-        description="arguments of Ray Tune's MLflowLoggerCallback, e.g. {tracking_uri: ..., experiment_name: ...}; "
-        "needs the mlflow package",
-    )
+    wandb: dict[str, Any] | None = Field(None,
+        description="arguments of Ray Tune's WandbLoggerCallback, e.g. {project: tune-gems}; needs the wandb package")
+    mlflow: dict[str, Any] | None = Field(None,
+        description="arguments of Ray Tune's MLflowLoggerCallback, e.g. {tracking_uri: ..., experiment_name: ...}; needs the mlflow package")
 
 
 def _wanted(tracking: TrackingSpec) -> list[tuple[str, dict[str, Any]]]:
@@ -52,7 +37,7 @@ def _callback_class(key: str, source: str):
 
 
 def check_tracking(tracking: TrackingSpec, source: str) -> None:
-    """Every tracker the spec names is installed and takes the given arguments (before Ray)."""
+    """Every tracker the spec names is installed and takes the given arguments."""
     for key, kwargs in _wanted(tracking):
         params = inspect.signature(_callback_class(key, source)).parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -62,5 +47,4 @@ def check_tracking(tracking: TrackingSpec, source: str) -> None:
 
 
 def tracking_callbacks(tracking: TrackingSpec) -> list[Any]:
-    """The Tune callbacks of the spec's trackers (checked by check_tracking already)."""
     return [_callback_class(key, "tracking")(**kwargs) for key, kwargs in _wanted(tracking)]

@@ -1,5 +1,4 @@
-"""The Tune run of a sweep: the Tuner (a new one, or restored to finish a stored run) with the
-trial function, its resources, the search or the block grid, the scheduler and the callbacks."""
+"""The Tune run of a sweep: the Tuner, new or restored, with the trial function and its callbacks."""
 
 from __future__ import annotations
 
@@ -11,17 +10,15 @@ from tune_gems.sweep.storage import ExperimentStore
 
 
 def fit_tuner(spec: SweepSpec, store: ExperimentStore, name: str, prices, resources: dict, resume: bool, verbose: bool = False):
-    """Run the sweep's trials to the end (or to Ctrl-C, Tune's state saved) and return Tune's
-    ResultGrid; `resume` restores the stored run and finishes its unfinished and errored trials."""
+    """Run the trials to the end (or Ctrl-C); `resume` restores and finishes unfinished and errored ones."""
     from ray import tune
 
     from tune_gems.sweep.progress import SweepConsole, TrialEvents, ray_verbosity
     from tune_gems.sweep.tracking import tracking_callbacks
     from tune_gems.sweep.trainable import train_trial
 
-    trainable = tune.with_parameters(
-        train_trial, base=spec.config, prices=prices, objective=spec.objective.metric, design=spec.design, verbose=verbose
-    )
+    trainable = tune.with_parameters(train_trial, base=spec.config, prices=prices, objective=spec.objective.metric,
+        design=spec.design, verbose=verbose)
     trainable = tune.with_resources(trainable, resources)
     mirror = (store.storage, name) if store.local_dir is None else None
     if resume:
@@ -64,11 +61,6 @@ def _scheduler(spec: SweepSpec):
         return None
     from ray.tune.schedulers import ASHAScheduler
 
-    return ASHAScheduler(
-        metric="objective",
-        mode=spec.objective.mode,
-        time_attr="training_iteration",
-        max_t=spec.base_config().trainer.epochs,
-        grace_period=spec.scheduler.grace_period,
-        reduction_factor=spec.scheduler.reduction_factor,
-    )
+    return ASHAScheduler(metric="objective", mode=spec.objective.mode, time_attr="training_iteration",
+        max_t=spec.base_config().trainer.epochs, grace_period=spec.scheduler.grace_period,
+        reduction_factor=spec.scheduler.reduction_factor)

@@ -1,13 +1,6 @@
-"""`python -m tune_gems.sweep.watchdog DRIVER_PID [EXCLUDED_PID ...]`: end a local Ray with
-its driver.
-
-Started by `tune_gems.sweep.local_ray` in a session of its own. While the driver lives it polls
-the driver's process tree (psutil) and remembers every descendant, except the EXCLUDED children
-the driver had before Ray started. When the driver is gone (ended, crashed or SIGKILLed), or
-this process gets SIGTERM, it sends SIGTERM to every remembered process still alive (psutil
-checks its creation time first: never a recycled pid), waits up to `GRACE_S`, then SIGKILLs
-the rest. Ray's dashboard and runtime-env agents otherwise outlive a killed driver.
-"""
+"""`python -m tune_gems.sweep.watchdog DRIVER_PID [EXCLUDED_PID ...]`: end a local Ray with its
+driver (docs/cluster.md "Local runs"): SIGTERM then SIGKILL to every descendant it saw (creation
+times checked), once the driver is gone."""
 
 from __future__ import annotations
 
@@ -45,7 +38,6 @@ def _alive(proc: psutil.Process) -> bool:
 
 
 def track(root: int, excluded: set[int], known: dict[int, psutil.Process]) -> None:
-    """Add every live descendant of root (and of processes already known) to `known`."""
     excluded = excluded | {os.getpid()}
     tops = [c for c in _children(_process(root) if root else None) if c.pid not in excluded] + list(known.values())
     for top in tops:

@@ -1,26 +1,7 @@
-"""Checkpoints written in the background while training goes on (docs/checkpoints.md).
-
-A checkpoint has two costs: reading the device state back, and serialising it to a file. Only
-the first must happen at the epoch boundary, because training changes the state from the next
-iteration on. So `AsyncCheckpointWriter.save` takes a snapshot and returns; one background
-thread writes it:
-
-- Snapshot, CUDA: every state tensor is copied into a pinned host buffer with a non-blocking
-  copy on a side stream that first waits for the work already queued on the training stream.
-  An event marks the copies' end; the training stream waits on that event before its next
-  kernel (training must not change a tensor still being read), and the writer thread waits on
-  it before serialising. The host never blocks on the copy; the device stream pauses only for
-  the device-to-host transfer, never for serialisation or the file system.
-- Snapshot, CPU: a plain copy into reused host buffers (what `clone` does, without allocating).
-- The metadata's history lists are copied row by row at snapshot time, so epochs trained while
-  the file is written never leak into it.
-- The buffers are allocated once (pinning memory is slow) and reused: a snapshot first waits
-  for the previous write to finish, so a buffer being serialised is never overwritten. At most
-  one write is in flight, and writes happen in the order of the `save` calls.
-- The file itself is written by `tune_gems.trainer.checkpoint.save` (same format, temporary
-  file + rename), so a crash mid-write leaves the previous checkpoint in place.
-- A write that fails raises its error at the next `save`, `wait` or `close`.
-"""
+"""Checkpoints written in the background while training goes on (docs/checkpoints.md): `save`
+snapshots the state at the boundary (on CUDA into pinned buffers on a side stream the training
+stream then waits for) and one thread serialises it with `checkpoint.save`; one write in flight, in
+order, its error raised at the next `save`, `wait` or `close`."""
 
 from __future__ import annotations
 
@@ -40,9 +21,7 @@ AfterFn = Callable[[dict[str, Any]], None]
 
 
 def snapshot_meta(meta: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a checkpoint's metadata that later training cannot change: lists (the
-    history rows) are copied row by row, mappings deeply (tensors in them cloned to the host),
-    scalars are kept."""
+    """A copy of a checkpoint's metadata later training cannot change."""
     out: dict[str, Any] = {}
     for key, value in meta.items():
         if isinstance(value, list):
@@ -66,9 +45,7 @@ def _deep_copy(value: Any) -> Any:
 
 @dataclass
 class HostBuffers:
-    """Host tensors shaped like the state, allocated once and refilled by each snapshot (pinned
-    for CUDA state, so the copy can be asynchronous). A tensor whose shape or dtype changed
-    gets a new buffer."""
+    """Host tensors shaped like the state, allocated once (pinned for CUDA state), refilled per snapshot."""
 
     buffers: dict[str, Tensor] = field(default_factory=dict)
     _streams: dict[torch.device, Any] = field(default_factory=dict)
@@ -86,8 +63,7 @@ class HostBuffers:
         return self._streams[device]
 
     def fill(self, state: dict[str, Tensor]) -> Callable[[], None]:
-        """Copy `state` into the buffers; returns what the writer calls before reading them
-        (waits for the asynchronous CUDA copies; nothing for CPU state)."""
+        """Copy `state` into the buffers; returns what the writer calls before reading them."""
         for name in set(self.buffers) - set(state):
             del self.buffers[name]
         events = []
@@ -123,8 +99,7 @@ class HostBuffers:
 
 
 class AsyncCheckpointWriter:
-    """One background thread writing checkpoints from snapshots (module doc). Use as a context
-    manager, or call `close()`: both wait for the write in flight."""
+    """One background thread writing checkpoints from snapshots; `close()` waits for it."""
 
     def __init__(self, save: SaveFn = ckpt.save) -> None:
         self._save = save
@@ -133,14 +108,10 @@ class AsyncCheckpointWriter:
         self._pending: Future | None = None
         self._lock = threading.Lock()  # save() from two threads: one snapshot at a time
 
-    def save(
-        self, path: str | Path | None, state: dict[str, Tensor], meta: dict[str, Any], after: AfterFn | None = None
-    ) -> Future:
-        """Snapshot `state` and `meta` now and write them to `path` in the background; `after`
-        runs in the writer thread once the file is in place, with the snapshot's metadata
-        (e.g. to write a history file beside it). Waits first for the previous write. With
-        `path` None no checkpoint file is written, only `after` runs (the files beside a final
-        checkpoint that nothing resumes from: tune_gems.sweep.trainable)."""
+    def save(self, path: str | Path | None, state: dict[str, Tensor], meta: dict[str, Any],
+            after: AfterFn | None = None) -> Future:
+        """Snapshot `state` and `meta` now and write them to `path` in the background; `after(meta)`
+        runs in the writer once the file is in place (with `path` None, alone: a final checkpoint)."""
         with self._lock:
             self.wait()
             ready = self._buffers.fill(state)
@@ -150,9 +121,8 @@ class AsyncCheckpointWriter:
             self._pending = self._pool.submit(self._write, target, tensors, meta_copy, ready, after)
             return self._pending
 
-    def _write(
-        self, path: Path | None, tensors: dict[str, Tensor], meta: dict[str, Any], ready: Callable[[], None], after: AfterFn | None
-    ) -> None:
+    def _write(self, path: Path | None, tensors: dict[str, Tensor], meta: dict[str, Any], ready: Callable[[], None],
+            after: AfterFn | None) -> None:
         ready()
         if path is not None:
             self._save(path, tensors, meta)
@@ -161,11 +131,10 @@ class AsyncCheckpointWriter:
 
     @property
     def busy(self) -> bool:
-        """A write is in flight."""
         return self._pending is not None and not self._pending.done()
 
     def wait(self) -> None:
-        """Until the write in flight (if any) is done; raises its error."""
+        """Until the write in flight is done; raises its error."""
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()

@@ -1,14 +1,6 @@
-"""`--dry-run` for `train` and `sweep`: check a run and say what it would do, writing nothing
-where the run would write.
-
-The plan names the file holding the resolved config (in a new temporary folder: its ~150 lines
-would bury the plan), then states the members (arms x seeds), the trials, the data and its
-split, the memory estimate (tune_gems.design.resources, the same numbers the real run checks), an
-estimated time and, for `train`, the output folder (checked by the real command's own check,
-tune_gems.trainer.train_command.check_train_out; the sweep's experiment folder is checked likewise). The time is measured, not guessed: a throw-away Trainer of the run's config
-prefills its replay, runs a few training iterations and one validation pass on this machine's
-device (`Trainer.sample_timings`), and the run's time is extrapolated from those.
-"""
+"""`--dry-run` for `train` and `sweep`: every check, then what the run would do, nothing written
+where it would write; its time is extrapolated from a throw-away Trainer's measured sample
+(`Trainer.sample_timings`)."""
 
 from __future__ import annotations
 
@@ -25,12 +17,10 @@ from tune_gems.design.arms import RunArms, run_arms
 from tune_gems.design.resources import MemoryEstimate, check_training_fits
 
 TIMED_ITERATIONS = 5
-"""Training iterations timed (after one untimed warm-up) to extrapolate a run's time."""
 
 
 @dataclass(frozen=True)
 class TimeEstimate:
-    """Seconds for one run of a config on this machine's device, and its parts."""
 
     device: str
     prefill_s: float
@@ -38,8 +28,7 @@ class TimeEstimate:
     evaluation_s: float
     total_s: float
     threads: int = 0
-    """torch's intra-op CPU threads during the measurement (0: not a CPU run), the count the run
-    itself gets (tune_gems.commands.cpu_threads sets it for the process)."""
+    """torch's intra-op CPU threads during the measurement (0: not a CPU run)."""
 
 
 def _fmt_bytes(n: int) -> str:
@@ -56,9 +45,7 @@ def _fmt_s(s: float) -> str:
 
 
 def estimate_time(cfg: Config, prices=None, arms: RunArms | None = None) -> tuple[TimeEstimate, object]:
-    """Time one run of `cfg` (its arms record `arms`, default expanded here) from a short
-    measured sample (module docstring); also returns the throw-away Trainer's market (its data
-    summary)."""
+    """Time one run of `cfg` from a short measured sample; also the throw-away Trainer's market."""
     import torch
 
     from tune_gems.trainer.trainer import Trainer
@@ -91,9 +78,7 @@ def time_line(t: TimeEstimate, what: str = "the run") -> str:
 
 
 def members_line(cfg: Config, run: RunArms) -> str:
-    """`members: H history(ies) x F fold(s) x A arm(s) x S seed(s) = P (arm names)`; the
-    histories and folds factors only with several of them (P = histories x folds x arms x seeds,
-    tune_gems.design.arms.MemberLayout)."""
+    """`members: H history(ies) x F fold(s) x A arm(s) x S seed(s) = P (arms)`, factors of one left out."""
     arms = list(run.names)
     p, folds, histories = cfg.trainer.population, run.layout.folds, run.layout.histories
     per_fold = (f"{histories} histories x " if histories > 1 else "") + (f"{folds} fold(s) x " if folds > 1 else "")
@@ -101,13 +86,10 @@ def members_line(cfg: Config, run: RunArms) -> str:
 
 
 RESOLVED_PREFIX = "tune-gems-dry-run-"
-"""The prefix of the temporary folder that holds a dry run's resolved config."""
 
 
 def resolved_file(tree: dict, title: str, file_name: str) -> str:
-    """The line naming the file that holds the resolved config `tree` (every key, defaults filled
-    in: ~150 lines that would bury the plan's few), written to a new folder of the system's
-    temporary directory: nothing is written where the run itself would write."""
+    """The line naming the resolved config's file (~150 lines would bury the plan), in a temporary folder."""
     import tempfile
 
     text = yaml.safe_dump(tree, sort_keys=False)
@@ -117,29 +99,19 @@ def resolved_file(tree: dict, title: str, file_name: str) -> str:
 
 
 def train_plan(cfg: Config, out: Path, resume: bool = False, threads: str | None = None) -> list[str]:
-    """The lines of `tune-gems train --dry-run` (validated first, the output folder `out` checked
-    as the real command checks it: a bad config or folder never gets here); `threads`: the CLI's
-    thread choice, in words (tune_gems.commands.cpu_threads)."""
     arms = run_arms(cfg)  # expanded once, for the estimates and the throw-away trainer
     est = check_training_fits(cfg, members=arms.members)
     timing, market = estimate_time(cfg, arms=arms)
     tc = cfg.trainer
-    return [
-        resolved_file(cfg.to_dict(), "config (resolved)", "config.yaml"),
-        members_line(cfg, arms),
-        f"epochs: {tc.epochs} x {tc.iterations_per_epoch} iterations",
-        *data_lines(cfg.data, market),
-        memory_line(est),
-        *([f"threads: {threads}"] if threads else []),
-        time_line(timing),
+    return [resolved_file(cfg.to_dict(), "config (resolved)", "config.yaml"), members_line(cfg, arms),
+        f"epochs: {tc.epochs} x {tc.iterations_per_epoch} iterations", *data_lines(cfg.data, market), memory_line(est),
+        *([f"threads: {threads}"] if threads else []), time_line(timing),
         f"out: {out} ({'continues the train run there from its checkpoint' if resume else 'a new train run'})",
-        "dry run: nothing else was written",
-    ]
+        "dry run: nothing else was written"]
 
 
 def concurrent_trials(cpu_per_trial: float, gpu_per_trial: float, max_concurrent: int | None) -> int:
-    """How many trials this machine runs at once (a cluster's driver cannot know its nodes
-    before joining it: the plan says so)."""
+    """How many trials this machine runs at once (a cluster's driver cannot know its nodes)."""
     import torch
 
     fits = [math.floor((os.cpu_count() or 1) / cpu_per_trial)]
@@ -150,15 +122,15 @@ def concurrent_trials(cpu_per_trial: float, gpu_per_trial: float, max_concurrent
 
 
 def sweep_plan(spec, resolved: dict, widest: Config, prices) -> list[str]:
-    """The lines of `tune-gems sweep --dry-run` after the data lines: the spec, the widest trial's members, memory
-    and time, and the sweep's time with this machine's concurrency (an upper bound when a
-    scheduler stops trials early)."""
+    import torch
+
     arms = run_arms(widest)
     est = check_training_fits(widest, members=arms.members, gpu_trial=bool(spec.resources.gpu))
-    gpu = spec.resources.gpu if spec.resources.gpu is not None else (1.0 if _has_cuda() else 0.0)
+    has_cuda = torch.cuda.is_available()
+    gpu = spec.resources.gpu if spec.resources.gpu is not None else (1.0 if has_cuda else 0.0)
     early = "; at most, ASHA stops some trials early" if spec.scheduler.type != "none" else ""
     searched = [*(f"gems.{g}" for g in spec.search.gems), *spec.search.params]
-    if gpu and not _has_cuda():  # a GPU trial's time on this machine's CPU would say nothing of it
+    if gpu and not has_cuda:  # a GPU trial's time on this machine's CPU would say nothing of it
         timed = [f"time: not measured: a trial asks for {gpu:g} GPU (resources.gpu) and this machine has none; "
                  "run the dry run on a GPU node for the trial's time"]
     else:
@@ -177,9 +149,3 @@ def sweep_plan(spec, resolved: dict, widest: Config, prices) -> list[str]:
         *timed,
         "dry run: nothing else was written, Ray was not started",
     ]
-
-
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()

@@ -1,11 +1,5 @@
-"""An epoch's rows: the history row (means over members) and one row per member, in the column
-order of tune_gems.stats.metrics (`epoch_metrics`, `member_metrics`; docs/design.md, "Reported
-metric names").
-
-A pure function of what the epoch measured, the members' identities and the rows before it
-(the last-k objectives and the verdict's statistic look back over the history): the one place
-that builds a row, so the columns a trainer reports are those the tables and the analysis name.
-"""
+"""An epoch's rows (history: means over members; one per member) in `stats.metrics`' column order: a
+pure function of what the epoch measured and the rows before it, the one place that builds a row."""
 
 from __future__ import annotations
 
@@ -33,11 +27,9 @@ class EpochResult:
 
 @dataclass(frozen=True)
 class EpochMeasures:
-    """What one epoch measured. `rows`: the accumulator's per-member means ({row name: [P]},
-    `Learner.acc_rows`); `evals`: {segment: {stat: [P]}} for every segment of
-    metrics.SEGMENTS (NaN where not evaluated, and for diverged members); `member_diverged` [P];
-    the counters after the epoch; the noise scale of the online net, the training speed (env
-    steps per second) and the wall-clock seconds of training and evaluation."""
+    """What one epoch measured: per-member accumulator means (`rows`), `evals` {segment: {stat:
+    [P]}} (NaN where not evaluated or diverged), `member_diverged`, counters, noise, speed and
+    seconds."""
 
     epoch: int
     env_steps: int
@@ -53,7 +45,6 @@ class EpochMeasures:
 
 
 def _finite_or_nan(v: np.ndarray, reduce: Callable[[np.ndarray], Any]) -> float:
-    """`reduce` over the finite values (diverged members are NaN; a breakeven cost may be inf)."""
     ok = v[np.isfinite(v)]
     return float(reduce(ok)) if ok.size else math.nan
 
@@ -69,7 +60,6 @@ def _std(v: np.ndarray) -> float:
 
 
 def _last_k(history: list[dict[str, Any]], column: str, value: float, k: int) -> float:
-    """The mean of `column` over the last k epochs, this one (`value`) included."""
     recent = [h[column] for h in history[-(k - 1):]] if k > 1 else []
     return float(np.mean([*recent, value]))
 
@@ -78,8 +68,7 @@ def epoch_result(
     cfg: Config, ids: MemberIds, gems: Sequence[Gem], e: EpochMeasures,
     history: list[dict[str, Any]], member_history: list[dict[str, Any]],
 ) -> EpochResult:  # fmt: skip
-    """The epoch's history row and member rows; `history` and `member_history` are the rows of
-    the epochs before it, `gems` the run's gems in registry order."""
+    """The epoch's history and member rows, after `history` and `member_history`."""
     rows, evals, member_diverged = e.rows, e.evals, e.member_diverged
     loss = rows["loss"]
     gem_values = {g.metric: rows[g.name] for g in gems}
@@ -152,11 +141,7 @@ def epoch_result(
 def _gains(
     cfg: Config, ids: MemberIds, e: EpochMeasures, history: list[dict[str, Any]], member_history: list[dict[str, Any]],
 ) -> dict[str, float]:  # fmt: skip
-    """The paired gains of a designed run (tune_gems.design.arm_sets.paired_gains: proposal minus
-    control, and minus without-<gem>, at each seed index of each fold; NaN where a member of a
-    pair diverged), the gains' last-k means (the same k and window as the other objectives;
-    NaN if any epoch in the window is NaN), and the verdict's statistic on the same window
-    (tune_gems.design.arm_sets.verdict_gains, from the members' last-k rows)."""
+    """A designed run's paired gains, their last-k means and the verdict's statistic (`arm_sets`)."""
     gems, aliases, val = cfg.gem_names(), ids.aliases, e.evals["val"]
     arm_of, pair_key = list(ids.arm), list(ids.pair)
     g = paired_gains(gems, arm_of, pair_key, val["sharpe"], val["alpha_sharpe"], aliases=aliases)

@@ -1,13 +1,6 @@
-"""The kept validation evaluations: the per-step net returns and positions of the last
-`trainer.objective_last_k` validation passes (the `_lastk` window), from which the analysis
-draws its market-noise intervals (docs/results.md, "eval_returns.npz").
-
-They travel with every checkpoint (under EVAL_WINDOW_KEY of its metadata, validated against the
-run's shapes when a run resumes) and are written beside it as EVAL_RETURNS_FILE from that
-checkpoint's own metadata, in the background writer's thread: everything read from the device
-(the asset returns, each member's first validation row) is read once, at construction, on the
-thread that trains.
-"""
+"""The kept validation evaluations of the last `trainer.objective_last_k` passes, for the
+market-noise interval (docs/results.md "eval_returns.npz"): in every checkpoint, and written beside
+it from its metadata in the writer's thread (the device facts read once, at construction)."""
 
 from __future__ import annotations
 
@@ -27,17 +20,13 @@ from tune_gems.trainer.evaluator import GreedyEvaluator
 from tune_gems.trainer.member_ids import MemberIds
 
 EVAL_WINDOW_KEY = "eval_window"
-"""Checkpoint meta key of the kept validation evaluations (Trainer.checkpoint_payload)."""
 EVAL_SEGMENT = "val"
-"""The segment whose per-step returns are kept for the market-noise interval."""
 WINDOW_FIELDS = ("epochs", "returns", "positions", "diverged")
 
 
 @dataclass(frozen=True)
 class KeptEvaluation:
-    """One validation evaluation kept on the host for the market-noise interval: the epoch, the
-    evaluator's per-step net returns and positions ([P,T] float32, as the device computed them)
-    and which members had diverged ([P] bool; their series are not a result)."""
+    """One kept evaluation: epoch, net returns and positions [P,T] float32, diverged [P]."""
 
     epoch: int
     returns: torch.Tensor
@@ -46,10 +35,7 @@ class KeptEvaluation:
 
 
 class EvalWindow:
-    """The last `last_k` kept evaluations of a run (`kept`, oldest first) and what
-    EVAL_RETURNS_FILE writes beside them: the members' identities, the asset returns each
-    member's validation positions earn (`asset`, float32 [P,T]), each member's first validation
-    row (`window_start`, int64 [P]) and the cost and annualisation of the evaluation."""
+    """The last `last_k` kept evaluations and what EVAL_RETURNS_FILE writes beside them."""
 
     def __init__(self, cfg: Config, ids: MemberIds, asset: np.ndarray, window_start: np.ndarray):
         self.last_k, self.cost, self.periods_per_year = cfg.trainer.objective_last_k, cfg.env.cost, cfg.env.periods_per_year
@@ -59,8 +45,7 @@ class EvalWindow:
 
     @classmethod
     def of_run(cls, cfg: Config, ids: MemberIds, market: Market, evaluator: GreedyEvaluator) -> EvalWindow:
-        """The window of a run, its device facts read now (on the thread that trains: a
-        background checkpoint writer must not touch the device)."""
+        """The window of a run, its device facts read now (a background writer must not touch the device)."""
         P, T = ids.members, market.ranges[EVAL_SEGMENT].length
         asset = evaluator.asset_returns(EVAL_SEGMENT)  # each member's own path and fold window
         asset = asset.expand(P, T) if asset.ndim == 1 else asset
@@ -69,34 +54,22 @@ class EvalWindow:
         return cls(cfg, ids, host, lo.cpu().numpy().astype(np.int64))
 
     def keep(self, epoch: int, returns: torch.Tensor, positions: torch.Tensor, member_diverged: np.ndarray) -> None:
-        """Append this epoch's validation series (moved to the host at the epoch boundary, where
-        the statistics are read back anyway) and keep the last `last_k`."""
-        kept = KeptEvaluation(
-            epoch,
-            returns.detach().to("cpu", torch.float32).clone(),
+        """Append this epoch's validation series (moved to the host) and keep the last `last_k`."""
+        kept = KeptEvaluation(epoch, returns.detach().to("cpu", torch.float32).clone(),
             positions.detach().to("cpu", torch.float32).clone(),
-            torch.as_tensor(np.asarray(member_diverged, dtype=bool)).clone(),
-        )
+            torch.as_tensor(np.asarray(member_diverged, dtype=bool)).clone())
         self.kept = [*self.kept, kept][-self.last_k :]
 
     def meta(self) -> dict[str, Any]:
-        """The kept evaluations as checkpoint metadata (host tensors, built fresh on each call)."""
         w, P, T = self.kept, self.P, self.T
         if not w:
             return {"epochs": [], "returns": torch.zeros(0, P, T), "positions": torch.zeros(0, P, T),
                     "diverged": torch.zeros(0, P, dtype=torch.bool)}
-        return {
-            "epochs": [e.epoch for e in w],
-            "returns": torch.stack([e.returns for e in w]),
-            "positions": torch.stack([e.positions for e in w]),
-            "diverged": torch.stack([e.diverged for e in w]),
-        }
+        return {"epochs": [e.epoch for e in w], "returns": torch.stack([e.returns for e in w]),
+            "positions": torch.stack([e.positions for e in w]), "diverged": torch.stack([e.diverged for e in w])}
 
     def saved(self, path, saved: Any) -> list[KeptEvaluation]:
-        """The kept evaluations of a checkpoint's metadata, checked against this run's shapes;
-        none in a checkpoint written before they existed (the window refills over the next
-        epochs). Nothing is changed here: the caller installs them once the whole checkpoint
-        has passed its checks."""
+        """The kept evaluations of a checkpoint's metadata, checked against this run's shapes."""
         if saved is None:
             return []
         P, T = self.P, self.T
@@ -119,45 +92,25 @@ class EvalWindow:
         ]
 
     def arrays(self, meta: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
-        """The arrays of EVAL_RETURNS_FILE (docs/results.md "eval_returns.npz"): k = the kept
-        evaluations (at most `trainer.objective_last_k`), P members, T validation steps.
-
-        returns, positions float32 [k,P,T]; diverged bool [k,P]; epochs int64 [k]; asset float32
-        [P,T]; member, seed_index, seed, path, fold, history, window_start int64 [P] (window_start: the
-        series row of the member's first validation decision; every fold's window has T steps;
-        members in population order: history-major, then fold, arm, seed);
-        arm str [P]; cost, periods_per_year float64; segment str; format int64 (EVAL_RETURNS_FORMAT). `meta`: a checkpoint payload's
-        metadata (`Trainer.checkpoint_payload()[1]`, or a background writer's snapshot of it) to take the
-        window from instead of the live one; only host data is read then."""
+        """The arrays of EVAL_RETURNS_FILE, from the live window or a checkpoint's `meta`."""
         window = self.meta() if meta is None else meta.get(EVAL_WINDOW_KEY)
         if window is None:
             raise ValueError(f"eval_returns: the metadata has no {EVAL_WINDOW_KEY!r}")
         ids = self.ids
-        return {
-            "format": np.asarray(EVAL_RETURNS_FORMAT, dtype=np.int64),
+        return {"format": np.asarray(EVAL_RETURNS_FORMAT, dtype=np.int64),
             "epochs": np.asarray(window["epochs"], dtype=np.int64),
             "returns": window["returns"].numpy().astype(np.float32, copy=False),
             "positions": window["positions"].numpy().astype(np.float32, copy=False),
-            "diverged": window["diverged"].numpy().astype(bool, copy=False),
-            "asset": self.asset,
-            "member": np.arange(self.P, dtype=np.int64),
-            "arm": np.asarray(ids.arm, dtype=str),
-            "seed_index": np.asarray(ids.seed_index, dtype=np.int64),
-            "seed": np.asarray(ids.seed, dtype=np.int64),
-            "path": np.asarray(ids.path, dtype=np.int64),
-            "fold": np.asarray(ids.fold, dtype=np.int64),
-            "history": np.asarray(ids.history, dtype=np.int64),
-            "window_start": self.window_start,
+            "diverged": window["diverged"].numpy().astype(bool, copy=False), "asset": self.asset,
+            "member": np.arange(self.P, dtype=np.int64), "arm": np.asarray(ids.arm, dtype=str),
+            "seed_index": np.asarray(ids.seed_index, dtype=np.int64), "seed": np.asarray(ids.seed, dtype=np.int64),
+            "path": np.asarray(ids.path, dtype=np.int64), "fold": np.asarray(ids.fold, dtype=np.int64),
+            "history": np.asarray(ids.history, dtype=np.int64), "window_start": self.window_start,
             "cost": np.asarray(self.cost, dtype=np.float64),
             "periods_per_year": np.asarray(self.periods_per_year, dtype=np.float64),
-            "segment": np.asarray(EVAL_SEGMENT),
-        }
+            "segment": np.asarray(EVAL_SEGMENT)}
 
     def write(self, directory: str | Path, meta: dict[str, Any] | None = None) -> None:
-        """Write `<directory>/eval_returns.npz` (EVAL_RETURNS_FILE; the arrays of `arrays`)
-        through a temporary name, so a reader never sees a partial file. Written with every
-        checkpoint, from that checkpoint's own metadata (`meta`, in the background writer's
-        thread): beside a train run's checkpoint, and into each sweep checkpoint directory."""
         arrays = self.arrays(meta)
         with open_atomic(Path(directory) / EVAL_RETURNS_FILE) as f:  # never through a planted symlink
             np.savez_compressed(f, **arrays)

@@ -1,11 +1,6 @@
-"""The dry evaluation of a gem at trainer construction: a bad gem (most likely a plug-in) is
-refused in one line before anything is written (docs/gems.md, "What is refused").
-
-A gem's value (and its null) is evaluated once on sample inputs of the run's shapes without
-gradient, and the value once more with gradient (backpropagated), as `wire` mode and heads run
-it. Refused (ConfigError naming `gems.<name>`): a gem that raises (with or without gradient),
-returns something other than a tensor of shape [P] in the inputs' dtype, or a non-finite value.
-"""
+"""The dry evaluation of a gem at trainer construction (docs/gems.md "What is refused"): value and
+null without gradient, the value again with; one that raises or returns anything but a finite [P]
+tensor of the inputs' dtype is refused in one line naming `gems.<name>`."""
 
 from __future__ import annotations
 
@@ -20,12 +15,10 @@ from tune_gems.gems.inputs import GemInputs
 from tune_gems.gems.registry import Gem
 
 MESSAGE_CHARS = 300
-"""How much of a gem's own error message the one-line refusal quotes."""
 
 
 def dry_check(gem: Gem, value: Callable[[GemInputs], Tensor], x: GemInputs) -> None:
-    """Dry-evaluate `gem` through `value` (its reference or fused function) and its null on `x`
-    (the gem's head bound), raising ConfigError in one line for a bad gem."""
+    """Dry-evaluate `gem` through `value` (its reference or fused function) and its null on `x`."""
     where = f"gems.{gem.name} ({gem.origin})"
     parts = [("value", value)] + ([("null", gem.null)] if gem.null is not None else [])
     for what, fn in parts:
@@ -52,8 +45,7 @@ def _check_value(where: str, what: str, v: Any, P: int, dtype: torch.dtype) -> N
 
 
 def _with_gradients(fn: Callable[[GemInputs], Tensor], x: GemInputs) -> None:
-    """`fn` on copies of the float inputs that require gradient, and the gradient of its sum
-    with respect to those copies (torch.autograd.grad: no parameter's .grad is touched)."""
+    """`fn` on float inputs requiring gradient, and its sum's gradient (no parameter's .grad touched)."""
     live = {k: getattr(x, k).detach().clone().requires_grad_(True) for k in ("q_t", "q_tp1", "h_t", "adv_features")}
     with torch.enable_grad():
         v = fn(dataclasses.replace(x, **live))

@@ -1,21 +1,7 @@
-"""Runs the training iteration eagerly, or as one captured CUDA graph replayed in place.
-
-Capture needs a few warm-up iterations first (cuBLAS handles, autograd's buffers). Warm-up
-iterations would advance the training state, so the state is snapshotted before them and
-restored after: every real iteration runs through the graph, whether capture happened at the
-start of a run or after resuming from a checkpoint. That is what makes a resumed run
-bit-identical to an uninterrupted one.
-
-Capture and replay happen in the calling thread (a Ray Tune function trainable runs in a
-worker thread); the graph uses a side stream of its own, as torch.cuda.graph requires.
-
-A step may come in two parts (`SplitStep`): what the graph captures, and work the host schedules
-between replays from its own count of them (the hard target update, due every
-`trainer.target_update` iterations: a copy on the iterations where it is due instead of a lerp
-over every parameter in every replay). The count is the step's device counter, read once when
-the graph is captured (and after every `invalidate`), then counted on the host: neither a replay
-nor an eager CUDA step waits for the device.
-"""
+"""Runs the training iteration eagerly, or as one captured CUDA graph replayed in place. The state
+is restored after capture's warm-up, so every real iteration runs through the graph and a resumed
+run is bit-identical. A `SplitStep` adds host work between replays (the hard target update), counted
+on the host."""
 
 from __future__ import annotations
 
@@ -26,35 +12,24 @@ from torch import Tensor
 
 
 class SplitStep:
-    """A step whose device part a CUDA graph captures and whose host part runs after it.
-
-    `device()`: the capturable part; it advances a 0-dim integer device counter (`counter()`,
-    part of the state) by one per call. `host(n)`: what runs after the device part of the call
-    that brought the counter to n; it may launch device work but must not read the device.
-
-    The host knows n without reading the device: the count is read once (a sync on CUDA) when
-    unknown, after a capture (`recount`) or the first eager call, then counted on the host;
-    `forget` (StepRunner.invalidate: the state was loaded or replaced) makes it read again.
-    Off CUDA the counter is read in every eager call (free there), so a CPU learner whose state
-    was copied in by hand still schedules right."""
+    """A step whose device part a graph captures (`device()`, advancing the 0-dim `counter()`) and
+    whose host part `host(n)` runs after; the count is read from the device once per capture (every
+    eager call off CUDA)."""
 
     def __init__(self, device: Callable[[], None], host: Callable[[int], None], counter: Callable[[], Tensor]):
         self.device, self.host, self._counter = device, host, counter
         self._count: int | None = None
 
     def __call__(self) -> None:
-        """One eager step: the device part, then the host part."""
         self.device()
         counter = self._counter()
         self._count = int(counter) if self._count is None or not counter.is_cuda else self._count + 1
         self.host(self._count)
 
     def recount(self) -> None:
-        """Read the counter (after a capture restored the state)."""
         self._count = int(self._counter())
 
     def replayed(self) -> None:
-        """The host part after one replay of the captured device part."""
         self._count += 1
         self.host(self._count)
 
@@ -63,11 +38,9 @@ class SplitStep:
 
 
 class StepRunner:
-    def __init__(
-        self, step: Callable[[], None], state: Callable[[], dict[str, Tensor]], use_graph: bool, warmup: int = 3, steps: int = 1
-    ):
-        """`steps`: how many calls of `step` one call (one replay) runs, captured together in
-        one graph: fewer replays for a loop of many small steps (evaluation)."""
+    def __init__(self, step: Callable[[], None], state: Callable[[], dict[str, Tensor]], use_graph: bool,
+            warmup: int = 3, steps: int = 1):
+        """`steps`: calls of `step` per call, captured together (the evaluation's many small steps)."""
         if steps < 1:
             raise ValueError(f"steps must be >= 1, got {steps}")
         if isinstance(step, SplitStep) and steps != 1:
@@ -96,8 +69,7 @@ class StepRunner:
             self._split.replayed()
 
     def invalidate(self) -> None:
-        """Drop the captured graph (after state tensors were replaced rather than copied into, or
-        loaded from a checkpoint): the next call captures again and re-reads the step's counter."""
+        """Drop the captured graph (state replaced or loaded): the next call captures again."""
         self._graph = None
         if self._split is not None:
             self._split.forget()

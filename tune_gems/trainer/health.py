@@ -1,5 +1,4 @@
-"""The per-epoch HEALTH_DIAG line (docs/design.md, "One iteration and the graph"): one grep-able line of numbers.
-The gems appear in registry order (built-ins, then the run's plug-ins)."""
+"""The per-epoch HEALTH_DIAG line: one grep-able line of numbers, gems in registry order."""
 
 from __future__ import annotations
 
@@ -16,13 +15,10 @@ def _num(x: float, fmt: str = ".4f") -> str:
 
 
 ARMS_PART = " arms ["
-"""Where the per-arm part of a line starts (`without_arm_detail` cuts it off)."""
 
 
 def without_arm_detail(line: str) -> str:
-    """The line without its per-arm part, which is most of a designed run's line (every arm's
-    Sharpe and gems): the sweep console shows this short form per trial and epoch; the per-arm
-    values are in history.parquet (`<metric>@<arm>`) and the full line behind `--verbose`."""
+    """The line without its per-arm part: the sweep console's short form (the rest behind `--verbose`)."""
     head, sep, tail = line.partition(ARMS_PART)
     if not sep:
         return line
@@ -31,9 +27,7 @@ def without_arm_detail(line: str) -> str:
 
 
 def _fold_cells(folds: tuple[int, ...], histories: tuple[str, ...]) -> list[tuple[str, str]]:
-    """(label, column suffix) of each part of the fold block: per fold `<k>` (`fold<k>`); with
-    several price histories per history and fold `<name>/<k>` (`history<h>.fold<k>`), or per
-    history `<name>` (`history<h>`) when the run has one fold."""
+    """(label, column suffix) per part of the fold block: `<k>`, `<name>/<k>`, or `<name>` with one fold."""
     if len(histories) < 2:
         return [(str(k), f"{FOLD_PREFIX}{k}") for k in folds] if len(folds) > 1 else []
     if len(folds) < 2:
@@ -42,28 +36,13 @@ def _fold_cells(folds: tuple[int, ...], histories: tuple[str, ...]) -> list[tupl
 
 
 def health_line(m: dict[str, Any], gems: MemberGems, ids: MemberIds) -> str:
-    """The line: every gem's value, or `off` where the run has it off (`MemberGems.summary_mode`).
-    With >= 2 walk-forward folds it then has one compact part per fold,
-    ` folds [<k>: vs=<val sharpe mean> va=<val alpha sharpe mean> | ...]` (and `ts=<test sharpe
-    mean>` once the test segment is evaluated); with >= 2 price histories (`MemberIds.histories`:
-    their names) one per history and fold, `<name>/<k>: ...` (`<name>: ...` with one fold); with >= 2
-    arms it ends with one compact part per arm:
-    ` arms [<arm>: vs=<val sharpe mean> <metric>=<v> ... | <arm>: ...]` (`off` for the gems the
-    arm has off, `MemberGems.off_by_arm`). A designed run (proposal/control arms) adds, before the
-    arms part, ` gain [sharpe=<val_sharpe_gain> alpha=<val_alpha_sharpe_gain> verdict=<verdict_gain>
-    <gem>=<gain_<gem>> ...]` for each gem with a without-<gem> arm (or an arm trained under another
-    name: `MemberIds.aliases`)."""
+    """The line: every gem's value (or `off`), then `folds [...]`, `gain [...]` and `arms [...]`."""
     arms, folds, histories = ids.arms, ids.folds, ids.histories
     named = set(arms) | set(ids.aliases)
-    parts = [
-        f"HEALTH_DIAG epoch={m['epoch']}",
-        f"loss={_num(m['loss'])}",
-        f"q_mean={_num(m['q_mean'])}",
-        f"grad_norm={_num(m['grad_norm'], '.2f')}",
-        f"noisy_sigma={_num(m['noisy_sigma'], '.2f')}",
+    parts = [f"HEALTH_DIAG epoch={m['epoch']}", f"loss={_num(m['loss'])}", f"q_mean={_num(m['q_mean'])}",
+        f"grad_norm={_num(m['grad_norm'], '.2f')}", f"noisy_sigma={_num(m['noisy_sigma'], '.2f')}",
         f"val_sharpe={_num(m['val_sharpe_mean'], '.2f')}±{_num(m['val_sharpe_std'], '.2f')}",
-        f"val_alpha_sharpe={_num(m['val_alpha_sharpe_mean'], '.2f')}±{_num(m['val_alpha_sharpe_std'], '.2f')}",
-    ]
+        f"val_alpha_sharpe={_num(m['val_alpha_sharpe_mean'], '.2f')}±{_num(m['val_alpha_sharpe_std'], '.2f')}"]
     if not math.isnan(m["test_sharpe_mean"]):
         parts.append(f"test_sharpe={_num(m['test_sharpe_mean'], '.2f')}±{_num(m['test_sharpe_std'], '.2f')}")
     parts.append(f"sps={m['sps']:.0f}")

@@ -1,38 +1,13 @@
-"""The run's gems under their modes, with a mode and a weight per member: the one class that
-evaluates gems in a run (docs/design.md, "The gem registry" and "Arms"; a run of one arm is the
-case A = 1).
+"""The run's gems under their modes, a mode and a weight per member: the one class that evaluates
+gems (docs/design.md "The gem registry" and "Arms").
 
-A gem's mode is off | measure | wire. `measure` evaluates it on inputs cut from the autograd
-graph, so no gradient reaches the shared network; parameters the gem owns (its head, e.g. G12's
-predictor) still train on those stop-gradient inputs, with the gem's value as their loss
-(`head_loss`), so a measured value is never that of an untrained head. `wire` evaluates it on
-the live inputs and adds weight x value to each member's loss (gradient into the shared network
-and the head). Which implementation runs (the fused custom op or the plain-torch reference) is
-fixed per run by the ops backend (tune_gems.ops.resolve_backend, `GemOps.fused`).
-
-With arms the mode and the weight of a gem differ between members, so here they are [P]
-tensors and the graph's structure never depends on them:
-- a gem is computed for every member when any member has it on (off members: NaN in the
-  reports, no gradient anywhere);
-- its inputs are the live ones for `wire` members and stop-gradient copies for the others
-  (`torch.where` per member, so a measured or off member's gem sends no gradient into the
-  shared network);
-- the loss term is `where(wire, weight x value, 0)`, summed over the gems any member wires;
-- a gem that owns a head (G12's predictor) trains it in `measure` mode with the value as its
-  loss: `where(measure, value, 0)`, summed over the gems any member measures; in `wire` mode
-  the head trains at the same rate whatever the gem's weight (a weighted gradient at weight
-  0.01 sinks under Adam's epsilon and the predictor barely trains): the loss adds
-  `where(wire, (1 - weight) x value_on_cut_inputs, 0)`, so the head's gradient is weight x g
-  through the live inputs plus (1 - weight) x g through the cut ones = g, while the shared
-  network still gets weight x its gradient.
-`torch.where` rather than multiplying by a 0/1 mask: NaN x 0 is NaN, and a mask product can turn
-a value's sign bit; a masked-out member contributes exact zeros. When every member has the
-same mode the where is skipped (tune_gems.model.member_select: the same bits). A member therefore computes
-exactly what it computes in a run where every member has its own modes (the bit-identity
-invariant, tests/test_arms_learner.py). The nulls (plain torch reductions over a member's
-batch, reported only) run once per (fold, arm) block, so that a GPU reduction never sees
-another number of members than in a run of that arm alone.
-"""
+`measure` evaluates on stop-gradient inputs (an owned head still trains on them: `head_loss`);
+`wire` on the live inputs, weight x value added to the loss. Modes and weights are [P] tensors, so
+the graph never depends on them: a gem runs when any member has it on, selected per member by
+`torch.where` (not a 0/1 product: NaN x 0 is NaN), skipped where all agree (`member_select`). A
+wired head trains at a weight-free rate (the loss adds (1 - weight) x value on cut inputs; at weight
+0.01 it would sink under Adam's epsilon). The nulls run per (fold, arm) block, so a reduction never
+sees another member count (tests/test_arms_learner.py)."""
 
 from __future__ import annotations
 
@@ -50,21 +25,14 @@ from tune_gems.model.member_select import Uniform, select, uniform
 from tune_gems.trainer.gem_check import dry_check
 
 WEIGHT_DTYPES = (torch.float32, torch.float64)
-"""The dtypes a gem's [P] weights are kept in (a value of another dtype gets them cast)."""
 
 
 def member_rows(x: GemInputs, rows: slice) -> GemInputs:
-    """The inputs of the members in `rows` (every tensor's leading member axis sliced)."""
     return dataclasses.replace(x, **{k: getattr(x, k)[rows] for k in GemInputs.TENSORS})
 
 
 class MemberGems:
-    """Per-member modes and weights of the run's gems, in registry order (built-ins, then the
-    run's plug-ins: `registry.run_gems`).
-
-    `arm_gems`: each arm's `gems` config section (`Arm.config.gems`), in the layout's arm order;
-    `plugins`: the run's plug-in modules (which gems it knows); `fused`: call a gem's custom op
-    where it has one (`GemOps.fused`)."""
+    """Per-member modes and weights of the run's gems, in registry order, from each arm's `gems` section."""
 
     def __init__(
         self, arm_gems: Sequence[Any], layout: MemberLayout, device: torch.device | str,
@@ -80,7 +48,6 @@ class MemberGems:
         self.arm_modes: dict[str, dict[str, str]] = {
             arm: {n: getattr(section, n).mode for n in self.names} for arm, section in zip(layout.arms, arm_gems)
         }  # fmt: skip
-        """Each arm's mode of each gem (the arm's config)."""
         self.modes: dict[str, list[str]] = {}
         self.weights: dict[str, list[float]] = {}
         self._on: dict[str, Tensor] = {}
@@ -105,9 +72,7 @@ class MemberGems:
                 "measure": uniform([m == "measure" for m in modes]),
             }
 
-    # -- which gems run (host facts, fixed for the run) ------------------------------------------
     def computed(self, name: str) -> bool:
-        """Computed at all: some member has it on."""
         return any(m != "off" for m in self.modes[name])
 
     def any_wired(self, name: str) -> bool:
@@ -117,17 +82,14 @@ class MemberGems:
         return "measure" in self.modes[name]
 
     def summary_mode(self, name: str) -> str:
-        """One mode for reports that show one per run (the HEALTH_DIAG line): wire if any member
-        wires it, else measure if any member measures it, else off (a one-arm run's own mode)."""
+        """One mode per run (HEALTH_DIAG): wire if any member wires, else measure if any does, else off."""
         return "wire" if self.any_wired(name) else "measure" if self.any_measured(name) else "off"
 
     def off_by_arm(self) -> dict[str, set[str]]:
-        """Per arm, the gems it has off (HEALTH_DIAG prints `off` for them)."""
         return {arm: {n for n, mode in modes.items() if mode == "off"} for arm, modes in self.arm_modes.items()}
 
     def function(self, name: str) -> Callable[[GemInputs], Tensor]:
-        """The gem's implementation in this run: its fused custom op where the backend fuses and
-        the gem has one, else its reference."""
+        """The gem's function in this run: its fused op where the backend fuses, else its reference."""
         gem = self._gem[name]
         return gem.fused if (self.fused and gem.fused is not None) else gem.reference
 
@@ -138,9 +100,7 @@ class MemberGems:
         by_dtype = self._weight[name]
         return by_dtype[dtype] if dtype in by_dtype else by_dtype[torch.float64].to(dtype)
 
-    # -- the iteration ---------------------------------------------------------------------------
     def _live_where(self, name: str, x: GemInputs) -> GemInputs:
-        """x for the members that wire gem `name`, a stop-gradient copy for the others."""
         mask, common = self._wire[name], self._common[name]["wire"]
 
         def pick(t: Tensor) -> Tensor:
@@ -151,8 +111,7 @@ class MemberGems:
         return dataclasses.replace(x, **{k: pick(getattr(x, k)) for k in GemInputs.TENSORS})
 
     def evaluate(self, name: str, x: GemInputs) -> Tensor | None:
-        """Gem `name`'s value [P] on `x` (its head bound), None when no member has it on. The
-        autograd graph is kept only where a member wires it or measures its head."""
+        """Gem `name`'s value [P] (None when all have it off), with a graph only where it is needed."""
         if not self.computed(name):
             return None
         needs_graph = self.any_wired(name) or (self._has_head(name) and self.any_measured(name))
@@ -160,12 +119,10 @@ class MemberGems:
             return self.function(name)(self._live_where(name, x))
 
     def evaluate_all(self, x: GemInputs, heads: dict[str, Callable[..., Tensor]]) -> dict[str, Tensor | None]:
-        """Every gem's value [P] (None when no member has it on), in registry order; `heads`
-        binds each gem's own parameters to this iteration's weights."""
+        """Every gem's value [P] (None when off for all); `heads` binds each gem's parameters."""
         return {n: self.evaluate(n, x.with_head(heads.get(n))) for n in self.names}
 
     def nulls(self, x: GemInputs) -> dict[str, Tensor | None]:
-        """Each computed gem's null [P] (None when off for all or without a null)."""
         out: dict[str, Tensor | None] = {}
         x = x.detached()
         parts = [x] if len(self.blocks) == 1 else [member_rows(x, rows) for rows in self.blocks]
@@ -180,7 +137,6 @@ class MemberGems:
         return out
 
     def loss_term(self, values: dict[str, Tensor | None]) -> Tensor | None:
-        """Per member [P]: the sum over gems of where(wire, weight x value, 0)."""
         terms = [
             select(self._common[n]["wire"], self._wire[n], self._weight_as(n, v.dtype) * v, 0.0)
             for n, v in values.items() if v is not None and self.any_wired(n)
@@ -188,8 +144,7 @@ class MemberGems:
         return torch.stack(terms).sum(0) if terms else None
 
     def wired_head_values(self, x: GemInputs, heads: dict[str, Callable[..., Tensor]]) -> dict[str, Tensor | None]:
-        """For each gem with a head that some member wires: its value [P] on stop-gradient inputs
-        (the gradient reaches the head only), for `head_loss`'s weight-free head rate."""
+        """Each wired gem's value on stop-gradient inputs (reaching its head only), for `head_loss`."""
         out: dict[str, Tensor | None] = {}
         cut = x.detached()
         for n in self.names:
@@ -198,10 +153,7 @@ class MemberGems:
         return out
 
     def head_loss(self, values: dict[str, Tensor | None], wired_heads: dict[str, Tensor | None] | None = None) -> Tensor | None:
-        """Per member [P]: the sum over gems with a head of where(measure, value, 0) (the head's
-        own objective in measure mode; the inputs were stop-gradient, so it trains the head only)
-        and, from `wired_head_values`, where(wire, (1 - weight) x value, 0) (module docstring: the
-        wired head's rate does not depend on the weight)."""
+        """Per member: where(measure, value, 0) over gems with a head, plus wired heads' weight-free term."""
         terms = [
             select(self._common[n]["measure"], self._measure[n], v, 0.0)
             for n, v in values.items()
@@ -214,14 +166,12 @@ class MemberGems:
         return torch.stack(terms).sum(0) if terms else None
 
     def reported(self, name: str, v: Tensor | None, like: Tensor) -> Tensor:
-        """A value (or null) for the accumulator: NaN for members with the gem off."""
         if v is None:
             return torch.full_like(like, math.nan)
         return select(self._common[name]["on"], self._on[name], v.detach(), math.nan)
 
     def check(self, x: GemInputs, heads: dict[str, Callable[..., Tensor]]) -> None:
-        """Dry-evaluate every gem some arm has on, arm by arm in registry order, each once
-        (tune_gems.trainer.gem_check: one line naming a bad gem), at construction."""
+        """Dry-evaluate every gem some arm has on, each once, at construction (`gem_check`)."""
         checked: set[str] = set()
         for modes in self.arm_modes.values():
             for n in self.names:

@@ -1,5 +1,4 @@
-"""Who each member of a run is: its arm, seed index, seed, market path, fold and price history, as
-the result rows and `eval_returns.npz` name it (docs/results.md; the layout: tune_gems.design.arms)."""
+"""Who each member of a run is, as the result rows and `eval_returns.npz` name it (docs/results.md)."""
 
 from __future__ import annotations
 
@@ -12,12 +11,8 @@ from tune_gems.trainer.learner import Learner
 
 @dataclass(frozen=True)
 class MemberIds:
-    """The run's arm names, fold ids and history names, and per member (P entries each, member
-    order): its arm, seed index (the unit the analysis pairs and pools by), seed, price path,
-    fold (the config's fold index, `data.folds`), price history (its index into `histories`)
-    and pair key (the same seed index in the same history and fold: what a designed run's paired
-    gains pair); `aliases`: an arm's other names (tune_gems.design.arm_sets.arm_aliases). Plain
-    Python values: checkpoints load weights-only."""
+    """The run's arms, folds and histories, and per member its arm, seed index, seed, path, fold,
+    history, pair."""
 
     arms: tuple[str, ...]
     folds: tuple[int, ...]
@@ -37,20 +32,12 @@ class MemberIds:
 
 
 def member_ids(learner: Learner, market: Market) -> MemberIds:
-    """The identities of `learner`'s members (its arms record's layout) on `market`'s folds, its
-    config's price histories named (`DataConfig.price_histories`)."""
     layout, members = learner.layout, range(learner.P)
     cell = [layout.history_index(m) * layout.folds + learner.fold_of_member[m] for m in members]
-    return MemberIds(
-        arms=tuple(str(a) for a in layout.arms),
-        folds=tuple(int(f) for f in market.fold_ids),
-        arm=tuple(str(layout.arm_of(m)) for m in members),
-        seed_index=tuple(int(layout.seed_index(m)) for m in members),
-        seed=tuple(int(s) for s in learner.seeds),
-        path=tuple(int(p) for p in learner.path_of_member),
+    return MemberIds(arms=tuple(str(a) for a in layout.arms), folds=tuple(int(f) for f in market.fold_ids),
+        arm=tuple(str(layout.arm_of(m)) for m in members), seed_index=tuple(int(layout.seed_index(m)) for m in members),
+        seed=tuple(int(s) for s in learner.seeds), path=tuple(int(p) for p in learner.path_of_member),
         fold=tuple(int(market.fold_ids[learner.fold_of_member[m]]) for m in members),
         pair=tuple(cell[m] * layout.seeds_per_arm + layout.seed_slot(m) for m in members),
         histories=tuple(spec.name for spec in learner.cfg.data.price_histories),
-        history=tuple(int(layout.history_index(m)) for m in members),
-        aliases=arm_aliases(learner.cfg),
-    )
+        history=tuple(int(layout.history_index(m)) for m in members), aliases=arm_aliases(learner.cfg))

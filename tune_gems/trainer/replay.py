@@ -1,21 +1,7 @@
-"""A device-resident replay ring buffer per member, with n-step returns formed at sample time.
-
-Compact storage: a transition is kept as what the environment needs to rebuild it, not as two
-windows of floats: the decision time t (int32), the position held before acting (float32), the
-action (uint8 per branch; the position it chose follows from it), the reward, and the episode
-bookkeeping (end, terminal). Sampling gathers those and rebuilds the observations from the
-device-resident market features through the environment that produced them
-(`VecTradingEnv.observe_at`), with the same arithmetic the environment used, so the rebuilt
-observations are bit-identical to the ones the environment returned. At window 32 and two
-branches that is 16 bytes per transition instead of 286 (benchmarks/RESULTS.md, "Compact replay").
-
-Every iteration inserts one transition per environment (E per member) at the same ring slots
-for all members, so the insertion index is shared and lives on the device; the global insert
-index g of a transition maps to slot g mod C, and env e's next step is always E slots later.
-Sampling maps B uniforms per member (from that member's RNG) to logical positions, walks n steps
-forward, stops at the first episode end (bootstrapping from that step's true next
-observation), and never reads past what has been written. Fixed shapes, no host sync.
-"""
+"""A device-resident replay ring buffer per member, n-step returns formed at sample time. A
+transition is stored as what the environment rebuilds it from (time, position, action, reward,
+flags: 16 bytes instead of 286, benchmarks/RESULTS.md "Compact replay"), its observations rebuilt
+bit-identically by `VecTradingEnv.observe_at`. Fixed shapes, no host sync."""
 
 from __future__ import annotations
 
@@ -41,7 +27,6 @@ class ObservationSource(Protocol):
     obs_dim: int
 
     def observe_at(self, t: Tensor, pos: Tensor) -> Tensor:
-        """Observations [P,...,obs_dim] of member p at times t[p,...] holding positions pos[p,...]."""
         ...
 
     @property
@@ -51,11 +36,8 @@ class ObservationSource(Protocol):
 
 @dataclass
 class Batch:
-    """A sampled batch per member. The three observations come as one tensor, `stacked_obs`
-    [P,3B,obs_dim] = cat[obs, succ_obs, next_obs] along the batch axis (what one forward pass
-    over all three takes, with no copy); `obs`, `succ_obs` and `next_obs` are contiguous copies
-    of its thirds, made on first access and kept (inside a captured graph, access them inside
-    the capture, as the learner does, so that the copies replay with it)."""
+    """A sampled batch per member: `stacked_obs` [P,3B,obs_dim] = cat[obs, succ_obs, next_obs],
+    thirds copied lazily."""
 
     action: Tensor  # [P,B,K] int64
     reward: Tensor  # [P,B] n-step discounted reward sum
@@ -80,26 +62,14 @@ class Batch:
 
     @cached_property
     def next_obs(self) -> Tensor:
-        """[P,B,obs_dim] the state the n-step target bootstraps from, s_{t+m} (m <= n steps:
-        fewer where the episode ended)."""
+        """[P,B,obs_dim] the n-step target's state s_{t+m} (m <= n: fewer where the episode ended)."""
         return self._third(2)
 
 
 class ReplayBuffer:
-    def __init__(
-        self,
-        population: int,
-        capacity: int,
-        obs_dim: int,
-        branches: int,
-        n_envs: int,
-        n_step: int,
-        gamma: float,
-        device: torch.device | str,
-        source: ObservationSource | None = None,
-    ):
-        """`source` rebuilds observations (the VecTradingEnv that fills the buffer). Without it
-        the buffer binds to the source of the first Transition it is given."""
+    def __init__(self, population: int, capacity: int, obs_dim: int, branches: int, n_envs: int, n_step: int,
+            gamma: float, device: torch.device | str, source: ObservationSource | None = None):
+        """`source` rebuilds observations; without it the buffer binds to the first Transition's."""
         P, C = population, capacity
         self.capacity, self.n_envs, self.n_step, self.obs_dim = C, n_envs, n_step, obs_dim
         self.t = torch.zeros(P, C, dtype=TIME_DTYPE, device=device)
@@ -118,7 +88,6 @@ class ReplayBuffer:
             self.bind(source)
 
     def bind(self, source: ObservationSource) -> None:
-        """Rebuild observations through `source` from now on (checked once, on the host)."""
         if source.obs_dim != self.obs_dim:
             raise ValueError(f"replay holds observations of size {self.obs_dim}, the source makes {source.obs_dim}")
         limit = torch.iinfo(ACTION_DTYPE).max + 1
@@ -142,11 +111,9 @@ class ReplayBuffer:
         self.size.copy_(torch.clamp(self.size + self.n_envs, max=self.capacity))
 
     def min_fill(self) -> int:
-        """Transitions per member needed before sampling is defined."""
         return (self.n_step - 1) * self.n_envs + 1
 
     def sample(self, u: Tensor) -> Batch:
-        """A batch per member from uniforms u [P,B] drawn from each member's own RNG."""
         P, C, n = self.t.shape[0], self.capacity, self.n_step
         batch_size = u.shape[1]
         starts = self.size - self._steps[-1]  # logical positions with n steps written after them
@@ -175,29 +142,12 @@ class ReplayBuffer:
         chosen = self.source.actions.position(a_fl)  # the position each stored action chose
         # s_t = (t, pos) of the first step; s_{t+1} = (t+1, chosen) of the first; s_{t+m} = (t+1,
         # chosen) of the last: the observations the env built, rebuilt the way it built them
-        stacked = self.source.observe_at(
-            torch.cat([t_fl[:, :batch_size], t_fl + 1], dim=1),
-            torch.cat([self.pos.gather(1, first), chosen], dim=1),
-        )
-        return Batch(
-            action=a_fl[:, :batch_size].contiguous(),
-            reward=ret,
-            discount=self._gamma_pow[m] * (1.0 - term),
-            not_done=1.0 - term,
-            succ_not_done=1.0 - self.terminal.gather(1, first).float(),
-            stacked_obs=stacked,
-        )
+        stacked = self.source.observe_at(torch.cat([t_fl[:, :batch_size], t_fl + 1], dim=1),
+            torch.cat([self.pos.gather(1, first), chosen], dim=1))
+        return Batch(action=a_fl[:, :batch_size].contiguous(), reward=ret, discount=self._gamma_pow[m] * (1.0 - term),
+            not_done=1.0 - term, succ_not_done=1.0 - self.terminal.gather(1, first).float(), stacked_obs=stacked)
 
     def state_tensors(self) -> dict[str, Tensor]:
-        """Everything the buffer holds (a checkpoint restores it exactly); the market features
-        the observations are rebuilt from are data, rebuilt from the config on resume."""
-        return {
-            "t": self.t,
-            "pos": self.pos,
-            "action": self.action,
-            "reward": self.reward,
-            "end": self.end,
-            "terminal": self.terminal,
-            "ptr": self.ptr,
-            "size": self.size,
-        }
+        """Everything the buffer holds (restored exactly); the features are data, rebuilt on resume."""
+        return {"t": self.t, "pos": self.pos, "action": self.action, "reward": self.reward, "end": self.end,
+            "terminal": self.terminal, "ptr": self.ptr, "size": self.size}

@@ -1,14 +1,11 @@
-"""What a run needs before its trainer: the device, the price series and the market.
-
-Apart from the trainer because others need it without one: the sweep driver loads the series
-once for every trial and prepares a market to validate the splits before Ray starts, and the
-folds invariant's reference run builds a market of one fold (tests/test_folds.py).
-"""
+"""What a run needs before its trainer (and the sweep driver without one): device, price series,
+market."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -17,15 +14,14 @@ import torch
 from tune_gems.config.schema import Config
 from tune_gems.contracts.errors import ConfigError, DataError
 from tune_gems.data import series as data_mod
-from tune_gems.data.segments import TrainingReach, fold_bounds, is_date_split
+from tune_gems.data.segments import TrainingReach, fold_bounds, is_date_split, seal_digest, sealed_rows
 from tune_gems.market.features import Market
 
 CUBLAS_DETERMINISTIC = ":4096:8"
-"""cuBLAS workspace setting under which its reduction orders are the same run to run."""
+"""cuBLAS workspace setting under which its reduction orders repeat run to run."""
 
 
 def resolve_device(name: str) -> torch.device:
-    """The device of config key `device` (cpu | cuda | auto)."""
     if name == "cpu":
         return torch.device("cpu")
     if name == "cuda" and not torch.cuda.is_available():
@@ -36,8 +32,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def run_device(cfg: Config) -> torch.device:
-    """The run's device, checked against `trainer.graph`; on CUDA, cuBLAS set to reduce in a
-    fixed order (it picks orders that vary run to run unless given a fixed workspace)."""
+    """The run's device, checked against `trainer.graph`; on CUDA, cuBLAS set to a fixed reduction order."""
     device = resolve_device(cfg.device)
     if cfg.trainer.graph == "on" and device.type != "cuda":
         raise ConfigError("trainer.graph: 'on' needs a CUDA device (use auto or off)")
@@ -47,10 +42,7 @@ def run_device(cfg: Config) -> torch.device:
 
 
 def load_run_prices(cfg: Config) -> pd.Series | list[pd.Series]:
-    """The configured price series, with enough rows for a window, an episode and three segments
-    (what `prepare_market` takes as `prices`; tune_gems.data.series.load_prices reads a file):
-    one series, or with several price histories (`data.price_columns`, `data.histories`) one
-    per history, each with as many rows (tune_gems.data.series.load_histories)."""
+    """The configured price series (one per history, on one calendar), long enough for the segments."""
     if len(cfg.data.price_histories) > 1:
         return data_mod.load_histories(cfg.data, min_rows=_min_rows(cfg))
     return data_mod.load_series(cfg.data, min_rows=_min_rows(cfg))
@@ -61,31 +53,21 @@ def _min_rows(cfg: Config) -> int:
     return cfg.env.window + cfg.env.episode_length + 3 * min_len
 
 
-def prepare_market(
-    cfg: Config,
-    device: torch.device,
-    prices: pd.Series | Sequence[pd.Series] | None = None,
-    n_seed_indices: int | None = None,
-    folds: Sequence[int] | None = None,
-) -> Market:
-    """Load (or take) the price paths, split them into the run's folds and build the device-side
-    features.
+def seal_record(cfg: Config, prices: pd.Series | Sequence[pd.Series]) -> dict[str, Any] | None:
+    """The seal of the run's data (`segments.seal_digest` of `load_run_prices`'s series), or None."""
+    paths = [prices] if isinstance(prices, pd.Series) else list(prices)
+    rows = sealed_rows(len(paths[0]), cfg.data.sealed, cfg.env.window + 2)
+    return seal_digest(paths, [h.name for h in cfg.data.price_histories], rows) if rows else None
 
-    `n_seed_indices`: the distinct seed indices of the run (default: its population, the seeds
-    per arm), from `cfg.first_seed_index` on; with synthetic `per_seed` paths each gets its own
-    path (tune_gems.data.series.load_paths), else one is shared. `prices` (a sweep's driver loads the
-    series once for every trial) is that one shared path; with synthetic `per_seed` paths the
-    paths are generated here instead (they are a function of the config alone; one path could
-    not serve every seed index), and `prices` must be the path of seed index 0. With several
-    price histories the market holds one path per history (each its own normalisation, folds
-    and episodes; `prices`, when given, is `load_run_prices`'s list of them), and a fold layout
-    that does not fit their rows names them. Every fold and segment is the same rows of each
-    history, at its own dates: date splits on histories of several calendars would cut each
-    calendar elsewhere, and are refused. `folds`: which of the config's folds
-    (`data.folds`, tune_gems.data.segments.fold_bounds) the market holds (default all; one fold
-    alone is the reference run of the folds invariant, tests/test_folds.py; one history alone is
-    a config of that history, tests/test_histories.py).
-    """
+
+def prepare_market(cfg: Config, device: torch.device, prices: pd.Series | Sequence[pd.Series] | None = None,
+        n_seed_indices: int | None = None, folds: Sequence[int] | None = None, open_seal: bool = False) -> Market:
+    """Load (or take) the price paths, split them into folds and build the market. Synthetic
+    `per_seed` paths are generated here, one per seed index (`prices`, if given, must be seed index
+    0's); else `prices` is the shared path or history list. Every fold is the same rows of each
+    history at its own dates (date splits over several calendars are refused). `data.sealed` rows
+    are cut off first, or with `open_seal` (`confirm --final`) become every fold's test. `folds`:
+    which of the config's folds it holds."""
     n_seed_indices = cfg.trainer.population if n_seed_indices is None else n_seed_indices
     per_seed = cfg.data.source == "synthetic" and cfg.data.synthetic.paths == "per_seed"
     if prices is not None and not per_seed:
@@ -107,11 +89,21 @@ def prepare_market(
                           f"histories are on {len(calendars)} calendars (those of {names}): a fold is the same rows of every "
                           "history, so give three fractions")
     try:  # the layout is in rows, the same for every history
-        bounds = fold_bounds(paths[0], cfg.data.splits, cfg.data.folds, min_len=cfg.env.window + 2, reach=reach)
+        n = len(paths[0])
+        sealed = sealed_rows(n, cfg.data.sealed, cfg.env.window + 2)
+        if sealed and n - sealed < _min_rows(cfg):
+            raise DataError(f"data.sealed: sealing {sealed} of the {n} rows leaves {max(n - sealed, 0)}, fewer than the "
+                            f"{_min_rows(cfg)} a run needs (an observation window, an episode and three segments)")
+        if open_seal and not sealed:
+            raise ValueError("prepare_market: open_seal on data without a seal (data.sealed is 0)")
+        searched = [p.iloc[: n - sealed] for p in paths] if sealed else paths
+        bounds = fold_bounds(searched[0], cfg.data.splits, cfg.data.folds, min_len=cfg.env.window + 2, reach=reach)
+        opened = {"test": (n - sealed, n)} if open_seal else {}
+        bounds = [dataclasses.replace(b, sealed=sealed, **opened) for b in bounds]
         fold_ids = list(range(len(bounds))) if folds is None else [int(f) for f in folds]
         if any(not 0 <= f < len(bounds) for f in fold_ids):
             raise ValueError(f"prepare_market: folds {fold_ids} outside the config's {len(bounds)} folds")
-        market = Market(paths, [bounds[f] for f in fold_ids], cfg.env.window, device, fold_ids=fold_ids)
+        market = Market(paths if opened else searched, [bounds[f] for f in fold_ids], cfg.env.window, device, fold_ids=fold_ids)
         market.check_lengths(cfg.env.episode_length)
     except (ConfigError, DataError) as e:  # with several histories, a layout that does not fit names them first
         if len(specs) < 2:

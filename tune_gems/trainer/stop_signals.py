@@ -1,14 +1,5 @@
-"""SIGTERM / SIGINT during `tune-gems train`: stop at the next epoch boundary with a checkpoint.
-
-A scheduler's SIGTERM (or a Ctrl-C) should cost at most the epoch in progress, not everything
-since the last timed checkpoint. The first signal only records itself (and says so on stderr);
-the epoch loop sees it at the epoch boundary, writes a checkpoint synchronously and the command
-exits with 128 + the signal number. A second signal stops at once (KeyboardInterrupt: the last
-checkpoint written stays the one `--resume` reads).
-
-Handlers can only be installed from the main thread; elsewhere (a library caller's thread)
-`installed()` does nothing and the default behaviour stays.
-"""
+"""SIGTERM / SIGINT during `tune-gems train`: stop at the next epoch boundary with a checkpoint
+(exit 128 + the signal); a second signal stops at once. Installed from the main thread only."""
 
 from __future__ import annotations
 
@@ -20,11 +11,9 @@ from typing import Any, Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 SIGNAL_EXIT_BASE = 128
-"""A command stopped by signal N exits with 128 + N (the shell's convention: 130, 143)."""
 
 
 class TrainingStopped(Exception):
-    """Training stopped at an epoch boundary because of a signal; the checkpoint is written."""
 
     def __init__(self, signum: int, epoch: int, message: str) -> None:
         super().__init__(message)
@@ -36,7 +25,6 @@ class TrainingStopped(Exception):
 
 
 class StopSignals:
-    """Records the first SIGINT/SIGTERM while installed; `requested()` is polled by the epoch loop."""
 
     def __init__(self, what: str = "tune-gems train") -> None:
         self.what = what

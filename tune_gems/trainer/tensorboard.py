@@ -1,14 +1,5 @@
-"""TensorBoard event files: each epoch's numbers as scalars, one run per folder.
-
-A `train` run writes <out>/tensorboard; a sweep writes <experiment>/tensorboard/<trial id> per
-trial through the same class (tune_gems.sweep.progress.TrialEvents, in place of Ray Tune's own
-logger, whose tags were `ray/tune/<metric>_<arm>` and whose run names were 130-character trial
-folder names), so a train run and a sweep's trials overlay tag for tag:
-`tensorboard --logdir_spec train:<out>/tensorboard,sweep:<experiment>/tensorboard`. Written with
-tensorboardX (a dependency of ray[tune], so no new install); per-arm columns `<metric>@<arm>`
-become `<metric>/<arm>`, which TensorBoard groups under the metric (its tag rules turn other
-characters, such as `=` in a factorial arm name, into `_`). Non-finite values are left out.
-"""
+"""TensorBoard event files, one run per folder: `train`'s <out>/tensorboard and a sweep's
+<experiment>/tensorboard/<trial id> share tags; `<metric>@<arm>` becomes `<metric>/<arm>`."""
 
 from __future__ import annotations
 
@@ -17,11 +8,9 @@ from pathlib import Path
 from typing import Any
 
 EVENTS_DIR = "tensorboard"
-"""The event files' folder inside a train run's --out."""
 
 
 class EpochEvents:
-    """The event files of one run: `out/tensorboard`, or `out/tensorboard/<run>` (a sweep's trial)."""
 
     def __init__(self, out: Path, run: str | None = None) -> None:
         from tensorboardX import SummaryWriter
@@ -31,7 +20,7 @@ class EpochEvents:
 
     @staticmethod
     def scalars(metrics: dict[str, Any]) -> dict[str, float]:
-        """The epoch's finite numbers, tagged for TensorBoard (`@` -> `/`); flags and text left out."""
+        """The epoch's finite numbers, tagged for TensorBoard (`@` -> `/`)."""
         out = {}
         for key, value in metrics.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):

@@ -1,17 +1,5 @@
-"""`tune-gems train`: one training run written to a result folder.
-
-All input is validated (config, data, memory, the output folder) before anything is written.
-The folder is marked as a train run's (tune_gems.contracts.outputs) and held by one writer at a time (a
-lock). An existing folder is never overwritten: it is continued with `--resume`, which reads
-the run's stored config.yaml (overrides that differ from it are refused, except the resumable
-keys) and starts from the checkpoint, or from epoch 0 when the run stopped before its first.
-
-A resume never rewrites what the run recorded (tune_gems.contracts.run_record): a config.yaml edited by
-hand, a data file changed in place, or a run folder whose tables contradict its checkpoint
-(more epochs than the run has, other columns) is refused in one line before anything is
-written; and it fails closed: a marker missing, unreadable or without those checksums is
-refused too (`resume_record`). Every file is written through tune_gems.contracts.safe_files (never through a symlink).
-"""
+"""`tune-gems train`: one training run written to a result folder, everything validated before a
+write; continued only with `--resume`, as recorded (`run_record`, fail-closed)."""
 
 from __future__ import annotations
 
@@ -54,21 +42,12 @@ from tune_gems.trainer.tensorboard import EVENTS_DIR, EpochEvents
 from tune_gems.trainer.epoch_row import EpochResult
 from tune_gems.trainer.trainer import RESUMABLE_CHANGES, Trainer
 
-CHECKPOINT = CHECKPOINT_FILE
 TABLE_FILES = (HISTORY_CSV, MEMBERS_CSV)
 OUT_FIELD = "--out"
 
 
 def default_out_dir(root: str | Path = "runs") -> Path:
     return Path(root) / f"train-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-
-
-def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    write_atomic(path, text)
 
 
 def _write_csv(path: Path, frame: pd.DataFrame) -> None:
@@ -82,18 +61,14 @@ def write_tables(trainer: Trainer, out: Path) -> None:
 
 
 def write_run_files(trainer: Trainer, out: Path) -> None:
-    """The files beside a run's tables that do not change per epoch (docs/results.md):
-    gems.json (the run's gems), arms.csv (one row per arm: every per-member key's value),
-    folds.csv (one row per walk-forward fold: its windows), histories.csv (one row per price
-    history: its name, source and calendar) and baselines.csv (flat / buy-and-hold / momentum on
-    the evaluation segments, per fold and history)."""
+    """The files beside the tables that do not change per epoch (docs/results.md)."""
     from tune_gems.design.arm_sets import also_named
     from tune_gems.design.arms import resolved_settings
     from tune_gems.contracts.gem_manifest import manifest_text
     from tune_gems.gems import manifest
 
     cfg = trainer.cfg
-    _write_atomic(out / GEMS_FILE, manifest_text(manifest(cfg.plugins)))
+    write_atomic(out / GEMS_FILE, manifest_text(manifest(cfg.plugins)))
     aliases = trainer.ids.aliases  # a duplicate arm trained once: its other name (tune_gems.design.arm_sets)
     arms = pd.DataFrame([{"arm": a.name, **({"also_named": also_named(aliases, a.name)} if aliases else {}),
                           **resolved_settings(a.config)} for a in trainer.arms.arms])
@@ -112,11 +87,7 @@ def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def resume_config(out: str | Path, path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """The config a `--resume` continues with: the run's stored config.yaml, plus what the
-    command line gives (a config file and/or overrides). Anything given that differs from the
-    stored run is refused, naming the key, unless it is one of the resumable keys
-    (`RESUMABLE_CHANGES`: epochs, checkpoint schedule, graph, device, kernels); so a stopped run
-    continues with `--out DIR --resume` alone."""
+    """The stored config.yaml plus the command line's; a change outside `RESUMABLE_CHANGES` is refused."""
     out = Path(out)
     check_train_out(out, resume=True)  # a folder that is not a train run's is refused first
     stored_path = out / CONFIG_FILE
@@ -143,9 +114,7 @@ RESUME_FIX = "start a new run with another --out"
 
 
 def resume_record(out: Path, data: Any = None) -> dict[str, Any]:
-    """The marker of the run in `out` that a `--resume` relies on, fail-closed
-    (tune_gems.contracts.run_record.require_record): config.yaml's checksum, and with `data`
-    (the run's DataConfig) its data file's."""
+    """The marker a `--resume` relies on, fail-closed: config.yaml's checksum and with `data` its file's."""
     marker, problem = marker_state(out)
     return require_record(marker, problem, str(out / MARKER_FILE), files=[CONFIG_FILE], data=data, fix=RESUME_FIX)
 
@@ -159,7 +128,6 @@ def _file_id(path: Path) -> tuple[int, int] | None:
 
 
 def _load_if_any(trainer: Trainer, ckpt_path: Path) -> tuple[int, int] | None:
-    """Load the checkpoint when there is one; returns its identity (mtime, size), or None."""
     ident = _file_id(ckpt_path)
     if ident is not None:
         trainer.load_checkpoint(ckpt_path)
@@ -167,10 +135,7 @@ def _load_if_any(trainer: Trainer, ckpt_path: Path) -> tuple[int, int] | None:
 
 
 def check_tables_against_checkpoint(out: Path, trainer: Trainer) -> None:
-    """CheckpointError naming the table when a run folder's history.csv / members.csv
-    contradicts the checkpoint just loaded: more epochs than the run has, epochs that are not
-    1..n, or columns other than the checkpoint's. (Rows past the checkpoint's epoch are normal:
-    epochs done after the last checkpoint; they are re-done and rewritten.)"""
+    """CheckpointError naming history.csv or members.csv where it contradicts the checkpoint."""
     planned = trainer.cfg.trainer.epochs
     for name, rows in zip(TABLE_FILES, (trainer.history, trainer.member_history)):
         path = out / name
@@ -200,9 +165,7 @@ def _own_entries(out: Path) -> list[str]:
 
 
 def check_train_out(out: str | Path | None, resume: bool) -> Path:
-    """The output folder's up-front checks (the default folder when `out` is None), with train's
-    own advice in the messages; returns the resolved folder. Writes nothing: `train --dry-run`
-    runs it too."""
+    """The output folder's up-front checks with train's advice; the resolved folder, nothing written."""
     out = Path(out) if out is not None else default_out_dir()
     try:
         folder = check_output_folder(out, kind="train", field=OUT_FIELD, resume=resume)
@@ -216,14 +179,12 @@ def check_train_out(out: str | Path | None, resume: bool) -> Path:
 
 def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: bool | None = None,
                  threads: str | None = None) -> dict[str, Any]:
-    """Train to the configured number of epochs; returns the final metrics. Checkpoints are
-    written in the background (AsyncCheckpointWriter) when CheckpointSchedule says; a SIGTERM or
-    SIGINT stops at the next epoch boundary with a checkpoint and raises TrainingStopped.
-    `threads`: the CLI's thread count in words (tune_gems.commands.cpu_threads), printed first."""
+    """Train to the configured epochs; the final metrics. A SIGTERM or SIGINT stops at a boundary
+    (TrainingStopped)."""
     out = check_train_out(out, resume)
     arms = run_arms(cfg)  # the arms expanded once, for the memory estimate and the trainer
     check_training_fits(cfg, members=arms.members)  # memory from the shapes, before anything is allocated
-    ckpt_path = out / CHECKPOINT
+    ckpt_path = out / CHECKPOINT_FILE
 
     log_lines: list[str] = []
     bar = None
@@ -265,7 +226,7 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
             write_marker(out, "train", **record)
         else:
             update_marker(out, **record)
-        _write_atomic(out / CONFIG_FILE, text)  # after its checksum: a config.yaml on disk is always recorded
+        write_atomic(out / CONFIG_FILE, text)  # after its checksum: a config.yaml on disk is always recorded
         write_run_files(trainer, out)
         folds = f" folds={trainer.market.n_folds}" if trainer.market.n_folds > 1 else ""
         folds = (f" histories={trainer.arms.layout.histories}" if trainer.arms.layout.histories > 1 else "") + folds
@@ -279,11 +240,8 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
         for line in data_lines(cfg.data, trainer.market):
             print(f"tune-gems train: {line}", flush=True)
         ipe = cfg.trainer.iterations_per_epoch  # the bar counts iterations; its label the epoch
-        bar = tqdm(
-            total=cfg.trainer.epochs * ipe,
-            initial=trainer.epoch * ipe,
-            desc=f"epoch {trainer.epoch + 1}/{cfg.trainer.epochs}",
-            unit="it",
+        bar = tqdm(total=cfg.trainer.epochs * ipe, initial=trainer.epoch * ipe,
+            desc=f"epoch {trainer.epoch + 1}/{cfg.trainer.epochs}", unit="it",
             disable=None if progress is None else not progress, file=sys.stderr)
         trainer.on_iteration = lambda: bar.update(1)
 
@@ -314,8 +272,9 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
                 f"checkpoint written; continue with: tune-gems train --out {out} --resume",
             )
         final = trainer.history[-1]
-        summary = {"out": str(out), "device": str(trainer.device), "kernels": trainer.ops.name, **_jsonable(final)}
-        _write_atomic(out / SUMMARY_FILE, json.dumps(summary, indent=2))
+        summary = {"out": str(out), "device": str(trainer.device), "kernels": trainer.ops.name,
+                   **{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in final.items()}}
+        write_atomic(out / SUMMARY_FILE, json.dumps(summary, indent=2))
     if trainer.diverged:
         print(f"tune-gems train: diverged at epoch {trainer.epoch}; results in {out}", flush=True)
     else:
@@ -327,8 +286,6 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
 
 
 def train_headline(trainer: Trainer) -> str:
-    """The run's arms at the final epoch beside the baselines (tune_gems.stats.baseline_headline),
-    through the same table the analysis report uses."""
     from types import SimpleNamespace
 
     from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
@@ -338,5 +295,4 @@ def train_headline(trainer: Trainer) -> str:
 
 
 def _dump(cfg: Config) -> str:
-    """config.yaml's text (the same as `dump_config` writes: strings that read as numbers quoted)."""
     return dump_yaml(cfg.to_dict())

@@ -1,14 +1,6 @@
-"""The trainer: one process, one device, P members. Epochs of fixed iterations, the epoch's
-evaluation and rows, the HEALTH_DIAG line, divergence detection and exact checkpoints.
-
-Within an epoch nothing syncs with the host: iterations run eagerly (CPU) or as graph replays
-(CUDA) and accumulate per-member metrics on the device; the epoch boundary reads them back
-once, evaluates on the validation segment (tune_gems.trainer.evaluator), keeps that evaluation
-(tune_gems.trainer.eval_window) and builds the epoch's rows (tune_gems.trainer.epoch_row). An
-epoch is queued (`begin_epoch`) apart from its boundary (`finish_epoch`), so that the epoch loop
-(tune_gems.trainer.epoch_loop.train_epochs) can queue the next epoch on the GPU before it
-reports the last one (docs/checkpoints.md, "The next epoch queued before the report").
-"""
+"""The trainer: one process, one device, P members; epochs of fixed iterations with nothing synced
+within, their evaluation, rows and HEALTH_DIAG line, divergence and exact checkpoints. An epoch is
+queued (`begin_epoch`) apart from its boundary (`finish_epoch`)."""
 
 from __future__ import annotations
 
@@ -46,33 +38,24 @@ RESUMABLE_CHANGES = ("trainer.epochs", "trainer.checkpoint_every", "trainer.chec
 
 
 class Trainer:
-    """One run of `cfg` on its device. `prices`: the shared price path, loaded once by a sweep's
-    driver (tune_gems.trainer.run_setup.prepare_market); `arms`: the run's arms record, expanded
-    where the run starts (tune_gems.design.arms.run_arms; default: expanded here)."""
+    """One run of `cfg`; `prices`: a sweep driver's shared path; `arms`: the run's arms record."""
 
     def __init__(
         self, cfg: Config, *, prices: pd.Series | None = None, log: Callable[[str], None] | None = print,
         arms: RunArms | None = None, market: Market | None = None,
     ):  # fmt: skip
-        """`market`: the one `prepare_market(cfg, device, prices)` builds, already built (a reused
-        sweep actor's, tune_gems.sweep.trainable); None builds it."""
         self.cfg, self.log = cfg, log or (lambda _msg: None)
-        self.on_iteration: Callable[[], None] | None = None
-        """Called after each training iteration (`tune-gems train`'s progress bar), if set."""
+        self.on_iteration: Callable[[], None] | None = None  # after each iteration (train's progress bar)
         self.device = run_device(cfg)
         self.market = market if market is not None else prepare_market(cfg, self.device, prices, n_seed_indices=cfg.trainer.population)
         self.ops = resolve_backend(cfg.kernels, self.device)
         self.learner = Learner(cfg, self.market, self.device, self.ops, arms=arms)
-        self.arms: RunArms = self.learner.run_arms
-        """The run's arms and member layout (on the folds the market holds)."""
+        self.arms: RunArms = self.learner.run_arms  # on the folds the market holds
         use_graph = self.device.type == "cuda" and cfg.trainer.graph != "off"
         self.runner = StepRunner(self.learner.iteration, self.learner.state_tensors, use_graph)
         self.evaluator = GreedyEvaluator(self.learner, self.market, cfg.env, use_graph)
         self.ids = member_ids(self.learner, self.market)
-        """Who each member is: arm, seed index, fold, price history (the run's histories named, by index)."""
-        self.window = EvalWindow.of_run(cfg, self.ids, self.market, self.evaluator)
-        """The last `trainer.objective_last_k` validation evaluations: what `EvalWindow.write` writes
-        as eval_returns.npz; part of every checkpoint."""
+        self.window = EvalWindow.of_run(cfg, self.ids, self.market, self.evaluator)  # eval_returns.npz; in every checkpoint
         self.epoch = 0
         self.env_steps = 0
         self.updates = 0
@@ -80,26 +63,20 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.member_history: list[dict[str, Any]] = []
         self._prefilled = False
-        self._queued: EpochClock | None = None
-        """The clock of the epoch queued by `begin_epoch` and not yet finished (None: none)."""
+        self._queued: EpochClock | None = None  # the clock of the epoch begun and not finished
 
-    # -- progress ----------------------------------------------------------------------------
     @property
     def done(self) -> bool:
         return self.diverged or self.epoch >= self.cfg.trainer.epochs
 
     @property
     def queues_ahead(self) -> bool:
-        """Whether queuing an epoch returns before it has trained: on CUDA the host only
-        enqueues the iterations (graph replays or kernels), so the next epoch can train while
-        the host reports the last one; on the CPU `begin_epoch` runs them, so queuing ahead would
-        only delay the report (the epoch loop's default, tune_gems.trainer.epoch_loop)."""
+        """Whether queuing an epoch returns before it has trained (on CUDA)."""
         return self.device.type == "cuda"
 
     @property
     def epoch_queued(self) -> bool:
-        """An epoch was queued (`begin_epoch`) and not yet finished: the device state is past
-        `epoch`, so no checkpoint may be taken."""
+        """An epoch was queued and not finished: the device state is past `epoch`, so no checkpoint."""
         return self._queued is not None
 
     @property
@@ -107,7 +84,6 @@ class Trainer:
         return self.learner.P * self.cfg.trainer.n_envs
 
     def _prefill(self) -> None:
-        """Fill replay before learning: at least learning_starts transitions per member."""
         tc = self.cfg.trainer
         need = max(tc.learning_starts, self.learner.replay.min_fill())
         self.learner.reset_envs()
@@ -117,13 +93,8 @@ class Trainer:
         self.env_steps += n * self.steps_per_iteration
         self._prefilled = True
 
-    # -- the run's market --------------------------------------------------------------------
     def baselines(self) -> pd.DataFrame:
-        """The flat, buy-and-hold and momentum baselines on the validation and test segments
-        (tune_gems.market.evaluation.baseline_stats; one row per fold, segment, baseline and path: each
-        fold's own validation window, the common test segment), the yardstick for the members'
-        evaluation columns; `history` is the path's price history (a price file's paths are its
-        histories; every synthetic path is history 0). Written beside the tables by the writers."""
+        """The baselines on the validation and test segments, a row per fold, segment, baseline and path."""
         env = self.cfg.env
         returns = self.market.returns_next[: self.market.n_paths]  # raw returns: the same under every fold
         frames = []
@@ -135,21 +106,16 @@ class Trainer:
         return table.assign(history=table["path"] if self.cfg.data.source != "synthetic" else 0)
 
     def fold_table(self) -> pd.DataFrame:
-        """One row per fold of the run (per history and fold on several calendars): its windows
-        (tune_gems.data.segments.fold_table), for folds.csv."""
+        """One row per fold (per history and fold on several calendars), for folds.csv."""
         m = self.market
         return fold_table(m.indexes, m.bounds, self.cfg.data.folds.layout, m.fold_ids)
 
     def history_table(self) -> pd.DataFrame:
-        """One row per price history of the run: its name, source and calendar
-        (tune_gems.data.summary.history_table), for histories.csv."""
         return history_table(self.cfg.data, self.market)
 
     def sample_timings(self, iterations: int) -> tuple[float, float, float]:
-        """(prefill s, s per training iteration, s per validation evaluation), measured by running
-        them on this run's device: what `--dry-run` extrapolates a run's time from. One untimed
-        iteration first (graph capture, kernel warm-up). The trainer has moved on afterwards:
-        a throw-away instance, never one that trains."""
+        """(prefill s, s per iteration, s per validation pass) on this device: for `--dry-run`; a
+        throw-away only."""
         def sync() -> None:
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
@@ -170,18 +136,12 @@ class Trainer:
         sync()
         return prefill_s, per_iteration_s, time.perf_counter() - t2
 
-    # -- one epoch ---------------------------------------------------------------------------
     def run_epoch(self) -> EpochResult:
-        """One epoch, queued and finished."""
         self.begin_epoch()
         return self.finish_epoch()
 
     def begin_epoch(self) -> None:
-        """Queue the next epoch's training iterations (the replay prefilled first, once). On CUDA
-        this only enqueues them on the current stream: they run behind whatever is queued there
-        already (a checkpoint snapshot's copies make the stream wait for them,
-        tune_gems.trainer.async_checkpoint), and nothing here waits for the device. On the CPU
-        they run here."""
+        """Queue the next epoch's iterations (prefilling once); on CUDA only enqueued."""
         if self.done:
             raise RuntimeError("training is finished")
         if self._queued is not None:
@@ -200,8 +160,7 @@ class Trainer:
         self._queued = clock
 
     def finish_epoch(self) -> EpochResult:
-        """The queued epoch's boundary: its accumulators read back (on CUDA: waits for its
-        iterations), the validation evaluation, the rows and the HEALTH_DIAG line."""
+        """The queued epoch's boundary: accumulators read back, evaluation, rows, HEALTH_DIAG."""
         if self._queued is None:
             raise RuntimeError("no epoch is queued; begin_epoch first")
         tc = self.cfg.trainer
@@ -233,26 +192,13 @@ class Trainer:
         self.log(health_line(result.metrics, gems, self.ids))
         return result
 
-    # -- checkpoints -------------------------------------------------------------------------
     def _meta(self) -> dict[str, Any]:
-        return {
-            "epoch": self.epoch,
-            "env_steps": self.env_steps,
-            "updates": self.updates,
-            "diverged": self.diverged,
-            "prefilled": self._prefilled,
-            "history": self.history,
-            "member_history": self.member_history,
-            "config": self.cfg.to_dict(),
-            EVAL_WINDOW_KEY: self.window.meta(),
-        }
+        return {"epoch": self.epoch, "env_steps": self.env_steps, "updates": self.updates, "diverged": self.diverged,
+            "prefilled": self._prefilled, "history": self.history, "member_history": self.member_history,
+            "config": self.cfg.to_dict(), EVAL_WINDOW_KEY: self.window.meta()}
 
     def checkpoint_payload(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """(state tensors, metadata): everything a checkpoint holds. The tensors are the live
-        device state (a writer that works in the background must snapshot them before the next
-        iteration); the metadata is host data, built fresh on each call (it includes the kept
-        validation evaluations, `EvalWindow.kept`, as host tensors under EVAL_WINDOW_KEY). Refused
-        while an epoch is queued: its iterations change the state past `epoch`."""
+        """(live state tensors, fresh host metadata); refused while an epoch is queued."""
         if self._queued is not None:
             raise RuntimeError(f"a checkpoint of epoch {self.epoch} asked after epoch {self.epoch + 1} was queued")
         return self.learner.state_tensors(), self._meta()
@@ -275,10 +221,7 @@ class Trainer:
 
 
 class EpochClock:
-    """An epoch's training seconds, from its queuing to the end of its last iteration. On CUDA,
-    timed by two events on the current stream, so the seconds are the device's even when the
-    host reports another epoch meanwhile (the events' interval includes any wait of the stream
-    for the host); on the CPU the host's wall clock around the iterations it ran."""
+    """An epoch's training seconds: two CUDA events on the stream (the device's), else the host's clock."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
@@ -295,7 +238,6 @@ class EpochClock:
             self._t1 = time.perf_counter()
 
     def seconds(self) -> float:
-        """The epoch's seconds (on CUDA: waits for its end event)."""
         if self.cuda:
             self._end.synchronize()
             return self._start.elapsed_time(self._end) / 1000.0
@@ -303,8 +245,7 @@ class EpochClock:
 
 
 def _check_compatible(path, saved: dict[str, Any], current: dict[str, Any]) -> None:
-    """Every config key equal, except RESUMABLE_CHANGES; a key the checkpoint lacks (written
-    before the key existed, e.g. `first_seed_index` or `data.folds`) is compatible at its default value."""
+    """Every config key equal but RESUMABLE_CHANGES (a key the checkpoint lacks: at its default)."""
     a, b = flatten(saved), flatten(current)
     defaults = flatten(Config().to_dict())
     for key in sorted(set(a) | set(b)):
