@@ -27,7 +27,7 @@ from tune_gems.analysis.calibrate.calibration import (
     SearchShape, Shape, confirmation_mde, delete_rate, delete_verdicts, mc_tolerance, power, search_confirm_rates,
 )
 from tune_gems.analysis.verdicts.search_choice import best_trial, choose_per_gem, side_by_side
-from tune_gems.analysis.rules.words import DELETE, HARMFUL, KEEP
+from tune_gems.analysis.rules.settings import DELETE, HARMFUL, KEEP
 from tune_gems.analysis.rules.power import PowerInputs, fewest_seeds
 from tune_gems.stats.inference import min_detectable_effect, signed_rank_cdf, smallest_p
 
@@ -68,7 +68,7 @@ def _old_rule_rate(verdicts: np.ndarray) -> float:
 ])
 def test_delete_needs_the_wiring_equivalent_to_zero(n, sd, effect):
     """Wiring truly helps (or hurts) by the ROPE (0.1) or more while the magnitude is at its null:
-    the shipped rule (`rules.seed.decide_family`) reads `delete` at most alpha of the time, where
+    the shipped rule (`rules.decision.decide_family`) reads `delete` at most alpha of the time, where
     the old rule (magnitude alone) read it far more often on the same simulated data (issue 21:
     75% at 0.5 sd with 16 seeds). At sd 1 the TOST has no power (idle wiring is never deleted
     either); at 0.12-0.25 sd it has (asserted: idle wiring reads delete >= 50%), so the bound is the TOST's size at the ROPE, not

@@ -19,8 +19,8 @@ from tune_gems.analysis.render.report import verdict_line
 from tune_gems.analysis.render.plot_tables import improvement_table, learning_curve_table, paired_seed_table
 from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.histories import history_components
+from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.analysis.rules.power import HistoryComponents, history_mde
-from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables
 from tune_gems.analysis.verdicts.history_verdicts import history_family
 from tune_gems.analysis.verdicts.verdict_market_noise import ACROSS_HISTORIES, EvalReturns, market_evidence
@@ -225,7 +225,7 @@ def test_a_historys_folds_that_share_training_rows_need_no_factor_over_histories
 
 
 def test_a_fold_table_over_several_histories_is_read_per_history_the_largest_overlap_per_pair(tmp_path):
-    from tune_gems.analysis.rules.overlap import fold_overlap
+    from tune_gems.analysis.rules.periods import fold_overlap
     from tune_gems.analysis.verdicts.walk_forward import experiment_overlap
 
     folder = history_scenario(tmp_path / "h", [h[:2] for h in THREE[:2]])

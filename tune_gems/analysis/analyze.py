@@ -24,7 +24,7 @@ from tune_gems.analysis.read.load import Experiment, load_experiment
 from tune_gems.analysis.read.outcomes import last_evaluated_epochs, trial_outcomes
 from tune_gems.analysis.pairs.pairing import build_cells
 from tune_gems.analysis.pairs.excess import add_excess_columns
-from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.analysis.verdicts.verdict_market_noise import EvalReturnsLookup
 from tune_gems.analysis.verdicts.redundancy import redundancy_table
 from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables, placebo_verdicts, verdict_metric

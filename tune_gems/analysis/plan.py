@@ -51,9 +51,9 @@ from tune_gems.analysis import defaults
 from tune_gems.analysis.read.load import Experiment, load_experiment
 from tune_gems.analysis.read.outcomes import last_evaluated_epochs
 from tune_gems.analysis.pairs.pairing import build_cells, history_count
-from tune_gems.analysis.rules.period_family import fold_components
+from tune_gems.analysis.rules.periods import fold_components
+from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.analysis.rules.power import PooledComponents, history_mde, mde_floor, pooled_mde
-from tune_gems.analysis.rules.thresholds import Thresholds
 from tune_gems.analysis.verdicts.gem_verdicts import gem_verdicts, verdict_metric
 from tune_gems.analysis.verdicts.history_verdicts import HistoryParts, pilot_history_parts
 from tune_gems.analysis.verdicts.walk_forward import family_folds, fold_count, pool_family_of

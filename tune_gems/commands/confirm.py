@@ -156,7 +156,7 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
         name = f"{discovery.experiment.labels[0]}-confirmation"
         write_tables(ExperimentStore(str(tmp.parent), tmp.name), run_plans(plans, planned.build, name, log, events_out=tmp,
                                                                              open_seal=record.opens_seal))
-        # on one price history the rule's last stage is the search's selection (`rules.selection`)
+        # on one price history the rule's last stage is the search's selection (`rules.decision`)
         selection = None if fresh_paths(spec) else {p.gem: candidate_count(discovery.experiment.trials, p.gem)
                                                     for p in plans}
         confirmed = analyze(tmp, selection=selection, **settings)

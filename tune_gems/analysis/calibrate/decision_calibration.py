@@ -2,8 +2,8 @@
 confirmation, several price histories, and a heterogeneous contrast leaving the family's shared spread.
 
 A statistic ships with its calibration: each table here runs the very function a verdict calls
-(`rules.decision.decide`, with the fold data `rules.period_family.fold_data` and `rules.overlap`'s
-correction, the held-out test segment's effects `rules.held_out_rule.seed_level_effect`, the
+(`rules.decision.decide`, with the fold data `rules.periods.fold_data` and `rules.periods`'s
+correction, the held-out test segment's effects `rules.periods.seed_level_effect`, the
 histories' data `rules.histories.history_data`; the power statements `rules.power.pooled_mde` /
 `history_mde`) on simulated families, vectorised over datasets; what the simulation adds is only
 the data.
@@ -30,7 +30,7 @@ fold, period spreads in one fold's seed standard errors sd / sqrt(n), as
 
 **The real shapes** (the S&P 500 runs'): 8 purged groups x 12 seeds and 6 x 16 (96 members per arm each),
 a family of 3 contrasts; 4 and 3 histories x 4 purged groups x 6 seeds. NB's correlation of each
-layout is read off its fold table (`rules.overlap.fold_overlap` of `data.segments.fold_bounds`)
+layout is read off its fold table (`rules.periods.fold_overlap` of `data.segments.fold_bounds`)
 on `LAYOUT_ROWS` daily rows, split 70 / 15 / 15 with the trainer's default reach (env.window 32,
 n_step 3, episode_length 256) and an embargo of 5: the factors 2.14 (8 groups) and 2.20 (6)
 of the real layouts (docs/analysis.md "The overlap of folds"). The period spread is one seed standard error (`tau`
@@ -54,17 +54,13 @@ import pandas as pd
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.calibrate.calibration import mc_tolerance
-from tune_gems.analysis.rules.calendar import one_calendar, own_calendars
-from tune_gems.analysis.rules.decision import Evidence, TestSegment, decide
-from tune_gems.analysis.rules.held_out_rule import confirmation_level, held_out_alone, seed_level_effect
-from tune_gems.analysis.rules.histories import history_components, history_data
-from tune_gems.analysis.rules.overlap import fold_overlap, nb_factor
-from tune_gems.analysis.rules.period_family import fold_components, fold_data
-from tune_gems.analysis.rules.power import HistoryComponents, history_mde, pooled_mde, t_multiplier, two_stage_mde
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import (
-    HARMFUL_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, KEEP_CODE, NOT_CONFIRMED_CODE, verdict_codes,
+from tune_gems.analysis.rules.histories import history_components, history_data, one_calendar, own_calendars
+from tune_gems.analysis.rules.decision import Evidence, TestSegment, confirmation_level, decide, held_out_alone
+from tune_gems.analysis.rules.periods import fold_components, fold_data, fold_overlap, nb_factor, seed_level_effect
+from tune_gems.analysis.rules.settings import (
+    HARMFUL_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, KEEP_CODE, NOT_CONFIRMED_CODE, Thresholds, verdict_codes,
 )
+from tune_gems.analysis.rules.power import HistoryComponents, history_mde, pooled_mde, t_multiplier, two_stage_mde
 from tune_gems.data.segments import TrainingReach, fold_bounds, fold_table
 
 LAYOUT_ROWS = 6000
@@ -112,7 +108,7 @@ class Design:
 
 def layout_rho(folds: int) -> float:
     """NB's correlation n2 / (n1 + n2) of a purged layout of `folds` groups on LAYOUT_ROWS rows,
-    from its fold table (`rules.overlap.fold_overlap`): the mean over its folds, whose factor
+    from its fold table (`rules.periods.fold_overlap`): the mean over its folds, whose factor
     `nb_factor` is the table's."""
     prices = pd.Series(np.arange(LAYOUT_ROWS, dtype=float))
     spec = SimpleNamespace(scheme="purged", k=folds, embargo=LAYOUT_EMBARGO, val_length=None)
@@ -347,7 +343,7 @@ class HistoryRun:
 
 def history_run(design: Design, world: World, *, n_sim: int, seed: int, th: Thresholds) -> HistoryRun:
     """The rule over histories (`rules.decision.decide` with the histories' data on the design's
-    calendar and the test segment), the held-out stage alone (`held_out_rule.held_out_stage`, the
+    calendar and the test segment), the held-out stage alone (`decision.held_out_stage`, the
     function `decide` applies, on every contrast) and the power statement each verdict row makes
     (`power.history_mde` and `power.two_stage_mde` on `histories.history_components`, at the first Holm
     step) on `n_sim` families of `design` in `world`."""
@@ -642,7 +638,7 @@ MDE_DESIGNS = ((8, 1, 12, False), (12, 1, 8, False), (16, 1, 6, False), (6, 1, 1
 def _design_se(c: HistoryComponents, h: int, k: int, n: int, contrasts: int):
     """(se, df, test se, test df) of the nested rule at a design: the histories' spread shared by the
     family (contrasts (H - 1) df), the calendar part on K - 1."""
-    from tune_gems.analysis.rules.pooling import satterthwaite
+    from tune_gems.analysis.rules.periods import satterthwaite
 
     cal_df = k - 1.0 if c.calendar > 0 else math.inf
     hist = c.se(h, k, n) ** 2 - c.calendar / k

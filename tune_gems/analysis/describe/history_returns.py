@@ -1,7 +1,7 @@
 """How much the price histories of a run move together: each pair's return correlation in each
 validation window and in the test segment (`history_correlations.csv`).
 
-Why. Histories that share a calendar share each period's luck (`rules.calendar`): the nested rule
+Why. Histories that share a calendar share each period's luck (`rules.histories`): the nested rule
 estimates that part from the effects, and this table says what the markets themselves did in the
 same windows (S&P 500 / NASDAQ daily returns correlate 0.89 over 1999-2018, 0.94-0.97 inside the
 folds). It reads the experiment's validated history table (each history's file and column) and fold

@@ -37,7 +37,7 @@ from matplotlib.patches import Patch, Polygon
 from matplotlib.ticker import MaxNLocator
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.rules.words import INSUFFICIENT
+from tune_gems.analysis.rules.settings import INSUFFICIENT
 from tune_gems.analysis.verdicts.readings import INSUFFICIENT_BY
 from tune_gems.contracts.config_label import ARM_SUFFIX, short_labels
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry

@@ -8,9 +8,9 @@ from typing import Any
 
 import pandas as pd
 
-from tune_gems.analysis.rules.seed import NO_DESIGN
+from tune_gems.analysis.rules.decision import NO_DESIGN
+from tune_gems.analysis.rules.settings import INSUFFICIENT, NULL_ARM_OK
 from tune_gems.analysis.verdicts.readings import INSUFFICIENT_BY
-from tune_gems.analysis.rules.words import INSUFFICIENT, NULL_ARM_OK
 from tune_gems.analysis.render.figures import lead_section
 from tune_gems.analysis.text import format_interval, format_number, markdown_table, text_table
 from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
@@ -199,7 +199,7 @@ def _periods_section(v: pd.DataFrame, folds: pd.DataFrame | None = None) -> list
 
 def _window_words(settings: dict[str, Any]) -> str:
     """The verdict metric's epoch window, in words, from the analysis settings."""
-    from tune_gems.analysis.rules.thresholds import Thresholds
+    from tune_gems.analysis.rules.settings import Thresholds
 
     return Thresholds.of_settings(settings).window_text()
 

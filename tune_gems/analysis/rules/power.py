@@ -51,7 +51,7 @@ class PooledComponents:
     within: float
     seed: float = 0.0
     overlap: float = 0.0
-    """The folds' overlap, lambda = n2 / n1 (`rules.overlap`: Nadeau-Bengio's rho / (1 - rho)): the
+    """The folds' overlap, lambda = n2 / n1 (`rules.periods`: Nadeau-Bengio's rho / (1 - rho)): the
     part of the fold-level variance common to folds that share training rows, which averaging
     folds does not shrink (0: none)."""
 
@@ -75,7 +75,7 @@ def components(var, n_informative, seed_share, tau2, theta=None, sample_var=None
     the fold effect's squared standard error, or, in a fold whose rank interval gives none (too
     few informative pairs for its level), pi / 3 x the sample variance of its informative
     differences (`sample_var`, when given); seed = its share common to every
-    fold (`pooling.seed_anova`'s share; NaN: 0) x within; period = tau^2, or where the rule has
+    fold (`periods.seed_anova`'s share; NaN: 0) x within; period = tau^2, or where the rule has
     none (a fold variance unknown: the contrast pooled with equal weights) and the fold effects
     `theta` are given, the moment estimate max(0, their variance - (within - seed) / n)."""
     var, n = np.asarray(var, float), np.asarray(n_informative, float)
@@ -165,7 +165,7 @@ class HistoryComponents:
     (`rules.histories`), per-seed-difference units^2: `history` tau_H^2 (the lasting spread between
     histories), `period` a history's own spread between its folds, `within` one seed's variance
     inside a fold, `seed` its part common to every history and fold (seed-paired), `calendar` the
-    spread of the calendar periods the histories share (`rules.calendar`; 0 on their own calendars,
+    spread of the calendar periods the histories share (`rules.histories`; 0 on their own calendars,
     where each history's calendar luck is in `period`), `shared` whether they share one calendar:
 
         se^2(H, K, n) = tau_H^2 / H + (tau^2 + (within - seed) / n) / (K H) + calendar / K + seed / n
@@ -236,7 +236,7 @@ class PowerInputs:
     standard error of the difference (0: none, e.g. per-seed paths). Over `histories` >= 2 price
     histories the nested rule decides (`history_mde`): `history_tau2` the spread between histories,
     `tau2` and `within` a history's fold components, `seed` the part common to every history and
-    fold, `calendar` the calendar part the histories share (`rules.calendar`; NaN: on their own
+    fold, `calendar` the calendar part the histories share (`rules.histories`; NaN: on their own
     calendars, nothing shared), `df` the histories' degrees of freedom (NaN: H - 1), `n` the seeds per
     fold of a history."""
 
@@ -365,7 +365,7 @@ def fewest_seeds(d: PowerInputs, target: float, level: float, power: float, *, o
 
 def informative_of(seeds: int, tied: float) -> int:
     """The informative pairs `seeds` seeds are expected to give at tied share `tied` (ties carry
-    no weight: rules.ties)."""
+    no weight: rules.periods)."""
     return int(math.floor(seeds * (1.0 - tied) + 1e-9))
 
 

@@ -33,9 +33,9 @@ import pandas as pd
 
 from tune_gems.analysis.pairs.pairing import Cells, Paired
 from tune_gems.analysis.rules.decision import Evidence, decide
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import (
+from tune_gems.analysis.rules.settings import (
     DECISIVE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP, NOT_CONFIRMED,
+    Thresholds,
 )
 from tune_gems.analysis.text import format_interval, format_number, text_table
 from tune_gems.analysis.verdicts.family import (

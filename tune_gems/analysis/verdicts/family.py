@@ -27,12 +27,10 @@ import pandas as pd
 
 from tune_gems.analysis.pairs.pairing import Cells, Paired, paired
 from tune_gems.analysis.pairs.selectors import MEASURE, WIRE, placebo_selectors
-from tune_gems.analysis.rules.decision import MIN_POOLED_DF, Decision, Evidence, TestSegment, decide
+from tune_gems.analysis.rules.decision import MIN_POOLED_DF, Decision, Evidence, TestSegment, cannot_reach, decide
+from tune_gems.analysis.rules.settings import DECISIVE, DELETE, EQUIVALENT, INSUFFICIENT, NOT_CONFIRMED, Thresholds
+from tune_gems.analysis.rules.periods import FoldOverlap, informative_rank_test, is_tie
 from tune_gems.analysis.rules.power import PowerInputs, PowerStatement, market_se_of, statement
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.seed import cannot_reach
-from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
-from tune_gems.analysis.rules.words import DECISIVE, DELETE, EQUIVALENT, INSUFFICIENT, NOT_CONFIRMED
 from tune_gems.analysis.text import format_number
 from tune_gems.analysis.verdicts.held_out import held_out_segment
 from tune_gems.analysis.verdicts.readings import (
@@ -44,7 +42,6 @@ from tune_gems.analysis.verdicts.history_verdicts import (
 from tune_gems.analysis.verdicts.verdict_market_noise import (
     OK as MARKET_OK, UNAVAILABLE, EvalReturnsLookup, MarketEvidence, market_evidence, market_window,
 )
-from tune_gems.analysis.rules.overlap import FoldOverlap
 from tune_gems.analysis.verdicts.walk_forward import (
     ADD_FOLDS, FOLD, FamilyFolds, fold_count, fold_text, gem_folds, median_fold_spread, overlap_for, pooled_power,
 )
@@ -390,7 +387,7 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
     of `delete`, a gem's alone); `selection` per gem the configurations a search chose among (a
     confirmation on one price history); `eval_returns` the saved returns behind the market-noise
     intervals; `overlap` the experiment's folds that share training rows
-    (`walk_forward.experiment_overlap`): over periods the pooled variance carries it (`rules.overlap`;
+    (`walk_forward.experiment_overlap`): over periods the pooled variance carries it (`rules.periods`;
     over several price histories their spread measures it); `calendar_of` which of their windows share
     a calendar period (`history_verdicts.history_family`)."""
     contrasts = design_contrasts(cells, gems, th.placebo_weight)

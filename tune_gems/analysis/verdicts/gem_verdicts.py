@@ -37,7 +37,9 @@ from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, build_cells, paired
 from tune_gems.analysis.pairs.excess import add_excess_columns
 from tune_gems.stats.inference import rank_test
-from tune_gems.analysis.rules.decision import Evidence, decide
+from tune_gems.analysis.rules.decision import REMOVES, Evidence, decide
+from tune_gems.analysis.rules.periods import FoldOverlap
+from tune_gems.analysis.rules.settings import INSUFFICIENT, Thresholds
 from tune_gems.analysis.verdicts.held_out import HELD_OUT_COLUMNS, held_out_columns
 from tune_gems.analysis.verdicts.verdict_reasons import compose_reason, selection_rule
 from tune_gems.analysis.verdicts.family import (
@@ -49,10 +51,6 @@ from tune_gems.analysis.verdicts.history_verdicts import HISTORY_COLUMNS, HISTOR
 from tune_gems.analysis.verdicts.search_choice import FINAL_COLUMNS
 from tune_gems.analysis.verdicts.verdict_market_noise import MARKET_COLUMNS, EvalReturnsLookup
 from tune_gems.analysis.verdicts.redundancy import redundancy_table
-from tune_gems.analysis.rules.overlap import FoldOverlap
-from tune_gems.analysis.rules.seed import REMOVES
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import INSUFFICIENT
 from tune_gems.analysis.pairs.selectors import MEASURE, placebo_selectors, wiring_pairs
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 
@@ -135,7 +133,7 @@ def gem_verdict_tables(cells: Cells, gems: list[GemEntry], th: Thresholds, membe
     validation returns (the market-noise interval, its bootstrap of `th.n_boot` resamples from
     `th.seed`; none: said unavailable). `selection` (a confirmation on one price history, `tune-gems
     confirm`): per gem the configurations its search chose among; the table then has FINAL_COLUMNS,
-    the verdict after the selection-adjusted gate (`rules.selection`). `overlap` the experiment's
+    the verdict after the selection-adjusted gate (`rules.decision`). `overlap` the experiment's
     folds that share training rows (`walk_forward.experiment_overlap`: the pooled variance carries
     it, `fold_overlap` column); `calendar_of` which windows of several histories share a calendar
     period (`history_verdicts.history_family`)."""
@@ -234,7 +232,7 @@ def placebo_verdicts(
     **settings,
 ) -> pd.DataFrame:
     """The null arms, by the same rule without Holm (the stricter check: each arm its own family
-    of one in `rules.seed.decide_family`): per gem with a
+    of one in `rules.decision.decide_family`): per gem with a
     placebo arm, placebo minus measured (`kind` placebo), and per A/A arm (the control
     with another `trainer.replay_stream`, an independent nuisance stream and nothing else),
     A/A minus its stream-0 twin (`kind` a/a, gem `-`). Their verdict must be `equivalent` or

@@ -13,7 +13,7 @@ and `report.md` state the rule that decided. One history never comes here: `hist
 
 Which (history, fold) windows are one calendar period comes from the experiment's fold tables
 (`CalendarOf`, given by the analysis: `read.calendars.validation_calendar`); without it fold k of
-every history validates on the same dates (`rules.calendar.one_calendar`), as the columns of one file do.
+every history validates on the same dates (`rules.histories.one_calendar`), as the columns of one file do.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import pandas as pd
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, by_history_fold, history_count
 from tune_gems.analysis.rules.histories import HistoryData, history_components, history_data, pool_histories
+from tune_gems.analysis.rules.settings import Thresholds
+from tune_gems.analysis.rules.periods import is_tie
 from tune_gems.analysis.rules.power import HistoryComponents, history_inputs, statement
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import is_tie
 from tune_gems.analysis.text import counted, format_number
 from tune_gems.analysis.verdicts.walk_forward import verdict_pairs
 
@@ -49,7 +49,7 @@ ADD_PERIODS = "add folds (data.folds.k) or histories on other calendars"
 """What a verdict with too few calendar periods says to do."""
 CALENDAR_COLUMNS = ["var_history", "var_calendar", "calendar_df", "calendar_periods"]
 """verdicts.csv's columns of the nested rule's spread between histories and its calendar part
-(`rules.calendar`: the variance of the part the histories share in each calendar period, its df and
+(`rules.histories`: the variance of the part the histories share in each calendar period, its df and
 the calendar periods with an effect)."""
 HISTORY_COLUMNS = ["histories", *CALENDAR_COLUMNS]
 """The verdict table's columns over several histories (after the period columns): how many, and

@@ -27,8 +27,8 @@ import pandas as pd
 
 from tune_gems.analysis.pairs.pairing import Cells, paired
 from tune_gems.analysis.pairs.excess import add_excess_columns
-from tune_gems.analysis.rules.seed import NO_DESIGN, redundancy_finding
-from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.decision import NO_DESIGN, redundancy_finding
+from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.stats.inference import holm, rank_test
 
 PAIRS = (("g10", "model.spectral_norm"), ("g6", "model.noisy"))
@@ -47,7 +47,7 @@ def redundancy_table(
     pairs=PAIRS,
 ) -> pd.DataFrame:
     """One row per (gem, feature) of `pairs` whose gem is known (see the module docstring; the
-    finding is `rules.seed.redundancy_finding`'s), at `thresholds`' alpha, rel_threshold and epoch window
+    finding is `rules.decision.redundancy_finding`'s), at `thresholds`' alpha, rel_threshold and epoch window
     (the verdict's: `Thresholds.window_length`)."""
     th = thresholds if thresholds is not None else Thresholds()
     alpha, rel_threshold = th.alpha, th.rel_threshold

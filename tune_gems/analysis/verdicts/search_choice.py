@@ -26,7 +26,7 @@ import pandas as pd
 from tune_gems.analysis.rules.power import (
     PowerInputs, fewest_seeds, finite_interval, floor, informative_of, market_se_of, mde, seeds_to_run,
 )
-from tune_gems.analysis.rules.words import NO_DATA
+from tune_gems.analysis.rules.settings import NO_DATA
 from tune_gems.analysis.verdicts.verdict_market_noise import OK as MARKET_OK
 from tune_gems.stats.inference import smallest_p
 from tune_gems.stats.metrics import GEM_GAIN_PREFIX, VERDICT_GAIN_PREFIX
@@ -376,7 +376,7 @@ def one_history_final(verdicts: pd.DataFrame, candidates: dict[str, int]) -> pd.
     """The final verdict per confirmed gem (the keys of `candidates`) of a confirmation on one price
     history: FINAL_COLUMNS of its verdict table, which the rule wrote (`gem_verdicts.gem_verdict_tables`
     with `selection=candidates`: `rules.decision.decide`'s selection-adjusted gate,
-    `rules.selection.final_on_one_history`; at K = 1 the seed and market-noise intervals combined
+    `rules.decision.final_on_one_history`; at K = 1 the seed and market-noise intervals combined
     with the market part at the selection-adjusted level, no market-noise interval: not final; at
     K >= 2 the pooled interval at that level)."""
     rows = verdicts[verdicts["gem"].isin(list(candidates))]

@@ -35,7 +35,7 @@ import pandas as pd
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired
-from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.analysis.verdicts.market_noise import MarketNoiseInterval, alpha_sharpe_rows, market_noise_interval, sharpe_rows
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.result_files import (

@@ -6,7 +6,7 @@ Why. The seed rule (`gem_verdicts.py`) says how an arm difference varies over se
 history every seed sees the same validation period, so the seed interval cannot see whether the
 effect holds in another period. With walk-forward folds (`data.folds`) the periods are
 replicated: the per-fold effects (`selectors.wiring_pairs` on the fold's cells, ties carrying no
-weight), their random-effects combination over the family (`rules.pooling.pool_family`), the
+weight), their random-effects combination over the family (`rules.periods.pool_family`), the
 pooled test deciding (`rules.periods.decide_periods`), and its power (`rules.power`).
 
 With one fold the verdict is the seed rule's with the market-noise gate of one history, made
@@ -31,13 +31,13 @@ import pandas as pd
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, by_fold
-from tune_gems.analysis.rules.overlap import FoldOverlap, fold_overlap, nb_factor
+from tune_gems.analysis.rules.periods import (
+    FoldData, FoldOverlap, fold_components, fold_estimates, fold_overlap, informative_variance, is_tie, nb_factor,
+    pool_fold_data, seed_anova, shared_seed_variance,
+)
+from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.analysis.text import format_number
-from tune_gems.analysis.rules.period_family import FoldData, fold_components, informative_variance, pool_fold_data
-from tune_gems.analysis.rules.pooling import fold_estimates, seed_anova, shared_seed_variance
 from tune_gems.analysis.rules.power import PooledComponents, PowerInputs, statement
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import is_tie
 from tune_gems.analysis.pairs.selectors import placebo_selectors, wiring_pairs
 
 FOLD = "fold"
@@ -57,7 +57,7 @@ ADD_FOLDS = "add folds: data.folds.k or the purged scheme"
 def experiment_overlap(folds: pd.DataFrame | None) -> FoldOverlap | None:
     """The overlap of the experiment's folds that share training rows: its fold tables with the
     layout (`Experiment.folds.table`, read and validated by `read.side_tables`) through
-    `rules.overlap.fold_overlap` (Nadeau-Bengio's correlation per pair of folds whose training
+    `rules.periods.fold_overlap` (Nadeau-Bengio's correlation per pair of folds whose training
     runs meet). Each experiment's, trial's and history's layout is read on its own (folds of two
     histories share no rows): per pair of fold ids the largest correlation any of them gives
     (the cautious one; over histories the nested rule's first stage carries it in each history's
@@ -150,7 +150,7 @@ class FamilyFolds:
 
     @property
     def data(self) -> FoldData:
-        """The arrays the period rule reads (`rules.period_family`)."""
+        """The arrays the period rule reads (`rules.periods`)."""
         return FoldData(self.theta, self.var, self.p, self.n_informative, self.seed_var, self.seed_share, self.seed_df,
                         self.sample_var)
 
@@ -209,8 +209,8 @@ def folds_family(rows: list, per_contrast: list[list[tuple[int, Paired]]], fold_
 
 
 def pool_family_of(fam: FamilyFolds, th: Thresholds) -> dict[str, np.ndarray]:
-    """`rules.pooling.pool_family` on a family's fold data at the analysis's settings
-    (`rules.period_family.pool_fold_data`)."""
+    """`rules.periods.pool_family` on a family's fold data at the analysis's settings
+    (`rules.periods.pool_fold_data`)."""
     return pool_fold_data(fam.data, rope=th.rope, share=th.share_tau, one_sided=th.one_sided_keep)
 
 
@@ -261,7 +261,7 @@ def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np
     out["overlap"] = pooled.get("overlap", np.ones_like(pooled["mu"]))[0]  # F, verdicts.csv's fold_overlap
     for j in range(m):
         k, df = int(pooled["periods"][0, j]), float(pooled["df"][0, j])
-        # the folds' overlap as the pooled variance carries it: F = 1 + K lambda (`rules.overlap`)
+        # the folds' overlap as the pooled variance carries it: F = 1 + K lambda (`rules.periods`)
         lam = float(overlap_lambda(out["overlap"][j], k))
         c = PooledComponents(float(comp.period[0, j]), float(comp.within[0, j]), float(comp.seed[0, j]))
         out["seed"][j], out["within"][j], out["period"][j] = c.seed, c.within, c.period
