@@ -109,3 +109,31 @@ def apply_arm_labels(trials: pd.DataFrame, history: pd.DataFrame, members: pd.Da
             new = [labels.get(k) for k in zip(df["experiment"], df["trial_id"])]
             df["config_label"] = [n if n is not None else old for n, old in zip(new, df["config_label"])]
     return trials, history, members
+
+
+HISTORY_NAME = "history_name"
+"""The column beside a table's `history` id that names it (the history table's `name`)."""
+
+
+def history_names(histories: pd.DataFrame | None) -> dict[int, str]:
+    """Each price history's name by its id (the experiment's history table, `Experiment.histories`:
+    the name the run gave it; experiments that name one id differently: their names joined by ' / ');
+    empty without a table (results older than histories)."""
+    if histories is None or not len(histories) or "name" not in histories.columns:
+        return {}
+    return {int(h): " / ".join(dict.fromkeys(g["name"].astype(str))) for h, g in histories.groupby("history", sort=True)}
+
+
+def history_name(names: dict[int, str], history) -> str:
+    """A history's name, `history <id>` where the table has none."""
+    return names.get(int(history), f"history {int(history)}")
+
+
+def with_history_names(table: pd.DataFrame, names: dict[int, str]) -> pd.DataFrame:
+    """`table` with `history_name` right after its `history` column (unchanged without one)."""
+    if "history" not in table.columns or HISTORY_NAME in table.columns:
+        return table
+    out = table.copy()
+    out.insert(out.columns.get_loc("history") + 1, HISTORY_NAME,
+               [history_name(names, h) for h in pd.to_numeric(out["history"]).fillna(0).astype(int)])
+    return out

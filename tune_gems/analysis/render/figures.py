@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from tune_gems.analysis import defaults
 from tune_gems.analysis.describe.objective import searched_mode
 from tune_gems.analysis.describe.variance import final_members
+from tune_gems.analysis.read.labels import history_names, with_history_names
 from tune_gems.analysis.render import plots
 from tune_gems.analysis.render.plot_tables import (
     final_verdict_table, improvement_table, learning_curve_table, paired_seed_table, performance_profile_table,
@@ -87,13 +88,15 @@ def lead_section(images: dict[str, str]) -> list[str]:
 
 
 def plot_tables(result: Any) -> dict[str, pd.DataFrame]:
-    """{CSV name: table} of the lead plots for an `AnalysisResult` (its experiment and settings)."""
+    """{CSV name: table} of the lead plots for an `AnalysisResult` (its experiment and settings);
+    a table with a `history` column names it beside (`history_name`)."""
     exp = result.experiment
-    pairs = paired_seed_table(result.family)
+    names = history_names(exp.histories)
+    pairs = with_history_names(paired_seed_table(result.family), names)
     return {
         FINAL_VERDICTS_CSV: final_verdict_table(result.verdicts, getattr(result, "placebo", None)),
         PAIRED_SEEDS_CSV: pairs,
-        LEARNING_CURVES_CSV: learning_curve_table(exp.members),
+        LEARNING_CURVES_CSV: with_history_names(learning_curve_table(exp.members), names),
         PROFILES_CSV: performance_profile_table(pairs),
         IMPROVEMENT_CSV: improvement_table(pairs),
     }
@@ -161,7 +164,8 @@ def analysis_figures(result: Any, tables: dict[str, pd.DataFrame]) -> dict[tuple
         (IMPROVEMENT.title, IMPROVEMENT.file): plots.improvement_bars(tables[IMPROVEMENT_CSV]),
         (SHRINKAGE.title, SHRINKAGE.file): plots.confirmation_shrinkage(confirmation_table(list(exp.paths)),
                                                                         confirmation_data(exp.trials)),
-        ("Sharpe distributions", plots.SHARPE_PNG): plots.sharpe_distributions(final[final["included"]]),
+        ("Sharpe distributions", plots.SHARPE_PNG): plots.sharpe_distributions(
+            with_history_names(final[final["included"]], history_names(exp.histories))),
         ("Gem magnitudes", plots.MAGNITUDES_PNG): plots.gem_magnitude_curves(
             result.gem_trajectories, s.get("rel_threshold", defaults.REL_THRESHOLD), exp.gems),
         ("Parameter importances", plots.IMPORTANCES_PNG): plots.importance_bars(result.importances),

@@ -30,6 +30,7 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -56,6 +57,14 @@ def new_figure(w: float, h: float) -> Figure:
     return fig
 
 
+def legend_below(fig: Figure, handles: list, fontsize: float = 7, columns: int = 6) -> None:
+    """One legend under the panels, read row by row (matplotlib fills a legend column by column)."""
+    cols = min(len(handles), columns)
+    rows = -(-len(handles) // cols) if cols else 0
+    order = [handles[r * cols + c] for c in range(cols) for r in range(rows) if r * cols + c < len(handles)]
+    fig.legend(handles=order, loc="outside lower center", ncols=cols, fontsize=fontsize, frameon=False)
+
+
 def group_labels(final: pd.DataFrame) -> pd.Series:
     """Each member's configuration as the Sharpe tables name it: its label, with ` | arm <arm>`
     for an arm of a multi-arm trial (tune_gems.analysis.describe.variance.split_arms)."""
@@ -66,54 +75,69 @@ def group_labels(final: pd.DataFrame) -> pd.Series:
     return label.where(~multi, label + ARM_SUFFIX + final["arm"].astype(str))
 
 
+SHARPE_PERIOD_COLUMNS = 8
+"""Above this many periods (folds of each price history) the Sharpe panels go two periods a row."""
+
+
 def sharpe_distributions(final: pd.DataFrame) -> Figure | None:
     """Per configuration: each member's Sharpe at the final epoch (points) and the median (bar),
-    validation and test side by side, one row of panels per walk-forward fold; a seed's members
-    in the arms of one trial are joined by a line (the design is paired: compare lines, not
-    clouds). Axis names are the short labels (what tells the configurations apart).
+    validation and test side by side, a pair of panels per validation period (each walk-forward
+    fold of each price history, by its name: `history_name`); a seed's members in the arms of one
+    trial are joined by a line (the design is paired: compare lines, not clouds). Axis names are
+    the short labels (what tells the configurations apart).
 
     `final` = included final-epoch members (see `final_members`): excluded trials are not drawn.
-    Each configuration's points carry the gid `members:<fold>:<column>:<label>`, each seed's line
-    `seed:<fold>:<column>:<experiment>:<trial>:<seed index>`."""
+    Each configuration's points carry the gid `members:<period>:<column>:<label>`, each seed's line
+    `seed:<period>:<column>:<experiment>:<trial>:<seed index>`; the period is the fold, over several
+    histories `<history>/<fold>`."""
     if final is None or not len(final):
         return None
-    final = final.assign(_group=group_labels(final).to_numpy(),
+    final = final.assign(_group=group_labels(final).to_numpy(), _history=_history_ids(final),
                          fold=final["fold"].fillna(0).astype(int) if "fold" in final.columns else 0)
+    names = history_labels(final)
     labels = sorted(final["_group"].unique())
     short = dict(zip(labels, short_labels(labels)))
-    folds = sorted(final["fold"].unique())
+    periods = sorted(set(zip(final["_history"], final["fold"])))
+    n_folds = final["fold"].nunique()
     pos_of = {lab: len(labels) - i for i, lab in enumerate(labels)}  # the first label on top
-    fig = new_figure(12, 0.9 + (0.4 * len(labels) + 0.9) * len(folds) + 0.5)
-    axes = fig.subplots(len(folds), 2, squeeze=False, sharey=True)
+    across = 2 if len(periods) > SHARPE_PERIOD_COLUMNS else 1
+    rows = -(-len(periods) // across)
+    fig = new_figure(12 * across, 0.9 + (0.4 * len(labels) + 0.9) * rows + 0.5)
+    axes = fig.subplots(rows, 2 * across, squeeze=False, sharey=True)
+    for j in range(len(periods), rows * across):
+        for ax in axes[j // across, 2 * (j % across):2 * (j % across) + 2]:
+            ax.remove()
     pair_key = [k for k in ("experiment", "trial_id", "seed_index") if k in final.columns]
-    for row, fold in enumerate(folds):
-        f = final[final["fold"] == fold]
-        for ax, col, title in zip(axes[row], ("val_sharpe", "test_sharpe"), ("validation", "test")):
+    for j, (history, fold) in enumerate(periods):
+        f = final[(final["_history"] == history) & (final["fold"] == fold)]
+        key = f"{history}/{fold}" if len(names) > 1 else f"{fold}"
+        where = period_text(names, history, fold, n_folds)
+        for ax, col, title in zip(axes[j // across, 2 * (j % across):], ("val_sharpe", "test_sharpe"), ("validation", "test")):
             if col not in f.columns:
                 continue
             v = f[col].astype(float)
             f_ok = f[np.isfinite(v)]
             if len(pair_key) == 3:
-                for key, seed in f_ok.groupby(pair_key):
+                for seed_key, seed in f_ok.groupby(pair_key):
                     if seed["_group"].nunique() > 1:
                         seed = seed.assign(_y=seed["_group"].map(pos_of)).sort_values("_y")
                         (line,) = ax.plot(seed[col].astype(float), seed["_y"], color="grey", lw=0.6, alpha=0.5, zorder=1)
-                        line.set_gid(f"seed:{fold}:{col}:{':'.join(map(str, key))}")
+                        line.set_gid(f"seed:{key}:{col}:{':'.join(map(str, seed_key))}")
             for lab in labels:
                 d = f_ok.loc[f_ok["_group"] == lab, col].astype(float).to_numpy()
                 if not d.size:
                     continue
                 pts = ax.scatter(d, np.full(d.size, pos_of[lab]), s=14, alpha=0.7, color="tab:blue", zorder=2)
-                pts.set_gid(f"members:{fold}:{col}:{lab}")
+                pts.set_gid(f"members:{key}:{col}:{lab}")
                 ax.plot([np.median(d)] * 2, [pos_of[lab] - 0.3, pos_of[lab] + 0.3], color="black", lw=2, zorder=3)
             ax.set_yticks([pos_of[lab] for lab in labels], [short[lab] for lab in labels], fontsize=8)
+            ax.tick_params(labelleft=col == "val_sharpe")
             ax.axvline(0.0, color="grey", lw=0.8)
-            ax.set_xlabel(f"{title} Sharpe, annualised (final epoch, per member)")
-            ax.set_title(f"{title}" + (f", fold {fold}" if len(folds) > 1 else ""), fontsize=10)
-    fig.legend(handles=[Line2D([], [], color="tab:blue", marker="o", ls="", ms=4, label="member"),
-                        Line2D([], [], color="black", lw=2, label="median"),
-                        Line2D([], [], color="grey", lw=0.8, label="one seed across its trial's arms (paired)")],
-               fontsize=8, loc="outside lower center", ncols=3)
+            ax.set_xlabel(f"{title} Sharpe, annualised (final epoch, per member)", fontsize=8)
+            ax.set_title(f"{title}, {where}" if where else title, fontsize=9)
+    legend_below(fig, [Line2D([], [], color="tab:blue", marker="o", ls="", ms=4, label="member"),
+                       Line2D([], [], color="black", lw=2, label="median"),
+                       Line2D([], [], color="grey", lw=0.8, label="one seed across its trial's arms (paired)")], fontsize=8)
     fig.suptitle("Sharpe per configuration at the final epoch", fontsize=11)
     return fig
 
@@ -279,8 +303,11 @@ def save(fig: Figure | None, path: Path) -> bool:
 MIN_WIDTH = 6.5
 """Inches: a one-panel figure still has room for its title."""
 MAX_CURVE_PANELS = 12
-"""Learning-curve panels at most (trials x folds): the best trials by objective first."""
+"""Learning-curve panels at most (trials x periods): the best trials by objective first."""
+CURVE_COLUMNS = 4
+"""Learning-curve panels per row: a trial's periods (each fold of each history) wrap onto rows."""
 FOLD_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+FOLD_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 METRIC_WORDS = {"val_alpha_sharpe": "validation alpha Sharpe", "val_sharpe": "validation Sharpe",
                 "test_alpha_sharpe": "test alpha Sharpe", "test_sharpe": "test Sharpe"}
 
@@ -297,14 +324,44 @@ def fold_color(fold: int) -> str:
     return FOLD_COLORS[int(fold) % len(FOLD_COLORS)]
 
 
+def history_color(position: int, histories: int) -> tuple:
+    """The colour of the history at `position` of `histories` (tab10, tab20 beyond ten)."""
+    cmap = colormaps["tab10" if histories <= 10 else "tab20"]
+    return cmap(position % cmap.N)
+
+
+def _history_ids(table: pd.DataFrame) -> pd.Series:
+    """Each row's price history (0 in a table without the column: one history)."""
+    return table["history"].fillna(0).astype(int) if "history" in table.columns else pd.Series(0, index=table.index)
+
+
+def history_labels(table: pd.DataFrame) -> dict[int, str]:
+    """Each history id of a table with its name (`history_name`, `read.labels.with_history_names`;
+    `history <id>` in a table without one)."""
+    ids = _history_ids(table)
+    names = table["history_name"].astype(str) if "history_name" in table.columns else "history " + ids.astype(str)
+    return dict(sorted(zip(ids, names)))
+
+
+def period_text(names: dict[int, str], history: int, fold: int, folds: int) -> str:
+    """A validation period as the reasons name it: `sp500 fold 1`; the history alone with one
+    fold, the fold alone with one history, '' with one of each."""
+    return " ".join([names[history]] * (len(names) > 1) + [f"fold {fold}"] * (folds > 1))
+
+
 def paired_seeds(pairs: pd.DataFrame, last_k: int | None = None) -> Figure | None:
-    """Per gem: one line per seed pair from its measured to its wired member, coloured by
-    fold; a diverged member is drawn at the panel's bottom edge (the worst outcome)."""
+    """Per gem: one line per seed pair from its measured to its wired member, coloured by fold
+    (over several price histories by history, the fold its marker); a diverged member is drawn at
+    the panel's bottom edge (the worst outcome). One legend under the panels."""
     if pairs is None or not len(pairs):
         return None
     pairs = pairs.reset_index(drop=True)
     gems = list(dict.fromkeys(pairs["gem"]))
-    fig = new_figure(max(MIN_WIDTH, 3.6 * len(gems) + 1.0), 4.8)
+    names, hist = history_labels(pairs), _history_ids(pairs)
+    slot = {h: i for i, h in enumerate(names)}
+    folds = sorted(pairs["fold"].astype(int).unique())
+    several = len(names) > 1
+    fig = new_figure(max(MIN_WIDTH, 3.6 * len(gems) + 1.0), 5.2)
     axes = np.atleast_1d(fig.subplots(1, len(gems), squeeze=False)[0])
     for ax, gem in zip(axes, gems):
         g = pairs[pairs["gem"] == gem]
@@ -316,8 +373,9 @@ def paired_seeds(pairs: pd.DataFrame, last_k: int | None = None) -> Figure | Non
         for i, r in g.iterrows():
             y = [floor if r["measured_diverged"] else r["measured"], floor if r["wired_diverged"] else r["wired"]]
             dashed = bool(r["measured_diverged"] or r["wired_diverged"])
-            (line,) = ax.plot([0, 1], y, color=fold_color(r["fold"]), alpha=0.6, lw=1.2, marker="o", ms=3,
-                              ls="--" if dashed else "-")
+            color = history_color(slot[hist[i]], len(names)) if several else fold_color(r["fold"])
+            marker = FOLD_MARKERS[folds.index(int(r["fold"])) % len(FOLD_MARKERS)] if several else "o"
+            (line,) = ax.plot([0, 1], y, color=color, alpha=0.6, lw=1.2, marker=marker, ms=3, ls="--" if dashed else "-")
             line.set_gid(f"pair:{gem}:{i}")
         ax.set_xlim(-0.25, 1.25)
         ax.set_ylim(floor - pad, hi + pad)
@@ -325,12 +383,17 @@ def paired_seeds(pairs: pd.DataFrame, last_k: int | None = None) -> Figure | Non
         ax.set_xlabel(f"{gem}'s mode (all else alike)", fontsize=9)
         ax.set_ylabel(metric_axis(str(g["metric"].iloc[0]), last_k, sep="\n"), fontsize=9)
         tied = float(g["tied"].mean())
-        ax.set_title(f"{gem}: {len(g)} seed pair(s), {100 * tied:.0f}% tie{_overlap_note(g, floor)}", fontsize=10)
-        handles = [Line2D([], [], color=fold_color(f), marker="o", ms=3, label=f"fold {f}")
-                   for f in sorted(g["fold"].unique())]
-        if (g["measured_diverged"] | g["wired_diverged"]).any():
-            handles.append(Line2D([], [], color="grey", ls="--", label="a side diverged (drawn at the bottom)"))
-        ax.legend(handles=handles, fontsize=7, loc="best")
+        ax.set_title(f"{gem}: {len(g)} seed pair(s), {100 * tied:.0f}% tie{_overlap_note(g, floor)}", fontsize=9)
+    if several:
+        handles = [Line2D([], [], color=history_color(i, len(names)), lw=1.5, label=name)
+                   for i, name in enumerate(names.values())]
+        handles += [Line2D([], [], color="black", marker=FOLD_MARKERS[k % len(FOLD_MARKERS)], ls="", ms=4,
+                           label=f"fold {f}") for k, f in enumerate(folds)] if len(folds) > 1 else []
+    else:
+        handles = [Line2D([], [], color=fold_color(f), marker="o", ms=3, label=f"fold {f}") for f in folds]
+    if (pairs["measured_diverged"] | pairs["wired_diverged"]).any():
+        handles.append(Line2D([], [], color="grey", ls="--", label="a side diverged (drawn at the bottom)"))
+    legend_below(fig, handles, columns=5)
     fig.suptitle("Each seed pair of the verdict's comparison, measured to wired", fontsize=11)
     return fig
 
@@ -343,7 +406,7 @@ def _overlap_note(g: pd.DataFrame, floor: float) -> str:
     distinct = len({(round(float(a), 9), round(float(b), 9)) for a, b in ends})
     if distinct == len(g):
         return ""
-    return f"\n{distinct} distinct line(s): pairs with the same values lie on top of each other"
+    return f"\n{distinct} distinct line(s): equal pairs overlap"
 
 
 FLAT_AT_ZERO = "flat at 0"
@@ -357,72 +420,79 @@ def _flat_reason(panel: pd.DataFrame) -> str:
         return ""
     idle = panel["never_traded"].to_numpy(float) if "never_traded" in panel.columns else np.array([np.nan])
     if np.isfinite(idle).any():
-        return (f"{FLAT_AT_ZERO}: the median seed never traded ({100 * float(np.nanmean(idle)):.0f}% of seed-epochs "
+        return (f"{FLAT_AT_ZERO}: the median seed never traded\n({100 * float(np.nanmean(idle)):.0f}% of seed-epochs "
                 "with turnover 0)")
-    return f"{FLAT_AT_ZERO}: the median seed's Sharpe is exactly 0 at every epoch (constant returns: no position held)"
-
-
-def _history(curves: pd.DataFrame) -> pd.Series:
-    """Each curve row's price history (0 in a table without the column: one history)."""
-    return curves["history"].astype(int) if "history" in curves.columns else pd.Series(0, index=curves.index)
+    return f"{FLAT_AT_ZERO}: the median seed's Sharpe is exactly 0\nat every epoch (no position held)"
 
 
 def _panels(curves: pd.DataFrame, order: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[tuple[int, int]],
                                                                               int]:
     """(trials drawn, (history, fold) periods, trials left out): the first trials of `order` that
     have curves, as many as MAX_CURVE_PANELS allows with every fold of every price history."""
-    folds = sorted(set(zip(_history(curves).tolist(), curves["fold"].astype(int).tolist())))
+    periods = sorted(set(zip(_history_ids(curves).tolist(), curves["fold"].astype(int).tolist())))
     have = list(dict.fromkeys(zip(curves["experiment"], curves["trial_id"])))
     ranked = [k for k in order if k in have] + [k for k in have if k not in order]
-    n = max(1, MAX_CURVE_PANELS // len(folds))
-    return ranked[:n], folds, max(0, len(ranked) - n)
+    n = max(1, MAX_CURVE_PANELS // len(periods))
+    return ranked[:n], periods, max(0, len(ranked) - n)
 
 
 def learning_curves(curves: pd.DataFrame, order: Sequence[tuple[str, str]] = (),
                     titles: dict[tuple[str, str], str] | None = None) -> Figure | None:
-    """Per trial (rows, best objective first: `order`) and fold (columns): each arm's median
-    verdict metric over its seeds per epoch, with the interquartile range as a band; `titles`
-    names a trial's panels (default: its id)."""
+    """Per trial (best objective first: `order`) and period (each fold of each price history, by
+    name; a trial's periods wrap onto rows of CURVE_COLUMNS panels): each arm's median verdict
+    metric over its seeds per epoch, with the interquartile range as a band; `titles` names a
+    trial's panels (default: its id). One legend under the panels where every trial drawn has the
+    same arms, else one in each trial's first panel."""
     if curves is None or not len(curves):
         return None
-    trials, folds, left_out = _panels(curves, order)
-    several = len({h for h, _ in folds}) > 1  # several price histories: a column per fold of each
-    fig = new_figure(4.2 * len(folds) + 1.5, 2.9 * len(trials) + 0.8)
-    axes = fig.subplots(len(trials), len(folds), squeeze=False)
+    trials, periods, left_out = _panels(curves, order)
+    names, hist = history_labels(curves), _history_ids(curves)
+    several = len(names) > 1
+    n_folds = len({f for _, f in periods})
+    cols = min(len(periods), CURVE_COLUMNS)
+    per_trial = -(-len(periods) // cols)  # rows of panels per trial
+    fig = new_figure(4.0 * cols + 0.6, 2.7 * per_trial * len(trials) + 1.2)
+    axes = fig.subplots(per_trial * len(trials), cols, squeeze=False)
     column = str(curves["metric"].iloc[0])
-    flat = 0
+    flat, legends = 0, []
     for i, (exp, trial) in enumerate(trials):
         t = curves[(curves["experiment"] == exp) & (curves["trial_id"] == trial)]
         arms = list(dict.fromkeys(t["arm"]))
         labels = t.drop_duplicates("arm").set_index("arm")["config_label"].reindex(arms).astype(str).tolist()
         shown = dict(zip(arms, short_labels(labels) if len(arms) > 1 else labels))
-        for j, (hist, fold) in enumerate(folds):
-            ax = axes[i, j]
-            period = t[(t["fold"] == fold) & (_history(t) == hist)]
+        legends.append([f"{arm}: {shown[arm]}" if shown[arm] != arm else arm for arm in arms])
+        for j in range(len(periods), per_trial * cols):
+            axes[i * per_trial + j // cols, j % cols].remove()
+        for j, (h, fold) in enumerate(periods):
+            ax = axes[i * per_trial + j // cols, j % cols]
+            period = t[(t["fold"] == fold) & (hist[t.index] == h)]
             for k, arm in enumerate(arms):
                 c = period[period["arm"] == arm].sort_values("epoch")
                 if not len(c):
                     continue
                 color = f"C{k % 10}"
-                gid = f"{trial}:{arm}:{hist}/{fold}" if several else f"{trial}:{arm}:{fold}"
-                (line,) = ax.plot(c["epoch"], c["median"], color=color, marker="o", ms=3,
-                                  label=f"{arm}: {shown[arm]}" if shown[arm] != arm else arm)
+                gid = f"{trial}:{arm}:{h}/{fold}" if several else f"{trial}:{arm}:{fold}"
+                (line,) = ax.plot(c["epoch"], c["median"], color=color, marker="o", ms=3, label=legends[-1][k])
                 line.set_gid(f"curve:{gid}")
                 band = ax.fill_between(c["epoch"].to_numpy(float), c["q25"].to_numpy(float), c["q75"].to_numpy(float),
-                                       color=color, alpha=0.18, lw=0)
+                                       color=color, alpha=0.12, lw=0)
                 band.set_gid(f"band:{gid}")
             ax.axhline(0.0, color="grey", lw=0.6)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_xlabel("epoch")
-            ax.set_ylabel(metric_axis(column, sep="\n"), fontsize=8)
-            name = (titles or {}).get((exp, trial), f"trial {trial}")
+            ax.set_xlabel("epoch", fontsize=8)
+            ax.set_ylabel(metric_axis(column, sep="\n"), fontsize=7)
             why = _flat_reason(period)
             flat += bool(why)
-            where = f", history {hist} fold {fold}" if several else f", fold {fold}" if len(folds) > 1 else ""
-            ax.set_title(name + where + (f"\n{why}" if why else ""), fontsize=9)
-            ax.legend(fontsize=6, loc="best")
+            where = period_text(names, h, fold, n_folds)
+            ax.set_title("\n".join(x for x in ((titles or {}).get((exp, trial), f"trial {trial}"), where, why) if x),
+                         fontsize=8)
+    one_legend = all(x == legends[0] for x in legends)
+    for i in range(len(trials)) if not one_legend else ():
+        axes[i * per_trial, 0].legend(fontsize=6, loc="best")
+    if one_legend:
+        legend_below(fig, axes[0, 0].get_legend_handles_labels()[0], columns=4)
     more = f"; {left_out} more trial(s) in learning_curves.csv" if left_out else ""
-    flat_note = f"\n{flat} of {len(trials) * len(folds)} panel(s) {FLAT_AT_ZERO} (see each panel's title)" if flat else ""
+    flat_note = f"\n{flat} of {len(trials) * len(periods)} panel(s) {FLAT_AT_ZERO} (see each panel's title)" if flat else ""
     fig.suptitle(f"Learning curves per arm: median over seeds, band = interquartile range{more}{flat_note}", fontsize=11)
     return fig
 
@@ -482,9 +552,9 @@ def improvement_bars(imp: pd.DataFrame) -> Figure | None:
     ax.axvline(0.5, color="black", lw=0.8, label="0.5: no difference")
     ax.set_yticks(y, imp["gem"].astype(str).tolist())
     ax.set_xlim(0.0, 1.0)
-    ax.set_xlabel("probability of improvement P(wired > measured), ties half, averaged over folds")
+    ax.set_xlabel("probability of improvement P(wired > measured), ties half, averaged over the validation periods")
     ax.set_title("Probability of improvement (a description of the seed pairs; the verdict is the test)", fontsize=10)
-    ax.legend(fontsize=8, loc="lower left")
+    legend_below(fig, ax.get_legend_handles_labels()[0], fontsize=8)
     return fig
 
 # --- walk-forward folds: the per-fold forest plot ---------------------------------------------
@@ -502,12 +572,12 @@ def _clip(v: float, span: float) -> float:
     return float(np.clip(v, -span, span))
 
 
-def _row_label(r: pd.Series) -> str:
+def _row_label(r: pd.Series, where: str) -> str:
     dates = f" ({r['start']}..{r['end']})" if "start" in r and "end" in r and pd.notna(r["start"]) and r["start"] else ""
     ties = f", {100 * float(r['tied_share']):.0f}% tie" if "tied_share" in r and pd.notna(r["tied_share"]) else ""
     seeds = int(r["pairs"]) if "pairs" in r and pd.notna(r["pairs"]) else int(r["seeds"])
     empty = "" if pd.notna(r["effect"]) or ties.endswith("100% tie") else ", no estimate"
-    return f"fold {int(r['fold'])}{dates}: {seeds} seeds{ties}{empty}"
+    return f"{where}{dates}: {seeds} seeds{ties}{empty}"
 
 
 def _draw_pooled(ax, p: pd.Series, gem: str, span: float) -> str:
@@ -529,40 +599,54 @@ def _draw_pooled(ax, p: pd.Series, gem: str, span: float) -> str:
     return "pooled"
 
 
+FOREST_COLUMNS = 2
+"""Gems per row of the per-fold forest plot."""
+
+
 def fold_forest(per_fold: pd.DataFrame, pooled: pd.DataFrame, *, rope: float, metric: str = "val_alpha_sharpe",
                 title: str = "wired - measured") -> Figure | None:
-    """Per gem: one row per fold (effect and interval), the pooled diamond below, the ROPE band."""
+    """Per gem: one row per fold (of each price history, by its name), its effect and interval, the
+    pooled diamond below, the ROPE band; gems FOREST_COLUMNS a row. Gids `fold:<gem>:<fold>`, over
+    several histories `fold:<gem>:<history>/<fold>`."""
     if per_fold is None or not len(per_fold):
         return None
     pooled = pooled if pooled is not None else pd.DataFrame(columns=["gem", "effect", "ci_low", "ci_high"])
-    per_fold = per_fold.assign(gem=per_fold["gem"] if "gem" in per_fold.columns else "")
+    per_fold = per_fold.assign(gem=per_fold["gem"] if "gem" in per_fold.columns else "", _history=_history_ids(per_fold))
     pooled = pooled.assign(gem=pooled["gem"] if "gem" in pooled.columns else "").set_index("gem")
+    names, n_folds = history_labels(per_fold), per_fold["fold"].nunique()
     gems = list(dict.fromkeys(per_fold["gem"]))
     vals = np.concatenate([per_fold[["effect", "ci_low", "ci_high"]].to_numpy(float).ravel(),
                            pooled[["effect", "ci_low", "ci_high"]].to_numpy(float).ravel()])
     span = _span(vals, rope)
     n_rows = int(per_fold.groupby("gem").size().max()) + 1
-    fig = new_figure(8.5 * len(gems), 1.8 + 0.45 * n_rows)
-    axes = np.atleast_1d(fig.subplots(1, len(gems), squeeze=False)[0])
+    cols = min(len(gems), FOREST_COLUMNS)
+    grid = -(-len(gems) // cols)
+    fig = new_figure(8.5 * cols, (1.4 + 0.4 * n_rows) * grid + 0.4)
+    axes = fig.subplots(grid, cols, squeeze=False).ravel()
+    for ax in axes[len(gems):]:
+        ax.remove()
     for ax, gem in zip(axes, gems):
-        rows = per_fold[per_fold["gem"] == gem].sort_values("fold")
+        rows = per_fold[per_fold["gem"] == gem].sort_values(["_history", "fold"])
         ax.axvspan(-rope, rope, color="tab:green", alpha=0.12, label=f"ROPE +-{rope:g}")
         ax.axvline(0.0, color="black", lw=0.8)
         labels = []
         for y, (_, r) in zip(range(len(rows), 0, -1), rows.iterrows()):
             lo, hi, e = (float(r[c]) for c in ("ci_low", "ci_high", "effect"))
-            _interval(ax, lo, hi, y, span, "tab:blue", f"fold:{gem}:{int(r['fold'])}", 2,
-                      "fold effect, interval at its level" if y == len(rows) else None)
+            where = period_text(names, r["_history"], int(r["fold"]), n_folds) or f"fold {int(r['fold'])}"
+            period = f"{r['_history']}/{int(r['fold'])}" if len(names) > 1 else f"{int(r['fold'])}"
+            _interval(ax, lo, hi, y, span, "tab:blue", f"fold:{gem}:{period}", 2,
+                      "effect per period, interval at its level" if y == len(rows) else None)
             ax.plot([_clip(e, span)], [y], "s", color="tab:blue", ms=5)
-            labels.append((y, _row_label(r)))
+            labels.append((y, _row_label(r, where)))
         if gem in pooled.index:
             labels.append((0, _draw_pooled(ax, pooled.loc[gem], gem, span)))
         ax.set_yticks([y for y, _ in labels], [t for _, t in labels], fontsize=8)
         ax.set_xlim(-span, span)
         ax.set_ylim(-0.7, len(rows) + 0.7)
         ax.set_xlabel(f"{title}: {metric_axis(metric)}", fontsize=8)
-        ax.set_title(f"{gem}: effect per walk-forward fold" if gem else "effect per walk-forward fold", fontsize=10)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=7, frameon=False)
+        what = "effect per history and fold" if len(names) > 1 else "effect per walk-forward fold"
+        ax.set_title(f"{gem}: {what}" if gem else what, fontsize=10)
+    legend_below(fig, axes[0].get_legend_handles_labels()[0])
     return fig
 
 # --- the confirmation's shrinkage -------------------------------------------------------------

@@ -44,6 +44,7 @@ from tune_gems.analysis.verdicts.history_verdicts import (
 from tune_gems.analysis.verdicts.verdict_market_noise import (
     OK as MARKET_OK, UNAVAILABLE, EvalReturnsLookup, MarketEvidence, market_evidence, market_window,
 )
+from tune_gems.analysis.read.labels import HISTORY_NAME
 from tune_gems.analysis.rules.overlap import FoldOverlap
 from tune_gems.analysis.verdicts.walk_forward import (
     ADD_FOLDS, FOLD, FamilyFolds, fold_count, fold_text, gem_folds, median_fold_spread, overlap_for, pooled_power,
@@ -242,7 +243,7 @@ class DesignFamily:
             lvl = level[hf.histories.index(h) if hf is not None else slot]
             tail = lvl / 2 if np.isfinite(lvl) else self.thresholds.alpha / 2
             ri, ties = informative_rank_test(pr.diffs[None, :], tail=tail), int(is_tie(pr.diffs).sum())
-            rows.append({"gem": name, **({HISTORY: h} if hf is not None else {}), "fold": int(f),
+            rows.append({"gem": name, **({HISTORY: h, HISTORY_NAME: hf.names[h]} if hf is not None else {}), "fold": int(f),
                          "effect": float(fd.theta[0, j, slot]), "ci_low": float(ri.low[0]), "ci_high": float(ri.high[0]),
                          "ci_level": 1 - 2 * tail, "seeds": int(fd.n_informative[0, j, slot]), "pairs": int(pr.n),
                          "ties": ties, "tied_share": ties / pr.n if pr.n else math.nan})
@@ -384,7 +385,8 @@ class DesignFamily:
 def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column: str,
                   eval_returns: EvalReturnsLookup | None = None, magnitude_p: dict[str, float] | None = None,
                   redundant: dict[str, bool] | None = None, selection: dict[str, int] | None = None,
-                  overlap: FoldOverlap | None = None, calendar_of: CalendarOf | None = None) -> DesignFamily:
+                  overlap: FoldOverlap | None = None, calendar_of: CalendarOf | None = None,
+                  history_names: dict[int, str] | None = None) -> DesignFamily:
     """The design's family decided once (module docstring). `magnitude_p` per gem the TOST p of its
     measured magnitude at its null and `redundant` whether a model feature removes it (the halves
     of `delete`, a gem's alone); `selection` per gem the configurations a search chose among (a
@@ -392,12 +394,12 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
     intervals; `overlap` the experiment's folds that share training rows
     (`walk_forward.experiment_overlap`): over periods the pooled variance carries it (`rules.overlap`;
     over several price histories their spread measures it); `calendar_of` which of their windows share
-    a calendar period (`history_verdicts.history_family`)."""
+    a calendar period and `history_names` their names (`history_verdicts.history_family`)."""
     contrasts = design_contrasts(cells, gems, th.placebo_weight)
     prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]
     contrasts, prs = one_row_per_unpaired_key(contrasts, prs)
     k_folds = fold_count(cells)
-    hf = history_family(prs, cells, calendar_of)  # several price histories: the nested rule decides (None: one history)
+    hf = history_family(prs, cells, calendar_of, history_names)  # several price histories: the nested rule decides (None: one history)
     fam = gem_folds(prs, cells) if k_folds > 1 and hf is None else None  # the same pairs inside each fold
 
     def market(tail: np.ndarray):

@@ -123,7 +123,7 @@ def gem_verdict_tables(cells: Cells, gems: list[GemEntry], th: Thresholds, membe
                        metric: str = defaults.METRIC, redundancy: pd.DataFrame | None = None,
                        eval_returns: EvalReturnsLookup | None = None, selection: dict[str, int] | None = None,
                        overlap: FoldOverlap | None = None, calendar_of: CalendarOf | None = None,
-                       ) -> tuple[pd.DataFrame, pd.DataFrame, DesignFamily]:
+                       history_names: dict[int, str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, DesignFamily]:
     """(one row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS, then the
     period and held-out columns); the per-period rows the pooled test read
     (`walk_forward.FOLD_ROW_COLUMNS`, over histories `history_verdicts.HISTORY_ROW_COLUMNS`; none
@@ -138,7 +138,7 @@ def gem_verdict_tables(cells: Cells, gems: list[GemEntry], th: Thresholds, membe
     the verdict after the selection-adjusted gate (`rules.selection`). `overlap` the experiment's
     folds that share training rows (`walk_forward.experiment_overlap`: the pooled variance carries
     it, `fold_overlap` column); `calendar_of` which windows of several histories share a calendar
-    period (`history_verdicts.history_family`)."""
+    period and `history_names` their names (`history_verdicts.history_family`)."""
     column, metric_note = verdict_metric(members, metric)
     excess = add_excess_columns(cells.long, gems)
     if redundancy is None:
@@ -151,7 +151,7 @@ def gem_verdict_tables(cells: Cells, gems: list[GemEntry], th: Thresholds, membe
     family = design_family(cells, gems, th, column=column, eval_returns=eval_returns,
                            magnitude_p={g: mag.pop("tost_p", np.nan) for g, mag in magnitude.items()},
                            redundant={g: bool(text) for g, text in removes.items()}, selection=selection,
-                           overlap=overlap, calendar_of=calendar_of)
+                           overlap=overlap, calendar_of=calendar_of, history_names=history_names)
     hf = family.histories
     columns = list(dict.fromkeys(VERDICT_COLUMNS + PERIOD_COLUMNS + (HISTORY_COLUMNS if hf is not None else [])
                                  + HELD_OUT_COLUMNS))
