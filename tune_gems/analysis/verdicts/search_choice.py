@@ -27,13 +27,14 @@ from tune_gems.analysis.rules.power import (
     PowerInputs, fewest_seeds, finite_interval, floor, informative_of, market_se_of, mde, seeds_to_run,
 )
 from tune_gems.analysis.rules.words import NO_DATA
+from tune_gems.analysis.text import counted, format_number, text_table
 from tune_gems.analysis.verdicts.verdict_market_noise import OK as MARKET_OK
 from tune_gems.stats.inference import smallest_p
 from tune_gems.stats.metrics import GEM_GAIN_PREFIX, VERDICT_GAIN_PREFIX
 
 OK_STATUS = "TERMINATED"
 CONFIRMATION_COLUMNS = [
-    "gem", "chosen_trial", "chosen_config", "score_column", "discovery_gain", "confirmation_gain",
+    "gem", "chosen_trial", "chosen_config", "chosen_settings", "score_column", "discovery_gain", "confirmation_gain",
     "shrinkage", "discovery_verdict", "discovery_decided_by", "discovery_effect", "discovery_ci_low", "discovery_ci_high",
     "discovery_n_seeds", "confirmation_verdict", "confirmation_decided_by", "confirmation_effect", "confirmation_ci_low",
     "confirmation_ci_high", "confirmation_mean_effect", "confirmation_n_seeds", "confirmation_p_adjusted",
@@ -53,6 +54,17 @@ class Choice:
     score_column: str
     score: float
     params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> str:
+        """The searched values the label does not show (`gems.g12.weight=0.3`, `trainer.lr=0.001`): the
+        weights of the gems the trial wires (a measured gem's weight changes nothing) and the other
+        searched keys; '' without any."""
+        p = self.params
+        shown = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items()
+                 if not k.endswith(".mode") and not (k.startswith("gems.") and k.endswith(".weight")
+                                                     and p.get(f"{k.removesuffix('weight')}mode") != "wire")]
+        return ", ".join(shown)
 
 
 def _score_column(trials: pd.DataFrame, gem: str) -> str | None:
@@ -153,7 +165,7 @@ def side_by_side(choices: list[Choice], discovery: pd.DataFrame, confirmation: p
         conf_gain = float(confirmation_gains.get(gem, math.nan))
         rows.append(dict(
             gem=gem, chosen_trial=ch.trial_id if ch else "", chosen_config=ch.config_label if ch else "",
-            score_column=ch.score_column if ch else "", discovery_gain=disc_gain, confirmation_gain=conf_gain,
+            chosen_settings=ch.settings if ch else "", score_column=ch.score_column if ch else "", discovery_gain=disc_gain, confirmation_gain=conf_gain,
             shrinkage=disc_gain - conf_gain if np.isfinite(disc_gain) and np.isfinite(conf_gain) else math.nan,
             discovery_verdict=d.get("verdict", ""), discovery_decided_by=d.get("decided_by", ""),
             discovery_effect=d.get("decided_effect", math.nan), discovery_ci_low=d.get("decided_ci_low", math.nan),
@@ -176,8 +188,6 @@ def side_by_side(choices: list[Choice], discovery: pd.DataFrame, confirmation: p
 
 def format_confirmation(table: pd.DataFrame) -> str:
     """The side-by-side table as text for a terminal (what `tune-gems confirm` prints)."""
-    from tune_gems.analysis.text import format_number, text_table
-
     def f(x, spec="+.3g"):
         return format_number(x, spec, missing="-")
 
@@ -188,7 +198,11 @@ def format_confirmation(table: pd.DataFrame) -> str:
 
     head = ["gem", "chosen trial", "discovery gain", "confirmation gain", "shrinkage", "discovery verdict",
             "its effect [CI]", "seeds", "MDE (discovery)", "final verdict", "its effect [CI]"]
-    rows = [[r["gem"], r["chosen_trial"] or "-", f(r["discovery_gain"]), f(r["confirmation_gain"]), f(r["shrinkage"]),
+    def chosen(r) -> str:  # the trial and the searched values it tested (its weight)
+        tested = r.get("chosen_settings")
+        return f"{r['chosen_trial']} ({tested})" if isinstance(tested, str) and tested else r["chosen_trial"] or "-"
+
+    rows = [[r["gem"], chosen(r), f(r["discovery_gain"]), f(r["confirmation_gain"]), f(r["shrinkage"]),
              r["discovery_verdict"] or "-", decided(r["discovery_effect"], r["discovery_ci_low"], r["discovery_ci_high"]),
              f(r["confirmation_n_seeds"], ".0f"), f"{f(r['confirmation_mde'], '.3g')} ({f(r['discovery_mde'], '.3g')})",
              r["final_verdict"], decided(r["confirmation_effect"], r["final_ci_low"], r["final_ci_high"])]
@@ -311,6 +325,8 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
         t_g = max(candidate_count(trials, gem), 1) if one_history else 1
         h_level = level_c / t_g
         target = mde(inputs, level_d, power) if inputs.n >= 2 else math.nan
+        stated = _number(row.get("mde"))  # the discovery's MDE as its verdict row (analyze) states it
+        shown = stated if not math.isnan(stated) else target
         tie = _tied_share(row)
 
         def confirmation_mde(seeds: int) -> float:  # the confirmation's MDE with `seeds` per arm
@@ -332,9 +348,11 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
         if not (target > 0) or not math.isfinite(target):
             n = seeds if seeds is not None else max(default_seeds, smallest)
             got = confirmation_mde(n) if inputs.n >= 2 else math.nan
-            note = (f"{what}trains {n} seeds per arm (MDE {_f(got)}); the discovery's MDE is {_f(target)} "
-                    "(it could not decide at any size), so no smaller MDE is asked")
-            plans.append(PowerPlan(gem, n, target, got, level_c, h_level, t_g, one_history, inputs.folds, note))
+            why = ("it could not decide at any size" if not (0 < shown < math.inf) else
+                   f"on {counted(inputs.n, 'informative pair')}: too few to plan the seeds from")
+            note = (f"{what}trains {n} seeds per arm (MDE {_f(got)}); the discovery's MDE is {_f(shown)} ({why}), so "
+                    "no smaller MDE is asked")
+            plans.append(PowerPlan(gem, n, shown, got, level_c, h_level, t_g, one_history, inputs.folds, note))
             continue
         need = seeds_to_run(fewest_seeds(inputs, target, level_c, power, history_level=h_level,
                                          n_min=informative_of(smallest, tie), n_max=MAX_CONFIRM_SEEDS), tie)
@@ -358,9 +376,14 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
     return plans
 
 
-def _f(x: float) -> str:
-    from tune_gems.analysis.text import format_number
+def _number(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
 
+
+def _f(x: float) -> str:
     return format_number(x, ".3g", missing="-")
 
 
