@@ -157,23 +157,17 @@ def _add_config_parser(sub) -> argparse.ArgumentParser:
     return c
 
 
-def _version() -> str:
-    """`tune-gems --version`: this package, Python, torch, Ray and Optuna (their installed
-    versions, read without importing them) and the git commit of the checkout the package runs
-    from, when it is one (tune_gems.commands.versions)."""
-    from tune_gems.commands.versions import version_text
-
-    return version_text()
-
-
 class _VersionAction(argparse.Action):
-    """`--version`, computed when asked (it runs git), not each time the parser is built."""
+    """`--version`: this package's, Python's, torch's, Ray's and Optuna's versions and the git
+    commit (tune_gems.commands.versions), computed when asked (it runs git)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None) -> typing.NoReturn:
-        print(_version(), flush=True)
+        from tune_gems.commands.versions import version_text
+
+        print(version_text(), flush=True)
         parser.exit()
 
 

@@ -85,11 +85,8 @@ sweep says itself where each trial restarts (tune_gems.sweep.resume.restart_line
 
 
 SLOW_NOTICE = "performance bottleneck"
-"""Tune's WARNING whenever one of its own steps took over TUNE_WARN_THRESHOLD_S (0.5 s): "The
-`process_trial_result` operation took 0.83 s, which may be a performance bottleneck." (logger
-`ray.tune.utils.util`, `warn_if_slow`) and "Processing trial results took ..." (the controller's).
-On a loaded machine they come every few results and say nothing a user can act on (a trial reports
-once per epoch)."""
+"""In Tune's WARNING on a step over TUNE_WARN_THRESHOLD_S ("The `process_trial_result` operation took
+0.83 s, which may be a performance bottleneck."): on a loaded machine every few results, nothing to act on."""
 NOTICES = {TUNE_LOGGER: TUNE_STOP_NOTICES, "ray.tune.utils.util": (SLOW_NOTICE,),
            "ray.tune.execution.tune_controller": (SLOW_NOTICE,)}
 """The driver's loggers whose records holding one of these texts are dropped while the sweep runs."""

@@ -1,15 +1,9 @@
-"""Gem modes and configuration labels of trials.
+"""Configuration labels, gem modes and history names of the results' rows.
 
-`config_label` (docs/results.md) names a configuration: per-gem mode and the model switches,
-e.g. `g6=measure g10=wire g12=off sn=on noisy=on`. Two configurations that differ only in one
-gem's mode share the same *context* for that gem: the label with that gem's token removed.
-Members of such configurations with the same seed started from the same init, noise and replay
-stream, so they can be compared pairwise.
-
-Labels describe the members they name (tune_gems.contracts.config_label): a member's
-label is its arm's (the arms table's settings applied), a trial's the labels of its arms.
-`apply_arm_labels` gives results written before that (whose every label was the trial's base
-config) the same labels as new ones, and leaves new ones as they are.
+`config_label` (docs/results.md) names a configuration (per-gem mode and the model switches, e.g.
+`g6=measure g10=wire sn=on noisy=on`); a member's label is its arm's, a trial's the labels of its
+arms (tune_gems.contracts.config_label): `apply_arm_labels` relabels results written before that.
+A table with a `history` id names it beside (`with_history_names`, from the history table).
 """
 
 from __future__ import annotations
@@ -30,12 +24,6 @@ def gem_mode_from_label(label: str, gem: str) -> str | None:
     return m.group(1) if m else None
 
 
-def context_label(label: str, gem: str) -> str:
-    """The config label without `gem`'s token: equal contexts differ only in that gem's mode."""
-    tokens = [t for t in str(label).split() if not t.startswith(f"{gem}=")]
-    return " ".join(tokens)
-
-
 def mode_gems(trials: pd.DataFrame) -> list[str]:
     """The gems whose mode the trials record: every `gems.<name>.mode` column, after the three
     built-ins (results older than gems.json record some of them only in the config label)."""
@@ -48,12 +36,8 @@ def mode_gems(trials: pd.DataFrame) -> list[str]:
 
 
 def trial_gem_modes(trials: pd.DataFrame, gems: Iterable[str] | None = None) -> pd.DataFrame:
-    """One row per trial: experiment, trial_id, and one column per gem of `gems` (the gem names
-    of the experiment's manifest; default `mode_gems(trials)`) = its mode.
-
-    The mode comes from the `gems.<gem>.mode` column; where that is missing, from the config
-    label; where neither says, it is `unknown` (such trials are left out of gem statistics).
-    """
+    """One row per trial: experiment, trial_id and each gem's mode (`gems`: the manifest's names,
+    default `mode_gems`), from `gems.<gem>.mode`, else the config label, else `unknown` (left out)."""
     out = trials[["experiment", "trial_id", "config_label"]].copy()
     for gem in (mode_gems(trials) if gems is None else gems):
         col = f"gems.{gem}.mode"
@@ -116,24 +100,18 @@ HISTORY_NAME = "history_name"
 
 
 def history_names(histories: pd.DataFrame | None) -> dict[int, str]:
-    """Each price history's name by its id (the experiment's history table, `Experiment.histories`:
-    the name the run gave it; experiments that name one id differently: their names joined by ' / ');
-    empty without a table (results older than histories)."""
+    """Each history id's name (`Experiment.histories`; names that differ between experiments joined
+    by ' / '); empty without a history table."""
     if histories is None or not len(histories) or "name" not in histories.columns:
         return {}
     return {int(h): " / ".join(dict.fromkeys(g["name"].astype(str))) for h, g in histories.groupby("history", sort=True)}
 
 
-def history_name(names: dict[int, str], history) -> str:
-    """A history's name, `history <id>` where the table has none."""
-    return names.get(int(history), f"history {int(history)}")
-
-
 def with_history_names(table: pd.DataFrame, names: dict[int, str]) -> pd.DataFrame:
-    """`table` with `history_name` right after its `history` column (unchanged without one)."""
+    """`table` with `history_name` after its `history` column (`history <id>` for an unnamed id)."""
     if "history" not in table.columns or HISTORY_NAME in table.columns:
         return table
+    ids = pd.to_numeric(table["history"]).fillna(0).astype(int)
     out = table.copy()
-    out.insert(out.columns.get_loc("history") + 1, HISTORY_NAME,
-               [history_name(names, h) for h in pd.to_numeric(out["history"]).fillna(0).astype(int)])
+    out.insert(out.columns.get_loc("history") + 1, HISTORY_NAME, [names.get(h, f"history {h}") for h in ids])
     return out

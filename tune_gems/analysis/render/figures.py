@@ -1,15 +1,6 @@
 """Every plot of an analysis: its title, file and caption, the table it is drawn from, and what
-`write_result` writes.
-
-The lead plots of report.md (`LEAD_PLOTS`, read before the tables) carry a one-line caption,
-and `lead_section` writes the section of report.md that opens with them; the first is the
-decisive picture, the final verdicts with the intervals that decided them (a reader sees what
-was decided, and on what, before how the seeds behaved).
-`plot_tables` computes the tables (tune_gems.analysis.render.plot_tables; written as CSV even
-with --no-plots: they are numbers), `analysis_figures` draws every figure from them and from
-the analysis's own tables (tune_gems.analysis.render.plots): the lead plots and the figures of
-report.md's sections. A confirmation folder (`tune-gems confirm`'s output, read by `tune-gems
-analyze EXP/confirmation`) adds the shrinkage plot from its confirmation.csv.
+`write_result` writes. report.md opens with the lead plots (`LEAD_PLOTS`, each with a caption),
+the first the decisive picture: the final verdicts with the intervals that decided them.
 """
 
 from __future__ import annotations

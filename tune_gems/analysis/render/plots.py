@@ -1,26 +1,10 @@
-"""Every PNG of the analysis (matplotlib, Agg canvas), one function per figure; which figure an
-analysis draws from which table is `render/figures.py`.
-
-Figures are built with `matplotlib.figure.Figure` and an Agg canvas directly, never through
-pyplot, so importing the analysis does not switch a notebook's backend and works headless.
-Each function returns the Figure (or None when there is nothing to draw). The lead plots draw
-their tables (`render/plot_tables.py`) and nothing else, and every data artist carries a `gid`
-naming the table row(s) it draws, so a figure can be read back and checked against its table:
-
-- the seed pairs and the learning curves: `pair:<gem>:<row>`, `curve:<trial>:<arm>:<fold>`,
-  `band:...`;
-- the rliable-style performance profiles and probability of improvement (Agarwal et al. 2021;
-  descriptions of the verdict's seed pairs, not tests: the verdict decides):
-  `profile:<gem>:<side>`, `poi:<gem>`;
-- the per-fold forest plot of walk-forward verdicts: each fold's effect with
-  its interval and the pooled estimate as a diamond, the intervals the verdict itself used,
-  given by its caller, never recomputed here; infinite bounds (an interval the seeds cannot
-  close) drawn to the axis edge with an arrow: `fold:<gem>:<fold>` (the interval),
-  `pooled:<gem>` (the diamond);
-- the confirmation's shrinkage, an arrow per gem from the search's (selected, so inflated) gain
-  of its chosen trial to the same statistic on the fresh confirmation run (`tune-gems
-  confirm`'s confirmation.csv: `discovery_gain`, `confirmation_gain`, `shrinkage`):
-  `discovery:<gem>`, `confirmation:<gem>`.
+"""Every PNG of the analysis, one function per figure (`render/figures.py` says which table each
+draws). Figures are built on their own Agg canvas, never through pyplot (no backend switch in a
+notebook), and return None when there is nothing to draw. Every data artist carries a `gid`
+naming the table row(s) it draws (`pair:<gem>:<row>`, `curve:...`, `fold:<gem>:<period>`,
+`pooled:<gem>`, `decided:<contrast>`, ...), so a test reads a figure back against its table. The
+forest plots draw the intervals the verdicts used, never recomputed; an unbounded end is drawn to
+the axis edge with an arrow.
 """
 
 from __future__ import annotations
@@ -75,21 +59,12 @@ def group_labels(final: pd.DataFrame) -> pd.Series:
     return label.where(~multi, label + ARM_SUFFIX + final["arm"].astype(str))
 
 
-SHARPE_PERIOD_COLUMNS = 8
-"""Above this many periods (folds of each price history) the Sharpe panels go two periods a row."""
-
-
 def sharpe_distributions(final: pd.DataFrame) -> Figure | None:
-    """Per configuration: each member's Sharpe at the final epoch (points) and the median (bar),
-    validation and test side by side, a pair of panels per validation period (each walk-forward
-    fold of each price history, by its name: `history_name`); a seed's members in the arms of one
-    trial are joined by a line (the design is paired: compare lines, not clouds). Axis names are
-    the short labels (what tells the configurations apart).
-
-    `final` = included final-epoch members (see `final_members`): excluded trials are not drawn.
-    Each configuration's points carry the gid `members:<period>:<column>:<label>`, each seed's line
-    `seed:<period>:<column>:<experiment>:<trial>:<seed index>`; the period is the fold, over several
-    histories `<history>/<fold>`."""
+    """Per configuration (its short label) each included final-epoch member's Sharpe and the median,
+    validation and test side by side, a row per fold of each price history (by name); a seed's
+    members across its trial's arms joined by a line (paired: compare lines, not clouds). Gids
+    `members:<period>:<column>:<label>`, `seed:<period>:<column>:<experiment>:<trial>:<seed index>`
+    (period: the fold, `<history>/<fold>` over several histories)."""
     if final is None or not len(final):
         return None
     final = final.assign(_group=group_labels(final).to_numpy(), _history=_history_ids(final),
@@ -100,19 +75,14 @@ def sharpe_distributions(final: pd.DataFrame) -> Figure | None:
     periods = sorted(set(zip(final["_history"], final["fold"])))
     n_folds = final["fold"].nunique()
     pos_of = {lab: len(labels) - i for i, lab in enumerate(labels)}  # the first label on top
-    across = 2 if len(periods) > SHARPE_PERIOD_COLUMNS else 1
-    rows = -(-len(periods) // across)
-    fig = new_figure(12 * across, 0.9 + (0.4 * len(labels) + 0.9) * rows + 0.5)
-    axes = fig.subplots(rows, 2 * across, squeeze=False, sharey=True)
-    for j in range(len(periods), rows * across):
-        for ax in axes[j // across, 2 * (j % across):2 * (j % across) + 2]:
-            ax.remove()
+    fig = new_figure(12, 1.4 + (0.4 * len(labels) + 0.9) * len(periods))
+    axes = fig.subplots(len(periods), 2, squeeze=False, sharey=True)
     pair_key = [k for k in ("experiment", "trial_id", "seed_index") if k in final.columns]
     for j, (history, fold) in enumerate(periods):
         f = final[(final["_history"] == history) & (final["fold"] == fold)]
         key = f"{history}/{fold}" if len(names) > 1 else f"{fold}"
         where = period_text(names, history, fold, n_folds)
-        for ax, col, title in zip(axes[j // across, 2 * (j % across):], ("val_sharpe", "test_sharpe"), ("validation", "test")):
+        for ax, col, title in zip(axes[j], ("val_sharpe", "test_sharpe"), ("validation", "test")):
             if col not in f.columns:
                 continue
             v = f[col].astype(float)
@@ -131,7 +101,6 @@ def sharpe_distributions(final: pd.DataFrame) -> Figure | None:
                 pts.set_gid(f"members:{key}:{col}:{lab}")
                 ax.plot([np.median(d)] * 2, [pos_of[lab] - 0.3, pos_of[lab] + 0.3], color="black", lw=2, zorder=3)
             ax.set_yticks([pos_of[lab] for lab in labels], [short[lab] for lab in labels], fontsize=8)
-            ax.tick_params(labelleft=col == "val_sharpe")
             ax.axvline(0.0, color="grey", lw=0.8)
             ax.set_xlabel(f"{title} Sharpe, annualised (final epoch, per member)", fontsize=8)
             ax.set_title(f"{title}, {where}" if where else title, fontsize=9)
@@ -235,13 +204,10 @@ def _final_label(r: pd.Series) -> str:
 
 
 def final_verdicts(table: pd.DataFrame) -> Figure | None:
-    """The decisive picture (`plot_tables.final_verdict_table`): one row per contrast, labelled
-    with its final word and which test decided it, the decided estimate and its interval, and
-    below it the held-out test segment's re-estimate with its interval; the ROPE band. An
-    unbounded end is drawn to the axis edge with an arrow; a row without an interval (`insufficient
-    data`) is a hollow marker at its estimate, and the axis keeps the scale of the intervals that
-    decided. Gids: `decided:<contrast>` (the interval), `decided_effect:<contrast>` (the estimate),
-    `insufficient:<contrast>`, `held_out:<contrast>` and `held_out_effect:<contrast>`."""
+    """The decisive picture (`plot_tables.final_verdict_table`): per contrast its word, which test
+    decided it, the decided estimate and interval, the held-out re-estimate below it; a word without
+    an interval (`insufficient data`) a hollow marker. Gids `decided:`, `decided_effect:`,
+    `insufficient:`, `held_out:`, `held_out_effect:<contrast>`."""
     if table is None or not len(table):
         return None
     vals = table[["effect", "ci_low", "ci_high", "held_out_effect", "held_out_ci_low", "held_out_ci_high"]].to_numpy(float)
@@ -425,28 +391,19 @@ def _flat_reason(panel: pd.DataFrame) -> str:
     return f"{FLAT_AT_ZERO}: the median seed's Sharpe is exactly 0\nat every epoch (no position held)"
 
 
-def _panels(curves: pd.DataFrame, order: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[tuple[int, int]],
-                                                                              int]:
-    """(trials drawn, (history, fold) periods, trials left out): the first trials of `order` that
-    have curves, as many as MAX_CURVE_PANELS allows with every fold of every price history."""
-    periods = sorted(set(zip(_history_ids(curves).tolist(), curves["fold"].astype(int).tolist())))
-    have = list(dict.fromkeys(zip(curves["experiment"], curves["trial_id"])))
-    ranked = [k for k in order if k in have] + [k for k in have if k not in order]
-    n = max(1, MAX_CURVE_PANELS // len(periods))
-    return ranked[:n], periods, max(0, len(ranked) - n)
-
-
 def learning_curves(curves: pd.DataFrame, order: Sequence[tuple[str, str]] = (),
                     titles: dict[tuple[str, str], str] | None = None) -> Figure | None:
-    """Per trial (best objective first: `order`) and period (each fold of each price history, by
-    name; a trial's periods wrap onto rows of CURVE_COLUMNS panels): each arm's median verdict
-    metric over its seeds per epoch, with the interquartile range as a band; `titles` names a
-    trial's panels (default: its id). One legend under the panels where every trial drawn has the
-    same arms, else one in each trial's first panel."""
+    """Per trial (best objective first: `order`; `titles` its panels' names) and period (each fold
+    of each history, by name, CURVE_COLUMNS a row): each arm's median over its seeds per epoch with
+    the IQR band; one legend below where every trial has the same arms, else one per trial."""
     if curves is None or not len(curves):
         return None
-    trials, periods, left_out = _panels(curves, order)
     names, hist = history_labels(curves), _history_ids(curves)
+    periods = sorted(set(zip(hist.tolist(), curves["fold"].astype(int).tolist())))
+    have = list(dict.fromkeys(zip(curves["experiment"], curves["trial_id"])))
+    ranked = [k for k in order if k in have] + [k for k in have if k not in order]
+    n = max(1, MAX_CURVE_PANELS // len(periods))  # the best trials, every period of each
+    trials, left_out = ranked[:n], max(0, len(ranked) - n)
     several = len(names) > 1
     n_folds = len({f for _, f in periods})
     cols = min(len(periods), CURVE_COLUMNS)

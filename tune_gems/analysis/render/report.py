@@ -229,12 +229,9 @@ def _window_words(settings: dict[str, Any]) -> str:
 
 LEAD_COLUMNS = ("gem", "verdict", "decided_by", "decided_effect", "decided_ci_low", "decided_ci_high",
                 "decided_ci_level", "decided_p_adjusted", "mde", "test_effect", "held_out", "family_size")
-"""The numbers a user decides by, once: the final word, the estimate, interval and Holm p of the
-test that decided it (`decided_by`: the pooled test over periods or histories, the seeds (with
-one history's market noise), the held-out stage; no interval for `insufficient data`), the MDE
-of that rule, the held-out test segment's effect and what the second stage found, and the size of
-the family the word was decided in. verdicts.csv, the terminal table and report.md lead with
-them; the per-seed and per-fold detail follows."""
+"""The numbers a user decides by, which verdicts.csv, the terminal and report.md lead with: the
+word, the estimate, interval and Holm p of the test that decided it, that rule's MDE, the held-out
+effect and finding, the family's size; the per-seed and per-fold detail follows."""
 
 SEEDS_ALONE = {"seed_verdict": "seeds: verdict", "effect": "seeds: effect", "ci_low": "seeds: ci_low",
                "ci_high": "seeds: ci_high", "p_adjusted": "seeds: Holm p"}

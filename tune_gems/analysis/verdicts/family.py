@@ -1,18 +1,14 @@
 """The family of a design: every main effect it varies, its pairs, and one decision.
 
-Why one family. The contrasts a design was built to judge are its main effects: every gem's
-wiring (wire vs measure, its weight belonging to the wired side, paired as the gem's verdict
-pairs it) and every other config key that differs between members at a common member seed
-(`model.*`, `trainer.*` such as `lr`, `gems.<g>.weight` among the members wiring g, any
-`arms.factors` key or an `arms.list` entry that differs from another in one key). Judged in
-two families (the gems alone in verdicts.csv, gems and factors in factors.csv) one `analyze`
-printed `keep wired` in one table and `inconclusive` in the other for the same contrast (issue
-37: g6 at 8 purged groups, Holm over 1 against Holm over 3). So the family is built here once,
-paired once, decided once (`rules.decision.decide`, the held-out test segment its second stage:
-`held_out.py`): verdicts.csv's rows are its gem contrasts,
-factors.csv's all of them, with the same word, interval and Holm p. Null arms (a gem wired at a
-placebo weight, an A/A arm of another replay stream) are no contrast of the family: they are the
-learner's null (placebo.csv). Interactions are their own family (`factors.interaction_rows`).
+The contrasts a design was built to judge are its main effects: every gem's wiring (wire vs
+measure, its weight on the wired side, paired as the gem's verdict pairs it) and every other
+config key that differs between members at a common member seed (`model.*`, `trainer.*`,
+`gems.<g>.weight` among the members wiring g, an `arms.factors` key, an `arms.list` entry that
+differs from another in one key). Judged in two families, one contrast could read `keep wired` in
+one table and `inconclusive` in the other; so the family is built once, paired once and decided
+once (`rules.decision.decide`, the held-out test segment its second stage): verdicts.csv's rows are
+its gem contrasts, factors.csv's all of them. Null arms (placebo weight, A/A replay stream) are the
+learner's null (placebo.csv), interactions their own family (`factors.interaction_rows`).
 """
 
 from __future__ import annotations
@@ -388,13 +384,10 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
                   overlap: FoldOverlap | None = None, calendar_of: CalendarOf | None = None,
                   history_names: dict[int, str] | None = None) -> DesignFamily:
     """The design's family decided once (module docstring). `magnitude_p` per gem the TOST p of its
-    measured magnitude at its null and `redundant` whether a model feature removes it (the halves
-    of `delete`, a gem's alone); `selection` per gem the configurations a search chose among (a
-    confirmation on one price history); `eval_returns` the saved returns behind the market-noise
-    intervals; `overlap` the experiment's folds that share training rows
-    (`walk_forward.experiment_overlap`): over periods the pooled variance carries it (`rules.overlap`;
-    over several price histories their spread measures it); `calendar_of` which of their windows share
-    a calendar period and `history_names` their names (`history_verdicts.history_family`)."""
+    measured magnitude at its null, `redundant` whether a model feature removes it (the halves of
+    `delete`); `selection` per gem the configurations a search chose among (one price history);
+    `eval_returns` the saved returns of the market-noise intervals; `overlap` the folds sharing
+    training rows (the pooled variance carries it); `calendar_of`, `history_names` the histories'."""
     contrasts = design_contrasts(cells, gems, th.placebo_weight)
     prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]
     contrasts, prs = one_row_per_unpaired_key(contrasts, prs)

@@ -1,13 +1,9 @@
-"""The walk-forward results as a table, one row per gem and fold: what
-`fold_effects.csv`, report.md's per-fold table and the forest plot show.
-
-Why its own module. The per-fold effects and intervals are the period rule's own
-(`family.DesignFamily.fold_rows`: the rows it decided on), and the pooled
-estimate of each gem is read from the verdict table (`pooled_effect`, `pooled_ci_low`,
-`pooled_ci_high`: verdicts.csv's numbers), so a reader sees beside each word the intervals that
-produced it; nothing is recomputed here. What this module adds is the reader's context: the
-dates of each fold's validation window (folds.parquet / folds.csv) and the gem's verdict.
+"""The per-period results as a table, one row per gem and fold (of each history): what
+`fold_effects.csv`, report.md's per-fold table and the forest plot show. The rows are the rule's
+own (`family.DesignFamily.fold_rows`), the pooled estimate verdicts.csv's; this module adds the
+validation windows' dates and the verdict, and recomputes nothing.
 """
+
 
 from __future__ import annotations
 

@@ -1,29 +1,12 @@
-"""The verdict per gem, from designed comparisons only, with its evidence.
-
-Per gem (docs/analysis.md "Verdicts" has the full text):
-
-1. **The wiring effect.** Members that differ only in this gem's mode (wire vs measure; the
-   weight belongs to the wired side), paired by member seed (`selectors.wiring_pairs`): per-seed
-   differences of the verdict metric, a diverged member the worst outcome, through the
-   signed-rank rule (`inference.rank_test`), Holm over the gems that have a design: `keep
-   wired`, `harmful`, `equivalent` (TOST within +-ROPE) or `inconclusive` with its MDE.
-2. **delete** replaces `equivalent` when the gem's measured magnitude is also at its null, or the
-   redundancy factorial shows a model feature removes it (`redundancy.py`). Both halves are
-   needed: a magnitude at its null says nothing about what wiring does, and a gem whose wiring
-   helps must not read `delete`.
-3. **Market noise** (one price history): a `keep wired` / `harmful` whose market-noise interval
-   (`verdict_market_noise`) includes 0 or lies on the other side becomes `inconclusive`: the
-   seeds agree, but on one history the difference may be the market's luck. With per-seed paths
-   the seed interval already holds the market's variance.
-4. No design: `insufficient: confounded`, `insufficient data` or `no data`, saying what to add.
-
-Null arms (a placebo weight <= `placebo_weight`, an A/A arm on another `trainer.replay_stream`)
-are reported apart (`placebo_verdicts`): the learner's own null, which must read `equivalent` or
-`inconclusive`.
-
-This module gathers the evidence and writes the reasons; every decision is the rule module's
-(`tune_gems.analysis.rules`, through `rules.decision.decide`), the functions the calibrations run.
+"""The verdict per gem, from designed comparisons only, with its evidence (docs/analysis.md
+"Verdicts"): the wiring effect over seed pairs (members differing in the gem's mode alone), `delete`
+where the gem's measured magnitude is also at its null or a model feature removes it
+(`redundancy.py`), the market-noise gate on one price history, and the null arms (placebo weight,
+A/A replay stream) apart, which must read `equivalent` or `inconclusive`. This module gathers the
+evidence and writes the reasons; every decision is `rules.decision.decide`'s, the function the
+calibrations run.
 """
+
 
 from __future__ import annotations
 
@@ -124,21 +107,13 @@ def gem_verdict_tables(cells: Cells, gems: list[GemEntry], th: Thresholds, membe
                        eval_returns: EvalReturnsLookup | None = None, selection: dict[str, int] | None = None,
                        overlap: FoldOverlap | None = None, calendar_of: CalendarOf | None = None,
                        history_names: dict[int, str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, DesignFamily]:
-    """(one row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS, then the
-    period and held-out columns); the per-period rows the pooled test read
-    (`walk_forward.FOLD_ROW_COLUMNS`, over histories `history_verdicts.HISTORY_ROW_COLUMNS`; none
-    with one fold); the design's family, decided once, whose gem contrasts the rows are and whose
-    every contrast factors.csv shows: `family.design_family`).
-
-    `members` gives the verdict metric (`verdict_metric`). `redundancy` is the table of
-    `redundancy.redundancy_table` (computed here when None). `eval_returns` finds each trial's saved
-    validation returns (the market-noise interval, its bootstrap of `th.n_boot` resamples from
-    `th.seed`; none: said unavailable). `selection` (a confirmation on one price history, `tune-gems
-    confirm`): per gem the configurations its search chose among; the table then has FINAL_COLUMNS,
-    the verdict after the selection-adjusted gate (`rules.selection`). `overlap` the experiment's
-    folds that share training rows (`walk_forward.experiment_overlap`: the pooled variance carries
-    it, `fold_overlap` column); `calendar_of` which windows of several histories share a calendar
-    period and `history_names` their names (`history_verdicts.history_family`)."""
+    """(the verdict table: one row per gem, VERDICT_COLUMNS then the period and held-out columns; the
+    per-period rows the pooled test read (FOLD_ROW_COLUMNS, HISTORY_ROW_COLUMNS over histories); the
+    design's family, decided once: `family.design_family`). `members` gives the verdict metric;
+    `redundancy` the redundancy table (computed when None); `eval_returns` the saved validation
+    returns of the market-noise intervals; `selection` (a confirmation on one price history) per gem
+    the configurations its search chose among, adding FINAL_COLUMNS; `overlap` the folds sharing
+    training rows; `calendar_of` and `history_names` the histories' calendar periods and names."""
     column, metric_note = verdict_metric(members, metric)
     excess = add_excess_columns(cells.long, gems)
     if redundancy is None:

@@ -28,7 +28,7 @@ import pandas as pd
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, by_history_fold, history_count
-from tune_gems.analysis.read.labels import HISTORY_NAME, history_name
+from tune_gems.analysis.read.labels import HISTORY_NAME
 from tune_gems.analysis.rules.histories import HistoryData, history_components, history_data, pool_histories
 from tune_gems.analysis.rules.power import HistoryComponents, history_inputs, statement
 from tune_gems.analysis.rules.thresholds import Thresholds
@@ -103,7 +103,7 @@ def history_family(prs: list[Paired], cells: Cells, calendar_of: CalendarOf | No
         tied[j] = ties / pairs if pairs else math.nan
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         data = history_data(d, calendar_of(histories, folds) if calendar_of is not None else None)
-    return HistoryFamily(parts, histories, folds, data, tied, {h: history_name(names or {}, h) for h in histories})
+    return HistoryFamily(parts, histories, folds, data, tied, {h: (names or {}).get(h, f"history {h}") for h in histories})
 
 
 def history_power(hf: HistoryFamily, dec, th: Thresholds) -> dict[str, np.ndarray]:

@@ -1,33 +1,18 @@
 """Market-noise intervals for arm differences on one real price history (stationary bootstrap).
 
-Why: on a real series every seed sees the same history, so the seed interval of an arm
-difference (over seed pairs: the signed-rank interval of `inference.rank_test`) says nothing
-about how much of the difference is that history's luck. Here the seeds stay fixed and the *market* is resampled: the
-per-step returns of the validation period are redrawn in blocks by the stationary bootstrap of
-Politis & Romano (1994), with the same index sequence applied to every series (both arms, every
-seed, every epoch, and the asset), so the pairing and the cross-sectional dependence survive and
-only the time path changes. The percentile interval of the resampled Sharpe (or alpha Sharpe)
-difference is the market-noise interval; the verdict reports it beside the seed interval.
-
-What is held fixed: the positions each policy took on the real history. Resampling the realised
-per-step returns (position x asset return, net of costs) is the standard treatment of a Sharpe
-difference (Ledoit & Wolf 2008); it answers "how different could the two arms' Sharpe ratios
-have looked over another stretch of a market like this one", not "how would the policies have
-traded on another history".
-
-Mean block length: the Politis & White (2004) automatic choice for the stationary bootstrap,
-with the Patton, Politis & White (2009) correction (`optimal_mean_block`), taken as the largest
-over the series that drive the difference (each arm's pooled return and their difference, and
-the asset when the metric is the alpha Sharpe); at least 1 step, at most
-ceil(min(3 sqrt(T), T / 3)). Pass `mean_block` to override it.
-
-Calibration (`calibrate`, `simulate_arms`; rates in docs/evaluation.md, asserted in
-tests/test_market_noise.py): under a simulated null (two paired arms of equal true Sharpe or
-alpha Sharpe, with volatility clustering) the 95% interval excludes 0 in 5-7% of histories; with
-strongly autocorrelated returns over a short segment (AR(1) 0.2, T = 250) in about 9%, nominal
-again at T = 1000 (use confidence=0.975 there). A planted difference is found with high power.
-Numpy and scipy only: the analysis never imports torch.
+Why: on one history every seed sees the same market, so the seed interval of an arm difference
+says nothing about that history's luck. Here the seeds stay fixed and the market is resampled: the
+validation period's per-step returns are redrawn in blocks by the stationary bootstrap (Politis &
+Romano 1994), one index sequence for every series (both arms, every seed and epoch, the asset), so
+the pairing survives and only the time path changes; the percentile interval of the resampled
+Sharpe (or alpha Sharpe) difference is the market-noise interval. The positions each policy took
+stay fixed (resampling realised returns, as for any Sharpe difference: Ledoit & Wolf 2008). The
+mean block length is Politis & White's (2004) automatic choice with the Patton, Politis & White
+(2009) correction (`optimal_mean_block`). Calibration (`calibrate`, `simulate_arms`; rates in
+docs/evaluation.md, asserted in tests/test_market_noise.py): 5-7% false positives at 95% under a
+volatility-clustered null. Numpy and scipy only: the analysis never imports torch.
 """
+
 
 from __future__ import annotations
 

@@ -1,18 +1,10 @@
-"""Search, then confirm: which configuration a search chose per gem, and the side-by-side
-table of its discovery and its confirmation.
-
-Why. The search keeps the trial whose paired gain was largest. With several trials that maximum
-is biased upward (selection: the winner is partly the luckiest), and its seed pairs were used to
-pick it, so testing it on the same seeds tests the selection, not the gem. The confirmation
-(`tune-gems confirm`, tune_gems.commands.confirm) trains each gem's chosen configuration once more
-against its control on fresh member seeds and fresh synthetic paths; its verdict is the final
-one. The shrinkage (discovery gain minus confirmation gain, the same statistic) shows how much of
-the discovered gain was selection. `calibration.search_confirm_rates` checks the rule: under
-the null the family-wise false rate after confirmation stays <= alpha, and a true effect at the
-confirmation's MDE survives with the stated power.
-
-This module only reads tables (no trainer): the choice per gem and the table.
+"""Search, then confirm: which configuration a search chose per gem, the confirmation's power, and
+the side-by-side table of discovery and confirmation. The chosen trial's gain is inflated by
+selection; the confirmation (`tune-gems confirm`) re-trains it on fresh seeds (and paths) and its
+verdict is the final one; the shrinkage shows how much was selection (`calibration.search_confirm_rates`
+checks the rule). Tables only, no trainer.
 """
+
 
 from __future__ import annotations
 
@@ -147,12 +139,10 @@ def _row(v: pd.DataFrame, gem: str) -> dict[str, Any]:
 def side_by_side(choices: list[Choice], discovery: pd.DataFrame, confirmation: pd.DataFrame,
                  confirmation_gains: dict[str, float], notes: dict[str, str] | None = None,
                  power: list[PowerPlan] | None = None, final: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per gem of the discovery verdicts: the chosen trial and its (selected) discovery
-    gain, the same statistic on the confirmation run (`confirmation_gains[gem]`), the shrinkage
-    (discovery - confirmation), both verdicts each with the estimate, interval and Holm p of the
-    test that decided it (`decided_*`), the power plan (`confirmation_power`: both MDEs, the seeds)
-    and the final verdict with the interval that decided it: the confirmation's, or on the
-    search's price data `final`'s (`one_history_final`: the selection-adjusted gate)."""
+    """One row per gem of the discovery verdicts: the chosen trial, its (selected) discovery gain, the
+    same statistic on the confirmation run, the shrinkage, both verdicts with the interval that
+    decided each, the power plan, and the final verdict: the confirmation's, or on the search's
+    price data `final`'s (`one_history_final`: the selection-adjusted gate)."""
     chosen = {c.gem: c for c in choices}
     notes = notes or {}
     plan = {p.gem: p for p in power or []}
@@ -247,15 +237,10 @@ def discovery_power_inputs(row: dict[str, Any]) -> PowerInputs:
     """The comparison's power inputs as the discovery's verdict row measured it (the spreads per seed,
     the periods and their spread, the market-noise standard error on one history)."""
     def num(key: str, default: float = math.nan) -> float:
-        try:
-            v = float(row.get(key, default))
-        except (TypeError, ValueError):
-            return default
-        return v
+        return _number(row, key, default)
 
-    def count(key: str, default: int) -> int:  # a whole count; a row without it (NaN) has the default
-        v = num(key, default)
-        return int(v) if math.isfinite(v) and v >= default else default
+    def count(key: str, default: int) -> int:
+        return _count(row, key, default)
 
     n, sd, p_div, folds = count("n_seeds", 0), num("sd_diff"), num("divergence_rate", 0.0), count("folds", 1)
     if math.isfinite(num("n_informative")) and folds < 2:
@@ -283,32 +268,32 @@ def discovery_power_inputs(row: dict[str, Any]) -> PowerInputs:
     return PowerInputs(n, sd, p_div, market_se=market_se if math.isfinite(market_se) else 0.0)
 
 
-def _count(row: dict[str, Any], key: str) -> int:
-    """A whole count of the discovery's row (its `histories`, `folds`): 1 where it states none."""
+def _number(row: dict[str, Any], key: str, default: float = math.nan) -> float:
+    """A number of the discovery's row, `default` where it has none or not a number."""
     try:
-        v = float(row.get(key, 1))
+        return float(row.get(key, default))
     except (TypeError, ValueError):
-        return 1
-    return int(v) if math.isfinite(v) and v >= 1 else 1
+        return default
+
+
+def _count(row: dict[str, Any], key: str, default: int = 1) -> int:
+    """A whole count of the discovery's row (`histories`, `folds`, `n_seeds`), at least `default`."""
+    v = _number(row, key, default)
+    return int(v) if math.isfinite(v) and v >= default else default
 
 
 def _tied_share(row: dict[str, Any]) -> float:
     """The discovery's share of tied seed pairs (0 where the row does not state one)."""
-    try:
-        tie = float(row.get("tied_share", 0.0))
-    except (TypeError, ValueError):
-        return 0.0
+    tie = _number(row, "tied_share", 0.0)
     return min(max(tie, 0.0), MAX_TIED_SHARE) if math.isfinite(tie) else 0.0
 
 
 def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list[str], *, one_history: bool,
                        alpha: float, power: float, seeds: int | None, default_seeds: int) -> list[PowerPlan]:
-    """Per gem to confirm: the seeds of its confirmation so that its MDE is at most the
-    discovery's (same rule, same units), or ConfigError, in one line naming `--seeds` or the gem,
-    when the given `seeds` cannot give a finite interval or reach it, or no seed count can
-    (before anything is trained or claimed). Without `seeds`: the fewest that reach it; where the
-    discovery's MDE is not finite (too few seeds to decide anything, or no spread), the larger of
-    `default_seeds` and the fewest that give a finite interval."""
+    """Per gem to confirm: the seeds that make its confirmation's MDE at most the discovery's (same
+    rule, same units; without `seeds` the fewest, or where the discovery's MDE is not finite the
+    larger of `default_seeds` and the fewest with a finite interval), or ConfigError in one line
+    naming `--seeds` or the gem, before anything is trained or claimed."""
     from tune_gems.contracts.errors import ConfigError
 
     tested = pd.to_numeric(discovery.get("p_value", pd.Series(dtype=float)), errors="coerce")
@@ -325,7 +310,7 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
         t_g = max(candidate_count(trials, gem), 1) if one_history else 1
         h_level = level_c / t_g
         target = mde(inputs, level_d, power) if inputs.n >= 2 else math.nan
-        stated = _number(row.get("mde"))  # the discovery's MDE as its verdict row (analyze) states it
+        stated = _number(row, "mde")  # the discovery's MDE as its verdict row (analyze) states it
         shown = stated if not math.isnan(stated) else target
         tie = _tied_share(row)
 
@@ -376,13 +361,6 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
     return plans
 
 
-def _number(v: Any) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def _f(x: float) -> str:
     return format_number(x, ".3g", missing="-")
 
@@ -397,11 +375,8 @@ FINAL_COLUMNS = ["gem", "final_verdict", "final_ci_low", "final_ci_high", "final
 
 def one_history_final(verdicts: pd.DataFrame, candidates: dict[str, int]) -> pd.DataFrame:
     """The final verdict per confirmed gem (the keys of `candidates`) of a confirmation on one price
-    history: FINAL_COLUMNS of its verdict table, which the rule wrote (`gem_verdicts.gem_verdict_tables`
-    with `selection=candidates`: `rules.decision.decide`'s selection-adjusted gate,
-    `rules.selection.final_on_one_history`; at K = 1 the seed and market-noise intervals combined
-    with the market part at the selection-adjusted level, no market-noise interval: not final; at
-    K >= 2 the pooled interval at that level)."""
+    history: FINAL_COLUMNS of its verdict table, written by the rule's selection-adjusted gate
+    (`rules.selection.final_on_one_history`, through `gem_verdict_tables(selection=...)`)."""
     rows = verdicts[verdicts["gem"].isin(list(candidates))]
     if "final_verdict" not in rows.columns:
         return pd.DataFrame(columns=FINAL_COLUMNS)
