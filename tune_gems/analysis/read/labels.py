@@ -66,10 +66,8 @@ def _arm_rows(trials: pd.DataFrame, arms: pd.DataFrame) -> pd.DataFrame:
 
 def apply_arm_labels(trials: pd.DataFrame, history: pd.DataFrame, members: pd.DataFrame,
                      arms: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(trials, history, members) whose `config_label` describes the members it names: each
-    member row its arm's label (its label with the arm's settings of `arms` applied), each trial
-    and history row the trial's label over its arms (`trial_label`). Trials without arms or
-    member rows keep theirs. Applying it twice changes nothing."""
+    """(trials, history, members) labelled as the members they name: each member row its arm's
+    label, each trial and history row the trial's over its arms; idempotent."""
     if arms is None or not len(arms) or not len(members) or "arm" not in members.columns or "arm" not in arms.columns:
         return trials, history, members
     a = _arm_rows(trials, arms)

@@ -93,23 +93,16 @@ def plot_tables(result: Any) -> dict[str, pd.DataFrame]:
     }
 
 
-def trial_order(trials: pd.DataFrame, mode: str = "max") -> list[tuple[str, str]]:
-    """(experiment, trial_id) by objective, best first (`mode` of the search); no objective last."""
+def trial_titles(trials: pd.DataFrame, mode: str = "max") -> dict[tuple[str, str], str]:
+    """`trial <id> (objective <v>)` per (experiment, trial_id), best objective first (`mode` of the
+    search), trials without one last."""
     if not len(trials):
-        return []
+        return {}
     value = pd.to_numeric(trials.get("objective", pd.Series(float("nan"), index=trials.index)), errors="coerce")
-    t = trials.assign(_none=value.isna(), _key=(-value if mode == "max" else value).fillna(0.0))
+    t = trials.assign(_v=value, _none=value.isna(), _key=(-value if mode == "max" else value).fillna(0.0))
     t = t.sort_values(["_none", "_key", "experiment", "trial_id"], kind="stable")
-    return list(zip(t["experiment"].astype(str), t["trial_id"].astype(str)))
-
-
-def trial_titles(trials: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """`trial <id> (objective <v>)` per (experiment, trial_id), the objective where it has one."""
-    out = {}
-    for e, t, v in zip(trials["experiment"].astype(str), trials["trial_id"].astype(str),
-                       pd.to_numeric(trials.get("objective", pd.Series(float("nan"), index=trials.index)), errors="coerce")):
-        out[(e, t)] = f"trial {t}" + (f" (objective {v:.3f})" if pd.notna(v) else "")
-    return out
+    return {(str(e), str(i)): f"trial {i}" + (f" (objective {v:.3f})" if pd.notna(v) else "")
+            for e, i, v in zip(t["experiment"], t["trial_id"], t["_v"])}
 
 
 def confirmation_table(paths: list[Path]) -> pd.DataFrame | None:
@@ -123,9 +116,8 @@ def confirmation_table(paths: list[Path]) -> pd.DataFrame | None:
 
 
 def confirmation_data(trials: pd.DataFrame) -> str:
-    """What a confirmation folder's trials re-ran on, in the shrinkage plot's words: fresh seeds
-    and paths where every trial trains synthetic per-seed paths (each seed index its own path,
-    new indices new paths), else fresh seeds on the search's price history."""
+    """What a confirmation's trials re-ran on: fresh seeds and paths on synthetic per-seed paths, else
+    fresh seeds on the search's price history."""
     source = trials.get("data.source", pd.Series("synthetic", index=trials.index)).astype(str)
     paths = trials.get("data.synthetic.paths", pd.Series("shared", index=trials.index)).astype(str)
     per_seed = len(trials) and bool(((source == "synthetic") & (paths == "per_seed")).all())
@@ -149,7 +141,7 @@ def analysis_figures(result: Any, tables: dict[str, pd.DataFrame]) -> dict[tuple
             rope=s.get("rope", defaults.ROPE)),
         (PAIRED_SEEDS.title, PAIRED_SEEDS.file): plots.paired_seeds(pairs, last_k),
         (LEARNING_CURVES.title, LEARNING_CURVES.file): plots.learning_curves(
-            tables[LEARNING_CURVES_CSV], trial_order(exp.trials, mode), trial_titles(exp.trials)),
+            tables[LEARNING_CURVES_CSV], trial_titles(exp.trials, mode)),
         (PERFORMANCE_PROFILES.title, PERFORMANCE_PROFILES.file): plots.performance_profiles(
             tables[PROFILES_CSV], metric, last_k),
         (IMPROVEMENT.title, IMPROVEMENT.file): plots.improvement_bars(tables[IMPROVEMENT_CSV]),

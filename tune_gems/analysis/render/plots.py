@@ -50,8 +50,7 @@ def legend_below(fig: Figure, handles: list, fontsize: float = 7, columns: int =
 
 
 def group_labels(final: pd.DataFrame) -> pd.Series:
-    """Each member's configuration as the Sharpe tables name it: its label, with ` | arm <arm>`
-    for an arm of a multi-arm trial (tune_gems.analysis.describe.variance.split_arms)."""
+    """Each member's configuration as the Sharpe tables name it (` | arm <arm>` in a multi-arm trial)."""
     label = final["config_label"].astype(str)
     if "arm" not in final.columns:
         return label
@@ -113,8 +112,7 @@ def sharpe_distributions(final: pd.DataFrame) -> Figure | None:
 
 def gem_magnitude_curves(traj: pd.DataFrame, rel_threshold: float = defaults.REL_THRESHOLD,
                          gems: Sequence[GemEntry] = LEGACY_MANIFEST) -> Figure | None:
-    """Per gem of the experiment's manifest (`gems`): mean value (top) and value / C51 loss
-    (bottom) over epochs, one line per mode; one column of panels per gem."""
+    """Per gem (`gems`, a column each): its mean value and value / C51 loss over epochs, per mode."""
     if traj is None or not len(traj):
         return None
     fig = new_figure(4.0 * len(gems), 6.5)
@@ -142,13 +140,11 @@ def gem_magnitude_curves(traj: pd.DataFrame, rel_threshold: float = defaults.REL
 
 
 IMPORTANCE_FEW_TRIALS = 20
-"""Below this many complete trials a study's importances are drawn with a caveat on the plot:
-an evaluator fitted to a handful of points can put 0.99 on one parameter by chance."""
+"""Fewer complete trials draw a caveat: an evaluator fitted to a handful can put 0.99 on one by chance."""
 
 
 def importance_bars(imp: pd.DataFrame, few: int = IMPORTANCE_FEW_TRIALS) -> Figure | None:
-    """Horizontal bars of parameter importance, one panel per study; a study with fewer than
-    `few` complete trials carries the caveat on its panel."""
+    """Parameter importances, a panel per study, the caveat on one of fewer than `few` complete trials."""
     if imp is None or not len(imp):
         return None
     imp = imp[imp["param"].notna()]
@@ -175,8 +171,7 @@ def importance_bars(imp: pd.DataFrame, few: int = IMPORTANCE_FEW_TRIALS) -> Figu
     return fig
 
 
-HELD_OUT_OFFSET = 0.25
-"""How far below its contrast's row the held-out re-estimate is drawn (row spacing 1)."""
+HELD_OUT_OFFSET = 0.25  # how far below its contrast's row the held-out re-estimate is drawn
 
 
 def _interval(ax, lo: float, hi: float, y: float, span: float, color: str, gid: str, lw: float,
@@ -266,12 +261,9 @@ def save(fig: Figure | None, path: Path) -> bool:
 # --- the seeds themselves: seed pairs and learning curves -------------------------------------
 
 
-MIN_WIDTH = 6.5
-"""Inches: a one-panel figure still has room for its title."""
-MAX_CURVE_PANELS = 12
-"""Learning-curve panels at most (trials x periods): the best trials by objective first."""
-CURVE_COLUMNS = 4
-"""Learning-curve panels per row: a trial's periods (each fold of each history) wrap onto rows."""
+MIN_WIDTH = 6.5  # inches: a one-panel figure still has room for its title
+MAX_CURVE_PANELS = 12  # learning-curve panels at most (trials x periods), the best trials first
+CURVE_COLUMNS = 4  # learning-curve panels a row: a trial's periods wrap onto rows
 FOLD_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
 FOLD_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 METRIC_WORDS = {"val_alpha_sharpe": "validation alpha Sharpe", "val_sharpe": "validation Sharpe",
@@ -279,8 +271,7 @@ METRIC_WORDS = {"val_alpha_sharpe": "validation alpha Sharpe", "val_sharpe": "va
 
 
 def metric_axis(column: str, last_k: int | None = None, sep: str = " ") -> str:
-    """An axis label with units: Sharpe ratios are annualised (config env.periods_per_year);
-    `sep` "\n" puts the units on a line of their own."""
+    """An axis label with units (Sharpe ratios annualised); `sep` "\n" puts them on their own line."""
     words = METRIC_WORDS.get(column, column)
     window = f", mean of the last {last_k} epochs" if last_k else ""
     return f"{words}{sep}(annualised{window})"
@@ -302,16 +293,14 @@ def _history_ids(table: pd.DataFrame) -> pd.Series:
 
 
 def history_labels(table: pd.DataFrame) -> dict[int, str]:
-    """Each history id of a table with its name (`history_name`, `read.labels.with_history_names`;
-    `history <id>` in a table without one)."""
+    """Each history id of a table with its name (`history_name`, else `history <id>`)."""
     ids = _history_ids(table)
     names = table["history_name"].astype(str) if "history_name" in table.columns else "history " + ids.astype(str)
     return dict(sorted(zip(ids, names)))
 
 
 def period_text(names: dict[int, str], history: int, fold: int, folds: int) -> str:
-    """A validation period as the reasons name it: `sp500 fold 1`; the history alone with one
-    fold, the fold alone with one history, '' with one of each."""
+    """A validation period as the reasons name it (`sp500 fold 1`; `sp500`, `fold 1` or '' with fewer)."""
     return " ".join([names[history]] * (len(names) > 1) + [f"fold {fold}"] * (folds > 1))
 
 
@@ -365,8 +354,7 @@ def paired_seeds(pairs: pd.DataFrame, last_k: int | None = None) -> Figure | Non
 
 
 def _overlap_note(g: pd.DataFrame, floor: float) -> str:
-    """Why fewer lines show than there are pairs: pairs with the same two values are drawn on
-    top of each other (ties at one value, members that never traded)."""
+    """Why fewer lines show than there are pairs: equal pairs (ties, members that never traded) overlap."""
     ends = zip(np.where(g["measured_diverged"], floor, g["measured"].astype(float)),
                np.where(g["wired_diverged"], floor, g["wired"].astype(float)))
     distinct = len({(round(float(a), 9), round(float(b), 9)) for a, b in ends})
@@ -375,8 +363,7 @@ def _overlap_note(g: pd.DataFrame, floor: float) -> str:
     return f"\n{distinct} distinct line(s): equal pairs overlap"
 
 
-FLAT_AT_ZERO = "flat at 0"
-"""What a learning-curve panel whose every median is exactly 0 says of itself."""
+FLAT_AT_ZERO = "flat at 0"  # what a learning-curve panel whose every median is exactly 0 says of itself
 
 
 def _flat_reason(panel: pd.DataFrame) -> str:
@@ -391,17 +378,16 @@ def _flat_reason(panel: pd.DataFrame) -> str:
     return f"{FLAT_AT_ZERO}: the median seed's Sharpe is exactly 0\nat every epoch (no position held)"
 
 
-def learning_curves(curves: pd.DataFrame, order: Sequence[tuple[str, str]] = (),
-                    titles: dict[tuple[str, str], str] | None = None) -> Figure | None:
-    """Per trial (best objective first: `order`; `titles` its panels' names) and period (each fold
-    of each history, by name, CURVE_COLUMNS a row): each arm's median over its seeds per epoch with
-    the IQR band; one legend below where every trial has the same arms, else one per trial."""
+def learning_curves(curves: pd.DataFrame, titles: dict[tuple[str, str], str] | None = None) -> Figure | None:
+    """Per trial (in `titles`' order, best first, by its names) and period (each fold of each history,
+    by name, CURVE_COLUMNS a row): each arm's median over its seeds per epoch with the IQR band; one
+    legend below where every trial has the same arms, else one per trial."""
     if curves is None or not len(curves):
         return None
     names, hist = history_labels(curves), _history_ids(curves)
     periods = sorted(set(zip(hist.tolist(), curves["fold"].astype(int).tolist())))
     have = list(dict.fromkeys(zip(curves["experiment"], curves["trial_id"])))
-    ranked = [k for k in order if k in have] + [k for k in have if k not in order]
+    ranked = [k for k in (titles or {}) if k in have] + [k for k in have if k not in (titles or {})]
     n = max(1, MAX_CURVE_PANELS // len(periods))  # the best trials, every period of each
     trials, left_out = ranked[:n], max(0, len(ranked) - n)
     several = len(names) > 1
@@ -460,8 +446,7 @@ SIDE_STYLE = {"measured": ("tab:blue", "-"), "wired": ("tab:red", "--")}
 
 
 def performance_profiles(profile: pd.DataFrame, metric: str = "val_alpha_sharpe", last_k: int | None = None) -> Figure | None:
-    """Per gem: the share of seeds whose value exceeds tau, measured and wired (a curve that lies
-    above the other everywhere is better at every threshold)."""
+    """Per gem: the share of seeds above each tau, measured and wired (above everywhere: better at every tau)."""
     if profile is None or not len(profile):
         return None
     gems = list(dict.fromkeys(profile["gem"]))
@@ -488,8 +473,7 @@ IMPROVEMENT_BARS = (("probability", "all members (rliable: unpaired)", "tab:oran
 
 
 def improvement_bars(imp: pd.DataFrame) -> Figure | None:
-    """Per gem: P(wired > measured) as bars from 0.5 (no difference), over all members (rliable)
-    and over the seed pairs, with the share of tied pairs."""
+    """Per gem: P(wired > measured) as bars from 0.5, over all members (rliable) and over the seed pairs."""
     if imp is None or not len(imp):
         return None
     fig = new_figure(8.0, 1.8 + 0.8 * len(imp))
@@ -538,8 +522,7 @@ def _row_label(r: pd.Series, where: str) -> str:
 
 
 def _draw_pooled(ax, p: pd.Series, gem: str, span: float) -> str:
-    """The pooled estimate at y = 0: a diamond over its interval, or (no interval: e.g. too few
-    periods to pool with one) a diamond marker at the estimate; returns the row's label."""
+    """The pooled estimate at y = 0: a diamond over its interval, or a hollow one without; its label."""
     lo, e, hi = (float(p[c]) for c in ("ci_low", "effect", "ci_high"))
     if not np.isfinite(e):
         return "pooled: no estimate"
@@ -556,8 +539,7 @@ def _draw_pooled(ax, p: pd.Series, gem: str, span: float) -> str:
     return "pooled"
 
 
-FOREST_COLUMNS = 2
-"""Gems per row of the per-fold forest plot."""
+FOREST_COLUMNS = 2  # gems a row of the per-fold forest plot
 
 
 def fold_forest(per_fold: pd.DataFrame, pooled: pd.DataFrame, *, rope: float, metric: str = "val_alpha_sharpe",
@@ -613,16 +595,13 @@ SHRINKAGE_COLUMNS = ("gem", "discovery_gain", "confirmation_gain")
 
 
 SHRINKAGE_OFFSET = 0.15
-"""The discovery marker is drawn this far above its row and the confirmation's below it, so
-equal gains (both 0, say) never hide one marker under the other."""
+"""The discovery marker above its row, the confirmation's below: equal gains hide neither."""
 FRESH_SEEDS_AND_PATHS = "fresh seeds and paths"
 FRESH_SEEDS = "fresh seeds, the search's price history"
 
 
 def confirmation_shrinkage(table: pd.DataFrame, fresh: str = FRESH_SEEDS_AND_PATHS) -> Figure | None:
-    """Discovery and confirmation gain per confirmed gem (rows of `table` with both finite);
-    `fresh` says what the confirmation re-ran on (`FRESH_SEEDS_AND_PATHS` on synthetic per-seed
-    paths, `FRESH_SEEDS` on one price history: the same data, new seeds)."""
+    """Discovery and confirmation gain per confirmed gem (both finite); `fresh`: what it re-ran on."""
     if table is None or not len(table) or any(c not in table.columns for c in SHRINKAGE_COLUMNS):
         return None
     t = table[np.isfinite(table["discovery_gain"].astype(float)) & np.isfinite(table["confirmation_gain"].astype(float))]

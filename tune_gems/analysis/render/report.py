@@ -35,10 +35,8 @@ def long_reason(r: Any) -> str:
 
 
 def verdict_line(r: Any) -> str:
-    """The gem block's first line: the word (and the discovery's where the held-out stage withheld
-    it, else the seeds' where a later stage changed it), the estimate, interval and Holm p of the
-    test that decided it (`decided_*`), that rule's MDE, the folds' overlap its variance carried and
-    what the held-out stage found."""
+    """The gem block's first line: the word (and the discovery's, or the seeds', where a later stage
+    changed it), the deciding test's estimate, interval and Holm p, its MDE, overlap and held-out finding."""
     if format_number(r.get("n_seeds"), "g") in ("-", "0"):
         return f"{r['gem']}: {r['verdict']} - design: none"
     seed_word, found = r.get("seed_verdict"), r.get("discovery_verdict")
@@ -83,8 +81,7 @@ def _float(r: Any, key: str) -> float:
 
 
 def history_effects_line(folds: pd.DataFrame | None, gem: str) -> str:
-    """A gem's effect in each fold of each price history, by the history's name (fold_effects.csv's
-    rows, folds joined by '/'; `tie` where every pair tied), '' with one history."""
+    """A gem's effect in each fold ('/') of each history by name (fold_effects.csv), '' with one history."""
     if folds is None or "history_name" not in folds.columns:
         return ""
     rows = folds[folds["gem"] == gem].sort_values(["history", "fold"])
@@ -98,11 +95,9 @@ def history_effects_line(folds: pd.DataFrame | None, gem: str) -> str:
 def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
                          redundancy: pd.DataFrame | None = None, *, verbose: bool = True,
                          fold_effects: pd.DataFrame | None = None) -> str:
-    """The verdicts for a terminal: an aligned table (each word beside the estimate, interval and
-    Holm p of the test that decided it; the seeds-alone numbers under their own heading), each
-    gem's verdict line (over several price histories, its effect in each by name: `fold_effects`)
-    and (`verbose`) its reason in short (`short_why`; the whole chain is in verdicts.csv and
-    report.md), the placebo arms and the redundancy findings."""
+    """The verdicts for a terminal: the aligned table (each word beside its deciding test's numbers, the
+    seeds alone apart), each gem's verdict line (with several histories its effect in each: `fold_effects`)
+    and (`verbose`) short reason, the placebo arms and the redundancy findings."""
     header = ["gem", "verdict", "effect", "CI", "Holm p", "decided by", "MDE", "held-out", "family", "seeds", "effect",
               "mean", "CI", "Holm p", "TOST p", "market CI", "excess/loss"]
     rows = [[str(r["gem"]), str(r["verdict"]), format_number(r.get("decided_effect"), "+.3g"),

@@ -155,11 +155,8 @@ def contrast_pairs(cells: Cells, c: Contrast, gems: list[GemEntry], th: Threshol
 
 
 def one_row_per_unpaired_key(contrasts: list[Contrast], prs: list[Paired]) -> tuple[list[Contrast], list[Paired]]:
-    """The contrasts, with one row for each key of more than two levels that never pairs in any of
-    them (a searched weight that differs between trials on common seeds has a level per trial:
-    one `insufficient: confounded` row says so, not one per level); a key that pairs somewhere
-    keeps every row, each unpaired one with its fix. Unpaired contrasts are out of the Holm family
-    either way."""
+    """The contrasts, a key of more than two levels that never pairs given one `insufficient:
+    confounded` row (a searched weight has a level per trial), not one per level."""
     paired_keys = {c.key for c, pr in zip(contrasts, prs) if pr.n}
     out, seen = [], set()
     for c, pr in zip(contrasts, prs):
@@ -176,13 +173,9 @@ def one_row_per_unpaired_key(contrasts: list[Contrast], prs: list[Paired]) -> tu
 
 @dataclass
 class DesignFamily:
-    """A design's family (module docstring): its `contrasts` with their `pairs`, the rule's
-    `decision` on all of them (`rules.decision.decide`, [1, E]), the fold data over periods
-    (`folds`, K >= 2 on one price history) or over several price histories (`histories`, the
-    nested rule's: `history_verdicts.history_family`) and the pooled test's power statement
-    (`power`: `walk_forward.pooled_power`, `history_verdicts.history_power`), each contrast's
-    market-noise columns (`market`), the verdict metric `column`, the `cells` it paired and the
-    settings `thresholds` it was decided at; `view(j)` reads contrast j."""
+    """A design's family (module docstring): its `contrasts` and `pairs`, the rule's `decision` ([1, E]),
+    the fold data over periods (`folds`) or histories (`histories`), the pooled test's `power`, each
+    contrast's `market` columns, the metric `column`, the `cells` and `thresholds`; `view(j)` reads one."""
 
     contrasts: list[Contrast]
     pairs: list[Paired]

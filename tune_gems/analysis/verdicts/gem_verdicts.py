@@ -54,8 +54,7 @@ PLACEBO_COLUMNS = ["gem", "verdict", "n_seeds", "effect", "ci_low", "ci_high", "
 UNINFORMATIVE_TIES = 0.5
 """A null arm whose pairs tie (identical outcomes) more often than this tests nothing: flagged."""
 TURNOVER = "val_turnover"
-"""The members' validation turnover (docs/evaluation.md): 0 over the verdict window means the
-member never traded there, so its Sharpe is exactly 0 and its pair likely ties."""
+"""Validation turnover: 0 over the verdict window means the member never traded (its pair likely ties)."""
 
 
 def verdict_metric(members: pd.DataFrame, metric: str = defaults.METRIC,
@@ -67,11 +66,8 @@ def verdict_metric(members: pd.DataFrame, metric: str = defaults.METRIC,
 
 
 ESTIMAND = "pseudo-median (Hodges-Lehmann) of the per-seed differences"
-"""What `effect` estimates: the median of the Walsh averages of the per-unit differences (a
-diverged member the worst outcome; pairs that tie exactly left out), the statistic the
-signed-rank test and its interval belong to, each member's verdict metric averaged over the
-analysis's epoch window (`Thresholds.window_text`). `mean_effect` beside it is the plain mean
-over the units where nobody diverged."""
+"""What `effect` estimates (a diverged member the worst outcome, exact ties left out: the signed-rank
+test's statistic); `mean_effect` beside it is the plain mean where nobody diverged."""
 
 
 def zero_turnover_share(pr: Paired, cells: Cells, window) -> float:
@@ -208,16 +204,10 @@ def placebo_verdicts(
     metric: str = defaults.METRIC,
     **settings,
 ) -> pd.DataFrame:
-    """The null arms, by the same rule without Holm (the stricter check: each arm its own family
-    of one in `rules.seed.decide_family`): per gem with a
-    placebo arm, placebo minus measured (`kind` placebo), and per A/A arm (the control
-    with another `trainer.replay_stream`, an independent nuisance stream and nothing else),
-    A/A minus its stream-0 twin (`kind` a/a, gem `-`). Their verdict must be `equivalent` or
-    `inconclusive`; `keep wired` or `harmful` means the learner's outcome moves with nuisance
-    more than the rule allows for. `tied_share` is the share of units whose difference is
-    exactly 0 (identical outcomes); above UNINFORMATIVE_TIES the arm is `informative` False:
-    it tests nothing (a weight-1e-9 placebo is often bit-identical to its control).
-    `thresholds` / `settings` as in `gem_verdicts`."""
+    """The null arms by the same rule, each its own family of one (no Holm: the stricter check):
+    placebo minus measured per gem with a placebo arm, and each A/A arm (another
+    `trainer.replay_stream`) minus its stream-0 twin. They must read `equivalent` or `inconclusive`;
+    above UNINFORMATIVE_TIES tied pairs an arm is `informative` False (it tests nothing)."""
     th = Thresholds.build(thresholds, **settings)
     column, _ = verdict_metric(members, metric)
     rows = []

@@ -1,19 +1,13 @@
 """Verdicts over several price histories: the nested rule's evidence and columns.
 
-Why a layer of its own. With H >= 2 price histories (members carry a `history` id, each history its
-own market, folds and test segment) the replication unit is the history, not the fold: the rule
-that decides is `rules.histories.decide_histories` (each history's effect over its folds, then
-random effects over the histories, seed-paired, with the calendar part the histories share),
-reached through `rules.decision.decide` like every other rule (`Evidence.histories`). This module
-gathers that evidence from the verdicts' own pairs (`pairing.by_history_fold`: the same pairs
-inside each fold of each history, not paired again; seed index s is the same unit in every history
-and fold) and writes what the decision says into the verdict table's period columns, with the power
-statement of the nested rule (`power.history_mde`), so `verdicts.csv`, `factors.csv`, the console
-and `report.md` state the rule that decided. One history never comes here: `history_family` is None.
-
-Which (history, fold) windows are one calendar period comes from the experiment's fold tables
-(`CalendarOf`, given by the analysis: `read.calendars.validation_calendar`); without it fold k of
-every history validates on the same dates (`rules.calendar.one_calendar`), as the columns of one file do.
+With H >= 2 histories (each its own market, folds and test segment) the replication unit is the
+history: `rules.histories.decide_histories` decides (each history's effect over its folds, then
+random effects over the histories with the calendar part they share), through
+`rules.decision.decide` (`Evidence.histories`). This module gathers that evidence from the verdicts'
+own pairs (`pairing.by_history_fold`; seed index s is one unit in every history and fold) and writes
+the decision and the nested rule's power (`power.history_mde`) into the verdict table's columns.
+Which (history, fold) windows share a calendar period is the analysis's `CalendarOf`
+(`read.calendars.validation_calendar`); without it fold k of every history is one period.
 """
 
 from __future__ import annotations

@@ -209,10 +209,9 @@ def format_confirmation(table: pd.DataFrame) -> str:
 
 @dataclass(frozen=True)
 class PowerPlan:
-    """How many seeds one gem's confirmation trains, and why: its MDE (`rules.power.mde`, the
-    rule that decides the confirmation, at the confirmation family's first Holm step `level` and,
-    on one price history, the history's part at `history_level` = level / `candidates`) against
-    the discovery's (the same function on the discovery's components at its own level)."""
+    """How many seeds one gem's confirmation trains, and why: its MDE (`rules.power.mde` at the
+    confirmation family's `level`; on one history the history's part at `history_level` = level /
+    `candidates`) against the discovery's (as its verdict row states it)."""
 
     gem: str
     seeds: int
@@ -229,8 +228,7 @@ class PowerPlan:
 MAX_CONFIRM_SEEDS = 4096
 """Most seeds per arm a confirmation may choose (the schema's bound of `trainer.population`)."""
 MAX_TIED_SHARE = 0.9
-"""The largest discovery tied share a confirmation plans around (a discovery that tied more has
-next to nothing to say about how many of the confirmation's pairs will)."""
+"""The largest discovery tied share a confirmation plans around (beyond it the discovery says next to nothing)."""
 
 
 def discovery_power_inputs(row: dict[str, Any]) -> PowerInputs:

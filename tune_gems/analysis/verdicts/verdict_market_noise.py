@@ -35,12 +35,8 @@ OK = "ok"
 NOT_NEEDED = "not needed: per-seed paths (the seed interval includes the market's variance)"
 UNAVAILABLE = "unavailable"
 ACROSS_PERIODS = "not needed: several validation periods (the pooled interval carries their market noise)"
-"""Pairs in several walk-forward folds: each fold's period luck is in the spread of the
-fold effects that the pooled interval carries (walk_forward.py), so no bootstrap is run."""
 ACROSS_HISTORIES = "not needed: several price histories (the pooled interval carries their market noise)"
-"""Pairs in several price histories: each history is its own market, and the nested rule
-over histories (`rules.histories`) carries each history's luck in the spread between them, so no
-bootstrap is run (nor could one: the histories' asset returns differ)."""
+"""Several folds or histories: each period's luck is in the spread the pooled interval carries."""
 
 CHECK_RTOL, CHECK_ATOL = 1e-4, 1e-6
 """A metric recomputed from eval_returns.npz must equal members.parquet's value to this
