@@ -433,7 +433,7 @@ def learning_curves(curves: pd.DataFrame, titles: dict[tuple[str, str], str] | N
     for i in range(len(trials)) if not one_legend else ():
         axes[i * per_trial, 0].legend(fontsize=6, loc="best")
     if one_legend:
-        legend_below(fig, axes[0, 0].get_legend_handles_labels()[0], columns=4)
+        legend_below(fig, axes[0, 0].get_legend_handles_labels()[0], columns=max(cols, 2))  # as wide as the panels
     more = f"; {left_out} more trial(s) in learning_curves.csv" if left_out else ""
     flat_note = f"\n{flat} of {len(trials) * len(periods)} panel(s) {FLAT_AT_ZERO} (see each panel's title)" if flat else ""
     fig.suptitle(f"Learning curves per arm: median over seeds, band = interquartile range{more}{flat_note}", fontsize=11)
