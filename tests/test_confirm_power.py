@@ -96,6 +96,17 @@ def test_the_seeds_allow_for_the_discoverys_ties():
         confirmation_power(disc, _trials(), gems, one_history=False, alpha=ALPHA, power=0.8, seeds=7, default_seeds=4)
 
 
+def test_the_discoverys_mde_is_the_one_analyze_stated():
+    """A discovery whose pairs mostly tied: its verdict row states the MDE analyze printed (1.67, from
+    its seeds and tie share); one informative pair leaves no spread to plan the seeds from, and the
+    plan shows analyze's MDE beside its default seeds and says why, never `-`."""
+    disc = _discovery(n=12, n_informative=1, sd_diff=np.nan, tied_share=11 / 12, mde=1.67)
+    (plan, _) = confirmation_power(disc, _trials(), ["g12", "g6"], one_history=False, alpha=ALPHA, power=0.8,
+                                   seeds=None, default_seeds=8)
+    assert plan.discovery_mde == 1.67 and plan.seeds >= 8
+    assert "the discovery's MDE is 1.67 (on 1 informative pair: too few to plan the seeds from)" in plan.note
+
+
 def test_seeds_that_cannot_decide_are_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"^--seeds 4: g12's confirmation cannot give a finite interval"):
         confirmation_power(_discovery(), _trials(), ["g12"], one_history=False, alpha=ALPHA, power=0.8, seeds=4,

@@ -146,7 +146,8 @@ def run_report(a: argparse.Namespace) -> None:
     headline = baseline_headline(baseline_comparison(res.experiment))
     if headline:
         print(headline + "\n")
-    print(format_verdict_table(res.verdicts, res.placebo, res.redundancy, verbose=a.verbose))
+    print(format_verdict_table(res.verdicts, res.placebo, res.redundancy, verbose=a.verbose,
+                               fold_effects=res.fold_effects))
     factors = format_factor_table(res.factors)
     if factors:
         print("\n" + factors)
@@ -186,7 +187,8 @@ def verdicts_main(argv: list[str] | None = None) -> int:
 
     def go() -> None:
         res = analyze(a.experiments, **analysis_settings(a))
-        print(format_verdict_table(res.verdicts, res.placebo, res.redundancy, verbose=a.verbose))
+        print(format_verdict_table(res.verdicts, res.placebo, res.redundancy, verbose=a.verbose,
+                                   fold_effects=res.fold_effects))
 
     return _run(go)
 

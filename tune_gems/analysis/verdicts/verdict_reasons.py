@@ -1,9 +1,6 @@
-"""The words behind a seed-rule verdict: the reason line of one gem's row of verdicts.csv.
-
-Why its own module. `gem_verdicts.py` gathers each gem's evidence and runs the rule
-(`rules.decision.decide_family`); what the reason says (the effect and its interval, ties and
-members that never traded, divergence, the market-noise interval, the power statement, what a
-design lacks) is text about a finished row, written here so the two jobs stay apart.
+"""The words of a verdict: the reason of one row of verdicts.csv (effect and interval, ties,
+divergence, market noise, power, what a design lacks), text about a finished row, apart from the
+evidence `gem_verdicts.py` gathers.
 """
 
 from __future__ import annotations

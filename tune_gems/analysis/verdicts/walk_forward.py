@@ -222,7 +222,7 @@ change test reads), the informative pairs (`seeds`), every pair, the ties and th
 
 def fold_text(r) -> str:
     """One fold row (of a history) in words (verdicts.csv's `fold_effects` joins them)."""
-    where = f"history {r['history']} fold {int(r['fold'])}" if "history" in r else f"fold {int(r['fold'])}"
+    where = f"{r['history_name']} fold {int(r['fold'])}" if "history_name" in r else f"fold {int(r['fold'])}"
     if not np.isfinite(r["effect"]):
         return f"{where}: every pair tied ({int(r['pairs'])} seeds)"
     ties = f", {int(r['ties'])} tie" if r["ties"] else ""
