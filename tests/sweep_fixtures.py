@@ -3,6 +3,7 @@ smoke sweep, and the CLI as a subprocess."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -34,15 +35,28 @@ TINY_SWEEP = [
 ]
 
 
+TUNE_SIGINT_ENV = "TUNE_DISABLE_SIGINT_HANDLER"
+"""Ray Tune's switch for its SIGINT handler (ray.tune.tune: 1 leaves Ctrl-C a KeyboardInterrupt)."""
+
+
 @pytest.fixture(scope="module")
 def ray_address():
-    """One local Ray instance for the whole module (starting Ray costs seconds)."""
+    """One local Ray instance for the whole module (starting Ray costs seconds). Its processes
+    share the test run's process group, so a Ctrl-C reaches them too: the raylet dies at once
+    and its agents, which ignore SIGINT, would outlive the run by a minute; whatever
+    `ray.shutdown` leaves of the processes it started is killed."""
+    import psutil
+
     ray = pytest.importorskip("ray")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    started = psutil.Process().children(recursive=True)
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
         ray.shutdown()
+        for proc in started:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()  # psutil refuses a pid that now names another process
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -64,24 +78,28 @@ def cli_in_process(*args: str, env: dict[str, str] | None = None, cwd: Path = RE
     what a command does; a test of the process itself (a signal, a fresh interpreter, a plug-in
     found through PYTHONPATH, Ray's workers' console lines) uses `cli`. The environment (the
     CLI's thread choice writes to it), torch's thread count and the working directory are
-    restored afterwards."""
-    import contextlib
+    restored afterwards. A Ctrl-C the command answered with exit 130 is raised again
+    (KeyboardInterrupt): the test run stops, rather than failing this test and going on to the next;
+    Tune's own Ctrl-C handler, which lets the trials finish their step and saves the experiment
+    first (5 s and more), is off (`TUNE_SIGINT_ENV`)."""
     import io
 
-    from tune_gems.commands.cli import main
+    from tune_gems.commands.cli import EXIT_INTERRUPTED, main
 
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     torch = sys.modules.get("torch")
     saved_threads = torch.get_num_threads() if torch is not None else None
     out, err = io.StringIO(), io.StringIO()
     try:
-        os.environ.update(env or {})
+        os.environ.update({TUNE_SIGINT_ENV: "1", **(env or {})})
         os.chdir(cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main(list(args))
             except SystemExit as e:  # argparse's own errors
                 code = e.code if isinstance(e.code, int) else 1
+        if code == EXIT_INTERRUPTED:  # the user's Ctrl-C, which the command turned into its exit status: stop the run
+            raise KeyboardInterrupt(err.getvalue().strip())
     finally:
         os.chdir(saved_cwd)
         os.environ.clear()

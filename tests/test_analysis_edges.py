@@ -14,7 +14,7 @@ import fake_results as fr
 from tune_gems.analysis.analyze import analyze
 from tune_gems.analysis.read.load import load_experiment
 from tune_gems.analysis.read.outcomes import last_evaluated_epochs
-from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.contracts.errors import ConfigError, DataError
 
 FAST = dict(n_boot=50)

@@ -186,6 +186,9 @@ CASES = [
          ["model.hidden", "model.hidden=16", "24", "--resume"], checkpoint_case("good")),
     Case("train-checkpoint-of-another-config", ["train", "--out", "out", "--resume"],
          ["checkpoint.pt", "model.hidden=16", "model.hidden=24"], checkpoint_case("good", "model.hidden=24")),
+    Case("train-list-without-brackets", ["train", "data.source=file", "data.path=p.csv", "data.price_columns=AAPL,PG"],
+         ["data.price_columns", "a list is written in brackets: data.price_columns=[AAPL,PG]"]),
+    Case("command-misspelt", ["swep", "spec.yaml"], ["invalid choice: 'swep'", "did you mean 'sweep'?"]),
     # ---- sweep ----
     Case("sweep-missing-spec", ["sweep", "nope.yaml"], ["nope.yaml", "no such file"]),
     Case("sweep-malformed-yaml", ["sweep", "s.yaml"], ["s.yaml", "malformed YAML"], write("s.yaml", "num_samples: [1\n")),

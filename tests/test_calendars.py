@@ -38,7 +38,7 @@ def histories(n: int, **ids) -> pd.DataFrame:
 
 
 def one_calendar(h: int, k: int) -> np.ndarray:
-    """`rules.calendar.one_calendar`: fold k of every history is period k."""
+    """`rules.histories.one_calendar`: fold k of every history is period k."""
     return np.tile(np.arange(k), (h, 1))
 
 

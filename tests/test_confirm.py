@@ -27,7 +27,7 @@ from tune_gems.analysis.calibrate.calibration import (
     SearchShape, Shape, confirmation_mde, delete_rate, delete_verdicts, mc_tolerance, power, search_confirm_rates,
 )
 from tune_gems.analysis.verdicts.search_choice import best_trial, choose_per_gem, side_by_side
-from tune_gems.analysis.rules.words import DELETE, HARMFUL, KEEP
+from tune_gems.analysis.rules.settings import DELETE, HARMFUL, KEEP
 from tune_gems.analysis.rules.power import PowerInputs, fewest_seeds
 from tune_gems.stats.inference import min_detectable_effect, signed_rank_cdf, smallest_p
 
@@ -68,7 +68,7 @@ def _old_rule_rate(verdicts: np.ndarray) -> float:
 ])
 def test_delete_needs_the_wiring_equivalent_to_zero(n, sd, effect):
     """Wiring truly helps (or hurts) by the ROPE (0.1) or more while the magnitude is at its null:
-    the shipped rule (`rules.seed.decide_family`) reads `delete` at most alpha of the time, where
+    the shipped rule (`rules.decision.decide_family`) reads `delete` at most alpha of the time, where
     the old rule (magnitude alone) read it far more often on the same simulated data (issue 21:
     75% at 0.5 sd with 16 seeds). At sd 1 the TOST has no power (idle wiring is never deleted
     either); at 0.12-0.25 sd it has (asserted: idle wiring reads delete >= 50%), so the bound is the TOST's size at the ROPE, not
@@ -321,3 +321,33 @@ def test_a_confirmation_killed_while_writing_its_marker_is_cleared_and_a_foreign
     clear_stale(exp, exp / "confirmation", lines.append)
     assert sorted(p.name for p in exp.iterdir()) == [".confirmation.tmp-mine"]
     assert len(lines) == 1 and "cleared its record and 3 temporary folder(s)" in lines[0]
+
+
+def test_confirm_after_a_search_with_no_signal_warns_before_training_and_prints_the_tested_weight(tmp_path):
+    """Every scored trial of the search has the same objective (no signal: the sweep's closing note
+    said so): confirm says it again before the first epoch and under its table, and names the
+    weight each chosen trial tested (choices.json is not the only place)."""
+    import yaml
+
+    from sweep_fixtures import SMOKE, TINY_SWEEP, cli_in_process, store_spec
+    from test_hostile_round4 import _paired
+    from tune_gems.sweep.spec_load import load_spec
+
+    exp = _paired(tmp_path / "exp")
+    trials = pd.read_parquet(exp / "trials.parquet")
+    wired = trials["gems.g12.mode"] == "wire"
+    trials["verdict_gain_g12"] = np.where(wired, 0.0, np.nan)
+    trials.loc[trials["status"] == "TERMINATED", "objective"] = 0.0
+    trials.to_parquet(exp / "trials.parquet", index=False)
+    store_spec(exp, yaml.safe_dump(load_spec(SMOKE, TINY_SWEEP).model_dump(mode="json"), sort_keys=False).encode())
+    res = cli_in_process("confirm", str(exp))
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = res.stdout.splitlines()
+    warn = next(i for i, x in enumerate(lines) if x.startswith("tune-gems confirm: warning: the search had no signal: "))
+    assert warn < next(i for i, x in enumerate(lines) if ": epoch 1/" in x)  # before anything trains
+    assert any(x.startswith("note: the search had no signal: all ") for x in lines)  # and again under the table
+    announce = next(x for x in lines if "'s configuration (" in x)
+    assert "; tested gems.g12.weight=0.1) against itself" in announce, announce
+    assert any(x.startswith("g12  w100 (gems.g12.weight=0.1)") for x in lines), res.stdout
+    table = pd.read_csv(exp / "confirmation" / "confirmation.csv").set_index("gem")
+    assert table.at["g12", "chosen_settings"] == "gems.g12.weight=0.1"

@@ -6,7 +6,7 @@
   nothing written, `confirmed.json` not consumed) when the seeds given cannot give a finite
   interval or reach that MDE, or when no seed count can;
 - on one price history the final verdict needs the selection-adjusted gate (the rule's last
-  stage, `rules.decision.decide` with the search's selection: `rules.selection`); the simulated
+  stage, `rules.decision.decide` with the search's selection: `rules.decision`); the simulated
   search through the same functions (`one_history_calibration.one_history_search_rates`) shows the
   family-wise false rate above alpha with fresh seeds alone and with the confirmation's own
   gates, and <= alpha with the final gate, at K = 1 and over periods; a true effect survives it.
@@ -29,8 +29,8 @@ import fake_results as fr  # noqa: E402
 from sweep_fixtures import SMOKE, store_spec  # noqa: E402
 from tune_gems.analysis.calibrate.calibration import SearchShape, mc_tolerance, search_confirm_rates  # noqa: E402
 from tune_gems.analysis.rules.power import PowerInputs, fewest_seeds, finite_interval, floor, mde  # noqa: E402
-from tune_gems.analysis.rules.selection import final_on_one_history  # noqa: E402
-from tune_gems.analysis.rules.words import EQUIVALENT, HARMFUL, INCONCLUSIVE, KEEP  # noqa: E402
+from tune_gems.analysis.rules.decision import final_on_one_history  # noqa: E402
+from tune_gems.analysis.rules.settings import EQUIVALENT, HARMFUL, INCONCLUSIVE, KEEP  # noqa: E402
 from tune_gems.analysis.calibrate.one_history_calibration import OneHistoryShape, one_history_search_rates  # noqa: E402
 from tune_gems.analysis.verdicts.search_choice import confirmation_power, one_history_final  # noqa: E402
 from tune_gems.contracts.errors import ConfigError  # noqa: E402
@@ -94,6 +94,17 @@ def test_the_seeds_allow_for_the_discoverys_ties():
     assert plan.seeds > untied.seeds and "expected to tie" in plan.note
     with pytest.raises(ConfigError, match=r"^--seeds 7: g12's confirmation cannot give a finite interval .* about 6 of"):
         confirmation_power(disc, _trials(), gems, one_history=False, alpha=ALPHA, power=0.8, seeds=7, default_seeds=4)
+
+
+def test_the_discoverys_mde_is_the_one_analyze_stated():
+    """A discovery whose pairs mostly tied: its verdict row states the MDE analyze printed (1.67, from
+    its seeds and tie share); one informative pair leaves no spread to plan the seeds from, and the
+    plan shows analyze's MDE beside its default seeds and says why, never `-`."""
+    disc = _discovery(n=12, n_informative=1, sd_diff=np.nan, tied_share=11 / 12, mde=1.67)
+    (plan, _) = confirmation_power(disc, _trials(), ["g12", "g6"], one_history=False, alpha=ALPHA, power=0.8,
+                                   seeds=None, default_seeds=8)
+    assert plan.discovery_mde == 1.67 and plan.seeds >= 8
+    assert "the discovery's MDE is 1.67 (on 1 informative pair: too few to plan the seeds from)" in plan.note
 
 
 def test_seeds_that_cannot_decide_are_refused_in_one_line():
@@ -181,7 +192,7 @@ def test_the_final_gate_is_the_rules_last_stage_on_one_history():
     excludes 0 with the market part at level / 8 survives; one whose history luck is too large for
     that, or without a market-noise interval, is not final; one candidate is no selection."""
     from tune_gems.analysis.rules.decision import Evidence, decide
-    from tune_gems.analysis.rules.thresholds import Thresholds
+    from tune_gems.analysis.rules.settings import Thresholds
 
     d = 0.5 + np.linspace(-0.1, 0.1, 16)[None, :]  # every seed gains: keep wired on the seeds
     half = np.array([[0.15, 0.4, np.nan]])
@@ -202,7 +213,7 @@ def test_one_history_final_reads_what_the_rule_wrote(tmp_path):
     """Over periods the final verdict is the pooled interval at the selection-adjusted level: the
     verdict table the rule wrote (`analyze(selection=...)`) carries it, `one_history_final` reads it."""
     from tune_gems.analysis.analyze import analyze
-    from tune_gems.analysis.rules.selection import pooled_adjusted_bounds
+    from tune_gems.analysis.rules.decision import pooled_adjusted_bounds
 
     res = analyze(fr.fold_scenario(tmp_path / "e", [0.5, 0.1, 0.6, 0.5], test_effect=1.5), n_boot=50,
                   selection={"g12": 8})  # a test segment that confirms the discovery

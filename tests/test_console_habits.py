@@ -71,6 +71,34 @@ def test_the_start_up_notices_are_hidden_unless_verbose_and_the_levels_restored(
         assert [lg.level for lg in loggers] == before
 
 
+def test_tunes_slow_step_warnings_are_hidden_unless_verbose(monkeypatch, capsys):
+    """Tune's own `warn_if_slow` (every step over 0.5 s, on a loaded machine every few results) and
+    the controller's "Processing trial results took ..." reach the console only with --verbose."""
+    import ray.tune.utils.util as util
+    from ray.tune.utils.util import warn_if_slow
+
+    from tune_gems.sweep.console import SLOW_NOTICE, quiet_driver
+
+    monkeypatch.setattr(util, "START_OF_TIME", util.time.time() - 120)  # past Tune's first minute of grace
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logging.getLogger("ray.tune").addHandler(handler)
+    try:
+        for verbose in (False, True):
+            with quiet_driver(verbose=verbose):
+                with warn_if_slow("process_trial_result", threshold=1e-9):
+                    util.time.sleep(0.001)
+                controller = logging.getLogger("ray.tune.execution.tune_controller")
+                controller.warning("Processing trial results took 0.9 s, which may be a performance bottleneck. ...")
+                controller.warning("any other warning")
+            assert sum(SLOW_NOTICE in m for m in seen) == (2 if verbose else 0), seen
+            assert seen.count("any other warning") == 1
+            seen.clear()
+    finally:
+        logging.getLogger("ray.tune").removeHandler(handler)
+
+
 def _record(message: str) -> logging.LogRecord:
     return logging.LogRecord("ray.tune.tune", logging.WARNING, __file__, 1, message, None, None)
 

@@ -11,8 +11,7 @@ import pytest
 
 from tune_gems.analysis.calibrate import decision_calibration as dc
 from tune_gems.analysis.calibrate.calibration import mc_tolerance
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import KEEP_CODE
+from tune_gems.analysis.rules.settings import KEEP_CODE, Thresholds
 
 N_SIM = 600
 ALPHA = 0.05
@@ -183,9 +182,9 @@ def test_the_command_refuses_a_bad_n_sim_in_one_line(capsys):
 
 def test_the_calibration_holds_the_rules_own_functions():
     """The tables run the function a verdict calls (the rule's one composition), never a copy."""
-    from tune_gems.analysis.rules import decision, held_out_rule, histories, overlap, period_family, power
+    from tune_gems.analysis.rules import decision, histories, periods, power
 
-    for fn in (decision.decide, period_family.fold_data, period_family.fold_components, held_out_rule.seed_level_effect,
-               held_out_rule.held_out_alone, histories.history_data, histories.history_components, overlap.fold_overlap,
+    for fn in (decision.decide, periods.fold_data, periods.fold_components, periods.seed_level_effect,
+               decision.held_out_alone, histories.history_data, histories.history_components, periods.fold_overlap,
                power.pooled_mde, power.mde, power.two_stage):
         assert getattr(dc, fn.__name__) is fn, fn.__name__

@@ -1,5 +1,5 @@
 """The package's docstrings name what exists, and no ticket: every backticked dotted name in a
-docstring of tune_gems/ (`pooling.pool_family`, `tune_gems.data.folds`, `Trainer.step`,
+docstring of tune_gems/ (`periods.pool_family`, `tune_gems.data.folds`, `Trainer.step`,
 `data.folds.k`) resolves to a module of the tree, a top-level name of one, an attribute of a
 class the module knows, or a configuration key; a module that moves or a name that is renamed
 fails here, naming the docstring, until the prose follows. And no docstring or comment says
@@ -27,7 +27,7 @@ PACKAGE = ROOT / "tune_gems"
 MODULES = sorted(PACKAGE.rglob("*.py"))
 
 BACKTICKED = re.compile(r"`([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
-"""A dotted name in backticks, as docstrings write one: `rules.pooling`, `Trainer.step()`."""
+"""A dotted name in backticks, as docstrings write one: `rules.periods`, `Trainer.step()`."""
 FILE_SUFFIXES = frozenset({"py", "md", "csv", "json", "npz", "parquet", "log", "lock", "yaml", "pt", "tmp", "png", "txt"})
 """A backticked file name (`report.md`, `walk_forward.py`): a `.py` one must be a module of the tree."""
 NOT_CHECKED = frozenset({"tune", "Tuner", "StorageContext", "cpu", "_None"})
@@ -48,7 +48,7 @@ def _tree(path: Path) -> ast.Module:
 
 @lru_cache(maxsize=None)
 def _by_last_part() -> dict[str, list[list[str]]]:
-    """Every module and package of the tree by its last name: `pooling` -> tune_gems.analysis.rules.pooling."""
+    """Every module and package of the tree by its last name: `periods` -> tune_gems.analysis.rules.periods."""
     found: dict[str, list[list[str]]] = {}
     for path in MODULES:
         parts = _dotted(path)
@@ -173,7 +173,7 @@ def name_problem(name: str, path: Path, local: frozenset[str] = frozenset()) -> 
     """Why backticked `name` in a docstring of module `path` names nothing, or None. Its first part
     is, in this order: a parameter of the documented function (`cfg.data`, not checked); the package
     (`tune_gems.x.y`); a class or module the module defines or imports (a class's attribute is
-    checked); a module of the tree, nearest to `path` first (`rules.pooling`, `pooling.pool_family`);
+    checked); a module of the tree, nearest to `path` first (`rules.periods`, `periods.pool_family`);
     or a configuration key (`data.folds.k`); a third-party module (`torch.compile`) is not checked."""
     parts = name.split(".")
     if parts[-1] in FILE_SUFFIXES:
@@ -261,14 +261,14 @@ def test_the_check_finds_moved_names():
     attribute, a config key and a third-party name resolve; a moved module, a renamed name and a
     class attribute that never was do not."""
     here = PACKAGE / "analysis" / "verdicts" / "gem_verdicts.py"
-    assert name_problem("pooling.pool_family", here) is None
-    assert name_problem("rules.pooling", here) is None
+    assert name_problem("periods.pool_family", here) is None
+    assert name_problem("rules.periods", here) is None
     assert name_problem("tune_gems.data.segments", here) is None
     assert name_problem("data.folds.k", here) is None
     assert name_problem("torch.compile", here) is None
     assert name_problem("cfg.anything", here, frozenset({"cfg"})) is None
     assert name_problem("tune_gems.trainer.run", here) == "tune_gems.trainer defines no run"
-    assert name_problem("pooling.no_such_function", here) == "tune_gems.analysis.rules.pooling defines no no_such_function"
+    assert name_problem("periods.no_such_function", here) == "tune_gems.analysis.rules.periods defines no no_such_function"
     assert name_problem("nowhere_module.thing", here) == "no such module, name or configuration key"
     assert name_problem("data.folds.no_such_key", here) is not None
 

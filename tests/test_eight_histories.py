@@ -161,7 +161,6 @@ def test_the_cpu_example_sweeps_on_four_calendars_and_is_analysed_over_its_eight
     assert sorted(set(effects.loc[effects["gem"] == "g6", "history"])) == list(range(8))
 
 
-@pytest.mark.xfail(strict=True, reason="analyze names a history by its index (history 0 fold 0), not yet by its name")
 def test_the_verdict_tables_name_every_history(analysed):
     _sweep, _exp, out = analysed
     for table in ("verdicts.csv", "fold_effects.csv"):

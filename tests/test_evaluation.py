@@ -302,7 +302,7 @@ def test_recomputed_net_returns_equal_the_segment_evaluators_returns():
     from tune_gems.data.series import synthetic_prices
     from tune_gems.market.actions import ActionMap
     from tune_gems.market.features import Market
-    from tune_gems.market.segment_evaluator import evaluate_segment
+    from env_fixtures import evaluate_segment
 
     W = 6
     prices = synthetic_prices(400, seed=3)
@@ -458,7 +458,7 @@ def test_evaluation_with_weights_computed_once_per_pass_equals_weights_recompute
     evaluation): the returns and positions equal, bit for bit, a pass that recomputes them in
     every step; the second pass after more training sees the new weights."""
     from tune_gems.config.load import load_config
-    from tune_gems.market.segment_evaluator import evaluate_segment
+    from env_fixtures import evaluate_segment
     from tune_gems.trainer.trainer import Trainer
 
     cfg = load_config(None, ["trainer.population=3", "trainer.batch_size=16", "trainer.n_envs=4", "trainer.replay_capacity=512",

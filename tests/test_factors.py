@@ -21,7 +21,7 @@ from tune_gems.analysis.analyze import analyze, run_analysis  # noqa: E402
 from tune_gems.analysis.calibrate.calibration import mc_tolerance  # noqa: E402
 from tune_gems.analysis.calibrate.factor_calibration import factor_calibration_table, family_codes  # noqa: E402
 from tune_gems.analysis.verdicts.factors import FACTOR, GEM, INTERACTION, SHOWN, format_factor_table  # noqa: E402
-from tune_gems.analysis.rules.words import (  # noqa: E402
+from tune_gems.analysis.rules.settings import (  # noqa: E402
     CONFOUNDED, EQUIVALENT, HARMFUL, INCONSISTENT, INSUFFICIENT, KEEP_CODE,
 )
 
@@ -163,7 +163,7 @@ def test_every_table_pairs_over_the_verdicts_epoch_window(tmp_path, folds):
     three epochs, on both sides: a wider window dilutes the effect, so a table read on another
     window would differ)."""
     from tune_gems.analysis.render.figures import plot_tables
-    from tune_gems.analysis.rules.pooling import fold_estimates
+    from tune_gems.analysis.rules.periods import fold_estimates
 
     levels = {"gems.g12.mode": ["measure", "wire"], "model.noisy": [True, False]}
     folder = fr.factorial_scenario(tmp_path / "e", levels, lambda a, k: 0.3 * (a["gems.g12.mode"] == "wire") + 0.1 * k,

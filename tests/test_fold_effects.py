@@ -14,7 +14,7 @@ from sweep_fixtures import cli_in_process
 from tune_gems.analysis.analyze import analyze
 from tune_gems.analysis.render.figures import analysis_figures, plot_tables
 from tune_gems.analysis.verdicts.fold_effects import FOLD_EFFECT_COLUMNS
-from tune_gems.analysis.rules.pooling import fold_estimates
+from tune_gems.analysis.rules.periods import fold_estimates
 from tune_gems.analysis.verdicts.walk_forward import fold_text
 
 EFFECTS = [0.5, 0.3, 0.6, 0.4]

@@ -1,4 +1,4 @@
-"""The test segment as a pre-registered second stage (issue 37, item 4): `rules.held_out_rule`.
+"""The test segment as a pre-registered second stage (issue 37, item 4): `rules.decision`.
 Its two-stage calibration is tests/test_decision_calibration.py."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from tune_gems.analysis.rules.held_out_rule import confirm_on_held_out, confirmation_level, seed_level_effect
-from tune_gems.analysis.rules.pooling import fold_estimates
-from tune_gems.analysis.rules.words import (
+from tune_gems.analysis.rules.decision import confirm_on_held_out, confirmation_level
+from tune_gems.analysis.rules.periods import fold_estimates, seed_level_effect
+from tune_gems.analysis.rules.settings import (
     EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, KEEP, NOT_CONFIRMED, VERDICTS, verdict_codes,
 )
 
@@ -88,7 +88,7 @@ def test_the_test_effect_is_the_seeds_fold_averaged_differences():
 def test_over_histories_the_test_reads_their_spread_on_the_test_itself():
     """Several histories: the mean of the histories' test effects, se^2 their sample variance / H plus
     the seeds' part common to every history, H - 1 df from the spread (never a DerSimonian-Laird 0)."""
-    from tune_gems.analysis.rules.held_out_rule import history_test
+    from tune_gems.analysis.rules.decision import history_test
 
     rng = np.random.default_rng(2)
     d = rng.normal(0.0, 1.0, (2000, 2, 6, 12)) + rng.normal(0.0, 0.5, (2000, 2, 6, 1))
@@ -102,7 +102,7 @@ def test_over_histories_the_test_reads_their_spread_on_the_test_itself():
 
 def test_on_one_history_the_period_spread_has_a_floor_where_dl_reads_zero():
     from tune_gems.analysis import defaults
-    from tune_gems.analysis.rules.held_out_rule import TestSegment, held_out_stage
+    from tune_gems.analysis.rules.decision import TestSegment, held_out_stage
 
     test = TestSegment(np.array([[0.5]]), np.array([[0.01]]), np.array([[20.0]]))
     pooled = {"tau2": np.array([[0.0]]), "df": np.array([[9.0]])}
@@ -115,8 +115,8 @@ def test_on_one_history_the_period_spread_has_a_floor_where_dl_reads_zero():
 
 
 def test_on_one_calendar_the_test_carries_the_calendar_part_and_needs_enough_shared_periods():
-    from tune_gems.analysis.rules.calendar import calendar_part, one_calendar, own_calendars
-    from tune_gems.analysis.rules.held_out_rule import TestSegment, held_out_stage
+    from tune_gems.analysis.rules.histories import calendar_part, one_calendar, own_calendars
+    from tune_gems.analysis.rules.decision import TestSegment, held_out_stage
 
     rng = np.random.default_rng(3)
     by_history = rng.normal(0.3, 1.0, (1, 1, 8, 12))

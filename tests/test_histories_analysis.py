@@ -18,10 +18,9 @@ from tune_gems.analysis.read.load import load_experiment
 from tune_gems.analysis.render.report import verdict_line
 from tune_gems.analysis.render.plot_tables import improvement_table, learning_curve_table, paired_seed_table
 from tune_gems.analysis.rules.decision import Evidence, decide
-from tune_gems.analysis.rules.histories import history_components
+from tune_gems.analysis.rules.histories import HistoryComponents, history_components
 from tune_gems.analysis.rules.power import history_mde
-from tune_gems.analysis.rules.variance_parts import HistoryComponents
-from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables
 from tune_gems.analysis.verdicts.history_verdicts import history_family
 from tune_gems.analysis.verdicts.verdict_market_noise import ACROSS_HISTORIES, EvalReturns, market_evidence
@@ -149,6 +148,41 @@ def test_the_plot_tables_key_per_history(tmp_path):
     assert (imp["folds"], imp["histories"]) == (2, 2) and imp["n_pairs"] == 12 * 4
 
 
+def test_every_table_reason_plot_and_console_line_names_the_histories(tmp_path):
+    from tune_gems.analysis.analyze import analyze
+    from tune_gems.analysis.describe.variance import final_members
+    from tune_gems.analysis.read.labels import history_names, with_history_names
+    from tune_gems.analysis.render.figures import LEARNING_CURVES_CSV, PAIRED_SEEDS_CSV, analysis_figures, plot_tables
+    from tune_gems.analysis.render.plots import sharpe_distributions
+    from tune_gems.analysis.render.report import format_verdict_table
+
+    folder = history_scenario(tmp_path / "two", [[0.4, 0.4], [-0.2, -0.2]])
+    pd.DataFrame({"history": [0, 1], "name": ["sp500", "wti"]}).to_parquet(folder / "histories.parquet")
+    res = analyze(folder, n_boot=50)
+    folds = res.fold_effects
+    assert list(zip(folds["history"], folds["history_name"], folds["fold"])) == [
+        (0, "sp500", 0), (0, "sp500", 1), (1, "wti", 0), (1, "wti", 1)]
+    reason = res.verdicts.set_index("gem").at[GEM, "fold_effects"]
+    assert reason.startswith("sp500 fold 0: +0.4") and "; wti fold 1: -0.2" in reason, reason
+    console = format_verdict_table(res.verdicts, fold_effects=folds).splitlines()
+    per = next(x for x in console if x.startswith("    per history"))
+    assert per.startswith("    per history, folds 0/1: sp500 +0.4") and ", wti -0.2" in per, per
+    tables = plot_tables(res)
+    for name in (PAIRED_SEEDS_CSV, LEARNING_CURVES_CSV):
+        t = tables[name]
+        assert dict(zip(t["history"], t["history_name"])) == {0: "sp500", 1: "wti"}, name
+    figs = {file: fig for (_, file), fig in analysis_figures(res, tables).items()}
+    ticks = [t.get_text() for t in figs["fold_forest.png"].axes[0].get_yticklabels()]
+    assert [t.split(":")[0] for t in ticks[:4]] == ["sp500 fold 0", "sp500 fold 1", "wti fold 0", "wti fold 1"]
+    assert [ax.get_title().split("\n")[1] for ax in figs["learning_curves.png"].axes] == [
+        "sp500 fold 0", "sp500 fold 1", "wti fold 0", "wti fold 1"]
+    legend = [t.get_text() for t in figs["paired_seeds.png"].legends[0].get_texts()]
+    assert legend == ["sp500", "wti", "fold 0", "fold 1"]  # colour: the history; marker: the fold
+    final = with_history_names(final_members(res.experiment.members, res.experiment.trials), history_names(res.experiment.histories))
+    titles = [ax.get_title() for ax in sharpe_distributions(final).axes]
+    assert titles == [f"{seg}, {h} fold {f}" for h in ("sp500", "wti") for f in (0, 1) for seg in ("validation", "test")]
+
+
 def test_the_learning_curves_draw_one_panel_per_fold_of_each_history(tmp_path):
     from tune_gems.analysis.render.plots import learning_curves
 
@@ -156,7 +190,7 @@ def test_the_learning_curves_draw_one_panel_per_fold_of_each_history(tmp_path):
     curves = learning_curve_table(exp.members)
     fig = learning_curves(curves)
     titles = [ax.get_title() for ax in fig.axes]
-    assert [t.split(", ", 1)[1] for t in titles] == [f"history {h} fold {f}" for h in (0, 1) for f in (0, 1)]
+    assert [t.split("\n")[1] for t in titles] == [f"history {h} fold {f}" for h in (0, 1) for f in (0, 1)]
     lines = {ln.get_gid(): ln for ax in fig.axes for ln in ax.get_lines() if ln.get_gid()}
     one = curves[(curves["arm"] == "wired") & (curves["history"] == 1) & (curves["fold"] == 0)].sort_values("epoch")
     np.testing.assert_allclose(lines["curve:t0:wired:1/0"].get_ydata(), one["median"].to_numpy())  # one history's curve
@@ -207,7 +241,7 @@ def test_a_historys_folds_that_share_training_rows_need_no_factor_over_histories
 
 
 def test_a_fold_table_over_several_histories_is_read_per_history_the_largest_overlap_per_pair(tmp_path):
-    from tune_gems.analysis.rules.overlap import fold_overlap
+    from tune_gems.analysis.rules.periods import fold_overlap
     from tune_gems.analysis.verdicts.walk_forward import experiment_overlap
 
     folder = history_scenario(tmp_path / "h", [h[:2] for h in THREE[:2]])

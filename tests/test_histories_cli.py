@@ -151,16 +151,19 @@ def test_a_two_history_factorial_is_analysed_and_planned_per_history(tmp_path, d
     exp, out = tmp_path / "factorial", tmp_path / "analysis"
     res = cli_in_process("analyze", str(exp), "--out", str(out))
     assert res.returncode == 0, res.stderr[-3000:]
+    assert "    per history, folds 0/1: sp500 " in res.stdout  # each history's effects, by name, under its verdict
     g6 = pd.read_csv(out / "verdicts.csv").set_index("gem").loc["g6"]
     assert g6["histories"] == 2 and g6["folds"] == 2 and g6["verdict"] == "insufficient data"
     assert g6["reason"].startswith("too few periods over 2 histories x 2 folds (2 histories with an effect, need >= 3")
-    assert "history 1 fold 1: " in g6["fold_effects"] and np.isfinite(g6["mde"])
+    assert "wti fold 1: " in g6["fold_effects"] and np.isfinite(g6["mde"])
     factors = pd.read_csv(out / "factors.csv")
     mains = factors[factors["kind"] != "interaction"]
-    assert mains["fold_effects"].str.contains("history 0 fold 0: ").any()
+    assert mains["fold_effects"].str.contains("sp500 fold 0: ").any()
     folds = pd.read_csv(out / "fold_effects.csv")
-    assert sorted(set(zip(folds["history"], folds["fold"]))) == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert set(pd.read_csv(out / "paired_seeds.csv")["history"]) == {0, 1}
+    assert sorted(set(zip(folds["history"], folds["history_name"], folds["fold"]))) == [
+        (0, "sp500", 0), (0, "sp500", 1), (1, "wti", 0), (1, "wti", 1)]
+    pairs = pd.read_csv(out / "paired_seeds.csv")
+    assert dict(zip(pairs["history"], pairs["history_name"])) == {0: "sp500", 1: "wti"}
     res = cli_in_process("plan", str(exp))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "2 price histories x 2 period(s) x 6 seeds x 8 arms" in res.stdout

@@ -1,5 +1,5 @@
 """The nested rule for several price histories: `rules.histories` (each history's seed-level effect,
-random effects over the histories, the calendar part they share: `rules.calendar`) and its power
+random effects over the histories, the calendar part they share: `rules.histories`) and its power
 statement `power.history_mde`. Its calibration (null worlds with a calendar part, planted effects, a
 history that flips) is tests/test_decision_calibration.py."""
 
@@ -11,16 +11,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tune_gems.analysis.rules.calendar import calendar_part, one_calendar, own_calendars
+from tune_gems.analysis.rules.histories import (
+    HistoryComponents, calendar_part, decide_histories, history_components, history_data, one_calendar, own_calendars,
+    pool_histories,
+)
 from tune_gems.analysis.rules.decision import Evidence, decide
-from tune_gems.analysis.rules.held_out_rule import seed_level_effect
-from tune_gems.analysis.rules.histories import decide_histories, history_components, history_data, pool_histories
-from tune_gems.analysis.rules.pooling import pool_family
+from tune_gems.analysis.rules.periods import pool_family, seed_level_effect
+from tune_gems.analysis.rules.settings import INCONSISTENT, INSUFFICIENT, KEEP, Thresholds
 from tune_gems.analysis.calibrate.decision_calibration import t_multiplier
 from tune_gems.analysis.rules.power import history_inputs, history_mde, two_stage
-from tune_gems.analysis.rules.variance_parts import HistoryComponents
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import INSUFFICIENT, INCONSISTENT, KEEP
 
 
 def _family(rng, s=1, m=3, h=4, k=4, n=8, effects=None, seed_sd=0.0, history_sd=0.0, calendar_sd=0.0):

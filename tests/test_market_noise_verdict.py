@@ -28,7 +28,7 @@ from tune_gems.analysis.verdicts.verdict_market_noise import (  # noqa: E402
     read_eval_returns,
 )
 from tune_gems.analysis.verdicts.market_noise import alpha_sharpe_rows  # noqa: E402
-from tune_gems.analysis.rules.gates import contradicts  # noqa: E402
+from tune_gems.analysis.rules.decision import contradicts  # noqa: E402
 from tune_gems.analysis.analyze import analyze  # noqa: E402
 from tune_gems.contracts.errors import CheckpointError, DataError  # noqa: E402
 from tune_gems.contracts.result_files import (  # noqa: E402

@@ -1,5 +1,5 @@
 """The overlap of folds that share training rows, in the pooled variance (issue 37, item 2):
-Nadeau-Bengio's factor from a layout's row counts (`rules.overlap`) and where `pool_family` puts
+Nadeau-Bengio's factor from a layout's row counts (`rules.periods`) and where `pool_family` puts
 it. The calibration of the corrected rule is tests/test_decision_calibration.py."""
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tune_gems.analysis.rules.overlap import (
-    correlation_of, fold_overlap, loading_matrix, nb_factor, overlap_factor, parse_runs, shared_rows,
+from tune_gems.analysis.rules.periods import (
+    PooledComponents, correlation_of, fold_overlap, hksj, loading_matrix, nb_factor, overlap_factor, parse_runs,
+    pool_family, shared_rows,
 )
-from tune_gems.analysis.rules.pooling import hksj, pool_family
-from tune_gems.analysis.rules.variance_parts import PooledComponents
 from tune_gems.contracts.errors import DataError
 from tune_gems.data.segments import TrainingReach, fold_bounds, fold_table
 
@@ -168,7 +167,7 @@ def _with_layout(folder, table: pd.DataFrame, trials=("t0",)):
 @pytest.mark.parametrize("scheme,layout", [("purged", "expanding"), ("walk_forward", "expanding")])
 def test_folds_that_share_training_rows_widen_the_pooled_interval_by_their_overlap(tmp_path, scheme, layout):
     """The pooled variance carries the overlap read off the experiment's own fold table
-    (`walk_forward.experiment_overlap` -> `rules.overlap.fold_overlap` -> `decide`'s fold_corr):
+    (`walk_forward.experiment_overlap` -> `rules.periods.fold_overlap` -> `decide`'s fold_corr):
     verdicts.csv and factors.csv state the factor, the reason line says it, the interval widens
     by it and the MDE grows; without a layout in the table nothing changes."""
     import fake_results as fr

@@ -80,7 +80,7 @@ def test_the_paired_seed_plot_draws_each_pair_coloured_by_fold(folded):
         assert y[0] == pytest.approx(r["measured"])
         assert (y[1] < r["measured"] and y[1] > floor) if r["wired_diverged"] else y[1] == pytest.approx(r["wired"])
         assert (line.get_linestyle() == "--") == bool(r["wired_diverged"])
-    assert [t.get_text() for t in ax.get_legend().get_texts()][:3] == ["fold 0", "fold 1", "fold 2"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()][:3] == ["fold 0", "fold 1", "fold 2"]  # one, under the panels
 
 
 def test_learning_curves_draw_each_arms_median_and_band(folded):
@@ -271,12 +271,12 @@ def test_a_learning_curve_panel_flat_at_zero_says_why():
                            "fold": 0, "epoch": [1, 2, 1, 2], "metric": "val_alpha_sharpe", "n_seeds": 4,
                            "median": 0.0, "q25": 0.0, "q75": [0.0, 0.1, 0.0, 0.0], "never_traded": [0.75, 1.0, 0.5, 1.0]})
     fig = learning_curves(curves)
-    assert "flat at 0: the median seed never traded (81% of seed-epochs with turnover 0)" in fig.axes[0].get_title()
+    assert "flat at 0: the median seed never traded\n(81% of seed-epochs with turnover 0)" in fig.axes[0].get_title()
     assert "1 of 1 panel(s) flat at 0" in fig.get_suptitle()
     moving = learning_curves(curves.assign(median=[0.0, 0.2, 0.0, 0.1]))
     assert "flat" not in moving.axes[0].get_title() and "flat" not in moving.get_suptitle()
     no_turnover = learning_curves(curves.assign(never_traded=np.nan))
-    assert "Sharpe is exactly 0 at every epoch" in no_turnover.axes[0].get_title()
+    assert "Sharpe is exactly 0\nat every epoch" in no_turnover.axes[0].get_title()
 
 
 def test_the_learning_curve_table_counts_members_that_never_traded(tmp_path):
@@ -293,7 +293,7 @@ def test_seed_pairs_that_overlap_are_counted_in_the_title():
                           "wired": [0.0, 0.0, 0.0, 0.7], "measured_diverged": False, "wired_diverged": False,
                           "tied": [True, True, True, False]})
     title = paired_seeds(pairs).axes[0].get_title()
-    assert title == "g12: 4 seed pair(s), 75% tie\n2 distinct line(s): pairs with the same values lie on top of each other"
+    assert title == "g12: 4 seed pair(s), 75% tie\n2 distinct line(s): equal pairs overlap"
     assert "\n" not in paired_seeds(pairs.assign(measured=[0.0, 0.1, 0.2, 0.5])).axes[0].get_title()
 
 

@@ -3,7 +3,7 @@
 A calibration states the error rates of the rule the verdicts ship only if both run the same
 decision code. These tests fail when a decision is made anywhere else:
 
-- the verdict words are spelled (as string constants) only in `rules/words.py`;
+- the verdict words are spelled (as string constants) only in `rules/settings.py`;
 - outside the rule package a verdict word is only ever compared with (`==`, `in`), never chosen:
   no `np.where`, `np.select`, conditional expression, assignment or return outside the rules
   produces one, so every verdict a table or a calibration holds came out of a rule function;
@@ -28,13 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fake_results as fr  # noqa: E402
 
-from tune_gems.analysis.rules import words  # noqa: E402
+from tune_gems.analysis.rules import settings  # noqa: E402
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tune_gems"
 RULES = PACKAGE / "analysis" / "rules"
 WORD_NAMES = {"KEEP", "HARMFUL", "EQUIVALENT", "DELETE", "INCONCLUSIVE", "INCONSISTENT", "HETEROGENEOUS", "CONFOUNDED",
               "INSUFFICIENT", "NO_DATA", "NOT_TESTED", "DECISIVE", "NULL_ARM_OK", "VERDICTS"}
-"""The names in rules/words.py that are verdict words or sets of them."""
+"""The names in rules/settings.py that are verdict words or sets of them."""
 ALLOWED_CHOICES = {("analysis/verdicts/search_choice.py", "NO_DATA")}
 """Uses of a verdict word as a value outside the rules, with why: a gem that has no row in the
 confirmation's verdicts was not confirmed at all (`side_by_side` shows `no data`, a fact, not a test)."""
@@ -60,24 +60,24 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 
 def test_the_verdict_words_are_spelled_only_in_the_rule_module():
-    spelled = [w for w in words.VERDICTS if w]
+    spelled = [w for w in settings.VERDICTS if w]
     bad = []
     for name, tree in _modules():
         skip = _docstrings(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and id(node) not in skip and node.value in spelled:
                 bad.append(f"tune_gems/{name}:{node.lineno}: {node.value!r}")
-    assert not bad, "verdict words spelled outside rules/words.py (import them from there):\n" + "\n".join(bad)
+    assert not bad, "verdict words spelled outside rules/settings.py (import them from there):\n" + "\n".join(bad)
 
 
 def _word_bindings(tree: ast.AST) -> tuple[set[str], set[str]]:
-    """(local names bound to verdict words, local names bound to the words module)."""
+    """(local names bound to verdict words, local names bound to the settings module)."""
     names, modules = set(), set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "tune_gems.analysis.rules.words":
+        if isinstance(node, ast.ImportFrom) and node.module == "tune_gems.analysis.rules.settings":
             names |= {a.asname or a.name for a in node.names if a.name in WORD_NAMES}
         if isinstance(node, ast.ImportFrom) and node.module == "tune_gems.analysis.rules":
-            modules |= {a.asname or a.name for a in node.names if a.name == "words"}
+            modules |= {a.asname or a.name for a in node.names if a.name == "settings"}
     return names, modules
 
 
@@ -107,7 +107,7 @@ def test_outside_the_rules_a_verdict_word_is_only_compared_with_never_chosen():
 
 
 def test_the_check_catches_a_verdict_chosen_outside_the_rules():
-    tree = ast.parse("from tune_gems.analysis.rules.words import KEEP, INCONCLUSIVE\n"
+    tree = ast.parse("from tune_gems.analysis.rules.settings import KEEP, INCONCLUSIVE\n"
                      "v = KEEP if p <= alpha else INCONCLUSIVE\nok = v == KEEP\n")
     names, _ = _word_bindings(tree)
     parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
@@ -165,9 +165,7 @@ def test_one_function_composes_the_rule_and_every_caller_calls_it():
     assert inside["decision.py"] >= {"decide_family", "market_gate", "one_period_gate", "decide_fold_data",
                                      "decide_histories", "held_out_stage", "final_on_one_history"}
     others = {name: fns for name, fns in inside.items() if fns and name != "decision.py"}
-    # the held-out stage alone (every contrast as a keep: the calibration's measure of it) is the same stage
-    assert others == {"period_family.py": {"decide_periods"}, "histories.py": {"decide_periods"},
-                      "held_out_rule.py": {"held_out_stage"}}, others
+    assert others == {"periods.py": {"decide_periods"}, "histories.py": {"decide_periods"}}, others
     trees = dict(_modules())
     missing = [name for name in COMPOSITION_CALLERS if "decide" not in _called(trees[name])]
     assert not missing, f"these decide a family without rules.decision.decide: {missing}"
@@ -182,7 +180,7 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
     from tune_gems.analysis.pairs import pairing
     from tune_gems.analysis.verdicts import factors, family, gem_verdicts, held_out, redundancy, search_choice, walk_forward
     from tune_gems.analysis import analyze
-    from tune_gems.analysis.rules import period_family, periods, pooling, power, seed, ties, variance_parts
+    from tune_gems.analysis.rules import periods, power
 
     uses = {
         # the one composition: the gem verdicts (and so over periods and `confirm`'s final verdicts),
@@ -190,31 +188,28 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
         decision.decide: (family, gem_verdicts, factors, calibration, walk_forward_calibration, factor_calibration,
                           one_history_calibration, decision_calibration),
         family.design_family: (gem_verdicts, factors),
-        period_family.decide_fold_data: (decision,),
-        period_family.pool_fold_data: (power,),  # the power statement draws the rule's own pooling
-        period_family.fold_data: (walk_forward_calibration, factor_calibration, one_history_calibration),
+        periods.decide_fold_data: (decision,),
+        periods.pool_fold_data: (power,),  # the power statement draws the rule's own pooling
+        periods.fold_data: (walk_forward_calibration, factor_calibration, one_history_calibration),
         walk_forward.gem_folds: (family,),
         pairing.by_fold: (walk_forward,),
         pairing.revalue: (held_out,),
         walk_forward.pooled_power: (family,),
-        periods.decide_periods: (period_family,),
-        pooling.pool_family: (period_family,),
-        pooling.fold_estimates: (walk_forward, period_family),
-        pooling.shared_seed_variance: (walk_forward, period_family),
-        pooling.seed_anova: (walk_forward, period_family),
-        ties.informative_rank_test: (decision, family),
+        periods.fold_estimates: (walk_forward,),
+        periods.shared_seed_variance: (walk_forward,),
+        periods.seed_anova: (walk_forward,),
+        periods.informative_rank_test: (decision, family),
         # the power statement: the verdicts', the plan's, the calibration's and confirm's MDE
         power.mde: (search_choice, calibration, plan, decision_calibration),
         power.two_stage: (plan, decision_calibration),
         power.statement: (family, walk_forward),
         power.fewest_seeds: (search_choice,),
         power.pooled_mde: (walk_forward_calibration, decision_calibration),
-        period_family.fold_components: (walk_forward, walk_forward_calibration),
-        variance_parts.components: (period_family,),
+        periods.fold_components: (walk_forward, walk_forward_calibration),
         # the plan reads its pilot as `analyze` does: the same family, fold overlap and calendar periods
         gem_verdicts.gem_verdict_tables: (plan,),
         walk_forward.experiment_overlap: (plan, analyze),
-        seed.redundancy_finding: (redundancy,),
+        decision.redundancy_finding: (redundancy,),
     }
     for fn, modules in uses.items():
         for m in modules:
@@ -243,7 +238,7 @@ def test_the_shipped_verdict_is_the_calibrations_decision_on_the_same_difference
     per-seed noise is +-0.05: a fold effect of +-0.05 would make half its pairs tie.)"""
     from tune_gems.analysis.analyze import analyze
     from tune_gems.analysis.pairs.pairing import build_cells
-    from tune_gems.analysis.rules.thresholds import Thresholds
+    from tune_gems.analysis.rules.settings import Thresholds
     from tune_gems.analysis.calibrate.walk_forward_calibration import rule_one_period, rule_periods
 
     th = Thresholds(n_boot=50)
@@ -255,7 +250,7 @@ def test_the_shipped_verdict_is_the_calibrations_decision_on_the_same_difference
         code = rule_periods(d, rope=th.rope, alpha=th.alpha)
     else:  # one period without saved returns: no market-noise interval, the seed rule alone
         code = rule_one_period(d[:, :, 0], 0.0, 1.0, rope=th.rope, alpha=th.alpha)
-    assert int(code[0, 0]) == int(words.verdict_codes(np.array([row["verdict"]]))[0]), row["reason"]
+    assert int(code[0, 0]) == int(settings.verdict_codes(np.array([row["verdict"]]))[0]), row["reason"]
     # the factor table judges the same gem by the same rule (its family is this one gem here) ...
     factor = res.factors.set_index("factor").loc["gems.g12.mode"]
     assert factor["family_size"] == 1 and factor["verdict"] == row["verdict"], factor["reading"]

@@ -4,6 +4,7 @@ the persisted Optuna study, and spec validation before Ray starts."""
 from __future__ import annotations
 
 import json
+import math
 
 import optuna
 import numpy as np
@@ -48,8 +49,10 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
     settings = [c for c in arms.columns if c.startswith(("gems.", "model.", "trainer."))]
     assert not arms.duplicated(subset=["trial_id", *settings]).any()  # the design never trains two identical arms
     assert (exp / "baselines.parquet").is_file()
-    for col in ("gems.g6.mode", "gems.g6.weight", "gems.g10.mode", "gems.g12.mode", "model.spectral_norm", "objective"):
+    for col in ("gems.g6.mode", "gems.g6.weight", "gems.g10.mode", "gems.g12.mode", "model.spectral_norm", "objective",
+                "objective_se", "objective_df"):
         assert col in t["trials"].columns
+    assert t["trials"]["objective_df"].notna().all()  # verdict_gain: its informative pairs less one
     assert t["history"].groupby("trial_id")["epoch"].apply(list).map(lambda e: e == [1, 2]).all()
     assert t["history"]["test_sharpe_mean"].notna().sum() == n  # the final epoch only
     assert f"results: {exp}" in res.stdout and "analyze:" in res.stdout
@@ -76,6 +79,9 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
         assert by_id.loc[tid, "optuna_trial"] == tr.number
         assert tr.user_attrs["config_label"] == by_id.loc[tid, "config_label"]
         assert tr.user_attrs["val_sharpe_mean"] == pytest.approx(by_id.loc[tid, "val_sharpe_mean"])
+        for key in ("objective_se", "objective_df"):  # the objective's noise, for a sampler that weighs trials
+            value = float(by_id.loc[tid, key])
+            assert tr.user_attrs[key] == pytest.approx(value) if math.isfinite(value) else key not in tr.user_attrs
     assert all(tr.state == optuna.trial.TrialState.COMPLETE for tr in study.trials)
     # define-by-run: a weight exists exactly where its gem is wired, and matches the trial config
     trials = t["trials"].set_index("seed")

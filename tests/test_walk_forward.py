@@ -22,11 +22,11 @@ import fake_results as fr  # noqa: E402
 from tune_gems.analysis.calibrate.calibration import Shape, mc_tolerance  # noqa: E402
 from tune_gems.analysis.render.report import evidence_line, render_report  # noqa: E402
 from tune_gems.analysis.analyze import analyze  # noqa: E402
-from tune_gems.analysis.rules.gates import combined_bounds  # noqa: E402
-from tune_gems.analysis.rules.pooling import hksj, pool_family, seed_anova, shared_seed_variance  # noqa: E402
-from tune_gems.analysis.rules.words import (  # noqa: E402
-    INCONSISTENT, INSUFFICIENT, EQUIVALENT_CODE as EQUIVALENT, HETEROGENEOUS_CODE as HETEROGENEOUS,
-    INCONSISTENT_CODE as CODE_INCONSISTENT, INSUFFICIENT_CODE, NOT_CONFIRMED,
+from tune_gems.analysis.rules.decision import combined_bounds  # noqa: E402
+from tune_gems.analysis.rules.periods import hksj, pool_family, seed_anova, shared_seed_variance  # noqa: E402
+from tune_gems.analysis.rules.settings import (  # noqa: E402
+    INCONSISTENT, INSUFFICIENT, INSUFFICIENT_CODE, NOT_CONFIRMED, EQUIVALENT_CODE as EQUIVALENT,
+    HETEROGENEOUS_CODE as HETEROGENEOUS, INCONSISTENT_CODE as CODE_INCONSISTENT,
 )
 from tune_gems.analysis.calibrate.walk_forward_calibration import period_codes  # noqa: E402
 from tune_gems.contracts.errors import DataError  # noqa: E402
@@ -165,7 +165,7 @@ def test_below_four_periods_the_pooled_verdict_is_refused():
 def test_three_periods_are_calibrated_when_allowed():
     """Why K = 3 may decide only on request (`--min-periods 3`): the rule is within its level
     there, but a single contrast has 2 df (power at 1 sd with a period spread of 1 SE: ~0.6)."""
-    from tune_gems.analysis.rules.thresholds import Thresholds
+    from tune_gems.analysis.rules.settings import Thresholds
 
     th = Thresholds(min_periods=3)
     for tau in (0.0, 3.0):
@@ -173,7 +173,7 @@ def test_three_periods_are_calibrated_when_allowed():
 
 
 def test_one_sided_keep_is_calibrated_and_never_harmful():
-    from tune_gems.analysis.rules.thresholds import Thresholds
+    from tune_gems.analysis.rules.settings import Thresholds
 
     th = Thresholds(one_sided_keep=True)
     null = period_codes(SHAPES, N_SIM, 4, tau=3.0, thresholds=th)
@@ -270,8 +270,8 @@ def test_the_power_is_stated_when_no_fold_interval_is_finite(tmp_path):
     """Five seeds per fold give no finite 95% rank interval (the smallest exact p is 0.0625), so
     the fold variances are unknown and the pooled test uses equal weights; the power statement
     still reads each fold's spread, pi / 3 x the sample variance of its informative differences
-    (`rules.power.components`' fallback), where it printed nothing before."""
-    from tune_gems.analysis.rules.power import RANK_EFFICIENCY
+    (`rules.periods.components`' fallback), where it printed nothing before."""
+    from tune_gems.analysis.rules.periods import RANK_EFFICIENCY
 
     v = _g12(fr.fold_scenario(tmp_path / "e", [0.5, 0.3, 0.6, 0.4], n=5))
     assert np.isfinite(v["pooled_effect"]) and np.isfinite(v["mde"]) and v["mde"] > 0
@@ -292,7 +292,7 @@ def test_results_without_a_fold_column_are_one_fold(tmp_path):
 
 def test_the_held_out_test_segment_is_the_confirmation_of_a_discovery(tmp_path):
     """Issue 37 item 4: a discovery keep wired / harmful is final only where the test segment
-    agrees (`rules.held_out_rule.confirm_on_held_out`, through `rules.decision.decide`), else
+    agrees (`rules.decision.confirm_on_held_out`, through `rules.decision.decide`), else
     `not confirmed on held-out data` with both intervals; the same word in factors.csv; the test
     segment changes no other word."""
     res = analyze(fr.fold_scenario(tmp_path / "e", [0.5, 0.5, 0.5, 0.5], test_effect=-0.3))
@@ -343,10 +343,10 @@ def test_a_fold_column_that_is_not_an_integer_is_refused_in_one_line(tmp_path):
 def test_each_interval_alone_is_liberal_on_one_history(monkeypatch):
     """Why the combined interval: the seed rule with the market-noise interval each required alone
     (the gate before issue 20) reads ~3x alpha when the history's luck is one seed SE."""
-    import tune_gems.analysis.rules.gates as gates
+    import tune_gems.analysis.rules.decision as decision
 
     fixed = (np.abs(period_codes(SHAPES, N_SIM, 1, tau=1.0)) == 1).any(1).mean()
-    monkeypatch.setattr(gates, "combined_bounds", lambda effect, lo, hi, mlo, mhi: (lo, hi))
+    monkeypatch.setattr(decision, "combined_bounds", lambda effect, lo, hi, mlo, mhi: (lo, hi))
     alone = (np.abs(period_codes(SHAPES, N_SIM, 1, tau=1.0)) == 1).any(1).mean()
     assert fixed <= ALPHA + TOL < 2 * ALPHA < alone
 

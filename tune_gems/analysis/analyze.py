@@ -20,11 +20,12 @@ import pandas as pd
 
 # the table of contents, in reading order: read -> pair -> decide -> describe -> render
 from tune_gems.analysis.read.calendars import validation_calendar
+from tune_gems.analysis.read.labels import history_names
 from tune_gems.analysis.read.load import Experiment, load_experiment
 from tune_gems.analysis.read.outcomes import last_evaluated_epochs, trial_outcomes
 from tune_gems.analysis.pairs.pairing import build_cells
 from tune_gems.analysis.pairs.excess import add_excess_columns
-from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.analysis.verdicts.verdict_market_noise import EvalReturnsLookup
 from tune_gems.analysis.verdicts.redundancy import redundancy_table
 from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables, placebo_verdicts, verdict_metric
@@ -121,7 +122,8 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
     lookup = EvalReturnsLookup(exp.paths, exp.labels, t)
     verdicts, fold_rows, family = gem_verdict_tables(cells, gems, th, m, redundancy=red, eval_returns=lookup,
                                                      selection=selection, overlap=experiment_overlap(exp.folds.table),
-                                                     calendar_of=partial(validation_calendar, exp.folds.dates, exp.histories))
+                                                     calendar_of=partial(validation_calendar, exp.folds.dates, exp.histories),
+                                                     history_names=history_names(exp.histories))
     verdicts = state_uncorrected(verdicts, exp.folds.uncorrected)  # several folds, no layout: said, not dropped
     verdicts["skill"] = skill_context(exp)
     correlations = history_correlations(exp.histories, exp.folds.dates, exp.paths, exp.labels)

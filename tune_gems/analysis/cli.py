@@ -3,7 +3,7 @@ parser with `add_arguments`) and the scripts in `analysis/`, each a thin door to
 here (`main(door)`, the doors in `DOORS`).
 
 Every door parses its options here, checks them the same way (the analysis settings through
-`rules.thresholds.Thresholds`, a shape's counts with `_at_least`) and returns an exit status: 0
+`rules.settings.Thresholds`, a shape's counts with `_at_least`) and returns an exit status: 0
 on success, 2 on bad input (one line on stderr naming the option, folder or file, as everywhere
 in tune-gems). The calibration simulators keep their functions (`calibrate/`); a door only
 parses, checks and prints.
@@ -83,7 +83,7 @@ def add_settings(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def analysis_settings(a: argparse.Namespace) -> dict:
     """The analysis settings of parsed arguments (`add_settings`), as keyword arguments: the
-    fields of `rules.thresholds.Thresholds` that `analyze` / `check_settings` build it from."""
+    fields of `rules.settings.Thresholds` that `analyze` / `check_settings` build it from."""
     return dict(alpha=a.alpha, rope=a.rope, rel_threshold=a.rel_threshold, last_k=a.last_k, window=a.window,
                 first_epoch=a.first_epoch, min_periods=a.min_periods, one_sided_keep=a.one_sided_keep,
                 share_tau=not a.per_contrast_tau, power=a.power, placebo_weight=a.placebo_weight,
@@ -146,7 +146,8 @@ def run_report(a: argparse.Namespace) -> None:
     headline = baseline_headline(baseline_comparison(res.experiment))
     if headline:
         print(headline + "\n")
-    print(format_verdict_table(res.verdicts, res.placebo, res.redundancy, verbose=a.verbose))
+    print(format_verdict_table(res.verdicts, res.placebo, res.redundancy, verbose=a.verbose,
+                               fold_effects=res.fold_effects))
     factors = format_factor_table(res.factors)
     if factors:
         print("\n" + factors)
@@ -186,7 +187,8 @@ def verdicts_main(argv: list[str] | None = None) -> int:
 
     def go() -> None:
         res = analyze(a.experiments, **analysis_settings(a))
-        print(format_verdict_table(res.verdicts, res.placebo, res.redundancy, verbose=a.verbose))
+        print(format_verdict_table(res.verdicts, res.placebo, res.redundancy, verbose=a.verbose,
+                                   fold_effects=res.fold_effects))
 
     return _run(go)
 

@@ -46,7 +46,7 @@ H = 3 (the MDE at 3 histories: docs/analysis.md "Several price histories")."""
 
 MIN_SHARED_PERIODS = 6
 """Fewest calendar periods histories that share a calendar (the columns of one file) decide with,
-whatever `--min-periods` says: the part common to them (`rules.calendar`) is estimated over those
+whatever `--min-periods` says: the part common to them (`rules.histories`) is estimated over those
 periods, with at most K - 1 degrees of freedom, and below 6 the rule does not hold its level (4
 periods: family-wise 0.06-0.07 at 8 histories and a calendar part of 0.05-0.10 Sharpe; an exact
 sign-flip test over 4 periods cannot go below p = 0.125 two-sided; docs/analysis.md "Histories on
@@ -54,7 +54,7 @@ one calendar")."""
 
 SHARE_TAU = True
 """Estimate the period-to-period spread (tau^2, and the HKSJ scale) once across the family's
-contrasts (`rules.pooling.pool_family`) when they agree (Bartlett's test, `TAU_SHARE_LEVEL`)."""
+contrasts (`rules.periods.pool_family`) when they agree (Bartlett's test, `TAU_SHARE_LEVEL`)."""
 
 TAU_SHARE_LEVEL = 0.1
 """Level of the test of equal period spread across the contrasts of a family: rejected, each
@@ -70,7 +70,7 @@ pairs that did differ while the design compared mostly identical policies."""
 ISOLATE_FLAGGED = False
 """Opt-in: a contrast whose own scale significantly exceeds the family's (the
 share test at `ISOLATE_LEVEL`) leaves the family's shared tau^2 and HKSJ scale, and the others
-are tested again against each other (`rules.pooling.pool_family`). Off by default: removing the
+are tested again against each other (`rules.periods.pool_family`). Off by default: removing the
 largest scale after a test that found it is a selection that biases the others' scale low, and
 the family-wise false rate rises above its promise where two contrasts spread and one does not
 (0.077 against 0.042; docs/analysis.md "Isolating a heterogeneous contrast"). Off, the shared
@@ -82,7 +82,7 @@ ISOLATE_LEVEL = 0.1
 
 HELD_OUT_PERIOD_FLOOR = 0.1
 """On one history the held-out stage carries the test period's spread as at least this share of one
-fold's seed variance (the part that varies between folds; `rules.held_out_rule`): where
+fold's seed variance (the part that varies between folds; `rules.decision`): where
 DerSimonian-Laird reads tau^2 = 0, K folds cannot tell a small spread from none, and without a floor
 the stage alone confirms up to 1.7x its level alpha / m at a spread of 0.5-1 seed SE. 0.1 (with the
 DL estimate's own degrees of freedom) keeps it within its level at 8 x 12 and 6 x 16, spreads 0-2

@@ -48,7 +48,7 @@ from tune_gems.analysis.read.calendars import validation_calendar
 from tune_gems.analysis.read.load import Experiment, load_experiment
 from tune_gems.analysis.read.outcomes import last_evaluated_epochs
 from tune_gems.analysis.rules.power import PowerInputs, informative_of, mde, two_stage
-from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.analysis.verdicts.family import DesignFamily
 from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables, verdict_metric
 from tune_gems.analysis.verdicts.walk_forward import experiment_overlap, fold_count

@@ -143,7 +143,8 @@ def _add_config_parser(sub) -> argparse.ArgumentParser:
 
 
 class _VersionAction(argparse.Action):
-    """`--version`, computed when asked (it runs git)."""
+    """`--version`: this package's, Python's, torch's, Ray's and Optuna's versions and the git
+    commit (tune_gems.commands.versions), computed when asked (it runs git)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
@@ -276,11 +277,26 @@ def _add_plan_parser(sub) -> argparse.ArgumentParser:
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """argparse with a usage error as one line and exit 2; `--help` still prints the full usage."""
+    """argparse, but a usage error is one line (naming the argument) and exit status 2, like
+    every other bad input, a mistyped choice with the one it is closest to; `--help` still
+    prints the full usage."""
 
     def error(self, message: str) -> typing.NoReturn:
-        print(f"tune-gems: error: {' '.join(message.split())} (see {self.prog} --help)", file=sys.stderr)
+        print(f"tune-gems: error: {' '.join(message.split())}{_did_you_mean(message)} (see {self.prog} --help)",
+              file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
+
+
+def _did_you_mean(message: str) -> str:
+    """`; did you mean 'sweep'?` for argparse's "invalid choice: 'swep' (choose from 'train', ...)"."""
+    import difflib
+    import re
+
+    found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if not found:
+        return ""
+    close = difflib.get_close_matches(found.group(1), re.findall(r"'([^']*)'", found.group(2)), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def build_parser() -> argparse.ArgumentParser:

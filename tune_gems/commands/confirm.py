@@ -39,6 +39,7 @@ from tune_gems.contracts.run_record import check_data_unchanged, check_stored_un
 from tune_gems.contracts.result_files import SPEC_FILE, TABLE_FILES, TRIALS_FILE
 from tune_gems.contracts.safe_files import read_regular
 from tune_gems.stats.metrics import VERDICT_GAIN_PREFIX
+from tune_gems.sweep.console import tie_note
 from tune_gems.sweep.spec import SweepSpec
 from tune_gems.sweep.spec_load import load_spec
 from tune_gems.sweep.results import write_tables
@@ -115,6 +116,10 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
                                             {p.gem: p.seeds for p in power}, taken)
     if threads:
         log(f"tune-gems confirm: threads: {threads}")
+    no_signal = tie_note(trials, spec.objective.metric)
+    if no_signal:  # the sweep's closing warning, again before anything trains (and under the table)
+        notes = [*notes, f"the search had {no_signal}"]
+        log(f"tune-gems confirm: warning: the search had {no_signal}; its chosen trials are re-tested all the same")
     for p in power:
         log(f"tune-gems confirm: {p.gem}: {p.note}")
     lock = OutputLock(exp, FIELD).acquire()  # a second confirmation started meanwhile is refused here
@@ -156,7 +161,7 @@ def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec,
         name = f"{discovery.experiment.labels[0]}-confirmation"
         write_tables(ExperimentStore(str(tmp.parent), tmp.name), run_plans(plans, planned.build, name, log, events_out=tmp,
                                                                              open_seal=record.opens_seal))
-        # on one price history the rule's last stage is the search's selection (`rules.selection`)
+        # on one price history the rule's last stage is the search's selection (`rules.decision`)
         selection = None if fresh_paths(spec) else {p.gem: candidate_count(discovery.experiment.trials, p.gem)
                                                     for p in plans}
         confirmed = analyze(tmp, selection=selection, **settings)

@@ -77,7 +77,8 @@ def epoch_line(plan: Plan, trainer, ran: float) -> str:
 
 def _announce(plan: Plan, cfg: Config) -> str:
     last = plan.first_seed_index + plan.population - 1
-    return (f"tune-gems confirm: {plan.gem}: trial {plan.discovery_trial}'s configuration ({cfg.label()}) against "
+    tested = f"; tested {plan.choice.settings}" if plan.choice.settings else ""
+    return (f"tune-gems confirm: {plan.gem}: trial {plan.discovery_trial}'s configuration ({cfg.label()}{tested}) against "
             f"itself with {plan.gem} measured; fresh seed {plan.seed}, seed indices {plan.first_seed_index}-{last}"
             + (f", paths {plan.path_seed}-{plan.path_seed + plan.population - 1}" if plan.path_seed is not None else ""))
 

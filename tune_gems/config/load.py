@@ -26,6 +26,8 @@ def format_validation_error(err: ValidationError, prefix: str = "", model: type[
     msg = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's own message
     if first["type"] == "extra_forbidden":
         msg = "unknown key" + did_you_mean(model, tuple(first["loc"]), prefix)
+    elif first["type"] == "list_type" and isinstance(first.get("input"), str):  # `key=a,b` on the command line
+        msg += f" (a list is written in brackets: {loc}=[{first['input']}])"
     extra = f" (and {len(err.errors()) - 1} more problems)" if len(err.errors()) > 1 else ""
     return f"{loc}: {msg}{extra}"
 

@@ -90,7 +90,7 @@ def walsh_interval(sorted_w: np.ndarray, n: int, tail: np.ndarray | float) -> tu
 class RankTest:
     """The rule's statistics, one per row (arrays [S]): `estimate` (Hodges-Lehmann), `p` (two-sided),
     `p_greater` / `p_less` (TOST against -rope / +rope; `p_tost` their max), `low`, `high` (the
-    interval at `tail` per side); on the informative pairs (`rules.ties.informative_rank_test`)
+    interval at `tail` per side); on the informative pairs (`rules.periods.informative_rank_test`)
     `n_informative` and `tied_share` (ties / pairs)."""
 
     estimate: np.ndarray

@@ -84,15 +84,23 @@ RESTORE_LOGGERS = ("ray.tune.execution.tune_controller", "ray.tune.trainable.tra
 sweep says itself where each trial restarts (tune_gems.sweep.resume.restart_lines)."""
 
 
-class _DropNotices(logging.Filter):
-    """Drops a logger's records whose message starts with one of `prefixes`; every other passes."""
+SLOW_NOTICE = "performance bottleneck"
+"""In Tune's WARNING on a step over TUNE_WARN_THRESHOLD_S ("The `process_trial_result` operation took
+0.83 s, which may be a performance bottleneck."): on a loaded machine every few results, nothing to act on."""
+NOTICES = {TUNE_LOGGER: TUNE_STOP_NOTICES, "ray.tune.utils.util": (SLOW_NOTICE,),
+           "ray.tune.execution.tune_controller": (SLOW_NOTICE,)}
+"""The driver's loggers whose records holding one of these texts are dropped while the sweep runs."""
 
-    def __init__(self, prefixes: tuple[str, ...]) -> None:
+
+class _DropNotices(logging.Filter):
+    """Drops a logger's records whose message holds one of `texts`; every other passes."""
+
+    def __init__(self, texts: tuple[str, ...]) -> None:
         super().__init__()
-        self.prefixes = prefixes
+        self.texts = texts
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.prefixes)
+        return not any(t in str(record.msg) for t in self.texts)
 
 
 def quiet_trial(verbose: bool) -> None:
@@ -107,7 +115,7 @@ def quiet_trial(verbose: bool) -> None:
 @contextmanager
 def quiet_driver(verbose: bool) -> Iterator[None]:
     """In the driver, while the sweep runs: the experiment-snapshot warnings, the start-up and
-    restore notices and Tune's Ctrl-C notices only when verbose; the loggers' levels and filters
+    restore notices, Tune's Ctrl-C notices and its slow-step warnings only when verbose; the loggers' levels and filters
     are restored afterwards (the driver may be a library caller's process)."""
     if verbose:
         yield
@@ -118,12 +126,14 @@ def quiet_driver(verbose: bool) -> Iterator[None]:
     before = [lg.level for lg in loggers]
     for lg, level in zip(loggers, levels.values()):
         lg.setLevel(level)
-    stop_notices = _DropNotices(TUNE_STOP_NOTICES)
-    logging.getLogger(TUNE_LOGGER).addFilter(stop_notices)
+    filters = {name: _DropNotices(texts) for name, texts in NOTICES.items()}
+    for name, f in filters.items():
+        logging.getLogger(name).addFilter(f)
     try:
         yield
     finally:
-        logging.getLogger(TUNE_LOGGER).removeFilter(stop_notices)
+        for name, f in filters.items():
+            logging.getLogger(name).removeFilter(f)
         for lg, level in zip(loggers, before):
             lg.setLevel(level)
 

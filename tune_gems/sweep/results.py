@@ -20,6 +20,7 @@ from tune_gems.contracts.errors import ConfigError
 from tune_gems.contracts.gem_manifest import GemEntry, manifest_text
 from tune_gems.gems import manifest
 from tune_gems.stats.metrics import MEMBER_IDS, epoch_metrics, member_metrics
+from tune_gems.sweep.objective_noise import OBJECTIVE_DF, OBJECTIVE_SE
 from tune_gems.sweep.spec_load import trial_config
 from tune_gems.contracts.result_files import (
     ARMS_PARQUET, BASELINES_KEY, BASELINES_PARQUET, CHECKPOINT_HISTORY_FILE, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE,
@@ -176,7 +177,7 @@ def collect_tables(result_grid, base: dict[str, Any], experiment: str, statuses:
             "epochs_done": len(rows), "config_label": label, "seed": seed}
         trial.update(flat_cfg)
         trial.update({m: last.get(m, math.nan) for m in history_cols[-1]})
-        trial["objective"] = last.get("objective", math.nan)
+        trial.update({k: last.get(k, math.nan) for k in ("objective", OBJECTIVE_SE, OBJECTIVE_DF)})
         trial["node_id"], trial["gpu_ids"] = last.get("node_id"), last.get("gpu_ids")
         trials.append(trial)
     epoch_cols = list(dict.fromkeys(c for cols in history_cols for c in cols)) or list(epoch_metrics(plugins))

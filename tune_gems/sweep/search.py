@@ -16,6 +16,7 @@ from optuna.storages.journal import JournalFileBackend
 from ray.tune.result import TRAINING_ITERATION
 from ray.tune.search.optuna import OptunaSearch
 
+from tune_gems.sweep.objective_noise import OBJECTIVE_DF, OBJECTIVE_SE
 from tune_gems.sweep.spec import FIRST_SEED_INDEX, SweepSpec
 from tune_gems.sweep.spec_load import seed_stride
 
@@ -24,8 +25,10 @@ from tune_gems.contracts.result_files import JOURNAL_FILE, JOURNAL_LOCK_SUFFIX  
 
 TUNE_TRIAL_ATTR = "tune_trial_id"
 """The Optuna trial's user attribute holding its Tune trial id (the `trial_id` of trials.parquet)."""
-TRIAL_ATTRS = ("config_label", "epoch", "val_sharpe_mean", "val_alpha_sharpe_mean", "test_sharpe_mean", "diverged")
-"""Result keys copied into a finished Optuna trial's user attributes."""
+TRIAL_ATTRS = ("config_label", "epoch", "val_sharpe_mean", "val_alpha_sharpe_mean", "test_sharpe_mean", "diverged",
+               OBJECTIVE_SE, OBJECTIVE_DF)
+"""Result keys copied into a finished Optuna trial's user attributes (the objective's standard
+error and df: tune_gems.sweep.objective_noise)."""
 
 
 def journal_storage(path: str | Path) -> JournalStorage:

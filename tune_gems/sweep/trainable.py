@@ -28,6 +28,7 @@ from tune_gems.design.resources import check_training_fits
 from tune_gems.contracts.result_files import CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE
 from tune_gems.market.market_cache import MarketCache, market_key
 from tune_gems.sweep.console import quiet_trial
+from tune_gems.sweep.objective_noise import NONE, OBJECTIVE_DF, OBJECTIVE_SE, objective_noise
 from tune_gems.sweep.progress import HEALTH_KEY
 from tune_gems.sweep.spec_load import trial_config
 from tune_gems.sweep.trial_files import TRIAL_BASELINES, TRIAL_FOLDS, TRIAL_HISTORIES, TrialFiles, member_file
@@ -186,6 +187,8 @@ def train_trial(params: dict[str, Any], *, base: dict[str, Any], prices: pd.Seri
         files.write_json(member_file(result.metrics["epoch"]), result.members)
         metrics = dict(result.metrics)
         metrics["objective"] = trial_objective(metrics, objective, trainer.diverged)
+        metrics[OBJECTIVE_SE], metrics[OBJECTIVE_DF] = NONE if math.isnan(metrics["objective"]) else objective_noise(
+            objective, trainer.member_history, metrics["epoch"], cfg.trainer.objective_last_k, trainer.ids.aliases)
         metrics["config_label"] = label
         metrics["seed"] = cfg.seed
         metrics.update(where)

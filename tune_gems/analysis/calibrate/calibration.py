@@ -27,9 +27,8 @@ import pandas as pd
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.rules.decision import Evidence, decide
+from tune_gems.analysis.rules.settings import DELETE, Thresholds, verdict_codes
 from tune_gems.analysis.rules.power import PowerInputs, mde
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import DELETE, verdict_codes
 from tune_gems.analysis.verdicts.search_choice import best_trial
 from tune_gems.stats.inference import rank_test
 
@@ -73,7 +72,7 @@ def simulate_differences(rng, shape: Shape, n_sim: int, effect: float = 0.0, dis
 def family_decisions(diffs: list[np.ndarray], alpha: float = defaults.ALPHA, rope: float = defaults.ROPE,
                      p_magnitude: np.ndarray | None = None, one_sided: bool = False) -> np.ndarray:
     """[n_sim, m] verdict names per dataset and gem: the signed-rank rule on each gem's
-    informative per-seed differences (ties dropped: `rules.ties.informative_rank_test`), then
+    informative per-seed differences (ties dropped: `rules.periods.informative_rank_test`), then
     the shipped rule (`rules.decision.decide`'s seed rule: Holm over the gems, keep / harmful /
     delete / equivalent / inconclusive / insufficient data); `p_magnitude` [n_sim, m] the
     magnitude TOST p (None: the magnitude is never at its null, so no `delete`); `one_sided`
@@ -83,7 +82,7 @@ def family_decisions(diffs: list[np.ndarray], alpha: float = defaults.ALPHA, rop
 
 
 def _signed(verdict: np.ndarray) -> np.ndarray:
-    """+1 keep wired, -1 harmful, 0 otherwise (`rules.words.verdict_codes`, the decisive ones)."""
+    """+1 keep wired, -1 harmful, 0 otherwise (`rules.settings.verdict_codes`, the decisive ones)."""
     codes = verdict_codes(verdict)
     return np.where(np.abs(codes) == 1, codes, 0)
 
@@ -118,7 +117,7 @@ def mc_tolerance(rate: float, n_sim: int, z: float = 2.326) -> float:
 
 
 def median_parts(parts):
-    """The first contrast's variance parts (`variance_parts.PooledComponents` or `HistoryComponents`,
+    """The first contrast's variance parts (`periods.PooledComponents` or `histories.HistoryComponents`,
     arrays [S, m] over simulated datasets) at their median over the datasets: the parts a
     calibration row's stated MDE is read at (one statement per row, the rule's power at a design)."""
     def first(name: str):

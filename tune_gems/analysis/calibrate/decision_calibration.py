@@ -2,8 +2,8 @@
 confirmation, several price histories, and a heterogeneous contrast leaving the family's shared spread.
 
 A statistic ships with its calibration: each table here runs the very function a verdict calls
-(`rules.decision.decide`, with the fold data `rules.period_family.fold_data` and `rules.overlap`'s
-correction, the held-out test segment's effects `rules.held_out_rule.seed_level_effect`, the
+(`rules.decision.decide`, with the fold data `rules.periods.fold_data` and `rules.periods`'s
+correction, the held-out test segment's effects `rules.periods.seed_level_effect`, the
 histories' data `rules.histories.history_data`; the power statements `rules.power.pooled_mde` /
 `history_mde`) on simulated families, vectorised over datasets; what the simulation adds is only
 the data.
@@ -30,7 +30,7 @@ fold, period spreads in one fold's seed standard errors sd / sqrt(n), as
 
 **The real shapes** (the S&P 500 runs'): 8 purged groups x 12 seeds and 6 x 16 (96 members per arm each),
 a family of 3 contrasts; 4 and 3 histories x 4 purged groups x 6 seeds. NB's correlation of each
-layout is read off its fold table (`rules.overlap.fold_overlap` of `data.segments.fold_bounds`)
+layout is read off its fold table (`rules.periods.fold_overlap` of `data.segments.fold_bounds`)
 on `LAYOUT_ROWS` daily rows, split 70 / 15 / 15 with the trainer's default reach (env.window 32,
 n_step 3, episode_length 256) and an embargo of 5: the factors 2.14 (8 groups) and 2.20 (6)
 of the real layouts (docs/analysis.md "The overlap of folds"). The period spread is one seed standard error (`tau`
@@ -55,18 +55,15 @@ from scipy import stats as sps
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.calibrate.calibration import mc_tolerance, median_parts
-from tune_gems.analysis.rules.calendar import one_calendar, own_calendars
-from tune_gems.analysis.rules.decision import Evidence, TestSegment, decide
-from tune_gems.analysis.rules.held_out_rule import confirmation_level, held_out_alone, seed_level_effect
-from tune_gems.analysis.rules.histories import history_components, history_data
-from tune_gems.analysis.rules.overlap import fold_overlap, nb_factor
-from tune_gems.analysis.rules.period_family import fold_components, fold_data
-from tune_gems.analysis.rules.power import PowerInputs, history_inputs, mde, pooled_mde, two_stage
-from tune_gems.analysis.rules.variance_parts import HistoryComponents
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import (
-    HARMFUL_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, KEEP_CODE, NOT_CONFIRMED_CODE, verdict_codes,
+from tune_gems.analysis.rules.histories import (
+    HistoryComponents, history_components, history_data, one_calendar, own_calendars,
 )
+from tune_gems.analysis.rules.decision import Evidence, TestSegment, confirmation_level, decide, held_out_alone
+from tune_gems.analysis.rules.periods import fold_components, fold_data, fold_overlap, nb_factor, seed_level_effect
+from tune_gems.analysis.rules.settings import (
+    HARMFUL_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, KEEP_CODE, NOT_CONFIRMED_CODE, Thresholds, verdict_codes,
+)
+from tune_gems.analysis.rules.power import PowerInputs, history_inputs, mde, pooled_mde, two_stage
 from tune_gems.data.segments import TrainingReach, fold_bounds, fold_table
 
 LAYOUT_ROWS = 6000
@@ -114,7 +111,7 @@ class Design:
 
 def layout_rho(folds: int) -> float:
     """NB's correlation n2 / (n1 + n2) of a purged layout of `folds` groups on LAYOUT_ROWS rows,
-    from its fold table (`rules.overlap.fold_overlap`): the mean over its folds, whose factor
+    from its fold table (`rules.periods.fold_overlap`): the mean over its folds, whose factor
     `nb_factor` is the table's."""
     prices = pd.Series(np.arange(LAYOUT_ROWS, dtype=float))
     spec = SimpleNamespace(scheme="purged", k=folds, embargo=LAYOUT_EMBARGO, val_length=None)
@@ -345,7 +342,7 @@ class HistoryRun:
 
 def history_run(design: Design, world: World, *, n_sim: int, seed: int, th: Thresholds) -> HistoryRun:
     """The rule over histories (`rules.decision.decide` with the histories' data on the design's
-    calendar and the test segment), the held-out stage alone (`held_out_rule.held_out_stage`, the
+    calendar and the test segment), the held-out stage alone (`decision.held_out_stage`, the
     function `decide` applies, on every contrast) and the power statement a verdict row makes
     (`statement_at` on `histories.history_components` at the datasets' median) on `n_sim` families of
     `design` in `world`."""
@@ -546,7 +543,7 @@ def t_multiplier(df, level, power: float, one_sided: bool = False):
 def within_sharpe(window_rows: float, reference_mde: float = REFERENCE_MDE, alpha: float = defaults.ALPHA,
                   power: float = defaults.POWER) -> float:
     """One seed's variance of a per-period difference as the rule reads it (n x the squared standard
-    error of a Hodges-Lehmann effect, `power.PooledComponents.within`) in Sharpe units, for a validation
+    error of a Hodges-Lehmann effect, `periods.PooledComponents.within`) in Sharpe units, for a validation
     window of `window_rows` rows: read off the real run's MDE (8 purged groups x 12 seeds, a family of
     one, df 7, no period spread or seed share: 12 x 8 x (MDE / t_multiplier)^2 for an 8-group window
     of (0.85 LAYOUT_ROWS - 32) / 8 rows) and scaled by window length (a Sharpe's variance is inverse

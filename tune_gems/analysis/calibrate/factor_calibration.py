@@ -9,7 +9,7 @@ calibration does: seed noise (normal or t3, a share `rho` of it the seed's own i
 one market history per period (a fold-level effect of spread `tau` seed standard errors; at
 K = 1 the history's luck, which the market-noise interval measures: half-width z x tau x SE at
 the seed interval's level), and a planted consistent effect on the first factor (power). Codes per
-dataset and effect: `rules.words.verdict_codes`.
+dataset and effect: `rules.settings.verdict_codes`.
 
 `python analysis/calibrate_factors.py` prints the table of docs/analysis.md ("Factors").
 """
@@ -25,9 +25,8 @@ from scipy import stats as sps
 from tune_gems.analysis import defaults
 from tune_gems.analysis.calibrate.calibration import _draws, mc_tolerance
 from tune_gems.analysis.rules.decision import Evidence, decide
-from tune_gems.analysis.rules.period_family import fold_data
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import HARMFUL_CODE, KEEP_CODE, verdict_codes
+from tune_gems.analysis.rules.periods import fold_data
+from tune_gems.analysis.rules.settings import HARMFUL_CODE, KEEP_CODE, Thresholds, verdict_codes
 
 FACTOR_CALIBRATION_FOLDS = (1, 4, 6)
 FACTOR_CALIBRATION_TAUS = (0.0, 1.0, 3.0)

@@ -4,10 +4,10 @@ then the confirmation by the rules `tune-gems confirm` ships.
 Why. On one price history (a real file, or synthetic `paths: shared`) a confirmation on fresh
 seeds inherits each configuration's luck on the history, and the search kept the luckiest; the
 final verdict therefore needs the selection-adjusted gate (`search_choice.one_history_final`,
-`rules.selection.final_on_one_history`). This module simulates such searches through the same
+`rules.decision.final_on_one_history`). This module simulates such searches through the same
 function (the choice `search_choice.best_trial`; then `rules.decision.decide` with the search's
 selection: the seed rule, the gates or, over periods, the period rule, and the final gate,
-`rules.selection`) and tabulates the family-wise false rates and the final power
+`rules.decision`) and tabulates the family-wise false rates and the final power
 (`python analysis/calibrate_confirm.py`, docs/analysis.md "Confirmation power").
 """
 
@@ -22,9 +22,8 @@ from scipy import stats as sps
 
 from tune_gems.analysis.calibrate.calibration import _draws
 from tune_gems.analysis.rules.decision import Evidence, decide
-from tune_gems.analysis.rules.period_family import fold_data
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import HARMFUL, KEEP
+from tune_gems.analysis.rules.periods import fold_data
+from tune_gems.analysis.rules.settings import HARMFUL, KEEP, Thresholds
 from tune_gems.analysis.verdicts.search_choice import best_trial
 from tune_gems.stats.inference import rank_test
 
@@ -63,7 +62,7 @@ def one_history_search_rates(shape: OneHistoryShape, effect: float = 0.0, n_sim:
     composition (`rules.decision.decide`): the confirmation's verdicts (the seed rule; at K = 1 the
     market gate and the one-period gate with the market-noise interval, half-width z x luck sd at
     the seed interval's level; at K >= 2 the gem verdicts' period rule) and the final verdict (its
-    selection-adjusted gate, `rules.selection`, T = the trials that wired the gem). `effect`: gem 0's true shift in
+    selection-adjusted gate, `rules.decision`, T = the trials that wired the gem). `effect`: gem 0's true shift in
     every configuration wiring it. Returns the family-wise false keep / harmful rate among the null
     gems with fresh seeds alone (`seeds_fwer`), after the confirmation's own gates (`gated_fwer`)
     and final (`final_fwer`), and gem 0's final power."""

@@ -21,10 +21,10 @@ The simulation gives each gem's comparison what a verdict faces:
 
 On these it runs the rule the verdicts ship, through the one function that composes it
 (`rules.decision.decide`: the seed rule on the informative pairs, the market gate and the
-one-period gate at K = 1, the period rule on the fold data `period_family.fold_data` at K >= 2:
+one-period gate at K = 1, the period rule on the fold data `periods.fold_data` at K >= 2:
 what the gem verdicts, the factor table and `confirm` call) and the power statement
 `power.pooled_mde` at the datasets' median parts: what the simulation adds is only the data and the market-noise interval it
-models. Codes per dataset and gem (`rules.words.verdict_codes`): +1 keep wired, -1 harmful, 2
+models. Codes per dataset and gem (`rules.settings.verdict_codes`): +1 keep wired, -1 harmful, 2
 equivalent, 3 inconsistent across periods, 4 insufficient data, 5 heterogeneous, 0 otherwise.
 """
 
@@ -40,12 +40,11 @@ from scipy import stats as sps
 from tune_gems.analysis import defaults
 from tune_gems.analysis.calibrate.calibration import Shape, _draws, mc_tolerance, median_parts
 from tune_gems.analysis.rules.decision import Evidence, decide
-from tune_gems.analysis.rules.period_family import fold_components, fold_data
-from tune_gems.analysis.rules.power import pooled_mde
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import (
-    HARMFUL_CODE, HETEROGENEOUS_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, KEEP_CODE, verdict_codes,
+from tune_gems.analysis.rules.periods import fold_components, fold_data
+from tune_gems.analysis.rules.settings import (
+    HARMFUL_CODE, HETEROGENEOUS_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, KEEP_CODE, Thresholds, verdict_codes,
 )
+from tune_gems.analysis.rules.power import pooled_mde
 
 
 @dataclass(frozen=True)
@@ -145,8 +144,8 @@ def run_periods(d: np.ndarray, *, rope: float, alpha: float, power: float = defa
                 one_sided: bool = False) -> PeriodRun:
     """The K >= 2 rule on d [S, m, K, n] (`rules.decision.decide`, as the gem verdicts run it):
     the seed rule on the fold-averaged per-seed differences (the words of gems without a pooled
-    test), each gem's fold effects on their informative pairs (`period_family.fold_data`), pooled
-    as a family (`pooling.pool_family`, the shared seed variance added), the period rule
+    test), each gem's fold effects on their informative pairs (`periods.fold_data`), pooled
+    as a family (`periods.pool_family`, the shared seed variance added), the period rule
     (`periods.decide_periods`, Holm over the gems) and the MDE it states (`power.pooled_mde` at
     the first Holm step)."""
     s, m, k, n = d.shape

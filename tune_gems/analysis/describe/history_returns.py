@@ -1,14 +1,10 @@
-"""How much the price histories of a run move together: each pair's return correlation in each
-validation window and in the test segment (`history_correlations.csv`).
-
-Why. Histories that share a calendar share each period's luck (`rules.calendar`): the nested rule
-estimates that part from the effects, and this table says what the markets themselves did in the
-same windows (S&P 500 / NASDAQ daily returns correlate 0.89 over 1999-2018, 0.94-0.97 inside the
-folds). It reads the experiment's validated history table (each history's file and column) and fold
-table (each window's rows: `read.side_tables`) and the price files themselves; a file that is not
-where the run read it (the table keeps the path as the run was given it: relative to where it ran)
-is looked for beside the experiment, and otherwise the rows say so (`note`).
+"""How much the price histories of a run move together: each pair's daily return correlation in
+each validation window and in the test segment (`history_correlations.csv`), beside the calendar
+part the nested rule estimates (`rules.histories`). Read from the experiment's validated history and
+fold tables and the price files (looked for beside the experiment when not where the run read
+them; a row's `note` says when a file is not found).
 """
+
 
 from __future__ import annotations
 

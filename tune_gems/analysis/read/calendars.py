@@ -6,7 +6,7 @@ A period is a run of dates: two (history, fold) validation windows whose dates o
 period, and so is everything overlapping them in turn (connected components of the overlap, so
 a period is well defined however the windows chain); windows on disjoint dates are different
 periods. The columns of one file on its date column therefore give fold k of every history one
-period k (`rules.calendar.one_calendar`), histories of other eras or markets (each its own time
+period k (`rules.histories.one_calendar`), histories of other eras or markets (each its own time
 column, docs/data.md "Several price histories") periods of their own. The windows are read from
 the experiment's validated fold tables (`side_tables.read_folds`: `val_first`..`val_last`, one row
 per fold, or per history and fold on several calendars, and per trial of a sweep); a row without

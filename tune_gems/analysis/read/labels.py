@@ -1,15 +1,9 @@
-"""Gem modes and configuration labels of trials.
+"""Configuration labels, gem modes and history names of the results' rows.
 
-`config_label` (docs/results.md) names a configuration: per-gem mode and the model switches,
-e.g. `g6=measure g10=wire g12=off sn=on noisy=on`. Two configurations that differ only in one
-gem's mode share the same *context* for that gem: the label with that gem's token removed.
-Members of such configurations with the same seed started from the same init, noise and replay
-stream, so they can be compared pairwise.
-
-Labels describe the members they name (tune_gems.contracts.config_label): a member's
-label is its arm's (the arms table's settings applied), a trial's the labels of its arms.
-`apply_arm_labels` gives results written before that (whose every label was the trial's base
-config) the same labels as new ones, and leaves new ones as they are.
+`config_label` (docs/results.md) names a configuration (per-gem mode and the model switches, e.g.
+`g6=measure g10=wire sn=on noisy=on`); a member's label is its arm's, a trial's the labels of its
+arms (tune_gems.contracts.config_label): `apply_arm_labels` relabels results written before that.
+A table with a `history` id names it beside (`with_history_names`, from the history table).
 """
 
 from __future__ import annotations
@@ -30,12 +24,6 @@ def gem_mode_from_label(label: str, gem: str) -> str | None:
     return m.group(1) if m else None
 
 
-def context_label(label: str, gem: str) -> str:
-    """The config label without `gem`'s token: equal contexts differ only in that gem's mode."""
-    tokens = [t for t in str(label).split() if not t.startswith(f"{gem}=")]
-    return " ".join(tokens)
-
-
 def mode_gems(trials: pd.DataFrame) -> list[str]:
     """The gems whose mode the trials record: every `gems.<name>.mode` column, after the three
     built-ins (results older than gems.json record some of them only in the config label)."""
@@ -48,12 +36,8 @@ def mode_gems(trials: pd.DataFrame) -> list[str]:
 
 
 def trial_gem_modes(trials: pd.DataFrame, gems: Iterable[str] | None = None) -> pd.DataFrame:
-    """One row per trial: experiment, trial_id, and one column per gem of `gems` (the gem names
-    of the experiment's manifest; default `mode_gems(trials)`) = its mode.
-
-    The mode comes from the `gems.<gem>.mode` column; where that is missing, from the config
-    label; where neither says, it is `unknown` (such trials are left out of gem statistics).
-    """
+    """One row per trial: experiment, trial_id and each gem's mode (`gems`: the manifest's names,
+    default `mode_gems`), from `gems.<gem>.mode`, else the config label, else `unknown` (left out)."""
     out = trials[["experiment", "trial_id", "config_label"]].copy()
     for gem in (mode_gems(trials) if gems is None else gems):
         col = f"gems.{gem}.mode"
@@ -82,10 +66,8 @@ def _arm_rows(trials: pd.DataFrame, arms: pd.DataFrame) -> pd.DataFrame:
 
 def apply_arm_labels(trials: pd.DataFrame, history: pd.DataFrame, members: pd.DataFrame,
                      arms: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(trials, history, members) whose `config_label` describes the members it names: each
-    member row its arm's label (its label with the arm's settings of `arms` applied), each trial
-    and history row the trial's label over its arms (`trial_label`). Trials without arms or
-    member rows keep theirs. Applying it twice changes nothing."""
+    """(trials, history, members) labelled as the members they name: each member row its arm's
+    label, each trial and history row the trial's over its arms; idempotent."""
     if arms is None or not len(arms) or not len(members) or "arm" not in members.columns or "arm" not in arms.columns:
         return trials, history, members
     a = _arm_rows(trials, arms)
@@ -109,3 +91,25 @@ def apply_arm_labels(trials: pd.DataFrame, history: pd.DataFrame, members: pd.Da
             new = [labels.get(k) for k in zip(df["experiment"], df["trial_id"])]
             df["config_label"] = [n if n is not None else old for n, old in zip(new, df["config_label"])]
     return trials, history, members
+
+
+HISTORY_NAME = "history_name"
+"""The column beside a table's `history` id that names it (the history table's `name`)."""
+
+
+def history_names(histories: pd.DataFrame | None) -> dict[int, str]:
+    """Each history id's name (`Experiment.histories`; names that differ between experiments joined
+    by ' / '); empty without a history table."""
+    if histories is None or not len(histories) or "name" not in histories.columns:
+        return {}
+    return {int(h): " / ".join(dict.fromkeys(g["name"].astype(str))) for h, g in histories.groupby("history", sort=True)}
+
+
+def with_history_names(table: pd.DataFrame, names: dict[int, str]) -> pd.DataFrame:
+    """`table` with `history_name` after its `history` column (`history <id>` for an unnamed id)."""
+    if "history" not in table.columns or HISTORY_NAME in table.columns:
+        return table
+    ids = pd.to_numeric(table["history"]).fillna(0).astype(int)
+    out = table.copy()
+    out.insert(out.columns.get_loc("history") + 1, HISTORY_NAME, [names.get(h, f"history {h}") for h in ids])
+    return out

@@ -4,7 +4,7 @@ price-history table (histories.parquet / histories.csv), which says which histor
 `history` ids are. Both are validated where they are read, against themselves and the members.
 
 Why here, not in the verdicts: a fold table decides how much the pooled variance grows
-(`rules.overlap`), so a broken or edited one changes verdicts: a text or zero row count would
+(`rules.periods`), so a broken or edited one changes verdicts: a text or zero row count would
 crash the pooling, and a missing column, a NaN, reversed or empty runs or runs past the data would
 drop the correction without a word; two rows for one fold would leave which one counts to chance.
 So every row is checked where it is read (one line naming the file, the column and the row,
@@ -44,7 +44,7 @@ FOLD_INT_COLUMNS = {"fold": 0, "train_start": 0, "train_end": 1, "val_start": 0,
                     "test_end": 1, "train_rows": 1, "group_rows": 1, "purge_before": 0, "purge_after": 0, "embargo": 0}
 """The fold table's whole-number columns and their smallest value (docs/results.md "folds.csv")."""
 LAYOUT_COLUMNS = ("train_runs", "train_rows", "group_rows")
-"""The layout the overlap of folds is read from (`rules.overlap.FOLD_TABLE_NEEDS` beside `fold`)."""
+"""The layout the overlap of folds is read from (`rules.periods.FOLD_TABLE_NEEDS` beside `fold`)."""
 SCHEMES = ("walk_forward", "purged")
 HISTORY_INT_COLUMNS = {"history": 0, "rows": 1}
 """The history table's whole-number columns and their smallest value."""

@@ -1,15 +1,6 @@
 """Every plot of an analysis: its title, file and caption, the table it is drawn from, and what
-`write_result` writes.
-
-The lead plots of report.md (`LEAD_PLOTS`, read before the tables) carry a one-line caption,
-and `lead_section` writes the section of report.md that opens with them; the first is the
-decisive picture, the final verdicts with the intervals that decided them (a reader sees what
-was decided, and on what, before how the seeds behaved).
-`plot_tables` computes the tables (tune_gems.analysis.render.plot_tables; written as CSV even
-with --no-plots: they are numbers), `analysis_figures` draws every figure from them and from
-the analysis's own tables (tune_gems.analysis.render.plots): the lead plots and the figures of
-report.md's sections. A confirmation folder (`tune-gems confirm`'s output, read by `tune-gems
-analyze EXP/confirmation`) adds the shrinkage plot from its confirmation.csv.
+`write_result` writes. report.md opens with the lead plots (`LEAD_PLOTS`, each with a caption),
+the first the decisive picture: the final verdicts with the intervals that decided them.
 """
 
 from __future__ import annotations
@@ -24,6 +15,7 @@ from matplotlib.figure import Figure
 from tune_gems.analysis import defaults
 from tune_gems.analysis.describe.objective import searched_mode
 from tune_gems.analysis.describe.variance import final_members
+from tune_gems.analysis.read.labels import history_names, with_history_names
 from tune_gems.analysis.render import plots
 from tune_gems.analysis.render.plot_tables import (
     final_verdict_table, improvement_table, learning_curve_table, paired_seed_table, performance_profile_table,
@@ -87,35 +79,30 @@ def lead_section(images: dict[str, str]) -> list[str]:
 
 
 def plot_tables(result: Any) -> dict[str, pd.DataFrame]:
-    """{CSV name: table} of the lead plots for an `AnalysisResult` (its experiment and settings)."""
+    """{CSV name: table} of the lead plots for an `AnalysisResult` (its experiment and settings);
+    a table with a `history` column names it beside (`history_name`)."""
     exp = result.experiment
-    pairs = paired_seed_table(result.family)
+    names = history_names(exp.histories)
+    pairs = with_history_names(paired_seed_table(result.family), names)
     return {
         FINAL_VERDICTS_CSV: final_verdict_table(result.verdicts, getattr(result, "placebo", None)),
         PAIRED_SEEDS_CSV: pairs,
-        LEARNING_CURVES_CSV: learning_curve_table(exp.members),
+        LEARNING_CURVES_CSV: with_history_names(learning_curve_table(exp.members), names),
         PROFILES_CSV: performance_profile_table(pairs),
         IMPROVEMENT_CSV: improvement_table(pairs),
     }
 
 
-def trial_order(trials: pd.DataFrame, mode: str = "max") -> list[tuple[str, str]]:
-    """(experiment, trial_id) by objective, best first (`mode` of the search); no objective last."""
+def trial_titles(trials: pd.DataFrame, mode: str = "max") -> dict[tuple[str, str], str]:
+    """`trial <id> (objective <v>)` per (experiment, trial_id), best objective first (`mode` of the
+    search), trials without one last."""
     if not len(trials):
-        return []
+        return {}
     value = pd.to_numeric(trials.get("objective", pd.Series(float("nan"), index=trials.index)), errors="coerce")
-    t = trials.assign(_none=value.isna(), _key=(-value if mode == "max" else value).fillna(0.0))
+    t = trials.assign(_v=value, _none=value.isna(), _key=(-value if mode == "max" else value).fillna(0.0))
     t = t.sort_values(["_none", "_key", "experiment", "trial_id"], kind="stable")
-    return list(zip(t["experiment"].astype(str), t["trial_id"].astype(str)))
-
-
-def trial_titles(trials: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """`trial <id> (objective <v>)` per (experiment, trial_id), the objective where it has one."""
-    out = {}
-    for e, t, v in zip(trials["experiment"].astype(str), trials["trial_id"].astype(str),
-                       pd.to_numeric(trials.get("objective", pd.Series(float("nan"), index=trials.index)), errors="coerce")):
-        out[(e, t)] = f"trial {t}" + (f" (objective {v:.3f})" if pd.notna(v) else "")
-    return out
+    return {(str(e), str(i)): f"trial {i}" + (f" (objective {v:.3f})" if pd.notna(v) else "")
+            for e, i, v in zip(t["experiment"], t["trial_id"], t["_v"])}
 
 
 def confirmation_table(paths: list[Path]) -> pd.DataFrame | None:
@@ -129,9 +116,8 @@ def confirmation_table(paths: list[Path]) -> pd.DataFrame | None:
 
 
 def confirmation_data(trials: pd.DataFrame) -> str:
-    """What a confirmation folder's trials re-ran on, in the shrinkage plot's words: fresh seeds
-    and paths where every trial trains synthetic per-seed paths (each seed index its own path,
-    new indices new paths), else fresh seeds on the search's price history."""
+    """What a confirmation's trials re-ran on: fresh seeds and paths on synthetic per-seed paths, else
+    fresh seeds on the search's price history."""
     source = trials.get("data.source", pd.Series("synthetic", index=trials.index)).astype(str)
     paths = trials.get("data.synthetic.paths", pd.Series("shared", index=trials.index)).astype(str)
     per_seed = len(trials) and bool(((source == "synthetic") & (paths == "per_seed")).all())
@@ -155,13 +141,14 @@ def analysis_figures(result: Any, tables: dict[str, pd.DataFrame]) -> dict[tuple
             rope=s.get("rope", defaults.ROPE)),
         (PAIRED_SEEDS.title, PAIRED_SEEDS.file): plots.paired_seeds(pairs, last_k),
         (LEARNING_CURVES.title, LEARNING_CURVES.file): plots.learning_curves(
-            tables[LEARNING_CURVES_CSV], trial_order(exp.trials, mode), trial_titles(exp.trials)),
+            tables[LEARNING_CURVES_CSV], trial_titles(exp.trials, mode)),
         (PERFORMANCE_PROFILES.title, PERFORMANCE_PROFILES.file): plots.performance_profiles(
             tables[PROFILES_CSV], metric, last_k),
         (IMPROVEMENT.title, IMPROVEMENT.file): plots.improvement_bars(tables[IMPROVEMENT_CSV]),
         (SHRINKAGE.title, SHRINKAGE.file): plots.confirmation_shrinkage(confirmation_table(list(exp.paths)),
                                                                         confirmation_data(exp.trials)),
-        ("Sharpe distributions", plots.SHARPE_PNG): plots.sharpe_distributions(final[final["included"]]),
+        ("Sharpe distributions", plots.SHARPE_PNG): plots.sharpe_distributions(
+            with_history_names(final[final["included"]], history_names(exp.histories))),
         ("Gem magnitudes", plots.MAGNITUDES_PNG): plots.gem_magnitude_curves(
             result.gem_trajectories, s.get("rel_threshold", defaults.REL_THRESHOLD), exp.gems),
         ("Parameter importances", plots.IMPORTANCES_PNG): plots.importance_bars(result.importances),

@@ -1,27 +1,11 @@
-"""The tables the analysis's plots are drawn from (written beside them as CSV files).
+"""The tables the analysis's plots are drawn from (written beside them as CSV files): each plot
+draws one of them and nothing else, so a figure can be checked against its numbers.
 
-Each plot draws one of these tables and nothing else, so a reader can check a figure against
-its numbers and a test can read the plotted data back from the figure and compare:
-
-- `paired_seed_table`: per gem, every seed pair of the verdict's own comparison (the design
-  family's pairs, not paired again): the measured and the wired member's value, their fold and
-  seed, whether either diverged, whether the pair ties;
-- `learning_curve_table`: the verdict metric per epoch over each arm's seeds (median and
-  interquartile range), per trial, arm and fold;
-- `performance_profile_table`: per gem and side of its comparison, the share of seed pairs
-  whose value exceeds each threshold tau (the performance profile of Agarwal et al. 2021,
-  "Deep RL at the edge of the statistical precipice": a diverged member never exceeds any);
-- `final_verdict_table`: one row per contrast (each gem, then the null arms): its final word, the
-  interval of the test that decided it (the pooled interval over periods where the period rule
-  decided, else the seeds' family-wise one), and the held-out test segment's re-estimate beside
-  it, read from the verdict table's `decided_*` columns (the decisive picture, and the
-  intervals `tune-gems compare` lists);
-- `improvement_table`: per gem, the probability of improvement P(wired > measured) of the same
-  paper (the Mann-Whitney statistic with ties counted half, over every wired and measured member
-  of a fold, averaged over folds as rliable averages over tasks), beside its paired form (the
-  share of seed pairs in which the wired member does better, ties half: what the design
-  compares) and the share of tied pairs. Descriptive: the verdict (the signed-rank test, Holm
-  over gems) is the test.
+`paired_seed_table` (every seed pair of each gem's verdict comparison: the family's own pairs),
+`learning_curve_table` (each arm's median and IQR per epoch), `performance_profile_table` and
+`improvement_table` (Agarwal et al. 2021, "Deep RL at the edge of the statistical precipice":
+descriptions of the verdict's pairs; the verdict is the test) and `final_verdict_table` (each
+contrast's word with the interval of the test that decided it and the held-out re-estimate).
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
-"""Every PNG of the analysis (matplotlib, Agg canvas), one function per figure; which figure an
-analysis draws from which table is `render/figures.py`.
-
-Figures are built with `matplotlib.figure.Figure` and an Agg canvas directly, never through
-pyplot, so importing the analysis does not switch a notebook's backend and works headless.
-Each function returns the Figure (or None when there is nothing to draw). The lead plots draw
-their tables (`render/plot_tables.py`) and nothing else, and every data artist carries a `gid`
-naming the table row(s) it draws, so a figure can be read back and checked against its table:
-
-- the seed pairs and the learning curves: `pair:<gem>:<row>`, `curve:<trial>:<arm>:<fold>`,
-  `band:...`;
-- the rliable-style performance profiles and probability of improvement (Agarwal et al. 2021;
-  descriptions of the verdict's seed pairs, not tests: the verdict decides):
-  `profile:<gem>:<side>`, `poi:<gem>`;
-- the per-fold forest plot of walk-forward verdicts: each fold's effect with
-  its interval and the pooled estimate as a diamond, the intervals the verdict itself used,
-  given by its caller, never recomputed here; infinite bounds (an interval the seeds cannot
-  close) drawn to the axis edge with an arrow: `fold:<gem>:<fold>` (the interval),
-  `pooled:<gem>` (the diamond);
-- the confirmation's shrinkage, an arrow per gem from the search's (selected, so inflated) gain
-  of its chosen trial to the same statistic on the fresh confirmation run (`tune-gems
-  confirm`'s confirmation.csv: `discovery_gain`, `confirmation_gain`, `shrinkage`):
-  `discovery:<gem>`, `confirmation:<gem>`.
+"""Every PNG of the analysis, one function per figure (`render/figures.py` says which table each
+draws). Figures are built on their own Agg canvas, never through pyplot (no backend switch in a
+notebook), and return None when there is nothing to draw. Every data artist carries a `gid`
+naming the table row(s) it draws (`pair:<gem>:<row>`, `curve:...`, `fold:<gem>:<period>`,
+`pooled:<gem>`, `decided:<contrast>`, ...), so a test reads a figure back against its table. The
+forest plots draw the intervals the verdicts used, never recomputed; an unbounded end is drawn to
+the axis edge with an arrow.
 """
 
 from __future__ import annotations
@@ -30,6 +14,7 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -37,7 +22,7 @@ from matplotlib.patches import Patch, Polygon
 from matplotlib.ticker import MaxNLocator
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.rules.words import INSUFFICIENT
+from tune_gems.analysis.rules.settings import INSUFFICIENT
 from tune_gems.analysis.verdicts.readings import INSUFFICIENT_BY
 from tune_gems.contracts.config_label import ARM_SUFFIX, short_labels
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
@@ -56,9 +41,16 @@ def new_figure(w: float, h: float) -> Figure:
     return fig
 
 
+def legend_below(fig: Figure, handles: list, fontsize: float = 7, columns: int = 6) -> None:
+    """One legend under the panels, read row by row (matplotlib fills a legend column by column)."""
+    cols = min(len(handles), columns)
+    rows = -(-len(handles) // cols) if cols else 0
+    order = [handles[r * cols + c] for c in range(cols) for r in range(rows) if r * cols + c < len(handles)]
+    fig.legend(handles=order, loc="outside lower center", ncols=cols, fontsize=fontsize, frameon=False)
+
+
 def group_labels(final: pd.DataFrame) -> pd.Series:
-    """Each member's configuration as the Sharpe tables name it: its label, with ` | arm <arm>`
-    for an arm of a multi-arm trial (tune_gems.analysis.describe.variance.split_arms)."""
+    """Each member's configuration as the Sharpe tables name it (` | arm <arm>` in a multi-arm trial)."""
     label = final["config_label"].astype(str)
     if "arm" not in final.columns:
         return label
@@ -67,61 +59,60 @@ def group_labels(final: pd.DataFrame) -> pd.Series:
 
 
 def sharpe_distributions(final: pd.DataFrame) -> Figure | None:
-    """Per configuration: each member's Sharpe at the final epoch (points) and the median (bar),
-    validation and test side by side, one row of panels per walk-forward fold; a seed's members
-    in the arms of one trial are joined by a line (the design is paired: compare lines, not
-    clouds). Axis names are the short labels (what tells the configurations apart).
-
-    `final` = included final-epoch members (see `final_members`): excluded trials are not drawn.
-    Each configuration's points carry the gid `members:<fold>:<column>:<label>`, each seed's line
-    `seed:<fold>:<column>:<experiment>:<trial>:<seed index>`."""
+    """Per configuration (its short label) each included final-epoch member's Sharpe and the median,
+    validation and test side by side, a row per fold of each price history (by name); a seed's
+    members across its trial's arms joined by a line (paired: compare lines, not clouds). Gids
+    `members:<period>:<column>:<label>`, `seed:<period>:<column>:<experiment>:<trial>:<seed index>`
+    (period: the fold, `<history>/<fold>` over several histories)."""
     if final is None or not len(final):
         return None
-    final = final.assign(_group=group_labels(final).to_numpy(),
+    final = final.assign(_group=group_labels(final).to_numpy(), _history=_history_ids(final),
                          fold=final["fold"].fillna(0).astype(int) if "fold" in final.columns else 0)
+    names = history_labels(final)
     labels = sorted(final["_group"].unique())
     short = dict(zip(labels, short_labels(labels)))
-    folds = sorted(final["fold"].unique())
+    periods = sorted(set(zip(final["_history"], final["fold"])))
+    n_folds = final["fold"].nunique()
     pos_of = {lab: len(labels) - i for i, lab in enumerate(labels)}  # the first label on top
-    fig = new_figure(12, 0.9 + (0.4 * len(labels) + 0.9) * len(folds) + 0.5)
-    axes = fig.subplots(len(folds), 2, squeeze=False, sharey=True)
+    fig = new_figure(12, 1.4 + (0.4 * len(labels) + 0.9) * len(periods))
+    axes = fig.subplots(len(periods), 2, squeeze=False, sharey=True)
     pair_key = [k for k in ("experiment", "trial_id", "seed_index") if k in final.columns]
-    for row, fold in enumerate(folds):
-        f = final[final["fold"] == fold]
-        for ax, col, title in zip(axes[row], ("val_sharpe", "test_sharpe"), ("validation", "test")):
+    for j, (history, fold) in enumerate(periods):
+        f = final[(final["_history"] == history) & (final["fold"] == fold)]
+        key = f"{history}/{fold}" if len(names) > 1 else f"{fold}"
+        where = period_text(names, history, fold, n_folds)
+        for ax, col, title in zip(axes[j], ("val_sharpe", "test_sharpe"), ("validation", "test")):
             if col not in f.columns:
                 continue
             v = f[col].astype(float)
             f_ok = f[np.isfinite(v)]
             if len(pair_key) == 3:
-                for key, seed in f_ok.groupby(pair_key):
+                for seed_key, seed in f_ok.groupby(pair_key):
                     if seed["_group"].nunique() > 1:
                         seed = seed.assign(_y=seed["_group"].map(pos_of)).sort_values("_y")
                         (line,) = ax.plot(seed[col].astype(float), seed["_y"], color="grey", lw=0.6, alpha=0.5, zorder=1)
-                        line.set_gid(f"seed:{fold}:{col}:{':'.join(map(str, key))}")
+                        line.set_gid(f"seed:{key}:{col}:{':'.join(map(str, seed_key))}")
             for lab in labels:
                 d = f_ok.loc[f_ok["_group"] == lab, col].astype(float).to_numpy()
                 if not d.size:
                     continue
                 pts = ax.scatter(d, np.full(d.size, pos_of[lab]), s=14, alpha=0.7, color="tab:blue", zorder=2)
-                pts.set_gid(f"members:{fold}:{col}:{lab}")
+                pts.set_gid(f"members:{key}:{col}:{lab}")
                 ax.plot([np.median(d)] * 2, [pos_of[lab] - 0.3, pos_of[lab] + 0.3], color="black", lw=2, zorder=3)
             ax.set_yticks([pos_of[lab] for lab in labels], [short[lab] for lab in labels], fontsize=8)
             ax.axvline(0.0, color="grey", lw=0.8)
-            ax.set_xlabel(f"{title} Sharpe, annualised (final epoch, per member)")
-            ax.set_title(f"{title}" + (f", fold {fold}" if len(folds) > 1 else ""), fontsize=10)
-    fig.legend(handles=[Line2D([], [], color="tab:blue", marker="o", ls="", ms=4, label="member"),
-                        Line2D([], [], color="black", lw=2, label="median"),
-                        Line2D([], [], color="grey", lw=0.8, label="one seed across its trial's arms (paired)")],
-               fontsize=8, loc="outside lower center", ncols=3)
+            ax.set_xlabel(f"{title} Sharpe, annualised (final epoch, per member)", fontsize=8)
+            ax.set_title(f"{title}, {where}" if where else title, fontsize=9)
+    legend_below(fig, [Line2D([], [], color="tab:blue", marker="o", ls="", ms=4, label="member"),
+                       Line2D([], [], color="black", lw=2, label="median"),
+                       Line2D([], [], color="grey", lw=0.8, label="one seed across its trial's arms (paired)")], fontsize=8)
     fig.suptitle("Sharpe per configuration at the final epoch", fontsize=11)
     return fig
 
 
 def gem_magnitude_curves(traj: pd.DataFrame, rel_threshold: float = defaults.REL_THRESHOLD,
                          gems: Sequence[GemEntry] = LEGACY_MANIFEST) -> Figure | None:
-    """Per gem of the experiment's manifest (`gems`): mean value (top) and value / C51 loss
-    (bottom) over epochs, one line per mode; one column of panels per gem."""
+    """Per gem (`gems`, a column each): its mean value and value / C51 loss over epochs, per mode."""
     if traj is None or not len(traj):
         return None
     fig = new_figure(4.0 * len(gems), 6.5)
@@ -149,13 +140,11 @@ def gem_magnitude_curves(traj: pd.DataFrame, rel_threshold: float = defaults.REL
 
 
 IMPORTANCE_FEW_TRIALS = 20
-"""Below this many complete trials a study's importances are drawn with a caveat on the plot:
-an evaluator fitted to a handful of points can put 0.99 on one parameter by chance."""
+"""Fewer complete trials draw a caveat: an evaluator fitted to a handful can put 0.99 on one by chance."""
 
 
 def importance_bars(imp: pd.DataFrame, few: int = IMPORTANCE_FEW_TRIALS) -> Figure | None:
-    """Horizontal bars of parameter importance, one panel per study; a study with fewer than
-    `few` complete trials carries the caveat on its panel."""
+    """Parameter importances, a panel per study, the caveat on one of fewer than `few` complete trials."""
     if imp is None or not len(imp):
         return None
     imp = imp[imp["param"].notna()]
@@ -182,8 +171,7 @@ def importance_bars(imp: pd.DataFrame, few: int = IMPORTANCE_FEW_TRIALS) -> Figu
     return fig
 
 
-HELD_OUT_OFFSET = 0.25
-"""How far below its contrast's row the held-out re-estimate is drawn (row spacing 1)."""
+HELD_OUT_OFFSET = 0.25  # how far below its contrast's row the held-out re-estimate is drawn
 
 
 def _interval(ax, lo: float, hi: float, y: float, span: float, color: str, gid: str, lw: float,
@@ -211,13 +199,10 @@ def _final_label(r: pd.Series) -> str:
 
 
 def final_verdicts(table: pd.DataFrame) -> Figure | None:
-    """The decisive picture (`plot_tables.final_verdict_table`): one row per contrast, labelled
-    with its final word and which test decided it, the decided estimate and its interval, and
-    below it the held-out test segment's re-estimate with its interval; the ROPE band. An
-    unbounded end is drawn to the axis edge with an arrow; a row without an interval (`insufficient
-    data`) is a hollow marker at its estimate, and the axis keeps the scale of the intervals that
-    decided. Gids: `decided:<contrast>` (the interval), `decided_effect:<contrast>` (the estimate),
-    `insufficient:<contrast>`, `held_out:<contrast>` and `held_out_effect:<contrast>`."""
+    """The decisive picture (`plot_tables.final_verdict_table`): per contrast its word, which test
+    decided it, the decided estimate and interval, the held-out re-estimate below it; a word without
+    an interval (`insufficient data`) a hollow marker. Gids `decided:`, `decided_effect:`,
+    `insufficient:`, `held_out:`, `held_out_effect:<contrast>`."""
     if table is None or not len(table):
         return None
     vals = table[["effect", "ci_low", "ci_high", "held_out_effect", "held_out_ci_low", "held_out_ci_high"]].to_numpy(float)
@@ -276,18 +261,17 @@ def save(fig: Figure | None, path: Path) -> bool:
 # --- the seeds themselves: seed pairs and learning curves -------------------------------------
 
 
-MIN_WIDTH = 6.5
-"""Inches: a one-panel figure still has room for its title."""
-MAX_CURVE_PANELS = 12
-"""Learning-curve panels at most (trials x folds): the best trials by objective first."""
+MIN_WIDTH = 6.5  # inches: a one-panel figure still has room for its title
+MAX_CURVE_PANELS = 12  # learning-curve panels at most (trials x periods), the best trials first
+CURVE_COLUMNS = 4  # learning-curve panels a row: a trial's periods wrap onto rows
 FOLD_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+FOLD_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 METRIC_WORDS = {"val_alpha_sharpe": "validation alpha Sharpe", "val_sharpe": "validation Sharpe",
                 "test_alpha_sharpe": "test alpha Sharpe", "test_sharpe": "test Sharpe"}
 
 
 def metric_axis(column: str, last_k: int | None = None, sep: str = " ") -> str:
-    """An axis label with units: Sharpe ratios are annualised (config env.periods_per_year);
-    `sep` "\n" puts the units on a line of their own."""
+    """An axis label with units (Sharpe ratios annualised); `sep` "\n" puts them on their own line."""
     words = METRIC_WORDS.get(column, column)
     window = f", mean of the last {last_k} epochs" if last_k else ""
     return f"{words}{sep}(annualised{window})"
@@ -297,14 +281,42 @@ def fold_color(fold: int) -> str:
     return FOLD_COLORS[int(fold) % len(FOLD_COLORS)]
 
 
+def history_color(position: int, histories: int) -> tuple:
+    """The colour of the history at `position` of `histories` (tab10, tab20 beyond ten)."""
+    cmap = colormaps["tab10" if histories <= 10 else "tab20"]
+    return cmap(position % cmap.N)
+
+
+def _history_ids(table: pd.DataFrame) -> pd.Series:
+    """Each row's price history (0 in a table without the column: one history)."""
+    return table["history"].fillna(0).astype(int) if "history" in table.columns else pd.Series(0, index=table.index)
+
+
+def history_labels(table: pd.DataFrame) -> dict[int, str]:
+    """Each history id of a table with its name (`history_name`, else `history <id>`)."""
+    ids = _history_ids(table)
+    names = table["history_name"].astype(str) if "history_name" in table.columns else "history " + ids.astype(str)
+    return dict(sorted(zip(ids, names)))
+
+
+def period_text(names: dict[int, str], history: int, fold: int, folds: int) -> str:
+    """A validation period as the reasons name it (`sp500 fold 1`; `sp500`, `fold 1` or '' with fewer)."""
+    return " ".join([names[history]] * (len(names) > 1) + [f"fold {fold}"] * (folds > 1))
+
+
 def paired_seeds(pairs: pd.DataFrame, last_k: int | None = None) -> Figure | None:
-    """Per gem: one line per seed pair from its measured to its wired member, coloured by
-    fold; a diverged member is drawn at the panel's bottom edge (the worst outcome)."""
+    """Per gem: one line per seed pair from its measured to its wired member, coloured by fold
+    (over several price histories by history, the fold its marker); a diverged member is drawn at
+    the panel's bottom edge (the worst outcome). One legend under the panels."""
     if pairs is None or not len(pairs):
         return None
     pairs = pairs.reset_index(drop=True)
     gems = list(dict.fromkeys(pairs["gem"]))
-    fig = new_figure(max(MIN_WIDTH, 3.6 * len(gems) + 1.0), 4.8)
+    names, hist = history_labels(pairs), _history_ids(pairs)
+    slot = {h: i for i, h in enumerate(names)}
+    folds = sorted(pairs["fold"].astype(int).unique())
+    several = len(names) > 1
+    fig = new_figure(max(MIN_WIDTH, 3.6 * len(gems) + 1.0), 5.2)
     axes = np.atleast_1d(fig.subplots(1, len(gems), squeeze=False)[0])
     for ax, gem in zip(axes, gems):
         g = pairs[pairs["gem"] == gem]
@@ -316,8 +328,9 @@ def paired_seeds(pairs: pd.DataFrame, last_k: int | None = None) -> Figure | Non
         for i, r in g.iterrows():
             y = [floor if r["measured_diverged"] else r["measured"], floor if r["wired_diverged"] else r["wired"]]
             dashed = bool(r["measured_diverged"] or r["wired_diverged"])
-            (line,) = ax.plot([0, 1], y, color=fold_color(r["fold"]), alpha=0.6, lw=1.2, marker="o", ms=3,
-                              ls="--" if dashed else "-")
+            color = history_color(slot[hist[i]], len(names)) if several else fold_color(r["fold"])
+            marker = FOLD_MARKERS[folds.index(int(r["fold"])) % len(FOLD_MARKERS)] if several else "o"
+            (line,) = ax.plot([0, 1], y, color=color, alpha=0.6, lw=1.2, marker=marker, ms=3, ls="--" if dashed else "-")
             line.set_gid(f"pair:{gem}:{i}")
         ax.set_xlim(-0.25, 1.25)
         ax.set_ylim(floor - pad, hi + pad)
@@ -325,29 +338,32 @@ def paired_seeds(pairs: pd.DataFrame, last_k: int | None = None) -> Figure | Non
         ax.set_xlabel(f"{gem}'s mode (all else alike)", fontsize=9)
         ax.set_ylabel(metric_axis(str(g["metric"].iloc[0]), last_k, sep="\n"), fontsize=9)
         tied = float(g["tied"].mean())
-        ax.set_title(f"{gem}: {len(g)} seed pair(s), {100 * tied:.0f}% tie{_overlap_note(g, floor)}", fontsize=10)
-        handles = [Line2D([], [], color=fold_color(f), marker="o", ms=3, label=f"fold {f}")
-                   for f in sorted(g["fold"].unique())]
-        if (g["measured_diverged"] | g["wired_diverged"]).any():
-            handles.append(Line2D([], [], color="grey", ls="--", label="a side diverged (drawn at the bottom)"))
-        ax.legend(handles=handles, fontsize=7, loc="best")
+        ax.set_title(f"{gem}: {len(g)} seed pair(s), {100 * tied:.0f}% tie{_overlap_note(g, floor)}", fontsize=9)
+    if several:
+        handles = [Line2D([], [], color=history_color(i, len(names)), lw=1.5, label=name)
+                   for i, name in enumerate(names.values())]
+        handles += [Line2D([], [], color="black", marker=FOLD_MARKERS[k % len(FOLD_MARKERS)], ls="", ms=4,
+                           label=f"fold {f}") for k, f in enumerate(folds)] if len(folds) > 1 else []
+    else:
+        handles = [Line2D([], [], color=fold_color(f), marker="o", ms=3, label=f"fold {f}") for f in folds]
+    if (pairs["measured_diverged"] | pairs["wired_diverged"]).any():
+        handles.append(Line2D([], [], color="grey", ls="--", label="a side diverged (drawn at the bottom)"))
+    legend_below(fig, handles, columns=5)
     fig.suptitle("Each seed pair of the verdict's comparison, measured to wired", fontsize=11)
     return fig
 
 
 def _overlap_note(g: pd.DataFrame, floor: float) -> str:
-    """Why fewer lines show than there are pairs: pairs with the same two values are drawn on
-    top of each other (ties at one value, members that never traded)."""
+    """Why fewer lines show than there are pairs: equal pairs (ties, members that never traded) overlap."""
     ends = zip(np.where(g["measured_diverged"], floor, g["measured"].astype(float)),
                np.where(g["wired_diverged"], floor, g["wired"].astype(float)))
     distinct = len({(round(float(a), 9), round(float(b), 9)) for a, b in ends})
     if distinct == len(g):
         return ""
-    return f"\n{distinct} distinct line(s): pairs with the same values lie on top of each other"
+    return f"\n{distinct} distinct line(s): equal pairs overlap"
 
 
-FLAT_AT_ZERO = "flat at 0"
-"""What a learning-curve panel whose every median is exactly 0 says of itself."""
+FLAT_AT_ZERO = "flat at 0"  # what a learning-curve panel whose every median is exactly 0 says of itself
 
 
 def _flat_reason(panel: pd.DataFrame) -> str:
@@ -357,72 +373,69 @@ def _flat_reason(panel: pd.DataFrame) -> str:
         return ""
     idle = panel["never_traded"].to_numpy(float) if "never_traded" in panel.columns else np.array([np.nan])
     if np.isfinite(idle).any():
-        return (f"{FLAT_AT_ZERO}: the median seed never traded ({100 * float(np.nanmean(idle)):.0f}% of seed-epochs "
+        return (f"{FLAT_AT_ZERO}: the median seed never traded\n({100 * float(np.nanmean(idle)):.0f}% of seed-epochs "
                 "with turnover 0)")
-    return f"{FLAT_AT_ZERO}: the median seed's Sharpe is exactly 0 at every epoch (constant returns: no position held)"
+    return f"{FLAT_AT_ZERO}: the median seed's Sharpe is exactly 0\nat every epoch (no position held)"
 
 
-def _history(curves: pd.DataFrame) -> pd.Series:
-    """Each curve row's price history (0 in a table without the column: one history)."""
-    return curves["history"].astype(int) if "history" in curves.columns else pd.Series(0, index=curves.index)
-
-
-def _panels(curves: pd.DataFrame, order: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[tuple[int, int]],
-                                                                              int]:
-    """(trials drawn, (history, fold) periods, trials left out): the first trials of `order` that
-    have curves, as many as MAX_CURVE_PANELS allows with every fold of every price history."""
-    folds = sorted(set(zip(_history(curves).tolist(), curves["fold"].astype(int).tolist())))
-    have = list(dict.fromkeys(zip(curves["experiment"], curves["trial_id"])))
-    ranked = [k for k in order if k in have] + [k for k in have if k not in order]
-    n = max(1, MAX_CURVE_PANELS // len(folds))
-    return ranked[:n], folds, max(0, len(ranked) - n)
-
-
-def learning_curves(curves: pd.DataFrame, order: Sequence[tuple[str, str]] = (),
-                    titles: dict[tuple[str, str], str] | None = None) -> Figure | None:
-    """Per trial (rows, best objective first: `order`) and fold (columns): each arm's median
-    verdict metric over its seeds per epoch, with the interquartile range as a band; `titles`
-    names a trial's panels (default: its id)."""
+def learning_curves(curves: pd.DataFrame, titles: dict[tuple[str, str], str] | None = None) -> Figure | None:
+    """Per trial (in `titles`' order, best first, by its names) and period (each fold of each history,
+    by name, CURVE_COLUMNS a row): each arm's median over its seeds per epoch with the IQR band; one
+    legend below where every trial has the same arms, else one per trial."""
     if curves is None or not len(curves):
         return None
-    trials, folds, left_out = _panels(curves, order)
-    several = len({h for h, _ in folds}) > 1  # several price histories: a column per fold of each
-    fig = new_figure(4.2 * len(folds) + 1.5, 2.9 * len(trials) + 0.8)
-    axes = fig.subplots(len(trials), len(folds), squeeze=False)
+    names, hist = history_labels(curves), _history_ids(curves)
+    periods = sorted(set(zip(hist.tolist(), curves["fold"].astype(int).tolist())))
+    have = list(dict.fromkeys(zip(curves["experiment"], curves["trial_id"])))
+    ranked = [k for k in (titles or {}) if k in have] + [k for k in have if k not in (titles or {})]
+    n = max(1, MAX_CURVE_PANELS // len(periods))  # the best trials, every period of each
+    trials, left_out = ranked[:n], max(0, len(ranked) - n)
+    several = len(names) > 1
+    n_folds = len({f for _, f in periods})
+    cols = min(len(periods), CURVE_COLUMNS)
+    per_trial = -(-len(periods) // cols)  # rows of panels per trial
+    fig = new_figure(4.0 * cols + 0.6, 2.7 * per_trial * len(trials) + 1.2)
+    axes = fig.subplots(per_trial * len(trials), cols, squeeze=False)
     column = str(curves["metric"].iloc[0])
-    flat = 0
+    flat, legends = 0, []
     for i, (exp, trial) in enumerate(trials):
         t = curves[(curves["experiment"] == exp) & (curves["trial_id"] == trial)]
         arms = list(dict.fromkeys(t["arm"]))
         labels = t.drop_duplicates("arm").set_index("arm")["config_label"].reindex(arms).astype(str).tolist()
         shown = dict(zip(arms, short_labels(labels) if len(arms) > 1 else labels))
-        for j, (hist, fold) in enumerate(folds):
-            ax = axes[i, j]
-            period = t[(t["fold"] == fold) & (_history(t) == hist)]
+        legends.append([f"{arm}: {shown[arm]}" if shown[arm] != arm else arm for arm in arms])
+        for j in range(len(periods), per_trial * cols):
+            axes[i * per_trial + j // cols, j % cols].remove()
+        for j, (h, fold) in enumerate(periods):
+            ax = axes[i * per_trial + j // cols, j % cols]
+            period = t[(t["fold"] == fold) & (hist[t.index] == h)]
             for k, arm in enumerate(arms):
                 c = period[period["arm"] == arm].sort_values("epoch")
                 if not len(c):
                     continue
                 color = f"C{k % 10}"
-                gid = f"{trial}:{arm}:{hist}/{fold}" if several else f"{trial}:{arm}:{fold}"
-                (line,) = ax.plot(c["epoch"], c["median"], color=color, marker="o", ms=3,
-                                  label=f"{arm}: {shown[arm]}" if shown[arm] != arm else arm)
+                gid = f"{trial}:{arm}:{h}/{fold}" if several else f"{trial}:{arm}:{fold}"
+                (line,) = ax.plot(c["epoch"], c["median"], color=color, marker="o", ms=3, label=legends[-1][k])
                 line.set_gid(f"curve:{gid}")
                 band = ax.fill_between(c["epoch"].to_numpy(float), c["q25"].to_numpy(float), c["q75"].to_numpy(float),
-                                       color=color, alpha=0.18, lw=0)
+                                       color=color, alpha=0.12, lw=0)
                 band.set_gid(f"band:{gid}")
             ax.axhline(0.0, color="grey", lw=0.6)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_xlabel("epoch")
-            ax.set_ylabel(metric_axis(column, sep="\n"), fontsize=8)
-            name = (titles or {}).get((exp, trial), f"trial {trial}")
+            ax.set_xlabel("epoch", fontsize=8)
+            ax.set_ylabel(metric_axis(column, sep="\n"), fontsize=7)
             why = _flat_reason(period)
             flat += bool(why)
-            where = f", history {hist} fold {fold}" if several else f", fold {fold}" if len(folds) > 1 else ""
-            ax.set_title(name + where + (f"\n{why}" if why else ""), fontsize=9)
-            ax.legend(fontsize=6, loc="best")
+            where = period_text(names, h, fold, n_folds)
+            ax.set_title("\n".join(x for x in ((titles or {}).get((exp, trial), f"trial {trial}"), where, why) if x),
+                         fontsize=8)
+    one_legend = all(x == legends[0] for x in legends)
+    for i in range(len(trials)) if not one_legend else ():
+        axes[i * per_trial, 0].legend(fontsize=6, loc="best")
+    if one_legend:
+        legend_below(fig, axes[0, 0].get_legend_handles_labels()[0], columns=max(cols, 2))  # as wide as the panels
     more = f"; {left_out} more trial(s) in learning_curves.csv" if left_out else ""
-    flat_note = f"\n{flat} of {len(trials) * len(folds)} panel(s) {FLAT_AT_ZERO} (see each panel's title)" if flat else ""
+    flat_note = f"\n{flat} of {len(trials) * len(periods)} panel(s) {FLAT_AT_ZERO} (see each panel's title)" if flat else ""
     fig.suptitle(f"Learning curves per arm: median over seeds, band = interquartile range{more}{flat_note}", fontsize=11)
     return fig
 
@@ -433,8 +446,7 @@ SIDE_STYLE = {"measured": ("tab:blue", "-"), "wired": ("tab:red", "--")}
 
 
 def performance_profiles(profile: pd.DataFrame, metric: str = "val_alpha_sharpe", last_k: int | None = None) -> Figure | None:
-    """Per gem: the share of seeds whose value exceeds tau, measured and wired (a curve that lies
-    above the other everywhere is better at every threshold)."""
+    """Per gem: the share of seeds above each tau, measured and wired (above everywhere: better at every tau)."""
     if profile is None or not len(profile):
         return None
     gems = list(dict.fromkeys(profile["gem"]))
@@ -461,8 +473,7 @@ IMPROVEMENT_BARS = (("probability", "all members (rliable: unpaired)", "tab:oran
 
 
 def improvement_bars(imp: pd.DataFrame) -> Figure | None:
-    """Per gem: P(wired > measured) as bars from 0.5 (no difference), over all members (rliable)
-    and over the seed pairs, with the share of tied pairs."""
+    """Per gem: P(wired > measured) as bars from 0.5, over all members (rliable) and over the seed pairs."""
     if imp is None or not len(imp):
         return None
     fig = new_figure(8.0, 1.8 + 0.8 * len(imp))
@@ -482,9 +493,9 @@ def improvement_bars(imp: pd.DataFrame) -> Figure | None:
     ax.axvline(0.5, color="black", lw=0.8, label="0.5: no difference")
     ax.set_yticks(y, imp["gem"].astype(str).tolist())
     ax.set_xlim(0.0, 1.0)
-    ax.set_xlabel("probability of improvement P(wired > measured), ties half, averaged over folds")
+    ax.set_xlabel("probability of improvement P(wired > measured), ties half, averaged over the validation periods")
     ax.set_title("Probability of improvement (a description of the seed pairs; the verdict is the test)", fontsize=10)
-    ax.legend(fontsize=8, loc="lower left")
+    legend_below(fig, ax.get_legend_handles_labels()[0], fontsize=8)
     return fig
 
 # --- walk-forward folds: the per-fold forest plot ---------------------------------------------
@@ -502,17 +513,16 @@ def _clip(v: float, span: float) -> float:
     return float(np.clip(v, -span, span))
 
 
-def _row_label(r: pd.Series) -> str:
+def _row_label(r: pd.Series, where: str) -> str:
     dates = f" ({r['start']}..{r['end']})" if "start" in r and "end" in r and pd.notna(r["start"]) and r["start"] else ""
     ties = f", {100 * float(r['tied_share']):.0f}% tie" if "tied_share" in r and pd.notna(r["tied_share"]) else ""
     seeds = int(r["pairs"]) if "pairs" in r and pd.notna(r["pairs"]) else int(r["seeds"])
     empty = "" if pd.notna(r["effect"]) or ties.endswith("100% tie") else ", no estimate"
-    return f"fold {int(r['fold'])}{dates}: {seeds} seeds{ties}{empty}"
+    return f"{where}{dates}: {seeds} seeds{ties}{empty}"
 
 
 def _draw_pooled(ax, p: pd.Series, gem: str, span: float) -> str:
-    """The pooled estimate at y = 0: a diamond over its interval, or (no interval: e.g. too few
-    periods to pool with one) a diamond marker at the estimate; returns the row's label."""
+    """The pooled estimate at y = 0: a diamond over its interval, or a hollow one without; its label."""
     lo, e, hi = (float(p[c]) for c in ("ci_low", "effect", "ci_high"))
     if not np.isfinite(e):
         return "pooled: no estimate"
@@ -529,40 +539,53 @@ def _draw_pooled(ax, p: pd.Series, gem: str, span: float) -> str:
     return "pooled"
 
 
+FOREST_COLUMNS = 2  # gems a row of the per-fold forest plot
+
+
 def fold_forest(per_fold: pd.DataFrame, pooled: pd.DataFrame, *, rope: float, metric: str = "val_alpha_sharpe",
                 title: str = "wired - measured") -> Figure | None:
-    """Per gem: one row per fold (effect and interval), the pooled diamond below, the ROPE band."""
+    """Per gem: one row per fold (of each price history, by its name), its effect and interval, the
+    pooled diamond below, the ROPE band; gems FOREST_COLUMNS a row. Gids `fold:<gem>:<fold>`, over
+    several histories `fold:<gem>:<history>/<fold>`."""
     if per_fold is None or not len(per_fold):
         return None
     pooled = pooled if pooled is not None else pd.DataFrame(columns=["gem", "effect", "ci_low", "ci_high"])
-    per_fold = per_fold.assign(gem=per_fold["gem"] if "gem" in per_fold.columns else "")
+    per_fold = per_fold.assign(gem=per_fold["gem"] if "gem" in per_fold.columns else "", _history=_history_ids(per_fold))
     pooled = pooled.assign(gem=pooled["gem"] if "gem" in pooled.columns else "").set_index("gem")
+    names, n_folds = history_labels(per_fold), per_fold["fold"].nunique()
     gems = list(dict.fromkeys(per_fold["gem"]))
     vals = np.concatenate([per_fold[["effect", "ci_low", "ci_high"]].to_numpy(float).ravel(),
                            pooled[["effect", "ci_low", "ci_high"]].to_numpy(float).ravel()])
     span = _span(vals, rope)
     n_rows = int(per_fold.groupby("gem").size().max()) + 1
-    fig = new_figure(8.5 * len(gems), 1.8 + 0.45 * n_rows)
-    axes = np.atleast_1d(fig.subplots(1, len(gems), squeeze=False)[0])
+    cols = min(len(gems), FOREST_COLUMNS)
+    grid = -(-len(gems) // cols)
+    fig = new_figure(8.5 * cols, (1.4 + 0.4 * n_rows) * grid + 0.4)
+    axes = fig.subplots(grid, cols, squeeze=False).ravel()
+    for ax in axes[len(gems):]:
+        ax.remove()
     for ax, gem in zip(axes, gems):
-        rows = per_fold[per_fold["gem"] == gem].sort_values("fold")
+        rows = per_fold[per_fold["gem"] == gem].sort_values(["_history", "fold"])
         ax.axvspan(-rope, rope, color="tab:green", alpha=0.12, label=f"ROPE +-{rope:g}")
         ax.axvline(0.0, color="black", lw=0.8)
         labels = []
         for y, (_, r) in zip(range(len(rows), 0, -1), rows.iterrows()):
             lo, hi, e = (float(r[c]) for c in ("ci_low", "ci_high", "effect"))
-            _interval(ax, lo, hi, y, span, "tab:blue", f"fold:{gem}:{int(r['fold'])}", 2,
-                      "fold effect, interval at its level" if y == len(rows) else None)
+            where = period_text(names, r["_history"], int(r["fold"]), n_folds) or f"fold {int(r['fold'])}"
+            period = f"{r['_history']}/{int(r['fold'])}" if len(names) > 1 else f"{int(r['fold'])}"
+            _interval(ax, lo, hi, y, span, "tab:blue", f"fold:{gem}:{period}", 2,
+                      "effect per period, interval at its level" if y == len(rows) else None)
             ax.plot([_clip(e, span)], [y], "s", color="tab:blue", ms=5)
-            labels.append((y, _row_label(r)))
+            labels.append((y, _row_label(r, where)))
         if gem in pooled.index:
             labels.append((0, _draw_pooled(ax, pooled.loc[gem], gem, span)))
         ax.set_yticks([y for y, _ in labels], [t for _, t in labels], fontsize=8)
         ax.set_xlim(-span, span)
         ax.set_ylim(-0.7, len(rows) + 0.7)
         ax.set_xlabel(f"{title}: {metric_axis(metric)}", fontsize=8)
-        ax.set_title(f"{gem}: effect per walk-forward fold" if gem else "effect per walk-forward fold", fontsize=10)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=7, frameon=False)
+        what = "effect per history and fold" if len(names) > 1 else "effect per walk-forward fold"
+        ax.set_title(f"{gem}: {what}" if gem else what, fontsize=10)
+    legend_below(fig, axes[0].get_legend_handles_labels()[0])
     return fig
 
 # --- the confirmation's shrinkage -------------------------------------------------------------
@@ -572,16 +595,13 @@ SHRINKAGE_COLUMNS = ("gem", "discovery_gain", "confirmation_gain")
 
 
 SHRINKAGE_OFFSET = 0.15
-"""The discovery marker is drawn this far above its row and the confirmation's below it, so
-equal gains (both 0, say) never hide one marker under the other."""
+"""The discovery marker above its row, the confirmation's below: equal gains hide neither."""
 FRESH_SEEDS_AND_PATHS = "fresh seeds and paths"
 FRESH_SEEDS = "fresh seeds, the search's price history"
 
 
 def confirmation_shrinkage(table: pd.DataFrame, fresh: str = FRESH_SEEDS_AND_PATHS) -> Figure | None:
-    """Discovery and confirmation gain per confirmed gem (rows of `table` with both finite);
-    `fresh` says what the confirmation re-ran on (`FRESH_SEEDS_AND_PATHS` on synthetic per-seed
-    paths, `FRESH_SEEDS` on one price history: the same data, new seeds)."""
+    """Discovery and confirmation gain per confirmed gem (both finite); `fresh`: what it re-ran on."""
     if table is None or not len(table) or any(c not in table.columns for c in SHRINKAGE_COLUMNS):
         return None
     t = table[np.isfinite(table["discovery_gain"].astype(float)) & np.isfinite(table["confirmation_gain"].astype(float))]

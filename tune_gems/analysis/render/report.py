@@ -8,9 +8,9 @@ from typing import Any
 
 import pandas as pd
 
-from tune_gems.analysis.rules.seed import NO_DESIGN
+from tune_gems.analysis.rules.decision import NO_DESIGN
+from tune_gems.analysis.rules.settings import INSUFFICIENT, NULL_ARM_OK
 from tune_gems.analysis.verdicts.readings import INSUFFICIENT_BY
-from tune_gems.analysis.rules.words import INSUFFICIENT, NULL_ARM_OK
 from tune_gems.analysis.render.figures import lead_section
 from tune_gems.analysis.text import format_interval, format_number, markdown_table, text_table
 from tune_gems.stats.baseline_headline import baseline_comparison, baseline_headline
@@ -35,10 +35,8 @@ def long_reason(r: Any) -> str:
 
 
 def verdict_line(r: Any) -> str:
-    """The gem block's first line: the word (and the discovery's where the held-out stage withheld
-    it, else the seeds' where a later stage changed it), the estimate, interval and Holm p of the
-    test that decided it (`decided_*`), that rule's MDE, the folds' overlap its variance carried and
-    what the held-out stage found."""
+    """The gem block's first line: the word (and the discovery's, or the seeds', where a later stage
+    changed it), the deciding test's estimate, interval and Holm p, its MDE, overlap and held-out finding."""
     if format_number(r.get("n_seeds"), "g") in ("-", "0"):
         return f"{r['gem']}: {r['verdict']} - design: none"
     seed_word, found = r.get("seed_verdict"), r.get("discovery_verdict")
@@ -82,12 +80,24 @@ def _float(r: Any, key: str) -> float:
         return math.nan
 
 
+def history_effects_line(folds: pd.DataFrame | None, gem: str) -> str:
+    """A gem's effect in each fold ('/') of each history by name (fold_effects.csv), '' with one history."""
+    if folds is None or "history_name" not in folds.columns:
+        return ""
+    rows = folds[folds["gem"] == gem].sort_values(["history", "fold"])
+    per = [f"{name} " + "/".join(format_number(e, "+.3g") if e == e else "tie" if t == 1 else "-"
+                                 for e, t in zip(g["effect"], g["tied_share"]))
+           for name, g in rows.groupby("history_name", sort=False)]
+    folds = sorted(rows["fold"].astype(int).unique())
+    return f"per history{', folds ' + '/'.join(map(str, folds)) if len(folds) > 1 else ''}: {', '.join(per)}" if per else ""
+
+
 def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
-                         redundancy: pd.DataFrame | None = None, *, verbose: bool = True) -> str:
-    """The verdicts for a terminal: an aligned table (each word beside the estimate, interval and
-    Holm p of the test that decided it; the seeds-alone numbers under their own heading), each
-    gem's verdict line and (`verbose`) its reason in short (`short_why`; the whole chain is in
-    verdicts.csv and report.md), the placebo arms and the redundancy findings."""
+                         redundancy: pd.DataFrame | None = None, *, verbose: bool = True,
+                         fold_effects: pd.DataFrame | None = None) -> str:
+    """The verdicts for a terminal: the aligned table (each word beside its deciding test's numbers, the
+    seeds alone apart), each gem's verdict line (with several histories its effect in each: `fold_effects`)
+    and (`verbose`) short reason, the placebo arms and the redundancy findings."""
     header = ["gem", "verdict", "effect", "CI", "Holm p", "decided by", "MDE", "held-out", "family", "seeds", "effect",
               "mean", "CI", "Holm p", "TOST p", "market CI", "excess/loss"]
     rows = [[str(r["gem"]), str(r["verdict"]), format_number(r.get("decided_effect"), "+.3g"),
@@ -102,6 +112,8 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
     lines.append("")
     for _, r in df.iterrows():
         lines.append(verdict_line(r))
+        if history_effects_line(fold_effects, r["gem"]):
+            lines.append(f"    {history_effects_line(fold_effects, r['gem'])}")
         if verbose:
             lines.append(f"    why: {short_why(r)}")
     if placebo is not None and len(placebo):
@@ -155,9 +167,10 @@ def baseline_comparison_md(exp: Any) -> str:
     return intro + markdown_table(table.round(3)) + note
 
 
-FOLD_REPORT_COLUMNS = ("gem", "fold", "start", "end", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs",
+FOLD_REPORT_COLUMNS = ("gem", "history_name", "fold", "start", "end", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs",
                        "tied_share", "pooled_effect", "pooled_ci_low", "pooled_ci_high")
-"""The report's per-fold table (one row per gem and fold); every column is in fold_effects.csv."""
+"""The report's per-fold table (one row per gem and fold, of each price history by its name where
+there are several); every column is in fold_effects.csv."""
 
 
 def _fold_table(folds: pd.DataFrame | None) -> list[str]:
@@ -165,7 +178,8 @@ def _fold_table(folds: pd.DataFrame | None) -> list[str]:
     verdict used (fold_effects.csv)."""
     if folds is None or not len(folds):
         return []
-    return ["", "Per fold (`fold_effects.csv`; `seeds` the informative pairs of `pairs`, the interval at the level the "
+    per = "Per history and fold" if "history_name" in folds.columns else "Per fold"
+    return ["", f"{per} (`fold_effects.csv`; `seeds` the informative pairs of `pairs`, the interval at the level the "
                 "period rule read it; `pooled_*` the verdict's pooled estimate and interval):", "",
             markdown_table(folds, list(FOLD_REPORT_COLUMNS))]
 
@@ -177,8 +191,12 @@ def _periods_section(v: pd.DataFrame, folds: pd.DataFrame | None = None) -> list
     if not len(v) or "folds" not in v.columns:
         return []
     k = int(v["folds"].max()) if v["folds"].notna().any() else 1
+    h = int(v["histories"].max()) if "histories" in v.columns and v["histories"].notna().any() else 1
     lines = ["", "### Over periods and out of sample", ""]
-    lines.append(f"{k} walk-forward validation periods: the pooled test decides (random effects, HKSJ at the Holm "
+    lines.append(f"{h} price histories x {k} fold{'s' if k > 1 else ''}: each history's effect over its folds, then "
+                 "random effects over the histories (HKSJ at the Holm level) decide; `mde_floor` is what no number of "
+                 "seeds beats." if h > 1 else
+                 f"{k} walk-forward validation periods: the pooled test decides (random effects, HKSJ at the Holm "
                  "level; `mde_floor` is what no number of seeds beats)." if k > 1 else
                  "One validation period: every verdict is conditional on it (`data.folds` runs more).")
     lines.append("A `keep wired` / `harmful` stays final only where the untouched test segment agrees (one-sided at "
@@ -187,9 +205,9 @@ def _periods_section(v: pd.DataFrame, folds: pd.DataFrame | None = None) -> list
     cols = ["gem", "verdict", "folds", "fold_effects", "pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_df",
             "tau2", "i2", "mde", "mde_floor", "test_effect", "test_ci_low", "test_ci_high", "held_out"]
     per_period = ("fold_", "pooled", "tau", "i2", "mde")
-    if k > 1:  # the per-fold string of verdicts.csv is the table below
+    if k > 1 or h > 1:  # the per-fold string of verdicts.csv is the table below
         cols.remove("fold_effects")
-    lines += ["", markdown_table(v, cols if k > 1 else [c for c in cols if not c.startswith(per_period)])]
+    lines += ["", markdown_table(v, cols if k > 1 or h > 1 else [c for c in cols if not c.startswith(per_period)])]
     lines += _fold_table(folds)
     skill = v["skill"].dropna().astype(str) if "skill" in v.columns else pd.Series(dtype=str)
     if len(skill) and skill.iloc[0]:
@@ -199,19 +217,16 @@ def _periods_section(v: pd.DataFrame, folds: pd.DataFrame | None = None) -> list
 
 def _window_words(settings: dict[str, Any]) -> str:
     """The verdict metric's epoch window, in words, from the analysis settings."""
-    from tune_gems.analysis.rules.thresholds import Thresholds
+    from tune_gems.analysis.rules.settings import Thresholds
 
     return Thresholds.of_settings(settings).window_text()
 
 
 LEAD_COLUMNS = ("gem", "verdict", "decided_by", "decided_effect", "decided_ci_low", "decided_ci_high",
                 "decided_ci_level", "decided_p_adjusted", "mde", "test_effect", "held_out", "family_size")
-"""The numbers a user decides by, once: the final word, the estimate, interval and Holm p of the
-test that decided it (`decided_by`: the pooled test over periods or histories, the seeds (with
-one history's market noise), the held-out stage; no interval for `insufficient data`), the MDE
-of that rule, the held-out test segment's effect and what the second stage found, and the size of
-the family the word was decided in. verdicts.csv, the terminal table and report.md lead with
-them; the per-seed and per-fold detail follows."""
+"""The numbers a user decides by, which verdicts.csv, the terminal and report.md lead with: the
+word, the estimate, interval and Holm p of the test that decided it, that rule's MDE, the held-out
+effect and finding, the family's size; the per-seed and per-fold detail follows."""
 
 SEEDS_ALONE = {"seed_verdict": "seeds: verdict", "effect": "seeds: effect", "ci_low": "seeds: ci_low",
                "ci_high": "seeds: ci_high", "p_adjusted": "seeds: Holm p"}

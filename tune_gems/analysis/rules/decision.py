@@ -10,14 +10,14 @@ every caller calls `decide`.
 The stages, in the order they run (each a function of its own module, each only ever making a
 word more cautious except where the deciding test changes):
 
-1. **the seed rule** on each contrast's informative pairs (`ties.informative_rank_test`: ties carry
-   no weight), Holm over the family (`seed.decide_family`: keep / harmful / delete / equivalent /
+1. **the seed rule** on each contrast's informative pairs (`periods.informative_rank_test`: ties carry
+   no weight), Holm over the family (`decision.decide_family`: keep / harmful / delete / equivalent /
    inconclusive, `insufficient data` on too few informative pairs, what a design lacks); the seed
    interval at each contrast's Holm level;
 2. **one period on one price history** (K = 1, a market-noise interval `market` gives): the market
    gate, then the one-period gate on the seed and market-noise intervals combined (`gates`);
 3. **several periods or price histories** (the family's fold data `periods`, or `histories`): the
-   pooled test decides (`period_family.decide_fold_data`, over histories the nested rule
+   pooled test decides (`periods.decide_fold_data`, over histories the nested rule
    `histories.decide_histories`), where its interval can be estimated (`MIN_POOLED_DF`; else
    `insufficient data`, no interval);
 4. `equivalent` / `delete` stand on a finite interval inside +-rope (the TOST's at its Holm
@@ -30,6 +30,97 @@ word more cautious except where the deciding test changes):
 
 Vectorised over a leading axis of datasets: the verdicts call it on one family (S = 1), the
 calibrations on thousands of simulated ones.
+
+The seed rule: from one family of gems' signed-rank tests to each gem's verdict.
+
+Per gem with a wiring comparison, Holm over the gems of the family (`inference.holm`):
+
+- `keep wired`: Holm-adjusted p <= alpha and effect > 0; `harmful`: the same with effect < 0;
+- `delete`: otherwise, the wiring effect equivalent to zero (Holm-adjusted TOST p <= alpha)
+  **and** the measured magnitude at its null (Holm-adjusted magnitude TOST p <= alpha) or a
+  model feature removing it (`redundant`): both halves, since a magnitude at its null says
+  nothing about what wiring does;
+- `equivalent`: the wiring TOST alone; `inconclusive`: none of these;
+- without a wiring test (given which members exist): `insufficient: confounded` (wired and
+  measured members exist but never differ in this gem alone), `insufficient data` (only one
+  side), `no data` (neither);
+- `insufficient data` too when its informative pairs (ties dropped, `rules.periods`) are too few
+  for any of its tests to reach alpha even with every sign equal (`periods.cannot_decide`): never
+  `equivalent` or `delete` on ties.
+
+With `one_sided` (the opt-in one-sided keep test) `p` is the one-sided p of effect > 0 and no
+`harmful` is claimed.
+
+A null arm (placebo, A/A) is the same rule on a family of one (Holm of one p is that p).
+Whether a model feature removes a gem (`redundancy_finding`) is decided here too: it is the
+second half of `delete`.
+
+The gates of one validation period: what a seed verdict must also pass on one price history.
+
+On one history every seed sees the same market, so the seed interval says how a difference
+varies over seeds, not how much of it is the history's luck (docs/analysis.md "Market noise").
+Two gates follow the seed rule when the market-noise interval of the same difference exists:
+
+- **the market gate** (`market_gate`): a `keep wired` / `harmful` whose market-noise interval
+  includes 0 or lies on the other side (`contradicts`) reads `inconclusive`;
+- **the one-period gate** (`one_period_gate`): the seed interval and the market-noise interval
+  are two variances of one difference, so a `keep wired` / `harmful` / `equivalent` must also
+  hold for the combined interval (`combined_bounds`); requiring each interval alone to exclude
+  0 is up to ~3x too liberal when the two are of similar size. A `delete` rests on the same
+  equivalence, so it is gated like `equivalent`.
+
+Both only make a verdict more cautious. Arrays in (any common shape), verdict words out; the
+verdicts (`verdicts.py`, `walk_forward.py`) call them on one experiment's gems, the period
+calibration (`walk_forward_calibration.py`) on thousands of simulated families.
+
+The test segment as a pre-registered second stage, valid on its own.
+
+Why. A check printed beside a verdict changes no word, and a criterion on the test segment's seed
+interval alone leaves out what separates one period from another. So the test segment is the
+confirmation, decided before it is looked at (docs/analysis.md "The held-out confirmation"):
+
+- only a discovery `keep wired` or `harmful` is confirmed; the test segment chooses nothing else;
+- its effect (the same pairs) is compared with 0 one-sided in the discovery's direction at
+  **alpha / m** (`confirmation_level`): on its own a Bonferroni test of the m contrasts on data the
+  discovery did not see, so the two-stage family-wise rate stays below alpha even where the
+  discovery's does not, **provided the stage is calibrated alone**: its standard error carries
+  everything that moves the test effect under the null (`held_out_stage`), on Welch-Satterthwaite
+  degrees of freedom:
+  - **several histories** (`history_test`): the mean of the histories' test effects, se^2 = their
+    sample variance / H (their spread on the test itself, H - 1 df, never truncated at 0) + the
+    seeds' part common to every history + on one calendar the calendar part (the test segment is
+    one period of every history: the spread of the shared validation periods' means, `rules.histories`'s
+    `means_var`, never truncated; the ANOVA's truncated estimate read 1.5x the level at 6-8
+    histories); fewer than `defaults.MIN_SHARED_PERIODS` shared periods confirm nothing;
+  - **one history over folds**: the seeds' variance + the pooled rule's tau^2 on DerSimonian-Laird's
+    own df (Q's x (tau^2 / (tau^2 + v))^2), at least `defaults.HELD_OUT_PERIOD_FLOOR` x a fold's seed
+    variance v (where DL reads 0, K periods cannot tell a small spread from none: without both the
+    stage alone read up to 2.4x its level);
+  - **one period on one history**: the market-noise variance (per-seed synthetic paths hold it in
+    the seeds' variance); without one, no confirmation is possible;
+- a discovery whose test effect does not agree, or has none, reads `not confirmed on held-out
+  data` (`settings.NOT_CONFIRMED`), both intervals kept for the reason line.
+
+`seed_level_effect`: each seed's test differences averaged over the folds (the seed is the unit),
+then the Hodges-Lehmann effect and its squared standard error from the signed-rank interval
+(`periods.fold_estimates`' estimator). Arrays in, words out: `decision.decide` calls
+`held_out_stage`; `decision_calibration` calls it too, and `held_out_alone` on every contrast.
+
+The confirmation's last gate on one price history: a verdict must survive the search's selection.
+
+Why. A search keeps, per gem, the best of the T trials that wired it. On one
+price history (a real file, or synthetic `paths: shared`) the confirmation can only refresh the
+seeds: each configuration's luck on that history (the market noise of its validation period,
+or of each walk-forward period) is the same in the confirmation as in the discovery, and the
+chosen configuration is the one whose luck was best. Simulated through the project's functions
+(`analysis/one_history_calibration.one_history_search_rates`), a confirmation on fresh seeds alone reads a
+false keep / harmful in 24-98% of null searches, and 6-10% even with the one-period gate at the
+verdict's level. So on one history the final verdict is decisive only where the history's part
+of the interval is taken at the selection-adjusted level (the verdict's level / T, Bonferroni
+over the configurations the search chose among: `selection_adjusted_bounds`, and over periods
+`pooled_adjusted_bounds`) and
+the interval still excludes 0 on the verdict's side; without that interval (no market-noise
+interval at K = 1) neither a decisive verdict nor `equivalent` stands.
 """
 
 from __future__ import annotations
@@ -41,18 +132,17 @@ import numpy as np
 from scipy import stats as sps
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.rules.gates import market_gate, one_period_gate
-from tune_gems.analysis.rules.held_out_rule import HeldOutDecision, TestSegment, confirmation_level, held_out_stage
-from tune_gems.analysis.rules.histories import HistoryData, HistoryPooled, decide_histories
-from tune_gems.analysis.rules.period_family import FoldData, decide_fold_data
-from tune_gems.analysis.rules.periods import PeriodDecision
-from tune_gems.analysis.rules.pooling import pooled_bounds
-from tune_gems.analysis.rules.seed import decide_family
-from tune_gems.analysis.rules.selection import final_on_one_history, pooled_adjusted_bounds, selection_adjusted_bounds
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import informative_rank_test
-from tune_gems.analysis.rules.words import DELETE, EQUIVALENT, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT
-from tune_gems.stats.inference import holm_levels
+from tune_gems.analysis.rules.histories import CalendarPart, HistoryData, HistoryPooled, decide_histories
+from tune_gems.analysis.rules.periods import (
+    FOLD_VAR_DF, FoldData, PeriodDecision, cannot_decide, decide_fold_data, fold_estimates, informative_rank_test,
+    pooled_bounds, sample_variance, satterthwaite, seed_anova,
+)
+from tune_gems.analysis.rules.settings import (
+    CONFOUNDED, DECISIVE, DELETE, EQUIVALENT, HARMFUL, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP, NO_DATA,
+    NOT_CONFIRMED, NOT_TESTED, Thresholds,
+)
+from tune_gems.stats.inference import holm, holm_levels, smallest_p
+
 
 MarketLookup = Callable[[np.ndarray], tuple]
 """Per-side tails [S, E] (each contrast's seed-interval tail: its Holm level over the sides) ->
@@ -75,7 +165,7 @@ class Evidence:
     non-finite unit difference); `market` the market-noise intervals (K = 1, one price history);
     `periods` the family's fold data (K >= 2 on one history), `histories` its data over several
     price histories (the nested rule), `fold_corr` the overlap of one history's folds that share
-    training rows (`rules.overlap`: a number or a [K, K] matrix; 0: none; over several histories
+    training rows (`rules.periods`: a number or a [K, K] matrix; 0: none; over several histories
     their spread measures it); `test` the held-out
     test segment's effects (the second stage: a discovery keep / harmful is final only where they
     agree; None: no second stage); `selection` [E] or [S, E] how many configurations a search
@@ -201,7 +291,7 @@ def _seed_stage(ev: Evidence, th: Thresholds, s: int, e: int):
     est, p, pt, tied = (_nan((s, e)) for _ in range(4))
     n_inf = np.zeros((s, e), int)
     p_key = "p_greater" if th.one_sided_keep else "p"
-    for j, d in enumerate(ev.diffs):  # ties carry no weight (`rules.ties`)
+    for j, d in enumerate(ev.diffs):  # ties carry no weight (`rules.periods`)
         if d.shape[1]:
             with np.errstate(over="ignore", invalid="ignore"):
                 r = informative_rank_test(d, rope=th.rope, tail=th.alpha / 2)
@@ -220,7 +310,7 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
     """The rule on one family of contrasts (module docstring) at the analysis's settings `th`
     (alpha, rope, the one-sided keep test, min_periods, share_tau); `isolate_flagged`,
     `isolate_level`: a contrast flagged as heterogeneous leaves the family's shared tau^2
-    (`pooling.pool_family`)."""
+    (`periods.pool_family`)."""
     s = max(d.shape[0] for d in ev.diffs)
     e = len(ev.diffs)
     sides = 1 if th.one_sided_keep else 2
@@ -310,3 +400,320 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
                     equivalence_high=eq_hi, equivalence_level=eq_level, market_table=market_table,
                     pooled=pooled, period=period, histories=hp, held_out=held, final_low=f_lo, final_high=f_hi,
                     final_available=f_ok)
+
+
+REMOVES, REDUCES, DOES_NOT_REMOVE, NO_DESIGN = "removes", "reduces", "does not remove", "no design"
+"""The redundancy table's findings: `removes` is the half of `delete` a model feature gives."""
+
+
+@dataclass(frozen=True)
+class FamilyDecision:
+    """The seed rule on families of gems (arrays of the inputs' shape, the gems on the last axis)."""
+
+    verdict: np.ndarray
+    p_adjusted: np.ndarray
+    tost_p_adjusted: np.ndarray
+    magnitude_p_adjusted: np.ndarray
+    magnitude_at_null: np.ndarray
+    too_few_informative: np.ndarray
+
+
+def decide_family(p, estimate, p_tost, *, alpha: float, p_magnitude=None, redundant=None, wired=None,
+                  measured=None, informative=None, one_sided: bool = False, paired=None) -> FamilyDecision:
+    """The seed rule (module docstring) per gem of each family: `p` the two-sided p of the wiring
+    effect (NaN: no wiring test, left out of the family), `estimate` its sign's source, `p_tost`
+    its TOST p for +-ROPE, `p_magnitude` the TOST p of the measured magnitude against its null
+    (NaN / None: not tested), `redundant` whether the redundancy factorial removes the gem.
+    Each p is Holm-adjusted over the gems of its family (the last axis). A gem without a wiring
+    test reads NOT_TESTED, or, given the counts of its `wired` and `measured` members, what it
+    lacks (`design_verdict`). `informative` the informative pairs of each tested gem (None: all
+    enough); `one_sided`: `p` is one-sided (effect > 0) and `harmful` is not claimed. `paired` the
+    pairs each gem has (None: not given): a gem with pairs but no test (every pair ties: no
+    informative pair, so no p) reads `insufficient data`, never what a design lacks."""
+    p = np.asarray(p, float)
+    estimate = np.broadcast_to(np.asarray(estimate, float), p.shape)
+    p_adj, pt_adj = holm(p), holm(np.broadcast_to(np.asarray(p_tost, float), p.shape))
+    pe_adj = holm(np.broadcast_to(np.nan if p_magnitude is None else np.asarray(p_magnitude, float), p.shape))
+    red = np.broadcast_to(False if redundant is None else np.asarray(redundant, bool), p.shape)
+    tested = np.isfinite(p_adj)
+    significant = tested & (p_adj <= alpha)
+    equivalent = tested & np.isfinite(pt_adj) & (pt_adj <= alpha)
+    at_null = np.isfinite(pe_adj) & (pe_adj <= alpha)
+    few = (np.zeros(p.shape, bool) if informative is None else
+           tested & cannot_decide(np.broadcast_to(np.asarray(informative), p.shape), 2 * alpha))
+    verdict = np.select(
+        [~tested, few, significant & (estimate > 0), significant & (estimate < 0) & (not one_sided),
+         equivalent & (at_null | red), equivalent],
+        [NOT_TESTED, INSUFFICIENT, KEEP, HARMFUL, DELETE, EQUIVALENT], INCONCLUSIVE)
+    if wired is not None and measured is not None:
+        verdict = np.where(tested, verdict, design_verdict(wired, measured))
+    if paired is not None:  # pairs, every one a tie: too few informative pairs (none)
+        few = few | (~tested & (np.broadcast_to(np.asarray(paired), p.shape) > 0))
+        verdict = np.where(~tested & few, INSUFFICIENT, verdict)
+    return FamilyDecision(verdict, p_adj, pt_adj, pe_adj, at_null, few)
+
+
+def design_verdict(wired, measured) -> np.ndarray:
+    """The verdict of a gem without a wiring test, from how many members were wired and measured:
+    both but never differing in the gem alone: confounded; one side only: insufficient data."""
+    wired, measured = np.asarray(wired) > 0, np.asarray(measured) > 0
+    return np.select([wired & measured, wired, measured], [CONFOUNDED, INSUFFICIENT, INSUFFICIENT], NO_DATA)
+
+
+def cannot_reach(n_seeds: int, level: float) -> bool:
+    """Whether n seeds cannot reach p <= `level` at all (even with every sign equal): no effect
+    of any size can be decided with them."""
+    return smallest_p(int(n_seeds)) > level
+
+
+def redundancy_finding(p_adjusted, change, on_tost_p_adjusted, *, alpha: float) -> np.ndarray:
+    """Per (gem, feature): `removes` when switching the feature on lowers the gem's excess
+    significantly (Holm p <= alpha, change < 0) and the excess with it on is at its null (its
+    Holm-adjusted TOST p <= alpha); `reduces` when it lowers it but not to the null; `does not
+    remove` otherwise."""
+    p_adjusted, change = np.asarray(p_adjusted, float), np.asarray(change, float)
+    on = np.asarray(on_tost_p_adjusted, float)
+    lowers = (p_adjusted <= alpha) & (change < 0)
+    at_null = np.isfinite(on) & (on <= alpha)
+    return np.select([lowers & at_null, lowers], [REMOVES, REDUCES], DOES_NOT_REMOVE)
+
+
+def contradicts(effect, low, high) -> np.ndarray:
+    """The market-noise interval [low, high] does not confirm a seed verdict with this signed
+    effect: it includes 0, or lies on the other side of 0."""
+    effect, low, high = (np.asarray(x, float) for x in (effect, low, high))
+    return ~(((effect > 0) & (low > 0)) | ((effect < 0) & (high < 0)))
+
+
+def market_gate(verdict, effect, market_low, market_high, applies) -> np.ndarray:
+    """The verdict words after the market gate: a decisive verdict whose market-noise interval
+    contradicts it (where the gate `applies`: an interval exists and no member diverged, since
+    divergence is not market noise) becomes `inconclusive`."""
+    verdict = np.asarray(verdict)
+    gated = np.isin(verdict, DECISIVE) & np.asarray(applies, bool) & contradicts(effect, market_low, market_high)
+    return np.where(gated, INCONCLUSIVE, verdict)
+
+
+def combined_bounds(effect, seed_low, seed_high, market_low, market_high) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) of one difference's interval with both the seeds' and the history's variance:
+    each side's distance from the effect is sqrt(seed side^2 + market half-width^2) (two
+    intervals at one level, nearly normal; the seed side is the rank interval's own, so a side
+    that divergence makes infinite stays infinite)."""
+    h_m = (market_high - market_low) / 2
+    return effect - np.hypot(effect - seed_low, h_m), effect + np.hypot(seed_high - effect, h_m)
+
+
+@dataclass(frozen=True)
+class OnePeriodDecision:
+    """The one-period gate on arrays of verdicts: the words after it, the combined interval, and
+    where the gate applied (NaN bounds elsewhere)."""
+
+    verdict: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    applied: np.ndarray
+
+
+def one_period_gate(verdict, effect, seed_low, seed_high, market_low, market_high, *, rope,
+                    applies) -> OnePeriodDecision:
+    """The one-period gate where it `applies` (a market-noise interval exists) and the effect is
+    finite: a decisive verdict whose combined interval (`combined_bounds`) includes 0, or an
+    `equivalent` / `delete` whose combined interval is not inside +-rope, becomes `inconclusive`."""
+    verdict = np.asarray(verdict)
+    effect = np.asarray(effect, float)
+    on = np.asarray(applies, bool) & np.isfinite(effect)
+    with np.errstate(invalid="ignore"):
+        lo, hi = combined_bounds(effect, np.asarray(seed_low, float), np.asarray(seed_high, float),
+                                 np.asarray(market_low, float), np.asarray(market_high, float))
+        excludes_zero = (lo > 0) | (hi < 0)
+        inside_rope = (-rope < lo) & (hi < rope)
+    gated = on & ((np.isin(verdict, DECISIVE) & ~excludes_zero) | (np.isin(verdict, (EQUIVALENT, DELETE)) & ~inside_rope))
+    return OnePeriodDecision(np.where(gated, INCONCLUSIVE, verdict), np.where(on, lo, np.nan), np.where(on, hi, np.nan), on)
+
+
+@dataclass(frozen=True)
+class TestSegment:
+    """The held-out test segment's effect of each contrast, [S, E]: `effect`, its seeds' squared
+    standard error `var` and that variance's degrees of freedom `df` (`seed_level_effect`; NaN
+    effect: no test pairs); `spread_in_seeds` [S, E] (or one bool) where the seeds' variance already
+    holds the test period's luck (per-seed synthetic paths: each seed its own market), so at one
+    period no market-noise part is added; over several price histories `by_history` [S, E, H, n]
+    each seed's test differences averaged over its folds in each history (seeds aligned across the
+    histories; NaN: no pair), from which `history_test` reads the spread between histories (None:
+    one history)."""
+
+    effect: np.ndarray
+    var: np.ndarray
+    df: np.ndarray
+    spread_in_seeds: np.ndarray | bool = False
+    by_history: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class HeldOutDecision:
+    """The second stage on arrays of discovery words (any common shape): `verdict` the final
+    words; per contrast the confirmation's `level`, `se`, `df`, one-sided `p` in the discovery's
+    direction and the test interval [`low`, `high`] at that level (two-sided at 2 x level, so its
+    bound on the discovery's side is the one-sided test's), where it was `applied` (a discovery
+    keep / harmful) and where it `confirmed`."""
+
+    verdict: np.ndarray
+    level: np.ndarray
+    se: np.ndarray
+    df: np.ndarray
+    p: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    applied: np.ndarray
+    confirmed: np.ndarray
+
+
+def confirmation_level(alpha: float, m) -> np.ndarray:
+    """The confirmation's one-sided level: alpha / m, the family's Bonferroni level (module
+    docstring); `m` the contrasts the family's discovery tested."""
+    return np.asarray(alpha, float) / np.maximum(np.asarray(m, float), 1.0)
+
+
+def confirm_on_held_out(verdict, test_effect, test_var, period_var, level, *, test_df=np.inf,
+                        period_df=np.inf) -> HeldOutDecision:
+    """The second stage (module docstring) per contrast: `verdict` the discovery's words,
+    `test_effect` and `test_var` the test segment's effect and its seeds' squared standard error
+    (`seed_level_effect`; NaN: no test pairs), `period_var` the periods' spread tau^2 (one fold:
+    the market-noise variance; NaN: none, no confirmation possible), `level` the one-sided
+    level (`confirmation_level`), `test_df` and `period_df` the parts' degrees of freedom."""
+    verdict = np.asarray(verdict, dtype=object)
+    effect, tv, pv = (np.asarray(x, float) for x in (test_effect, test_var, period_var))
+    level = np.broadcast_to(np.asarray(level, float), verdict.shape)
+    sign = np.where(verdict == KEEP, 1.0, np.where(verdict == HARMFUL, -1.0, 0.0))
+    applied = sign != 0
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        pv0 = np.where(np.isfinite(pv), np.maximum(pv, 0.0), np.nan)
+        se = np.sqrt(tv + pv0)
+        df = np.broadcast_to(satterthwaite([tv, pv0], [np.asarray(test_df, float), np.asarray(period_df, float)]),
+                             verdict.shape)
+        dist = sps.t(np.where(np.isfinite(df), df, 1e12))
+        p = dist.sf(sign * effect / se)  # a diverged side (+-inf) reads 0 or 1; no pairs (NaN) no p
+        half = dist.ppf(1 - level) * se
+        low, high = effect - half, effect + half  # a diverged side (+-inf) with an infinite half: no bound
+    known = applied & np.isfinite(p)
+    confirmed = known & (p <= level)
+    final = np.where(applied & ~confirmed, NOT_CONFIRMED, verdict)
+    return HeldOutDecision(final, level, se, df, np.where(applied, p, np.nan), np.where(applied, low, np.nan),
+                           np.where(applied, high, np.nan), applied, confirmed)
+
+
+def history_test(by_history) -> dict[str, np.ndarray]:
+    """The test segment over H >= 2 histories ([S, E, H, n] per-seed test differences, each seed's
+    averaged over a history's folds; NaN: no pair): `theta` the mean of the histories' test effects
+    (Hodges-Lehmann of each history's seeds), `var` their sample variance / H plus the seeds' part
+    common to every history (`periods.seed_anova` over seeds x histories), `df` Welch-Satterthwaite's
+    of the two (H - 1 and the ANOVA's). NaN with fewer than two histories with an effect."""
+    d = np.asarray(by_history, float)
+    s, e, h, n = d.shape
+    th = fold_estimates(d.reshape(s * e * h, n))["theta"].reshape(s, e, h)
+    ok = np.isfinite(th)
+    k = ok.sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(ok, th, 0.0).sum(-1) / k
+        spread = np.where(ok, (th - mean[..., None]) ** 2, 0.0).sum(-1) / (k - 1) / k
+        anova = [seed_anova(d[:, j]) for j in range(e)]
+        common = np.stack([np.where(a["seeds"] >= 2, np.nan_to_num(a["sigma_c2"]) / np.maximum(a["seeds"], 1), 0.0)
+                           for a in anova], 1)
+        common_df = np.stack([a["df"] for a in anova], 1)
+        df = satterthwaite([spread, common], [k - 1.0, common_df])
+    few = k < 2
+    return dict(theta=np.where(few, np.nan, mean), var=np.where(few, np.nan, spread + common),
+                df=np.where(few, np.nan, df))
+
+
+def held_out_stage(verdict, test: TestSegment, level, *, calendar: CalendarPart | None = None, pooled=None,
+                   fold_var=None, fold_n=None, fold_theta=None, market_var=None) -> HeldOutDecision:
+    """The second stage as the composed rule applies it (module docstring) on the discovery's words
+    `verdict` [S, E] at the one-sided `level`: over several histories (`calendar`, the nested rule's
+    calendar part, and `test.by_history`) `history_test` with the calendar part where the histories
+    share periods; on one history over folds (`pooled`, `pool_family`'s dict) the seeds' variance
+    plus tau^2 at least `defaults.HELD_OUT_PERIOD_FLOOR` x `fold_var` (the folds' seed variances,
+    [S, E, K], the part that varies between them; `fold_n` their informative pairs), or where the rule
+    pooled with equal weights (no tau^2) the fold effects' own spread (`fold_theta`); at one period
+    the market-noise variance `market_var`."""
+    verdict = np.asarray(verdict, dtype=object)
+    shape = verdict.shape
+    effect, var, df = test.effect, test.var, test.df
+    if calendar is not None and test.by_history is not None:  # several histories: their spread on the test
+        r = history_test(test.by_history)
+        effect, var, df = r["theta"], r["var"], r["df"]
+        # one calendar: the test segment is one period of every history; its calendar part is read off
+        # the spread of the shared periods' means (never truncated), on at least MIN_SHARED_PERIODS
+        bounded = calendar.periods >= defaults.MIN_SHARED_PERIODS
+        period_var = np.where(calendar.shared, np.where(bounded, calendar.means_var, np.nan), 0.0)
+        period_df = np.where(calendar.shared, calendar.means_df, np.inf)
+    elif pooled is not None:  # one history over folds: the periods' spread, floored
+        period_var, period_df = pooled["tau2"], pooled["df"]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if fold_var is not None:
+                v = np.asarray(fold_var, float)
+                fin = np.isfinite(v)
+                v_bar = np.where(fin, v, 0.0).sum(-1) / np.maximum(fin.sum(-1), 1)
+                # DerSimonian-Laird's tau^2 is read off Q, whose spread is that of tau^2 + a fold's
+                # variance: its df as a variance estimate are Q's x (tau^2 / (tau^2 + v))^2; the floor
+                # is a share of the folds' seed variances, known as well as they are
+                floor = defaults.HELD_OUT_PERIOD_FLOOR * v_bar
+                period_df = np.where(period_var > floor, period_df * (period_var / (period_var + v_bar)) ** 2,
+                                     np.inf if fold_n is None else
+                                     FOLD_VAR_DF * np.where(fin, np.asarray(fold_n, float) - 1, 0).sum(-1))
+                period_var = np.fmax(period_var, floor)
+            if fold_theta is not None:  # pooled with equal weights (a fold's variance unknown): no tau^2
+                th = np.asarray(fold_theta, float)  # the fold effects' sample variance, seed noise included
+                period_var = np.where(np.isfinite(pooled["tau2"]), period_var, sample_variance(th, np.isfinite(th)))
+    else:  # one period: the history's luck, the market-noise variance (none: nothing is confirmed)
+        period_var = np.where(np.broadcast_to(np.asarray(test.spread_in_seeds, bool), shape), 0.0,
+                              np.broadcast_to(np.asarray(market_var, float), shape))
+        period_df = np.inf
+    return confirm_on_held_out(verdict, effect, var, period_var, level, test_df=df, period_df=period_df)
+
+
+def held_out_alone(test: TestSegment, level, **stage) -> np.ndarray:
+    """[S, E] where `held_out_stage` (with the same evidence, `stage`) confirms each contrast as if
+    every one were a discovery `keep wired`: the stage's own false rate under the null, which must
+    stay at most `level` whatever the discovery did (the calibration's "held-out alone")."""
+    shape = np.shape(test.effect)
+    return held_out_stage(np.full(shape, KEEP, dtype=object), test, level, **stage).confirmed
+
+
+def final_on_one_history(verdict, low, high, available) -> np.ndarray:
+    """The final verdict words of a confirmation on one price history: `verdict` the confirmation's
+    own (after the gates of its verdicts); `low`, `high` its selection-adjusted interval;
+    `available` where that interval exists. A `keep wired` needs low > 0, a `harmful` high < 0,
+    either and an `equivalent` the interval to exist; everything else becomes `inconclusive`."""
+    verdict = np.asarray(verdict, dtype=object)
+    low, high = np.asarray(low, float), np.asarray(high, float)
+    available = np.asarray(available, bool)
+    with np.errstate(invalid="ignore"):
+        holds = np.where(verdict == KEEP, low > 0, np.where(verdict == HARMFUL, high < 0, True))
+    decisive = np.isin(verdict, DECISIVE)
+    fails = (decisive & ~(available & holds)) | ((verdict == EQUIVALENT) & ~available)
+    return np.where(fails, INCONCLUSIVE, verdict)
+
+
+def selection_adjusted_bounds(effect, seed_low, seed_high, market_low, market_high, market_level, candidates):
+    """(low, high) of a K = 1 confirmation on one history with the market-noise part taken at the
+    selection-adjusted level (market_level / candidates, a normal reading of the interval's
+    half-width), combined with the seed interval as the one-period gate combines them
+    (`decision.combined_bounds`)."""
+    market_level = np.asarray(market_level, float)
+    t = np.maximum(np.asarray(candidates, float), 1.0)
+    with np.errstate(invalid="ignore"):
+        scale = sps.norm.ppf(1 - market_level / (2 * t)) / sps.norm.ppf(1 - market_level / 2)
+        h = (np.asarray(market_high, float) - np.asarray(market_low, float)) / 2 * scale
+    return combined_bounds(np.asarray(effect, float), np.asarray(seed_low, float), np.asarray(seed_high, float), -h, h)
+
+
+def pooled_adjusted_bounds(mu, low, high, level, df, candidates):
+    """(low, high) of the pooled interval over periods at the selection-adjusted level (level /
+    candidates): the interval's standard error read off its half-width at `level` with `df`
+    degrees of freedom, widened as `periods.pooled_bounds` widens it (t with `df`)."""
+    level = np.asarray(level, float)
+    t = np.maximum(np.asarray(candidates, float), 1.0)
+    with np.errstate(invalid="ignore"):
+        se = (np.asarray(high, float) - np.asarray(low, float)) / (2 * sps.t.ppf(1 - level / 2, df))
+    return pooled_bounds(np.asarray(mu, float), se, np.zeros_like(se), df, level / (2 * t))

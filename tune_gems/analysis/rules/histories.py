@@ -7,13 +7,13 @@ what they share (its regime, the training rows its folds overlap on) is in none 
 So the rule pools in two stages and reads the spread between histories:
 
 1. **each history's effect** is the seed-level effect of its seeds' differences averaged over its
-   folds (`held_out_rule.seed_level_effect`: Hodges-Lehmann over the informative seeds, its squared
+   folds (`periods.seed_level_effect`: Hodges-Lehmann over the informative seeds, its squared
    standard error pi / 3 x their sample variance / n, n - 1 df): one period per history is a history's
    effect like any other, and the efficient design (many histories, one fold each) is decided. Its
    variance holds only the seeds' noise: everything a history's folds share (its period luck, the
    training rows of overlapping folds) varies between histories and is read in stage 2, so no
    correction by an assumed correlation (Nadeau-Bengio) enters here;
-2. **the histories' effects over the histories**, `pooling.pool_family` with the histories as its
+2. **the histories' effects over the histories**, `periods.pool_family` with the histories as its
    periods (DerSimonian-Laird tau_H^2, the HKSJ scale with the histories' degrees of freedom, H - 1
    or m (H - 1) shared across the family where the contrasts agree, never narrower than
    DerSimonian-Laird), then the period rule with Holm over the family (`periods.decide_periods`: a
@@ -22,8 +22,8 @@ So the rule pools in two stages and reads the spread between histories:
    degrees of freedom:
    - the seeds' part common to every history (seed index s starts from the same weights in every
      history and fold: the seeds x histories ANOVA of the seed-level differences,
-     `pooling.seed_anova`), split off each history's variance as `pool_family` does for folds;
-   - **the calendar part** (`rules.calendar`): histories that validate on the same dates share each
+     `periods.seed_anova`), split off each history's variance as `pool_family` does for folds;
+   - **the calendar part** (`rules.histories`): histories that validate on the same dates share each
      period's luck, which is estimated from the cells (histories x shared periods, both random)
      and carried into the variance of the mean with the degrees of freedom it has. Histories on
      their own calendars pool as independent.
@@ -38,6 +38,21 @@ as `FOLD_VAR_DF` (n - 1) of n pairs, so a history's stage-1 df are passed as n =
 
 The power statement is `power.history_mde` (its components: `history_components`). Arrays in, words
 out: the calibration (`decision_calibration`) runs these on thousands of simulated families.
+
+The calendar part of histories that share validation periods: history x period, both random.
+
+Why. Histories cut from one file's columns validate on the same dates, and a contrast's effect in a
+period is partly the period's (a regime every market lives through) and partly the history's own.
+The spread between histories, which the nested rule reads, cannot show a part common to all of
+them: leaving it out read 0.11-0.38 family-wise at 6-8 histories (docs/analysis.md "Histories on
+one calendar"). So the effect in (history h, period p) is mu + a_h + c_p + e_hp; var(c_p) is the
+two-way ANOVA's (MS_periods - MS_residual) / H over the shared periods, at least 0, on its
+Satterthwaite df (at most K - 1), and the mean over histories carries var(c_p) sum_p B_p^2 (1 / K
+on one calendar). Histories on their own calendars share nothing and pool as independent; one
+shared period cannot separate the calendar part at all.
+
+`calendar` [H, K] int: the period fold k of history h validates on (-1: no such fold); equal ids in
+two histories are one period (`one_calendar`, `own_calendars`).
 """
 
 from __future__ import annotations
@@ -47,13 +62,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.rules.calendar import CalendarPart, calendar_part, one_calendar
-from tune_gems.analysis.rules.held_out_rule import seed_level_effect
-from tune_gems.analysis.rules.period_family import FoldData, fold_components, fold_data, pool_fold_data, sample_variance
-from tune_gems.analysis.rules.periods import PeriodDecision, decide_periods
-from tune_gems.analysis.rules.pooling import FOLD_VAR_DF, pool_family, seed_anova
-from tune_gems.analysis.rules.variance_parts import RANK_EFFICIENCY, HistoryComponents
-from tune_gems.analysis.rules.ties import is_tie
+from tune_gems.analysis.rules.periods import (
+    FOLD_VAR_DF, RANK_EFFICIENCY, FoldData, PeriodDecision, decide_periods, fold_components, fold_data, is_tie,
+    pool_family, pool_fold_data, sample_variance, seed_anova, seed_level_effect,
+)
 
 
 @dataclass(frozen=True)
@@ -64,7 +76,7 @@ class HistoryData:
     that variance's `df`, its two-sided signed-rank `p` and informative seeds `n`; per contrast
     [S, m] the seeds' part common to every history `seed_var` (sigma_c^2 / n), its degrees of
     freedom `seed_df` and its share of one seed's variance `seed_share`; `calendar` [H, K] the
-    calendar period of each history's folds (`rules.calendar`)."""
+    calendar period of each history's folds (`rules.histories`)."""
 
     folds: tuple[FoldData, ...]
     effect: np.ndarray
@@ -99,7 +111,7 @@ class HistoryPooled:
 def history_data(d, calendar=None) -> HistoryData:
     """The data of per-seed differences d [S, m, H, K, n] whose seeds are aligned across every
     history and fold (NaN: no pair; a history with fewer folds pads with NaN), on `calendar` [H, K]
-    (default `calendar.one_calendar`: fold k of every history validates on the same dates, as the
+    (default `histories.one_calendar`: fold k of every history validates on the same dates, as the
     columns of one file do)."""
     d = np.asarray(d, float)
     s, m, h, k, n = d.shape
@@ -168,12 +180,33 @@ def decide_histories(hd: HistoryData, *, alpha: float, rope: float, tested=None,
     return replace(hp, too_few_histories=tested & few_h, too_few_periods=tested & few_p), rule
 
 
+@dataclass(frozen=True)
+class HistoryComponents:
+    """The variance parts of the nested rule's pooled effect over H histories of K folds
+    (`decide_histories`), per-seed-difference units^2: `history` tau_H^2 (the lasting spread between
+    histories), `period` a history's own spread between its folds, `within` one seed's variance
+    inside a fold, `seed` its part common to every history and fold (seed-paired), `calendar` the
+    spread of the calendar periods the histories share (`calendar_part`; 0 on their own calendars,
+    where each history's calendar luck is in `period`), `shared` whether they share one calendar;
+    the pooled mean's variance is
+
+        tau_H^2 / H + (tau^2 + (within - seed) / n) / (K H) + calendar / K + seed / n
+    """
+
+    history: float
+    period: float
+    within: float
+    seed: float = 0.0
+    calendar: float = 0.0
+    shared: bool | np.ndarray = False
+
+
 def history_components(hd: HistoryData, hp: HistoryPooled) -> HistoryComponents:
-    """The variance parts of the nested rule's pooled effect ([S, m] each; `variance_parts.HistoryComponents`):
+    """The variance parts of the nested rule's pooled effect ([S, m] each; `HistoryComponents`):
     `within` one seed's variance inside a fold and `period` the spread of a history's folds that is
-    its own (each history's folds pooled, `period_family.pool_fold_data`, their mean over the
+    its own (each history's folds pooled, `periods.pool_fold_data`, their mean over the
     histories, the calendar part taken out where histories share it), `calendar` the calendar part
-    (`rules.calendar`; 0 where nothing is shared; `shared` where it is), `history` the spread between
+    (`rules.histories`; 0 where nothing is shared; `shared` where it is), `history` the spread between
     histories less what their own periods give it (stage 2's tau_H^2 - period / K), `seed` the share
     common to every history and fold x within."""
     comps = []
@@ -190,3 +223,119 @@ def history_components(hd: HistoryData, hp: HistoryPooled) -> HistoryComponents:
         history = np.maximum(0.0, hp.pooled["tau2"] - period / k)
     return HistoryComponents(history=history, period=period, within=within, seed=np.nan_to_num(hd.seed_share) * within,
                              calendar=calendar, shared=cal.shared)
+
+
+def one_calendar(histories: int, folds: int) -> np.ndarray:
+    """Fold k of every history validates on calendar period k (the columns of one file)."""
+    return np.tile(np.arange(folds), (histories, 1))
+
+
+def own_calendars(histories: int, folds: int) -> np.ndarray:
+    """Every history's folds on its own calendar: no period shared."""
+    return np.arange(histories * folds).reshape(histories, folds)
+
+
+@dataclass(frozen=True)
+class CalendarPart:
+    """The calendar part of a family over histories ([S, m] arrays): `var` sigma_c^2 (NaN where
+    periods are shared but fewer than two of them carry an effect in every history that shares
+    them: it cannot be estimated), `df` its degrees of freedom (inf where it is 0), `periods` the
+    calendar periods that carry an effect, `shared` whether any of them carries one in two or more
+    histories, `weight` sum_p B_p^2 over the shared periods (0 without), `mean_var` what the mean
+    over histories carries (var x weight; 0 where nothing is shared, NaN where it cannot be
+    estimated)."""
+
+    var: np.ndarray
+    df: np.ndarray
+    periods: np.ndarray
+    shared: np.ndarray
+    weight: np.ndarray
+    means_var: np.ndarray
+    """[S, m] the spread of the shared periods' means over the histories (MS_periods / H: the calendar
+    part and what the histories' own parts leave in a period's mean, never truncated at 0; NaN where
+    it cannot be estimated, 0 where nothing is shared), on `means_df` = K - 1 degrees of freedom: the
+    held-out stage's calendar part, one period of every history (`decision.held_out_stage`)."""
+    means_df: np.ndarray
+
+    @property
+    def mean_var(self) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            return np.where(self.shared, self.var * self.weight, 0.0)
+
+
+def _groups(calendar: np.ndarray) -> list[list[int]]:
+    """The histories connected by a shared calendar period (union-find over equal ids)."""
+    h = calendar.shape[0]
+    parent = list(range(h))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for p in np.unique(calendar[calendar >= 0]):
+        rows = np.flatnonzero((calendar == p).any(1))
+        for r in rows[1:]:
+            parent[root(int(r))] = root(int(rows[0]))
+    out: dict[int, list[int]] = {}
+    for i in range(h):
+        out.setdefault(root(i), []).append(i)
+    return list(out.values())
+
+
+def calendar_part(theta: np.ndarray, calendar) -> CalendarPart:
+    """The calendar part (module docstring) of the cells theta [S, m, H, K] (each history's fold
+    effects; NaN or +-inf: no effect) on `calendar` [H, K]."""
+    theta = np.asarray(theta, float)
+    cal = np.asarray(calendar, int)
+    s, m, h, k = theta.shape
+    if cal.shape != (h, k):
+        raise ValueError(f"calendar: expected [{h}, {k}] period ids, got shape {cal.shape}")
+    ids = np.unique(cal[cal >= 0])
+    onto = (cal[:, :, None] == ids[None, None, :]).astype(float)  # [H, K, P]
+    present = np.isfinite(theta) & (cal >= 0)
+    per_history = np.einsum("smhk,hkp->smhp", present.astype(float), onto) > 0  # [S, m, H, P]
+    holders = per_history.sum(2)  # [S, m, P]
+    periods = (holders > 0).sum(-1)
+    shared_p = holders >= 2
+    k_h = present.sum(-1)  # [S, m, H] each history's folds with an effect
+    h_eff = (k_h > 0).sum(-1)  # [S, m]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(present, 1.0 / (np.maximum(k_h, 1)[..., None] * np.maximum(h_eff, 1)[..., None, None]), 0.0)
+    b = np.einsum("smhk,hkp->smp", share, onto)
+    weight = np.where(shared_p, b**2, 0.0).sum(-1)
+    ss_p, df_p, ss_e, df_e, div = (np.zeros((s, m)) for _ in range(5))
+    for group in _groups(cal):
+        if len(group) < 2:
+            continue
+        g_ids = np.unique(cal[group][cal[group] >= 0])
+        x = np.full((s, m, len(group), len(g_ids)), np.nan)
+        for a, hist in enumerate(group):
+            for b_, p in enumerate(g_ids):
+                at = np.flatnonzero(cal[hist] == p)
+                if at.size:
+                    x[:, :, a, b_] = theta[:, :, hist, at[0]]
+        col = np.isfinite(x).all(2)  # [S, m, P_g]: periods every history of the group has an effect in
+        kc = col.sum(-1)
+        xc = np.where(col[:, :, None, :], x, 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            row_mean = xc.sum(-1) / kc[..., None]  # [S, m, G]
+            col_mean = xc.mean(2)  # [S, m, P_g]
+            grand = np.where(col, col_mean, 0.0).sum(-1) / kc
+            resid = np.where(col[:, :, None, :], xc - row_mean[..., None] - col_mean[:, :, None, :]
+                             + grand[..., None, None], 0.0)
+            use = kc >= 2
+            ss_p += np.where(use, len(group) * np.where(col, (col_mean - grand[..., None]) ** 2, 0.0).sum(-1), 0.0)
+            ss_e += np.where(use, (resid**2).sum((-1, -2)), 0.0)
+        df_p += np.where(use, kc - 1, 0)
+        df_e += np.where(use, (len(group) - 1) * (kc - 1), 0)
+        div += np.where(use, (kc - 1) * len(group), 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ms_p, ms_e = ss_p / df_p, ss_e / df_e
+        var = np.where(df_p > 0, np.maximum(0.0, (ss_p - df_p * ms_e) / div), np.nan)
+        df = np.where(var > 0, (ms_p - ms_e) ** 2 / (ms_p**2 / df_p + ms_e**2 / df_e), np.inf)
+        means_var = np.where(df_p > 0, ss_p / div, np.nan)  # MS_periods / H
+    shared = shared_p.any(-1)
+    return CalendarPart(np.where(shared, var, 0.0), np.where(shared, df, np.inf), periods, shared, weight,
+                        np.where(shared, means_var, 0.0), np.where(shared, df_p, np.inf))

@@ -1,6 +1,18 @@
-"""The period rule: a gem's verdict across validation periods (walk-forward folds, K >= 2).
+"""A family's fold data and the period rule on it: the one K >= 2 decision every caller makes.
 
-The pooled test decides (`pooling.pool_family`: random effects over the periods, HKSJ, the
+Why its own module. The rule's one composition (`decision.decide`, which the gem verdicts, the
+factor table, `confirm` and every calibration call) decides a family of contrasts over periods
+through it: the per-fold effects on their informative pairs
+(`periods.fold_estimates`), the seeds' part shared by every fold (`periods.seed_anova`,
+`periods.shared_seed_variance`), the family pooled with tau shared where the contrasts agree
+(`periods.pool_family`) and the period rule (`periods.decide_periods`). A caller that strung
+these together itself would drift from the verdicts, so every caller holds `FoldData` and calls
+`decide_fold_data`; the tests of "one rule" (tests/test_rules.py) check
+that every caller holds these objects.
+
+The period rule: a gem's verdict across validation periods (walk-forward folds, K >= 2).
+
+The pooled test decides (`periods.pool_family`: random effects over the periods, HKSJ, the
 seeds' share common to every fold, tau^2 shared across the family's contrasts when they agree,
 Holm over the gems). Per gem of a family with a wiring comparison (`tested`):
 
@@ -31,20 +43,279 @@ false-alarm rate in pure noise is the Holm-adjusted Q test's: at most alpha.
 
 Arrays in, words out: the rule's composition (`decision.decide`, through `period_family` and
 `histories`) calls it on one experiment's gems and on thousands of simulated families.
+
+Pooling of per-period effects (walk-forward folds): the statistics the period rule decides on.
+
+- `fold_estimates`: one fold's effect (Hodges-Lehmann on its informative pairs: ties carry no
+  weight, `rules.periods`), its squared standard error read off the fold's signed-rank interval,
+  and the fold's own two-sided p (the sign-change claim of `periods.decide_periods`);
+- `seed_anova` / `shared_seed_variance`: the seeds' part that every fold shares (the same seed
+  index starts from the same weights in every period): its share of a fold's variance, which
+  the fold dispersion cannot see and averaging folds does not shrink;
+- `pool_family`: the random-effects combination of each contrast's K fold effects with the
+  Hartung-Knapp-Sidik-Jonkman interval (DerSimonian-Laird tau^2, the t with the scale's degrees
+  of freedom), never narrower than the DerSimonian-Laird interval (normal quantile, the fold
+  variances taken as known): the variant of Jackson et al. (2017) ("modified" HKSJ, the scale
+  floored at 1 with the t quantile, is 14x below its level at K = 4 without period spread). The seeds'
+  common share is split off each fold variance (tau^2, the scale and Q read the rest) and added
+  whole to both; each test's t has the degrees of freedom of the seed-level estimates behind its
+  variance (Welch-Satterthwaite). For a whole family of contrasts at once: with `share`, tau^2 and the HKSJ scale are
+  estimated once across the family's contrasts (m (K - 1) degrees of freedom instead of K - 1:
+  at K = 4 and three gems the t's critical value at the Holm level drops from 5.8 to 3.3),
+  except for a contrast whose own scale significantly exceeds the others' (a one-sided F test
+  at `share_level`: that one is pooled on its own, K - 1 df; a contrast whose scale is below
+  the family's is only tested more strictly by sharing), and the degrees of
+  freedom are cut by the contrasts' residual correlation (Satterthwaite: m df / (1 + (m - 1)
+  r^2), r^2 the mean squared correlation of their standardised fold residuals, debiased), since
+  contrasts that share arms or periods carry less independent information about the scale;
+  a flagged contrast also leaves the family's tau^2 and scale (`isolate_flagged`: a
+  heterogeneous one widens every other contrast's interval); `fold_corr` puts the overlap
+  of folds that share training rows into the variance (`rules.periods`);
+- `hksj`: the same for one contrast per row (K - 1 df);
+- `pooled_bounds`: the pooled interval at any per-side tail (the Holm level's, for the
+  decision): the wider of the HKSJ and the DerSimonian-Laird one.
+
+Vectorised over a leading axis of datasets: the verdicts call them on one family (S = 1), the
+period calibration on thousands of simulated ones, so both pool the same way.
+
+Ties carry no weight: the signed-rank rule on each comparison's informative pairs only.
+
+Why. A pair whose two members have exactly the same outcome (both never traded: Sharpe exactly 0
+on both sides; both diverged: a tie by the worst-outcome rule) says nothing about the direction
+of a wiring's effect. Counted as the signed-rank statistic's "half above, half below" they pull the Hodges-Lehmann
+estimate to 0 and shrink the interval to [0, 0], so 14 tied pairs of 18 would read `equivalent`
+on 2 informative seeds, and a fold whose interval collapsed from ties would get almost all the
+pooled weight. Here a tie is dropped before the test
+(Wilcoxon's zero treatment: conditional on the number of ties, the signs of the other pairs are
+still exchangeable under "no effect", so the exact test stays exact), in every fold and in the
+seed rule, and what remains is counted: `n_informative` and `tied_share` travel with every
+verdict, and a comparison whose informative pairs cannot reach the rule's level reads
+`insufficient data` (`decision.decide_family`'s `informative`).
+
+Vectorised over rows with different numbers of ties: rows are grouped by their informative
+count and each group goes through `inference.rank_test` at once, so the verdicts (one row) and
+the calibrations (thousands) run this same function.
+
+The overlap of folds that share training rows, in the pooled variance.
+
+Why. The validation periods of the folds are disjoint, but a purged fold trains on the other
+groups and an expanding walk-forward window starts where every other one starts: learners
+trained on mostly the same rows make fold effects that share a part. The fold dispersion
+cannot see a part common to every fold (it cancels in the residuals), so the pooled variance
+read off the dispersion is too small: simulated at the real shapes, the family-wise false
+rate of the pooled rule is 2-7x its level at Nadeau and Bengio's correlation
+(`decision_calibration`, docs/analysis.md "The overlap of folds", which derives what follows).
+
+The correction (Nadeau & Bengio 2003, "Inference for the generalization error"): the variance
+read off the dispersion is multiplied by 1 + K n2 / n1 (n1 training rows, n2 validation rows of
+a fold). The correlation of two folds' errors is not estimable from one history's folds, so it
+is taken from the layout. Unequal or partly overlapping folds load a common part with
+lambda_k = n2_k / n1_k, shared only by folds whose training rows meet; with the random-effects
+weights w the factor is
+
+    F = 1 + (sqrt w)' Lambda (sqrt w) / sum w        (`overlap_factor`)
+
+NB's factor for K equal folds that all share rows; a pair that shares any row counts in full
+(conservative for windows that barely meet).
+
+`periods.pool_family` multiplies by F the part of the pooled variance the fold dispersion
+measures (the HKSJ and DerSimonian-Laird variances, tau^2 included), not the seeds' common
+share, which the seeds x folds ANOVA already adds whole: the overlap is a part common to the
+folds as periods (training luck on shared rows), invisible to that ANOVA and to the
+dispersion alike, present even where tau^2 is estimated at 0.
+
+Pure numpy; a fold table (`folds.parquet`, `data.segments.fold_table`) gives the matrix in one
+call (`fold_overlap`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
+import pandas as pd
+from scipy import stats as sps
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.rules.pooling import pooled_bounds
-from tune_gems.analysis.rules.words import (
+from tune_gems.analysis.rules.settings import (
     DELETE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP,
 )
-from tune_gems.stats.inference import holm, holm_levels
+from tune_gems.contracts.errors import DataError
+from tune_gems.stats.inference import RankTest, holm, holm_levels, rank_test, smallest_p
+
+
+@dataclass(frozen=True)
+class FoldData:
+    """A family's fold data as the period rule reads it: per contrast and fold [S, m, K] the
+    effect `theta` (NaN: the fold does not pair it or holds no informative pair), its squared
+    standard error `var`, its own signed-rank `p` and `n_informative` pairs; per contrast [S, m]
+    the seeds' common part `seed_var` (sigma_c^2 / n), its `seed_share` of a fold's variance and
+    that share's degrees of freedom `seed_df`; `sample_var` [S, m, K] the sample variance of a
+    fold's informative differences (the power statement's fallback where the fold's rank
+    interval is too short for a standard error; None: not kept)."""
+
+    theta: np.ndarray
+    var: np.ndarray
+    p: np.ndarray
+    n_informative: np.ndarray
+    seed_var: np.ndarray
+    seed_share: np.ndarray
+    seed_df: np.ndarray
+    sample_var: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class PooledComponents:
+    """The variance parts of one history's pooled effect over K folds of n informative pairs,
+    per-seed-difference units^2: `period` tau^2 (the folds' spread), `within` one seed's variance
+    inside a fold (n x the variance of a fold's Hodges-Lehmann effect), `seed` its part common to
+    every fold, `overlap` the folds' lambda; the pooled mean's variance is
+
+        (tau^2 + (within - seed) / n) (1/K + lambda) + seed / n
+    """
+
+    period: float
+    within: float
+    seed: float = 0.0
+    overlap: float = 0.0
+    """The folds' overlap, lambda = n2 / n1 (`fold_overlap`: Nadeau-Bengio's rho / (1 - rho)): the
+    part of the fold-level variance common to folds that share training rows, which averaging
+    folds does not shrink (0: none)."""
+
+
+RANK_EFFICIENCY = math.pi / 3.0
+"""n x the squared standard error of a Hodges-Lehmann effect over the variance of one pair's
+difference (normal differences): how a fold's sample variance reads as `within` where its rank
+interval is too short for a standard error."""
+
+
+OVERREAD_ROWS = 2000
+"""Normal samples `rank_overread` reads the rank interval's over-read from, per pair count."""
+OVERREAD_MAX = 64
+"""Pair counts above this take the over-read at OVERREAD_MAX, shrinking as 1 / n."""
+
+
+@lru_cache(maxsize=None)
+def rank_overread(n: int) -> float:
+    """How much a fold's rank interval over-reads its effect's variance at `n` informative pairs:
+    E[n x se^2 of `fold_estimates`] over pi / 3 sigma^2 (the Hodges-Lehmann effect's
+    variance), under normal differences (fixed draws: the same number every time). 2.7 at 6 pairs,
+    1.25 at 16, 1.09 at 32: the signed-rank interval's discrete critical values widen it at few
+    pairs. 1 below 6 pairs (no finite interval: the sample variance stands in) and towards 1
+    beyond OVERREAD_MAX."""
+    if n > OVERREAD_MAX:
+        return 1.0 + (rank_overread(OVERREAD_MAX) - 1.0) * OVERREAD_MAX / n
+    var = fold_estimates(np.random.default_rng(n).standard_normal((OVERREAD_ROWS, max(int(n), 1))))["var"]
+    ok = np.isfinite(var)
+    return float(var[ok].mean() * n / RANK_EFFICIENCY) if ok.any() else 1.0
+
+
+def components(var, n_informative, seed_share, tau2, theta=None, sample_var=None) -> PooledComponents:
+    """The pooled components of gems' fold data (arrays broadcast; the fold axis last for
+    `var`, `n_informative`, `theta` and `sample_var` [.., K]): within = the mean over folds of n x
+    the fold effect's squared standard error over the rank interval's over-read at n pairs
+    (`rank_overread`), or, in a fold whose rank interval gives none (too few informative pairs for
+    its level), pi / 3 x the sample variance of its informative differences (`sample_var`, when
+    given); seed = its share common to every
+    fold (`seed_anova`'s share; NaN: 0) x within; period = tau^2, or where the rule has
+    none (a fold variance unknown: the contrast pooled with equal weights) and the fold effects
+    `theta` are given, the moment estimate max(0, their variance - (within - seed) / n)."""
+    var, n = np.asarray(var, float), np.asarray(n_informative, float)
+    overread = np.vectorize(lambda x: rank_overread(int(x)) if x >= 1 else 1.0, otypes=[float])(n) if n.size else n
+    with np.errstate(invalid="ignore"):  # a fold without informative pairs: inf x 0, no variance
+        per_seed = var * n / overread
+    if sample_var is not None:  # a fold without a finite rank interval: its sample variance
+        with np.errstate(invalid="ignore"):
+            per_seed = np.where(np.isfinite(var), per_seed, RANK_EFFICIENCY * np.asarray(sample_var, float))
+    fin = np.isfinite(per_seed) & (n > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        within = np.where(fin, per_seed, 0.0).sum(-1) / fin.sum(-1)
+        seed = np.nan_to_num(np.asarray(seed_share, float)) * within
+        period = np.asarray(tau2, float)
+        if theta is not None:
+            th = np.asarray(theta, float)
+            ok = np.isfinite(th)
+            k = ok.sum(-1)
+            mean = np.where(ok, th, 0.0).sum(-1) / k
+            spread = np.where(ok, (th - mean[..., None]) ** 2, 0.0).sum(-1) / (k - 1)
+            n_bar = np.where(ok & (n > 0), n, 0.0).sum(-1) / np.maximum((ok & (n > 0)).sum(-1), 1)
+            moments = np.maximum(0.0, spread - (within - seed) / n_bar)
+            period = np.where(np.isfinite(period), period, np.where(k >= 2, moments, np.nan))
+    return PooledComponents(period, within, seed)
+
+
+def fold_components(fd: FoldData, tau2) -> PooledComponents:
+    """The pooled components of a family's fold data (`components`, a fold without a rank
+    interval read by its sample variance): what the verdicts, the plan and the calibration state
+    their power with."""
+    return components(fd.var, fd.n_informative, fd.seed_share, tau2, fd.theta, sample_var=fd.sample_var)
+
+
+def informative_variance(d: np.ndarray) -> np.ndarray:
+    """The sample variance of the finite informative differences (ties and NaN left out) along
+    the last axis of d (NaN with fewer than two)."""
+    d = np.asarray(d, float)
+    return sample_variance(d, np.isfinite(d) & ~is_tie(d))
+
+
+def sample_variance(d: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The sample variance of the entries of d that `keep` marks, along the last axis (NaN with
+    fewer than two)."""
+    d = np.asarray(d, float)
+    cnt = keep.sum(-1)
+    x = np.where(keep, d, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = x.sum(-1) / cnt
+        ss = np.where(keep, (d - mean[..., None]) ** 2, 0.0).sum(-1)
+        return np.where(cnt >= 2, ss / (cnt - 1), np.nan)
+
+
+def fold_data(d: np.ndarray) -> FoldData:
+    """The fold data of per-seed differences d [S, m, K, n] whose seeds are aligned across the
+    K folds (a simulated family; NaN: no pair)."""
+    d = np.asarray(d, float)
+    s, m, k, n = d.shape
+    fe = fold_estimates(d.reshape(s * m * k, n))
+    theta, var, p, n_inf = (fe[key].reshape(s, m, k) for key in ("theta", "var", "p", "n_informative"))
+    seed_var = np.stack([shared_seed_variance(d[:, g]) for g in range(m)], 1)
+    anova = [seed_anova(d[:, g]) for g in range(m)]
+    return FoldData(theta, var, p, n_inf, seed_var, np.stack([a["share"] for a in anova], 1),
+                    np.stack([a["df"] for a in anova], 1), informative_variance(d))
+
+
+def pool_fold_data(fd: FoldData, *, rope: float, share: bool = defaults.SHARE_TAU,
+                   one_sided: bool = False, fold_corr=0.0,
+                   isolate_flagged: bool = defaults.ISOLATE_FLAGGED,
+                   isolate_level: float = defaults.ISOLATE_LEVEL) -> dict[str, np.ndarray]:
+    """`periods.pool_family` on a family's fold data (the informative pairs behind each fold
+    variance and the seed share's df given, as every caller gives them); `fold_corr` the folds'
+    overlap (`rules.periods`; 0: none) and `isolate_flagged` as `pool_family` takes them."""
+    return pool_family(fd.theta, fd.var, seed_share=fd.seed_share, seed_var=fd.seed_var, rope=rope, share=share,
+                       one_sided=one_sided, fold_n=np.where(np.isnan(fd.theta), np.nan, fd.n_informative),
+                       seed_df=fd.seed_df, fold_corr=fold_corr, isolate_flagged=isolate_flagged,
+                       isolate_level=isolate_level)
+
+
+def decide_fold_data(fd: FoldData, *, alpha: float, rope: float, tested=None, seed_verdict=None, removable=None,
+                     share: bool = defaults.SHARE_TAU, one_sided: bool = False,
+                     min_periods: int = defaults.MIN_PERIODS, fold_corr=0.0,
+                     isolate_flagged: bool = defaults.ISOLATE_FLAGGED,
+                     isolate_level: float = defaults.ISOLATE_LEVEL) -> tuple[dict[str, np.ndarray], PeriodDecision]:
+    """(the pooled family, `pool_fold_data`; the period rule's decision, `periods.decide_periods`)
+    on one family's fold data. `tested` [S, m] the contrasts with a comparison (default all);
+    `seed_verdict` the words kept where not tested; `removable` the magnitude half of delete;
+    `fold_corr`, `isolate_flagged`: `pool_fold_data`'s."""
+    pooled = pool_fold_data(fd, rope=rope, share=share, one_sided=one_sided, fold_corr=fold_corr,
+                            isolate_flagged=isolate_flagged, isolate_level=isolate_level)
+    shape = fd.theta.shape[:2]
+    tested = np.ones(shape, bool) if tested is None else np.broadcast_to(np.asarray(tested, bool), shape)
+    rule = decide_periods(tested, pooled["p"], pooled["p_tost"], pooled["mu"], pooled["se"], pooled["se_fixed"],
+                          pooled["df"], pooled["q_p"], pooled["periods"], fd.theta, fd.p, alpha=alpha,
+                          seed_verdict=seed_verdict, removable=removable, min_periods=min_periods,
+                          one_sided=one_sided, df_fixed=pooled["df_fixed"])
+    return pooled, rule
 
 
 @dataclass(frozen=True)
@@ -87,7 +358,7 @@ def decide_periods(tested, p, p_tost, mu, se, se_fixed, df, q_p, periods, fold_e
                    one_sided: bool = False, df_fixed=np.inf, enough=None) -> PeriodDecision:
     """The period rule (module docstring). [S, m] per gem: `tested` whether it has a wiring
     comparison; `p` (one-sided when `one_sided`), `p_tost`, `mu`, `se`, `se_fixed`, `df`, `df_fixed`, `q_p`, `periods`
-    (folds carrying informative pairs) its pooled test (`pooling.pool_family`; NaN p: no pooled
+    (folds carrying informative pairs) its pooled test (`periods.pool_family`; NaN p: no pooled
     effect); `seed_verdict` the words kept where not `tested`; `removable` the magnitude half of
     `delete`. [S, m, K]: `fold_effect`, `fold_p` each fold's own effect and signed-rank p (NaN:
     the fold does not pair the gem). `enough` [S, m]: where the design can decide, in place of
@@ -121,3 +392,497 @@ def decide_periods(tested, p, p_tost, mu, se, se_fixed, df, q_p, periods, fold_e
         [keep_seed, INSUFFICIENT, INCONSISTENT, KEEP, HARMFUL, DELETE, EQUIVALENT, HETEROGENEOUS], INCONCLUSIVE)
     return PeriodDecision(verdict, p_adj, pt_adj, q_adj, level, low, high, flips, enough & heterogeneous & ~flips,
                           few, fold_adj, fold_level)
+
+
+FOLD_SE_TAIL = 0.025
+"""Per-side tail of the per-fold rank interval whose half-width, over the normal quantile, is
+the fold effect's standard error (the weights of the random-effects combination)."""
+
+
+FOLD_VAR_DF = 0.8
+"""Degrees of freedom of a fold variance read off the rank interval of n informative pairs, per
+n - 1: its relative spread under normal noise is that of a chi2 with 0.8 (n - 1) df (measured:
+6.6, 13, 25, 49 df at 8, 16, 32, 64 pairs; the interval's order statistics are coarser than
+a sample variance)."""
+
+COLLAPSED = 1e-9
+"""A fold interval narrower than this (relative to the effect, at least 1) has collapsed: its
+informative pairs are one value repeated, which gives no standard error (rounding would give a
+weight of 1e30)."""
+
+
+def fold_estimates(d: np.ndarray) -> dict[str, np.ndarray]:
+    """Per row of per-seed differences d [S, n] (NaN: no pair), on its informative pairs (ties
+    dropped): `theta` the Hodges-Lehmann effect (NaN without an informative pair), `var` the
+    squared standard error read off its 95% signed-rank interval (inf where too few pairs for
+    that interval, or where it collapsed), `p` the two-sided signed-rank p, `n_informative` and
+    `tied_share`."""
+    with np.errstate(over="ignore", invalid="ignore"):  # a diverged side: an infinite interval, no se
+        r = informative_rank_test(d, tail=FOLD_SE_TAIL)
+        se = (r.high - r.low) / (2 * sps.norm.ppf(1 - FOLD_SE_TAIL))
+    with np.errstate(invalid="ignore"):
+        # an interval that collapsed (every informative pair the same difference, up to rounding)
+        # says nothing about the fold's spread: unknown, like one too short for its level
+        spread = np.isfinite(se) & (se > COLLAPSED * np.maximum(1.0, np.abs(np.nan_to_num(r.estimate))))
+        var = np.where(spread, se**2, np.inf)
+    return dict(theta=r.estimate, var=var, p=r.p, n_informative=r.n_informative, tied_share=r.tied_share)
+
+
+def seed_anova(d: np.ndarray) -> dict[str, np.ndarray]:
+    """The two-way ANOVA of seeds x folds per row of d [S, K, n] (per-seed differences, seeds
+    aligned across the K folds), over the seeds whose differences are finite in every fold:
+    `ms_seed`, `ms_resid` (the seed x fold mean square), `seeds` (how many such seeds),
+    `sigma_c2` = max(0, (MS_seeds - MS_residual) / K), the variance of a seed's part common to
+    every fold (NaN with fewer than 2 such seeds), and `share` = sigma_c2 / (sigma_c2 +
+    MS_residual), that part's share of one seed's variance inside a fold (0 with fewer), with `df`
+    its Satterthwaite degrees of freedom (inf where it is 0). A tie (an exact 0: `rules.periods`) counts as
+    missing: ties carry no weight."""
+    d = np.asarray(d, float)
+    d = np.where(is_tie(d), np.nan, d)
+    s, k, n = d.shape
+    ok = np.isfinite(d).all(1)  # [S, n]
+    m = ok.sum(1)
+    x = np.where(ok[:, None, :], d, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        grand = x.sum((1, 2)) / (k * m)
+        seed_mean = x.sum(1) / k  # [S, n]
+        fold_mean = x.sum(2) / m[:, None]  # [S, K]
+        ms_seed = k * (np.where(ok, seed_mean - grand[:, None], 0.0) ** 2).sum(1) / (m - 1)
+        resid = np.where(ok[:, None, :], x - seed_mean[:, None, :] - fold_mean[:, :, None] + grand[:, None, None], 0.0)
+        ms_resid = (resid**2).sum((1, 2)) / ((k - 1) * (m - 1))
+        sigma_c2 = np.maximum(0.0, (ms_seed - ms_resid) / k)
+        share = np.where(sigma_c2 + ms_resid > 0, sigma_c2 / (sigma_c2 + ms_resid), 0.0)
+        # Satterthwaite df of (MS_seed - MS_resid): fewer than the n - 1 seeds when the two are close
+        df = np.where(sigma_c2 > 0, (ms_seed - ms_resid) ** 2 / (ms_seed**2 / (m - 1) + ms_resid**2 / ((k - 1) * (m - 1))),
+                      np.inf)
+    few = m < 2
+    return dict(ms_seed=np.where(few, np.nan, ms_seed), ms_resid=np.where(few, np.nan, ms_resid), seeds=m,
+                sigma_c2=np.where(few, np.nan, sigma_c2), share=np.where(few, 0.0, share),
+                df=np.where(few, np.inf, df))
+
+
+def shared_seed_variance(d: np.ndarray) -> np.ndarray:
+    """Per row of d [S, K, n]: sigma_c^2 / n, the variance the seeds' part shared by every fold
+    adds to the pooled mean (`seed_anova`; 0 with fewer than 2 seeds finite in every fold): what
+    `pool_family` adds for a contrast pooled with equal weights (where no fold variance can be
+    split into the seeds' common share and the rest)."""
+    a = seed_anova(d)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(a["seeds"] >= 2, np.nan_to_num(a["sigma_c2"]) / np.maximum(a["seeds"], 1), 0.0)
+
+
+def pooled_bounds(mu, se, se_fixed, df, tail, df_fixed=np.inf) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) of the pooled effect at `tail` per side: the wider of the HKSJ interval (t
+    with `df`, `se`) and the DerSimonian-Laird one (t with `df_fixed`, `se_fixed`)."""
+    tail = np.asarray(tail, float)
+    dff = np.asarray(df_fixed, float)
+    with np.errstate(invalid="ignore"):
+        half = np.fmax(sps.t.ppf(1 - tail, df) * se, sps.t.ppf(1 - tail, np.where(np.isfinite(dff), dff, 1e12)) * se_fixed)
+    return mu - half, mu + half
+
+
+def _scale_excess_p(q: np.ndarray, df: np.ndarray, on: np.ndarray) -> np.ndarray:
+    """Per contrast `on` (q, df, on: [S, m]): the one-sided F test p of "its scale q_g / df_g is
+    no larger than the other contrasts' pooled scale" (F(df_g, sum of the others' df)); NaN
+    where it is not `on` or no other contrast is. Only a scale above the family's endangers the
+    shared test (a contrast whose own scale is below it is tested more strictly by sharing)."""
+    dfo = np.where(on, df, 0).astype(float)
+    qo = np.where(on, q, 0.0)
+    df_rest = dfo.sum(-1, keepdims=True) - dfo
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rest = (qo.sum(-1, keepdims=True) - qo) / df_rest
+        ratio = (q / np.where(on, df, 1)) / rest
+        p = sps.f.sf(ratio, np.maximum(dfo, 1), np.maximum(df_rest, 1))
+    p = np.where(rest > 0, p, np.where(q > 0, 0.0, 1.0))
+    return np.where(on & (df_rest > 0), p, np.nan)
+
+
+def _residual_r2(e: np.ndarray, inc: np.ndarray, on: np.ndarray) -> np.ndarray:
+    """Per row: the mean over pairs of contrasts `on` of their squared correlation of
+    standardised fold residuals e [S, m, K] (over their common folds), debiased for the K - 1
+    degrees of freedom the residuals have ((r^2 - 1/df) / (1 - 1/df), at least 0; 1 where the
+    common folds leave 1 df: two such residual vectors are always collinear)."""
+    e = np.where(inc, e, 0.0)
+    incf = inc.astype(float)
+    num = np.einsum("smk,snk->smn", e, e)
+    den = np.einsum("smk,snk->smn", e**2, incf) * np.einsum("smk,snk->smn", incf, e**2)
+    common = np.einsum("smk,snk->smn", incf, incf)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r2 = np.where(den > 0, num**2 / den, 0.0)
+        dfc = common - 1
+        adj = np.where(dfc > 1, np.maximum(0.0, (r2 - 1 / dfc) / (1 - 1 / np.where(dfc > 1, dfc, 2))), 1.0)
+    m = e.shape[1]
+    pair = on[:, :, None] & on[:, None, :] & ~np.eye(m, dtype=bool)[None]
+    n_pairs = pair.sum((1, 2))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n_pairs > 0, np.where(pair, adj, 0.0).sum((1, 2)) / np.maximum(n_pairs, 1), 0.0)
+
+
+def satterthwaite(parts, dfs) -> np.ndarray:
+    """The Welch-Satterthwaite degrees of freedom of a sum of variance estimates `parts` with
+    `dfs` each (arrays broadcast; an infinite df: a known part)."""
+    num = sum(parts) ** 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        den = sum(np.where(np.isfinite(d), np.asarray(a, float) ** 2 / d, 0.0) for a, d in zip(parts, dfs))
+        return np.where(den > 0, num / den, np.inf)
+
+
+def pool_family(theta: np.ndarray, var: np.ndarray, *, seed_share=0.0, seed_var=0.0, rope: float = 0.0,
+                share: bool = defaults.SHARE_TAU, share_level: float = defaults.TAU_SHARE_LEVEL,
+                one_sided: bool = False, fold_n=None, seed_df=None, fold_corr=0.0,
+                isolate_flagged: bool = defaults.ISOLATE_FLAGGED,
+                isolate_level: float = defaults.ISOLATE_LEVEL, extra_var=0.0, extra_df=np.inf) -> dict[str, np.ndarray]:
+    """Random-effects pooling of each contrast's fold effects, a family per row (module docstring).
+
+    `theta`, `var` [S, m, K]: fold effects and their squared standard errors (theta NaN: the fold
+    does not pair the contrast, or holds no informative pair: it carries no weight; +-inf: the
+    fold's pairs mostly diverged one way, which leaves the contrast without a pooled effect).
+    `seed_share` [S, m]: the share of each fold variance that belongs to the seeds' part common
+    to every fold (`seed_anova`'s `share`): that part does not vary between folds, so tau^2, the
+    HKSJ scale and Cochran's Q read the rest, and it is added whole to the pooled variance
+    (averaging folds does not shrink it); a contrast whose fold variances are not all finite is
+    pooled with equal weights (the plain t-test of its fold effects), never shares, and gets
+    `seed_var` (sigma_c^2 / n) as that common part. `one_sided`: `p` tests effect > 0.
+    `fold_n` [S, m, K] the informative pairs behind each fold variance and `seed_df` [S, m] the
+    degrees of freedom of the seed share (`seed_anova`'s df; None: many): a variance read off n
+    pairs has about 0.8 (n - 1) degrees of freedom (`FOLD_VAR_DF`), so the DerSimonian-Laird
+    test takes a t with the Welch-Satterthwaite df of its two parts, and the HKSJ test's df are
+    capped by the same combination of its scale and the common part. `fold_corr` (a number, [K,
+    K] or [S, K, K]; 0: none) the correlation the folds' shared training rows give their effects
+    (`rules.periods`: Nadeau-Bengio's n2 / (n1 + n2), `periods.fold_overlap` from a fold table):
+    the HKSJ and the DerSimonian-Laird variances (the part the fold dispersion measures; not the
+    seeds' common share, estimated and added whole) are multiplied by `periods.overlap_factor`
+    of their weights. `isolate_flagged`: a contrast flagged by the share test at `isolate_level`
+    leaves the family's tau^2 and scale, which are estimated again over the others, and those are
+    tested again against each other until none is flagged (False, the default: the shared fit
+    keeps every contrast's residuals; docs/analysis.md "Isolating a heterogeneous contrast").
+    `extra_var` [S, m] a variance of the pooled mean that no period's dispersion shows (the calendar
+    part of histories that share validation periods, `rules.histories`), added whole to both tests
+    like the seeds' common part, with its degrees of freedom `extra_df` in theirs.
+
+    Returns arrays [S, m]: mu, se (HKSJ), se_fixed (DerSimonian-Laird; 0 with equal weights),
+    df, df_fixed, p (the larger of the two tests' p), p_two_sided, p_tost (+-rope), tau2 (the
+    one used), tau2_own (the contrast's own DL estimate), i2 (its own), q_p (Cochran's Q test,
+    its own), common (the common seed variance added; `extra_var` included), periods (folds that carry weight), shared
+    (pooled with the family's tau^2 and scale), share_p (the test of its scale exceeding the
+    family's, `_scale_excess_p`; NaN: not tested), overlap (the factor the fold overlap put on
+    its variance; 1: none); and [S] r2 (the residual correlation the df were cut by)."""
+    theta = np.asarray(theta, float)
+    s, m, k = theta.shape
+    var = np.broadcast_to(np.asarray(var, float), theta.shape)
+    c_share = np.clip(np.nan_to_num(np.broadcast_to(np.asarray(seed_share, float), (s, m))), 0.0, 1.0)
+    inc = ~np.isnan(theta)
+    periods = inc.sum(-1)
+    df_own = periods - 1
+    undefined = (inc & np.isinf(theta)).any(-1)
+    ok = (periods >= 2) & ~undefined
+    th = np.where(inc & np.isfinite(theta), theta, 0.0)
+    bad = (inc & (~np.isfinite(var) | (var <= 0))).any(-1)
+    v_all = np.where(inc & ~bad[..., None], var, 1.0)
+    v = np.where(bad[..., None], 1.0, v_all * (1 - c_share[..., None]))  # the part that varies between folds
+    v = np.where(v > 0, v, v_all)  # a share of 1 leaves nothing to weigh by: the whole variance
+    w = np.where(inc, 1.0 / v, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        big_w = w.sum(-1)
+        mu_fe = (w * th).sum(-1) / big_w
+        q = (w * (th - mu_fe[..., None]) ** 2).sum(-1)
+        c = big_w - (w**2).sum(-1) / big_w
+        tau2_own = np.maximum(0.0, (q - df_own) / c)
+        i2 = np.where(q > 0, np.maximum(0.0, (q - df_own) / q), 0.0)
+
+
+    def fit(tau2):
+        ws = np.where(inc, 1.0 / (v + tau2[..., None]), 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mu = (ws * th).sum(-1) / ws.sum(-1)
+            resid = np.where(inc, th - mu[..., None], 0.0)
+            # the common seed part of the weighted mean: (sum_k w_k sqrt(c v_k))^2, weights normalised
+            common = np.where(bad, np.broadcast_to(np.asarray(seed_var, float), (s, m)),
+                              c_share * ((ws * np.sqrt(np.where(inc, v_all, 0.0))).sum(-1) / ws.sum(-1)) ** 2)
+            return ws, mu, (ws * resid**2).sum(-1), np.sqrt(ws) * resid, np.nan_to_num(common)
+
+    def shared_tau2(members):  # DL tau^2 over the contrasts `members` [S, m]: one per family
+        n_in = members.sum(-1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t2 = np.maximum(0.0, (np.where(members, q, 0).sum(-1) - np.where(members, df_own, 0).sum(-1))
+                            / np.where(members, c, 0).sum(-1))
+        return np.where(n_in >= 2, t2, 0.0)
+
+    # the family's shared fit: DL tau^2 over the contrasts that can share, one HKSJ scale
+    can = ok & ~bad
+    n_can = can.sum(-1)
+    tau2_sh = shared_tau2(can)
+    ws_sh, mu_sh, qs_sh, e_sh, common_sh = fit(np.broadcast_to(tau2_sh[:, None], (s, m)))
+    share_p = _scale_excess_p(qs_sh, df_own, can)
+    flagged = can & (n_can >= 2)[:, None] & ~(np.nan_to_num(share_p, nan=0.0) > share_level)
+    if isolate_flagged and bool(share):
+        # a contrast flagged at `isolate_level` leaves the family's tau^2 and scale: refit the
+        # others, and test them again against each other, until none is flagged
+        isolated = can & (n_can >= 2)[:, None] & (np.nan_to_num(share_p, nan=1.0) <= isolate_level)
+        for _ in range(m):
+            if not isolated.any():
+                break
+            flagged = flagged | isolated
+            can = can & ~isolated
+            n_can = can.sum(-1)
+            tau2_sh = shared_tau2(can)
+            ws_sh, mu_sh, qs_sh, e_sh, common_sh = fit(np.broadcast_to(tau2_sh[:, None], (s, m)))
+            again = _scale_excess_p(qs_sh, df_own, can)
+            isolated = can & (n_can >= 2)[:, None] & (np.nan_to_num(again, nan=1.0) <= isolate_level)
+            flagged = flagged | (can & (n_can >= 2)[:, None] & ~(np.nan_to_num(again, nan=0.0) > share_level))
+    shared = bool(share) & can & (n_can >= 2)[:, None] & ~flagged
+    r2 = np.where(shared.any(-1), _residual_r2(e_sh, inc, can), 0.0)
+    df_tot = np.where(can, df_own, 0).sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scale_sh = np.where(can, qs_sh, 0).sum(-1) / df_tot  # with isolate_flagged off, every contrast's
+        df_sh = df_tot / (1 + (n_can - 1) * r2)               # residuals (a flagged one's too)
+    # each contrast on its own (a flagged one: its scale exceeds the family's; K - 1 df)
+    ws_own, mu_own, qs_own, _, common_own = fit(tau2_own)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scale_own = qs_own / np.maximum(df_own, 1)
+        vary_own = scale_own / ws_own.sum(-1)
+        vary_sh = scale_sh[:, None] / ws_sh.sum(-1)
+        fixed_own = np.where(bad, 0.0, 1.0 / ws_own.sum(-1))  # equal weights: no known variance
+        fixed_sh = 1.0 / ws_sh.sum(-1)
+    overlap = np.ones((s, m))
+    if np.any(np.asarray(fold_corr, float) != 0):  # folds that share training rows (`rules.periods`)
+        rho = np.asarray(fold_corr, float)
+        rho = rho[:, None] if rho.ndim == 3 else rho  # [S, K, K] -> one per family, every contrast
+        f_own, f_sh = overlap_factor(ws_own, rho), overlap_factor(ws_sh, rho)
+        vary_own, fixed_own, vary_sh, fixed_sh = vary_own * f_own, fixed_own * f_own, vary_sh * f_sh, fixed_sh * f_sh
+        overlap = np.where(shared, f_sh, f_own)
+    mu = np.where(shared, mu_sh, mu_own)
+    extra = np.nan_to_num(np.broadcast_to(np.asarray(extra_var, float), (s, m)), nan=np.inf)
+    common_seed = np.where(shared, common_sh, common_own)
+    common = common_seed + extra
+    vary = np.where(shared, vary_sh, vary_own)
+    vary_fixed = np.where(shared, fixed_sh, fixed_own)
+    se, se_fixed = np.sqrt(vary + common), np.where(bad, 0.0, np.sqrt(vary_fixed + common))
+    df = np.where(shared, np.broadcast_to(df_sh[:, None], (s, m)), df_own).astype(float)
+    tau2 = np.where(shared, np.broadcast_to(tau2_sh[:, None], (s, m)), tau2_own)
+    # the degrees of freedom of the seed-level estimates behind the variances
+    n_fold = np.full(theta.shape, np.inf) if fold_n is None else np.asarray(fold_n, float)
+    df_seed = np.full((s, m), np.inf) if seed_df is None else np.asarray(seed_df, float)
+    df_extra = np.broadcast_to(np.asarray(extra_df, float), (s, m))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        df_common = satterthwaite([common_seed, extra], [df_seed, df_extra])  # the parts added whole
+        df_within = np.where(inc, FOLD_VAR_DF * (n_fold - 1), 0).sum(-1)
+        df_fixed = satterthwaite([vary_fixed, common], [df_within, df_common])
+        # Cochran's Q against F(K - 1, one fold variance's df), not chi2: each term divides by its
+        # own estimated variance (a t^2 with that df), so the sum's tail is heavier (1.24 x the
+        # chi2 scale at 32 seeds and 8 folds, where the chi2 read 0.062 for 0.05)
+        df_fold = np.where(inc, FOLD_VAR_DF * (n_fold - 1), 0).sum(-1) / np.maximum(periods, 1)
+        q_p = sps.f.sf(q / np.maximum(df_own, 1), np.maximum(df_own, 1), np.where(np.isfinite(df_fold), df_fold, 1e12))
+        df = np.fmin(df, satterthwaite([vary, common], [df, df_common]))
+    t_dist, fixed_dist = sps.t(df), sps.t(np.where(np.isfinite(df_fixed), df_fixed, 1e12))
+
+    def both(fn) -> np.ndarray:  # the larger p of the HKSJ (t, se) and the DL (t of the seeds' df, se_fixed) test
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return np.fmax(fn(t_dist, se), np.where(se_fixed > 0, fn(fixed_dist, se_fixed), 0.0))
+
+    p_two = both(lambda dist, x: 2 * dist.sf(np.abs(mu) / x))
+    p_one = both(lambda dist, x: dist.sf(mu / x))
+    p_tost = both(lambda dist, x: np.maximum(dist.sf((mu + rope) / x), dist.cdf((mu - rope) / x)))
+    zero_se = ~(se > 0)
+    p_two = np.where(zero_se, np.where(mu == 0, 1.0, 0.0), p_two)
+    p_one = np.where(zero_se, np.where(mu > 0, 0.0, 1.0), p_one)
+    nan = ~ok
+    out = dict(mu=mu, se=se, se_fixed=se_fixed, df=df, df_fixed=df_fixed, p=p_one if one_sided else p_two,
+               p_two_sided=p_two, p_tost=p_tost, tau2=tau2, tau2_own=tau2_own, i2=i2, q_p=q_p, common=common)
+    out = {key: np.where(nan, np.nan, val) for key, val in out.items()}
+    for key in ("tau2", "tau2_own", "i2", "q_p"):
+        out[key] = np.where(bad, np.nan, out[key])
+    out.update(periods=periods, shared=shared, share_p=share_p, r2=r2, overlap=np.where(nan, np.nan, overlap))
+    return out
+
+
+def hksj(theta: np.ndarray, var: np.ndarray, *, rope: float = 0.0, tail: np.ndarray | float = 0.025,
+         seed_share=0.0) -> dict[str, np.ndarray]:
+    """Random-effects pooling of K period effects per row (theta, var: [S, K], K >= 2): one
+    contrast per row (`pool_family` with m = 1: DerSimonian-Laird tau^2, HKSJ with t on K - 1
+    df never narrower than DL, the common seed share `seed_share` [S]). Returns arrays [S]: mu,
+    se, se_fixed, df, df_fixed, low, high (at `tail` per side), p (two-sided, H0 mu = 0), p_tost
+    (+-rope), tau2, i2, q_p."""
+    theta = np.asarray(theta, float)
+    s = theta.shape[0]
+    r = pool_family(theta[:, None, :], np.asarray(var, float)[:, None, :],
+                    seed_share=np.broadcast_to(np.asarray(seed_share, float), (s,))[:, None], rope=rope, share=False)
+    out = {key: r[key][:, 0] for key in ("mu", "se", "se_fixed", "df", "df_fixed", "p", "p_tost", "tau2", "i2", "q_p")}
+    out["low"], out["high"] = pooled_bounds(out["mu"], out["se"], out["se_fixed"], out["df"],
+                                            np.broadcast_to(np.asarray(tail, float), (s,)), out["df_fixed"])
+    return out
+
+
+def seed_level_effect(d_test) -> dict[str, np.ndarray]:
+    """The test-segment effect per row of per-seed test differences d_test [S, K, n] (NaN: no pair;
+    K = 1 for one fold): `theta` the Hodges-Lehmann effect of the seeds' fold-averaged
+    differences, `var` its squared standard error (`periods.fold_estimates`; inf: too few seeds
+    for an interval), `df` that variance's degrees of freedom (`FOLD_VAR_DF` (n - 1)), `p` the
+    two-sided signed-rank p, `n` the informative seeds. A seed with no pair in any fold is left out;
+    +-inf (a diverged side) stays as the rank test reads it."""
+    d = np.asarray(d_test, float)
+    with np.errstate(invalid="ignore"):
+        present = ~np.isnan(d)
+        seed = np.where(present.any(1), np.nansum(np.where(present, d, 0.0), 1) / np.maximum(present.sum(1), 1), np.nan)
+    est = fold_estimates(seed)
+    n = np.asarray(est["n_informative"], float)
+    return dict(theta=est["theta"], var=est["var"], df=FOLD_VAR_DF * np.maximum(n - 1, 0.0), p=est["p"], n=n)
+
+
+KEYS = ("estimate", "p", "p_greater", "p_less", "p_tost", "low", "high")
+"""The statistics of `inference.rank_test`, one per row."""
+
+
+def is_tie(d) -> np.ndarray:
+    """Where a per-unit difference is an exact tie (0: identical outcomes, or both sides diverged)."""
+    return np.asarray(d, float) == 0.0
+
+
+def informative_rank_test(d, *, rope: float = 0.0, tail=0.025) -> RankTest:
+    """`inference.rank_test` on each row of d [S, n] after dropping its ties (and NaN: no pair);
+    `tail` a float or one per row. Adds `n_informative` [S] and `tied_share` [S] (ties / pairs;
+    NaN for a row without pairs). A row without informative pairs gets NaN statistics."""
+    d = np.atleast_2d(np.asarray(d, float))
+    s, n = d.shape
+    tails = np.broadcast_to(np.asarray(tail, float), (s,))
+    present = ~np.isnan(d)
+    keep = present & ~is_tie(d)
+    counts = keep.sum(1)
+    out = {k: np.full(s, np.nan) for k in KEYS}
+    for c in np.unique(counts):
+        if c == 0:
+            continue
+        rows = np.nonzero(counts == c)[0]
+        sub = d[rows][keep[rows]].reshape(len(rows), int(c))  # row-major: each row's kept values in order
+        t = tails[rows]
+        r = rank_test(sub, rope=rope, tail=t if np.unique(t).size > 1 else float(t[0]))
+        for k in KEYS:
+            out[k][rows] = getattr(r, k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tied = np.where(present.sum(1) > 0, (present & ~keep).sum(1) / present.sum(1), np.nan)
+    return RankTest(**out, n_informative=counts, tied_share=tied)
+
+
+def cannot_decide(n_informative, level) -> np.ndarray:
+    """Where n informative pairs cannot reach a two-sided p <= `level` even with every sign equal
+    (`inference.smallest_p`): no effect of any size, and no equivalence, can be shown with them."""
+    n = np.asarray(n_informative)
+    lv = np.broadcast_to(np.asarray(level, float), n.shape)
+    flat = [smallest_p(int(k)) > float(a) if k > 0 else True for k, a in zip(n.ravel(), lv.ravel())]
+    return np.asarray(flat, bool).reshape(n.shape)
+
+
+FOLD_TABLE_NEEDS = ("fold", "train_runs", "train_rows", "group_rows")
+"""The fold-table columns the overlap is read from (`data.segments.FOLD_TABLE_COLUMNS`)."""
+
+
+@dataclass(frozen=True)
+class FoldOverlap:
+    """A layout's overlap: `folds` the fold ids in order, `corr` [K, K] the correlation of the
+    fold effects that the shared training gives (`correlation_of`; the diagonal: a fold's own
+    rho_k, 0 where it shares rows with no other fold), `factor` NB's factor for equal weights
+    (`nb_factor`)."""
+
+    folds: tuple[int, ...]
+    corr: np.ndarray
+    factor: float
+
+
+def parse_runs(text: str) -> tuple[tuple[int, int], ...]:
+    """The runs of rows of a fold table's `train_runs` cell (`start:end` half-open, space-separated)."""
+    out = []
+    for part in str(text).split():
+        lo, _, hi = part.partition(":")
+        out.append((int(lo), int(hi)))
+    return tuple(out)
+
+
+def shared_rows(runs_a, runs_b) -> int:
+    """Rows two folds' training runs have in common."""
+    return int(sum(max(0, min(a1, b1) - max(a0, b0)) for a0, a1 in runs_a for b0, b1 in runs_b))
+
+
+def loading_matrix(train_rows, val_rows, shares) -> np.ndarray:
+    """Lambda [K, K] (module docstring): sqrt(lambda_k lambda_l) where folds k and l share
+    training rows (`shares` [K, K] bool, the diagonal ignored), lambda_k = n2_k / n1_k on the
+    diagonal of a fold that shares with any other, 0 elsewhere."""
+    n1, n2 = np.asarray(train_rows, float), np.asarray(val_rows, float)
+    if (n1 <= 0).any() or (n2 <= 0).any():
+        raise ValueError("overlap: every fold needs training and validation rows (n1, n2 > 0)")
+    lam = n2 / n1
+    s = np.asarray(shares, bool).copy()
+    np.fill_diagonal(s, False)
+    s = s | s.T
+    np.fill_diagonal(s, s.any(1))
+    return np.where(s, np.sqrt(np.outer(lam, lam)), 0.0)
+
+
+def correlation_of(loadings) -> np.ndarray:
+    """The correlation of fold effects that a loading matrix Lambda stands for: Lambda / (1 +
+    Lambda) elementwise (rho = n2 / (n1 + n2) for lambda = n2 / n1); `loadings_of` inverts it."""
+    lam = np.asarray(loadings, float)
+    return lam / (1.0 + lam)
+
+
+def loadings_of(fold_corr, k: int) -> np.ndarray:
+    """Lambda [..., K, K] from `fold_corr`: a number rho (every pair of the K folds shares
+    training rows, each at rho: Lambda = rho / (1 - rho) everywhere, NB's equal folds) or an
+    array broadcastable to [..., K, K] of the correlations `correlation_of` gives (a
+    `FoldOverlap.corr`)."""
+    rho = np.asarray(fold_corr, float)
+    if rho.ndim == 0:
+        rho = np.full((k, k), float(rho))
+    if rho.shape[-2:] != (k, k):
+        raise ValueError(f"fold_corr: expected a number or a [..., {k}, {k}] matrix, got shape {rho.shape}")
+    if np.isnan(rho).any() or (rho < 0).any() or (rho >= 1).any():
+        raise ValueError("fold_corr: correlations must lie in [0, 1)")
+    return rho / (1.0 - rho)
+
+
+def overlap_factor(weights, fold_corr) -> np.ndarray:
+    """F [...] = 1 + (sqrt w)' Lambda (sqrt w) / sum w per row of `weights` [..., K] (the
+    random-effects weights; 0: a fold that carries no weight), Lambda from `fold_corr`
+    (`loadings_of`): the factor by which the pooled variance grows (module docstring)."""
+    w = np.asarray(weights, float)
+    lam = loadings_of(fold_corr, w.shape[-1])
+    r = np.sqrt(np.where(w > 0, w, 0.0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        quad = np.einsum("...k,...kl,...l->...", r, np.broadcast_to(lam, w.shape[:-1] + lam.shape[-2:]), r)
+        return 1.0 + quad / w.sum(-1)
+
+
+def nb_factor(fold_corr, k: int | None = None) -> float:
+    """The factor for K folds of equal weight (`overlap_factor` with w = 1): 1 + sum Lambda / K;
+    NB's 1 + K n2 / n1 for equal folds that all share rows. `k` is needed with a number rho."""
+    rho = np.asarray(fold_corr, float)
+    k = rho.shape[-1] if rho.ndim else int(k)
+    return float(overlap_factor(np.ones(k), rho))
+
+
+def fold_overlap(table: pd.DataFrame, history=None) -> FoldOverlap:
+    """The overlap of a fold table's folds (FOLD_TABLE_NEEDS; `folds.parquet` / `folds.csv`):
+    which folds share training rows (their `train_runs` meet), n1 = `train_rows`, n2 =
+    `group_rows`. A table with a `history` column (several price histories) is read for one
+    `history` (folds of different histories share no rows); a missing column or a `history`
+    the table lacks is a one-line DataError naming it."""
+    missing = [c for c in FOLD_TABLE_NEEDS if c not in table.columns]
+    if missing:
+        raise DataError(f"fold table: missing column {missing[0]!r} (the overlap of folds reads {', '.join(FOLD_TABLE_NEEDS)})")
+    t = table
+    if "history" in t.columns:
+        if history is None:
+            if t["history"].nunique() > 1:
+                raise DataError("fold table: several histories; name the one whose folds overlap (history=...)")
+        else:
+            t = t[t["history"] == history]
+            if t.empty:
+                raise DataError(f"fold table: no folds of history {history!r}")
+    t = t.sort_values("fold")
+    try:
+        runs = [parse_runs(x) for x in t["train_runs"]]
+    except ValueError:
+        raise DataError("fold table: column 'train_runs' must hold start:end runs of rows") from None
+    k = len(runs)
+    shares = np.array([[shared_rows(runs[i], runs[j]) > 0 for j in range(k)] for i in range(k)], bool)
+    corr = correlation_of(loading_matrix(t["train_rows"].to_numpy(float), t["group_rows"].to_numpy(float), shares))
+    return FoldOverlap(tuple(int(f) for f in t["fold"]), corr, nb_factor(corr) if k else 1.0)

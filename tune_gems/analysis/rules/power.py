@@ -16,9 +16,9 @@ The rule that decides, and so its MDE at power 1 - beta and first-Holm-step leve
   `history_level` (selection-adjusted for a confirmation on the search's one history);
 - **K >= 2 periods, or several price histories**: the pooled test, whose MDE is the effect its
   first contrast is kept from in a share `power` of the families the rule will see at that design
-  (`pooled_mde`, `history_mde`): families drawn from the variance parts (`variance_parts`: each
+  (`pooled_mde`, `history_mde`): families drawn from the variance parts (`periods.PooledComponents`, `histories.HistoryComponents`: each
   period's or history's effect and the variance the rule reads for it, the seeds' and the
-  calendar's ANOVA) and pooled by the rule's own stage 2 (`period_family.pool_fold_data`,
+  calendar's ANOVA) and pooled by the rule's own stage 2 (`periods.pool_fold_data`,
   `histories.pool_histories`). The pooled estimate moves with the effect, its se and df do not, so
   each family keeps from one effect on, and the MDE is the `power`-quantile of those effects. The
   closed form (t_a + t_power) x se, on the df the design would have if the rule knew its variances,
@@ -41,14 +41,12 @@ import numpy as np
 from scipy import stats as sps
 
 from tune_gems.analysis.defaults import HELD_OUT_PERIOD_FLOOR, MIN_SHARED_PERIODS
-from tune_gems.analysis.rules.calendar import one_calendar, own_calendars
-from tune_gems.analysis.rules.decision import MIN_POOLED_DF
-from tune_gems.analysis.rules.held_out_rule import confirm_on_held_out
-from tune_gems.analysis.rules.histories import HistoryData, pool_histories
-from tune_gems.analysis.rules.period_family import FoldData, pool_fold_data
-from tune_gems.analysis.rules.pooling import FOLD_VAR_DF, satterthwaite
-from tune_gems.analysis.rules.variance_parts import RANK_EFFICIENCY, HistoryComponents, PooledComponents, rank_overread
-from tune_gems.analysis.rules.words import KEEP
+from tune_gems.analysis.rules.decision import MIN_POOLED_DF, confirm_on_held_out
+from tune_gems.analysis.rules.histories import HistoryComponents, HistoryData, one_calendar, own_calendars, pool_histories
+from tune_gems.analysis.rules.periods import (
+    FOLD_VAR_DF, RANK_EFFICIENCY, FoldData, PooledComponents, pool_fold_data, rank_overread, satterthwaite,
+)
+from tune_gems.analysis.rules.settings import KEEP
 from tune_gems.analysis.text import format_number
 from tune_gems.stats.inference import min_detectable_effect, smallest_p
 
@@ -76,7 +74,7 @@ def _chi2(rng, df, shape):
 
 
 def _seed_anova(rng, cell: float, common: float, units: int, seeds: float, m: int):
-    """(sigma_c^2, its share, its df) [DRAWS, m]: the seeds x units ANOVA (`pooling.seed_anova`) of
+    """(sigma_c^2, its share, its df) [DRAWS, m]: the seeds x units ANOVA (`periods.seed_anova`) of
     seeds whose per-unit values vary by `cell` around a part `common` to every unit."""
     p, q = seeds - 1.0, (units - 1.0) * (seeds - 1.0)
     ms_seed = (cell + units * common) * _chi2(rng, p, (DRAWS, m))
@@ -102,7 +100,7 @@ def _fold_draws(c: PooledComponents, periods: int, seeds: float, contrasts: int)
     families of `contrasts` contrasts with parts `c` and no effect (`pool_fold_data`), and its
     held-out stage (one test period: its own period luck and the seeds' noise over the folds' members;
     its variance the seeds' and the pooled tau^2, at least HELD_OUT_PERIOD_FLOOR x a fold's seed
-    variance, on DerSimonian-Laird's df as `held_out_rule` reads them). The folds' overlap is a part
+    variance, on DerSimonian-Laird's df as `decision.held_out_stage` reads them). The folds' overlap is a part
     common to them of lambda x the fold-level variance, which the rule corrects with NB's factor
     1 + K lambda."""
     rng = np.random.default_rng(DRAW_SEED)
@@ -137,7 +135,7 @@ def _history_draws(c: HistoryComponents, histories: int, folds: int, seeds: floa
     every history one period) else on their own, and its held-out stage (one test period per
     history, the same one on one calendar; its variance the histories' spread on the test over H, the
     seeds' common part and on one calendar the spread of the shared periods' means, as
-    `held_out_rule` reads them). A history's effect is the mean of its fold effects; the variance
+    `decision.held_out_stage` reads them). A history's effect is the mean of its fold effects; the variance
     the rule reads for it is pi / 3 x its seeds' sample variance / n (n - 1 df)."""
     rng = np.random.default_rng(DRAW_SEED)
     h, k, n, m = histories, folds, seeds, contrasts
@@ -183,7 +181,7 @@ def keep_effects(draws: dict, level: float, one_sided: bool = False) -> np.ndarr
 
 def confirm_effects(draws: dict, test_level: float) -> np.ndarray:
     """Per drawn family the smallest effect its held-out stage confirms from, one-sided at
-    `test_level` (`held_out_rule.confirm_on_held_out`: the test effect moves with the effect, its
+    `test_level` (`decision.confirm_on_held_out`: the test effect moves with the effect, its
     variance does not); +inf where it confirms nothing."""
     keep = np.full(draws["test_effect"].shape, KEEP, dtype=object)
     held = confirm_on_held_out(keep, draws["test_effect"], draws["test_var"], draws["test_period_var"], test_level,
@@ -281,7 +279,7 @@ class PowerInputs:
     per-seed paths). Over `histories` >= 2 price histories the nested rule decides (`history_mde`):
     `history_tau2` the spread between histories, `tau2` and `within` a history's fold components,
     `seed` the part common to every history and fold, `calendar` the calendar part the histories
-    share (`rules.calendar`; NaN: on their own calendars, nothing shared), `n` the seeds per fold of
+    share (`histories.calendar_part`; NaN: on their own calendars, nothing shared), `n` the seeds per fold of
     a history."""
 
     n: float
@@ -416,7 +414,7 @@ def fewest_seeds(d: PowerInputs, target: float, level: float, power: float, *, o
 
 def informative_of(seeds: int, tied: float) -> int:
     """The informative pairs `seeds` seeds are expected to give at tied share `tied` (ties carry
-    no weight: rules.ties)."""
+    no weight: rules.periods)."""
     return int(math.floor(seeds * (1.0 - tied) + 1e-9))
 
 

@@ -1,26 +1,13 @@
 """Every factor of a design judged: gems and non-gem factors in one family.
 
-Why. The largest effects of a factorial are often not gems: on real S&P 500 closes NoisyNets
-(`model.noisy`) and spectral norm moved the validation alpha Sharpe more than any gem, and the
-verdict table said nothing about them. So each factor of a design gets its main effect with the
-gems' machinery and words:
-
-- **which factors, paired how, decided how**: the design's family (`family.py`: every gem's
-  wiring and every other key that differs between members at a common member seed, null arms
-  left out), each main effect paired by member seed within a fold (a factorial's simple effects
-  averaged per seed over the other factors' levels) and the family decided once by the rule's
-  one composition (`rules.decision.decide`: Holm over the family, the one-period gates on one
-  price history, the period rule over folds), with the power of the test that decides;
-- **interactions**: for every two two-level contrasts of a full factorial, the per-seed
-  difference of one's effect between the other's levels, Holm over the interactions (shown,
-  not a verdict);
-- **nothing left out**: every row is written and printed, ordered by the size of its effect; a
-  key that differs but never pairs reads `insufficient: confounded` with the fix.
-
-The family is the design's (`family.design_family`, decided once): a gem's row here is its row of
-verdicts.csv, the same word, interval, Holm p and MDE; `delete` (the gem's measured magnitude at
-its null) is part of that word.
+Why: a factorial's largest effects are often not gems (on S&P 500 closes NoisyNets and spectral
+norm moved the alpha Sharpe more than any gem). Each main effect of the design's family
+(`family.design_family`, decided once: a gem's row is its verdicts.csv row) is paired by member
+seed within a fold and judged with the gems' words; every two two-level contrasts of a full
+factorial get their interaction (Holm over the interactions, shown, not a verdict); every row is
+written, largest effects first, a key that never pairs reading `insufficient: confounded`.
 """
+
 
 from __future__ import annotations
 
@@ -33,9 +20,9 @@ import pandas as pd
 
 from tune_gems.analysis.pairs.pairing import Cells, Paired
 from tune_gems.analysis.rules.decision import Evidence, decide
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import (
+from tune_gems.analysis.rules.settings import (
     DECISIVE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP, NOT_CONFIRMED,
+    Thresholds,
 )
 from tune_gems.analysis.text import format_interval, format_number, text_table
 from tune_gems.analysis.verdicts.family import (

@@ -1,18 +1,14 @@
 """The family of a design: every main effect it varies, its pairs, and one decision.
 
-Why one family. The contrasts a design was built to judge are its main effects: every gem's
-wiring (wire vs measure, its weight belonging to the wired side, paired as the gem's verdict
-pairs it) and every other config key that differs between members at a common member seed
-(`model.*`, `trainer.*` such as `lr`, `gems.<g>.weight` among the members wiring g, any
-`arms.factors` key or an `arms.list` entry that differs from another in one key). Judged in
-two families (the gems alone in verdicts.csv, gems and factors in factors.csv) one `analyze`
-printed `keep wired` in one table and `inconclusive` in the other for the same contrast (issue
-37: g6 at 8 purged groups, Holm over 1 against Holm over 3). So the family is built here once,
-paired once, decided once (`rules.decision.decide`, the held-out test segment its second stage:
-`held_out.py`): verdicts.csv's rows are its gem contrasts,
-factors.csv's all of them, with the same word, interval and Holm p. Null arms (a gem wired at a
-placebo weight, an A/A arm of another replay stream) are no contrast of the family: they are the
-learner's null (placebo.csv). Interactions are their own family (`factors.interaction_rows`).
+The contrasts a design was built to judge are its main effects: every gem's wiring (wire vs
+measure, its weight on the wired side, paired as the gem's verdict pairs it) and every other
+config key that differs between members at a common member seed (`model.*`, `trainer.*`,
+`gems.<g>.weight` among the members wiring g, an `arms.factors` key, an `arms.list` entry that
+differs from another in one key). Judged in two families, one contrast could read `keep wired` in
+one table and `inconclusive` in the other; so the family is built once, paired once and decided
+once (`rules.decision.decide`, the held-out test segment its second stage): verdicts.csv's rows are
+its gem contrasts, factors.csv's all of them. Null arms (placebo weight, A/A replay stream) are the
+learner's null (placebo.csv), interactions their own family (`factors.interaction_rows`).
 """
 
 from __future__ import annotations
@@ -27,12 +23,10 @@ import pandas as pd
 
 from tune_gems.analysis.pairs.pairing import Cells, Paired, paired
 from tune_gems.analysis.pairs.selectors import MEASURE, WIRE, placebo_selectors
-from tune_gems.analysis.rules.decision import MIN_POOLED_DF, Decision, Evidence, TestSegment, decide
+from tune_gems.analysis.rules.decision import MIN_POOLED_DF, Decision, Evidence, TestSegment, cannot_reach, decide
+from tune_gems.analysis.rules.settings import DECISIVE, DELETE, EQUIVALENT, INSUFFICIENT, NOT_CONFIRMED, Thresholds
+from tune_gems.analysis.rules.periods import FoldOverlap, informative_rank_test, is_tie
 from tune_gems.analysis.rules.power import PowerInputs, PowerStatement, market_se_of, statement
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.seed import cannot_reach
-from tune_gems.analysis.rules.ties import informative_rank_test, is_tie
-from tune_gems.analysis.rules.words import DECISIVE, DELETE, EQUIVALENT, INSUFFICIENT, NOT_CONFIRMED
 from tune_gems.analysis.text import format_number
 from tune_gems.analysis.verdicts.held_out import held_out_segment
 from tune_gems.analysis.verdicts.readings import (
@@ -44,7 +38,7 @@ from tune_gems.analysis.verdicts.history_verdicts import (
 from tune_gems.analysis.verdicts.verdict_market_noise import (
     OK as MARKET_OK, UNAVAILABLE, EvalReturnsLookup, MarketEvidence, market_evidence, market_window,
 )
-from tune_gems.analysis.rules.overlap import FoldOverlap
+from tune_gems.analysis.read.labels import HISTORY_NAME
 from tune_gems.analysis.verdicts.walk_forward import (
     ADD_FOLDS, FOLD, FamilyFolds, fold_count, fold_text, gem_folds, median_fold_spread, overlap_for, pooled_power,
 )
@@ -158,11 +152,8 @@ def contrast_pairs(cells: Cells, c: Contrast, gems: list[GemEntry], th: Threshol
 
 
 def one_row_per_unpaired_key(contrasts: list[Contrast], prs: list[Paired]) -> tuple[list[Contrast], list[Paired]]:
-    """The contrasts, with one row for each key of more than two levels that never pairs in any of
-    them (a searched weight that differs between trials on common seeds has a level per trial:
-    one `insufficient: confounded` row says so, not one per level); a key that pairs somewhere
-    keeps every row, each unpaired one with its fix. Unpaired contrasts are out of the Holm family
-    either way."""
+    """The contrasts, a key of more than two levels that never pairs given one `insufficient:
+    confounded` row (a searched weight has a level per trial), not one per level."""
     paired_keys = {c.key for c, pr in zip(contrasts, prs) if pr.n}
     out, seen = [], set()
     for c, pr in zip(contrasts, prs):
@@ -179,13 +170,9 @@ def one_row_per_unpaired_key(contrasts: list[Contrast], prs: list[Paired]) -> tu
 
 @dataclass
 class DesignFamily:
-    """A design's family (module docstring): its `contrasts` with their `pairs`, the rule's
-    `decision` on all of them (`rules.decision.decide`, [1, E]), the fold data over periods
-    (`folds`, K >= 2 on one price history) or over several price histories (`histories`, the
-    nested rule's: `history_verdicts.history_family`) and the pooled test's power statement
-    (`power`: `walk_forward.pooled_power`, `history_verdicts.history_power`), each contrast's
-    market-noise columns (`market`), the verdict metric `column`, the `cells` it paired and the
-    settings `thresholds` it was decided at; `view(j)` reads contrast j."""
+    """A design's family (module docstring): its `contrasts` and `pairs`, the rule's `decision` ([1, E]),
+    the fold data over periods (`folds`) or histories (`histories`), the pooled test's `power`, each
+    contrast's `market` columns, the metric `column`, the `cells` and `thresholds`; `view(j)` reads one."""
 
     contrasts: list[Contrast]
     pairs: list[Paired]
@@ -242,7 +229,7 @@ class DesignFamily:
             lvl = level[hf.histories.index(h) if hf is not None else slot]
             tail = lvl / 2 if np.isfinite(lvl) else self.thresholds.alpha / 2
             ri, ties = informative_rank_test(pr.diffs[None, :], tail=tail), int(is_tie(pr.diffs).sum())
-            rows.append({"gem": name, **({HISTORY: h} if hf is not None else {}), "fold": int(f),
+            rows.append({"gem": name, **({HISTORY: h, HISTORY_NAME: hf.names[h]} if hf is not None else {}), "fold": int(f),
                          "effect": float(fd.theta[0, j, slot]), "ci_low": float(ri.low[0]), "ci_high": float(ri.high[0]),
                          "ci_level": 1 - 2 * tail, "seeds": int(fd.n_informative[0, j, slot]), "pairs": int(pr.n),
                          "ties": ties, "tied_share": ties / pr.n if pr.n else math.nan})
@@ -384,20 +371,18 @@ class DesignFamily:
 def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column: str,
                   eval_returns: EvalReturnsLookup | None = None, magnitude_p: dict[str, float] | None = None,
                   redundant: dict[str, bool] | None = None, selection: dict[str, int] | None = None,
-                  overlap: FoldOverlap | None = None, calendar_of: CalendarOf | None = None) -> DesignFamily:
+                  overlap: FoldOverlap | None = None, calendar_of: CalendarOf | None = None,
+                  history_names: dict[int, str] | None = None) -> DesignFamily:
     """The design's family decided once (module docstring). `magnitude_p` per gem the TOST p of its
-    measured magnitude at its null and `redundant` whether a model feature removes it (the halves
-    of `delete`, a gem's alone); `selection` per gem the configurations a search chose among (a
-    confirmation on one price history); `eval_returns` the saved returns behind the market-noise
-    intervals; `overlap` the experiment's folds that share training rows
-    (`walk_forward.experiment_overlap`): over periods the pooled variance carries it (`rules.overlap`;
-    over several price histories their spread measures it); `calendar_of` which of their windows share
-    a calendar period (`history_verdicts.history_family`)."""
+    measured magnitude at its null, `redundant` whether a model feature removes it (the halves of
+    `delete`); `selection` per gem the configurations a search chose among (one price history);
+    `eval_returns` the saved returns of the market-noise intervals; `overlap` the folds sharing
+    training rows (the pooled variance carries it); `calendar_of`, `history_names` the histories'."""
     contrasts = design_contrasts(cells, gems, th.placebo_weight)
     prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]
     contrasts, prs = one_row_per_unpaired_key(contrasts, prs)
     k_folds = fold_count(cells)
-    hf = history_family(prs, cells, calendar_of)  # several price histories: the nested rule decides (None: one history)
+    hf = history_family(prs, cells, calendar_of, history_names)  # several price histories: the nested rule decides (None: one history)
     fam = gem_folds(prs, cells) if k_folds > 1 and hf is None else None  # the same pairs inside each fold
 
     def market(tail: np.ndarray):

@@ -1,18 +1,15 @@
-"""The walk-forward results as a table, one row per gem and fold: what
-`fold_effects.csv`, report.md's per-fold table and the forest plot show.
-
-Why its own module. The per-fold effects and intervals are the period rule's own
-(`family.DesignFamily.fold_rows`: the rows it decided on), and the pooled
-estimate of each gem is read from the verdict table (`pooled_effect`, `pooled_ci_low`,
-`pooled_ci_high`: verdicts.csv's numbers), so a reader sees beside each word the intervals that
-produced it; nothing is recomputed here. What this module adds is the reader's context: the
-dates of each fold's validation window (folds.parquet / folds.csv) and the gem's verdict.
+"""The per-period results as a table, one row per gem and fold (of each history): what
+`fold_effects.csv`, report.md's per-fold table and the forest plot show. The rows are the rule's
+own (`family.DesignFamily.fold_rows`), the pooled estimate verdicts.csv's; this module adds the
+validation windows' dates and the verdict, and recomputes nothing.
 """
+
 
 from __future__ import annotations
 
 import pandas as pd
 
+from tune_gems.analysis.read.labels import HISTORY_NAME
 from tune_gems.analysis.verdicts.walk_forward import FOLD_ROW_COLUMNS
 
 POOLED_COLUMNS = ["pooled_effect", "pooled_ci_low", "pooled_ci_high", "pooled_ci_level"]
@@ -24,35 +21,38 @@ DATE_SEPARATOR = " / "
 
 
 def fold_dates(folds: pd.DataFrame | None) -> pd.DataFrame:
-    """Per fold its validation window's first and last date (`start`, `end`: folds.parquet's
-    `val_first`, `val_last`) over the experiment's fold tables (`Experiment.folds.dates`); empty
-    without one. Folds whose windows differ between trials or experiments list each date once."""
+    """Per fold (of each price history, where the fold tables have several) its validation
+    window's first and last date (`start`, `end`: folds.parquet's `val_first`, `val_last`) over the
+    experiment's fold tables (`Experiment.folds.dates`); empty without one. A fold whose windows
+    differ between trials or experiments lists each date once."""
+    keys = ["history", "fold"] if folds is not None and "history" in folds.columns and folds["history"].nunique() > 1 \
+        else ["fold"]
     if folds is None or not len(folds):
-        return pd.DataFrame(columns=["fold", "start", "end"])
+        return pd.DataFrame(columns=[*keys, "start", "end"])
 
-    def dates(values: pd.Series) -> str:
-        return DATE_SEPARATOR.join(dict.fromkeys(str(v) for v in values.dropna() if str(v)))
+    def dates(g: pd.DataFrame, column: str) -> str:
+        values = g[column].dropna() if column in g.columns else ()
+        return DATE_SEPARATOR.join(dict.fromkeys(str(v) for v in values if str(v)))
 
-    out = []
-    for fold, g in folds.groupby("fold", sort=True):
-        out.append({"fold": int(fold),
-                    "start": dates(g["val_first"]) if "val_first" in g.columns else "",
-                    "end": dates(g["val_last"]) if "val_last" in g.columns else ""})
-    return pd.DataFrame(out, columns=["fold", "start", "end"])
+    out = [{**dict(zip(keys, map(int, key if isinstance(key, tuple) else (key,)))),
+            "start": dates(g, "val_first"), "end": dates(g, "val_last")}
+           for key, g in folds.groupby(keys, sort=True)]
+    return pd.DataFrame(out, columns=[*keys, "start", "end"])
 
 
 def fold_effects_table(fold_rows: pd.DataFrame, verdicts: pd.DataFrame, dates: pd.DataFrame) -> pd.DataFrame:
-    """One row per gem and fold (FOLD_EFFECT_COLUMNS): the period rule's fold rows, the fold's
-    validation dates and the gem's verdict with its pooled estimate from the verdict table."""
+    """One row per gem and fold (FOLD_EFFECT_COLUMNS; over several price histories per gem,
+    history and fold, the history's id and name after the verdict): the period rule's fold rows,
+    the fold's validation dates and the gem's verdict with its pooled estimate from the verdict table."""
     if fold_rows is None or not len(fold_rows):
         return pd.DataFrame(columns=FOLD_EFFECT_COLUMNS)
     pooled = verdicts[["gem", "verdict"] + POOLED_COLUMNS]
     t = fold_rows.merge(pooled, on="gem", how="left", validate="many_to_one")
-    t = t.merge(dates, on="fold", how="left", validate="many_to_one") if len(dates) else t.assign(start="", end="")
+    keys = [k for k in ("history", "fold") if k in dates.columns and k in t.columns]
+    t = t.merge(dates, on=keys, how="left", validate="many_to_one") if len(dates) else t.assign(start="", end="")
     t[["start", "end"]] = t[["start", "end"]].fillna("")
-    # several price histories: each fold row names its history (`history_verdicts.HISTORY_ROW_COLUMNS`)
-    cols = FOLD_EFFECT_COLUMNS[:2] + ["history"] + FOLD_EFFECT_COLUMNS[2:] if "history" in t.columns else FOLD_EFFECT_COLUMNS
-    return t[cols].reset_index(drop=True)
+    histories = ["history", HISTORY_NAME] if "history" in t.columns else []
+    return t[FOLD_EFFECT_COLUMNS[:2] + histories + FOLD_EFFECT_COLUMNS[2:]].reset_index(drop=True)
 
 
 def pooled_estimates(table: pd.DataFrame) -> pd.DataFrame:

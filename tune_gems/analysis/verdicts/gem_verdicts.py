@@ -1,29 +1,12 @@
-"""The verdict per gem, from designed comparisons only, with its evidence.
-
-Per gem (docs/analysis.md "Verdicts" has the full text):
-
-1. **The wiring effect.** Members that differ only in this gem's mode (wire vs measure; the
-   weight belongs to the wired side), paired by member seed (`selectors.wiring_pairs`): per-seed
-   differences of the verdict metric, a diverged member the worst outcome, through the
-   signed-rank rule (`inference.rank_test`), Holm over the gems that have a design: `keep
-   wired`, `harmful`, `equivalent` (TOST within +-ROPE) or `inconclusive` with its MDE.
-2. **delete** replaces `equivalent` when the gem's measured magnitude is also at its null, or the
-   redundancy factorial shows a model feature removes it (`redundancy.py`). Both halves are
-   needed: a magnitude at its null says nothing about what wiring does, and a gem whose wiring
-   helps must not read `delete`.
-3. **Market noise** (one price history): a `keep wired` / `harmful` whose market-noise interval
-   (`verdict_market_noise`) includes 0 or lies on the other side becomes `inconclusive`: the
-   seeds agree, but on one history the difference may be the market's luck. With per-seed paths
-   the seed interval already holds the market's variance.
-4. No design: `insufficient: confounded`, `insufficient data` or `no data`, saying what to add.
-
-Null arms (a placebo weight <= `placebo_weight`, an A/A arm on another `trainer.replay_stream`)
-are reported apart (`placebo_verdicts`): the learner's own null, which must read `equivalent` or
-`inconclusive`.
-
-This module gathers the evidence and writes the reasons; every decision is the rule module's
-(`tune_gems.analysis.rules`, through `rules.decision.decide`), the functions the calibrations run.
+"""The verdict per gem, from designed comparisons only, with its evidence (docs/analysis.md
+"Verdicts"): the wiring effect over seed pairs (members differing in the gem's mode alone), `delete`
+where the gem's measured magnitude is also at its null or a model feature removes it
+(`redundancy.py`), the market-noise gate on one price history, and the null arms (placebo weight,
+A/A replay stream) apart, which must read `equivalent` or `inconclusive`. This module gathers the
+evidence and writes the reasons; every decision is `rules.decision.decide`'s, the function the
+calibrations run.
 """
+
 
 from __future__ import annotations
 
@@ -37,7 +20,9 @@ from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, build_cells, paired
 from tune_gems.analysis.pairs.excess import add_excess_columns
 from tune_gems.stats.inference import rank_test
-from tune_gems.analysis.rules.decision import Evidence, decide
+from tune_gems.analysis.rules.decision import REMOVES, Evidence, decide
+from tune_gems.analysis.rules.periods import FoldOverlap
+from tune_gems.analysis.rules.settings import INSUFFICIENT, Thresholds
 from tune_gems.analysis.verdicts.held_out import HELD_OUT_COLUMNS, held_out_columns
 from tune_gems.analysis.verdicts.verdict_reasons import compose_reason, selection_rule
 from tune_gems.analysis.verdicts.family import (
@@ -49,10 +34,6 @@ from tune_gems.analysis.verdicts.history_verdicts import HISTORY_COLUMNS, HISTOR
 from tune_gems.analysis.verdicts.search_choice import FINAL_COLUMNS
 from tune_gems.analysis.verdicts.verdict_market_noise import MARKET_COLUMNS, EvalReturnsLookup
 from tune_gems.analysis.verdicts.redundancy import redundancy_table
-from tune_gems.analysis.rules.overlap import FoldOverlap
-from tune_gems.analysis.rules.seed import REMOVES
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import INSUFFICIENT
 from tune_gems.analysis.pairs.selectors import MEASURE, placebo_selectors, wiring_pairs
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 
@@ -71,8 +52,7 @@ PLACEBO_COLUMNS = ["gem", "verdict", "n_seeds", "effect", "ci_low", "ci_high", "
 UNINFORMATIVE_TIES = 0.5
 """A null arm whose pairs tie (identical outcomes) more often than this tests nothing: flagged."""
 TURNOVER = "val_turnover"
-"""The members' validation turnover (docs/evaluation.md): 0 over the verdict window means the
-member never traded there, so its Sharpe is exactly 0 and its pair likely ties."""
+"""Validation turnover: 0 over the verdict window means the member never traded (its pair likely ties)."""
 
 
 def verdict_metric(members: pd.DataFrame, metric: str = defaults.METRIC,
@@ -84,11 +64,8 @@ def verdict_metric(members: pd.DataFrame, metric: str = defaults.METRIC,
 
 
 ESTIMAND = "pseudo-median (Hodges-Lehmann) of the per-seed differences"
-"""What `effect` estimates: the median of the Walsh averages of the per-unit differences (a
-diverged member the worst outcome; pairs that tie exactly left out), the statistic the
-signed-rank test and its interval belong to, each member's verdict metric averaged over the
-analysis's epoch window (`Thresholds.window_text`). `mean_effect` beside it is the plain mean
-over the units where nobody diverged."""
+"""What `effect` estimates (a diverged member the worst outcome, exact ties left out: the signed-rank
+test's statistic); `mean_effect` beside it is the plain mean where nobody diverged."""
 
 
 def zero_turnover_share(pr: Paired, cells: Cells, window) -> float:
@@ -123,22 +100,14 @@ def gem_verdict_tables(cells: Cells, gems: list[GemEntry], th: Thresholds, membe
                        metric: str = defaults.METRIC, redundancy: pd.DataFrame | None = None,
                        eval_returns: EvalReturnsLookup | None = None, selection: dict[str, int] | None = None,
                        overlap: FoldOverlap | None = None, calendar_of: CalendarOf | None = None,
-                       ) -> tuple[pd.DataFrame, pd.DataFrame, DesignFamily]:
-    """(one row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS, then the
-    period and held-out columns); the per-period rows the pooled test read
-    (`walk_forward.FOLD_ROW_COLUMNS`, over histories `history_verdicts.HISTORY_ROW_COLUMNS`; none
-    with one fold); the design's family, decided once, whose gem contrasts the rows are and whose
-    every contrast factors.csv shows: `family.design_family`).
-
-    `members` gives the verdict metric (`verdict_metric`). `redundancy` is the table of
-    `redundancy.redundancy_table` (computed here when None). `eval_returns` finds each trial's saved
-    validation returns (the market-noise interval, its bootstrap of `th.n_boot` resamples from
-    `th.seed`; none: said unavailable). `selection` (a confirmation on one price history, `tune-gems
-    confirm`): per gem the configurations its search chose among; the table then has FINAL_COLUMNS,
-    the verdict after the selection-adjusted gate (`rules.selection`). `overlap` the experiment's
-    folds that share training rows (`walk_forward.experiment_overlap`: the pooled variance carries
-    it, `fold_overlap` column); `calendar_of` which windows of several histories share a calendar
-    period (`history_verdicts.history_family`)."""
+                       history_names: dict[int, str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, DesignFamily]:
+    """(the verdict table: one row per gem, VERDICT_COLUMNS then the period and held-out columns; the
+    per-period rows the pooled test read (FOLD_ROW_COLUMNS, HISTORY_ROW_COLUMNS over histories); the
+    design's family, decided once: `family.design_family`). `members` gives the verdict metric;
+    `redundancy` the redundancy table (computed when None); `eval_returns` the saved validation
+    returns of the market-noise intervals; `selection` (a confirmation on one price history) per gem
+    the configurations its search chose among, adding FINAL_COLUMNS; `overlap` the folds sharing
+    training rows; `calendar_of` and `history_names` the histories' calendar periods and names."""
     column, metric_note = verdict_metric(members, metric)
     excess = add_excess_columns(cells.long, gems)
     if redundancy is None:
@@ -151,7 +120,7 @@ def gem_verdict_tables(cells: Cells, gems: list[GemEntry], th: Thresholds, membe
     family = design_family(cells, gems, th, column=column, eval_returns=eval_returns,
                            magnitude_p={g: mag.pop("tost_p", np.nan) for g, mag in magnitude.items()},
                            redundant={g: bool(text) for g, text in removes.items()}, selection=selection,
-                           overlap=overlap, calendar_of=calendar_of)
+                           overlap=overlap, calendar_of=calendar_of, history_names=history_names)
     hf = family.histories
     columns = list(dict.fromkeys(VERDICT_COLUMNS + PERIOD_COLUMNS + (HISTORY_COLUMNS if hf is not None else [])
                                  + HELD_OUT_COLUMNS))
@@ -233,16 +202,10 @@ def placebo_verdicts(
     metric: str = defaults.METRIC,
     **settings,
 ) -> pd.DataFrame:
-    """The null arms, by the same rule without Holm (the stricter check: each arm its own family
-    of one in `rules.seed.decide_family`): per gem with a
-    placebo arm, placebo minus measured (`kind` placebo), and per A/A arm (the control
-    with another `trainer.replay_stream`, an independent nuisance stream and nothing else),
-    A/A minus its stream-0 twin (`kind` a/a, gem `-`). Their verdict must be `equivalent` or
-    `inconclusive`; `keep wired` or `harmful` means the learner's outcome moves with nuisance
-    more than the rule allows for. `tied_share` is the share of units whose difference is
-    exactly 0 (identical outcomes); above UNINFORMATIVE_TIES the arm is `informative` False:
-    it tests nothing (a weight-1e-9 placebo is often bit-identical to its control).
-    `thresholds` / `settings` as in `gem_verdicts`."""
+    """The null arms by the same rule, each its own family of one (no Holm: the stricter check):
+    placebo minus measured per gem with a placebo arm, and each A/A arm (another
+    `trainer.replay_stream`) minus its stream-0 twin. They must read `equivalent` or `inconclusive`;
+    above UNINFORMATIVE_TIES tied pairs an arm is `informative` False (it tests nothing)."""
     th = Thresholds.build(thresholds, **settings)
     column, _ = verdict_metric(members, metric)
     rows = []

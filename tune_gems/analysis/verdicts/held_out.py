@@ -3,7 +3,7 @@ learner's skill in context.
 
 Why. A verdict is reached on the validation period(s); the test segment is untouched by it, so
 it is the pre-registered second stage of the rule (a check only printed beside the verdict
-changes no word: `rules.held_out_rule.confirm_on_held_out`, run by `rules.decision.decide`):
+changes no word: `rules.decision.confirm_on_held_out`, run by `rules.decision.decide`):
 a discovery `keep wired` / `harmful` is final only where the test-segment effect (the same
 member pairs, the verdict metric's test twin at the pairs' common final epoch, each seed's
 differences averaged over its folds) agrees, one-sided at alpha / m with the test period's
@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from tune_gems.analysis.pairs.pairing import Cells, Paired, by_history_fold, history_count, revalue
-from tune_gems.analysis.rules.held_out_rule import HeldOutDecision, TestSegment, seed_level_effect
-from tune_gems.analysis.rules.words import DECISIVE, KEEP
+from tune_gems.analysis.rules.decision import HeldOutDecision, TestSegment
+from tune_gems.analysis.rules.periods import seed_level_effect
+from tune_gems.analysis.rules.settings import DECISIVE, KEEP
 from tune_gems.stats.baseline_headline import baseline_comparison, skill_flag
 
 HELD_OUT_COLUMNS = ["test_effect", "test_ci_low", "test_ci_high", "test_p_value", "test_level", "held_out"]
@@ -49,7 +50,7 @@ def held_out_column(outcome: str) -> str:
 def held_out_segment(prs: list[Paired], cells: Cells, outcome: str) -> TestSegment | None:
     """The one computation of each contrast's test-segment effect from its verdict's pairs `prs`
     (nothing is paired again: `pairing.revalue`, the test twin at the final epoch), as the rule's
-    second stage reads it (`held_out_rule.seed_level_effect`: [1, E]; NaN: no test pairs), or None
+    second stage reads it (`periods.seed_level_effect`: [1, E]; NaN: no test pairs), or None
     when the results have no test-segment metric (no second stage: older results)."""
     column = held_out_column(outcome)
     if column not in cells.long.columns:

@@ -1,19 +1,13 @@
 """Verdicts over several price histories: the nested rule's evidence and columns.
 
-Why a layer of its own. With H >= 2 price histories (members carry a `history` id, each history its
-own market, folds and test segment) the replication unit is the history, not the fold: the rule
-that decides is `rules.histories.decide_histories` (each history's effect over its folds, then
-random effects over the histories, seed-paired, with the calendar part the histories share),
-reached through `rules.decision.decide` like every other rule (`Evidence.histories`). This module
-gathers that evidence from the verdicts' own pairs (`pairing.by_history_fold`: the same pairs
-inside each fold of each history, not paired again; seed index s is the same unit in every history
-and fold) and writes what the decision says into the verdict table's period columns, with the power
-statement of the nested rule (`power.history_mde`), so `verdicts.csv`, `factors.csv`, the console
-and `report.md` state the rule that decided. One history never comes here: `history_family` is None.
-
-Which (history, fold) windows are one calendar period comes from the experiment's fold tables
-(`CalendarOf`, given by the analysis: `read.calendars.validation_calendar`); without it fold k of
-every history validates on the same dates (`rules.calendar.one_calendar`), as the columns of one file do.
+With H >= 2 histories (each its own market, folds and test segment) the replication unit is the
+history: `rules.histories.decide_histories` decides (each history's effect over its folds, then
+random effects over the histories with the calendar part they share), through
+`rules.decision.decide` (`Evidence.histories`). This module gathers that evidence from the verdicts'
+own pairs (`pairing.by_history_fold`; seed index s is one unit in every history and fold) and writes
+the decision and the nested rule's power (`power.history_mde`) into the verdict table's columns.
+Which (history, fold) windows share a calendar period is the analysis's `CalendarOf`
+(`read.calendars.validation_calendar`); without it fold k of every history is one period.
 """
 
 from __future__ import annotations
@@ -27,20 +21,20 @@ import numpy as np
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, by_history_fold, history_count
-from tune_gems.analysis.rules.histories import HistoryData, history_components, history_data
+from tune_gems.analysis.read.labels import HISTORY_NAME
+from tune_gems.analysis.rules.histories import HistoryComponents, HistoryData, history_components, history_data
+from tune_gems.analysis.rules.settings import Thresholds
+from tune_gems.analysis.rules.periods import is_tie
 from tune_gems.analysis.rules.power import history_inputs, statement
-from tune_gems.analysis.rules.variance_parts import HistoryComponents
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import is_tie
 from tune_gems.analysis.text import counted, format_number
 
 HISTORY = "history"
 CalendarOf = Callable[[Sequence[int], Sequence[int]], np.ndarray]
 """(history ids, fold ids) -> calendar [H, K]: the period each (history, fold) validates on."""
-HISTORY_ROW_COLUMNS = ["gem", HISTORY, "fold", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs", "ties",
+HISTORY_ROW_COLUMNS = ["gem", HISTORY, HISTORY_NAME, "fold", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs", "ties",
                        "tied_share"]
 """The per-(history, fold) rows of the nested rule: the fold rows of one history
-(`walk_forward.FOLD_ROW_COLUMNS`) with the history they belong to; the interval is at the history's
+(`walk_forward.FOLD_ROW_COLUMNS`) with the history they belong to and its name; the interval is at the history's
 Holm level (the one the sign-change test between histories reads)."""
 ADD_HISTORIES = "add price histories: data.price_columns or data.histories"
 """What a verdict with too few histories says to do."""
@@ -48,7 +42,7 @@ ADD_PERIODS = "add folds (data.folds.k) or histories on other calendars"
 """What a verdict with too few calendar periods says to do."""
 CALENDAR_COLUMNS = ["var_history", "var_calendar", "calendar_df", "calendar_periods"]
 """verdicts.csv's columns of the nested rule's spread between histories and its calendar part
-(`rules.calendar`: the variance of the part the histories share in each calendar period, its df and
+(`rules.histories`: the variance of the part the histories share in each calendar period, its df and
 the calendar periods with an effect)."""
 HISTORY_COLUMNS = ["histories", *CALENDAR_COLUMNS]
 """The verdict table's columns over several histories (after the period columns): how many, and
@@ -59,13 +53,15 @@ the spread between them and their calendar part (what confirm plans with)."""
 class HistoryFamily:
     """A family's evidence over H >= 2 histories: per contrast the (history, fold) parts of its pairs
     (`parts[j]`, empty: no pairs), the history and fold ids, and the rule's data (`data`: the per-unit
-    differences aligned over every history and fold, `rules.histories.history_data`)."""
+    differences aligned over every history and fold, `rules.histories.history_data`); `names` each
+    history's name by id (`read.labels.history_names`)."""
 
     parts: list[list[tuple[tuple[int, int], Paired]]]
     histories: list[int]
     folds: list[int]
     data: HistoryData
     tied_share: np.ndarray  # [m]: ties over every (history, fold) pair of the contrast
+    names: dict[int, str]
 
     @property
     def periods(self) -> int:
@@ -77,10 +73,11 @@ class HistoryFamily:
         return f"{len(self.histories)} histories x {len(self.folds)} fold{'s' if len(self.folds) != 1 else ''}"
 
 
-def history_family(prs: list[Paired], cells: Cells, calendar_of: CalendarOf | None = None) -> HistoryFamily | None:
+def history_family(prs: list[Paired], cells: Cells, calendar_of: CalendarOf | None = None,
+                   names: dict[int, str] | None = None) -> HistoryFamily | None:
     """The nested rule's evidence of a family of comparisons (one per contrast, in order), or None on
     one price history (the fold or one-period rules decide); `calendar_of` which windows share a
-    calendar period (None: fold k of every history is one period)."""
+    calendar period (None: fold k of every history is one period); `names` the histories' names."""
     if history_count(cells) < 2:
         return None
     histories = sorted(int(h) for h in cells.table[HISTORY].unique())
@@ -98,7 +95,7 @@ def history_family(prs: list[Paired], cells: Cells, calendar_of: CalendarOf | No
         tied[j] = ties / pairs if pairs else math.nan
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         data = history_data(d, calendar_of(histories, folds) if calendar_of is not None else None)
-    return HistoryFamily(parts, histories, folds, data, tied)
+    return HistoryFamily(parts, histories, folds, data, tied, {h: (names or {}).get(h, f"history {h}") for h in histories})
 
 
 def history_power(hf: HistoryFamily, dec, th: Thresholds) -> dict[str, np.ndarray]:

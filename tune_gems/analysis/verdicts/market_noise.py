@@ -1,33 +1,18 @@
 """Market-noise intervals for arm differences on one real price history (stationary bootstrap).
 
-Why: on a real series every seed sees the same history, so the seed interval of an arm
-difference (over seed pairs: the signed-rank interval of `inference.rank_test`) says nothing
-about how much of the difference is that history's luck. Here the seeds stay fixed and the *market* is resampled: the
-per-step returns of the validation period are redrawn in blocks by the stationary bootstrap of
-Politis & Romano (1994), with the same index sequence applied to every series (both arms, every
-seed, every epoch, and the asset), so the pairing and the cross-sectional dependence survive and
-only the time path changes. The percentile interval of the resampled Sharpe (or alpha Sharpe)
-difference is the market-noise interval; the verdict reports it beside the seed interval.
-
-What is held fixed: the positions each policy took on the real history. Resampling the realised
-per-step returns (position x asset return, net of costs) is the standard treatment of a Sharpe
-difference (Ledoit & Wolf 2008); it answers "how different could the two arms' Sharpe ratios
-have looked over another stretch of a market like this one", not "how would the policies have
-traded on another history".
-
-Mean block length: the Politis & White (2004) automatic choice for the stationary bootstrap,
-with the Patton, Politis & White (2009) correction (`optimal_mean_block`), taken as the largest
-over the series that drive the difference (each arm's pooled return and their difference, and
-the asset when the metric is the alpha Sharpe); at least 1 step, at most
-ceil(min(3 sqrt(T), T / 3)). Pass `mean_block` to override it.
-
-Calibration (`calibrate`, `simulate_arms`; rates in docs/evaluation.md, asserted in
-tests/test_market_noise.py): under a simulated null (two paired arms of equal true Sharpe or
-alpha Sharpe, with volatility clustering) the 95% interval excludes 0 in 5-7% of histories; with
-strongly autocorrelated returns over a short segment (AR(1) 0.2, T = 250) in about 9%, nominal
-again at T = 1000 (use confidence=0.975 there). A planted difference is found with high power.
-Numpy and scipy only: the analysis never imports torch.
+Why: on one history every seed sees the same market, so the seed interval of an arm difference
+says nothing about that history's luck. Here the seeds stay fixed and the market is resampled: the
+validation period's per-step returns are redrawn in blocks by the stationary bootstrap (Politis &
+Romano 1994), one index sequence for every series (both arms, every seed and epoch, the asset), so
+the pairing survives and only the time path changes; the percentile interval of the resampled
+Sharpe (or alpha Sharpe) difference is the market-noise interval. The positions each policy took
+stay fixed (resampling realised returns, as for any Sharpe difference: Ledoit & Wolf 2008). The
+mean block length is Politis & White's (2004) automatic choice with the Patton, Politis & White
+(2009) correction (`optimal_mean_block`). Calibration (`calibrate`, `simulate_arms`; rates in
+docs/evaluation.md, asserted in tests/test_market_noise.py): 5-7% false positives at 95% under a
+volatility-clustered null. Numpy and scipy only: the analysis never imports torch.
 """
+
 
 from __future__ import annotations
 
@@ -154,13 +139,9 @@ def optimal_mean_block(x: np.ndarray) -> float:
 
 
 def stationary_bootstrap_indices(n_steps: int, mean_block: float, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """[n_boot, n_steps] time indices of Politis-Romano stationary-bootstrap resamples.
-
-    Each resample starts at a uniform index; every next step continues the current block
-    (index + 1, wrapping circularly past the end) with probability 1 - 1/mean_block, or starts a
-    new block at a fresh uniform index with probability 1/mean_block: block lengths are
-    geometric with mean `mean_block`, and each resample is stationary.
-    """
+    """[n_boot, n_steps] time indices of Politis-Romano stationary-bootstrap resamples: each starts at
+    a uniform index and each next step continues its block (circularly) with probability
+    1 - 1/mean_block, else starts a new one: geometric block lengths, stationary resamples."""
     if not mean_block >= 1.0:
         raise ValueError(f"mean_block must be >= 1, got {mean_block}")
     if n_steps < 1 or n_boot < 1:
@@ -179,14 +160,9 @@ def stationary_bootstrap_indices(n_steps: int, mean_block: float, n_boot: int, r
 
 @dataclass(frozen=True)
 class MarketNoiseInterval:
-    """A market-noise interval of metric(A) - metric(B).
-
-    estimate: the observed difference. low/high: percentile interval of the resampled
-    differences at `confidence`. p_value: two-sided bootstrap p of "no difference", from the
-    resampled differences re-centred at 0: (1 + #{|d* - d| >= |d|}) / (1 + n_boot).
-    mean_block: the mean block length used; n_steps: T; n_pairs: number of paired series
-    (seeds x epochs) averaged.
-    """
+    """A market-noise interval of metric(A) - metric(B): the observed difference, the percentile
+    interval of the resampled ones at `confidence`, the two-sided bootstrap p of no difference
+    ((1 + #{|d* - d| >= |d|}) / (1 + n_boot)), the mean block length, T and the pairs averaged."""
 
     metric: str
     pooling: str
@@ -229,14 +205,9 @@ def _resample_counts(idx: np.ndarray) -> np.ndarray:
 
 
 class _Moments:
-    """First and second moments of resampled series from resample counts, by one matmul.
-
-    Every statistic here (Sharpe, beta, alpha Sharpe) is a function of sums over the resample
-    of r, r^2, r*a, a and a^2, and a sum over a resample is counts @ series: one product for
-    all series and resamples of a chunk instead of gathering [c, pairs, T] arrays. The series are
-    centred on their original means first (variances and covariances are shift-invariant), which
-    keeps the float64 cancellation in var = (S_xx - S_x^2 / T) / (T - 1) harmless.
-    """
+    """First and second moments of resampled series by one product: every statistic here is a function
+    of sums of r, r^2, r*a, a, a^2 over a resample, i.e. counts @ series (the series centred on their
+    means first, which keeps the float64 cancellation in the variances harmless)."""
 
     def __init__(self, r: np.ndarray, asset: np.ndarray | None):
         self.n_series, self.T = r.shape
@@ -302,17 +273,10 @@ def market_noise_interval(
 ) -> MarketNoiseInterval:
     """Market-noise interval of metric(arm A) - metric(arm B) over one history's segment.
 
-    returns_a, returns_b: per-step net returns, [T] or [..., T] with the same shape; the leading
-    axes are the paired series (seed index, and epoch when last-k epochs are averaged): element
-    i of A is paired with element i of B (same seed index, same epoch). Time is the last axis.
-    asset_returns: [T], the asset's simple return at each step (needed for metric="alpha_sharpe").
-    metric: "sharpe" or "alpha_sharpe" (beta re-estimated in every resample, as in-sample).
-    pooling: "per_pair": mean over pairs of metric(A_i) - metric(B_i) (the seed-paired gain);
-    "pooled": metric(mean_i A_i) - metric(mean_i B_i) (each arm as an equal-weight portfolio of
-    its seeds).
-    mean_block: mean block length; None: `optimal_mean_block` rule (module docstring).
-    Same inputs and seed give the same interval.
-    """
+    returns_a, returns_b: per-step net returns [..., T], element i of A paired with element i of B
+    (seed index, epoch); asset_returns [T] (needed for alpha_sharpe, beta re-estimated in every
+    resample); pooling "per_pair" (mean of the pairs' differences) or "pooled" (each arm as an
+    equal-weight portfolio of its seeds); mean_block None: `optimal_mean_block`. Deterministic."""
     a = _as_pairs(returns_a, "returns_a")
     b = _as_pairs(returns_b, "returns_b")
     if a.shape != b.shape:
@@ -388,18 +352,11 @@ def simulate_arms(
     vol_phi: float = 0.0,
     vol_sd: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-step net returns of two arms at `n_pairs` seed indices on one market path, and the
-    asset's returns: the model the calibration runs on.
-
-    arm X at seed s: scale * (drift + sqrt(rho) c_s + sqrt(1 - rho) e_Xs + gain [X = A])
-    + beta_X * asset, with asset = asset_drift + scale * m. c_s (shared by both arms at seed s:
-    the pairing), e_As, e_Bs and m are independent unit-variance AR(1)(phi) series. With gain 0
-    the arms have equal true alpha Sharpe whatever their betas, and equal true Sharpe when the
-    betas are equal. `gain` is in units of the per-step sd: a true per-step Sharpe gain.
-    Volatility clustering (as in real daily series): with vol_sd > 0 every noise term is
-    multiplied by one market-wide volatility exp(h_t / 2 - vol_sd^2 / 4), h = vol_sd x a unit
-    AR(1)(vol_phi) (mean-square 1, so the unconditional scale is unchanged).
-    """
+    """Per-step net returns of two arms at `n_pairs` seed indices on one market path, and the asset's:
+    arm X at seed s = scale (drift + sqrt(rho) c_s + sqrt(1 - rho) e_Xs + gain [X = A]) + beta_X asset,
+    c_s shared by the pair, every noise a unit AR(1)(phi), `gain` a true per-step Sharpe gain; with
+    vol_sd > 0 one market-wide volatility exp(h_t / 2 - vol_sd^2 / 4), h an AR(1)(vol_phi), scales
+    every noise term (volatility clustering at an unchanged unconditional scale)."""
     vol = np.exp(vol_sd * _ar1(rng, (n_steps,), vol_phi) / 2.0 - vol_sd * vol_sd / 4.0) if vol_sd > 0 else 1.0
     asset = asset_drift + scale * vol * _ar1(rng, (n_steps,), phi)
     common = vol * _ar1(rng, (n_pairs, n_steps), phi)
@@ -421,11 +378,9 @@ def calibrate(
     seed: int = defaults.SEED,
     **model,
 ) -> dict[str, float]:
-    """Rejection rates of `market_noise_interval` over `n_histories` simulated histories
-    (`simulate_arms(**model)`): `interval_rate`, the share whose interval excludes 0 (the
-    false-positive rate when gain = 0 and the betas are equal or metric is alpha_sharpe, the
-    power otherwise); `p_rate`, the share with p_value < 1 - confidence; `mean_block`, the mean
-    of the chosen mean block lengths."""
+    """Rejection rates of `market_noise_interval` over `n_histories` histories of `simulate_arms`:
+    `interval_rate` (its interval excludes 0: the false-positive rate under a null, else the power),
+    `p_rate` (p below 1 - confidence) and the mean `mean_block`."""
     rng = np.random.default_rng(seed)
     hits = p_hits = 0
     blocks = []

@@ -1,10 +1,6 @@
-"""One contrast's reading of its family's decision, named as the tables name it.
-
-Why a record per reading. Every table that prints a word (verdicts.csv, factors.csv, the
-terminal, report.md, the plots, confirm) must show beside it the numbers of the test that gave
-it, and the seed rule's own numbers apart. The rule's record (`rules.decision.Decision`) holds
-arrays over the whole family; `family.DesignFamily.view` reads one contrast out of it into these
-records once, and the tables are written from them, so no table unpacks the record by hand.
+"""One contrast's reading of its family's decision (`family.DesignFamily.view`), named as the
+tables name it: every table that prints a word shows beside it the numbers of the test that gave
+it, and the seed rule's own apart, written from these records rather than the rule's arrays.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Redundancy: does a model feature already do a gem's job? (the `measure_gems` factorial)
 
-`sweeps/measure_gems.yaml` measures every gem in arms over `model.spectral_norm` x `model.noisy`.
-G10 (temporal consistency) asks for smooth value changes, which spectral norm (a Lipschitz bound)
-may already enforce; G6 (branch independence) asks for diverse features, which NoisyNets'
-exploration noise may already provide. For each (gem, feature) the table compares, seed by seed
-and with every other setting equal, the gem's measured excess over its null (relative to the C51
-loss) with the feature on against off (`pairing.paired`; in the 2x2 factorial this averages over
-the other feature's levels: its main effect). Diverged members are left out (a magnitude of a
-diverged network means nothing).
-
-Findings (alpha family-wise, Holm over the rows):
-- `removes`: with the feature on, the excess is equivalent to the null (TOST within
-  +-`rel_threshold`), and switching it on lowers the excess significantly: the gem is redundant
-  where the feature is on (a `delete` verdict for the gem);
-- `reduces`: lowers it significantly, but not to the null;
-- `does not remove`: no significant reduction;
-- `no design`: no members differ in that feature alone with the gem measured.
+G10 (temporal consistency) may be what spectral norm already enforces, G6 (branch independence)
+what NoisyNets already provide. Per (gem, feature), seed by seed with every other setting equal,
+the gem's measured excess over its null (relative to the C51 loss) with the feature on against
+off (diverged members left out). Holm over the rows: `removes` (on: equivalent to the null, and
+significantly lower: the gem's `delete`), `reduces`, `does not remove`, `no design`.
 """
+
 
 from __future__ import annotations
 
@@ -27,8 +17,8 @@ import pandas as pd
 
 from tune_gems.analysis.pairs.pairing import Cells, paired
 from tune_gems.analysis.pairs.excess import add_excess_columns
-from tune_gems.analysis.rules.seed import NO_DESIGN, redundancy_finding
-from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.decision import NO_DESIGN, redundancy_finding
+from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.stats.inference import holm, rank_test
 
 PAIRS = (("g10", "model.spectral_norm"), ("g6", "model.noisy"))
@@ -47,7 +37,7 @@ def redundancy_table(
     pairs=PAIRS,
 ) -> pd.DataFrame:
     """One row per (gem, feature) of `pairs` whose gem is known (see the module docstring; the
-    finding is `rules.seed.redundancy_finding`'s), at `thresholds`' alpha, rel_threshold and epoch window
+    finding is `rules.decision.redundancy_finding`'s), at `thresholds`' alpha, rel_threshold and epoch window
     (the verdict's: `Thresholds.window_length`)."""
     th = thresholds if thresholds is not None else Thresholds()
     alpha, rel_threshold = th.alpha, th.rel_threshold

@@ -1,18 +1,10 @@
-"""Search, then confirm: which configuration a search chose per gem, and the side-by-side
-table of its discovery and its confirmation.
-
-Why. The search keeps the trial whose paired gain was largest. With several trials that maximum
-is biased upward (selection: the winner is partly the luckiest), and its seed pairs were used to
-pick it, so testing it on the same seeds tests the selection, not the gem. The confirmation
-(`tune-gems confirm`, tune_gems.commands.confirm) trains each gem's chosen configuration once more
-against its control on fresh member seeds and fresh synthetic paths; its verdict is the final
-one. The shrinkage (discovery gain minus confirmation gain, the same statistic) shows how much of
-the discovered gain was selection. `calibration.search_confirm_rates` checks the rule: under
-the null the family-wise false rate after confirmation stays <= alpha, and a true effect at the
-confirmation's MDE survives with the stated power.
-
-This module only reads tables (no trainer): the choice per gem and the table.
+"""Search, then confirm: which configuration a search chose per gem, the confirmation's power, and
+the side-by-side table of discovery and confirmation. The chosen trial's gain is inflated by
+selection; the confirmation (`tune-gems confirm`) re-trains it on fresh seeds (and paths) and its
+verdict is the final one; the shrinkage shows how much was selection (`calibration.search_confirm_rates`
+checks the rule). Tables only, no trainer.
 """
+
 
 from __future__ import annotations
 
@@ -26,14 +18,15 @@ import pandas as pd
 from tune_gems.analysis.rules.power import (
     PowerInputs, fewest_seeds, finite_interval, floor, informative_of, market_se_of, mde, seeds_to_run,
 )
-from tune_gems.analysis.rules.words import NO_DATA
+from tune_gems.analysis.rules.settings import NO_DATA
+from tune_gems.analysis.text import counted, format_number, text_table
 from tune_gems.analysis.verdicts.verdict_market_noise import OK as MARKET_OK
 from tune_gems.stats.inference import smallest_p
 from tune_gems.stats.metrics import GEM_GAIN_PREFIX, VERDICT_GAIN_PREFIX
 
 OK_STATUS = "TERMINATED"
 CONFIRMATION_COLUMNS = [
-    "gem", "chosen_trial", "chosen_config", "score_column", "discovery_gain", "confirmation_gain",
+    "gem", "chosen_trial", "chosen_config", "chosen_settings", "score_column", "discovery_gain", "confirmation_gain",
     "shrinkage", "discovery_verdict", "discovery_decided_by", "discovery_effect", "discovery_ci_low", "discovery_ci_high",
     "discovery_n_seeds", "confirmation_verdict", "confirmation_decided_by", "confirmation_effect", "confirmation_ci_low",
     "confirmation_ci_high", "confirmation_mean_effect", "confirmation_n_seeds", "confirmation_p_adjusted",
@@ -53,6 +46,17 @@ class Choice:
     score_column: str
     score: float
     params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> str:
+        """The searched values the label does not show (`gems.g12.weight=0.3`, `trainer.lr=0.001`): the
+        weights of the gems the trial wires (a measured gem's weight changes nothing) and the other
+        searched keys; '' without any."""
+        p = self.params
+        shown = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items()
+                 if not k.endswith(".mode") and not (k.startswith("gems.") and k.endswith(".weight")
+                                                     and p.get(f"{k.removesuffix('weight')}mode") != "wire")]
+        return ", ".join(shown)
 
 
 def _score_column(trials: pd.DataFrame, gem: str) -> str | None:
@@ -135,12 +139,10 @@ def _row(v: pd.DataFrame, gem: str) -> dict[str, Any]:
 def side_by_side(choices: list[Choice], discovery: pd.DataFrame, confirmation: pd.DataFrame,
                  confirmation_gains: dict[str, float], notes: dict[str, str] | None = None,
                  power: list[PowerPlan] | None = None, final: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per gem of the discovery verdicts: the chosen trial and its (selected) discovery
-    gain, the same statistic on the confirmation run (`confirmation_gains[gem]`), the shrinkage
-    (discovery - confirmation), both verdicts each with the estimate, interval and Holm p of the
-    test that decided it (`decided_*`), the power plan (`confirmation_power`: both MDEs, the seeds)
-    and the final verdict with the interval that decided it: the confirmation's, or on the
-    search's price data `final`'s (`one_history_final`: the selection-adjusted gate)."""
+    """One row per gem of the discovery verdicts: the chosen trial, its (selected) discovery gain, the
+    same statistic on the confirmation run, the shrinkage, both verdicts with the interval that
+    decided each, the power plan, and the final verdict: the confirmation's, or on the search's
+    price data `final`'s (`one_history_final`: the selection-adjusted gate)."""
     chosen = {c.gem: c for c in choices}
     notes = notes or {}
     plan = {p.gem: p for p in power or []}
@@ -153,7 +155,7 @@ def side_by_side(choices: list[Choice], discovery: pd.DataFrame, confirmation: p
         conf_gain = float(confirmation_gains.get(gem, math.nan))
         rows.append(dict(
             gem=gem, chosen_trial=ch.trial_id if ch else "", chosen_config=ch.config_label if ch else "",
-            score_column=ch.score_column if ch else "", discovery_gain=disc_gain, confirmation_gain=conf_gain,
+            chosen_settings=ch.settings if ch else "", score_column=ch.score_column if ch else "", discovery_gain=disc_gain, confirmation_gain=conf_gain,
             shrinkage=disc_gain - conf_gain if np.isfinite(disc_gain) and np.isfinite(conf_gain) else math.nan,
             discovery_verdict=d.get("verdict", ""), discovery_decided_by=d.get("decided_by", ""),
             discovery_effect=d.get("decided_effect", math.nan), discovery_ci_low=d.get("decided_ci_low", math.nan),
@@ -176,8 +178,6 @@ def side_by_side(choices: list[Choice], discovery: pd.DataFrame, confirmation: p
 
 def format_confirmation(table: pd.DataFrame) -> str:
     """The side-by-side table as text for a terminal (what `tune-gems confirm` prints)."""
-    from tune_gems.analysis.text import format_number, text_table
-
     def f(x, spec="+.3g"):
         return format_number(x, spec, missing="-")
 
@@ -188,7 +188,11 @@ def format_confirmation(table: pd.DataFrame) -> str:
 
     head = ["gem", "chosen trial", "discovery gain", "confirmation gain", "shrinkage", "discovery verdict",
             "its effect [CI]", "seeds", "MDE (discovery)", "final verdict", "its effect [CI]"]
-    rows = [[r["gem"], r["chosen_trial"] or "-", f(r["discovery_gain"]), f(r["confirmation_gain"]), f(r["shrinkage"]),
+    def chosen(r) -> str:  # the trial and the searched values it tested (its weight)
+        tested = r.get("chosen_settings")
+        return f"{r['chosen_trial']} ({tested})" if isinstance(tested, str) and tested else r["chosen_trial"] or "-"
+
+    rows = [[r["gem"], chosen(r), f(r["discovery_gain"]), f(r["confirmation_gain"]), f(r["shrinkage"]),
              r["discovery_verdict"] or "-", decided(r["discovery_effect"], r["discovery_ci_low"], r["discovery_ci_high"]),
              f(r["confirmation_n_seeds"], ".0f"), f"{f(r['confirmation_mde'], '.3g')} ({f(r['discovery_mde'], '.3g')})",
              r["final_verdict"], decided(r["confirmation_effect"], r["final_ci_low"], r["final_ci_high"])]
@@ -205,10 +209,9 @@ def format_confirmation(table: pd.DataFrame) -> str:
 
 @dataclass(frozen=True)
 class PowerPlan:
-    """How many seeds one gem's confirmation trains, and why: its MDE (`rules.power.mde`, the
-    rule that decides the confirmation, at the confirmation family's first Holm step `level` and,
-    on one price history, the history's part at `history_level` = level / `candidates`) against
-    the discovery's (the same function on the discovery's components at its own level)."""
+    """How many seeds one gem's confirmation trains, and why: its MDE (`rules.power.mde` at the
+    confirmation family's `level`; on one history the history's part at `history_level` = level /
+    `candidates`) against the discovery's (as its verdict row states it)."""
 
     gem: str
     seeds: int
@@ -225,23 +228,17 @@ class PowerPlan:
 MAX_CONFIRM_SEEDS = 4096
 """Most seeds per arm a confirmation may choose (the schema's bound of `trainer.population`)."""
 MAX_TIED_SHARE = 0.9
-"""The largest discovery tied share a confirmation plans around (a discovery that tied more has
-next to nothing to say about how many of the confirmation's pairs will)."""
+"""The largest discovery tied share a confirmation plans around (beyond it the discovery says next to nothing)."""
 
 
 def discovery_power_inputs(row: dict[str, Any]) -> PowerInputs:
     """The comparison's power inputs as the discovery's verdict row measured it (the spreads per seed,
     the periods and their spread, the market-noise standard error on one history)."""
     def num(key: str, default: float = math.nan) -> float:
-        try:
-            v = float(row.get(key, default))
-        except (TypeError, ValueError):
-            return default
-        return v
+        return _number(row, key, default)
 
-    def count(key: str, default: int) -> int:  # a whole count; a row without it (NaN) has the default
-        v = num(key, default)
-        return int(v) if math.isfinite(v) and v >= default else default
+    def count(key: str, default: int) -> int:
+        return _count(row, key, default)
 
     n, sd, p_div, folds = count("n_seeds", 0), num("sd_diff"), num("divergence_rate", 0.0), count("folds", 1)
     if math.isfinite(num("n_informative")) and folds < 2:
@@ -271,32 +268,32 @@ def discovery_power_inputs(row: dict[str, Any]) -> PowerInputs:
     return PowerInputs(n, sd, p_div, market_se=market_se if math.isfinite(market_se) else 0.0)
 
 
-def _count(row: dict[str, Any], key: str) -> int:
-    """A whole count of the discovery's row (its `histories`, `folds`): 1 where it states none."""
+def _number(row: dict[str, Any], key: str, default: float = math.nan) -> float:
+    """A number of the discovery's row, `default` where it has none or not a number."""
     try:
-        v = float(row.get(key, 1))
+        return float(row.get(key, default))
     except (TypeError, ValueError):
-        return 1
-    return int(v) if math.isfinite(v) and v >= 1 else 1
+        return default
+
+
+def _count(row: dict[str, Any], key: str, default: int = 1) -> int:
+    """A whole count of the discovery's row (`histories`, `folds`, `n_seeds`), at least `default`."""
+    v = _number(row, key, default)
+    return int(v) if math.isfinite(v) and v >= default else default
 
 
 def _tied_share(row: dict[str, Any]) -> float:
     """The discovery's share of tied seed pairs (0 where the row does not state one)."""
-    try:
-        tie = float(row.get("tied_share", 0.0))
-    except (TypeError, ValueError):
-        return 0.0
+    tie = _number(row, "tied_share", 0.0)
     return min(max(tie, 0.0), MAX_TIED_SHARE) if math.isfinite(tie) else 0.0
 
 
 def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list[str], *, one_history: bool,
                        alpha: float, power: float, seeds: int | None, default_seeds: int) -> list[PowerPlan]:
-    """Per gem to confirm: the seeds of its confirmation so that its MDE is at most the
-    discovery's (same rule, same units), or ConfigError, in one line naming `--seeds` or the gem,
-    when the given `seeds` cannot give a finite interval or reach it, or no seed count can
-    (before anything is trained or claimed). Without `seeds`: the fewest that reach it; where the
-    discovery's MDE is not finite (too few seeds to decide anything, or no spread), the larger of
-    `default_seeds` and the fewest that give a finite interval."""
+    """Per gem to confirm: the seeds that make its confirmation's MDE at most the discovery's (same
+    rule, same units; without `seeds` the fewest, or where the discovery's MDE is not finite the
+    larger of `default_seeds` and the fewest with a finite interval), or ConfigError in one line
+    naming `--seeds` or the gem, before anything is trained or claimed."""
     from tune_gems.contracts.errors import ConfigError
 
     tested = pd.to_numeric(discovery.get("p_value", pd.Series(dtype=float)), errors="coerce")
@@ -313,6 +310,8 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
         t_g = max(candidate_count(trials, gem), 1) if one_history else 1
         h_level = level_c / t_g
         target = mde(inputs, level_d, power) if inputs.n >= 2 else math.nan
+        stated = _number(row, "mde")  # the discovery's MDE as its verdict row (analyze) states it
+        shown = stated if not math.isnan(stated) else target
         tie = _tied_share(row)
 
         def confirmation_mde(seeds: int) -> float:  # the confirmation's MDE with `seeds` per arm
@@ -334,9 +333,11 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
         if not (target > 0) or not math.isfinite(target):
             n = seeds if seeds is not None else max(default_seeds, smallest)
             got = confirmation_mde(n) if inputs.n >= 2 else math.nan
-            note = (f"{what}trains {n} seeds per arm (MDE {_f(got)}); the discovery's MDE is {_f(target)} "
-                    "(it could not decide at any size), so no smaller MDE is asked")
-            plans.append(PowerPlan(gem, n, target, got, level_c, h_level, t_g, one_history, inputs.folds, note))
+            why = ("it could not decide at any size" if not (0 < shown < math.inf) else
+                   f"on {counted(inputs.n, 'informative pair')}: too few to plan the seeds from")
+            note = (f"{what}trains {n} seeds per arm (MDE {_f(got)}); the discovery's MDE is {_f(shown)} ({why}), so "
+                    "no smaller MDE is asked")
+            plans.append(PowerPlan(gem, n, shown, got, level_c, h_level, t_g, one_history, inputs.folds, note))
             continue
         need = seeds_to_run(fewest_seeds(inputs, target, level_c, power, history_level=h_level,
                                          n_min=informative_of(smallest, tie), n_max=MAX_CONFIRM_SEEDS), tie)
@@ -361,8 +362,6 @@ def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list
 
 
 def _f(x: float) -> str:
-    from tune_gems.analysis.text import format_number
-
     return format_number(x, ".3g", missing="-")
 
 
@@ -376,11 +375,8 @@ FINAL_COLUMNS = ["gem", "final_verdict", "final_ci_low", "final_ci_high", "final
 
 def one_history_final(verdicts: pd.DataFrame, candidates: dict[str, int]) -> pd.DataFrame:
     """The final verdict per confirmed gem (the keys of `candidates`) of a confirmation on one price
-    history: FINAL_COLUMNS of its verdict table, which the rule wrote (`gem_verdicts.gem_verdict_tables`
-    with `selection=candidates`: `rules.decision.decide`'s selection-adjusted gate,
-    `rules.selection.final_on_one_history`; at K = 1 the seed and market-noise intervals combined
-    with the market part at the selection-adjusted level, no market-noise interval: not final; at
-    K >= 2 the pooled interval at that level)."""
+    history: FINAL_COLUMNS of its verdict table, written by the rule's selection-adjusted gate
+    (`rules.decision.final_on_one_history`, through `gem_verdict_tables(selection=...)`)."""
     rows = verdicts[verdicts["gem"].isin(list(candidates))]
     if "final_verdict" not in rows.columns:
         return pd.DataFrame(columns=FINAL_COLUMNS)

@@ -1,27 +1,15 @@
 """The market-noise interval of a verdict's arm difference, from the saved validation returns.
 
-Why: on one price history (a real series, or synthetic `paths: shared`) every seed sees the same
-market, so the seed interval of a gem's effect is conditional on that history: it says how the
-difference varies over seeds, not how much of it is the history's luck. The trainer keeps the
-per-step validation positions of the last `trainer.objective_last_k` evaluations
-(`eval_returns.npz`, docs/results.md); for the member pairs a verdict compares (`Paired.pairs`:
-same seed, configurations differing in the gem alone) this module rebuilds each member's net
-returns over the verdict window and hands them to `market_noise.market_noise_interval`, which
-resamples time blocks jointly for both arms (every pair, every epoch and the asset share one
-index sequence) and recomputes the verdict metric (alpha Sharpe; Sharpe for older results).
-
-What the interval is of: the mean over (pair, window epoch) of metric(wired) - metric(measured),
-the paired difference behind the seed verdict's effect (the seed rule's Hodges-Lehmann estimate
-is a median-type estimate of the same shift). Members that diverged in the window are left out:
-divergence is an outcome of training, not of the market.
-
-With per-seed synthetic paths every seed has its own market, so the seed interval already holds
-the market's variance; the interval is then not computed (`market_noise` says so). Whenever it
-cannot be computed (no saved returns: older results or a trial without a final checkpoint; a
-verdict window the file does not cover; members on different paths; a file that disagrees with
-members.parquet) `market_noise` says why and the verdict is stated as conditional on the one path.
-Numpy only (the analysis never imports torch).
+On one price history the seed interval is conditional on that history. The trainer keeps the
+per-step validation positions of the last `trainer.objective_last_k` evaluations (`eval_returns.npz`,
+docs/results.md); for the member pairs a verdict compares this module rebuilds each member's net
+returns over the verdict window and hands them to `market_noise.market_noise_interval`: the mean
+over (pair, window epoch) of metric(wired) - metric(measured), diverged members left out (a
+training outcome, not the market's). With per-seed paths, several folds or several histories the
+seed or pooled interval already holds the market's variance; where it cannot be computed
+`market_noise` says why and the verdict is conditional on the one path.
 """
+
 
 from __future__ import annotations
 
@@ -35,7 +23,7 @@ import pandas as pd
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired
-from tune_gems.analysis.rules.thresholds import Thresholds
+from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.analysis.verdicts.market_noise import MarketNoiseInterval, alpha_sharpe_rows, market_noise_interval, sharpe_rows
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.result_files import (
@@ -47,12 +35,8 @@ OK = "ok"
 NOT_NEEDED = "not needed: per-seed paths (the seed interval includes the market's variance)"
 UNAVAILABLE = "unavailable"
 ACROSS_PERIODS = "not needed: several validation periods (the pooled interval carries their market noise)"
-"""Pairs in several walk-forward folds: each fold's period luck is in the spread of the
-fold effects that the pooled interval carries (walk_forward.py), so no bootstrap is run."""
 ACROSS_HISTORIES = "not needed: several price histories (the pooled interval carries their market noise)"
-"""Pairs in several price histories: each history is its own market, and the nested rule
-over histories (`rules.histories`) carries each history's luck in the spread between them, so no
-bootstrap is run (nor could one: the histories' asset returns differ)."""
+"""Several folds or histories: each period's luck is in the spread the pooled interval carries."""
 
 CHECK_RTOL, CHECK_ATOL = 1e-4, 1e-6
 """A metric recomputed from eval_returns.npz must equal members.parquet's value to this

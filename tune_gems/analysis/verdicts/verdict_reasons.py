@@ -1,9 +1,6 @@
-"""The words behind a seed-rule verdict: the reason line of one gem's row of verdicts.csv.
-
-Why its own module. `gem_verdicts.py` gathers each gem's evidence and runs the rule
-(`rules.seed.decide_family`); what the reason says (the effect and its interval, ties and
-members that never traded, divergence, the market-noise interval, the power statement, what a
-design lacks) is text about a finished row, written here so the two jobs stay apart.
+"""The words of a verdict: the reason of one row of verdicts.csv (effect and interval, ties,
+divergence, market noise, power, what a design lacks), text about a finished row, apart from the
+evidence `gem_verdicts.py` gathers.
 """
 
 from __future__ import annotations
@@ -16,10 +13,10 @@ import numpy as np
 from tune_gems.analysis.text import counted, format_number, percent
 from tune_gems.analysis.rules.power import seeds_would_detect
 from tune_gems.analysis.defaults import MAX_TIED_SHARE
-from tune_gems.analysis.rules.seed import cannot_reach
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.words import (
+from tune_gems.analysis.rules.decision import cannot_reach
+from tune_gems.analysis.rules.settings import (
     CONFOUNDED, DECISIVE, DELETE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP,
+    Thresholds,
 )
 from tune_gems.analysis.verdicts.readings import ContrastView
 from tune_gems.analysis.verdicts.held_out import ONE_TEST_PERIOD
@@ -76,7 +73,7 @@ def _seeds_text(row: dict) -> str:
 
 def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, th: Thresholds, m: int,
                 seed_power: bool = True, ties: str = "") -> tuple[str, str]:
-    """(reason, why) of the seed rule's `verdict` (`rules.seed.decide_family`'s) from one gem's
+    """(reason, why) of the seed rule's `verdict` (`rules.decision.decide_family`'s) from one gem's
     evidence at the settings `th`; `at_null` whether its measured magnitude is at its null (the
     rule's); `seed_power` whether the seed rule's MDE is the power statement (one period: it decides).
     The reason is verdicts.csv's one line with the evidence; `why` the same reason without the
@@ -100,7 +97,7 @@ def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, th: Th
             diverged = f"; diverged (counted as worst): wired {int(row['wired_diverged'])}, measured {int(row['measured_diverged'])}"
         ev += diverged + market_text(row)
         tied = row.get("tied_share", math.nan)
-        few = cannot_reach(int(row["n_informative"]), 2 * a)  # the rule's "too few" (`ties.cannot_decide`) says it first
+        few = cannot_reach(int(row["n_informative"]), 2 * a)  # the rule's "too few" (`periods.cannot_decide`) says it first
         if verdict == INSUFFICIENT and isinstance(tied, float) and tied > MAX_TIED_SHARE and not few:
             lead = (f"mostly tied: {tied:.0%} of the pairs tie (identical outcomes; {int(row['n_informative'])} of "
                     f"{int(row['n_seeds'])} differ): no equivalence or delete on pairs that did not differ")
@@ -156,7 +153,7 @@ def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, th: Th
 
 
 def market_gate_reason(row, seed_verdict: str, verdict: str, reason: str, why: str) -> tuple[str, str]:
-    """The reason when the market gate changed the seed rule's word (`rules.gates.market_gate`)."""
+    """The reason when the market gate changed the seed rule's word (`rules.decision.market_gate`)."""
     if verdict == seed_verdict:
         return reason, why
     word = "helps" if seed_verdict == KEEP else "hurts"
@@ -169,7 +166,7 @@ def market_gate_reason(row, seed_verdict: str, verdict: str, reason: str, why: s
 
 
 def one_period_reason(row, before: str, verdict: str, applied: bool, reason: str, why: str) -> tuple[str, str]:
-    """The reason of a verdict on one validation period (`rules.gates.one_period_gate`): why the
+    """The reason of a verdict on one validation period (`rules.decision.one_period_gate`): why the
     gate changed `before` (the word after the market gate), and what every such verdict is
     conditional on."""
     if applied:
@@ -287,7 +284,7 @@ def compose_reason(view: ContrastView, row: dict, *, th: Thresholds, metric_note
 
 
 def selection_rule(row, candidates: int) -> str:
-    """Which interval made a confirmation's final verdict on one price history (`rules.selection`):
+    """Which interval made a confirmation's final verdict on one price history (`rules.decision`):
     the pooled one over periods, or the seed and market-noise intervals combined, the history's
     part at the selection-adjusted level (/ `candidates`); without a market-noise interval none."""
     folds = int(row.get("folds", 1)) if np.isfinite(float(row.get("folds", 1))) else 1

@@ -6,7 +6,7 @@ Why. The seed rule (`gem_verdicts.py`) says how an arm difference varies over se
 history every seed sees the same validation period, so the seed interval cannot see whether the
 effect holds in another period. With walk-forward folds (`data.folds`) the periods are
 replicated: the per-fold effects (`selectors.wiring_pairs` on the fold's cells, ties carrying no
-weight), their random-effects combination over the family (`rules.pooling.pool_family`), the
+weight), their random-effects combination over the family (`rules.periods.pool_family`), the
 pooled test deciding (`rules.periods.decide_periods`), and its power (`rules.power`).
 
 With one fold the verdict is the seed rule's with the market-noise gate of one history, made
@@ -30,14 +30,13 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis.pairs.pairing import Cells, Paired, by_fold
-from tune_gems.analysis.rules.overlap import FoldOverlap, fold_overlap, nb_factor
+from tune_gems.analysis.rules.periods import (
+    FoldData, FoldOverlap, PooledComponents, fold_components, fold_estimates, fold_overlap, informative_variance,
+    is_tie, nb_factor, seed_anova, shared_seed_variance,
+)
+from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.analysis.text import format_number
-from tune_gems.analysis.rules.period_family import FoldData, fold_components, informative_variance
-from tune_gems.analysis.rules.pooling import fold_estimates, seed_anova, shared_seed_variance
 from tune_gems.analysis.rules.power import PowerInputs, statement
-from tune_gems.analysis.rules.variance_parts import PooledComponents
-from tune_gems.analysis.rules.thresholds import Thresholds
-from tune_gems.analysis.rules.ties import is_tie
 
 FOLD = "fold"
 
@@ -56,7 +55,7 @@ ADD_FOLDS = "add folds: data.folds.k or the purged scheme"
 def experiment_overlap(folds: pd.DataFrame | None) -> FoldOverlap | None:
     """The overlap of the experiment's folds that share training rows: its fold tables with the
     layout (`Experiment.folds.table`, read and validated by `read.side_tables`) through
-    `rules.overlap.fold_overlap` (Nadeau-Bengio's correlation per pair of folds whose training
+    `rules.periods.fold_overlap` (Nadeau-Bengio's correlation per pair of folds whose training
     runs meet). Each experiment's, trial's and history's layout is read on its own (folds of two
     histories share no rows): per pair of fold ids the largest correlation any of them gives
     (the cautious one; over histories the nested rule's first stage carries it in each history's
@@ -149,7 +148,7 @@ class FamilyFolds:
 
     @property
     def data(self) -> FoldData:
-        """The arrays the period rule reads (`rules.period_family`)."""
+        """The arrays the period rule reads (`rules.periods`)."""
         return FoldData(self.theta, self.var, self.p, self.n_informative, self.seed_var, self.seed_share, self.seed_df,
                         self.sample_var)
 
@@ -188,7 +187,7 @@ change test reads), the informative pairs (`seeds`), every pair, the ties and th
 
 def fold_text(r) -> str:
     """One fold row (of a history) in words (verdicts.csv's `fold_effects` joins them)."""
-    where = f"history {r['history']} fold {int(r['fold'])}" if "history" in r else f"fold {int(r['fold'])}"
+    where = f"{r['history_name']} fold {int(r['fold'])}" if "history_name" in r else f"fold {int(r['fold'])}"
     if not np.isfinite(r["effect"]):
         return f"{where}: every pair tied ({int(r['pairs'])} seeds)"
     ties = f", {int(r['ties'])} tie" if r["ties"] else ""
@@ -230,7 +229,7 @@ def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np
     shared = np.asarray(pooled["shared"][0], bool)
     for j in range(m):
         k, df = int(pooled["periods"][0, j]), float(pooled["df"][0, j])
-        # the folds' overlap as the pooled variance carries it: F = 1 + K lambda (`rules.overlap`)
+        # the folds' overlap as the pooled variance carries it: F = 1 + K lambda (`rules.periods`)
         lam = float(overlap_lambda(out["overlap"][j], k))
         c = PooledComponents(float(comp.period[0, j]), float(comp.within[0, j]), float(comp.seed[0, j]))
         out["seed"][j], out["within"][j], out["period"][j] = c.seed, c.within, c.period
