@@ -46,7 +46,7 @@ def test_the_pilots_design_states_analyzes_mde_and_each_layout_the_verdicts_powe
     g = p.gems[0]
     assert (p.periods, p.seeds, p.arms, p.epochs) == (5, 16, 2, 4) and g.gem == "g12"
     assert g.inputs.overlap > 0  # the fold table's overlap, as the verdict carried it
-    assert (g.mde, g.two_stage) == (float(v.at["g12", "mde"]), float(v.at["g12", "mde_two_stage"]))
+    assert (g.mde, g.two_stage, g.floor) == tuple(float(v.at["g12", k]) for k in ("mde", "mde_two_stage", "mde_floor"))
     members = 5 * 2 * 16  # the pilot's population
     assert p.cost.per_member_iteration == pytest.approx(TRAIN_S / (IPE * members))
     d = p.designs.set_index("periods")

@@ -70,14 +70,15 @@ ONE, OWN = "one", "own"
 
 @dataclass(frozen=True)
 class GemPower:
-    """One gem's power as its verdict stated it: the `power.PowerInputs` (None: no pooled
-    statement), its tie share, and the MDE and two-stage MDE the verdict printed."""
+    """One gem's power as its verdict stated it: the `power.PowerInputs`, its tie share, and the
+    MDE, two-stage MDE and floor (infinitely many seeds) the verdict printed."""
 
     gem: str
     inputs: PowerInputs
     tied_share: float
     mde: float
     two_stage: float
+    floor: float
 
 
 @dataclass(frozen=True)
@@ -231,7 +232,7 @@ def plan(experiment: Experiment | str | Path | Iterable[str | Path], *, target_m
     v, family = pilot_family(exp, th)
     rows = v.set_index("gem")
     gems = [GemPower(g.name, family.power["inputs"][j], float(family.decision.tied_share[0, j]),
-                     float(rows.at[g.name, "mde"]), float(rows.at[g.name, "mde_two_stage"]))
+                     *(float(rows.at[g.name, key]) for key in ("mde", "mde_two_stage", "mde_floor")))
             for g in exp.gems if (j := family.gem_index(g.name)) is not None and family.power is not None
             and family.power["inputs"][j] is not None]
     if not gems:
@@ -353,8 +354,8 @@ def format_plan(p: Plan) -> str:
             parts.append(f"calendar part {_fmt(d.calendar)} (the histories share their periods)")
         if d.overlap:
             parts.append(f"folds' overlap lambda {_fmt(d.overlap)}")
-        lines.append(f"  {g.gem}: MDE {_fmt(g.mde)}, two-stage {_fmt(g.two_stage)}; " + ", ".join(parts)
-                     + f", ties {g.tied_share:.0%}, its scale shared by {d.contrasts} contrast(s)")
+        lines.append(f"  {g.gem}: MDE {_fmt(g.mde)}, two-stage {_fmt(g.two_stage)}, floor {_fmt(g.floor)}; "
+                     + ", ".join(parts) + f", ties {g.tied_share:.0%}, its scale shared by {d.contrasts} contrast(s)")
     if p.cost:
         c = p.cost
         per_it = (f"{c.per_member_iteration * 1e6:.3g} us" if c.per_member_iteration < 1e-3 else

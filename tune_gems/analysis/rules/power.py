@@ -202,21 +202,13 @@ def _valid(*parts: float) -> bool:
     return all(math.isfinite(float(x)) and float(x) >= 0 for x in parts)
 
 
-def _pooled(c: PooledComponents) -> PooledComponents:
-    return PooledComponents(*(float(x) for x in (c.period, c.within, c.seed, c.overlap)))
-
-
-def _history(c: HistoryComponents) -> HistoryComponents:
-    return HistoryComponents(*(float(x) for x in (c.history, c.period, c.within, c.seed, c.calendar)), bool(c.shared))
-
-
 def pooled_mde(c: PooledComponents, periods: int, seeds: float, *, contrasts: int = 1, level: float, power: float,
                one_sided: bool = False) -> float:
     """The pooled rule's minimum detectable effect with `periods` folds of `seeds` informative pairs,
     its scale shared by a family of `contrasts` (module docstring); NaN without parts or below 2 folds."""
     if not (periods >= 2 and seeds > 1 and _valid(c.period, c.within, c.seed, c.overlap)):
         return math.nan
-    draws = _fold_draws(_pooled(c), int(periods), float(seeds), max(int(contrasts), 1))
+    draws = _fold_draws(c, int(periods), float(seeds), max(int(contrasts), 1))
     return _quantile(keep_effects(draws, level, one_sided), power)
 
 
@@ -227,7 +219,7 @@ def history_mde(c: HistoryComponents, histories: int, folds: int, seeds: float, 
     below 2 histories."""
     if not (histories >= 2 and folds >= 1 and seeds > 1 and _valid(c.history, c.period, c.within, c.seed, c.calendar)):
         return math.nan
-    draws = _history_draws(_history(c), int(histories), int(folds), float(seeds), max(int(contrasts), 1))
+    draws = _history_draws(c, int(histories), int(folds), float(seeds), max(int(contrasts), 1))
     return _quantile(keep_effects(draws, level, one_sided), power)
 
 
@@ -337,11 +329,11 @@ def _draws_of(d: PowerInputs) -> dict | None:
         c = d.history_components()
         if not (d.n > 1 and _valid(c.history, c.period, c.within, c.seed, c.calendar)):
             return None
-        return _history_draws(_history(c), d.histories, max(d.folds, 1), float(d.n), max(d.contrasts, 1))
+        return _history_draws(c, d.histories, max(d.folds, 1), float(d.n), max(d.contrasts, 1))
     c = d.components()
     if not (d.folds >= 2 and d.n > 1 and _valid(c.period, c.within, c.seed, c.overlap)):
         return None
-    return _fold_draws(_pooled(c), d.folds, float(d.n), max(d.contrasts, 1))
+    return _fold_draws(c, d.folds, float(d.n), max(d.contrasts, 1))
 
 
 @lru_cache(maxsize=4096)

@@ -202,14 +202,6 @@ def gem_folds(prs: list[Paired], cells: Cells) -> FamilyFolds:
                         sorted(int(f) for f in cells.table[FOLD].unique()))
 
 
-def overlap_lambda(factor, periods):
-    """lambda = (F - 1) / K: the fold-level share common to the folds (`power.PooledComponents.overlap`)
-    that the pooled variance's overlap factor F over K pooled periods stands for (0: none)."""
-    f, k = np.asarray(factor, float), np.asarray(periods, float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(np.isfinite(f) & (f > 1.0) & (k > 0), (f - 1.0) / np.where(k > 0, k, 1.0), 0.0)
-
-
 def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np.ndarray]:
     """Per gem column: the pooled rule's power statement (`rules.power.statement` at the first Holm
     step over the contrasts with a pooled test: its MDE, the seeds per fold that would reach +-ROPE,
@@ -229,8 +221,8 @@ def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np
     shared = np.asarray(pooled["shared"][0], bool)
     for j in range(m):
         k, df = int(pooled["periods"][0, j]), float(pooled["df"][0, j])
-        # the folds' overlap as the pooled variance carries it: F = 1 + K lambda (`rules.periods`)
-        lam = float(overlap_lambda(out["overlap"][j], k))
+        f = float(out["overlap"][j])  # the folds' overlap as the pooled variance carries it: F = 1 + K lambda
+        lam = (f - 1.0) / k if math.isfinite(f) and f > 1.0 and k > 0 else 0.0
         c = PooledComponents(float(comp.period[0, j]), float(comp.within[0, j]), float(comp.seed[0, j]))
         out["seed"][j], out["within"][j], out["period"][j] = c.seed, c.within, c.period
         inf = fam.n_informative[0, j]
