@@ -97,7 +97,7 @@ def test_each_layout_carries_the_overrides_that_run_it(tmp_path):
     lines = format_plan(p).splitlines()
     head = next(i for i, line in enumerate(lines) if line.strip().startswith("periods  seeds"))
     assert lines[head].rstrip().endswith("to run it")
-    for line in lines[head + 2:head + 4]:  # each printed layout ends with its overrides, ready to paste
+    for line in lines[head + 3:head + 5]:  # under the rule and the pilot, each printed layout ends with its overrides, ready to paste
         k, n = line.split()[:2]
         assert line.rstrip().endswith(design_overrides(int(k), int(n) if n != "-" else 16, 4))
     (f / "spec.yaml").write_text("name: pilot\n")  # a sweep's pilot: its config keys live under `config:`
@@ -158,6 +158,26 @@ def test_a_pilot_over_histories_lists_one_period_per_history_and_refuses_what_th
     assert d["histories"].min() == 3  # never fewer histories than the pilot trains
     text = format_plan(p)
     assert "3 price histories x 2 period(s) x 12 seeds" in text and "the rule refuses it" in text
-    rows = [line.split() for line in text.splitlines() if line.startswith("  8 ")]
-    assert rows and all("+5" in r for r in rows)
+    rows = [line for line in text.splitlines() if line.startswith("  8 ")]
+    assert rows and all("needs 5 more price histories than the pilot's file has" in r for r in rows if " one " in r)
+    assert all("needs 8 histories on their own calendars" in r for r in rows if " own " in r)
+
+
+def test_a_layout_of_more_histories_on_one_calendar_names_the_files_next_price_columns(tmp_path):
+    """The pilot's histories are three columns of one file: a layout of more histories on that
+    calendar trains the file's next price columns (the overrides run the design they list)."""
+    folder = history_scenario(tmp_path / "pilot", [h[:2] for h in THREE], noise=0.2)
+    prices = tmp_path / "closes.csv"
+    names = ["A", "B", "C", "D", "E", "F", "G", "H"]
+    pd.DataFrame({"date": pd.date_range("2001-01-01", periods=30).astype(str),
+                  **{c: np.linspace(10, 20, 30) + i for i, c in enumerate(names)}}).to_csv(prices, index=False)
+    pd.DataFrame({"history": [0, 1, 2], "name": ["a", "b", "c"], "source": str(prices), "column": ["C", "A", "B"],
+                  "rows": 30}).to_parquet(folder / "histories.parquet", index=False)
+    p = plan(folder, histories=(6, 12), periods=(6,), seeds=(12,))
+    assert p.columns == ("C", "A", "B", "D", "E", "F", "G", "H")
+    text = format_plan(p)
+    six = [line for line in text.splitlines() if line.startswith("  6 ") and " one " in line]
+    assert six and all(line.rstrip().endswith("data.price_columns=[C,A,B,D,E,F] " + design_overrides(6, 12, p.epochs))
+                       for line in six), six
+    assert all("needs 9 more price histories" in line for line in text.splitlines() if line.startswith("  12 ") and " one " in line)
     assert "with confirmation (a keep the held-out stage confirms too)" in text

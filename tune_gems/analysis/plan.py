@@ -25,10 +25,8 @@ whose worst gem's MDE reaches the target, and the fewest whose two-stage MDE doe
 held-out stage confirms). Runs are as long as the pilot's (a longer averaging window: `--window`,
 whose comparison on the pilot's own data is printed).
 
-The cost: the pilot's own time per member-iteration (history's `train_s` over
-trainer.iterations_per_epoch x the trial's members) and per member-epoch of evaluation (`eval_s`),
-on the pilot's device. A GPU's cost per member falls with the population, so for designs larger
-than the pilot this is an upper estimate.
+The cost: the pilot's own time per member-iteration and per member-epoch of evaluation, on its
+device (an upper estimate for larger designs on a GPU, whose cost per member falls).
 """
 
 from __future__ import annotations
@@ -49,6 +47,7 @@ from tune_gems.analysis.read.load import Experiment, load_experiment
 from tune_gems.analysis.read.outcomes import last_evaluated_epochs
 from tune_gems.analysis.rules.power import PowerInputs, informative_of, mde, two_stage
 from tune_gems.analysis.rules.settings import Thresholds
+from tune_gems.analysis.text import format_number, text_table
 from tune_gems.analysis.verdicts.family import DesignFamily
 from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables, verdict_metric
 from tune_gems.analysis.verdicts.walk_forward import experiment_overlap, fold_count
@@ -116,6 +115,8 @@ class Plan:
     windows: pd.DataFrame = field(default_factory=pd.DataFrame)
     notes: list[str] = field(default_factory=list)
     prefix: str = ""
+    columns: tuple[str, ...] = ()
+    """The pilot's price columns, then its file's other ones (`_file_columns`)."""
 
     @property
     def confirmed(self) -> pd.Series | None:
@@ -131,6 +132,22 @@ def design_overrides(periods: int, seeds: int, epochs: int, prefix: str = "") ->
     pastes them after `tune-gems train` (`prefix` "config." for a sweep's spec)."""
     keys = ("data.folds.k", "trainer.population", "trainer.epochs")
     return " ".join(f"{prefix}{k}={int(v)}" for k, v in zip(keys, (periods, seeds, epochs)))
+
+
+def _file_columns(exp: Experiment) -> tuple[str, ...]:
+    """The pilot's price columns in history order, then the other numeric columns of the one file
+    they all come from (histories.parquet's `source` and `column`; empty where the histories come
+    from several files or the file is not found from here)."""
+    t = exp.histories
+    one_file = t is not None and {"source", "column"} <= set(t.columns) and t["source"].nunique() == 1
+    path = Path(str(t["source"].iloc[0])) if one_file else None
+    if path is None or not path.is_file():
+        return ()
+    head = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path, nrows=20)
+    used = [str(c) for c in t.drop_duplicates("history").sort_values("history")["column"]]
+    spare = [str(c).strip() for c in head.columns if str(c).strip() not in used
+             and pd.to_numeric(head[c].head(20), errors="coerce").notna().all()]
+    return tuple(used + spare)
 
 
 def _cost(exp: Experiment) -> PilotCost | None:
@@ -251,7 +268,8 @@ def plan(experiment: Experiment | str | Path | Iterable[str | Path], *, target_m
                for k in sorted({k0, *periods}) if k >= (1 if h0 >= 2 else 2) for cal in calendars]
     p = Plan(label, h0, k0, n0, arms, e0, th.window_text(), target, th.alpha / max(family.size, 1), th.power, gems,
              _cost(exp), pd.DataFrame(), notes=[metric_note] if metric_note else [],
-             prefix="config." if any((Path(x) / SPEC_FILE).is_file() for x in exp.paths) else "")
+             prefix="config." if any((Path(x) / SPEC_FILE).is_file() for x in exp.paths) else "",
+             columns=_file_columns(exp))
     pilot_layout = (h0, k0, ONE if shared else OWN if h0 >= 2 else None)
     p.designs = pd.DataFrame([_layout_row(p, h, k, cal, sorted({n0, *seeds}), th, pilot=(h, k, cal) == pilot_layout)
                               for h, k, cal in layouts])
@@ -302,40 +320,29 @@ def _layout_row(p: Plan, histories: int, periods: int, calendar: str | None, see
     return row
 
 
-def _fmt(x: float, f: str = ".3g") -> str:
-    if not np.isfinite(x):
-        return "inf" if x == math.inf else "-"
-    return format(x, f)
-
-
 def _duration(seconds: float) -> str:
     if not np.isfinite(seconds):
         return "-"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def _run_it(p: Plan, r: pd.Series, seeds: int) -> str:
-    """What runs a layout: the histories to add (never overrides that train fewer than the pilot
-    has; `format_plan`'s note says how) and the overrides of its periods, seeds and epochs."""
-    add = [f"+{int(r['histories'] - p.histories)} histories"] * bool(r["histories"] > p.histories)
+    """What runs a layout: the overrides of its histories (the pilot's file's next price columns),
+    periods, seeds and epochs, or the histories it needs that no override can name."""
+    h, runs = int(r["histories"]), design_overrides(int(r["periods"]), seeds, p.epochs, p.prefix)
     if r["calendars"] == OWN and p.designs["calendars"].eq(ONE).any():
-        add.append("own calendars")
-    return ", ".join(add) + ": " * bool(add) + design_overrides(int(r["periods"]), seeds, p.epochs, p.prefix)
+        return f"needs {h} histories on their own calendars (data.histories: other eras or markets); {runs}"
+    if h <= p.histories:
+        return runs
+    if len(p.columns) >= h:
+        return f"{p.prefix}data.price_columns=[{','.join(p.columns[:h])}] {runs}"
+    return f"needs {h - p.histories} more price histories than the pilot's file has (data.histories); {runs}"
 
 
 def _values(x: pd.Series) -> str:
     """A layout dimension's values in words: `3`, `1, 2 or 4`."""
     v = [str(int(a)) for a in sorted(set(x))]
     return v[0] if len(v) == 1 else ", ".join(v[:-1]) + " or " + v[-1]
-
-
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(x[i]) for x in rows) for i in range(len(rows[0]))]
-    return ["  " + "  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
 
 
 def format_plan(p: Plan) -> str:
@@ -348,14 +355,15 @@ def format_plan(p: Plan) -> str:
              "each gem's power as its verdict states it (units^2 of the per-seed difference):"]
     for g in p.gems:
         d = g.inputs
-        parts = [f"between histories {_fmt(d.history_tau2)}"] * several + [
-            f"period {_fmt(d.tau2)}", f"within-fold {_fmt(d.within)}", f"seeds' common part {_fmt(d.seed)}"]
+        parts = [f"between histories {format_number(d.history_tau2)}"] * several + [f"period {format_number(d.tau2)}",
+                 f"within-fold {format_number(d.within)}", f"seeds' common part {format_number(d.seed)}"]
         if math.isfinite(d.calendar):
-            parts.append(f"calendar part {_fmt(d.calendar)} (the histories share their periods)")
+            parts.append(f"calendar part {format_number(d.calendar)} (the histories share their periods)")
         if d.overlap:
-            parts.append(f"folds' overlap lambda {_fmt(d.overlap)}")
-        lines.append(f"  {g.gem}: MDE {_fmt(g.mde)}, two-stage {_fmt(g.two_stage)}, floor {_fmt(g.floor)}; "
-                     + ", ".join(parts) + f", ties {g.tied_share:.0%}, its scale shared by {d.contrasts} contrast(s)")
+            parts.append(f"folds' overlap lambda {format_number(d.overlap)}")
+        lines.append(f"  {g.gem}: MDE {format_number(g.mde)}, two-stage {format_number(g.two_stage)}, floor "
+                     f"{format_number(g.floor)}; " + ", ".join(parts)
+                     + f", ties {g.tied_share:.0%}, its scale shared by {d.contrasts} contrast(s)")
     if p.cost:
         c = p.cost
         per_it = (f"{c.per_member_iteration * 1e6:.3g} us" if c.per_member_iteration < 1e-3 else
@@ -373,19 +381,19 @@ def format_plan(p: Plan) -> str:
                  f"and period ({len(reach)} of {len(ok)} decided layouts tried; '-': not with "
                  f"{int(ok['shown seeds'].max()) if len(ok) else '-'} seeds, the MDE shown there):")
     head = ["histories", "calendars"] * several + ["periods", "seeds", "members", "MDE", "two-stage", "time", "to run it"]
-    rows = [head]
+    rows = []
     for _, r in d[d["pilot"]].iterrows():
         why = f"the pilot (analyze's MDE){'; the rule refuses it: ' + r['refused'] if r['refused'] else ''}"
         rows.append([str(int(r["histories"])), str(r["calendars"])] * several + [
             str(int(r["periods"])), str(p.seeds), str(p.seeds * int(r["members per seed"])),
-            _fmt(max(g.mde for g in p.gems)), _fmt(max(g.two_stage for g in p.gems)),
+            format_number(max(g.mde for g in p.gems)), format_number(max(g.two_stage for g in p.gems)),
             _duration(p.cost.seconds(p.seeds * int(r["members per seed"]), p.epochs)) if p.cost else "-", why])
     for _, r in shown.iterrows():
         seeds = int(r["seeds"])
         rows.append([str(int(r["histories"])), str(r["calendars"])] * several + [
-            str(int(r["periods"])), str(seeds) if seeds else "-", str(int(r["members"])), _fmt(r["mde"]),
-            _fmt(r["two-stage"]), _duration(r["seconds"]), _run_it(p, r, int(r["shown seeds"]))])
-    lines += _table(rows)
+            str(int(r["periods"])), str(seeds) if seeds else "-", str(int(r["members"])), format_number(r["mde"]),
+            format_number(r["two-stage"]), _duration(r["seconds"]), _run_it(p, r, int(r["shown seeds"]))])
+    lines += ["  " + x for x in text_table(head, rows)]
     refused = d[(d["refused"] != "") & ~d["pilot"]]
     if len(refused):
         lines.append("refused by the rule (it would read insufficient data): " + "; ".join(
@@ -398,21 +406,17 @@ def format_plan(p: Plan) -> str:
                      f"{p.target:g}: more histories or periods than tried")
     else:
         layout = (f"{int(best['histories'])} histories on {best['calendars']} calendar(s) x " if several else "")
-        work = (f"{_fmt(best['confirmed member-iterations'], '.3g')} member-iterations, about "
+        work = (f"{format_number(best['confirmed member-iterations'], '.3g')} member-iterations, about "
                 f"{_duration(best['confirmed seconds'])} on the pilot's {p.cost.device}" if p.cost else "not costed")
         lines.append(f"with confirmation (a keep the held-out stage confirms too), MDE {p.target:g} needs at least "
                      f"{layout}{int(best['periods'])} period(s) x {int(best['confirmed seeds'])} seeds x {p.arms} arms = "
                      f"{int(best['confirmed members'])} members for {p.epochs} epochs: {work} "
                      f"({_run_it(p, best, int(best['confirmed seeds']))})")
-    if several:
-        lines.append("+N histories: more price columns (data.price_columns) or files (data.histories); own calendars: "
-                     "histories whose validation periods do not overlap (data.histories entries on other eras or "
-                     "markets, each with its own time_column)")
     if len(p.windows):
         lines.append("the verdict metric's window on this pilot (--window; its pooled effect, period spread, "
                      "within-fold variance and MDE as the verdict states them):")
-        lines += _table([["window", "epochs", "gem", "effect", "tau^2", "within", "MDE"]] + [
-            [r["window"], str(int(r["epochs"])), r["gem"], _fmt(r["effect"], "+.3g"), _fmt(r["period"]),
-             _fmt(r["within"]), _fmt(r["mde"])] for _, r in p.windows.iterrows()])
+        lines += ["  " + x for x in text_table(["window", "epochs", "gem", "effect", "tau^2", "within", "MDE"], [
+            [r["window"], str(int(r["epochs"])), r["gem"], format_number(r["effect"], "+.3g"), format_number(r["period"]),
+             format_number(r["within"]), format_number(r["mde"])] for _, r in p.windows.iterrows()])]
     lines += [f"note: {n}" for n in p.notes]
     return "\n".join(lines)

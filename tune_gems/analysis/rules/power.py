@@ -204,23 +204,21 @@ def _valid(*parts: float) -> bool:
 
 def pooled_mde(c: PooledComponents, periods: int, seeds: float, *, contrasts: int = 1, level: float, power: float,
                one_sided: bool = False) -> float:
-    """The pooled rule's minimum detectable effect with `periods` folds of `seeds` informative pairs,
-    its scale shared by a family of `contrasts` (module docstring); NaN without parts or below 2 folds."""
-    if not (periods >= 2 and seeds > 1 and _valid(c.period, c.within, c.seed, c.overlap)):
-        return math.nan
-    draws = _fold_draws(c, int(periods), float(seeds), max(int(contrasts), 1))
-    return _quantile(keep_effects(draws, level, one_sided), power)
+    """`mde` of the pooled rule over one history's `periods` folds of `seeds` informative pairs with
+    parts `c`, its scale shared by `contrasts`; NaN without parts or below 2 folds."""
+    ok = periods >= 2 and seeds > 1 and _valid(c.period, c.within, c.seed, c.overlap)
+    d = PowerInputs(seeds, folds=int(periods), tau2=c.period, within=c.within, seed=c.seed, contrasts=int(contrasts),
+                    overlap=c.overlap)
+    return mde(d, level, power, one_sided=one_sided) if ok else math.nan
 
 
 def history_mde(c: HistoryComponents, histories: int, folds: int, seeds: float, *, contrasts: int = 1, level: float,
                 power: float, one_sided: bool = False) -> float:
-    """The nested rule's minimum detectable effect with `histories` x `folds` x `seeds`, the
-    histories' scale shared by a family of `contrasts` (module docstring); NaN without parts or
-    below 2 histories."""
-    if not (histories >= 2 and folds >= 1 and seeds > 1 and _valid(c.history, c.period, c.within, c.seed, c.calendar)):
-        return math.nan
-    draws = _history_draws(c, int(histories), int(folds), float(seeds), max(int(contrasts), 1))
-    return _quantile(keep_effects(draws, level, one_sided), power)
+    """`mde` of the nested rule over `histories` x `folds` x `seeds` with parts `c`, the histories'
+    scale shared by `contrasts`; NaN without parts or below 2 histories."""
+    ok = histories >= 2 and folds >= 1 and seeds > 1 and _valid(c.history, c.period, c.within, c.seed, c.calendar)
+    d = history_inputs(seeds, int(histories), int(folds), c, int(contrasts))
+    return mde(d, level, power, one_sided=one_sided) if ok else math.nan
 
 
 def seeds_would_detect(seeds: float, target: float) -> str:
