@@ -1,27 +1,18 @@
 """Checkpoints that resume exactly: every state tensor of the learner plus host-side progress.
 
 The file holds only tensors, numbers, strings, lists and dicts, so it loads with
-`torch.load(weights_only=True)` (no pickle code runs). It is written to a temporary file and
-renamed, so a crash never leaves a truncated checkpoint in place.
+`torch.load(weights_only=True)` (no pickle code runs); it is written to a temporary file and
+renamed (tune_gems.contracts.safe_files), so a crash never leaves a truncated checkpoint.
 
-Schema (`validate_payload` checks it on load, so a damaged or foreign file is one clear
-CheckpointError naming the field, never a KeyError deep in the trainer):
+Schema (`validate_payload`: a damaged or foreign file is one CheckpointError naming the field):
 
     {"format": FORMAT, "version": VERSION,
      "meta": {"epoch": int>=0, "env_steps": int>=0, "updates": int>=0, "diverged": bool,
               "prefilled": bool, "history": [dict], "member_history": [dict], "config": dict, ...},
      "state": {str: Tensor}}
 
-Files written before the version field existed are read as version 1. Version 2: the flat
-parameter matrices of a `model.layer_kernel: triton` run have alignment gaps
-(tune_gems.model.flat); a version-1 file is laid out with them on load
-(tune_gems.trainer.learner.Learner.from_checkpoint). Beyond the schema, a
-checkpoint must agree with itself (`check_consistent`): its history holds one row per epoch
-1..epoch with the same columns throughout, its epoch is within its config's `trainer.epochs`,
-and the weights and optimizer state are finite unless the run diverged.
-
-Written through tune_gems.contracts.safe_files: a symlink planted at the checkpoint's temporary name is
-replaced, never written through.
+A file without a version is version 1, whose flat matrices lack the triton path's alignment gaps
+(`Learner.from_checkpoint` adds them). A checkpoint must also agree with itself (`check_consistent`).
 """
 
 from __future__ import annotations
