@@ -161,9 +161,8 @@ def check_out(out: str | Path, inputs: list[str | Path], overwrite: bool) -> Pat
 def write_result(result: AnalysisResult, out_dir: str | Path, *, overwrite: bool = False,
                  plot: bool = True) -> AnalysisResult:
     """Write the CSVs, PNGs and report.md of `result` into `out_dir` (all or nothing)."""
-    from tune_gems.contracts.outputs import (
-        MARKER_FILES_KEY, clear_stale_temporaries, publish_folder, temporary_folder, update_marker, write_marker, written_files,
-    )
+    from tune_gems.contracts.outputs import (MARKER_FILES_KEY, clear_stale_temporaries, publish_folder,
+                                             temporary_folder, update_marker, write_marker, written_files)
 
     out = check_out(out_dir, list(result.experiment.paths), overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -22,11 +22,9 @@ from tune_gems.data.series import calendar_groups, format_when
 MAX_FOLDS = 64
 """Most walk-forward folds a run may have (`data.folds.k`): more is a typo, not a design."""
 
-FOLD_TABLE_COLUMNS = (
-    "fold", "layout", "train_start", "train_end", "val_start", "val_end", "test_start", "test_end",
-    "train_first", "train_last", "val_first", "val_last", "test_first", "test_last",
-    "scheme", "train_rows", "train_runs", "group_rows", "purge_before", "purge_after", "embargo",
-)
+FOLD_TABLE_COLUMNS = ("fold", "layout", "train_start", "train_end", "val_start", "val_end", "test_start", "test_end",
+                      "train_first", "train_last", "val_first", "val_last", "test_first", "test_last", "scheme",
+                      "train_rows", "train_runs", "group_rows", "purge_before", "purge_after", "embargo")
 """The fold table (`fold_table`, folds.csv / folds.parquet; docs/results.md): per fold its
 half-open row ranges, each window's first and last time, then its layout."""
 

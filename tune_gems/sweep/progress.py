@@ -69,10 +69,8 @@ class SweepConsole(Callback):
     every scored trial so far has the same objective (`console.objective_tie`), the best reads
     as that tie, not as one trial's."""
 
-    def __init__(
-        self, total: int, metric: str, mode: str, verbose: bool = False,
-        clock: Callable[[], float] = time.monotonic, out: Callable[[str], None] | None = None,
-    ) -> None:
+    def __init__(self, total: int, metric: str, mode: str, verbose: bool = False,
+                 clock: Callable[[], float] = time.monotonic, out: Callable[[str], None] | None = None) -> None:
         self.total, self.metric, self.mode, self.verbose = total, metric, mode, verbose
         self.clock = clock
         self.out = out or _print

@@ -30,16 +30,9 @@ FORMAT = "tune-gems-checkpoint-v1"
 VERSION = 2
 """Schema version written in every checkpoint; a reader refuses versions it does not know."""
 SUPPORTED_VERSIONS = (1, 2)
-META_SCHEMA: dict[str, tuple[type, ...]] = {
-    "epoch": (int,),
-    "env_steps": (int,),
-    "updates": (int,),
-    "diverged": (bool,),
-    "prefilled": (bool,),
-    "history": (list,),
-    "member_history": (list,),
-    "config": (dict,),
-}
+META_SCHEMA: dict[str, tuple[type, ...]] = {"epoch": (int,), "env_steps": (int,), "updates": (int,),
+                                            "diverged": (bool,), "prefilled": (bool,), "history": (list,),
+                                            "member_history": (list,), "config": (dict,)}
 """Meta fields a resume reads, with their types (counters must also be >= 0)."""
 FINITE_STATE_PREFIXES = ("online.", "target.", "optim.")
 """State tensors that are finite in every run that did not diverge: the weights and the

@@ -46,17 +46,9 @@ def member_blocks(lrs: Sequence[float], blocks: Sequence[slice] | None) -> list[
 
 
 class PopulationAdam:
-    def __init__(
-        self,
-        flat: FlatParameters,
-        lr: float | Sequence[float],
-        eps: float,
-        max_grad_norm: float,
-        betas: tuple[float, float] = (0.9, 0.999),
-        clip_groups: list[slice] | None = None,
-        blocks: Sequence[slice] | None = None,
-        clip_adam: Callable | None = None,
-    ):
+    def __init__(self, flat: FlatParameters, lr: float | Sequence[float], eps: float, max_grad_norm: float,
+                 betas: tuple[float, float] = (0.9, 0.999), clip_groups: list[slice] | None = None,
+                 blocks: Sequence[slice] | None = None, clip_adam: Callable | None = None):
         """`lr`: one learning rate, or one per member (P floats). `blocks`: the members in
         consecutive row ranges (an arm's members), the lr constant within each; every
         reduction and fused call sees one block at a time (default: the runs of equal lr).

@@ -108,14 +108,9 @@ def _interval(boot: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def stratified_bootstrap_ci(
-    groups: Sequence,
-    *,
-    statistic: str = defaults.STATISTIC,
-    n_boot: int = defaults.N_BOOT,
-    confidence: float = defaults.CONFIDENCE,
-    seed: int = defaults.SEED,
-) -> tuple[float, float, float]:
+def stratified_bootstrap_ci(groups: Sequence, *, statistic: str = defaults.STATISTIC, n_boot: int = defaults.N_BOOT,
+                            confidence: float = defaults.CONFIDENCE,
+                            seed: int = defaults.SEED) -> tuple[float, float, float]:
     """(estimate, low, high) of `statistic` over the pooled values of `groups` (one per trial).
 
     Each resample draws len(groups) groups with replacement and, within each drawn group, as

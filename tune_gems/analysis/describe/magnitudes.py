@@ -70,19 +70,10 @@ def gem_history(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFra
         if metric not in h.columns:
             continue
         rel_col = f"{metric}_rel"
-        part = pd.DataFrame(
-            {
-                "experiment": h["experiment"],
-                "trial_id": h["trial_id"],
-                "config_label": h["config_label"],
-                "epoch": h["epoch"],
-                "gem": gem,
-                "metric": metric,
-                "mode": h[gem],
-                "value": h[metric].astype(float),
-                "rel": h[rel_col].astype(float) if rel_col in h.columns else np.nan,
-            }
-        )
+        part = pd.DataFrame({"experiment": h["experiment"], "trial_id": h["trial_id"],
+                             "config_label": h["config_label"], "epoch": h["epoch"], "gem": gem, "metric": metric,
+                             "mode": h[gem], "value": h[metric].astype(float),
+                             "rel": h[rel_col].astype(float) if rel_col in h.columns else np.nan})
         if rel_col not in h.columns and "loss" in h.columns:
             part["rel"] = part["value"] / h["loss"].astype(float)
         part = part[(part["mode"] != "off") & np.isfinite(part["value"])]
@@ -108,21 +99,12 @@ def gem_magnitudes(history: pd.DataFrame, trials: pd.DataFrame, members: pd.Data
     for (gem, metric, mode), g in long.groupby(["gem", "metric", "mode"], sort=False):
         per_trial = g.groupby(KEY)[["value", "rel"]].mean()
         last = g[g["epoch"] == g.groupby(KEY)["epoch"].transform("max")]
-        rows.append(
-            {
-                "gem": gem,
-                "metric": metric,
-                "mode": mode,
-                "n_trials": int(len(per_trial)),
-                "n_epochs": int(len(g)),
-                "mean": float(per_trial["value"].mean()),
-                "max": float(g["value"].max()),
-                "rel_mean": float(per_trial["rel"].mean()) if per_trial["rel"].notna().any() else math.nan,
-                "rel_max": float(g["rel"].max()) if g["rel"].notna().any() else math.nan,
-                "final_rel_mean": float(last["rel"].mean()) if last["rel"].notna().any() else math.nan,
-                "n_trials_excluded": n_excl,
-            }
-        )
+        rows.append({"gem": gem, "metric": metric, "mode": mode, "n_trials": int(len(per_trial)),
+                     "n_epochs": int(len(g)), "mean": float(per_trial["value"].mean()), "max": float(g["value"].max()),
+                     "rel_mean": float(per_trial["rel"].mean()) if per_trial["rel"].notna().any() else math.nan,
+                     "rel_max": float(g["rel"].max()) if g["rel"].notna().any() else math.nan,
+                     "final_rel_mean": float(last["rel"].mean()) if last["rel"].notna().any() else math.nan,
+                     "n_trials_excluded": n_excl})
     cols = ["gem", "metric", "mode", "n_trials", "n_epochs", "mean", "max", "rel_mean", "rel_max",
             "final_rel_mean", "n_trials_excluded"]
     out = pd.DataFrame(rows, columns=cols)

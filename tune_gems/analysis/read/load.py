@@ -27,10 +27,8 @@ from tune_gems.analysis.read.table_schema import as_bool, refuse_duplicates, val
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.paths import check_input_path
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry, disagreement, folder_manifest, manifest_source
-from tune_gems.contracts.result_files import (
-    ARMS_FILES, BASELINES_FILES, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE,
-    TRIALS_FILE,
-)
+from tune_gems.contracts.result_files import (ARMS_FILES, BASELINES_FILES, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE,
+                                              MEMBERS_CSV, MEMBERS_FILE, TRIALS_FILE)
 
 BASELINE_COLUMNS = ("segment", "baseline", "sharpe", "alpha_sharpe")
 
@@ -300,19 +298,10 @@ def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
         frames = [f for f in frames if len(f.columns)]
         return pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame()
 
-    return Experiment(
-        trials=cat(parts["trials"]),
-        history=cat(parts["history"]),
-        members=cat(parts["members"]),
-        studies=studies,
-        paths=folders,
-        labels=labels,
-        arms=cat(parts["arms"]) if parts["arms"] else None,
-        baselines=cat(parts["baselines"]) if parts["baselines"] else None,
-        folds=folds,
-        histories=histories,
-        gems=gems,
-    )
+    return Experiment(trials=cat(parts["trials"]), history=cat(parts["history"]), members=cat(parts["members"]),
+                      studies=studies, paths=folders, labels=labels, arms=cat(parts["arms"]) if parts["arms"] else None,
+                      baselines=cat(parts["baselines"]) if parts["baselines"] else None, folds=folds,
+                      histories=histories, gems=gems)
 
 
 def common_manifest(folders: list[Path]) -> tuple[GemEntry, ...]:
