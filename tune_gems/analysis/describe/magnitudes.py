@@ -1,10 +1,6 @@
-"""Penalty magnitudes of the gems, per gem and mode, over epochs.
-
-"Measure, then commit": a gem computed forward-only whose value stays ~0 relative to the C51
-loss adds no signal the architecture does not already provide. This module summarises the
-per-epoch gem values of history.parquet (the trial's mean over members) and their `*_rel`
-(value / C51 loss). Only trials with outcome `ok` are used (failed or diverged trials are
-excluded, as everywhere; their count is shown). Mode `off` has no values and no rows.
+"""Penalty magnitudes of the gems, per gem and mode, over epochs ("measure, then commit": a gem
+whose value stays ~0 relative to the C51 loss adds no signal). Summarises history.parquet's
+per-epoch gem values and their `*_rel` (value / C51 loss) over trials with outcome `ok`.
 """
 
 from __future__ import annotations

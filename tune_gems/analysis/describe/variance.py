@@ -1,10 +1,7 @@
-"""How much Sharpe varies per configuration, across trials and seeds.
-
-The origin of the project: the same configuration gave a best Sharpe anywhere in [15.72, 31.94]
-depending on the trial. Before any gem can be judged we need to know that spread. Statistics use
-each trial's FINAL epoch (the members' Sharpe at the trial's last reported epoch; test Sharpe
-exists only there). Failed trials (status ERROR) and diverged trials are counted per
-configuration and listed, never averaged in: their members are excluded from every statistic.
+"""How much Sharpe varies per configuration, across trials and seeds: the origin of the project
+(the same configuration gave a best Sharpe anywhere in [15.72, 31.94] depending on the trial).
+Statistics use each trial's final epoch; failed and diverged trials are counted and listed per
+configuration, never averaged in.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Read one or several experiment folders into pandas DataFrames.
 
-The analysis reads result files only (docs/results.md), never the trainer: a finished sweep can
-be analysed on a laptop without CUDA, Ray or the model code. Several folders are concatenated;
-the `experiment` column keeps them apart (and is made unique if two folders share a name). Each
-folder is read under its own gems.json (`gem_manifest.folder_manifest`); folders that list
-different gems, or share a trial (a copied or renamed experiment), are refused.
-Anything that is not an experiment folder, or a file that cannot be read, raises
-`DataError` with one line naming the file. Every table is checked against the column schema of
-docs/results.md ("Column types"): a required column missing, a number column holding text, an
-id column holding fractions or negative values, a flag that is not a flag, or a missing id is
-refused naming the file and the column, before any statistic is computed.
+The analysis reads result files only (docs/results.md), never the trainer. Several folders are
+concatenated, the `experiment` column keeping them apart; each is read under its own gems.json,
+and folders that list different gems or share a trial are refused. Every table is checked
+against docs/results.md's "Column types" before any statistic, a problem one `DataError` line
+naming the file (and the column).
 """
 
 from __future__ import annotations
