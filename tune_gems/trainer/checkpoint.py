@@ -14,8 +14,8 @@ CheckpointError naming the field, never a KeyError deep in the trainer):
 
 Files written before the version field existed are read as version 1. Version 2: the flat
 parameter matrices of a `model.layer_kernel: triton` run have alignment gaps
-(tune_gems.model.flat); a version-1 file is laid out with them on load
-(tune_gems.trainer.learner.Learner.from_checkpoint). Beyond the schema, a
+(tune_gems.model.flat); version 3: they store its weight matrices [out, in]. An older file is
+laid out anew on load (tune_gems.trainer.learner.Learner.from_checkpoint). Beyond the schema, a
 checkpoint must agree with itself (`check_consistent`): its history holds one row per epoch
 1..epoch with the same columns throughout, its epoch is within its config's `trainer.epochs`,
 and the weights and optimizer state are finite unless the run diverged.
@@ -36,9 +36,9 @@ from tune_gems.contracts.errors import CheckpointError
 from tune_gems.contracts.safe_files import open_atomic
 
 FORMAT = "tune-gems-checkpoint-v1"
-VERSION = 2
+VERSION = 3
 """Schema version written in every checkpoint; a reader refuses versions it does not know."""
-SUPPORTED_VERSIONS = (1, 2)
+SUPPORTED_VERSIONS = (1, 2, 3)
 META_SCHEMA: dict[str, tuple[type, ...]] = {
     "epoch": (int,),
     "env_steps": (int,),
@@ -63,6 +63,12 @@ def save(path: str | Path, state: dict[str, Tensor], meta: dict[str, Any]) -> No
 
 
 def load(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """(state, meta) of a checkpoint file, checked (module docstring)."""
+    return read(path)[:2]
+
+
+def read(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any], int]:
+    """`load`, and the file's schema version (what its state's layout follows)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
@@ -72,7 +78,7 @@ def load(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
         raise CheckpointError(f"{path}: corrupt or not a tune-gems checkpoint ({type(e).__name__})") from None
     validate_payload(path, payload)
     check_consistent(path, payload["state"], payload["meta"])
-    return payload["state"], payload["meta"]
+    return payload["state"], payload["meta"], payload.get("version", 1)
 
 
 def check_consistent(path: str | Path, state: dict[str, Tensor], meta: dict[str, Any]) -> None:
