@@ -18,8 +18,8 @@
 # layers (issue 43, about 6 minutes, PROBE_BUDGET_S=240): benchmarks/layer_gemm_probe.py (every layer product of the
 # P=64 and moonshot iterations: Triton launch variants against bmm, tf32 and bf16, each compiled kernel's dot, registers,
 # spills), then tests/gpu/test_triton_layers_gpu.py; layer_gemm_probe.{log,json}, triton_layers_gpu.log, tables last.
-# eight (about 5 minutes, EIGHT_BUDGET_S=360): sweeps/eight_histories.yaml on the GPU, its experiment (no checkpoints)
-# copied to $OUT/eight-gpu, analysed there.
+# eight (about 4 minutes, EIGHT_BUDGET_S=360): sweeps/eight_histories.yaml on the GPU, its experiment (no checkpoints)
+# as $OUT/eight-gpu.tgz, analysed there unless EIGHT_NO_ANALYSIS is set.
 # floor43 (issue 43, one call of at most 9 minutes, FLOOR_BUDGET_S=530): the extension build in the background while
 # layer_gemm_probe.py runs (PROBE_BUDGET_S=150), then train_step.py with model.layer_kernel torch and triton
 # side by side (P=1,64,256 and the moonshot, tf32, graphed), then the triton path's GPU tests
@@ -170,15 +170,14 @@ for s in "$@"; do
       echo "--- launches per iteration"; grep -E "^profile P=" "$log" | sed 's/ kernel launches, / launches, /'
       ;;
     eight)
-      stage "eight histories x one period x 2 arms x 48 seeds on one GPU (sweeps/eight_histories.yaml), then its analysis"
+      stage "eight histories x 2 folds x 2 arms x 24 seeds on one GPU (sweeps/eight_histories.yaml), then its analysis"
       rm -rf /tmp/eexp
       start=$(date +%s)
       timeout ${EIGHT_BUDGET_S:-360} python3 -m tune_gems sweep sweeps/eight_histories.yaml --storage /tmp/eexp --name eight-gpu \
         > "$OUT/eight_histories_sweep.log" 2>&1
       echo "sweep rc $? wall $(( $(date +%s) - start )) s"; grep -vE "HEALTH_DIAG|^\s*$" "$OUT/eight_histories_sweep.log" | tail -8
-      mkdir -p "$OUT/eight-gpu" && (cd /tmp/eexp/eight-gpu && find . -type f -not -path "*checkpoint*" -not -path "*/analysis/*" -size -20M \
-        -exec cp --parents {} "$OUT/eight-gpu/" \;)
-      timeout 120 python3 -m tune_gems analyze /tmp/eexp/eight-gpu 2>&1 | tail -30
+      tar -C /tmp/eexp --exclude='*checkpoint*' --exclude='*.pkl' -czf "$OUT/eight-gpu.tgz" eight-gpu  # one file back
+      [ -z "${EIGHT_NO_ANALYSIS:-}" ] && timeout 120 python3 -m tune_gems analyze /tmp/eexp/eight-gpu 2>&1 | tail -30
       ;;
     layers)
       stage "layer GEMMs: the Triton layer kernels' launch variants against bmm, per layer shape (issue 43)"
