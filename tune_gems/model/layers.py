@@ -88,10 +88,8 @@ class TorchProducts:
     name = "torch"
     fused = False
     """Whether the products build the effective weight from the raw parameters themselves."""
-    parameter_align = 1
-    """Columns at which each parameter starts in the flat matrix (tune_gems.model.flat)."""
-    weights_out_in = False
-    """Whether the flat matrix stores the weight matrices [out, in] (tune_gems.model.flat `transposed`)."""
+    flat_layout: dict = {}
+    """FlatParameters' layout arguments (tune_gems.model.flat: `align`, `transposed`)."""
     clip_adam = None
     """The optimizer's fused clip-and-Adam step (PopulationAdam `clip_adam`); None: torch's calls."""
     row_means = None
@@ -113,15 +111,14 @@ TORCH = TorchProducts()
 
 
 def layer_products(name: str):
-    """The strategy `model.layer_kernel` names. The triton ones are imported on first use (only
-    that path needs Triton), at each call, so a test that imports them afresh under Triton's CPU
-    interpreter (TRITON_INTERPRET=1, read when the kernels are defined) gets the fresh ones."""
+    """The strategy `model.layer_kernel` names. The triton one is imported on first use (only
+    that path needs Triton), at each call, so a test that imports it afresh under Triton's CPU
+    interpreter (TRITON_INTERPRET=1, read when the kernels are defined) gets the fresh one."""
     if name == "torch":
         return TORCH
-    triton = importlib.import_module("tune_gems.ops.triton_layers").STRATEGIES
-    if name not in triton:
-        raise ValueError(f"layer kernel {name!r} is not one of {('torch', *triton)}")
-    return triton[name]
+    if name != "triton":
+        raise ValueError(f"layer kernel {name!r} is not one of ('torch', 'triton')")
+    return importlib.import_module("tune_gems.ops.triton_layers").TRITON
 
 
 class Affine(tuple):

@@ -11,8 +11,9 @@ Schema (`validate_payload`: a damaged or foreign file is one CheckpointError nam
               "prefilled": bool, "history": [dict], "member_history": [dict], "config": dict, ...},
      "state": {str: Tensor}}
 
-A file without a version is version 1, whose flat matrices lack the triton path's alignment gaps
-(`Learner.from_checkpoint` adds them). A checkpoint must also agree with itself (`check_consistent`).
+A file without a version is version 1; version 2 gave the triton path's flat matrices alignment gaps,
+version 3 stores its weights [out, in]: an older file is laid out anew on load (`Learner.from_checkpoint`).
+A checkpoint must also agree with itself (`check_consistent`).
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from tune_gems.contracts.errors import CheckpointError
 from tune_gems.contracts.safe_files import open_atomic
 
 FORMAT = "tune-gems-checkpoint-v1"
-VERSION = 2
+VERSION = 3
 """Schema version written in every checkpoint; a reader refuses versions it does not know."""
-SUPPORTED_VERSIONS = (1, 2)
+SUPPORTED_VERSIONS = (1, 2, 3)
 META_SCHEMA: dict[str, tuple[type, ...]] = {"epoch": (int,), "env_steps": (int,), "updates": (int,),
                                             "diverged": (bool,), "prefilled": (bool,), "history": (list,),
                                             "member_history": (list,), "config": (dict,)}
@@ -47,6 +48,12 @@ def save(path: str | Path, state: dict[str, Tensor], meta: dict[str, Any]) -> No
 
 
 def load(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """(state, meta) of a checkpoint file, checked (module docstring)."""
+    return read(path)[:2]
+
+
+def read(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any], int]:
+    """`load`, and the file's schema version (what its state's layout follows)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
@@ -56,7 +63,7 @@ def load(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
         raise CheckpointError(f"{path}: corrupt or not a tune-gems checkpoint ({type(e).__name__})") from None
     validate_payload(path, payload)
     check_consistent(path, payload["state"], payload["meta"])
-    return payload["state"], payload["meta"]
+    return payload["state"], payload["meta"], payload.get("version", 1)
 
 
 def check_consistent(path: str | Path, state: dict[str, Tensor], meta: dict[str, Any]) -> None:

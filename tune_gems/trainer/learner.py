@@ -92,9 +92,8 @@ class Learner:
         self.online = BranchingC51(mc, market.obs_dim, K, A, self.seeds, heads, **switches).to(device)
         self.target = copy.deepcopy(self.online)  # the online net's weights and state, not drawn a second time
         self.products = products = self.online.products  # the layers' products: torch's, or fused kernels
-        layout = dict(align=products.parameter_align, transposed=products.weights_out_in)
-        self.online_flat = FlatParameters(self.online, P, **layout)
-        self.target_flat = FlatParameters(self.target, P, with_grad=False, **layout)
+        self.online_flat = FlatParameters(self.online, P, **products.flat_layout)
+        self.target_flat = FlatParameters(self.target, P, with_grad=False, **products.flat_layout)
         self.replay = ReplayBuffer(P, tc.replay_capacity, market.obs_dim, K, tc.n_envs, tc.n_step, tc.gamma, device, source=self.env)
         E, noise = tc.n_envs, self.online.noise_size
         # one block of uniforms per iteration and member; each consumer reads its own slice.
@@ -153,13 +152,19 @@ class Learner:
         state.update({"counters.collect_steps": self.collect_steps, "metrics.acc": self.acc})
         return state
 
-    def from_checkpoint(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
-        """A checkpoint's state in this learner's layout: flat matrices saved without alignment
-        gaps (checkpoint version 1, before the triton path's parameters were aligned) get them."""
+    def from_checkpoint(self, state: dict[str, Tensor], version: int) -> dict[str, Tensor]:
+        """A checkpoint's state in this learner's layout (tune_gems.trainer.checkpoint): its flat
+        matrices laid out as version 1 wrote them (no alignment gaps, the weights [in, out]) or
+        version 2 (the triton path's aligned, the weights [in, out]) are laid out anew."""
         flat = self.online_flat
-        unaligned = sum(flat.sizes)
-        return {k: flat.pack(t) if k in FLAT_STATE and t.dim() == 2 and t.shape[1] == unaligned != flat.data.shape[1] else t
-                for k, t in state.items()}  # fmt: skip
+        if version >= 3 or flat.plain:
+            return state
+        width = sum(flat.sizes) if version == 1 else flat.data.shape[1]
+
+        def plain(t: Tensor) -> Tensor:  # version 2's: each parameter as it is, at aligned columns
+            return t if version == 1 else torch.cat([t[:, o : o + n] for n, o in zip(flat.sizes, flat.offsets)], dim=1)
+
+        return {k: flat.pack(plain(t)) if k in FLAT_STATE and t.dim() == 2 and t.shape[1] == width else t for k, t in state.items()}
 
     def _pair_target_tensors(self) -> list[tuple[Tensor, Tensor, bool]]:
         """(target, online, follows_tau): all parameters as one flat pair, and the
