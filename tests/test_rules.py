@@ -189,7 +189,7 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
                           one_history_calibration, decision_calibration),
         family.design_family: (gem_verdicts, factors),
         periods.decide_fold_data: (decision,),
-        periods.pool_fold_data: (power,),  # the power statement draws the rule's own pooling
+        periods.pool_family: (power,),  # the power statement draws the rule's own pooling
         periods.fold_data: (walk_forward_calibration, factor_calibration, one_history_calibration),
         walk_forward.gem_folds: (family,),
         pairing.by_fold: (walk_forward,),
@@ -239,7 +239,7 @@ def test_the_shipped_verdict_is_the_calibrations_decision_on_the_same_difference
     from tune_gems.analysis.analyze import analyze
     from tune_gems.analysis.pairs.pairing import build_cells
     from tune_gems.analysis.rules.settings import Thresholds
-    from tune_gems.analysis.calibrate.walk_forward_calibration import rule_one_period, rule_periods
+    from tune_gems.analysis.calibrate.walk_forward_calibration import rule_one_period, run_periods
 
     th = Thresholds(n_boot=50)
     res = analyze(fr.fold_scenario(tmp_path / "e", fold_effects), thresholds=th)
@@ -247,9 +247,9 @@ def test_the_shipped_verdict_is_the_calibrations_decision_on_the_same_difference
     exp = res.experiment
     d = _fold_differences(build_cells(exp.trials, exp.members, exp.arms), "g12", row["outcome"], th.last_k)
     if len(fold_effects) > 1:
-        code = rule_periods(d, rope=th.rope, alpha=th.alpha)
+        code = run_periods(d, th).codes
     else:  # one period without saved returns: no market-noise interval, the seed rule alone
-        code = rule_one_period(d[:, :, 0], 0.0, 1.0, rope=th.rope, alpha=th.alpha)
+        code = rule_one_period(d[:, :, 0], 0.0, 1.0, th)
     assert int(code[0, 0]) == int(settings.verdict_codes(np.array([row["verdict"]]))[0]), row["reason"]
     # the factor table judges the same gem by the same rule (its family is this one gem here) ...
     factor = res.factors.set_index("factor").loc["gems.g12.mode"]

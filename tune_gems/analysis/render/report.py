@@ -92,9 +92,19 @@ def history_effects_line(folds: pd.DataFrame | None, gem: str) -> str:
     return f"per history{', folds ' + '/'.join(map(str, folds)) if len(folds) > 1 else ''}: {', '.join(per)}" if per else ""
 
 
-def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
-                         redundancy: pd.DataFrame | None = None, *, verbose: bool = True,
-                         fold_effects: pd.DataFrame | None = None) -> str:
+def calendar_line(r: Any) -> str:
+    """The calendar part the deciding rule carried (histories that validate on the same dates share each
+    period's luck) beside what the markets did in those windows (history_correlations.csv)."""
+    corr = "".join(f", {seg} return correlation {format_number(_float(r, key), '.2f')}"
+                   for seg, key in (("validation", "return_corr_val"), ("test", "return_corr_test"))
+                   if _float(r, key) == _float(r, key))
+    return (f"calendar part shared by the histories: variance {format_number(_float(r, 'var_calendar'))} on "
+            f"{format_number(_float(r, 'calendar_df'))} df over {format_number(_float(r, 'calendar_periods'), 'g')} "
+            f"calendar periods{corr}")
+
+
+def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None, redundancy: pd.DataFrame | None = None,
+                         *, verbose: bool = True, fold_effects: pd.DataFrame | None = None) -> str:
     """The verdicts for a terminal: the aligned table (each word beside its deciding test's numbers, the
     seeds alone apart), each gem's verdict line (with several histories its effect in each: `fold_effects`)
     and (`verbose`) short reason, the placebo arms and the redundancy findings."""
@@ -114,6 +124,8 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
         lines.append(verdict_line(r))
         if history_effects_line(fold_effects, r["gem"]):
             lines.append(f"    {history_effects_line(fold_effects, r['gem'])}")
+        if _float(r, "var_calendar") == _float(r, "var_calendar"):
+            lines.append(f"    {calendar_line(r)}")
         if verbose:
             lines.append(f"    why: {short_why(r)}")
     if placebo is not None and len(placebo):
@@ -249,23 +261,17 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
     headline = baseline_headline(baseline_comparison(exp))
     if headline:
         lines += [headline[0].upper() + headline[1:] + ".", ""]
-    lines.append(
-        "Settings: " + ", ".join(f"`{k}={v}`" for k, v in settings.items())
-        + ". How to read this report: `docs/analysis.md`."
-    )
+    lines.append("Settings: " + ", ".join(f"`{k}={v}`" for k,
+                                          v in settings.items()) + ". How to read this report: `docs/analysis.md`.")
     lines += ["", *lead] if (lead := lead_section(images)) else []  # plots to read first (render/figures.py)
     lines += ["", "## Experiments read", ""]
     rows = []
     for label, path in zip(exp.labels, exp.paths):
         o = out[out["experiment"] == label]["outcome"].value_counts()
         studies = [k for k in exp.studies if k == label or k.startswith(f"{label}/")]
-        rows.append(
-            {
-                "experiment": label, "folder": str(path), "trials": int(o.sum()),
-                "ok": int(o.get("ok", 0)), "failed": int(o.get("failed", 0)),
-                "diverged": int(o.get("diverged", 0)), "optuna study": ", ".join(studies) or "none",
-            }
-        )
+        rows.append({"experiment": label, "folder": str(path), "trials": int(o.sum()), "ok": int(o.get("ok", 0)),
+                     "failed": int(o.get("failed", 0)), "diverged": int(o.get("diverged", 0)),
+                     "optuna study": ", ".join(studies) or "none"})
     lines.append(markdown_table(pd.DataFrame(rows)))
 
     v = result.verdicts

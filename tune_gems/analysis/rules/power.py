@@ -18,7 +18,7 @@ The rule that decides, and so its MDE at power 1 - beta and first-Holm-step leve
   first contrast is kept from in a share `power` of the families the rule will see at that design
   (`pooled_mde`, `history_mde`): families drawn from the variance parts (`periods.PooledComponents`, `histories.HistoryComponents`: each
   period's or history's effect and the variance the rule reads for it, the seeds' and the
-  calendar's ANOVA) and pooled by the rule's own stage 2 (`periods.pool_fold_data`,
+  calendar's ANOVA) and pooled by the rule's own stage 2 (`periods.pool_family`,
   `histories.pool_histories`). The pooled estimate moves with the effect, its se and df do not, so
   each family keeps from one effect on, and the MDE is the `power`-quantile of those effects. The
   closed form (t_a + t_power) x se, on the df the design would have if the rule knew its variances,
@@ -44,7 +44,7 @@ from tune_gems.analysis.defaults import HELD_OUT_PERIOD_FLOOR, MIN_SHARED_PERIOD
 from tune_gems.analysis.rules.decision import MIN_POOLED_DF, confirm_on_held_out
 from tune_gems.analysis.rules.histories import HistoryComponents, HistoryData, one_calendar, own_calendars, pool_histories
 from tune_gems.analysis.rules.periods import (
-    FOLD_VAR_DF, RANK_EFFICIENCY, FoldData, PooledComponents, pool_fold_data, rank_overread, satterthwaite,
+    FOLD_VAR_DF, RANK_EFFICIENCY, FoldData, PooledComponents, Pooling, pool_family, rank_overread, satterthwaite,
 )
 from tune_gems.analysis.rules.settings import KEEP
 from tune_gems.analysis.text import format_number
@@ -97,7 +97,7 @@ def _first(pooled: dict, test: dict) -> dict:
 @lru_cache(maxsize=1024)
 def _fold_draws(c: PooledComponents, periods: int, seeds: float, contrasts: int) -> dict:
     """The pooled rule over one history's `periods` folds of `seeds` informative pairs, on DRAWS
-    families of `contrasts` contrasts with parts `c` and no effect (`pool_fold_data`), and its
+    families of `contrasts` contrasts with parts `c` and no effect (`pool_family`), and its
     held-out stage (one test period: its own period luck and the seeds' noise over the folds' members;
     its variance the seeds' and the pooled tau^2, at least HELD_OUT_PERIOD_FLOOR x a fold's seed
     variance, on DerSimonian-Laird's df as `decision.held_out_stage` reads them). The folds' overlap is a part
@@ -116,7 +116,7 @@ def _fold_draws(c: PooledComponents, periods: int, seeds: float, contrasts: int)
     sigma, share, seed_df = _seed_anova(rng, own, c.seed, k, n, m)
     fd = FoldData(theta, var, np.full(theta.shape, np.nan), np.full(theta.shape, float(n)), sigma / n, share, seed_df)
     with np.errstate(all="ignore"):  # every pair of folds at lambda: NB's factor 1 + K lambda at equal weights
-        pooled = pool_fold_data(fd, rope=0.0, share=m > 1, fold_corr=c.overlap / (1.0 + c.overlap))
+        pooled = pool_family(fd, Pooling(share=m > 1), fold_corr=c.overlap / (1.0 + c.overlap))
         seeds_var = (c.seed + own / k) / n
         v_bar = (var * (1 - share[..., None])).mean(-1)
         floor = HELD_OUT_PERIOD_FLOOR * v_bar
@@ -152,7 +152,7 @@ def _history_draws(c: HistoryComponents, histories: int, folds: int, seeds: floa
                      np.full(var.shape, float(n)), sigma / n, seed_df, share,
                      one_calendar(h, k) if c.shared else own_calendars(h, k))
     with np.errstate(all="ignore"):
-        hp = pool_histories(hd, rope=0.0, share=m > 1)
+        hp = pool_histories(hd, Pooling(share=m > 1))
         tests = (lasting[..., 0] + calendar[..., k] + seed_part[..., 0]
                  + math.sqrt(c.period + own / (k * n)) * rng.standard_normal((DRAWS, m, h)))
         spread = tests.var(-1, ddof=1) / h
