@@ -43,12 +43,13 @@ import pandas as pd
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import build_cells, history_count
 from tune_gems.analysis.read.calendars import validation_calendar
+from tune_gems.analysis.read.labels import history_names
 from tune_gems.analysis.read.load import Experiment, load_experiment
 from tune_gems.analysis.read.outcomes import last_evaluated_epochs
 from tune_gems.analysis.rules.power import PowerInputs, informative_of, mde, two_stage
 from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.analysis.text import format_number, text_table
-from tune_gems.analysis.verdicts.family import DesignFamily
+from tune_gems.analysis.verdicts.family import DesignFamily, Sources
 from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables, verdict_metric
 from tune_gems.analysis.verdicts.walk_forward import experiment_overlap, fold_count
 from tune_gems.contracts.errors import ConfigError, DataError
@@ -184,8 +185,9 @@ def pilot_family(exp: Experiment, th: Thresholds) -> tuple[pd.DataFrame, DesignF
     if fold_count(cells) < 2 and history_count(cells) < 2:
         raise DataError(f"{', '.join(str(p) for p in exp.paths)}: one validation period: the period spread cannot be "
                         "estimated (a pilot needs data.folds.k >= 2, or several price histories)")
-    v, _, family = gem_verdict_tables(cells, list(exp.gems), th, exp.members, overlap=experiment_overlap(exp.folds.table),
-                                      calendar_of=partial(validation_calendar, exp.folds.dates, exp.histories))
+    sources = Sources(overlap=experiment_overlap(exp.folds.table), history_names=history_names(exp.histories),
+                      calendar_of=partial(validation_calendar, exp.folds.dates, exp.histories))
+    v, _, family = gem_verdict_tables(cells, list(exp.gems), th, exp.members, sources=sources)
     return v, family
 
 
