@@ -13,8 +13,8 @@ The layouts tried:
 
 - **one history**: K folds (the pilot's and PERIODS), the overlap of the pilot's folds kept;
 - **several histories**: H histories (the pilot's and HISTORIES, never fewer than the pilot's) x K
-  periods, on one calendar where the pilot's histories share one (fold k of every history one
-  calendar period: its part carried) and on their own calendars (another era or market each: the
+  periods, on the pilot's calendars where its histories share them ("one": fold k of a calendar's
+  histories one period, its part carried) and on their own calendars (another era or market each: the
   pilot's calendar part joins each history's own period spread). One period per history is the
   efficient layout where periods do not overlap; on one calendar the rule refuses it.
 
@@ -212,13 +212,13 @@ def window_comparison(exp: Experiment, th: Thresholds) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _refusal(histories: int, periods: int, calendar: str | None, th: Thresholds) -> str:
-    """Why the rule would not decide a layout ("" where it would)."""
+def _refusal(histories: int, periods: int, calendar: str | None, th: Thresholds, calendars: int = 1) -> str:
+    """Why the rule would not decide a layout ("" where it would); on the pilot's `calendars`."""
     if histories >= 2 and histories < defaults.MIN_HISTORIES:
         return f"fewer than {defaults.MIN_HISTORIES} histories"
     if calendar == ONE:
         need = max(th.min_periods, defaults.MIN_SHARED_PERIODS)
-        return f"fewer than {need} calendar periods shared by the histories" if periods < need else ""
+        return f"fewer than {need} calendar periods shared by the histories" if periods * calendars < need else ""
     if histories * periods < th.min_periods:
         return f"fewer than {th.min_periods} {'calendar ' * (histories >= 2)}periods (--min-periods)"
     return ""
@@ -289,7 +289,7 @@ def _layout_row(p: Plan, histories: int, periods: int, calendar: str | None, see
     reaches the target, with the MDEs there and what it costs (at the pilot's own design the
     verdicts' MDEs)."""
     row = dict(histories=histories, calendars=calendar or "", periods=periods, pilot=pilot,
-               refused=_refusal(histories, periods, calendar, th))
+               refused=_refusal(histories, periods, calendar, th, p.gems[0].inputs.calendars))
     members = row["members per seed"] = histories * periods * p.arms
     if row["refused"]:
         return row

@@ -129,11 +129,12 @@ def _fold_draws(c: PooledComponents, periods: int, seeds: float, contrasts: int)
 
 
 @lru_cache(maxsize=1024)
-def _history_draws(c: HistoryComponents, histories: int, folds: int, seeds: float, contrasts: int) -> dict:
+def _history_draws(c: HistoryComponents, histories: int, folds: int, seeds: float, contrasts: int,
+                   calendars: int = 1) -> dict:
     """The nested rule over `histories` x `folds` x `seeds` (`pool_histories`) on DRAWS families of
-    `contrasts` contrasts with parts `c` and no effect, on one calendar where `c.shared` (fold k of
-    every history one period) else on their own, and its held-out stage (one test period per
-    history, the same one on one calendar; its variance the histories' spread on the test over H, the
+    `contrasts` contrasts with parts `c` and no effect, where `c.shared` on `calendars` calendars the
+    histories split into (fold k of a calendar's histories one period) else each on its own, and its
+    held-out stage (one test period per history, one per calendar where they share it; its variance the histories' spread on the test over H, the
     seeds' common part and on one calendar the spread of the shared periods' means, as
     `decision.held_out_stage` reads them). A history's effect is the mean of its fold effects; the variance
     the rule reads for it is pi / 3 x its seeds' sample variance / n (n - 1 df)."""
@@ -142,7 +143,9 @@ def _history_draws(c: HistoryComponents, histories: int, folds: int, seeds: floa
     own = c.within - c.seed
     lasting = math.sqrt(c.history) * rng.standard_normal((DRAWS, m, h, 1))
     seed_part = math.sqrt(c.seed / n) * rng.standard_normal((DRAWS, m, 1, 1))
-    calendar = math.sqrt(c.calendar) * rng.standard_normal((DRAWS, m, 1, k + 1)) if c.shared else np.zeros((1, 1, 1, k + 1))
+    group = np.arange(h) * max(min(calendars, h), 1) // h  # the calendar of each history
+    calendar = (math.sqrt(c.calendar) * rng.standard_normal((DRAWS, m, group[-1] + 1, k + 1))[:, :, group] if c.shared
+                else np.zeros((1, 1, 1, k + 1)))
     cells = (lasting + calendar[..., :k] + math.sqrt(c.period + own / n) * rng.standard_normal((DRAWS, m, h, k))
              + seed_part)
     var = (c.seed + own / k) / n * _chi2(rng, n - 1, (DRAWS, m, h))
@@ -150,7 +153,7 @@ def _history_draws(c: HistoryComponents, histories: int, folds: int, seeds: floa
     folds_data = tuple(FoldData(cells[:, :, j], *(None,) * 6) for j in range(h))
     hd = HistoryData(folds_data, cells.mean(-1), var, np.full(var.shape, n - 1.0), np.full(var.shape, np.nan),
                      np.full(var.shape, float(n)), sigma / n, seed_df, share,
-                     one_calendar(h, k) if c.shared else own_calendars(h, k))
+                     group[:, None] * k + one_calendar(h, k) if c.shared else own_calendars(h, k))
     with np.errstate(all="ignore"):
         hp = pool_histories(hd, Pooling(share=m > 1))
         tests = (lasting[..., 0] + calendar[..., k] + seed_part[..., 0]
@@ -269,8 +272,8 @@ class PowerInputs:
     per-seed paths). Over `histories` >= 2 price histories the nested rule decides (`history_mde`):
     `history_tau2` the spread between histories, `tau2` and `within` a history's fold components,
     `seed` the part common to every history and fold, `calendar` the calendar part the histories
-    share (`histories.calendar_part`; NaN: on their own calendars, nothing shared), `n` the seeds per fold of
-    a history."""
+    share (`histories.calendar_part`; NaN: on their own calendars, nothing shared) on `calendars` calendars,
+    `n` the seeds per fold of a history."""
 
     n: float
     sd: float = math.nan
@@ -286,6 +289,7 @@ class PowerInputs:
     histories: int = 1
     history_tau2: float = 0.0
     calendar: float = math.nan
+    calendars: int = 1
 
     @property
     def pooled_over(self) -> bool:
@@ -310,11 +314,14 @@ class PowerInputs:
         return PooledComponents(tau2, within, self.seed if math.isfinite(self.seed) else 0.0, self.overlap)
 
 
-def history_inputs(n: float, histories: int, folds: int, c: HistoryComponents, contrasts: int) -> PowerInputs:
+def history_inputs(n: float, histories: int, folds: int, c: HistoryComponents, contrasts: int,
+                   calendars: int = 1) -> PowerInputs:
     """The power inputs of a comparison the nested rule decides: `n` informative seeds per fold of a
-    history, the components `c` (the calendar part included), the `contrasts` sharing its scale."""
+    history, the components `c` (the calendar part included, on `calendars` calendars where shared),
+    the `contrasts` sharing its scale."""
     return PowerInputs(n, folds=folds, tau2=c.period, within=c.within, seed=c.seed, contrasts=contrasts,
-                       histories=histories, history_tau2=c.history, calendar=c.calendar if c.shared else math.nan)
+                       histories=histories, history_tau2=c.history, calendar=c.calendar if c.shared else math.nan,
+                       calendars=calendars)
 
 
 def _z(level: float, power: float) -> float:
@@ -327,7 +334,7 @@ def _draws_of(d: PowerInputs) -> dict | None:
         c = d.history_components()
         if not (d.n > 1 and _valid(c.history, c.period, c.within, c.seed, c.calendar)):
             return None
-        return _history_draws(c, d.histories, max(d.folds, 1), float(d.n), max(d.contrasts, 1))
+        return _history_draws(c, d.histories, max(d.folds, 1), float(d.n), max(d.contrasts, 1), d.calendars)
     c = d.components()
     if not (d.folds >= 2 and d.n > 1 and _valid(c.period, c.within, c.seed, c.overlap)):
         return None

@@ -118,6 +118,8 @@ def history_power(hf: HistoryFamily, dec, th: Thresholds) -> dict[str, np.ndarra
     out["overlap"] = np.ones(m)
     out["inputs"] = [None] * m
     shared = np.asarray(pooled["shared"][0], bool)
+    ids = np.asarray(hf.data.calendar)
+    calendars = max(len(np.unique(ids[ids >= 0])) // max(len(hf.folds), 1), 1)  # the calendars the histories share
     for j in range(m):
         c = HistoryComponents(*(float(getattr(comp, key)[0, j]) for key in ("history", "period", "within", "seed",
                                                                              "calendar")), bool(comp.shared[0, j]))
@@ -128,7 +130,8 @@ def history_power(hf: HistoryFamily, dec, th: Thresholds) -> dict[str, np.ndarra
         df = float(pooled["df"][0, j])
         if not (all(np.isfinite([c.history, c.period, c.within, c.calendar])) and np.isfinite(df) and n > 0):
             continue
-        out["inputs"][j] = history_inputs(n, len(hf.histories), len(hf.folds), c, int(shared.sum()) if shared[j] else 1)
+        out["inputs"][j] = history_inputs(n, len(hf.histories), len(hf.folds), c, int(shared.sum()) if shared[j] else 1,
+                                           calendars)
         ps = statement(out["inputs"][j], th.rope, level, th.power, tied=float(hf.tied_share[j]),
                        one_sided=th.one_sided_keep)
         out["mde"][j], out["floor"][j], out["seeds_needed"][j], out["note"][j] = ps.mde, ps.floor, ps.seeds_needed, ps.note

@@ -251,7 +251,8 @@ def discovery_power_inputs(row: dict[str, Any]) -> PowerInputs:
         per_fold = num("n_informative") / (histories * folds) if math.isfinite(num("n_informative")) else n
         return PowerInputs(per_fold, sd, p_div, folds=folds, tau2=num("var_period", 0.0), within=num("var_within"),
                            seed=num("var_seed", 0.0), contrasts=sharing, histories=histories,
-                           history_tau2=num("var_history", 0.0), calendar=num("var_calendar", 0.0))
+                           history_tau2=num("var_history", 0.0), calendar=num("var_calendar", 0.0),
+                           calendars=max(int(np.nan_to_num(num("calendar_periods", folds))) // max(folds, 1), 1))
     if folds >= 2 and math.isfinite(num("pooled_effect")):
         # the pooled components the verdict row states (`walk_forward.pooled_power`): its MDE is the
         # row's `mde`, with n the informative pairs per period (a mean: not always whole)
