@@ -1,8 +1,6 @@
 """The `tune-gems` command line: train, sweep, analyze.
-
-Bad input is one line and exit 2, before anything is written; any other exception is a bug, one line
-naming it and its traceback's file, exit 1 (`--debug` or TUNE_GEMS_DEBUG=1: inline). Engines are
-imported lazily; the CPU variables are checked and the threads set before torch is loaded."""
+Bad input is one line and exit 2 before anything is written; any other exception is a bug, one line
+and exit 1 (`--debug` or TUNE_GEMS_DEBUG=1: inline). CPU variables are checked before torch loads."""
 
 from __future__ import annotations
 
@@ -277,9 +275,8 @@ def _add_plan_parser(sub) -> argparse.ArgumentParser:
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (naming the argument) and exit status 2, like
-    every other bad input, a mistyped choice with the one it is closest to; `--help` still
-    prints the full usage."""
+    """argparse whose usage error is one line and exit 2 like every bad input (a mistyped choice with
+    its closest one); `--help` prints the full usage."""
 
     def error(self, message: str) -> typing.NoReturn:
         print(f"tune-gems: error: {' '.join(message.split())}{_did_you_mean(message)} (see {self.prog} --help)",

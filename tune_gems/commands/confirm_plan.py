@@ -82,10 +82,8 @@ def fresh_paths(spec: SweepSpec) -> bool:
 def plan_confirmation(spec: SweepSpec, trials: pd.DataFrame, members: pd.DataFrame, gems: list[str],
                       population: int | dict[str, int] | None = None, taken: Sequence[Taken] = (),
                       ) -> tuple[list[Plan], list[str], Callable[[Plan], Config]]:
-    """The confirmation trials (one per wired gem), notes for the others, and a plan's config
-    builder. `population`: seeds per arm for all or per gem; `taken`: the earlier confirmations. No
-    plan's member seed is one trained before or another plan's (a trial seed whose block meets one
-    is passed over)."""
+    """The confirmation trials (one per wired gem), notes for the others and a config builder; no
+    plan's member seed is one trained before or another plan's."""
     choices, notes = choose_per_gem(trials, gems, searched_keys(spec))
     seed_base, index_base, synthetic_seed = _fresh_bases(trials, members, taken)
     used = used_member_seeds(members, taken)

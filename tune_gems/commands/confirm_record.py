@@ -145,9 +145,8 @@ class Confirmed:
 
 
 class SealOpening:
-    """An opening of the search's seal (`confirm --final`) in its marker's data record: when, by
-    what, where, status, seeds, results' SHA-256. The first is pre-registered; another only with
-    `again` (`--not-pre-registered`), labelled so. An opening counts once claimed."""
+    """An opening of the search's seal (`confirm --final`) in its marker: the first is pre-registered,
+    another only with `again`, labelled so; it counts once claimed."""
 
     opens_seal = True
 

@@ -43,9 +43,8 @@ MODULE_NAME_MAX = 200
 
 @dataclass(frozen=True)
 class Gem:
-    """One gem's definition (docs/gems.md): `name` and `metric`; `reference(x) -> [P]` in plain
-    torch; optional `fused` (a custom op), `null` (its value with no structure: the analysis's zero)
-    and `head` (parameters it owns); `origin`, the module that registered it."""
+    """One gem's definition (docs/gems.md); `null` is its value with no structure (the analysis's
+    zero), `head` the parameters it owns, `origin` the module that registered it."""
 
     name: str
     metric: str
@@ -187,9 +186,8 @@ def _import_one(module: str, timeout: float) -> list[Gem]:
 
 
 def import_plugins(plugins: Sequence[Any], validate: Callable[[list[str]], None] | None = None) -> list[Gem]:
-    """Import the `plugins` modules (probed first); their gems, in order. ConfigError naming
-    `plugins` for a bad entry, a failed import, no gem, a clash, or what `validate(plugins)`
-    refuses."""
+    """Import the `plugins` modules (probed first); their gems, in order. ConfigError naming `plugins`
+    for any bad entry or what `validate(plugins)` refuses."""
     _ensure_builtins()
     if plugins is None:
         return []

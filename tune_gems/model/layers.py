@@ -1,27 +1,12 @@
-"""Population-batched linear layers: parameters carry a leading group axis G (a member, or a
-member x branch), and every product is a batched matmul (`torch.baddbmm`), so G independent
-layers run as one kernel and never mix.
+"""Population-batched linear layers: a leading group axis G (a member, or a member x branch), every
+product one batched matmul, so G layers run as one kernel and never mix.
 
-A layer's forward takes its *effective* weights, computed once per iteration by `weights()`:
-that is where spectral norm runs its power iteration and NoisyNets apply their noise. Computing
-them once keeps the power-iteration state update out of the backward graph (the failure mode of
-torch's spectral-norm parametrization when one module runs twice) and lets s_t and s_{t+1}
-share one noise sample.
-
-Spectral norm and NoisyNets are switched per member (arms, docs/design.md "Arms"): the machinery
-always runs and a per-member mask (a constant buffer) selects its effect with `torch.where`,
-never a Python branch on a member's value (skipped when all members agree: member_select). So a
-member's computation, initial weights and random numbers do not depend on any member's switches.
-
-Member blocks: with several arms, `set_member_block(n)` makes every batched matmul of a layer
-run once per block of n consecutive members (an arm), with exactly the shapes of a single-arm
-run: a GPU BLAS may pick its algorithm (e.g. split-K) from the batch count.
-
-The products are a strategy chosen once per network (`layer_products`): `TorchProducts` (the
-default and the oracle) or tune_gems.ops.triton_layers.TritonProducts (`fused`: the effective
-weight built inside the kernel from the raw parameters, its `LayerWeights`; no member blocks).
-`weights("eval")` always returns a materialised `Affine` for the evaluator's fixed buffers.
-"""
+`weights()` computes the effective weights once per iteration, keeping spectral norm's state
+update out of the backward graph (torch's parametrization fails when a module runs twice) and
+letting s_t and s_{t+1} share one noise sample. Spectral norm and NoisyNets are per-member
+switches (docs/design.md "Arms") selected by mask, never by a Python branch, so a member's bits
+ignore the other members' switches. `set_member_block(n)` runs each matmul per arm with a
+single-arm run's shapes (a GPU BLAS may choose its algorithm from the batch count)."""
 
 from __future__ import annotations
 
@@ -47,10 +32,8 @@ accurate from the first forward, also for a target net that does not iterate."""
 
 
 def _draws(gens: list[torch.Generator], reps: int, shape: tuple[int, ...], draw) -> Tensor:
-    """[P, reps, *shape] float64: member p's block drawn by `draw` (torch.rand or torch.randn)
-    from its own generator, written in place into one preallocated tensor (no per-member
-    tensors to stack). Each generator is consumed exactly as by a call of its own: the
-    generators' state, and so every member's bits, are those of drawing member by member."""
+    """[P, reps, *shape] float64, member p's block drawn by `draw` from its own generator in place,
+    consuming each generator exactly as a call of its own would."""
     out = torch.empty((len(gens), reps, *shape), dtype=torch.float64)
     for member, g in zip(out, gens):
         draw((reps, *shape), generator=g, dtype=torch.float64, out=member)
@@ -111,9 +94,8 @@ TORCH = TorchProducts()
 
 
 def layer_products(name: str):
-    """The strategy `model.layer_kernel` names. The triton one is imported on first use (only
-    that path needs Triton), at each call, so a test that imports it afresh under Triton's CPU
-    interpreter (TRITON_INTERPRET=1, read when the kernels are defined) gets the fresh one."""
+    """The strategy `model.layer_kernel` names; the triton one is imported at each call, so a test
+    that reimports it under TRITON_INTERPRET=1 gets the fresh one."""
     if name == "torch":
         return TORCH
     if name != "triton":
@@ -122,9 +104,8 @@ def layer_products(name: str):
 
 
 class Affine(tuple):
-    """A layer's effective weights for one iteration, (W [G,in,out], b [G,1,out]), unpacking like
-    a pair; `chunk`: the groups per member block that matmuls keep apart (None: one block);
-    `products`: the strategy its products run on."""
+    """A layer's effective weights (W [G,in,out], b [G,1,out]), unpacking like a pair; `chunk`: the
+    groups per member block (None: one block)."""
 
     chunk: int | None
 
@@ -154,16 +135,9 @@ def _group_mask(flags: list[bool], reps: int, rank: int) -> Tensor:
 
 
 class PopLinear(nn.Module):
-    """y = x @ W + b per group, optionally spectral-normed by per-group power iteration.
-
-    Parameters are stored [P, reps, in, out] (member first, so they can be views of one
-    member-major matrix, see flat.py) and used as G = P*reps independent [in, out] matrices.
-
-    `spectral_norm`: None (a plain layer: no spectral-norm state, e.g. a gem head), or the
-    per-member switch (a bool for all, or P bools). With a switch the power-iteration state is
-    built and advanced for every member, and a member whose switch is off uses its raw weights
-    (W / 1); its initial weights are the same either way.
-    """
+    """y = x @ W + b per group, stored [P, reps, in, out] (views of the member-major matrix).
+    `spectral_norm`: None (no state, e.g. a gem head) or the per-member switch; a member whose switch
+    is off uses W / 1, with the same initial weights."""
 
     matrices = ("weight",)
     """The [.., in, out] parameters (a flat matrix may store them transposed: tune_gems.model.flat)."""
@@ -253,17 +227,9 @@ class PopLinear(nn.Module):
 
 
 class NoisyPopLinear(nn.Module):
-    """Factorised-Gaussian NoisyNet layer (Fortunato et al. 2018) per group.
-
-    W = mu_w + sigma_w * f(eps_in) f(eps_out)^T, b = mu_b + sigma_b * f(eps_out), with
-    f(x) = sign(x) sqrt(|x|). The buffers `f_in`, `f_out` hold f(eps), refilled in place by
-    `resample` from each member's counter RNG inside the captured iteration.
-
-    `noisy`: the per-member switch (a bool for all, or P bools). A member whose switch is off
-    gets zero noise, so its weights are mu + sigma * 0 = mu (the mean weights) and its sigma
-    gets exactly zero gradient (Adam then leaves it unchanged). The initial mu draws the same
-    numbers as a PopLinear of the same shape would.
-    """
+    """Factorised-Gaussian NoisyNet layer (Fortunato et al. 2018) per group; `f_in`, `f_out` hold
+    f(eps), refilled by `resample` inside the captured iteration. A member with `noisy` off gets zero
+    noise (its sigma exactly zero gradient); mu draws what a PopLinear of the same shape would."""
 
     matrices = ("mu_w", "sigma_w")
 
@@ -303,9 +269,7 @@ class NoisyPopLinear(nn.Module):
         self.f_out.copy_(f[..., self.in_f :].unsqueeze(-2))
 
     def resample_from_uniforms(self, u: Tensor, offset: int) -> None:
-        """The fused products' `resample`: f(eps) straight from the net's uniforms u [P, 2n]
-        (Box-Muller's pairs, this layer's normals at `offset`), one kernel
-        (tune_gems.ops.triton_layers `noise_factors`)."""
+        """The fused products' `resample`: f(eps) straight from the net's uniforms, one kernel."""
         self.products.noise_factors(u, offset, self.noise_on.view(-1), self.f_in, self.f_out)
 
     set_member_block = PopLinear.set_member_block

@@ -1,8 +1,6 @@
-"""Where a run stands out of sample, in one statement (the end of `train`, the report's first line,
-the verdicts' `skill` flag): each configuration's final test alpha Sharpe per seed against flat
-(exactly 0), the signed-rank interval at 95% ("above flat" at Bonferroni over the configurations),
-conditional on the one test period; the best arm is the one validation picks, then its test interval
-(docs/evaluation.md "Baselines")."""
+"""Where a run stands out of sample in one statement: each configuration's final test alpha Sharpe
+per seed against flat, the signed-rank 95% interval (Bonferroni over configurations), conditional
+on the one test period (docs/evaluation.md "Baselines")."""
 
 from __future__ import annotations
 

@@ -88,10 +88,8 @@ def walsh_interval(sorted_w: np.ndarray, n: int, tail: np.ndarray | float) -> tu
 
 @dataclass(frozen=True)
 class RankTest:
-    """The rule's statistics, one per row (arrays [S]): `estimate` (Hodges-Lehmann), `p` (two-sided),
-    `p_greater` / `p_less` (TOST against -rope / +rope; `p_tost` their max), `low`, `high` (the
-    interval at `tail` per side); on the informative pairs (`rules.periods.informative_rank_test`)
-    `n_informative` and `tied_share` (ties / pairs)."""
+    """The rule's statistics, arrays [S]: Hodges-Lehmann `estimate`, two-sided `p`, TOST `p_tost`, the
+    interval `low`, `high`, and on informative pairs `n_informative` and `tied_share`."""
 
     estimate: np.ndarray
     p: np.ndarray

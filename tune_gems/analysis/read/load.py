@@ -1,11 +1,6 @@
-"""Read one or several experiment folders into pandas DataFrames.
-
-The analysis reads result files only (docs/results.md), never the trainer. Several folders are
-concatenated, the `experiment` column keeping them apart; each is read under its own gems.json,
-and folders that list different gems or share a trial are refused. Every table is checked
-against docs/results.md's "Column types" before any statistic, a problem one `DataError` line
-naming the file (and the column).
-"""
+"""Read one or several experiment folders into DataFrames, the `experiment` column keeping them
+apart: each under its own gems.json (differing gems or a shared trial refused), every table checked
+against docs/results.md's "Column types" before any statistic."""
 
 from __future__ import annotations
 
@@ -34,12 +29,8 @@ MEMBERS_REQUIRED = ("trial_id", "epoch", "member", "seed", "val_sharpe")
 
 @dataclass
 class Experiment:
-    """The results of one or several sweeps, as DataFrames (one row per trial / epoch / member).
-
-    `studies` maps a study key (the experiment label, or `label/study_name` when a journal holds
-    several studies) to the loaded `optuna.Study`; it is empty when no folder has a journal.
-    `paths` are the folders read, in order; `labels` the matching `experiment` values.
-    """
+    """The results of one or several sweeps as DataFrames; `studies` maps the experiment label (or
+    `label/study_name` for a journal of several) to its `optuna.Study`."""
 
     trials: pd.DataFrame
     history: pd.DataFrame
@@ -247,11 +238,8 @@ def load_one(folder: str | Path, label: str | None = None, taken: set[str] | Non
 
 
 def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
-    """Load one or several experiment folders (docs/results.md) into an `Experiment`.
-
-    Raises `DataError` (one line naming the file) when a folder is not an experiment, a parquet
-    file is corrupt or lacks a required column, or the Optuna journal cannot be read.
-    """
+    """Load experiment folders (docs/results.md) into an `Experiment`; one-line `DataError` naming the
+    file for anything unreadable."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     folders: list[Path] = []
@@ -300,9 +288,8 @@ def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
 
 
 def common_manifest(folders: list[Path]) -> tuple[GemEntry, ...]:
-    """The gems every folder lists (each folder's own gems.json, `folder_manifest`); DataError
-    naming both sources when two folders disagree: a gem column read under another run's gem
-    list would be dropped or mistaken for another gem."""
+    """The gems every folder lists; DataError naming both sources when they disagree (a gem column read
+    under another run's list would be dropped or mistaken)."""
     first = folder_manifest(folders[0])
     for folder in folders[1:]:
         why = disagreement(first, folder_manifest(folder))
