@@ -1,8 +1,6 @@
-"""The three built-in gems, registered like any plug-in: it sits above `ops` and `model.heads`,
-outside the torch-free `gems` package, imported by name on first use (`registry._ensure_builtins`).
-Values are functions of GemInputs returning [P] (math: ops/reference.py, docs/design.md "The gems";
-nulls: docs/gems.md "Nulls"). Torch is imported on first evaluation, so validating a config does
-not import it."""
+"""The three built-in gems, registered like any plug-in, above `ops` and `model.heads` and imported
+by name on first use (`registry._ensure_builtins`); math in ops/reference.py, nulls in docs/gems.md
+"Nulls". Torch is imported on first evaluation, so validating a config does not import it."""
 
 from __future__ import annotations
 

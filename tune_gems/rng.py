@@ -1,8 +1,7 @@
 """Per-member randomness inside a CUDA graph: a draw is a pure function of (member key, stream,
-counter, element) through an integer hash, so members never share randomness, the only state is
-one int64 counter advanced in place (fresh numbers on each replay), CPU and CUDA give the same
-bits, and a checkpoint holds the RNG in one number. The 32-bit mix multiplies in int64 below 2^31,
-so nothing overflows."""
+counter, element) through an integer hash, so members never share randomness, one int64 counter is
+the only state (fresh numbers each replay; one number in a checkpoint) and CPU and CUDA agree. The
+32-bit mix multiplies in int64 below 2^31, so nothing overflows."""
 
 from __future__ import annotations
 

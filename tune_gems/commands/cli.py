@@ -25,16 +25,10 @@ EXIT_BROKEN_PIPE = 141
 DEBUG_ENV = "TUNE_GEMS_DEBUG"
 
 
-def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]]:
-    if items and "=" not in items[0]:
-        return items[0], items[1:]
-    return None, items
-
-
 def _cmd_train(args: argparse.Namespace) -> int:
     from tune_gems.config.load import load_config
 
-    path, overrides = _split_config_and_overrides(args.items)
+    path, overrides = (args.items[0], args.items[1:]) if args.items and "=" not in args.items[0] else (None, args.items)
     for item in overrides:
         if "=" not in item:
             raise TuneGemsError(f"{item}: expected key=value (only the first argument may be a config file)")
@@ -231,11 +225,6 @@ def _add_threads_option(p: argparse.ArgumentParser, help: str = THREADS_HELP) ->
     p.add_argument(THREADS_FLAG, type=int, default=None, metavar="N", help=help)
 
 
-def _runs_outside_ray(args: argparse.Namespace) -> bool:
-    """Commands whose CPU work runs in this process (a sweep's trials get their threads from Ray)."""
-    return args.command in ("train", "analyze", "compare", "confirm", "plan") or (args.command == "sweep" and args.dry_run)
-
-
 def _set_threads(args: argparse.Namespace) -> None:
     """Set this process's CPU threads (`args.thread_choice`; a sweep's dry run: a trial's by default)."""
     threads = getattr(args, "threads", None)
@@ -247,7 +236,7 @@ def _set_threads(args: argparse.Namespace) -> None:
 
         cpu = load_spec(Path(args.spec), list(args.overrides)).resources.cpu
         args.thread_choice = set_cpu_threads(threads, default=lambda: trial_threads(cpu))
-    elif _runs_outside_ray(args):
+    elif args.command in ("train", "analyze", "compare", "confirm", "plan"):  # CPU work in this process
         args.thread_choice = set_cpu_threads(threads)
     elif threads is not None:
         raise TuneGemsError(f"{THREADS_FLAG}: a sweep's trials get their threads from resources.cpu (Ray sets one "

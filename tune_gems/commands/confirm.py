@@ -1,9 +1,8 @@
-"""`tune-gems confirm EXP`: re-test each gem's chosen configuration once, on fresh seeds and paths
-(docs/analysis.md "Search, then confirm"). The best of many noisy trials is inflated, and may win by
-suiting shared paths, so the winner trains again beside its control on seeds and paths the search
-never saw, at the seeds per arm that make its MDE at most the discovery's; its verdicts are final.
-Once per search, under its lock, only while the search's records still match its marker. The parts:
-confirm_plan, confirm_record, confirm_trials; this module checks, runs them and writes the summary."""
+"""`tune-gems confirm EXP` (docs/analysis.md "Search, then confirm"): the best of many noisy trials is
+inflated, so each gem's winner trains once more beside its control on fresh seeds and paths, at the
+seeds per arm that make its MDE at most the discovery's; its verdicts are final. Once per search,
+under its lock, while its records match its marker; this module checks, runs confirm_plan,
+confirm_record and confirm_trials, and writes the summary."""
 
 from __future__ import annotations
 
@@ -62,10 +61,9 @@ class ConfirmOutcome:
 def confirm(experiment: str | Path, out: str | Path | None = None, *, population: int | None = None,
             log: Callable[[str], None] = print, threads: str | None = None, final: bool = False,
             not_pre_registered: bool = False, **settings: Any) -> ConfirmOutcome:
-    """Confirm the search in `experiment`; `settings` are the analysis settings of both the discovery
-    and confirmation verdicts. Everything is checked first (fail-closed); the folder appears whole.
-    `final`: train once on the sealed rows as test (docs/analysis.md "The sealed segment"); again only
-    `not_pre_registered`, every output labelled so."""
+    """Confirm the search in `experiment`, checking everything first (fail-closed); the folder appears
+    whole. `final`: train once on the sealed rows as test (docs/analysis.md "The sealed segment");
+    again only `not_pre_registered`, labelled so."""
     from tune_gems.analysis.analyze import analyze, check_settings
     from tune_gems.contracts.outputs import check_output_folder
 

@@ -56,8 +56,7 @@ def searched_keys(spec: SweepSpec) -> list[str]:
 
 
 def _fresh_bases(trials: pd.DataFrame, members: pd.DataFrame, taken: Sequence[Taken]) -> tuple[int, int, int | None]:
-    """(first unused trial seed, first unused seed index, largest synthetic seed) after the
-    discovery and `taken`."""
+    """(first unused trial seed, first unused seed index, largest synthetic seed) after the discovery and `taken`."""
     seeds = pd.to_numeric(trials.get("seed", pd.Series(dtype=float)), errors="coerce").dropna()
     seed_base = max([int(seeds.max()) if len(seeds) else 0, *(t.seed for t in taken)]) + 1
     syn = pd.to_numeric(trials.get("data.synthetic.seed", pd.Series(dtype=float)), errors="coerce").dropna()

@@ -1,7 +1,5 @@
-"""The once-per-search records of a confirmation: `EXP/confirmed.json`, claimed exclusively,
-completed on publishing, cleared by the next confirmation when its writer died (`Confirmed`); and
-the seal's openings in the search's marker, one per `confirm --final`, never withdrawn
-(`SealOpening`)."""
+"""A confirmation's once-per-search records: `EXP/confirmed.json`, claimed exclusively and cleared by
+the next when its writer died (`Confirmed`), and the seal's openings in the marker (`SealOpening`)."""
 
 from __future__ import annotations
 

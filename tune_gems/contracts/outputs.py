@@ -386,8 +386,7 @@ def clear_stale_temporaries(out: Path, kind: str) -> int:
 
 
 def publish_folder(tmp: str | Path, out: str | Path, *, kind: str, overwrite: bool = False) -> Path:
-    """Move the finished `tmp` to `out`, replacing an existing `out` only with `overwrite` and
-    `kind`'s marker."""
+    """Move the finished `tmp` to `out`, replacing an existing `out` only with `overwrite` and `kind`'s marker."""
     tmp, out = Path(tmp), Path(out)
     if marker_kind(tmp) != kind:
         raise ValueError(f"{tmp}: the folder to publish carries no {kind} marker")

@@ -36,8 +36,7 @@ SYNTHETIC_NAME = "synthetic"
 
 @dataclass(frozen=True)
 class HistorySpec:
-    """One history of a run: its `name`, its file (None: synthetic) and columns (`time_column` None:
-    found by name)."""
+    """One history of a run: its `name`, its file (None: synthetic) and columns (`time_column` None: found by name)."""
 
     name: str
     path: str | None

@@ -205,8 +205,7 @@ def _purged_bounds(base: SegmentBounds, folds: Any, min_len: int, reach: Trainin
 
 def fold_table(index: pd.Index | Sequence[pd.Index], folds: Sequence[SegmentBounds], layout: str,
                fold_ids: Sequence[int] | None = None) -> pd.DataFrame:
-    """One row per fold (and per history on several calendars, with its own dates); purged folds write
-    no layout."""
+    """One row per fold (and per history on several calendars, with its own dates); purged folds write no layout."""
     indexes = [index] if isinstance(index, pd.Index) else list(index)
     if len(calendar_groups(indexes)) > 1:
         per = [fold_table(idx, folds, layout, fold_ids) for idx in indexes]

@@ -1,7 +1,6 @@
-"""Designed arm sets and their paired gains (docs/analysis.md, docs/workflow.md): `wire_search`
-trains `proposal`, `control` and `without-<g>` in one trial on the same seeds, so `proposal -
-control` at a seed is the wiring's alone (`arm_aliases` trains a duplicate arm once). A mean gain
-over a diverged pair is NaN; `verdict_gain` scores divergence as the worst outcome."""
+"""Designed arm sets and their paired gains (docs/analysis.md): `wire_search` trains `proposal`,
+`control` and `without-<g>` in one trial on the same seeds, so `proposal - control` at a seed is
+the wiring's alone; `verdict_gain` scores divergence as the worst outcome."""
 
 from __future__ import annotations
 

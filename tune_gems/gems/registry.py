@@ -1,7 +1,6 @@
 """The gem registry: one definition per gem, from which every column, config key and manifest
-derives (docs/design.md "The gem registry"). A run knows the built-ins and its own plug-ins' gems
-(`run_gems`). Torch-free. A plug-in is trusted code, probed in a throwaway child first
-(`probe_plugin`; docs/robustness.md)."""
+derives (docs/design.md "The gem registry"). Torch-free. A plug-in is trusted code, probed in a
+throwaway child first (`probe_plugin`; docs/robustness.md)."""
 
 from __future__ import annotations
 

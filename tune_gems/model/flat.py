@@ -1,7 +1,6 @@
 """All parameters of a population module as views of one member-major matrix: member p is row p
-of `data` and `grad`, so the gradient norm, Adam step and target update are single kernels. A
-kernel may write a gradient into its `grad_slot` itself (the Triton layers). `align` starts each
-parameter at aligned columns (16-byte vectors); `transposed` stores matrices [..., out, in]."""
+of `data` and `grad`, so norm, Adam step and target update are single kernels. A kernel may write
+its gradient into `grad_slot` itself; `align` gives 16-byte-aligned columns."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """Population-batched linear layers: a leading group axis G (a member, or a member x branch), every
-product one batched matmul, so G layers run as one kernel and never mix.
-
-`weights()` computes the effective weights once per iteration, keeping spectral norm's state
-update out of the backward graph (torch's parametrization fails when a module runs twice) and
-letting s_t and s_{t+1} share one noise sample. Spectral norm and NoisyNets are per-member
-switches (docs/design.md "Arms") selected by mask, never by a Python branch, so a member's bits
-ignore the other members' switches. `set_member_block(n)` runs each matmul per arm with a
-single-arm run's shapes (a GPU BLAS may choose its algorithm from the batch count)."""
+product one batched matmul, so G layers run as one kernel and never mix. `weights()` computes the
+effective weights once per iteration, keeping spectral norm's state update out of the backward graph
+(torch's parametrization fails when a module runs twice) and letting s_t and s_{t+1} share one noise
+sample. Per-member switches are masks, never Python branches (docs/design.md "Arms");
+`set_member_block(n)` gives each arm a single-arm run's matmul shapes (BLAS picks by batch count)."""
 
 from __future__ import annotations
 
@@ -129,11 +126,6 @@ def _blockwise(op, chunk: int | None, *tensors: Tensor) -> Tensor:
     return torch.cat([op(*parts) for parts in zip(*(t.split(chunk) for t in tensors))])
 
 
-def _group_mask(flags: list[bool], reps: int, rank: int) -> Tensor:
-    """Member switches -> a bool mask over the G = P*reps groups, shaped [G, 1, ...] (`rank` dims)."""
-    return torch.tensor(flags).repeat_interleave(reps).view(-1, *([1] * (rank - 1)))
-
-
 class PopLinear(nn.Module):
     """y = x @ W + b per group, stored [P, reps, in, out] (views of the member-major matrix).
     `spectral_norm`: None (no state, e.g. a gem head) or the per-member switch; a member whose switch
@@ -155,7 +147,7 @@ class PopLinear(nn.Module):
         if self.has_spectral_norm:
             flags = member_flags(spectral_norm, len(gens), "spectral_norm")
             # a constant, not training state: not persistent (checkpoints hold state only)
-            self.register_buffer("sn_on", _group_mask(flags, reps, 3), persistent=False)
+            self.register_buffer("sn_on", torch.tensor(flags).repeat_interleave(reps).view(-1, 1, 1), persistent=False)
             self.sn_common = uniform(flags)  # the mask as a host fact when all members agree
             self.register_buffer("sn_u", _normalize(_normal(gens, reps, (out_f,))).view(self.groups, out_f))
             self.register_buffer("sn_v", _normalize(_normal(gens, reps, (in_f,))).view(self.groups, in_f))
@@ -262,8 +254,7 @@ class NoisyPopLinear(nn.Module):
         return eps.sign() * eps.abs().sqrt()
 
     def resample(self, f_noise: Tensor) -> None:
-        """Install f(eps) for this layer from [P, noise_size] values (zero for members without
-        NoisyNets)."""
+        """Install f(eps) for this layer from [P, noise_size] values (zero for members without NoisyNets)."""
         f = select(self.noise_common, self.noise_on, f_noise.reshape(self.P, self.reps, self.in_f + self.out_f), 0.0)
         self.f_in.copy_(f[..., : self.in_f].unsqueeze(-1))
         self.f_out.copy_(f[..., self.in_f :].unsqueeze(-2))

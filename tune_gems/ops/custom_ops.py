@@ -1,7 +1,6 @@
-"""The `tune_gems::*` torch.library custom ops: gems, C51 target, projection and loss, each a
-forward and backward op, a fake and an autograd registration (docs/design.md "Ops and kernels";
-the shapes are `OP_TABLE`'s references in ops/reference.py). Graph-safe: no host sync, no branch on
-tensor values. No annotations future-import: torch.library infers each schema from them."""
+"""The `tune_gems::*` torch.library custom ops (docs/design.md "Ops and kernels"; shapes in
+ops/reference.py), graph-safe: no host sync, no branch on tensor values. No annotations
+future-import: torch.library infers each schema from them."""
 
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -71,8 +70,7 @@ def _value_grad(grad_per_sample: Optional[Tensor], grad_value: Optional[Tensor],
 
 def _define_differentiable(forward_op, backward_op, n_inputs: int, saved: Callable = _saved_inputs,
         differentiable_outputs: int = 0, per_sample_value: bool = True) -> None:
-    """Autograd of forward_op through backward_op; only the first `differentiable_outputs` (0: all)
-    carry one."""
+    """Autograd of forward_op through backward_op; only the first `differentiable_outputs` (0: all) carry one."""
 
     def setup_context(ctx, inputs, output) -> None:
         ctx.set_materialize_grads(False)

@@ -1,7 +1,6 @@
-"""The fused dueling-C51 head in plain torch: the reference (oracle) of `tune_gems::dueling_c51`
-(docs/design.md "Ops and kernels" gives the forward and backward). The forward uses the network's
-own expressions, so on CPU its q equals the unfused path bit for bit; the backward is written out
-because an op implementation runs below autograd."""
+"""The fused dueling-C51 head in plain torch, the oracle of `tune_gems::dueling_c51` (docs/design.md
+"Ops and kernels"): the network's own expressions, so on CPU q equals the unfused path bit for bit;
+the backward is written out because an op runs below autograd."""
 
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
 """Triton kernels of the population layers (`model.layer_kernel: triton`; docs/design.md "Ops and
-kernels"): the products, their backward, spectral norm, the noise factors and the clip-Adam step.
-
-No member blocks are needed: a program computes one tile of one group with a K-loop in a fixed
-order and tiles chosen from the matrix shape only, so group g's bits are those of g alone (the
-P-invariance cuBLAS's batched GEMM does not give: benchmarks/RESULTS.md, session 14). Parameters
-are addressed [P, reps, ...] (model/flat.py): group g is member g // REPS, replica g % REPS. No
-atomics, memset or host reads: the kernels replay in a CUDA graph.
-
-The K-loops assume a non-empty trip count (tl.assume): otherwise ptxas serialises the wgmma
-pipeline (tests/test_triton_compile.py holds the line); EMPTY_LOOP_OK compiles the old form for
-benchmarks/layer_gemm_probe.py."""
+kernels"). A program computes one tile of one group with a fixed-order K-loop and tiles chosen from
+the shape only, so group g's bits are those of g alone (the P-invariance cuBLAS's batched GEMM does
+not give: benchmarks/RESULTS.md, session 14); group g is member g // REPS. No atomics, memset or
+host reads: they replay in a CUDA graph. The K-loops assume a non-empty trip count (tl.assume), else
+ptxas serialises the wgmma pipeline (tests/test_triton_compile.py); EMPTY_LOOP_OK compiles the old
+form for benchmarks/layer_gemm_probe.py."""
 
 from __future__ import annotations
 
@@ -34,8 +29,7 @@ def _group_offset(g, REPS: tl.constexpr, s_member, s_rep):
 
 @triton.jit
 def _tile_ranges(tile, cols, BM: tl.constexpr, BN: tl.constexpr):
-    """Row and column indices of output tile `tile` (tiles of BM x BN, row-major, over `cols`
-    columns)."""
+    """Row and column indices of output tile `tile` (tiles of BM x BN, row-major, over `cols` columns)."""
     tiles_c = (cols + BN - 1) // BN
     return (tile // tiles_c) * BM + tl.arange(0, BM), (tile % tiles_c) * BN + tl.arange(0, BN)
 
@@ -250,10 +244,9 @@ def _spectral_kernel(
     K, O, eps,
     REPS: tl.constexpr, ITERATE: tl.constexpr, BI: tl.constexpr, BO: tl.constexpr,
 ):  # fmt: skip
-    """Spectral norm of one group per program, as tune_gems.model.layers.PopLinear's: ITERATE runs one
-    power iteration; scale[g] = (1/sigma, -1/sigma^2), or (1, 0) where the switch is off. The barriers
-    order one pass's stores before the next pass's loads (the program's threads share its vectors
-    through memory)."""
+    """Spectral norm of one group per program, as tune_gems.model.layers.PopLinear's: scale[g] =
+    (1/sigma, -1/sigma^2), or (1, 0) where the switch is off. The barriers order one pass's stores before
+    the next pass's loads (the program's threads share its vectors through memory)."""
     g = tl.program_id(0).to(tl.int64)
     w_off = _group_offset(g, REPS, sw_p, sw_r)
     ug, vg = u + g * su_g, v + g * sv_g

@@ -93,10 +93,9 @@ def input_grad_tiles(rows: int, inner: int, cols: int) -> Tiles:
 
 @dataclass
 class LayerWeights:
-    """One layer's operands for one iteration; the kernels build the effective weight. `weight`,
-    `bias` are [P, reps, in, out], [P, reps, 1, out] (or [G, ...] with reps 1 when materialised);
-    NoisyNet adds sigmas and `f_in`, `f_out`, spectral norm `scale` [G, 2] and `sn_u`, `sn_v`. `uses`
-    counts autograd products on these weights: gradients go straight to the flat matrix only at one."""
+    """One layer's operands for one iteration, from which the kernels build the effective weight (raw,
+    noise factors, spectral scale). `uses` counts autograd products on them: the gradients go straight
+    into the flat matrix only at one."""
 
     weight: Tensor
     bias: Tensor

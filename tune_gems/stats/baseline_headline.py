@@ -43,8 +43,7 @@ def _standing(table: pd.DataFrame) -> tuple[str, pd.DataFrame, str] | None:
 
 
 def best_arm(configs: pd.DataFrame, metric: str) -> pd.Series | None:
-    """The configuration validation picks: the largest finite mean of the metric's validation
-    column, or None."""
+    """The configuration validation picks: the largest finite mean of the metric's validation column, or None."""
     val = metric.replace("test_", "val_", 1)
     scores = configs[val].astype(float) if val in configs.columns else pd.Series(dtype=float)
     scores = scores[np.isfinite(scores)]

@@ -1,7 +1,6 @@
-"""The one rule of the verdicts: the exact Wilcoxon signed-rank test on per-seed paired differences,
-its Hodges-Lehmann estimate and the interval that inverts it, a diverged member the worst outcome
-(docs/analysis.md "The rule"), vectorised over datasets so the calibrations run this very code.
-W(theta) counts Walsh averages > theta plus half of those == theta (+inf/-inf: a tie)."""
+"""The one rule of the verdicts (docs/analysis.md "The rule"): the exact Wilcoxon signed-rank test
+on per-seed paired differences with its Hodges-Lehmann estimate and inverted interval, vectorised
+so the calibrations run this very code. Walsh averages equal to theta count half (+inf/-inf tie)."""
 
 from __future__ import annotations
 

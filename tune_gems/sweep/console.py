@@ -1,7 +1,6 @@
-"""A quiet sweep console: tune-gems' own lines and HEALTH_DIAG without Ray's, Optuna's and Tune's
-chatter and reporter boxes (`tune-gems sweep --verbose` brings them back). The checkpoint INFO line
-comes from the trial's worker (`quiet_trial`); Tune's experiment-state and "Failed to fetch
-metrics" warnings from the driver (`quiet_driver`); errors still show."""
+"""A quiet sweep console: tune-gems' lines and HEALTH_DIAG without Ray's, Optuna's and Tune's chatter
+(`--verbose` brings it back), quieted in the trial's worker (`quiet_trial`) and the driver
+(`quiet_driver`); errors still show."""
 
 from __future__ import annotations
 

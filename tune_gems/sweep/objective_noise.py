@@ -1,7 +1,6 @@
-"""A trial's objective's standard error and degrees of freedom (`objective_se`, `objective_df`), so
-a noise-aware sampler or a ResultGrid reader can weigh trials: from the units the objective
-averages (seed pairs, the verdict gain's informative pairs at sqrt(pi / 3) sd / sqrt(n), or
-non-diverged members); n - 1 df; NaN otherwise (docs/results.md)."""
+"""A trial's objective's standard error and df (`objective_se`, `objective_df`), so a noise-aware
+sampler can weigh trials: from the units the objective averages (seed pairs, informative pairs at
+sqrt(pi / 3) sd / sqrt(n), members); n - 1 df (docs/results.md)."""
 
 from __future__ import annotations
 

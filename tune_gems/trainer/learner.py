@@ -308,8 +308,7 @@ class Learner:
         return u
 
     def _heads(self, weights) -> dict:
-        """The gems' own parameters bound to this iteration's weights, run at the network's
-        matmul precision."""
+        """The gems' own parameters bound to this iteration's weights, run at the network's matmul precision."""
 
         def at_precision(fn):
             def call(*args):

@@ -34,8 +34,7 @@ class ObservationSource(Protocol):
 
 @dataclass
 class Batch:
-    """A sampled batch per member: `stacked_obs` [P,3B,obs_dim] = cat[obs, succ_obs, next_obs],
-    thirds copied lazily."""
+    """A sampled batch per member: `stacked_obs` [P,3B,obs_dim] = cat[obs, succ_obs, next_obs], thirds copied lazily."""
 
     action: Tensor  # [P,B,K] int64
     reward: Tensor  # [P,B] n-step discounted reward sum

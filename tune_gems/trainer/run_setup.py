@@ -1,5 +1,4 @@
-"""What a run needs before its trainer (and the sweep driver without one): device, price series,
-market."""
+"""What a run needs before its trainer (and the sweep driver without one): device, price series, market."""
 
 from __future__ import annotations
 

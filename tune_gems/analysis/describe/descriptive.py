@@ -16,8 +16,7 @@ _CHUNK = 256  # resamples per vectorised block (bounds memory; fixed so results 
 
 
 def iqm(values) -> float:
-    """Interquartile mean as `scipy.stats.trim_mean(x, 0.25)` (and rliable), ignoring NaNs; NaN for no
-    values."""
+    """Interquartile mean as `scipy.stats.trim_mean(x, 0.25)` (and rliable), ignoring NaNs; NaN for no values."""
     arr = np.asarray(values, dtype=float).ravel()
     arr = arr[~np.isnan(arr)]
     if arr.size == 0:
@@ -57,16 +56,6 @@ def location(values, statistic: str = defaults.STATISTIC) -> float:
     return float(_stat_rows(arr[None, :], statistic)[0])
 
 
-def _clean_groups(groups: Sequence) -> list[np.ndarray]:
-    out = []
-    for g in groups:
-        a = np.asarray(g, dtype=float).ravel()
-        a = a[np.isfinite(a)]
-        if a.size:
-            out.append(a)
-    return out
-
-
 def _hierarchical_resamples(groups: list[np.ndarray], n_boot: int, statistic: str, rng) -> np.ndarray:
     """`n_boot` values of the statistic over two-level resamples (groups, then values within)."""
     t = len(groups)
@@ -100,7 +89,8 @@ def stratified_bootstrap_ci(groups: Sequence, *, statistic: str = defaults.STATI
                             seed: int = defaults.SEED) -> tuple[float, float, float]:
     """(estimate, low, high) of `statistic` over the pooled finite values of `groups` (one per trial):
     resample groups, then values within each; the percentile interval. NaNs below 2 values."""
-    groups = _clean_groups(groups)
+    groups = [np.asarray(g, dtype=float).ravel() for g in groups]
+    groups = [a[np.isfinite(a)] for a in groups if np.isfinite(a).any()]
     pooled = np.concatenate(groups) if groups else np.empty(0)
     if pooled.size < 2:
         est = location(pooled, statistic) if pooled.size else math.nan

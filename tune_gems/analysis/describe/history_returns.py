@@ -1,7 +1,6 @@
-"""How much a run's price histories move together: each pair's daily return correlation per
-validation window and test segment (`history_correlations.csv`), beside the calendar part
-`rules.histories` estimates. A price file is also looked for beside the experiment; a row's
-`note` says when it is not found."""
+"""How much a run's price histories move together: each pair's daily return correlation per window
+(`history_correlations.csv`), beside the calendar part `rules.histories` estimates; a `note` says
+when a price file is not found (also looked for beside the experiment)."""
 
 
 from __future__ import annotations

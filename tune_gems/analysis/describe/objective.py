@@ -26,8 +26,7 @@ def stored_spec(path: str | Path) -> dict | None:
 
 
 def searched_objective(path: str | Path) -> str | None:
-    """The objective metric of the sweep spec stored in `path` (None: no readable spec, e.g. a
-    train run)."""
+    """The objective metric of the sweep spec stored in `path` (None: no readable spec, e.g. a train run)."""
     spec = stored_spec(path)
     objective = spec.get("objective") if spec else None
     metric = objective.get("metric") if isinstance(objective, dict) else None

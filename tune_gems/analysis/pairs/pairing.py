@@ -286,13 +286,6 @@ class Paired:
                 f"units: {self.units_text()}")
 
 
-def _diff(hi: np.ndarray, lo: np.ndarray, hi_div: np.ndarray, lo_div: np.ndarray, worst: bool) -> np.ndarray:
-    """hi - lo with divergence as the worst outcome (`worst`) or as missing (NaN)."""
-    if worst:
-        return worst_outcome_difference(hi, lo, hi_div, lo_div)
-    return np.where(hi_div | lo_div, np.nan, hi - lo)
-
-
 def _unit_mean(values: np.ndarray) -> float:
     """Mean of one unit's pair differences; +inf with -inf is a tie (0)."""
     with np.errstate(invalid="ignore"):
@@ -361,8 +354,7 @@ def revalue(pr: Paired, cells: Cells, column: str, k) -> Paired:
 
 
 def _split(pr: Paired, cells: Cells, by: list[str]) -> list[tuple[tuple[int, ...], Paired]]:
-    """The same pairs restricted to each value of `by` (a (history, fold) is its own context, so not
-    paired again)."""
+    """The same pairs restricted to each value of `by` (a (history, fold) is its own context, so not paired again)."""
     if pr.layout is None or not pr.n:
         return []
     lay = pr.layout
@@ -404,8 +396,9 @@ def _values(cells: Cells, lay: Layout) -> Paired:
     w = agg.xs(hi, level=factor)
     m = agg.xs(lo, level=factor)
     j = w.add_suffix("_hi").join(m.add_suffix("_lo"), how="inner")
-    d = _diff(j["value_hi"].to_numpy(float), j["value_lo"].to_numpy(float),
-              j["diverged_hi"].to_numpy(bool), j["diverged_lo"].to_numpy(bool), lay.worst)
+    hi_v, lo_v = j["value_hi"].to_numpy(float), j["value_lo"].to_numpy(float)
+    hi_div, lo_div = j["diverged_hi"].to_numpy(bool), j["diverged_lo"].to_numpy(bool)
+    d = worst_outcome_difference(hi_v, lo_v, hi_div, lo_div) if lay.worst else np.where(hi_div | lo_div, np.nan, hi_v - lo_v)
     j = j.assign(d=d)
     if not lay.worst:
         j = j[np.isfinite(j["d"])]

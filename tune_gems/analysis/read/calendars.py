@@ -1,9 +1,7 @@
 """Which calendar period each history's fold validates on, and which periods the test segments are:
-the nested rule tells histories sharing a period (common luck) from histories on their own dates
-(docs/data.md "Several price histories"). A period is a connected component of overlapping
-validation windows, so it is well defined however they chain (a calendar a few days off chains
-into shared periods: the cautious side); without dates fold k is period k; ids count from 0 in
-time order, -1 for a fold without a window."""
+the nested rule tells histories sharing a period (common luck) from those on their own dates
+(docs/data.md "Several price histories"). A period is a connected component of overlapping windows,
+well defined however they chain (the cautious side); without dates fold k is period k."""
 
 from __future__ import annotations
 

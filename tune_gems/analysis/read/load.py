@@ -96,8 +96,7 @@ def read_arms(folder: Path, label: str) -> pd.DataFrame | None:
 
 
 def read_baselines(folder: Path, label: str) -> pd.DataFrame | None:
-    """The baselines table of a folder (baselines.parquet of a sweep, baselines.csv of a train
-    run), or None."""
+    """The baselines table of a folder (baselines.parquet of a sweep, baselines.csv of a train run), or None."""
     found = _side_table_with(folder, BASELINES_FILES, BASELINE_COLUMNS)
     if found is None:
         return None
@@ -133,14 +132,6 @@ def _tidy(df: pd.DataFrame, label: str) -> pd.DataFrame:
         df["diverged"] = False
     cols = ["experiment"] + [c for c in df.columns if c != "experiment"]
     return df[cols]
-
-
-def _experiment_name(trials: pd.DataFrame, folder: Path) -> str:
-    if "experiment" in trials.columns:
-        names = trials["experiment"].dropna().astype(str).unique()
-        if len(names) == 1:
-            return str(names[0])
-    return folder.name
 
 
 def _unique_label(name: str, folder: Path, taken: set[str]) -> str:
@@ -198,7 +189,8 @@ def load_one(folder: str | Path, label: str | None = None, taken: set[str] | Non
         history = _read_parquet(folder / HISTORY_FILE, HISTORY_REQUIRED, "history", gems)
         members = _read_parquet(folder / MEMBERS_FILE, MEMBERS_REQUIRED, "members", gems)
 
-    name = _experiment_name(trials, folder)
+    names = trials["experiment"].dropna().astype(str).unique() if "experiment" in trials.columns else []
+    name = str(names[0]) if len(names) == 1 else folder.name
     if label is None:
         label = _unique_label(name, folder, taken or set())
 

@@ -1,8 +1,7 @@
-"""The side tables a verdict trusts beside the members: the fold table, whose layout the overlap of
-folds is read from, and the price-history table. A fold table decides how much the pooled variance
-grows, so a broken or edited one would change verdicts silently: every row is checked where read
-(docs/robustness.md), one `DataError` line naming file, column and row. A table without the
-`LAYOUT_COLUMNS` is said (`FoldLayouts.uncorrected`); one with only some was cut, and is refused."""
+"""The side tables a verdict trusts beside the members: the fold table (the overlap of folds) and the
+price-history table. A broken or edited fold table would change verdicts silently, so every row is
+checked where read (docs/robustness.md), one `DataError` line naming file, column and row; a table
+with only some of the `LAYOUT_COLUMNS` was cut, and is refused."""
 
 from __future__ import annotations
 
@@ -57,8 +56,7 @@ def _ids(df: pd.DataFrame) -> list[str]:
 
 
 def read_histories(folder: Path, label: str, members: pd.DataFrame) -> pd.DataFrame | None:
-    """The folder's validated history table, or None without one; every history id of the members must
-    be listed."""
+    """The folder's validated history table, or None without one; every history id of the members must be listed."""
     found = read_table(folder, HISTORIES_FILES)
     if found is None:
         return None
@@ -139,8 +137,7 @@ def _check_row(path: Path, row, r: pd.Series, rows_of_history: int | None) -> No
 
 
 def _check_dates(path: Path, row, r: pd.Series) -> None:
-    """One fold row's window dates (those of DATE_COLUMNS the table has): all or none, times, in
-    time order."""
+    """One fold row's window dates (those of DATE_COLUMNS the table has): all or none, times, in time order."""
     present = [c for c in DATE_COLUMNS if c in r.index]
     given = [c for c in present if isinstance(r[c], str) and r[c].strip()]
     if not given:

@@ -1,7 +1,6 @@
-"""Every PNG of the analysis, one function per figure (`render/figures.py`: which table each draws).
-Built on their own Agg canvas, never pyplot (no backend switch in a notebook); None when there is
-nothing to draw. Every data artist's `gid` names the table row it draws, so a test reads a figure
-back against its table. Forest plots draw the verdicts' own intervals; an unbounded end is an arrow."""
+"""Every PNG of the analysis, one function per figure, on its own Agg canvas (never pyplot: no backend
+switch in a notebook). Each data artist's `gid` names the table row it draws, so a test reads a
+figure back; forest plots draw the verdicts' own intervals."""
 
 from __future__ import annotations
 
@@ -533,8 +532,7 @@ FOREST_COLUMNS = 2  # gems a row of the per-fold forest plot
 
 def fold_forest(per_fold: pd.DataFrame, pooled: pd.DataFrame, *, rope: float, metric: str = "val_alpha_sharpe",
                 title: str = "wired - measured") -> Figure | None:
-    """Per gem a row per fold (of each history) with effect and interval, the pooled diamond below and
-    the ROPE band."""
+    """Per gem a row per fold (of each history) with effect and interval, the pooled diamond below and the ROPE band."""
     if per_fold is None or not len(per_fold):
         return None
     pooled = pooled if pooled is not None else pd.DataFrame(columns=["gem", "effect", "ci_low", "ci_high"])
