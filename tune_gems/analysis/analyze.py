@@ -31,7 +31,7 @@ from tune_gems.analysis.verdicts.redundancy import redundancy_table
 from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables, placebo_verdicts, verdict_metric
 from tune_gems.analysis.verdicts.held_out import skill_context
 from tune_gems.analysis.verdicts.factors import factor_table
-from tune_gems.analysis.verdicts.family import DesignFamily
+from tune_gems.analysis.verdicts.family import DesignFamily, Sources
 from tune_gems.analysis.verdicts.fold_effects import fold_dates, fold_effects_table
 from tune_gems.analysis.verdicts.walk_forward import experiment_overlap, state_uncorrected
 from tune_gems.analysis.describe.variance import sharpe_variance, split_arms
@@ -120,10 +120,9 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
     excess = add_excess_columns(cells.long, gems)
     red = redundancy_table(cells, gems, thresholds=th, excess=excess)
     lookup = EvalReturnsLookup(exp.paths, exp.labels, t)
-    verdicts, fold_rows, family = gem_verdict_tables(cells, gems, th, m, redundancy=red, eval_returns=lookup,
-                                                     selection=selection, overlap=experiment_overlap(exp.folds.table),
-                                                     calendar_of=partial(validation_calendar, exp.folds.dates, exp.histories),
-                                                     history_names=history_names(exp.histories))
+    sources = Sources(lookup, selection, experiment_overlap(exp.folds.table),
+                      partial(validation_calendar, exp.folds.dates, exp.histories), history_names(exp.histories))
+    verdicts, fold_rows, family = gem_verdict_tables(cells, gems, th, m, redundancy=red, sources=sources)
     verdicts = state_uncorrected(verdicts, exp.folds.uncorrected)  # several folds, no layout: said, not dropped
     verdicts["skill"] = skill_context(exp)
     correlations = history_correlations(exp.histories, exp.folds.dates, exp.paths, exp.labels)

@@ -277,10 +277,10 @@ def calibrate_factors_main(argv: list[str] | None = None) -> int:
 
     def go() -> None:
         _at_least(("--gems", a.gems, 0), ("--factors", a.factors, 1), ("--seeds", a.seeds, 2))
-        check_settings(n_sim=a.n_sim, seed=a.seed)
+        th = check_settings(n_sim=a.n_sim, seed=a.seed)
         if not 0 <= a.rho < 1:
             raise ConfigError(f"--rho: must be in [0, 1), got {a.rho:g}")
-        table = factor_calibration_table(a.gems, a.factors, a.seeds, n_sim=a.n_sim, rho=a.rho, dist=a.dist, seed=a.seed)
+        table = factor_calibration_table(a.gems, a.factors, a.seeds, th, rho=a.rho, dist=a.dist)
         print(format_factor_calibration(table))
 
     return _run(go)

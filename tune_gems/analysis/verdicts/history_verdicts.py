@@ -25,7 +25,7 @@ from tune_gems.analysis.pairs.pairing import Cells, Paired, by_history_fold, his
 from tune_gems.analysis.read.labels import HISTORY_NAME
 from tune_gems.analysis.rules.histories import HistoryData, history_components, history_data, pool_histories
 from tune_gems.analysis.rules.settings import Thresholds
-from tune_gems.analysis.rules.periods import is_tie
+from tune_gems.analysis.rules.periods import Pooling, is_tie
 from tune_gems.analysis.rules.power import HistoryComponents, history_inputs, statement
 from tune_gems.analysis.text import counted, format_number
 from tune_gems.analysis.verdicts.walk_forward import verdict_pairs
@@ -191,7 +191,7 @@ def pilot_history_parts(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> 
     if hf is None:
         return [], 0
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        hp = pool_histories(hf.data, rope=th.rope, share=th.share_tau, one_sided=th.one_sided_keep)
+        hp = pool_histories(hf.data, Pooling.of(th))
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a contrast without pairs: a mean of nothing, NaN
         comp = history_components(hf.data, hp)
