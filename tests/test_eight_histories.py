@@ -4,7 +4,10 @@ packages that ship its data, its S&P 500 and WTI columns are arch's prices; the 
 history on its own calendar's dates, where the loader cuts the windows docs/data.md states (the
 same rows of every history, disjoint dates across the four calendars, one period per NYSE era's
 three histories: `read.calendars`), and runs end to end (`tune-gems sweep`, then `tune-gems
-analyze`) at test size, its folds.parquet carrying each history's dates."""
+analyze`) at test size, its folds.parquet carrying each history's dates. The README's CPU example
+over named histories (sweeps/four_calendars_cpu.yaml, one history per calendar of the same file:
+sweep, analyze, plan, confirm) runs once as the README shows it: its outputs are the pasted ones,
+name every history and print one interval per word, the one confirmation.csv holds."""
 
 from __future__ import annotations
 
@@ -186,20 +189,22 @@ WORDS = ("keep wired", "harmful", "equivalent", "inconclusive", "insufficient da
 @pytest.fixture(scope="module")
 def example(tmp_path_factory, ray_address):
     """The README's CPU example, its commands run once as the README shows them (by
-    docs/regenerate_outputs.py, the sweep's trials on this module's Ray): {block name: fresh text}.
-    About 1.5 min on 2 quiet cores (sweep ~25 s, analyze ~8 s, plan ~4 s, confirm ~60 s)."""
-    return outputs.run_blocks(list(EXAMPLE), tmp_path_factory.mktemp("example"), env={"RAY_ADDRESS": ray_address})
+    docs/regenerate_outputs.py, the sweep's trials on this module's Ray): ({block name: fresh text}, the
+    folder they ran in)."""
+    work = tmp_path_factory.mktemp("example")
+    return outputs.run_blocks(list(EXAMPLE), work, env={"RAY_ADDRESS": ray_address}), work
 
 
 @pytest.mark.parametrize("name", EXAMPLE)
 def test_the_readmes_cpu_example_prints_what_is_pasted(name, example):
+    fresh, _work = example
     pasted = outputs.pasted_blocks()[name]
     assert pasted.document.name == "README.md" and pasted.cpu, name
     here = outputs.cpu_code_path()
     if pasted.cpu != here:
         pytest.skip(f"{name} was pasted from a {pasted.cpu} CPU; this one is {here}, whose MKL rounds otherwise")
-    problem = outputs.mismatch(name, pasted.text, example[name])
-    assert problem is None, f"{problem}\nregenerate with: python docs/regenerate_outputs.py {' '.join(EXAMPLE)}\n{example[name]}"
+    problem = outputs.mismatch(name, pasted.text, fresh[name])
+    assert problem is None, f"{problem}\nregenerate with: python docs/regenerate_outputs.py {' '.join(EXAMPLE)}\n{fresh[name]}"
 
 
 def columns(block: str, header: str) -> list[list[tuple[str, str]]]:
@@ -230,14 +235,16 @@ def agrees(word: str, cell: str) -> bool:
 
 
 def test_the_cpu_example_names_every_history(example):
+    fresh, work = example
     for name in NAMED_IN:
-        assert all(h in example[name] for h in EXAMPLE_HISTORIES), name
-    per_history = next(x for x in example["histories-cpu"].splitlines() if x.startswith("    per history"))
+        assert all(h in fresh[name] for h in EXAMPLE_HISTORIES), name
+    per_history = next(x for x in fresh["histories-cpu"].splitlines() if x.startswith("    per history"))
     assert [h for h in EXAMPLE_HISTORIES if f"{h} " in per_history] == EXAMPLE_HISTORIES
 
 
 def test_the_cpu_example_prints_one_interval_per_word(example):
-    analysis = example["histories-cpu"]
+    fresh, work = example
+    analysis = fresh["histories-cpu"]
     for row in columns(analysis, "gem  verdict "):  # the deciding interval under its header, the seeds' under theirs
         cells = dict(row[:4])
         assert agrees(cells["verdict"], cells["CI"]), row
@@ -246,9 +253,13 @@ def test_the_cpu_example_prints_one_interval_per_word(example):
         if re.match(r"g\d+: ", line):
             word = next(w for w in WORDS if line.split(": ", 1)[1].startswith(w))
             assert agrees(word, line), line
-    for row in columns(example["histories-cpu-confirm"], "gem  chosen trial "):
+    table = pd.read_csv(work / "experiments" / "four" / "confirmation" / "confirmation.csv").set_index("gem")
+    for row in columns(fresh["histories-cpu-confirm"], "gem  chosen trial "):
         named = [i for i, (n, _) in enumerate(row) if n.endswith("verdict")]
         assert [row[i][0] for i in named] == ["discovery verdict", "final verdict"], row
-        for i in named:  # each verdict, then its one effect [CI]
+        for i, stage in zip(named, ("discovery", "final")):  # each verdict, then its one effect [CI]: confirmation.csv's
             assert row[i + 1][0] == "its effect [CI]" and agrees(row[i][1], row[i + 1][1]), row
-        assert sum(bool(INTERVAL.search(c)) for _, c in row) <= 2, row
+            csv = table.loc[row[0][1]]
+            assert row[i][1] == csv[f"{stage}_verdict"], row
+            printed = [float(x) for x in INTERVAL.findall(row[i + 1][1])[0]] if INTERVAL.search(row[i + 1][1]) else []
+            assert np.allclose(printed, csv[[f"{stage}_ci_low", f"{stage}_ci_high"]].dropna().tolist(), rtol=5e-3), row
