@@ -9,21 +9,9 @@ lives in tune_gems.ops.reference (docs/design.md, "The gems"); `fused` runs the 
 `tune_gems::` custom ops (CUDA kernels on CUDA). Torch is imported on first evaluation only, so
 that validating a config does not import it.
 
-Nulls (docs/gems.md, "Nulls"):
-- G6: its expectation when the branches' features are independent, given each feature's own
-  batch values: for a standardised column pair, E[r^2] over the batch orderings of one branch is
-  exactly 1/(B-1) (the permutation variance of a Pearson correlation), shrunk by the floor of
-  the standardisation: null = mean over pairs k<l of mean_i s_ki * mean_j s_lj / (B-1), with
-  s = var / (var + eps), eps = `reference.g6_eps` (relative to the branch's mean variance; 0 for
-  a constant feature, which contributes nothing to G6 either).
-- G10: its value with each sample's successor replaced by another sample's successor from the
-  same batch (a cyclic shift by one along the batch, masked by that successor's not-done):
-  the squared change of expected Q between unrelated states of the same policy and the same
-  reward scale. Value and null scale together (x c^2 when Q scales by c), so G10 / null and the
-  verdicts' excess test against it do not grow with training length or reward units; a
-  negative excess means successive states agree more than unrelated ones.
-- G12: the better of two trivial predictors of h_{t+1} on the same batch and mask: predicting
-  h_t (persistence) and predicting zero. Excess < 0 means the predictor beats both.
+Each registers a null (its value without structure to find; docs/gems.md, "Nulls"): G6 the
+permutation expectation of its correlations, G10 its value on permuted successors, G12 the better
+of predicting persistence and predicting zero.
 """
 
 from __future__ import annotations
@@ -119,37 +107,13 @@ def g12_predictor(ctx):
     return LatentPredictor(ctx)
 
 
-G6 = register(
-    Gem(
-        name="g6",
-        metric="g6_branch_indep",
-        description="branch independence: mean squared cross-correlation of the action branches' advantage features",
-        reference=g6_reference,
-        fused=g6_fused,
-        null=g6_null,
-        origin=BUILTIN_ORIGIN,
-    )
-)
-G10 = register(
-    Gem(
-        name="g10",
-        metric="g10_temporal",
-        description="temporal consistency: mean squared change of expected Q from s_t to s_{t+1}",
-        reference=g10_reference,
-        fused=g10_fused,
-        null=g10_null,
-        origin=BUILTIN_ORIGIN,
-    )
-)
-G12 = register(
-    Gem(
-        name="g12",
-        metric="g12_predictive",
-        description="predictive coding: error of a predictor of the target latent h_{t+1} from h_t and the action",
-        reference=g12_reference,
-        fused=g12_fused,
-        null=g12_null,
-        head=g12_predictor,
-        origin=BUILTIN_ORIGIN,
-    )
-)
+G6 = register(Gem(
+    name="g6", metric="g6_branch_indep", origin=BUILTIN_ORIGIN, reference=g6_reference, fused=g6_fused, null=g6_null,
+    description="branch independence: mean squared cross-correlation of the action branches' advantage features"))
+G10 = register(Gem(
+    name="g10", metric="g10_temporal", origin=BUILTIN_ORIGIN, reference=g10_reference, fused=g10_fused,
+    null=g10_null, description="temporal consistency: mean squared change of expected Q from s_t to s_{t+1}"))
+G12 = register(Gem(
+    name="g12", metric="g12_predictive", origin=BUILTIN_ORIGIN, reference=g12_reference, fused=g12_fused,
+    null=g12_null, head=g12_predictor,
+    description="predictive coding: error of a predictor of the target latent h_{t+1} from h_t and the action"))

@@ -125,8 +125,7 @@ def period_table(verdicts, shapes, thresholds):
     own = int(verdicts["folds"].max()) if "folds" in verdicts.columns and verdicts["folds"].notna().any() else 1
     folds = tuple(sorted(set(defaults.CALIBRATION_FOLDS) | {own}))
     per_fold = verdicts.set_index("gem")["fold_sd_diff"] if "fold_sd_diff" in verdicts.columns else {}
-    shapes = [replace(s, sd=float(per_fold[s.gem])) if s.gem in per_fold and per_fold[s.gem] > 0 else s
-              for s in shapes]
+    shapes = [replace(s, sd=float(per_fold[s.gem])) if s.gem in per_fold and per_fold[s.gem] > 0 else s for s in shapes]
     return period_calibration_table(shapes, thresholds=thresholds, folds=folds)
 
 
@@ -335,16 +334,10 @@ def calibrate_decisions_main(argv: list[str] | None = None) -> int:
     return _run(go)
 
 
-DOORS = {
-    "report": report_main,
-    "verdicts": verdicts_main,
-    "sharpe_variance": sharpe_variance_main,
-    "calibrate": calibrate_main,
-    "calibrate_periods": calibrate_periods_main,
-    "calibrate_factors": calibrate_factors_main,
-    "calibrate_confirm": calibrate_confirm_main,
-    "calibrate_decisions": calibrate_decisions_main,
-}
+DOORS = {"report": report_main, "verdicts": verdicts_main, "sharpe_variance": sharpe_variance_main,
+         "calibrate": calibrate_main, "calibrate_periods": calibrate_periods_main,
+         "calibrate_factors": calibrate_factors_main, "calibrate_confirm": calibrate_confirm_main,
+         "calibrate_decisions": calibrate_decisions_main}
 """The scripts in analysis/ by name (`analysis/<door>.py`), each the function that runs it."""
 
 

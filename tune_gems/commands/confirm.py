@@ -146,9 +146,8 @@ class Planned:
 def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec, planned: Planned, discovery,
                       log: Callable[[str], None], settings: dict[str, Any], record) -> "ConfirmOutcome":
     """Train the plans and publish the folder, holding the search's lock (`confirm`)."""
-    from tune_gems.analysis.verdicts.search_choice import (
-        FINAL_COLUMNS, candidate_count, format_confirmation, one_history_final, side_by_side,
-    )
+    from tune_gems.analysis.verdicts.search_choice import (FINAL_COLUMNS, candidate_count, format_confirmation,
+                                                           one_history_final, side_by_side)
     from tune_gems.analysis.render.report import format_verdict_table
     from tune_gems.analysis.analyze import analyze
     from tune_gems.contracts.outputs import check_output_folder, publish_folder, temporary_folder, write_marker

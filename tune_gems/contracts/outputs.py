@@ -5,10 +5,8 @@ its folder, or builds it aside (`temporary_folder`) and publishes it at the end 
 
 from __future__ import annotations
 
-from tune_gems.contracts.result_files import (
-    CHECKPOINT_FILE, CONFIG_FILE, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, JOURNAL_LOCK_SUFFIX, MEMBERS_CSV, MEMBERS_FILE, SUMMARY_FILE,
-    TRIALS_FILE,
-)
+from tune_gems.contracts.result_files import (CHECKPOINT_FILE, CONFIG_FILE, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE,
+                                              JOURNAL_LOCK_SUFFIX, MEMBERS_CSV, MEMBERS_FILE, SUMMARY_FILE, TRIALS_FILE)
 
 import contextlib
 import datetime as _dt

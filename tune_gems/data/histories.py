@@ -1,14 +1,11 @@
 """Several price histories on the population axis (docs/data.md "Several price histories"): which
 histories a data config names, and what each is called.
 
-A run trains on one history (a price file, or the synthetic series) or on several: the columns of
-one multi-asset file (`data.price_columns`) or one entry per file or column (`data.histories`).
-Each history is its own market (its own normalisation, folds, test segment and episodes);
-members = histories x folds x arms x seeds (tune_gems.design.arms.MemberLayout). The data config
-resolves itself into one `HistorySpec` per history (its name, file and columns), with no I/O
-(`DataConfig.price_histories`, tune_gems.config.schema): the config's validation, the member
-layout and the loader (tune_gems.data.series.load_histories) all read that one list. This module
-holds the record, the names' rules and the limits, below the schema.
+Each history is its own market (normalisation, folds, test segment, episodes); members =
+histories x folds x arms x seeds. The data config resolves itself into one `HistorySpec` per
+history with no I/O (`DataConfig.price_histories`), the one list the config's validation, the
+member layout and the loader all read. This module holds the record, the names' rules and the
+limits, below the schema.
 """
 
 from __future__ import annotations

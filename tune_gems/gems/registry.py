@@ -26,9 +26,8 @@ NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 """A gem name and its metric name: lowercase identifiers (they become config keys and columns)."""
 
 BUILTIN_ORIGIN = "tune_gems.builtin_gems"
-RESERVED_METRICS = frozenset(
-    {"epoch", "env_steps", "updates", "loss", "q_mean", "grad_norm", "noisy_sigma", "diverged", "sps", "nonfinite"}
-)
+RESERVED_METRICS = frozenset({"epoch", "env_steps", "updates", "loss", "q_mean", "grad_norm", "noisy_sigma", "diverged",
+                              "sps", "nonfinite"})
 """Names a gem metric may not take: the trainer's own columns and accumulator rows."""
 PLUGIN_IMPORT_TIMEOUT_S = 60.0
 """Default bound on one plug-in's import; `PLUGIN_IMPORT_TIMEOUT_ENV` sets another."""

@@ -91,17 +91,11 @@ class Market:
         self.returns_next = torch.tensor(np.stack(nexts), dtype=torch.float32, device=device)  # [paths, n]
         self.logret_norm = self.features[0]
         self.ret_next = self.returns_next[0]
-        self.fold_ranges = tuple(
-            {
-                name: DecisionRange(max(seg[0], window), seg[1] - 1)
-                for name, seg in zip(SEGMENTS, (fold.train, fold.val, fold.test))
-            }
-            for fold in folds
-        )
+        self.fold_ranges = tuple({name: DecisionRange(max(seg[0], window), seg[1] - 1) for name,
+                                  seg in zip(SEGMENTS, (fold.train, fold.val, fold.test))} for fold in folds)
         self.ranges = self.fold_ranges[0]
-        self.train_runs = tuple(
-            tuple(DecisionRange(max(s, window), e - 1) for s, e in getattr(fold, "runs", (fold.train,))) for fold in folds
-        )
+        self.train_runs = tuple(tuple(DecisionRange(max(s, window), e - 1) for s,
+                                      e in getattr(fold, "runs", (fold.train,))) for fold in folds)
         # windows[k, s] = row k's features s..s+W-1 (a view): the observation at t is one row gather
         self._windows = self.features.unfold(1, window, 1)
 

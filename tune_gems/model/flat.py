@@ -1,20 +1,15 @@
 """All parameters of a population module as views of one member-major matrix.
 
-Every parameter has a leading member axis [P, ...], so member p's parameters are row p of one
-matrix `data` [P, total], and their gradients row p of `grad` [P, total]. Parameters become
-views into `data`; `gather_grads` writes the gradients that `torch.autograd.grad` returns into
-`grad` with one concatenation. That turns whole-model work into single kernels: the
-per-member gradient norm is one row-wise reduction, the Adam step one fused update, and the
-target-network update one lerp. Each parameter carries `grad_slot`, its columns of `grad` in its
-own shape: a kernel may write the parameter's gradient there itself (the Triton layer kernels,
-tune_gems.ops.triton_layers), and `gather_grads` then leaves that slot as it is.
+Member p's parameters are row p of `data` [P, total] and their gradients row p of `grad`, so
+whole-model work is single kernels: the per-member gradient norm one row-wise reduction, the
+Adam step one fused update, the target update one lerp. Each parameter's `grad_slot` is its
+columns of `grad` in its own shape: a kernel may write the gradient there itself (the Triton
+layers), and `gather_grads` leaves that slot as it is.
 
-`align`: each parameter starts at a multiple of `align` columns and the row length is one too
-(the gaps hold zeros, whose gradient is zero, so Adam leaves them zero), so every member's
-parameter starts at the same address alignment: the Triton kernels then copy 16-byte vectors.
-`transposed`: the weight matrices a layer names in its `matrices` ([..., in, out] parameters)
-are stored [..., out, in] and exposed as transposed views of the same shape (the Triton
-kernels take any strides). `pack` and `unpack` convert between a layout and the plain one.
+`align`: each parameter starts at a multiple of `align` columns (zero gaps, which Adam leaves
+zero), so the Triton kernels copy 16-byte vectors. `transposed`: the layers' `matrices` are
+stored [..., out, in] and exposed as transposed views. `pack` and `unpack` convert between a
+layout and the plain one.
 """
 
 from __future__ import annotations

@@ -17,14 +17,10 @@ Member blocks: with several arms, `set_member_block(n)` makes every batched matm
 run once per block of n consecutive members (an arm), with exactly the shapes of a single-arm
 run: a GPU BLAS may pick its algorithm (e.g. split-K) from the batch count.
 
-Two implementations of the products, a strategy chosen once per network from
-`model.layer_kernel` (`layer_products`): `TorchProducts` (the default and the oracle: baddbmm on
-effective weights computed here, member blocks as above) and
-tune_gems.ops.triton_layers.TritonProducts (`fused`: the effective weight built inside the
-kernel's K-loop from the raw parameters, which `weights("train" | "target")` returns as its
-`LayerWeights`; tiles from the matrix shape only, so no member blocks). `weights("eval")` still
-returns an `Affine` (materialised noise-free weights, which the evaluator copies into fixed
-buffers) whose products run on the same strategy.
+The products are a strategy chosen once per network (`layer_products`): `TorchProducts` (the
+default and the oracle) or tune_gems.ops.triton_layers.TritonProducts (`fused`: the effective
+weight built inside the kernel from the raw parameters, its `LayerWeights`; no member blocks).
+`weights("eval")` always returns a materialised `Affine` for the evaluator's fixed buffers.
 """
 
 from __future__ import annotations
@@ -92,10 +88,8 @@ class TorchProducts:
     name = "torch"
     fused = False
     """Whether the products build the effective weight from the raw parameters themselves."""
-    parameter_align = 1
-    """Columns at which each parameter starts in the flat matrix (tune_gems.model.flat)."""
-    weights_out_in = False
-    """Whether the flat matrix stores the weight matrices [out, in] (tune_gems.model.flat `transposed`)."""
+    flat_layout: dict = {}
+    """FlatParameters' layout arguments (tune_gems.model.flat: `align`, `transposed`)."""
     clip_adam = None
     """The optimizer's fused clip-and-Adam step (PopulationAdam `clip_adam`); None: torch's calls."""
     row_means = None
@@ -117,15 +111,14 @@ TORCH = TorchProducts()
 
 
 def layer_products(name: str):
-    """The strategy `model.layer_kernel` names. The triton ones are imported on first use (only
-    that path needs Triton), at each call, so a test that imports them afresh under Triton's CPU
-    interpreter (TRITON_INTERPRET=1, read when the kernels are defined) gets the fresh ones."""
+    """The strategy `model.layer_kernel` names. The triton one is imported on first use (only
+    that path needs Triton), at each call, so a test that imports it afresh under Triton's CPU
+    interpreter (TRITON_INTERPRET=1, read when the kernels are defined) gets the fresh one."""
     if name == "torch":
         return TORCH
-    triton = importlib.import_module("tune_gems.ops.triton_layers").STRATEGIES
-    if name not in triton:
-        raise ValueError(f"layer kernel {name!r} is not one of {('torch', *triton)}")
-    return triton[name]
+    if name != "triton":
+        raise ValueError(f"layer kernel {name!r} is not one of ('torch', 'triton')")
+    return importlib.import_module("tune_gems.ops.triton_layers").TRITON
 
 
 class Affine(tuple):
@@ -175,14 +168,8 @@ class PopLinear(nn.Module):
     matrices = ("weight",)
     """The [.., in, out] parameters (a flat matrix may store them transposed: tune_gems.model.flat)."""
 
-    def __init__(
-        self,
-        gens: list[torch.Generator],
-        reps: int,
-        in_f: int,
-        out_f: int,
-        spectral_norm: bool | Sequence[bool] | None = None,
-    ):
+    def __init__(self, gens: list[torch.Generator], reps: int, in_f: int, out_f: int,
+                 spectral_norm: bool | Sequence[bool] | None = None):
         super().__init__()
         bound = 1.0 / math.sqrt(in_f)
         self.groups, self.reps, self.in_f, self.out_f = len(gens) * reps, reps, in_f, out_f
@@ -230,13 +217,10 @@ class PopLinear(nn.Module):
             self._power_iteration()
         sigma = (self.sn_v * _blockwise(torch.bmm, self.chunk, w, self.sn_u.unsqueeze(-1)).squeeze(-1)).sum(-1)
         # W / 1 is W exactly; the where also keeps an off member's sigma out of its gradient.
-        # Per member block: sigma's gradient is a sum over [in, out] per group, a reduction whose
-        # blocks-per-output torch picks from the number of groups (p_invariance_probe.py).
-        # Every member off: W / 1 is W, so no division (member_select), but still a fresh
-        # contiguous copy, as the division returns: cuBLAS picks its kernel from the operand's
-        # strides and address alignment, and a strided view of the member-major parameter matrix
-        # rounded an arm run alone differently from the same arm beside others on the H200
-        # (tests/gpu/test_arms_gpu.py). The copy's backward passes the gradient unchanged.
+        # Per member block: torch picks a reduction's blocks from the number of groups.
+        # Every member off: no division, but a fresh contiguous copy as the division returns:
+        # cuBLAS picks its kernel from the operand's strides and alignment, and a strided view
+        # rounded an arm alone differently from the same arm beside others (test_arms_gpu.py).
         if self.sn_common is False:
             return Affine(w.clone(memory_format=torch.contiguous_format), b, self.chunk)
         scale = select(self.sn_common, self.sn_on, sigma.view(-1, 1, 1), 1.0)
@@ -283,15 +267,8 @@ class NoisyPopLinear(nn.Module):
 
     matrices = ("mu_w", "sigma_w")
 
-    def __init__(
-        self,
-        gens: list[torch.Generator],
-        reps: int,
-        in_f: int,
-        out_f: int,
-        sigma0: float,
-        noisy: bool | Sequence[bool] = True,
-    ):
+    def __init__(self, gens: list[torch.Generator], reps: int, in_f: int, out_f: int, sigma0: float,
+                 noisy: bool | Sequence[bool] = True):
         super().__init__()
         bound = 1.0 / math.sqrt(in_f)
         P = len(gens)

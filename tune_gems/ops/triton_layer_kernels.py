@@ -15,7 +15,7 @@ as it did for the input gradient's kernel (tests/test_triton_compile.py holds th
 EMPTY_LOOP_OK compiles the old form, for benchmarks/layer_gemm_probe.py's "before".
 
 The operands a group's weight tile is built from, inside the K-loop (never materialised):
-- plain: W [in, out];
+- plain: W [in, out], read through its strides (the flat matrix stores it [out, in]);
 - NoisyNet (NOISY): W_eff = mu + sigma * (f_in f_out^T), b_eff = mu_b + sigma_b * f_out, the
   factorised noise of tune_gems.model.layers.NoisyPopLinear in the same order of operations;
 - spectral norm (SCALED): s = 1/sigma (1 for a member whose switch is off) multiplies the

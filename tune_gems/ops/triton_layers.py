@@ -9,8 +9,9 @@ gradients straight into their slots of the flat gradient matrix (`grad_slot`, mo
 when the layer ran once with autograd in the iteration, else into fresh tensors that autograd
 sums. `spectral_scale` runs spectral norm's power iteration and sigma, one program per group.
 
-The tiles depend on the product's shape only (`tiles`), so a member's bits do not depend on
-the member count; precision follows torch's settings at each launch, as a torch matmul's would:
+The flat matrix stores the weights [out, in] (a layer sees W [in, out] as a transposed view): the
+forward's B is then K-major, as tf32 wgmma reads it, copied in 16-byte vectors. The tiles depend
+on the product's shape only (`tiles`), so a member's bits do not depend on the member count; precision follows torch's settings at each launch, as a torch matmul's would:
 tf32 when `torch.get_float32_matmul_precision()` is not "highest", bf16 operands inside CUDA
 autocast to bfloat16 (the backward keeps the forward's bf16).
 """
@@ -33,11 +34,12 @@ except ModuleNotFoundError as e:  # the one dependency only this path has
         raise
     raise ConfigError("model.layer_kernel=triton needs the triton package (pip install triton)") from None
 
-ROW_TILE = 128
-"""Largest tile along a product's output rows (the batch rows, or a weight's inputs in dW):
-two warpgroups' 64-row wgmma."""
-COL_TILE = 128
-"""Largest tile along a product's output columns."""
+TILE = 64
+"""Largest tile of the forward's and dW's outputs, 4 warps: faster than 128 x 128 with 8 warps on
+nearly every layer shape of P=64 and the moonshot (benchmarks/layer_gemm_probe.py)."""
+INPUT_GRAD_TILE = 128
+"""Largest tile of the input gradient's output, whose B (W^T) is MN-major: 128 x 128 with 8 warps
+ran its larger layers 10-28% faster than 64 x 64 (the same probe)."""
 INNER_TILE = 32
 """Largest step of the K-loop (fp32 operands: 16 KB per operand and stage at 128 x 32)."""
 STAGES = 3
@@ -83,17 +85,26 @@ Policy = Callable[[int, int, int], Tiles]
 """(rows, inner, cols) of a per-group product -> its Tiles: a function of the shape alone."""
 
 
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()  # the smallest power of two >= n
+
+
 def _fit(n: int, largest: int, smallest: int = DOT_MIN) -> int:
     """The power of two that covers n, clamped to [smallest, largest]."""
-    return max(smallest, min(largest, 1 << max(n - 1, 0).bit_length()))
+    return max(smallest, min(largest, _pow2(n)))
 
 
 def tiles(rows: int, inner: int, cols: int) -> Tiles:
-    """The launch of a per-group product [rows, inner] @ [inner, cols]: a function of the shape
-    alone, never of the number of groups, so each group's K-loop (and its bits) is the same in
-    a call over any number of groups. The groups are the grid's slow axis (a group's tiles run
-    side by side, sharing its weight in L2)."""
-    r, c = _fit(rows, ROW_TILE), _fit(cols, COL_TILE)
+    """The launch of a per-group product [rows, inner] @ [inner, cols] (the forward's, dW's): a
+    function of the shape alone, never of the number of groups, so each group's K-loop (and its
+    bits) is the same in a call over any number of groups. The groups are the grid's slow axis
+    (a group's tiles run side by side, sharing its weight in L2)."""
+    return Tiles(_fit(rows, TILE), _fit(cols, TILE), _fit(inner, INNER_TILE), stages=STAGES)
+
+
+def input_grad_tiles(rows: int, inner: int, cols: int) -> Tiles:
+    """`tiles` of the input gradient (INPUT_GRAD_TILE): 8 warps from WIDE_TILE outputs up."""
+    r, c = _fit(rows, INPUT_GRAD_TILE), _fit(cols, INPUT_GRAD_TILE)
     return Tiles(r, c, _fit(inner, INNER_TILE), warps=8 if r * c >= WIDE_TILE else NUM_WARPS, stages=STAGES)
 
 
@@ -289,7 +300,7 @@ def forward(x: Tensor, lw: LayerWeights, relu: bool, dot: str, policy: Policy = 
     return _rows_product(x, x, lw, False, relu, dot, policy)
 
 
-def input_grad(dy: Tensor, y: Tensor, lw: LayerWeights, relu: bool, dot: str, policy: Policy = tiles) -> Tensor:
+def input_grad(dy: Tensor, y: Tensor, lw: LayerWeights, relu: bool, dot: str, policy: Policy = input_grad_tiles) -> Tensor:
     """dx [G, N, in] = s * ((dy * relu'(y)) @ W_eff^T); `dy` and `y` contiguous."""
     return _rows_product(dy, y, lw, True, relu, dot, policy)
 
@@ -325,7 +336,7 @@ def weight_grads(x: Tensor, dy: Tensor, y: Tensor, lw: LayerWeights, relu: bool,
     if lw.scaled:
         kernels._sigma_grad_kernel[_grid(G, n_tiles, t)](
             dw, *sdw, partials, lw.scale, lw.sn_u, lw.sn_u.stride(0), lw.sn_v, lw.sn_v.stride(0), K, O, n_tiles,
-            REPS=lw.reps, TILES_P2=_fit(n_tiles, n_tiles, 1), BM=t.rows, BN=t.cols, GROUP_AXIS=t.group_axis, num_warps=t.warps,
+            REPS=lw.reps, TILES_P2=_pow2(n_tiles), BM=t.rows, BN=t.cols, GROUP_AXIS=t.group_axis, num_warps=t.warps,
         )  # fmt: skip
     return dw, dws if lw.noisy else None, db, dbs if lw.noisy else None
 
@@ -423,14 +434,11 @@ class TritonProducts:
     """The layers' products on these kernels (`model.layer_kernel: triton`), the strategy
     tune_gems.model.layers.layer_products returns: the layers hand over their raw parameters
     (`fused`), which sit at aligned columns of the flat matrix, and the learner's per-member
-    reductions and optimizer step run in a fixed order.
+    reductions and optimizer step run in a fixed order."""
 
-    `weights_out_in` (`model.layer_kernel: triton-w-out-in`, experimental): the flat matrix
-    stores the weights [out, in]: K-major for the forward's tf32 wgmma, but MN-major for dx's
-    (docs/design.md); the kernels read either layout through its strides, with the same bits."""
-
+    name = "triton"
     fused = True
-    parameter_align = PARAMETER_ALIGN
+    flat_layout = dict(align=PARAMETER_ALIGN, transposed=True)
     LayerWeights = LayerWeights
     product = staticmethod(layer_product)
     spectral_scale = staticmethod(spectral_scale)
@@ -439,9 +447,6 @@ class TritonProducts:
 
     noise_factors = staticmethod(noise_factors)
 
-    def __init__(self, name: str = "triton", weights_out_in: bool = False):
-        self.name, self.weights_out_in = name, weights_out_in
-
     @staticmethod
     def resample_noise(net, draws, stream: str) -> None:
         """Box-Muller and f(eps) in one kernel per noisy layer, from the iteration's uniforms."""
@@ -449,5 +454,3 @@ class TritonProducts:
 
 
 TRITON = TritonProducts()
-STRATEGIES = {"triton": TRITON, "triton-w-out-in": TritonProducts("triton-w-out-in", weights_out_in=True)}
-"""The `model.layer_kernel` values these kernels serve."""

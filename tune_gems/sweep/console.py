@@ -2,22 +2,12 @@
 chatter, Ray's, Optuna's and Tune's start-up and closing notices, and reporter boxes (`tune-gems
 sweep --verbose` brings them back).
 
-Where the noise comes from (Ray 2.x):
-
-- "Checkpoint successfully created at: ..." is an INFO line of the storage logger, in the trial's
-  worker process (`StorageContext.persist_current_checkpoint`, called by every `tune.report`
-  with a checkpoint); Ray forwards worker output to the driver's console. Quieted in the
-  trial (`quiet_trial`), so it never leaves the worker.
-- "Experiment state snapshotting has been triggered multiple times ..." and "Saving the
-  experiment state ... has already taken ..." are WARNING lines of Tune's experiment-state
-  logger in the driver (thresholds TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S
-  and TUNE_WARN_SLOW_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S). Quieted in the driver
-  (`quiet_driver`) for the length of the sweep; errors still show.
-- "Failed to fetch metrics for 1 trial(s): ... FileNotFoundError('Could not fetch metrics ...:
-  both result.json and progress.csv were not found ...')" is a WARNING of Tune's
-  experiment-analysis logger in the driver, for a trial that never reported: after a driver
-  SIGKILL and `--resume`, the trial Tune had started but that wrote nothing. The tables mark
-  such a trial themselves (tune_gems.sweep.results); quieted in the driver like the above.
+Where the noise comes from (Ray 2.x): "Checkpoint successfully created at" is an INFO line of
+the storage logger in the trial's worker, quieted there (`quiet_trial`); Tune's experiment-state
+warnings ("snapshotting has been triggered multiple times", "Saving the experiment state") and
+the experiment-analysis warning "Failed to fetch metrics" for a trial that never reported (after
+a driver SIGKILL and `--resume`; the tables mark such a trial themselves) come from the driver,
+quieted there for the length of the sweep (`quiet_driver`); errors still show.
 """
 
 from __future__ import annotations

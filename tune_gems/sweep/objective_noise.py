@@ -15,10 +15,8 @@ import pandas as pd
 
 from tune_gems.design.arm_sets import CONTROL, PROPOSAL, without_arm
 from tune_gems.stats.inference import ARE_WILCOXON, worst_outcome_difference
-from tune_gems.stats.metrics import (
-    ARM_SEPARATOR, FOLD_PREFIX, GAIN_METRICS, GEM_GAIN_PREFIX, HISTORY_FOLD_JOIN, HISTORY_PREFIX, VERDICT_GAIN,
-    VERDICT_GAIN_PREFIX,
-)
+from tune_gems.stats.metrics import (ARM_SEPARATOR, FOLD_PREFIX, GAIN_METRICS, GEM_GAIN_PREFIX, HISTORY_FOLD_JOIN,
+                                     HISTORY_PREFIX, VERDICT_GAIN, VERDICT_GAIN_PREFIX)
 
 OBJECTIVE_SE, OBJECTIVE_DF = "objective_se", "objective_df"
 PAIR_KEYS = ["history", "fold", "seed_index"]

@@ -1,12 +1,10 @@
 """The sweep's own console reporter: every HEALTH_DIAG line, prefixed with its trial id, and a
 status line per finished trial (objective, best so far, an ETA), in place of Ray's output.
 
-Why not let Ray forward the trials' stdout: Ray's log de-duplication drops or merges lines that
-look alike across trials ("[repeated 2x across cluster]"), prefixes them with a process id
-rather than the trial, and its default reporter prints a ~90-line result dump per trial. Here
-each trial sends its HEALTH_DIAG line inside its `tune.report` (HEALTH_KEY), and this driver-side
-Tune callback prints it: one line per trial and epoch, none lost, none merged. Ray's own
-reporter is silenced (`ray_verbosity`) unless `tune-gems sweep --verbose`.
+Ray's log de-duplication drops or merges lines that look alike across trials and prefixes them
+with a process id, so each trial sends its HEALTH_DIAG line inside its `tune.report`
+(HEALTH_KEY) and this driver-side callback prints it: none lost, none merged. Ray's reporter is
+silenced (`ray_verbosity`) unless `tune-gems sweep --verbose`.
 """
 
 from __future__ import annotations
@@ -69,10 +67,8 @@ class SweepConsole(Callback):
     every scored trial so far has the same objective (`console.objective_tie`), the best reads
     as that tie, not as one trial's."""
 
-    def __init__(
-        self, total: int, metric: str, mode: str, verbose: bool = False,
-        clock: Callable[[], float] = time.monotonic, out: Callable[[str], None] | None = None,
-    ) -> None:
+    def __init__(self, total: int, metric: str, mode: str, verbose: bool = False,
+                 clock: Callable[[], float] = time.monotonic, out: Callable[[str], None] | None = None) -> None:
         self.total, self.metric, self.mode, self.verbose = total, metric, mode, verbose
         self.clock = clock
         self.out = out or _print

@@ -22,11 +22,10 @@ from tune_gems.gems import manifest
 from tune_gems.stats.metrics import MEMBER_IDS, epoch_metrics, member_metrics
 from tune_gems.sweep.objective_noise import OBJECTIVE_DF, OBJECTIVE_SE
 from tune_gems.sweep.spec_load import trial_config
-from tune_gems.contracts.result_files import (
-    ARMS_PARQUET, BASELINES_KEY, BASELINES_PARQUET, CHECKPOINT_HISTORY_FILE, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE,
-    FOLDS_KEY, FOLDS_PARQUET, GEMS_FILE, HISTORIES_KEY, HISTORIES_PARQUET, HISTORY_FILE, ID_COLUMNS, MEMBERS_FILE, MEMBERS_KEY,
-    TRIALS_FILE, trial_eval_returns,
-)
+from tune_gems.contracts.result_files import (ARMS_PARQUET, BASELINES_KEY, BASELINES_PARQUET, CHECKPOINT_HISTORY_FILE,
+                                              EVAL_RETURNS_DIR, EVAL_RETURNS_FILE, FOLDS_KEY, FOLDS_PARQUET, GEMS_FILE,
+                                              HISTORIES_KEY, HISTORIES_PARQUET, HISTORY_FILE, ID_COLUMNS, MEMBERS_FILE,
+                                              MEMBERS_KEY, TRIALS_FILE, trial_eval_returns)
 from tune_gems.sweep.storage import ExperimentStore
 from tune_gems.sweep.trial_files import TRIAL_BASELINES, TRIAL_FOLDS, TRIAL_HISTORIES, TrialFiles, member_file
 

@@ -1,27 +1,19 @@
 """Checkpoints that resume exactly: every state tensor of the learner plus host-side progress.
 
 The file holds only tensors, numbers, strings, lists and dicts, so it loads with
-`torch.load(weights_only=True)` (no pickle code runs). It is written to a temporary file and
-renamed, so a crash never leaves a truncated checkpoint in place.
+`torch.load(weights_only=True)` (no pickle code runs); it is written to a temporary file and
+renamed (tune_gems.contracts.safe_files), so a crash never leaves a truncated checkpoint.
 
-Schema (`validate_payload` checks it on load, so a damaged or foreign file is one clear
-CheckpointError naming the field, never a KeyError deep in the trainer):
+Schema (`validate_payload`: a damaged or foreign file is one CheckpointError naming the field):
 
     {"format": FORMAT, "version": VERSION,
      "meta": {"epoch": int>=0, "env_steps": int>=0, "updates": int>=0, "diverged": bool,
               "prefilled": bool, "history": [dict], "member_history": [dict], "config": dict, ...},
      "state": {str: Tensor}}
 
-Files written before the version field existed are read as version 1. Version 2: the flat
-parameter matrices of a `model.layer_kernel: triton` run have alignment gaps
-(tune_gems.model.flat); a version-1 file is laid out with them on load
-(tune_gems.trainer.learner.Learner.from_checkpoint). Beyond the schema, a
-checkpoint must agree with itself (`check_consistent`): its history holds one row per epoch
-1..epoch with the same columns throughout, its epoch is within its config's `trainer.epochs`,
-and the weights and optimizer state are finite unless the run diverged.
-
-Written through tune_gems.contracts.safe_files: a symlink planted at the checkpoint's temporary name is
-replaced, never written through.
+A file without a version is version 1; version 2 gave the triton path's flat matrices alignment gaps,
+version 3 stores its weights [out, in]: an older file is laid out anew on load (`Learner.from_checkpoint`).
+A checkpoint must also agree with itself (`check_consistent`).
 """
 
 from __future__ import annotations
@@ -36,19 +28,12 @@ from tune_gems.contracts.errors import CheckpointError
 from tune_gems.contracts.safe_files import open_atomic
 
 FORMAT = "tune-gems-checkpoint-v1"
-VERSION = 2
+VERSION = 3
 """Schema version written in every checkpoint; a reader refuses versions it does not know."""
-SUPPORTED_VERSIONS = (1, 2)
-META_SCHEMA: dict[str, tuple[type, ...]] = {
-    "epoch": (int,),
-    "env_steps": (int,),
-    "updates": (int,),
-    "diverged": (bool,),
-    "prefilled": (bool,),
-    "history": (list,),
-    "member_history": (list,),
-    "config": (dict,),
-}
+SUPPORTED_VERSIONS = (1, 2, 3)
+META_SCHEMA: dict[str, tuple[type, ...]] = {"epoch": (int,), "env_steps": (int,), "updates": (int,),
+                                            "diverged": (bool,), "prefilled": (bool,), "history": (list,),
+                                            "member_history": (list,), "config": (dict,)}
 """Meta fields a resume reads, with their types (counters must also be >= 0)."""
 FINITE_STATE_PREFIXES = ("online.", "target.", "optim.")
 """State tensors that are finite in every run that did not diverge: the weights and the
@@ -63,6 +48,12 @@ def save(path: str | Path, state: dict[str, Tensor], meta: dict[str, Any]) -> No
 
 
 def load(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """(state, meta) of a checkpoint file, checked (module docstring)."""
+    return read(path)[:2]
+
+
+def read(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any], int]:
+    """`load`, and the file's schema version (what its state's layout follows)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
@@ -72,7 +63,7 @@ def load(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
         raise CheckpointError(f"{path}: corrupt or not a tune-gems checkpoint ({type(e).__name__})") from None
     validate_payload(path, payload)
     check_consistent(path, payload["state"], payload["meta"])
-    return payload["state"], payload["meta"]
+    return payload["state"], payload["meta"], payload.get("version", 1)
 
 
 def check_consistent(path: str | Path, state: dict[str, Tensor], meta: dict[str, Any]) -> None:

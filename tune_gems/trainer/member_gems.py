@@ -66,11 +66,9 @@ class MemberGems:
             # weighted in float32, float64 ones (the tests' oracle) by the weight itself
             self._weight[n] = {dt: torch.tensor(weights, dtype=dt, device=device) for dt in WEIGHT_DTYPES}
             # the masks as host facts when every member agrees (member_select: no where pass)
-            self._common[n] = {
-                "on": uniform([m != "off" for m in modes]),
-                "wire": uniform([m == "wire" for m in modes]),
-                "measure": uniform([m == "measure" for m in modes]),
-            }
+            self._common[n] = {"on": uniform([m != "off" for m in modes]),
+                               "wire": uniform([m == "wire" for m in modes]),
+                               "measure": uniform([m == "measure" for m in modes])}
 
     def computed(self, name: str) -> bool:
         return any(m != "off" for m in self.modes[name])

@@ -2,23 +2,14 @@
 
 The parameters live in one member-major matrix [P, total] (tune_gems.model.flat), so the
 per-member gradient norm is one row-wise reduction, the clipping one in-place scale, and the
-Adam update torch's `_fused_adam_` (the kernel of `torch.optim.Adam(fused=True)`, same bits,
-called with the public optimizer's arguments) over row blocks of the matrix: every step is
-elementwise or row-wise, so members never mix. The step counter is a device tensor, so the
-whole step is capturable in a CUDA graph. The private op because the public optimizer's tensor
-`lr` must be 0-dim: per-member learning rates would cost one launch per member.
+Adam update torch's `_fused_adam_` (the kernel of `torch.optim.Adam(fused=True)`, same bits) over
+row blocks of the matrix; the step counter is a device tensor, so the step is capturable. The
+private op because the public optimizer's tensor `lr` must be 0-dim.
 
-Per-member learning rates (arms): the members come in *blocks* of consecutive rows (an arm's
-members), one learning rate per block; one fused call per distinct rate, over that rate's blocks,
-each passed as its own tensor. The kernel processes each tensor of its list on its own, so a
-block's bits are those of a run whose whole matrix is that block, and clipping norms are reduced
-per block for the same reason. A parameter whose gradient is exactly zero from the start keeps
-zero moments and its value (a NoisyNet sigma of a member without NoisyNets; tests/test_optim.py).
-
-`clip_adam` (the triton path's, tune_gems.ops.triton_layers.ClipAdam) replaces all of the above
-with two kernels: every member's clip-group norms in a fixed order, then the clip and the Adam
-step of every element in one pass that reads the member's coefficient; each member row is
-processed alone, so its bits never depend on P or on the blocks.
+Per-member learning rates (arms): one fused call per distinct rate over that rate's blocks of
+consecutive rows, each block its own tensor, so a block's bits (and its clipping norms, reduced
+per block) are those of a run of that block alone. `clip_adam` (the triton path's) replaces this
+with two kernels that process each member row alone, so its bits never depend on P or the blocks.
 """
 
 from __future__ import annotations
@@ -55,17 +46,9 @@ def member_blocks(lrs: Sequence[float], blocks: Sequence[slice] | None) -> list[
 
 
 class PopulationAdam:
-    def __init__(
-        self,
-        flat: FlatParameters,
-        lr: float | Sequence[float],
-        eps: float,
-        max_grad_norm: float,
-        betas: tuple[float, float] = (0.9, 0.999),
-        clip_groups: list[slice] | None = None,
-        blocks: Sequence[slice] | None = None,
-        clip_adam: Callable | None = None,
-    ):
+    def __init__(self, flat: FlatParameters, lr: float | Sequence[float], eps: float, max_grad_norm: float,
+                 betas: tuple[float, float] = (0.9, 0.999), clip_groups: list[slice] | None = None,
+                 blocks: Sequence[slice] | None = None, clip_adam: Callable | None = None):
         """`lr`: one learning rate, or one per member (P floats). `blocks`: the members in
         consecutive row ranges (an arm's members), the lr constant within each; every
         reduction and fused call sees one block at a time (default: the runs of equal lr).

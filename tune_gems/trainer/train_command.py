@@ -21,17 +21,13 @@ from tune_gems.config.yaml_io import MAX_YAML_BYTES, apply_overrides, dump_yaml,
 from tune_gems.config.load import build_config, load_config
 from tune_gems.config.dotted import flatten
 from tune_gems.contracts.errors import CheckpointError, ConfigError, OutputError, OutputExistsError
-from tune_gems.contracts.result_files import (
-    ARMS_CSV, BASELINES_CSV, CHECKPOINT_FILE, CONFIG_FILE, FOLDS_CSV, GEMS_FILE, HISTORIES_CSV, HISTORY_CSV, MEMBERS_CSV,
-    SUMMARY_FILE,
-)
+from tune_gems.contracts.result_files import (ARMS_CSV, BASELINES_CSV, CHECKPOINT_FILE, CONFIG_FILE, FOLDS_CSV,
+                                              GEMS_FILE, HISTORIES_CSV, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE)
 from tune_gems.contracts.output_lock import LOCK_FILE, OutputLock
-from tune_gems.contracts.outputs import (
-    MARKER_FILE, check_output_folder, make_output_folder, marker_kind, marker_state, read_marker, update_marker, write_marker,
-)
-from tune_gems.contracts.run_record import (
-    CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged, checksums, data_fingerprint, require_record,
-)
+from tune_gems.contracts.outputs import (MARKER_FILE, check_output_folder, make_output_folder, marker_kind,
+                                         marker_state, read_marker, update_marker, write_marker)
+from tune_gems.contracts.run_record import (CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged,
+                                            checksums, data_fingerprint, require_record)
 from tune_gems.contracts.safe_files import read_regular, require_folder, write_atomic
 from tune_gems.design.arms import run_arms
 from tune_gems.design.resources import check_training_fits

@@ -1,15 +1,9 @@
-"""Robust aggregates and bootstrap intervals for the descriptive Sharpe tables.
+"""Robust aggregates and bootstrap intervals for the descriptive Sharpe tables (the verdicts use
+one exact rule on per-seed paired differences instead, `inference.py`).
 
-(The verdicts do not use these: they use one exact rule on per-seed paired differences,
-`inference.py`. A percentile bootstrap over a handful of seeds under-covers.)
-
-RL results come from few runs with heavy tails, so point estimates need intervals. Following
-Agarwal et al. 2021 ("Deep RL at the edge of the statistical precipice") the location statistic
-is the interquartile mean (IQM) and intervals come from a percentile bootstrap. Our runs are
-nested (members inside trials inside a configuration): members of one trial share the trial's
-hyperparameters and process, so the bootstrap is *stratified / hierarchical*: each resample
-draws trials with replacement, then members with replacement within each drawn trial. Every
-interval takes a `seed`; the same inputs and seed give the same interval.
+Following Agarwal et al. 2021 the location is the interquartile mean and the interval a
+percentile bootstrap, stratified because runs are nested: each resample draws trials with
+replacement, then members within each drawn trial. The same inputs and `seed` give the same interval.
 """
 
 from __future__ import annotations
@@ -108,14 +102,9 @@ def _interval(boot: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def stratified_bootstrap_ci(
-    groups: Sequence,
-    *,
-    statistic: str = defaults.STATISTIC,
-    n_boot: int = defaults.N_BOOT,
-    confidence: float = defaults.CONFIDENCE,
-    seed: int = defaults.SEED,
-) -> tuple[float, float, float]:
+def stratified_bootstrap_ci(groups: Sequence, *, statistic: str = defaults.STATISTIC, n_boot: int = defaults.N_BOOT,
+                            confidence: float = defaults.CONFIDENCE,
+                            seed: int = defaults.SEED) -> tuple[float, float, float]:
     """(estimate, low, high) of `statistic` over the pooled values of `groups` (one per trial).
 
     Each resample draws len(groups) groups with replacement and, within each drawn group, as

@@ -1,10 +1,6 @@
-"""Optuna parameter importances from the persisted study.
-
-Which searched choices (per-gem mode, weight, ...) moved the objective? We ask Optuna itself,
-with its default evaluator (PED-ANOVA in Optuna 5), on the study the sweep persisted in
-`<experiment>/optuna_journal.log`. Cases where importances mean nothing are skipped with a note
-in the table instead of an error: no study, fewer than 2 complete trials, or a search space
-where every parameter took a single value.
+"""Optuna parameter importances from the persisted study (`<experiment>/optuna_journal.log`), with
+Optuna's default evaluator. Where importances mean nothing (no study, fewer than 2 complete
+trials, every parameter at one value) the table carries a note instead of an error.
 """
 
 from __future__ import annotations
@@ -49,10 +45,7 @@ def study_importances(name: str, study: Any, *, min_complete: int = MIN_COMPLETE
             return [_note_row(name, n, f"skipped: {type(err).__name__}: {msg}")]
     notes = sorted({" ".join(str(w.message).split()) for w in caught})
     note = "; ".join(notes)
-    return [
-        {"study": name, "param": k, "importance": float(v), "n_complete": n, "note": note}
-        for k, v in imp.items()
-    ]
+    return [{"study": name, "param": k, "importance": float(v), "n_complete": n, "note": note} for k, v in imp.items()]
 
 
 def param_importances(studies: Mapping[str, Any], *, min_complete: int = MIN_COMPLETE) -> pd.DataFrame:

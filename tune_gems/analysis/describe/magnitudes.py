@@ -1,10 +1,6 @@
-"""Penalty magnitudes of the gems, per gem and mode, over epochs.
-
-"Measure, then commit": a gem computed forward-only whose value stays ~0 relative to the C51
-loss adds no signal the architecture does not already provide. This module summarises the
-per-epoch gem values of history.parquet (the trial's mean over members) and their `*_rel`
-(value / C51 loss). Only trials with outcome `ok` are used (failed or diverged trials are
-excluded, as everywhere; their count is shown). Mode `off` has no values and no rows.
+"""Penalty magnitudes of the gems, per gem and mode, over epochs ("measure, then commit": a gem
+whose value stays ~0 relative to the C51 loss adds no signal). Summarises history.parquet's
+per-epoch gem values and their `*_rel` (value / C51 loss) over trials with outcome `ok`.
 """
 
 from __future__ import annotations
@@ -70,19 +66,10 @@ def gem_history(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFra
         if metric not in h.columns:
             continue
         rel_col = f"{metric}_rel"
-        part = pd.DataFrame(
-            {
-                "experiment": h["experiment"],
-                "trial_id": h["trial_id"],
-                "config_label": h["config_label"],
-                "epoch": h["epoch"],
-                "gem": gem,
-                "metric": metric,
-                "mode": h[gem],
-                "value": h[metric].astype(float),
-                "rel": h[rel_col].astype(float) if rel_col in h.columns else np.nan,
-            }
-        )
+        part = pd.DataFrame({"experiment": h["experiment"], "trial_id": h["trial_id"],
+                             "config_label": h["config_label"], "epoch": h["epoch"], "gem": gem, "metric": metric,
+                             "mode": h[gem], "value": h[metric].astype(float),
+                             "rel": h[rel_col].astype(float) if rel_col in h.columns else np.nan})
         if rel_col not in h.columns and "loss" in h.columns:
             part["rel"] = part["value"] / h["loss"].astype(float)
         part = part[(part["mode"] != "off") & np.isfinite(part["value"])]
@@ -108,21 +95,12 @@ def gem_magnitudes(history: pd.DataFrame, trials: pd.DataFrame, members: pd.Data
     for (gem, metric, mode), g in long.groupby(["gem", "metric", "mode"], sort=False):
         per_trial = g.groupby(KEY)[["value", "rel"]].mean()
         last = g[g["epoch"] == g.groupby(KEY)["epoch"].transform("max")]
-        rows.append(
-            {
-                "gem": gem,
-                "metric": metric,
-                "mode": mode,
-                "n_trials": int(len(per_trial)),
-                "n_epochs": int(len(g)),
-                "mean": float(per_trial["value"].mean()),
-                "max": float(g["value"].max()),
-                "rel_mean": float(per_trial["rel"].mean()) if per_trial["rel"].notna().any() else math.nan,
-                "rel_max": float(g["rel"].max()) if g["rel"].notna().any() else math.nan,
-                "final_rel_mean": float(last["rel"].mean()) if last["rel"].notna().any() else math.nan,
-                "n_trials_excluded": n_excl,
-            }
-        )
+        rows.append({"gem": gem, "metric": metric, "mode": mode, "n_trials": int(len(per_trial)),
+                     "n_epochs": int(len(g)), "mean": float(per_trial["value"].mean()), "max": float(g["value"].max()),
+                     "rel_mean": float(per_trial["rel"].mean()) if per_trial["rel"].notna().any() else math.nan,
+                     "rel_max": float(g["rel"].max()) if g["rel"].notna().any() else math.nan,
+                     "final_rel_mean": float(last["rel"].mean()) if last["rel"].notna().any() else math.nan,
+                     "n_trials_excluded": n_excl})
     cols = ["gem", "metric", "mode", "n_trials", "n_epochs", "mean", "max", "rel_mean", "rel_max",
             "final_rel_mean", "n_trials_excluded"]
     out = pd.DataFrame(rows, columns=cols)

@@ -1,10 +1,7 @@
-"""Whether a sweep searched on the verdict's own metric: the note its report carries.
-
-The verdicts decide on the per-seed paired gain in validation alpha Sharpe over the last k
-epochs, a diverged member the worst outcome, summarised by the Hodges-Lehmann pseudo-median;
-`verdict_gain` (tune_gems.stats.metrics) is that statistic on one trial's arms. A sweep whose spec
-optimised anything else (raw Sharpe, a last-epoch value, a mean that drops diverged trials)
-chose its configurations on another quantity than the one judged, and its report says so.
+"""Whether a sweep searched on the verdict's own metric: the note its report carries. The verdicts
+decide on the per-seed paired gain in validation alpha Sharpe over the last k epochs
+(`verdict_gain`, tune_gems.stats.metrics, on one trial's arms); a spec that optimised anything
+else chose its configurations on another quantity than the one judged, and its report says so.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""How much Sharpe varies per configuration, across trials and seeds.
-
-The origin of the project: the same configuration gave a best Sharpe anywhere in [15.72, 31.94]
-depending on the trial. Before any gem can be judged we need to know that spread. Statistics use
-each trial's FINAL epoch (the members' Sharpe at the trial's last reported epoch; test Sharpe
-exists only there). Failed trials (status ERROR) and diverged trials are counted per
-configuration and listed, never averaged in: their members are excluded from every statistic.
+"""How much Sharpe varies per configuration, across trials and seeds: the origin of the project
+(the same configuration gave a best Sharpe anywhere in [15.72, 31.94] depending on the trial).
+Statistics use each trial's final epoch; failed and diverged trials are counted and listed per
+configuration, never averaged in.
 """
 
 from __future__ import annotations
@@ -45,38 +42,22 @@ def _sharpe_stats(sub: pd.DataFrame, col: str, prefix: str, n_boot, confidence, 
     best = [g.max() for g in groups]
     res = {f"{prefix}_n": int(v.size)}
     if v.size:
-        est, lo, hi = stratified_bootstrap_ci(
-            groups, statistic="iqm", n_boot=n_boot, confidence=confidence, seed=seed
-        )
-        res.update(
-            {
-                f"{prefix}_mean": float(v.mean()),
-                f"{prefix}_std": float(v.std(ddof=1)) if v.size > 1 else math.nan,
-                f"{prefix}_var": float(v.var(ddof=1)) if v.size > 1 else math.nan,
-                f"{prefix}_min": float(v.min()),
-                f"{prefix}_max": float(v.max()),
-                f"{prefix}_best_min": float(min(best)),
-                f"{prefix}_best_max": float(max(best)),
-                f"{prefix}_iqm": iqm(v),
-                f"{prefix}_iqm_ci_low": lo,
-                f"{prefix}_iqm_ci_high": hi,
-            }
-        )
+        est, lo, hi = stratified_bootstrap_ci(groups, statistic="iqm", n_boot=n_boot, confidence=confidence, seed=seed)
+        res.update({f"{prefix}_mean": float(v.mean()),
+                    f"{prefix}_std": float(v.std(ddof=1)) if v.size > 1 else math.nan,
+                    f"{prefix}_var": float(v.var(ddof=1)) if v.size > 1 else math.nan, f"{prefix}_min": float(v.min()),
+                    f"{prefix}_max": float(v.max()), f"{prefix}_best_min": float(min(best)),
+                    f"{prefix}_best_max": float(max(best)), f"{prefix}_iqm": iqm(v), f"{prefix}_iqm_ci_low": lo,
+                    f"{prefix}_iqm_ci_high": hi})
     else:
         for s in STAT_NAMES:
             res[f"{prefix}_{s}"] = math.nan
     return res
 
 
-def sharpe_variance(
-    members: pd.DataFrame,
-    trials: pd.DataFrame,
-    *,
-    by: str | list[str] = "config_label",
-    n_boot: int = defaults.N_BOOT,
-    confidence: float = defaults.CONFIDENCE,
-    seed: int = defaults.SEED,
-) -> pd.DataFrame:
+def sharpe_variance(members: pd.DataFrame, trials: pd.DataFrame, *, by: str | list[str] = "config_label",
+                    n_boot: int = defaults.N_BOOT, confidence: float = defaults.CONFIDENCE,
+                    seed: int = defaults.SEED) -> pd.DataFrame:
     """Sharpe spread per configuration at each trial's final epoch, validation and test.
 
     One row per value of `by` (default `config_label`; e.g. `["experiment", "config_label"]` to

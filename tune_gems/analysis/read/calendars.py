@@ -1,30 +1,14 @@
 """Which calendar period each history's fold validates on, and which periods the histories' test
 segments are: what the nested rule needs to tell histories that share a period (its luck is common
-to them) from histories on their own dates (pooled as independent).
+to them) from histories on their own dates (docs/data.md, "Several price histories").
 
-A period is a run of dates: two (history, fold) validation windows whose dates overlap are one
-period, and so is everything overlapping them in turn (connected components of the overlap, so
-a period is well defined however the windows chain); windows on disjoint dates are different
-periods. The columns of one file on its date column therefore give fold k of every history one
-period k (`rules.histories.one_calendar`), histories of other eras or markets (each its own time
-column, docs/data.md "Several price histories") periods of their own. The windows are read from
-the experiment's validated fold tables (`side_tables.read_folds`: `val_first`..`val_last`, one row
-per fold, or per history and fold on several calendars, and per trial of a sweep); a row without
-a `history` is every history of its trial (one calendar). Without timestamps (a file of row
-numbers) the rows stand for the dates: fold k of every history is period k. Without a fold table
-at all (results written before it), fold k is period k and every test segment one period.
-
-Only the windows asked for are compared (the histories and folds the analysis pools). Period ids
-count from 0 in time order of each period's first window (row-number windows after dated ones); -1
-is a history's fold with no window in the tables.
-
-A calendar a few days off another (the same market on another exchange's days, a history starting
-later) chains its windows with the other's: its fold k meets the other's folds k and k + 1, so every
-fold of both is one period. That errs on the side the nested rule needs (a period the histories may
-share is counted as shared, never as independent) and may leave it too few periods to decide;
-`min_share` (the share of the shorter window two windows must have in common to be one period,
-default 0: any day) set to 0.5 pairs each fold with the other calendar's fold of mostly the same
-days instead, counting the few days a window shares with the next as independent.
+A period is a connected component of overlapping (history, fold) validation windows, so it is
+well defined however the windows chain; the windows are read from the validated fold tables
+(`side_tables.read_folds`). Without timestamps, or without a fold table, fold k is period k.
+Period ids count from 0 in time order of each period's first window; -1 is a fold with no window
+in the tables. A calendar a few days off another chains into shared periods (the cautious side);
+`min_share` (the share of the shorter window two windows must share, default 0: any day) of 0.5
+pairs each fold with the other calendar's fold of mostly the same days instead.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Read one or several experiment folders into pandas DataFrames.
 
-The analysis reads result files only (docs/results.md), never the trainer: a finished sweep can
-be analysed on a laptop without CUDA, Ray or the model code. Several folders are concatenated;
-the `experiment` column keeps them apart (and is made unique if two folders share a name). Each
-folder is read under its own gems.json (`gem_manifest.folder_manifest`); folders that list
-different gems, or share a trial (a copied or renamed experiment), are refused.
-Anything that is not an experiment folder, or a file that cannot be read, raises
-`DataError` with one line naming the file. Every table is checked against the column schema of
-docs/results.md ("Column types"): a required column missing, a number column holding text, an
-id column holding fractions or negative values, a flag that is not a flag, or a missing id is
-refused naming the file and the column, before any statistic is computed.
+The analysis reads result files only (docs/results.md), never the trainer. Several folders are
+concatenated, the `experiment` column keeping them apart; each is read under its own gems.json,
+and folders that list different gems or share a trial are refused. Every table is checked
+against docs/results.md's "Column types" before any statistic, a problem one `DataError` line
+naming the file (and the column).
 """
 
 from __future__ import annotations
@@ -27,10 +22,8 @@ from tune_gems.analysis.read.table_schema import as_bool, refuse_duplicates, val
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.paths import check_input_path
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry, disagreement, folder_manifest, manifest_source
-from tune_gems.contracts.result_files import (
-    ARMS_FILES, BASELINES_FILES, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE,
-    TRIALS_FILE,
-)
+from tune_gems.contracts.result_files import (ARMS_FILES, BASELINES_FILES, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE,
+                                              MEMBERS_CSV, MEMBERS_FILE, TRIALS_FILE)
 
 BASELINE_COLUMNS = ("segment", "baseline", "sharpe", "alpha_sharpe")
 
@@ -300,19 +293,10 @@ def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
         frames = [f for f in frames if len(f.columns)]
         return pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame()
 
-    return Experiment(
-        trials=cat(parts["trials"]),
-        history=cat(parts["history"]),
-        members=cat(parts["members"]),
-        studies=studies,
-        paths=folders,
-        labels=labels,
-        arms=cat(parts["arms"]) if parts["arms"] else None,
-        baselines=cat(parts["baselines"]) if parts["baselines"] else None,
-        folds=folds,
-        histories=histories,
-        gems=gems,
-    )
+    return Experiment(trials=cat(parts["trials"]), history=cat(parts["history"]), members=cat(parts["members"]),
+                      studies=studies, paths=folders, labels=labels, arms=cat(parts["arms"]) if parts["arms"] else None,
+                      baselines=cat(parts["baselines"]) if parts["baselines"] else None, folds=folds,
+                      histories=histories, gems=gems)
 
 
 def common_manifest(folders: list[Path]) -> tuple[GemEntry, ...]:

@@ -1,30 +1,14 @@
 """The side tables a verdict trusts beside the members: the walk-forward fold table (folds.parquet
 of a sweep, folds.csv of a train run), whose layout the overlap of folds is read from, and the
 price-history table (histories.parquet / histories.csv), which says which histories the members'
-`history` ids are. Both are validated where they are read, against themselves and the members.
+`history` ids are.
 
-Why here, not in the verdicts: a fold table decides how much the pooled variance grows
-(`rules.periods`), so a broken or edited one changes verdicts: a text or zero row count would
-crash the pooling, and a missing column, a NaN, reversed or empty runs or runs past the data would
-drop the correction without a word; two rows for one fold would leave which one counts to chance.
-So every row is checked where it is read (one line naming the file, the column and the row,
-`DataError`):
-
-- types and ranges: every row count and bound a whole number (`FOLD_INT_COLUMNS`), `scheme` one
-  of the two schemes, `train_runs` ascending, disjoint, non-empty `start:end` runs;
-- agreement: `train_rows` is the runs' rows, `group_rows` the validation window's, the runs span
-  `train_start`..`train_end`, no run meets the validation window or reaches the test segment, the
-  test segment ends within the history's rows (histories table);
-- one row per (trial, history, fold) (a `history` column on histories of several calendars: each
-  history's own dates; without it the row is every history's), and a row for every fold the
-  members train in;
-- dates (`calendars.DATE_COLUMNS`, what the calendar periods are read from): in a row all or none
-  (none: no time column), each a time, the validation window before the test segment.
-
-A table with none of the layout columns (`LAYOUT_COLUMNS`: written before the fold table
-recorded them), or no table at all, is no error, but it is said: an experiment whose members span
-several folds then carries "fold overlap not corrected" with the reason (`FoldLayouts.uncorrected`).
-A table with some of them but not all was cut, and is refused.
+A fold table decides how much the pooled variance grows (`rules.periods`), so a broken or edited
+one would change verdicts or drop the correction without a word: every row is checked where it
+is read, against itself, the members and the histories table (docs/robustness.md lists the
+checks), a problem one `DataError` line naming the file, the column and the row. A table without
+the layout columns (`LAYOUT_COLUMNS`), or no table, is said (`FoldLayouts.uncorrected`); one with
+some of them but not all was cut, and is refused.
 """
 
 from __future__ import annotations

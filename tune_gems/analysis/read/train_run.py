@@ -1,10 +1,7 @@
-"""A `tune-gems train` folder read as a one-trial experiment, so `tune-gems analyze` takes it.
-
-Why: the arms of one train run are the cleanest paired design there is (every arm on the same
-seed indices, in one process); nothing about the analysis needs a sweep. The folder's CSVs
-(docs/results.md "train") become the same tables a sweep's parquet files give: one trials row
-(trial id `train`, its config flattened into dotted columns like a sweep's), history and members
-with the id columns added. Validated against the same column schema (tune_gems.analysis.read.load).
+"""A `tune-gems train` folder read as a one-trial experiment, so `tune-gems analyze` takes it: the
+arms of one train run are the cleanest paired design there is. Its CSVs become the tables a
+sweep's parquet files give (trial id `train`, its config flattened into dotted columns),
+validated against the same column schema (tune_gems.analysis.read.load).
 """
 
 from __future__ import annotations

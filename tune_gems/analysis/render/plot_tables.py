@@ -1,11 +1,7 @@
 """The tables the analysis's plots are drawn from (written beside them as CSV files): each plot
-draws one of them and nothing else, so a figure can be checked against its numbers.
-
-`paired_seed_table` (every seed pair of each gem's verdict comparison: the family's own pairs),
-`learning_curve_table` (each arm's median and IQR per epoch), `performance_profile_table` and
-`improvement_table` (Agarwal et al. 2021, "Deep RL at the edge of the statistical precipice":
-descriptions of the verdict's pairs; the verdict is the test) and `final_verdict_table` (each
-contrast's word with the interval of the test that decided it and the held-out re-estimate).
+draws one of them and nothing else, so a figure can be checked against its numbers. The profiles
+and probabilities of improvement (Agarwal et al. 2021) describe the verdict's own pairs; the
+verdict is the test.
 """
 
 from __future__ import annotations

@@ -103,9 +103,8 @@ def calendar_line(r: Any) -> str:
             f"calendar periods{corr}")
 
 
-def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
-                         redundancy: pd.DataFrame | None = None, *, verbose: bool = True,
-                         fold_effects: pd.DataFrame | None = None) -> str:
+def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None, redundancy: pd.DataFrame | None = None,
+                         *, verbose: bool = True, fold_effects: pd.DataFrame | None = None) -> str:
     """The verdicts for a terminal: the aligned table (each word beside its deciding test's numbers, the
     seeds alone apart), each gem's verdict line (with several histories its effect in each: `fold_effects`)
     and (`verbose`) short reason, the placebo arms and the redundancy findings."""
@@ -262,23 +261,17 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
     headline = baseline_headline(baseline_comparison(exp))
     if headline:
         lines += [headline[0].upper() + headline[1:] + ".", ""]
-    lines.append(
-        "Settings: " + ", ".join(f"`{k}={v}`" for k, v in settings.items())
-        + ". How to read this report: `docs/analysis.md`."
-    )
+    lines.append("Settings: " + ", ".join(f"`{k}={v}`" for k,
+                                          v in settings.items()) + ". How to read this report: `docs/analysis.md`.")
     lines += ["", *lead] if (lead := lead_section(images)) else []  # plots to read first (render/figures.py)
     lines += ["", "## Experiments read", ""]
     rows = []
     for label, path in zip(exp.labels, exp.paths):
         o = out[out["experiment"] == label]["outcome"].value_counts()
         studies = [k for k in exp.studies if k == label or k.startswith(f"{label}/")]
-        rows.append(
-            {
-                "experiment": label, "folder": str(path), "trials": int(o.sum()),
-                "ok": int(o.get("ok", 0)), "failed": int(o.get("failed", 0)),
-                "diverged": int(o.get("diverged", 0)), "optuna study": ", ".join(studies) or "none",
-            }
-        )
+        rows.append({"experiment": label, "folder": str(path), "trials": int(o.sum()), "ok": int(o.get("ok", 0)),
+                     "failed": int(o.get("failed", 0)), "diverged": int(o.get("diverged", 0)),
+                     "optuna study": ", ".join(studies) or "none"})
     lines.append(markdown_table(pd.DataFrame(rows)))
 
     v = result.verdicts
