@@ -110,10 +110,11 @@ def plan_confirmation(spec: SweepSpec, trials: pd.DataFrame, members: pd.DataFra
         cfg = trial_config(spec.config, params)
         return with_arms(cfg, confirmation_arms(cfg, plan.gem), f"confirmation of {plan.gem}")
 
-    histories = len(base.data.price_histories)
-    if not per_seed and histories >= 2:  # the discovery's histories, kept: trial_config leaves data as the spec has it
-        notes.append(f"the search's {histories} price histories: the confirmation has fresh seeds on the same histories "
-                     "(each its own market, folds and test segment), so it is conditional on them")
+    histories = [h.name for h in base.data.price_histories]
+    if not per_seed and len(histories) >= 2:  # the discovery's histories, kept: trial_config leaves data as the spec has it
+        notes.append(f"the search's {len(histories)} price histories ({', '.join(histories)}): the confirmation has "
+                     "fresh seeds on the same histories (each its own market, folds and test segment), so it is "
+                     "conditional on them")
     elif not per_seed:
         notes.append("one price history (a file or synthetic paths: shared): the confirmation has fresh seeds on "
                      "the same history, so it is conditional on that history")
