@@ -1,18 +1,6 @@
-"""The three built-in gems, registered through the same registry as any plug-in.
-
-Shaped like a plug-in module: it sits above `ops` (the math) and `model.heads` (G12's head),
-outside the torch-free `gems` package, and the registry imports it by name on first use
-(`registry._ensure_builtins`), so nothing below the trainer imports it.
-
-Each value is a function of GemInputs (tune_gems.gems.inputs) returning [P]. The reference math
-lives in tune_gems.ops.reference (docs/design.md, "The gems"); `fused` runs the same math through the
-`tune_gems::` custom ops (CUDA kernels on CUDA). Torch is imported on first evaluation only, so
-that validating a config does not import it.
-
-Each registers a null (its value without structure to find; docs/gems.md, "Nulls"): G6 the
-permutation expectation of its correlations, G10 its value on permuted successors, G12 the better
-of predicting persistence and predicting zero.
-"""
+"""The three built-in gems, registered like any plug-in, above `ops` and `model.heads` and imported
+by name on first use (`registry._ensure_builtins`); math in ops/reference.py, nulls in docs/gems.md
+"Nulls". Torch is imported on first evaluation, so validating a config does not import it."""
 
 from __future__ import annotations
 
@@ -69,9 +57,8 @@ def g10_fused(x: GemInputs):
 
 
 def g10_null(x: GemInputs):
-    """G10 on permuted successors: sample i's Q(s_t) against sample i-1's Q(s_{t+1}) (cyclic, within
-    the member's batch: nothing crosses the population axis), masked by that successor's
-    not-done, so the null sums as many terms as the value."""
+    """G10 on permuted successors: sample i's Q(s_t) against sample i-1's Q(s_{t+1}) (cyclic within a
+    member's batch), masked by that successor's not-done, so the null sums as many terms as the value."""
     return _ref().g10_temporal(x.q_t, x.q_tp1.roll(1, dims=1), x.not_done.roll(1, dims=1))[1]
 
 

@@ -1,11 +1,5 @@
-"""The whole analysis: compute every table (`analyze`) and write them out (`run_analysis`).
-
-`run_analysis` checks the output folder before any work (`tune_gems.contracts.outputs`): it refuses an
-`--out` that is, contains or lies inside an input experiment or any folder holding sweep/train
-results, and `overwrite` replaces only a folder that an analysis wrote (it carries the analyze
-marker). It writes into a temporary folder beside the destination and publishes it at the end,
-so a failure never leaves half-written results.
-"""
+"""The whole analysis: compute every table (`analyze`) and write them out (`run_analysis`), into a
+temporary folder published at the end, so a failure never leaves half-written results."""
 
 from __future__ import annotations
 
@@ -90,13 +84,9 @@ def check_settings(thresholds: Thresholds | None = None, **settings: Any) -> Thr
 
 def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thresholds: Thresholds | None = None,
             selection: dict[str, int] | None = None, **settings: Any) -> AnalysisResult:
-    """Compute every table from an `Experiment` (or folders to load); writes nothing.
-
-    `thresholds` the analysis's settings (`Thresholds`, defaults: `analysis/defaults.py`);
-    `settings` replace fields of it by name (`alpha=0.01, n_boot=500`). They are checked, and
-    built into one record, before anything is read. `selection`: a confirmation on one price
-    history (`tune-gems confirm`): per gem the configurations its search chose among, whose
-    selection-adjusted final verdicts the verdict table then carries (`gem_verdict_tables`)."""
+    """Compute every table from an `Experiment` (or folders to load); writes nothing. `settings` replace
+    fields of `thresholds` by name, checked before anything is read. `selection`: per gem the
+    configurations a confirmation's search chose among, for selection-adjusted final verdicts."""
     th = check_settings(thresholds, **settings)
     if not isinstance(experiment, Experiment):  # the stored spec/config the analysis reads, verified first
         experiment = experiment if isinstance(experiment, (str, Path)) else list(experiment)
@@ -201,10 +191,9 @@ def write_result(result: AnalysisResult, out_dir: str | Path, *, overwrite: bool
 
 def run_analysis(paths: str | Path | Iterable[str | Path], out_dir: str | Path | None = None, *,
                  overwrite: bool = False, plot: bool = True, **settings: Any) -> AnalysisResult:
-    """Load the experiment folder(s), analyse, write everything into `out_dir` (default
-    `<first folder>/analysis`); return the tables. The output folder (`check_out`), the settings
-    (`ConfigError`) and the input folders (`DataError`) are checked before any work.
-    `settings`: the fields of `Thresholds` (or `thresholds=` one), as for `analyze`."""
+    """Load, analyse and write into `out_dir` (default `<first folder>/analysis`); return the tables.
+    The output folder, settings and inputs are checked before any work; `overwrite` replaces only a
+    folder an analysis wrote."""
     from tune_gems.contracts.paths import check_input_path
 
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)

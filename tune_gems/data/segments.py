@@ -1,10 +1,6 @@
-"""Where a price series is cut: the train / validation / test segments (`split_bounds`), the
-folds of the population axis (`fold_bounds`): walk-forward windows, or purged cross-validation's
-groups with their purge and embargo (docs/data.md "Walk-forward folds", "Purged
-cross-validation"); the fold table folds.csv records (`fold_table`); and the sealed segment at
-the end of every history that no search reads (`sealed_rows`, `seal_digest`; docs/data.md "The
-sealed segment").
-"""
+"""Where a price series is cut: segments (`split_bounds`), folds (`fold_bounds`: walk-forward or
+purged), the fold table (`fold_table`) and the sealed rows no search reads (`sealed_rows`,
+`seal_digest`); docs/data.md explains each."""
 
 from __future__ import annotations
 
@@ -31,11 +27,8 @@ half-open row ranges, each window's first and last time, then its layout."""
 
 @dataclass(frozen=True)
 class SegmentBounds:
-    """Half-open [start, end) index ranges of the train, validation and test segments.
-
-    A purged fold trains on up to two runs of rows around its validation group (`train_runs`;
-    `train` is then their span, so read `runs`), `purge` and `embargo` the rows dropped around
-    the group. `sealed`: the rows after the test segment kept from the search (`data.sealed`)."""
+    """Half-open [start, end) ranges of train, validation and test. A purged fold trains on up to two
+    `train_runs` (`train` their span); `sealed` the rows after the test kept from the search."""
 
     train: tuple[int, int]
     val: tuple[int, int]
@@ -58,9 +51,8 @@ class SegmentBounds:
 
 @dataclass(frozen=True)
 class TrainingReach:
-    """How far around a training decision t the learner reads prices (prices t - `window` .. t
-    + `n_step`), which purged cross-validation keeps away from a validation group; a run of
-    training rows is kept only if one episode of `episode_length` decisions fits in it."""
+    """How far around a training decision t the learner reads prices, which purging keeps away from a
+    validation group; a training run must fit one episode."""
 
     window: int
     n_step: int
@@ -98,12 +90,8 @@ def is_date_split(splits: Sequence) -> bool:
 
 
 def split_bounds(prices: pd.Series, splits: list, min_len: int, source: str = "data.splits") -> SegmentBounds:
-    """Chronological, contiguous, non-overlapping train/val/test bounds covering `prices`.
-
-    `splits` is three fractions (cut by cumulative rounding, so the segments always add up to
-    n) or two dates [val_start, test_start] (each segment starts at the first time >= its date).
-    Every segment needs `min_len` prices: the env needs a full observation window and more.
-    """
+    """Contiguous train/val/test bounds covering `prices`: `splits` three fractions (cumulative rounding,
+    so they add up to n) or two dates; every segment needs `min_len` prices."""
     n = len(prices)
     if len(splits) == 3 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in splits):
         f0, f1, f2 = (float(x) for x in splits)
@@ -143,11 +131,9 @@ def _data_span(index: pd.Index, splits: list) -> str:
 
 def fold_bounds(prices: pd.Series, splits: list, folds: Any, min_len: int,
                 reach: TrainingReach | None = None) -> list[SegmentBounds]:
-    """The folds of `data.folds` (docs/data.md "Walk-forward folds", "Purged cross-validation"):
-    one SegmentBounds per fold, the test segment common. Walk-forward: the K validation windows
-    are the last K x L rows before the test segment, end to end, each fold's training window
-    ending `folds.gap` rows before it (K = 1 with the defaults is `[split_bounds(...)]` exactly).
-    Purged needs `reach`. A layout that does not fit is a one-line ConfigError naming the key."""
+    """One SegmentBounds per fold of `data.folds`, the test common. Walk-forward: K windows end to end
+    before the test, each training window `folds.gap` rows before it (K = 1 is `split_bounds` exactly).
+    Purged needs `reach`. A layout that does not fit is a ConfigError naming the key."""
     base = split_bounds(prices, splits, min_len)
     if folds.scheme == "purged":
         if reach is None:
@@ -182,11 +168,9 @@ def fold_bounds(prices: pd.Series, splits: list, folds: Any, min_len: int,
 
 
 def _purged_bounds(base: SegmentBounds, folds: Any, min_len: int, reach: TrainingReach) -> list[SegmentBounds]:
-    """Purged cross-validation: the rows before the test segment (row b) end in K groups of L
-    rows (default (b - window) // K); fold k validates on group k = [v, v + L) and trains on
-    [0, v - purge_before) and [v + L + embargo + purge_after, b - purge_before), each kept only if
-    it holds one episode, so no training observation, reward or n-step target reads a price of
-    the group or of the test segment."""
+    """Purged cross-validation: fold k validates on group [v, v + L) and trains on the rows before and
+    after it past purge and embargo, each run kept only if it holds an episode, so no observation,
+    reward or n-step target reads a price of the group or the test."""
     k, embargo = int(folds.k), int(folds.embargo)
     test_lo, lead = base.test[0], reach.window
     if folds.val_length is None:
@@ -221,9 +205,7 @@ def _purged_bounds(base: SegmentBounds, folds: Any, min_len: int, reach: Trainin
 
 def fold_table(index: pd.Index | Sequence[pd.Index], folds: Sequence[SegmentBounds], layout: str,
                fold_ids: Sequence[int] | None = None) -> pd.DataFrame:
-    """One row per fold (FOLD_TABLE_COLUMNS). `index`: the series' index, or each history's: on
-    several calendars one row per history and fold, `history` first, with its own dates.
-    `layout`: the walk-forward layout (`data.folds.layout`); purged folds write none."""
+    """One row per fold (and per history on several calendars, with its own dates); purged folds write no layout."""
     indexes = [index] if isinstance(index, pd.Index) else list(index)
     if len(calendar_groups(indexes)) > 1:
         per = [fold_table(idx, folds, layout, fold_ids) for idx in indexes]
@@ -262,10 +244,8 @@ def sealed_rows(n: int, sealed: float | int, min_len: int) -> int:
 
 
 def seal_digest(paths: Sequence[pd.Series], names: Sequence[str], rows: int) -> dict[str, Any]:
-    """What the experiment's record holds of a seal: its `rows`, the row they start at, each
-    history's span of them and the SHA-256 of every history's sealed rows (its name, the
-    timestamps as int64 nanoseconds or the row numbers, the prices as float64), in order; and
-    no opening yet."""
+    """The record of a seal: its rows, start, each history's span and the SHA-256 of every history's
+    sealed rows (name, int64 ns timestamps or row numbers, float64 prices); no opening yet."""
     digest, spans = hashlib.sha256(), {}
     n = len(paths[0])
     for name, path in zip(names, paths):

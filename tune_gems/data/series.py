@@ -1,11 +1,6 @@
-"""Price series: read from CSV/Parquet with one-line errors, or generated (the segments and
-walk-forward / purged folds they are split into: `segments.py`).
-
-A bad price file should fail here, before any GPU time is spent, with one line that says which
-file and what is wrong with it (`tune_gems.contracts.errors.DataError`: "<path>: <problem>"). Everything
-downstream (env, trainer) may then assume a float64 series of strictly positive prices in
-strictly increasing time order.
-"""
+"""Price series, read from CSV/Parquet or generated. A bad file fails here, before any GPU time, in
+one line (`tune_gems.contracts.errors.DataError`); downstream may assume float64 strictly positive
+prices in strictly increasing time."""
 
 from __future__ import annotations
 
@@ -34,9 +29,8 @@ DEFAULT_REGIMES = ((0.006, 0.0005), (0.010, 0.0), (0.020, -0.0005))
 
 @dataclass(frozen=True)
 class SyntheticShape:
-    """The synthetic series beside its edge (`synthetic_prices`): its regimes (daily volatility,
-    daily drift at edge=1), how long a regime and the trend persist, the trend's largest share of
-    a return's variance, the first business day and the first price."""
+    """The synthetic series beside its edge: its regimes, persistence, the trend's largest share of a
+    return's variance, first day and first price."""
 
     regimes: Sequence[tuple[float, float]] = DEFAULT_REGIMES
     regime_persistence: float = 0.98
@@ -196,13 +190,9 @@ def _parse_prices(raw: pd.Series, times: pd.DatetimeIndex | None, path: Path, co
 
 def load_prices(path: str | Path, price_column: str = "close", time_column: str | None = None, *,
                 min_rows: int = 0) -> pd.Series:
-    """A validated float64 price series from a CSV (.csv, .csv.gz, .txt) or Parquet (.parquet, .pq).
-
-    Works on OHLCV tables and close-only files alike: only `price_column` is read. Column names
-    match ignoring case and surrounding spaces. Without `time_column`, a column named date,
-    datetime, time or timestamp (any case) is used when present; otherwise the index is 0..n-1.
-    `min_rows` > 0 rejects series too short to train on. Raises DataError "<path>: <problem>".
-    """
+    """A validated float64 price series from CSV or Parquet, reading only `price_column` (names match
+    ignoring case and spaces); without `time_column` a date-like column if any. DataError "<path>:
+    <problem>"."""
     p = Path(path)
     if not p.exists():
         raise _fail(path, "no such file")
@@ -236,13 +226,9 @@ def load_prices(path: str | Path, price_column: str = "close", time_column: str 
 
 def synthetic_prices(n: int, seed: int, edge: float = DEFAULT_EDGE, edge_periods: Sequence[Sequence[float]] | None = None,
                      shape: SyntheticShape = SyntheticShape()) -> pd.Series:
-    """A seeded regime-switching price series with a weak momentum edge a learner can find
-    (docs/data.md, "The synthetic series"): something to learn after costs, and `edge=0` a control
-    with nothing to learn. Regimes persist (a Markov chain over `shape.regimes`, drifts scaled by
-    the edge and cancelling in expectation); a hidden AR(1) trend carries `edge * max_trend_share`
-    of each return's variance; `edge_periods` ([[start_fraction, edge], ...]) plants an edge that
-    changes over time without changing any random draw. Prices compound simple returns with
-    multiplications only, so the same (n, seed, edge) gives the same bits on every machine."""
+    """A seeded regime-switching series with a weak momentum edge (docs/data.md "The synthetic
+    series"), `edge=0` a control with nothing to learn; `edge_periods` changes the edge over time
+    without changing a random draw. Multiplications only, so the same bits on every machine."""
     return synthetic_paths(n, [seed], edge, edge_periods, shape)[0]
 
 
@@ -282,10 +268,8 @@ def synthetic_paths(n: int, seeds: Sequence[int], edge: float = DEFAULT_EDGE, ed
 
 
 def _regime_chain(cumulative: np.ndarray, jumps: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """The regime [P, n] of each path's rows (`jumps` [P, n], `start` [P]): at row t the chain
-    moves from s to the first regime whose cumulative transition probability (row s of
-    `cumulative`) exceeds jumps[t]. Every row's move from every regime is computed at once; only
-    the walk is a loop over the rows, one lookup for every path."""
+    """The regime [P, n] of each path's rows: every row's move from every regime at once, then one loop
+    over the rows."""
     k = cumulative.shape[0]
     P, n = jumps.shape
     moves = np.minimum((cumulative[None, None, :, :] <= jumps[:, :, None, None]).sum(-1), k - 1)  # [P, n, k]
@@ -349,9 +333,8 @@ def _load_history(spec: HistorySpec, min_rows: int, several: bool) -> pd.Series:
 
 
 def load_histories(cfg: Any, min_rows: int = 0) -> list[pd.Series]:
-    """Every price history of a file `DataConfig` (`DataConfig.price_histories`), validated one by
-    one and then against each other. Each keeps its own index (histories may come from different
-    calendars, `calendar_groups`); every fold and segment is the same rows of each."""
+    """Every price history of a file `DataConfig`, validated singly and then together; each keeps its
+    own index (`calendar_groups`)."""
     specs = cfg.price_histories
     series = [_load_history(spec, min_rows, len(specs) > 1) for spec in specs]
     check_side_by_side(specs, series, cfg.histories_key)
@@ -371,9 +354,8 @@ def check_distinct_markets(specs: Sequence[HistorySpec], series: Sequence[pd.Ser
 
 
 def check_side_by_side(specs: Sequence[HistorySpec], series: Sequence[pd.Series], key: str) -> None:
-    """DataError naming the history that cannot stand beside the first: row t of every history
-    stands side by side (as many rows each), and the analysis compares their dates (timestamps
-    in every history, all naive or all timezone-aware, or in none)."""
+    """DataError naming a history that cannot stand beside the first: as many rows, and timestamps in
+    all (all naive or all aware) or none."""
     ref, first = series[0].index, specs[0]
     for spec, s in zip(specs[1:], series[1:]):
         idx = s.index
@@ -392,9 +374,7 @@ def check_side_by_side(specs: Sequence[HistorySpec], series: Sequence[pd.Series]
 
 
 def calendar_groups(indexes: Sequence[pd.Index]) -> list[list[int]]:
-    """The histories (positions in `indexes`, each history's index) grouped by calendar, in order
-    of their first history: histories of one calendar have the same index, row for row (the
-    columns of one file on its date column; every history without timestamps)."""
+    """The histories grouped by calendar (the same index, row for row), in order of first history."""
     groups: dict[int, list[int]] = {}
     for h, idx in enumerate(indexes):
         groups.setdefault(next((g for g in groups if indexes[g].equals(idx)), h), []).append(h)
@@ -410,10 +390,8 @@ def path_seeds(syn: Any, n_seed_indices: int, first_seed_index: int = 0) -> list
 
 
 def load_paths(cfg: Any, n_seed_indices: int = 1, min_rows: int = 0, first_seed_index: int = 0) -> list[pd.Series]:
-    """The price paths a `DataConfig` names, for a run of `n_seed_indices` seed indices from
-    `first_seed_index` on (a seed block of a larger design starts past 0): synthetic `per_seed`
-    one path per seed index (`path_seeds`), `shared` one, price files one per history. Index the
-    result with `path_of_member`."""
+    """The price paths for `n_seed_indices` seed indices from `first_seed_index`: synthetic `per_seed`
+    one per seed index, `shared` one, files one per history; index with `path_of_member`."""
     if n_seed_indices < 1:
         raise ValueError(f"n_seed_indices must be >= 1, got {n_seed_indices}")
     if cfg.source != "synthetic":
@@ -425,9 +403,7 @@ def load_paths(cfg: Any, n_seed_indices: int = 1, min_rows: int = 0, first_seed_
 
 
 def path_of_member(cfg: Any, seed_slot_of_member: Sequence[int], history_of_member: Sequence[int] | None = None) -> list[int]:
-    """The path (an index into `load_paths`) each member trains and evaluates on: its seed's
-    position in the run (`MemberLayout.seed_slot`) under synthetic `per_seed`; its history
-    (`MemberLayout.history_index`, default 0) on price files; else 0 for everyone."""
+    """Each member's path in `load_paths`: its seed slot under `per_seed`, its history on files, else 0."""
     if cfg.source == "synthetic" and cfg.synthetic.paths == "per_seed":
         return [int(s) for s in seed_slot_of_member]
     if cfg.source != "synthetic" and history_of_member is not None:

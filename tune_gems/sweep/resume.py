@@ -41,8 +41,7 @@ def resolved_spec(spec: SweepSpec) -> dict[str, Any]:
 
 
 def stored_spec(store: ExperimentStore, overrides: list[str], given: SweepSpec, spec_path: Path) -> SweepSpec:
-    """The stored spec.yaml, overrides that change it refused; refused fail-closed when it or the
-    data changed."""
+    """The stored spec.yaml, overrides that change it refused; refused fail-closed when it or the data changed."""
     from pydantic import ValidationError
 
     where = f"{store.uri}/{SPEC_FILE}"

@@ -1,20 +1,7 @@
-"""Checkpoints that resume exactly: every state tensor of the learner plus host-side progress.
-
-The file holds only tensors, numbers, strings, lists and dicts, so it loads with
-`torch.load(weights_only=True)` (no pickle code runs); it is written to a temporary file and
-renamed (tune_gems.contracts.safe_files), so a crash never leaves a truncated checkpoint.
-
-Schema (`validate_payload`: a damaged or foreign file is one CheckpointError naming the field):
-
-    {"format": FORMAT, "version": VERSION,
-     "meta": {"epoch": int>=0, "env_steps": int>=0, "updates": int>=0, "diverged": bool,
-              "prefilled": bool, "history": [dict], "member_history": [dict], "config": dict, ...},
-     "state": {str: Tensor}}
-
-A file without a version is version 1; version 2 gave the triton path's flat matrices alignment gaps,
-version 3 stores its weights [out, in]: an older file is laid out anew on load (`Learner.from_checkpoint`).
-A checkpoint must also agree with itself (`check_consistent`).
-"""
+"""Checkpoints that resume exactly: every learner state tensor plus host-side progress, only
+tensors and plain values, so `torch.load(weights_only=True)` runs no pickle code; written to a
+temporary and renamed, so a crash never truncates one. `validate_payload` holds the schema (a
+damaged file is one CheckpointError naming the field); docs/checkpoints.md its versions."""
 
 from __future__ import annotations
 
@@ -67,9 +54,8 @@ def read(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any], int]:
 
 
 def check_consistent(path: str | Path, state: dict[str, Tensor], meta: dict[str, Any]) -> None:
-    """CheckpointError when a schema-valid checkpoint contradicts itself (module doc): a history
-    that is not one row per epoch 1..epoch with one set of columns, an epoch past its config's
-    `trainer.epochs`, or non-finite weights in a run that did not diverge."""
+    """CheckpointError when a valid checkpoint contradicts itself: a history not one row per epoch, an
+    epoch past `trainer.epochs`, or non-finite weights in a run that did not diverge."""
     epoch, history = meta["epoch"], meta["history"]
     epochs_col = [row.get("epoch") for row in history]
     if epochs_col != list(range(1, epoch + 1)):

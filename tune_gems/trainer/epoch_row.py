@@ -25,9 +25,8 @@ class EpochResult:
 
 @dataclass(frozen=True)
 class EpochMeasures:
-    """What one epoch measured: per-member accumulator means (`rows`), `evals` {segment: {stat:
-    [P]}} (NaN where not evaluated or diverged), `member_diverged`, counters, noise, speed and
-    seconds."""
+    """What one epoch measured: per-member means (`rows`), `evals` {segment: {stat: [P]}} (NaN where not
+    evaluated or diverged), counters, noise, speed and seconds."""
 
     epoch: int
     env_steps: int

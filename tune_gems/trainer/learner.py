@@ -1,19 +1,8 @@
-"""One training iteration of the population DQN, with all state in preallocated tensors.
-
-`Learner.iteration()` is the unit that the trainer runs eagerly on CPU and captures as one CUDA
-graph on GPU: advance the RNG counter, resample NoisyNet noise, step every environment, insert
-into replay, sample, forward, gems, backward, per-member clipped Adam step, target update,
-metric accumulation. Nothing in it reads a value back to the host or branches on one. The hard
-target update (trainer.tau = 0) is the one part outside the graph: the host, which counts the
-iterations, copies the target when due (`tune_gems.trainer.graph.SplitStep`).
-
-Arms (docs/design.md "Arms"): the population axis carries P = histories x folds x arms x seeds
-members, history-major, then fold-major, then arm-major (tune_gems.design.arms.MemberLayout).
-What differs between arms enters as per-member constants (network masks, learning-rate blocks,
-[P] gem masks and weights, an exploration mask), never as the graph's structure, a member's
-random numbers or its initial weights, so each arm's members equal a run of that arm alone, bit
-for bit (tests/test_arms_learner.py).
-"""
+"""One training iteration of the population DQN, with all state in preallocated tensors, run eagerly
+on CPU and captured as one CUDA graph on GPU; nothing reads back to the host or branches on a
+value, apart from the hard target update (`tune_gems.trainer.graph.SplitStep`). What differs
+between arms enters as per-member constants, never as graph structure, random numbers or initial
+weights, so each arm equals a run of it alone bit for bit (docs/design.md "Arms")."""
 
 from __future__ import annotations
 
@@ -53,9 +42,8 @@ REPLAY_STREAM_BASE = 1 << 20
 class Learner:
     def __init__(self, cfg: Config, market: Market, device: torch.device, ops, seeds: list[int] | None = None,
                  arms: RunArms | list[Arm] | None = None):
-        """`seeds` overrides the member seeds derived from cfg.seed (one per member); `arms` is
-        the run's arms record (`tune_gems.design.arms.run_arms`, expanded once where the run
-        starts) or its arms (default: expanded from cfg here)."""
+        """`seeds` overrides the member seeds from cfg.seed; `arms` the run's record
+        (`tune_gems.design.arms.run_arms`) or its arms."""
         tc, mc = cfg.trainer, cfg.model
         self.cfg, self.device, self.ops = cfg, device, ops
         # walk-forward folds (data.folds): fold-major blocks of arms x seeds, one per fold the market holds
@@ -153,9 +141,7 @@ class Learner:
         return state
 
     def from_checkpoint(self, state: dict[str, Tensor], version: int) -> dict[str, Tensor]:
-        """A checkpoint's state in this learner's layout (tune_gems.trainer.checkpoint): its flat
-        matrices laid out as version 1 wrote them (no alignment gaps, the weights [in, out]) or
-        version 2 (the triton path's aligned, the weights [in, out]) are laid out anew."""
+        """A checkpoint's state in this learner's layout: versions 1 and 2's flat matrices are laid out anew."""
         flat = self.online_flat
         if version >= 3 or flat.plain:
             return state
@@ -188,9 +174,8 @@ class Learner:
         return _float32_matmul_precision("high")
 
     def backward_matmul_precision(self):
-        """Context for the backward pass: tf32 on CUDA when configured, else none (the precision is
-        read at each launch, so the backward products need it too; bf16's casts are already in the
-        autograd graph)."""
+        """tf32 for the backward when configured on CUDA: the precision is read at each launch (bf16's casts
+        are already in the autograd graph)."""
         if self.device.type == "cuda" and self.cfg.trainer.precision == "tf32":
             return _float32_matmul_precision("high")
         return contextlib.nullcontext()
@@ -245,10 +230,7 @@ class Learner:
     # -- one iteration -----------------------------------------------------------------------
     @functools.cached_property
     def iteration(self) -> SplitStep:
-        """One training iteration, called as `Learner.iteration()`: the capturable part
-        (`_iteration_on_device`) and the host-scheduled hard target copy (`_after_iteration`),
-        after the device part of each iteration; `StepRunner` captures the first and runs the
-        second between replays, counting iterations on the host."""
+        """One iteration: the capturable `_iteration_on_device` and the host-scheduled `_after_iteration`."""
         return SplitStep(self._iteration_on_device, self._after_iteration, lambda: self.updates)
 
     def _iteration_on_device(self) -> None:
@@ -258,15 +240,9 @@ class Learner:
         self._learn(weights, draws)
 
     def gem_inputs(self, b, weights) -> tuple[GemInputs, Tensor, Tensor, Tensor]:
-        """One forward of the batch: (the gems' inputs, online taken-action log-probabilities
-        at s_t [P,B,K,atoms], online logits at the n-step bootstrap state, target logits there).
-
-        The online network runs with autograd over [s_t, s_{t+1}] (a wired gem's gradient may
-        flow through q_tp1) and without it over s_{t+n}, the same split for every run (another
-        split per arm would change an arm's matmul shapes, hence its bits). The gems see the
-        one-step successor; the C51 target keeps the n-step state. The dueling-C51 head
-        (`GemOps.dueling_c51`, float32) never materialises the [P,2B,K,A,atoms] dueling logits.
-        """
+        """One forward: (gem inputs, taken log-probabilities at s_t, online and target logits at s_{t+n}).
+        Autograd over [s_t, s_{t+1}] (a wired gem may flow through q_tp1), none over s_{t+n}, the same
+        split in every run (another per arm would change its matmul shapes, hence its bits)."""
         B = self.cfg.trainer.batch_size
         stacked = b.stacked_obs  # [P,3B,obs_dim] = cat[s_t, s_{t+1}, s_{t+n}]
         with self.matmul_precision():
@@ -323,9 +299,8 @@ class Learner:
             self._accumulate(c51, finite, x.q_t, norms[0], values, nulls)
 
     def _replay_uniforms(self, draws: Draws) -> Tensor:
-        """The iteration's replay uniforms [P, batch]: the draw plan's slice, except for the
-        members of a nuisance stream (trainer.replay_stream = s), which read stream
-        REPLAY_STREAM_BASE + s of their own key (independent of stream 0, same counter)."""
+        """The replay uniforms [P, batch]; a nuisance stream's members read stream REPLAY_STREAM_BASE + s of
+        their own key."""
         u = draws.uniform("replay")
         for stream, members in self.replay_streams.items():
             alt = self.rng.uniform(REPLAY_STREAM_BASE + stream, (u.shape[1],))
@@ -333,8 +308,7 @@ class Learner:
         return u
 
     def _heads(self, weights) -> dict:
-        """The gems' own parameters bound to this iteration's weights, run at the network's
-        matmul precision."""
+        """The gems' own parameters bound to this iteration's weights, run at the network's matmul precision."""
 
         def at_precision(fn):
             def call(*args):
@@ -353,10 +327,8 @@ class Learner:
             t.lerp_(o, tau if follows_tau else 1.0)
 
     def _after_iteration(self, updates: int) -> None:
-        """After the iteration that brought the update count to `updates`: the hard target
-        update (trainer.tau = 0) when it is due, a plain copy of every target pair: the bits of a
-        lerp by a 0/1 device weight wherever o - t is finite, but no pass over every parameter in
-        every iteration (tests/test_target_update.py)."""
+        """The hard target update when due: a plain copy, the bits of a lerp by a 0/1 weight, without a pass
+        over every parameter each iteration."""
         tc = self.cfg.trainer
         if tc.tau > 0 or updates % tc.target_update:
             return

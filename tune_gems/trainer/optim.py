@@ -1,16 +1,8 @@
-"""Adam for population-batched parameters, with gradient clipping per member.
-
-The parameters live in one member-major matrix [P, total] (tune_gems.model.flat), so the
-per-member gradient norm is one row-wise reduction, the clipping one in-place scale, and the
-Adam update torch's `_fused_adam_` (the kernel of `torch.optim.Adam(fused=True)`, same bits) over
-row blocks of the matrix; the step counter is a device tensor, so the step is capturable. The
-private op because the public optimizer's tensor `lr` must be 0-dim.
-
-Per-member learning rates (arms): one fused call per distinct rate over that rate's blocks of
-consecutive rows, each block its own tensor, so a block's bits (and its clipping norms, reduced
-per block) are those of a run of that block alone. `clip_adam` (the triton path's) replaces this
-with two kernels that process each member row alone, so its bits never depend on P or the blocks.
-"""
+"""Adam for population-batched parameters with per-member clipping: on the member-major matrix the
+norm is one row reduction and the update torch's `_fused_adam_` (same bits as `fused=True`; the
+private op because the public one's tensor `lr` must be 0-dim), capturable. One fused call per
+learning-rate block of rows, so a block's bits are a run of it alone; `clip_adam` instead steps
+each row alone."""
 
 from __future__ import annotations
 
@@ -49,13 +41,9 @@ class PopulationAdam:
     def __init__(self, flat: FlatParameters, lr: float | Sequence[float], eps: float, max_grad_norm: float,
                  betas: tuple[float, float] = (0.9, 0.999), clip_groups: list[slice] | None = None,
                  blocks: Sequence[slice] | None = None, clip_adam: Callable | None = None):
-        """`lr`: one learning rate, or one per member (P floats). `blocks`: the members in
-        consecutive row ranges (an arm's members), the lr constant within each; every
-        reduction and fused call sees one block at a time (default: the runs of equal lr).
-        `clip_groups`: column ranges of the flat matrix clipped each on its own (the shared
-        network, and each gem head, whose gradient must not change the shared network's clip
-        in `measure` mode); default: one group, the whole matrix. `clip_adam`: a factory
-        (data, lrs, clip groups, betas, eps, max_grad_norm, CLIP_EPS) -> the fused step (module doc)."""
+        """`lr`: one rate or one per member; `blocks` the row ranges every reduction and call sees apart.
+        `clip_groups`: column ranges clipped on their own (a measured gem head must not move the shared
+        network's clip). `clip_adam`: a factory of the fused step."""
         self.flat = flat
         P = flat.population
         lrs = [float(lr)] * P if isinstance(lr, (int, float)) else [float(x) for x in lr]
@@ -75,9 +63,8 @@ class PopulationAdam:
         self._calls = self._fused_calls()
 
     def _fused_calls(self) -> list:
-        """Per distinct lr: (rate, params, grads, avgs, avg_sqs) as lists of views, made once:
-        whole row blocks (one contiguous tensor each), or with frozen columns each row's runs of
-        `kept` columns (contiguous too, as the fused kernel needs)."""
+        """Per distinct lr, the views of (params, grads, avgs, avg_sqs), made once; contiguous row blocks or
+        each row's runs of kept columns."""
         by_lr: dict[float, list[slice]] = {}
         for rows, rate in self.blocks if self.kernel is None else ():
             by_lr.setdefault(rate, []).append(rows)
@@ -88,14 +75,9 @@ class PopulationAdam:
         return [(rate, *([m[r, cols] for r in rs for cols in self.kept] for m in mats)) for rate, rs in members.items()]
 
     def freeze_columns(self, frozen: Sequence[slice]) -> None:
-        """Leave these columns out of every Adam update: parameters that no gradient reaches
-        in this run (a gem head whose gem is off in every arm). Their gradient is zero, so Adam
-        would leave them unchanged anyway (moments stay 0, the step is 0 / (0 + eps)); skipping
-        them saves the memory traffic and the bits are the same (tests/gpu/test_optim_gpu.py).
-
-        CUDA or `clip_adam` only: the CPU fused kernel runs a vectorised body and a scalar tail
-        whose roundings differ, so splitting a row into shorter views would move elements between
-        the two and change bits (and the arms invariant); on the CPU every row stays whole there."""
+        """Leave out of Adam the columns no gradient reaches (same bits, less traffic). CUDA or `clip_adam`
+        only: the CPU fused kernel's vector body and scalar tail round differently, so shorter views would
+        change bits."""
         if not self.flat.data.is_cuda and self.kernel is None:
             return
         frozen = tuple(c for c in frozen if c.stop > c.start)

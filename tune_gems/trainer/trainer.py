@@ -114,8 +114,7 @@ class Trainer:
         return history_table(self.cfg.data, self.market)
 
     def sample_timings(self, iterations: int) -> tuple[float, float, float]:
-        """(prefill s, s per iteration, s per validation pass) on this device: for `--dry-run`; a
-        throw-away only."""
+        """(prefill s, s per iteration, s per validation pass) on this device: for `--dry-run`; a throw-away only."""
         def sync() -> None:
             if self.device.type == "cuda":
                 torch.cuda.synchronize()

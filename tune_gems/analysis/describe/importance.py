@@ -1,7 +1,5 @@
-"""Optuna parameter importances from the persisted study (`<experiment>/optuna_journal.log`), with
-Optuna's default evaluator. Where importances mean nothing (no study, fewer than 2 complete
-trials, every parameter at one value) the table carries a note instead of an error.
-"""
+"""Optuna parameter importances from the persisted study (`<experiment>/optuna_journal.log`); where
+they mean nothing the table carries a note instead of an error."""
 
 from __future__ import annotations
 
@@ -49,12 +47,8 @@ def study_importances(name: str, study: Any, *, min_complete: int = MIN_COMPLETE
 
 
 def param_importances(studies: Mapping[str, Any], *, min_complete: int = MIN_COMPLETE) -> pd.DataFrame:
-    """Importances of every study: study, param, importance (sum 1 per study), n_complete, note.
-
-    Uses `optuna.importance.get_param_importances(study)` with Optuna's default evaluator;
-    warnings it raises (e.g. few trials per regime) are kept in `note`. A skipped study gives
-    one row with param empty and the reason in `note`; no study at all gives one such row too.
-    """
+    """Importances per study with Optuna's default evaluator (sum 1 per study); its warnings, or why a
+    study was skipped (one row, param empty), go in `note`."""
     rows: list[dict] = []
     if not studies:
         rows.append(_note_row(None, 0, "skipped: no Optuna study found (no optuna_journal.log, or it holds no study)"))

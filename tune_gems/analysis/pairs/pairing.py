@@ -1,13 +1,6 @@
-"""Designed comparisons: which members may be compared to estimate one factor's effect
-(docs/analysis.md, "Effects only from designs").
-
-A gem's effect is estimated only between members whose full configurations are identical except
-for that gem's mode, at the same seed: arms of one trial, trials of identical configurations and
-member seeds (never across experiment folders), or the seed blocks of one design. Anything else
-is confounded: no verdict, and the evidence says what would fix it. The unit of inference is the
-member seed; units that share a per-seed synthetic market path are merged (union-find), and on
-one shared path the inference is conditional on it.
-"""
+"""Designed comparisons (docs/analysis.md "Effects only from designs"): a gem's effect only between
+members identical apart from its mode at the same seed; anything else is confounded and gets no
+verdict. The unit is the member seed; units sharing a synthetic market path are merged."""
 
 from __future__ import annotations
 
@@ -83,9 +76,7 @@ def _index_column(m: pd.DataFrame, column: str, what: str) -> pd.Series:
 
 
 def with_arm_columns(members: pd.DataFrame) -> pd.DataFrame:
-    """Members with `arm` ("default" where absent), `seed_index` (the member index where
-    absent: older results are one arm whose seed index is the member), `fold` (0 where
-    absent: one validation period) and `history` (0 where absent: one price history)."""
+    """Members with `arm`, `seed_index`, `fold` and `history`, defaulted where older results lack them."""
     m = members.copy()
     m["fold"] = _index_column(m, "fold", "the member's walk-forward fold")
     m["history"] = _index_column(m, "history", "the member's price history")
@@ -103,10 +94,8 @@ def with_arm_columns(members: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass
 class Cells:
-    """The members that enter comparisons: `table` one row per CELL with seed, final_epoch, unit,
-    own_path (its seed index has its own synthetic path), outcome, cell (an integer id) and one
-    column per config key (canonical text); `long` the member-epoch rows with `cell`;
-    `shared_path`: some unit's market path is shared by every seed."""
+    """The members that enter comparisons: `table` one row per cell with its config keys as text, `long`
+    the member-epoch rows; `shared_path`: some unit's market path is shared by every seed."""
 
     table: pd.DataFrame
     long: pd.DataFrame
@@ -221,9 +210,8 @@ def build_cells(trials: pd.DataFrame, members: pd.DataFrame, arms: pd.DataFrame 
 
 
 def window_values(long: pd.DataFrame, column: str, end_epoch: pd.Series, k) -> pd.DataFrame:
-    """Per cell (the index): `value`, the mean of `column` over its epochs in (E - k, E], E =
-    `end_epoch[cell]`, and `diverged`: diverged at or before E, or no finite value in the window.
-    `k` an int, or a function of the end epochs (`Thresholds.window_length`)."""
+    """Per cell, the mean of `column` over epochs (E - k, E] and whether it diverged by E or has no
+    finite value there; `k` an int or a function of the end epochs."""
     e = long["cell"].map(end_epoch)
     ep = long["epoch"].astype(int)
     if callable(k):
@@ -298,13 +286,6 @@ class Paired:
                 f"units: {self.units_text()}")
 
 
-def _diff(hi: np.ndarray, lo: np.ndarray, hi_div: np.ndarray, lo_div: np.ndarray, worst: bool) -> np.ndarray:
-    """hi - lo with divergence as the worst outcome (`worst`) or as missing (NaN)."""
-    if worst:
-        return worst_outcome_difference(hi, lo, hi_div, lo_div)
-    return np.where(hi_div | lo_div, np.nan, hi - lo)
-
-
 def _unit_mean(values: np.ndarray) -> float:
     """Mean of one unit's pair differences; +inf with -inf is a tie (0)."""
     with np.errstate(invalid="ignore"):
@@ -314,11 +295,8 @@ def _unit_mean(values: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class Layout:
-    """How one factor's comparison pairs (the structure behind a `Paired`): `cells` the paired cells
-    (columns experiment, trial_id, history, fold, seed, unit, cell, context, end_epoch and the factor's level
-    in `factor`), `cell_pairs` one row per (hi cell, lo cell) at a common seed in one context (see
-    `Paired.pairs`), the factor with its two levels, and the window and metric the differences
-    were read with (`column`, `k`, `worst`)."""
+    """How one factor's comparison pairs (the structure behind a `Paired`): the paired cells, one row
+    per (hi, lo) cell pair, and the window and metric read."""
 
     cells: pd.DataFrame
     cell_pairs: pd.DataFrame
@@ -334,10 +312,9 @@ class Layout:
 
 def paired(cells: Cells, factor: str, hi: str, lo: str, *, column: str, k, ignore: tuple[str, ...] = (),
            select: Callable[[pd.DataFrame], pd.Series] | None = None, worst: bool = True) -> Paired:
-    """Per-unit differences of `column` (mean over each context's window `k`, as in `window_values`)
-    between cells with `factor` == hi and == lo whose configs are identical apart from `factor` and
-    `ignore`, paired by member seed. `select` filters the cells first. With `worst`, a diverged
-    member is the worst outcome; otherwise it is left out."""
+    """Per-unit differences of `column`'s window mean between cells at `factor` hi and lo, otherwise
+    identical apart from `ignore`, paired by seed. With `worst` a diverged member is the worst outcome;
+    otherwise it is left out."""
     t = cells.table
     if select is not None:
         t = t[select(t)]
@@ -377,9 +354,7 @@ def revalue(pr: Paired, cells: Cells, column: str, k) -> Paired:
 
 
 def _split(pr: Paired, cells: Cells, by: list[str]) -> list[tuple[tuple[int, ...], Paired]]:
-    """(key, the same pairs' differences inside the cells of that key) for every value of the
-    columns `by` the pairs span: a (history, fold) is its own context, so this is the comparison
-    restricted to those cells, not paired again."""
+    """The same pairs restricted to each value of `by` (a (history, fold) is its own context, so not paired again)."""
     if pr.layout is None or not pr.n:
         return []
     lay = pr.layout
@@ -421,8 +396,9 @@ def _values(cells: Cells, lay: Layout) -> Paired:
     w = agg.xs(hi, level=factor)
     m = agg.xs(lo, level=factor)
     j = w.add_suffix("_hi").join(m.add_suffix("_lo"), how="inner")
-    d = _diff(j["value_hi"].to_numpy(float), j["value_lo"].to_numpy(float),
-              j["diverged_hi"].to_numpy(bool), j["diverged_lo"].to_numpy(bool), lay.worst)
+    hi_v, lo_v = j["value_hi"].to_numpy(float), j["value_lo"].to_numpy(float)
+    hi_div, lo_div = j["diverged_hi"].to_numpy(bool), j["diverged_lo"].to_numpy(bool)
+    d = worst_outcome_difference(hi_v, lo_v, hi_div, lo_div) if lay.worst else np.where(hi_div | lo_div, np.nan, hi_v - lo_v)
     j = j.assign(d=d)
     if not lay.worst:
         j = j[np.isfinite(j["d"])]

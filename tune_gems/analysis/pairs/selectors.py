@@ -1,8 +1,6 @@
-"""Which members of a gem's comparison are a real wiring and which a placebo arm: the two modes
-(`WIRE` against `MEASURE`), the one call that pairs them (`wiring_pairs`), and the cell filters
-for the placebo arms (wired at weight <= `placebo_weight`, docs/analysis.md "Placebo arms"). Its
-own module because the verdicts, the null arms, the held-out check and the periods all use it.
-"""
+"""Which members of a gem's comparison are a real wiring (`WIRE` against `MEASURE`,
+`wiring_pairs`) and which a placebo arm (docs/analysis.md "Placebo arms"); shared by the verdicts,
+null arms, held-out check and periods."""
 
 from __future__ import annotations
 

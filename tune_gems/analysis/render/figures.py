@@ -1,7 +1,5 @@
-"""Every plot of an analysis: its title, file and caption, the table it is drawn from, and what
-`write_result` writes. report.md opens with the lead plots (`LEAD_PLOTS`, each with a caption),
-the first the decisive picture: the final verdicts with the intervals that decided them.
-"""
+"""Every plot of an analysis: title, file, caption, source table and what `write_result` writes;
+report.md opens with `LEAD_PLOTS`, first the final verdicts with their deciding intervals."""
 
 from __future__ import annotations
 

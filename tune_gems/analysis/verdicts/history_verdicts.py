@@ -166,9 +166,13 @@ def history_period_text(hf: HistoryFamily, hp, j: int, min_periods: int) -> str:
     if hp.too_few_periods[0, j]:
         shared = bool(hp.calendar.shared[0, j])
         need = max(min_periods, defaults.MIN_SHARED_PERIODS) if shared else min_periods
+        periods = int(hp.calendar.periods[0, j])
+        if shared and periods >= need:  # enough periods, but no two of them held by every history sharing them
+            return (f"too few periods over {hf.shape_text()} ({calendar}; the calendar part cannot be estimated: no "
+                    f"two periods in which every history that shares them has an effect; {ADD_PERIODS})")
         why = (f" on a shared calendar, where below {defaults.MIN_SHARED_PERIODS} the calendar part is not bounded: "
                f"an exact sign-flip test over 4 periods cannot go below p = 0.125" if shared else "")
-        return (f"too few periods over {hf.shape_text()} ({calendar}; {int(hp.calendar.periods[0, j])} calendar "
+        return (f"too few periods over {hf.shape_text()} ({calendar}; {periods} calendar "
                 f"periods with an effect, need >= {need}{why}; {ADD_PERIODS})")
     return (f"pooled over {hf.shape_text()} (each history's effect over its folds, then random effects over "
             f"{counted(informative, 'history')}, HKSJ{', tau shared across the family' if shared else ''}; {calendar})")
