@@ -60,18 +60,16 @@ PERIODS = (1, 2, 4, 6, 8, 12)
 HISTORIES = (3, 4, 6, 8, 12, 16)
 """Price-history counts the plan tries when the pilot has several (never fewer than the pilot's)."""
 SEEDS = (6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
-"""Seeds per arm and period the plan tries, besides the pilot's (6: the fewest whose signed-rank
-interval is finite at 95%)."""
+"""Seeds per arm and period the plan tries, besides the pilot's (6: a finite 95% rank interval)."""
 SHOWN = 10
 """Layouts printed besides the pilot's (the cheapest that reach the target; else the best MDEs)."""
 ONE, OWN = "one", "own"
-"""A layout's histories on one calendar, or each on its own."""
+"""A layout's histories on the pilot's calendars, or each on its own."""
 
 
 @dataclass(frozen=True)
 class GemPower:
-    """One gem's power as its verdict stated it: the `power.PowerInputs`, its tie share, and the
-    MDE, two-stage MDE and floor (infinitely many seeds) the verdict printed."""
+    """One gem's power as its verdict stated it: its `power.PowerInputs`, tie share, MDE, two-stage MDE and floor."""
 
     gem: str
     inputs: PowerInputs
@@ -83,8 +81,7 @@ class GemPower:
 
 @dataclass(frozen=True)
 class PilotCost:
-    """The pilot's recorded cost: seconds per member-iteration of training and per member-epoch
-    of evaluation, iterations per epoch, and where it ran."""
+    """The pilot's recorded seconds per member-iteration and per member-epoch of evaluation, and where it ran."""
 
     per_member_iteration: float
     per_member_eval: float

@@ -16,19 +16,16 @@ The rule that decides, and so its MDE at power 1 - beta and first-Holm-step leve
   `history_level` (selection-adjusted for a confirmation on the search's one history);
 - **K >= 2 periods, or several price histories**: the pooled test, whose MDE is the effect its
   first contrast is kept from in a share `power` of the families the rule will see at that design
-  (`pooled_mde`, `history_mde`): families drawn from the variance parts (`periods.PooledComponents`, `histories.HistoryComponents`: each
-  period's or history's effect and the variance the rule reads for it, the seeds' and the
-  calendar's ANOVA) and pooled by the rule's own stage 2 (`periods.pool_family`,
-  `histories.pool_histories`). The pooled estimate moves with the effect, its se and df do not, so
-  each family keeps from one effect on, and the MDE is the `power`-quantile of those effects. The
-  closed form (t_a + t_power) x se, on the df the design would have if the rule knew its variances,
-  is optimistic (0.51-0.68 power at 768 members, docs/analysis.md "The MDE of a layout"): the rule
-  estimates the seeds' common part and the calendar part from few df (truncated at 0: positive
-  where they are 0) and adds them whole, cutting its df; it cuts the shared scale's df by the
-  contrasts' estimated correlation; each period's variance is an estimate (random weights, an
-  F-like scale); and it tests the larger p of HKSJ and DerSimonian-Laird. The draws carry all five.
-  The floor, with the seeds' noise gone, is set by the periods' and histories' spreads: above the
-  target only more periods (or histories) help.
+  (`pooled_mde`, `history_mde`): families drawn from the variance parts (`periods.PooledComponents`,
+  `histories.HistoryComponents`) as the rule reads them and pooled by its own stage 2
+  (`periods.pool_family`, `histories.pool_histories`). The pooled estimate moves with the effect,
+  its se and df do not, so the MDE is the `power`-quantile of the effects the families keep from.
+  Why draws, not (t_a + t_power) x se: the rule estimates the seeds' and the calendar's parts from
+  few df and adds them whole, cuts the shared scale's df by the contrasts' correlation, weighs
+  periods by estimated variances and tests the larger p of HKSJ and DerSimonian-Laird; a closed
+  form on known variances misses all of it (docs/analysis.md "The MDE of a layout"). The floor,
+  with the seeds' noise gone, is set by the spreads: above the target only more periods or
+  histories help.
 """
 
 from __future__ import annotations
