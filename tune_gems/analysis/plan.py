@@ -347,7 +347,8 @@ def _values(x: pd.Series) -> str:
 def format_plan(p: Plan) -> str:
     """The plan as text (what `tune-gems plan` prints)."""
     several = p.histories >= 2
-    over = f"{p.histories} price histories x " if several else ""
+    names = f" ({', '.join(p.columns[:p.histories])})" if len(p.columns) >= p.histories else ""
+    over = f"{p.histories} price histories{names} x " if several else ""
     lines = [f"Plan from the pilot {p.pilot}: {over}{p.periods} period(s) x {p.seeds} seeds x {p.arms} arms, "
              f"{p.epochs} epochs (the verdict metric: {p.window}); target MDE {p.target:g} at {p.power:.0%} power, "
              f"the family's first Holm step {p.level:.3g}",
