@@ -128,6 +128,11 @@ BLOCKS = (
     Block("histories-cpu-confirm", (
         Step("tune-gems confirm experiments/four", drop=(r"^HEALTH_DIAG ", r"^\[\w+\] HEALTH_DIAG ", r": epoch \d+/\d+ \|")),
     ), needs=("histories-cpu",)),
+    Block("eight-gpu", (  # the GPU run's kept tables, copied: the analysis writes beside them
+        Step("mkdir -p benchmarks/results/2026-12-07", show=False),
+        Step(f"cp -r {REPO}/benchmarks/results/2026-12-07/eight-gpu benchmarks/results/2026-12-07/", show=False),
+        Step("tune-gems analyze benchmarks/results/2026-12-07/eight-gpu"),
+    )),
     Block("dry-run", (
         Step("tune-gems sweep sweeps/smoke.yaml --dry-run",
              keep=(r"^tune-gems sweep: threads: ", r"^widest trial: ", r"^memory: ", r"^time: ", r"^sweep: ", r"^dry run: ")),

@@ -125,3 +125,14 @@ def test_the_readmes_main_job_prints_what_is_pasted(name, main_job):
         pytest.skip(f"{name} was pasted from a {pasted.cpu} CPU; this one is {here}, whose MKL rounds otherwise")
     problem = outputs.mismatch(name, pasted.text, main_job[name])
     assert problem is None, f"{problem}\nregenerate with: python docs/regenerate_outputs.py {' '.join(MAIN_JOB)}\n{main_job[name]}"
+
+
+@pytest.mark.slow
+def test_the_readmes_gpu_histories_analysis_prints_what_is_pasted(tmp_path):
+    """The several-histories section's analysis of the GPU run, from the tables kept in the tree."""
+    pasted = outputs.pasted_blocks()["eight-gpu"]
+    if pasted.cpu != outputs.cpu_code_path():
+        pytest.skip(f"eight-gpu was pasted from a {pasted.cpu} CPU; this one is {outputs.cpu_code_path()}")
+    fresh = outputs.run_blocks(["eight-gpu"], tmp_path)["eight-gpu"]
+    problem = outputs.mismatch("eight-gpu", pasted.text, fresh)
+    assert problem is None, f"{problem}\nregenerate with: python docs/regenerate_outputs.py eight-gpu\n{fresh}"
