@@ -8,8 +8,8 @@ shrunk, split into 4 blocks of 2 seeds per arm:
 - the driver killed (SIGKILL) mid-run and `--resume`d: every block once, every epoch once, each
   block's members bit-identical to an uninterrupted run of that block;
 - a worker node removed mid-run: its blocks are rescheduled on the other node from their
-  checkpoints and give the same bits as uninterrupted runs (the moved blocks are compared; an
-  unmoved block's bits are what the driver test already compares).
+  checkpoints and give the same bits as uninterrupted runs (the moved blocks are compared; the
+  others never left their node).
 """
 
 from __future__ import annotations
