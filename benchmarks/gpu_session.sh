@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
-# stages: env build tests layers floor43 startup startup-sweep tests-nokernels arms folds-gpu probe kbench tbench efficiency sweep sweep2 moonshot perf triton triton-perf triton-tests
+# stages: env build tests eight layers floor43 startup startup-sweep tests-nokernels arms folds-gpu probe kbench tbench efficiency sweep sweep2 moonshot perf triton triton-perf triton-tests
 #         blocks1 blocks (issue 25: the moonshot shape as seed blocks, one GPU, then every visible GPU;
 #         BLOCKS_EPOCHS=50 by default; run blocks1 first, in its own call: each takes about 5 minutes)
 # perf (issue 22, about 8 minutes): build, the fused-head and tensor-core GPU tests, kernels.py
@@ -18,6 +18,8 @@
 # layers (issue 43, about 6 minutes, PROBE_BUDGET_S=240): benchmarks/layer_gemm_probe.py (every layer product of the
 # P=64 and moonshot iterations: Triton launch variants against bmm, tf32 and bf16, each compiled kernel's dot, registers,
 # spills), then tests/gpu/test_triton_layers_gpu.py; layer_gemm_probe.{log,json}, triton_layers_gpu.log, tables last.
+# eight (about 4 minutes, EIGHT_BUDGET_S=360): sweeps/eight_histories.yaml on the GPU, its experiment (no checkpoints)
+# as $OUT/eight-gpu.tgz, analysed there unless EIGHT_NO_ANALYSIS is set.
 # floor43 (issue 43, one call of at most 9 minutes, FLOOR_BUDGET_S=530): the extension build in the background while
 # layer_gemm_probe.py runs (PROBE_BUDGET_S=150), then train_step.py with model.layer_kernel torch, triton and
 # triton-w-out-in side by side (P=1,64,256 and the moonshot, tf32, graphed), then the triton path's GPU tests
@@ -166,6 +168,16 @@ for s in "$@"; do
       echo "--- iteration us, torch vs triton layers (graph, tf32)"; grep -E "^(train_step|moonshot) " "$log"
       echo "--- triton / torch"; grep -E "^summary:" "$log" | tr ',' '\n' | grep -E "triton|moonshot"
       echo "--- launches per iteration"; grep -E "^profile P=" "$log" | sed 's/ kernel launches, / launches, /'
+      ;;
+    eight)
+      stage "eight histories x 2 folds x 2 arms x 24 seeds on one GPU (sweeps/eight_histories.yaml), then its analysis"
+      rm -rf /tmp/eexp
+      start=$(date +%s)
+      timeout ${EIGHT_BUDGET_S:-360} python3 -m tune_gems sweep sweeps/eight_histories.yaml --storage /tmp/eexp --name eight-gpu \
+        > "$OUT/eight_histories_sweep.log" 2>&1
+      echo "sweep rc $? wall $(( $(date +%s) - start )) s"; grep -vE "HEALTH_DIAG|^\s*$" "$OUT/eight_histories_sweep.log" | tail -8
+      tar -C /tmp/eexp --exclude='*checkpoint*' --exclude='*.pkl' -czf "$OUT/eight-gpu.tgz" eight-gpu  # one file back
+      [ -z "${EIGHT_NO_ANALYSIS:-}" ] && timeout 120 python3 -m tune_gems analyze /tmp/eexp/eight-gpu 2>&1 | tail -30
       ;;
     layers)
       stage "layer GEMMs: the Triton layer kernels' launch variants against bmm, per layer shape (issue 43)"

@@ -92,6 +92,17 @@ def history_effects_line(folds: pd.DataFrame | None, gem: str) -> str:
     return f"per history{', folds ' + '/'.join(map(str, folds)) if len(folds) > 1 else ''}: {', '.join(per)}" if per else ""
 
 
+def calendar_line(r: Any) -> str:
+    """The calendar part the deciding rule carried (histories that validate on the same dates share each
+    period's luck) beside what the markets did in those windows (history_correlations.csv)."""
+    corr = "".join(f", {seg} return correlation {format_number(_float(r, key), '.2f')}"
+                   for seg, key in (("validation", "return_corr_val"), ("test", "return_corr_test"))
+                   if _float(r, key) == _float(r, key))
+    return (f"calendar part shared by the histories: variance {format_number(_float(r, 'var_calendar'))} on "
+            f"{format_number(_float(r, 'calendar_df'))} df over {format_number(_float(r, 'calendar_periods'), 'g')} "
+            f"calendar periods{corr}")
+
+
 def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
                          redundancy: pd.DataFrame | None = None, *, verbose: bool = True,
                          fold_effects: pd.DataFrame | None = None) -> str:
@@ -114,6 +125,8 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
         lines.append(verdict_line(r))
         if history_effects_line(fold_effects, r["gem"]):
             lines.append(f"    {history_effects_line(fold_effects, r['gem'])}")
+        if _float(r, "var_calendar") == _float(r, "var_calendar"):
+            lines.append(f"    {calendar_line(r)}")
         if verbose:
             lines.append(f"    why: {short_why(r)}")
     if placebo is not None and len(placebo):
