@@ -20,9 +20,10 @@ from sweep_fixtures import cli_in_process as cli  # noqa: E402 (tune-gems throug
 from tune_gems.analysis.analyze import analyze, run_analysis  # noqa: E402
 from tune_gems.analysis.calibrate.calibration import mc_tolerance  # noqa: E402
 from tune_gems.analysis.calibrate.factor_calibration import factor_calibration_table, family_codes  # noqa: E402
+from tune_gems.analysis.calibrate.walk_forward_calibration import Scenario  # noqa: E402
 from tune_gems.analysis.verdicts.factors import FACTOR, GEM, INTERACTION, SHOWN, format_factor_table  # noqa: E402
 from tune_gems.analysis.rules.settings import (  # noqa: E402
-    CONFOUNDED, EQUIVALENT, HARMFUL, INCONSISTENT, INSUFFICIENT, KEEP_CODE,
+    CONFOUNDED, EQUIVALENT, HARMFUL, INCONSISTENT, INSUFFICIENT, KEEP_CODE, Thresholds,
 )
 
 ALPHA, N_SIM = 0.05, 2000
@@ -202,17 +203,17 @@ def test_the_analysis_writes_factors_csv_the_report_section_and_prints_the_table
 
 @pytest.mark.parametrize("folds,tau", [(1, 1.0), (1, 3.0), (4, 3.0), (6, 1.0)])
 def test_the_family_of_gems_and_factors_keeps_its_family_wise_rate(folds, tau):
-    codes = family_codes(3, 3, 16, N_SIM, folds, tau=tau)
+    codes = family_codes(3, 3, 16, N_SIM, folds, Scenario(tau=tau))
     assert (np.abs(codes) == 1).any(1).mean() <= ALPHA + TOL, (folds, tau)
 
 
 def test_a_planted_factor_effect_is_found():
-    assert (family_codes(3, 3, 16, N_SIM, 6, effect=1.0, tau=1.0)[:, 3] == KEEP_CODE).mean() >= 0.85
-    assert (family_codes(3, 3, 32, N_SIM, 1, effect=1.0)[:, 3] == KEEP_CODE).mean() >= 0.9
+    assert (family_codes(3, 3, 16, N_SIM, 6, Scenario(effect=1.0, tau=1.0))[:, 3] == KEEP_CODE).mean() >= 0.85
+    assert (family_codes(3, 3, 32, N_SIM, 1, Scenario(effect=1.0))[:, 3] == KEEP_CODE).mean() >= 0.9
 
 
 def test_the_calibration_table_and_command(capsys):
-    t = factor_calibration_table(2, 2, 12, n_sim=200, folds=(1, 4), taus=(0.0,))
+    t = factor_calibration_table(2, 2, 12, Thresholds(n_sim=200), folds=(1, 4), taus=(0.0,))
     assert list(t["folds"]) == [1, 4] and (t["fwer"] <= 0.2).all()
     from tune_gems.analysis.cli import calibrate_factors_main as main
 

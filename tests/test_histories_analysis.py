@@ -21,6 +21,7 @@ from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.histories import history_components
 from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.analysis.rules.power import HistoryComponents, history_mde
+from tune_gems.analysis.verdicts.family import Sources
 from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables
 from tune_gems.analysis.verdicts.history_verdicts import history_family
 from tune_gems.analysis.verdicts.verdict_market_noise import ACROSS_HISTORIES, EvalReturns, market_evidence
@@ -248,7 +249,7 @@ def test_a_historys_folds_that_share_training_rows_need_no_factor_over_histories
     exp, cells = _cells(folder)
 
     def verdict(overlap):
-        return gem_verdict_tables(cells, list(exp.gems), Thresholds(), exp.members, overlap=overlap)[0].set_index("gem").loc[GEM]
+        return gem_verdict_tables(cells, list(exp.gems), Thresholds(), exp.members, sources=Sources(overlap=overlap))[0].set_index("gem").loc[GEM]
 
     bare = verdict(experiment_overlap(exp.folds.table))
     EXPANDING.assign(experiment=folder.name, trial_id="t0").to_parquet(folder / "folds.parquet", index=False)

@@ -129,7 +129,7 @@ def test_a_sweep_and_its_confirmation_plans_with_two_histories_write_every_membe
     assert res.returncode == 0, res.stderr[-3000:]
     res = cli_in_process("confirm", str(exp), "--out", str(tmp_path / "confirmation"))
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "the search's 2 price histories: the confirmation has fresh seeds on the same histories" in res.stdout
+    assert "the search's 2 price histories (sp500, wti): the confirmation has fresh seeds on the same histories" in res.stdout
     confirmed = pd.read_parquet(tmp_path / "confirmation" / "members.parquet")
     assert set(confirmed["history"]) == {0, 1}
     assert pd.read_parquet(tmp_path / "confirmation" / "histories.parquet")["name"].drop_duplicates().tolist() == ["sp500", "wti"]

@@ -14,7 +14,8 @@ from tune_gems.analysis.rules.histories import (
     calendar_part, decide_histories, history_components, history_data, one_calendar, own_calendars, pool_histories,
 )
 from tune_gems.analysis.rules.decision import Evidence, decide
-from tune_gems.analysis.rules.periods import pool_family, seed_level_effect
+from tune_gems.analysis.rules.periods import FoldData, Pooling, pool_family, seed_level_effect
+from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.analysis.rules.settings import INCONSISTENT, INSUFFICIENT, KEEP, Thresholds
 from tune_gems.analysis.rules.power import HistoryComponents, history_mde, t_multiplier, two_stage_mde
 
@@ -42,13 +43,13 @@ def test_stage_one_is_each_historys_seed_level_effect_one_fold_included():
             per_seed = d[:, :, j].mean(2)
             np.testing.assert_allclose(hd.var[..., j], math.pi / 3 * per_seed.var(-1, ddof=1) / 10)
         assert (hd.df == 9).all()
-        assert np.isfinite(pool_histories(hd, rope=0.1).pooled["mu"]).all()  # one fold per history is pooled
+        assert np.isfinite(pool_histories(hd, Pooling(0.1)).pooled["mu"]).all()  # one fold per history is pooled
 
 
 def test_stage_two_pools_the_histories_with_their_own_spread_and_df():
     rng = np.random.default_rng(1)
     hd = history_data(_family(rng, s=200, history_sd=0.5), own_calendars(4, 4))
-    r = pool_histories(hd, rope=0.1).pooled
+    r = pool_histories(hd, Pooling(0.1)).pooled
     shared = r["shared"]
     assert shared.any() and (~shared).any()
     assert (r["df"][~shared] <= 3 + 1e-9).all()  # a contrast on its own: H - 1
@@ -62,9 +63,9 @@ def test_the_seeds_share_common_to_every_history_is_added_whole():
     rng = np.random.default_rng(2)
     hd = history_data(_family(rng, s=300, seed_sd=1.0), own_calendars(4, 4))
     assert np.median(hd.seed_var) == pytest.approx(1.0 / 8, rel=0.35)
-    r = pool_histories(hd, rope=0.1).pooled
+    r = pool_histories(hd, Pooling(0.1)).pooled
     assert np.median(r["common"]) == pytest.approx(np.median(hd.seed_var), rel=0.2)
-    naive = pool_family(r["history_effect"], hd.var)  # without splitting it off: shrunk by H
+    naive = pool_family(FoldData(r["history_effect"], hd.var))  # without splitting it off: shrunk by H
     assert np.median(r["se"]) > 1.2 * np.median(naive["se"])
 
 
@@ -86,8 +87,8 @@ def test_the_calendar_part_is_estimated_from_the_cells_and_carried_into_the_vari
     assert one.shared.all() and np.isnan(one.var).all() and (one.periods == 1).all()
     # in the pooled variance: a calendar part widens the interval where histories share the calendar
     d = _family(rng, s=400, m=3, h=8, k=6, n=8, calendar_sd=1.0)
-    shared = pool_histories(history_data(d, one_calendar(8, 6)), rope=0.1)
-    apart = pool_histories(history_data(d, own_calendars(8, 6)), rope=0.1)
+    shared = pool_histories(history_data(d, one_calendar(8, 6)), Pooling(0.1))
+    apart = pool_histories(history_data(d, own_calendars(8, 6)), Pooling(0.1))
     assert np.median(shared.pooled["se"]) > 1.5 * np.median(apart.pooled["se"])
     np.testing.assert_allclose(shared.pooled["mu"], apart.pooled["mu"])
 
@@ -95,25 +96,26 @@ def test_the_calendar_part_is_estimated_from_the_cells_and_carried_into_the_vari
 def test_a_consistent_effect_keeps_and_a_flip_across_histories_does_not():
     rng = np.random.default_rng(4)
     cal = own_calendars(4, 4)
-    _, keep = decide_histories(history_data(_family(rng, n=16, effects=np.full(4, 1.5)), cal), alpha=0.05, rope=0.1)
+    _, keep = decide_histories(history_data(_family(rng, n=16, effects=np.full(4, 1.5)), cal),
+                               Thresholds(alpha=0.05, rope=0.1))
     assert keep.verdict[0, 0] == KEEP
     _, flip = decide_histories(history_data(_family(rng, n=16, effects=np.array([3.0, 3.0, -3.0, -3.0])), cal),
-                               alpha=0.05, rope=0.1)
+                               Thresholds(alpha=0.05, rope=0.1))
     assert flip.verdict[0, 0] == INCONSISTENT
 
 
 def test_too_few_histories_or_calendar_periods_is_insufficient_data():
     rng = np.random.default_rng(5)
     hp, rule = decide_histories(history_data(_family(rng, h=2, effects=np.full(2, 3.0)), own_calendars(2, 4)),
-                                alpha=0.05, rope=0.1)
+                                Thresholds(alpha=0.05, rope=0.1))
     assert (rule.verdict == INSUFFICIENT).all() and hp.too_few_histories.all()
     strong = _family(rng, h=8, k=1, n=16, effects=np.full(8, 3.0))
-    _, own = decide_histories(history_data(strong, own_calendars(8, 1)), alpha=0.05, rope=0.1)
+    _, own = decide_histories(history_data(strong, own_calendars(8, 1)), Thresholds(alpha=0.05, rope=0.1))
     assert own.verdict[0, 0] == KEEP  # one period per history on their own calendars: 8 periods
-    hp, one = decide_histories(history_data(strong, one_calendar(8, 1)), alpha=0.05, rope=0.1)
+    hp, one = decide_histories(history_data(strong, one_calendar(8, 1)), Thresholds(alpha=0.05, rope=0.1))
     assert (one.verdict == INSUFFICIENT).all() and hp.too_few_periods.all()  # one shared period: not separable
     four = _family(rng, h=8, k=4, n=16, effects=np.full(8, 3.0))
-    hp, _ = decide_histories(history_data(four, one_calendar(8, 4)), alpha=0.05, rope=0.1, min_periods=2)
+    hp, _ = decide_histories(history_data(four, one_calendar(8, 4)), Thresholds(alpha=0.05, rope=0.1, min_periods=2))
     assert hp.too_few_periods.all()  # a shared calendar needs MIN_SHARED_PERIODS whatever --min-periods says
 
 
@@ -144,7 +146,7 @@ def test_the_history_mde_carries_the_calendar_and_the_two_stage_mde_the_test():
 def test_the_components_come_from_both_stages_and_the_calendar():
     rng = np.random.default_rng(7)
     hd = history_data(_family(rng, s=50, k=6, history_sd=0.5, calendar_sd=0.5), one_calendar(4, 6))
-    hp = pool_histories(hd, rope=0.1)
+    hp = pool_histories(hd, Pooling(0.1))
     comp = history_components(hd, hp)
     np.testing.assert_array_equal(comp.calendar, hp.calendar.var)
     assert comp.shared.all() and (comp.history <= hp.pooled["tau2"] + 1e-12).all()

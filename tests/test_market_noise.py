@@ -13,6 +13,8 @@ import torch
 
 from tune_gems.analysis.verdicts import market_noise
 from tune_gems.analysis.verdicts.market_noise import (
+    ArmsModel,
+    Bootstrap,
     alpha_sharpe_rows,
     calibrate,
     simulate_arms,
@@ -27,7 +29,7 @@ PPY = 252.0
 
 
 def _arms(rng, seeds: int, T: int, gain: float, **kw):
-    return simulate_arms(rng, n_pairs=seeds, n_steps=T, gain=gain, **kw)
+    return simulate_arms(rng, ArmsModel(n_pairs=seeds, n_steps=T, gain=gain, **kw))
 
 
 def _ar1(rng, shape, phi):
@@ -44,7 +46,7 @@ def test_null_false_positive_rate_is_near_nominal_for_serially_uncorrelated_retu
     """Equal true Sharpe, paired, serially uncorrelated with market-wide volatility clustering
     (real daily returns): the 95% interval and the p-value reject in about 5% of 300 simulated
     histories (measured 0.05-0.06 over 1000; binomial sd here ~0.013)."""
-    rates = calibrate(300, seed=100, **VOL_CLUSTERING)
+    rates = calibrate(300, ArmsModel(**VOL_CLUSTERING), boot=Bootstrap(400, seed=100))
     assert 0.015 <= rates["interval_rate"] <= 0.09, rates
     assert 0.015 <= rates["p_rate"] <= 0.09, rates
 
@@ -52,16 +54,17 @@ def test_null_false_positive_rate_is_near_nominal_for_serially_uncorrelated_retu
 def test_null_false_positive_rate_of_the_alpha_sharpe_with_different_betas():
     """Arms with equal alpha but betas 0.5 and -0.3 on a drifting asset: the alpha Sharpe
     difference keeps its nominal rate (beta is re-estimated inside every resample)."""
-    rates = calibrate(200, metric="alpha_sharpe", beta_a=0.5, beta_b=-0.3, seed=101, **VOL_CLUSTERING)
+    rates = calibrate(200, ArmsModel(beta_a=0.5, beta_b=-0.3, **VOL_CLUSTERING), metric="alpha_sharpe",
+                      boot=Bootstrap(400, seed=101))
     assert 0.01 <= rates["interval_rate"] <= 0.10, rates
 
 
 def test_autocorrelated_returns_make_it_somewhat_liberal_and_a_wider_level_fixes_that():
     """AR(1) 0.2 in every component (a stress case): measured ~0.09 at T=250 over 1000
     histories at 95%; docs/evaluation.md recommends confidence=0.975 there."""
-    rates = calibrate(300, phi=0.2, seed=103)
+    rates = calibrate(300, ArmsModel(phi=0.2), boot=Bootstrap(400, seed=103))
     assert rates["interval_rate"] <= 0.14, rates
-    wider = calibrate(300, phi=0.2, seed=103, confidence=0.975)
+    wider = calibrate(300, ArmsModel(phi=0.2), boot=Bootstrap(400, 0.975, seed=103))
     assert wider["interval_rate"] <= 0.08, wider
     assert rates["mean_block"] > 2.0  # the block rule sees the dependence
 
@@ -70,7 +73,7 @@ def test_planted_difference_is_found():
     """Arm A earns 0.2 sd more per step: a true Sharpe gain of 0.2 per step (3.2 annualised),
     about 4.5 sd of the estimator over 250 steps x 2 seed pairs (the paired difference has sd
     sqrt(0.8)): found in at least 80% of histories."""
-    rates = calibrate(100, gain=0.2, seed=102)
+    rates = calibrate(100, ArmsModel(gain=0.2), boot=Bootstrap(400, seed=102))
     assert rates["interval_rate"] >= 0.8, rates
 
 
@@ -80,20 +83,20 @@ def test_planted_difference_is_found():
 def test_estimate_is_the_mean_paired_sharpe_difference_and_is_seeded():
     rng = np.random.default_rng(0)
     a, b, asset = _arms(rng, 3, 200, 0.05)
-    iv = market_noise_interval(a, b, n_boot=300, seed=7)
+    iv = market_noise_interval(a, b, boot=Bootstrap(300, seed=7))
     expect = np.mean([_sharpe(a[s]) - _sharpe(b[s]) for s in range(3)])
     assert iv.estimate == pytest.approx(expect, rel=1e-12)
     assert iv.low < iv.estimate < iv.high and iv.n_pairs == 3 and iv.n_steps == 200
-    assert iv == market_noise_interval(a, b, n_boot=300, seed=7)
-    assert iv != market_noise_interval(a, b, n_boot=300, seed=8)
-    pooled = market_noise_interval(a, b, pooling="pooled", n_boot=300, seed=7)
+    assert iv == market_noise_interval(a, b, boot=Bootstrap(300, seed=7))
+    assert iv != market_noise_interval(a, b, boot=Bootstrap(300, seed=8))
+    pooled = market_noise_interval(a, b, pooling="pooled", boot=Bootstrap(300, seed=7))
     assert pooled.estimate == pytest.approx(_sharpe(a.mean(0)) - _sharpe(b.mean(0)), rel=1e-12)
 
 
 def test_identical_arms_give_a_zero_interval_and_p_one():
     rng = np.random.default_rng(1)
     a, _, _ = _arms(rng, 2, 100, 0.0)
-    iv = market_noise_interval(a, a.copy(), n_boot=200)
+    iv = market_noise_interval(a, a.copy(), boot=Bootstrap(200))
     assert (iv.estimate, iv.low, iv.high, iv.p_value) == (0.0, 0.0, 0.0, 1.0)
 
 
@@ -102,8 +105,8 @@ def test_leading_axes_are_flattened_into_pairs():
     element of the other arm."""
     rng = np.random.default_rng(2)
     a, b, _ = _arms(rng, 6, 120, 0.0)
-    iv3 = market_noise_interval(a.reshape(2, 3, 120), b.reshape(2, 3, 120), n_boot=200, seed=3)
-    iv2 = market_noise_interval(a, b, n_boot=200, seed=3)
+    iv3 = market_noise_interval(a.reshape(2, 3, 120), b.reshape(2, 3, 120), boot=Bootstrap(200, seed=3))
+    iv2 = market_noise_interval(a, b, boot=Bootstrap(200, seed=3))
     assert iv3 == iv2
 
 
@@ -111,7 +114,7 @@ def test_the_interval_is_the_percentile_interval_of_the_resampled_statistic():
     """Rebuild the bootstrap by hand from the same generator stream."""
     rng = np.random.default_rng(4)
     a, b, _ = _arms(rng, 2, 80, 0.0)
-    iv = market_noise_interval(a, b, n_boot=150, seed=11, mean_block=3.0)
+    iv = market_noise_interval(a, b, boot=Bootstrap(150, seed=11, mean_block=3.0))
     gen = np.random.default_rng(11)
     idx = stationary_bootstrap_indices(80, 3.0, 150, gen)
     boot = np.array([np.mean([_sharpe(a[s, i]) - _sharpe(b[s, i]) for s in range(2)]) for i in idx])

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from tune_gems.analysis.rules.periods import (
-    correlation_of, fold_overlap, hksj, loading_matrix, nb_factor, overlap_factor, parse_runs, pool_family, shared_rows,
+    FoldData, Pooling, correlation_of, fold_overlap, hksj, loading_matrix, nb_factor, overlap_factor, parse_runs, pool_family,
+    shared_rows,
 )
 from tune_gems.analysis.rules.power import PooledComponents
 from tune_gems.contracts.errors import DataError
@@ -105,8 +106,8 @@ def test_pool_family_without_an_overlap_is_the_rule_before_to_the_bit():
     theta = rng.normal(0.1, 0.3, (50, 3, 6))
     var = rng.uniform(0.01, 0.05, theta.shape)
     share = rng.uniform(0, 0.3, (50, 3))
-    a = pool_family(theta, var, seed_share=share)
-    b = pool_family(theta, var, seed_share=share, fold_corr=0.0)
+    a = pool_family(FoldData(theta, var, seed_share=share))
+    b = pool_family(FoldData(theta, var, seed_share=share), fold_corr=0.0)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key])
     assert (a["overlap"] == 1.0).all()
@@ -117,8 +118,8 @@ def test_pool_family_multiplies_the_fold_level_variance_not_the_seeds_common_sha
     theta = rng.normal(0.1, 0.3, (40, 3, 8))
     var = np.full(theta.shape, 0.02)
     share = np.full((40, 3), 0.25)
-    plain = pool_family(theta, var, seed_share=share, share=False)
-    nb = pool_family(theta, var, seed_share=share, share=False, fold_corr=1 / 8)
+    plain = pool_family(FoldData(theta, var, seed_share=share), Pooling(share=False))
+    nb = pool_family(FoldData(theta, var, seed_share=share), Pooling(share=False), fold_corr=1 / 8)
     f = nb_factor(1 / 8, 8)  # equal variances, every contrast with its own (equal) weights
     np.testing.assert_allclose(nb["overlap"], f)
     np.testing.assert_allclose(nb["common"], plain["common"])
@@ -126,7 +127,8 @@ def test_pool_family_multiplies_the_fold_level_variance_not_the_seeds_common_sha
     np.testing.assert_allclose(nb["se_fixed"] ** 2 - nb["common"], f * (plain["se_fixed"] ** 2 - plain["common"]))
     np.testing.assert_array_equal(nb["mu"], plain["mu"])
     assert (nb["p_two_sided"] >= plain["p_two_sided"]).all()
-    full = pool_family(theta, var, seed_share=share, share=False, fold_corr=np.full((8, 8), 1 / 8))
+    full = pool_family(FoldData(theta, var, seed_share=share), Pooling(share=False),
+                       fold_corr=np.full((8, 8), 1 / 8))
     np.testing.assert_allclose(full["se"], nb["se"])
 
 
@@ -138,7 +140,7 @@ def test_hksj_with_equal_variances_and_the_nb_factor_is_nadeau_bengios_corrected
     rng = np.random.default_rng(4)
     k, rho = 6, 1 / 6
     theta = rng.normal(0.2, 1.0, (100, k))
-    r = pool_family(theta[:, None], np.full((100, 1, k), 1e-9), share=False, fold_corr=rho)
+    r = pool_family(FoldData(theta[:, None], np.full((100, 1, k), 1e-9)), Pooling(share=False), fold_corr=rho)
     t = theta.mean(1) / np.sqrt((1 / k + rho / (1 - rho)) * theta.var(1, ddof=1))
     np.testing.assert_allclose(r["p_two_sided"][:, 0], 2 * sps.t.sf(np.abs(t), k - 1), rtol=1e-6)
     assert hksj(theta, np.full_like(theta, 1e-9))["p"].mean() < r["p_two_sided"].mean()

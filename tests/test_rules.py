@@ -235,7 +235,7 @@ def test_the_shipped_verdict_is_the_calibrations_decision_on_the_same_difference
     from tune_gems.analysis.analyze import analyze
     from tune_gems.analysis.pairs.pairing import build_cells
     from tune_gems.analysis.rules.settings import Thresholds
-    from tune_gems.analysis.calibrate.walk_forward_calibration import rule_one_period, rule_periods
+    from tune_gems.analysis.calibrate.walk_forward_calibration import rule_one_period, run_periods
 
     th = Thresholds(n_boot=50)
     res = analyze(fr.fold_scenario(tmp_path / "e", fold_effects), thresholds=th)
@@ -243,9 +243,9 @@ def test_the_shipped_verdict_is_the_calibrations_decision_on_the_same_difference
     exp = res.experiment
     d = _fold_differences(build_cells(exp.trials, exp.members, exp.arms), "g12", row["outcome"], th.last_k)
     if len(fold_effects) > 1:
-        code = rule_periods(d, rope=th.rope, alpha=th.alpha)
+        code = run_periods(d, th).codes
     else:  # one period without saved returns: no market-noise interval, the seed rule alone
-        code = rule_one_period(d[:, :, 0], 0.0, 1.0, rope=th.rope, alpha=th.alpha)
+        code = rule_one_period(d[:, :, 0], 0.0, 1.0, th)
     assert int(code[0, 0]) == int(settings.verdict_codes(np.array([row["verdict"]]))[0]), row["reason"]
     # the factor table judges the same gem by the same rule (its family is this one gem here) ...
     factor = res.factors.set_index("factor").loc["gems.g12.mode"]

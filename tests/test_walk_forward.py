@@ -21,12 +21,14 @@ from tune_gems.analysis.calibrate.calibration import Shape, mc_tolerance  # noqa
 from tune_gems.analysis.render.report import evidence_line, render_report  # noqa: E402
 from tune_gems.analysis.analyze import analyze  # noqa: E402
 from tune_gems.analysis.rules.decision import combined_bounds  # noqa: E402
-from tune_gems.analysis.rules.periods import hksj, pool_family, seed_anova, shared_seed_variance  # noqa: E402
+from tune_gems.analysis.rules.periods import (  # noqa: E402
+    FoldData, Pooling, hksj, pool_family, seed_anova, shared_seed_variance,
+)
 from tune_gems.analysis.rules.settings import (  # noqa: E402
     INCONSISTENT, INSUFFICIENT, INSUFFICIENT_CODE, NOT_CONFIRMED, EQUIVALENT_CODE as EQUIVALENT,
     HETEROGENEOUS_CODE as HETEROGENEOUS, INCONSISTENT_CODE as CODE_INCONSISTENT,
 )
-from tune_gems.analysis.calibrate.walk_forward_calibration import period_codes  # noqa: E402
+from tune_gems.analysis.calibrate.walk_forward_calibration import Scenario, period_run  # noqa: E402
 from tune_gems.contracts.errors import DataError  # noqa: E402
 
 N_SIM = 2000
@@ -36,6 +38,11 @@ SHAPES = [Shape(g, 16, 1.0, 0.0) for g in ("g6", "g10", "g12")]
 
 
 # ---- the statistic ---------------------------------------------------------------------------
+
+
+def period_codes(shapes, n_sim: int, folds: int, *, thresholds=None, **scenario) -> np.ndarray:
+    """Codes [n_sim, gems] of the rule as used on simulated families (`period_run`)."""
+    return period_run(shapes, n_sim, folds, Scenario(**scenario), thresholds=thresholds).codes
 
 
 def test_hksj_with_equal_fold_variances_is_the_t_test_of_the_fold_effects():
@@ -116,12 +123,12 @@ def test_contrasts_that_share_arms_and_periods_cut_the_shared_degrees_of_freedom
 def test_pool_family_shares_the_spread_unless_a_contrast_exceeds_it():
     rng = np.random.default_rng(3)
     theta = rng.normal(0.0, 1.0, (400, 3, 4))
-    same = pool_family(theta, np.full_like(theta, 0.5))
+    same = pool_family(FoldData(theta, np.full_like(theta, 0.5)))
     assert np.median(same["df"]) > 3 and same["shared"].mean() > 0.8
     theta[:, 0] *= 6.0  # the first contrast spreads far more than the others
-    apart = pool_family(theta, np.full_like(theta, 0.5))
+    apart = pool_family(FoldData(theta, np.full_like(theta, 0.5)))
     assert (~apart["shared"][:, 0]).mean() > 0.8 and np.median(apart["df"][:, 0]) == 3
-    alone = pool_family(theta, np.full_like(theta, 0.5), share=False)
+    alone = pool_family(FoldData(theta, np.full_like(theta, 0.5)), Pooling(share=False))
     assert (alone["df"] == 3).all() and not alone["shared"].any()
 
 
@@ -144,8 +151,6 @@ def test_the_stated_pooled_mde_has_its_power():
     """The MDE a verdict states with folds is the pooled test's; a planted effect of that size
     reads keep wired with about the stated 80% power (0.70-0.88 over the calibration's rows:
     the normal-theory MDE does not carry the randomness of tau^2 and the scale)."""
-    from tune_gems.analysis.calibrate.walk_forward_calibration import Scenario, period_run
-
     for folds, tau in ((6, 1.0), (4, 3.0)):
         mde = float(np.median(period_run(SHAPES, N_SIM, folds, Scenario(tau=tau)).mde[:, 0]))
         power = (period_run(SHAPES, N_SIM, folds, Scenario(tau=tau, effect=mde), seed=4).codes[:, 0] == 1).mean()

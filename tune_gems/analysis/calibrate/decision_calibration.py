@@ -1,46 +1,19 @@
 """Calibration of the rule's components for folds and histories: the fold overlap, the held-out
 confirmation, several price histories, and a heterogeneous contrast leaving the family's shared spread.
 
-A statistic ships with its calibration: each table here runs the very function a verdict calls
-(`rules.decision.decide`, with the fold data `rules.periods.fold_data` and `rules.periods`'s
-correction, the held-out test segment's effects `rules.periods.seed_level_effect`, the
-histories' data `rules.histories.history_data`; the power statements `rules.power.pooled_mde` /
-`history_mde`) on simulated families, vectorised over datasets; what the simulation adds is only
-the data.
+Each table runs the function a verdict calls (`rules.decision.decide` on `rules.periods.fold_data`
+or `rules.histories.history_data`; the power statements `rules.power.pooled_mde` / `history_mde`)
+on simulated families (`World`: per-seed differences in one seed's sd, period spreads in one
+fold's seed SE): seed noise with a share `rho` common to every fold; one period's luck per fold
+(`tau`, per contrast `taus`); a part common to a history's folds (`common` = c, Nadeau and
+Bengio's model of folds that share training rows); one test segment per history carrying a share
+`carry` of that part; each history's own luck (`tau_history`); planted effects on the first
+contrast (consistent, flipped on the test segment, or per history: `history_pattern`). The real
+shapes are the S&P 500 runs' (`LAYOUT_ROWS`, NB's factors 2.14 and 2.20 read off their fold tables).
 
-**What a simulated family faces** (`World`, per-seed differences in units of one seed's sd in a
-fold, period spreads in one fold's seed standard errors sd / sqrt(n), as
-`walk_forward_calibration` states them):
-
-- seed noise, normal, a share `rho` of it the seed's own part common to every history and fold
-  (seed index s starts from the same weights everywhere);
-- one market period per fold: its luck u_k, mean zero, spread `tau` (per contrast: `taus`);
-- **a part common to the folds of a history** (`common` = c): one draw per history and contrast
-  added to every fold's effect, of variance c / (1 - c) x the fold effect's own (period and
-  seed noise, the seeds' common share left out), so the fold effects correlate at c: Nadeau and
-  Bengio's model of folds that share training rows, at c = 0, NB's value for the layout, 0.35;
-- one test segment per history, common to its folds: its own period luck (spread `tau`), fresh
-  seed noise but the seeds' common part, and a share `carry` of the folds' common part (0: the
-  common part was the validation periods' training luck; 1: the learners carry it to the test);
-- several histories: each history's luck on the effect (spread `tau_history`, on its validation
-  folds and its test segment alike) and its own common part of the folds;
-- planted effects on the first contrast: consistent, flipped on the test segment
-  (`test_effect`), or different per history (`history_pattern`: a mean-zero flip across the
-  histories, or one history of the opposite sign).
-
-**The real shapes** (the S&P 500 runs'): 8 purged groups x 12 seeds and 6 x 16 (96 members per arm each),
-a family of 3 contrasts; 4 and 3 histories x 4 purged groups x 6 seeds. NB's correlation of each
-layout is read off its fold table (`rules.periods.fold_overlap` of `data.segments.fold_bounds`)
-on `LAYOUT_ROWS` daily rows, split 70 / 15 / 15 with the trainer's default reach (env.window 32,
-n_step 3, episode_length 256) and an embargo of 5: the factors 2.14 (8 groups) and 2.20 (6)
-of the real layouts (docs/analysis.md "The overlap of folds"). The period spread is one seed standard error (`tau`
-1: the rule's period calibration's middle row; the real runs' tau was 0 for g6 and up to 0.3
-Sharpe for NoisyNets, wide bounds), no seed share.
-
-`python analysis/calibrate_decisions.py --n-sim 2000` prints the tables of
-docs/analysis.md ("The overlap of folds", "The held-out confirmation", "Several price
-histories", "Isolating a heterogeneous contrast"); the tests (`tests/test_decision_calibration.py`)
-check each claim at a small n_sim.
+`python analysis/calibrate_decisions.py --n-sim 2000` prints the tables of docs/analysis.md ("The
+overlap of folds", "The held-out confirmation", "Several price histories", "Isolating a
+heterogeneous contrast"); `tests/test_decision_calibration.py` checks each claim at a small n_sim.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ dataset and effect: `rules.settings.verdict_codes`.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,7 @@ from scipy import stats as sps
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.calibrate.calibration import _draws, mc_tolerance
+from tune_gems.analysis.calibrate.walk_forward_calibration import Scenario
 from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.periods import fold_data
 from tune_gems.analysis.rules.settings import HARMFUL_CODE, KEEP_CODE, Thresholds, verdict_codes
@@ -32,61 +34,56 @@ FACTOR_CALIBRATION_FOLDS = (1, 4, 6)
 FACTOR_CALIBRATION_TAUS = (0.0, 1.0, 3.0)
 
 
-def simulate_family(rng, n_effects: int, n: int, n_sim: int, folds: int, *, sd: float = 1.0, planted: int = -1,
-                    effect: float = 0.0, tau: float = 0.0, rho: float = 0.0, dist: str = "normal") -> np.ndarray:
-    """[n_sim, E, K, n] per-seed differences of a family of E effects; effect `planted` (an index,
-    -1: none) shifted by `effect`. `tau` in units of one fold's seed SE (sd / sqrt(n)); `rho` the
-    share of the seed variance a seed carries into every fold."""
-    se = sd / math.sqrt(n)
+def simulate_family(rng, n_effects: int, n: int, n_sim: int, folds: int, sc: Scenario, planted: int = -1) -> np.ndarray:
+    """[n_sim, E, K, n] per-seed differences (sd 1) of a family of E effects; effect `planted` (an
+    index, -1: none) shifted by `sc.effect`. `sc.tau` in units of one fold's seed SE (1 / sqrt(n));
+    `sc.rho` the share of the seed variance a seed carries into every fold."""
+    se = 1.0 / math.sqrt(n)
     shift = np.zeros(n_effects)
     if planted >= 0:
-        shift[planted] = effect
-    seed_part = math.sqrt(rho) * sd * _draws(rng, (n_sim, n_effects, 1, n), dist)
-    own = math.sqrt(1.0 - rho) * sd * _draws(rng, (n_sim, n_effects, folds, n), dist)
-    period = tau * se * rng.standard_normal((n_sim, n_effects, folds, 1))
+        shift[planted] = sc.effect
+    seed_part = math.sqrt(sc.rho) * _draws(rng, (n_sim, n_effects, 1, n), sc.dist)
+    own = math.sqrt(1.0 - sc.rho) * _draws(rng, (n_sim, n_effects, folds, n), sc.dist)
+    period = sc.tau * se * rng.standard_normal((n_sim, n_effects, folds, 1))
     return shift[None, :, None, None] + period + seed_part + own
 
 
-def family_codes(gems: int, factors: int, n: int, n_sim: int, folds: int, *, sd: float = 1.0, effect: float = 0.0,
-                 tau: float = 0.0, rho: float = 0.0, dist: str = "normal", alpha: float = defaults.ALPHA,
-                 rope: float = defaults.ROPE, seed: int = defaults.SEED) -> np.ndarray:
-    """Codes [n_sim, gems + factors] of `rules.decision.decide` on simulated families; `effect` planted
-    on the first factor (index `gems`)."""
-    rng = np.random.default_rng(seed)
+def family_codes(gems: int, factors: int, n: int, n_sim: int, folds: int, sc: Scenario = Scenario(),
+                 th: Thresholds = Thresholds()) -> np.ndarray:
+    """Codes [n_sim, gems + factors] of `rules.decision.decide` at `th` (its seed the simulation's) on
+    simulated families; `sc.effect` planted on the first factor (index `gems`)."""
+    rng = np.random.default_rng(th.seed)
     e = gems + factors
-    th = Thresholds(alpha=alpha, rope=rope)
-    d = simulate_family(rng, e, n, n_sim, folds, sd=sd, planted=gems if factors else -1, effect=effect, tau=tau,
-                        rho=rho, dist=dist)
+    d = simulate_family(rng, e, n, n_sim, folds, sc, planted=gems if factors else -1)
     if folds > 1:
         return verdict_codes(decide(Evidence([d[:, j].mean(1) for j in range(e)], periods=fold_data(d)), th).verdict)
     diffs = [d[:, j, 0] for j in range(e)]
     centre = np.stack([x.mean(1) for x in diffs], 1)
 
     def market(tail: np.ndarray):  # the one history's luck, as the market-noise interval measures it
-        h = sps.norm.ppf(1 - tail) * tau * sd / math.sqrt(n)
+        h = sps.norm.ppf(1 - tail) * sc.tau / math.sqrt(n)
         return centre - h, centre + h, np.ones(tail.shape, bool)
 
-    return verdict_codes(decide(Evidence(diffs, market=market if tau > 0 else None), th).verdict)
+    return verdict_codes(decide(Evidence(diffs, market=market if sc.tau > 0 else None), th).verdict)
 
 
-def factor_calibration_table(gems: int = 3, factors: int = 3, n: int = 16, *, n_sim: int = defaults.N_SIM,
+def factor_calibration_table(gems: int = 3, factors: int = 3, n: int = 16, th: Thresholds = Thresholds(), *,
                              folds=FACTOR_CALIBRATION_FOLDS, taus=FACTOR_CALIBRATION_TAUS, rho: float = 0.0,
-                             effects=defaults.CALIBRATION_PERIOD_EFFECTS, dist: str = "normal",
-                             alpha: float = defaults.ALPHA, seed: int = defaults.SEED) -> pd.DataFrame:
-    """One row per (folds, tau): the family's false keep / harmful rate under the null (any of the
-    gems + factors), and the power (P(keep wired)) at planted effects on the first factor, in sd of
-    one fold's per-seed difference."""
-    rows = []
+                             effects=defaults.CALIBRATION_PERIOD_EFFECTS, dist: str = "normal") -> pd.DataFrame:
+    """One row per (folds, tau) at `th`'s alpha, n_sim and seed: the family's false keep / harmful
+    rate under the null (any of the gems + factors), and the power (P(keep wired)) at planted
+    effects on the first factor, in sd of one fold's per-seed difference."""
+    rows, n_sim = [], th.n_sim
     for k in folds:
         for tau in taus:
-            null = family_codes(gems, factors, n, n_sim, k, tau=tau, rho=rho, dist=dist, alpha=alpha, seed=seed)
+            null = family_codes(gems, factors, n, n_sim, k, Scenario(tau=tau, rho=rho, dist=dist), th)
             row = dict(folds=k, tau_se=tau, rho=rho, gems=gems, factors=factors, n_seeds=n, n_sim=n_sim, dist=dist,
                        false_keep=float((null == KEEP_CODE).any(1).mean()),
                        false_harmful=float((null == HARMFUL_CODE).any(1).mean()),
-                       fwer=float((np.abs(null) == 1).any(1).mean()), mc_tolerance=mc_tolerance(alpha, n_sim))
+                       fwer=float((np.abs(null) == 1).any(1).mean()), mc_tolerance=mc_tolerance(th.alpha, n_sim))
             for mult in effects:
-                c = family_codes(gems, factors, n, n_sim, k, effect=mult, tau=tau, rho=rho, dist=dist, alpha=alpha,
-                                 seed=seed + 1)
+                c = family_codes(gems, factors, n, n_sim, k, Scenario(effect=mult, tau=tau, rho=rho, dist=dist),
+                                 replace(th, seed=th.seed + 1))
                 row[f"power@{mult:g} sd"] = float((c[:, gems] == KEEP_CODE).mean())
             rows.append(row)
     return pd.DataFrame(rows)

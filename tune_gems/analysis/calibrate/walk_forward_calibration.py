@@ -107,8 +107,7 @@ def simulate_family(rng, shapes: list[Shape], n_sim: int, folds: int, sc: Scenar
     return out
 
 
-def rule_one_period(d: np.ndarray, tau: float, sd: float, *, rope: float, alpha: float,
-                    one_sided: bool = False) -> np.ndarray:
+def rule_one_period(d: np.ndarray, tau: float, sd: float, th: Thresholds) -> np.ndarray:
     """Codes [S, m] of the K = 1 rule on d [S, m, n] (`rules.decision.decide`): the seed rule, then
     the market gate (the market-noise interval around the mean difference, half-width z x tau x SE
     at the seed interval's Holm level; skipped where a member diverged, as the verdicts skip it)
@@ -116,7 +115,6 @@ def rule_one_period(d: np.ndarray, tau: float, sd: float, *, rope: float, alpha:
     market-noise interval (as with per-seed paths), the seed rule alone."""
     s, m, n = d.shape
     gems = [d[:, g] for g in range(m)]
-    th = Thresholds(alpha=alpha, rope=rope, one_sided_keep=one_sided)
     if tau <= 0:
         return verdict_codes(decide(Evidence(gems), th).verdict)
     with np.errstate(invalid="ignore"):
@@ -138,34 +136,19 @@ class PeriodRun:
     mde: np.ndarray
 
 
-def run_periods(d: np.ndarray, *, rope: float, alpha: float, power: float = defaults.POWER,
-                min_periods: int = defaults.MIN_PERIODS, share: bool = defaults.SHARE_TAU,
-                one_sided: bool = False) -> PeriodRun:
-    """The K >= 2 rule on d [S, m, K, n] (`rules.decision.decide`, as the gem verdicts run it):
-    the seed rule on the fold-averaged per-seed differences (the words of gems without a pooled
-    test), each gem's fold effects on their informative pairs (`periods.fold_data`), pooled
-    as a family (`periods.pool_family`, the shared seed variance added), the period rule
-    (`periods.decide_periods`, Holm over the gems) and the MDE it states (`power.pooled_mde` at
-    the first Holm step)."""
+def run_periods(d: np.ndarray, th: Thresholds) -> PeriodRun:
+    """The K >= 2 rule at `th` on d [S, m, K, n] (`rules.decision.decide`, as the gem verdicts run it:
+    the seed rule on the fold-averaged per-seed differences, the pooled test on the fold data
+    `periods.fold_data`) and the MDE it states (`power.pooled_mde` at the first Holm step)."""
     s, m, k, n = d.shape
     with np.errstate(invalid="ignore"):
         unit = np.nan_to_num(d.mean(2), nan=0.0)  # +inf with -inf: a tie (pairing._unit_mean)
     fd = fold_data(d)
-    th = Thresholds(alpha=alpha, rope=rope, min_periods=min_periods, share_tau=share, one_sided_keep=one_sided)
     dec = decide(Evidence([unit[:, g] for g in range(m)], periods=fd), th)
     comp = fold_components(fd, dec.pooled["tau2"])
     mde = pooled_mde(comp, dec.pooled["periods"], np.maximum(fd.n_informative.mean(-1), 1), df=dec.pooled["df"],
-                     level=alpha / m, power=power, one_sided=one_sided)
+                     level=th.alpha / m, power=th.power, one_sided=th.one_sided_keep)
     return PeriodRun(verdict_codes(dec.verdict), np.asarray(mde, float))
-
-
-def rule_periods(d: np.ndarray, *, rope: float, alpha: float, **rule) -> np.ndarray:
-    """Codes [S, m] of the K >= 2 rule on d [S, m, K, n] (`run_periods`)."""
-    return run_periods(d, rope=rope, alpha=alpha, **rule).codes
-
-
-def _rule_settings(th: Thresholds) -> dict:
-    return dict(min_periods=th.min_periods, share=th.share_tau, one_sided=th.one_sided_keep, power=th.power)
 
 
 def period_run(shapes: list[Shape], n_sim: int, folds: int, scenario: Scenario, *, thresholds: Thresholds | None = None,
@@ -177,24 +160,9 @@ def period_run(shapes: list[Shape], n_sim: int, folds: int, scenario: Scenario, 
         d = simulate_family(rng, shapes, n_sim, folds, scenario)
         if folds == 1:
             tau = scenario.tau if scenario.tau_first is None else scenario.tau_first
-            codes = rule_one_period(d[:, :, 0], tau, shapes[0].sd, rope=th.rope, alpha=th.alpha,
-                                    one_sided=th.one_sided_keep)
+            codes = rule_one_period(d[:, :, 0], tau, shapes[0].sd, th)
             return PeriodRun(codes, np.full(codes.shape, np.nan))
-        return run_periods(d, rope=th.rope, alpha=th.alpha, **_rule_settings(th))
-
-
-def period_codes(shapes: list[Shape], n_sim: int, folds: int, *, effect: float = 0.0, tau: float = 0.0,
-                 rho: float = 0.0, flip: float = 0.0, dist: str = "normal", rope: float = defaults.ROPE,
-                 alpha: float = defaults.ALPHA, seed: int = defaults.SEED, thresholds: Thresholds | None = None,
-                 **scenario) -> np.ndarray:
-    """Codes [n_sim, gems] of the rule as used; `effect` and `flip` go to the first gem only.
-    Gems are simulated at the first gem's seed count (one population: every arm has the seeds).
-    `scenario`: the other fields of `Scenario` (tau_first, gem_corr, fold_corr, ties);
-    `thresholds` the rule's settings (min_periods, share_tau, one_sided_keep; its alpha and rope
-    are replaced by these arguments)."""
-    th = Thresholds.build(thresholds, rope=rope, alpha=alpha, seed=seed)
-    sc = Scenario(effect=effect, tau=tau, rho=rho, flip=flip, dist=dist, **scenario)
-    return period_run(shapes, n_sim, folds, sc, thresholds=th).codes
+        return run_periods(d, th)
 
 
 def _rates(codes: np.ndarray) -> dict[str, float]:
@@ -208,9 +176,8 @@ def period_calibration_table(shapes: list[Shape], *, thresholds: Thresholds | No
                              folds=defaults.CALIBRATION_FOLDS, taus=defaults.CALIBRATION_TAUS,
                              rhos=defaults.CALIBRATION_RHOS, effects=defaults.CALIBRATION_PERIOD_EFFECTS,
                              flip: float = defaults.CALIBRATION_FLIP, dist: str = "normal",
-                             scenario: Scenario | None = None, **settings) -> pd.DataFrame:
-    """At `thresholds`' alpha, rope, n_sim, seed and rule settings (`settings` replace fields by
-    name), one row per (folds, tau, rho): family-wise false keep / harmful under the null, the
+                             scenario: Scenario | None = None) -> pd.DataFrame:
+    """At `thresholds`' alpha, rope, n_sim, seed and rule settings, one row per (folds, tau, rho): family-wise false keep / harmful under the null, the
     family-wise false alarm of `inconsistent` / `heterogeneous` under the null, false
     equivalent with the first gem's effect at the ROPE, power at planted consistent effects
     (multiples of the first gem's sd), the MDE the rule states (K >= 2: the pooled one, median
@@ -218,7 +185,7 @@ def period_calibration_table(shapes: list[Shape], *, thresholds: Thresholds | No
     the first gem's keep / harmful rate (must stay <= alpha) and its inconsistent rate.
     `scenario` the other simulation knobs (tau_first, gem_corr, fold_corr, ties; its own effect,
     tau, rho, flip and dist are replaced per row). rho only matters with several folds."""
-    th = Thresholds.build(thresholds, **settings)
+    th = thresholds or Thresholds()
     base = scenario if scenario is not None else Scenario()
     n_sim, seed = th.n_sim, th.seed
     rows = []
@@ -320,12 +287,12 @@ its options buy (K = 3, one-sided keep, tau per contrast)."""
 
 
 def period_sensitivity_table(shapes: list[Shape], *, thresholds: Thresholds | None = None,
-                             effects=defaults.CALIBRATION_PERIOD_EFFECTS, dist: str = "normal", scenarios=SENSITIVITY,
-                             **settings) -> pd.DataFrame:
+                             effects=defaults.CALIBRATION_PERIOD_EFFECTS, dist: str = "normal",
+                             scenarios=SENSITIVITY) -> pd.DataFrame:
     """One row per scenario of `scenarios` ((label, folds, Scenario fields, Thresholds fields)):
     the family-wise false keep / harmful and the alarm under the null, the power at planted
     effects of the first gem and the MDE the rule states, through `period_run`."""
-    th = Thresholds.build(thresholds, **settings)
+    th = thresholds or Thresholds()
     sd = shapes[0].sd
     rows = []
     for label, k, fields, overrides in scenarios:

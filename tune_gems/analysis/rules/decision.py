@@ -1,126 +1,30 @@
-"""The rule, composed once: one function decides a family of contrasts.
+"""The rule, composed once: `decide` turns a family's evidence into its words.
 
-Why one function. The gem verdicts, the walk-forward verdicts, the factor table, `confirm`'s final
-verdicts and every calibration must reach a word the same way, or one `analyze` prints `keep wired`
-in one table and `inconclusive` in another for the same contrast, and a calibration passes while
-the shipped rule drifts. So every caller gathers evidence (`Evidence`) and calls `decide`;
-`tests/test_rules.py` checks that no module outside the rules calls a stage of the rule, and that
-every caller calls `decide`.
+Why one function: the gem verdicts, the factor table, `confirm`'s final verdicts and every
+calibration must reach a word the same way, or one analysis prints two words for one contrast and a
+calibration passes while the shipped rule drifts (`tests/test_rules.py` checks that no module
+outside the rules calls a stage). The stages, in order, each only ever making a word more cautious
+except where the deciding test changes (docs/analysis.md "Verdicts" and "Verdicts over periods"):
 
-The stages, in the order they run (each a function of its own module, each only ever making a
-word more cautious except where the deciding test changes):
+1. **the seed rule** (`decide_family`): each contrast's signed-rank tests on its informative pairs,
+   Holm over the family; `delete` needs the wiring TOST and the magnitude at its null (or a model
+   feature removing the gem, `redundancy_finding`): a magnitude at its null says nothing about
+   what wiring does;
+2. **one period on one history**: the market gate (`market_gate`), then the one-period gate on
+   the seed and market-noise intervals combined (`one_period_gate`: each alone is up to ~3x too
+   liberal when the two are of similar size);
+3. **several periods or histories**: the pooled test decides (`periods.decide_fold_data`,
+   `histories.decide_histories`), `insufficient data` where its interval cannot be estimated;
+4. `equivalent` / `delete` stand on a finite interval inside +-rope, never on mostly tied pairs;
+5. **the held-out test segment** (`held_out_stage`, docs/analysis.md "The held-out confirmation"):
+   a discovery keep / harmful is final only where its test effect agrees, one-sided at alpha / m,
+   with everything that moves the test effect under the null in its standard error;
+6. **a search's selection on one history** (`final_on_one_history`): the history's part of the
+   interval at the selection-adjusted level, since a confirmation on fresh seeds alone keeps each
+   configuration's luck (a false keep in 24-98% of null searches).
 
-1. **the seed rule** on each contrast's informative pairs (`periods.informative_rank_test`: ties carry
-   no weight), Holm over the family (`decision.decide_family`: keep / harmful / delete / equivalent /
-   inconclusive, `insufficient data` on too few informative pairs, what a design lacks); the seed
-   interval at each contrast's Holm level;
-2. **one period on one price history** (K = 1, a market-noise interval `market` gives): the market
-   gate, then the one-period gate on the seed and market-noise intervals combined (`gates`);
-3. **several periods or price histories** (the family's fold data `periods`, or `histories`): the
-   pooled test decides (`periods.decide_fold_data`, over histories the nested rule
-   `histories.decide_histories`), where its interval can be estimated (`MIN_POOLED_DF`; else
-   `insufficient data`, no interval);
-4. `equivalent` / `delete` stand on a finite interval inside +-rope (the TOST's at its Holm
-   level), and not on mostly tied pairs (`insufficient data`);
-5. **the held-out test segment** (`test`): a discovery keep / harmful is final only where it
-   agrees (`held_out_rule`): the record's `verdict`, the word every table prints;
-6. **a search's selection on one history** (`selection`: the configurations the search chose
-   among, per contrast: `tune-gems confirm`'s final verdict): the interval with the history's part
-   at the selection-adjusted level must still exclude 0 (`selection`): `final_verdict`.
-
-Vectorised over a leading axis of datasets: the verdicts call it on one family (S = 1), the
-calibrations on thousands of simulated ones.
-
-The seed rule: from one family of gems' signed-rank tests to each gem's verdict.
-
-Per gem with a wiring comparison, Holm over the gems of the family (`inference.holm`):
-
-- `keep wired`: Holm-adjusted p <= alpha and effect > 0; `harmful`: the same with effect < 0;
-- `delete`: otherwise, the wiring effect equivalent to zero (Holm-adjusted TOST p <= alpha)
-  **and** the measured magnitude at its null (Holm-adjusted magnitude TOST p <= alpha) or a
-  model feature removing it (`redundant`): both halves, since a magnitude at its null says
-  nothing about what wiring does;
-- `equivalent`: the wiring TOST alone; `inconclusive`: none of these;
-- without a wiring test (given which members exist): `insufficient: confounded` (wired and
-  measured members exist but never differ in this gem alone), `insufficient data` (only one
-  side), `no data` (neither);
-- `insufficient data` too when its informative pairs (ties dropped, `rules.periods`) are too few
-  for any of its tests to reach alpha even with every sign equal (`periods.cannot_decide`): never
-  `equivalent` or `delete` on ties.
-
-With `one_sided` (the opt-in one-sided keep test) `p` is the one-sided p of effect > 0 and no
-`harmful` is claimed.
-
-A null arm (placebo, A/A) is the same rule on a family of one (Holm of one p is that p).
-Whether a model feature removes a gem (`redundancy_finding`) is decided here too: it is the
-second half of `delete`.
-
-The gates of one validation period: what a seed verdict must also pass on one price history.
-
-On one history every seed sees the same market, so the seed interval says how a difference
-varies over seeds, not how much of it is the history's luck (docs/analysis.md "Market noise").
-Two gates follow the seed rule when the market-noise interval of the same difference exists:
-
-- **the market gate** (`market_gate`): a `keep wired` / `harmful` whose market-noise interval
-  includes 0 or lies on the other side (`contradicts`) reads `inconclusive`;
-- **the one-period gate** (`one_period_gate`): the seed interval and the market-noise interval
-  are two variances of one difference, so a `keep wired` / `harmful` / `equivalent` must also
-  hold for the combined interval (`combined_bounds`); requiring each interval alone to exclude
-  0 is up to ~3x too liberal when the two are of similar size. A `delete` rests on the same
-  equivalence, so it is gated like `equivalent`.
-
-Both only make a verdict more cautious. Arrays in (any common shape), verdict words out; the
-verdicts (`verdicts.py`, `walk_forward.py`) call them on one experiment's gems, the period
-calibration (`walk_forward_calibration.py`) on thousands of simulated families.
-
-The test segment as a pre-registered second stage, valid on its own.
-
-Why. A check printed beside a verdict changes no word, and a criterion on the test segment's seed
-interval alone leaves out what separates one period from another. So the test segment is the
-confirmation, decided before it is looked at (docs/analysis.md "The held-out confirmation"):
-
-- only a discovery `keep wired` or `harmful` is confirmed; the test segment chooses nothing else;
-- its effect (the same pairs) is compared with 0 one-sided in the discovery's direction at
-  **alpha / m** (`confirmation_level`): on its own a Bonferroni test of the m contrasts on data the
-  discovery did not see, so the two-stage family-wise rate stays below alpha even where the
-  discovery's does not, **provided the stage is calibrated alone**: its standard error carries
-  everything that moves the test effect under the null (`held_out_stage`), on Welch-Satterthwaite
-  degrees of freedom:
-  - **several histories** (`history_test`): the mean of the histories' test effects, se^2 = their
-    sample variance / H (their spread on the test itself, H - 1 df, never truncated at 0) + the
-    seeds' part common to every history + on one calendar the calendar part (the test segment is
-    one period of every history: the spread of the shared validation periods' means, `rules.histories`'s
-    `means_var`, never truncated; the ANOVA's truncated estimate read 1.5x the level at 6-8
-    histories); fewer than `defaults.MIN_SHARED_PERIODS` shared periods confirm nothing;
-  - **one history over folds**: the seeds' variance + the pooled rule's tau^2 on DerSimonian-Laird's
-    own df (Q's x (tau^2 / (tau^2 + v))^2), at least `defaults.HELD_OUT_PERIOD_FLOOR` x a fold's seed
-    variance v (where DL reads 0, K periods cannot tell a small spread from none: without both the
-    stage alone read up to 2.4x its level);
-  - **one period on one history**: the market-noise variance (per-seed synthetic paths hold it in
-    the seeds' variance); without one, no confirmation is possible;
-- a discovery whose test effect does not agree, or has none, reads `not confirmed on held-out
-  data` (`settings.NOT_CONFIRMED`), both intervals kept for the reason line.
-
-`seed_level_effect`: each seed's test differences averaged over the folds (the seed is the unit),
-then the Hodges-Lehmann effect and its squared standard error from the signed-rank interval
-(`periods.fold_estimates`' estimator). Arrays in, words out: `decision.decide` calls
-`held_out_stage`; `decision_calibration` calls it too, and `held_out_alone` on every contrast.
-
-The confirmation's last gate on one price history: a verdict must survive the search's selection.
-
-Why. A search keeps, per gem, the best of the T trials that wired it. On one
-price history (a real file, or synthetic `paths: shared`) the confirmation can only refresh the
-seeds: each configuration's luck on that history (the market noise of its validation period,
-or of each walk-forward period) is the same in the confirmation as in the discovery, and the
-chosen configuration is the one whose luck was best. Simulated through the project's functions
-(`analysis/one_history_calibration.one_history_search_rates`), a confirmation on fresh seeds alone reads a
-false keep / harmful in 24-98% of null searches, and 6-10% even with the one-period gate at the
-verdict's level. So on one history the final verdict is decisive only where the history's part
-of the interval is taken at the selection-adjusted level (the verdict's level / T, Bonferroni
-over the configurations the search chose among: `selection_adjusted_bounds`, and over periods
-`pooled_adjusted_bounds`) and
-the interval still excludes 0 on the verdict's side; without that interval (no market-noise
-interval at K = 1) neither a decisive verdict nor `equivalent` stands.
+Vectorised over a leading axis of datasets: one family for the verdicts, thousands for the
+calibrations.
 """
 
 from __future__ import annotations
@@ -134,7 +38,7 @@ from scipy import stats as sps
 from tune_gems.analysis import defaults
 from tune_gems.analysis.rules.histories import CalendarPart, HistoryData, HistoryPooled, decide_histories
 from tune_gems.analysis.rules.periods import (
-    FOLD_VAR_DF, FoldData, PeriodDecision, cannot_decide, decide_fold_data, fold_estimates, informative_rank_test,
+    FOLD_VAR_DF, FoldData, PeriodDecision, Pooling, cannot_decide, decide_fold_data, fold_estimates, informative_rank_test,
     pooled_bounds, sample_variance, satterthwaite, seed_anova,
 )
 from tune_gems.analysis.rules.settings import (
@@ -285,26 +189,6 @@ def _seed_interval(ev: Evidence, tail: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return lo, hi
 
 
-def _seed_stage(ev: Evidence, th: Thresholds, s: int, e: int):
-    """The seed rule's tests on each contrast's informative pairs: (estimate, p, p_tost,
-    n_informative, tied_share, paired) [S, E]."""
-    est, p, pt, tied = (_nan((s, e)) for _ in range(4))
-    n_inf = np.zeros((s, e), int)
-    p_key = "p_greater" if th.one_sided_keep else "p"
-    for j, d in enumerate(ev.diffs):  # ties carry no weight (`rules.periods`)
-        if d.shape[1]:
-            with np.errstate(over="ignore", invalid="ignore"):
-                r = informative_rank_test(d, rope=th.rope, tail=th.alpha / 2)
-            est[:, j], p[:, j], pt[:, j], n_inf[:, j], tied[:, j] = (r.estimate, getattr(r, p_key), r.p_tost,
-                                                                     r.n_informative, r.tied_share)
-    paired = np.stack([(~np.isnan(d)).sum(1) if d.shape[1] else np.zeros(s, int) for d in ev.diffs], 1)
-    if ev.tested is not None:
-        keep = np.broadcast_to(np.asarray(ev.tested, bool), (s, e))
-        p = np.where(keep, p, np.nan)
-        paired = np.where(keep, paired, 0)
-    return est, p, pt, n_inf, tied, paired
-
-
 def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISOLATE_FLAGGED,
            isolate_level: float = defaults.ISOLATE_LEVEL) -> Decision:
     """The rule on one family of contrasts (module docstring) at the analysis's settings `th`
@@ -314,10 +198,8 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
     s = max(d.shape[0] for d in ev.diffs)
     e = len(ev.diffs)
     sides = 1 if th.one_sided_keep else 2
-    est, p, pt, n_inf, tied, paired = _seed_stage(ev, th, s, e)
-    rule = decide_family(p, est, pt, alpha=th.alpha, p_magnitude=ev.magnitude_p, redundant=ev.redundant,
-                         wired=ev.wired, measured=ev.measured, informative=n_inf, one_sided=th.one_sided_keep,
-                         paired=paired)
+    rule = decide_family(ev, th, s)
+    est, p, pt, n_inf, tied = rule.estimate, rule.p, rule.p_tost, rule.n_informative, rule.tied_share
     level = holm_levels(p, th.alpha)
     lo, hi = _seed_interval(ev, np.nan_to_num(level, nan=th.alpha) / sides)  # at the contrast's Holm level
     # equivalence: the TOST's two one-sided tests at its Holm level, an interval inside +-rope
@@ -344,15 +226,14 @@ def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISO
         if ev.magnitude_p is not None or ev.redundant is not None:
             red = np.broadcast_to(False if ev.redundant is None else np.asarray(ev.redundant, bool), (s, e))
             removable = rule.magnitude_at_null | red
-        common = dict(alpha=th.alpha, rope=th.rope, tested=tested, seed_verdict=seed_verdict, removable=removable,
-                      share=th.share_tau, one_sided=th.one_sided_keep, min_periods=th.min_periods,
-                      isolate_flagged=isolate_flagged, isolate_level=isolate_level)
+        common = dict(tested=tested, seed_verdict=seed_verdict, removable=removable,
+                      how=Pooling.of(th, isolate_flagged=isolate_flagged, isolate_level=isolate_level))
         with np.errstate(over="ignore", invalid="ignore"):
             if ev.histories is not None:  # the nested rule: each history's effect, then over histories and calendar
-                hp, period = decide_histories(ev.histories, **common)
+                hp, period = decide_histories(ev.histories, th, **common)
                 pooled = hp.pooled
             else:
-                pooled, period = decide_fold_data(ev.periods, fold_corr=ev.fold_corr, **common)
+                pooled, period = decide_fold_data(ev.periods, th, fold_corr=ev.fold_corr, **common)
             period, pooled_eq = _estimable(period, pooled, tested, th.alpha)
         decided = tested & ~period.too_few_periods
         eq_lo, eq_hi, eq_level = (np.where(decided, a, b) for a, b in zip(pooled_eq, (eq_lo, eq_hi, eq_level)))
@@ -408,49 +289,62 @@ REMOVES, REDUCES, DOES_NOT_REMOVE, NO_DESIGN = "removes", "reduces", "does not r
 
 @dataclass(frozen=True)
 class FamilyDecision:
-    """The seed rule on families of gems (arrays of the inputs' shape, the gems on the last axis)."""
+    """The seed rule on families of contrasts ([S, E] arrays): its tests on each contrast's
+    informative pairs (`estimate`, `p`, `p_tost`, `n_informative`, `tied_share`), their Holm
+    adjustment over the family and the words."""
 
     verdict: np.ndarray
+    estimate: np.ndarray
+    p: np.ndarray
+    p_tost: np.ndarray
     p_adjusted: np.ndarray
     tost_p_adjusted: np.ndarray
     magnitude_p_adjusted: np.ndarray
     magnitude_at_null: np.ndarray
+    n_informative: np.ndarray
+    tied_share: np.ndarray
     too_few_informative: np.ndarray
 
 
-def decide_family(p, estimate, p_tost, *, alpha: float, p_magnitude=None, redundant=None, wired=None,
-                  measured=None, informative=None, one_sided: bool = False, paired=None) -> FamilyDecision:
-    """The seed rule (module docstring) per gem of each family: `p` the two-sided p of the wiring
-    effect (NaN: no wiring test, left out of the family), `estimate` its sign's source, `p_tost`
-    its TOST p for +-ROPE, `p_magnitude` the TOST p of the measured magnitude against its null
-    (NaN / None: not tested), `redundant` whether the redundancy factorial removes the gem.
-    Each p is Holm-adjusted over the gems of its family (the last axis). A gem without a wiring
-    test reads NOT_TESTED, or, given the counts of its `wired` and `measured` members, what it
-    lacks (`design_verdict`). `informative` the informative pairs of each tested gem (None: all
-    enough); `one_sided`: `p` is one-sided (effect > 0) and `harmful` is not claimed. `paired` the
-    pairs each gem has (None: not given): a gem with pairs but no test (every pair ties: no
-    informative pair, so no p) reads `insufficient data`, never what a design lacks."""
-    p = np.asarray(p, float)
-    estimate = np.broadcast_to(np.asarray(estimate, float), p.shape)
-    p_adj, pt_adj = holm(p), holm(np.broadcast_to(np.asarray(p_tost, float), p.shape))
-    pe_adj = holm(np.broadcast_to(np.nan if p_magnitude is None else np.asarray(p_magnitude, float), p.shape))
-    red = np.broadcast_to(False if redundant is None else np.asarray(redundant, bool), p.shape)
+def decide_family(ev: Evidence, th: Thresholds, s: int) -> FamilyDecision:
+    """The seed rule (module docstring) on the S datasets of a family `ev` at the settings `th`:
+    each contrast's signed-rank tests on its informative pairs (`p` two-sided, or with the
+    one-sided keep test of effect > 0; NaN: no wiring test or not in the family), each p
+    Holm-adjusted over the family. A contrast without a test reads NOT_TESTED or, given its
+    `wired` and `measured` members, what it lacks (`design_verdict`); one with pairs but no test
+    (every pair ties) reads `insufficient data`."""
+    e, alpha = len(ev.diffs), th.alpha
+    est, p, pt, tied = (_nan((s, e)) for _ in range(4))
+    n_inf = np.zeros((s, e), int)
+    p_key = "p_greater" if th.one_sided_keep else "p"
+    for j, d in enumerate(ev.diffs):  # ties carry no weight (`rules.periods`)
+        if d.shape[1]:
+            with np.errstate(over="ignore", invalid="ignore"):
+                r = informative_rank_test(d, rope=th.rope, tail=alpha / 2)
+            est[:, j], p[:, j], pt[:, j], n_inf[:, j], tied[:, j] = (r.estimate, getattr(r, p_key), r.p_tost,
+                                                                     r.n_informative, r.tied_share)
+    paired = np.stack([(~np.isnan(d)).sum(1) if d.shape[1] else np.zeros(s, int) for d in ev.diffs], 1)
+    if ev.tested is not None:
+        keep = np.broadcast_to(np.asarray(ev.tested, bool), (s, e))
+        p = np.where(keep, p, np.nan)
+        paired = np.where(keep, paired, 0)
+    p_adj, pt_adj = holm(p), holm(pt)
+    pe_adj = holm(np.broadcast_to(np.nan if ev.magnitude_p is None else np.asarray(ev.magnitude_p, float), p.shape))
+    red = np.broadcast_to(False if ev.redundant is None else np.asarray(ev.redundant, bool), p.shape)
     tested = np.isfinite(p_adj)
     significant = tested & (p_adj <= alpha)
     equivalent = tested & np.isfinite(pt_adj) & (pt_adj <= alpha)
     at_null = np.isfinite(pe_adj) & (pe_adj <= alpha)
-    few = (np.zeros(p.shape, bool) if informative is None else
-           tested & cannot_decide(np.broadcast_to(np.asarray(informative), p.shape), 2 * alpha))
+    few = tested & cannot_decide(n_inf, 2 * alpha)
     verdict = np.select(
-        [~tested, few, significant & (estimate > 0), significant & (estimate < 0) & (not one_sided),
+        [~tested, few, significant & (est > 0), significant & (est < 0) & (not th.one_sided_keep),
          equivalent & (at_null | red), equivalent],
         [NOT_TESTED, INSUFFICIENT, KEEP, HARMFUL, DELETE, EQUIVALENT], INCONCLUSIVE)
-    if wired is not None and measured is not None:
-        verdict = np.where(tested, verdict, design_verdict(wired, measured))
-    if paired is not None:  # pairs, every one a tie: too few informative pairs (none)
-        few = few | (~tested & (np.broadcast_to(np.asarray(paired), p.shape) > 0))
-        verdict = np.where(~tested & few, INSUFFICIENT, verdict)
-    return FamilyDecision(verdict, p_adj, pt_adj, pe_adj, at_null, few)
+    if ev.wired is not None and ev.measured is not None:
+        verdict = np.where(tested, verdict, design_verdict(ev.wired, ev.measured))
+    few = few | (~tested & (paired > 0))  # pairs, every one a tie: too few informative pairs (none)
+    verdict = np.where(~tested & few, INSUFFICIENT, verdict)
+    return FamilyDecision(verdict, est, p, pt, p_adj, pt_adj, pe_adj, at_null, n_inf, tied, few)
 
 
 def design_verdict(wired, measured) -> np.ndarray:

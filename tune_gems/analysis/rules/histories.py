@@ -1,58 +1,15 @@
 """The nested rule for several price histories: periods nested in histories, histories crossed with
 the calendar where they share it.
 
-Why. With H >= 2 price histories (the columns of a multi-asset file, or files of other eras or
-markets) the replication unit is the history: one history's folds are periods of one market, and
-what they share (its regime, the training rows its folds overlap on) is in none of their spreads.
-So the rule pools in two stages and reads the spread between histories:
-
-1. **each history's effect** is the seed-level effect of its seeds' differences averaged over its
-   folds (`periods.seed_level_effect`: Hodges-Lehmann over the informative seeds, its squared
-   standard error pi / 3 x their sample variance / n, n - 1 df): one period per history is a history's
-   effect like any other, and the efficient design (many histories, one fold each) is decided. Its
-   variance holds only the seeds' noise: everything a history's folds share (its period luck, the
-   training rows of overlapping folds) varies between histories and is read in stage 2, so no
-   correction by an assumed correlation (Nadeau-Bengio) enters here;
-2. **the histories' effects over the histories**, `periods.pool_family` with the histories as its
-   periods (DerSimonian-Laird tau_H^2, the HKSJ scale with the histories' degrees of freedom, H - 1
-   or m (H - 1) shared across the family where the contrasts agree, never narrower than
-   DerSimonian-Laird), then the period rule with Holm over the family (`periods.decide_periods`: a
-   sign change between histories shown by their own intervals reads `inconclusive: inconsistent
-   across periods`). Two parts no spread between histories shows are added whole, each with its
-   degrees of freedom:
-   - the seeds' part common to every history (seed index s starts from the same weights in every
-     history and fold: the seeds x histories ANOVA of the seed-level differences,
-     `periods.seed_anova`), split off each history's variance as `pool_family` does for folds;
-   - **the calendar part** (`rules.histories`): histories that validate on the same dates share each
-     period's luck, which is estimated from the cells (histories x shared periods, both random)
-     and carried into the variance of the mean with the degrees of freedom it has. Histories on
-     their own calendars pool as independent.
-3. **too few to decide**: fewer than `min_histories` histories with an effect, or fewer than
-   `min_periods` calendar periods (the periods the histories validate on, counted once where they
-   share them: on one calendar of K folds, K; on their own calendars, every fold), and on a shared
-   calendar fewer than `defaults.MIN_SHARED_PERIODS` (the calendar part's estimate needs them)
-   read `insufficient data` (`HistoryPooled.too_few_histories`, `too_few_periods`).
-
-A history's degrees of freedom enter stage 2 as its variance's: `pool_family` reads a variance's df
-as `FOLD_VAR_DF` (n - 1) of n pairs, so a history's stage-1 df are passed as n = df / `FOLD_VAR_DF` + 1.
-
-The power statement is `power.history_mde` (its components: `history_components`). Arrays in, words
-out: the calibration (`decision_calibration`) runs these on thousands of simulated families.
-
-The calendar part of histories that share validation periods: history x period, both random.
-
-Why. Histories cut from one file's columns validate on the same dates, and a contrast's effect in a
-period is partly the period's (a regime every market lives through) and partly the history's own.
-The spread between histories, which the nested rule reads, cannot show a part common to all of
-them: leaving it out read 0.11-0.38 family-wise at 6-8 histories (docs/analysis.md "Histories on
-one calendar"). So the effect in (history h, period p) is mu + a_h + c_p + e_hp; var(c_p) is the
-two-way ANOVA's (MS_periods - MS_residual) / H over the shared periods, at least 0, on its
-Satterthwaite df (at most K - 1), and the mean over histories carries var(c_p) sum_p B_p^2 (1 / K
-on one calendar). Histories on their own calendars share nothing and pool as independent; one
-shared period cannot separate the calendar part at all.
-
-`calendar` [H, K] int: the period fold k of history h validates on (-1: no such fold); equal ids in
-two histories are one period (`one_calendar`, `own_calendars`).
+Why: with H >= 2 histories the replication unit is the history; what one history's folds share
+(its regime, the rows its folds overlap on) is in none of their spreads. So each history's effect
+is the seed-level effect over its folds (`periods.seed_level_effect`), and stage 2 pools the
+histories as `periods.pool_family`'s periods, adding whole what no spread between histories
+shows: the seeds' part common to every history and, where histories validate on the same dates,
+the calendar part (`calendar_part`: history x period, both random; leaving it out read 0.11-0.38
+family-wise at 6-8 histories). Too few histories or calendar periods read `insufficient data`.
+`calendar` [H, K] int: the period fold k of history h validates on (-1: none; equal ids are one
+period). docs/analysis.md "Several price histories" and "Histories on one calendar".
 """
 
 from __future__ import annotations
@@ -63,9 +20,10 @@ import numpy as np
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.rules.periods import (
-    FOLD_VAR_DF, FoldData, PeriodDecision, decide_periods, fold_components, fold_data, is_tie, pool_family,
-    pool_fold_data, sample_variance, seed_anova, seed_level_effect,
+    FOLD_VAR_DF, FoldData, PeriodDecision, Pooling, decide_periods, fold_components, fold_data, is_tie, pool_family,
+    sample_variance, seed_anova, seed_level_effect,
 )
+from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.analysis.rules.power import RANK_EFFICIENCY, HistoryComponents
 
 
@@ -105,6 +63,7 @@ class HistoryPooled:
 
     pooled: dict
     calendar: CalendarPart
+    periods: FoldData
     too_few_histories: np.ndarray | None = None
     too_few_periods: np.ndarray | None = None
 
@@ -140,10 +99,8 @@ def history_data(d, calendar=None) -> HistoryData:
                        np.stack([a["share"] for a in anova], 1), cal)
 
 
-def pool_histories(hd: HistoryData, *, rope: float, share: bool = defaults.SHARE_TAU, one_sided: bool = False,
-                   isolate_flagged: bool = defaults.ISOLATE_FLAGGED,
-                   isolate_level: float = defaults.ISOLATE_LEVEL) -> HistoryPooled:
-    """Stage 2 (module docstring) on a family's history data."""
+def pool_histories(hd: HistoryData, how: Pooling) -> HistoryPooled:
+    """Stage 2 (module docstring) on a family's history data: the histories are `pool_family`'s periods."""
     theta, var, df = hd.effect, hd.var, hd.df
     with np.errstate(invalid="ignore", divide="ignore"):
         share_common = np.clip(np.nan_to_num(hd.seed_var[..., None] / var), 0.0, 1.0)
@@ -151,33 +108,29 @@ def pool_histories(hd: HistoryData, *, rope: float, share: bool = defaults.SHARE
         c_share = np.where(np.isfinite(theta), share_common, 0.0).sum(-1) / np.maximum(np.isfinite(theta).sum(-1), 1)
         fold_n = np.where(np.isfinite(theta), df / FOLD_VAR_DF + 1.0, np.nan)
     cal = calendar_part(hd.cells, hd.calendar)
-    pooled = pool_family(theta, var, seed_share=c_share, seed_var=hd.seed_var, rope=rope, share=share,
-                         one_sided=one_sided, fold_n=fold_n, seed_df=hd.seed_df, isolate_flagged=isolate_flagged,
-                         isolate_level=isolate_level, extra_var=cal.mean_var, extra_df=cal.df)
+    periods = FoldData(theta, var, hd.p, fold_n, hd.seed_var, c_share, hd.seed_df)
+    pooled = pool_family(periods, how, extra_var=cal.mean_var, extra_df=cal.df)
     pooled["history_effect"], pooled["history_p"] = theta, hd.p
-    return HistoryPooled(pooled, cal)
+    return HistoryPooled(pooled, cal, periods)
 
 
-def decide_histories(hd: HistoryData, *, alpha: float, rope: float, tested=None, seed_verdict=None, removable=None,
-                     share: bool = defaults.SHARE_TAU, one_sided: bool = False,
-                     min_histories: int = defaults.MIN_HISTORIES, min_periods: int = defaults.MIN_PERIODS,
-                     isolate_flagged: bool = defaults.ISOLATE_FLAGGED,
-                     isolate_level: float = defaults.ISOLATE_LEVEL) -> tuple[HistoryPooled, PeriodDecision]:
-    """The two stages (`pool_histories`) and the period rule with the histories as its periods
-    (`periods.decide_periods`: Holm over the family) on one family's history data, deciding only
-    where at least `min_histories` histories and `min_periods` calendar periods carry an effect
-    (and, where periods are shared, the calendar part can be estimated)."""
-    hp = pool_histories(hd, rope=rope, share=share, one_sided=one_sided, isolate_flagged=isolate_flagged,
-                        isolate_level=isolate_level)
+def decide_histories(hd: HistoryData, th: Thresholds, *, tested=None, seed_verdict=None, removable=None,
+                     how: Pooling | None = None) -> tuple[HistoryPooled, PeriodDecision]:
+    """The two stages (`pool_histories`, as `how` pools, default `Pooling.of(th)`) and the period
+    rule with the histories as its periods (`periods.decide_periods`: Holm over the family) on one
+    family's history data at the settings `th`, deciding only where at least
+    `defaults.MIN_HISTORIES` histories and `min_periods` calendar periods carry an effect (and,
+    where periods are shared, the calendar part can be estimated)."""
+    hp = pool_histories(hd, how or Pooling.of(th))
     r, cal = hp.pooled, hp.calendar
     shape = r["mu"].shape
     tested = np.ones(shape, bool) if tested is None else np.broadcast_to(np.asarray(tested, bool), shape)
-    few_h = r["periods"] < min_histories
+    few_h = r["periods"] < defaults.MIN_HISTORIES
+    min_periods = th.min_periods
     shared_too_few = cal.shared & ((cal.periods < max(min_periods, defaults.MIN_SHARED_PERIODS)) | ~np.isfinite(cal.var))
     few_p = ~few_h & ((cal.periods < min_periods) | shared_too_few)
-    rule = decide_periods(tested, r["p"], r["p_tost"], r["mu"], r["se"], r["se_fixed"], r["df"], r["q_p"], r["periods"],
-                          r["history_effect"], r["history_p"], alpha=alpha, seed_verdict=seed_verdict,
-                          removable=removable, one_sided=one_sided, df_fixed=r["df_fixed"], enough=~(few_h | few_p))
+    rule = decide_periods(hp.periods, r, th, tested=tested, seed_verdict=seed_verdict, removable=removable,
+                          enough=~(few_h | few_p))
     return replace(hp, too_few_histories=tested & few_h, too_few_periods=tested & few_p), rule
 
 
@@ -191,7 +144,7 @@ def history_components(hd: HistoryData, hp: HistoryPooled) -> HistoryComponents:
     common to every history and fold x within."""
     comps = []
     for fd in hd.folds:
-        tau2 = pool_fold_data(fd, rope=0.0)["tau2"]
+        tau2 = pool_family(fd)["tau2"]
         comps.append(fold_components(fd, np.where(np.isfinite(tau2), tau2, 0.0)))
     with np.errstate(invalid="ignore"):
         within = np.nanmean(np.stack([np.asarray(c.within, float) for c in comps]), 0)

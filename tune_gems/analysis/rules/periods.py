@@ -1,131 +1,28 @@
-"""A family's fold data and the period rule on it: the one K >= 2 decision every caller makes.
+"""The period rule and what it reads: a family's fold effects, their pooling and the folds' overlap.
 
-Why its own module. The rule's one composition (`decision.decide`, which the gem verdicts, the
-factor table, `confirm` and every calibration call) decides a family of contrasts over periods
-through it: the per-fold effects on their informative pairs
-(`periods.fold_estimates`), the seeds' part shared by every fold (`periods.seed_anova`,
-`periods.shared_seed_variance`), the family pooled with tau shared where the contrasts agree
-(`periods.pool_family`) and the period rule (`periods.decide_periods`). A caller that strung
-these together itself would drift from the verdicts, so every caller holds `FoldData` and calls
-`decide_fold_data`; the tests of "one rule" (tests/test_rules.py) check
-that every caller holds these objects.
+- **Ties carry no weight** (`informative_rank_test`): a pair with the same outcome on both sides
+  says nothing about a wiring's direction; counted, ties pull the Hodges-Lehmann estimate to 0 and
+  collapse intervals to [0, 0]. Dropped first (Wilcoxon's zero treatment keeps the test exact);
+  `n_informative` and `tied_share` travel with every verdict.
+- **Fold effects** (`fold_estimates`): each fold's effect, its squared standard error read off its
+  rank interval and its own p; `seed_anova`: the seeds' part common to every fold (the same seed
+  starts from the same weights in every period), which no fold dispersion sees.
+- **Pooling** (`pool_family`): random effects over the periods, HKSJ never narrower than
+  DerSimonian-Laird (Jackson et al. 2017), the seeds' common share added whole, tau^2 and the
+  scale shared across the family's contrasts where they agree (m (K - 1) df instead of K - 1),
+  the df cut by the contrasts' residual correlation.
+- **The folds' overlap** (Nadeau & Bengio 2003): folds that share training rows share a part the
+  dispersion cannot see (2-7x the level without it), so the part it measures is multiplied by
+  F = 1 + (sqrt w)' Lambda (sqrt w) / sum w (`overlap_factor`; docs/analysis.md "The overlap of
+  folds").
+- **The period rule** (`decide_periods`): `insufficient data` below `min_periods` folds with
+  informative pairs; `inconclusive: inconsistent across periods` only where a sign change is
+  shown (Cochran's Q and fold intervals on both sides of 0, Holm); keep / harmful by the pooled
+  Holm p; `equivalent` / `delete` by the pooled TOST; `heterogeneous` where only Q holds. The
+  seeds' own verdict is not a second gate: stacking two tests put the rule far below its level.
 
-The period rule: a gem's verdict across validation periods (walk-forward folds, K >= 2).
-
-The pooled test decides (`periods.pool_family`: random effects over the periods, HKSJ, the
-seeds' share common to every fold, tau^2 shared across the family's contrasts when they agree,
-Holm over the gems). Per gem of a family with a wiring comparison (`tested`):
-
-- `insufficient data` (too few periods) when fewer than `min_periods` folds carry informative
-  pairs: at K = 2 the t with 1 df has no power and at K = 3 almost none (the calibration's
-  table), so no pooled verdict is given (the per-fold effects are still shown);
-- `inconclusive: inconsistent across periods` only when a sign change is **shown**: the
-  heterogeneity test holds (Cochran's Q, Holm over the gems) and the per-fold signed-rank
-  intervals lie on both sides of 0 at their Holm levels over all the family's (gem, fold)
-  tests; this overrides any pooled mean (a regime flip averages to ~0);
-- `keep wired` / `harmful`: the pooled effect's Holm-adjusted p <= alpha (two-sided; with
-  `one_sided`, a one-sided keep test and no `harmful`);
-- `equivalent` (or `delete` where the magnitude half of delete holds, `removable`): the pooled
-  TOST, Holm-adjusted, <= alpha;
-- `inconclusive: heterogeneous across periods`: none of these, but the periods differ
-  significantly (Cochran's Q, Holm): more seeds will not settle it;
-- `inconclusive` otherwise. A gem without a pooled effect (its fold effects undefined: pairs
-  mostly diverged one way) reads `inconclusive`.
-
-The seeds' own verdict (the seed rule on the fold-averaged per-seed differences) is not a
-second gate: it is conditional on the K periods (their luck is common to every seed), so the
-pooled test, which carries the periods' spread, is the one that can be wrong only at its level;
-requiring both stacked two tests and put the rule far below its level (false keep 0.000 at K =
-4-6). A gem without a wiring comparison keeps its seed-rule word (what it lacks).
-
-Because the heterogeneity test gates both `inconsistent` and `heterogeneous`, their family-wise
-false-alarm rate in pure noise is the Holm-adjusted Q test's: at most alpha.
-
-Arrays in, words out: the rule's composition (`decision.decide`, through `period_family` and
-`histories`) calls it on one experiment's gems and on thousands of simulated families.
-
-Pooling of per-period effects (walk-forward folds): the statistics the period rule decides on.
-
-- `fold_estimates`: one fold's effect (Hodges-Lehmann on its informative pairs: ties carry no
-  weight, `rules.periods`), its squared standard error read off the fold's signed-rank interval,
-  and the fold's own two-sided p (the sign-change claim of `periods.decide_periods`);
-- `seed_anova` / `shared_seed_variance`: the seeds' part that every fold shares (the same seed
-  index starts from the same weights in every period): its share of a fold's variance, which
-  the fold dispersion cannot see and averaging folds does not shrink;
-- `pool_family`: the random-effects combination of each contrast's K fold effects with the
-  Hartung-Knapp-Sidik-Jonkman interval (DerSimonian-Laird tau^2, the t with the scale's degrees
-  of freedom), never narrower than the DerSimonian-Laird interval (normal quantile, the fold
-  variances taken as known): the variant of Jackson et al. (2017) ("modified" HKSJ, the scale
-  floored at 1 with the t quantile, is 14x below its level at K = 4 without period spread). The seeds'
-  common share is split off each fold variance (tau^2, the scale and Q read the rest) and added
-  whole to both; each test's t has the degrees of freedom of the seed-level estimates behind its
-  variance (Welch-Satterthwaite). For a whole family of contrasts at once: with `share`, tau^2 and the HKSJ scale are
-  estimated once across the family's contrasts (m (K - 1) degrees of freedom instead of K - 1:
-  at K = 4 and three gems the t's critical value at the Holm level drops from 5.8 to 3.3),
-  except for a contrast whose own scale significantly exceeds the others' (a one-sided F test
-  at `share_level`: that one is pooled on its own, K - 1 df; a contrast whose scale is below
-  the family's is only tested more strictly by sharing), and the degrees of
-  freedom are cut by the contrasts' residual correlation (Satterthwaite: m df / (1 + (m - 1)
-  r^2), r^2 the mean squared correlation of their standardised fold residuals, debiased), since
-  contrasts that share arms or periods carry less independent information about the scale;
-  a flagged contrast also leaves the family's tau^2 and scale (`isolate_flagged`: a
-  heterogeneous one widens every other contrast's interval); `fold_corr` puts the overlap
-  of folds that share training rows into the variance (`rules.periods`);
-- `hksj`: the same for one contrast per row (K - 1 df);
-- `pooled_bounds`: the pooled interval at any per-side tail (the Holm level's, for the
-  decision): the wider of the HKSJ and the DerSimonian-Laird one.
-
-Vectorised over a leading axis of datasets: the verdicts call them on one family (S = 1), the
-period calibration on thousands of simulated ones, so both pool the same way.
-
-Ties carry no weight: the signed-rank rule on each comparison's informative pairs only.
-
-Why. A pair whose two members have exactly the same outcome (both never traded: Sharpe exactly 0
-on both sides; both diverged: a tie by the worst-outcome rule) says nothing about the direction
-of a wiring's effect. Counted as the signed-rank statistic's "half above, half below" they pull the Hodges-Lehmann
-estimate to 0 and shrink the interval to [0, 0], so 14 tied pairs of 18 would read `equivalent`
-on 2 informative seeds, and a fold whose interval collapsed from ties would get almost all the
-pooled weight. Here a tie is dropped before the test
-(Wilcoxon's zero treatment: conditional on the number of ties, the signs of the other pairs are
-still exchangeable under "no effect", so the exact test stays exact), in every fold and in the
-seed rule, and what remains is counted: `n_informative` and `tied_share` travel with every
-verdict, and a comparison whose informative pairs cannot reach the rule's level reads
-`insufficient data` (`decision.decide_family`'s `informative`).
-
-Vectorised over rows with different numbers of ties: rows are grouped by their informative
-count and each group goes through `inference.rank_test` at once, so the verdicts (one row) and
-the calibrations (thousands) run this same function.
-
-The overlap of folds that share training rows, in the pooled variance.
-
-Why. The validation periods of the folds are disjoint, but a purged fold trains on the other
-groups and an expanding walk-forward window starts where every other one starts: learners
-trained on mostly the same rows make fold effects that share a part. The fold dispersion
-cannot see a part common to every fold (it cancels in the residuals), so the pooled variance
-read off the dispersion is too small: simulated at the real shapes, the family-wise false
-rate of the pooled rule is 2-7x its level at Nadeau and Bengio's correlation
-(`decision_calibration`, docs/analysis.md "The overlap of folds", which derives what follows).
-
-The correction (Nadeau & Bengio 2003, "Inference for the generalization error"): the variance
-read off the dispersion is multiplied by 1 + K n2 / n1 (n1 training rows, n2 validation rows of
-a fold). The correlation of two folds' errors is not estimable from one history's folds, so it
-is taken from the layout. Unequal or partly overlapping folds load a common part with
-lambda_k = n2_k / n1_k, shared only by folds whose training rows meet; with the random-effects
-weights w the factor is
-
-    F = 1 + (sqrt w)' Lambda (sqrt w) / sum w        (`overlap_factor`)
-
-NB's factor for K equal folds that all share rows; a pair that shares any row counts in full
-(conservative for windows that barely meet).
-
-`periods.pool_family` multiplies by F the part of the pooled variance the fold dispersion
-measures (the HKSJ and DerSimonian-Laird variances, tau^2 included), not the seeds' common
-share, which the seeds x folds ANOVA already adds whole: the overlap is a part common to the
-folds as periods (training luck on shared rows), invisible to that ANOVA and to the
-dispersion alike, present even where tau^2 is estimated at 0.
-
-Pure numpy; a fold table (`folds.parquet`, `data.segments.fold_table`) gives the matrix in one
-call (`fold_overlap`).
+Vectorised over a leading axis of datasets; docs/analysis.md "Verdicts over periods" derives each
+choice and its calibration.
 """
 
 from __future__ import annotations
@@ -139,7 +36,7 @@ from scipy import stats as sps
 from tune_gems.analysis import defaults
 from tune_gems.analysis.rules.power import PooledComponents, components
 from tune_gems.analysis.rules.settings import (
-    DELETE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP,
+    DELETE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP, Thresholds,
 )
 from tune_gems.contracts.errors import DataError
 from tune_gems.stats.inference import RankTest, holm, holm_levels, rank_test, smallest_p
@@ -147,22 +44,44 @@ from tune_gems.stats.inference import RankTest, holm, holm_levels, rank_test, sm
 
 @dataclass(frozen=True)
 class FoldData:
-    """A family's fold data as the period rule reads it: per contrast and fold [S, m, K] the
-    effect `theta` (NaN: the fold does not pair it or holds no informative pair), its squared
-    standard error `var`, its own signed-rank `p` and `n_informative` pairs; per contrast [S, m]
-    the seeds' common part `seed_var` (sigma_c^2 / n), its `seed_share` of a fold's variance and
-    that share's degrees of freedom `seed_df`; `sample_var` [S, m, K] the sample variance of a
-    fold's informative differences (the power statement's fallback where the fold's rank
-    interval is too short for a standard error; None: not kept)."""
+    """A family's periods as the period rule reads them: per contrast and period [S, m, K] the
+    effect `theta` (NaN: the period does not pair it or holds no informative pair), its squared
+    standard error `var`, its own signed-rank `p` and the `n_informative` pairs behind `var`
+    (None: many); per contrast [S, m] the seeds' common part `seed_var` (sigma_c^2 / n), its
+    `seed_share` of a period's variance and that share's degrees of freedom `seed_df` (None:
+    many); `sample_var` [S, m, K] the sample variance of a fold's informative differences (the
+    power statement's fallback where the fold's rank interval is too short for a standard error;
+    None: not kept). The periods are walk-forward folds, or, in the nested rule's second stage,
+    the histories."""
 
     theta: np.ndarray
     var: np.ndarray
-    p: np.ndarray
-    n_informative: np.ndarray
-    seed_var: np.ndarray
-    seed_share: np.ndarray
-    seed_df: np.ndarray
+    p: np.ndarray | None = None
+    n_informative: np.ndarray | None = None
+    seed_var: np.ndarray | float = 0.0
+    seed_share: np.ndarray | float = 0.0
+    seed_df: np.ndarray | None = None
     sample_var: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Pooling:
+    """How `pool_family` pools: `rope` the TOST's margin, `share` tau^2 and the HKSJ scale shared
+    across the family's contrasts where they agree (the share test at `share_level`), `one_sided`
+    `p` tests effect > 0, `isolate_flagged` a contrast flagged at `isolate_level` leaves the
+    family's fit (docs/analysis.md "Isolating a heterogeneous contrast")."""
+
+    rope: float = 0.0
+    share: bool = defaults.SHARE_TAU
+    one_sided: bool = False
+    isolate_flagged: bool = defaults.ISOLATE_FLAGGED
+    isolate_level: float = defaults.ISOLATE_LEVEL
+    share_level: float = defaults.TAU_SHARE_LEVEL
+
+    @classmethod
+    def of(cls, th: Thresholds, **isolation) -> Pooling:
+        """The pooling the analysis's settings ask for."""
+        return cls(th.rope, th.share_tau, th.one_sided_keep, **isolation)
 
 
 def fold_components(fd: FoldData, tau2) -> PooledComponents:
@@ -205,36 +124,18 @@ def fold_data(d: np.ndarray) -> FoldData:
 
 
 def pool_fold_data(fd: FoldData, *, rope: float, share: bool = defaults.SHARE_TAU,
-                   one_sided: bool = False, fold_corr=0.0,
-                   isolate_flagged: bool = defaults.ISOLATE_FLAGGED,
-                   isolate_level: float = defaults.ISOLATE_LEVEL) -> dict[str, np.ndarray]:
-    """`periods.pool_family` on a family's fold data (the informative pairs behind each fold
-    variance and the seed share's df given, as every caller gives them); `fold_corr` the folds'
-    overlap (`rules.periods`; 0: none) and `isolate_flagged` as `pool_family` takes them."""
-    return pool_family(fd.theta, fd.var, seed_share=fd.seed_share, seed_var=fd.seed_var, rope=rope, share=share,
-                       one_sided=one_sided, fold_n=np.where(np.isnan(fd.theta), np.nan, fd.n_informative),
-                       seed_df=fd.seed_df, fold_corr=fold_corr, isolate_flagged=isolate_flagged,
-                       isolate_level=isolate_level)
+                   one_sided: bool = False) -> dict[str, np.ndarray]:
+    """`pool_family` on a family's fold data, without the folds' overlap or isolation."""
+    return pool_family(fd, Pooling(rope, share, one_sided))
 
 
-def decide_fold_data(fd: FoldData, *, alpha: float, rope: float, tested=None, seed_verdict=None, removable=None,
-                     share: bool = defaults.SHARE_TAU, one_sided: bool = False,
-                     min_periods: int = defaults.MIN_PERIODS, fold_corr=0.0,
-                     isolate_flagged: bool = defaults.ISOLATE_FLAGGED,
-                     isolate_level: float = defaults.ISOLATE_LEVEL) -> tuple[dict[str, np.ndarray], PeriodDecision]:
-    """(the pooled family, `pool_fold_data`; the period rule's decision, `periods.decide_periods`)
-    on one family's fold data. `tested` [S, m] the contrasts with a comparison (default all);
-    `seed_verdict` the words kept where not tested; `removable` the magnitude half of delete;
-    `fold_corr`, `isolate_flagged`: `pool_fold_data`'s."""
-    pooled = pool_fold_data(fd, rope=rope, share=share, one_sided=one_sided, fold_corr=fold_corr,
-                            isolate_flagged=isolate_flagged, isolate_level=isolate_level)
-    shape = fd.theta.shape[:2]
-    tested = np.ones(shape, bool) if tested is None else np.broadcast_to(np.asarray(tested, bool), shape)
-    rule = decide_periods(tested, pooled["p"], pooled["p_tost"], pooled["mu"], pooled["se"], pooled["se_fixed"],
-                          pooled["df"], pooled["q_p"], pooled["periods"], fd.theta, fd.p, alpha=alpha,
-                          seed_verdict=seed_verdict, removable=removable, min_periods=min_periods,
-                          one_sided=one_sided, df_fixed=pooled["df_fixed"])
-    return pooled, rule
+def decide_fold_data(fd: FoldData, th: Thresholds, *, tested=None, seed_verdict=None, removable=None, fold_corr=0.0,
+                     how: Pooling | None = None) -> tuple[dict[str, np.ndarray], PeriodDecision]:
+    """(the pooled family, `pool_family` as `how` pools, default `Pooling.of(th)`; the period rule,
+    `decide_periods`) on one family's fold data at the settings `th`; `fold_corr` the folds'
+    overlap."""
+    pooled = pool_family(fd, how or Pooling.of(th), fold_corr=fold_corr)
+    return pooled, decide_periods(fd, pooled, th, tested=tested, seed_verdict=seed_verdict, removable=removable)
 
 
 @dataclass(frozen=True)
@@ -272,20 +173,20 @@ def sign_change_shown(fold_effect, fold_p, alpha: float) -> tuple[np.ndarray, np
     return shown, adj, lvl
 
 
-def decide_periods(tested, p, p_tost, mu, se, se_fixed, df, q_p, periods, fold_effect, fold_p, *, alpha: float,
-                   seed_verdict=None, removable=None, min_periods: int = defaults.MIN_PERIODS,
-                   one_sided: bool = False, df_fixed=np.inf, enough=None) -> PeriodDecision:
-    """The period rule (module docstring). [S, m] per gem: `tested` whether it has a wiring
-    comparison; `p` (one-sided when `one_sided`), `p_tost`, `mu`, `se`, `se_fixed`, `df`, `df_fixed`, `q_p`, `periods`
-    (folds carrying informative pairs) its pooled test (`periods.pool_family`; NaN p: no pooled
-    effect); `seed_verdict` the words kept where not `tested`; `removable` the magnitude half of
-    `delete`. [S, m, K]: `fold_effect`, `fold_p` each fold's own effect and signed-rank p (NaN:
-    the fold does not pair the gem). `enough` [S, m]: where the design can decide, in place of
-    `periods >= min_periods` (the nested rule over histories counts histories and calendar periods)."""
-    tested = np.asarray(tested, bool)
-    p, p_tost, mu, se, se_fixed, df, q_p = (np.asarray(x, float) for x in (p, p_tost, mu, se, se_fixed, df, q_p))
-    periods = np.asarray(periods)
-    enough = tested & (periods >= min_periods if enough is None else np.asarray(enough, bool))
+def decide_periods(fd: FoldData, pooled: dict, th: Thresholds, *, tested=None, seed_verdict=None, removable=None,
+                   enough=None) -> PeriodDecision:
+    """The period rule (module docstring) at the settings `th` (alpha, min_periods, the one-sided
+    keep test) on a family's periods `fd` (each period's own effect and signed-rank p) and their
+    pooled test `pooled` (`pool_family`'s dict; NaN p: no pooled effect). [S, m]: `tested` the
+    contrasts with a comparison (default all), `seed_verdict` the words kept elsewhere,
+    `removable` the magnitude half of `delete`, `enough` where the design can decide (default
+    `periods >= min_periods`; the nested rule counts histories and calendar periods)."""
+    alpha, one_sided = th.alpha, th.one_sided_keep
+    p, p_tost, mu, se, se_fixed, df, q_p, periods, df_fixed = (
+        pooled[key] for key in ("p", "p_tost", "mu", "se", "se_fixed", "df", "q_p", "periods", "df_fixed"))
+    fold_effect, fold_p = fd.theta, fd.p
+    tested = np.broadcast_to(np.asarray(True if tested is None else tested, bool), mu.shape)
+    enough = tested & (periods >= th.min_periods if enough is None else np.asarray(enough, bool))
     few = tested & ~enough
     p_in = np.where(enough, p, np.nan)
     p_adj, pt_adj = holm(p_in), holm(np.where(enough, p_tost, np.nan))
@@ -446,49 +347,29 @@ def satterthwaite(parts, dfs) -> np.ndarray:
         return np.where(den > 0, num / den, np.inf)
 
 
-def pool_family(theta: np.ndarray, var: np.ndarray, *, seed_share=0.0, seed_var=0.0, rope: float = 0.0,
-                share: bool = defaults.SHARE_TAU, share_level: float = defaults.TAU_SHARE_LEVEL,
-                one_sided: bool = False, fold_n=None, seed_df=None, fold_corr=0.0,
-                isolate_flagged: bool = defaults.ISOLATE_FLAGGED,
-                isolate_level: float = defaults.ISOLATE_LEVEL, extra_var=0.0, extra_df=np.inf) -> dict[str, np.ndarray]:
-    """Random-effects pooling of each contrast's fold effects, a family per row (module docstring).
+def pool_family(fd: FoldData, how: Pooling = Pooling(), *, fold_corr=0.0, extra_var=0.0,
+                extra_df=np.inf) -> dict[str, np.ndarray]:
+    """Random-effects pooling of each contrast's periods, a family per row, as `how` pools (module
+    docstring). `fd.theta`, `fd.var` [S, m, K]: period effects and squared standard errors (NaN: no
+    weight; +-inf: pairs mostly diverged one way, no pooled effect); `fd.seed_share` the share of a
+    period variance that is the seeds' part common to every period (split off, added whole);
+    `fd.seed_var` that part of a contrast pooled with equal weights (a variance not finite);
+    `fd.n_informative` (a variance read off n pairs has `FOLD_VAR_DF` (n - 1) df) and `fd.seed_df`
+    give the Welch-Satterthwaite df of both tests. `fold_corr` (a number, [K, K] or [S, K, K]) the
+    folds' overlap (`fold_overlap`): the HKSJ and DL variances grow by `overlap_factor`.
+    `extra_var` [S, m] a variance no period's dispersion shows (the calendar part,
+    `rules.histories`), added whole with its df `extra_df`.
 
-    `theta`, `var` [S, m, K]: fold effects and their squared standard errors (theta NaN: the fold
-    does not pair the contrast, or holds no informative pair: it carries no weight; +-inf: the
-    fold's pairs mostly diverged one way, which leaves the contrast without a pooled effect).
-    `seed_share` [S, m]: the share of each fold variance that belongs to the seeds' part common
-    to every fold (`seed_anova`'s `share`): that part does not vary between folds, so tau^2, the
-    HKSJ scale and Cochran's Q read the rest, and it is added whole to the pooled variance
-    (averaging folds does not shrink it); a contrast whose fold variances are not all finite is
-    pooled with equal weights (the plain t-test of its fold effects), never shares, and gets
-    `seed_var` (sigma_c^2 / n) as that common part. `one_sided`: `p` tests effect > 0.
-    `fold_n` [S, m, K] the informative pairs behind each fold variance and `seed_df` [S, m] the
-    degrees of freedom of the seed share (`seed_anova`'s df; None: many): a variance read off n
-    pairs has about 0.8 (n - 1) degrees of freedom (`FOLD_VAR_DF`), so the DerSimonian-Laird
-    test takes a t with the Welch-Satterthwaite df of its two parts, and the HKSJ test's df are
-    capped by the same combination of its scale and the common part. `fold_corr` (a number, [K,
-    K] or [S, K, K]; 0: none) the correlation the folds' shared training rows give their effects
-    (`rules.periods`: Nadeau-Bengio's n2 / (n1 + n2), `periods.fold_overlap` from a fold table):
-    the HKSJ and the DerSimonian-Laird variances (the part the fold dispersion measures; not the
-    seeds' common share, estimated and added whole) are multiplied by `periods.overlap_factor`
-    of their weights. `isolate_flagged`: a contrast flagged by the share test at `isolate_level`
-    leaves the family's tau^2 and scale, which are estimated again over the others, and those are
-    tested again against each other until none is flagged (False, the default: the shared fit
-    keeps every contrast's residuals; docs/analysis.md "Isolating a heterogeneous contrast").
-    `extra_var` [S, m] a variance of the pooled mean that no period's dispersion shows (the calendar
-    part of histories that share validation periods, `rules.histories`), added whole to both tests
-    like the seeds' common part, with its degrees of freedom `extra_df` in theirs.
-
-    Returns arrays [S, m]: mu, se (HKSJ), se_fixed (DerSimonian-Laird; 0 with equal weights),
-    df, df_fixed, p (the larger of the two tests' p), p_two_sided, p_tost (+-rope), tau2 (the
-    one used), tau2_own (the contrast's own DL estimate), i2 (its own), q_p (Cochran's Q test,
-    its own), common (the common seed variance added; `extra_var` included), periods (folds that carry weight), shared
-    (pooled with the family's tau^2 and scale), share_p (the test of its scale exceeding the
-    family's, `_scale_excess_p`; NaN: not tested), overlap (the factor the fold overlap put on
-    its variance; 1: none); and [S] r2 (the residual correlation the df were cut by)."""
+    Returns arrays [S, m]: mu, se (HKSJ), se_fixed (DL; 0 with equal weights), df, df_fixed, p (the
+    larger of the two tests' p), p_two_sided, p_tost (+-rope), tau2 (the one used), tau2_own, i2,
+    q_p (Cochran's Q, its own), common (the parts added whole), periods (that carry weight), shared
+    (pooled with the family's tau^2 and scale), share_p (`_scale_excess_p`; NaN: not tested),
+    overlap (1: none); and [S] r2 (the residual correlation the df were cut by)."""
+    theta, seed_share, seed_var, fold_n, seed_df = fd.theta, fd.seed_share, fd.seed_var, fd.n_informative, fd.seed_df
+    rope, share, share_level, isolate_level = how.rope, how.share, how.share_level, how.isolate_level
     theta = np.asarray(theta, float)
     s, m, k = theta.shape
-    var = np.broadcast_to(np.asarray(var, float), theta.shape)
+    var = np.broadcast_to(np.asarray(fd.var, float), theta.shape)
     c_share = np.clip(np.nan_to_num(np.broadcast_to(np.asarray(seed_share, float), (s, m))), 0.0, 1.0)
     inc = ~np.isnan(theta)
     periods = inc.sum(-1)
@@ -534,7 +415,7 @@ def pool_family(theta: np.ndarray, var: np.ndarray, *, seed_share=0.0, seed_var=
     ws_sh, mu_sh, qs_sh, e_sh, common_sh = fit(np.broadcast_to(tau2_sh[:, None], (s, m)))
     share_p = _scale_excess_p(qs_sh, df_own, can)
     flagged = can & (n_can >= 2)[:, None] & ~(np.nan_to_num(share_p, nan=0.0) > share_level)
-    if isolate_flagged and bool(share):
+    if how.isolate_flagged and bool(share):
         # a contrast flagged at `isolate_level` leaves the family's tau^2 and scale: refit the
         # others, and test them again against each other, until none is flagged
         isolated = can & (n_can >= 2)[:, None] & (np.nan_to_num(share_p, nan=1.0) <= isolate_level)
@@ -606,7 +487,7 @@ def pool_family(theta: np.ndarray, var: np.ndarray, *, seed_share=0.0, seed_var=
     p_two = np.where(zero_se, np.where(mu == 0, 1.0, 0.0), p_two)
     p_one = np.where(zero_se, np.where(mu > 0, 0.0, 1.0), p_one)
     nan = ~ok
-    out = dict(mu=mu, se=se, se_fixed=se_fixed, df=df, df_fixed=df_fixed, p=p_one if one_sided else p_two,
+    out = dict(mu=mu, se=se, se_fixed=se_fixed, df=df, df_fixed=df_fixed, p=p_one if how.one_sided else p_two,
                p_two_sided=p_two, p_tost=p_tost, tau2=tau2, tau2_own=tau2_own, i2=i2, q_p=q_p, common=common)
     out = {key: np.where(nan, np.nan, val) for key, val in out.items()}
     for key in ("tau2", "tau2_own", "i2", "q_p"):
@@ -624,8 +505,9 @@ def hksj(theta: np.ndarray, var: np.ndarray, *, rope: float = 0.0, tail: np.ndar
     (+-rope), tau2, i2, q_p."""
     theta = np.asarray(theta, float)
     s = theta.shape[0]
-    r = pool_family(theta[:, None, :], np.asarray(var, float)[:, None, :],
-                    seed_share=np.broadcast_to(np.asarray(seed_share, float), (s,))[:, None], rope=rope, share=False)
+    r = pool_family(FoldData(theta[:, None, :], np.asarray(var, float)[:, None, :],
+                             seed_share=np.broadcast_to(np.asarray(seed_share, float), (s,))[:, None]),
+                    Pooling(rope, share=False))
     out = {key: r[key][:, 0] for key in ("mu", "se", "se_fixed", "df", "df_fixed", "p", "p_tost", "tau2", "i2", "q_p")}
     out["low"], out["high"] = pooled_bounds(out["mu"], out["se"], out["se_fixed"], out["df"],
                                             np.broadcast_to(np.asarray(tail, float), (s,)), out["df_fixed"])

@@ -26,7 +26,7 @@ from tune_gems.analysis.rules.settings import (
 )
 from tune_gems.analysis.text import format_interval, format_number, text_table
 from tune_gems.analysis.verdicts.family import (
-    FACTOR, GEM, Contrast, DesignFamily, contrast_pairs, design_family, informative_spread,
+    FACTOR, GEM, Contrast, DesignFamily, Sources, contrast_pairs, design_family, informative_spread,
 )
 from tune_gems.analysis.verdicts.readings import DECIDED_COLUMNS, SEEDS
 from tune_gems.analysis.verdicts.held_out import held_out_columns
@@ -92,7 +92,7 @@ def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds |
     factorial (their own family; module docstring). `column` the verdict metric."""
     th = thresholds if thresholds is not None else Thresholds()
     if family is None:
-        family = design_family(cells, gems, th, column=column, eval_returns=eval_returns)
+        family = design_family(cells, gems, th, column=column, sources=Sources(eval_returns))
     rows = [_row(family, j, th) for j in range(len(family.contrasts))]
     table = _largest_first(pd.DataFrame(rows, columns=FACTOR_COLUMNS))
     inter = interaction_rows(cells, family.contrasts, family.pairs, gems, th, column)

@@ -368,21 +368,31 @@ class DesignFamily:
                                            cal.df[0, j] if shared else math.nan, float(cal.periods[0, j]))))
 
 
-def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column: str,
-                  eval_returns: EvalReturnsLookup | None = None, magnitude_p: dict[str, float] | None = None,
-                  redundant: dict[str, bool] | None = None, selection: dict[str, int] | None = None,
-                  overlap: FoldOverlap | None = None, calendar_of: CalendarOf | None = None,
-                  history_names: dict[int, str] | None = None) -> DesignFamily:
+@dataclass(frozen=True)
+class Sources:
+    """What an experiment brings to its family beyond the cells: `eval_returns` the saved returns of
+    the market-noise intervals; `selection` per gem the configurations a search chose among (a
+    confirmation on one price history); `overlap` the folds sharing training rows (the pooled
+    variance carries it); `calendar_of`, `history_names` the histories' calendar periods and names."""
+
+    eval_returns: EvalReturnsLookup | None = None
+    selection: dict[str, int] | None = None
+    overlap: FoldOverlap | None = None
+    calendar_of: CalendarOf | None = None
+    history_names: dict[int, str] | None = None
+
+
+def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column: str, sources: Sources = Sources(),
+                  magnitude_p: dict[str, float] | None = None, redundant: dict[str, bool] | None = None) -> DesignFamily:
     """The design's family decided once (module docstring). `magnitude_p` per gem the TOST p of its
     measured magnitude at its null, `redundant` whether a model feature removes it (the halves of
-    `delete`); `selection` per gem the configurations a search chose among (one price history);
-    `eval_returns` the saved returns of the market-noise intervals; `overlap` the folds sharing
-    training rows (the pooled variance carries it); `calendar_of`, `history_names` the histories'."""
+    `delete`)."""
+    eval_returns, selection, overlap = sources.eval_returns, sources.selection, sources.overlap
     contrasts = design_contrasts(cells, gems, th.placebo_weight)
     prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]
     contrasts, prs = one_row_per_unpaired_key(contrasts, prs)
     k_folds = fold_count(cells)
-    hf = history_family(prs, cells, calendar_of, history_names)  # several price histories: the nested rule decides (None: one history)
+    hf = history_family(prs, cells, sources.calendar_of, sources.history_names)  # several price histories: the nested rule decides (None: one history)
     fam = gem_folds(prs, cells) if k_folds > 1 and hf is None else None  # the same pairs inside each fold
 
     def market(tail: np.ndarray):

@@ -21,18 +21,17 @@ from tune_gems.analysis.pairs.pairing import Cells, Paired, build_cells, paired
 from tune_gems.analysis.pairs.excess import add_excess_columns
 from tune_gems.stats.inference import rank_test
 from tune_gems.analysis.rules.decision import REMOVES, Evidence, decide
-from tune_gems.analysis.rules.periods import FoldOverlap
 from tune_gems.analysis.rules.settings import INSUFFICIENT, Thresholds
 from tune_gems.analysis.verdicts.held_out import HELD_OUT_COLUMNS, held_out_columns
 from tune_gems.analysis.verdicts.verdict_reasons import compose_reason, selection_rule
 from tune_gems.analysis.verdicts.family import (
-    AA_BASE, AA_FACTOR, DesignFamily, design_family, informative_spread,
+    AA_BASE, AA_FACTOR, DesignFamily, Sources, design_family, informative_spread,
 )
 from tune_gems.analysis.verdicts.readings import DECIDED_COLUMNS
 from tune_gems.analysis.verdicts.walk_forward import FOLD_ROW_COLUMNS, PERIOD_COLUMNS
-from tune_gems.analysis.verdicts.history_verdicts import HISTORY_COLUMNS, HISTORY_ROW_COLUMNS, CalendarOf
+from tune_gems.analysis.verdicts.history_verdicts import HISTORY_COLUMNS, HISTORY_ROW_COLUMNS
 from tune_gems.analysis.verdicts.search_choice import FINAL_COLUMNS
-from tune_gems.analysis.verdicts.verdict_market_noise import MARKET_COLUMNS, EvalReturnsLookup
+from tune_gems.analysis.verdicts.verdict_market_noise import MARKET_COLUMNS
 from tune_gems.analysis.verdicts.redundancy import redundancy_table
 from tune_gems.analysis.pairs.selectors import MEASURE, placebo_selectors, wiring_pairs
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
@@ -98,16 +97,13 @@ def gem_verdicts(trials: pd.DataFrame, history: pd.DataFrame | None, members: pd
 
 def gem_verdict_tables(cells: Cells, gems: list[GemEntry], th: Thresholds, members: pd.DataFrame, *,
                        metric: str = defaults.METRIC, redundancy: pd.DataFrame | None = None,
-                       eval_returns: EvalReturnsLookup | None = None, selection: dict[str, int] | None = None,
-                       overlap: FoldOverlap | None = None, calendar_of: CalendarOf | None = None,
-                       history_names: dict[int, str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, DesignFamily]:
+                       sources: Sources = Sources()) -> tuple[pd.DataFrame, pd.DataFrame, DesignFamily]:
     """(the verdict table: one row per gem, VERDICT_COLUMNS then the period and held-out columns; the
     per-period rows the pooled test read (FOLD_ROW_COLUMNS, HISTORY_ROW_COLUMNS over histories); the
     design's family, decided once: `family.design_family`). `members` gives the verdict metric;
-    `redundancy` the redundancy table (computed when None); `eval_returns` the saved validation
-    returns of the market-noise intervals; `selection` (a confirmation on one price history) per gem
-    the configurations its search chose among, adding FINAL_COLUMNS; `overlap` the folds sharing
-    training rows; `calendar_of` and `history_names` the histories' calendar periods and names."""
+    `redundancy` the redundancy table (computed when None); `sources` what the experiment adds (a
+    `selection` adds FINAL_COLUMNS)."""
+    selection = sources.selection
     column, metric_note = verdict_metric(members, metric)
     excess = add_excess_columns(cells.long, gems)
     if redundancy is None:
@@ -117,10 +113,9 @@ def gem_verdict_tables(cells: Cells, gems: list[GemEntry], th: Thresholds, membe
     removes = {g.name: _removes(redundancy, g.name) for g in gems}
     # the design's family (every main effect it varies, gems and factors), paired once and decided
     # once by the rule's one composition (`rules.decision.decide`): these rows are its gem contrasts
-    family = design_family(cells, gems, th, column=column, eval_returns=eval_returns,
+    family = design_family(cells, gems, th, column=column, sources=sources,
                            magnitude_p={g: mag.pop("tost_p", np.nan) for g, mag in magnitude.items()},
-                           redundant={g: bool(text) for g, text in removes.items()}, selection=selection,
-                           overlap=overlap, calendar_of=calendar_of, history_names=history_names)
+                           redundant={g: bool(text) for g, text in removes.items()})
     hf = family.histories
     columns = list(dict.fromkeys(VERDICT_COLUMNS + PERIOD_COLUMNS + (HISTORY_COLUMNS if hf is not None else [])
                                  + HELD_OUT_COLUMNS))

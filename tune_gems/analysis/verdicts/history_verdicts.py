@@ -25,7 +25,7 @@ from tune_gems.analysis.pairs.pairing import Cells, Paired, by_history_fold, his
 from tune_gems.analysis.read.labels import HISTORY_NAME
 from tune_gems.analysis.rules.histories import HistoryData, history_components, history_data, pool_histories
 from tune_gems.analysis.rules.settings import Thresholds
-from tune_gems.analysis.rules.periods import is_tie
+from tune_gems.analysis.rules.periods import Pooling, is_tie
 from tune_gems.analysis.rules.power import HistoryComponents, history_inputs, statement
 from tune_gems.analysis.text import counted, format_number
 from tune_gems.analysis.verdicts.walk_forward import verdict_pairs
@@ -161,9 +161,13 @@ def history_period_text(hf: HistoryFamily, hp, j: int, min_periods: int) -> str:
     if hp.too_few_periods[0, j]:
         shared = bool(hp.calendar.shared[0, j])
         need = max(min_periods, defaults.MIN_SHARED_PERIODS) if shared else min_periods
+        periods = int(hp.calendar.periods[0, j])
+        if shared and periods >= need:  # enough periods, but no two of them held by every history sharing them
+            return (f"too few periods over {hf.shape_text()} ({calendar}; the calendar part cannot be estimated: no "
+                    f"two periods in which every history that shares them has an effect; {ADD_PERIODS})")
         why = (f" on a shared calendar, where below {defaults.MIN_SHARED_PERIODS} the calendar part is not bounded: "
                f"an exact sign-flip test over 4 periods cannot go below p = 0.125" if shared else "")
-        return (f"too few periods over {hf.shape_text()} ({calendar}; {int(hp.calendar.periods[0, j])} calendar "
+        return (f"too few periods over {hf.shape_text()} ({calendar}; {periods} calendar "
                 f"periods with an effect, need >= {need}{why}; {ADD_PERIODS})")
     return (f"pooled over {hf.shape_text()} (each history's effect over its folds, then random effects over "
             f"{counted(informative, 'history')}, HKSJ{', tau shared across the family' if shared else ''}; {calendar})")
@@ -191,7 +195,7 @@ def pilot_history_parts(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> 
     if hf is None:
         return [], 0
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        hp = pool_histories(hf.data, rope=th.rope, share=th.share_tau, one_sided=th.one_sided_keep)
+        hp = pool_histories(hf.data, Pooling.of(th))
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a contrast without pairs: a mean of nothing, NaN
         comp = history_components(hf.data, hp)

@@ -17,7 +17,7 @@ volatility-clustered null. Numpy and scipy only: the analysis never imports torc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -258,25 +258,27 @@ def _boot_metric(m: _Moments, counts: np.ndarray, metric: Metric, ppy: float) ->
     return _sharpe_from(mean_e, var_e, var_r, ppy)
 
 
-def market_noise_interval(
-    returns_a,
-    returns_b,
-    *,
-    asset_returns=None,
-    metric: Metric = "sharpe",
-    pooling: Pooling = "per_pair",
-    periods_per_year: float = 252.0,
-    mean_block: float | None = None,
-    n_boot: int = defaults.N_BOOT,
-    confidence: float = defaults.CONFIDENCE,
-    seed: int = defaults.SEED,
-) -> MarketNoiseInterval:
+@dataclass(frozen=True)
+class Bootstrap:
+    """The resampling of a market-noise interval: `n_boot` resamples, the interval's `confidence`,
+    the generator's `seed`, the `mean_block` length (None: `optimal_mean_block`)."""
+
+    n_boot: int = defaults.N_BOOT
+    confidence: float = defaults.CONFIDENCE
+    seed: int = defaults.SEED
+    mean_block: float | None = None
+
+
+def market_noise_interval(returns_a, returns_b, *, asset_returns=None, metric: Metric = "sharpe",
+                          pooling: Pooling = "per_pair", periods_per_year: float = 252.0,
+                          boot: Bootstrap = Bootstrap()) -> MarketNoiseInterval:
     """Market-noise interval of metric(arm A) - metric(arm B) over one history's segment.
 
     returns_a, returns_b: per-step net returns [..., T], element i of A paired with element i of B
     (seed index, epoch); asset_returns [T] (needed for alpha_sharpe, beta re-estimated in every
     resample); pooling "per_pair" (mean of the pairs' differences) or "pooled" (each arm as an
-    equal-weight portfolio of its seeds); mean_block None: `optimal_mean_block`. Deterministic."""
+    equal-weight portfolio of its seeds); `boot` the resampling. Deterministic."""
+    n_boot, confidence, mean_block = boot.n_boot, boot.confidence, boot.mean_block
     a = _as_pairs(returns_a, "returns_a")
     b = _as_pairs(returns_b, "returns_b")
     if a.shape != b.shape:
@@ -310,17 +312,17 @@ def market_noise_interval(
     if pooling == "pooled":
         a, b = a.mean(axis=0, keepdims=True), b.mean(axis=0, keepdims=True)
     moments_a, moments_b = _Moments(a, asset), _Moments(b, asset)
-    rng = np.random.default_rng(seed)
-    boot = np.empty(n_boot)
+    rng = np.random.default_rng(boot.seed)
+    resampled = np.empty(n_boot)
     chunk = max(1, BOOT_ELEMENTS_PER_CHUNK // T)
     for start in range(0, n_boot, chunk):
         c = min(chunk, n_boot - start)
         counts = _resample_counts(stationary_bootstrap_indices(T, mean_block, c, rng))
         diff = _boot_metric(moments_a, counts, metric, periods_per_year) - _boot_metric(moments_b, counts, metric, periods_per_year)
-        boot[start : start + c] = diff.mean(axis=1)
+        resampled[start : start + c] = diff.mean(axis=1)
     alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(boot, [alpha, 1.0 - alpha])
-    p = (1.0 + np.sum(np.abs(boot - estimate) >= abs(estimate))) / (1.0 + n_boot)
+    low, high = np.quantile(resampled, [alpha, 1.0 - alpha])
+    p = (1.0 + np.sum(np.abs(resampled - estimate) >= abs(estimate))) / (1.0 + n_boot)
     return MarketNoiseInterval(
         metric, pooling, estimate, float(low), float(high), float(p), float(mean_block), T, n_pairs, n_boot, confidence
     )
@@ -336,27 +338,33 @@ def _ar1(rng: np.random.Generator, shape, phi: float) -> np.ndarray:
     return lfilter([1.0], [1.0, -phi], e, axis=-1)
 
 
-def simulate_arms(
-    rng: np.random.Generator,
-    *,
-    n_pairs: int = 2,
-    n_steps: int = 250,
-    gain: float = 0.0,
-    phi: float = 0.0,
-    rho: float = 0.6,
-    beta_a: float = 0.0,
-    beta_b: float = 0.0,
-    scale: float = 0.01,
-    drift: float = 0.03,
-    asset_drift: float = 0.0004,
-    vol_phi: float = 0.0,
-    vol_sd: float = 0.0,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-step net returns of two arms at `n_pairs` seed indices on one market path, and the asset's:
-    arm X at seed s = scale (drift + sqrt(rho) c_s + sqrt(1 - rho) e_Xs + gain [X = A]) + beta_X asset,
-    c_s shared by the pair, every noise a unit AR(1)(phi), `gain` a true per-step Sharpe gain; with
-    vol_sd > 0 one market-wide volatility exp(h_t / 2 - vol_sd^2 / 4), h an AR(1)(vol_phi), scales
-    every noise term (volatility clustering at an unchanged unconditional scale)."""
+@dataclass(frozen=True)
+class ArmsModel:
+    """Two arms at `n_pairs` seed indices on one market path of `n_steps`: arm X at seed s = scale
+    (drift + sqrt(rho) c_s + sqrt(1 - rho) e_Xs + gain [X = A]) + beta_X asset, c_s shared by the
+    pair, every noise a unit AR(1)(phi), `gain` a true per-step Sharpe gain; with vol_sd > 0 one
+    market-wide volatility exp(h_t / 2 - vol_sd^2 / 4), h an AR(1)(vol_phi), scales every noise term
+    (volatility clustering at an unchanged unconditional scale)."""
+
+    n_pairs: int = 2
+    n_steps: int = 250
+    gain: float = 0.0
+    phi: float = 0.0
+    rho: float = 0.6
+    beta_a: float = 0.0
+    beta_b: float = 0.0
+    scale: float = 0.01
+    drift: float = 0.03
+    asset_drift: float = 0.0004
+    vol_phi: float = 0.0
+    vol_sd: float = 0.0
+
+
+def simulate_arms(rng: np.random.Generator, model: ArmsModel = ArmsModel()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-step net returns of the two arms of `model` [n_pairs, n_steps], and the asset's [n_steps]."""
+    n_pairs, n_steps, gain, phi, rho, scale, drift = (model.n_pairs, model.n_steps, model.gain, model.phi, model.rho,
+                                                      model.scale, model.drift)
+    vol_phi, vol_sd, asset_drift, beta_a, beta_b = model.vol_phi, model.vol_sd, model.asset_drift, model.beta_a, model.beta_b
     vol = np.exp(vol_sd * _ar1(rng, (n_steps,), vol_phi) / 2.0 - vol_sd * vol_sd / 4.0) if vol_sd > 0 else 1.0
     asset = asset_drift + scale * vol * _ar1(rng, (n_steps,), phi)
     common = vol * _ar1(rng, (n_pairs, n_steps), phi)
@@ -367,28 +375,20 @@ def simulate_arms(
     return a, b, asset
 
 
-def calibrate(
-    n_histories: int,
-    *,
-    gain: float = 0.0,
-    metric: Metric = "sharpe",
-    pooling: Pooling = "per_pair",
-    n_boot: int = 400,
-    confidence: float = defaults.CONFIDENCE,
-    seed: int = defaults.SEED,
-    **model,
-) -> dict[str, float]:
-    """Rejection rates of `market_noise_interval` over `n_histories` histories of `simulate_arms`:
-    `interval_rate` (its interval excludes 0: the false-positive rate under a null, else the power),
-    `p_rate` (p below 1 - confidence) and the mean `mean_block`."""
-    rng = np.random.default_rng(seed)
+def calibrate(n_histories: int, model: ArmsModel = ArmsModel(), *, metric: Metric = "sharpe",
+              pooling: Pooling = "per_pair", boot: Bootstrap = Bootstrap(n_boot=400)) -> dict[str, float]:
+    """Rejection rates of `market_noise_interval` (resampled as `boot`, its seed the simulation's and
+    + i the i-th history's) over `n_histories` histories of `simulate_arms`: `interval_rate` (its
+    interval excludes 0: the false-positive rate under a null, else the power), `p_rate` (p below
+    1 - confidence) and the mean `mean_block`."""
+    rng = np.random.default_rng(boot.seed)
+    confidence = boot.confidence
     hits = p_hits = 0
     blocks = []
     for i in range(n_histories):
-        a, b, asset = simulate_arms(rng, gain=gain, **model)
-        iv = market_noise_interval(
-            a, b, asset_returns=asset, metric=metric, pooling=pooling, n_boot=n_boot, confidence=confidence, seed=seed + i
-        )
+        a, b, asset = simulate_arms(rng, model)
+        iv = market_noise_interval(a, b, asset_returns=asset, metric=metric, pooling=pooling,
+                                   boot=replace(boot, seed=boot.seed + i))
         hits += (iv.low > 0) or (iv.high < 0)
         p_hits += iv.p_value < 1.0 - confidence
         blocks.append(iv.mean_block)

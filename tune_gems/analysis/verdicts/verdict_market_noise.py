@@ -24,7 +24,9 @@ import pandas as pd
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired
 from tune_gems.analysis.rules.settings import Thresholds
-from tune_gems.analysis.verdicts.market_noise import MarketNoiseInterval, alpha_sharpe_rows, market_noise_interval, sharpe_rows
+from tune_gems.analysis.verdicts.market_noise import (
+    Bootstrap, MarketNoiseInterval, alpha_sharpe_rows, market_noise_interval, sharpe_rows,
+)
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.result_files import (
     EVAL_RETURNS_ARRAYS, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE, EVAL_RETURNS_FOLD_ARRAYS, EVAL_RETURNS_FORMAT,
@@ -310,6 +312,6 @@ def market_evidence(
         return _unavailable(f"the saved returns give {column} {mine[worst]:.6g} where members.parquet has "
                             f"{checks[worst]:.6g} (a stale or foreign eval_returns file)")
     iv = market_noise_interval(hi, lo, asset_returns=asset, metric=metric, pooling="per_pair", periods_per_year=ppy,
-                               n_boot=n_boot, confidence=confidence, seed=seed)
+                               boot=Bootstrap(n_boot, confidence, seed))
     return MarketEvidence(OK, iv, dropped)
 
