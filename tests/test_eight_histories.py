@@ -179,7 +179,7 @@ EXAMPLE = ("histories-cpu", "histories-cpu-plan", "histories-cpu-confirm")
 """README "A CPU example over named histories": sweeps/four_calendars_cpu.yaml swept and analysed,
 planned from, confirmed (docs/regenerate_outputs.py's blocks)."""
 EXAMPLE_HISTORIES = ["sp500_1990", "sp500_2007", "wti_1986", "wti_2003"]
-NAMED_IN = ("histories-cpu", "histories-cpu-confirm")
+NAMED_IN = ("histories-cpu", "histories-cpu-plan", "histories-cpu-confirm")
 """The blocks that name every history of the example (plan states their count only)."""
 ROPE = 0.1
 INTERVAL = re.compile(r"\[([-+]?[\d.e+-]+|[-+]?inf), ([-+]?[\d.e+-]+|[-+]?inf)\]")

@@ -24,16 +24,20 @@ from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.calibrate.calibration import mc_tolerance
-from tune_gems.analysis.rules.histories import history_components, history_data, one_calendar, own_calendars
+from tune_gems.analysis.calibrate.calibration import mc_tolerance, median_parts
+from tune_gems.analysis.rules.histories import (
+    HistoryComponents, history_components, history_data, one_calendar, own_calendars,
+)
 from tune_gems.analysis.rules.decision import Evidence, TestSegment, confirmation_level, decide, held_out_alone
 from tune_gems.analysis.rules.periods import fold_components, fold_data, fold_overlap, nb_factor, seed_level_effect
 from tune_gems.analysis.rules.settings import (
     HARMFUL_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, KEEP_CODE, NOT_CONFIRMED_CODE, Thresholds, verdict_codes,
 )
-from tune_gems.analysis.rules.power import HistoryComponents, history_mde, pooled_mde, t_multiplier, two_stage_mde
+from tune_gems.analysis.rules.power import PowerInputs, history_inputs, mde, pooled_mde, two_stage
+from tune_gems.analysis.text import text_table
 from tune_gems.data.segments import TrainingReach, fold_bounds, fold_table
 
 LAYOUT_ROWS = 6000
@@ -141,12 +145,13 @@ def _fwer(codes: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class OneHistoryRun:
-    """The one-history rule on simulated families: discovery codes [S, m], the MDE it states [S]
-    (first contrast, `power.pooled_mde` with the overlap when corrected), the two-stage codes and
-    `alone` [S, m] where the held-out stage on every contrast confirms it (`held_out_alone`)."""
+    """The one-history rule on simulated families: discovery codes [S, m], the MDE it states for the
+    first contrast at the datasets' median parts (`power.pooled_mde` with the overlap when corrected),
+    the two-stage codes and `alone` [S, m] where the held-out stage on every contrast confirms it
+    (`held_out_alone`)."""
 
     codes: np.ndarray
-    mde: np.ndarray
+    mde: float
     final: np.ndarray
     alone: np.ndarray
 
@@ -164,15 +169,14 @@ def one_history_run(design: Design, world: World, *, n_sim: int, seed: int, corr
     test = [seed_level_effect(d_test[:, g, 0]) for g in range(m)]
     segment = TestSegment(*(np.stack([t[k] for t in test], 1) for k in ("theta", "var", "df")))
     dec = decide(Evidence(_unit_diffs(d), periods=fd, fold_corr=rho, test=segment), th)
-    comp = replace(fold_components(fd, dec.pooled["tau2"]), overlap=rho / (1.0 - rho))
-    mde = pooled_mde(comp, dec.pooled["periods"], np.maximum(fd.n_informative.mean(-1), 1), df=dec.pooled["df"],
+    comp = replace(median_parts(fold_components(fd, dec.pooled["tau2"])), overlap=rho / (1.0 - rho))
+    mde = pooled_mde(comp, design.folds, float(np.nanmedian(fd.n_informative[:, 0].mean(-1))), contrasts=m,
                      level=th.alpha / m, power=th.power, one_sided=th.one_sided_keep)
     # the stage alone, on the evidence `decide` gives it over folds
     alone = held_out_alone(segment, confirmation_level(th.alpha, m), pooled=dec.pooled,
                            fold_var=fd.var * (1 - fd.seed_share[..., None]), fold_n=fd.n_informative,
                            fold_theta=fd.theta)
-    return OneHistoryRun(verdict_codes(dec.discovery_verdict), np.asarray(mde, float)[:, 0], verdict_codes(dec.verdict),
-                         alone)
+    return OneHistoryRun(verdict_codes(dec.discovery_verdict), mde, verdict_codes(dec.verdict), alone)
 
 
 def _unit_diffs(d: np.ndarray) -> list[np.ndarray]:
@@ -181,11 +185,6 @@ def _unit_diffs(d: np.ndarray) -> list[np.ndarray]:
     with np.errstate(invalid="ignore"):
         unit = np.nan_to_num(d.mean((2, 3)), nan=0.0)
     return [unit[:, g] for g in range(d.shape[1])]
-
-
-def _median(x: np.ndarray) -> float:
-    x = np.asarray(x, float)
-    return float(np.nanmedian(x)) if np.isfinite(x).any() else math.nan
 
 
 # ---- the overlap of folds -------------------------------------------------------------------------
@@ -207,7 +206,7 @@ def overlap_table(th: Thresholds, designs=None, taus=(0.0, 1.0)) -> pd.DataFrame
                                            corrected=corrected, th=th)
 
                 null_raw, null_nb = run(0, False), run(0, True)
-                mde_raw, mde_nb = _median(null_raw.mde), _median(null_nb.mde)
+                mde_raw, mde_nb = null_raw.mde, null_nb.mde
                 row = dict(design=design.label, tau=tau, c=c, nb_factor=nb_factor(design.nb_rho, design.folds),
                            fwer=_fwer(null_raw.codes), fwer_nb=_fwer(null_nb.codes), mde=mde_raw, mde_nb=mde_nb,
                            n_sim=th.n_sim)
@@ -216,11 +215,6 @@ def overlap_table(th: Thresholds, designs=None, taus=(0.0, 1.0)) -> pd.DataFrame
                 row["power_nb@mde_nb"] = float((run(2, True, effect=mde_nb).codes[:, 0] == KEEP_CODE).mean())
                 rows.append(row)
     return pd.DataFrame(rows)
-
-
-def _text_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(x[i]) for x in [head] + rows) for i in range(len(head))]
-    return ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in [head] + rows]
 
 
 def format_overlap(t: pd.DataFrame, alpha: float) -> str:
@@ -233,7 +227,7 @@ def format_overlap(t: pd.DataFrame, alpha: float) -> str:
     rows = [[r["design"], f"{r['nb_factor']:.2f}", f"{r['tau']:g}", f"{r['c']:.3f}", f"{r['fwer']:.3f}",
              f"{r['fwer_nb']:.3f}", f"{r['mde']:.3f}", f"{r['mde_nb']:.3f}", f"{r['power@mde']:.2f}",
              f"{r['power_nb@mde']:.2f}", f"{r['power_nb@mde_nb']:.2f}"] for _, r in t.iterrows()]
-    lines += _text_table(head, rows)
+    lines += text_table(head, rows)
     worst = float(t[t["c"] < 0.35]["fwer_nb"].max())  # c = 0 and NB's
     tol = mc_tolerance(alpha, int(t["n_sim"].iloc[0]))
     lines.append(f"worst FWER with NB up to NB's correlation: {worst:.3f} (promise <= {alpha:g}; Monte-Carlo allowance "
@@ -255,7 +249,7 @@ def held_out_table(th: Thresholds, designs=None, taus=(0.0, 1.0, 2.0)) -> pd.Dat
     for design in designs or real_designs():
         for tau in taus:
             null0 = one_history_run(design, World(tau=tau), n_sim=th.n_sim, seed=th.seed, corrected=False, th=th)
-            mde = _median(null0.mde)
+            mde = null0.mde
             worlds = [("null, c 0", World(tau=tau)),
                       (f"null, c {design.nb_rho:.3f} (NB)", World(tau=tau, common=design.nb_rho)),
                       ("null, c 0.35", World(tau=tau, common=0.35)),
@@ -285,7 +279,7 @@ def format_held_out(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
     rows = [[r["design"], f"{r['tau']:g}", r["world"], f"{r['fwer_one']:.3f}", f"{r['fwer_two']:.3f}",
              f"{r['alone']:.4f}", f"{r['keep_one']:.3f}", f"{r['keep_two']:.3f}", f"{r['not_confirmed']:.3f}"]
             for _, r in t.iterrows()]
-    lines += _text_table(head, rows)
+    lines += text_table(head, rows)
     promise = t[~t["planted"] & ~t["carried"]]
     flips = t[t["world"].str.contains("flipped")]
     lines.append(_promise(alpha, int(t["n_sim"].iloc[0]), contrasts, float(promise["fwer_two"].max()),
@@ -302,24 +296,25 @@ def format_held_out(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
 
 @dataclass(frozen=True)
 class HistoryRun:
-    """The nested rule on simulated families: codes [S, m], the MDE it states [S] (first contrast),
-    the two-stage codes (the test segment as the rule's second stage), `alone` [S, m] where the
-    held-out stage applied to every contrast (as if each were a discovery keep) confirms it (its
-    false rate alone under the null: <= alpha / m) and `two_stage` [S] the two-stage MDE it states."""
+    """The nested rule on simulated families: codes [S, m], the MDE it states for the first contrast
+    at the datasets' median parts, the two-stage codes (the test segment as the rule's second stage),
+    `alone` [S, m] where the held-out stage applied to every contrast (as if each were a discovery
+    keep) confirms it (its false rate alone under the null: <= alpha / m) and `two_stage` the
+    two-stage MDE it states."""
 
     codes: np.ndarray
-    mde: np.ndarray
+    mde: float
     final: np.ndarray
     alone: np.ndarray
-    two_stage: np.ndarray
+    two_stage: float
 
 
 def history_run(design: Design, world: World, *, n_sim: int, seed: int, th: Thresholds) -> HistoryRun:
     """The rule over histories (`rules.decision.decide` with the histories' data on the design's
     calendar and the test segment), the held-out stage alone (`decision.held_out_stage`, the
-    function `decide` applies, on every contrast) and the power statement each verdict row makes
-    (`power.history_mde` and `power.two_stage_mde` on `histories.history_components`, at the first Holm
-    step) on `n_sim` families of `design` in `world`."""
+    function `decide` applies, on every contrast) and the power statement a verdict row makes
+    (`statement_at` on `histories.history_components` at the datasets' median) on `n_sim` families of
+    `design` in `world`."""
     rng = np.random.default_rng(seed)
     d, d_test = simulate(rng, n_sim, design, world)
     h, k, m = design.histories, design.folds, design.contrasts
@@ -329,17 +324,20 @@ def history_run(design: Design, world: World, *, n_sim: int, seed: int, th: Thre
     hp = dec.histories
     level = confirmation_level(th.alpha, m)
     alone = held_out_alone(segment, level, calendar=hp.calendar)
-    comp = history_components(hd, hp)
-    seeds = np.mean([fd.n_informative[:, 0].mean(-1) for fd in hd.folds], 0)
-    c = HistoryComponents(*(np.asarray(getattr(comp, key))[:, 0] for key in ("history", "period", "within", "seed",
-                                                                             "calendar", "shared")))
-    df = hp.pooled["df"][:, 0]
-    level = th.alpha / m
     with np.errstate(invalid="ignore", divide="ignore"):
-        mde = history_mde(c, h, k, seeds, df=df, level=level, power=th.power, one_sided=th.one_sided_keep)
-        both = two_stage_mde(c.se(h, k, seeds), df, c.test_se(h, k, seeds), c.test_df(h, k, seeds), level=level,
-                             test_level=level, power=th.power, one_sided=th.one_sided_keep)
-    return HistoryRun(verdict_codes(dec.discovery_verdict), mde, verdict_codes(dec.verdict), alone, both)
+        c = median_parts(history_components(hd, hp))
+        seeds = float(np.nanmedian(np.mean([fd.n_informative[:, 0].mean(-1) for fd in hd.folds], 0)))
+    d_in = history_inputs(seeds, h, k, replace(c, shared=design.one_calendar), m)
+    stated = statement_at(d_in, th, m)
+    return HistoryRun(verdict_codes(dec.discovery_verdict), stated[0], verdict_codes(dec.verdict), alone, stated[1])
+
+
+def statement_at(d: PowerInputs, th: Thresholds, contrasts: int) -> tuple[float, float]:
+    """(the MDE, the two-stage MDE) the rule states for comparison `d` at the first Holm step of a
+    family of `contrasts` (the held-out stage at alpha / m): `power.mde` and `power.two_stage`."""
+    level = th.alpha / contrasts
+    return (mde(d, level, th.power, one_sided=th.one_sided_keep),
+            two_stage(d, level, th.power, test_level=level, one_sided=th.one_sided_keep))
 
 
 def test_segment(d_test: np.ndarray) -> TestSegment:
@@ -364,7 +362,7 @@ def histories_table(th: Thresholds, designs=None, tau: float = 1.0, tau_history:
         h = design.histories
         base = dict(tau=tau, tau_history=tau_history)
         null = history_run(design, World(**base, common=design.nb_rho), n_sim=th.n_sim, seed=th.seed, th=th)
-        mde = _median(null.mde)
+        mde = null.mde
         worlds = [("null, c 0", World(**base)),
                   (f"null, c {design.nb_rho:.3f} (NB)", None),
                   ("null, c 0.35", World(**base, common=0.35)),
@@ -397,7 +395,7 @@ def format_histories(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
             "inconsistent"]
     rows = [[r["design"], r["world"], f"{r['fwer']:.3f}", f"{r['fwer_two']:.3f}", f"{r['alone']:.4f}", f"{r['keep']:.3f}",
              f"{r['keep_two']:.3f}", f"{r['harm']:.3f}", f"{r['inconsistent']:.3f}"] for _, r in t.iterrows()]
-    lines += _text_table(head, rows)
+    lines += text_table(head, rows)
     null = t[~t["planted"]]
     flips = t[t["flip"]]
     worst_flip = float((flips["keep"] + flips["harm"]).max()) if len(flips) else 0.0
@@ -465,7 +463,7 @@ def format_isolation(t: pd.DataFrame, alpha: float, effect: float = 1.0) -> str:
     head = ["folds", "spreads"] + [f"FWER {n}" for n in names] + [f"power {n}" for n in names]
     rows = [[f"{int(r['folds'])}", r["world"]] + [f"{r[f'fwer {n}']:.3f}" for n in names]
             + [f"{r[f'power {n}']:.2f}" for n in names] for _, r in t.iterrows()]
-    lines += _text_table(head, rows)
+    lines += text_table(head, rows)
     tol = mc_tolerance(alpha, int(t["n_sim"].iloc[0]))
     for n in names:
         worst = float(t[f"fwer {n}"].max())
@@ -499,10 +497,22 @@ VALIDATION_ROWS = round(REAL_ROWS * LAYOUT_SPLITS[1])
 per history, and each walk-forward fold at the default `data.folds.val_length`."""
 
 
+def t_multiplier(df, level, power: float, one_sided: bool = False):
+    """(t_{1-a/2, df} + t_{power, df}): the closed form's MDE over its se (a = level; one-sided:
+    t_{1-a}), which the real run's MDE of its time was stated with: `within_sharpe` reads one seed's
+    noise back from it."""
+    df = np.asarray(df, float)
+    tail = np.asarray(level, float) if one_sided else np.asarray(level, float) / 2
+    with np.errstate(invalid="ignore"):
+        out = sps.t.ppf(1 - tail, df) + sps.t.ppf(power, df)
+    out = np.where(np.isfinite(df) & (df > 0), out, np.nan)
+    return float(out) if out.ndim == 0 else out
+
+
 def within_sharpe(window_rows: float, reference_mde: float = REFERENCE_MDE, alpha: float = defaults.ALPHA,
                   power: float = defaults.POWER) -> float:
     """One seed's variance of a per-period difference as the rule reads it (n x the squared standard
-    error of a Hodges-Lehmann effect, `power.PooledComponents.within`) in Sharpe units, for a validation
+    error of a Hodges-Lehmann effect, `periods.PooledComponents.within`) in Sharpe units, for a validation
     window of `window_rows` rows: read off the real run's MDE (8 purged groups x 12 seeds, a family of
     one, df 7, no period spread or seed share: 12 x 8 x (MDE / t_multiplier)^2 for an 8-group window
     of (0.85 LAYOUT_ROWS - 32) / 8 rows) and scaled by window length (a Sharpe's variance is inverse
@@ -569,8 +579,8 @@ def calendar_table(th: Thresholds, histories=CALENDAR_HISTORIES, sds=CALENDAR_SD
                                 seed=th.seed + 100 * h + 10 * folds + i, th=th)
                 row = dict(design=design.label, histories=h, calendar_sd=c, n_sim=th.n_sim, fwer=_fwer(r.codes),
                            fwer_two=_fwer(r.final), alone=float(r.alone.mean()),
-                           insufficient=float((r.codes == INSUFFICIENT_CODE).mean()), mde=_median(r.mde) * sd,
-                           two_stage=_median(r.two_stage) * sd, power=math.nan, power_two=math.nan)
+                           insufficient=float((r.codes == INSUFFICIENT_CODE).mean()), mde=r.mde * sd,
+                           two_stage=r.two_stage * sd, power=math.nan, power_two=math.nan)
                 if c == planted_sd and math.isfinite(row["mde"]):
                     p = history_run(design, calendar_world(design, c, effect=row["mde"], window=window), n_sim=th.n_sim,
                                     seed=th.seed + 100 * h + 10 * folds + 9, th=th)
@@ -597,7 +607,7 @@ def format_calendar(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
     rows = [[r["design"], f"{r['calendar_sd']:.2f}", f"{r['fwer']:.3f}", f"{r['fwer_two']:.3f}", f"{r['alone']:.4f}",
              f"{r['insufficient']:.2f}", num(r["mde"], ".3f"), num(r["two_stage"], ".3f"), num(r["power"], ".2f"),
              num(r["power_two"], ".2f")] for _, r in t.iterrows()]
-    lines += _text_table(head, rows)
+    lines += text_table(head, rows)
     lines.append(_promise(alpha, int(t["n_sim"].iloc[0]), contrasts, float(t["fwer"].max()), float(t["alone"].max())))
     return "\n".join(lines)
 
@@ -606,17 +616,6 @@ MDE_DESIGNS = ((8, 1, 12, False), (12, 1, 8, False), (16, 1, 6, False), (6, 1, 1
                (4, 4, 6, False), (3, 2, 16, False), (8, 1, 12, True), (3, 2, 16, True), (3, 6, 5, True),
                (4, 6, 4, True))
 """(histories, periods, seeds, one calendar): layouts of 96 members per arm (768 at 8 arms)."""
-
-
-def _design_se(c: HistoryComponents, h: int, k: int, n: int, contrasts: int):
-    """(se, df, test se, test df) of the nested rule at a design: the histories' spread shared by the
-    family (contrasts (H - 1) df), the calendar part on K - 1."""
-    from tune_gems.analysis.rules.periods import satterthwaite
-
-    cal_df = k - 1.0 if c.calendar > 0 else math.inf
-    hist = c.se(h, k, n) ** 2 - c.calendar / k
-    df = float(satterthwaite([hist, c.calendar / k], [contrasts * (h - 1.0), cal_df]))
-    return c.se(h, k, n), df, c.test_se(h, k, n), float(c.test_df(h, k, n))
 
 
 def _power_at(design: Design, effect: float, spread: bool, th: Thresholds, window: int, seed: int,
@@ -632,37 +631,41 @@ def _power_at(design: Design, effect: float, spread: bool, th: Thresholds, windo
 
 def mde_table(th: Thresholds, contrasts: int = 3, designs=MDE_DESIGNS, window: int = VALIDATION_ROWS) -> pd.DataFrame:
     """The nested rule's MDE in Sharpe units at the first Holm step of a family of `contrasts`
-    (`power.history_mde`, the verdicts' statement), two-sided and one-sided, and the two-stage MDE
-    (`power.two_stage_mde`: the keep must also pass the held-out stage one-sided at alpha / m), per
-    layout, without spreads and with one window's period spread (own calendars: all the history's own,
-    OWN_PERIOD_SD and the calendar part 0.05 together; one calendar: the calendar part 0.05 shared);
-    one seed's variance `within_sharpe(window)`; and the simulated power of the shipped rule at the
-    one-sided MDE (one- and two-stage: `history_run` with the one-sided keep test). A layout the rule
-    cannot decide (one calendar with fewer than MIN_SHARED_PERIODS periods) reads NaN. K periods of a
-    history validate on windows of `window` rows, at most FOLDS_ROWS / K."""
+    (`power.mde`, the verdicts' statement: the rule's own stage 2 on the families it will see),
+    two-sided and one-sided, and the two-stage MDE (`power.two_stage`: the keep must also pass the
+    held-out stage one-sided at alpha / m), per layout, without spreads and with one window's period
+    spread (own calendars: all the history's own, OWN_PERIOD_SD and the calendar part 0.05 together;
+    one calendar: the calendar part 0.05 shared); one seed's variance `within_sharpe(window)`; and
+    the simulated power of the shipped rule at the one-sided MDE (one- and two-stage: `history_run`
+    with the one-sided keep test). A layout the rule cannot decide (one calendar with fewer than
+    MIN_SHARED_PERIODS periods) reads NaN. K periods of a history validate on windows of `window`
+    rows, at most FOLDS_ROWS / K."""
     level = th.alpha / contrasts
     rows = []
     for i, (h, k, n, one) in enumerate(designs):
         win = min(window, FOLDS_ROWS // k)  # K walk-forward windows must fit before the test segment
-        w = within_sharpe(win)
         design = calendar_design(h, k, n, one_calendar=one, window=win)
         for spread in (False, True):
-            cal = 0.05**2 if spread and one else 0.0
-            own = (OWN_PERIOD_SD**2 if one else OWN_PERIOD_SD**2 + 0.05**2) if spread else 0.0
-            c = HistoryComponents(history=0.0, period=own, within=w, seed=0.0, calendar=cal, shared=one)
-            se, df, test_se, test_df = _design_se(c, h, k, n, contrasts)
-            row = dict(histories=h, periods=k, seeds=n, members=h * k * n, one_calendar=one, spread=spread, df=df,
-                       window=win)
+            d = history_inputs(n, h, k, design_parts(win, one, spread), contrasts)
+            row = dict(histories=h, periods=k, seeds=n, members=h * k * n, one_calendar=one, spread=spread, window=win)
             decides = not one or k >= defaults.MIN_SHARED_PERIODS
             for sided, key in ((False, "two"), (True, "one")):
-                row[f"mde_{key}"] = history_mde(c, h, k, n, df=df, level=level, power=th.power,
-                                                one_sided=sided) if decides else math.nan
-                row[f"two_stage_{key}"] = two_stage_mde(se, df, test_se, test_df, level=level, test_level=level,
-                                                        power=th.power, one_sided=sided) if decides else math.nan
+                row[f"mde_{key}"], row[f"two_stage_{key}"] = (statement_at(d, replace(th, one_sided_keep=sided), contrasts)
+                                                              if decides else (math.nan, math.nan))
             row["power"], row["power_two"] = (_power_at(design, row["mde_one"], spread, th, win, th.seed + 10 * i,
                                                         True) if decides else (math.nan, math.nan))
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def design_parts(window: int, one_calendar: bool, spread: bool) -> HistoryComponents:
+    """A layout's parts in Sharpe units: one seed's variance `within_sharpe(window)`, and with
+    `spread` one window's period spread (own calendars: OWN_PERIOD_SD and the calendar part 0.05
+    all the history's own; one calendar: the calendar part 0.05 shared)."""
+    cal = 0.05**2 if spread and one_calendar else 0.0
+    own = (OWN_PERIOD_SD**2 if one_calendar else OWN_PERIOD_SD**2 + 0.05**2) if spread else 0.0
+    return HistoryComponents(history=0.0, period=own, within=within_sharpe(window), seed=0.0, calendar=cal,
+                             shared=one_calendar)
 
 
 def simulated_mde(design: Design, th: Thresholds, *, spread: bool = False, window: int = VALIDATION_ROWS,
@@ -678,21 +681,19 @@ def simulated_mde(design: Design, th: Thresholds, *, spread: bool = False, windo
     return 0.5 * (lo + hi)
 
 
-def best_layout(alpha: float = defaults.ALPHA, power: float = defaults.POWER, contrasts: int = 3, members: int = 96,
-                window: int = VALIDATION_ROWS, spread: bool = False) -> dict:
-    """The layout of at most `members` per arm on histories of their own calendars with the smallest
-    one-sided MDE at the first Holm step (histories 3-48, periods 1-8, at least 6 seeds: a history's
-    seed-level effect needs a 95% rank interval), as `mde_table` states it."""
-    w = within_sharpe(window)
-    c = HistoryComponents(0.0, OWN_PERIOD_SD**2 + 0.05**2 if spread else 0.0, w)
+def best_layout(th: Thresholds, contrasts: int = 3, members: int = 96, window: int = VALIDATION_ROWS) -> dict:
+    """The layout of at most `members` per arm on histories of their own calendars (no spread) with
+    the smallest one-sided MDE at the first Holm step (histories 3-48, periods 1-8, at least 6 seeds:
+    a history's test-segment effect needs a 95% rank interval), as `mde_table` states it."""
     best = dict(mde=math.inf)
+    one_sided = replace(th, one_sided_keep=True)
     for h in range(3, 49):
         for k in (1, 2, 3, 4, 6, 8):
             n = members // (h * k)
             if n < 6:
                 continue
-            _, df, _, _ = _design_se(c, h, k, n, contrasts)
-            m = history_mde(c, h, k, n, df=df, level=alpha / contrasts, power=power, one_sided=True)
+            m = statement_at(history_inputs(n, h, k, design_parts(window, False, False), contrasts), one_sided,
+                             contrasts)[0]
             if m < best["mde"]:
                 best = dict(histories=h, periods=k, seeds=n, mde=float(m))
     return best
@@ -706,27 +707,26 @@ SIMULATED_MDE_DESIGNS = ((8, 1, 12), (12, 1, 8), (16, 1, 6))
 
 
 def format_mde(t: pd.DataFrame, th: Thresholds, contrasts: int = 3) -> str:
-    lines = [f"The nested rule's MDE in Sharpe units at the family's first Holm step (alpha / {contrasts}; power.history_mde "
-             f"as every verdict states it, the histories' spread shared by the family; one seed's variance "
-             f"{within_sharpe(VALIDATION_ROWS):.4f} for a {VALIDATION_ROWS}-day window (x {VALIDATION_ROWS} / window), "
-             "from the real run's MDE "
-             f"{REFERENCE_MDE}; spread: one window's period spread, {OWN_PERIOD_SD} + 0.05 Sharpe, all the history's "
-             "own on its own calendar, 0.05 of it shared on one calendar; two-stage: the keep also passes the "
-             f"held-out stage at alpha / {contrasts}; power: the shipped rule's simulated power at the one-sided MDE, "
-             f"one-stage / two-stage, {th.n_sim} families; '-': the rule does not decide that layout)"]
-    head = ["histories x periods x seeds", "window", "calendar", "spread", "df", "MDE two-sided", "MDE one-sided",
+    lines = [f"The nested rule's MDE in Sharpe units at the family's first Holm step (alpha / {contrasts}; power.mde as "
+             f"every verdict states it: the rule's own stage 2 on the families it will see, the histories' scale shared "
+             f"by the family; one seed's variance {within_sharpe(VALIDATION_ROWS):.4f} for a {VALIDATION_ROWS}-day "
+             f"window (x {VALIDATION_ROWS} / window), from the real run's MDE {REFERENCE_MDE}; spread: one window's "
+             f"period spread, {OWN_PERIOD_SD} + 0.05 Sharpe, all the history's own on its own calendar, 0.05 of it "
+             f"shared on one calendar; two-stage: the keep also passes the held-out stage at alpha / {contrasts}; "
+             f"power: the shipped rule's simulated power at the one-sided MDE, one-stage / two-stage, {th.n_sim} "
+             "families; '-': the rule does not decide that layout)"]
+    head = ["histories x periods x seeds", "window", "calendar", "spread", "MDE two-sided", "MDE one-sided",
             "two-stage two-sided", "two-stage one-sided", "power", "power two-stage"]
 
     def num(x, fmt=".3f"):
         return f"{x:{fmt}}" if math.isfinite(x) else "-"
 
     rows = [[f"{r['histories']} x {r['periods']} x {r['seeds']}", f"{r['window']}", "one" if r["one_calendar"] else "own",
-             "window's" if r["spread"] else "none", f"{r['df']:.1f}", num(r["mde_two"]), num(r["mde_one"]),
-             num(r["two_stage_two"]), num(r["two_stage_one"]), num(r["power"], ".2f"), num(r["power_two"], ".2f")]
-            for _, r in t.iterrows()]
-    lines += _text_table(head, rows)
-    b = best_layout(th.alpha, th.power, contrasts=contrasts)
-    lines.append(f"the formula's best of at most 96 members per arm on own calendars (no spread): {b['histories']} x "
+             "window's" if r["spread"] else "none", num(r["mde_two"]), num(r["mde_one"]), num(r["two_stage_two"]),
+             num(r["two_stage_one"]), num(r["power"], ".2f"), num(r["power_two"], ".2f")] for _, r in t.iterrows()]
+    lines += text_table(head, rows)
+    b = best_layout(th, contrasts=contrasts)
+    lines.append(f"the rule's best of at most 96 members per arm on own calendars (no spread): {b['histories']} x "
                  f"{b['periods']} x {b['seeds']}, one-sided MDE {b['mde']:.3f}")
     for h, k, n in SIMULATED_MDE_DESIGNS:
         design = calendar_design(h, k, n, one_calendar=False, window=VALIDATION_ROWS)
