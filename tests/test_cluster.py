@@ -82,7 +82,7 @@ def _per_gpu(probes) -> dict:
 
 def test_more_trials_than_gpus_one_gpu_each_never_shared_spread_over_nodes(cluster, tmp_path, monkeypatch):
     """resources.gpu unset: 1 GPU per trial because the cluster has GPUs."""
-    n = TOTAL_GPUS + 2
+    n = TOTAL_GPUS + 1  # one trial more than GPUs: it waits for a GPU although CPUs are free
     _, probes = _probed_sweep(cluster, tmp_path, monkeypatch, "whole", n, rendezvous=TOTAL_GPUS)
     for gpu, ps in _per_gpu(probes).items():
         assert _peak(ps) == 1, f"two trials held GPU {gpu} at once: {ps}"
@@ -94,8 +94,8 @@ def test_more_trials_than_gpus_one_gpu_each_never_shared_spread_over_nodes(clust
 
 
 def test_half_a_gpu_per_trial_puts_two_trials_on_each_gpu_never_three(cluster, tmp_path, monkeypatch):
-    """resources.gpu=0.5: 6 trials on 4 GPUs all run at once, two to a GPU at most."""
-    n = TOTAL_GPUS + 2
+    """resources.gpu=0.5: 5 trials on 4 GPUs all run at once (so some GPU holds two), two to a GPU at most."""
+    n = TOTAL_GPUS + 1
     _, probes = _probed_sweep(cluster, tmp_path, monkeypatch, "half", n, n, "resources.gpu=0.5", "resources.cpu=0.5")
     assert _peak(probes) == n  # more trials at once than GPUs
     peaks = {gpu: _peak(ps) for gpu, ps in _per_gpu(probes).items()}

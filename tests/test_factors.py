@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fake_results as fr  # noqa: E402
-from sweep_fixtures import cli  # noqa: E402
+from sweep_fixtures import cli_in_process as cli  # noqa: E402 (tune-gems through its main, in-process)
 
 from tune_gems.analysis.analyze import analyze, run_analysis  # noqa: E402
 from tune_gems.analysis.calibrate.calibration import mc_tolerance  # noqa: E402
@@ -225,7 +225,7 @@ def test_a_real_train_with_an_arms_factorial_gets_its_factor_table(tmp_path):
     """End to end on the CPU: `tune-gems train` with arms.factors over NoisyNets and G12's mode
     (every other gem measured), then `tune-gems analyze`: factors.csv judges model.noisy and the
     gem in one family, with their interaction, and the console prints the table."""
-    from sweep_fixtures import cli
+    from sweep_fixtures import cli_in_process as cli
 
     out = tmp_path / "run"
     tiny = ["trainer.population=6", "trainer.epochs=2", "trainer.iterations_per_epoch=8", "trainer.batch_size=16",

@@ -171,7 +171,7 @@ def test_killed_driver_resumes_with_every_trial_once_in_results_and_study(tmp_pa
     state_current: killed when Tune's persisted experiment state agrees with the study.
     journal_ahead: killed after a trial finished in the study but before Tune's next snapshot
     (the snapshot is throttled to >= 10 s or every num_to_keep checkpoints)."""
-    n, epochs = 4, 6  # long enough that Tune snapshots its state while the second pair of trials runs
+    n, epochs = 3, 6  # long enough that Tune snapshots its state while the third trial runs beside the second
     exp = tmp_path / "drv"
     # a checkpoint every epoch: Tune snapshots its experiment state on checkpoints, and the kill
     # points need snapshots while trials still run

@@ -1,13 +1,13 @@
 """`tune-gems analyze` on a `train` folder (its arms are the design), `tune-gems compare A B`
 (two runs side by side, each analysed on its own) and train's TensorBoard event files, through
-the real CLI on two tiny train runs."""
+the CLI's `main` (in-process) on two tiny train runs."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from sweep_fixtures import cli
+from sweep_fixtures import cli_in_process as cli
 from test_bad_input import TRAIN_TINY
 from tune_gems.analysis.read.load import load_experiment
 
