@@ -149,11 +149,11 @@ def _search_folder(tmp_path: Path, shared: bool) -> Path:
 
 @pytest.mark.parametrize("seeds, fragment", [("4", "cannot give a finite interval"), ("8", "exceeds the discovery's")])
 def test_confirm_refuses_seeds_that_cannot_reach_the_discoverys_mde_before_training(tmp_path, seeds, fragment):
-    from sweep_fixtures import cli
+    from sweep_fixtures import cli_in_process
 
     folder = _search_folder(tmp_path, shared=False)
     before = sorted(p.name for p in folder.iterdir())
-    res = cli("confirm", str(folder), "--seeds", seeds)
+    res = cli_in_process("confirm", str(folder), "--seeds", seeds)
     assert res.returncode == 2 and fragment in res.stderr and res.stderr.count("\n") == 1, res.stderr
     assert "nothing was trained" in res.stderr or "finite interval" in res.stderr
     assert sorted(p.name for p in folder.iterdir()) == before  # no confirmed.json, no confirmation, no lock left

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sweep_fixtures import cli
+from sweep_fixtures import cli, cli_in_process
 from test_bad_input import TRAIN_TINY
 from tune_gems.commands.cpu_threads import (
     ThreadChoice, apply_threads, cgroup_cpu_quota, choose_threads, cpu_allowance, one_per_process, trial_threads,
@@ -135,7 +135,7 @@ def test_the_allowance_is_the_affinity_capped_by_a_cgroup_quota(tmp_path):
 
 
 def _dry_run_threads(tmp_path: Path, *args: str, env: dict[str, str]) -> tuple[str, str]:
-    res = cli("train", "--dry-run", *TRAIN_TINY, *args, "--out", str(tmp_path / "run"), env=env)
+    res = cli_in_process("train", "--dry-run", *TRAIN_TINY, *args, "--out", str(tmp_path / "run"), env=env)
     assert res.returncode == 0, res.stderr[-2000:]
     threads = next(line for line in res.stdout.splitlines() if line.startswith("threads: "))
     time = next(line for line in res.stdout.splitlines() if line.startswith("time: "))
@@ -151,7 +151,7 @@ def test_the_dry_run_shows_the_threads_chosen_and_measures_with_them(tmp_path):
     assert threads == "threads: 1 CPU thread(s) (OMP_NUM_THREADS as set)" and "with 1 CPU thread(s)" in time
     threads, _ = _dry_run_threads(tmp_path, "--threads", "1", env={"OMP_NUM_THREADS": "2"})
     assert threads == "threads: 1 CPU thread(s) (--threads)"
-    bad = cli("train", *TRAIN_TINY, "--threads", "0", "--out", str(tmp_path / "run"))
+    bad = cli_in_process("train", *TRAIN_TINY, "--threads", "0", "--out", str(tmp_path / "run"))
     assert bad.returncode == 2 and bad.stderr.strip() == (
         "tune-gems: error: --threads: expected a whole number of threads >= 1, got '0'")
     assert not (tmp_path / "run").exists()
@@ -161,11 +161,13 @@ def test_the_dry_run_shows_the_threads_chosen_and_measures_with_them(tmp_path):
 def test_members_have_the_same_bits_at_one_and_two_threads(tmp_path):
     """The invariant the thread choice rests on (tune_gems.commands.cpu_threads): the pinned
     BLAS path and the learner's small reductions give every member the same numbers at any
-    thread count. Arms and folds on the population axis: every split of the work is there."""
+    thread count. Arms and folds on the population axis: every split of the work is there. In
+    this process: `--threads` sets torch's (and through it OpenMP's and MKL's) count at run time,
+    as it does in a fresh one."""
     shape = ["arms.factors={gems.g12.mode: [measure, wire]}", "data.folds.k=2", "trainer.epochs=2"]
     members = {}
     for n in (1, 2):
-        res = cli("train", *TRAIN_TINY, *shape, "--threads", str(n), "--out", str(tmp_path / f"t{n}"))
+        res = cli_in_process("train", *TRAIN_TINY, *shape, "--threads", str(n), "--out", str(tmp_path / f"t{n}"))
         assert res.returncode == 0, res.stderr[-2000:]
         members[n] = pd.read_csv(tmp_path / f"t{n}" / "members.csv")
     assert len(members[1]) == 2 * 2 * 2 * 2  # epochs x folds x arms x seeds
@@ -175,7 +177,7 @@ def test_members_have_the_same_bits_at_one_and_two_threads(tmp_path):
 def test_a_sweep_leaves_its_trials_threads_to_ray(tmp_path):
     from sweep_fixtures import SMOKE
 
-    res = cli("sweep", str(SMOKE), "--threads", "2", "--storage", str(tmp_path), "--name", "x")
+    res = cli_in_process("sweep", str(SMOKE), "--threads", "2", "--storage", str(tmp_path), "--name", "x")
     assert res.returncode == 2 and res.stderr.strip() == (
         "tune-gems: error: --threads: a sweep's trials get their threads from resources.cpu (Ray sets one per CPU); "
         "--threads applies to --dry-run")
@@ -185,36 +187,43 @@ def test_a_sweep_leaves_its_trials_threads_to_ray(tmp_path):
 def test_the_cli_checks_the_cpu_variables_before_torch_is_imported(tmp_path):
     """Importing the CLI loads no torch, and a value that would abort libgomp or overflow
     torch.set_num_threads is one line, exit 2, in a fresh process (issue 39: with 1000000000
-    libgomp aborted allocating 216 GB and nothing was printed)."""
+    libgomp aborted allocating 216 GB and nothing was printed). `main` checks the variables
+    once, before it dispatches to any command: every variable with every command goes through
+    `main` in this process; fresh processes cover every variable and every command once each,
+    plus the pair that crashed: `train` (which loads torch and OpenMP at once) with
+    OMP_NUM_THREADS=1000000000."""
     import subprocess
     import sys
 
     probe = subprocess.run([sys.executable, "-c", "import sys, tune_gems.commands.cli; print('torch' in sys.modules)"],
                            capture_output=True, text=True, timeout=120)
     assert probe.stdout.strip() == "False", probe.stderr[-2000:]
-    cases = {"OMP_NUM_THREADS": "1000000000", "MKL_NUM_THREADS": str(2 ** 70), "ATEN_CPU_CAPABILITY": "AVX2",
-             "MKL_CBWR": "garbage"}
-    for name, value in cases.items():
-        for command in (["train", *TRAIN_TINY, "--out", str(tmp_path / "run")], ["sweep", "spec.yaml"], ["plan", "exp"],
-                        ["confirm", "exp"], ["compare", "a", "b"]):
-            res = cli(*command, env={**NO_THREAD_ENV, name: value}, timeout=120)
+    cases = [("OMP_NUM_THREADS", "1000000000"), ("MKL_NUM_THREADS", str(2 ** 70)), ("ATEN_CPU_CAPABILITY", "AVX2"),
+             ("MKL_CBWR", "garbage")]
+    commands = [["train", *TRAIN_TINY, "--out", str(tmp_path / "run")], ["sweep", "spec.yaml"], ["plan", "exp"],
+                ["confirm", "exp"], ["compare", "a", "b"]]
+    fresh = {(i % len(cases), i) for i in range(len(commands))} | {(0, 0)}  # each variable and each command once; train x OMP
+    for v, (name, value) in enumerate(cases):
+        for c, command in enumerate(commands):
+            run = cli if (v, c) in fresh else cli_in_process
+            res = run(*command, env={**NO_THREAD_ENV, name: value})
             assert res.returncode == 2 and res.stderr.startswith(f"tune-gems: error: {name}: "), (command, res.stderr[-2000:])
             assert res.stderr.count("\n") == 1 and res.stdout == "", res.stderr
     assert not (tmp_path / "run").exists()
-    res = cli("train", *TRAIN_TINY, "--threads", "1000000", "--out", str(tmp_path / "run"), timeout=120)
+    res = cli_in_process("train", *TRAIN_TINY, "--threads", "1000000", "--out", str(tmp_path / "run"))
     assert res.returncode == 2 and res.stderr.startswith("tune-gems: error: --threads: 1000000 threads is more than")
 
 
 @pytest.mark.slow
 def test_train_prints_the_threads_it_uses_among_its_first_lines(tmp_path):
     """Issue 38 item 1: `train` takes one thread unless asked, and says so in the dry runs' words."""
-    res = cli("train", *TRAIN_TINY, "trainer.epochs=1", "--out", str(tmp_path / "run"), env=NO_THREAD_ENV)
+    res = cli_in_process("train", *TRAIN_TINY, "trainer.epochs=1", "--out", str(tmp_path / "run"), env=NO_THREAD_ENV)
     assert res.returncode == 0, res.stderr[-2000:]
     lines = res.stdout.splitlines()
     assert lines[1] == f"tune-gems train: threads: 1 CPU thread(s) ({one_per_process()[1]})", lines[:3]
     marker = json.loads((tmp_path / "run" / ".tune-gems-output.json").read_text())
     assert marker["cpu_environment"][-1]["OMP_NUM_THREADS"] == "1"
-    res = cli("train", *TRAIN_TINY, "trainer.epochs=2", "--out", str(tmp_path / "run"), "--resume",
+    res = cli_in_process("train", *TRAIN_TINY, "trainer.epochs=2", "--out", str(tmp_path / "run"), "--resume",
               env={"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": ""})
     assert res.returncode == 0, res.stderr[-2000:]
     assert "tune-gems train: threads: 2 CPU thread(s) (OMP_NUM_THREADS as set)" in res.stdout.splitlines()[:3]

@@ -124,16 +124,16 @@ def _settled(exp: Path) -> bool:
 STATE_FILES = ("experiment_state-*.json", "search_gen_state-*.json", "searcher-state-*.pkl")
 
 
-def _kill_point(moment: str):
+def _kill_point(moment: str, n: int):
     def ready(exp: Path) -> bool:
         snap, journal = _snapshot(exp), _journal(exp)
         if not snap or not journal:
             return False
         done_tune = snap.count("TERMINATED")
         done_optuna = sum(s == optuna.trial.TrialState.COMPLETE for s in journal)
-        if moment == "state_current":  # Tune's snapshot agrees with the study; some trials unfinished
+        if moment == "state_current":  # Tune's snapshot agrees with the study; two trials or more left for the next kill
             return (
-                len(snap) == len(journal) and 1 <= done_tune == done_optuna < len(journal) and "RUNNING" in snap and _settled(exp)
+                len(snap) == len(journal) and 1 <= done_tune == done_optuna <= n - 2 and "RUNNING" in snap and _settled(exp)
             )
         # journal_ahead: a trial finished (told to Optuna) after Tune's last snapshot
         return done_optuna > done_tune
@@ -159,33 +159,34 @@ def _kill_driver_when(p, exp: Path, ready, timeout: float) -> None:
     kill_group(p)  # SIGKILL: no handler runs, no state is flushed
 
 
-@pytest.mark.parametrize(
-    "moment",
-    ["state_current", "journal_ahead"],
-)
-def test_killed_driver_resumes_with_every_trial_once_in_results_and_study(tmp_path, ray_address, moment):
-    """Kill the sweep driver (SIGKILL) while trials run, then `tune-gems sweep ... --resume`:
-    the sweep completes, every trial appears exactly once in the tables with every epoch once,
-    and the Optuna study holds exactly those trials, finished (none left RUNNING).
+def test_a_driver_killed_twice_resumes_with_every_trial_once_in_results_and_study(tmp_path, ray_address):
+    """Kill the sweep driver (SIGKILL) while trials run, `tune-gems sweep ... --resume`, kill the
+    resumed driver, resume again: the sweep completes, every trial appears exactly once in the
+    tables with every epoch once, and the Optuna study holds exactly those trials, finished
+    (none left RUNNING), each with what an uninterrupted driver would have asked.
 
-    state_current: killed when Tune's persisted experiment state agrees with the study.
-    journal_ahead: killed after a trial finished in the study but before Tune's next snapshot
-    (the snapshot is throttled to >= 10 s or every num_to_keep checkpoints)."""
-    n, epochs = 3, 6  # long enough that Tune snapshots its state while the third trial runs beside the second
+    The first kill (state_current): Tune's persisted experiment state agrees with the study.
+    The second, of the resumed driver (journal_ahead): a trial finished in the study but Tune's
+    last snapshot does not have it (the snapshot is throttled to >= 10 s or every num_to_keep
+    checkpoints). Both kill points on one sweep: the second resume starts from the first's
+    state, as a user's twice-interrupted sweep does; four trials leave at least two, running
+    side by side, after the first kill, so one can finish while the other runs."""
+    n, epochs = 4, 6  # long enough that Tune snapshots its state while a trial runs beside another
     exp = tmp_path / "drv"
     # a checkpoint every epoch: Tune snapshots its experiment state on checkpoints, and the kill
     # points need snapshots while trials still run
     args = _sweep(tmp_path, "drv", f"num_samples={n}", f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=60",
                   "config.trainer.checkpoint_every=1")
     env = {"RAY_ADDRESS": ray_address}
-    log1, log2 = tmp_path / "run.log", tmp_path / "resume.log"
-    p = start_cli(args, log1, env)
-    try:
-        _kill_driver_when(p, exp, _kill_point(moment), timeout=SWEEP_TIMEOUT)
-    finally:
-        kill_group(p)
-    assert not (exp / "trials.parquet").exists()  # it really died mid-run
+    for moment, run, log in (("state_current", args, "run.log"), ("journal_ahead", [*args, "--resume"], "resume1.log")):
+        p = start_cli(run, tmp_path / log, env)
+        try:
+            _kill_driver_when(p, exp, _kill_point(moment, n), timeout=SWEEP_TIMEOUT)
+        finally:
+            kill_group(p)
+        assert not (exp / "trials.parquet").exists(), moment  # it really died mid-run
 
+    log2 = tmp_path / "resume2.log"
     p = start_cli([*args, "--resume"], log2, env)
     try:
         assert finish(p, log2, SWEEP_TIMEOUT) == 0, tail(log2)

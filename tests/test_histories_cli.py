@@ -145,8 +145,8 @@ def test_a_two_history_factorial_is_analysed_and_planned_per_history(tmp_path, d
     and plan prices designs with histories."""
     res = cli_in_process("sweep", str(FACTORIAL_CPU), "--storage", str(tmp_path), "--name", "factorial", f"config.data.path={daily}",
               "config.data.price_columns=[sp500,wti]", "config.data.folds.val_length=60", "config.trainer.population=6",
-              "config.env.window=8", "config.env.episode_length=32", "config.trainer.iterations_per_epoch=30",
-              "config.trainer.learning_starts=32", env={"RAY_ADDRESS": ray_address})
+              "config.env.window=8", "config.env.episode_length=32", "config.trainer.iterations_per_epoch=20",
+              "config.trainer.learning_starts=16", env={"RAY_ADDRESS": ray_address})
     assert res.returncode == 0, res.stderr[-3000:]
     exp, out = tmp_path / "factorial", tmp_path / "analysis"
     res = cli_in_process("analyze", str(exp), "--out", str(out))
@@ -166,7 +166,7 @@ def test_a_two_history_factorial_is_analysed_and_planned_per_history(tmp_path, d
     assert dict(zip(pairs["history"], pairs["history_name"])) == {0: "sp500", 1: "wti"}
     res = cli_in_process("plan", str(exp))
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "2 price histories x 2 period(s) x 6 seeds x 8 arms" in res.stdout
+    assert "2 price histories (sp500, wti) x 2 period(s) x 6 seeds x 8 arms" in res.stdout
     assert any(line.split()[:3] == ["histories", "calendars", "periods"] for line in res.stdout.splitlines())
     assert "the pilot (analyze's MDE); the rule refuses it: fewer than 3 histories" in res.stdout
 
