@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.calibrate.calibration import mc_tolerance
+from tune_gems.analysis.calibrate.calibration import mc_tolerance, promise
 from tune_gems.analysis.rules.histories import history_components, history_data, one_calendar, own_calendars
 from tune_gems.analysis.rules.decision import Evidence, TestSegment, confirmation_level, decide, held_out_alone
 from tune_gems.analysis.rules.periods import fold_components, fold_data, fold_overlap, nb_factor, seed_level_effect
@@ -34,6 +34,7 @@ from tune_gems.analysis.rules.settings import (
     HARMFUL_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, KEEP_CODE, NOT_CONFIRMED_CODE, Thresholds, verdict_codes,
 )
 from tune_gems.analysis.rules.power import HistoryComponents, history_mde, pooled_mde, t_multiplier, two_stage_mde
+from tune_gems.analysis.text import text_table
 from tune_gems.data.segments import TrainingReach, fold_bounds, fold_table
 
 LAYOUT_ROWS = 6000
@@ -218,11 +219,6 @@ def overlap_table(th: Thresholds, designs=None, taus=(0.0, 1.0)) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
-def _text_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(x[i]) for x in [head] + rows) for i in range(len(head))]
-    return ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in [head] + rows]
-
-
 def format_overlap(t: pd.DataFrame, alpha: float) -> str:
     """The overlap table as text, with the worst family-wise rate up to NB's correlation."""
     lines = [f"The overlap of folds (purged groups; 3 contrasts, Holm; {int(t['n_sim'].iloc[0])} families per cell; "
@@ -233,11 +229,9 @@ def format_overlap(t: pd.DataFrame, alpha: float) -> str:
     rows = [[r["design"], f"{r['nb_factor']:.2f}", f"{r['tau']:g}", f"{r['c']:.3f}", f"{r['fwer']:.3f}",
              f"{r['fwer_nb']:.3f}", f"{r['mde']:.3f}", f"{r['mde_nb']:.3f}", f"{r['power@mde']:.2f}",
              f"{r['power_nb@mde']:.2f}", f"{r['power_nb@mde_nb']:.2f}"] for _, r in t.iterrows()]
-    lines += _text_table(head, rows)
-    worst = float(t[t["c"] < 0.35]["fwer_nb"].max())  # c = 0 and NB's
-    tol = mc_tolerance(alpha, int(t["n_sim"].iloc[0]))
-    lines.append(f"worst FWER with NB up to NB's correlation: {worst:.3f} (promise <= {alpha:g}; Monte-Carlo allowance "
-                 f"+{tol:.3f})" + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **"))
+    lines += text_table(head, rows, rule=False)
+    lines.append(promise("worst FWER with NB up to NB's correlation:", float(t[t["c"] < 0.35]["fwer_nb"].max()), alpha,
+                         mc_tolerance(alpha, int(t["n_sim"].iloc[0]))))  # c = 0 and NB's
     return "\n".join(lines)
 
 
@@ -285,7 +279,7 @@ def format_held_out(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
     rows = [[r["design"], f"{r['tau']:g}", r["world"], f"{r['fwer_one']:.3f}", f"{r['fwer_two']:.3f}",
              f"{r['alone']:.4f}", f"{r['keep_one']:.3f}", f"{r['keep_two']:.3f}", f"{r['not_confirmed']:.3f}"]
             for _, r in t.iterrows()]
-    lines += _text_table(head, rows)
+    lines += text_table(head, rows, rule=False)
     promise = t[~t["planted"] & ~t["carried"]]
     flips = t[t["world"].str.contains("flipped")]
     lines.append(_promise(alpha, int(t["n_sim"].iloc[0]), contrasts, float(promise["fwer_two"].max()),
@@ -397,7 +391,7 @@ def format_histories(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
             "inconsistent"]
     rows = [[r["design"], r["world"], f"{r['fwer']:.3f}", f"{r['fwer_two']:.3f}", f"{r['alone']:.4f}", f"{r['keep']:.3f}",
              f"{r['keep_two']:.3f}", f"{r['harm']:.3f}", f"{r['inconsistent']:.3f}"] for _, r in t.iterrows()]
-    lines += _text_table(head, rows)
+    lines += text_table(head, rows, rule=False)
     null = t[~t["planted"]]
     flips = t[t["flip"]]
     worst_flip = float((flips["keep"] + flips["harm"]).max()) if len(flips) else 0.0
@@ -465,7 +459,7 @@ def format_isolation(t: pd.DataFrame, alpha: float, effect: float = 1.0) -> str:
     head = ["folds", "spreads"] + [f"FWER {n}" for n in names] + [f"power {n}" for n in names]
     rows = [[f"{int(r['folds'])}", r["world"]] + [f"{r[f'fwer {n}']:.3f}" for n in names]
             + [f"{r[f'power {n}']:.2f}" for n in names] for _, r in t.iterrows()]
-    lines += _text_table(head, rows)
+    lines += text_table(head, rows, rule=False)
     tol = mc_tolerance(alpha, int(t["n_sim"].iloc[0]))
     for n in names:
         worst = float(t[f"fwer {n}"].max())
@@ -597,7 +591,7 @@ def format_calendar(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
     rows = [[r["design"], f"{r['calendar_sd']:.2f}", f"{r['fwer']:.3f}", f"{r['fwer_two']:.3f}", f"{r['alone']:.4f}",
              f"{r['insufficient']:.2f}", num(r["mde"], ".3f"), num(r["two_stage"], ".3f"), num(r["power"], ".2f"),
              num(r["power_two"], ".2f")] for _, r in t.iterrows()]
-    lines += _text_table(head, rows)
+    lines += text_table(head, rows, rule=False)
     lines.append(_promise(alpha, int(t["n_sim"].iloc[0]), contrasts, float(t["fwer"].max()), float(t["alone"].max())))
     return "\n".join(lines)
 
@@ -724,7 +718,7 @@ def format_mde(t: pd.DataFrame, th: Thresholds, contrasts: int = 3) -> str:
              "window's" if r["spread"] else "none", f"{r['df']:.1f}", num(r["mde_two"]), num(r["mde_one"]),
              num(r["two_stage_two"]), num(r["two_stage_one"]), num(r["power"], ".2f"), num(r["power_two"], ".2f")]
             for _, r in t.iterrows()]
-    lines += _text_table(head, rows)
+    lines += text_table(head, rows, rule=False)
     b = best_layout(th.alpha, th.power, contrasts=contrasts)
     lines.append(f"the formula's best of at most 96 members per arm on own calendars (no spread): {b['histories']} x "
                  f"{b['periods']} x {b['seeds']}, one-sided MDE {b['mde']:.3f}")

@@ -38,13 +38,14 @@ import pandas as pd
 from scipy import stats as sps
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.calibrate.calibration import Shape, _draws, mc_tolerance
+from tune_gems.analysis.calibrate.calibration import Shape, _draws, mc_tolerance, promise
 from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.periods import fold_components, fold_data
 from tune_gems.analysis.rules.settings import (
     HARMFUL_CODE, HETEROGENEOUS_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, KEEP_CODE, Thresholds, verdict_codes,
 )
 from tune_gems.analysis.rules.power import pooled_mde
+from tune_gems.analysis.text import text_table
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,7 @@ def format_period_calibration(table: pd.DataFrame, alpha: float = defaults.ALPHA
     head = ["folds", "tau", "rho", "false keep", "false harmful", "FWER", "alarm", "false equiv@ROPE"] + \
            [c.replace("power@", "power ") for c in pcols] + ["MDE", "power@MDE", "flip keep/harm", "flip inconsistent",
                                                              "flip inc/het"]
-    rows = [head]
+    rows = []
     for _, r in table.iterrows():
         flip_cells = ([f"{r['flip_decisive']:.3f}", f"{r['flip_inconsistent']:.2f}", f"{r['flip_alarm']:.2f}"]
                       if r["folds"] > 1 else ["-", "-", "-"])
@@ -247,15 +248,12 @@ def format_period_calibration(table: pd.DataFrame, alpha: float = defaults.ALPHA
                      f"{r['false_harmful']:.3f}", f"{r['fwer']:.3f}", alarm,
                      f"{r['false_equivalent@rope']:.3f}"]
                     + [f"{r[c]:.2f}" for c in pcols] + mde + flip_cells)
-    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
-    tol = table["mc_tolerance"].iloc[0]
+    lines += text_table(head, rows, rule=False)
     cols = ["fwer", "false_equivalent@rope"] + (["flip_decisive"] if "flip_decisive" in table else [])
     no_spread = table[(table["tau_se"] == 0) & (table["folds"] > 1)]  # only there is an alarm false: the periods agree
     worst = float(np.nanmax(np.concatenate([table[cols].to_numpy(float).ravel(), no_spread["false_alarm"].to_numpy(float)])))
-    lines.append(f"worst false rate (null FWER, alarm at tau 0, false equivalent, flip keep/harmful): {worst:.3f} "
-                 f"(promise <= {alpha:g}; Monte-Carlo allowance +{tol:.3f})"
-                 + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **"))
+    lines.append(promise("worst false rate (null FWER, alarm at tau 0, false equivalent, flip keep/harmful):", worst,
+                         alpha, table["mc_tolerance"].iloc[0]))
     return "\n".join(lines)
 
 
@@ -317,15 +315,11 @@ def format_period_sensitivity(table: pd.DataFrame, alpha: float = defaults.ALPHA
              f"{int(table['gems'].iloc[0])} gems, {table['dist'].iloc[0]} seed noise; tau in seed standard errors"]
     head = ["scenario", "folds", "FWER", "alarm", "MDE"] + [c.replace("power@", "power ") for c in pcols]
     lines[0] += "; alarm: inconsistent or heterogeneous under the null (false only where tau = 0)"
-    rows = [head] + [[r["scenario"], f"{int(r['folds'])}", f"{r['fwer']:.3f}", f"{r['false_alarm']:.3f}",
+    rows = [[r["scenario"], f"{int(r['folds'])}", f"{r['fwer']:.3f}", f"{r['false_alarm']:.3f}",
                       "-" if not np.isfinite(r["mde_sd"]) else f"{r['mde_sd']:.2f}"] + [f"{r[c]:.2f}" for c in pcols]
                      for _, r in table.iterrows()]
-    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
-    tol = table["mc_tolerance"].iloc[0]
+    lines += text_table(head, rows, rule=False)
     kept = table[~table["scenario"].str.startswith("periods correlated")]
-    worst = float(kept["fwer"].max())
-    lines.append(f"worst FWER where the periods are exchangeable: {worst:.3f} (promise <= {alpha:g}; Monte-Carlo "
-                 f"allowance +{tol:.3f})" + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **")
-                 + "; correlated periods are outside the promise (docs/analysis.md, Limits)")
+    lines.append(promise("worst FWER where the periods are exchangeable:", float(kept["fwer"].max()), alpha,
+                         table["mc_tolerance"].iloc[0]) + "; correlated periods are outside the promise (docs/analysis.md, Limits)")
     return "\n".join(lines)
