@@ -1,20 +1,9 @@
 """Calibration of the verdict rule: simulated nulls (false keep / harmful) and planted effects (power).
 
-A statistic ships with its calibration. This module simulates datasets shaped like an experiment
-(per gem: the seeds it compares, the spread of its per-seed differences, its divergence rate)
-and runs on them the very function the verdicts use (`rules.decision.decide`: the signed-rank
-rule on the informative pairs, then Holm over the gems and the keep / harmful / delete decision),
-vectorised over datasets with numpy.
-
-- **Null:** every gem has no effect. The family-wise false rate is the share of datasets in
-  which any gem reads `keep wired` or `harmful`; the rule promises <= alpha.
-- **Planted:** the first gem has a shift delta (in Sharpe units), the others none; power is the
-  share of datasets where it reads `keep wired`.
-
-Per-seed differences are drawn as sd x Z with Z normal or Student-t with 3 degrees of freedom
-(scaled to unit sd: heavy tails like RL returns); each side of a pair diverges with the measured
-rate (then the difference is -inf / +inf / a tie, as in the analysis), and a pair ties exactly
-at the measured tie rate (members that never traded).
+Datasets shaped like an experiment (per gem: its seeds, the spread of its per-seed differences,
+normal or t3, its divergence and tie rates) go through the very function the verdicts use
+(`rules.decision.decide`), vectorised over datasets. Null: the share of datasets where any gem
+reads keep wired / harmful (promise <= alpha); planted: the first gem's keep rate at a shift.
 """
 
 from __future__ import annotations

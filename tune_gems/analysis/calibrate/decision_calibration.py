@@ -1,19 +1,11 @@
 """Calibration of the rule's components for folds and histories: the fold overlap, the held-out
 confirmation, several price histories, and a heterogeneous contrast leaving the family's shared spread.
 
-Each table runs the function a verdict calls (`rules.decision.decide` on `rules.periods.fold_data`
-or `rules.histories.history_data`; the power statements `rules.power.pooled_mde` / `history_mde`)
-on simulated families (`World`: per-seed differences in one seed's sd, period spreads in one
-fold's seed SE): seed noise with a share `rho` common to every fold; one period's luck per fold
-(`tau`, per contrast `taus`); a part common to a history's folds (`common` = c, Nadeau and
-Bengio's model of folds that share training rows); one test segment per history carrying a share
-`carry` of that part; each history's own luck (`tau_history`); planted effects on the first
-contrast (consistent, flipped on the test segment, or per history: `history_pattern`). The real
-shapes are the S&P 500 runs' (`LAYOUT_ROWS`, NB's factors 2.14 and 2.20 read off their fold tables).
-
-`python analysis/calibrate_decisions.py --n-sim 2000` prints the tables of docs/analysis.md ("The
-overlap of folds", "The held-out confirmation", "Several price histories", "Isolating a
-heterogeneous contrast"); `tests/test_decision_calibration.py` checks each claim at a small n_sim.
+Each table runs the function a verdict calls (`rules.decision.decide`, the power statements of
+`rules.power`) on simulated families (`World`, described in docs/analysis.md from "The overlap of
+folds" to "Isolating a heterogeneous contrast"), on the S&P 500 runs' shapes (`LAYOUT_ROWS`).
+`python analysis/calibrate_decisions.py --n-sim 2000` prints the doc's tables;
+`tests/test_decision_calibration.py` checks each claim at a small n_sim.
 """
 
 from __future__ import annotations
@@ -82,8 +74,7 @@ class Design:
 
 def layout_rho(folds: int) -> float:
     """NB's correlation n2 / (n1 + n2) of a purged layout of `folds` groups on LAYOUT_ROWS rows,
-    from its fold table (`rules.periods.fold_overlap`): the mean over its folds, whose factor
-    `nb_factor` is the table's."""
+    read off its fold table's factor (`rules.periods.fold_overlap`)."""
     prices = pd.Series(np.arange(LAYOUT_ROWS, dtype=float))
     spec = SimpleNamespace(scheme="purged", k=folds, embargo=LAYOUT_EMBARGO, val_length=None)
     table = fold_table(prices.index, fold_bounds(prices, list(LAYOUT_SPLITS), spec, 64, LAYOUT_REACH), "expanding")
@@ -108,8 +99,8 @@ def history_designs() -> tuple[Design, ...]:
 
 
 def simulate(rng, n_sim: int, design: Design, world: World) -> tuple[np.ndarray, np.ndarray]:
-    """(validation, test) per-seed differences, each [n_sim, m, H, K, n] (module docstring):
-    the test segment is one period per history, every fold's members evaluated on it."""
+    """(validation, test) per-seed differences, each [n_sim, m, H, K, n] (`World`); the test segment
+    is one period per history, every fold's members evaluated on it."""
     s, m, h, k, n = n_sim, design.contrasts, design.histories, design.folds, design.seeds
     se = 1.0 / math.sqrt(n)
     taus = np.full(m, world.tau) if world.taus is None else np.asarray(world.taus, float)
@@ -154,9 +145,8 @@ class OneHistoryRun:
 
 def one_history_run(design: Design, world: World, *, n_sim: int, seed: int, corrected: bool,
                     th: Thresholds) -> OneHistoryRun:
-    """The rule (`rules.decision.decide`: the pooled test, with NB's correlation of the layout when
-    `corrected`), its stated MDE, and the held-out confirmation (its second stage at alpha / m, the test
-    period's spread the pooled tau^2) on `n_sim` families of `design` in `world`."""
+    """The rule on one history (`rules.decision.decide`, NB's correlation of the layout when
+    `corrected`), its stated MDE and the held-out stage alone on `n_sim` families."""
     rng = np.random.default_rng(seed)
     d, d_test = simulate(rng, n_sim, design, world)
     fd = fold_data(d[:, :, 0])
@@ -193,10 +183,8 @@ def _median(x: np.ndarray) -> float:
 
 
 def overlap_table(th: Thresholds, designs=None, taus=(0.0, 1.0)) -> pd.DataFrame:
-    """Per design, period spread and common correlation c (0, NB's, 0.35): the family-wise false
-    rate of the pooled rule without and with NB's correction, the MDE each states (median, sd),
-    the power at the uncorrected MDE without and with, and the corrected rule's power at its own
-    MDE."""
+    """Per design, period spread and common correlation c: the pooled rule's family-wise false rate
+    without and with NB's correction, the MDE each states, and the power at those MDEs."""
     rows = []
     for design in designs or real_designs():
         for tau in taus:
@@ -239,12 +227,10 @@ def format_overlap(t: pd.DataFrame, alpha: float) -> str:
 
 
 def held_out_table(th: Thresholds, designs=None, taus=(0.0, 1.0, 2.0)) -> pd.DataFrame:
-    """Per design, period spread and world: the one-stage (the pooled rule, no overlap
-    correction) and two-stage family-wise false rates under the null at c = 0, NB's and 0.35 (the
-    common part not carried to the test segment, and carried: outside the promise), the held-out
-    stage alone (`held_out_alone`: every contrast as a keep, per contrast; promise alpha / m), the
-    first contrast's keep rate at the one-stage rule's MDE in both stages, and with that effect
-    flipped on the test segment."""
+    """Per design, period spread and world: one- and two-stage family-wise false rates under the
+    null (common parts c = 0, NB's, 0.35, and one carried to the test: outside the promise), the
+    held-out stage alone (promise alpha / m), and the first contrast's keep rate at the one-stage
+    MDE, also with that effect flipped on the test segment."""
     rows = []
     for design in designs or real_designs():
         for tau in taus:
@@ -309,11 +295,9 @@ class HistoryRun:
 
 
 def history_run(design: Design, world: World, *, n_sim: int, seed: int, th: Thresholds) -> HistoryRun:
-    """The rule over histories (`rules.decision.decide` with the histories' data on the design's
-    calendar and the test segment), the held-out stage alone (`decision.held_out_stage`, the
-    function `decide` applies, on every contrast) and the power statement each verdict row makes
-    (`power.history_mde` and `power.two_stage_mde` on `histories.history_components`, at the first Holm
-    step) on `n_sim` families of `design` in `world`."""
+    """The rule over histories (`rules.decision.decide`), the held-out stage alone and the power
+    statements each verdict row makes (`power.history_mde`, `power.two_stage_mde`) on `n_sim`
+    families of `design` in `world`."""
     rng = np.random.default_rng(seed)
     d, d_test = simulate(rng, n_sim, design, world)
     h, k, m = design.histories, design.folds, design.contrasts
@@ -348,11 +332,9 @@ def test_segment(d_test: np.ndarray) -> TestSegment:
 
 
 def histories_table(th: Thresholds, designs=None, tau: float = 1.0, tau_history: float = 1.0) -> pd.DataFrame:
-    """Per history design (histories on their own calendars): the nested rule's family-wise false rate
-    under the null (a part common to a history's folds at c 0, NB's, 0.35), discovery and two-stage, the
-    held-out stage alone (per contrast, applied to every one), its stated MDE and the power there, and
-    the first contrast's keep / harmful / inconsistent rates where its effect flips across the
-    histories (mean zero) and where one history has the opposite sign."""
+    """Per history design: the nested rule's null family-wise false rate (c 0, NB's, 0.35),
+    discovery and two-stage, the held-out stage alone, its stated MDE and the power there, and the
+    first contrast's rates where its effect flips across the histories."""
     rows = []
     for design in designs or history_designs():
         h = design.histories
@@ -424,10 +406,9 @@ ISOLATION_WORLDS = (
 
 def isolation_table(th: Thresholds, folds=(4, 8), seeds: int = 16, effect: float = 1.0,
                     worlds=ISOLATION_WORLDS) -> pd.DataFrame:
-    """Per fold count and per-contrast spreads (ISOLATION_WORLDS): the family-wise false rate under
-    the null and the first contrast's power at a planted `effect` (sd), with the flagged contrast
-    kept in the family's shared fit (the rule as shipped) and leaving it (`isolate_flagged`, at
-    the share test's level and at 0.01)."""
+    """Per fold count and per-contrast spreads: the null FWER and the first contrast's power with
+    the flagged contrast kept in the family's shared fit (shipped) or leaving it
+    (`isolate_flagged`)."""
     variants = (("kept (shipped)", dict(isolate_flagged=False)),
                 ("leaves, 0.1", dict(isolate_flagged=True, isolate_level=defaults.TAU_SHARE_LEVEL)),
                 ("leaves, 0.01", dict(isolate_flagged=True, isolate_level=0.01)))
@@ -495,12 +476,9 @@ per history, and each walk-forward fold at the default `data.folds.val_length`."
 
 def within_sharpe(window_rows: float, reference_mde: float = REFERENCE_MDE, alpha: float = defaults.ALPHA,
                   power: float = defaults.POWER) -> float:
-    """One seed's variance of a per-period difference as the rule reads it (n x the squared standard
-    error of a Hodges-Lehmann effect, `power.PooledComponents.within`) in Sharpe units, for a validation
-    window of `window_rows` rows: read off the real run's MDE (8 purged groups x 12 seeds, a family of
-    one, df 7, no period spread or seed share: 12 x 8 x (MDE / t_multiplier)^2 for an 8-group window
-    of (0.85 LAYOUT_ROWS - 32) / 8 rows) and scaled by window length (a Sharpe's variance is inverse
-    in its length)."""
+    """One seed's variance of a per-period difference in Sharpe units for a `window_rows` window,
+    read off the real run's MDE (8 purged groups x 12 seeds, a family of one, df 7) and scaled
+    inversely with the window's length (a Sharpe's variance is)."""
     within8 = 12 * 8 * (reference_mde / t_multiplier(7, alpha, power)) ** 2
     window8 = (LAYOUT_ROWS * (LAYOUT_SPLITS[0] + LAYOUT_SPLITS[1]) - LAYOUT_REACH.window) / 8
     return within8 * window8 / window_rows
@@ -549,10 +527,9 @@ per history on its own calendar (the default split's validation segment, 12 seed
 
 def calendar_table(th: Thresholds, histories=CALENDAR_HISTORIES, sds=CALENDAR_SDS, layouts=CALENDAR_LAYOUTS,
                    planted_sd: float = 0.05) -> pd.DataFrame:
-    """Per layout, number of histories and calendar sd (Sharpe): the nested rule's family-wise false
-    rate (discovery and two-stage), the held-out stage alone (per contrast), the share of contrasts read
-    `insufficient data`, the MDE and two-stage MDE it states (median, Sharpe); and at the calendar sd
-    `planted_sd` the first contrast's power (one- and two-stage) at the MDE stated there."""
+    """Per layout, number of histories and calendar sd (Sharpe): the nested rule's null FWER (one-
+    and two-stage), the held-out stage alone, the share read `insufficient data`, the stated MDEs,
+    and at `planted_sd` the first contrast's power at the MDE stated there."""
     rows = []
     for folds, seeds, one, window in layouts:
         for h in histories:
@@ -625,15 +602,11 @@ def _power_at(design: Design, effect: float, spread: bool, th: Thresholds, windo
 
 
 def mde_table(th: Thresholds, contrasts: int = 3, designs=MDE_DESIGNS, window: int = VALIDATION_ROWS) -> pd.DataFrame:
-    """The nested rule's MDE in Sharpe units at the first Holm step of a family of `contrasts`
-    (`power.history_mde`, the verdicts' statement), two-sided and one-sided, and the two-stage MDE
-    (`power.two_stage_mde`: the keep must also pass the held-out stage one-sided at alpha / m), per
-    layout, without spreads and with one window's period spread (own calendars: all the history's own,
-    OWN_PERIOD_SD and the calendar part 0.05 together; one calendar: the calendar part 0.05 shared);
-    one seed's variance `within_sharpe(window)`; and the simulated power of the shipped rule at the
-    one-sided MDE (one- and two-stage: `history_run` with the one-sided keep test). A layout the rule
-    cannot decide (one calendar with fewer than MIN_SHARED_PERIODS periods) reads NaN. K periods of a
-    history validate on windows of `window` rows, at most FOLDS_ROWS / K."""
+    """The nested rule's MDE (Sharpe) at the first Holm step of `contrasts` per layout, two- and
+    one-sided, and the two-stage MDE (`power.two_stage_mde`), without spreads and with one window's
+    period spread; one seed's variance `within_sharpe(window)`; and the shipped rule's simulated
+    power at the one-sided MDE. NaN: a layout the rule cannot decide (one calendar, too few
+    periods)."""
     level = th.alpha / contrasts
     rows = []
     for i, (h, k, n, one) in enumerate(designs):

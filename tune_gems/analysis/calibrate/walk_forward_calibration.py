@@ -1,31 +1,11 @@
-"""Calibration of the verdict rule as it is used over periods.
+"""Calibration of the verdict rule as it is used over periods (docs/analysis.md "Calibration over
+periods" describes the simulation: seed noise with a share `rho` common to every fold, each fold's
+market luck of spread `tau` in one fold's seed SE, correlated contrasts or periods, ties,
+divergence, planted shifts and a regime flip that must not read keep wired / harmful).
 
-The simulation gives each gem's comparison what a verdict faces:
-
-- **seed noise**: per-seed differences sd x Z (normal or t3), a share `rho` of it belonging to
-  the seed and shared by every fold (same initial weights in every period), divergence at the
-  measured rate (+-inf / a tie, as in the analysis) and a share `ties` of pairs that tie
-  exactly (both members never traded: Sharpe 0 on both sides);
-- **a shared market history per period**: every seed of fold k sees one validation window, so
-  the window's luck u_k is common to all seeds of the fold: the fold-level effect, mean zero,
-  spread `tau` (in units of one fold's seed standard error, sd / sqrt(n)); `tau_first` gives
-  the first gem another spread (the check of a tau shared across the family's contrasts);
-  `gem_corr` correlates the gems' period effects and seed noise (contrasts that share an arm
-  and the periods); `fold_corr` correlates a gem's period effects across folds (overlapping
-  training windows, a slow regime). With one fold u is the one history's luck, which the
-  market-noise interval measures (its half-width is z x tau x SE at the verdict's level) and
-  gates: `keep wired`, `harmful` and `equivalent`;
-- **planted effects**: a consistent shift of the first gem (power), and a **regime flip**: the
-  first gem's fold effects run linearly from +delta (first fold) to -delta (last), mean zero:
-  it must not read keep wired / harmful.
-
-On these it runs the rule the verdicts ship, through the one function that composes it
-(`rules.decision.decide`: the seed rule on the informative pairs, the market gate and the
-one-period gate at K = 1, the period rule on the fold data `periods.fold_data` at K >= 2:
-what the gem verdicts, the factor table and `confirm` call) and the power statement
-`power.pooled_mde`, vectorised over datasets: what the simulation adds is only the data and the market-noise interval it
-models. Codes per dataset and gem (`rules.settings.verdict_codes`): +1 keep wired, -1 harmful, 2
-equivalent, 3 inconsistent across periods, 4 insufficient data, 5 heterogeneous, 0 otherwise.
+It runs the rule the verdicts ship through `rules.decision.decide` and the power statement
+`power.pooled_mde`, vectorised over datasets: the simulation adds only the data and, at one fold,
+the market-noise interval it models. Codes per dataset and gem: `rules.settings.verdict_codes`.
 """
 
 from __future__ import annotations
