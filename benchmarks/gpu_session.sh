@@ -21,8 +21,8 @@
 # eight (about 4 minutes, EIGHT_BUDGET_S=360): sweeps/eight_histories.yaml on the GPU, its experiment (no checkpoints)
 # as $OUT/eight-gpu.tgz, analysed there unless EIGHT_NO_ANALYSIS is set.
 # floor43 (issue 43, one call of at most 9 minutes, FLOOR_BUDGET_S=530): the extension build in the background while
-# layer_gemm_probe.py runs (PROBE_BUDGET_S=150), then train_step.py with model.layer_kernel torch, triton and
-# triton-w-out-in side by side (P=1,64,256 and the moonshot, tf32, graphed), then the triton path's GPU tests
+# layer_gemm_probe.py runs (PROBE_BUDGET_S=150), then train_step.py with model.layer_kernel torch and triton
+# side by side (P=1,64,256 and the moonshot, tf32, graphed), then the triton path's GPU tests
 # (tests/gpu/test_triton_*_gpu.py: the optimizer kernel against torch's fused Adam, noise, layers, the learner's
 # invariants) in the time left; floor43.log, layer_gemm_probe.{log,json}, train_step_triton.json, a short table last.
 # Logs and JSON go to $OUT (the device tool's output folder) or ./gpu-out.
@@ -206,7 +206,7 @@ for s in "$@"; do
       wait $build; echo "build exit $?" >> "$log"
       step "train_step.py, layer kernels side by side"
       timeout 200 python3 benchmarks/train_step.py --core --populations 1,64,256 --precisions tf32 --moonshot \
-        --layer-kernels torch,triton,triton-w-out-in --reps 50 --rounds 3 --out "$OUT/train_step_triton.json" >> "$log" 2>&1
+        --layer-kernels torch,triton --reps 50 --rounds 3 --out "$OUT/train_step_triton.json" >> "$log" 2>&1
       step "gpu tests of the triton path"
       left=$(( ${FLOOR_BUDGET_S:-530} - (SECONDS - t0) ))
       [ "$left" -lt 60 ] && left=60

@@ -8,9 +8,10 @@ of it (forward, input gradient, weight gradient) through the real launch code
 (tune_gems.ops.triton_layers.forward, input_grad, weight_grads) under each variant, and against
 torch's `baddbmm` / `bmm` at the same precision (the torch path's cuBLAS products). A variant is
 a launch policy (tile, warps, pipeline stages, grid order: `Tiles`) and a parameter layout:
-"unaligned" (the flat matrix without alignment gaps, as before), "aligned" (each parameter at a
-multiple of PARAMETER_ALIGN columns, tune_gems.model.flat.column_layout) or "aligned-t" (aligned,
-W stored [out, in]: the forward's B operand K-major, as tf32 wgmma wants it). Times are CUDA
+"unaligned" (the flat matrix without alignment gaps, W stored [in, out], as before), "aligned"
+(each parameter at a multiple of PARAMETER_ALIGN columns, tune_gems.model.flat.column_layout) or
+"aligned-t" (aligned, W stored [out, in]: the layout of the Triton path, the forward's B operand
+K-major, as tf32 wgmma wants it). Times are CUDA
 events around a CUDA graph of `--reps` calls (the iteration runs as a graph: no launch overhead),
 the median of `--rounds` replays; TF/s = 2 G N K O / time. Each launched kernel is described
 (benchmarks/triton_inspect.py: dot instruction and precision, registers, spills, wgmma
@@ -25,7 +26,7 @@ serialisation, copy widths), so no variant runs "ieee" or spilled without it sho
 checks every variant's values against the float64 products; `--compile-only` compiles every
 variant of every recorded product for sm_90 on the CPU (no GPU: the kernels are stubbed while
 the learner records) and prints the inspection table. `--budget` bounds the run: variants are
-timed in their listed order (the torch products, "before" and "new" first) and what is left when
+timed in their listed order (the torch products, "before", "new" and "default" first) and what is left when
 the budget runs out is marked skipped. The table and JSON go to `--out` (default
 $OUT/layer_gemm_probe.json when $OUT is set).
 """
@@ -91,8 +92,14 @@ def fixed(rows: int, cols: int, inner: int, warps: int, stages: int, group_axis:
 class Variant:
     name: str
     layout: str  # unaligned | aligned | aligned-t
-    policy: object  # (rows, inner, cols) -> Tiles
+    policy: object  # (rows, inner, cols) -> Tiles; None: the kernels' own, per op
     precisions: tuple[str, ...] = ("tf32",)
+
+    def tiles(self, op: str):
+        """The policy of `op` (fwd, dx, dw)."""
+        if self.policy is not None:
+            return self.policy
+        return tl_layers.input_grad_tiles if op == "dx" else tl_layers.tiles
 
 
 BEFORE = fixed(64, 64, 32, 4, 3, group_axis=0, empty_loop_ok=True)
@@ -100,24 +107,20 @@ BEFORE = fixed(64, 64, 32, 4, 3, group_axis=0, empty_loop_ok=True)
 grid's fast axis, the K-loop compiled for a possibly empty trip count."""
 VARIANTS = [
     Variant("before", "unaligned", BEFORE, ("tf32", "bf16")),
-    Variant("new", "aligned", tl_layers.tiles, ("tf32", "bf16")),
-    Variant("new-w-out-in", "aligned-t", tl_layers.tiles),
-    Variant("before+loop", "unaligned", fixed(64, 64, 32, 4, 3, group_axis=0)),
-    Variant("tile-fastest", "unaligned", fixed(64, 64, 32, 4, 3)),
-    Variant("aligned", "aligned", fixed(64, 64, 32, 4, 3)),
-    Variant("w-out-in", "aligned-t", fixed(64, 64, 32, 4, 3)),
-    Variant("128x128w8s4", "aligned", fixed(128, 128, 32, 8, 4)),
-    Variant("128x128k64w8s3", "aligned", fixed(128, 128, 64, 8, 3)),
-    Variant("128x256w8s3", "aligned", fixed(128, 256, 32, 8, 3)),
-    Variant("128x64w4s4", "aligned", fixed(128, 64, 32, 4, 4)),
-    Variant("64x128w4s4", "aligned", fixed(64, 128, 32, 4, 4)),
+    Variant("new", "aligned", tl_layers.input_grad_tiles, ("tf32", "bf16")),
+    Variant("default", "aligned-t", None, ("tf32", "bf16")),
+    Variant("64x64w4s3", "aligned-t", fixed(64, 64, 32, 4, 3)),
+    Variant("128x128w8s4", "aligned-t", fixed(128, 128, 32, 8, 4)),
+    Variant("128x256w8s3", "aligned-t", fixed(128, 256, 32, 8, 3)),
+    Variant("128x64w4s4", "aligned-t", fixed(128, 64, 32, 4, 4)),
+    Variant("64x128w4s4", "aligned-t", fixed(64, 128, 32, 4, 4)),
 ]
-"""In the order they are timed (the budget cuts from the end). "new": the kernels' default (tiles
-of up to 128 x 128 x 32, 8 warps from 128 x 64 up, 3 stages, groups on the grid's slow axis,
-aligned parameters); "new-w-out-in": the same with W stored [out, in]; then one change at a
-time from "before": the K-loop known to be non-empty (ptxas otherwise serialises the wgmma of
-some of them), the groups on the grid's slow axis, aligned parameters, W [out, in]; then other
-tiles of the Hopper recipe on aligned parameters."""
+"""In the order they are timed (the budget cuts from the end). "before": the kernels before the
+probe; "new": the probe's first default (W [in, out], aligned, tiles of up to 128 x 128 with 8
+warps, groups on the grid's slow axis: tl_layers.input_grad_tiles for every op); "default": the
+kernels as the Triton path runs them (W stored [out, in], tl_layers.tiles for the forward and
+dW, input_grad_tiles for dx); then fixed tiles of the Hopper recipe on that layout, one policy
+for every op, for the per-product table that chooses the tiles."""
 
 
 # -- recording the products of one iteration ---------------------------------------------------------
@@ -505,7 +508,7 @@ def _compile_job(task) -> None:
             ops = Operands(p, variant.layout, device)
             for op in (o for o in OPS if getattr(p, o)):
                 try:
-                    triton_call(op, ops, p.relu, DOT[prec], variant.policy)()
+                    triton_call(op, ops, p.relu, DOT[prec], variant.tiles(op))()
                 except Exception:  # the timing pass reports it
                     pass
 
@@ -588,7 +591,7 @@ def run_probe(products: list[Product], variants: list[Variant], precisions: list
             for op in OPS:
                 if getattr(p, op) == 0:
                     continue
-                if op == "sn" and (prec != precisions[0] or (variant is not None and variant.name != "new")):
+                if op == "sn" and (prec != precisions[0] or (variant is not None and variant.name != "default")):
                     continue  # one kernel, no launch options, no dot: timed once
                 row = {"config": p.config, "layer": p.layer, "kind": p.kind, "op": op, "N": p.N, "K": p.K, "O": p.O, "G": p.G,
                        "relu": p.relu, "per_iteration": getattr(p, op), "precision": prec,
@@ -602,7 +605,7 @@ def run_probe(products: list[Product], variants: list[Variant], precisions: list
                             call = torch_call(op, ops, prec)
                             row["us"] = time_us(call, args.reps, args.rounds)
                         else:
-                            call = triton_call(op, ops, p.relu, DOT[prec], variant.policy)
+                            call = triton_call(op, ops, p.relu, DOT[prec], variant.tiles(op))
                             if op == "sn" and ops.lw.sn_u is not None:
                                 ops.sn_start = (ops.lw.sn_u.double().clone(), ops.lw.sn_v.double().clone())
                             with KernelLog() as log:
@@ -612,7 +615,7 @@ def run_probe(products: list[Product], variants: list[Variant], precisions: list
                             row["kernels"] = [k.hash for k in log.kernels]
                             compiled.update({k.hash: k for k in log.kernels})
                             if op != "sn":
-                                t = variant.policy(*((p.N, p.K, p.O) if op == "fwd" else (p.N, p.O, p.K) if op == "dx" else (p.K, p.N, p.O)))
+                                t = variant.tiles(op)(*((p.N, p.K, p.O) if op == "fwd" else (p.N, p.O, p.K) if op == "dx" else (p.K, p.N, p.O)))
                                 row["tiles"] = asdict(t)
                             row["us"] = time_us(call, args.reps, args.rounds)
                     row["tflops"] = round(p.flops(op) / row["us"] / 1e6, 2)
@@ -707,7 +710,7 @@ def compile_only(products: list[Product], variants: list[Variant], precisions: l
                         for n in LAUNCHED:
                             setattr(kernels, n, Recorder(saved[n]))
                         kernels.INTERPRETED = True
-                        triton_call(op, ops, p.relu, DOT[prec], v.policy)()
+                        triton_call(op, ops, p.relu, DOT[prec], v.tiles(op))()
                     finally:
                         for n, fn in saved.items():
                             setattr(kernels, n, fn)

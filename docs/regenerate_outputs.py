@@ -79,6 +79,7 @@ class Block:
 
 SWEEP_TABLE = (r"^trial_id ", r"^[0-9a-f]{8} +(TERMINATED|ERROR|UNFINISHED) ", r"^note: ", r"^results: ")
 GEM_TABLE = (r"^gem  verdict ", r"^---  ", r"^g\d+ {2,}")
+DECIDED = r"^ +the test that decided the word: "
 FINISHED = r"^tune-gems sweep: trial \d+/\d+ finished: "
 
 BLOCKS = (
@@ -118,6 +119,15 @@ BLOCKS = (
              keep=(r"^Plan from ", r"^variance parts ", r"^  g\d+: ", r"^cost: ", r"^designs that reach ", r"^  periods ",
                    (r"^  \d+ +\d+ +\d+ ", 3))),
     )),
+    Block("histories-cpu", (
+        Step("tune-gems sweep sweeps/four_calendars_cpu.yaml --name four && tune-gems analyze experiments/four",
+             keep=(r"^tune-gems sweep: (data|split of [^:]*): ", FINISHED, *SWEEP_TABLE, (DECIDED, 1), *GEM_TABLE, r"^g\d+: ",
+                   r"^    per history")),
+    ), unordered=(FINISHED,)),
+    Block("histories-cpu-plan", (Step("tune-gems plan experiments/four"),), needs=("histories-cpu",)),
+    Block("histories-cpu-confirm", (
+        Step("tune-gems confirm experiments/four", drop=(r"^HEALTH_DIAG ", r"^\[\w+\] HEALTH_DIAG ", r": epoch \d+/\d+ \|")),
+    ), needs=("histories-cpu",)),
     Block("dry-run", (
         Step("tune-gems sweep sweeps/smoke.yaml --dry-run",
              keep=(r"^tune-gems sweep: threads: ", r"^widest trial: ", r"^memory: ", r"^time: ", r"^sweep: ", r"^dry run: ")),

@@ -4,11 +4,15 @@ packages that ship its data, its S&P 500 and WTI columns are arch's prices; the 
 history on its own calendar's dates, where the loader cuts the windows docs/data.md states (the
 same rows of every history, disjoint dates across the four calendars, one period per NYSE era's
 three histories: `read.calendars`), and runs end to end (`tune-gems sweep`, then `tune-gems
-analyze`) at test size, its folds.parquet carrying each history's dates."""
+analyze`) at test size, its folds.parquet carrying each history's dates. The README's CPU example
+over named histories (sweeps/four_calendars_cpu.yaml, one history per calendar of the same file:
+sweep, analyze, plan, confirm) runs once as the README shows it: its outputs are the pasted ones,
+name every history and print one interval per word, the one confirmation.csv holds."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from itertools import combinations
@@ -20,6 +24,7 @@ import torch
 import yaml
 
 from sweep_fixtures import REPO, cli_in_process, ray_address  # noqa: F401 (fixture)
+from test_doc_outputs import outputs
 from tune_gems.analysis.read.calendars import held_out_calendar, validation_calendar
 from tune_gems.analysis.read.load import load_experiment
 from tune_gems.config.load import build_config
@@ -166,3 +171,95 @@ def test_the_verdict_tables_name_every_history(analysed):
     for table in ("verdicts.csv", "fold_effects.csv"):
         text = (out / table).read_text()
         assert all(name in text for name in HISTORIES), table
+
+
+# -- the README's CPU example over named histories ----------------------------------------------
+
+EXAMPLE = ("histories-cpu", "histories-cpu-plan", "histories-cpu-confirm")
+"""README "A CPU example over named histories": sweeps/four_calendars_cpu.yaml swept and analysed,
+planned from, confirmed (docs/regenerate_outputs.py's blocks)."""
+EXAMPLE_HISTORIES = ["sp500_1990", "sp500_2007", "wti_1986", "wti_2003"]
+NAMED_IN = ("histories-cpu", "histories-cpu-confirm")
+"""The blocks that name every history of the example (plan states their count only)."""
+ROPE = 0.1
+INTERVAL = re.compile(r"\[([-+]?[\d.e+-]+|[-+]?inf), ([-+]?[\d.e+-]+|[-+]?inf)\]")
+WORDS = ("keep wired", "harmful", "equivalent", "inconclusive", "insufficient data", "not confirmed on held-out data")
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory, ray_address):
+    """The README's CPU example, its commands run once as the README shows them (by
+    docs/regenerate_outputs.py, the sweep's trials on this module's Ray): ({block name: fresh text}, the
+    folder they ran in)."""
+    work = tmp_path_factory.mktemp("example")
+    return outputs.run_blocks(list(EXAMPLE), work, env={"RAY_ADDRESS": ray_address}), work
+
+
+@pytest.mark.parametrize("name", EXAMPLE)
+def test_the_readmes_cpu_example_prints_what_is_pasted(name, example):
+    fresh, _work = example
+    pasted = outputs.pasted_blocks()[name]
+    assert pasted.document.name == "README.md" and pasted.cpu, name
+    here = outputs.cpu_code_path()
+    if pasted.cpu != here:
+        pytest.skip(f"{name} was pasted from a {pasted.cpu} CPU; this one is {here}, whose MKL rounds otherwise")
+    problem = outputs.mismatch(name, pasted.text, fresh[name])
+    assert problem is None, f"{problem}\nregenerate with: python docs/regenerate_outputs.py {' '.join(EXAMPLE)}\n{fresh[name]}"
+
+
+def columns(block: str, header: str) -> list[list[tuple[str, str]]]:
+    """The rows of the table whose header line starts with `header`: [(column name, cell)] each,
+    cut where its `---` line cuts (names repeat: two `CI` columns)."""
+    lines = block.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(header))
+    spans = [m.span() for m in re.finditer(r"-+", lines[at + 1])]
+    spans = [(a, spans[i + 1][0] if i + 1 < len(spans) else None) for i, (a, _) in enumerate(spans)]
+    rows = []
+    for line in lines[at + 2:]:
+        if not re.match(r"g\d+ ", line):
+            break
+        rows.append([(lines[at][a:b].strip(), line[a:b].strip()) for a, b in spans])
+    return rows
+
+
+def agrees(word: str, cell: str) -> bool:
+    """Whether a verdict word and the one interval printed beside it say the same thing."""
+    found = INTERVAL.findall(cell)
+    if word == "insufficient data":
+        return not found
+    if len(found) != 1:
+        return False
+    lo, hi = (float(x) for x in found[0])
+    return {"equivalent": -ROPE <= lo and hi <= ROPE, "keep wired": lo > 0, "harmful": hi < 0,
+            "inconclusive": lo <= 0 <= hi}.get(word, True)
+
+
+def test_the_cpu_example_names_every_history(example):
+    fresh, work = example
+    for name in NAMED_IN:
+        assert all(h in fresh[name] for h in EXAMPLE_HISTORIES), name
+    per_history = next(x for x in fresh["histories-cpu"].splitlines() if x.startswith("    per history"))
+    assert [h for h in EXAMPLE_HISTORIES if f"{h} " in per_history] == EXAMPLE_HISTORIES
+
+
+def test_the_cpu_example_prints_one_interval_per_word(example):
+    fresh, work = example
+    analysis = fresh["histories-cpu"]
+    for row in columns(analysis, "gem  verdict "):  # the deciding interval under its header, the seeds' under theirs
+        cells = dict(row[:4])
+        assert agrees(cells["verdict"], cells["CI"]), row
+        assert sum(bool(INTERVAL.search(c)) for _, c in row) <= 2, row
+    for line in analysis.splitlines():
+        if re.match(r"g\d+: ", line):
+            word = next(w for w in WORDS if line.split(": ", 1)[1].startswith(w))
+            assert agrees(word, line), line
+    table = pd.read_csv(work / "experiments" / "four" / "confirmation" / "confirmation.csv").set_index("gem")
+    for row in columns(fresh["histories-cpu-confirm"], "gem  chosen trial "):
+        named = [i for i, (n, _) in enumerate(row) if n.endswith("verdict")]
+        assert [row[i][0] for i in named] == ["discovery verdict", "final verdict"], row
+        for i, stage in zip(named, ("discovery", "final")):  # each verdict, then its one effect [CI]: confirmation.csv's
+            assert row[i + 1][0] == "its effect [CI]" and agrees(row[i][1], row[i + 1][1]), row
+            csv = table.loc[row[0][1]]
+            assert row[i][1] == csv[f"{stage}_verdict"], row
+            printed = [float(x) for x in INTERVAL.findall(row[i + 1][1])[0]] if INTERVAL.search(row[i + 1][1]) else []
+            assert np.allclose(printed, csv[[f"{stage}_ci_low", f"{stage}_ci_high"]].dropna().tolist(), rtol=5e-3), row

@@ -129,7 +129,7 @@ def test_a_sweep_and_its_confirmation_plans_with_two_histories_write_every_membe
     assert res.returncode == 0, res.stderr[-3000:]
     res = cli_in_process("confirm", str(exp), "--out", str(tmp_path / "confirmation"))
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "the search's 2 price histories: the confirmation has fresh seeds on the same histories" in res.stdout
+    assert "the search's 2 price histories (sp500, wti): the confirmation has fresh seeds on the same histories" in res.stdout
     confirmed = pd.read_parquet(tmp_path / "confirmation" / "members.parquet")
     assert set(confirmed["history"]) == {0, 1}
     assert pd.read_parquet(tmp_path / "confirmation" / "histories.parquet")["name"].drop_duplicates().tolist() == ["sp500", "wti"]
@@ -166,8 +166,9 @@ def test_a_two_history_factorial_is_analysed_and_planned_per_history(tmp_path, d
     assert dict(zip(pairs["history"], pairs["history_name"])) == {0: "sp500", 1: "wti"}
     res = cli_in_process("plan", str(exp))
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "2 price histories x 2 periods x 6 seeds x 8 arms per fold" in res.stdout
-    assert any(line.split()[:2] == ["histories", "periods"] for line in res.stdout.splitlines())
+    assert "2 price histories x 2 period(s) x 6 seeds x 8 arms" in res.stdout
+    assert any(line.split()[:3] == ["histories", "calendars", "periods"] for line in res.stdout.splitlines())
+    assert "the pilot (analyze's MDE); the rule refuses it: fewer than 3 histories" in res.stdout
 
 
 def test_the_shipped_factorial_dry_runs_on_the_cpu_and_its_cpu_twin_is_the_same_design():

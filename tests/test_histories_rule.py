@@ -6,18 +6,21 @@ history that flips) is tests/test_decision_calibration.py."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from tune_gems.analysis.rules.histories import (
-    calendar_part, decide_histories, history_components, history_data, one_calendar, own_calendars, pool_histories,
+    HistoryComponents, calendar_part, decide_histories, history_components, history_data, one_calendar, own_calendars,
+    pool_histories,
 )
 from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.periods import FoldData, Pooling, pool_family, seed_level_effect
 from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.analysis.rules.settings import INCONSISTENT, INSUFFICIENT, KEEP, Thresholds
-from tune_gems.analysis.rules.power import HistoryComponents, history_mde, t_multiplier, two_stage_mde
+from tune_gems.analysis.calibrate.decision_calibration import t_multiplier
+from tune_gems.analysis.rules.power import history_inputs, history_mde, two_stage
 
 
 def _family(rng, s=1, m=3, h=4, k=4, n=8, effects=None, seed_sd=0.0, history_sd=0.0, calendar_sd=0.0):
@@ -131,16 +134,15 @@ def test_min_periods_reaches_the_histories_path():
 def test_the_history_mde_carries_the_calendar_and_the_two_stage_mde_the_test():
     c = HistoryComponents(history=0.02, period=0.01, within=0.3, seed=0.03, calendar=0.004, shared=True)
     h, k, n = 6, 4, 8
-    se = math.sqrt(0.02 / h + (0.01 + 0.27 / n) / (k * h) + 0.004 / k + 0.03 / n)
-    assert c.se(h, k, n) == pytest.approx(se)
-    assert history_mde(c, h, k, n, df=9, level=0.05 / 3, power=0.8) == pytest.approx(t_multiplier(9, 0.05 / 3, 0.8) * se)
-    spread, means = c.test_parts(h, k, n)
-    assert spread == pytest.approx((0.02 + 0.01 + 0.27 / (k * n)) / h + 0.03 / n)
-    assert means == pytest.approx(0.004 + (0.01 + 0.27 / n) / h)
-    assert HistoryComponents(0.02, 0.01, 0.3, 0.03).test_parts(h, k, n)[1] == 0  # own calendars: no shared part
-    both = two_stage_mde(se, 9, c.test_se(h, k, n), c.test_df(h, k, n), level=0.05 / 3, test_level=0.05 / 3, power=0.8)
-    assert both > max(history_mde(c, h, k, n, df=9, level=0.05 / 3, power=0.8), 0)
-    assert np.isnan(history_mde(c, 1, k, n, df=2, level=0.05, power=0.8))
+    se = math.sqrt(0.02 / h + (0.01 + 0.27 / n) / (k * h) + 0.004 / k + 0.03 / n)  # the pooled mean's
+    # the rule estimates its parts and its df (the closed form took them as known): its MDE is above
+    # the closed form's on the shared scale's 3 (H - 1) df, and moves with the calendar part
+    mde = history_mde(c, h, k, n, contrasts=3, level=0.05 / 3, power=0.8)
+    assert t_multiplier(3 * (h - 1), 0.05 / 3, 0.8) * se < mde < 2 * t_multiplier(3 * (h - 1), 0.05 / 3, 0.8) * se
+    assert history_mde(replace(c, calendar=0.04), h, k, n, contrasts=3, level=0.05 / 3, power=0.8) > mde
+    both = two_stage(history_inputs(n, h, k, c, 3), 0.05 / 3, 0.8, test_level=0.05 / 3)
+    assert both > mde
+    assert np.isnan(history_mde(c, 1, k, n, level=0.05, power=0.8))
 
 
 def test_the_components_come_from_both_stages_and_the_calendar():

@@ -373,6 +373,7 @@ def name_cases() -> list[Case]:
              "left-to-right-mark": "AAPL\u200e", "byte-order-mark": "\ufeffAAPL", "no-break-space": "S&P\u00a0500",
              "line-separator": "AA\u2028PL", "private-use": "AA\ue000PL", "unassigned": "AA\u0378PL",
              "formula-equals": "=1+1", "formula-plus": "+1", "formula-minus": "-SUM(A1)", "formula-at": "@A1"}
+    two = "data.histories=[{price_column: AAPL}, {price_column: XOM}]"
     c = [Case(f"name-{cid}", [*TINY_TRAIN, *FILE, f"data.histories=[{{price_column: AAPL, name: {json.dumps(n)}}}, "
                               "{price_column: XOM}]", "--out", "out"], ["data.histories.0", "history name"])
          for cid, n in names.items()]
@@ -389,6 +390,16 @@ def name_cases() -> list[Case]:
         Case("did-you-mean-a-history-entry-typo", ["train", "c.yaml", *TINY_TRAIN[1:], "--out", "out"],
              ["data.histories.1.nmae", "did you mean data.histories.1.name?"],
              write("c.yaml", "data:\n  source: file\n  path: p.csv\n  histories:\n    - {price_column: AAPL}\n    - {nmae: XOM}\n")),
+        Case("did-you-mean-a-history-entry-override", [*TINY_TRAIN, *FILE, two, "data.histories.0.prices=a", "--out", "out"],
+             ["data.histories.0.prices", "did you mean data.histories.0.price_column?"]),
+        Case("did-you-mean-a-history-entry-override-of-a-sweep", ["sweep", "spec.yaml", "config.data.histories.1.nmae=x",
+             "--storage", "store", "--name", "x"], ["spec.yaml", "did you mean config.data.histories.1.name?"],
+             write("spec.yaml", "storage: store\nconfig:\n  data:\n    source: file\n    path: p.csv\n    histories:\n"
+                   "      - {price_column: AAPL}\n      - {price_column: XOM}\n")),
+        Case("history-entry-override-past-the-list", [*TINY_TRAIN, *FILE, two, "data.histories.2.name=c", "--out", "out"],
+             ["data.histories.2.name", "data.histories is a list of 2 entries"]),
+        Case("history-entry-override-without-a-list", [*TINY_TRAIN, *FILE, "data.histories.0.prices=a", "--out", "out"],
+             ["data.histories", "an entry is set by its index only in a list given first"]),
     ]
     for case in c:
         case.family = "round6_config"

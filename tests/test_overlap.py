@@ -11,10 +11,9 @@ import pandas as pd
 import pytest
 
 from tune_gems.analysis.rules.periods import (
-    FoldData, Pooling, correlation_of, fold_overlap, hksj, loading_matrix, nb_factor, overlap_factor, parse_runs, pool_family,
-    shared_rows,
+    FoldData, PooledComponents, Pooling, correlation_of, fold_overlap, hksj, loading_matrix, nb_factor, overlap_factor,
+    parse_runs, pool_family, shared_rows,
 )
-from tune_gems.analysis.rules.power import PooledComponents
 from tune_gems.contracts.errors import DataError
 from tune_gems.data.segments import TrainingReach, fold_bounds, fold_table
 
@@ -147,12 +146,13 @@ def test_hksj_with_equal_variances_and_the_nb_factor_is_nadeau_bengios_corrected
 
 
 def test_the_power_statement_carries_the_overlap_and_is_unchanged_without_it():
+    from tune_gems.analysis.rules.power import pooled_mde
+
+    kw = dict(level=0.05, power=0.8)
     c = PooledComponents(period=0.01, within=0.2, seed=0.02)
-    assert c.se(8, 12) == PooledComponents(0.01, 0.2, 0.02, 0.0).se(8, 12)
-    with_ov = PooledComponents(0.01, 0.2, 0.02, 1 / 7)
-    fold_level = 0.01 + (0.2 - 0.02) / 12
-    assert with_ov.se(8, 12) ** 2 == pytest.approx(fold_level * (1 / 8 + 1 / 7) + 0.02 / 12)
-    assert PooledComponents(np.inf, 0.2).se(4, 8) == np.inf
+    assert pooled_mde(c, 8, 12, **kw) == pooled_mde(PooledComponents(0.01, 0.2, 0.02, 0.0), 8, 12, **kw)
+    assert pooled_mde(PooledComponents(0.01, 0.2, 0.02, 1 / 7), 8, 12, **kw) > 1.2 * pooled_mde(c, 8, 12, **kw)
+    assert np.isnan(pooled_mde(PooledComponents(np.inf, 0.2), 4, 8, **kw))
 
 
 # -- wired: the experiment's own fold table in the verdicts and the factor table (issue 37 item 2) --

@@ -179,6 +179,7 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
     from tune_gems.analysis.rules import decision
     from tune_gems.analysis.pairs import pairing
     from tune_gems.analysis.verdicts import factors, family, gem_verdicts, held_out, redundancy, search_choice, walk_forward
+    from tune_gems.analysis import analyze
     from tune_gems.analysis.rules import periods, power
 
     uses = {
@@ -188,7 +189,7 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
                           one_history_calibration, decision_calibration),
         family.design_family: (gem_verdicts, factors),
         periods.decide_fold_data: (decision,),
-        periods.pool_fold_data: (walk_forward,),
+        periods.pool_family: (power,),  # the power statement draws the rule's own pooling
         periods.fold_data: (walk_forward_calibration, factor_calibration, one_history_calibration),
         walk_forward.gem_folds: (family,),
         pairing.by_fold: (walk_forward,),
@@ -199,12 +200,15 @@ def test_the_verdicts_and_the_calibrations_hold_the_same_rule_objects():
         periods.seed_anova: (walk_forward,),
         periods.informative_rank_test: (decision, family),
         # the power statement: the verdicts', the plan's, the calibration's and confirm's MDE
-        power.mde: (search_choice, calibration),
+        power.mde: (search_choice, calibration, plan, decision_calibration),
+        power.two_stage: (plan, decision_calibration),
         power.statement: (family, walk_forward),
         power.fewest_seeds: (search_choice,),
-        power.pooled_mde: (walk_forward_calibration, decision_calibration, plan),
-        periods.fold_components: (walk_forward, walk_forward_calibration, plan),
-        power.components: (periods,),
+        power.pooled_mde: (walk_forward_calibration, decision_calibration),
+        periods.fold_components: (walk_forward, walk_forward_calibration),
+        # the plan reads its pilot as `analyze` does: the same family, fold overlap and calendar periods
+        gem_verdicts.gem_verdict_tables: (plan,),
+        walk_forward.experiment_overlap: (plan, analyze),
         decision.redundancy_finding: (redundancy,),
     }
     for fn, modules in uses.items():

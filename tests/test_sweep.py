@@ -52,7 +52,9 @@ def test_smoke_sweep_end_to_end_through_the_cli(tmp_path, ray_address):
     for col in ("gems.g6.mode", "gems.g6.weight", "gems.g10.mode", "gems.g12.mode", "model.spectral_norm", "objective",
                 "objective_se", "objective_df"):
         assert col in t["trials"].columns
-    assert t["trials"]["objective_df"].notna().all()  # verdict_gain: its informative pairs less one
+    df, se = t["trials"]["objective_df"], t["trials"]["objective_se"]
+    # verdict_gain: its informative pairs less one (none where every pair ties: 2 tiny seeds may)
+    assert df.notna().any() and ((df >= 0) | df.isna()).all() and (df[se.notna()] >= 1).all()
     assert t["history"].groupby("trial_id")["epoch"].apply(list).map(lambda e: e == [1, 2]).all()
     assert t["history"]["test_sharpe_mean"].notna().sum() == n  # the final epoch only
     assert f"results: {exp}" in res.stdout and "analyze:" in res.stdout

@@ -11,7 +11,8 @@ stubbed out) and compiled with the specialisation those arguments get on the GPU
 The gate: at the network's real shapes, every tf32 and bf16 product compiles to a tensor-core dot
 at its precision (never fp32 FMA), spills nothing, and keeps ptxas's wgmma pipeline (no
 "wgmma serialized" warning: a K-loop ptxas cannot prove non-empty cost that), and its copies are
-16 bytes wide where the operand allows it (aligned parameters: tune_gems.model.flat).
+16 bytes wide where the operand allows it (aligned parameters, the weights stored [out, in]:
+tune_gems.model.flat), every one of them in the forward.
 """
 
 from __future__ import annotations
@@ -135,13 +136,14 @@ def test_at_real_shapes_every_product_is_a_pipelined_tensor_core_dot_without_spi
         assert d["dot"] in (f"wgmma.{DOT[precision]}", f"mma.{DOT[precision]}"), f"{where}: dot {d['dot']}"
         assert d["dot"].startswith("wgmma") or dict(flags)["BM"] < 64, f"{where}: {d['dot']} where a wgmma fits"
         assert not d["wgmma_serialized"], f"{where}: ptxas serialised the wgmma pipeline"
-        if name != "_rows_kernel" or K % 4 or O % 4:
+        if name != "_rows_kernel" or K % 4:
             continue  # dW's operands run along the batch rows (MN-major: tf32's wgmma copies them transposed)
-        # the forward's x and dx's dy are K-major, their rows 16-byte aligned: 16-byte copies
-        assert d["copies"].get("16", 0) > 0, f"{where}: no 16-byte copy ({d['copies']})"
-        if dict(flags)["BACKWARD"] and kind != "noisy" and precision == "tf32":
-            # dx = dy' @ W^T: W's [in, out] rows run along the K-loop too, so no operand is copied 4 bytes at a time
-            assert d["copies"].get("4", 0) == 0, f"{where}: 4-byte copies of K-major operands ({d['copies']})"
+        if not dict(flags)["BACKWARD"]:
+            # the forward's x and W (stored [out, in]) both run along the K-loop, their rows 16-byte
+            # aligned: every copy of every kind of layer is 16 bytes wide
+            assert d["copies"].get("16", 0) > 0 and d["copies"].get("4", 0) == 0, f"{where}: copies {d['copies']}"
+        elif O % 4 == 0:  # dx's dy is K-major (W^T is not: W stored [out, in] runs along its columns)
+            assert d["copies"].get("16", 0) > 0, f"{where}: no 16-byte copy ({d['copies']})"
 
 
 def test_the_noise_kernel_compiles_for_the_h200(compiled_kernels, monkeypatch):

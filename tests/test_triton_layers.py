@@ -72,7 +72,7 @@ KINDS = ("plain", "spectral", "noisy")
 def build_layer(kind: str, seeds: list[int], reps: int, K: int, O: int, kernel: str = "triton", device: str = "cpu"):
     """(layer, flat parameters): a population layer of `kind` for members with these seeds on
     `device`, its parameters in a flat matrix laid out as the learner lays it out for `kernel`
-    (aligned columns on the triton path), noise resampled and spectral-norm switches set per
+    (aligned columns and the weights stored [out, in] on the triton path), noise resampled and spectral-norm switches set per
     member from the seed (so a member's switch is its own, alone or in a population)."""
     gens = [torch.Generator().manual_seed(s) for s in seeds]
     on = [s % 3 != 1 for s in seeds]
@@ -85,7 +85,7 @@ def build_layer(kind: str, seeds: list[int], reps: int, K: int, O: int, kernel: 
     products = layer_products(kernel)
     layer.set_layer_products(products)
     layer.to(device)
-    return layer, FlatParameters(layer, len(seeds), align=products.parameter_align)
+    return layer, FlatParameters(layer, len(seeds), **products.flat_layout)
 
 
 def member_inputs(seeds: list[int], reps: int, N: int, K: int, O: int, salt: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -183,7 +183,7 @@ def assert_within_bound(
 
 SHAPES = [  # (members, replicas, rows N, inputs K, outputs O): odd sizes, masked tiles, several tiles
     (3, 1, 37, 33, 51),
-    (2, 2, 150, 70, 140),  # 2 x 2 output tiles of 128 in every product, K-loops of 3 to 5 steps
+    (2, 2, 150, 70, 140),  # several output tiles in every product (3 x 3 of 64 in the forward), K-loops of 3 to 5 steps
     (2, 3, 5, 7, 9),
 ]
 
@@ -303,7 +303,26 @@ def test_a_cpu_run_without_the_interpreter_is_refused_in_one_line(triton_interpr
 
 
 def test_tiles_follow_the_shape_and_cover_small_products(triton_interpreter):
-    tiles, Tiles = triton_interpreter.tiles, triton_interpreter.Tiles
+    """64 x 64 x 32 tiles with 4 warps for the forward and dW, up to 128 x 128 with 8 warps for
+    the input gradient (the probe's fastest per layer shape), never larger than the product needs."""
+    tiles, input_grad_tiles, Tiles = triton_interpreter.tiles, triton_interpreter.input_grad_tiles, triton_interpreter.Tiles
     assert tiles(37, 33, 51) == Tiles(rows=64, cols=64, inner=32, warps=4, stages=3, group_axis=1)
     assert tiles(5, 7, 9) == Tiles(rows=16, cols=16, inner=16, warps=4, stages=3, group_axis=1)  # tl.dot's smallest
-    assert tiles(512, 256, 256) == Tiles(rows=128, cols=128, inner=32, warps=8, stages=3, group_axis=1)
+    assert tiles(512, 256, 256) == Tiles(rows=64, cols=64, inner=32, warps=4, stages=3, group_axis=1)
+    assert input_grad_tiles(512, 256, 256) == Tiles(rows=128, cols=128, inner=32, warps=8, stages=3, group_axis=1)
+    assert input_grad_tiles(512, 153, 64) == Tiles(rows=128, cols=64, inner=32, warps=8, stages=3, group_axis=1)
+    assert input_grad_tiles(16, 256, 256) == Tiles(rows=16, cols=128, inner=32, warps=4, stages=3, group_axis=1)
+
+
+def test_the_weights_are_stored_out_in_and_read_through_their_strides(triton_interpreter):
+    """The layer sees W [in, out]; the flat matrix holds W [out, in] (a transposed view), its
+    gradient slot likewise, and `unpack` gives the plain layout back."""
+    layer, flat = build_layer("noisy", [1, 2], 2, 33, 51)
+    for w in (layer.mu_w, layer.sigma_w):
+        assert w.shape == (2, 2, 33, 51) and w.stride(-2) == 1 and w.stride(-1) == 33
+        assert w.grad_slot.stride() == w.stride()
+    assert layer.mu_b.stride(-1) == 1
+    plain = flat.unpack(flat.data)
+    cols = flat.columns_of(layer.mu_w)
+    assert torch.equal(flat.data[:, cols].view(2, 2, 51, 33).transpose(-1, -2), layer.mu_w.detach())
+    assert torch.equal(plain[:, : 2 * 33 * 51].view(2, 2, 33, 51), layer.mu_w.detach())

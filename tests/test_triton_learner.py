@@ -62,34 +62,31 @@ def test_a_short_run_on_triton_stays_within_tf32_tolerance_of_the_torch_path():
         assert not theirs[key][:, gaps].any(), key
 
 
-def test_weights_stored_out_in_give_the_bits_of_weights_stored_in_out():
-    """`triton-w-out-in` stores the weight matrices transposed in the flat matrix (the kernels
-    read them through their strides): the same tiles, so on the interpreter the same bits."""
-    ours, theirs = _learner("triton-w-out-in"), _learner("triton")
-    assert ours.online.trunk[0].weight.stride(-2) == 1 and theirs.online.trunk[0].weight.stride(-1) == 1
-    assert ours.online.trunk[0].weight.shape == theirs.online.trunk[0].weight.shape
-    assert not torch.equal(ours.online_flat.data, theirs.online_flat.data)
-    for _ in range(2):
-        ours.iteration()
-        theirs.iteration()
-    a, b = ours.state_tensors(), theirs.state_tensors()
-    for key in a:
-        plain = ours.online_flat.unpack if key in FLAT_STATE else lambda t: t
-        other = theirs.online_flat.unpack if key in FLAT_STATE else lambda t: t
-        assert torch.equal(plain(a[key]), other(b[key])), key
-
-
-@pytest.mark.parametrize("kernel", ["triton", "triton-w-out-in"])
-def test_a_checkpoint_saved_without_aligned_columns_loads_into_them(kernel):
-    """A version-1 checkpoint of the triton path (its flat matrices without alignment gaps) is
-    laid out with them on load, so a run resumes from it."""
-    learner = _learner(kernel)
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_checkpoints_flat_matrices_are_laid_out_anew_on_load(version):
+    """The flat matrices of an older checkpoint of the triton path, version 1's without alignment
+    gaps and with the weights [in, out], version 2's with the gaps and the weights [in, out], are
+    laid out as this path lays them out (aligned, the weights [out, in]), so a run resumes from it."""
+    learner = _learner("triton")
     learner.iteration()
     state = {k: v.clone() for k, v in learner.state_tensors().items()}
     flat = learner.online_flat
-    version_1 = {k: flat.unpack(v) if k in FLAT_STATE else v for k, v in state.items()}
-    assert version_1["online.params"].shape[1] == sum(flat.sizes) < state["online.params"].shape[1]
-    loaded = learner.from_checkpoint(version_1)
+    plain = {k: flat.unpack(v) if k in FLAT_STATE else v for k, v in state.items()}
+    older = plain if version == 1 else {k: _in_out_aligned(flat, v) if k in FLAT_STATE else v for k, v in plain.items()}
+    assert older["online.params"].shape[1] == (sum(flat.sizes) if version == 1 else flat.data.shape[1])
+    assert not torch.equal(older["online.params"], state["online.params"])
+    loaded = learner.from_checkpoint(older, version)
     assert loaded.keys() == state.keys()
     for k, v in state.items():
         assert torch.equal(loaded[k], v), k
+    assert learner.from_checkpoint(state, 3) is state
+
+
+def _in_out_aligned(flat, plain):
+    """A plain [P, columns] matrix in version 2's layout: aligned columns, the weights [in, out]."""
+    out = plain.new_zeros(plain.shape[0], flat.data.shape[1])
+    start = 0
+    for n, o in zip(flat.sizes, flat.offsets):
+        out[:, o : o + n] = plain[:, start : start + n]
+        start += n
+    return out

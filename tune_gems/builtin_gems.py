@@ -1,30 +1,6 @@
-"""The three built-in gems, registered through the same registry as any plug-in.
-
-Shaped like a plug-in module: it sits above `ops` (the math) and `model.heads` (G12's head),
-outside the torch-free `gems` package, and the registry imports it by name on first use
-(`registry._ensure_builtins`), so nothing below the trainer imports it.
-
-Each value is a function of GemInputs (tune_gems.gems.inputs) returning [P]. The reference math
-lives in tune_gems.ops.reference (docs/design.md, "The gems"); `fused` runs the same math through the
-`tune_gems::` custom ops (CUDA kernels on CUDA). Torch is imported on first evaluation only, so
-that validating a config does not import it.
-
-Nulls (docs/gems.md, "Nulls"):
-- G6: its expectation when the branches' features are independent, given each feature's own
-  batch values: for a standardised column pair, E[r^2] over the batch orderings of one branch is
-  exactly 1/(B-1) (the permutation variance of a Pearson correlation), shrunk by the floor of
-  the standardisation: null = mean over pairs k<l of mean_i s_ki * mean_j s_lj / (B-1), with
-  s = var / (var + eps), eps = `reference.g6_eps` (relative to the branch's mean variance; 0 for
-  a constant feature, which contributes nothing to G6 either).
-- G10: its value with each sample's successor replaced by another sample's successor from the
-  same batch (a cyclic shift by one along the batch, masked by that successor's not-done):
-  the squared change of expected Q between unrelated states of the same policy and the same
-  reward scale. Value and null scale together (x c^2 when Q scales by c), so G10 / null and the
-  verdicts' excess test against it do not grow with training length or reward units; a
-  negative excess means successive states agree more than unrelated ones.
-- G12: the better of two trivial predictors of h_{t+1} on the same batch and mask: predicting
-  h_t (persistence) and predicting zero. Excess < 0 means the predictor beats both.
-"""
+"""The three built-in gems, registered like any plug-in, above `ops` and `model.heads` and imported
+by name on first use (`registry._ensure_builtins`); math in ops/reference.py, nulls in docs/gems.md
+"Nulls". Torch is imported on first evaluation, so validating a config does not import it."""
 
 from __future__ import annotations
 
@@ -81,9 +57,8 @@ def g10_fused(x: GemInputs):
 
 
 def g10_null(x: GemInputs):
-    """G10 on permuted successors: sample i's Q(s_t) against sample i-1's Q(s_{t+1}) (cyclic, within
-    the member's batch: nothing crosses the population axis), masked by that successor's
-    not-done, so the null sums as many terms as the value."""
+    """G10 on permuted successors: sample i's Q(s_t) against sample i-1's Q(s_{t+1}) (cyclic within a
+    member's batch), masked by that successor's not-done, so the null sums as many terms as the value."""
     return _ref().g10_temporal(x.q_t, x.q_tp1.roll(1, dims=1), x.not_done.roll(1, dims=1))[1]
 
 
@@ -119,37 +94,13 @@ def g12_predictor(ctx):
     return LatentPredictor(ctx)
 
 
-G6 = register(
-    Gem(
-        name="g6",
-        metric="g6_branch_indep",
-        description="branch independence: mean squared cross-correlation of the action branches' advantage features",
-        reference=g6_reference,
-        fused=g6_fused,
-        null=g6_null,
-        origin=BUILTIN_ORIGIN,
-    )
-)
-G10 = register(
-    Gem(
-        name="g10",
-        metric="g10_temporal",
-        description="temporal consistency: mean squared change of expected Q from s_t to s_{t+1}",
-        reference=g10_reference,
-        fused=g10_fused,
-        null=g10_null,
-        origin=BUILTIN_ORIGIN,
-    )
-)
-G12 = register(
-    Gem(
-        name="g12",
-        metric="g12_predictive",
-        description="predictive coding: error of a predictor of the target latent h_{t+1} from h_t and the action",
-        reference=g12_reference,
-        fused=g12_fused,
-        null=g12_null,
-        head=g12_predictor,
-        origin=BUILTIN_ORIGIN,
-    )
-)
+G6 = register(Gem(
+    name="g6", metric="g6_branch_indep", origin=BUILTIN_ORIGIN, reference=g6_reference, fused=g6_fused, null=g6_null,
+    description="branch independence: mean squared cross-correlation of the action branches' advantage features"))
+G10 = register(Gem(
+    name="g10", metric="g10_temporal", origin=BUILTIN_ORIGIN, reference=g10_reference, fused=g10_fused,
+    null=g10_null, description="temporal consistency: mean squared change of expected Q from s_t to s_{t+1}"))
+G12 = register(Gem(
+    name="g12", metric="g12_predictive", origin=BUILTIN_ORIGIN, reference=g12_reference, fused=g12_fused,
+    null=g12_null, head=g12_predictor,
+    description="predictive coding: error of a predictor of the target latent h_{t+1} from h_t and the action"))

@@ -1,15 +1,7 @@
-"""Per-member randomness that lives inside a CUDA graph.
-
-Each member p has its own seed. Draws are a pure function of (member key, stream, counter,
-element index) through an integer hash, so
-- members never share or mix randomness (member p's draws ignore every other member's seed);
-- the only state is one int64 counter tensor on the device, advanced in place once per
-  iteration: a captured graph draws fresh numbers on every replay with no host involvement;
-- CPU and CUDA produce the same bits, and checkpoints hold the whole RNG state in one number.
-
-The hash is a 32-bit avalanche mix computed in int64 with multipliers below 2^31, so no product
-ever overflows int64 (signed overflow would not be portable).
-"""
+"""Per-member randomness inside a CUDA graph: a draw is a pure function of (member key, stream,
+counter, element) through an integer hash, so members never share randomness, one int64 counter is
+the only state (fresh numbers each replay; one number in a checkpoint) and CPU and CUDA agree. The
+32-bit mix multiplies in int64 below 2^31, so nothing overflows."""
 
 from __future__ import annotations
 
@@ -35,15 +27,9 @@ def _mix32(x: Tensor) -> Tensor:
 
 
 def member_seeds(seed: int, population: int, first: int = 0) -> list[int]:
-    """The seeds of seed indices first .. first + population - 1: distinct, 31-bit, each a pure
-    function of (seed, seed index).
-
-    Two runs with the same `seed` give their members the same seeds, so members can be paired
-    across configurations; two different seeds give unrelated member seeds. Because a seed
-    index's seed ignores the others, a run of seed indices [first, first + n) (a seed block)
-    gets exactly the seeds that a run of every index gives them:
-    `member_seeds(seed, n, first) == member_seeds(seed, first + n)[first:]`.
-    """
+    """Distinct 31-bit seeds, each a pure function of (seed, seed index), so members pair across
+    configurations and a seed block gets the seeds a full run gives them:
+    `member_seeds(seed, n, first) == member_seeds(seed, first + n)[first:]`."""
     base = torch.tensor([seed & _MASK32], dtype=torch.int64)
     hi = torch.tensor([(seed >> 32) & _MASK32], dtype=torch.int64)
     idx = torch.arange(first, first + population, dtype=torch.int64)
@@ -52,13 +38,8 @@ def member_seeds(seed: int, population: int, first: int = 0) -> list[int]:
 
 
 class CounterRNG:
-    """Counter-based random numbers with a leading population axis.
-
-    `uniform(stream, shape)` returns [P, *shape] floats in (0, 1) with 24 random bits;
-    `normal` uses Box-Muller on two uniforms. Distinct `stream` ids give independent numbers
-    within one iteration; `advance()` moves every stream to fresh numbers. The learner draws a
-    whole iteration's numbers at once with `draw(plan)` (stream 0, one slice per consumer).
-    """
+    """Counter-based random numbers with a leading population axis: `uniform` has 24 random bits,
+    `normal` is Box-Muller; distinct streams are independent, `advance()` moves all to fresh numbers."""
 
     def __init__(self, seeds: list[int], device: torch.device | str):
         keys = torch.tensor([s & _MASK32 for s in seeds], dtype=torch.int64)

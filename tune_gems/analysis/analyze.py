@@ -1,11 +1,5 @@
-"""The whole analysis: compute every table (`analyze`) and write them out (`run_analysis`).
-
-`run_analysis` checks the output folder before any work (`tune_gems.contracts.outputs`): it refuses an
-`--out` that is, contains or lies inside an input experiment or any folder holding sweep/train
-results, and `overwrite` replaces only a folder that an analysis wrote (it carries the analyze
-marker). It writes into a temporary folder beside the destination and publishes it at the end,
-so a failure never leaves half-written results.
-"""
+"""The whole analysis: compute every table (`analyze`) and write them out (`run_analysis`), into a
+temporary folder published at the end, so a failure never leaves half-written results."""
 
 from __future__ import annotations
 
@@ -47,19 +41,9 @@ from tune_gems.contracts.result_files import CONFIG_FILE, SPEC_FILE
 from tune_gems.contracts.run_record import check_recorded_run
 
 DEFAULT_OUT = "analysis"
-CSV_FILES = {
-    "sharpe_variance": "sharpe_variance.csv",
-    "gem_magnitudes": "gem_magnitudes.csv",
-    "gem_trajectories": "gem_trajectories.csv",
-    "verdicts": "verdicts.csv",
-    "fold_effects": "fold_effects.csv",
-    "factors": "factors.csv",
-    "placebo": "placebo.csv",
-    "redundancy": "redundancy.csv",
-    "importances": "importances.csv",
-    "trial_outcomes": "trial_outcomes.csv",
-    "history_correlations": "history_correlations.csv",
-}
+CSV_FILES = {name: f"{name}.csv" for name in (
+    "sharpe_variance", "gem_magnitudes", "gem_trajectories", "verdicts", "fold_effects", "factors", "placebo",
+    "redundancy", "importances", "trial_outcomes", "history_correlations")}
 REPORT_FILE = "report.md"
 
 
@@ -100,13 +84,9 @@ def check_settings(thresholds: Thresholds | None = None, **settings: Any) -> Thr
 
 def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thresholds: Thresholds | None = None,
             selection: dict[str, int] | None = None, **settings: Any) -> AnalysisResult:
-    """Compute every table from an `Experiment` (or folders to load); writes nothing.
-
-    `thresholds` the analysis's settings (`Thresholds`, defaults: `analysis/defaults.py`);
-    `settings` replace fields of it by name (`alpha=0.01, n_boot=500`). They are checked, and
-    built into one record, before anything is read. `selection`: a confirmation on one price
-    history (`tune-gems confirm`): per gem the configurations its search chose among, whose
-    selection-adjusted final verdicts the verdict table then carries (`gem_verdict_tables`)."""
+    """Compute every table from an `Experiment` (or folders to load); writes nothing. `settings` replace
+    fields of `thresholds` by name, checked before anything is read. `selection`: per gem the
+    configurations a confirmation's search chose among, for selection-adjusted final verdicts."""
     th = check_settings(thresholds, **settings)
     if not isinstance(experiment, Experiment):  # the stored spec/config the analysis reads, verified first
         experiment = experiment if isinstance(experiment, (str, Path)) else list(experiment)
@@ -136,23 +116,13 @@ def analyze(experiment: Experiment | str | Path | Iterable[str | Path], *, thres
                                 exp.folds.uncorrected)
     notes = list(cells.notes) + ([metric_note] if metric_note else []) + objective_notes(exp.paths, exp.labels, exp.trials)
     return AnalysisResult(
-        experiment=exp,
-        trial_outcomes=trial_outcomes(t, m),
+        experiment=exp, trial_outcomes=trial_outcomes(t, m),
         sharpe_variance=sharpe_variance(*reversed(split_arms(t, m)), n_boot=th.n_boot, confidence=th.confidence,
                                         seed=th.seed),
-        gem_magnitudes=gem_magnitudes(h, t, m, cells, gems),
-        gem_trajectories=gem_trajectories(h, t, m, cells, gems),
-        verdicts=verdicts,
-        importances=param_importances(exp.studies),
-        placebo=placebo,
-        redundancy=red,
-        factors=factors,
+        gem_magnitudes=gem_magnitudes(h, t, m, cells, gems), gem_trajectories=gem_trajectories(h, t, m, cells, gems),
+        verdicts=verdicts, importances=param_importances(exp.studies), placebo=placebo, redundancy=red, factors=factors,
         fold_effects=fold_effects_table(fold_rows, verdicts, fold_dates(exp.folds.dates)),
-        history_correlations=correlations,
-        settings=th.settings(),
-        notes=notes,
-        family=family,
-    )
+        history_correlations=correlations, settings=th.settings(), notes=notes, family=family)
 
 
 def default_out_dir(paths: str | Path | Iterable[str | Path]) -> Path:
@@ -180,9 +150,8 @@ def check_out(out: str | Path, inputs: list[str | Path], overwrite: bool) -> Pat
 def write_result(result: AnalysisResult, out_dir: str | Path, *, overwrite: bool = False,
                  plot: bool = True) -> AnalysisResult:
     """Write the CSVs, PNGs and report.md of `result` into `out_dir` (all or nothing)."""
-    from tune_gems.contracts.outputs import (
-        MARKER_FILES_KEY, clear_stale_temporaries, publish_folder, temporary_folder, update_marker, write_marker, written_files,
-    )
+    from tune_gems.contracts.outputs import (MARKER_FILES_KEY, clear_stale_temporaries, publish_folder,
+                                             temporary_folder, update_marker, write_marker, written_files)
 
     out = check_out(out_dir, list(result.experiment.paths), overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -220,22 +189,11 @@ def write_result(result: AnalysisResult, out_dir: str | Path, *, overwrite: bool
     return result
 
 
-def run_analysis(
-    paths: str | Path | Iterable[str | Path],
-    out_dir: str | Path | None = None,
-    *,
-    overwrite: bool = False,
-    plot: bool = True,
-    **settings: Any,
-) -> AnalysisResult:
-    """Load the experiment folder(s), analyse, write everything into `out_dir`; return the tables.
-
-    `out_dir` defaults to `<first folder>/analysis`. The output folder is checked before any
-    work (`check_out`): an existing non-empty one raises `OutputExistsError` unless
-    `overwrite=True`, and even then only a folder an analysis wrote is replaced (`OutputError`
-    otherwise). Bad settings raise `ConfigError`, bad input folders `DataError`, before anything
-    is written. `settings`: the fields of `Thresholds` (or `thresholds=` one), as for `analyze`.
-    """
+def run_analysis(paths: str | Path | Iterable[str | Path], out_dir: str | Path | None = None, *,
+                 overwrite: bool = False, plot: bool = True, **settings: Any) -> AnalysisResult:
+    """Load, analyse and write into `out_dir` (default `<first folder>/analysis`); return the tables.
+    The output folder, settings and inputs are checked before any work; `overwrite` replaces only a
+    folder an analysis wrote."""
     from tune_gems.contracts.paths import check_input_path
 
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)

@@ -1,13 +1,6 @@
-"""The analysis's command line: the options of `tune-gems analyze` (commands/cli.py builds its
-parser with `add_arguments`) and the scripts in `analysis/`, each a thin door to one function
-here (`main(door)`, the doors in `DOORS`).
-
-Every door parses its options here, checks them the same way (the analysis settings through
-`rules.settings.Thresholds`, a shape's counts with `_at_least`) and returns an exit status: 0
-on success, 2 on bad input (one line on stderr naming the option, folder or file, as everywhere
-in tune-gems). The calibration simulators keep their functions (`calibrate/`); a door only
-parses, checks and prints.
-"""
+"""The analysis's command line: `tune-gems analyze`'s options (`add_arguments`) and the scripts in
+`analysis/`, each a thin door (`main(door)`, `DOORS`) that parses, checks and prints; exit status 2
+with one line on stderr for bad input, as everywhere in tune-gems."""
 
 from __future__ import annotations
 
@@ -115,9 +108,8 @@ def run_calibration(a: argparse.Namespace) -> None:
 
 
 def period_table(verdicts, shapes, thresholds):
-    """The calibration over periods (walk_forward_calibration) at the standard fold counts and
-    the experiment's own; with folds, each gem's spread is that of one fold's comparison
-    (`fold_sd_diff`), not that of the fold-averaged differences."""
+    """The calibration over periods at the standard fold counts and the experiment's own; with folds a
+    gem's spread is one fold's comparison's (`fold_sd_diff`), not the fold-averaged differences'."""
     from dataclasses import replace
 
     from tune_gems.analysis.calibrate.walk_forward_calibration import period_calibration_table
@@ -125,8 +117,7 @@ def period_table(verdicts, shapes, thresholds):
     own = int(verdicts["folds"].max()) if "folds" in verdicts.columns and verdicts["folds"].notna().any() else 1
     folds = tuple(sorted(set(defaults.CALIBRATION_FOLDS) | {own}))
     per_fold = verdicts.set_index("gem")["fold_sd_diff"] if "fold_sd_diff" in verdicts.columns else {}
-    shapes = [replace(s, sd=float(per_fold[s.gem])) if s.gem in per_fold and per_fold[s.gem] > 0 else s
-              for s in shapes]
+    shapes = [replace(s, sd=float(per_fold[s.gem])) if s.gem in per_fold and per_fold[s.gem] > 0 else s for s in shapes]
     return period_calibration_table(shapes, thresholds=thresholds, folds=folds)
 
 
@@ -310,9 +301,8 @@ def calibrate_confirm_main(argv: list[str] | None = None) -> int:
 
 
 def calibrate_decisions_main(argv: list[str] | None = None) -> int:
-    """`python analysis/calibrate_decisions.py`: the calibration of the decision components of folds
-    and histories, through the rule's own functions (docs/analysis.md "The overlap of folds", "The held-out
-    confirmation", "Several price histories", "Isolating a heterogeneous contrast")."""
+    """`python analysis/calibrate_decisions.py`: the folds' and histories' decision components, through
+    the rule's own functions (docs/analysis.md)."""
     import time
 
     from tune_gems.analysis.analyze import check_settings
@@ -335,16 +325,10 @@ def calibrate_decisions_main(argv: list[str] | None = None) -> int:
     return _run(go)
 
 
-DOORS = {
-    "report": report_main,
-    "verdicts": verdicts_main,
-    "sharpe_variance": sharpe_variance_main,
-    "calibrate": calibrate_main,
-    "calibrate_periods": calibrate_periods_main,
-    "calibrate_factors": calibrate_factors_main,
-    "calibrate_confirm": calibrate_confirm_main,
-    "calibrate_decisions": calibrate_decisions_main,
-}
+DOORS = {"report": report_main, "verdicts": verdicts_main, "sharpe_variance": sharpe_variance_main,
+         "calibrate": calibrate_main, "calibrate_periods": calibrate_periods_main,
+         "calibrate_factors": calibrate_factors_main, "calibrate_confirm": calibrate_confirm_main,
+         "calibrate_decisions": calibrate_decisions_main}
 """The scripts in analysis/ by name (`analysis/<door>.py`), each the function that runs it."""
 
 

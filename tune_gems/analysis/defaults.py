@@ -1,8 +1,5 @@
-"""Default settings of the analysis, in one place.
-
-Every function that uses one of these takes it as a keyword parameter with this default, so a
-notebook user can change it per call; `docs/analysis.md` explains each value and why.
-"""
+"""Default settings of the analysis, each a keyword default of the functions using it, so a notebook
+can change it per call; `docs/analysis.md` explains each value."""
 
 ALPHA = 0.05
 """Family-wise error rate of the verdicts: Holm over the gems (two-sided tests)."""

@@ -1,46 +1,39 @@
-"""The plan step: from a finished pilot, the designs (periods x seeds x epochs) that reach a
-target MDE with the rule that decides, and what they cost (`tune-gems plan EXP`).
+"""The plan step: from a finished pilot, the designs that reach a target MDE with the rule that
+decides, and what they cost (`tune-gems plan EXP`).
 
-Why. With several validation periods the pooled test decides, and its MDE has a part no seed
-count removes (the periods' spread). Which lever pays (more periods, more seeds, a longer
-run whose averaging window holds more epochs) depends on the learner's own variance parts, so
-they are read off a pilot instead of guessed:
+Why from the verdict's own objects. A plan that reads its pilot another way than `analyze` states
+another MDE for the same design. So the pilot is read as `analyze` reads it (`load_experiment`, the
+validated fold table and its overlap, the calendar periods of its windows), decided by the same
+family (`gem_verdicts.gem_verdict_tables`), and every design is priced with the `power.PowerInputs`
+each gem's verdict stated its MDE with (the overlap, the calendar part, the scale shared across the
+family, the held-out stage), moved to that design's histories, periods and seeds (`power.mde`,
+`power.two_stage`). At the pilot's own design the MDE is the verdict's.
 
-- per gem, from the per-seed per-fold differences the verdicts use (`walk_forward.family_folds`,
-  the same window and ties rule): the period spread tau^2 (the rule's, shared across the family
-  where the rule shares it), the within-fold variance of one seed's difference and the seeds'
-  share common to every fold (`rules.power.components`), the tie share (ties cost seeds), and
-  the rule's degrees of freedom per period;
-- the epochs: the within-fold variance over the last w = 1, E / 2 and E epochs of the pilot,
-  fitted as a + b / w (a persistent part and evaluation noise that averages out), so a design
-  whose window (`--window`) holds another number of epochs than the pilot's gets its within-fold
-  variance from the fit (the pilot's own window keeps its measured value; the period part and
-  the seed share are taken as fixed; a longer run may also learn something else, which no
-  pilot of another length can say);
-- the window: the pilot's pooled effect, period spread, within-fold variance and MDE with the
-  verdict metric averaged over the last k epochs, the last half, and every epoch
-  (`window_comparison`: the calibration behind the default window);
-- the cost: the pilot's own time per member-iteration (history's `train_s` over
-  trainer.iterations_per_epoch x the trial's members) and per member-epoch of evaluation
-  (`eval_s`), on the pilot's device. A GPU's cost per member falls with the population, so for
-  designs larger than the pilot this is an upper estimate.
+The layouts tried:
 
-Each design's MDE is `rules.power.pooled_mde` (the function the verdicts state theirs with) at
-the first Holm step over the pilot's gems, the family's worst gem deciding whether it reaches
-the target.
+- **one history**: K folds (the pilot's and PERIODS), the overlap of the pilot's folds kept;
+- **several histories**: H histories (the pilot's and HISTORIES, never fewer than the pilot's) x K
+  periods, on the pilot's calendars where its histories share them ("one": fold k of a calendar's
+  histories one period, its part carried) and on their own calendars (another era or market each: the
+  pilot's calendar part joins each history's own period spread). One period per history is the
+  efficient layout where periods do not overlap; on one calendar the rule refuses it.
 
-A pilot over several price histories (members with a `history` id) is decided by the
-nested rule, so its designs are histories x periods x seeds x epochs priced with
-`rules.power.history_mde` (the function the verdicts state theirs with over histories), from the
-parts the nested rule pools (`history_verdicts.pilot_history_parts`: the spread between histories,
-the periods' inside one, one seed's variance and its part common to every history and fold); the
-window comparison pools one history's folds and is not made there.
+A layout the rule would not decide (fewer than `defaults.MIN_HISTORIES` histories, fewer than
+`--min-periods` calendar periods, on one calendar fewer than `defaults.MIN_SHARED_PERIODS`) is
+listed as refused, with why, never with an MDE. Each other layout gets the fewest seeds of SEEDS
+whose worst gem's MDE reaches the target, and the fewest whose two-stage MDE does (a keep the
+held-out stage confirms). Runs are as long as the pilot's (a longer averaging window: `--window`,
+whose comparison on the pilot's own data is printed).
+
+The cost: the pilot's own time per member-iteration and per member-epoch of evaluation, on its
+device (an upper estimate for larger designs on a GPU, whose cost per member falls).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Iterable
 
@@ -48,72 +41,47 @@ import numpy as np
 import pandas as pd
 
 from tune_gems.analysis import defaults
+from tune_gems.analysis.pairs.pairing import build_cells, history_count
+from tune_gems.analysis.read.calendars import validation_calendar
+from tune_gems.analysis.read.labels import history_names
 from tune_gems.analysis.read.load import Experiment, load_experiment
 from tune_gems.analysis.read.outcomes import last_evaluated_epochs
-from tune_gems.analysis.pairs.pairing import build_cells, history_count
-from tune_gems.analysis.rules.periods import fold_components
+from tune_gems.analysis.rules.power import PowerInputs, informative_of, mde, two_stage
 from tune_gems.analysis.rules.settings import Thresholds
-from tune_gems.analysis.rules.power import PooledComponents, history_mde, mde_floor, pooled_mde
-from tune_gems.analysis.verdicts.gem_verdicts import gem_verdicts, verdict_metric
-from tune_gems.analysis.verdicts.history_verdicts import HistoryParts, pilot_history_parts
-from tune_gems.analysis.verdicts.walk_forward import family_folds, fold_count, pool_family_of
+from tune_gems.analysis.text import format_number, text_table
+from tune_gems.analysis.verdicts.family import DesignFamily, Sources
+from tune_gems.analysis.verdicts.gem_verdicts import gem_verdict_tables, verdict_metric
+from tune_gems.analysis.verdicts.walk_forward import experiment_overlap, fold_count
 from tune_gems.contracts.errors import ConfigError, DataError
 from tune_gems.contracts.result_files import SPEC_FILE
 
-PERIODS = (4, 6, 8, 10, 12, 16)
-"""Period counts the plan tries (besides the pilot's)."""
-HISTORIES = (3, 4, 6)
-"""Price-history counts the plan tries (besides the pilot's) when the pilot has several."""
-SEEDS = (8, 12, 16, 24, 32, 48, 64, 96, 128)
-"""Seeds per arm (and fold) the plan tries (besides the pilot's)."""
-EPOCH_FACTORS = (1, 2)
-"""Run lengths the plan tries, as multiples of the pilot's epochs."""
-SHOWN = 12
-"""Designs printed (the cheapest that reach the target; else the best MDEs)."""
-DESIGN_KEYS = ("data.folds.k", "trainer.population", "trainer.epochs")
-"""The config keys that run a design: its periods (folds), seeds per arm and fold, and epochs."""
-
-
-def design_overrides(periods: int, seeds: int, epochs: int, prefix: str = "") -> str:
-    """The `key=value` overrides that run a design, as a user pastes them after `tune-gems
-    train` (`prefix` "config." for a sweep's spec, whose config keys live under `config:`)."""
-    return " ".join(f"{prefix}{k}={int(v)}" for k, v in zip(DESIGN_KEYS, (periods, seeds, epochs)))
-
-
-def _override_prefix(paths: list[Path]) -> str:
-    """"config." when the pilot is a sweep (its spec holds the config under `config:`), else ""."""
-    return "config." if any((Path(p) / SPEC_FILE).is_file() for p in paths) else ""
+PERIODS = (1, 2, 4, 6, 8, 12)
+"""Periods (folds) per history the plan tries, besides the pilot's."""
+HISTORIES = (3, 4, 6, 8, 12, 16)
+"""Price-history counts the plan tries when the pilot has several (never fewer than the pilot's)."""
+SEEDS = (6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+"""Seeds per arm and period the plan tries, besides the pilot's (6: a finite 95% rank interval)."""
+SHOWN = 10
+"""Layouts printed besides the pilot's (the cheapest that reach the target; else the best MDEs)."""
+ONE, OWN = "one", "own"
+"""A layout's histories on the pilot's calendars, or each on its own."""
 
 
 @dataclass(frozen=True)
-class GemParts:
-    """One gem's variance parts from the pilot (per-seed-difference units^2)."""
+class GemPower:
+    """One gem's power as its verdict stated it: its `power.PowerInputs`, tie share, MDE, two-stage MDE and floor."""
 
     gem: str
-    period: float
-    seed: float
-    within: float
-    within_fit: tuple[float, float]  # a + b / w
+    inputs: PowerInputs
     tied_share: float
-    df_per_period: float
-    within_at: dict = field(default_factory=dict)
-    """The within-fold variance measured at the pilot's windows (epochs averaged -> variance)."""
-
-    def components(self, window: int) -> PooledComponents:
-        """The parts at a window of `window` epochs: the pilot's measured within-fold variance
-        where it has that window, else the fit a + b / w (the seed share kept)."""
-        a, b = self.within_fit
-        measured = self.within_at.get(int(window))
-        within = measured if measured is not None and np.isfinite(measured) else (
-            a + b / window if np.isfinite(a) and np.isfinite(b) else self.within)
-        share = self.seed / self.within if self.within > 0 else 0.0
-        return PooledComponents(self.period, within, share * within)
+    mde: float
+    two_stage: float
+    floor: float
 
 
 @dataclass(frozen=True)
 class PilotCost:
-    """The pilot's recorded cost: seconds per member-iteration of training and per member-epoch
-    of evaluation, iterations per epoch, and where it ran."""
+    """The pilot's recorded seconds per member-iteration and per member-epoch of evaluation, and where it ran."""
 
     per_member_iteration: float
     per_member_eval: float
@@ -127,9 +95,10 @@ class PilotCost:
 
 @dataclass
 class Plan:
-    """The pilot's parts, its cost, and the designs tried (one row each)."""
+    """The pilot's design and power, its cost, and the layouts tried (one row each)."""
 
     pilot: str
+    histories: int
     periods: int
     seeds: int
     arms: int
@@ -138,28 +107,45 @@ class Plan:
     target: float
     level: float
     power: float
-    parts: list[GemParts]
+    gems: list[GemPower]
     cost: PilotCost | None
     designs: pd.DataFrame
     windows: pd.DataFrame = field(default_factory=pd.DataFrame)
     notes: list[str] = field(default_factory=list)
-    histories: int = 1
-    """The pilot's price histories (>= 2: `parts` are `HistoryParts`, the designs have a `histories` column)."""
+    prefix: str = ""
+    columns: tuple[str, ...] = ()
+    """The pilot's price columns, then its file's other ones (`_file_columns`)."""
+
+    @property
+    def confirmed(self) -> pd.Series | None:
+        """The cheapest layout whose two-stage MDE reaches the target (None: none tried does)."""
+        d = self.designs
+        hit = d[d["confirmed seeds"] > 0] if "confirmed seeds" in d else d.iloc[:0]
+        return hit.sort_values(["confirmed seconds" if self.cost else "confirmed members", "confirmed seeds"]).iloc[0] \
+            if len(hit) else None
 
 
-def _fit_within(windows: list[int], values: list[float]) -> tuple[float, float]:
-    """Least squares a + b / w >= 0 through the within-fold variances at windows w."""
-    w, y = np.asarray(windows, float), np.asarray(values, float)
-    ok = np.isfinite(y)
-    if ok.sum() < 2:
-        return (float(y[ok][0]) if ok.any() else math.nan, 0.0)
-    x = np.stack([np.ones(ok.sum()), 1 / w[ok]], 1)
-    a, b = np.linalg.lstsq(x, y[ok], rcond=None)[0]
-    if a < 0:
-        a, b = 0.0, float(np.sum(y[ok] / w[ok]) / np.sum(1 / w[ok] ** 2))
-    if b < 0:
-        a, b = float(np.mean(y[ok])), 0.0
-    return float(a), float(b)
+def design_overrides(periods: int, seeds: int, epochs: int, prefix: str = "") -> str:
+    """The `key=value` overrides that run a design's periods, seeds per arm and epochs, as a user
+    pastes them after `tune-gems train` (`prefix` "config." for a sweep's spec)."""
+    keys = ("data.folds.k", "trainer.population", "trainer.epochs")
+    return " ".join(f"{prefix}{k}={int(v)}" for k, v in zip(keys, (periods, seeds, epochs)))
+
+
+def _file_columns(exp: Experiment) -> tuple[str, ...]:
+    """The pilot's price columns in history order, then the other numeric columns of the one file
+    they all come from (histories.parquet's `source` and `column`; empty where the histories come
+    from several files or the file is not found from here)."""
+    t = exp.histories
+    one_file = t is not None and {"source", "column"} <= set(t.columns) and t["source"].nunique() == 1
+    path = Path(str(t["source"].iloc[0])) if one_file else None
+    if path is None or not path.is_file():
+        return ()
+    head = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path, nrows=20)
+    used = [str(c) for c in t.drop_duplicates("history").sort_values("history")["column"]]
+    spare = [str(c).strip() for c in head.columns if str(c).strip() not in used
+             and pd.to_numeric(head[c].head(20), errors="coerce").notna().all()]
+    return tuple(used + spare)
 
 
 def _cost(exp: Experiment) -> PilotCost | None:
@@ -189,84 +175,63 @@ def _cost(exp: Experiment) -> PilotCost | None:
                      int(sizes.median()), device)
 
 
-WINDOW_CHOICES = (("last-k", {}), ("last-half", {}), ("from-epoch", {"first_epoch": 1}))
-"""The verdict metric's windows the plan compares on the pilot (the default's decision)."""
-
-
-def window_comparison(exp: Experiment, th: Thresholds, cells=None, verdicts=None) -> pd.DataFrame:
-    """Per window of `WINDOW_CHOICES` and gem: the pilot's pooled effect, its period spread,
-    within-fold variance and the MDE the pooled test states with the pilot's design: the
-    calibration behind the default window (an effect that the longer average dilutes, or a
-    within-fold variance it does not lower, says the window does not pay)."""
-    cells = cells if cells is not None else build_cells(exp.trials, exp.members, exp.arms)
-    rows = []
-    for window, extra in WINDOW_CHOICES:
-        thw = th.with_window(window, **extra)
-        v = verdicts if verdicts is not None else _verdicts(exp, thw)[1]
-        fam = family_folds(v, cells, list(exp.gems), thw)
-        if not fam.rows:
-            continue
-        pooled = pool_family_of(fam, thw)
-        comp = fold_components(fam.data, pooled["tau2"])
-        epochs = int(cells.table["final_epoch"].min())
-        for j, i in enumerate(fam.rows):
-            inf = fam.n_informative[0, j]
-            n = float(inf[inf > 0].mean()) if (inf > 0).any() else math.nan
-            c = PooledComponents(float(comp.period[0, j]), float(comp.within[0, j]), float(comp.seed[0, j]))
-            periods = int(pooled["periods"][0, j])
-            mde = pooled_mde(c, periods, n, df=float(pooled["df"][0, j]), level=th.alpha / len(fam.rows),
-                             power=th.power, one_sided=th.one_sided_keep) if periods >= 2 and n > 0 else math.nan
-            rows.append(dict(window=window, epochs=int(thw.window_length(epochs)), gem=str(v.at[i, "gem"]),
-                             effect=float(pooled["mu"][0, j]), period=c.period, within=c.within, mde=float(mde)))
-    return pd.DataFrame(rows)
-
-
-def _verdicts(exp: Experiment, th: Thresholds):
-    """(cells, the verdict table) of the pilot: which gems have a comparison, in which column."""
+def pilot_family(exp: Experiment, th: Thresholds) -> tuple[pd.DataFrame, DesignFamily]:
+    """(the verdict table, the design's family) of the pilot as `analyze` decides it: the same
+    cells, fold overlap and calendar periods."""
     cells = build_cells(exp.trials, exp.members, exp.arms)
     if fold_count(cells) < 2 and history_count(cells) < 2:
         raise DataError(f"{', '.join(str(p) for p in exp.paths)}: one validation period: the period spread cannot be "
                         "estimated (a pilot needs data.folds.k >= 2, or several price histories)")
-    v = gem_verdicts(exp.trials, exp.history, exp.members, arms=exp.arms, gems=list(exp.gems), thresholds=th,
-                     cells=cells)
-    return cells, v.assign(removable=False)
+    sources = Sources(overlap=experiment_overlap(exp.folds.table), history_names=history_names(exp.histories),
+                      calendar_of=partial(validation_calendar, exp.folds.dates, exp.histories))
+    v, _, family = gem_verdict_tables(cells, list(exp.gems), th, exp.members, sources=sources)
+    return v, family
 
 
-def _parts(exp: Experiment, th: Thresholds, cells, v) -> tuple[list[GemParts], int, int, int, int]:
-    """Each gem's parts, and the pilot's periods, seeds per fold, arms and epochs."""
-    k = fold_count(cells)
-    label = ", ".join(str(p) for p in exp.paths)
-    base = family_folds(v, cells, list(exp.gems), th)
-    if not base.rows:
-        raise DataError(f"{label}: no gem has a wiring comparison in any fold: nothing to plan for")
-    if not ((base.n_informative[0] > 0).sum(axis=1) >= 2).any():
-        raise DataError(f"{label}: no gem has informative seed pairs (pairs that do not tie) in two or more folds: "
-                        "the period spread cannot be estimated, so no design can be planned from this pilot")
-    pooled = pool_family_of(base, th)
-    comp = fold_components(base.data, pooled["tau2"])
-    epochs = int(cells.table["final_epoch"].min())
-    windows = sorted({1, max(1, epochs // 2), epochs})
-    within_at = {}
-    for w in windows:
-        fam = family_folds(v, cells, list(exp.gems), th.with_window("last-k", last_k=int(w)))
-        within_at[w] = fold_components(fam.data, pooled["tau2"]).within[0]
-    own = int(th.window_length(epochs))  # the analysis's own window: as the verdicts measure it
-    parts = []
-    for j, i in enumerate(base.rows):
-        kk = int(pooled["periods"][0, j])
-        df = float(pooled["df"][0, j])
-        parts.append(GemParts(str(v.at[i, "gem"]), float(comp.period[0, j]), float(comp.seed[0, j]),
-                              float(comp.within[0, j]), _fit_within(windows, [within_at[w][j] for w in windows]),
-                              float(np.nan_to_num(base.tied_share[j])), df / (kk - 1) if kk >= 2 else math.nan,
-                              {own: float(comp.within[0, j])}))
-    seeds = int(np.median([np.median([pr.n for _, pr in folds]) for folds in base.folds]))
-    arms = int(cells.table.groupby(["experiment", "trial_id"])["arm"].nunique().max())
-    return parts, k, seeds, arms, epochs
+WINDOW_CHOICES = (("last-k", {}), ("last-half", {}), ("from-epoch", {"first_epoch": 1}))
+"""The verdict metric's windows the plan compares on a pilot of one history (the default's decision)."""
+
+
+def window_comparison(exp: Experiment, th: Thresholds) -> pd.DataFrame:
+    """Per window of WINDOW_CHOICES and gem: the pilot's pooled effect, period spread, within-fold
+    variance and MDE as its verdict states them at that window: the calibration behind the default
+    window (an effect the longer average dilutes, or a within-fold variance it does not lower, says
+    the window does not pay)."""
+    rows = []
+    for window, extra in WINDOW_CHOICES:
+        thw = th.with_window(window, **extra)
+        v, family = pilot_family(exp, thw)
+        epochs = int(family.cells.table["final_epoch"].min())
+        for _, r in v[np.isfinite(pd.to_numeric(v["pooled_effect"], errors="coerce"))].iterrows():
+            rows.append(dict(window=window, epochs=int(thw.window_length(epochs)), gem=r["gem"],
+                             effect=float(r["pooled_effect"]), period=float(r["var_period"]),
+                             within=float(r["var_within"]), mde=float(r["mde"])))
+    return pd.DataFrame(rows)
+
+
+def _refusal(histories: int, periods: int, calendar: str | None, th: Thresholds, calendars: int = 1) -> str:
+    """Why the rule would not decide a layout ("" where it would); on the pilot's `calendars`."""
+    if histories >= 2 and histories < defaults.MIN_HISTORIES:
+        return f"fewer than {defaults.MIN_HISTORIES} histories"
+    if calendar == ONE:
+        need = max(th.min_periods, defaults.MIN_SHARED_PERIODS)
+        return f"fewer than {need} calendar periods shared by the histories" if periods * calendars < need else ""
+    if histories * periods < th.min_periods:
+        return f"fewer than {th.min_periods} {'calendar ' * (histories >= 2)}periods (--min-periods)"
+    return ""
+
+
+def _at(d: PowerInputs, histories: int, periods: int, informative: float, calendar: str | None) -> PowerInputs:
+    """The verdict's power inputs moved to a layout: its histories, periods and informative seeds per
+    period; on their own calendars a shared calendar part joins each history's own period spread."""
+    out = replace(d, n=informative, folds=periods, histories=histories)
+    if calendar == OWN and math.isfinite(d.calendar):
+        out = replace(out, tau2=d.tau2 + d.calendar, calendar=math.nan)
+    return out
 
 
 def plan(experiment: Experiment | str | Path | Iterable[str | Path], *, target_mde: float | None = None,
-         thresholds: Thresholds | None = None, periods=PERIODS, seeds=SEEDS, epoch_factors=EPOCH_FACTORS,
-         **settings) -> Plan:
+         thresholds: Thresholds | None = None, periods=PERIODS, seeds=SEEDS, histories=HISTORIES, **settings) -> Plan:
     """The plan of a finished pilot (module docstring). `target_mde` in the verdict metric's
     units (default: the ROPE); `thresholds` / `settings` the analysis settings."""
     th = Thresholds.build(thresholds, **settings)
@@ -280,130 +245,124 @@ def plan(experiment: Experiment | str | Path | Iterable[str | Path], *, target_m
     if column not in exp.members.columns or not np.isfinite(exp.members[column].astype(float)).any():
         raise DataError(f"{label}: no member has a finite {defaults.METRIC} or {defaults.FALLBACK_METRIC} (every member "
                         "diverged or was never evaluated): nothing to plan from")
-    cells, v = _verdicts(exp, th)
-    if history_count(cells) >= 2:
-        return _history_plan(exp, th, cells, v, target, periods, seeds, epoch_factors, metric_note)
-    parts, k0, n0, arms, e0 = _parts(exp, th, cells, v)
-    cost = _cost(exp)
-    level = th.alpha / len(parts)
-    prefix = _override_prefix(exp.paths)
-
-    def mde_of(g: GemParts, _histories: int, k: int, informative: float, w: int) -> float:
-        return pooled_mde(g.components(w), k, informative, df=g.df_per_period * (k - 1), level=level, power=th.power,
-                          one_sided=th.one_sided_keep)
-
-    designs = _designs(parts, mde_of, [1], sorted({k0, *periods}), sorted({n0, *seeds}),
-                       [int(e0 * f) for f in epoch_factors], arms, th, cost, target, prefix)
-    notes = _cost_notes(metric_note, cost)
-    if th.window == "last-k":
-        notes.append(f"the window is the last {th.last_k} epochs (--window): a longer run averages no more epochs, "
-                     "so epochs only cost time here (--window last-half lets them lower the within-fold noise)")
-    return Plan(", ".join(str(p) for p in exp.paths), k0, n0, arms, e0, th.window_text(), target, level, th.power, parts,
-                cost, designs, window_comparison(exp, th, cells, v), notes)
-
-
-def _history_plan(exp: Experiment, th: Thresholds, cells, v, target: float, periods, seeds, epoch_factors,
-                  metric_note: str) -> Plan:
-    """The plan of a pilot over several price histories (module docstring): the nested rule's
-    parts, and designs of histories x periods x seeds x epochs priced with `history_mde`."""
-    label = ", ".join(map(str, exp.paths))
-    parts, n0 = pilot_history_parts(v, cells, list(exp.gems), th)
-    usable = [g for g in parts if np.isfinite([g.components.history, g.components.period, g.components.within]).all()]
-    if not usable or not n0:
-        raise DataError(f"{label}: no gem has informative seed pairs (pairs that do not tie) in two or more price "
-                        "histories: the spread between histories cannot be estimated, so no design can be planned "
-                        "from this pilot")
-    h0, k0 = history_count(cells), fold_count(cells)
-    arms = int(cells.table.groupby(["experiment", "trial_id"])["arm"].nunique().max())
-    e0 = int(cells.table["final_epoch"].min())
-    cost = _cost(exp)
-    level = th.alpha / len(parts)
-    prefix = _override_prefix(exp.paths)
-
-    def mde_of(g: HistoryParts, hh: int, k: int, informative: float, _w: int) -> float:
-        return history_mde(g.components, hh, k, informative, df=g.df_per_history * (hh - 1), level=level,
-                           power=th.power, one_sided=th.one_sided_keep)
-
-    designs = _designs(parts, mde_of, sorted({h0, *HISTORIES}), sorted({k0, *periods}), sorted({n0, *seeds}),
-                       [int(e0 * f) for f in epoch_factors], arms, th, cost, target, prefix)
-    notes = _cost_notes(metric_note, cost)
-    notes.append(f"{h0} price histories: the nested rule decides (each history's folds, then the histories); more "
-                 "histories are more price columns (data.price_columns), the window comparison is not made over "
-                 "histories")
-    return Plan(label, k0, n0, arms, e0, th.window_text(), target, level, th.power, parts, cost, designs,
-                pd.DataFrame(), notes, histories=h0)
+    v, family = pilot_family(exp, th)
+    rows = v.set_index("gem")
+    gems = [GemPower(g.name, family.power["inputs"][j], float(family.decision.tied_share[0, j]),
+                     *(float(rows.at[g.name, key]) for key in ("mde", "mde_two_stage", "mde_floor")))
+            for g in exp.gems if (j := family.gem_index(g.name)) is not None and family.power is not None
+            and family.power["inputs"][j] is not None]
+    if not gems:
+        raise DataError(f"{label}: no gem has a pooled power statement (informative seed pairs in two or more "
+                        "periods or histories): the spreads cannot be estimated, so no design can be planned from "
+                        "this pilot")
+    first = gems[0].inputs
+    h0, k0 = first.histories, first.folds
+    t = family.cells.table
+    n0 = int(t.groupby(["experiment", "trial_id", "arm", "history", "fold"])["seed"].nunique().median())
+    arms = int(t.groupby(["experiment", "trial_id"])["arm"].nunique().max())
+    e0 = int(t["final_epoch"].min())
+    shared = h0 >= 2 and math.isfinite(first.calendar)
+    calendars = [ONE, OWN] if shared else [OWN] if h0 >= 2 else [None]
+    layouts = [(h, k, cal) for h in (sorted({h0, *(x for x in histories if x > h0)}) if h0 >= 2 else [1])
+               for k in sorted({k0, *periods}) if k >= (1 if h0 >= 2 else 2) for cal in calendars]
+    p = Plan(label, h0, k0, n0, arms, e0, th.window_text(), target, th.alpha / max(family.size, 1), th.power, gems,
+             _cost(exp), pd.DataFrame(), notes=[metric_note] if metric_note else [],
+             prefix="config." if any((Path(x) / SPEC_FILE).is_file() for x in exp.paths) else "",
+             columns=_file_columns(exp))
+    pilot_layout = (h0, k0, ONE if shared else OWN if h0 >= 2 else None)
+    p.designs = pd.DataFrame([_layout_row(p, h, k, cal, sorted({n0, *seeds}), th, pilot=(h, k, cal) == pilot_layout)
+                              for h, k, cal in layouts])
+    if h0 < 2:
+        p.windows = window_comparison(exp, th)
+    if p.cost is None:
+        p.notes.append("no recorded time (history.parquet without train_s, or trials without "
+                       "trainer.iterations_per_epoch): designs are not costed")
+    return p
 
 
-def _designs(parts: list, mde_of, histories: list[int], periods: list[int], seeds: list[int], epochs: list[int],
-             arms: int, th: Thresholds, cost: PilotCost | None, target: float, prefix: str) -> pd.DataFrame:
-    """One row per design tried (histories x periods x seeds x epochs; one history: no `histories`
-    column): its members, per gem `mde_of(part, histories, periods, informative seeds, window)`, the
-    family's worst, whether it reaches `target`, and its cost."""
-    rows = []
-    for hh in histories:
-        for k in periods:
-            for n in seeds:
-                for e in epochs:
-                    w = th.window_length(e)
-                    row = {**({"histories": hh} if len(histories) > 1 or hh > 1 else {}),
-                           **dict(periods=k, seeds=n, epochs=e, window=w, members=hh * k * arms * n,
-                                  overrides=design_overrides(k, n, e, prefix))}
-                    mdes = []
-                    for g in parts:
-                        informative = n * (1 - g.tied_share)
-                        mde = mde_of(g, hh, k, informative, w) if informative > 0 else math.inf
-                        row[f"mde {g.gem}"] = mde
-                        mdes.append(mde)
-                    row["mde"] = float(np.max(mdes)) if np.isfinite(mdes).all() else math.nan
-                    row["reaches"] = bool(row["mde"] <= target)
-                    row["seconds"] = cost.seconds(row["members"], e) if cost else math.nan
-                    rows.append(row)
-    return pd.DataFrame(rows)
+def _layout_row(p: Plan, histories: int, periods: int, calendar: str | None, seeds: list[int], th: Thresholds,
+                pilot: bool) -> dict:
+    """One layout: why the rule refuses it, or the fewest seeds whose worst MDE (and two-stage MDE)
+    reaches the target, with the MDEs there and what it costs (at the pilot's own design the
+    verdicts' MDEs)."""
+    row = dict(histories=histories, calendars=calendar or "", periods=periods, pilot=pilot,
+               refused=_refusal(histories, periods, calendar, th, p.gems[0].inputs.calendars))
+    members = row["members per seed"] = histories * periods * p.arms
+    if row["refused"]:
+        return row
 
+    def at(n: int) -> tuple[float, float]:
+        mdes = [(g.mde, g.two_stage) if pilot and n == p.seeds else
+                (lambda d: (mde(d, p.level, th.power, one_sided=th.one_sided_keep),
+                            two_stage(d, p.level, th.power, one_sided=th.one_sided_keep)))(
+                    _at(g.inputs, histories, periods, informative_of(n, g.tied_share), calendar))
+                for g in p.gems]
+        return max(m for m, _ in mdes), max(t for _, t in mdes)
 
-def _cost_notes(metric_note: str, cost: PilotCost | None) -> list[str]:
-    """The plan's first notes: the metric's, and that designs are not costed without a recorded time."""
-    notes = [metric_note] if metric_note else []
-    if cost is None:
-        notes.append("no recorded time (history.parquet without train_s, or trials without "
-                     "trainer.iterations_per_epoch): designs are not costed")
-    return notes
+    def fewest(which: int) -> int:  # the MDEs fall with the seeds: bisection over the list
+        lo, hi = -1, len(seeds) - 1
+        if not at(seeds[hi])[which] <= p.target:
+            return 0
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if at(seeds[mid])[which] <= p.target else (mid, hi)
+        return seeds[hi]
 
-
-def _fmt(x: float, f: str = ".3g") -> str:
-    if not np.isfinite(x):
-        return "inf" if x == math.inf else "-"
-    return format(x, f)
+    for key, which in (("", 0), ("confirmed ", 1)):
+        n = fewest(which)
+        shown = n or seeds[-1]
+        row[f"{key}seeds"], row[f"{key}shown seeds"] = n, shown
+        row[f"{key}mde"], row[f"{key}two-stage"] = at(shown)
+        row[f"{key}members"] = members * shown
+        row[f"{key}member-iterations"] = members * shown * p.epochs * (p.cost.iterations_per_epoch if p.cost else math.nan)
+        row[f"{key}seconds"] = p.cost.seconds(members * shown, p.epochs) if p.cost else math.nan
+    return row
 
 
 def _duration(seconds: float) -> str:
     if not np.isfinite(seconds):
         return "-"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-def format_plan(p: Plan, shown: int = SHOWN) -> str:
+def _run_it(p: Plan, r: pd.Series, seeds: int) -> str:
+    """What runs a layout: the overrides of its histories (the pilot's file's next price columns),
+    periods, seeds and epochs, or the histories it needs that no override can name."""
+    h, runs = int(r["histories"]), design_overrides(int(r["periods"]), seeds, p.epochs, p.prefix)
+    if r["calendars"] == OWN and p.designs["calendars"].eq(ONE).any():
+        return f"needs {h} histories on their own calendars (data.histories: other eras or markets); {runs}"
+    if h <= p.histories:
+        return runs
+    if len(p.columns) >= h:
+        return f"{p.prefix}data.price_columns=[{','.join(p.columns[:h])}] {runs}"
+    return f"needs {h - p.histories} more price histories than the pilot's file has (data.histories); {runs}"
+
+
+def _values(x: pd.Series) -> str:
+    """A layout dimension's values in words: `3`, `1, 2 or 4`."""
+    v = [str(int(a)) for a in sorted(set(x))]
+    return v[0] if len(v) == 1 else ", ".join(v[:-1]) + " or " + v[-1]
+
+
+def format_plan(p: Plan) -> str:
     """The plan as text (what `tune-gems plan` prints)."""
-    over = f"{p.histories} price histories x " if p.histories >= 2 else ""
-    lines = [f"Plan from the pilot {p.pilot}: {over}{p.periods} periods x {p.seeds} seeds x {p.arms} arms per fold, "
-             f"{p.epochs} epochs (the verdict metric: {p.window}); target MDE {p.target:g} at the pooled test's "
-             f"{p.power:.0%} power, Holm level {p.level:.3g} over {len(p.parts)} gem(s)",
-             "variance parts per gem (units^2 of the per-seed difference; from the pilot's per-fold differences):"]
-    for g in p.parts:
-        if isinstance(g, HistoryParts):
-            c = g.components
-            lines.append(f"  {g.gem}: between histories tau_H^2 {_fmt(c.history)}, period tau^2 {_fmt(c.period)}, "
-                         f"within-fold {_fmt(c.within)}, seeds' part common to every history and fold {_fmt(c.seed)}, "
-                         f"ties {g.tied_share:.0%}, df per history {_fmt(g.df_per_history)}")
-            continue
-        a, b = g.within_fit
-        lines.append(f"  {g.gem}: period tau^2 {_fmt(g.period)}, within-fold {_fmt(g.within)} "
-                     f"(fit over the averaged epochs w: {_fmt(a)} + {_fmt(b)} / w), seeds' share common to every fold "
-                     f"{_fmt(g.seed)}, ties {g.tied_share:.0%}, df per period {_fmt(g.df_per_period)}")
+    several = p.histories >= 2
+    over = f"{p.histories} price histories x " if several else ""
+    lines = [f"Plan from the pilot {p.pilot}: {over}{p.periods} period(s) x {p.seeds} seeds x {p.arms} arms, "
+             f"{p.epochs} epochs (the verdict metric: {p.window}); target MDE {p.target:g} at {p.power:.0%} power, "
+             f"the family's first Holm step {p.level:.3g}",
+             "each gem's power as its verdict states it (units^2 of the per-seed difference):"]
+    for g in p.gems:
+        d = g.inputs
+        parts = [f"between histories {format_number(d.history_tau2)}"] * several + [f"period {format_number(d.tau2)}",
+                 f"within-fold {format_number(d.within)}", f"seeds' common part {format_number(d.seed)}"]
+        if math.isfinite(d.calendar):
+            parts.append(f"calendar part {format_number(d.calendar)} (the histories share their periods)")
+        if d.overlap:
+            parts.append(f"folds' overlap lambda {format_number(d.overlap)}")
+        lines.append(f"  {g.gem}: MDE {format_number(g.mde)}, two-stage {format_number(g.two_stage)}, floor "
+                     f"{format_number(g.floor)}; " + ", ".join(parts)
+                     + f", ties {g.tied_share:.0%}, its scale shared by {d.contrasts} contrast(s)")
     if p.cost:
         c = p.cost
         per_it = (f"{c.per_member_iteration * 1e6:.3g} us" if c.per_member_iteration < 1e-3 else
@@ -413,47 +372,50 @@ def format_plan(p: Plan, shown: int = SHOWN) -> str:
                      f"{c.iterations_per_epoch:.0f} iterations per epoch; the per-member cost falls with the population "
                      "on a GPU, so larger designs are upper estimates)")
     d = p.designs
-    hit = d[d["reaches"]].sort_values(["seconds", "members", "mde"])
-    gem_cols = [c for c in d.columns if c.startswith("mde ")]
-    if len(hit):
-        lines.append(f"designs that reach MDE <= {p.target:g} (cheapest first, {len(hit)} of {len(d)} tried):")
-        table = hit.head(shown)
+    cost = "seconds" if p.cost else "members"
+    ok = d[(d["refused"] == "") & ~d["pilot"]]
+    reach = ok[ok["seeds"] > 0].sort_values([cost, "mde"])
+    shown = pd.concat([reach, ok[ok["seeds"] == 0].sort_values("mde")]).head(SHOWN)
+    lines.append(f"layouts: the pilot's, then the cheapest whose MDE reaches {p.target:g} with the fewest seeds per arm "
+                 f"and period ({len(reach)} of {len(ok)} decided layouts tried; '-': not with "
+                 f"{int(ok['shown seeds'].max()) if len(ok) else '-'} seeds, the MDE shown there):")
+    head = ["histories", "calendars"] * several + ["periods", "seeds", "members", "MDE", "two-stage", "time", "to run it"]
+    rows = []
+    for _, r in d[d["pilot"]].iterrows():
+        why = f"the pilot (analyze's MDE){'; the rule refuses it: ' + r['refused'] if r['refused'] else ''}"
+        rows.append([str(int(r["histories"])), str(r["calendars"])] * several + [
+            str(int(r["periods"])), str(p.seeds), str(p.seeds * int(r["members per seed"])),
+            format_number(max(g.mde for g in p.gems)), format_number(max(g.two_stage for g in p.gems)),
+            _duration(p.cost.seconds(p.seeds * int(r["members per seed"]), p.epochs)) if p.cost else "-", why])
+    for _, r in shown.iterrows():
+        seeds = int(r["seeds"])
+        rows.append([str(int(r["histories"])), str(r["calendars"])] * several + [
+            str(int(r["periods"])), str(seeds) if seeds else "-", str(int(r["members"])), format_number(r["mde"]),
+            format_number(r["two-stage"]), _duration(r["seconds"]), _run_it(p, r, int(r["shown seeds"]))])
+    lines += ["  " + x for x in text_table(head, rows)]
+    refused = d[(d["refused"] != "") & ~d["pilot"]]
+    if len(refused):
+        lines.append("refused by the rule (it would read insufficient data): " + "; ".join(
+            (f"{_values(g['histories'])} histories x {_values(g['periods'])} periods on {cal} calendar(s)" if several
+             else f"{_values(g['periods'])} periods") + f": {why}"
+            for (cal, why), g in refused.groupby(["calendars", "refused"], sort=False)))
+    best = p.confirmed
+    if best is None:
+        lines.append(f"with confirmation (a keep the held-out stage confirms too), no layout tried reaches MDE "
+                     f"{p.target:g}: more histories or periods than tried")
     else:
-        lines.append(f"no design tried reaches MDE <= {p.target:g}; the closest ({len(d)} tried):")
-        table = d.sort_values(["mde", "seconds"]).head(shown)
-    design = ["histories"] * ("histories" in d.columns) + ["periods", "seeds", "epochs", "window", "members"]
-    head = design + [c.replace("mde ", "MDE ") for c in gem_cols] + ["time", "overrides that run it"]
-    rows = [head] + [[str(int(r[c])) for c in design] + [_fmt(r[c]) for c in gem_cols] + [_duration(r["seconds"]),
-                                                                                        r["overrides"]]
-                     for _, r in table.iterrows()]
-    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
-    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
-    floors = []
-    if p.histories >= 2:  # the nested rule's floor: the histories' and periods' spreads, which no seed count removes
-        for hh in sorted(d["histories"].unique()):
-            worst = max(history_mde(g.components, int(hh), p.periods, 1e12, df=g.df_per_history * (int(hh) - 1),
-                                    level=p.level, power=p.power) for g in p.parts)
-            floors.append(f"H={int(hh)} {_fmt(worst)}")
-        lines.append(f"floor with infinitely many seeds (the worst gem, {p.periods} periods per history): " + ", ".join(floors))
-        lines += [f"note: {n}" for n in p.notes]
-        return "\n".join(lines)
-    for k in sorted(d["periods"].unique()):
-        worst = max(mde_floor(g.components(1), int(k), df=g.df_per_period * (int(k) - 1), level=p.level, power=p.power)
-                    for g in p.parts)
-        floors.append(f"K={int(k)} {_fmt(worst)}")
-    lines.append("floor with infinitely many seeds (the worst gem): " + ", ".join(floors))
-    pilot_k = d[d["periods"] == p.periods]
-    if len(pilot_k) and not pilot_k["reaches"].any() and len(hit):
-        lines.append(f"at the pilot's {p.periods} periods no seed count reaches {p.target:g}: more periods, not more seeds")
+        layout = (f"{int(best['histories'])} histories on {best['calendars']} calendar(s) x " if several else "")
+        work = (f"{format_number(best['confirmed member-iterations'], '.3g')} member-iterations, about "
+                f"{_duration(best['confirmed seconds'])} on the pilot's {p.cost.device}" if p.cost else "not costed")
+        lines.append(f"with confirmation (a keep the held-out stage confirms too), MDE {p.target:g} needs at least "
+                     f"{layout}{int(best['periods'])} period(s) x {int(best['confirmed seeds'])} seeds x {p.arms} arms = "
+                     f"{int(best['confirmed members'])} members for {p.epochs} epochs: {work} "
+                     f"({_run_it(p, best, int(best['confirmed seeds']))})")
     if len(p.windows):
-        lines.append("the verdict metric's window on this pilot (--window; pooled effect, period spread, within-fold "
-                     "variance and the pooled MDE at the pilot's design):")
-        w = p.windows
-        rows = [["window", "epochs", "gem", "effect", "tau^2", "within", "MDE"]] + [
-            [r["window"], str(int(r["epochs"])), r["gem"], _fmt(r["effect"], "+.3g"), _fmt(r["period"]), _fmt(r["within"]),
-             _fmt(r["mde"])] for _, r in w.iterrows()]
-        widths = [max(len(x[i]) for x in rows) for i in range(len(rows[0]))]
-        lines += ["  " + "  ".join(c.ljust(wd) for c, wd in zip(x, widths)).rstrip() for x in rows]
+        lines.append("the verdict metric's window on this pilot (--window; its pooled effect, period spread, "
+                     "within-fold variance and MDE as the verdict states them):")
+        lines += ["  " + x for x in text_table(["window", "epochs", "gem", "effect", "tau^2", "within", "MDE"], [
+            [r["window"], str(int(r["epochs"])), r["gem"], format_number(r["effect"], "+.3g"), format_number(r["period"]),
+             format_number(r["within"]), format_number(r["mde"])] for _, r in p.windows.iterrows()])]
     lines += [f"note: {n}" for n in p.notes]
     return "\n".join(lines)
-

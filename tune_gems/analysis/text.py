@@ -1,11 +1,6 @@
-"""The analysis's text for numbers, intervals and tables: the bottom floor every stage that writes
-words uses (a verdict's reason, a factor's reading, the confirmation's table, report.md), so the
-verdicts never import the renderer.
-
-Written by hand (no `tabulate` dependency): a markdown cell has 4 significant digits and a
-missing value is blank; a number in a sentence or a terminal table spells out +inf / -inf and
-shows a missing value as `-` (or what the caller asks for).
-"""
+"""The analysis's text for numbers, intervals and tables: the bottom floor, so the verdicts never
+import the renderer. By hand (no `tabulate`): a markdown cell has 4 significant digits, a missing
+value is blank; prose spells out +inf / -inf and shows a missing value as `-`."""
 
 from __future__ import annotations
 

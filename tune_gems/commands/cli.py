@@ -1,8 +1,6 @@
 """The `tune-gems` command line: train, sweep, analyze.
-
-Bad input is one line and exit 2, before anything is written; any other exception is a bug, one line
-naming it and its traceback's file, exit 1 (`--debug` or TUNE_GEMS_DEBUG=1: inline). Engines are
-imported lazily; the CPU variables are checked and the threads set before torch is loaded."""
+Bad input is one line and exit 2 before anything is written; any other exception is a bug, one line
+and exit 1 (`--debug` or TUNE_GEMS_DEBUG=1: inline). CPU variables are checked before torch loads."""
 
 from __future__ import annotations
 
@@ -27,16 +25,10 @@ EXIT_BROKEN_PIPE = 141
 DEBUG_ENV = "TUNE_GEMS_DEBUG"
 
 
-def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]]:
-    if items and "=" not in items[0]:
-        return items[0], items[1:]
-    return None, items
-
-
 def _cmd_train(args: argparse.Namespace) -> int:
     from tune_gems.config.load import load_config
 
-    path, overrides = _split_config_and_overrides(args.items)
+    path, overrides = (args.items[0], args.items[1:]) if args.items and "=" not in args.items[0] else (None, args.items)
     for item in overrides:
         if "=" not in item:
             raise TuneGemsError(f"{item}: expected key=value (only the first argument may be a config file)")
@@ -233,11 +225,6 @@ def _add_threads_option(p: argparse.ArgumentParser, help: str = THREADS_HELP) ->
     p.add_argument(THREADS_FLAG, type=int, default=None, metavar="N", help=help)
 
 
-def _runs_outside_ray(args: argparse.Namespace) -> bool:
-    """Commands whose CPU work runs in this process (a sweep's trials get their threads from Ray)."""
-    return args.command in ("train", "analyze", "compare", "confirm", "plan") or (args.command == "sweep" and args.dry_run)
-
-
 def _set_threads(args: argparse.Namespace) -> None:
     """Set this process's CPU threads (`args.thread_choice`; a sweep's dry run: a trial's by default)."""
     threads = getattr(args, "threads", None)
@@ -249,7 +236,7 @@ def _set_threads(args: argparse.Namespace) -> None:
 
         cpu = load_spec(Path(args.spec), list(args.overrides)).resources.cpu
         args.thread_choice = set_cpu_threads(threads, default=lambda: trial_threads(cpu))
-    elif _runs_outside_ray(args):
+    elif args.command in ("train", "analyze", "compare", "confirm", "plan"):  # CPU work in this process
         args.thread_choice = set_cpu_threads(threads)
     elif threads is not None:
         raise TuneGemsError(f"{THREADS_FLAG}: a sweep's trials get their threads from resources.cpu (Ray sets one "
@@ -277,9 +264,8 @@ def _add_plan_parser(sub) -> argparse.ArgumentParser:
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (naming the argument) and exit status 2, like
-    every other bad input, a mistyped choice with the one it is closest to; `--help` still
-    prints the full usage."""
+    """argparse whose usage error is one line and exit 2 like every bad input (a mistyped choice with
+    its closest one); `--help` prints the full usage."""
 
     def error(self, message: str) -> typing.NoReturn:
         print(f"tune-gems: error: {' '.join(message.split())}{_did_you_mean(message)} (see {self.prog} --help)",

@@ -124,11 +124,6 @@ def decided(verdicts: pd.DataFrame) -> pd.DataFrame:
     return final_verdict_table(verdicts).rename(columns={"contrast": "gem"})
 
 
-def _labels(a: Path, b: Path) -> tuple[str, str]:
-    la, lb = a.name or str(a), b.name or str(b)
-    return (la, lb) if la != lb else ("A", "B")
-
-
 def compare(a: str | Path, b: str | Path, **settings: Any) -> Comparison:
     from tune_gems.stats.baseline_headline import baseline_comparison
     from tune_gems.analysis.analyze import analyze
@@ -139,7 +134,8 @@ def compare(a: str | Path, b: str | Path, **settings: Any) -> Comparison:
         check_input_path(side, "compare", DataError)
     if a.expanduser().resolve() == b.expanduser().resolve():
         raise DataError(f"compare: {a} and {b} are the same folder; compare two different runs (analyze gives one alone)")
-    labels = _labels(a, b)
+    labels = (a.name or str(a), b.name or str(b))
+    labels = labels if labels[0] != labels[1] else ("A", "B")
     results = [analyze(p, **settings) for p in (a, b)]  # each on its own: nothing pooled
     return Comparison(
         labels=labels,

@@ -1,17 +1,8 @@
-"""`tune-gems confirm EXP`: re-test each gem's chosen configuration once, on fresh seeds and paths.
-
-Why: a search keeps its best trial, and the best of many noisy trials is inflated; with paths
-shared across trials a configuration can also win by suiting those paths. So the winner is
-trained again, once, beside its control (the gem measured), on seeds, seed indices and synthetic
-paths the search never saw, with the seeds per arm that make its MDE at most the discovery's
-(`search_choice.confirmation_power`); its verdicts are the final ones. The confirmation runs
-once per search (`confirmed.json`), under the search folder's one-writer lock, and only on a
-search whose spec, data and tables still match the checksums its marker recorded (a members
-table cut or a fold table deleted would change what is planned). docs/analysis.md "Search, then
-confirm" is the manual. The parts: the plan (tune_gems.commands.confirm_plan), the record and its clean-up
-(tune_gems.commands.confirm_record), the training (tune_gems.commands.confirm_trials); this
-module checks what it reads, runs them in order and writes the summary.
-"""
+"""`tune-gems confirm EXP` (docs/analysis.md "Search, then confirm"): the best of many noisy trials is
+inflated, so each gem's winner trains once more beside its control on fresh seeds and paths, at the
+seeds per arm that make its MDE at most the discovery's; its verdicts are final. Once per search,
+under its lock, while its records match its marker; this module checks, runs confirm_plan,
+confirm_record and confirm_trials, and writes the summary."""
 
 from __future__ import annotations
 
@@ -70,13 +61,9 @@ class ConfirmOutcome:
 def confirm(experiment: str | Path, out: str | Path | None = None, *, population: int | None = None,
             log: Callable[[str], None] = print, threads: str | None = None, final: bool = False,
             not_pre_registered: bool = False, **settings: Any) -> ConfirmOutcome:
-    """Confirm the search in `experiment` (see the module docstring); `settings` are the
-    analysis settings (alpha, rope, last_k, ...), used for both the discovery and the
-    confirmation verdicts. Everything is checked before training (the search's records first,
-    fail-closed); the folder appears whole. `threads`: the CLI's thread count in words
-    (tune_gems.commands.cpu_threads), logged first once the checks passed. `final`: train on the
-    search's sealed rows as the test segment (`data.sealed`, docs/analysis.md "The sealed
-    segment"), once; again only `not_pre_registered`, every output labelled so."""
+    """Confirm the search in `experiment`, checking everything first (fail-closed); the folder appears
+    whole. `final`: train once on the sealed rows as test (docs/analysis.md "The sealed segment");
+    again only `not_pre_registered`, labelled so."""
     from tune_gems.analysis.analyze import analyze, check_settings
     from tune_gems.contracts.outputs import check_output_folder
 
@@ -133,9 +120,8 @@ def confirm(experiment: str | Path, out: str | Path | None = None, *, population
 
 @dataclass(frozen=True)
 class Planned:
-    """What a confirmation will train: its `plans` (one trial per gem), the `notes` for the gems it
-    cannot confirm and the search as a whole, the function that `build`s a plan's config and each
-    gem's `power` plan (`search_choice.confirmation_power`)."""
+    """What a confirmation will train (one trial per gem), the notes for what it cannot confirm, the
+    config builder and each gem's `power` plan."""
 
     plans: list[Plan]
     notes: list[str]
@@ -146,9 +132,8 @@ class Planned:
 def _run_confirmation(exp: Path, out_path: Path, default: bool, spec: SweepSpec, planned: Planned, discovery,
                       log: Callable[[str], None], settings: dict[str, Any], record) -> "ConfirmOutcome":
     """Train the plans and publish the folder, holding the search's lock (`confirm`)."""
-    from tune_gems.analysis.verdicts.search_choice import (
-        FINAL_COLUMNS, candidate_count, format_confirmation, one_history_final, side_by_side,
-    )
+    from tune_gems.analysis.verdicts.search_choice import (FINAL_COLUMNS, candidate_count, format_confirmation,
+                                                           one_history_final, side_by_side)
     from tune_gems.analysis.render.report import format_verdict_table
     from tune_gems.analysis.analyze import analyze
     from tune_gems.contracts.outputs import check_output_folder, publish_folder, temporary_folder, write_marker

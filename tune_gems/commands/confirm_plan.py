@@ -56,8 +56,7 @@ def searched_keys(spec: SweepSpec) -> list[str]:
 
 
 def _fresh_bases(trials: pd.DataFrame, members: pd.DataFrame, taken: Sequence[Taken]) -> tuple[int, int, int | None]:
-    """(first unused trial seed, first unused seed index, largest synthetic seed) after the
-    discovery and `taken`."""
+    """(first unused trial seed, first unused seed index, largest synthetic seed) after the discovery and `taken`."""
     seeds = pd.to_numeric(trials.get("seed", pd.Series(dtype=float)), errors="coerce").dropna()
     seed_base = max([int(seeds.max()) if len(seeds) else 0, *(t.seed for t in taken)]) + 1
     syn = pd.to_numeric(trials.get("data.synthetic.seed", pd.Series(dtype=float)), errors="coerce").dropna()
@@ -82,10 +81,8 @@ def fresh_paths(spec: SweepSpec) -> bool:
 def plan_confirmation(spec: SweepSpec, trials: pd.DataFrame, members: pd.DataFrame, gems: list[str],
                       population: int | dict[str, int] | None = None, taken: Sequence[Taken] = (),
                       ) -> tuple[list[Plan], list[str], Callable[[Plan], Config]]:
-    """The confirmation trials (one per wired gem), notes for the others, and a plan's config
-    builder. `population`: seeds per arm for all or per gem; `taken`: the earlier confirmations. No
-    plan's member seed is one trained before or another plan's (a trial seed whose block meets one
-    is passed over)."""
+    """The confirmation trials (one per wired gem), notes for the others and a config builder; no
+    plan's member seed is one trained before or another plan's."""
     choices, notes = choose_per_gem(trials, gems, searched_keys(spec))
     seed_base, index_base, synthetic_seed = _fresh_bases(trials, members, taken)
     used = used_member_seeds(members, taken)
@@ -113,10 +110,11 @@ def plan_confirmation(spec: SweepSpec, trials: pd.DataFrame, members: pd.DataFra
         cfg = trial_config(spec.config, params)
         return with_arms(cfg, confirmation_arms(cfg, plan.gem), f"confirmation of {plan.gem}")
 
-    histories = len(base.data.price_histories)
-    if not per_seed and histories >= 2:  # the discovery's histories, kept: trial_config leaves data as the spec has it
-        notes.append(f"the search's {histories} price histories: the confirmation has fresh seeds on the same histories "
-                     "(each its own market, folds and test segment), so it is conditional on them")
+    histories = [h.name for h in base.data.price_histories]
+    if not per_seed and len(histories) >= 2:  # the discovery's histories, kept: trial_config leaves data as the spec has it
+        notes.append(f"the search's {len(histories)} price histories ({', '.join(histories)}): the confirmation has "
+                     "fresh seeds on the same histories (each its own market, folds and test segment), so it is "
+                     "conditional on them")
     elif not per_seed:
         notes.append("one price history (a file or synthetic paths: shared): the confirmation has fresh seeds on "
                      "the same history, so it is conditional on that history")

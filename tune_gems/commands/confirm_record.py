@@ -1,7 +1,5 @@
-"""The once-per-search records of a confirmation: `EXP/confirmed.json`, claimed exclusively,
-completed on publishing, cleared by the next confirmation when its writer died (`Confirmed`); and
-the seal's openings in the search's marker, one per `confirm --final`, never withdrawn
-(`SealOpening`)."""
+"""A confirmation's once-per-search records: `EXP/confirmed.json`, claimed exclusively and cleared by
+the next when its writer died (`Confirmed`), and the seal's openings in the marker (`SealOpening`)."""
 
 from __future__ import annotations
 
@@ -145,9 +143,8 @@ class Confirmed:
 
 
 class SealOpening:
-    """An opening of the search's seal (`confirm --final`) in its marker's data record: when, by
-    what, where, status, seeds, results' SHA-256. The first is pre-registered; another only with
-    `again` (`--not-pre-registered`), labelled so. An opening counts once claimed."""
+    """An opening of the search's seal (`confirm --final`) in its marker: the first is pre-registered,
+    another only with `again`, labelled so; it counts once claimed."""
 
     opens_seal = True
 

@@ -64,9 +64,7 @@ def finished_line(done: int, total: int, plan: Plan, trainer, durations: list[fl
 
 
 def epoch_line(plan: Plan, trainer, ran: float) -> str:
-    """The console line after each epoch of a confirmation trial: the epoch, the time the trial has
-    run (`ran` seconds) and its ETA at that pace (a long trial says where it is between its
-    finished-trial lines)."""
+    """A confirmation trial's console line after each epoch: the time run and the ETA at that pace."""
     from tune_gems.sweep.progress import format_seconds
 
     done, total = trainer.epoch, trainer.cfg.trainer.epochs

@@ -1,8 +1,6 @@
-"""How many intra-op threads a CPU run outside Ray uses: one per process, as each of a sweep's
-trials, unless asked: torch's one per core only waits where the process's share is smaller (a
-`train` on a shared 2-core box: 250.6 s at the default, 14.1 s with one). First that applies:
-`--threads`, OMP_NUM_THREADS or MKL_NUM_THREADS, else one (a sweep's dry run: a trial's). Speed, not
-bits (tests/test_cpu_threads.py)."""
+"""How many intra-op threads a CPU run outside Ray uses: one per process, as a sweep's trials,
+unless `--threads`, OMP_NUM_THREADS or MKL_NUM_THREADS say otherwise; torch's one per core only
+waits on a shared box (`train` on 2 cores: 250.6 s against 14.1 s). Speed, not bits."""
 
 from __future__ import annotations
 

@@ -48,13 +48,24 @@ def with_dotted(tree: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
 
 
 def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    """Set `key` in `tree`, making the sections it names; a list's entry is addressed by its index
+    (`data.histories.0.price_column`), so a wrong key inside it reaches validation and its did-you-mean."""
     parts = key.split(".")
-    node = tree
-    for part in parts[:-1]:
-        nxt = node.get(part)
+    node: Any = tree
+    for depth, part in enumerate(parts):
+        at: Any = part
+        if isinstance(node, list):
+            if not (part.isdigit() and int(part) < len(node)):
+                have = f"0 to {len(node) - 1}" if node else "none"
+                raise ConfigError(f"{key}: {'.'.join(parts[:depth])} is a list of {len(node)} entries; "
+                                  f"{part} is not an index of it ({have})")
+            at = int(part)
+        if depth == len(parts) - 1:
+            node[at] = value
+            return
+        nxt = node[at] if isinstance(node, list) else node.get(at)
         if nxt is None:
-            nxt = node[part] = {}
-        elif not isinstance(nxt, dict):
+            nxt = node[at] = {}
+        elif not isinstance(nxt, (dict, list)):
             raise ConfigError(f"{key}: {part} is a value, not a section")
         node = nxt
-    node[parts[-1]] = value

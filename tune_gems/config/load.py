@@ -28,6 +28,8 @@ def format_validation_error(err: ValidationError, prefix: str = "", model: type[
         msg = "unknown key" + did_you_mean(model, tuple(first["loc"]), prefix)
     elif first["type"] == "list_type" and isinstance(first.get("input"), str):  # `key=a,b` on the command line
         msg += f" (a list is written in brackets: {loc}=[{first['input']}])"
+    elif first["type"] == "list_type" and isinstance(first.get("input"), dict):  # `key.0.x=..` where no list is given
+        msg += f" (an entry is set by its index only in a list given first: {loc}=[{{...}}, ...])"
     extra = f" (and {len(err.errors()) - 1} more problems)" if len(err.errors()) > 1 else ""
     return f"{loc}: {msg}{extra}"
 

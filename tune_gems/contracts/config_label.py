@@ -1,7 +1,5 @@
 """The text of a `config_label` (docs/results.md): gem modes and model switches (`Config.label`),
-built from the members a label names: an arm's applies its settings (`arm_label`), a trial's is its
-one arm's or the shared tokens then each arm's own (`trial_label`), a plot's keeps the tokens that
-tell its labels apart (`short_labels`)."""
+for an arm (`arm_label`), a trial (`trial_label`) and a plot (`short_labels`)."""
 
 from __future__ import annotations
 

@@ -30,11 +30,9 @@ class GemEntry:
         return self.name, self.metric, self.has_null
 
 
-LEGACY_MANIFEST: tuple[GemEntry, ...] = (
-    GemEntry("g6", "g6_branch_indep", "branch independence", True),
-    GemEntry("g10", "g10_temporal", "temporal consistency", False),
-    GemEntry("g12", "g12_predictive", "predictive coding", True),
-)
+LEGACY_MANIFEST: tuple[GemEntry, ...] = (GemEntry("g6", "g6_branch_indep", "branch independence", True),
+                                         GemEntry("g10", "g10_temporal", "temporal consistency", False),
+                                         GemEntry("g12", "g12_predictive", "predictive coding", True))
 """The gems of results written before gems.json: the built-ins (tests/test_layering.py checks them)."""
 
 

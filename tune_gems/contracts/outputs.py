@@ -1,14 +1,10 @@
-"""Output folders that are safe to write: the one module every writing command goes through. The
-rules are docs/robustness.md "Output folders"; every refusal is one line naming the field and path.
-A command checks (`check_output_folder`), creates (`make_output_folder`) and holds (`OutputLock`)
-its folder, or builds it aside (`temporary_folder`) and publishes it at the end (`publish_folder`)."""
+"""Output folders safe to write: the one module every writing command goes through (docs/robustness.md
+"Output folders"); every refusal is one line naming the field and path."""
 
 from __future__ import annotations
 
-from tune_gems.contracts.result_files import (
-    CHECKPOINT_FILE, CONFIG_FILE, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, JOURNAL_LOCK_SUFFIX, MEMBERS_CSV, MEMBERS_FILE, SUMMARY_FILE,
-    TRIALS_FILE,
-)
+from tune_gems.contracts.result_files import (CHECKPOINT_FILE, CONFIG_FILE, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE,
+                                              JOURNAL_LOCK_SUFFIX, MEMBERS_CSV, MEMBERS_FILE, SUMMARY_FILE, TRIALS_FILE)
 
 import contextlib
 import datetime as _dt
@@ -195,9 +191,8 @@ def is_journal_lock(path: Path) -> bool:
 
 
 def listed_files(folder: str | Path, field: str = "--out") -> list[str]:
-    """The files `folder`'s marker lists (`MARKER_FILES_KEY`); OutputError naming the marker for one
-    that is no plain relative path inside `folder` (`folder / "/abs"` is "/abs"), before anything is
-    deleted."""
+    """The files `folder`'s marker lists; OutputError for one that is no plain relative path inside it
+    (`folder / "/abs"` is "/abs"), before anything is deleted."""
     folder = Path(folder)
     listed = (read_marker(folder) or {}).get(MARKER_FILES_KEY)
     if listed is None:
@@ -345,9 +340,8 @@ def check_ancestors_free(out: Path, field: str) -> None:
 
 
 def temporary_folder(out: Path) -> tuple[Path, int]:
-    """(a fresh `.<out>.tmp-*` folder beside `out`, a descriptor holding its flock): the kernel
-    drops the flock with its holder, so a free one marks a killed command's folder. Close the
-    descriptor."""
+    """(a fresh `.<out>.tmp-*` folder beside `out`, a descriptor holding its flock; close it): a free
+    flock marks a killed command's folder."""
     import fcntl
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
@@ -392,8 +386,7 @@ def clear_stale_temporaries(out: Path, kind: str) -> int:
 
 
 def publish_folder(tmp: str | Path, out: str | Path, *, kind: str, overwrite: bool = False) -> Path:
-    """Move the finished `tmp` to `out`, replacing an existing `out` only with `overwrite` and
-    `kind`'s marker."""
+    """Move the finished `tmp` to `out`, replacing an existing `out` only with `overwrite` and `kind`'s marker."""
     tmp, out = Path(tmp), Path(out)
     if marker_kind(tmp) != kind:
         raise ValueError(f"{tmp}: the folder to publish carries no {kind} marker")

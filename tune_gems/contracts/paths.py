@@ -1,5 +1,4 @@
-"""Paths a user names: portable names (`check_name`), lengths and text (`path_problem`), writable
-folders."""
+"""Paths a user names: portable names (`check_name`), lengths and text (`path_problem`), writable folders."""
 
 from __future__ import annotations
 
@@ -116,8 +115,7 @@ def check_writable(folder: str | Path, field: str = "--out") -> Path:
 
 
 def path_problem(path: str | Path) -> str | None:
-    """Why `path` cannot be used, or None: a control character, or a component or path over the byte
-    limits."""
+    """Why `path` cannot be used, or None: a control character, or a component or path over the byte limits."""
     raw = os.fspath(path)
     bad = control_characters(raw)
     if bad:

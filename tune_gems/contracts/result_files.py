@@ -1,5 +1,4 @@
-"""The names of the files a run writes and of its tables' id columns, in one place
-(docs/results.md)."""
+"""The names of the files a run writes and of its tables' id columns, in one place (docs/results.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""What a run recorded about its inputs: the SHA-256 of its stored config or spec, data file and
-final tables in its marker, which a command relying on them checks, failing closed
-(`require_record`; docs/robustness.md "Records that do not lie"). Sealed data's record holds the
-seal (`SEAL_KEY`): its rows' SHA-256 and openings, checked and appended to by `confirm --final`."""
+"""The SHA-256 a run recorded of its config or spec, data and final tables, which a command relying
+on them checks, failing closed (`require_record`; docs/robustness.md "Records that do not lie")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Files in an output folder written and read without going through a symlink: writes go to a
-temporary name opened `O_CREAT | O_EXCL | O_NOFOLLOW` and are renamed into place (a rename replaces
-a link, never follows it); reads are non-blocking, bounded, and of regular files only (a FIFO would
-block, a device never end)."""
+"""Output files written and read without following a symlink: writes go to an `O_EXCL |
+O_NOFOLLOW` temporary renamed into place; reads are non-blocking, bounded, of regular files only."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""Several price histories on the population axis (docs/data.md "Several price histories"): which
-histories a data config names, and what each is called.
-
-A run trains on one history (a price file, or the synthetic series) or on several: the columns of
-one multi-asset file (`data.price_columns`) or one entry per file or column (`data.histories`).
-Each history is its own market (its own normalisation, folds, test segment and episodes);
-members = histories x folds x arms x seeds (tune_gems.design.arms.MemberLayout). The data config
-resolves itself into one `HistorySpec` per history (its name, file and columns), with no I/O
-(`DataConfig.price_histories`, tune_gems.config.schema): the config's validation, the member
-layout and the loader (tune_gems.data.series.load_histories) all read that one list. This module
-holds the record, the names' rules and the limits, below the schema.
-"""
+"""Several price histories on the population axis (docs/data.md "Several price histories"), each
+its own market; members = histories x folds x arms x seeds. The record (`HistorySpec`), its names'
+rules and limits, below the schema: `DataConfig.price_histories` resolves them without I/O."""
 
 from __future__ import annotations
 
@@ -45,9 +36,7 @@ SYNTHETIC_NAME = "synthetic"
 
 @dataclass(frozen=True)
 class HistorySpec:
-    """One history of a run: its `name` (the results' and the start-up lines'), its file (None for
-    the synthetic series) and the columns read there (`time_column` None: the file's date column
-    found by name, tune_gems.data.series.load_prices)."""
+    """One history of a run: its `name`, its file (None: synthetic) and columns (`time_column` None: found by name)."""
 
     name: str
     path: str | None
@@ -81,10 +70,8 @@ def name_key(name: str) -> str:
 
 
 def specs_problem(data: Any) -> str | None:
-    """The first problem of a data config's histories (one line naming the key), or None: a name
-    that cannot be one (`name_problem`), two histories of one name (`name_key`: ignoring case, as
-    the file's columns match, and Unicode compatibility forms). Their number is bounded by the
-    config's fields (MAX_HISTORIES)."""
+    """The first problem of a data config's histories (one line naming the key), or None: a bad name
+    or two of one name ignoring case and Unicode compatibility forms, as the columns match."""
     specs, key = data.price_histories, data.histories_key
     seen: dict[str, int] = {}
     for i, spec in enumerate(specs):

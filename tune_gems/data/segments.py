@@ -1,10 +1,6 @@
-"""Where a price series is cut: the train / validation / test segments (`split_bounds`), the
-folds of the population axis (`fold_bounds`): walk-forward windows, or purged cross-validation's
-groups with their purge and embargo (docs/data.md "Walk-forward folds", "Purged
-cross-validation"); the fold table folds.csv records (`fold_table`); and the sealed segment at
-the end of every history that no search reads (`sealed_rows`, `seal_digest`; docs/data.md "The
-sealed segment").
-"""
+"""Where a price series is cut: segments (`split_bounds`), folds (`fold_bounds`: walk-forward or
+purged), the fold table (`fold_table`) and the sealed rows no search reads (`sealed_rows`,
+`seal_digest`); docs/data.md explains each."""
 
 from __future__ import annotations
 
@@ -22,33 +18,17 @@ from tune_gems.data.series import calendar_groups, format_when
 MAX_FOLDS = 64
 """Most walk-forward folds a run may have (`data.folds.k`): more is a typo, not a design."""
 
-FOLD_TABLE_COLUMNS = (
-    "fold", "layout", "train_start", "train_end", "val_start", "val_end", "test_start", "test_end",
-    "train_first", "train_last", "val_first", "val_last", "test_first", "test_last",
-    "scheme", "train_rows", "train_runs", "group_rows", "purge_before", "purge_after", "embargo",
-)
-"""The fold table (`fold_table`, folds.csv / folds.parquet): per fold its half-open row ranges
-[start, end) into the series and the times of each window's first and last row (None without
-a time index; histories on several calendars: a row per history and fold, `history` first, each
-with its own times), then the layout: the scheme (walk_forward, purged), the rows the fold trains on
-and their runs (`start:end` half-open, space-separated: two under purged cross-validation, one
-before and one after the validation group), the validation window's rows, the rows left out
-before it (walk-forward: the gap) and after it (purged: the purge, then the embargo). Under
-purged, `train_start`..`train_end` spans the runs (the validation group lies between them) and
-`layout` is empty."""
+FOLD_TABLE_COLUMNS = ("fold", "layout", "train_start", "train_end", "val_start", "val_end", "test_start", "test_end",
+                      "train_first", "train_last", "val_first", "val_last", "test_first", "test_last", "scheme",
+                      "train_rows", "train_runs", "group_rows", "purge_before", "purge_after", "embargo")
+"""The fold table (`fold_table`, folds.csv / folds.parquet; docs/results.md): per fold its
+half-open row ranges, each window's first and last time, then its layout."""
 
 
 @dataclass(frozen=True)
 class SegmentBounds:
-    """Half-open [start, end) index ranges of the train, validation and test segments.
-
-    A fold of purged cross-validation trains on up to two runs of rows, one before and one after
-    its validation group: `train_runs` holds them (and `train` their span, which then contains
-    the validation group: read the runs, `runs`), `purge` the rows dropped (before, after) the
-    group for what a training decision reads, `embargo` the further rows dropped after it.
-    Empty `train_runs` (every walk-forward fold and the plain split): the one run `train`.
-    `sealed`: the rows after the test segment kept from the search (`data.sealed`); where the
-    seal is opened (`tune-gems confirm --final`) `test` is those rows."""
+    """Half-open [start, end) ranges of train, validation and test. A purged fold trains on up to two
+    `train_runs` (`train` their span); `sealed` the rows after the test kept from the search."""
 
     train: tuple[int, int]
     val: tuple[int, int]
@@ -71,11 +51,8 @@ class SegmentBounds:
 
 @dataclass(frozen=True)
 class TrainingReach:
-    """How far around a training decision t the learner reads prices, which is what purged
-    cross-validation must keep away from a validation group: the observation holds the
-    `window` log returns up to t (prices t - window .. t), the untruncated n-step target the
-    rewards and the bootstrap observation up to price t + `n_step`; and a run of training rows
-    is worth keeping only if one episode of `episode_length` decisions fits in it."""
+    """How far around a training decision t the learner reads prices, which purging keeps away from a
+    validation group; a training run must fit one episode."""
 
     window: int
     n_step: int
@@ -83,10 +60,8 @@ class TrainingReach:
 
     @property
     def purge(self) -> tuple[int, int]:
-        """(rows dropped before, after) a validation group. Before: a run of rows [s, e) takes
-        decisions up to e - 2, whose n-step targets read up to price e - 2 + n_step; that stays
-        before the group's first row v when e = v - (n_step - 1). After: the run's first
-        decision b reads prices from b - window, so b = (the group's end) + window."""
+        """(rows dropped before, after) a validation group: a run's last n-step target reads up to
+        price e - 2 + n_step, its first observation from b - window."""
         return self.n_step - 1, self.window
 
     def decisions(self, run: tuple[int, int]) -> int:
@@ -115,12 +90,8 @@ def is_date_split(splits: Sequence) -> bool:
 
 
 def split_bounds(prices: pd.Series, splits: list, min_len: int, source: str = "data.splits") -> SegmentBounds:
-    """Chronological, contiguous, non-overlapping train/val/test bounds covering `prices`.
-
-    `splits` is three fractions (cut by cumulative rounding, so the segments always add up to
-    n) or two dates [val_start, test_start] (each segment starts at the first time >= its date).
-    Every segment needs `min_len` prices: the env needs a full observation window and more.
-    """
+    """Contiguous train/val/test bounds covering `prices`: `splits` three fractions (cumulative rounding,
+    so they add up to n) or two dates; every segment needs `min_len` prices."""
     n = len(prices)
     if len(splits) == 3 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in splits):
         f0, f1, f2 = (float(x) for x in splits)
@@ -158,21 +129,11 @@ def _data_span(index: pd.Index, splits: list) -> str:
     return f" (the data runs {first}..{last}{past})"
 
 
-def fold_bounds(
-    prices: pd.Series, splits: list, folds: Any, min_len: int, reach: TrainingReach | None = None
-) -> list[SegmentBounds]:
-    """The folds of `data.folds`: one SegmentBounds per fold, the test segment common.
-
-    The split (`split_bounds`) fixes where the test segment starts (row b). Walk-forward (the
-    default scheme): the K validation windows are the last K x L rows before it, end to end (L =
-    `folds.val_length`, default the split's validation length): fold k validates on
-    [b - (K - k) L, b - (K - k - 1) L). Its training window ends `folds.gap` rows before its
-    validation window and starts at row 0 (`expanding`) or `train_length` rows earlier
-    (`rolling`; default fold 0's length, so every fold trains on as many rows). K = 1 with the
-    defaults gives `[split_bounds(...)]` exactly. Purged cross-validation (`scheme: purged`,
-    `_purged_bounds`) needs `reach` (what a training decision reads). Every window needs
-    `min_len` rows; a layout that does not fit is a one-line ConfigError naming the key.
-    """
+def fold_bounds(prices: pd.Series, splits: list, folds: Any, min_len: int,
+                reach: TrainingReach | None = None) -> list[SegmentBounds]:
+    """One SegmentBounds per fold of `data.folds`, the test common. Walk-forward: K windows end to end
+    before the test, each training window `folds.gap` rows before it (K = 1 is `split_bounds` exactly).
+    Purged needs `reach`. A layout that does not fit is a ConfigError naming the key."""
     base = split_bounds(prices, splits, min_len)
     if folds.scheme == "purged":
         if reach is None:
@@ -186,18 +147,15 @@ def fold_bounds(
     first_val = test_lo - k * length
     first_train_end = first_val - gap
     if first_train_end < min_len:
-        raise ConfigError(
-            f"data.folds: {k} validation window(s) of {length} rows and a gap of {gap} before the test segment "
-            f"(which starts at row {test_lo}) leave fold 0 {max(first_train_end, 0)} training rows; need at least min_len={min_len}"
-        )
+        raise ConfigError(f"data.folds: {k} validation window(s) of {length} rows and a gap of {gap} before the test segment "
+                          f"(which starts at row {test_lo}) leave fold 0 {max(first_train_end, 0)} training rows; need at least "
+                          f"min_len={min_len}")
     train_length = None
     if folds.layout == "rolling":
         train_length = first_train_end if folds.train_length is None else int(folds.train_length)
         if train_length > first_train_end:
-            raise ConfigError(
-                f"data.folds.train_length: {train_length} rows do not fit before fold 0's validation window "
-                f"(row {first_val}, gap {gap}): at most {first_train_end}"
-            )
+            raise ConfigError(f"data.folds.train_length: {train_length} rows do not fit before fold 0's validation window "
+                              f"(row {first_val}, gap {gap}): at most {first_train_end}")
         if train_length < min_len:
             raise ConfigError(f"data.folds.train_length: {train_length} rows, need at least min_len={min_len}")
     out = []
@@ -210,33 +168,24 @@ def fold_bounds(
 
 
 def _purged_bounds(base: SegmentBounds, folds: Any, min_len: int, reach: TrainingReach) -> list[SegmentBounds]:
-    """Purged cross-validation: the rows before the test segment (row b) end in K groups of L
-    rows (L = `folds.val_length`, default (b - window) // K: the whole history but the `window`
-    rows the first group's first observation reads, and the remainder); fold k validates on
-    group k = [v, v + L) and trains on two runs of rows: [0, v - purge_before) and
-    [v + L + embargo + purge_after, b - purge_before) (`TrainingReach.purge`; the same purge
-    before the test segment), each kept only if it holds one episode. So no price of the
-    validation group (or of the test segment) is read by any training observation, reward or
-    untruncated n-step target, and nothing of the group or the embargo enters the fold's
-    normalisation (tune_gems.market.features.Market normalises on the runs)."""
+    """Purged cross-validation: fold k validates on group [v, v + L) and trains on the rows before and
+    after it past purge and embargo, each run kept only if it holds an episode, so no observation,
+    reward or n-step target reads a price of the group or the test."""
     k, embargo = int(folds.k), int(folds.embargo)
     test_lo, lead = base.test[0], reach.window
     if folds.val_length is None:
         length = (test_lo - lead) // k
         if length < min_len:
-            raise ConfigError(
-                f"data.folds.k: {k} groups of the {test_lo - lead} rows before the test segment (less env.window={lead}) "
-                f"have {length} rows each; need at least min_len={min_len}"
-            )
+            raise ConfigError(f"data.folds.k: {k} groups of the {test_lo - lead} rows before the test segment (less "
+                              f"env.window={lead}) have {length} rows each; need at least min_len={min_len}")
     else:
         length = int(folds.val_length)
         if length < min_len:
             raise ConfigError(f"data.folds.val_length: {length} rows per validation group, need at least min_len={min_len}")
         if test_lo - k * length < lead:
-            raise ConfigError(
-                f"data.folds.val_length: {k} groups of {length} rows do not fit before the test segment (which starts at row "
-                f"{test_lo}) and after the {lead} rows the first group's observations read (env.window): at most {(test_lo - lead) // k}"
-            )
+            raise ConfigError(f"data.folds.val_length: {k} groups of {length} rows do not fit before the test segment "
+                              f"(which starts at row {test_lo}) and after the {lead} rows the first group's observations read "
+                              f"(env.window): at most {(test_lo - lead) // k}")
     first = test_lo - k * length
     before, after = reach.purge
     out = []
@@ -245,31 +194,18 @@ def _purged_bounds(base: SegmentBounds, folds: Any, min_len: int, reach: Trainin
         candidates = ((0, v0 - before), (v1 + embargo + after, test_lo - before))
         runs = tuple(r for r in candidates if reach.decisions(r) >= reach.episode_length)
         if not runs:
-            raise ConfigError(
-                f"data.folds: purged fold {g} (validation rows {v0}..{v1 - 1}) keeps no run of training rows that holds an "
-                f"episode of env.episode_length={reach.episode_length} decisions after a purge of {before} row(s) before and "
-                f"{after} after and an embargo of {embargo}; use fewer groups (data.folds.k) or a shorter data.folds.embargo"
-            )
-        out.append(
-            SegmentBounds(train=(runs[0][0], runs[-1][1]), val=(v0, v1), test=base.test, train_runs=runs, purge=(before, after), embargo=embargo)
-        )
+            raise ConfigError(f"data.folds: purged fold {g} (validation rows {v0}..{v1 - 1}) keeps no run of training rows "
+                              f"that holds an episode of env.episode_length={reach.episode_length} decisions after a purge of "
+                              f"{before} row(s) before and {after} after and an embargo of {embargo}; use fewer groups "
+                              "(data.folds.k) or a shorter data.folds.embargo")
+        out.append(SegmentBounds(train=(runs[0][0], runs[-1][1]), val=(v0, v1), test=base.test, train_runs=runs,
+                                 purge=(before, after), embargo=embargo))
     return out
-
-
-def format_runs(runs: Sequence[tuple[int, int]]) -> str:
-    """Runs of rows as the fold table writes them: `start:end` (half-open), space-separated."""
-    return " ".join(f"{int(lo)}:{int(hi)}" for lo, hi in runs)
 
 
 def fold_table(index: pd.Index | Sequence[pd.Index], folds: Sequence[SegmentBounds], layout: str,
                fold_ids: Sequence[int] | None = None) -> pd.DataFrame:
-    """One row per fold (FOLD_TABLE_COLUMNS): its row ranges, the times of each window's first
-    and last row and its layout (scheme, training runs, rows left out around the validation
-    window), for the result files beside members (which carry the `fold` index). `index`: the
-    series' index, or each history's (`Market.indexes`): on several calendars
-    (`series.calendar_groups`) one row per history and fold, its `history` first and its dates
-    its own (the rows are every history's). `layout` is the walk-forward layout (config
-    `data.folds.layout`); purged folds (`SegmentBounds.purged`) write none."""
+    """One row per fold (and per history on several calendars, with its own dates); purged folds write no layout."""
     indexes = [index] if isinstance(index, pd.Index) else list(index)
     if len(calendar_groups(indexes)) > 1:
         per = [fold_table(idx, folds, layout, fold_ids) for idx in indexes]
@@ -289,7 +225,7 @@ def fold_table(index: pd.Index | Sequence[pd.Index], folds: Sequence[SegmentBoun
             row[f"{seg}_last"] = format_when(index[hi - 1]) if timed else None
         row["scheme"] = "purged" if b.purged else "walk_forward"
         row["train_rows"] = int(sum(hi - lo for lo, hi in b.runs))
-        row["train_runs"] = format_runs(b.runs)
+        row["train_runs"] = " ".join(f"{int(lo)}:{int(hi)}" for lo, hi in b.runs)  # half-open runs
         row["group_rows"] = int(b.val[1] - b.val[0])
         before, after = b.purge if b.purged else (b.val[0] - b.train[1], 0)
         row["purge_before"], row["purge_after"], row["embargo"] = int(before), int(after), int(b.embargo)
@@ -308,10 +244,8 @@ def sealed_rows(n: int, sealed: float | int, min_len: int) -> int:
 
 
 def seal_digest(paths: Sequence[pd.Series], names: Sequence[str], rows: int) -> dict[str, Any]:
-    """What the experiment's record holds of a seal: its `rows`, the row they start at, each
-    history's span of them and the SHA-256 of every history's sealed rows (its name, the
-    timestamps as int64 nanoseconds or the row numbers, the prices as float64), in order; and
-    no opening yet."""
+    """The record of a seal: its rows, start, each history's span and the SHA-256 of every history's
+    sealed rows (name, int64 ns timestamps or row numbers, float64 prices); no opening yet."""
     digest, spans = hashlib.sha256(), {}
     n = len(paths[0])
     for name, path in zip(names, paths):

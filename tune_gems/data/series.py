@@ -1,11 +1,6 @@
-"""Price series: read from CSV/Parquet with one-line errors, or generated (the segments and
-walk-forward / purged folds they are split into: `segments.py`).
-
-A bad price file should fail here, before any GPU time is spent, with one line that says which
-file and what is wrong with it (`tune_gems.contracts.errors.DataError`: "<path>: <problem>"). Everything
-downstream (env, trainer) may then assume a float64 series of strictly positive prices in
-strictly increasing time order.
-"""
+"""Price series, read from CSV/Parquet or generated. A bad file fails here, before any GPU time, in
+one line (`tune_gems.contracts.errors.DataError`); downstream may assume float64 strictly positive
+prices in strictly increasing time."""
 
 from __future__ import annotations
 
@@ -34,9 +29,8 @@ DEFAULT_REGIMES = ((0.006, 0.0005), (0.010, 0.0), (0.020, -0.0005))
 
 @dataclass(frozen=True)
 class SyntheticShape:
-    """The synthetic series beside its edge (`synthetic_prices`): its regimes (daily volatility,
-    daily drift at edge=1), how long a regime and the trend persist, the trend's largest share of
-    a return's variance, the first business day and the first price."""
+    """The synthetic series beside its edge: its regimes, persistence, the trend's largest share of a
+    return's variance, first day and first price."""
 
     regimes: Sequence[tuple[float, float]] = DEFAULT_REGIMES
     regime_persistence: float = 0.98
@@ -194,16 +188,11 @@ def _parse_prices(raw: pd.Series, times: pd.DatetimeIndex | None, path: Path, co
     return values
 
 
-def load_prices(
-    path: str | Path, price_column: str = "close", time_column: str | None = None, *, min_rows: int = 0
-) -> pd.Series:
-    """A validated float64 price series from a CSV (.csv, .csv.gz, .txt) or Parquet (.parquet, .pq).
-
-    Works on OHLCV tables and close-only files alike: only `price_column` is read. Column names
-    match ignoring case and surrounding spaces. Without `time_column`, a column named date,
-    datetime, time or timestamp (any case) is used when present; otherwise the index is 0..n-1.
-    `min_rows` > 0 rejects series too short to train on. Raises DataError "<path>: <problem>".
-    """
+def load_prices(path: str | Path, price_column: str = "close", time_column: str | None = None, *,
+                min_rows: int = 0) -> pd.Series:
+    """A validated float64 price series from CSV or Parquet, reading only `price_column` (names match
+    ignoring case and spaces); without `time_column` a date-like column if any. DataError "<path>:
+    <problem>"."""
     p = Path(path)
     if not p.exists():
         raise _fail(path, "no such file")
@@ -237,41 +226,16 @@ def load_prices(
 
 def synthetic_prices(n: int, seed: int, edge: float = DEFAULT_EDGE, edge_periods: Sequence[Sequence[float]] | None = None,
                      shape: SyntheticShape = SyntheticShape()) -> pd.Series:
-    """A seeded regime-switching price series with a weak momentum edge a learner can find.
-
-    Why this shape: the embedded run must have something to learn (so a policy reading past
-    returns can beat flat after ~5 bps costs) without being trivial, and `edge=0` must be a
-    control with nothing to learn.
-    - Regimes: a Markov chain over `regimes` (daily volatility, drift) that stays put with
-      probability `regime_persistence` (else jumps to another regime uniformly); the drift is
-      scaled by `edge`, so edge=0 has none.
-    - Momentum: a hidden unit-variance AR(1) trend (`trend_persistence`) carries a share
-      `edge * max_trend_share` of each return's variance; the rest is i.i.d. noise. Lag-1
-      autocorrelation of returns is about edge * max_trend_share * trend_persistence
-      (~0.15 at the default edge 0.8, measured 0.152; real daily series have ~0: this series
-      is deliberately easier than a market); at edge=0 the direction of returns is
-      unpredictable (only volatility clusters).
-    - Drift: the regimes' drifts cancel over the chain's uniform stationary distribution, so
-      the expected simple return is 0 at every edge; any one path drifts up or down by luck.
-    - Regimes in time (`edge_periods`, [[start_fraction, edge], ...], first start 0): from row
-      round(start * n) on, the edge is that period's instead of `edge`, so a time-varying edge
-      can be planted (an edge that vanishes half-way reads differently in early and late
-      walk-forward folds). The random draws do not depend on it: the same seed gives the same
-      regimes, trend and noise whatever the edges.
-    Prices compound simple returns with multiplications only (no exp), so the same (n, seed,
-    edge) gives the same bits on every machine. Indexed by business days from `start`.
-    `shape` (SyntheticShape): regimes, persistences, trend share, start; built by `synthetic_paths`.
-    """
+    """A seeded regime-switching series with a weak momentum edge (docs/data.md "The synthetic
+    series"), `edge=0` a control with nothing to learn; `edge_periods` changes the edge over time
+    without changing a random draw. Multiplications only, so the same bits on every machine."""
     return synthetic_paths(n, [seed], edge, edge_periods, shape)[0]
 
 
 def synthetic_paths(n: int, seeds: Sequence[int], edge: float = DEFAULT_EDGE, edge_periods: Sequence[Sequence[float]] | None = None,
                     shape: SyntheticShape = SyntheticShape()) -> list[pd.Series]:
-    """`synthetic_prices` of each seed, built together: each path draws from its own seed's
-    generator, as alone, then every path's regime chain and trend are walked in one loop over
-    the rows (a vector of paths per row), the returns and prices computed for all paths at
-    once, and the business-day index built once and shared (pandas before 3 builds it an offset
-    at a time: ~0.1 s per path of 6000 rows). Each path has the bits it has alone."""
+    """`synthetic_prices` of each seed, built together (one walk over the rows for every path,
+    one shared business-day index), each path with the bits it has alone."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if not len(seeds):
@@ -303,40 +267,34 @@ def synthetic_paths(n: int, seeds: Sequence[int], edge: float = DEFAULT_EDGE, ed
     return [pd.Series(row, index=index, name="close", dtype=np.float64) for row in prices]
 
 
-def _regime_chain(cumulative: np.ndarray, jumps: np.ndarray, start: int | np.ndarray) -> np.ndarray:
-    """The regime of each row, int64, of one path (`jumps` [n], `start` an int: [n]) or of
-    several (`jumps` [P, n], `start` [P]: [P, n]): at row t the chain moves from s to the first
-    regime whose cumulative transition probability (row s of `cumulative`) exceeds jumps[t]
-    (numpy's searchsorted, side "right", capped at the last regime). Every row's move from
-    every regime is computed at once; only the walk through them is a loop over the rows, each
-    step one lookup for every path (a searchsorted per row makes 64 paths a 6 s start-up)."""
+def _regime_chain(cumulative: np.ndarray, jumps: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The regime [P, n] of each path's rows: every row's move from every regime at once, then one loop
+    over the rows."""
     k = cumulative.shape[0]
-    many = np.atleast_2d(jumps)
-    P, n = many.shape
-    moves = np.minimum((cumulative[None, None, :, :] <= many[:, :, None, None]).sum(-1), k - 1)  # [P, n, k]
+    P, n = jumps.shape
+    moves = np.minimum((cumulative[None, None, :, :] <= jumps[:, :, None, None]).sum(-1), k - 1)  # [P, n, k]
     by_row = np.ascontiguousarray(moves.transpose(1, 0, 2)).reshape(n, P * k)  # row t: every path's move from every regime
     offset = np.arange(P, dtype=np.int64) * k
-    s = np.broadcast_to(np.asarray(start, dtype=np.int64), (P,))
+    s = np.asarray(start, dtype=np.int64)
     states = np.empty((n, P), dtype=np.int64)
     for row in range(n):
         s = by_row[row][offset + s]
         states[row] = s
-    return states.T.copy() if np.ndim(jumps) == 2 else states[:, 0].copy()
+    return states.T.copy()
 
 
 def _ar1(shocks: np.ndarray, persistence: float, scale: float) -> np.ndarray:
-    """m_t = persistence m_{t-1} + scale shocks[t] from m_{-1} = 0, float64, of one path
-    (`shocks` [n]) or of several ([P, n]): one loop over the rows, each step the same IEEE double
-    multiplications and addition, in the same order, as the scalar recursion (bit for bit)."""
+    """m_t = persistence m_{t-1} + scale shocks[t] from m_{-1} = 0 of each path (`shocks` [P, n]):
+    the same IEEE operations, in the same order, as the scalar recursion (bit for bit)."""
     a = float(persistence)
-    scaled = np.ascontiguousarray(np.atleast_2d(shocks).T) * float(scale)  # [n, P]: each row's c * shock
+    scaled = np.ascontiguousarray(shocks.T) * float(scale)  # [n, P]: each row's c * shock
     out = np.empty_like(scaled)
     m = np.zeros(scaled.shape[1])
     for row in range(len(scaled)):
         np.multiply(m, a, out=m)
         np.add(m, scaled[row], out=m)
         out[row] = m
-    return out.T.copy() if np.ndim(shocks) == 2 else out[:, 0].copy()
+    return out.T.copy()
 
 
 def _edge_of_row(n: int, periods: Sequence[Sequence[float]]) -> np.ndarray:
@@ -375,12 +333,8 @@ def _load_history(spec: HistorySpec, min_rows: int, several: bool) -> pd.Series:
 
 
 def load_histories(cfg: Any, min_rows: int = 0) -> list[pd.Series]:
-    """Every price history of a file `DataConfig` (`DataConfig.price_histories`: one, or
-    one per `data.price_columns` / `data.histories` entry), validated one by one (`load_prices`,
-    a problem naming the history) and then against each other (`check_side_by_side`,
-    `check_distinct_markets`). Each keeps its own index: histories may come from different
-    calendars (`calendar_groups`), and every fold and segment is the same rows of each, at that
-    history's own dates."""
+    """Every price history of a file `DataConfig`, validated singly and then together; each keeps its
+    own index (`calendar_groups`)."""
     specs = cfg.price_histories
     series = [_load_history(spec, min_rows, len(specs) > 1) for spec in specs]
     check_side_by_side(specs, series, cfg.histories_key)
@@ -400,11 +354,8 @@ def check_distinct_markets(specs: Sequence[HistorySpec], series: Sequence[pd.Ser
 
 
 def check_side_by_side(specs: Sequence[HistorySpec], series: Sequence[pd.Series], key: str) -> None:
-    """DataError naming the history that cannot stand beside the first: the member layout puts
-    row t of every history side by side (one fold is the same rows of each), so every history
-    needs as many rows; and their windows' dates are compared by the analysis (which histories
-    share a period), so either every history has timestamps, all naive or all timezone-aware,
-    or none has (row numbers)."""
+    """DataError naming a history that cannot stand beside the first: as many rows, and timestamps in
+    all (all naive or all aware) or none."""
     ref, first = series[0].index, specs[0]
     for spec, s in zip(specs[1:], series[1:]):
         idx = s.index
@@ -423,9 +374,7 @@ def check_side_by_side(specs: Sequence[HistorySpec], series: Sequence[pd.Series]
 
 
 def calendar_groups(indexes: Sequence[pd.Index]) -> list[list[int]]:
-    """The histories (positions in `indexes`, each history's index) grouped by calendar, in order
-    of their first history: histories of one calendar have the same index, row for row (the
-    columns of one file on its date column; every history without timestamps)."""
+    """The histories grouped by calendar (the same index, row for row), in order of first history."""
     groups: dict[int, list[int]] = {}
     for h, idx in enumerate(indexes):
         groups.setdefault(next((g for g in groups if indexes[g].equals(idx)), h), []).append(h)
@@ -441,15 +390,8 @@ def path_seeds(syn: Any, n_seed_indices: int, first_seed_index: int = 0) -> list
 
 
 def load_paths(cfg: Any, n_seed_indices: int = 1, min_rows: int = 0, first_seed_index: int = 0) -> list[pd.Series]:
-    """The price paths a `DataConfig` names, for a run of `n_seed_indices` seed indices from
-    `first_seed_index` on (a seed block of a larger design starts past 0).
-
-    Synthetic data with `paths: per_seed` gives one path per seed index s (seed
-    `data.synthetic.seed + s`), so seed indices differ in market as well as in initial weights,
-    and a seed block's paths are those of the same seed indices in a run of every index;
-    `shared` gives one path; price files give one path per history (`load_histories`: one, or
-    several of as many rows). Index the result with `path_of_member`.
-    """
+    """The price paths for `n_seed_indices` seed indices from `first_seed_index`: synthetic `per_seed`
+    one per seed index, `shared` one, files one per history; index with `path_of_member`."""
     if n_seed_indices < 1:
         raise ValueError(f"n_seed_indices must be >= 1, got {n_seed_indices}")
     if cfg.source != "synthetic":
@@ -461,9 +403,7 @@ def load_paths(cfg: Any, n_seed_indices: int = 1, min_rows: int = 0, first_seed_
 
 
 def path_of_member(cfg: Any, seed_slot_of_member: Sequence[int], history_of_member: Sequence[int] | None = None) -> list[int]:
-    """The path (an index into `load_paths`) each member trains and evaluates on: its seed's
-    position in the run (`MemberLayout.seed_slot`) under synthetic `per_seed`; its history
-    (`MemberLayout.history_index`, default 0) on price files; else 0 for everyone."""
+    """Each member's path in `load_paths`: its seed slot under `per_seed`, its history on files, else 0."""
     if cfg.source == "synthetic" and cfg.synthetic.paths == "per_seed":
         return [int(s) for s in seed_slot_of_member]
     if cfg.source != "synthetic" and history_of_member is not None:

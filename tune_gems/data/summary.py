@@ -1,10 +1,5 @@
-"""What a run trains on, said at its start: the data source, the price column matched in the
-file, and where the split landed (rows and dates per segment); and the history table the result
-files carry (histories.csv / histories.parquet).
-
-Why: a mistyped column or a date split that landed somewhere unexpected otherwise shows only in
-the results; `tune-gems train`, `sweep` and their `--dry-run` print these lines first.
-"""
+"""What a run trains on, said at its start (a mistyped column or a surprising date split otherwise
+shows only in the results), and the history table the results carry."""
 
 from __future__ import annotations
 
@@ -25,10 +20,8 @@ def _column(spec: Any, found: str | None) -> str:
 
 
 def source_line(data_cfg: Any, market: Any) -> str:
-    """`data: <file>, price column 'Close' (asked 'close'), <n> rows` or the synthetic series;
-    several histories: `data: <file>, <k> histories on one calendar, <n> rows each: <name> (price
-    column '<c>') | ...` (histories in several files: `<name> (<file>, price column '<c>')`; on
-    several calendars, `<k> histories on <c> calendars` and each history's time column)."""
+    """`data: <file>, price column 'Close' (asked 'close'), <n> rows`, the synthetic series, or several
+    histories with each one's file, column and calendar."""
     if data_cfg.source == "synthetic":
         syn = data_cfg.synthetic
         paths = "one path per seed index" if syn.paths == "per_seed" else "one shared path"
@@ -47,9 +40,8 @@ def source_line(data_cfg: Any, market: Any) -> str:
 
 
 def history_table(data_cfg: Any, market: Any) -> pd.DataFrame:
-    """One row per history of the run (HISTORY_TABLE_COLUMNS): its index (the members'
-    `history`), name, source file and price column (as the file spells it), the first and last
-    timestamp of its own calendar (`row 1`, `row <n>` without one) and its rows."""
+    """One row per history (HISTORY_TABLE_COLUMNS): index, name, file, column as spelled, first and last
+    timestamp (`row 1`, `row <n>` without) and rows."""
     rows = []
     for h, spec in enumerate(data_cfg.price_histories):
         found = market.columns[h] if data_cfg.source != "synthetic" else None
@@ -79,10 +71,8 @@ def _runs(index: pd.Index, runs: tuple[tuple[int, int], ...]) -> str:
 
 
 def split_line(market: Any, index: pd.Index | None = None, head: str = "split") -> str:
-    """`split: train <rows> rows (<first>..<last>) | validation ... | test ...` at `index`'s dates
-    (default the market's first history's); dates only where the data has a time column. With
-    folds, each fold's training rows and validation window (`fold <k>: train ... validation ...`;
-    a purged fold's training runs), then the common test segment."""
+    """`split: train <rows> rows (<first>..<last>) | validation ... | test ...`, dates where the data has
+    them; with folds each fold's training rows and window, then the common test."""
     index = market.index if index is None else index
     folds = market.bounds
     sealed = [f"sealed {folds[0].sealed} rows after it (no search reads them; `tune-gems confirm --final` opens them)"]

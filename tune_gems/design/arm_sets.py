@@ -1,10 +1,6 @@
-"""Designed arm sets and the paired gains they support (docs/analysis.md, docs/workflow.md).
-Comparing proposals across trials confounds a gem with everything else, so `wire_search` trains, in
-one trial and on the same seed indices, `proposal`, `control` (every wired gem measured) and
-`without-<g>` per wired gem: `proposal - control` at a seed is the wiring's alone. A proposal wiring
-nothing is its own control (one arm, gains 0); with one wired gem `without-<g>` is `control`,
-trained once (`arm_aliases`). A mean gain over a diverged pair is NaN; `verdict_gain` scores
-divergence as the worst outcome, as the analysis does."""
+"""Designed arm sets and their paired gains (docs/analysis.md): `wire_search` trains `proposal`,
+`control` and `without-<g>` in one trial on the same seeds, so `proposal - control` at a seed is
+the wiring's alone; `verdict_gain` scores divergence as the worst outcome."""
 
 from __future__ import annotations
 
@@ -151,9 +147,8 @@ def _pair_hodges_lehmann(values: np.ndarray, diverged: np.ndarray, arm_of: np.nd
 
 def verdict_gains(gems: Sequence[str], arm_of: Sequence[str], seed_index: Sequence[int], window: np.ndarray,
         window_diverged: np.ndarray, aliases: dict[str, str] | None = None) -> dict[str, float]:
-    """The verdict's statistic on a trial's arms: `window` [k, P] validation alpha Sharpe over the
-    last k epochs, `window_diverged` [k, P]; a member's window mean, diverged if anywhere non-finite
-    (`pairing.window_values`)."""
+    """The verdict's statistic on a trial's arms from `window` [k, P] validation alpha Sharpe; diverged
+    if anywhere non-finite (as `pairing.window_values`)."""
     arm_arr = np.asarray(arm_of, dtype=object)
     seeds = np.asarray(seed_index, dtype=np.int64)
     w = np.asarray(window, dtype=np.float64).reshape(-1, arm_arr.size)

@@ -1,7 +1,5 @@
-"""Will a run fit? A memory estimate from the config's shapes, checked before anything is allocated
-(else it fails minutes later in the allocator or the OOM killer): replay, parameters and their
-copies, activations, evaluation buffers, the market and the host's series, for `members` members.
-Deliberately generous, so only sizes far from the machine's are refused."""
+"""Will a run fit? A generous memory estimate from the config's shapes, checked before allocating
+(else it fails minutes later), so only sizes far from the machine's are refused."""
 
 from __future__ import annotations
 
@@ -212,9 +210,8 @@ def check_fits(est: MemoryEstimate, host: int | None, device: int | None, where:
 
 def check_training_fits(cfg: Config, members: int | None = None, device: Any = None, where: str = "",
         gpu_trial: bool = False) -> MemoryEstimate:
-    """The estimate for `cfg` against this machine (host, and the CUDA device, found without
-    initialising CUDA). `gpu_trial`: a sweep trial asking for a GPU: estimated as CUDA, its GPU
-    checked where one is."""
+    """The estimate for `cfg` against the host and CUDA device (found without initialising CUDA);
+    `gpu_trial` estimates a sweep trial as CUDA."""
     if device is not None:
         on_cuda = getattr(device, "type", str(device)) == "cuda"
     else:

@@ -1,7 +1,6 @@
 """The gem registry: one definition per gem, from which every column, config key and manifest
-derives (docs/design.md "The gem registry"). A run knows the built-ins and its own plug-ins' gems
-(`run_gems`). Torch-free. A plug-in is trusted code, probed in a throwaway child first
-(`probe_plugin`; docs/robustness.md)."""
+derives (docs/design.md "The gem registry"). Torch-free. A plug-in is trusted code, probed in a
+throwaway child first (`probe_plugin`; docs/robustness.md)."""
 
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 """A gem name and its metric name: lowercase identifiers (they become config keys and columns)."""
 
 BUILTIN_ORIGIN = "tune_gems.builtin_gems"
-RESERVED_METRICS = frozenset(
-    {"epoch", "env_steps", "updates", "loss", "q_mean", "grad_norm", "noisy_sigma", "diverged", "sps", "nonfinite"}
-)
+RESERVED_METRICS = frozenset({"epoch", "env_steps", "updates", "loss", "q_mean", "grad_norm", "noisy_sigma", "diverged",
+                              "sps", "nonfinite"})
 """Names a gem metric may not take: the trainer's own columns and accumulator rows."""
 PLUGIN_IMPORT_TIMEOUT_S = 60.0
 """Default bound on one plug-in's import; `PLUGIN_IMPORT_TIMEOUT_ENV` sets another."""
@@ -44,9 +42,8 @@ MODULE_NAME_MAX = 200
 
 @dataclass(frozen=True)
 class Gem:
-    """One gem's definition (docs/gems.md): `name` and `metric`; `reference(x) -> [P]` in plain
-    torch; optional `fused` (a custom op), `null` (its value with no structure: the analysis's zero)
-    and `head` (parameters it owns); `origin`, the module that registered it."""
+    """One gem's definition (docs/gems.md); `null` is its value with no structure (the analysis's
+    zero), `head` the parameters it owns, `origin` the module that registered it."""
 
     name: str
     metric: str
@@ -188,9 +185,8 @@ def _import_one(module: str, timeout: float) -> list[Gem]:
 
 
 def import_plugins(plugins: Sequence[Any], validate: Callable[[list[str]], None] | None = None) -> list[Gem]:
-    """Import the `plugins` modules (probed first); their gems, in order. ConfigError naming
-    `plugins` for a bad entry, a failed import, no gem, a clash, or what `validate(plugins)`
-    refuses."""
+    """Import the `plugins` modules (probed first); their gems, in order. ConfigError naming `plugins`
+    for any bad entry or what `validate(plugins)` refuses."""
     _ensure_builtins()
     if plugins is None:
         return []

@@ -16,8 +16,7 @@ from tune_gems.rng import to_integers
 
 
 def run_start_tables(train_runs: Sequence[Sequence[DecisionRange]], episode_length: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Per fold, the allowed episode starts: first start per run [F, R], starts before it [F, R],
-    total [F]."""
+    """Per fold, the allowed episode starts: first start per run [F, R], starts before it [F, R], total [F]."""
     R = max(len(runs) for runs in train_runs)
     lo = torch.zeros(len(train_runs), R, dtype=torch.int64)
     span = torch.zeros(len(train_runs), R, dtype=torch.int64)
@@ -30,8 +29,7 @@ def run_start_tables(train_runs: Sequence[Sequence[DecisionRange]], episode_leng
 
 
 class Transition:
-    """One vectorised step, [P,E,...] each, stored as (t, pos, new_pos): `source` rebuilds `obs`,
-    `next_obs`."""
+    """One vectorised step, [P,E,...] each, stored as (t, pos, new_pos): `source` rebuilds `obs`, `next_obs`."""
 
     def __init__(self, action, reward, end, terminal, net_return, t, pos, new_pos, source: "VecTradingEnv"):
         self.action, self.reward, self.end, self.terminal, self.net_return = action, reward, end, terminal, net_return

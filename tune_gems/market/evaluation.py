@@ -108,9 +108,8 @@ def _max_drawdown(net: Tensor) -> Tensor:
 
 def evaluation_stats(positions: Tensor, asset_returns: Tensor, cost: float, periods_per_year: float, *,
         initial_position: float = 0.0, dtype: torch.dtype = torch.float64) -> dict[str, Tensor]:
-    """{name: Tensor[P]} for every name of EVAL_STATS: positions [P,T], asset_returns [T] or [P,T]
-    (`segment_asset_returns`), cost a fraction of |position change|. breakeven_cost_bps is signed;
-    with no turnover +inf for a positive gross mean, else NaN."""
+    """{name: Tensor[P]} for EVAL_STATS from positions [P,T] and asset_returns [T] or [P,T];
+    breakeven_cost_bps is signed, +inf without turnover for a positive gross mean, else NaN."""
     pos = _check_positions(positions).to(dtype)
     P, T = pos.shape
     a = _broadcast_asset(asset_returns, P, T, dtype)

@@ -1,8 +1,5 @@
-"""The Market: price paths prepared once as device tensors of look-ahead-free features and next-step
-returns, one row per (fold, path), read-only for every consumer. A path is a seed index's
-(synthetic) or a price history's (each at its own dates). The observation at t holds the W log
-returns up to p_t and the position; the position chosen at t earns p_{t+1}/p_t - 1. Each fold is
-normalised on its own training rows (docs/data.md)."""
+"""The Market: price paths as read-only device tensors of look-ahead-free features and next-step
+returns, one row per (fold, path); each fold normalised on its own training rows (docs/data.md)."""
 
 from __future__ import annotations
 
@@ -34,10 +31,8 @@ class DecisionRange:
 
 
 class Market:
-    """Price paths as device tensors. `prices`: one series or several of equal length; `bounds`: the
-    split or one per fold (sharing the test). `features`, `returns_next` [folds x paths, n],
-    fold-major (`row`); `ranges` fold 0's decision ranges, `fold_ranges[f]` fold f's,
-    `train_runs[f]` its runs of training rows (several only under purging)."""
+    """Price paths as device tensors, fold-major (`row`); `fold_ranges[f]` fold f's decision ranges,
+    `train_runs[f]` its runs of training rows."""
 
     def __init__(self, prices: pd.Series | Sequence[pd.Series], bounds, window: int, device: torch.device | str = "cpu",
             fold_ids: Sequence[int] | None = None):
@@ -91,17 +86,11 @@ class Market:
         self.returns_next = torch.tensor(np.stack(nexts), dtype=torch.float32, device=device)  # [paths, n]
         self.logret_norm = self.features[0]
         self.ret_next = self.returns_next[0]
-        self.fold_ranges = tuple(
-            {
-                name: DecisionRange(max(seg[0], window), seg[1] - 1)
-                for name, seg in zip(SEGMENTS, (fold.train, fold.val, fold.test))
-            }
-            for fold in folds
-        )
+        self.fold_ranges = tuple({name: DecisionRange(max(seg[0], window), seg[1] - 1) for name,
+                                  seg in zip(SEGMENTS, (fold.train, fold.val, fold.test))} for fold in folds)
         self.ranges = self.fold_ranges[0]
-        self.train_runs = tuple(
-            tuple(DecisionRange(max(s, window), e - 1) for s, e in getattr(fold, "runs", (fold.train,))) for fold in folds
-        )
+        self.train_runs = tuple(tuple(DecisionRange(max(s, window), e - 1) for s,
+                                      e in getattr(fold, "runs", (fold.train,))) for fold in folds)
         # windows[k, s] = row k's features s..s+W-1 (a view): the observation at t is one row gather
         self._windows = self.features.unfold(1, window, 1)
 

@@ -1,21 +1,6 @@
-"""All parameters of a population module as views of one member-major matrix.
-
-Every parameter has a leading member axis [P, ...], so member p's parameters are row p of one
-matrix `data` [P, total], and their gradients row p of `grad` [P, total]. Parameters become
-views into `data`; `gather_grads` writes the gradients that `torch.autograd.grad` returns into
-`grad` with one concatenation. That turns whole-model work into single kernels: the
-per-member gradient norm is one row-wise reduction, the Adam step one fused update, and the
-target-network update one lerp. Each parameter carries `grad_slot`, its columns of `grad` in its
-own shape: a kernel may write the parameter's gradient there itself (the Triton layer kernels,
-tune_gems.ops.triton_layers), and `gather_grads` then leaves that slot as it is.
-
-`align`: each parameter starts at a multiple of `align` columns and the row length is one too
-(the gaps hold zeros, whose gradient is zero, so Adam leaves them zero), so every member's
-parameter starts at the same address alignment: the Triton kernels then copy 16-byte vectors.
-`transposed`: the weight matrices a layer names in its `matrices` ([..., in, out] parameters)
-are stored [..., out, in] and exposed as transposed views of the same shape (the Triton
-kernels take any strides). `pack` and `unpack` convert between a layout and the plain one.
-"""
+"""All parameters of a population module as views of one member-major matrix: member p is row p
+of `data` and `grad`, so norm, Adam step and target update are single kernels. A kernel may write
+its gradient into `grad_slot` itself; `align` gives 16-byte-aligned columns."""
 
 from __future__ import annotations
 
@@ -94,9 +79,8 @@ class FlatParameters:
         return self._columns[id(param)]
 
     def columns(self, module: nn.Module) -> slice:
-        """The columns of `data` holding a submodule's parameters and the alignment gaps after
-        them (one contiguous range: a module's parameters are laid out together, in
-        `module.modules()` order)."""
+        """A submodule's columns of `data`, with the alignment gaps after them (its parameters are laid
+        out together, in `module.modules()` order)."""
         spans = sorted((c.start, _round_up(c.stop, self.align)) for c in (self._columns[id(p)] for p in module.parameters()))
         if not spans:
             return slice(0, 0)
@@ -105,9 +89,8 @@ class FlatParameters:
         return slice(spans[0][0], spans[-1][1])
 
     def gather_grads(self, grads: tuple[Tensor | None, ...]) -> None:
-        """Write per-parameter gradients (None: no gradient reached it) into `grad`: one
-        concatenation, or, when some gradients already are their slots (written there by a
-        kernel), a copy of each of the others into its slot (zeros for None)."""
+        """Write per-parameter gradients (None: zeros) into `grad`, leaving those already in their slots
+        (a kernel wrote them)."""
         P = self.population
         in_place = [g is not None and _is_view_of(g, p.grad_slot) for g, p in zip(grads, self.params)]
         if not any(in_place) and self.plain:

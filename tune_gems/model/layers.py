@@ -1,31 +1,9 @@
-"""Population-batched linear layers: parameters carry a leading group axis G (a member, or a
-member x branch), and every product is a batched matmul (`torch.baddbmm`), so G independent
-layers run as one kernel and never mix.
-
-A layer's forward takes its *effective* weights, computed once per iteration by `weights()`:
-that is where spectral norm runs its power iteration and NoisyNets apply their noise. Computing
-them once keeps the power-iteration state update out of the backward graph (the failure mode of
-torch's spectral-norm parametrization when one module runs twice) and lets s_t and s_{t+1}
-share one noise sample.
-
-Spectral norm and NoisyNets are switched per member (arms, docs/design.md "Arms"): the machinery
-always runs and a per-member mask (a constant buffer) selects its effect with `torch.where`,
-never a Python branch on a member's value (skipped when all members agree: member_select). So a
-member's computation, initial weights and random numbers do not depend on any member's switches.
-
-Member blocks: with several arms, `set_member_block(n)` makes every batched matmul of a layer
-run once per block of n consecutive members (an arm), with exactly the shapes of a single-arm
-run: a GPU BLAS may pick its algorithm (e.g. split-K) from the batch count.
-
-Two implementations of the products, a strategy chosen once per network from
-`model.layer_kernel` (`layer_products`): `TorchProducts` (the default and the oracle: baddbmm on
-effective weights computed here, member blocks as above) and
-tune_gems.ops.triton_layers.TritonProducts (`fused`: the effective weight built inside the
-kernel's K-loop from the raw parameters, which `weights("train" | "target")` returns as its
-`LayerWeights`; tiles from the matrix shape only, so no member blocks). `weights("eval")` still
-returns an `Affine` (materialised noise-free weights, which the evaluator copies into fixed
-buffers) whose products run on the same strategy.
-"""
+"""Population-batched linear layers: a leading group axis G (a member, or a member x branch), every
+product one batched matmul, so G layers run as one kernel and never mix. `weights()` computes the
+effective weights once per iteration, keeping spectral norm's state update out of the backward graph
+(torch's parametrization fails when a module runs twice) and letting s_t and s_{t+1} share one noise
+sample. Per-member switches are masks, never Python branches (docs/design.md "Arms");
+`set_member_block(n)` gives each arm a single-arm run's matmul shapes (BLAS picks by batch count)."""
 
 from __future__ import annotations
 
@@ -51,10 +29,8 @@ accurate from the first forward, also for a target net that does not iterate."""
 
 
 def _draws(gens: list[torch.Generator], reps: int, shape: tuple[int, ...], draw) -> Tensor:
-    """[P, reps, *shape] float64: member p's block drawn by `draw` (torch.rand or torch.randn)
-    from its own generator, written in place into one preallocated tensor (no per-member
-    tensors to stack). Each generator is consumed exactly as by a call of its own: the
-    generators' state, and so every member's bits, are those of drawing member by member."""
+    """[P, reps, *shape] float64, member p's block drawn by `draw` from its own generator in place,
+    consuming each generator exactly as a call of its own would."""
     out = torch.empty((len(gens), reps, *shape), dtype=torch.float64)
     for member, g in zip(out, gens):
         draw((reps, *shape), generator=g, dtype=torch.float64, out=member)
@@ -92,10 +68,8 @@ class TorchProducts:
     name = "torch"
     fused = False
     """Whether the products build the effective weight from the raw parameters themselves."""
-    parameter_align = 1
-    """Columns at which each parameter starts in the flat matrix (tune_gems.model.flat)."""
-    weights_out_in = False
-    """Whether the flat matrix stores the weight matrices [out, in] (tune_gems.model.flat `transposed`)."""
+    flat_layout: dict = {}
+    """FlatParameters' layout arguments (tune_gems.model.flat: `align`, `transposed`)."""
     clip_adam = None
     """The optimizer's fused clip-and-Adam step (PopulationAdam `clip_adam`); None: torch's calls."""
     row_means = None
@@ -117,21 +91,18 @@ TORCH = TorchProducts()
 
 
 def layer_products(name: str):
-    """The strategy `model.layer_kernel` names. The triton ones are imported on first use (only
-    that path needs Triton), at each call, so a test that imports them afresh under Triton's CPU
-    interpreter (TRITON_INTERPRET=1, read when the kernels are defined) gets the fresh ones."""
+    """The strategy `model.layer_kernel` names; the triton one is imported at each call, so a test
+    that reimports it under TRITON_INTERPRET=1 gets the fresh one."""
     if name == "torch":
         return TORCH
-    triton = importlib.import_module("tune_gems.ops.triton_layers").STRATEGIES
-    if name not in triton:
-        raise ValueError(f"layer kernel {name!r} is not one of {('torch', *triton)}")
-    return triton[name]
+    if name != "triton":
+        raise ValueError(f"layer kernel {name!r} is not one of ('torch', 'triton')")
+    return importlib.import_module("tune_gems.ops.triton_layers").TRITON
 
 
 class Affine(tuple):
-    """A layer's effective weights for one iteration, (W [G,in,out], b [G,1,out]), unpacking like
-    a pair; `chunk`: the groups per member block that matmuls keep apart (None: one block);
-    `products`: the strategy its products run on."""
+    """A layer's effective weights (W [G,in,out], b [G,1,out]), unpacking like a pair; `chunk`: the
+    groups per member block (None: one block)."""
 
     chunk: int | None
 
@@ -155,34 +126,16 @@ def _blockwise(op, chunk: int | None, *tensors: Tensor) -> Tensor:
     return torch.cat([op(*parts) for parts in zip(*(t.split(chunk) for t in tensors))])
 
 
-def _group_mask(flags: list[bool], reps: int, rank: int) -> Tensor:
-    """Member switches -> a bool mask over the G = P*reps groups, shaped [G, 1, ...] (`rank` dims)."""
-    return torch.tensor(flags).repeat_interleave(reps).view(-1, *([1] * (rank - 1)))
-
-
 class PopLinear(nn.Module):
-    """y = x @ W + b per group, optionally spectral-normed by per-group power iteration.
-
-    Parameters are stored [P, reps, in, out] (member first, so they can be views of one
-    member-major matrix, see flat.py) and used as G = P*reps independent [in, out] matrices.
-
-    `spectral_norm`: None (a plain layer: no spectral-norm state, e.g. a gem head), or the
-    per-member switch (a bool for all, or P bools). With a switch the power-iteration state is
-    built and advanced for every member, and a member whose switch is off uses its raw weights
-    (W / 1); its initial weights are the same either way.
-    """
+    """y = x @ W + b per group, stored [P, reps, in, out] (views of the member-major matrix).
+    `spectral_norm`: None (no state, e.g. a gem head) or the per-member switch; a member whose switch
+    is off uses W / 1, with the same initial weights."""
 
     matrices = ("weight",)
     """The [.., in, out] parameters (a flat matrix may store them transposed: tune_gems.model.flat)."""
 
-    def __init__(
-        self,
-        gens: list[torch.Generator],
-        reps: int,
-        in_f: int,
-        out_f: int,
-        spectral_norm: bool | Sequence[bool] | None = None,
-    ):
+    def __init__(self, gens: list[torch.Generator], reps: int, in_f: int, out_f: int,
+                 spectral_norm: bool | Sequence[bool] | None = None):
         super().__init__()
         bound = 1.0 / math.sqrt(in_f)
         self.groups, self.reps, self.in_f, self.out_f = len(gens) * reps, reps, in_f, out_f
@@ -194,7 +147,7 @@ class PopLinear(nn.Module):
         if self.has_spectral_norm:
             flags = member_flags(spectral_norm, len(gens), "spectral_norm")
             # a constant, not training state: not persistent (checkpoints hold state only)
-            self.register_buffer("sn_on", _group_mask(flags, reps, 3), persistent=False)
+            self.register_buffer("sn_on", torch.tensor(flags).repeat_interleave(reps).view(-1, 1, 1), persistent=False)
             self.sn_common = uniform(flags)  # the mask as a host fact when all members agree
             self.register_buffer("sn_u", _normalize(_normal(gens, reps, (out_f,))).view(self.groups, out_f))
             self.register_buffer("sn_v", _normalize(_normal(gens, reps, (in_f,))).view(self.groups, in_f))
@@ -230,13 +183,10 @@ class PopLinear(nn.Module):
             self._power_iteration()
         sigma = (self.sn_v * _blockwise(torch.bmm, self.chunk, w, self.sn_u.unsqueeze(-1)).squeeze(-1)).sum(-1)
         # W / 1 is W exactly; the where also keeps an off member's sigma out of its gradient.
-        # Per member block: sigma's gradient is a sum over [in, out] per group, a reduction whose
-        # blocks-per-output torch picks from the number of groups (p_invariance_probe.py).
-        # Every member off: W / 1 is W, so no division (member_select), but still a fresh
-        # contiguous copy, as the division returns: cuBLAS picks its kernel from the operand's
-        # strides and address alignment, and a strided view of the member-major parameter matrix
-        # rounded an arm run alone differently from the same arm beside others on the H200
-        # (tests/gpu/test_arms_gpu.py). The copy's backward passes the gradient unchanged.
+        # Per member block: torch picks a reduction's blocks from the number of groups.
+        # Every member off: no division, but a fresh contiguous copy as the division returns:
+        # cuBLAS picks its kernel from the operand's strides and alignment, and a strided view
+        # rounded an arm alone differently from the same arm beside others (test_arms_gpu.py).
         if self.sn_common is False:
             return Affine(w.clone(memory_format=torch.contiguous_format), b, self.chunk)
         scale = select(self.sn_common, self.sn_on, sigma.view(-1, 1, 1), 1.0)
@@ -269,29 +219,14 @@ class PopLinear(nn.Module):
 
 
 class NoisyPopLinear(nn.Module):
-    """Factorised-Gaussian NoisyNet layer (Fortunato et al. 2018) per group.
-
-    W = mu_w + sigma_w * f(eps_in) f(eps_out)^T, b = mu_b + sigma_b * f(eps_out), with
-    f(x) = sign(x) sqrt(|x|). The buffers `f_in`, `f_out` hold f(eps), refilled in place by
-    `resample` from each member's counter RNG inside the captured iteration.
-
-    `noisy`: the per-member switch (a bool for all, or P bools). A member whose switch is off
-    gets zero noise, so its weights are mu + sigma * 0 = mu (the mean weights) and its sigma
-    gets exactly zero gradient (Adam then leaves it unchanged). The initial mu draws the same
-    numbers as a PopLinear of the same shape would.
-    """
+    """Factorised-Gaussian NoisyNet layer (Fortunato et al. 2018) per group; `f_in`, `f_out` hold
+    f(eps), refilled by `resample` inside the captured iteration. A member with `noisy` off gets zero
+    noise (its sigma exactly zero gradient); mu draws what a PopLinear of the same shape would."""
 
     matrices = ("mu_w", "sigma_w")
 
-    def __init__(
-        self,
-        gens: list[torch.Generator],
-        reps: int,
-        in_f: int,
-        out_f: int,
-        sigma0: float,
-        noisy: bool | Sequence[bool] = True,
-    ):
+    def __init__(self, gens: list[torch.Generator], reps: int, in_f: int, out_f: int, sigma0: float,
+                 noisy: bool | Sequence[bool] = True):
         super().__init__()
         bound = 1.0 / math.sqrt(in_f)
         P = len(gens)
@@ -319,16 +254,13 @@ class NoisyPopLinear(nn.Module):
         return eps.sign() * eps.abs().sqrt()
 
     def resample(self, f_noise: Tensor) -> None:
-        """Install f(eps) for this layer from [P, noise_size] values (zero for members without
-        NoisyNets)."""
+        """Install f(eps) for this layer from [P, noise_size] values (zero for members without NoisyNets)."""
         f = select(self.noise_common, self.noise_on, f_noise.reshape(self.P, self.reps, self.in_f + self.out_f), 0.0)
         self.f_in.copy_(f[..., : self.in_f].unsqueeze(-1))
         self.f_out.copy_(f[..., self.in_f :].unsqueeze(-2))
 
     def resample_from_uniforms(self, u: Tensor, offset: int) -> None:
-        """The fused products' `resample`: f(eps) straight from the net's uniforms u [P, 2n]
-        (Box-Muller's pairs, this layer's normals at `offset`), one kernel
-        (tune_gems.ops.triton_layers `noise_factors`)."""
+        """The fused products' `resample`: f(eps) straight from the net's uniforms, one kernel."""
         self.products.noise_factors(u, offset, self.noise_on.view(-1), self.f_in, self.f_out)
 
     set_member_block = PopLinear.set_member_block

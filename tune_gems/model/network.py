@@ -1,7 +1,6 @@
-"""The population-batched branching dueling C51 network: obs [P,N,obs_dim] -> trunk -> h [P,N,H] ->
-one fused stream layer -> value logits [P,N,atoms] and advantage logits [P,K,N,A,atoms] -> dueling
-[P,N,K,A,atoms]; the advantage features [P,K,N,Hs] are G6's input. Spectral norm and NoisyNets are
-per-member switches over one architecture, so a seed's weights and noise do not depend on them."""
+"""The population-batched branching dueling C51 network: obs [P,N,obs_dim] -> trunk -> one fused
+stream layer -> value [P,N,atoms] and advantage logits [P,K,N,A,atoms] (its features G6's input).
+Spectral norm and NoisyNets are per-member switches, so a seed's weights and noise ignore them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The implementation of the gems and C51 ops for one learner, chosen once before capture
-(`resolve_backend`): "reference" plain functions; "cuda" the custom ops on the built extension;
-"auto" the custom ops on CPU, the extension on CUDA if it builds, else the reference (warned once)."""
+"""The gems' and C51 ops' implementation for one learner, chosen once before capture
+(`resolve_backend`; docs/design.md "Ops and kernels")."""
 
 from __future__ import annotations
 
@@ -20,9 +19,8 @@ REFERENCE_BACKEND = "reference"
 
 
 class GemOps:
-    """One backend's functions: an attribute per row of `custom_ops.OP_TABLE`; `name` says which
-    math runs, `fused` whether the calls go through the custom ops (a gem's `fused` is used exactly
-    then)."""
+    """One backend's functions, an attribute per row of `custom_ops.OP_TABLE`; a gem's `fused` runs
+    exactly when `fused` is set."""
 
     def __init__(self, name: str, fused: bool):
         self.name, self.fused = name, fused

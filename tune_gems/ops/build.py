@@ -1,8 +1,6 @@
-"""JIT build and process-level cache of the CUDA extension (kernels/). Built once per node into a
-folder keyed by a hash of sources, versions, arch and flags; a build that imported records its
-library's sha256 (`BUILT_RECORD`), and a later process with a matching record imports it directly
-(no ninja, no compiler probes: a short trial start-up). `_CACHE` holds the extension or the failure
-per architecture, so a failing build is tried and warned about once."""
+"""JIT build and process-level cache of the CUDA extension (kernels/), keyed by a hash of sources,
+versions, arch and flags. A recorded library sha256 (`BUILT_RECORD`) lets a later process import it
+without ninja (a short trial start-up); `_CACHE` makes a failing build warn once per architecture."""
 
 from __future__ import annotations
 

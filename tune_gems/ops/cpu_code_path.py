@@ -1,9 +1,6 @@
-"""One CPU code path on every x86 CPU, so a CPU run's bits do not depend on the machine: MKL's
-kernels round with the operands' alignment outside its strict mode, and ATen's add in other orders
-at AVX-512 than at AVX2 (the README's sweep objectives differed in the second digit). Both are
-pinned to AVX2 before any tensor work, by the CLI and again in each trial (a worker of a cluster
-started elsewhere has neither pin). A user's own value is kept once checked; a CPU without AVX2
-keeps ATen's choice."""
+"""One CPU code path (AVX2) on every x86 CPU, so a CPU run's bits do not depend on the machine (MKL
+and ATen round or add in other orders at AVX-512). Pinned by the CLI and again in each trial; a
+user's checked value is kept, a CPU without AVX2 keeps ATen's choice."""
 
 from __future__ import annotations
 

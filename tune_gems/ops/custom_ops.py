@@ -1,30 +1,6 @@
-"""The `tune_gems::*` torch.library custom ops: gems, C51 target, projection and loss
-(docs/design.md "Ops and kernels").
-
-Each differentiable op is a forward and a backward custom op, a fake for tracing and an autograd
-registration; the reference runs on CPU (and on CUDA while the extension is not loaded), the CUDA
-implementation calls the JIT-built extension (`_cuda_or_reference`). Graph-safe: no host sync, no
-branch on tensor values.
-
-Ops (P members, B samples, K branches, A sub-actions, D features, N rows):
-  g6_branch_indep(f [P,K,B,D]) -> value [P]
-  g6_branch_indep_backward(grad_value [P], f) -> grad_f
-  g10_temporal(q_t, q_tp1 [P,B,K,A], nd [P,B]) -> (per_sample [P,B], value [P])
-  g10_temporal_backward(grad_per_sample?, grad_value, q_t, q_tp1, nd) -> (grad_q_t, grad_q_tp1)
-  g12_predictive(pred, target [P,B,D], nd) -> (per_sample, value)
-  g12_predictive_backward(grad_per_sample?, grad_value, pred, target, nd) -> grad_pred
-  c51_target(online_logits, target_logits [N,K,A,atoms], support [atoms]) -> p_next [N,K,atoms]
-  c51_project(p [N,atoms], r [N], g [N], v_min, v_max) -> m [N,atoms]
-  c51_loss(logits, m [P,B,K,atoms]) -> (per_sample, value, residual [P,B,K,atoms])
-  c51_loss_backward(grad_per_sample?, grad_value, residual) -> grad_logits
-  dueling_c51(value [P,N,atoms], adv [P,K,N,A,atoms], support [atoms], action [P,R,K] int64)
-      -> (q [P,N,K,A], taken log-probabilities [P,R,K,atoms])
-  dueling_c51_backward(grad_q?, grad_log_probs?, value, adv, support, action) -> (grad_value, grad_adv)
-
-Gradients flow into f, q_t, q_tp1, pred, logits, value and adv only; c51_target and c51_project have
-none (their backward raises). c51_loss saves its residual as a non-differentiable output, so its
-backward is one multiply. An unused per-sample gradient stays None (no fill kernel). No annotations
-future-import: torch.library infers each op's schema from real annotations."""
+"""The `tune_gems::*` torch.library custom ops (docs/design.md "Ops and kernels"; shapes in
+ops/reference.py), graph-safe: no host sync, no branch on tensor values. No annotations
+future-import: torch.library infers each schema from them."""
 
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -67,9 +43,8 @@ _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
 
 
 def _define(name: str, reference_impl: Callable, extension_function: str, fake: Callable) -> torch._ops.OpOverload:
-    """One custom op `tune_gems::<name>`: the reference for every device, the extension on CUDA, the
-    fake. Through the low-level `Library`, not `custom_op`, whose wrapper imports torch._dynamo
-    (seconds)."""
+    """One custom op `tune_gems::<name>`, through the low-level `Library`: `custom_op`'s wrapper imports
+    torch._dynamo (seconds)."""
     schema = torch.library.infer_schema(reference_impl, mutates_args=())
     _LIBRARY.define(f"{name}{schema}")
     _LIBRARY.impl(name, reference_impl, "CompositeExplicitAutograd")
@@ -95,8 +70,7 @@ def _value_grad(grad_per_sample: Optional[Tensor], grad_value: Optional[Tensor],
 
 def _define_differentiable(forward_op, backward_op, n_inputs: int, saved: Callable = _saved_inputs,
         differentiable_outputs: int = 0, per_sample_value: bool = True) -> None:
-    """Autograd of forward_op through backward_op; only the first `differentiable_outputs` (0: all)
-    carry one."""
+    """Autograd of forward_op through backward_op; only the first `differentiable_outputs` (0: all) carry one."""
 
     def setup_context(ctx, inputs, output) -> None:
         ctx.set_materialize_grads(False)

@@ -1,5 +1,4 @@
-"""The double-DQN C51 target, `tune_gems::c51_target`'s reference: the online net selects, the
-target evaluates."""
+"""The double-DQN C51 target, `tune_gems::c51_target`'s reference: the online net selects, the target evaluates."""
 
 from __future__ import annotations
 

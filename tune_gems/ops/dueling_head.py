@@ -1,27 +1,6 @@
-"""The fused dueling-C51 head in plain torch: the reference (oracle) of `tune_gems::dueling_c51`.
-
-From the two stream outputs of the network, value logits v [P,N,atoms] and advantage logits
-adv [P,K,N,A,atoms] (the adv_out product as it comes out of its matmul, no permute), the head
-computes per row n, branch k and sub-action a
-
-    l[a,j] = v[j] + adv[a,j] - mean_a' adv[a',j]          (dueling combine)
-    p[a,:] = softmax(l[a,:])                               (per-branch distribution)
-    q[a]   = sum_j p[a,j] z_j                              (expected Q: what acting and the
-                                                            gems G10 read)
-    lp[j]  = log_softmax(l[a*,:])_j  for the taken a*      (what the C51 loss reads)
-
-for the first R = action.shape[1] rows only for lp (the rows of s_t; the rows of s_{t+1} need q
-alone). The [P,N,K,A,atoms] logits are never returned: the CUDA kernel never writes them, and
-its backward recomputes them from v and adv.
-
-The forward uses the network's own expressions (tune_gems.model.network, the learner's
-expected Q), so on CPU its q equals the unfused path bit for bit; the backward is written out
-(an op implementation runs below autograd):
-
-    dl[a,j] = p[a,j] (z_j - q[a]) gq[a] + [a = a*] (glp[j] - p[a*,j] sum_j' glp[j'])
-    dv[j]   = sum_k sum_a dl[k,a,j]
-    dadv[a,j] = dl[a,j] - mean_a' dl[a',j]
-"""
+"""The fused dueling-C51 head in plain torch, the oracle of `tune_gems::dueling_c51` (docs/design.md
+"Ops and kernels"): the network's own expressions, so on CPU q equals the unfused path bit for bit;
+the backward is written out because an op runs below autograd."""
 
 from __future__ import annotations
 

@@ -1,41 +1,10 @@
-"""Triton kernels of the population layers (`model.layer_kernel: triton`, docs/design.md "Ops
-and kernels"): a group's product y = act((x @ W_eff) * s + b_eff) and its backward, with no
-member blocks.
-
-Why no member blocks are needed: a program computes one tile of one group with a K-loop in a
-fixed order (the grid is (tile, group), so a group's tiles run side by side and share its
-weight in L2; GROUP_AXIS 0 swaps the axes); the tile sizes are chosen from the matrix shape
-only (tune_gems.ops.triton_layers.tiles), never from the number of groups. So group g's bits
-are those of the same group computed alone, whatever the member count of the call (the
-P-invariance cuBLAS's batched GEMM does not give: benchmarks/RESULTS.md, session 14).
-
-The K-loops assume a non-empty trip count (tl.assume): a loop that may run zero times makes
-ptxas serialise the wgmma pipeline ("non wgmma instructions defining accumulator registers"),
-as it did for the input gradient's kernel (tests/test_triton_compile.py holds the line);
-EMPTY_LOOP_OK compiles the old form, for benchmarks/layer_gemm_probe.py's "before".
-
-The operands a group's weight tile is built from, inside the K-loop (never materialised):
-- plain: W [in, out];
-- NoisyNet (NOISY): W_eff = mu + sigma * (f_in f_out^T), b_eff = mu_b + sigma_b * f_out, the
-  factorised noise of tune_gems.model.layers.NoisyPopLinear in the same order of operations;
-- spectral norm (SCALED): s = 1/sigma (1 for a member whose switch is off) multiplies the
-  product in the epilogue, from the `scale` pair [G, 2] (s, ds/dsigma) that `_spectral_kernel`
-  writes; the weight gradient's rank-one term through sigma is `_sigma_grad_kernel`'s.
-
-Parameters are addressed as [P, reps, ...] (the member-major views of model/flat.py): group g
-is member g // REPS, replica g % REPS. Every output element is written by exactly one program
-(no atomics, no memset) and nothing reads back to the host, so the kernels replay in a CUDA
-graph. Under TRITON_INTERPRET=1 (set before this module is imported) they run on the CPU
-through Triton's interpreter; the tests do that (tests/test_triton_layers.py).
-
-The optimizer's step on this path is `_row_reduce_kernel` (every member's clip-group gradient
-norms, and the learner's q_mean, in a fixed order per row) and `_clip_adam_kernel` (the clip and
-Adam per element), launched by tune_gems.ops.triton_layers.ClipAdam: a member's clip, step and
-reported grad_norm never depend on the member count.
-
-The NoisyNet layers' noise factors come from `_noise_factors_kernel` (launched by
-tune_gems.ops.triton_layers `noise_factors`): the iteration's uniforms, Box-Muller and f(eps) in one pass.
-"""
+"""Triton kernels of the population layers (`model.layer_kernel: triton`; docs/design.md "Ops and
+kernels"). A program computes one tile of one group with a fixed-order K-loop and tiles chosen from
+the shape only, so group g's bits are those of g alone (the P-invariance cuBLAS's batched GEMM does
+not give: benchmarks/RESULTS.md, session 14); group g is member g // REPS. No atomics, memset or
+host reads: they replay in a CUDA graph. The K-loops assume a non-empty trip count (tl.assume), else
+ptxas serialises the wgmma pipeline (tests/test_triton_compile.py); EMPTY_LOOP_OK compiles the old
+form for benchmarks/layer_gemm_probe.py."""
 
 from __future__ import annotations
 
@@ -46,11 +15,9 @@ from triton.runtime.interpreter import InterpretedFunction
 
 @triton.jit
 def _sum(x, axis):
-    """tl.sum, written as the builtin tl.reduce with tl.sum's own combine function. The kernels
-    call Triton's builtins only (tl.full, not the library's jit'd tl.zeros, tl.sum or tl.cdiv),
-    so they run on the interpreter whenever this module was imported under TRITON_INTERPRET=1,
-    even in a process that had imported Triton, and defined its library's jit functions,
-    without it; the interpreter recognises this combine function and sums with numpy."""
+    """tl.sum through the builtin tl.reduce: the kernels call builtins only, so they run on the
+    interpreter whenever this module was imported under TRITON_INTERPRET=1, even after Triton's
+    library jit functions were defined without it."""
     return tl.reduce(x, axis, tl.standard._sum_combine)
 
 
@@ -62,8 +29,7 @@ def _group_offset(g, REPS: tl.constexpr, s_member, s_rep):
 
 @triton.jit
 def _tile_ranges(tile, cols, BM: tl.constexpr, BN: tl.constexpr):
-    """Row and column indices of output tile `tile` (tiles of BM x BN, row-major, over `cols`
-    columns)."""
+    """Row and column indices of output tile `tile` (tiles of BM x BN, row-major, over `cols` columns)."""
     tiles_c = (cols + BN - 1) // BN
     return (tile // tiles_c) * BM + tl.arange(0, BM), (tile % tiles_c) * BN + tl.arange(0, BN)
 
@@ -123,11 +89,8 @@ def _rows_kernel(
     REPS: tl.constexpr, NOISY: tl.constexpr, SCALED: tl.constexpr, RELU: tl.constexpr, DOT: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_AXIS: tl.constexpr, EMPTY_LOOP_OK: tl.constexpr,
 ):  # fmt: skip
-    """A product over the batch rows, grid (row tiles x column tiles, G), or (G, tiles) with
-    GROUP_AXIS 0:
-    forward:  out[g] = act((a[g] @ W_eff[g]) * s[g] + b_eff[g]), a = x [G, N, K], out [G, N, O];
-    BACKWARD: out[g] = s[g] * ((a[g] * relu'(y[g])) @ W_eff[g]^T), a = dy [G, N, O] sharing y's
-    strides, out = dx [G, N, K] (no bias: its operands are placeholders)."""
+    """forward: out[g] = act((x[g] @ W_eff[g]) * s[g] + b_eff[g]); BACKWARD: dx[g] = s[g] * ((dy[g] *
+    relu'(y[g])) @ W_eff[g]^T), dy sharing y's strides (no bias: its operands are placeholders)."""
     g = tl.program_id(GROUP_AXIS).to(tl.int64)
     cols = K if BACKWARD else O
     inner = O if BACKWARD else K
@@ -180,14 +143,9 @@ def _weight_grad_kernel(
     REPS: tl.constexpr, NOISY: tl.constexpr, SCALED: tl.constexpr, RELU: tl.constexpr, DOT: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_AXIS: tl.constexpr, EMPTY_LOOP_OK: tl.constexpr,
 ):  # fmt: skip
-    """G[g] = x[g]^T @ dy_pre[g] (the gradient of the effective weight) and its consequences,
-    written straight into the parameters' gradients; grid (input tiles x output tiles, G), or
-    (G, tiles) with GROUP_AXIS 0.
-
-    NOISY: d mu = G, d sigma = G * (f_in f_out^T); d mu_b = sum_n dy_pre, d sigma_b = d mu_b * f_out.
-    Plain: dW = s G (SCALED) or G, db = sum_n dy_pre; SCALED also writes this tile's <G, W> to
-    `partials` [G, tiles] for `_sigma_grad_kernel`. The bias sums run in the programs of the
-    first input tile, over the rows in the K-loop's fixed order."""
+    """G[g] = x[g]^T @ dy_pre[g] and the parameter gradients it gives, written in place (docs/design.md
+    "Ops and kernels"); SCALED also writes this tile's <G, W> to `partials` for `_sigma_grad_kernel`.
+    The bias sums run in the first input tile's programs, in the K-loop's fixed order."""
     g = tl.program_id(GROUP_AXIS).to(tl.int64)
     tile = tl.program_id(1 - GROUP_AXIS)
     rk, ro = _tile_ranges(tile, O, BM, BN)
@@ -236,10 +194,8 @@ def _sigma_grad_kernel(
     K, O, TILES,
     REPS: tl.constexpr, TILES_P2: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, GROUP_AXIS: tl.constexpr,
 ):  # fmt: skip
-    """Spectral norm's term through sigma: dW[g] += <G, W>[g] * ds/dsigma[g] * v u^T, with
-    sigma = v . (W u) (u, v the power iteration's vectors, no gradient) and ds/dsigma = -1/sigma^2
-    (0 for a member whose switch is off). <G, W> is the sum of the weight-gradient kernel's
-    partials in one fixed order (every program of a group sums the same tiles alike)."""
+    """Spectral norm's term through sigma: dW[g] += <G, W>[g] * ds/dsigma[g] * v u^T, <G, W> summed
+    from the partials in one fixed order (every program of a group sums the same tiles alike)."""
     g = tl.program_id(GROUP_AXIS).to(tl.int64)
     tile = tl.program_id(1 - GROUP_AXIS)
     t = tl.arange(0, TILES_P2)
@@ -256,9 +212,8 @@ def _sigma_grad_kernel(
 @triton.jit
 def _matvec(w, w_off, s_rows, s_cols, vec, out, other, R, C,
             STORE: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):  # fmt: skip
-    """r = M @ vec for one group's M [R, C] with strides (s_rows, s_cols) (W, or W^T by swapping
-    the strides), tile by tile in a fixed order. STORE: r goes to `out` and the sum of r^2 is
-    returned; else r . other is returned."""
+    """r = M @ vec (W, or W^T by swapping the strides) in a fixed order. STORE: r goes to `out` and
+    sum r^2 is returned; else r . other."""
     total = tl.full((), 0.0, tl.float32)
     for r0 in range(0, R, BR):
         rr = r0 + tl.arange(0, BR)
@@ -289,12 +244,9 @@ def _spectral_kernel(
     K, O, eps,
     REPS: tl.constexpr, ITERATE: tl.constexpr, BI: tl.constexpr, BO: tl.constexpr,
 ):  # fmt: skip
-    """Spectral norm of one group per program, in a fixed order (tune_gems.model.layers.PopLinear):
-    with ITERATE, one power iteration v = normalize(W u), u = normalize(W^T v) written into the
-    state vectors; then sigma = v . (W u) and scale[g] = (s, ds/dsigma) = (1/sigma, -1/sigma^2)
-    for a member whose switch is on, (1, 0) otherwise. normalize(x) = x / max(|x|, eps), as the
-    torch path's. The barriers order one pass's stores before the next pass's loads within the
-    program (the threads of a program share its vectors through memory)."""
+    """Spectral norm of one group per program, as tune_gems.model.layers.PopLinear's: scale[g] =
+    (1/sigma, -1/sigma^2), or (1, 0) where the switch is off. The barriers order one pass's stores before
+    the next pass's loads (the program's threads share its vectors through memory)."""
     g = tl.program_id(0).to(tl.int64)
     w_off = _group_offset(g, REPS, sw_p, sw_r)
     ug, vg = u + g * su_g, v + g * sv_g
@@ -341,11 +293,9 @@ def _noise_factors_kernel(
 @triton.jit
 def _row_reduce_kernel(g, s_row, bounds, out, n, GROUPED: tl.constexpr, SQUARE: tl.constexpr, BLOCK: tl.constexpr,
                        UNIT: tl.constexpr = 1):  # fmt: skip
-    """out[c, r] = sqrt(sum_j g[r, j]^2) (SQUARE) or sum_j g[r, j] over row r's columns
-    UNIT x bounds[c] .. UNIT x bounds[c + 1] (GROUPED; else 0 .. n, one range), grid (rows,
-    ranges): BLOCK lanes accumulate in column order from the range's first column, then one
-    fixed tree sums the lanes. A row's bits are those of the row alone, in a call over any number
-    of rows. (UNIT 4 lets the compiler see 16-byte aligned ranges: vector loads.)"""
+    """Per row, the norm (SQUARE) or sum over each column range UNIT x bounds[c] .. UNIT x bounds[c+1]
+    (GROUPED; else 0 .. n): lanes accumulate in column order, then one fixed tree, so a row's bits are
+    those of the row alone. UNIT 4 lets the compiler see 16-byte aligned ranges."""
     r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     start = 0
@@ -381,13 +331,9 @@ def _clip_adam_kernel(
     lr, pows, hyper,
     GROUPS: tl.constexpr, UNIT: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """Grid (rows, blocks of columns col0 .. col0 + ncols): each gradient element times its
-    clip group's coefficient (groups start at UNIT x bounds[0..GROUPS), `norms` [GROUPS, P]
-    their norms), then Adam on it, in the operations of torch's CUDA `_fused_adam_` in their types:
-    moments and the denominator's eps in float64, rounded to float32; the step size lr /
-    bias_correction1 in float64; the rest in float32 with IEEE division and square root.
-    `lr` [P] float64; `pows` [2] float64 = beta1^step, beta2^step; `hyper` float64 =
-    (beta1, 1 - beta1, beta2, 1 - beta2, eps)."""
+    """Clip each gradient element by its group's coefficient, then Adam in the operations and types of
+    torch's CUDA `_fused_adam_` (moments and the denominator's eps in float64 rounded to float32; the
+    rest float32 with IEEE division and sqrt). `hyper` = (beta1, 1 - beta1, beta2, 1 - beta2, eps)."""
     r = tl.program_id(0).to(tl.int64)
     cols = col0 + tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < col0 + ncols

@@ -1,19 +1,7 @@
-"""The population layers' products on Triton (`model.layer_kernel: triton`): the tiles, the
-launches of tune_gems.ops.triton_layer_kernels, and one autograd op per layer product.
-
-`LayerWeights` is what a layer's `weights()` returns on this path: the raw parameters and the
-iteration's noise factors and spectral-norm scale, from which the kernels build the effective
-weight tile by tile (tune_gems.model.layers). `layer_product(x, weights, relu)` is
-act((x @ W_eff) * s + b_eff) over every group at once; its backward writes the parameters'
-gradients straight into their slots of the flat gradient matrix (`grad_slot`, model/flat.py)
-when the layer ran once with autograd in the iteration, else into fresh tensors that autograd
-sums. `spectral_scale` runs spectral norm's power iteration and sigma, one program per group.
-
-The tiles depend on the product's shape only (`tiles`), so a member's bits do not depend on
-the member count; precision follows torch's settings at each launch, as a torch matmul's would:
-tf32 when `torch.get_float32_matmul_precision()` is not "highest", bf16 operands inside CUDA
-autocast to bfloat16 (the backward keeps the forward's bf16).
-"""
+"""The population layers' products on Triton (`model.layer_kernel: triton`): tiles, launches of
+tune_gems.ops.triton_layer_kernels, and one autograd op per product (docs/design.md "Ops and
+kernels"). Precision follows torch's settings at each launch, as a torch matmul's would: tf32
+unless the float32 matmul precision is "highest", bf16 operands inside bf16 autocast."""
 
 from __future__ import annotations
 
@@ -33,11 +21,12 @@ except ModuleNotFoundError as e:  # the one dependency only this path has
         raise
     raise ConfigError("model.layer_kernel=triton needs the triton package (pip install triton)") from None
 
-ROW_TILE = 128
-"""Largest tile along a product's output rows (the batch rows, or a weight's inputs in dW):
-two warpgroups' 64-row wgmma."""
-COL_TILE = 128
-"""Largest tile along a product's output columns."""
+TILE = 64
+"""Largest tile of the forward's and dW's outputs, 4 warps: faster than 128 x 128 with 8 warps on
+nearly every layer shape of P=64 and the moonshot (benchmarks/layer_gemm_probe.py)."""
+INPUT_GRAD_TILE = 128
+"""Largest tile of the input gradient's output, whose B (W^T) is MN-major: 128 x 128 with 8 warps
+ran its larger layers 10-28% faster than 64 x 64 (the same probe)."""
 INNER_TILE = 32
 """Largest step of the K-loop (fp32 operands: 16 KB per operand and stage at 128 x 32)."""
 STAGES = 3
@@ -65,10 +54,8 @@ NUM_WARPS = 4
 
 @dataclass(frozen=True)
 class Tiles:
-    """A product's launch: a tile of rows x cols of the output, `inner` the K-loop's step, the
-    warps of a program and the stages of its software pipeline; `group_axis` 1 puts the groups
-    on the grid's slow axis (a group's tiles run side by side and share its weights in L2), 0
-    on its fast axis."""
+    """A product's launch; `group_axis` 1 puts the groups on the grid's slow axis (a group's tiles run
+    side by side and share its weights in L2), 0 on its fast axis."""
 
     rows: int
     cols: int
@@ -83,31 +70,32 @@ Policy = Callable[[int, int, int], Tiles]
 """(rows, inner, cols) of a per-group product -> its Tiles: a function of the shape alone."""
 
 
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()  # the smallest power of two >= n
+
+
 def _fit(n: int, largest: int, smallest: int = DOT_MIN) -> int:
     """The power of two that covers n, clamped to [smallest, largest]."""
-    return max(smallest, min(largest, 1 << max(n - 1, 0).bit_length()))
+    return max(smallest, min(largest, _pow2(n)))
 
 
 def tiles(rows: int, inner: int, cols: int) -> Tiles:
-    """The launch of a per-group product [rows, inner] @ [inner, cols]: a function of the shape
-    alone, never of the number of groups, so each group's K-loop (and its bits) is the same in
-    a call over any number of groups. The groups are the grid's slow axis (a group's tiles run
-    side by side, sharing its weight in L2)."""
-    r, c = _fit(rows, ROW_TILE), _fit(cols, COL_TILE)
+    """The launch of a per-group product [rows, inner] @ [inner, cols]: a function of the shape alone,
+    never of the number of groups, so a group's bits are the same in a call over any number."""
+    return Tiles(_fit(rows, TILE), _fit(cols, TILE), _fit(inner, INNER_TILE), stages=STAGES)
+
+
+def input_grad_tiles(rows: int, inner: int, cols: int) -> Tiles:
+    """`tiles` of the input gradient (INPUT_GRAD_TILE): 8 warps from WIDE_TILE outputs up."""
+    r, c = _fit(rows, INPUT_GRAD_TILE), _fit(cols, INPUT_GRAD_TILE)
     return Tiles(r, c, _fit(inner, INNER_TILE), warps=8 if r * c >= WIDE_TILE else NUM_WARPS, stages=STAGES)
 
 
 @dataclass
 class LayerWeights:
-    """One layer's operands for one iteration; the effective weight is built inside the kernels.
-
-    `weight`, `bias`: W [P, reps, in, out] and b [P, reps, 1, out] (mu_w, mu_b of a NoisyNet
-    layer), or [G, in, out] and [G, 1, out] with reps 1 (materialised weights). A NoisyNet
-    layer adds `weight_sigma`, `bias_sigma` (shaped like weight, bias) and the noise factors
-    `f_in` [P, reps, in, 1], `f_out` [P, reps, 1, out]; a spectral-norm layer adds `scale`
-    [G, 2] (s, ds/dsigma: `spectral_scale`) and its state vectors `sn_u` [G, out], `sn_v`
-    [G, in]. `uses` counts the products run with autograd on these weights (by
-    `layer_product`): their gradients go straight into the flat matrix only when it is one."""
+    """One layer's operands for one iteration, from which the kernels build the effective weight (raw,
+    noise factors, spectral scale). `uses` counts autograd products on them: the gradients go straight
+    into the flat matrix only at one."""
 
     weight: Tensor
     bias: Tensor
@@ -184,9 +172,8 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def check_runs_on(device_type: str) -> None:
-    """Refuse, in one line, the CPU when the kernels are compiled (not interpreted): the one check
-    of where the layers run, made on each tensor (`check_device`) and by a sweep for its trials'
-    device before Ray starts (tune_gems.sweep.preflight.check_layer_kernel)."""
+    """Refuse, in one line, the CPU when the kernels are compiled, not interpreted: checked on each
+    tensor (`check_device`) and by a sweep before Ray starts."""
     if device_type == "cpu" and not kernels.INTERPRETED:
         raise ConfigError(
             "model.layer_kernel=triton on the CPU runs Triton's interpreter: set TRITON_INTERPRET=1 in the run's "
@@ -213,12 +200,9 @@ def row_means(rows: Tensor) -> Tensor:
 
 
 class ClipAdam:
-    """The optimizer's step on this path (tune_gems.trainer.optim.PopulationAdam's `clip_adam`):
-    one launch of `_row_reduce_kernel` writes every member's gradient norm per clip group (each
-    group a column range, reduced in a fixed order), then `_clip_adam_kernel` clips and steps
-    every element, reading its member's coefficients (one launch per run of updated columns).
-    No atomics, no memset, nothing read back: it replays in a CUDA graph; every member row is
-    computed alone, so its bits do not depend on the member count or on the arms' blocks."""
+    """The optimizer's step on this path (PopulationAdam's `clip_adam`): one launch of every member's
+    clip-group norms, then clip and Adam per element, per run of updated columns. Each member row is
+    computed alone: its bits do not depend on the member count or the arms' blocks."""
 
     def __init__(self, data: Tensor, lrs, clip_groups: list[slice], betas, eps: float, max_norm: float, clip_eps: float):
         check_device(data)
@@ -236,9 +220,7 @@ class ClipAdam:
         self.max_norm, self.clip_eps = float(max_norm), float(clip_eps)
 
     def __call__(self, p: Tensor, g: Tensor, m: Tensor, v: Tensor, step: Tensor, kept: list[slice]) -> Tensor:
-        """Clip and step [P, columns] parameters `p` by gradients `g` with moments `m`, `v`
-        at the (already advanced) step count `step`, the columns `kept` only; returns the
-        pre-clip norms [groups, P]."""
+        """Step the `kept` columns of `p` at the (already advanced) `step`; the pre-clip norms [groups, P]."""
         if not all(t.is_contiguous() for t in (p, g, m, v)):
             raise ValueError("the optimizer's matrices must be contiguous")
         P, groups = p.shape[0], len(self.bounds) - 1
@@ -289,7 +271,7 @@ def forward(x: Tensor, lw: LayerWeights, relu: bool, dot: str, policy: Policy = 
     return _rows_product(x, x, lw, False, relu, dot, policy)
 
 
-def input_grad(dy: Tensor, y: Tensor, lw: LayerWeights, relu: bool, dot: str, policy: Policy = tiles) -> Tensor:
+def input_grad(dy: Tensor, y: Tensor, lw: LayerWeights, relu: bool, dot: str, policy: Policy = input_grad_tiles) -> Tensor:
     """dx [G, N, in] = s * ((dy * relu'(y)) @ W_eff^T); `dy` and `y` contiguous."""
     return _rows_product(dy, y, lw, True, relu, dot, policy)
 
@@ -325,15 +307,14 @@ def weight_grads(x: Tensor, dy: Tensor, y: Tensor, lw: LayerWeights, relu: bool,
     if lw.scaled:
         kernels._sigma_grad_kernel[_grid(G, n_tiles, t)](
             dw, *sdw, partials, lw.scale, lw.sn_u, lw.sn_u.stride(0), lw.sn_v, lw.sn_v.stride(0), K, O, n_tiles,
-            REPS=lw.reps, TILES_P2=_fit(n_tiles, n_tiles, 1), BM=t.rows, BN=t.cols, GROUP_AXIS=t.group_axis, num_warps=t.warps,
+            REPS=lw.reps, TILES_P2=_pow2(n_tiles), BM=t.rows, BN=t.cols, GROUP_AXIS=t.group_axis, num_warps=t.warps,
         )  # fmt: skip
     return dw, dws if lw.noisy else None, db, dbs if lw.noisy else None
 
 
 def spectral_scale(weight: Tensor, reps: int, sn_u: Tensor, sn_v: Tensor, on: Tensor, iterate: bool) -> Tensor:
-    """Spectral norm of every group of `weight` [P, reps, in, out]: with `iterate`, one power
-    iteration advances `sn_u` [G, out] and `sn_v` [G, in] in place; returns scale [G, 2] =
-    (1/sigma, -1/sigma^2) for groups whose switch `on` [G] is set, (1, 0) for the others."""
+    """Spectral norm of every group of `weight` [P, reps, in, out], `iterate` advancing `sn_u`, `sn_v`
+    in place: scale [G, 2] = (1/sigma, -1/sigma^2) where `on`, (1, 0) elsewhere."""
     check_device(weight)
     G = sn_u.shape[0]
     K, O = weight.shape[-2:]
@@ -373,9 +354,8 @@ class _LayerProduct(torch.autograd.Function):
 
 
 def layer_product(x: Tensor, lw: LayerWeights | tuple[Tensor, Tensor], relu: bool = False) -> Tensor:
-    """act((x @ W_eff) * s + b_eff) per group: x [G, N, in] -> [G, N, out], with autograd when
-    it is on and some input needs a gradient. `lw` may be a pair (W [G, in, out], b [G, 1, out])
-    of materialised weights (the evaluation's)."""
+    """act((x @ W_eff) * s + b_eff) per group, x [G, N, in] -> [G, N, out]; `lw` may be a materialised
+    pair (W, b) (the evaluation's)."""
     if not isinstance(lw, LayerWeights):
         w, b = lw
         lw = LayerWeights(w, b)
@@ -401,9 +381,8 @@ TWO_PI = 2.0 * math.pi
 
 
 def noise_factors(u: Tensor, offset: int, on: Tensor, f_in: Tensor, f_out: Tensor) -> None:
-    """Write f(eps) of one layer into `f_in` [P, reps, in, 1] and `f_out` [P, reps, 1, out]
-    from a net's uniforms u [P, 2n] (the layer's normals are the net's offset .. offset +
-    reps x (in + out)); `on` [P]: the members with NoisyNets (the others get zeros)."""
+    """Write one layer's f(eps) into `f_in`, `f_out` from the net's uniforms u [P, 2n] (its normals at
+    `offset`); members not `on` get zeros."""
     P, reps, K, _ = f_in.shape
     O = f_out.shape[-1]
     size = reps * (K + O)
@@ -420,17 +399,12 @@ def noise_factors(u: Tensor, offset: int, on: Tensor, f_in: Tensor, f_out: Tenso
 
 
 class TritonProducts:
-    """The layers' products on these kernels (`model.layer_kernel: triton`), the strategy
-    tune_gems.model.layers.layer_products returns: the layers hand over their raw parameters
-    (`fused`), which sit at aligned columns of the flat matrix, and the learner's per-member
-    reductions and optimizer step run in a fixed order.
+    """The layers' products on these kernels, the strategy tune_gems.model.layers.layer_products
+    returns: layers hand over raw parameters (`fused`) at aligned columns of the flat matrix."""
 
-    `weights_out_in` (`model.layer_kernel: triton-w-out-in`, experimental): the flat matrix
-    stores the weights [out, in]: K-major for the forward's tf32 wgmma, but MN-major for dx's
-    (docs/design.md); the kernels read either layout through its strides, with the same bits."""
-
+    name = "triton"
     fused = True
-    parameter_align = PARAMETER_ALIGN
+    flat_layout = dict(align=PARAMETER_ALIGN, transposed=True)
     LayerWeights = LayerWeights
     product = staticmethod(layer_product)
     spectral_scale = staticmethod(spectral_scale)
@@ -439,9 +413,6 @@ class TritonProducts:
 
     noise_factors = staticmethod(noise_factors)
 
-    def __init__(self, name: str = "triton", weights_out_in: bool = False):
-        self.name, self.weights_out_in = name, weights_out_in
-
     @staticmethod
     def resample_noise(net, draws, stream: str) -> None:
         """Box-Muller and f(eps) in one kernel per noisy layer, from the iteration's uniforms."""
@@ -449,5 +420,3 @@ class TritonProducts:
 
 
 TRITON = TritonProducts()
-STRATEGIES = {"triton": TRITON, "triton-w-out-in": TritonProducts("triton-w-out-in", weights_out_in=True)}
-"""The `model.layer_kernel` values these kernels serve."""

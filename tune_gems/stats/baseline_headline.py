@@ -1,8 +1,6 @@
-"""Where a run stands out of sample, in one statement (the end of `train`, the report's first line,
-the verdicts' `skill` flag): each configuration's final test alpha Sharpe per seed against flat
-(exactly 0), the signed-rank interval at 95% ("above flat" at Bonferroni over the configurations),
-conditional on the one test period; the best arm is the one validation picks, then its test interval
-(docs/evaluation.md "Baselines")."""
+"""Where a run stands out of sample in one statement: each configuration's final test alpha Sharpe
+per seed against flat, the signed-rank 95% interval (Bonferroni over configurations), conditional
+on the one test period (docs/evaluation.md "Baselines")."""
 
 from __future__ import annotations
 
@@ -45,8 +43,7 @@ def _standing(table: pd.DataFrame) -> tuple[str, pd.DataFrame, str] | None:
 
 
 def best_arm(configs: pd.DataFrame, metric: str) -> pd.Series | None:
-    """The configuration validation picks: the largest finite mean of the metric's validation
-    column, or None."""
+    """The configuration validation picks: the largest finite mean of the metric's validation column, or None."""
     val = metric.replace("test_", "val_", 1)
     scores = configs[val].astype(float) if val in configs.columns else pd.Series(dtype=float)
     scores = scores[np.isfinite(scores)]

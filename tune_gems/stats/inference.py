@@ -1,7 +1,6 @@
-"""The one rule of the verdicts: the exact Wilcoxon signed-rank test on per-seed paired differences,
-its Hodges-Lehmann estimate and the interval that inverts it, a diverged member the worst outcome
-(docs/analysis.md "The rule"), vectorised over datasets so the calibrations run this very code.
-W(theta) counts Walsh averages > theta plus half of those == theta (+inf/-inf: a tie)."""
+"""The one rule of the verdicts (docs/analysis.md "The rule"): the exact Wilcoxon signed-rank test
+on per-seed paired differences with its Hodges-Lehmann estimate and inverted interval, vectorised
+so the calibrations run this very code. Walsh averages equal to theta count half (+inf/-inf tie)."""
 
 from __future__ import annotations
 
@@ -88,10 +87,8 @@ def walsh_interval(sorted_w: np.ndarray, n: int, tail: np.ndarray | float) -> tu
 
 @dataclass(frozen=True)
 class RankTest:
-    """The rule's statistics, one per row (arrays [S]): `estimate` (Hodges-Lehmann), `p` (two-sided),
-    `p_greater` / `p_less` (TOST against -rope / +rope; `p_tost` their max), `low`, `high` (the
-    interval at `tail` per side); on the informative pairs (`rules.periods.informative_rank_test`)
-    `n_informative` and `tied_share` (ties / pairs)."""
+    """The rule's statistics, arrays [S]: Hodges-Lehmann `estimate`, two-sided `p`, TOST `p_tost`, the
+    interval `low`, `high`, and on informative pairs `n_informative` and `tied_share`."""
 
     estimate: np.ndarray
     p: np.ndarray

@@ -1,24 +1,6 @@
-"""A quiet sweep console: tune-gems' own lines and HEALTH_DIAG, without Ray's per-checkpoint
-chatter, Ray's, Optuna's and Tune's start-up and closing notices, and reporter boxes (`tune-gems
-sweep --verbose` brings them back).
-
-Where the noise comes from (Ray 2.x):
-
-- "Checkpoint successfully created at: ..." is an INFO line of the storage logger, in the trial's
-  worker process (`StorageContext.persist_current_checkpoint`, called by every `tune.report`
-  with a checkpoint); Ray forwards worker output to the driver's console. Quieted in the
-  trial (`quiet_trial`), so it never leaves the worker.
-- "Experiment state snapshotting has been triggered multiple times ..." and "Saving the
-  experiment state ... has already taken ..." are WARNING lines of Tune's experiment-state
-  logger in the driver (thresholds TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S
-  and TUNE_WARN_SLOW_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S). Quieted in the driver
-  (`quiet_driver`) for the length of the sweep; errors still show.
-- "Failed to fetch metrics for 1 trial(s): ... FileNotFoundError('Could not fetch metrics ...:
-  both result.json and progress.csv were not found ...')" is a WARNING of Tune's
-  experiment-analysis logger in the driver, for a trial that never reported: after a driver
-  SIGKILL and `--resume`, the trial Tune had started but that wrote nothing. The tables mark
-  such a trial themselves (tune_gems.sweep.results); quieted in the driver like the above.
-"""
+"""A quiet sweep console: tune-gems' lines and HEALTH_DIAG without Ray's, Optuna's and Tune's chatter
+(`--verbose` brings it back), quieted in the trial's worker (`quiet_trial`) and the driver
+(`quiet_driver`); errors still show."""
 
 from __future__ import annotations
 
@@ -33,9 +15,7 @@ DEDUP_ENV = "RAY_DEDUP_LOGS"
 
 
 def keep_every_line() -> None:
-    """Before Ray is imported: no merging of alike worker lines (a user's own setting wins).
-    The HEALTH_DIAG lines do not depend on it (they travel in the results,
-    tune_gems.sweep.progress); any other line a trial prints is shown as printed."""
+    """Before Ray is imported: no merging of alike worker lines (a user's own setting wins)."""
     os.environ.setdefault(DEDUP_ENV, "0")
 
 
@@ -44,12 +24,9 @@ REPORTER_ENV = "RAY_AIR_NEW_OUTPUT"
 
 
 def quiet_reporter(verbose: bool) -> None:
-    """Before the sweep (a user's own setting wins): without --verbose, Tune's older reporter,
-    which at verbosity 0 prints nothing. The newer one prints, whatever the verbosity, a
-    configuration box, "View detailed results here" and "To visualize your results with
-    TensorBoard, run: tensorboard --logdir /tmp/ray/session_.../driver_artifacts" (a folder
-    that vanishes with Ray; the trials' event files are in the experiment folder,
-    tune_gems.sweep.progress.TrialEvents)."""
+    """Before the sweep, without --verbose: Tune's older reporter, silent at verbosity 0 (the newer one
+    always prints boxes and a TensorBoard hint at a folder that vanishes with Ray). A user's own
+    setting wins."""
     if not verbose:
         os.environ.setdefault(REPORTER_ENV, "0")
 
@@ -114,9 +91,8 @@ def quiet_trial(verbose: bool) -> None:
 
 @contextmanager
 def quiet_driver(verbose: bool) -> Iterator[None]:
-    """In the driver, while the sweep runs: the experiment-snapshot warnings, the start-up and
-    restore notices, Tune's Ctrl-C notices and its slow-step warnings only when verbose; the loggers' levels and filters
-    are restored afterwards (the driver may be a library caller's process)."""
+    """While the sweep runs, the driver's notices and warnings only when verbose; the loggers are
+    restored afterwards (the driver may be a library caller's process)."""
     if verbose:
         yield
         return
@@ -163,10 +139,8 @@ def closing_table(trials, mode: str = "max") -> str:
 
 
 def objective_tie(values) -> float | None:
-    """The one value every finite objective in `values` takes when there are two or more and they
-    are all equal (a search with no signal: Optuna's sampler cannot tell the trials apart), else
-    None. Exact equality: a tie is the same number, not a near one (`verdict_gain` is exactly 0
-    when every seed pair ties)."""
+    """The one value every finite objective takes when two or more are exactly equal (a search with no
+    signal: `verdict_gain` is exactly 0 when every seed pair ties), else None."""
     finite = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
     if len(finite) < 2 or any(v != finite[0] for v in finite):
         return None
@@ -182,9 +156,8 @@ no pair differs (tune_gems.stats.metrics)."""
 
 
 def tie_note(trials, metric: str) -> str | None:
-    """The closing table's note when every finished trial's objective is the same number (no
-    signal, `objective_tie`), with the likely cause for a verdict gain of 0; else None. A trial an
-    interrupted sweep left (not TERMINATED) has not been scored yet: it counts for nothing."""
+    """The closing table's note when every finished trial scored the same (`objective_tie`), with the
+    likely cause; an unfinished trial counts for nothing."""
     import pandas as pd
 
     if "objective" not in trials.columns:

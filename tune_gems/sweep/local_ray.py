@@ -1,7 +1,6 @@
-"""Where a sweep's Ray runs: a cluster named by RAY_ADDRESS (checked and probed first), or a private
-instance on loopback guarded by a watchdog and `RayWatch`, dying with the driver (docs/cluster.md
-"Local runs"). Private Ray names used for want of public ones: `ray_constants.ENABLE_RAY_CLUSTER`,
-`ray.init(_node_ip_address=...)`."""
+"""Where a sweep's Ray runs: RAY_ADDRESS's cluster (probed first) or a private loopback instance
+that dies with the driver (docs/cluster.md "Local runs"). Private Ray names for want of public
+ones: `ray_constants.ENABLE_RAY_CLUSTER`, `ray.init(_node_ip_address=...)`."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""A trial's objective's standard error and degrees of freedom (`objective_se`, `objective_df`
-beside `objective` in each Tune result, trials.parquet and the Optuna trial's user attributes), so
-a noise-aware sampler or a ResultGrid reader can weigh trials. Both come from the units the
-objective averages, in the trial's member rows (docs/results.md, trials.parquet): a gain's seed
-pairs (sd / sqrt(n)), the verdict gain's informative pairs (its pseudo-median: sqrt(pi / 3) sd /
-sqrt(n)), a mean's non-diverged members (as independent units); n - 1 df; NaN for any other.
-"""
+"""A trial's objective's standard error and df (`objective_se`, `objective_df`), so a noise-aware
+sampler can weigh trials: from the units the objective averages (seed pairs, informative pairs at
+sqrt(pi / 3) sd / sqrt(n), members); n - 1 df (docs/results.md)."""
 
 from __future__ import annotations
 
@@ -15,10 +11,8 @@ import pandas as pd
 
 from tune_gems.design.arm_sets import CONTROL, PROPOSAL, without_arm
 from tune_gems.stats.inference import ARE_WILCOXON, worst_outcome_difference
-from tune_gems.stats.metrics import (
-    ARM_SEPARATOR, FOLD_PREFIX, GAIN_METRICS, GEM_GAIN_PREFIX, HISTORY_FOLD_JOIN, HISTORY_PREFIX, VERDICT_GAIN,
-    VERDICT_GAIN_PREFIX,
-)
+from tune_gems.stats.metrics import (ARM_SEPARATOR, FOLD_PREFIX, GAIN_METRICS, GEM_GAIN_PREFIX, HISTORY_FOLD_JOIN,
+                                     HISTORY_PREFIX, VERDICT_GAIN, VERDICT_GAIN_PREFIX)
 
 OBJECTIVE_SE, OBJECTIVE_DF = "objective_se", "objective_df"
 PAIR_KEYS = ["history", "fold", "seed_index"]
@@ -28,9 +22,7 @@ NONE = (math.nan, math.nan)
 
 def objective_noise(objective: str, member_rows: list[dict], epoch: int, last_k: int,
                     aliases: dict[str, str] | None = None) -> tuple[float, float]:
-    """(standard error, df) of `objective` at `epoch` from the member rows of every epoch so far
-    (Trainer.member_history); `last_k` the window of the `_lastk` objectives and of the verdict
-    gain (trainer.objective_last_k); `aliases` the arms' other names (arm_sets.arm_aliases)."""
+    """(standard error, df) of `objective` at `epoch` from every epoch's member rows so far."""
     base = objective.removesuffix("_lastk")
     verdict = base.startswith(VERDICT_GAIN)
     first = epoch - last_k + 1 if base != objective or verdict else epoch

@@ -1,5 +1,4 @@
-"""The sweep's checks before anything is written or Ray starts, each refusal one line naming the
-key."""
+"""The sweep's checks before anything is written or Ray starts, each refusal one line naming the key."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""The sweep's own console reporter: every HEALTH_DIAG line, prefixed with its trial id, and a
-status line per finished trial (objective, best so far, an ETA), in place of Ray's output.
-
-Why not let Ray forward the trials' stdout: Ray's log de-duplication drops or merges lines that
-look alike across trials ("[repeated 2x across cluster]"), prefixes them with a process id
-rather than the trial, and its default reporter prints a ~90-line result dump per trial. Here
-each trial sends its HEALTH_DIAG line inside its `tune.report` (HEALTH_KEY), and this driver-side
-Tune callback prints it: one line per trial and epoch, none lost, none merged. Ray's own
-reporter is silenced (`ray_verbosity`) unless `tune-gems sweep --verbose`.
-"""
+"""The sweep's own console reporter: every HEALTH_DIAG line with its trial id and a line per finished
+trial. Ray's de-duplication drops or merges alike lines, so each trial sends HEALTH_DIAG inside its
+`tune.report` (HEALTH_KEY) and this driver callback prints it."""
 
 from __future__ import annotations
 
@@ -45,12 +38,9 @@ def format_seconds(seconds: float) -> str:
 
 
 def eta_seconds(durations: list[float], running: list[float], pending: int) -> float:
-    """Seconds until the last trial ends: every trial is taken to last the mean of the finished
-    ones (`durations`); a running trial has that minus what it ran already (`running`: each one's
-    seconds so far) left, and each pending trial starts in the first slot to come free (the
-    slots: the running trials and the one that just finished). Why not "time per finished trial
-    x trials left": with trials running side by side the first to finish has its neighbours
-    almost done, and that estimate counted them as not started (the first ETA 50% high)."""
+    """Seconds until the last trial ends, each lasting the finished ones' mean and a pending trial
+    starting in the first slot to free. Not "time per finished trial x trials left": side by side, the
+    first to finish has its neighbours almost done (that estimate was 50% high)."""
     if not durations:
         return math.nan
     mean = sum(durations) / len(durations)
@@ -62,17 +52,11 @@ def eta_seconds(durations: list[float], running: list[float], pending: int) -> f
 
 
 class SweepConsole(Callback):
-    """Prints `[<trial id>] HEALTH_DIAG ...` per result (the per-arm part only when verbose) and,
-    per finished trial, `trial k/N finished: <id> <status> objective <metric>=<v> | best <v>
-    (<id>) | <elapsed> elapsed, ETA <t>` (`eta_seconds`: from each trial's own start, known from
-    `on_trial_start`, or the sweep's start for a trial already running when it began). While
-    every scored trial so far has the same objective (`console.objective_tie`), the best reads
-    as that tie, not as one trial's."""
+    """Prints `[<trial id>] HEALTH_DIAG ...` per result and per finished trial its objective, the best
+    so far (a tie reads as the tie: `console.objective_tie`), elapsed and ETA (`eta_seconds`)."""
 
-    def __init__(
-        self, total: int, metric: str, mode: str, verbose: bool = False,
-        clock: Callable[[], float] = time.monotonic, out: Callable[[str], None] | None = None,
-    ) -> None:
+    def __init__(self, total: int, metric: str, mode: str, verbose: bool = False,
+                 clock: Callable[[], float] = time.monotonic, out: Callable[[str], None] | None = None) -> None:
         self.total, self.metric, self.mode, self.verbose = total, metric, mode, verbose
         self.clock = clock
         self.out = out or _print
@@ -136,10 +120,8 @@ NOT_METRICS = frozenset(AUTO_RESULT_KEYS) | {"done", "trial_id", "seed", "time_t
 
 
 class TrialEvents(TBXLoggerCallback):
-    """TensorBoard event files of a sweep's trials, as a `train` run writes them
-    (tune_gems.trainer.tensorboard): the same tags, one run per trial named by its trial id, in
-    the experiment's folder (`<experiment>/tensorboard/<trial id>`, Tune's driver folder, synced
-    with the rest). Being a TBXLoggerCallback, it takes the place of Tune's default one."""
+    """TensorBoard event files of the trials with a `train` run's tags, one run per trial in
+    `<experiment>/tensorboard/<trial id>`; it takes the place of Tune's default TBXLoggerCallback."""
 
     def __init__(self) -> None:
         super().__init__()  # checks that tensorboardX is there, as Tune's does

@@ -22,11 +22,10 @@ from tune_gems.gems import manifest
 from tune_gems.stats.metrics import MEMBER_IDS, epoch_metrics, member_metrics
 from tune_gems.sweep.objective_noise import OBJECTIVE_DF, OBJECTIVE_SE
 from tune_gems.sweep.spec_load import trial_config
-from tune_gems.contracts.result_files import (
-    ARMS_PARQUET, BASELINES_KEY, BASELINES_PARQUET, CHECKPOINT_HISTORY_FILE, EVAL_RETURNS_DIR, EVAL_RETURNS_FILE,
-    FOLDS_KEY, FOLDS_PARQUET, GEMS_FILE, HISTORIES_KEY, HISTORIES_PARQUET, HISTORY_FILE, ID_COLUMNS, MEMBERS_FILE, MEMBERS_KEY,
-    TRIALS_FILE, trial_eval_returns,
-)
+from tune_gems.contracts.result_files import (ARMS_PARQUET, BASELINES_KEY, BASELINES_PARQUET, CHECKPOINT_HISTORY_FILE,
+                                              EVAL_RETURNS_DIR, EVAL_RETURNS_FILE, FOLDS_KEY, FOLDS_PARQUET, GEMS_FILE,
+                                              HISTORIES_KEY, HISTORIES_PARQUET, HISTORY_FILE, ID_COLUMNS, MEMBERS_FILE,
+                                              MEMBERS_KEY, TRIALS_FILE, trial_eval_returns)
 from tune_gems.sweep.storage import ExperimentStore
 from tune_gems.sweep.trial_files import TRIAL_BASELINES, TRIAL_FOLDS, TRIAL_HISTORIES, TrialFiles, member_file
 
@@ -69,14 +68,6 @@ def _checkpoint_files(result) -> tuple[dict[str, Any] | None, bytes | None]:
     except OSError:
         pass
     return history, returns
-
-
-def _fill_from_checkpoint(rows: list[dict[str, Any]], saved: dict[str, Any] | None) -> list[dict[str, Any]]:
-    if not saved:
-        return rows
-    have = {int(r["epoch"]) for r in rows}
-    rows = rows + [h for h in saved.get("history", []) if int(h["epoch"]) not in have]
-    return sorted(rows, key=lambda r: int(r["epoch"]))
 
 
 def _members_by_epoch(rows: list[dict[str, Any]], saved: dict[str, Any] | None, files: TrialFiles) -> dict[int, list[dict]]:
@@ -160,8 +151,11 @@ def collect_tables(result_grid, base: dict[str, Any], experiment: str, statuses:
                                    (TRIAL_HISTORIES, HISTORIES_KEY, histories)):
                 out.extend({"experiment": experiment, "trial_id": trial_id, **b} for b in _trial_table(files, name, df, key))
         saved, returns = _checkpoint_files(result)
-        rows = _fill_from_checkpoint(rows, saved)
-        if returns is not None and _safe_name(trial_id):
+        if saved:  # epochs whose report was lost, from the history beside the checkpoint
+            have = {int(r["epoch"]) for r in rows}
+            rows = sorted(rows + [h for h in saved.get("history", []) if int(h["epoch"]) not in have], key=lambda r: int(r["epoch"]))
+        safe_name = trial_id and "/" not in trial_id and "\\" not in trial_id and not trial_id.startswith(".")
+        if returns is not None and safe_name:
             eval_returns[trial_id] = returns
         members_of = _members_by_epoch(rows, saved, files)
         for r in rows:
@@ -196,10 +190,6 @@ def collect_tables(result_grid, base: dict[str, Any], experiment: str, statuses:
         members=mem.sort_values(["trial_id", "epoch", "member"]).reset_index(drop=True), arms=arms_df,
         baselines=pd.DataFrame(baselines), gems=manifest(plugins), eval_returns=eval_returns, folds=pd.DataFrame(folds),
         histories=pd.DataFrame(histories))
-
-
-def _safe_name(trial_id: str) -> bool:
-    return bool(trial_id) and "/" not in trial_id and "\\" not in trial_id and not trial_id.startswith(".")
 
 
 def write_frames(store: ExperimentStore, frames: dict[str, pd.DataFrame]) -> dict[str, bytes]:

@@ -15,9 +15,8 @@ from tune_gems.config.yaml_io import apply_overrides, yaml_mapping
 from tune_gems.contracts.errors import ConfigError
 from tune_gems.contracts.outputs import MARKER_FILE, marker_body, marker_state, parse_marker, update_marker, write_marker
 from tune_gems.contracts.result_files import SPEC_FILE
-from tune_gems.contracts.run_record import (
-    CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged, checksums, require_record, table_checksums,
-)
+from tune_gems.contracts.run_record import (CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged,
+                                            checksums, require_record, table_checksums)
 from tune_gems.sweep.spec import SweepSpec
 from tune_gems.sweep.spec_load import import_spec_plugins
 from tune_gems.sweep.storage import ExperimentStore
@@ -42,8 +41,7 @@ def resolved_spec(spec: SweepSpec) -> dict[str, Any]:
 
 
 def stored_spec(store: ExperimentStore, overrides: list[str], given: SweepSpec, spec_path: Path) -> SweepSpec:
-    """The stored spec.yaml, overrides that change it refused; refused fail-closed when it or the
-    data changed."""
+    """The stored spec.yaml, overrides that change it refused; refused fail-closed when it or the data changed."""
     from pydantic import ValidationError
 
     where = f"{store.uri}/{SPEC_FILE}"

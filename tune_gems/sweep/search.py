@@ -1,7 +1,6 @@
 """Optuna through Ray Tune's OptunaSearch: a define-by-run space (a weight only where a gem is
-wired; the seeds returned as constants) and a journal study in the experiment folder. The private
-names used are OptunaSearch's own state (`_ot_study`, `_ot_trials`, `_storage`, `_sampler`,
-`_study_name`, `_completed_trials`): Ray exposes no accessor."""
+wired) and a journal study in the experiment folder. OptunaSearch's private state (`_ot_study`,
+...) is used because Ray exposes no accessor."""
 
 from __future__ import annotations
 
@@ -74,10 +73,9 @@ class DefineByRun:
 
 
 class DivergenceAwareOptunaSearch(OptunaSearch):
-    """OptunaSearch made safe for divergence and driver restarts: a diverged trial is told FAIL; a
-    resumed trial's repeated epochs and trials the journal finished are not told again; a trial
-    handed out after Tune's last snapshot is adopted by the next (`_adopt`); with `journal_mirror`
-    the journal is copied to the experiment after every trial asked and finished."""
+    """OptunaSearch safe for divergence and restarts: a diverged trial is told FAIL, nothing is told
+    twice, a trial handed out after Tune's last snapshot is adopted (`_adopt`), and `journal_mirror` is
+    copied out after every trial."""
 
     journal_mirror: tuple[str, str] | None = None
     objective_name: str | None = None

@@ -1,7 +1,6 @@
-"""The Ray Tune function trainable: one trial = one Trainer for P seeds on its own device, each
-epoch reported (`ray.tune.report`), exact checkpoints written in the background, so a retried trial
-resumes bit-identical. Member rows go to the trial's files. A reused actor keeps only the read-only
-market cache (`MARKETS`) from one trial to the next."""
+"""The Ray Tune function trainable: one trial = one Trainer for P seeds, each epoch reported, exact
+checkpoints written in the background so a retried trial resumes bit-identical. A reused actor
+keeps only the read-only `MARKETS` cache."""
 
 from __future__ import annotations
 
@@ -67,9 +66,8 @@ class PendingCheckpoint:
 
 
 class CheckpointReports:
-    """Reports to Tune with checkpoints written in the background (docs/checkpoints.md): a due
-    checkpoint's report is held until its files are written, then sent before the next, so reports
-    stay in epoch order. A finished trainer's checkpoint holds only the files beside it."""
+    """Reports with background checkpoints (docs/checkpoints.md): a due checkpoint's report waits for
+    its files, so reports stay in epoch order."""
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer

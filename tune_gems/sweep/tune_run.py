@@ -25,34 +25,22 @@ def fit_tuner(spec: SweepSpec, store: ExperimentStore, name: str, prices, resour
         tuner = tune.Tuner.restore(store.uri, trainable=trainable, resume_unfinished=True, resume_errored=True)
     else:
         blocks = block_grid(spec)
-        tuner = tune.Tuner(
-            trainable,
-            # blocks: Tune's grid, one trial per block, each run exactly once (it is part of Tune's
-            # saved state, so a resumed driver neither repeats nor skips a block); nothing to search
-            param_space={key: tune.grid_search(values) for key, values in blocks.items()},
-            tune_config=tune.TuneConfig(
-                search_alg=None if blocks else make_searcher(spec, name, store.journal_path(JOURNAL_FILE), mirror),
-                scheduler=_scheduler(spec),
-                num_samples=1 if blocks else spec.num_samples,
-                max_concurrent_trials=spec.max_concurrent_trials,
-                # one actor runs trial after trial: its process, imports, CUDA context, loaded
-                # extension and markets stay, sparing each trial's start-up (what a trial may
-                # leave: trainable.py)
-                reuse_actors=True,
-            ),
-            run_config=tune.RunConfig(
-                name=name,
-                storage_path=store.storage,
-                failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures, fail_fast=spec.failure.fail_fast),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoints_to_keep),
-                callbacks=[
-                    SweepConsole(spec.num_samples, spec.objective.metric, spec.objective.mode, verbose),
-                    TrialEvents(),  # TensorBoard: train's tags, one run per trial id (in place of Tune's logger)
-                    *tracking_callbacks(spec.tracking),
-                ],
-                verbose=ray_verbosity(verbose),
-            ),
-        )
+        # blocks: Tune's grid, one trial per block, each run exactly once (it is part of Tune's saved
+        # state, so a resumed driver neither repeats nor skips a block); nothing to search.
+        # reuse_actors: one actor runs trial after trial, its imports, CUDA context and markets kept.
+        tune_config = tune.TuneConfig(
+            search_alg=None if blocks else make_searcher(spec, name, store.journal_path(JOURNAL_FILE), mirror),
+            scheduler=_scheduler(spec), num_samples=1 if blocks else spec.num_samples,
+            max_concurrent_trials=spec.max_concurrent_trials, reuse_actors=True)
+        callbacks = [SweepConsole(spec.num_samples, spec.objective.metric, spec.objective.mode, verbose),
+                     TrialEvents(),  # TensorBoard: train's tags, one run per trial id (in place of Tune's logger)
+                     *tracking_callbacks(spec.tracking)]
+        run_config = tune.RunConfig(
+            name=name, storage_path=store.storage, callbacks=callbacks, verbose=ray_verbosity(verbose),
+            failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures, fail_fast=spec.failure.fail_fast),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.checkpoints_to_keep))
+        tuner = tune.Tuner(trainable, param_space={key: tune.grid_search(values) for key, values in blocks.items()},
+                           tune_config=tune_config, run_config=run_config)
     return tuner.fit()
 
 

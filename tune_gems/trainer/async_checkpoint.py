@@ -1,7 +1,6 @@
-"""Checkpoints written in the background while training goes on (docs/checkpoints.md): `save`
-snapshots the state at the boundary (on CUDA into pinned buffers on a side stream the training
-stream then waits for) and one thread serialises it with `checkpoint.save`; one write in flight, in
-order, its error raised at the next `save`, `wait` or `close`."""
+"""Checkpoints written in the background (docs/checkpoints.md): `save` snapshots at the boundary
+(on CUDA into pinned buffers on a side stream), one thread serialises in order; an error is raised
+at the next `save`, `wait` or `close`."""
 
 from __future__ import annotations
 

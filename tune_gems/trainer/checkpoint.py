@@ -1,28 +1,7 @@
-"""Checkpoints that resume exactly: every state tensor of the learner plus host-side progress.
-
-The file holds only tensors, numbers, strings, lists and dicts, so it loads with
-`torch.load(weights_only=True)` (no pickle code runs). It is written to a temporary file and
-renamed, so a crash never leaves a truncated checkpoint in place.
-
-Schema (`validate_payload` checks it on load, so a damaged or foreign file is one clear
-CheckpointError naming the field, never a KeyError deep in the trainer):
-
-    {"format": FORMAT, "version": VERSION,
-     "meta": {"epoch": int>=0, "env_steps": int>=0, "updates": int>=0, "diverged": bool,
-              "prefilled": bool, "history": [dict], "member_history": [dict], "config": dict, ...},
-     "state": {str: Tensor}}
-
-Files written before the version field existed are read as version 1. Version 2: the flat
-parameter matrices of a `model.layer_kernel: triton` run have alignment gaps
-(tune_gems.model.flat); a version-1 file is laid out with them on load
-(tune_gems.trainer.learner.Learner.from_checkpoint). Beyond the schema, a
-checkpoint must agree with itself (`check_consistent`): its history holds one row per epoch
-1..epoch with the same columns throughout, its epoch is within its config's `trainer.epochs`,
-and the weights and optimizer state are finite unless the run diverged.
-
-Written through tune_gems.contracts.safe_files: a symlink planted at the checkpoint's temporary name is
-replaced, never written through.
-"""
+"""Checkpoints that resume exactly: every learner state tensor plus host-side progress, only
+tensors and plain values, so `torch.load(weights_only=True)` runs no pickle code; written to a
+temporary and renamed, so a crash never truncates one. `validate_payload` holds the schema (a
+damaged file is one CheckpointError naming the field); docs/checkpoints.md its versions."""
 
 from __future__ import annotations
 
@@ -36,19 +15,12 @@ from tune_gems.contracts.errors import CheckpointError
 from tune_gems.contracts.safe_files import open_atomic
 
 FORMAT = "tune-gems-checkpoint-v1"
-VERSION = 2
+VERSION = 3
 """Schema version written in every checkpoint; a reader refuses versions it does not know."""
-SUPPORTED_VERSIONS = (1, 2)
-META_SCHEMA: dict[str, tuple[type, ...]] = {
-    "epoch": (int,),
-    "env_steps": (int,),
-    "updates": (int,),
-    "diverged": (bool,),
-    "prefilled": (bool,),
-    "history": (list,),
-    "member_history": (list,),
-    "config": (dict,),
-}
+SUPPORTED_VERSIONS = (1, 2, 3)
+META_SCHEMA: dict[str, tuple[type, ...]] = {"epoch": (int,), "env_steps": (int,), "updates": (int,),
+                                            "diverged": (bool,), "prefilled": (bool,), "history": (list,),
+                                            "member_history": (list,), "config": (dict,)}
 """Meta fields a resume reads, with their types (counters must also be >= 0)."""
 FINITE_STATE_PREFIXES = ("online.", "target.", "optim.")
 """State tensors that are finite in every run that did not diverge: the weights and the
@@ -63,6 +35,12 @@ def save(path: str | Path, state: dict[str, Tensor], meta: dict[str, Any]) -> No
 
 
 def load(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """(state, meta) of a checkpoint file, checked (module docstring)."""
+    return read(path)[:2]
+
+
+def read(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any], int]:
+    """`load`, and the file's schema version (what its state's layout follows)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
@@ -72,13 +50,12 @@ def load(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
         raise CheckpointError(f"{path}: corrupt or not a tune-gems checkpoint ({type(e).__name__})") from None
     validate_payload(path, payload)
     check_consistent(path, payload["state"], payload["meta"])
-    return payload["state"], payload["meta"]
+    return payload["state"], payload["meta"], payload.get("version", 1)
 
 
 def check_consistent(path: str | Path, state: dict[str, Tensor], meta: dict[str, Any]) -> None:
-    """CheckpointError when a schema-valid checkpoint contradicts itself (module doc): a history
-    that is not one row per epoch 1..epoch with one set of columns, an epoch past its config's
-    `trainer.epochs`, or non-finite weights in a run that did not diverge."""
+    """CheckpointError when a valid checkpoint contradicts itself: a history not one row per epoch, an
+    epoch past `trainer.epochs`, or non-finite weights in a run that did not diverge."""
     epoch, history = meta["epoch"], meta["history"]
     epochs_col = [row.get("epoch") for row in history]
     if epochs_col != list(range(1, epoch + 1)):

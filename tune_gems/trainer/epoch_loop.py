@@ -33,9 +33,8 @@ class CheckpointSchedule:
 def train_epochs(trainer: Trainer, on_epoch: EpochHook | None = None, stop: Callable[[], bool] | None = None,
         clock: Callable[[], float] = time.monotonic, *, at_boundary: EpochHook | None = None,
         queue_ahead: bool | None = None) -> bool:
-    """Run epochs until the trainer is done; after each, `at_boundary(result, due)` (before the next
-    epoch is queued: `queue_ahead`, default `trainer.queues_ahead`), then `on_epoch(result, due)`. A
-    true `stop()` makes the checkpoint due and ends the loop; returns whether it did."""
+    """Run epochs until done, calling `at_boundary(result, due)` before the next is queued and then
+    `on_epoch(result, due)`; a true `stop()` makes the checkpoint due and ends the loop."""
     tc = trainer.cfg.trainer
     ahead = trainer.queues_ahead if queue_ahead is None else queue_ahead
     schedule = CheckpointSchedule(tc.checkpoint_interval_s, tc.checkpoint_every, clock)

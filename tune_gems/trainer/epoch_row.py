@@ -12,10 +12,8 @@ import numpy as np
 from tune_gems.config.schema import Config
 from tune_gems.design.arm_sets import has_gains, paired_gains, verdict_gains
 from tune_gems.gems.registry import Gem
-from tune_gems.stats.metrics import (
-    ARM_SEPARATOR, EVAL_STATS, FOLD_METRICS, FOLD_PREFIX, GAIN_METRICS, GAIN_OBJECTIVES, GEM_GAIN_PREFIX, SEGMENTS, epoch_metrics,
-    history_fold_suffix,
-)
+from tune_gems.stats.metrics import (ARM_SEPARATOR, EVAL_STATS, FOLD_METRICS, FOLD_PREFIX, GAIN_METRICS,
+                                     GAIN_OBJECTIVES, GEM_GAIN_PREFIX, SEGMENTS, epoch_metrics, history_fold_suffix)
 from tune_gems.trainer.member_ids import MemberIds
 
 
@@ -27,9 +25,8 @@ class EpochResult:
 
 @dataclass(frozen=True)
 class EpochMeasures:
-    """What one epoch measured: per-member accumulator means (`rows`), `evals` {segment: {stat:
-    [P]}} (NaN where not evaluated or diverged), `member_diverged`, counters, noise, speed and
-    seconds."""
+    """What one epoch measured: per-member means (`rows`), `evals` {segment: {stat: [P]}} (NaN where not
+    evaluated or diverged), counters, noise, speed and seconds."""
 
     epoch: int
     env_steps: int
@@ -77,21 +74,11 @@ def epoch_result(
     gem_values.update({f"{g.metric}_null": rows[f"{g.name}_null"] for g in gems})
     gem_values.update({f"{g.metric}_excess": rows[g.name] - rows[f"{g.name}_null"] for g in gems})
     val, test = evals["val"]["sharpe"], evals["test"]["sharpe"]
-    m: dict[str, Any] = {
-        "epoch": e.epoch,
-        "env_steps": e.env_steps,
-        "updates": e.updates,
-        "loss": float(np.mean(loss)),
-        "q_mean": float(np.mean(rows["q_mean"])),
-        "grad_norm": float(np.mean(rows["grad_norm"])),
-        "noisy_sigma": e.noisy_sigma,
-        "val_sharpe_mean": _mean(val),
-        "val_sharpe_std": _std(val),
-        "val_sharpe_min": _finite_or_nan(val, np.min),
-        "val_sharpe_max": _finite_or_nan(val, np.max),
-        "test_sharpe_mean": _mean(test),
-        "test_sharpe_std": _std(test),
-    }
+    m: dict[str, Any] = {"epoch": e.epoch, "env_steps": e.env_steps, "updates": e.updates, "loss": float(np.mean(loss)),
+                         "q_mean": float(np.mean(rows["q_mean"])), "grad_norm": float(np.mean(rows["grad_norm"])),
+                         "noisy_sigma": e.noisy_sigma, "val_sharpe_mean": _mean(val), "val_sharpe_std": _std(val),
+                         "val_sharpe_min": _finite_or_nan(val, np.min), "val_sharpe_max": _finite_or_nan(val, np.max),
+                         "test_sharpe_mean": _mean(test), "test_sharpe_std": _std(test)}
     for seg in SEGMENTS:
         m.update({f"{seg}_{k}_mean": _mean(evals[seg][k]) for k in EVAL_STATS if k != "sharpe"})
     m.update({f"{seg}_alpha_sharpe_std": _std(evals[seg]["alpha_sharpe"]) for seg in SEGMENTS})

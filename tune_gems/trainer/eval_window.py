@@ -86,10 +86,8 @@ class EvalWindow:
             if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype != dtype:
                 got = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
                 raise CheckpointError(f"{path}: field {field_name}.{name} is {got}, this run needs {shape} {dtype}")
-        return [
-            KeptEvaluation(int(e), saved["returns"][i].clone(), saved["positions"][i].clone(), saved["diverged"][i].clone())
-            for i, e in enumerate(epochs)
-        ]
+        return [KeptEvaluation(int(e), saved["returns"][i].clone(), saved["positions"][i].clone(),
+                               saved["diverged"][i].clone()) for i, e in enumerate(epochs)]
 
     def arrays(self, meta: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
         """The arrays of EVAL_RETURNS_FILE, from the live window or a checkpoint's `meta`."""

@@ -1,7 +1,5 @@
-"""Runs the training iteration eagerly, or as one captured CUDA graph replayed in place. The state
-is restored after capture's warm-up, so every real iteration runs through the graph and a resumed
-run is bit-identical. A `SplitStep` adds host work between replays (the hard target update), counted
-on the host."""
+"""Runs the training iteration eagerly or as one CUDA graph replayed in place; the state is restored
+after capture's warm-up so a resumed run is bit-identical."""
 
 from __future__ import annotations
 
@@ -12,9 +10,8 @@ from torch import Tensor
 
 
 class SplitStep:
-    """A step whose device part a graph captures (`device()`, advancing the 0-dim `counter()`) and
-    whose host part `host(n)` runs after; the count is read from the device once per capture (every
-    eager call off CUDA)."""
+    """A step whose device part a graph captures, advancing `counter()`, and whose host part `host(n)`
+    runs after (the count read once per capture)."""
 
     def __init__(self, device: Callable[[], None], host: Callable[[int], None], counter: Callable[[], Tensor]):
         self.device, self.host, self._counter = device, host, counter

@@ -1,23 +1,8 @@
-"""One training iteration of the population DQN, with all state in preallocated tensors.
-
-`Learner.iteration()` is the unit that the trainer runs eagerly on CPU and captures as one CUDA
-graph on GPU: advance the RNG counter, resample NoisyNet noise, step every environment, insert
-into replay, sample, forward, gems, backward, per-member clipped Adam step, target update,
-metric accumulation. Nothing in it reads a value back to the host or branches on one. The hard
-target update (trainer.tau = 0) is the one part outside the graph: the host knows the iteration
-count, so it copies the online network into the target on the iterations where the copy is due
-(`tune_gems.trainer.graph.SplitStep`), instead of a lerp over every parameter in every replay
-whose weight is 0 on all the others.
-
-Arms (docs/design.md "Arms"): the population axis carries P = histories x folds x arms x seeds
-members, history-major, then fold-major, then arm-major (tune_gems.design.arms.MemberLayout; one
-history and one fold without `data.histories` and `data.folds`). What differs between arms (spectral norm, NoisyNets, learning
-rate, each gem's mode and weight) enters as per-member constants: masks inside the network
-(tune_gems.model.layers), learning-rate blocks in the optimizer, [P] gem masks and weights
-(tune_gems.trainer.member_gems), an exploration mask for members without NoisyNets. The graph's
-structure, the random numbers a member draws and its initial weights never depend on them, so
-each arm's members equal a run of that arm alone, bit for bit (tests/test_arms_learner.py).
-"""
+"""One training iteration of the population DQN, with all state in preallocated tensors, run eagerly
+on CPU and captured as one CUDA graph on GPU; nothing reads back to the host or branches on a
+value, apart from the hard target update (`tune_gems.trainer.graph.SplitStep`). What differs
+between arms enters as per-member constants, never as graph structure, random numbers or initial
+weights, so each arm equals a run of it alone bit for bit (docs/design.md "Arms")."""
 
 from __future__ import annotations
 
@@ -48,26 +33,17 @@ from tune_gems.trainer.member_gems import MemberGems
 
 ACC_HEAD = ("loss", "q_mean", "grad_norm")
 ACC_TAIL = ("nonfinite",)
+"""Rows of the per-member metric accumulator around the gems' values and nulls (`Learner.acc_rows`);
+`grad_norm` is the shared network's (gem heads are clipped apart)."""
 REPLAY_STREAM_BASE = 1 << 20
 """Counter-RNG stream of replay nuisance stream s is REPLAY_STREAM_BASE + s (stream 0 is the draw plan)."""
-"""Rows of the per-member metric accumulator around the gems' (one row per gem of the run, in
-registry order, then one per gem for its null): summed every iteration, read once per epoch
-(`Learner.acc_rows`). `grad_norm` is the shared network's (gem heads are clipped apart)."""
 
 
 class Learner:
-    def __init__(
-        self,
-        cfg: Config,
-        market: Market,
-        device: torch.device,
-        ops,
-        seeds: list[int] | None = None,
-        arms: RunArms | list[Arm] | None = None,
-    ):
-        """`seeds` overrides the member seeds derived from cfg.seed (one per member); `arms` is
-        the run's arms record (`tune_gems.design.arms.run_arms`, expanded once where the run
-        starts) or its arms (default: expanded from cfg here)."""
+    def __init__(self, cfg: Config, market: Market, device: torch.device, ops, seeds: list[int] | None = None,
+                 arms: RunArms | list[Arm] | None = None):
+        """`seeds` overrides the member seeds from cfg.seed; `arms` the run's record
+        (`tune_gems.design.arms.run_arms`) or its arms."""
         tc, mc = cfg.trainer, cfg.model
         self.cfg, self.device, self.ops = cfg, device, ops
         # walk-forward folds (data.folds): fold-major blocks of arms x seeds, one per fold the market holds
@@ -104,9 +80,8 @@ class Learner:
         self.online = BranchingC51(mc, market.obs_dim, K, A, self.seeds, heads, **switches).to(device)
         self.target = copy.deepcopy(self.online)  # the online net's weights and state, not drawn a second time
         self.products = products = self.online.products  # the layers' products: torch's, or fused kernels
-        layout = dict(align=products.parameter_align, transposed=products.weights_out_in)
-        self.online_flat = FlatParameters(self.online, P, **layout)
-        self.target_flat = FlatParameters(self.target, P, with_grad=False, **layout)
+        self.online_flat = FlatParameters(self.online, P, **products.flat_layout)
+        self.target_flat = FlatParameters(self.target, P, with_grad=False, **products.flat_layout)
         self.replay = ReplayBuffer(P, tc.replay_capacity, market.obs_dim, K, tc.n_envs, tc.n_step, tc.gamma, device, source=self.env)
         E, noise = tc.n_envs, self.online.noise_size
         # one block of uniforms per iteration and member; each consumer reads its own slice.
@@ -114,27 +89,16 @@ class Learner:
         # NoisyNets, exploration for members with them), so a member's draws never depend on
         # them; the exploration slices come last, so the noise slices keep their offsets (a NoisyNets
         # run's draws do not depend on them).
-        self.plan = DrawPlan(
-            {
-                "noise_online": 2 * noise,  # Box-Muller: two uniforms per normal
-                "noise_target": 2 * noise,
-                "env_starts": E,
-                "replay": tc.batch_size,
-                "eps_coin": E,
-                "eps_action": E * K,
-            },
-            device,
-        )
+        self.plan = DrawPlan({"noise_online": 2 * noise, "noise_target": 2 * noise,  # Box-Muller: two uniforms a normal
+                              "env_starts": E, "replay": tc.batch_size, "eps_coin": E, "eps_action": E * K}, device)
         # gem heads are clipped on their own: a measured head never changes the shared clip
         heads = [self.online_flat.columns(h) for h in self.online.heads.values()]
         shared = slice(0, min((h.start for h in heads), default=self.online_flat.data.shape[1]))
         ends = [shared, *heads]
         if any(a.stop != b.start for a, b in zip(ends, heads)) or ends[-1].stop != self.online_flat.data.shape[1]:
             raise ValueError("gem heads must follow the shared network in the flat parameter matrix")
-        self.optim = PopulationAdam(
-            self.online_flat, self.lr, tc.adam_eps, tc.grad_clip, clip_groups=[shared, *heads], blocks=self.layout.blocks,
-            clip_adam=products.clip_adam,  # the fused path's: norms in an order that does not depend on P
-        )
+        self.optim = PopulationAdam(self.online_flat, self.lr, tc.adam_eps, tc.grad_clip, clip_groups=[shared, *heads],
+                                    blocks=self.layout.blocks, clip_adam=products.clip_adam)  # fused: norms P-invariant
         self.member_gems = MemberGems([a.config.gems for a in self.arms], self.layout, device, cfg.plugins, fused=ops.fused)
         names = self.member_gems.names
         self.acc_rows = (*ACC_HEAD, *names, *(f"{n}_null" for n in names), *ACC_TAIL)
@@ -176,13 +140,17 @@ class Learner:
         state.update({"counters.collect_steps": self.collect_steps, "metrics.acc": self.acc})
         return state
 
-    def from_checkpoint(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
-        """A checkpoint's state in this learner's layout: flat matrices saved without alignment
-        gaps (checkpoint version 1, before the triton path's parameters were aligned) get them."""
+    def from_checkpoint(self, state: dict[str, Tensor], version: int) -> dict[str, Tensor]:
+        """A checkpoint's state in this learner's layout: versions 1 and 2's flat matrices are laid out anew."""
         flat = self.online_flat
-        unaligned = sum(flat.sizes)
-        return {k: flat.pack(t) if k in FLAT_STATE and t.dim() == 2 and t.shape[1] == unaligned != flat.data.shape[1] else t
-                for k, t in state.items()}  # fmt: skip
+        if version >= 3 or flat.plain:
+            return state
+        width = sum(flat.sizes) if version == 1 else flat.data.shape[1]
+
+        def plain(t: Tensor) -> Tensor:  # version 2's: each parameter as it is, at aligned columns
+            return t if version == 1 else torch.cat([t[:, o : o + n] for n, o in zip(flat.sizes, flat.offsets)], dim=1)
+
+        return {k: flat.pack(plain(t)) if k in FLAT_STATE and t.dim() == 2 and t.shape[1] == width else t for k, t in state.items()}
 
     def _pair_target_tensors(self) -> list[tuple[Tensor, Tensor, bool]]:
         """(target, online, follows_tau): all parameters as one flat pair, and the
@@ -203,18 +171,13 @@ class Learner:
         if prec == "bf16":
             # no weight-cast cache: cached casts would outlive a CUDA graph capture
             return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False)
-        return _Float32MatmulPrecision("high")
+        return _float32_matmul_precision("high")
 
     def backward_matmul_precision(self):
-        """Context for the backward pass: tf32 on CUDA when configured, else none.
-
-        The float32 matmul precision is read when a product is launched, so a backward run
-        outside `matmul_precision` computed tf32's backward products (two thirds of the matmul
-        work) in full fp32 on SIMT kernels. bf16 needs nothing here: autocast's casts are in the
-        autograd graph, so the backward products already see bf16 operands (and entering
-        autocast here would cast the backward of float32 ops too)."""
+        """tf32 for the backward when configured on CUDA: the precision is read at each launch (bf16's casts
+        are already in the autograd graph)."""
         if self.device.type == "cuda" and self.cfg.trainer.precision == "tf32":
-            return _Float32MatmulPrecision("high")
+            return _float32_matmul_precision("high")
         return contextlib.nullcontext()
 
     # -- acting ------------------------------------------------------------------------------
@@ -267,10 +230,7 @@ class Learner:
     # -- one iteration -----------------------------------------------------------------------
     @functools.cached_property
     def iteration(self) -> SplitStep:
-        """One training iteration, called as `Learner.iteration()`: the capturable part
-        (`_iteration_on_device`) and the host-scheduled hard target copy (`_after_iteration`),
-        after the device part of each iteration; `StepRunner` captures the first and runs the
-        second between replays, counting iterations on the host."""
+        """One iteration: the capturable `_iteration_on_device` and the host-scheduled `_after_iteration`."""
         return SplitStep(self._iteration_on_device, self._after_iteration, lambda: self.updates)
 
     def _iteration_on_device(self) -> None:
@@ -280,26 +240,9 @@ class Learner:
         self._learn(weights, draws)
 
     def gem_inputs(self, b, weights) -> tuple[GemInputs, Tensor, Tensor, Tensor]:
-        """One forward of the batch: (the gems' inputs, online taken-action log-probabilities
-        at s_t [P,B,K,atoms], online logits at the n-step bootstrap state, target logits there).
-
-        The replay hands the states stacked: `Batch.stacked_obs` = [s_t, s_{t+1}, s_{t+n}]. The
-        online network runs with autograd over [s_t, s_{t+1}] (a wired gem's gradient may flow
-        through q_tp1, as G10's does) and without it over s_{t+n} (double DQN selects there
-        under no_grad), so the backward does not pay for the n-step rows. The split is the same
-        for every run: one that depended on whether some member wires a gem would give an
-        arm's members other matmul shapes, hence other bits, beside other arms (the arms
-        invariant, tests/gpu/test_arms_gpu.py). Both passes use the iteration's one set of
-        effective weights (one noise sample, one spectral-norm step). The target network runs
-        once over [s_{t+1}, s_{t+n}]. The gems see the one-step successor s_{t+1} (`succ_obs`,
-        `succ_not_done`); the C51 target keeps the n-step state.
-
-        The autograd pass ends in the dueling-C51 head (`GemOps.dueling_c51`: the CUDA kernel
-        with kernels=cuda, its reference otherwise): expected Q over [s_t, s_{t+1}] and the
-        taken action's log-probabilities at s_t straight from the value and advantage logits,
-        so the [P,2B,K,A,atoms] dueling logits and their gradient are never materialised. The
-        head runs in float32 outside autocast (bf16 stream outputs are cast up).
-        """
+        """One forward: (gem inputs, taken log-probabilities at s_t, online and target logits at s_{t+n}).
+        Autograd over [s_t, s_{t+1}] (a wired gem may flow through q_tp1), none over s_{t+n}, the same
+        split in every run (another per arm would change its matmul shapes, hence its bits)."""
         B = self.cfg.trainer.batch_size
         stacked = b.stacked_obs  # [P,3B,obs_dim] = cat[s_t, s_{t+1}, s_{t+n}]
         with self.matmul_precision():
@@ -308,16 +251,9 @@ class Learner:
                 nstep = self.online(stacked[:, 2 * B :], weights)  # s_{t+n}
                 tgt = self.target(stacked[:, B:], self.target.weights("target"))  # [s_{t+1}, s_{t+n}]
         q, log_probs_t = self.ops.dueling_c51(out.value.float(), out.adv.float(), self.online.support, b.action)
-        inputs = GemInputs(
-            q_t=q[:, :B],
-            q_tp1=q[:, B:],
-            h_t=out.h[:, :B],
-            h_tp1=tgt.h[:, :B],
-            adv_features=out.adv_features[:, :, :B].float(),
-            action=b.action,
-            reward=b.reward,
-            not_done=b.succ_not_done,
-        )
+        inputs = GemInputs(q_t=q[:, :B], q_tp1=q[:, B:], h_t=out.h[:, :B], h_tp1=tgt.h[:, :B],
+                           adv_features=out.adv_features[:, :, :B].float(), action=b.action, reward=b.reward,
+                           not_done=b.succ_not_done)
         return inputs, log_probs_t, nstep.logits.float(), tgt.logits[:, B:]
 
     def _learn(self, weights, draws: Draws) -> None:
@@ -363,9 +299,8 @@ class Learner:
             self._accumulate(c51, finite, x.q_t, norms[0], values, nulls)
 
     def _replay_uniforms(self, draws: Draws) -> Tensor:
-        """The iteration's replay uniforms [P, batch]: the draw plan's slice, except for the
-        members of a nuisance stream (trainer.replay_stream = s), which read stream
-        REPLAY_STREAM_BASE + s of their own key (independent of stream 0, same counter)."""
+        """The replay uniforms [P, batch]; a nuisance stream's members read stream REPLAY_STREAM_BASE + s of
+        their own key."""
         u = draws.uniform("replay")
         for stream, members in self.replay_streams.items():
             alt = self.rng.uniform(REPLAY_STREAM_BASE + stream, (u.shape[1],))
@@ -373,8 +308,7 @@ class Learner:
         return u
 
     def _heads(self, weights) -> dict:
-        """The gems' own parameters bound to this iteration's weights, run at the network's
-        matmul precision."""
+        """The gems' own parameters bound to this iteration's weights, run at the network's matmul precision."""
 
         def at_precision(fn):
             def call(*args):
@@ -393,17 +327,8 @@ class Learner:
             t.lerp_(o, tau if follows_tau else 1.0)
 
     def _after_iteration(self, updates: int) -> None:
-        """After the iteration that brought the update count to `updates`: the hard target
-        update (trainer.tau = 0) when it is due, a plain copy of every target pair.
-
-        It replaces a lerp by a device weight w = (updates % target_update == 0) in every
-        iteration: torch's lerp is o - (o - t) * (1 - w) at w = 1 and t + w * (o - t) at w = 0,
-        i.e. o and t exactly whenever o - t is finite, so the target's bits are those of the lerp
-        except for the sign of a zero (an online value -0.0 over a positive target one, or a
-        target -0.0, which the lerp turned into +0.0; parameters never start or step to -0.0)
-        and where o - t is not finite (a diverged member: the lerp made its target NaN at once,
-        the copy does at the next due update). tests/test_target_update.py checks the bits
-        against the lerp over several updates."""
+        """The hard target update when due: a plain copy, the bits of a lerp by a 0/1 weight, without a pass
+        over every parameter each iteration."""
         tc = self.cfg.trainer
         if tc.tau > 0 or updates % tc.target_update:
             return
@@ -436,17 +361,13 @@ def _state_buffers(net: torch.nn.Module) -> list[tuple[str, Tensor]]:
     return [(k, v) for k, v in net.named_buffers() if k in keep]
 
 
-class _Float32MatmulPrecision:
+@contextlib.contextmanager
+def _float32_matmul_precision(precision: str):
     """Sets torch's float32 matmul precision for the duration of a block, then restores it."""
-
-    def __init__(self, precision: str):
-        self.precision, self.previous = precision, None
-
-    def __enter__(self):
-        self.previous = torch.get_float32_matmul_precision()
-        torch.set_float32_matmul_precision(self.precision)
-
-    def __exit__(self, *exc):
-        torch.set_float32_matmul_precision(self.previous)
-        return False
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
 

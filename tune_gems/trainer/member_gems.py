@@ -1,13 +1,8 @@
-"""The run's gems under their modes, a mode and a weight per member: the one class that evaluates
-gems (docs/design.md "The gem registry" and "Arms").
-
-`measure` evaluates on stop-gradient inputs (an owned head still trains on them: `head_loss`);
-`wire` on the live inputs, weight x value added to the loss. Modes and weights are [P] tensors, so
-the graph never depends on them: a gem runs when any member has it on, selected per member by
-`torch.where` (not a 0/1 product: NaN x 0 is NaN), skipped where all agree (`member_select`). A
-wired head trains at a weight-free rate (the loss adds (1 - weight) x value on cut inputs; at weight
-0.01 it would sink under Adam's epsilon). The nulls run per (fold, arm) block, so a reduction never
-sees another member count (tests/test_arms_learner.py)."""
+"""The run's gems under their per-member modes and weights, the one class that evaluates gems
+(docs/design.md "The gem registry", "Arms"). Modes are [P] tensors selected by `torch.where` (not a
+0/1 product: NaN x 0 is NaN), so the graph never depends on them. A wired head trains at a
+weight-free rate (at weight 0.01 it would sink under Adam's epsilon); nulls run per (fold, arm)
+block, so a reduction never sees another member count."""
 
 from __future__ import annotations
 
@@ -66,11 +61,9 @@ class MemberGems:
             # weighted in float32, float64 ones (the tests' oracle) by the weight itself
             self._weight[n] = {dt: torch.tensor(weights, dtype=dt, device=device) for dt in WEIGHT_DTYPES}
             # the masks as host facts when every member agrees (member_select: no where pass)
-            self._common[n] = {
-                "on": uniform([m != "off" for m in modes]),
-                "wire": uniform([m == "wire" for m in modes]),
-                "measure": uniform([m == "measure" for m in modes]),
-            }
+            self._common[n] = {"on": uniform([m != "off" for m in modes]),
+                               "wire": uniform([m == "wire" for m in modes]),
+                               "measure": uniform([m == "measure" for m in modes])}
 
     def computed(self, name: str) -> bool:
         return any(m != "off" for m in self.modes[name])

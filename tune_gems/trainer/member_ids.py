@@ -11,8 +11,7 @@ from tune_gems.trainer.learner import Learner
 
 @dataclass(frozen=True)
 class MemberIds:
-    """The run's arms, folds and histories, and per member its arm, seed index, seed, path, fold,
-    history, pair."""
+    """The run's arms, folds and histories, and per member its arm, seed index, seed, path, fold, history, pair."""
 
     arms: tuple[str, ...]
     folds: tuple[int, ...]

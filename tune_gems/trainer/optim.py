@@ -1,25 +1,8 @@
-"""Adam for population-batched parameters, with gradient clipping per member.
-
-The parameters live in one member-major matrix [P, total] (tune_gems.model.flat), so the
-per-member gradient norm is one row-wise reduction, the clipping one in-place scale, and the
-Adam update torch's `_fused_adam_` (the kernel of `torch.optim.Adam(fused=True)`, same bits,
-called with the public optimizer's arguments) over row blocks of the matrix: every step is
-elementwise or row-wise, so members never mix. The step counter is a device tensor, so the
-whole step is capturable in a CUDA graph. The private op because the public optimizer's tensor
-`lr` must be 0-dim: per-member learning rates would cost one launch per member.
-
-Per-member learning rates (arms): the members come in *blocks* of consecutive rows (an arm's
-members), one learning rate per block; one fused call per distinct rate, over that rate's blocks,
-each passed as its own tensor. The kernel processes each tensor of its list on its own, so a
-block's bits are those of a run whose whole matrix is that block, and clipping norms are reduced
-per block for the same reason. A parameter whose gradient is exactly zero from the start keeps
-zero moments and its value (a NoisyNet sigma of a member without NoisyNets; tests/test_optim.py).
-
-`clip_adam` (the triton path's, tune_gems.ops.triton_layers.ClipAdam) replaces all of the above
-with two kernels: every member's clip-group norms in a fixed order, then the clip and the Adam
-step of every element in one pass that reads the member's coefficient; each member row is
-processed alone, so its bits never depend on P or on the blocks.
-"""
+"""Adam for population-batched parameters with per-member clipping: on the member-major matrix the
+norm is one row reduction and the update torch's `_fused_adam_` (same bits as `fused=True`; the
+private op because the public one's tensor `lr` must be 0-dim), capturable. One fused call per
+learning-rate block of rows, so a block's bits are a run of it alone; `clip_adam` instead steps
+each row alone."""
 
 from __future__ import annotations
 
@@ -55,24 +38,12 @@ def member_blocks(lrs: Sequence[float], blocks: Sequence[slice] | None) -> list[
 
 
 class PopulationAdam:
-    def __init__(
-        self,
-        flat: FlatParameters,
-        lr: float | Sequence[float],
-        eps: float,
-        max_grad_norm: float,
-        betas: tuple[float, float] = (0.9, 0.999),
-        clip_groups: list[slice] | None = None,
-        blocks: Sequence[slice] | None = None,
-        clip_adam: Callable | None = None,
-    ):
-        """`lr`: one learning rate, or one per member (P floats). `blocks`: the members in
-        consecutive row ranges (an arm's members), the lr constant within each; every
-        reduction and fused call sees one block at a time (default: the runs of equal lr).
-        `clip_groups`: column ranges of the flat matrix clipped each on its own (the shared
-        network, and each gem head, whose gradient must not change the shared network's clip
-        in `measure` mode); default: one group, the whole matrix. `clip_adam`: a factory
-        (data, lrs, clip groups, betas, eps, max_grad_norm, CLIP_EPS) -> the fused step (module doc)."""
+    def __init__(self, flat: FlatParameters, lr: float | Sequence[float], eps: float, max_grad_norm: float,
+                 betas: tuple[float, float] = (0.9, 0.999), clip_groups: list[slice] | None = None,
+                 blocks: Sequence[slice] | None = None, clip_adam: Callable | None = None):
+        """`lr`: one rate or one per member; `blocks` the row ranges every reduction and call sees apart.
+        `clip_groups`: column ranges clipped on their own (a measured gem head must not move the shared
+        network's clip). `clip_adam`: a factory of the fused step."""
         self.flat = flat
         P = flat.population
         lrs = [float(lr)] * P if isinstance(lr, (int, float)) else [float(x) for x in lr]
@@ -92,9 +63,8 @@ class PopulationAdam:
         self._calls = self._fused_calls()
 
     def _fused_calls(self) -> list:
-        """Per distinct lr: (rate, params, grads, avgs, avg_sqs) as lists of views, made once:
-        whole row blocks (one contiguous tensor each), or with frozen columns each row's runs of
-        `kept` columns (contiguous too, as the fused kernel needs)."""
+        """Per distinct lr, the views of (params, grads, avgs, avg_sqs), made once; contiguous row blocks or
+        each row's runs of kept columns."""
         by_lr: dict[float, list[slice]] = {}
         for rows, rate in self.blocks if self.kernel is None else ():
             by_lr.setdefault(rate, []).append(rows)
@@ -105,14 +75,9 @@ class PopulationAdam:
         return [(rate, *([m[r, cols] for r in rs for cols in self.kept] for m in mats)) for rate, rs in members.items()]
 
     def freeze_columns(self, frozen: Sequence[slice]) -> None:
-        """Leave these columns out of every Adam update: parameters that no gradient reaches
-        in this run (a gem head whose gem is off in every arm). Their gradient is zero, so Adam
-        would leave them unchanged anyway (moments stay 0, the step is 0 / (0 + eps)); skipping
-        them saves the memory traffic and the bits are the same (tests/gpu/test_optim_gpu.py).
-
-        CUDA or `clip_adam` only: the CPU fused kernel runs a vectorised body and a scalar tail
-        whose roundings differ, so splitting a row into shorter views would move elements between
-        the two and change bits (and the arms invariant); on the CPU every row stays whole there."""
+        """Leave out of Adam the columns no gradient reaches (same bits, less traffic). CUDA or `clip_adam`
+        only: the CPU fused kernel's vector body and scalar tail round differently, so shorter views would
+        change bits."""
         if not self.flat.data.is_cuda and self.kernel is None:
             return
         frozen = tuple(c for c in frozen if c.stop > c.start)

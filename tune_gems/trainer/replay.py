@@ -1,7 +1,5 @@
-"""A device-resident replay ring buffer per member, n-step returns formed at sample time. A
-transition is stored as what the environment rebuilds it from (time, position, action, reward,
-flags: 16 bytes instead of 286, benchmarks/RESULTS.md "Compact replay"), its observations rebuilt
-bit-identically by `VecTradingEnv.observe_at`. Fixed shapes, no host sync."""
+"""A device-resident replay ring per member, n-step returns formed at sample time; a transition is
+stored as 16 bytes the environment rebuilds it from (benchmarks/RESULTS.md "Compact replay")."""
 
 from __future__ import annotations
 
@@ -36,8 +34,7 @@ class ObservationSource(Protocol):
 
 @dataclass
 class Batch:
-    """A sampled batch per member: `stacked_obs` [P,3B,obs_dim] = cat[obs, succ_obs, next_obs],
-    thirds copied lazily."""
+    """A sampled batch per member: `stacked_obs` [P,3B,obs_dim] = cat[obs, succ_obs, next_obs], thirds copied lazily."""
 
     action: Tensor  # [P,B,K] int64
     reward: Tensor  # [P,B] n-step discounted reward sum

@@ -1,5 +1,4 @@
-"""What a run needs before its trainer (and the sweep driver without one): device, price series,
-market."""
+"""What a run needs before its trainer (and the sweep driver without one): device, price series, market."""
 
 from __future__ import annotations
 
@@ -62,12 +61,9 @@ def seal_record(cfg: Config, prices: pd.Series | Sequence[pd.Series]) -> dict[st
 
 def prepare_market(cfg: Config, device: torch.device, prices: pd.Series | Sequence[pd.Series] | None = None,
         n_seed_indices: int | None = None, folds: Sequence[int] | None = None, open_seal: bool = False) -> Market:
-    """Load (or take) the price paths, split them into folds and build the market. Synthetic
-    `per_seed` paths are generated here, one per seed index (`prices`, if given, must be seed index
-    0's); else `prices` is the shared path or history list. Every fold is the same rows of each
-    history at its own dates (date splits over several calendars are refused). `data.sealed` rows
-    are cut off first, or with `open_seal` (`confirm --final`) become every fold's test. `folds`:
-    which of the config's folds it holds."""
+    """Load (or take) the price paths, split them into folds and build the market; synthetic `per_seed`
+    paths are generated here. `data.sealed` rows are cut first, or with `open_seal` become every fold's
+    test."""
     n_seed_indices = cfg.trainer.population if n_seed_indices is None else n_seed_indices
     per_seed = cfg.data.source == "synthetic" and cfg.data.synthetic.paths == "per_seed"
     if prices is not None and not per_seed:

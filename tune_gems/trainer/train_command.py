@@ -21,17 +21,13 @@ from tune_gems.config.yaml_io import MAX_YAML_BYTES, apply_overrides, dump_yaml,
 from tune_gems.config.load import build_config, load_config
 from tune_gems.config.dotted import flatten
 from tune_gems.contracts.errors import CheckpointError, ConfigError, OutputError, OutputExistsError
-from tune_gems.contracts.result_files import (
-    ARMS_CSV, BASELINES_CSV, CHECKPOINT_FILE, CONFIG_FILE, FOLDS_CSV, GEMS_FILE, HISTORIES_CSV, HISTORY_CSV, MEMBERS_CSV,
-    SUMMARY_FILE,
-)
+from tune_gems.contracts.result_files import (ARMS_CSV, BASELINES_CSV, CHECKPOINT_FILE, CONFIG_FILE, FOLDS_CSV,
+                                              GEMS_FILE, HISTORIES_CSV, HISTORY_CSV, MEMBERS_CSV, SUMMARY_FILE)
 from tune_gems.contracts.output_lock import LOCK_FILE, OutputLock
-from tune_gems.contracts.outputs import (
-    MARKER_FILE, check_output_folder, make_output_folder, marker_kind, marker_state, read_marker, update_marker, write_marker,
-)
-from tune_gems.contracts.run_record import (
-    CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged, checksums, data_fingerprint, require_record,
-)
+from tune_gems.contracts.outputs import (MARKER_FILE, check_output_folder, make_output_folder, marker_kind,
+                                         marker_state, read_marker, update_marker, write_marker)
+from tune_gems.contracts.run_record import (CHECKSUMS_KEY, DATA_KEY, check_data_unchanged, check_stored_unchanged,
+                                            checksums, data_fingerprint, require_record)
 from tune_gems.contracts.safe_files import read_regular, require_folder, write_atomic
 from tune_gems.design.arms import run_arms
 from tune_gems.design.resources import check_training_fits
@@ -160,10 +156,6 @@ def check_tables_against_checkpoint(out: Path, trainer: Trainer) -> None:
             raise CheckpointError(f"{path}: {len(epochs)} rows whose epochs are not 1..{len(epochs)}; the run folder was changed")
 
 
-def _own_entries(out: Path) -> list[str]:
-    return [n for n in os.listdir(out) if n not in (LOCK_FILE, MARKER_FILE)]
-
-
 def check_train_out(out: str | Path | None, resume: bool) -> Path:
     """The output folder's up-front checks with train's advice; the resolved folder, nothing written."""
     out = Path(out) if out is not None else default_out_dir()
@@ -179,8 +171,7 @@ def check_train_out(out: str | Path | None, resume: bool) -> Path:
 
 def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: bool | None = None,
                  threads: str | None = None) -> dict[str, Any]:
-    """Train to the configured epochs; the final metrics. A SIGTERM or SIGINT stops at a boundary
-    (TrainingStopped)."""
+    """Train to the configured epochs; the final metrics. A SIGTERM or SIGINT stops at a boundary (TrainingStopped)."""
     out = check_train_out(out, resume)
     arms = run_arms(cfg)  # the arms expanded once, for the memory estimate and the trainer
     check_training_fits(cfg, members=arms.members)  # memory from the shapes, before anything is allocated
@@ -203,7 +194,7 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
     make_output_folder(out, kind="train")
     signals = StopSignals()
     with OutputLock(out, field=OUT_FIELD), signals.installed():  # before config.yaml: a signal from then on stops cleanly
-        if not resume and _own_entries(out):  # another run got here first (checked under the lock)
+        if not resume and set(os.listdir(out)) - {LOCK_FILE, MARKER_FILE}:  # another run got here first (under the lock)
             raise OutputExistsError(f"{OUT_FIELD}: {out} already holds a train run; continue it with --resume or choose another --out")
         if resume and _file_id(ckpt_path) != loaded:  # another writer moved it on meanwhile
             loaded = _load_if_any(trainer, ckpt_path)
@@ -217,7 +208,7 @@ def run_training(cfg: Config, out: Path | None, resume: bool = False, progress: 
             for name in (*TABLE_FILES, SUMMARY_FILE):
                 (out / name).unlink(missing_ok=True)
             shutil.rmtree(out / EVENTS_DIR, ignore_errors=True)  # its epochs are trained again
-        text = _dump(cfg)
+        text = dump_yaml(cfg.to_dict())
         marker = read_marker(out)
         record = {CHECKSUMS_KEY: checksums(marker, **{CONFIG_FILE: text.encode()})}
         if data_record is not None and not (marker or {}).get(DATA_KEY):
@@ -292,7 +283,3 @@ def train_headline(trainer: Trainer) -> str:
 
     run = SimpleNamespace(members=pd.DataFrame(trainer.member_history), trials=pd.DataFrame(), baselines=trainer.baselines())
     return baseline_headline(baseline_comparison(run))
-
-
-def _dump(cfg: Config) -> str:
-    return dump_yaml(cfg.to_dict())

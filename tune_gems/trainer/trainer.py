@@ -114,8 +114,7 @@ class Trainer:
         return history_table(self.cfg.data, self.market)
 
     def sample_timings(self, iterations: int) -> tuple[float, float, float]:
-        """(prefill s, s per iteration, s per validation pass) on this device: for `--dry-run`; a
-        throw-away only."""
+        """(prefill s, s per iteration, s per validation pass) on this device: for `--dry-run`; a throw-away only."""
         def sync() -> None:
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
@@ -209,10 +208,10 @@ class Trainer:
     def load_checkpoint(self, path: str | Path) -> None:
         if self._queued is not None:
             raise RuntimeError("a checkpoint loaded while an epoch is queued")
-        state, meta = ckpt.load(path)
+        state, meta, version = ckpt.read(path)
         _check_compatible(path, meta.get("config", {}), self.cfg.to_dict())
         window = self.window.saved(path, meta.get(EVAL_WINDOW_KEY))
-        ckpt.restore_into(path, self.learner.state_tensors(), self.learner.from_checkpoint(state))
+        ckpt.restore_into(path, self.learner.state_tensors(), self.learner.from_checkpoint(state, version))
         self.runner.invalidate()
         self.epoch, self.env_steps, self.updates = int(meta["epoch"]), int(meta["env_steps"]), int(meta["updates"])
         self.diverged, self._prefilled = bool(meta["diverged"]), bool(meta["prefilled"])

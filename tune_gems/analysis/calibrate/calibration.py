@@ -9,7 +9,7 @@ reads keep wired / harmful (promise <= alpha); planted: the first gem's keep rat
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pandas as pd
@@ -104,6 +104,17 @@ def power(shapes: list[Shape], effect: float, n_sim: int = defaults.N_SIM, *, di
 def mc_tolerance(rate: float, n_sim: int, z: float = 2.326) -> float:
     """One-sided 99% Monte-Carlo allowance above `rate` for a rate estimated from n_sim datasets."""
     return z * math.sqrt(rate * (1 - rate) / n_sim)
+
+
+def median_parts(parts):
+    """The first contrast's variance parts (`periods.PooledComponents` or `histories.HistoryComponents`,
+    arrays [S, m] over simulated datasets) at their median over the datasets: the parts a
+    calibration row's stated MDE is read at (one statement per row, the rule's power at a design)."""
+    def first(name: str):
+        x = np.asarray(getattr(parts, name))
+        x = x[..., 0] if x.ndim >= 2 else x
+        return bool(np.any(x)) if x.dtype == bool else float(np.nanmedian(x)) if x.size else math.nan
+    return type(parts)(*(first(f.name) for f in fields(parts)))
 
 
 def calibration_table(shapes: list[Shape], *, thresholds: Thresholds | None = None, seeds=defaults.CALIBRATION_SEEDS,

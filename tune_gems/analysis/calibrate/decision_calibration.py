@@ -1,11 +1,19 @@
 """Calibration of the rule's components for folds and histories: the fold overlap, the held-out
 confirmation, several price histories, and a heterogeneous contrast leaving the family's shared spread.
 
-Each table runs the function a verdict calls (`rules.decision.decide`, the power statements of
-`rules.power`) on simulated families (`World`, described in docs/analysis.md from "The overlap of
-folds" to "Isolating a heterogeneous contrast"), on the S&P 500 runs' shapes (`LAYOUT_ROWS`).
-`python analysis/calibrate_decisions.py --n-sim 2000` prints the doc's tables;
-`tests/test_decision_calibration.py` checks each claim at a small n_sim.
+Each table runs the function a verdict calls (`rules.decision.decide` on `rules.periods.fold_data`
+or `rules.histories.history_data`; the power statements `rules.power.pooled_mde` / `history_mde`)
+on simulated families (`World`: per-seed differences in one seed's sd, period spreads in one
+fold's seed SE): seed noise with a share `rho` common to every fold; one period's luck per fold
+(`tau`, per contrast `taus`); a part common to a history's folds (`common` = c, Nadeau and
+Bengio's model of folds that share training rows); one test segment per history carrying a share
+`carry` of that part; each history's own luck (`tau_history`); planted effects on the first
+contrast (consistent, flipped on the test segment, or per history: `history_pattern`). The real
+shapes are the S&P 500 runs' (`LAYOUT_ROWS`, NB's factors 2.14 and 2.20 read off their fold tables).
+
+`python analysis/calibrate_decisions.py --n-sim 2000` prints the tables of docs/analysis.md ("The
+overlap of folds", "The held-out confirmation", "Several price histories", "Isolating a
+heterogeneous contrast"); `tests/test_decision_calibration.py` checks each claim at a small n_sim.
 """
 
 from __future__ import annotations
@@ -16,16 +24,19 @@ from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.calibrate.calibration import mc_tolerance, promise
-from tune_gems.analysis.rules.histories import history_components, history_data, one_calendar, own_calendars
+from tune_gems.analysis.calibrate.calibration import mc_tolerance, median_parts
+from tune_gems.analysis.rules.histories import (
+    HistoryComponents, history_components, history_data, one_calendar, own_calendars,
+)
 from tune_gems.analysis.rules.decision import Evidence, TestSegment, confirmation_level, decide, held_out_alone
 from tune_gems.analysis.rules.periods import fold_components, fold_data, fold_overlap, nb_factor, seed_level_effect
 from tune_gems.analysis.rules.settings import (
     HARMFUL_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, KEEP_CODE, NOT_CONFIRMED_CODE, Thresholds, verdict_codes,
 )
-from tune_gems.analysis.rules.power import HistoryComponents, history_mde, pooled_mde, t_multiplier, two_stage_mde
+from tune_gems.analysis.rules.power import PowerInputs, history_inputs, mde, pooled_mde, two_stage
 from tune_gems.analysis.text import text_table
 from tune_gems.data.segments import TrainingReach, fold_bounds, fold_table
 
@@ -74,7 +85,8 @@ class Design:
 
 def layout_rho(folds: int) -> float:
     """NB's correlation n2 / (n1 + n2) of a purged layout of `folds` groups on LAYOUT_ROWS rows,
-    read off its fold table's factor (`rules.periods.fold_overlap`)."""
+    from its fold table (`rules.periods.fold_overlap`): the mean over its folds, whose factor
+    `nb_factor` is the table's."""
     prices = pd.Series(np.arange(LAYOUT_ROWS, dtype=float))
     spec = SimpleNamespace(scheme="purged", k=folds, embargo=LAYOUT_EMBARGO, val_length=None)
     table = fold_table(prices.index, fold_bounds(prices, list(LAYOUT_SPLITS), spec, 64, LAYOUT_REACH), "expanding")
@@ -99,8 +111,8 @@ def history_designs() -> tuple[Design, ...]:
 
 
 def simulate(rng, n_sim: int, design: Design, world: World) -> tuple[np.ndarray, np.ndarray]:
-    """(validation, test) per-seed differences, each [n_sim, m, H, K, n] (`World`); the test segment
-    is one period per history, every fold's members evaluated on it."""
+    """(validation, test) per-seed differences, each [n_sim, m, H, K, n] (module docstring):
+    the test segment is one period per history, every fold's members evaluated on it."""
     s, m, h, k, n = n_sim, design.contrasts, design.histories, design.folds, design.seeds
     se = 1.0 / math.sqrt(n)
     taus = np.full(m, world.tau) if world.taus is None else np.asarray(world.taus, float)
@@ -133,20 +145,22 @@ def _fwer(codes: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class OneHistoryRun:
-    """The one-history rule on simulated families: discovery codes [S, m], the MDE it states [S]
-    (first contrast, `power.pooled_mde` with the overlap when corrected), the two-stage codes and
-    `alone` [S, m] where the held-out stage on every contrast confirms it (`held_out_alone`)."""
+    """The one-history rule on simulated families: discovery codes [S, m], the MDE it states for the
+    first contrast at the datasets' median parts (`power.pooled_mde` with the overlap when corrected),
+    the two-stage codes and `alone` [S, m] where the held-out stage on every contrast confirms it
+    (`held_out_alone`)."""
 
     codes: np.ndarray
-    mde: np.ndarray
+    mde: float
     final: np.ndarray
     alone: np.ndarray
 
 
 def one_history_run(design: Design, world: World, *, n_sim: int, seed: int, corrected: bool,
                     th: Thresholds) -> OneHistoryRun:
-    """The rule on one history (`rules.decision.decide`, NB's correlation of the layout when
-    `corrected`), its stated MDE and the held-out stage alone on `n_sim` families."""
+    """The rule (`rules.decision.decide`: the pooled test, with NB's correlation of the layout when
+    `corrected`), its stated MDE, and the held-out confirmation (its second stage at alpha / m, the test
+    period's spread the pooled tau^2) on `n_sim` families of `design` in `world`."""
     rng = np.random.default_rng(seed)
     d, d_test = simulate(rng, n_sim, design, world)
     fd = fold_data(d[:, :, 0])
@@ -155,15 +169,14 @@ def one_history_run(design: Design, world: World, *, n_sim: int, seed: int, corr
     test = [seed_level_effect(d_test[:, g, 0]) for g in range(m)]
     segment = TestSegment(*(np.stack([t[k] for t in test], 1) for k in ("theta", "var", "df")))
     dec = decide(Evidence(_unit_diffs(d), periods=fd, fold_corr=rho, test=segment), th)
-    comp = replace(fold_components(fd, dec.pooled["tau2"]), overlap=rho / (1.0 - rho))
-    mde = pooled_mde(comp, dec.pooled["periods"], np.maximum(fd.n_informative.mean(-1), 1), df=dec.pooled["df"],
+    comp = replace(median_parts(fold_components(fd, dec.pooled["tau2"])), overlap=rho / (1.0 - rho))
+    mde = pooled_mde(comp, design.folds, float(np.nanmedian(fd.n_informative[:, 0].mean(-1))), contrasts=m,
                      level=th.alpha / m, power=th.power, one_sided=th.one_sided_keep)
     # the stage alone, on the evidence `decide` gives it over folds
     alone = held_out_alone(segment, confirmation_level(th.alpha, m), pooled=dec.pooled,
                            fold_var=fd.var * (1 - fd.seed_share[..., None]), fold_n=fd.n_informative,
                            fold_theta=fd.theta)
-    return OneHistoryRun(verdict_codes(dec.discovery_verdict), np.asarray(mde, float)[:, 0], verdict_codes(dec.verdict),
-                         alone)
+    return OneHistoryRun(verdict_codes(dec.discovery_verdict), mde, verdict_codes(dec.verdict), alone)
 
 
 def _unit_diffs(d: np.ndarray) -> list[np.ndarray]:
@@ -174,17 +187,14 @@ def _unit_diffs(d: np.ndarray) -> list[np.ndarray]:
     return [unit[:, g] for g in range(d.shape[1])]
 
 
-def _median(x: np.ndarray) -> float:
-    x = np.asarray(x, float)
-    return float(np.nanmedian(x)) if np.isfinite(x).any() else math.nan
-
-
 # ---- the overlap of folds -------------------------------------------------------------------------
 
 
 def overlap_table(th: Thresholds, designs=None, taus=(0.0, 1.0)) -> pd.DataFrame:
-    """Per design, period spread and common correlation c: the pooled rule's family-wise false rate
-    without and with NB's correction, the MDE each states, and the power at those MDEs."""
+    """Per design, period spread and common correlation c (0, NB's, 0.35): the family-wise false
+    rate of the pooled rule without and with NB's correction, the MDE each states (median, sd),
+    the power at the uncorrected MDE without and with, and the corrected rule's power at its own
+    MDE."""
     rows = []
     for design in designs or real_designs():
         for tau in taus:
@@ -196,7 +206,7 @@ def overlap_table(th: Thresholds, designs=None, taus=(0.0, 1.0)) -> pd.DataFrame
                                            corrected=corrected, th=th)
 
                 null_raw, null_nb = run(0, False), run(0, True)
-                mde_raw, mde_nb = _median(null_raw.mde), _median(null_nb.mde)
+                mde_raw, mde_nb = null_raw.mde, null_nb.mde
                 row = dict(design=design.label, tau=tau, c=c, nb_factor=nb_factor(design.nb_rho, design.folds),
                            fwer=_fwer(null_raw.codes), fwer_nb=_fwer(null_nb.codes), mde=mde_raw, mde_nb=mde_nb,
                            n_sim=th.n_sim)
@@ -217,9 +227,11 @@ def format_overlap(t: pd.DataFrame, alpha: float) -> str:
     rows = [[r["design"], f"{r['nb_factor']:.2f}", f"{r['tau']:g}", f"{r['c']:.3f}", f"{r['fwer']:.3f}",
              f"{r['fwer_nb']:.3f}", f"{r['mde']:.3f}", f"{r['mde_nb']:.3f}", f"{r['power@mde']:.2f}",
              f"{r['power_nb@mde']:.2f}", f"{r['power_nb@mde_nb']:.2f}"] for _, r in t.iterrows()]
-    lines += text_table(head, rows, rule=False)
-    lines.append(promise("worst FWER with NB up to NB's correlation:", float(t[t["c"] < 0.35]["fwer_nb"].max()), alpha,
-                         mc_tolerance(alpha, int(t["n_sim"].iloc[0]))))  # c = 0 and NB's
+    lines += text_table(head, rows)
+    worst = float(t[t["c"] < 0.35]["fwer_nb"].max())  # c = 0 and NB's
+    tol = mc_tolerance(alpha, int(t["n_sim"].iloc[0]))
+    lines.append(f"worst FWER with NB up to NB's correlation: {worst:.3f} (promise <= {alpha:g}; Monte-Carlo allowance "
+                 f"+{tol:.3f})" + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **"))
     return "\n".join(lines)
 
 
@@ -227,15 +239,17 @@ def format_overlap(t: pd.DataFrame, alpha: float) -> str:
 
 
 def held_out_table(th: Thresholds, designs=None, taus=(0.0, 1.0, 2.0)) -> pd.DataFrame:
-    """Per design, period spread and world: one- and two-stage family-wise false rates under the
-    null (common parts c = 0, NB's, 0.35, and one carried to the test: outside the promise), the
-    held-out stage alone (promise alpha / m), and the first contrast's keep rate at the one-stage
-    MDE, also with that effect flipped on the test segment."""
+    """Per design, period spread and world: the one-stage (the pooled rule, no overlap
+    correction) and two-stage family-wise false rates under the null at c = 0, NB's and 0.35 (the
+    common part not carried to the test segment, and carried: outside the promise), the held-out
+    stage alone (`held_out_alone`: every contrast as a keep, per contrast; promise alpha / m), the
+    first contrast's keep rate at the one-stage rule's MDE in both stages, and with that effect
+    flipped on the test segment."""
     rows = []
     for design in designs or real_designs():
         for tau in taus:
             null0 = one_history_run(design, World(tau=tau), n_sim=th.n_sim, seed=th.seed, corrected=False, th=th)
-            mde = _median(null0.mde)
+            mde = null0.mde
             worlds = [("null, c 0", World(tau=tau)),
                       (f"null, c {design.nb_rho:.3f} (NB)", World(tau=tau, common=design.nb_rho)),
                       ("null, c 0.35", World(tau=tau, common=0.35)),
@@ -265,7 +279,7 @@ def format_held_out(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
     rows = [[r["design"], f"{r['tau']:g}", r["world"], f"{r['fwer_one']:.3f}", f"{r['fwer_two']:.3f}",
              f"{r['alone']:.4f}", f"{r['keep_one']:.3f}", f"{r['keep_two']:.3f}", f"{r['not_confirmed']:.3f}"]
             for _, r in t.iterrows()]
-    lines += text_table(head, rows, rule=False)
+    lines += text_table(head, rows)
     promise = t[~t["planted"] & ~t["carried"]]
     flips = t[t["world"].str.contains("flipped")]
     lines.append(_promise(alpha, int(t["n_sim"].iloc[0]), contrasts, float(promise["fwer_two"].max()),
@@ -282,22 +296,25 @@ def format_held_out(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
 
 @dataclass(frozen=True)
 class HistoryRun:
-    """The nested rule on simulated families: codes [S, m], the MDE it states [S] (first contrast),
-    the two-stage codes (the test segment as the rule's second stage), `alone` [S, m] where the
-    held-out stage applied to every contrast (as if each were a discovery keep) confirms it (its
-    false rate alone under the null: <= alpha / m) and `two_stage` [S] the two-stage MDE it states."""
+    """The nested rule on simulated families: codes [S, m], the MDE it states for the first contrast
+    at the datasets' median parts, the two-stage codes (the test segment as the rule's second stage),
+    `alone` [S, m] where the held-out stage applied to every contrast (as if each were a discovery
+    keep) confirms it (its false rate alone under the null: <= alpha / m) and `two_stage` the
+    two-stage MDE it states."""
 
     codes: np.ndarray
-    mde: np.ndarray
+    mde: float
     final: np.ndarray
     alone: np.ndarray
-    two_stage: np.ndarray
+    two_stage: float
 
 
 def history_run(design: Design, world: World, *, n_sim: int, seed: int, th: Thresholds) -> HistoryRun:
-    """The rule over histories (`rules.decision.decide`), the held-out stage alone and the power
-    statements each verdict row makes (`power.history_mde`, `power.two_stage_mde`) on `n_sim`
-    families of `design` in `world`."""
+    """The rule over histories (`rules.decision.decide` with the histories' data on the design's
+    calendar and the test segment), the held-out stage alone (`decision.held_out_stage`, the
+    function `decide` applies, on every contrast) and the power statement a verdict row makes
+    (`statement_at` on `histories.history_components` at the datasets' median) on `n_sim` families of
+    `design` in `world`."""
     rng = np.random.default_rng(seed)
     d, d_test = simulate(rng, n_sim, design, world)
     h, k, m = design.histories, design.folds, design.contrasts
@@ -307,17 +324,20 @@ def history_run(design: Design, world: World, *, n_sim: int, seed: int, th: Thre
     hp = dec.histories
     level = confirmation_level(th.alpha, m)
     alone = held_out_alone(segment, level, calendar=hp.calendar)
-    comp = history_components(hd, hp)
-    seeds = np.mean([fd.n_informative[:, 0].mean(-1) for fd in hd.folds], 0)
-    c = HistoryComponents(*(np.asarray(getattr(comp, key))[:, 0] for key in ("history", "period", "within", "seed",
-                                                                             "calendar", "shared")))
-    df = hp.pooled["df"][:, 0]
-    level = th.alpha / m
     with np.errstate(invalid="ignore", divide="ignore"):
-        mde = history_mde(c, h, k, seeds, df=df, level=level, power=th.power, one_sided=th.one_sided_keep)
-        both = two_stage_mde(c.se(h, k, seeds), df, c.test_se(h, k, seeds), c.test_df(h, k, seeds), level=level,
-                             test_level=level, power=th.power, one_sided=th.one_sided_keep)
-    return HistoryRun(verdict_codes(dec.discovery_verdict), mde, verdict_codes(dec.verdict), alone, both)
+        c = median_parts(history_components(hd, hp))
+        seeds = float(np.nanmedian(np.mean([fd.n_informative[:, 0].mean(-1) for fd in hd.folds], 0)))
+    d_in = history_inputs(seeds, h, k, replace(c, shared=design.one_calendar), m)
+    stated = statement_at(d_in, th, m)
+    return HistoryRun(verdict_codes(dec.discovery_verdict), stated[0], verdict_codes(dec.verdict), alone, stated[1])
+
+
+def statement_at(d: PowerInputs, th: Thresholds, contrasts: int) -> tuple[float, float]:
+    """(the MDE, the two-stage MDE) the rule states for comparison `d` at the first Holm step of a
+    family of `contrasts` (the held-out stage at alpha / m): `power.mde` and `power.two_stage`."""
+    level = th.alpha / contrasts
+    return (mde(d, level, th.power, one_sided=th.one_sided_keep),
+            two_stage(d, level, th.power, test_level=level, one_sided=th.one_sided_keep))
 
 
 def test_segment(d_test: np.ndarray) -> TestSegment:
@@ -332,15 +352,17 @@ def test_segment(d_test: np.ndarray) -> TestSegment:
 
 
 def histories_table(th: Thresholds, designs=None, tau: float = 1.0, tau_history: float = 1.0) -> pd.DataFrame:
-    """Per history design: the nested rule's null family-wise false rate (c 0, NB's, 0.35),
-    discovery and two-stage, the held-out stage alone, its stated MDE and the power there, and the
-    first contrast's rates where its effect flips across the histories."""
+    """Per history design (histories on their own calendars): the nested rule's family-wise false rate
+    under the null (a part common to a history's folds at c 0, NB's, 0.35), discovery and two-stage, the
+    held-out stage alone (per contrast, applied to every one), its stated MDE and the power there, and
+    the first contrast's keep / harmful / inconsistent rates where its effect flips across the
+    histories (mean zero) and where one history has the opposite sign."""
     rows = []
     for design in designs or history_designs():
         h = design.histories
         base = dict(tau=tau, tau_history=tau_history)
         null = history_run(design, World(**base, common=design.nb_rho), n_sim=th.n_sim, seed=th.seed, th=th)
-        mde = _median(null.mde)
+        mde = null.mde
         worlds = [("null, c 0", World(**base)),
                   (f"null, c {design.nb_rho:.3f} (NB)", None),
                   ("null, c 0.35", World(**base, common=0.35)),
@@ -373,7 +395,7 @@ def format_histories(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
             "inconsistent"]
     rows = [[r["design"], r["world"], f"{r['fwer']:.3f}", f"{r['fwer_two']:.3f}", f"{r['alone']:.4f}", f"{r['keep']:.3f}",
              f"{r['keep_two']:.3f}", f"{r['harm']:.3f}", f"{r['inconsistent']:.3f}"] for _, r in t.iterrows()]
-    lines += text_table(head, rows, rule=False)
+    lines += text_table(head, rows)
     null = t[~t["planted"]]
     flips = t[t["flip"]]
     worst_flip = float((flips["keep"] + flips["harm"]).max()) if len(flips) else 0.0
@@ -406,9 +428,10 @@ ISOLATION_WORLDS = (
 
 def isolation_table(th: Thresholds, folds=(4, 8), seeds: int = 16, effect: float = 1.0,
                     worlds=ISOLATION_WORLDS) -> pd.DataFrame:
-    """Per fold count and per-contrast spreads: the null FWER and the first contrast's power with
-    the flagged contrast kept in the family's shared fit (shipped) or leaving it
-    (`isolate_flagged`)."""
+    """Per fold count and per-contrast spreads (ISOLATION_WORLDS): the family-wise false rate under
+    the null and the first contrast's power at a planted `effect` (sd), with the flagged contrast
+    kept in the family's shared fit (the rule as shipped) and leaving it (`isolate_flagged`, at
+    the share test's level and at 0.01)."""
     variants = (("kept (shipped)", dict(isolate_flagged=False)),
                 ("leaves, 0.1", dict(isolate_flagged=True, isolate_level=defaults.TAU_SHARE_LEVEL)),
                 ("leaves, 0.01", dict(isolate_flagged=True, isolate_level=0.01)))
@@ -440,7 +463,7 @@ def format_isolation(t: pd.DataFrame, alpha: float, effect: float = 1.0) -> str:
     head = ["folds", "spreads"] + [f"FWER {n}" for n in names] + [f"power {n}" for n in names]
     rows = [[f"{int(r['folds'])}", r["world"]] + [f"{r[f'fwer {n}']:.3f}" for n in names]
             + [f"{r[f'power {n}']:.2f}" for n in names] for _, r in t.iterrows()]
-    lines += text_table(head, rows, rule=False)
+    lines += text_table(head, rows)
     tol = mc_tolerance(alpha, int(t["n_sim"].iloc[0]))
     for n in names:
         worst = float(t[f"fwer {n}"].max())
@@ -474,11 +497,26 @@ VALIDATION_ROWS = round(REAL_ROWS * LAYOUT_SPLITS[1])
 per history, and each walk-forward fold at the default `data.folds.val_length`."""
 
 
+def t_multiplier(df, level, power: float, one_sided: bool = False):
+    """(t_{1-a/2, df} + t_{power, df}): the closed form's MDE over its se (a = level; one-sided:
+    t_{1-a}), which the real run's MDE of its time was stated with: `within_sharpe` reads one seed's
+    noise back from it."""
+    df = np.asarray(df, float)
+    tail = np.asarray(level, float) if one_sided else np.asarray(level, float) / 2
+    with np.errstate(invalid="ignore"):
+        out = sps.t.ppf(1 - tail, df) + sps.t.ppf(power, df)
+    out = np.where(np.isfinite(df) & (df > 0), out, np.nan)
+    return float(out) if out.ndim == 0 else out
+
+
 def within_sharpe(window_rows: float, reference_mde: float = REFERENCE_MDE, alpha: float = defaults.ALPHA,
                   power: float = defaults.POWER) -> float:
-    """One seed's variance of a per-period difference in Sharpe units for a `window_rows` window,
-    read off the real run's MDE (8 purged groups x 12 seeds, a family of one, df 7) and scaled
-    inversely with the window's length (a Sharpe's variance is)."""
+    """One seed's variance of a per-period difference as the rule reads it (n x the squared standard
+    error of a Hodges-Lehmann effect, `periods.PooledComponents.within`) in Sharpe units, for a validation
+    window of `window_rows` rows: read off the real run's MDE (8 purged groups x 12 seeds, a family of
+    one, df 7, no period spread or seed share: 12 x 8 x (MDE / t_multiplier)^2 for an 8-group window
+    of (0.85 LAYOUT_ROWS - 32) / 8 rows) and scaled by window length (a Sharpe's variance is inverse
+    in its length)."""
     within8 = 12 * 8 * (reference_mde / t_multiplier(7, alpha, power)) ** 2
     window8 = (LAYOUT_ROWS * (LAYOUT_SPLITS[0] + LAYOUT_SPLITS[1]) - LAYOUT_REACH.window) / 8
     return within8 * window8 / window_rows
@@ -527,9 +565,10 @@ per history on its own calendar (the default split's validation segment, 12 seed
 
 def calendar_table(th: Thresholds, histories=CALENDAR_HISTORIES, sds=CALENDAR_SDS, layouts=CALENDAR_LAYOUTS,
                    planted_sd: float = 0.05) -> pd.DataFrame:
-    """Per layout, number of histories and calendar sd (Sharpe): the nested rule's null FWER (one-
-    and two-stage), the held-out stage alone, the share read `insufficient data`, the stated MDEs,
-    and at `planted_sd` the first contrast's power at the MDE stated there."""
+    """Per layout, number of histories and calendar sd (Sharpe): the nested rule's family-wise false
+    rate (discovery and two-stage), the held-out stage alone (per contrast), the share of contrasts read
+    `insufficient data`, the MDE and two-stage MDE it states (median, Sharpe); and at the calendar sd
+    `planted_sd` the first contrast's power (one- and two-stage) at the MDE stated there."""
     rows = []
     for folds, seeds, one, window in layouts:
         for h in histories:
@@ -540,8 +579,8 @@ def calendar_table(th: Thresholds, histories=CALENDAR_HISTORIES, sds=CALENDAR_SD
                                 seed=th.seed + 100 * h + 10 * folds + i, th=th)
                 row = dict(design=design.label, histories=h, calendar_sd=c, n_sim=th.n_sim, fwer=_fwer(r.codes),
                            fwer_two=_fwer(r.final), alone=float(r.alone.mean()),
-                           insufficient=float((r.codes == INSUFFICIENT_CODE).mean()), mde=_median(r.mde) * sd,
-                           two_stage=_median(r.two_stage) * sd, power=math.nan, power_two=math.nan)
+                           insufficient=float((r.codes == INSUFFICIENT_CODE).mean()), mde=r.mde * sd,
+                           two_stage=r.two_stage * sd, power=math.nan, power_two=math.nan)
                 if c == planted_sd and math.isfinite(row["mde"]):
                     p = history_run(design, calendar_world(design, c, effect=row["mde"], window=window), n_sim=th.n_sim,
                                     seed=th.seed + 100 * h + 10 * folds + 9, th=th)
@@ -568,7 +607,7 @@ def format_calendar(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
     rows = [[r["design"], f"{r['calendar_sd']:.2f}", f"{r['fwer']:.3f}", f"{r['fwer_two']:.3f}", f"{r['alone']:.4f}",
              f"{r['insufficient']:.2f}", num(r["mde"], ".3f"), num(r["two_stage"], ".3f"), num(r["power"], ".2f"),
              num(r["power_two"], ".2f")] for _, r in t.iterrows()]
-    lines += text_table(head, rows, rule=False)
+    lines += text_table(head, rows)
     lines.append(_promise(alpha, int(t["n_sim"].iloc[0]), contrasts, float(t["fwer"].max()), float(t["alone"].max())))
     return "\n".join(lines)
 
@@ -577,17 +616,6 @@ MDE_DESIGNS = ((8, 1, 12, False), (12, 1, 8, False), (16, 1, 6, False), (6, 1, 1
                (4, 4, 6, False), (3, 2, 16, False), (8, 1, 12, True), (3, 2, 16, True), (3, 6, 5, True),
                (4, 6, 4, True))
 """(histories, periods, seeds, one calendar): layouts of 96 members per arm (768 at 8 arms)."""
-
-
-def _design_se(c: HistoryComponents, h: int, k: int, n: int, contrasts: int):
-    """(se, df, test se, test df) of the nested rule at a design: the histories' spread shared by the
-    family (contrasts (H - 1) df), the calendar part on K - 1."""
-    from tune_gems.analysis.rules.periods import satterthwaite
-
-    cal_df = k - 1.0 if c.calendar > 0 else math.inf
-    hist = c.se(h, k, n) ** 2 - c.calendar / k
-    df = float(satterthwaite([hist, c.calendar / k], [contrasts * (h - 1.0), cal_df]))
-    return c.se(h, k, n), df, c.test_se(h, k, n), float(c.test_df(h, k, n))
 
 
 def _power_at(design: Design, effect: float, spread: bool, th: Thresholds, window: int, seed: int,
@@ -602,34 +630,42 @@ def _power_at(design: Design, effect: float, spread: bool, th: Thresholds, windo
 
 
 def mde_table(th: Thresholds, contrasts: int = 3, designs=MDE_DESIGNS, window: int = VALIDATION_ROWS) -> pd.DataFrame:
-    """The nested rule's MDE (Sharpe) at the first Holm step of `contrasts` per layout, two- and
-    one-sided, and the two-stage MDE (`power.two_stage_mde`), without spreads and with one window's
-    period spread; one seed's variance `within_sharpe(window)`; and the shipped rule's simulated
-    power at the one-sided MDE. NaN: a layout the rule cannot decide (one calendar, too few
-    periods)."""
+    """The nested rule's MDE in Sharpe units at the first Holm step of a family of `contrasts`
+    (`power.mde`, the verdicts' statement: the rule's own stage 2 on the families it will see),
+    two-sided and one-sided, and the two-stage MDE (`power.two_stage`: the keep must also pass the
+    held-out stage one-sided at alpha / m), per layout, without spreads and with one window's period
+    spread (own calendars: all the history's own, OWN_PERIOD_SD and the calendar part 0.05 together;
+    one calendar: the calendar part 0.05 shared); one seed's variance `within_sharpe(window)`; and
+    the simulated power of the shipped rule at the one-sided MDE (one- and two-stage: `history_run`
+    with the one-sided keep test). A layout the rule cannot decide (one calendar with fewer than
+    MIN_SHARED_PERIODS periods) reads NaN. K periods of a history validate on windows of `window`
+    rows, at most FOLDS_ROWS / K."""
     level = th.alpha / contrasts
     rows = []
     for i, (h, k, n, one) in enumerate(designs):
         win = min(window, FOLDS_ROWS // k)  # K walk-forward windows must fit before the test segment
-        w = within_sharpe(win)
         design = calendar_design(h, k, n, one_calendar=one, window=win)
         for spread in (False, True):
-            cal = 0.05**2 if spread and one else 0.0
-            own = (OWN_PERIOD_SD**2 if one else OWN_PERIOD_SD**2 + 0.05**2) if spread else 0.0
-            c = HistoryComponents(history=0.0, period=own, within=w, seed=0.0, calendar=cal, shared=one)
-            se, df, test_se, test_df = _design_se(c, h, k, n, contrasts)
-            row = dict(histories=h, periods=k, seeds=n, members=h * k * n, one_calendar=one, spread=spread, df=df,
-                       window=win)
+            d = history_inputs(n, h, k, design_parts(win, one, spread), contrasts)
+            row = dict(histories=h, periods=k, seeds=n, members=h * k * n, one_calendar=one, spread=spread, window=win)
             decides = not one or k >= defaults.MIN_SHARED_PERIODS
             for sided, key in ((False, "two"), (True, "one")):
-                row[f"mde_{key}"] = history_mde(c, h, k, n, df=df, level=level, power=th.power,
-                                                one_sided=sided) if decides else math.nan
-                row[f"two_stage_{key}"] = two_stage_mde(se, df, test_se, test_df, level=level, test_level=level,
-                                                        power=th.power, one_sided=sided) if decides else math.nan
+                row[f"mde_{key}"], row[f"two_stage_{key}"] = (statement_at(d, replace(th, one_sided_keep=sided), contrasts)
+                                                              if decides else (math.nan, math.nan))
             row["power"], row["power_two"] = (_power_at(design, row["mde_one"], spread, th, win, th.seed + 10 * i,
                                                         True) if decides else (math.nan, math.nan))
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def design_parts(window: int, one_calendar: bool, spread: bool) -> HistoryComponents:
+    """A layout's parts in Sharpe units: one seed's variance `within_sharpe(window)`, and with
+    `spread` one window's period spread (own calendars: OWN_PERIOD_SD and the calendar part 0.05
+    all the history's own; one calendar: the calendar part 0.05 shared)."""
+    cal = 0.05**2 if spread and one_calendar else 0.0
+    own = (OWN_PERIOD_SD**2 if one_calendar else OWN_PERIOD_SD**2 + 0.05**2) if spread else 0.0
+    return HistoryComponents(history=0.0, period=own, within=within_sharpe(window), seed=0.0, calendar=cal,
+                             shared=one_calendar)
 
 
 def simulated_mde(design: Design, th: Thresholds, *, spread: bool = False, window: int = VALIDATION_ROWS,
@@ -645,21 +681,19 @@ def simulated_mde(design: Design, th: Thresholds, *, spread: bool = False, windo
     return 0.5 * (lo + hi)
 
 
-def best_layout(alpha: float = defaults.ALPHA, power: float = defaults.POWER, contrasts: int = 3, members: int = 96,
-                window: int = VALIDATION_ROWS, spread: bool = False) -> dict:
-    """The layout of at most `members` per arm on histories of their own calendars with the smallest
-    one-sided MDE at the first Holm step (histories 3-48, periods 1-8, at least 6 seeds: a history's
-    seed-level effect needs a 95% rank interval), as `mde_table` states it."""
-    w = within_sharpe(window)
-    c = HistoryComponents(0.0, OWN_PERIOD_SD**2 + 0.05**2 if spread else 0.0, w)
+def best_layout(th: Thresholds, contrasts: int = 3, members: int = 96, window: int = VALIDATION_ROWS) -> dict:
+    """The layout of at most `members` per arm on histories of their own calendars (no spread) with
+    the smallest one-sided MDE at the first Holm step (histories 3-48, periods 1-8, at least 6 seeds:
+    a history's test-segment effect needs a 95% rank interval), as `mde_table` states it."""
     best = dict(mde=math.inf)
+    one_sided = replace(th, one_sided_keep=True)
     for h in range(3, 49):
         for k in (1, 2, 3, 4, 6, 8):
             n = members // (h * k)
             if n < 6:
                 continue
-            _, df, _, _ = _design_se(c, h, k, n, contrasts)
-            m = history_mde(c, h, k, n, df=df, level=alpha / contrasts, power=power, one_sided=True)
+            m = statement_at(history_inputs(n, h, k, design_parts(window, False, False), contrasts), one_sided,
+                             contrasts)[0]
             if m < best["mde"]:
                 best = dict(histories=h, periods=k, seeds=n, mde=float(m))
     return best
@@ -673,27 +707,26 @@ SIMULATED_MDE_DESIGNS = ((8, 1, 12), (12, 1, 8), (16, 1, 6))
 
 
 def format_mde(t: pd.DataFrame, th: Thresholds, contrasts: int = 3) -> str:
-    lines = [f"The nested rule's MDE in Sharpe units at the family's first Holm step (alpha / {contrasts}; power.history_mde "
-             f"as every verdict states it, the histories' spread shared by the family; one seed's variance "
-             f"{within_sharpe(VALIDATION_ROWS):.4f} for a {VALIDATION_ROWS}-day window (x {VALIDATION_ROWS} / window), "
-             "from the real run's MDE "
-             f"{REFERENCE_MDE}; spread: one window's period spread, {OWN_PERIOD_SD} + 0.05 Sharpe, all the history's "
-             "own on its own calendar, 0.05 of it shared on one calendar; two-stage: the keep also passes the "
-             f"held-out stage at alpha / {contrasts}; power: the shipped rule's simulated power at the one-sided MDE, "
-             f"one-stage / two-stage, {th.n_sim} families; '-': the rule does not decide that layout)"]
-    head = ["histories x periods x seeds", "window", "calendar", "spread", "df", "MDE two-sided", "MDE one-sided",
+    lines = [f"The nested rule's MDE in Sharpe units at the family's first Holm step (alpha / {contrasts}; power.mde as "
+             f"every verdict states it: the rule's own stage 2 on the families it will see, the histories' scale shared "
+             f"by the family; one seed's variance {within_sharpe(VALIDATION_ROWS):.4f} for a {VALIDATION_ROWS}-day "
+             f"window (x {VALIDATION_ROWS} / window), from the real run's MDE {REFERENCE_MDE}; spread: one window's "
+             f"period spread, {OWN_PERIOD_SD} + 0.05 Sharpe, all the history's own on its own calendar, 0.05 of it "
+             f"shared on one calendar; two-stage: the keep also passes the held-out stage at alpha / {contrasts}; "
+             f"power: the shipped rule's simulated power at the one-sided MDE, one-stage / two-stage, {th.n_sim} "
+             "families; '-': the rule does not decide that layout)"]
+    head = ["histories x periods x seeds", "window", "calendar", "spread", "MDE two-sided", "MDE one-sided",
             "two-stage two-sided", "two-stage one-sided", "power", "power two-stage"]
 
     def num(x, fmt=".3f"):
         return f"{x:{fmt}}" if math.isfinite(x) else "-"
 
     rows = [[f"{r['histories']} x {r['periods']} x {r['seeds']}", f"{r['window']}", "one" if r["one_calendar"] else "own",
-             "window's" if r["spread"] else "none", f"{r['df']:.1f}", num(r["mde_two"]), num(r["mde_one"]),
-             num(r["two_stage_two"]), num(r["two_stage_one"]), num(r["power"], ".2f"), num(r["power_two"], ".2f")]
-            for _, r in t.iterrows()]
-    lines += text_table(head, rows, rule=False)
-    b = best_layout(th.alpha, th.power, contrasts=contrasts)
-    lines.append(f"the formula's best of at most 96 members per arm on own calendars (no spread): {b['histories']} x "
+             "window's" if r["spread"] else "none", num(r["mde_two"]), num(r["mde_one"]), num(r["two_stage_two"]),
+             num(r["two_stage_one"]), num(r["power"], ".2f"), num(r["power_two"], ".2f")] for _, r in t.iterrows()]
+    lines += text_table(head, rows)
+    b = best_layout(th, contrasts=contrasts)
+    lines.append(f"the rule's best of at most 96 members per arm on own calendars (no spread): {b['histories']} x "
                  f"{b['periods']} x {b['seeds']}, one-sided MDE {b['mde']:.3f}")
     for h, k, n in SIMULATED_MDE_DESIGNS:
         design = calendar_design(h, k, n, one_calendar=False, window=VALIDATION_ROWS)

@@ -4,8 +4,8 @@ market luck of spread `tau` in one fold's seed SE, correlated contrasts or perio
 divergence, planted shifts and a regime flip that must not read keep wired / harmful).
 
 It runs the rule the verdicts ship through `rules.decision.decide` and the power statement
-`power.pooled_mde`, vectorised over datasets: the simulation adds only the data and, at one fold,
-the market-noise interval it models. Codes per dataset and gem: `rules.settings.verdict_codes`.
+`power.pooled_mde` at the datasets' median parts, vectorised over datasets: the simulation adds
+only the data and, at one fold, the market-noise interval it models. Codes per dataset and gem: `rules.settings.verdict_codes`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.calibrate.calibration import Shape, _draws, mc_tolerance, promise
+from tune_gems.analysis.calibrate.calibration import Shape, _draws, mc_tolerance, median_parts, promise
 from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.periods import fold_components, fold_data
 from tune_gems.analysis.rules.settings import (
@@ -111,10 +111,11 @@ def rule_one_period(d: np.ndarray, tau: float, sd: float, th: Thresholds) -> np.
 
 @dataclass(frozen=True)
 class PeriodRun:
-    """The K >= 2 rule on simulated families: codes [S, m] and the MDE each dataset states."""
+    """The K >= 2 rule on simulated families: codes [S, m] and the MDE the rule states for the first
+    contrast at the datasets' median parts (`calibration.median_parts`)."""
 
     codes: np.ndarray
-    mde: np.ndarray
+    mde: float
 
 
 def run_periods(d: np.ndarray, th: Thresholds) -> PeriodRun:
@@ -126,10 +127,10 @@ def run_periods(d: np.ndarray, th: Thresholds) -> PeriodRun:
         unit = np.nan_to_num(d.mean(2), nan=0.0)  # +inf with -inf: a tie (pairing._unit_mean)
     fd = fold_data(d)
     dec = decide(Evidence([unit[:, g] for g in range(m)], periods=fd), th)
-    comp = fold_components(fd, dec.pooled["tau2"])
-    mde = pooled_mde(comp, dec.pooled["periods"], np.maximum(fd.n_informative.mean(-1), 1), df=dec.pooled["df"],
+    comp = median_parts(fold_components(fd, dec.pooled["tau2"]))
+    mde = pooled_mde(comp, k, float(np.nanmedian(fd.n_informative[:, 0].mean(-1))), contrasts=m if th.share_tau else 1,
                      level=th.alpha / m, power=th.power, one_sided=th.one_sided_keep)
-    return PeriodRun(verdict_codes(dec.verdict), np.asarray(mde, float))
+    return PeriodRun(verdict_codes(dec.verdict), mde)
 
 
 def period_run(shapes: list[Shape], n_sim: int, folds: int, scenario: Scenario, *, thresholds: Thresholds | None = None,
@@ -142,7 +143,7 @@ def period_run(shapes: list[Shape], n_sim: int, folds: int, scenario: Scenario, 
         if folds == 1:
             tau = scenario.tau if scenario.tau_first is None else scenario.tau_first
             codes = rule_one_period(d[:, :, 0], tau, shapes[0].sd, th)
-            return PeriodRun(codes, np.full(codes.shape, np.nan))
+            return PeriodRun(codes, math.nan)
         return run_periods(d, th)
 
 
@@ -186,7 +187,7 @@ def period_calibration_table(shapes: list[Shape], *, thresholds: Thresholds | No
                 row["false_equivalent@rope"] = float((eq.codes[:, 0] == 2).mean())
                 for mult in effects:
                     row[f"power@{mult:g} sd"] = float((run(2, effect=mult * sd).codes[:, 0] == KEEP_CODE).mean())
-                mde = float(np.nanmedian(null.mde[:, 0])) if np.isfinite(null.mde[:, 0]).any() else math.nan
+                mde = null.mde
                 row["mde_sd"] = mde / sd
                 row["power@mde"] = (float((run(4, effect=mde).codes[:, 0] == KEEP_CODE).mean())
                                     if np.isfinite(mde) else math.nan)
@@ -278,7 +279,7 @@ def period_sensitivity_table(shapes: list[Shape], *, thresholds: Thresholds | No
         null = period_run(shapes, th.n_sim, k, Scenario(dist=dist, **fields), thresholds=th_row, seed=th.seed)
         row = dict(scenario=label, folds=k, n_seeds=shapes[0].n, gems=len(shapes), n_sim=th.n_sim, dist=dist,
                    **_rates(null.codes), mc_tolerance=mc_tolerance(th.alpha, th.n_sim),
-                   mde_sd=float(np.nanmedian(null.mde[:, 0])) / sd if np.isfinite(null.mde[:, 0]).any() else math.nan)
+                   mde_sd=null.mde / sd)
         for mult in effects:
             run = period_run(shapes, th.n_sim, k, Scenario(dist=dist, effect=mult * sd, **fields), thresholds=th_row,
                              seed=th.seed + 2)

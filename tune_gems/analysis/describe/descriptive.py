@@ -1,16 +1,6 @@
-"""Robust aggregates and bootstrap intervals for the descriptive Sharpe tables.
-
-(The verdicts do not use these: they use one exact rule on per-seed paired differences,
-`inference.py`. A percentile bootstrap over a handful of seeds under-covers.)
-
-RL results come from few runs with heavy tails, so point estimates need intervals. Following
-Agarwal et al. 2021 ("Deep RL at the edge of the statistical precipice") the location statistic
-is the interquartile mean (IQM) and intervals come from a percentile bootstrap. Our runs are
-nested (members inside trials inside a configuration): members of one trial share the trial's
-hyperparameters and process, so the bootstrap is *stratified / hierarchical*: each resample
-draws trials with replacement, then members with replacement within each drawn trial. Every
-interval takes a `seed`; the same inputs and seed give the same interval.
-"""
+"""Robust aggregates for the descriptive Sharpe tables (the verdicts use `inference.py`): the
+interquartile mean and a percentile bootstrap stratified like the runs are nested, trials then
+members within them (Agarwal et al. 2021); deterministic given `seed`."""
 
 from __future__ import annotations
 
@@ -26,11 +16,7 @@ _CHUNK = 256  # resamples per vectorised block (bounds memory; fixed so results 
 
 
 def iqm(values) -> float:
-    """Interquartile mean: the mean after trimming int(0.25 n) values from each end.
-
-    Same convention as `scipy.stats.trim_mean(x, 0.25)` (and rliable); NaNs are ignored; NaN
-    for no values. With fewer than 4 values nothing is trimmed (plain mean).
-    """
+    """Interquartile mean as `scipy.stats.trim_mean(x, 0.25)` (and rliable), ignoring NaNs; NaN for no values."""
     arr = np.asarray(values, dtype=float).ravel()
     arr = arr[~np.isnan(arr)]
     if arr.size == 0:
@@ -70,16 +56,6 @@ def location(values, statistic: str = defaults.STATISTIC) -> float:
     return float(_stat_rows(arr[None, :], statistic)[0])
 
 
-def _clean_groups(groups: Sequence) -> list[np.ndarray]:
-    out = []
-    for g in groups:
-        a = np.asarray(g, dtype=float).ravel()
-        a = a[np.isfinite(a)]
-        if a.size:
-            out.append(a)
-    return out
-
-
 def _hierarchical_resamples(groups: list[np.ndarray], n_boot: int, statistic: str, rng) -> np.ndarray:
     """`n_boot` values of the statistic over two-level resamples (groups, then values within)."""
     t = len(groups)
@@ -108,22 +84,13 @@ def _interval(boot: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def stratified_bootstrap_ci(
-    groups: Sequence,
-    *,
-    statistic: str = defaults.STATISTIC,
-    n_boot: int = defaults.N_BOOT,
-    confidence: float = defaults.CONFIDENCE,
-    seed: int = defaults.SEED,
-) -> tuple[float, float, float]:
-    """(estimate, low, high) of `statistic` over the pooled values of `groups` (one per trial).
-
-    Each resample draws len(groups) groups with replacement and, within each drawn group, as
-    many values as it has with replacement (non-finite values are dropped first). The estimate
-    is the statistic of the pooled original values; the interval is the percentile interval.
-    NaNs when fewer than 2 values.
-    """
-    groups = _clean_groups(groups)
+def stratified_bootstrap_ci(groups: Sequence, *, statistic: str = defaults.STATISTIC, n_boot: int = defaults.N_BOOT,
+                            confidence: float = defaults.CONFIDENCE,
+                            seed: int = defaults.SEED) -> tuple[float, float, float]:
+    """(estimate, low, high) of `statistic` over the pooled finite values of `groups` (one per trial):
+    resample groups, then values within each; the percentile interval. NaNs below 2 values."""
+    groups = [np.asarray(g, dtype=float).ravel() for g in groups]
+    groups = [a[np.isfinite(a)] for a in groups if np.isfinite(a).any()]
     pooled = np.concatenate(groups) if groups else np.empty(0)
     if pooled.size < 2:
         est = location(pooled, statistic) if pooled.size else math.nan

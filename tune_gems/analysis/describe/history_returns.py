@@ -1,9 +1,6 @@
-"""How much the price histories of a run move together: each pair's daily return correlation in
-each validation window and in the test segment (`history_correlations.csv`), beside the calendar
-part the nested rule estimates (`rules.histories`). Read from the experiment's validated history and
-fold tables and the price files (looked for beside the experiment when not where the run read
-them; a row's `note` says when a file is not found).
-"""
+"""How much a run's price histories move together: each pair's daily return correlation per window
+(`history_correlations.csv`), beside the calendar part `rules.histories` estimates; a `note` says
+when a price file is not found (also looked for beside the experiment)."""
 
 
 from __future__ import annotations
@@ -60,9 +57,8 @@ def _windows(folds: pd.DataFrame) -> list[tuple[str, int | None, int, int, str, 
 
 def history_correlations(histories: pd.DataFrame | None, folds: pd.DataFrame | None, paths: Sequence,
                          labels: Sequence[str]) -> pd.DataFrame:
-    """CORRELATION_COLUMNS for every experiment (`labels`, its folder in `paths`) whose history table
-    (`Experiment.histories`) lists two or more histories and whose fold table (`Experiment.folds.dates`)
-    gives their windows (empty otherwise)."""
+    """CORRELATION_COLUMNS for every experiment with two or more histories whose windows the fold table
+    gives (empty otherwise)."""
     rows = []
     for path, label in zip(paths, labels):
         hist = None if histories is None else histories[histories["experiment"] == label]

@@ -1,11 +1,5 @@
-"""Optuna parameter importances from the persisted study.
-
-Which searched choices (per-gem mode, weight, ...) moved the objective? We ask Optuna itself,
-with its default evaluator (PED-ANOVA in Optuna 5), on the study the sweep persisted in
-`<experiment>/optuna_journal.log`. Cases where importances mean nothing are skipped with a note
-in the table instead of an error: no study, fewer than 2 complete trials, or a search space
-where every parameter took a single value.
-"""
+"""Optuna parameter importances from the persisted study (`<experiment>/optuna_journal.log`); where
+they mean nothing the table carries a note instead of an error."""
 
 from __future__ import annotations
 
@@ -49,19 +43,12 @@ def study_importances(name: str, study: Any, *, min_complete: int = MIN_COMPLETE
             return [_note_row(name, n, f"skipped: {type(err).__name__}: {msg}")]
     notes = sorted({" ".join(str(w.message).split()) for w in caught})
     note = "; ".join(notes)
-    return [
-        {"study": name, "param": k, "importance": float(v), "n_complete": n, "note": note}
-        for k, v in imp.items()
-    ]
+    return [{"study": name, "param": k, "importance": float(v), "n_complete": n, "note": note} for k, v in imp.items()]
 
 
 def param_importances(studies: Mapping[str, Any], *, min_complete: int = MIN_COMPLETE) -> pd.DataFrame:
-    """Importances of every study: study, param, importance (sum 1 per study), n_complete, note.
-
-    Uses `optuna.importance.get_param_importances(study)` with Optuna's default evaluator;
-    warnings it raises (e.g. few trials per regime) are kept in `note`. A skipped study gives
-    one row with param empty and the reason in `note`; no study at all gives one such row too.
-    """
+    """Importances per study with Optuna's default evaluator (sum 1 per study); its warnings, or why a
+    study was skipped (one row, param empty), go in `note`."""
     rows: list[dict] = []
     if not studies:
         rows.append(_note_row(None, 0, "skipped: no Optuna study found (no optuna_journal.log, or it holds no study)"))

@@ -1,11 +1,5 @@
-"""Penalty magnitudes of the gems, per gem and mode, over epochs.
-
-"Measure, then commit": a gem computed forward-only whose value stays ~0 relative to the C51
-loss adds no signal the architecture does not already provide. This module summarises the
-per-epoch gem values of history.parquet (the trial's mean over members) and their `*_rel`
-(value / C51 loss). Only trials with outcome `ok` are used (failed or diverged trials are
-excluded, as everywhere; their count is shown). Mode `off` has no values and no rows.
-"""
+"""Penalty magnitudes of the gems per gem and mode over epochs ("measure, then commit": a gem whose
+value stays ~0 relative to the C51 loss adds no signal), over trials with outcome `ok`."""
 
 from __future__ import annotations
 
@@ -21,9 +15,8 @@ from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry
 
 
 def _arm_history(cells, gems: Sequence[GemEntry]) -> pd.DataFrame:
-    """gem_history's long table from member rows of runs with arms: one row per (ok trial, arm,
-    epoch, gem), the arm's mean over its members, `trial_id` written `<trial>/<arm>` (an arm is
-    the unit here: the trial-level history mixes arms of different modes)."""
+    """gem_history's rows from the members of runs with arms, one per (trial, arm, epoch, gem): an arm
+    is the unit here, since the trial-level history mixes arms of different modes."""
     t = cells.table[cells.table["outcome"] == "ok"]
     long = cells.long[cells.long["cell"].isin(t["cell"])]
     parts = []
@@ -48,16 +41,9 @@ def _arm_history(cells, gems: Sequence[GemEntry]) -> pd.DataFrame:
 
 def gem_history(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFrame, cells=None,
                 gems: Sequence[GemEntry] = LEGACY_MANIFEST) -> pd.DataFrame:
-    """Long table: one row per (ok trial, epoch, gem) with mode, value and rel (`off` omitted).
-
-    Columns: experiment, trial_id, config_label, epoch, gem, metric, mode, value, rel. Values
-    that are not finite are dropped here (they can only come from excluded trials or `off`).
-    `rel` is the `<metric>_rel` column, or value / loss where that column is missing.
-    `members` decides the trial outcomes (failed / diverged), as in `trial_outcomes`. With
-    `cells` (`pairing.build_cells`) of results whose trials have several arms, the rows come
-    from the members, one per (trial, arm) (see `_arm_history`). `gems`: the experiment's
-    manifest (`Experiment.gems`), in its order.
-    """
+    """One row per (ok trial, epoch, gem) with mode, value and rel (`off` and non-finite omitted);
+    `rel` is `<metric>_rel`, or value / loss where missing. With arms (`cells`) a row is per (trial,
+    arm); `gems` is the manifest, in its order."""
     if cells is not None and len(cells.table) and (cells.table.groupby(["experiment", "trial_id"])["arm"].nunique() > 1).any():
         return _arm_history(cells, gems)
     outcomes = trial_outcomes(trials, members)
@@ -70,19 +56,10 @@ def gem_history(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFra
         if metric not in h.columns:
             continue
         rel_col = f"{metric}_rel"
-        part = pd.DataFrame(
-            {
-                "experiment": h["experiment"],
-                "trial_id": h["trial_id"],
-                "config_label": h["config_label"],
-                "epoch": h["epoch"],
-                "gem": gem,
-                "metric": metric,
-                "mode": h[gem],
-                "value": h[metric].astype(float),
-                "rel": h[rel_col].astype(float) if rel_col in h.columns else np.nan,
-            }
-        )
+        part = pd.DataFrame({"experiment": h["experiment"], "trial_id": h["trial_id"],
+                             "config_label": h["config_label"], "epoch": h["epoch"], "gem": gem, "metric": metric,
+                             "mode": h[gem], "value": h[metric].astype(float),
+                             "rel": h[rel_col].astype(float) if rel_col in h.columns else np.nan})
         if rel_col not in h.columns and "loss" in h.columns:
             part["rel"] = part["value"] / h["loss"].astype(float)
         part = part[(part["mode"] != "off") & np.isfinite(part["value"])]
@@ -93,14 +70,8 @@ def gem_history(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFra
 
 def gem_magnitudes(history: pd.DataFrame, trials: pd.DataFrame, members: pd.DataFrame, cells=None,
                    gems: Sequence[GemEntry] = LEGACY_MANIFEST) -> pd.DataFrame:
-    """Per gem and mode: n_trials, n_epochs, mean, max, rel_mean, rel_max, final_rel_mean.
-
-    `mean` / `rel_mean` weigh every trial equally: the mean over trials of each trial's mean
-    over its epochs. `max` / `rel_max` are over all (trial, epoch) rows. `final_rel_mean` is the
-    mean over trials of rel at each trial's last epoch. `n_trials_excluded` counts failed or
-    diverged trials of the sweep (not used anywhere). With arms (`cells`), a "trial" here is one
-    (trial, arm).
-    """
+    """Per gem and mode: `mean` and `rel_mean` weigh every trial (or arm) equally, `max` and `rel_max`
+    are over all rows, `final_rel_mean` reads each trial's last epoch."""
     long = gem_history(history, trials, members, cells, gems)
     outcomes = trial_outcomes(trials, members)
     n_excl = int((outcomes["outcome"] != "ok").sum())
@@ -108,21 +79,12 @@ def gem_magnitudes(history: pd.DataFrame, trials: pd.DataFrame, members: pd.Data
     for (gem, metric, mode), g in long.groupby(["gem", "metric", "mode"], sort=False):
         per_trial = g.groupby(KEY)[["value", "rel"]].mean()
         last = g[g["epoch"] == g.groupby(KEY)["epoch"].transform("max")]
-        rows.append(
-            {
-                "gem": gem,
-                "metric": metric,
-                "mode": mode,
-                "n_trials": int(len(per_trial)),
-                "n_epochs": int(len(g)),
-                "mean": float(per_trial["value"].mean()),
-                "max": float(g["value"].max()),
-                "rel_mean": float(per_trial["rel"].mean()) if per_trial["rel"].notna().any() else math.nan,
-                "rel_max": float(g["rel"].max()) if g["rel"].notna().any() else math.nan,
-                "final_rel_mean": float(last["rel"].mean()) if last["rel"].notna().any() else math.nan,
-                "n_trials_excluded": n_excl,
-            }
-        )
+        rows.append({"gem": gem, "metric": metric, "mode": mode, "n_trials": int(len(per_trial)),
+                     "n_epochs": int(len(g)), "mean": float(per_trial["value"].mean()), "max": float(g["value"].max()),
+                     "rel_mean": float(per_trial["rel"].mean()) if per_trial["rel"].notna().any() else math.nan,
+                     "rel_max": float(g["rel"].max()) if g["rel"].notna().any() else math.nan,
+                     "final_rel_mean": float(last["rel"].mean()) if last["rel"].notna().any() else math.nan,
+                     "n_trials_excluded": n_excl})
     cols = ["gem", "metric", "mode", "n_trials", "n_epochs", "mean", "max", "rel_mean", "rel_max",
             "final_rel_mean", "n_trials_excluded"]
     out = pd.DataFrame(rows, columns=cols)

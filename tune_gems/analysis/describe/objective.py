@@ -1,11 +1,6 @@
-"""Whether a sweep searched on the verdict's own metric: the note its report carries.
-
-The verdicts decide on the per-seed paired gain in validation alpha Sharpe over the last k
-epochs, a diverged member the worst outcome, summarised by the Hodges-Lehmann pseudo-median;
-`verdict_gain` (tune_gems.stats.metrics) is that statistic on one trial's arms. A sweep whose spec
-optimised anything else (raw Sharpe, a last-epoch value, a mean that drops diverged trials)
-chose its configurations on another quantity than the one judged, and its report says so.
-"""
+"""Whether a sweep searched on the verdict's own metric (`verdict_gain`): a spec that optimised
+anything else chose its configurations on another quantity than the one judged, and its report
+says so."""
 
 from __future__ import annotations
 
@@ -31,8 +26,7 @@ def stored_spec(path: str | Path) -> dict | None:
 
 
 def searched_objective(path: str | Path) -> str | None:
-    """The objective metric of the sweep spec stored in `path` (None: no readable spec, e.g. a
-    train run)."""
+    """The objective metric of the sweep spec stored in `path` (None: no readable spec, e.g. a train run)."""
     spec = stored_spec(path)
     objective = spec.get("objective") if spec else None
     metric = objective.get("metric") if isinstance(objective, dict) else None
@@ -48,10 +42,8 @@ def searched_mode(path: str | Path) -> str:
 
 
 def chose_anything(path: str | Path, trials: pd.DataFrame | None = None, label: str | None = None) -> bool:
-    """Whether the sweep in `path` chose among configurations by its objective: it searched a
-    gem or a parameter, and ran more than one trial (`trials` of experiment `label`, else the
-    spec's num_samples). A run that searches nothing, or one trial, chose nothing: a note about
-    what its trials were chosen on does not apply to it."""
+    """Whether the sweep chose among configurations: it searched something over more than one trial
+    (else a note about its objective does not apply)."""
     spec = stored_spec(path)
     if spec is None:
         return False
@@ -74,11 +66,9 @@ def several_wired(trials: pd.DataFrame | None, label: str) -> int:
 
 
 def objective_notes(paths: Iterable[str | Path], labels: Iterable[str], trials: pd.DataFrame | None = None) -> list[str]:
-    """One note per experiment whose search objective is not the verdict's metric. With
-    `verdict_gain` the statistic is the verdict's, but its comparison is the proposal against
-    control (every wired gem measured): a gem's verdict compares the proposal with the proposal
-    without that gem, the same comparison only when the trial wires that gem alone. So the
-    note also says when trials wired several gems (`trials`: the experiment's trials table)."""
+    """One note per experiment whose objective is not the verdict's metric. `verdict_gain` compares the
+    proposal with control, a gem's verdict with the proposal without that gem: the same only when a
+    trial wires that gem alone, so the note also says when trials wired several."""
     notes = []
     for path, label in zip(paths, labels):
         metric = searched_objective(path)

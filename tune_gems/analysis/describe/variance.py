@@ -1,11 +1,6 @@
-"""How much Sharpe varies per configuration, across trials and seeds.
-
-The origin of the project: the same configuration gave a best Sharpe anywhere in [15.72, 31.94]
-depending on the trial. Before any gem can be judged we need to know that spread. Statistics use
-each trial's FINAL epoch (the members' Sharpe at the trial's last reported epoch; test Sharpe
-exists only there). Failed trials (status ERROR) and diverged trials are counted per
-configuration and listed, never averaged in: their members are excluded from every statistic.
-"""
+"""How much Sharpe varies per configuration across trials and seeds (the project's origin: one
+configuration's best Sharpe anywhere in [15.72, 31.94]), at each trial's final epoch; failed and
+diverged trials are counted, never averaged in."""
 
 from __future__ import annotations
 
@@ -22,11 +17,7 @@ STAT_NAMES = ("mean", "std", "var", "min", "max", "best_min", "best_max", "iqm",
 
 
 def final_members(members: pd.DataFrame, trials: pd.DataFrame) -> pd.DataFrame:
-    """Member rows at each trial's final epoch, with the trial's `outcome` and `included`.
-
-    `included` is True for members of `ok` trials whose `val_sharpe` is finite: the rows every
-    Sharpe statistic uses. A non-finite Sharpe inside an ok trial is shown as excluded too.
-    """
+    """Member rows at each trial's final epoch; `included`: in an `ok` trial with a finite `val_sharpe`."""
     outcomes = trial_outcomes(trials, members)
     if not len(members):
         return members.assign(outcome=pd.Series(dtype=object), included=pd.Series(dtype=bool))
@@ -45,48 +36,25 @@ def _sharpe_stats(sub: pd.DataFrame, col: str, prefix: str, n_boot, confidence, 
     best = [g.max() for g in groups]
     res = {f"{prefix}_n": int(v.size)}
     if v.size:
-        est, lo, hi = stratified_bootstrap_ci(
-            groups, statistic="iqm", n_boot=n_boot, confidence=confidence, seed=seed
-        )
-        res.update(
-            {
-                f"{prefix}_mean": float(v.mean()),
-                f"{prefix}_std": float(v.std(ddof=1)) if v.size > 1 else math.nan,
-                f"{prefix}_var": float(v.var(ddof=1)) if v.size > 1 else math.nan,
-                f"{prefix}_min": float(v.min()),
-                f"{prefix}_max": float(v.max()),
-                f"{prefix}_best_min": float(min(best)),
-                f"{prefix}_best_max": float(max(best)),
-                f"{prefix}_iqm": iqm(v),
-                f"{prefix}_iqm_ci_low": lo,
-                f"{prefix}_iqm_ci_high": hi,
-            }
-        )
+        est, lo, hi = stratified_bootstrap_ci(groups, statistic="iqm", n_boot=n_boot, confidence=confidence, seed=seed)
+        res.update({f"{prefix}_mean": float(v.mean()),
+                    f"{prefix}_std": float(v.std(ddof=1)) if v.size > 1 else math.nan,
+                    f"{prefix}_var": float(v.var(ddof=1)) if v.size > 1 else math.nan, f"{prefix}_min": float(v.min()),
+                    f"{prefix}_max": float(v.max()), f"{prefix}_best_min": float(min(best)),
+                    f"{prefix}_best_max": float(max(best)), f"{prefix}_iqm": iqm(v), f"{prefix}_iqm_ci_low": lo,
+                    f"{prefix}_iqm_ci_high": hi})
     else:
         for s in STAT_NAMES:
             res[f"{prefix}_{s}"] = math.nan
     return res
 
 
-def sharpe_variance(
-    members: pd.DataFrame,
-    trials: pd.DataFrame,
-    *,
-    by: str | list[str] = "config_label",
-    n_boot: int = defaults.N_BOOT,
-    confidence: float = defaults.CONFIDENCE,
-    seed: int = defaults.SEED,
-) -> pd.DataFrame:
-    """Sharpe spread per configuration at each trial's final epoch, validation and test.
-
-    One row per value of `by` (default `config_label`; e.g. `["experiment", "config_label"]` to
-    keep sweeps apart). Columns: n_trials (ok trials used), n_failed, n_diverged, n_members
-    (members used), n_members_excluded (non-finite val Sharpe in ok trials), then for `val_sharpe`
-    and `test_sharpe`: `_n`, `_mean`, `_std` / `_var` (sample, ddof=1, across all members of
-    all trials), `_min`, `_max`, `_best_min` / `_best_max` (range over trials of each trial's
-    best member), `_iqm` and its stratified bootstrap interval `_iqm_ci_low` / `_iqm_ci_high`,
-    and `experiments` (the folders the rows come from).
-    """
+def sharpe_variance(members: pd.DataFrame, trials: pd.DataFrame, *, by: str | list[str] = "config_label",
+                    n_boot: int = defaults.N_BOOT, confidence: float = defaults.CONFIDENCE,
+                    seed: int = defaults.SEED) -> pd.DataFrame:
+    """Sharpe spread per value of `by` at each trial's final epoch, validation and test: counts, then
+    per metric n, mean, std / var (ddof=1 over all members), min, max, the range of each trial's best
+    member, and the IQM with its stratified bootstrap interval."""
     by = [by] if isinstance(by, str) else list(by)
     outcomes = trial_outcomes(trials, members)
     fin = final_members(members, trials)
@@ -113,11 +81,8 @@ def sharpe_variance(
 
 
 def split_arms(trials: pd.DataFrame, members: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Trials and members with every arm of a multi-arm trial as its own pseudo-trial.
-
-    The Sharpe tables describe one configuration each; an arm is one. `trial_id` becomes
-    `<trial>/<arm>` and `config_label` `<label> | arm <arm>` for trials with several arms;
-    single-arm trials (and results without arms) are returned unchanged."""
+    """Every arm of a multi-arm trial as its own pseudo-trial (`<trial>/<arm>`, `<label> | arm <arm>`):
+    the Sharpe tables describe one configuration each."""
     if "arm" not in members.columns or not len(members):
         return trials, members
     n_arms = members.groupby(KEY)["arm"].nunique()

@@ -1,9 +1,6 @@
-"""A gem's measured magnitude as the verdicts and the redundancy table read it: its excess over
-its null, relative to the C51 loss, per member-epoch (docs/analysis.md "Verdicts", rule 2).
-
-Its own module because both `gem_verdicts.py` (the delete rule) and `redundancy.py` (does a model
-feature remove the gem's job) need it, and neither may import the other's callers.
-"""
+"""A gem's magnitude as the verdicts and the redundancy table read it: excess over its null relative
+to the C51 loss (docs/analysis.md "Verdicts", rule 2); its own module so neither caller imports the
+other."""
 
 from __future__ import annotations
 
@@ -16,10 +13,8 @@ from tune_gems.contracts.gem_manifest import GemEntry
 
 
 def add_excess_columns(long: pd.DataFrame, gems: Iterable[GemEntry]) -> dict[str, tuple[str, str]]:
-    """Add per member-epoch `<metric>__excess_rel` = excess over the gem's null / C51 loss.
-
-    Where the gem has no null (or the results predate `_excess`), the raw `<metric>_rel` is used
-    with a null of 0, and the note says so. Returns gem -> (column, note)."""
+    """Add `<metric>__excess_rel` per member-epoch (the raw `<metric>_rel` against 0 where the gem has
+    no null, noted). Returns gem -> (column, note)."""
     out = {}
     loss = long["loss"].astype(float) if "loss" in long.columns else None
     for g in gems:

@@ -1,38 +1,11 @@
-"""Designed comparisons: which members may be compared to estimate one factor's effect.
-
-A gem's effect is estimated only between members whose full configurations are identical except
-for that gem's mode (wire vs measure; its weight belongs to the wired side), at the same seed.
-Two ways a result set provides such pairs:
-
-- **arms of one trial**: every arm at seed index s starts from the same weights and
-  draws the same random numbers; arms that differ only in the gem pair exactly. In a full
-  factorial the per-seed differences of the simple effects are averaged over the other
-  factors' levels: the factorial's main effect.
-- **across trials**: trials whose configurations (every dotted config column, with the arm's
-  per-member keys on top) are identical except that gem, and whose member seeds coincide
-  (same trial `seed` and seed indices), pair member by member. Pairs never cross experiment
-  folders (another sweep may have run other code).
-- **seed blocks** (spec `blocks`, or per_trial seeds): trials of one configuration that train
-  disjoint seed indices of one design (config `first_seed_index`); their arms pair within each
-  trial and the blocks pool as one seed-paired design, the seed index the unit across blocks:
-  the same pairs as one trial with every seed.
-
-Anything else is confounded: no verdict, and the evidence says what would fix it.
-
-The unit of inference is the member seed (the members table's `seed`: the same value is the same initial
-weights, noise, replay draws and environment starts). Differences that share a member seed (one
-seed paired in two trials with the same trial seed, or in several contexts of a factorial) are
-averaged into one unit: they are not independent. With `data.synthetic.paths: per_seed` the
-market path of seed index s (the design's index, the members table's `seed_index`, which counts on across
-seed blocks) is `data.synthetic.seed + s`, and units that share a path are merged
-too (union-find). With one shared path (or a real price file) every unit sees the same market:
-the inference is then conditional on that path, which the evidence says.
-"""
+"""Designed comparisons (docs/analysis.md "Effects only from designs"): a gem's effect only between
+members identical apart from its mode at the same seed; anything else is confounded and gets no
+verdict. The unit is the member seed; units sharing a synthetic market path are merged."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -45,11 +18,8 @@ from tune_gems.contracts.errors import DataError
 
 DEFAULT_ARM = "default"
 CELL = ["experiment", "trial_id", "arm", "history", "fold", "seed_index"]
-"""A member of a comparison: `history` is its price history (0 without a history column: one
-history) and `fold` its walk-forward fold in that history (0 without folds): a
-(history, fold) is its own context, so differences pair only within one fold of one history (the
-members of two histories never pair with each other) and a unit's are averaged over them (seed index
-s is the same member seed in every history and fold: seed-paired across histories)."""
+"""A member of a comparison: a (history, fold) is its own context, so differences pair only
+within one fold of one history, and a unit's are averaged over them (seed-paired across them)."""
 ARM_KEY = ["experiment", "trial_id", "arm"]
 USED_OUTCOMES = ("ok", "diverged")
 """Trials whose members enter the comparisons: diverged ones count (divergence is an outcome);
@@ -106,9 +76,7 @@ def _index_column(m: pd.DataFrame, column: str, what: str) -> pd.Series:
 
 
 def with_arm_columns(members: pd.DataFrame) -> pd.DataFrame:
-    """Members with `arm` ("default" where absent), `seed_index` (the member index where
-    absent: older results are one arm whose seed index is the member), `fold` (0 where
-    absent: one validation period) and `history` (0 where absent: one price history)."""
+    """Members with `arm`, `seed_index`, `fold` and `history`, defaulted where older results lack them."""
     m = members.copy()
     m["fold"] = _index_column(m, "fold", "the member's walk-forward fold")
     m["history"] = _index_column(m, "history", "the member's price history")
@@ -126,13 +94,8 @@ def with_arm_columns(members: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass
 class Cells:
-    """The members that enter comparisons, one row per (experiment, trial_id, arm, seed_index).
-
-    `table` columns: experiment, trial_id, arm, seed_index, seed, final_epoch, unit, own_path
-    (its seed index has its own synthetic path), outcome, cell (an integer id) and one column per
-    config key (canonical text). `long` holds the
-    member-epoch rows with `cell`. `shared_path` is True when some unit's market path is shared
-    by every seed (inference conditional on that path)."""
+    """The members that enter comparisons: `table` one row per cell with its config keys as text, `long`
+    the member-epoch rows; `shared_path`: some unit's market path is shared by every seed."""
 
     table: pd.DataFrame
     long: pd.DataFrame
@@ -219,11 +182,8 @@ def build_cells(trials: pd.DataFrame, members: pd.DataFrame, arms: pd.DataFrame 
     used = out.loc[out["outcome"].isin(USED_OUTCOMES), KEY + ["outcome", "final_epoch"]]
     m = members.merge(used, on=KEY, how="inner")
     settings, keys, notes = _arm_settings(trials, m, arms)
-    cells = (
-        m.groupby(CELL, sort=True)
-        .agg(seed=("seed", "first"), final_epoch=("final_epoch", "first"), outcome=("outcome", "first"))
-        .reset_index()
-    )
+    cells = m.groupby(CELL, sort=True).agg(seed=("seed", "first"), final_epoch=("final_epoch", "first"),
+                                           outcome=("outcome", "first")).reset_index()
     cells = cells.merge(settings, on=ARM_KEY, how="inner")
     cells["final_epoch"] = cells["final_epoch"].astype(int)
     cells["cell"] = np.arange(len(cells))
@@ -250,12 +210,8 @@ def build_cells(trials: pd.DataFrame, members: pd.DataFrame, arms: pd.DataFrame 
 
 
 def window_values(long: pd.DataFrame, column: str, end_epoch: pd.Series, k) -> pd.DataFrame:
-    """Per cell: the mean of `column` over its epochs in (E - k, E], E = `end_epoch[cell]`,
-    and `diverged`: the member diverged at or before E, or has no finite value in the window.
-    `k` an int, or a function of the end epochs giving each window's length (the analysis's
-    window setting, `Thresholds.window_length`).
-
-    Returns a DataFrame indexed by cell with columns value, diverged."""
+    """Per cell, the mean of `column` over epochs (E - k, E] and whether it diverged by E or has no
+    finite value there; `k` an int or a function of the end epochs."""
     e = long["cell"].map(end_epoch)
     ep = long["epoch"].astype(int)
     if callable(k):
@@ -330,13 +286,6 @@ class Paired:
                 f"units: {self.units_text()}")
 
 
-def _diff(hi: np.ndarray, lo: np.ndarray, hi_div: np.ndarray, lo_div: np.ndarray, worst: bool) -> np.ndarray:
-    """hi - lo with divergence as the worst outcome (`worst`) or as missing (NaN)."""
-    if worst:
-        return worst_outcome_difference(hi, lo, hi_div, lo_div)
-    return np.where(hi_div | lo_div, np.nan, hi - lo)
-
-
 def _unit_mean(values: np.ndarray) -> float:
     """Mean of one unit's pair differences; +inf with -inf is a tie (0)."""
     with np.errstate(invalid="ignore"):
@@ -346,11 +295,8 @@ def _unit_mean(values: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class Layout:
-    """How one factor's comparison pairs (the structure behind a `Paired`): `cells` the paired cells
-    (columns experiment, trial_id, history, fold, seed, unit, cell, context, end_epoch and the factor's level
-    in `factor`), `cell_pairs` one row per (hi cell, lo cell) at a common seed in one context (see
-    `Paired.pairs`), the factor with its two levels, and the window and metric the differences
-    were read with (`column`, `k`, `worst`)."""
+    """How one factor's comparison pairs (the structure behind a `Paired`): the paired cells, one row
+    per (hi, lo) cell pair, and the window and metric read."""
 
     cells: pd.DataFrame
     cell_pairs: pd.DataFrame
@@ -364,24 +310,11 @@ class Layout:
     lo_cells: int
 
 
-def paired(
-    cells: Cells,
-    factor: str,
-    hi: str,
-    lo: str,
-    *,
-    column: str,
-    k,
-    ignore: tuple[str, ...] = (),
-    select: Callable[[pd.DataFrame], pd.Series] | None = None,
-    worst: bool = True,
-) -> Paired:
-    """Per-unit differences of `column` (mean over each context's window: `k` epochs, or a function
-    of the end epoch as in `window_values`) between cells with `factor` == hi and
-    == lo whose configs are identical apart from `factor` and `ignore`, paired by member seed.
-
-    `select` filters the cells first (e.g. only wired cells of placebo weight). With `worst`,
-    a diverged member is the worst outcome; otherwise diverged members are left out."""
+def paired(cells: Cells, factor: str, hi: str, lo: str, *, column: str, k, ignore: tuple[str, ...] = (),
+           select: Callable[[pd.DataFrame], pd.Series] | None = None, worst: bool = True) -> Paired:
+    """Per-unit differences of `column`'s window mean between cells at `factor` hi and lo, otherwise
+    identical apart from `ignore`, paired by seed. With `worst` a diverged member is the worst outcome;
+    otherwise it is left out."""
     t = cells.table
     if select is not None:
         t = t[select(t)]
@@ -417,22 +350,18 @@ def revalue(pr: Paired, cells: Cells, column: str, k) -> Paired:
     if pr.layout is None:
         return pr
     lay = pr.layout
-    return _values(cells, Layout(lay.cells, lay.cell_pairs, lay.factor, lay.hi, lay.lo, column, k, lay.worst,
-                                 lay.hi_cells, lay.lo_cells))
+    return _values(cells, replace(lay, column=column, k=k))
 
 
 def _split(pr: Paired, cells: Cells, by: list[str]) -> list[tuple[tuple[int, ...], Paired]]:
-    """(key, the same pairs' differences inside the cells of that key) for every value of the
-    columns `by` the pairs span: a (history, fold) is its own context, so this is the comparison
-    restricted to those cells, not paired again."""
+    """The same pairs restricted to each value of `by` (a (history, fold) is its own context, so not paired again)."""
     if pr.layout is None or not pr.n:
         return []
     lay = pr.layout
     out = []
     for key, sub in lay.cells.groupby(by, sort=True):
         keep = lay.cell_pairs["cell_hi"].isin(sub["cell"])
-        part = _values(cells, Layout(sub, lay.cell_pairs[keep].reset_index(drop=True), lay.factor, lay.hi, lay.lo,
-                                     lay.column, lay.k, lay.worst, lay.hi_cells, lay.lo_cells))
+        part = _values(cells, replace(lay, cells=sub, cell_pairs=lay.cell_pairs[keep].reset_index(drop=True)))
         if part.n:
             out.append((tuple(int(x) for x in (key if isinstance(key, tuple) else (key,))), part))
     return out
@@ -467,8 +396,9 @@ def _values(cells: Cells, lay: Layout) -> Paired:
     w = agg.xs(hi, level=factor)
     m = agg.xs(lo, level=factor)
     j = w.add_suffix("_hi").join(m.add_suffix("_lo"), how="inner")
-    d = _diff(j["value_hi"].to_numpy(float), j["value_lo"].to_numpy(float),
-              j["diverged_hi"].to_numpy(bool), j["diverged_lo"].to_numpy(bool), lay.worst)
+    hi_v, lo_v = j["value_hi"].to_numpy(float), j["value_lo"].to_numpy(float)
+    hi_div, lo_div = j["diverged_hi"].to_numpy(bool), j["diverged_lo"].to_numpy(bool)
+    d = worst_outcome_difference(hi_v, lo_v, hi_div, lo_div) if lay.worst else np.where(hi_div | lo_div, np.nan, hi_v - lo_v)
     j = j.assign(d=d)
     if not lay.worst:
         j = j[np.isfinite(j["d"])]
@@ -485,25 +415,13 @@ def _values(cells: Cells, lay: Layout) -> Paired:
     cross = bool((cell_pairs["cell_hi"].map(trial_of) != cell_pairs["cell_lo"].map(trial_of)).any())
     own = cells.table.get("own_path")
     per_seed_paths = bool(own is not None and own[cells.table["cell"].isin(t["cell"])].all())
-    return Paired(
-        diffs=diffs,
-        units=[str(u) for u, _ in units],
-        n_pairs=int(len(j)),
-        n_contexts=int(j.index.get_level_values("context").nunique()),
-        n_trials=int(t[["experiment", "trial_id"]].drop_duplicates().shape[0]),
-        cross_trial=cross,
-        hi_diverged=int(j["diverged_hi"].sum()),
-        lo_diverged=int(j["diverged_lo"].sum()),
-        hi_cells=lay.hi_cells,
-        lo_cells=lay.lo_cells,
-        hi_values=hv,
-        lo_values=lv,
-        pairs=cell_pairs,
-        n_seeds=int(j.index.get_level_values("seed").nunique()),
-        per_seed_paths=per_seed_paths,
-        n_histories=int(t["history"].nunique()),
-        layout=lay,
-    )
+    return Paired(diffs=diffs, units=[str(u) for u, _ in units], n_pairs=int(len(j)),
+                  n_contexts=int(j.index.get_level_values("context").nunique()),
+                  n_trials=int(t[["experiment", "trial_id"]].drop_duplicates().shape[0]), cross_trial=cross,
+                  hi_diverged=int(j["diverged_hi"].sum()), lo_diverged=int(j["diverged_lo"].sum()),
+                  hi_cells=lay.hi_cells, lo_cells=lay.lo_cells, hi_values=hv, lo_values=lv, pairs=cell_pairs,
+                  n_seeds=int(j.index.get_level_values("seed").nunique()), per_seed_paths=per_seed_paths,
+                  n_histories=int(t["history"].nunique()), layout=lay)
 
 
 def _suggest_fix(t: pd.DataFrame, factor: str, hi: str, lo: str, ctx_keys: list[str]) -> str:

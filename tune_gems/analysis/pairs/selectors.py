@@ -1,11 +1,6 @@
-"""Which members of a gem's comparison are a real wiring and which a placebo arm.
-
-The two modes a gem's wiring effect compares (`WIRE` against `MEASURE`), the one call that pairs
-them (`wiring_pairs`), and the cell filters that keep the placebo arms (the gem wired at weight
-<= `placebo_weight`, docs/analysis.md "Placebo arms") out of the real comparison, or keep only
-them. Its own module because the verdicts, the null arms, the held-out check and the
-walk-forward periods all select and pair cells this way, and the verdicts import the others.
-"""
+"""Which members of a gem's comparison are a real wiring (`WIRE` against `MEASURE`,
+`wiring_pairs`) and which a placebo arm (docs/analysis.md "Placebo arms"); shared by the verdicts,
+null arms, held-out check and periods."""
 
 from __future__ import annotations
 

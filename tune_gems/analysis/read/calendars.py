@@ -1,31 +1,7 @@
-"""Which calendar period each history's fold validates on, and which periods the histories' test
-segments are: what the nested rule needs to tell histories that share a period (its luck is common
-to them) from histories on their own dates (pooled as independent).
-
-A period is a run of dates: two (history, fold) validation windows whose dates overlap are one
-period, and so is everything overlapping them in turn (connected components of the overlap, so
-a period is well defined however the windows chain); windows on disjoint dates are different
-periods. The columns of one file on its date column therefore give fold k of every history one
-period k (`rules.histories.one_calendar`), histories of other eras or markets (each its own time
-column, docs/data.md "Several price histories") periods of their own. The windows are read from
-the experiment's validated fold tables (`side_tables.read_folds`: `val_first`..`val_last`, one row
-per fold, or per history and fold on several calendars, and per trial of a sweep); a row without
-a `history` is every history of its trial (one calendar). Without timestamps (a file of row
-numbers) the rows stand for the dates: fold k of every history is period k. Without a fold table
-at all (results written before it), fold k is period k and every test segment one period.
-
-Only the windows asked for are compared (the histories and folds the analysis pools). Period ids
-count from 0 in time order of each period's first window (row-number windows after dated ones); -1
-is a history's fold with no window in the tables.
-
-A calendar a few days off another (the same market on another exchange's days, a history starting
-later) chains its windows with the other's: its fold k meets the other's folds k and k + 1, so every
-fold of both is one period. That errs on the side the nested rule needs (a period the histories may
-share is counted as shared, never as independent) and may leave it too few periods to decide;
-`min_share` (the share of the shorter window two windows must have in common to be one period,
-default 0: any day) set to 0.5 pairs each fold with the other calendar's fold of mostly the same
-days instead, counting the few days a window shares with the next as independent.
-"""
+"""Which calendar period each history's fold validates on, and which periods the test segments are:
+the nested rule tells histories sharing a period (common luck) from those on their own dates
+(docs/data.md "Several price histories"). A period is a connected component of overlapping windows,
+well defined however they chain (the cautious side); without dates fold k is period k."""
 
 from __future__ import annotations
 
@@ -52,12 +28,9 @@ def window_time(text: object) -> pd.Timestamp:
 
 def validation_calendar(folds: pd.DataFrame | None, histories: pd.DataFrame | None, history_ids: Sequence[int],
                         fold_ids: Sequence[int], min_share: float = 0.0) -> np.ndarray:
-    """calendar [H, K] int (H = len(history_ids), K = len(fold_ids)): calendar[h, k] the period
-    (module docstring) that fold `fold_ids[k]` of history `history_ids[h]` validates on, -1 where
-    the tables hold no such window. `folds`: the experiment's fold tables (`Experiment.folds.dates`),
-    `histories` its history tables (`Experiment.histories`, which histories a row without a
-    `history` stands for), either None when absent. `min_share`: the share of the shorter of two
-    windows they must have in common to be one period (0: any day in common)."""
+    """calendar [H, K]: the period that fold `fold_ids[k]` of history `history_ids[h]` validates on, -1
+    without a window. `min_share`: the share of the shorter of two windows they must share to be one
+    period (0: any day; 0.5 pairs folds of mostly the same days)."""
     hs, ks = [int(h) for h in history_ids], [int(k) for k in fold_ids]
     if folds is None or not len(folds):
         return np.tile(np.unique(ks, return_inverse=True)[1].astype(np.int64), (len(hs), 1))
@@ -79,11 +52,9 @@ def held_out_calendar(folds: pd.DataFrame | None, histories: pd.DataFrame | None
 
 
 def _windows(folds: pd.DataFrame, histories: pd.DataFrame | None, hs: list[int], seg: str) -> pd.DataFrame:
-    """Every (history in `hs`, fold) window of the tables' `seg` (val, test): columns history, fold,
-    space, first, last (closed). A row without a `history` is every history of its experiment and
-    trial in the history tables (all of `hs` without them). A window is its dates (space 0, ns),
-    else its rows (space 1: half-open `<seg>_start`..`<seg>_end` made closed), else the fold id
-    (space 2: fold k is period k)."""
+    """Every (history, fold) window of segment `seg` as closed [first, last]: its dates (space 0), else
+    its rows (space 1), else the fold id (space 2). A row without `history` stands for every history of
+    its trial."""
     own = folds[folds["history"].notna()] if "history" in folds.columns else folds.iloc[:0]
     bare = folds.drop(own.index).drop(columns=["history"], errors="ignore")
     if histories is not None and "history" in histories.columns:
@@ -113,10 +84,8 @@ def _is_date(cell: object) -> bool:
 
 
 def _period_ids(w: pd.DataFrame, n: int, min_share: float) -> np.ndarray:
-    """Per node (0..n-1) the id of its period from the windows `w` (node, space, first, last):
-    two windows of one space meet when they have at least `min_share` of the shorter one in common
-    (0: any common instant), and nodes joined by a chain of meeting windows are one period; ids in
-    order of each period's first window (space, then time); -1 for a node without a window."""
+    """Per node its period id: windows of one space meet when they share `min_share` of the shorter one,
+    and chains of meeting windows are one period; ids in order of first window, -1 without one."""
     w = w.drop_duplicates(["node", "space", "first", "last"]).sort_values(["space", "first", "last"], kind="stable")
     node, space, first, last = (w[c].to_numpy() for c in ("node", "space", "first", "last"))
     common = np.minimum.outer(last, last) - np.maximum.outer(first, first)

@@ -1,10 +1,6 @@
-"""Configuration labels, gem modes and history names of the results' rows.
-
-`config_label` (docs/results.md) names a configuration (per-gem mode and the model switches, e.g.
-`g6=measure g10=wire sn=on noisy=on`); a member's label is its arm's, a trial's the labels of its
-arms (tune_gems.contracts.config_label): `apply_arm_labels` relabels results written before that.
-A table with a `history` id names it beside (`with_history_names`, from the history table).
-"""
+"""Configuration labels, gem modes and history names of the results' rows (docs/results.md
+`config_label`): `apply_arm_labels` relabels results written before a member carried its arm's
+label; `with_history_names` names a `history` id from the history table."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
-"""Read one or several experiment folders into pandas DataFrames.
-
-The analysis reads result files only (docs/results.md), never the trainer: a finished sweep can
-be analysed on a laptop without CUDA, Ray or the model code. Several folders are concatenated;
-the `experiment` column keeps them apart (and is made unique if two folders share a name). Each
-folder is read under its own gems.json (`gem_manifest.folder_manifest`); folders that list
-different gems, or share a trial (a copied or renamed experiment), are refused.
-Anything that is not an experiment folder, or a file that cannot be read, raises
-`DataError` with one line naming the file. Every table is checked against the column schema of
-docs/results.md ("Column types"): a required column missing, a number column holding text, an
-id column holding fractions or negative values, a flag that is not a flag, or a missing id is
-refused naming the file and the column, before any statistic is computed.
-"""
+"""Read one or several experiment folders into DataFrames, the `experiment` column keeping them
+apart: each under its own gems.json (differing gems or a shared trial refused), every table checked
+against docs/results.md's "Column types" before any statistic."""
 
 from __future__ import annotations
 
@@ -27,10 +17,8 @@ from tune_gems.analysis.read.table_schema import as_bool, refuse_duplicates, val
 from tune_gems.contracts.errors import DataError
 from tune_gems.contracts.paths import check_input_path
 from tune_gems.contracts.gem_manifest import LEGACY_MANIFEST, GemEntry, disagreement, folder_manifest, manifest_source
-from tune_gems.contracts.result_files import (
-    ARMS_FILES, BASELINES_FILES, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE, MEMBERS_CSV, MEMBERS_FILE,
-    TRIALS_FILE,
-)
+from tune_gems.contracts.result_files import (ARMS_FILES, BASELINES_FILES, HISTORY_CSV, HISTORY_FILE, JOURNAL_FILE,
+                                              MEMBERS_CSV, MEMBERS_FILE, TRIALS_FILE)
 
 BASELINE_COLUMNS = ("segment", "baseline", "sharpe", "alpha_sharpe")
 
@@ -41,12 +29,8 @@ MEMBERS_REQUIRED = ("trial_id", "epoch", "member", "seed", "val_sharpe")
 
 @dataclass
 class Experiment:
-    """The results of one or several sweeps, as DataFrames (one row per trial / epoch / member).
-
-    `studies` maps a study key (the experiment label, or `label/study_name` when a journal holds
-    several studies) to the loaded `optuna.Study`; it is empty when no folder has a journal.
-    `paths` are the folders read, in order; `labels` the matching `experiment` values.
-    """
+    """The results of one or several sweeps as DataFrames; `studies` maps the experiment label (or
+    `label/study_name` for a journal of several) to its `optuna.Study`."""
 
     trials: pd.DataFrame
     history: pd.DataFrame
@@ -112,8 +96,7 @@ def read_arms(folder: Path, label: str) -> pd.DataFrame | None:
 
 
 def read_baselines(folder: Path, label: str) -> pd.DataFrame | None:
-    """The baselines table of a folder (baselines.parquet of a sweep, baselines.csv of a train
-    run), or None."""
+    """The baselines table of a folder (baselines.parquet of a sweep, baselines.csv of a train run), or None."""
     found = _side_table_with(folder, BASELINES_FILES, BASELINE_COLUMNS)
     if found is None:
         return None
@@ -149,14 +132,6 @@ def _tidy(df: pd.DataFrame, label: str) -> pd.DataFrame:
         df["diverged"] = False
     cols = ["experiment"] + [c for c in df.columns if c != "experiment"]
     return df[cols]
-
-
-def _experiment_name(trials: pd.DataFrame, folder: Path) -> str:
-    if "experiment" in trials.columns:
-        names = trials["experiment"].dropna().astype(str).unique()
-        if len(names) == 1:
-            return str(names[0])
-    return folder.name
 
 
 def _unique_label(name: str, folder: Path, taken: set[str]) -> str:
@@ -214,7 +189,8 @@ def load_one(folder: str | Path, label: str | None = None, taken: set[str] | Non
         history = _read_parquet(folder / HISTORY_FILE, HISTORY_REQUIRED, "history", gems)
         members = _read_parquet(folder / MEMBERS_FILE, MEMBERS_REQUIRED, "members", gems)
 
-    name = _experiment_name(trials, folder)
+    names = trials["experiment"].dropna().astype(str).unique() if "experiment" in trials.columns else []
+    name = str(names[0]) if len(names) == 1 else folder.name
     if label is None:
         label = _unique_label(name, folder, taken or set())
 
@@ -254,11 +230,8 @@ def load_one(folder: str | Path, label: str | None = None, taken: set[str] | Non
 
 
 def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
-    """Load one or several experiment folders (docs/results.md) into an `Experiment`.
-
-    Raises `DataError` (one line naming the file) when a folder is not an experiment, a parquet
-    file is corrupt or lacks a required column, or the Optuna journal cannot be read.
-    """
+    """Load experiment folders (docs/results.md) into an `Experiment`; one-line `DataError` naming the
+    file for anything unreadable."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     folders: list[Path] = []
@@ -300,25 +273,15 @@ def load_experiment(paths: str | Path | Iterable[str | Path]) -> Experiment:
         frames = [f for f in frames if len(f.columns)]
         return pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame()
 
-    return Experiment(
-        trials=cat(parts["trials"]),
-        history=cat(parts["history"]),
-        members=cat(parts["members"]),
-        studies=studies,
-        paths=folders,
-        labels=labels,
-        arms=cat(parts["arms"]) if parts["arms"] else None,
-        baselines=cat(parts["baselines"]) if parts["baselines"] else None,
-        folds=folds,
-        histories=histories,
-        gems=gems,
-    )
+    return Experiment(trials=cat(parts["trials"]), history=cat(parts["history"]), members=cat(parts["members"]),
+                      studies=studies, paths=folders, labels=labels, arms=cat(parts["arms"]) if parts["arms"] else None,
+                      baselines=cat(parts["baselines"]) if parts["baselines"] else None, folds=folds,
+                      histories=histories, gems=gems)
 
 
 def common_manifest(folders: list[Path]) -> tuple[GemEntry, ...]:
-    """The gems every folder lists (each folder's own gems.json, `folder_manifest`); DataError
-    naming both sources when two folders disagree: a gem column read under another run's gem
-    list would be dropped or mistaken for another gem."""
+    """The gems every folder lists; DataError naming both sources when they disagree (a gem column read
+    under another run's list would be dropped or mistaken)."""
     first = folder_manifest(folders[0])
     for folder in folders[1:]:
         why = disagreement(first, folder_manifest(folder))

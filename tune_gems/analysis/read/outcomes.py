@@ -1,8 +1,5 @@
-"""Each trial's outcome as the analysis reads it: `ok`, `failed` or `diverged`, its final epoch and
-why. Every stage that uses a trial asks this one function (the pairs use ok and diverged trials,
-the Sharpe tables and gem magnitudes ok ones alone), so a trial is never ok in one table and
-failed in another.
-"""
+"""Each trial's outcome as the analysis reads it, from this one function everywhere, so a trial is
+never ok in one table and failed in another."""
 
 from __future__ import annotations
 
@@ -15,13 +12,8 @@ KEY = ["experiment", "trial_id"]
 
 
 def trial_outcomes(trials: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
-    """One row per trial: outcome `ok`, `failed` or `diverged`, its final epoch and why.
-
-    `failed`: status ERROR, a status other than TERMINATED (unfinished), or no member result.
-    `diverged`: the trial's `diverged` flag or any member's (the trial stopped at that epoch).
-    A failed trial that also diverged counts as failed. Columns: experiment, trial_id, config_label, status, outcome, final_epoch,
-    n_members, reason.
-    """
+    """One row per trial: outcome, final epoch and reason. `failed`: not TERMINATED or no member result
+    (even if it also diverged); `diverged`: the trial's or any member's flag."""
     cols = KEY + ["config_label", "status"]
     out = trials[cols].copy()
     if len(members):
@@ -64,10 +56,9 @@ def trial_outcomes(trials: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
 
 
 def last_evaluated_epochs(trials: pd.DataFrame, members: pd.DataFrame) -> dict[str, int]:
-    """Each finished trial's last evaluated epoch, by name (`<experiment>/trial <id>` with
-    several experiments): the epochs an epoch window can hold (`Thresholds.check_window`). The
-    ok trials where there are any (a diverged trial stopped early, and its diverged members are
-    the worst outcome whatever the window), else every trial with member results."""
+    """Each finished trial's last evaluated epoch (`<experiment>/trial <id>` over several): what an
+    epoch window can hold. The ok trials where any (a diverged member is the worst outcome whatever the
+    window), else every trial with results."""
     out = trial_outcomes(trials, members)
     out = out[out["final_epoch"].notna()]
     ok = out[out["outcome"] == "ok"]

@@ -1,31 +1,7 @@
-"""The side tables a verdict trusts beside the members: the walk-forward fold table (folds.parquet
-of a sweep, folds.csv of a train run), whose layout the overlap of folds is read from, and the
-price-history table (histories.parquet / histories.csv), which says which histories the members'
-`history` ids are. Both are validated where they are read, against themselves and the members.
-
-Why here, not in the verdicts: a fold table decides how much the pooled variance grows
-(`rules.periods`), so a broken or edited one changes verdicts: a text or zero row count would
-crash the pooling, and a missing column, a NaN, reversed or empty runs or runs past the data would
-drop the correction without a word; two rows for one fold would leave which one counts to chance.
-So every row is checked where it is read (one line naming the file, the column and the row,
-`DataError`):
-
-- types and ranges: every row count and bound a whole number (`FOLD_INT_COLUMNS`), `scheme` one
-  of the two schemes, `train_runs` ascending, disjoint, non-empty `start:end` runs;
-- agreement: `train_rows` is the runs' rows, `group_rows` the validation window's, the runs span
-  `train_start`..`train_end`, no run meets the validation window or reaches the test segment, the
-  test segment ends within the history's rows (histories table);
-- one row per (trial, history, fold) (a `history` column on histories of several calendars: each
-  history's own dates; without it the row is every history's), and a row for every fold the
-  members train in;
-- dates (`calendars.DATE_COLUMNS`, what the calendar periods are read from): in a row all or none
-  (none: no time column), each a time, the validation window before the test segment.
-
-A table with none of the layout columns (`LAYOUT_COLUMNS`: written before the fold table
-recorded them), or no table at all, is no error, but it is said: an experiment whose members span
-several folds then carries "fold overlap not corrected" with the reason (`FoldLayouts.uncorrected`).
-A table with some of them but not all was cut, and is refused.
-"""
+"""The side tables a verdict trusts beside the members: the fold table (the overlap of folds) and the
+price-history table. A broken or edited fold table would change verdicts silently, so every row is
+checked where read (docs/robustness.md), one `DataError` line naming file, column and row; a table
+with only some of the `LAYOUT_COLUMNS` was cut, and is refused."""
 
 from __future__ import annotations
 
@@ -52,10 +28,8 @@ HISTORY_INT_COLUMNS = {"history": 0, "rows": 1}
 
 @dataclass
 class FoldLayouts:
-    """The experiment's validated fold tables: `table` every folder's rows with the layout
-    (`experiment` set; None without any), `dates` every folder's rows (for the validation
-    windows' dates, layout or not), and `uncorrected` why the overlap of folds could not be read
-    for a folder whose members span several folds (one entry per such folder)."""
+    """The validated fold tables: `table` those with the layout, `dates` all (for the windows' dates),
+    `uncorrected` why a multi-fold folder's overlap could not be read."""
 
     table: pd.DataFrame | None = None
     dates: pd.DataFrame | None = None
@@ -82,9 +56,7 @@ def _ids(df: pd.DataFrame) -> list[str]:
 
 
 def read_histories(folder: Path, label: str, members: pd.DataFrame) -> pd.DataFrame | None:
-    """The folder's history table, validated (`experiment` set), or None without one: `history`
-    and `rows` whole numbers, names that can name a history (`data.histories.name_problem`), one
-    row per (trial, history), and every history id of the members listed."""
+    """The folder's validated history table, or None without one; every history id of the members must be listed."""
     found = read_table(folder, HISTORIES_FILES)
     if found is None:
         return None
@@ -109,9 +81,8 @@ def read_histories(folder: Path, label: str, members: pd.DataFrame) -> pd.DataFr
 
 
 def _refuse_unlisted(path: Path, table: pd.DataFrame, members: pd.DataFrame, col: str) -> None:
-    """DataError naming `path` when a `col` value (fold, history) the members use has no row in
-    `table`, per trial and history where both tables carry them (a column only the members carry
-    is read as every value of it sharing the row)."""
+    """DataError naming `path` when a `col` value the members use has no row in `table` (a column only
+    the members carry is read as every value sharing the row)."""
     keys = [c for c in ("trial_id", "history") if c in table.columns and c in members.columns and c != col] + [col]
     listed = set(map(tuple, table[keys].astype({col: int}).itertuples(index=False, name=None)))
     for key in members[keys].drop_duplicates().astype({col: int}).itertuples(index=False, name=None):
@@ -166,8 +137,7 @@ def _check_row(path: Path, row, r: pd.Series, rows_of_history: int | None) -> No
 
 
 def _check_dates(path: Path, row, r: pd.Series) -> None:
-    """One fold row's window dates (those of DATE_COLUMNS the table has): all or none, times, in
-    time order."""
+    """One fold row's window dates (those of DATE_COLUMNS the table has): all or none, times, in time order."""
     present = [c for c in DATE_COLUMNS if c in r.index]
     given = [c for c in present if isinstance(r[c], str) and r[c].strip()]
     if not given:
@@ -190,9 +160,8 @@ def _check_dates(path: Path, row, r: pd.Series) -> None:
 
 
 def read_folds(folder: Path, label: str, members: pd.DataFrame, histories: pd.DataFrame | None) -> tuple[pd.DataFrame | None, str | None]:
-    """(the folder's fold table, validated, `experiment` set, or None without one; why its
-    layout cannot be read, where the members span several folds, or None). `histories` the
-    folder's validated history table (`read_histories`), whose `rows` bound every window."""
+    """(the validated fold table or None; why its layout cannot be read where members span several
+    folds, or None). The histories' `rows` bound every window."""
     found = read_table(folder, FOLDS_FILES)
     several = "fold" in members.columns and members["fold"].nunique() > 1
     if found is None:

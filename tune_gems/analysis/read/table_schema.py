@@ -84,9 +84,8 @@ def whole_numbers(path: Path, df: pd.DataFrame, name: str, low: int, nullable: b
 
 
 def validate_table(path: Path, df: pd.DataFrame, table: str, gem_columns: Iterable[str] = ()) -> None:
-    """Refuse (DataError naming file and column) a table that breaks the column schema of
-    docs/results.md; converts text-held numbers in place. Columns the schema does not name
-    (e.g. config columns of trials) are left alone."""
+    """Refuse (DataError naming file and column) a table breaking docs/results.md's schema; converts
+    text-held numbers in place and leaves unnamed columns alone."""
     gems = frozenset(gem_columns)
     for col in list(df.columns):
         name = str(col)
@@ -124,10 +123,8 @@ def _refuse_where(path: Path, col: str, values: pd.Series, bad, expected: str) -
 
 
 def _check_arms(path: Path, df: pd.DataFrame) -> None:
-    """An arms table (one row per trial x arm, every per-member key's value: docs/results.md):
-    an arm listed twice, or an arm without a name or without a level of some key, is refused. A
-    repeated row would pair every member twice; a missing level would make the arm's setting
-    unknown (its factor silently left out of the comparisons)."""
+    """Refuse an arms table with an arm listed twice (every member would pair twice) or missing a name or
+    a key's level (its factor would silently drop out of the comparisons)."""
     _refuse_missing(path, df, ["arm", *(c for c in df.columns if "." in str(c))])
     refuse_duplicates(path, df, [c for c in ("trial_id", "arm") if c in df.columns], "arm")
 

@@ -1,11 +1,5 @@
-"""A `tune-gems train` folder read as a one-trial experiment, so `tune-gems analyze` takes it.
-
-Why: the arms of one train run are the cleanest paired design there is (every arm on the same
-seed indices, in one process); nothing about the analysis needs a sweep. The folder's CSVs
-(docs/results.md "train") become the same tables a sweep's parquet files give: one trials row
-(trial id `train`, its config flattened into dotted columns like a sweep's), history and members
-with the id columns added. Validated against the same column schema (tune_gems.analysis.read.load).
-"""
+"""A `tune-gems train` folder read as a one-trial experiment (trial id `train`): its arms are the
+cleanest paired design there is. Its CSVs become the sweep tables, under the same schema."""
 
 from __future__ import annotations
 
@@ -46,11 +40,9 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
 
 
 def _config(folder: Path) -> tuple[Any, dict[str, Any]]:
-    """(the run's stored config, validated; the plug-in gems' settings as dotted keys). Where a
-    plug-in's module is not importable here, the config is validated without the plug-ins (and
-    the arms, which may name them: arms.csv holds every arm's settings), and the plug-in gems'
-    settings come from the stored file as written: the tables hold every number the analysis
-    needs, and only a re-run needs the plug-in's code."""
+    """(the stored config, validated; the plug-in gems' settings as dotted keys). Without a plug-in's
+    module, the config validates without plug-ins and arms: the tables hold every number the analysis
+    needs, only a re-run needs the code."""
     from tune_gems.config.load import load_config
 
     path = folder / CONFIG_FILE
@@ -64,9 +56,8 @@ def _config(folder: Path) -> tuple[Any, dict[str, Any]]:
 
 
 def _without_plugins(path: Path) -> tuple[Any, dict[str, Any]] | None:
-    """The config at `path` validated with its plug-in gems and arms left out, and the plug-in
-    gems' stored settings (`gems.<name>.<key>`); None when that does not validate either, or
-    the config names no plug-in."""
+    """The config validated without plug-in gems and arms, and their stored settings; None when that
+    fails too or no plug-in is named."""
     from tune_gems.config.dotted import flatten
     from tune_gems.config.load import build_config
     from tune_gems.config.yaml_io import safe_load_yaml

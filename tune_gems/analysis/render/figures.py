@@ -1,7 +1,5 @@
-"""Every plot of an analysis: its title, file and caption, the table it is drawn from, and what
-`write_result` writes. report.md opens with the lead plots (`LEAD_PLOTS`, each with a caption),
-the first the decisive picture: the final verdicts with the intervals that decided them.
-"""
+"""Every plot of an analysis: title, file, caption, source table and what `write_result` writes;
+report.md opens with `LEAD_PLOTS`, first the final verdicts with their deciding intervals."""
 
 from __future__ import annotations
 
@@ -17,9 +15,8 @@ from tune_gems.analysis.describe.objective import searched_mode
 from tune_gems.analysis.describe.variance import final_members
 from tune_gems.analysis.read.labels import history_names, with_history_names
 from tune_gems.analysis.render import plots
-from tune_gems.analysis.render.plot_tables import (
-    final_verdict_table, improvement_table, learning_curve_table, paired_seed_table, performance_profile_table,
-)
+from tune_gems.analysis.render.plot_tables import (final_verdict_table, improvement_table, learning_curve_table,
+                                                   paired_seed_table, performance_profile_table)
 from tune_gems.analysis.verdicts.fold_effects import pooled_estimates
 
 FINAL_VERDICTS_CSV = "final_verdicts.csv"
@@ -84,13 +81,9 @@ def plot_tables(result: Any) -> dict[str, pd.DataFrame]:
     exp = result.experiment
     names = history_names(exp.histories)
     pairs = with_history_names(paired_seed_table(result.family), names)
-    return {
-        FINAL_VERDICTS_CSV: final_verdict_table(result.verdicts, getattr(result, "placebo", None)),
-        PAIRED_SEEDS_CSV: pairs,
-        LEARNING_CURVES_CSV: with_history_names(learning_curve_table(exp.members), names),
-        PROFILES_CSV: performance_profile_table(pairs),
-        IMPROVEMENT_CSV: improvement_table(pairs),
-    }
+    return {FINAL_VERDICTS_CSV: final_verdict_table(result.verdicts, getattr(result, "placebo", None)),
+            PAIRED_SEEDS_CSV: pairs, LEARNING_CURVES_CSV: with_history_names(learning_curve_table(exp.members), names),
+            PROFILES_CSV: performance_profile_table(pairs), IMPROVEMENT_CSV: improvement_table(pairs)}
 
 
 def trial_titles(trials: pd.DataFrame, mode: str = "max") -> dict[tuple[str, str], str]:

@@ -1,12 +1,6 @@
-"""The tables the analysis's plots are drawn from (written beside them as CSV files): each plot
-draws one of them and nothing else, so a figure can be checked against its numbers.
-
-`paired_seed_table` (every seed pair of each gem's verdict comparison: the family's own pairs),
-`learning_curve_table` (each arm's median and IQR per epoch), `performance_profile_table` and
-`improvement_table` (Agarwal et al. 2021, "Deep RL at the edge of the statistical precipice":
-descriptions of the verdict's pairs; the verdict is the test) and `final_verdict_table` (each
-contrast's word with the interval of the test that decided it and the held-out re-estimate).
-"""
+"""The tables the plots are drawn from, written beside them as CSV, so a figure can be checked
+against its numbers. The profiles and probabilities of improvement (Agarwal et al. 2021) describe
+the verdict's own pairs; the verdict is the test."""
 
 from __future__ import annotations
 
@@ -74,10 +68,8 @@ def paired_seed_table(family: DesignFamily) -> pd.DataFrame:
 
 
 def learning_curve_table(members: pd.DataFrame, *, metric: str = defaults.METRIC) -> pd.DataFrame:
-    """Per trial, arm, fold and epoch: the verdict metric's median and interquartile range over
-    the arm's seeds (finite values: a diverged member's epochs are left out, `n_seeds` says how
-    many remain), and the share of those seeds that never traded in that validation pass
-    (`never_traded`: turnover 0; NaN without a turnover column), which says why a curve is flat."""
+    """Per trial, arm, fold and epoch: the metric's median and IQR over the arm's finite seeds, and the
+    share that never traded (turnover 0), which says why a curve is flat."""
     column, _ = verdict_metric(members, metric)
     if not len(members) or column not in members.columns:
         return pd.DataFrame(columns=CURVE_COLUMNS)
@@ -168,9 +160,8 @@ def _text(r: Any, column: str) -> str:
 
 
 def final_verdict_table(verdicts: pd.DataFrame | None, placebo: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per contrast (module docstring): each verdict row with the estimate and interval of
-    the test that decided it (its `decided_*` columns), then each null arm (placebo or A/A, decided
-    by its seeds, nothing held out), in the columns of `FINAL_COLUMNS`."""
+    """One row per contrast: each verdict with its deciding test's estimate and interval, then each null
+    arm (decided by its seeds), in `FINAL_COLUMNS`."""
     rows = []
     for _, r in (verdicts if verdicts is not None else pd.DataFrame()).iterrows():
         rows.append({"contrast": str(r["gem"]), "kind": "gem", "verdict": _text(r, "verdict"), "seeds": _value(r, "n_seeds"),

@@ -1,11 +1,6 @@
-"""Every PNG of the analysis, one function per figure (`render/figures.py` says which table each
-draws). Figures are built on their own Agg canvas, never through pyplot (no backend switch in a
-notebook), and return None when there is nothing to draw. Every data artist carries a `gid`
-naming the table row(s) it draws (`pair:<gem>:<row>`, `curve:...`, `fold:<gem>:<period>`,
-`pooled:<gem>`, `decided:<contrast>`, ...), so a test reads a figure back against its table. The
-forest plots draw the intervals the verdicts used, never recomputed; an unbounded end is drawn to
-the axis edge with an arrow.
-"""
+"""Every PNG of the analysis, one function per figure, on its own Agg canvas (never pyplot: no backend
+switch in a notebook). Each data artist's `gid` names the table row it draws, so a test reads a
+figure back; forest plots draw the verdicts' own intervals."""
 
 from __future__ import annotations
 
@@ -59,11 +54,8 @@ def group_labels(final: pd.DataFrame) -> pd.Series:
 
 
 def sharpe_distributions(final: pd.DataFrame) -> Figure | None:
-    """Per configuration (its short label) each included final-epoch member's Sharpe and the median,
-    validation and test side by side, a row per fold of each price history (by name); a seed's
-    members across its trial's arms joined by a line (paired: compare lines, not clouds). Gids
-    `members:<period>:<column>:<label>`, `seed:<period>:<column>:<experiment>:<trial>:<seed index>`
-    (period: the fold, `<history>/<fold>` over several histories)."""
+    """Per configuration each included final member's Sharpe and the median, validation and test, a row
+    per period; a seed's members across arms joined by a line (paired: compare lines, not clouds)."""
     if final is None or not len(final):
         return None
     final = final.assign(_group=group_labels(final).to_numpy(), _history=_history_ids(final),
@@ -199,10 +191,8 @@ def _final_label(r: pd.Series) -> str:
 
 
 def final_verdicts(table: pd.DataFrame) -> Figure | None:
-    """The decisive picture (`plot_tables.final_verdict_table`): per contrast its word, which test
-    decided it, the decided estimate and interval, the held-out re-estimate below it; a word without
-    an interval (`insufficient data`) a hollow marker. Gids `decided:`, `decided_effect:`,
-    `insufficient:`, `held_out:`, `held_out_effect:<contrast>`."""
+    """The decisive picture: per contrast its word, deciding test, estimate and interval, and the
+    held-out re-estimate below; a word without an interval is a hollow marker."""
     if table is None or not len(table):
         return None
     vals = table[["effect", "ci_low", "ci_high", "held_out_effect", "held_out_ci_low", "held_out_ci_high"]].to_numpy(float)
@@ -305,9 +295,8 @@ def period_text(names: dict[int, str], history: int, fold: int, folds: int) -> s
 
 
 def paired_seeds(pairs: pd.DataFrame, last_k: int | None = None) -> Figure | None:
-    """Per gem: one line per seed pair from its measured to its wired member, coloured by fold
-    (over several price histories by history, the fold its marker); a diverged member is drawn at
-    the panel's bottom edge (the worst outcome). One legend under the panels."""
+    """Per gem a line per seed pair from measured to wired, coloured by fold (or history); a diverged
+    member at the panel's bottom edge (the worst outcome)."""
     if pairs is None or not len(pairs):
         return None
     pairs = pairs.reset_index(drop=True)
@@ -379,9 +368,8 @@ def _flat_reason(panel: pd.DataFrame) -> str:
 
 
 def learning_curves(curves: pd.DataFrame, titles: dict[tuple[str, str], str] | None = None) -> Figure | None:
-    """Per trial (in `titles`' order, best first, by its names) and period (each fold of each history,
-    by name, CURVE_COLUMNS a row): each arm's median over its seeds per epoch with the IQR band; one
-    legend below where every trial has the same arms, else one per trial."""
+    """Per trial (in `titles`' order) and period, each arm's median over seeds per epoch with the IQR
+    band; one legend where every trial has the same arms."""
     if curves is None or not len(curves):
         return None
     names, hist = history_labels(curves), _history_ids(curves)
@@ -544,9 +532,7 @@ FOREST_COLUMNS = 2  # gems a row of the per-fold forest plot
 
 def fold_forest(per_fold: pd.DataFrame, pooled: pd.DataFrame, *, rope: float, metric: str = "val_alpha_sharpe",
                 title: str = "wired - measured") -> Figure | None:
-    """Per gem: one row per fold (of each price history, by its name), its effect and interval, the
-    pooled diamond below, the ROPE band; gems FOREST_COLUMNS a row. Gids `fold:<gem>:<fold>`, over
-    several histories `fold:<gem>:<history>/<fold>`."""
+    """Per gem a row per fold (of each history) with effect and interval, the pooled diamond below and the ROPE band."""
     if per_fold is None or not len(per_fold):
         return None
     pooled = pooled if pooled is not None else pd.DataFrame(columns=["gem", "effect", "ci_low", "ci_high"])

@@ -103,12 +103,10 @@ def calendar_line(r: Any) -> str:
             f"calendar periods{corr}")
 
 
-def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None,
-                         redundancy: pd.DataFrame | None = None, *, verbose: bool = True,
-                         fold_effects: pd.DataFrame | None = None) -> str:
-    """The verdicts for a terminal: the aligned table (each word beside its deciding test's numbers, the
-    seeds alone apart), each gem's verdict line (with several histories its effect in each: `fold_effects`)
-    and (`verbose`) short reason, the placebo arms and the redundancy findings."""
+def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None, redundancy: pd.DataFrame | None = None,
+                         *, verbose: bool = True, fold_effects: pd.DataFrame | None = None) -> str:
+    """The verdicts for a terminal: the aligned table, each gem's verdict line (per history with
+    several) and with `verbose` its reason, the placebo arms and redundancy findings."""
     header = ["gem", "verdict", "effect", "CI", "Holm p", "decided by", "MDE", "held-out", "family", "seeds", "effect",
               "mean", "CI", "Holm p", "TOST p", "market CI", "excess/loss"]
     rows = [[str(r["gem"]), str(r["verdict"]), format_number(r.get("decided_effect"), "+.3g"),
@@ -198,9 +196,8 @@ def _fold_table(folds: pd.DataFrame | None) -> list[str]:
 
 
 def _periods_section(v: pd.DataFrame, folds: pd.DataFrame | None = None) -> list[str]:
-    """Report lines: the verdicts over periods (walk-forward folds) with the per-fold table, the
-    held-out test check and the learner's skill in context (docs/analysis.md
-    "Verdicts over periods")."""
+    """The verdicts over periods with the per-fold table, the held-out check and the learner's skill in
+    context (docs/analysis.md "Verdicts over periods")."""
     if not len(v) or "folds" not in v.columns:
         return []
     k = int(v["folds"].max()) if v["folds"].notna().any() else 1
@@ -262,23 +259,17 @@ def render_report(result: Any, images: dict[str, str], settings: dict[str, Any])
     headline = baseline_headline(baseline_comparison(exp))
     if headline:
         lines += [headline[0].upper() + headline[1:] + ".", ""]
-    lines.append(
-        "Settings: " + ", ".join(f"`{k}={v}`" for k, v in settings.items())
-        + ". How to read this report: `docs/analysis.md`."
-    )
+    lines.append("Settings: " + ", ".join(f"`{k}={v}`" for k,
+                                          v in settings.items()) + ". How to read this report: `docs/analysis.md`.")
     lines += ["", *lead] if (lead := lead_section(images)) else []  # plots to read first (render/figures.py)
     lines += ["", "## Experiments read", ""]
     rows = []
     for label, path in zip(exp.labels, exp.paths):
         o = out[out["experiment"] == label]["outcome"].value_counts()
         studies = [k for k in exp.studies if k == label or k.startswith(f"{label}/")]
-        rows.append(
-            {
-                "experiment": label, "folder": str(path), "trials": int(o.sum()),
-                "ok": int(o.get("ok", 0)), "failed": int(o.get("failed", 0)),
-                "diverged": int(o.get("diverged", 0)), "optuna study": ", ".join(studies) or "none",
-            }
-        )
+        rows.append({"experiment": label, "folder": str(path), "trials": int(o.sum()), "ok": int(o.get("ok", 0)),
+                     "failed": int(o.get("failed", 0)), "diverged": int(o.get("diverged", 0)),
+                     "optuna study": ", ".join(studies) or "none"})
     lines.append(markdown_table(pd.DataFrame(rows)))
 
     v = result.verdicts

@@ -20,11 +20,10 @@ import numpy as np
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.rules.periods import (
-    FOLD_VAR_DF, FoldData, PeriodDecision, Pooling, decide_periods, fold_components, fold_data, is_tie, pool_family,
-    sample_variance, seed_anova, seed_level_effect,
+    FOLD_VAR_DF, RANK_EFFICIENCY, FoldData, PeriodDecision, Pooling, decide_periods, fold_components, fold_data,
+    is_tie, pool_family, sample_variance, seed_anova, seed_level_effect,
 )
 from tune_gems.analysis.rules.settings import Thresholds
-from tune_gems.analysis.rules.power import RANK_EFFICIENCY, HistoryComponents
 
 
 @dataclass(frozen=True)
@@ -131,9 +130,30 @@ def decide_histories(hd: HistoryData, th: Thresholds, *, tested=None, seed_verdi
     return replace(hp, too_few_histories=tested & few_h, too_few_periods=tested & few_p), rule
 
 
+@dataclass(frozen=True)
+class HistoryComponents:
+    """The variance parts of the nested rule's pooled effect over H histories of K folds
+    (`decide_histories`), per-seed-difference units^2: `history` tau_H^2 (the lasting spread between
+    histories), `period` a history's own spread between its folds, `within` one seed's variance
+    inside a fold, `seed` its part common to every history and fold (seed-paired), `calendar` the
+    spread of the calendar periods the histories share (`calendar_part`; 0 on their own calendars,
+    where each history's calendar luck is in `period`), `shared` whether they share one calendar;
+    the pooled mean's variance is
+
+        tau_H^2 / H + (tau^2 + (within - seed) / n) / (K H) + calendar / K + seed / n
+    """
+
+    history: float
+    period: float
+    within: float
+    seed: float = 0.0
+    calendar: float = 0.0
+    shared: bool | np.ndarray = False
+
+
 def history_components(hd: HistoryData, hp: HistoryPooled) -> HistoryComponents:
     """The variance parts of the nested rule's pooled effect ([S, m] each;
-    `power.HistoryComponents`): `within` one seed's variance in a fold, `period` a history's own
+    `HistoryComponents`): `within` one seed's variance in a fold, `period` a history's own
     spread of its folds, `calendar` the shared part (`shared` where it is), `history` the spread
     between histories less what their own periods give it, `seed` the part common to every history
     and fold."""

@@ -27,14 +27,15 @@ choice and its calibration.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.rules.power import PooledComponents, components
 from tune_gems.analysis.rules.settings import (
     DELETE, EQUIVALENT, HARMFUL, HETEROGENEOUS, INCONCLUSIVE, INCONSISTENT, INSUFFICIENT, KEEP, Thresholds,
 )
@@ -61,6 +62,86 @@ class FoldData:
 
 
 @dataclass(frozen=True)
+class PooledComponents:
+    """The variance parts of one history's pooled effect over K folds of n informative pairs,
+    per-seed-difference units^2: `period` tau^2 (the folds' spread), `within` one seed's variance
+    inside a fold (n x the variance of a fold's Hodges-Lehmann effect), `seed` its part common to
+    every fold, `overlap` the folds' lambda; the pooled mean's variance is
+
+        (tau^2 + (within - seed) / n) (1/K + lambda) + seed / n
+    """
+
+    period: float
+    within: float
+    seed: float = 0.0
+    overlap: float = 0.0
+    """The folds' overlap, lambda = n2 / n1 (`fold_overlap`: Nadeau-Bengio's rho / (1 - rho)): the
+    part of the fold-level variance common to folds that share training rows, which averaging
+    folds does not shrink (0: none)."""
+
+
+RANK_EFFICIENCY = math.pi / 3.0
+"""n x the squared standard error of a Hodges-Lehmann effect over the variance of one pair's
+difference (normal differences): how a fold's sample variance reads as `within` where its rank
+interval is too short for a standard error."""
+
+
+OVERREAD_ROWS = 2000
+"""Normal samples `rank_overread` reads the rank interval's over-read from, per pair count."""
+OVERREAD_MAX = 64
+"""Pair counts above this take the over-read at OVERREAD_MAX, shrinking as 1 / n."""
+
+
+@lru_cache(maxsize=None)
+def rank_overread(n: int) -> float:
+    """How much a fold's rank interval over-reads its effect's variance at `n` informative pairs:
+    E[n x se^2 of `fold_estimates`] over pi / 3 sigma^2 (the Hodges-Lehmann effect's
+    variance), under normal differences (fixed draws: the same number every time). 2.7 at 6 pairs,
+    1.25 at 16, 1.09 at 32: the signed-rank interval's discrete critical values widen it at few
+    pairs. 1 below 6 pairs (no finite interval: the sample variance stands in) and towards 1
+    beyond OVERREAD_MAX."""
+    if n > OVERREAD_MAX:
+        return 1.0 + (rank_overread(OVERREAD_MAX) - 1.0) * OVERREAD_MAX / n
+    var = fold_estimates(np.random.default_rng(n).standard_normal((OVERREAD_ROWS, max(int(n), 1))))["var"]
+    ok = np.isfinite(var)
+    return float(var[ok].mean() * n / RANK_EFFICIENCY) if ok.any() else 1.0
+
+
+def components(var, n_informative, seed_share, tau2, theta=None, sample_var=None) -> PooledComponents:
+    """The pooled components of gems' fold data (arrays broadcast; the fold axis last for
+    `var`, `n_informative`, `theta` and `sample_var` [.., K]): within = the mean over folds of n x
+    the fold effect's squared standard error over the rank interval's over-read at n pairs
+    (`rank_overread`), or, in a fold whose rank interval gives none (too few informative pairs for
+    its level), pi / 3 x the sample variance of its informative differences (`sample_var`, when
+    given); seed = its share common to every
+    fold (`seed_anova`'s share; NaN: 0) x within; period = tau^2, or where the rule has
+    none (a fold variance unknown: the contrast pooled with equal weights) and the fold effects
+    `theta` are given, the moment estimate max(0, their variance - (within - seed) / n)."""
+    var, n = np.asarray(var, float), np.asarray(n_informative, float)
+    overread = np.vectorize(lambda x: rank_overread(int(x)) if x >= 1 else 1.0, otypes=[float])(n) if n.size else n
+    with np.errstate(invalid="ignore"):  # a fold without informative pairs: inf x 0, no variance
+        per_seed = var * n / overread
+    if sample_var is not None:  # a fold without a finite rank interval: its sample variance
+        with np.errstate(invalid="ignore"):
+            per_seed = np.where(np.isfinite(var), per_seed, RANK_EFFICIENCY * np.asarray(sample_var, float))
+    fin = np.isfinite(per_seed) & (n > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        within = np.where(fin, per_seed, 0.0).sum(-1) / fin.sum(-1)
+        seed = np.nan_to_num(np.asarray(seed_share, float)) * within
+        period = np.asarray(tau2, float)
+        if theta is not None:
+            th = np.asarray(theta, float)
+            ok = np.isfinite(th)
+            k = ok.sum(-1)
+            mean = np.where(ok, th, 0.0).sum(-1) / k
+            spread = np.where(ok, (th - mean[..., None]) ** 2, 0.0).sum(-1) / (k - 1)
+            n_bar = np.where(ok & (n > 0), n, 0.0).sum(-1) / np.maximum((ok & (n > 0)).sum(-1), 1)
+            moments = np.maximum(0.0, spread - (within - seed) / n_bar)
+            period = np.where(np.isfinite(period), period, np.where(k >= 2, moments, np.nan))
+    return PooledComponents(period, within, seed)
+
+
+@dataclass(frozen=True)
 class Pooling:
     """How `pool_family` pools: `rope` the TOST's margin, `share` tau^2 and the HKSJ scale shared
     across the family's contrasts where they agree (the share test at `share_level`), `one_sided`
@@ -81,7 +162,7 @@ class Pooling:
 
 
 def fold_components(fd: FoldData, tau2) -> PooledComponents:
-    """The pooled components of a family's fold data (`power.components`, a fold without a rank
+    """The pooled components of a family's fold data (`components`, a fold without a rank
     interval read by its sample variance): what the verdicts, the plan and the calibration state
     their power with."""
     return components(fd.var, fd.n_informative, fd.seed_share, tau2, fd.theta, sample_var=fd.sample_var)
@@ -117,12 +198,6 @@ def fold_data(d: np.ndarray) -> FoldData:
     anova = [seed_anova(d[:, g]) for g in range(m)]
     return FoldData(theta, var, p, n_inf, seed_var, np.stack([a["share"] for a in anova], 1),
                     np.stack([a["df"] for a in anova], 1), informative_variance(d))
-
-
-def pool_fold_data(fd: FoldData, *, rope: float, share: bool = defaults.SHARE_TAU,
-                   one_sided: bool = False) -> dict[str, np.ndarray]:
-    """`pool_family` on a family's fold data, without the folds' overlap or isolation."""
-    return pool_family(fd, Pooling(rope, share, one_sided))
 
 
 def decide_fold_data(fd: FoldData, th: Thresholds, *, tested=None, seed_verdict=None, removable=None, fold_corr=0.0,

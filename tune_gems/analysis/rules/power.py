@@ -4,128 +4,221 @@ needs, and the floor no seed count beats.
 Why one module. Every statement of power (the MDE beside a verdict, the seeds that would reach
 the ROPE, the floor of periods or of one history's market noise, the seeds `tune-gems confirm`
 trains, the designs `tune-gems plan` prices, the MDE the calibrations check by simulation) must
-be the power of the test that decides, in the same units, or a user buys seeds that cannot help
-(the seed test's "about 68 seeds would detect +-0.1" where the deciding test's MDE is 0.38 and no
-seed count gets below 0.29). So there is one description of a comparison (`PowerInputs`), one MDE
-(`mde`), one floor (`floor`), one solver (`fewest_seeds`), one tie scaling (`seeds_to_run`) and one
-statement of them all for a verdict row (`statement`).
+be the power of the test that decides, in the same units, or a user buys seeds that cannot help.
+So there is one description of a comparison (`PowerInputs`), one MDE (`mde`), one floor (`floor`),
+one solver (`fewest_seeds`), one tie scaling (`seeds_to_run`) and one statement of them all for a
+verdict row (`statement`).
 
 The rule that decides, and so its MDE at power 1 - beta and first-Holm-step level a:
 
 - **one period (K = 1)**: the seed rule's signed-rank test (`inference.min_detectable_effect`); on
   one price history the market-noise standard error adds its variance (the one-period gate), at
   `history_level` (selection-adjusted for a confirmation on the search's one history);
-- **K >= 2 periods**: the pooled test, with the variance parts of `PooledComponents`:
-
-      se^2(K, n) = (tau^2 + (within - seed) / n) (1/K + lambda) + seed / n
-
-  (lambda the folds' overlap, 0 without) and the MDE (t_{1-a/2, df} + t_{1-beta, df}) x se. With
-  seeds -> infinity it falls to the **floor** (t + t) x tau / sqrt(K): above the target only more
-  periods help;
-- **several price histories**: the nested rule's `history_mde` (`HistoryComponents`).
-
-Large-sample statements of a rule that is itself checked by simulation: they say which design
-can decide, not the exact power.
+- **K >= 2 periods, or several price histories**: the pooled test, whose MDE is the effect its
+  first contrast is kept from in a share `power` of the families the rule will see at that design
+  (`pooled_mde`, `history_mde`): families drawn from the variance parts (`periods.PooledComponents`,
+  `histories.HistoryComponents`) as the rule reads them and pooled by its own stage 2
+  (`periods.pool_family`, `histories.pool_histories`). The pooled estimate moves with the effect,
+  its se and df do not, so the MDE is the `power`-quantile of the effects the families keep from.
+  Why draws, not (t_a + t_power) x se: the rule estimates the seeds' and the calendar's parts from
+  few df and adds them whole, cuts the shared scale's df by the contrasts' correlation, weighs
+  periods by estimated variances and tests the larger p of HKSJ and DerSimonian-Laird; a closed
+  form on known variances misses all of it (docs/analysis.md "The MDE of a layout"). The floor,
+  with the seeds' noise gone, is set by the spreads: above the target only more periods or
+  histories help.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 from scipy import stats as sps
 
+from tune_gems.analysis.defaults import HELD_OUT_PERIOD_FLOOR, MIN_SHARED_PERIODS
+from tune_gems.analysis.rules.decision import MIN_POOLED_DF, confirm_on_held_out
+from tune_gems.analysis.rules.histories import HistoryComponents, HistoryData, one_calendar, own_calendars, pool_histories
+from tune_gems.analysis.rules.periods import (
+    FOLD_VAR_DF, RANK_EFFICIENCY, FoldData, PooledComponents, Pooling, pool_family, rank_overread, satterthwaite,
+)
+from tune_gems.analysis.rules.settings import KEEP
 from tune_gems.analysis.text import format_number
 from tune_gems.stats.inference import min_detectable_effect, smallest_p
 
 N_MAX = 100_000
 """Largest seed count the solver searches (`fewest_seeds`; +inf beyond: effectively never)."""
+DRAWS = 1024
+"""Families drawn per design to state the pooled rule's power."""
+DRAW_CONFIDENCE = 0.95
+"""The MDE is stated where the drawn families keep in a share `power` + z x the share's standard
+error over DRAWS (one-sided at this confidence): so the draws' own noise errs on the side of a
+larger MDE, never a smaller one."""
+DRAW_SEED = 2024
+"""One seed for every design's draws: the same statement every time, and designs compared on the
+same draws."""
+SEEDS_WITHOUT_END = 1e9
+"""The seed count the floor is stated at (the seeds' noise gone)."""
 
 
-@dataclass(frozen=True)
-class PooledComponents:
-    """The variance parts of a pooled effect (module docstring), per-seed-difference units^2."""
-
-    period: float
-    within: float
-    seed: float = 0.0
-    overlap: float = 0.0
-    """The folds' overlap, lambda = n2 / n1 (`rules.periods`: Nadeau-Bengio's rho / (1 - rho)): the
-    part of the fold-level variance common to folds that share training rows, which averaging
-    folds does not shrink (0: none)."""
-
-    def se(self, periods, seeds):
-        """The pooled effect's standard error with `periods` folds of `seeds` informative pairs
-        (numbers or arrays): NB's (1/K + lambda) on the fold-level part."""
-        fold_level = self.period + (self.within - self.seed) / seeds
-        common = fold_level * self.overlap if np.any(self.overlap) else 0.0  # none: the rule before, to the bit
-        return np.sqrt(fold_level / periods + common + self.seed / seeds)
+# -- the pooled rule at a design: families drawn from its parts, pooled by its own stage 2 --------------
 
 
-RANK_EFFICIENCY = math.pi / 3.0
-"""n x the squared standard error of a Hodges-Lehmann effect over the variance of one pair's
-difference (normal differences): how a fold's sample variance reads as `within` where its rank
-interval is too short for a standard error."""
+def _chi2(rng, df, shape):
+    """chi^2_df / df draws (1 where df is infinite)."""
+    return rng.chisquare(df, shape) / df if math.isfinite(df) else np.ones(shape)
 
 
-def components(var, n_informative, seed_share, tau2, theta=None, sample_var=None) -> PooledComponents:
-    """The pooled components of gems' fold data (arrays broadcast; the fold axis last for
-    `var`, `n_informative`, `theta` and `sample_var` [.., K]): within = the mean over folds of n x
-    the fold effect's squared standard error, or, in a fold whose rank interval gives none (too
-    few informative pairs for its level), pi / 3 x the sample variance of its informative
-    differences (`sample_var`, when given); seed = its share common to every
-    fold (`periods.seed_anova`'s share; NaN: 0) x within; period = tau^2, or where the rule has
-    none (a fold variance unknown: the contrast pooled with equal weights) and the fold effects
-    `theta` are given, the moment estimate max(0, their variance - (within - seed) / n)."""
-    var, n = np.asarray(var, float), np.asarray(n_informative, float)
-    with np.errstate(invalid="ignore"):  # a fold without informative pairs: inf x 0, no variance
-        per_seed = var * n
-    if sample_var is not None:  # a fold without a finite rank interval: its sample variance
-        with np.errstate(invalid="ignore"):
-            per_seed = np.where(np.isfinite(var), per_seed, RANK_EFFICIENCY * np.asarray(sample_var, float))
-    fin = np.isfinite(per_seed) & (n > 0)
+def _seed_anova(rng, cell: float, common: float, units: int, seeds: float, m: int):
+    """(sigma_c^2, its share, its df) [DRAWS, m]: the seeds x units ANOVA (`periods.seed_anova`) of
+    seeds whose per-unit values vary by `cell` around a part `common` to every unit."""
+    p, q = seeds - 1.0, (units - 1.0) * (seeds - 1.0)
+    ms_seed = (cell + units * common) * _chi2(rng, p, (DRAWS, m))
+    ms_resid = cell * _chi2(rng, q, (DRAWS, m))
+    sigma = np.maximum(0.0, (ms_seed - ms_resid) / units)
     with np.errstate(invalid="ignore", divide="ignore"):
-        within = np.where(fin, per_seed, 0.0).sum(-1) / fin.sum(-1)
-        seed = np.nan_to_num(np.asarray(seed_share, float)) * within
-        period = np.asarray(tau2, float)
-        if theta is not None:
-            th = np.asarray(theta, float)
-            ok = np.isfinite(th)
-            k = ok.sum(-1)
-            mean = np.where(ok, th, 0.0).sum(-1) / k
-            spread = np.where(ok, (th - mean[..., None]) ** 2, 0.0).sum(-1) / (k - 1)
-            n_bar = np.where(ok & (n > 0), n, 0.0).sum(-1) / np.maximum((ok & (n > 0)).sum(-1), 1)
-            moments = np.maximum(0.0, spread - (within - seed) / n_bar)
-            period = np.where(np.isfinite(period), period, np.where(k >= 2, moments, np.nan))
-    return PooledComponents(period, within, seed)
+        share = np.where(sigma + ms_resid > 0, sigma / (sigma + ms_resid), 0.0)
+        df = np.where(sigma > 0, (ms_seed - ms_resid) ** 2 / (ms_seed**2 / p + ms_resid**2 / q), np.inf)
+    return sigma, share, df
 
 
-def t_multiplier(df, level, power: float, one_sided: bool = False):
-    """(t_{1-a/2, df} + t_{power, df}): the MDE over the model se (a = level; one-sided:
-    t_{1-a})."""
-    df = np.asarray(df, float)
-    tail = np.asarray(level, float) if one_sided else np.asarray(level, float) / 2
+def _first(pooled: dict, test: dict) -> dict:
+    """The first contrast's pooled test (mu, se, se_fixed, df, df_fixed) and held-out stage
+    (`test`: its effect, the seeds' variance and df, the period's variance and df)."""
+    out = {key: np.asarray(pooled[key], float)[:, 0] for key in ("mu", "se", "se_fixed", "df", "df_fixed")}
+    return out | {f"test_{key}": np.broadcast_to(np.asarray(value, float), (DRAWS, pooled["mu"].shape[1]))[:, 0]
+                  for key, value in test.items()}
+
+
+@lru_cache(maxsize=1024)
+def _fold_draws(c: PooledComponents, periods: int, seeds: float, contrasts: int) -> dict:
+    """The pooled rule over one history's `periods` folds of `seeds` informative pairs, on DRAWS
+    families of `contrasts` contrasts with parts `c` and no effect (`pool_family`), and its
+    held-out stage (one test period: its own period luck and the seeds' noise over the folds' members;
+    its variance the seeds' and the pooled tau^2, at least HELD_OUT_PERIOD_FLOOR x a fold's seed
+    variance, on DerSimonian-Laird's df as `decision.held_out_stage` reads them). The folds' overlap is a part
+    common to them of lambda x the fold-level variance, which the rule corrects with NB's factor
+    1 + K lambda."""
+    rng = np.random.default_rng(DRAW_SEED)
+    k, n, m = periods, seeds, contrasts
+    own = c.within - c.seed
+    fold_level = c.period + own / n
+    seed_part = math.sqrt(c.seed / n) * rng.standard_normal((DRAWS, m, 1))
+    theta = (math.sqrt(c.overlap * fold_level) * rng.standard_normal((DRAWS, m, 1))
+             + math.sqrt(fold_level) * rng.standard_normal((DRAWS, m, k)) + seed_part)
+    # the variance a fold's rank interval reads: over-read at few pairs, its spread a chi^2 on 0.8 (n - 1) df
+    overread = rank_overread(round(n))
+    var = overread * c.within / n * _chi2(rng, FOLD_VAR_DF * (n - 1), (DRAWS, m, k))
+    sigma, share, seed_df = _seed_anova(rng, own, c.seed, k, n, m)
+    fd = FoldData(theta, var, np.full(theta.shape, np.nan), np.full(theta.shape, float(n)), sigma / n, share, seed_df)
+    with np.errstate(all="ignore"):  # every pair of folds at lambda: NB's factor 1 + K lambda at equal weights
+        pooled = pool_family(fd, Pooling(share=m > 1), fold_corr=c.overlap / (1.0 + c.overlap))
+        seeds_var = (c.seed + own / k) / n
+        v_bar = (var * (1 - share[..., None])).mean(-1)
+        floor = HELD_OUT_PERIOD_FLOOR * v_bar
+        tau2 = pooled["tau2"]
+        test = dict(effect=seed_part[..., 0] + math.sqrt(c.period + own / (k * n)) * rng.standard_normal((DRAWS, m)),
+                    var=overread * seeds_var * _chi2(rng, FOLD_VAR_DF * (n - 1), (DRAWS, m)), df=FOLD_VAR_DF * (n - 1),
+                    period_var=np.fmax(tau2, floor),
+                    period_df=np.where(tau2 > floor, pooled["df"] * (tau2 / (tau2 + v_bar)) ** 2, FOLD_VAR_DF * k * (n - 1)))
+        return _first(pooled, test)
+
+
+@lru_cache(maxsize=1024)
+def _history_draws(c: HistoryComponents, histories: int, folds: int, seeds: float, contrasts: int,
+                   calendars: int = 1) -> dict:
+    """The nested rule over `histories` x `folds` x `seeds` (`pool_histories`) on DRAWS families of
+    `contrasts` contrasts with parts `c` and no effect, where `c.shared` on `calendars` calendars the
+    histories split into (fold k of a calendar's histories one period) else each on its own, and its
+    held-out stage (one test period per history, one per calendar where they share it; its variance the histories' spread on the test over H, the
+    seeds' common part and on one calendar the spread of the shared periods' means, as
+    `decision.held_out_stage` reads them). A history's effect is the mean of its fold effects; the variance
+    the rule reads for it is pi / 3 x its seeds' sample variance / n (n - 1 df)."""
+    rng = np.random.default_rng(DRAW_SEED)
+    h, k, n, m = histories, folds, seeds, contrasts
+    own = c.within - c.seed
+    lasting = math.sqrt(c.history) * rng.standard_normal((DRAWS, m, h, 1))
+    seed_part = math.sqrt(c.seed / n) * rng.standard_normal((DRAWS, m, 1, 1))
+    group = np.arange(h) * max(min(calendars, h), 1) // h  # the calendar of each history
+    calendar = (math.sqrt(c.calendar) * rng.standard_normal((DRAWS, m, group[-1] + 1, k + 1))[:, :, group] if c.shared
+                else np.zeros((1, 1, 1, k + 1)))
+    cells = (lasting + calendar[..., :k] + math.sqrt(c.period + own / n) * rng.standard_normal((DRAWS, m, h, k))
+             + seed_part)
+    var = (c.seed + own / k) / n * _chi2(rng, n - 1, (DRAWS, m, h))
+    sigma, share, seed_df = _seed_anova(rng, own / k, c.seed, h, n, m)
+    folds_data = tuple(FoldData(cells[:, :, j], *(None,) * 6) for j in range(h))
+    hd = HistoryData(folds_data, cells.mean(-1), var, np.full(var.shape, n - 1.0), np.full(var.shape, np.nan),
+                     np.full(var.shape, float(n)), sigma / n, seed_df, share,
+                     group[:, None] * k + one_calendar(h, k) if c.shared else own_calendars(h, k))
+    with np.errstate(all="ignore"):
+        hp = pool_histories(hd, Pooling(share=m > 1))
+        tests = (lasting[..., 0] + calendar[..., k] + seed_part[..., 0]
+                 + math.sqrt(c.period + own / (k * n)) * rng.standard_normal((DRAWS, m, h)))
+        spread = tests.var(-1, ddof=1) / h
+        t_sigma, _, t_df = _seed_anova(rng, own / k, c.seed, h, n, m)
+        cal = hp.calendar
+        bounded = cal.periods >= MIN_SHARED_PERIODS
+        test = dict(effect=tests.mean(-1), var=spread + t_sigma / n,
+                    df=satterthwaite([spread, t_sigma / n], [h - 1.0, t_df]),
+                    period_var=np.where(cal.shared, np.where(bounded, cal.means_var, np.nan), 0.0),
+                    period_df=np.where(cal.shared, cal.means_df, np.inf))
+        return _first(hp.pooled, test)
+
+
+def keep_effects(draws: dict, level: float, one_sided: bool = False) -> np.ndarray:
+    """Per drawn family the smallest effect its first contrast is kept from at `level` (the larger
+    p of HKSJ and DerSimonian-Laird, as the rule tests): +inf where its pooled variance has fewer
+    than MIN_POOLED_DF df."""
+    tail = level if one_sided else level / 2
     with np.errstate(invalid="ignore"):
-        out = sps.t.ppf(1 - tail, df) + sps.t.ppf(power, df)
-    out = np.where(np.isfinite(df) & (df > 0), out, np.nan)
-    return float(out) if out.ndim == 0 else out
+        hksj = sps.t.ppf(1 - tail, np.maximum(draws["df"], MIN_POOLED_DF)) * draws["se"]
+        dff = np.where(np.isfinite(draws["df_fixed"]), draws["df_fixed"], 1e12)
+        fixed = np.where(draws["se_fixed"] > 0, sps.t.ppf(1 - tail, dff) * draws["se_fixed"], 0.0)
+        out = np.fmax(hksj, fixed) - draws["mu"]
+    return np.where((draws["df"] >= MIN_POOLED_DF) & np.isfinite(out), out, np.inf)
 
 
-def pooled_mde(c: PooledComponents, periods, seeds, *, df, level, power: float, one_sided: bool = False):
-    """The pooled rule's minimum detectable effect with `periods` folds of `seeds` pairs."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = t_multiplier(df, level, power, one_sided) * c.se(periods, seeds)
-    out = np.where((np.asarray(seeds) > 0) & (np.asarray(periods) >= 2), out, np.nan)
-    return float(out) if out.ndim == 0 else out
+def confirm_effects(draws: dict, test_level: float) -> np.ndarray:
+    """Per drawn family the smallest effect its held-out stage confirms from, one-sided at
+    `test_level` (`decision.confirm_on_held_out`: the test effect moves with the effect, its
+    variance does not); +inf where it confirms nothing."""
+    keep = np.full(draws["test_effect"].shape, KEEP, dtype=object)
+    held = confirm_on_held_out(keep, draws["test_effect"], draws["test_var"], draws["test_period_var"], test_level,
+                               test_df=draws["test_df"], period_df=draws["test_period_df"])
+    return np.where(np.isfinite(held.low), -held.low, np.inf)
 
 
-def mde_floor(c: PooledComponents, periods, *, df, level, power: float, one_sided: bool = False):
-    """The MDE with infinitely many seeds: (t + t) x tau / sqrt(K). No seed count beats it."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = t_multiplier(df, level, power, one_sided) * np.sqrt(c.period / np.asarray(periods, float))
-    out = np.where(np.asarray(periods) >= 2, out, np.nan)
-    return float(out) if out.ndim == 0 else out
+def _quantile(effects: np.ndarray, power: float) -> float:
+    """The smallest effect kept in a share `power` of the families, raised by the draws' noise
+    (DRAW_CONFIDENCE); +inf where too few can keep."""
+    share = min(1.0, power + float(sps.norm.ppf(DRAW_CONFIDENCE)) * math.sqrt(power * (1 - power) / effects.size))
+    if np.isfinite(effects).mean() < share:
+        return math.inf
+    return float(np.quantile(effects, share, method="higher"))
+
+
+def _valid(*parts: float) -> bool:
+    return all(math.isfinite(float(x)) and float(x) >= 0 for x in parts)
+
+
+def pooled_mde(c: PooledComponents, periods: int, seeds: float, *, contrasts: int = 1, level: float, power: float,
+               one_sided: bool = False) -> float:
+    """`mde` of the pooled rule over one history's `periods` folds of `seeds` informative pairs with
+    parts `c`, its scale shared by `contrasts`; NaN without parts or below 2 folds."""
+    ok = periods >= 2 and seeds > 1 and _valid(c.period, c.within, c.seed, c.overlap)
+    d = PowerInputs(seeds, folds=int(periods), tau2=c.period, within=c.within, seed=c.seed, contrasts=int(contrasts),
+                    overlap=c.overlap)
+    return mde(d, level, power, one_sided=one_sided) if ok else math.nan
+
+
+def history_mde(c: HistoryComponents, histories: int, folds: int, seeds: float, *, contrasts: int = 1, level: float,
+                power: float, one_sided: bool = False) -> float:
+    """`mde` of the nested rule over `histories` x `folds` x `seeds` with parts `c`, the histories'
+    scale shared by `contrasts`; NaN without parts or below 2 histories."""
+    ok = histories >= 2 and folds >= 1 and seeds > 1 and _valid(c.history, c.period, c.within, c.seed, c.calendar)
+    d = history_inputs(seeds, int(histories), int(folds), c, int(contrasts))
+    return mde(d, level, power, one_sided=one_sided) if ok else math.nan
 
 
 def seeds_would_detect(seeds: float, target: float) -> str:
@@ -159,67 +252,6 @@ def advice(mde: float, floor: float, target: float, seeds_needed: float, *, mark
     return f"about {seeds_needed:.0f} seeds per fold would detect +-{target:g}"
 
 
-@dataclass(frozen=True)
-class HistoryComponents:
-    """The variance parts of the nested rule's pooled effect over H histories of K folds
-    (`rules.histories`), per-seed-difference units^2: `history` tau_H^2 (the lasting spread between
-    histories), `period` a history's own spread between its folds, `within` one seed's variance
-    inside a fold, `seed` its part common to every history and fold (seed-paired), `calendar` the
-    spread of the calendar periods the histories share (`rules.histories`; 0 on their own calendars,
-    where each history's calendar luck is in `period`), `shared` whether they share one calendar:
-
-        se^2(H, K, n) = tau_H^2 / H + (tau^2 + (within - seed) / n) / (K H) + calendar / K + seed / n
-
-    and the held-out stage's (`test_se`: one test period per history, their spread on the test over
-    H; on one calendar the test period is one period of all, whose part the stage reads off the
-    spread of the validation periods' means, calendar + (tau^2 + (within - seed) / n) / H):
-
-        se_test^2(H, K, n) = (tau_H^2 + tau^2 + (within - seed) / (K n)) / H + seed / n [+ that part]
-    """
-
-    history: float
-    period: float
-    within: float
-    seed: float = 0.0
-    calendar: float = 0.0
-    shared: bool | np.ndarray = False
-
-    def se(self, histories, folds, seeds):
-        """The nested rule's standard error with `histories` x `folds` x `seeds` (numbers or arrays)."""
-        fold_level = self.period + (self.within - self.seed) / seeds
-        return np.sqrt(self.history / histories + fold_level / (folds * histories) + self.calendar / folds
-                       + self.seed / seeds)
-
-    def test_parts(self, histories, folds, seeds):
-        """(the histories' spread on the test / H with the seeds' common part, the calendar part):
-        the held-out stage's two variances (module docstring), on H - 1 and K - 1 df."""
-        spread = (self.history + self.period + (self.within - self.seed) / (folds * seeds)) / histories + self.seed / seeds
-        means = np.where(self.shared, self.calendar + (self.period + (self.within - self.seed) / seeds) / histories, 0.0)
-        return spread, means
-
-    def test_se(self, histories, folds, seeds):
-        """The held-out stage's standard error with `histories` x `folds` x `seeds`."""
-        return np.sqrt(sum(self.test_parts(histories, folds, seeds)))
-
-    def test_df(self, histories, folds, seeds):
-        """The held-out stage's degrees of freedom (Welch-Satterthwaite of `test_parts`)."""
-        spread, means = self.test_parts(histories, folds, seeds)
-        num = (spread + means) ** 2
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return num / (spread**2 / np.maximum(histories - 1.0, 1e-12)
-                          + np.where(self.shared, means**2 / np.maximum(folds - 1.0, 1e-12), 0.0))
-
-
-def history_mde(c: HistoryComponents, histories, folds, seeds, *, df, level, power: float, one_sided: bool = False):
-    """The nested rule's minimum detectable effect with `histories` x `folds` x `seeds`, at the
-    histories' degrees of freedom `df` (H - 1, or m (H - 1) shared across a family) and `level`
-    (the first Holm step's), as `pooled_mde` states the one-history rule's."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = t_multiplier(df, level, power, one_sided) * c.se(histories, folds, seeds)
-    out = np.where((np.asarray(seeds) > 0) & (np.asarray(histories) >= 2) & (np.asarray(folds) >= 1), out, np.nan)
-    return float(out) if out.ndim == 0 else out
-
-
 # -- one comparison: its design, its MDE, its floor, the seeds it needs --------------------------------
 
 
@@ -230,15 +262,15 @@ class PowerInputs:
     `sd` the spread of the (fold-averaged) per-seed differences, `p_div` the per-side divergence
     rate; with `folds` >= 2 the pooled components (`tau2` the period-to-period variance of the fold
     effects, `within` one seed's variance inside a fold as the fold's rank interval reads it,
-    default `fold_sd`^2 x pi / 3, `seed` its part common to every fold) and `df` the pooled test's
-    degrees of freedom (NaN: K - 1), `overlap` the folds' lambda (`PooledComponents.overlap`: folds
-    that share training rows; 0: none); on one price history at K = 1, `market_se` the market-noise
-    standard error of the difference (0: none, e.g. per-seed paths). Over `histories` >= 2 price
-    histories the nested rule decides (`history_mde`): `history_tau2` the spread between histories,
-    `tau2` and `within` a history's fold components, `seed` the part common to every history and
-    fold, `calendar` the calendar part the histories share (`rules.histories`; NaN: on their own
-    calendars, nothing shared), `df` the histories' degrees of freedom (NaN: H - 1), `n` the seeds per
-    fold of a history."""
+    default `fold_sd`^2 x pi / 3, `seed` its part common to every fold), `contrasts` the family's
+    contrasts that share the pooled scale with it (1: pooled on its own), `overlap` the folds'
+    lambda (`PooledComponents.overlap`: folds that share training rows; 0: none); on one price
+    history at K = 1, `market_se` the market-noise standard error of the difference (0: none, e.g.
+    per-seed paths). Over `histories` >= 2 price histories the nested rule decides (`history_mde`):
+    `history_tau2` the spread between histories, `tau2` and `within` a history's fold components,
+    `seed` the part common to every history and fold, `calendar` the calendar part the histories
+    share (`histories.calendar_part`; NaN: on their own calendars, nothing shared) on `calendars` calendars,
+    `n` the seeds per fold of a history."""
 
     n: float
     sd: float = math.nan
@@ -249,11 +281,12 @@ class PowerInputs:
     market_se: float = 0.0
     within: float = math.nan
     seed: float = 0.0
-    df: float = math.nan
+    contrasts: int = 1
     overlap: float = 0.0
     histories: int = 1
     history_tau2: float = 0.0
     calendar: float = math.nan
+    calendars: int = 1
 
     @property
     def pooled_over(self) -> bool:
@@ -267,10 +300,6 @@ class PowerInputs:
                                  c.seed, self.calendar if math.isfinite(self.calendar) else 0.0,
                                  math.isfinite(self.calendar))
 
-    @property
-    def history_df(self) -> float:
-        return float(self.df) if math.isfinite(self.df) and self.df > 0 else float(self.histories - 1)
-
     def with_seeds(self, n) -> "PowerInputs":
         """The same comparison at `n` seeds (the spreads are per seed, so they stay)."""
         return replace(self, n=n)
@@ -281,20 +310,43 @@ class PowerInputs:
         tau2 = self.tau2 if math.isfinite(self.tau2) else 0.0
         return PooledComponents(tau2, within, self.seed if math.isfinite(self.seed) else 0.0, self.overlap)
 
-    @property
-    def pooled_df(self) -> float:
-        return float(self.df) if math.isfinite(self.df) and self.df > 0 else float(self.folds - 1)
 
-
-def history_inputs(n: float, histories: int, folds: int, c: HistoryComponents, df: float) -> PowerInputs:
+def history_inputs(n: float, histories: int, folds: int, c: HistoryComponents, contrasts: int,
+                   calendars: int = 1) -> PowerInputs:
     """The power inputs of a comparison the nested rule decides: `n` informative seeds per fold of a
-    history, the components `c` (the calendar part included), the histories' degrees of freedom `df`."""
-    return PowerInputs(n, folds=folds, tau2=c.period, within=c.within, seed=c.seed, df=df, histories=histories,
-                       history_tau2=c.history, calendar=c.calendar if c.shared else math.nan)
+    history, the components `c` (the calendar part included, on `calendars` calendars where shared),
+    the `contrasts` sharing its scale."""
+    return PowerInputs(n, folds=folds, tau2=c.period, within=c.within, seed=c.seed, contrasts=contrasts,
+                       histories=histories, history_tau2=c.history, calendar=c.calendar if c.shared else math.nan,
+                       calendars=calendars)
 
 
 def _z(level: float, power: float) -> float:
     return float(sps.norm.ppf(1 - level / 2) + sps.norm.ppf(power))
+
+
+def _draws_of(d: PowerInputs) -> dict | None:
+    """The pooled rule's draws at the comparison's design (None: not pooled, or no parts)."""
+    if d.histories >= 2:
+        c = d.history_components()
+        if not (d.n > 1 and _valid(c.history, c.period, c.within, c.seed, c.calendar)):
+            return None
+        return _history_draws(c, d.histories, max(d.folds, 1), float(d.n), max(d.contrasts, 1), d.calendars)
+    c = d.components()
+    if not (d.folds >= 2 and d.n > 1 and _valid(c.period, c.within, c.seed, c.overlap)):
+        return None
+    return _fold_draws(c, d.folds, float(d.n), max(d.contrasts, 1))
+
+
+@lru_cache(maxsize=4096)
+def _effects(d: PowerInputs, level: float, test_level: float | None, one_sided: bool) -> np.ndarray | None:
+    """Per drawn family the effect its first contrast is kept from at `level` (`keep_effects`), or
+    with `test_level` kept and confirmed by the held-out stage (`confirm_effects`); None: no draws."""
+    draws = _draws_of(d)
+    if draws is None:
+        return None
+    first = keep_effects(draws, level, one_sided)
+    return first if test_level is None else np.fmax(first, confirm_effects(draws, test_level))
 
 
 def mde(d: PowerInputs, level: float, power: float, *, one_sided: bool = False,
@@ -306,16 +358,11 @@ def mde(d: PowerInputs, level: float, power: float, *, one_sided: bool = False,
     test at K >= 2 (default `level`). +inf when the seeds cannot reach `level` at all (or, over
     periods, without a within-fold spread); NaN without a spread."""
     h_level = level if history_level is None else history_level
-    if d.histories >= 2:  # the nested rule over price histories (`rules.histories`)
+    if d.pooled_over:
         if not (d.n > 0 and math.isfinite(d.components().within)):
             return math.inf if d.n > 0 else math.nan
-        return float(history_mde(d.history_components(), d.histories, max(d.folds, 1), d.n, df=d.history_df,
-                                 level=h_level, power=power, one_sided=one_sided))
-    if d.folds >= 2:
-        c = d.components()
-        if not (d.n > 0 and math.isfinite(c.within)):
-            return math.inf if d.n > 0 else math.nan
-        return float(pooled_mde(c, d.folds, d.n, df=d.pooled_df, level=h_level, power=power, one_sided=one_sided))
+        effects = _effects(d, h_level, None, one_sided)
+        return math.inf if effects is None else _quantile(effects, power)
     if d.n < 2 or not math.isfinite(d.sd):
         return math.nan
     seed = min_detectable_effect(d.sd, int(d.n), level, power, d.p_div)
@@ -325,15 +372,11 @@ def mde(d: PowerInputs, level: float, power: float, *, one_sided: bool = False,
 
 
 def floor(d: PowerInputs, level: float, power: float, *, one_sided: bool = False) -> float:
-    """`mde` with infinitely many seeds: over periods (t + t) x tau / sqrt(K), which only more
-    periods lower; on one history (K = 1) the market-noise part alone, which only more periods or
-    histories lower (0 without a market-noise interval); over several price histories the nested
-    rule's with seeds without end (the histories' and periods' spreads)."""
-    if d.histories >= 2:
-        return float(history_mde(d.history_components(), d.histories, max(d.folds, 1), math.inf, df=d.history_df,
-                                 level=level, power=power, one_sided=one_sided))
-    if d.folds >= 2:
-        return float(mde_floor(d.components(), d.folds, df=d.pooled_df, level=level, power=power, one_sided=one_sided))
+    """`mde` with the seeds' noise gone (SEEDS_WITHOUT_END): over periods or histories their
+    spreads', which only more periods (or histories) lower; on one history (K = 1) the market-noise
+    part alone (0 without a market-noise interval)."""
+    if d.pooled_over:
+        return mde(d.with_seeds(SEEDS_WITHOUT_END), level, power, one_sided=one_sided)
     return float(_z(level, power) * d.market_se)
 
 
@@ -398,65 +441,23 @@ def market_se_of(low: float, high: float, two_sided_level: float) -> float:
     return float((high - low) / (2 * sps.norm.ppf(1 - two_sided_level / 2)))
 
 
-def two_stage_mde(se1, df1, se2, df2, *, level: float, test_level: float, power: float, one_sided: bool = False):
-    """The effect that reads `keep wired` through both stages with probability `power`: the
-    discovery at `level` (the first Holm step; two-sided unless `one_sided`), standard error `se1`
-    with `df1`, and the held-out stage one-sided at `test_level` (alpha / m), `se2` with `df2`, each
-    stage's power read as its MDE reads it (a t shifted by effect / se) and the two taken as
-    independent: P1 P2 = power. Positive dependence (the seeds' common part, a history's lasting
-    part) only raises the joint power, so this is the larger, safe statement. Numbers or arrays
-    (broadcast); NaN where a part is missing."""
-    se1, df1, se2, df2 = np.broadcast_arrays(*(np.asarray(x, float) for x in (se1, df1, se2, df2)))
-    ok = np.isfinite(se1) & np.isfinite(se2) & (se1 > 0) & (se2 > 0) & (df1 > 0) & (df2 > 0)
-    d1, d2 = np.where(ok, df1, 1.0), np.where(ok, df2, 1.0)
-    s1, s2 = np.where(ok, se1, 1.0), np.where(ok, se2, 1.0)
-    c1 = sps.t.ppf(1 - (level if one_sided else level / 2), d1)
-    c2 = sps.t.ppf(1 - test_level, d2)
-
-    def joint(delta):
-        return sps.t.cdf(delta / s1 - c1, d1) * sps.t.cdf(delta / s2 - c2, d2) - power
-
-    lo = np.fmax(t_multiplier(d1, level, power, one_sided) * s1, t_multiplier(d2, test_level, power, True) * s2)
-    hi = 2 * lo
-    for _ in range(64):  # the joint power at 2^64 x the larger MDE: reached
-        low = joint(hi) < 0
-        if not low.any():
-            break
-        lo, hi = np.where(low, hi, lo), np.where(low, 2 * hi, hi)
-    for _ in range(50):  # bisection: the joint power rises with the effect
-        mid = 0.5 * (lo + hi)
-        below = joint(mid) < 0
-        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-    out = np.where(ok, hi, np.nan)
-    return float(out) if out.ndim == 0 else out
-
-
 def two_stage(d: PowerInputs, level: float, power: float, *, test_level: float | None = None,
-              period_floor: float = 0.0, one_sided: bool = False) -> float:
-    """`two_stage_mde` of comparison `d` at its design (the discovery's se from the components
-    `mde` reads; the held-out stage's: one period per history, `HistoryComponents.test_se`, with the
-    histories' spread on H - 1 df; on one history over folds the seeds' variance of the test effect
-    plus tau^2, at least `period_floor` x one fold's seed variance, on the pooled df; at one period
-    the seeds' variance plus the market-noise variance). `test_level` defaults to `level`."""
+              one_sided: bool = False) -> float:
+    """The effect that reads `keep wired` through both stages with probability `power`: the
+    discovery at `level` and the held-out stage one-sided at `test_level` (default `level`), over
+    periods or histories in the same drawn families (`mde`'s; a history's lasting part and the seeds'
+    common part are in both stages); at one period the seed rule's keep read as a normal test (its
+    MDE's se) and the held-out stage on the seeds' plus the market-noise variance, independent."""
     t_level = level if test_level is None else test_level
-    if d.histories >= 2:
-        c = d.history_components()
-        k = max(d.folds, 1)
-        return two_stage_mde(c.se(d.histories, k, d.n), d.history_df, c.test_se(d.histories, k, d.n),
-                             c.test_df(d.histories, k, d.n), level=level, test_level=t_level, power=power,
-                             one_sided=one_sided)
-    if d.folds >= 2:
-        c = d.components()
-        fold_var = (c.within - c.seed) / d.n
-        se2 = math.sqrt(max(c.period, period_floor * fold_var) + fold_var / d.folds + c.seed / d.n)
-        return two_stage_mde(c.se(d.folds, d.n), d.pooled_df, se2, d.pooled_df, level=level, test_level=t_level,
-                             power=power, one_sided=one_sided)
+    if d.pooled_over:
+        effects = _effects(d, level, t_level, one_sided)
+        return math.nan if effects is None else _quantile(effects, power)
     if d.n < 2 or not math.isfinite(d.sd):
         return math.nan
-    one = mde(d, level, power, one_sided=one_sided)
-    seed_var = d.sd**2 * RANK_EFFICIENCY / d.n
-    return two_stage_mde(one / _z(level, power), 1e12, math.sqrt(seed_var + d.market_se**2), 1e12,
-                         level=level, test_level=t_level, power=power, one_sided=one_sided)
+    z = np.random.default_rng(DRAW_SEED).standard_normal((2, DRAWS))
+    se1 = mde(d, level, power, one_sided=one_sided) / _z(level, power)
+    se2 = math.sqrt(d.sd**2 * RANK_EFFICIENCY / d.n + d.market_se**2)
+    return _quantile(np.fmax(se1 * (sps.norm.ppf(1 - level / 2) - z[0]), se2 * (sps.norm.ppf(1 - t_level) - z[1])), power)
 
 
 @dataclass(frozen=True)
@@ -474,15 +475,15 @@ class PowerStatement:
 
 
 def statement(d: PowerInputs, target: float, level: float, power: float, *, tied: float = 0.0,
-              one_sided: bool = False, test_level: float | None = None, period_floor: float = 0.0) -> PowerStatement:
+              one_sided: bool = False, test_level: float | None = None) -> PowerStatement:
     """The power statement of comparison `d` at the first Holm step `level` for the `target`
     (the ROPE): over periods the pooled test's with its floor and advice; on one history with a
     market-noise interval the seed and market-noise rule's with its floor; else the seed rule's
     (no floor, no note: the verdict's reason says how many seeds would detect the target); with
-    the two-stage MDE (`two_stage` at `test_level`, the held-out stage's level, and `period_floor`)."""
+    the two-stage MDE (`two_stage` at `test_level`, the held-out stage's level)."""
     m = mde(d, level, power, one_sided=one_sided)
     needed = seeds_to_run(fewest_seeds(d, target, level, power, one_sided=one_sided), tied)
-    both = two_stage(d, level, power, test_level=test_level, period_floor=period_floor, one_sided=one_sided)
+    both = two_stage(d, level, power, test_level=test_level, one_sided=one_sided)
     if d.pooled_over:
         fl = floor(d, level, power, one_sided=one_sided)
         return PowerStatement(m, fl, needed, advice(m, fl, target, needed, histories=d.histories >= 2), both)

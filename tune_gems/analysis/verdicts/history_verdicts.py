@@ -18,17 +18,15 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-import pandas as pd
 
 from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, by_history_fold, history_count
 from tune_gems.analysis.read.labels import HISTORY_NAME
-from tune_gems.analysis.rules.histories import HistoryData, history_components, history_data, pool_histories
+from tune_gems.analysis.rules.histories import HistoryComponents, HistoryData, history_components, history_data
 from tune_gems.analysis.rules.settings import Thresholds
-from tune_gems.analysis.rules.periods import Pooling, is_tie
-from tune_gems.analysis.rules.power import HistoryComponents, history_inputs, statement
+from tune_gems.analysis.rules.periods import is_tie
+from tune_gems.analysis.rules.power import history_inputs, statement
 from tune_gems.analysis.text import counted, format_number
-from tune_gems.analysis.verdicts.walk_forward import verdict_pairs
 
 HISTORY = "history"
 CalendarOf = Callable[[Sequence[int], Sequence[int]], np.ndarray]
@@ -102,11 +100,12 @@ def history_family(prs: list[Paired], cells: Cells, calendar_of: CalendarOf | No
 
 def history_power(hf: HistoryFamily, dec, th: Thresholds) -> dict[str, np.ndarray]:
     """Per contrast: the nested rule's power statement (`power.history_mde` at the first Holm step
-    over the contrasts it tested, at the histories' degrees of freedom): its MDE, the two-stage MDE
-    (with the held-out stage at alpha / m), the seeds that would reach +-ROPE, the floor no seed
+    over the contrasts it tested, its scale shared as the rule shared it): its MDE, the two-stage
+    MDE (with the held-out stage at alpha / m), the seeds that would reach +-ROPE, the floor no seed
     count beats and the advice, with the components behind them (history, period, within, seed,
-    calendar: verdicts.csv's var_* columns). `overlap` is 1: the spread between histories measures
-    what a history's folds share, so no factor is put on a history's variance."""
+    calendar: verdicts.csv's var_* columns) and `inputs` the `power.PowerInputs` each statement was
+    made of (None: none; what `tune-gems plan` prices other designs with). `overlap` is 1: the
+    spread between histories measures what a history's folds share, so no factor is put on it."""
     pooled = dec.pooled
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a contrast without pairs: a mean of nothing, NaN
@@ -117,6 +116,10 @@ def history_power(hf: HistoryFamily, dec, th: Thresholds) -> dict[str, np.ndarra
     out = {key: np.full(m, np.nan) for key in keys}
     out["note"] = np.full(m, "", dtype=object)
     out["overlap"] = np.ones(m)
+    out["inputs"] = [None] * m
+    shared = np.asarray(pooled["shared"][0], bool)
+    ids = np.asarray(hf.data.calendar)
+    calendars = max(len(np.unique(ids[ids >= 0])) // max(len(hf.folds), 1), 1)  # the calendars the histories share
     for j in range(m):
         c = HistoryComponents(*(float(getattr(comp, key)[0, j]) for key in ("history", "period", "within", "seed",
                                                                              "calendar")), bool(comp.shared[0, j]))
@@ -127,8 +130,10 @@ def history_power(hf: HistoryFamily, dec, th: Thresholds) -> dict[str, np.ndarra
         df = float(pooled["df"][0, j])
         if not (all(np.isfinite([c.history, c.period, c.within, c.calendar])) and np.isfinite(df) and n > 0):
             continue
-        ps = statement(history_inputs(n, len(hf.histories), len(hf.folds), c, df), th.rope, level, th.power,
-                       tied=float(hf.tied_share[j]), one_sided=th.one_sided_keep)
+        out["inputs"][j] = history_inputs(n, len(hf.histories), len(hf.folds), c, int(shared.sum()) if shared[j] else 1,
+                                           calendars)
+        ps = statement(out["inputs"][j], th.rope, level, th.power, tied=float(hf.tied_share[j]),
+                       one_sided=th.one_sided_keep)
         out["mde"][j], out["floor"][j], out["seeds_needed"][j], out["note"][j] = ps.mde, ps.floor, ps.seeds_needed, ps.note
         out["two_stage"][j] = ps.two_stage
     return out
@@ -161,48 +166,13 @@ def history_period_text(hf: HistoryFamily, hp, j: int, min_periods: int) -> str:
     if hp.too_few_periods[0, j]:
         shared = bool(hp.calendar.shared[0, j])
         need = max(min_periods, defaults.MIN_SHARED_PERIODS) if shared else min_periods
+        periods = int(hp.calendar.periods[0, j])
+        if shared and periods >= need:  # enough periods, but no two of them held by every history sharing them
+            return (f"too few periods over {hf.shape_text()} ({calendar}; the calendar part cannot be estimated: no "
+                    f"two periods in which every history that shares them has an effect; {ADD_PERIODS})")
         why = (f" on a shared calendar, where below {defaults.MIN_SHARED_PERIODS} the calendar part is not bounded: "
                f"an exact sign-flip test over 4 periods cannot go below p = 0.125" if shared else "")
-        return (f"too few periods over {hf.shape_text()} ({calendar}; {int(hp.calendar.periods[0, j])} calendar "
+        return (f"too few periods over {hf.shape_text()} ({calendar}; {periods} calendar "
                 f"periods with an effect, need >= {need}{why}; {ADD_PERIODS})")
     return (f"pooled over {hf.shape_text()} (each history's effect over its folds, then random effects over "
             f"{counted(informative, 'history')}, HKSJ{', tau shared across the family' if shared else ''}; {calendar})")
-
-
-@dataclass(frozen=True)
-class HistoryParts:
-    """One contrast's variance parts over histories from a pilot (`plan`): the nested rule's
-    components (`power.HistoryComponents`), its tie share and its degrees of freedom per history
-    (the pooled test's df over H - 1)."""
-
-    gem: str
-    components: HistoryComponents
-    tied_share: float
-    df_per_history: float
-
-
-def pilot_history_parts(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> tuple[list[HistoryParts], int]:
-    """Each verdict row's (gems with seeds) parts over the pilot's histories, from its wiring pairs
-    as its verdict pairs them, pooled as the nested rule pools them (`rules.histories.pool_histories`);
-    and the pilot's informative seeds per (history, fold) (the median). Empty on one history."""
-    found = verdict_pairs(v, cells, gems, th)
-    names, prs = [gem for _, gem, _ in found], [pr for _, _, pr in found]
-    hf = history_family(prs, cells) if prs else None
-    if hf is None:
-        return [], 0
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        hp = pool_histories(hf.data, Pooling.of(th))
-    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a contrast without pairs: a mean of nothing, NaN
-        comp = history_components(hf.data, hp)
-    parts = []
-    for j, name in enumerate(names):
-        h = int(hp.pooled["periods"][0, j])
-        parts.append(HistoryParts(name, HistoryComponents(*(float(getattr(comp, key)[0, j]) for key in
-                                                            ("history", "period", "within", "seed", "calendar")),
-                                                          bool(comp.shared[0, j])),
-                                  float(np.nan_to_num(hf.tied_share[j])),
-                                  float(hp.pooled["df"][0, j]) / (h - 1) if h >= 2 else math.nan))
-    inf = np.concatenate([fd.n_informative[0].ravel() for fd in hf.data.folds])
-    pairs = [pr.n for per in hf.parts for _, pr in per]
-    return parts, int(np.median(pairs)) if pairs and (inf > 0).any() else 0

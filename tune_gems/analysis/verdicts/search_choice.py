@@ -245,11 +245,14 @@ def discovery_power_inputs(row: dict[str, Any]) -> PowerInputs:
         n = int(num("n_informative"))  # the seed rule's MDE is on the informative pairs (verdicts.csv's)
     p_div = p_div if math.isfinite(p_div) else 0.0
     histories = count("histories", 1)
+    # the contrasts whose pooled scale it shared (the family, where the row says tau was shared)
+    sharing = count("family_size", 1) if str(row.get("tau_shared", "")).strip().lower() == "true" else 1
     if histories >= 2 and math.isfinite(num("pooled_effect")):  # the nested rule's (`history_verdicts.history_power`)
         per_fold = num("n_informative") / (histories * folds) if math.isfinite(num("n_informative")) else n
         return PowerInputs(per_fold, sd, p_div, folds=folds, tau2=num("var_period", 0.0), within=num("var_within"),
-                           seed=num("var_seed", 0.0), df=num("pooled_df"), histories=histories,
-                           history_tau2=num("var_history", 0.0), calendar=num("var_calendar", 0.0))
+                           seed=num("var_seed", 0.0), contrasts=sharing, histories=histories,
+                           history_tau2=num("var_history", 0.0), calendar=num("var_calendar", 0.0),
+                           calendars=max(int(np.nan_to_num(num("calendar_periods", folds))) // max(folds, 1), 1))
     if folds >= 2 and math.isfinite(num("pooled_effect")):
         # the pooled components the verdict row states (`walk_forward.pooled_power`): its MDE is the
         # row's `mde`, with n the informative pairs per period (a mean: not always whole)
@@ -258,7 +261,7 @@ def discovery_power_inputs(row: dict[str, Any]) -> PowerInputs:
         f = num("fold_overlap", 1.0)  # the folds' overlap the verdict's pooled variance carried (lambda = (F - 1) / K)
         return PowerInputs(per_fold if math.isfinite(per_fold) else n, sd, p_div, folds=k,
                       fold_sd=num("fold_sd_diff"), tau2=tau2 if math.isfinite(tau2) else 0.0, within=num("var_within"),
-                      seed=num("var_seed", 0.0), df=num("pooled_df"),
+                      seed=num("var_seed", 0.0), contrasts=sharing,
                       overlap=(f - 1.0) / k if math.isfinite(f) and f > 1.0 and k else 0.0)
     market_se = 0.0
     if row.get("market_noise") == MARKET_OK and math.isfinite(num("market_ci_level")):

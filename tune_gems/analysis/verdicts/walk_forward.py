@@ -29,16 +29,14 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from tune_gems.analysis import defaults
 from tune_gems.analysis.pairs.pairing import Cells, Paired, by_fold
 from tune_gems.analysis.rules.periods import (
-    FoldData, FoldOverlap, fold_components, fold_estimates, fold_overlap, informative_variance, is_tie, nb_factor,
-    pool_fold_data, seed_anova, shared_seed_variance,
+    FoldData, FoldOverlap, PooledComponents, fold_components, fold_estimates, fold_overlap, informative_variance,
+    is_tie, nb_factor, seed_anova, shared_seed_variance,
 )
 from tune_gems.analysis.rules.settings import Thresholds
 from tune_gems.analysis.text import format_number
-from tune_gems.analysis.rules.power import PooledComponents, PowerInputs, statement
-from tune_gems.analysis.pairs.selectors import placebo_selectors, wiring_pairs
+from tune_gems.analysis.rules.power import PowerInputs, statement
 
 FOLD = "fold"
 
@@ -155,36 +153,9 @@ class FamilyFolds:
                         self.sample_var)
 
 
-def verdict_pairs(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> list[tuple[object, str, Paired]]:
-    """(row index, gem, its wiring pairs) of the verdict table's gems with seeds, paired as their
-    verdicts pair them (the plan's pilot reads its parts from these)."""
-    by_gem = {g.name: g for g in gems}
-    out = []
-    for i, row in v.iterrows():
-        g = by_gem.get(row["gem"])
-        if g is None or not row["n_seeds"] or not np.isfinite(row["n_seeds"]):
-            continue
-        real, _ = placebo_selectors(g, th.placebo_weight)
-        out.append((i, g.name, wiring_pairs(cells, g.name, column=row["outcome"], k=th.window_length, select=real)))
-    return out
-
-
-def family_folds(v: pd.DataFrame, cells: Cells, gems, th: Thresholds) -> FamilyFolds:
-    """The fold data of the verdict table's gems (rows with seeds): each gem's wiring pairs per
-    fold, as its verdict pairs them."""
-    fold_ids = sorted(int(f) for f in cells.table[FOLD].unique())
-    rows, per_gem = [], []
-    for i, _gem, pr in verdict_pairs(v, cells, gems, th):
-        folds = by_fold(pr, cells)
-        if folds:
-            rows.append(i)
-            per_gem.append(folds)
-    return folds_family(rows, per_gem, fold_ids)
-
-
 def folds_family(rows: list, per_contrast: list[list[tuple[int, Paired]]], fold_ids: list[int]) -> FamilyFolds:
     """The family's fold data from each contrast's (fold, seed-paired differences) list: the
-    gems' (`family_folds`) and the factor table's (`factors.py`) go through this one function."""
+    design family's (`gem_folds`) and the factor table's (`factors.py`) go through this one function."""
     per_gem = per_contrast
     slot = {f: j for j, f in enumerate(fold_ids)}
     m, k = len(rows), len(fold_ids)
@@ -206,12 +177,6 @@ def folds_family(rows: list, per_contrast: list[list[tuple[int, Paired]]], fold_
             anova = seed_anova(aligned)
             share[0, j], seed_df[0, j] = anova["share"][0], anova["df"][0]
     return FamilyFolds(rows, per_gem, fold_ids, theta, var, p, n_inf, tied, seed_var, share, seed_df, sample)
-
-
-def pool_family_of(fam: FamilyFolds, th: Thresholds) -> dict[str, np.ndarray]:
-    """`rules.periods.pool_family` on a family's fold data at the analysis's settings
-    (`rules.periods.pool_fold_data`)."""
-    return pool_fold_data(fam.data, rope=th.rope, share=th.share_tau, one_sided=th.one_sided_keep)
 
 
 FOLD_ROW_COLUMNS = ["gem", "fold", "effect", "ci_low", "ci_high", "ci_level", "seeds", "pairs", "ties", "tied_share"]
@@ -237,41 +202,36 @@ def gem_folds(prs: list[Paired], cells: Cells) -> FamilyFolds:
                         sorted(int(f) for f in cells.table[FOLD].unique()))
 
 
-def overlap_lambda(factor, periods):
-    """lambda = (F - 1) / K: the fold-level share common to the folds (`power.PooledComponents.overlap`)
-    that the pooled variance's overlap factor F over K pooled periods stands for (0: none)."""
-    f, k = np.asarray(factor, float), np.asarray(periods, float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(np.isfinite(f) & (f > 1.0) & (k > 0), (f - 1.0) / np.where(k > 0, k, 1.0), 0.0)
-
-
 def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np.ndarray]:
     """Per gem column: the pooled rule's power statement (`rules.power.statement` at the first Holm
     step over the contrasts with a pooled test: its MDE, the seeds per fold that would reach +-ROPE,
     the floor no seed count beats and the advice in words; with the folds' overlap the pooled
     variance carried, `pooled["overlap"]`), with the components (seed, within,
     period) behind them (verdicts.csv's var_seed, var_within, var_period: what `tune-gems confirm`
-    reads its target from)."""
+    reads its target from), and `inputs` the `power.PowerInputs` each statement was made of (None: no
+    statement), which `tune-gems plan` prices other designs with."""
     comp = fold_components(fam.data, pooled["tau2"])
     m = len(fam.rows)
     tested = int(np.isfinite(pooled["p"][0]).sum())
     level = th.alpha / max(tested, 1)
     out = {key: np.full(m, np.nan) for key in ("mde", "two_stage", "seeds_needed", "floor", "seed", "within", "period")}
     out["note"] = np.full(m, "", dtype=object)
+    out["inputs"] = [None] * m
     out["overlap"] = pooled.get("overlap", np.ones_like(pooled["mu"]))[0]  # F, verdicts.csv's fold_overlap
+    shared = np.asarray(pooled["shared"][0], bool)
     for j in range(m):
         k, df = int(pooled["periods"][0, j]), float(pooled["df"][0, j])
-        # the folds' overlap as the pooled variance carries it: F = 1 + K lambda (`rules.periods`)
-        lam = float(overlap_lambda(out["overlap"][j], k))
+        f = float(out["overlap"][j])  # the folds' overlap as the pooled variance carries it: F = 1 + K lambda
+        lam = (f - 1.0) / k if math.isfinite(f) and f > 1.0 and k > 0 else 0.0
         c = PooledComponents(float(comp.period[0, j]), float(comp.within[0, j]), float(comp.seed[0, j]))
         out["seed"][j], out["within"][j], out["period"][j] = c.seed, c.within, c.period
         inf = fam.n_informative[0, j]
         n = float(inf[inf > 0].mean()) if (inf > 0).any() else math.nan
         if not (np.isfinite(c.period) and np.isfinite(c.within) and k >= 2 and np.isfinite(df) and n > 0):
             continue
-        ps = statement(PowerInputs(n, folds=k, tau2=c.period, within=c.within, seed=c.seed, df=df, overlap=lam),
-                       th.rope, level, th.power, tied=fam.tied_share[j], one_sided=th.one_sided_keep,
-                       period_floor=defaults.HELD_OUT_PERIOD_FLOOR)
+        out["inputs"][j] = PowerInputs(n, folds=k, tau2=c.period, within=c.within, seed=c.seed, overlap=lam,
+                                       contrasts=int(shared.sum()) if shared[j] else 1)
+        ps = statement(out["inputs"][j], th.rope, level, th.power, tied=fam.tied_share[j], one_sided=th.one_sided_keep)
         out["mde"][j], out["floor"][j], out["seeds_needed"][j], out["note"][j] = ps.mde, ps.floor, ps.seeds_needed, ps.note
         out["two_stage"][j] = ps.two_stage
     return out
