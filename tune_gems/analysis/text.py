@@ -53,13 +53,15 @@ def format_number(v: Any, fmt: str = ".3g", missing: str = "-") -> str:
     return missing if np.isnan(f) else format(f, fmt)
 
 
-def text_table(header: list[str], rows: list[list[str]], groups: dict[int, str] | None = None) -> list[str]:
-    """Rows aligned in columns for a terminal: the header, a rule, the rows; `groups` (first column
-    -> title) a line above the header naming the columns from there on (e.g. "seeds alone:")."""
+def text_table(header: list[str], rows: list[list[str]], groups: dict[int, str] | None = None,
+               rule: bool = True) -> list[str]:
+    """Rows aligned in columns for a terminal: the header, a rule (unless `rule` is False), the rows;
+    `groups` (first column -> title) a line above the header naming the columns from there on."""
     table = [header, *rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    if rule:
+        lines.insert(1, "  ".join("-" * w for w in widths))
     top = ""
     for i, title in sorted((groups or {}).items()):
         top = top.ljust(sum(w + 2 for w in widths[:i])) + title

@@ -1,20 +1,9 @@
 """Calibration of the verdict rule: simulated nulls (false keep / harmful) and planted effects (power).
 
-A statistic ships with its calibration. This module simulates datasets shaped like an experiment
-(per gem: the seeds it compares, the spread of its per-seed differences, its divergence rate)
-and runs on them the very function the verdicts use (`rules.decision.decide`: the signed-rank
-rule on the informative pairs, then Holm over the gems and the keep / harmful / delete decision),
-vectorised over datasets with numpy.
-
-- **Null:** every gem has no effect. The family-wise false rate is the share of datasets in
-  which any gem reads `keep wired` or `harmful`; the rule promises <= alpha.
-- **Planted:** the first gem has a shift delta (in Sharpe units), the others none; power is the
-  share of datasets where it reads `keep wired`.
-
-Per-seed differences are drawn as sd x Z with Z normal or Student-t with 3 degrees of freedom
-(scaled to unit sd: heavy tails like RL returns); each side of a pair diverges with the measured
-rate (then the difference is -inf / +inf / a tie, as in the analysis), and a pair ties exactly
-at the measured tie rate (members that never traded).
+Datasets shaped like an experiment (per gem: its seeds, the spread of its per-seed differences,
+normal or t3, its divergence and tie rates) go through the very function the verdicts use
+(`rules.decision.decide`), vectorised over datasets. Null: the share of datasets where any gem
+reads keep wired / harmful (promise <= alpha); planted: the first gem's keep rate at a shift.
 """
 
 from __future__ import annotations
@@ -29,6 +18,7 @@ from tune_gems.analysis import defaults
 from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.settings import DELETE, Thresholds, verdict_codes
 from tune_gems.analysis.rules.power import PowerInputs, mde
+from tune_gems.analysis.text import text_table
 from tune_gems.analysis.verdicts.search_choice import best_trial
 from tune_gems.stats.inference import rank_test
 
@@ -209,18 +199,19 @@ def format_calibration(table: pd.DataFrame, shapes: list[Shape], note: str = "",
         lines.append(note)
     pcols = [c for c in table.columns if c.startswith("power@")]
     head = ["seeds", "dist", "false keep", "false harmful", "FWER", "MDE (80%)"] + [c.replace("power@", "power ") for c in pcols]
-    rows = [head]
-    for _, r in table.iterrows():
-        rows.append([str(r["seeds"]) + ("" if r["seeds"] != "experiment" else f" ({r['n_seeds']})"),
-                     r["distribution"], f"{r['false_keep']:.3f}", f"{r['false_harmful']:.3f}", f"{r['fwer']:.3f}",
-                     f"{r['mde']:.3g}"] + [f"{r[c]:.2f}" for c in pcols])
-    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
-    tol = table["mc_tolerance"].iloc[0]
-    worst = table["fwer"].max()
-    lines.append(f"family-wise false rate: worst {worst:.3f} (promise <= {alpha:g}; Monte-Carlo allowance +{tol:.3f})"
-                 + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **"))
+    rows = [[str(r["seeds"]) + ("" if r["seeds"] != "experiment" else f" ({r['n_seeds']})"), r["distribution"],
+             f"{r['false_keep']:.3f}", f"{r['false_harmful']:.3f}", f"{r['fwer']:.3f}", f"{r['mde']:.3g}"]
+            + [f"{r[c]:.2f}" for c in pcols] for _, r in table.iterrows()]
+    lines += text_table(head, rows, rule=False)
+    lines.append(promise("family-wise false rate: worst", table["fwer"].max(), alpha, table["mc_tolerance"].iloc[0]))
     return "\n".join(lines)
+
+
+def promise(what: str, worst: float, alpha: float, tol: float) -> str:
+    """The line under a calibration table: its worst false rate against the promise, with the
+    Monte-Carlo allowance `tol` (`mc_tolerance`)."""
+    return (f"{what} {worst:.3f} (promise <= {alpha:g}; Monte-Carlo allowance +{tol:.3f})"
+            + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **"))
 
 
 # -- search, then confirm --------------------------------------------------------------------------

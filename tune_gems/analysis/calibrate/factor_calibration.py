@@ -24,11 +24,12 @@ import pandas as pd
 from scipy import stats as sps
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.calibrate.calibration import _draws, mc_tolerance
+from tune_gems.analysis.calibrate.calibration import _draws, mc_tolerance, promise
 from tune_gems.analysis.calibrate.walk_forward_calibration import Scenario
 from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.periods import fold_data
 from tune_gems.analysis.rules.settings import HARMFUL_CODE, KEEP_CODE, Thresholds, verdict_codes
+from tune_gems.analysis.text import text_table
 
 FACTOR_CALIBRATION_FOLDS = (1, 4, 6)
 FACTOR_CALIBRATION_TAUS = (0.0, 1.0, 3.0)
@@ -99,11 +100,9 @@ def format_factor_calibration(table: pd.DataFrame, alpha: float = defaults.ALPHA
              f"{r0['rho']:g}; tau in seed SE; power: the first factor reads keep wired at a planted effect (sd of one "
              "fold's per-seed difference)"]
     head = ["folds", "tau", "false keep", "false harmful", "FWER"] + [c.replace("power@", "power ") for c in pcols]
-    rows = [head] + [[f"{int(r['folds'])}", f"{r['tau_se']:g}", f"{r['false_keep']:.3f}", f"{r['false_harmful']:.3f}",
+    rows = [[f"{int(r['folds'])}", f"{r['tau_se']:g}", f"{r['false_keep']:.3f}", f"{r['false_harmful']:.3f}",
                       f"{r['fwer']:.3f}"] + [f"{r[c]:.2f}" for c in pcols] for _, r in table.iterrows()]
-    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
-    worst, tol = float(table["fwer"].max()), float(table["mc_tolerance"].iloc[0])
-    lines.append(f"worst family-wise false rate {worst:.3f} (promise <= {alpha:g}; Monte-Carlo allowance +{tol:.3f})"
-                 + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **"))
+    lines += text_table(head, rows, rule=False)
+    lines.append(promise("worst family-wise false rate", float(table["fwer"].max()), alpha,
+                         float(table["mc_tolerance"].iloc[0])))
     return "\n".join(lines)

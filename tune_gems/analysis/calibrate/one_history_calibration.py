@@ -24,6 +24,7 @@ from tune_gems.analysis.calibrate.calibration import _draws
 from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.periods import fold_data
 from tune_gems.analysis.rules.settings import HARMFUL, KEEP, Thresholds
+from tune_gems.analysis.text import text_table
 from tune_gems.analysis.verdicts.search_choice import best_trial
 from tune_gems.stats.inference import rank_test
 
@@ -135,9 +136,8 @@ def format_one_history(table: pd.DataFrame) -> str:
              "discovery seed SE, the same in discovery and confirmation; FWER: any false keep / harmful among the gems"]
     head = ["folds", "luck", "FWER fresh seeds alone", "FWER confirmation's gates", "FWER final gate",
             f"final power {pcol.split('@')[1]} sd"]
-    rows = [head] + [[f"{int(r['folds'])}", f"{r['luck_se']:g}", f"{r['seeds_fwer']:.3f}", f"{r['gated_fwer']:.3f}",
+    rows = [[f"{int(r['folds'])}", f"{r['luck_se']:g}", f"{r['seeds_fwer']:.3f}", f"{r['gated_fwer']:.3f}",
                       f"{r['final_fwer']:.3f}", f"{r[pcol]:.2f}"] for _, r in table.iterrows()]
-    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
+    lines += text_table(head, rows, rule=False)
     lines.append(f"worst final family-wise false rate {table['final_fwer'].max():.3f} (promise <= 0.05)")
     return "\n".join(lines)

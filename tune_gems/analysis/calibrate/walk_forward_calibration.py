@@ -1,31 +1,11 @@
-"""Calibration of the verdict rule as it is used over periods.
+"""Calibration of the verdict rule as it is used over periods (docs/analysis.md "Calibration over
+periods" describes the simulation: seed noise with a share `rho` common to every fold, each fold's
+market luck of spread `tau` in one fold's seed SE, correlated contrasts or periods, ties,
+divergence, planted shifts and a regime flip that must not read keep wired / harmful).
 
-The simulation gives each gem's comparison what a verdict faces:
-
-- **seed noise**: per-seed differences sd x Z (normal or t3), a share `rho` of it belonging to
-  the seed and shared by every fold (same initial weights in every period), divergence at the
-  measured rate (+-inf / a tie, as in the analysis) and a share `ties` of pairs that tie
-  exactly (both members never traded: Sharpe 0 on both sides);
-- **a shared market history per period**: every seed of fold k sees one validation window, so
-  the window's luck u_k is common to all seeds of the fold: the fold-level effect, mean zero,
-  spread `tau` (in units of one fold's seed standard error, sd / sqrt(n)); `tau_first` gives
-  the first gem another spread (the check of a tau shared across the family's contrasts);
-  `gem_corr` correlates the gems' period effects and seed noise (contrasts that share an arm
-  and the periods); `fold_corr` correlates a gem's period effects across folds (overlapping
-  training windows, a slow regime). With one fold u is the one history's luck, which the
-  market-noise interval measures (its half-width is z x tau x SE at the verdict's level) and
-  gates: `keep wired`, `harmful` and `equivalent`;
-- **planted effects**: a consistent shift of the first gem (power), and a **regime flip**: the
-  first gem's fold effects run linearly from +delta (first fold) to -delta (last), mean zero:
-  it must not read keep wired / harmful.
-
-On these it runs the rule the verdicts ship, through the one function that composes it
-(`rules.decision.decide`: the seed rule on the informative pairs, the market gate and the
-one-period gate at K = 1, the period rule on the fold data `periods.fold_data` at K >= 2:
-what the gem verdicts, the factor table and `confirm` call) and the power statement
-`power.pooled_mde` at the datasets' median parts: what the simulation adds is only the data and the market-noise interval it
-models. Codes per dataset and gem (`rules.settings.verdict_codes`): +1 keep wired, -1 harmful, 2
-equivalent, 3 inconsistent across periods, 4 insufficient data, 5 heterogeneous, 0 otherwise.
+It runs the rule the verdicts ship through `rules.decision.decide` and the power statement
+`power.pooled_mde` at the datasets' median parts, vectorised over datasets: the simulation adds
+only the data and, at one fold, the market-noise interval it models. Codes per dataset and gem: `rules.settings.verdict_codes`.
 """
 
 from __future__ import annotations
@@ -38,13 +18,14 @@ import pandas as pd
 from scipy import stats as sps
 
 from tune_gems.analysis import defaults
-from tune_gems.analysis.calibrate.calibration import Shape, _draws, mc_tolerance, median_parts
+from tune_gems.analysis.calibrate.calibration import Shape, _draws, mc_tolerance, median_parts, promise
 from tune_gems.analysis.rules.decision import Evidence, decide
 from tune_gems.analysis.rules.periods import fold_components, fold_data
 from tune_gems.analysis.rules.settings import (
     HARMFUL_CODE, HETEROGENEOUS_CODE, INCONSISTENT_CODE, INSUFFICIENT_CODE, KEEP_CODE, Thresholds, verdict_codes,
 )
 from tune_gems.analysis.rules.power import pooled_mde
+from tune_gems.analysis.text import text_table
 
 
 @dataclass(frozen=True)
@@ -236,7 +217,7 @@ def format_period_calibration(table: pd.DataFrame, alpha: float = defaults.ALPHA
     head = ["folds", "tau", "rho", "false keep", "false harmful", "FWER", "alarm", "false equiv@ROPE"] + \
            [c.replace("power@", "power ") for c in pcols] + ["MDE", "power@MDE", "flip keep/harm", "flip inconsistent",
                                                              "flip inc/het"]
-    rows = [head]
+    rows = []
     for _, r in table.iterrows():
         flip_cells = ([f"{r['flip_decisive']:.3f}", f"{r['flip_inconsistent']:.2f}", f"{r['flip_alarm']:.2f}"]
                       if r["folds"] > 1 else ["-", "-", "-"])
@@ -248,15 +229,12 @@ def format_period_calibration(table: pd.DataFrame, alpha: float = defaults.ALPHA
                      f"{r['false_harmful']:.3f}", f"{r['fwer']:.3f}", alarm,
                      f"{r['false_equivalent@rope']:.3f}"]
                     + [f"{r[c]:.2f}" for c in pcols] + mde + flip_cells)
-    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
-    tol = table["mc_tolerance"].iloc[0]
+    lines += text_table(head, rows, rule=False)
     cols = ["fwer", "false_equivalent@rope"] + (["flip_decisive"] if "flip_decisive" in table else [])
     no_spread = table[(table["tau_se"] == 0) & (table["folds"] > 1)]  # only there is an alarm false: the periods agree
     worst = float(np.nanmax(np.concatenate([table[cols].to_numpy(float).ravel(), no_spread["false_alarm"].to_numpy(float)])))
-    lines.append(f"worst false rate (null FWER, alarm at tau 0, false equivalent, flip keep/harmful): {worst:.3f} "
-                 f"(promise <= {alpha:g}; Monte-Carlo allowance +{tol:.3f})"
-                 + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **"))
+    lines.append(promise("worst false rate (null FWER, alarm at tau 0, false equivalent, flip keep/harmful):", worst,
+                         alpha, table["mc_tolerance"].iloc[0]))
     return "\n".join(lines)
 
 
@@ -318,15 +296,11 @@ def format_period_sensitivity(table: pd.DataFrame, alpha: float = defaults.ALPHA
              f"{int(table['gems'].iloc[0])} gems, {table['dist'].iloc[0]} seed noise; tau in seed standard errors"]
     head = ["scenario", "folds", "FWER", "alarm", "MDE"] + [c.replace("power@", "power ") for c in pcols]
     lines[0] += "; alarm: inconsistent or heterogeneous under the null (false only where tau = 0)"
-    rows = [head] + [[r["scenario"], f"{int(r['folds'])}", f"{r['fwer']:.3f}", f"{r['false_alarm']:.3f}",
+    rows = [[r["scenario"], f"{int(r['folds'])}", f"{r['fwer']:.3f}", f"{r['false_alarm']:.3f}",
                       "-" if not np.isfinite(r["mde_sd"]) else f"{r['mde_sd']:.2f}"] + [f"{r[c]:.2f}" for c in pcols]
                      for _, r in table.iterrows()]
-    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
-    tol = table["mc_tolerance"].iloc[0]
+    lines += text_table(head, rows, rule=False)
     kept = table[~table["scenario"].str.startswith("periods correlated")]
-    worst = float(kept["fwer"].max())
-    lines.append(f"worst FWER where the periods are exchangeable: {worst:.3f} (promise <= {alpha:g}; Monte-Carlo "
-                 f"allowance +{tol:.3f})" + ("" if worst <= alpha + tol else "  ** ABOVE THE PROMISE **")
-                 + "; correlated periods are outside the promise (docs/analysis.md, Limits)")
+    lines.append(promise("worst FWER where the periods are exchangeable:", float(kept["fwer"].max()), alpha,
+                         table["mc_tolerance"].iloc[0]) + "; correlated periods are outside the promise (docs/analysis.md, Limits)")
     return "\n".join(lines)

@@ -43,7 +43,8 @@ def study_importances(name: str, study: Any, *, min_complete: int = MIN_COMPLETE
             return [_note_row(name, n, f"skipped: {type(err).__name__}: {msg}")]
     notes = sorted({" ".join(str(w.message).split()) for w in caught})
     note = "; ".join(notes)
-    return [{"study": name, "param": k, "importance": float(v), "n_complete": n, "note": note} for k, v in imp.items()]
+    return [{"study": name, "param": k, "importance": float(v), "n_complete": n, "note": note}
+            for k, v in sorted(imp.items(), key=lambda kv: (-kv[1], kv[0]))]  # ties in name order, run to run
 
 
 def param_importances(studies: Mapping[str, Any], *, min_complete: int = MIN_COMPLETE) -> pd.DataFrame:

@@ -57,23 +57,13 @@ verdicts' market-noise columns), which the record keeps as `market_table`."""
 
 @dataclass(frozen=True)
 class Evidence:
-    """What a family of E contrasts brings to the rule ([S, ...] arrays, datasets first).
-
-    `diffs[e]` the per-unit differences of contrast e, [S, n_e] (fold-averaged over the folds a
-    unit pairs in; n_e = 0: no design); `tested` [S, E] the contrasts in the family (default:
-    those with pairs; a calibration's search leaves out the gems it chose nothing for); `wired`,
-    `measured` [E] the cells each side has (what a contrast without a design lacks); `magnitude_p`
-    [S, E] the TOST p of a gem's measured magnitude at its null and `redundant` [E] whether a model
-    feature removes it (the halves of `delete`; None: no delete); `diverged` [S, E] where a member
-    diverged (the market gate does not apply: divergence is not market noise; default: a
-    non-finite unit difference); `market` the market-noise intervals (K = 1, one price history);
-    `periods` the family's fold data (K >= 2 on one history), `histories` its data over several
-    price histories (the nested rule), `fold_corr` the overlap of one history's folds that share
-    training rows (`rules.periods`: a number or a [K, K] matrix; 0: none; over several histories
-    their spread measures it); `test` the held-out
-    test segment's effects (the second stage: a discovery keep / harmful is final only where they
-    agree; None: no second stage); `selection` [E] or [S, E] how many configurations a search
-    chose each contrast's among, on one history (None: fresh data, no selection gate)."""
+    """What a family of E contrasts brings to the rule ([S, ...] arrays, datasets first; None: that
+    stage does not run). `diffs[e]` [S, n_e] per-unit differences (n_e = 0: no design); `tested`
+    [S, E] the contrasts in the family; `wired`, `measured` [E] what a contrast without a design
+    lacks; `magnitude_p`, `redundant` the halves of `delete`; `diverged` where the market gate does
+    not apply (divergence is not market noise); `market` K = 1 on one history; `periods` K >= 2;
+    `histories` the nested rule; `fold_corr` the folds' overlap (`rules.periods`); `test` the
+    held-out segment; `selection` [E] or [S, E] how many configurations a search chose among."""
 
     diffs: Sequence[np.ndarray]
     tested: np.ndarray | None = None
@@ -92,23 +82,11 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Decision:
-    """The rule's record of a family ([S, E] arrays), built by keyword. The words, in the order the
-    stages make them: `seed_verdict` the seed rule's, `market_verdict` after the market gate,
-    `discovery_verdict` after the one-period gate, the period rule or the nested rule over
-    histories, `verdict` after the held-out stage (the word verdicts.csv and factors.csv print),
-    `final_verdict` after a search's selection gate (a confirmation on one history; else
-    `verdict`). The seed rule's numbers (`estimate`, `p`, `p_tost`, `p_adjusted`,
-    `tost_p_adjusted`, `magnitude_p_adjusted`, `magnitude_at_null`, `n_informative`,
-    `tied_share`, `level` the Holm level, `low`, `high` the seed interval at it); K = 1:
-    `market_low`, `market_high`, `market_available`, `combined_low`, `combined_high`,
-    `gate_applied` and the market lookup's own table (`market_table`, where it returns one);
-    `equivalence_low`, `equivalence_high` the interval an `equivalent` / `delete` stands on (the
-    TOST's at its Holm level `equivalence_level` per side: the pooled test's where it decides,
-    else the seeds');
-    K >= 2: `pooled` (`pool_family`'s arrays: over histories the second stage's) and `period`
-    (the period rule's decision), over histories `histories` (both stages); with a test segment
-    `held_out` (the second stage's record); with a selection: `final_low`, `final_high`,
-    `final_available`."""
+    """The rule's record of a family ([S, E] arrays). The words in the order the stages make them
+    (module docstring): `seed_verdict`, `market_verdict`, `discovery_verdict`, `verdict` (what
+    verdicts.csv prints), `final_verdict` (after a search's selection gate). `low`, `high`: the seed
+    interval at its Holm `level`; `equivalence_*`: the interval an `equivalent` / `delete` stands
+    on; `pooled`, `period`, `histories`: K >= 2 or several histories; `held_out`: the second stage."""
 
     verdict: np.ndarray
     final_verdict: np.ndarray
@@ -427,14 +405,10 @@ def one_period_gate(verdict, effect, seed_low, seed_high, market_low, market_hig
 
 @dataclass(frozen=True)
 class TestSegment:
-    """The held-out test segment's effect of each contrast, [S, E]: `effect`, its seeds' squared
-    standard error `var` and that variance's degrees of freedom `df` (`seed_level_effect`; NaN
-    effect: no test pairs); `spread_in_seeds` [S, E] (or one bool) where the seeds' variance already
-    holds the test period's luck (per-seed synthetic paths: each seed its own market), so at one
-    period no market-noise part is added; over several price histories `by_history` [S, E, H, n]
-    each seed's test differences averaged over its folds in each history (seeds aligned across the
-    histories; NaN: no pair), from which `history_test` reads the spread between histories (None:
-    one history)."""
+    """The held-out test segment's effect of each contrast [S, E] (`seed_level_effect`; NaN: no test
+    pairs): `effect`, its seeds' squared SE `var` and its `df`; `spread_in_seeds` where the seeds'
+    variance already holds the test period's luck (per-seed paths); `by_history` [S, E, H, n] each
+    seed's test differences per history (None: one history)."""
 
     effect: np.ndarray
     var: np.ndarray
@@ -445,11 +419,10 @@ class TestSegment:
 
 @dataclass(frozen=True)
 class HeldOutDecision:
-    """The second stage on arrays of discovery words (any common shape): `verdict` the final
-    words; per contrast the confirmation's `level`, `se`, `df`, one-sided `p` in the discovery's
-    direction and the test interval [`low`, `high`] at that level (two-sided at 2 x level, so its
-    bound on the discovery's side is the one-sided test's), where it was `applied` (a discovery
-    keep / harmful) and where it `confirmed`."""
+    """The second stage per contrast (docs/analysis.md "The held-out confirmation"): the final
+    `verdict`, the one-sided `level`, `se`, `df`, `p` in the discovery's direction, the interval
+    [`low`, `high`] whose bound on the discovery's side is the one-sided test's, where it was
+    `applied` (a discovery keep / harmful) and where it `confirmed`."""
 
     verdict: np.ndarray
     level: np.ndarray
@@ -463,18 +436,15 @@ class HeldOutDecision:
 
 
 def confirmation_level(alpha: float, m) -> np.ndarray:
-    """The confirmation's one-sided level: alpha / m, the family's Bonferroni level (module
-    docstring); `m` the contrasts the family's discovery tested."""
+    """The confirmation's one-sided level: alpha / m, the family's Bonferroni level."""
     return np.asarray(alpha, float) / np.maximum(np.asarray(m, float), 1.0)
 
 
 def confirm_on_held_out(verdict, test_effect, test_var, period_var, level, *, test_df=np.inf,
                         period_df=np.inf) -> HeldOutDecision:
-    """The second stage (module docstring) per contrast: `verdict` the discovery's words,
-    `test_effect` and `test_var` the test segment's effect and its seeds' squared standard error
-    (`seed_level_effect`; NaN: no test pairs), `period_var` the periods' spread tau^2 (one fold:
-    the market-noise variance; NaN: none, no confirmation possible), `level` the one-sided
-    level (`confirmation_level`), `test_df` and `period_df` the parts' degrees of freedom."""
+    """The second stage per contrast: a discovery keep / harmful (`verdict`) stays only where the
+    test effect agrees one-sided at `level`, its SE the test seeds' (`test_var`) plus the periods'
+    spread (`period_var`; NaN: nothing is confirmed), df Welch-Satterthwaite's of the two."""
     verdict = np.asarray(verdict, dtype=object)
     effect, tv, pv = (np.asarray(x, float) for x in (test_effect, test_var, period_var))
     level = np.broadcast_to(np.asarray(level, float), verdict.shape)
@@ -497,11 +467,9 @@ def confirm_on_held_out(verdict, test_effect, test_var, period_var, level, *, te
 
 
 def history_test(by_history) -> dict[str, np.ndarray]:
-    """The test segment over H >= 2 histories ([S, E, H, n] per-seed test differences, each seed's
-    averaged over a history's folds; NaN: no pair): `theta` the mean of the histories' test effects
-    (Hodges-Lehmann of each history's seeds), `var` their sample variance / H plus the seeds' part
-    common to every history (`periods.seed_anova` over seeds x histories), `df` Welch-Satterthwaite's
-    of the two (H - 1 and the ANOVA's). NaN with fewer than two histories with an effect."""
+    """The test segment over H >= 2 histories from [S, E, H, n] per-seed test differences: the mean
+    of the histories' effects, its variance their spread / H plus the seeds' part common to every
+    history (`periods.seed_anova`), Welch-Satterthwaite df. NaN below two histories."""
     d = np.asarray(by_history, float)
     s, e, h, n = d.shape
     th = fold_estimates(d.reshape(s * e * h, n))["theta"].reshape(s, e, h)
@@ -522,14 +490,10 @@ def history_test(by_history) -> dict[str, np.ndarray]:
 
 def held_out_stage(verdict, test: TestSegment, level, *, calendar: CalendarPart | None = None, pooled=None,
                    fold_var=None, fold_n=None, fold_theta=None, market_var=None) -> HeldOutDecision:
-    """The second stage as the composed rule applies it (module docstring) on the discovery's words
-    `verdict` [S, E] at the one-sided `level`: over several histories (`calendar`, the nested rule's
-    calendar part, and `test.by_history`) `history_test` with the calendar part where the histories
-    share periods; on one history over folds (`pooled`, `pool_family`'s dict) the seeds' variance
-    plus tau^2 at least `defaults.HELD_OUT_PERIOD_FLOOR` x `fold_var` (the folds' seed variances,
-    [S, E, K], the part that varies between them; `fold_n` their informative pairs), or where the rule
-    pooled with equal weights (no tau^2) the fold effects' own spread (`fold_theta`); at one period
-    the market-noise variance `market_var`."""
+    """The second stage as `decide` applies it (docs/analysis.md "The held-out confirmation"): the
+    period part of the SE is, over several histories, the calendar part where they share periods; on
+    one history over folds, tau^2 floored at `defaults.HELD_OUT_PERIOD_FLOOR` x the folds' seed
+    variance (equal weights: the fold effects' spread); at one period, the market-noise variance."""
     verdict = np.asarray(verdict, dtype=object)
     shape = verdict.shape
     effect, var, df = test.effect, test.var, test.df
@@ -567,18 +531,16 @@ def held_out_stage(verdict, test: TestSegment, level, *, calendar: CalendarPart 
 
 
 def held_out_alone(test: TestSegment, level, **stage) -> np.ndarray:
-    """[S, E] where `held_out_stage` (with the same evidence, `stage`) confirms each contrast as if
-    every one were a discovery `keep wired`: the stage's own false rate under the null, which must
-    stay at most `level` whatever the discovery did (the calibration's "held-out alone")."""
+    """Where `held_out_stage` would confirm each contrast were every one a discovery keep: the
+    stage's own false rate under the null, which must stay at most `level`."""
     shape = np.shape(test.effect)
     return held_out_stage(np.full(shape, KEEP, dtype=object), test, level, **stage).confirmed
 
 
 def final_on_one_history(verdict, low, high, available) -> np.ndarray:
-    """The final verdict words of a confirmation on one price history: `verdict` the confirmation's
-    own (after the gates of its verdicts); `low`, `high` its selection-adjusted interval;
-    `available` where that interval exists. A `keep wired` needs low > 0, a `harmful` high < 0,
-    either and an `equivalent` the interval to exist; everything else becomes `inconclusive`."""
+    """A confirmation's final words on one history: keep / harmful need the selection-adjusted
+    interval to exist and exclude 0 on their side, `equivalent` needs it to exist; else
+    `inconclusive`."""
     verdict = np.asarray(verdict, dtype=object)
     low, high = np.asarray(low, float), np.asarray(high, float)
     available = np.asarray(available, bool)
@@ -590,10 +552,8 @@ def final_on_one_history(verdict, low, high, available) -> np.ndarray:
 
 
 def selection_adjusted_bounds(effect, seed_low, seed_high, market_low, market_high, market_level, candidates):
-    """(low, high) of a K = 1 confirmation on one history with the market-noise part taken at the
-    selection-adjusted level (market_level / candidates, a normal reading of the interval's
-    half-width), combined with the seed interval as the one-period gate combines them
-    (`decision.combined_bounds`)."""
+    """A K = 1 confirmation's interval on one history: the market-noise half-width read at
+    market_level / candidates (normal), combined with the seed interval (`combined_bounds`)."""
     market_level = np.asarray(market_level, float)
     t = np.maximum(np.asarray(candidates, float), 1.0)
     with np.errstate(invalid="ignore"):
@@ -603,9 +563,8 @@ def selection_adjusted_bounds(effect, seed_low, seed_high, market_low, market_hi
 
 
 def pooled_adjusted_bounds(mu, low, high, level, df, candidates):
-    """(low, high) of the pooled interval over periods at the selection-adjusted level (level /
-    candidates): the interval's standard error read off its half-width at `level` with `df`
-    degrees of freedom, widened as `periods.pooled_bounds` widens it (t with `df`)."""
+    """The pooled interval at level / candidates: its SE read off the half-width at `level` with
+    `df`, widened as `periods.pooled_bounds` widens it."""
     level = np.asarray(level, float)
     t = np.maximum(np.asarray(candidates, float), 1.0)
     with np.errstate(invalid="ignore"):

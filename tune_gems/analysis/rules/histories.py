@@ -28,13 +28,10 @@ from tune_gems.analysis.rules.settings import Thresholds
 
 @dataclass(frozen=True)
 class HistoryData:
-    """A family's data over H histories: `folds` one `FoldData` per history ([S, m, K]: the cells the
-    calendar part and the power statement read); per contrast and history [S, m, H] the stage-1
-    `effect` (each history's seed-level effect over its folds), its squared standard error `var`,
-    that variance's `df`, its two-sided signed-rank `p` and informative seeds `n`; per contrast
-    [S, m] the seeds' part common to every history `seed_var` (sigma_c^2 / n), its degrees of
-    freedom `seed_df` and its share of one seed's variance `seed_share`; `calendar` [H, K] the
-    calendar period of each history's folds (`rules.histories`)."""
+    """A family's data over H histories: `folds` one `FoldData` per history; per contrast and
+    history [S, m, H] the stage-1 `effect` (each history's seed-level effect), `var`, `df`, `p`,
+    `n`; per contrast [S, m] the seeds' part common to every history `seed_var`, `seed_df`,
+    `seed_share`; `calendar` [H, K] the calendar period of each history's folds."""
 
     folds: tuple[FoldData, ...]
     effect: np.ndarray
@@ -155,13 +152,11 @@ class HistoryComponents:
 
 
 def history_components(hd: HistoryData, hp: HistoryPooled) -> HistoryComponents:
-    """The variance parts of the nested rule's pooled effect ([S, m] each; `HistoryComponents`):
-    `within` one seed's variance inside a fold and `period` the spread of a history's folds that is
-    its own (each history's folds pooled, `periods.pool_family`, their mean over the
-    histories, the calendar part taken out where histories share it), `calendar` the calendar part
-    (`rules.histories`; 0 where nothing is shared; `shared` where it is), `history` the spread between
-    histories less what their own periods give it (stage 2's tau_H^2 - period / K), `seed` the share
-    common to every history and fold x within."""
+    """The variance parts of the nested rule's pooled effect ([S, m] each;
+    `HistoryComponents`): `within` one seed's variance in a fold, `period` a history's own
+    spread of its folds, `calendar` the shared part (`shared` where it is), `history` the spread
+    between histories less what their own periods give it, `seed` the part common to every history
+    and fold."""
     comps = []
     for fd in hd.folds:
         tau2 = pool_family(fd)["tau2"]
@@ -190,13 +185,10 @@ def own_calendars(histories: int, folds: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class CalendarPart:
-    """The calendar part of a family over histories ([S, m] arrays): `var` sigma_c^2 (NaN where
-    periods are shared but fewer than two of them carry an effect in every history that shares
-    them: it cannot be estimated), `df` its degrees of freedom (inf where it is 0), `periods` the
-    calendar periods that carry an effect, `shared` whether any of them carries one in two or more
-    histories, `weight` sum_p B_p^2 over the shared periods (0 without), `mean_var` what the mean
-    over histories carries (var x weight; 0 where nothing is shared, NaN where it cannot be
-    estimated)."""
+    """The calendar part of a family over histories ([S, m]): `var` sigma_c^2 (NaN where shared
+    periods are too few to estimate it), its `df`, the `periods` with an effect, `shared` whether
+    one carries an effect in two or more histories, `weight` sum_p B_p^2 over them, and `mean_var`
+    what the mean over histories carries (var x weight)."""
 
     var: np.ndarray
     df: np.ndarray

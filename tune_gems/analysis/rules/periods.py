@@ -45,15 +45,11 @@ from tune_gems.stats.inference import RankTest, holm, holm_levels, rank_test, sm
 
 @dataclass(frozen=True)
 class FoldData:
-    """A family's periods as the period rule reads them: per contrast and period [S, m, K] the
-    effect `theta` (NaN: the period does not pair it or holds no informative pair), its squared
-    standard error `var`, its own signed-rank `p` and the `n_informative` pairs behind `var`
-    (None: many); per contrast [S, m] the seeds' common part `seed_var` (sigma_c^2 / n), its
-    `seed_share` of a period's variance and that share's degrees of freedom `seed_df` (None:
-    many); `sample_var` [S, m, K] the sample variance of a fold's informative differences (the
-    power statement's fallback where the fold's rank interval is too short for a standard error;
-    None: not kept). The periods are walk-forward folds, or, in the nested rule's second stage,
-    the histories."""
+    """A family's periods as the period rule reads them (walk-forward folds, or the histories in the
+    nested rule's second stage): per contrast and period [S, m, K] `theta` (NaN: no informative
+    pair), its squared SE `var`, its own `p`, `n_informative` and `sample_var` (the power
+    statement's fallback; None: not kept); per contrast [S, m] the seeds' common part `seed_var`,
+    its `seed_share` of a period's variance and `seed_df`."""
 
     theta: np.ndarray
     var: np.ndarray
@@ -324,14 +320,10 @@ def fold_estimates(d: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def seed_anova(d: np.ndarray) -> dict[str, np.ndarray]:
-    """The two-way ANOVA of seeds x folds per row of d [S, K, n] (per-seed differences, seeds
-    aligned across the K folds), over the seeds whose differences are finite in every fold:
-    `ms_seed`, `ms_resid` (the seed x fold mean square), `seeds` (how many such seeds),
-    `sigma_c2` = max(0, (MS_seeds - MS_residual) / K), the variance of a seed's part common to
-    every fold (NaN with fewer than 2 such seeds), and `share` = sigma_c2 / (sigma_c2 +
-    MS_residual), that part's share of one seed's variance inside a fold (0 with fewer), with `df`
-    its Satterthwaite degrees of freedom (inf where it is 0). A tie (an exact 0: `rules.periods`) counts as
-    missing: ties carry no weight."""
+    """The two-way ANOVA of seeds x folds per row of d [S, K, n] over the seeds finite in every fold
+    (a tie counts as missing): `ms_seed`, `ms_resid`, `seeds`, `sigma_c2` the variance of a seed's
+    part common to every fold (NaN below 2 seeds), `share` its share of a seed's variance inside a
+    fold and `df` its Satterthwaite degrees of freedom."""
     d = np.asarray(d, float)
     d = np.where(is_tie(d), np.nan, d)
     s, k, n = d.shape
@@ -425,21 +417,15 @@ def satterthwaite(parts, dfs) -> np.ndarray:
 def pool_family(fd: FoldData, how: Pooling = Pooling(), *, fold_corr=0.0, extra_var=0.0,
                 extra_df=np.inf) -> dict[str, np.ndarray]:
     """Random-effects pooling of each contrast's periods, a family per row, as `how` pools (module
-    docstring). `fd.theta`, `fd.var` [S, m, K]: period effects and squared standard errors (NaN: no
-    weight; +-inf: pairs mostly diverged one way, no pooled effect); `fd.seed_share` the share of a
-    period variance that is the seeds' part common to every period (split off, added whole);
-    `fd.seed_var` that part of a contrast pooled with equal weights (a variance not finite);
-    `fd.n_informative` (a variance read off n pairs has `FOLD_VAR_DF` (n - 1) df) and `fd.seed_df`
-    give the Welch-Satterthwaite df of both tests. `fold_corr` (a number, [K, K] or [S, K, K]) the
-    folds' overlap (`fold_overlap`): the HKSJ and DL variances grow by `overlap_factor`.
-    `extra_var` [S, m] a variance no period's dispersion shows (the calendar part,
-    `rules.histories`), added whole with its df `extra_df`.
+    docstring; docs/analysis.md "Verdicts over periods"). `fd` the periods (`FoldData`: +-inf
+    effects, pairs mostly diverged one way, give no pooled effect); `fold_corr` the folds' overlap
+    (`fold_overlap`: the variances grow by `overlap_factor`); `extra_var` [S, m] a variance no
+    period's dispersion shows (the calendar part), added whole with its df `extra_df`.
 
-    Returns arrays [S, m]: mu, se (HKSJ), se_fixed (DL; 0 with equal weights), df, df_fixed, p (the
-    larger of the two tests' p), p_two_sided, p_tost (+-rope), tau2 (the one used), tau2_own, i2,
-    q_p (Cochran's Q, its own), common (the parts added whole), periods (that carry weight), shared
-    (pooled with the family's tau^2 and scale), share_p (`_scale_excess_p`; NaN: not tested),
-    overlap (1: none); and [S] r2 (the residual correlation the df were cut by)."""
+    Returns arrays [S, m]: mu, se (HKSJ), se_fixed (DL), df, df_fixed, p (the larger of the two
+    tests'), p_two_sided, p_tost, tau2 (used), tau2_own, i2, q_p, common (added whole), periods (with
+    weight), shared, share_p (`_scale_excess_p`), overlap; and [S] r2 (the residual correlation).
+    """
     theta, seed_share, seed_var, fold_n, seed_df = fd.theta, fd.seed_share, fd.seed_var, fd.n_informative, fd.seed_df
     rope, share, share_level, isolate_level = how.rope, how.share, how.share_level, how.isolate_level
     theta = np.asarray(theta, float)

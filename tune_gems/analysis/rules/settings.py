@@ -1,19 +1,9 @@
-"""The verdict words, defined once: every module that writes, tests or prints a verdict uses these.
+"""The verdict words, defined once, and the analysis's settings as one frozen record.
 
-A verdict is one of `VERDICTS` (docs/analysis.md "Verdicts" says what each means and when it is
-given). `DECISIVE` are the two that claim an effect; `NOT_TESTED` is the seed rule's entry for a
-gem without a wiring comparison (decided later, from what it lacks). The calibrations report
-decisions as integer codes (`verdict_codes`): +1 keep wired, -1 harmful, 2 equivalent, 3
-inconsistent across periods, 4 insufficient data, 5 heterogeneous across periods, 6 not confirmed on
-held-out data, 0 anything else.
-
-The analysis's settings as one frozen record: built once from the options, passed down whole.
-
-Why one record: the verdicts, the periods, the held-out check, the redundancy table, the null
-arms and the calibrations all read the same thresholds (alpha, the ROPE, ...); passed as ten
-keyword arguments through every layer, one layer could silently miss one. A `Thresholds` is
-checked when it is made (one line naming the option, `ConfigError`), so every layer below
-receives settings that are already valid. Defaults and why: `analysis/defaults.py`.
+What each word means: docs/analysis.md "Verdicts"; the calibrations' integer codes:
+`verdict_codes`. Why one record: every layer reads the same thresholds, and ten keyword arguments
+passed through each layer let one silently miss one; a `Thresholds` is checked when made (one line
+naming the option, `ConfigError`). Defaults and why: `analysis/defaults.py`.
 """
 
 from __future__ import annotations

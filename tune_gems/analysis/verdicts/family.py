@@ -97,13 +97,6 @@ def _not_placebo(gems: list[GemEntry], placebo_weight: float) -> Callable[[pd.Da
     return keep
 
 
-def _weight_gem(key: str, gems: list[GemEntry]) -> str | None:
-    for g in gems:
-        if key == f"gems.{g.name}.weight":
-            return g.name
-    return None
-
-
 def design_contrasts(cells: Cells, gems: list[GemEntry], placebo_weight: float) -> list[Contrast]:
     """The family's contrasts: every gem's wiring (as verdicts.csv pairs it), then every other
     key that differs between members at a common member seed (module docstring), null arms left
@@ -117,7 +110,7 @@ def design_contrasts(cells: Cells, gems: list[GemEntry], placebo_weight: float) 
     for key in cells.keys:
         if key in modes or key not in t.columns or key == AA_FACTOR:
             continue
-        gem = _weight_gem(key, gems)
+        gem = next((g.name for g in gems if key == f"gems.{g.name}.weight"), None)
         sub = t[t[f"gems.{gem}.mode"] == WIRE] if gem and f"gems.{gem}.mode" in t.columns else t
         if not len(sub) or not (sub.groupby(["experiment", FOLD, "seed"])[key].nunique() > 1).any():
             continue
@@ -149,20 +142,6 @@ def contrast_pairs(cells: Cells, c: Contrast, gems: list[GemEntry], th: Threshol
         return keep & extra(t) if extra is not None else keep
 
     return paired(cells, c.key, c.hi, c.lo, column=column, k=th.window_length, ignore=c.ignore, select=select)
-
-
-def one_row_per_unpaired_key(contrasts: list[Contrast], prs: list[Paired]) -> tuple[list[Contrast], list[Paired]]:
-    """The contrasts, a key of more than two levels that never pairs given one `insufficient:
-    confounded` row (a searched weight has a level per trial), not one per level."""
-    paired_keys = {c.key for c, pr in zip(contrasts, prs) if pr.n}
-    out, seen = [], set()
-    for c, pr in zip(contrasts, prs):
-        if c.kind == FACTOR and c.levels > 2 and c.key not in paired_keys:
-            if c.key in seen:
-                continue
-            seen.add(c.key)
-        out.append((c, pr))
-    return [c for c, _ in out], [pr for _, pr in out]
 
 
 # -- the family, decided once ------------------------------------------------------------------------
@@ -390,7 +369,14 @@ def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column:
     eval_returns, selection, overlap = sources.eval_returns, sources.selection, sources.overlap
     contrasts = design_contrasts(cells, gems, th.placebo_weight)
     prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]
-    contrasts, prs = one_row_per_unpaired_key(contrasts, prs)
+    # a key of more than two levels that never pairs (a searched weight: a level per trial) gets one
+    # `insufficient: confounded` row, not one per level
+    paired_keys, seen, keep = {c.key for c, pr in zip(contrasts, prs) if pr.n}, set(), []
+    for j, c in enumerate(contrasts):
+        unpaired = c.kind == FACTOR and c.levels > 2 and c.key not in paired_keys
+        keep += [j] if not (unpaired and c.key in seen) else []
+        seen |= {c.key} if unpaired else set()
+    contrasts, prs = [contrasts[j] for j in keep], [prs[j] for j in keep]
     k_folds = fold_count(cells)
     hf = history_family(prs, cells, sources.calendar_of, sources.history_names)  # several price histories: the nested rule decides (None: one history)
     fam = gem_folds(prs, cells) if k_folds > 1 and hf is None else None  # the same pairs inside each fold

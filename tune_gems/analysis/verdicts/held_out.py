@@ -1,24 +1,13 @@
 """Out of sample: the test segment as the confirmation of each decisive verdict, and the
 learner's skill in context.
 
-Why. A verdict is reached on the validation period(s); the test segment is untouched by it, so
-it is the pre-registered second stage of the rule (a check only printed beside the verdict
-changes no word: `rules.decision.confirm_on_held_out`, run by `rules.decision.decide`):
-a discovery `keep wired` / `harmful` is final only where the test-segment effect (the same
-member pairs, the verdict metric's test twin at the pairs' common final epoch, each seed's
-differences averaged over its folds) agrees, one-sided at alpha / m with the test period's
-spread in its standard error; else it reads `not confirmed on held-out data`, with both
-intervals (the discovery's and the test segment's). The test segment chooses nothing else: no
-other word is changed by it and nothing is selected on it. This module gathers that evidence
-once per contrast (`held_out_segment`) and says what the stage found (`held_out_columns`).
-
-The check is conditional on one test period: the test segment is one stretch of one history,
-common to every fold, so it is one more period, not a replication; its text says so.
-
-Skill: "wiring helps" is a statement about two arms of one learner, not about the learner beating
-the market. When every arm's test alpha Sharpe lies below flat's (0) with its interval (one
-metric, one reference: `stats.baseline_headline`, the statement the report opens with), every
-verdict line says so.
+The test segment is untouched by the verdict, so it is the rule's pre-registered second stage
+(`rules.decision.confirm_on_held_out`, run by `rules.decision.decide`; docs/analysis.md "The
+held-out confirmation"): it changes no other word and selects nothing. It is one stretch of one
+history, common to every fold: one more period, not a replication, and its text says so. This
+module gathers that evidence once per contrast (`held_out_segment`) and says what the stage found
+(`held_out_columns`). Skill: where every arm's test alpha Sharpe lies below flat's with its
+interval (`stats.baseline_headline`), every verdict line says so.
 """
 
 from __future__ import annotations

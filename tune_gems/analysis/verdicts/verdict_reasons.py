@@ -28,19 +28,6 @@ def _fmt(x, f: str = ".3g") -> str:
     return format_number(x, f, missing="-")
 
 
-def ties_text(tied: float, informative, pairs, zero: float) -> str:
-    """The ties of a comparison, once (the share of its `pairs` that tie, the `informative` rest:
-    over every fold pair where a pooled test decides, else over its seeds) and the members that
-    never traded (`zero`), when there are any."""
-    parts = []
-    if np.isfinite(tied) and tied > 0:
-        parts.append(f"{tied:.0%} of the pairs tie exactly ({_fmt(informative, '.0f')} of {_fmt(pairs, '.0f')} "
-                     "informative, the rest left out)")
-    if np.isfinite(zero) and zero > 0:
-        parts.append(f"{zero:.0%} of the members never traded in the window (validation turnover 0)")
-    return ("; " + ", ".join(parts)) if parts else ""
-
-
 def market_text(row: dict) -> str:
     """The market-noise part of a verdict's evidence."""
     status = row.get("market_noise")
@@ -60,15 +47,6 @@ def market_text(row: dict) -> str:
     if status == NOT_NEEDED:
         return "; market noise: in the seed interval (per-seed paths)"
     return f"; market-noise interval {status}: the effect is conditional on this one price history"
-
-
-def _seeds_text(row: dict) -> str:
-    """What more seeds would do: the rule's own power note where it states one (one price history:
-    the market-noise floor), else the seeds that would detect the ROPE."""
-    note = row.get("power_note")
-    if isinstance(note, str) and note:
-        return note
-    return seeds_would_detect(row["seeds_needed"], row["rope"])
 
 
 def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, th: Thresholds, m: int,
@@ -127,7 +105,8 @@ def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, th: Th
         if not seed_power:
             return f"{ev}{held}{extra}", f"not decided by the seeds{diverged}{held}{extra}"
         return (f"{ev}; detectable at {th.power:.0%} power{div_text}: |effect| >= {_fmt(row['mde'])} "
-                f"({_seeds_text(row)}){hint}{held}{extra}",
+                f"({note if isinstance(note := row.get('power_note'), str) and note else seeds_would_detect(row['seeds_needed'], row['rope'])})"
+                f"{hint}{held}{extra}",
                 f"not decided: neither a difference from 0 nor equivalence within +-{row['rope']:g} is shown{div_text}{diverged}{hint}{held}{extra}")
     no_wiring = "; not delete: wiring was never compared with measuring (delete needs both: add an arm with it wired)"
     if verdict == CONFOUNDED:
@@ -150,34 +129,6 @@ def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, th: Th
 
 
 # -- the layers after the seed rule, each a function of the decision record ------------------------
-
-
-def market_gate_reason(row, seed_verdict: str, verdict: str, reason: str, why: str) -> tuple[str, str]:
-    """The reason when the market gate changed the seed rule's word (`rules.decision.market_gate`)."""
-    if verdict == seed_verdict:
-        return reason, why
-    word = "helps" if seed_verdict == KEEP else "hurts"
-    where = 'includes 0' if row['market_ci_low'] <= 0 <= row['market_ci_high'] else 'lies on the other side of 0'
-    return (f"not confirmed against market noise: the seeds say wiring {word}, but the market-noise interval "
-            f"[{_fmt(row['market_ci_low'])}, {_fmt(row['market_ci_high'])}] at the same level {where}: "
-            f"on this one price history the difference may be the market's luck; {reason}",
-            f"not confirmed against market noise: the seeds say wiring {word}, but the market-noise "
-            f"interval {where}: on this one price history the difference may be the market's luck")
-
-
-def one_period_reason(row, before: str, verdict: str, applied: bool, reason: str, why: str) -> tuple[str, str]:
-    """The reason of a verdict on one validation period (`rules.decision.one_period_gate`): why the
-    gate changed `before` (the word after the market gate), and what every such verdict is
-    conditional on."""
-    if applied:
-        both = (f"seed and market-noise intervals combined: [{_fmt(row['combined_ci_low'])}, "
-                f"{_fmt(row['combined_ci_high'])}] at {row['ci_level']:.1%}")
-        if verdict != before and before in DECISIVE:
-            reason, why = (f"not confirmed by the {both}, which includes 0; {text}" for text in (reason, why))
-        elif verdict != before:
-            reason, why = (f"equivalence not confirmed against market noise: the {both} "
-                           f"is not inside +-{row['rope']:g}; {text}" for text in (reason, why))
-    return f"{reason}; {ONE_PERIOD}", f"{why}; {ONE_PERIOD}"
 
 
 def pooled_text(r) -> str:
@@ -271,13 +222,32 @@ def compose_reason(view: ContrastView, row: dict, *, th: Thresholds, metric_note
     a discovery keep / harmful."""
     seed_row = {**row, **asdict(view.seeds)}
     # the comparison's ties, once: over every fold pair where the pooled test decides, else over the seeds
-    over = (row["tied_share"], row["n_informative"], view.pooled.period_pairs) if view.pooled is not None else (
-        view.seeds.tied_share, view.seeds.n_informative, row["n_seeds"])
+    tied, informative, pairs = (row["tied_share"], row["n_informative"], view.pooled.period_pairs) \
+        if view.pooled is not None else (view.seeds.tied_share, view.seeds.n_informative, row["n_seeds"])
+    zero = row.get("zero_turnover_share", math.nan)
+    ties = [f"{tied:.0%} of the pairs tie exactly ({_fmt(informative, '.0f')} of {_fmt(pairs, '.0f')} informative, "
+            "the rest left out)"] if np.isfinite(tied) and tied > 0 else []
+    ties += [f"{zero:.0%} of the members never traded in the window (validation turnover 0)"] \
+        if np.isfinite(zero) and zero > 0 else []
     reason, why = seed_reason(seed_row, view.seed_verdict, view.magnitude_at_null, metric_note, th, m,
-                              seed_power=folds == 1, ties=ties_text(*over, row.get("zero_turnover_share", math.nan)))
-    reason, why = market_gate_reason(row, view.seed_verdict, view.market_verdict, reason, why)
-    if folds == 1:
-        reason, why = one_period_reason(row, view.market_verdict, view.discovery_verdict, view.gate_applied, reason, why)
+                              seed_power=folds == 1, ties="; " + ", ".join(ties) if ties else "")
+    if view.market_verdict != view.seed_verdict:  # the market gate (`rules.decision.market_gate`) changed the word
+        word = "helps" if view.seed_verdict == KEEP else "hurts"
+        where = 'includes 0' if row['market_ci_low'] <= 0 <= row['market_ci_high'] else 'lies on the other side of 0'
+        why = (f"not confirmed against market noise: the seeds say wiring {word}, but the market-noise interval"
+               f"{{}} {where}: on this one price history the difference may be the market's luck")
+        reason = why.format(f" [{_fmt(row['market_ci_low'])}, {_fmt(row['market_ci_high'])}] at the same level") + f"; {reason}"
+        why = why.format("")
+    if folds == 1:  # the one-period gate (`rules.decision.one_period_gate`), and what a verdict on one period rests on
+        before, verdict = view.market_verdict, view.discovery_verdict
+        both = (f"seed and market-noise intervals combined: [{_fmt(row['combined_ci_low'])}, "
+                f"{_fmt(row['combined_ci_high'])}] at {row['ci_level']:.1%}")
+        if view.gate_applied and verdict != before and before in DECISIVE:
+            reason, why = (f"not confirmed by the {both}, which includes 0; {text}" for text in (reason, why))
+        elif view.gate_applied and verdict != before:
+            reason, why = (f"equivalence not confirmed against market noise: the {both} "
+                           f"is not inside +-{row['rope']:g}; {text}" for text in (reason, why))
+        reason, why = f"{reason}; {ONE_PERIOD}", f"{why}; {ONE_PERIOD}"
     elif view.pooled is not None:
         reason, why = period_reason(row, view.market_verdict, view.discovery_verdict, th.rope, reason, why)
     return held_out_reason(row, view.discovery_verdict, view.verdict, reason, why)
