@@ -110,10 +110,9 @@ def test_a_sweep_and_its_confirmation_plans_with_two_histories_write_every_membe
     history = pd.read_parquet(exp / "history.parquet")
     assert {"val_alpha_sharpe_mean@history0", "val_alpha_sharpe_mean@history1"} <= set(history.columns)
     assert history["val_alpha_sharpe_gain"].notna().all()  # designed gains pair within each history
-    # the confirmation's plans and tables (what `tune-gems confirm` trains and writes once the search's analysis
-    # has chosen): the discovery's histories, every member's history
+    # the confirmation's plans (what `tune-gems confirm` trains once the search's analysis has chosen): the
+    # discovery's histories
     from tune_gems.commands.confirm_plan import plan_confirmation
-    from tune_gems.commands.confirm_trials import run_plans
     from tune_gems.sweep.spec_load import load_spec
 
     spec = load_spec(exp / "spec.yaml", [])
@@ -121,10 +120,8 @@ def test_a_sweep_and_its_confirmation_plans_with_two_histories_write_every_membe
     if not plans:  # no trial wired a gem: nothing to confirm
         return
     assert build(plans[0]).data.price_columns == ["sp500", "wti"]
-    tables = run_plans(plans[:1], build, "histories-confirmation", log=lambda _line: None)
-    assert set(tables.members["history"]) == {0, 1} and tables.histories["name"].tolist() == ["sp500", "wti"]
-    assert {"val_alpha_sharpe_mean@history0", "val_alpha_sharpe_mean@history1"} <= set(tables.history.columns)
-    # and the real command: the search analysed per history, then confirmed once on the same two histories
+    # and the real command: the search analysed per history, then confirmed once on the same two histories,
+    # its tables keying every member's history
     res = cli_in_process("analyze", str(exp), "--out", str(tmp_path / "analysis"))
     assert res.returncode == 0, res.stderr[-3000:]
     res = cli_in_process("confirm", str(exp), "--out", str(tmp_path / "confirmation"))
@@ -133,6 +130,8 @@ def test_a_sweep_and_its_confirmation_plans_with_two_histories_write_every_membe
     confirmed = pd.read_parquet(tmp_path / "confirmation" / "members.parquet")
     assert set(confirmed["history"]) == {0, 1}
     assert pd.read_parquet(tmp_path / "confirmation" / "histories.parquet")["name"].drop_duplicates().tolist() == ["sp500", "wti"]
+    confirmed_history = pd.read_parquet(tmp_path / "confirmation" / "history.parquet")
+    assert {"val_alpha_sharpe_mean@history0", "val_alpha_sharpe_mean@history1"} <= set(confirmed_history.columns)
     verdicts = pd.read_csv(tmp_path / "confirmation" / "verdicts.csv")
     paired = verdicts[verdicts["n_seeds"] > 0]
     assert len(paired) and (paired["histories"] == 2).all()
