@@ -1,32 +1,13 @@
-"""The plan step: from a finished pilot, the designs that reach a target MDE with the rule that
-decides, and what they cost (`tune-gems plan EXP`).
+"""The plan step (`tune-gems plan EXP`): from a finished pilot, the layouts that reach a target
+MDE with the rule that decides, and what they cost.
 
-Why from the verdict's own objects. A plan that reads its pilot another way than `analyze` states
-another MDE for the same design. So the pilot is read as `analyze` reads it (`load_experiment`, the
-validated fold table and its overlap, the calendar periods of its windows), decided by the same
-family (`gem_verdicts.gem_verdict_tables`), and every design is priced with the `power.PowerInputs`
-each gem's verdict stated its MDE with (the overlap, the calendar part, the scale shared across the
-family, the held-out stage), moved to that design's histories, periods and seeds (`power.mde`,
-`power.two_stage`). At the pilot's own design the MDE is the verdict's.
-
-The layouts tried:
-
-- **one history**: K folds (the pilot's and PERIODS), the overlap of the pilot's folds kept;
-- **several histories**: H histories (the pilot's and HISTORIES, never fewer than the pilot's) x K
-  periods, on the pilot's calendars where its histories share them ("one": fold k of a calendar's
-  histories one period, its part carried) and on their own calendars (another era or market each: the
-  pilot's calendar part joins each history's own period spread). One period per history is the
-  efficient layout where periods do not overlap; on one calendar the rule refuses it.
-
-A layout the rule would not decide (fewer than `defaults.MIN_HISTORIES` histories, fewer than
-`--min-periods` calendar periods, on one calendar fewer than `defaults.MIN_SHARED_PERIODS`) is
-listed as refused, with why, never with an MDE. Each other layout gets the fewest seeds of SEEDS
-whose worst gem's MDE reaches the target, and the fewest whose two-stage MDE does (a keep the
-held-out stage confirms). Runs are as long as the pilot's (a longer averaging window: `--window`,
-whose comparison on the pilot's own data is printed).
-
-The cost: the pilot's own time per member-iteration and per member-epoch of evaluation, on its
-device (an upper estimate for larger designs on a GPU, whose cost per member falls).
+A plan that read its pilot another way than `analyze` would state another MDE for the same design,
+so the pilot is decided by the verdict's own family (`gem_verdicts.gem_verdict_tables`) and every
+layout is priced with the `power.PowerInputs` each gem's verdict stated, moved to the layout's
+histories, periods and seeds: at the pilot's design the MDE is the verdict's. Layouts: K folds of one
+history; or H histories x K periods on the pilot's calendar ("one") and on their own ("own"). A
+layout the rule would not decide is listed as refused, with why. The cost is the pilot's own time per
+member-iteration and member-epoch (an upper estimate for larger designs on a GPU).
 """
 
 from __future__ import annotations
@@ -69,7 +50,7 @@ ONE, OWN = "one", "own"
 
 @dataclass(frozen=True)
 class GemPower:
-    """One gem's power as its verdict stated it: its `power.PowerInputs`, tie share, MDE, two-stage MDE and floor."""
+    """One gem's power as its verdict stated it."""
 
     gem: str
     inputs: PowerInputs
@@ -81,7 +62,7 @@ class GemPower:
 
 @dataclass(frozen=True)
 class PilotCost:
-    """The pilot's recorded seconds per member-iteration and per member-epoch of evaluation, and where it ran."""
+    """The pilot's recorded seconds per member-iteration and per member-epoch of evaluation."""
 
     per_member_iteration: float
     per_member_eval: float
@@ -126,16 +107,15 @@ class Plan:
 
 
 def design_overrides(periods: int, seeds: int, epochs: int, prefix: str = "") -> str:
-    """The `key=value` overrides that run a design's periods, seeds per arm and epochs, as a user
-    pastes them after `tune-gems train` (`prefix` "config." for a sweep's spec)."""
+    """The `key=value` overrides that run a design after `tune-gems train` (`prefix` "config." for a
+    sweep's spec)."""
     keys = ("data.folds.k", "trainer.population", "trainer.epochs")
     return " ".join(f"{prefix}{k}={int(v)}" for k, v in zip(keys, (periods, seeds, epochs)))
 
 
 def _file_columns(exp: Experiment) -> tuple[str, ...]:
-    """The pilot's price columns in history order, then the other numeric columns of the one file
-    they all come from (histories.parquet's `source` and `column`; empty where the histories come
-    from several files or the file is not found from here)."""
+    """The pilot's price columns in history order, then the other numeric columns of their one file
+    (empty where there is no such file)."""
     t = exp.histories
     one_file = t is not None and {"source", "column"} <= set(t.columns) and t["source"].nunique() == 1
     path = Path(str(t["source"].iloc[0])) if one_file else None
@@ -149,10 +129,8 @@ def _file_columns(exp: Experiment) -> tuple[str, ...]:
 
 
 def _cost(exp: Experiment) -> PilotCost | None:
-    """The pilot's median cost per member-iteration and per member-epoch of evaluation, from the
-    epochs whose time and iteration count are recorded (finite, a time >= 0, at least one
-    iteration: the loader refuses others, `read/table_schema.py`, so only an `Experiment` built
-    by hand reaches here with them); None when no epoch has both."""
+    """The pilot's median cost per member-iteration and per member-epoch of evaluation over the
+    epochs that record both (None: none does)."""
     h, t, m = exp.history, exp.trials, exp.members
     ipe_col = "trainer.iterations_per_epoch"
     if h is None or "train_s" not in h.columns or ipe_col not in t.columns:
@@ -176,8 +154,7 @@ def _cost(exp: Experiment) -> PilotCost | None:
 
 
 def pilot_family(exp: Experiment, th: Thresholds) -> tuple[pd.DataFrame, DesignFamily]:
-    """(the verdict table, the design's family) of the pilot as `analyze` decides it: the same
-    cells, fold overlap and calendar periods."""
+    """(the verdict table, the family) of the pilot as `analyze` decides it."""
     cells = build_cells(exp.trials, exp.members, exp.arms)
     if fold_count(cells) < 2 and history_count(cells) < 2:
         raise DataError(f"{', '.join(str(p) for p in exp.paths)}: one validation period: the period spread cannot be "
@@ -193,10 +170,8 @@ WINDOW_CHOICES = (("last-k", {}), ("last-half", {}), ("from-epoch", {"first_epoc
 
 
 def window_comparison(exp: Experiment, th: Thresholds) -> pd.DataFrame:
-    """Per window of WINDOW_CHOICES and gem: the pilot's pooled effect, period spread, within-fold
-    variance and MDE as its verdict states them at that window: the calibration behind the default
-    window (an effect the longer average dilutes, or a within-fold variance it does not lower, says
-    the window does not pay)."""
+    """Per window of WINDOW_CHOICES and gem: the pilot's pooled effect, spreads and MDE at that
+    window: whether a longer average pays."""
     rows = []
     for window, extra in WINDOW_CHOICES:
         thw = th.with_window(window, **extra)
@@ -210,7 +185,7 @@ def window_comparison(exp: Experiment, th: Thresholds) -> pd.DataFrame:
 
 
 def _refusal(histories: int, periods: int, calendar: str | None, th: Thresholds, calendars: int = 1) -> str:
-    """Why the rule would not decide a layout ("" where it would); on the pilot's `calendars`."""
+    """Why the rule would not decide a layout ("" where it would)."""
     if histories >= 2 and histories < defaults.MIN_HISTORIES:
         return f"fewer than {defaults.MIN_HISTORIES} histories"
     if calendar == ONE:
@@ -222,8 +197,8 @@ def _refusal(histories: int, periods: int, calendar: str | None, th: Thresholds,
 
 
 def _at(d: PowerInputs, histories: int, periods: int, informative: float, calendar: str | None) -> PowerInputs:
-    """The verdict's power inputs moved to a layout: its histories, periods and informative seeds per
-    period; on their own calendars a shared calendar part joins each history's own period spread."""
+    """The verdict's power inputs moved to a layout; on their own calendars the calendar part joins
+    each history's own period spread."""
     out = replace(d, n=informative, folds=periods, histories=histories)
     if calendar == OWN and math.isfinite(d.calendar):
         out = replace(out, tau2=d.tau2 + d.calendar, calendar=math.nan)
@@ -232,8 +207,7 @@ def _at(d: PowerInputs, histories: int, periods: int, informative: float, calend
 
 def plan(experiment: Experiment | str | Path | Iterable[str | Path], *, target_mde: float | None = None,
          thresholds: Thresholds | None = None, periods=PERIODS, seeds=SEEDS, histories=HISTORIES, **settings) -> Plan:
-    """The plan of a finished pilot (module docstring). `target_mde` in the verdict metric's
-    units (default: the ROPE); `thresholds` / `settings` the analysis settings."""
+    """The plan of a finished pilot (module docstring); `target_mde` defaults to the ROPE."""
     th = Thresholds.build(thresholds, **settings)
     target = th.rope if target_mde is None else target_mde
     if isinstance(target, bool) or not isinstance(target, (int, float)) or not (0 < target < math.inf):
@@ -283,8 +257,7 @@ def plan(experiment: Experiment | str | Path | Iterable[str | Path], *, target_m
 def _layout_row(p: Plan, histories: int, periods: int, calendar: str | None, seeds: list[int], th: Thresholds,
                 pilot: bool) -> dict:
     """One layout: why the rule refuses it, or the fewest seeds whose worst MDE (and two-stage MDE)
-    reaches the target, with the MDEs there and what it costs (at the pilot's own design the
-    verdicts' MDEs)."""
+    reaches the target, its MDEs and cost."""
     row = dict(histories=histories, calendars=calendar or "", periods=periods, pilot=pilot,
                refused=_refusal(histories, periods, calendar, th, p.gems[0].inputs.calendars))
     members = row["members per seed"] = histories * periods * p.arms
@@ -326,8 +299,7 @@ def _duration(seconds: float) -> str:
 
 
 def _run_it(p: Plan, r: pd.Series, seeds: int) -> str:
-    """What runs a layout: the overrides of its histories (the pilot's file's next price columns),
-    periods, seeds and epochs, or the histories it needs that no override can name."""
+    """The overrides that run a layout, or the histories it needs that no override can name."""
     h, runs = int(r["histories"]), design_overrides(int(r["periods"]), seeds, p.epochs, p.prefix)
     if r["calendars"] == OWN and p.designs["calendars"].eq(ONE).any():
         return f"needs {h} histories on their own calendars (data.histories: other eras or markets); {runs}"

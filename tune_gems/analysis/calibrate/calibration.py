@@ -1,10 +1,6 @@
-"""Calibration of the verdict rule: simulated nulls (false keep / harmful) and planted effects (power).
-
-Datasets shaped like an experiment (per gem: its seeds, the spread of its per-seed differences,
-normal or t3, its divergence and tie rates) go through the very function the verdicts use
-(`rules.decision.decide`), vectorised over datasets. Null: the share of datasets where any gem
-reads keep wired / harmful (promise <= alpha); planted: the first gem's keep rate at a shift.
-"""
+"""Calibration of the verdict rule: simulated nulls (false keep / harmful) and planted effects
+(power), on datasets shaped like an experiment, through the very function the verdicts use
+(`rules.decision.decide`), vectorised over datasets."""
 
 from __future__ import annotations
 
@@ -61,12 +57,8 @@ def simulate_differences(rng, shape: Shape, n_sim: int, effect: float = 0.0, dis
 
 def family_decisions(diffs: list[np.ndarray], alpha: float = defaults.ALPHA, rope: float = defaults.ROPE,
                      p_magnitude: np.ndarray | None = None, one_sided: bool = False) -> np.ndarray:
-    """[n_sim, m] verdict names per dataset and gem: the signed-rank rule on each gem's
-    informative per-seed differences (ties dropped: `rules.periods.informative_rank_test`), then
-    the shipped rule (`rules.decision.decide`'s seed rule: Holm over the gems, keep / harmful /
-    delete / equivalent / inconclusive / insufficient data); `p_magnitude` [n_sim, m] the
-    magnitude TOST p (None: the magnitude is never at its null, so no `delete`); `one_sided`
-    the opt-in one-sided keep test."""
+    """[n_sim, m] verdict names by the shipped seed rule (`rules.decision.decide`); `p_magnitude`
+    the magnitude TOST p (None: never at its null, no `delete`)."""
     th = Thresholds(alpha=alpha, rope=rope, one_sided_keep=one_sided)
     return decide(Evidence(diffs, magnitude_p=p_magnitude), th).verdict
 
@@ -107,9 +99,8 @@ def mc_tolerance(rate: float, n_sim: int, z: float = 2.326) -> float:
 
 
 def median_parts(parts):
-    """The first contrast's variance parts (`periods.PooledComponents` or `histories.HistoryComponents`,
-    arrays [S, m] over simulated datasets) at their median over the datasets: the parts a
-    calibration row's stated MDE is read at (one statement per row, the rule's power at a design)."""
+    """The first contrast's variance parts at their median over the simulated datasets: where a
+    row's stated MDE is read."""
     def first(name: str):
         x = np.asarray(getattr(parts, name))
         x = x[..., 0] if x.ndim >= 2 else x
@@ -119,12 +110,8 @@ def median_parts(parts):
 
 def calibration_table(shapes: list[Shape], *, thresholds: Thresholds | None = None, seeds=defaults.CALIBRATION_SEEDS,
                       effects=EFFECT_MULTIPLES, **settings) -> pd.DataFrame:
-    """One row per (seeds, distribution): null rates and power per planted effect, at
-    `thresholds`' alpha, rope, power, n_sim and seed (`settings` replace fields by name).
-
-    `seeds`: seed counts to report besides the experiment's own (`shapes` as they are, labelled
-    `experiment`); each keeps the measured sd and divergence rate. Effects are multiples of the
-    first gem's sd, plus the ROPE."""
+    """One row per (seeds, distribution): null rates and power per planted effect (multiples of the
+    first gem's sd, plus the ROPE); `seeds` besides the experiment's own."""
     th = Thresholds.build(thresholds, **settings)
     n_sim, rope, alpha, seed = th.n_sim, th.rope, th.alpha, th.seed
     own = {s.n for s in shapes}
@@ -148,10 +135,8 @@ def calibration_table(shapes: list[Shape], *, thresholds: Thresholds | None = No
 
 def experiment_shapes(verdicts: pd.DataFrame, members: pd.DataFrame | None = None,
                       default_seeds: int = 16) -> tuple[list[Shape], str]:
-    """The shape of each gem's comparison from a verdict table (n seeds, sd of the per-seed
-    differences, divergence rate); (shapes, note). Gems without a design get the experiment's
-    typical shape: the largest n seen (else `default_seeds`) and the median sd (else the
-    spread of the verdict metric across members), so a 3-gem family is always simulated."""
+    """(shapes, note) of each gem's comparison from a verdict table; gems without a design get the
+    experiment's typical shape, so a 3-gem family is always simulated."""
     v = verdicts
     has = v[v["n_seeds"].fillna(0).astype(int) > 1]
     note = ""
@@ -219,10 +204,8 @@ def promise(what: str, worst: float, alpha: float, tol: float) -> str:
 
 @dataclass(frozen=True)
 class SearchShape:
-    """A simulated search: `trials` trials, each wiring each of `gems` gems with probability
-    `p_wire`; every wired gem's comparison has `seeds` per-seed differences made of a per-seed-
-    index path component (sd `path_sd`, the same in every trial of the search: shared paths) and
-    trial noise (sd `noise_sd`). The confirmation has `confirm_seeds` fresh seeds and paths."""
+    """A simulated search: `trials` trials wiring each gem with probability `p_wire`, per-seed
+    differences of a shared path part and trial noise; `confirm_seeds` fresh seeds and paths."""
 
     trials: int = 8
     gems: int = 3
@@ -239,14 +222,9 @@ class SearchShape:
 
 def search_confirm_rates(shape: SearchShape, effect: float = 0.0, n_sim: int = defaults.N_SIM, *,
                          alpha: float = defaults.ALPHA, dist: str = "normal", seed: int = defaults.SEED) -> dict[str, float]:
-    """Simulated searches, then confirmation, by the rules the project uses: per gem the trial
-    wiring it with the largest Hodges-Lehmann discovery gain (`verdict_gain_<gem>`) is chosen by
-    `search_choice.best_trial`, the choice of `choose_per_gem` (`tune-gems confirm`); the *naive*
-    verdict tests that trial's own seeds (what a search without confirmation would report); the
-    *confirmed* verdict tests a fresh run of it (fresh seeds and paths), both by the shipped
-    rule (`rules.decision.decide`: signed-rank, Holm over the gems with a choice). `effect` is the true shift of gem 0 in every configuration wiring it
-    (the others: none). Returns naive_fwer / confirmed_fwer (any keep or harmful among the null
-    gems), power (gem 0 reads keep wired after confirmation) and naive_power."""
+    """Simulated searches, then confirmation, by the shipped choice (`search_choice.best_trial`) and
+    rule (`rules.decision.decide`): the *naive* verdict tests the chosen trial's own seeds, the
+    *confirmed* a fresh run. Returns naive_fwer, confirmed_fwer, power and naive_power."""
     rng = np.random.default_rng(seed + 7)
     T, m, n, nc = shape.trials, shape.gems, shape.seeds, shape.confirm_seeds
     wired = rng.random((n_sim, T, m)) < shape.p_wire
@@ -276,10 +254,8 @@ def confirmation_mde(shape: SearchShape, alpha: float = defaults.ALPHA, power_ta
 
 def delete_verdicts(shapes: list[Shape], effect: float, rope: float = defaults.ROPE, n_sim: int = defaults.N_SIM, *,
                     dist: str = "normal", alpha: float = defaults.ALPHA, seed: int = defaults.SEED) -> np.ndarray:
-    """[n_sim] the first gem's verdict by the shipped seed rule (`family_decisions`) when every
-    gem's magnitude is at its null (that half of `delete` holds) and wiring the first shifts the
-    outcome by `effect`: the wiring half (no keep / harmful, the TOST within +-`rope`, Holm over
-    the gems) decides between `delete` and the rest."""
+    """[n_sim] the first gem's verdict when every magnitude is at its null and wiring it shifts the
+    outcome by `effect`: the wiring half decides `delete`."""
     rng = np.random.default_rng(seed + 3)
     diffs = [simulate_differences(rng, s, n_sim, effect if i == 0 else 0.0, dist) for i, s in enumerate(shapes)]
     return family_decisions(diffs, alpha, rope, p_magnitude=np.zeros((n_sim, len(shapes))))[:, 0]

@@ -1,20 +1,9 @@
-"""Calibration of the rule's components for folds and histories: the fold overlap, the held-out
-confirmation, several price histories, and a heterogeneous contrast leaving the family's shared spread.
-
-Each table runs the function a verdict calls (`rules.decision.decide` on `rules.periods.fold_data`
-or `rules.histories.history_data`; the power statements `rules.power.pooled_mde` / `history_mde`)
-on simulated families (`World`: per-seed differences in one seed's sd, period spreads in one
-fold's seed SE): seed noise with a share `rho` common to every fold; one period's luck per fold
-(`tau`, per contrast `taus`); a part common to a history's folds (`common` = c, Nadeau and
-Bengio's model of folds that share training rows); one test segment per history carrying a share
-`carry` of that part; each history's own luck (`tau_history`); planted effects on the first
-contrast (consistent, flipped on the test segment, or per history: `history_pattern`). The real
-shapes are the S&P 500 runs' (`LAYOUT_ROWS`, NB's factors 2.14 and 2.20 read off their fold tables).
-
-`python analysis/calibrate_decisions.py --n-sim 2000` prints the tables of docs/analysis.md ("The
-overlap of folds", "The held-out confirmation", "Several price histories", "Isolating a
-heterogeneous contrast"); `tests/test_decision_calibration.py` checks each claim at a small n_sim.
-"""
+"""Calibration of the rule over folds and histories: the fold overlap, the held-out confirmation,
+several price histories, a calendar they share, and a contrast leaving the family's spread. Each
+table runs the function a verdict calls (`rules.decision.decide`, `rules.power.mde`) on simulated
+families (`World`); the real shapes are the S&P 500 runs' (`LAYOUT_ROWS`). `python
+analysis/calibrate_decisions.py --n-sim 2000` prints docs/analysis.md's tables;
+`tests/test_decision_calibration.py` checks each claim at a small n_sim."""
 
 from __future__ import annotations
 
@@ -50,7 +39,9 @@ LAYOUT_EMBARGO = 5
 
 @dataclass(frozen=True)
 class World:
-    """What one simulated family faces (module docstring); effects in sd, spreads in seed SE."""
+    """One simulated family's world: effects in seed sd, spreads in one fold's seed SE; `common` (c)
+    the part a history's folds share (Nadeau and Bengio's), `carry` its share on the test
+    segment."""
 
     effect: float = 0.0
     test_effect: float | None = None
@@ -62,15 +53,13 @@ class World:
     tau_history: float = 0.0
     history_pattern: tuple[float, ...] | None = None
     calendar: float = 0.0
-    """The calendar part (in seed SE): one draw per calendar period and contrast, common to every
-    history whose fold validates on that period (and to every history's test segment where they
-    share one calendar): what histories on one calendar share and their spread cannot show."""
+    """One draw per calendar period and contrast, shared by the histories on it (their spread cannot show it)."""
 
 
 @dataclass(frozen=True)
 class Design:
-    """A layout: `folds` purged groups per history, `seeds` per arm, `contrasts` in the family,
-    `histories`; `nb_rho` NB's correlation of its folds (`layout_rho`)."""
+    """A layout: `folds` per history, `seeds` per arm, `contrasts`, `histories`; `nb_rho` NB's
+    correlation of its folds."""
 
     label: str
     folds: int
@@ -79,31 +68,31 @@ class Design:
     histories: int = 1
     nb_rho: float = 0.0
     one_calendar: bool = True
-    """The histories' folds validate on the same calendar periods, and their test segments on one
-    (the columns of one file); False: each history its own calendar (another era, another market)."""
+    """The histories' folds and test segments share calendar periods (the columns of one file)."""
 
 
 def layout_rho(folds: int) -> float:
-    """NB's correlation n2 / (n1 + n2) of a purged layout of `folds` groups on LAYOUT_ROWS rows,
-    from its fold table (`rules.periods.fold_overlap`): the mean over its folds, whose factor
-    `nb_factor` is the table's."""
+    """NB's correlation n2 / (n1 + n2) of `folds` purged groups on LAYOUT_ROWS rows, read off its
+    fold table."""
     prices = pd.Series(np.arange(LAYOUT_ROWS, dtype=float))
     spec = SimpleNamespace(scheme="purged", k=folds, embargo=LAYOUT_EMBARGO, val_length=None)
-    table = fold_table(prices.index, fold_bounds(prices, list(LAYOUT_SPLITS), spec, 64, LAYOUT_REACH), "expanding")
-    ov = fold_overlap(table)
-    lam = (ov.factor - 1.0) / folds  # equal weights: F = 1 + K lambda
+    return _nb_rho(fold_table(prices.index, fold_bounds(prices, list(LAYOUT_SPLITS), spec, 64, LAYOUT_REACH),
+                              "expanding"), folds)
+
+
+def _nb_rho(table: pd.DataFrame, folds: int) -> float:
+    lam = (fold_overlap(table).factor - 1.0) / folds  # equal weights: F = 1 + K lambda
     return float(lam / (1.0 + lam))
 
 
 def real_designs() -> tuple[Design, ...]:
-    """The issue's real shapes with NB's correlation of their layouts."""
+    """The real shapes with NB's correlation of their layouts."""
     return (Design("8 groups x 12 seeds", 8, 12, nb_rho=layout_rho(8)),
             Design("6 groups x 16 seeds", 6, 16, nb_rho=layout_rho(6)))
 
 
 def history_designs() -> tuple[Design, ...]:
-    """Histories on their own calendars: 4 and 3 histories x 4 purged groups x 6 seeds, and one period
-    per history, 8 x 1 x 12 (96 members per arm each but 3 x 4 x 6)."""
+    """Histories on their own calendars, 96 members per arm each but 3 x 4 x 6."""
     rho = layout_rho(4)
     return (Design("4 histories x 4 groups x 6 seeds", 4, 6, histories=4, nb_rho=rho, one_calendar=False),
             Design("3 histories x 4 groups x 6 seeds", 4, 6, histories=3, nb_rho=rho, one_calendar=False),
@@ -111,8 +100,8 @@ def history_designs() -> tuple[Design, ...]:
 
 
 def simulate(rng, n_sim: int, design: Design, world: World) -> tuple[np.ndarray, np.ndarray]:
-    """(validation, test) per-seed differences, each [n_sim, m, H, K, n] (module docstring):
-    the test segment is one period per history, every fold's members evaluated on it."""
+    """(validation, test) per-seed differences [n_sim, m, H, K, n]: the test segment one period per
+    history, every fold's members evaluated on it."""
     s, m, h, k, n = n_sim, design.contrasts, design.histories, design.folds, design.seeds
     se = 1.0 / math.sqrt(n)
     taus = np.full(m, world.tau) if world.taus is None else np.asarray(world.taus, float)
@@ -145,10 +134,8 @@ def _fwer(codes: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class OneHistoryRun:
-    """The one-history rule on simulated families: discovery codes [S, m], the MDE it states for the
-    first contrast at the datasets' median parts (`power.pooled_mde` with the overlap when corrected),
-    the two-stage codes and `alone` [S, m] where the held-out stage on every contrast confirms it
-    (`held_out_alone`)."""
+    """The one-history rule's discovery codes [S, m], its MDE for the first contrast at the median
+    parts, the two-stage codes and the held-out stage alone."""
 
     codes: np.ndarray
     mde: float
@@ -158,9 +145,8 @@ class OneHistoryRun:
 
 def one_history_run(design: Design, world: World, *, n_sim: int, seed: int, corrected: bool,
                     th: Thresholds) -> OneHistoryRun:
-    """The rule (`rules.decision.decide`: the pooled test, with NB's correlation of the layout when
-    `corrected`), its stated MDE, and the held-out confirmation (its second stage at alpha / m, the test
-    period's spread the pooled tau^2) on `n_sim` families of `design` in `world`."""
+    """The pooled rule (NB's correlation when `corrected`), its stated MDE and the held-out stage at
+    alpha / m on `n_sim` families."""
     rng = np.random.default_rng(seed)
     d, d_test = simulate(rng, n_sim, design, world)
     fd = fold_data(d[:, :, 0])
@@ -180,8 +166,8 @@ def one_history_run(design: Design, world: World, *, n_sim: int, seed: int, corr
 
 
 def _unit_diffs(d: np.ndarray) -> list[np.ndarray]:
-    """Each contrast's per-seed differences averaged over its histories and folds ([S, n] per
-    contrast, from d [S, m, H, K, n]): what the seed rule reads, as the verdicts pair them."""
+    """Each contrast's per-seed differences averaged over histories and folds: what the seed rule
+    reads."""
     with np.errstate(invalid="ignore"):
         unit = np.nan_to_num(d.mean((2, 3)), nan=0.0)
     return [unit[:, g] for g in range(d.shape[1])]
@@ -191,10 +177,8 @@ def _unit_diffs(d: np.ndarray) -> list[np.ndarray]:
 
 
 def overlap_table(th: Thresholds, designs=None, taus=(0.0, 1.0)) -> pd.DataFrame:
-    """Per design, period spread and common correlation c (0, NB's, 0.35): the family-wise false
-    rate of the pooled rule without and with NB's correction, the MDE each states (median, sd),
-    the power at the uncorrected MDE without and with, and the corrected rule's power at its own
-    MDE."""
+    """Per design, period spread and c (0, NB's, 0.35): the false rate without and with NB's
+    correction, the MDE each states and the power at each."""
     rows = []
     for design in designs or real_designs():
         for tau in taus:
@@ -239,12 +223,9 @@ def format_overlap(t: pd.DataFrame, alpha: float) -> str:
 
 
 def held_out_table(th: Thresholds, designs=None, taus=(0.0, 1.0, 2.0)) -> pd.DataFrame:
-    """Per design, period spread and world: the one-stage (the pooled rule, no overlap
-    correction) and two-stage family-wise false rates under the null at c = 0, NB's and 0.35 (the
-    common part not carried to the test segment, and carried: outside the promise), the held-out
-    stage alone (`held_out_alone`: every contrast as a keep, per contrast; promise alpha / m), the
-    first contrast's keep rate at the one-stage rule's MDE in both stages, and with that effect
-    flipped on the test segment."""
+    """Per design, spread and world: the one- and two-stage false rates (a common part carried to
+    the test is outside the promise), the stage alone, the power at the one-stage MDE, and an effect
+    flipped on the test."""
     rows = []
     for design in designs or real_designs():
         for tau in taus:
@@ -296,11 +277,9 @@ def format_held_out(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
 
 @dataclass(frozen=True)
 class HistoryRun:
-    """The nested rule on simulated families: codes [S, m], the MDE it states for the first contrast
-    at the datasets' median parts, the two-stage codes (the test segment as the rule's second stage),
-    `alone` [S, m] where the held-out stage applied to every contrast (as if each were a discovery
-    keep) confirms it (its false rate alone under the null: <= alpha / m) and `two_stage` the
-    two-stage MDE it states."""
+    """The nested rule's codes [S, m], its MDE and two-stage MDE for the first contrast at the
+    median parts, the two-stage codes and the held-out stage alone on every contrast (promise alpha
+    / m)."""
 
     codes: np.ndarray
     mde: float
@@ -310,11 +289,8 @@ class HistoryRun:
 
 
 def history_run(design: Design, world: World, *, n_sim: int, seed: int, th: Thresholds) -> HistoryRun:
-    """The rule over histories (`rules.decision.decide` with the histories' data on the design's
-    calendar and the test segment), the held-out stage alone (`decision.held_out_stage`, the
-    function `decide` applies, on every contrast) and the power statement a verdict row makes
-    (`statement_at` on `histories.history_components` at the datasets' median) on `n_sim` families of
-    `design` in `world`."""
+    """The rule over histories on the design's calendars with the test segment, the held-out stage
+    alone, and the power statement a verdict row makes."""
     rng = np.random.default_rng(seed)
     d, d_test = simulate(rng, n_sim, design, world)
     h, k, m = design.histories, design.folds, design.contrasts
@@ -322,8 +298,7 @@ def history_run(design: Design, world: World, *, n_sim: int, seed: int, th: Thre
     segment = test_segment(d_test)
     dec = decide(Evidence(_unit_diffs(d), histories=hd, test=segment), th)
     hp = dec.histories
-    level = confirmation_level(th.alpha, m)
-    alone = held_out_alone(segment, level, calendar=hp.calendar)
+    alone = held_out_alone(segment, confirmation_level(th.alpha, m), calendar=hp.calendar)
     with np.errstate(invalid="ignore", divide="ignore"):
         c = median_parts(history_components(hd, hp))
         seeds = float(np.nanmedian(np.mean([fd.n_informative[:, 0].mean(-1) for fd in hd.folds], 0)))
@@ -333,17 +308,15 @@ def history_run(design: Design, world: World, *, n_sim: int, seed: int, th: Thre
 
 
 def statement_at(d: PowerInputs, th: Thresholds, contrasts: int) -> tuple[float, float]:
-    """(the MDE, the two-stage MDE) the rule states for comparison `d` at the first Holm step of a
-    family of `contrasts` (the held-out stage at alpha / m): `power.mde` and `power.two_stage`."""
+    """(MDE, two-stage MDE) the rule states for `d` at the first Holm step of `contrasts`."""
     level = th.alpha / contrasts
     return (mde(d, level, th.power, one_sided=th.one_sided_keep),
             two_stage(d, level, th.power, test_level=level, one_sided=th.one_sided_keep))
 
 
 def test_segment(d_test: np.ndarray) -> TestSegment:
-    """The held-out test segment of per-seed test differences d_test [S, m, H, K, n], as the verdicts
-    gather it (`held_out.held_out_segment`): each seed's differences over every history and fold, and
-    over several histories each seed's over its folds in each history (`by_history`)."""
+    """The test segment as `held_out.held_out_segment` gathers it: each seed over every history and
+    fold, and per history (`by_history`)."""
     s, m, h, k, n = d_test.shape
     test = [seed_level_effect(d_test[:, g].reshape(s, h * k, n)) for g in range(m)]
     with np.errstate(invalid="ignore"):
@@ -352,11 +325,9 @@ def test_segment(d_test: np.ndarray) -> TestSegment:
 
 
 def histories_table(th: Thresholds, designs=None, tau: float = 1.0, tau_history: float = 1.0) -> pd.DataFrame:
-    """Per history design (histories on their own calendars): the nested rule's family-wise false rate
-    under the null (a part common to a history's folds at c 0, NB's, 0.35), discovery and two-stage, the
-    held-out stage alone (per contrast, applied to every one), its stated MDE and the power there, and
-    the first contrast's keep / harmful / inconsistent rates where its effect flips across the
-    histories (mean zero) and where one history has the opposite sign."""
+    """Per history design: the nested rule's null false rates (c 0, NB's, 0.35), the stage alone,
+    its MDE and power there, and the first contrast's rates where its effect flips across the
+    histories."""
     rows = []
     for design in designs or history_designs():
         h = design.histories
@@ -404,9 +375,13 @@ def format_histories(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
     return "\n".join(lines)
 
 
+def _num(x: float, fmt: str = ".3f") -> str:
+    return f"{x:{fmt}}" if math.isfinite(x) else "-"
+
+
 def _promise(alpha: float, n_sim: int, contrasts: int, fwer: float, alone: float) -> str:
-    """The line under a table: the worst null family-wise rate and held-out stage alone against their
-    promises, with the Monte-Carlo allowance (the stage alone is a rate over n_sim x contrasts)."""
+    """The worst null family-wise rate and held-out stage alone against their promises, with the
+    Monte-Carlo allowance."""
     tol, tol_alone = mc_tolerance(alpha, n_sim), mc_tolerance(alpha / contrasts, n_sim * contrasts)
     bad = fwer > alpha + tol or alone > alpha / contrasts + tol_alone
     return (f"worst null FWER {fwer:.3f} (promise <= {alpha:g}, allowance +{tol:.3f}); worst held-out stage alone "
@@ -428,10 +403,8 @@ ISOLATION_WORLDS = (
 
 def isolation_table(th: Thresholds, folds=(4, 8), seeds: int = 16, effect: float = 1.0,
                     worlds=ISOLATION_WORLDS) -> pd.DataFrame:
-    """Per fold count and per-contrast spreads (ISOLATION_WORLDS): the family-wise false rate under
-    the null and the first contrast's power at a planted `effect` (sd), with the flagged contrast
-    kept in the family's shared fit (the rule as shipped) and leaving it (`isolate_flagged`, at
-    the share test's level and at 0.01)."""
+    """Per fold count and spreads: the false rate and the first contrast's power with the flagged
+    contrast kept in the shared fit (shipped) and leaving it."""
     variants = (("kept (shipped)", dict(isolate_flagged=False)),
                 ("leaves, 0.1", dict(isolate_flagged=True, isolate_level=defaults.TAU_SHARE_LEVEL)),
                 ("leaves, 0.01", dict(isolate_flagged=True, isolate_level=0.01)))
@@ -476,31 +449,26 @@ def format_isolation(t: pd.DataFrame, alpha: float, effect: float = 1.0) -> str:
 
 
 REAL_ROWS = 5012
-"""Daily rows of the shipped price file (`examples/daily_closes.csv`: S&P 500, NASDAQ, WTI on one
-calendar, 1999-2018) the real three-history run cut its folds from."""
+"""Daily rows of `examples/daily_closes.csv` (three histories on one calendar) the real run cut its 2
+expanding folds of REAL_FOLD_ROWS days from."""
 REAL_FOLD_ROWS = 1000
-"""The real three-history run's validation windows: 2 expanding folds of 1000 days."""
 CALENDAR_SDS = (0.0, 0.05, 0.10)
 """The calendar part's sd in Sharpe units: none, about one window's period spread shared at r = 0.9
 (S&P 500 / NASDAQ daily returns correlate 0.89-0.97), twice that."""
 OWN_PERIOD_SD = 0.0167
-"""A history's own part of a window's period spread, in Sharpe units (what r = 0.9 leaves beside a
-calendar part of 0.05)."""
+"""A history's own part of a window's period spread (Sharpe): what r = 0.9 leaves beside 0.05."""
 CALENDAR_HISTORIES = (3, 4, 6, 8)
 
 
 REFERENCE_MDE = 0.148
-"""The real run's pooled g6 MDE at 8 purged groups x 12 seeds (S&P 500, Sharpe units): the scale of
-one seed's noise behind every Sharpe-unit statement here."""
+"""The real run's g6 MDE at 8 purged groups x 12 seeds (Sharpe): the scale of one seed's noise here."""
 VALIDATION_ROWS = round(REAL_ROWS * LAYOUT_SPLITS[1])
-"""The validation window of one period on the shipped file at the default split (752 rows): one fold
-per history, and each walk-forward fold at the default `data.folds.val_length`."""
+"""One validation period on the shipped file at the default split (752 rows)."""
 
 
 def t_multiplier(df, level, power: float, one_sided: bool = False):
-    """(t_{1-a/2, df} + t_{power, df}): the closed form's MDE over its se (a = level; one-sided:
-    t_{1-a}), which the real run's MDE of its time was stated with: `within_sharpe` reads one seed's
-    noise back from it."""
+    """t_{1-a/2, df} + t_{power, df} (one-sided: t_{1-a}): the closed form the real run's MDE was
+    stated with."""
     df = np.asarray(df, float)
     tail = np.asarray(level, float) if one_sided else np.asarray(level, float) / 2
     with np.errstate(invalid="ignore"):
@@ -511,64 +479,53 @@ def t_multiplier(df, level, power: float, one_sided: bool = False):
 
 def within_sharpe(window_rows: float, reference_mde: float = REFERENCE_MDE, alpha: float = defaults.ALPHA,
                   power: float = defaults.POWER) -> float:
-    """One seed's variance of a per-period difference as the rule reads it (n x the squared standard
-    error of a Hodges-Lehmann effect, `periods.PooledComponents.within`) in Sharpe units, for a validation
-    window of `window_rows` rows: read off the real run's MDE (8 purged groups x 12 seeds, a family of
-    one, df 7, no period spread or seed share: 12 x 8 x (MDE / t_multiplier)^2 for an 8-group window
-    of (0.85 LAYOUT_ROWS - 32) / 8 rows) and scaled by window length (a Sharpe's variance is inverse
-    in its length)."""
+    """One seed's variance of a per-period difference in Sharpe units for a window of `window_rows`,
+    read off the real run's MDE (12 x 8 x (MDE / t_multiplier)^2) and scaled by window length."""
     within8 = 12 * 8 * (reference_mde / t_multiplier(7, alpha, power)) ** 2
     window8 = (LAYOUT_ROWS * (LAYOUT_SPLITS[0] + LAYOUT_SPLITS[1]) - LAYOUT_REACH.window) / 8
     return within8 * window8 / window_rows
 
 
 def seed_sd_sharpe(window_rows: float) -> float:
-    """The sd of one seed's per-period difference in Sharpe units (normal noise: `within_sharpe` over
-    the rank test's efficiency pi / 3)."""
+    """One seed's sd in Sharpe units (`within_sharpe` over the rank test's efficiency pi / 3)."""
     return math.sqrt(within_sharpe(window_rows) / (math.pi / 3))
 
 
 def walk_forward_rho(folds: int, val_length: int = REAL_FOLD_ROWS, rows: int = REAL_ROWS) -> float:
-    """NB's correlation of `folds` expanding walk-forward windows of `val_length` rows on `rows`
-    (the equal-fold reading of the layout's factor, as `layout_rho`): 0.27 for the real run's 2 x 1000
-    (its factor 1.75)."""
+    """NB's correlation of `folds` expanding windows of `val_length` rows (0.27 for the real run's 2
+    x 1000)."""
     prices = pd.Series(np.arange(rows, dtype=float))
     spec = SimpleNamespace(scheme="walk_forward", k=folds, gap=0, val_length=val_length, layout="expanding",
                            train_length=None)
-    ov = fold_overlap(fold_table(prices.index, fold_bounds(prices, list(LAYOUT_SPLITS), spec, 64), "expanding"))
-    lam = (ov.factor - 1.0) / folds
-    return float(lam / (1.0 + lam))
+    return _nb_rho(fold_table(prices.index, fold_bounds(prices, list(LAYOUT_SPLITS), spec, 64), "expanding"), folds)
 
 
 def calendar_design(histories: int, folds: int = 2, seeds: int = 16, *, one_calendar: bool = True,
                     window: int = REAL_FOLD_ROWS) -> Design:
-    """`histories` x `folds` expanding windows of `window` rows x `seeds` (the real run: 3 x 2 x 16 of
-    1000 days), on one calendar or each history on its own."""
+    """`histories` x `folds` expanding windows of `window` rows x `seeds`, on one calendar or their
+    own."""
     where = "one calendar" if one_calendar else "own calendars"
     return Design(f"{histories} x {folds} x {seeds}, {where}", folds, seeds, histories=histories,
                   nb_rho=walk_forward_rho(folds, window) if folds >= 2 else 0.0, one_calendar=one_calendar)
 
 
 def calendar_world(design: Design, calendar_sd: float, effect: float = 0.0, window: int = REAL_FOLD_ROWS) -> World:
-    """A world in Sharpe units for `design` (its seed sd `seed_sd_sharpe(window)`): a calendar part of
-    sd `calendar_sd`, each history's own period part OWN_PERIOD_SD, a planted `effect` (Sharpe)."""
+    """A world in Sharpe units: a calendar part `calendar_sd`, each history's own OWN_PERIOD_SD, a
+    planted `effect`."""
     sd = seed_sd_sharpe(window)
     se = sd / math.sqrt(design.seeds)
     return World(effect=effect / sd, tau=OWN_PERIOD_SD / se, calendar=calendar_sd / se)
 
 
 CALENDAR_LAYOUTS = ((2, 16, True, REAL_FOLD_ROWS), (6, 8, True, 600), (1, 12, False, VALIDATION_ROWS))
-"""(folds, seeds, one calendar, window rows): the real run's layout (2 expanding 1000-day folds, 16
-seeds, one calendar), one calendar with MIN_SHARED_PERIODS folds of 600 days x 8 seeds, and one period
-per history on its own calendar (the default split's validation segment, 12 seeds)."""
+"""(folds, seeds, one calendar, window rows): the real run's, MIN_SHARED_PERIODS folds on one calendar,
+and one period per history on its own."""
 
 
 def calendar_table(th: Thresholds, histories=CALENDAR_HISTORIES, sds=CALENDAR_SDS, layouts=CALENDAR_LAYOUTS,
                    planted_sd: float = 0.05) -> pd.DataFrame:
-    """Per layout, number of histories and calendar sd (Sharpe): the nested rule's family-wise false
-    rate (discovery and two-stage), the held-out stage alone (per contrast), the share of contrasts read
-    `insufficient data`, the MDE and two-stage MDE it states (median, Sharpe); and at the calendar sd
-    `planted_sd` the first contrast's power (one- and two-stage) at the MDE stated there."""
+    """Per layout, histories and calendar sd: the nested rule's false rates, the stage alone, the
+    insufficient share, the MDEs it states, and the power at `planted_sd`."""
     rows = []
     for folds, seeds, one, window in layouts:
         for h in histories:
@@ -600,13 +557,9 @@ def format_calendar(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
              "keeps at that MDE, one-stage / two-stage)"]
     head = ["design", "calendar sd", "FWER", "FWER two-stage", "held-out alone", "insufficient", "MDE", "two-stage MDE",
             "power", "power two-stage"]
-
-    def num(x, fmt):
-        return f"{x:{fmt}}" if math.isfinite(x) else "-"
-
     rows = [[r["design"], f"{r['calendar_sd']:.2f}", f"{r['fwer']:.3f}", f"{r['fwer_two']:.3f}", f"{r['alone']:.4f}",
-             f"{r['insufficient']:.2f}", num(r["mde"], ".3f"), num(r["two_stage"], ".3f"), num(r["power"], ".2f"),
-             num(r["power_two"], ".2f")] for _, r in t.iterrows()]
+             f"{r['insufficient']:.2f}", _num(r["mde"]), _num(r["two_stage"]), _num(r["power"], ".2f"),
+             _num(r["power_two"], ".2f")] for _, r in t.iterrows()]
     lines += text_table(head, rows)
     lines.append(_promise(alpha, int(t["n_sim"].iloc[0]), contrasts, float(t["fwer"].max()), float(t["alone"].max())))
     return "\n".join(lines)
@@ -620,8 +573,8 @@ MDE_DESIGNS = ((8, 1, 12, False), (12, 1, 8, False), (16, 1, 6, False), (6, 1, 1
 
 def _power_at(design: Design, effect: float, spread: bool, th: Thresholds, window: int, seed: int,
               one_sided: bool) -> tuple[float, float]:
-    """(one-stage, two-stage) power of the first contrast at a planted `effect` (Sharpe) through the
-    shipped rule (`history_run`), the world of `mde_table`'s spread (none: no period spread)."""
+    """(one-stage, two-stage) power of the first contrast at `effect` (Sharpe) through
+    `history_run`."""
     world = calendar_world(design, 0.05 if spread else 0.0, effect=effect, window=window)
     if not spread:
         world = replace(world, tau=0.0)
@@ -630,17 +583,9 @@ def _power_at(design: Design, effect: float, spread: bool, th: Thresholds, windo
 
 
 def mde_table(th: Thresholds, contrasts: int = 3, designs=MDE_DESIGNS, window: int = VALIDATION_ROWS) -> pd.DataFrame:
-    """The nested rule's MDE in Sharpe units at the first Holm step of a family of `contrasts`
-    (`power.mde`, the verdicts' statement: the rule's own stage 2 on the families it will see),
-    two-sided and one-sided, and the two-stage MDE (`power.two_stage`: the keep must also pass the
-    held-out stage one-sided at alpha / m), per layout, without spreads and with one window's period
-    spread (own calendars: all the history's own, OWN_PERIOD_SD and the calendar part 0.05 together;
-    one calendar: the calendar part 0.05 shared); one seed's variance `within_sharpe(window)`; and
-    the simulated power of the shipped rule at the one-sided MDE (one- and two-stage: `history_run`
-    with the one-sided keep test). A layout the rule cannot decide (one calendar with fewer than
-    MIN_SHARED_PERIODS periods) reads NaN. K periods of a history validate on windows of `window`
-    rows, at most FOLDS_ROWS / K."""
-    level = th.alpha / contrasts
+    """The nested rule's MDE (Sharpe) at the first Holm step, two- and one-sided, and the two-stage
+    MDE, per layout without and with one window's spread, beside the shipped rule's simulated power
+    at the one-sided MDE; NaN where the rule cannot decide."""
     rows = []
     for i, (h, k, n, one) in enumerate(designs):
         win = min(window, FOLDS_ROWS // k)  # K walk-forward windows must fit before the test segment
@@ -659,9 +604,8 @@ def mde_table(th: Thresholds, contrasts: int = 3, designs=MDE_DESIGNS, window: i
 
 
 def design_parts(window: int, one_calendar: bool, spread: bool) -> HistoryComponents:
-    """A layout's parts in Sharpe units: one seed's variance `within_sharpe(window)`, and with
-    `spread` one window's period spread (own calendars: OWN_PERIOD_SD and the calendar part 0.05
-    all the history's own; one calendar: the calendar part 0.05 shared)."""
+    """A layout's parts in Sharpe units; with `spread` one window's period spread (shared on one
+    calendar)."""
     cal = 0.05**2 if spread and one_calendar else 0.0
     own = (OWN_PERIOD_SD**2 if one_calendar else OWN_PERIOD_SD**2 + 0.05**2) if spread else 0.0
     return HistoryComponents(history=0.0, period=own, within=within_sharpe(window), seed=0.0, calendar=cal,
@@ -670,9 +614,8 @@ def design_parts(window: int, one_calendar: bool, spread: bool) -> HistoryCompon
 
 def simulated_mde(design: Design, th: Thresholds, *, spread: bool = False, window: int = VALIDATION_ROWS,
                   two_stage: bool = False, steps: int = 7) -> float:
-    """The planted effect (Sharpe) at which the shipped rule keeps the first contrast with power
-    `th.power` (one-sided keep test; `two_stage`: after the held-out stage too), by bisection on
-    `_power_at` over [0, 0.6] Sharpe: what a layout really detects, to set beside the MDE it states."""
+    """The effect at which the shipped rule keeps the first contrast with power `th.power`, by
+    bisection over [0, 0.6] Sharpe."""
     lo, hi = 0.0, 0.6
     for j in range(steps):
         mid = 0.5 * (lo + hi)
@@ -682,9 +625,8 @@ def simulated_mde(design: Design, th: Thresholds, *, spread: bool = False, windo
 
 
 def best_layout(th: Thresholds, contrasts: int = 3, members: int = 96, window: int = VALIDATION_ROWS) -> dict:
-    """The layout of at most `members` per arm on histories of their own calendars (no spread) with
-    the smallest one-sided MDE at the first Holm step (histories 3-48, periods 1-8, at least 6 seeds:
-    a history's test-segment effect needs a 95% rank interval), as `mde_table` states it."""
+    """The own-calendar layout of at most `members` per arm with the smallest one-sided MDE (at
+    least 6 seeds)."""
     best = dict(mde=math.inf)
     one_sided = replace(th, one_sided_keep=True)
     for h in range(3, 49):
@@ -700,8 +642,7 @@ def best_layout(th: Thresholds, contrasts: int = 3, members: int = 96, window: i
 
 
 FOLDS_ROWS = 3600
-"""Rows before the shipped file's test segment that walk-forward windows may take (of 4260: the
-first window's training needs the rest)."""
+"""Rows before the shipped file's test segment that walk-forward windows may take (of 4260)."""
 SIMULATED_MDE_DESIGNS = ((8, 1, 12), (12, 1, 8), (16, 1, 6))
 """Own-calendar layouts of 96 members per arm whose detectable effect `format_mde` simulates."""
 
@@ -717,13 +658,9 @@ def format_mde(t: pd.DataFrame, th: Thresholds, contrasts: int = 3) -> str:
              "families; '-': the rule does not decide that layout)"]
     head = ["histories x periods x seeds", "window", "calendar", "spread", "MDE two-sided", "MDE one-sided",
             "two-stage two-sided", "two-stage one-sided", "power", "power two-stage"]
-
-    def num(x, fmt=".3f"):
-        return f"{x:{fmt}}" if math.isfinite(x) else "-"
-
     rows = [[f"{r['histories']} x {r['periods']} x {r['seeds']}", f"{r['window']}", "one" if r["one_calendar"] else "own",
-             "window's" if r["spread"] else "none", num(r["mde_two"]), num(r["mde_one"]), num(r["two_stage_two"]),
-             num(r["two_stage_one"]), num(r["power"], ".2f"), num(r["power_two"], ".2f")] for _, r in t.iterrows()]
+             "window's" if r["spread"] else "none", _num(r["mde_two"]), _num(r["mde_one"]), _num(r["two_stage_two"]),
+             _num(r["two_stage_one"]), _num(r["power"], ".2f"), _num(r["power_two"], ".2f")] for _, r in t.iterrows()]
     lines += text_table(head, rows)
     b = best_layout(th, contrasts=contrasts)
     lines.append(f"the rule's best of at most 96 members per arm on own calendars (no spread): {b['histories']} x "
@@ -743,15 +680,10 @@ TABLES = ("overlap", "held-out", "histories", "isolation", "calendar", "mde")
 
 
 def table_text(name: str, th: Thresholds) -> str:
-    """One of `TABLES`, computed through the rule's own functions and formatted."""
-    if name == "overlap":
-        return format_overlap(overlap_table(th), th.alpha)
-    if name == "held-out":
-        return format_held_out(held_out_table(th), th.alpha)
-    if name == "histories":
-        return format_histories(histories_table(th), th.alpha)
-    if name == "calendar":
-        return format_calendar(calendar_table(th), th.alpha)
+    """One of `TABLES`, computed and formatted."""
     if name == "mde":
         return format_mde(mde_table(th), th)
-    return format_isolation(isolation_table(th), th.alpha)
+    table, text = {"overlap": (overlap_table, format_overlap), "held-out": (held_out_table, format_held_out),
+                   "histories": (histories_table, format_histories), "calendar": (calendar_table, format_calendar),
+                   "isolation": (isolation_table, format_isolation)}[name]
+    return text(table(th), th.alpha)

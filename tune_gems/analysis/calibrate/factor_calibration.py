@@ -1,18 +1,8 @@
-"""Calibration of the factor table: the family of gems and factors together.
-
-A statistic ships with its calibration through the function the shipped table calls: here
-`rules.decision.decide`, the rule `factors.factor_table` runs on a design's gems and factors (the
-seed rule with Holm over the whole family, the one-period gates at K = 1 on one history, the
-period rule at K >= 2). The simulation gives every effect of the family (G gems and F factors,
-one population: every contrast has the same seeds) what a verdict faces, as the period
-calibration does: seed noise (normal or t3, a share `rho` of it the seed's own in every fold),
-one market history per period (a fold-level effect of spread `tau` seed standard errors; at
-K = 1 the history's luck, which the market-noise interval measures: half-width z x tau x SE at
-the seed interval's level), and a planted consistent effect on the first factor (power). Codes per
-dataset and effect: `rules.settings.verdict_codes`.
-
-`python analysis/calibrate_factors.py` prints the table of docs/analysis.md ("Factors").
-"""
+"""Calibration of the factor table: G gems and F factors in one family, through
+`rules.decision.decide` (the rule `factors.factor_table` runs), on simulated seed noise (a share
+`rho` common to every fold), one market history per period (spread `tau` seed SEs; at K = 1 the
+market-noise interval measures it) and a planted effect on the first factor. `python
+analysis/calibrate_factors.py` prints docs/analysis.md's table ("Factors")."""
 
 from __future__ import annotations
 
@@ -36,9 +26,8 @@ FACTOR_CALIBRATION_TAUS = (0.0, 1.0, 3.0)
 
 
 def simulate_family(rng, n_effects: int, n: int, n_sim: int, folds: int, sc: Scenario, planted: int = -1) -> np.ndarray:
-    """[n_sim, E, K, n] per-seed differences (sd 1) of a family of E effects; effect `planted` (an
-    index, -1: none) shifted by `sc.effect`. `sc.tau` in units of one fold's seed SE (1 / sqrt(n));
-    `sc.rho` the share of the seed variance a seed carries into every fold."""
+    """[n_sim, E, K, n] per-seed differences (sd 1) of a family of E effects, effect `planted`
+    shifted by `sc.effect`."""
     se = 1.0 / math.sqrt(n)
     shift = np.zeros(n_effects)
     if planted >= 0:
@@ -71,9 +60,8 @@ def family_codes(gems: int, factors: int, n: int, n_sim: int, folds: int, sc: Sc
 def factor_calibration_table(gems: int = 3, factors: int = 3, n: int = 16, th: Thresholds = Thresholds(), *,
                              folds=FACTOR_CALIBRATION_FOLDS, taus=FACTOR_CALIBRATION_TAUS, rho: float = 0.0,
                              effects=defaults.CALIBRATION_PERIOD_EFFECTS, dist: str = "normal") -> pd.DataFrame:
-    """One row per (folds, tau) at `th`'s alpha, n_sim and seed: the family's false keep / harmful
-    rate under the null (any of the gems + factors), and the power (P(keep wired)) at planted
-    effects on the first factor, in sd of one fold's per-seed difference."""
+    """One row per (folds, tau): the family's null false keep / harmful rate and the first factor's
+    power at planted effects."""
     rows, n_sim = [], th.n_sim
     for k in folds:
         for tau in taus:

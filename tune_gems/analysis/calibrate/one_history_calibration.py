@@ -1,15 +1,8 @@
-"""The calibration of a confirmation on one price history: a simulated search,
-then the confirmation by the rules `tune-gems confirm` ships.
-
-Why. On one price history (a real file, or synthetic `paths: shared`) a confirmation on fresh
-seeds inherits each configuration's luck on the history, and the search kept the luckiest; the
-final verdict therefore needs the selection-adjusted gate (`search_choice.one_history_final`,
-`rules.decision.final_on_one_history`). This module simulates such searches through the same
-function (the choice `search_choice.best_trial`; then `rules.decision.decide` with the search's
-selection: the seed rule, the gates or, over periods, the period rule, and the final gate,
-`rules.decision`) and tabulates the family-wise false rates and the final power
-(`python analysis/calibrate_confirm.py`, docs/analysis.md "Confirmation power").
-"""
+"""The calibration of a confirmation on one price history: a simulated search, then the confirmation
+by the rules `tune-gems confirm` ships. Fresh seeds on the same history inherit each configuration's
+luck and the search kept the luckiest, so the final verdict needs the selection-adjusted gate
+(`rules.decision.final_on_one_history`). `python analysis/calibrate_confirm.py`; docs/analysis.md
+"Confirmation power"."""
 
 from __future__ import annotations
 
@@ -34,12 +27,9 @@ from tune_gems.stats.inference import rank_test
 
 @dataclass(frozen=True)
 class OneHistoryShape:
-    """A simulated search on one price history: `trials` trials, each wiring each of `gems` gems
-    with probability `p_wire`, `seeds` per-seed differences of spread `sd` per wired gem, a share
-    `shared` of their variance the seed index's own in every trial (the search's common seeds);
-    each configuration's luck on the history, sd `luck` discovery seed standard errors (sd /
-    sqrt(seeds)), the same in its discovery and its confirmation; `folds` walk-forward periods
-    (one luck per period); the confirmation has `confirm_seeds` fresh seeds on the same history."""
+    """A simulated search on one history: `trials` trials wiring each gem with probability `p_wire`,
+    a shared seed part, each configuration's `luck` (discovery seed SEs) in discovery and
+    confirmation alike, `folds` periods, `confirm_seeds` fresh seeds."""
 
     trials: int = 8
     gems: int = 3
@@ -58,15 +48,9 @@ class OneHistoryShape:
 
 def one_history_search_rates(shape: OneHistoryShape, effect: float = 0.0, n_sim: int = 2000, *, alpha: float = 0.05,
                              rope: float = 0.1, dist: str = "normal", seed: int = 0) -> dict[str, float]:
-    """Simulated searches on one price history, then the confirmation by the rules `tune-gems
-    confirm` ships: the choice (`best_trial`, `choose_per_gem`'s rule), then the rule's one
-    composition (`rules.decision.decide`): the confirmation's verdicts (the seed rule; at K = 1 the
-    market gate and the one-period gate with the market-noise interval, half-width z x luck sd at
-    the seed interval's level; at K >= 2 the gem verdicts' period rule) and the final verdict (its
-    selection-adjusted gate, `rules.decision`, T = the trials that wired the gem). `effect`: gem 0's true shift in
-    every configuration wiring it. Returns the family-wise false keep / harmful rate among the null
-    gems with fresh seeds alone (`seeds_fwer`), after the confirmation's own gates (`gated_fwer`)
-    and final (`final_fwer`), and gem 0's final power."""
+    """Simulated searches on one history, then the shipped choice and rule with the search's
+    selection. Returns the null family-wise rates with fresh seeds alone (`seeds_fwer`), after the
+    gates (`gated_fwer`) and final (`final_fwer`), and gem 0's final power."""
     rng = np.random.default_rng(seed + 11)
     T, m, n, nc, k = shape.trials, shape.gems, shape.seeds, shape.confirm_seeds, shape.folds
     wired = rng.random((n_sim, T, m)) < shape.p_wire
@@ -111,9 +95,7 @@ ONE_HISTORY_LUCK = (0.5, 1.0, 3.0)
 def one_history_table(shape: OneHistoryShape = OneHistoryShape(), *, folds=ONE_HISTORY_FOLDS, lucks=ONE_HISTORY_LUCK,
                       effect: float = 1.0, n_sim: int = 2000, alpha: float = 0.05, dist: str = "normal",
                       seed: int = 0) -> pd.DataFrame:
-    """One row per (folds, luck) of `one_history_search_rates`: the null family-wise false rates
-    (fresh seeds alone, the confirmation's own gates, the final gate) and the final power at a
-    planted `effect` (Sharpe units, the shape's per-seed sd ~1)."""
+    """One row per (folds, luck) of `one_history_search_rates` at a planted `effect`."""
     rows = []
     for k in folds:
         for luck in lucks:

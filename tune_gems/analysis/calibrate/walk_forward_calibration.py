@@ -1,12 +1,7 @@
-"""Calibration of the verdict rule as it is used over periods (docs/analysis.md "Calibration over
-periods" describes the simulation: seed noise with a share `rho` common to every fold, each fold's
-market luck of spread `tau` in one fold's seed SE, correlated contrasts or periods, ties,
-divergence, planted shifts and a regime flip that must not read keep wired / harmful).
-
-It runs the rule the verdicts ship through `rules.decision.decide` and the power statement
-`power.pooled_mde` at the datasets' median parts, vectorised over datasets: the simulation adds
-only the data and, at one fold, the market-noise interval it models. Codes per dataset and gem: `rules.settings.verdict_codes`.
-"""
+"""Calibration of the verdict rule over periods (docs/analysis.md "Calibration over periods"):
+simulated families through `rules.decision.decide` and the power statement `power.pooled_mde` at the
+datasets' median parts, vectorised over datasets; the simulation adds only the data and, at one
+fold, the market-noise interval it models."""
 
 from __future__ import annotations
 
@@ -60,9 +55,8 @@ def _correlated(rng, size: tuple[int, ...], dist: str, corr: float, axis: int) -
 
 
 def simulate_family(rng, shapes: list[Shape], n_sim: int, folds: int, sc: Scenario) -> np.ndarray:
-    """[n_sim, m, folds, n] per-seed differences of a family of m gems, at the first gem's seed
-    count (one population: every arm has the seeds); `sc.effect` and `sc.flip` go to the first
-    gem only."""
+    """[n_sim, m, folds, n] per-seed differences of m gems; `sc.effect` and `sc.flip` go to the
+    first."""
     m, n = len(shapes), shapes[0].n
     sd = np.array([s.sd for s in shapes])[None, :, None, None]
     se = sd / math.sqrt(n)
@@ -89,11 +83,8 @@ def simulate_family(rng, shapes: list[Shape], n_sim: int, folds: int, sc: Scenar
 
 
 def rule_one_period(d: np.ndarray, tau: float, sd: float, th: Thresholds) -> np.ndarray:
-    """Codes [S, m] of the K = 1 rule on d [S, m, n] (`rules.decision.decide`): the seed rule, then
-    the market gate (the market-noise interval around the mean difference, half-width z x tau x SE
-    at the seed interval's Holm level; skipped where a member diverged, as the verdicts skip it)
-    and the one-period gate (the seed and market-noise intervals combined). tau <= 0: no
-    market-noise interval (as with per-seed paths), the seed rule alone."""
+    """Codes [S, m] of the K = 1 rule: the seed rule, the market gate (half-width z x tau x SE;
+    skipped where a member diverged) and the one-period gate; tau <= 0: the seed rule alone."""
     s, m, n = d.shape
     gems = [d[:, g] for g in range(m)]
     if tau <= 0:
@@ -119,9 +110,8 @@ class PeriodRun:
 
 
 def run_periods(d: np.ndarray, th: Thresholds) -> PeriodRun:
-    """The K >= 2 rule at `th` on d [S, m, K, n] (`rules.decision.decide`, as the gem verdicts run it:
-    the seed rule on the fold-averaged per-seed differences, the pooled test on the fold data
-    `periods.fold_data`) and the MDE it states (`power.pooled_mde` at the first Holm step)."""
+    """The K >= 2 rule at `th` on d [S, m, K, n] as the gem verdicts run it, and its stated MDE
+    (`power.pooled_mde`)."""
     s, m, k, n = d.shape
     with np.errstate(invalid="ignore"):
         unit = np.nan_to_num(d.mean(2), nan=0.0)  # +inf with -inf: a tie (pairing._unit_mean)
@@ -159,14 +149,9 @@ def period_calibration_table(shapes: list[Shape], *, thresholds: Thresholds | No
                              rhos=defaults.CALIBRATION_RHOS, effects=defaults.CALIBRATION_PERIOD_EFFECTS,
                              flip: float = defaults.CALIBRATION_FLIP, dist: str = "normal",
                              scenario: Scenario | None = None) -> pd.DataFrame:
-    """At `thresholds`' alpha, rope, n_sim, seed and rule settings, one row per (folds, tau, rho): family-wise false keep / harmful under the null, the
-    family-wise false alarm of `inconsistent` / `heterogeneous` under the null, false
-    equivalent with the first gem's effect at the ROPE, power at planted consistent effects
-    (multiples of the first gem's sd), the MDE the rule states (K >= 2: the pooled one, median
-    over the null datasets, in sd) and the power at it, and under a regime flip of +-`flip` SE
-    the first gem's keep / harmful rate (must stay <= alpha) and its inconsistent rate.
-    `scenario` the other simulation knobs (tau_first, gem_corr, fold_corr, ties; its own effect,
-    tau, rho, flip and dist are replaced per row). rho only matters with several folds."""
+    """One row per (folds, tau, rho): the null false keep / harmful and inconsistent / heterogeneous
+    rates, false equivalent at the ROPE, power at planted effects and at the stated MDE, and under a
+    regime flip the keep / harmful rate (<= alpha); `scenario` the other knobs."""
     th = thresholds or Thresholds()
     base = scenario if scenario is not None else Scenario()
     n_sim, seed = th.n_sim, th.seed
@@ -268,9 +253,8 @@ its options buy (K = 3, one-sided keep, tau per contrast)."""
 def period_sensitivity_table(shapes: list[Shape], *, thresholds: Thresholds | None = None,
                              effects=defaults.CALIBRATION_PERIOD_EFFECTS, dist: str = "normal",
                              scenarios=SENSITIVITY) -> pd.DataFrame:
-    """One row per scenario of `scenarios` ((label, folds, Scenario fields, Thresholds fields)):
-    the family-wise false keep / harmful and the alarm under the null, the power at planted
-    effects of the first gem and the MDE the rule states, through `period_run`."""
+    """One row per scenario ((label, folds, Scenario fields, Thresholds fields)): null rates, power
+    and the MDE, through `period_run`."""
     th = thresholds or Thresholds()
     sd = shapes[0].sd
     rows = []

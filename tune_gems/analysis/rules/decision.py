@@ -3,28 +3,21 @@
 Why one function: the gem verdicts, the factor table, `confirm`'s final verdicts and every
 calibration must reach a word the same way, or one analysis prints two words for one contrast and a
 calibration passes while the shipped rule drifts (`tests/test_rules.py` checks that no module
-outside the rules calls a stage). The stages, in order, each only ever making a word more cautious
-except where the deciding test changes (docs/analysis.md "Verdicts" and "Verdicts over periods"):
+outside the rules calls a stage). The stages, each only making a word more cautious except where
+the deciding test changes (docs/analysis.md "Verdicts"):
 
-1. **the seed rule** (`decide_family`): each contrast's signed-rank tests on its informative pairs,
-   Holm over the family; `delete` needs the wiring TOST and the magnitude at its null (or a model
-   feature removing the gem, `redundancy_finding`): a magnitude at its null says nothing about
-   what wiring does;
-2. **one period on one history**: the market gate (`market_gate`), then the one-period gate on
-   the seed and market-noise intervals combined (`one_period_gate`: each alone is up to ~3x too
-   liberal when the two are of similar size);
+1. **the seed rule** (`decide_family`): signed-rank tests on informative pairs, Holm over the family;
+2. **one period on one history**: `market_gate`, then `one_period_gate` on the seed and
+   market-noise intervals combined (each alone is up to ~3x too liberal);
 3. **several periods or histories**: the pooled test decides (`periods.decide_fold_data`,
-   `histories.decide_histories`), `insufficient data` where its interval cannot be estimated;
-4. `equivalent` / `delete` stand on a finite interval inside +-rope, never on mostly tied pairs;
-5. **the held-out test segment** (`held_out_stage`, docs/analysis.md "The held-out confirmation"):
-   a discovery keep / harmful is final only where its test effect agrees, one-sided at alpha / m,
-   with everything that moves the test effect under the null in its standard error;
-6. **a search's selection on one history** (`final_on_one_history`): the history's part of the
-   interval at the selection-adjusted level, since a confirmation on fresh seeds alone keeps each
+   `histories.decide_histories`);
+4. `equivalent` / `delete` stand on a finite interval inside +-rope;
+5. **the held-out test segment** (`held_out_stage`): a discovery keep / harmful is final only
+   where its test effect agrees, one-sided at alpha / m;
+6. **a search's selection on one history** (`final_on_one_history`): fresh seeds alone keep each
    configuration's luck (a false keep in 24-98% of null searches).
 
-Vectorised over a leading axis of datasets: one family for the verdicts, thousands for the
-calibrations.
+Vectorised over a leading axis of datasets: one family for the verdicts, thousands for calibrations.
 """
 
 from __future__ import annotations
@@ -58,12 +51,8 @@ verdicts' market-noise columns), which the record keeps as `market_table`."""
 @dataclass(frozen=True)
 class Evidence:
     """What a family of E contrasts brings to the rule ([S, ...] arrays, datasets first; None: that
-    stage does not run). `diffs[e]` [S, n_e] per-unit differences (n_e = 0: no design); `tested`
-    [S, E] the contrasts in the family; `wired`, `measured` [E] what a contrast without a design
-    lacks; `magnitude_p`, `redundant` the halves of `delete`; `diverged` where the market gate does
-    not apply (divergence is not market noise); `market` K = 1 on one history; `periods` K >= 2;
-    `histories` the nested rule; `fold_corr` the folds' overlap (`rules.periods`); `test` the
-    held-out segment; `selection` [E] or [S, E] how many configurations a search chose among."""
+    stage does not run): `market` K = 1 on one history, `periods` K >= 2, `histories` the nested
+    rule, `test` the held-out segment, `selection` the configurations a search chose among."""
 
     diffs: Sequence[np.ndarray]
     tested: np.ndarray | None = None
@@ -82,11 +71,9 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Decision:
-    """The rule's record of a family ([S, E] arrays). The words in the order the stages make them
-    (module docstring): `seed_verdict`, `market_verdict`, `discovery_verdict`, `verdict` (what
-    verdicts.csv prints), `final_verdict` (after a search's selection gate). `low`, `high`: the seed
-    interval at its Holm `level`; `equivalence_*`: the interval an `equivalent` / `delete` stands
-    on; `pooled`, `period`, `histories`: K >= 2 or several histories; `held_out`: the second stage."""
+    """The rule's record of a family ([S, E] arrays), its words in the order the stages make them:
+    `seed_verdict`, `market_verdict`, `discovery_verdict`, `verdict` (verdicts.csv's),
+    `final_verdict`."""
 
     verdict: np.ndarray
     final_verdict: np.ndarray
@@ -142,10 +129,8 @@ interval cannot be estimated and the contrast reads `insufficient data`."""
 
 
 def _estimable(period: PeriodDecision, pooled: dict, tested: np.ndarray, alpha: float):
-    """(the period rule's decision where its interval can be estimated: at least MIN_POOLED_DF
-    degrees of freedom and a finite bound, elsewhere `insufficient data` without an interval (a
-    sign change, shown by the folds' own intervals, stands); the pooled equivalence interval, the
-    TOST's at its Holm level, and that level per side)."""
+    """(the period rule's words, `insufficient data` where its interval has under MIN_POOLED_DF df
+    or an infinite bound; the pooled TOST interval and its level per side)."""
     decided = tested & ~period.too_few_periods & np.isfinite(pooled["mu"]) & (period.verdict != INCONSISTENT)
     bad = decided & (~(pooled["df"] >= MIN_POOLED_DF) | ~np.isfinite(period.low))
     level = holm_levels(np.where(tested & ~period.too_few_periods, pooled["p_tost"], np.nan), alpha)
@@ -169,10 +154,8 @@ def _seed_interval(ev: Evidence, tail: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 def decide(ev: Evidence, th: Thresholds, *, isolate_flagged: bool = defaults.ISOLATE_FLAGGED,
            isolate_level: float = defaults.ISOLATE_LEVEL) -> Decision:
-    """The rule on one family of contrasts (module docstring) at the analysis's settings `th`
-    (alpha, rope, the one-sided keep test, min_periods, share_tau); `isolate_flagged`,
-    `isolate_level`: a contrast flagged as heterogeneous leaves the family's shared tau^2
-    (`periods.pool_family`)."""
+    """The rule on one family of contrasts (module docstring) at the settings `th`;
+    `isolate_flagged`: a heterogeneous contrast leaves the shared tau^2."""
     s = max(d.shape[0] for d in ev.diffs)
     e = len(ev.diffs)
     sides = 1 if th.one_sided_keep else 2
@@ -267,9 +250,8 @@ REMOVES, REDUCES, DOES_NOT_REMOVE, NO_DESIGN = "removes", "reduces", "does not r
 
 @dataclass(frozen=True)
 class FamilyDecision:
-    """The seed rule on families of contrasts ([S, E] arrays): its tests on each contrast's
-    informative pairs (`estimate`, `p`, `p_tost`, `n_informative`, `tied_share`), their Holm
-    adjustment over the family and the words."""
+    """The seed rule on families of contrasts ([S, E]): its tests, their Holm adjustment and the
+    words."""
 
     verdict: np.ndarray
     estimate: np.ndarray
@@ -285,12 +267,9 @@ class FamilyDecision:
 
 
 def decide_family(ev: Evidence, th: Thresholds, s: int) -> FamilyDecision:
-    """The seed rule (module docstring) on the S datasets of a family `ev` at the settings `th`:
-    each contrast's signed-rank tests on its informative pairs (`p` two-sided, or with the
-    one-sided keep test of effect > 0; NaN: no wiring test or not in the family), each p
-    Holm-adjusted over the family. A contrast without a test reads NOT_TESTED or, given its
-    `wired` and `measured` members, what it lacks (`design_verdict`); one with pairs but no test
-    (every pair ties) reads `insufficient data`."""
+    """The seed rule (module docstring): each contrast's signed-rank tests, Holm over the family; a
+    contrast without a test reads what its design lacks (`design_verdict`), one whose pairs all tie
+    `insufficient data`."""
     e, alpha = len(ev.diffs), th.alpha
     est, p, pt, tied = (_nan((s, e)) for _ in range(4))
     n_inf = np.zeros((s, e), int)
@@ -339,10 +318,8 @@ def cannot_reach(n_seeds: int, level: float) -> bool:
 
 
 def redundancy_finding(p_adjusted, change, on_tost_p_adjusted, *, alpha: float) -> np.ndarray:
-    """Per (gem, feature): `removes` when switching the feature on lowers the gem's excess
-    significantly (Holm p <= alpha, change < 0) and the excess with it on is at its null (its
-    Holm-adjusted TOST p <= alpha); `reduces` when it lowers it but not to the null; `does not
-    remove` otherwise."""
+    """Per (gem, feature): `removes` when the feature lowers the gem's excess significantly to its
+    null (TOST), `reduces` when not to the null, `does not remove` otherwise."""
     p_adjusted, change = np.asarray(p_adjusted, float), np.asarray(change, float)
     on = np.asarray(on_tost_p_adjusted, float)
     lowers = (p_adjusted <= alpha) & (change < 0)
@@ -358,19 +335,16 @@ def contradicts(effect, low, high) -> np.ndarray:
 
 
 def market_gate(verdict, effect, market_low, market_high, applies) -> np.ndarray:
-    """The verdict words after the market gate: a decisive verdict whose market-noise interval
-    contradicts it (where the gate `applies`: an interval exists and no member diverged, since
-    divergence is not market noise) becomes `inconclusive`."""
+    """A decisive verdict whose market-noise interval contradicts it becomes `inconclusive` (not
+    where a member diverged: divergence is not market noise)."""
     verdict = np.asarray(verdict)
     gated = np.isin(verdict, DECISIVE) & np.asarray(applies, bool) & contradicts(effect, market_low, market_high)
     return np.where(gated, INCONCLUSIVE, verdict)
 
 
 def combined_bounds(effect, seed_low, seed_high, market_low, market_high) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) of one difference's interval with both the seeds' and the history's variance:
-    each side's distance from the effect is sqrt(seed side^2 + market half-width^2) (two
-    intervals at one level, nearly normal; the seed side is the rank interval's own, so a side
-    that divergence makes infinite stays infinite)."""
+    """(low, high) with both the seeds' and the history's variance: each side sqrt(seed side^2 +
+    market half-width^2)."""
     h_m = (market_high - market_low) / 2
     return effect - np.hypot(effect - seed_low, h_m), effect + np.hypot(seed_high - effect, h_m)
 
@@ -388,9 +362,8 @@ class OnePeriodDecision:
 
 def one_period_gate(verdict, effect, seed_low, seed_high, market_low, market_high, *, rope,
                     applies) -> OnePeriodDecision:
-    """The one-period gate where it `applies` (a market-noise interval exists) and the effect is
-    finite: a decisive verdict whose combined interval (`combined_bounds`) includes 0, or an
-    `equivalent` / `delete` whose combined interval is not inside +-rope, becomes `inconclusive`."""
+    """A decisive verdict whose combined interval includes 0, or an equivalence not inside +-rope on
+    it, becomes `inconclusive`."""
     verdict = np.asarray(verdict)
     effect = np.asarray(effect, float)
     on = np.asarray(applies, bool) & np.isfinite(effect)
@@ -405,10 +378,8 @@ def one_period_gate(verdict, effect, seed_low, seed_high, market_low, market_hig
 
 @dataclass(frozen=True)
 class TestSegment:
-    """The held-out test segment's effect of each contrast [S, E] (`seed_level_effect`; NaN: no test
-    pairs): `effect`, its seeds' squared SE `var` and its `df`; `spread_in_seeds` where the seeds'
-    variance already holds the test period's luck (per-seed paths); `by_history` [S, E, H, n] each
-    seed's test differences per history (None: one history)."""
+    """The held-out test segment's effect per contrast [S, E], its seeds' `var` and `df`;
+    `by_history` [S, E, H, n] (None: one history)."""
 
     effect: np.ndarray
     var: np.ndarray
@@ -419,10 +390,8 @@ class TestSegment:
 
 @dataclass(frozen=True)
 class HeldOutDecision:
-    """The second stage per contrast (docs/analysis.md "The held-out confirmation"): the final
-    `verdict`, the one-sided `level`, `se`, `df`, `p` in the discovery's direction, the interval
-    [`low`, `high`] whose bound on the discovery's side is the one-sided test's, where it was
-    `applied` (a discovery keep / harmful) and where it `confirmed`."""
+    """The second stage per contrast: the final `verdict`, its one-sided test and interval, where it
+    `applied` and `confirmed`."""
 
     verdict: np.ndarray
     level: np.ndarray
@@ -442,9 +411,8 @@ def confirmation_level(alpha: float, m) -> np.ndarray:
 
 def confirm_on_held_out(verdict, test_effect, test_var, period_var, level, *, test_df=np.inf,
                         period_df=np.inf) -> HeldOutDecision:
-    """The second stage per contrast: a discovery keep / harmful (`verdict`) stays only where the
-    test effect agrees one-sided at `level`, its SE the test seeds' (`test_var`) plus the periods'
-    spread (`period_var`; NaN: nothing is confirmed), df Welch-Satterthwaite's of the two."""
+    """A discovery keep / harmful stays only where the test effect agrees one-sided at `level`, its
+    SE the test seeds' plus `period_var` (NaN: nothing confirmed)."""
     verdict = np.asarray(verdict, dtype=object)
     effect, tv, pv = (np.asarray(x, float) for x in (test_effect, test_var, period_var))
     level = np.broadcast_to(np.asarray(level, float), verdict.shape)
@@ -467,9 +435,8 @@ def confirm_on_held_out(verdict, test_effect, test_var, period_var, level, *, te
 
 
 def history_test(by_history) -> dict[str, np.ndarray]:
-    """The test segment over H >= 2 histories from [S, E, H, n] per-seed test differences: the mean
-    of the histories' effects, its variance their spread / H plus the seeds' part common to every
-    history (`periods.seed_anova`), Welch-Satterthwaite df. NaN below two histories."""
+    """The test segment over H >= 2 histories: the mean of their effects, its variance their spread
+    / H plus the seeds' common part."""
     d = np.asarray(by_history, float)
     s, e, h, n = d.shape
     th = fold_estimates(d.reshape(s * e * h, n))["theta"].reshape(s, e, h)
@@ -490,10 +457,9 @@ def history_test(by_history) -> dict[str, np.ndarray]:
 
 def held_out_stage(verdict, test: TestSegment, level, *, calendar: CalendarPart | None = None, pooled=None,
                    fold_var=None, fold_n=None, fold_theta=None, market_var=None) -> HeldOutDecision:
-    """The second stage as `decide` applies it (docs/analysis.md "The held-out confirmation"): the
-    period part of the SE is, over several histories, the calendar part where they share periods; on
-    one history over folds, tau^2 floored at `defaults.HELD_OUT_PERIOD_FLOOR` x the folds' seed
-    variance (equal weights: the fold effects' spread); at one period, the market-noise variance."""
+    """The second stage as `decide` applies it; the period part of its SE: the calendar part over
+    histories that share periods, tau^2 floored at `defaults.HELD_OUT_PERIOD_FLOOR` over folds, the
+    market noise at one period."""
     verdict = np.asarray(verdict, dtype=object)
     shape = verdict.shape
     effect, var, df = test.effect, test.var, test.df
@@ -539,8 +505,7 @@ def held_out_alone(test: TestSegment, level, **stage) -> np.ndarray:
 
 def final_on_one_history(verdict, low, high, available) -> np.ndarray:
     """A confirmation's final words on one history: keep / harmful need the selection-adjusted
-    interval to exist and exclude 0 on their side, `equivalent` needs it to exist; else
-    `inconclusive`."""
+    interval to exclude 0 on their side; else `inconclusive`."""
     verdict = np.asarray(verdict, dtype=object)
     low, high = np.asarray(low, float), np.asarray(high, float)
     available = np.asarray(available, bool)

@@ -1,15 +1,12 @@
 """The nested rule for several price histories: periods nested in histories, histories crossed with
 the calendar where they share it.
 
-Why: with H >= 2 histories the replication unit is the history; what one history's folds share
-(its regime, the rows its folds overlap on) is in none of their spreads. So each history's effect
-is the seed-level effect over its folds (`periods.seed_level_effect`), and stage 2 pools the
-histories as `periods.pool_family`'s periods, adding whole what no spread between histories
-shows: the seeds' part common to every history and, where histories validate on the same dates,
-the calendar part (`calendar_part`: history x period, both random; leaving it out read 0.11-0.38
-family-wise at 6-8 histories). Too few histories or calendar periods read `insufficient data`.
-`calendar` [H, K] int: the period fold k of history h validates on (-1: none; equal ids are one
-period). docs/analysis.md "Several price histories" and "Histories on one calendar".
+With H >= 2 histories the replication unit is the history: what one history's folds share is in
+none of their spreads. So each history's effect is the seed-level effect over its folds, and stage
+2 pools the histories as `periods.pool_family`'s periods, adding whole what no spread between them
+shows: the seeds' common part and, where histories validate on the same dates, the calendar part
+(`calendar_part`; leaving it out read 0.11-0.38 family-wise). docs/analysis.md "Several price
+histories" and "Histories on one calendar".
 """
 
 from __future__ import annotations
@@ -28,10 +25,8 @@ from tune_gems.analysis.rules.settings import Thresholds
 
 @dataclass(frozen=True)
 class HistoryData:
-    """A family's data over H histories: `folds` one `FoldData` per history; per contrast and
-    history [S, m, H] the stage-1 `effect` (each history's seed-level effect), `var`, `df`, `p`,
-    `n`; per contrast [S, m] the seeds' part common to every history `seed_var`, `seed_df`,
-    `seed_share`; `calendar` [H, K] the calendar period of each history's folds."""
+    """A family's data over H histories: stage 1 per history [S, m, H], the seeds' common part [S,
+    m], and `calendar` [H, K] the period of each fold (-1: none)."""
 
     folds: tuple[FoldData, ...]
     effect: np.ndarray
@@ -52,10 +47,8 @@ class HistoryData:
 
 @dataclass(frozen=True)
 class HistoryPooled:
-    """Stage 2 (`pool_family`'s dict over the histories, [S, m], with `history_effect` and
-    `history_p` [S, m, H] stage 1's), the calendar part it carries, and after the decision
-    (`decide_histories`) per contrast [S, m] where too few histories (`too_few_histories`) or too
-    few calendar periods (`too_few_periods`) left it `insufficient data`."""
+    """Stage 2 over the histories, the calendar part it carries, and where too few histories or
+    calendar periods left it `insufficient data`."""
 
     pooled: dict
     calendar: CalendarPart
@@ -65,10 +58,8 @@ class HistoryPooled:
 
 
 def history_data(d, calendar=None) -> HistoryData:
-    """The data of per-seed differences d [S, m, H, K, n] whose seeds are aligned across every
-    history and fold (NaN: no pair; a history with fewer folds pads with NaN), on `calendar` [H, K]
-    (default `histories.one_calendar`: fold k of every history validates on the same dates, as the
-    columns of one file do)."""
+    """The data of seed-aligned per-seed differences d [S, m, H, K, n] on `calendar` (default
+    `one_calendar`)."""
     d = np.asarray(d, float)
     s, m, h, k, n = d.shape
     folds = tuple(fold_data(d[:, :, j]) for j in range(h))
@@ -112,11 +103,8 @@ def pool_histories(hd: HistoryData, how: Pooling) -> HistoryPooled:
 
 def decide_histories(hd: HistoryData, th: Thresholds, *, tested=None, seed_verdict=None, removable=None,
                      how: Pooling | None = None) -> tuple[HistoryPooled, PeriodDecision]:
-    """The two stages (`pool_histories`, as `how` pools, default `Pooling.of(th)`) and the period
-    rule with the histories as its periods (`periods.decide_periods`: Holm over the family) on one
-    family's history data at the settings `th`, deciding only where at least
-    `defaults.MIN_HISTORIES` histories and `min_periods` calendar periods carry an effect (and,
-    where periods are shared, the calendar part can be estimated)."""
+    """The two stages and the period rule with the histories as its periods, deciding only where at
+    least `defaults.MIN_HISTORIES` histories and `min_periods` calendar periods carry an effect."""
     hp = pool_histories(hd, how or Pooling.of(th))
     r, cal = hp.pooled, hp.calendar
     shape = r["mu"].shape
@@ -132,13 +120,8 @@ def decide_histories(hd: HistoryData, th: Thresholds, *, tested=None, seed_verdi
 
 @dataclass(frozen=True)
 class HistoryComponents:
-    """The variance parts of the nested rule's pooled effect over H histories of K folds
-    (`decide_histories`), per-seed-difference units^2: `history` tau_H^2 (the lasting spread between
-    histories), `period` a history's own spread between its folds, `within` one seed's variance
-    inside a fold, `seed` its part common to every history and fold (seed-paired), `calendar` the
-    spread of the calendar periods the histories share (`calendar_part`; 0 on their own calendars,
-    where each history's calendar luck is in `period`), `shared` whether they share one calendar;
-    the pooled mean's variance is
+    """The variance parts of the nested rule's pooled effect over H histories of K folds; the pooled
+    mean's variance is
 
         tau_H^2 / H + (tau^2 + (within - seed) / n) / (K H) + calendar / K + seed / n
     """
@@ -152,11 +135,7 @@ class HistoryComponents:
 
 
 def history_components(hd: HistoryData, hp: HistoryPooled) -> HistoryComponents:
-    """The variance parts of the nested rule's pooled effect ([S, m] each;
-    `HistoryComponents`): `within` one seed's variance in a fold, `period` a history's own
-    spread of its folds, `calendar` the shared part (`shared` where it is), `history` the spread
-    between histories less what their own periods give it, `seed` the part common to every history
-    and fold."""
+    """The `HistoryComponents` [S, m] of a family's history data."""
     comps = []
     for fd in hd.folds:
         tau2 = pool_family(fd)["tau2"]
@@ -185,10 +164,8 @@ def own_calendars(histories: int, folds: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class CalendarPart:
-    """The calendar part of a family over histories ([S, m]): `var` sigma_c^2 (NaN where shared
-    periods are too few to estimate it), its `df`, the `periods` with an effect, `shared` whether
-    one carries an effect in two or more histories, `weight` sum_p B_p^2 over them, and `mean_var`
-    what the mean over histories carries (var x weight)."""
+    """The calendar part of a family over histories ([S, m]): `var` (NaN: too few shared periods),
+    `df`, `periods`, `shared`, and `mean_var` what the mean over histories carries."""
 
     var: np.ndarray
     df: np.ndarray

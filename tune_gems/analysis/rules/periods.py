@@ -1,25 +1,15 @@
 """The period rule and what it reads: a family's fold effects, their pooling and the folds' overlap.
 
-- **Ties carry no weight** (`informative_rank_test`): a pair with the same outcome on both sides
-  says nothing about a wiring's direction; counted, ties pull the Hodges-Lehmann estimate to 0 and
-  collapse intervals to [0, 0]. Dropped first (Wilcoxon's zero treatment keeps the test exact);
-  `n_informative` and `tied_share` travel with every verdict.
-- **Fold effects** (`fold_estimates`): each fold's effect, its squared standard error read off its
-  rank interval and its own p; `seed_anova`: the seeds' part common to every fold (the same seed
-  starts from the same weights in every period), which no fold dispersion sees.
-- **Pooling** (`pool_family`): random effects over the periods, HKSJ never narrower than
-  DerSimonian-Laird (Jackson et al. 2017), the seeds' common share added whole, tau^2 and the
-  scale shared across the family's contrasts where they agree (m (K - 1) df instead of K - 1),
-  the df cut by the contrasts' residual correlation.
+- **Ties carry no weight** (`informative_rank_test`): counted, they pull the Hodges-Lehmann
+  estimate to 0 and collapse intervals; dropped first, `n_informative` and `tied_share` kept.
+- **Fold effects** (`fold_estimates`), and `seed_anova`: the seeds' part common to every fold
+  (the same seed starts from the same weights in every period), which no fold dispersion sees.
+- **Pooling** (`pool_family`): random effects, HKSJ never narrower than DerSimonian-Laird, the
+  seeds' common share added whole, tau^2 and the scale shared across the family where they agree.
 - **The folds' overlap** (Nadeau & Bengio 2003): folds that share training rows share a part the
-  dispersion cannot see (2-7x the level without it), so the part it measures is multiplied by
-  F = 1 + (sqrt w)' Lambda (sqrt w) / sum w (`overlap_factor`; docs/analysis.md "The overlap of
-  folds").
-- **The period rule** (`decide_periods`): `insufficient data` below `min_periods` folds with
-  informative pairs; `inconclusive: inconsistent across periods` only where a sign change is
-  shown (Cochran's Q and fold intervals on both sides of 0, Holm); keep / harmful by the pooled
-  Holm p; `equivalent` / `delete` by the pooled TOST; `heterogeneous` where only Q holds. The
-  seeds' own verdict is not a second gate: stacking two tests put the rule far below its level.
+  dispersion cannot see, so its variance is multiplied by `overlap_factor`.
+- **The period rule** (`decide_periods`): inconsistent only where a sign change is shown; the
+  seeds' own verdict is no second gate (stacking two tests put the rule far below its level).
 
 Vectorised over a leading axis of datasets; docs/analysis.md "Verdicts over periods" derives each
 choice and its calibration.
@@ -45,11 +35,8 @@ from tune_gems.stats.inference import RankTest, holm, holm_levels, rank_test, sm
 
 @dataclass(frozen=True)
 class FoldData:
-    """A family's periods as the period rule reads them (walk-forward folds, or the histories in the
-    nested rule's second stage): per contrast and period [S, m, K] `theta` (NaN: no informative
-    pair), its squared SE `var`, its own `p`, `n_informative` and `sample_var` (the power
-    statement's fallback; None: not kept); per contrast [S, m] the seeds' common part `seed_var`,
-    its `seed_share` of a period's variance and `seed_df`."""
+    """A family's periods as the period rule reads them ([S, m, K] effects, squared SEs, p,
+    informative pairs; [S, m] the seeds' common part, its share and df)."""
 
     theta: np.ndarray
     var: np.ndarray
@@ -63,10 +50,8 @@ class FoldData:
 
 @dataclass(frozen=True)
 class PooledComponents:
-    """The variance parts of one history's pooled effect over K folds of n informative pairs,
-    per-seed-difference units^2: `period` tau^2 (the folds' spread), `within` one seed's variance
-    inside a fold (n x the variance of a fold's Hodges-Lehmann effect), `seed` its part common to
-    every fold, `overlap` the folds' lambda; the pooled mean's variance is
+    """The variance parts of one history's pooled effect over K folds of n pairs: the pooled mean's
+    variance is
 
         (tau^2 + (within - seed) / n) (1/K + lambda) + seed / n
     """
@@ -94,12 +79,8 @@ OVERREAD_MAX = 64
 
 @lru_cache(maxsize=None)
 def rank_overread(n: int) -> float:
-    """How much a fold's rank interval over-reads its effect's variance at `n` informative pairs:
-    E[n x se^2 of `fold_estimates`] over pi / 3 sigma^2 (the Hodges-Lehmann effect's
-    variance), under normal differences (fixed draws: the same number every time). 2.7 at 6 pairs,
-    1.25 at 16, 1.09 at 32: the signed-rank interval's discrete critical values widen it at few
-    pairs. 1 below 6 pairs (no finite interval: the sample variance stands in) and towards 1
-    beyond OVERREAD_MAX."""
+    """How much a fold's rank interval over-reads its effect's variance at `n` pairs (2.7 at 6, 1.25
+    at 16, 1.09 at 32; 1 below 6): its discrete critical values widen it at few pairs."""
     if n > OVERREAD_MAX:
         return 1.0 + (rank_overread(OVERREAD_MAX) - 1.0) * OVERREAD_MAX / n
     var = fold_estimates(np.random.default_rng(n).standard_normal((OVERREAD_ROWS, max(int(n), 1))))["var"]
@@ -108,15 +89,9 @@ def rank_overread(n: int) -> float:
 
 
 def components(var, n_informative, seed_share, tau2, theta=None, sample_var=None) -> PooledComponents:
-    """The pooled components of gems' fold data (arrays broadcast; the fold axis last for
-    `var`, `n_informative`, `theta` and `sample_var` [.., K]): within = the mean over folds of n x
-    the fold effect's squared standard error over the rank interval's over-read at n pairs
-    (`rank_overread`), or, in a fold whose rank interval gives none (too few informative pairs for
-    its level), pi / 3 x the sample variance of its informative differences (`sample_var`, when
-    given); seed = its share common to every
-    fold (`seed_anova`'s share; NaN: 0) x within; period = tau^2, or where the rule has
-    none (a fold variance unknown: the contrast pooled with equal weights) and the fold effects
-    `theta` are given, the moment estimate max(0, their variance - (within - seed) / n)."""
+    """The pooled components of fold data: within the folds' n x se^2 over `rank_overread` (a fold
+    without a rank interval: pi / 3 x `sample_var`); seed its common share; period tau^2, or without
+    fold variances the moment estimate from `theta`."""
     var, n = np.asarray(var, float), np.asarray(n_informative, float)
     overread = np.vectorize(lambda x: rank_overread(int(x)) if x >= 1 else 1.0, otypes=[float])(n) if n.size else n
     with np.errstate(invalid="ignore"):  # a fold without informative pairs: inf x 0, no variance
@@ -143,10 +118,8 @@ def components(var, n_informative, seed_share, tau2, theta=None, sample_var=None
 
 @dataclass(frozen=True)
 class Pooling:
-    """How `pool_family` pools: `rope` the TOST's margin, `share` tau^2 and the HKSJ scale shared
-    across the family's contrasts where they agree (the share test at `share_level`), `one_sided`
-    `p` tests effect > 0, `isolate_flagged` a contrast flagged at `isolate_level` leaves the
-    family's fit (docs/analysis.md "Isolating a heterogeneous contrast")."""
+    """How `pool_family` pools (docs/analysis.md "Isolating a heterogeneous contrast" for
+    `isolate_flagged`)."""
 
     rope: float = 0.0
     share: bool = defaults.SHARE_TAU
@@ -162,9 +135,8 @@ class Pooling:
 
 
 def fold_components(fd: FoldData, tau2) -> PooledComponents:
-    """The pooled components of a family's fold data (`components`, a fold without a rank
-    interval read by its sample variance): what the verdicts, the plan and the calibration state
-    their power with."""
+    """The pooled components of a family's fold data: what verdicts, plan and calibrations state
+    power with."""
     return components(fd.var, fd.n_informative, fd.seed_share, tau2, fd.theta, sample_var=fd.sample_var)
 
 
@@ -202,9 +174,8 @@ def fold_data(d: np.ndarray) -> FoldData:
 
 def decide_fold_data(fd: FoldData, th: Thresholds, *, tested=None, seed_verdict=None, removable=None, fold_corr=0.0,
                      how: Pooling | None = None) -> tuple[dict[str, np.ndarray], PeriodDecision]:
-    """(the pooled family, `pool_family` as `how` pools, default `Pooling.of(th)`; the period rule,
-    `decide_periods`) on one family's fold data at the settings `th`; `fold_corr` the folds'
-    overlap."""
+    """(`pool_family` as `how` pools, `decide_periods`) on one family's fold data; `fold_corr` the
+    folds' overlap."""
     pooled = pool_family(fd, how or Pooling.of(th), fold_corr=fold_corr)
     return pooled, decide_periods(fd, pooled, th, tested=tested, seed_verdict=seed_verdict, removable=removable)
 
@@ -229,10 +200,8 @@ class PeriodDecision:
 
 
 def sign_change_shown(fold_effect, fold_p, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(shown [S, m], fold Holm-adjusted p [S, m, K], fold Holm levels [S, m, K]): per gem, a
-    fold whose signed-rank test is significant with a positive effect and one with a negative
-    effect, Holm over all (gem, fold) tests of a family (NaN p: a fold without informative
-    pairs, left out)."""
+    """(shown [S, m], fold Holm p, fold Holm levels): a significant fold of each sign, Holm over all
+    (gem, fold) tests."""
     fold_effect = np.asarray(fold_effect, float)
     fold_p = np.asarray(fold_p, float)
     s, m, k = fold_p.shape
@@ -246,12 +215,8 @@ def sign_change_shown(fold_effect, fold_p, alpha: float) -> tuple[np.ndarray, np
 
 def decide_periods(fd: FoldData, pooled: dict, th: Thresholds, *, tested=None, seed_verdict=None, removable=None,
                    enough=None) -> PeriodDecision:
-    """The period rule (module docstring) at the settings `th` (alpha, min_periods, the one-sided
-    keep test) on a family's periods `fd` (each period's own effect and signed-rank p) and their
-    pooled test `pooled` (`pool_family`'s dict; NaN p: no pooled effect). [S, m]: `tested` the
-    contrasts with a comparison (default all), `seed_verdict` the words kept elsewhere,
-    `removable` the magnitude half of `delete`, `enough` where the design can decide (default
-    `periods >= min_periods`; the nested rule counts histories and calendar periods)."""
+    """The period rule (module docstring) on a family's periods `fd` and their pooled test `pooled`;
+    `enough` where the design can decide (default `periods >= min_periods`)."""
     alpha, one_sided = th.alpha, th.one_sided_keep
     p, p_tost, mu, se, se_fixed, df, q_p, periods, df_fixed = (
         pooled[key] for key in ("p", "p_tost", "mu", "se", "se_fixed", "df", "q_p", "periods", "df_fixed"))
@@ -303,11 +268,8 @@ weight of 1e30)."""
 
 
 def fold_estimates(d: np.ndarray) -> dict[str, np.ndarray]:
-    """Per row of per-seed differences d [S, n] (NaN: no pair), on its informative pairs (ties
-    dropped): `theta` the Hodges-Lehmann effect (NaN without an informative pair), `var` the
-    squared standard error read off its 95% signed-rank interval (inf where too few pairs for
-    that interval, or where it collapsed), `p` the two-sided signed-rank p, `n_informative` and
-    `tied_share`."""
+    """Per row of d [S, n], on its informative pairs: the Hodges-Lehmann `theta`, `var` off its 95%
+    signed-rank interval (inf: too few pairs), `p`, `n_informative`, `tied_share`."""
     with np.errstate(over="ignore", invalid="ignore"):  # a diverged side: an infinite interval, no se
         r = informative_rank_test(d, tail=FOLD_SE_TAIL)
         se = (r.high - r.low) / (2 * sps.norm.ppf(1 - FOLD_SE_TAIL))
@@ -320,10 +282,8 @@ def fold_estimates(d: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def seed_anova(d: np.ndarray) -> dict[str, np.ndarray]:
-    """The two-way ANOVA of seeds x folds per row of d [S, K, n] over the seeds finite in every fold
-    (a tie counts as missing): `ms_seed`, `ms_resid`, `seeds`, `sigma_c2` the variance of a seed's
-    part common to every fold (NaN below 2 seeds), `share` its share of a seed's variance inside a
-    fold and `df` its Satterthwaite degrees of freedom."""
+    """The seeds x folds ANOVA per row of d [S, K, n] over the seeds finite in every fold:
+    `sigma_c2` the seeds' common part (NaN below 2 seeds), its `share` and Satterthwaite `df`."""
     d = np.asarray(d, float)
     d = np.where(is_tie(d), np.nan, d)
     s, k, n = d.shape
@@ -349,10 +309,7 @@ def seed_anova(d: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def shared_seed_variance(d: np.ndarray) -> np.ndarray:
-    """Per row of d [S, K, n]: sigma_c^2 / n, the variance the seeds' part shared by every fold
-    adds to the pooled mean (`seed_anova`; 0 with fewer than 2 seeds finite in every fold): what
-    `pool_family` adds for a contrast pooled with equal weights (where no fold variance can be
-    split into the seeds' common share and the rest)."""
+    """sigma_c^2 / n per row: what `pool_family` adds for a contrast pooled with equal weights."""
     a = seed_anova(d)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(a["seeds"] >= 2, np.nan_to_num(a["sigma_c2"]) / np.maximum(a["seeds"], 1), 0.0)
@@ -369,10 +326,8 @@ def pooled_bounds(mu, se, se_fixed, df, tail, df_fixed=np.inf) -> tuple[np.ndarr
 
 
 def _scale_excess_p(q: np.ndarray, df: np.ndarray, on: np.ndarray) -> np.ndarray:
-    """Per contrast `on` (q, df, on: [S, m]): the one-sided F test p of "its scale q_g / df_g is
-    no larger than the other contrasts' pooled scale" (F(df_g, sum of the others' df)); NaN
-    where it is not `on` or no other contrast is. Only a scale above the family's endangers the
-    shared test (a contrast whose own scale is below it is tested more strictly by sharing)."""
+    """Per contrast `on`: the one-sided F test p of its scale exceeding the others' pooled scale
+    (only a larger scale endangers the shared test)."""
     dfo = np.where(on, df, 0).astype(float)
     qo = np.where(on, q, 0.0)
     df_rest = dfo.sum(-1, keepdims=True) - dfo
@@ -385,10 +340,8 @@ def _scale_excess_p(q: np.ndarray, df: np.ndarray, on: np.ndarray) -> np.ndarray
 
 
 def _residual_r2(e: np.ndarray, inc: np.ndarray, on: np.ndarray) -> np.ndarray:
-    """Per row: the mean over pairs of contrasts `on` of their squared correlation of
-    standardised fold residuals e [S, m, K] (over their common folds), debiased for the K - 1
-    degrees of freedom the residuals have ((r^2 - 1/df) / (1 - 1/df), at least 0; 1 where the
-    common folds leave 1 df: two such residual vectors are always collinear)."""
+    """Per row: the mean squared correlation of the contrasts' standardised fold residuals, debiased
+    for their K - 1 df."""
     e = np.where(inc, e, 0.0)
     incf = inc.astype(float)
     num = np.einsum("smk,snk->smn", e, e)
@@ -416,16 +369,10 @@ def satterthwaite(parts, dfs) -> np.ndarray:
 
 def pool_family(fd: FoldData, how: Pooling = Pooling(), *, fold_corr=0.0, extra_var=0.0,
                 extra_df=np.inf) -> dict[str, np.ndarray]:
-    """Random-effects pooling of each contrast's periods, a family per row, as `how` pools (module
-    docstring; docs/analysis.md "Verdicts over periods"). `fd` the periods (`FoldData`: +-inf
-    effects, pairs mostly diverged one way, give no pooled effect); `fold_corr` the folds' overlap
-    (`fold_overlap`: the variances grow by `overlap_factor`); `extra_var` [S, m] a variance no
-    period's dispersion shows (the calendar part), added whole with its df `extra_df`.
-
-    Returns arrays [S, m]: mu, se (HKSJ), se_fixed (DL), df, df_fixed, p (the larger of the two
-    tests'), p_two_sided, p_tost, tau2 (used), tau2_own, i2, q_p, common (added whole), periods (with
-    weight), shared, share_p (`_scale_excess_p`), overlap; and [S] r2 (the residual correlation).
-    """
+    """Random-effects pooling of each contrast's periods, a family per row, as `how` pools
+    (docs/analysis.md "Verdicts over periods"); `fold_corr` the folds' overlap; `extra_var` a
+    variance no period's dispersion shows (the calendar part), added whole with its df `extra_df`.
+    Returns arrays [S, m] (mu, se, p, tau2, ...) and [S] r2."""
     theta, seed_share, seed_var, fold_n, seed_df = fd.theta, fd.seed_share, fd.seed_var, fd.n_informative, fd.seed_df
     rope, share, share_level, isolate_level = how.rope, how.share, how.share_level, how.isolate_level
     theta = np.asarray(theta, float)
@@ -559,11 +506,8 @@ def pool_family(fd: FoldData, how: Pooling = Pooling(), *, fold_corr=0.0, extra_
 
 def hksj(theta: np.ndarray, var: np.ndarray, *, rope: float = 0.0, tail: np.ndarray | float = 0.025,
          seed_share=0.0) -> dict[str, np.ndarray]:
-    """Random-effects pooling of K period effects per row (theta, var: [S, K], K >= 2): one
-    contrast per row (`pool_family` with m = 1: DerSimonian-Laird tau^2, HKSJ with t on K - 1
-    df never narrower than DL, the common seed share `seed_share` [S]). Returns arrays [S]: mu,
-    se, se_fixed, df, df_fixed, low, high (at `tail` per side), p (two-sided, H0 mu = 0), p_tost
-    (+-rope), tau2, i2, q_p."""
+    """Random-effects pooling of K period effects per row, one contrast (`pool_family` with m =
+    1)."""
     theta = np.asarray(theta, float)
     s = theta.shape[0]
     r = pool_family(FoldData(theta[:, None, :], np.asarray(var, float)[:, None, :],
@@ -576,12 +520,8 @@ def hksj(theta: np.ndarray, var: np.ndarray, *, rope: float = 0.0, tail: np.ndar
 
 
 def seed_level_effect(d_test) -> dict[str, np.ndarray]:
-    """The test-segment effect per row of per-seed test differences d_test [S, K, n] (NaN: no pair;
-    K = 1 for one fold): `theta` the Hodges-Lehmann effect of the seeds' fold-averaged
-    differences, `var` its squared standard error (`periods.fold_estimates`; inf: too few seeds
-    for an interval), `df` that variance's degrees of freedom (`FOLD_VAR_DF` (n - 1)), `p` the
-    two-sided signed-rank p, `n` the informative seeds. A seed with no pair in any fold is left out;
-    +-inf (a diverged side) stays as the rank test reads it."""
+    """The test-segment effect per row of d_test [S, K, n]: the Hodges-Lehmann effect of the seeds'
+    fold-averaged differences, its `var` with df `FOLD_VAR_DF` (n - 1), `p` and `n`."""
     d = np.asarray(d_test, float)
     with np.errstate(invalid="ignore"):
         present = ~np.isnan(d)
@@ -601,9 +541,8 @@ def is_tie(d) -> np.ndarray:
 
 
 def informative_rank_test(d, *, rope: float = 0.0, tail=0.025) -> RankTest:
-    """`inference.rank_test` on each row of d [S, n] after dropping its ties (and NaN: no pair);
-    `tail` a float or one per row. Adds `n_informative` [S] and `tied_share` [S] (ties / pairs;
-    NaN for a row without pairs). A row without informative pairs gets NaN statistics."""
+    """`inference.rank_test` per row of d [S, n] after dropping its ties, with `n_informative` and
+    `tied_share`."""
     d = np.atleast_2d(np.asarray(d, float))
     s, n = d.shape
     tails = np.broadcast_to(np.asarray(tail, float), (s,))
@@ -640,10 +579,8 @@ FOLD_TABLE_NEEDS = ("fold", "train_runs", "train_rows", "group_rows")
 
 @dataclass(frozen=True)
 class FoldOverlap:
-    """A layout's overlap: `folds` the fold ids in order, `corr` [K, K] the correlation of the
-    fold effects that the shared training gives (`correlation_of`; the diagonal: a fold's own
-    rho_k, 0 where it shares rows with no other fold), `factor` NB's factor for equal weights
-    (`nb_factor`)."""
+    """A layout's overlap: `corr` [K, K] of the fold effects the shared training gives, `factor`
+    NB's for equal weights."""
 
     folds: tuple[int, ...]
     corr: np.ndarray
@@ -665,9 +602,8 @@ def shared_rows(runs_a, runs_b) -> int:
 
 
 def loading_matrix(train_rows, val_rows, shares) -> np.ndarray:
-    """Lambda [K, K] (module docstring): sqrt(lambda_k lambda_l) where folds k and l share
-    training rows (`shares` [K, K] bool, the diagonal ignored), lambda_k = n2_k / n1_k on the
-    diagonal of a fold that shares with any other, 0 elsewhere."""
+    """Lambda [K, K]: sqrt(lambda_k lambda_l) where folds k and l share training rows, lambda_k =
+    n2_k / n1_k."""
     n1, n2 = np.asarray(train_rows, float), np.asarray(val_rows, float)
     if (n1 <= 0).any() or (n2 <= 0).any():
         raise ValueError("overlap: every fold needs training and validation rows (n1, n2 > 0)")
@@ -687,10 +623,8 @@ def correlation_of(loadings) -> np.ndarray:
 
 
 def loadings_of(fold_corr, k: int) -> np.ndarray:
-    """Lambda [..., K, K] from `fold_corr`: a number rho (every pair of the K folds shares
-    training rows, each at rho: Lambda = rho / (1 - rho) everywhere, NB's equal folds) or an
-    array broadcastable to [..., K, K] of the correlations `correlation_of` gives (a
-    `FoldOverlap.corr`)."""
+    """Lambda [..., K, K] from `fold_corr`: one rho for every pair (NB's equal folds), or
+    `FoldOverlap.corr`."""
     rho = np.asarray(fold_corr, float)
     if rho.ndim == 0:
         rho = np.full((k, k), float(rho))
@@ -702,9 +636,8 @@ def loadings_of(fold_corr, k: int) -> np.ndarray:
 
 
 def overlap_factor(weights, fold_corr) -> np.ndarray:
-    """F [...] = 1 + (sqrt w)' Lambda (sqrt w) / sum w per row of `weights` [..., K] (the
-    random-effects weights; 0: a fold that carries no weight), Lambda from `fold_corr`
-    (`loadings_of`): the factor by which the pooled variance grows (module docstring)."""
+    """F = 1 + (sqrt w)' Lambda (sqrt w) / sum w per row of the random-effects `weights`: the pooled
+    variance's growth."""
     w = np.asarray(weights, float)
     lam = loadings_of(fold_corr, w.shape[-1])
     r = np.sqrt(np.where(w > 0, w, 0.0))
@@ -722,11 +655,8 @@ def nb_factor(fold_corr, k: int | None = None) -> float:
 
 
 def fold_overlap(table: pd.DataFrame, history=None) -> FoldOverlap:
-    """The overlap of a fold table's folds (FOLD_TABLE_NEEDS; `folds.parquet` / `folds.csv`):
-    which folds share training rows (their `train_runs` meet), n1 = `train_rows`, n2 =
-    `group_rows`. A table with a `history` column (several price histories) is read for one
-    `history` (folds of different histories share no rows); a missing column or a `history`
-    the table lacks is a one-line DataError naming it."""
+    """The overlap of a fold table's folds (FOLD_TABLE_NEEDS), for one `history` where it has a
+    `history` column; a missing column or history is a one-line DataError."""
     missing = [c for c in FOLD_TABLE_NEEDS if c not in table.columns]
     if missing:
         raise DataError(f"fold table: missing column {missing[0]!r} (the overlap of folds reads {', '.join(FOLD_TABLE_NEEDS)})")

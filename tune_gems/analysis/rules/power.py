@@ -1,31 +1,15 @@
-"""The power of the rule that decides, in one place: its minimum detectable effect, the seeds it
-needs, and the floor no seed count beats.
+"""The power of the rule that decides, in one place: its MDE, the seeds it needs and the
+floor no seed count beats. Every statement of power (beside a verdict, in `tune-gems confirm` and
+`tune-gems plan`, in the calibrations) must be the deciding test's, or a user buys seeds that
+cannot help: one description of a comparison (`PowerInputs`), one `mde`, one `floor`, one solver
+(`fewest_seeds`), one statement for a verdict row (`statement`).
 
-Why one module. Every statement of power (the MDE beside a verdict, the seeds that would reach
-the ROPE, the floor of periods or of one history's market noise, the seeds `tune-gems confirm`
-trains, the designs `tune-gems plan` prices, the MDE the calibrations check by simulation) must
-be the power of the test that decides, in the same units, or a user buys seeds that cannot help.
-So there is one description of a comparison (`PowerInputs`), one MDE (`mde`), one floor (`floor`),
-one solver (`fewest_seeds`), one tie scaling (`seeds_to_run`) and one statement of them all for a
-verdict row (`statement`).
-
-The rule that decides, and so its MDE at power 1 - beta and first-Holm-step level a:
-
-- **one period (K = 1)**: the seed rule's signed-rank test (`inference.min_detectable_effect`); on
-  one price history the market-noise standard error adds its variance (the one-period gate), at
-  `history_level` (selection-adjusted for a confirmation on the search's one history);
-- **K >= 2 periods, or several price histories**: the pooled test, whose MDE is the effect its
-  first contrast is kept from in a share `power` of the families the rule will see at that design
-  (`pooled_mde`, `history_mde`): families drawn from the variance parts (`periods.PooledComponents`,
-  `histories.HistoryComponents`) as the rule reads them and pooled by its own stage 2
-  (`periods.pool_family`, `histories.pool_histories`). The pooled estimate moves with the effect,
-  its se and df do not, so the MDE is the `power`-quantile of the effects the families keep from.
-  Why draws, not (t_a + t_power) x se: the rule estimates the seeds' and the calendar's parts from
-  few df and adds them whole, cuts the shared scale's df by the contrasts' correlation, weighs
-  periods by estimated variances and tests the larger p of HKSJ and DerSimonian-Laird; a closed
-  form on known variances misses all of it (docs/analysis.md "The MDE of a layout"). The floor,
-  with the seeds' noise gone, is set by the spreads: above the target only more periods or
-  histories help.
+At one period the seed rule's signed-rank MDE (with the market-noise variance on one history). Over
+periods or histories the MDE is the `power`-quantile of the effects the first contrast is kept from
+in families drawn from the variance parts and pooled by the rule's own stage 2 (`pool_family`,
+`pool_histories`): the rule estimates its parts from few df, cuts the shared scale's df and tests
+the larger p of HKSJ and DerSimonian-Laird, which a closed form on known variances misses
+(docs/analysis.md "The MDE of a layout").
 """
 
 from __future__ import annotations
@@ -52,12 +36,9 @@ N_MAX = 100_000
 DRAWS = 1024
 """Families drawn per design to state the pooled rule's power."""
 DRAW_CONFIDENCE = 0.95
-"""The MDE is stated where the drawn families keep in a share `power` + z x the share's standard
-error over DRAWS (one-sided at this confidence): so the draws' own noise errs on the side of a
-larger MDE, never a smaller one."""
+"""The kept share is raised by z x its se over DRAWS: the draws' noise errs towards a larger MDE."""
 DRAW_SEED = 2024
-"""One seed for every design's draws: the same statement every time, and designs compared on the
-same draws."""
+"""One seed for every design's draws: the same statement every time, designs compared on the same draws."""
 SEEDS_WITHOUT_END = 1e9
 """The seed count the floor is stated at (the seeds' noise gone)."""
 
@@ -71,8 +52,8 @@ def _chi2(rng, df, shape):
 
 
 def _seed_anova(rng, cell: float, common: float, units: int, seeds: float, m: int):
-    """(sigma_c^2, its share, its df) [DRAWS, m]: the seeds x units ANOVA (`periods.seed_anova`) of
-    seeds whose per-unit values vary by `cell` around a part `common` to every unit."""
+    """(sigma_c^2, its share, its df) [DRAWS, m] of the seeds x units ANOVA
+    (`periods.seed_anova`)."""
     p, q = seeds - 1.0, (units - 1.0) * (seeds - 1.0)
     ms_seed = (cell + units * common) * _chi2(rng, p, (DRAWS, m))
     ms_resid = cell * _chi2(rng, q, (DRAWS, m))
@@ -84,8 +65,7 @@ def _seed_anova(rng, cell: float, common: float, units: int, seeds: float, m: in
 
 
 def _first(pooled: dict, test: dict) -> dict:
-    """The first contrast's pooled test (mu, se, se_fixed, df, df_fixed) and held-out stage
-    (`test`: its effect, the seeds' variance and df, the period's variance and df)."""
+    """The first contrast's pooled test and held-out stage (`test`)."""
     out = {key: np.asarray(pooled[key], float)[:, 0] for key in ("mu", "se", "se_fixed", "df", "df_fixed")}
     return out | {f"test_{key}": np.broadcast_to(np.asarray(value, float), (DRAWS, pooled["mu"].shape[1]))[:, 0]
                   for key, value in test.items()}
@@ -93,13 +73,9 @@ def _first(pooled: dict, test: dict) -> dict:
 
 @lru_cache(maxsize=1024)
 def _fold_draws(c: PooledComponents, periods: int, seeds: float, contrasts: int) -> dict:
-    """The pooled rule over one history's `periods` folds of `seeds` informative pairs, on DRAWS
-    families of `contrasts` contrasts with parts `c` and no effect (`pool_family`), and its
-    held-out stage (one test period: its own period luck and the seeds' noise over the folds' members;
-    its variance the seeds' and the pooled tau^2, at least HELD_OUT_PERIOD_FLOOR x a fold's seed
-    variance, on DerSimonian-Laird's df as `decision.held_out_stage` reads them). The folds' overlap is a part
-    common to them of lambda x the fold-level variance, which the rule corrects with NB's factor
-    1 + K lambda."""
+    """The pooled rule over `periods` folds of `seeds` pairs on DRAWS null families of parts `c`,
+    with the held-out stage as `decision.held_out_stage` reads it; the folds' overlap a part common
+    to them (lambda x the fold-level variance)."""
     rng = np.random.default_rng(DRAW_SEED)
     k, n, m = periods, seeds, contrasts
     own = c.within - c.seed
@@ -128,13 +104,9 @@ def _fold_draws(c: PooledComponents, periods: int, seeds: float, contrasts: int)
 @lru_cache(maxsize=1024)
 def _history_draws(c: HistoryComponents, histories: int, folds: int, seeds: float, contrasts: int,
                    calendars: int = 1) -> dict:
-    """The nested rule over `histories` x `folds` x `seeds` (`pool_histories`) on DRAWS families of
-    `contrasts` contrasts with parts `c` and no effect, where `c.shared` on `calendars` calendars the
-    histories split into (fold k of a calendar's histories one period) else each on its own, and its
-    held-out stage (one test period per history, one per calendar where they share it; its variance the histories' spread on the test over H, the
-    seeds' common part and on one calendar the spread of the shared periods' means, as
-    `decision.held_out_stage` reads them). A history's effect is the mean of its fold effects; the variance
-    the rule reads for it is pi / 3 x its seeds' sample variance / n (n - 1 df)."""
+    """The nested rule over `histories` x `folds` x `seeds` on DRAWS null families of parts `c`
+    (`c.shared`: on `calendars` calendars), with the held-out stage as `decision.held_out_stage`
+    reads it."""
     rng = np.random.default_rng(DRAW_SEED)
     h, k, n, m = histories, folds, seeds, contrasts
     own = c.within - c.seed
@@ -167,9 +139,8 @@ def _history_draws(c: HistoryComponents, histories: int, folds: int, seeds: floa
 
 
 def keep_effects(draws: dict, level: float, one_sided: bool = False) -> np.ndarray:
-    """Per drawn family the smallest effect its first contrast is kept from at `level` (the larger
-    p of HKSJ and DerSimonian-Laird, as the rule tests): +inf where its pooled variance has fewer
-    than MIN_POOLED_DF df."""
+    """Per drawn family the smallest effect its first contrast is kept from at `level` (+inf below
+    MIN_POOLED_DF df)."""
     tail = level if one_sided else level / 2
     with np.errstate(invalid="ignore"):
         hksj = sps.t.ppf(1 - tail, np.maximum(draws["df"], MIN_POOLED_DF)) * draws["se"]
@@ -180,9 +151,8 @@ def keep_effects(draws: dict, level: float, one_sided: bool = False) -> np.ndarr
 
 
 def confirm_effects(draws: dict, test_level: float) -> np.ndarray:
-    """Per drawn family the smallest effect its held-out stage confirms from, one-sided at
-    `test_level` (`decision.confirm_on_held_out`: the test effect moves with the effect, its
-    variance does not); +inf where it confirms nothing."""
+    """Per drawn family the smallest effect the held-out stage confirms one-sided at `test_level`
+    (+inf: none)."""
     keep = np.full(draws["test_effect"].shape, KEEP, dtype=object)
     held = confirm_on_held_out(keep, draws["test_effect"], draws["test_var"], draws["test_period_var"], test_level,
                                test_df=draws["test_df"], period_df=draws["test_period_df"])
@@ -190,8 +160,8 @@ def confirm_effects(draws: dict, test_level: float) -> np.ndarray:
 
 
 def _quantile(effects: np.ndarray, power: float) -> float:
-    """The smallest effect kept in a share `power` of the families, raised by the draws' noise
-    (DRAW_CONFIDENCE); +inf where too few can keep."""
+    """The effect kept in a share `power` of the families, raised by the draws' noise
+    (DRAW_CONFIDENCE)."""
     share = min(1.0, power + float(sps.norm.ppf(DRAW_CONFIDENCE)) * math.sqrt(power * (1 - power) / effects.size))
     if np.isfinite(effects).mean() < share:
         return math.inf
@@ -204,8 +174,7 @@ def _valid(*parts: float) -> bool:
 
 def pooled_mde(c: PooledComponents, periods: int, seeds: float, *, contrasts: int = 1, level: float, power: float,
                one_sided: bool = False) -> float:
-    """`mde` of the pooled rule over one history's `periods` folds of `seeds` informative pairs with
-    parts `c`, its scale shared by `contrasts`; NaN without parts or below 2 folds."""
+    """`mde` of the pooled rule over one history's folds; NaN without parts or below 2 folds."""
     ok = periods >= 2 and seeds > 1 and _valid(c.period, c.within, c.seed, c.overlap)
     d = PowerInputs(seeds, folds=int(periods), tau2=c.period, within=c.within, seed=c.seed, contrasts=int(contrasts),
                     overlap=c.overlap)
@@ -214,24 +183,23 @@ def pooled_mde(c: PooledComponents, periods: int, seeds: float, *, contrasts: in
 
 def history_mde(c: HistoryComponents, histories: int, folds: int, seeds: float, *, contrasts: int = 1, level: float,
                 power: float, one_sided: bool = False) -> float:
-    """`mde` of the nested rule over `histories` x `folds` x `seeds` with parts `c`, the histories'
-    scale shared by `contrasts`; NaN without parts or below 2 histories."""
+    """`mde` of the nested rule over `histories` x `folds` x `seeds`; NaN without parts or below 2
+    histories."""
     ok = histories >= 2 and folds >= 1 and seeds > 1 and _valid(c.history, c.period, c.within, c.seed, c.calendar)
     d = history_inputs(seeds, int(histories), int(folds), c, int(contrasts))
     return mde(d, level, power, one_sided=one_sided) if ok else math.nan
 
 
 def seeds_would_detect(seeds: float, target: float) -> str:
-    """The seeds that would detect the target, in words (the seed rule's power statement)."""
+    """The seed rule's power statement in words."""
     return f"about {format_number(seeds, '.0f', missing='nan')} seeds would detect +-{target:g}"
 
 
 def advice(mde: float, floor: float, target: float, seeds_needed: float, *, market: bool = False,
            histories: bool = False) -> str:
-    """What the power statement implies, in words: over periods, whether the design reaches the
-    target, or the seeds per fold that would, or that only more periods would (over several price
-    histories, `histories`: more histories); on one history with a market-noise interval (`market`),
-    the seeds that would or that no seed count does."""
+    """What the power statement implies, in words: the seeds that would reach the target, or that
+    only more periods (histories) would; on one history (`market`) that no seed count beats its
+    market noise."""
     if market:
         return (f"no seed count reaches +-{target:g} on this history's market noise: more periods (data.folds) "
                 "or histories, not more seeds" if not math.isfinite(seeds_needed) else
@@ -257,20 +225,11 @@ def advice(mde: float, floor: float, target: float, seeds_needed: float, *, mark
 
 @dataclass(frozen=True)
 class PowerInputs:
-    """What the power statement of one comparison reads: its seeds and periods and the spreads they
-    were measured with. `n` seeds (informative pairs; at K >= 2 per fold, a mean: not always whole),
-    `sd` the spread of the (fold-averaged) per-seed differences, `p_div` the per-side divergence
-    rate; with `folds` >= 2 the pooled components (`tau2` the period-to-period variance of the fold
-    effects, `within` one seed's variance inside a fold as the fold's rank interval reads it,
-    default `fold_sd`^2 x pi / 3, `seed` its part common to every fold), `contrasts` the family's
-    contrasts that share the pooled scale with it (1: pooled on its own), `overlap` the folds'
-    lambda (`PooledComponents.overlap`: folds that share training rows; 0: none); on one price
-    history at K = 1, `market_se` the market-noise standard error of the difference (0: none, e.g.
-    per-seed paths). Over `histories` >= 2 price histories the nested rule decides (`history_mde`):
-    `history_tau2` the spread between histories, `tau2` and `within` a history's fold components,
-    `seed` the part common to every history and fold, `calendar` the calendar part the histories
-    share (`histories.calendar_part`; NaN: on their own calendars, nothing shared) on `calendars` calendars,
-    `n` the seeds per fold of a history."""
+    """What the power statement of one comparison reads. `n` informative pairs (per fold at K >= 2),
+    `sd` their spread, `p_div` the divergence rate; over folds the pooled components (`tau2`,
+    `within`, `seed`, `overlap`: `periods.PooledComponents`) and the `contrasts` sharing the scale;
+    `market_se` one history's market-noise se (0: none); over `histories` >= 2 the nested rule's
+    (`history_tau2`, `calendar`: NaN on own calendars, `calendars`)."""
 
     n: float
     sd: float = math.nan
@@ -290,22 +249,22 @@ class PowerInputs:
 
     @property
     def pooled_over(self) -> bool:
-        """Whether a pooled test decides (several periods, or several price histories)."""
+        """Whether a pooled test decides."""
         return self.folds >= 2 or self.histories >= 2
 
     def history_components(self) -> HistoryComponents:
-        """The nested rule's components of the comparison (several price histories)."""
+        """The nested rule's components."""
         c = self.components()
         return HistoryComponents(self.history_tau2 if math.isfinite(self.history_tau2) else 0.0, c.period, c.within,
                                  c.seed, self.calendar if math.isfinite(self.calendar) else 0.0,
                                  math.isfinite(self.calendar))
 
     def with_seeds(self, n) -> "PowerInputs":
-        """The same comparison at `n` seeds (the spreads are per seed, so they stay)."""
+        """The same comparison at `n` seeds (the spreads are per seed)."""
         return replace(self, n=n)
 
     def components(self) -> PooledComponents:
-        """The pooled components of the comparison."""
+        """The pooled components."""
         within = self.within if math.isfinite(self.within) else self.fold_sd**2 * RANK_EFFICIENCY
         tau2 = self.tau2 if math.isfinite(self.tau2) else 0.0
         return PooledComponents(tau2, within, self.seed if math.isfinite(self.seed) else 0.0, self.overlap)
@@ -313,9 +272,7 @@ class PowerInputs:
 
 def history_inputs(n: float, histories: int, folds: int, c: HistoryComponents, contrasts: int,
                    calendars: int = 1) -> PowerInputs:
-    """The power inputs of a comparison the nested rule decides: `n` informative seeds per fold of a
-    history, the components `c` (the calendar part included, on `calendars` calendars where shared),
-    the `contrasts` sharing its scale."""
+    """The power inputs of a comparison the nested rule decides, from its components `c`."""
     return PowerInputs(n, folds=folds, tau2=c.period, within=c.within, seed=c.seed, contrasts=contrasts,
                        histories=histories, history_tau2=c.history, calendar=c.calendar if c.shared else math.nan,
                        calendars=calendars)
@@ -326,7 +283,7 @@ def _z(level: float, power: float) -> float:
 
 
 def _draws_of(d: PowerInputs) -> dict | None:
-    """The pooled rule's draws at the comparison's design (None: not pooled, or no parts)."""
+    """The pooled rule's draws at `d`'s design (None: not pooled, or no parts)."""
     if d.histories >= 2:
         c = d.history_components()
         if not (d.n > 1 and _valid(c.history, c.period, c.within, c.seed, c.calendar)):
@@ -340,8 +297,8 @@ def _draws_of(d: PowerInputs) -> dict | None:
 
 @lru_cache(maxsize=4096)
 def _effects(d: PowerInputs, level: float, test_level: float | None, one_sided: bool) -> np.ndarray | None:
-    """Per drawn family the effect its first contrast is kept from at `level` (`keep_effects`), or
-    with `test_level` kept and confirmed by the held-out stage (`confirm_effects`); None: no draws."""
+    """Per drawn family the effect kept at `level`, with `test_level` also confirmed by the held-out
+    stage."""
     draws = _draws_of(d)
     if draws is None:
         return None
@@ -351,12 +308,9 @@ def _effects(d: PowerInputs, level: float, test_level: float | None, one_sided: 
 
 def mde(d: PowerInputs, level: float, power: float, *, one_sided: bool = False,
         history_level: float | None = None) -> float:
-    """The MDE of the deciding rule for comparison `d` (module docstring) at `level` (the first
-    Holm step of its family: two-sided for the seed rule, whose one-sided keep test is the
-    two-sided one at twice the level; the pooled test's tails by `one_sided`) and `power`;
-    `history_level` the level of the history's part, the market-noise part at K = 1 and the pooled
-    test at K >= 2 (default `level`). +inf when the seeds cannot reach `level` at all (or, over
-    periods, without a within-fold spread); NaN without a spread."""
+    """The MDE of the deciding rule for `d` at the first Holm step `level` and `power`;
+    `history_level` the history part's level (default `level`). +inf when the seeds cannot reach
+    `level`; NaN without a spread."""
     h_level = level if history_level is None else history_level
     if d.pooled_over:
         if not (d.n > 0 and math.isfinite(d.components().within)):
@@ -372,9 +326,8 @@ def mde(d: PowerInputs, level: float, power: float, *, one_sided: bool = False,
 
 
 def floor(d: PowerInputs, level: float, power: float, *, one_sided: bool = False) -> float:
-    """`mde` with the seeds' noise gone (SEEDS_WITHOUT_END): over periods or histories their
-    spreads', which only more periods (or histories) lower; on one history (K = 1) the market-noise
-    part alone (0 without a market-noise interval)."""
+    """`mde` with the seeds' noise gone: over periods their spread's, on one history the
+    market-noise part alone."""
     if d.pooled_over:
         return mde(d.with_seeds(SEEDS_WITHOUT_END), level, power, one_sided=one_sided)
     return float(_z(level, power) * d.market_se)
@@ -382,11 +335,8 @@ def floor(d: PowerInputs, level: float, power: float, *, one_sided: bool = False
 
 def fewest_seeds(d: PowerInputs, target: float, level: float, power: float, *, one_sided: bool = False,
                  history_level: float | None = None, n_min: int = 2, n_max: int = N_MAX) -> float:
-    """The one solver: the fewest seeds (informative pairs; per fold at K >= 2) in [n_min, n_max]
-    whose `mde` is at most `target`: +inf when even `n_max` seeds are not enough (a floor of
-    periods or market noise above the target, or too few seeds); NaN when it cannot be stated (no
-    target, or no spread to plan with). The MDE falls with the seeds, so a bisection: O(log n_max)
-    evaluations, bounded memory at any spread."""
+    """The fewest seeds in [n_min, n_max] whose `mde` is at most `target` (bisection: the MDE falls
+    with the seeds); +inf when `n_max` is not enough, NaN when it cannot be stated."""
     def at(n: int) -> float:
         return mde(d.with_seeds(n), level, power, one_sided=one_sided, history_level=history_level)
 
@@ -407,14 +357,12 @@ def fewest_seeds(d: PowerInputs, target: float, level: float, power: float, *, o
 
 
 def informative_of(seeds: int, tied: float) -> int:
-    """The informative pairs `seeds` seeds are expected to give at tied share `tied` (ties carry
-    no weight: rules.periods)."""
+    """The informative pairs `seeds` seeds give at tied share `tied`."""
     return int(math.floor(seeds * (1.0 - tied) + 1e-9))
 
 
 def seeds_to_run(informative: float, tied: float) -> float:
-    """The fewest seeds expected to give `informative` informative pairs when a share `tied` of the
-    pairs ties (NaN share: none; a share of 1: +inf, nothing is ever informative)."""
+    """The fewest seeds expected to give `informative` informative pairs at tied share `tied`."""
     if tied >= 1:
         return math.inf
     if not math.isfinite(informative):
@@ -427,15 +375,13 @@ def seeds_to_run(informative: float, tied: float) -> float:
 
 
 def finite_interval(n: int, level: float) -> bool:
-    """Whether n seeds can give a finite signed-rank interval at two-sided `level` (and so reach
-    it at all: the smallest exact p, every sign equal, is 2 / 2^n)."""
+    """Whether n seeds can reach two-sided `level` at all (the smallest exact p is 2 / 2^n)."""
     return n >= 2 and smallest_p(int(n)) <= level
 
 
 def market_se_of(low: float, high: float, two_sided_level: float) -> float:
-    """The market-noise standard error of a difference from its interval at `two_sided_level`
-    (a normal interval's half-width over z); 0 where there is none (per-seed paths, or an interval
-    not computed), so that `mde` is then the seed rule's."""
+    """The market-noise se of a difference from its interval (0 without one: `mde` is the seed
+    rule's)."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return 0.0
     return float((high - low) / (2 * sps.norm.ppf(1 - two_sided_level / 2)))
@@ -443,11 +389,9 @@ def market_se_of(low: float, high: float, two_sided_level: float) -> float:
 
 def two_stage(d: PowerInputs, level: float, power: float, *, test_level: float | None = None,
               one_sided: bool = False) -> float:
-    """The effect that reads `keep wired` through both stages with probability `power`: the
-    discovery at `level` and the held-out stage one-sided at `test_level` (default `level`), over
-    periods or histories in the same drawn families (`mde`'s; a history's lasting part and the seeds'
-    common part are in both stages); at one period the seed rule's keep read as a normal test (its
-    MDE's se) and the held-out stage on the seeds' plus the market-noise variance, independent."""
+    """The effect that reads `keep wired` through both stages with probability `power`: over periods
+    or histories in `mde`'s drawn families; at one period the two stages as independent normal
+    tests."""
     t_level = level if test_level is None else test_level
     if d.pooled_over:
         effects = _effects(d, level, t_level, one_sided)
@@ -462,10 +406,7 @@ def two_stage(d: PowerInputs, level: float, power: float, *, test_level: float |
 
 @dataclass(frozen=True)
 class PowerStatement:
-    """A verdict row's power statement: the deciding rule's `mde`, its `floor` (infinitely many
-    seeds; NaN where the seeds alone decide), the `seeds_needed` for the target (with the ties'
-    share scaled in), the `note` in words (`advice`) and `two_stage` the MDE of a keep that must
-    also pass the held-out stage (`two_stage`; NaN: not stated)."""
+    """A verdict row's power statement (`statement`): `floor` NaN where the seeds alone decide."""
 
     mde: float
     floor: float
@@ -476,11 +417,8 @@ class PowerStatement:
 
 def statement(d: PowerInputs, target: float, level: float, power: float, *, tied: float = 0.0,
               one_sided: bool = False, test_level: float | None = None) -> PowerStatement:
-    """The power statement of comparison `d` at the first Holm step `level` for the `target`
-    (the ROPE): over periods the pooled test's with its floor and advice; on one history with a
-    market-noise interval the seed and market-noise rule's with its floor; else the seed rule's
-    (no floor, no note: the verdict's reason says how many seeds would detect the target); with
-    the two-stage MDE (`two_stage` at `test_level`, the held-out stage's level)."""
+    """The power statement of `d` at the first Holm step `level` for the `target` (the ROPE), with
+    the two-stage MDE at `test_level`."""
     m = mde(d, level, power, one_sided=one_sided)
     needed = seeds_to_run(fewest_seeds(d, target, level, power, one_sided=one_sided), tied)
     both = two_stage(d, level, power, test_level=test_level, one_sided=one_sided)

@@ -1,10 +1,6 @@
-"""The verdict words, defined once, and the analysis's settings as one frozen record.
-
-What each word means: docs/analysis.md "Verdicts"; the calibrations' integer codes:
-`verdict_codes`. Why one record: every layer reads the same thresholds, and ten keyword arguments
-passed through each layer let one silently miss one; a `Thresholds` is checked when made (one line
-naming the option, `ConfigError`). Defaults and why: `analysis/defaults.py`.
-"""
+"""The verdict words, defined once, and the analysis's settings as one frozen record: every layer
+reads the same thresholds (ten keyword arguments passed through each layer let one silently miss
+one). Meanings: docs/analysis.md "Verdicts"; defaults and why: `analysis/defaults.py`."""
 
 from __future__ import annotations
 
@@ -66,11 +62,8 @@ def verdict_codes(verdict) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The verdict thresholds (alpha, rope, rel_threshold, power, placebo_weight), the verdict
-    metric's epoch window (window, last_k, first_epoch), the period rule's settings (min_periods,
-    share_tau, one_sided_keep) and the sizes of the resampling behind them (confidence, n_boot,
-    seed; n_sim for the calibration). Each field is the `--` option of the same name
-    (underscores as dashes; the booleans are switches)."""
+    """The verdict's settings, each the `--` option of the same name (underscores as dashes;
+    booleans are switches)."""
 
     alpha: float = defaults.ALPHA
     rope: float = defaults.ROPE
@@ -129,11 +122,8 @@ class Thresholds:
                        first_epoch=first_epoch if window == "from-epoch" else None)
 
     def check_window(self, last_epochs: Mapping[str, int], source: str) -> None:
-        """Refuse (ConfigError naming `--first-epoch`) a `from-epoch` window that the runs read
-        cannot honour: `last_epochs` maps each run the verdicts compare (a trial, by name) to its
-        last evaluated epoch, `source` names the folders. A first epoch past a run's last one
-        would leave that run no epoch in the window: `window_length` would fall back to its
-        last epoch while every record says "from epoch N on", so it is refused instead."""
+        """Refuse (ConfigError naming `--first-epoch`) a `from-epoch` window past a run's last
+        epoch: that run would average its last epoch while every record says "from epoch N on"."""
         if self.window != "from-epoch" or not last_epochs:
             return
         last = max(last_epochs.values())
@@ -148,10 +138,8 @@ class Thresholds:
                               f"give --first-epoch {shortest} or less")
 
     def window_length(self, end_epoch):
-        """Per end epoch E (an int or an array): how many epochs (E - k, E] the verdict metric
-        averages. `last-k`: k = last_k; `last-half`: the epochs after E // 2, never fewer than
-        last_k; `from-epoch`: every epoch from first_epoch on (at least the last one). Never more
-        than E (a member's window starts at its first epoch)."""
+        """Per end epoch E how many epochs (E - k, E] the verdict metric averages (never more than
+        E)."""
         e = np.asarray(end_epoch)
         if self.window == "last-half":
             k = np.maximum(e - e // 2, self.last_k)

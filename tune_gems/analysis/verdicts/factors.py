@@ -1,11 +1,9 @@
 """Every factor of a design judged: gems and non-gem factors in one family.
 
-Why: a factorial's largest effects are often not gems (on S&P 500 closes NoisyNets and spectral
-norm moved the alpha Sharpe more than any gem). Each main effect of the design's family
-(`family.design_family`, decided once: a gem's row is its verdicts.csv row) is paired by member
-seed within a fold and judged with the gems' words; every two two-level contrasts of a full
-factorial get their interaction (Holm over the interactions, shown, not a verdict); every row is
-written, largest effects first, a key that never pairs reading `insufficient: confounded`.
+A factorial's largest effects are often not gems (on S&P 500 closes NoisyNets and spectral norm
+moved the alpha Sharpe more than any gem). Each main effect of `family.design_family` is judged with
+the gems' words; a full factorial's two-level pairs get their interaction (their own family, shown,
+not a verdict).
 """
 
 
@@ -87,9 +85,8 @@ def _reading(c: Contrast, verdict: str, mde: float, rope: float) -> str:
 
 def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds | None = None, column: str,
                  eval_returns: EvalReturnsLookup | None = None, family: DesignFamily | None = None) -> pd.DataFrame:
-    """factors.csv: one row per contrast of the design's family (gems and factors, decided once:
-    `family.design_family`, the verdicts' own when given), then one per interaction of a full
-    factorial (their own family; module docstring). `column` the verdict metric."""
+    """factors.csv: one row per contrast of the design's family, then one per interaction of a full
+    factorial."""
     th = thresholds if thresholds is not None else Thresholds()
     if family is None:
         family = design_family(cells, gems, th, column=column, sources=Sources(eval_returns))
@@ -125,11 +122,9 @@ def _largest_first(table: pd.DataFrame) -> pd.DataFrame:
 
 def interaction_rows(cells: Cells, contrasts: list[Contrast], prs: list[Paired], gems, th: Thresholds,
                      column: str) -> pd.DataFrame:
-    """Per two two-level contrasts A, B that a full factorial crosses: per unit, A's effect at B's
-    hi level minus A's effect at B's lo level (units finite in both), the signed-rank effect and
-    its interval at the Holm level over the interactions, their own family (`rules.decision.decide`,
-    two-sided, ties carrying no weight: `interaction shown` where it reads keep wired or harmful).
-    At K >= 2 the per-unit differences are averaged over folds (the seed test only)."""
+    """Per two two-level contrasts a full factorial crosses: per unit A's effect at B's hi level
+    minus at its lo level, tested as their own family (`interaction shown` where it reads keep wired
+    or harmful)."""
     two = [(c, pr) for c, pr in zip(contrasts, prs) if pr.n and c.levels == 2 and c.wired_gem is None]
     found = []
     for (a, _), (b, _) in combinations(two, 2):
@@ -175,9 +170,8 @@ def interaction_rows(cells: Cells, contrasts: list[Contrast], prs: list[Paired],
 
 
 def format_factor_table(table: pd.DataFrame) -> str:
-    """The compact factor table for a terminal (`tune-gems analyze`): every row, largest effects
-    first, each word beside the estimate, interval and Holm p of the test that decided it, the
-    seeds-alone numbers under their own heading."""
+    """The compact factor table for a terminal: each word beside the numbers of the test that
+    decided it."""
     if table is None or not len(table):
         return ""
     judged = table[table["kind"] != INTERACTION]

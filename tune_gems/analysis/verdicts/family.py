@@ -1,14 +1,10 @@
 """The family of a design: every main effect it varies, its pairs, and one decision.
 
-The contrasts a design was built to judge are its main effects: every gem's wiring (wire vs
-measure, its weight on the wired side, paired as the gem's verdict pairs it) and every other
-config key that differs between members at a common member seed (`model.*`, `trainer.*`,
-`gems.<g>.weight` among the members wiring g, an `arms.factors` key, an `arms.list` entry that
-differs from another in one key). Judged in two families, one contrast could read `keep wired` in
-one table and `inconclusive` in the other; so the family is built once, paired once and decided
-once (`rules.decision.decide`, the held-out test segment its second stage): verdicts.csv's rows are
-its gem contrasts, factors.csv's all of them. Null arms (placebo weight, A/A replay stream) are the
-learner's null (placebo.csv), interactions their own family (`factors.interaction_rows`).
+The contrasts are every gem's wiring and every other config key that differs between members at a
+common member seed. Judged in two families, one contrast could read `keep wired` in one table and
+`inconclusive` in the other; so the family is built, paired and decided once
+(`rules.decision.decide`): verdicts.csv's rows are its gem contrasts, factors.csv's all of them.
+Null arms are the learner's null (placebo.csv), interactions their own family.
 """
 
 from __future__ import annotations
@@ -57,9 +53,8 @@ AA_BASE = "0.0"  # the canonical text (pairing._norm) of stream 0
 
 @dataclass(frozen=True)
 class Contrast:
-    """One row of the family: members with `key` == `hi` against `key` == `lo`, configs
-    identical apart from `key` and `ignore`; `wired_gem` (a gem's weight): among members wiring
-    that gem only; `levels` how many levels the key has."""
+    """One row of the family: members with `key` == `hi` against `key` == `lo`, configs identical
+    apart from `key` and `ignore`."""
 
     kind: str
     key: str
@@ -98,9 +93,8 @@ def _not_placebo(gems: list[GemEntry], placebo_weight: float) -> Callable[[pd.Da
 
 
 def design_contrasts(cells: Cells, gems: list[GemEntry], placebo_weight: float) -> list[Contrast]:
-    """The family's contrasts: every gem's wiring (as verdicts.csv pairs it), then every other
-    key that differs between members at a common member seed (module docstring), null arms left
-    out (placebo weights, the A/A arm's replay stream)."""
+    """The family's contrasts: every gem's wiring, then every other key that differs at a common
+    member seed, null arms left out."""
     out = [Contrast(GEM, f"gems.{g.name}.mode", WIRE, MEASURE, ignore=(f"gems.{g.name}.weight",)) for g in gems]
     t = cells.table
     if not len(t):
@@ -149,9 +143,8 @@ def contrast_pairs(cells: Cells, c: Contrast, gems: list[GemEntry], th: Threshol
 
 @dataclass
 class DesignFamily:
-    """A design's family (module docstring): its `contrasts` and `pairs`, the rule's `decision` ([1, E]),
-    the fold data over periods (`folds`) or histories (`histories`), the pooled test's `power`, each
-    contrast's `market` columns, the metric `column`, the `cells` and `thresholds`; `view(j)` reads one."""
+    """A design's family (module docstring) and its decision ([1, E]); `view(j)` reads one
+    contrast."""
 
     contrasts: list[Contrast]
     pairs: list[Paired]
@@ -194,10 +187,8 @@ class DesignFamily:
         return next((j for j, c in enumerate(self.contrasts) if c.kind == GEM and c.key == key), None)
 
     def fold_rows(self, j: int, name: str) -> list[dict]:
-        """Contrast j's per-period rows (`walk_forward.FOLD_ROW_COLUMNS`, over histories
-        `history_verdicts.HISTORY_ROW_COLUMNS`) under `name`: the effect the pooled test read in each
-        fold (of each history), with its signed-rank interval at the level the sign-change test read
-        it (the fold's Holm level; over histories the history's); none where no pooled test decides."""
+        """Contrast j's per-period rows under `name`, each fold's effect with its signed-rank
+        interval at the level the sign-change test read it; none where no pooled test decides."""
         if not self.pooled_at(j):
             return []
         hf, level, rows = self.histories, self.decision.period.fold_level[0, j], []
@@ -349,10 +340,8 @@ class DesignFamily:
 
 @dataclass(frozen=True)
 class Sources:
-    """What an experiment brings to its family beyond the cells: `eval_returns` the saved returns of
-    the market-noise intervals; `selection` per gem the configurations a search chose among (a
-    confirmation on one price history); `overlap` the folds sharing training rows (the pooled
-    variance carries it); `calendar_of`, `history_names` the histories' calendar periods and names."""
+    """What an experiment brings to its family beyond the cells (saved returns, a search's
+    selection, the folds' overlap, the histories' calendars and names)."""
 
     eval_returns: EvalReturnsLookup | None = None
     selection: dict[str, int] | None = None
@@ -363,9 +352,8 @@ class Sources:
 
 def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column: str, sources: Sources = Sources(),
                   magnitude_p: dict[str, float] | None = None, redundant: dict[str, bool] | None = None) -> DesignFamily:
-    """The design's family decided once (module docstring). `magnitude_p` per gem the TOST p of its
-    measured magnitude at its null, `redundant` whether a model feature removes it (the halves of
-    `delete`)."""
+    """The design's family decided once; `magnitude_p` and `redundant` per gem the halves of
+    `delete`."""
     eval_returns, selection, overlap = sources.eval_returns, sources.selection, sources.overlap
     contrasts = design_contrasts(cells, gems, th.placebo_weight)
     prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]

@@ -1,8 +1,5 @@
-"""The per-period results as a table, one row per gem and fold (of each history): what
-`fold_effects.csv`, report.md's per-fold table and the forest plot show. The rows are the rule's
-own (`family.DesignFamily.fold_rows`), the pooled estimate verdicts.csv's; this module adds the
-validation windows' dates and the verdict, and recomputes nothing.
-"""
+"""The per-period results as a table, one row per gem and fold: the rule's own rows
+(`family.DesignFamily.fold_rows`) with the validation dates and the verdict; nothing recomputed."""
 
 
 from __future__ import annotations
@@ -21,10 +18,8 @@ DATE_SEPARATOR = " / "
 
 
 def fold_dates(folds: pd.DataFrame | None) -> pd.DataFrame:
-    """Per fold (of each price history, where the fold tables have several) its validation
-    window's first and last date (`start`, `end`: folds.parquet's `val_first`, `val_last`) over the
-    experiment's fold tables (`Experiment.folds.dates`); empty without one. A fold whose windows
-    differ between trials or experiments lists each date once."""
+    """Per fold its validation window's first and last date (`Experiment.folds.dates`); empty
+    without one."""
     keys = ["history", "fold"] if folds is not None and "history" in folds.columns and folds["history"].nunique() > 1 \
         else ["fold"]
     if folds is None or not len(folds):
@@ -41,9 +36,7 @@ def fold_dates(folds: pd.DataFrame | None) -> pd.DataFrame:
 
 
 def fold_effects_table(fold_rows: pd.DataFrame, verdicts: pd.DataFrame, dates: pd.DataFrame) -> pd.DataFrame:
-    """One row per gem and fold (FOLD_EFFECT_COLUMNS; over several price histories per gem,
-    history and fold, the history's id and name after the verdict): the period rule's fold rows,
-    the fold's validation dates and the gem's verdict with its pooled estimate from the verdict table."""
+    """One row per gem and fold (FOLD_EFFECT_COLUMNS): the rule's fold rows, dates and verdict."""
     if fold_rows is None or not len(fold_rows):
         return pd.DataFrame(columns=FOLD_EFFECT_COLUMNS)
     pooled = verdicts[["gem", "verdict"] + POOLED_COLUMNS]

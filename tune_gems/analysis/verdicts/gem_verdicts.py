@@ -1,11 +1,7 @@
 """The verdict per gem, from designed comparisons only, with its evidence (docs/analysis.md
-"Verdicts"): the wiring effect over seed pairs (members differing in the gem's mode alone), `delete`
-where the gem's measured magnitude is also at its null or a model feature removes it
-(`redundancy.py`), the market-noise gate on one price history, and the null arms (placebo weight,
-A/A replay stream) apart, which must read `equivalent` or `inconclusive`. This module gathers the
-evidence and writes the reasons; every decision is `rules.decision.decide`'s, the function the
-calibrations run.
-"""
+"Verdicts"). This module gathers the evidence and writes the reasons; every decision is
+`rules.decision.decide`'s, the function the calibrations run. Null arms (placebo weight, A/A replay
+stream) are judged apart and must read `equivalent` or `inconclusive`."""
 
 
 from __future__ import annotations
@@ -87,9 +83,8 @@ def gem_verdicts(trials: pd.DataFrame, history: pd.DataFrame | None, members: pd
                  arms: pd.DataFrame | None = None, gems: list[GemEntry] | None = None,
                  thresholds: Thresholds | None = None, metric: str = defaults.METRIC, cells: Cells | None = None,
                  **settings) -> pd.DataFrame:
-    """One row per gem: verdict, one-line reason and the evidence columns (VERDICT_COLUMNS), from the
-    trials' members (`history` is not read); `thresholds` the analysis's settings (`Thresholds`;
-    `settings` replace fields of it by name, e.g. `alpha=0.01`): `gem_verdict_tables`'s first table."""
+    """One row per gem (VERDICT_COLUMNS), `gem_verdict_tables`'s first table; `settings` replace
+    fields of `thresholds` by name."""
     cells = cells or build_cells(trials, members, arms)
     th = Thresholds.build(thresholds, **settings)
     return gem_verdict_tables(cells, list(gems or LEGACY_MANIFEST), th, members, metric=metric)[0]
@@ -98,11 +93,8 @@ def gem_verdicts(trials: pd.DataFrame, history: pd.DataFrame | None, members: pd
 def gem_verdict_tables(cells: Cells, gems: list[GemEntry], th: Thresholds, members: pd.DataFrame, *,
                        metric: str = defaults.METRIC, redundancy: pd.DataFrame | None = None,
                        sources: Sources = Sources()) -> tuple[pd.DataFrame, pd.DataFrame, DesignFamily]:
-    """(the verdict table: one row per gem, VERDICT_COLUMNS then the period and held-out columns; the
-    per-period rows the pooled test read (FOLD_ROW_COLUMNS, HISTORY_ROW_COLUMNS over histories); the
-    design's family, decided once: `family.design_family`). `members` gives the verdict metric;
-    `redundancy` the redundancy table (computed when None); `sources` what the experiment adds (a
-    `selection` adds FINAL_COLUMNS)."""
+    """(the verdict table, the per-period rows the pooled test read, the design's family decided
+    once); `redundancy` computed when None."""
     selection = sources.selection
     column, metric_note = verdict_metric(members, metric)
     excess = add_excess_columns(cells.long, gems)
@@ -197,10 +189,8 @@ def placebo_verdicts(
     metric: str = defaults.METRIC,
     **settings,
 ) -> pd.DataFrame:
-    """The null arms by the same rule, each its own family of one (no Holm: the stricter check):
-    placebo minus measured per gem with a placebo arm, and each A/A arm (another
-    `trainer.replay_stream`) minus its stream-0 twin. They must read `equivalent` or `inconclusive`;
-    above UNINFORMATIVE_TIES tied pairs an arm is `informative` False (it tests nothing)."""
+    """The null arms by the same rule, each its own family of one (no Holm: the stricter check);
+    above UNINFORMATIVE_TIES tied pairs an arm is not `informative`."""
     th = Thresholds.build(thresholds, **settings)
     column, _ = verdict_metric(members, metric)
     rows = []

@@ -1,13 +1,10 @@
-"""Out of sample: the test segment as the confirmation of each decisive verdict, and the
-learner's skill in context.
+"""Out of sample: the test segment as the confirmation of each decisive verdict, and the learner's
+skill in context.
 
 The test segment is untouched by the verdict, so it is the rule's pre-registered second stage
-(`rules.decision.confirm_on_held_out`, run by `rules.decision.decide`; docs/analysis.md "The
-held-out confirmation"): it changes no other word and selects nothing. It is one stretch of one
-history, common to every fold: one more period, not a replication, and its text says so. This
-module gathers that evidence once per contrast (`held_out_segment`) and says what the stage found
-(`held_out_columns`). Skill: where every arm's test alpha Sharpe lies below flat's with its
-interval (`stats.baseline_headline`), every verdict line says so.
+(`rules.decision.confirm_on_held_out`; docs/analysis.md "The held-out confirmation"): one more
+period, not a replication, and its text says so. Skill: where every arm's test alpha Sharpe lies
+below flat's, every verdict line says so.
 """
 
 from __future__ import annotations
@@ -37,10 +34,8 @@ def held_out_column(outcome: str) -> str:
 
 
 def held_out_segment(prs: list[Paired], cells: Cells, outcome: str) -> TestSegment | None:
-    """The one computation of each contrast's test-segment effect from its verdict's pairs `prs`
-    (nothing is paired again: `pairing.revalue`, the test twin at the final epoch), as the rule's
-    second stage reads it (`periods.seed_level_effect`: [1, E]; NaN: no test pairs), or None
-    when the results have no test-segment metric (no second stage: older results)."""
+    """Each contrast's test-segment effect from its verdict's pairs (`periods.seed_level_effect`:
+    [1, E]), or None without a test-segment metric."""
     column = held_out_column(outcome)
     if column not in cells.long.columns:
         return None
@@ -57,9 +52,8 @@ def held_out_segment(prs: list[Paired], cells: Cells, outcome: str) -> TestSegme
 
 
 def per_history(tests: list[Paired | None], cells: Cells) -> np.ndarray:
-    """[1, E, H, n]: each seed's test differences averaged over its folds in each history (the same
-    pairs, split per (history, fold) without pairing again; seeds aligned across the histories; NaN:
-    no pair), what the held-out stage reads the spread between histories from."""
+    """[1, E, H, n] each seed's test differences per history: the held-out stage's spread between
+    histories."""
     histories = sorted(int(h) for h in cells.table["history"].unique())
     parts = [by_history_fold(t, cells) if t is not None and t.n else [] for t in tests]
     units = sorted({u for per in parts for _, pr in per for u in pr.units})
@@ -76,17 +70,13 @@ def per_history(tests: list[Paired | None], cells: Cells) -> np.ndarray:
 
 
 def _unmeasured(test: Paired, pr: Paired) -> bool:
-    """Whether a pair has no test-segment value where its validation one is finite: the test
-    metric was not measured (a missing value would otherwise read as divergence, the worst
-    outcome, and the effect as -inf)."""
+    """Whether a pair's test metric was not measured (a missing value would read as divergence)."""
     return test.units == pr.units and bool((~np.isfinite(test.diffs) & np.isfinite(pr.diffs)).any())
 
 
 def held_out_columns(held: HeldOutDecision | None, test: TestSegment | None, j: int, discovery: str,
                      outcome: str) -> dict[str, Any]:
-    """Contrast j's HELD_OUT_COLUMNS from the second stage's record: the test-segment effect
-    (any contrast with test pairs), and for a `discovery` keep wired / harmful the test interval at
-    the confirmation's level, its one-sided p, that level and what the stage found."""
+    """Contrast j's HELD_OUT_COLUMNS from the second stage's record."""
     if test is None:
         return {"held_out": f"no test segment ({held_out_column(outcome)})"} if discovery in DECISIVE else {}
     out: dict[str, Any] = {"test_effect": float(test.effect[0, j])}
@@ -109,7 +99,5 @@ def held_out_columns(held: HeldOutDecision | None, test: TestSegment | None, j: 
 
 
 def skill_context(experiment: Any) -> str:
-    """The verdicts' `skill` flag (`stats.baseline_headline.skill_flag`: the report's first line
-    said only when every arm lies below flat, test alpha Sharpe with its interval, conditional on
-    one test period); "" otherwise or without test metrics."""
+    """The verdicts' `skill` flag (`stats.baseline_headline.skill_flag`), "" otherwise."""
     return skill_flag(baseline_comparison(experiment))

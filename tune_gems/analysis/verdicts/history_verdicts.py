@@ -1,13 +1,10 @@
 """Verdicts over several price histories: the nested rule's evidence and columns.
 
-With H >= 2 histories (each its own market, folds and test segment) the replication unit is the
-history: `rules.histories.decide_histories` decides (each history's effect over its folds, then
-random effects over the histories with the calendar part they share), through
-`rules.decision.decide` (`Evidence.histories`). This module gathers that evidence from the verdicts'
-own pairs (`pairing.by_history_fold`; seed index s is one unit in every history and fold) and writes
-the decision and the nested rule's power (`power.history_mde`) into the verdict table's columns.
-Which (history, fold) windows share a calendar period is the analysis's `CalendarOf`
-(`read.calendars.validation_calendar`); without it fold k of every history is one period.
+With H >= 2 histories the replication unit is the history: `rules.histories.decide_histories`
+decides through `rules.decision.decide`. This module gathers its evidence from the verdicts' own
+pairs (`pairing.by_history_fold`) and writes the decision and its power into the verdict table.
+Which windows share a calendar period is the analysis's `CalendarOf`; without it fold k of every
+history is one period.
 """
 
 from __future__ import annotations
@@ -51,10 +48,8 @@ the spread between them and their calendar part (what confirm plans with)."""
 
 @dataclass
 class HistoryFamily:
-    """A family's evidence over H >= 2 histories: per contrast the (history, fold) parts of its pairs
-    (`parts[j]`, empty: no pairs), the history and fold ids, and the rule's data (`data`: the per-unit
-    differences aligned over every history and fold, `rules.histories.history_data`); `names` each
-    history's name by id (`read.labels.history_names`)."""
+    """A family's evidence over H >= 2 histories: per contrast its (history, fold) parts, the ids,
+    the rule's `data` and the histories' `names`."""
 
     parts: list[list[tuple[tuple[int, int], Paired]]]
     histories: list[int]
@@ -75,9 +70,7 @@ class HistoryFamily:
 
 def history_family(prs: list[Paired], cells: Cells, calendar_of: CalendarOf | None = None,
                    names: dict[int, str] | None = None) -> HistoryFamily | None:
-    """The nested rule's evidence of a family of comparisons (one per contrast, in order), or None on
-    one price history (the fold or one-period rules decide); `calendar_of` which windows share a
-    calendar period (None: fold k of every history is one period); `names` the histories' names."""
+    """The nested rule's evidence of a family of comparisons, or None on one price history."""
     if history_count(cells) < 2:
         return None
     histories = sorted(int(h) for h in cells.table[HISTORY].unique())
@@ -99,13 +92,9 @@ def history_family(prs: list[Paired], cells: Cells, calendar_of: CalendarOf | No
 
 
 def history_power(hf: HistoryFamily, dec, th: Thresholds) -> dict[str, np.ndarray]:
-    """Per contrast: the nested rule's power statement (`power.history_mde` at the first Holm step
-    over the contrasts it tested, its scale shared as the rule shared it): its MDE, the two-stage
-    MDE (with the held-out stage at alpha / m), the seeds that would reach +-ROPE, the floor no seed
-    count beats and the advice, with the components behind them (history, period, within, seed,
-    calendar: verdicts.csv's var_* columns) and `inputs` the `power.PowerInputs` each statement was
-    made of (None: none; what `tune-gems plan` prices other designs with). `overlap` is 1: the
-    spread between histories measures what a history's folds share, so no factor is put on it."""
+    """Per contrast: the nested rule's power statement (`power.history_mde` at the first Holm step,
+    the two-stage MDE), its components and `inputs`; no overlap factor: the spread between histories
+    measures what a history's folds share."""
     pooled = dec.pooled
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a contrast without pairs: a mean of nothing, NaN

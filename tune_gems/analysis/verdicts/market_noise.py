@@ -1,16 +1,12 @@
 """Market-noise intervals for arm differences on one real price history (stationary bootstrap).
 
-Why: on one history every seed sees the same market, so the seed interval of an arm difference
-says nothing about that history's luck. Here the seeds stay fixed and the market is resampled: the
-validation period's per-step returns are redrawn in blocks by the stationary bootstrap (Politis &
-Romano 1994), one index sequence for every series (both arms, every seed and epoch, the asset), so
-the pairing survives and only the time path changes; the percentile interval of the resampled
-Sharpe (or alpha Sharpe) difference is the market-noise interval. The positions each policy took
-stay fixed (resampling realised returns, as for any Sharpe difference: Ledoit & Wolf 2008). The
-mean block length is Politis & White's (2004) automatic choice with the Patton, Politis & White
-(2009) correction (`optimal_mean_block`). Calibration (`calibrate`, `simulate_arms`; rates in
-docs/evaluation.md, asserted in tests/test_market_noise.py): 5-7% false positives at 95% under a
-volatility-clustered null. Numpy and scipy only: the analysis never imports torch.
+On one history every seed sees the same market, so the seed interval says nothing about its luck.
+Here the seeds stay fixed and the validation period's per-step returns are redrawn in blocks
+(Politis & Romano 1994), one index sequence for every series so the pairing survives; the
+percentile interval of the resampled Sharpe difference is the market-noise interval (Ledoit & Wolf
+2008). Mean block: Politis & White (2004) with Patton, Politis & White's (2009) correction.
+Calibration (`calibrate`, `simulate_arms`; docs/evaluation.md, tests/test_market_noise.py): 5-7%
+false positives at 95% under a volatility-clustered null. Numpy and scipy only.
 """
 
 
@@ -58,9 +54,8 @@ def sharpe_rows(returns: np.ndarray, periods_per_year: float = 252.0) -> np.ndar
 
 
 def alpha_sharpe_rows(returns: np.ndarray, asset: np.ndarray, periods_per_year: float = 252.0) -> np.ndarray:
-    """Sharpe of r - beta * asset per row, beta the in-sample OLS slope (with intercept) of r on
-    the asset; beta 0 where the asset is constant; 0.0 where the residual is rounding noise.
-    Same estimator as tune_gems.market.evaluation's `alpha_sharpe`. `asset` broadcasts against r."""
+    """Sharpe of r - beta * asset per row, beta the in-sample OLS slope
+    (tune_gems.market.evaluation's `alpha_sharpe`)."""
     r = np.asarray(returns, dtype=np.float64)
     a = np.broadcast_to(np.asarray(asset, dtype=np.float64), r.shape)
     T = r.shape[-1]
@@ -78,12 +73,6 @@ def alpha_sharpe_rows(returns: np.ndarray, asset: np.ndarray, periods_per_year: 
 
 
 # --- block length -------------------------------------------------------------------------------
-
-
-def _flat_top(x: np.ndarray) -> np.ndarray:
-    """Politis & Romano (1995) trapezoidal flat-top lag window."""
-    ax = np.abs(x)
-    return np.where(ax <= 0.5, 1.0, np.where(ax <= 1.0, 2.0 * (1.0 - ax), 0.0))
 
 
 def optimal_mean_block(x: np.ndarray) -> float:
@@ -124,7 +113,8 @@ def optimal_mean_block(x: np.ndarray) -> float:
     if M == 0:
         return 1.0
     k = np.arange(-M, M + 1)
-    lam = _flat_top(k / M)
+    ax = np.abs(k / M)  # Politis & Romano (1995) trapezoidal flat-top lag window
+    lam = np.where(ax <= 0.5, 1.0, np.where(ax <= 1.0, 2.0 * (1.0 - ax), 0.0))
     R = acov[np.abs(k)]
     g = float(np.sum(lam * R))
     G = float(np.sum(lam * np.abs(k) * R))
@@ -139,9 +129,8 @@ def optimal_mean_block(x: np.ndarray) -> float:
 
 
 def stationary_bootstrap_indices(n_steps: int, mean_block: float, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """[n_boot, n_steps] time indices of Politis-Romano stationary-bootstrap resamples: each starts at
-    a uniform index and each next step continues its block (circularly) with probability
-    1 - 1/mean_block, else starts a new one: geometric block lengths, stationary resamples."""
+    """[n_boot, n_steps] indices of stationary-bootstrap resamples: geometric block lengths of mean
+    `mean_block`, circular."""
     if not mean_block >= 1.0:
         raise ValueError(f"mean_block must be >= 1, got {mean_block}")
     if n_steps < 1 or n_boot < 1:
@@ -160,9 +149,8 @@ def stationary_bootstrap_indices(n_steps: int, mean_block: float, n_boot: int, r
 
 @dataclass(frozen=True)
 class MarketNoiseInterval:
-    """A market-noise interval of metric(A) - metric(B): the observed difference, the percentile
-    interval of the resampled ones at `confidence`, the two-sided bootstrap p of no difference
-    ((1 + #{|d* - d| >= |d|}) / (1 + n_boot)), the mean block length, T and the pairs averaged."""
+    """A market-noise interval of metric(A) - metric(B) at `confidence`, its bootstrap p, mean
+    block, T and pairs."""
 
     metric: str
     pooling: str
@@ -184,19 +172,6 @@ def _as_pairs(x, name: str) -> np.ndarray:
     return arr.reshape(-1, arr.shape[-1])
 
 
-def _metric_rows(r: np.ndarray, asset: np.ndarray | None, metric: Metric, ppy: float) -> np.ndarray:
-    if metric == "sharpe":
-        return sharpe_rows(r, ppy)
-    return alpha_sharpe_rows(r, asset, ppy)
-
-
-def _difference(a: np.ndarray, b: np.ndarray, asset: np.ndarray | None, metric: Metric, pooling: Pooling, ppy: float) -> float:
-    """The statistic on the original [pairs, T] series (exact row functions)."""
-    if pooling == "pooled":
-        a, b = a.mean(axis=0, keepdims=True), b.mean(axis=0, keepdims=True)
-    return float(np.mean(_metric_rows(a, asset, metric, ppy) - _metric_rows(b, asset, metric, ppy)))
-
-
 def _resample_counts(idx: np.ndarray) -> np.ndarray:
     """[c, T] how often each time step appears in each resample (float64)."""
     c, T = idx.shape
@@ -205,9 +180,8 @@ def _resample_counts(idx: np.ndarray) -> np.ndarray:
 
 
 class _Moments:
-    """First and second moments of resampled series by one product: every statistic here is a function
-    of sums of r, r^2, r*a, a, a^2 over a resample, i.e. counts @ series (the series centred on their
-    means first, which keeps the float64 cancellation in the variances harmless)."""
+    """Moments of resampled series by one product (counts @ series, centred first to keep float64
+    cancellation harmless)."""
 
     def __init__(self, r: np.ndarray, asset: np.ndarray | None):
         self.n_series, self.T = r.shape
@@ -274,10 +248,9 @@ def market_noise_interval(returns_a, returns_b, *, asset_returns=None, metric: M
                           boot: Bootstrap = Bootstrap()) -> MarketNoiseInterval:
     """Market-noise interval of metric(arm A) - metric(arm B) over one history's segment.
 
-    returns_a, returns_b: per-step net returns [..., T], element i of A paired with element i of B
-    (seed index, epoch); asset_returns [T] (needed for alpha_sharpe, beta re-estimated in every
-    resample); pooling "per_pair" (mean of the pairs' differences) or "pooled" (each arm as an
-    equal-weight portfolio of its seeds); `boot` the resampling. Deterministic."""
+    returns_a, returns_b: per-step net returns [..., T], paired elementwise; asset_returns [T] (alpha
+    Sharpe re-estimates beta in every resample); pooling "per_pair" or "pooled". Deterministic.
+    """
     n_boot, confidence, mean_block = boot.n_boot, boot.confidence, boot.mean_block
     a = _as_pairs(returns_a, "returns_a")
     b = _as_pairs(returns_b, "returns_b")
@@ -301,16 +274,16 @@ def market_noise_interval(returns_a, returns_b, *, asset_returns=None, metric: M
             raise ValueError(f"asset_returns has {asset.size} steps, the returns have {T}")
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b)) and (asset is None or np.all(np.isfinite(asset)))):
         raise ValueError("returns must be finite (drop diverged members before pairing)")
-    estimate = _difference(a, b, asset, metric, pooling, periods_per_year)
+    drivers = [a.mean(axis=0), b.mean(axis=0), (a - b).mean(axis=0)] + ([] if asset is None else [asset])
+    if pooling == "pooled":
+        a, b = a.mean(axis=0, keepdims=True), b.mean(axis=0, keepdims=True)
+    rows = [sharpe_rows(x, periods_per_year) if metric == "sharpe" else alpha_sharpe_rows(x, asset, periods_per_year)
+            for x in (a, b)]
+    estimate = float(np.mean(rows[0] - rows[1]))  # the statistic on the original series (exact row functions)
     if T < 2:
         return MarketNoiseInterval(metric, pooling, estimate, math.nan, math.nan, math.nan, math.nan, T, n_pairs, 0, confidence)
     if mean_block is None:
-        drivers = [a.mean(axis=0), b.mean(axis=0), (a - b).mean(axis=0)]
-        if asset is not None:
-            drivers.append(asset)
         mean_block = max(optimal_mean_block(s) for s in drivers)
-    if pooling == "pooled":
-        a, b = a.mean(axis=0, keepdims=True), b.mean(axis=0, keepdims=True)
     moments_a, moments_b = _Moments(a, asset), _Moments(b, asset)
     rng = np.random.default_rng(boot.seed)
     resampled = np.empty(n_boot)
@@ -340,11 +313,8 @@ def _ar1(rng: np.random.Generator, shape, phi: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ArmsModel:
-    """Two arms at `n_pairs` seed indices on one market path of `n_steps`: arm X at seed s = scale
-    (drift + sqrt(rho) c_s + sqrt(1 - rho) e_Xs + gain [X = A]) + beta_X asset, c_s shared by the
-    pair, every noise a unit AR(1)(phi), `gain` a true per-step Sharpe gain; with vol_sd > 0 one
-    market-wide volatility exp(h_t / 2 - vol_sd^2 / 4), h an AR(1)(vol_phi), scales every noise term
-    (volatility clustering at an unchanged unconditional scale)."""
+    """Two arms at `n_pairs` seeds on one market path: a shared seed part (`rho`), AR(1) noises, a
+    true per-step Sharpe `gain`, and with vol_sd > 0 volatility clustering at an unchanged scale."""
 
     n_pairs: int = 2
     n_steps: int = 250
@@ -377,10 +347,8 @@ def simulate_arms(rng: np.random.Generator, model: ArmsModel = ArmsModel()) -> t
 
 def calibrate(n_histories: int, model: ArmsModel = ArmsModel(), *, metric: Metric = "sharpe",
               pooling: Pooling = "per_pair", boot: Bootstrap = Bootstrap(n_boot=400)) -> dict[str, float]:
-    """Rejection rates of `market_noise_interval` (resampled as `boot`, its seed the simulation's and
-    + i the i-th history's) over `n_histories` histories of `simulate_arms`: `interval_rate` (its
-    interval excludes 0: the false-positive rate under a null, else the power), `p_rate` (p below
-    1 - confidence) and the mean `mean_block`."""
+    """Rejection rates of `market_noise_interval` over `n_histories` histories of `simulate_arms`:
+    `interval_rate`, `p_rate` and the mean `mean_block`."""
     rng = np.random.default_rng(boot.seed)
     confidence = boot.confidence
     hits = p_hits = 0

@@ -1,7 +1,5 @@
-"""One contrast's reading of its family's decision (`family.DesignFamily.view`), named as the
-tables name it: every table that prints a word shows beside it the numbers of the test that gave
-it, and the seed rule's own apart, written from these records rather than the rule's arrays.
-"""
+"""One contrast's reading of its family's decision (`family.DesignFamily.view`), named as the tables
+name it: every word printed beside the numbers of the test that gave it."""
 
 from __future__ import annotations
 
@@ -16,10 +14,7 @@ INSUFFICIENT_BY = "insufficient: "
 
 @dataclass(frozen=True)
 class SeedReading:
-    """The seed rule's numbers of one contrast, named as verdicts.csv names them: its estimate and
-    interval at its Holm level, its p-values, the informative pairs and ties, and the power
-    statement of the rule at one period (`rules.power.statement`: the seeds', with the
-    market-noise part on one price history). NaN where the contrast has no pairs."""
+    """The seed rule's numbers of one contrast as verdicts.csv names them (NaN without pairs)."""
 
     effect: float
     ci_low: float
@@ -40,9 +35,8 @@ class SeedReading:
 
 @dataclass(frozen=True)
 class PooledReading:
-    """The pooled test's numbers of one contrast (over walk-forward periods, or the nested rule over
-    price histories), named as verdicts.csv names them, with the power statement of that test and
-    the per-period evidence it pooled (`fold_effects`, `period` in words)."""
+    """The pooled test's numbers of one contrast, its power statement and the per-period
+    evidence."""
 
     pooled_effect: float
     pooled_ci_low: float
@@ -82,12 +76,8 @@ class PooledReading:
 
 @dataclass(frozen=True)
 class Decided:
-    """What stands beside a word: the estimate, interval (its confidence) and Holm-adjusted p of
-    the test that gave it (`decided_by`): the pooled test over periods or histories, the seeds
-    (with the market noise of one history where the one-period gate applied), the held-out test
-    segment where it withheld a discovery; for `equivalent` / `delete` the equivalence interval
-    and TOST p. No interval where the word is `insufficient data` (`decided_by` says why) or
-    there is no design."""
+    """The estimate, interval and Holm p of the test that gave a word (`decided_by`); no interval
+    where the word is `insufficient data` or there is no design."""
 
     decided_by: str
     decided_effect: float
@@ -103,10 +93,8 @@ DECIDED_COLUMNS = [f.name for f in fields(Decided)]
 
 @dataclass(frozen=True)
 class ContrastView:
-    """One contrast's reading of the family's decision: its words (`verdict` the word every table
-    prints, the record's own), the seed rule's numbers (`seeds`), the pooled test's where one
-    decides (`pooled`), the one-period intervals, the selection-adjusted final interval and the
-    halves of `delete`. `columns()` names them as verdicts.csv and factors.csv do."""
+    """One contrast's reading of the family's decision; `columns()` names it as verdicts.csv and
+    factors.csv do."""
 
     verdict: str
     final_verdict: str

@@ -1,10 +1,8 @@
 """Redundancy: does a model feature already do a gem's job? (the `measure_gems` factorial)
 
-G10 (temporal consistency) may be what spectral norm already enforces, G6 (branch independence)
-what NoisyNets already provide. Per (gem, feature), seed by seed with every other setting equal,
-the gem's measured excess over its null (relative to the C51 loss) with the feature on against
-off (diverged members left out). Holm over the rows: `removes` (on: equivalent to the null, and
-significantly lower: the gem's `delete`), `reduces`, `does not remove`, `no design`.
+G10 may be what spectral norm already enforces, G6 what NoisyNets already provide. Per (gem,
+feature), seed by seed, the gem's measured excess over its null with the feature on against off;
+Holm over the rows (`rules.decision.redundancy_finding`).
 """
 
 
@@ -36,9 +34,8 @@ def redundancy_table(
     excess: dict[str, tuple[str, str]] | None = None,
     pairs=PAIRS,
 ) -> pd.DataFrame:
-    """One row per (gem, feature) of `pairs` whose gem is known (see the module docstring; the
-    finding is `rules.decision.redundancy_finding`'s), at `thresholds`' alpha, rel_threshold and epoch window
-    (the verdict's: `Thresholds.window_length`)."""
+    """One row per (gem, feature) of `pairs` at `thresholds`' alpha, rel_threshold and epoch
+    window."""
     th = thresholds if thresholds is not None else Thresholds()
     alpha, rel_threshold = th.alpha, th.rel_threshold
     known = {g.name: g for g in gems}

@@ -1,9 +1,7 @@
 """Search, then confirm: which configuration a search chose per gem, the confirmation's power, and
-the side-by-side table of discovery and confirmation. The chosen trial's gain is inflated by
-selection; the confirmation (`tune-gems confirm`) re-trains it on fresh seeds (and paths) and its
-verdict is the final one; the shrinkage shows how much was selection (`calibration.search_confirm_rates`
-checks the rule). Tables only, no trainer.
-"""
+the side-by-side table. The chosen trial's gain is inflated by selection; the confirmation re-trains
+it on fresh seeds and its verdict is final (`calibration.search_confirm_rates` checks the rule).
+Tables only, no trainer."""
 
 
 from __future__ import annotations
@@ -49,9 +47,7 @@ class Choice:
 
     @property
     def settings(self) -> str:
-        """The searched values the label does not show (`gems.g12.weight=0.3`, `trainer.lr=0.001`): the
-        weights of the gems the trial wires (a measured gem's weight changes nothing) and the other
-        searched keys; '' without any."""
+        """The searched values the label does not show; '' without any."""
         p = self.params
         shown = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items()
                  if not k.endswith(".mode") and not (k.startswith("gems.") and k.endswith(".weight")
@@ -74,10 +70,8 @@ def _plain(v: Any) -> Any:
 
 
 def best_trial(score, eligible, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
-    """The choice rule of `choose_per_gem`, vectorised along `axis` (the trials): the eligible
-    trial with the largest score, the first on ties; NaN never wins, -inf (a diverged
-    configuration) only when no eligible trial scores more. Returns (index of the chosen trial,
-    whether one was chosen: some eligible trial has a non-NaN score), `axis` removed."""
+    """The eligible trial with the largest score along `axis` (first on ties; NaN never wins, -inf
+    only when nothing else scores): (index, whether one was chosen)."""
     score = np.asarray(score, float)
     ok = np.asarray(eligible, bool) & ~np.isnan(score)
     key = np.where(ok, score, -np.inf)
@@ -106,9 +100,8 @@ def candidate_count(trials: pd.DataFrame, gem: str) -> int:
 
 
 def choose_per_gem(trials: pd.DataFrame, gems: Iterable[str], searched_keys: Iterable[str]) -> tuple[list[Choice], list[str]]:
-    """Per gem: the finished trial wiring it with the best discovery score (NaN never wins;
-    -inf, a diverged configuration, only when nothing else exists), with the values of
-    `searched_keys` in that trial. Returns (choices, notes for gems that cannot be confirmed)."""
+    """Per gem: the finished trial wiring it with the best discovery score and its `searched_keys`;
+    (choices, notes)."""
     keys = list(searched_keys)
     choices, notes = [], []
     for g in gems:
@@ -139,10 +132,8 @@ def _row(v: pd.DataFrame, gem: str) -> dict[str, Any]:
 def side_by_side(choices: list[Choice], discovery: pd.DataFrame, confirmation: pd.DataFrame,
                  confirmation_gains: dict[str, float], notes: dict[str, str] | None = None,
                  power: list[PowerPlan] | None = None, final: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per gem of the discovery verdicts: the chosen trial, its (selected) discovery gain, the
-    same statistic on the confirmation run, the shrinkage, both verdicts with the interval that
-    decided each, the power plan, and the final verdict: the confirmation's, or on the search's
-    price data `final`'s (`one_history_final`: the selection-adjusted gate)."""
+    """One row per gem: the chosen trial, discovery and confirmation with the intervals that decided
+    them, the shrinkage, the power plan and the final verdict."""
     chosen = {c.gem: c for c in choices}
     notes = notes or {}
     plan = {p.gem: p for p in power or []}
@@ -209,9 +200,7 @@ def format_confirmation(table: pd.DataFrame) -> str:
 
 @dataclass(frozen=True)
 class PowerPlan:
-    """How many seeds one gem's confirmation trains, and why: its MDE (`rules.power.mde` at the
-    confirmation family's `level`; on one history the history's part at `history_level` = level /
-    `candidates`) against the discovery's (as its verdict row states it)."""
+    """How many seeds one gem's confirmation trains: its MDE against the discovery's."""
 
     gem: str
     seeds: int
@@ -291,10 +280,8 @@ def _tied_share(row: dict[str, Any]) -> float:
 
 def confirmation_power(discovery: pd.DataFrame, trials: pd.DataFrame, gems: list[str], *, one_history: bool,
                        alpha: float, power: float, seeds: int | None, default_seeds: int) -> list[PowerPlan]:
-    """Per gem to confirm: the seeds that make its confirmation's MDE at most the discovery's (same
-    rule, same units; without `seeds` the fewest, or where the discovery's MDE is not finite the
-    larger of `default_seeds` and the fewest with a finite interval), or ConfigError in one line
-    naming `--seeds` or the gem, before anything is trained or claimed."""
+    """Per gem the seeds that make its confirmation's MDE at most the discovery's, or ConfigError in
+    one line before anything is trained."""
     from tune_gems.contracts.errors import ConfigError
 
     tested = pd.to_numeric(discovery.get("p_value", pd.Series(dtype=float)), errors="coerce")
@@ -375,9 +362,8 @@ FINAL_COLUMNS = ["gem", "final_verdict", "final_ci_low", "final_ci_high", "final
 
 
 def one_history_final(verdicts: pd.DataFrame, candidates: dict[str, int]) -> pd.DataFrame:
-    """The final verdict per confirmed gem (the keys of `candidates`) of a confirmation on one price
-    history: FINAL_COLUMNS of its verdict table, written by the rule's selection-adjusted gate
-    (`rules.decision.final_on_one_history`, through `gem_verdict_tables(selection=...)`)."""
+    """FINAL_COLUMNS of a confirmation on one price history
+    (`rules.decision.final_on_one_history`)."""
     rows = verdicts[verdicts["gem"].isin(list(candidates))]
     if "final_verdict" not in rows.columns:
         return pd.DataFrame(columns=FINAL_COLUMNS)

@@ -1,13 +1,9 @@
 """The market-noise interval of a verdict's arm difference, from the saved validation returns.
 
-On one price history the seed interval is conditional on that history. The trainer keeps the
-per-step validation positions of the last `trainer.objective_last_k` evaluations (`eval_returns.npz`,
-docs/results.md); for the member pairs a verdict compares this module rebuilds each member's net
-returns over the verdict window and hands them to `market_noise.market_noise_interval`: the mean
-over (pair, window epoch) of metric(wired) - metric(measured), diverged members left out (a
-training outcome, not the market's). With per-seed paths, several folds or several histories the
-seed or pooled interval already holds the market's variance; where it cannot be computed
-`market_noise` says why and the verdict is conditional on the one path.
+On one price history the seed interval is conditional on that history: this module rebuilds each
+paired member's net returns over the verdict window (`eval_returns.npz`) and hands them to
+`market_noise.market_noise_interval`, diverged members left out. Where the seed or pooled interval
+already holds the market's variance, or none can be computed, `market_noise` says why.
 """
 
 
@@ -75,9 +71,8 @@ class EvalReturns:
         return int(hit[0]) if hit.size else None
 
     def net_returns(self, epoch_index: int, member: int) -> np.ndarray:
-        """float64 [T] net returns at the run's cost: position x asset return - cost x |change|
-        from a flat start, the estimator of tune_gems.market.evaluation.net_returns (in float64 from the
-        same float32 inputs, so the recomputed metric equals the members table's)."""
+        """float64 [T] net returns at the run's cost (tune_gems.market.evaluation.net_returns's
+        estimator)."""
         pos = self.positions[epoch_index, member].astype(np.float64)
         prev = np.concatenate([[0.0], pos[:-1]])
         return pos * self.asset[member].astype(np.float64) - self.cost * np.abs(pos - prev)
@@ -142,9 +137,7 @@ def _checked(path: Path, arrays: dict[str, np.ndarray]) -> EvalReturns:
 
 
 class EvalReturnsLookup:
-    """The eval returns of each (experiment, trial_id), read once: `<folder>/eval_returns/<trial_id>.npz`
-    (a sweep), or `<folder>/eval_returns.npz` when the folder holds a single trial (a train run).
-    `get` returns (data, why-not): data None with a one-line reason when there is none."""
+    """The eval returns of each (experiment, trial_id), read once; `get` returns (data, why-not)."""
 
     def __init__(self, paths: Iterable[str | Path], labels: Iterable[str], trials: pd.DataFrame | None = None):
         self.folders = dict(zip(labels, (Path(p) for p in paths)))
@@ -240,9 +233,8 @@ def market_evidence(
     n_boot: int = defaults.N_BOOT,
     seed: int = defaults.SEED,
 ) -> MarketEvidence:
-    """The market-noise interval of the difference `pr` measures (hi minus lo cells, the
-    verdict metric `column` over the window (E - k, E] of each pair's context), at `confidence`
-    (the verdict passes its seed interval's level), or why there is none (module docstring)."""
+    """The market-noise interval of the difference `pr` measures at `confidence`, or why there is
+    none."""
     pairs = pr.pairs
     if pairs is None or not len(pairs):
         return _unavailable("no member pairs")

@@ -1,7 +1,5 @@
-"""The words of a verdict: the reason of one row of verdicts.csv (effect and interval, ties,
-divergence, market noise, power, what a design lacks), text about a finished row, apart from the
-evidence `gem_verdicts.py` gathers.
-"""
+"""The words of a verdict: the reason of one row of verdicts.csv, apart from the evidence
+`gem_verdicts.py` gathers."""
 
 from __future__ import annotations
 
@@ -51,12 +49,8 @@ def market_text(row: dict) -> str:
 
 def seed_reason(row: dict, verdict: str, at_null: bool, metric_note: str, th: Thresholds, m: int,
                 seed_power: bool = True, ties: str = "") -> tuple[str, str]:
-    """(reason, why) of the seed rule's `verdict` (`rules.decision.decide_family`'s) from one gem's
-    evidence at the settings `th`; `at_null` whether its measured magnitude is at its null (the
-    rule's); `seed_power` whether the seed rule's MDE is the power statement (one period: it decides).
-    The reason is verdicts.csv's one line with the evidence; `why` the same reason without the
-    numbers the row's columns hold (effect, interval, Holm p, seeds, design, ties, market noise,
-    MDE), which the console's and report's gem block print once (`report.short_why`)."""
+    """(reason, why) of the seed rule's `verdict`: the reason verdicts.csv's line with the evidence,
+    `why` without the numbers the row's columns hold (`report.short_why` prints them once)."""
     a = row["alpha"]
     extra = f"; {metric_note}" if metric_note else ""
     mag_text = (f"measured excess over its null ~0: median {_fmt(row['excess_median'])} x loss, CI "
@@ -148,22 +142,9 @@ def pooled_text(r) -> str:
             f"{_fmt(r['q_p_adjusted'], '.2g')}); per {'history and fold' if nested else 'fold'}: {r['fold_effects']}")
 
 
-def power_text(r) -> str:
-    """The pooled rule's power statement of one verdict row (empty without one)."""
-    if not np.isfinite(r.get("mde", math.nan)) or not isinstance(r.get("power_note"), str) or not r["power_note"]:
-        return ""
-    histories = r.get("histories", 1)  # the nested rule: its periods are the histories with an effect
-    what = "history" if histories == histories and histories >= 2 else "period"
-    return (f"the pooled test detects |effect| >= {_fmt(r['mde'], '.3g')} at 80% power with "
-            f"{counted(r['periods_informative'], what)} (floor with infinitely many seeds "
-            f"{_fmt(r['mde_floor'], '.3g')}): {r['power_note']}")
-
-
 def period_reason(r, seed_verdict: str, verdict: str, rope: float, seeds: str, seed_why: str) -> tuple[str, str]:
-    """(reason, why) of one gem's verdict across K >= 2 periods: the reason with every number,
-    `why` without those the row's columns hold (the pooled estimate, its interval and
-    heterogeneity, the fold effects, the power statement; `report.short_why` prints them once).
-    `seeds`, `seed_why` the seed rule's reason and why."""
+    """(reason, why) of one gem's verdict across K >= 2 periods; `seeds`, `seed_why` the seed
+    rule's."""
     seed_why = seed_why if seed_why else seeds
     alone = f"seeds alone: {seed_why}"
     if verdict == INSUFFICIENT and not r["period"].startswith("pooled over"):  # too few periods, or no interval
@@ -171,8 +152,13 @@ def period_reason(r, seed_verdict: str, verdict: str, rope: float, seeds: str, s
     pooled = pooled_text(r) if np.isfinite(r["pooled_effect"]) else (
         f"no pooled effect (a fold's pairs mostly diverged one way); per fold: {r['fold_effects']}")
     no_pool = "" if np.isfinite(r["pooled_effect"]) else "; no pooled effect (a fold's pairs mostly diverged one way)"
-    power = power_text(r)
-    power = f"; {power}" if power else ""
+    power = ""
+    if np.isfinite(r.get("mde", math.nan)) and isinstance(r.get("power_note"), str) and r["power_note"]:
+        histories = r.get("histories", 1)  # the nested rule: its periods are the histories with an effect
+        what = "history" if histories == histories and histories >= 2 else "period"
+        power = (f"; the pooled test detects |effect| >= {_fmt(r['mde'], '.3g')} at 80% power with "
+                 f"{counted(r['periods_informative'], what)} (floor with infinitely many seeds "
+                 f"{_fmt(r['mde_floor'], '.3g')}): {r['power_note']}")
     if verdict == INCONSISTENT:
         lead = ("the effect changes sign between periods: fold intervals on both sides of 0 at their Holm "
                 "levels")
@@ -196,10 +182,8 @@ def period_reason(r, seed_verdict: str, verdict: str, rope: float, seeds: str, s
 
 
 def held_out_reason(row, discovery: str, final: str, reason: str, why: str) -> tuple[str, str]:
-    """The reason with the second stage of a `discovery` keep wired / harmful (the held-out test
-    segment, the same pairs, once: `held_out.held_out_columns`): confirmed, it follows the
-    discovery's reason; not confirmed, the line leads with the `final` word and keeps both
-    intervals (the discovery's in `reason`, the test segment's here). Unchanged without a stage."""
+    """The reason with the held-out stage of a `discovery` keep / harmful: not confirmed, it leads
+    with the `final` word and keeps both intervals."""
     if discovery not in DECISIVE or not isinstance(row.get("held_out"), str) or not row["held_out"]:
         return reason, why
     level = row.get("test_level", math.nan)
@@ -215,11 +199,8 @@ def held_out_reason(row, discovery: str, final: str, reason: str, why: str) -> t
 
 def compose_reason(view: ContrastView, row: dict, *, th: Thresholds, metric_note: str, m: int,
                    folds: int) -> tuple[str, str]:
-    """(reason, why) of one gem's `row`, composed once from its reading of the decision (`view`):
-    the seed rule's evidence (`seed_reason` on the row with the seed rule's numbers), then what each
-    later stage did to the word: the market gate and the one-period gate on one validation period
-    (`folds` 1), or the pooled test over several, then the held-out test segment's second stage of
-    a discovery keep / harmful."""
+    """(reason, why) of one gem's `row`: the seed rule's evidence, then what each later stage did to
+    the word."""
     seed_row = {**row, **asdict(view.seeds)}
     # the comparison's ties, once: over every fold pair where the pooled test decides, else over the seeds
     tied, informative, pairs = (row["tied_share"], row["n_informative"], view.pooled.period_pairs) \
@@ -254,9 +235,7 @@ def compose_reason(view: ContrastView, row: dict, *, th: Thresholds, metric_note
 
 
 def selection_rule(row, candidates: int) -> str:
-    """Which interval made a confirmation's final verdict on one price history (`rules.decision`):
-    the pooled one over periods, or the seed and market-noise intervals combined, the history's
-    part at the selection-adjusted level (/ `candidates`); without a market-noise interval none."""
+    """Which interval made a confirmation's final verdict on one price history."""
     folds = int(row.get("folds", 1)) if np.isfinite(float(row.get("folds", 1))) else 1
     histories = float(row.get("histories", 1))
     if histories >= 2:  # several price histories: the nested rule's interval (`history_verdicts`)

@@ -1,23 +1,12 @@
 """Verdicts over periods: per-fold effects and one pooled effect that carries period-to-period
-variation (walk-forward folds: the deciding test and its power), and the one-period rule when
-there is one fold.
+variation, and the one-period rule when there is one fold.
 
-Why. The seed rule (`gem_verdicts.py`) says how an arm difference varies over seeds. On one price
-history every seed sees the same validation period, so the seed interval cannot see whether the
-effect holds in another period. With walk-forward folds (`data.folds`) the periods are
-replicated: the per-fold effects (`selectors.wiring_pairs` on the fold's cells, ties carrying no
-weight), their random-effects combination over the family (`rules.periods.pool_family`), the
-pooled test deciding (`rules.periods.decide_periods`), and its power (`rules.power`).
-
-With one fold the verdict is the seed rule's with the market-noise gate of one history, made
-calibrated: the seed and market-noise intervals are two variances of one difference, so a
-`keep wired` / `harmful` / `equivalent` must hold for the combined interval (each side
-sqrt(seed side^2 + market half-width^2)); requiring each interval alone to exclude 0 is up to
-~3x too liberal when the two are of similar size. Its reason says the verdict is conditional on
-one validation period. docs/analysis.md "Verdicts over periods" has the full rule.
-
-This layer gathers the evidence and writes the reasons; the decisions are the rule module's,
-the functions `walk_forward_calibration.py` runs on its simulated families.
+On one price history every seed sees the same validation period, so the seed interval cannot see
+whether the effect holds in another. With walk-forward folds the periods are replicated and the
+pooled test decides (`rules.periods.decide_periods`); with one fold a verdict must hold for the seed
+and market-noise intervals combined (each alone is up to ~3x too liberal), and says it is
+conditional on one period. This layer gathers the evidence and writes the reasons; the decisions
+are the rule module's. docs/analysis.md "Verdicts over periods".
 """
 
 from __future__ import annotations
@@ -53,13 +42,10 @@ ADD_FOLDS = "add folds: data.folds.k or the purged scheme"
 
 
 def experiment_overlap(folds: pd.DataFrame | None) -> FoldOverlap | None:
-    """The overlap of the experiment's folds that share training rows: its fold tables with the
-    layout (`Experiment.folds.table`, read and validated by `read.side_tables`) through
-    `rules.periods.fold_overlap` (Nadeau-Bengio's correlation per pair of folds whose training
-    runs meet). Each experiment's, trial's and history's layout is read on its own (folds of two
-    histories share no rows): per pair of fold ids the largest correlation any of them gives
-    (the cautious one; over histories the nested rule's first stage carries it in each history's
-    folds, `Evidence.fold_corr`). None without a layout (`FoldLayouts.uncorrected` says why)."""
+    """The overlap of the experiment's folds (`rules.periods.fold_overlap` on
+    `Experiment.folds.table`), each layout read on its own and per pair of folds the largest
+    correlation any gives (the cautious one); None without a layout (`FoldLayouts.uncorrected` says
+    why)."""
     if folds is None or not len(folds):
         return None
     by = [c for c in ("experiment", "trial_id", "history") if c in folds.columns]
@@ -77,11 +63,9 @@ NOT_CORRECTED = "fold overlap not corrected"
 
 
 def state_uncorrected(table: pd.DataFrame, why: Sequence[str]) -> pd.DataFrame:
-    """`table` (verdicts or factors) with every row over several folds saying that the overlap of
-    its folds was not corrected and why (`FoldLayouts.uncorrected`): its reason (and `why`) end
-    with NOT_CORRECTED, and `fold_overlap` is NaN (not known), never the 1.0 of folds that share
-    no training rows. Rows over several price histories are left as they are: the spread between
-    histories measures what a history's folds share, so no correction applies there."""
+    """`table` with every row over several folds saying its overlap was not corrected
+    (NOT_CORRECTED, `fold_overlap` NaN, never 1.0); rows over several histories are left alone:
+    their spread measures what a history's folds share."""
     if not why or "folds" not in table.columns or not len(table):
         return table
     several = pd.to_numeric(table["folds"], errors="coerce") >= 2
@@ -129,8 +113,7 @@ def _aligned(folds: list[tuple[int, Paired]]) -> np.ndarray:
 
 @dataclass
 class FamilyFolds:
-    """The family's fold data as the period rule reads it: one column per gem with folds, one
-    slot per fold of the experiment (NaN where a fold does not pair the gem or holds no
+    """The family's fold data as the period rule reads it: one column per gem with folds (NaN: no
     informative pair)."""
 
     rows: list  # verdict-table index of each gem column
@@ -195,21 +178,16 @@ def fold_text(r) -> str:
 
 
 def gem_folds(prs: list[Paired], cells: Cells) -> FamilyFolds:
-    """The fold data of a family of contrasts (one column per comparison, in order; one without
-    pairs has no folds): each comparison's pairs inside each fold (`pairing.by_fold`: the same
-    pairs, not paired again)."""
+    """The fold data of a family of contrasts: each comparison's pairs inside each fold
+    (`pairing.by_fold`)."""
     return folds_family(list(range(len(prs))), [by_fold(pr, cells) for pr in prs],
                         sorted(int(f) for f in cells.table[FOLD].unique()))
 
 
 def pooled_power(fam: FamilyFolds, pooled: dict, th: Thresholds) -> dict[str, np.ndarray]:
     """Per gem column: the pooled rule's power statement (`rules.power.statement` at the first Holm
-    step over the contrasts with a pooled test: its MDE, the seeds per fold that would reach +-ROPE,
-    the floor no seed count beats and the advice in words; with the folds' overlap the pooled
-    variance carried, `pooled["overlap"]`), with the components (seed, within,
-    period) behind them (verdicts.csv's var_seed, var_within, var_period: what `tune-gems confirm`
-    reads its target from), and `inputs` the `power.PowerInputs` each statement was made of (None: no
-    statement), which `tune-gems plan` prices other designs with."""
+    step, the folds' overlap carried), its components (verdicts.csv's var_* columns, `tune-gems
+    confirm`'s target) and `inputs` (what `tune-gems plan` prices designs with)."""
     comp = fold_components(fam.data, pooled["tau2"])
     m = len(fam.rows)
     tested = int(np.isfinite(pooled["p"][0]).sum())
