@@ -215,8 +215,8 @@ def test_regime_chain_and_trend_equal_the_row_by_row_recursion(k, persistence, t
     jumps, shocks = rng.random(n), rng.standard_normal(n)
     scale = np.sqrt(1.0 - trend_persistence**2)
     want_state, want_trend = _scalar_chain(cumulative, jumps, k - 1, shocks, trend_persistence, scale)
-    assert np.array_equal(series._regime_chain(cumulative, jumps, k - 1), want_state)
-    assert np.array_equal(series._ar1(shocks, trend_persistence, scale), want_trend)  # bit for bit
+    assert np.array_equal(series._regime_chain(cumulative, jumps[None], np.array([k - 1]))[0], want_state)
+    assert np.array_equal(series._ar1(shocks[None], trend_persistence, scale)[0], want_trend)  # bit for bit
     if k > 1:
         assert len(np.unique(want_state)) > 1  # the chain moves: the comparison means something
 
