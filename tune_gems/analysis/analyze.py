@@ -191,9 +191,8 @@ def write_result(result: AnalysisResult, out_dir: str | Path, *, overwrite: bool
 
 def run_analysis(paths: str | Path | Iterable[str | Path], out_dir: str | Path | None = None, *,
                  overwrite: bool = False, plot: bool = True, **settings: Any) -> AnalysisResult:
-    """Load, analyse and write into `out_dir` (default `<first folder>/analysis`); return the tables.
-    The output folder, settings and inputs are checked before any work; `overwrite` replaces only a
-    folder an analysis wrote."""
+    """Load, analyse and write into `out_dir` (default `<first folder>/analysis`); return the tables. The output folder,
+    settings and inputs are checked before any work; `overwrite` replaces only a folder an analysis wrote."""
     from tune_gems.contracts.paths import check_input_path
 
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)

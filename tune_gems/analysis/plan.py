@@ -1,14 +1,9 @@
-"""The plan step (`tune-gems plan EXP`): from a finished pilot, the layouts that reach a target
-MDE with the rule that decides, and what they cost.
-
-A plan that read its pilot another way than `analyze` would state another MDE for the same design,
-so the pilot is decided by the verdict's own family (`gem_verdicts.gem_verdict_tables`) and every
-layout is priced with the `power.PowerInputs` each gem's verdict stated, moved to the layout's
-histories, periods and seeds: at the pilot's design the MDE is the verdict's. Layouts: K folds of one
-history; or H histories x K periods on the pilot's calendar ("one") and on their own ("own"). A
-layout the rule would not decide is listed as refused, with why. The cost is the pilot's own time per
-member-iteration and member-epoch (an upper estimate for larger designs on a GPU).
-"""
+"""The plan step (`tune-gems plan EXP`): from a finished pilot, the layouts that reach a target MDE with the rule that
+decides, and what they cost. The pilot is decided by the verdict's own family (`gem_verdicts.gem_verdict_tables`) and
+each layout priced with the `power.PowerInputs` each gem's verdict stated, moved to the layout's histories, periods and
+seeds, so at the pilot's design the MDE is the verdict's. Layouts: K folds of one history, or H histories x K periods on
+the pilot's calendar ("one") or their own ("own"); one the rule would not decide is listed as refused, with why. The
+cost is the pilot's own time per member-iteration and member-epoch (an upper estimate for larger designs on a GPU)."""
 
 from __future__ import annotations
 
@@ -107,8 +102,7 @@ class Plan:
 
 
 def design_overrides(periods: int, seeds: int, epochs: int, prefix: str = "") -> str:
-    """The `key=value` overrides that run a design after `tune-gems train` (`prefix` "config." for a
-    sweep's spec)."""
+    """The `key=value` overrides that run a design after `tune-gems train` (`prefix` "config." for a sweep's spec)."""
     keys = ("data.folds.k", "trainer.population", "trainer.epochs")
     return " ".join(f"{prefix}{k}={int(v)}" for k, v in zip(keys, (periods, seeds, epochs)))
 

@@ -1,8 +1,7 @@
-"""`tune-gems confirm EXP` (docs/analysis.md "Search, then confirm"): the best of many noisy trials is
-inflated, so each gem's winner trains once more beside its control on fresh seeds and paths, at the
-seeds per arm that make its MDE at most the discovery's; its verdicts are final. Once per search,
-under its lock, while its records match its marker; this module checks, runs confirm_plan,
-confirm_record and confirm_trials, and writes the summary."""
+"""`tune-gems confirm EXP` (docs/analysis.md "Search, then confirm"): the best of many noisy trials is inflated, so each
+gem's winner trains once more beside its control on fresh seeds and paths, at the seeds per arm that make its MDE at
+most the discovery's; its verdicts are final. Once per search, under its lock, while its records match its marker; this
+module checks, runs confirm_plan, confirm_record and confirm_trials, and writes the summary."""
 
 from __future__ import annotations
 

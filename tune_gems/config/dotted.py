@@ -1,6 +1,5 @@
-"""Dotted keys (`trainer.lr`) over nested mappings: the one notation of overrides, factors, search
-spaces and flat columns. A key given both nested and dotted is refused (flattening would silently
-drop one of the values)."""
+"""Dotted keys (`trainer.lr`) over nested mappings: the one notation of overrides, factors, search spaces and flat
+columns. A key given both nested and dotted is refused (flattening would silently drop one of the values)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""A config tree validated into a Config: the run's plug-ins imported first (their gems become
-`gems.<name>` keys), then pydantic, every failure one line; `load_config` adds the file and
-overrides."""
+"""A config tree validated into a Config: the run's plug-ins imported first (their gems become `gems.<name>` keys), then
+pydantic, every failure one line; `load_config` adds the file and overrides."""
 
 from __future__ import annotations
 

@@ -247,12 +247,11 @@ class DataConfig(_Strict):
 
     @property
     def price_histories(self) -> tuple[HistorySpec, ...]:
-        """The price histories this config names, in order (the members' history index; no file
-        is read): the synthetic series, or `path`'s `price_column` (one history), or one per
-        `price_columns` entry (named after its column; the file, time column shared), or one per
-        `histories` entry (its path, price and time columns defaulting to `path`, `price_column`,
-        `time_column`; named `name`, else its file's stem when it has its own file, else its
-        column). The validation refuses duplicate or malformed names."""
+        """The price histories this config names, in order (the members' history index; no file is read): the synthetic
+        series, or `path`'s `price_column` (one history), or one per `price_columns` entry (named after its column; the
+        file, time column shared), or one per `histories` entry (its path, price and time columns defaulting to `path`,
+        `price_column`, `time_column`; named `name`, else its file's stem when it has its own file, else its column).
+        The validation refuses duplicate or malformed names."""
         if self.source == "synthetic":
             return (HistorySpec(SYNTHETIC_NAME, None, self.price_column, None),)
         if self.price_columns:

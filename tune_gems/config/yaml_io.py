@@ -72,8 +72,7 @@ class YAMLBoundError(yaml.YAMLError):
 
 
 def expanded_size(root: yaml.Node, bound: int = MAX_YAML_NODES) -> int:
-    """The nodes `root`'s graph stands for (aliases as copies), in linear time; YAMLBoundError past
-    `bound`."""
+    """The nodes `root`'s graph stands for (aliases as copies), in linear time; YAMLBoundError past `bound`."""
     size: dict[int, int] = {}
     on_path: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]

@@ -275,9 +275,8 @@ def _relation(out: Path, other: Path) -> str | None:
 
 def check_output_folder(folder: str | Path, *, kind: str, field: str = "--out", inputs: Iterable[str | Path] = (),
         overwrite: bool = False, resume: bool = False, allow_inside: Iterable[str | Path] = ()) -> Path:
-    """Every up-front check of an output folder; its resolved path, nothing written. A non-empty one
-    is refused unless `resume` (this kind's results) or `overwrite` (this kind's marker, nothing
-    unlisted)."""
+    """Every up-front check of an output folder; its resolved path, nothing written. A non-empty one is refused unless
+    `resume` (this kind's results) or `overwrite` (this kind's marker, nothing unlisted)."""
     check_path_length(Path(folder).expanduser(), field)
     if Path(folder).expanduser().is_symlink():
         raise OutputError(f"{field}: {folder} is a symlink; give the folder itself (tune-gems never writes through a symlink)")

@@ -1,6 +1,5 @@
-"""Where a price series is cut: segments (`split_bounds`), folds (`fold_bounds`: walk-forward or
-purged), the fold table (`fold_table`) and the sealed rows no search reads (`sealed_rows`,
-`seal_digest`); docs/data.md explains each."""
+"""Where a price series is cut: segments (`split_bounds`), folds (`fold_bounds`: walk-forward or purged), the fold table
+(`fold_table`) and the sealed rows no search reads (`sealed_rows`, `seal_digest`); docs/data.md explains each."""
 
 from __future__ import annotations
 

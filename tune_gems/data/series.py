@@ -190,9 +190,8 @@ def _parse_prices(raw: pd.Series, times: pd.DatetimeIndex | None, path: Path, co
 
 def load_prices(path: str | Path, price_column: str = "close", time_column: str | None = None, *,
                 min_rows: int = 0) -> pd.Series:
-    """A validated float64 price series from CSV or Parquet, reading only `price_column` (names match
-    ignoring case and spaces); without `time_column` a date-like column if any. DataError "<path>:
-    <problem>"."""
+    """A validated float64 price series from CSV or Parquet, reading only `price_column` (names match ignoring case and
+    spaces); without `time_column` a date-like column if any. DataError "<path>: <problem>"."""
     p = Path(path)
     if not p.exists():
         raise _fail(path, "no such file")

@@ -112,9 +112,8 @@ def _pair_mean(values: np.ndarray, arm_of: np.ndarray, seed_index: np.ndarray, a
 
 def paired_gains(gems: Sequence[str], arm_of: Sequence[str], seed_index: Sequence[int], val_sharpe: Sequence[float],
         val_alpha_sharpe: Sequence[float], aliases: dict[str, str] | None = None) -> dict[str, float]:
-    """The epoch's gains from per-member validation columns (diverged NaN): proposal - control on
-    Sharpe and alpha Sharpe, `gain_<g>` proposal - without-<g> (NaN without that arm; `aliases`
-    rename it)."""
+    """The epoch's gains from per-member validation columns (diverged NaN): proposal - control on Sharpe and alpha
+    Sharpe, `gain_<g>` proposal - without-<g> (NaN without that arm; `aliases` rename it)."""
     arm_arr = np.asarray(arm_of, dtype=object)
     seeds = np.asarray(seed_index, dtype=np.int64)
     vs, va = np.asarray(val_sharpe, dtype=np.float64), np.asarray(val_alpha_sharpe, dtype=np.float64)

@@ -1,9 +1,8 @@
-"""Population-batched linear layers: a leading group axis G (a member, or a member x branch), every
-product one batched matmul, so G layers run as one kernel and never mix. `weights()` computes the
-effective weights once per iteration, keeping spectral norm's state update out of the backward graph
-(torch's parametrization fails when a module runs twice) and letting s_t and s_{t+1} share one noise
-sample. Per-member switches are masks, never Python branches (docs/design.md "Arms");
-`set_member_block(n)` gives each arm a single-arm run's matmul shapes (BLAS picks by batch count)."""
+"""Population-batched linear layers: a leading group axis G (a member, or a member x branch), every product one batched
+matmul, so G layers run as one kernel and never mix. `weights()` computes the effective weights once per iteration,
+keeping spectral norm's state update out of the backward graph (torch's parametrization fails when a module runs twice)
+and letting s_t and s_{t+1} share one noise sample. Per-member switches are masks, never Python branches (docs/design.md
+"Arms"); `set_member_block(n)` gives each arm a single-arm run's matmul shapes (BLAS picks by batch count)."""
 
 from __future__ import annotations
 

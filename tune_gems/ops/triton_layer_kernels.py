@@ -1,10 +1,9 @@
-"""Triton kernels of the population layers (`model.layer_kernel: triton`; docs/design.md "Ops and
-kernels"). A program computes one tile of one group with a fixed-order K-loop and tiles chosen from
-the shape only, so group g's bits are those of g alone (the P-invariance cuBLAS's batched GEMM does
-not give: benchmarks/RESULTS.md, session 14); group g is member g // REPS. No atomics, memset or
-host reads: they replay in a CUDA graph. The K-loops assume a non-empty trip count (tl.assume), else
-ptxas serialises the wgmma pipeline (tests/test_triton_compile.py); EMPTY_LOOP_OK compiles the old
-form for benchmarks/layer_gemm_probe.py."""
+"""Triton kernels of the population layers (`model.layer_kernel: triton`; docs/design.md "Ops and kernels"). A program
+computes one tile of one group with a fixed-order K-loop and tiles chosen from the shape only, so group g's bits are
+those of g alone (the P-invariance cuBLAS's batched GEMM does not give: benchmarks/RESULTS.md, session 14); group g is
+member g // REPS. No atomics, memset or host reads: they replay in a CUDA graph. The K-loops assume a non-empty trip
+count (tl.assume), else ptxas serialises the wgmma pipeline (tests/test_triton_compile.py); EMPTY_LOOP_OK compiles the
+old form for benchmarks/layer_gemm_probe.py."""
 
 from __future__ import annotations
 

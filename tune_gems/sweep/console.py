@@ -1,6 +1,5 @@
-"""A quiet sweep console: tune-gems' lines and HEALTH_DIAG without Ray's, Optuna's and Tune's chatter
-(`--verbose` brings it back), quieted in the trial's worker (`quiet_trial`) and the driver
-(`quiet_driver`); errors still show."""
+"""A quiet sweep console: tune-gems' lines and HEALTH_DIAG without Ray's, Optuna's and Tune's chatter (`--verbose`
+brings it back), quieted in the trial's worker (`quiet_trial`) and the driver (`quiet_driver`); errors still show."""
 
 from __future__ import annotations
 
@@ -24,9 +23,8 @@ REPORTER_ENV = "RAY_AIR_NEW_OUTPUT"
 
 
 def quiet_reporter(verbose: bool) -> None:
-    """Before the sweep, without --verbose: Tune's older reporter, silent at verbosity 0 (the newer one
-    always prints boxes and a TensorBoard hint at a folder that vanishes with Ray). A user's own
-    setting wins."""
+    """Before the sweep, without --verbose: Tune's older reporter, silent at verbosity 0 (the newer one always prints
+    boxes and a TensorBoard hint at a folder that vanishes with Ray). A user's own setting wins."""
     if not verbose:
         os.environ.setdefault(REPORTER_ENV, "0")
 

@@ -1,6 +1,5 @@
-"""The Ray Tune function trainable: one trial = one Trainer for P seeds, each epoch reported, exact
-checkpoints written in the background so a retried trial resumes bit-identical. A reused actor
-keeps only the read-only `MARKETS` cache."""
+"""The Ray Tune function trainable: one trial = one Trainer for P seeds, each epoch reported, exact checkpoints written
+in the background so a retried trial resumes bit-identical. A reused actor keeps only the read-only `MARKETS` cache."""
 
 from __future__ import annotations
 

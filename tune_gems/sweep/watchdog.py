@@ -1,6 +1,5 @@
-"""`python -m tune_gems.sweep.watchdog DRIVER_PID [EXCLUDED_PID ...]`: end a local Ray with its
-driver (docs/cluster.md "Local runs"): SIGTERM then SIGKILL to every descendant it saw (creation
-times checked), once the driver is gone."""
+"""`python -m tune_gems.sweep.watchdog DRIVER_PID [EXCLUDED_PID ...]`: end a local Ray with its driver (docs/cluster.md
+"Local runs"): SIGTERM then SIGKILL to every descendant it saw (creation times checked), once the driver is gone."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Checkpoints written in the background (docs/checkpoints.md): `save` snapshots at the boundary
-(on CUDA into pinned buffers on a side stream), one thread serialises in order; an error is raised
-at the next `save`, `wait` or `close`."""
+"""Checkpoints written in the background (docs/checkpoints.md): `save` snapshots at the boundary (on CUDA into pinned
+buffers on a side stream), one thread serialises in order; an error is raised at the next `save`, `wait` or `close`."""
 
 from __future__ import annotations
 

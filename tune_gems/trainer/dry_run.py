@@ -1,6 +1,5 @@
-"""`--dry-run` for `train` and `sweep`: every check, then what the run would do, nothing written
-where it would write; its time is extrapolated from a throw-away Trainer's measured sample
-(`Trainer.sample_timings`)."""
+"""`--dry-run` for `train` and `sweep`: every check, then what the run would do, nothing written where it would write;
+its time is extrapolated from a throw-away Trainer's measured sample (`Trainer.sample_timings`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""The run's gems under their per-member modes and weights, the one class that evaluates gems
-(docs/design.md "The gem registry", "Arms"). Modes are [P] tensors selected by `torch.where` (not a
-0/1 product: NaN x 0 is NaN), so the graph never depends on them. A wired head trains at a
-weight-free rate (at weight 0.01 it would sink under Adam's epsilon); nulls run per (fold, arm)
-block, so a reduction never sees another member count."""
+"""The run's gems under their per-member modes and weights, the one class that evaluates gems (docs/design.md "The gem
+registry", "Arms"). Modes are [P] tensors selected by `torch.where` (not a 0/1 product: NaN x 0 is NaN), so the graph
+never depends on them. A wired head trains at a weight-free rate (at weight 0.01 it would sink under Adam's epsilon);
+nulls run per (fold, arm) block, so a reduction never sees another member count."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""Adam for population-batched parameters with per-member clipping: on the member-major matrix the
-norm is one row reduction and the update torch's `_fused_adam_` (same bits as `fused=True`; the
-private op because the public one's tensor `lr` must be 0-dim), capturable. One fused call per
-learning-rate block of rows, so a block's bits are a run of it alone; `clip_adam` instead steps
-each row alone."""
+"""Adam for population-batched parameters with per-member clipping: on the member-major matrix the norm is one row
+reduction and the update torch's `_fused_adam_` (same bits as `fused=True`; the private op because the public one's
+tensor `lr` must be 0-dim), capturable. One fused call per learning-rate block of rows, so a block's bits are a run of
+it alone; `clip_adam` instead steps each row alone."""
 
 from __future__ import annotations
 
@@ -75,9 +74,8 @@ class PopulationAdam:
         return [(rate, *([m[r, cols] for r in rs for cols in self.kept] for m in mats)) for rate, rs in members.items()]
 
     def freeze_columns(self, frozen: Sequence[slice]) -> None:
-        """Leave out of Adam the columns no gradient reaches (same bits, less traffic). CUDA or `clip_adam`
-        only: the CPU fused kernel's vector body and scalar tail round differently, so shorter views would
-        change bits."""
+        """Leave out of Adam the columns no gradient reaches (same bits, less traffic). CUDA or `clip_adam` only: the
+        CPU fused kernel's vector body and scalar tail round differently, so shorter views would change bits."""
         if not self.flat.data.is_cuda and self.kernel is None:
             return
         frozen = tuple(c for c in frozen if c.stop > c.start)

@@ -61,9 +61,8 @@ def seal_record(cfg: Config, prices: pd.Series | Sequence[pd.Series]) -> dict[st
 
 def prepare_market(cfg: Config, device: torch.device, prices: pd.Series | Sequence[pd.Series] | None = None,
         n_seed_indices: int | None = None, folds: Sequence[int] | None = None, open_seal: bool = False) -> Market:
-    """Load (or take) the price paths, split them into folds and build the market; synthetic `per_seed`
-    paths are generated here. `data.sealed` rows are cut first, or with `open_seal` become every fold's
-    test."""
+    """Load (or take) the price paths, split them into folds and build the market; synthetic `per_seed` paths are
+    generated here. `data.sealed` rows are cut first, or with `open_seal` become every fold's test."""
     n_seed_indices = cfg.trainer.population if n_seed_indices is None else n_seed_indices
     per_seed = cfg.data.source == "synthetic" and cfg.data.synthetic.paths == "per_seed"
     if prices is not None and not per_seed:

@@ -1,8 +1,7 @@
-"""Calibration of the rule over folds and histories: the fold overlap, the held-out confirmation,
-several price histories, a calendar they share, and a contrast leaving the family's spread. Each
-table runs the function a verdict calls (`rules.decision.decide`, `rules.power.mde`) on simulated
-families (`World`); the real shapes are the S&P 500 runs' (`LAYOUT_ROWS`). `python
-analysis/calibrate_decisions.py --n-sim 2000` prints docs/analysis.md's tables;
+"""Calibration of the rule over folds and histories: the fold overlap, the held-out confirmation, several price
+histories, a calendar they share, and a contrast leaving the family's spread. Each table runs the function a verdict
+calls (`rules.decision.decide`, `rules.power.mde`) on simulated families (`World`); the real shapes are the S&P 500
+runs' (`LAYOUT_ROWS`). `python analysis/calibrate_decisions.py --n-sim 2000` prints docs/analysis.md's tables;
 `tests/test_decision_calibration.py` checks each claim at a small n_sim."""
 
 from __future__ import annotations
@@ -39,9 +38,8 @@ LAYOUT_EMBARGO = 5
 
 @dataclass(frozen=True)
 class World:
-    """One simulated family's world: effects in seed sd, spreads in one fold's seed SE; `common` (c)
-    the part a history's folds share (Nadeau and Bengio's), `carry` its share on the test
-    segment."""
+    """One simulated family's world: effects in seed sd, spreads in one fold's seed SE; `common` (c) the part a
+    history's folds share (Nadeau and Bengio's), `carry` its share on the test segment."""
 
     effect: float = 0.0
     test_effect: float | None = None
@@ -72,8 +70,7 @@ class Design:
 
 
 def layout_rho(folds: int) -> float:
-    """NB's correlation n2 / (n1 + n2) of `folds` purged groups on LAYOUT_ROWS rows, read off its
-    fold table."""
+    """NB's correlation n2 / (n1 + n2) of `folds` purged groups on LAYOUT_ROWS rows, read off its fold table."""
     prices = pd.Series(np.arange(LAYOUT_ROWS, dtype=float))
     spec = SimpleNamespace(scheme="purged", k=folds, embargo=LAYOUT_EMBARGO, val_length=None)
     return _nb_rho(fold_table(prices.index, fold_bounds(prices, list(LAYOUT_SPLITS), spec, 64, LAYOUT_REACH),
@@ -166,8 +163,7 @@ def one_history_run(design: Design, world: World, *, n_sim: int, seed: int, corr
 
 
 def _unit_diffs(d: np.ndarray) -> list[np.ndarray]:
-    """Each contrast's per-seed differences averaged over histories and folds: what the seed rule
-    reads."""
+    """Each contrast's per-seed differences averaged over histories and folds: what the seed rule reads."""
     with np.errstate(invalid="ignore"):
         unit = np.nan_to_num(d.mean((2, 3)), nan=0.0)
     return [unit[:, g] for g in range(d.shape[1])]
@@ -223,9 +219,8 @@ def format_overlap(t: pd.DataFrame, alpha: float) -> str:
 
 
 def held_out_table(th: Thresholds, designs=None, taus=(0.0, 1.0, 2.0)) -> pd.DataFrame:
-    """Per design, spread and world: the one- and two-stage false rates (a common part carried to
-    the test is outside the promise), the stage alone, the power at the one-stage MDE, and an effect
-    flipped on the test."""
+    """Per design, spread and world: the one- and two-stage false rates (a common part carried to the test is outside
+    the promise), the stage alone, the power at the one-stage MDE, and an effect flipped on the test."""
     rows = []
     for design in designs or real_designs():
         for tau in taus:
@@ -277,9 +272,8 @@ def format_held_out(t: pd.DataFrame, alpha: float, contrasts: int = 3) -> str:
 
 @dataclass(frozen=True)
 class HistoryRun:
-    """The nested rule's codes [S, m], its MDE and two-stage MDE for the first contrast at the
-    median parts, the two-stage codes and the held-out stage alone on every contrast (promise alpha
-    / m)."""
+    """The nested rule's codes [S, m], its MDE and two-stage MDE for the first contrast at the median parts, the
+    two-stage codes and the held-out stage alone on every contrast (promise alpha / m)."""
 
     codes: np.ndarray
     mde: float
@@ -325,9 +319,8 @@ def test_segment(d_test: np.ndarray) -> TestSegment:
 
 
 def histories_table(th: Thresholds, designs=None, tau: float = 1.0, tau_history: float = 1.0) -> pd.DataFrame:
-    """Per history design: the nested rule's null false rates (c 0, NB's, 0.35), the stage alone,
-    its MDE and power there, and the first contrast's rates where its effect flips across the
-    histories."""
+    """Per history design: the nested rule's null false rates (c 0, NB's, 0.35), the stage alone, its MDE and power
+    there, and the first contrast's rates where its effect flips across the histories."""
     rows = []
     for design in designs or history_designs():
         h = design.histories
@@ -467,8 +460,7 @@ VALIDATION_ROWS = round(REAL_ROWS * LAYOUT_SPLITS[1])
 
 
 def t_multiplier(df, level, power: float, one_sided: bool = False):
-    """t_{1-a/2, df} + t_{power, df} (one-sided: t_{1-a}): the closed form the real run's MDE was
-    stated with."""
+    """t_{1-a/2, df} + t_{power, df} (one-sided: t_{1-a}): the closed form the real run's MDE was stated with."""
     df = np.asarray(df, float)
     tail = np.asarray(level, float) if one_sided else np.asarray(level, float) / 2
     with np.errstate(invalid="ignore"):
@@ -492,8 +484,7 @@ def seed_sd_sharpe(window_rows: float) -> float:
 
 
 def walk_forward_rho(folds: int, val_length: int = REAL_FOLD_ROWS, rows: int = REAL_ROWS) -> float:
-    """NB's correlation of `folds` expanding windows of `val_length` rows (0.27 for the real run's 2
-    x 1000)."""
+    """NB's correlation of `folds` expanding windows of `val_length` rows (0.27 for the real run's 2 x 1000)."""
     prices = pd.Series(np.arange(rows, dtype=float))
     spec = SimpleNamespace(scheme="walk_forward", k=folds, gap=0, val_length=val_length, layout="expanding",
                            train_length=None)
@@ -502,16 +493,14 @@ def walk_forward_rho(folds: int, val_length: int = REAL_FOLD_ROWS, rows: int = R
 
 def calendar_design(histories: int, folds: int = 2, seeds: int = 16, *, one_calendar: bool = True,
                     window: int = REAL_FOLD_ROWS) -> Design:
-    """`histories` x `folds` expanding windows of `window` rows x `seeds`, on one calendar or their
-    own."""
+    """`histories` x `folds` expanding windows of `window` rows x `seeds`, on one calendar or their own."""
     where = "one calendar" if one_calendar else "own calendars"
     return Design(f"{histories} x {folds} x {seeds}, {where}", folds, seeds, histories=histories,
                   nb_rho=walk_forward_rho(folds, window) if folds >= 2 else 0.0, one_calendar=one_calendar)
 
 
 def calendar_world(design: Design, calendar_sd: float, effect: float = 0.0, window: int = REAL_FOLD_ROWS) -> World:
-    """A world in Sharpe units: a calendar part `calendar_sd`, each history's own OWN_PERIOD_SD, a
-    planted `effect`."""
+    """A world in Sharpe units: a calendar part `calendar_sd`, each history's own OWN_PERIOD_SD, a planted `effect`."""
     sd = seed_sd_sharpe(window)
     se = sd / math.sqrt(design.seeds)
     return World(effect=effect / sd, tau=OWN_PERIOD_SD / se, calendar=calendar_sd / se)
@@ -573,8 +562,7 @@ MDE_DESIGNS = ((8, 1, 12, False), (12, 1, 8, False), (16, 1, 6, False), (6, 1, 1
 
 def _power_at(design: Design, effect: float, spread: bool, th: Thresholds, window: int, seed: int,
               one_sided: bool) -> tuple[float, float]:
-    """(one-stage, two-stage) power of the first contrast at `effect` (Sharpe) through
-    `history_run`."""
+    """(one-stage, two-stage) power of the first contrast at `effect` (Sharpe) through `history_run`."""
     world = calendar_world(design, 0.05 if spread else 0.0, effect=effect, window=window)
     if not spread:
         world = replace(world, tau=0.0)
@@ -604,8 +592,7 @@ def mde_table(th: Thresholds, contrasts: int = 3, designs=MDE_DESIGNS, window: i
 
 
 def design_parts(window: int, one_calendar: bool, spread: bool) -> HistoryComponents:
-    """A layout's parts in Sharpe units; with `spread` one window's period spread (shared on one
-    calendar)."""
+    """A layout's parts in Sharpe units; with `spread` one window's period spread (shared on one calendar)."""
     cal = 0.05**2 if spread and one_calendar else 0.0
     own = (OWN_PERIOD_SD**2 if one_calendar else OWN_PERIOD_SD**2 + 0.05**2) if spread else 0.0
     return HistoryComponents(history=0.0, period=own, within=within_sharpe(window), seed=0.0, calendar=cal,
@@ -625,8 +612,7 @@ def simulated_mde(design: Design, th: Thresholds, *, spread: bool = False, windo
 
 
 def best_layout(th: Thresholds, contrasts: int = 3, members: int = 96, window: int = VALIDATION_ROWS) -> dict:
-    """The own-calendar layout of at most `members` per arm with the smallest one-sided MDE (at
-    least 6 seeds)."""
+    """The own-calendar layout of at most `members` per arm with the smallest one-sided MDE (at least 6 seeds)."""
     best = dict(mde=math.inf)
     one_sided = replace(th, one_sided_keep=True)
     for h in range(3, 49):

@@ -1,8 +1,7 @@
-"""Calibration of the factor table: G gems and F factors in one family, through
-`rules.decision.decide` (the rule `factors.factor_table` runs), on simulated seed noise (a share
-`rho` common to every fold), one market history per period (spread `tau` seed SEs; at K = 1 the
-market-noise interval measures it) and a planted effect on the first factor. `python
-analysis/calibrate_factors.py` prints docs/analysis.md's table ("Factors")."""
+"""Calibration of the factor table: G gems and F factors in one family, through `rules.decision.decide` (the rule
+`factors.factor_table` runs), on simulated seed noise (a share `rho` common to every fold), one market history per
+period (spread `tau` seed SEs; at K = 1 the market-noise interval measures it) and a planted effect on the first factor.
+`python analysis/calibrate_factors.py` prints docs/analysis.md's table ("Factors")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""The calibration of a confirmation on one price history: a simulated search, then the confirmation
-by the rules `tune-gems confirm` ships. Fresh seeds on the same history inherit each configuration's
-luck and the search kept the luckiest, so the final verdict needs the selection-adjusted gate
-(`rules.decision.final_on_one_history`). `python analysis/calibrate_confirm.py`; docs/analysis.md
-"Confirmation power"."""
+"""The calibration of a confirmation on one price history: a simulated search, then the confirmation by the rules
+`tune-gems confirm` ships. Fresh seeds on the same history inherit each configuration's luck and the search kept the
+luckiest, so the final verdict needs the selection-adjusted gate (`rules.decision.final_on_one_history`). `python
+analysis/calibrate_confirm.py`; docs/analysis.md "Confirmation power"."""
 
 from __future__ import annotations
 

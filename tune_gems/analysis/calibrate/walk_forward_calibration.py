@@ -1,7 +1,6 @@
-"""Calibration of the verdict rule over periods (docs/analysis.md "Calibration over periods"):
-simulated families through `rules.decision.decide` and the power statement `power.pooled_mde` at the
-datasets' median parts, vectorised over datasets; the simulation adds only the data and, at one
-fold, the market-noise interval it models."""
+"""Calibration of the verdict rule over periods (docs/analysis.md "Calibration over periods"): simulated families
+through `rules.decision.decide` and the power statement `power.pooled_mde` at the datasets' median parts, vectorised
+over datasets; the simulation adds only the data and, at one fold, the market-noise interval it models."""
 
 from __future__ import annotations
 
@@ -55,8 +54,7 @@ def _correlated(rng, size: tuple[int, ...], dist: str, corr: float, axis: int) -
 
 
 def simulate_family(rng, shapes: list[Shape], n_sim: int, folds: int, sc: Scenario) -> np.ndarray:
-    """[n_sim, m, folds, n] per-seed differences of m gems; `sc.effect` and `sc.flip` go to the
-    first."""
+    """[n_sim, m, folds, n] per-seed differences of m gems; `sc.effect` and `sc.flip` go to the first."""
     m, n = len(shapes), shapes[0].n
     sd = np.array([s.sd for s in shapes])[None, :, None, None]
     se = sd / math.sqrt(n)
@@ -110,8 +108,7 @@ class PeriodRun:
 
 
 def run_periods(d: np.ndarray, th: Thresholds) -> PeriodRun:
-    """The K >= 2 rule at `th` on d [S, m, K, n] as the gem verdicts run it, and its stated MDE
-    (`power.pooled_mde`)."""
+    """The K >= 2 rule at `th` on d [S, m, K, n] as the gem verdicts run it, and its stated MDE (`power.pooled_mde`)."""
     s, m, k, n = d.shape
     with np.errstate(invalid="ignore"):
         unit = np.nan_to_num(d.mean(2), nan=0.0)  # +inf with -inf: a tie (pairing._unit_mean)

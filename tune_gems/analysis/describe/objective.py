@@ -1,6 +1,5 @@
-"""Whether a sweep searched on the verdict's own metric (`verdict_gain`): a spec that optimised
-anything else chose its configurations on another quantity than the one judged, and its report
-says so."""
+"""Whether a sweep searched on the verdict's own metric (`verdict_gain`): a spec that optimised anything else chose its
+configurations on another quantity than the one judged, and its report says so."""
 
 from __future__ import annotations
 

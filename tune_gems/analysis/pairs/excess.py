@@ -1,6 +1,5 @@
-"""A gem's magnitude as the verdicts and the redundancy table read it: excess over its null relative
-to the C51 loss (docs/analysis.md "Verdicts", rule 2); its own module so neither caller imports the
-other."""
+"""A gem's magnitude as the verdicts and the redundancy table read it: excess over its null relative to the C51 loss
+(docs/analysis.md "Verdicts", rule 2); its own module so neither caller imports the other."""
 
 from __future__ import annotations
 

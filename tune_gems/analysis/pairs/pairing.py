@@ -312,9 +312,8 @@ class Layout:
 
 def paired(cells: Cells, factor: str, hi: str, lo: str, *, column: str, k, ignore: tuple[str, ...] = (),
            select: Callable[[pd.DataFrame], pd.Series] | None = None, worst: bool = True) -> Paired:
-    """Per-unit differences of `column`'s window mean between cells at `factor` hi and lo, otherwise
-    identical apart from `ignore`, paired by seed. With `worst` a diverged member is the worst outcome;
-    otherwise it is left out."""
+    """Per-unit differences of `column`'s window mean between cells at `factor` hi and lo, otherwise identical apart
+    from `ignore`, paired by seed. With `worst` a diverged member is the worst outcome; otherwise it is left out."""
     t = cells.table
     if select is not None:
         t = t[select(t)]

@@ -1,6 +1,5 @@
-"""Which members of a gem's comparison are a real wiring (`WIRE` against `MEASURE`,
-`wiring_pairs`) and which a placebo arm (docs/analysis.md "Placebo arms"); shared by the verdicts,
-null arms, held-out check and periods."""
+"""Which members of a gem's comparison are a real wiring (`WIRE` against `MEASURE`, `wiring_pairs`) and which a placebo
+arm (docs/analysis.md "Placebo arms"); shared by the verdicts, null arms, held-out check and periods."""
 
 from __future__ import annotations
 

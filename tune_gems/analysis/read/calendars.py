@@ -52,9 +52,8 @@ def held_out_calendar(folds: pd.DataFrame | None, histories: pd.DataFrame | None
 
 
 def _windows(folds: pd.DataFrame, histories: pd.DataFrame | None, hs: list[int], seg: str) -> pd.DataFrame:
-    """Every (history, fold) window of segment `seg` as closed [first, last]: its dates (space 0), else
-    its rows (space 1), else the fold id (space 2). A row without `history` stands for every history of
-    its trial."""
+    """Every (history, fold) window of segment `seg` as closed [first, last]: its dates (space 0), else its rows (space
+    1), else the fold id (space 2). A row without `history` stands for every history of its trial."""
     own = folds[folds["history"].notna()] if "history" in folds.columns else folds.iloc[:0]
     bare = folds.drop(own.index).drop(columns=["history"], errors="ignore")
     if histories is not None and "history" in histories.columns:

@@ -1,24 +1,13 @@
-"""The rule, composed once: `decide` turns a family's evidence into its words.
-
-Why one function: the gem verdicts, the factor table, `confirm`'s final verdicts and every
-calibration must reach a word the same way, or one analysis prints two words for one contrast and a
-calibration passes while the shipped rule drifts (`tests/test_rules.py` checks that no module
-outside the rules calls a stage). The stages, each only making a word more cautious except where
-the deciding test changes (docs/analysis.md "Verdicts"):
-
-1. **the seed rule** (`decide_family`): signed-rank tests on informative pairs, Holm over the family;
-2. **one period on one history**: `market_gate`, then `one_period_gate` on the seed and
-   market-noise intervals combined (each alone is up to ~3x too liberal);
-3. **several periods or histories**: the pooled test decides (`periods.decide_fold_data`,
-   `histories.decide_histories`);
-4. `equivalent` / `delete` stand on a finite interval inside +-rope;
-5. **the held-out test segment** (`held_out_stage`): a discovery keep / harmful is final only
-   where its test effect agrees, one-sided at alpha / m;
-6. **a search's selection on one history** (`final_on_one_history`): fresh seeds alone keep each
-   configuration's luck (a false keep in 24-98% of null searches).
-
-Vectorised over a leading axis of datasets: one family for the verdicts, thousands for calibrations.
-"""
+"""The rule, composed once: `decide` turns a family's evidence into its words, so the gem verdicts, the factor table,
+`confirm`'s final verdicts and every calibration reach a word the same way (`tests/test_rules.py` checks that no module
+outside the rules calls a stage). The stages in order, each only making a word more cautious except where the deciding
+test changes (docs/analysis.md "Verdicts", "The rule module"): the seed rule (`decide_family`: signed-rank tests on
+informative pairs, Holm over the family); on one period of one history `market_gate`, then `one_period_gate` on the seed
+and market-noise intervals combined (each alone is up to ~3x too liberal); over periods or histories the pooled test
+(`periods.decide_fold_data`, `histories.decide_histories`); `equivalent` / `delete` on a finite interval inside +-rope;
+the held-out segment (`held_out_stage`: a discovery keep / harmful is final only where its test effect agrees, one-sided
+at alpha / m); a search's selection on one history (`final_on_one_history`: fresh seeds alone keep each configuration's
+luck, a false keep in 24-98% of null searches). Vectorised over a leading axis of datasets."""
 
 from __future__ import annotations
 
@@ -71,9 +60,8 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Decision:
-    """The rule's record of a family ([S, E] arrays), its words in the order the stages make them:
-    `seed_verdict`, `market_verdict`, `discovery_verdict`, `verdict` (verdicts.csv's),
-    `final_verdict`."""
+    """The rule's record of a family ([S, E] arrays), its words in the order the stages make them: `seed_verdict`,
+    `market_verdict`, `discovery_verdict`, `verdict` (verdicts.csv's), `final_verdict`."""
 
     verdict: np.ndarray
     final_verdict: np.ndarray
@@ -250,8 +238,7 @@ REMOVES, REDUCES, DOES_NOT_REMOVE, NO_DESIGN = "removes", "reduces", "does not r
 
 @dataclass(frozen=True)
 class FamilyDecision:
-    """The seed rule on families of contrasts ([S, E]): its tests, their Holm adjustment and the
-    words."""
+    """The seed rule on families of contrasts ([S, E]): its tests, their Holm adjustment and the words."""
 
     verdict: np.ndarray
     estimate: np.ndarray
@@ -267,9 +254,8 @@ class FamilyDecision:
 
 
 def decide_family(ev: Evidence, th: Thresholds, s: int) -> FamilyDecision:
-    """The seed rule (module docstring): each contrast's signed-rank tests, Holm over the family; a
-    contrast without a test reads what its design lacks (`design_verdict`), one whose pairs all tie
-    `insufficient data`."""
+    """The seed rule (module docstring): each contrast's signed-rank tests, Holm over the family; a contrast without a
+    test reads what its design lacks (`design_verdict`), one whose pairs all tie `insufficient data`."""
     e, alpha = len(ev.diffs), th.alpha
     est, p, pt, tied = (_nan((s, e)) for _ in range(4))
     n_inf = np.zeros((s, e), int)
@@ -457,9 +443,8 @@ def history_test(by_history) -> dict[str, np.ndarray]:
 
 def held_out_stage(verdict, test: TestSegment, level, *, calendar: CalendarPart | None = None, pooled=None,
                    fold_var=None, fold_n=None, fold_theta=None, market_var=None) -> HeldOutDecision:
-    """The second stage as `decide` applies it; the period part of its SE: the calendar part over
-    histories that share periods, tau^2 floored at `defaults.HELD_OUT_PERIOD_FLOOR` over folds, the
-    market noise at one period."""
+    """The second stage as `decide` applies it; the period part of its SE: the calendar part over histories that share
+    periods, tau^2 floored at `defaults.HELD_OUT_PERIOD_FLOOR` over folds, the market noise at one period."""
     verdict = np.asarray(verdict, dtype=object)
     shape = verdict.shape
     effect, var, df = test.effect, test.var, test.df

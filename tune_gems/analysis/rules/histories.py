@@ -1,13 +1,9 @@
-"""The nested rule for several price histories: periods nested in histories, histories crossed with
-the calendar where they share it.
-
-With H >= 2 histories the replication unit is the history: what one history's folds share is in
-none of their spreads. So each history's effect is the seed-level effect over its folds, and stage
-2 pools the histories as `periods.pool_family`'s periods, adding whole what no spread between them
-shows: the seeds' common part and, where histories validate on the same dates, the calendar part
-(`calendar_part`; leaving it out read 0.11-0.38 family-wise). docs/analysis.md "Several price
-histories" and "Histories on one calendar".
-"""
+"""The nested rule for several price histories: periods nested in histories, crossed with the calendar where they share
+it. With H >= 2 histories the replication unit is the history: what one history's folds share is in none of their
+spreads. So each history's effect is the seed-level effect over its folds, and stage 2 pools the histories as
+`periods.pool_family`'s periods, adding whole what no spread between them shows: the seeds' common part and, where
+histories validate on the same dates, the calendar part (`calendar_part`; leaving it out read 0.11-0.38 family-wise).
+docs/analysis.md "Several price histories" and "Histories on one calendar"."""
 
 from __future__ import annotations
 
@@ -58,8 +54,7 @@ class HistoryPooled:
 
 
 def history_data(d, calendar=None) -> HistoryData:
-    """The data of seed-aligned per-seed differences d [S, m, H, K, n] on `calendar` (default
-    `one_calendar`)."""
+    """The data of seed-aligned per-seed differences d [S, m, H, K, n] on `calendar` (default `one_calendar`)."""
     d = np.asarray(d, float)
     s, m, h, k, n = d.shape
     folds = tuple(fold_data(d[:, :, j]) for j in range(h))

@@ -1,19 +1,12 @@
-"""The period rule and what it reads: a family's fold effects, their pooling and the folds' overlap.
-
-- **Ties carry no weight** (`informative_rank_test`): counted, they pull the Hodges-Lehmann
-  estimate to 0 and collapse intervals; dropped first, `n_informative` and `tied_share` kept.
-- **Fold effects** (`fold_estimates`), and `seed_anova`: the seeds' part common to every fold
-  (the same seed starts from the same weights in every period), which no fold dispersion sees.
-- **Pooling** (`pool_family`): random effects, HKSJ never narrower than DerSimonian-Laird, the
-  seeds' common share added whole, tau^2 and the scale shared across the family where they agree.
-- **The folds' overlap** (Nadeau & Bengio 2003): folds that share training rows share a part the
-  dispersion cannot see, so its variance is multiplied by `overlap_factor`.
-- **The period rule** (`decide_periods`): inconsistent only where a sign change is shown; the
-  seeds' own verdict is no second gate (stacking two tests put the rule far below its level).
-
-Vectorised over a leading axis of datasets; docs/analysis.md "Verdicts over periods" derives each
-choice and its calibration.
-"""
+"""The period rule and what it reads: a family's fold effects, their pooling and the folds' overlap (docs/analysis.md
+"Verdicts over periods" derives each choice and its calibration). Ties carry no weight (`informative_rank_test`):
+counted, they pull the Hodges-Lehmann estimate to 0 and collapse intervals, so they are dropped first, `n_informative`
+and `tied_share` kept. `seed_anova` finds the seeds' part common to every fold (the same seed starts from the same
+weights in every period), which no fold dispersion sees; `pool_family` adds it whole to random effects, HKSJ never
+narrower than DerSimonian-Laird, tau^2 and the scale shared across the family where they agree. Folds that share
+training rows share a part the dispersion cannot see (Nadeau & Bengio 2003), so its variance is multiplied by
+`overlap_factor`. `decide_periods` says inconsistent only where a sign change is shown; the seeds' own verdict is no
+second gate (stacking two tests put the rule far below its level). Vectorised over a leading axis of datasets."""
 
 from __future__ import annotations
 
@@ -118,8 +111,7 @@ def components(var, n_informative, seed_share, tau2, theta=None, sample_var=None
 
 @dataclass(frozen=True)
 class Pooling:
-    """How `pool_family` pools (docs/analysis.md "Isolating a heterogeneous contrast" for
-    `isolate_flagged`)."""
+    """How `pool_family` pools (docs/analysis.md "Isolating a heterogeneous contrast" for `isolate_flagged`)."""
 
     rope: float = 0.0
     share: bool = defaults.SHARE_TAU
@@ -135,8 +127,7 @@ class Pooling:
 
 
 def fold_components(fd: FoldData, tau2) -> PooledComponents:
-    """The pooled components of a family's fold data: what verdicts, plan and calibrations state
-    power with."""
+    """The pooled components of a family's fold data: what verdicts, plan and calibrations state power with."""
     return components(fd.var, fd.n_informative, fd.seed_share, tau2, fd.theta, sample_var=fd.sample_var)
 
 
@@ -148,8 +139,7 @@ def informative_variance(d: np.ndarray) -> np.ndarray:
 
 
 def sample_variance(d: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """The sample variance of the entries of d that `keep` marks, along the last axis (NaN with
-    fewer than two)."""
+    """The sample variance of the entries of d that `keep` marks, along the last axis (NaN with fewer than two)."""
     d = np.asarray(d, float)
     cnt = keep.sum(-1)
     x = np.where(keep, d, 0.0)
@@ -174,16 +164,14 @@ def fold_data(d: np.ndarray) -> FoldData:
 
 def decide_fold_data(fd: FoldData, th: Thresholds, *, tested=None, seed_verdict=None, removable=None, fold_corr=0.0,
                      how: Pooling | None = None) -> tuple[dict[str, np.ndarray], PeriodDecision]:
-    """(`pool_family` as `how` pools, `decide_periods`) on one family's fold data; `fold_corr` the
-    folds' overlap."""
+    """(`pool_family` as `how` pools, `decide_periods`) on one family's fold data; `fold_corr` the folds' overlap."""
     pooled = pool_family(fd, how or Pooling.of(th), fold_corr=fold_corr)
     return pooled, decide_periods(fd, pooled, th, tested=tested, seed_verdict=seed_verdict, removable=removable)
 
 
 @dataclass(frozen=True)
 class PeriodDecision:
-    """The period rule on families of gems ([S, m] arrays, the gems on the last axis; the fold
-    arrays [S, m, K])."""
+    """The period rule on families of gems ([S, m] arrays, the gems on the last axis; the fold arrays [S, m, K])."""
 
     verdict: np.ndarray
     p_adjusted: np.ndarray
@@ -369,10 +357,9 @@ def satterthwaite(parts, dfs) -> np.ndarray:
 
 def pool_family(fd: FoldData, how: Pooling = Pooling(), *, fold_corr=0.0, extra_var=0.0,
                 extra_df=np.inf) -> dict[str, np.ndarray]:
-    """Random-effects pooling of each contrast's periods, a family per row, as `how` pools
-    (docs/analysis.md "Verdicts over periods"); `fold_corr` the folds' overlap; `extra_var` a
-    variance no period's dispersion shows (the calendar part), added whole with its df `extra_df`.
-    Returns arrays [S, m] (mu, se, p, tau2, ...) and [S] r2."""
+    """Random-effects pooling of each contrast's periods, a family per row, as `how` pools (docs/analysis.md "Verdicts
+    over periods"); `fold_corr` the folds' overlap; `extra_var` a variance no period's dispersion shows (the calendar
+    part), added whole with its df `extra_df`. Returns arrays [S, m] (mu, se, p, tau2, ...) and [S] r2."""
     theta, seed_share, seed_var, fold_n, seed_df = fd.theta, fd.seed_share, fd.seed_var, fd.n_informative, fd.seed_df
     rope, share, share_level, isolate_level = how.rope, how.share, how.share_level, how.isolate_level
     theta = np.asarray(theta, float)
@@ -506,8 +493,7 @@ def pool_family(fd: FoldData, how: Pooling = Pooling(), *, fold_corr=0.0, extra_
 
 def hksj(theta: np.ndarray, var: np.ndarray, *, rope: float = 0.0, tail: np.ndarray | float = 0.025,
          seed_share=0.0) -> dict[str, np.ndarray]:
-    """Random-effects pooling of K period effects per row, one contrast (`pool_family` with m =
-    1)."""
+    """Random-effects pooling of K period effects per row, one contrast (`pool_family` with m = 1)."""
     theta = np.asarray(theta, float)
     s = theta.shape[0]
     r = pool_family(FoldData(theta[:, None, :], np.asarray(var, float)[:, None, :],
@@ -541,8 +527,7 @@ def is_tie(d) -> np.ndarray:
 
 
 def informative_rank_test(d, *, rope: float = 0.0, tail=0.025) -> RankTest:
-    """`inference.rank_test` per row of d [S, n] after dropping its ties, with `n_informative` and
-    `tied_share`."""
+    """`inference.rank_test` per row of d [S, n] after dropping its ties, with `n_informative` and `tied_share`."""
     d = np.atleast_2d(np.asarray(d, float))
     s, n = d.shape
     tails = np.broadcast_to(np.asarray(tail, float), (s,))
@@ -602,8 +587,7 @@ def shared_rows(runs_a, runs_b) -> int:
 
 
 def loading_matrix(train_rows, val_rows, shares) -> np.ndarray:
-    """Lambda [K, K]: sqrt(lambda_k lambda_l) where folds k and l share training rows, lambda_k =
-    n2_k / n1_k."""
+    """Lambda [K, K]: sqrt(lambda_k lambda_l) where folds k and l share training rows, lambda_k = n2_k / n1_k."""
     n1, n2 = np.asarray(train_rows, float), np.asarray(val_rows, float)
     if (n1 <= 0).any() or (n2 <= 0).any():
         raise ValueError("overlap: every fold needs training and validation rows (n1, n2 > 0)")
@@ -623,8 +607,7 @@ def correlation_of(loadings) -> np.ndarray:
 
 
 def loadings_of(fold_corr, k: int) -> np.ndarray:
-    """Lambda [..., K, K] from `fold_corr`: one rho for every pair (NB's equal folds), or
-    `FoldOverlap.corr`."""
+    """Lambda [..., K, K] from `fold_corr`: one rho for every pair (NB's equal folds), or `FoldOverlap.corr`."""
     rho = np.asarray(fold_corr, float)
     if rho.ndim == 0:
         rho = np.full((k, k), float(rho))

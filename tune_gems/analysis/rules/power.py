@@ -1,16 +1,11 @@
-"""The power of the rule that decides, in one place: its MDE, the seeds it needs and the
-floor no seed count beats. Every statement of power (beside a verdict, in `tune-gems confirm` and
-`tune-gems plan`, in the calibrations) must be the deciding test's, or a user buys seeds that
-cannot help: one description of a comparison (`PowerInputs`), one `mde`, one `floor`, one solver
-(`fewest_seeds`), one statement for a verdict row (`statement`).
-
-At one period the seed rule's signed-rank MDE (with the market-noise variance on one history). Over
-periods or histories the MDE is the `power`-quantile of the effects the first contrast is kept from
-in families drawn from the variance parts and pooled by the rule's own stage 2 (`pool_family`,
-`pool_histories`): the rule estimates its parts from few df, cuts the shared scale's df and tests
-the larger p of HKSJ and DerSimonian-Laird, which a closed form on known variances misses
-(docs/analysis.md "The MDE of a layout").
-"""
+"""The power of the rule that decides, in one place: its MDE, the seeds it needs and the floor no seed count beats.
+Every statement of power (beside a verdict, in `tune-gems confirm` and `tune-gems plan`, in the calibrations) must be
+the deciding test's, or a user buys seeds that cannot help: one `PowerInputs`, one `mde`, one `floor`, one solver
+(`fewest_seeds`), one `statement` for a verdict row. At one period: the seed rule's signed-rank MDE (with the
+market-noise variance on one history). Over periods or histories: the `power`-quantile of the effects the first contrast
+is kept from in families drawn from the variance parts and pooled by the rule's own stage 2 (`pool_family`,
+`pool_histories`), since the rule estimates its parts from few df, cuts the shared scale's df and tests the larger p of
+HKSJ and DerSimonian-Laird, which a closed form on known variances misses (docs/analysis.md "The MDE of a layout")."""
 
 from __future__ import annotations
 
@@ -52,8 +47,7 @@ def _chi2(rng, df, shape):
 
 
 def _seed_anova(rng, cell: float, common: float, units: int, seeds: float, m: int):
-    """(sigma_c^2, its share, its df) [DRAWS, m] of the seeds x units ANOVA
-    (`periods.seed_anova`)."""
+    """(sigma_c^2, its share, its df) [DRAWS, m] of the seeds x units ANOVA (`periods.seed_anova`)."""
     p, q = seeds - 1.0, (units - 1.0) * (seeds - 1.0)
     ms_seed = (cell + units * common) * _chi2(rng, p, (DRAWS, m))
     ms_resid = cell * _chi2(rng, q, (DRAWS, m))
@@ -104,9 +98,8 @@ def _fold_draws(c: PooledComponents, periods: int, seeds: float, contrasts: int)
 @lru_cache(maxsize=1024)
 def _history_draws(c: HistoryComponents, histories: int, folds: int, seeds: float, contrasts: int,
                    calendars: int = 1) -> dict:
-    """The nested rule over `histories` x `folds` x `seeds` on DRAWS null families of parts `c`
-    (`c.shared`: on `calendars` calendars), with the held-out stage as `decision.held_out_stage`
-    reads it."""
+    """The nested rule over `histories` x `folds` x `seeds` on DRAWS null families of parts `c` (`c.shared`: on
+    `calendars` calendars), with the held-out stage as `decision.held_out_stage` reads it."""
     rng = np.random.default_rng(DRAW_SEED)
     h, k, n, m = histories, folds, seeds, contrasts
     own = c.within - c.seed
@@ -139,8 +132,7 @@ def _history_draws(c: HistoryComponents, histories: int, folds: int, seeds: floa
 
 
 def keep_effects(draws: dict, level: float, one_sided: bool = False) -> np.ndarray:
-    """Per drawn family the smallest effect its first contrast is kept from at `level` (+inf below
-    MIN_POOLED_DF df)."""
+    """Per drawn family the smallest effect its first contrast is kept from at `level` (+inf below MIN_POOLED_DF df)."""
     tail = level if one_sided else level / 2
     with np.errstate(invalid="ignore"):
         hksj = sps.t.ppf(1 - tail, np.maximum(draws["df"], MIN_POOLED_DF)) * draws["se"]
@@ -151,8 +143,7 @@ def keep_effects(draws: dict, level: float, one_sided: bool = False) -> np.ndarr
 
 
 def confirm_effects(draws: dict, test_level: float) -> np.ndarray:
-    """Per drawn family the smallest effect the held-out stage confirms one-sided at `test_level`
-    (+inf: none)."""
+    """Per drawn family the smallest effect the held-out stage confirms one-sided at `test_level` (+inf: none)."""
     keep = np.full(draws["test_effect"].shape, KEEP, dtype=object)
     held = confirm_on_held_out(keep, draws["test_effect"], draws["test_var"], draws["test_period_var"], test_level,
                                test_df=draws["test_df"], period_df=draws["test_period_df"])
@@ -160,8 +151,7 @@ def confirm_effects(draws: dict, test_level: float) -> np.ndarray:
 
 
 def _quantile(effects: np.ndarray, power: float) -> float:
-    """The effect kept in a share `power` of the families, raised by the draws' noise
-    (DRAW_CONFIDENCE)."""
+    """The effect kept in a share `power` of the families, raised by the draws' noise (DRAW_CONFIDENCE)."""
     share = min(1.0, power + float(sps.norm.ppf(DRAW_CONFIDENCE)) * math.sqrt(power * (1 - power) / effects.size))
     if np.isfinite(effects).mean() < share:
         return math.inf
@@ -183,8 +173,7 @@ def pooled_mde(c: PooledComponents, periods: int, seeds: float, *, contrasts: in
 
 def history_mde(c: HistoryComponents, histories: int, folds: int, seeds: float, *, contrasts: int = 1, level: float,
                 power: float, one_sided: bool = False) -> float:
-    """`mde` of the nested rule over `histories` x `folds` x `seeds`; NaN without parts or below 2
-    histories."""
+    """`mde` of the nested rule over `histories` x `folds` x `seeds`; NaN without parts or below 2 histories."""
     ok = histories >= 2 and folds >= 1 and seeds > 1 and _valid(c.history, c.period, c.within, c.seed, c.calendar)
     d = history_inputs(seeds, int(histories), int(folds), c, int(contrasts))
     return mde(d, level, power, one_sided=one_sided) if ok else math.nan
@@ -197,9 +186,8 @@ def seeds_would_detect(seeds: float, target: float) -> str:
 
 def advice(mde: float, floor: float, target: float, seeds_needed: float, *, market: bool = False,
            histories: bool = False) -> str:
-    """What the power statement implies, in words: the seeds that would reach the target, or that
-    only more periods (histories) would; on one history (`market`) that no seed count beats its
-    market noise."""
+    """What the power statement implies, in words: the seeds that would reach the target, or that only more periods
+    (histories) would; on one history (`market`) that no seed count beats its market noise."""
     if market:
         return (f"no seed count reaches +-{target:g} on this history's market noise: more periods (data.folds) "
                 "or histories, not more seeds" if not math.isfinite(seeds_needed) else
@@ -225,11 +213,10 @@ def advice(mde: float, floor: float, target: float, seeds_needed: float, *, mark
 
 @dataclass(frozen=True)
 class PowerInputs:
-    """What the power statement of one comparison reads. `n` informative pairs (per fold at K >= 2),
-    `sd` their spread, `p_div` the divergence rate; over folds the pooled components (`tau2`,
-    `within`, `seed`, `overlap`: `periods.PooledComponents`) and the `contrasts` sharing the scale;
-    `market_se` one history's market-noise se (0: none); over `histories` >= 2 the nested rule's
-    (`history_tau2`, `calendar`: NaN on own calendars, `calendars`)."""
+    """What the power statement of one comparison reads. `n` informative pairs (per fold at K >= 2), `sd` their spread,
+    `p_div` the divergence rate; over folds the pooled components (`tau2`, `within`, `seed`, `overlap`:
+    `periods.PooledComponents`) and the `contrasts` sharing the scale; `market_se` one history's market-noise se (0:
+    none); over `histories` >= 2 the nested rule's (`history_tau2`, `calendar`: NaN on own calendars, `calendars`)."""
 
     n: float
     sd: float = math.nan
@@ -297,8 +284,7 @@ def _draws_of(d: PowerInputs) -> dict | None:
 
 @lru_cache(maxsize=4096)
 def _effects(d: PowerInputs, level: float, test_level: float | None, one_sided: bool) -> np.ndarray | None:
-    """Per drawn family the effect kept at `level`, with `test_level` also confirmed by the held-out
-    stage."""
+    """Per drawn family the effect kept at `level`, with `test_level` also confirmed by the held-out stage."""
     draws = _draws_of(d)
     if draws is None:
         return None
@@ -308,9 +294,8 @@ def _effects(d: PowerInputs, level: float, test_level: float | None, one_sided: 
 
 def mde(d: PowerInputs, level: float, power: float, *, one_sided: bool = False,
         history_level: float | None = None) -> float:
-    """The MDE of the deciding rule for `d` at the first Holm step `level` and `power`;
-    `history_level` the history part's level (default `level`). +inf when the seeds cannot reach
-    `level`; NaN without a spread."""
+    """The MDE of the deciding rule for `d` at the first Holm step `level` and `power`; `history_level` the history
+    part's level (default `level`). +inf when the seeds cannot reach `level`; NaN without a spread."""
     h_level = level if history_level is None else history_level
     if d.pooled_over:
         if not (d.n > 0 and math.isfinite(d.components().within)):
@@ -326,8 +311,7 @@ def mde(d: PowerInputs, level: float, power: float, *, one_sided: bool = False,
 
 
 def floor(d: PowerInputs, level: float, power: float, *, one_sided: bool = False) -> float:
-    """`mde` with the seeds' noise gone: over periods their spread's, on one history the
-    market-noise part alone."""
+    """`mde` with the seeds' noise gone: over periods their spread's, on one history the market-noise part alone."""
     if d.pooled_over:
         return mde(d.with_seeds(SEEDS_WITHOUT_END), level, power, one_sided=one_sided)
     return float(_z(level, power) * d.market_se)
@@ -380,8 +364,7 @@ def finite_interval(n: int, level: float) -> bool:
 
 
 def market_se_of(low: float, high: float, two_sided_level: float) -> float:
-    """The market-noise se of a difference from its interval (0 without one: `mde` is the seed
-    rule's)."""
+    """The market-noise se of a difference from its interval (0 without one: `mde` is the seed rule's)."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return 0.0
     return float((high - low) / (2 * sps.norm.ppf(1 - two_sided_level / 2)))
@@ -389,9 +372,8 @@ def market_se_of(low: float, high: float, two_sided_level: float) -> float:
 
 def two_stage(d: PowerInputs, level: float, power: float, *, test_level: float | None = None,
               one_sided: bool = False) -> float:
-    """The effect that reads `keep wired` through both stages with probability `power`: over periods
-    or histories in `mde`'s drawn families; at one period the two stages as independent normal
-    tests."""
+    """The effect that reads `keep wired` through both stages with probability `power`: over periods or histories in
+    `mde`'s drawn families; at one period the two stages as independent normal tests."""
     t_level = level if test_level is None else test_level
     if d.pooled_over:
         effects = _effects(d, level, t_level, one_sided)

@@ -62,8 +62,7 @@ def verdict_codes(verdict) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The verdict's settings, each the `--` option of the same name (underscores as dashes;
-    booleans are switches)."""
+    """The verdict's settings, each the `--` option of the same name (underscores as dashes; booleans are switches)."""
 
     alpha: float = defaults.ALPHA
     rope: float = defaults.ROPE
@@ -138,8 +137,7 @@ class Thresholds:
                               f"give --first-epoch {shortest} or less")
 
     def window_length(self, end_epoch):
-        """Per end epoch E how many epochs (E - k, E] the verdict metric averages (never more than
-        E)."""
+        """Per end epoch E how many epochs (E - k, E] the verdict metric averages (never more than E)."""
         e = np.asarray(end_epoch)
         if self.window == "last-half":
             k = np.maximum(e - e // 2, self.last_k)

@@ -1,10 +1,7 @@
-"""Every factor of a design judged: gems and non-gem factors in one family.
-
-A factorial's largest effects are often not gems (on S&P 500 closes NoisyNets and spectral norm
-moved the alpha Sharpe more than any gem). Each main effect of `family.design_family` is judged with
-the gems' words; a full factorial's two-level pairs get their interaction (their own family, shown,
-not a verdict).
-"""
+"""Every factor of a design judged: gems and non-gem factors in one family. A factorial's largest effects are often not
+gems (on S&P 500 closes NoisyNets and spectral norm moved the alpha Sharpe more than any gem). Each main effect of
+`family.design_family` is judged with the gems' words; a full factorial's two-level pairs get their interaction (their
+own family, shown, not a verdict)."""
 
 
 from __future__ import annotations
@@ -85,8 +82,7 @@ def _reading(c: Contrast, verdict: str, mde: float, rope: float) -> str:
 
 def factor_table(cells: Cells, gems: list[GemEntry], *, thresholds: Thresholds | None = None, column: str,
                  eval_returns: EvalReturnsLookup | None = None, family: DesignFamily | None = None) -> pd.DataFrame:
-    """factors.csv: one row per contrast of the design's family, then one per interaction of a full
-    factorial."""
+    """factors.csv: one row per contrast of the design's family, then one per interaction of a full factorial."""
     th = thresholds if thresholds is not None else Thresholds()
     if family is None:
         family = design_family(cells, gems, th, column=column, sources=Sources(eval_returns))
@@ -122,9 +118,8 @@ def _largest_first(table: pd.DataFrame) -> pd.DataFrame:
 
 def interaction_rows(cells: Cells, contrasts: list[Contrast], prs: list[Paired], gems, th: Thresholds,
                      column: str) -> pd.DataFrame:
-    """Per two two-level contrasts a full factorial crosses: per unit A's effect at B's hi level
-    minus at its lo level, tested as their own family (`interaction shown` where it reads keep wired
-    or harmful)."""
+    """Per two two-level contrasts a full factorial crosses: per unit A's effect at B's hi level minus at its lo level,
+    tested as their own family (`interaction shown` where it reads keep wired or harmful)."""
     two = [(c, pr) for c, pr in zip(contrasts, prs) if pr.n and c.levels == 2 and c.wired_gem is None]
     found = []
     for (a, _), (b, _) in combinations(two, 2):
@@ -170,8 +165,7 @@ def interaction_rows(cells: Cells, contrasts: list[Contrast], prs: list[Paired],
 
 
 def format_factor_table(table: pd.DataFrame) -> str:
-    """The compact factor table for a terminal: each word beside the numbers of the test that
-    decided it."""
+    """The compact factor table for a terminal: each word beside the numbers of the test that decided it."""
     if table is None or not len(table):
         return ""
     judged = table[table["kind"] != INTERACTION]

@@ -1,11 +1,8 @@
-"""The family of a design: every main effect it varies, its pairs, and one decision.
-
-The contrasts are every gem's wiring and every other config key that differs between members at a
-common member seed. Judged in two families, one contrast could read `keep wired` in one table and
-`inconclusive` in the other; so the family is built, paired and decided once
-(`rules.decision.decide`): verdicts.csv's rows are its gem contrasts, factors.csv's all of them.
-Null arms are the learner's null (placebo.csv), interactions their own family.
-"""
+"""The family of a design: every main effect it varies, its pairs, and one decision. The contrasts are every gem's
+wiring and every other config key that differs between members at a common member seed. Judged in two families, one
+contrast could read `keep wired` in one table and `inconclusive` in the other; so the family is built, paired and
+decided once (`rules.decision.decide`): verdicts.csv's rows are its gem contrasts, factors.csv's all of them. Null arms
+are the learner's null (placebo.csv), interactions their own family."""
 
 from __future__ import annotations
 
@@ -143,8 +140,7 @@ def contrast_pairs(cells: Cells, c: Contrast, gems: list[GemEntry], th: Threshol
 
 @dataclass
 class DesignFamily:
-    """A design's family (module docstring) and its decision ([1, E]); `view(j)` reads one
-    contrast."""
+    """A design's family (module docstring) and its decision ([1, E]); `view(j)` reads one contrast."""
 
     contrasts: list[Contrast]
     pairs: list[Paired]
@@ -352,8 +348,7 @@ class Sources:
 
 def design_family(cells: Cells, gems: list[GemEntry], th: Thresholds, *, column: str, sources: Sources = Sources(),
                   magnitude_p: dict[str, float] | None = None, redundant: dict[str, bool] | None = None) -> DesignFamily:
-    """The design's family decided once; `magnitude_p` and `redundant` per gem the halves of
-    `delete`."""
+    """The design's family decided once; `magnitude_p` and `redundant` per gem the halves of `delete`."""
     eval_returns, selection, overlap = sources.eval_returns, sources.selection, sources.overlap
     contrasts = design_contrasts(cells, gems, th.placebo_weight)
     prs = [contrast_pairs(cells, c, gems, th, column=column) for c in contrasts]
@@ -433,6 +428,5 @@ def informative_spread(d: np.ndarray) -> float:
 
 
 def divergence_rate(pr: Paired) -> float:
-    """The share of one side of a pair diverging (both sides pooled): what the MDE and the seeds
-    needed account for."""
+    """The share of one side of a pair diverging (both sides pooled): what the MDE and the seeds needed account for."""
     return float((pr.hi_diverged + pr.lo_diverged) / (2 * pr.n_pairs)) if pr.n_pairs else 0.0

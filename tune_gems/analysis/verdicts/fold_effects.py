@@ -18,8 +18,7 @@ DATE_SEPARATOR = " / "
 
 
 def fold_dates(folds: pd.DataFrame | None) -> pd.DataFrame:
-    """Per fold its validation window's first and last date (`Experiment.folds.dates`); empty
-    without one."""
+    """Per fold its validation window's first and last date (`Experiment.folds.dates`); empty without one."""
     keys = ["history", "fold"] if folds is not None and "history" in folds.columns and folds["history"].nunique() > 1 \
         else ["fold"]
     if folds is None or not len(folds):

@@ -1,7 +1,6 @@
-"""The verdict per gem, from designed comparisons only, with its evidence (docs/analysis.md
-"Verdicts"). This module gathers the evidence and writes the reasons; every decision is
-`rules.decision.decide`'s, the function the calibrations run. Null arms (placebo weight, A/A replay
-stream) are judged apart and must read `equivalent` or `inconclusive`."""
+"""The verdict per gem, from designed comparisons only, with its evidence (docs/analysis.md "Verdicts"). This module
+gathers the evidence and writes the reasons; every decision is `rules.decision.decide`'s, the function the calibrations
+run. Null arms (placebo weight, A/A replay stream) are judged apart and must read `equivalent` or `inconclusive`."""
 
 
 from __future__ import annotations

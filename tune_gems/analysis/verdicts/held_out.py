@@ -1,11 +1,7 @@
-"""Out of sample: the test segment as the confirmation of each decisive verdict, and the learner's
-skill in context.
-
-The test segment is untouched by the verdict, so it is the rule's pre-registered second stage
-(`rules.decision.confirm_on_held_out`; docs/analysis.md "The held-out confirmation"): one more
-period, not a replication, and its text says so. Skill: where every arm's test alpha Sharpe lies
-below flat's, every verdict line says so.
-"""
+"""Out of sample: the test segment as the confirmation of each decisive verdict, and the learner's skill in context. The
+test segment is untouched by the verdict, so it is the rule's pre-registered second stage
+(`rules.decision.confirm_on_held_out`; docs/analysis.md "The held-out confirmation"): one more period, not a
+replication, and its text says so. Where every arm's test alpha Sharpe lies below flat's, every verdict line says so."""
 
 from __future__ import annotations
 
@@ -52,8 +48,7 @@ def held_out_segment(prs: list[Paired], cells: Cells, outcome: str) -> TestSegme
 
 
 def per_history(tests: list[Paired | None], cells: Cells) -> np.ndarray:
-    """[1, E, H, n] each seed's test differences per history: the held-out stage's spread between
-    histories."""
+    """[1, E, H, n] each seed's test differences per history: the held-out stage's spread between histories."""
     histories = sorted(int(h) for h in cells.table["history"].unique())
     parts = [by_history_fold(t, cells) if t is not None and t.n else [] for t in tests]
     units = sorted({u for per in parts for _, pr in per for u in pr.units})

@@ -1,11 +1,7 @@
-"""Verdicts over several price histories: the nested rule's evidence and columns.
-
-With H >= 2 histories the replication unit is the history: `rules.histories.decide_histories`
-decides through `rules.decision.decide`. This module gathers its evidence from the verdicts' own
-pairs (`pairing.by_history_fold`) and writes the decision and its power into the verdict table.
-Which windows share a calendar period is the analysis's `CalendarOf`; without it fold k of every
-history is one period.
-"""
+"""Verdicts over several price histories: the nested rule's evidence and columns. `rules.histories.decide_histories`
+decides through `rules.decision.decide`; this module gathers its evidence from the verdicts' own pairs
+(`pairing.by_history_fold`) and writes the decision and its power into the verdict table. Which windows share a calendar
+period is the analysis's `CalendarOf`; without it fold k of every history is one period."""
 
 from __future__ import annotations
 

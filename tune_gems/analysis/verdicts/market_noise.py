@@ -1,13 +1,10 @@
-"""Market-noise intervals for arm differences on one real price history (stationary bootstrap).
-
-On one history every seed sees the same market, so the seed interval says nothing about its luck.
-Here the seeds stay fixed and the validation period's per-step returns are redrawn in blocks
-(Politis & Romano 1994), one index sequence for every series so the pairing survives; the
-percentile interval of the resampled Sharpe difference is the market-noise interval (Ledoit & Wolf
-2008). Mean block: Politis & White (2004) with Patton, Politis & White's (2009) correction.
-Calibration (`calibrate`, `simulate_arms`; docs/evaluation.md, tests/test_market_noise.py): 5-7%
-false positives at 95% under a volatility-clustered null. Numpy and scipy only.
-"""
+"""Market-noise intervals for arm differences on one real price history (stationary bootstrap; numpy and scipy only). On
+one history every seed sees the same market, so the seed interval says nothing about its luck. Here the seeds stay fixed
+and the validation period's per-step returns are redrawn in blocks (Politis & Romano 1994), one index sequence for every
+series so the pairing survives; the percentile interval of the resampled Sharpe difference is the market-noise interval
+(Ledoit & Wolf 2008). Mean block: Politis & White (2004) with Patton, Politis & White's (2009) correction. Calibration
+(`calibrate`, `simulate_arms`; docs/evaluation.md, tests/test_market_noise.py): 5-7% false positives at 95% under a
+volatility-clustered null."""
 
 
 from __future__ import annotations
@@ -149,8 +146,7 @@ def stationary_bootstrap_indices(n_steps: int, mean_block: float, n_boot: int, r
 
 @dataclass(frozen=True)
 class MarketNoiseInterval:
-    """A market-noise interval of metric(A) - metric(B) at `confidence`, its bootstrap p, mean
-    block, T and pairs."""
+    """A market-noise interval of metric(A) - metric(B) at `confidence`, its bootstrap p, mean block, T and pairs."""
 
     metric: str
     pooling: str

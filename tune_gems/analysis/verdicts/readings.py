@@ -35,8 +35,7 @@ class SeedReading:
 
 @dataclass(frozen=True)
 class PooledReading:
-    """The pooled test's numbers of one contrast, its power statement and the per-period
-    evidence."""
+    """The pooled test's numbers of one contrast, its power statement and the per-period evidence."""
 
     pooled_effect: float
     pooled_ci_low: float
@@ -93,8 +92,7 @@ DECIDED_COLUMNS = [f.name for f in fields(Decided)]
 
 @dataclass(frozen=True)
 class ContrastView:
-    """One contrast's reading of the family's decision; `columns()` names it as verdicts.csv and
-    factors.csv do."""
+    """One contrast's reading of the family's decision; `columns()` names it as verdicts.csv and factors.csv do."""
 
     verdict: str
     final_verdict: str

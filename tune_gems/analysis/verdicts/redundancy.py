@@ -1,9 +1,6 @@
-"""Redundancy: does a model feature already do a gem's job? (the `measure_gems` factorial)
-
-G10 may be what spectral norm already enforces, G6 what NoisyNets already provide. Per (gem,
-feature), seed by seed, the gem's measured excess over its null with the feature on against off;
-Holm over the rows (`rules.decision.redundancy_finding`).
-"""
+"""Redundancy (the `measure_gems` factorial): does a model feature already do a gem's job? G10 may be what spectral norm
+already enforces, G6 what NoisyNets already provide. Per (gem, feature), seed by seed, the gem's measured excess over
+its null with the feature on against off; Holm over the rows (`rules.decision.redundancy_finding`)."""
 
 
 from __future__ import annotations
@@ -34,8 +31,7 @@ def redundancy_table(
     excess: dict[str, tuple[str, str]] | None = None,
     pairs=PAIRS,
 ) -> pd.DataFrame:
-    """One row per (gem, feature) of `pairs` at `thresholds`' alpha, rel_threshold and epoch
-    window."""
+    """One row per (gem, feature) of `pairs` at `thresholds`' alpha, rel_threshold and epoch window."""
     th = thresholds if thresholds is not None else Thresholds()
     alpha, rel_threshold = th.alpha, th.rel_threshold
     known = {g.name: g for g in gems}

@@ -1,7 +1,6 @@
-"""Search, then confirm: which configuration a search chose per gem, the confirmation's power, and
-the side-by-side table. The chosen trial's gain is inflated by selection; the confirmation re-trains
-it on fresh seeds and its verdict is final (`calibration.search_confirm_rates` checks the rule).
-Tables only, no trainer."""
+"""Search, then confirm: which configuration a search chose per gem, the confirmation's power, and the side-by-side
+table. The chosen trial's gain is inflated by selection; the confirmation re-trains it on fresh seeds and its verdict is
+final (`calibration.search_confirm_rates` checks the rule). Tables only, no trainer."""
 
 
 from __future__ import annotations
@@ -100,8 +99,7 @@ def candidate_count(trials: pd.DataFrame, gem: str) -> int:
 
 
 def choose_per_gem(trials: pd.DataFrame, gems: Iterable[str], searched_keys: Iterable[str]) -> tuple[list[Choice], list[str]]:
-    """Per gem: the finished trial wiring it with the best discovery score and its `searched_keys`;
-    (choices, notes)."""
+    """Per gem: the finished trial wiring it with the best discovery score and its `searched_keys`; (choices, notes)."""
     keys = list(searched_keys)
     choices, notes = [], []
     for g in gems:
@@ -362,8 +360,7 @@ FINAL_COLUMNS = ["gem", "final_verdict", "final_ci_low", "final_ci_high", "final
 
 
 def one_history_final(verdicts: pd.DataFrame, candidates: dict[str, int]) -> pd.DataFrame:
-    """FINAL_COLUMNS of a confirmation on one price history
-    (`rules.decision.final_on_one_history`)."""
+    """FINAL_COLUMNS of a confirmation on one price history (`rules.decision.final_on_one_history`)."""
     rows = verdicts[verdicts["gem"].isin(list(candidates))]
     if "final_verdict" not in rows.columns:
         return pd.DataFrame(columns=FINAL_COLUMNS)

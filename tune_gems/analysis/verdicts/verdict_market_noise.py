@@ -1,10 +1,7 @@
-"""The market-noise interval of a verdict's arm difference, from the saved validation returns.
-
-On one price history the seed interval is conditional on that history: this module rebuilds each
-paired member's net returns over the verdict window (`eval_returns.npz`) and hands them to
-`market_noise.market_noise_interval`, diverged members left out. Where the seed or pooled interval
-already holds the market's variance, or none can be computed, `market_noise` says why.
-"""
+"""The market-noise interval of a verdict's arm difference, from the saved validation returns. On one price history the
+seed interval is conditional on that history: this module rebuilds each paired member's net returns over the verdict
+window (`eval_returns.npz`) and hands them to `market_noise.market_noise_interval`, diverged members left out. Where the
+seed or pooled interval already holds the market's variance, or none can be computed, `market_noise` says why."""
 
 
 from __future__ import annotations
@@ -71,8 +68,7 @@ class EvalReturns:
         return int(hit[0]) if hit.size else None
 
     def net_returns(self, epoch_index: int, member: int) -> np.ndarray:
-        """float64 [T] net returns at the run's cost (tune_gems.market.evaluation.net_returns's
-        estimator)."""
+        """float64 [T] net returns at the run's cost (tune_gems.market.evaluation.net_returns's estimator)."""
         pos = self.positions[epoch_index, member].astype(np.float64)
         prev = np.concatenate([[0.0], pos[:-1]])
         return pos * self.asset[member].astype(np.float64) - self.cost * np.abs(pos - prev)
@@ -233,8 +229,7 @@ def market_evidence(
     n_boot: int = defaults.N_BOOT,
     seed: int = defaults.SEED,
 ) -> MarketEvidence:
-    """The market-noise interval of the difference `pr` measures at `confidence`, or why there is
-    none."""
+    """The market-noise interval of the difference `pr` measures at `confidence`, or why there is none."""
     pairs = pr.pairs
     if pairs is None or not len(pairs):
         return _unavailable("no member pairs")

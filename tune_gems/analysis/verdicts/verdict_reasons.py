@@ -1,5 +1,4 @@
-"""The words of a verdict: the reason of one row of verdicts.csv, apart from the evidence
-`gem_verdicts.py` gathers."""
+"""The words of a verdict: the reason of one row of verdicts.csv, apart from the evidence `gem_verdicts.py` gathers."""
 
 from __future__ import annotations
 
@@ -143,8 +142,7 @@ def pooled_text(r) -> str:
 
 
 def period_reason(r, seed_verdict: str, verdict: str, rope: float, seeds: str, seed_why: str) -> tuple[str, str]:
-    """(reason, why) of one gem's verdict across K >= 2 periods; `seeds`, `seed_why` the seed
-    rule's."""
+    """(reason, why) of one gem's verdict across K >= 2 periods; `seeds`, `seed_why` the seed rule's."""
     seed_why = seed_why if seed_why else seeds
     alone = f"seeds alone: {seed_why}"
     if verdict == INSUFFICIENT and not r["period"].startswith("pooled over"):  # too few periods, or no interval
@@ -199,8 +197,7 @@ def held_out_reason(row, discovery: str, final: str, reason: str, why: str) -> t
 
 def compose_reason(view: ContrastView, row: dict, *, th: Thresholds, metric_note: str, m: int,
                    folds: int) -> tuple[str, str]:
-    """(reason, why) of one gem's `row`: the seed rule's evidence, then what each later stage did to
-    the word."""
+    """(reason, why) of one gem's `row`: the seed rule's evidence, then what each later stage did to the word."""
     seed_row = {**row, **asdict(view.seeds)}
     # the comparison's ties, once: over every fold pair where the pooled test decides, else over the seeds
     tied, informative, pairs = (row["tied_share"], row["n_informative"], view.pooled.period_pairs) \

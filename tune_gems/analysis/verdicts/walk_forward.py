@@ -1,13 +1,8 @@
-"""Verdicts over periods: per-fold effects and one pooled effect that carries period-to-period
-variation, and the one-period rule when there is one fold.
-
-On one price history every seed sees the same validation period, so the seed interval cannot see
-whether the effect holds in another. With walk-forward folds the periods are replicated and the
-pooled test decides (`rules.periods.decide_periods`); with one fold a verdict must hold for the seed
-and market-noise intervals combined (each alone is up to ~3x too liberal), and says it is
-conditional on one period. This layer gathers the evidence and writes the reasons; the decisions
-are the rule module's. docs/analysis.md "Verdicts over periods".
-"""
+"""Verdicts over periods (docs/analysis.md "Verdicts over periods"). On one price history every seed sees the same
+validation period, so the seed interval cannot see whether the effect holds in another. With walk-forward folds the
+periods are replicated and the pooled test decides (`rules.periods.decide_periods`); with one fold a verdict must hold
+for the seed and market-noise intervals combined (each alone is up to ~3x too liberal), and says it is conditional on
+one period. This layer gathers the evidence and writes the reasons; the decisions are the rule module's."""
 
 from __future__ import annotations
 
@@ -42,10 +37,9 @@ ADD_FOLDS = "add folds: data.folds.k or the purged scheme"
 
 
 def experiment_overlap(folds: pd.DataFrame | None) -> FoldOverlap | None:
-    """The overlap of the experiment's folds (`rules.periods.fold_overlap` on
-    `Experiment.folds.table`), each layout read on its own and per pair of folds the largest
-    correlation any gives (the cautious one); None without a layout (`FoldLayouts.uncorrected` says
-    why)."""
+    """The overlap of the experiment's folds (`rules.periods.fold_overlap` on `Experiment.folds.table`), each layout
+    read on its own and per pair of folds the largest correlation any gives (the cautious one); None without a layout
+    (`FoldLayouts.uncorrected` says why)."""
     if folds is None or not len(folds):
         return None
     by = [c for c in ("experiment", "trial_id", "history") if c in folds.columns]
@@ -63,9 +57,8 @@ NOT_CORRECTED = "fold overlap not corrected"
 
 
 def state_uncorrected(table: pd.DataFrame, why: Sequence[str]) -> pd.DataFrame:
-    """`table` with every row over several folds saying its overlap was not corrected
-    (NOT_CORRECTED, `fold_overlap` NaN, never 1.0); rows over several histories are left alone:
-    their spread measures what a history's folds share."""
+    """`table` with every row over several folds saying its overlap was not corrected (NOT_CORRECTED, `fold_overlap`
+    NaN, never 1.0); rows over several histories are left alone: their spread measures what a history's folds share."""
     if not why or "folds" not in table.columns or not len(table):
         return table
     several = pd.to_numeric(table["folds"], errors="coerce") >= 2
@@ -113,8 +106,7 @@ def _aligned(folds: list[tuple[int, Paired]]) -> np.ndarray:
 
 @dataclass
 class FamilyFolds:
-    """The family's fold data as the period rule reads it: one column per gem with folds (NaN: no
-    informative pair)."""
+    """The family's fold data as the period rule reads it: one column per gem with folds (NaN: no informative pair)."""
 
     rows: list  # verdict-table index of each gem column
     folds: list[list[tuple[int, Paired]]]
@@ -178,8 +170,7 @@ def fold_text(r) -> str:
 
 
 def gem_folds(prs: list[Paired], cells: Cells) -> FamilyFolds:
-    """The fold data of a family of contrasts: each comparison's pairs inside each fold
-    (`pairing.by_fold`)."""
+    """The fold data of a family of contrasts: each comparison's pairs inside each fold (`pairing.by_fold`)."""
     return folds_family(list(range(len(prs))), [by_fold(pr, cells) for pr in prs],
                         sorted(int(f) for f in cells.table[FOLD].unique()))
 
