@@ -123,7 +123,7 @@ def format_verdict_table(df: pd.DataFrame, placebo: pd.DataFrame | None = None, 
         lines.append(verdict_line(r))
         if history_effects_line(fold_effects, r["gem"]):
             lines.append(f"    {history_effects_line(fold_effects, r['gem'])}")
-        if _float(r, "var_calendar") == _float(r, "var_calendar"):
+        if math.isfinite(_float(r, "var_calendar")):  # NaN: no calendar part (one history, or none shared)
             lines.append(f"    {calendar_line(r)}")
         if verbose:
             lines.append(f"    why: {short_why(r)}")
