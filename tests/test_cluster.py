@@ -111,10 +111,10 @@ def test_removed_worker_node_has_its_trial_rescheduled_from_its_checkpoint(clust
     killed, no graceful shutdown). Tune retries the trial on the other worker from the last
     checkpoint in shared storage; nothing is lost or repeated."""
     exp, log = tmp_path / "rm", tmp_path / "rm.log"
-    epochs = 5
+    epochs = 3
     p = start_cli(
         ["sweep", str(SMOKE), "--storage", str(tmp_path), "--name", "rm", *TINY_SWEEP, "num_samples=1",
-         f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=150", "config.trainer.checkpoint_every=1",
+         f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=60", "config.trainer.checkpoint_every=1",
          "failure.max_failures=2"],
         log, env={"RAY_ADDRESS": cluster.address},
     )

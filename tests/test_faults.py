@@ -47,9 +47,9 @@ def test_killed_trial_resumes_from_its_checkpoint_and_ends_bit_identical(tmp_pat
     retries it (failure.max_failures) from its last checkpoint, and every epoch's metrics and
     every member's row equal those of an uninterrupted run of the same config (except sps)."""
     exp, log = tmp_path / "kill", tmp_path / "kill.log"
-    epochs = 5
+    epochs = 3
     p = start_cli(
-        _sweep(tmp_path, "kill", "num_samples=1", f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=150",
+        _sweep(tmp_path, "kill", "num_samples=1", f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=60",
                "config.trainer.checkpoint_every=1", "failure.max_failures=2"),
         log, env={"RAY_ADDRESS": ray_address},
     )

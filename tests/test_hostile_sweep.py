@@ -143,10 +143,10 @@ def _interrupt_when(p: subprocess.Popen, ready) -> None:
 
 
 def test_ctrl_c_exits_130_marks_unfinished_trials_and_resume_finishes_them(tmp_path):
-    # epochs long enough that Ctrl-C, sent once a first epoch is on disk, finds the trials still
-    # running on a slow machine (3 epochs of 100 iterations finished before the signal landed);
-    # --resume trains them from the start (no checkpoint yet), so every epoch is paid twice
-    n, epochs, iterations = 2, 3, 200
+    # a second epoch long enough that Ctrl-C, sent (into the frozen group) once a first epoch is on
+    # the console, finds a trial still running; --resume trains them from the start (no checkpoint
+    # yet), so every epoch is paid twice
+    n, epochs, iterations = 2, 2, 150
     exp = tmp_path / "ctrl"
     args = ["sweep", str(SMOKE), "--storage", str(tmp_path), "--name", "ctrl", *TINY_SWEEP, f"num_samples={n}",
             f"config.trainer.epochs={epochs}", f"config.trainer.iterations_per_epoch={iterations}"]

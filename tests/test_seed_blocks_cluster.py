@@ -105,7 +105,7 @@ def _snapshot(exp) -> list[str]:
 
 
 def test_a_killed_driver_resumes_with_every_block_once_and_the_same_bits(cluster, tmp_path):
-    exp, epochs = tmp_path / "drv", 4
+    exp, epochs = tmp_path / "drv", 3
     args = _cli_args(tmp_path, "drv", f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=40",
                      "config.trainer.checkpoint_every=1")
     env = {"RAY_ADDRESS": cluster.address}
@@ -133,7 +133,7 @@ def test_a_killed_driver_resumes_with_every_block_once_and_the_same_bits(cluster
 
 def test_blocks_of_a_removed_node_are_rescheduled_and_give_the_same_bits(cluster, tmp_path):
     """Last in the module: it takes a worker node away."""
-    exp, epochs = tmp_path / "rm", 4
+    exp, epochs = tmp_path / "rm", 3
     p = start_cli(
         _cli_args(tmp_path, "rm", f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=40",
                   "config.trainer.checkpoint_every=1"),
