@@ -145,8 +145,9 @@ def _interrupt_when(p: subprocess.Popen, ready) -> None:
 def test_ctrl_c_exits_130_marks_unfinished_trials_and_resume_finishes_them(tmp_path):
     # a second epoch long enough that Ctrl-C, sent (into the frozen group) once a first epoch is on
     # the console, finds a trial still running; --resume trains them from the start (no checkpoint
-    # yet), so every epoch is paid twice
-    n, epochs, iterations = 2, 2, 150
+    # yet), so every epoch is paid twice, the second time at 2 threads a trial (Ray leaves a set
+    # OMP_NUM_THREADS as it is): two such trials on 2 cores ran ~10x slower (sps 92-288, 1000 at 1)
+    n, epochs, iterations = 2, 2, 80
     exp = tmp_path / "ctrl"
     args = ["sweep", str(SMOKE), "--storage", str(tmp_path), "--name", "ctrl", *TINY_SWEEP, f"num_samples={n}",
             f"config.trainer.epochs={epochs}", f"config.trainer.iterations_per_epoch={iterations}"]

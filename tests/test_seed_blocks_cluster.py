@@ -21,8 +21,8 @@ import pandas as pd
 import pytest
 
 from cluster_fixtures import (
-    assert_trial_matches_uninterrupted, finish, kill_group, make_probe, module_cluster, result_rows, start_cli, tail, worker_ids,
-    wait_for,
+    assert_trial_matches_uninterrupted, driver_rows, finish, kill_group, make_probe, module_cluster, result_rows, start_cli, tail,
+    worker_ids, wait_for,
 )
 from sweep_fixtures import REPO, TINY_SWEEP
 
@@ -140,7 +140,9 @@ def test_blocks_of_a_removed_node_are_rescheduled_and_give_the_same_bits(cluster
         tmp_path / "rm.log", env={"RAY_ADDRESS": cluster.address},
     )
     try:
-        first = wait_for(lambda: [r for r in result_rows(exp) if r["epoch"] >= 1 and not r["done"]], TIMEOUT, "a block's first epoch")[0]
+        session = cluster.head_node.get_session_dir_path()
+        logged = lambda: [r for r in driver_rows(session, "rm") if r["epoch"] >= 1 and not r["done"]]  # noqa: E731
+        first = wait_for(logged, TIMEOUT, "a block's first epoch")[0]
         victim = next(nd for nd in cluster.worker_nodes if nd.node_id == first["node_id"])
         cluster.remove_node(victim, allow_graceful=False)
         assert finish(p, tmp_path / "rm.log", TIMEOUT) == 0, tail(tmp_path / "rm.log")
