@@ -18,6 +18,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -34,6 +36,18 @@ SIGMA0 = 0.5
 KERNEL_MODULES = ("triton_layers", "triton_layer_kernels")
 
 
+def _fma_rounded_once(create_fma):
+    """tl.fma as the GPU computes it: the interpreter rounds the float32 product and the sum apart
+    (a rounding of x * y where the sum cancels), while a float32 product is exact in float64."""
+
+    def fused(builder, x, y, z):
+        if z.data.dtype != np.float32:
+            return create_fma(builder, x, y, z)
+        return type(z)((x.data.astype(np.float64) * y.data + z.data).astype(np.float32), z.dtype.scalar)
+
+    return fused
+
+
 def fresh_kernel_modules(interpret: bool):
     """Import the Triton kernel modules afresh, on Triton's CPU interpreter or compiled (Triton
     reads TRITON_INTERPRET when a kernel is defined); yield tune_gems.ops.triton_layers, then
@@ -44,6 +58,9 @@ def fresh_kernel_modules(interpret: bool):
     mp = pytest.MonkeyPatch()
     if interpret:
         mp.setenv("TRITON_INTERPRET", "1")
+        from triton.runtime import interpreter
+
+        mp.setattr(interpreter.InterpreterBuilder, "create_fma", _fma_rounded_once(interpreter.InterpreterBuilder.create_fma))
     else:
         mp.delenv("TRITON_INTERPRET", raising=False)
     for name in KERNEL_MODULES:

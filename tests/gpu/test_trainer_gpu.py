@@ -166,7 +166,7 @@ def test_chunked_evaluation_graphs_equal_an_eager_pass_with_weights_recomputed_e
     """Evaluation runs EVAL_STEPS_PER_GRAPH steps per captured graph (plus one graph for the
     rest) from weights computed once per pass: the returns and positions equal, bit for bit,
     an eager pass that recomputes the noise-free weights in every step (issue 15)."""
-    from tune_gems.market.segment_evaluator import evaluate_segment
+    from env_fixtures import evaluate_segment
     from tune_gems.trainer.evaluator import EVAL_STEPS_PER_GRAPH
 
     t = Trainer(_cfg("trainer.epochs=1"), log=None)

@@ -327,12 +327,12 @@ def _clip_coefficient(norms, c, P, r, max_norm, clip_eps):
 def _clip_adam_kernel(
     p, g, m, v, s_row, col0, ncols,
     norms, bounds, P, max_norm, clip_eps,
-    lr, pows, hyper,
+    lr, corrections, hyper,
     GROUPS: tl.constexpr, UNIT: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Clip each gradient element by its group's coefficient, then Adam in the operations and types of
-    torch's CUDA `_fused_adam_` (moments and the denominator's eps in float64 rounded to float32; the
-    rest float32 with IEEE division and sqrt). `hyper` = (beta1, 1 - beta1, beta2, 1 - beta2, eps)."""
+    torch's CUDA `_fused_adam_`: float32 throughout, the moments as its two fused multiply-adds, IEEE
+    division and sqrt. `hyper` = (beta1, beta2, eps); `corrections` = 1 - (beta1, beta2)^step."""
     r = tl.program_id(0).to(tl.int64)
     cols = col0 + tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < col0 + ncols
@@ -340,17 +340,13 @@ def _clip_adam_kernel(
     for c in tl.static_range(1, GROUPS):
         coef = tl.where(cols >= tl.load(bounds + c) * UNIT, _clip_coefficient(norms, c, P, r, max_norm, clip_eps), coef)
     idx = r * s_row + cols
-    grad = (tl.load(g + idx, mask=mask, other=0.0) * coef).to(tl.float64)
-    beta1, one_minus_beta1 = tl.load(hyper), tl.load(hyper + 1)
-    beta2, one_minus_beta2, eps = tl.load(hyper + 2), tl.load(hyper + 3), tl.load(hyper + 4)
-    bias_correction1 = (1.0 - tl.load(pows)).to(tl.float32)
-    bias_correction2_sqrt = tl.sqrt(1.0 - tl.load(pows + 1)).to(tl.float32)
-    step_size = (tl.load(lr + r) / bias_correction1.to(tl.float64)).to(tl.float32)
-    exp_avg = beta1 * tl.load(m + idx, mask=mask, other=0.0).to(tl.float64) + one_minus_beta1 * grad
-    exp_avg = exp_avg.to(tl.float32)
-    exp_avg_sq = beta2 * tl.load(v + idx, mask=mask, other=0.0).to(tl.float64) + one_minus_beta2 * grad * grad
-    exp_avg_sq = exp_avg_sq.to(tl.float32)
-    denom = (tl.div_rn(tl.sqrt_rn(exp_avg_sq), bias_correction2_sqrt).to(tl.float64) + eps).to(tl.float32)
+    grad = tl.load(g + idx, mask=mask, other=0.0) * coef
+    beta1, beta2, eps = tl.load(hyper), tl.load(hyper + 1), tl.load(hyper + 2)
+    exp_avg = tl.fma(beta1, tl.load(m + idx, mask=mask, other=0.0), tl.fma(-beta1, grad, grad))
+    square = grad * grad
+    exp_avg_sq = tl.fma(beta2, tl.load(v + idx, mask=mask, other=0.0), tl.fma(-beta2, square, square))
+    step_size = tl.div_rn(tl.load(lr + r), tl.load(corrections))
+    denom = tl.div_rn(tl.sqrt_rn(exp_avg_sq), tl.sqrt_rn(tl.load(corrections + 1))) + eps
     param = tl.load(p + idx, mask=mask, other=0.0) - tl.div_rn(step_size * exp_avg, denom)
     tl.store(p + idx, param, mask=mask)
     tl.store(m + idx, exp_avg, mask=mask)

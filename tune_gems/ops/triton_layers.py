@@ -209,14 +209,13 @@ class ClipAdam:
         width = data.shape[1]
         if clip_groups[0].start != 0 or clip_groups[-1].stop != width or any(a.stop != b.start for a, b in zip(clip_groups, clip_groups[1:])):
             raise ValueError(f"the clip groups must be consecutive column ranges covering 0..{width}: got {clip_groups}")
-        dev, f64 = data.device, torch.float64
-        beta1, beta2 = betas
+        dev = data.device
         bounds = [c.start for c in clip_groups] + [width]
         self.unit = 4 if all(b % 4 == 0 for b in bounds) else 1  # 16-byte aligned groups: the kernels see it
         self.bounds = torch.tensor([b // self.unit for b in bounds], device=dev)
-        self.lr = torch.tensor(lrs, dtype=f64, device=dev)
-        self.betas = torch.tensor(betas, dtype=f64, device=dev)
-        self.hyper = torch.tensor([beta1, 1 - beta1, beta2, 1 - beta2, eps], dtype=f64, device=dev)
+        self.lr = torch.tensor(lrs, dtype=torch.float32, device=dev)
+        self.betas = torch.tensor(betas, dtype=torch.float32, device=dev)
+        self.hyper = torch.tensor([*betas, eps], dtype=torch.float32, device=dev)
         self.max_norm, self.clip_eps = float(max_norm), float(clip_eps)
 
     def __call__(self, p: Tensor, g: Tensor, m: Tensor, v: Tensor, step: Tensor, kept: list[slice]) -> Tensor:
@@ -229,12 +228,12 @@ class ClipAdam:
             g, g.stride(0), self.bounds, norms, 0, GROUPED=True, SQUARE=True, BLOCK=ROW_REDUCE_TILE, UNIT=self.unit,
             num_warps=NUM_WARPS,
         )  # fmt: skip
-        pows = torch.pow(self.betas, step)  # beta^step in float64, as the fused Adam computes it
+        corrections = 1 - torch.pow(self.betas, step)  # float32 powf, as the fused Adam computes it
         for cols in kept:
             n = cols.stop - cols.start
             kernels._clip_adam_kernel[(P, _cdiv(n, ADAM_TILE))](
                 p, g, m, v, p.stride(0), cols.start, n, norms, self.bounds, P, self.max_norm, self.clip_eps,
-                self.lr, pows, self.hyper, GROUPS=groups, UNIT=self.unit, BLOCK=ADAM_TILE, num_warps=NUM_WARPS,
+                self.lr, corrections, self.hyper, GROUPS=groups, UNIT=self.unit, BLOCK=ADAM_TILE, num_warps=NUM_WARPS,
             )  # fmt: skip
         return norms
 
