@@ -159,7 +159,7 @@ for s in "$@"; do
         step "gpu tests of the triton path"
         left=$(( ${TRITON_BUDGET_S:-540} - (SECONDS - t0) ))  # the tests get what the one call has left
         [ "$left" -lt 60 ] && left=60
-        timeout "$left" python3 -m pytest tests/gpu/test_triton_noise_gpu.py tests/gpu/test_triton_layers_gpu.py tests/gpu/test_triton_learner_gpu.py \
+        timeout "$left" python3 -m pytest tests/gpu/test_triton_noise_gpu.py tests/gpu/test_triton_layers_gpu.py tests/gpu/test_torch_path_gpu.py \
           -m gpu -q -rfE --timeout 200 -p no:cacheprovider >> "$log" 2>&1
       fi
       step done
@@ -211,7 +211,7 @@ for s in "$@"; do
       left=$(( ${FLOOR_BUDGET_S:-530} - (SECONDS - t0) ))
       [ "$left" -lt 60 ] && left=60
       timeout "$left" python3 -m pytest tests/gpu/test_triton_optim_gpu.py tests/gpu/test_triton_noise_gpu.py \
-        tests/gpu/test_triton_layers_gpu.py tests/gpu/test_triton_learner_gpu.py -m gpu -q -rfE --timeout 200 -p no:cacheprovider >> "$log" 2>&1
+        tests/gpu/test_triton_layers_gpu.py tests/gpu/test_torch_path_gpu.py -m gpu -q -rfE --timeout 200 -p no:cacheprovider >> "$log" 2>&1
       step done
       echo "--- stage times"; grep "^=== \|exit" "$log"
       echo "--- probe: GEMM us per iteration per variant (ratio to torch's bmm)"; grep -E "GEMM us per iteration|^probe|compiled the variants" "$OUT/layer_gemm_probe.log"
