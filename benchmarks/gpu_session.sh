@@ -52,7 +52,7 @@ for s in "$@"; do
       ;;
     tests)
       stage tests
-      timeout 300 python3 -m pytest tests/gpu -m gpu -q -rfE --timeout 240 -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+      timeout 540 python3 -m pytest tests/gpu -m gpu -q -rfE --timeout 240 -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
       ;;
     tests-nokernels)
       stage "tests (all but the kernel file)"
