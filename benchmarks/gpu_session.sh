@@ -129,7 +129,7 @@ for s in "$@"; do
       step kernels.py
       timeout 40 python3 benchmarks/kernels.py --ops dueling_c51 c51_loss all --populations 1 8 64 256 --reps 100 --out "$OUT/kernels.json" >> "$log" 2>&1
       step train_step.py
-      timeout 240 python3 benchmarks/train_step.py --populations 1,64,256 --blocks --moonshot --reps 50 --rounds 3 --profile \
+      timeout 240 python3 benchmarks/train_step.py --populations 1,64,256 --blocks 12 --moonshot --reps 50 --rounds 3 --profile \
         --profile-precisions fp32,tf32,bf16 --out "$OUT/train_step.json" >> "$log" 2>&1
       step done
       echo "--- stage times"; grep "^=== " "$log"
