@@ -52,7 +52,7 @@ for s in "$@"; do
       ;;
     tests)
       stage tests
-      timeout 300 python3 -m pytest tests/gpu -m gpu -q -rfE --timeout 240 -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+      timeout 540 python3 -m pytest tests/gpu -m gpu -q -rfE --timeout 240 -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
       ;;
     tests-nokernels)
       stage "tests (all but the kernel file)"
@@ -129,7 +129,7 @@ for s in "$@"; do
       step kernels.py
       timeout 40 python3 benchmarks/kernels.py --ops dueling_c51 c51_loss all --populations 1 8 64 256 --reps 100 --out "$OUT/kernels.json" >> "$log" 2>&1
       step train_step.py
-      timeout 240 python3 benchmarks/train_step.py --populations 1,64,256 --blocks --moonshot --reps 50 --rounds 3 --profile \
+      timeout 240 python3 benchmarks/train_step.py --populations 1,64,256 --blocks 12 --moonshot --reps 50 --rounds 3 --profile \
         --profile-precisions fp32,tf32,bf16 --out "$OUT/train_step.json" >> "$log" 2>&1
       step done
       echo "--- stage times"; grep "^=== " "$log"
@@ -159,7 +159,7 @@ for s in "$@"; do
         step "gpu tests of the triton path"
         left=$(( ${TRITON_BUDGET_S:-540} - (SECONDS - t0) ))  # the tests get what the one call has left
         [ "$left" -lt 60 ] && left=60
-        timeout "$left" python3 -m pytest tests/gpu/test_triton_noise_gpu.py tests/gpu/test_triton_layers_gpu.py tests/gpu/test_triton_learner_gpu.py \
+        timeout "$left" python3 -m pytest tests/gpu/test_triton_noise_gpu.py tests/gpu/test_triton_layers_gpu.py tests/gpu/test_torch_path_gpu.py \
           -m gpu -q -rfE --timeout 200 -p no:cacheprovider >> "$log" 2>&1
       fi
       step done
@@ -211,7 +211,7 @@ for s in "$@"; do
       left=$(( ${FLOOR_BUDGET_S:-530} - (SECONDS - t0) ))
       [ "$left" -lt 60 ] && left=60
       timeout "$left" python3 -m pytest tests/gpu/test_triton_optim_gpu.py tests/gpu/test_triton_noise_gpu.py \
-        tests/gpu/test_triton_layers_gpu.py tests/gpu/test_triton_learner_gpu.py -m gpu -q -rfE --timeout 200 -p no:cacheprovider >> "$log" 2>&1
+        tests/gpu/test_triton_layers_gpu.py tests/gpu/test_torch_path_gpu.py -m gpu -q -rfE --timeout 200 -p no:cacheprovider >> "$log" 2>&1
       step done
       echo "--- stage times"; grep "^=== \|exit" "$log"
       echo "--- probe: GEMM us per iteration per variant (ratio to torch's bmm)"; grep -E "GEMM us per iteration|^probe|compiled the variants" "$OUT/layer_gemm_probe.log"

@@ -8,8 +8,8 @@ forward, gems, backward, Adam, target update: one iteration = one graph replay):
   the cost of measuring;
 - seed-steps per second (P members x n_envs environment steps per iteration / time) and peak
   GPU memory per member;
-- with `--blocks`, P = 768 as 12 arms of 64 seeds at batch 128 (the folds x arms shape of
-  issue 22: every matmul runs once per block of 64 members), at tf32 and bf16;
+- with `--blocks 12` (or `32,192`), P = 768 as that many arms (blocks of 768/A seeds) at batch 128
+  (the histories x folds x arms shapes of the efficient designs), at tf32 and bf16;
 - with `--moonshot`, the moonshot trial's own iteration: benchmarks/moonshot.yaml's config as
   it is (3 arms x 64 seeds = 192 members, batch 128, hidden 128, its gems and arms), at tf32
   and bf16, so the benchmark and the trial time the same thing (`--moonshot-only`: only these).
@@ -30,7 +30,7 @@ Timing: CUDA events around `reps` iterations after warm-up (the capture happens 
 warm-up), repeated `rounds` times; the median is reported.
 
     python benchmarks/train_step.py [--out benchmarks/results/train_step.json] [--quick]
-        [--populations 1,64,256] [--blocks] [--moonshot | --moonshot-only]
+        [--populations 1,64,256] [--blocks 12[,192]] [--moonshot | --moonshot-only]
         [--profile [--profile-precisions fp32,tf32,bf16]] [--layer-kernels torch,triton]
 
 Runs against whichever `tune_gems` is first on PYTHONPATH (so an older tree beside this one can
@@ -65,8 +65,8 @@ BASE = [
     "model.stream_hidden=64",
     "data.synthetic.n=4000",
 ]
-BLOCKS = (12, 64, 128)
-"""--blocks: (arms, seeds per arm, batch) of the blocked case."""
+BLOCKS_P, BLOCKS_BATCH = 768, 128
+"""--blocks: the members and batch of the blocked cases (P = arms x seeds per arm)."""
 GEMS = {g: [f"gems.{x}.mode={g}" for x in ("g6", "g10", "g12")] for g in ("off", "measure", "wire")}
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "train_step.json"
 MOONSHOT = Path(__file__).resolve().parent / "moonshot.yaml"
@@ -284,7 +284,7 @@ def moonshot_cases(precisions: tuple[str, ...] = ("tf32", "bf16")):
 
 
 def cases(
-    quick: bool, populations: tuple[int, ...] = POPULATIONS, blocks: bool = False, moonshot: bool = False,
+    quick: bool, populations: tuple[int, ...] = POPULATIONS, blocks: tuple[int, ...] = (), moonshot: bool = False,
     precisions: tuple[str, ...] = PRECISIONS, core: bool = False,
 ):
     """The timed configurations. `core`: only the graphed, gems-measured rows with the CUDA
@@ -297,10 +297,9 @@ def cases(
     for prec in precisions:
         for P in pops:
             yield dict(P=P, precision=prec, graph=True, gems="measure", kernels="cuda")
-    if blocks:
-        arms, seeds, batch = BLOCKS
+    for arms in blocks:
         for prec in (p for p in ("tf32", "bf16") if p in precisions):
-            yield dict(P=arms * seeds, precision=prec, graph=True, gems="measure", kernels="cuda", batch=batch, blocks=arms)
+            yield dict(P=BLOCKS_P, precision=prec, graph=True, gems="measure", kernels="cuda", batch=BLOCKS_BATCH, blocks=arms)
     if core:
         return
     for P in (1, 64):
@@ -350,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="P in {1, 64} only")
     ap.add_argument("--populations", default=",".join(map(str, POPULATIONS)), help="comma-separated P of the graphed cases")
-    ap.add_argument("--blocks", action="store_true", help="also P=768 as 12 arms of 64 seeds, batch 128 (tf32, bf16)")
+    ap.add_argument("--blocks", type=lambda v: tuple(int(x) for x in v.split(",")), default=(), metavar="A[,A...]",
+                    help="also P=768 as A arms (blocks) of 768/A seeds each, batch 128 (tf32, bf16), e.g. 12 or 32,192")
     ap.add_argument("--moonshot", action="store_true", help="also the moonshot trial's own iteration (benchmarks/moonshot.yaml; tf32, bf16)")
     ap.add_argument("--moonshot-only", action="store_true", help="only the moonshot trial's iteration")
     ap.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated precisions of the graphed cases")

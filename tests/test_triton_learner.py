@@ -1,5 +1,5 @@
 """The learner with `model.layer_kernel: triton` on the CPU, through Triton's interpreter: a short
-run at tiny shapes stays within tf32-level tolerance of the torch path (the default and the
+run at tiny shapes stays within tf32-level tolerance of the torch path (the CPU's and the
 oracle), with every gem wired (G12's head then runs twice with autograd in an iteration, so its
 gradients take the summed path, not the direct write into the flat matrix)."""
 
@@ -10,9 +10,12 @@ import torch
 
 from learner_fixtures import all_wired, tiny_config
 from test_triton_layers import triton_interpreter  # noqa: F401  (the module's interpreter fixture)
+from tune_gems.contracts.errors import CheckpointError
+from tune_gems.model.layers import resolve_layer_kernel
 from tune_gems.ops import resolve_backend
 from tune_gems.trainer.learner import FLAT_STATE, Learner
 from tune_gems.trainer.run_setup import prepare_market
+from tune_gems.trainer.trainer import Trainer
 
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning")
 
@@ -90,3 +93,24 @@ def _in_out_aligned(flat, plain):
         out[:, o : o + n] = plain[:, start : start + n]
         start += n
     return out
+
+
+def test_auto_takes_triton_on_cuda_and_torch_on_the_cpu():
+    assert resolve_layer_kernel("auto", torch.device("cpu")) == "torch"
+    assert resolve_layer_kernel("auto", torch.device("cuda")) == "triton"  # the triton package is installed here
+    assert resolve_layer_kernel("torch", torch.device("cuda")) == "torch"
+    assert tiny_config().model.layer_kernel == "auto"
+
+
+def test_a_checkpoint_resumes_only_on_the_layer_kernel_that_wrote_it(tmp_path):
+    """The two paths lay the flat parameters out differently (aligned columns, W stored [out, in]), and
+    auto picks by device: a checkpoint names its path, and another path's run refuses it in one line."""
+    trainer = Trainer(tiny_config(*SMALL), log=None)
+    trainer.save_checkpoint(tmp_path / "ck.pt")
+    payload = torch.load(tmp_path / "ck.pt", weights_only=True)
+    assert payload["meta"]["layer_kernel"] == "torch"
+    payload["meta"]["layer_kernel"] = "triton"  # as a CUDA run under auto writes it
+    torch.save(payload, tmp_path / "gpu.pt")
+    trainer.load_checkpoint(tmp_path / "ck.pt")
+    with pytest.raises(CheckpointError, match=r"gpu\.pt: written with model\.layer_kernel=triton, this run's is torch .*set model\.layer_kernel=triton"):
+        trainer.load_checkpoint(tmp_path / "gpu.pt")

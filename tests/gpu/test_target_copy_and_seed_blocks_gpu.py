@@ -1,21 +1,17 @@
-"""On the GPU (issue 33): the host-scheduled hard target copy, and the known P-dependence of a
+"""On the GPU: the host-scheduled hard target copy, and the known P-dependence of a
 member's bits.
 
 The target copy: through the captured graph, the copy between replays equals the lerp it
 replaced (inside the graph) bit for bit, across a recapture and a state reload in the middle of
 a target period. It must pass.
 
-The P-dependence: a member's bits on the GPU depend on how many members share its batched
-matmuls. cuBLAS picks its batched-GEMM algorithm (split-K, tile shape) from the batch count and
-the operands' alignment, so an arm's member blocks (tune_gems.model.layers) give a member the
-bits of a run of that arm alone (tests/gpu/test_arms_gpu.py, test_folds_gpu.py), but not those
-of the same seed in a run with more seeds per arm, or in another seed block. Member tiles of a
-fixed size and fixed-order reductions were tried and taken out (benchmarks/RESULTS.md,
-2026-12-01 session 14: no cuBLAS variant tested made every product P-invariant, and the
-products that depend on P are listed there). The two invariants issue 33
-item 3 asked for are kept here as strict expected failures: the day they pass (a BLAS or a
-kernel whose tiling does not depend on the member count), pytest reports them as XPASS and
-fails, and the xfail comes off.
+A seed's bits across seed counts: seed blocks pooled equal one trial of all their seeds, and an
+arm of S seeds equals the first S seeds of a run with 2S. The default path on CUDA (the Triton
+layer kernels, whose tiles depend on the matrix shapes only, and fixed-order reductions per
+member) keeps both. The torch path cannot: cuBLAS picks its batched-GEMM algorithm (split-K,
+tile shape) from the batch count, so its member blocks give a member the bits of a run of its
+arm alone (tests/gpu/test_arms_gpu.py) but not those of the same seed in a run with more seeds
+(benchmarks/RESULTS.md, 2026-12-01); on that path the two are strict expected failures.
 
 Run on the GPU machine: `pytest -m gpu tests/gpu/test_target_copy_and_seed_blocks_gpu.py -q -rxX`
 (skipped without CUDA); `bash benchmarks/gpu_session.sh tests` runs it with the other GPU tests.
@@ -114,24 +110,27 @@ def _members(arms: int, seeds: int, slots: range) -> list[int]:
     return [a * seeds + s for a in range(arms) for s in slots]
 
 
-@P_DEPENDENT
-def test_seed_blocks_pooled_equal_one_trial_of_all_their_seeds_bit_for_bit():
+PATHS = pytest.mark.parametrize("path", ["model.layer_kernel=auto", pytest.param("model.layer_kernel=torch", marks=P_DEPENDENT)])
+
+
+@PATHS
+def test_seed_blocks_pooled_equal_one_trial_of_all_their_seeds_bit_for_bit(path):
     """The moonshot's 3 arms: seed blocks 0-7 and 8-15 (two trials of population 8, first seed
     index 0 and 8) against one trial of the 16 seeds: every member of each block would equal the
     same arm and seed index of the one trial, through 20 graph replays (the issue's failure:
     they differ from epoch 1)."""
-    trial = _run(16)
-    blocks = [_run(8, 0), _run(8, 8)]
+    trial = _run(16, 0, path)
+    blocks = [_run(8, 0, path), _run(8, 8, path)]
     refs = [(block, _members(3, 16, range(8 * b, 8 * b + 8)), _members(3, 8, range(8))) for b, block in enumerate(blocks)]
     _lockstep(trial, refs)
     params = trial.learner.online_flat.data
     assert not torch.equal(params[0], params[16]) and not torch.equal(params[0], params[1])  # arms and seeds differ
 
 
-@P_DEPENDENT
-def test_an_arm_of_s_seeds_equals_its_first_s_seeds_of_a_run_with_2s():
-    """S = 3 against 2S = 6 per arm (member blocks of 3 against blocks of 6)."""
-    large, small = _run(6), _run(3)
+@PATHS
+def test_an_arm_of_s_seeds_equals_its_first_s_seeds_of_a_run_with_2s(path):
+    """S = 3 against 2S = 6 per arm (member blocks of 3 against blocks of 6 on the torch path)."""
+    large, small = _run(6, 0, path), _run(3, 0, path)
     _lockstep(large, [(small, _members(3, 6, range(3)), _members(3, 3, range(3)))])
 
 

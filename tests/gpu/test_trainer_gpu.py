@@ -117,13 +117,14 @@ def test_graphed_and_eager_agree_over_one_epoch():
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5, msg=name)
 
 
-def test_resume_on_gpu_is_bit_identical(tmp_path):
-    full = Trainer(_cfg(*WIRED, "trainer.epochs=3"), log=None)
+def test_resume_on_gpu_is_bit_identical(tmp_path, extra=()):
+    cfg = _cfg(*extra, *WIRED, "trainer.epochs=3")
+    full = Trainer(cfg, log=None)
     train_epochs(full)
-    first = Trainer(_cfg(*WIRED, "trainer.epochs=3"), log=None)
+    first = Trainer(cfg, log=None)
     first.run_epoch()
     first.save_checkpoint(tmp_path / "ck.pt")
-    resumed = Trainer(_cfg(*WIRED, "trainer.epochs=3"), log=None)
+    resumed = Trainer(cfg, log=None)
     resumed.load_checkpoint(tmp_path / "ck.pt")
     train_epochs(resumed)
     assert _canon(resumed.history) == _canon(full.history)

@@ -358,10 +358,10 @@ class ModelConfig(_Strict):
     noisy: bool = Field(True, description="NoisyNet layers in the value and advantage streams (off: epsilon-greedy; a per-member key)")
     noisy_sigma0: float = Field(0.5, gt=0.0, le=100.0, description="initial NoisyNet noise scale (sigma = sigma0 / sqrt(inputs))")
     predictor_hidden: int = Field(128, ge=4, description="hidden width of the G12 predictor head")
-    layer_kernel: Literal["torch", "triton"] = Field("torch",
+    layer_kernel: Literal["auto", "torch", "triton"] = Field("auto",
         description="the layers' products: torch (batched matmuls in member blocks; the reference) or triton (Triton kernels with the "
         "NoisyNet weight, spectral norm's 1/sigma, bias and ReLU fused and no member blocks; needs the triton package, and CUDA or "
-        "TRITON_INTERPRET=1)")
+        "TRITON_INTERPRET=1); auto: triton on CUDA where the triton package is installed (faster there), else torch")
 
     @model_validator(mode="after")
     def _support(self) -> "ModelConfig":

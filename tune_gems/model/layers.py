@@ -6,7 +6,7 @@ and letting s_t and s_{t+1} share one noise sample. Per-member switches are mask
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import math
 from typing import Literal, Sequence
 
@@ -89,10 +89,17 @@ class TorchProducts:
 TORCH = TorchProducts()
 
 
+def resolve_layer_kernel(name: str, device: torch.device) -> str:
+    """`model.layer_kernel` on `device`: auto is triton on CUDA where the triton package is installed."""
+    if name != "auto":
+        return name
+    return "triton" if device.type == "cuda" and importlib.util.find_spec("triton") is not None else "torch"
+
+
 def layer_products(name: str):
-    """The strategy `model.layer_kernel` names; the triton one is imported at each call, so a test
-    that reimports it under TRITON_INTERPRET=1 gets the fresh one."""
-    if name == "torch":
+    """The strategy `model.layer_kernel` names (auto: torch, for a network built on the CPU); the triton one is
+    imported at each call, so a test that reimports it under TRITON_INTERPRET=1 gets the fresh one."""
+    if name in ("torch", "auto"):
         return TORCH
     if name != "triton":
         raise ValueError(f"layer kernel {name!r} is not one of ('torch', 'triton')")

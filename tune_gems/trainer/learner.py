@@ -23,6 +23,7 @@ from tune_gems.ops.reference import c51_cross_entropy
 from tune_gems.model.member_select import uniform
 from tune_gems.gems.registry import run_gems
 from tune_gems.model.flat import FlatParameters
+from tune_gems.model.layers import resolve_layer_kernel
 from tune_gems.model.network import BranchingC51
 from tune_gems.trainer.graph import SplitStep
 from tune_gems.trainer.optim import PopulationAdam
@@ -45,6 +46,7 @@ class Learner:
         """`seeds` overrides the member seeds from cfg.seed; `arms` the run's record
         (`tune_gems.design.arms.run_arms`) or its arms."""
         tc, mc = cfg.trainer, cfg.model
+        mc = mc.model_copy(update={"layer_kernel": resolve_layer_kernel(mc.layer_kernel, device)})
         self.cfg, self.device, self.ops = cfg, device, ops
         # walk-forward folds (data.folds): fold-major blocks of arms x seeds, one per fold the market holds
         self.run_arms = run_arms(cfg, arms).with_folds(market.n_folds)

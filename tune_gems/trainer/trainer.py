@@ -194,7 +194,7 @@ class Trainer:
     def _meta(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "env_steps": self.env_steps, "updates": self.updates, "diverged": self.diverged,
             "prefilled": self._prefilled, "history": self.history, "member_history": self.member_history,
-            "config": self.cfg.to_dict(), EVAL_WINDOW_KEY: self.window.meta()}
+            "config": self.cfg.to_dict(), EVAL_WINDOW_KEY: self.window.meta(), "layer_kernel": self.learner.products.name}
 
     def checkpoint_payload(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """(live state tensors, fresh host metadata); refused while an epoch is queued."""
@@ -210,6 +210,10 @@ class Trainer:
             raise RuntimeError("a checkpoint loaded while an epoch is queued")
         state, meta, version = ckpt.read(path)
         _check_compatible(path, meta.get("config", {}), self.cfg.to_dict())
+        written, here = meta.get("layer_kernel", self.learner.products.name), self.learner.products.name
+        if written != here:  # the two paths lay the flat parameters out differently
+            raise CheckpointError(f"{path}: written with model.layer_kernel={written}, this run's is {here} "
+                                       f"(auto: triton on CUDA, torch on the CPU): set model.layer_kernel={written} to resume it")
         window = self.window.saved(path, meta.get(EVAL_WINDOW_KEY))
         ckpt.restore_into(path, self.learner.state_tensors(), self.learner.from_checkpoint(state, version))
         self.runner.invalidate()
