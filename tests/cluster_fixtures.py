@@ -142,29 +142,8 @@ def tail(log: Path, n: int = 4000) -> str:
 def result_rows(exp: Path) -> list[dict[str, Any]]:
     """Every result every trial reported so far, from `<exp>/<trial dir>/result.json` (JSON
     lines, appended by the driver); a line still being written is skipped."""
-    return _json_lines(sorted(exp.glob("*/result.json")))
-
-
-def driver_rows(session_dir: str, name: str) -> list[dict[str, Any]]:
-    """Every result the driver of the sweep `name` on the Ray session `session_dir` has logged so
-    far: the result.json files of its staging folder (`<session>/artifacts/<start>/<name>/
-    driver_artifacts/<trial dir>/`), which it appends as each result arrives. The copies under the
-    storage (`result_rows`) are synced from there only with Tune's experiment snapshots, seconds
-    later (5 s after a 60-iteration epoch on 2 quiet cores, by then the trial had finished): a kill
-    point read there finds the trial further on than it says."""
-    return _json_lines(sorted(Path(session_dir).glob(f"artifacts/*/{name}/driver_artifacts/*/result.json")))
-
-
-def session_dir() -> str:
-    """The session folder of the Ray instance this process is connected to."""
-    import ray
-
-    return ray._private.worker._global_node.get_session_dir_path()
-
-
-def _json_lines(files: list[Path]) -> list[dict[str, Any]]:
     rows = []
-    for f in files:
+    for f in sorted(exp.glob("*/result.json")):
         try:
             text = f.read_text()
         except FileNotFoundError:

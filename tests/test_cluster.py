@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 
 from cluster_fixtures import (
-    assert_trial_matches_uninterrupted, driver_rows, finish, kill_group, make_probe, module_cluster, result_rows, start_cli, tail,
-    wait_for, worker_ids,
+    assert_trial_matches_uninterrupted, finish, kill_group, make_probe, module_cluster, result_rows, start_cli, tail, wait_for,
+    worker_ids,
 )
 from sweep_fixtures import SMOKE, TINY_SWEEP
 
@@ -106,21 +106,20 @@ def test_half_a_gpu_per_trial_puts_two_trials_on_each_gpu_never_three(cluster, t
 
 
 def test_removed_worker_node_has_its_trial_rescheduled_from_its_checkpoint(cluster, tmp_path):
-    """The sweep runs as its own driver process joined to the cluster (RAY_ADDRESS); once it has
-    logged its trial's first epoch, the worker node running it is removed (all its processes
+    """The sweep runs as its own driver process joined to the cluster (RAY_ADDRESS); once its
+    trial has reported an epoch, the worker node running it is removed (all its processes
     killed, no graceful shutdown). Tune retries the trial on the other worker from the last
     checkpoint in shared storage; nothing is lost or repeated."""
     exp, log = tmp_path / "rm", tmp_path / "rm.log"
-    epochs = 3
+    epochs = 5
     p = start_cli(
         ["sweep", str(SMOKE), "--storage", str(tmp_path), "--name", "rm", *TINY_SWEEP, "num_samples=1",
-         f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=60", "config.trainer.checkpoint_every=1",
+         f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=150", "config.trainer.checkpoint_every=1",
          "failure.max_failures=2"],
         log, env={"RAY_ADDRESS": cluster.address},
     )
     try:
-        session = cluster.head_node.get_session_dir_path()
-        first = wait_for(lambda: [r for r in driver_rows(session, "rm") if r["epoch"] >= 1], 480, "the trial's first epoch")[0]
+        first = wait_for(lambda: [r for r in result_rows(exp) if r["epoch"] >= 1], 480, "the trial's first epoch")[0]
         assert not first["done"], "the trial finished before its node could be removed; make its epochs longer"
         victim = next(nd for nd in cluster.worker_nodes if nd.node_id == first["node_id"])
         cluster.remove_node(victim, allow_graceful=False)

@@ -20,11 +20,9 @@ import pytest
 
 from cluster_fixtures import (
     assert_trial_matches_uninterrupted,
-    driver_rows,
     finish,
     kill_group,
     result_rows,
-    session_dir,
     start_cli,
     tail,
     wait_for,
@@ -45,20 +43,18 @@ def _sweep(tmp_path: Path, name: str, *overrides: str, resume: bool = False) -> 
 
 
 def test_killed_trial_resumes_from_its_checkpoint_and_ends_bit_identical(tmp_path, ray_address):
-    """SIGKILL the trial's worker process (the `pid` Tune reports) after its first epoch, as the
-    driver logs it: Tune retries it (failure.max_failures) from its last checkpoint, and every
-    epoch's metrics and every member's row equal those of an uninterrupted run of the same config
-    (except sps)."""
+    """SIGKILL the trial's worker process (the `pid` Tune reports) after its first epoch: Tune
+    retries it (failure.max_failures) from its last checkpoint, and every epoch's metrics and
+    every member's row equal those of an uninterrupted run of the same config (except sps)."""
     exp, log = tmp_path / "kill", tmp_path / "kill.log"
-    epochs = 3
+    epochs = 5
     p = start_cli(
-        _sweep(tmp_path, "kill", "num_samples=1", f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=60",
+        _sweep(tmp_path, "kill", "num_samples=1", f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=150",
                "config.trainer.checkpoint_every=1", "failure.max_failures=2"),
         log, env={"RAY_ADDRESS": ray_address},
     )
     try:
-        session = session_dir()
-        first = wait_for(lambda: [r for r in driver_rows(session, "kill") if r["epoch"] >= 1], 480, "the trial's first epoch")[0]
+        first = wait_for(lambda: [r for r in result_rows(exp) if r["epoch"] >= 1], 480, "the trial's first epoch")[0]
         assert not first["done"], "the trial finished before it could be killed; make its epochs longer"
         os.kill(first["pid"], signal.SIGKILL)  # the trial's Ray worker process, by the id Tune reported
         assert finish(p, log, SWEEP_TIMEOUT) == 0, tail(log)

@@ -21,8 +21,8 @@ import pandas as pd
 import pytest
 
 from cluster_fixtures import (
-    assert_trial_matches_uninterrupted, driver_rows, finish, kill_group, make_probe, module_cluster, result_rows, start_cli, tail,
-    worker_ids, wait_for,
+    assert_trial_matches_uninterrupted, finish, kill_group, make_probe, module_cluster, result_rows, start_cli, tail, worker_ids,
+    wait_for,
 )
 from sweep_fixtures import REPO, TINY_SWEEP
 
@@ -133,16 +133,14 @@ def test_a_killed_driver_resumes_with_every_block_once_and_the_same_bits(cluster
 
 def test_blocks_of_a_removed_node_are_rescheduled_and_give_the_same_bits(cluster, tmp_path):
     """Last in the module: it takes a worker node away."""
-    exp, epochs = tmp_path / "rm", 3
+    exp, epochs = tmp_path / "rm", 4
     p = start_cli(
         _cli_args(tmp_path, "rm", f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=40",
                   "config.trainer.checkpoint_every=1"),
         tmp_path / "rm.log", env={"RAY_ADDRESS": cluster.address},
     )
     try:
-        session = cluster.head_node.get_session_dir_path()
-        logged = lambda: [r for r in driver_rows(session, "rm") if r["epoch"] >= 1 and not r["done"]]  # noqa: E731
-        first = wait_for(logged, TIMEOUT, "a block's first epoch")[0]
+        first = wait_for(lambda: [r for r in result_rows(exp) if r["epoch"] >= 1 and not r["done"]], TIMEOUT, "a block's first epoch")[0]
         victim = next(nd for nd in cluster.worker_nodes if nd.node_id == first["node_id"])
         cluster.remove_node(victim, allow_graceful=False)
         assert finish(p, tmp_path / "rm.log", TIMEOUT) == 0, tail(tmp_path / "rm.log")
