@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from sweep_fixtures import REPO
+from sweep_fixtures import REPO, SHARED_RAY
 from tune_gems.config.schema import Config
 from tune_gems.config.load import build_config
 from tune_gems.config.dotted import flatten, set_dotted
@@ -83,6 +83,7 @@ def module_cluster(workers: int, gpus_per_worker: int, cpus_per_worker: int):
     @pytest.fixture(scope="module")
     def cluster():
         pytest.importorskip("ray")
+        SHARED_RAY.stop()  # one Ray per process: the cluster's
         with fake_gpu_cluster(workers, gpus_per_worker, cpus_per_worker) as c:
             yield c
 

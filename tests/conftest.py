@@ -2,6 +2,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 # One CPU thread per test process and per command it starts, unless the caller set a count.
@@ -19,6 +21,15 @@ for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 from tune_gems.ops.cpu_code_path import pin_cpu_code_path  # noqa: E402
 
 pin_cpu_code_path()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_ray_stops_at_the_end():
+    """The shared local Ray (sweep_fixtures.SharedRay) ends with the session."""
+    yield
+    from sweep_fixtures import SHARED_RAY
+
+    SHARED_RAY.stop()
 
 
 def pytest_collection_modifyitems(items):

@@ -39,24 +39,50 @@ TUNE_SIGINT_ENV = "TUNE_DISABLE_SIGINT_HANDLER"
 """Ray Tune's switch for its SIGINT handler (ray.tune.tune: 1 leaves Ctrl-C a KeyboardInterrupt)."""
 
 
-@pytest.fixture(scope="module")
-def ray_address():
-    """One local Ray instance for the whole module (starting Ray costs seconds). Its processes
-    share the test run's process group, so a Ctrl-C reaches them too: the raylet dies at once
-    and its agents, which ignore SIGINT, would outlive the run by a minute; whatever
-    `ray.shutdown` leaves of the processes it started is killed."""
-    import psutil
+class SharedRay:
+    """One local Ray instance per test process, started by the first module that asks for it and
+    kept for the modules after it (starting one costs 5-10 s on 2 busy cores, and a worker runs
+    up to eight such modules); a module that needs another Ray in this process (a fake cluster)
+    stops it first, and the session's end stops it. Its processes share the test run's process
+    group, so a Ctrl-C reaches them too: the raylet dies at once and its agents, which ignore
+    SIGINT, would outlive the run by a minute; whatever `ray.shutdown` leaves of the processes it
+    started is killed."""
 
-    ray = pytest.importorskip("ray")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    started = psutil.Process().children(recursive=True)
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
+    def __init__(self) -> None:
+        self.address: str | None = None
+        self.started: list = []
+
+    def start(self) -> str:
+        import psutil
+        import ray
+
+        if self.address is None:
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+            self.started = psutil.Process().children(recursive=True)
+            self.address = ray.get_runtime_context().gcs_address
+        return self.address
+
+    def stop(self) -> None:
+        if self.address is None:
+            return
+        import psutil
+        import ray
+
         ray.shutdown()
-        for proc in started:
+        for proc in self.started:
             with contextlib.suppress(psutil.Error):
                 proc.kill()  # psutil refuses a pid that now names another process
+        self.address, self.started = None, []
+
+
+SHARED_RAY = SharedRay()
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    """The address of this test process's shared local Ray instance (`SharedRay`)."""
+    pytest.importorskip("ray")
+    return SHARED_RAY.start()
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:

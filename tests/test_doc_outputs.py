@@ -1,8 +1,8 @@
 """The outputs pasted in README.md and docs/*.md are this tree's (issue 38 item 3): every marked
 block is one `docs/regenerate_outputs.py` knows how to make, and the README's main job (sweep and
 analyze, then confirm) printed now by this tree has the numbers the README shows, except
-wall-clock figures and trial ids. One run of the main job serves the module (~45 s sweep, ~6 s
-analyze, ~40 s confirm on 2 quiet cores).
+wall-clock figures and trial ids. One run of the main job serves the module (~20 s of trials,
+~6 s analyze, ~25 s confirm on 2 quiet cores).
 
 A block records the CPU it was made on: a sweep's bits depend on the CPU's vendor beyond the
 CLI's pins (MKL honours `MKL_CBWR`'s branch on Intel CPUs only), so on a CPU of another kind the
@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from sweep_fixtures import REPO
+from sweep_fixtures import REPO, ray_address  # noqa: F401 (fixture)
 
 SCRIPT = REPO / "docs" / "regenerate_outputs.py"
 MAIN_JOB = ("main-job", "main-confirm")
@@ -106,14 +106,15 @@ def test_the_cpu_kind_is_read_from_cpuinfo():
 
 
 @pytest.fixture(scope="module")
-def main_job(tmp_path_factory):
-    """The README's main job, run once by the script in a scratch folder: {block name: its text}.
-    Not run at all (skipped) on a CPU of another kind than every block of it was pasted from,
-    where each test would skip after it: the run takes minutes on 2 cores."""
+def main_job(tmp_path_factory, ray_address):
+    """The README's main job, run once by the script in a scratch folder (the sweep's trials on
+    the test process's Ray): {block name: its text}. Not run at all (skipped) on a CPU of another
+    kind than every block of it was pasted from, where each test would skip after it: the run
+    takes a minute on 2 cores."""
     here, pasted = outputs.cpu_code_path(), outputs.pasted_blocks()
     if all(pasted[name].cpu != here for name in MAIN_JOB):
         pytest.skip(f"the main job's blocks were pasted from a {pasted[MAIN_JOB[0]].cpu} CPU; this one is {here}")
-    return outputs.run_blocks(list(MAIN_JOB), tmp_path_factory.mktemp("outputs"))
+    return outputs.run_blocks(list(MAIN_JOB), tmp_path_factory.mktemp("outputs"), env={"RAY_ADDRESS": ray_address})
 
 
 @pytest.mark.slow

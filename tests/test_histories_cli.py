@@ -122,7 +122,7 @@ def test_a_sweep_and_its_confirmation_plans_with_two_histories_write_every_membe
     assert build(plans[0]).data.price_columns == ["sp500", "wti"]
     # and the real command: the search analysed per history, then confirmed once on the same two histories,
     # its tables keying every member's history
-    res = cli_in_process("analyze", str(exp), "--out", str(tmp_path / "analysis"))
+    res = cli_in_process("analyze", str(exp), "--out", str(tmp_path / "analysis"), "--no-plots")  # tables: the claim
     assert res.returncode == 0, res.stderr[-3000:]
     res = cli_in_process("confirm", str(exp), "--out", str(tmp_path / "confirmation"))
     assert res.returncode == 0, res.stderr[-3000:]
@@ -148,7 +148,7 @@ def test_a_two_history_factorial_is_analysed_and_planned_per_history(tmp_path, d
               "config.trainer.learning_starts=16", env={"RAY_ADDRESS": ray_address})
     assert res.returncode == 0, res.stderr[-3000:]
     exp, out = tmp_path / "factorial", tmp_path / "analysis"
-    res = cli_in_process("analyze", str(exp), "--out", str(out))
+    res = cli_in_process("analyze", str(exp), "--out", str(out), "--no-plots")  # tables and lines: the claim
     assert res.returncode == 0, res.stderr[-3000:]
     assert "    per history, folds 0/1: sp500 " in res.stdout  # each history's effects, by name, under its verdict
     g6 = pd.read_csv(out / "verdicts.csv").set_index("gem").loc["g6"]

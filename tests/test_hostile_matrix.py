@@ -770,7 +770,9 @@ def test_every_hostile_input_is_one_line_exit_2_and_changes_nothing(family, outc
     assert not failures, f"{len(failures)} of {sum(c.family == family for c in CASES)} cases misbehaved:\n" + "\n".join(failures)
 
 
-FRESH = ("config-trainer.lr-inf", "config-model.hidden-huge", "sweep-name-parent", "analyze-out-is-the-experiment")
+FRESH = ("config-model.hidden-huge", "sweep-name-parent")
+"""One case of a family run in this process and one of a family run in forked children (test_bad_input's
+fresh processes cover train, sweep and analyze once each too)."""
 
 
 @pytest.mark.slow

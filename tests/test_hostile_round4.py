@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from sweep_fixtures import REPO, SMOKE, TINY_SWEEP
+from sweep_fixtures import REPO, SMOKE, TINY_SWEEP, cli_in_process
 from test_bad_input import both, write
 from test_hostile_matrix import Case, _experiment, _paired, _stored_sweep, misbehaved, run_cases
 from test_hostile_round3 import (
@@ -300,15 +300,13 @@ def test_a_stopped_or_killed_confirmation_leaves_nothing_that_cannot_be_cleared(
     assert killed.returncode == -signal.SIGKILL
     assert list(exp.glob(".confirmation.tmp-*")) and json.loads((exp / "confirmed.json").read_text())["status"] == "running"
 
-    again = _confirm(exp, tmp_path)
-    out, err = again.communicate(timeout=300)
-    assert again.returncode == 0, err[-3000:]
-    assert "was killed before it finished" in out and "cleared its record and 1 temporary folder(s)" in out
+    again = cli_in_process("confirm", str(exp), cwd=tmp_path)  # the next commands: in this process
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "was killed before it finished" in again.stdout and "cleared its record and 1 temporary folder(s)" in again.stdout
     assert not list(exp.glob(".confirmation.tmp-*")) and (exp / "confirmation" / "confirmation.csv").is_file()
     assert json.loads((exp / "confirmed.json").read_text())["status"] == "done"
-    refused = _confirm(exp, tmp_path)
-    _, err = refused.communicate(timeout=300)
-    assert refused.returncode == 2 and "confirmed already" in err and err.count("\n") == 1
+    refused = cli_in_process("confirm", str(exp), cwd=tmp_path)
+    assert refused.returncode == 2 and "confirmed already" in refused.stderr and refused.stderr.count("\n") == 1
 
 
 def test_two_confirmations_at_once_resolve_to_one(tmp_path):

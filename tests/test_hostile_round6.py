@@ -637,15 +637,24 @@ def _run(args: list[str], cwd: Path) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
+KILLED_ANALYSIS_ARGS = ["--n-boot", "50", "--no-plots"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_analysis(tmp_path_factory) -> Path:
+    """The folded experiment analysed once, uninterrupted (the command in this process)."""
+    clean = _folded(tmp_path_factory.mktemp("clean") / "exp")
+    done = cli_in_process("analyze", str(clean), *KILLED_ANALYSIS_ARGS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return clean / "analysis"
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
-def test_an_analysis_killed_mid_write_is_cleared_and_redone_to_an_uninterrupted_runs_tables(tmp_path, sig):
+def test_an_analysis_killed_mid_write_is_cleared_and_redone_to_an_uninterrupted_runs_tables(tmp_path, sig, uninterrupted_analysis):
     """Killed (SIGKILL, or SIGTERM, which an analysis does not catch) while it writes its
-    temporary folder: the folder stays, nothing is published; the next analysis removes it and
-    writes tables equal to an uninterrupted run's."""
-    args = ["--n-boot", "50", "--no-plots"]
-    clean = _folded(tmp_path / "clean" / "exp")
-    done = _run(["analyze", str(clean), *args], tmp_path)
-    assert done.wait(timeout=300) == 0, done.communicate()
+    temporary folder: the folder stays, nothing is published; the next analysis (the command in
+    this process) removes it and writes tables equal to an uninterrupted run's."""
+    args = KILLED_ANALYSIS_ARGS
     exp = _folded(tmp_path / "killed" / "exp")
     proc = _run(["analyze", str(exp), *args], tmp_path)
     deadline = time.monotonic() + 300
@@ -655,8 +664,8 @@ def test_an_analysis_killed_mid_write_is_cleared_and_redone_to_an_uninterrupted_
     os.killpg(proc.pid, sig)
     proc.wait(timeout=60)
     assert _analysis_tmp(exp) and not (exp / "analysis").exists()
-    again = _run(["analyze", str(exp), *args], tmp_path)
-    assert again.wait(timeout=300) == 0, again.communicate()
+    again = cli_in_process("analyze", str(exp), *args)
+    assert again.returncode == 0, again.stderr[-3000:]
     assert not _analysis_tmp(exp)
     for name in ("verdicts.csv", "fold_effects.csv", "factors.csv"):
-        assert (exp / "analysis" / name).read_bytes() == (clean / "analysis" / name).read_bytes(), name
+        assert (exp / "analysis" / name).read_bytes() == (uninterrupted_analysis / name).read_bytes(), name

@@ -8,6 +8,9 @@ sweep starts its own Ray, as on a laptop):
 - a SIGKILLed driver leaves no Ray process behind (the watchdog ends them), and with a URI
   storage (file://) the Optuna journal copied beside the results lets `--resume` finish the
   study even though the driver's local journal mirror is gone with its machine.
+
+The resumes join the test process's Ray (RAY_ADDRESS): what they are tested on is the records the
+interrupted sweeps left, and a Ray start costs seconds.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import pandas as pd
 import pytest
 
 from cluster_fixtures import finish, kill_group, tail, wait_for
-from sweep_fixtures import REPO, SMOKE, TINY_SWEEP
+from sweep_fixtures import REPO, SMOKE, TINY_SWEEP, ray_address  # noqa: F401 (fixture)
 from tune_gems.contracts.outputs import MARKER_FILE
 from tune_gems.sweep.search import JOURNAL_FILE, journal_storage
 
@@ -36,7 +39,7 @@ LOOPBACK = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
 
 
 def _start(args: list[str], log: Path, cache: Path, **extra_env: str) -> subprocess.Popen:
-    """`python -m tune_gems ARGS` in its own session, without RAY_ADDRESS."""
+    """`python -m tune_gems ARGS` in its own session, without RAY_ADDRESS unless `extra_env` sets it."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(extra_env, TUNE_GEMS_CACHE=str(cache), PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
     with open(log, "w") as out:
@@ -142,11 +145,11 @@ def _interrupt_when(p: subprocess.Popen, ready) -> None:
     wait_for(frozen_and_ready, SWEEP_TIMEOUT, "a first epoch on the console with no trial finished", interval=0.02)
 
 
-def test_ctrl_c_exits_130_marks_unfinished_trials_and_resume_finishes_them(tmp_path):
-    # epochs long enough that Ctrl-C, sent once a first epoch is on disk, finds the trials still
-    # running on a slow machine (3 epochs of 100 iterations finished before the signal landed);
-    # --resume trains them from the start (no checkpoint yet), so every epoch is paid twice
-    n, epochs, iterations = 2, 3, 200
+def test_ctrl_c_exits_130_marks_unfinished_trials_and_resume_finishes_them(tmp_path, ray_address):
+    # a second epoch long enough that Ctrl-C, sent (into the frozen group) once a first epoch is on
+    # the console, finds a trial still running; --resume trains them from the start (no checkpoint
+    # yet), so every epoch is paid twice
+    n, epochs, iterations = 2, 2, 80
     exp = tmp_path / "ctrl"
     args = ["sweep", str(SMOKE), "--storage", str(tmp_path), "--name", "ctrl", *TINY_SWEEP, f"num_samples={n}",
             f"config.trainer.epochs={epochs}", f"config.trainer.iterations_per_epoch={iterations}"]
@@ -170,9 +173,11 @@ def test_ctrl_c_exits_130_marks_unfinished_trials_and_resume_finishes_them(tmp_p
     assert "RUNNING" in _study_states(exp / JOURNAL_FILE, "ctrl")  # left to --resume, not marked FAIL
     assert "FAIL" not in _study_states(exp / JOURNAL_FILE, "ctrl")
 
-    log2 = tmp_path / "resume.log"  # resumed under another thread count: the record gains it (issue 39 item 3)
+    # resumed under another thread count: the record gains it (issue 39 item 3); on the test process's Ray,
+    # whose trials keep one thread (a sweep that starts its own Ray hands a set OMP_NUM_THREADS to its trials)
+    log2 = tmp_path / "resume.log"
     p = _start(["sweep", str(SMOKE), "--storage", str(tmp_path), "--name", "ctrl", "--resume"], log2, tmp_path / "cache",
-               OMP_NUM_THREADS="2")
+               OMP_NUM_THREADS="2", RAY_ADDRESS=ray_address)
     try:
         assert finish(p, log2, SWEEP_TIMEOUT) == 0, tail(log2)
     finally:
@@ -191,7 +196,7 @@ def test_ctrl_c_exits_130_marks_unfinished_trials_and_resume_finishes_them(tmp_p
     assert [e["OMP_NUM_THREADS"] for e in marker["cpu_environment"]][-2:] == [os.environ["OMP_NUM_THREADS"], "2"]
 
 
-def test_killed_driver_leaves_no_ray_behind_and_resumes_with_the_study_copied_to_its_uri(tmp_path):
+def test_killed_driver_leaves_no_ray_behind_and_resumes_with_the_study_copied_to_its_uri(tmp_path, ray_address):
     n = 2
     store = tmp_path / "store"
     exp = store / "uri"
@@ -215,7 +220,7 @@ def test_killed_driver_leaves_no_ray_behind_and_resumes_with_the_study_copied_to
     shutil.rmtree(tmp_path / "cache1")  # the driver's machine, and its local journal mirror, are gone
 
     log2 = tmp_path / "resume.log"
-    p = _start(["sweep", str(SMOKE), "--storage", uri, "--name", "uri", "--resume"], log2, tmp_path / "cache2")
+    p = _start(["sweep", str(SMOKE), "--storage", uri, "--name", "uri", "--resume"], log2, tmp_path / "cache2", RAY_ADDRESS=ray_address)
     try:
         assert finish(p, log2, SWEEP_TIMEOUT) == 0, tail(log2)
     finally:

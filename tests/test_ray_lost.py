@@ -1,7 +1,7 @@
 """A sweep whose Ray dies under it says so in one line with the `--resume` command and exits at
 once (issue 31 item 5), and `--resume` finishes it; Ray's start-up notices and Tune's reporter
 box (its TensorBoard hint into Ray's temporary folder) are not shown without --verbose. Through
-the real CLI, on a private local Ray (no RAY_ADDRESS)."""
+the real CLI, on a private local Ray (no RAY_ADDRESS); the resume joins the test process's Ray."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from sweep_fixtures import REPO, SMOKE, TINY_SWEEP, cli
+from sweep_fixtures import REPO, SMOKE, TINY_SWEEP, cli, ray_address  # noqa: F401 (fixture)
 from tune_gems.sweep.local_ray import EXIT_RAY_LOST
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,7 @@ def _wait_for(predicate, timeout: float, step: float = 0.05):
     return None
 
 
-def test_a_sweep_whose_ray_dies_says_so_and_resumes(tmp_path):
+def test_a_sweep_whose_ray_dies_says_so_and_resumes(tmp_path, ray_address):
     # one trial, its second epoch long enough that the sweep is still training when its Ray is killed
     # after the first (at 6 iterations a quiet machine finished both trials within the watch's poll after
     # the first epoch: exit 0); --resume trains it again from the start (no checkpoint yet)
@@ -62,7 +62,7 @@ def test_a_sweep_whose_ray_dies_says_so_and_resumes(tmp_path):
     shown = out.read_text() + err.read_text()
     assert not [q for q in QUIET if q in shown], shown[-3000:]
 
-    res = cli(*args, "--resume", env={"RAY_ADDRESS": ""})
+    res = cli(*args, "--resume", env={"RAY_ADDRESS": ray_address})  # on the test process's Ray: the records are the point
     assert res.returncode == 0, res.stderr[-3000:]
     trials = pd.read_parquet(tmp_path / "lost" / "trials.parquet")
     assert len(trials) == 1 and set(trials["status"]) == {"TERMINATED"}

@@ -105,7 +105,7 @@ def _snapshot(exp) -> list[str]:
 
 
 def test_a_killed_driver_resumes_with_every_block_once_and_the_same_bits(cluster, tmp_path):
-    exp, epochs = tmp_path / "drv", 4
+    exp, epochs = tmp_path / "drv", 3
     args = _cli_args(tmp_path, "drv", f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=40",
                      "config.trainer.checkpoint_every=1")
     env = {"RAY_ADDRESS": cluster.address}
