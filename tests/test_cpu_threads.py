@@ -243,3 +243,26 @@ def test_the_trials_own_pin_checks_its_workers_variables():
             pin_cpu_code_path(dict(env), has_avx2=lambda: True)
     env = {"OMP_NUM_THREADS": "1"}
     assert pin_cpu_code_path(env, has_avx2=lambda: True) == "AVX2,STRICT" and env["ATEN_CPU_CAPABILITY"] == "avx2"
+
+
+def test_a_trial_uses_one_thread_per_cpu_of_its_resources_whatever_the_environment_says(monkeypatch):
+    """Ray exports OMP_NUM_THREADS to a worker only where it is unset: a sweep started with
+    OMP_NUM_THREADS=2 would hand 2 to each trial (two such trials on 2 cores ran ~10x slower)."""
+    import torch
+    from ray.tune.execution.placement_groups import PlacementGroupFactory
+
+    from tune_gems.sweep.trainable import use_trial_cpus
+
+    class Trial:
+        def __init__(self, cpu):
+            self.cpu = cpu
+
+        def get_trial_resources(self):
+            return PlacementGroupFactory([{"CPU": self.cpu}])
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    before = torch.get_num_threads()
+    try:
+        assert [use_trial_cpus(Trial(c)) for c in (1, 0.5, 2, 3.5)] == [1, 1, 2, 3]
+    finally:
+        torch.set_num_threads(before)

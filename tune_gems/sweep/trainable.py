@@ -159,10 +159,19 @@ def trial_trainer(params: dict[str, Any], *, base: dict[str, Any], prices: pd.Se
     return Trainer(cfg, prices=prices, log=log, arms=arms, market=market)
 
 
+def use_trial_cpus(context=None) -> int:
+    """One intra-op thread per whole CPU of the trial's resources: Ray exports OMP_NUM_THREADS only where a
+    worker's environment lacks it, so a value the sweep's own process had would reach every trial."""
+    cpus = (context or tune.get_context()).get_trial_resources().required_resources.get("CPU") or 1
+    torch.set_num_threads(max(1, math.floor(cpus)))
+    return torch.get_num_threads()
+
+
 def train_trial(params: dict[str, Any], *, base: dict[str, Any], prices: pd.Series, objective: str,
         design: str = "none", verbose: bool = False) -> None:
     quiet_trial(verbose)
     pin_cpu_code_path()  # a worker of a cluster Ray started elsewhere lacks the driver's pins (before any tensor work)
+    use_trial_cpus()
     checkpoint = tune.get_checkpoint()
     lines: list[str] = []  # the epoch's HEALTH_DIAG line, sent with its report (tune_gems.sweep.progress)
     with checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext(None) as d:
