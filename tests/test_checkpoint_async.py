@@ -306,11 +306,12 @@ class FakeTune:
         self.trial_folder = store / "trial"
 
     def get_context(self):
-        """The trial's storage: its folder on the local filesystem (tune_gems.sweep.trial_files)."""
+        """The trial's storage (its folder on the local filesystem: tune_gems.sweep.trial_files) and resources."""
         import pyarrow.fs as pafs
+        from ray.tune.execution.placement_groups import PlacementGroupFactory
 
         storage = types.SimpleNamespace(storage_filesystem=pafs.LocalFileSystem(), trial_fs_path=str(self.trial_folder))
-        return types.SimpleNamespace(get_storage=lambda: storage)
+        return types.SimpleNamespace(get_storage=lambda: storage, get_trial_resources=lambda: PlacementGroupFactory([{"CPU": 1}]))
 
     class Checkpoint:
         def __init__(self, path: str) -> None:
