@@ -214,8 +214,7 @@ class ClipAdam:
         self.unit = 4 if all(b % 4 == 0 for b in bounds) else 1  # 16-byte aligned groups: the kernels see it
         self.bounds = torch.tensor([b // self.unit for b in bounds], device=dev)
         self.lr = torch.tensor(lrs, dtype=torch.float32, device=dev)
-        self.betas = torch.tensor(betas, dtype=torch.float32, device=dev)
-        self.hyper = torch.tensor([*betas, eps], dtype=torch.float32, device=dev)
+        self.hyper = torch.tensor([*betas, eps], dtype=torch.float32, device=dev)  # beta1, beta2, eps
         self.max_norm, self.clip_eps = float(max_norm), float(clip_eps)
 
     def __call__(self, p: Tensor, g: Tensor, m: Tensor, v: Tensor, step: Tensor, kept: list[slice]) -> Tensor:
@@ -228,7 +227,7 @@ class ClipAdam:
             g, g.stride(0), self.bounds, norms, 0, GROUPED=True, SQUARE=True, BLOCK=ROW_REDUCE_TILE, UNIT=self.unit,
             num_warps=NUM_WARPS,
         )  # fmt: skip
-        corrections = 1 - torch.pow(self.betas, step)  # float32 powf, as the fused Adam computes it
+        corrections = 1 - torch.pow(self.hyper[:2], step)  # float32 powf, as the fused Adam computes it
         for cols in kept:
             n = cols.stop - cols.start
             kernels._clip_adam_kernel[(P, _cdiv(n, ADAM_TILE))](

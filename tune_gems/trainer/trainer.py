@@ -213,7 +213,7 @@ class Trainer:
         written, here = meta.get("layer_kernel", self.learner.products.name), self.learner.products.name
         if written != here:  # the two paths lay the flat parameters out differently
             raise CheckpointError(f"{path}: written with model.layer_kernel={written}, this run's is {here} "
-                                       f"(auto: triton on CUDA, torch on the CPU): set model.layer_kernel={written} to resume it")
+                                  f"(auto: triton on CUDA, torch on the CPU): set model.layer_kernel={written} to resume it")
         window = self.window.saved(path, meta.get(EVAL_WINDOW_KEY))
         ckpt.restore_into(path, self.learner.state_tensors(), self.learner.from_checkpoint(state, version))
         self.runner.invalidate()
