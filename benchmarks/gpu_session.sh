@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
-# stages: env build tests eight layers floor43 startup startup-sweep tests-nokernels arms folds-gpu probe kbench tbench efficiency sweep sweep2 moonshot perf triton triton-perf triton-tests
+# stages: env build tests (GPU_TESTS=files to run a part, TESTS_BUDGET_S=540) eight layers floor43 startup startup-sweep tests-nokernels arms folds-gpu probe kbench tbench efficiency sweep sweep2 moonshot perf triton triton-perf triton-tests
 #         blocks1 blocks (issue 25: the moonshot shape as seed blocks, one GPU, then every visible GPU;
 #         BLOCKS_EPOCHS=50 by default; run blocks1 first, in its own call: each takes about 5 minutes)
 # perf (issue 22, about 8 minutes): build, the fused-head and tensor-core GPU tests, kernels.py
@@ -52,7 +52,7 @@ for s in "$@"; do
       ;;
     tests)
       stage tests
-      timeout 540 python3 -m pytest tests/gpu -m gpu -q -rfE --timeout 240 -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+      timeout ${TESTS_BUDGET_S:-540} python3 -m pytest ${GPU_TESTS:-tests/gpu} -m gpu -q -rfE --durations=15 --timeout 240 -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
       ;;
     tests-nokernels)
       stage "tests (all but the kernel file)"
