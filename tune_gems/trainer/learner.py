@@ -101,7 +101,8 @@ class Learner:
             raise ValueError("gem heads must follow the shared network in the flat parameter matrix")
         self.optim = PopulationAdam(self.online_flat, self.lr, tc.adam_eps, tc.grad_clip, clip_groups=[shared, *heads],
                                     blocks=self.layout.blocks, clip_adam=products.clip_adam)  # fused: norms P-invariant
-        self.member_gems = MemberGems([a.config.gems for a in self.arms], self.layout, device, cfg.plugins, fused=ops.fused)
+        self.member_gems = MemberGems([a.config.gems for a in self.arms], self.layout, device, cfg.plugins, fused=ops.fused,
+                                       row_means=products.row_means)
         names = self.member_gems.names
         self.acc_rows = (*ACC_HEAD, *names, *(f"{n}_null" for n in names), *ACC_TAIL)
         self.acc = torch.zeros(len(self.acc_rows), P, device=device)
