@@ -41,7 +41,8 @@ VECTOR_TILE = 64
 NORM_EPS = 1e-12
 """normalize(x) = x / max(|x|, eps), the torch path's (tune_gems.model.layers._NORM_EPS)."""
 ROW_REDUCE_TILE = 1024
-"""Columns a program of the row-reduction kernel reads per step (its lanes)."""
+"""Most columns a program of the row-reduction kernel reads per step (its lanes; a shorter row's mean
+reads the power of two at or above its length)."""
 ADAM_TILE = 1024
 """Columns a program of the clip-and-Adam kernel updates."""
 PARAMETER_ALIGN = 32
@@ -193,8 +194,9 @@ def row_means(rows: Tensor) -> Tensor:
     if rows.dim() != 2 or rows.stride(1) != 1 or rows.dtype != torch.float32:
         raise ValueError(f"a row reduction takes a float32 [rows, n] matrix with contiguous rows: got {tuple(rows.shape)} {rows.dtype}")
     out = torch.empty(rows.shape[0], device=rows.device, dtype=torch.float32)
+    lanes = min(ROW_REDUCE_TILE, max(32 * NUM_WARPS, 1 << (rows.shape[1] - 1).bit_length()))  # by the row's length alone
     kernels._row_reduce_kernel[(rows.shape[0], 1)](
-        rows, rows.stride(0), out, out, rows.shape[1], GROUPED=False, SQUARE=False, BLOCK=ROW_REDUCE_TILE, num_warps=NUM_WARPS
+        rows, rows.stride(0), out, out, rows.shape[1], GROUPED=False, SQUARE=False, BLOCK=lanes, num_warps=NUM_WARPS
     )  # fmt: skip
     return out / rows.shape[1]
 
