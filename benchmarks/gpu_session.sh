@@ -52,7 +52,7 @@ for s in "$@"; do
       ;;
     tests)
       stage tests
-      timeout ${TESTS_BUDGET_S:-540} python3 -m pytest ${GPU_TESTS:-tests/gpu} -m gpu -q -rfE --durations=15 --timeout 240 -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+      timeout ${TESTS_BUDGET_S:-540} python3 -m pytest ${GPU_TESTS:-tests/gpu} -m gpu -v -rfE --durations=15 --timeout 240 -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | grep -v " PASSED" | tail -40
       ;;
     tests-nokernels)
       stage "tests (all but the kernel file)"
