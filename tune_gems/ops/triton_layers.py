@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from tune_gems import rng
 from tune_gems.contracts.errors import ConfigError
 
 try:
@@ -199,6 +200,18 @@ def row_means(rows: Tensor) -> Tensor:
         rows, rows.stride(0), out, out, rows.shape[1], GROUPED=False, SQUARE=False, BLOCK=lanes, num_warps=NUM_WARPS
     )  # fmt: skip
     return out / rows.shape[1]
+
+
+def uniform_block(keys: Tensor, counter: Tensor, index_hash: Tensor) -> Tensor:
+    """`tune_gems.rng.CounterRNG.draw`'s block of uniforms [P, n] in one launch, bit for bit (integer hashing,
+    then exact float32 steps), where torch launches a few dozen small kernels."""
+    check_device(keys)
+    out = torch.empty(keys.shape[0], index_hash.shape[0], device=keys.device, dtype=torch.float32)
+    kernels._uniform_block_kernel[(keys.shape[0], _cdiv(index_hash.shape[0], ROW_REDUCE_TILE))](
+        keys, counter, index_hash, out, index_hash.shape[0], GOLDEN=rng.GOLDEN, MUL_A=rng.MUL_A, MUL_B=rng.MUL_B,
+        U24=rng.U24, BLOCK=ROW_REDUCE_TILE, num_warps=NUM_WARPS,
+    )  # fmt: skip
+    return out
 
 
 class ClipAdam:
@@ -409,6 +422,7 @@ class TritonProducts:
     product = staticmethod(layer_product)
     spectral_scale = staticmethod(spectral_scale)
     row_means = staticmethod(row_means)
+    uniform_block = staticmethod(uniform_block)
     clip_adam = ClipAdam
 
     noise_factors = staticmethod(noise_factors)

@@ -92,7 +92,8 @@ class Learner:
         # them; the exploration slices come last, so the noise slices keep their offsets (a NoisyNets
         # run's draws do not depend on them).
         self.plan = DrawPlan({"noise_online": 2 * noise, "noise_target": 2 * noise,  # Box-Muller: two uniforms a normal
-                              "env_starts": E, "replay": tc.batch_size, "eps_coin": E, "eps_action": E * K}, device)
+                              "env_starts": E, "replay": tc.batch_size, "eps_coin": E, "eps_action": E * K}, device,
+                             kernel=products.uniform_block)
         # gem heads are clipped on their own: a measured head never changes the shared clip
         heads = [self.online_flat.columns(h) for h in self.online.heads.values()]
         shared = slice(0, min((h.start for h in heads), default=self.online_flat.data.shape[1]))
