@@ -196,3 +196,16 @@ def test_the_one_launch_draw_compiles_to_64_bit_integer_hashing(compiled_kernels
     ((name, _), kernel), = compiled.items()
     assert name == "_uniform_block_kernel" and describe(kernel)["spills"] == 0
     assert "mul.lo.s64" in kernel.asm["ptx"] and "mul.lo.s32" not in kernel.asm["ptx"]
+
+
+@pytest.mark.parametrize("cols", [1, 200])
+def test_row_means_compile_to_an_ieee_division(compiled_kernels, monkeypatch, cols):
+    """A row of one column included: the GPU compiles an argument equal to 1 as a constant."""
+    import re
+
+    rows = torch.zeros(3, cols)
+    compiled = _compile_all(_recorded_launches(compiled_kernels, monkeypatch, lambda: compiled_kernels.row_means(rows)))
+    ((name, _), kernel), = compiled.items()
+    ptx = kernel.asm["ptx"]
+    assert name == "_row_reduce_kernel" and not re.search(r"div\.(full|approx)\.|rcp\.approx", ptx)
+    assert cols == 1 or "div.rn.f32" in ptx

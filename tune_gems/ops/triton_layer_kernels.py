@@ -291,10 +291,10 @@ def _noise_factors_kernel(
 
 @triton.jit
 def _row_reduce_kernel(g, s_row, bounds, out, n, GROUPED: tl.constexpr, SQUARE: tl.constexpr, BLOCK: tl.constexpr,
-                       UNIT: tl.constexpr = 1):  # fmt: skip
-    """Per row, the norm (SQUARE) or sum over each column range UNIT x bounds[c] .. UNIT x bounds[c+1]
-    (GROUPED; else 0 .. n): lanes accumulate in column order, then one fixed tree, so a row's bits are
-    those of the row alone. UNIT 4 lets the compiler see 16-byte aligned ranges."""
+                       UNIT: tl.constexpr = 1, MEAN: tl.constexpr = False):  # fmt: skip
+    """Per row, the norm (SQUARE) or sum (the mean: MEAN, an IEEE division) over each column range UNIT x
+    bounds[c] .. UNIT x bounds[c+1] (GROUPED; else 0 .. n): lanes accumulate in column order, then one fixed
+    tree, so a row's bits are those of the row alone. UNIT 4 lets the compiler see 16-byte aligned ranges."""
     r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     start = 0
@@ -312,6 +312,8 @@ def _row_reduce_kernel(g, s_row, bounds, out, n, GROUPED: tl.constexpr, SQUARE: 
     total = _sum(acc, 0)
     if SQUARE:
         total = tl.sqrt(total)
+    if MEAN:
+        total = tl.div_rn(total, n * 1.0)
     tl.store(out + c * tl.num_programs(0) + r, total)
 
 

@@ -197,9 +197,9 @@ def row_means(rows: Tensor) -> Tensor:
     out = torch.empty(rows.shape[0], device=rows.device, dtype=torch.float32)
     lanes = min(ROW_REDUCE_TILE, max(32 * NUM_WARPS, 1 << (rows.shape[1] - 1).bit_length()))  # by the row's length alone
     kernels._row_reduce_kernel[(rows.shape[0], 1)](
-        rows, rows.stride(0), out, out, rows.shape[1], GROUPED=False, SQUARE=False, BLOCK=lanes, num_warps=NUM_WARPS
+        rows, rows.stride(0), out, out, rows.shape[1], GROUPED=False, SQUARE=False, BLOCK=lanes, MEAN=True, num_warps=NUM_WARPS
     )  # fmt: skip
-    return out / rows.shape[1]
+    return out
 
 
 def uniform_block(keys: Tensor, counter: Tensor, index_hash: Tensor) -> Tensor:
