@@ -390,7 +390,8 @@ def layer_product(x: Tensor, lw: LayerWeights | tuple[Tensor, Tensor], relu: boo
 
 NOISE_BLOCK = 256
 """Normals per program of the noise kernel."""
-TWO_PI = 2.0 * math.pi
+TWO_PI_F32 = float(torch.tensor(2.0 * math.pi, dtype=torch.float32))
+"""2 pi rounded to float32, as torch's Box-Muller multiplies its float32 uniforms by it."""
 
 
 def noise_factors(u: Tensor, offset: int, on: Tensor, f_in: Tensor, f_out: Tensor) -> None:
@@ -407,7 +408,7 @@ def noise_factors(u: Tensor, offset: int, on: Tensor, f_in: Tensor, f_out: Tenso
         f_in, f_in.stride(0), f_in.stride(1), f_in.stride(2),
         f_out, f_out.stride(0), f_out.stride(1), f_out.stride(3),
         offset, u.shape[1] // 2, size, K, O,
-        TWO_PI_F=float(torch.tensor(TWO_PI, dtype=torch.float32)), BLOCK_N=NOISE_BLOCK,
+        TWO_PI_F=TWO_PI_F32, BLOCK_N=NOISE_BLOCK,
     )  # fmt: skip
 
 
