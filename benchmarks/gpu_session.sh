@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything this project runs on the GPU machine, in one command (GPU time is scarce):
 #   bash benchmarks/gpu_session.sh STAGE [STAGE ...]
-# stages: env build tests (GPU_TESTS=files to run a part, TESTS_BUDGET_S=540) eight layers floor43 startup startup-sweep tests-nokernels arms folds-gpu probe kbench tbench efficiency sweep sweep2 moonshot perf triton triton-perf triton-tests
+# stages: env build tests (GPU_TESTS=files to run a part, TESTS_BUDGET_S=540) blocks43 eight layers floor43 startup startup-sweep tests-nokernels arms folds-gpu probe kbench tbench efficiency sweep sweep2 moonshot perf triton triton-perf triton-tests
 #         blocks1 blocks (issue 25: the moonshot shape as seed blocks, one GPU, then every visible GPU;
 #         BLOCKS_EPOCHS=50 by default; run blocks1 first, in its own call: each takes about 5 minutes)
 # perf (issue 22, about 8 minutes): build, the fused-head and tensor-core GPU tests, kernels.py
@@ -52,7 +52,7 @@ for s in "$@"; do
       ;;
     tests)
       stage tests
-      timeout ${TESTS_BUDGET_S:-540} python3 -m pytest ${GPU_TESTS:-tests/gpu} -m gpu -q -rfE --durations=15 --timeout 240 -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+      timeout ${TESTS_BUDGET_S:-540} python3 -m pytest ${GPU_TESTS:-tests/gpu} -m gpu -v -rfE --durations=15 --timeout 240 -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | grep -v " PASSED" | tail -40
       ;;
     tests-nokernels)
       stage "tests (all but the kernel file)"
@@ -88,6 +88,11 @@ for s in "$@"; do
     folds-gpu)
       stage "folds invariant on the GPU (issue 20)"
       timeout 240 python3 -m pytest tests/gpu/test_folds_gpu.py -m gpu -q -rfE -p no:cacheprovider 2>&1 | tee "$OUT/folds_gpu.log" | tail -15
+      ;;
+    blocks43)
+      stage "P = 768 at batch 128 as 32 blocks of 24 seeds and 192 of 4, Triton path (tf32, graphed)"
+      timeout ${BLOCKS_BUDGET_S:-240} python3 benchmarks/train_step.py --core --precisions tf32 --populations 1 --blocks 32,192 \
+        --layer-kernels triton --reps 20 --rounds 2 --warmup 3 --out "$OUT/blocks.json" 2>&1 | tee "$OUT/blocks.log" | tail -12
       ;;
     moonshot)
       stage "moonshot: 3 configurations x 64 seeds x 50 epochs x 500 iterations as arms of one trial"

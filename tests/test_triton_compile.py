@@ -30,7 +30,7 @@ from tune_gems.trainer.optim import PopulationAdam
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # triton_inspect.py
 
 KERNELS = ("_rows_kernel", "_weight_grad_kernel", "_sigma_grad_kernel", "_spectral_kernel", "_noise_factors_kernel", "_row_reduce_kernel",
-           "_clip_adam_kernel")
+           "_clip_adam_kernel", "_uniform_block_kernel")
 CASES = [  # (layer kind, ReLU, precision): every kernel variant the network launches, each precision once
     ("plain", True, "tf32"),
     ("spectral", True, "ieee"),
@@ -183,3 +183,29 @@ def test_the_optimizer_step_compiles_to_ieee_arithmetic_and_16_byte_loads(compil
             ptx = kernel.asm["ptx"]
             assert not re.search(r"div\.(full|approx)\.|sqrt\.approx|rcp\.approx", ptx), "an approximate division or square root"
             assert set(re.findall(r"(?:div|sqrt|fma)\.rn\.f\d\d", ptx)) == {"div.rn.f32", "sqrt.rn.f32", "fma.rn.f32"}  # float32, as torch's
+
+
+def test_the_one_launch_draw_compiles_to_64_bit_integer_hashing(compiled_kernels, monkeypatch):
+    """The RNG's block: the hash's products in 64-bit integers (as torch's int64 ops), nothing spilled."""
+    from triton_inspect import describe
+
+    from tune_gems.rng import CounterRNG, DrawPlan
+
+    plan = DrawPlan({"noise": 3000, "env": 16}, "cpu", kernel=compiled_kernels.uniform_block)
+    compiled = _compile_all(_recorded_launches(compiled_kernels, monkeypatch, lambda: CounterRNG([1, 2], "cpu").draw(plan)))
+    ((name, _), kernel), = compiled.items()
+    assert name == "_uniform_block_kernel" and describe(kernel)["spills"] == 0
+    assert "mul.lo.s64" in kernel.asm["ptx"] and "mul.lo.s32" not in kernel.asm["ptx"]
+
+
+@pytest.mark.parametrize("cols", [1, 200])
+def test_row_means_compile_to_an_ieee_division(compiled_kernels, monkeypatch, cols):
+    """A row of one column included: the GPU compiles an argument equal to 1 as a constant."""
+    import re
+
+    rows = torch.zeros(3, cols)
+    compiled = _compile_all(_recorded_launches(compiled_kernels, monkeypatch, lambda: compiled_kernels.row_means(rows)))
+    ((name, _), kernel), = compiled.items()
+    ptx = kernel.asm["ptx"]
+    assert name == "_row_reduce_kernel" and not re.search(r"div\.(full|approx)\.|rcp\.approx", ptx)
+    assert cols == 1 or "div.rn.f32" in ptx

@@ -114,3 +114,37 @@ def test_a_checkpoint_resumes_only_on_the_layer_kernel_that_wrote_it(tmp_path):
     trainer.load_checkpoint(tmp_path / "ck.pt")
     with pytest.raises(CheckpointError, match=r"gpu\.pt: written with model\.layer_kernel=triton, this run's is torch .*set model\.layer_kernel=triton"):
         trainer.load_checkpoint(tmp_path / "gpu.pt")
+
+
+def test_the_nulls_by_fixed_order_row_means_are_each_members_own_and_agree_with_the_torch_nulls():
+    """With the Triton path's row means, MemberGems evaluates each built-in null once over every member
+    of a two-arm run: each member's value has the bits of that member alone, and the float64 torch nulls
+    (evaluated per block) agree within float32 precision."""
+    from tune_gems.builtin_gems import G6, G10, G12
+    from tune_gems.config.schema import GemsConfig
+    from tune_gems.design.arms import MemberLayout
+    from tune_gems.gems import GemInputs
+    from tune_gems.ops.triton_layers import row_means
+    from tune_gems.trainer.member_gems import MemberGems, member_rows
+
+    P, B, K, A, H, D = 6, 16, 3, 4, 8, 5
+    gen = torch.Generator().manual_seed(11)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    x = GemInputs(q_t=randn(P, B, K, A), q_tp1=randn(P, B, K, A), h_t=randn(P, B, H).relu(), h_tp1=randn(P, B, H).relu(),
+                  adv_features=randn(P, K, B, D) * torch.linspace(0.0, 2.0, D, dtype=torch.float64),  # a dead feature
+                  action=torch.randint(A, (P, B, K), generator=gen), reward=randn(P, B),
+                  not_done=(torch.rand(P, B, generator=gen) > 0.2).double())  # fmt: skip
+    gems = [GemsConfig.model_validate({n: {"mode": "measure"} for n in ("g6", "g10", "g12")})] * 2
+    layout = MemberLayout(("a", "b"), P // 2)
+    assert G6.null_by_row_means and G10.null_by_row_means and G12.null_by_row_means
+    fixed = MemberGems(gems, layout, "cpu", row_means=row_means).nulls(x)
+    plain = MemberGems(gems, layout, "cpu").nulls(x)
+    for name, gem in fixed.items():
+        assert gem.dtype == torch.float32, name  # the fixed-order path (the torch nulls keep float64)
+        alone = MemberGems([gems[0]], MemberLayout(("a",), 1), "cpu", row_means=row_means)
+        members = torch.cat([alone.nulls(member_rows(x, slice(m, m + 1)))[name] for m in range(P)])
+        assert torch.equal(gem, members), name
+        torch.testing.assert_close(gem.double(), plain[name], rtol=2e-6, atol=0.0, msg=name)

@@ -1,6 +1,6 @@
 """The triton path's optimizer step (tune_gems.ops.triton_layers.ClipAdam: the clip-group norms in a
-fixed order, then the clip and Adam of every element in one kernel) and its row means, on
-Triton's CPU interpreter.
+fixed order, then the clip and Adam of every element in one kernel), its row means and its one-launch
+draw of the RNG's block, on Triton's CPU interpreter.
 
 The oracle is the update rule in float64 (torch.optim.Adam's, after each member's clip per
 group) with the float32 values of its hyperparameters and bias corrections, as CUDA's fused Adam
@@ -167,7 +167,7 @@ def _row_block(rows: int, cols: int) -> torch.Tensor:
     return full[:, 3 : 3 + cols]
 
 
-@pytest.mark.parametrize("cols", [1, 1000, 2500])
+@pytest.mark.parametrize("cols", [1, 200, 1000, 2500])
 def test_row_means_equal_the_float64_mean_within_float32_rounding(triton_interpreter, cols):
     rows = _row_block(5, cols)
     got = triton_interpreter.row_means(rows).double()
@@ -188,3 +188,20 @@ def test_a_matrix_it_cannot_read_row_by_row_is_refused(triton_interpreter):
         triton_interpreter.row_means(_row_block(4, 10).t())
     with pytest.raises(ValueError, match="float32"):
         triton_interpreter.row_means(_row_block(4, 10).double())
+
+
+# -- the RNG's block in one launch ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("counter", [0, 1, 2**32 + 5])
+def test_the_one_launch_draw_has_the_bits_of_the_counter_rngs_torch_ops(triton_interpreter, counter):
+    """Keys over the whole 31-bit range, a counter past 2^32 (masked as torch's ops mask it), a plan
+    of two and a half programs per member."""
+    from tune_gems.rng import CounterRNG, DrawPlan, member_seeds
+
+    rng = CounterRNG(member_seeds(2**40 + 3, 5) + [0, 2**31 - 1], "cpu")
+    rng.counter.fill_(counter)
+    sizes = {"noise": 1500, "env": 7, "replay": 1060}
+    torch_block = rng.draw(DrawPlan(sizes, "cpu")).block
+    kernel_block = rng.draw(DrawPlan(sizes, "cpu", kernel=triton_interpreter.uniform_block)).block
+    assert kernel_block.shape == torch_block.shape == (7, 2567) and torch.equal(kernel_block, torch_block)

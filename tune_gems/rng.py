@@ -6,23 +6,24 @@ the only state (fresh numbers each replay; one number in a checkpoint) and CPU a
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import Tensor
 
-_MASK32 = 0xFFFFFFFF
-_GOLDEN = 0x9E3779B9
-_MUL_A = 0x21F0AAAD
-_MUL_B = 0x735A2D97
-_U24 = 1.0 / (1 << 24)
+MASK32 = 0xFFFFFFFF
+GOLDEN = 0x9E3779B9
+MUL_A = 0x21F0AAAD
+MUL_B = 0x735A2D97
+U24 = 1.0 / (1 << 24)
 
 
 def _mix32(x: Tensor) -> Tensor:
     """A 32-bit avalanche hash of int64 values in [0, 2^32)."""
     x = x ^ (x >> 16)
-    x = (x * _MUL_A) & _MASK32
+    x = (x * MUL_A) & MASK32
     x = x ^ (x >> 15)
-    x = (x * _MUL_B) & _MASK32
+    x = (x * MUL_B) & MASK32
     return x ^ (x >> 15)
 
 
@@ -30,10 +31,10 @@ def member_seeds(seed: int, population: int, first: int = 0) -> list[int]:
     """Distinct 31-bit seeds, each a pure function of (seed, seed index), so members pair across
     configurations and a seed block gets the seeds a full run gives them:
     `member_seeds(seed, n, first) == member_seeds(seed, first + n)[first:]`."""
-    base = torch.tensor([seed & _MASK32], dtype=torch.int64)
-    hi = torch.tensor([(seed >> 32) & _MASK32], dtype=torch.int64)
+    base = torch.tensor([seed & MASK32], dtype=torch.int64)
+    hi = torch.tensor([(seed >> 32) & MASK32], dtype=torch.int64)
     idx = torch.arange(first, first + population, dtype=torch.int64)
-    h = _mix32((_mix32(base ^ _mix32(hi + _GOLDEN)) + idx * _GOLDEN) & _MASK32)
+    h = _mix32((_mix32(base ^ _mix32(hi + GOLDEN)) + idx * GOLDEN) & MASK32)
     return [int(v) & 0x7FFFFFFF for v in h.tolist()]
 
 
@@ -42,7 +43,7 @@ class CounterRNG:
     `normal` is Box-Muller; distinct streams are independent, `advance()` moves all to fresh numbers."""
 
     def __init__(self, seeds: list[int], device: torch.device | str):
-        keys = torch.tensor([s & _MASK32 for s in seeds], dtype=torch.int64)
+        keys = torch.tensor([s & MASK32 for s in seeds], dtype=torch.int64)
         self.keys = _mix32(keys).to(device)
         self.counter = torch.zeros((), dtype=torch.int64, device=device)
 
@@ -54,14 +55,14 @@ class CounterRNG:
         self.counter.add_(1)
 
     def _bits(self, stream: int, index_hash: Tensor) -> Tensor:
-        ctr = self.counter & _MASK32
-        k = _mix32((self.keys + stream * _GOLDEN) & _MASK32) if stream else self.keys  # [P]
-        k = _mix32(k ^ _mix32((ctr + _GOLDEN) & _MASK32))  # [P]
-        return _mix32((k.unsqueeze(1) ^ index_hash) & _MASK32)  # [P, n]
+        ctr = self.counter & MASK32
+        k = _mix32((self.keys + stream * GOLDEN) & MASK32) if stream else self.keys  # [P]
+        k = _mix32(k ^ _mix32((ctr + GOLDEN) & MASK32))  # [P]
+        return _mix32((k.unsqueeze(1) ^ index_hash) & MASK32)  # [P, n]
 
     @staticmethod
     def _to_unit(bits: Tensor) -> Tensor:
-        return (bits >> 8).to(torch.float32) * _U24 + 0.5 * _U24
+        return (bits >> 8).to(torch.float32) * U24 + 0.5 * U24
 
     def uniform(self, stream: int, shape: tuple[int, ...]) -> Tensor:
         idx = torch.arange(math.prod(shape), dtype=torch.int64, device=self.keys.device)
@@ -70,6 +71,8 @@ class CounterRNG:
     def draw(self, plan: "DrawPlan") -> "Draws":
         """All of one iteration's random numbers in one block [P, plan.total] (stream 0): a few
         dozen small kernels per iteration instead of a few dozen per consumer."""
+        if plan.kernel is not None:
+            return Draws(plan, plan.kernel(self.keys, self.counter, plan.index_hash))
         return Draws(plan, self._to_unit(self._bits(0, plan.index_hash)))
 
     def normal(self, stream: int, shape: tuple[int, ...]) -> Tensor:
@@ -101,7 +104,10 @@ class DrawPlan:
     """The layout of one iteration's random numbers per member: named slices of one block of
     uniforms. Every consumer owns its own slice, so consumers stay independent."""
 
-    def __init__(self, sizes: dict[str, int], device: torch.device | str):
+    def __init__(self, sizes: dict[str, int], device: torch.device | str, kernel: Callable[..., Tensor] | None = None):
+        """`kernel(keys, counter, index_hash)`: the backend's launch of `CounterRNG.draw`'s block with its bits
+        (None: torch's ops)."""
+        self.kernel = kernel
         self.slices: dict[str, slice] = {}
         offset = 0
         for name, n in sizes.items():

@@ -7,7 +7,8 @@ the larger of them and their update (the kernel follows the fused Adam's operati
 types; where the two compilers contract a multiply-add differently a rounding may differ), the
 share of bit-equal elements printed. Bits: each member alone equals
 the member inside P = 5 with other learning rates, and a captured graph's replays equal the
-eager steps.
+eager steps. Beside it, the RNG's block drawn in one launch (`triton_layers.uniform_block`) has the
+bits of torch's ops.
 
 Run on the GPU machine: `pytest -m gpu tests/gpu/test_triton_optim_gpu.py -q -rfE`.
 """
@@ -131,3 +132,15 @@ def test_a_member_alone_and_graph_replays_have_the_bits_of_the_population_eager_
     for r in range(P):
         alone = run(slice(r, r + 1), graphed=False)
         assert all(torch.equal(t[..., r : r + 1, :] if t.dim() == 2 else t[..., r : r + 1], a) for t, a in zip(together, alone)), r
+
+
+def test_the_one_launch_draw_has_the_bits_of_torch_ops_on_the_gpu():
+    from tune_gems.ops.triton_layers import uniform_block
+    from tune_gems.rng import CounterRNG, DrawPlan, member_seeds
+
+    rng = CounterRNG(member_seeds(7, 64) + [0, 2**31 - 1], "cuda")
+    sizes = {"noise_online": 9000, "noise_target": 9000, "env_starts": 64, "replay": 256, "eps_action": 192}
+    kernel = DrawPlan(sizes, "cuda", kernel=uniform_block)
+    for counter in (0, 12345, 2**32 + 9):
+        rng.counter.fill_(counter)
+        assert torch.equal(rng.draw(kernel).block, rng.draw(DrawPlan(sizes, "cuda")).block), counter

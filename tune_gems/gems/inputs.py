@@ -21,6 +21,9 @@ class GemInputs:
     reward: Any
     not_done: Any
     head: Optional[Callable[..., Any]] = None
+    row_means: Optional[Callable[..., Any]] = None
+    """The backend's mean of each row of a float32 [R, n] matrix in an order fixed by the row alone
+    (None: plain torch, whose reduction order may follow R): what a `null_by_row_means` null reduces with."""
 
     TENSORS = ("q_t", "q_tp1", "h_t", "h_tp1", "adv_features", "action", "reward", "not_done")
 

@@ -43,7 +43,9 @@ MODULE_NAME_MAX = 200
 @dataclass(frozen=True)
 class Gem:
     """One gem's definition (docs/gems.md); `null` is its value with no structure (the analysis's
-    zero), `head` the parameters it owns, `origin` the module that registered it."""
+    zero), `head` the parameters it owns, `origin` the module that registered it. `null_by_row_means`:
+    given the inputs' `row_means`, the null reduces only through it, so each member's bits are its own and the
+    trainer evaluates it once over every member instead of once per (fold, arm) block."""
 
     name: str
     metric: str
@@ -52,6 +54,7 @@ class Gem:
     fused: Optional[Callable[..., Any]] = None
     null: Optional[Callable[..., Any]] = None
     head: Optional[Callable[..., Any]] = None
+    null_by_row_means: bool = False
     origin: str = field(default="", compare=False)
 
     @property

@@ -73,6 +73,8 @@ class TorchProducts:
     """The optimizer's fused clip-and-Adam step (PopulationAdam `clip_adam`); None: torch's calls."""
     row_means = None
     """Per-member means of a [P, n] matrix in an order that does not depend on P; None: torch's."""
+    uniform_block = None
+    """The RNG's block of uniforms in one launch (tune_gems.rng.DrawPlan `kernel`); None: torch's ops."""
 
     @staticmethod
     def product(x: Tensor, wb: tuple[Tensor, Tensor], relu: bool) -> Tensor:

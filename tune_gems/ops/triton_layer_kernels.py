@@ -291,10 +291,10 @@ def _noise_factors_kernel(
 
 @triton.jit
 def _row_reduce_kernel(g, s_row, bounds, out, n, GROUPED: tl.constexpr, SQUARE: tl.constexpr, BLOCK: tl.constexpr,
-                       UNIT: tl.constexpr = 1):  # fmt: skip
-    """Per row, the norm (SQUARE) or sum over each column range UNIT x bounds[c] .. UNIT x bounds[c+1]
-    (GROUPED; else 0 .. n): lanes accumulate in column order, then one fixed tree, so a row's bits are
-    those of the row alone. UNIT 4 lets the compiler see 16-byte aligned ranges."""
+                       UNIT: tl.constexpr = 1, MEAN: tl.constexpr = False):  # fmt: skip
+    """Per row, the norm (SQUARE) or sum (the mean: MEAN, an IEEE division) over each column range UNIT x
+    bounds[c] .. UNIT x bounds[c+1] (GROUPED; else 0 .. n): lanes accumulate in column order, then one fixed
+    tree, so a row's bits are those of the row alone. UNIT 4 lets the compiler see 16-byte aligned ranges."""
     r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     start = 0
@@ -312,6 +312,8 @@ def _row_reduce_kernel(g, s_row, bounds, out, n, GROUPED: tl.constexpr, SQUARE: 
     total = _sum(acc, 0)
     if SQUARE:
         total = tl.sqrt(total)
+    if MEAN:
+        total = tl.div_rn(total, n * 1.0)
     tl.store(out + c * tl.num_programs(0) + r, total)
 
 
@@ -365,3 +367,27 @@ if INTERPRETED:
     for _helper in (_sum, _group_offset, _tile_ranges, _weight_offsets, _dot, _weight_tile, _relu_grad, _matvec, _divide_in_place,
                     _clip_coefficient):
         globals()[_helper.__name__] = _helper.rewrite()
+
+
+@triton.jit
+def _mix32(x, MUL_A: tl.constexpr, MUL_B: tl.constexpr):
+    """tune_gems.rng's 32-bit avalanche hash, in the same int64 operations (exact: equal bits)."""
+    x = x ^ (x >> 16)
+    x = (x * MUL_A) & 0xFFFFFFFF
+    x = x ^ (x >> 15)
+    x = (x * MUL_B) & 0xFFFFFFFF
+    return x ^ (x >> 15)
+
+
+@triton.jit
+def _uniform_block_kernel(keys, counter, index_hash, out, n, GOLDEN: tl.constexpr, MUL_A: tl.constexpr,
+                          MUL_B: tl.constexpr, U24: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+    """CounterRNG.draw's block [P, n] of stream 0 in one launch: member p's key mixed with the counter, then
+    with each element's index hash; 24 bits to a uniform (the products and sums are exact in float32)."""
+    p = tl.program_id(0).to(tl.int64)
+    idx = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ctr = tl.load(counter) & 0xFFFFFFFF
+    k = _mix32(tl.load(keys + p) ^ _mix32((ctr + GOLDEN) & 0xFFFFFFFF, MUL_A, MUL_B), MUL_A, MUL_B)
+    h = tl.load(index_hash + idx, mask=idx < n, other=0)
+    bits = _mix32((k ^ h) & 0xFFFFFFFF, MUL_A, MUL_B)
+    tl.store(out + p * n + idx, (bits >> 8).to(tl.float32) * U24 + 0.5 * U24, mask=idx < n)

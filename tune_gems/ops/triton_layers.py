@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from tune_gems import rng
 from tune_gems.contracts.errors import ConfigError
 
 try:
@@ -41,7 +42,8 @@ VECTOR_TILE = 64
 NORM_EPS = 1e-12
 """normalize(x) = x / max(|x|, eps), the torch path's (tune_gems.model.layers._NORM_EPS)."""
 ROW_REDUCE_TILE = 1024
-"""Columns a program of the row-reduction kernel reads per step (its lanes)."""
+"""Most columns a program of the row-reduction kernel reads per step (its lanes; a shorter row's mean
+reads the power of two at or above its length)."""
 ADAM_TILE = 1024
 """Columns a program of the clip-and-Adam kernel updates."""
 PARAMETER_ALIGN = 32
@@ -193,10 +195,23 @@ def row_means(rows: Tensor) -> Tensor:
     if rows.dim() != 2 or rows.stride(1) != 1 or rows.dtype != torch.float32:
         raise ValueError(f"a row reduction takes a float32 [rows, n] matrix with contiguous rows: got {tuple(rows.shape)} {rows.dtype}")
     out = torch.empty(rows.shape[0], device=rows.device, dtype=torch.float32)
+    lanes = min(ROW_REDUCE_TILE, max(32 * NUM_WARPS, 1 << (rows.shape[1] - 1).bit_length()))  # by the row's length alone
     kernels._row_reduce_kernel[(rows.shape[0], 1)](
-        rows, rows.stride(0), out, out, rows.shape[1], GROUPED=False, SQUARE=False, BLOCK=ROW_REDUCE_TILE, num_warps=NUM_WARPS
+        rows, rows.stride(0), out, out, rows.shape[1], GROUPED=False, SQUARE=False, BLOCK=lanes, MEAN=True, num_warps=NUM_WARPS
     )  # fmt: skip
-    return out / rows.shape[1]
+    return out
+
+
+def uniform_block(keys: Tensor, counter: Tensor, index_hash: Tensor) -> Tensor:
+    """`tune_gems.rng.CounterRNG.draw`'s block of uniforms [P, n] in one launch, bit for bit (integer hashing,
+    then exact float32 steps), where torch launches a few dozen small kernels."""
+    check_device(keys)
+    out = torch.empty(keys.shape[0], index_hash.shape[0], device=keys.device, dtype=torch.float32)
+    kernels._uniform_block_kernel[(keys.shape[0], _cdiv(index_hash.shape[0], ROW_REDUCE_TILE))](
+        keys, counter, index_hash, out, index_hash.shape[0], GOLDEN=rng.GOLDEN, MUL_A=rng.MUL_A, MUL_B=rng.MUL_B,
+        U24=rng.U24, BLOCK=ROW_REDUCE_TILE, num_warps=NUM_WARPS,
+    )  # fmt: skip
+    return out
 
 
 class ClipAdam:
@@ -375,7 +390,8 @@ def layer_product(x: Tensor, lw: LayerWeights | tuple[Tensor, Tensor], relu: boo
 
 NOISE_BLOCK = 256
 """Normals per program of the noise kernel."""
-TWO_PI = 2.0 * math.pi
+TWO_PI_F32 = float(torch.tensor(2.0 * math.pi, dtype=torch.float32))
+"""2 pi rounded to float32, as torch's Box-Muller multiplies its float32 uniforms by it."""
 
 
 def noise_factors(u: Tensor, offset: int, on: Tensor, f_in: Tensor, f_out: Tensor) -> None:
@@ -392,7 +408,7 @@ def noise_factors(u: Tensor, offset: int, on: Tensor, f_in: Tensor, f_out: Tenso
         f_in, f_in.stride(0), f_in.stride(1), f_in.stride(2),
         f_out, f_out.stride(0), f_out.stride(1), f_out.stride(3),
         offset, u.shape[1] // 2, size, K, O,
-        TWO_PI_F=float(torch.tensor(TWO_PI, dtype=torch.float32)), BLOCK_N=NOISE_BLOCK,
+        TWO_PI_F=TWO_PI_F32, BLOCK_N=NOISE_BLOCK,
     )  # fmt: skip
 
 
@@ -407,6 +423,7 @@ class TritonProducts:
     product = staticmethod(layer_product)
     spectral_scale = staticmethod(spectral_scale)
     row_means = staticmethod(row_means)
+    uniform_block = staticmethod(uniform_block)
     clip_adam = ClipAdam
 
     noise_factors = staticmethod(noise_factors)

@@ -92,7 +92,8 @@ class Learner:
         # them; the exploration slices come last, so the noise slices keep their offsets (a NoisyNets
         # run's draws do not depend on them).
         self.plan = DrawPlan({"noise_online": 2 * noise, "noise_target": 2 * noise,  # Box-Muller: two uniforms a normal
-                              "env_starts": E, "replay": tc.batch_size, "eps_coin": E, "eps_action": E * K}, device)
+                              "env_starts": E, "replay": tc.batch_size, "eps_coin": E, "eps_action": E * K}, device,
+                             kernel=products.uniform_block)
         # gem heads are clipped on their own: a measured head never changes the shared clip
         heads = [self.online_flat.columns(h) for h in self.online.heads.values()]
         shared = slice(0, min((h.start for h in heads), default=self.online_flat.data.shape[1]))
@@ -101,7 +102,8 @@ class Learner:
             raise ValueError("gem heads must follow the shared network in the flat parameter matrix")
         self.optim = PopulationAdam(self.online_flat, self.lr, tc.adam_eps, tc.grad_clip, clip_groups=[shared, *heads],
                                     blocks=self.layout.blocks, clip_adam=products.clip_adam)  # fused: norms P-invariant
-        self.member_gems = MemberGems([a.config.gems for a in self.arms], self.layout, device, cfg.plugins, fused=ops.fused)
+        self.member_gems = MemberGems([a.config.gems for a in self.arms], self.layout, device, cfg.plugins, fused=ops.fused,
+                                       row_means=products.row_means)
         names = self.member_gems.names
         self.acc_rows = (*ACC_HEAD, *names, *(f"{n}_null" for n in names), *ACC_TAIL)
         self.acc = torch.zeros(len(self.acc_rows), P, device=device)
@@ -295,9 +297,10 @@ class Learner:
             self.updates.add_(1)
             if tc.tau > 0:
                 self._blend_target()
-            finite = torch.isfinite(per_member) & torch.isfinite(norms).all(dim=0)
+            # x - x == 0 exactly where x is finite (inf - inf and NaN are NaN): two launches, isfinite's five
+            finite = (per_member - per_member == 0) & (norms - norms == 0).all(dim=0)
             if head_loss is not None:
-                finite = finite & torch.isfinite(head_loss)
+                finite = finite & (head_loss - head_loss == 0)
             self._accumulate(c51, finite, x.q_t, norms[0], values, nulls)
 
     def _replay_uniforms(self, draws: Draws) -> Tensor:

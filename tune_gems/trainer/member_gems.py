@@ -1,7 +1,8 @@
 """The run's gems under their per-member modes and weights, the one class that evaluates gems (docs/design.md "The gem
 registry", "Arms"). Modes are [P] tensors selected by `torch.where` (not a 0/1 product: NaN x 0 is NaN), so the graph
 never depends on them. A wired head trains at a weight-free rate (at weight 0.01 it would sink under Adam's epsilon);
-nulls run per (fold, arm) block, so a reduction never sees another member count."""
+a null runs per (fold, arm) block, so a reduction never sees another member count, unless the backend
+has a fixed-order row mean and the null reduces only through it (`Gem.null_by_row_means`): then once."""
 
 from __future__ import annotations
 
@@ -30,12 +31,13 @@ class MemberGems:
 
     def __init__(
         self, arm_gems: Sequence[Any], layout: MemberLayout, device: torch.device | str,
-        plugins: Sequence[str] = (), fused: bool = False,
+        plugins: Sequence[str] = (), fused: bool = False, row_means: Callable[[Tensor], Tensor] | None = None,
     ):  # fmt: skip
         if len(arm_gems) != len(layout.arms):
             raise ValueError(f"{len(arm_gems)} gem sections for {len(layout.arms)} arms")
         self.blocks = layout.blocks  # one per (fold, arm): what a run of that arm alone reduces over
         self.fused = fused
+        self.row_means = row_means
         self.gems: tuple[Gem, ...] = tuple(run_gems(plugins))
         self.names: tuple[str, ...] = tuple(g.name for g in self.gems)
         self._gem = {g.name: g for g in self.gems}
@@ -120,12 +122,14 @@ class MemberGems:
         parts = [x] if len(self.blocks) == 1 else [member_rows(x, rows) for rows in self.blocks]
         with torch.no_grad():
             for n in self.names:
-                null = self._gem[n].null
-                if self.computed(n) and null is not None:
-                    values = [null(part) for part in parts]
-                    out[n] = values[0] if len(values) == 1 else torch.cat(values)
-                else:
+                gem = self._gem[n]
+                if not self.computed(n) or gem.null is None:
                     out[n] = None
+                elif self.row_means is not None and gem.null_by_row_means:
+                    out[n] = gem.null(dataclasses.replace(x, row_means=self.row_means))
+                else:
+                    values = [gem.null(part) for part in parts]
+                    out[n] = values[0] if len(values) == 1 else torch.cat(values)
         return out
 
     def loss_term(self, values: dict[str, Tensor | None]) -> Tensor | None:
