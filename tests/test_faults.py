@@ -47,9 +47,12 @@ def test_killed_trial_resumes_from_its_checkpoint_and_ends_bit_identical(tmp_pat
     retries it (failure.max_failures) from its last checkpoint, and every epoch's metrics and
     every member's row equal those of an uninterrupted run of the same config (except sps)."""
     exp, log = tmp_path / "kill", tmp_path / "kill.log"
+    # the margin is in epochs, not seconds: the storage's result.json shows an epoch once the next
+    # one's checkpoint is synced, so the kill lands after epoch 2 at 40, 60 or 150 iterations an
+    # epoch (measured), and 5 epochs leave 3 to retry
     epochs = 5
     p = start_cli(
-        _sweep(tmp_path, "kill", "num_samples=1", f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=150",
+        _sweep(tmp_path, "kill", "num_samples=1", f"config.trainer.epochs={epochs}", "config.trainer.iterations_per_epoch=60",
                "config.trainer.checkpoint_every=1", "failure.max_failures=2"),
         log, env={"RAY_ADDRESS": ray_address},
     )

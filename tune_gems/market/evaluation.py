@@ -10,7 +10,6 @@ from typing import Any, Mapping, Protocol, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from scipy.signal import lfilter
 from torch import Tensor
 
 from tune_gems.stats.metrics import EVAL_STATS  # noqa: E402 - the column names have one home
@@ -165,7 +164,11 @@ def _as_numpy(x: Any) -> np.ndarray:
 
 
 def momentum_signal(ret_next: Any, span: float = DEFAULT_MOMENTUM_SPAN) -> np.ndarray:
-    """EWMA (pandas `ewm(span, adjust=False)`) of the returns known at each decision (0.0 at t = 0)."""
+    """EWMA (pandas `ewm(span, adjust=False)`) of the returns known at each decision (0.0 at t = 0).
+
+    The recursion of `scipy.signal.lfilter([alpha], [1, -(1 - alpha)], known, zi=(1 - alpha) * known[0])`,
+    written out with its operations in its order (the same bits): importing scipy.signal costs a
+    trial process about a second of its start."""
     if not span >= 1.0:
         raise ValueError(f"momentum span must be >= 1 step, got {span}")
     x = _as_numpy(ret_next)
@@ -174,8 +177,11 @@ def momentum_signal(ret_next: Any, span: float = DEFAULT_MOMENTUM_SPAN) -> np.nd
     if x.shape[-1] < 2:
         return out
     known = x[..., :-1]  # known[..., t-1] = the return realised at t
-    zi = (1.0 - alpha) * known[..., :1]
-    out[..., 1:] = lfilter([alpha], [1.0, -(1.0 - alpha)], known, axis=-1, zi=zi)[0]
+    feedback = -(1.0 - alpha)
+    state = (1.0 - alpha) * known[..., 0]
+    for t in range(known.shape[-1]):
+        out[..., t + 1] = state + alpha * known[..., t]
+        state = known[..., t] * 0.0 - out[..., t + 1] * feedback
     return out
 
 

@@ -1,6 +1,8 @@
 """The one rule of the verdicts (docs/analysis.md "The rule"): the exact Wilcoxon signed-rank test
 on per-seed paired differences with its Hodges-Lehmann estimate and inverted interval, vectorised
-so the calibrations run this very code. Walsh averages equal to theta count half (+inf/-inf tie)."""
+so the calibrations run this very code. Walsh averages equal to theta count half (+inf/-inf tie).
+scipy.stats is imported where it is used: every trial imports this module and needs none of it
+(half a second of each trial process's start)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import stats as sps
 
 EXACT_MAX_N = 400
 """Exact null distribution up to this many seeds; a continuity-corrected normal beyond."""
@@ -22,6 +23,8 @@ def signed_rank_cdf(n: int) -> np.ndarray:
     if n > EXACT_MAX_N:
         w = np.arange(total + 1)
         mu, sd = total / 2.0, math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0)
+        from scipy import stats as sps
+
         return sps.norm.cdf((w + 0.5 - mu) / sd)
     counts = np.zeros(total + 1)
     counts[0] = 1.0
@@ -195,6 +198,8 @@ _HERMITE = np.polynomial.hermite_e.hermegauss(40)
 def _rank_power(shift: float, n: int, alpha: float, p_div: float) -> float:
     """Large-sample power of the test at `alpha` for n units of difference `shift` + N(0, 1), each
     side diverging with probability `p_div`: the Walsh count as a U-statistic."""
+    from scipy import stats as sps
+
     r, a, c = (1 - p_div) ** 2, p_div * (1 - p_div), p_div**2  # normal; -inf (= +inf rate); tie
     x, w = _HERMITE
     w = w / w.sum()
@@ -234,6 +239,8 @@ def min_detectable_effect(sd: float, n: int, alpha: float, power: float, p_div: 
         return math.nan
     if smallest_p(n) > alpha:  # even a unanimous sign cannot reject: nothing is detectable
         return math.inf
+    from scipy import stats as sps
+
     z = sps.t.ppf(1 - alpha / 2, n - 1) + sps.t.ppf(power, n - 1)
     mde = float(z * sd * ARE_WILCOXON / math.sqrt(n))
     if p_div > 0:
