@@ -16,9 +16,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
 
-# The CLI pins MKL's code path (tune_gems/ops/cpu_code_path.py); the tests that build learners in-process
+# The CLI pins MKL's code path (tune_gems/contracts/cpu_environment.py); the tests that build learners in-process
 # get the same path, so their bit-identity checks hold on AVX2 and AVX-512 machines alike.
-from tune_gems.ops.cpu_code_path import pin_cpu_code_path  # noqa: E402
+from tune_gems.contracts.cpu_environment import pin_cpu_code_path  # noqa: E402
 
 pin_cpu_code_path()
 

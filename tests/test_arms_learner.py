@@ -232,9 +232,9 @@ def test_a_config_with_arms_builds_the_arms_x_seeds_learner():
 
 def test_the_cpu_blas_path_is_pinned_unless_the_user_chose_one():
     """The invariant above holds on AVX-512 machines because MKL runs one code path, and ATen's
-    kernels one vector width (tune_gems/ops/cpu_code_path.py); a user's own MKL_CBWR and
+    kernels one vector width (tune_gems/contracts/cpu_environment.py); a user's own MKL_CBWR and
     ATEN_CPU_CAPABILITY are kept, and a CPU without AVX2 keeps ATen's own choice."""
-    from tune_gems.ops.cpu_code_path import (
+    from tune_gems.contracts.cpu_environment import (
         CPU_BLAS_PATH, CPU_BLAS_PATH_ENV, CPU_KERNEL_WIDTH, CPU_KERNEL_WIDTH_ENV, cpu_has_avx2, pin_cpu_code_path,
     )
 
@@ -258,13 +258,13 @@ def test_atens_kernel_width_follows_the_pin_set_after_torch_is_imported():
     import subprocess
     import sys
 
-    from tune_gems.ops.cpu_code_path import CPU_KERNEL_WIDTH_ENV, cpu_has_avx2
+    from tune_gems.contracts.cpu_environment import CPU_KERNEL_WIDTH_ENV, cpu_has_avx2
 
     if not cpu_has_avx2():
         pytest.skip("not an x86 CPU with AVX2: the width is left to ATen")
     script = (
         "import torch\n"
-        "from tune_gems.ops.cpu_code_path import pin_cpu_code_path\n"
+        "from tune_gems.contracts.cpu_environment import pin_cpu_code_path\n"
         "pin_cpu_code_path()\n"
         "print(torch.backends.cpu.get_cpu_capability())\n"
     )

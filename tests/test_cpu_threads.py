@@ -235,7 +235,7 @@ def test_the_trials_own_pin_checks_its_workers_variables():
     """A sweep trial pins the CPU code path again in its Ray worker (tune_gems.sweep.trainable),
     whose environment is the cluster's, not the driver's: the pin checks every CPU variable
     there, so a worker's bad value fails the trial with the variable named, never runs."""
-    from tune_gems.ops.cpu_code_path import pin_cpu_code_path
+    from tune_gems.contracts.cpu_environment import pin_cpu_code_path
 
     for env in ({"OMP_NUM_THREADS": "0"}, {"MKL_NUM_THREADS": "1000000000"}, {"ATEN_CPU_CAPABILITY": "AVX2"},
                 {"MKL_CBWR": "garbage"}):

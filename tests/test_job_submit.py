@@ -29,7 +29,7 @@ import pytest
 
 from cluster_fixtures import assert_trial_matches_uninterrupted, free_port, wait_for
 from sweep_fixtures import REPO, TINY_SWEEP
-from tune_gems.ops.cpu_code_path import CPU_BLAS_PATH_ENV, CPU_KERNEL_WIDTH_ENV
+from tune_gems.contracts.cpu_environment import CPU_BLAS_PATH_ENV, CPU_KERNEL_WIDTH_ENV
 
 BIN = Path(sys.executable).parent
 RAY = str(BIN / "ray")
@@ -86,7 +86,7 @@ def head():
            "RAY_AUTH_TOKEN_PATH": str(token_file)}
     env.pop("RAY_ADDRESS", None)
     for pinned in (CPU_BLAS_PATH_ENV, CPU_KERNEL_WIDTH_ENV):  # a head started without the CLI's CPU code-path pins:
-        env.pop(pinned, None)  # its workers get them only from the trial itself (tune_gems.ops.cpu_code_path)
+        env.pop(pinned, None)  # its workers get them only from the trial itself (tune_gems.contracts.cpu_environment)
     port, dash = free_port(), free_port()
     args = [
         RAY, "start", "--head", "--block", "--num-cpus", "2", "--num-gpus", "0", "--port", str(port),

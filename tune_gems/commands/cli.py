@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tune_gems.analysis.cli import add_arguments as add_analysis_arguments
 from tune_gems.commands.cpu_threads import THREADS_FLAG, set_cpu_threads, trial_threads
-from tune_gems.contracts.cpu_environment import THREADS_PER_CPU_MAX, check_cpu_environment, thread_count
+from tune_gems.contracts.cpu_environment import THREADS_PER_CPU_MAX, check_cpu_environment, pin_cpu_code_path, thread_count
 from tune_gems.contracts.errors import TuneGemsError
 
 EXIT_BAD_INPUT = 2
@@ -368,9 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_cpu_environment()  # before torch is imported: a value torch or OpenMP would crash on is one line
         _set_threads(args)  # once, before torch or a BLAS library is loaded (tune_gems.commands.cpu_threads)
-        from tune_gems.ops.cpu_code_path import pin_cpu_code_path  # imports torch, with the threads set
-
-        pin_cpu_code_path()  # before any matmul: the same CPU bits on AVX2 and AVX-512 machines
+        pin_cpu_code_path()  # before torch runs anything: the same CPU bits on AVX2 and AVX-512 machines
         return args.fn(args)
     except TuneGemsError as e:
         print(f"tune-gems: error: {_one_line(e)}", file=sys.stderr)

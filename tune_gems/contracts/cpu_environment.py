@@ -1,6 +1,8 @@
 """The environment variables of the CPU work, checked before torch is imported (torch, OpenMP and
 MKL crash on a bad value or silently ignore it) and recorded in the run's marker (`cpu_record`;
-docs/robustness.md "Environment values")."""
+docs/robustness.md "Environment values"); and one CPU code path (AVX2) on every x86 CPU, so a CPU
+run's bits do not depend on the machine (MKL and ATen round or add in other orders at AVX-512),
+pinned by the CLI and again in each trial (`pin_cpu_code_path`)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import math
 import os
 import platform
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 
 from tune_gems.contracts.errors import ConfigError
 
@@ -16,6 +18,8 @@ THREAD_ENVS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 """The variables torch (OpenMP) and MKL read for their thread counts, in the order consulted."""
 CPU_BLAS_PATH_ENV = "MKL_CBWR"
 CPU_KERNEL_WIDTH_ENV = "ATEN_CPU_CAPABILITY"
+CPU_BLAS_PATH = "AVX2,STRICT"
+CPU_KERNEL_WIDTH = "avx2"
 CPU_ENVS = (*THREAD_ENVS, CPU_BLAS_PATH_ENV, CPU_KERNEL_WIDTH_ENV)
 THREADS_PER_CPU_MAX = 4
 """At most this many threads per CPU: more only wait for each other."""
@@ -119,3 +123,19 @@ def check_cpu_environment(environ: Mapping[str, str] = os.environ, widths: Calla
 
 def cpu_record(environ: Mapping[str, str] = os.environ) -> dict[str, str | None]:
     return {name: environ.get(name) for name in CPU_ENVS}
+
+
+def cpu_has_avx2(read: Callable[[], str] | None = None) -> bool:
+    """Whether this is an x86 CPU whose flags include avx2 (False where unreadable)."""
+    if read is None and platform.machine().lower() not in X86_MACHINES:
+        return False
+    return CPU_KERNEL_WIDTH in cpu_flags(read)
+
+
+def pin_cpu_code_path(environ: MutableMapping[str, str] = os.environ, has_avx2: Callable[[], bool] = cpu_has_avx2) -> str:
+    """Check `environ`'s CPU variables, then pin MKL's path and (AVX2) ATen's width unless set: a user's
+    checked value is kept, a CPU without AVX2 keeps ATen's choice."""
+    check_cpu_environment(environ)
+    if CPU_KERNEL_WIDTH_ENV not in environ and has_avx2():
+        environ[CPU_KERNEL_WIDTH_ENV] = CPU_KERNEL_WIDTH
+    return environ.setdefault(CPU_BLAS_PATH_ENV, CPU_BLAS_PATH)

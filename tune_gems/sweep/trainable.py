@@ -20,7 +20,7 @@ import torch
 from ray import tune
 
 from tune_gems.stats.metrics import DIVERGENCE_SCORED
-from tune_gems.ops.cpu_code_path import pin_cpu_code_path
+from tune_gems.contracts.cpu_environment import pin_cpu_code_path
 from tune_gems.design.arms import run_arms
 from tune_gems.design.resources import check_training_fits
 from tune_gems.contracts.result_files import CHECKPOINT_FILE, CHECKPOINT_HISTORY_FILE
