@@ -79,11 +79,11 @@ H100_SHARED = 232448
 # -- variants: launch policies of the real kernels, and parameter layouts -----------------------------
 
 
-def fixed(rows: int, cols: int, inner: int, warps: int, stages: int, group_axis: int = 1, empty_loop_ok: bool = False):
+def fixed(rows: int, cols: int, inner: int, warps: int, stages: int):
     """A policy of one tile (capped by the product's shape, as `tiles` caps its own)."""
 
     def policy(r: int, i: int, c: int) -> Tiles:
-        return Tiles(_fit(r, rows), _fit(c, cols), _fit(i, inner), warps, stages, group_axis, empty_loop_ok)
+        return Tiles(_fit(r, rows), _fit(c, cols), _fit(i, inner), warps, stages)
 
     return policy
 
@@ -102,9 +102,9 @@ class Variant:
         return tl_layers.input_grad_tiles if op == "dx" else tl_layers.tiles
 
 
-BEFORE = fixed(64, 64, 32, 4, 3, group_axis=0, empty_loop_ok=True)
-"""The kernels' launch before this probe: 64 x 64 x 32 tiles, 4 warps, 3 stages, members on the
-grid's fast axis, the K-loop compiled for a possibly empty trip count."""
+BEFORE = fixed(64, 64, 32, 4, 3)
+"""The kernels' tiles before this probe: 64 x 64 x 32, 4 warps, 3 stages (on the unaligned layout; the grid's
+member-fastest order and the possibly empty K-loop it also had are gone from the kernels)."""
 VARIANTS = [
     Variant("before", "unaligned", BEFORE, ("tf32", "bf16")),
     Variant("new", "aligned", tl_layers.input_grad_tiles, ("tf32", "bf16")),

@@ -7,7 +7,7 @@ import torch
 
 from tune_gems.market.env import VecTradingEnv
 from tune_gems.market.segment_evaluator import SegmentEvaluator
-from tune_gems.rng import CounterRNG, member_seeds
+from tune_gems.rng import CounterRNG, member_seeds, to_integers
 
 
 def evaluate_segment(market, actions, cost, policy, population, segment, path_of_member=None, fold_of_member=None):
@@ -33,5 +33,5 @@ def walk_episodes(env: VecTradingEnv, seed: int, steps: int) -> tuple[list[set[i
         for p in range(P):
             seen[p].update(env.t[p].tolist())
             starts[p].extend(env.t[p][env.steps[p] == 0].tolist())
-        env.step(rng.integers(2, (E, 2), torch.tensor(3)).view(P, E, 2), rng.uniform(1, (E,)))
+        env.step(to_integers(rng.uniform(2, (E, 2)), torch.tensor(3)).view(P, E, 2), rng.uniform(1, (E,)))
     return seen, starts

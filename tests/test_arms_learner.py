@@ -13,7 +13,7 @@ from learner_fixtures import bits_equal, member_part, prefilled_learner, tiny_co
 from tune_gems.design.arms import ArmsConfig, expand_arms
 from tune_gems.gems.registry import run_gems
 from tune_gems.model.network import BranchingC51
-from tune_gems.rng import CounterRNG, member_seeds
+from tune_gems.rng import CounterRNG, box_muller, member_seeds
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,7 @@ def _run_net(net: BranchingC51, seeds: list[int], obs: torch.Tensor) -> dict[str
     """One training forward (noise from the members' counter RNG, power iteration advancing) and
     the gradients of a per-member loss; everything per member, [P, ...]."""
     rng = CounterRNG(seeds, "cpu")
-    net.resample_noise(rng.normal(1, (net.noise_size,)))
+    net.resample_noise(box_muller(rng.uniform(1, (2 * net.noise_size,))))
     w = net.weights("train")
     out = net(obs, w)
     loss = (out.logits.square().mean(dim=(1, 2, 3, 4)) + out.h.mean(dim=(1, 2))).sum()

@@ -24,7 +24,7 @@ from tune_gems.market.features import Market
 from tune_gems.contracts.errors import DataError
 from tune_gems.ops.reference import c51_project
 from tune_gems.market.gym_env import TradingEnv
-from tune_gems.rng import CounterRNG, member_seeds
+from tune_gems.rng import CounterRNG, member_seeds, to_integers
 
 W = 6
 
@@ -180,7 +180,7 @@ def _roll(env: VecTradingEnv, steps: int = 30, seed: int = 0) -> list[tuple[torc
     out = []
     for _ in range(steps):
         rng.advance()
-        action = rng.integers(2, (E, 2), torch.tensor(3)).view(P, E, 2)
+        action = to_integers(rng.uniform(2, (E, 2)), torch.tensor(3)).view(P, E, 2)
         obs = env.observe()
         tr = env.step(action, rng.uniform(1, (E,)))
         out.append((obs, tr.reward, tr.next_obs, tr.end))
@@ -237,7 +237,7 @@ def test_members_on_different_paths_diverge_and_on_one_path_agree_over_rollouts(
     for _ in range(10):
         rng.advance()
         obs = env.observe()
-        tr = env.step(rng.integers(2, (2, 2), torch.tensor(3)).view(3, 2, 2), rng.uniform(1, (2,)))
+        tr = env.step(to_integers(rng.uniform(2, (2, 2)), torch.tensor(3)).view(3, 2, 2), rng.uniform(1, (2,)))
         assert torch.equal(obs[0], obs[1]) and torch.equal(tr.reward[0], tr.reward[1])
         assert not torch.equal(obs[0], obs[2])
 

@@ -243,7 +243,7 @@ def test_perturbing_a_validation_group_changes_nothing_its_fold_trains_on(prices
             for env, g in zip(envs, rng):
                 g.advance()
                 obs = env.observe()
-                tr = env.step(g.integers(2, (E, 2), torch.tensor(3)).view(P, E, 2), g.uniform(1, (E,)))
+                tr = env.step(to_integers(g.uniform(2, (E, 2)), torch.tensor(3)).view(P, E, 2), g.uniform(1, (E,)))
                 steps.append((obs, tr.reward, tr.next_obs, env.t.clone()))
             for x, y in zip(*steps):
                 assert torch.equal(x, y), f

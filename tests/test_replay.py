@@ -115,7 +115,7 @@ def _rollout(n_paths, path_of_member, *, P=3, E=4, n_step=3, capacity=50, steps=
     env.reset(rng.uniform(1, (E,)))
     for _ in range(steps):
         rng.advance()
-        action = rng.integers(2, (E, 2), torch.tensor(3)).view(P, E, 2)
+        action = to_integers(rng.uniform(2, (E, 2)), torch.tensor(3)).view(P, E, 2)
         obs = env.observe()
         tr = env.step(action, rng.uniform(1, (E,)))
         # the transition's observations are the env's own: the one it acted on, and the next one
@@ -273,7 +273,7 @@ def _device_rollout(device: str, path_of_member, steps: int = 40):
     env.reset(rng.uniform(1, (E,)).to(device))
     for _ in range(steps):
         rng.advance()
-        action = rng.integers(2, (E, 2), torch.tensor(3)).view(P, E, 2).to(device)
+        action = to_integers(rng.uniform(2, (E, 2)), torch.tensor(3)).view(P, E, 2).to(device)
         buf.add(env.step(action, rng.uniform(1, (E,)).to(device)))
     return buf
 

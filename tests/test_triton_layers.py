@@ -323,12 +323,12 @@ def test_tiles_follow_the_shape_and_cover_small_products(triton_interpreter):
     """64 x 64 x 32 tiles with 4 warps for the forward and dW, up to 128 x 128 with 8 warps for
     the input gradient (the probe's fastest per layer shape), never larger than the product needs."""
     tiles, input_grad_tiles, Tiles = triton_interpreter.tiles, triton_interpreter.input_grad_tiles, triton_interpreter.Tiles
-    assert tiles(37, 33, 51) == Tiles(rows=64, cols=64, inner=32, warps=4, stages=3, group_axis=1)
-    assert tiles(5, 7, 9) == Tiles(rows=16, cols=16, inner=16, warps=4, stages=3, group_axis=1)  # tl.dot's smallest
-    assert tiles(512, 256, 256) == Tiles(rows=64, cols=64, inner=32, warps=4, stages=3, group_axis=1)
-    assert input_grad_tiles(512, 256, 256) == Tiles(rows=128, cols=128, inner=32, warps=8, stages=3, group_axis=1)
-    assert input_grad_tiles(512, 153, 64) == Tiles(rows=128, cols=64, inner=32, warps=8, stages=3, group_axis=1)
-    assert input_grad_tiles(16, 256, 256) == Tiles(rows=16, cols=128, inner=32, warps=4, stages=3, group_axis=1)
+    assert tiles(37, 33, 51) == Tiles(rows=64, cols=64, inner=32, warps=4, stages=3)
+    assert tiles(5, 7, 9) == Tiles(rows=16, cols=16, inner=16, warps=4, stages=3)  # tl.dot's smallest
+    assert tiles(512, 256, 256) == Tiles(rows=64, cols=64, inner=32, warps=4, stages=3)
+    assert input_grad_tiles(512, 256, 256) == Tiles(rows=128, cols=128, inner=32, warps=8, stages=3)
+    assert input_grad_tiles(512, 153, 64) == Tiles(rows=128, cols=64, inner=32, warps=8, stages=3)
+    assert input_grad_tiles(16, 256, 256) == Tiles(rows=16, cols=128, inner=32, warps=4, stages=3)
 
 
 def test_the_weights_are_stored_out_in_and_read_through_their_strides(triton_interpreter):

@@ -39,17 +39,13 @@ def member_seeds(seed: int, population: int, first: int = 0) -> list[int]:
 
 
 class CounterRNG:
-    """Counter-based random numbers with a leading population axis: `uniform` has 24 random bits,
-    `normal` is Box-Muller; distinct streams are independent, `advance()` moves all to fresh numbers."""
+    """Counter-based random numbers with a leading population axis: `uniform` has 24 random bits (normals:
+    `box_muller`); distinct streams are independent, `advance()` moves all to fresh numbers."""
 
     def __init__(self, seeds: list[int], device: torch.device | str):
         keys = torch.tensor([s & MASK32 for s in seeds], dtype=torch.int64)
         self.keys = _mix32(keys).to(device)
         self.counter = torch.zeros((), dtype=torch.int64, device=device)
-
-    @property
-    def population(self) -> int:
-        return self.keys.shape[0]
 
     def advance(self) -> None:
         self.counter.add_(1)
@@ -66,7 +62,7 @@ class CounterRNG:
 
     def uniform(self, stream: int, shape: tuple[int, ...]) -> Tensor:
         idx = torch.arange(math.prod(shape), dtype=torch.int64, device=self.keys.device)
-        return self._to_unit(self._bits(stream, _mix32(idx))).view(self.population, *shape)
+        return self._to_unit(self._bits(stream, _mix32(idx))).view(self.keys.shape[0], *shape)
 
     def draw(self, plan: "DrawPlan") -> "Draws":
         """All of one iteration's random numbers in one block [P, plan.total] (stream 0): a few
@@ -74,13 +70,6 @@ class CounterRNG:
         if plan.kernel is not None:
             return Draws(plan, plan.kernel(self.keys, self.counter, plan.index_hash))
         return Draws(plan, self._to_unit(self._bits(0, plan.index_hash)))
-
-    def normal(self, stream: int, shape: tuple[int, ...]) -> Tensor:
-        return box_muller(self.uniform(stream, (2 * math.prod(shape),))).view(self.population, *shape)
-
-    def integers(self, stream: int, shape: tuple[int, ...], high: Tensor | int) -> Tensor:
-        """Uniform integers in [0, high) per member; `high` may be a device tensor ([P] or scalar)."""
-        return to_integers(self.uniform(stream, shape), high)
 
 
 def to_integers(u: Tensor, high: Tensor | int) -> Tensor:

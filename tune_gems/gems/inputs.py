@@ -31,10 +31,6 @@ class GemInputs:
     def population(self) -> int:
         return int(self.q_t.shape[0])
 
-    @property
-    def batch(self) -> int:
-        return int(self.q_t.shape[1])
-
     def detached(self) -> "GemInputs":
         """The same inputs cut from the autograd graph (what `measure` mode passes a gem)."""
         return dataclasses.replace(self, **{k: getattr(self, k).detach() for k in self.TENSORS})

@@ -1,9 +1,9 @@
 """Triton kernels of the population layers (`model.layer_kernel: triton`; docs/design.md "Ops and kernels"). A program
 computes one tile of one group with a fixed-order K-loop and tiles chosen from the shape only, so group g's bits are
 those of g alone (the P-invariance cuBLAS's batched GEMM does not give: benchmarks/RESULTS.md, session 14); group g is
-member g // REPS. No atomics, memset or host reads: they replay in a CUDA graph. The K-loops assume a non-empty trip
-count (tl.assume), else ptxas serialises the wgmma pipeline (tests/test_triton_compile.py); EMPTY_LOOP_OK compiles the
-old form for benchmarks/layer_gemm_probe.py."""
+member g // REPS, on the grid's slow axis (a group's tiles run side by side and share its weights in L2). No atomics,
+memset or host reads: they replay in a CUDA graph. The K-loops assume a non-empty trip count (tl.assume), else ptxas
+serialises the wgmma pipeline (tests/test_triton_compile.py)."""
 
 from __future__ import annotations
 
@@ -86,21 +86,20 @@ def _rows_kernel(
     N, K, O,
     BACKWARD: tl.constexpr,
     REPS: tl.constexpr, NOISY: tl.constexpr, SCALED: tl.constexpr, RELU: tl.constexpr, DOT: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_AXIS: tl.constexpr, EMPTY_LOOP_OK: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
 ):  # fmt: skip
     """forward: out[g] = act((x[g] @ W_eff[g]) * s[g] + b_eff[g]); BACKWARD: dx[g] = s[g] * ((dy[g] *
     relu'(y[g])) @ W_eff[g]^T), dy sharing y's strides (no bias: its operands are placeholders)."""
-    g = tl.program_id(GROUP_AXIS).to(tl.int64)
+    g = tl.program_id(1).to(tl.int64)
     cols = K if BACKWARD else O
     inner = O if BACKWARD else K
-    rn, rc = _tile_ranges(tl.program_id(1 - GROUP_AXIS), cols, BM, BN)
+    rn, rc = _tile_ranges(tl.program_id(0), cols, BM, BN)
     ri = tl.arange(0, BK)
     a_off = g * sa_g
     w_off, fi_off, fo_off = _weight_offsets(g, REPS, sw_p, sw_r, sfi_p, sfi_r, sfo_p, sfo_r)
     mn, mc = rn[:, None] < N, rc[None, :] < cols
     acc = tl.full((BM, BN), 0.0, tl.float32)
-    if not EMPTY_LOOP_OK:
-        tl.assume(inner > 0)
+    tl.assume(inner > 0)
     for i0 in range(0, inner, BK):
         ii = i0 + ri
         a_mask = mn & (ii[None, :] < inner)
@@ -140,13 +139,13 @@ def _weight_grad_kernel(
     db, db_sigma, sdb_p, sdb_r, sdb_o,
     N, K, O,
     REPS: tl.constexpr, NOISY: tl.constexpr, SCALED: tl.constexpr, RELU: tl.constexpr, DOT: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_AXIS: tl.constexpr, EMPTY_LOOP_OK: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
 ):  # fmt: skip
     """G[g] = x[g]^T @ dy_pre[g] and the parameter gradients it gives, written in place (docs/design.md
     "Ops and kernels"); SCALED also writes this tile's <G, W> to `partials` for `_sigma_grad_kernel`.
     The bias sums run in the first input tile's programs, in the K-loop's fixed order."""
-    g = tl.program_id(GROUP_AXIS).to(tl.int64)
-    tile = tl.program_id(1 - GROUP_AXIS)
+    g = tl.program_id(1).to(tl.int64)
+    tile = tl.program_id(0)
     rk, ro = _tile_ranges(tile, O, BM, BN)
     ti = tile // ((O + BN - 1) // BN)  # the input tile: the bias sums run where it is 0
     rn = tl.arange(0, BK)
@@ -155,8 +154,7 @@ def _weight_grad_kernel(
     mk, mo = rk[:, None] < K, ro[None, :] < O
     acc = tl.full((BM, BN), 0.0, tl.float32)
     bias_acc = tl.full((BN,), 0.0, tl.float32)
-    if not EMPTY_LOOP_OK:
-        tl.assume(N > 0)
+    tl.assume(N > 0)
     for n0 in range(0, N, BK):
         nn = n0 + rn
         xt = tl.load(x + x_off + rk[:, None] * sx_k + nn[None, :] * sx_n, mask=mk & (nn[None, :] < N), other=0.0)
@@ -179,7 +177,7 @@ def _weight_grad_kernel(
     else:
         if SCALED:
             wt = tl.load(w + w_off + rk[:, None] * sw_i + ro[None, :] * sw_o, mask=mk & mo, other=0.0)
-            tl.store(partials + g * tl.num_programs(1 - GROUP_AXIS) + tile, _sum(_sum(acc * wt, axis=1), axis=0))
+            tl.store(partials + g * tl.num_programs(0) + tile, _sum(_sum(acc * wt, axis=1), axis=0))
             acc = acc * tl.load(scale + 2 * g)
         tl.store(dw + out, acc, mask=mk & mo)
         if ti == 0:
@@ -191,12 +189,12 @@ def _sigma_grad_kernel(
     dw, sdw_p, sdw_r, sdw_i, sdw_o,
     partials, scale, u, su_g, v, sv_g,
     K, O, TILES,
-    REPS: tl.constexpr, TILES_P2: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, GROUP_AXIS: tl.constexpr,
+    REPS: tl.constexpr, TILES_P2: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
 ):  # fmt: skip
     """Spectral norm's term through sigma: dW[g] += <G, W>[g] * ds/dsigma[g] * v u^T, <G, W> summed
     from the partials in one fixed order (every program of a group sums the same tiles alike)."""
-    g = tl.program_id(GROUP_AXIS).to(tl.int64)
-    tile = tl.program_id(1 - GROUP_AXIS)
+    g = tl.program_id(1).to(tl.int64)
+    tile = tl.program_id(0)
     t = tl.arange(0, TILES_P2)
     c = _sum(tl.load(partials + g * TILES + t, mask=t < TILES, other=0.0), axis=0)
     coef = c * tl.load(scale + 2 * g + 1)

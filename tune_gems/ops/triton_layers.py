@@ -16,6 +16,8 @@ from tune_gems import rng
 from tune_gems.contracts.errors import ConfigError
 
 try:
+    import triton
+
     from tune_gems.ops import triton_layer_kernels as kernels
 except ModuleNotFoundError as e:  # the one dependency only this path has
     if e.name != "triton":
@@ -56,16 +58,13 @@ NUM_WARPS = 4
 
 @dataclass(frozen=True)
 class Tiles:
-    """A product's launch; `group_axis` 1 puts the groups on the grid's slow axis (a group's tiles run
-    side by side and share its weights in L2), 0 on its fast axis."""
+    """A product's launch (the groups on the grid's slow axis: triton_layer_kernels)."""
 
     rows: int
     cols: int
     inner: int
     warps: int = NUM_WARPS
     stages: int = 3
-    group_axis: int = 1
-    empty_loop_ok: bool = False
 
 
 Policy = Callable[[int, int, int], Tiles]
@@ -162,15 +161,7 @@ def dot_precision(t: Tensor) -> str:
 
 def _flags(lw: LayerWeights, relu: bool, dot: str, t: Tiles) -> dict:
     return dict(REPS=lw.reps, NOISY=lw.noisy, SCALED=lw.scaled, RELU=relu, DOT=dot, BM=t.rows, BN=t.cols, BK=t.inner,
-                GROUP_AXIS=t.group_axis, EMPTY_LOOP_OK=t.empty_loop_ok, num_warps=t.warps, num_stages=t.stages)  # fmt: skip
-
-
-def _grid(groups: int, tiles: int, t: Tiles) -> tuple[int, int]:
-    return (tiles, groups) if t.group_axis == 1 else (groups, tiles)
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+                num_warps=t.warps, num_stages=t.stages)  # fmt: skip
 
 
 def check_runs_on(device_type: str) -> None:
@@ -190,15 +181,14 @@ def check_device(t: Tensor) -> None:
 
 def row_means(rows: Tensor) -> Tensor:
     """The mean of each row of a [R, n] float32 matrix whose rows are contiguous, in an order
-    that does not depend on R: the learner's reported q_mean on this path."""
+    that does not depend on R: the learner's reported q_mean and the built-in nulls on this path."""
     check_device(rows)
     if rows.dim() != 2 or rows.stride(1) != 1 or rows.dtype != torch.float32:
         raise ValueError(f"a row reduction takes a float32 [rows, n] matrix with contiguous rows: got {tuple(rows.shape)} {rows.dtype}")
     out = torch.empty(rows.shape[0], device=rows.device, dtype=torch.float32)
-    lanes = min(ROW_REDUCE_TILE, max(32 * NUM_WARPS, 1 << (rows.shape[1] - 1).bit_length()))  # by the row's length alone
-    kernels._row_reduce_kernel[(rows.shape[0], 1)](
-        rows, rows.stride(0), out, out, rows.shape[1], GROUPED=False, SQUARE=False, BLOCK=lanes, MEAN=True, num_warps=NUM_WARPS
-    )  # fmt: skip
+    lanes = _fit(rows.shape[1], ROW_REDUCE_TILE, 32 * NUM_WARPS)  # by the row's length alone
+    kernels._row_reduce_kernel[(rows.shape[0], 1)](rows, rows.stride(0), out, out, rows.shape[1], GROUPED=False,
+                                                   SQUARE=False, BLOCK=lanes, MEAN=True, num_warps=NUM_WARPS)
     return out
 
 
@@ -207,10 +197,9 @@ def uniform_block(keys: Tensor, counter: Tensor, index_hash: Tensor) -> Tensor:
     then exact float32 steps), where torch launches a few dozen small kernels."""
     check_device(keys)
     out = torch.empty(keys.shape[0], index_hash.shape[0], device=keys.device, dtype=torch.float32)
-    kernels._uniform_block_kernel[(keys.shape[0], _cdiv(index_hash.shape[0], ROW_REDUCE_TILE))](
+    kernels._uniform_block_kernel[(keys.shape[0], triton.cdiv(index_hash.shape[0], ROW_REDUCE_TILE))](
         keys, counter, index_hash, out, index_hash.shape[0], GOLDEN=rng.GOLDEN, MUL_A=rng.MUL_A, MUL_B=rng.MUL_B,
-        U24=rng.U24, BLOCK=ROW_REDUCE_TILE, num_warps=NUM_WARPS,
-    )  # fmt: skip
+        U24=rng.U24, BLOCK=ROW_REDUCE_TILE, num_warps=NUM_WARPS)
     return out
 
 
@@ -245,7 +234,7 @@ class ClipAdam:
         corrections = 1 - torch.pow(self.hyper[:2], step)  # float32 powf, as the fused Adam computes it
         for cols in kept:
             n = cols.stop - cols.start
-            kernels._clip_adam_kernel[(P, _cdiv(n, ADAM_TILE))](
+            kernels._clip_adam_kernel[(P, triton.cdiv(n, ADAM_TILE))](
                 p, g, m, v, p.stride(0), cols.start, n, norms, self.bounds, P, self.max_norm, self.clip_eps,
                 self.lr, corrections, self.hyper, GROUPS=groups, UNIT=self.unit, BLOCK=ADAM_TILE, num_warps=NUM_WARPS,
             )  # fmt: skip
@@ -271,7 +260,7 @@ def _rows_product(a: Tensor, y: Tensor, lw: LayerWeights, backward: bool, relu: 
     out = torch.empty(G, N, cols, device=a.device, dtype=torch.float32)
     t = policy(N, inner, cols)
     weight, noise, bias = _operand_args(lw)
-    kernels._rows_kernel[_grid(G, _cdiv(N, t.rows) * _cdiv(cols, t.cols), t)](
+    kernels._rows_kernel[(triton.cdiv(N, t.rows) * triton.cdiv(cols, t.cols), G)](
         a, y, *a.stride(), *weight, *noise, *bias, lw.scale if lw.scaled else out, out, *out.stride(), N, K, O,
         BACKWARD=backward, **_flags(lw, relu, dot, t),
     )  # fmt: skip
@@ -304,7 +293,7 @@ def weight_grads(x: Tensor, dy: Tensor, y: Tensor, lw: LayerWeights, relu: bool,
     G, N, K = x.shape
     O = lw.shape[1]
     t = policy(K, N, O)
-    n_tiles = _cdiv(K, t.rows) * _cdiv(O, t.cols)
+    n_tiles = triton.cdiv(K, t.rows) * triton.cdiv(O, t.cols)
     dw = _grad_buffer(lw.weight, direct)
     db = _grad_buffer(lw.bias, direct)
     dws = _grad_buffer(lw.weight_sigma, direct) if lw.noisy else dw
@@ -312,15 +301,15 @@ def weight_grads(x: Tensor, dy: Tensor, y: Tensor, lw: LayerWeights, relu: bool,
     partials = torch.empty(G, n_tiles, device=x.device, dtype=torch.float32) if lw.scaled else x
     sdw, sdb = _member_strides(dw), _member_strides(db)
     weight, noise, _ = _operand_args(lw)
-    kernels._weight_grad_kernel[_grid(G, n_tiles, t)](
+    kernels._weight_grad_kernel[(n_tiles, G)](
         x, *x.stride(), dy, y, *dy.stride(), weight[0], *weight[2:], *noise,
         lw.scale if lw.scaled else x, partials,
         dw, dws, *sdw, db, dbs, sdb[0], sdb[1], sdb[3], N, K, O, **_flags(lw, relu, dot, t),
     )  # fmt: skip
     if lw.scaled:
-        kernels._sigma_grad_kernel[_grid(G, n_tiles, t)](
+        kernels._sigma_grad_kernel[(n_tiles, G)](
             dw, *sdw, partials, lw.scale, lw.sn_u, lw.sn_u.stride(0), lw.sn_v, lw.sn_v.stride(0), K, O, n_tiles,
-            REPS=lw.reps, TILES_P2=_pow2(n_tiles), BM=t.rows, BN=t.cols, GROUP_AXIS=t.group_axis, num_warps=t.warps,
+            REPS=lw.reps, TILES_P2=_pow2(n_tiles), BM=t.rows, BN=t.cols, num_warps=t.warps,
         )  # fmt: skip
     return dw, dws if lw.noisy else None, db, dbs if lw.noisy else None
 
