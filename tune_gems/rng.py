@@ -65,8 +65,8 @@ class CounterRNG:
         return self._to_unit(self._bits(stream, _mix32(idx))).view(self.keys.shape[0], *shape)
 
     def draw(self, plan: "DrawPlan") -> "Draws":
-        """All of one iteration's random numbers in one block [P, plan.total] (stream 0): a few
-        dozen small kernels per iteration instead of a few dozen per consumer."""
+        """All of one iteration's random numbers in one block [P, plan.total] (stream 0): a few dozen small
+        kernels per iteration (one launch with the plan's kernel) instead of a few dozen per consumer."""
         if plan.kernel is not None:
             return Draws(plan, plan.kernel(self.keys, self.counter, plan.index_hash))
         return Draws(plan, self._to_unit(self._bits(0, plan.index_hash)))
