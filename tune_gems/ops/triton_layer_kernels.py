@@ -353,20 +353,6 @@ def _clip_adam_kernel(
     tl.store(v + idx, exp_avg_sq, mask=mask)
 
 
-INTERPRETED = isinstance(_rows_kernel, InterpretedFunction)
-"""Whether this module's kernels run on Triton's CPU interpreter (TRITON_INTERPRET=1 when it
-was imported)."""
-
-if INTERPRETED:
-    # The interpreter patches triton.language once per launch; a helper called as an
-    # InterpretedFunction patches it again at every call (milliseconds each, most of a small
-    # kernel's time), so under the interpreter the kernels call the helpers' rewritten plain
-    # functions, which run inside the launch's patch. The same code runs, only sooner.
-    for _helper in (_sum, _group_offset, _tile_ranges, _weight_offsets, _dot, _weight_tile, _relu_grad, _matvec, _divide_in_place,
-                    _clip_coefficient):
-        globals()[_helper.__name__] = _helper.rewrite()
-
-
 @triton.jit
 def _mix32(x, MUL_A: tl.constexpr, MUL_B: tl.constexpr):
     """tune_gems.rng's 32-bit avalanche hash, in the same int64 operations (exact: equal bits)."""
@@ -389,3 +375,17 @@ def _uniform_block_kernel(keys, counter, index_hash, out, n, GOLDEN: tl.constexp
     h = tl.load(index_hash + idx, mask=idx < n, other=0)
     bits = _mix32((k ^ h) & 0xFFFFFFFF, MUL_A, MUL_B)
     tl.store(out + p * n + idx, (bits >> 8).to(tl.float32) * U24 + 0.5 * U24, mask=idx < n)
+
+
+INTERPRETED = isinstance(_rows_kernel, InterpretedFunction)
+"""Whether this module's kernels run on Triton's CPU interpreter (TRITON_INTERPRET=1 when it
+was imported)."""
+
+if INTERPRETED:
+    # The interpreter patches triton.language once per launch; a helper called as an
+    # InterpretedFunction patches it again at every call (milliseconds each, most of a small
+    # kernel's time), so under the interpreter the kernels call the helpers' rewritten plain
+    # functions, which run inside the launch's patch. The same code runs, only sooner.
+    for _helper in (_sum, _group_offset, _tile_ranges, _weight_offsets, _dot, _weight_tile, _relu_grad, _matvec, _divide_in_place,
+                    _clip_coefficient, _mix32):
+        globals()[_helper.__name__] = _helper.rewrite()

@@ -119,7 +119,7 @@ class MemberGems:
     def nulls(self, x: GemInputs) -> dict[str, Tensor | None]:
         out: dict[str, Tensor | None] = {}
         x = x.detached()
-        parts = [x] if len(self.blocks) == 1 else [member_rows(x, rows) for rows in self.blocks]
+        parts: list[GemInputs] = []  # the blocks' inputs, sliced once and only for a null that runs per block
         with torch.no_grad():
             for n in self.names:
                 gem = self._gem[n]
@@ -128,8 +128,8 @@ class MemberGems:
                 elif self.row_means is not None and gem.null_by_row_means:
                     out[n] = gem.null(dataclasses.replace(x, row_means=self.row_means))
                 else:
-                    values = [gem.null(part) for part in parts]
-                    out[n] = values[0] if len(values) == 1 else torch.cat(values)
+                    parts = parts or ([x] if len(self.blocks) == 1 else [member_rows(x, rows) for rows in self.blocks])
+                    out[n] = gem.null(parts[0]) if len(parts) == 1 else torch.cat([gem.null(part) for part in parts])
         return out
 
     def loss_term(self, values: dict[str, Tensor | None]) -> Tensor | None:
